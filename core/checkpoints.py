@@ -1,0 +1,203 @@
+"""Checkpoints: one versioned dict of plain containers and tensors, written atomically, loaded safely.
+
+Safe loading means `torch.load(weights_only=True)`: a file that needs arbitrary unpickling (code from
+the internet) is refused before anything in it runs. Exported weights use safetensors.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import platform
+import random
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import CheckpointError
+
+FORMAT_VERSION = 1
+REQUIRED_KEYS = ("format_version", "task", "model", "optimizer", "scheduler", "scaler", "step", "epoch",
+                 "rng", "config", "metrics", "versions")
+
+
+def atomic_write_bytes(path: Path, payload: bytes) -> None:
+    """Write `payload` to `path` via a temp file in the same folder, fsync, rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain module under DDP and torch.compile wrappers (no `module.` / `_orig_mod.` prefixes)."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model
+
+
+def capture_rng() -> dict:
+    """RNG states of torch (CPU and accelerators), numpy and Python, as tensors and plain lists."""
+    np_state = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "python": [list(random.getstate()[1]), random.getstate()[0], random.getstate()[2]],
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    """Inverse of `capture_rng`."""
+    torch.set_rng_state(state["torch"])
+    npk = state["numpy"]
+    np.random.set_state(("MT19937", npk["keys"].numpy().astype(np.uint32), npk["pos"], npk["has_gauss"],
+                         npk["cached_gaussian"]))
+    keys, version, gauss = state["python"]
+    random.setstate((version, tuple(keys), gauss))
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def library_versions() -> dict:
+    from . import __version__
+
+    return {"amp_console": __version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version()}
+
+
+def save_checkpoint(path: Path, state: dict) -> Path:
+    """Serialise `state` (see REQUIRED_KEYS) and write it atomically to `path`."""
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"checkpoint state lacks {missing}")
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(Path(path), buffer.getvalue())
+    return Path(path)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load a checkpoint with weights_only=True; CheckpointError names what is wrong with the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"{path}: refused: the file needs arbitrary unpickling, which could run code "
+            f"(only tensors and plain containers are loaded): {first}"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): {_one_line(exc)}") from None
+    if not isinstance(state, dict) or "format_version" not in state:
+        raise CheckpointError(f"{path}: not an AMP Console checkpoint (no format_version)")
+    if state["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format {state['format_version']} is not supported "
+                              f"(this version reads {FORMAT_VERSION})")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
+    return state
+
+
+def load_model_state(model: torch.nn.Module, state_dict: dict, source: str) -> None:
+    """Strict load: leftover or missing keys and shape mismatches are a CheckpointError naming them."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in own]
+    shapes = [f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
+              if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing keys {_short(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys {_short(unexpected)}")
+        if shapes:
+            parts.append(f"shape mismatch {_short(shapes)}")
+        raise CheckpointError(f"{source}: the checkpoint does not fit this model: {'; '.join(parts)}")
+    model.load_state_dict(state_dict, strict=True)
+
+
+def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> tuple[Path, Path]:
+    """Write `path` (.safetensors, unwrapped fp32 weights) and `path`.json (task, config, metrics, precision)."""
+    from safetensors.torch import save as save_safetensors
+
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        path = path.with_suffix(".safetensors")
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in unwrap_model(model).state_dict().items()}
+    meta = {"format": "pt", "task": str(manifest.get("task", ""))}
+    atomic_write_bytes(path, save_safetensors(tensors, metadata=meta))
+    manifest_path = path.with_suffix(".json")
+    atomic_write_bytes(manifest_path, json.dumps(manifest, indent=2, default=str).encode("utf-8"))
+    return path, manifest_path
+
+
+def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[Path, Path, Path]:
+    """Export a saved run: a copy of the full checkpoint plus safetensors weights and a JSON manifest."""
+    state = load_checkpoint(checkpoint)
+    destination = Path(destination)
+    full = destination.with_suffix(".pt")
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(full, buffer.getvalue())
+    from .tasks import create_task
+
+    config = state["config"]
+    model = create_task(config["task"], config.get("task_options", {})).build_model(state.get("data_info", {}))
+    load_model_state(model, state["model"], str(checkpoint))
+    manifest = {"task": state["task"], "step": state["step"], "epoch": state["epoch"], "config": config,
+                "metrics": state["metrics"], "precision": state.get("precision", {}), "versions": state["versions"]}
+    weights, manifest_path = export_weights(model, destination.with_suffix(".safetensors"), manifest)
+    return full, weights, manifest_path
+
+
+def _short(items: list[str], limit: int = 5) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

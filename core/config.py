@@ -1,0 +1,194 @@
+"""RunConfig: every setting of a run, validated with messages that name the field; TOML load/save."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("constant", "cosine", "onecycle")
+PRECISIONS = ("auto", "fp32", "tf32", "fp16", "bf16")
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """Range, step and help of one numeric or choice field: used by validation, the CLI and the GUI form."""
+
+    name: str
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+    step: float | None = None
+
+
+FIELD_SPECS: dict[str, FieldSpec] = {
+    spec.name: spec
+    for spec in (
+        FieldSpec("task", "model + data + loss + metrics (see `amp-console tasks`)"),
+        FieldSpec("data", "CSV/Parquet file or folder to train on; empty = the task's synthetic data"),
+        FieldSpec("device", "auto, cpu, cuda:N, mps or xpu:N"),
+        FieldSpec("precision", "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto", choices=PRECISIONS),
+        FieldSpec("optimizer", "sgd (with momentum), adam or adamw", choices=OPTIMIZERS),
+        FieldSpec("lr", "peak learning rate", 1e-7, 10.0, step=1e-4),
+        FieldSpec("momentum", "SGD momentum", 0.0, 0.999, step=0.05),
+        FieldSpec("weight_decay", "weight decay (decoupled for adamw)", 0.0, 1.0, step=0.01),
+        FieldSpec("batch_size", "samples per micro-batch (per process)", 1, 1_048_576, step=1),
+        FieldSpec("epochs", "passes over the training data (used when max_steps is 0)", 0, 100_000, step=1),
+        FieldSpec("max_steps", "optimizer steps to run; 0 = run `epochs` epochs", 0, 1_000_000_000, step=100),
+        FieldSpec("schedule", "learning-rate schedule", choices=SCHEDULES),
+        FieldSpec("warmup_steps", "linear warm-up steps for the cosine schedule", 0, 1_000_000_000, step=10),
+        FieldSpec("grad_clip", "clip the gradient norm to this value; 0 = off", 0.0, 1e6, step=0.1),
+        FieldSpec("grad_accum", "micro-batches accumulated per optimizer step", 1, 4096, step=1),
+        FieldSpec("seed", "seed for weights, data and data order", 0, 2**32 - 1, step=1),
+        FieldSpec("log_interval", "optimizer steps between metric reports (the only host syncs)", 1, 1_000_000, step=1),
+        FieldSpec("eval_interval", "optimizer steps between evaluations; 0 = at the end of each epoch", 0, 1_000_000_000, step=100),
+        FieldSpec("checkpoint_interval", "optimizer steps between checkpoints; 0 = only at the end", 0, 1_000_000_000, step=100),
+        FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl"),
+    )
+}
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs. Build with `RunConfig.for_task(name)` to start from the task's defaults."""
+
+    task: str = "tiny"
+    task_options: dict = field(default_factory=dict)
+    data: str = ""
+    device: str = "auto"
+    precision: str = "auto"
+    optimizer: str = "adamw"
+    lr: float = 1e-2
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    batch_size: int = 64
+    epochs: int = 5
+    max_steps: int = 0
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    grad_clip: float = 0.0
+    grad_accum: int = 1
+    seed: int = 0
+    log_interval: int = 10
+    eval_interval: int = 0
+    checkpoint_interval: int = 0
+    out_dir: str = "runs/latest"
+
+    @classmethod
+    def for_task(cls, task: str, **overrides: Any) -> RunConfig:
+        """A config with the task's default hyperparameters, then `overrides`."""
+        from .tasks import get_task_class
+
+        values = dict(get_task_class(task).defaults)
+        values.update(overrides)
+        return cls.from_dict({"task": task, **values})
+
+    def to_dict(self) -> dict:
+        """Plain dict (TOML/JSON ready)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> RunConfig:
+        """Build from a plain dict; unknown keys and wrong types are ConfigErrors naming the key."""
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for key, value in data.items():
+            if key not in names:
+                raise ConfigError(key, f"unknown setting in {source}; known settings: {', '.join(names)}")
+            values[key] = _coerce(key, value, names[key].type)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with `changes` applied (types checked)."""
+        return RunConfig.from_dict({**self.to_dict(), **changes})
+
+    def errors(self) -> dict[str, str]:
+        """Every invalid field -> message naming the allowed range. Empty when the config is valid."""
+        return field_errors(self)
+
+    def validate(self) -> RunConfig:
+        """Raise ConfigError for the first invalid field; returns self for chaining."""
+        problems = self.errors()
+        if problems:
+            name, message = next(iter(problems.items()))
+            raise ConfigError(name, message)
+        return self
+
+    def save_toml(self, path: str | Path) -> None:
+        """Write the config as TOML (atomically, like every file the engine writes)."""
+        import tomli_w
+
+        from .checkpoints import atomic_write_bytes
+
+        atomic_write_bytes(Path(path), tomli_w.dumps(self.to_dict()).encode("utf-8"))
+
+    @classmethod
+    def load_toml(cls, path: str | Path) -> RunConfig:
+        """Read a TOML config; syntax errors name the file and line, bad keys name the key."""
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError("config", f"{path}: no such file") from None
+        except UnicodeDecodeError:
+            raise ConfigError("config", f"{path}: not UTF-8 text") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("config", f"{path}: invalid TOML: {exc}") from None
+        return cls.from_dict(data, source=str(path))
+
+
+_TYPE_NAMES = {"int": int, "float": float, "str": str, "dict": dict}
+
+
+def _coerce(key: str, value: Any, type_name: Any) -> Any:
+    kind = _TYPE_NAMES[type_name if isinstance(type_name, str) else type_name.__name__]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ConfigError(key, f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _range_text(spec: FieldSpec) -> str:
+    return f"between {spec.minimum:g} and {spec.maximum:g}"
+
+
+def field_errors(cfg: RunConfig) -> dict[str, str]:
+    """Validate every field of `cfg`; field name -> message."""
+    from .tasks import TASKS
+
+    problems: dict[str, str] = {}
+    for name, spec in FIELD_SPECS.items():
+        value = getattr(cfg, name)
+        if spec.choices is not None and value not in spec.choices:
+            problems[name] = f"{value!r} is not one of {', '.join(spec.choices)}"
+        elif spec.minimum is not None and not (spec.minimum <= value <= spec.maximum):
+            problems[name] = f"{value!r} is out of range: must be {_range_text(spec)}"
+    if cfg.task not in TASKS:
+        problems["task"] = f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}"
+    else:
+        problems.update(TASKS[cfg.task].option_errors(cfg.task_options))
+    if not _DEVICE_RE.match(cfg.device.strip().lower()):
+        problems["device"] = f"{cfg.device!r} is not a device; use auto, cpu, cuda:N, mps or xpu:N"
+    if cfg.max_steps == 0 and cfg.epochs == 0:
+        problems.setdefault("epochs", "set epochs or max_steps above 0: the run would do nothing")
+    if not cfg.out_dir.strip():
+        problems["out_dir"] = "must not be empty"
+    if cfg.data and not Path(cfg.data).exists():
+        problems["data"] = f"{cfg.data}: no such file or folder"
+    return problems

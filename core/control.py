@@ -1,0 +1,38 @@
+"""RunControl: a Qt-free handle another thread uses to stop or pause a run between optimizer steps."""
+
+from __future__ import annotations
+
+import threading
+
+
+class RunControl:
+    """Stop and pause requests, checked by the trainer between optimizer steps."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._running = threading.Event()  # cleared while paused
+        self._running.set()
+
+    def stop(self) -> None:
+        """Ask the run to stop after the current optimizer step (it writes a final checkpoint)."""
+        self._stop.set()
+        self._running.set()  # a paused run must wake up to stop
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def wait_while_paused(self, poll_seconds: float = 0.1) -> None:
+        """Block while paused; returns at once when running or stopping."""
+        while not self._running.wait(poll_seconds):
+            pass

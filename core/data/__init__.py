@@ -1,0 +1,1 @@
+"""Data: synthetic generators, file importers and on-device batching."""

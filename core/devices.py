@@ -1,0 +1,250 @@
+"""Detect the devices torch can train on, and what each of them supports.
+
+One `DeviceInfo` per usable device: the CPU, every CUDA (or ROCm) GPU, Apple MPS and Intel XPU.
+For each device the precision modes it supports, and for the others the reason why not.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .errors import DeviceError
+
+PRECISION_MODES = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What one device is and which precision modes it can run."""
+
+    id: str
+    type: str
+    name: str
+    memory_total: int | None
+    memory_free: int | None = None
+    capability: str | None = None
+    bf16: bool = False
+    bf16_fast: bool = False
+    tf32: bool = False
+    fp16: bool = False
+    tensor_cores: bool = False
+    details: dict = field(default_factory=dict)
+    precisions: tuple[str, ...] = ("fp32",)
+    unsupported: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (the `devices --json` schema)."""
+        data = asdict(self)
+        data["precisions"] = list(self.precisions)
+        return data
+
+    def summary(self) -> str:
+        """One human line: name, memory, capability."""
+        parts = [self.name]
+        if self.memory_total:
+            parts.append(f"{self.memory_total / 2**30:.1f} GiB")
+        if self.capability:
+            parts.append(f"sm {self.capability}")
+        return ", ".join(parts)
+
+
+def _cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _total_ram() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _physical_cores() -> int | None:
+    try:
+        import psutil
+
+        return psutil.cpu_count(logical=False)
+    except ImportError:
+        return None
+
+
+def cpu_info() -> DeviceInfo:
+    """The host CPU: model, cores/threads, RAM, and whether bf16 has hardware support."""
+    flags = _cpu_flags()
+    bf16_fast = bool(flags & {"avx512_bf16", "amx_bf16"})
+    speed = "fast: avx512_bf16/AMX" if bf16_fast else "emulated: no avx512_bf16/AMX, expect it slower than fp32"
+    return DeviceInfo(
+        id="cpu",
+        type="cpu",
+        name=_cpu_model_name(),
+        memory_total=_total_ram(),
+        bf16=True,
+        bf16_fast=bf16_fast,
+        details={
+            "threads": os.cpu_count(),
+            "cores": _physical_cores(),
+            "torch_threads": torch.get_num_threads(),
+            "bf16_speed": speed,
+            "amx": "amx_bf16" in flags,
+            "avx512_bf16": "avx512_bf16" in flags,
+        },
+        precisions=("fp32", "bf16"),
+        unsupported={
+            "tf32": "TF32 is a CUDA tensor-core format; on the CPU use fp32 or bf16",
+            "fp16": "fp16 autocast with GradScaler is a GPU mode; on the CPU use bf16, which needs no scaler",
+        },
+    )
+
+
+def _cuda_info(index: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)
+    major, minor = props.major, props.minor
+    is_rocm = torch.version.hip is not None
+    try:
+        free, total = torch.cuda.mem_get_info(index)
+    except RuntimeError:
+        free, total = None, props.total_memory
+    bf16 = major >= 8 or (is_rocm and major >= 9)
+    tf32 = major >= 8 and not is_rocm
+    tensor_cores = major >= 7
+    precisions = ["fp32", "fp16"]
+    unsupported = {}
+    if tf32:
+        precisions.insert(1, "tf32")
+    else:
+        unsupported["tf32"] = f"TF32 needs compute capability 8.0 (Ampere) or newer; {props.name} is {major}.{minor}"
+    if bf16:
+        precisions.append("bf16")
+    else:
+        unsupported["bf16"] = (
+            f"bf16 needs compute capability 8.0 (Ampere) or newer; {props.name} is {major}.{minor}: use fp16"
+        )
+    return DeviceInfo(
+        id=f"cuda:{index}",
+        type="cuda",
+        name=props.name,
+        memory_total=int(total),
+        memory_free=None if free is None else int(free),
+        capability=f"{major}.{minor}",
+        bf16=bf16,
+        bf16_fast=bf16,
+        tf32=tf32,
+        fp16=True,
+        tensor_cores=tensor_cores,
+        details={"multiprocessors": props.multi_processor_count, "rocm": is_rocm},
+        precisions=tuple(precisions),
+        unsupported=unsupported,
+    )
+
+
+def _mps_info() -> DeviceInfo:
+    try:
+        torch.zeros(1, dtype=torch.bfloat16, device="mps")
+        bf16 = True
+    except (RuntimeError, TypeError):
+        bf16 = False
+    precisions = ["fp32", "fp16"] + (["bf16"] if bf16 else [])
+    unsupported = {"tf32": "TF32 is a CUDA tensor-core format; on MPS use fp16"}
+    if not bf16:
+        unsupported["bf16"] = "this macOS/torch build has no bfloat16 on MPS: use fp16"
+    return DeviceInfo(
+        id="mps", type="mps", name="Apple Metal (MPS)", memory_total=_total_ram(),
+        bf16=bf16, bf16_fast=bf16, fp16=True, precisions=tuple(precisions), unsupported=unsupported,
+    )
+
+
+def _xpu_info(index: int) -> DeviceInfo:
+    props = torch.xpu.get_device_properties(index)
+    return DeviceInfo(
+        id=f"xpu:{index}", type="xpu", name=props.name, memory_total=int(props.total_memory),
+        bf16=True, bf16_fast=True, fp16=True, precisions=("fp32", "fp16", "bf16"),
+        unsupported={"tf32": "TF32 is a CUDA tensor-core format; on XPU use bf16"},
+    )
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every device torch can train on here, the CPU first."""
+    devices = [cpu_info()]
+    if torch.cuda.is_available():
+        devices += [_cuda_info(i) for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append(_mps_info())
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        devices += [_xpu_info(i) for i in range(xpu.device_count())]
+    return devices
+
+
+def default_device_id(devices: list[DeviceInfo] | None = None) -> str:
+    """What `auto` means: the first accelerator, else the CPU."""
+    devices = devices if devices is not None else list_devices()
+    for kind in ("cuda", "mps", "xpu"):
+        for info in devices:
+            if info.type == kind:
+                return info.id
+    return "cpu"
+
+
+def normalize_device_id(spec: str) -> str:
+    """'cuda' -> 'cuda:0', 'CPU' -> 'cpu'; validates the syntax only."""
+    spec = spec.strip().lower()
+    if spec in ("cuda", "xpu"):
+        return f"{spec}:0"
+    return spec
+
+
+def device_info(spec: str, devices: list[DeviceInfo] | None = None) -> DeviceInfo:
+    """The DeviceInfo for `auto`, `cpu`, `cuda:N`, `mps` or `xpu:N`; DeviceError if it is not here."""
+    devices = devices if devices is not None else list_devices()
+    wanted = default_device_id(devices) if spec.strip().lower() == "auto" else normalize_device_id(spec)
+    for info in devices:
+        if info.id == wanted:
+            return info
+    available = ", ".join(d.id for d in devices)
+    raise DeviceError(f"device {spec!r} is not available here (available: {available})")
+
+
+def torch_device(info: DeviceInfo) -> torch.device:
+    """The one torch.device a run uses; everything else is moved to it with `.to(device)`."""
+    return torch.device(info.id)
+
+
+def memory_in_use(device: torch.device) -> int | None:
+    """Bytes in use on `device`: peak allocated on CUDA/XPU, allocated on MPS, resident set on the CPU.
+
+    Reading it may synchronise the device: call at log intervals only.
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    if device.type == "xpu":
+        return int(torch.xpu.max_memory_allocated(device))
+    if device.type == "mps":
+        return int(torch.mps.current_allocated_memory())
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -1,0 +1,69 @@
+"""Multi-process runs under torchrun: the process group, rank facts and the few collectives the trainer needs.
+
+We use PyTorch's own launcher and DistributedDataParallel; nothing here re-implements communication.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process stands in a run: rank 0 of 1 for a plain single-process run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls) -> DistContext:
+        """Read torchrun's RANK / WORLD_SIZE / LOCAL_RANK; a single process when they are absent."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: float = 120.0) -> None:
+    """NCCL for CUDA ranks, gloo otherwise. A dead peer surfaces as an error within `timeout_seconds`."""
+    if not ctx.enabled or dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_seconds))
+
+
+def destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_mean(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Average a tensor over ranks (used for reported metrics only: DDP averages gradients itself)."""
+    if ctx.enabled:
+        values = values.clone()
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        values /= ctx.world_size
+    return values
+
+
+def broadcast_flag(flag: bool, ctx: DistContext, device: torch.device) -> bool:
+    """Rank 0's value of `flag` on every rank (how a stop request reaches all processes)."""
+    if not ctx.enabled:
+        return flag
+    tensor = torch.tensor([1 if flag else 0], device=device)
+    dist.broadcast(tensor, src=0)
+    return bool(tensor.item())

@@ -1,0 +1,88 @@
+"""Events the trainer emits, as frozen dataclasses of plain values.
+
+The trainer knows nothing of who listens: the GUI worker re-emits each as a Qt signal, the CLI draws a
+progress bar and writes metrics.jsonl. Events come at the log interval, never every step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    task: str
+    device: str
+    device_name: str
+    precision: str
+    autocast_dtype: str
+    param_dtype: str
+    scaler: bool
+    param_count: int
+    total_steps: int
+    steps_per_epoch: int
+    start_step: int
+    config: dict
+    ceiling: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+    samples_per_second: float
+    grad_scale: float | None
+    grad_norm: float | None
+    skipped_steps: int
+    memory_bytes: int | None
+    elapsed_seconds: float
+
+
+@dataclass(frozen=True)
+class EvalMetrics:
+    step: int
+    epoch: int
+    split: str
+    metrics: dict
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    step: int
+    path: str
+
+
+@dataclass(frozen=True)
+class RunEnded:
+    status: str  # completed | stopped | failed
+    message: str
+    step: int
+    epoch: int
+    final_loss: float | None
+    metrics: dict
+    checkpoint: str | None
+    samples_per_second: float | None
+    elapsed_seconds: float = 0.0
+    skipped_steps: int = 0
+    details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
+
+
+Event = RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunEnded
+
+
+def event_to_dict(event: Event) -> dict:
+    """JSON-ready dict with the event's type name under 'event'."""
+    return {"event": type(event).__name__, **dataclasses.asdict(event)}
+
+
+EVENT_TYPES = {cls.__name__: cls for cls in (RunStarted, StepMetrics, EvalMetrics, CheckpointSaved, RunEnded)}
+
+
+def event_from_dict(data: dict) -> Event:
+    """Inverse of `event_to_dict` (used to read a run streamed as JSON lines from another process)."""
+    data = dict(data)
+    cls = EVENT_TYPES[data.pop("event")]
+    return cls(**data)

@@ -1,0 +1,25 @@
+"""Task registry: name -> Task class. The CLI and the GUI list tasks from here."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .base import Task, TaskData, TaskOption
+from .tiny import TinyClassifierTask
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (TinyClassifierTask,)}
+
+
+def get_task_class(name: str) -> type[Task]:
+    """The Task class called `name`; ConfigError naming the known tasks otherwise."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ConfigError("task", f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None
+
+
+def create_task(name: str, options: dict | None = None) -> Task:
+    """An instance of task `name` with validated options."""
+    return get_task_class(name)(options)
+
+
+__all__ = ["TASKS", "Task", "TaskData", "TaskOption", "create_task", "get_task_class"]

@@ -1,0 +1,75 @@
+"""TinyClassifier: Linear 10->16, ReLU, Linear 16->2 on synthetic data. The teaching task.
+
+Data: x ~ N(0, I) in 10 dimensions, label = [w . x > 0] for a hidden direction w, then a fraction
+`label_noise` of labels flipped. The Bayes ceiling on validation accuracy is therefore 1 - label_noise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..errors import ConfigError
+from .base import Task, TaskData, TaskOption, iter_slices
+
+
+class TinyClassifier(nn.Module):
+    def __init__(self, in_features: int = 10, hidden: int = 16, classes: int = 2):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.relu(self.fc1(x)))
+
+
+def make_tiny_data(samples: int, label_noise: float, seed: int, features: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    """Vectorised synthetic classification data with a planted linear boundary and label noise."""
+    gen = torch.Generator().manual_seed(seed)
+    direction = torch.randn(features, generator=gen)
+    x = torch.randn(samples, features, generator=gen)
+    y = (x @ direction > 0).long()
+    flip = torch.rand(samples, generator=gen) < label_noise
+    return x, torch.where(flip, 1 - y, y)
+
+
+class TinyClassifierTask(Task):
+    name = "tiny"
+    description = "TinyClassifier (Linear 10->16, ReLU, Linear 16->2) on synthetic points: the teaching task"
+    options = (
+        TaskOption("hidden", 16, "hidden units", 1, 4096),
+        TaskOption("samples", 8192, "synthetic samples (80% train, 20% validation)", 64, 100_000_000),
+        TaskOption("label_noise", 0.05, "fraction of labels flipped (ceiling accuracy = 1 - this)", 0.0, 0.5),
+    )
+    defaults = {"lr": 1e-2, "batch_size": 64, "epochs": 5, "optimizer": "adamw"}
+    primary_metric = "accuracy"
+
+    def load_data(self, data_path: str, seed: int) -> TaskData:
+        if data_path:
+            raise ConfigError("data", "the tiny task trains on its own synthetic data; leave data empty")
+        x, y = make_tiny_data(self.opts["samples"], self.opts["label_noise"], seed)
+        cut = int(0.8 * len(x))
+        return TaskData(
+            train={"x": x[:cut], "y": y[:cut]},
+            val={"x": x[cut:], "y": y[cut:]},
+            ceiling={"accuracy": 1.0 - self.opts["label_noise"]},
+            baseline={"accuracy": max(y[cut:].float().mean().item(), 1 - y[cut:].float().mean().item())},
+        )
+
+    def build_model(self, info: dict) -> nn.Module:
+        return TinyClassifier(hidden=self.opts["hidden"])
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(model(batch["x"]), batch["y"])
+
+    def evaluate(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
+        total_loss = torch.zeros((), device=split["x"].device)
+        correct = torch.zeros((), device=split["x"].device, dtype=torch.long)
+        for batch in iter_slices(split, max(batch_size, 4096)):
+            logits = model(batch["x"])
+            total_loss += F.cross_entropy(logits.float(), batch["y"], reduction="sum")
+            correct += (logits.argmax(dim=1) == batch["y"]).sum()
+        n = split["x"].shape[0]
+        return {"loss": total_loss.item() / n, "accuracy": correct.item() / n}

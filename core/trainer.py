@@ -1,0 +1,405 @@
+"""The training loop: setup -> train -> evaluate -> checkpoint, in the order ARCHITECTURE.md gives.
+
+The trainer knows nothing of who listens: it hands plain event dataclasses to a `sink` callable. Another
+thread stops or pauses it through a `RunControl`. Inside the step nothing reads a device value back to
+the host; losses accumulate on the device and are read (one sync) at the log interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import checkpoints as ckpt
+from .config import RunConfig
+from .control import RunControl
+from .data.batching import EpochBatches, place_split
+from .devices import DeviceInfo, device_info, list_devices, memory_in_use, torch_device
+from .distributed import DistContext, all_reduce_mean, broadcast_flag, destroy_process_group, init_process_group
+from .errors import CheckpointError, ConfigError
+from .events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
+from .optim import build_optimizer, build_scheduler
+from .precision import matmul_precision, resolve_precision
+from .tasks import create_task
+
+Sink = Callable[[Event], None]
+
+
+class RunFailed(Exception):
+    """The run cannot go on (non-finite loss, persistent fp16 overflow, out of memory...)."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, numpy and Python's random."""
+    import random
+
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+class Trainer:
+    """One run of one config. `run()` returns the RunEnded event (also sent to the sink).
+
+    Bad input (ConfigError, DeviceError, DataError, CheckpointError) raises from `run()` before the run
+    starts; anything that goes wrong once it has started ends the run as `failed` with a message.
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        sink: Sink | None = None,
+        control: RunControl | None = None,
+        resume_from: str | Path | None = None,
+        dist_ctx: DistContext | None = None,
+        devices: list[DeviceInfo] | None = None,
+    ):
+        self.cfg = config
+        self.sink = sink
+        self.control = control or RunControl()
+        self.resume_from = Path(resume_from) if resume_from else None
+        self.dist = dist_ctx or DistContext()
+        self._devices = devices
+        self.out_dir = Path(config.out_dir)
+        self.checkpoint_path = self.out_dir / "checkpoint.pt"
+        self.step = 0
+        self.epoch = 0
+        self.last_metrics: dict = {}
+        self.last_loss: float | None = None
+        self.skipped_steps = 0
+        self._metrics_file = None
+        self._saved_checkpoint: str | None = None
+        self._last_eval_step = -1
+
+    # ----------------------------------------------------------------- phases
+    def run(self) -> RunEnded:
+        """Set up, train until done, stopped or failed, write the final checkpoint, report RunEnded."""
+        self.setup()
+        try:
+            with matmul_precision(self.plan):
+                ended = self._train_and_finish()
+        finally:
+            self.cleanup()
+        return ended
+
+    def setup(self) -> None:
+        """Validate, pick the device once, build task, data, model, optimizer, scheduler and scaler."""
+        cfg = self.cfg.validate()
+        self.task = create_task(cfg.task, cfg.task_options)
+        info = self._device_info()
+        self.device = torch_device(info)
+        self.device_info = info
+        self.plan = resolve_precision(cfg.precision, info)
+        resume_state = ckpt.load_checkpoint(self.resume_from) if self.resume_from else None
+        if resume_state is not None and resume_state["task"] != cfg.task:
+            raise CheckpointError(
+                f"{self.resume_from}: checkpoint is for task {resume_state['task']!r}, this run is {cfg.task!r}"
+            )
+        init_process_group(self.dist, self.device)
+        seed_everything(cfg.seed)
+        self.data = self.task.load_data(cfg.data, cfg.seed)
+        seed_everything(cfg.seed)
+        model = self.task.build_model(self.data.info).to(self.device)
+        self.raw_model = model
+        self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        train = place_split(self.data.train, self.device, keep_on_host=self._keep_on_host())
+        self.val = place_split(self.data.val, self.device, keep_on_host=False)
+        self.batches = EpochBatches(train, cfg.batch_size, cfg.seed, self.device, self.dist.rank, self.dist.world_size)
+        self.steps_per_epoch = self.batches.batches_per_epoch // cfg.grad_accum
+        if self.steps_per_epoch == 0:
+            raise ConfigError("grad_accum", f"{cfg.grad_accum} micro-batches per step exceed the "
+                                            f"{self.batches.batches_per_epoch} batches of an epoch")
+        self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
+        self.optimizer = build_optimizer(model, cfg, self.device)
+        self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
+        self.scaler = self.plan.make_scaler()
+        if resume_state is not None:
+            self._restore(resume_state)
+        self.model = self._wrap_ddp(model)
+        self.model.train()
+
+    def _train_and_finish(self) -> RunEnded:
+        self.started = time.perf_counter()
+        self._train_seconds = 0.0
+        self._samples_done = 0
+        if self.dist.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.cfg.save_toml(self.out_dir / "config.toml")
+            self._metrics_file = open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8")
+        self._emit(self._run_started())
+        try:
+            status, message = self.train()
+        except RunFailed as exc:
+            return self._end("failed", str(exc))
+        except Exception as exc:  # anything else: the run fails, the app stays usable
+            from .doctor import explain_exception
+
+            return self._end("failed", explain_exception(exc, self), details=traceback.format_exc())
+        if status == "completed" and self.val is not None and self._last_eval_step != self.step:
+            self.evaluate()
+        self.save_checkpoint()
+        return self._end(status, message)
+
+    def train(self) -> tuple[str, str]:
+        """Optimizer steps until total_steps or a stop request. Returns (status, message)."""
+        cfg = self.cfg
+        accum = cfg.grad_accum
+        self._interval_start = time.perf_counter()
+        self._interval_steps = 0
+        self._running_loss = torch.zeros((), device=self.device)
+        self._finite_count = torch.zeros((), device=self.device)
+        self._skipped = torch.zeros((), device=self.device)
+        self._grad_norm = None
+        while self.step < self.total_steps:
+            order = self.batches.order(self.epoch)
+            for index in range(self.step % self.steps_per_epoch, self.steps_per_epoch):
+                if self._stop_requested():
+                    return "stopped", f"stopped at step {self.step}"
+                if self.control.paused:
+                    self._pause()
+                    if self._stop_requested():
+                        return "stopped", f"stopped at step {self.step}"
+                self._optimizer_step(order, index * accum)
+                self.step += 1
+                self._interval_steps += 1
+                self._after_step(index + 1 == self.steps_per_epoch)
+                if self.step >= self.total_steps:
+                    break
+            else:
+                self.epoch += 1
+                continue
+            if self.step % self.steps_per_epoch == 0:
+                self.epoch += 1
+        return "completed", f"completed {self.step} steps"
+
+    def _optimizer_step(self, order: torch.Tensor, first_micro: int) -> None:
+        """One optimizer step: accumulate micro-batches, unscale, clip, step, update. No host sync."""
+        accum = self.cfg.grad_accum
+        for micro in range(accum):
+            batch = self.batches.batch(order, first_micro + micro)
+            sync = contextlib.nullcontext() if micro == accum - 1 or not self.dist.enabled else self.model.no_sync()
+            with sync:
+                with self.plan.autocast():  # forward + loss only
+                    loss = self.task.loss(self.model, batch)
+                self.scaler.scale(loss / accum if accum > 1 else loss).backward()
+            self._accumulate_loss(loss.detach())
+        if self.plan.use_scaler or self.cfg.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)  # unscale BEFORE clipping: clip the true gradient norm
+            max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+            norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), max_norm)
+            self._grad_norm = norm
+            if self.plan.use_scaler:
+                self._skipped += ~torch.isfinite(norm)  # the scaler skips exactly these steps
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def _accumulate_loss(self, loss: torch.Tensor) -> None:
+        if self.plan.use_scaler:  # fp16: overflowing micro-steps are skipped by the scaler; keep them out of the mean
+            finite = torch.isfinite(loss)
+            self._running_loss += torch.where(finite, loss.float(), 0.0)
+            self._finite_count += finite
+        else:
+            self._running_loss += loss.float()
+            self._finite_count += 1
+
+    def _after_step(self, epoch_done: bool) -> None:
+        cfg = self.cfg
+        last = self.step >= self.total_steps
+        if self.step % cfg.log_interval == 0 or last:
+            self._log()
+        due_eval = (cfg.eval_interval and self.step % cfg.eval_interval == 0) or (not cfg.eval_interval and epoch_done)
+        if due_eval and not last:
+            self.evaluate()
+        if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0 and not last:
+            self.save_checkpoint()
+
+    def _log(self) -> None:
+        """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
+        sums = all_reduce_mean(torch.stack([self._running_loss, self._finite_count, self._skipped.float()]), self.dist)
+        loss_sum, finite, skipped = sums.tolist()  # syncs the device, once per log interval
+        now = time.perf_counter()
+        seconds = now - self._interval_start
+        micro = self._interval_steps * self.cfg.grad_accum
+        samples = micro * self.cfg.batch_size * self.dist.world_size
+        self._train_seconds += seconds
+        self._samples_done += samples
+        loss = loss_sum / finite if finite else float("nan")
+        new_skips = int(round(skipped)) - self.skipped_steps
+        self.skipped_steps = int(round(skipped))
+        scale = float(self.scaler.get_scale()) if self.plan.use_scaler else None
+        self._check_health(loss, new_skips, scale)
+        self.last_loss = loss
+        grad_norm = float(self._grad_norm) if self._grad_norm is not None else None
+        self._emit(StepMetrics(
+            step=self.step, epoch=self._display_epoch(), loss=loss, lr=self.optimizer.param_groups[0]["lr"],
+            samples_per_second=samples / seconds if seconds > 0 else 0.0, grad_scale=scale,
+            grad_norm=grad_norm, skipped_steps=self.skipped_steps, memory_bytes=memory_in_use(self.device),
+            elapsed_seconds=now - self.started,
+        ))
+        self._running_loss.zero_()
+        self._finite_count.zero_()
+        self._interval_steps = 0
+        self._interval_start = time.perf_counter()
+
+    def _check_health(self, loss: float, new_skips: int, scale: float | None) -> None:
+        if not self.plan.use_scaler and not np.isfinite(loss):
+            raise RunFailed(
+                f"loss became {loss} in {self.plan.mode} between steps {self.step - self._interval_steps} and "
+                f"{self.step}; the last good checkpoint is kept. Try a lower lr (now {self.cfg.lr:g}) or grad_clip"
+            )
+        if self.plan.use_scaler and new_skips >= self._interval_steps and scale is not None and scale < 2.0**-14:
+            raise RunFailed(
+                f"fp16: every step since step {self.step - self._interval_steps} overflowed and the loss scale fell "
+                f"to {scale:g}; the model diverged. Try bf16, a lower lr or grad_clip"
+            )
+
+    def evaluate(self) -> dict:
+        """Validation metrics (rank 0 computes, under no_grad and the run's autocast)."""
+        self._last_eval_step = self.step
+        if not self.dist.is_main:
+            return {}
+        model = self.raw_model
+        model.eval()
+        with torch.no_grad(), self.plan.autocast():
+            metrics = self.task.evaluate(model, self.val, self.cfg.batch_size)
+        model.train()
+        self.last_metrics = metrics
+        self._emit(EvalMetrics(step=self.step, epoch=self._display_epoch(), split="val", metrics=metrics))
+        return metrics
+
+    def save_checkpoint(self) -> str | None:
+        """Write checkpoint.pt atomically (rank 0 only) and emit CheckpointSaved."""
+        if not self.dist.is_main:
+            return None
+        path = ckpt.save_checkpoint(self.checkpoint_path, self.state_dict())
+        self._saved_checkpoint = str(path)
+        self._emit(CheckpointSaved(step=self.step, path=str(path)))
+        return str(path)
+
+    def state_dict(self) -> dict:
+        """The whole resumable state as plain containers and tensors."""
+        return {
+            "format_version": ckpt.FORMAT_VERSION,
+            "task": self.cfg.task,
+            "model": ckpt.unwrap_model(self.raw_model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "data_order": {"seed": self.cfg.seed, "epoch": self.epoch,
+                           "optimizer_step_in_epoch": self.step % self.steps_per_epoch},
+            "data_info": self.data.info,
+            "rng": ckpt.capture_rng(),
+            "config": self.cfg.to_dict(),
+            "precision": {"mode": self.plan.mode, "autocast_dtype": self.plan.compute_dtype_name,
+                          "scaler": self.plan.use_scaler},
+            "metrics": {**self.last_metrics, "loss": self.last_loss},
+            "skipped_steps": self.skipped_steps,
+            "versions": ckpt.library_versions(),
+        }
+
+    def cleanup(self) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+        if self.dist.enabled:
+            destroy_process_group()
+
+    # ----------------------------------------------------------------- helpers
+    def _device_info(self) -> DeviceInfo:
+        devices = self._devices if self._devices is not None else list_devices()
+        spec = self.cfg.device
+        if self.dist.enabled and spec.startswith(("cuda", "auto")) and any(d.type == "cuda" for d in devices):
+            spec = f"cuda:{self.dist.local_rank}"  # one GPU per local rank
+        return device_info(spec, devices)
+
+    def _keep_on_host(self) -> bool:
+        """Training data that would take over half the free GPU memory stays pinned on the host."""
+        if self.device.type != "cuda":
+            return False
+        free = self.device_info.memory_free or 0
+        size = sum(t.numel() * t.element_size() for t in self.data.train.values())
+        return size > free // 2
+
+    def _wrap_ddp(self, model: torch.nn.Module) -> torch.nn.Module:
+        if not self.dist.enabled:
+            return model
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def _restore(self, state: dict) -> None:
+        ckpt.load_model_state(self.raw_model, state["model"], str(self.resume_from))
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and state["scheduler"] is not None:
+                self.scheduler.load_state_dict(state["scheduler"])
+            self.scaler.load_state_dict(state["scaler"])
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise CheckpointError(f"{self.resume_from}: optimizer/scheduler state does not fit this run: {exc}") from None
+        self.step = int(state["step"])
+        self.epoch = int(state["epoch"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
+        ckpt.restore_rng(state["rng"])
+
+    def _display_epoch(self) -> int:
+        """1-based epoch the latest step belongs to (what users read as 'epoch 2/5')."""
+        return max(1, -(-self.step // self.steps_per_epoch))
+
+    def _stop_requested(self) -> bool:
+        if not self.dist.enabled:
+            return self.control.stop_requested
+        if self.step % self.cfg.log_interval:  # ranks agree on stopping at log boundaries only
+            return False
+        return broadcast_flag(self.control.stop_requested, self.dist, self.device)
+
+    def _pause(self) -> None:
+        paused_at = time.perf_counter()
+        self.control.wait_while_paused()
+        self._interval_start += time.perf_counter() - paused_at  # paused time is not training time
+
+    def _run_started(self) -> RunStarted:
+        return RunStarted(
+            task=self.cfg.task, device=str(self.device), device_name=self.device_info.name,
+            precision=self.plan.mode, autocast_dtype=self.plan.compute_dtype_name,
+            param_dtype=str(next(self.raw_model.parameters()).dtype).removeprefix("torch."),
+            scaler=self.plan.use_scaler, param_count=self.param_count, total_steps=self.total_steps,
+            steps_per_epoch=self.steps_per_epoch, start_step=self.step, config=self.cfg.to_dict(),
+            ceiling=dict(self.data.ceiling),
+        )
+
+    def _end(self, status: str, message: str, details: str = "") -> RunEnded:
+        rate = self._samples_done / self._train_seconds if self._train_seconds > 0 else None
+        ended = RunEnded(
+            status=status, message=message, step=self.step, epoch=self._display_epoch(), final_loss=self.last_loss,
+            metrics=dict(self.last_metrics), checkpoint=self._saved_checkpoint, samples_per_second=rate,
+            elapsed_seconds=time.perf_counter() - self.started, skipped_steps=self.skipped_steps, details=details,
+        )
+        self._emit(ended)
+        return ended
+
+    def _emit(self, event: Event) -> None:
+        if not self.dist.is_main:
+            return
+        if self._metrics_file is not None:
+            self._metrics_file.write(json.dumps(event_to_dict(event), default=str) + "\n")
+            self._metrics_file.flush()
+        if self.sink is not None:
+            self.sink(event)
+
+
+def train(config: RunConfig, sink: Sink | None = None, control: RunControl | None = None, **kwargs) -> RunEnded:
+    """Run `config` to the end; see Trainer."""
+    return Trainer(config, sink=sink, control=control, **kwargs).run()
+
