@@ -1,0 +1,1 @@
+"""AMP Console desktop shell (PySide6): widgets over the `core` engine."""

@@ -1,0 +1,147 @@
+"""`amp-console train`: one flag per RunConfig field, --config, --resume, a progress bar, a JSON summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+from . import checkpoints
+from .config import FIELD_SPECS, RunConfig, tomllib
+from .control import RunControl
+from .errors import ConfigError
+from .events import EvalMetrics, Event, RunEnded, RunStarted, StepMetrics
+
+_TYPES = {"lr": float, "momentum": float, "weight_decay": float, "grad_clip": float}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a task headless (progress on stderr, summary on stdout)")
+    for name, spec in FIELD_SPECS.items():
+        kind = _TYPES.get(name, int if spec.minimum is not None else str)
+        flags = ["--" + name.replace("_", "-")]
+        if name == "out_dir":
+            flags.insert(0, "--out")
+        p.add_argument(*flags, dest=name, type=kind, default=None, choices=spec.choices, help=spec.help)
+    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
+                   help="task option, e.g. -o hidden=32 (repeatable; see `amp-console tasks`)")
+    p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
+    p.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint (its config, flags override it)")
+    p.add_argument("--json", action="store_true", help="last stdout line: one JSON object summarising the run")
+    p.set_defaults(handler=cmd_train)
+
+
+def parse_option(text: str) -> tuple[str, object]:
+    """'hidden=32' -> ('hidden', 32); values are read as TOML literals, else kept as strings."""
+    if "=" not in text:
+        raise ConfigError("task_options", f"{text!r} is not KEY=VALUE")
+    key, raw = text.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """Task defaults < --config file < --resume checkpoint's config < explicit flags."""
+    values: dict = {}
+    if args.resume:
+        values = dict(checkpoints.load_checkpoint(args.resume)["config"])
+    elif args.config:
+        values = RunConfig.load_toml(args.config).to_dict()
+    task = args.task or values.get("task", "tiny")
+    if not values or values.get("task") != task:
+        values = RunConfig.for_task(task).to_dict() | ({k: v for k, v in values.items() if k != "task"})
+    for name in FIELD_SPECS:
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
+    if args.task_options:
+        values["task_options"] = {**values.get("task_options", {}), **dict(map(parse_option, args.task_options))}
+    return RunConfig.from_dict(values).validate()
+
+
+class ProgressReporter:
+    """A rich progress bar with ETA on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.progress = None
+        self.task_id = None
+        self.metrics: dict = {}
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self._start(event)
+        elif isinstance(event, StepMetrics) and self.progress is not None:
+            self.progress.update(self.task_id, completed=event.step,
+                                 info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
+        elif isinstance(event, EvalMetrics):
+            self.metrics = event.metrics
+        elif isinstance(event, RunEnded) and self.progress is not None:
+            self.progress.stop()
+
+    def _start(self, event: RunStarted) -> None:
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn(f"{event.task} {event.precision}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
+                                 console=Console(stderr=True), transient=False)
+        self.task_id = self.progress.add_task("train", total=event.total_steps, completed=event.start_step, info="")
+        self.progress.start()
+
+
+def summary_json(ended: RunEnded, started: RunStarted | None) -> dict:
+    return {
+        "status": ended.status, "steps": ended.step, "epochs": ended.epoch, "final_loss": ended.final_loss,
+        "metrics": ended.metrics, "device": started.device if started else None,
+        "precision": started.precision if started else None,
+        "autocast_dtype": started.autocast_dtype if started else None, "checkpoint": ended.checkpoint,
+        "samples_per_second": ended.samples_per_second, "skipped_steps": ended.skipped_steps,
+        "message": ended.message,
+    }
+
+
+def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
+    where = f" on {started.device} ({started.device_name}), {started.precision}" if started else ""
+    print(f"run {ended.status}{where}: {ended.message}", file=stream)
+    if ended.final_loss is not None:
+        print(f"  final training loss {ended.final_loss:.4f}", file=stream)
+    ceiling = started.ceiling if started else {}
+    for name, value in ended.metrics.items():
+        bound = f"   (planted ceiling {ceiling[name]:.4f})" if name in ceiling else ""
+        print(f"  val {name:<14} {value:.4f}{bound}", file=stream)
+    if ended.samples_per_second:
+        print(f"  throughput {ended.samples_per_second:,.0f} samples/s", file=stream)
+    if ended.skipped_steps:
+        print(f"  fp16 overflow: {ended.skipped_steps} steps skipped by GradScaler", file=stream)
+    if ended.checkpoint:
+        print(f"  checkpoint {ended.checkpoint}", file=stream)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .cli import install_sigint_stop
+    from .trainer import Trainer
+
+    config = config_from_args(args)
+    control = RunControl()
+    reporter = ProgressReporter(enabled=sys.stderr.isatty())
+    seen: dict = {}
+
+    def sink(event: Event) -> None:
+        if isinstance(event, RunStarted):
+            seen["started"] = event
+        reporter(event)
+
+    install_sigint_stop(control)
+    ended = Trainer(config, sink=sink, control=control, resume_from=args.resume).run()
+    print_summary(ended, seen.get("started"), sys.stderr if args.json else sys.stdout)
+    if ended.status == "failed" and ended.details:
+        sys.stderr.write(f"run failed: {ended.message}\n")
+    if args.json:
+        print(json.dumps(summary_json(ended, seen.get("started"))))
+    return {"completed": 0, "failed": 1}.get(ended.status, 130)
