@@ -1,0 +1,298 @@
+"""Precision sweep: one task, seed and data in every precision mode the device supports, timed properly.
+
+Each mode drives the real engine: a Trainer whose log interval is the timed window. The trainer reads its
+metrics back once per interval (a device sync), so StepMetrics' samples/s is measured between two syncs and
+covers exactly the loop users train with. The first window(s) are warm-up (allocator growth, kernel
+selection, lazy initialisation); the median over the later windows is reported.
+
+Peak memory: on CUDA `max_memory_allocated` after `reset_peak_memory_stats` once setup is done. On the CPU the
+peak RSS (ru_maxrss) of a fresh subprocess per mode (`python -m core.sweep --one-mode ...`), because a
+process's RSS high-water mark never goes down, so modes measured in one process would inherit each other's peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .config import RunConfig
+from .control import RunControl
+from .devices import PRECISION_MODES, DeviceInfo, device_info, list_devices
+from .errors import PrecisionError
+from .events import RunEnded, RunStarted, StepMetrics
+
+# Losses within this relative (or absolute) distance of fp32's after the same steps count as "the same".
+LOSS_REL_TOLERANCE = 0.05
+LOSS_ABS_TOLERANCE = 0.02
+
+
+@dataclass
+class SweepRow:
+    """What one precision mode measured (status 'ok'), or why it was not ('skipped' / 'failed')."""
+
+    mode: str
+    status: str
+    reason: str = ""
+    compute_dtype: str = ""
+    scaler: bool = False
+    step_ms: float | None = None
+    step_ms_windows: list[float] = field(default_factory=list)
+    samples_per_second: float | None = None
+    tokens_per_second: float | None = None
+    peak_memory_bytes: int | None = None
+    loss: float | None = None
+    skipped_steps: int = 0
+    speedup: float | None = None
+    memory_ratio: float | None = None
+    loss_delta: float | None = None
+
+
+@dataclass
+class SweepResult:
+    """A whole sweep: the setting it ran in, one row per mode and the recommended mode."""
+
+    task: str
+    task_options: dict
+    device: str
+    device_name: str
+    batch_size: int
+    steps: int
+    repeats: int
+    warmup_steps: int
+    memory_source: str
+    rows: list[SweepRow]
+    recommended: str | None = None
+    recommendation: str = ""
+
+    def row(self, mode: str) -> SweepRow | None:
+        """The row of `mode`, or None when the sweep did not include it."""
+        return next((r for r in self.rows if r.mode == mode), None)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (the `bench --json` schema)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    """Handed to the progress callback before each mode ('running') and after it ('done', with its row)."""
+
+    mode: str
+    index: int
+    total: int
+    phase: str
+    row: SweepRow | None = None
+
+
+ProgressCallback = Callable[[SweepProgress], None]
+
+
+def peak_rss_bytes() -> int:
+    """This process's RSS high-water mark (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def tokens_per_sample(split: dict[str, torch.Tensor], tokens_key: str | None) -> float | None:
+    """Mean non-padding entries (padding id 0) per sample of `split[tokens_key]`; None for tasks without tokens."""
+    if not tokens_key or tokens_key not in split:
+        return None
+    values = split[tokens_key]
+    return float((values != 0).sum().item()) / max(1, values.shape[0])
+
+
+def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, warmup_windows: int = 1,
+                 devices: list[DeviceInfo] | None = None) -> SweepRow:
+    """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process.
+
+    Returns the median step time over the timed windows, throughput, peak memory (CUDA: since setup; CPU:
+    this process's peak RSS) and the mean training loss of the last window.
+    """
+    from .trainer import Trainer
+
+    windows = warmup_windows + repeats
+    control = RunControl()
+    seen: list[StepMetrics] = []
+    facts: dict = {}
+    with tempfile.TemporaryDirectory(prefix="amp-sweep-") as out_dir:
+        # One step more than the windows: the sink stops the run after the last window, so the trainer ends
+        # 'stopped' and skips the final evaluation, which is not part of what we time.
+        cfg = config.replace(precision=mode, max_steps=windows * steps + 1, log_interval=steps,
+                             eval_interval=1_000_000_000, checkpoint_interval=0, out_dir=out_dir)
+        trainer = Trainer(cfg, control=control, devices=devices)
+
+        def sink(event) -> None:
+            if isinstance(event, RunStarted):
+                facts["started"] = event
+                facts["tokens"] = tokens_per_sample(trainer.data.train, trainer.task.tokens_key)
+                if trainer.device.type == "cuda":
+                    torch.cuda.synchronize(trainer.device)
+                    torch.cuda.reset_peak_memory_stats(trainer.device)
+            elif isinstance(event, StepMetrics):
+                seen.append(event)
+                if len(seen) == windows:
+                    control.stop()
+
+        trainer.sink = sink
+        ended: RunEnded = trainer.run()
+    started: RunStarted = facts["started"]
+    row = SweepRow(mode=mode, status="ok", compute_dtype=started.autocast_dtype, scaler=started.scaler)
+    if ended.status == "failed" or len(seen) < windows:
+        row.status, row.reason = "failed", ended.message or f"ended {ended.status} after {ended.step} steps"
+        return row
+    samples_per_step = cfg.batch_size * cfg.grad_accum
+    timed = seen[warmup_windows:]
+    row.step_ms_windows = [1000.0 * samples_per_step / e.samples_per_second for e in timed]
+    row.step_ms = statistics.median(row.step_ms_windows)
+    row.samples_per_second = 1000.0 * samples_per_step / row.step_ms
+    if facts["tokens"] is not None:
+        row.tokens_per_second = row.samples_per_second * facts["tokens"]
+    last = seen[-1]
+    row.peak_memory_bytes = last.memory_bytes if trainer.device.type != "cpu" else peak_rss_bytes()
+    row.loss = last.loss
+    row.skipped_steps = last.skipped_steps
+    return row
+
+
+def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int, warmup_windows: int) -> SweepRow:
+    """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    command = [sys.executable, "-m", "core.sweep", "--one-mode", mode, "--config-json", json.dumps(config.to_dict()),
+               "--steps", str(steps), "--repeats", str(repeats), "--warmup-windows", str(warmup_windows)]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return SweepRow(mode=mode, status="failed", reason=f"measuring process exited {proc.returncode}: {last}")
+    return SweepRow(**json.loads(lines[-1]))
+
+
+def requested_modes(modes: list[str] | tuple[str, ...] | None) -> list[str]:
+    """fp32 first (every ratio is against it), then the others in the order asked; unknown names are errors."""
+    modes = list(modes) if modes else list(PRECISION_MODES)
+    unknown = [m for m in modes if m not in PRECISION_MODES]
+    if unknown:
+        raise PrecisionError(f"unknown mode {unknown[0]!r} in the sweep; choose from {', '.join(PRECISION_MODES)}")
+    return ["fp32"] + [m for m in dict.fromkeys(modes) if m != "fp32"]
+
+
+def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20, repeats: int = 3,
+              warmup_windows: int = 1, isolate: bool | None = None, devices: list[DeviceInfo] | None = None,
+              progress: ProgressCallback | None = None, control: RunControl | None = None) -> SweepResult:
+    """Measure every requested mode (unsupported ones are skipped with the device's reason) and compare to fp32.
+
+    `isolate` runs each mode in a fresh subprocess (default: on the CPU, where peak memory is the process's
+    RSS). `progress` gets a SweepProgress before and after each mode; `control.stop()` ends the sweep between
+    modes (the remaining ones are reported as skipped).
+    """
+    config = config.validate()
+    devices = devices if devices is not None else list_devices()
+    info = device_info(config.device, devices)
+    config = config.replace(device=info.id)  # 'auto' resolved once: every mode runs on the same device
+    isolate = info.type == "cpu" if isolate is None else isolate
+    order = requested_modes(modes)
+    rows: list[SweepRow] = []
+    for index, mode in enumerate(order):
+        if control is not None and control.stop_requested:
+            rows.append(SweepRow(mode=mode, status="skipped", reason="sweep stopped"))
+            continue
+        if mode not in info.precisions:
+            row = SweepRow(mode=mode, status="skipped", reason=info.unsupported.get(mode, f"not supported on {info.id}"))
+        else:
+            if progress:
+                progress(SweepProgress(mode, index, len(order), "running"))
+            if isolate:
+                row = measure_mode_isolated(config, mode, steps, repeats, warmup_windows)
+            else:
+                row = measure_mode(config, mode, steps, repeats, warmup_windows, devices)
+                _release_device_memory(info)
+        rows.append(row)
+        if progress:
+            progress(SweepProgress(mode, index, len(order), "done", row))
+    compare_to_fp32(rows)
+    recommended, why = recommend(rows)
+    memory = ("CUDA max_memory_allocated" if info.type == "cuda" else
+              "peak RSS of a fresh process" if isolate and info.type == "cpu" else "peak memory in a shared process")
+    return SweepResult(task=config.task, task_options=dict(config.task_options), device=info.id,
+                       device_name=info.name, batch_size=config.batch_size, steps=steps, repeats=repeats,
+                       warmup_steps=warmup_windows * steps, memory_source=memory, rows=rows,
+                       recommended=recommended, recommendation=why)
+
+
+def _release_device_memory(info: DeviceInfo) -> None:
+    """Free the previous mode's cached blocks so the next one starts from the same allocator state."""
+    import gc
+
+    gc.collect()
+    if info.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def compare_to_fp32(rows: list[SweepRow]) -> None:
+    """Fill speedup, memory ratio and loss delta of every measured row against the fp32 row."""
+    base = next((r for r in rows if r.mode == "fp32" and r.status == "ok"), None)
+    if base is None:
+        return
+    for row in rows:
+        if row.status != "ok":
+            continue
+        if base.samples_per_second and row.samples_per_second:
+            row.speedup = row.samples_per_second / base.samples_per_second
+        if base.peak_memory_bytes and row.peak_memory_bytes:
+            row.memory_ratio = row.peak_memory_bytes / base.peak_memory_bytes
+        if base.loss is not None and row.loss is not None:
+            row.loss_delta = row.loss - base.loss
+
+
+def loss_matches(row: SweepRow, fp32_loss: float | None) -> bool:
+    """Whether `row`'s loss after the same steps is close enough to fp32's to call the mode healthy."""
+    if row.loss is None or fp32_loss is None or row.loss != row.loss:  # NaN != NaN
+        return False
+    return abs(row.loss - fp32_loss) <= max(LOSS_ABS_TOLERANCE, LOSS_REL_TOLERANCE * abs(fp32_loss))
+
+
+def recommend(rows: list[SweepRow]) -> tuple[str | None, str]:
+    """The fastest mode whose loss tracks fp32's, with a one-line reason."""
+    base = next((r for r in rows if r.mode == "fp32" and r.status == "ok"), None)
+    if base is None:
+        return None, "fp32 could not be measured, so there is nothing to compare against"
+    healthy = [r for r in rows if r.status == "ok" and (r is base or loss_matches(r, base.loss))]
+    best = max(healthy, key=lambda r: r.samples_per_second or 0.0)
+    if best is base:
+        return "fp32", "no lower-precision mode was faster than fp32 with the same loss on this device"
+    memory = f", {best.memory_ratio:.2f}x the memory" if best.memory_ratio else ""
+    return best.mode, (f"{best.mode}: {best.speedup:.2f}x fp32's samples/s{memory}, "
+                       f"loss {best.loss:.4f} vs fp32 {base.loss:.4f}")
+
+
+def _one_mode_main(argv: list[str]) -> int:
+    """Subprocess entry: measure one mode and print its SweepRow as one JSON line."""
+    parser = argparse.ArgumentParser(prog="python -m core.sweep")
+    parser.add_argument("--one-mode", required=True)
+    parser.add_argument("--config-json", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--repeats", type=int, required=True)
+    parser.add_argument("--warmup-windows", type=int, default=1)
+    args = parser.parse_args(argv)
+    config = RunConfig.from_dict(json.loads(args.config_json))
+    row = measure_mode(config, args.one_mode, args.steps, args.repeats, args.warmup_windows)
+    print(json.dumps(dataclasses.asdict(row)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_one_mode_main(sys.argv[1:]))
