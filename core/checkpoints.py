@@ -13,6 +13,7 @@ import pickle
 import platform
 import random
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def restore_rng(state: dict) -> None:
 def library_versions() -> dict:
     from . import __version__
 
-    return {"amp_console": __version__, "torch": torch.__version__, "numpy": np.__version__,
+    return {"amp_console": __version__, "torch": str(torch.__version__), "numpy": np.__version__,
             "python": platform.python_version()}
 
 
@@ -120,12 +121,13 @@ def load_checkpoint(path: str | Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols; the error below says more
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(
             f"{path}: refused: the file needs arbitrary unpickling, which could run code "
-            f"(only tensors and plain containers are loaded): {first}"
+            f"(only tensors and plain containers are loaded){_unsafe_global(exc)}"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): {_one_line(exc)}") from None
@@ -191,6 +193,15 @@ def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[
                 "metrics": state["metrics"], "precision": state.get("precision", {}), "versions": state["versions"]}
     weights, manifest_path = export_weights(model, destination.with_suffix(".safetensors"), manifest)
     return full, weights, manifest_path
+
+
+def _unsafe_global(exc: BaseException) -> str:
+    """The 'Unsupported global: GLOBAL x.y' part of torch's weights_only error, if present."""
+    for line in str(exc).splitlines():
+        line = line.strip()
+        if "Unsupported global" in line or "unsupported GLOBAL" in line or "Unsupported operand" in line:
+            return ": " + line.split(" was not an allowed global")[0].rstrip(".")
+    return ""
 
 
 def _short(items: list[str], limit: int = 5) -> str:

@@ -1,0 +1,49 @@
+# Set-up and everyday commands. `make run` and `make test` each do all set-up on a fresh Debian/Ubuntu machine.
+#   TORCH_SPEC   which torch to install first (default torch==2.13.0; e.g. TORCH_SPEC='torch==2.13.0+cu128'
+#                with PIP_EXTRA_INDEX_URL for another build). A constraints file then pins it for every later pip step.
+PYTHON     ?= python3
+VENV       ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN        := $(VENV)/bin
+STAMP      := $(VENV)/.installed
+APT_PACKAGES := libgl1 libegl1 libxkbcommon0 libglib2.0-0 libfontconfig1 libdbus-1-3 \
+                xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
+
+.PHONY: run test sysdeps install bench lint clean
+
+run: install
+	$(BIN)/amp-console
+
+test: install
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not xvfb"
+	$(BIN)/lint-imports --config pyproject.toml
+	@if command -v xvfb-run >/dev/null 2>&1; then \
+	  echo "== smoke test in a real X window (xvfb-run, QT_QPA_PLATFORM=xcb)"; \
+	  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/python -m pytest -q -m xvfb tests/gui || [ $$? -eq 5 ]; \
+	else echo "xvfb-run not found: skipping the real-window smoke test"; fi
+
+# Qt's shared libraries (offscreen and X11). Installs only what is missing; needs root or sudo.
+sysdeps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+install: sysdeps $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
+	PIP_CONSTRAINT=$(VENV)/constraints.txt $(BIN)/pip install -q -e ".[test]"
+	@$(BIN)/python -c "import torch; print('installed: torch', torch.__version__)"
+	touch $(STAMP)
+
+bench: install
+	$(BIN)/python benchmarks/loop_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,88 @@
+"""User interaction sequences -> fixed-width tensors for a causal sequence model, with leave-last-out splits.
+
+Given item ids (1..n, 0 = padding) sorted by user then time, each user's sequence s_1..s_n splits as:
+train on s_1..s_{n-2}, validate on predicting s_{n-1} from s_1..s_{n-2}, test on predicting s_n from
+s_1..s_{n-1} (users with fewer than 3 interactions only train). Training rows are windows of `max_len`
+transitions cut from the end of each user's training part, so every transition is trained once per
+epoch and the most recent window has full context; the oldest window is left-padded. Everything is
+index arithmetic over flat arrays: no loop over users.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .importers import Column, contiguous_ids, read_table
+
+INTERACTION_COLUMNS = [Column("user_id", "id"), Column("item_id", "id"), Column("timestamp", "number"),
+                       Column("event", "label", required=False, choices=("click", "complete"))]
+
+
+def group_lengths(user: np.ndarray) -> np.ndarray:
+    """Run lengths of a sorted user-id array (one entry per user, in order)."""
+    if len(user) == 0:
+        return np.zeros(0, dtype=np.int64)
+    bounds = np.flatnonzero(np.diff(user)) + 1
+    return np.diff(np.concatenate([[0], bounds, [len(user)]]))
+
+
+def training_windows(items: np.ndarray, starts: np.ndarray, lengths: np.ndarray, max_len: int) -> dict:
+    """Windows of (input, next-item target) pairs from each user's items[starts : starts + lengths]."""
+    transitions = np.maximum(lengths - 1, 0)
+    chunks = -(-transitions // max_len)
+    rows = int(chunks.sum())
+    seq = np.zeros((rows, max_len), dtype=np.int64)
+    target = np.zeros((rows, max_len), dtype=np.int64)
+    owner = np.repeat(np.arange(len(lengths)), transitions)
+    first_row = np.cumsum(chunks) - chunks
+    step = np.arange(int(transitions.sum()), dtype=np.int64) - np.repeat(np.cumsum(transitions) - transitions, transitions)
+    back = transitions[owner] - 1 - step  # transitions after this one: 0 for the user's latest
+    row = first_row[owner] + back // max_len
+    col = max_len - 1 - back % max_len
+    src = starts[owner] + step
+    seq[row, col] = items[src]
+    target[row, col] = items[src + 1]
+    return {"seq": torch.from_numpy(seq), "target": torch.from_numpy(target)}
+
+
+def history_windows(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int) -> torch.Tensor:
+    """The last `max_len` items of items[starts:ends] per user, left-padded with 0: shape (users, max_len)."""
+    index = ends[:, None] - max_len + np.arange(max_len)
+    valid = index >= starts[:, None]
+    return torch.from_numpy(np.where(valid, items[np.clip(index, 0, None)], 0))
+
+
+def sampled_negatives(targets: np.ndarray, n_items: int, count: int, seed: int) -> torch.Tensor:
+    """`count` items per row drawn uniformly (with replacement) from the catalogue 1..n_items minus the target."""
+    rng = np.random.default_rng([seed, 7])
+    draw = rng.integers(1, n_items, (len(targets), count))  # n_items - 1 choices, then skip over the target
+    return torch.from_numpy(draw + (draw >= targets[:, None]))
+
+
+def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: int, negatives: int, seed: int):
+    """train / val / test dicts from items (1-based) sorted by user then time; see the module docstring."""
+    lengths = group_lengths(user)
+    starts = np.cumsum(lengths) - lengths
+    held = np.where(lengths >= 3, 2, 0)  # users with < 3 interactions only train
+    train = training_windows(items, starts, lengths - held, max_len)
+    evaluated = np.flatnonzero(held)
+    splits = []
+    for back in (2, 1):  # val predicts s_{n-1}, test predicts s_n
+        ends = starts[evaluated] + lengths[evaluated] - back
+        target = items[ends]
+        splits.append({"seq": history_windows(items, starts[evaluated], ends, max_len),
+                       "target": torch.from_numpy(target),
+                       "negatives": sampled_negatives(target, n_items, negatives, seed + back)})
+    return train, splits[0], splits[1], starts[evaluated] + lengths[evaluated]
+
+
+def read_interactions(path: str) -> dict[str, np.ndarray]:
+    """Interactions file(s) -> user codes, item ids 1..n (0 is padding), sorted by user then time; n_items."""
+    table = read_table(path, INTERACTION_COLUMNS)  # events are checked but not used by the model
+    user, n_users = contiguous_ids(table.column("user_id"))
+    item, n_items = contiguous_ids(table.column("item_id"), start=1)
+    timestamp = table.column("timestamp").to_numpy()
+    del table
+    order = np.lexsort((timestamp, user))  # stable: equal timestamps keep file order
+    return {"user": user[order], "item": item[order], "n_items": n_items, "n_users": n_users}

@@ -1,0 +1,190 @@
+"""Synthetic interactions and ranking data with planted, known structure (vectorised numpy, seeded).
+
+Interactions ("lesson tracks"): the catalogue is cut into tracks of `track_len` consecutive lessons. A user's
+next lesson is, with probability `follow`, the next lesson of the current track (wrapping round), otherwise a
+"jump" to a lesson drawn from a Zipf popularity distribution q (over a random permutation of the catalogue).
+The first lesson of each user is a jump. So the process is a first-order Markov chain with
+
+    P(next = j | current = i) = follow * [j == succ(i)] + (1 - follow) * q_j
+
+and the Bayes-optimal top-10 list given the history is succ(i) followed by the most popular items. Its
+expected HR@10 / NDCG@10 (full catalogue, and against 100 uniform negatives) are computed exactly in
+`TrackChain.expected_metrics`: that is the ceiling the recommender is measured against.
+
+Ranking: per query, `docs` candidate documents with standard-normal features x; hidden relevance
+s = x.w + 0.5 * x1 * x2 (a nonlinear term an MLP can learn); observed grade = bucket of s + noise. Ranking by
+s is Bayes-optimal for expected DCG, so its NDCG@10 / MRR on the same split is the ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+
+EVENTS = ("click", "complete")
+
+
+@dataclass
+class TrackChain:
+    """The planted next-lesson process (item ids 0..n_items-1 here; tasks shift them by one for padding)."""
+
+    n_items: int
+    track_len: int
+    follow: float
+    jump_probs: np.ndarray  # q, shape (n_items,)
+
+    def successor(self, items: np.ndarray) -> np.ndarray:
+        """The next lesson of each item's track (wrapping round at the end of the track)."""
+        base = (items // self.track_len) * self.track_len
+        return base + (items - base + 1) % self.track_len
+
+    def expected_metrics(self, current: np.ndarray, negatives: int = 100, k: int = 10) -> dict[str, float]:
+        """Expected HR@k / NDCG@k of the Bayes-optimal ranking, given each user's item before the target.
+
+        Full catalogue: rank r counts items ranked above the target. Sampled: the target competes with
+        `negatives` items drawn uniformly (with replacement) from the other n-1 items, so the number of
+        negatives above it is Binomial(negatives, r / (n - 1)).
+        """
+        n, f = self.n_items, self.follow
+        order = np.argsort(-self.jump_probs, kind="stable")
+        qs = self.jump_probs[order]
+        rank_in_q = np.empty(n, dtype=np.int64)
+        rank_in_q[order] = np.arange(n)
+        succ_rank = rank_in_q[self.successor(current)]
+        ranks = np.arange(n + 1)
+        out = {}
+        for suffix, hit, gain in (("full", *_full_gains(ranks, k)), (f"sampled{negatives}", *_sampled_gains(ranks, n, negatives, k))):
+            for name, g in (("hr", hit), ("ndcg", gain)):
+                # Succ(i) ranks first; an item at q-position j ranks j+1 if before succ(i) in q, else j.
+                before = np.concatenate([[0.0], np.cumsum(qs * g[1:])])  # sum_{j<m} q_j g(j+1)
+                after = np.cumsum((qs * g[:-1])[::-1])[::-1]  # sum_{j>=m} q_j g(j)
+                after = np.concatenate([after, [0.0]])
+                p_succ = f + (1 - f) * qs[succ_rank]
+                value = p_succ * g[0] + (1 - f) * (before[succ_rank] + after[succ_rank + 1])
+                out[f"{name}@{k}_{suffix}"] = float(value.mean())
+        return out
+
+    def check(self) -> None:
+        """The formula above assumes succ(i) is always the most likely next item."""
+        if self.follow < (1 - self.follow) * float(self.jump_probs.max()):
+            raise ConfigError("task_options.follow", f"{self.follow} is too low for the popularity skew")
+
+
+def _full_gains(ranks: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    hit = (ranks < k).astype(np.float64)
+    return hit, hit / np.log2(ranks + 2.0)
+
+
+def _sampled_gains(ranks: np.ndarray, n: int, negatives: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    p = np.clip(ranks / max(n - 1, 1), 0.0, 1.0)
+    hit = np.zeros(len(ranks))
+    gain = np.zeros(len(ranks))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pmf = (1.0 - p) ** negatives
+        for above in range(k):  # Binomial pmf by recurrence, for 0..k-1 negatives ranked above the target
+            hit += pmf
+            gain += pmf / np.log2(above + 2.0)
+            pmf = np.nan_to_num(pmf * (negatives - above) / (above + 1) * p / (1.0 - p))
+    return hit, gain
+
+
+def make_track_chain(n_items: int, track_len: int, follow: float, zipf: float, seed: int) -> TrackChain:
+    """A TrackChain with Zipf(`zipf`) jump popularity over a seeded permutation of the catalogue."""
+    if n_items % track_len:
+        raise ConfigError("task_options.track_len", f"{track_len} must divide the catalogue size {n_items}")
+    rng = np.random.default_rng([seed, 1])
+    weights = 1.0 / np.arange(1, n_items + 1) ** zipf
+    q = np.empty(n_items)
+    q[rng.permutation(n_items)] = weights / weights.sum()
+    chain = TrackChain(n_items, track_len, follow, q)
+    chain.check()
+    return chain
+
+
+def sequence_lengths(rows: int, mean_len: int, seed: int, min_len: int = 3) -> np.ndarray:
+    """Per-user sequence lengths (min_len + Poisson) adding up to exactly `rows`."""
+    rng = np.random.default_rng([seed, 2])
+    users = int(rows / mean_len * 1.2) + 16
+    lengths = min_len + rng.poisson(max(mean_len - min_len, 0), users)
+    while lengths.sum() < rows:
+        lengths = np.concatenate([lengths, lengths])
+    ends = np.cumsum(lengths)
+    keep = int(np.searchsorted(ends, rows)) + 1
+    lengths = lengths[:keep].copy()
+    lengths[-1] -= ends[keep - 1] - rows
+    return lengths[lengths > 0]
+
+
+def generate_interactions(chain: TrackChain, rows: int, mean_len: int, seed: int) -> dict[str, np.ndarray]:
+    """`rows` interactions sorted by user then time: user, item (0-based), timestamp (s), event (0/1 codes).
+
+    Fully vectorised: an item is its last jump's target moved along the track by the steps since the jump,
+    and the last jump of every row is a running maximum over jump positions (each user starts with one).
+    """
+    rng = np.random.default_rng([seed, 3])
+    lengths = sequence_lengths(rows, mean_len, seed)
+    n = int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths
+    user = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    jump = rng.random(n, dtype=np.float32) >= chain.follow
+    jump[starts] = True
+    positions = np.arange(n, dtype=np.int64)
+    last_jump = np.maximum.accumulate(np.where(jump, positions, 0))
+    target = np.zeros(n, dtype=np.int64)
+    cdf = np.cumsum(chain.jump_probs)
+    target[jump] = np.minimum(np.searchsorted(cdf, rng.random(int(jump.sum()))), chain.n_items - 1)
+    origin = target[last_jump]
+    base = (origin // chain.track_len) * chain.track_len
+    item = base + (origin - base + positions - last_jump) % chain.track_len
+    del target, origin, base, jump, last_jump
+    gaps = rng.integers(30, 3600, n, dtype=np.int64)  # seconds between lessons
+    clock = np.cumsum(gaps)
+    first = rng.integers(1_700_000_000, 1_700_000_000 + 90 * 86400, len(lengths), dtype=np.int64)
+    timestamp = clock - np.repeat(clock[starts] - first, lengths)
+    event = (rng.random(n, dtype=np.float32) < 0.6).astype(np.int8)  # 1 = complete, 0 = click
+    return {"user": user, "item": item, "timestamp": timestamp, "event": event}
+
+
+def interactions_table(data: dict[str, np.ndarray]):
+    """The interactions as the file format users supply: user_id, item_id, timestamp, event."""
+    import pyarrow as pa
+
+    events = pa.DictionaryArray.from_arrays(pa.array(data["event"]), pa.array(EVENTS))
+    return pa.table({"user_id": data["user"], "item_id": data["item"], "timestamp": data["timestamp"],
+                     "event": events})
+
+
+@dataclass
+class RankingData:
+    """Synthetic ranking rows (one per query-document pair) and the hidden relevance that ranks best."""
+
+    query: np.ndarray  # (rows,) query ids, grouped
+    features: np.ndarray  # (rows, n_features) float32
+    label: np.ndarray  # (rows,) graded 0..3
+    relevance: np.ndarray  # (rows,) noiseless hidden relevance s
+
+
+def generate_ranking(queries: int, docs: int, n_features: int, noise: float, seed: int) -> RankingData:
+    """`queries` x `docs` rows; grades 0..3 from hidden relevance + Gaussian noise (std `noise` x std of s)."""
+    rng = np.random.default_rng([seed, 4])
+    weights = rng.normal(size=n_features) / np.sqrt(n_features)
+    x = rng.standard_normal((queries * docs, n_features), dtype=np.float32)
+    relevance = x @ weights + 0.5 * x[:, 0] * x[:, 1]
+    observed = relevance + noise * relevance.std() * rng.standard_normal(len(relevance))
+    cuts = np.quantile(observed, [0.6, 0.8, 0.93])  # 60% irrelevant, then grades 1, 2, 3
+    label = np.searchsorted(cuts, observed).astype(np.int64)
+    query = np.repeat(np.arange(queries, dtype=np.int64), docs)
+    return RankingData(query, x, label, relevance.astype(np.float32))
+
+
+def ranking_table(data: RankingData):
+    """The ranking rows as the file format users supply: query_id, doc_id, label, f1..fn."""
+    import pyarrow as pa
+
+    docs = np.arange(len(data.query)) % max(1, int(np.bincount(data.query).max()))
+    columns = {"query_id": data.query, "doc_id": docs, "label": data.label}
+    columns.update({f"f{i + 1}": data.features[:, i] for i in range(data.features.shape[1])})
+    return pa.table(columns)

@@ -1,0 +1,38 @@
+"""Shared fixtures for engine tests (no Qt here: GUI fixtures live in tests/gui/conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.config import RunConfig
+from core.events import Event
+
+
+class Recorder:
+    """A sink that keeps every event, with helpers to pick them by type."""
+
+    def __init__(self):
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, name: str) -> list:
+        return [e for e in self.events if type(e).__name__ == name]
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    """A fast tiny-task config writing into a temporary folder."""
+
+    def make(**overrides) -> RunConfig:
+        values = {"device": "cpu", "precision": "fp32", "out_dir": str(tmp_path / "run"), "log_interval": 5}
+        values.update(overrides)
+        return RunConfig.for_task("tiny", **values)
+
+    return make

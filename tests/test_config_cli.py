@@ -1,0 +1,117 @@
+"""RunConfig validation and TOML round-trip; the headless CLI's outputs and exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from core.cli import main
+from core.config import RunConfig
+from core.errors import ConfigError
+
+
+def test_toml_round_trip(tmp_path):
+    cfg = RunConfig.for_task("tiny", lr=0.003, schedule="cosine", warmup_steps=7, task_options={"hidden": 8},
+                             out_dir=str(tmp_path / "out"))
+    path = tmp_path / "run.toml"
+    cfg.save_toml(path)
+    assert RunConfig.load_toml(path) == cfg
+
+
+def test_unknown_toml_key_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('task = "tiny"\nlearning_rate = 0.1\n')
+    with pytest.raises(ConfigError, match="learning_rate: unknown setting"):
+        RunConfig.load_toml(path)
+    path.write_text('task = "tiny"\nlr = "fast"\n')
+    with pytest.raises(ConfigError, match="lr: expected float"):
+        RunConfig.load_toml(path)
+    path.write_text("lr = = 1\n")
+    with pytest.raises(ConfigError, match="bad.toml: invalid TOML.*line 1"):
+        RunConfig.load_toml(path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "text"),
+    [({"lr": 0.0}, "lr", "between 1e-07 and 10"), ({"batch_size": 0}, "batch_size", "between 1"),
+     ({"optimizer": "lion"}, "optimizer", "sgd, adam, adamw"), ({"schedule": "step"}, "schedule", "cosine"),
+     ({"device": "gpu0"}, "device", "cuda:N"), ({"epochs": 0, "max_steps": 0}, "epochs", "would do nothing"),
+     ({"grad_accum": 0}, "grad_accum", "between 1"), ({"task": "gpt"}, "task", "choose one of"),
+     ({"task_options": {"hidden": 0}}, "task_options.hidden", "between 1"), ({"data": "/nope.csv"}, "data", "no such")],
+)
+def test_each_invalid_field_is_named_with_its_range(changes, field, text):
+    errors = RunConfig.for_task("tiny").replace(**changes).errors()
+    assert field in errors and text in errors[field]
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "core.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def test_train_json_summary_and_files(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("train", "--task", "tiny", "--max-steps", "30", "--out", str(out), "--json", "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in ("status", "steps", "epochs", "final_loss", "metrics", "device", "precision", "autocast_dtype",
+                "checkpoint", "samples_per_second"):
+        assert key in summary
+    assert summary["status"] == "completed" and summary["steps"] == 30 and summary["device"] == "cpu"
+    assert {"accuracy", "loss"} <= set(summary["metrics"])
+    assert (out / "checkpoint.pt").is_file() and (out / "config.toml").is_file()
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["event"] == "RunStarted" and lines[-1]["event"] == "RunEnded"
+    assert "Traceback" not in result.stderr
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("train", "--max-steps", "10", "--out", str(out), "--device", "cpu").returncode == 0
+    result = run_cli("train", "--resume", str(out / "checkpoint.pt"), "--max-steps", "25", "--json")
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.returncode == 0 and summary["steps"] == 25 and summary["checkpoint"] == str(out / "checkpoint.pt")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [(["--lr", "50"], "--lr"), (["--lr", "abc"], "--lr"), (["--batch-size", "-3"], "--batch-size"),
+     (["--precision", "fp16", "--device", "cpu"], "fp16"), (["--precision", "fp8"], "--precision"),
+     (["--device", "cuda:3"], "cuda:3"), (["--task", "nope"], "--task"), (["-o", "bogus=1"], "bogus"),
+     (["--resume", "missing.pt"], "missing.pt"), (["--config", "absent.toml"], "absent.toml"),
+     (["--data", "nowhere.csv"], "--data"), (["--optimizer", "lion"], "--optimizer")],
+)
+def test_bad_input_exits_2_with_one_line_naming_it(tmp_path, args, named):
+    result = run_cli("train", "--max-steps", "2", "--out", str(tmp_path / "o"), *args, cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "Traceback" not in result.stderr
+
+
+def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
+    from core.tasks.tiny import TinyClassifierTask
+
+    monkeypatch.setattr(TinyClassifierTask, "loss", lambda self, model, batch: model(batch["x"]).sum() * float("nan"))
+    code = main(["train", "--max-steps", "20", "--out", str(tmp_path / "o"), "--json", "--device", "cpu"])
+    assert code == 1
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["status"] == "failed"
+
+
+def test_devices_json_lists_the_cpu():
+    result = run_cli("devices", "--json")
+    assert result.returncode == 0
+    devices = json.loads(result.stdout)
+    assert devices[0]["id"] == "cpu" and "fp16" in devices[0]["unsupported"]
+
+
+def test_core_never_imports_qt_or_the_gui():
+    code = ("import sys, core, core.cli, core.trainer, core.tasks, core.checkpoints;"
+            "import pkgutil, importlib;"
+            "[importlib.import_module(m.name) for m in pkgutil.walk_packages(core.__path__, 'core.')];"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'app', 'shiboken6')];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

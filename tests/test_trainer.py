@@ -1,0 +1,170 @@
+"""The training loop: learning, stop/pause from another thread, failures, fp16 overflow, host syncs."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from core.checkpoints import load_checkpoint
+from core.control import RunControl
+from core.devices import cpu_info
+from core.trainer import Trainer, train
+from tests.test_devices_precision import CPU_WITH_FP16
+
+
+def test_tiny_task_learns_far_above_chance(tiny_config, recorder):
+    ended = train(tiny_config(epochs=3), sink=recorder)
+    assert ended.status == "completed"
+    assert ended.metrics["accuracy"] > 0.85  # chance is ~0.5, the planted ceiling 0.95
+    losses = [s.loss for s in recorder.of("StepMetrics")]
+    assert losses[-1] < losses[0] * 0.6
+    assert recorder.of("RunStarted")[0].ceiling == {"accuracy": pytest.approx(0.95)}
+    assert [type(e).__name__ for e in recorder.events][-2:] == ["CheckpointSaved", "RunEnded"]
+
+
+def test_events_come_at_the_log_interval(tiny_config, recorder):
+    train(tiny_config(max_steps=40, log_interval=10), sink=recorder)
+    assert [s.step for s in recorder.of("StepMetrics")] == [10, 20, 30, 40]
+
+
+def test_stop_from_another_thread_takes_effect_within_one_step(tiny_config, recorder):
+    control = RunControl()
+    stop_step = {}
+
+    def sink(event):
+        recorder(event)
+        if type(event).__name__ == "StepMetrics" and event.step == 20:
+            threading.Thread(target=control.stop).start()  # another thread asks, while the loop runs
+            threading.Event().wait(0.05)  # give that thread time to set the flag before the next step
+            stop_step["at"] = event.step
+
+    ended = train(tiny_config(max_steps=100_000, log_interval=10), sink=sink, control=control)
+    assert ended.status == "stopped"
+    assert stop_step["at"] <= ended.step <= stop_step["at"] + 1
+    state = load_checkpoint(ended.checkpoint)
+    assert state["step"] == ended.step  # the final checkpoint is written on stop
+
+
+def test_pause_blocks_progress_until_resume(tiny_config):
+    control = RunControl()
+    steps = []
+    paused = threading.Event()
+
+    def sink(event):
+        if type(event).__name__ == "StepMetrics":
+            steps.append(event.step)
+            if event.step == 10:
+                control.pause()
+                paused.set()
+
+    runner = threading.Thread(target=train, args=(tiny_config(max_steps=30, log_interval=10),),
+                              kwargs={"sink": sink, "control": control})
+    runner.start()
+    assert paused.wait(30)
+    runner.join(0.5)
+    assert runner.is_alive() and steps == [10]  # paused: no new steps
+    control.resume()
+    runner.join(30)
+    assert not runner.is_alive() and steps == [10, 20, 30]
+
+
+def test_stop_wakes_a_paused_run(tiny_config):
+    control = RunControl()
+    control.pause()
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(end=train(tiny_config(max_steps=50), control=control)))
+    runner.start()
+    runner.join(1.0)
+    assert runner.is_alive()
+    control.stop()
+    runner.join(30)
+    assert result["end"].status == "stopped" and result["end"].step == 0
+
+
+def test_non_finite_loss_fails_and_keeps_last_good_checkpoint(tiny_config, recorder, monkeypatch):
+    from core.tasks.tiny import TinyClassifierTask
+
+    original = TinyClassifierTask.loss
+    calls = {"n": 0}
+
+    def exploding(self, model, batch):
+        calls["n"] += 1
+        loss = original(self, model, batch)
+        return loss * float("inf") if calls["n"] > 25 else loss
+
+    monkeypatch.setattr(TinyClassifierTask, "loss", exploding)
+    cfg = tiny_config(max_steps=100, log_interval=5, checkpoint_interval=10)
+    ended = train(cfg, sink=recorder)
+    assert ended.status == "failed"
+    assert "non-finite" in ended.message or "became" in ended.message
+    assert "inf" in ended.message or "nan" in ended.message
+    state = load_checkpoint(ended.checkpoint or f"{cfg.out_dir}/checkpoint.pt")
+    assert state["step"] == 20  # the last checkpoint before the loss blew up
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_fp16_overflow_step_is_skipped_counted_and_training_continues(tiny_config, recorder, monkeypatch):
+    from core.tasks.tiny import TinyClassifierTask
+
+    original = TinyClassifierTask.loss
+    calls = {"n": 0}
+
+    def one_overflow(self, model, batch):
+        calls["n"] += 1
+        loss = original(self, model, batch)
+        return loss * float("inf") if calls["n"] == 7 else loss
+
+    monkeypatch.setattr(TinyClassifierTask, "loss", one_overflow)
+    ended = train(tiny_config(precision="fp16", max_steps=30, log_interval=5), sink=recorder, devices=[CPU_WITH_FP16])
+    assert ended.status == "completed"
+    assert ended.skipped_steps == 1
+    steps = recorder.of("StepMetrics")
+    assert steps[0].skipped_steps == 0 and steps[1].skipped_steps == 1
+    assert steps[1].grad_scale == steps[0].grad_scale / 2  # the scaler backed off once
+    assert all(s.loss == s.loss and s.loss < float("inf") for s in steps)  # overflow kept out of the mean
+
+
+def test_grad_clipping_reports_the_unclipped_norm(tiny_config, recorder):
+    train(tiny_config(max_steps=10, grad_clip=1e-3, log_interval=5), sink=recorder)
+    norms = [s.grad_norm for s in recorder.of("StepMetrics")]
+    assert all(n is not None and n > 1e-3 for n in norms)  # measured before clipping
+
+
+def test_no_host_sync_inside_the_step(tiny_config, monkeypatch):
+    """Count tensor->host reads made by the engine's own code: only at log intervals, never per step."""
+    import sys
+    from pathlib import Path
+
+    import core
+
+    engine_dir = str(Path(core.__file__).parent)
+    reads = {"n": 0}
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *a, _original=original, **k):
+            if sys._getframe(1).f_code.co_filename.startswith(engine_dir):
+                reads["n"] += 1
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    cfg = tiny_config(max_steps=200, log_interval=100, eval_interval=0, epochs=0)
+    trainer = Trainer(cfg)
+    trainer.setup()
+    trainer.evaluate = lambda: {}
+    reads["n"] = 0
+    try:
+        trainer._train_and_finish()
+    finally:
+        trainer.cleanup()
+    assert reads["n"] <= 2 * 2  # two log intervals, a couple of reads each; 200 steps would mean >= 200
+
+
+def test_cpu_device_and_one_torch_device(tiny_config):
+    trainer = Trainer(tiny_config(max_steps=1), devices=[cpu_info()])
+    trainer.setup()
+    assert trainer.device == torch.device("cpu")
+    assert all(p.device == trainer.device for p in trainer.raw_model.parameters())
+    assert all(t.device == trainer.device for t in trainer.val.values())
