@@ -150,8 +150,9 @@ def explain_device_mismatch(exc: BaseException, model: nn.Module | None = None, 
     if strays:
         return (f"{text}. {'; '.join(strays[:3])}, the run's device is {device}: move it with .to({str(device)!r}) "
                 f"where it is made (batch tensors: batch[key].to(device))")
-    target = str(device) if device is not None else "the run's device"
-    return (f"{text}. Every model and batch tensor is on {target}, so the stray tensor was created in code: "
+    if device is None or model is None:
+        return f"{text}. Move every model and batch tensor to the run's device with .to(device)"
+    return (f"{text}. Every model and batch tensor is on {device}, so the stray tensor was created in code: "
             f"create tensors with device=x.device (x an input) or move them with .to(device)")
 
 
