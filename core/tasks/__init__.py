@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import Task, TaskData, TaskOption
+from .recommender import RecommenderTask
 from .tiny import TinyClassifierTask
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (TinyClassifierTask,)}
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (TinyClassifierTask, RecommenderTask)}
 
 
 def get_task_class(name: str) -> type[Task]:

@@ -12,7 +12,6 @@ data lessons repeat, and the ceiling assumes they may.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -196,7 +195,3 @@ def _unwrap(model: nn.Module) -> nn.Module:
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
 
-
-def popularity_counts(train: dict[str, torch.Tensor], n_items: int) -> np.ndarray:
-    """How often each item 1..n is a training target (the popularity baseline's scores)."""
-    return torch.bincount(train["target"].flatten(), minlength=n_items + 1)[1:].numpy()
