@@ -20,7 +20,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from .config import RunConfig
+from .doctor import explain_device_mismatch
 from .devices import DeviceInfo, device_info, list_devices, torch_device
+from .errors import DeviceError
 from .precision import matmul_precision, resolve_precision
 from .tasks import create_task
 
@@ -170,6 +172,11 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
                 loss = task.loss(model, batch)
             recorder.forward = False
             plan.make_scaler().scale(loss).backward()
+    except RuntimeError as exc:  # user code put tensors on two devices: say which, as one line
+        message = explain_device_mismatch(exc, model, batch, device)
+        if message is None:
+            raise
+        raise DeviceError(message) from exc
     finally:
         for handle in handles:
             handle.remove()
