@@ -218,10 +218,15 @@ class Trainer:
         if self.step % cfg.log_interval == 0 or last:
             self._log()
         due_eval = (cfg.eval_interval and self.step % cfg.eval_interval == 0) or (not cfg.eval_interval and epoch_done)
-        if due_eval and not last:
+        due_checkpoint = cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0
+        if last or not (due_eval or due_checkpoint):
+            return
+        side_work_started = time.perf_counter()
+        if due_eval:
             self.evaluate()
-        if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0 and not last:
+        if due_checkpoint:
             self.save_checkpoint()
+        self._interval_start += time.perf_counter() - side_work_started  # throughput counts training time only
 
     def _log(self) -> None:
         """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
