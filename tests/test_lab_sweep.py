@@ -1,0 +1,69 @@
+"""Precision sweep on the CPU: every CPU mode measured, the GPU-only ones skipped with a reason, sane ratios."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.config import RunConfig
+from core.control import RunControl
+from core.errors import PrecisionError
+from core.sweep import SweepRow, measure_mode, recommend, requested_modes, run_sweep, tokens_per_sample
+
+
+def test_cpu_sweep_has_every_cpu_mode_with_sane_ratios():
+    updates = []
+    result = run_sweep(RunConfig.for_task("tiny", device="cpu"), steps=5, repeats=2, progress=updates.append)
+    assert [r.mode for r in result.rows] == ["fp32", "tf32", "fp16", "bf16"]
+    fp32, bf16 = result.row("fp32"), result.row("bf16")
+    for row in (fp32, bf16):
+        assert row.status == "ok", row.reason
+        assert row.step_ms > 0 and row.samples_per_second > 0 and len(row.step_ms_windows) == 2
+        assert row.peak_memory_bytes > 50 * 2**20  # a fresh process's peak RSS: torch alone is bigger
+    assert (fp32.speedup, fp32.memory_ratio, fp32.loss_delta) == (1.0, 1.0, 0.0)
+    assert 0.0 < bf16.speedup < 100.0
+    assert 0.5 < bf16.memory_ratio < 2.0
+    assert abs(bf16.loss_delta) < 0.05  # same seed, same batches: bf16 tracks fp32 closely on this task
+    assert bf16.compute_dtype == "bfloat16" and fp32.compute_dtype == "float32"
+    for mode in ("tf32", "fp16"):
+        assert result.row(mode).status == "skipped" and "CPU" in result.row(mode).reason
+    assert result.recommended in ("fp32", "bf16") and result.recommendation
+    assert result.memory_source == "peak RSS of a fresh process"
+    assert [(u.mode, u.phase) for u in updates if u.mode == "bf16"] == [("bf16", "running"), ("bf16", "done")]
+    assert result.to_dict()["rows"][0]["mode"] == "fp32"
+
+
+def test_in_process_measurement_reports_windows_and_loss():
+    row = measure_mode(RunConfig.for_task("tiny", device="cpu"), "fp32", steps=4, repeats=3)
+    assert row.status == "ok" and len(row.step_ms_windows) == 3
+    assert row.loss is not None and row.loss == row.loss
+
+
+def test_fp32_always_comes_first_and_unknown_modes_are_refused():
+    assert requested_modes(["bf16"]) == ["fp32", "bf16"]
+    assert requested_modes(None) == ["fp32", "tf32", "fp16", "bf16"]
+    with pytest.raises(PrecisionError, match="fp8"):
+        requested_modes(["fp8"])
+
+
+def test_stopping_between_modes_skips_the_rest():
+    control = RunControl()
+    control.stop()
+    result = run_sweep(RunConfig.for_task("tiny", device="cpu"), ["bf16"], steps=2, repeats=1, control=control)
+    assert [r.status for r in result.rows] == ["skipped", "skipped"]
+    assert result.recommended is None
+
+
+def test_recommendation_ignores_fast_modes_whose_loss_drifts():
+    rows = [SweepRow("fp32", "ok", samples_per_second=100.0, loss=1.0, speedup=1.0),
+            SweepRow("fp16", "ok", samples_per_second=400.0, loss=1.5, speedup=4.0),
+            SweepRow("bf16", "ok", samples_per_second=250.0, loss=1.01, speedup=2.5, memory_ratio=0.6)]
+    mode, why = recommend(rows)
+    assert mode == "bf16" and "2.50x" in why
+
+
+def test_tokens_per_sample_counts_non_padding_entries():
+    import torch
+
+    split = {"seq": torch.tensor([[0, 0, 3, 4], [1, 2, 3, 4]])}
+    assert tokens_per_sample(split, "seq") == 3.0
+    assert tokens_per_sample(split, None) is None
