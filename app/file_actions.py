@@ -1,0 +1,166 @@
+"""File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint.
+
+Reading or writing checkpoints runs on a short-lived background thread (JobRunner): the GUI thread never
+loads tensors. Errors are core's CheckpointError/ConfigError messages, shown in the window.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenu
+
+from app import assets
+from app.assets import icon
+
+
+def _load_checkpoint_config(path: str) -> dict:
+    from core.checkpoints import load_checkpoint
+    from core.errors import AmpConsoleError, CheckpointError
+
+    try:
+        return load_checkpoint(path)["config"]
+    except AmpConsoleError:
+        raise
+    except Exception as exc:  # torch.load raises e.g. IndexError for some non-checkpoint files
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): "
+                              f"{type(exc).__name__}: {exc}") from None
+
+
+def _export(source: str, destination: str) -> tuple[str, ...]:
+    from core.checkpoints import export_checkpoint
+
+    return tuple(str(p) for p in export_checkpoint(source, destination))
+
+
+class FileActions:
+    """The File menu's actions, bound to a MainWindow."""
+
+    def __init__(self, window):
+        self.window = window
+        self.open_action = QAction(icon("open"), "&Open settings…", window, shortcut=QKeySequence.StandardKey.Open,
+                                   triggered=self._ask_open)
+        self.save_action = QAction(icon("save"), "&Save settings as…", window, shortcut=QKeySequence.StandardKey.Save,
+                                   triggered=self._ask_save)
+        self.resume_action = QAction(icon("resume"), "&Resume from checkpoint…", window, shortcut="Ctrl+R",
+                                     triggered=self._ask_resume)
+        self.export_action = QAction(icon("export"), "&Export checkpoint…", window, shortcut="Ctrl+E",
+                                     triggered=self._ask_export)
+        self.presets_menu = QMenu("&Presets", window)
+        for name, text in assets.presets().items():
+            self.presets_menu.addAction(name, lambda t=text, n=name: self.load_toml_text(t, n))
+
+    def add_to_menu(self, menu: QMenu) -> None:
+        menu.addAction(self.open_action)
+        menu.addAction(self.save_action)
+        menu.addMenu(self.presets_menu)
+        menu.addSeparator()
+        menu.addAction(self.resume_action)
+        menu.addAction(self.export_action)
+
+    def update_enabled(self, running: bool, busy: bool) -> None:
+        for action in (self.open_action, self.resume_action):
+            action.setEnabled(not running and not busy)
+        self.presets_menu.setEnabled(not running)
+        self.export_action.setEnabled(not busy)
+
+    # ------------------------------------------------------------------ settings as TOML
+    def load_toml(self, path: str) -> bool:
+        from core.config import RunConfig
+        from core.errors import ConfigError
+
+        try:
+            config = RunConfig.load_toml(path)
+        except ConfigError as exc:
+            self.window.show_error(f"Could not load settings: {exc}")
+            return False
+        self.window.apply_config(config)
+        self.window.show_message(f"Loaded settings from {path}")
+        return True
+
+    def load_toml_text(self, text: str, name: str) -> bool:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / f"{name}.toml"
+            path.write_text(text, encoding="utf-8")
+            return self.load_toml(str(path))
+
+    def save_toml(self, path: str) -> bool:
+        from core.errors import AmpConsoleError
+
+        try:
+            self.window.setupPanel.config().save_toml(path)
+        except (AmpConsoleError, OSError) as exc:
+            self.window.show_error(f"Could not save settings: {exc}")
+            return False
+        self.window.show_message(f"Saved settings to {path}")
+        return True
+
+    def _ask_open(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.window, "Open settings", "", "TOML (*.toml);;All files (*)")
+        if path:
+            self.load_toml(path)
+
+    def _ask_save(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Save settings", "run.toml", "TOML (*.toml)")
+        if path:
+            self.save_toml(path if path.endswith(".toml") else f"{path}.toml")
+
+    # ------------------------------------------------------------------ checkpoints
+    def resume(self, path: str) -> None:
+        """Read the checkpoint's config (background thread), show it in the form, then continue the run."""
+        window = self.window
+        window.show_message(f"Reading {path}…")
+
+        def loaded(config: dict) -> None:
+            from core.config import RunConfig
+            from core.errors import ConfigError
+
+            try:
+                run_config = RunConfig.from_dict(config, source=path)
+            except ConfigError as exc:
+                window.show_error(f"Cannot resume from {path}: {exc}")
+                return
+            window.apply_config(run_config)
+            window.logPanel.log(f"Resuming from {path}")
+            if not window.start_run(resume_from=path):
+                problems = "; ".join(f"{k}: {v}" for k, v in window.setupPanel.errors().items())
+                window.show_error(f"Cannot resume from {path}: {problems or 'a run is in progress'}")
+
+        window.jobs.submit(lambda: _load_checkpoint_config(path), loaded,
+                           lambda message, details: window.show_error(f"Cannot resume: {message}", details))
+
+    def export(self, source: str, destination: str) -> None:
+        """Write <destination>.pt, .safetensors and .json (core.checkpoints.export_checkpoint) off the GUI thread."""
+        window = self.window
+        window.show_message(f"Exporting {source}…")
+
+        def done(paths: tuple[str, ...]) -> None:
+            window.show_message(f"Exported to {', '.join(Path(p).name for p in paths)} in {Path(paths[0]).parent}",
+                                "status-ok")
+            window.logPanel.log("Exported: " + ", ".join(paths))
+
+        window.jobs.submit(lambda: _export(source, destination), done,
+                           lambda message, details: window.show_error(f"Export failed: {message}", details))
+
+    def _ask_resume(self) -> None:
+        start = str(Path(self.window.last_checkpoint).parent) if self.window.last_checkpoint else ""
+        path, _ = QFileDialog.getOpenFileName(self.window, "Resume from checkpoint", start,
+                                              "Checkpoints (*.pt);;All files (*)")
+        if path:
+            self.resume(path)
+
+    def _ask_export(self) -> None:
+        source = self.window.last_checkpoint
+        if not source or not Path(source).is_file():
+            source, _ = QFileDialog.getOpenFileName(self.window, "Checkpoint to export", "",
+                                                    "Checkpoints (*.pt);;All files (*)")
+            if not source:
+                return
+        default = str(Path(source).parent / "export" / "model")
+        destination, _ = QFileDialog.getSaveFileName(
+            self.window, "Export checkpoint (writes .pt, .safetensors and .json)", default,
+            "Model files (*.pt *.safetensors)")
+        if destination:
+            self.export(source, str(Path(destination).with_suffix("")))

@@ -1,0 +1,300 @@
+"""The main window: composes the panels, menus and the run controller. No training logic lives here."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout, QMainWindow, QMessageBox, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
+)
+
+from app.assets import icon
+from app.file_actions import FileActions
+from app.panels.devices import DevicesPanel
+from app.panels.log import LogPanel
+from app.panels.plots import PlotsPanel
+from app.panels.run_setup import RunSetupPanel
+from app.status import RunStatusBar
+from app.worker import JobRunner, RunController
+
+CONFIG_KEY = "run/config"
+
+
+class MainWindow(QMainWindow):
+    """AMP Console's window. `devices` injects a device list (tests); `settings` a QSettings store."""
+
+    engineLoaded = Signal()
+
+    def __init__(self, settings: QSettings | None = None, devices: list | None = None, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("AMP Console")
+        self.setWindowIcon(icon("app"))
+        self.settings = settings if settings is not None else QSettings()
+        self._injected_devices = devices
+        self.engine_ready = False
+        self.last_checkpoint: str | None = None
+        self._error_details = ""
+        self.controller = RunController(self)
+        self.jobs = JobRunner(self)
+        self._build_widgets()
+        self.file_actions = FileActions(self)
+        self._build_menus()
+        self.controller.event.connect(self._on_event)
+        self.controller.setupFailed.connect(self._on_setup_failed)
+        self.controller.runningChanged.connect(self._on_running_changed)
+        self.jobs.busyChanged.connect(lambda _busy: self._update_buttons())
+        self._restore_geometry()
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ layout
+    def _build_widgets(self) -> None:
+        self.devicesPanel = DevicesPanel()
+        self.setupPanel = RunSetupPanel()
+        self.plotsPanel = PlotsPanel()
+        self.logPanel = LogPanel()
+        self.statusBarWidget = RunStatusBar()
+        self.setStatusBar(self.statusBarWidget)
+        self.statusBarWidget.detailsRequested.connect(self.show_error_details)
+
+        self.startButton = QPushButton(icon("start"), "Start", objectName="startButton")
+        self.pauseButton = QPushButton(icon("pause"), "Pause", objectName="pauseButton")
+        self.stopButton = QPushButton(icon("stop"), "Stop", objectName="stopButton")
+        self.startButton.setToolTip("Start training with these settings (F5)")
+        self.pauseButton.setToolTip("Pause after the current step, or resume (F6)")
+        self.stopButton.setToolTip("Stop after the current step and write a checkpoint (Shift+F5)")
+        self.startButton.clicked.connect(self.start_run)
+        self.pauseButton.clicked.connect(self.toggle_pause)
+        self.stopButton.clicked.connect(self.stop_run)
+        buttons = QHBoxLayout()
+        for button in (self.startButton, self.pauseButton, self.stopButton):
+            buttons.addWidget(button)
+
+        form_holder = QWidget()
+        form_layout = QVBoxLayout(form_holder)
+        form_layout.setContentsMargins(0, 0, 6, 0)
+        form_layout.addWidget(self.devicesPanel)
+        form_layout.addWidget(self.setupPanel, 1)
+        scroll = QScrollArea(objectName="setupScroll", widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(form_holder)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(8, 8, 4, 8)
+        left_layout.addWidget(scroll, 1)
+        left_layout.addLayout(buttons)
+        left.setMinimumWidth(360)
+
+        self.rightSplitter = QSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
+        self.rightSplitter.addWidget(self.plotsPanel)
+        self.rightSplitter.addWidget(self.logPanel)
+        self.rightSplitter.setStretchFactor(0, 4)
+        self.rightSplitter.setStretchFactor(1, 1)
+        self.mainSplitter = QSplitter(Qt.Orientation.Horizontal, objectName="mainSplitter")
+        self.mainSplitter.addWidget(left)
+        self.mainSplitter.addWidget(self.rightSplitter)
+        self.mainSplitter.setStretchFactor(1, 1)
+        self.mainSplitter.setSizes([400, 1000])
+        self.rightSplitter.setSizes([620, 150])
+        self.rightSplitter.setContentsMargins(0, 8, 8, 0)
+        self.setCentralWidget(self.mainSplitter)
+
+        self.devicesPanel.deviceSelected.connect(self._on_device_selected)
+        self.setupPanel.validityChanged.connect(lambda _valid: self._update_buttons())
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.file_actions.add_to_menu(file_menu)
+        file_menu.addSeparator()
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        file_menu.addAction(quit_action)
+
+        run_menu = self.menuBar().addMenu("&Run")
+        self.startAction = QAction(icon("start"), "&Start", self, shortcut="F5", triggered=self.start_run)
+        self.pauseAction = QAction(icon("pause"), "&Pause / Resume", self, shortcut="F6", triggered=self.toggle_pause)
+        self.stopAction = QAction(icon("stop"), "S&top", self, shortcut="Shift+F5", triggered=self.stop_run)
+        for action in (self.startAction, self.pauseAction, self.stopAction):
+            run_menu.addAction(action)
+        run_menu.addSeparator()
+        refresh = QAction(icon("refresh"), "&Refresh devices", self, triggered=self.devicesPanel.refresh)
+        run_menu.addAction(refresh)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(QAction("&About AMP Console", self, triggered=self._about))
+
+    # ------------------------------------------------------------------ engine
+    def load_engine(self) -> None:
+        """Import core (torch) and pyqtgraph, list devices, build the form and plots, restore last settings."""
+        if self.engine_ready:
+            return
+        from core.config import FIELD_SPECS, RunConfig
+        from core.errors import ConfigError
+        from core.tasks import TASKS
+
+        if self._injected_devices is not None:
+            self.devicesPanel.set_provider(lambda: list(self._injected_devices))
+        else:
+            from core.devices import list_devices
+
+            self.devicesPanel.set_provider(list_devices)
+        self.setupPanel.populate(TASKS, FIELD_SPECS)
+        self.devicesPanel.refresh()
+        self.plotsPanel.build()
+        saved = self.settings.value(CONFIG_KEY, "")
+        if saved:
+            try:
+                config = RunConfig.from_dict(json.loads(saved), source="saved settings")
+            except (ConfigError, ValueError, TypeError) as exc:
+                self.logPanel.log(f"Ignored the saved settings: {exc}", "warning")
+            else:
+                self.apply_config(config)
+        self.engine_ready = True
+        self.setupPanel.changed.connect(self._save_config_soon)
+        self.show_message("Ready. Choose a task and press Start.")
+        self._update_buttons()
+        self.engineLoaded.emit()
+
+    def apply_config(self, config) -> None:
+        """Show `config` in the form and select its device when it is here."""
+        if config.device not in ("auto", "") and config.device in [d.id for d in self.devicesPanel.devices]:
+            self.devicesPanel.select(config.device)
+        self.setupPanel.set_config(config)
+
+    def _save_config_soon(self) -> None:
+        QTimer.singleShot(0, self.save_settings)
+
+    def save_settings(self) -> None:
+        if self.engine_ready:
+            try:
+                self.settings.setValue(CONFIG_KEY, json.dumps(self.setupPanel.config().to_dict()))
+            except Exception:  # a half-typed form can't be saved; the last good one stays  # noqa: BLE001
+                pass
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/mainSplitter", self.mainSplitter.saveState())
+        self.settings.setValue("window/rightSplitter", self.rightSplitter.saveState())
+        self.settings.sync()
+
+    def _restore_geometry(self) -> None:
+        geometry = self.settings.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1400, 860)
+        for key, splitter in (("window/mainSplitter", self.mainSplitter), ("window/rightSplitter", self.rightSplitter)):
+            state = self.settings.value(key)
+            if state is not None:
+                splitter.restoreState(state)
+
+    # ------------------------------------------------------------------ run control
+    def devices_for_run(self) -> list | None:
+        return list(self._injected_devices) if self._injected_devices is not None else None
+
+    def start_run(self, resume_from: str | None = None) -> bool:
+        if not self.startButton.isEnabled() and not resume_from:
+            return False
+        if self.controller.running or not self.engine_ready or not self.setupPanel.validate():
+            return False
+        config = self.setupPanel.config()
+        self.save_settings()
+        self.plotsPanel.clear()
+        self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run())
+        self.show_message("Resuming from checkpoint…" if resume_from else "Setting up the run…")
+        self._update_buttons()
+        return True
+
+    def toggle_pause(self) -> None:
+        if not self.controller.running or self.controller.stopping:
+            return
+        if self.controller.paused:
+            self.controller.resume()
+            self.show_message("Running.")
+        else:
+            self.controller.pause()
+            self.show_message("Paused: the run waits between steps. Press Resume to continue.", "status-warn")
+        self._update_buttons()
+
+    def stop_run(self) -> None:
+        if not self.controller.running or self.controller.stopping:
+            return
+        self.controller.stop()
+        self.show_message("Stopping… (finishing the current step and writing a checkpoint)", "status-warn")
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        running = self.controller.running
+        stopping = running and self.controller.stopping
+        can_start = (self.engine_ready and not running and not self.jobs.busy and self.setupPanel.is_valid())
+        self.startButton.setEnabled(can_start)
+        self.startAction.setEnabled(can_start)
+        self.pauseButton.setEnabled(running and not stopping)
+        self.pauseAction.setEnabled(running and not stopping)
+        self.stopButton.setEnabled(running and not stopping)
+        self.stopAction.setEnabled(running and not stopping)
+        paused = running and self.controller.paused
+        self.pauseButton.setText("Resume" if paused else "Pause")
+        self.pauseButton.setIcon(icon("start" if paused else "pause"))
+        self.stopButton.setText("Stopping…" if stopping else "Stop")
+        self.setupPanel.setEnabled(self.engine_ready and not running)
+        self.devicesPanel.setEnabled(not running)
+        self.file_actions.update_enabled(running=running, busy=self.jobs.busy)
+
+    # ------------------------------------------------------------------ events
+    def _on_event(self, event) -> None:
+        self.plotsPanel.handle_event(event)
+        self.statusBarWidget.handle_event(event)
+        self.logPanel.handle_event(event)
+        kind = type(event).__name__
+        if kind == "RunStarted" and not self.controller.paused:
+            self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
+        elif kind == "CheckpointSaved":
+            self.last_checkpoint = event.path
+        elif kind == "RunEnded":
+            if event.checkpoint:
+                self.last_checkpoint = event.checkpoint
+            if event.status == "failed":
+                self.show_error(f"Run failed: {event.message}", event.details)
+            else:
+                where = f" Checkpoint: {event.checkpoint}" if event.checkpoint else ""
+                self.show_message(f"Run {event.status}: {event.message}.{where}", "status-ok")
+
+    def _on_device_selected(self, info) -> None:
+        self.setupPanel.set_device(info)
+        self.statusBarWidget.set_device(info)
+
+    def _on_setup_failed(self, message: str, field: str, details: str) -> None:
+        self.show_error(f"Could not start: {message}", details)
+        self.setupPanel.mark_engine_error(field, message.split(": ", 1)[-1] if field else message)
+
+    def _on_running_changed(self, _running: bool) -> None:
+        self._update_buttons()
+
+    def show_message(self, text: str, role: str = "") -> None:
+        self.statusBarWidget.show_message(text, role)
+
+    def show_error(self, message: str, details: str = "") -> None:
+        """An engine error: red status line, a log entry, and its details one click away."""
+        self._error_details = details
+        self.statusBarWidget.show_message(message, "status-error", details=bool(details))
+        self.logPanel.log(message, "error")
+
+    def show_error_details(self) -> None:
+        box = QMessageBox(QMessageBox.Icon.Critical, "AMP Console: error", self.statusBarWidget.message.text(),
+                          QMessageBox.StandardButton.Close, self)
+        box.setDetailedText(self._error_details)
+        box.open()
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About AMP Console",
+                          "<b>AMP Console</b><br>Device-agnostic mixed-precision training for PyTorch, "
+                          "with live plots.")
+
+    # ------------------------------------------------------------------ closing
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if self.controller.running:
+            self.show_message("Stopping the run before closing…", "status-warn")
+        self.controller.shutdown()  # stop + join: no thread outlives the window
+        self.jobs.shutdown()
+        self.save_settings()
+        super().closeEvent(event)

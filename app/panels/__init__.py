@@ -1,0 +1,1 @@
+"""The window's panels: each shows one part of core's state and sends nothing but requests back."""

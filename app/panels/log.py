@@ -1,0 +1,56 @@
+"""Log pane: one line per thing that happened in a run, errors included (their details on demand)."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QPlainTextEdit
+
+
+def _metrics_text(metrics: dict) -> str:
+    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+
+
+class LogPanel(QPlainTextEdit):
+    """Read-only, bounded log. `handle_event` turns core events into lines (not every StepMetrics)."""
+
+    MAX_LINES = 5000
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("logView")
+        self.setReadOnly(True)
+        self.setMaximumBlockCount(self.MAX_LINES)
+        self.setPlaceholderText("Run events and errors appear here.")
+        self._steps_logged = 0
+
+    def log(self, text: str, level: str = "info") -> None:
+        prefix = {"error": "ERROR ", "warning": "WARN  "}.get(level, "")
+        self.appendPlainText(f"{time.strftime('%H:%M:%S')}  {prefix}{text}")
+        self.moveCursor(QTextCursor.MoveOperation.End)
+
+    def handle_event(self, event) -> None:
+        kind = type(event).__name__
+        if kind == "RunStarted":
+            self._steps_logged = 0
+            verb = f"resumed at step {event.start_step}" if event.start_step else "started"
+            self.log(f"Run {verb}: task {event.task} on {event.device} ({event.device_name}), {event.precision} "
+                     f"(autocast {event.autocast_dtype}, params {event.param_dtype}, "
+                     f"GradScaler {'on' if event.scaler else 'off'}), {event.param_count:,} parameters, "
+                     f"{event.total_steps:,} steps")
+        elif kind == "StepMetrics":
+            # Every report would flood the pane on long runs; the plots carry the detail.
+            self._steps_logged += 1
+            if self._steps_logged <= 3 or self._steps_logged % 50 == 0:
+                self.log(f"step {event.step:,}: loss {event.loss:.4g}, lr {event.lr:.3g}, "
+                         f"{event.samples_per_second:,.0f} samples/s")
+        elif kind == "EvalMetrics":
+            self.log(f"step {event.step:,} {event.split}: {_metrics_text(event.metrics)}")
+        elif kind == "CheckpointSaved":
+            self.log(f"checkpoint saved at step {event.step:,}: {event.path}")
+        elif kind == "RunEnded":
+            level = "error" if event.status == "failed" else "info"
+            self.log(f"Run {event.status}: {event.message}", level)
+            if event.details:
+                self.log(event.details.rstrip(), level)

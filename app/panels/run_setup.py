@@ -1,0 +1,326 @@
+"""Run setup panel: task, precision and a hyperparameter form generated from core's FieldSpecs.
+
+Nothing here knows a particular task: the task picker and its options come from core.tasks.TASKS and each
+task's TaskOption list, so tasks registered later appear on their own. Validation messages are core's
+(RunConfig.errors()); the panel only places them under the right editor.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QComboBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget,
+)
+
+from app.panels.editors import Editor, FieldRow
+
+TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
+                   "batch_size", "grad_accum", "epochs", "max_steps")
+OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data")
+LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
+          "max_steps": "Max steps", "out_dir": "Output folder", "data": "Data file"}
+PRECISION_MODES = ("auto", "fp32", "tf32", "fp16", "bf16")
+
+
+def label_for(name: str) -> str:
+    return LABELS.get(name, name.replace("_", " ").capitalize())
+
+
+def format_count(count: int) -> str:
+    if count >= 1_000_000:
+        return f"{count / 1e6:.2f} M"
+    if count >= 10_000:
+        return f"{count / 1e3:.1f} k"
+    return f"{count:,}"
+
+
+class RunSetupPanel(QWidget):
+    """The form. `config()` builds a RunConfig from it; `validityChanged(bool)` drives the Start button."""
+
+    validityChanged = Signal(bool)
+    changed = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._tasks: dict = {}
+        self._device = None
+        self._rows: dict[str, FieldRow] = {}
+        self._option_rows: dict[str, FieldRow] = {}
+        self._option_values: dict[str, dict] = {}  # task -> last options, so switching back keeps them
+        self._loading = False
+        self._valid = False
+        self._engine_errors: dict[str, str] = {}
+        self._validate_timer = QTimer(self, singleShot=True, interval=0)
+        self._validate_timer.timeout.connect(self.validate)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self._build_task_group())
+        layout.addWidget(self._build_precision_group())
+        self._training_form = self._group(layout, "Training")
+        self._output_form = self._group(layout, "Run and output")
+        layout.addStretch(1)
+        self.setEnabled(False)  # until populate() brings the engine's tasks
+
+    # ------------------------------------------------------------------ building
+    def _group(self, layout: QVBoxLayout, title: str) -> QFormLayout:
+        box = QGroupBox(title)
+        form = QFormLayout(box)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.setHorizontalSpacing(10)
+        form.setVerticalSpacing(6)
+        layout.addWidget(box)
+        return form
+
+    def _build_task_group(self) -> QGroupBox:
+        box = QGroupBox("Task")
+        self._task_form = QFormLayout(box)
+        self._task_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+        self._task_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.taskCombo = QComboBox(objectName="taskCombo")
+        self.taskCombo.currentIndexChanged.connect(self._on_task_changed)
+        self.taskDescription = QLabel(objectName="taskDescription", wordWrap=True)
+        self.taskDescription.setProperty("role", "hint")
+        self.paramCount = QLabel("–", objectName="paramCount")
+        self._task_form.addRow("Task", self.taskCombo)
+        self._task_form.addRow("", self.taskDescription)
+        self._task_form.addRow("Parameters", self.paramCount)
+        self._task_error = QLabel(objectName="taskError", wordWrap=True)
+        self._task_error.setProperty("role", "error")
+        self._task_error.hide()
+        self._task_form.addRow("", self._task_error)
+        self._fixed_task_rows = self._task_form.rowCount()
+        return box
+
+    def _build_precision_group(self) -> QGroupBox:
+        box = QGroupBox("Precision")
+        form = QFormLayout(box)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.precisionCombo = QComboBox(objectName="precisionCombo")
+        for mode in PRECISION_MODES:
+            self.precisionCombo.addItem(mode, mode)
+        self.precisionCombo.currentIndexChanged.connect(self._on_precision_changed)
+        self.precisionNote = QLabel(objectName="precisionNote", wordWrap=True)
+        self.precisionNote.setProperty("role", "hint")
+        self._precision_error = QLabel(objectName="precisionError", wordWrap=True)
+        self._precision_error.setProperty("role", "error")
+        self._precision_error.hide()
+        form.addRow("Mode", self.precisionCombo)
+        form.addRow("", self.precisionNote)
+        form.addRow("", self._precision_error)
+        return box
+
+    def populate(self, tasks: dict, field_specs: dict) -> None:
+        """Build the form from core's registry and field specs (called once the engine is imported)."""
+        self._tasks = dict(tasks)
+        from core.config import RunConfig
+
+        defaults = RunConfig()
+        for form, names in ((self._training_form, TRAINING_FIELDS), (self._output_form, OUTPUT_FIELDS)):
+            for name in names:
+                spec = field_specs[name]
+                kind = type(getattr(defaults, name))
+                editor = Editor(name, kind, spec.help, spec.minimum, spec.maximum, spec.step, spec.choices)
+                if name in ("out_dir", "data"):
+                    editor.add_browse_button(f"Choose the {label_for(name).lower()}",
+                                             lambda _=False, n=name: self._browse(n))
+                row = FieldRow(editor)
+                editor.changed.connect(self._on_field_changed)
+                self._rows[name] = row
+                label = QLabel(label_for(name))
+                label.setToolTip(spec.help)
+                form.addRow(label, row)
+        self.taskCombo.blockSignals(True)
+        for name, cls in self._tasks.items():
+            self.taskCombo.addItem(name, name)
+            self.taskCombo.setItemData(self.taskCombo.count() - 1, cls.description, Qt.ItemDataRole.ToolTipRole)
+        self.taskCombo.blockSignals(False)
+        self.setEnabled(True)
+        self.set_config(defaults)
+
+    # ------------------------------------------------------------------ config in/out
+    def set_config(self, config) -> None:
+        """Show `config` in the form (the task's options included); does not apply task defaults."""
+        self._loading = True
+        try:
+            self._option_values[config.task] = dict(config.task_options)
+            index = self.taskCombo.findData(config.task)
+            if index >= 0:
+                self.taskCombo.setCurrentIndex(index)
+            self._rebuild_task_options()
+            for name, row in self._rows.items():
+                row.editor.set_value(getattr(config, name))
+            self._set_precision(config.precision)
+        finally:
+            self._loading = False
+        self._engine_errors.clear()
+        self.validate()
+
+    def values(self) -> dict:
+        values = {name: row.editor.value() for name, row in self._rows.items()}
+        values["task"] = self.taskCombo.currentData() or ""
+        values["task_options"] = {name: row.editor.value() for name, row in self._option_rows.items()}
+        values["precision"] = self.precisionCombo.currentData()
+        values["device"] = self._device.id if self._device is not None else "auto"
+        return values
+
+    def config(self):
+        """The RunConfig the form shows (it may be invalid: see `errors()`)."""
+        from core.config import RunConfig
+
+        return RunConfig.from_dict(self.values(), source="form")
+
+    def errors(self) -> dict[str, str]:
+        """Field -> message: core's validation, plus what the selected device cannot run."""
+        from core.errors import ConfigError
+
+        try:
+            config = self.config()
+        except ConfigError as exc:
+            return {exc.field: str(exc).split(": ", 1)[-1]}
+        problems = dict(config.errors())
+        device = self._device
+        if device is not None and config.precision != "auto" and config.precision not in device.precisions:
+            reason = device.unsupported.get(config.precision, "not supported")
+            problems["precision"] = f"{config.precision} is not available on {device.id}: {reason}"
+        for name, message in self._engine_errors.items():
+            problems.setdefault(name, message)
+        return problems
+
+    def is_valid(self) -> bool:
+        return self._valid
+
+    # ------------------------------------------------------------------ device & precision
+    def set_device(self, info) -> None:
+        """Enable the precision modes `info` supports; the others are disabled with the reason as tooltip."""
+        self._device = info
+        model = self.precisionCombo.model()
+        for index in range(self.precisionCombo.count()):
+            mode = self.precisionCombo.itemData(index)
+            item = model.item(index)
+            supported = mode == "auto" or mode in info.precisions
+            item.setEnabled(supported)
+            tooltip = "" if supported else f"{mode} is not available on {info.name}: {info.unsupported.get(mode, '')}"
+            item.setToolTip(tooltip)
+        current = self.precisionCombo.currentData()
+        if current not in ("auto", None) and current not in info.precisions:
+            self._set_precision("auto")
+            self.precisionNote.setText(f"{current} is not available on {info.id}; switched to auto")
+        self._update_auto_text()
+        self._schedule_validate()
+
+    def _update_auto_text(self) -> None:
+        from core.precision import auto_mode, resolve_precision
+
+        if self._device is None:
+            return
+        resolved = auto_mode(self._device)
+        self.precisionCombo.setItemText(0, f"auto → {resolved}")
+        mode = self.precisionCombo.currentData()
+        if mode == "auto" or mode in self._device.precisions:
+            plan = resolve_precision(mode, self._device)
+            self.precisionNote.setText(plan.describe())
+
+    def _set_precision(self, mode: str) -> None:
+        index = self.precisionCombo.findData(mode)
+        self.precisionCombo.setCurrentIndex(max(index, 0))
+
+    def _on_precision_changed(self) -> None:
+        self._update_auto_text()
+        self._on_field_changed()
+
+    # ------------------------------------------------------------------ task
+    def _on_task_changed(self) -> None:
+        self._rebuild_task_options()
+        if not self._loading:
+            task_cls = self._tasks.get(self.taskCombo.currentData())
+            for name, value in (task_cls.defaults if task_cls else {}).items():
+                if name in self._rows:
+                    self._rows[name].editor.set_value(value)
+        self._on_field_changed()
+
+    def _rebuild_task_options(self) -> None:
+        while self._task_form.rowCount() > self._fixed_task_rows:
+            self._task_form.removeRow(self._fixed_task_rows)
+        self._option_rows.clear()
+        task = self.taskCombo.currentData()
+        task_cls = self._tasks.get(task)
+        if task_cls is None:
+            return
+        self.taskDescription.setText(task_cls.description)
+        saved = self._option_values.get(task, {})
+        for option in task_cls.options:
+            kind = type(option.default)
+            editor = Editor(f"task_options.{option.name}", kind, option.help, option.minimum, option.maximum,
+                            None, option.choices, object_name=f"{option.name}OptionEdit")
+            editor.set_value(saved.get(option.name, option.default))
+            editor.changed.connect(self._on_option_changed)
+            row = FieldRow(editor)
+            self._option_rows[option.name] = row
+            label = QLabel(option.name.replace("_", " ").capitalize())
+            label.setToolTip(option.help)
+            self._task_form.addRow(label, row)
+        self._update_param_count()
+
+    def _on_option_changed(self) -> None:
+        task = self.taskCombo.currentData()
+        self._option_values[task] = {n: r.editor.value() for n, r in self._option_rows.items()}
+        self._update_param_count()
+        self._on_field_changed()
+
+    def _update_param_count(self) -> None:
+        from core.errors import AmpConsoleError
+
+        task_cls = self._tasks.get(self.taskCombo.currentData())
+        if task_cls is None:
+            return
+        options = {n: r.editor.value() for n, r in self._option_rows.items()}
+        try:  # built on the meta device: no memory, no weights initialised
+            count = task_cls(options).parameter_count()
+        except AmpConsoleError:
+            self.paramCount.setText("– (fix the options below)")
+            return
+        self.paramCount.setText(f"{format_count(count)} trainable parameters")
+
+    # ------------------------------------------------------------------ validation
+    def mark_engine_error(self, field: str, message: str) -> None:
+        """Show an error the engine raised at setup (e.g. grad_accum too large for the data) under its field."""
+        if field:
+            self._engine_errors[field] = message
+            self.validate()
+
+    def _on_field_changed(self) -> None:
+        if self._loading:
+            return
+        self._engine_errors.clear()
+        self._schedule_validate()
+        self.changed.emit()
+
+    def _schedule_validate(self) -> None:
+        self._validate_timer.start()  # coalesce bursts (a spin box held down) into one validation
+
+    def validate(self) -> bool:
+        problems = self.errors() if self._tasks else {"task": "loading the engine…"}
+        for name, row in self._rows.items():
+            row.set_error(problems.get(name))
+        for name, row in self._option_rows.items():
+            row.set_error(problems.get(f"task_options.{name}"))
+        for label, key in ((self._task_error, "task"), (self._precision_error, "precision")):
+            label.setText(problems.get(key, ""))
+            label.setVisible(key in problems)
+        valid = not problems
+        if valid != self._valid:
+            self._valid = valid
+            self.validityChanged.emit(valid)
+        return valid
+
+    def _browse(self, name: str) -> None:
+        row = self._rows[name]
+        if name == "out_dir":
+            path = QFileDialog.getExistingDirectory(self, "Output folder", row.editor.value())
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, "Data file", "", "Data (*.csv *.parquet);;All files (*)")
+        if path:
+            row.editor.set_value(path)

@@ -1,0 +1,219 @@
+"""Training off the GUI thread: a QObject worker moved to a QThread drives core's Trainer.
+
+The worker re-emits each engine event as one `event` signal (queued to the GUI thread). `RunController`
+owns the one run at a time: it starts it, pauses, resumes and stops it through core's Qt-free RunControl,
+and joins the thread before anything is destroyed (QThread.finished fires before the OS thread exits).
+`JobRunner` does the same for short jobs (loading a checkpoint to resume, exporting one).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from core.control import RunControl
+
+
+def _describe_unexpected(exc: BaseException) -> tuple[str, str]:
+    return f"{type(exc).__name__}: {exc}", traceback.format_exc()
+
+
+class TrainingWorker(QObject):
+    """Runs one Trainer in the thread it is moved to. Never touches widgets."""
+
+    event = Signal(object)  # RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunEnded
+    setupFailed = Signal(str, str, str)  # message, field ('' if none), details
+    done = Signal()
+
+    def __init__(self, config, resume_from: str | None = None, devices: list | None = None):
+        super().__init__()
+        self._config = config
+        self._resume_from = resume_from
+        self._devices = devices
+        self.control = RunControl()
+
+    @Slot()
+    def run(self) -> None:
+        from core.errors import AmpConsoleError
+        from core.trainer import Trainer
+
+        try:
+            trainer = Trainer(self._config, sink=self.event.emit, control=self.control,
+                              resume_from=self._resume_from, devices=self._devices)
+            trainer.run()
+        except AmpConsoleError as exc:  # bad input, raised before the run starts
+            self.setupFailed.emit(str(exc), getattr(exc, "field", ""), "")
+        except Exception as exc:  # the engine should have turned this into RunEnded(failed); be safe anyway
+            message, details = _describe_unexpected(exc)
+            self.setupFailed.emit(message, "", details)
+        finally:
+            self.done.emit()
+
+
+class RunController(QObject):
+    """One training run at a time, and a clean join when it ends or the window closes."""
+
+    event = Signal(object)
+    setupFailed = Signal(str, str, str)
+    runningChanged = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._run_thread: QThread | None = None
+        self._worker: TrainingWorker | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._run_thread is not None
+
+    @property
+    def paused(self) -> bool:
+        return self._worker is not None and self._worker.control.paused
+
+    @property
+    def stopping(self) -> bool:
+        return self._worker is not None and self._worker.control.stop_requested
+
+    def start(self, config, resume_from: str | None = None, devices: list | None = None) -> None:
+        if self.running:
+            raise RuntimeError("a run is already in progress")
+        worker = TrainingWorker(config, resume_from=resume_from, devices=devices)
+        run_thread = QThread()
+        run_thread.setObjectName("trainingThread")
+        worker.moveToThread(run_thread)
+        run_thread.started.connect(worker.run)
+        worker.event.connect(self.event)
+        worker.setupFailed.connect(self.setupFailed)
+        # Direct: quit from the worker's own thread, so a GUI thread blocked in wait() cannot deadlock.
+        worker.done.connect(run_thread.quit, Qt.ConnectionType.DirectConnection)
+        run_thread.finished.connect(worker.deleteLater)
+        run_thread.finished.connect(run_thread.deleteLater)
+        run_thread.finished.connect(self._on_finished)
+        self._worker, self._run_thread = worker, run_thread
+        run_thread.start()
+        self.runningChanged.emit(True)
+
+    def pause(self) -> None:
+        if self._worker is not None:
+            self._worker.control.pause()
+
+    def resume(self) -> None:
+        if self._worker is not None:
+            self._worker.control.resume()
+
+    def stop(self) -> None:
+        """Ask the engine to stop after its current step; it writes a checkpoint and sends RunEnded."""
+        if self._worker is not None:
+            self._worker.control.stop()
+
+    def shutdown(self) -> None:
+        """Stop the run and block until its thread has exited (used when the window closes)."""
+        if self._run_thread is None:
+            return
+        self.stop()
+        self._run_thread.wait()
+        self._on_finished()
+
+    @Slot()
+    def _on_finished(self) -> None:
+        if self._run_thread is None:
+            return
+        run_thread, worker = self._run_thread, self._worker
+        self._run_thread = self._worker = None
+        run_thread.wait()  # finished fires before the OS thread exits: join before it is deleted
+        # A finished run must never reach the next run's listeners.
+        for signal, slot in ((worker.event, self.event), (worker.setupFailed, self.setupFailed)):
+            try:
+                signal.disconnect(slot)
+            except (RuntimeError, TypeError):
+                pass
+        self.runningChanged.emit(False)
+
+
+class _Job(QObject):
+    succeeded = Signal(int, object)  # job id, result
+    failed = Signal(int, str, str)  # job id, message, details
+    done = Signal(int)
+
+    def __init__(self, job_id: int, fn: Callable[[], object]):
+        super().__init__()
+        self._id = job_id
+        self._fn = fn
+
+    @Slot()
+    def run(self) -> None:
+        from core.errors import AmpConsoleError
+
+        try:
+            result = self._fn()
+        except AmpConsoleError as exc:
+            self.failed.emit(self._id, str(exc), "")
+        except Exception as exc:
+            self.failed.emit(self._id, *_describe_unexpected(exc))
+        else:
+            self.succeeded.emit(self._id, result)
+        finally:
+            self.done.emit(self._id)
+
+
+class JobRunner(QObject):
+    """Short-lived background jobs (checkpoint loading, export): result or error back on the GUI thread.
+
+    Callbacks always run on the GUI thread: the job's signals reach this object's slots (queued), which
+    call them.
+    """
+
+    busyChanged = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._jobs: dict[int, tuple[QThread, _Job, Callable, Callable]] = {}
+        self._next_id = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._jobs)
+
+    def submit(self, fn: Callable[[], object], on_success: Callable[[object], None],
+               on_failure: Callable[[str, str], None]) -> None:
+        self._next_id += 1
+        job = _Job(self._next_id, fn)
+        job_thread = QThread()
+        job_thread.setObjectName("jobThread")
+        job.moveToThread(job_thread)
+        job_thread.started.connect(job.run)
+        job.succeeded.connect(self._on_success)
+        job.failed.connect(self._on_failure)
+        job.done.connect(job_thread.quit, Qt.ConnectionType.DirectConnection)
+        job.done.connect(self._reap)
+        job_thread.finished.connect(job.deleteLater)
+        job_thread.finished.connect(job_thread.deleteLater)
+        self._jobs[self._next_id] = (job_thread, job, on_success, on_failure)
+        job_thread.start()
+        self.busyChanged.emit(True)
+
+    @Slot(int, object)
+    def _on_success(self, job_id: int, result: object) -> None:
+        if job_id in self._jobs:
+            self._jobs[job_id][2](result)
+
+    @Slot(int, str, str)
+    def _on_failure(self, job_id: int, message: str, details: str) -> None:
+        if job_id in self._jobs:
+            self._jobs[job_id][3](message, details)
+
+    @Slot(int)
+    def _reap(self, job_id: int) -> None:
+        entry = self._jobs.pop(job_id, None)
+        if entry is not None:
+            entry[0].wait()  # the job has returned; join its thread before it is deleted
+        if not self._jobs:
+            self.busyChanged.emit(False)
+
+    def shutdown(self) -> None:
+        """Wait for running jobs (they are short and must not be cut off halfway through a file write)."""
+        for job_thread, *_rest in self._jobs.values():
+            job_thread.wait()
+        self._jobs.clear()

@@ -1,0 +1,81 @@
+"""GUI test setup: offscreen Qt, throwaway QSettings, and no QThread may outlive a test."""
+
+from __future__ import annotations
+
+import os
+
+# Before anything imports Qt. CI's xvfb smoke run sets QT_QPA_PLATFORM=xcb itself.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import weakref  # noqa: E402
+
+import pytest  # noqa: E402
+import shiboken6  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QSettings, QThread  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path_factory):
+    """Point every QSettings() at a temporary folder: tests never read or write the user's settings."""
+    folder = tmp_path_factory.mktemp("qsettings")
+    QCoreApplication.setOrganizationName("AMP Console Tests")
+    QCoreApplication.setApplicationName("amp-console-tests")
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.SystemScope, str(folder))
+    yield folder
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_qthreads(monkeypatch):
+    """Fail any test that leaves a QThread running (after pytest-qt has closed its widgets)."""
+    started: list[weakref.ref] = []
+    original_start = QThread.start
+
+    def recording_start(self, *args, **kwargs):
+        started.append(weakref.ref(self))
+        return original_start(self, *args, **kwargs)
+
+    monkeypatch.setattr(QThread, "start", recording_start)
+    yield
+    leaked = []
+    for ref in started:
+        thread = ref()
+        if thread is not None and shiboken6.isValid(thread) and thread.isRunning():
+            leaked.append(thread.objectName() or repr(thread))
+            thread.quit()
+            thread.wait(5000)
+    assert not leaked, f"QThread(s) still running after the test: {leaked}"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def cpu_devices():
+    from core.devices import cpu_info
+
+    return [cpu_info()]
+
+
+@pytest.fixture
+def make_window(qtbot, settings, cpu_devices):
+    """Build a MainWindow with the engine loaded (synchronously) and injected devices."""
+    from app.main_window import MainWindow
+
+    def make(devices=None, settings_store=None):
+        window = MainWindow(settings=settings_store or settings, devices=devices or cpu_devices)
+        qtbot.addWidget(window)
+        window.load_engine()
+        window.show()
+        qtbot.waitExposed(window)
+        return window
+
+    return make
+
+
+@pytest.fixture
+def window(make_window):
+    return make_window()

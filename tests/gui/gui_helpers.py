@@ -1,0 +1,45 @@
+"""Driving the real widgets by objectName, the way a user (or a script) would."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLineEdit, QPushButton, QSpinBox, QWidget
+
+
+def find(window: QWidget, name: str, kind=QWidget):
+    widget = window.findChild(kind, name)
+    assert widget is not None, f"no widget named {name!r}"
+    return widget
+
+
+def set_field(window: QWidget, name: str, value) -> None:
+    """Set an editor found by objectName (lrEdit, batchSizeEdit, hiddenOptionEdit...)."""
+    widget = find(window, name)
+    if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+        widget.setValue(value)
+    elif isinstance(widget, QComboBox):
+        index = widget.findText(str(value))
+        assert index >= 0, f"{name} has no item {value!r}"
+        widget.setCurrentIndex(index)
+    elif isinstance(widget, QLineEdit):
+        widget.setText(str(value))
+    else:
+        raise TypeError(f"don't know how to set {type(widget).__name__}")
+
+
+def quick_run(window: QWidget, out_dir, *, max_steps: int = 0, epochs: int = 1, log_interval: int = 5,
+              samples: int = 2048, batch_size: int = 32) -> None:
+    """A tiny-task form that trains in about a second (or forever-ish with a large max_steps)."""
+    set_field(window, "taskCombo", "tiny")
+    set_field(window, "samplesOptionEdit", samples)
+    set_field(window, "batchSizeEdit", batch_size)
+    set_field(window, "epochsEdit", epochs)
+    set_field(window, "maxStepsEdit", max_steps)
+    set_field(window, "logIntervalEdit", log_interval)
+    set_field(window, "outDirEdit", str(out_dir))
+
+
+def click(qtbot, window: QWidget, name: str) -> None:
+    button = find(window, name, QPushButton)
+    assert button.isEnabled(), f"{name} is disabled"
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)

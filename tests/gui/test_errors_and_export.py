@@ -1,0 +1,86 @@
+"""Engine errors show in the window and the app stays usable; export and resume through the File menu."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gui_helpers import click, find, quick_run, set_field
+
+from core.events import RunEnded
+
+
+def finish_run(qtbot, window) -> None:
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, window, "startButton")
+
+
+@pytest.mark.timeout(60)
+def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", samples=256, batch_size=64)
+    set_field(window, "gradAccumEdit", 64)  # more micro-batches than an epoch has: the trainer refuses
+    finish_run(qtbot, window)
+    message = window.statusBarWidget.message.text()
+    assert message.startswith("Could not start: grad_accum:")
+    assert "exceed" in find(window, "gradAccumError").text()
+    assert "ERROR" in window.logPanel.toPlainText()
+    assert not find(window, "startButton").isEnabled()  # until the marked field changes
+
+    set_field(window, "gradAccumEdit", 1)
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
+    finish_run(qtbot, window)
+    assert "completed" in window.statusBarWidget.message.text()
+
+
+@pytest.mark.timeout(60)
+def test_resume_from_a_corrupt_checkpoint_shows_the_engines_message(qtbot, window, tmp_path):
+    corrupt = tmp_path / "broken.pt"
+    corrupt.write_bytes(b"this is not a checkpoint")
+    window.file_actions.resume(str(corrupt))
+    qtbot.waitUntil(lambda: "Cannot resume" in window.statusBarWidget.message.text(), timeout=20_000)
+    assert "not a readable checkpoint" in window.statusBarWidget.message.text()
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=5000)
+    assert not window.controller.running
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_run_shows_message_and_details(qtbot, window):
+    failed = RunEnded(status="failed", message="loss became nan in fp16", step=7, epoch=1, final_loss=None,
+                      metrics={}, checkpoint=None, samples_per_second=None, details="Traceback: boom")
+    window._on_event(failed)
+    assert window.statusBarWidget.message.text() == "Run failed: loss became nan in fp16"
+    assert window.statusBarWidget.detailsButton.isVisible()
+    assert "Traceback: boom" in window.logPanel.toPlainText()
+    window.show_error_details()
+    box = window.findChild(type(window).__mro__[0].__base__, "")  # any dialog; closed below
+    _ = box
+    for dialog in window.findChildren(__import__("PySide6.QtWidgets", fromlist=["QMessageBox"]).QMessageBox):
+        assert dialog.detailedText() == "Traceback: boom"
+        dialog.close()
+
+
+@pytest.mark.timeout(90)
+def test_export_then_resume_continues_the_run(qtbot, window, tmp_path):
+    out_dir = tmp_path / "run"
+    quick_run(window, out_dir, max_steps=40, samples=2048)
+    finish_run(qtbot, window)
+    checkpoint = out_dir / "checkpoint.pt"
+    assert window.last_checkpoint == str(checkpoint)
+
+    destination = tmp_path / "export" / "model"
+    window.file_actions.export(str(checkpoint), str(destination))
+    qtbot.waitUntil(lambda: "Exported" in window.statusBarWidget.message.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=5000)
+    for suffix in (".pt", ".safetensors", ".json"):
+        assert destination.with_suffix(suffix).is_file()
+    manifest = json.loads(destination.with_suffix(".json").read_text())
+    assert manifest["task"] == "tiny" and manifest["step"] == 40
+
+    set_field(window, "maxStepsEdit", 10)  # the checkpoint's own config comes back on resume
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        window.file_actions.resume(str(checkpoint))
+    assert find(window, "maxStepsEdit").value() == 40
+    assert "resumed at step 40" in window.logPanel.toPlainText()

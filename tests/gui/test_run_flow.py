@@ -1,0 +1,109 @@
+"""The full training flow through the real widgets: Start, live loss, Pause, Resume, Stop, checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+from gui_helpers import click, find, quick_run
+from PySide6.QtCore import QThread
+
+from core.checkpoints import load_checkpoint
+
+
+def loss_points(window) -> int:
+    return len(window.plotsPanel.series("loss_raw"))
+
+
+def wait_until_quiet(qtbot, window, settle_ms: int = 300, timeout_ms: int = 10_000) -> int:
+    """Wait until no new loss points arrive for `settle_ms` (in-flight events drained); return the count."""
+    state = {"last": -1}
+
+    def quiet() -> bool:
+        count = loss_points(window)
+        if count == state["last"]:
+            return True
+        state["last"] = count
+        qtbot.wait(settle_ms)
+        return False
+
+    qtbot.waitUntil(quiet, timeout=timeout_ms)
+    return state["last"]
+
+
+@pytest.mark.timeout(90)
+def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp_path):
+    out_dir = tmp_path / "run"
+    quick_run(window, out_dir, max_steps=1_000_000, samples=8192)
+    assert find(window, "pauseButton").isEnabled() is False
+    click(qtbot, window, "startButton")
+    assert not find(window, "startButton").isEnabled()
+
+    qtbot.waitUntil(lambda: loss_points(window) >= 3, timeout=30_000)
+    assert find(window, "progressBar").value() > 0
+    assert "step" in window.statusBarWidget.steps.text()
+
+    click(qtbot, window, "pauseButton")
+    assert find(window, "pauseButton").text() == "Resume"
+    paused_at = wait_until_quiet(qtbot, window)
+    qtbot.wait(800)  # a paused run must not report any new step
+    assert loss_points(window) == paused_at
+
+    click(qtbot, window, "pauseButton")
+    assert find(window, "pauseButton").text() == "Pause"
+    qtbot.waitUntil(lambda: loss_points(window) > paused_at + 2, timeout=20_000)
+
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000) as stopped:
+        click(qtbot, window, "stopButton")
+        assert "Stopping" in window.statusBarWidget.message.text()
+        assert not find(window, "stopButton").isEnabled()
+        assert not find(window, "startButton").isEnabled()
+    assert stopped.args == [False]
+    assert "stopped" in window.statusBarWidget.message.text()
+    assert find(window, "startButton").isEnabled()
+
+    checkpoint = out_dir / "checkpoint.pt"
+    assert checkpoint.is_file()
+    assert window.last_checkpoint == str(checkpoint)
+    state = load_checkpoint(checkpoint)
+    assert state["task"] == "tiny"
+    assert state["step"] >= window.plotsPanel.series("loss_raw").x[-1]
+
+
+@pytest.mark.timeout(60)
+def test_completed_run_then_a_second_run_reuses_the_window(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "a", epochs=1, samples=1024)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, window, "startButton")
+    assert "completed" in window.statusBarWidget.message.text()
+    assert find(window, "progressBar").value() == find(window, "progressBar").maximum()
+    assert len(window.plotsPanel.series("eval:accuracy")) >= 1
+    first = loss_points(window)
+
+    quick_run(window, tmp_path / "b", epochs=1, samples=1024, log_interval=2)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, window, "startButton")
+    assert loss_points(window) > first  # the second run's points replaced the first's
+    assert (tmp_path / "b" / "checkpoint.pt").is_file()
+
+
+@pytest.mark.timeout(60)
+def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192)
+    click(qtbot, window, "startButton")
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    running_threads = [t for t in window.findChildren(QThread)]
+    window.close()
+    assert not window.controller.running
+    assert all(not t.isRunning() for t in running_threads)
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()  # stopping writes a checkpoint
+
+
+@pytest.mark.timeout(60)
+def test_closing_while_paused_still_stops(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192)
+    click(qtbot, window, "startButton")
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    click(qtbot, window, "pauseButton")
+    window.close()
+    assert not window.controller.running

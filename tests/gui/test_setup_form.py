@@ -1,0 +1,146 @@
+"""Run setup: precision choices follow the device, core's validation messages block Start, TOML and QSettings."""
+
+from __future__ import annotations
+
+import pytest
+from gui_helpers import find, quick_run, set_field
+from PySide6.QtCore import Qt
+
+from core.config import RunConfig
+from core.devices import DeviceInfo
+
+
+def fake_devices() -> list[DeviceInfo]:
+    cpu = DeviceInfo(id="cpu", type="cpu", name="Fake CPU", memory_total=8 * 2**30, precisions=("fp32",),
+                     unsupported={"bf16": "this fake CPU has no bfloat16", "tf32": "CUDA only", "fp16": "GPU only"})
+    gpu = DeviceInfo(id="cuda:0", type="cuda", name="Fake T4", memory_total=16 * 2**30, capability="7.5",
+                     fp16=True, tensor_cores=True, precisions=("fp32", "fp16"),
+                     unsupported={"bf16": "bf16 needs compute capability 8.0", "tf32": "TF32 needs 8.0"})
+    return [cpu, gpu]
+
+
+def precision_item(window, mode: str):
+    combo = find(window, "precisionCombo")
+    return combo.model().item(combo.findData(mode))
+
+
+@pytest.mark.timeout(30)
+def test_unsupported_precision_is_disabled_with_the_reason(qtbot, make_window):
+    window = make_window(devices=fake_devices())
+    device_list = find(window, "deviceList")
+    assert device_list.count() == 2
+    assert window.devicesPanel.current_id() == "cuda:0"  # accelerators first
+    assert precision_item(window, "fp16").isEnabled()
+    assert not precision_item(window, "bf16").isEnabled()
+    assert "compute capability 8.0" in precision_item(window, "bf16").toolTip()
+    assert find(window, "precisionCombo").itemText(0) == "auto → fp16"
+
+    set_field(window, "precisionCombo", "fp16")
+    device_list.setCurrentRow(0)  # the fake CPU: fp16 no longer possible
+    assert not precision_item(window, "fp16").isEnabled()
+    assert "GPU only" in precision_item(window, "fp16").toolTip()
+    assert not precision_item(window, "bf16").isEnabled()
+    assert find(window, "precisionCombo").currentData() == "auto"
+    assert find(window, "precisionCombo").itemText(0) == "auto → fp32"
+    assert window.setupPanel.config().device == "cpu"
+
+
+@pytest.mark.timeout(30)
+def test_invalid_field_blocks_start_with_cores_message(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run")
+    start = find(window, "startButton")
+    qtbot.waitUntil(start.isEnabled, timeout=5000)
+
+    set_field(window, "epochsEdit", 0)
+    set_field(window, "maxStepsEdit", 0)
+    qtbot.waitUntil(lambda: not start.isEnabled(), timeout=5000)
+    error = find(window, "epochsError")
+    assert error.isVisible()
+    assert error.text() == RunConfig(epochs=0, max_steps=0).errors()["epochs"]
+    assert find(window, "epochsEdit").property("invalid") is True
+
+    set_field(window, "outDirEdit", "")
+    qtbot.waitUntil(lambda: find(window, "outDirError").isVisible(), timeout=5000)
+    assert "must not be empty" in find(window, "outDirError").text()
+
+    set_field(window, "epochsEdit", 1)
+    set_field(window, "outDirEdit", str(tmp_path / "run"))
+    qtbot.waitUntil(start.isEnabled, timeout=5000)
+    assert not find(window, "epochsError").isVisible()
+
+
+@pytest.mark.timeout(30)
+def test_task_options_update_the_parameter_count(qtbot, window):
+    set_field(window, "taskCombo", "tiny")
+    set_field(window, "hiddenOptionEdit", 16)
+    assert find(window, "paramCount").text().startswith("210 ")  # 10*16+16 + 16*2+2
+    set_field(window, "hiddenOptionEdit", 32)
+    assert find(window, "paramCount").text().startswith("418 ")
+
+
+@pytest.mark.timeout(30)
+def test_every_registered_task_is_offered(window):
+    from core.tasks import TASKS
+
+    combo = find(window, "taskCombo")
+    assert [combo.itemData(i) for i in range(combo.count())] == list(TASKS)
+    for index in range(combo.count()):
+        combo.setCurrentIndex(index)  # each task's options form builds and counts parameters
+        assert "trainable parameters" in find(window, "paramCount").text()
+
+
+@pytest.mark.timeout(30)
+def test_toml_round_trip(qtbot, window, tmp_path):
+    set_field(window, "lrEdit", 0.003)
+    set_field(window, "batchSizeEdit", 96)
+    set_field(window, "hiddenOptionEdit", 24)
+    path = tmp_path / "run.toml"
+    assert window.file_actions.save_toml(str(path))
+    saved = RunConfig.load_toml(path)
+    assert saved.lr == pytest.approx(0.003) and saved.batch_size == 96 and saved.task_options["hidden"] == 24
+
+    set_field(window, "batchSizeEdit", 8)
+    assert window.file_actions.load_toml(str(path))
+    assert find(window, "batchSizeEdit").value() == 96
+    assert find(window, "hiddenOptionEdit").value() == 24
+
+    path.write_text("lr = [", encoding="utf-8")
+    assert not window.file_actions.load_toml(str(path))
+    assert "invalid TOML" in window.statusBarWidget.message.text()
+
+
+@pytest.mark.timeout(30)
+def test_presets_load(window):
+    assert window.file_actions.presets_menu.actions()
+    for action in window.file_actions.presets_menu.actions():
+        action.trigger()
+        assert "Loaded settings" in window.statusBarWidget.message.text()
+
+
+@pytest.mark.timeout(30)
+def test_last_settings_come_back(qtbot, make_window, settings):
+    first = make_window(settings_store=settings)
+    set_field(first, "batchSizeEdit", 123)
+    set_field(first, "lrEdit", 0.0005)
+    first.close()
+    second = make_window(settings_store=settings)
+    assert find(second, "batchSizeEdit").value() == 123
+    assert find(second, "lrEdit").value() == pytest.approx(0.0005)
+
+
+@pytest.mark.timeout(30)
+def test_widgets_have_stable_names(window):
+    for name in ("deviceList", "taskCombo", "precisionCombo", "startButton", "pauseButton", "stopButton",
+                 "lossPlot", "progressBar", "lrEdit", "batchSizeEdit", "epochsEdit", "maxStepsEdit"):
+        find(window, name)
+
+
+@pytest.mark.timeout(30)
+def test_scientific_spin_box_steps_in_decades(window):
+    lr = find(window, "lrEdit")
+    lr.setValue(1e-3)
+    lr.stepBy(10)
+    assert lr.value() == pytest.approx(1e-2, rel=1e-2)
+    assert lr.textFromValue(3e-4) == "0.0003"
+    assert lr.validate("1e-", 3)[0].name == "Intermediate"
+    _ = Qt  # keep the import for readers: objectName lookups are Qt's findChild
