@@ -39,6 +39,7 @@ class StepMetrics:
     skipped_steps: int
     memory_bytes: int | None
     elapsed_seconds: float
+    nonfinite_source: str | None = None  # fp16: first module (or 'loss') that produced inf/NaN this interval
 
 
 @dataclass(frozen=True)

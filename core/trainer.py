@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from . import checkpoints as ckpt
+from .amp_health import NonFiniteWatch, first_nonfinite_parameter
 from .config import RunConfig
 from .control import RunControl
 from .data.batching import EpochBatches, place_split
@@ -124,6 +125,7 @@ class Trainer:
             self._restore(resume_state)
         self.model = self._wrap_ddp(model)
         self.model.train()
+        self._watch = NonFiniteWatch(model)
 
     def _train_and_finish(self) -> RunEnded:
         self.started = time.perf_counter()
@@ -190,6 +192,8 @@ class Trainer:
                     loss = self.task.loss(self.model, batch)
                 self.scaler.scale(loss / accum if accum > 1 else loss).backward()
             self._accumulate_loss(loss.detach())
+            if self._watch.armed:
+                self._watch.flag_loss(loss.detach())
         if self.plan.use_scaler or self.cfg.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)  # unscale BEFORE clipping: clip the true gradient norm
             max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
@@ -242,6 +246,7 @@ class Trainer:
         new_skips = int(round(skipped)) - self.skipped_steps
         self.skipped_steps = int(round(skipped))
         scale = float(self.scaler.get_scale()) if self.plan.use_scaler else None
+        source = self._overflow_source(new_skips)
         self._check_health(loss, new_skips, scale)
         self.last_loss = loss
         grad_norm = float(self._grad_norm) if self._grad_norm is not None else None
@@ -249,18 +254,32 @@ class Trainer:
             step=self.step, epoch=self._display_epoch(), loss=loss, lr=self.optimizer.param_groups[0]["lr"],
             samples_per_second=samples / seconds if seconds > 0 else 0.0, grad_scale=scale,
             grad_norm=grad_norm, skipped_steps=self.skipped_steps, memory_bytes=memory_in_use(self.device),
-            elapsed_seconds=now - self.started,
+            elapsed_seconds=now - self.started, nonfinite_source=source,
         ))
         self._running_loss.zero_()
         self._finite_count.zero_()
         self._interval_steps = 0
         self._interval_start = time.perf_counter()
 
+    def _overflow_source(self, new_skips: int) -> str | None:
+        """Arm the inf/NaN hooks after the first overflow; report what they caught; disarm once quiet."""
+        if not self.plan.use_scaler:
+            return None
+        source = self._watch.first_source() if self._watch.armed else None
+        if new_skips and not self._watch.armed:
+            self._watch.arm()
+        elif not new_skips and self._watch.armed:
+            self._watch.disarm()
+        return source
+
     def _check_health(self, loss: float, new_skips: int, scale: float | None) -> None:
         if not self.plan.use_scaler and not np.isfinite(loss):
+            bad = first_nonfinite_parameter(self.raw_model)
+            where = f" (parameter {bad} is now non-finite)" if bad else ""
             raise RunFailed(
                 f"loss became {loss} in {self.plan.mode} between steps {self.step - self._interval_steps} and "
-                f"{self.step}; the last good checkpoint is kept. Try a lower lr (now {self.cfg.lr:g}) or grad_clip"
+                f"{self.step}{where}; the last good checkpoint is kept. Try a lower lr (now {self.cfg.lr:g}) or "
+                f"grad_clip"
             )
         if self.plan.use_scaler and new_skips >= self._interval_steps and scale is not None and scale < 2.0**-14:
             raise RunFailed(
@@ -315,6 +334,8 @@ class Trainer:
         }
 
     def cleanup(self) -> None:
+        if hasattr(self, "_watch"):
+            self._watch.disarm()
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None

@@ -168,3 +168,26 @@ def test_cpu_device_and_one_torch_device(tiny_config):
     assert trainer.device == torch.device("cpu")
     assert all(p.device == trainer.device for p in trainer.raw_model.parameters())
     assert all(t.device == trainer.device for t in trainer.val.values())
+
+
+def test_overflow_hooks_name_the_module_that_produced_inf(tiny_config, recorder, monkeypatch):
+    """After a first overflow the hooks are armed; the next overflow is traced to the module that made it."""
+    original = torch.nn.Linear.forward
+    calls = {"n": 0}
+
+    def hidden_layer_overflows(self, x):
+        out = original(self, x)
+        if self.out_features == 16 and self.training:
+            calls["n"] += 1
+            if calls["n"] in (3, 8):
+                out = out * float("inf")  # as if fc1's fp16 output overflowed
+        return out
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", hidden_layer_overflows)
+    ended = train(tiny_config(precision="fp16", max_steps=15, log_interval=5, eval_interval=10**6),
+                  sink=recorder, devices=[CPU_WITH_FP16])
+    steps = recorder.of("StepMetrics")
+    assert ended.status == "completed" and ended.skipped_steps == 2
+    assert steps[0].nonfinite_source is None  # first overflow: hooks were not armed yet (hot loop stays free)
+    assert steps[1].nonfinite_source == "fc1"  # step 8's overflow traced to the module that produced it
+    assert steps[2].nonfinite_source is None  # quiet interval: nothing caught, hooks disarmed

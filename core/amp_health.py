@@ -1,0 +1,84 @@
+"""AMP health: find which module first produced inf/NaN, without taxing the hot loop.
+
+Forward hooks are armed only after an overflow was seen. While armed, each hook ORs a device-side flag
+(no host sync); the flags are read once, at the next log interval. Hooks fire when a module's forward
+finishes, so the first flagged module in firing order is the innermost, earliest producer.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class NonFiniteWatch:
+    """Device-side inf/NaN flags per module output, armed on demand."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self._handles: list = []
+        self._flags: dict[str, torch.Tensor] = {}
+        self._order: list[str] = []
+
+    @property
+    def armed(self) -> bool:
+        return bool(self._handles)
+
+    def arm(self) -> None:
+        """Register a forward hook on every submodule (and the model itself, as '<model>')."""
+        if self.armed:
+            return
+        for name, module in self.model.named_modules():
+            self._handles.append(module.register_forward_hook(self._hook(name or "<model>")))
+
+    def _hook(self, name: str):
+        def check(module, inputs, output):
+            outputs = output if isinstance(output, (tuple, list)) else (output,)
+            for tensor in outputs:
+                if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+                    bad = ~torch.isfinite(tensor).all()
+                    if name in self._flags:
+                        self._flags[name] |= bad
+                    else:
+                        self._flags[name] = bad
+                        self._order.append(name)
+
+        return check
+
+    def flag_loss(self, loss: torch.Tensor) -> None:
+        """Also watch the loss itself (it is computed outside any module)."""
+        if self.armed:
+            bad = ~torch.isfinite(loss)
+            if "loss" in self._flags:
+                self._flags["loss"] |= bad
+            else:
+                self._flags["loss"] = bad
+                self._order.append("loss")
+
+    def first_source(self) -> str | None:
+        """The first module (or 'loss') whose output was non-finite since arming; resets the flags. One sync."""
+        if not self._flags:
+            return None
+        names = list(self._order)
+        values = torch.stack([self._flags[n] for n in names]).tolist()  # the one host read
+        self._flags.clear()
+        self._order.clear()
+        for name, bad in zip(names, values, strict=True):
+            if bad:
+                return name
+        return None
+
+    def disarm(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._flags.clear()
+        self._order.clear()
+
+
+def first_nonfinite_parameter(model: nn.Module) -> str | None:
+    """Name of the first parameter holding inf/NaN (after a divergence), or None."""
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            return name
+    return None
