@@ -257,7 +257,8 @@ class MainWindow(QMainWindow):
                 self.show_error(f"Run failed: {event.message}", event.details)
             else:
                 where = f" Checkpoint: {event.checkpoint}" if event.checkpoint else ""
-                self.show_message(f"Run {event.status}: {event.message}.{where}", "status-ok")
+                text = event.message[:1].upper() + event.message[1:]
+                self.show_message(f"{text}.{where}", "status-ok")
 
     def _on_device_selected(self, info) -> None:
         self.setupPanel.set_device(info)

@@ -50,7 +50,7 @@ class DevicesPanel(QGroupBox):
         self.list = QListWidget(objectName="deviceList")
         self.list.setIconSize(QSize(22, 22))
         self.list.setAlternatingRowColors(False)
-        self.list.setMinimumHeight(70)
+        self.list.setMinimumHeight(50)
         self.list.currentRowChanged.connect(self._on_row_changed)
         self.refreshButton = QToolButton(objectName="refreshDevicesButton")
         self.refreshButton.setIcon(icon("refresh"))
@@ -88,6 +88,10 @@ class DevicesPanel(QGroupBox):
             item.setData(Qt.ItemDataRole.UserRole, info.id)
             self.list.addItem(item)
         self.list.blockSignals(False)
+        # As tall as its rows (up to four), so one CPU doesn't leave a tall empty box.
+        rows = max(1, min(len(self._devices), 4))
+        row_height = self.list.sizeHintForRow(0) if self._devices else 40
+        self.list.setFixedHeight(rows * row_height + 2 * self.list.frameWidth() + 4)
         accelerators = sum(1 for d in self._devices if d.type != "cpu")
         self.summary.setText(f"{len(self._devices)} device(s), {accelerators} accelerator(s)")
         ids = [d.id for d in self._devices]

@@ -81,14 +81,41 @@ class PlotsPanel(QWidget):
         self._add_curve("loss", "loss_raw", "raw", pg.mkPen((59, 111, 216, 90), width=1))
         self._add_curve("loss", "loss_smooth", "smoothed", pg.mkPen("#3b6fd8", width=2))
         self.plots["eval"].getPlotItem().addLegend(offset=(-10, 10))
-        self._add_curve("throughput", "throughput", None, pg.mkPen("#2e9b57", width=2))
+        self.plots["throughput"].getPlotItem().addLegend(offset=(-10, 10))
+        self._add_curve("throughput", "throughput", "raw", pg.mkPen((46, 155, 87, 90), width=1))
+        self._add_curve("throughput", "throughput_smooth", "smoothed", pg.mkPen("#2e9b57", width=2))
         self._add_curve("lr", "lr", None, pg.mkPen("#c98a12", width=2))
         self._add_curve("scale", "scale", None, pg.mkPen("#8e44ad", width=2))
         self._add_curve("memory", "memory", None, pg.mkPen("#d0453c", width=2))
-        self._scale_note = pg.TextItem("GradScaler is on for fp16 runs only", anchor=(0.5, 0.5),
-                                       color=palette.color(QPalette.ColorRole.PlaceholderText))
-        self.plots["scale"].addItem(self._scale_note, ignoreBounds=True)
+        self.plots["scale"].getPlotItem().setYRange(0, 6)  # log10 units: 1 .. 1e6 until fp16 data arrives
+        self._ceiling_lines: list = []
+        self._show_scaler_state(None)
         self._timer.start()
+
+    def _show_scaler_state(self, scaler_on: bool | None) -> None:
+        item = self.plots["scale"].getPlotItem()
+        if scaler_on is None:
+            item.setTitle("GradScaler loss scale (fp16 runs)", size="10pt")
+        elif scaler_on:
+            item.setTitle("GradScaler loss scale", size="10pt")
+        else:
+            item.setTitle("GradScaler loss scale: off (fp16 runs only)", size="10pt")
+
+    def _show_ceiling(self, ceiling: dict) -> None:
+        import pyqtgraph as pg
+
+        item = self.plots["eval"].getPlotItem()
+        for line in self._ceiling_lines:
+            item.removeItem(line)
+        self._ceiling_lines = []
+        for name, value in ceiling.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                line = pg.InfiniteLine(pos=value, angle=0, movable=False,
+                                       pen=pg.mkPen("#6a7a90", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+                                       label=f"{name} ceiling {value:.3g}",
+                                       labelOpts={"position": 0.15, "color": "#6a7a90", "anchors": [(0, 1), (0, 1)]})
+                item.addItem(line)
+                self._ceiling_lines.append(line)
 
     def _add_curve(self, plot: str, key: str, name: str | None, pen, symbol: str | None = None):
         item = self.plots[plot].getPlotItem()
@@ -97,7 +124,7 @@ class PlotsPanel(QWidget):
         curve.setDownsampling(auto=True, method="peak")
         curve.setClipToView(True)
         self._curves[key] = curve
-        self._series[key] = SmoothedSeries(0.9) if key == "loss_smooth" else Series()
+        self._series[key] = SmoothedSeries(0.9) if key.endswith("_smooth") else Series()
         return curve
 
     # ------------------------------------------------------------------ events
@@ -115,12 +142,14 @@ class PlotsPanel(QWidget):
             self.clear()
             self._scaler_on = bool(event.scaler)
             if self.plots:
-                self._scale_note.setVisible(not self._scaler_on)
+                self._show_scaler_state(self._scaler_on)
+                self._show_ceiling(getattr(event, "ceiling", {}) or {})
         elif kind == "StepMetrics":
             step = event.step
             self._append("loss_raw", step, event.loss)
             self._append("loss_smooth", step, event.loss)
             self._append("throughput", step, event.samples_per_second)
+            self._append("throughput_smooth", step, event.samples_per_second)
             self._append("lr", step, event.lr)
             if event.grad_scale is not None:
                 self._append("scale", step, event.grad_scale)

@@ -20,6 +20,16 @@ OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval",
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
           "max_steps": "Max steps", "out_dir": "Output folder", "data": "Data file"}
 PRECISION_MODES = ("auto", "fp32", "tf32", "fp16", "bf16")
+LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
+
+
+def form_label(text: str, tooltip: str = "") -> QLabel:
+    label = QLabel(text)
+    label.setMinimumWidth(LABEL_WIDTH)
+    label.setMinimumHeight(26)
+    label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    label.setToolTip(tooltip)
+    return label
 
 
 def label_for(name: str) -> str:
@@ -83,9 +93,9 @@ class RunSetupPanel(QWidget):
         self.taskDescription = QLabel(objectName="taskDescription", wordWrap=True)
         self.taskDescription.setProperty("role", "hint")
         self.paramCount = QLabel("–", objectName="paramCount")
-        self._task_form.addRow("Task", self.taskCombo)
-        self._task_form.addRow("", self.taskDescription)
-        self._task_form.addRow("Parameters", self.paramCount)
+        self._task_form.addRow(form_label("Task"), self.taskCombo)
+        self._task_form.addRow(form_label(""), self.taskDescription)
+        self._task_form.addRow(form_label("Parameters"), self.paramCount)
         self._task_error = QLabel(objectName="taskError", wordWrap=True)
         self._task_error.setProperty("role", "error")
         self._task_error.hide()
@@ -107,7 +117,7 @@ class RunSetupPanel(QWidget):
         self._precision_error = QLabel(objectName="precisionError", wordWrap=True)
         self._precision_error.setProperty("role", "error")
         self._precision_error.hide()
-        form.addRow("Mode", self.precisionCombo)
+        form.addRow(form_label("Mode"), self.precisionCombo)
         form.addRow("", self.precisionNote)
         form.addRow("", self._precision_error)
         return box
@@ -129,9 +139,7 @@ class RunSetupPanel(QWidget):
                 row = FieldRow(editor)
                 editor.changed.connect(self._on_field_changed)
                 self._rows[name] = row
-                label = QLabel(label_for(name))
-                label.setToolTip(spec.help)
-                form.addRow(label, row)
+                form.addRow(form_label(label_for(name), spec.help), row)
         self.taskCombo.blockSignals(True)
         for name, cls in self._tasks.items():
             self.taskCombo.addItem(name, name)
@@ -259,9 +267,7 @@ class RunSetupPanel(QWidget):
             editor.changed.connect(self._on_option_changed)
             row = FieldRow(editor)
             self._option_rows[option.name] = row
-            label = QLabel(option.name.replace("_", " ").capitalize())
-            label.setToolTip(option.help)
-            self._task_form.addRow(label, row)
+            self._task_form.addRow(form_label(option.name.replace("_", " ").capitalize(), option.help), row)
         self._update_param_count()
 
     def _on_option_changed(self) -> None:

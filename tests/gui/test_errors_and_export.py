@@ -30,7 +30,7 @@ def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window
     set_field(window, "gradAccumEdit", 1)
     qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
     finish_run(qtbot, window)
-    assert "completed" in window.statusBarWidget.message.text()
+    assert "completed" in window.statusBarWidget.message.text().lower()
 
 
 @pytest.mark.timeout(60)
@@ -39,7 +39,7 @@ def test_resume_from_a_corrupt_checkpoint_shows_the_engines_message(qtbot, windo
     corrupt.write_bytes(b"this is not a checkpoint")
     window.file_actions.resume(str(corrupt))
     qtbot.waitUntil(lambda: "Cannot resume" in window.statusBarWidget.message.text(), timeout=20_000)
-    assert "not a readable checkpoint" in window.statusBarWidget.message.text()
+    assert "not a readable checkpoint" in window.statusBarWidget.message.text().lower()
     qtbot.waitUntil(lambda: not window.jobs.busy, timeout=5000)
     assert not window.controller.running
     qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)

@@ -53,11 +53,11 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
 
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000) as stopped:
         click(qtbot, window, "stopButton")
-        assert "Stopping" in window.statusBarWidget.message.text()
+        assert "stopping" in window.statusBarWidget.message.text().lower()
         assert not find(window, "stopButton").isEnabled()
         assert not find(window, "startButton").isEnabled()
     assert stopped.args == [False]
-    assert "stopped" in window.statusBarWidget.message.text()
+    assert "stopped" in window.statusBarWidget.message.text().lower()
     assert find(window, "startButton").isEnabled()
 
     checkpoint = out_dir / "checkpoint.pt"
@@ -74,7 +74,7 @@ def test_completed_run_then_a_second_run_reuses_the_window(qtbot, window, tmp_pa
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
         click(qtbot, window, "startButton")
-    assert "completed" in window.statusBarWidget.message.text()
+    assert "completed" in window.statusBarWidget.message.text().lower()
     assert find(window, "progressBar").value() == find(window, "progressBar").maximum()
     assert len(window.plotsPanel.series("eval:accuracy")) >= 1
     first = loss_points(window)

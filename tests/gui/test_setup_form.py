@@ -106,7 +106,7 @@ def test_toml_round_trip(qtbot, window, tmp_path):
 
     path.write_text("lr = [", encoding="utf-8")
     assert not window.file_actions.load_toml(str(path))
-    assert "invalid TOML" in window.statusBarWidget.message.text()
+    assert "invalid toml" in window.statusBarWidget.message.text().lower()
 
 
 @pytest.mark.timeout(30)
@@ -114,7 +114,7 @@ def test_presets_load(window):
     assert window.file_actions.presets_menu.actions()
     for action in window.file_actions.presets_menu.actions():
         action.trigger()
-        assert "Loaded settings" in window.statusBarWidget.message.text()
+        assert "loaded settings" in window.statusBarWidget.message.text().lower()
 
 
 @pytest.mark.timeout(30)
