@@ -98,7 +98,8 @@ def minimal_loop(config: RunConfig, mode: str, steps: int, repeats: int) -> dict
             start = time.perf_counter()
             for step in range(steps):
                 index = (window * steps + step) % per_epoch
-                batch = {k: v[perm[index * config.batch_size:(index + 1) * config.batch_size]] for k, v in train.items()}
+                rows_of_batch = perm[index * config.batch_size:(index + 1) * config.batch_size]
+                batch = {k: v[rows_of_batch] for k, v in train.items()}
                 with plan.autocast():
                     loss = task.loss(model, batch)
                 scaler.scale(loss).backward()
@@ -285,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the suite itself")
-    parser.add_argument("--out", default="runs/gpu_suite.json", help="where to write the JSON report (runs/ is git-ignored)")
+    parser.add_argument("--out", default="runs/gpu_suite.json",
+                        help="where to write the JSON report (runs/ is git-ignored)")
     parser.add_argument("--budget-s", type=float, default=270.0, help="skip sections that start after this")
     args = parser.parse_args(argv)
     began = time.perf_counter()

@@ -19,8 +19,8 @@ from .errors import DeviceError
 _DEVICE = r"(cpu|meta|mps|cuda(?::\d+)?|xpu(?::\d+)?|hpu(?::\d+)?)"
 # torch words the same mistake differently per op and version; each pattern captures the two devices.
 _MISMATCH_PATTERNS = (
-    re.compile(rf"Expected all tensors to be on the same device.*?found at least two devices,? {_DEVICE} and {_DEVICE}",
-               re.S),
+    re.compile(rf"Expected all tensors to be on the same device.*?found at least two devices,? {_DEVICE} and "
+               rf"{_DEVICE}", re.S),
     re.compile(rf"Expected all tensors to be on the same device.*? is on {_DEVICE},? different from other tensors on "
                rf"{_DEVICE}", re.S),
     re.compile(rf"Tensor on device {_DEVICE} is not on the expected device {_DEVICE}"),
@@ -29,7 +29,8 @@ _MISMATCH_PATTERNS = (
     re.compile(rf"indices should be either on {_DEVICE} or on the same device as the indexed tensor \({_DEVICE}\)"),
 )
 # Conv/RNN style: "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same".
-_TYPE_MISMATCH = re.compile(r"Input type \(torch\.(cuda\.)?\w+\) and weight type \(torch\.(cuda\.)?\w+\) should be the same")
+_TYPE_MISMATCH = re.compile(r"Input type \(torch\.(cuda\.)?\w+\) and weight type \(torch\.(cuda\.)?\w+\) "
+                            r"should be the same")
 
 
 def mismatch_devices(text: str) -> tuple[str, str] | None:
@@ -79,7 +80,8 @@ def find_misplaced(model: nn.Module | None, batch: dict | None, device: torch.de
     device = torch.device(device)
     found = []
     for path, module in (model.named_modules() if model is not None else ()):
-        kind_of = [("parameter", module.named_parameters(recurse=False)), ("buffer", module.named_buffers(recurse=False)),
+        kind_of = [("parameter", module.named_parameters(recurse=False)),
+                   ("buffer", module.named_buffers(recurse=False)),
                    ("tensor attribute", ((k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor)))]
         for kind, items in kind_of:
             for name, tensor in items:

@@ -211,7 +211,8 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
             rows.append(SweepRow(mode=mode, status="skipped", reason="sweep stopped"))
             continue
         if mode not in info.precisions:
-            row = SweepRow(mode=mode, status="skipped", reason=info.unsupported.get(mode, f"not supported on {info.id}"))
+            reason = info.unsupported.get(mode, f"not supported on {info.id}")
+            row = SweepRow(mode=mode, status="skipped", reason=reason)
         else:
             if progress:
                 progress(SweepProgress(mode, index, len(order), "running"))

@@ -76,7 +76,8 @@ def test_cuda_style_message_names_module_batch_field_and_fix():
 
 
 @pytest.mark.parametrize("text, devices", [
-    ("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!", ("cuda:0", "cpu")),
+    ("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",
+     ("cuda:0", "cpu")),
     ("Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on cuda:0 "
      "(when checking argument in method wrapper_CUDA_addmm)", ("cpu", "cuda:0")),
     ("Tensor on device meta is not on the expected device cpu!", ("meta", "cpu")),
