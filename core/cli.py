@@ -17,7 +17,7 @@ from .config import FIELD_SPECS, RunConfig
 from .errors import AmpConsoleError, ConfigError
 
 # Modules that add subcommands: each has `register(subparsers)`; the parser calls `args.handler(args)`.
-COMMAND_MODULES = ("core.cli_train", "core.cli_lab")
+COMMAND_MODULES = ("core.cli_train", "core.cli_lab", "core.data.cli")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse and run one command; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         return args.handler(args)
     except ConfigError as exc:
@@ -109,8 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         return fail_bad_input(str(exc))
 
 
-def install_sigint_stop(control) -> None:
-    """First Ctrl+C asks the run to stop gracefully (with a checkpoint); a second one aborts."""
+def install_sigint_stop(control, distributed: bool = False) -> None:
+    """First Ctrl+C asks the run to stop gracefully (with a checkpoint); a second one aborts.
+
+    Under torchrun every signal only asks to stop: torchrun repeats SIGINT/SIGTERM to its workers and
+    kills them itself if they take too long, so escalating here would lose the final checkpoint.
+    """
+    if distributed:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: control.stop())
+        return
 
     def handler(signum, frame):
         sys.stderr.write("\nstopping after this step (Ctrl+C again to abort)...\n")

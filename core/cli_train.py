@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -11,7 +12,7 @@ from . import checkpoints
 from .config import FIELD_SPECS, RunConfig, tomllib
 from .control import RunControl
 from .errors import ConfigError
-from .events import EvalMetrics, Event, RunEnded, RunStarted, StepMetrics
+from .events import EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 
 _TYPES = {"lr": float, "momentum": float, "weight_decay": float, "grad_clip": float}
 
@@ -29,6 +30,10 @@ def register(sub) -> None:
     p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
     p.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint (its config, flags override it)")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object summarising the run")
+    p.add_argument("--events", action="store_true",
+                   help="print every event as one JSON line on stdout as it happens (for other programs)")
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="run N processes on this machine with DDP (launches torchrun --standalone)")
     p.set_defaults(handler=cmd_train)
 
 
@@ -125,23 +130,36 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from .cli import install_sigint_stop
+    from .distributed import DistContext
     from .trainer import Trainer
 
     config = config_from_args(args)
+    if args.nproc is not None and not os.environ.get("WORLD_SIZE"):
+        from .launch import launch_torchrun
+
+        return launch_torchrun(args.nproc, args.argv, config)
+    dist_ctx = DistContext.from_env()
+    if not dist_ctx.is_main:  # rank 0 alone reports; the others train quietly
+        args.json = args.events = False
     control = RunControl()
-    reporter = ProgressReporter(enabled=sys.stderr.isatty())
+    reporter = ProgressReporter(enabled=sys.stderr.isatty() and dist_ctx.is_main and not args.events)
     seen: dict = {}
 
     def sink(event: Event) -> None:
         if isinstance(event, RunStarted):
             seen["started"] = event
+        if args.events:
+            print(json.dumps(event_to_dict(event), default=str), flush=True)
         reporter(event)
 
-    install_sigint_stop(control)
-    ended = Trainer(config, sink=sink, control=control, resume_from=args.resume).run()
-    print_summary(ended, seen.get("started"), sys.stderr if args.json else sys.stdout)
-    if ended.status == "failed" and ended.details:
-        sys.stderr.write(f"run failed: {ended.message}\n")
-    if args.json:
-        print(json.dumps(summary_json(ended, seen.get("started"))))
+    install_sigint_stop(control, distributed=dist_ctx.enabled)
+    ended = Trainer(config, sink=sink, control=control, resume_from=args.resume, dist_ctx=dist_ctx).run()
+    if dist_ctx.is_main:
+        print_summary(ended, seen.get("started"), sys.stderr if (args.json or args.events) else sys.stdout)
+        if ended.status == "failed" and ended.details:
+            sys.stderr.write(f"run failed: {ended.message}\n")
+        if args.json:
+            print(json.dumps(summary_json(ended, seen.get("started"))), flush=True)
+    if dist_ctx.enabled:  # torchrun treats any non-zero exit as a crash; the launcher reads the status instead
+        return 1 if ended.status == "failed" else 0
     return {"completed": 0, "failed": 1}.get(ended.status, 130)

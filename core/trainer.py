@@ -141,9 +141,7 @@ class Trainer:
         except RunFailed as exc:
             return self._end("failed", str(exc))
         except Exception as exc:  # anything else: the run fails, the app stays usable
-            from .doctor import explain_exception
-
-            return self._end("failed", explain_exception(exc, self), details=traceback.format_exc())
+            return self._end("failed", self._explain(exc), details=traceback.format_exc())
         if status == "completed" and self.val is not None and self._last_eval_step != self.step:
             self.evaluate()
         self.save_checkpoint()
@@ -378,6 +376,16 @@ class Trainer:
         self.skipped_steps = int(state.get("skipped_steps", 0))
         self.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
         ckpt.restore_rng(state["rng"])
+
+    def _explain(self, exc: Exception) -> str:
+        from .doctor import explain_exception
+
+        text = str(exc)
+        if self.dist.enabled and ("Connection reset" in text or "Connection closed" in text
+                                  or isinstance(exc, getattr(torch.distributed, "DistBackendError", ()))):
+            return (f"another process of this {self.dist.world_size}-process run died or lost its connection at "
+                    f"step {self.step}; the run ended. Resume from the last checkpoint ({self._saved_checkpoint or 'none yet'})")
+        return explain_exception(exc, self)
 
     def _display_epoch(self) -> int:
         """1-based epoch the latest step belongs to (what users read as 'epoch 2/5')."""
