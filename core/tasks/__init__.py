@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import Task, TaskData, TaskOption
+from .ranking import RankingTask
 from .recommender import RecommenderTask
+from .sentiment import SentimentTask
 from .tiny import TinyClassifierTask
 
-TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (TinyClassifierTask, RecommenderTask)}
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (TinyClassifierTask, SentimentTask, RankingTask, RecommenderTask)}
 
 
 def get_task_class(name: str) -> type[Task]:
