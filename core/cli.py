@@ -17,7 +17,7 @@ from .config import FIELD_SPECS, RunConfig
 from .errors import AmpConsoleError, ConfigError
 
 # Modules that add subcommands: each has `register(subparsers)`; the parser calls `args.handler(args)`.
-COMMAND_MODULES = ("core.cli_train", "core.cli_lab", "core.data.cli", "core.data.cli")
+COMMAND_MODULES = ("core.cli_train", "core.cli_lab", "core.data.cli")
 
 
 class OneLineParser(argparse.ArgumentParser):
