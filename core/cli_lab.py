@@ -116,7 +116,11 @@ def print_sweep(result) -> None:
         if r.status != "ok":  # the reason goes below the table: it is a sentence, not a cell
             table.add_row(r.mode, "-", *["-"] * (len(columns) - 3), r.status, style="dim")
             continue
-        note = f"{r.skipped_steps} steps skipped (fp16 overflow)" if r.skipped_steps else ""
+        notes = [f"{r.skipped_steps} steps skipped (fp16 overflow)"] if r.skipped_steps else []
+        if r.step_ms_windows and max(r.step_ms_windows) > 1.5 * min(r.step_ms_windows):
+            # Windows this far apart mean something else shared the device: the ratios are rough.
+            notes.append(f"noisy: windows {min(r.step_ms_windows):.2f}-{max(r.step_ms_windows):.2f} ms")
+        note = "; ".join(notes)
         cells = [r.mode, r.compute_dtype, _num(r.step_ms, ".2f"), _num(r.samples_per_second, ",.0f")]
         cells += [_num(r.tokens_per_second, ",.0f")] if tokens else []
         cells += [format_bytes(r.peak_memory_bytes), _num(r.speedup, ".2f", "x"), _num(r.memory_ratio, ".2f", "x"),

@@ -36,6 +36,8 @@ from .events import RunEnded, RunStarted, StepMetrics
 # Losses within this relative (or absolute) distance of fp32's after the same steps count as "the same".
 LOSS_REL_TOLERANCE = 0.05
 LOSS_ABS_TOLERANCE = 0.02
+# A lower precision must beat fp32 by more than timing noise to be worth its numerical risk.
+MIN_SPEEDUP = 1.05
 
 
 @dataclass
@@ -271,7 +273,8 @@ def recommend(rows: list[SweepRow]) -> tuple[str | None, str]:
     base = next((r for r in rows if r.mode == "fp32" and r.status == "ok"), None)
     if base is None:
         return None, "fp32 could not be measured, so there is nothing to compare against"
-    healthy = [r for r in rows if r.status == "ok" and (r is base or loss_matches(r, base.loss))]
+    healthy = [r for r in rows if r.status == "ok" and (r is base or (loss_matches(r, base.loss)
+                                                                      and (r.speedup or 0.0) >= MIN_SPEEDUP))]
     best = max(healthy, key=lambda r: r.samples_per_second or 0.0)
     if best is base:
         return "fp32", "no lower-precision mode was faster than fp32 with the same loss on this device"
