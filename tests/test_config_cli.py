@@ -115,3 +115,26 @@ def test_core_never_imports_qt_or_the_gui():
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device",
+                                "cpu", "--out", str(out), "--json", "--batch-size", "8"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((out / "metrics.jsonl").exists() and "StepMetrics" in (out / "metrics.jsonl").read_text()):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["status"] == "stopped" and (out / "checkpoint.pt").is_file()
+    assert "Traceback" not in stderr
