@@ -133,7 +133,7 @@ class RankingTask(Task):
         TaskOption("features", 16, "synthetic: features per (query, lesson)", 2, 4096),
         TaskOption("noise", 0.5, "synthetic: label noise (std, relative to the relevance's std)", 0.0, 10.0),
     )
-    defaults = {"lr": 3e-3, "batch_size": 64, "epochs": 8, "optimizer": "adamw"}
+    defaults = {"lr": 3e-3, "batch_size": 64, "epochs": 4, "optimizer": "adamw"}
     primary_metric = "ndcg@10"
 
     def load_data(self, data_path: str, seed: int) -> TaskData:

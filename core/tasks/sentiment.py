@@ -84,7 +84,8 @@ class SentimentTask(Task):
         TaskOption("reviews", 20_000, "synthetic: reviews generated", 100, 100_000_000),
         TaskOption("label_noise", 0.05, "synthetic: fraction of labels flipped", 0.0, 0.5),
     )
-    defaults = {"lr": 1e-2, "batch_size": 128, "epochs": 4, "optimizer": "adamw"}
+    # Two epochs with cosine decay: hashed bigrams of filler words let the model memorise after that.
+    defaults = {"lr": 1e-2, "batch_size": 128, "epochs": 2, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "accuracy"
 
     def load_data(self, data_path: str, seed: int) -> TaskData:

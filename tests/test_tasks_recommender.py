@@ -1,0 +1,109 @@
+"""Recommender: planted-ceiling maths, sequence windows, metrics, and training that beats popularity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core.config import RunConfig
+from core.data.sequences import history_windows, sequence_splits, training_windows
+from core.data.synthetic import generate_interactions, make_track_chain
+from core.tasks import create_task
+from core.tasks.recommender import rank_metrics
+from core.trainer import train
+
+SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
+
+
+def test_windows_cover_every_transition_once_with_latest_window_full():
+    items = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9])  # one user, 9 items -> 8 transitions
+    out = training_windows(items, np.array([0]), np.array([9]), max_len=3)
+    assert out["seq"].tolist() == [[6, 7, 8], [3, 4, 5], [0, 1, 2]]
+    assert out["target"].tolist() == [[7, 8, 9], [4, 5, 6], [0, 2, 3]]
+    history = history_windows(items, np.array([0, 7]), np.array([2, 9]), max_len=3)
+    assert history.tolist() == [[0, 1, 2], [0, 8, 9]]
+
+
+def test_leave_last_out_splits_hold_out_the_last_two_items():
+    user = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2])
+    items = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    train, val, test, _ = sequence_splits(user, items, 9, max_len=4, negatives=5, seed=0)
+    assert val["target"].tolist() == [3, 8] and test["target"].tolist() == [4, 9]
+    assert val["seq"].tolist() == [[0, 0, 1, 2], [0, 0, 0, 7]]
+    assert test["seq"].tolist() == [[0, 1, 2, 3], [0, 0, 7, 8]]
+    assert 3 not in train["target"] and 4 not in train["target"]  # held-out items never trained on
+    assert (val["negatives"] != val["target"][:, None]).all() and val["negatives"].shape == (2, 5)
+
+
+def test_expected_ceiling_matches_monte_carlo_of_the_bayes_ranking():
+    chain = make_track_chain(300, 10, 0.6, 1.0, seed=3)
+    data = generate_interactions(chain, 60_000, 30, seed=3)
+    same = data["user"][1:] == data["user"][:-1]
+    current, following = data["item"][:-1][same][:20_000], data["item"][1:][same][:20_000]
+    probs = 0.4 * np.tile(chain.jump_probs, (len(current), 1))
+    probs[np.arange(len(current)), chain.successor(current)] += 0.6
+    rank = (probs > probs[np.arange(len(current)), following][:, None]).sum(1)
+    expected = chain.expected_metrics(current)
+    assert expected["hr@10_full"] == pytest.approx((rank < 10).mean(), abs=0.01)
+    assert expected["ndcg@10_full"] == pytest.approx(np.where(rank < 10, 1 / np.log2(rank + 2), 0).mean(), abs=0.01)
+    assert expected["hr@10_sampled100"] > expected["hr@10_full"]
+
+
+def test_generator_is_seeded_exact_and_follows_tracks():
+    chain = make_track_chain(100, 10, 0.7, 1.0, seed=1)
+    a = generate_interactions(chain, 12_345, 20, seed=1)
+    b = generate_interactions(chain, 12_345, 20, seed=1)
+    assert len(a["item"]) == 12_345 and all(np.array_equal(a[k], b[k]) for k in a)
+    same = a["user"][1:] == a["user"][:-1]
+    assert (np.diff(a["timestamp"])[same] > 0).all()
+    follow_rate = (a["item"][1:][same] == chain.successor(a["item"][:-1][same])).mean()
+    assert follow_rate == pytest.approx(0.7 + 0.3 / 100, abs=0.03)
+
+
+def test_rank_metrics_count_ties_against_the_target():
+    scores = torch.tensor([[1.0, 1.0, 1.0], [3.0, 2.0, 1.0]])
+    hit, ndcg = rank_metrics(scores, torch.tensor([1.0, 3.0]), k=2)
+    assert hit.tolist() == [0.0, 1.0] and ndcg[1] == pytest.approx(1.0)
+
+
+def test_sampled_softmax_loss_is_finite_and_trains():
+    task = create_task("recommender", {**SMALL, "loss": "sampled", "sampled_negatives": 64})
+    data = task.load_data("", 0)
+    model = task.build_model(data.info)
+    batch = {k: v[:16] for k, v in data.train.items()}
+    loss = task.loss(model, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and model.items.weight.grad is not None
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_default_hyperparameters_beat_popularity(tmp_path, precision):
+    task = create_task("recommender", SMALL)
+    data = task.load_data("", 0)
+    assert data.ceiling["hr@10_full"] > data.baseline["hr@10_full"] + 0.3
+    events = []
+    config = RunConfig.for_task("recommender", task_options=SMALL, precision=precision, device="cpu",
+                                max_steps=60, out_dir=str(tmp_path))
+    ended = train(config, sink=events.append)
+    assert ended.status == "completed", ended.message
+    assert events[0].autocast_dtype == ("bfloat16" if precision == "bf16" else "float32")
+    for metric in ("hr@10_full", "ndcg@10_full"):
+        assert ended.metrics[metric] > data.baseline[metric] + 0.2, (metric, ended.metrics, data.baseline)
+        assert ended.metrics[metric] <= data.ceiling[metric] + 0.05
+    assert ended.metrics["hr@10_sampled100"] >= ended.metrics["hr@10_full"]
+
+
+def test_trains_from_a_csv_file_with_raw_string_ids(tmp_path):
+    path = tmp_path / "clicks.csv"
+    users = np.repeat(np.arange(60), 12)
+    items = (np.arange(len(users)) % 7)
+    lines = ["user_id,item_id,timestamp,event"] + [
+        f"u{u},lesson-{i},{1000 + t},{'click' if t % 2 else 'complete'}" for t, (u, i) in enumerate(zip(users, items))]
+    path.write_text("\n".join(lines) + "\n")
+    task = create_task("recommender", {"d_model": 16, "max_len": 8})
+    data = task.load_data(str(path), 0)
+    assert data.info["n_items"] == 7 and data.val["target"].shape[0] == 60 and data.ceiling == {}
+    ended = train(RunConfig.for_task("recommender", task_options={"d_model": 16, "max_len": 8}, data=str(path),
+                                     device="cpu", max_steps=3, batch_size=16, out_dir=str(tmp_path / "run")))
+    assert ended.status == "completed", ended.message
