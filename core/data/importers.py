@@ -99,7 +99,7 @@ def _natural_key(name: str) -> tuple:
 
 def _read_csv(file: Path) -> pa.Table:
     try:
-        return pacsv.read_csv(file)
+        table = pacsv.read_csv(file)
     except pa.ArrowInvalid as exc:
         text = str(exc)
         if "UTF8" in text or "UTF-8" in text:
@@ -109,6 +109,10 @@ def _read_csv(file: Path) -> pa.Table:
         row = re.search(r"Row #(\d+)", text)
         where = f"line {int(row.group(1))}: " if row else ""
         raise DataError(f"{file}: {where}cannot parse CSV: {text.splitlines()[0]}") from None
+    if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
+        # pyarrow reads a column holding invalid UTF-8 as bytes rather than failing: report the first bad byte.
+        raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8")
+    return table
 
 
 def _read_parquet(file: Path) -> pa.Table:
@@ -167,7 +171,10 @@ def _convert(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArra
         return values
     if kind == "text":
         if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-            return pc.cast(values, pa.string())
+            try:
+                return pc.cast(values, pa.string())
+            except pa.ArrowInvalid:
+                raise DataError(f"{file}: column {col.name!r}: text is not valid UTF-8") from None
         return pc.fill_null(values, "")
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         if kind == "number":  # datetimes become seconds: only their order matters to the tasks
