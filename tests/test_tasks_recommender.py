@@ -28,7 +28,7 @@ def test_windows_cover_every_transition_once_with_latest_window_full():
 def test_leave_last_out_splits_hold_out_the_last_two_items():
     user = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2])
     items = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9])
-    train, val, test, _ = sequence_splits(user, items, 9, max_len=4, negatives=5, seed=0)
+    train, val, test = sequence_splits(user, items, 9, max_len=4, negatives=5, seed=0)
     assert val["target"].tolist() == [3, 8] and test["target"].tolist() == [4, 9]
     assert val["seq"].tolist() == [[0, 0, 1, 2], [0, 0, 0, 7]]
     assert test["seq"].tolist() == [[0, 1, 2, 3], [0, 0, 7, 8]]

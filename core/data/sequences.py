@@ -74,7 +74,7 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
         splits.append({"seq": history_windows(items, starts[evaluated], ends, max_len),
                        "target": torch.from_numpy(target),
                        "negatives": sampled_negatives(target, n_items, negatives, seed + back)})
-    return train, splits[0], splits[1], starts[evaluated] + lengths[evaluated]
+    return train, splits[0], splits[1]
 
 
 def read_interactions(path: str) -> dict[str, np.ndarray]:

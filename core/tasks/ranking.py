@@ -38,6 +38,7 @@ class ScoringMLP(nn.Module):
         self.net = nn.Sequential(*parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Scores for every feature vector; any leading shape, e.g. (queries, docs, F) -> (queries, docs)."""
         return self.net(x).squeeze(-1)
 
 

@@ -62,6 +62,7 @@ class SASRec(nn.Module):
         nn.init.normal_(self.positions.weight, std=0.02)
 
     def forward(self, seq: torch.Tensor) -> torch.Tensor:
+        """Item ids (B, L), left-padded with 0 -> hidden states (B, L, d_model); position t sees items <= t."""
         length = seq.shape[1]
         real = seq > 0
         x = self.items(seq) * self.items.embedding_dim**0.5 + self.positions.weight[:length]
@@ -139,7 +140,7 @@ class RecommenderTask(Task):
             chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
             raw = generate_interactions(chain, o["interactions"], o["mean_len"], seed)
             user, items, n_items = raw["user"], raw["item"] + 1, o["items"]
-        train, val, test, _ = sequence_splits(user, items, n_items, o["max_len"], EVAL_NEGATIVES, seed)
+        train, val, test = sequence_splits(user, items, n_items, o["max_len"], EVAL_NEGATIVES, seed)
         if not data_path:
             previous = val["seq"][:, -1].numpy() - 1  # the item just before the held-out one
             ceiling = chain.expected_metrics(previous, EVAL_NEGATIVES, TOP_K)
@@ -187,7 +188,9 @@ class RecommenderTask(Task):
             with torch.autocast(hidden.device.type, enabled=False):
                 return model.scores(hidden.float())
 
-        return ranking_report(score, split, max(batch_size, 512))
+        # Cap the (rows, catalogue) score matrix at 2^26 floats (256 MB) so huge catalogues still evaluate.
+        rows = max(1, min(max(batch_size, 512), (1 << 26) // model.items.num_embeddings))
+        return ranking_report(score, split, rows)
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

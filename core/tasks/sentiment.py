@@ -38,6 +38,7 @@ class BagClassifier(nn.Module):
         nn.init.normal_(self.bag.weight, std=0.1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Padded bucket ids (B, T) -> class logits (B, 2)."""
         return self.head(self.bag(tokens))
 
 
