@@ -38,11 +38,12 @@ class CausalBlock(nn.Module):
         self.ffn = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x: (B, L, D); mask: (B, 1, L, L) bool, True where a query may attend to a key."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, L, D) -> (B, L, D); position t attends to positions <= t."""
         b, length, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, length, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+        # is_causal without an explicit mask keeps SDPA on its fused (flash) kernels on every device.
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                               dropout_p=self.dropout if self.training else 0.0)
         x = x + self.drop(self.proj(attn.transpose(1, 2).reshape(b, length, d)))
         return x + self.drop(self.ffn(self.norm2(x)))
@@ -66,13 +67,13 @@ class SASRec(nn.Module):
         length = seq.shape[1]
         real = seq > 0
         x = self.items(seq) * self.items.embedding_dim**0.5 + self.positions.weight[:length]
-        x = self.drop(x) * real.unsqueeze(-1)
-        causal = torch.ones(length, length, dtype=torch.bool, device=seq.device).tril()
-        # A query sees earlier real items and itself; padding queries see only themselves (no empty rows -> NaN).
-        eye = torch.eye(length, dtype=torch.bool, device=seq.device)
-        mask = (causal & real.unsqueeze(1)) | eye
+        # As in SASRec, padding positions are zeroed after every block (the "timeline mask") rather than
+        # masked out of attention: a key-padding mask would push SDPA off its fused kernels, and histories
+        # are left-padded, so a real position only ever sees padding before the user's first lesson.
+        timeline = real.unsqueeze(-1).to(x.dtype)
+        x = self.drop(x) * timeline
         for block in self.blocks:
-            x = block(x, mask.unsqueeze(1))
+            x = block(x) * timeline
         return self.norm(x)
 
     def scores(self, hidden: torch.Tensor) -> torch.Tensor:
