@@ -70,10 +70,10 @@ def phase_train(task: str, options: dict, overrides: dict, out_dir: str, threads
     load = time.perf_counter() - start
     config = RunConfig.for_task(task, task_options=options, device="cpu", out_dir=out_dir, log_interval=50,
                                 **overrides)
-    started = {}
-    ended = train(config, sink=lambda e: started.setdefault("steps", getattr(e, "total_steps", None)))
+    ended = train(config)
     ratio = {k: ended.metrics[k] / v for k, v in data.ceiling.items() if k in ended.metrics and v > 0}
-    return {"task": task, "status": ended.status, "parameters": create_task(task, options).parameter_count(), "load_s": load, "train_s": ended.elapsed_seconds,
+    return {"task": task, "status": ended.status, "parameters": create_task(task, options).parameter_count(),
+            "load_s": load, "train_s": ended.elapsed_seconds,
             "steps": ended.step, "samples_per_s": ended.samples_per_second, "metrics": ended.metrics,
             "ceiling": data.ceiling, "baseline": data.baseline, "fraction_of_ceiling": ratio,
             "peak_rss_gb": _peak_rss_gb()}

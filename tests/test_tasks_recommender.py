@@ -16,6 +16,16 @@ from core.trainer import train
 SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
 
 
+@pytest.fixture(autouse=True)
+def one_intra_op_thread():
+    """Train on one thread: on a 2-core machine shared with other jobs, two OpenMP threads that wait for
+    each other at every op were measured 5-10x slower; the results do not depend on the thread count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_windows_cover_every_transition_once_with_latest_window_full():
     items = np.array([1, 2, 3, 4, 5, 6, 7, 8, 9])  # one user, 9 items -> 8 transitions
     out = training_windows(items, np.array([0]), np.array([9]), max_len=3)

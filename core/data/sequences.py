@@ -36,7 +36,8 @@ def training_windows(items: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     target = np.zeros((rows, max_len), dtype=np.int64)
     owner = np.repeat(np.arange(len(lengths)), transitions)
     first_row = np.cumsum(chunks) - chunks
-    step = np.arange(int(transitions.sum()), dtype=np.int64) - np.repeat(np.cumsum(transitions) - transitions, transitions)
+    first_transition = np.cumsum(transitions) - transitions
+    step = np.arange(int(transitions.sum()), dtype=np.int64) - np.repeat(first_transition, transitions)
     back = transitions[owner] - 1 - step  # transitions after this one: 0 for the user's latest
     row = first_row[owner] + back // max_len
     col = max_len - 1 - back % max_len

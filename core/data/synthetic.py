@@ -56,7 +56,8 @@ class TrackChain:
         succ_rank = rank_in_q[self.successor(current)]
         ranks = np.arange(n + 1)
         out = {}
-        for suffix, hit, gain in (("full", *_full_gains(ranks, k)), (f"sampled{negatives}", *_sampled_gains(ranks, n, negatives, k))):
+        variants = (("full", *_full_gains(ranks, k)), (f"sampled{negatives}", *_sampled_gains(ranks, n, negatives, k)))
+        for suffix, hit, gain in variants:
             for name, g in (("hr", hit), ("ndcg", gain)):
                 # Succ(i) ranks first; an item at q-position j ranks j+1 if before succ(i) in q, else j.
                 before = np.concatenate([[0.0], np.cumsum(qs * g[1:])])  # sum_{j<m} q_j g(j+1)

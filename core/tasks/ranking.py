@@ -42,7 +42,8 @@ class ScoringMLP(nn.Module):
         return self.net(x).squeeze(-1)
 
 
-def ranking_metrics(scores: torch.Tensor, label: torch.Tensor, k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def ranking_metrics(scores: torch.Tensor, label: torch.Tensor,
+                    k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sums over queries of NDCG@k and reciprocal rank, and the number of queries with a relevant doc.
 
     scores, label: (Q, D); label -1 marks padding (ranked last). Queries without a relevant doc are left out.

@@ -81,7 +81,8 @@ class SASRec(nn.Module):
         return hidden @ self.items.weight[1:].t()
 
 
-def rank_metrics(scores: torch.Tensor, target_scores: torch.Tensor, k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor]:
+def rank_metrics(scores: torch.Tensor, target_scores: torch.Tensor,
+                 k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row hit@k and NDCG@k of a target with `target_scores` (B,) among candidate `scores` (B, C).
 
     Ties count against the target (pessimistic), so a constant scorer gets no free hits.
