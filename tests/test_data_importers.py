@@ -83,6 +83,17 @@ def test_folder_reads_every_file_and_blames_the_bad_one(tmp_path):
     bad.unlink()
 
 
+@pytest.mark.parametrize("task,text,expected", [
+    ("recommender", HEADER + "u1,a,1,click\nu2,b,2,click\n", "no user has the 3 interactions"),
+    ("ranking", "query_id,doc_id,label,f1\nq1,d1,1,0.5\nq1,d2,0,0.1\n", "at least 10 queries"),
+    ("sentiment", "text,label\ngood,1\nbad,0\n", "at least 10 reviews"),
+])
+def test_too_little_data_is_a_data_error(tmp_path, task, text, expected):
+    path = write(tmp_path, "small.csv", text)
+    with pytest.raises(DataError, match=expected):
+        load(task, path)
+
+
 def test_unsupported_or_missing_paths(tmp_path):
     with pytest.raises(DataError, match="unsupported file type .txt"):
         read_table(write(tmp_path, "x.txt", "a\n1\n"), [])

@@ -210,6 +210,12 @@ def _check_choices(file: Path, col: Column, values: pa.ChunkedArray) -> pa.Chunk
     return text
 
 
+def require_rows(path: str, split: dict, what: str, need: str) -> None:
+    """DataError when a split built from `path` came out empty (too little data to validate on)."""
+    if len(next(iter(split.values()))) == 0:
+        raise DataError(f"{path}: too little data for a {what} split: {need}")
+
+
 def contiguous_ids(values: pa.ChunkedArray, start: int = 0) -> tuple[np.ndarray, int]:
     """Raw ids (any type) -> contiguous int64 codes start..start+n-1, in order of first appearance; and n."""
     encoded = pc.dictionary_encode(values).combine_chunks()

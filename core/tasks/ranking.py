@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data.importers import Column, contiguous_ids, read_table
+from ..data.importers import Column, contiguous_ids, read_table, require_rows
 from ..data.synthetic import generate_ranking
 from ..errors import DataError
 from .base import Task, TaskData, TaskOption, iter_slices
@@ -144,6 +144,7 @@ class RankingTask(Task):
             query, features, label = read_ranking(data_path)
             x, y = pad_queries(query, features, label)
             train, val, test = split_queries({"features": x, "label": y}, seed)
+            require_rows(data_path, val, "validation", "at least 10 queries are needed (10% validate)")
             ceiling = {}
         else:
             data = generate_ranking(o["queries"], o["docs"], o["features"], o["noise"], seed)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..data.importers import require_rows
 from ..data.sequences import read_interactions, sequence_splits
 from ..data.synthetic import generate_interactions, make_track_chain
 from .base import Task, TaskData, TaskOption, iter_slices
@@ -143,6 +144,9 @@ class RecommenderTask(Task):
             raw = generate_interactions(chain, o["interactions"], o["mean_len"], seed)
             user, items, n_items = raw["user"], raw["item"] + 1, o["items"]
         train, val, test = sequence_splits(user, items, n_items, o["max_len"], EVAL_NEGATIVES, seed)
+        if data_path:
+            require_rows(data_path, val, "leave-last-out", "no user has the 3 interactions needed to hold out 2")
+            require_rows(data_path, train, "training", "no user has 2 interactions left to train on")
         if not data_path:
             previous = val["seq"][:, -1].numpy() - 1  # the item just before the held-out one
             ceiling = chain.expected_metrics(previous, EVAL_NEGATIVES, TOP_K)

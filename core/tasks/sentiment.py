@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data.importers import Column, read_table
+from ..data.importers import Column, read_table, require_rows
 from ..data.reviews import generate_reviews
 from ..data.tokenizer import hashed_tokens
 from .base import Task, TaskData, TaskOption, iter_slices
@@ -101,6 +101,8 @@ class SentimentTask(Task):
         if oracle is not None:
             arrays["posterior"] = oracle
         train, val, test = split_rows(arrays, seed)
+        if data_path:
+            require_rows(data_path, val, "validation", "at least 10 reviews are needed (10% validate)")
         ceiling = {}
         if oracle is not None:
             posterior = val.pop("posterior")
