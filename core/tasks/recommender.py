@@ -8,6 +8,10 @@ Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the h
 against the **full catalogue** (`*_full`) and against 100 sampled negatives (`*_sampled100`, the variant
 many papers report; it is much higher). Items already in the history are not removed: in the planted
 data lessons repeat, and the ceiling assumes they may.
+
+The ceiling (synthetic data) is the *expected* HR/NDCG of the Bayes-optimal ranking given each evaluated
+user's last item (core.data.synthetic.TrackChain.expected_metrics). A measured value on U users scatters
+around its expectation by about sqrt(p (1 - p) / U), so a well-trained model can land slightly above it.
 """
 
 from __future__ import annotations

@@ -88,6 +88,7 @@ class SentimentTask(Task):
     # Two epochs with cosine decay: hashed bigrams of filler words let the model memorise after that.
     defaults = {"lr": 1e-2, "batch_size": 128, "epochs": 2, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "accuracy"
+    tokens_key = "tokens"  # throughput can count hashed words + bigrams (non-zero ids), not just reviews
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
