@@ -41,7 +41,9 @@ def word_hashes(words: pa.Array) -> np.ndarray:
 
 
 def hashed_tokens(text: pa.ChunkedArray | pa.Array, buckets: int, max_tokens: int) -> torch.Tensor:
-    """(rows, max_tokens) int64 bucket ids 1..buckets-1 of unigrams and bigrams, 0 = padding."""
+    """(rows, max_tokens) int32 bucket ids 1..buckets-1 of unigrams and bigrams, 0 = padding.
+
+    int32 (EmbeddingBag takes it) halves the largest tensor of a big review file."""
     lists = word_lists(text)
     flat = lists.flatten()
     offsets = lists.offsets.to_numpy().astype(np.int64)
@@ -50,14 +52,14 @@ def hashed_tokens(text: pa.ChunkedArray | pa.Array, buckets: int, max_tokens: in
     position = np.arange(len(flat)) - offsets[rows]
     hashes = word_hashes(flat)
     spread = np.uint64(buckets - 1)
-    out = np.zeros((len(lengths), max_tokens), dtype=np.int64)
+    out = np.zeros((len(lengths), max_tokens), dtype=np.int32)
     uni_slot = np.maximum(2 * position - 1, 0)  # layout w0, w1, w0w1, w2, w1w2, ...
     keep = uni_slot < max_tokens
-    out[rows[keep], uni_slot[keep]] = (hashes[keep] % spread + np.uint64(1)).astype(np.int64)
+    out[rows[keep], uni_slot[keep]] = (hashes[keep] % spread + np.uint64(1)).astype(np.int32)
     second = np.flatnonzero(position > 0)  # the second word of each bigram
     # Mix the two word hashes so (a, b) and (b, a) land in different buckets.
     mixed = (hashes[second - 1] * np.uint64(0x9E3779B1) + hashes[second] * np.uint64(0x85EBCA77)) ^ np.uint64(0xB5)
     bi_slot = 2 * position[second]
     keep = bi_slot < max_tokens
-    out[rows[second][keep], bi_slot[keep]] = (mixed[keep] % spread + np.uint64(1)).astype(np.int64)
+    out[rows[second][keep], bi_slot[keep]] = (mixed[keep] % spread + np.uint64(1)).astype(np.int32)
     return torch.from_numpy(out)
