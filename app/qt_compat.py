@@ -3,8 +3,9 @@
 PySide6 6.12's wheels return `None` from void methods without taking a reference, which is only harmless
 where None is immortal (Python >= 3.12). On 3.11 each call (QPainter.setPen, QWidget.update, ...) lowers
 None's reference count by one; a few thousand calls in, the interpreter aborts with
-"Fatal Python error: none_dealloc". Where the leak is detected, we give None the effectively infinite
-reference count that Python 3.12 gives it. Nothing is done on interpreters or PySide6 builds without the bug.
+"Fatal Python error: none_dealloc" (bool-returning paths do the same to True/False: "bool_dealloc").
+Where the leak is detected, we give None, True and False the effectively infinite reference count Python
+3.12 gives them. Nothing is done on interpreters or PySide6 builds without the bug.
 """
 
 from __future__ import annotations
@@ -36,5 +37,6 @@ def protect_none() -> bool:
     if sys.version_info >= (3, 12) or not void_calls_leak_none():
         return False
     # ob_refcnt is the first field of every CPython object (Py_ssize_t), at the object's address.
-    ctypes.c_ssize_t.from_address(id(None)).value += _IMMORTAL
+    for singleton in (None, True, False):
+        ctypes.c_ssize_t.from_address(id(singleton)).value += _IMMORTAL
     return True

@@ -8,12 +8,16 @@ and joins the thread before anything is destroyed (QThread.finished fires before
 
 from __future__ import annotations
 
+import sys
 import traceback
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from core.control import RunControl
+
+
+UI_SWITCH_INTERVAL_S = 0.0005
 
 
 def _describe_unexpected(exc: BaseException) -> tuple[str, str]:
@@ -80,7 +84,7 @@ class RunController(QObject):
         if self.running:
             raise RuntimeError("a run is already in progress")
         worker = TrainingWorker(config, resume_from=resume_from, devices=devices)
-        run_thread = QThread()
+        run_thread = QThread(self)  # owned by the controller (C++ side); deleted after it is joined
         run_thread.setObjectName("trainingThread")
         worker.moveToThread(run_thread)
         run_thread.started.connect(worker.run)
@@ -88,10 +92,14 @@ class RunController(QObject):
         worker.setupFailed.connect(self.setupFailed)
         # Direct: quit from the worker's own thread, so a GUI thread blocked in wait() cannot deadlock.
         worker.done.connect(run_thread.quit, Qt.ConnectionType.DirectConnection)
-        run_thread.finished.connect(worker.deleteLater)
-        run_thread.finished.connect(run_thread.deleteLater)
-        run_thread.finished.connect(self._on_finished)
+        run_thread.finished.connect(worker.deleteLater)  # runs in the thread as it exits
+        run_thread.finished.connect(self._on_finished)  # joins, then deletes the QThread itself
         self._worker, self._run_thread = worker, run_thread
+        # The UI thread needs the GIL for every Qt call while it paints; with the default 5 ms switch interval
+        # each such call can wait 5 ms behind the training thread's Python. A short interval costs the trainer
+        # nothing while the UI idles (it waits outside the GIL) and keeps the window responsive while it draws.
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, UI_SWITCH_INTERVAL_S))
         run_thread.start()
         self.runningChanged.emit(True)
 
@@ -123,6 +131,8 @@ class RunController(QObject):
         run_thread, worker = self._run_thread, self._worker
         self._run_thread = self._worker = None
         run_thread.wait()  # finished fires before the OS thread exits: join before it is deleted
+        run_thread.deleteLater()
+        sys.setswitchinterval(self._switch_interval)
         # A finished run must never reach the next run's listeners.
         for signal, slot in ((worker.event, self.event), (worker.setupFailed, self.setupFailed)):
             try:
@@ -180,7 +190,7 @@ class JobRunner(QObject):
                on_failure: Callable[[str, str], None]) -> None:
         self._next_id += 1
         job = _Job(self._next_id, fn)
-        job_thread = QThread()
+        job_thread = QThread(self)
         job_thread.setObjectName("jobThread")
         job.moveToThread(job_thread)
         job_thread.started.connect(job.run)
@@ -189,7 +199,6 @@ class JobRunner(QObject):
         job.done.connect(job_thread.quit, Qt.ConnectionType.DirectConnection)
         job.done.connect(self._reap)
         job_thread.finished.connect(job.deleteLater)
-        job_thread.finished.connect(job_thread.deleteLater)
         self._jobs[self._next_id] = (job_thread, job, on_success, on_failure)
         job_thread.start()
         self.busyChanged.emit(True)
@@ -209,6 +218,7 @@ class JobRunner(QObject):
         entry = self._jobs.pop(job_id, None)
         if entry is not None:
             entry[0].wait()  # the job has returned; join its thread before it is deleted
+            entry[0].deleteLater()
         if not self._jobs:
             self.busyChanged.emit(False)
 
@@ -216,4 +226,5 @@ class JobRunner(QObject):
         """Wait for running jobs (they are short and must not be cut off halfway through a file write)."""
         for job_thread, *_rest in self._jobs.values():
             job_thread.wait()
+            job_thread.deleteLater()
         self._jobs.clear()

@@ -31,7 +31,7 @@ def make_config(out_dir: Path, steps: int):
     from core.config import RunConfig
 
     return RunConfig.for_task(
-        "tiny", task_options={"hidden": 256, "samples": 65_536}, batch_size=256, max_steps=steps,
+        "tiny", task_options={"hidden": 512, "samples": 65_536}, batch_size=256, max_steps=steps,
         log_interval=10, eval_interval=0, device="cpu", precision="fp32", out_dir=str(out_dir))
 
 
@@ -88,14 +88,17 @@ def run_gui(app, window, config, probe: LatencyProbe) -> float:
         if type(event).__name__ == "RunEnded":
             result["ended"] = event
 
+    from PySide6.QtCore import QEventLoop
+
     window.controller.event.connect(on_event)
     window.apply_config(config)
+    loop = QEventLoop()
+    window.controller.runningChanged.connect(loop.quit)
     probe.start()
     assert window.start_run(), window.setupPanel.errors()
-    while window.controller.running:
-        app.processEvents()
-        time.sleep(0.001)  # the loop's own idle wait; the probe measures how late timers fire
+    loop.exec()  # the app's real event loop: it sleeps until an event, a timer or the probe wakes it
     probe.stop()
+    window.controller.runningChanged.disconnect(loop.quit)
     app.processEvents()
     window.controller.event.disconnect(on_event)
     ended = result["ended"]
@@ -113,15 +116,18 @@ def percentile(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=1500, help="optimizer steps per run")
+    parser.add_argument("--steps", type=int, default=400, help="optimizer steps per run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
+    from app import qt_compat
     from app.assets import apply_theme
     from app.main_window import MainWindow
+
+    qt_compat.protect_none()
     from core.devices import cpu_info
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

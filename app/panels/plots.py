@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
 from app.series import Series, SmoothedSeries
 
-REDRAW_HZ = 8
+REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
 
 
@@ -49,7 +49,7 @@ class PlotsPanel(QWidget):
         import pyqtgraph as pg
 
         palette = self.palette()
-        pg.setConfigOptions(antialias=True, background=palette.color(QPalette.ColorRole.Base),
+        pg.setConfigOptions(antialias=False, background=palette.color(QPalette.ColorRole.Base),
                             foreground=palette.color(QPalette.ColorRole.Text))
         self._placeholder.hide()
         specs = (
@@ -179,7 +179,7 @@ class PlotsPanel(QWidget):
 
     def redraw(self) -> None:
         """Push the changed buffers to their curves (views of the numpy arrays, no copies)."""
-        if not self._dirty:
+        if not self._dirty or not self.isVisible():
             return
         for key in self._dirty:
             series = self._series[key]
