@@ -103,7 +103,7 @@ class ProgressReporter:
 def summary_json(ended: RunEnded, started: RunStarted | None) -> dict:
     return {
         "status": ended.status, "steps": ended.step, "epochs": ended.epoch, "final_loss": ended.final_loss,
-        "metrics": ended.metrics, "device": started.device if started else None,
+        "metrics": ended.metrics, "test_metrics": ended.test_metrics, "device": started.device if started else None,
         "precision": started.precision if started else None,
         "autocast_dtype": started.autocast_dtype if started else None, "checkpoint": ended.checkpoint,
         "samples_per_second": ended.samples_per_second, "skipped_steps": ended.skipped_steps,
@@ -117,9 +117,12 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     if ended.final_loss is not None:
         print(f"  final training loss {ended.final_loss:.4f}", file=stream)
     ceiling = started.ceiling if started else {}
-    for name, value in ended.metrics.items():
-        bound = f"   (planted ceiling {ceiling[name]:.4f})" if name in ceiling else ""
-        print(f"  val {name:<14} {value:.4f}{bound}", file=stream)
+    baseline = started.baseline if started else {}
+    for split, metrics in (("val", ended.metrics), ("test", ended.test_metrics)):
+        for name, value in metrics.items():
+            refs = [f"baseline {baseline[name]:.4f}"] if name in baseline else []
+            refs += [f"planted ceiling {ceiling[name]:.4f}"] if name in ceiling else []
+            print(f"  {split:<4} {name:<20} {value:.4f}" + (f"   ({', '.join(refs)})" if refs else ""), file=stream)
     if ended.samples_per_second:
         print(f"  throughput {ended.samples_per_second:,.0f} samples/s", file=stream)
     if ended.skipped_steps:

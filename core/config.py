@@ -56,6 +56,7 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("log_interval", "optimizer steps between metric reports (the only host syncs)", 1, 1_000_000, step=1),
         FieldSpec("eval_interval", "optimizer steps between evaluations; 0 = at the end of each epoch", 0, 1_000_000_000, step=100),
         FieldSpec("checkpoint_interval", "optimizer steps between checkpoints; 0 = only at the end", 0, 1_000_000_000, step=100),
+        FieldSpec("threads", "CPU threads torch uses inside an op; 0 = torch's default", 0, 1024, step=1),
         FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl"),
     )
 }
@@ -85,6 +86,7 @@ class RunConfig:
     log_interval: int = 10
     eval_interval: int = 0
     checkpoint_interval: int = 0
+    threads: int = 0
     out_dir: str = "runs/latest"
 
     @classmethod

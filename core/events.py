@@ -24,7 +24,9 @@ class RunStarted:
     steps_per_epoch: int
     start_step: int
     config: dict
-    ceiling: dict = field(default_factory=dict)
+    ceiling: dict = field(default_factory=dict)  # best metric values the planted structure allows
+    baseline: dict = field(default_factory=dict)  # trivial predictor's metrics (popularity, majority...)
+    tokens_key: str | None = None  # set when the task also counts tokens (sequence models)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class StepMetrics:
     memory_bytes: int | None
     elapsed_seconds: float
     nonfinite_source: str | None = None  # fp16: first module (or 'loss') that produced inf/NaN this interval
+    tokens_per_second: float | None = None  # non-padding tokens, for tasks with a tokens_key
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class RunEnded:
     samples_per_second: float | None
     elapsed_seconds: float = 0.0
     skipped_steps: int = 0
+    test_metrics: dict = field(default_factory=dict)  # held-out test split, evaluated once at completion
     details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
 
 

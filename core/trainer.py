@@ -78,6 +78,7 @@ class Trainer:
         self._metrics_file = None
         self._saved_checkpoint: str | None = None
         self._last_eval_step = -1
+        self.test_metrics: dict = {}
 
     # ----------------------------------------------------------------- phases
     def run(self) -> RunEnded:
@@ -103,6 +104,8 @@ class Trainer:
             raise CheckpointError(
                 f"{self.resume_from}: checkpoint is for task {resume_state['task']!r}, this run is {cfg.task!r}"
             )
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
         init_process_group(self.dist, self.device)
         seed_everything(cfg.seed)
         self.data = self.task.load_data(cfg.data, cfg.seed)
@@ -112,6 +115,7 @@ class Trainer:
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
         train = place_split(self.data.train, self.device, keep_on_host=self._keep_on_host())
         self.val = place_split(self.data.val, self.device, keep_on_host=False)
+        self.test = place_split(self.data.test, self.device, keep_on_host=False) if self.data.test else None
         self.batches = EpochBatches(train, cfg.batch_size, cfg.seed, self.device, self.dist.rank, self.dist.world_size)
         self.steps_per_epoch = self.batches.batches_per_epoch // cfg.grad_accum
         if self.steps_per_epoch == 0:
@@ -142,8 +146,10 @@ class Trainer:
             return self._end("failed", str(exc))
         except Exception as exc:  # anything else: the run fails, the app stays usable
             return self._end("failed", self._explain(exc), details=traceback.format_exc())
-        if status == "completed" and self.val is not None and self._last_eval_step != self.step:
+        if status == "completed" and self._last_eval_step != self.step:
             self.evaluate()
+        if status == "completed" and self.test is not None:
+            self.test_metrics = self.evaluate("test")
         self.save_checkpoint()
         return self._end(status, message)
 
@@ -156,6 +162,7 @@ class Trainer:
         self._running_loss = torch.zeros((), device=self.device)
         self._finite_count = torch.zeros((), device=self.device)
         self._skipped = torch.zeros((), device=self.device)
+        self._tokens = torch.zeros((), device=self.device)
         self._grad_norm = None
         while self.step < self.total_steps:
             order = self.batches.order(self.epoch)
@@ -184,6 +191,8 @@ class Trainer:
         accum = self.cfg.grad_accum
         for micro in range(accum):
             batch = self.batches.batch(order, first_micro + micro)
+            if self.task.tokens_key is not None:
+                self._tokens += (batch[self.task.tokens_key] != 0).sum()  # stays on the device
             sync = contextlib.nullcontext() if micro == accum - 1 or not self.dist.enabled else self.model.no_sync()
             with sync:
                 with self.plan.autocast():  # forward + loss only
@@ -232,8 +241,9 @@ class Trainer:
 
     def _log(self) -> None:
         """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
-        sums = all_reduce_mean(torch.stack([self._running_loss, self._finite_count, self._skipped.float()]), self.dist)
-        loss_sum, finite, skipped = sums.tolist()  # syncs the device, once per log interval
+        sums = all_reduce_mean(torch.stack([self._running_loss, self._finite_count, self._skipped.float(),
+                                            self._tokens.float()]), self.dist)
+        loss_sum, finite, skipped, tokens = sums.tolist()  # syncs the device, once per log interval
         now = time.perf_counter()
         seconds = now - self._interval_start
         micro = self._interval_steps * self.cfg.grad_accum
@@ -253,7 +263,10 @@ class Trainer:
             samples_per_second=samples / seconds if seconds > 0 else 0.0, grad_scale=scale,
             grad_norm=grad_norm, skipped_steps=self.skipped_steps, memory_bytes=memory_in_use(self.device),
             elapsed_seconds=now - self.started, nonfinite_source=source,
+            tokens_per_second=(tokens * self.dist.world_size / seconds
+                               if self.task.tokens_key is not None and seconds > 0 else None),
         ))
+        self._tokens.zero_()
         self._running_loss.zero_()
         self._finite_count.zero_()
         self._interval_steps = 0
@@ -285,18 +298,20 @@ class Trainer:
                 f"to {scale:g}; the model diverged. Try bf16, a lower lr or grad_clip"
             )
 
-    def evaluate(self) -> dict:
-        """Validation metrics (rank 0 computes, under no_grad and the run's autocast)."""
-        self._last_eval_step = self.step
+    def evaluate(self, split: str = "val") -> dict:
+        """Metrics on the validation (or test) split; rank 0 computes, under no_grad and the run's autocast."""
+        if split == "val":
+            self._last_eval_step = self.step
         if not self.dist.is_main:
             return {}
         model = self.raw_model
         model.eval()
         with torch.no_grad(), self.plan.autocast():
-            metrics = self.task.evaluate(model, self.val, self.cfg.batch_size)
+            metrics = self.task.evaluate(model, self.val if split == "val" else self.test, self.cfg.batch_size)
         model.train()
-        self.last_metrics = metrics
-        self._emit(EvalMetrics(step=self.step, epoch=self._display_epoch(), split="val", metrics=metrics))
+        if split == "val":
+            self.last_metrics = metrics
+        self._emit(EvalMetrics(step=self.step, epoch=self._display_epoch(), split=split, metrics=metrics))
         return metrics
 
     def save_checkpoint(self) -> str | None:
@@ -410,7 +425,7 @@ class Trainer:
             param_dtype=str(next(self.raw_model.parameters()).dtype).removeprefix("torch."),
             scaler=self.plan.use_scaler, param_count=self.param_count, total_steps=self.total_steps,
             steps_per_epoch=self.steps_per_epoch, start_step=self.step, config=self.cfg.to_dict(),
-            ceiling=dict(self.data.ceiling),
+            ceiling=dict(self.data.ceiling), baseline=dict(self.data.baseline), tokens_key=self.task.tokens_key,
         )
 
     def _end(self, status: str, message: str, details: str = "") -> RunEnded:
@@ -418,7 +433,8 @@ class Trainer:
         ended = RunEnded(
             status=status, message=message, step=self.step, epoch=self._display_epoch(), final_loss=self.last_loss,
             metrics=dict(self.last_metrics), checkpoint=self._saved_checkpoint, samples_per_second=rate,
-            elapsed_seconds=time.perf_counter() - self.started, skipped_steps=self.skipped_steps, details=details,
+            elapsed_seconds=time.perf_counter() - self.started, skipped_steps=self.skipped_steps,
+            test_metrics=dict(self.test_metrics), details=details,
         )
         self._emit(ended)
         return ended

@@ -191,3 +191,16 @@ def test_overflow_hooks_name_the_module_that_produced_inf(tiny_config, recorder,
     assert steps[0].nonfinite_source is None  # first overflow: hooks were not armed yet (hot loop stays free)
     assert steps[1].nonfinite_source == "fc1"  # step 8's overflow traced to the module that produced it
     assert steps[2].nonfinite_source is None  # quiet interval: nothing caught, hooks disarmed
+
+
+def test_token_tasks_report_tokens_per_second_and_test_metrics(tmp_path, recorder):
+    from core.config import RunConfig
+
+    cfg = RunConfig.for_task("recommender", device="cpu", max_steps=4, log_interval=2, out_dir=str(tmp_path), threads=1)
+    ended = train(cfg, sink=recorder)
+    started = recorder.of("RunStarted")[0]
+    assert started.tokens_key == "seq" and started.baseline and started.ceiling
+    steps = recorder.of("StepMetrics")
+    assert all(s.tokens_per_second and s.tokens_per_second > s.samples_per_second for s in steps)
+    assert [e.split for e in recorder.of("EvalMetrics")][-2:] == ["val", "test"]
+    assert set(ended.test_metrics) == set(ended.metrics)
