@@ -17,6 +17,7 @@ from app.panels.editors import Editor, FieldRow
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
                    "batch_size", "grad_accum", "epochs", "max_steps")
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data")
+OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
           "max_steps": "Max steps", "out_dir": "Output folder", "data": "Data file"}
 PRECISION_MODES = ("auto", "fp32", "tf32", "fp16", "bf16")
@@ -128,7 +129,13 @@ class RunSetupPanel(QWidget):
         from core.config import RunConfig
 
         defaults = RunConfig()
-        for form, names in ((self._training_form, TRAINING_FIELDS), (self._output_form, OUTPUT_FIELDS)):
+        # Fields core adds later (not named in the two groups) land in the second group, in spec order.
+        known = set(TRAINING_FIELDS) | set(OUTPUT_FIELDS) | set(OWN_WIDGETS)
+        extra = tuple(name for name in field_specs if name not in known and hasattr(defaults, name))
+        output = tuple(n for n in OUTPUT_FIELDS if n in field_specs)
+        output = output[:4] + extra + output[4:]
+        training = tuple(n for n in TRAINING_FIELDS if n in field_specs)
+        for form, names in ((self._training_form, training), (self._output_form, output)):
             for name in names:
                 spec = field_specs[name]
                 kind = type(getattr(defaults, name))

@@ -144,3 +144,15 @@ def test_scientific_spin_box_steps_in_decades(window):
     assert lr.textFromValue(3e-4) == "0.0003"
     assert lr.validate("1e-", 3)[0].name == "Intermediate"
     _ = Qt  # keep the import for readers: objectName lookups are Qt's findChild
+
+
+@pytest.mark.timeout(30)
+def test_every_run_config_field_has_an_editor(window):
+    from core.config import FIELD_SPECS
+
+    from app.panels.editors import camel
+
+    for name in FIELD_SPECS:
+        if name in ("task", "device", "precision"):
+            continue  # task picker, devices panel, precision combo
+        find(window, f"{camel(name)}Edit")
