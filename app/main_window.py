@@ -40,6 +40,9 @@ class MainWindow(QMainWindow):
         self.last_checkpoint: str | None = None
         self._error_details = ""
         self.controller = RunController(self)
+        self._pending_step = None
+        self._status_timer = QTimer(self, singleShot=True, interval=250)
+        self._status_timer.timeout.connect(self._flush_status)
         self.jobs = JobRunner(self)
         self._build_widgets()
         self.file_actions = FileActions(self)
@@ -246,9 +249,16 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ events
     def _on_event(self, event) -> None:
         self.plotsPanel.handle_event(event)
-        self.statusBarWidget.handle_event(event)
         self.logPanel.handle_event(event)
         kind = type(event).__name__
+        if kind == "StepMetrics":
+            # Step reports can come hundreds of times a second; the status bar shows the latest at 4 Hz.
+            self._pending_step = event
+            if not self._status_timer.isActive():
+                self._status_timer.start()
+            return
+        self._flush_status()
+        self.statusBarWidget.handle_event(event)
         if kind == "RunStarted" and not self.controller.paused:
             self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
         elif kind == "CheckpointSaved":
@@ -262,6 +272,11 @@ class MainWindow(QMainWindow):
                 where = f" Checkpoint: {event.checkpoint}" if event.checkpoint else ""
                 text = event.message[:1].upper() + event.message[1:]
                 self.show_message(f"{text}.{where}", "status-ok")
+
+    def _flush_status(self) -> None:
+        if self._pending_step is not None:
+            self.statusBarWidget.handle_event(self._pending_step)
+            self._pending_step = None
 
     def _on_device_selected(self, info) -> None:
         self.setupPanel.set_device(info)

@@ -27,12 +27,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 
-def make_config(out_dir: Path, steps: int):
+def make_config(out_dir: Path, steps: int, threads: int):
     from core.config import RunConfig
 
     return RunConfig.for_task(
         "tiny", task_options={"hidden": 512, "samples": 65_536}, batch_size=256, max_steps=steps,
-        log_interval=10, eval_interval=0, device="cpu", precision="fp32", out_dir=str(out_dir))
+        log_interval=10, eval_interval=0, device="cpu", precision="fp32", threads=threads, out_dir=str(out_dir))
 
 
 def run_headless(config) -> float:
@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=400, help="optimizer steps per run")
+    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                        help="torch intra-op threads for both runs (default: all cores but one, which the UI "
+                             "needs: a UI thread on a core of the trainer's OpenMP team stalls the whole team)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         window.load_engine()
         app.processEvents()
         probe = LatencyProbe()
-        config = make_config(root / "run", args.steps)
+        config = make_config(root / "run", args.steps, args.threads)
         headless, gui = [], []
         run_headless(config)  # warm-ups: first-touch allocations, lazy imports, kernel caches
         run_gui(app, window, config, LatencyProbe())

@@ -38,8 +38,10 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
     assert not find(window, "startButton").isEnabled()
 
     qtbot.waitUntil(lambda: loss_points(window) >= 3, timeout=30_000)
-    assert find(window, "progressBar").value() > 0
+    qtbot.waitUntil(lambda: find(window, "progressBar").value() > 0, timeout=5000)  # refreshed at 4 Hz
     assert "step" in window.statusBarWidget.steps.text()
+    assert window.statusBarWidget.dtypes.text() == "autocast float32 · params float32"
+    assert window.statusBarWidget.scaler.text() == "GradScaler off"
 
     click(qtbot, window, "pauseButton")
     assert find(window, "pauseButton").text() == "Resume"
