@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import sys
 
+_GUI_FLAGS = ("--gui", "--measure-startup")
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("--gui",):
+    gui = not argv or argv[0] in _GUI_FLAGS or argv[0].endswith(".toml")  # `amp-console run.toml` opens it
+    if not gui:
         from core.cli import main as cli_main
 
         return cli_main(argv)

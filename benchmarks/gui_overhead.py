@@ -5,7 +5,7 @@ Headless: core.trainer.Trainer.run() on the main thread, no listeners. GUI: the 
 while a 10 ms QTimer probe measures how late the UI event loop serves it. Runs are interleaved (order
 alternating) after one warm-up of each; throughput is the engine's own samples/s over training time.
 
-    python benchmarks/gui_overhead.py [--repeats 3] [--steps 1500] [--json]
+    python benchmarks/gui_overhead.py [--repeats 3] [--steps 2000] [--threads N] [--json]
 
 Prints the GUI/headless throughput ratio (target >= 0.95) and the UI latency p99 (target <= 50 ms); with
 --json the last line is {"throughput_ratio": ..., "ui_latency_p99_ms": ...}.
@@ -116,7 +116,7 @@ def percentile(values: list[float], q: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=400, help="optimizer steps per run")
+    parser.add_argument("--steps", type=int, default=2000, help="optimizer steps per run")
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
                         help="torch intra-op threads for both runs (default: all cores but one, which the UI "
                              "needs: a UI thread on a core of the trainer's OpenMP team stalls the whole team)")
