@@ -37,10 +37,7 @@ def run_app(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QCoreApplication, QEvent, QObject, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app import qt_compat
     from app.assets import apply_theme
-
-    qt_compat.protect_none()  # PySide6 6.12 on Python 3.11 leaks None refs: see app/qt_compat.py
 
     QCoreApplication.setOrganizationName("AMP Console")
     QCoreApplication.setApplicationName("amp-console")

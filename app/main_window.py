@@ -10,7 +10,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QMainWindow, QMessageBox, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
 )
 
-from app import qt_compat
 from app.assets import icon
 from app.file_actions import FileActions
 from app.panels.devices import DevicesPanel
@@ -22,7 +21,6 @@ from app.worker import JobRunner, RunController
 
 CONFIG_KEY = "run/config"
 
-qt_compat.protect_none()  # before any widget paints: see app/qt_compat.py
 
 
 class MainWindow(QMainWindow):

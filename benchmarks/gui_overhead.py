@@ -126,11 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app import qt_compat
     from app.assets import apply_theme
     from app.main_window import MainWindow
 
-    qt_compat.protect_none()
     from core.devices import cpu_info
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

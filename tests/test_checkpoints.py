@@ -132,3 +132,11 @@ def test_export_writes_full_checkpoint_safetensors_and_manifest(tiny_config, tmp
     assert all(t.dtype == torch.float32 for t in tensors.values())
     info = json.loads(manifest.read_text())
     assert info["task"] == "tiny" and info["precision"]["mode"] == "fp32" and "accuracy" in info["metrics"]
+
+
+@pytest.mark.parametrize("payload", [b"", b"garbage" * 10, b"PK\x03\x04" + b"\x00" * 64, b"\x80\x02]q\x00."])
+def test_any_garbage_file_is_a_checkpoint_error(tmp_path, payload):
+    path = tmp_path / "garbage.pt"
+    path.write_bytes(payload)
+    with pytest.raises(CheckpointError, match="garbage.pt"):
+        ckpt.load_checkpoint(path)
