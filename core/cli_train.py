@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 
 
 from . import checkpoints
@@ -32,6 +33,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object summarising the run")
     p.add_argument("--events", action="store_true",
                    help="print every event as one JSON line on stdout as it happens (for other programs)")
+    p.add_argument("--control-stdin", action="store_true",
+                   help="read 'pause', 'resume' and 'stop' lines from stdin (for programs driving this run)")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N processes on this machine with DDP (launches torchrun --standalone)")
     p.set_defaults(handler=cmd_train)
@@ -131,6 +134,22 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
         print(f"  checkpoint {ended.checkpoint}", file=stream)
 
 
+def follow_control_lines(stream, control: RunControl) -> threading.Thread:
+    """Apply 'pause' / 'resume' / 'stop' lines from `stream` on a daemon thread; end of input means stop."""
+
+    def follow() -> None:
+        actions = {"pause": control.pause, "resume": control.resume, "stop": control.stop}
+        for line in stream:
+            action = actions.get(line.strip().lower())
+            if action is not None:
+                action()
+        control.stop()  # the driving program went away: stop with a checkpoint rather than run on unattended
+
+    thread = threading.Thread(target=follow, name="control-stdin", daemon=True)
+    thread.start()
+    return thread
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .cli import install_sigint_stop
     from .distributed import DistContext
@@ -156,6 +175,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         reporter(event)
 
     install_sigint_stop(control, distributed=dist_ctx.enabled)
+    if args.control_stdin and dist_ctx.is_main:
+        follow_control_lines(sys.stdin, control)
     ended = Trainer(config, sink=sink, control=control, resume_from=args.resume, dist_ctx=dist_ctx).run()
     if dist_ctx.is_main:
         print_summary(ended, seen.get("started"), sys.stderr if (args.json or args.events) else sys.stdout)

@@ -138,3 +138,28 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["status"] == "stopped" and (out / "checkpoint.pt").is_file()
     assert "Traceback" not in stderr
+
+
+def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
+    """--events streams JSON lines; --control-stdin takes pause/resume/stop (how the GUI runs torchrun jobs)."""
+    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device",
+                                "cpu", "--out", str(tmp_path / "run"), "--events", "--control-stdin",
+                                "--batch-size", "8", "--log-interval", "20"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        kinds = []
+        for line in process.stdout:
+            event = json.loads(line)
+            kinds.append(event["event"])
+            if kinds.count("StepMetrics") == 2:
+                process.stdin.write("stop\n")
+                process.stdin.flush()
+            if event["event"] == "RunEnded":
+                assert event["status"] == "stopped"
+                break
+        process.stdin.close()
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    assert kinds[0] == "RunStarted" and kinds[-2:] == ["CheckpointSaved", "RunEnded"]
+    assert process.returncode == 130
