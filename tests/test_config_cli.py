@@ -142,24 +142,24 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
 
 def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
     """--events streams JSON lines; --control-stdin takes pause/resume/stop (how the GUI runs torchrun jobs)."""
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device",
-                                "cpu", "--out", str(tmp_path / "run"), "--events", "--control-stdin",
-                                "--batch-size", "8", "--log-interval", "20"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        kinds = []
-        for line in process.stdout:
-            event = json.loads(line)
-            kinds.append(event["event"])
-            if kinds.count("StepMetrics") == 2:
-                process.stdin.write("stop\n")
-                process.stdin.flush()
-            if event["event"] == "RunEnded":
-                assert event["status"] == "stopped"
-                break
-        process.stdin.close()
-        process.wait(timeout=60)
-    finally:
-        process.kill()
+    command = [sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device", "cpu", "--out",
+               str(tmp_path / "run"), "--events", "--control-stdin", "--batch-size", "8", "--log-interval", "20"]
+    kinds = []
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as process:
+        try:
+            for line in process.stdout:
+                event = json.loads(line)
+                kinds.append(event["event"])
+                if kinds.count("StepMetrics") == 2:
+                    process.stdin.write("stop\n")
+                    process.stdin.flush()
+                if event["event"] == "RunEnded":
+                    assert event["status"] == "stopped"
+                    break
+            process.stdin.close()
+            process.wait(timeout=60)
+        finally:
+            process.kill()
     assert kinds[0] == "RunStarted" and kinds[-2:] == ["CheckpointSaved", "RunEnded"]
     assert process.returncode == 130
