@@ -23,11 +23,12 @@ from .config import RunConfig
 from .control import RunControl
 from .data.batching import EpochBatches, place_split
 from .devices import DeviceInfo, device_info, list_devices, memory_in_use, torch_device
-from .distributed import DistContext, all_reduce_mean, broadcast_flag, destroy_process_group, init_process_group
+from .distributed import DistContext, broadcast_flag, destroy_process_group, init_process_group
 from .errors import CheckpointError, ConfigError
 from .events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from .optim import build_optimizer, build_scheduler
 from .precision import matmul_precision, resolve_precision
+from .step_metrics import StepAccumulator
 from .tasks import create_task
 
 Sink = Callable[[Event], None]
@@ -159,10 +160,7 @@ class Trainer:
         accum = cfg.grad_accum
         self._interval_start = time.perf_counter()
         self._interval_steps = 0
-        self._running_loss = torch.zeros((), device=self.device)
-        self._finite_count = torch.zeros((), device=self.device)
-        self._skipped = torch.zeros((), device=self.device)
-        self._tokens = torch.zeros((), device=self.device)
+        self._sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         self._grad_norm = None
         while self.step < self.total_steps:
             order = self.batches.order(self.epoch)
@@ -192,13 +190,13 @@ class Trainer:
         for micro in range(accum):
             batch = self.batches.batch(order, first_micro + micro)
             if self.task.tokens_key is not None:
-                self._tokens += (batch[self.task.tokens_key] != 0).sum()  # stays on the device
+                self._sums.add_tokens(batch[self.task.tokens_key])
             sync = contextlib.nullcontext() if micro == accum - 1 or not self.dist.enabled else self.model.no_sync()
             with sync:
                 with self.plan.autocast():  # forward + loss only
                     loss = self.task.loss(self.model, batch)
                 self.scaler.scale(loss / accum if accum > 1 else loss).backward()
-            self._accumulate_loss(loss.detach())
+            self._sums.add_loss(loss.detach())
             if self._watch.armed:
                 self._watch.flag_loss(loss.detach())
         if self.plan.use_scaler or self.cfg.grad_clip > 0:
@@ -207,21 +205,12 @@ class Trainer:
             norm = torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), max_norm)
             self._grad_norm = norm
             if self.plan.use_scaler:
-                self._skipped += ~torch.isfinite(norm)  # the scaler skips exactly these steps
+                self._sums.add_skipped(norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None:
             self.scheduler.step()
-
-    def _accumulate_loss(self, loss: torch.Tensor) -> None:
-        if self.plan.use_scaler:  # fp16: overflowing micro-steps are skipped by the scaler; keep them out of the mean
-            finite = torch.isfinite(loss)
-            self._running_loss += torch.where(finite, loss.float(), 0.0)
-            self._finite_count += finite
-        else:
-            self._running_loss += loss.float()
-            self._finite_count += 1
 
     def _after_step(self, epoch_done: bool) -> None:
         cfg = self.cfg
@@ -241,18 +230,16 @@ class Trainer:
 
     def _log(self) -> None:
         """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
-        sums = all_reduce_mean(torch.stack([self._running_loss, self._finite_count, self._skipped.float(),
-                                            self._tokens.float()]), self.dist)
-        loss_sum, finite, skipped, tokens = sums.tolist()  # syncs the device, once per log interval
+        readout = self._sums.read(self.dist)  # syncs the device, once per log interval
         now = time.perf_counter()
         seconds = now - self._interval_start
         micro = self._interval_steps * self.cfg.grad_accum
         samples = micro * self.cfg.batch_size * self.dist.world_size
         self._train_seconds += seconds
         self._samples_done += samples
-        loss = loss_sum / finite if finite else float("nan")
-        new_skips = int(round(skipped)) - self.skipped_steps
-        self.skipped_steps = int(round(skipped))
+        loss = readout.loss
+        new_skips = readout.skipped
+        self.skipped_steps += new_skips
         scale = float(self.scaler.get_scale()) if self.plan.use_scaler else None
         source = self._overflow_source(new_skips)
         self._check_health(loss, new_skips, scale)
@@ -263,12 +250,9 @@ class Trainer:
             samples_per_second=samples / seconds if seconds > 0 else 0.0, grad_scale=scale,
             grad_norm=grad_norm, skipped_steps=self.skipped_steps, memory_bytes=memory_in_use(self.device),
             elapsed_seconds=now - self.started, nonfinite_source=source,
-            tokens_per_second=(tokens * self.dist.world_size / seconds
+            tokens_per_second=(readout.tokens * self.dist.world_size / seconds
                                if self.task.tokens_key is not None and seconds > 0 else None),
         ))
-        self._tokens.zero_()
-        self._running_loss.zero_()
-        self._finite_count.zero_()
         self._interval_steps = 0
         self._interval_start = time.perf_counter()
 

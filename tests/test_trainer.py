@@ -204,3 +204,23 @@ def test_token_tasks_report_tokens_per_second_and_test_metrics(tmp_path, recorde
     assert all(s.tokens_per_second and s.tokens_per_second > s.samples_per_second for s in steps)
     assert [e.split for e in recorder.of("EvalMetrics")][-2:] == ["val", "test"]
     assert set(ended.test_metrics) == set(ended.metrics)
+
+
+def test_skipped_step_count_survives_a_resume(tiny_config, recorder, monkeypatch):
+    from core.tasks.tiny import TinyClassifierTask
+
+    original = TinyClassifierTask.loss
+    calls = {"n": 0}
+
+    def one_overflow(self, model, batch):
+        calls["n"] += 1
+        loss = original(self, model, batch)
+        return loss * float("inf") if calls["n"] == 3 else loss
+
+    monkeypatch.setattr(TinyClassifierTask, "loss", one_overflow)
+    first = train(tiny_config(precision="fp16", max_steps=10, log_interval=5), devices=[CPU_WITH_FP16])
+    assert first.skipped_steps == 1
+    resumed = train(tiny_config(precision="fp16", max_steps=20, log_interval=5), devices=[CPU_WITH_FP16],
+                    resume_from=first.checkpoint, sink=recorder)
+    assert resumed.skipped_steps == 1
+    assert [s.skipped_steps for s in recorder.of("StepMetrics")] == [1, 1]
