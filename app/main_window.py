@@ -250,6 +250,8 @@ class MainWindow(QMainWindow):
         self.logPanel.handle_event(event)
         kind = type(event).__name__
         if kind == "StepMetrics":
+            if event.nonfinite_source:  # rare, and the next report would overwrite where the inf came from
+                self.statusBarWidget.handle_event(event)
             # Step reports can come hundreds of times a second; the status bar shows the latest at 4 Hz.
             self._pending_step = event
             if not self._status_timer.isActive():

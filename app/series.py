@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -12,6 +14,8 @@ class Series:
         self._x = np.empty(capacity, dtype=np.float64)
         self._y = np.empty(capacity, dtype=np.float64)
         self._n = 0
+        self.ymin = np.inf  # finite extremes kept on append, so a redraw never scans the buffer for a range
+        self.ymax = -np.inf
 
     def __len__(self) -> int:
         return self._n
@@ -22,6 +26,11 @@ class Series:
         self._x[self._n] = x
         self._y[self._n] = np.nan if y is None else y
         self._n += 1
+        if y is not None and math.isfinite(y):
+            if y < self.ymin:
+                self.ymin = y
+            if y > self.ymax:
+                self.ymax = y
 
     def _grow(self) -> None:
         capacity = 2 * len(self._x)
@@ -48,6 +57,8 @@ class Series:
 
     def clear(self) -> None:
         self._n = 0
+        self.ymin = np.inf
+        self.ymax = -np.inf
 
 
 class SmoothedSeries(Series):

@@ -41,6 +41,7 @@ class RunStatusBar(QStatusBar):
         self.device = QLabel(objectName="statusDevice")
         self.dtypes = QLabel(objectName="statusDtypes")
         self.scaler = QLabel(objectName="statusScaler")
+        self.health = QLabel(objectName="statusHealth")  # fp16: skipped steps and where inf/NaN came from
         self.steps = QLabel(objectName="statusSteps")
         self.eta = QLabel(objectName="statusEta")
         self.progress = QProgressBar(objectName="progressBar")
@@ -49,7 +50,7 @@ class RunStatusBar(QStatusBar):
         self.progress.setFormat("%p%")
         self.addWidget(self.message, 1)
         self.addWidget(self.detailsButton)
-        for widget in (self.device, self.dtypes, self.scaler, self.steps, self.eta):
+        for widget in (self.device, self.dtypes, self.scaler, self.health, self.steps, self.eta):
             self.addPermanentWidget(widget)
             widget.hide()
         self.addPermanentWidget(self.progress)
@@ -57,6 +58,7 @@ class RunStatusBar(QStatusBar):
         self._start_step = 0
         self._first_step_time: float | None = None
         self._first_step = 0
+        self._nonfinite_source: str | None = None
 
     def show_message(self, text: str, role: str = "", details: bool = False) -> None:
         self.message.setText(text)
@@ -82,15 +84,33 @@ class RunStatusBar(QStatusBar):
             self.progress.setRange(0, self._total)
             self.progress.setValue(event.start_step)
             self._show_steps(event.start_step, None)
+            self._nonfinite_source = None
+            self.health.setText("")
+            self.health.hide()
             for widget in (self.device, self.dtypes, self.scaler, self.steps, self.eta):
                 widget.show()
         elif kind == "StepMetrics":
+            self._show_health(event.skipped_steps, event.nonfinite_source)
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, self._eta(event.step))
         elif kind == "RunEnded":
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, None)
             self.eta.setText(f"took {format_duration(event.elapsed_seconds)}")
+
+    def _show_health(self, skipped: int, source: str | None) -> None:
+        if source:
+            self._nonfinite_source = source
+        if not skipped:
+            return
+        where = f" · inf/NaN first from {self._nonfinite_source}" if self._nonfinite_source else ""
+        text = f"{skipped:,} skipped step{'s' if skipped != 1 else ''}{where}"
+        if self.health.text() != text:
+            self.health.setText(text)
+            self.health.setToolTip("GradScaler skipped these optimizer steps because their gradients overflowed "
+                                   "(inf/NaN) and lowered the loss scale; a few early on are normal.")
+            _set_role(self.health, "status-warn")
+            self.health.show()
 
     def _eta(self, step: int) -> float | None:
         # Measured from the first report on, so setup and the first (slow, warming up) interval don't count.

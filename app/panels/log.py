@@ -24,6 +24,7 @@ class LogPanel(QPlainTextEdit):
         self.setMaximumBlockCount(self.MAX_LINES)
         self.setPlaceholderText("Run events and errors appear here.")
         self._steps_logged = 0
+        self._skipped = 0
 
     def log(self, text: str, level: str = "info") -> None:
         prefix = {"error": "ERROR ", "warning": "WARN  "}.get(level, "")
@@ -34,6 +35,7 @@ class LogPanel(QPlainTextEdit):
         kind = type(event).__name__
         if kind == "RunStarted":
             self._steps_logged = 0
+            self._skipped = 0
             verb = f"resumed at step {event.start_step}" if event.start_step else "started"
             self.log(f"Run {verb}: task {event.task} on {event.device} ({event.device_name}), {event.precision} "
                      f"(autocast {event.autocast_dtype}, params {event.param_dtype}, "
@@ -42,6 +44,14 @@ class LogPanel(QPlainTextEdit):
         elif kind == "StepMetrics":
             # Every report would flood the pane on long runs; the plots carry the detail.
             self._steps_logged += 1
+            if event.skipped_steps > self._skipped or event.nonfinite_source:
+                new = event.skipped_steps - self._skipped
+                self._skipped = event.skipped_steps
+                source = (f"; inf/NaN first produced by {event.nonfinite_source}" if event.nonfinite_source
+                          else "")
+                scale = f", scale now {event.grad_scale:g}" if event.grad_scale is not None else ""
+                self.log(f"step {event.step:,}: fp16 overflow, GradScaler skipped {new} step(s) "
+                         f"({self._skipped} in all{scale}){source}", "warning")
             if self._steps_logged <= 3 or self._steps_logged % 50 == 0:
                 self.log(f"step {event.step:,}: loss {event.loss:.4g}, lr {event.lr:.3g}, "
                          f"{event.samples_per_second:,.0f} samples/s")

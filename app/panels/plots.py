@@ -13,14 +13,27 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
 
+from app.plot_ranges import StableRange, nice_x_end
 from app.series import Series, SmoothedSeries
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
+# key, objectName, title, (y label, units), log y, (grid row, column, column span)
+PLOT_SPECS = (
+    ("loss", "lossPlot", "Training loss", ("Loss", None), False, (0, 0, 2)),
+    ("eval", "evalPlot", "Validation metrics", ("Metric", None), False, (0, 2, 1)),
+    ("throughput", "throughputPlot", "Throughput", ("Samples/s", None), False, (0, 3, 1)),
+    ("lr", "lrPlot", "Learning rate", ("Learning rate", None), False, (1, 0, 1)),
+    ("grad_norm", "gradNormPlot", "Gradient norm (before clipping)", ("L2 norm", None), False, (1, 1, 1)),
+    ("scale", "scalePlot", "GradScaler loss scale (fp16)", ("Scale", None), True, (1, 2, 1)),
+    ("memory", "memoryPlot", "Device memory", ("Memory", "MiB"), False, (1, 3, 1)),
+)
+# Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
+MAY_HOLD_NAN = ("grad_norm", "eval:")
 
 
 class PlotsPanel(QWidget):
-    """A grid of six plots; `handle_event` takes core events, the timer draws."""
+    """A grid of seven plots; `handle_event` takes core events, the timer draws."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -34,6 +47,12 @@ class PlotsPanel(QWidget):
         self._series: dict[str, Series] = {}
         self._dirty: set[str] = set()
         self._scaler_on = False
+        self._curve_plot: dict[str, str] = {}
+        self._ranges: dict[str, StableRange] = {}
+        self._skipped = 0
+        self._total_steps = 0
+        self._x_start = 0
+        self._x_end = 10
         self._timer = QTimer(self, interval=int(1000 / REDRAW_HZ))
         self._timer.timeout.connect(self.redraw)
         self.redraws = 0  # how many curve updates were drawn (the benchmark reads it)
@@ -52,15 +71,7 @@ class PlotsPanel(QWidget):
         pg.setConfigOptions(antialias=False, background=palette.color(QPalette.ColorRole.Base),
                             foreground=palette.color(QPalette.ColorRole.Text))
         self._placeholder.hide()
-        specs = (
-            ("loss", "lossPlot", "Training loss", ("Loss", None), False),
-            ("eval", "evalPlot", "Validation metrics", ("Metric", None), False),
-            ("throughput", "throughputPlot", "Throughput", ("Samples/s", None), False),
-            ("lr", "lrPlot", "Learning rate", ("Learning rate", None), False),
-            ("scale", "scalePlot", "GradScaler loss scale (fp16)", ("Scale", None), True),
-            ("memory", "memoryPlot", "Device memory", ("Memory", "MiB"), False),
-        )
-        for index, (key, name, title, (ylabel, units), log_y) in enumerate(specs):
+        for key, name, title, (ylabel, units), log_y, (row, column, span) in PLOT_SPECS:
             widget = pg.PlotWidget()
             widget.setObjectName(name)
             item = widget.getPlotItem()
@@ -73,9 +84,16 @@ class PlotsPanel(QWidget):
             item.setLogMode(y=log_y)
             item.setDownsampling(auto=True, mode="peak")
             item.setClipToView(True)
+            item.disableAutoRange()  # ranges move only when data leaves them (app.plot_ranges)
+            item.setXRange(0, 10, padding=0)
+            item.setYRange(0, 6 if log_y else 1, padding=0)  # log10 units for the scale: 1 .. 1e6
+            self._ranges[key] = StableRange(log=log_y)
+            item.getViewBox().sigRangeChangedManually.connect(lambda *_a, k=key: self._user_moved(k))
             widget.setMinimumSize(220, 150)
             self.plots[key] = widget
-            self._grid.addWidget(widget, index // 3, index % 3)
+            self._grid.addWidget(widget, row, column, 1, span)
+        for column in range(4):
+            self._grid.setColumnStretch(column, 1)
         loss = self.plots["loss"].getPlotItem()
         loss.addLegend(offset=(-10, 10))
         self._add_curve("loss", "loss_raw", "raw", pg.mkPen((59, 111, 216, 90), width=1))
@@ -85,19 +103,25 @@ class PlotsPanel(QWidget):
         self._add_curve("throughput", "throughput", "raw", pg.mkPen((46, 155, 87, 90), width=1))
         self._add_curve("throughput", "throughput_smooth", "smoothed", pg.mkPen("#2e9b57", width=2))
         self._add_curve("lr", "lr", None, pg.mkPen("#c98a12", width=2))
-        self._add_curve("scale", "scale", None, pg.mkPen("#8e44ad", width=2))
+        self._add_curve("grad_norm", "grad_norm", None, pg.mkPen("#16a2b8", width=2))
+        self.plots["scale"].getPlotItem().addLegend(offset=(-10, 10))
+        self._add_curve("scale", "scale", "loss scale", pg.mkPen("#8e44ad", width=2))
+        self._add_curve("scale", "skipped", "skipped step (overflow)", None, symbol="t1", colour="#d0453c")
         self._add_curve("memory", "memory", None, pg.mkPen("#d0453c", width=2))
-        self.plots["scale"].getPlotItem().setYRange(0, 6)  # log10 units: 1 .. 1e6 until fp16 data arrives
         self._ceiling_lines: list = []
         self._show_scaler_state(None)
         self._timer.start()
+
+    def _user_moved(self, key: str) -> None:
+        self._ranges[key].manual = True
 
     def _show_scaler_state(self, scaler_on: bool | None) -> None:
         item = self.plots["scale"].getPlotItem()
         if scaler_on is None:
             item.setTitle("GradScaler loss scale (fp16 runs)", size="10pt")
         elif scaler_on:
-            item.setTitle("GradScaler loss scale", size="10pt")
+            skipped = f" · {self._skipped} skipped" if self._skipped else ""
+            item.setTitle(f"GradScaler loss scale{skipped}", size="10pt")
         else:
             item.setTitle("GradScaler loss scale: off (fp16 runs only)", size="10pt")
 
@@ -117,13 +141,17 @@ class PlotsPanel(QWidget):
                 item.addItem(line)
                 self._ceiling_lines.append(line)
 
-    def _add_curve(self, plot: str, key: str, name: str | None, pen, symbol: str | None = None):
+    def _add_curve(self, plot: str, key: str, name: str | None, pen, symbol: str | None = None,
+                   colour: str | None = None):
         item = self.plots[plot].getPlotItem()
-        curve = item.plot(name=name, pen=pen, symbol=symbol, symbolSize=6,
-                          symbolBrush=pen.color() if symbol else None, symbolPen=None)
+        brush = colour or (pen.color() if symbol and pen is not None else None)
+        curve = item.plot(name=name, pen=pen, symbol=symbol, symbolSize=9 if pen is None else 6,
+                          symbolBrush=brush, symbolPen=None,
+                          skipFiniteCheck=not key.startswith(MAY_HOLD_NAN), connect="finite")
         curve.setDownsampling(auto=True, method="peak")
         curve.setClipToView(True)
         self._curves[key] = curve
+        self._curve_plot[key] = plot
         self._series[key] = SmoothedSeries(0.9) if key.endswith("_smooth") else Series()
         return curve
 
@@ -134,27 +162,47 @@ class PlotsPanel(QWidget):
         for key in [k for k in self._curves if k.startswith("eval:")]:
             self.plots["eval"].getPlotItem().removeItem(self._curves.pop(key))
             del self._series[key]
+            del self._curve_plot[key]
+        for keeper in self._ranges.values():
+            keeper.reset()
+        self._skipped = 0
         self._dirty = set(self._curves)
 
     def handle_event(self, event) -> None:
         kind = type(event).__name__
-        if kind == "RunStarted":
-            self.clear()
-            self._scaler_on = bool(event.scaler)
-            if self.plots:
-                self._show_scaler_state(self._scaler_on)
-                self._show_ceiling(getattr(event, "ceiling", {}) or {})
-        elif kind == "StepMetrics":
+        if kind == "StepMetrics":  # the hot path: ~100 a second on tiny models; appends only
             step = event.step
             self._append("loss_raw", step, event.loss)
             self._append("loss_smooth", step, event.loss)
             self._append("throughput", step, event.samples_per_second)
             self._append("throughput_smooth", step, event.samples_per_second)
             self._append("lr", step, event.lr)
+            if event.grad_norm is not None:
+                self._append("grad_norm", step, event.grad_norm if math.isfinite(event.grad_norm) else None)
             if event.grad_scale is not None:
                 self._append("scale", step, event.grad_scale)
+                if event.skipped_steps > self._skipped:  # cumulative count: an overflow in this interval
+                    self._append("skipped", step, event.grad_scale)
+            if event.skipped_steps != self._skipped:
+                self._skipped = event.skipped_steps
+                self._show_scaler_state(self._scaler_on)
             if event.memory_bytes is not None:
                 self._append("memory", step, event.memory_bytes / 2**20)
+            if step > self._x_end and not self._total_steps:
+                self._set_x_end(nice_x_end(step))
+        elif kind == "RunStarted":
+            self.clear()
+            self._scaler_on = bool(event.scaler)
+            self._total_steps = event.total_steps
+            if self.plots:
+                self._show_scaler_state(self._scaler_on)
+                self._show_ceiling(getattr(event, "ceiling", {}) or {})
+                measured = self._scaler_on or float(event.config.get("grad_clip", 0) or 0) > 0
+                self.plots["grad_norm"].getPlotItem().setTitle(
+                    "Gradient norm (before clipping)" if measured else
+                    "Gradient norm: measured when clipping or in fp16", size="10pt")
+            self._x_start = event.start_step
+            self._set_x_end(event.total_steps or nice_x_end(event.start_step + 1))
         elif kind == "EvalMetrics":
             for name, value in event.metrics.items():
                 key = f"eval:{name}"
@@ -167,6 +215,16 @@ class PlotsPanel(QWidget):
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self._append(key, event.step, value)
 
+    @property
+    def skipped_steps(self) -> int:
+        return self._skipped
+
+    def _set_x_end(self, end: int) -> None:
+        self._x_end = max(end, self._x_start + 1)
+        for key, widget in self.plots.items():
+            if not self._ranges[key].manual:
+                widget.getPlotItem().setXRange(self._x_start, self._x_end, padding=0.02)
+
     def _append(self, key: str, step: int, value: float | None) -> None:
         series = self._series.get(key)
         if series is None:
@@ -178,14 +236,33 @@ class PlotsPanel(QWidget):
         return self._series.get(key)
 
     def redraw(self) -> None:
-        """Push the changed buffers to their curves (views of the numpy arrays, no copies)."""
+        """Push the changed buffers to their curves (views of the numpy arrays, no copies).
+
+        Only plots whose y range must move are re-ranged (see app.plot_ranges), so most frames repaint the
+        curves and leave the axes alone.
+        """
         if not self._dirty or not self.isVisible():
             return
+        plots = set()
         for key in self._dirty:
             series = self._series[key]
             if len(series):
                 self._curves[key].setData(series.x, series.y)
             else:
                 self._curves[key].setData([], [])
+            plots.add(self._curve_plot[key])
             self.redraws += 1
         self._dirty.clear()
+        for plot in plots:
+            self._fit_y(plot)
+
+    def _fit_y(self, plot: str) -> None:
+        series = [self._series[k] for k, p in self._curve_plot.items() if p == plot]
+        lo = min(s.ymin for s in series)
+        hi = max(s.ymax for s in series)
+        if plot == "eval":
+            for line in self._ceiling_lines:
+                lo, hi = min(lo, line.value()), max(hi, line.value())
+        new = self._ranges[plot].update(lo, hi)
+        if new is not None:
+            self.plots[plot].getPlotItem().setYRange(*new, padding=0)
