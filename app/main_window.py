@@ -42,6 +42,8 @@ class MainWindow(QMainWindow):
         self._status_timer = QTimer(self, singleShot=True, interval=250)
         self._status_timer.timeout.connect(self._flush_status)
         self.jobs = JobRunner(self)
+        self.compareDialog = None
+        self.inspectorDialog = None
         self._build_widgets()
         self.file_actions = FileActions(self)
         self._build_menus()
@@ -125,6 +127,13 @@ class MainWindow(QMainWindow):
         refresh = QAction(icon("refresh"), "&Refresh devices", self, triggered=self.devicesPanel.refresh)
         run_menu.addAction(refresh)
 
+        precision_menu = self.menuBar().addMenu("&Precision")
+        self.compareAction = QAction("&Compare precisions…", self, shortcut="Ctrl+Shift+C",
+                                     triggered=self.show_compare)
+        self.inspectAction = QAction("&Inspect dtypes…", self, shortcut="Ctrl+Shift+I", triggered=self.show_inspector)
+        precision_menu.addAction(self.compareAction)
+        precision_menu.addAction(self.inspectAction)
+
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction(QAction("&About AMP Console", self, triggered=self._about))
 
@@ -190,6 +199,45 @@ class MainWindow(QMainWindow):
             state = self.settings.value(key)
             if state is not None:
                 splitter.restoreState(state)
+
+    # ------------------------------------------------------------------ precision lab
+    def show_compare(self):
+        """The Compare precisions view (created on first use, after the engine is loaded)."""
+        if not self.engine_ready:
+            return None
+        if self.compareDialog is None:
+            from app.panels.compare import CompareDialog
+
+            self.compareDialog = CompareDialog(self.setupPanel.config, self.devices_for_run, self)
+            self.compareDialog.trainRequested.connect(self.train_with_precision)
+        self.compareDialog.refresh_setting()
+        self.compareDialog.show()
+        self.compareDialog.raise_()
+        return self.compareDialog
+
+    def show_inspector(self):
+        """The dtype inspector (created on first use)."""
+        if not self.engine_ready:
+            return None
+        if self.inspectorDialog is None:
+            from app.panels.inspector import InspectorDialog
+
+            self.inspectorDialog = InspectorDialog(self.setupPanel.config, self.devices_for_run, self)
+        self.inspectorDialog.refresh_setting()
+        self.inspectorDialog.show()
+        self.inspectorDialog.raise_()
+        return self.inspectorDialog
+
+    def train_with_precision(self, mode: str) -> bool:
+        """Set the precision picker to `mode` and start a full run with the rest of the form as it is."""
+        if self.controller.running:
+            self.show_message("A run is already in progress; stop it first.", "status-warn")
+            return False
+        self.setupPanel.set_precision(mode)
+        self.setupPanel.validate()
+        self._update_buttons()
+        self.activateWindow()
+        return self.start_run()
 
     # ------------------------------------------------------------------ run control
     def devices_for_run(self) -> list | None:
@@ -315,5 +363,8 @@ class MainWindow(QMainWindow):
             self.show_message("Stopping the run before closing…", "status-warn")
         self.controller.shutdown()  # stop + join: no thread outlives the window
         self.jobs.shutdown()
+        for dialog in (self.compareDialog, self.inspectorDialog):
+            if dialog is not None:
+                dialog.shutdown()
         self.save_settings()
         super().closeEvent(event)

@@ -238,6 +238,10 @@ class RunSetupPanel(QWidget):
             plan = resolve_precision(mode, self._device)
             self.precisionNote.setText(plan.describe())
 
+    def set_precision(self, mode: str) -> None:
+        """Select `mode` in the precision picker (e.g. the mode a precision sweep recommended)."""
+        self._set_precision(mode)
+
     def _set_precision(self, mode: str) -> None:
         index = self.precisionCombo.findData(mode)
         self.precisionCombo.setCurrentIndex(max(index, 0))

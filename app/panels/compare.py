@@ -1,0 +1,227 @@
+"""Compare precisions: core.sweep.run_sweep for the form's task, options and device, off the GUI thread.
+
+Shows the per-mode table, bar charts of samples/s (with speedup labels) and peak memory, core's
+recommendation, and a button that trains with the recommended mode.
+"""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView, QCheckBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox, QSplitter,
+    QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from app.background import BackgroundTask
+from app.panels.bars import BarChart
+
+SWEEP_MODES = ("fp32", "tf32", "fp16", "bf16")
+COLUMNS = ("Mode", "Status", "Step (ms)", "Samples/s", "Tokens/s", "Peak memory (MiB)", "Speedup", "Memory ×",
+           "Loss", "Δ loss vs fp32", "Note")
+
+
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:{spec}}{suffix}"
+
+
+def sweep_job(config, modes, steps, repeats, devices):
+    """The background function: a plain call into core (no Qt), stoppable between modes."""
+
+    def run(progress, control):
+        from core.sweep import run_sweep
+
+        return run_sweep(config, modes=modes, steps=steps, repeats=repeats, devices=devices,
+                         progress=progress, control=control)
+
+    return run
+
+
+class CompareDialog(QDialog):
+    """Non-modal; `configProvider()` returns the form's RunConfig, `trainRequested(mode)` starts a run."""
+
+    trainRequested = Signal(str)
+
+    def __init__(self, config_provider, devices_provider, parent=None):
+        super().__init__(parent)
+        self.setObjectName("compareDialog")
+        self.setWindowTitle("Compare precisions")
+        self.resize(1100, 680)
+        self._config_provider = config_provider
+        self._devices_provider = devices_provider
+        self.result = None
+        self.task = BackgroundTask("sweepThread", self)
+        self.task.progress.connect(self._on_progress)
+        self.task.succeeded.connect(self._on_result)
+        self.task.failed.connect(self._on_failed)
+        self.task.runningChanged.connect(self._update_buttons)
+
+        self.setting = QLabel(objectName="compareSetting", wordWrap=True)
+        self.modeChecks = {}
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Modes:"))
+        for mode in SWEEP_MODES:
+            check = QCheckBox(mode, objectName=f"{mode}Check", checked=True)
+            check.setEnabled(mode != "fp32")  # every ratio is against fp32
+            self.modeChecks[mode] = check
+            controls.addWidget(check)
+        controls.addSpacing(16)
+        controls.addWidget(QLabel("Steps per window:"))
+        self.stepsEdit = QSpinBox(objectName="sweepStepsEdit", minimum=2, maximum=10_000, value=20)
+        self.stepsEdit.setToolTip("Optimizer steps per timed window; the median of the windows is reported")
+        controls.addWidget(self.stepsEdit)
+        controls.addWidget(QLabel("Windows:"))
+        self.repeatsEdit = QSpinBox(objectName="sweepRepeatsEdit", minimum=1, maximum=50, value=3)
+        controls.addWidget(self.repeatsEdit)
+        controls.addStretch(1)
+        self.runButton = QPushButton("Measure", objectName="compareRunButton")
+        self.stopButton = QPushButton("Stop", objectName="compareStopButton")
+        self.runButton.clicked.connect(self.start)
+        self.stopButton.clicked.connect(self.stop)
+        controls.addWidget(self.runButton)
+        controls.addWidget(self.stopButton)
+
+        self.table = QTableWidget(0, len(COLUMNS), objectName="compareTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.throughputChart = BarChart("Throughput", "Samples/s", objectName="throughputBars")
+        self.memoryChart = BarChart("Peak memory", "MiB", objectName="memoryBars")
+        charts = QWidget()
+        charts_layout = QHBoxLayout(charts)
+        charts_layout.setContentsMargins(0, 0, 0, 0)
+        charts_layout.addWidget(self.throughputChart)
+        charts_layout.addWidget(self.memoryChart)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.table)
+        splitter.addWidget(charts)
+        splitter.setSizes([220, 360])
+
+        self.statusLabel = QLabel("Press Measure to time every selected mode on this task and device.",
+                                  objectName="compareStatus", wordWrap=True)
+        self.recommendation = QLabel(objectName="recommendation", wordWrap=True)
+        self.recommendation.setProperty("role", "heading")
+        self.trainButton = QPushButton("Train with this", objectName="trainWithButton")
+        self.trainButton.setToolTip("Set the precision to the recommended mode and start a full training run")
+        self.trainButton.clicked.connect(self._train)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.recommendation, 1)
+        bottom.addWidget(self.trainButton)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.setting)
+        layout.addLayout(controls)
+        layout.addWidget(self.statusLabel)
+        layout.addWidget(splitter, 1)
+        layout.addLayout(bottom)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ running
+    def refresh_setting(self) -> None:
+        try:
+            config = self._config_provider()
+        except Exception as exc:  # noqa: BLE001 (a half-typed form: say so, measure nothing)
+            self.setting.setText(f"The run setup is not valid yet: {exc}")
+            return
+        options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
+        self.setting.setText(f"Task <b>{config.task}</b> ({options}), batch {config.batch_size}, "
+                             f"device <b>{config.device}</b>, seed {config.seed}")
+
+    def selected_modes(self) -> list[str]:
+        return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
+
+    def start(self) -> bool:
+        if self.task.running:
+            return False
+        self.refresh_setting()
+        try:
+            config = self._config_provider().validate()
+        except Exception as exc:  # noqa: BLE001
+            self._on_failed(f"Fix the run setup first: {exc}", "")
+            return False
+        self.result = None
+        self.table.setRowCount(0)
+        self.throughputChart.clear()
+        self.memoryChart.clear()
+        self.recommendation.setText("")
+        self.statusLabel.setText("Starting…")
+        self.task.start(sweep_job(config, self.selected_modes(), self.stepsEdit.value(), self.repeatsEdit.value(),
+                                  self._devices_provider()))
+        return True
+
+    def stop(self) -> None:
+        if self.task.running:
+            self.task.stop()
+            self.statusLabel.setText("Stopping after the current mode…")
+            self._update_buttons()
+
+    def shutdown(self) -> None:
+        self.task.shutdown()
+
+    def _on_progress(self, progress) -> None:
+        if progress.phase == "running":
+            self.statusLabel.setText(f"Measuring {progress.mode} ({progress.index + 1} of {progress.total})…")
+        elif progress.row is not None:
+            self._add_row(progress.row)
+
+    def _on_result(self, result) -> None:
+        self.result = result
+        self.table.setRowCount(0)
+        for row in result.rows:
+            self._add_row(row)
+        ok = [r for r in result.rows if r.status == "ok"]
+        labels = [f"{r.speedup:.2f}×" if r.speedup else "" for r in ok]
+        self.throughputChart.set_bars([r.mode for r in ok], [r.samples_per_second or 0 for r in ok], labels)
+        memory_labels = [f"{r.memory_ratio:.2f}×" if r.memory_ratio else "" for r in ok]
+        self.memoryChart.set_bars([r.mode for r in ok], [(r.peak_memory_bytes or 0) / 2**20 for r in ok],
+                                  memory_labels)
+        self.memoryChart.set_title(f"Peak memory ({result.memory_source})")
+        self.recommendation.setText(f"Recommended: {result.recommended or '–'}. {result.recommendation}")
+        self.statusLabel.setText(f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
+                                 f"{result.repeats} windows of {result.steps} steps after "
+                                 f"{result.warmup_steps} warm-up steps, batch {result.batch_size}.")
+        self._update_buttons()
+
+    def _on_failed(self, message: str, details: str) -> None:
+        self.statusLabel.setText(f"<span style='color:#d0453c'>{message}</span>")
+        self.statusLabel.setToolTip(details)
+
+    def _add_row(self, row) -> None:
+        index = self.table.rowCount()
+        self.table.insertRow(index)
+        memory = row.peak_memory_bytes / 2**20 if row.peak_memory_bytes else None
+        cells = (row.mode, row.status, _fmt(row.step_ms, ".2f"), _fmt(row.samples_per_second, ",.0f"),
+                 _fmt(row.tokens_per_second, ",.0f"), _fmt(memory, ",.0f"), _fmt(row.speedup, ".2f", "×"),
+                 _fmt(row.memory_ratio, ".2f", "×"), _fmt(row.loss, ".4f"), _fmt(row.loss_delta, "+.4f"),
+                 row.reason or (f"{row.skipped_steps} skipped steps" if row.skipped_steps else ""))
+        for column, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            if 2 <= column <= 9:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.table.setItem(index, column, item)
+
+    def row_modes(self) -> list[str]:
+        return [self.table.item(i, 0).text() for i in range(self.table.rowCount())]
+
+    def _train(self) -> None:
+        if self.result is not None and self.result.recommended:
+            self.trainRequested.emit(self.result.recommended)
+
+    def _update_buttons(self, *_args) -> None:
+        running = self.task.running
+        self.runButton.setEnabled(not running)
+        self.stopButton.setEnabled(running and not self.task.stopping)
+        self.trainButton.setEnabled(not running and self.result is not None and bool(self.result.recommended))
+        for mode, check in self.modeChecks.items():
+            check.setEnabled(mode != "fp32" and not running)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.task.shutdown()  # closing the view ends its measurement: no thread outlives it
+        super().closeEvent(event)

@@ -1,0 +1,163 @@
+"""Dtype inspector: core.dtype_inspector.inspect_dtypes off the GUI thread, shown as a tree of modules.
+
+Rows autocast kept in float32 (while it computes in a lower precision) are highlighted, with the ops that
+stayed float32 in their tooltip.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout,
+)
+
+from app.background import BackgroundTask
+
+COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Ops (dtype they ran in)")
+KEPT_FP32_BRUSH = QBrush(QColor(201, 138, 18, 60))
+INSPECT_MODES = ("fp32", "tf32", "fp16", "bf16")
+
+
+def _join(dtypes: list[str]) -> str:
+    unique = list(dict.fromkeys(dtypes))
+    return ", ".join(unique) if unique else "–"
+
+
+def inspect_job(config, devices):
+    def run(_progress, _control):  # one forward + backward: short, not worth interrupting
+        from core.dtype_inspector import inspect_dtypes
+
+        return inspect_dtypes(config, devices=devices)
+
+    return run
+
+
+class InspectorDialog(QDialog):
+    """Non-modal. `config_provider()` gives the form's RunConfig; the precision picker here overrides it."""
+
+    def __init__(self, config_provider, devices_provider, parent=None):
+        super().__init__(parent)
+        self.setObjectName("inspectorDialog")
+        self.setWindowTitle("Dtype inspector")
+        self.resize(1100, 620)
+        self._config_provider = config_provider
+        self._devices_provider = devices_provider
+        self.result = None
+        self.task = BackgroundTask("inspectThread", self)
+        self.task.succeeded.connect(self._on_result)
+        self.task.failed.connect(self._on_failed)
+        self.task.runningChanged.connect(self._update_buttons)
+
+        self.setting = QLabel(objectName="inspectorSetting", wordWrap=True)
+        self.precisionCombo = QComboBox(objectName="inspectPrecisionCombo")
+        for mode in INSPECT_MODES:
+            self.precisionCombo.addItem(mode, mode)
+        self.runButton = QPushButton("Inspect", objectName="inspectButton")
+        self.runButton.setToolTip("Run one forward and backward pass with hooks recording every module's dtypes")
+        self.runButton.clicked.connect(self.start)
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Precision:"))
+        controls.addWidget(self.precisionCombo)
+        controls.addWidget(self.runButton)
+        controls.addStretch(1)
+        legend = QLabel("■ highlighted: autocast kept this module in float32", objectName="inspectorLegend")
+        legend.setStyleSheet("color: #c98a12;")
+        controls.addWidget(legend)
+
+        self.tree = QTreeWidget(objectName="dtypeTree")
+        self.tree.setHeaderLabels(COLUMNS)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setUniformRowHeights(True)
+        header = self.tree.header()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.summary = QLabel("Choose a precision and press Inspect.", objectName="inspectorSummary",
+                              wordWrap=True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.setting)
+        layout.addLayout(controls)
+        layout.addWidget(self.tree, 1)
+        layout.addWidget(self.summary)
+        self._update_buttons()
+
+    def refresh_setting(self) -> None:
+        try:
+            config = self._config_provider()
+        except Exception as exc:  # noqa: BLE001
+            self.setting.setText(f"The run setup is not valid yet: {exc}")
+            return
+        self.setting.setText(f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step "
+                             f"(forward, loss, backward) with hooks on every module")
+        if not self.task.running and self.result is None and config.precision in INSPECT_MODES:
+            self.precisionCombo.setCurrentIndex(self.precisionCombo.findData(config.precision))
+
+    def start(self) -> bool:
+        if self.task.running:
+            return False
+        try:
+            config = self._config_provider().replace(precision=self.precisionCombo.currentData()).validate()
+        except Exception as exc:  # noqa: BLE001
+            self._on_failed(f"Fix the run setup first: {exc}", "")
+            return False
+        self.summary.setText(f"Inspecting {config.task} in {config.precision}…")
+        self.task.start(inspect_job(config, self._devices_provider()))
+        return True
+
+    def shutdown(self) -> None:
+        self.task.shutdown()
+
+    def _on_result(self, result) -> None:
+        self.result = result
+        self.tree.clear()
+        items: dict[str, QTreeWidgetItem] = {}
+        bold = QFont()
+        bold.setBold(True)
+        for row in result.rows:
+            parent_name = row.name.rsplit(".", 1)[0] if "." in row.name and row.name != "task.loss" else "(model)"
+            parent = items.get(parent_name) if row.name not in ("(model)", "task.loss") else None
+            ops = ", ".join(f"{op} {dtype}" for op, dtype in row.ops.items())
+            cells = (row.name.rsplit(".", 1)[-1] if parent is not None else row.name, row.type,
+                     _join(row.input_dtypes), _join(row.output_dtypes), _join(row.param_dtypes),
+                     _join(row.grad_dtypes), ops or "–")
+            item = QTreeWidgetItem(parent if parent is not None else self.tree, list(cells))
+            item.setData(0, 256, row.name)  # Qt.UserRole: the full module name
+            item.setToolTip(0, row.name)
+            item.setToolTip(6, ops)
+            if row.kept_fp32:
+                for column in range(len(COLUMNS)):
+                    item.setBackground(column, KEPT_FP32_BRUSH)
+                item.setFont(3, bold)
+                kept = ", ".join(row.fp32_ops) or "its outputs"
+                item.setToolTip(3, f"autocast kept {kept} in float32 while computing in {result.autocast_dtype}")
+            items[row.name] = item
+        self.tree.expandAll()
+        kept = result.kept_fp32()
+        compute = result.autocast_dtype or "float32 (autocast off)"
+        self.summary.setText(f"{result.task} in {result.precision} on {result.device}: autocast computes in "
+                             f"{compute}; loss dtype {result.loss_dtype}; {len(kept)} module(s) kept in float32"
+                             + (f": {', '.join(kept)}" if kept else "") + ".")
+
+    def _on_failed(self, message: str, details: str) -> None:
+        self.summary.setText(f"<span style='color:#d0453c'>{message}</span>")
+        self.summary.setToolTip(details)
+
+    def find_item(self, name: str) -> QTreeWidgetItem | None:
+        for item in self._all_items():
+            if item.data(0, 256) == name:
+                return item
+        return None
+
+    def _all_items(self):
+        stack = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        while stack:
+            item = stack.pop()
+            yield item
+            stack.extend(item.child(i) for i in range(item.childCount()))
+
+    def _update_buttons(self, *_args) -> None:
+        self.runButton.setEnabled(not self.task.running)
+        self.precisionCombo.setEnabled(not self.task.running)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.task.shutdown()
+        super().closeEvent(event)
