@@ -25,6 +25,7 @@ class StepAccumulator:
         self.count_only_finite = count_only_finite
         self._loss = torch.zeros((), device=device)
         self._finite = torch.zeros((), device=device)
+        self._counted = 0  # micro-batches added outside fp16: all count, so a host int avoids a device op
         self._skipped = torch.zeros((), device=device)
         self._tokens = torch.zeros((), device=device)
 
@@ -36,7 +37,7 @@ class StepAccumulator:
             self._finite += finite
         else:
             self._loss += loss.float()
-            self._finite += 1
+            self._counted += 1
 
     def add_skipped(self, grad_norm: torch.Tensor) -> None:
         """Count a step whose gradient norm is inf/NaN: exactly the steps GradScaler skips."""
@@ -47,8 +48,10 @@ class StepAccumulator:
 
     def read(self, dist: DistContext) -> IntervalReadout:
         """Average over ranks and read back: the one host sync of a log interval. Resets the interval sums."""
-        sums = torch.stack([self._loss, self._finite, self._skipped.float(), self._tokens.float()])
+        finite_sum = self._finite + self._counted
+        sums = torch.stack([self._loss, finite_sum, self._skipped.float(), self._tokens.float()])
         loss_sum, finite, skipped, tokens = all_reduce_mean(sums, dist).tolist()
+        self._counted = 0
         self._loss.zero_()
         self._finite.zero_()
         self._skipped.zero_()
