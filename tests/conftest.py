@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from core.config import RunConfig
 from core.events import Event
@@ -36,3 +37,13 @@ def tiny_config(tmp_path):
         return RunConfig.for_task("tiny", **values)
 
     return make
+
+
+@pytest.fixture
+def one_intra_op_thread():
+    """Train on one thread: on a 2-core machine shared with other jobs, two OpenMP threads that wait for
+    each other at every op were measured 5-10x slower; the results do not depend on the thread count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

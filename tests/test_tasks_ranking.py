@@ -14,14 +14,7 @@ from core.trainer import train
 SMALL = {"queries": 1500, "docs": 16, "features": 8}
 
 
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    """Train on one thread: on a 2-core machine shared with other jobs, two OpenMP threads that wait for
-    each other at every op were measured 5-10x slower; the results do not depend on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def test_metrics_match_hand_computation():

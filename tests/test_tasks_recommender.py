@@ -16,14 +16,7 @@ from core.trainer import train
 SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
 
 
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    """Train on one thread: on a 2-core machine shared with other jobs, two OpenMP threads that wait for
-    each other at every op were measured 5-10x slower; the results do not depend on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def test_windows_cover_every_transition_once_with_latest_window_full():

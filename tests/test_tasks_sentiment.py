@@ -17,14 +17,7 @@ from core.trainer import train
 SMALL = {"reviews": 6000, "buckets": 1 << 14}
 
 
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    """Train on one thread: on a 2-core machine shared with other jobs, two OpenMP threads that wait for
-    each other at every op were measured 5-10x slower; the results do not depend on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def test_tokenizer_is_stable_lowercased_and_orders_bigrams():
