@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
@@ -251,8 +252,11 @@ class MainWindow(QMainWindow):
         config = self.setupPanel.config()
         self.save_settings()
         self.plotsPanel.clear()
-        self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run())
-        self.show_message("Resuming from checkpoint…" if resume_from else "Setting up the run…")
+        processes = self.setupPanel.processes()
+        self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
+                              processes=processes)
+        launching = f" on {processes} processes" if processes > 1 else ""
+        self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         self._update_buttons()
         return True
 
@@ -280,8 +284,9 @@ class MainWindow(QMainWindow):
         can_start = (self.engine_ready and not running and not self.jobs.busy and self.setupPanel.is_valid())
         self.startButton.setEnabled(can_start)
         self.startAction.setEnabled(can_start)
-        self.pauseButton.setEnabled(running and not stopping)
-        self.pauseAction.setEnabled(running and not stopping)
+        can_pause = running and not stopping and not self.controller.multiprocess  # ranks can't pause together
+        self.pauseButton.setEnabled(can_pause)
+        self.pauseAction.setEnabled(can_pause)
         self.stopButton.setEnabled(running and not stopping)
         self.stopAction.setEnabled(running and not stopping)
         paused = running and self.controller.paused
@@ -328,6 +333,10 @@ class MainWindow(QMainWindow):
 
     def _on_device_selected(self, info) -> None:
         self.setupPanel.set_device(info)
+        if info.type == "cuda":
+            self.setupPanel.set_process_limit(sum(1 for d in self.devicesPanel.devices if d.type == "cuda"))
+        else:
+            self.setupPanel.set_process_limit(os.cpu_count() or 1)
         self.statusBarWidget.set_device(info)
 
     def _on_setup_failed(self, message: str, field: str, details: str) -> None:

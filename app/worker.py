@@ -67,10 +67,15 @@ class RunController(QObject):
         super().__init__(parent)
         self._run_thread: QThread | None = None
         self._worker: TrainingWorker | None = None
+        self._process = None  # app.process_run.ProcessRun for multi-process runs
 
     @property
     def running(self) -> bool:
-        return self._run_thread is not None
+        return self._run_thread is not None or self._process is not None
+
+    @property
+    def multiprocess(self) -> bool:
+        return self._process is not None
 
     @property
     def paused(self) -> bool:
@@ -78,11 +83,18 @@ class RunController(QObject):
 
     @property
     def stopping(self) -> bool:
+        if self._process is not None:
+            return self._process.stop_requested
         return self._worker is not None and self._worker.control.stop_requested
 
-    def start(self, config, resume_from: str | None = None, devices: list | None = None) -> None:
+    def start(self, config, resume_from: str | None = None, devices: list | None = None,
+              processes: int = 1) -> None:
+        """One process: the trainer on a QThread. Several: torchrun as a subprocess (rank 0's events)."""
         if self.running:
             raise RuntimeError("a run is already in progress")
+        if processes > 1:
+            self._start_processes(config, processes, resume_from)
+            return
         worker = TrainingWorker(config, resume_from=resume_from, devices=devices)
         run_thread = QThread(self)  # owned by the controller (C++ side); deleted after it is joined
         run_thread.setObjectName("trainingThread")
@@ -103,6 +115,29 @@ class RunController(QObject):
         run_thread.start()
         self.runningChanged.emit(True)
 
+    def _start_processes(self, config, processes: int, resume_from: str | None) -> None:
+        from app.process_run import ProcessRun
+
+        run = ProcessRun(self)
+        run.event.connect(self.event)
+        run.failed.connect(lambda message, details: self.setupFailed.emit(message, "", details))
+        run.finished.connect(self._on_process_finished)
+        self._process = run
+        run.start(config, processes, resume_from)
+        self.runningChanged.emit(True)
+
+    @Slot()
+    def _on_process_finished(self) -> None:
+        run, self._process = self._process, None
+        if run is None:
+            return
+        try:
+            run.event.disconnect(self.event)
+        except (RuntimeError, TypeError):
+            pass
+        run.deleteLater()
+        self.runningChanged.emit(False)
+
     def pause(self) -> None:
         if self._worker is not None:
             self._worker.control.pause()
@@ -113,11 +148,15 @@ class RunController(QObject):
 
     def stop(self) -> None:
         """Ask the engine to stop after its current step; it writes a checkpoint and sends RunEnded."""
+        if self._process is not None:
+            self._process.stop()
         if self._worker is not None:
             self._worker.control.stop()
 
     def shutdown(self) -> None:
-        """Stop the run and block until its thread has exited (used when the window closes)."""
+        """Stop the run and block until its thread (or launcher process) has exited (the window closes)."""
+        if self._process is not None:
+            self._process.shutdown()
         if self._run_thread is None:
             return
         self.stop()

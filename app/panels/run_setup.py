@@ -7,9 +7,11 @@ task's TaskOption list, so tasks registered later appear on their own. Validatio
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget,
+    QComboBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from app.panels.editors import Editor, FieldRow
@@ -121,7 +123,19 @@ class RunSetupPanel(QWidget):
         form.addRow(form_label("Mode"), self.precisionCombo)
         form.addRow("", self.precisionNote)
         form.addRow("", self._precision_error)
+        self.processesEdit = QSpinBox(objectName="processesEdit", minimum=1, maximum=max(1, os.cpu_count() or 1))
+        self.processesEdit.setToolTip("1 trains in this window's process. More launches torchrun with that many "
+                                      "DDP processes (one GPU each on CUDA) and shows rank 0's progress here; "
+                                      "such runs can be stopped but not paused.")
+        form.addRow(form_label("Processes", self.processesEdit.toolTip()), self.processesEdit)
         return box
+
+    def set_process_limit(self, limit: int) -> None:
+        """Most processes a run may use: the CUDA GPU count on a CUDA device, else the CPU core count."""
+        self.processesEdit.setMaximum(max(1, limit))
+
+    def processes(self) -> int:
+        return self.processesEdit.value()
 
     def populate(self, tasks: dict, field_specs: dict) -> None:
         """Build the form from core's registry and field specs (called once the engine is imported)."""
