@@ -23,6 +23,63 @@ def _wait(app, condition, timeout: float) -> bool:
     return False
 
 
+def _precision_lab(app, window, out: Path, suffix: str, folder: Path) -> None:
+    """Compare precisions, the dtype inspector, and an fp16 run with forced overflows (health markers)."""
+    import dataclasses
+
+    import torch
+
+    from core.config import RunConfig
+    from core.devices import cpu_info
+
+    config = RunConfig.for_task("tiny", task_options={"hidden": 64, "samples": 20_000}, batch_size=64, epochs=2,
+                                lr=3e-3, log_interval=10, out_dir=str(folder / "lab"))
+    window.apply_config(config)
+    dialog = window.show_compare()
+    dialog.resize(1150, 700)
+    dialog.stepsEdit.setValue(20)
+    dialog.start()
+    _wait(app, lambda: not dialog.task.running, 300)
+    _wait(app, lambda: False, 0.5)
+    dialog.grab().save(str(out / f"compare{suffix}.png"))
+    dialog.hide()
+    inspector = window.show_inspector()
+    inspector.resize(1150, 380)
+    inspector.precisionCombo.setCurrentIndex(inspector.precisionCombo.findData("bf16"))
+    inspector.start()
+    _wait(app, lambda: not inspector.task.running, 120)
+    _wait(app, lambda: False, 0.5)
+    inspector.grab().save(str(out / f"inspector{suffix}.png"))
+    inspector.hide()
+
+    # fp16 on the CPU (the real device list withholds it only because it is slow there), with fc1 made to
+    # overflow now and then, so the scale plot shows the scaler backing off and the skipped-step markers.
+    window._injected_devices = [dataclasses.replace(cpu_info(), precisions=("fp32", "fp16", "bf16"), unsupported={})]
+    window.devicesPanel.set_provider(lambda: list(window._injected_devices))
+    window.devicesPanel.refresh()
+    original = torch.nn.Linear.forward
+    calls = {"n": 0}
+
+    def overflowing(self, x):
+        result = original(self, x)
+        if self.training and self.out_features == 64:
+            calls["n"] += 1
+            if calls["n"] in (40, 41, 300, 620, 621, 622):
+                result = result * float("inf")
+        return result
+
+    torch.nn.Linear.forward = overflowing
+    try:
+        window.apply_config(config.replace(precision="fp16", grad_clip=1.0, device="cpu",
+                                           out_dir=str(folder / "fp16")))
+        window.start_run()
+        _wait(app, lambda: not window.controller.running, 300)
+    finally:
+        torch.nn.Linear.forward = original
+    _wait(app, lambda: False, 0.5)
+    window.grab().save(str(out / f"fp16-health{suffix}.png"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", nargs="?", default="docs/screenshots")
@@ -61,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         _wait(app, lambda: not window.controller.running, 300)
         _wait(app, lambda: False, 0.5)
         window.grab().save(str(out / f"after-run{args.suffix}.png"))
+        _precision_lab(app, window, out, args.suffix, Path(folder))
         window.close()
         window.deleteLater()
         from PySide6.QtCore import QCoreApplication, QEvent

@@ -183,7 +183,9 @@ class CompareDialog(QDialog):
         self.memoryChart.set_bars([r.mode for r in ok], [(r.peak_memory_bytes or 0) / 2**20 for r in ok],
                                   memory_labels)
         self.memoryChart.set_title(f"Peak memory ({result.memory_source})")
-        self.recommendation.setText(f"Recommended: {result.recommended or '–'}. {result.recommendation}")
+        why = result.recommendation
+        why = why.split(": ", 1)[1] if why.startswith(f"{result.recommended}: ") else why
+        self.recommendation.setText(f"Recommended: {result.recommended or '–'} ({why})")
         self.statusLabel.setText(f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
                                  f"{result.repeats} windows of {result.steps} steps after "
                                  f"{result.warmup_steps} warm-up steps, batch {result.batch_size}.")

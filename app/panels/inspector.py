@@ -131,6 +131,10 @@ class InspectorDialog(QDialog):
                 item.setToolTip(3, f"autocast kept {kept} in float32 while computing in {result.autocast_dtype}")
             items[row.name] = item
         self.tree.expandAll()
+        for column in range(len(COLUMNS) - 1):  # contents plus breathing room between the dtype columns
+            self.tree.resizeColumnToContents(column)
+            self.tree.header().setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            self.tree.setColumnWidth(column, self.tree.columnWidth(column) + 18)
         kept = result.kept_fp32()
         compute = result.autocast_dtype or "float32 (autocast off)"
         self.summary.setText(f"{result.task} in {result.precision} on {result.device}: autocast computes in "
