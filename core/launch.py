@@ -7,6 +7,7 @@ wraps the model in DDP, rank 0 reports and writes checkpoints. torchrun ends eve
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,19 +52,30 @@ def launch_torchrun(nproc: int, argv: list[str], config: RunConfig) -> int:
     check_nproc(nproc, config)
     events = Path(config.out_dir) / "metrics.jsonl"
     offset = events.stat().st_size if events.exists() else 0
-    process = subprocess.Popen(torchrun_command(nproc, strip_nproc(argv)))
-    while True:
-        try:
-            code = process.wait()
-            break
-        except KeyboardInterrupt:  # Ctrl+C reaches torchrun and the workers too; they stop with a checkpoint
-            continue
+    # torchrun gets its own session, so a terminal's Ctrl+C reaches only us and we forward it exactly once:
+    # torchrun then signals every worker, which stops at the next log interval and rank 0 writes a checkpoint.
+    process = subprocess.Popen(torchrun_command(nproc, strip_nproc(argv)), start_new_session=True)
+    forwarded = []
+
+    def forward(signum, frame):
+        if not forwarded and process.poll() is None:
+            forwarded.append(signum)
+            process.send_signal(signal.SIGINT)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     status = last_run_status(events, offset)
-    if code != 0 or status == "failed":
+    if status == "stopped":
+        return 130
+    if code != 0 or status != "completed":
         sys.stderr.write(f"amp-console: the {nproc}-process run failed (torchrun exit code {code}"
                          f"{', run status ' + status if status else ', a process died'}); see the messages above\n")
         return 1
-    return 130 if status == "stopped" else 0
+    return 0
 
 
 def last_run_status(events: Path, offset: int) -> str | None:
