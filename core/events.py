@@ -37,8 +37,8 @@ class StepMetrics:
     lr: float
     samples_per_second: float
     grad_scale: float | None
-    grad_norm: float | None
-    skipped_steps: int
+    grad_norm: float | None  # total gradient norm before clipping, of the latest logged (or clipped) step
+    skipped_steps: int  # cumulative: optimizer steps GradScaler skipped since the run began (resumes included)
     memory_bytes: int | None
     elapsed_seconds: float
     nonfinite_source: str | None = None  # fp16: first module (or 'loss') that produced inf/NaN this interval

@@ -224,3 +224,8 @@ def test_skipped_step_count_survives_a_resume(tiny_config, recorder, monkeypatch
                     resume_from=first.checkpoint, sink=recorder)
     assert resumed.skipped_steps == 1
     assert [s.skipped_steps for s in recorder.of("StepMetrics")] == [1, 1]
+
+
+def test_grad_norm_is_reported_without_clipping_too(tiny_config, recorder):
+    train(tiny_config(max_steps=10, log_interval=5), sink=recorder)
+    assert all(s.grad_norm is not None and s.grad_norm > 0 for s in recorder.of("StepMetrics"))

@@ -197,10 +197,6 @@ class PlotsPanel(QWidget):
             if self.plots:
                 self._show_scaler_state(self._scaler_on)
                 self._show_ceiling(getattr(event, "ceiling", {}) or {})
-                measured = self._scaler_on or float(event.config.get("grad_clip", 0) or 0) > 0
-                self.plots["grad_norm"].getPlotItem().setTitle(
-                    "Gradient norm (before clipping)" if measured else
-                    "Gradient norm: measured when clipping or in fp16", size="10pt")
             self._x_start = event.start_step
             self._set_x_end(event.total_steps or nice_x_end(event.start_step + 1))
         elif kind == "EvalMetrics":
