@@ -8,6 +8,10 @@ import torch
 
 from .distributed import DistContext, all_reduce_mean
 
+# Pending per-step scalars are folded into the running sums this often, so a huge log interval
+# never holds more than this many small tensors.
+_FOLD_EVERY = 256
+
 
 @dataclass(frozen=True)
 class IntervalReadout:
@@ -19,42 +23,56 @@ class IntervalReadout:
 
 
 class StepAccumulator:
-    """Running loss, finite count, skipped steps and tokens, kept on the device so the step never syncs."""
+    """Losses, skipped steps and tokens of a log interval, kept on the device so the step never syncs.
+
+    The hot loop only appends detached scalar tensors to lists (cheaper than an in-place add per step);
+    they are reduced in a few ops when folded or read.
+    """
 
     def __init__(self, device: torch.device, count_only_finite: bool):
         self.count_only_finite = count_only_finite
-        self._loss = torch.zeros((), device=device)
-        self._finite = torch.zeros((), device=device)
-        self._counted = 0  # micro-batches added outside fp16: all count, so a host int avoids a device op
-        self._skipped = torch.zeros((), device=device)
-        self._tokens = torch.zeros((), device=device)
+        self._losses: list[torch.Tensor] = []
+        self._norms: list[torch.Tensor] = []
+        self._token_counts: list[torch.Tensor] = []
+        self._sums = torch.zeros(4, device=device)  # loss sum, finite count, skipped steps, tokens
 
     def add_loss(self, loss: torch.Tensor) -> None:
-        """fp16: overflowing micro-steps are skipped by the scaler, so they stay out of the mean."""
-        if self.count_only_finite:
-            finite = torch.isfinite(loss)
-            self._loss += torch.where(finite, loss.float(), 0.0)
-            self._finite += finite
-        else:
-            self._loss += loss.float()
-            self._counted += 1
+        self._losses.append(loss)
+        if len(self._losses) >= _FOLD_EVERY:
+            self._fold()
 
     def add_skipped(self, grad_norm: torch.Tensor) -> None:
-        """Count a step whose gradient norm is inf/NaN: exactly the steps GradScaler skips."""
-        self._skipped += ~torch.isfinite(grad_norm)
+        """Remember a step's gradient norm: an inf/NaN norm is exactly a step GradScaler skips."""
+        self._norms.append(grad_norm)
+        if len(self._norms) >= _FOLD_EVERY:
+            self._fold()
 
     def add_tokens(self, tokens: torch.Tensor) -> None:
-        self._tokens += (tokens != 0).sum()
+        self._token_counts.append((tokens != 0).sum())
+
+    def _fold(self) -> None:
+        """Reduce the pending scalars into the running sums (device ops only, no sync)."""
+        if self._losses:
+            losses = torch.stack(self._losses).float()
+            if self.count_only_finite:  # fp16: overflowing micro-steps are skipped, keep them out of the mean
+                finite = torch.isfinite(losses)
+                self._sums[0] += torch.where(finite, losses, 0.0).sum()
+                self._sums[1] += finite.sum()
+            else:
+                self._sums[0] += losses.sum()
+                self._sums[1] += len(self._losses)
+            self._losses.clear()
+        if self._norms:
+            self._sums[2] += (~torch.isfinite(torch.stack(self._norms))).sum()
+            self._norms.clear()
+        if self._token_counts:
+            self._sums[3] += torch.stack(self._token_counts).sum()
+            self._token_counts.clear()
 
     def read(self, dist: DistContext) -> IntervalReadout:
         """Average over ranks and read back: the one host sync of a log interval. Resets the interval sums."""
-        finite_sum = self._finite + self._counted
-        sums = torch.stack([self._loss, finite_sum, self._skipped.float(), self._tokens.float()])
-        loss_sum, finite, skipped, tokens = all_reduce_mean(sums, dist).tolist()
-        self._counted = 0
-        self._loss.zero_()
-        self._finite.zero_()
-        self._skipped.zero_()
-        self._tokens.zero_()
+        self._fold()
+        loss_sum, finite, skipped, tokens = all_reduce_mean(self._sums, dist).tolist()
+        self._sums.zero_()
         return IntervalReadout(loss=loss_sum / finite if finite else float("nan"),
                                skipped=int(round(skipped)), tokens=tokens)

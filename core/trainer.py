@@ -257,7 +257,7 @@ class Trainer:
                                if self.task.tokens_key is not None and seconds > 0 else None),
         ))
         self._interval_steps = 0
-        self._interval_start = time.perf_counter()
+        self._interval_start = now  # reporting (emit, metrics file) counts as training time: no flattering
 
     def _overflow_source(self, new_skips: int) -> str | None:
         """Arm the inf/NaN hooks after the first overflow; report what they caught; disarm once quiet."""
