@@ -16,9 +16,12 @@ import sys
 import tempfile
 
 
-def run(task: str, nproc: int, batch: int, steps: int, options: list[str]) -> float:
+def run(task: str, nproc: int, batch: int, steps: int, options: list[str], device: str = "cpu",
+        precision: str = "fp32") -> float:
+    """Samples/s of one `amp-console train` run on `nproc` processes (batch is per process)."""
     out = tempfile.mkdtemp(prefix="amp-ddp-")
-    command = [sys.executable, "-m", "core.cli", "train", "--task", task, "--device", "cpu", "--batch-size",
+    command = [sys.executable, "-m", "core.cli", "train", "--task", task, "--device", device, "--precision", precision,
+               "--batch-size",
                str(batch), "--max-steps", str(steps), "--log-interval", "10", "--eval-interval", "1000000000",
                "--out", out, "--json", *[f"-o{o}" for o in options]]
     if nproc > 1:

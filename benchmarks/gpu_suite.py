@@ -9,7 +9,7 @@ Sections (each one fails alone, recorded in the report, without stopping the oth
   overhead  engine samples/s vs a minimal hand-written loop on the same model, data and precision
   mfu       model FLOPs (counted by FlopCounterMode on one step) x steps/s against a measured bf16 matmul ceiling
   training  short bf16 and fp16 runs through the Trainer that must not diverge
-  ddp       multi-GPU case (placeholder hook: reported, not run)
+  ddp       with 2+ GPUs: samples/s of N DDP processes (torchrun) vs 1 at the same global batch
 Writes a JSON report and prints a short table last. Needs torch and the engine only (no Qt).
 """
 
@@ -223,9 +223,18 @@ def section_ddp(ctx: dict) -> dict:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count < 2:
         return {"status": "skipped", "reason": f"{count} GPU(s): DDP needs at least 2"}
-    # Hook for the multi-GPU case: launch the same sweep config under torchrun and compare samples/s per GPU.
-    return {"status": "not run", "gpus": count,
-            "how": f"torchrun --nproc_per_node={count} -m core.cli train --task {ctx['config'].task} --precision bf16"}
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ddp_scaling import run as train_rate
+
+    cfg = ctx["config"]
+    options = [f"{k}={v}" for k, v in cfg.task_options.items()]
+    steps = 10 if ctx["quick"] else 30
+    batch = cfg.batch_size - cfg.batch_size % count
+    single = train_rate(cfg.task, 1, batch, steps, options, device="cuda", precision="bf16")
+    multi = train_rate(cfg.task, count, batch // count, steps, options, device="cuda", precision="bf16")
+    return {"status": "ok", "gpus": count, "global_batch": batch, "precision": "bf16",
+            "single_samples_per_second": single, "multi_samples_per_second": multi,
+            "scaling": multi / single, "efficiency": multi / single / count}
 
 
 SECTIONS = (("devices", section_devices), ("sweep", section_sweep), ("overhead", section_overhead),
@@ -274,6 +283,11 @@ def print_table(report: dict) -> None:
         else:
             print(f"  train {mode}: {run['status']}, {run['steps']} steps, loss {run['first_loss']:.4f} -> "
                   f"{run['last_loss']:.4f}, {run['skipped_steps']} skipped steps")
+    ddp = s.get("ddp", {})
+    if ddp.get("status") == "ok":
+        print(f"  DDP {ddp['gpus']} GPUs (bf16, global batch {ddp['global_batch']}): "
+              f"{ddp['multi_samples_per_second']:,.0f} vs {ddp['single_samples_per_second']:,.0f} samples/s = "
+              f"{ddp['scaling']:.2f}x ({100 * ddp['efficiency']:.0f}% efficiency)")
     for name, error in report["errors"].items():
         print(f"  {name}: ERROR {error}")
     for t in report["targets"]:
