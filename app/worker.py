@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from core.control import RunControl
 
 
-UI_SWITCH_INTERVAL_S = 0.0005
+UI_SWITCH_INTERVAL_S = 0.002
 
 
 def _describe_unexpected(exc: BaseException) -> tuple[str, str]:
