@@ -14,6 +14,21 @@ from core.trainer import Trainer, train
 from tests.test_devices_precision import CPU_WITH_FP16
 
 
+def make_loss_infinite(monkeypatch, when) -> None:
+    """Multiply the tiny task's loss by inf on the training-loss calls for which `when(call_number)` is true."""
+    from core.tasks.tiny import TinyClassifierTask
+
+    original = TinyClassifierTask.loss
+    calls = {"n": 0}
+
+    def patched(self, model, batch):
+        calls["n"] += 1
+        loss = original(self, model, batch)
+        return loss * float("inf") if when(calls["n"]) else loss
+
+    monkeypatch.setattr(TinyClassifierTask, "loss", patched)
+
+
 def test_tiny_task_learns_far_above_chance(tiny_config, recorder):
     ended = train(tiny_config(epochs=3), sink=recorder)
     assert ended.status == "completed"
@@ -84,17 +99,7 @@ def test_stop_wakes_a_paused_run(tiny_config):
 
 
 def test_non_finite_loss_fails_and_keeps_last_good_checkpoint(tiny_config, recorder, monkeypatch):
-    from core.tasks.tiny import TinyClassifierTask
-
-    original = TinyClassifierTask.loss
-    calls = {"n": 0}
-
-    def exploding(self, model, batch):
-        calls["n"] += 1
-        loss = original(self, model, batch)
-        return loss * float("inf") if calls["n"] > 25 else loss
-
-    monkeypatch.setattr(TinyClassifierTask, "loss", exploding)
+    make_loss_infinite(monkeypatch, lambda call: call > 25)
     cfg = tiny_config(max_steps=100, log_interval=5, checkpoint_interval=10)
     ended = train(cfg, sink=recorder)
     assert ended.status == "failed"
@@ -106,17 +111,7 @@ def test_non_finite_loss_fails_and_keeps_last_good_checkpoint(tiny_config, recor
 
 
 def test_fp16_overflow_step_is_skipped_counted_and_training_continues(tiny_config, recorder, monkeypatch):
-    from core.tasks.tiny import TinyClassifierTask
-
-    original = TinyClassifierTask.loss
-    calls = {"n": 0}
-
-    def one_overflow(self, model, batch):
-        calls["n"] += 1
-        loss = original(self, model, batch)
-        return loss * float("inf") if calls["n"] == 7 else loss
-
-    monkeypatch.setattr(TinyClassifierTask, "loss", one_overflow)
+    make_loss_infinite(monkeypatch, lambda call: call == 7)
     ended = train(tiny_config(precision="fp16", max_steps=30, log_interval=5), sink=recorder, devices=[CPU_WITH_FP16])
     assert ended.status == "completed"
     assert ended.skipped_steps == 1
@@ -207,17 +202,7 @@ def test_token_tasks_report_tokens_per_second_and_test_metrics(tmp_path, recorde
 
 
 def test_skipped_step_count_survives_a_resume(tiny_config, recorder, monkeypatch):
-    from core.tasks.tiny import TinyClassifierTask
-
-    original = TinyClassifierTask.loss
-    calls = {"n": 0}
-
-    def one_overflow(self, model, batch):
-        calls["n"] += 1
-        loss = original(self, model, batch)
-        return loss * float("inf") if calls["n"] == 3 else loss
-
-    monkeypatch.setattr(TinyClassifierTask, "loss", one_overflow)
+    make_loss_infinite(monkeypatch, lambda call: call == 3)
     first = train(tiny_config(precision="fp16", max_steps=10, log_interval=5), devices=[CPU_WITH_FP16])
     assert first.skipped_steps == 1
     resumed = train(tiny_config(precision="fp16", max_steps=20, log_interval=5), devices=[CPU_WITH_FP16],
