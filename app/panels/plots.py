@@ -11,7 +11,7 @@ import math
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QGridLayout, QLabel, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QWidget
 
 from app.plot_ranges import StableRange, nice_x_end
 from app.series import Series, SmoothedSeries
@@ -24,8 +24,8 @@ PLOT_SPECS = (
     ("eval", "evalPlot", "Validation metrics", ("Metric", None), False, (0, 2, 1)),
     ("throughput", "throughputPlot", "Throughput", ("Samples/s", None), False, (0, 3, 1)),
     ("lr", "lrPlot", "Learning rate", ("Learning rate", None), False, (1, 0, 1)),
-    ("grad_norm", "gradNormPlot", "Gradient norm (before clipping)", ("L2 norm", None), False, (1, 1, 1)),
-    ("scale", "scalePlot", "GradScaler loss scale (fp16)", ("Scale", None), True, (1, 2, 1)),
+    ("grad_norm", "gradNormPlot", "Gradient norm (pre-clip)", ("L2 norm", None), False, (1, 1, 1)),
+    ("scale", "scalePlot", "Loss scale (fp16)", ("Scale", None), True, (1, 2, 1)),
     ("memory", "memoryPlot", "Device memory", ("Memory", "MiB"), False, (1, 3, 1)),
 )
 # Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
@@ -79,7 +79,12 @@ class PlotsPanel(QWidget):
             item.setLabel("bottom", "Optimizer step")
             item.setLabel("left", ylabel, units=units)
             for axis in ("left", "bottom"):
-                item.getAxis(axis).enableAutoSIPrefix(key in ("throughput",))
+                axis_item = item.getAxis(axis)
+                axis_item.enableAutoSIPrefix(key in ("throughput",))
+                # Axes (with their grid lines and tick labels) are the costliest part of a redraw and rarely
+                # change: Qt keeps them as a pixmap and re-renders only when the range moves, so live
+                # curve updates stop replaying text and grid under the GIL the trainer needs.
+                axis_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             item.showGrid(x=True, y=True, alpha=0.2)
             item.setLogMode(y=log_y)
             item.setDownsampling(auto=True, mode="peak")
@@ -106,7 +111,7 @@ class PlotsPanel(QWidget):
         self._add_curve("grad_norm", "grad_norm", None, pg.mkPen("#16a2b8", width=2))
         self.plots["scale"].getPlotItem().addLegend(offset=(-10, 10))
         self._add_curve("scale", "scale", "loss scale", pg.mkPen("#8e44ad", width=2))
-        self._add_curve("scale", "skipped", "skipped step (overflow)", None, symbol="t1", colour="#d0453c")
+        self._add_curve("scale", "skipped", "skipped (overflow)", None, symbol="t1", colour="#d0453c")
         self._add_curve("memory", "memory", None, pg.mkPen("#d0453c", width=2))
         self._ceiling_lines: list = []
         self._show_scaler_state(None)
@@ -118,12 +123,12 @@ class PlotsPanel(QWidget):
     def _show_scaler_state(self, scaler_on: bool | None) -> None:
         item = self.plots["scale"].getPlotItem()
         if scaler_on is None:
-            item.setTitle("GradScaler loss scale (fp16 runs)", size="10pt")
+            item.setTitle("Loss scale (fp16 runs)", size="10pt")
         elif scaler_on:
             skipped = f" · {self._skipped} skipped" if self._skipped else ""
-            item.setTitle(f"GradScaler loss scale{skipped}", size="10pt")
+            item.setTitle(f"Loss scale{skipped}", size="10pt")
         else:
-            item.setTitle("GradScaler loss scale: off (fp16 runs only)", size="10pt")
+            item.setTitle("Loss scale: off (fp16 only)", size="10pt")
 
     def _show_ceiling(self, ceiling: dict) -> None:
         import pyqtgraph as pg

@@ -71,4 +71,4 @@ def test_grad_norm_is_plotted_without_clipping_too(qtbot, window, tmp_path):
                           check_params_cb=lambda running: not running):
         click(qtbot, window, "startButton")
     assert len(window.plotsPanel.series("grad_norm")) == 2  # measured on every logged step
-    assert window.plotsPanel.plots["grad_norm"].getPlotItem().titleLabel.text.startswith("Gradient norm (before")
+    assert window.plotsPanel.plots["grad_norm"].getPlotItem().titleLabel.text.startswith("Gradient norm (pre-clip)")
