@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from . import checkpoints as ckpt
+from . import run_state
 from .amp_health import NonFiniteWatch, first_nonfinite_parameter
 from .config import RunConfig
 from .control import RunControl
@@ -127,7 +128,7 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.scaler = self.plan.make_scaler()
         if resume_state is not None:
-            self._restore(resume_state)
+            run_state.restore(self, resume_state, str(self.resume_from))
         self.model = self._wrap_ddp(model)
         self.model.train()
         self._watch = NonFiniteWatch(model)
@@ -311,27 +312,8 @@ class Trainer:
         return str(path)
 
     def state_dict(self) -> dict:
-        """The whole resumable state as plain containers and tensors."""
-        return {
-            "format_version": ckpt.FORMAT_VERSION,
-            "task": self.cfg.task,
-            "model": ckpt.unwrap_model(self.raw_model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "scaler": self.scaler.state_dict(),
-            "step": self.step,
-            "epoch": self.epoch,
-            "data_order": {"seed": self.cfg.seed, "epoch": self.epoch,
-                           "optimizer_step_in_epoch": self.step % self.steps_per_epoch},
-            "data_info": self.data.info,
-            "rng": ckpt.capture_rng(),
-            "config": self.cfg.to_dict(),
-            "precision": {"mode": self.plan.mode, "autocast_dtype": self.plan.compute_dtype_name,
-                          "scaler": self.plan.use_scaler},
-            "metrics": {**self.last_metrics, "loss": self.last_loss},
-            "skipped_steps": self.skipped_steps,
-            "versions": ckpt.library_versions(),
-        }
+        """The whole resumable state as plain containers and tensors (see core.run_state)."""
+        return run_state.capture(self)
 
     def cleanup(self) -> None:
         if hasattr(self, "_watch"):
@@ -363,21 +345,6 @@ class Trainer:
             return model
         ids = [self.device.index] if self.device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-    def _restore(self, state: dict) -> None:
-        ckpt.load_model_state(self.raw_model, state["model"], str(self.resume_from))
-        try:
-            self.optimizer.load_state_dict(state["optimizer"])
-            if self.scheduler is not None and state["scheduler"] is not None:
-                self.scheduler.load_state_dict(state["scheduler"])
-            self.scaler.load_state_dict(state["scaler"])
-        except (ValueError, KeyError, RuntimeError) as exc:
-            raise CheckpointError(f"{self.resume_from}: optimizer/scheduler state does not fit this run: {exc}") from None
-        self.step = int(state["step"])
-        self.epoch = int(state["epoch"])
-        self.skipped_steps = int(state.get("skipped_steps", 0))
-        self.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
-        ckpt.restore_rng(state["rng"])
 
     def _explain(self, exc: Exception) -> str:
         from .doctor import explain_exception

@@ -1,0 +1,53 @@
+"""A trainer's resumable state <-> the checkpoint dict (see core.checkpoints for writing and safe loading).
+
+Everything is plain containers and tensors, so `torch.load(weights_only=True)` reads it back: model
+(unwrapped from DDP/compile), optimizer, scheduler, scaler, step, epoch, data order, RNG states, config,
+precision, metrics and library versions.
+"""
+
+from __future__ import annotations
+
+from . import checkpoints as ckpt
+from .errors import CheckpointError
+
+
+def capture(trainer) -> dict:
+    """The checkpoint dict of a set-up Trainer at its current step."""
+    return {
+        "format_version": ckpt.FORMAT_VERSION,
+        "task": trainer.cfg.task,
+        "model": ckpt.unwrap_model(trainer.raw_model).state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict() if trainer.scheduler is not None else None,
+        "scaler": trainer.scaler.state_dict(),
+        "step": trainer.step,
+        "epoch": trainer.epoch,
+        # Each epoch's order is a pure function of (seed, epoch): this is all a resume needs to replay it.
+        "data_order": {"seed": trainer.cfg.seed, "epoch": trainer.epoch,
+                       "optimizer_step_in_epoch": trainer.step % trainer.steps_per_epoch},
+        "data_info": trainer.data.info,
+        "rng": ckpt.capture_rng(),
+        "config": trainer.cfg.to_dict(),
+        "precision": {"mode": trainer.plan.mode, "autocast_dtype": trainer.plan.compute_dtype_name,
+                      "scaler": trainer.plan.use_scaler},
+        "metrics": {**trainer.last_metrics, "loss": trainer.last_loss},
+        "skipped_steps": trainer.skipped_steps,
+        "versions": ckpt.library_versions(),
+    }
+
+
+def restore(trainer, state: dict, source: str) -> None:
+    """Load `state` into a set-up Trainer (strict model keys); CheckpointError names what does not fit."""
+    ckpt.load_model_state(trainer.raw_model, state["model"], source)
+    try:
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        if trainer.scheduler is not None and state["scheduler"] is not None:
+            trainer.scheduler.load_state_dict(state["scheduler"])
+        trainer.scaler.load_state_dict(state["scaler"])
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"{source}: optimizer/scheduler state does not fit this run: {exc}") from None
+    trainer.step = int(state["step"])
+    trainer.epoch = int(state["epoch"])
+    trainer.skipped_steps = int(state.get("skipped_steps", 0))
+    trainer.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
+    ckpt.restore_rng(state["rng"])
