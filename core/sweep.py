@@ -168,17 +168,30 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     return row
 
 
-def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int, warmup_windows: int) -> SweepRow:
-    """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone."""
+def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int, warmup_windows: int,
+                          control: RunControl | None = None) -> SweepRow:
+    """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone.
+
+    A stop request on `control` ends the measuring process at once (the row is reported as stopped).
+    """
     package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     command = [sys.executable, "-m", "core.sweep", "--one-mode", mode, "--config-json", json.dumps(config.to_dict()),
                "--steps", str(steps), "--repeats", str(repeats), "--warmup-windows", str(warmup_windows)]
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    lines = proc.stdout.strip().splitlines()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if control is not None and control.stop_requested:
+                    proc.kill()
+                    proc.communicate()
+                    return SweepRow(mode=mode, status="skipped", reason="sweep stopped")
+    lines = stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         return SweepRow(mode=mode, status="failed", reason=f"measuring process exited {proc.returncode}: {last}")
     return SweepRow(**json.loads(lines[-1]))
 
@@ -198,8 +211,8 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
     """Measure every requested mode (unsupported ones are skipped with the device's reason) and compare to fp32.
 
     `isolate` runs each mode in a fresh subprocess (default: on the CPU, where peak memory is the process's
-    RSS). `progress` gets a SweepProgress before and after each mode; `control.stop()` ends the sweep between
-    modes (the remaining ones are reported as skipped).
+    RSS). `progress` gets a SweepProgress before and after each mode; `control.stop()` ends the sweep: at once
+    for an isolated mode (its process is killed), else after the current mode; the rest are reported skipped.
     """
     config = config.validate()
     devices = devices if devices is not None else list_devices()
@@ -219,7 +232,7 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
             if progress:
                 progress(SweepProgress(mode, index, len(order), "running"))
             if isolate:
-                row = measure_mode_isolated(config, mode, steps, repeats, warmup_windows)
+                row = measure_mode_isolated(config, mode, steps, repeats, warmup_windows, control)
             else:
                 row = measure_mode(config, mode, steps, repeats, warmup_windows, devices)
                 _release_device_memory(info)

@@ -67,3 +67,20 @@ def test_tokens_per_sample_counts_non_padding_entries():
     split = {"seq": torch.tensor([[0, 0, 3, 4], [1, 2, 3, 4]])}
     assert tokens_per_sample(split, "seq") == 3.0
     assert tokens_per_sample(split, None) is None
+
+
+def test_stop_kills_an_isolated_measurement_at_once(tmp_path):
+    import threading
+    import time
+
+    from core.config import RunConfig
+    from core.control import RunControl
+    from core.sweep import run_sweep
+
+    control = RunControl()
+    config = RunConfig.for_task("tiny", device="cpu", out_dir=str(tmp_path))
+    threading.Timer(1.0, control.stop).start()
+    started = time.monotonic()
+    result = run_sweep(config, modes=["fp32", "bf16"], steps=100_000, repeats=3, isolate=True, control=control)
+    assert time.monotonic() - started < 30  # 100k-step windows would take minutes
+    assert [(r.mode, r.status) for r in result.rows] == [("fp32", "skipped"), ("bf16", "skipped")]
