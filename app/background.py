@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.threads import start_on_thread
 
 from app.worker import _describe_unexpected
 
@@ -71,15 +73,10 @@ class BackgroundTask(QObject):
 
         self._control = RunControl()
         job = _Computation(fn, self._control)
-        job_thread = QThread(self)
-        job_thread.setObjectName(self._name)
-        job.moveToThread(job_thread)
-        job_thread.started.connect(job.run)
         job.progress.connect(self.progress)
         job.succeeded.connect(self.succeeded)
         job.failed.connect(self.failed)
-        job.done.connect(job_thread.quit, Qt.ConnectionType.DirectConnection)
-        job_thread.finished.connect(job.deleteLater)
+        job_thread = start_on_thread(self, job, self._name)
         job_thread.finished.connect(self._on_finished)
         self._thread, self._job = job_thread, job
         job_thread.start()

@@ -12,8 +12,9 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.threads import start_on_thread
 from core.control import RunControl
 
 
@@ -96,15 +97,9 @@ class RunController(QObject):
             self._start_processes(config, processes, resume_from)
             return
         worker = TrainingWorker(config, resume_from=resume_from, devices=devices)
-        run_thread = QThread(self)  # owned by the controller (C++ side); deleted after it is joined
-        run_thread.setObjectName("trainingThread")
-        worker.moveToThread(run_thread)
-        run_thread.started.connect(worker.run)
         worker.event.connect(self.event)
         worker.setupFailed.connect(self.setupFailed)
-        # Direct: quit from the worker's own thread, so a GUI thread blocked in wait() cannot deadlock.
-        worker.done.connect(run_thread.quit, Qt.ConnectionType.DirectConnection)
-        run_thread.finished.connect(worker.deleteLater)  # runs in the thread as it exits
+        run_thread = start_on_thread(self, worker, "trainingThread")  # owned here; deleted after it is joined
         run_thread.finished.connect(self._on_finished)  # joins, then deletes the QThread itself
         self._worker, self._run_thread = worker, run_thread
         # The UI thread needs the GIL for every Qt call while it paints; with the default 5 ms switch interval
@@ -229,15 +224,10 @@ class JobRunner(QObject):
                on_failure: Callable[[str, str], None]) -> None:
         self._next_id += 1
         job = _Job(self._next_id, fn)
-        job_thread = QThread(self)
-        job_thread.setObjectName("jobThread")
-        job.moveToThread(job_thread)
-        job_thread.started.connect(job.run)
         job.succeeded.connect(self._on_success)
         job.failed.connect(self._on_failure)
-        job.done.connect(job_thread.quit, Qt.ConnectionType.DirectConnection)
         job.done.connect(self._reap)
-        job_thread.finished.connect(job.deleteLater)
+        job_thread = start_on_thread(self, job, "jobThread")
         self._jobs[self._next_id] = (job_thread, job, on_success, on_failure)
         job_thread.start()
         self.busyChanged.emit(True)
