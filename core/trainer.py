@@ -147,7 +147,9 @@ class Trainer:
         except RunFailed as exc:
             return self._end("failed", str(exc))
         except Exception as exc:  # anything else: the run fails, the app stays usable
-            return self._end("failed", self._explain(exc), details=traceback.format_exc())
+            from .doctor import explain_exception
+
+            return self._end("failed", explain_exception(exc, self), details=traceback.format_exc())
         if status == "completed" and self._last_eval_step != self.step:
             self.evaluate()
         if status == "completed" and self.test is not None:
@@ -345,16 +347,6 @@ class Trainer:
             return model
         ids = [self.device.index] if self.device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-
-    def _explain(self, exc: Exception) -> str:
-        from .doctor import explain_exception
-
-        text = str(exc)
-        if self.dist.enabled and ("Connection reset" in text or "Connection closed" in text
-                                  or isinstance(exc, getattr(torch.distributed, "DistBackendError", ()))):
-            return (f"another process of this {self.dist.world_size}-process run died or lost its connection at "
-                    f"step {self.step}; the run ended. Resume from the last checkpoint ({self._saved_checkpoint or 'none yet'})")
-        return explain_exception(exc, self)
 
     def _display_epoch(self) -> int:
         """1-based epoch the latest step belongs to (what users read as 'epoch 2/5')."""

@@ -107,5 +107,7 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
         process.kill()
     assert process.returncode == 1
     assert "2-process run failed" in stderr.strip().splitlines()[-1]
+    ended = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"RunEnded"' in x][-1]
+    assert ended["status"] == "failed" and "another process" in ended["message"]
     assert took < 90
     print(f"run ended {took:.1f} s after rank 1 was killed")
