@@ -7,13 +7,12 @@ Exit codes: 0 completed, 1 the run failed, 2 bad input (one line on stderr namin
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import signal
 import sys
 
-from .config import FIELD_SPECS, RunConfig
+from .config import FIELD_SPECS
 from .errors import AmpConsoleError, ConfigError
 
 # Modules that add subcommands: each has `register(subparsers)`; the parser calls `args.handler(args)`.
@@ -128,10 +127,6 @@ def install_sigint_stop(control, distributed: bool = False) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     signal.signal(signal.SIGINT, handler)
-
-
-def config_field_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(RunConfig)]
 
 
 if __name__ == "__main__":
