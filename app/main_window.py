@@ -21,6 +21,24 @@ from app.status import RunStatusBar
 from app.worker import JobRunner, RunController
 
 CONFIG_KEY = "run/config"
+PROCESSES_KEY = "run/processes"
+SEPARATE_PROCESS_KEY = "run/separateProcess"
+
+
+def _int_setting(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _bool_setting(value, default: bool) -> bool:
+    """QSettings' INI format hands booleans back as the strings 'true' / 'false'."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return default
 
 
 
@@ -164,8 +182,12 @@ class MainWindow(QMainWindow):
                 self.logPanel.log(f"Ignored the saved settings: {exc}", "warning")
             else:
                 self.apply_config(config)
+        self.setupPanel.set_execution(
+            _int_setting(self.settings.value(PROCESSES_KEY), 1),
+            _bool_setting(self.settings.value(SEPARATE_PROCESS_KEY), True))
         self.engine_ready = True
         self.setupPanel.changed.connect(self._save_config_soon)
+        self.setupPanel.executionChanged.connect(self._save_config_soon)
         self.show_message("Ready. Choose a task and press Start.")
         self._update_buttons()
         self.engineLoaded.emit()
@@ -185,6 +207,8 @@ class MainWindow(QMainWindow):
                 self.settings.setValue(CONFIG_KEY, json.dumps(self.setupPanel.config().to_dict()))
             except Exception:  # a half-typed form can't be saved; the last good one stays  # noqa: BLE001
                 pass
+            self.settings.setValue(PROCESSES_KEY, self.setupPanel.processes())
+            self.settings.setValue(SEPARATE_PROCESS_KEY, self.setupPanel.separateProcessCheck.isChecked())
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/mainSplitter", self.mainSplitter.saveState())
         self.settings.setValue("window/rightSplitter", self.rightSplitter.saveState())
@@ -253,9 +277,13 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.plotsPanel.clear()
         processes = self.setupPanel.processes()
+        separate = self.setupPanel.separate_process()
         self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
-                              processes=processes)
-        launching = f" on {processes} processes" if processes > 1 else ""
+                              processes=processes, separate_process=separate)
+        if processes > 1:
+            launching = f" on {processes} processes"
+        else:
+            launching = " in a separate process" if separate else ""
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         self._update_buttons()
         return True
@@ -284,7 +312,7 @@ class MainWindow(QMainWindow):
         can_start = (self.engine_ready and not running and not self.jobs.busy and self.setupPanel.is_valid())
         self.startButton.setEnabled(can_start)
         self.startAction.setEnabled(can_start)
-        can_pause = running and not stopping and not self.controller.multiprocess  # ranks can't pause together
+        can_pause = running and not stopping and self.controller.can_pause  # DDP ranks can't pause together
         self.pauseButton.setEnabled(can_pause)
         self.pauseAction.setEnabled(can_pause)
         self.stopButton.setEnabled(running and not stopping)

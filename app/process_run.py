@@ -1,13 +1,19 @@
-"""A multi-process (DDP) run: `python -m core.cli train --nproc N --events` as a QProcess.
+"""A run in a child process: `python -m core.cli train --events --control-stdin [--nproc N]` as a QProcess.
 
-The launcher runs torchrun; rank 0 prints every event as one JSON line on stdout, which is read here on the
-GUI thread (a few lines a second: no thread needed) and rebuilt with core.events.event_from_dict, so the
+One process (the default for runs started from the window): the trainer runs in its own interpreter, so
+its Python never waits for the GIL behind the window's painting (on ~1 ms steps that cost the in-process
+thread 10-15% of its speed), a crash or an out-of-memory kill ends the run and not the window, and the
+device memory goes back to the system when the run ends. Several processes: the launcher runs torchrun
+and rank 0 reports.
+
+The child prints every event as one JSON line on stdout, which is read here on the GUI thread (at most a
+few hundred short lines a second: no thread needed) and rebuilt with core.events.event_from_dict, so the
 window's plots get the same event objects as from the in-process worker.
 
-Stop writes 'stop' to the run's stdin (`--control-stdin`): rank 0 stops after its step, every rank follows
-and rank 0 writes the checkpoint. (A SIGINT to the launcher alone is not forwarded to torchrun when there
-is no terminal, so it would not stop anything.) The run lives in its own session, so if it does not end in
-time the whole process group is interrupted, then killed.
+Pause, resume and stop are lines written to the child's stdin (`--control-stdin`); under DDP rank 0 stops
+after its step, every rank follows and rank 0 writes the checkpoint. (A SIGINT to the launcher alone is not
+forwarded to torchrun when there is no terminal, so it would not stop anything.) The run lives in its own
+session, so if it does not end in time the whole process group is interrupted, then killed.
 """
 
 from __future__ import annotations
@@ -27,20 +33,36 @@ STDERR_LINES = 40
 
 
 def launcher_command(config_path: str, processes: int, resume_from: str | None = None) -> list[str]:
-    """The command line (program first) that trains `config_path` on `processes` local processes."""
-    command = [sys.executable, "-m", "core.cli", "train", "--nproc", str(processes), "--events", "--json",
-               "--control-stdin", "--config", config_path]
+    """The command line (program first) that trains `config_path` in a child process (torchrun if > 1)."""
+    command = [sys.executable, "-m", "core.cli", "train", "--events", "--json", "--control-stdin",
+               "--config", config_path]
+    if processes > 1:
+        command[4:4] = ["--nproc", str(processes)]
     if resume_from:
         command += ["--resume", resume_from]
     return command
 
 
+def describe_signal(number: int, processes: int = 1) -> str:
+    """One line for a training process that a signal ended before it could report (no RunEnded)."""
+    who = "the training process" if processes == 1 else "the DDP launcher"
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    if number == signal.SIGKILL:
+        return (f"{who} was killed ({name}) before it could report; the system may have run out of memory "
+                "(try a smaller batch size). The last checkpoint on disk is kept.")
+    return f"{who} crashed ({name}) before it could report. The last checkpoint on disk is kept."
+
+
 class ProcessRun(QObject):
-    """One launcher process. `event(obj)` per JSON event line; `failed(message, details)` when it exits
-    non-zero without having reported its own failure; `finished()` once it has exited."""
+    """One training (or launcher) process. `event(obj)` per JSON event line; `failed(message, field, details)`
+    when it exits non-zero without having reported its own failure (`field`: the RunConfig field a setup
+    error names, else ''); `finished()` once it has exited."""
 
     event = Signal(object)
-    failed = Signal(str, str)
+    failed = Signal(str, str, str)
     finished = Signal()
 
     def __init__(self, parent: QObject | None = None):
@@ -55,7 +77,14 @@ class ProcessRun(QObject):
         self._stderr_buffer = b""
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
         self.ended_status: str | None = None
+        self.setup_error: tuple[str, str] | None = None  # (message, field) from the child's setup_error line
+        self._started = None  # the RunStarted event, once seen
+        self._last_step = 0
+        self._last_epoch = 0
+        self._last_checkpoint: str | None = None
         self.stop_requested = False
+        self.paused = False
+        self.processes = 1
         self._done = False
         self._folder = tempfile.TemporaryDirectory(prefix="amp-console-run-")
         self._escalate = QTimer(self, singleShot=True)
@@ -65,7 +94,13 @@ class ProcessRun(QObject):
     def running(self) -> bool:
         return self.process.state() != QProcess.ProcessState.NotRunning
 
-    def start(self, config, processes: int, resume_from: str | None = None) -> None:
+    @property
+    def can_pause(self) -> bool:
+        """One process pauses between steps; DDP ranks can't pause together (their all-reduce would time out)."""
+        return self.processes == 1
+
+    def start(self, config, processes: int = 1, resume_from: str | None = None) -> None:
+        self.processes = processes
         path = Path(self._folder.name) / "run.toml"
         config.save_toml(path)
         program, *arguments = launcher_command(str(path), processes, resume_from)
@@ -79,11 +114,22 @@ class ProcessRun(QObject):
         self.process.setUnixProcessParameters(params)
         self.process.start(program, arguments)
 
+    def pause(self) -> None:
+        if self.running and self.can_pause and not self.stop_requested and not self.paused:
+            self.paused = True
+            self.process.write(b"pause\n")
+
+    def resume(self) -> None:
+        if self.running and self.paused:
+            self.paused = False
+            self.process.write(b"resume\n")
+
     def stop(self, grace_ms: int = 20_000) -> None:
         """Ask rank 0 to stop after its step (checkpoint written); interrupt the group if it takes too long."""
         if not self.running or self.stop_requested:
             return
         self.stop_requested = True
+        self.paused = False  # a paused run wakes up to stop
         self.process.write(b"stop\n")
         self._escalate.start(grace_ms)
 
@@ -126,12 +172,32 @@ class ProcessRun(QObject):
                 data = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if "setup_error" in data:  # bad input found before the run started (the child exits 2)
+                self.setup_error = (str(data["setup_error"]), str(data.get("field") or ""))
+                continue
             if "event" not in data:  # the --json summary line
                 continue
             event = event_from_dict(data)
-            if type(event).__name__ == "RunEnded":
+            kind = type(event).__name__
+            if kind == "RunEnded":
                 self.ended_status = event.status
+            elif kind == "RunStarted":
+                self._started = event
+                self._last_step = event.start_step
+            elif kind == "StepMetrics":
+                self._last_step, self._last_epoch = event.step, event.epoch
+            elif kind == "CheckpointSaved":
+                self._last_checkpoint = event.path
             self.event.emit(event)
+
+    def _end_as_failed(self, message: str, details: str) -> None:
+        """The RunEnded the child could not send: the plots and status bar end the run as failed."""
+        from core.events import RunEnded
+
+        self.ended_status = "failed"
+        self.event.emit(RunEnded(status="failed", message=message, step=self._last_step, epoch=self._last_epoch,
+                                 final_loss=None, metrics={}, checkpoint=self._last_checkpoint,
+                                 samples_per_second=None, details=details))
 
     def _read_stderr(self) -> None:
         self._stderr_buffer += bytes(self.process.readAllStandardError())
@@ -146,15 +212,28 @@ class ProcessRun(QObject):
             self.stderr_tail.append(f"could not start {self.process.program()}: {self.process.errorString()}")
             self._on_finished(-1, QProcess.ExitStatus.CrashExit)
 
-    def _on_finished(self, exit_code: int, _exit_status=None) -> None:
+    def _on_finished(self, exit_code: int, exit_status=None) -> None:
         if self._done:
             return
         self._done = True
         self._escalate.stop()
         self._read_stdout()
         self._read_stderr()
-        if exit_code not in (0, 130) and self.ended_status != "failed":
-            last = self.stderr_tail[-1] if self.stderr_tail else f"the launcher exited with code {exit_code}"
-            self.failed.emit(last, "\n".join(self.stderr_tail))
+        crashed = exit_status == QProcess.ExitStatus.CrashExit and exit_code > 0  # exit_code: the signal
+        if self.ended_status != "failed" and (crashed or exit_code not in (0, 130)):
+            field = ""
+            if crashed:
+                message = describe_signal(exit_code, self.processes)
+            elif self.setup_error is not None:
+                message, field = self.setup_error
+            elif self.stderr_tail:
+                message = self.stderr_tail[-1]
+            else:
+                message = f"the training process exited with code {exit_code} without reporting why"
+            details = "" if self.setup_error is not None and not crashed else "\n".join(self.stderr_tail)
+            if self._started is not None and self.ended_status is None:
+                self._end_as_failed(message, details)  # it died mid-run: a failed run, not a setup error
+            else:
+                self.failed.emit(message, field, details)
         self._folder.cleanup()
         self.finished.emit()

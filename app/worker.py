@@ -1,9 +1,18 @@
-"""Training off the GUI thread: a QObject worker moved to a QThread drives core's Trainer.
+"""Training off the GUI thread, in a child process (the default) or on a QThread in this process.
 
-The worker re-emits each engine event as one `event` signal (queued to the GUI thread). `RunController`
-owns the one run at a time: it starts it, pauses, resumes and stops it through core's Qt-free RunControl,
-and joins the thread before anything is destroyed (QThread.finished fires before the OS thread exits).
-`JobRunner` does the same for short jobs (loading a checkpoint to resume, exporting one).
+`RunController` owns the one run at a time and joins it before anything is destroyed.
+
+- Separate process (`app.process_run.ProcessRun`): `python -m core.cli train --events --control-stdin`, whose
+  JSON event lines become the same event objects. The trainer gets its own interpreter, so its Python never
+  queues for the GIL behind the window's painting, a crash or an out-of-memory kill ends the run and not
+  the window, and device memory goes back to the system when the run ends. Several processes use torchrun.
+- In this process: a QObject worker moved to a QThread drives core's Trainer and re-emits each engine event
+  as one `event` signal (queued to the GUI thread); pause, resume and stop go through core's Qt-free
+  RunControl. Starts faster (torch is already imported) and trains on the window's device list, which is
+  what tests inject. QThread.finished fires before the OS thread exits, so the thread is joined before it
+  is deleted.
+
+`JobRunner` runs short jobs (loading a checkpoint to resume, exporting one) on a QThread.
 """
 
 from __future__ import annotations
@@ -76,10 +85,21 @@ class RunController(QObject):
 
     @property
     def multiprocess(self) -> bool:
+        """A DDP run (torchrun): its ranks can be stopped but not paused."""
+        return self._process is not None and self._process.processes > 1
+
+    @property
+    def separate_process(self) -> bool:
         return self._process is not None
 
     @property
+    def can_pause(self) -> bool:
+        return self._worker is not None or (self._process is not None and self._process.can_pause)
+
+    @property
     def paused(self) -> bool:
+        if self._process is not None:
+            return self._process.paused
         return self._worker is not None and self._worker.control.paused
 
     @property
@@ -89,11 +109,12 @@ class RunController(QObject):
         return self._worker is not None and self._worker.control.stop_requested
 
     def start(self, config, resume_from: str | None = None, devices: list | None = None,
-              processes: int = 1) -> None:
-        """One process: the trainer on a QThread. Several: torchrun as a subprocess (rank 0's events)."""
+              processes: int = 1, separate_process: bool = False) -> None:
+        """`separate_process` or several processes: a child process (torchrun for several; rank 0's events).
+        Otherwise the trainer on a QThread, with `devices` (the window's list) to resolve the device."""
         if self.running:
             raise RuntimeError("a run is already in progress")
-        if processes > 1:
+        if processes > 1 or separate_process:
             self._start_processes(config, processes, resume_from)
             return
         worker = TrainingWorker(config, resume_from=resume_from, devices=devices)
@@ -115,7 +136,7 @@ class RunController(QObject):
 
         run = ProcessRun(self)
         run.event.connect(self.event)
-        run.failed.connect(lambda message, details: self.setupFailed.emit(message, "", details))
+        run.failed.connect(self.setupFailed)
         run.finished.connect(self._on_process_finished)
         self._process = run
         run.start(config, processes, resume_from)
@@ -134,10 +155,14 @@ class RunController(QObject):
         self.runningChanged.emit(False)
 
     def pause(self) -> None:
+        if self._process is not None:
+            self._process.pause()
         if self._worker is not None:
             self._worker.control.pause()
 
     def resume(self) -> None:
+        if self._process is not None:
+            self._process.resume()
         if self._worker is not None:
             self._worker.control.resume()
 

@@ -12,7 +12,7 @@ import threading
 from . import checkpoints
 from .config import FIELD_SPECS, RunConfig, tomllib
 from .control import RunControl
-from .errors import ConfigError
+from .errors import AmpConsoleError, ConfigError
 from .events import EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 
 _TYPES = {"lr": float, "momentum": float, "weight_decay": float, "grad_clip": float}
@@ -151,6 +151,15 @@ def follow_control_lines(stream, control: RunControl) -> threading.Thread:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        return _train(args)
+    except AmpConsoleError as exc:
+        if args.events:  # a program driving this run gets the field to mark, not just the stderr line
+            print(json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", "")}), flush=True)
+        raise
+
+
+def _train(args: argparse.Namespace) -> int:
     from .cli import install_sigint_stop
     from .distributed import DistContext
     from .trainer import Trainer

@@ -141,7 +141,7 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
 
 
 def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
-    """--events streams JSON lines; --control-stdin takes pause/resume/stop (how the GUI runs torchrun jobs)."""
+    """--events streams JSON lines; --control-stdin takes pause/resume/stop (how the window runs training)."""
     command = [sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device", "cpu", "--out",
                str(tmp_path / "run"), "--events", "--control-stdin", "--batch-size", "8", "--log-interval", "20"]
     kinds = []
@@ -163,3 +163,14 @@ def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
             process.kill()
     assert kinds[0] == "RunStarted" and kinds[-2:] == ["CheckpointSaved", "RunEnded"]
     assert process.returncode == 130
+
+
+def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path):
+    """A program driving `train --events` gets the field to mark, besides the one stderr line and exit 2."""
+    result = run_cli("train", "--max-steps", "2", "--out", str(tmp_path / "o"), "--events", "-o", "samples=256",
+                     "--batch-size", "64", "--grad-accum", "64", cwd=tmp_path)
+    assert result.returncode == 2
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["field"] == "grad_accum"
+    assert report["setup_error"].startswith("grad_accum: ") and "exceed" in report["setup_error"]
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -11,7 +11,7 @@ import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QSpinBox, QVBoxLayout, QWidget,
 )
 
 from app.panels.editors import Editor, FieldRow
@@ -52,6 +52,7 @@ class RunSetupPanel(QWidget):
 
     validityChanged = Signal(bool)
     changed = Signal()
+    executionChanged = Signal()  # processes or isolation (app settings, not RunConfig fields)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -124,11 +125,33 @@ class RunSetupPanel(QWidget):
         form.addRow("", self.precisionNote)
         form.addRow("", self._precision_error)
         self.processesEdit = QSpinBox(objectName="processesEdit", minimum=1, maximum=max(1, os.cpu_count() or 1))
-        self.processesEdit.setToolTip("1 trains in this window's process. More launches torchrun with that many "
-                                      "DDP processes (one GPU each on CUDA) and shows rank 0's progress here; "
+        self.processesEdit.setToolTip("1 trains in one process. More launches torchrun with that many DDP "
+                                      "processes (one GPU each on CUDA) and shows rank 0's progress here; "
                                       "such runs can be stopped but not paused.")
         form.addRow(form_label("Processes", self.processesEdit.toolTip()), self.processesEdit)
+        self.separateProcessCheck = QCheckBox("Train in a separate process", objectName="separateProcessCheck")
+        self.separateProcessCheck.setChecked(True)
+        self.separateProcessCheck.setToolTip(
+            "On: the run gets its own Python process. The window's drawing never slows the training loop, a "
+            "crash or an out-of-memory kill ends the run and not the window, and device memory is released "
+            "when the run ends. Off: train on a thread of this process (starts a few seconds sooner). "
+            "Runs on several processes are always separate.")
+        form.addRow(form_label("Isolation", self.separateProcessCheck.toolTip()), self.separateProcessCheck)
+        self.processesEdit.valueChanged.connect(self._on_processes_changed)
+        self.processesEdit.valueChanged.connect(lambda _value: self.executionChanged.emit())
+        self.separateProcessCheck.toggled.connect(lambda _on: self.executionChanged.emit())
         return box
+
+    def _on_processes_changed(self, processes: int) -> None:
+        self.separateProcessCheck.setEnabled(processes == 1)
+
+    def separate_process(self) -> bool:
+        """Whether a run trains in a child process (always, for several processes)."""
+        return self.processes() > 1 or self.separateProcessCheck.isChecked()
+
+    def set_execution(self, processes: int, separate_process: bool) -> None:
+        self.processesEdit.setValue(max(1, min(int(processes), self.processesEdit.maximum())))
+        self.separateProcessCheck.setChecked(bool(separate_process))
 
     def set_process_limit(self, limit: int) -> None:
         """Most processes a run may use: the CUDA GPU count on a CUDA device, else the CPU core count."""

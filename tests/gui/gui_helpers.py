@@ -28,8 +28,14 @@ def set_field(window: QWidget, name: str, value) -> None:
 
 
 def quick_run(window: QWidget, out_dir, *, max_steps: int = 0, epochs: int = 1, log_interval: int = 5,
-              samples: int = 2048, batch_size: int = 32) -> None:
-    """A tiny-task form that trains in about a second (or forever-ish with a large max_steps)."""
+              samples: int = 2048, batch_size: int = 32, separate_process: bool | None = None) -> None:
+    """A tiny-task form that trains in about a second (or forever-ish with a large max_steps).
+
+    `separate_process`: tick or clear "Train in a separate process" (None leaves the app's default, on).
+    Tests that patch torch in this process or inject fake devices need False: a child process sees neither.
+    """
+    if separate_process is not None:
+        find(window, "separateProcessCheck").setChecked(separate_process)
     set_field(window, "taskCombo", "tiny")
     set_field(window, "samplesOptionEdit", samples)
     set_field(window, "batchSizeEdit", batch_size)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from gui_helpers import click, find, quick_run, set_field
@@ -17,8 +19,9 @@ def finish_run(qtbot, window) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window, tmp_path):
-    quick_run(window, tmp_path / "run", samples=256, batch_size=64)
+@pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
+def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window, tmp_path, separate):
+    quick_run(window, tmp_path / "run", samples=256, batch_size=64, separate_process=separate)
     set_field(window, "gradAccumEdit", 64)  # more micro-batches than an epoch has: the trainer refuses
     finish_run(qtbot, window)
     message = window.statusBarWidget.message.text()
@@ -29,6 +32,27 @@ def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window
 
     set_field(window, "gradAccumEdit", 1)
     qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
+    finish_run(qtbot, window)
+    assert "completed" in window.statusBarWidget.message.text().lower()
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, window, tmp_path):
+    """An out-of-memory kill (SIGKILL) of the training process ends the run, not the window."""
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
+    click(qtbot, window, "startButton")
+    qtbot.waitUntil(lambda: len(window.plotsPanel.series("loss_raw")) >= 1, timeout=30_000)
+    pid = window.controller._process.process.processId()
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        os.kill(pid, signal.SIGKILL)
+    message = window.statusBarWidget.message.text()
+    assert message.startswith("Run failed: the training process was killed (SIGKILL)"), message
+    assert "out of memory" in message, message
+    assert "ERROR" in window.logPanel.toPlainText()
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
+
+    quick_run(window, tmp_path / "again", max_steps=20, separate_process=True)
     finish_run(qtbot, window)
     assert "completed" in window.statusBarWidget.message.text().lower()
 

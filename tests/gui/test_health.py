@@ -29,7 +29,7 @@ def test_fp16_overflow_is_marked_counted_and_traced(qtbot, make_window, tmp_path
 
     monkeypatch.setattr(torch.nn.Linear, "forward", hidden_layer_overflows)
     window = make_window(devices=[CPU_WITH_FP16])
-    quick_run(window, tmp_path / "run", max_steps=15, log_interval=5)
+    quick_run(window, tmp_path / "run", max_steps=15, log_interval=5, separate_process=False)
     set_field(window, "precisionCombo", "fp16")
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):

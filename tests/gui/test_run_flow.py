@@ -1,6 +1,12 @@
-"""The full training flow through the real widgets: Start, live loss, Pause, Resume, Stop, checkpoint."""
+"""The full training flow through the real widgets: Start, live loss, Pause, Resume, Stop, checkpoint.
+
+The flow and the close-mid-run tests run twice: in a separate process (the app's default) and on a QThread
+of the window's process.
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from gui_helpers import click, find, quick_run
@@ -29,13 +35,27 @@ def wait_until_quiet(qtbot, window, settle_ms: int = 300, timeout_ms: int = 10_0
     return state["last"]
 
 
+MODES = pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 @pytest.mark.timeout(90)
-def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp_path):
+@MODES
+def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp_path, separate):
     out_dir = tmp_path / "run"
-    quick_run(window, out_dir, max_steps=1_000_000, samples=8192)
+    quick_run(window, out_dir, max_steps=1_000_000, samples=8192, separate_process=separate)
     assert find(window, "pauseButton").isEnabled() is False
     click(qtbot, window, "startButton")
     assert not find(window, "startButton").isEnabled()
+    assert window.controller.separate_process is separate
+    assert find(window, "pauseButton").isEnabled()
 
     qtbot.waitUntil(lambda: loss_points(window) >= 3, timeout=30_000)
     qtbot.waitUntil(lambda: find(window, "progressBar").value() > 0, timeout=5000)  # refreshed at 4 Hz

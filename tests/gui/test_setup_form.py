@@ -120,12 +120,19 @@ def test_presets_load(window):
 @pytest.mark.timeout(30)
 def test_last_settings_come_back(qtbot, make_window, settings):
     first = make_window(settings_store=settings)
+    assert find(first, "separateProcessCheck").isChecked()  # the default: runs get their own process
     set_field(first, "batchSizeEdit", 123)
     set_field(first, "lrEdit", 0.0005)
+    find(first, "separateProcessCheck").setChecked(False)
+    set_field(first, "processesEdit", 2)
+    assert not find(first, "separateProcessCheck").isEnabled()  # several processes are always separate
     first.close()
     second = make_window(settings_store=settings)
     assert find(second, "batchSizeEdit").value() == 123
     assert find(second, "lrEdit").value() == pytest.approx(0.0005)
+    assert find(second, "processesEdit").value() == 2
+    assert not find(second, "separateProcessCheck").isChecked()
+    assert second.setupPanel.separate_process()  # 2 processes
 
 
 @pytest.mark.timeout(30)
