@@ -43,6 +43,11 @@ def launcher_command(config_path: str, processes: int, resume_from: str | None =
     return command
 
 
+def spare_command() -> list[str]:
+    """A training process started ahead of time: it loads the engine, then waits for its settings on stdin."""
+    return [sys.executable, "-m", "core.cli", "train", "--events", "--json", "--control-stdin", "--config-stdin"]
+
+
 def describe_signal(number: int, processes: int = 1) -> str:
     """One line for a training process that a signal ended before it could report (no RunEnded)."""
     who = "the training process" if processes == 1 else "the DDP launcher"
@@ -64,6 +69,7 @@ class ProcessRun(QObject):
     event = Signal(object)
     failed = Signal(str, str, str)
     finished = Signal()
+    warmedUp = Signal()  # a spare has loaded the engine and waits for its settings
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -85,6 +91,8 @@ class ProcessRun(QObject):
         self.stop_requested = False
         self.paused = False
         self.processes = 1
+        self.spare = False  # started by prestart() and not yet given a run
+        self.warm = False
         self._done = False
         self._folder = tempfile.TemporaryDirectory(prefix="amp-console-run-")
         self._escalate = QTimer(self, singleShot=True)
@@ -99,11 +107,33 @@ class ProcessRun(QObject):
         """One process pauses between steps; DDP ranks can't pause together (their all-reduce would time out)."""
         return self.processes == 1
 
+    def prestart(self) -> None:
+        """Start a one-process run ahead of time: it imports torch and the engine (a few seconds) while the
+        user is still choosing settings, then waits; `start()` hands it the settings and it trains at once."""
+        self.spare = True
+        self._launch(spare_command())
+
+    def discard(self, timeout_ms: int = 5000) -> None:
+        """End an unused spare (it holds no run and no files: killing it loses nothing)."""
+        if self.running:
+            self.process.kill()
+            self.process.waitForFinished(timeout_ms)
+
     def start(self, config, processes: int = 1, resume_from: str | None = None) -> None:
+        if self.spare:
+            if processes != 1:
+                raise ValueError("a prestarted process trains one process")
+            self.spare = False
+            line = json.dumps({"config": config.to_dict(), "resume": resume_from}) + "\n"
+            self.process.write(line.encode())
+            return
         self.processes = processes
         path = Path(self._folder.name) / "run.toml"
         config.save_toml(path)
-        program, *arguments = launcher_command(str(path), processes, resume_from)
+        self._launch(launcher_command(str(path), processes, resume_from))
+
+    def _launch(self, command: list[str]) -> None:
+        program, *arguments = command
         env = QProcessEnvironment.systemEnvironment()
         env.insert("PYTHONPATH", os.pathsep.join(p for p in (PACKAGE_ROOT, env.value("PYTHONPATH", "")) if p))
         env.insert("PYTHONUNBUFFERED", "1")
@@ -171,6 +201,10 @@ class ProcessRun(QObject):
             try:
                 data = json.loads(line)
             except json.JSONDecodeError:
+                continue
+            if data.get("ready") is True:  # a spare has loaded the engine
+                self.warm = True
+                self.warmedUp.emit()
                 continue
             if "setup_error" in data:  # bad input found before the run started (the child exits 2)
                 self.setup_error = (str(data["setup_error"]), str(data.get("field") or ""))

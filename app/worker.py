@@ -77,7 +77,8 @@ class RunController(QObject):
         super().__init__(parent)
         self._run_thread: QThread | None = None
         self._worker: TrainingWorker | None = None
-        self._process = None  # app.process_run.ProcessRun for multi-process runs
+        self._process = None  # app.process_run.ProcessRun: a run in a separate process (or torchrun)
+        self._spare = None  # a ProcessRun started ahead of time, waiting for the next run's settings
 
     @property
     def running(self) -> bool:
@@ -131,10 +132,46 @@ class RunController(QObject):
         run_thread.start()
         self.runningChanged.emit(True)
 
+    # ------------------------------------------------------------------ a process started ahead of time
+    @property
+    def spare(self):
+        """The prestarted training process waiting for settings (None if there is none)."""
+        return self._spare
+
+    def prepare_spare(self) -> None:
+        """Start a training process now, so the next separate-process run skips the engine's start-up."""
+        if self._spare is not None:
+            return
+        from app.process_run import ProcessRun
+
+        spare = ProcessRun(self)
+        spare.setObjectName("spareProcess")
+        spare.finished.connect(self._on_spare_finished)
+        self._spare = spare
+        spare.prestart()
+
+    def discard_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.finished.disconnect(self._on_spare_finished)
+            spare.discard()
+            spare.deleteLater()
+
+    @Slot()
+    def _on_spare_finished(self) -> None:
+        """The spare exited before it was used (killed, or it could not start): the next run starts afresh."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.deleteLater()
+
     def _start_processes(self, config, processes: int, resume_from: str | None) -> None:
         from app.process_run import ProcessRun
 
-        run = ProcessRun(self)
+        if processes == 1 and self._spare is not None and self._spare.running:
+            run, self._spare = self._spare, None
+            run.finished.disconnect(self._on_spare_finished)
+        else:
+            run = ProcessRun(self)
         run.event.connect(self.event)
         run.failed.connect(self.setupFailed)
         run.finished.connect(self._on_process_finished)
@@ -175,6 +212,7 @@ class RunController(QObject):
 
     def shutdown(self) -> None:
         """Stop the run and block until its thread (or launcher process) has exited (the window closes)."""
+        self.discard_spare()
         if self._process is not None:
             self._process.shutdown()
         if self._run_thread is None:

@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
                         help="torch intra-op threads for both runs (default: all cores but one, which the UI "
                              "needs: a UI thread on a core of the trainer's OpenMP team stalls the whole team)")
+    parser.add_argument("--start-latency", action="store_true",
+                        help="also time Start -> first step report: thread, new process, prestarted process")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -156,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         settings = QSettings(str(root / "settings.ini"), QSettings.Format.IniFormat)
-        window = MainWindow(settings=settings, devices=[cpu_info()])
+        # No spare process: preparing the next one right after a run ends would import torch alongside the
+        # next measured run. (A spare only saves start-up time, which the throughput here leaves out anyway.)
+        window = MainWindow(settings=settings, devices=[cpu_info()], prestart_runs=False)
         window.resize(1400, 860)
         window.show()
         window.load_engine()
@@ -166,9 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             config = make_config(root / case, steps, args.threads, case)
             results[case] = measure(app, window, config, args.repeats, quiet=args.json, label=case)
+        latency = start_latency(app, window, root) if args.start_latency else {}
         window.close()
         window.deleteLater()
         app.processEvents()
+    for mode, seconds in latency.items():
+        print(f"Start -> first step report, {mode}: median {seconds:.2f} s")
 
     names = {"worst": "worst case (tiny, ~1 ms Python-bound steps)",
              "realistic": "realistic (default recommender task)"}
@@ -193,6 +200,45 @@ def main(argv: list[str] | None = None) -> int:
                 summary[f"{prefix}{infix}_ui_latency_p99_ms"] = round(by_mode[mode]["p99"], 2)
         print(json.dumps(summary))
     return 0
+
+
+def start_latency(app, window, root: Path, tries: int = 3) -> dict[str, float]:
+    """Seconds from Start to the first StepMetrics on a short tiny run, per way of running it."""
+    from PySide6.QtCore import QEventLoop
+
+    from core.config import RunConfig
+
+    config = RunConfig.for_task("tiny", max_steps=5, log_interval=1, eval_interval=0, device="cpu",
+                                out_dir=str(root / "latency"))
+    times: dict[str, list[float]] = {"thread": [], "new process": [], "prestarted process": []}
+    for _ in range(tries):
+        for mode in times:
+            window.apply_config(config)
+            window.setupPanel.separateProcessCheck.setChecked(mode != "thread")
+            if mode == "prestarted process":
+                window.controller.prepare_spare()
+                spare = window.controller.spare
+                while not spare.warm:
+                    app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 100)
+            else:
+                window.controller.discard_spare()
+            first = {}
+
+            def on_event(event, first=first):
+                if type(event).__name__ == "StepMetrics" and "at" not in first:
+                    first["at"] = time.perf_counter()
+
+            window.controller.event.connect(on_event)
+            loop = QEventLoop()
+            window.controller.runningChanged.connect(loop.quit)
+            started = time.perf_counter()
+            assert window.start_run()
+            loop.exec()
+            window.controller.runningChanged.disconnect(loop.quit)
+            window.controller.event.disconnect(on_event)
+            times[mode].append(first["at"] - started)
+    window.controller.discard_spare()
+    return {mode: statistics.median(values) for mode, values in times.items()}
 
 
 MODES = {"separate": "separate process (default)", "thread": "thread in the window's process"}

@@ -35,6 +35,10 @@ def register(sub) -> None:
                    help="print every event as one JSON line on stdout as it happens (for other programs)")
     p.add_argument("--control-stdin", action="store_true",
                    help="read 'pause', 'resume' and 'stop' lines from stdin (for programs driving this run)")
+    p.add_argument("--config-stdin", action="store_true",
+                   help="load the engine, print {\"ready\": true} (with --events), then read the settings as one "
+                        "JSON line on stdin: {\"config\": {...}, \"resume\": null}; lets a program start the "
+                        "process ahead of time so a run begins at once")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N processes on this machine with DDP (launches torchrun --standalone)")
     p.set_defaults(handler=cmd_train)
@@ -159,12 +163,46 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise
 
 
+def warm_up_engine() -> None:
+    """Import what the first run would (torch builds its optimizers' machinery on first use, ~1 s)."""
+    import torch
+
+    from . import trainer  # noqa: F401  (the engine and its tasks)
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+
+
+def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
+    """The settings a driving program sends on `stream` (--config-stdin); (None, None) if it closed first."""
+    line = stream.readline()
+    if not line.strip():
+        return None, None
+    try:
+        data = json.loads(line)
+        values, resume = data["config"], data.get("resume")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError("config", f"the settings line on stdin is not {{\"config\": {{...}}}} JSON ({exc})")
+    if not isinstance(values, dict) or not (resume is None or isinstance(resume, str)):
+        raise ConfigError("config", "the settings line on stdin needs a \"config\" object and a \"resume\" path")
+    return RunConfig.from_dict(values, source="stdin").validate(), resume
+
+
 def _train(args: argparse.Namespace) -> int:
     from .cli import install_sigint_stop
     from .distributed import DistContext
     from .trainer import Trainer
 
-    config = config_from_args(args)
+    if args.config_stdin:
+        if args.nproc is not None or os.environ.get("WORLD_SIZE"):
+            raise ConfigError("config", "--config-stdin starts one process; it cannot be combined with --nproc")
+        warm_up_engine()
+        if args.events:
+            print(json.dumps({"ready": True}), flush=True)
+        config, args.resume = read_config_line(sys.stdin)
+        if config is None:  # the driving program went away before starting a run
+            return 0
+    else:
+        config = config_from_args(args)
     if args.nproc is not None and not os.environ.get("WORLD_SIZE"):
         from .launch import launch_torchrun
 

@@ -174,3 +174,34 @@ def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path):
     assert report["field"] == "grad_accum"
     assert report["setup_error"].startswith("grad_accum: ") and "exceed" in report["setup_error"]
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
+    """How the window starts a training process ahead of time: ready line, then one JSON settings line."""
+    command = [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin"]
+    config = RunConfig.for_task("tiny", max_steps=6, log_interval=2, out_dir=str(tmp_path / "run"))
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as process:
+        try:
+            assert json.loads(process.stdout.readline()) == {"ready": True}
+            process.stdin.write(json.dumps({"config": config.to_dict(), "resume": None}) + "\n")
+            process.stdin.flush()
+            events = [json.loads(line) for line in process.stdout]
+            process.wait(timeout=60)
+        finally:
+            process.kill()
+    assert process.returncode == 0
+    assert events[0]["event"] == "RunStarted" and events[0]["total_steps"] == 6
+    assert events[-1]["event"] == "RunEnded" and events[-1]["status"] == "completed"
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()
+
+
+@pytest.mark.parametrize(("stdin", "code", "named"), [("", 0, None), ("not json\n", 2, "settings line"),
+                                                      ('{"config": {"lr": -1}}\n', 2, "lr")])
+def test_config_stdin_closed_or_bad_settings(tmp_path, stdin, code, named):
+    result = subprocess.run([sys.executable, "-m", "core.cli", "train", "--config-stdin"], input=stdin,
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == code
+    if named:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and named in lines[0], result.stderr

@@ -65,8 +65,10 @@ def make_window(qtbot, settings, cpu_devices):
     """Build a MainWindow with the engine loaded (synchronously) and injected devices."""
     from app.main_window import MainWindow
 
-    def make(devices=None, settings_store=None):
-        window = MainWindow(settings=settings_store or settings, devices=devices or cpu_devices)
+    def make(devices=None, settings_store=None, prestart_runs=False):
+        # No spare training process unless a test asks: each would import torch alongside the test's own run.
+        window = MainWindow(settings=settings_store or settings, devices=devices or cpu_devices,
+                            prestart_runs=prestart_runs)
         qtbot.addWidget(window)
         window.load_engine()
         window.show()

@@ -110,22 +110,60 @@ def test_completed_run_then_a_second_run_reuses_the_window(qtbot, window, tmp_pa
 
 
 @pytest.mark.timeout(60)
-def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tmp_path):
-    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192)
+@MODES
+def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tmp_path, separate):
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=separate)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
     running_threads = [t for t in window.findChildren(QThread)]
+    pid = window.controller._process.process.processId() if separate else None
     window.close()
     assert not window.controller.running
     assert all(not t.isRunning() for t in running_threads)
+    if separate:
+        assert process_gone(pid), "the training process outlived the window"
     assert (tmp_path / "run" / "checkpoint.pt").is_file()  # stopping writes a checkpoint
 
 
 @pytest.mark.timeout(60)
-def test_closing_while_paused_still_stops(qtbot, window, tmp_path):
-    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192)
+@MODES
+def test_closing_while_paused_still_stops(qtbot, window, tmp_path, separate):
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=separate)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
     click(qtbot, window, "pauseButton")
     window.close()
     assert not window.controller.running
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()
+
+
+@pytest.mark.timeout(90)
+def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot, make_window, tmp_path):
+    window = make_window(prestart_runs=True)
+    spare = window.controller.spare
+    assert spare is not None, "no training process was started ahead of time"
+    qtbot.waitUntil(lambda: spare.warm, timeout=30_000)  # engine loaded, waiting for settings
+
+    quick_run(window, tmp_path / "run", max_steps=20, separate_process=True)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, window, "startButton")
+        assert window.controller._process is spare  # the run went to the waiting process
+        assert window.controller.spare is None
+    assert "completed" in window.statusBarWidget.message.text().lower()
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()
+    assert loss_points(window) >= 4
+
+    following = window.controller.spare  # the next run's process is prepared when this one ends
+    assert following is not None and following is not spare
+    pid = following.process.processId()
+    find(window, "separateProcessCheck").setChecked(False)  # thread runs: no spare held
+    assert window.controller.spare is None
+    assert process_gone(pid)
+
+    find(window, "separateProcessCheck").setChecked(True)
+    again = window.controller.spare
+    assert again is not None
+    pid = again.process.processId()
+    window.close()
+    assert process_gone(pid), "the prestarted process outlived the window"
