@@ -33,7 +33,9 @@ STDERR_LINES = 40
 
 
 def launcher_command(config_path: str, processes: int, resume_from: str | None = None) -> list[str]:
-    """The command line (program first) that trains `config_path` in a child process (torchrun if > 1)."""
+    """The command line (program first) that trains `config_path` on `processes` local DDP processes (torchrun).
+
+    One-process runs use `spare_command()` and get their settings on stdin."""
     command = [sys.executable, "-m", "core.cli", "train", "--events", "--json", "--control-stdin",
                "--config", config_path]
     if processes > 1:
@@ -120,13 +122,17 @@ class ProcessRun(QObject):
             self.process.waitForFinished(timeout_ms)
 
     def start(self, config, processes: int = 1, resume_from: str | None = None) -> None:
-        if self.spare:
-            if processes != 1:
-                raise ValueError("a prestarted process trains one process")
+        """Train `config`. One process gets its settings on stdin, the same whether it was prestarted or is
+        started now (so both train exactly the window's settings); torchrun runs get a TOML file."""
+        if processes == 1:
+            if not self.spare:
+                self._launch(spare_command())
             self.spare = False
             line = json.dumps({"config": config.to_dict(), "resume": resume_from}) + "\n"
             self.process.write(line.encode())
             return
+        if self.spare:
+            raise ValueError("a prestarted process trains one process")
         self.processes = processes
         path = Path(self._folder.name) / "run.toml"
         config.save_toml(path)
