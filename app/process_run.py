@@ -1,4 +1,6 @@
-"""A run in a child process: `python -m core.cli train --events --control-stdin [--nproc N]` as a QProcess.
+"""A run in a child process, as a QProcess: `python -m core.cli train --events --control-stdin` with either
+`--config-stdin` (one process: the settings arrive as a JSON line, so the process can be started ahead of
+time and wait for them) or `--nproc N --config FILE` (torchrun).
 
 One process (the default for runs started from the window): the trainer runs in its own interpreter, so
 its Python never waits for the GIL behind the window's painting (on ~1 ms steps that cost the in-process
@@ -13,7 +15,8 @@ window's plots get the same event objects as from the in-process worker.
 Pause, resume and stop are lines written to the child's stdin (`--control-stdin`); under DDP rank 0 stops
 after its step, every rank follows and rank 0 writes the checkpoint. (A SIGINT to the launcher alone is not
 forwarded to torchrun when there is no terminal, so it would not stop anything.) The run lives in its own
-session, so if it does not end in time the whole process group is interrupted, then killed.
+session, so if it does not end in time the whole process group is interrupted, then killed. Children run in
+the window's working directory, so relative output and data paths mean what they mean in a thread run.
 """
 
 from __future__ import annotations
@@ -30,16 +33,15 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signa
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 STDERR_LINES = 40
+STOP_GRACE_MS = 20_000  # after Stop: this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
 
 
 def launcher_command(config_path: str, processes: int, resume_from: str | None = None) -> list[str]:
     """The command line (program first) that trains `config_path` on `processes` local DDP processes (torchrun).
 
     One-process runs use `spare_command()` and get their settings on stdin."""
-    command = [sys.executable, "-m", "core.cli", "train", "--events", "--json", "--control-stdin",
-               "--config", config_path]
-    if processes > 1:
-        command[4:4] = ["--nproc", str(processes)]
+    command = [sys.executable, "-m", "core.cli", "train", "--nproc", str(processes), "--events", "--json",
+               "--control-stdin", "--config", config_path]
     if resume_from:
         command += ["--resume", resume_from]
     return command
@@ -50,13 +52,17 @@ def spare_command() -> list[str]:
     return [sys.executable, "-m", "core.cli", "train", "--events", "--json", "--control-stdin", "--config-stdin"]
 
 
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def describe_signal(number: int, processes: int = 1) -> str:
     """One line for a training process that a signal ended before it could report (no RunEnded)."""
     who = "the training process" if processes == 1 else "the DDP launcher"
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        name = f"signal {number}"
+    name = signal_name(number)
     if number == signal.SIGKILL:
         return (f"{who} was killed ({name}) before it could report; the system may have run out of memory "
                 "(try a smaller batch size). The last checkpoint on disk is kept.")
@@ -71,7 +77,6 @@ class ProcessRun(QObject):
     event = Signal(object)
     failed = Signal(str, str, str)
     finished = Signal()
-    warmedUp = Signal()  # a spare has loaded the engine and waits for its settings
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -96,9 +101,10 @@ class ProcessRun(QObject):
         self.spare = False  # started by prestart() and not yet given a run
         self.warm = False
         self._done = False
-        self._folder = tempfile.TemporaryDirectory(prefix="amp-console-run-")
+        self._folder: tempfile.TemporaryDirectory | None = None  # the torchrun config file's
         self._escalate = QTimer(self, singleShot=True)
-        self._escalate.timeout.connect(self._interrupt_group)
+        self._escalate.timeout.connect(self._escalate_stop)
+        self._interrupted = False
 
     @property
     def running(self) -> bool:
@@ -134,6 +140,7 @@ class ProcessRun(QObject):
         if self.spare:
             raise ValueError("a prestarted process trains one process")
         self.processes = processes
+        self._folder = tempfile.TemporaryDirectory(prefix="amp-console-run-")
         path = Path(self._folder.name) / "run.toml"
         config.save_toml(path)
         self._launch(launcher_command(str(path), processes, resume_from))
@@ -144,7 +151,7 @@ class ProcessRun(QObject):
         env.insert("PYTHONPATH", os.pathsep.join(p for p in (PACKAGE_ROOT, env.value("PYTHONPATH", "")) if p))
         env.insert("PYTHONUNBUFFERED", "1")
         self.process.setProcessEnvironment(env)
-        self.process.setWorkingDirectory(PACKAGE_ROOT)
+        self.process.setWorkingDirectory(os.getcwd())  # relative out_dir / data: as in a thread run
         params = QProcess.UnixProcessParameters()
         params.flags = QProcess.UnixProcessFlag.CreateNewSession  # its own process group, for the fallback
         self.process.setUnixProcessParameters(params)
@@ -160,14 +167,15 @@ class ProcessRun(QObject):
             self.paused = False
             self.process.write(b"resume\n")
 
-    def stop(self, grace_ms: int = 20_000) -> None:
-        """Ask rank 0 to stop after its step (checkpoint written); interrupt the group if it takes too long."""
+    def stop(self, grace_ms: int | None = None) -> None:
+        """Ask the run (rank 0) to stop after its step (checkpoint written). If it has not ended after
+        `grace_ms`, interrupt the process group; after as long again, kill it (the last checkpoint stays)."""
         if not self.running or self.stop_requested:
             return
         self.stop_requested = True
         self.paused = False  # a paused run wakes up to stop
         self.process.write(b"stop\n")
-        self._escalate.start(grace_ms)
+        self._escalate.start(STOP_GRACE_MS if grace_ms is None else grace_ms)
 
     def shutdown(self, timeout_ms: int = 30_000) -> None:
         """Stop and block until the launcher has exited (the window is closing)."""
@@ -181,6 +189,16 @@ class ProcessRun(QObject):
         self._read_stdout()
         if not self._done:
             self._on_finished(self.process.exitCode(), self.process.exitStatus())
+
+    def _escalate_stop(self) -> None:
+        if not self.running:
+            return
+        if not self._interrupted:
+            self._interrupted = True
+            self._interrupt_group()
+            self._escalate.start(self._escalate.interval())
+        else:
+            self._signal_group(signal.SIGKILL)
 
     def _interrupt_group(self) -> None:
         self._signal_group(signal.SIGINT)  # every rank and torchrun: ranks stop gracefully on SIGINT
@@ -210,7 +228,6 @@ class ProcessRun(QObject):
                 continue
             if data.get("ready") is True:  # a spare has loaded the engine
                 self.warm = True
-                self.warmedUp.emit()
                 continue
             if "setup_error" in data:  # bad input found before the run started (the child exits 2)
                 self.setup_error = (str(data["setup_error"]), str(data.get("field") or ""))
@@ -260,9 +277,13 @@ class ProcessRun(QObject):
         self._read_stdout()
         self._read_stderr()
         crashed = exit_status == QProcess.ExitStatus.CrashExit and exit_code > 0  # exit_code: the signal
-        if self.ended_status != "failed" and (crashed or exit_code not in (0, 130)):
+        # After its RunEnded the run's outcome is known: a crash while the process tears down changes nothing.
+        if self.ended_status is None and (crashed or exit_code not in (0, 130)):
             field = ""
-            if crashed:
+            if crashed and self._interrupted:
+                message = (f"the run did not stop within {self._escalate.interval() / 1000:g} s of Stop and was "
+                           f"ended ({signal_name(exit_code)}). The last checkpoint on disk is kept.")
+            elif crashed:
                 message = describe_signal(exit_code, self.processes)
             elif self.setup_error is not None:
                 message, field = self.setup_error
@@ -271,9 +292,10 @@ class ProcessRun(QObject):
             else:
                 message = f"the training process exited with code {exit_code} without reporting why"
             details = "" if self.setup_error is not None and not crashed else "\n".join(self.stderr_tail)
-            if self._started is not None and self.ended_status is None:
+            if self._started is not None:
                 self._end_as_failed(message, details)  # it died mid-run: a failed run, not a setup error
             else:
                 self.failed.emit(message, field, details)
-        self._folder.cleanup()
+        if self._folder is not None:
+            self._folder.cleanup()
         self.finished.emit()

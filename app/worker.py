@@ -79,6 +79,7 @@ class RunController(QObject):
         self._worker: TrainingWorker | None = None
         self._process = None  # app.process_run.ProcessRun: a run in a separate process (or torchrun)
         self._spare = None  # a ProcessRun started ahead of time, waiting for the next run's settings
+        self._closing = False  # shutdown() started: no new spare
 
     @property
     def running(self) -> bool:
@@ -140,7 +141,7 @@ class RunController(QObject):
 
     def prepare_spare(self) -> None:
         """Start a training process now, so the next separate-process run skips the engine's start-up."""
-        if self._spare is not None:
+        if self._spare is not None or self._closing:
             return
         from app.process_run import ProcessRun
 
@@ -170,6 +171,7 @@ class RunController(QObject):
         if processes == 1 and self._spare is not None and self._spare.running:
             run, self._spare = self._spare, None
             run.finished.disconnect(self._on_spare_finished)
+            run.setObjectName("trainingProcess")
         else:
             run = ProcessRun(self)
         run.event.connect(self.event)
@@ -177,7 +179,8 @@ class RunController(QObject):
         run.finished.connect(self._on_process_finished)
         self._process = run
         run.start(config, processes, resume_from)
-        self.runningChanged.emit(True)
+        if self._process is run:  # not already over (a program that failed to start ends it at once)
+            self.runningChanged.emit(True)
 
     @Slot()
     def _on_process_finished(self) -> None:
@@ -211,7 +214,8 @@ class RunController(QObject):
             self._worker.control.stop()
 
     def shutdown(self) -> None:
-        """Stop the run and block until its thread (or launcher process) has exited (the window closes)."""
+        """Stop the run and block until its thread or child process has exited (the window closes)."""
+        self._closing = True
         self.discard_spare()
         if self._process is not None:
             self._process.shutdown()

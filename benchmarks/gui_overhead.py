@@ -217,9 +217,13 @@ def start_latency(app, window, root: Path, tries: int = 3) -> dict[str, float]:
             window.setupPanel.separateProcessCheck.setChecked(mode != "thread")
             if mode == "prestarted process":
                 window.controller.prepare_spare()
-                spare = window.controller.spare
-                while not spare.warm:
+                deadline = time.monotonic() + 60
+                while window.controller.spare is not None and not window.controller.spare.warm:
+                    if time.monotonic() > deadline:
+                        raise SystemExit("the prestarted training process did not load the engine in 60 s")
                     app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 100)
+                if window.controller.spare is None:
+                    raise SystemExit("the prestarted training process exited before it was used")
             else:
                 window.controller.discard_spare()
             first = {}
@@ -236,6 +240,8 @@ def start_latency(app, window, root: Path, tries: int = 3) -> dict[str, float]:
             loop.exec()
             window.controller.runningChanged.disconnect(loop.quit)
             window.controller.event.disconnect(on_event)
+            if "at" not in first:
+                raise SystemExit(f"{mode}: the run reported no step ({window.statusBarWidget.message.text()})")
             times[mode].append(first["at"] - started)
     window.controller.discard_spare()
     return {mode: statistics.median(values) for mode, values in times.items()}

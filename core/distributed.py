@@ -46,9 +46,22 @@ def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: 
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_seconds))
 
 
-def destroy_process_group() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def destroy_process_group(agree: bool = False, timeout_seconds: float = 30.0) -> None:
+    """Leave the process group. `agree` (a run that ended normally on every rank): wait for the other ranks
+    first, so no rank tears down its connections while a peer still has collectives in flight (gloo then
+    aborts the peer at exit: "terminate called without an active exception"). Not after a failure: a dead
+    peer would hold the survivors for the whole timeout."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if agree:
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_seconds))
+            else:
+                dist.barrier()
+        except Exception:  # noqa: BLE001 (a peer gone at the very end: leave anyway)
+            pass
+    dist.destroy_process_group()
 
 
 def all_reduce_mean(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:

@@ -86,11 +86,12 @@ class Trainer:
     def run(self) -> RunEnded:
         """Set up, train until done, stopped or failed, write the final checkpoint, report RunEnded."""
         self.setup()
+        ended = None
         try:
             with matmul_precision(self.plan):
                 ended = self._train_and_finish()
         finally:
-            self.cleanup()
+            self.cleanup(ended_normally=ended is not None and ended.status != "failed")
         return ended
 
     def setup(self) -> None:
@@ -317,14 +318,16 @@ class Trainer:
         """The whole resumable state as plain containers and tensors (see core.run_state)."""
         return run_state.capture(self)
 
-    def cleanup(self) -> None:
+    def cleanup(self, ended_normally: bool = False) -> None:
         if hasattr(self, "_watch"):
             self._watch.disarm()
         if self._metrics_file is not None:
             self._metrics_file.close()
             self._metrics_file = None
         if self.dist.enabled:
-            destroy_process_group()
+            if hasattr(self, "model"):  # DDP's reducer holds the process group and its pending work
+                self.model = self.raw_model
+            destroy_process_group(agree=ended_normally)
 
     # ----------------------------------------------------------------- helpers
     def _device_info(self) -> DeviceInfo:

@@ -203,5 +203,6 @@ def test_config_stdin_closed_or_bad_settings(tmp_path, stdin, code, named):
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == code
     if named:
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and named in lines[0], result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("amp-console: error: ") and named in last, result.stderr
+        assert "Traceback" not in result.stderr

@@ -58,6 +58,36 @@ def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, windo
 
 
 @pytest.mark.timeout(60)
+def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window, tmp_path, monkeypatch):
+    """A child stuck in a device op (here: frozen with SIGSTOP) is interrupted, then killed, after the grace."""
+    import app.process_run
+
+    monkeypatch.setattr(app.process_run, "STOP_GRACE_MS", 300)
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
+    click(qtbot, window, "startButton")
+    qtbot.waitUntil(lambda: len(window.plotsPanel.series("loss_raw")) >= 1, timeout=30_000)
+    os.kill(window.controller._process.process.processId(), signal.SIGSTOP)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=20_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, window, "stopButton")
+        assert find(window, "stopButton").text() == "Stopping…"
+    message = window.statusBarWidget.message.text()
+    assert message.startswith("Run failed: the run did not stop within 0.3 s of Stop and was ended (SIGKILL)"), \
+        message
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
+
+
+@pytest.mark.timeout(60)
+def test_relative_output_folder_means_the_same_in_a_separate_process(qtbot, window, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    quick_run(window, "runs/relative", max_steps=10, separate_process=True)
+    finish_run(qtbot, window)
+    assert "completed" in window.statusBarWidget.message.text().lower()
+    assert (tmp_path / "runs" / "relative" / "checkpoint.pt").is_file()
+    assert os.path.samefile(window.last_checkpoint, tmp_path / "runs" / "relative" / "checkpoint.pt")
+
+
+@pytest.mark.timeout(60)
 def test_resume_from_a_corrupt_checkpoint_shows_the_engines_message(qtbot, window, tmp_path):
     corrupt = tmp_path / "broken.pt"
     corrupt.write_bytes(b"this is not a checkpoint")

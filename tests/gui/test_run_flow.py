@@ -165,5 +165,9 @@ def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot
     again = window.controller.spare
     assert again is not None
     pid = again.process.processId()
+    quick_run(window, tmp_path / "long", max_steps=1_000_000, samples=8192)
+    click(qtbot, window, "startButton")  # takes the new spare; closing mid-run must not start another
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
     window.close()
-    assert process_gone(pid), "the prestarted process outlived the window"
+    assert window.controller.spare is None and not window.controller.running
+    assert process_gone(pid), "the training process outlived the window"
