@@ -47,7 +47,7 @@ def describe_config_error(exc: ConfigError) -> str:
 def cmd_devices(args: argparse.Namespace) -> int:
     from .devices import list_devices
 
-    devices = list_devices()
+    devices = list_devices(free_memory=True)  # a short-lived process: the contexts go when it exits
     if args.json:
         print(json.dumps([d.to_dict() for d in devices], indent=2))
         return 0

@@ -118,14 +118,21 @@ def cpu_info() -> DeviceInfo:
     )
 
 
-def _cuda_info(index: int) -> DeviceInfo:
-    props = torch.cuda.get_device_properties(index)
+def cuda_free_memory(index: int) -> int | None:
+    """Free bytes on one CUDA device. Creates this process's context on it (some hundred MB of its memory),
+    so ask only for a device this process will use, or in a short-lived process (`amp-console devices`)."""
+    try:
+        free, _total = torch.cuda.mem_get_info(index)
+    except RuntimeError:
+        return None
+    return int(free)
+
+
+def _cuda_info(index: int, free_memory: bool = False) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)  # no context needed: the window can call it freely
     major, minor = props.major, props.minor
     is_rocm = torch.version.hip is not None
-    try:
-        free, total = torch.cuda.mem_get_info(index)
-    except RuntimeError:
-        free, total = None, props.total_memory
+    free, total = (cuda_free_memory(index) if free_memory else None), props.total_memory
     bf16 = major >= 8 or (is_rocm and major >= 9)
     tf32 = major >= 8 and not is_rocm
     tensor_cores = major >= 7
@@ -184,11 +191,16 @@ def _xpu_info(index: int) -> DeviceInfo:
     )
 
 
-def list_devices() -> list[DeviceInfo]:
-    """Every device torch can train on here, the CPU first."""
+def list_devices(free_memory: bool = False) -> list[DeviceInfo]:
+    """Every device torch can train on here, the CPU first.
+
+    `free_memory` also asks each CUDA GPU for its free memory, which creates a context on every GPU in this
+    process. The window, the launcher and each DDP rank must not hold memory on GPUs they don't train on,
+    so only the one-shot `devices` command asks (the trainer asks its own device; see cuda_free_memory).
+    """
     devices = [cpu_info()]
     if torch.cuda.is_available():
-        devices += [_cuda_info(i) for i in range(torch.cuda.device_count())]
+        devices += [_cuda_info(i, free_memory) for i in range(torch.cuda.device_count())]
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         devices.append(_mps_info())

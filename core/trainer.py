@@ -8,6 +8,7 @@ the host; losses accumulate on the device and are read (one sync) at the log int
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 import traceback
@@ -23,7 +24,7 @@ from .amp_health import NonFiniteWatch, first_nonfinite_parameter
 from .config import RunConfig
 from .control import RunControl
 from .data.batching import EpochBatches, place_split
-from .devices import DeviceInfo, device_info, list_devices, memory_in_use, torch_device
+from .devices import DeviceInfo, cuda_free_memory, device_info, list_devices, memory_in_use, torch_device
 from .distributed import DistContext, broadcast_flag, destroy_process_group, init_process_group
 from .errors import CheckpointError, ConfigError
 from .events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
@@ -335,7 +336,10 @@ class Trainer:
         spec = self.cfg.device
         if self.dist.enabled and spec.startswith(("cuda", "auto")) and any(d.type == "cuda" for d in devices):
             spec = f"cuda:{self.dist.local_rank}"  # one GPU per local rank
-        return device_info(spec, devices)
+        info = device_info(spec, devices)
+        if info.type == "cuda" and info.memory_free is None:  # this run's GPU only (see list_devices)
+            info = dataclasses.replace(info, memory_free=cuda_free_memory(torch.device(info.id).index or 0))
+        return info
 
     def _keep_on_host(self) -> bool:
         """Training data that would take over half the free GPU memory stays pinned on the host."""

@@ -116,3 +116,29 @@ def test_fp16_run_reports_scale_and_float16_autocast(tiny_config, recorder):
     assert (started.autocast_dtype, started.param_dtype, started.scaler) == ("float16", "float32", True)
     steps = recorder.of("StepMetrics")
     assert steps and all(s.grad_scale is not None and s.grad_scale > 0 for s in steps)
+
+
+def test_only_the_devices_command_asks_gpus_for_free_memory(monkeypatch, capsys):
+    """Free memory needs a CUDA context on each GPU; the window, the launcher and DDP ranks must not hold one
+    on GPUs they don't train on, so a plain listing never asks; `amp-console devices` (one-shot) does."""
+    from types import SimpleNamespace
+
+    from core import devices
+    from core.cli import main
+
+    asked = []
+    props = SimpleNamespace(major=9, minor=0, name="Fake H100", total_memory=80 * 2**30, multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: asked.append(index) or (60 * 2**30, 80 * 2**30))
+
+    listed = devices.list_devices()
+    assert [d.id for d in listed[1:]] == ["cuda:0", "cuda:1"]
+    assert asked == [] and listed[1].memory_total == 80 * 2**30 and listed[1].memory_free is None
+    assert "bf16" in listed[1].precisions and "tf32" in listed[1].precisions
+
+    assert main(["devices", "--json"]) == 0
+    assert asked == [0, 1]
+    reported = json.loads(capsys.readouterr().out)
+    assert reported[1]["memory_free"] == 60 * 2**30
