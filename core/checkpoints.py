@@ -190,6 +190,10 @@ def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[
     load_model_state(model, state["model"], str(checkpoint))
     manifest = {"task": state["task"], "step": state["step"], "epoch": state["epoch"], "config": config,
                 "metrics": state["metrics"], "precision": state.get("precision", {}), "versions": state["versions"]}
+    vocabulary = state.get("vocabulary") or {}
+    if vocabulary:  # to serve in the data's own ids: the model's id k (k >= 1; 0 is padding) is entry k - 1
+        manifest["vocabulary"] = {name: ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+                                  for name, ids in vocabulary.items()}
     weights, manifest_path = export_weights(model, destination.with_suffix(".safetensors"), manifest)
     return full, weights, manifest_path
 

@@ -2,10 +2,13 @@
 
 Everything is plain containers and tensors, so `torch.load(weights_only=True)` reads it back: model
 (unwrapped from DDP/compile), optimizer, scheduler, scaler, step, epoch, data order, RNG states, config,
-precision, metrics and library versions.
+precision, metrics and library versions; and the data's id vocabulary when the model's ids stand for the
+data's own (a resume must bring the same ids).
 """
 
 from __future__ import annotations
+
+import torch
 
 from . import checkpoints as ckpt
 from .errors import CheckpointError
@@ -26,6 +29,7 @@ def capture(trainer) -> dict:
         "data_order": {"seed": trainer.cfg.seed, "epoch": trainer.epoch,
                        "optimizer_step_in_epoch": trainer.step % trainer.steps_per_epoch},
         "data_info": trainer.data.info,
+        "vocabulary": trainer.data.vocabulary,
         "rng": ckpt.capture_rng(),
         "config": trainer.cfg.to_dict(),
         "precision": {"mode": trainer.plan.mode, "autocast_dtype": trainer.plan.compute_dtype_name,
@@ -46,8 +50,27 @@ def restore(trainer, state: dict, source: str) -> None:
         trainer.scaler.load_state_dict(state["scaler"])
     except (ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"{source}: optimizer/scheduler state does not fit this run: {exc}") from None
+    check_vocabulary(state.get("vocabulary") or {}, trainer.data.vocabulary, source)
     trainer.step = int(state["step"])
     trainer.epoch = int(state["epoch"])
     trainer.skipped_steps = int(state.get("skipped_steps", 0))
     trainer.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
     ckpt.restore_rng(state["rng"])
+
+
+def same_ids(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    return list(a) == list(b)
+
+
+def check_vocabulary(saved: dict, current: dict, source: str) -> None:
+    """A resumed model's ids must mean the same items: the data's id order has to match the checkpoint's."""
+    for name, ids in saved.items():
+        if name not in current:
+            raise CheckpointError(f"{source}: the checkpoint was trained on a data file's {name}s; "
+                                  f"resume it with --data pointing at that data")
+        if not same_ids(ids, current[name]):
+            raise CheckpointError(f"{source}: this data's {name}s ({len(current[name])}) are not the ones the "
+                                  f"checkpoint was trained on ({len(ids)}), in the same order: the model's ids "
+                                  f"would mean other items")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -110,3 +112,50 @@ def test_trains_from_a_csv_file_with_raw_string_ids(tmp_path):
     ended = train(RunConfig.for_task("recommender", task_options={"d_model": 16, "max_len": 8}, data=str(path),
                                      device="cpu", max_steps=3, batch_size=16, out_dir=str(tmp_path / "run")))
     assert ended.status == "completed", ended.message
+
+
+def test_checkpoint_and_export_keep_the_files_own_item_ids_and_resume_checks_them(tmp_path):
+    """Predictions must map back to the users' lesson ids: the vocabulary travels with the model."""
+    from core.checkpoints import export_checkpoint, load_checkpoint
+    from core.errors import CheckpointError
+    from core.trainer import Trainer
+
+    def write(path, names):
+        users = np.repeat(np.arange(40), 10)
+        lines = ["user_id,item_id,timestamp"] + [
+            f"u{u},{names[t % len(names)]},{1000 + t}" for t, u in enumerate(users)]
+        path.write_text("\n".join(lines) + "\n")
+
+    data = tmp_path / "clicks.csv"
+    write(data, ["intro-python", "loops", "functions", "classes", "testing"])
+    options = {"d_model": 16, "max_len": 8}
+    config = RunConfig.for_task("recommender", task_options=options, data=str(data), device="cpu",
+                                max_steps=2, batch_size=16, out_dir=str(tmp_path / "run"))
+    ended = train(config)
+    assert ended.status == "completed", ended.message
+    state = load_checkpoint(ended.checkpoint)  # weights_only: the id list loads without unpickling code
+    assert state["vocabulary"] == {"item_id": ["intro-python", "loops", "functions", "classes", "testing"]}
+
+    _, _, manifest = export_checkpoint(ended.checkpoint, tmp_path / "export" / "model")
+    assert json.loads(manifest.read_text())["vocabulary"]["item_id"][0] == "intro-python"
+
+    reordered = tmp_path / "other.csv"
+    write(reordered, ["loops", "intro-python", "functions", "classes", "testing"])
+    resumed = RunConfig.for_task("recommender", task_options=options, data=str(reordered), device="cpu",
+                                 max_steps=4, batch_size=16, out_dir=str(tmp_path / "run2"))
+    with pytest.raises(CheckpointError, match="not the ones the checkpoint was trained on"):
+        Trainer(resumed, resume_from=ended.checkpoint).run()
+    same = RunConfig.for_task("recommender", task_options=options, data=str(data), device="cpu", max_steps=4,
+                              batch_size=16, out_dir=str(tmp_path / "run3"))
+    assert Trainer(same, resume_from=ended.checkpoint).run().status == "completed"
+
+
+def test_integer_item_ids_are_kept_as_a_tensor(tmp_path):
+    path = tmp_path / "clicks.csv"
+    users = np.repeat(np.arange(30), 8)
+    lines = ["user_id,item_id,timestamp"] + [f"{u},{9000 + (t * 7) % 11},{t}" for t, u in enumerate(users)]
+    path.write_text("\n".join(lines) + "\n")
+    data = create_task("recommender", {"d_model": 16, "max_len": 8}).load_data(str(path), 0)
+    ids = data.vocabulary["item_id"]
+    assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and len(ids) == data.info["n_items"] == 11
+    assert ids[0].item() == 9000 and sorted(ids.tolist()) == list(range(9000, 9011))

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
+import torch
 
 from ..errors import DataError
 
@@ -218,8 +219,22 @@ def require_rows(path: str, split: dict, what: str, need: str) -> None:
 
 def contiguous_ids(values: pa.ChunkedArray, start: int = 0) -> tuple[np.ndarray, int]:
     """Raw ids (any type) -> contiguous int64 codes start..start+n-1, in order of first appearance; and n."""
+    codes, raw = encode_ids(values, start)
+    return codes, len(raw)
+
+
+def encode_ids(values: pa.ChunkedArray, start: int = 0) -> tuple[np.ndarray, pa.Array]:
+    """Like contiguous_ids, with the raw ids themselves: code start+i stands for raw[i]."""
     encoded = pc.dictionary_encode(values).combine_chunks()
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64) + start, len(encoded.dictionary)
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64) + start, encoded.dictionary
+
+
+def id_vocabulary(raw: pa.Array) -> torch.Tensor | list[str]:
+    """Raw ids in code order, in a form a weights_only checkpoint and a JSON manifest can hold: an int64
+    tensor for integer ids (compact), else their strings."""
+    if pa.types.is_integer(raw.type):
+        return torch.from_numpy(raw.to_numpy(zero_copy_only=False).astype(np.int64))
+    return [str(value) for value in raw.to_pylist()]
 
 
 def write_table(table: pa.Table, out: str | Path) -> Path:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .importers import Column, contiguous_ids, read_table
+from .importers import Column, contiguous_ids, encode_ids, id_vocabulary, read_table
 
 INTERACTION_COLUMNS = [Column("user_id", "id"), Column("item_id", "id"), Column("timestamp", "number"),
                        Column("event", "label", required=False, choices=("click", "complete"))]
@@ -79,11 +79,13 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
 
 
 def read_interactions(path: str) -> dict[str, np.ndarray]:
-    """Interactions file(s) -> user codes, item ids 1..n (0 is padding), sorted by user then time; n_items."""
+    """Interactions file(s) -> user codes, item ids 1..n (0 is padding), sorted by user then time; n_items;
+    and `item_ids`, the file's own item ids in code order (item id k is item_ids[k - 1])."""
     table = read_table(path, INTERACTION_COLUMNS)  # events are checked but not used by the model
     user, n_users = contiguous_ids(table.column("user_id"))
-    item, n_items = contiguous_ids(table.column("item_id"), start=1)
+    item, raw_items = encode_ids(table.column("item_id"), start=1)
     timestamp = table.column("timestamp").to_numpy()
     del table
     order = np.lexsort((timestamp, user))  # stable: equal timestamps keep file order
-    return {"user": user[order], "item": item[order], "n_items": n_items, "n_users": n_users}
+    return {"user": user[order], "item": item[order], "n_items": len(raw_items), "n_users": n_users,
+            "item_ids": id_vocabulary(raw_items)}

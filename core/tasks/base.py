@@ -41,7 +41,9 @@ class TaskData:
 
     `info` carries what the model needs to know (e.g. catalogue size; plain values, saved in checkpoints)
     and `ceiling`, the best metric values
-    the planted structure of synthetic data allows, printed next to the measured ones.
+    the planted structure of synthetic data allows, printed next to the measured ones. `vocabulary` maps the
+    model's ids back to the data's own (e.g. {"item_id": raw ids, the model's item k is entry k - 1}); it is
+    saved in checkpoints and exported in the manifest, so predictions can be served in the users' ids.
     """
 
     train: dict[str, torch.Tensor]
@@ -50,6 +52,7 @@ class TaskData:
     info: dict = field(default_factory=dict)
     ceiling: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=dict)
+    vocabulary: dict = field(default_factory=dict)
 
 
 def split_length(split: dict[str, torch.Tensor]) -> int:

@@ -139,9 +139,11 @@ class RecommenderTask(Task):
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
+        vocabulary: dict = {}
         if data_path:
             raw = read_interactions(data_path)
             user, items, n_items = raw["user"], raw["item"], raw["n_items"]
+            vocabulary = {"item_id": raw["item_ids"]}  # the model's item k is item_ids[k - 1]; 0 is padding
             ceiling: dict = {}
         else:
             chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
@@ -158,7 +160,8 @@ class RecommenderTask(Task):
         baseline = ranking_report(lambda b: counts.expand(b["target"].shape[0], -1), val, 4096)
         info = {"n_items": int(n_items), "users_evaluated": int(val["target"].shape[0]),
                 "interactions": int(len(items))}
-        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline)
+        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
+                        vocabulary=vocabulary)
 
     def build_model(self, info: dict) -> nn.Module:
         o = self.opts
