@@ -100,22 +100,32 @@ class PlotsPanel(QWidget):
         for column in range(4):
             self._grid.setColumnStretch(column, 1)
         loss = self.plots["loss"].getPlotItem()
-        loss.addLegend(offset=(-10, 10))
+        self._add_legend(loss)
         self._add_curve("loss", "loss_raw", "raw", pg.mkPen((59, 111, 216, 90), width=1))
         self._add_curve("loss", "loss_smooth", "smoothed", pg.mkPen("#3b6fd8", width=2))
-        self.plots["eval"].getPlotItem().addLegend(offset=(-10, 10))
-        self.plots["throughput"].getPlotItem().addLegend(offset=(-10, 10))
+        self._add_legend(self.plots["eval"].getPlotItem())
+        self._add_legend(self.plots["throughput"].getPlotItem())
         self._add_curve("throughput", "throughput", "raw", pg.mkPen((46, 155, 87, 90), width=1))
         self._add_curve("throughput", "throughput_smooth", "smoothed", pg.mkPen("#2e9b57", width=2))
         self._add_curve("lr", "lr", None, pg.mkPen("#c98a12", width=2))
         self._add_curve("grad_norm", "grad_norm", None, pg.mkPen("#16a2b8", width=2))
-        self.plots["scale"].getPlotItem().addLegend(offset=(-10, 10))
+        self._add_legend(self.plots["scale"].getPlotItem())
         self._add_curve("scale", "scale", "loss scale", pg.mkPen("#8e44ad", width=2))
         self._add_curve("scale", "skipped", "skipped (overflow)", None, symbol="t1", colour="#d0453c")
         self._add_curve("memory", "memory", None, pg.mkPen("#d0453c", width=2))
         self._ceiling_lines: list = []
         self._show_scaler_state(None)
         self._timer.start()
+
+    def _add_legend(self, item) -> None:
+        """Top-right, on a translucent panel of the plot's background: the labels stay readable over a
+        curve, and the curve still shows through."""
+        import pyqtgraph as pg
+
+        base = self.palette().color(QPalette.ColorRole.Base)
+        text = self.palette().color(QPalette.ColorRole.Text)
+        item.addLegend(offset=(-10, 10), brush=pg.mkBrush(base.red(), base.green(), base.blue(), 150),
+                       pen=pg.mkPen(text.red(), text.green(), text.blue(), 60))
 
     def _user_moved(self, key: str) -> None:
         self._ranges[key].manual = True
