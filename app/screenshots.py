@@ -69,10 +69,13 @@ def _precision_lab(app, window, out: Path, suffix: str, folder: Path) -> None:
         return result
 
     torch.nn.Linear.forward = overflowing
+    # The patched layer and the fp16-capable CPU exist only in this process: train on its thread.
+    window.setupPanel.separateProcessCheck.setChecked(False)
     try:
         window.apply_config(config.replace(precision="fp16", grad_clip=1.0, device="cpu",
                                            out_dir=str(folder / "fp16")))
-        window.start_run()
+        if not window.start_run():
+            raise SystemExit(f"the fp16 demo run did not start: {window.statusBarWidget.message.text()}")
         _wait(app, lambda: not window.controller.running, 300)
     finally:
         torch.nn.Linear.forward = original
