@@ -33,6 +33,7 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signa
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 STDERR_LINES = 40
+POSIX = os.name == "posix" and hasattr(QProcess, "UnixProcessParameters")  # process groups and signals
 STOP_GRACE_MS = 20_000  # after Stop: this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
 
 
@@ -63,7 +64,7 @@ def describe_signal(number: int, processes: int = 1) -> str:
     """One line for a training process that a signal ended before it could report (no RunEnded)."""
     who = "the training process" if processes == 1 else "the DDP launcher"
     name = signal_name(number)
-    if number == signal.SIGKILL:
+    if number == getattr(signal, "SIGKILL", 9):
         return (f"{who} was killed ({name}) before it could report; the system may have run out of memory "
                 "(try a smaller batch size). The last checkpoint on disk is kept.")
     return f"{who} crashed ({name}) before it could report. The last checkpoint on disk is kept."
@@ -152,9 +153,10 @@ class ProcessRun(QObject):
         env.insert("PYTHONUNBUFFERED", "1")
         self.process.setProcessEnvironment(env)
         self.process.setWorkingDirectory(os.getcwd())  # relative out_dir / data: as in a thread run
-        params = QProcess.UnixProcessParameters()
-        params.flags = QProcess.UnixProcessFlag.CreateNewSession  # its own process group, for the fallback
-        self.process.setUnixProcessParameters(params)
+        if POSIX:
+            params = QProcess.UnixProcessParameters()
+            params.flags = QProcess.UnixProcessFlag.CreateNewSession  # its own process group, for the fallback
+            self.process.setUnixProcessParameters(params)
         self.process.start(program, arguments)
 
     def pause(self) -> None:
@@ -184,7 +186,7 @@ class ProcessRun(QObject):
             if not self.process.waitForFinished(timeout_ms):
                 self._interrupt_group()
                 if not self.process.waitForFinished(10_000):
-                    self._signal_group(signal.SIGKILL)
+                    self._kill_group()
                     self.process.waitForFinished(5000)
         self._read_stdout()
         if not self._done:
@@ -198,10 +200,19 @@ class ProcessRun(QObject):
             self._interrupt_group()
             self._escalate.start(self._escalate.interval())
         else:
-            self._signal_group(signal.SIGKILL)
+            self._kill_group()
 
     def _interrupt_group(self) -> None:
-        self._signal_group(signal.SIGINT)  # every rank and torchrun: ranks stop gracefully on SIGINT
+        if POSIX:
+            self._signal_group(signal.SIGINT)  # every rank and torchrun: ranks stop gracefully on SIGINT
+        else:
+            self.process.terminate()  # no process groups or SIGINT to send: ask the child to end
+
+    def _kill_group(self) -> None:
+        if POSIX:
+            self._signal_group(signal.SIGKILL)
+        else:
+            self.process.kill()
 
     def _signal_group(self, sig: int) -> None:
         pid = self.process.processId()
