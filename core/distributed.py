@@ -73,10 +73,11 @@ def all_reduce_mean(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     return values
 
 
-def broadcast_flag(flag: bool, ctx: DistContext, device: torch.device) -> bool:
-    """Rank 0's value of `flag` on every rank (how a stop request reaches all processes)."""
+def broadcast_ints(values: list[int], ctx: DistContext, device: torch.device) -> list[int]:
+    """Rank 0's `values` on every rank (how a stop request and the next agreement point reach all ranks).
+    One small collective and one host read."""
     if not ctx.enabled:
-        return flag
-    tensor = torch.tensor([1 if flag else 0], device=device)
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.int64, device=device)
     dist.broadcast(tensor, src=0)
-    return bool(tensor.item())
+    return [int(v) for v in tensor.tolist()]

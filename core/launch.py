@@ -53,7 +53,8 @@ def launch_torchrun(nproc: int, argv: list[str], config: RunConfig) -> int:
     events = Path(config.out_dir) / "metrics.jsonl"
     offset = events.stat().st_size if events.exists() else 0
     # torchrun gets its own session, so a terminal's Ctrl+C reaches only us and we forward it exactly once:
-    # torchrun then signals every worker, which stops at the next log interval and rank 0 writes a checkpoint.
+    # torchrun then signals every worker, which stops at the ranks' next stop agreement (about
+    # twice a second) and rank 0 writes a checkpoint.
     process = subprocess.Popen(torchrun_command(nproc, strip_nproc(argv)), start_new_session=True)
     forwarded = []
 

@@ -25,7 +25,7 @@ from .config import RunConfig
 from .control import RunControl
 from .data.batching import EpochBatches, place_split
 from .devices import DeviceInfo, cuda_free_memory, device_info, list_devices, memory_in_use, torch_device
-from .distributed import DistContext, broadcast_flag, destroy_process_group, init_process_group
+from .distributed import DistContext, broadcast_ints, destroy_process_group, init_process_group
 from .errors import CheckpointError, ConfigError
 from .events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from .optim import build_optimizer, build_scheduler
@@ -34,6 +34,7 @@ from .step_metrics import StepAccumulator
 from .tasks import create_task
 
 Sink = Callable[[Event], None]
+STOP_AGREE_SECONDS = 0.5  # DDP ranks agree on a stop request about this often (see Trainer._stop_requested)
 
 
 class RunFailed(Exception):
@@ -165,6 +166,8 @@ class Trainer:
         accum = cfg.grad_accum
         self._interval_start = time.perf_counter()
         self._interval_steps = 0
+        self._next_stop_agreement = self.step  # DDP: the step of the next stop agreement, and the last one
+        self._last_stop_agreement: tuple[float, int] | None = None
         self._sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         self._grad_norm = None
         while self.step < self.total_steps:
@@ -360,11 +363,25 @@ class Trainer:
         return max(1, -(-self.step // self.steps_per_epoch))
 
     def _stop_requested(self) -> bool:
+        """Under DDP every rank must stop at the same step, so they agree: rank 0 broadcasts its stop flag
+        and how many steps until the next agreement, chosen so agreements come about every
+        STOP_AGREE_SECONDS (and at least every log interval) whatever the log interval. A stop lands within
+        about that long even when logs are minutes apart, and fast steps don't sync the host every step."""
         if not self.dist.enabled:
             return self.control.stop_requested
-        if self.step % self.cfg.log_interval:  # ranks agree on stopping at log boundaries only
+        if self.step < self._next_stop_agreement:
             return False
-        return broadcast_flag(self.control.stop_requested, self.dist, self.device)
+        now = time.perf_counter()
+        every = 1
+        if self.dist.is_main and self._last_stop_agreement is not None:
+            at, step = self._last_stop_agreement
+            if self.step > step:
+                seconds_per_step = max((now - at) / (self.step - step), 1e-9)
+                every = int(min(self.cfg.log_interval, max(1.0, STOP_AGREE_SECONDS / seconds_per_step)))
+        stop, every = broadcast_ints([int(self.control.stop_requested), every], self.dist, self.device)
+        self._last_stop_agreement = (now, self.step)
+        self._next_stop_agreement = self.step + max(1, every)
+        return bool(stop)
 
     def _pause(self) -> None:
         paused_at = time.perf_counter()

@@ -48,9 +48,9 @@ def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 50
 
 
-def start_long_run(out: Path) -> subprocess.Popen:
+def start_long_run(out: Path, *extra: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "core.cli", "train", *COMMON, "--batch-size", "16", "--max-steps", "1000000",
-               "--nproc", "2", "--out", str(out)]
+               "--nproc", "2", "--out", str(out), *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -92,6 +92,31 @@ def test_a_stop_reaches_every_rank_and_writes_a_checkpoint(tmp_path, asked):
     from core.checkpoints import load_checkpoint
 
     assert load_checkpoint(out / "checkpoint.pt")["step"] == ended["step"]
+
+
+def test_a_stop_lands_soon_even_when_logs_are_far_apart(tmp_path):
+    """Ranks agree on a stop about twice a second, not only at log boundaries (here 10^6 steps apart)."""
+    out = tmp_path / "run"
+    process = start_long_run(out, "--log-interval", "1000000")
+    try:
+        end = time.monotonic() + 120
+        while not ((out / "metrics.jsonl").exists() and '"RunStarted"' in (out / "metrics.jsonl").read_text()):
+            assert time.monotonic() < end and process.poll() is None, "the run did not start"
+            time.sleep(0.2)
+        time.sleep(2)  # some steps, far from a log boundary
+        asked_at = time.monotonic()
+        os.kill(worker(process, 0).pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=90)
+        took = time.monotonic() - asked_at
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    ended = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"RunEnded"' in x][-1]
+    assert ended["status"] == "stopped" and 0 < ended["step"] < 1_000_000
+    from core.checkpoints import load_checkpoint
+
+    assert load_checkpoint(out / "checkpoint.pt")["step"] == ended["step"]
+    print(f"stopped {took:.1f} s after the request, at step {ended['step']}")
 
 
 def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
