@@ -61,7 +61,7 @@ def suite_config(device: str, quick: bool) -> RunConfig:
 
 
 def section_devices(ctx: dict) -> dict:
-    return {"devices": [d.to_dict() for d in list_devices()], "torch": torch.__version__,
+    return {"devices": [d.to_dict() for d in list_devices(free_memory=True)], "torch": torch.__version__,
             "cuda": torch.version.cuda, "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0}
 
 
