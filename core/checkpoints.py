@@ -175,6 +175,24 @@ def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> 
     return path, manifest_path
 
 
+def holds_a_run(folder: Path) -> bool:
+    """Whether `folder` has an earlier run's checkpoint or metrics (which a fresh run must not overwrite)."""
+    return (folder / "checkpoint.pt").exists() or (folder / "metrics.jsonl").exists()
+
+
+def fresh_run_dir(folder: str | Path) -> Path:
+    """`folder`, or when it holds an earlier run, the first free `folder-2`, `folder-3`, ... beside it: a new
+    run never overwrites a checkpoint someone may still want (resuming writes in place instead)."""
+    folder = Path(folder)
+    if not holds_a_run(folder):
+        return folder
+    parent, name = (folder.parent, folder.name) if folder.name not in ("", ".", "..") else (folder, "run")
+    number = 2
+    while holds_a_run(parent / f"{name}-{number}"):
+        number += 1
+    return parent / f"{name}-{number}"
+
+
 def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[Path, Path, Path]:
     """Export a saved run: a copy of the full checkpoint plus safetensors weights and a JSON manifest."""
     state = load_checkpoint(checkpoint)

@@ -206,7 +206,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.nproc is not None and not os.environ.get("WORLD_SIZE"):
         from .launch import launch_torchrun
 
-        return launch_torchrun(args.nproc, args.argv, config)
+        return launch_torchrun(args.nproc, args.argv, config, resuming=bool(args.resume))
     dist_ctx = DistContext.from_env()
     if not dist_ctx.is_main:  # rank 0 alone reports; the others train quietly
         args.json = args.events = False
@@ -217,6 +217,8 @@ def _train(args: argparse.Namespace) -> int:
     def sink(event: Event) -> None:
         if isinstance(event, RunStarted):
             seen["started"] = event
+            for note in event.notes:
+                sys.stderr.write(f"amp-console: {note}\n")
         if args.events:
             print(json.dumps(event_to_dict(event), default=str), flush=True)
         reporter(event)

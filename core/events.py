@@ -27,6 +27,7 @@ class RunStarted:
     ceiling: dict = field(default_factory=dict)  # best metric values the planted structure allows
     baseline: dict = field(default_factory=dict)  # trivial predictor's metrics (popularity, majority...)
     tokens_key: str | None = None  # set when the task also counts tokens (sequence models)
+    notes: list = field(default_factory=list)  # what the user should know as the run starts (e.g. its folder)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .checkpoints import fresh_run_dir
 from .config import RunConfig
 from .devices import list_devices
 from .errors import ConfigError
@@ -47,15 +48,21 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
                                    f"use --nproc {gpus} or --device cpu")
 
 
-def launch_torchrun(nproc: int, argv: list[str], config: RunConfig) -> int:
+def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resuming: bool = False) -> int:
     """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 130 stopped)."""
     check_nproc(nproc, config)
-    events = Path(config.out_dir) / "metrics.jsonl"
+    train_argv = strip_nproc(argv)
+    out_dir = Path(config.out_dir) if resuming else fresh_run_dir(config.out_dir)
+    if out_dir != Path(config.out_dir):  # decided here, so rank 0 writes where this launcher reads
+        sys.stderr.write(f"amp-console: {config.out_dir} holds an earlier run, which is kept: this run writes to "
+                         f"{out_dir}\n")
+        train_argv += ["--out-dir", str(out_dir)]
+    events = out_dir / "metrics.jsonl"
     offset = events.stat().st_size if events.exists() else 0
     # torchrun gets its own session, so a terminal's Ctrl+C reaches only us and we forward it exactly once:
     # torchrun then signals every worker, which stops at the ranks' next stop agreement (about
     # twice a second) and rank 0 writes a checkpoint.
-    process = subprocess.Popen(torchrun_command(nproc, strip_nproc(argv)), start_new_session=True)
+    process = subprocess.Popen(torchrun_command(nproc, train_argv), start_new_session=True)
     forwarded = []
 
     def forward(signum, frame):

@@ -72,6 +72,12 @@ class Trainer:
         self.resume_from = Path(resume_from) if resume_from else None
         self.dist = dist_ctx or DistContext()
         self._devices = devices
+        self.notes: list[str] = []
+        if self.resume_from is None and self.dist.is_main:  # rank 0 writes the files; resumes write in place
+            fresh = ckpt.fresh_run_dir(config.out_dir)
+            if fresh != Path(config.out_dir):
+                self.notes.append(f"{config.out_dir} holds an earlier run, which is kept: this run writes to {fresh}")
+                self.cfg = config = config.replace(out_dir=str(fresh))
         self.out_dir = Path(config.out_dir)
         self.checkpoint_path = self.out_dir / "checkpoint.pt"
         self.step = 0
@@ -396,6 +402,7 @@ class Trainer:
             scaler=self.plan.use_scaler, param_count=self.param_count, total_steps=self.total_steps,
             steps_per_epoch=self.steps_per_epoch, start_step=self.step, config=self.cfg.to_dict(),
             ceiling=dict(self.data.ceiling), baseline=dict(self.data.baseline), tokens_key=self.task.tokens_key,
+            notes=list(self.notes),
         )
 
     def _end(self, status: str, message: str, details: str = "") -> RunEnded:

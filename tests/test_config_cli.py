@@ -206,3 +206,26 @@ def test_config_stdin_closed_or_bad_settings(tmp_path, stdin, code, named):
         last = result.stderr.strip().splitlines()[-1]
         assert last.startswith("amp-console: error: ") and named in last, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path):
+    """Same output folder twice: the second run writes beside it and says where; resuming writes in place."""
+    out = tmp_path / "runs" / "latest"
+    first = run_cli("train", "--max-steps", "3", "--out-dir", str(out), "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    before = (out / "checkpoint.pt").read_bytes()
+
+    second = run_cli("train", "--max-steps", "5", "--out-dir", str(out), "--json", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert f"{out} holds an earlier run, which is kept: this run writes to {out}-2" in second.stderr
+    assert (out / "checkpoint.pt").read_bytes() == before
+    assert json.loads(second.stdout.strip().splitlines()[-1])["checkpoint"] == str(out.parent / "latest-2" /
+                                                                                   "checkpoint.pt")
+
+    third = run_cli("train", "--max-steps", "2", "--out-dir", str(out), "--json", cwd=tmp_path)
+    assert json.loads(third.stdout.strip().splitlines()[-1])["checkpoint"].endswith("latest-3/checkpoint.pt")
+
+    resumed = run_cli("train", "--resume", str(out / "checkpoint.pt"), "--max-steps", "6", "--json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "holds an earlier run" not in resumed.stderr
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["checkpoint"] == str(out / "checkpoint.pt")

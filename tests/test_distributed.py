@@ -119,6 +119,19 @@ def test_a_stop_lands_soon_even_when_logs_are_far_apart(tmp_path):
     print(f"stopped {took:.1f} s after the request, at step {ended['step']}")
 
 
+def test_a_second_ddp_run_into_the_same_folder_keeps_the_first(tmp_path):
+    out = tmp_path / "run"
+    first = cli("--batch-size", "16", "--max-steps", "4", "--nproc", "2", "--out-dir", str(out))
+    assert first.returncode == 0, first.stderr
+    before = (out / "checkpoint.pt").read_bytes()
+    second = cli("--batch-size", "16", "--max-steps", "6", "--nproc", "2", "--out-dir", str(out), "--json")
+    assert second.returncode == 0, second.stderr  # the launcher reads rank 0's events where rank 0 wrote them
+    assert "this run writes to" in second.stderr
+    assert (out / "checkpoint.pt").read_bytes() == before
+    assert json.loads(second.stdout.strip().splitlines()[-1])["checkpoint"] == str(tmp_path / "run-2" /
+                                                                                   "checkpoint.pt")
+
+
 def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
     out = tmp_path / "run"
     process = start_long_run(out)

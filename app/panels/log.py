@@ -40,7 +40,9 @@ class LogPanel(QPlainTextEdit):
             self.log(f"Run {verb}: task {event.task} on {event.device} ({event.device_name}), {event.precision} "
                      f"(autocast {event.autocast_dtype}, params {event.param_dtype}, "
                      f"GradScaler {'on' if event.scaler else 'off'}), {event.param_count:,} parameters, "
-                     f"{event.total_steps:,} steps")
+                     f"{event.total_steps:,} steps, writing to {event.config.get('out_dir', '')}")
+            for note in getattr(event, "notes", []) or []:
+                self.log(note, "warning")
         elif kind == "StepMetrics":
             # Every report would flood the pane on long runs; the plots carry the detail.
             self._steps_logged += 1

@@ -88,6 +88,18 @@ def test_relative_output_folder_means_the_same_in_a_separate_process(qtbot, wind
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
+def test_a_second_run_into_the_same_folder_keeps_the_first_checkpoint(qtbot, window, tmp_path, separate):
+    quick_run(window, tmp_path / "run", max_steps=5, separate_process=separate)
+    finish_run(qtbot, window)
+    first = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+    finish_run(qtbot, window)  # the same form again
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == first
+    assert window.last_checkpoint == str(tmp_path / "run-2" / "checkpoint.pt")
+    assert "holds an earlier run, which is kept" in window.logPanel.toPlainText()
+
+
+@pytest.mark.timeout(60)
 def test_resume_from_a_corrupt_checkpoint_shows_the_engines_message(qtbot, window, tmp_path):
     corrupt = tmp_path / "broken.pt"
     corrupt.write_bytes(b"this is not a checkpoint")
