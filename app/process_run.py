@@ -211,8 +211,15 @@ class ProcessRun(QObject):
     def _kill_group(self) -> None:
         if POSIX:
             self._signal_group(signal.SIGKILL)
-        else:
-            self.process.kill()
+            return
+        import psutil  # no process groups: end torchrun's ranks one by one, then the child
+
+        try:
+            for child in psutil.Process(self.process.processId()).children(recursive=True):
+                child.kill()
+        except psutil.Error:
+            pass
+        self.process.kill()
 
     def _signal_group(self, sig: int) -> None:
         pid = self.process.processId()

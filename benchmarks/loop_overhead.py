@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     from core.cli_train import parse_option
 
     steps = args.steps or (3000 if args.batch_size <= 16 else 600)
-    out = tempfile.mkdtemp(prefix="amp-bench-")
+    # Each run writes beside the last (run-2, run-3, ...: runs never overwrite), all inside one temp folder.
+    out = str(Path(tempfile.mkdtemp(prefix="amp-bench-")) / "run")
     cfg = RunConfig.for_task(
         args.task, batch_size=args.batch_size, precision=args.precision, device=args.device, max_steps=steps,
         log_interval=max(10, steps // 10), eval_interval=10**9, out_dir=out,

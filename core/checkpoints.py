@@ -180,10 +180,13 @@ def holds_a_run(folder: Path) -> bool:
     return (folder / "checkpoint.pt").exists() or (folder / "metrics.jsonl").exists()
 
 
-def fresh_run_dir(folder: str | Path) -> Path:
-    """`folder`, or when it holds an earlier run, the first free `folder-2`, `folder-3`, ... beside it: a new
-    run never overwrites a checkpoint someone may still want (resuming writes in place instead)."""
+def run_dir_for(folder: str | Path, resume_from: str | Path | None = None) -> Path:
+    """Where a run writes: `folder`, or when it holds another run, the first free `folder-2`, `folder-3`, ...
+    beside it, so a run never overwrites a checkpoint someone may still want. A run resumed from the
+    checkpoint in `folder` itself continues there."""
     folder = Path(folder)
+    if resume_from is not None and Path(resume_from).resolve().parent == folder.resolve():
+        return folder
     if not holds_a_run(folder):
         return folder
     parent, name = (folder.parent, folder.name) if folder.name not in ("", ".", "..") else (folder, "run")

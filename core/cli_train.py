@@ -206,7 +206,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.nproc is not None and not os.environ.get("WORLD_SIZE"):
         from .launch import launch_torchrun
 
-        return launch_torchrun(args.nproc, args.argv, config, resuming=bool(args.resume))
+        return launch_torchrun(args.nproc, args.argv, config, resume_from=args.resume)
     dist_ctx = DistContext.from_env()
     if not dist_ctx.is_main:  # rank 0 alone reports; the others train quietly
         args.json = args.events = False

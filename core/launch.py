@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .checkpoints import fresh_run_dir
+from .checkpoints import run_dir_for
 from .config import RunConfig
 from .devices import list_devices
 from .errors import ConfigError
@@ -48,11 +48,11 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
                                    f"use --nproc {gpus} or --device cpu")
 
 
-def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resuming: bool = False) -> int:
+def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from: str | None = None) -> int:
     """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 130 stopped)."""
     check_nproc(nproc, config)
     train_argv = strip_nproc(argv)
-    out_dir = Path(config.out_dir) if resuming else fresh_run_dir(config.out_dir)
+    out_dir = run_dir_for(config.out_dir, resume_from)
     if out_dir != Path(config.out_dir):  # decided here, so rank 0 writes where this launcher reads
         sys.stderr.write(f"amp-console: {config.out_dir} holds an earlier run, which is kept: this run writes to "
                          f"{out_dir}\n")

@@ -42,6 +42,7 @@ def capture(trainer) -> dict:
 
 def restore(trainer, state: dict, source: str) -> None:
     """Load `state` into a set-up Trainer (strict model keys); CheckpointError names what does not fit."""
+    check_vocabulary(state.get("vocabulary") or {}, trainer.data.vocabulary, source)  # before shapes: clearer
     ckpt.load_model_state(trainer.raw_model, state["model"], source)
     try:
         trainer.optimizer.load_state_dict(state["optimizer"])
@@ -50,7 +51,6 @@ def restore(trainer, state: dict, source: str) -> None:
         trainer.scaler.load_state_dict(state["scaler"])
     except (ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"{source}: optimizer/scheduler state does not fit this run: {exc}") from None
-    check_vocabulary(state.get("vocabulary") or {}, trainer.data.vocabulary, source)
     trainer.step = int(state["step"])
     trainer.epoch = int(state["epoch"])
     trainer.skipped_steps = int(state.get("skipped_steps", 0))
@@ -59,13 +59,19 @@ def restore(trainer, state: dict, source: str) -> None:
 
 
 def same_ids(a, b) -> bool:
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
-    return list(a) == list(b)
+    """Same ids in the same order; integer ids (a tensor) and their text ("7") count as the same."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return torch.equal(a, b)
+    as_text = [str(x) for x in (a.tolist() if isinstance(a, torch.Tensor) else a)]
+    return len(a) == len(b) and as_text == [str(x) for x in (b.tolist() if isinstance(b, torch.Tensor) else b)]
 
 
 def check_vocabulary(saved: dict, current: dict, source: str) -> None:
     """A resumed model's ids must mean the same items: the data's id order has to match the checkpoint's."""
+    for name in current:
+        if name not in saved:
+            raise CheckpointError(f"{source}: the checkpoint's model was not trained on this data's {name}s "
+                                  f"(synthetic data, or another file); its ids would mean other items")
     for name, ids in saved.items():
         if name not in current:
             raise CheckpointError(f"{source}: the checkpoint was trained on a data file's {name}s; "

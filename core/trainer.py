@@ -73,8 +73,8 @@ class Trainer:
         self.dist = dist_ctx or DistContext()
         self._devices = devices
         self.notes: list[str] = []
-        if self.resume_from is None and self.dist.is_main:  # rank 0 writes the files; resumes write in place
-            fresh = ckpt.fresh_run_dir(config.out_dir)
+        if self.dist.is_main:  # rank 0 writes the files
+            fresh = ckpt.run_dir_for(config.out_dir, self.resume_from)
             if fresh != Path(config.out_dir):
                 self.notes.append(f"{config.out_dir} holds an earlier run, which is kept: this run writes to {fresh}")
                 self.cfg = config = config.replace(out_dir=str(fresh))

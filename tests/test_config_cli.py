@@ -223,9 +223,17 @@ def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path):
                                                                                    "checkpoint.pt")
 
     third = run_cli("train", "--max-steps", "2", "--out-dir", str(out), "--json", cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
     assert json.loads(third.stdout.strip().splitlines()[-1])["checkpoint"].endswith("latest-3/checkpoint.pt")
 
     resumed = run_cli("train", "--resume", str(out / "checkpoint.pt"), "--max-steps", "6", "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "holds an earlier run" not in resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["checkpoint"] == str(out / "checkpoint.pt")
+
+    # Resuming a copy kept elsewhere: its saved folder holds another run now, so it goes beside that one.
+    copy = tmp_path / "kept.pt"
+    copy.write_bytes((out.parent / "latest-2" / "checkpoint.pt").read_bytes())
+    again = run_cli("train", "--resume", str(copy), "--max-steps", "7", "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1])["checkpoint"].endswith("latest-2-2/checkpoint.pt")

@@ -145,17 +145,30 @@ def test_checkpoint_and_export_keep_the_files_own_item_ids_and_resume_checks_the
                                  max_steps=4, batch_size=16, out_dir=str(tmp_path / "run2"))
     with pytest.raises(CheckpointError, match="not the ones the checkpoint was trained on"):
         Trainer(resumed, resume_from=ended.checkpoint).run()
+    synthetic = Trainer(RunConfig.for_task("recommender", task_options={**options, "items": 100}, device="cpu",
+                                           max_steps=2, batch_size=16, out_dir=str(tmp_path / "synthetic"))).run()
+    with pytest.raises(CheckpointError, match="not trained on this data's item_ids"):
+        Trainer(config.replace(out_dir=str(tmp_path / "run4")), resume_from=synthetic.checkpoint).run()
     same = RunConfig.for_task("recommender", task_options=options, data=str(data), device="cpu", max_steps=4,
                               batch_size=16, out_dir=str(tmp_path / "run3"))
     assert Trainer(same, resume_from=ended.checkpoint).run().status == "completed"
 
 
-def test_integer_item_ids_are_kept_as_a_tensor(tmp_path):
-    path = tmp_path / "clicks.csv"
+def test_parquet_integer_ids_are_a_tensor_and_csv_ids_keep_their_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     users = np.repeat(np.arange(30), 8)
-    lines = ["user_id,item_id,timestamp"] + [f"{u},{9000 + (t * 7) % 11},{t}" for t, u in enumerate(users)]
-    path.write_text("\n".join(lines) + "\n")
-    data = create_task("recommender", {"d_model": 16, "max_len": 8}).load_data(str(path), 0)
-    ids = data.vocabulary["item_id"]
-    assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and len(ids) == data.info["n_items"] == 11
+    items = [9000 + (t * 7) % 11 for t in range(len(users))]
+    pq.write_table(pa.table({"user_id": users, "item_id": items, "timestamp": np.arange(len(users))}),
+                   tmp_path / "clicks.parquet")
+    task = create_task("recommender", {"d_model": 16, "max_len": 8})
+    ids = task.load_data(str(tmp_path / "clicks.parquet"), 0).vocabulary["item_id"]
+    assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and len(ids) == 11
     assert ids[0].item() == 9000 and sorted(ids.tolist()) == list(range(9000, 9011))
+
+    path = tmp_path / "clicks.csv"  # "007" and "7" are two lessons in a CSV, and map back as written
+    lines = ["user_id,item_id,timestamp"] + [f"{u},{['007', '7', '0x1f'][t % 3]},{t}" for t, u in enumerate(users)]
+    path.write_text("\n".join(lines) + "\n")
+    data = task.load_data(str(path), 0)
+    assert data.vocabulary["item_id"] == ["007", "7", "0x1f"] and data.info["n_items"] == 3

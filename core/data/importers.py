@@ -76,7 +76,10 @@ def read_table(path: str | Path, columns: list[Column], prefix_columns: str | No
 def _read_one(file: Path, columns: list[Column], prefix: str | None) -> pa.Table:
     if file.stat().st_size == 0:
         raise DataError(f"{file}: empty file (line 1: no header)")
-    table = _read_parquet(file) if file.suffix.lower() in (".parquet", ".pq") else _read_csv(file)
+    if file.suffix.lower() in (".parquet", ".pq"):
+        table = _read_parquet(file)
+    else:  # ids stay the text they are in the file: "007" and "7" are two lessons, and map back as written
+        table = _read_csv(file, text_columns=[c.name for c in columns if c.kind == "id"])
     names = table.schema.names
     for col in columns:
         if col.required and col.name not in names:
@@ -98,9 +101,10 @@ def _natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def _read_csv(file: Path) -> pa.Table:
+def _read_csv(file: Path, text_columns: list[str] = ()) -> pa.Table:
     try:
-        table = pacsv.read_csv(file)
+        table = pacsv.read_csv(file, convert_options=pacsv.ConvertOptions(
+            column_types={name: pa.string() for name in text_columns}))
     except pa.ArrowInvalid as exc:
         text = str(exc)
         if "UTF8" in text or "UTF-8" in text:

@@ -87,7 +87,7 @@ def test_relative_output_folder_means_the_same_in_a_separate_process(qtbot, wind
     assert os.path.samefile(window.last_checkpoint, tmp_path / "runs" / "relative" / "checkpoint.pt")
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
 def test_a_second_run_into_the_same_folder_keeps_the_first_checkpoint(qtbot, window, tmp_path, separate):
     quick_run(window, tmp_path / "run", max_steps=5, separate_process=separate)
