@@ -38,6 +38,9 @@ class DistContext:
         return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
+RUN_NOTE_ENV = "AMP_CONSOLE_RUN_NOTE"  # a note from the torchrun launcher that rank 0 reports with RunStarted
+
+
 def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: float = 120.0) -> None:
     """NCCL for CUDA ranks, gloo otherwise. A dead peer surfaces as an error within `timeout_seconds`."""
     if not ctx.enabled or dist.is_initialized():

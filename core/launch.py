@@ -7,6 +7,7 @@ wraps the model in DDP, rank 0 reports and writes checkpoints. torchrun ends eve
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 from .checkpoints import run_dir_for
 from .config import RunConfig
 from .devices import list_devices
+from .distributed import RUN_NOTE_ENV
 from .errors import ConfigError
 
 
@@ -53,16 +55,18 @@ def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from:
     check_nproc(nproc, config)
     train_argv = strip_nproc(argv)
     out_dir = run_dir_for(config.out_dir, resume_from)
+    env = dict(os.environ)
     if out_dir != Path(config.out_dir):  # decided here, so rank 0 writes where this launcher reads
-        sys.stderr.write(f"amp-console: {config.out_dir} holds an earlier run, which is kept: this run writes to "
-                         f"{out_dir}\n")
+        note = f"{config.out_dir} holds an earlier run, which is kept: this run writes to {out_dir}"
+        sys.stderr.write(f"amp-console: {note}\n")
+        env[RUN_NOTE_ENV] = note  # rank 0 reports it with RunStarted, e.g. to the window's log
         train_argv += ["--out-dir", str(out_dir)]
     events = out_dir / "metrics.jsonl"
     offset = events.stat().st_size if events.exists() else 0
     # torchrun gets its own session, so a terminal's Ctrl+C reaches only us and we forward it exactly once:
     # torchrun then signals every worker, which stops at the ranks' next stop agreement (about
     # twice a second) and rank 0 writes a checkpoint.
-    process = subprocess.Popen(torchrun_command(nproc, train_argv), start_new_session=True)
+    process = subprocess.Popen(torchrun_command(nproc, train_argv), start_new_session=True, env=env)
     forwarded = []
 
     def forward(signum, frame):

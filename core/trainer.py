@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from .config import RunConfig
 from .control import RunControl
 from .data.batching import EpochBatches, place_split
 from .devices import DeviceInfo, cuda_free_memory, device_info, list_devices, memory_in_use, torch_device
-from .distributed import DistContext, broadcast_ints, destroy_process_group, init_process_group
+from .distributed import RUN_NOTE_ENV, DistContext, broadcast_ints, destroy_process_group, init_process_group
 from .errors import CheckpointError, ConfigError
 from .events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from .optim import build_optimizer, build_scheduler
@@ -73,6 +74,8 @@ class Trainer:
         self.dist = dist_ctx or DistContext()
         self._devices = devices
         self.notes: list[str] = []
+        if self.dist.is_main and self.dist.enabled and os.environ.get(RUN_NOTE_ENV):
+            self.notes.append(os.environ[RUN_NOTE_ENV])  # e.g. the torchrun launcher chose another folder
         if self.dist.is_main:  # rank 0 writes the files
             fresh = ckpt.run_dir_for(config.out_dir, self.resume_from)
             if fresh != Path(config.out_dir):
