@@ -2,7 +2,8 @@
 
 Model: item + learned position embeddings, pre-norm blocks (causal self-attention, GELU feed-forward),
 a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss: full softmax
-cross-entropy over the catalogue, or a sampled softmax (shared uniform negatives) for large catalogues.
+cross-entropy over the catalogue (computed a chunk of positions at a time, see core.tasks.chunked_loss), or a
+sampled softmax (shared uniform negatives) for large catalogues.
 
 Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the held-out item ranked
 against the **full catalogue** (`*_full`) and against 100 sampled negatives (`*_sampled100`, the variant
@@ -24,6 +25,7 @@ from ..data.importers import require_rows
 from ..data.sequences import read_interactions, sequence_splits
 from ..data.synthetic import generate_interactions, make_track_chain
 from .base import Task, TaskData, TaskOption, iter_slices
+from .chunked_loss import chunked_softmax_cross_entropy
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
@@ -175,9 +177,9 @@ class RecommenderTask(Task):
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = model(batch["seq"])
         target = batch["target"]
-        if self.opts["loss"] == "full":
-            logits = _unwrap(model).scores(hidden)
-            return F.cross_entropy(logits.flatten(0, 1).float(), (target - 1).flatten(), ignore_index=-1)
+        if self.opts["loss"] == "full":  # scores against the whole catalogue, a chunk of positions at a time
+            table = _unwrap(model).items.weight[1:]  # what SASRec.scores multiplies by
+            return chunked_softmax_cross_entropy(hidden.flatten(0, 1), table, (target - 1).flatten())
         return self._sampled_softmax(_unwrap(model), hidden, target)
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,80 @@
+"""Softmax cross-entropy over a large catalogue without materialising the (positions x catalogue) logits.
+
+The recommender scores every position against every item: at batch 256 x 200 positions x 50k items the logits
+are 2.6e9 numbers, 10 GB in float32, kept three times over (the float32 logits, log-softmax saved for backward,
+their gradient). That dwarfs the model, and since autocast runs softmax in float32 anyway, bf16 could not shrink
+it. Here the loss is computed chunk by chunk of positions, and each chunk's gradient (softmax - one-hot) is
+folded straight into the gradients of the hidden states and the item table: only one chunk's logits exist at a
+time, nothing is recomputed, and backward just scales the two stored gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CHUNK_ELEMENTS = 1 << 26  # logits per chunk: 256 MB in float32, enough rows to keep the GPU busy
+
+
+def compute_dtype(device_type: str, fallback: torch.dtype) -> torch.dtype:
+    """The dtype autocast would run a matmul in here (the hidden states may be float32 after a LayerNorm)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return fallback
+
+
+class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, table, targets, dtype, chunk_rows):  # noqa: D102 (see chunked_softmax_cross_entropy)
+        need_hidden, need_table = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        h_all = hidden.to(dtype)
+        w = table.to(dtype)
+        valid = targets >= 0
+        count = valid.sum().clamp(min=1).to(torch.float32)
+        loss_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_hidden = torch.empty_like(h_all) if need_hidden else None
+        grad_table = torch.zeros(table.shape, dtype=torch.float32, device=table.device) if need_table else None
+        for start in range(0, hidden.shape[0], chunk_rows):
+            h = h_all[start:start + chunk_rows]
+            t = targets[start:start + chunk_rows]
+            keep = valid[start:start + chunk_rows]
+            index = t.clamp(min=0).unsqueeze(1)
+            logits = (h @ w.t()).float()
+            lse = torch.logsumexp(logits, dim=1)
+            picked = logits.gather(1, index).squeeze(1)
+            loss_sum += torch.where(keep, lse - picked, torch.zeros_like(lse)).sum()
+            if grad_hidden is None and grad_table is None:
+                continue
+            probs = logits.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place of the logits
+            probs.scatter_add_(1, index, torch.full_like(picked, -1.0).unsqueeze(1))  # minus the one-hot target
+            probs.mul_(keep.unsqueeze(1))  # ignored positions contribute nothing
+            g = probs.to(dtype)
+            del probs, logits
+            if grad_hidden is not None:
+                grad_hidden[start:start + chunk_rows] = g @ w
+            if grad_table is not None:
+                grad_table += (g.t() @ h).float()
+        ctx.save_for_backward(grad_hidden if grad_hidden is not None else count,
+                              grad_table if grad_table is not None else count, count)
+        ctx.hidden_dtype = hidden.dtype
+        return loss_sum / count
+
+    @staticmethod
+    def backward(ctx, grad_output):  # noqa: D102
+        grad_hidden, grad_table, count = ctx.saved_tensors
+        scale = grad_output.float() / count
+        out_hidden = (grad_hidden.float() * scale).to(ctx.hidden_dtype) if ctx.needs_input_grad[0] else None
+        out_table = grad_table * scale if ctx.needs_input_grad[1] else None
+        return out_hidden, out_table, None, None, None
+
+
+def chunked_softmax_cross_entropy(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
+                                  chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+    """Mean over positions with target >= 0 of cross_entropy(hidden @ table.T, targets); -1 is ignored.
+
+    hidden (N, d), table (V, d), targets (N,) int64. The matmuls run in autocast's dtype when autocast is on
+    (as `hidden @ table.T` would), the softmax in float32. Same value and gradients as
+    `F.cross_entropy((hidden @ table.t()).float(), targets, ignore_index=-1)`, in a fraction of the memory.
+    """
+    dtype = compute_dtype(hidden.device.type, torch.promote_types(hidden.dtype, table.dtype))
+    rows = max(1, chunk_elements // max(1, table.shape[0]))
+    return _ChunkedSoftmaxCrossEntropy.apply(hidden, table, targets, dtype, rows)
