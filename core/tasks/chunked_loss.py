@@ -33,26 +33,27 @@ class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
         loss_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(h_all) if need_hidden else None
         grad_table = torch.zeros(table.shape, dtype=torch.float32, device=table.device) if need_table else None
+        tiny = torch.finfo(torch.float32).tiny
         for start in range(0, hidden.shape[0], chunk_rows):
             h = h_all[start:start + chunk_rows]
             t = targets[start:start + chunk_rows]
-            keep = valid[start:start + chunk_rows]
+            keep = valid[start:start + chunk_rows].unsqueeze(1)
             index = t.clamp(min=0).unsqueeze(1)
-            logits = (h @ w.t()).float()
-            lse = torch.logsumexp(logits, dim=1)
-            picked = logits.gather(1, index).squeeze(1)
-            loss_sum += torch.where(keep, lse - picked, torch.zeros_like(lse)).sum()
+            # One fused kernel from the compute-dtype logits to float32 probabilities: few passes over the
+            # (rows x catalogue) block, which is what this loss's time goes to.
+            probs = torch.softmax(h @ w.t(), dim=1, dtype=torch.float32)
+            picked = probs.gather(1, index)
+            loss_sum += (-torch.log(picked.clamp(min=tiny)) * keep).sum()
             if grad_hidden is None and grad_table is None:
                 continue
-            probs = logits.sub_(lse.unsqueeze(1)).exp_()  # softmax, in place of the logits
-            probs.scatter_add_(1, index, torch.full_like(picked, -1.0).unsqueeze(1))  # minus the one-hot target
-            probs.mul_(keep.unsqueeze(1))  # ignored positions contribute nothing
+            probs.scatter_add_(1, index, torch.full_like(picked, -1.0))  # softmax - one-hot target
             g = probs.to(dtype)
-            del probs, logits
+            del probs
+            # Ignored positions contribute nothing: masking the small (rows x d) factors is cheaper than the block.
             if grad_hidden is not None:
-                grad_hidden[start:start + chunk_rows] = g @ w
+                grad_hidden[start:start + chunk_rows] = (g @ w) * keep
             if grad_table is not None:
-                grad_table += (g.t() @ h).float()
+                grad_table += (g.t() @ (h * keep)).float()
         ctx.save_for_backward(grad_hidden if grad_hidden is not None else count,
                               grad_table if grad_table is not None else count, count)
         ctx.hidden_dtype = hidden.dtype
