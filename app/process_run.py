@@ -92,7 +92,7 @@ class ProcessRun(QObject):
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
         self.ended_status: str | None = None
         self.setup_error: tuple[str, str] | None = None  # (message, field) from the child's setup_error line
-        self._started = None  # the RunStarted event, once seen
+        self._started = False  # RunStarted seen: a later death is a failed run, not a setup error
         self._last_step = 0
         self._last_epoch = 0
         self._last_checkpoint: str | None = None
@@ -169,15 +169,15 @@ class ProcessRun(QObject):
             self.paused = False
             self.process.write(b"resume\n")
 
-    def stop(self, grace_ms: int | None = None) -> None:
+    def stop(self) -> None:
         """Ask the run (rank 0) to stop after its step (checkpoint written). If it has not ended after
-        `grace_ms`, interrupt the process group; after as long again, kill it (the last checkpoint stays)."""
+        STOP_GRACE_MS, interrupt the process group; after as long again, kill it (the last checkpoint stays)."""
         if not self.running or self.stop_requested:
             return
         self.stop_requested = True
         self.paused = False  # a paused run wakes up to stop
         self.process.write(b"stop\n")
-        self._escalate.start(STOP_GRACE_MS if grace_ms is None else grace_ms)
+        self._escalate.start(STOP_GRACE_MS)
 
     def shutdown(self, timeout_ms: int = 30_000) -> None:
         """Stop and block until the launcher has exited (the window is closing)."""
@@ -257,7 +257,7 @@ class ProcessRun(QObject):
             if kind == "RunEnded":
                 self.ended_status = event.status
             elif kind == "RunStarted":
-                self._started = event
+                self._started = True
                 self._last_step = event.start_step
             elif kind == "StepMetrics":
                 self._last_step, self._last_epoch = event.step, event.epoch
@@ -310,7 +310,7 @@ class ProcessRun(QObject):
             else:
                 message = f"the training process exited with code {exit_code} without reporting why"
             details = "" if self.setup_error is not None and not crashed else "\n".join(self.stderr_tail)
-            if self._started is not None:
+            if self._started:
                 self._end_as_failed(message, details)  # it died mid-run: a failed run, not a setup error
             else:
                 self.failed.emit(message, field, details)

@@ -49,3 +49,15 @@ def click(qtbot, window: QWidget, name: str) -> None:
     button = find(window, name, QPushButton)
     assert button.isEnabled(), f"{name} is disabled"
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def finish_run(qtbot, window: QWidget, timeout_ms: int = 30_000) -> None:
+    """Click Start and wait until the run (or its failure to start) is over."""
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=timeout_ms,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, window, "startButton")
+
+
+def loss_points(window: QWidget) -> int:
+    """Training-loss points plotted so far."""
+    return len(window.plotsPanel.series("loss_raw"))

@@ -7,15 +7,9 @@ import os
 import signal
 
 import pytest
-from gui_helpers import click, find, quick_run, set_field
+from gui_helpers import click, find, finish_run, loss_points, quick_run, set_field
 
 from core.events import RunEnded
-
-
-def finish_run(qtbot, window) -> None:
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
 
 
 @pytest.mark.timeout(60)
@@ -41,7 +35,7 @@ def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, windo
     """An out-of-memory kill (SIGKILL) of the training process ends the run, not the window."""
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: len(window.plotsPanel.series("loss_raw")) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
     pid = window.controller._process.process.processId()
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
@@ -65,7 +59,7 @@ def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window
     monkeypatch.setattr(app.process_run, "STOP_GRACE_MS", 300)
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: len(window.plotsPanel.series("loss_raw")) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
     os.kill(window.controller._process.process.processId(), signal.SIGSTOP)
     with qtbot.waitSignal(window.controller.runningChanged, timeout=20_000,
                           check_params_cb=lambda running: not running):

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 import torch
-from gui_helpers import click, quick_run, set_field
+from gui_helpers import finish_run, quick_run, set_field
 
 from core.devices import cpu_info
 
@@ -31,9 +31,7 @@ def test_fp16_overflow_is_marked_counted_and_traced(qtbot, make_window, tmp_path
     window = make_window(devices=[CPU_WITH_FP16])
     quick_run(window, tmp_path / "run", max_steps=15, log_interval=5, separate_process=False)
     set_field(window, "precisionCombo", "fp16")
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
+    finish_run(qtbot, window)
 
     plots = window.plotsPanel
     assert plots.skipped_steps == 2
@@ -54,9 +52,7 @@ def test_fp16_overflow_is_marked_counted_and_traced(qtbot, make_window, tmp_path
 def test_fp32_run_plots_grad_norm_and_shows_no_health_warning(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", max_steps=10, log_interval=5)
     set_field(window, "gradClipEdit", 1.0)  # the engine measures the norm when it clips (or scales, in fp16)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
+    finish_run(qtbot, window)
     norms = window.plotsPanel.series("grad_norm")
     assert len(norms) == 2 and all(n > 0 for n in norms.y)
     assert not window.statusBarWidget.health.isVisible()
@@ -67,8 +63,6 @@ def test_fp32_run_plots_grad_norm_and_shows_no_health_warning(qtbot, window, tmp
 def test_grad_norm_is_plotted_without_clipping_too(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", max_steps=10, log_interval=5)
     set_field(window, "gradClipEdit", 0.0)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
+    finish_run(qtbot, window)
     assert len(window.plotsPanel.series("grad_norm")) == 2  # measured on every logged step
     assert window.plotsPanel.plots["grad_norm"].getPlotItem().titleLabel.text.startswith("Gradient norm (pre-clip)")

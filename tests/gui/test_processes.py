@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from gui_helpers import click, find, quick_run, set_field
+from gui_helpers import click, find, finish_run, loss_points, quick_run, set_field
 
 from core.checkpoints import load_checkpoint
-
-
-def loss_points(window) -> int:
-    return len(window.plotsPanel.series("loss_raw"))
 
 
 @pytest.mark.timeout(120)
@@ -53,9 +49,7 @@ def test_launcher_failure_shows_its_last_stderr_line(qtbot, window, tmp_path, mo
     monkeypatch.setattr(app.process_run, "launcher_command", lambda *args: [sys.executable, "-c", script])
     quick_run(window, tmp_path / "run", max_steps=10)
     set_field(window, "processesEdit", 2)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
+    finish_run(qtbot, window)
     message = window.statusBarWidget.message.text()
     assert "run failed: gloo connection refused" in message, message
     assert "rank 1 died" in window._error_details

@@ -9,14 +9,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from gui_helpers import click, find, quick_run
+from gui_helpers import click, find, finish_run, loss_points, quick_run
 from PySide6.QtCore import QThread
 
 from core.checkpoints import load_checkpoint
-
-
-def loss_points(window) -> int:
-    return len(window.plotsPanel.series("loss_raw"))
 
 
 def wait_until_quiet(qtbot, window, settle_ms: int = 300, timeout_ms: int = 10_000) -> int:
@@ -93,18 +89,14 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
 @pytest.mark.timeout(60)
 def test_completed_run_then_a_second_run_reuses_the_window(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "a", epochs=1, samples=1024)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
+    finish_run(qtbot, window)
     assert "completed" in window.statusBarWidget.message.text().lower()
     assert find(window, "progressBar").value() == find(window, "progressBar").maximum()
     assert len(window.plotsPanel.series("eval:accuracy")) >= 1
     first = loss_points(window)
 
     quick_run(window, tmp_path / "b", epochs=1, samples=1024, log_interval=2)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
+    finish_run(qtbot, window)
     assert loss_points(window) > first  # the second run's points replaced the first's
     assert (tmp_path / "b" / "checkpoint.pt").is_file()
 

@@ -15,12 +15,10 @@ pytestmark = [
 
 @pytest.mark.timeout(60)
 def test_window_opens_and_trains_in_a_real_x_window(qtbot, window, tmp_path):
-    from gui_helpers import click, quick_run
+    from gui_helpers import finish_run, quick_run
 
     assert window.isVisible() and window.windowHandle() is not None
     quick_run(window, tmp_path / "run", epochs=1, samples=1024)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
-        click(qtbot, window, "startButton")
+    finish_run(qtbot, window)
     assert "completed" in window.statusBarWidget.message.text().lower()
     assert not window.grab().isNull()
