@@ -25,22 +25,6 @@ PROCESSES_KEY = "run/processes"
 SEPARATE_PROCESS_KEY = "run/separateProcess"
 
 
-def _int_setting(value, default: int) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _bool_setting(value, default: bool) -> bool:
-    """QSettings' INI format hands booleans back as the strings 'true' / 'false'."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return default
-
-
 
 class MainWindow(QMainWindow):
     """AMP Console's window. `devices` injects a device list (tests); `settings` a QSettings store;
@@ -185,9 +169,9 @@ class MainWindow(QMainWindow):
                 self.logPanel.log(f"Ignored the saved settings: {exc}", "warning")
             else:
                 self.apply_config(config)
-        self.setupPanel.set_execution(
-            _int_setting(self.settings.value(PROCESSES_KEY), 1),
-            _bool_setting(self.settings.value(SEPARATE_PROCESS_KEY), True))
+        self.setupPanel.set_execution(  # type=: QSettings converts the INI format's strings (bad ints read 0)
+            self.settings.value(PROCESSES_KEY, 1, type=int),
+            self.settings.value(SEPARATE_PROCESS_KEY, True, type=bool))
         self.engine_ready = True
         self.setupPanel.changed.connect(self._save_config_soon)
         self.setupPanel.executionChanged.connect(self._save_config_soon)

@@ -134,7 +134,7 @@ class RunSetupPanel(QWidget):
         self.separateProcessCheck.setToolTip(
             "On: the run gets its own Python process. The window's drawing never slows the training loop, a "
             "crash or an out-of-memory kill ends the run and not the window, and device memory is released "
-            "when the run ends. Off: train on a thread of this process (starts a few seconds sooner). "
+            "when the run ends. Off: train on a thread of this process, with the devices this window lists. "
             "Runs on several processes are always separate.")
         form.addRow(form_label("Isolation", self.separateProcessCheck.toolTip()), self.separateProcessCheck)
         self.processesEdit.valueChanged.connect(self._on_processes_changed)
