@@ -175,9 +175,13 @@ def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> 
     return path, manifest_path
 
 
+CHECKPOINT_FILE = "checkpoint.pt"  # a run folder's files (core.trainer writes them, core.launch reads events)
+METRICS_FILE = "metrics.jsonl"
+
+
 def holds_a_run(folder: Path) -> bool:
     """Whether `folder` has an earlier run's checkpoint or metrics (which a fresh run must not overwrite)."""
-    return (folder / "checkpoint.pt").exists() or (folder / "metrics.jsonl").exists()
+    return (folder / CHECKPOINT_FILE).exists() or (folder / METRICS_FILE).exists()
 
 
 def run_dir_for(folder: str | Path, resume_from: str | Path | None = None) -> Path:

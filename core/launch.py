@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .checkpoints import run_dir_for
+from .checkpoints import METRICS_FILE, run_dir_for
 from .config import RunConfig
 from .devices import list_devices
 from .distributed import RUN_NOTE_ENV
@@ -61,7 +61,7 @@ def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from:
         sys.stderr.write(f"amp-console: {note}\n")
         env[RUN_NOTE_ENV] = note  # rank 0 reports it with RunStarted, e.g. to the window's log
         train_argv += ["--out-dir", str(out_dir)]
-    events = out_dir / "metrics.jsonl"
+    events = out_dir / METRICS_FILE
     offset = events.stat().st_size if events.exists() else 0
     # torchrun gets its own session, so a terminal's Ctrl+C reaches only us and we forward it exactly once:
     # torchrun then signals every worker, which stops at the ranks' next stop agreement (about

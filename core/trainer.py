@@ -82,7 +82,7 @@ class Trainer:
                 self.notes.append(f"{config.out_dir} holds an earlier run, which is kept: this run writes to {fresh}")
                 self.cfg = config = config.replace(out_dir=str(fresh))
         self.out_dir = Path(config.out_dir)
-        self.checkpoint_path = self.out_dir / "checkpoint.pt"
+        self.checkpoint_path = self.out_dir / ckpt.CHECKPOINT_FILE
         self.step = 0
         self.epoch = 0
         self.last_metrics: dict = {}
@@ -152,7 +152,7 @@ class Trainer:
         if self.dist.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.cfg.save_toml(self.out_dir / "config.toml")
-            self._metrics_file = open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8")
+            self._metrics_file = open(self.out_dir / ckpt.METRICS_FILE, "a", encoding="utf-8")
         self._emit(self._run_started())
         try:
             status, message = self.train()
