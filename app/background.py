@@ -69,7 +69,7 @@ class BackgroundTask(QObject):
     def start(self, fn: Callable) -> None:
         if self.running:
             raise RuntimeError(f"{self._name} is already running")
-        from core.control import RunControl
+        from core.engine.control import RunControl
 
         self._control = RunControl()
         job = _Computation(fn, self._control)

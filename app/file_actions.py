@@ -17,7 +17,7 @@ from app.assets import icon
 
 
 def _load_checkpoint_config(path: str) -> dict:
-    from core.checkpoints import load_checkpoint
+    from core.engine.checkpoints import load_checkpoint
     from core.errors import AmpConsoleError, CheckpointError
 
     try:
@@ -30,7 +30,7 @@ def _load_checkpoint_config(path: str) -> dict:
 
 
 def _export(source: str, destination: str) -> tuple[str, ...]:
-    from core.checkpoints import export_checkpoint
+    from core.engine.checkpoints import export_checkpoint
 
     return tuple(str(p) for p in export_checkpoint(source, destination))
 
@@ -132,7 +132,7 @@ class FileActions:
                            lambda message, details: window.show_error(f"Cannot resume: {message}", details))
 
     def export(self, source: str, destination: str) -> None:
-        """Write <destination>.pt, .safetensors and .json (core.checkpoints.export_checkpoint) off the GUI thread."""
+        """Write <destination>.pt, .safetensors and .json (core.engine.checkpoints.export_checkpoint) off the GUI thread."""
         window = self.window
         window.show_message(f"Exporting {source}…")
 

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     gui = not argv or argv[0] in _GUI_FLAGS or argv[0].endswith(".toml")  # `amp-console run.toml` opens it
     if not gui:
-        from core.cli import main as cli_main
+        from core.cli.main import main as cli_main
 
         return cli_main(argv)
     from app.main import run_app

@@ -91,4 +91,4 @@ def run_app(argv: list[str] | None = None) -> int:
 def _import_engine() -> None:
     import core.devices  # noqa: F401  (torch)
     import core.tasks  # noqa: F401
-    import core.trainer  # noqa: F401
+    import core.engine.trainer  # noqa: F401

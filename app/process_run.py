@@ -9,7 +9,7 @@ device memory goes back to the system when the run ends. Several processes: the 
 and rank 0 reports.
 
 The child prints every event as one JSON line on stdout, which is read here on the GUI thread (at most a
-few hundred short lines a second: no thread needed) and rebuilt with core.events.event_from_dict, so the
+few hundred short lines a second: no thread needed) and rebuilt with core.engine.events.event_from_dict, so the
 window's plots get the same event objects as from the in-process worker.
 
 Pause, resume and stop are lines written to the child's stdin (`--control-stdin`); under DDP rank 0 stops
@@ -234,7 +234,7 @@ class ProcessRun(QObject):
         *lines, self._stdout_buffer = self._stdout_buffer.split(b"\n")
         if not lines:
             return
-        from core.events import event_from_dict
+        from core.engine.events import event_from_dict
 
         for raw in lines:
             line = raw.strip()
@@ -267,7 +267,7 @@ class ProcessRun(QObject):
 
     def _end_as_failed(self, message: str, details: str) -> None:
         """The RunEnded the child could not send: the plots and status bar end the run as failed."""
-        from core.events import RunEnded
+        from core.engine.events import RunEnded
 
         self.ended_status = "failed"
         self.event.emit(RunEnded(status="failed", message=message, step=self._last_step, epoch=self._last_epoch,

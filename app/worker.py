@@ -24,7 +24,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from app.threads import start_on_thread
-from core.control import RunControl
+from core.engine.control import RunControl
 
 
 UI_SWITCH_INTERVAL_S = 0.002
@@ -51,7 +51,7 @@ class TrainingWorker(QObject):
     @Slot()
     def run(self) -> None:
         from core.errors import AmpConsoleError
-        from core.trainer import Trainer
+        from core.engine.trainer import Trainer
 
         try:
             trainer = Trainer(self._config, sink=self.event.emit, control=self.control,

@@ -61,7 +61,7 @@ def phase_train(task: str, options: dict, overrides: dict, out_dir: str, threads
 
     from core.config import RunConfig
     from core.tasks import create_task
-    from core.trainer import train
+    from core.engine.trainer import train
 
     if threads:  # on a CPU shared with other jobs, fewer intra-op threads can be faster (no spin-waiting)
         torch.set_num_threads(threads)

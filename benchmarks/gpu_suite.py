@@ -5,7 +5,7 @@ Smoke test without a GPU: `benchmarks/gpu_suite.sh --device cpu --quick`.
 
 Sections (each one fails alone, recorded in the report, without stopping the others):
   devices   what torch sees and which precision modes each device supports
-  sweep     the precision sweep (core.sweep) on the recommender at a size where AMP matters
+  sweep     the precision sweep (core.lab.precision_sweep) on the recommender at a size where AMP matters
   overhead  engine samples/s vs a minimal hand-written loop on the same model, data and precision
   mfu       model FLOPs (counted by FlopCounterMode on one step) x steps/s against a measured bf16 matmul ceiling
   training  short bf16 and fp16 runs through the Trainer that must not diverge
@@ -28,12 +28,12 @@ from pathlib import Path
 import torch
 
 from core.config import RunConfig
-from core.control import RunControl
+from core.engine.control import RunControl
 from core.devices import device_info, list_devices, torch_device
-from core.events import StepMetrics
-from core.optim import build_optimizer
-from core.precision import matmul_precision, resolve_precision
-from core.sweep import measure_mode, run_sweep
+from core.engine.events import StepMetrics
+from core.engine.optimizers import build_optimizer
+from core.engine.precision import matmul_precision, resolve_precision
+from core.lab.precision_sweep import measure_mode, run_sweep
 from core.tasks import TASKS, create_task
 
 # The size the issue asks for: big enough that matmuls dominate and AMP's gain shows.
@@ -202,7 +202,7 @@ def short_run(config: RunConfig, mode: str, steps: int, log_interval: int) -> di
     with tempfile.TemporaryDirectory(prefix="amp-suite-") as out:
         cfg = config.replace(precision=mode, max_steps=steps + 1, log_interval=log_interval,
                              eval_interval=1_000_000_000, out_dir=out)
-        from core.trainer import Trainer
+        from core.engine.trainer import Trainer
 
         ended = Trainer(cfg, sink=sink, control=control).run()
     losses = [e.loss for e in seen]

@@ -1,6 +1,6 @@
 """What does the GUI cost a training run? Same config trained headless and through the GUI worker.
 
-Headless: core.trainer.Trainer.run() on a plain thread, no listeners. GUI: the real MainWindow (offscreen
+Headless: core.engine.trainer.Trainer.run() on a plain thread, no listeners. GUI: the real MainWindow (offscreen
 unless a display is set) starts the run the way a user does, with the live plots redrawing, while a 10 ms
 QTimer probe measures how late the UI event loop serves it. Two ways the window can run it:
 
@@ -60,7 +60,7 @@ def run_headless(config) -> float:
     """
     import threading
 
-    from core.trainer import Trainer
+    from core.engine.trainer import Trainer
 
     result = {}
     runner = threading.Thread(target=lambda: result.setdefault("ended", Trainer(config).run()))

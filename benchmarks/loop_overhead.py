@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.config import RunConfig  # noqa: E402
 from core.data.batching import EpochBatches  # noqa: E402
 from core.devices import device_info, torch_device  # noqa: E402
-from core.optim import build_optimizer  # noqa: E402
-from core.precision import matmul_precision, resolve_precision  # noqa: E402
+from core.engine.optimizers import build_optimizer  # noqa: E402
+from core.engine.precision import matmul_precision, resolve_precision  # noqa: E402
 from core.tasks import create_task  # noqa: E402
-from core.trainer import Trainer, seed_everything  # noqa: E402
+from core.engine.trainer import Trainer, seed_everything  # noqa: E402
 
 
 def sync(device: torch.device) -> None:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--option", "-o", action="append", default=[], help="task option KEY=VALUE")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    from core.cli_train import parse_option
+    from core.cli.train import parse_option
 
     steps = args.steps or (3000 if args.batch_size <= 16 else 600)
     # Each run writes beside the last (run-2, run-3, ...: runs never overwrite), all inside one temp folder.

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from core.errors import ConfigError
+from core.precision_modes import PRECISION_CHOICES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -18,7 +19,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "onecycle")
-PRECISIONS = ("auto", "fp32", "tf32", "fp16", "bf16")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 
 
@@ -40,7 +40,7 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("task", "model + data + loss + metrics (see `amp-console tasks`)"),
         FieldSpec("data", "CSV/Parquet file or folder to train on; empty = the task's synthetic data"),
         FieldSpec("device", "auto, cpu, cuda:N, mps or xpu:N"),
-        FieldSpec("precision", "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto", choices=PRECISIONS),
+        FieldSpec("precision", "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto", choices=PRECISION_CHOICES),
         FieldSpec("optimizer", "sgd (with momentum), adam or adamw", choices=OPTIMIZERS),
         FieldSpec("lr", "peak learning rate", 1e-7, 10.0, step=1e-4),
         FieldSpec("momentum", "SGD momentum", 0.0, 0.999, step=0.05),
@@ -92,7 +92,7 @@ class RunConfig:
     @classmethod
     def for_task(cls, task: str, **overrides: Any) -> RunConfig:
         """A config with the task's default hyperparameters, then `overrides`."""
-        from .tasks import get_task_class
+        from core.tasks import get_task_class
 
         values = dict(get_task_class(task).defaults)
         values.update(overrides)
@@ -133,7 +133,7 @@ class RunConfig:
         """Write the config as TOML (atomically, like every file the engine writes)."""
         import tomli_w
 
-        from .checkpoints import atomic_write_bytes
+        from core.files import atomic_write_bytes
 
         atomic_write_bytes(Path(path), tomli_w.dumps(self.to_dict()).encode("utf-8"))
 
@@ -172,7 +172,7 @@ def _range_text(spec: FieldSpec) -> str:
 
 def field_errors(cfg: RunConfig) -> dict[str, str]:
     """Validate every field of `cfg`; field name -> message."""
-    from .tasks import TASKS
+    from core.tasks import TASKS
 
     problems: dict[str, str] = {}
     for name, spec in FIELD_SPECS.items():

@@ -12,9 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .errors import DeviceError
-
-PRECISION_MODES = ("fp32", "tf32", "fp16", "bf16")
+from core.errors import DeviceError
 
 
 @dataclass(frozen=True)

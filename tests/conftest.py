@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.config import RunConfig
-from core.events import Event
+from core.engine.events import Event
 
 
 class Recorder:

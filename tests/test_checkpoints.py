@@ -8,22 +8,23 @@ import pickle
 import pytest
 import torch
 
-from core import checkpoints as ckpt
-from core.control import RunControl
+from core.engine import checkpoints as ckpt
+from core.files import atomic_write_bytes
+from core.engine.control import RunControl
 from core.errors import CheckpointError
-from core.trainer import train
+from core.engine.trainer import train
 
 
 def test_atomic_write_survives_a_crash_mid_write(tmp_path, monkeypatch):
     target = tmp_path / "checkpoint.pt"
-    ckpt.atomic_write_bytes(target, b"good old checkpoint")
+    atomic_write_bytes(target, b"good old checkpoint")
 
     def crash(*args, **kwargs):
         raise OSError("power cut")
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="power cut"):
-        ckpt.atomic_write_bytes(target, b"half-written new checkpoint")
+        atomic_write_bytes(target, b"half-written new checkpoint")
     assert target.read_bytes() == b"good old checkpoint"
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temp file left behind
 

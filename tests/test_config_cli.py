@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from core.cli import main
+from core.cli.main import main
 from core.config import RunConfig
 from core.errors import ConfigError
 
@@ -108,7 +108,7 @@ def test_devices_json_lists_the_cpu():
 
 
 def test_core_never_imports_qt_or_the_gui():
-    code = ("import sys, core, core.cli, core.trainer, core.tasks, core.checkpoints;"
+    code = ("import sys, core, core.cli, core.engine.trainer, core.tasks, core.engine.checkpoints;"
             "import pkgutil, importlib;"
             "[importlib.import_module(m.name) for m in pkgutil.walk_packages(core.__path__, 'core.')];"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'app', 'shiboken6')];"

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from core.cli import main
+from core.cli.main import main
 from core.data.importers import Column, read_table
 from core.errors import DataError
 from core.tasks import create_task

@@ -10,8 +10,8 @@ import torch
 
 from core.devices import DeviceInfo, cpu_info, device_info, list_devices
 from core.errors import DeviceError, PrecisionError
-from core.precision import resolve_precision
-from core.trainer import train
+from core.engine.precision import resolve_precision
+from core.engine.trainer import train
 
 FAKE_GPU = DeviceInfo(id="cuda:0", type="cuda", name="Fake T4", memory_total=16 * 2**30, capability="7.5",
                       fp16=True, tensor_cores=True, precisions=("fp32", "fp16"),
@@ -124,7 +124,7 @@ def test_only_the_devices_command_asks_gpus_for_free_memory(monkeypatch, capsys)
     from types import SimpleNamespace
 
     from core import devices
-    from core.cli import main
+    from core.cli.main import main
 
     asked = []
     props = SimpleNamespace(major=9, minor=0, name="Fake H100", total_memory=80 * 2**30, multi_processor_count=132)

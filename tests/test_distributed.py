@@ -89,7 +89,7 @@ def test_a_stop_reaches_every_rank_and_writes_a_checkpoint(tmp_path, asked):
     assert process.returncode == 130, stderr
     ended = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"RunEnded"' in x][-1]
     assert ended["status"] == "stopped"
-    from core.checkpoints import load_checkpoint
+    from core.engine.checkpoints import load_checkpoint
 
     assert load_checkpoint(out / "checkpoint.pt")["step"] == ended["step"]
 
@@ -113,7 +113,7 @@ def test_a_stop_lands_soon_even_when_logs_are_far_apart(tmp_path):
     assert process.returncode == 130, stderr
     ended = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"RunEnded"' in x][-1]
     assert ended["status"] == "stopped" and 0 < ended["step"] < 1_000_000
-    from core.checkpoints import load_checkpoint
+    from core.engine.checkpoints import load_checkpoint
 
     assert load_checkpoint(out / "checkpoint.pt")["step"] == ended["step"]
     assert took < 30, f"the stop took {took:.1f} s"  # was: never, until the next log 10^6 steps later

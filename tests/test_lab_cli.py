@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from core.cli import main
+from core.cli.main import main
 
 
 def test_bench_json_lists_every_mode(capsys):

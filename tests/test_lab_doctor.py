@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.cli import main
+from core.cli.main import main
 from core.config import RunConfig
-from core.doctor import check_placement, explain_device_mismatch, explain_exception, find_misplaced, mismatch_devices
+from core.engine.diagnosis import check_placement, explain_device_mismatch, explain_exception, find_misplaced, mismatch_devices
 from core.errors import DeviceError
 from core.tasks import TASKS
 from core.tasks.tiny import TinyClassifier, TinyClassifierTask
-from core.trainer import Trainer
+from core.engine.trainer import Trainer
 
 
 class MaskedClassifier(TinyClassifier):

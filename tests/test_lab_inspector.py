@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.config import RunConfig
-from core.dtype_inspector import LOSS_ROW, inspect_dtypes, summarize
+from core.lab.dtype_inspector import LOSS_ROW, inspect_dtypes, summarize
 from core.tasks import TASKS
 
 

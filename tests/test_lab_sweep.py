@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from core.config import RunConfig
-from core.control import RunControl
+from core.engine.control import RunControl
 from core.errors import PrecisionError
-from core.sweep import SweepRow, measure_mode, recommend, requested_modes, run_sweep, tokens_per_sample
+from core.lab.precision_sweep import SweepRow, measure_mode, recommend, requested_modes, run_sweep, tokens_per_sample
 
 
 def test_cpu_sweep_has_every_cpu_mode_with_sane_ratios():
@@ -74,8 +74,8 @@ def test_stop_kills_an_isolated_measurement_at_once(tmp_path):
     import time
 
     from core.config import RunConfig
-    from core.control import RunControl
-    from core.sweep import run_sweep
+    from core.engine.control import RunControl
+    from core.lab.precision_sweep import run_sweep
 
     control = RunControl()
     config = RunConfig.for_task("tiny", device="cpu", out_dir=str(tmp_path))

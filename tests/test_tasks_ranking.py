@@ -9,7 +9,7 @@ import torch
 from core.config import RunConfig
 from core.tasks import create_task
 from core.tasks.ranking import listwise_softmax_loss, pad_queries, ranking_metrics, ranknet_loss
-from core.trainer import train
+from core.engine.trainer import train
 
 SMALL = {"queries": 1500, "docs": 16, "features": 8}
 
@@ -61,7 +61,7 @@ def test_default_hyperparameters_beat_random_order(tmp_path, precision, loss):
 
 
 def test_trains_from_a_parquet_file(tmp_path):
-    from core.data.cli import synthetic_table
+    from core.cli.data import synthetic_table
     from core.data.importers import write_table
 
     path = write_table(synthetic_table("ranking", 2000, seed=1), tmp_path / "rank.parquet")

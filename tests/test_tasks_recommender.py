@@ -13,7 +13,7 @@ from core.data.sequences import history_windows, sequence_splits, training_windo
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks import create_task
 from core.tasks.recommender import rank_metrics
-from core.trainer import train
+from core.engine.trainer import train
 
 SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
 
@@ -116,9 +116,9 @@ def test_trains_from_a_csv_file_with_raw_string_ids(tmp_path):
 
 def test_checkpoint_and_export_keep_the_files_own_item_ids_and_resume_checks_them(tmp_path):
     """Predictions must map back to the users' lesson ids: the vocabulary travels with the model."""
-    from core.checkpoints import export_checkpoint, load_checkpoint
+    from core.engine.checkpoints import export_checkpoint, load_checkpoint
     from core.errors import CheckpointError
-    from core.trainer import Trainer
+    from core.engine.trainer import Trainer
 
     def write(path, names):
         users = np.repeat(np.arange(40), 10)

@@ -12,7 +12,7 @@ from core.data.reviews import generate_reviews
 from core.data.tokenizer import hashed_tokens
 from core.tasks import create_task
 from core.tasks.sentiment import roc_auc
-from core.trainer import train
+from core.engine.trainer import train
 
 SMALL = {"reviews": 6000, "buckets": 1 << 14}
 

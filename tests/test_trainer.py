@@ -7,10 +7,10 @@ import threading
 import pytest
 import torch
 
-from core.checkpoints import load_checkpoint
-from core.control import RunControl
+from core.engine.checkpoints import load_checkpoint
+from core.engine.control import RunControl
 from core.devices import cpu_info
-from core.trainer import Trainer, train
+from core.engine.trainer import Trainer, train
 from tests.test_devices_precision import CPU_WITH_FP16
 
 

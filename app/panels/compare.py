@@ -1,4 +1,4 @@
-"""Compare precisions: core.sweep.run_sweep for the form's task, options and device, off the GUI thread.
+"""Compare precisions: core.lab.precision_sweep.run_sweep for the form's task, options and device, off the GUI thread.
 
 Shows the per-mode table, bar charts of samples/s (with speedup labels) and peak memory, core's
 recommendation, and a button that trains with the recommended mode.
@@ -16,8 +16,8 @@ from PySide6.QtWidgets import (
 
 from app.background import BackgroundTask
 from app.panels.bars import BarChart
+from core.precision_modes import PRECISION_MODES
 
-SWEEP_MODES = ("fp32", "tf32", "fp16", "bf16")
 COLUMNS = ("Mode", "Status", "Step (ms)", "Samples/s", "Tokens/s", "Peak memory (MiB)", "Speedup", "Memory ×",
            "Loss", "Δ loss vs fp32", "Note")
 
@@ -32,7 +32,7 @@ def sweep_job(config, modes, steps, repeats, devices):
     """The background function: a plain call into core (no Qt), stoppable between modes."""
 
     def run(progress, control):
-        from core.sweep import run_sweep
+        from core.lab.precision_sweep import run_sweep
 
         return run_sweep(config, modes=modes, steps=steps, repeats=repeats, devices=devices,
                          progress=progress, control=control)
@@ -63,7 +63,7 @@ class CompareDialog(QDialog):
         self.modeChecks = {}
         controls = QHBoxLayout()
         controls.addWidget(QLabel("Modes:"))
-        for mode in SWEEP_MODES:
+        for mode in PRECISION_MODES:
             check = QCheckBox(mode, objectName=f"{mode}Check", checked=True)
             check.setEnabled(mode != "fp32")  # every ratio is against fp32
             self.modeChecks[mode] = check

@@ -1,4 +1,4 @@
-"""Dtype inspector: core.dtype_inspector.inspect_dtypes off the GUI thread, shown as a tree of modules.
+"""Dtype inspector: core.lab.dtype_inspector.inspect_dtypes off the GUI thread, shown as a tree of modules.
 
 Rows autocast kept in float32 (while it computes in a lower precision) are highlighted, with the ops that
 stayed float32 in their tooltip.
@@ -12,10 +12,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.background import BackgroundTask
+from core.precision_modes import PRECISION_MODES
 
 COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Ops (dtype they ran in)")
 KEPT_FP32_BRUSH = QBrush(QColor(201, 138, 18, 60))
-INSPECT_MODES = ("fp32", "tf32", "fp16", "bf16")
 
 
 def _join(dtypes: list[str]) -> str:
@@ -25,7 +25,7 @@ def _join(dtypes: list[str]) -> str:
 
 def inspect_job(config, devices):
     def run(_progress, _control):  # one forward + backward: short, not worth interrupting
-        from core.dtype_inspector import inspect_dtypes
+        from core.lab.dtype_inspector import inspect_dtypes
 
         return inspect_dtypes(config, devices=devices)
 
@@ -50,7 +50,7 @@ class InspectorDialog(QDialog):
 
         self.setting = QLabel(objectName="inspectorSetting", wordWrap=True)
         self.precisionCombo = QComboBox(objectName="inspectPrecisionCombo")
-        for mode in INSPECT_MODES:
+        for mode in PRECISION_MODES:
             self.precisionCombo.addItem(mode, mode)
         self.runButton = QPushButton("Inspect", objectName="inspectButton")
         self.runButton.setToolTip("Run one forward and backward pass with hooks recording every module's dtypes")
@@ -88,7 +88,7 @@ class InspectorDialog(QDialog):
             return
         self.setting.setText(f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step "
                              f"(forward, loss, backward) with hooks on every module")
-        if not self.task.running and self.result is None and config.precision in INSPECT_MODES:
+        if not self.task.running and self.result is None and config.precision in PRECISION_MODES:
             self.precisionCombo.setCurrentIndex(self.precisionCombo.findData(config.precision))
 
     def start(self) -> bool:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.editors import Editor, FieldRow
+from core.precision_modes import PRECISION_CHOICES
 
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
                    "batch_size", "grad_accum", "epochs", "max_steps")
@@ -22,7 +23,6 @@ OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval",
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
           "max_steps": "Max steps", "out_dir": "Output folder", "data": "Data file"}
-PRECISION_MODES = ("auto", "fp32", "tf32", "fp16", "bf16")
 LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
 
 
@@ -113,7 +113,7 @@ class RunSetupPanel(QWidget):
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.precisionCombo = QComboBox(objectName="precisionCombo")
-        for mode in PRECISION_MODES:
+        for mode in PRECISION_CHOICES:
             self.precisionCombo.addItem(mode, mode)
         self.precisionCombo.currentIndexChanged.connect(self._on_precision_changed)
         self.precisionNote = QLabel(objectName="precisionNote", wordWrap=True)
@@ -264,7 +264,7 @@ class RunSetupPanel(QWidget):
         self._schedule_validate()
 
     def _update_auto_text(self) -> None:
-        from core.precision import auto_mode, resolve_precision
+        from core.engine.precision import auto_mode, resolve_precision
 
         if self._device is None:
             return

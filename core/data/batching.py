@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import ConfigError
-from ..tasks.base import split_length
+from core.errors import ConfigError
+
+
+def split_length(split: dict[str, torch.Tensor]) -> int:
+    """Number of rows of a split (all its tensors share the first dimension)."""
+    return next(iter(split.values())).shape[0]
 
 
 def place_split(split: dict[str, torch.Tensor], device: torch.device, keep_on_host: bool) -> dict[str, torch.Tensor]:

@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import torch
 
-from ..errors import DataError
+from core.errors import DataError
 
 SUFFIXES = (".csv", ".parquet", ".pq")
 
@@ -243,7 +243,7 @@ def id_vocabulary(raw: pa.Array) -> torch.Tensor | list[str]:
 
 def write_table(table: pa.Table, out: str | Path) -> Path:
     """Write `table` as CSV or Parquet, chosen by the suffix of `out`."""
-    from ..errors import ConfigError
+    from core.errors import ConfigError
 
     out = Path(out)
     suffix = out.suffix.lower()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .importers import Column, contiguous_ids, encode_ids, id_vocabulary, read_table
+from core.data.importers import Column, contiguous_ids, encode_ids, id_vocabulary, read_table
 
 INTERACTION_COLUMNS = [Column("user_id", "id"), Column("item_id", "id"), Column("timestamp", "number"),
                        Column("event", "label", required=False, choices=("click", "complete"))]

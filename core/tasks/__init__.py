@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from .base import Task, TaskData, TaskOption
-from .ranking import RankingTask
-from .recommender import RecommenderTask
-from .sentiment import SentimentTask
-from .tiny import TinyClassifierTask
+from core.errors import ConfigError
+from core.tasks.base import Task, TaskData, TaskOption
+from core.tasks.ranking import RankingTask
+from core.tasks.recommender import RecommenderTask
+from core.tasks.sentiment import SentimentTask
+from core.tasks.tiny import TinyClassifierTask
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (TinyClassifierTask, SentimentTask, RankingTask, RecommenderTask)}
 

@@ -9,6 +9,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from core.data.batching import split_length
+
 
 @dataclass(frozen=True)
 class TaskOption:
@@ -55,11 +57,6 @@ class TaskData:
     vocabulary: dict = field(default_factory=dict)
 
 
-def split_length(split: dict[str, torch.Tensor]) -> int:
-    """Number of rows of a split (all its tensors share the first dimension)."""
-    return next(iter(split.values())).shape[0]
-
-
 class Task(ABC):
     """A trainable job. Subclasses set the class attributes and implement the four methods."""
 
@@ -73,7 +70,7 @@ class Task(ABC):
     tokens_key: ClassVar[str | None] = None
 
     def __init__(self, options: dict | None = None):
-        from ..errors import ConfigError
+        from core.errors import ConfigError
 
         problems = self.option_errors(options or {})
         if problems:

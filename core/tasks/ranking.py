@@ -15,10 +15,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data.importers import Column, contiguous_ids, read_table, require_rows
-from ..data.synthetic import generate_ranking
-from ..errors import DataError
-from .base import Task, TaskData, TaskOption, iter_slices
+from core.data.importers import Column, contiguous_ids, read_table, require_rows
+from core.data.synthetic import generate_ranking
+from core.errors import DataError
+from core.tasks.base import Task, TaskData, TaskOption, iter_slices
 
 TOP_K = 10
 RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"), Column("label", "int")]

@@ -21,11 +21,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data.importers import require_rows
-from ..data.sequences import read_interactions, sequence_splits
-from ..data.synthetic import generate_interactions, make_track_chain
-from .base import Task, TaskData, TaskOption, iter_slices
-from .chunked_loss import chunked_softmax_cross_entropy
+from core.data.importers import require_rows
+from core.data.sequences import read_interactions, sequence_splits
+from core.data.synthetic import generate_interactions, make_track_chain
+from core.tasks.base import Task, TaskData, TaskOption, iter_slices
+from core.tasks.chunked_loss import chunked_softmax_cross_entropy
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
@@ -168,7 +168,7 @@ class RecommenderTask(Task):
     def build_model(self, info: dict) -> nn.Module:
         o = self.opts
         if o["d_model"] % o["heads"]:
-            from ..errors import ConfigError
+            from core.errors import ConfigError
 
             raise ConfigError("task_options.heads", f"{o['heads']} heads must divide d_model {o['d_model']}")
         return SASRec(info.get("n_items", o["items"]), o["d_model"], o["layers"], o["heads"], o["max_len"],

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data.importers import Column, read_table, require_rows
-from ..data.reviews import generate_reviews
-from ..data.tokenizer import hashed_tokens
-from .base import Task, TaskData, TaskOption, iter_slices
+from core.data.importers import Column, read_table, require_rows
+from core.data.reviews import generate_reviews
+from core.data.tokenizer import hashed_tokens
+from core.tasks.base import Task, TaskData, TaskOption, iter_slices
 
 POSITIVE_LABELS = ("1", "positive", "pos", "true")
 NEGATIVE_LABELS = ("0", "negative", "neg", "false")

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import ConfigError
-from .base import Task, TaskData, TaskOption, iter_slices
+from core.errors import ConfigError
+from core.tasks.base import Task, TaskData, TaskOption, iter_slices
 
 
 class TinyClassifier(nn.Module):

@@ -9,7 +9,7 @@ import signal
 import pytest
 from gui_helpers import click, find, finish_run, loss_points, quick_run, set_field
 
-from core.events import RunEnded
+from core.engine.events import RunEnded
 
 
 @pytest.mark.timeout(60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from gui_helpers import click, find, finish_run, loss_points, quick_run, set_field
 
-from core.checkpoints import load_checkpoint
+from core.engine.checkpoints import load_checkpoint
 
 
 @pytest.mark.timeout(120)

@@ -12,7 +12,7 @@ import pytest
 from gui_helpers import click, find, finish_run, loss_points, quick_run
 from PySide6.QtCore import QThread
 
-from core.checkpoints import load_checkpoint
+from core.engine.checkpoints import load_checkpoint
 
 
 def wait_until_quiet(qtbot, window, settle_ms: int = 300, timeout_ms: int = 10_000) -> int:

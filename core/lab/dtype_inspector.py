@@ -19,12 +19,12 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .config import RunConfig
-from .doctor import explain_device_mismatch
-from .devices import DeviceInfo, device_info, list_devices, torch_device
-from .errors import DeviceError
-from .precision import matmul_precision, resolve_precision
-from .tasks import create_task
+from core.config import RunConfig
+from core.engine.diagnosis import explain_device_mismatch
+from core.devices import DeviceInfo, device_info, list_devices, torch_device
+from core.errors import DeviceError
+from core.engine.precision import matmul_precision, resolve_precision
+from core.tasks import create_task
 
 LOSS_ROW = "task.loss"
 
@@ -125,7 +125,7 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
     """Build the task of `config` like the trainer does and run one forward + backward in its precision.
 
     `batch_size` (default: the config's, at most 64) keeps the inspection cheap: dtypes do not depend on it.
-    Errors raised by the task's code propagate (e.g. a device mismatch: see core.doctor).
+    Errors raised by the task's code propagate (e.g. a device mismatch: see core.engine.diagnosis).
     """
     cfg = config.validate()
     info = device_info(cfg.device, devices if devices is not None else list_devices())

@@ -12,51 +12,18 @@ import os
 import pickle
 import platform
 import random
-import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .errors import CheckpointError
+from core.errors import CheckpointError
+from core.files import atomic_write_bytes
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "task", "model", "optimizer", "scheduler", "scaler", "step", "epoch",
                  "rng", "config", "metrics", "versions")
-
-
-def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write `payload` to `path` via a temp file in the same folder, fsync, rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -97,7 +64,7 @@ def restore_rng(state: dict) -> None:
 
 
 def library_versions() -> dict:
-    from . import __version__
+    from core import __version__
 
     return {"amp_console": __version__, "torch": str(torch.__version__), "numpy": np.__version__,
             "python": platform.python_version()}
@@ -175,7 +142,7 @@ def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> 
     return path, manifest_path
 
 
-CHECKPOINT_FILE = "checkpoint.pt"  # a run folder's files (core.trainer writes them, core.launch reads events)
+CHECKPOINT_FILE = "checkpoint.pt"  # a run folder's files (core.engine.trainer writes them, core.cli.torchrun reads events)
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -208,7 +175,7 @@ def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[
     buffer = io.BytesIO()
     torch.save(state, buffer)
     atomic_write_bytes(full, buffer.getvalue())
-    from .tasks import create_task
+    from core.tasks import create_task
 
     config = state["config"]
     model = create_task(config["task"], config.get("task_options", {})).build_model(state.get("data_info", {}))

@@ -10,8 +10,8 @@ import argparse
 import json
 import sys
 
-from .config import RunConfig
-from .errors import ConfigError
+from core.config import RunConfig
+from core.errors import ConfigError
 
 
 def register(sub) -> None:
@@ -43,7 +43,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> RunConfig:
     """A validated RunConfig from the task's defaults and the bench/inspect flags."""
-    from .cli_train import parse_option
+    from core.cli.train import parse_option
 
     values = {"device": args.device, "precision": precision, "seed": args.seed,
               "task_options": dict(map(parse_option, args.task_options))}
@@ -82,7 +82,7 @@ def _num(value: float | None, spec: str, suffix: str = "") -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .sweep import requested_modes, run_sweep
+    from core.lab.precision_sweep import requested_modes, run_sweep
 
     if args.steps < 1 or args.repeats < 1:
         raise ConfigError("steps", "--steps and --repeats must be at least 1")
@@ -136,7 +136,7 @@ def print_sweep(result) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .dtype_inspector import inspect_dtypes
+    from core.lab.dtype_inspector import inspect_dtypes
 
     result = inspect_dtypes(config_from_lab_args(args, precision=args.precision), batch_size=args.batch_size)
     if args.json:

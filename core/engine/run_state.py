@@ -1,4 +1,4 @@
-"""A trainer's resumable state <-> the checkpoint dict (see core.checkpoints for writing and safe loading).
+"""A trainer's resumable state <-> the checkpoint dict (see core.engine.checkpoints for writing and safe loading).
 
 Everything is plain containers and tensors, so `torch.load(weights_only=True)` reads it back: model
 (unwrapped from DDP/compile), optimizer, scheduler, scaler, step, epoch, data order, RNG states, config,
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import checkpoints as ckpt
-from .errors import CheckpointError
+from core.engine import checkpoints as ckpt
+from core.errors import CheckpointError
 
 
 def capture(trainer) -> dict:

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from .config import RunConfig
+from core.config import RunConfig
 
 _FUSED_DEVICES = ("cuda", "xpu", "mps")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .distributed import DistContext, all_reduce_mean
+from core.engine.distributed import DistContext, all_reduce_mean
 
 # Pending per-step scalars are folded into the running sums this often, so a huge log interval
 # never holds more than this many small tensors.

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import DeviceError
+from core.errors import DeviceError
 
 _DEVICE = r"(cpu|meta|mps|cuda(?::\d+)?|xpu(?::\d+)?|hpu(?::\d+)?)"
 # torch words the same mistake differently per op and version; each pattern captures the two devices.

@@ -6,7 +6,7 @@ covers exactly the loop users train with. The first window(s) are warm-up (alloc
 selection, lazy initialisation); the median over the later windows is reported.
 
 Peak memory: on CUDA `max_memory_allocated` after `reset_peak_memory_stats` once setup is done. On the CPU the
-peak RSS (ru_maxrss) of a fresh subprocess per mode (`python -m core.sweep --one-mode ...`), because a
+peak RSS (ru_maxrss) of a fresh subprocess per mode (`python -m core.lab.precision_sweep --one-mode ...`), because a
 process's RSS high-water mark never goes down, so modes measured in one process would inherit each other's peak.
 """
 
@@ -27,11 +27,12 @@ from pathlib import Path
 
 import torch
 
-from .config import RunConfig
-from .control import RunControl
-from .devices import PRECISION_MODES, DeviceInfo, device_info, list_devices
-from .errors import PrecisionError
-from .events import RunEnded, RunStarted, StepMetrics
+from core.config import RunConfig
+from core.engine.control import RunControl
+from core.devices import DeviceInfo, device_info, list_devices
+from core.precision_modes import PRECISION_MODES
+from core.errors import PrecisionError
+from core.engine.events import RunEnded, RunStarted, StepMetrics
 
 # Losses within this relative (or absolute) distance of fp32's after the same steps count as "the same".
 LOSS_REL_TOLERANCE = 0.05
@@ -122,7 +123,7 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     Returns the median step time over the timed windows, throughput, peak memory (CUDA: since setup; CPU:
     this process's peak RSS) and the mean training loss of the last window.
     """
-    from .trainer import Trainer
+    from core.engine.trainer import Trainer
 
     windows = warmup_windows + repeats
     control = RunControl()
@@ -177,7 +178,7 @@ def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int
     package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-m", "core.sweep", "--one-mode", mode, "--config-json", json.dumps(config.to_dict()),
+    command = [sys.executable, "-m", "core.lab.precision_sweep", "--one-mode", mode, "--config-json", json.dumps(config.to_dict()),
                "--steps", str(steps), "--repeats", str(repeats), "--warmup-windows", str(warmup_windows)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         while True:
@@ -298,7 +299,7 @@ def recommend(rows: list[SweepRow]) -> tuple[str | None, str]:
 
 def _one_mode_main(argv: list[str]) -> int:
     """Subprocess entry: measure one mode and print its SweepRow as one JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m core.sweep")
+    parser = argparse.ArgumentParser(prog="python -m core.lab.precision_sweep")
     parser.add_argument("--one-mode", required=True)
     parser.add_argument("--config-json", required=True)
     parser.add_argument("--steps", type=int, required=True)

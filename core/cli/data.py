@@ -9,15 +9,15 @@ import time
 
 import pyarrow as pa
 
-from ..errors import ConfigError
-from .importers import SUFFIXES, write_table
+from core.errors import ConfigError
+from core.data.importers import SUFFIXES, write_table
 
 GENERATED_TASKS = ("recommender", "ranking", "sentiment")
 
 
 def register(sub) -> None:
     """Add the `data` command group to the top-level subparsers."""
-    from ..cli import OneLineParser  # bad flags: one line and exit 2, like every other command
+    from core.cli.common import OneLineParser  # bad flags: one line and exit 2, like every other command
 
     data = sub.add_parser("data", help="synthetic data files in each task's format")
     commands = data.add_subparsers(dest="data_command", required=True, parser_class=OneLineParser)
@@ -31,21 +31,21 @@ def register(sub) -> None:
 
 def synthetic_table(task: str, rows: int, seed: int) -> pa.Table:
     """`rows` rows of `task`'s synthetic data (default task options) as a table in its file format."""
-    from ..tasks import create_task
+    from core.tasks import create_task
 
     opts = create_task(task).opts
     if task == "recommender":
-        from .synthetic import generate_interactions, interactions_table, make_track_chain
+        from core.data.synthetic import generate_interactions, interactions_table, make_track_chain
 
         chain = make_track_chain(opts["items"], opts["track_len"], opts["follow"], 1.0, seed)
         return interactions_table(generate_interactions(chain, rows, opts["mean_len"], seed))
     if task == "ranking":
-        from .synthetic import generate_ranking, ranking_table
+        from core.data.synthetic import generate_ranking, ranking_table
 
         docs = opts["docs"]
         table = ranking_table(generate_ranking(-(-rows // docs), docs, opts["features"], opts["noise"], seed))
         return table.slice(0, rows)
-    from .reviews import generate_reviews, reviews_table
+    from core.data.reviews import generate_reviews, reviews_table
 
     return reviews_table(generate_reviews(rows, seed))
 

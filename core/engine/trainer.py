@@ -19,20 +19,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import checkpoints as ckpt
-from . import run_state
-from .amp_health import NonFiniteWatch, first_nonfinite_parameter
-from .config import RunConfig
-from .control import RunControl
-from .data.batching import EpochBatches, place_split
-from .devices import DeviceInfo, cuda_free_memory, device_info, list_devices, memory_in_use, torch_device
-from .distributed import RUN_NOTE_ENV, DistContext, broadcast_ints, destroy_process_group, init_process_group
-from .errors import CheckpointError, ConfigError
-from .events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
-from .optim import build_optimizer, build_scheduler
-from .precision import matmul_precision, resolve_precision
-from .step_metrics import StepAccumulator
-from .tasks import create_task
+from core.engine import checkpoints as ckpt
+from core.engine import run_state
+from core.engine.amp_health import NonFiniteWatch, first_nonfinite_parameter
+from core.config import RunConfig
+from core.engine.control import RunControl
+from core.data.batching import EpochBatches, place_split
+from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, memory_in_use, torch_device
+from core.engine.distributed import RUN_NOTE_ENV, DistContext, broadcast_ints, destroy_process_group, init_process_group
+from core.errors import CheckpointError, ConfigError
+from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
+from core.engine.optimizers import build_optimizer, build_scheduler
+from core.engine.precision import matmul_precision, resolve_precision
+from core.engine.step_metrics import StepAccumulator
+from core.tasks import create_task
 
 Sink = Callable[[Event], None]
 STOP_AGREE_SECONDS = 0.5  # DDP ranks agree on a stop request about this often (see Trainer._stop_requested)
@@ -159,7 +159,7 @@ class Trainer:
         except RunFailed as exc:
             return self._end("failed", str(exc))
         except Exception as exc:  # anything else: the run fails, the app stays usable
-            from .doctor import explain_exception
+            from core.engine.diagnosis import explain_exception
 
             return self._end("failed", explain_exception(exc, self), details=traceback.format_exc())
         if status == "completed" and self._last_eval_step != self.step:
@@ -328,7 +328,7 @@ class Trainer:
         return str(path)
 
     def state_dict(self) -> dict:
-        """The whole resumable state as plain containers and tensors (see core.run_state)."""
+        """The whole resumable state as plain containers and tensors (see core.engine.run_state)."""
         return run_state.capture(self)
 
     def cleanup(self, ended_normally: bool = False) -> None:

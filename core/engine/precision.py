@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .devices import DeviceInfo
-from .errors import PrecisionError
+from core.devices import DeviceInfo
+from core.errors import PrecisionError
+from core.precision_modes import PRECISION_CHOICES
 
-MODES = ("fp32", "tf32", "fp16", "bf16", "auto")
 
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -71,8 +71,8 @@ def auto_mode(info: DeviceInfo) -> str:
 def resolve_precision(mode: str, info: DeviceInfo) -> PrecisionPlan:
     """Turn a mode into a plan for `info`, refusing what the device can't run (naming the alternatives)."""
     requested = mode
-    if mode not in MODES:
-        raise PrecisionError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode not in PRECISION_CHOICES:
+        raise PrecisionError(f"unknown mode {mode!r}; choose one of {', '.join(PRECISION_CHOICES)}")
     if mode == "auto":
         mode = auto_mode(info)
     if mode not in info.precisions:

@@ -9,11 +9,11 @@ import sys
 import threading
 
 
-from . import checkpoints
-from .config import FIELD_SPECS, RunConfig, tomllib
-from .control import RunControl
-from .errors import AmpConsoleError, ConfigError
-from .events import EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
+from core.engine import checkpoints
+from core.config import FIELD_SPECS, RunConfig, tomllib
+from core.engine.control import RunControl
+from core.errors import AmpConsoleError, ConfigError
+from core.engine.events import EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 
 _TYPES = {"lr": float, "momentum": float, "weight_decay": float, "grad_clip": float}
 
@@ -167,7 +167,7 @@ def warm_up_engine() -> None:
     """Import what the first run would (torch builds its optimizers' machinery on first use, ~1 s)."""
     import torch
 
-    from . import trainer  # noqa: F401  (the engine and its tasks)
+    from core.engine import trainer  # noqa: F401  (the engine and its tasks)
 
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
@@ -188,9 +188,9 @@ def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .cli import install_sigint_stop
-    from .distributed import DistContext
-    from .trainer import Trainer
+    from core.cli.common import install_sigint_stop
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
 
     if args.config_stdin:
         if args.nproc is not None or os.environ.get("WORLD_SIZE"):
@@ -204,7 +204,7 @@ def _train(args: argparse.Namespace) -> int:
     else:
         config = config_from_args(args)
     if args.nproc is not None and not os.environ.get("WORLD_SIZE"):
-        from .launch import launch_torchrun
+        from core.cli.torchrun import launch_torchrun
 
         return launch_torchrun(args.nproc, args.argv, config, resume_from=args.resume)
     dist_ctx = DistContext.from_env()

@@ -1,51 +1,27 @@
-"""Headless commands: `amp-console devices | tasks | train ...` (also `python -m core.cli`).
+"""`amp-console devices | tasks | train | bench | inspect | data ...` (also `python -m core.cli`).
 
 Exit codes: 0 completed, 1 the run failed, 2 bad input (one line on stderr naming what is wrong),
-130 stopped by Ctrl+C (after writing a checkpoint).
+130 stopped by Ctrl+C (after writing a checkpoint). Each command module has `register(subparsers)`; the
+parser calls `args.handler(args)`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import signal
 import sys
 
-from .config import FIELD_SPECS
-from .errors import AmpConsoleError, ConfigError
+from core.cli import data as data_commands
+from core.cli import lab as lab_commands
+from core.cli import train as train_commands
+from core.cli.common import OneLineParser, describe_config_error, fail_bad_input
+from core.errors import AmpConsoleError, ConfigError
 
-# Modules that add subcommands: each has `register(subparsers)`; the parser calls `args.handler(args)`.
-COMMAND_MODULES = ("core.cli_train", "core.cli_lab", "core.data.cli")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad input as one line and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
-        raise SystemExit(2)
-
-
-def fail_bad_input(message: str) -> int:
-    sys.stderr.write(f"amp-console: error: {message}\n")
-    return 2
-
-
-def flag_name(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
-def describe_config_error(exc: ConfigError) -> str:
-    """'--lr: 20 is out of range...' for fields that are flags, else the message as it is."""
-    field = exc.field.split(".")[0]
-    if field in FIELD_SPECS:
-        return f"{flag_name(field)}: {str(exc).split(': ', 1)[1]}"
-    return str(exc)
+COMMAND_MODULES = (train_commands, lab_commands, data_commands)
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from .devices import list_devices
+    from core.devices import list_devices
 
     devices = list_devices(free_memory=True)  # a short-lived process: the contexts go when it exits
     if args.json:
@@ -67,7 +43,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from .tasks import TASKS
+    from core.tasks import TASKS
 
     rows = []
     for name, cls in TASKS.items():
@@ -93,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--json", action="store_true", help="print a JSON list")
     tasks.set_defaults(handler=cmd_tasks)
     for module in COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
+        module.register(sub)
     return parser
 
 
@@ -108,26 +84,3 @@ def main(argv: list[str] | None = None) -> int:
         return fail_bad_input(describe_config_error(exc))
     except AmpConsoleError as exc:
         return fail_bad_input(str(exc))
-
-
-def install_sigint_stop(control, distributed: bool = False) -> None:
-    """First Ctrl+C asks the run to stop gracefully (with a checkpoint); a second one aborts.
-
-    Under torchrun every signal only asks to stop: torchrun repeats SIGINT/SIGTERM to its workers and
-    kills them itself if they take too long, so escalating here would lose the final checkpoint.
-    """
-    if distributed:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda signum, frame: control.stop())
-        return
-
-    def handler(signum, frame):
-        sys.stderr.write("\nstopping after this step (Ctrl+C again to abort)...\n")
-        control.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    signal.signal(signal.SIGINT, handler)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,11 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .checkpoints import METRICS_FILE, run_dir_for
-from .config import RunConfig
-from .devices import list_devices
-from .distributed import RUN_NOTE_ENV
-from .errors import ConfigError
+from core.engine.checkpoints import METRICS_FILE, run_dir_for
+from core.config import RunConfig
+from core.devices import list_devices
+from core.engine.distributed import RUN_NOTE_ENV
+from core.errors import ConfigError
 
 
 def strip_nproc(argv: list[str]) -> list[str]:
