@@ -1,1 +1,4 @@
-"""AMP Console desktop shell (PySide6): widgets over the `core` engine."""
+"""AMP Console desktop shell (PySide6): widgets over the `core` engine.
+
+Layers, data flow and where to add a panel: docs/ARCHITECTURE.md.
+"""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -17,12 +16,11 @@ from app.panels.devices import DevicesPanel
 from app.panels.log import LogPanel
 from app.panels.plots import PlotsPanel
 from app.panels.run_setup import RunSetupPanel
+from app.run.controller import RunController
+from app.run.jobs import JobRunner
 from app.status import RunStatusBar
-from app.worker import JobRunner, RunController
-
-CONFIG_KEY = "run/config"
-PROCESSES_KEY = "run/processes"
-SEPARATE_PROCESS_KEY = "run/separateProcess"
+from app.window_settings import WindowSettings
+from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics
 
 
 
@@ -39,6 +37,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("AMP Console")
         self.setWindowIcon(icon("app"))
         self.settings = settings if settings is not None else QSettings()
+        self.window_settings = WindowSettings(self.settings)
         self._injected_devices = devices
         self.engine_ready = False
         self.last_checkpoint: str | None = None
@@ -57,7 +56,7 @@ class MainWindow(QMainWindow):
         self.controller.setupFailed.connect(self._on_setup_failed)
         self.controller.runningChanged.connect(self._on_running_changed)
         self.jobs.busyChanged.connect(lambda _busy: self._update_buttons())
-        self._restore_geometry()
+        self.window_settings.restore_geometry(self)
         self._update_buttons()
 
     # ------------------------------------------------------------------ layout
@@ -148,8 +147,7 @@ class MainWindow(QMainWindow):
         """Import core (torch) and pyqtgraph, list devices, build the form and plots, restore last settings."""
         if self.engine_ready:
             return
-        from core.config import FIELD_SPECS, RunConfig
-        from core.errors import ConfigError
+        from core.config import FIELD_SPECS
         from core.tasks import TASKS
 
         if self._injected_devices is not None:
@@ -161,17 +159,7 @@ class MainWindow(QMainWindow):
         self.setupPanel.populate(TASKS, FIELD_SPECS)
         self.devicesPanel.refresh()
         self.plotsPanel.build()
-        saved = self.settings.value(CONFIG_KEY, "")
-        if saved:
-            try:
-                config = RunConfig.from_dict(json.loads(saved), source="saved settings")
-            except (ConfigError, ValueError, TypeError) as exc:
-                self.logPanel.log(f"Ignored the saved settings: {exc}", "warning")
-            else:
-                self.apply_config(config)
-        self.setupPanel.set_execution(  # type=: QSettings converts the INI format's strings (bad ints read 0)
-            self.settings.value(PROCESSES_KEY, 1, type=int),
-            self.settings.value(SEPARATE_PROCESS_KEY, True, type=bool))
+        self.window_settings.restore_run_setup(self)
         self.engine_ready = True
         self.setupPanel.changed.connect(self._save_config_soon)
         self.setupPanel.executionChanged.connect(self._save_config_soon)
@@ -191,28 +179,7 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self.save_settings)
 
     def save_settings(self) -> None:
-        if self.engine_ready:
-            try:
-                self.settings.setValue(CONFIG_KEY, json.dumps(self.setupPanel.config().to_dict()))
-            except Exception:  # a half-typed form can't be saved; the last good one stays  # noqa: BLE001
-                pass
-            self.settings.setValue(PROCESSES_KEY, self.setupPanel.processes())
-            self.settings.setValue(SEPARATE_PROCESS_KEY, self.setupPanel.separateProcessCheck.isChecked())
-        self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/mainSplitter", self.mainSplitter.saveState())
-        self.settings.setValue("window/rightSplitter", self.rightSplitter.saveState())
-        self.settings.sync()
-
-    def _restore_geometry(self) -> None:
-        geometry = self.settings.value("window/geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1400, 860)
-        for key, splitter in (("window/mainSplitter", self.mainSplitter), ("window/rightSplitter", self.rightSplitter)):
-            state = self.settings.value(key)
-            if state is not None:
-                splitter.restoreState(state)
+        self.window_settings.save(self)
 
     # ------------------------------------------------------------------ precision lab
     def show_compare(self):
@@ -318,8 +285,7 @@ class MainWindow(QMainWindow):
     def _on_event(self, event) -> None:
         self.plotsPanel.handle_event(event)
         self.logPanel.handle_event(event)
-        kind = type(event).__name__
-        if kind == "StepMetrics":
+        if isinstance(event, StepMetrics):
             if event.nonfinite_source:  # rare, and the next report would overwrite where the inf came from
                 self.statusBarWidget.handle_event(event)
             # Step reports can come hundreds of times a second; the status bar shows the latest at 4 Hz.
@@ -329,19 +295,23 @@ class MainWindow(QMainWindow):
             return
         self._flush_status()
         self.statusBarWidget.handle_event(event)
-        if kind == "RunStarted" and not self.controller.paused:
-            self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
-        elif kind == "CheckpointSaved":
-            self.last_checkpoint = event.path
-        elif kind == "RunEnded":
-            if event.checkpoint:
-                self.last_checkpoint = event.checkpoint
-            if event.status == "failed":
-                self.show_error(f"Run failed: {event.message}", event.details)
-            else:
-                where = f" Checkpoint: {event.checkpoint}" if event.checkpoint else ""
-                text = event.message[:1].upper() + event.message[1:]
-                self.show_message(f"{text}.{where}", "status-ok")
+        match event:
+            case RunStarted() if not self.controller.paused:
+                self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
+            case CheckpointSaved():
+                self.last_checkpoint = event.path
+            case RunEnded():
+                self._on_run_ended(event)
+
+    def _on_run_ended(self, event: RunEnded) -> None:
+        if event.checkpoint:
+            self.last_checkpoint = event.checkpoint
+        if event.status == "failed":
+            self.show_error(f"Run failed: {event.message}", event.details)
+        else:
+            where = f" Checkpoint: {event.checkpoint}" if event.checkpoint else ""
+            text = event.message[:1].upper() + event.message[1:]
+            self.show_message(f"{text}.{where}", "status-ok")
 
     def _flush_status(self) -> None:
         if self._pending_step is not None:

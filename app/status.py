@@ -7,6 +7,8 @@ import time
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar
 
+from core.engine.events import RunEnded, RunStarted, StepMetrics
+
 
 def format_duration(seconds: float) -> str:
     seconds = int(round(seconds))
@@ -73,8 +75,7 @@ class RunStatusBar(QStatusBar):
             self.device.show()
 
     def handle_event(self, event) -> None:
-        kind = type(event).__name__
-        if kind == "RunStarted":
+        if isinstance(event, RunStarted):
             self._total = max(event.total_steps, 1)
             self._start_step = event.start_step
             self._first_step_time = None
@@ -89,11 +90,11 @@ class RunStatusBar(QStatusBar):
             self.health.hide()
             for widget in (self.device, self.dtypes, self.scaler, self.steps, self.eta):
                 widget.show()
-        elif kind == "StepMetrics":
+        elif isinstance(event, StepMetrics):
             self._show_health(event.skipped_steps, event.nonfinite_source)
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, self._eta(event.step))
-        elif kind == "RunEnded":
+        elif isinstance(event, RunEnded):
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, None)
             self.eta.setText(f"took {format_duration(event.elapsed_seconds)}")

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
     QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-from app.background import BackgroundTask
+from app.run.jobs import BackgroundJob
 from app.panels.bars import BarChart
 from core.precision_modes import PRECISION_MODES
 
@@ -53,11 +53,11 @@ class CompareDialog(QDialog):
         self._config_provider = config_provider
         self._devices_provider = devices_provider
         self.result = None
-        self.task = BackgroundTask("sweepThread", self)
-        self.task.progress.connect(self._on_progress)
-        self.task.succeeded.connect(self._on_result)
-        self.task.failed.connect(self._on_failed)
-        self.task.runningChanged.connect(self._update_buttons)
+        self.job = BackgroundJob("sweepThread", self)
+        self.job.progress.connect(self._on_progress)
+        self.job.succeeded.connect(self._on_result)
+        self.job.failed.connect(self._on_failed)
+        self.job.runningChanged.connect(self._update_buttons)
 
         self.setting = QLabel(objectName="compareSetting", wordWrap=True)
         self.modeChecks = {}
@@ -138,13 +138,13 @@ class CompareDialog(QDialog):
         return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
 
     def start(self) -> bool:
-        if self.task.running:
+        if self.job.running:
             return False
         self.refresh_setting()
         try:
             config = self._config_provider().validate()
         except Exception as exc:  # noqa: BLE001
-            self._on_failed(f"Fix the run setup first: {exc}", "")
+            self._on_failed(f"Fix the run setup first: {exc}", "", "")
             return False
         self.result = None
         self.table.setRowCount(0)
@@ -152,18 +152,18 @@ class CompareDialog(QDialog):
         self.memoryChart.clear()
         self.recommendation.setText("")
         self.statusLabel.setText("Starting…")
-        self.task.start(sweep_job(config, self.selected_modes(), self.stepsEdit.value(), self.repeatsEdit.value(),
+        self.job.start(sweep_job(config, self.selected_modes(), self.stepsEdit.value(), self.repeatsEdit.value(),
                                   self._devices_provider()))
         return True
 
     def stop(self) -> None:
-        if self.task.running:
-            self.task.stop()
+        if self.job.running:
+            self.job.stop()
             self.statusLabel.setText("Stopping after the current mode…")
             self._update_buttons()
 
     def shutdown(self) -> None:
-        self.task.shutdown()
+        self.job.shutdown()
 
     def _on_progress(self, progress) -> None:
         if progress.phase == "running":
@@ -191,7 +191,7 @@ class CompareDialog(QDialog):
                                  f"{result.warmup_steps} warm-up steps, batch {result.batch_size}.")
         self._update_buttons()
 
-    def _on_failed(self, message: str, details: str) -> None:
+    def _on_failed(self, message: str, _field: str, details: str) -> None:
         self.statusLabel.setText(f"<span style='color:#d0453c'>{message}</span>")
         self.statusLabel.setToolTip(details)
 
@@ -217,13 +217,13 @@ class CompareDialog(QDialog):
             self.trainRequested.emit(self.result.recommended)
 
     def _update_buttons(self, *_args) -> None:
-        running = self.task.running
+        running = self.job.running
         self.runButton.setEnabled(not running)
-        self.stopButton.setEnabled(running and not self.task.stopping)
+        self.stopButton.setEnabled(running and not self.job.stopping)
         self.trainButton.setEnabled(not running and self.result is not None and bool(self.result.recommended))
         for mode, check in self.modeChecks.items():
             check.setEnabled(mode != "fp32" and not running)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        self.task.shutdown()  # closing the view ends its measurement: no thread outlives it
+        self.job.shutdown()  # closing the view ends its measurement: no thread outlives it
         super().closeEvent(event)

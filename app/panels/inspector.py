@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (
     QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout,
 )
 
-from app.background import BackgroundTask
+from app.run.jobs import BackgroundJob
 from core.precision_modes import PRECISION_MODES
 
 COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Ops (dtype they ran in)")
@@ -43,10 +43,10 @@ class InspectorDialog(QDialog):
         self._config_provider = config_provider
         self._devices_provider = devices_provider
         self.result = None
-        self.task = BackgroundTask("inspectThread", self)
-        self.task.succeeded.connect(self._on_result)
-        self.task.failed.connect(self._on_failed)
-        self.task.runningChanged.connect(self._update_buttons)
+        self.job = BackgroundJob("inspectThread", self)
+        self.job.succeeded.connect(self._on_result)
+        self.job.failed.connect(self._on_failed)
+        self.job.runningChanged.connect(self._update_buttons)
 
         self.setting = QLabel(objectName="inspectorSetting", wordWrap=True)
         self.precisionCombo = QComboBox(objectName="inspectPrecisionCombo")
@@ -88,23 +88,23 @@ class InspectorDialog(QDialog):
             return
         self.setting.setText(f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step "
                              f"(forward, loss, backward) with hooks on every module")
-        if not self.task.running and self.result is None and config.precision in PRECISION_MODES:
+        if not self.job.running and self.result is None and config.precision in PRECISION_MODES:
             self.precisionCombo.setCurrentIndex(self.precisionCombo.findData(config.precision))
 
     def start(self) -> bool:
-        if self.task.running:
+        if self.job.running:
             return False
         try:
             config = self._config_provider().replace(precision=self.precisionCombo.currentData()).validate()
         except Exception as exc:  # noqa: BLE001
-            self._on_failed(f"Fix the run setup first: {exc}", "")
+            self._on_failed(f"Fix the run setup first: {exc}", "", "")
             return False
         self.summary.setText(f"Inspecting {config.task} in {config.precision}…")
-        self.task.start(inspect_job(config, self._devices_provider()))
+        self.job.start(inspect_job(config, self._devices_provider()))
         return True
 
     def shutdown(self) -> None:
-        self.task.shutdown()
+        self.job.shutdown()
 
     def _on_result(self, result) -> None:
         self.result = result
@@ -141,7 +141,7 @@ class InspectorDialog(QDialog):
                              f"{compute}; loss dtype {result.loss_dtype}; {len(kept)} module(s) kept in float32"
                              + (f": {', '.join(kept)}" if kept else "") + ".")
 
-    def _on_failed(self, message: str, details: str) -> None:
+    def _on_failed(self, message: str, _field: str, details: str) -> None:
         self.summary.setText(f"<span style='color:#d0453c'>{message}</span>")
         self.summary.setToolTip(details)
 
@@ -159,9 +159,9 @@ class InspectorDialog(QDialog):
             stack.extend(item.child(i) for i in range(item.childCount()))
 
     def _update_buttons(self, *_args) -> None:
-        self.runButton.setEnabled(not self.task.running)
-        self.precisionCombo.setEnabled(not self.task.running)
+        self.runButton.setEnabled(not self.job.running)
+        self.precisionCombo.setEnabled(not self.job.running)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        self.task.shutdown()
+        self.job.shutdown()
         super().closeEvent(event)

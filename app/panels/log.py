@@ -7,6 +7,8 @@ import time
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit
 
+from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
+
 
 def _metrics_text(metrics: dict) -> str:
     return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
@@ -32,8 +34,7 @@ class LogPanel(QPlainTextEdit):
         self.moveCursor(QTextCursor.MoveOperation.End)
 
     def handle_event(self, event) -> None:
-        kind = type(event).__name__
-        if kind == "RunStarted":
+        if isinstance(event, RunStarted):
             self._steps_logged = 0
             self._skipped = 0
             verb = f"resumed at step {event.start_step}" if event.start_step else "started"
@@ -43,7 +44,7 @@ class LogPanel(QPlainTextEdit):
                      f"{event.total_steps:,} steps, writing to {event.config.get('out_dir', '')}")
             for note in getattr(event, "notes", []) or []:
                 self.log(note, "warning")
-        elif kind == "StepMetrics":
+        elif isinstance(event, StepMetrics):
             # Every report would flood the pane on long runs; the plots carry the detail.
             self._steps_logged += 1
             if event.skipped_steps > self._skipped or event.nonfinite_source:
@@ -57,11 +58,11 @@ class LogPanel(QPlainTextEdit):
             if self._steps_logged <= 3 or self._steps_logged % 50 == 0:
                 self.log(f"step {event.step:,}: loss {event.loss:.4g}, lr {event.lr:.3g}, "
                          f"{event.samples_per_second:,.0f} samples/s")
-        elif kind == "EvalMetrics":
+        elif isinstance(event, EvalMetrics):
             self.log(f"step {event.step:,} {event.split}: {_metrics_text(event.metrics)}")
-        elif kind == "CheckpointSaved":
+        elif isinstance(event, CheckpointSaved):
             self.log(f"checkpoint saved at step {event.step:,}: {event.path}")
-        elif kind == "RunEnded":
+        elif isinstance(event, RunEnded):
             level = "error" if event.status == "failed" else "info"
             self.log(f"Run {event.status}: {event.message}", level)
             if event.details:

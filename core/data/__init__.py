@@ -1,1 +1,4 @@
-"""Data: synthetic generators, file importers and on-device batching."""
+"""Data: synthetic generators, file importers and on-device batching.
+
+Below core.tasks, above the shared leaves (docs/ARCHITECTURE.md).
+"""

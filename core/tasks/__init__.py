@@ -1,4 +1,7 @@
-"""Task registry: name -> Task class. The CLI and the GUI list tasks from here."""
+"""Task registry: name -> Task class. The CLI and the GUI list tasks from here.
+
+To add a task, see docs/ARCHITECTURE.md ("Where to add things").
+"""
 
 from __future__ import annotations
 

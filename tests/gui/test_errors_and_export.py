@@ -36,7 +36,7 @@ def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, windo
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
-    pid = window.controller._process.process.processId()
+    pid = window.controller.run.process.processId()
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
         os.kill(pid, signal.SIGKILL)
@@ -54,13 +54,13 @@ def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, windo
 @pytest.mark.timeout(60)
 def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window, tmp_path, monkeypatch):
     """A child stuck in a device op (here: frozen with SIGSTOP) is interrupted, then killed, after the grace."""
-    import app.process_run
+    import app.run.process_run
 
-    monkeypatch.setattr(app.process_run, "STOP_GRACE_MS", 300)
+    monkeypatch.setattr(app.run.process_run, "STOP_GRACE_MS", 300)
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
-    os.kill(window.controller._process.process.processId(), signal.SIGSTOP)
+    os.kill(window.controller.run.process.processId(), signal.SIGSTOP)
     with qtbot.waitSignal(window.controller.runningChanged, timeout=20_000,
                           check_params_cb=lambda running: not running):
         click(qtbot, window, "stopButton")

@@ -16,7 +16,7 @@ def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, wind
         find(dialog, f"{mode}Check").setChecked(False)
     find(dialog, "sweepStepsEdit").setValue(5)
     find(dialog, "sweepRepeatsEdit").setValue(2)
-    with qtbot.waitSignal(dialog.task.runningChanged, timeout=100_000,
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=100_000,
                           check_params_cb=lambda running: not running):
         click(qtbot, dialog, "compareRunButton")
         assert find(dialog, "compareStopButton", QPushButton).isEnabled()
@@ -43,9 +43,9 @@ def test_closing_the_window_mid_sweep_joins_its_thread(qtbot, window, tmp_path):
     find(dialog, "sweepStepsEdit").setValue(5)
     find(dialog, "sweepRepeatsEdit").setValue(1)
     click(qtbot, dialog, "compareRunButton")
-    assert dialog.task.running
+    assert dialog.job.running
     window.close()
-    assert not dialog.task.running
+    assert not dialog.job.running
 
 
 @pytest.mark.timeout(60)
@@ -54,7 +54,7 @@ def test_inspector_shows_bfloat16_linear_outputs_and_float32_loss_under_bf16(qtb
     dialog = window.show_inspector()
     qtbot.waitExposed(dialog)
     set_field(dialog, "inspectPrecisionCombo", "bf16")
-    with qtbot.waitSignal(dialog.task.runningChanged, timeout=30_000,
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
         click(qtbot, dialog, "inspectButton")
     assert dialog.result is not None, dialog.summary.text()

@@ -43,10 +43,10 @@ def test_stop_during_a_two_process_run_ends_stopped_with_a_checkpoint(qtbot, win
 def test_launcher_failure_shows_its_last_stderr_line(qtbot, window, tmp_path, monkeypatch):
     import sys
 
-    import app.process_run
+    import app.run.process_run
 
     script = "import sys; sys.stderr.write('rank 1 died\\nrun failed: gloo connection refused\\n'); sys.exit(1)"
-    monkeypatch.setattr(app.process_run, "launcher_command", lambda *args: [sys.executable, "-c", script])
+    monkeypatch.setattr(app.run.process_run, "launcher_command", lambda *args: [sys.executable, "-c", script])
     quick_run(window, tmp_path / "run", max_steps=10)
     set_field(window, "processesEdit", 2)
     finish_run(qtbot, window)
@@ -62,7 +62,7 @@ def test_closing_the_window_stops_and_waits_for_the_launcher(qtbot, window, tmp_
     set_field(window, "processesEdit", 2)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=60_000)
-    process = window.controller._process.process
+    process = window.controller.run.process
     window.close()
     assert not window.controller.running
     assert process.state() == process.ProcessState.NotRunning

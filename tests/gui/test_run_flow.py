@@ -108,7 +108,7 @@ def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tm
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
     running_threads = [t for t in window.findChildren(QThread)]
-    pid = window.controller._process.process.processId() if separate else None
+    pid = window.controller.run.process.processId() if separate else None
     window.close()
     assert not window.controller.running
     assert all(not t.isRunning() for t in running_threads)
@@ -140,7 +140,7 @@ def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
         click(qtbot, window, "startButton")
-        assert window.controller._process is spare  # the run went to the waiting process
+        assert window.controller.run is spare  # the run went to the waiting process
         assert window.controller.spare is None
     assert "completed" in window.statusBarWidget.message.text().lower()
     assert (tmp_path / "run" / "checkpoint.pt").is_file()

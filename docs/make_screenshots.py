@@ -1,4 +1,4 @@
-"""Save idle, mid-training and after-run screenshots of the real window: `python -m app.screenshots DIR`.
+"""Save idle, mid-training and after-run screenshots of the real window: `python docs/make_screenshots.py DIR`.
 
 Uses throwaway QSettings, so the user's saved settings are neither read nor changed.
 """

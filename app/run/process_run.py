@@ -29,9 +29,12 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+from app.run.handle import RunHandle
+from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics, event_from_dict
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_LINES = 40
 POSIX = os.name == "posix" and hasattr(QProcess, "UnixProcessParameters")  # process groups and signals
 STOP_GRACE_MS = 20_000  # after Stop: this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
@@ -70,16 +73,13 @@ def describe_signal(number: int, processes: int = 1) -> str:
     return f"{who} crashed ({name}) before it could report. The last checkpoint on disk is kept."
 
 
-class ProcessRun(QObject):
-    """One training (or launcher) process. `event(obj)` per JSON event line; `failed(message, field, details)`
-    when it exits non-zero without having reported its own failure (`field`: the RunConfig field a setup
-    error names, else ''); `finished()` once it has exited."""
+class ProcessRun(RunHandle):
+    """One training (or launcher) process, a RunHandle: `event(obj)` per JSON event line;
+    `setupFailed(message, field, details)` when it exits non-zero before the run started without having
+    reported its own failure (`field`: the RunConfig field a setup error names, else ''); `finished()` once
+    it has exited. `processes` > 1: torchrun with that many local DDP processes."""
 
-    event = Signal(object)
-    failed = Signal(str, str, str)
-    finished = Signal()
-
-    def __init__(self, parent: QObject | None = None):
+    def __init__(self, parent: QObject | None = None, processes: int = 1):
         super().__init__(parent)
         self.process = QProcess(self)
         self.process.setObjectName("launcherProcess")
@@ -96,9 +96,9 @@ class ProcessRun(QObject):
         self._last_step = 0
         self._last_epoch = 0
         self._last_checkpoint: str | None = None
-        self.stop_requested = False
-        self.paused = False
-        self.processes = 1
+        self._stop_requested = False
+        self._paused = False
+        self.processes = processes
         self.spare = False  # started by prestart() and not yet given a run
         self.warm = False
         self._done = False
@@ -110,6 +110,14 @@ class ProcessRun(QObject):
     @property
     def running(self) -> bool:
         return self.process.state() != QProcess.ProcessState.NotRunning
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested
 
     @property
     def can_pause(self) -> bool:
@@ -128,9 +136,10 @@ class ProcessRun(QObject):
             self.process.kill()
             self.process.waitForFinished(timeout_ms)
 
-    def start(self, config, processes: int = 1, resume_from: str | None = None) -> None:
+    def start(self, config, resume_from: str | None = None) -> None:
         """Train `config`. One process gets its settings on stdin, the same whether it was prestarted or is
         started now (so both train exactly the window's settings); torchrun runs get a TOML file."""
+        processes = self.processes
         if processes == 1:
             if not self.spare:
                 self._launch(spare_command())
@@ -140,7 +149,6 @@ class ProcessRun(QObject):
             return
         if self.spare:
             raise ValueError("a prestarted process trains one process")
-        self.processes = processes
         self._folder = tempfile.TemporaryDirectory(prefix="amp-console-run-")
         path = Path(self._folder.name) / "run.toml"
         config.save_toml(path)
@@ -160,22 +168,22 @@ class ProcessRun(QObject):
         self.process.start(program, arguments)
 
     def pause(self) -> None:
-        if self.running and self.can_pause and not self.stop_requested and not self.paused:
-            self.paused = True
+        if self.running and self.can_pause and not self._stop_requested and not self._paused:
+            self._paused = True
             self.process.write(b"pause\n")
 
     def resume(self) -> None:
-        if self.running and self.paused:
-            self.paused = False
+        if self.running and self._paused:
+            self._paused = False
             self.process.write(b"resume\n")
 
     def stop(self) -> None:
         """Ask the run (rank 0) to stop after its step (checkpoint written). If it has not ended after
         STOP_GRACE_MS, interrupt the process group; after as long again, kill it (the last checkpoint stays)."""
-        if not self.running or self.stop_requested:
+        if not self.running or self._stop_requested:
             return
-        self.stop_requested = True
-        self.paused = False  # a paused run wakes up to stop
+        self._stop_requested = True
+        self._paused = False  # a paused run wakes up to stop
         self.process.write(b"stop\n")
         self._escalate.start(STOP_GRACE_MS)
 
@@ -234,8 +242,6 @@ class ProcessRun(QObject):
         *lines, self._stdout_buffer = self._stdout_buffer.split(b"\n")
         if not lines:
             return
-        from core.engine.events import event_from_dict
-
         for raw in lines:
             line = raw.strip()
             if not line.startswith(b"{"):
@@ -253,22 +259,20 @@ class ProcessRun(QObject):
             if "event" not in data:  # the --json summary line
                 continue
             event = event_from_dict(data)
-            kind = type(event).__name__
-            if kind == "RunEnded":
-                self.ended_status = event.status
-            elif kind == "RunStarted":
-                self._started = True
-                self._last_step = event.start_step
-            elif kind == "StepMetrics":
-                self._last_step, self._last_epoch = event.step, event.epoch
-            elif kind == "CheckpointSaved":
-                self._last_checkpoint = event.path
+            match event:
+                case RunEnded():
+                    self.ended_status = event.status
+                case RunStarted():
+                    self._started = True
+                    self._last_step = event.start_step
+                case StepMetrics():
+                    self._last_step, self._last_epoch = event.step, event.epoch
+                case CheckpointSaved():
+                    self._last_checkpoint = event.path
             self.event.emit(event)
 
     def _end_as_failed(self, message: str, details: str) -> None:
         """The RunEnded the child could not send: the plots and status bar end the run as failed."""
-        from core.engine.events import RunEnded
-
         self.ended_status = "failed"
         self.event.emit(RunEnded(status="failed", message=message, step=self._last_step, epoch=self._last_epoch,
                                  final_loss=None, metrics={}, checkpoint=self._last_checkpoint,
@@ -313,7 +317,7 @@ class ProcessRun(QObject):
             if self._started:
                 self._end_as_failed(message, details)  # it died mid-run: a failed run, not a setup error
             else:
-                self.failed.emit(message, field, details)
+                self.setupFailed.emit(message, field, details)
         if self._folder is not None:
             self._folder.cleanup()
         self.finished.emit()

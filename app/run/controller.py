@@ -1,0 +1,154 @@
+"""RunController: the one training run at a time, and a clean join when it ends or the window closes.
+
+It holds a RunHandle (ThreadRun or ProcessRun, chosen at start) and forwards its signals; every control call
+goes to the handle without asking which kind it is. It also keeps one training process started ahead of
+time (a "spare": torch imported, waiting for its settings), so a separate-process run starts at once.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from app.run.handle import RunHandle
+from app.run.process_run import ProcessRun
+from app.run.thread_run import ThreadRun
+
+
+def _disconnect(signal, slot) -> None:
+    try:
+        signal.disconnect(slot)
+    except (RuntimeError, TypeError):  # already disconnected, or its sender is gone
+        pass
+
+
+class RunController(QObject):
+    """`event`, `setupFailed` come from the current run only; `runningChanged(False)` once it has ended."""
+
+    event = Signal(object)
+    setupFailed = Signal(str, str, str)
+    runningChanged = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._run: RunHandle | None = None
+        self._spare: ProcessRun | None = None
+        self._closing = False  # shutdown() started: no new spare
+
+    # ------------------------------------------------------------------ the current run
+    @property
+    def run(self) -> RunHandle | None:
+        return self._run
+
+    @property
+    def running(self) -> bool:
+        return self._run is not None
+
+    @property
+    def multiprocess(self) -> bool:
+        """A DDP run (torchrun): its ranks can be stopped but not paused."""
+        return self._run is not None and self._run.processes > 1
+
+    @property
+    def separate_process(self) -> bool:
+        return isinstance(self._run, ProcessRun)
+
+    @property
+    def can_pause(self) -> bool:
+        return self._run is not None and self._run.can_pause
+
+    @property
+    def paused(self) -> bool:
+        return self._run is not None and self._run.paused
+
+    @property
+    def stopping(self) -> bool:
+        return self._run is not None and self._run.stopping
+
+    def start(self, config, resume_from: str | None = None, devices: list | None = None,
+              processes: int = 1, separate_process: bool = False) -> None:
+        """`separate_process` or several processes: a child process (torchrun for several; rank 0's events).
+        Otherwise the trainer on a QThread, with `devices` (the window's list) to resolve the device."""
+        if self.running:
+            raise RuntimeError("a run is already in progress")
+        if processes > 1 or separate_process:
+            run = self._take_spare() if processes == 1 else None
+            run = run or ProcessRun(self, processes=processes)
+        else:
+            run = ThreadRun(self, devices=devices)
+        run.event.connect(self.event)
+        run.setupFailed.connect(self.setupFailed)
+        run.finished.connect(self._on_run_finished)
+        self._run = run
+        run.start(config, resume_from)
+        if self._run is run:  # not already over (a program that failed to start ends it at once)
+            self.runningChanged.emit(True)
+
+    def pause(self) -> None:
+        if self._run is not None:
+            self._run.pause()
+
+    def resume(self) -> None:
+        if self._run is not None:
+            self._run.resume()
+
+    def stop(self) -> None:
+        """Ask the engine to stop after its current step; it writes a checkpoint and sends RunEnded."""
+        if self._run is not None:
+            self._run.stop()
+
+    def shutdown(self) -> None:
+        """Stop the run and block until its thread or child process has exited (the window closes)."""
+        self._closing = True
+        self.discard_spare()
+        if self._run is not None:
+            self._run.shutdown()  # emits finished: _on_run_finished forgets it
+
+    @Slot()
+    def _on_run_finished(self) -> None:
+        run, self._run = self._run, None
+        if run is None:
+            return
+        # A finished run must never reach the next run's listeners.
+        _disconnect(run.event, self.event)
+        _disconnect(run.setupFailed, self.setupFailed)
+        run.deleteLater()
+        self.runningChanged.emit(False)
+
+    # ------------------------------------------------------------------ a process started ahead of time
+    @property
+    def spare(self) -> ProcessRun | None:
+        """The prestarted training process waiting for settings (None if there is none)."""
+        return self._spare
+
+    def prepare_spare(self) -> None:
+        """Start a training process now, so the next separate-process run skips the engine's start-up."""
+        if self._spare is not None or self._closing:
+            return
+        spare = ProcessRun(self)
+        spare.setObjectName("spareProcess")
+        spare.finished.connect(self._on_spare_finished)
+        self._spare = spare
+        spare.prestart()
+
+    def discard_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            _disconnect(spare.finished, self._on_spare_finished)
+            spare.discard()
+            spare.deleteLater()
+
+    def _take_spare(self) -> ProcessRun | None:
+        spare = self._spare
+        if spare is None or not spare.running:
+            return None
+        self._spare = None
+        _disconnect(spare.finished, self._on_spare_finished)
+        spare.setObjectName("trainingProcess")
+        return spare
+
+    @Slot()
+    def _on_spare_finished(self) -> None:
+        """The spare exited before it was used (killed, or it could not start): the next run starts afresh."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.deleteLater()

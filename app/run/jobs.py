@@ -1,0 +1,166 @@
+"""One way to run a plain function on a QThread: training on a thread, the precision sweep, the dtype
+inspector, loading and exporting checkpoints.
+
+The function is plain Python `fn(progress, control)`: it reports with `progress(obj)` and checks core's
+Qt-free `RunControl` (stop, pause), so it knows nothing of Qt and is tested without it (like the trainer).
+Its progress, result and error come back as queued signals on the GUI thread.
+
+Known traps handled here once: `done` quits the thread with a direct connection (so a GUI thread blocked in
+`wait()` cannot deadlock); the worker object is deleted in its thread as it exits; the QThread is joined
+(`wait()`) before it is deleted, because `finished` fires before the OS thread has exited; and a finished
+job's signals are disconnected, so it can never reach the next job's listeners.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from core.engine.control import RunControl
+from core.errors import AmpConsoleError
+
+
+def describe_unexpected(exc: BaseException) -> tuple[str, str]:
+    """(one line, traceback) for an exception the engine did not turn into a message itself."""
+    return f"{type(exc).__name__}: {exc}", traceback.format_exc()
+
+
+class _Worker(QObject):
+    """Calls the function in the thread it was moved to. Never touches widgets."""
+
+    progress = Signal(object)
+    succeeded = Signal(object)
+    failed = Signal(str, str, str)  # message, field a ConfigError names ('' if none), details
+    done = Signal()
+
+    def __init__(self, fn: Callable, control: RunControl):
+        super().__init__()
+        self._fn = fn
+        self._control = control
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            result = self._fn(self.progress.emit, self._control)
+        except AmpConsoleError as exc:  # bad input: the message names what is wrong
+            self.failed.emit(str(exc), getattr(exc, "field", "") or "", "")
+        except Exception as exc:  # anything else reaches the user as a message, never kills the window
+            message, details = describe_unexpected(exc)
+            self.failed.emit(message, "", details)
+        else:
+            self.succeeded.emit(result)
+        finally:
+            self.done.emit()
+
+
+class BackgroundJob(QObject):
+    """Runs `fn(progress, control)` on a fresh QThread, one at a time; signals arrive on the GUI thread.
+
+    `runningChanged(False)` comes after the thread has been joined; `shutdown()` asks the function to stop
+    and blocks until it has returned: no QThread outlives its job.
+    """
+
+    progress = Signal(object)
+    succeeded = Signal(object)
+    failed = Signal(str, str, str)  # message, field, details
+    runningChanged = Signal(bool)
+
+    def __init__(self, name: str, parent: QObject | None = None):
+        super().__init__(parent)
+        self.setObjectName(name)
+        self._thread: QThread | None = None
+        self._worker: _Worker | None = None
+        self.control: RunControl | None = None  # the running job's stop/pause control
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    @property
+    def stopping(self) -> bool:
+        return self.control is not None and self.control.stop_requested
+
+    def start(self, fn: Callable) -> None:
+        if self.running:
+            raise RuntimeError(f"{self.objectName()} is already running")
+        self.control = RunControl()
+        worker = _Worker(fn, self.control)
+        thread = QThread(self)
+        thread.setObjectName(self.objectName())
+        worker.moveToThread(thread)
+        thread.started.connect(worker.run)
+        worker.done.connect(thread.quit, Qt.ConnectionType.DirectConnection)
+        thread.finished.connect(worker.deleteLater)
+        worker.progress.connect(self.progress)
+        worker.succeeded.connect(self.succeeded)
+        worker.failed.connect(self.failed)
+        thread.finished.connect(self._on_finished)
+        self._thread, self._worker = thread, worker
+        thread.start()
+        self.runningChanged.emit(True)
+
+    def stop(self) -> None:
+        if self.control is not None:
+            self.control.stop()
+
+    def shutdown(self) -> None:
+        """Ask the function to stop and block until its thread has exited."""
+        if self._thread is None:
+            return
+        self.stop()
+        self._thread.wait()
+        self._on_finished()
+
+    @Slot()
+    def _on_finished(self) -> None:
+        if self._thread is None:
+            return
+        thread, worker = self._thread, self._worker
+        self._thread = self._worker = None
+        thread.wait()  # finished fires before the OS thread exits: join before it is deleted
+        thread.deleteLater()
+        for signal, slot in ((worker.progress, self.progress), (worker.succeeded, self.succeeded),
+                             (worker.failed, self.failed)):
+            try:
+                signal.disconnect(slot)
+            except (RuntimeError, TypeError):  # the worker may already be gone
+                pass
+        self.runningChanged.emit(False)
+
+
+class JobRunner(QObject):
+    """Several short jobs at once (loading a checkpoint to resume, exporting one), each a BackgroundJob,
+    with callbacks that always run on the GUI thread."""
+
+    busyChanged = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._jobs: set[BackgroundJob] = set()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._jobs)
+
+    def submit(self, fn: Callable[[], object], on_success: Callable[[object], None],
+               on_failure: Callable[[str, str], None]) -> None:
+        job = BackgroundJob("jobThread", self)
+        job.succeeded.connect(on_success)
+        job.failed.connect(lambda message, _field, details: on_failure(message, details))
+        job.runningChanged.connect(lambda running, job=job: running or self._reap(job))
+        self._jobs.add(job)
+        job.start(lambda _progress, _control: fn())
+        self.busyChanged.emit(True)
+
+    def _reap(self, job: BackgroundJob) -> None:
+        self._jobs.discard(job)
+        job.deleteLater()
+        if not self._jobs:
+            self.busyChanged.emit(False)
+
+    def shutdown(self) -> None:
+        """Wait for running jobs (they are short and must not be cut off halfway through a file write)."""
+        for job in list(self._jobs):
+            job.shutdown()

@@ -1,0 +1,85 @@
+"""A run on a QThread of the window's process: core's Trainer driven through a BackgroundJob.
+
+Starts faster than a child process (torch is already imported) and trains on the window's device list,
+which is what tests inject. Each engine event becomes one queued `event` signal; pause, resume and stop go
+through core's Qt-free RunControl. The price: the trainer's Python shares the GIL with the window's
+painting, which is why runs use a separate process by default (see process_run.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtCore import QObject, Slot
+
+from app.run.handle import RunHandle
+from app.run.jobs import BackgroundJob
+
+# The UI thread needs the GIL for every Qt call while it paints; with the default 5 ms switch interval
+# each such call can wait 5 ms behind the training thread's Python. A short interval costs the trainer
+# nothing while the UI idles (it waits outside the GIL) and keeps the window responsive while it draws.
+UI_SWITCH_INTERVAL_S = 0.002
+
+
+class ThreadRun(RunHandle):
+    """One Trainer on its own QThread. `devices`: the window's device list, to resolve the config's device."""
+
+    def __init__(self, parent: QObject | None = None, devices: list | None = None):
+        super().__init__(parent)
+        self._devices = devices
+        self._job = BackgroundJob("trainingThread", self)
+        self._job.progress.connect(self.event)
+        self._job.failed.connect(self.setupFailed)
+        self._job.runningChanged.connect(self._on_running_changed)
+        self._switch_interval: float | None = None
+
+    def start(self, config, resume_from: str | None = None) -> None:
+        devices = self._devices
+
+        def train(progress, control):
+            from core.engine.trainer import Trainer
+
+            Trainer(config, sink=progress, control=control, resume_from=resume_from, devices=devices).run()
+
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_interval, UI_SWITCH_INTERVAL_S))
+        self._job.start(train)
+
+    @property
+    def running(self) -> bool:
+        return self._job.running
+
+    @property
+    def can_pause(self) -> bool:
+        return self._job.running
+
+    @property
+    def paused(self) -> bool:
+        return self._job.control is not None and self._job.control.paused
+
+    @property
+    def stopping(self) -> bool:
+        return self._job.running and self._job.stopping
+
+    def pause(self) -> None:
+        if self._job.running:
+            self._job.control.pause()
+
+    def resume(self) -> None:
+        if self._job.running:
+            self._job.control.resume()
+
+    def stop(self) -> None:
+        self._job.stop()
+
+    def shutdown(self) -> None:
+        self._job.shutdown()
+
+    @Slot(bool)
+    def _on_running_changed(self, running: bool) -> None:
+        if running:
+            return
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
+        self.finished.emit()
