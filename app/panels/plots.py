@@ -1,7 +1,8 @@
 """Live plots (pyqtgraph): loss raw + smoothed, validation metrics, samples/s, lr, GradScaler scale, memory.
 
-Events only append to numpy buffers (app.series); a timer redraws the curves that changed, at most
-`REDRAW_HZ` times a second, with peak downsampling and clip-to-view so a 1,000,000-step run stays smooth.
+Events only append to numpy buffers (app.series), which decimate on ingest (recent points raw, older ones as
+min/max buckets, at most `app.series.DEFAULT_BUDGET` points a curve), so memory and redraw time stay flat however
+long the run; a timer redraws the curves that changed, at most `REDRAW_HZ` times a second.
 pyqtgraph is imported when the plots are built, after the window is on screen.
 """
 
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QWidget
 
 from app.plot_ranges import StableRange, nice_x_end
-from app.series import Series, SmoothedSeries
+from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
@@ -28,6 +30,11 @@ PLOT_SPECS = (
     ("scale", "scalePlot", "Loss scale (fp16)", ("Scale", None), True, (1, 2, 1)),
     ("memory", "memoryPlot", "Device memory", ("Memory", "MiB"), False, (1, 3, 1)),
 )
+# Points a curve is drawn from (app.series decimates beyond them). Curves with markers get fewer: pyqtgraph
+# builds each marker's key in Python (~1.5 us a point, 4 ms for 2,500), and a plot a few hundred pixels wide
+# cannot show more separate markers anyway.
+LINE_BUDGET = DEFAULT_BUDGET
+MARKER_BUDGET = 512
 # Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
 MAY_HOLD_NAN = ("grad_norm", "eval:")
 
@@ -87,7 +94,10 @@ class PlotsPanel(QWidget):
                 axis_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             item.showGrid(x=True, y=True, alpha=0.2)
             item.setLogMode(y=log_y)
-            item.setDownsampling(auto=True, mode="peak")
+            # No pyqtgraph downsampling: the series are already decimated, and its "peak" mode would turn a
+            # whole block to NaN when the block holds a gap (losing the extremes next to it) and drop the
+            # newest len % ds points. Clip-to-view stays: it only slices the (x-sorted) data to the view.
+            item.setDownsampling(ds=1, auto=False)
             item.setClipToView(True)
             item.disableAutoRange()  # ranges move only when data leaves them (app.plot_ranges)
             item.setXRange(0, 10, padding=0)
@@ -163,11 +173,12 @@ class PlotsPanel(QWidget):
         curve = item.plot(name=name, pen=pen, symbol=symbol, symbolSize=9 if pen is None else 6,
                           symbolBrush=brush, symbolPen=None,
                           skipFiniteCheck=not key.startswith(MAY_HOLD_NAN), connect="finite")
-        curve.setDownsampling(auto=True, method="peak")
+        curve.setDownsampling(ds=1, auto=False)
         curve.setClipToView(True)
         self._curves[key] = curve
         self._curve_plot[key] = plot
-        self._series[key] = SmoothedSeries(0.9) if key.endswith("_smooth") else Series()
+        budget = LINE_BUDGET if symbol is None else MARKER_BUDGET
+        self._series[key] = SmoothedSeries(0.9, budget=budget) if key.endswith("_smooth") else Series(budget=budget)
         return curve
 
     # ------------------------------------------------------------------ events
@@ -243,11 +254,75 @@ class PlotsPanel(QWidget):
         series.append(step, value)
         self._dirty.add(key)
 
+    def extend_series(self, key: str, xs, ys) -> None:
+        """Many points for one curve at once (e.g. a resumed run's history): `Series.extend`, the same
+        decimation as appending them one by one."""
+        series = self._series.get(key)
+        if series is None or not len(xs):
+            return
+        series.extend(xs, ys)
+        self._dirty.add(key)
+
+    def extend_steps(self, steps, loss, samples_per_second, lr, grad_norm=None, grad_scale=None,
+                     skipped_steps=None, memory_bytes=None) -> None:
+        """Many StepMetrics at once, as columns (one entry per event, in step order): the same series, skipped
+        markers, title and x range as `handle_event` on each event in turn, vectorised.
+
+        A column left out, or a None in an object column, is the event's None (nothing appended); NaN/inf in
+        a float column is a value (a gap where handle_event would append a gap). Without `skipped_steps` the
+        skipped count stays as it is.
+        """
+        steps = np.asarray(steps, dtype=np.float64)
+        if not len(steps):
+            return
+
+        def column(values):
+            """(values as floats, whether each event had a value), or None when no event had one."""
+            if values is None:
+                return None
+            array = np.asarray(values)
+            if array.dtype == object:
+                present = np.array([v is not None for v in array], dtype=bool)
+                array = np.array([np.nan if v is None else v for v in array], dtype=np.float64)
+                return (array, present) if present.any() else None
+            return array.astype(np.float64), np.ones(len(array), dtype=bool)
+
+        loss = np.asarray(loss, dtype=np.float64)
+        samples_per_second = np.asarray(samples_per_second, dtype=np.float64)
+        self.extend_series("loss_raw", steps, loss)
+        self.extend_series("loss_smooth", steps, loss)
+        self.extend_series("throughput", steps, samples_per_second)
+        self.extend_series("throughput_smooth", steps, samples_per_second)
+        self.extend_series("lr", steps, lr)
+        norms = column(grad_norm)
+        if norms is not None:
+            values, present = norms
+            self.extend_series("grad_norm", steps[present], np.where(np.isfinite(values), values, np.nan)[present])
+        skipped = np.full(len(steps), self._skipped) if skipped_steps is None else np.asarray(skipped_steps)
+        scales = column(grad_scale)
+        if scales is not None:
+            values, present = scales
+            self.extend_series("scale", steps[present], values[present])
+            before = np.concatenate([[self._skipped], skipped[:-1]])  # the count the previous event left
+            marked = present & (skipped > before)
+            self.extend_series("skipped", steps[marked], values[marked])
+        if int(skipped[-1]) != self._skipped:
+            self._skipped = int(skipped[-1])
+            self._show_scaler_state(self._scaler_on)
+        memory = column(memory_bytes)
+        if memory is not None:
+            values, present = memory
+            self.extend_series("memory", steps[present], values[present] / 2**20)
+        top = int(steps.max())
+        if top > self._x_end and not self._total_steps:
+            self._set_x_end(nice_x_end(top))
+
     def series(self, key: str) -> Series | None:
         return self._series.get(key)
 
     def redraw(self) -> None:
-        """Push the changed buffers to their curves (views of the numpy arrays, no copies).
+        """Push the changed series to their curves: each hands out at most its budget of points (raw views
+        until it first decimates, then arrays rebuilt only when it changed), never rewritten afterwards.
 
         Only plots whose y range must move are re-ranged (see app.plot_ranges), so most frames repaint the
         curves and leave the axes alone.
