@@ -44,7 +44,8 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("optimizer", "sgd (with momentum), adam or adamw", choices=OPTIMIZERS),
         FieldSpec("lr", "peak learning rate", 1e-7, 10.0, step=1e-4),
         FieldSpec("momentum", "SGD momentum", 0.0, 0.999, step=0.05),
-        FieldSpec("weight_decay", "weight decay (decoupled for adamw)", 0.0, 1.0, step=0.01),
+        FieldSpec("weight_decay", "weight decay (decoupled for adamw), applied to weight matrices only; biases, "
+                                  "norms and embeddings are not decayed", 0.0, 1.0, step=0.01),
         FieldSpec("batch_size", "samples per micro-batch (per process)", 1, 1_048_576, step=1),
         FieldSpec("epochs", "passes over the training data (used when max_steps is 0)", 0, 100_000, step=1),
         FieldSpec("max_steps", "optimizer steps to run; 0 = run `epochs` epochs", 0, 1_000_000_000, step=100),

@@ -1,4 +1,9 @@
-"""Optimizers and learning-rate schedules from a RunConfig."""
+"""Optimizers and learning-rate schedules from a RunConfig. See docs/ARCHITECTURE.md.
+
+Weight decay applies to weight matrices only (the usual practice, as in nanoGPT): decaying biases, norm
+gains and embedding rows towards zero only hurts (an embedding row is decayed every step whether or not its
+item was in the batch).
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,61 @@ from core.config import RunConfig
 _FUSED_DEVICES = ("cuda", "xpu", "mps")
 
 
+NO_DECAY_MODULES = (nn.Embedding, nn.EmbeddingBag)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """[decayed, not decayed] trainable parameters: decay only matrices (ndim >= 2) of Linear, conv-like and
+    attention layers; biases, norms and embedding tables are not decayed. Empty groups are left out."""
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))  # a shared (tied) parameter counts once, where it first appears
+            matrix = param.ndim >= 2 and not isinstance(module, NO_DECAY_MODULES)
+            (decay if matrix else no_decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
+
+
 def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.Optimizer:
-    """SGD with momentum, Adam or AdamW; fused kernels on accelerators, foreach (the default) elsewhere."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    """SGD with momentum, Adam or AdamW over `parameter_groups`; fused kernels on accelerators, foreach (the
+    default) elsewhere."""
+    groups = parameter_groups(model, cfg.weight_decay)
     fused = {"fused": True} if device.type in _FUSED_DEVICES else {}
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **fused)
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **fused)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
+        return torch.optim.Adam(groups, lr=cfg.lr, **fused)
+    return torch.optim.AdamW(groups, lr=cfg.lr, **fused)
+
+
+def regroup_one_group_state(optimizer_state: dict, scheduler_state: dict | None, model: nn.Module,
+                            optimizer: torch.optim.Optimizer) -> tuple[dict, dict | None]:
+    """A checkpoint's optimizer and scheduler state in `optimizer`'s groups when the checkpoint has one group
+    of every trainable parameter in model order (as written before decay and no-decay groups); else as is."""
+    groups = optimizer.param_groups
+    saved_groups = optimizer_state["param_groups"]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if len(saved_groups) != 1 or len(groups) == 1 or len(saved_groups[0]["params"]) != len(trainable):
+        return optimizer_state, scheduler_state
+    position = {id(p): i for i, p in enumerate(trainable)}
+    old_ids = saved_groups[0]["params"]
+    state, new_groups, index = {}, [], 0
+    for group in groups:
+        ids = []
+        for param in group["params"]:
+            old = old_ids[position[id(param)]]
+            if old in optimizer_state["state"]:
+                state[index] = optimizer_state["state"][old]
+            ids.append(index)
+            index += 1
+        new_groups.append({**saved_groups[0], "params": ids, "weight_decay": group["weight_decay"]})
+    if scheduler_state is not None:  # per-group lists (base_lrs, _last_lr, ...): the one group's entry for each
+        scheduler_state = {key: value * len(groups) if isinstance(value, list) and len(value) == 1 else value
+                           for key, value in scheduler_state.items()}
+    return {"state": state, "param_groups": new_groups}, scheduler_state
 
 
 def cosine_with_warmup(warmup_steps: int, total_steps: int):

@@ -1,0 +1,69 @@
+"""Optimizers: weight decay reaches weight matrices only (biases, norms and embeddings are not decayed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.config import FIELD_SPECS, RunConfig
+from core.engine.optimizers import build_optimizer, parameter_groups
+from core.tasks import create_task
+
+
+def decay_split(model: torch.nn.Module) -> tuple[set[str], set[str]]:
+    """(decayed, not decayed) parameter names of the optimizer's groups."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    optimizer = build_optimizer(model, RunConfig.for_task("tiny", weight_decay=0.1), torch.device("cpu"))
+    split = {0.1: set(), 0.0: set()}
+    for group in optimizer.param_groups:
+        split[group["weight_decay"]] |= {names[id(p)] for p in group["params"]}
+    assert split[0.1].isdisjoint(split[0.0]) and split[0.1] | split[0.0] == set(names.values())  # each once, all
+    return split[0.1], split[0.0]
+
+
+def test_recommender_decays_linear_weights_but_not_embeddings_norms_or_biases():
+    model = create_task("recommender", {"layers": 2}).build_model({"n_items": 50})
+    decayed, plain = decay_split(model)
+    assert decayed == {f"blocks.{i}.{name}.weight" for i in range(2) for name in ("qkv", "proj", "ffn.0", "ffn.2")}
+    assert {"items.weight", "positions.weight", "norm.weight", "norm.bias", "blocks.0.norm1.weight",
+            "blocks.0.qkv.bias", "blocks.1.ffn.2.bias"} <= plain
+
+
+def test_sentiment_does_not_decay_its_embedding_bag():
+    model = create_task("sentiment", {"buckets": 256, "hidden": 8}).build_model({})
+    decayed, plain = decay_split(model)
+    assert decayed == {"head.1.weight", "head.4.weight"}
+    assert plain == {"bag.weight", "head.1.bias", "head.4.bias"}
+
+
+def test_a_tied_parameter_is_grouped_once():
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.out = torch.nn.Linear(4, 10, bias=False)
+            self.out.weight = self.embed.weight  # tied: an embedding table, not decayed
+
+    groups = parameter_groups(Tied(), 0.1)
+    assert [(len(g["params"]), g["weight_decay"]) for g in groups] == [(1, 0.0)]
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_a_step_without_gradient_shrinks_only_the_weight_matrices(optimizer):
+    torch.manual_seed(0)
+    model = create_task("recommender", {"layers": 1, "d_model": 8, "heads": 1}).build_model({"n_items": 20})
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = build_optimizer(model, RunConfig.for_task("tiny", optimizer=optimizer, lr=0.1, weight_decay=0.5,
+                                                    momentum=0.0), torch.device("cpu"))
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    after = dict(model.named_parameters())
+    shrunk = {n for n in before if not torch.equal(before[n], after[n])}
+    assert shrunk == {"blocks.0.qkv.weight", "blocks.0.proj.weight", "blocks.0.ffn.0.weight", "blocks.0.ffn.2.weight"}
+    assert torch.allclose(after["blocks.0.qkv.weight"], before["blocks.0.qkv.weight"] * (1 - 0.1 * 0.5))
+
+
+def test_the_form_says_what_weight_decay_applies_to():
+    assert "weight matrices only" in FIELD_SPECS["weight_decay"].help
+    assert "biases, norms and embeddings are not decayed" in FIELD_SPECS["weight_decay"].help
