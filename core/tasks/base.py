@@ -57,8 +57,20 @@ class TaskData:
     vocabulary: dict = field(default_factory=dict)
 
 
+@dataclass
+class EvalParts:
+    """What some rows of a split contribute to its metrics, so that evaluation can be shared out (each DDP
+    rank takes a slice, see core.engine.evaluation): `sums` (scalar tensors) add up over slices; `values`
+    (one entry per row, e.g. scores for ROC AUC) are concatenated in row order."""
+
+    sums: dict[str, torch.Tensor]
+    values: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
 class Task(ABC):
-    """A trainable job. Subclasses set the class attributes and implement the four methods."""
+    """A trainable job. Subclasses set the class attributes and implement load_data, build_model and loss,
+    and either evaluate_parts + metrics (evaluation is then shared out across DDP ranks) or evaluate alone
+    (every rank then evaluates the whole split)."""
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -105,9 +117,22 @@ class Task(ABC):
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Scalar training loss for one batch; runs under autocast."""
 
-    @abstractmethod
     def evaluate(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
         """Metrics over a whole split (called under torch.no_grad, autocast and model.eval())."""
+        return self.metrics(self.evaluate_parts(model, split, batch_size))
+
+    def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
+        """What the rows of `split` (a whole split or a slice of it, possibly empty) contribute to the metrics."""
+        raise NotImplementedError(f"task {self.name} implements neither evaluate nor evaluate_parts")
+
+    def metrics(self, parts: EvalParts) -> dict[str, float]:
+        """The metrics from the parts of every slice of a split, combined (sums added, values concatenated)."""
+        raise NotImplementedError(f"task {self.name} implements evaluate_parts but not metrics")
+
+    @classmethod
+    def shares_evaluation(cls) -> bool:
+        """Whether evaluation can be shared out by slices (the task reports EvalParts)."""
+        return cls.evaluate_parts is not Task.evaluate_parts and cls.evaluate is Task.evaluate
 
     def parameter_count(self) -> int:
         """Trainable parameters of the model these options build."""

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from core.data.importers import Column, contiguous_ids, read_table, require_rows
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
-from core.tasks.base import Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
 
 TOP_K = 10
 RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"), Column("label", "int")]
@@ -177,11 +177,12 @@ class RankingTask(Task):
             return ranknet_loss(scores, batch["label"])
         return listwise_softmax_loss(scores, batch["label"])
 
-    def evaluate(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
-        device = split["label"].device
-        sums = torch.zeros(3, dtype=torch.float64, device=device)
+    def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
+        sums = torch.zeros(3, dtype=torch.float64, device=split["label"].device)
         for batch in iter_slices(split, max(batch_size, 1024)):
             sums += torch.stack(ranking_metrics(model(batch["features"]), batch["label"])).double()
-        ndcg, rr, count = sums.tolist()
-        return {f"ndcg@{TOP_K}": ndcg / max(count, 1), "mrr": rr / max(count, 1)}
+        return EvalParts(sums=dict(zip(("ndcg", "rr", "count"), sums.unbind(), strict=True)))
 
+    def metrics(self, parts: EvalParts) -> dict[str, float]:
+        count = max(float(parts.sums["count"]), 1.0)
+        return {f"ndcg@{TOP_K}": float(parts.sums["ndcg"]) / count, "mrr": float(parts.sums["rr"]) / count}

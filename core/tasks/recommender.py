@@ -24,7 +24,7 @@ from torch.nn import functional as F
 from core.data.importers import require_rows
 from core.data.sequences import read_interactions, sequence_splits
 from core.data.synthetic import generate_interactions, make_track_chain
-from core.tasks.base import Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy
 
 TOP_K = 10
@@ -99,8 +99,11 @@ def rank_metrics(scores: torch.Tensor, target_scores: torch.Tensor,
     return hit.float(), torch.where(hit, 1.0 / torch.log2(above.float() + 2.0), 0.0)
 
 
-def ranking_report(score_fn, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
-    """HR@10 / NDCG@10, full and sampled-100, for `score_fn(batch) -> (B, n_items)` float scores."""
+RANKING_SUMS = ("hr_full", "ndcg_full", "hr_sampled", "ndcg_sampled")
+
+
+def ranking_sums(score_fn, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, torch.Tensor]:
+    """Sums over rows of hit@10 / NDCG@10, full and sampled-100, for `score_fn(batch) -> (B, n_items)` scores."""
     sums = torch.zeros(4, dtype=torch.float64, device=split["target"].device)
     for batch in iter_slices(split, batch_size):
         scores = score_fn(batch).float()
@@ -111,11 +114,20 @@ def ranking_report(score_fn, split: dict[str, torch.Tensor], batch_size: int) ->
         negatives = torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)], dim=1)
         sampled = rank_metrics(negatives, target_scores)
         sums += torch.stack([m.sum().double() for m in (*full, *sampled)])
-    n = max(split["target"].shape[0], 1)
-    hr_full, ndcg_full, hr_s, ndcg_s = (sums / n).tolist()
+    return dict(zip(RANKING_SUMS, sums.unbind(), strict=True))
+
+
+def ranking_means(sums: dict[str, torch.Tensor], rows: float) -> dict[str, float]:
+    """HR@10 / NDCG@10, full and sampled-100, from `ranking_sums` over `rows` rows."""
+    n = max(rows, 1.0)
     s = f"sampled{EVAL_NEGATIVES}"
-    return {f"hr@{TOP_K}_full": hr_full, f"ndcg@{TOP_K}_full": ndcg_full,
-            f"hr@{TOP_K}_{s}": hr_s, f"ndcg@{TOP_K}_{s}": ndcg_s}
+    return {f"hr@{TOP_K}_full": float(sums["hr_full"]) / n, f"ndcg@{TOP_K}_full": float(sums["ndcg_full"]) / n,
+            f"hr@{TOP_K}_{s}": float(sums["hr_sampled"]) / n, f"ndcg@{TOP_K}_{s}": float(sums["ndcg_sampled"]) / n}
+
+
+def ranking_report(score_fn, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
+    """HR@10 / NDCG@10, full and sampled-100, for `score_fn(batch) -> (B, n_items)` float scores."""
+    return ranking_means(ranking_sums(score_fn, split, batch_size), float(split["target"].shape[0]))
 
 
 class RecommenderTask(Task):
@@ -196,7 +208,7 @@ class RecommenderTask(Task):
         real = (target > 0).flatten().float()
         return (per_position * real).sum() / real.sum().clamp(min=1.0)
 
-    def evaluate(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
+    def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
         def score(batch: dict[str, torch.Tensor]) -> torch.Tensor:
             hidden = model(batch["seq"])[:, -1]
             # Score in float32: bf16 ties across a large catalogue would blur the ranks.
@@ -205,7 +217,12 @@ class RecommenderTask(Task):
 
         # Cap the (rows, catalogue) score matrix at 2^26 floats (256 MB) so huge catalogues still evaluate.
         rows = max(1, min(max(batch_size, 512), (1 << 26) // model.items.num_embeddings))
-        return ranking_report(score, split, rows)
+        target = split["target"]
+        count = torch.tensor(float(target.shape[0]), dtype=torch.float64, device=target.device)
+        return EvalParts(sums={**ranking_sums(score, split, rows), "rows": count})
+
+    def metrics(self, parts: EvalParts) -> dict[str, float]:
+        return ranking_means(parts.sums, float(parts.sums["rows"]))
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

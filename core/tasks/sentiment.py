@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from core.data.importers import Column, read_table, require_rows
 from core.data.reviews import generate_reviews
 from core.data.tokenizer import hashed_tokens
-from core.tasks.base import Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
 
 POSITIVE_LABELS = ("1", "positive", "pos", "true")
 NEGATIVE_LABELS = ("0", "negative", "neg", "false")
@@ -122,13 +122,22 @@ class SentimentTask(Task):
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return F.cross_entropy(model(batch["tokens"]).float(), batch["label"])
 
-    def evaluate(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
-        margins, correct, total_loss = [], 0, 0.0
+    def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
+        label = split["label"]
+        total_loss = torch.zeros((), dtype=torch.float64, device=label.device)
+        correct = torch.zeros((), dtype=torch.float64, device=label.device)
+        margins = [torch.zeros(0, device=label.device)]
         for batch in iter_slices(split, max(batch_size, 4096)):
             logits = model(batch["tokens"]).float()
-            total_loss += F.cross_entropy(logits, batch["label"], reduction="sum")
-            correct += (logits.argmax(1) == batch["label"]).sum()
+            total_loss += F.cross_entropy(logits, batch["label"], reduction="sum").double()
+            correct += (logits.argmax(1) == batch["label"]).sum().double()
             margins.append(logits[:, 1] - logits[:, 0])
-        n = max(split["label"].shape[0], 1)
-        return {"loss": float(total_loss) / n, "accuracy": float(correct) / n,
-                "roc_auc": roc_auc(torch.cat(margins), split["label"])}
+        rows = torch.tensor(float(label.shape[0]), dtype=torch.float64, device=label.device)
+        # ROC AUC ranks all rows together: it needs every row's margin, not a sum.
+        return EvalParts(sums={"loss": total_loss, "correct": correct, "rows": rows},
+                         values={"margin": torch.cat(margins), "label": label})
+
+    def metrics(self, parts: EvalParts) -> dict[str, float]:
+        n = max(float(parts.sums["rows"]), 1.0)
+        return {"loss": float(parts.sums["loss"]) / n, "accuracy": float(parts.sums["correct"]) / n,
+                "roc_auc": roc_auc(parts.values["margin"], parts.values["label"])}

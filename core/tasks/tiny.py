@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from core.errors import ConfigError
-from core.tasks.base import Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
 
 
 class TinyClassifier(nn.Module):
@@ -64,12 +64,17 @@ class TinyClassifierTask(Task):
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return F.cross_entropy(model(batch["x"]), batch["y"])
 
-    def evaluate(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
-        total_loss = torch.zeros((), device=split["x"].device)
-        correct = torch.zeros((), device=split["x"].device, dtype=torch.long)
+    def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
+        device = split["x"].device
+        total_loss = torch.zeros((), device=device, dtype=torch.float64)
+        correct = torch.zeros((), device=device, dtype=torch.float64)
         for batch in iter_slices(split, max(batch_size, 4096)):
             logits = model(batch["x"])
-            total_loss += F.cross_entropy(logits.float(), batch["y"], reduction="sum")
-            correct += (logits.argmax(dim=1) == batch["y"]).sum()
-        n = split["x"].shape[0]
-        return {"loss": total_loss.item() / n, "accuracy": correct.item() / n}
+            total_loss += F.cross_entropy(logits.float(), batch["y"], reduction="sum").double()
+            correct += (logits.argmax(dim=1) == batch["y"]).sum().double()
+        rows = torch.tensor(float(split["x"].shape[0]), device=device, dtype=torch.float64)
+        return EvalParts(sums={"loss": total_loss, "correct": correct, "rows": rows})
+
+    def metrics(self, parts: EvalParts) -> dict[str, float]:
+        n = max(float(parts.sums["rows"]), 1.0)
+        return {"loss": float(parts.sums["loss"]) / n, "accuracy": float(parts.sums["correct"]) / n}
