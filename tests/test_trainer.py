@@ -45,19 +45,29 @@ def test_events_come_at_the_log_interval(tiny_config, recorder):
 
 
 def test_stop_from_another_thread_takes_effect_within_one_step(tiny_config, recorder):
+    """The run (on its own thread) reports step 20 and waits there until the test's thread has asked it to stop."""
     control = RunControl()
-    stop_step = {}
+    at_step_20, asked = threading.Event(), threading.Event()
 
     def sink(event):
         recorder(event)
         if type(event).__name__ == "StepMetrics" and event.step == 20:
-            threading.Thread(target=control.stop).start()  # another thread asks, while the loop runs
-            threading.Event().wait(0.05)  # give that thread time to set the flag before the next step
-            stop_step["at"] = event.step
+            at_step_20.set()
+            assert asked.wait(30), "the test thread never asked to stop"
 
-    ended = train(tiny_config(max_steps=100_000, log_interval=10), sink=sink, control=control)
-    assert ended.status == "stopped"
-    assert stop_step["at"] <= ended.step <= stop_step["at"] + 1
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(ended=train(
+        tiny_config(max_steps=100_000, log_interval=10), sink=sink, control=control)))
+    runner.start()
+    try:
+        assert at_step_20.wait(60), "the run never reached step 20"
+        control.stop()  # from another thread than the run's, while the loop is at step 20
+    finally:
+        asked.set()
+        runner.join(60)
+    assert not runner.is_alive()
+    ended = result["ended"]
+    assert ended.status == "stopped" and ended.step == 20
     state = load_checkpoint(ended.checkpoint)
     assert state["step"] == ended.step  # the final checkpoint is written on stop
 
