@@ -141,3 +141,71 @@ def test_any_garbage_file_is_a_checkpoint_error(tmp_path, payload):
     path.write_bytes(payload)
     with pytest.raises(CheckpointError, match="garbage.pt"):
         ckpt.load_checkpoint(path)
+
+
+MODES = ("fp32", "bf16", "fp16")
+
+
+@pytest.mark.parametrize(("first", "then"), [(a, b) for a in MODES for b in MODES if a != b])
+def test_resume_in_another_precision_mode(tiny_config, recorder, first, then):
+    """fp16 -> fp32/bf16 drops the GradScaler state, fp32/bf16 -> fp16 starts a fresh one; a note says so."""
+    from tests.test_devices_precision import CPU_WITH_FP16
+
+    part = train(tiny_config(precision=first, max_steps=4), devices=[CPU_WITH_FP16])
+    assert (ckpt.load_checkpoint(part.checkpoint)["scaler"] != {}) == (first == "fp16")
+    rest = train(tiny_config(precision=then, max_steps=8), devices=[CPU_WITH_FP16], resume_from=part.checkpoint,
+                 sink=recorder)
+    assert rest.status == "completed" and rest.step == 8, rest.message
+    article = {"fp16": "an fp16", "fp32": "an fp32", "bf16": "a bf16"}[first]
+    if first == "fp16":
+        expected = f"resumed an fp16 checkpoint in {then}: its GradScaler state is not used"
+    elif then == "fp16":
+        expected = f"resumed {article} checkpoint in fp16: the GradScaler starts fresh (loss scale 65536)"
+    else:
+        expected = f"resumed {article} checkpoint in {then}"
+    assert recorder.of("RunStarted")[0].notes == [expected]
+    state = ckpt.load_checkpoint(rest.checkpoint)
+    assert state["precision"]["mode"] == then and (state["scaler"] != {}) == (then == "fp16")
+
+
+def test_resume_in_the_same_mode_keeps_the_scaler_state_and_says_nothing(tiny_config, recorder):
+    from tests.test_devices_precision import CPU_WITH_FP16
+
+    part = train(tiny_config(precision="fp16", max_steps=4), devices=[CPU_WITH_FP16])
+    saved = ckpt.load_checkpoint(part.checkpoint)["scaler"]
+    train(tiny_config(precision="fp16", max_steps=5, log_interval=1), devices=[CPU_WITH_FP16],
+          resume_from=part.checkpoint, sink=recorder)
+    assert recorder.of("RunStarted")[0].notes == []
+    assert recorder.of("StepMetrics")[0].grad_scale == saved["scale"]
+
+
+def test_a_checkpoint_with_one_optimizer_group_resumes_into_decay_groups(tiny_config, monkeypatch):
+    """Checkpoints written before weight decay was split into groups held one group of every parameter."""
+    from core.engine import optimizers
+
+    def one_group(model, decay):
+        return [{"params": list(model.parameters()), "weight_decay": decay}]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(optimizers, "parameter_groups", one_group)
+        old = train(tiny_config(max_steps=4, schedule="cosine", warmup_steps=2, weight_decay=0.1))
+    saved = ckpt.load_checkpoint(old.checkpoint)
+    assert len(saved["optimizer"]["param_groups"]) == 1
+    from core.engine.trainer import Trainer
+
+    trainer = Trainer(tiny_config(max_steps=8, schedule="cosine", warmup_steps=2, weight_decay=0.1),
+                      resume_from=old.checkpoint)
+    trainer.setup()
+    try:
+        names = {id(p): n for n, p in trainer.raw_model.named_parameters()}
+        order = [n for n, _ in trainer.raw_model.named_parameters()]
+        for group in trainer.optimizer.param_groups:
+            assert group["lr"] == saved["optimizer"]["param_groups"][0]["lr"]
+            for param in group["params"]:
+                old_state = saved["optimizer"]["state"][order.index(names[id(param)])]
+                assert torch.equal(trainer.optimizer.state[param]["exp_avg"], old_state["exp_avg"])
+        assert trainer.scheduler.base_lrs == [trainer.cfg.lr] * 2
+    finally:
+        trainer.cleanup()
+    assert train(tiny_config(max_steps=8, schedule="cosine", warmup_steps=2, weight_decay=0.1),
+                 resume_from=old.checkpoint).status == "completed"

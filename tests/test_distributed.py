@@ -1,17 +1,21 @@
-"""DDP under torchrun on CPU (gloo, 2 processes): equivalence, resume, stop from rank 0, a dying rank."""
+"""DDP on CPU (gloo, 2 processes): under torchrun (equivalence, resume, stop from rank 0, a dying rank), and
+Trainers in 2 spawned processes (per-rank randomness, RNG states in checkpoints, shared evaluation, teardown)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -46,6 +50,8 @@ def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
                   "--out", str(tmp_path / "resumed"), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 50
+    assert ("resumed a checkpoint of 2 processes on 1: the random streams (dropout, sampling) of rank 1 are not "
+            "used") in resumed.stderr
 
 
 def start_long_run(out: Path, *extra: str) -> subprocess.Popen:
@@ -97,13 +103,13 @@ def test_a_stop_reaches_every_rank_and_writes_a_checkpoint(tmp_path, asked):
 def test_a_stop_lands_soon_even_when_logs_are_far_apart(tmp_path):
     """Ranks agree on a stop about twice a second, not only at log boundaries (here 10^6 steps apart)."""
     out = tmp_path / "run"
-    process = start_long_run(out, "--log-interval", "1000000")
+    process = start_long_run(out, "--log-interval", "1000000", "--checkpoint-interval", "50")
     try:
         end = time.monotonic() + 120
-        while not ((out / "metrics.jsonl").exists() and '"RunStarted"' in (out / "metrics.jsonl").read_text()):
-            assert time.monotonic() < end and process.poll() is None, "the run did not start"
+        # A checkpoint shows the run has taken steps (there are no logs to show it), far from a log boundary.
+        while not ((out / "metrics.jsonl").exists() and '"CheckpointSaved"' in (out / "metrics.jsonl").read_text()):
+            assert time.monotonic() < end and process.poll() is None, "the run took no steps"
             time.sleep(0.2)
-        time.sleep(2)  # some steps, far from a log boundary
         asked_at = time.monotonic()
         os.kill(worker(process, 0).pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=90)
@@ -153,3 +159,242 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
     assert ended["status"] == "failed" and "another process" in ended["message"]
     assert took < 90
     print(f"run ended {took:.1f} s after rank 1 was killed")
+
+
+# ----------------------------------------------------------------- Trainers in 2 spawned processes
+def run_ranks(fn, *args, world_size: int = 2, timeout: float = 150) -> list:
+    """`fn(rank, *args)` in `world_size` fresh processes that share one gloo group (env://); results by rank.
+    Results must pickle without shared memory: plain values, lists, numpy arrays."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    processes = [context.Process(target=_rank_main, args=(fn, rank, world_size, port, queue, args), daemon=True)
+                 for rank in range(world_size)]
+    for process in processes:
+        process.start()
+    results = {}
+    try:
+        for _ in processes:
+            rank, ok, value = queue.get(timeout=timeout)
+            assert ok, f"rank {rank} failed:\n{value}"
+            results[rank] = value
+    finally:
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    return [results[rank] for rank in range(world_size)]
+
+
+def _rank_main(fn, rank: int, world_size: int, port: int, queue, args) -> None:
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                       "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)})
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        queue.put((rank, True, fn(rank, *args)))
+    except BaseException:  # noqa: BLE001 (the parent reports it)
+        queue.put((rank, False, traceback.format_exc()))
+
+
+REC = {"items": 100, "track_len": 10, "interactions": 4000, "mean_len": 20, "max_len": 16, "d_model": 16,
+       "heads": 2, "layers": 1, "dropout": 0.5, "loss": "sampled", "sampled_negatives": 32}
+
+
+def rec_config(out: str, max_steps: int, **overrides):
+    from core.config import RunConfig
+
+    return RunConfig.for_task("recommender", task_options=REC, device="cpu", precision="fp32", batch_size=16,
+                              max_steps=max_steps, log_interval=2, eval_interval=0, threads=1, out_dir=out,
+                              **overrides)
+
+
+def _randomness_of_each_rank(rank: int, out: str) -> dict:
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
+
+    trainer = Trainer(rec_config(out, max_steps=2), dist_ctx=DistContext.from_env())
+    trainer.setup()
+    negatives, randint = [], torch.randint
+
+    def recording(*args, **kwargs):  # the recommender's sampled negatives are its only randint
+        drawn = randint(*args, **kwargs)
+        negatives.append(drawn.tolist())
+        return drawn
+
+    try:
+        params = torch.cat([p.detach().flatten() for p in trainer.raw_model.parameters()]).numpy().copy()
+        mask = (trainer.raw_model.drop(torch.ones(512)) == 0).numpy().copy()  # the same input on every rank
+        order = trainer.batches.order(0).flatten().tolist()
+        torch.randint = recording
+        ended = trainer._train_and_finish()
+    finally:
+        torch.randint = randint
+        trainer.cleanup(ended_normally=True)
+    return {"params": params, "mask": mask, "negatives": negatives, "order": order, "status": ended.status}
+
+
+def test_ranks_start_from_one_model_but_draw_their_own_dropout_and_negatives(tmp_path):
+    zero, one = run_ranks(_randomness_of_each_rank, str(tmp_path / "run"))
+    assert zero["status"] == one["status"] == "completed"
+    assert (zero["params"] == one["params"]).all()  # one initial model (DDP would broadcast rank 0's anyway)
+    assert (zero["mask"] != one["mask"]).any()  # dropout: seed + rank
+    assert len(zero["negatives"]) == len(one["negatives"]) == 2  # one draw per step
+    assert all(a != b for a, b in zip(zero["negatives"], one["negatives"], strict=True))
+    # The batch order is still one permutation of (seed, epoch) that the ranks slice: no sample twice.
+    assert len(zero["order"]) == len(one["order"]) and not set(zero["order"]) & set(one["order"])
+
+
+def _train_and_report_rng(rank: int, out: str, max_steps: int, resume: str | None) -> dict:
+    import random
+
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
+
+    trainer = Trainer(rec_config(out, max_steps), dist_ctx=DistContext.from_env(), resume_from=resume)
+    trainer.setup()
+    after_setup = (torch.get_rng_state().numpy().copy(), random.getstate()[1][:8])
+    try:
+        ended = trainer._train_and_finish()
+    finally:
+        trainer.cleanup(ended_normally=True)
+    at_end = (torch.get_rng_state().numpy().copy(), random.getstate()[1][:8])
+    return {"after_setup": after_setup, "at_end": at_end, "status": ended.status, "step": ended.step,
+            "checkpoint": ended.checkpoint, "notes": list(trainer.notes)}
+
+
+def same_rng(a, b) -> bool:
+    return (a[0] == b[0]).all() and a[1] == b[1]
+
+
+def test_every_ranks_rng_state_round_trips_and_a_ddp_resume_is_exact(tmp_path):
+    from core.engine.checkpoints import load_checkpoint
+
+    part = run_ranks(_train_and_report_rng, str(tmp_path / "part"), 3, None)
+    assert [r["status"] for r in part] == ["completed"] * 2
+    state = load_checkpoint(part[0]["checkpoint"])
+    assert len(state["rng_per_rank"]) == 2
+    assert not torch.equal(state["rng_per_rank"][0]["torch"], state["rng_per_rank"][1]["torch"])
+    rest = run_ranks(_train_and_report_rng, str(tmp_path / "part"), 6, part[0]["checkpoint"])
+    for saved, resumed in zip(part, rest, strict=True):  # each rank continues its own streams
+        assert same_rng(saved["at_end"], resumed["after_setup"])
+    assert rest[0]["notes"] == [] and rest[0]["step"] == 6
+    straight = run_ranks(_train_and_report_rng, str(tmp_path / "straight"), 6, None)
+    a = load_checkpoint(straight[0]["checkpoint"])["model"]
+    b = load_checkpoint(rest[0]["checkpoint"])["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise: dropout and negatives replayed on both ranks
+
+
+def test_a_checkpoint_of_one_process_resumes_on_two(tmp_path):
+    """Rank 0 continues the single process's streams; rank 1 starts fresh ones from seed + 1, and a note says so."""
+    from core.engine.checkpoints import load_checkpoint
+    from core.engine.trainer import train
+
+    one = train(rec_config(str(tmp_path / "one"), max_steps=3))
+    saved = load_checkpoint(one.checkpoint)
+    assert "rng_per_rank" not in saved
+    zero, first = run_ranks(_train_and_report_rng, str(tmp_path / "one"), 5, one.checkpoint)
+    assert (zero["after_setup"][0] == saved["rng"]["torch"].numpy()).all()
+    fresh = torch.Generator().manual_seed(saved["config"]["seed"] + 1).get_state()
+    assert (first["after_setup"][0] == fresh.numpy()).all()
+    assert zero["step"] == 5
+    assert zero["notes"] == [("resumed a checkpoint of 1 process on 2: fresh random streams (dropout, sampling) "
+                              "are seeded for rank 1 from seed + rank")]
+
+
+EVAL_CASES = {
+    "tiny": {"samples": 1001},
+    "sentiment": {"reviews": 1010, "buckets": 4096},
+    "ranking": {"queries": 215, "docs": 8, "features": 4},
+    "recommender": {k: v for k, v in REC.items() if k not in ("loss", "dropout")},
+}
+
+
+def _evaluate_each_task(rank: int, out: str) -> dict:
+    import torch.distributed as dist
+
+    from core.config import RunConfig
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
+
+    results = {}
+    for task, options in EVAL_CASES.items():
+        trainer = Trainer(RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32",
+                                             batch_size=8, threads=1, out_dir=f"{out}/{task}"),
+                          dist_ctx=DistContext.from_env())
+        trainer.setup()  # the process group stays up across tasks: no cleanup until the end
+        rows, evaluate_parts = [], trainer.task.evaluate_parts
+
+        def recording(model, split, batch_size, _parts=evaluate_parts, rows=rows):
+            rows.append(next(iter(split.values())).shape[0])
+            return _parts(model, split, batch_size)
+
+        trainer.task.evaluate_parts = recording
+        results[task] = {"val": trainer.evaluate(), "test": trainer.evaluate("test") if trainer.test else None,
+                         "rows": rows}
+    timeout = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu")).options._timeout
+    dist.destroy_process_group()
+    return {"tasks": results, "timeout_seconds": timeout.total_seconds()}
+
+
+def test_evaluation_is_shared_out_and_matches_one_process(tmp_path):
+    from torch.distributed.constants import default_pg_timeout
+
+    from core.config import RunConfig
+    from core.engine.trainer import Trainer
+
+    zero, one = run_ranks(_evaluate_each_task, str(tmp_path / "ddp"))
+    # The process group waits at least as long as torch's default (not a shorter, hand-set timeout).
+    assert zero["timeout_seconds"] >= default_pg_timeout.total_seconds()
+    for task, options in EVAL_CASES.items():
+        single = Trainer(RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32",
+                                            batch_size=8, threads=1, out_dir=str(tmp_path / task)))
+        single.setup()
+        expected = {"val": single.evaluate(), "test": single.evaluate("test") if single.test else None}
+        rows = [len(split) for split in (single.val, single.test) if split]
+        for split in ("val", "test"):
+            if expected[split] is None:
+                continue
+            for rank in (zero, one):  # every rank ends with the whole split's metrics
+                assert rank["tasks"][task][split] == pytest.approx(expected[split], rel=1e-5, abs=1e-7), task
+        # Each rank evaluated its half of each split (the halves differ by at most one row).
+        total = [next(iter(split.values())).shape[0] for split in (single.val, single.test) if split]
+        assert len(rows) == len(total)
+        for index, size in enumerate(total):
+            halves = [zero["tasks"][task]["rows"][index], one["tasks"][task]["rows"][index]]
+            assert sum(halves) == size and max(halves) - min(halves) <= 1, (task, halves, size)
+
+
+def _fail_in_load_data(rank: int, out: str) -> dict:
+    import torch.distributed as dist
+
+    from core.config import RunConfig
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
+    from core.errors import DataError
+    from core.tasks.tiny import TinyClassifierTask
+
+    seen = {}
+
+    def failing(self, data_path, seed):
+        seen["group_was_up"] = dist.is_initialized()
+        raise DataError("the data went away")
+
+    TinyClassifierTask.load_data = failing
+    try:
+        Trainer(RunConfig.for_task("tiny", device="cpu", precision="fp32", max_steps=2, out_dir=out),
+                dist_ctx=DistContext.from_env()).run()
+    except DataError as exc:
+        seen["error"] = str(exc)
+    seen["group_is_up"] = dist.is_initialized()
+    return seen
+
+
+def test_a_failed_setup_leaves_the_process_group(tmp_path):
+    for rank in run_ranks(_fail_in_load_data, str(tmp_path / "run")):
+        assert rank == {"group_was_up": True, "error": "the data went away", "group_is_up": False}

@@ -3,12 +3,19 @@
 Forward hooks are armed only after an overflow was seen. While armed, each hook ORs a device-side flag
 (no host sync); the flags are read once, at the next log interval. Hooks fire when a module's forward
 finishes, so the first flagged module in firing order is the innermost, earliest producer.
+`check_health` turns a diverged interval into RunFailed. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+
+
+class RunFailed(Exception):
+    """The run cannot go on (non-finite loss, persistent fp16 overflow, out of memory...)."""
 
 
 class NonFiniteWatch:
@@ -68,6 +75,16 @@ class NonFiniteWatch:
                 return name
         return None
 
+    def after_interval(self, new_skips: int) -> str | None:
+        """At a log interval (fp16): what the armed hooks caught; arm them after a first overflow, disarm
+        them once an interval is quiet, so overflow-free training pays nothing for them."""
+        source = self.first_source() if self.armed else None
+        if new_skips and not self.armed:
+            self.arm()
+        elif not new_skips and self.armed:
+            self.disarm()
+        return source
+
     def disarm(self) -> None:
         for handle in self._handles:
             handle.remove()
@@ -82,3 +99,21 @@ def first_nonfinite_parameter(model: nn.Module) -> str | None:
         if not torch.isfinite(param).all():
             return name
     return None
+
+
+def check_health(plan, model: nn.Module, loss: float, new_skips: int, scale: float | None, step: int,
+                 interval_steps: int, lr: float) -> None:
+    """Raise RunFailed when an interval diverged: a non-finite loss without a scaler (naming the first
+    non-finite parameter), or fp16 steps that all overflowed while the loss scale collapsed."""
+    if not plan.use_scaler and not math.isfinite(loss):
+        bad = first_nonfinite_parameter(model)
+        where = f" (parameter {bad} is now non-finite)" if bad else ""
+        raise RunFailed(
+            f"loss became {loss} in {plan.mode} between steps {step - interval_steps} and {step}{where}; the last "
+            f"good checkpoint is kept. Try a lower lr (now {lr:g}) or grad_clip"
+        )
+    if plan.use_scaler and new_skips >= interval_steps and scale is not None and scale < 2.0**-14:
+        raise RunFailed(
+            f"fp16: every step since step {step - interval_steps} overflowed and the loss scale fell to {scale:g}; "
+            f"the model diverged. Try bf16, a lower lr or grad_clip"
+        )

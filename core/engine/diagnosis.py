@@ -182,7 +182,7 @@ def explain_exception(exc: BaseException, trainer=None) -> str:
     dist = getattr(trainer, "dist", None)
     if dist is not None and dist.enabled and ("Connection reset" in text or "Connection closed" in text or
                                               isinstance(exc, getattr(torch.distributed, "DistBackendError", ()))):
-        saved = getattr(trainer, "_saved_checkpoint", None) or "none yet"
+        saved = getattr(trainer, "saved_checkpoint", None) or "none yet"
         return (f"another process of this {dist.world_size}-process run died or lost its connection{step}; "
                 f"the run ended. Resume from the last checkpoint ({saved})")
     if isinstance(exc, RuntimeError) and ("CUDA error" in text or "device-side" in text):

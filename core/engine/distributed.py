@@ -1,16 +1,20 @@
 """Multi-process runs under torchrun: the process group, rank facts and the few collectives the trainer needs.
 
 We use PyTorch's own launcher and DistributedDataParallel; nothing here re-implements communication.
+See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+STOP_AGREE_SECONDS = 0.5  # DDP ranks agree on a stop request about this often (see StopAgreement)
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,16 @@ class DistContext:
 RUN_NOTE_ENV = "AMP_CONSOLE_RUN_NOTE"  # a note from the torchrun launcher that rank 0 reports with RunStarted
 
 
-def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: float = 120.0) -> None:
-    """NCCL for CUDA ranks, gloo otherwise. A dead peer surfaces as an error within `timeout_seconds`."""
+def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: float | None = None) -> None:
+    """NCCL for CUDA ranks, gloo otherwise. The collectives' timeout is torch's default for the backend
+    (torch.distributed.constants: 30 minutes for gloo, 10 for NCCL) unless `timeout_seconds` is given: it
+    bounds how long a rank waits for a slow peer (e.g. rank 0 writing a large checkpoint). A peer that dies
+    is noticed sooner: its closed connections fail the survivors' next collective, and torchrun ends the rest."""
     if not ctx.enabled or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_seconds))
+    timeout = datetime.timedelta(seconds=timeout_seconds) if timeout_seconds is not None else None
+    dist.init_process_group(backend=backend, timeout=timeout)
 
 
 def destroy_process_group(agree: bool = False, timeout_seconds: float = 30.0) -> None:
@@ -84,3 +92,73 @@ def broadcast_ints(values: list[int], ctx: DistContext, device: torch.device) ->
     tensor = torch.tensor(values, dtype=torch.int64, device=device)
     dist.broadcast(tensor, src=0)
     return [int(v) for v in tensor.tolist()]
+
+
+class StopAgreement:
+    """Whether the run stops before this step. Under DDP every rank must stop at the same step, so they
+    agree: rank 0 broadcasts its stop flag and how many steps until the next agreement, chosen so agreements
+    come about every STOP_AGREE_SECONDS (and at least every log interval) whatever the log interval. A stop
+    lands within about that long even when logs are minutes apart, and fast steps don't sync every step."""
+
+    def __init__(self, control, ctx: DistContext, device: torch.device, log_interval: int, first_step: int):
+        self.control = control  # the run's RunControl
+        self.dist = ctx
+        self.device = device
+        self.log_interval = log_interval
+        self._next = first_step  # the step of the next agreement
+        self._last: tuple[float, int] | None = None  # (when, step) of the last one
+
+    def __call__(self, step: int) -> bool:
+        if not self.dist.enabled:
+            return self.control.stop_requested
+        if step < self._next:
+            return False
+        now = time.perf_counter()
+        every = 1
+        if self.dist.is_main and self._last is not None:
+            at, last_step = self._last
+            if step > last_step:
+                seconds_per_step = max((now - at) / (step - last_step), 1e-9)
+                every = int(min(self.log_interval, max(1.0, STOP_AGREE_SECONDS / seconds_per_step)))
+        stop, every = broadcast_ints([int(self.control.stop_requested), every], self.dist, self.device)
+        self._last = (now, step)
+        self._next = step + max(1, every)
+        return bool(stop)
+
+
+def all_reduce_sums(sums: dict[str, torch.Tensor], ctx: DistContext) -> dict[str, torch.Tensor]:
+    """Each scalar summed over ranks (float64), in one collective; every rank passes the same names."""
+    if not ctx.enabled or not sums:
+        return sums
+    names = sorted(sums)
+    packed = torch.stack([sums[name].reshape(()).double() for name in names])
+    dist.all_reduce(packed, op=dist.ReduceOp.SUM)
+    return dict(zip(names, packed.unbind(), strict=True))
+
+
+def all_gather_rows(values: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """Every rank's rows of `values` concatenated in rank order, on every rank."""
+    return torch.cat(_gather_ragged(values, ctx)) if ctx.enabled else values
+
+
+def all_gather_bytes(payload: bytes, ctx: DistContext, device: torch.device) -> list[bytes]:
+    """Every rank's `payload`, in rank order (small things, like each rank's RNG states)."""
+    if not ctx.enabled:
+        return [payload]
+    local = torch.tensor(list(payload), dtype=torch.uint8, device=device)
+    return [bytes(part.cpu().numpy()) for part in _gather_ragged(local, ctx)]
+
+
+def _gather_ragged(values: torch.Tensor, ctx: DistContext) -> list[torch.Tensor]:
+    """Each rank's `values`; ranks may hold different numbers of rows (none, too), of one dtype and row shape."""
+    count = torch.tensor([values.shape[0]], dtype=torch.int64, device=values.device)
+    counts = [torch.zeros_like(count) for _ in range(ctx.world_size)]
+    dist.all_gather(counts, count)
+    sizes = torch.cat(counts).tolist()
+    if not max(sizes):
+        return [values] * ctx.world_size
+    padded = values.new_zeros((max(sizes), *values.shape[1:]))
+    padded[: values.shape[0]] = values
+    gathered = [torch.empty_like(padded) for _ in range(ctx.world_size)]
+    dist.all_gather(gathered, padded)
+    return [rows[:size] for rows, size in zip(gathered, sizes, strict=True)]

@@ -3,20 +3,48 @@
 Everything is plain containers and tensors, so `torch.load(weights_only=True)` reads it back: model
 (unwrapped from DDP/compile), optimizer, scheduler, scaler, step, epoch, data order, RNG states, config,
 precision, metrics and library versions; and the data's id vocabulary when the model's ids stand for the
-data's own (a resume must bring the same ids).
+data's own (a resume must bring the same ids). See docs/ARCHITECTURE.md.
+
+Seeding: every rank builds the same initial model from `seed`, then draws its per-step randomness (dropout,
+sampled negatives) from `seed + rank`; the batch order is EpochBatches' own function of (seed, epoch). Each
+rank's RNG states are saved (`rng_per_rank`), so a DDP resume continues every rank's streams exactly.
 """
 
 from __future__ import annotations
 
+import io
+import random
+
+import numpy as np
 import torch
 
 from core.engine import checkpoints as ckpt
+from core.engine.distributed import DistContext, all_gather_bytes
+from core.engine.optimizers import regroup_one_group_state
 from core.errors import CheckpointError
 
 
-def capture(trainer) -> dict:
-    """The checkpoint dict of a set-up Trainer at its current step."""
-    return {
+def seed_everything(seed: int) -> None:
+    """Seed torch (every device), numpy and Python's random."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
+def gather_rng(dist: DistContext, device: torch.device) -> list[dict]:
+    """Every rank's RNG states, in rank order. Under DDP a collective: every rank calls it, at the same step."""
+    own = ckpt.capture_rng()
+    if not dist.enabled:
+        return [own]
+    buffer = io.BytesIO()
+    torch.save(own, buffer)
+    gathered = all_gather_bytes(buffer.getvalue(), dist, device)
+    return [torch.load(io.BytesIO(data), weights_only=True) for data in gathered]
+
+
+def capture(trainer, rng: list[dict]) -> dict:
+    """The checkpoint dict of a set-up Trainer at its current step; `rng`: every rank's (see gather_rng)."""
+    state = {
         "format_version": ckpt.FORMAT_VERSION,
         "task": trainer.cfg.task,
         "model": ckpt.unwrap_model(trainer.raw_model).state_dict(),
@@ -30,7 +58,7 @@ def capture(trainer) -> dict:
                        "optimizer_step_in_epoch": trainer.step % trainer.steps_per_epoch},
         "data_info": trainer.data.info,
         "vocabulary": trainer.data.vocabulary,
-        "rng": ckpt.capture_rng(),
+        "rng": rng[0],
         "config": trainer.cfg.to_dict(),
         "precision": {"mode": trainer.plan.mode, "autocast_dtype": trainer.plan.compute_dtype_name,
                       "scaler": trainer.plan.use_scaler},
@@ -38,24 +66,72 @@ def capture(trainer) -> dict:
         "skipped_steps": trainer.skipped_steps,
         "versions": ckpt.library_versions(),
     }
+    if len(rng) > 1:
+        state["rng_per_rank"] = rng
+    return state
 
 
 def restore(trainer, state: dict, source: str) -> None:
-    """Load `state` into a set-up Trainer (strict model keys); CheckpointError names what does not fit."""
+    """Load `state` into a set-up Trainer (strict model keys); CheckpointError names what does not fit.
+    What a user should know (another precision mode, another process count) goes to `trainer.notes`."""
     check_vocabulary(state.get("vocabulary") or {}, trainer.data.vocabulary, source)  # before shapes: clearer
     ckpt.load_model_state(trainer.raw_model, state["model"], source)
+    optimizer_state, scheduler_state = regroup_one_group_state(state["optimizer"], state["scheduler"],
+                                                               trainer.raw_model, trainer.optimizer)
     try:
-        trainer.optimizer.load_state_dict(state["optimizer"])
-        if trainer.scheduler is not None and state["scheduler"] is not None:
-            trainer.scheduler.load_state_dict(state["scheduler"])
-        trainer.scaler.load_state_dict(state["scaler"])
+        trainer.optimizer.load_state_dict(optimizer_state)
+        if trainer.scheduler is not None and scheduler_state is not None:
+            trainer.scheduler.load_state_dict(scheduler_state)
+        if trainer.scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; see precision_notes otherwise
+            trainer.scaler.load_state_dict(state["scaler"])
     except (ValueError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"{source}: optimizer/scheduler state does not fit this run: {exc}") from None
+    trainer.notes.extend(precision_notes(state, trainer.plan.mode, trainer.scaler))
     trainer.step = int(state["step"])
     trainer.epoch = int(state["epoch"])
     trainer.skipped_steps = int(state.get("skipped_steps", 0))
     trainer.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
-    ckpt.restore_rng(state["rng"])
+    trainer.notes.extend(restore_rng(state, trainer.dist))
+
+
+def _a(mode: str) -> str:
+    return f"an {mode}" if mode.startswith("f") else f"a {mode}"  # 'an fp16', 'a bf16'
+
+
+def precision_notes(state: dict, mode: str, scaler: torch.amp.GradScaler) -> list[str]:
+    """What a resume in another precision mode means: an fp16 checkpoint's GradScaler state is not used in
+    fp32/bf16, and an fp16 run from an fp32/bf16 checkpoint starts a fresh scaler."""
+    saved = state["scaler"]
+    saved_mode = (state.get("precision") or {}).get("mode") or ("fp16" if saved else "another mode's")
+    if saved_mode == mode:
+        return []
+    if saved and not scaler.is_enabled():
+        return [f"resumed {_a(saved_mode)} checkpoint in {mode}: its GradScaler state is not used"]
+    if scaler.is_enabled() and not saved:
+        fresh = f"the GradScaler starts fresh (loss scale {scaler.get_scale():g})"
+        return [f"resumed {_a(saved_mode)} checkpoint in {mode}: {fresh}"]
+    return [f"resumed {_a(saved_mode)} checkpoint in {mode}"]
+
+
+def restore_rng(state: dict, dist: DistContext) -> list[str]:
+    """Continue this rank's RNG streams from the checkpoint. On another number of processes than the
+    checkpoint's, the ranks it has states for continue theirs and the others keep their fresh `seed + rank`
+    streams (and a note says so)."""
+    states = state.get("rng_per_rank") or [state["rng"]]
+    if dist.rank < len(states):
+        ckpt.restore_rng(states[dist.rank])
+    saved, now = len(states), dist.world_size
+    if saved == now:
+        return []
+    runs = f"resumed a checkpoint of {saved} process{'es' if saved > 1 else ''} on {now}"
+    if saved > now:
+        return [f"{runs}: the random streams (dropout, sampling) of {_ranks(now, saved - 1)} are not used"]
+    fresh = _ranks(saved, now - 1)
+    return [f"{runs}: fresh random streams (dropout, sampling) are seeded for {fresh} from seed + rank"]
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first} to {last}"
 
 
 def same_ids(a, b) -> bool:

@@ -1,0 +1,41 @@
+"""Evaluating a split, shared out across the ranks of a DDP run. See docs/ARCHITECTURE.md.
+
+Each rank evaluates a contiguous 1/N slice of the split; the sums a task reports are all-reduced and its
+per-row values (e.g. the scores ROC AUC ranks) all-gathered in rank order, so every rank ends with the metrics
+one process computes on the whole split, and no rank waits in a collective while another evaluates alone
+(which a long evaluation would turn into a process-group timeout). A task that only implements `evaluate`
+is run on the whole split by every rank: the same figures, without the speed-up.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core.data.batching import split_length
+from core.engine.distributed import DistContext, all_gather_rows, all_reduce_sums
+from core.tasks.base import EvalParts, Task
+
+
+def rank_slice(split: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s contiguous share of a split's rows (sizes differ by at most one; views, no copies)."""
+    rows = split_length(split)
+    start, end = rows * rank // world_size, rows * (rank + 1) // world_size
+    return {key: value[start:end] for key, value in split.items()}
+
+
+def evaluate_split(task: Task, model: torch.nn.Module, split: dict[str, torch.Tensor], batch_size: int,
+                   dist: DistContext, autocast) -> dict[str, float]:
+    """The task's metrics on `split` for the (unwrapped) model, under no_grad, eval mode and `autocast()`.
+    Under DDP every rank must call it, at the same point."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast():
+            if not dist.enabled or not task.shares_evaluation():
+                return task.evaluate(model, split, batch_size)
+            parts = task.evaluate_parts(model, rank_slice(split, dist.rank, dist.world_size), batch_size)
+        whole = EvalParts(sums=all_reduce_sums(parts.sums, dist),
+                          values={name: all_gather_rows(values, dist) for name, values in sorted(parts.values.items())})
+        return task.metrics(whole)
+    finally:
+        model.train(was_training)

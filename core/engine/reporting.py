@@ -1,0 +1,107 @@
+"""What a run reports: its events built from the trainer's state, timed, written to metrics.jsonl and handed
+to the sink, by rank 0 alone. See docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from core.devices import memory_in_use
+from core.engine.events import Event, RunEnded, RunStarted, StepMetrics, event_to_dict
+from core.engine.step_metrics import IntervalReadout
+
+Sink = Callable[[Event], None]
+
+
+class EventLog:
+    """Rank 0's events, each appended to metrics.jsonl (once opened) and handed to the sink."""
+
+    def __init__(self, is_main: bool):
+        self.is_main = is_main
+        self._file = None
+
+    def open(self, path: Path) -> None:
+        self._file = open(path, "a", encoding="utf-8")
+
+    def emit(self, event: Event, sink: Sink | None) -> None:
+        if not self.is_main:
+            return
+        if self._file is not None:
+            self._file.write(json.dumps(event_to_dict(event), default=str) + "\n")
+            self._file.flush()
+        if sink is not None:
+            sink(event)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class TrainingClock:
+    """Training time and samples, interval by interval. Evaluations, checkpoints and pauses are left out of
+    the throughput; reporting itself is not (no flattering)."""
+
+    def __init__(self) -> None:
+        self.started = self.interval_start = time.perf_counter()
+        self.interval_steps = 0
+        self.train_seconds = 0.0
+        self.samples = 0
+
+    def leave_out(self, since: float) -> None:
+        """Leave the time from `since` until now out of the interval (side work, a pause)."""
+        self.interval_start += time.perf_counter() - since
+
+    def close_interval(self, samples: int) -> tuple[float, float]:
+        """End the interval, which trained on `samples`: (its seconds, now)."""
+        now = time.perf_counter()
+        seconds = now - self.interval_start
+        self.train_seconds += seconds
+        self.samples += samples
+        self.interval_steps = 0
+        self.interval_start = now
+        return seconds, now
+
+    @property
+    def samples_per_second(self) -> float | None:
+        return self.samples / self.train_seconds if self.train_seconds > 0 else None
+
+
+def run_started(trainer) -> RunStarted:
+    """RunStarted of a set-up Trainer."""
+    return RunStarted(
+        task=trainer.cfg.task, device=str(trainer.device), device_name=trainer.device_info.name,
+        precision=trainer.plan.mode, autocast_dtype=trainer.plan.compute_dtype_name,
+        param_dtype=str(next(trainer.raw_model.parameters()).dtype).removeprefix("torch."),
+        scaler=trainer.plan.use_scaler, param_count=trainer.param_count, total_steps=trainer.total_steps,
+        steps_per_epoch=trainer.steps_per_epoch, start_step=trainer.step, config=trainer.cfg.to_dict(),
+        ceiling=dict(trainer.data.ceiling), baseline=dict(trainer.data.baseline),
+        tokens_key=trainer.task.tokens_key, notes=list(trainer.notes),
+    )
+
+
+def step_metrics(trainer, readout: IntervalReadout, seconds: float, samples: int, now: float,
+                 scale: float | None, source: str | None) -> StepMetrics:
+    """StepMetrics of the interval that just ended (`seconds` long, `samples` across every rank)."""
+    counts_tokens = trainer.task.tokens_key is not None and seconds > 0
+    tokens = readout.tokens * trainer.dist.world_size / seconds if counts_tokens else None
+    return StepMetrics(
+        step=trainer.step, epoch=trainer.display_epoch(), loss=readout.loss,
+        lr=trainer.optimizer.param_groups[0]["lr"], samples_per_second=samples / seconds if seconds > 0 else 0.0,
+        grad_scale=scale, grad_norm=float(trainer.grad_norm) if trainer.grad_norm is not None else None,
+        skipped_steps=trainer.skipped_steps, memory_bytes=memory_in_use(trainer.device),
+        elapsed_seconds=now - trainer.clock.started, nonfinite_source=source, tokens_per_second=tokens,
+    )
+
+
+def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded:
+    return RunEnded(
+        status=status, message=message, step=trainer.step, epoch=trainer.display_epoch(),
+        final_loss=trainer.last_loss, metrics=dict(trainer.last_metrics), checkpoint=trainer.saved_checkpoint,
+        samples_per_second=trainer.clock.samples_per_second,
+        elapsed_seconds=time.perf_counter() - trainer.clock.started, skipped_steps=trainer.skipped_steps,
+        test_metrics=dict(trainer.test_metrics), details=details,
+    )
