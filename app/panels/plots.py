@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QWidget
 
 from app.plot_ranges import StableRange, nice_x_end
 from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
+from core.engine.events import EvalMetrics, RunStarted, StepMetrics
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
@@ -195,8 +196,7 @@ class PlotsPanel(QWidget):
         self._dirty = set(self._curves)
 
     def handle_event(self, event) -> None:
-        kind = type(event).__name__
-        if kind == "StepMetrics":  # the hot path: ~100 a second on tiny models; appends only
+        if isinstance(event, StepMetrics):  # the hot path: ~100 a second on tiny models; appends only
             step = event.step
             self._append("loss_raw", step, event.loss)
             self._append("loss_smooth", step, event.loss)
@@ -216,7 +216,7 @@ class PlotsPanel(QWidget):
                 self._append("memory", step, event.memory_bytes / 2**20)
             if step > self._x_end and not self._total_steps:
                 self._set_x_end(nice_x_end(step))
-        elif kind == "RunStarted":
+        elif isinstance(event, RunStarted):
             self.clear()
             self._scaler_on = bool(event.scaler)
             self._total_steps = event.total_steps
@@ -225,7 +225,7 @@ class PlotsPanel(QWidget):
                 self._show_ceiling(getattr(event, "ceiling", {}) or {})
             self._x_start = event.start_step
             self._set_x_end(event.total_steps or nice_x_end(event.start_step + 1))
-        elif kind == "EvalMetrics":
+        elif isinstance(event, EvalMetrics):
             for name, value in event.metrics.items():
                 key = f"eval:{name}"
                 if key not in self._curves and self.plots:
