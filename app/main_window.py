@@ -20,7 +20,7 @@ from app.run.controller import RunController
 from app.run.jobs import JobRunner
 from app.status import RunStatusBar
 from app.window_settings import WindowSettings
-from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics
+from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
 
 
 
@@ -252,7 +252,7 @@ class MainWindow(QMainWindow):
             self.show_message("Running.")
         else:
             self.controller.pause()
-            self.show_message("Paused: the run waits between steps. Press Resume to continue.", "status-warn")
+            self.show_message("Pausing after the current step…", "status-warn")
         self._update_buttons()
 
     def stop_run(self) -> None:
@@ -300,6 +300,9 @@ class MainWindow(QMainWindow):
                 self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
             case CheckpointSaved():
                 self.last_checkpoint = event.path
+            case RunPaused() if self.controller.paused:
+                self.show_message(f"Paused at step {event.step:,}: the run waits between steps. Press Resume to "
+                                  "continue.", "status-warn")
             case RunEnded():
                 self._on_run_ended(event)
 

@@ -7,7 +7,7 @@ import time
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar
 
-from core.engine.events import RunEnded, RunStarted, StepMetrics
+from core.engine.events import RunEnded, RunResumed, RunStarted, StepMetrics
 
 
 def format_duration(seconds: float) -> str:
@@ -94,6 +94,8 @@ class RunStatusBar(QStatusBar):
             self._show_health(event.skipped_steps, event.nonfinite_source)
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, self._eta(event.step))
+        elif isinstance(event, RunResumed) and self._first_step_time is not None:
+            self._first_step_time += event.paused_seconds  # the ETA's rate counts training time only
         elif isinstance(event, RunEnded):
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from core.engine.checkpoints import load_checkpoint
 from core.engine.control import RunControl
+from core.engine.events import RunPaused, RunResumed, StepMetrics, event_from_dict, event_to_dict
 from core.devices import cpu_info
 from core.engine.trainer import Trainer, train
 from tests.test_devices_precision import CPU_WITH_FP16
@@ -73,39 +75,60 @@ def test_stop_from_another_thread_takes_effect_within_one_step(tiny_config, reco
 
 
 def test_pause_blocks_progress_until_resume(tiny_config):
+    """The run reports when the pause takes effect (RunPaused) and when it goes on, at the same step."""
     control = RunControl()
-    steps = []
+    events = []
     paused = threading.Event()
 
     def sink(event):
-        if type(event).__name__ == "StepMetrics":
-            steps.append(event.step)
-            if event.step == 10:
-                control.pause()
-                paused.set()
+        events.append(event)
+        if isinstance(event, StepMetrics) and event.step == 10:
+            control.pause()
+        if isinstance(event, RunPaused):
+            paused.set()
 
     runner = threading.Thread(target=train, args=(tiny_config(max_steps=30, log_interval=10),),
                               kwargs={"sink": sink, "control": control})
     runner.start()
-    assert paused.wait(30)
-    runner.join(0.5)
-    assert runner.is_alive() and steps == [10]  # paused: no new steps
-    control.resume()
-    runner.join(30)
-    assert not runner.is_alive() and steps == [10, 20, 30]
+    try:
+        assert paused.wait(30), "the pause never took effect"
+        assert runner.is_alive()
+        assert [e.step for e in events if isinstance(e, (StepMetrics, RunPaused))] == [10, 10]
+    finally:
+        control.resume()
+        runner.join(30)
+    assert not runner.is_alive()
+    resumed = [e for e in events if isinstance(e, RunResumed)]
+    assert len(resumed) == 1 and resumed[0].step == 10 and resumed[0].paused_seconds >= 0
+    assert [e.step for e in events if isinstance(e, StepMetrics)] == [10, 20, 30]
 
 
 def test_stop_wakes_a_paused_run(tiny_config):
     control = RunControl()
     control.pause()
-    result = {}
-    runner = threading.Thread(target=lambda: result.update(end=train(tiny_config(max_steps=50), control=control)))
+    result, events = {}, []
+    paused = threading.Event()
+
+    def sink(event):
+        events.append(event)
+        if isinstance(event, RunPaused):
+            paused.set()
+
+    runner = threading.Thread(target=lambda: result.update(
+        end=train(tiny_config(max_steps=50), sink=sink, control=control)))
     runner.start()
-    runner.join(1.0)
-    assert runner.is_alive()
-    control.stop()
-    runner.join(30)
+    try:
+        assert paused.wait(30), "the run never reached its first step's pause"
+    finally:
+        control.stop()
+        runner.join(30)
     assert result["end"].status == "stopped" and result["end"].step == 0
+    assert not any(isinstance(e, RunResumed) for e in events)  # woken to stop, not to go on
+
+
+def test_pause_events_survive_the_json_lines_a_child_process_sends():
+    for event in (RunPaused(step=7), RunResumed(step=7, paused_seconds=1.5)):
+        assert event_from_dict(json.loads(json.dumps(event_to_dict(event)))) == event
 
 
 def test_non_finite_loss_fails_and_keeps_last_good_checkpoint(tiny_config, recorder, monkeypatch):

@@ -7,7 +7,9 @@ import time
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit
 
-from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
+from core.engine.events import (
+    CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics,
+)
 
 
 def _metrics_text(metrics: dict) -> str:
@@ -60,6 +62,10 @@ class LogPanel(QPlainTextEdit):
                          f"{event.samples_per_second:,.0f} samples/s")
         elif isinstance(event, EvalMetrics):
             self.log(f"step {event.step:,} {event.split}: {_metrics_text(event.metrics)}")
+        elif isinstance(event, RunPaused):
+            self.log(f"paused at step {event.step:,}")
+        elif isinstance(event, RunResumed):
+            self.log(f"resumed at step {event.step:,} after {event.paused_seconds:.1f} s paused")
         elif isinstance(event, CheckpointSaved):
             self.log(f"checkpoint saved at step {event.step:,}: {event.path}")
         elif isinstance(event, RunEnded):

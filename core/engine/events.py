@@ -61,6 +61,21 @@ class CheckpointSaved:
 
 
 @dataclass(frozen=True)
+class RunPaused:
+    """The run has finished its step and is now waiting (sent when the pause takes effect, not when asked)."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class RunResumed:
+    """The run goes on after a pause; `paused_seconds` were left out of throughput and ETA."""
+
+    step: int
+    paused_seconds: float
+
+
+@dataclass(frozen=True)
 class RunEnded:
     status: str  # completed | stopped | failed
     message: str
@@ -76,7 +91,7 @@ class RunEnded:
     details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
 
 
-Event = RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunEnded
+Event = RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunPaused | RunResumed | RunEnded
 
 
 def event_to_dict(event: Event) -> dict:
@@ -84,7 +99,8 @@ def event_to_dict(event: Event) -> dict:
     return {"event": type(event).__name__, **dataclasses.asdict(event)}
 
 
-EVENT_TYPES = {cls.__name__: cls for cls in (RunStarted, StepMetrics, EvalMetrics, CheckpointSaved, RunEnded)}
+EVENT_TYPES = {cls.__name__: cls for cls in (RunStarted, StepMetrics, EvalMetrics, CheckpointSaved, RunPaused,
+                                              RunResumed, RunEnded)}
 
 
 def event_from_dict(data: dict) -> Event:

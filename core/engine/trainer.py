@@ -26,7 +26,7 @@ from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import RUN_NOTE_ENV, DistContext, StopAgreement, destroy_process_group, init_process_group
 from core.engine.evaluation import evaluate_split
-from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded
+from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunPaused, RunResumed
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_started, step_metrics
@@ -291,9 +291,13 @@ class Trainer:
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
     def _pause(self) -> None:
+        """Wait between steps while paused; listeners learn when the pause took effect and when it ended."""
         paused_at = time.perf_counter()
+        self._emit(RunPaused(step=self.step))
         self.control.wait_while_paused()
         self.clock.leave_out(paused_at)  # paused time is not training time
+        if not self.control.stop_requested:
+            self._emit(RunResumed(step=self.step, paused_seconds=time.perf_counter() - paused_at))
 
     def _end(self, status: str, message: str, details: str = "") -> RunEnded:
         ended = run_ended(self, status, message, details)

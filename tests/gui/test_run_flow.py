@@ -13,22 +13,7 @@ from gui_helpers import click, find, finish_run, loss_points, quick_run
 from PySide6.QtCore import QThread
 
 from core.engine.checkpoints import load_checkpoint
-
-
-def wait_until_quiet(qtbot, window, settle_ms: int = 300, timeout_ms: int = 10_000) -> int:
-    """Wait until no new loss points arrive for `settle_ms` (in-flight events drained); return the count."""
-    state = {"last": -1}
-
-    def quiet() -> bool:
-        count = loss_points(window)
-        if count == state["last"]:
-            return True
-        state["last"] = count
-        qtbot.wait(settle_ms)
-        return False
-
-    qtbot.waitUntil(quiet, timeout=timeout_ms)
-    return state["last"]
+from core.engine.events import RunPaused, RunResumed
 
 
 MODES = pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
@@ -59,15 +44,22 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
     assert window.statusBarWidget.dtypes.text() == "autocast float32 · params float32"
     assert window.statusBarWidget.scaler.text() == "GradScaler off"
 
+    events = []
+    window.controller.event.connect(events.append)
     click(qtbot, window, "pauseButton")
     assert find(window, "pauseButton").text() == "Resume"
-    paused_at = wait_until_quiet(qtbot, window)
-    qtbot.wait(800)  # a paused run must not report any new step
-    assert loss_points(window) == paused_at
+    qtbot.waitUntil(lambda: any(isinstance(e, RunPaused) for e in events), timeout=10_000)  # the pause took effect
+    paused = next(e for e in events if isinstance(e, RunPaused))
+    assert f"paused at step {paused.step:,}" in window.statusBarWidget.message.text().lower()
+    paused_points = loss_points(window)
 
     click(qtbot, window, "pauseButton")
     assert find(window, "pauseButton").text() == "Pause"
-    qtbot.waitUntil(lambda: loss_points(window) > paused_at + 2, timeout=20_000)
+    qtbot.waitUntil(lambda: any(isinstance(e, RunResumed) for e in events), timeout=10_000)
+    resumed = next(e for e in events if isinstance(e, RunResumed))
+    assert resumed.step == paused.step  # no step was taken while paused
+    assert resumed.paused_seconds > 0
+    qtbot.waitUntil(lambda: loss_points(window) > paused_points + 2, timeout=20_000)
 
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000) as stopped:
         click(qtbot, window, "stopButton")
