@@ -163,3 +163,18 @@ def test_every_run_config_field_has_an_editor(window):
         if name in ("task", "device", "precision"):
             continue  # task picker, devices panel, precision combo
         find(window, f"{camel(name)}Edit")
+
+
+def test_every_precision_list_is_the_one_in_core(window):
+    """The form, Compare precisions, the dtype inspector, the CLI flag and the sweep offer core's one list."""
+    from core.config import FIELD_SPECS
+    from core.lab.precision_sweep import requested_modes
+    from core.precision_modes import PRECISION_CHOICES, PRECISION_MODES
+
+    combo = find(window, "precisionCombo")
+    assert [combo.itemData(i) for i in range(combo.count())] == list(PRECISION_CHOICES)
+    assert list(window.show_compare().modeChecks) == list(PRECISION_MODES)
+    inspect = window.show_inspector().precisionCombo
+    assert [inspect.itemData(i) for i in range(inspect.count())] == list(PRECISION_MODES)
+    assert tuple(FIELD_SPECS["precision"].choices) == PRECISION_CHOICES
+    assert requested_modes(None) == list(PRECISION_MODES)
