@@ -145,8 +145,9 @@ def all_gather_bytes(payload: bytes, ctx: DistContext, device: torch.device) -> 
     """Every rank's `payload`, in rank order (small things, like each rank's RNG states)."""
     if not ctx.enabled:
         return [payload]
-    local = torch.tensor(list(payload), dtype=torch.uint8, device=device)
-    return [bytes(part.cpu().numpy()) for part in _gather_ragged(local, ctx)]
+    local = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)  # no per-byte Python list
+    host = torch.device("cpu")  # bytes are read from host memory, whatever the run's device
+    return [bytes(part.to(host).numpy()) for part in _gather_ragged(local, ctx)]
 
 
 def _gather_ragged(values: torch.Tensor, ctx: DistContext) -> list[torch.Tensor]:
