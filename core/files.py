@@ -5,6 +5,7 @@ A shared leaf of the engine (see docs/ARCHITECTURE.md): config, checkpoints and 
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -16,6 +17,8 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates 0600; a saved file gets the usual permissions (0666 less the umask), like open() gives.
+        os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
@@ -41,3 +44,30 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The JSON objects of a JSON-lines file, skipping a torn last line or any line that isn't a JSON object.
+
+    A run killed mid-write or a full disk can leave half a line at the end of metrics.jsonl; every reader of run
+    files goes through here so that such a file still reads. A missing file reads as no records.
+    """
+    records: list[dict] = []
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                try:
+                    record = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError):
+                    continue
+                if isinstance(record, dict):
+                    records.append(record)
+    except FileNotFoundError:
+        return []
+    return records
