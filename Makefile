@@ -15,8 +15,10 @@ run: install
 	$(BIN)/amp-console
 
 test: install
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not xvfb"
-	$(BIN)/lint-imports --config pyproject.toml
+	@echo "== the test suite: about 8 minutes on 2 idle cores, longer on a busy machine (the slowest are listed at the end)"
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not xvfb" --durations=8
+	@echo "== import layers (import-linter, contracts in pyproject.toml)"
+	$(BIN)/lint-imports
 	@if command -v xvfb-run >/dev/null 2>&1; then \
 	  echo "== smoke test in a real X window (xvfb-run, QT_QPA_PLATFORM=xcb)"; \
 	  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/python -m pytest -q -m xvfb tests/gui || [ $$? -eq 5 ]; \
@@ -36,8 +38,9 @@ install: sysdeps $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
+	@echo "== installing torch and the app into $(VENV) (a few minutes on a fresh machine)"
+	$(BIN)/pip install -q "$(TORCH_SPEC)" numpy
+	$(BIN)/pip show torch | sed -n 's/^Version: /torch==/p' > $(VENV)/constraints.txt
 	PIP_CONSTRAINT=$(VENV)/constraints.txt $(BIN)/pip install -q -e ".[test]"
 	@$(BIN)/python -c "import torch; print('installed: torch', torch.__version__)"
 	touch $(STAMP)
