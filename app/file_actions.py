@@ -15,6 +15,8 @@ from PySide6.QtWidgets import QFileDialog, QMenu
 from app import assets
 from app.assets import icon
 
+EXPORT_SUFFIXES = (".pt", ".safetensors", ".json")  # what export_checkpoint writes
+
 
 def _load_checkpoint_config(path: str) -> dict:
     from core.engine.checkpoints import load_checkpoint
@@ -151,16 +153,57 @@ class FileActions:
         if path:
             self.resume(path)
 
+    def _checkpoint_folder_hint(self) -> str:
+        """Where to look for a checkpoint before any run: the form's output folder if it exists, else ''."""
+        try:
+            folder = Path(self.window.setupPanel.config().out_dir).expanduser().resolve()
+        except Exception:  # noqa: BLE001 - an invalid form only loses the hint
+            return ""
+        for candidate in (folder, folder.parent):
+            if candidate.is_dir():
+                return str(candidate)
+        return ""
+
+    def export_default(self, source: str) -> tuple[str, Path | None]:
+        """The path the export dialog proposes for `source`: `<run folder>/export/model` (made if needed, so the
+        dialog opens there and not in the working directory), `model-2`, ... when earlier exports are there.
+        Returns (path, the folder if it was created here, to remove again when the user goes elsewhere)."""
+        run_folder = Path(source).expanduser().resolve().parent
+        folder = run_folder / "export"
+        created = None
+        if not folder.is_dir():
+            try:
+                folder.mkdir(parents=True)
+                created = folder
+            except OSError:  # a read-only run folder: propose the run folder itself
+                folder = run_folder
+        name, n = "model", 1
+        while any((folder / name).with_suffix(s).exists() for s in EXPORT_SUFFIXES):
+            n += 1
+            name = f"model-{n}"
+        return str(folder / name), created
+
     def _ask_export(self) -> None:
         source = self.window.last_checkpoint
         if not source or not Path(source).is_file():
-            source, _ = QFileDialog.getOpenFileName(self.window, "Checkpoint to export", "",
+            source, _ = QFileDialog.getOpenFileName(self.window, "Checkpoint to export",
+                                                    self._checkpoint_folder_hint(),
                                                     "Checkpoints (*.pt);;All files (*)")
             if not source:
                 return
-        default = str(Path(source).parent / "export" / "model")
+        default, created = self.export_default(source)
         destination, _ = QFileDialog.getSaveFileName(
-            self.window, "Export checkpoint (writes .pt, .safetensors and .json)", default,
-            "Model files (*.pt *.safetensors)")
+            self.window, f"Export {Path(source).name} of {Path(source).resolve().parent.name} "
+            "(writes .pt, .safetensors and .json)", default, "Model files (*.pt *.safetensors)")
+        chosen = None
         if destination:
-            self.export(source, str(Path(destination).with_suffix("")))
+            chosen = Path(destination)
+            if chosen.suffix in EXPORT_SUFFIXES:  # "model.pt" names the three files model.*
+                chosen = chosen.with_suffix("")
+        if created is not None and (chosen is None or chosen.resolve().parent != created):
+            try:
+                created.rmdir()  # the folder made for the dialog stays only if the export goes there
+            except OSError:
+                pass
+        if chosen is not None:
+            self.export(source, str(chosen))
