@@ -57,7 +57,12 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("log_interval", "optimizer steps between metric reports (the only host syncs)", 1, 1_000_000, step=1),
         FieldSpec("eval_interval", "optimizer steps between evaluations; 0 = at the end of each epoch", 0, 1_000_000_000, step=100),
         FieldSpec("checkpoint_interval", "optimizer steps between checkpoints; 0 = only at the end", 0, 1_000_000_000, step=100),
-        FieldSpec("threads", "CPU threads torch uses inside an op; 0 = torch's default", 0, 1024, step=1),
+        FieldSpec("checkpoint_minutes", "also checkpoint when this many minutes of wall time have passed since the "
+                                        "last one, so a crash or kill loses at most that much; 0 = off",
+                  0.0, 10_080.0, step=1.0),
+        FieldSpec("threads", "CPU threads torch uses inside an op; 0 = auto (1 for small models or a busy "
+                             "machine, else the free cores; the choice is reported when the run starts)",
+                  0, 1024, step=1),
         FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl"),
     )
 }
@@ -87,6 +92,7 @@ class RunConfig:
     log_interval: int = 10
     eval_interval: int = 0
     checkpoint_interval: int = 0
+    checkpoint_minutes: float = 10.0
     threads: int = 0
     out_dir: str = "runs/latest"
 

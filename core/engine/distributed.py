@@ -95,34 +95,46 @@ def broadcast_ints(values: list[int], ctx: DistContext, device: torch.device) ->
 
 
 class StopAgreement:
-    """Whether the run stops before this step. Under DDP every rank must stop at the same step, so they
-    agree: rank 0 broadcasts its stop flag and how many steps until the next agreement, chosen so agreements
-    come about every STOP_AGREE_SECONDS (and at least every log interval) whatever the log interval. A stop
-    lands within about that long even when logs are minutes apart, and fast steps don't sync every step."""
+    """Whether the run stops before this step, and whether a timed checkpoint is due. Under DDP every rank must
+    stop (and save) at the same step, so they agree: rank 0 broadcasts its stop flag, whether its checkpoint
+    clock says a save is due (`save_due`, a cheap time.monotonic check), and how many steps until the next
+    agreement, chosen so agreements come about every STOP_AGREE_SECONDS (and at least every log interval)
+    whatever the log interval. A stop lands within about that long even when logs are minutes apart, fast steps
+    don't sync every step, and the timed checkpoint needs no collective of its own.
 
-    def __init__(self, control, ctx: DistContext, device: torch.device, log_interval: int, first_step: int):
+    After each call `save` says whether the ranks agreed to write a checkpoint before this step."""
+
+    def __init__(self, control, ctx: DistContext, device: torch.device, log_interval: int, first_step: int,
+                 save_due=None):
         self.control = control  # the run's RunControl
         self.dist = ctx
         self.device = device
         self.log_interval = log_interval
+        self.save_due = save_due or (lambda: False)  # rank 0's checkpoint clock (the others' is not read)
+        self.save = False
         self._next = first_step  # the step of the next agreement
         self._last: tuple[float, int] | None = None  # (when, step) of the last one
 
     def __call__(self, step: int) -> bool:
         if not self.dist.enabled:
+            self.save = self.save_due()
             return self.control.stop_requested
+        self.save = False
         if step < self._next:
             return False
         now = time.perf_counter()
-        every = 1
-        if self.dist.is_main and self._last is not None:
-            at, last_step = self._last
-            if step > last_step:
-                seconds_per_step = max((now - at) / (step - last_step), 1e-9)
-                every = int(min(self.log_interval, max(1.0, STOP_AGREE_SECONDS / seconds_per_step)))
-        stop, every = broadcast_ints([int(self.control.stop_requested), every], self.dist, self.device)
+        every, save = 1, 0
+        if self.dist.is_main:
+            save = int(self.save_due())
+            if self._last is not None:
+                at, last_step = self._last
+                if step > last_step:
+                    seconds_per_step = max((now - at) / (step - last_step), 1e-9)
+                    every = int(min(self.log_interval, max(1.0, STOP_AGREE_SECONDS / seconds_per_step)))
+        stop, every, save = broadcast_ints([int(self.control.stop_requested), every, save], self.dist, self.device)
         self._last = (now, step)
         self._next = step + max(1, every)
+        self.save = bool(save) and not stop  # a stop writes its own checkpoint
         return bool(stop)
 
 

@@ -14,6 +14,7 @@ import os
 import time
 import traceback
 from pathlib import Path
+from time import monotonic
 
 import torch
 
@@ -72,6 +73,8 @@ class Trainer:
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self.saved_checkpoint: str | None = None
         self._last_eval_step = -1
+        self._saved_at = monotonic()  # when the latest checkpoint was written (or training started)
+        self._saved_step = -1
 
     # ----------------------------------------------------------------- phases
     def run(self) -> RunEnded:
@@ -149,7 +152,9 @@ class Trainer:
 
     def train(self) -> tuple[str, str]:
         """Optimizer steps until total_steps or a stop request. Returns (status, message)."""
-        stop = StopAgreement(self.control, self.dist, self.device, self.cfg.log_interval, self.step)
+        self._saved_at = monotonic()
+        stop = StopAgreement(self.control, self.dist, self.device, self.cfg.log_interval, self.step,
+                             save_due=self._checkpoint_time_due)
         self._sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         while self.step < self.total_steps:
             order = self.batches.order(self.epoch)
@@ -158,6 +163,10 @@ class Trainer:
                     self._pause()
                 if stop(self.step):
                     return "stopped", f"stopped at step {self.step}"
+                if stop.save and self._saved_step != self.step:  # checkpoint_minutes have passed
+                    side_work_started = time.perf_counter()
+                    self.save_checkpoint()
+                    self.clock.leave_out(side_work_started)
                 self._optimizer_step(order, index * self.cfg.grad_accum)
                 self.step += 1
                 self.clock.interval_steps += 1
@@ -214,6 +223,12 @@ class Trainer:
             self.save_checkpoint()
         self.clock.leave_out(side_work_started)  # throughput counts training time only
 
+    def _checkpoint_time_due(self) -> bool:
+        """Whether checkpoint_minutes of wall time have passed since the last checkpoint (a clock read, no sync;
+        under DDP rank 0's answer is shared at the ranks' next stop agreement)."""
+        minutes = self.cfg.checkpoint_minutes
+        return minutes > 0 and monotonic() - self._saved_at >= minutes * 60
+
     def _log(self) -> None:
         """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
         readout = self._sums.read(self.dist)  # syncs the device, once per log interval
@@ -242,9 +257,11 @@ class Trainer:
     def save_checkpoint(self) -> str | None:
         """Write checkpoint.pt atomically and emit CheckpointSaved (rank 0; every rank hands it its RNG states)."""
         rng = run_state.gather_rng(self.dist, self.device)
+        self._saved_step = self.step  # on every rank: they decide alike whether the step still needs a save
         if not self.dist.is_main:
             return None
         path = ckpt.save_checkpoint(self.checkpoint_path, run_state.capture(self, rng))
+        self._saved_at = monotonic()
         self.saved_checkpoint = str(path)
         self._emit(CheckpointSaved(step=self.step, path=str(path)))
         return str(path)
