@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import pickle
 import platform
 import random
+import re
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -51,16 +54,56 @@ def capture_rng() -> dict:
     return state
 
 
-def restore_rng(state: dict) -> None:
-    """Inverse of `capture_rng`."""
-    torch.set_rng_state(state["torch"])
+def restore_rng(state: dict) -> str | None:
+    """Inverse of `capture_rng`. A state that is not one (wrong keys, types, dtypes or lengths) is not
+    applied, and what is wrong with it is returned: the generators then keep their current state."""
+    problem = rng_problem(state)
+    if problem:
+        return problem
+    before = capture_rng()
+    try:
+        torch.set_rng_state(state["torch"])
+        npk = state["numpy"]
+        np.random.set_state(("MT19937", npk["keys"].numpy().astype(np.uint32), npk["pos"], npk["has_gauss"],
+                             npk["cached_gaussian"]))
+        keys, version, gauss = state["python"]
+        random.setstate((version, tuple(keys), gauss))
+        cuda = state.get("cuda")
+        if isinstance(cuda, list) and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+    except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
+        restore_rng(before)  # all or nothing
+        return f"rng: {_one_line(exc)}"
+    return None
+
+
+def rng_problem(state) -> str | None:
+    """What makes `state` not a `capture_rng` state, naming the key; None when it is one."""
+    if not isinstance(state, dict):
+        return f"rng is {_brief(state)}"
+    for key in ("torch", "numpy", "python"):
+        if key not in state:
+            return f"rng lacks {key!r}"
+    own = torch.get_rng_state()
+    value = state["torch"]
+    if not isinstance(value, torch.Tensor) or value.dtype != own.dtype or value.shape != own.shape:
+        return f"rng.torch is {_brief(value)}, not {_brief(own)}"
     npk = state["numpy"]
-    np.random.set_state(("MT19937", npk["keys"].numpy().astype(np.uint32), npk["pos"], npk["has_gauss"],
-                         npk["cached_gaussian"]))
-    keys, version, gauss = state["python"]
-    random.setstate((version, tuple(keys), gauss))
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if not isinstance(npk, dict) or set(npk) != {"keys", "pos", "has_gauss", "cached_gaussian"}:
+        return "rng.numpy should have keys, pos, has_gauss and cached_gaussian"
+    keys = npk["keys"]
+    if not isinstance(keys, torch.Tensor) or keys.dtype != torch.int64 or tuple(keys.shape) != (624,) \
+            or bool((keys < 0).any()) or bool((keys >= 2**32).any()):
+        return f"rng.numpy.keys is {_brief(keys)}, not 624 32-bit words"
+    if type(npk["pos"]) is not int or not 0 <= npk["pos"] <= 624 or npk["has_gauss"] not in (0, 1) \
+            or not _is_number(npk["cached_gaussian"]):
+        return "rng.numpy: pos, has_gauss or cached_gaussian out of range"
+    python = state["python"]
+    if not isinstance(python, (list, tuple)) or len(python) != 3 or not isinstance(python[0], (list, tuple)) \
+            or len(python[0]) != 625 or not all(type(k) is int and 0 <= k < 2**32 for k in python[0]) \
+            or type(python[1]) is not int or not (python[2] is None or isinstance(python[2], float)):
+        return "rng.python is not a random.getstate() state"
+    return None
 
 
 def library_versions() -> dict:
@@ -82,10 +125,12 @@ def save_checkpoint(path: Path, state: dict) -> Path:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint with weights_only=True; CheckpointError names what is wrong with the file."""
+    """Load a checkpoint with weights_only=True after checking its integrity (every zip member's CRC), then
+    check its structure and that its weights are finite; CheckpointError names what is wrong, in one line."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    check_integrity(path)
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickle protocols; the error below says more
             warnings.simplefilter("ignore")
@@ -99,13 +144,204 @@ def load_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): {_one_line(exc)}") from None
     if not isinstance(state, dict) or "format_version" not in state:
         raise CheckpointError(f"{path}: not an AMP Console checkpoint (no format_version)")
-    if state["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {state['format_version']} is not supported "
+    if state["format_version"] != FORMAT_VERSION or type(state["format_version"]) is not int:
+        raise CheckpointError(f"{path}: checkpoint format {_brief(state['format_version'])} is not supported "
                               f"(this version reads {FORMAT_VERSION})")
     missing = [k for k in REQUIRED_KEYS if k not in state]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
+    check_structure(state, str(path))
+    check_finite(state, str(path))
     return state
+
+
+def check_integrity(path: Path) -> None:
+    """A PyTorch checkpoint is a zip archive of uncompressed members, each with a CRC-32: read every member
+    through once (about as long as torch.load itself takes) so that a flipped bit anywhere in the data is
+    a CheckpointError rather than a weight of -3e37. Anything that is not such an archive is refused here,
+    before any unpickling."""
+    with open(path, "rb") as file:
+        head = file.read(4)
+        if not head:
+            raise CheckpointError(f"{path}: not a checkpoint file (the file is empty)")
+        if head != b"PK\x03\x04":
+            raise CheckpointError(f"{path}: not a checkpoint file ({_what_it_is(head + file.read(60))})")
+        try:
+            archive = zipfile.ZipFile(file)
+        except zipfile.BadZipFile:
+            raise CheckpointError(f"{path}: checkpoint is corrupted (truncated: the zip directory at its end is "
+                                  f"missing); it cannot be trusted") from None
+        except Exception as exc:  # a damaged directory: zipfile raises ValueError, OSError, EOFError...
+            raise _corrupted(path, exc) from None
+        with archive:
+            members = archive.infolist()
+            if not any(m.filename.endswith("/data.pkl") and m.filename.count("/") == 1 for m in members):
+                raise CheckpointError(f"{path}: not a checkpoint file (a zip archive, but not a PyTorch file: "
+                                      f"it has no data.pkl)")
+            for member in members:
+                if member.compress_type != zipfile.ZIP_STORED:
+                    raise CheckpointError(f"{path}: not a checkpoint file ({_member(member.filename)} is "
+                                          f"compressed; PyTorch stores its members as they are)")
+                try:
+                    with archive.open(member) as data:
+                        while data.read(_CHUNK):
+                            pass
+                except Exception as exc:  # BadZipFile (CRC, headers), EOFError, RuntimeError ("encrypted")...
+                    raise _corrupted(path, exc) from None
+
+
+_CHUNK = 1 << 22
+
+
+def _corrupted(path: Path, exc: BaseException) -> CheckpointError:
+    text = _one_line(exc)
+    crc = re.fullmatch(r"Bad CRC-32 for file '(.+)'", text)
+    detail = f"CRC mismatch in {_member(crc.group(1))}" if crc else f"damaged zip structure: {text}"
+    return CheckpointError(f"{path}: checkpoint is corrupted ({detail}); it cannot be trusted")
+
+
+def _member(name: str) -> str:
+    """'archive/data/12' -> 'data/12' (the archive's top folder is named after whatever torch.save was given)."""
+    return name.split("/", 1)[-1]
+
+
+def _what_it_is(head: bytes) -> str:
+    if head.startswith(b"\x80"):
+        return "a bare pickle, not a PyTorch zip archive; it is not unpickled"
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary data, not a PyTorch zip archive"
+    first = text.splitlines()[0][:24] if text.strip() else ""
+    return f"a text file starting {first!r}, not a PyTorch zip archive" if first else "not a PyTorch zip archive"
+
+
+def check_structure(state: dict, source: str) -> None:
+    """What the engine reads from a loaded checkpoint has the types it expects: a CheckpointError names the
+    first key that does not (a list for the model, a negative step, a config of unknown settings...). RNG
+    states are checked when they are restored (see core.engine.run_state), where a bad one is skipped."""
+
+    def bad(key: str, expected: str, value) -> CheckpointError:
+        return CheckpointError(f"{source}: bad checkpoint: {key} should be {expected}, not {_brief(value)}")
+
+    if not isinstance(state["task"], str):
+        raise bad("task", "a task name", state["task"])
+    model = state["model"]
+    if not isinstance(model, dict) or not model:
+        raise bad("model", "a dict of tensors (parameter name -> tensor)", model)
+    for name, value in model.items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            raise bad(f"model[{name!r}]", "a tensor", value)
+    _check_optimizer(state["optimizer"], bad)
+    if state["scheduler"] is not None and not isinstance(state["scheduler"], dict):
+        raise bad("scheduler", "a dict (or None)", state["scheduler"])
+    scaler = state["scaler"]
+    if not isinstance(scaler, dict):
+        raise bad("scaler", "a dict", scaler)
+    for key, value in scaler.items():
+        if not _is_number(value) or not math.isfinite(value) or value < 0 or (key == "scale" and value == 0):
+            raise bad(f"scaler.{key}", "a finite number > 0", value)
+    for key in ("step", "epoch", "skipped_steps"):
+        value = state.get(key, 0)
+        if type(value) is not int or value < 0:
+            raise bad(key, "an integer >= 0", value)
+    for key in ("metrics", "versions", "rng"):
+        if not isinstance(state[key], dict):
+            raise bad(key, "a dict", state[key])
+    for key, value in state["metrics"].items():
+        if not isinstance(key, str) or not (value is None or _is_number(value)):
+            raise bad(f"metrics[{key!r}]", "a number", value)
+    for key in ("data_info", "vocabulary", "precision", "data_order"):
+        if state.get(key) is not None and not isinstance(state[key], dict):
+            raise bad(key, "a dict", state[key])
+    for name, ids in (state.get("vocabulary") or {}).items():
+        if not isinstance(ids, (torch.Tensor, list)) or (isinstance(ids, torch.Tensor) and ids.ndim != 1):
+            raise bad(f"vocabulary[{name!r}]", "a list of ids", ids)
+    _check_config(state, source, bad)
+
+
+def _check_optimizer(optimizer, bad) -> None:
+    if not isinstance(optimizer, dict) or not isinstance(optimizer.get("param_groups"), list) \
+            or not isinstance(optimizer.get("state"), dict):
+        raise bad("optimizer", "a dict of 'state' and 'param_groups'", optimizer)
+    ids = []
+    for number, group in enumerate(optimizer["param_groups"]):
+        if not isinstance(group, dict) or not isinstance(group.get("params"), list) \
+                or not all(type(i) is int for i in group["params"]):
+            raise bad(f"optimizer.param_groups[{number}]", "a dict with a list of parameter numbers", group)
+        for key, value in group.items():
+            if key == "lr" and isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = value.item()
+            if _is_number(value) and not math.isfinite(value) or key == "lr" and not _is_number(value):
+                raise bad(f"optimizer.param_groups[{number}].{key}", "a finite number", value)
+        ids.extend(group["params"])
+    if len(set(ids)) != len(ids):
+        raise bad("optimizer.param_groups", "groups of distinct parameters", "a parameter in two groups")
+    for index, entry in optimizer["state"].items():
+        if index not in ids:
+            raise bad(f"optimizer.state[{index!r}]", "the state of a parameter in param_groups", "an unknown one")
+        if not isinstance(entry, dict) or not all(v is None or isinstance(v, torch.Tensor) or _is_number(v)
+                                                  for v in entry.values()):
+            raise bad(f"optimizer.state[{index}]", "a dict of tensors", entry)
+
+
+def _check_config(state: dict, source: str, bad) -> None:
+    from core.config import RunConfig
+    from core.errors import ConfigError
+    from core.tasks import get_task_class
+
+    config = state["config"]
+    if not isinstance(config, dict):
+        raise bad("config", "a dict of settings", config)
+    try:
+        RunConfig.from_dict(config, source="the checkpoint")
+        get_task_class(config.get("task", state["task"]))
+    except ConfigError as exc:
+        raise CheckpointError(f"{source}: bad checkpoint: config.{exc}") from None
+    except (TypeError, ValueError) as exc:  # a non-string key, a value RunConfig cannot take
+        raise CheckpointError(f"{source}: bad checkpoint: config: {_one_line(exc)}") from None
+    if config.get("task", state["task"]) != state["task"]:
+        raise bad("config.task", f"the checkpoint's task {state['task']!r}", config["task"])
+
+
+def check_finite(state: dict, source: str) -> None:
+    """Refuse NaN/inf weights or optimizer state: resuming them can only fail (with advice to lower the
+    learning rate that would be wrong). Names the first bad tensor and how many of its values are bad."""
+    for name, tensor in state["model"].items():
+        bad = _non_finite(tensor)
+        if bad:
+            raise CheckpointError(f"{source}: weights are not finite ({name} has {bad} NaN/inf values); "
+                                  f"the checkpoint cannot be resumed")
+    for index, entry in state["optimizer"]["state"].items():
+        for key, value in entry.items():
+            bad = _non_finite(value) if isinstance(value, torch.Tensor) else int(value is not None and not math.isfinite(value))
+            if bad:
+                raise CheckpointError(f"{source}: optimizer state is not finite (state[{index}].{key} has {bad} "
+                                      f"NaN/inf values); the checkpoint cannot be resumed")
+
+
+def _non_finite(tensor: torch.Tensor) -> int:
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return 0
+    finite = torch.isfinite(tensor)
+    return 0 if bool(finite.all()) else int(finite.numel() - finite.sum())
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _brief(value) -> str:
+    """A short description of a value for an error message: its type, and the value when it is short."""
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
+    kind = type(value).__name__
+    text = repr(value)
+    if isinstance(value, (int, float, bool, str)) and len(text) <= 40:
+        return f"{kind} {text}"
+    if isinstance(value, (list, tuple, dict)):
+        return f"a {kind} of {len(value)}"
+    return f"a {kind}"
 
 
 def load_model_state(model: torch.nn.Module, state_dict: dict, source: str) -> None:

@@ -74,6 +74,37 @@ def regroup_one_group_state(optimizer_state: dict, scheduler_state: dict | None,
     return {"state": state, "param_groups": new_groups}, scheduler_state
 
 
+# State entries each optimizer reads without a default once a parameter has state (SGD reads its momentum
+# buffer with .get): a checkpoint's entry without them would fail at the first step.
+REQUIRED_STATE = {"sgd": (), "adam": ("step", "exp_avg", "exp_avg_sq"), "adamw": ("step", "exp_avg", "exp_avg_sq")}
+
+
+def state_misfit(optimizer_state: dict, optimizer: torch.optim.Optimizer, kind: str,
+                 names: dict[int, str]) -> str | None:
+    """Why `optimizer_state` (already in `optimizer`'s groups) cannot drive `optimizer` (of `kind`), or None:
+    an entry lacking what `kind` reads, or a tensor whose shape is not its parameter's. `names`: id(param) ->
+    parameter name, for the message."""
+    saved = [i for group in optimizer_state["param_groups"] for i in group["params"]]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    by_id = dict(zip(saved, params))
+    for index, entry in optimizer_state["state"].items():
+        param = by_id[index]
+        name = names.get(id(param), f"parameter {index}")
+        for key in REQUIRED_STATE.get(kind, ()):
+            if entry and key not in entry:
+                return f"the state of {name} lacks {key!r}, which {kind} needs"
+        for key, value in entry.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            if key == "step":
+                if value.numel() != 1:
+                    return f"the state of {name}: step has {value.numel()} values, not one"
+            elif tuple(value.shape) != tuple(param.shape):
+                return (f"the state of {name}: {key} has shape {tuple(value.shape)}, the parameter "
+                        f"{tuple(param.shape)}")
+    return None
+
+
 def cosine_with_warmup(warmup_steps: int, total_steps: int):
     """LR multiplier: linear warm-up from ~0 to 1, then cosine decay to 0 at `total_steps`."""
 

@@ -13,6 +13,7 @@ rank's RNG states are saved (`rng_per_rank`), so a DDP resume continues every ra
 from __future__ import annotations
 
 import io
+import math
 import random
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 
 from core.engine import checkpoints as ckpt
 from core.engine.distributed import DistContext, all_gather_bytes
-from core.engine.optimizers import regroup_one_group_state
+from core.engine.optimizers import regroup_one_group_state, state_misfit
 from core.errors import CheckpointError
 
 
@@ -72,26 +73,126 @@ def capture(trainer, rng: list[dict]) -> dict:
 
 
 def restore(trainer, state: dict, source: str) -> None:
-    """Load `state` into a set-up Trainer (strict model keys); CheckpointError names what does not fit.
-    What a user should know (another precision mode, another process count) goes to `trainer.notes`."""
+    """Load `state` (from checkpoints.load_checkpoint, so its structure is checked) into a set-up Trainer
+    (strict model keys); CheckpointError names what does not fit. What a user should know (another
+    optimizer, precision mode or process count, an unusable RNG state) goes to `trainer.notes`."""
     check_vocabulary(state.get("vocabulary") or {}, trainer.data.vocabulary, source)  # before shapes: clearer
     ckpt.load_model_state(trainer.raw_model, state["model"], source)
-    optimizer_state, scheduler_state = regroup_one_group_state(state["optimizer"], state["scheduler"],
-                                                               trainer.raw_model, trainer.optimizer)
-    try:
-        trainer.optimizer.load_state_dict(optimizer_state)
-        if trainer.scheduler is not None and scheduler_state is not None:
-            trainer.scheduler.load_state_dict(scheduler_state)
-        if trainer.scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; see precision_notes otherwise
+    trainer.notes.extend(restore_optimizer(trainer, state, source))
+    if trainer.scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; see precision_notes otherwise
+        try:
             trainer.scaler.load_state_dict(state["scaler"])
-    except (ValueError, KeyError, RuntimeError) as exc:
-        raise CheckpointError(f"{source}: optimizer/scheduler state does not fit this run: {exc}") from None
+        except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+            raise CheckpointError(f"{source}: the GradScaler state does not fit this run: {exc}") from None
     trainer.notes.extend(precision_notes(state, trainer.plan.mode, trainer.scaler))
     trainer.step = int(state["step"])
     trainer.epoch = int(state["epoch"])
     trainer.skipped_steps = int(state.get("skipped_steps", 0))
     trainer.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
     trainer.notes.extend(restore_rng(state, trainer.dist))
+
+
+FRESH_STATE = "its state starts fresh; weights, step, schedule and RNG are resumed"
+
+
+def restore_optimizer(trainer, state: dict, source: str) -> list[str]:
+    """The checkpoint's optimizer and scheduler state into the trainer's. Another optimizer than the
+    checkpoint's (sgd <-> adam/adamw), or parameter groups of other sizes, start a fresh optimizer state
+    with a note (the schedule is still resumed); state that does not fit the model is a CheckpointError."""
+    saved_kind, kind = state["config"].get("optimizer"), trainer.cfg.optimizer
+    optimizer_state, scheduler_state = regroup_one_group_state(state["optimizer"], state["scheduler"],
+                                                               trainer.raw_model, trainer.optimizer)
+    saved_sizes = [len(group["params"]) for group in optimizer_state["param_groups"]]
+    sizes = [len(group["params"]) for group in trainer.optimizer.param_groups]
+    if saved_kind is not None and saved_kind != kind:
+        notes = [f"optimizer changed from {saved_kind} to {kind}: {FRESH_STATE}"]
+    elif saved_sizes != sizes:
+        notes = [f"the optimizer's parameter groups changed ({_sizes(saved_sizes)} saved, {_sizes(sizes)} now): "
+                 f"{FRESH_STATE}"]
+    else:
+        names = {id(p): n for n, p in trainer.raw_model.named_parameters()}
+        misfit = state_misfit(optimizer_state, trainer.optimizer, kind, names)
+        if misfit:
+            raise CheckpointError(f"{source}: the optimizer state does not fit this model: {misfit}")
+        try:
+            trainer.optimizer.load_state_dict(optimizer_state)
+        except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+            raise CheckpointError(f"{source}: optimizer state does not fit this run: {exc}") from None
+        lacking = [key for key in trainer.optimizer.defaults
+                   if any(key not in group for group in trainer.optimizer.param_groups)]
+        if lacking:
+            raise CheckpointError(f"{source}: the optimizer state does not fit this run: its parameter groups "
+                                  f"lack {lacking[0]!r}, which {kind} needs")
+        notes = []
+    fresh_optimizer = bool(notes)
+    if trainer.scheduler is not None and scheduler_state is not None:
+        restore_scheduler(trainer, scheduler_state, state["config"].get("schedule"), source)
+        if fresh_optimizer:  # the fresh groups start at the schedule's first LR: continue at the saved step's
+            for group, lr in zip(trainer.optimizer.param_groups, trainer.scheduler.get_last_lr()):
+                group["lr"] = lr
+    return notes
+
+
+def restore_scheduler(trainer, saved: dict, saved_schedule, source: str) -> None:
+    """Load a scheduler state that has the fresh scheduler's keys and value types (per-group lists of one
+    value are spread over this run's groups); CheckpointError names the first key that does not fit."""
+    scheduler = trainer.scheduler
+    fresh = scheduler.state_dict()
+    groups = len(trainer.optimizer.param_groups)
+    schedule = trainer.cfg.schedule
+    other = f" (the checkpoint's schedule is {saved_schedule}, this run's {schedule})" \
+        if saved_schedule and saved_schedule != schedule else ""
+    fitted = dict(saved)
+    for key, value in saved.items():
+        if not isinstance(key, str) or _is_behaviour(getattr(type(scheduler), key, None)):
+            raise CheckpointError(f"{source}: bad checkpoint: scheduler has an entry {key!r} that is not state")
+    for key, reference in fresh.items():
+        if key not in saved:
+            raise CheckpointError(f"{source}: the learning-rate schedule's state does not fit this run: "
+                                  f"it lacks {key!r}{other}")
+        value = saved[key]
+        if isinstance(reference, list) and len(reference) == groups and isinstance(value, list) \
+                and len(value) != groups and len(set(map(repr, value))) == 1:
+            value = fitted[key] = value[:1] * groups  # one value for every group
+        problem = _misfit(value, reference)
+        if problem:
+            raise CheckpointError(f"{source}: the learning-rate schedule's state does not fit this run: "
+                                  f"scheduler.{key} {problem}{other}")
+    scheduler.load_state_dict(fitted)
+
+
+def _is_behaviour(attribute) -> bool:
+    """A method or property of the scheduler's class, which a state entry of that name would replace."""
+    return callable(attribute) or isinstance(attribute, (property, staticmethod, classmethod))
+
+
+def _misfit(value, reference) -> str | None:
+    """Why `value` cannot stand where `reference` (a fresh scheduler's state entry) does, or None."""
+    number = (int, float)
+    if isinstance(reference, bool) or reference is None or isinstance(reference, str):
+        ok = isinstance(value, bool) if isinstance(reference, bool) else \
+            (value is None if reference is None else value == reference)
+        return None if ok else f"should be {reference!r}, not {value!r}"[:120]
+    if isinstance(reference, number):
+        if not isinstance(value, number) or isinstance(value, bool) or not math.isfinite(value):
+            return f"should be a finite number, not {type(value).__name__} {value!r}"[:120]
+        if isinstance(reference, int) and not isinstance(value, int):
+            return f"should be an integer, not {value!r}"
+        return None
+    if isinstance(reference, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or len(value) != len(reference):
+            return f"should be a list of {len(reference)}, not {type(value).__name__} of " \
+                   f"{len(value) if isinstance(value, (list, tuple, dict)) else 1}"
+        return next((f"[{i}] {p}" for i, p in enumerate(map(_misfit, value, reference)) if p), None)
+    if isinstance(reference, dict):
+        if not isinstance(value, dict) or set(value) != set(reference):
+            return f"should have the keys {sorted(reference)}"
+        return next((f"[{k!r}] {p}" for k in reference if (p := _misfit(value[k], reference[k]))), None)
+    return None
+
+
+def _sizes(sizes: list[int]) -> str:
+    return f"{len(sizes)} group{'s' if len(sizes) != 1 else ''} of {'+'.join(map(str, sizes))}"
 
 
 def _a(mode: str) -> str:
@@ -117,17 +218,23 @@ def restore_rng(state: dict, dist: DistContext) -> list[str]:
     """Continue this rank's RNG streams from the checkpoint. On another number of processes than the
     checkpoint's, the ranks it has states for continue theirs and the others keep their fresh `seed + rank`
     streams (and a note says so)."""
-    states = state.get("rng_per_rank") or [state["rng"]]
+    states = state.get("rng_per_rank")
+    if not isinstance(states, list) or not states:
+        states = [state["rng"]]
+    notes = []
     if dist.rank < len(states):
-        ckpt.restore_rng(states[dist.rank])
+        problem = ckpt.restore_rng(states[dist.rank])
+        if problem:
+            notes.append(f"the checkpoint's random state is not usable ({problem}): the random streams "
+                         f"(dropout, sampling) start fresh from seed + rank")
     saved, now = len(states), dist.world_size
     if saved == now:
-        return []
+        return notes
     runs = f"resumed a checkpoint of {saved} process{'es' if saved > 1 else ''} on {now}"
     if saved > now:
-        return [f"{runs}: the random streams (dropout, sampling) of {_ranks(now, saved - 1)} are not used"]
+        return notes + [f"{runs}: the random streams (dropout, sampling) of {_ranks(now, saved - 1)} are not used"]
     fresh = _ranks(saved, now - 1)
-    return [f"{runs}: fresh random streams (dropout, sampling) are seeded for {fresh} from seed + rank"]
+    return notes + [f"{runs}: fresh random streams (dropout, sampling) are seeded for {fresh} from seed + rank"]
 
 
 def _ranks(first: int, last: int) -> str:
