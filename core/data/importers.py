@@ -4,13 +4,20 @@ Every reader here is columnar: the happy path never loops over rows in Python. T
 work (finding the first bad value, the byte that is not UTF-8) only runs once a read has already failed,
 so a bad file costs a second pass but a good one never does.
 
-Line numbers assume one record per line (line 1 is the header, data row i is line i + 2); a quoted field
-holding a newline shifts them, which the messages say by calling them "line N (record N-1)".
+Line numbers are the lines a user sees in the file (blank lines and quoted fields holding newlines are
+counted, on the error path only). Messages never echo file content beyond the header's column names (and
+those only when line 1 looks like a header, truncated) and the one bad value, truncated; a link is named by
+the real path it points to; anything that is not a regular file (a named pipe, a device) is refused
+without being opened.
 """
 
 from __future__ import annotations
 
+import csv
+import os
 import re
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +31,9 @@ import torch
 from core.errors import DataError
 
 SUFFIXES = (".csv", ".parquet", ".pq")
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # models train in float32: a larger feature is an inf there
+MAX_SHOWN = 80  # characters of file content (header names, one bad value) an error message may show
+_HEADER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .()#%+-]{0,39}$")
 
 
 @dataclass(frozen=True)
@@ -39,21 +49,51 @@ class Column:
     kind: str
     required: bool = True
     choices: tuple[str, ...] | None = None  # for "label": allowed values (compared lower-cased, trimmed)
+    minimum: float | None = None  # for "int" / "float": smallest allowed value
+    why: str = ""  # said after a value below `minimum`, e.g. what the values mean
 
 
 def data_files(path: str | Path) -> list[Path]:
-    """The CSV/Parquet files at `path`: the file itself, or the sorted data files of a folder."""
+    """The CSV/Parquet files at `path`: the file itself, or the sorted data files of a folder. A link is
+    followed and its target named; anything but a regular file (FIFO, device, socket) is refused unopened."""
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise DataError(f"{path}: a link to {os.readlink(path)}, which does not exist")
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
+        folder = _real(path)
+        files = sorted(_real(p) for p in folder.iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
         if not files:
-            raise DataError(f"{path}: folder holds no .csv or .parquet files")
+            raise DataError(f"{folder}: folder holds no .csv or .parquet files")
         return files
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
+    file = _real(path)
+    kind = _not_regular(file)
+    if kind:
+        raise DataError(f"{file}: {kind}, not a regular file; use a .csv or .parquet file or a folder of them")
     if path.suffix.lower() not in SUFFIXES:
-        raise DataError(f"{path}: unsupported file type {path.suffix or '(none)'}; use .csv or .parquet")
-    return [path]
+        raise DataError(f"{file}: unsupported file type {path.suffix or '(none)'}; use .csv or .parquet")
+    return [file]
+
+
+def _real(path: Path) -> Path:
+    """The path a link points to (errors name the file that is really read); other paths unchanged."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _not_regular(path: Path) -> str | None:
+    """What `path` is when it is not a regular file ("a named pipe (FIFO)", "a device", ...), from its
+    status alone: opening a FIFO would wait for a writer forever."""
+    mode = path.stat().st_mode
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
 
 
 def read_table(path: str | Path, columns: list[Column], prefix_columns: str | None = None) -> pa.Table:
@@ -63,27 +103,37 @@ def read_table(path: str | Path, columns: list[Column], prefix_columns: str | No
     Raises DataError naming the file and the line or column for: empty files, missing columns,
     values of the wrong type, text that is not UTF-8.
     """
-    tables = [_read_one(file, columns, prefix_columns) for file in data_files(path)]
+    files = data_files(path)
+    tables = [_read_one(file, columns, prefix_columns) for file in files]
     if len(tables) == 1:
         return tables[0]
     first = tables[0].schema
-    for file, table in zip(data_files(path), tables):
+    for file, table in zip(files, tables):
         if table.schema.names != first.names:
             raise DataError(f"{file}: columns {table.schema.names} differ from the folder's first file {first.names}")
     return pa.concat_tables([t.cast(first) for t in tables])
 
 
 def _read_one(file: Path, columns: list[Column], prefix: str | None) -> pa.Table:
+    kind = _not_regular(file)  # a folder's entry may have changed since it was listed
+    if kind:
+        raise DataError(f"{file}: {kind}, not a regular file")
     if file.stat().st_size == 0:
         raise DataError(f"{file}: empty file (line 1: no header)")
     if file.suffix.lower() in (".parquet", ".pq"):
         table = _read_parquet(file)
     else:  # ids stay the text they are in the file: "007" and "7" are two lessons, and map back as written
+        _refuse_binary(file)
         table = _read_csv(file, text_columns=[c.name for c in columns if c.kind == "id"])
     names = table.schema.names
+    used = {c.name for c in columns} | {n for n in names if prefix and _is_prefixed(n, prefix)}
+    for name in dict.fromkeys(names):
+        if name in used and (count := names.count(name)) > 1:
+            where = "line 1: " if file.suffix.lower() == ".csv" else ""
+            raise DataError(f"{file}: {where}column {name!r} appears {count} times; column names must be unique")
     for col in columns:
         if col.required and col.name not in names:
-            raise DataError(f"{file}: line 1: missing column {col.name!r} (found: {', '.join(names)})")
+            raise DataError(f"{file}: line 1: missing column {col.name!r} ({_found_columns(names)})")
     if table.num_rows == 0:
         raise DataError(f"{file}: empty file (a header at line 1 but no data rows)")
     wanted = [c for c in columns if c.name in names]
@@ -91,6 +141,35 @@ def _read_one(file: Path, columns: list[Column], prefix: str | None) -> pa.Table
     out = {c.name: _convert(file, c, table.column(c.name)) for c in wanted}
     out.update({n: _convert(file, Column(n, "float"), table.column(n)) for n in extra})
     return pa.table(out)
+
+
+def _found_columns(names: list[str]) -> str:
+    """What line 1 holds, for a missing-column message: its names when they look like a header (truncated),
+    a hint when they look like a header cut by another separator, else nothing of the file's content."""
+    if len(names) > 1 and all(_HEADER_NAME.match(n) for n in names):  # one "name" is as likely a secret
+        return "found: " + _shorten(", ".join(names))
+    if len(names) == 1:
+        for sep, called in ((";", "';'"), ("\t", "tabs"), ("|", "'|'")):
+            parts = names[0].split(sep)
+            if len(parts) > 1 and all(_HEADER_NAME.match(p.strip()) for p in parts):
+                return f"line 1 seems separated by {called}: separate columns with commas"
+    return "line 1 does not look like a header of column names"
+
+
+def _shorten(text: str, limit: int = MAX_SHOWN) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _refuse_binary(file: Path) -> None:
+    """DataError when the start of a CSV file holds NUL bytes: binary data or UTF-16 text, not UTF-8 CSV."""
+    with open(file, "rb") as handle:
+        head = handle.read(1 << 16)
+    at = head.find(b"\0")
+    if at >= 0:
+        before = head[:at]
+        line, column = before.count(b"\n") + 1, at - (before.rfind(b"\n") + 1) + 1
+        raise DataError(f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
+                        "UTF-16 text, not a UTF-8 CSV file")
 
 
 def _is_prefixed(name: str, prefix: str) -> bool:
@@ -111,20 +190,73 @@ def _read_csv(file: Path, text_columns: list[str] = ()) -> pa.Table:
             raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8") from None
         if "Empty CSV file" in text:
             raise DataError(f"{file}: empty file (line 1: no header)") from None
-        row = re.search(r"Row #(\d+)", text)
-        where = f"line {int(row.group(1))}: " if row else ""
-        raise DataError(f"{file}: {where}cannot parse CSV: {text.splitlines()[0]}") from None
+        raise DataError(f"{file}: {_csv_parse_problem(file, text)}") from None
     if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
         # pyarrow reads a column holding invalid UTF-8 as bytes rather than failing: report the first bad byte.
         raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8")
     return table
 
 
+def _csv_parse_problem(file: Path, text: str) -> str:
+    """Where and why a CSV file does not parse (error path only), without echoing the offending row."""
+    counts = re.search(r"Expected (\d+) columns, got (\d+)", text)
+    if counts:
+        first: list = []
+
+        def keep_first(row):
+            first.append(row)
+            return "error"
+
+        try:
+            pacsv.read_csv(file, read_options=pacsv.ReadOptions(use_threads=False),
+                           parse_options=pacsv.ParseOptions(invalid_row_handler=keep_first))
+        except (pa.ArrowInvalid, OSError):
+            pass
+        where = f"line {csv_line(file, first[0].number - 2)}: " if first and first[0].number else ""
+        expected, got = counts.groups()
+        return (f"{where}cannot parse CSV: {got} fields where the header has {expected} "
+                "(a field holding a comma or a quote must be quoted)")
+    reason = text.splitlines()[0].removeprefix("CSV parse error: ").split(":")[0]
+    return f"cannot parse CSV: {_shorten(reason, 60)}"
+
+
+def csv_line(file: Path, index: int) -> int:
+    """The 1-based line of the file where data row `index` (0-based, the header not counted) starts, counting
+    blank lines and quoted fields that hold newlines as a user's editor does. Error path only: reads the
+    file row by row; falls back to index + 2 if the file cannot be read as CSV text."""
+    limit = csv.field_size_limit()
+    try:
+        csv.field_size_limit(sys.maxsize)
+        with open(file, encoding="utf-8", errors="replace", newline="") as handle:
+            reader, record, end = csv.reader(handle), -1, 0
+            for row in reader:
+                start, end = end + 1, reader.line_num
+                if not row:  # a blank line: pyarrow skips it too
+                    continue
+                if record == index:
+                    return start
+                record += 1
+    except (csv.Error, OSError, ValueError):
+        pass
+    finally:
+        csv.field_size_limit(limit)
+    return index + 2
+
+
 def _read_parquet(file: Path) -> pa.Table:
     try:
         return pq.read_table(file)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise DataError(f"{file}: not a readable Parquet file: {exc}") from None
+        try:
+            names = pq.read_schema(file).names
+        except (pa.ArrowInvalid, OSError):
+            names = []
+        for name in dict.fromkeys(names):
+            if names.count(name) > 1:
+                raise DataError(f"{file}: column {name!r} appears {names.count(name)} times; "
+                                "column names must be unique") from None
+        reason = _shorten((str(exc).splitlines() or [""])[0], 120)
+        raise DataError(f"{file}: not a readable Parquet file: {reason}") from None
 
 
 def _utf8_error_position(file: Path) -> str:
@@ -154,10 +286,33 @@ def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, s
     return index, str(values[index].as_py())
 
 
+def _place(file: Path, col: Column, index: int) -> str:
+    """'line L, column 'c'' for a CSV file (the line a user sees), 'row R, column 'c'' for Parquet."""
+    if file.suffix.lower() == ".csv":
+        return f"line {csv_line(file, index)}, column {col.name!r}"
+    return f"row {index + 1}, column {col.name!r}"
+
+
 def _fail_value(file: Path, col: Column, index: int, value: str, expected: str) -> DataError:
-    line = index + 2 if file.suffix.lower() == ".csv" else None
-    where = f"line {line}, column {col.name!r}" if line else f"row {index + 1}, column {col.name!r}"
-    return DataError(f"{file}: {where}: {value!r} is not {expected}")
+    return DataError(f"{file}: {_place(file, col, index)}: {_shorten(value, 40)!r} is not {expected}")
+
+
+def _missing_value(file: Path, col: Column, index: int) -> DataError:
+    """The first null of a column: an empty field, or a marker pyarrow reads as missing ('NA', 'nan', 'null')."""
+    raw = ""
+    if file.suffix.lower() == ".csv":  # error path: read the column again as the text the file holds
+        try:
+            column = pacsv.read_csv(file, convert_options=pacsv.ConvertOptions(
+                include_columns=[col.name], column_types={col.name: pa.string()}, null_values=[],
+                strings_can_be_null=False, quoted_strings_can_be_null=False)).column(0)
+            raw = str(column[index].as_py() or "")
+        except (pa.ArrowInvalid, OSError, IndexError, KeyError):
+            raw = ""
+    if raw.strip():
+        return DataError(f"{file}: {_place(file, col, index)}: {_shorten(raw, 40)!r} marks a missing value; "
+                         "a value is needed")
+    what = "the field is empty" if file.suffix.lower() == ".csv" else "the value is missing (null)"
+    return DataError(f"{file}: {_place(file, col, index)}: {what}; a value is needed")
 
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
@@ -168,10 +323,13 @@ def _convert(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArra
     kind, t = col.kind, values.type
     null_count = values.null_count
     if null_count and kind != "text":
-        index = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
-        raise _fail_value(file, col, index, "", "a value (the field is empty)")
+        raise _missing_value(file, col, int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]))
     if kind == "label" and col.choices is not None:
         return _check_choices(file, col, values)
+    if kind == "id" and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        ok = pc.not_equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
+        if not pc.all(ok).as_py():
+            raise _missing_value(file, col, _first_bad_row(values, ok)[0])
     if kind in ("id", "label"):
         return values
     if kind == "text":
@@ -186,23 +344,53 @@ def _convert(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArra
             return pc.cast(pc.cast(values, pa.timestamp("s")), pa.int64())
         raise _fail_value(file, col, 0, str(values[0].as_py()), f"a number ({kind})")
     if pa.types.is_boolean(t):
-        return pc.cast(values, pa.int64() if kind != "float" else pa.float64())
+        return _check_range(file, col, pc.cast(values, pa.int64() if kind != "float" else pa.float64()))
     if pa.types.is_integer(t):
-        return pc.cast(values, pa.float64()) if kind == "float" else pc.cast(values, pa.int64())
+        return _check_range(file, col, pc.cast(values, pa.float64()) if kind == "float" else pc.cast(values, pa.int64()))
     if pa.types.is_floating(t):
-        if kind == "int":
-            ok = pc.equal(pc.floor(values), values)
-            if not pc.all(ok).as_py():
-                raise _fail_value(file, col, *_first_bad_row(values, ok), "a whole number")
-            return pc.cast(values, pa.int64())
-        return pc.cast(values, pa.float64())
+        return _floats_as(file, col, values)
     # Strings where numbers belong: locate the first one that does not parse.
     text = pc.cast(values, pa.string())
     ok = pc.match_substring_regex(text, _NUMBER if kind != "int" else r"^\s*[-+]?\d+\s*$")
     if pc.all(pc.fill_null(ok, False)).as_py():
-        return pc.cast(pc.utf8_trim_whitespace(text), pa.int64() if kind == "int" else pa.float64())
+        return _floats_as(file, col, pc.cast(pc.utf8_trim_whitespace(text), pa.float64()), text)
     expected = {"int": "a whole number", "float": "a number", "number": "a number or a date-time"}[kind]
     raise _fail_value(file, col, *_first_bad_row(text, ok), expected)
+
+
+def _floats_as(file: Path, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
+    """float64 `values` as the column's kind: finite (and within float32 for features, whole and within
+    int64's exact range for ints), else DataError at the first value that is not. `text`: the values as the
+    file writes them, for the message."""
+    shown = values if text is None else text
+    finite = pc.is_finite(values)
+    if not pc.all(pc.fill_null(finite, False)).as_py():
+        raise _fail_value(file, col, *_first_bad_row(shown, finite), "a finite number")
+    if col.kind == "int":
+        ok = pc.and_(pc.equal(pc.floor(values), values), pc.less_equal(pc.abs(values), 2.0**53))
+        if not pc.all(ok).as_py():
+            index, value = _first_bad_row(shown, ok)
+            whole = pc.equal(pc.floor(values), values)[index].as_py()
+            raise _fail_value(file, col, index, value, "a whole number" if not whole else
+                              "a whole number of a usable size (at most 2**53)")
+        return _check_range(file, col, pc.cast(values, pa.int64()))
+    if col.kind == "float":
+        ok = pc.less_equal(pc.abs(values), FLOAT32_MAX)
+        if not pc.all(ok).as_py():
+            raise _fail_value(file, col, *_first_bad_row(shown, ok),
+                              f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)")
+    return _check_range(file, col, pc.cast(values, pa.float64()))
+
+
+def _check_range(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`values`, or DataError at the first one below col.minimum."""
+    if col.minimum is not None:
+        ok = pc.greater_equal(values, col.minimum)
+        if not pc.all(ok).as_py():
+            index, value = _first_bad_row(values, ok)
+            expected = f"at least {col.minimum:g}" + (f"; {col.why}" if col.why else "")
+            raise _fail_value(file, col, index, value, expected)
+    return values
 
 
 def _check_choices(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:

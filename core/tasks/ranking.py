@@ -21,7 +21,8 @@ from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
 
 TOP_K = 10
-RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"), Column("label", "int")]
+RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"),
+                   Column("label", "int", minimum=0, why="labels are relevance grades 0, 1, 2, ...")]
 
 
 class ScoringMLP(nn.Module):
@@ -113,10 +114,6 @@ def read_ranking(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not names:
         raise DataError(f"{path}: line 1: no feature columns (expected f1, f2, ...)")
     label = table.column("label").to_numpy()
-    if (label < 0).any():
-        row = int(np.flatnonzero(label < 0)[0])
-        raise DataError(f"{path}: row {row + 1} (line {row + 2} of a single CSV), column 'label': "
-                        f"{label[row]} is negative; labels are relevance grades 0, 1, 2, ...")
     query, _ = contiguous_ids(table.column("query_id"))
     features = np.stack([table.column(n).to_numpy().astype(np.float32) for n in names], axis=1)
     return query, features, label

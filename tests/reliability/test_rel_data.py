@@ -1,0 +1,185 @@
+"""Hostile data files: each is refused with one line naming the file, the line (as an editor shows it) and the
+column, never a traceback, never the file's content beyond a header-like line 1; a huge query trains in
+bounded memory."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from core.errors import AmpConsoleError, DataError
+from core.tasks import create_task
+
+pytestmark = pytest.mark.reliability
+
+HEADER = "query_id,doc_id,label,f1,f2\n"
+ROW = "q,d,1,0.1,0.2\n"
+SECRET = "hunter2-private-token"
+
+
+def load_error(path, task: str = "ranking") -> str:
+    """The one-line error loading `path` gives (fails the test if it loads or raises anything else)."""
+    with pytest.raises(AmpConsoleError) as err:
+        create_task(task).load_data(str(path), 0)
+    message = str(err.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def write(tmp_path, name: str, content: str | bytes):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    return path
+
+
+HOSTILE_CSV = [
+    ("dup_feature.csv", "query_id,doc_id,label,f1,f1\n" + ROW,
+     "dup_feature.csv: line 1: column 'f1' appears 2 times; column names must be unique"),
+    ("dup_label.csv", "query_id,doc_id,label,label,f1\n" + ROW,
+     "dup_label.csv: line 1: column 'label' appears 2 times"),
+    ("inf.csv", HEADER + ROW + "q,e,0,inf,0.3\n", "inf.csv: line 3, column 'f1': 'inf' is not a finite number"),
+    ("minus_inf.csv", HEADER + ROW + ROW + "q,e,0,0.5,-inf\n", "line 4, column 'f2': '-inf' is not a finite"),
+    ("overflow.csv", HEADER + ROW + "q,e,0,1e39,0.3\n",
+     "overflow.csv: line 3, column 'f1': '1e+39' is not a number that fits in float32"),
+    ("nan.csv", HEADER + ROW + "q,e,0,nan,0.3\n", "line 3, column 'f1': 'nan' marks a missing value"),
+    ("na.csv", HEADER + ROW * 5 + "q,e,NA,0.5,0.3\n", "na.csv: line 7, column 'label': 'NA' marks a missing value"),
+    ("null.csv", HEADER + ROW + "q,e,0,0.5,null\n", "line 3, column 'f2': 'null' marks a missing value"),
+    ("empty_field.csv", HEADER + ROW + "q,e,,0.5,0.3\n", "line 3, column 'label': the field is empty"),
+    ("empty_id.csv", HEADER + ROW + ",e,0,0.5,0.3\n", "line 3, column 'query_id': the field is empty"),
+    ("huge_label.csv", HEADER + ROW + "q,e,99999999999999999999999,0.5,0.3\n",
+     "line 3, column 'label': '1e+23' is not a whole number of a usable size"),
+    ("negative.csv", HEADER + ROW + "q,e,-1,0.5,0.3\n", "line 3, column 'label': '-1' is not at least 0"),
+    ("empty.csv", "", "empty.csv: empty file"),
+    ("header_only.csv", HEADER, "header_only.csv: empty file (a header at line 1 but no data rows)"),
+    ("garbage.csv", bytes(range(256)) * 8, "garbage.csv: line 1, column 1 (byte): a NUL byte"),
+    ("utf16.csv", HEADER.encode("utf-16"), "utf16.csv: line 1, column 4 (byte): a NUL byte"),
+    ("latin1.csv", (HEADER + "caf\xe9,d,1,0.1,0.2\n").encode("latin-1"),
+     "latin1.csv: line 2, column 4 (byte): text is not valid UTF-8"),
+    ("semicolon.csv", HEADER.replace(",", ";") + ROW.replace(",", ";"),
+     "missing column 'query_id' (line 1 seems separated by ';': separate columns with commas)"),
+    ("tabs.csv", HEADER.replace(",", "\t") + ROW.replace(",", "\t"), "line 1 seems separated by tabs"),
+    ("blank_lines.csv", HEADER + ROW + "\n\n" + '"q\nstill q",e,0,0.5,0.3\n' + "q,f,0,abc,0.3\n",
+     "blank_lines.csv: line 7, column 'f1': 'abc' is not a number"),
+]
+
+
+@pytest.mark.parametrize("name,content,expected", HOSTILE_CSV, ids=[case[0] for case in HOSTILE_CSV])
+def test_hostile_csv_is_one_line_naming_file_line_and_column(tmp_path, name, content, expected):
+    message = load_error(write(tmp_path, name, content))
+    assert str(tmp_path) in message and expected in message
+
+
+def test_a_ragged_row_is_located_but_not_echoed(tmp_path):
+    path = write(tmp_path, "ragged.csv", HEADER + ROW + "\n" + f"q,e,0,0.1,0.3,{SECRET}\n")
+    message = load_error(path)
+    assert "ragged.csv: line 4: cannot parse CSV: 6 fields where the header has 5" in message
+    assert SECRET not in message
+
+
+def test_a_line_that_is_no_header_is_not_echoed(tmp_path):
+    message = load_error(write(tmp_path, "notes.csv", f"password={SECRET} do not share\nmore\n"))
+    assert "missing column 'query_id' (line 1 does not look like a header of column names)" in message
+    assert SECRET not in message
+
+
+def test_a_long_header_is_shown_truncated(tmp_path):
+    names = ",".join(f"column_number_{i}" for i in range(40))
+    message = load_error(write(tmp_path, "wide.csv", names + "\n" + ",".join("1" * 40) + "\n"))
+    shown = message.split("found: ", 1)[1].rstrip(")")
+    assert shown.startswith("column_number_0, column_number_1") and shown.endswith("...") and len(shown) <= 80
+
+
+def test_a_link_names_its_target_and_never_echoes_it(tmp_path):
+    private = write(tmp_path, "private.txt", f"{SECRET} first line of a private file\n")
+    link = tmp_path / "data.csv"
+    link.symlink_to(private)
+    message = load_error(link)
+    assert message.startswith(f"{private}: line 1: missing column") and SECRET not in message
+    dangling = tmp_path / "gone.csv"
+    dangling.symlink_to(tmp_path / "missing.csv")
+    assert "gone.csv: a link to" in load_error(dangling) and "which does not exist" in load_error(dangling)
+
+
+def _refused_without_hanging(path) -> str:
+    """The error for `path`, from a thread: opening a FIFO would block for ever, so a hang fails fast."""
+    result: list = []
+
+    def attempt():
+        try:
+            create_task("ranking").load_data(str(path), 0)
+            result.append("loaded")
+        except AmpConsoleError as exc:
+            result.append(str(exc))
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():  # unblock the reader so the thread ends, then fail
+        with open(path, "wb"):
+            pass
+        thread.join(5)
+        pytest.fail(f"reading {path} blocked: the FIFO was opened")
+    return result[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_fifo_or_a_device_is_refused_unopened(tmp_path):
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    assert _refused_without_hanging(fifo) == (f"{fifo}: a named pipe (FIFO), not a regular file; "
+                                               "use a .csv or .parquet file or a folder of them")
+    device = tmp_path / "zeros.csv"
+    device.symlink_to(os.devnull)
+    assert _refused_without_hanging(device).startswith(f"{os.devnull}: a device, not a regular file")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_folder_skips_a_fifo_and_reads_its_files(tmp_path):
+    os.mkfifo(tmp_path / "pipe.csv")
+    write(tmp_path, "part.csv", HEADER + "".join(f"q{i // 4},d{i},{i % 3},{i / 10},0.5\n" for i in range(200)))
+    data = create_task("ranking").load_data(str(tmp_path), 0)
+    assert data.info["features"] == 2
+
+
+def test_hostile_parquet(tmp_path):
+    base = {"query_id": ["q", "q"], "doc_id": ["a", "b"], "label": [1, 0]}
+    pq.write_table(pa.table({**base, "f1": [0.1, float("nan")]}), tmp_path / "nan.parquet")
+    assert "nan.parquet: row 2, column 'f1': 'nan' is not a finite number" in load_error(tmp_path / "nan.parquet")
+    pq.write_table(pa.table({**base, "f1": [float("inf"), 0.0]}), tmp_path / "inf.parquet")
+    assert "inf.parquet: row 1, column 'f1': 'inf' is not a finite number" in load_error(tmp_path / "inf.parquet")
+    pq.write_table(pa.table({**base, "f1": [0.1, 1e300]}), tmp_path / "big.parquet")
+    assert "row 2, column 'f1': '1e+300' is not a number that fits in float32" in load_error(tmp_path / "big.parquet")
+    pq.write_table(pa.table({**base, "doc_id": ["a", None], "f1": [0.1, 0.2]}), tmp_path / "null.parquet")
+    assert "row 2, column 'doc_id': the value is missing (null)" in load_error(tmp_path / "null.parquet")
+    columns = [pa.array(v) for v in (*base.values(), [0.1, 0.2], [0.3, 0.4])]
+    pq.write_table(pa.table(columns, names=[*base, "f1", "f1"]), tmp_path / "dup.parquet")
+    assert load_error(tmp_path / "dup.parquet").endswith("dup.parquet: column 'f1' appears 2 times; "
+                                                          "column names must be unique")
+    write(tmp_path, "text.parquet", f"{SECRET}\n")
+    message = load_error(tmp_path / "text.parquet")
+    assert "text.parquet: not a readable Parquet file" in message and SECRET not in message
+
+
+def test_other_tasks_name_missing_markers_too(tmp_path):
+    reviews = write(tmp_path, "reviews.csv", "text,label\ngood,NA\nfine,NA\n")
+    assert "reviews.csv: line 2, column 'label': 'NA' marks a missing value" in load_error(reviews, "sentiment")
+    clicks = write(tmp_path, "clicks.csv", "user_id,item_id,timestamp\nu,a,1\nu,b,NaN\n")
+    assert "clicks.csv: line 3, column 'timestamp': 'NaN' marks a missing value" in load_error(clicks, "recommender")
+    with pytest.raises(DataError, match=r"clicks2\.csv: line 2, column 'timestamp': 'inf' is not a finite number"):
+        create_task("recommender").load_data(str(write(tmp_path, "clicks2.csv", "user_id,item_id,timestamp\n"
+                                                                                "u,a,inf\n")), 0)
+
+
+def test_the_cli_refuses_a_linked_private_file_in_one_line(tmp_path, capsys):
+    from core.cli.main import main
+
+    private = write(tmp_path, "private.txt", f"API_KEY={SECRET},second field of a private file\n")
+    link = tmp_path / "data.csv"
+    link.symlink_to(private)
+    code = main(["train", "--task", "ranking", "--data", str(link), "--device", "cpu", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and SECRET not in err and "private.txt" in err
