@@ -346,7 +346,7 @@ def _convert(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArra
     if pa.types.is_boolean(t):
         return _check_range(file, col, pc.cast(values, pa.int64() if kind != "float" else pa.float64()))
     if pa.types.is_integer(t):
-        return _check_range(file, col, pc.cast(values, pa.float64()) if kind == "float" else pc.cast(values, pa.int64()))
+        return _check_range(file, col, pc.cast(values, pa.float64() if kind == "float" else pa.int64()))
     if pa.types.is_floating(t):
         return _floats_as(file, col, values)
     # Strings where numbers belong: locate the first one that does not parse.
