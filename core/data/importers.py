@@ -138,9 +138,19 @@ def _read_one(file: Path, columns: list[Column], prefix: str | None) -> pa.Table
         raise DataError(f"{file}: empty file (a header at line 1 but no data rows)")
     wanted = [c for c in columns if c.name in names]
     extra = sorted((n for n in names if prefix and _is_prefixed(n, prefix)), key=_natural_key)
-    out = {c.name: _convert(file, c, table.column(c.name)) for c in wanted}
-    out.update({n: _convert(file, Column(n, "float"), table.column(n)) for n in extra})
+    out = {c.name: _converted(file, c, table.column(c.name)) for c in wanted}
+    out.update({n: _converted(file, Column(n, "float"), table.column(n)) for n in extra})
     return pa.table(out)
+
+
+def _converted(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """_convert, with any conversion pyarrow refuses (e.g. an unsigned 64-bit id past int64) as a DataError."""
+    try:
+        return _convert(file, col, values)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        reason = _shorten((str(exc).splitlines() or [""])[0].split(":")[0], 60)
+        raise DataError(f"{file}: column {col.name!r}: cannot read its {values.type} values as "
+                        f"{col.kind} values ({reason})") from None
 
 
 def _found_columns(names: list[str]) -> str:
