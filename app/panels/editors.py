@@ -1,20 +1,27 @@
 """Form editors built from core's field specs (FieldSpec, TaskOption): one widget per setting.
 
 Each editor exposes `value()`, `set_value(v)` and a `changed` signal, and sits in a `FieldRow` that shows
-the validation message from core under it.
+the validation message from core under it (and in the editor's tooltip).
+
+Numbers are typed into `NumberSpinBox`es whose own range is far wider than the setting's: a number the user
+types stays as typed (the spin box never clamps it or puts the previous value back), and core's validation
+marks it when it is outside the setting's range. The arrows, keys and wheel step inside the setting's range.
 """
 
 from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QSpinBox, QToolButton, QVBoxLayout, QWidget,
+    QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QToolButton,
+    QVBoxLayout, QWidget,
 )
 
-INT_LIMIT = 2**31 - 1  # QSpinBox holds a C int
+WIDE_INT = 2**53  # every integer up to this is exact in a double
+WIDE_FLOAT = 1e300
+INT_LIMIT = 2**31 - 1  # kept for callers that size Qt's int spin boxes
 
 
 def camel(name: str) -> str:
@@ -22,39 +29,162 @@ def camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-class ScientificSpinBox(QDoubleSpinBox):
-    """A spin box for values spanning decades (learning rates): shows 3e-04, steps by ~26% per click."""
+def _partial_number(text: str) -> bool:
+    """Text on its way to a number ('', '-', '1e', '1e-', '.'): allowed while typing, not yet a value."""
+    return text == "" or text[-1] in "eE+-." or text.lower().endswith(("e-", "e+"))
+
+
+def format_number(value: float, integer: bool = False) -> str:
+    """Short text for a value that reads back as the same value: 0.0003, 3e-05, 1,000,000."""
+    if not math.isfinite(value):
+        return str(value)
+    if integer and value.is_integer():
+        return f"{int(value):,}"
+    text = f"{value:.6g}"
+    return text if float(text) == value else repr(value)
+
+
+class NoWheelComboBox(QComboBox):
+    """A combo box that ignores the mouse wheel unless it has focus: scrolling the form changes nothing."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()
+
+
+class NumberSpinBox(QDoubleSpinBox):
+    """A number field that keeps what the user typed: plain or scientific notation (3e-5), any sign, shown
+    with as many digits as it needs. `minimum`/`maximum` (the setting's range) bound the steps only;
+    validation (core's) decides what is allowed. `integer`: whole numbers, shown with group separators.
+    `log_steps`: each step multiplies by 10**0.1 (for values spanning decades, like learning rates)."""
 
     FACTOR = 10 ** 0.1
 
-    def __init__(self, parent=None):
+    def __init__(self, minimum=None, maximum=None, step=None, integer=False, log_steps=False, parent=None):
         super().__init__(parent)
-        self.setDecimals(12)
+        self.integer = integer
+        self.log_steps = log_steps
+        self.spec_minimum = None if minimum is None else float(minimum)
+        self.spec_maximum = None if maximum is None else float(maximum)
+        self.step = float(step) if step else 1.0 if integer else 0.01
+        self._typed: tuple[str, float] | None = None  # the user's text and its value, shown as typed
+        self.setDecimals(323)  # Qt's most: it rounds values to `decimals`, and 1e-9 must stay 1e-9
+        wide = WIDE_INT if integer else WIDE_FLOAT
+        self.setRange(-wide, wide)
+        self.setSingleStep(self.step)
+        self.setKeyboardTracking(True)
+        self.setAccelerated(True)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setMinimumWidth(110)
+
+    # -------------------------------------------------------------- text <-> value
+    def _parse(self, text: str) -> float | None:
+        cleaned = text.strip().replace(",", "").replace("_", "") if self.integer else text.strip()
+        try:
+            value = float(cleaned)
+        except ValueError:
+            return None
+        return value if math.isfinite(value) else None
 
     def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt override)
-        return f"{value:.4g}"
+        if self._typed is not None and self._typed[1] == value:
+            return self._typed[0]
+        return format_number(value, self.integer)
 
     def valueFromText(self, text: str) -> float:  # noqa: N802
-        try:
-            return float(text)
-        except ValueError:
+        value = self._parse(text)
+        if value is None:
             return self.value()
+        self._typed = (text.strip(), value)
+        return value
 
     def validate(self, text: str, pos: int):
         stripped = text.strip()
-        try:
-            value = float(stripped)
-        except ValueError:
-            partial = stripped == "" or stripped[-1] in "eE+-." or stripped.lower().endswith(("e-", "e+"))
-            state = QValidator.State.Intermediate if partial else QValidator.State.Invalid
+        value = self._parse(stripped)
+        if value is None:
+            allowed = stripped.replace(",", "") if self.integer else stripped
+            state = QValidator.State.Intermediate if _partial_number(allowed) else QValidator.State.Invalid
             return state, text, pos
         if self.minimum() <= value <= self.maximum():
             return QValidator.State.Acceptable, text, pos
         return QValidator.State.Intermediate, text, pos
 
+    def fixup(self, text: str) -> str:
+        return text
+
+    def setValue(self, value: float) -> None:  # noqa: N802
+        if self._typed is not None and self._typed[1] != value:
+            self._typed = None
+        super().setValue(value)
+
+    # -------------------------------------------------------------- steps stay in the setting's range
+    def _bounded(self, value: float) -> float:
+        if self.spec_minimum is not None:
+            value = max(value, self.spec_minimum)
+        if self.spec_maximum is not None:
+            value = min(value, self.spec_maximum)
+        return value
+
     def stepBy(self, steps: int) -> None:  # noqa: N802
-        value = self.value() * self.FACTOR**steps
-        self.setValue(float(f"{value:.3g}"))
+        current = self.value()
+        low, high = self.spec_minimum, self.spec_maximum
+        if (low is not None and current < low) or (high is not None and current > high):
+            value = self._bounded(current)  # an out-of-range value steps back to the nearest allowed one
+        elif self.log_steps and current > 0:
+            value = float(f"{current * self.FACTOR**steps:.3g}")
+        elif self.integer:
+            value = float(round(current) + round(self.step) * steps)
+        else:
+            digits = max(0, -math.floor(math.log10(self.step))) + 2
+            value = round(current + self.step * steps, digits)
+        self._typed = None
+        self.setValue(self._bounded(value))
+        self.selectAll()
+
+    def stepEnabled(self):  # noqa: N802
+        if self.isReadOnly():
+            return QAbstractSpinBox.StepEnabledFlag.StepNone
+        current = self.value()
+        flags = QAbstractSpinBox.StepEnabledFlag.StepNone
+        if self.spec_maximum is None or current < self.spec_maximum:
+            flags |= QAbstractSpinBox.StepEnabledFlag.StepUpEnabled
+        if self.spec_minimum is None or current > self.spec_minimum:
+            flags |= QAbstractSpinBox.StepEnabledFlag.StepDownEnabled
+        return flags
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 - scrolling the form must not change settings
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()
+
+    # -------------------------------------------------------------- as wide as the setting's numbers
+    def _text_width(self) -> int:
+        samples = [format_number(v, self.integer) for v in (self.spec_minimum, self.spec_maximum, self.step)
+                   if v is not None]
+        metrics = self.fontMetrics()
+        return max([metrics.horizontalAdvance(s + "  ") for s in samples] + [metrics.horizontalAdvance("0.000000")])
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        hint = super().sizeHint()
+        return QSize(max(110, self._text_width() + 40), hint.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        hint = super().minimumSizeHint()
+        return QSize(max(80, self._text_width() + 30), hint.height())
+
+
+class ScientificSpinBox(NumberSpinBox):
+    """A number field for values spanning decades (learning rates): 3e-05 or 0.0003, ~26% per step."""
+
+    def __init__(self, minimum=None, maximum=None, step=None, parent=None):
+        super().__init__(minimum, maximum, step, integer=False, log_steps=True, parent=parent)
 
 
 class Editor(QWidget):
@@ -67,47 +197,35 @@ class Editor(QWidget):
         super().__init__(parent)
         self.name = name
         self.kind = kind
+        self.help_text = help_text
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.input = self._make_input(kind, minimum, maximum, step, choices)
         self.input.setObjectName(object_name or f"{camel(name)}Edit")
         self.input.setToolTip(help_text)
         layout.addWidget(self.input, 1)
+        self.setFocusProxy(self.input)
         self.browse: QToolButton | None = None
 
     def _make_input(self, kind, minimum, maximum, step, choices) -> QWidget:
         if choices:
-            widget = QComboBox()
+            widget = NoWheelComboBox()
             widget.addItems(list(choices))
             widget.currentIndexChanged.connect(self.changed)
         elif kind is bool:
             widget = QCheckBox()
             widget.toggled.connect(self.changed)
-        elif kind is int:
-            widget = QSpinBox()
-            widget.setRange(int(minimum if minimum is not None else -INT_LIMIT),
-                            int(min(maximum if maximum is not None else INT_LIMIT, INT_LIMIT)))
-            widget.setSingleStep(int(step or 1))
-            widget.setGroupSeparatorShown(True)
-            widget.setKeyboardTracking(True)
-            widget.valueChanged.connect(self.changed)
-        elif kind is float:
-            lo = minimum if minimum is not None else -1e12
-            hi = maximum if maximum is not None else 1e12
-            if lo > 0 and hi / lo >= 1e4:  # spans decades: scientific notation and log steps
-                widget = ScientificSpinBox()
+        elif kind in (int, float):
+            spans_decades = (kind is float and minimum is not None and maximum is not None and minimum > 0
+                             and maximum / minimum >= 1e4)
+            if spans_decades:
+                widget = ScientificSpinBox(minimum, maximum, step)
             else:
-                widget = QDoubleSpinBox()
-                widget.setDecimals(max(2, -int(math.floor(math.log10(step)))) if step else 3)
-                widget.setSingleStep(step or 0.01)
-            widget.setRange(lo, hi)
+                widget = NumberSpinBox(minimum, maximum, step, integer=kind is int)
             widget.valueChanged.connect(self.changed)
         else:
             widget = QLineEdit()
             widget.textChanged.connect(self.changed)
-        if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
-            widget.setAccelerated(True)
-            widget.setMinimumWidth(110)
         return widget
 
     def value(self):
@@ -116,10 +234,11 @@ class Editor(QWidget):
             return widget.currentText()
         if isinstance(widget, QCheckBox):
             return widget.isChecked()
-        if isinstance(widget, QSpinBox):
-            return int(widget.value())
-        if isinstance(widget, QDoubleSpinBox):
-            return float(widget.value())
+        if isinstance(widget, NumberSpinBox):
+            number = float(widget.value())
+            if self.kind is int and number.is_integer():
+                return int(number)
+            return number  # a fraction typed for a whole number: core names the field and the type
         return widget.text()
 
     def set_value(self, value) -> None:
@@ -129,9 +248,7 @@ class Editor(QWidget):
             widget.setCurrentIndex(max(index, 0))
         elif isinstance(widget, QCheckBox):
             widget.setChecked(bool(value))
-        elif isinstance(widget, QSpinBox):
-            widget.setValue(int(min(value, INT_LIMIT)))
-        elif isinstance(widget, QDoubleSpinBox):
+        elif isinstance(widget, NumberSpinBox):
             widget.setValue(float(value))
         else:
             widget.setText(str(value))
@@ -139,12 +256,14 @@ class Editor(QWidget):
     def add_browse_button(self, tooltip: str, slot) -> None:
         self.browse = QToolButton(text="…")
         self.browse.setToolTip(tooltip)
+        self.browse.setAccessibleName(tooltip)
         self.browse.clicked.connect(slot)
         self.layout().addWidget(self.browse)
 
 
 class FieldRow(QWidget):
-    """An editor with the validation message from core underneath (hidden while the value is valid)."""
+    """An editor with the validation message from core underneath (hidden while the value is valid); the
+    message also leads the editor's tooltip."""
 
     def __init__(self, editor: Editor, parent=None):
         super().__init__(parent)
@@ -158,12 +277,15 @@ class FieldRow(QWidget):
         self.error.setWordWrap(True)
         self.error.hide()
         layout.addWidget(self.error)
+        self.setFocusProxy(editor)
 
     def set_error(self, message: str | None) -> None:
         invalid = bool(message)
         self.error.setText(message or "")
         self.error.setVisible(invalid)
         widget = self.editor.input
+        help_text = self.editor.help_text
+        widget.setToolTip(f"{message}\n\n{help_text}" if invalid and help_text else message or help_text)
         if widget.property("invalid") != invalid:
             widget.setProperty("invalid", invalid)
             widget.style().unpolish(widget)

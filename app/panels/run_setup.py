@@ -10,11 +10,9 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QSpinBox, QVBoxLayout, QWidget,
-)
+from PySide6.QtWidgets import QCheckBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from app.panels.editors import Editor, FieldRow
+from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from core.precision_modes import PRECISION_CHOICES
 
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
@@ -73,6 +71,11 @@ class RunSetupPanel(QWidget):
         layout.addWidget(self._build_precision_group())
         self._training_form = self._group(layout, "Training")
         self._output_form = self._group(layout, "Run and output")
+        # Everything that keeps Start disabled, in one place (each message is also under its own field).
+        self.problemsLabel = QLabel(objectName="formProblems", wordWrap=True)
+        self.problemsLabel.setProperty("role", "error")
+        self.problemsLabel.hide()
+        layout.addWidget(self.problemsLabel)
         layout.addStretch(1)
         self.setEnabled(False)  # until populate() brings the engine's tasks
 
@@ -92,7 +95,7 @@ class RunSetupPanel(QWidget):
         self._task_form = QFormLayout(box)
         self._task_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         self._task_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        self.taskCombo = QComboBox(objectName="taskCombo")
+        self.taskCombo = NoWheelComboBox(objectName="taskCombo")
         self.taskCombo.currentIndexChanged.connect(self._on_task_changed)
         self.taskDescription = QLabel(objectName="taskDescription", wordWrap=True)
         self.taskDescription.setProperty("role", "hint")
@@ -112,7 +115,7 @@ class RunSetupPanel(QWidget):
         form = QFormLayout(box)
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        self.precisionCombo = QComboBox(objectName="precisionCombo")
+        self.precisionCombo = NoWheelComboBox(objectName="precisionCombo")
         for mode in PRECISION_CHOICES:
             self.precisionCombo.addItem(mode, mode)
         self.precisionCombo.currentIndexChanged.connect(self._on_precision_changed)
@@ -124,11 +127,14 @@ class RunSetupPanel(QWidget):
         form.addRow(form_label("Mode"), self.precisionCombo)
         form.addRow("", self.precisionNote)
         form.addRow("", self._precision_error)
-        self.processesEdit = QSpinBox(objectName="processesEdit", minimum=1, maximum=max(1, os.cpu_count() or 1))
-        self.processesEdit.setToolTip("1 trains in one process. More launches torchrun with that many DDP "
-                                      "processes (one GPU each on CUDA) and shows rank 0's progress here; "
-                                      "such runs can be stopped but not paused.")
-        form.addRow(form_label("Processes", self.processesEdit.toolTip()), self.processesEdit)
+        self._process_limit = max(1, os.cpu_count() or 1)
+        processes_help = ("1 trains in one process. More launches torchrun with that many DDP processes (one GPU "
+                          "each on CUDA) and shows rank 0's progress here; such runs can be stopped but not "
+                          "paused.")
+        self._processes_row = FieldRow(Editor("processes", int, processes_help, 1, self._process_limit, 1))
+        self.processesEdit = self._processes_row.editor.input
+        self.processesEdit.setValue(1)
+        form.addRow(form_label("Processes", processes_help), self._processes_row)
         self.separateProcessCheck = QCheckBox("Train in a separate process", objectName="separateProcessCheck")
         self.separateProcessCheck.setChecked(True)
         self.separateProcessCheck.setToolTip(
@@ -139,10 +145,11 @@ class RunSetupPanel(QWidget):
         form.addRow(form_label("Isolation", self.separateProcessCheck.toolTip()), self.separateProcessCheck)
         self.processesEdit.valueChanged.connect(self._on_processes_changed)
         self.processesEdit.valueChanged.connect(lambda _value: self.executionChanged.emit())
+        self.processesEdit.valueChanged.connect(lambda _value: self._schedule_validate())
         self.separateProcessCheck.toggled.connect(lambda _on: self.executionChanged.emit())
         return box
 
-    def _on_processes_changed(self, processes: int) -> None:
+    def _on_processes_changed(self, processes: float) -> None:
         self.separateProcessCheck.setEnabled(processes == 1)
 
     def separate_process(self) -> bool:
@@ -150,15 +157,18 @@ class RunSetupPanel(QWidget):
         return self.processes() > 1 or self.separateProcessCheck.isChecked()
 
     def set_execution(self, processes: int, separate_process: bool) -> None:
-        self.processesEdit.setValue(max(1, min(int(processes), self.processesEdit.maximum())))
+        self.processesEdit.setValue(max(1, min(int(processes), self._process_limit)))
         self.separateProcessCheck.setChecked(bool(separate_process))
 
     def set_process_limit(self, limit: int) -> None:
         """Most processes a run may use: the CUDA GPU count on a CUDA device, else the CPU core count."""
-        self.processesEdit.setMaximum(max(1, limit))
+        self._process_limit = max(1, limit)
+        self.processesEdit.spec_maximum = float(self._process_limit)
+        self._schedule_validate()
 
     def processes(self) -> int:
-        return self.processesEdit.value()
+        value = self.processesEdit.value()
+        return int(value) if float(value).is_integer() and value >= 1 else 1
 
     def populate(self, tasks: dict, field_specs: dict) -> None:
         """Build the form from core's registry and field specs (called once the engine is imported)."""
@@ -191,6 +201,20 @@ class RunSetupPanel(QWidget):
         self.taskCombo.blockSignals(False)
         self.setEnabled(True)
         self.set_config(defaults)
+        self._update_tab_order()
+
+    def _update_tab_order(self) -> None:
+        """Tab walks the form top to bottom: task options are rebuilt after the other rows exist, and Qt's
+        default order (creation order) would visit them last."""
+        chain = [self.taskCombo]
+        chain += [row.editor.input for row in self._option_rows.values()]
+        chain += [self.precisionCombo, self.processesEdit, self.separateProcessCheck]
+        for row in self._rows.values():
+            chain.append(row.editor.input)
+            if row.editor.browse is not None:
+                chain.append(row.editor.browse)
+        for first, second in zip(chain, chain[1:]):
+            QWidget.setTabOrder(first, second)
 
     # ------------------------------------------------------------------ config in/out
     def set_config(self, config) -> None:
@@ -239,7 +263,26 @@ class RunSetupPanel(QWidget):
             problems["precision"] = f"{config.precision} is not available on {device.id}: {reason}"
         for name, message in self._engine_errors.items():
             problems.setdefault(name, message)
+        processes = self.processesEdit.value()
+        if not (float(processes).is_integer() and 1 <= processes <= self._process_limit):
+            problems["processes"] = (f"{self.processesEdit.text()} is out of range: must be a whole number between "
+                                     f"1 and {self._process_limit} (the most this device can run)")
         return problems
+
+    def problem_summary(self) -> str:
+        """One line naming every setting that blocks Start and why; empty when the form is valid."""
+        problems = self.errors() if self._tasks else {}
+        parts = []
+        for key, message in problems.items():
+            if key.startswith("task_options."):
+                label = label_for(key.removeprefix("task_options."))
+            else:
+                label = label_for(key)
+            parts.append(f"{label}: {message}")
+        if not parts:
+            return ""
+        return f"Fix {'this setting' if len(parts) == 1 else f'these {len(parts)} settings'} to start: " + \
+            "; ".join(parts)
 
     def is_valid(self) -> bool:
         return self._valid
@@ -317,6 +360,8 @@ class RunSetupPanel(QWidget):
             self._option_rows[option.name] = row
             self._task_form.addRow(form_label(option.name.replace("_", " ").capitalize(), option.help), row)
         self._update_param_count()
+        if self._rows:
+            self._update_tab_order()
 
     def _on_option_changed(self) -> None:
         task = self.taskCombo.currentData()
@@ -361,9 +406,13 @@ class RunSetupPanel(QWidget):
             row.set_error(problems.get(name))
         for name, row in self._option_rows.items():
             row.set_error(problems.get(f"task_options.{name}"))
+        self._processes_row.set_error(problems.get("processes"))
         for label, key in ((self._task_error, "task"), (self._precision_error, "precision")):
             label.setText(problems.get(key, ""))
             label.setVisible(key in problems)
+        summary = self.problem_summary() if self._tasks else ""
+        self.problemsLabel.setText(summary)
+        self.problemsLabel.setVisible(bool(summary))
         valid = not problems
         if valid != self._valid:
             self._valid = valid
