@@ -5,6 +5,9 @@ grows), regenerates both axes' ticks and labels in Python. On the GUI thread tha
 trainer for the GIL. Instead the x range is the run's whole span (known from RunStarted) and the y range only
 moves when data leaves it, or when the data fills less than a third of it; the extremes come from
 `Series.ymin/ymax`, which are kept on append (no buffer scans).
+
+A range belongs to one run: `reset()` (on every RunStarted) forgets the previous run's range, a manual zoom
+and a log scale it switched to, so the next data is fitted afresh.
 """
 
 from __future__ import annotations
@@ -12,34 +15,56 @@ from __future__ import annotations
 import math
 
 Y_PAD = 0.08  # fraction of the data span added above and below when the y range moves
+FLAT = 1e-6  # a span below this fraction of the values' size is drawn as flat (float noise is not a trend)
+AUTO_LOG_RATIO = 1e3  # an `auto_log` range turns logarithmic once its positive data spans this many times
 
 
 class StableRange:
-    """The y range of one plot; `update(lo, hi)` says whether it must move (and where to)."""
+    """The y range of one plot; `update(lo, hi)` says whether it must move (and where to).
 
-    def __init__(self, log: bool = False):
-        self.log = log
+    `log`: the range is in log10 units (pyqtgraph's log mode). `auto_log`: start linear and turn log (for the
+    rest of the run) once the data is positive and spans `AUTO_LOG_RATIO` times or more, so a spike does not
+    flatten everything else. `zero_based`: the range always holds 0 (quantities such as memory and throughput,
+    whose noise would look like swings on a range that starts just under the data).
+    """
+
+    def __init__(self, log: bool = False, auto_log: bool = False, zero_based: bool = False,
+                 default: tuple[float, float] | None = None):
+        self.initial_log = log
+        self.auto_log = auto_log
+        self.zero_based = zero_based
+        self.default = default or ((0.0, 6.0) if log else (0.0, 1.0))  # what an empty plot shows
+        self.reset()
+
+    def reset(self) -> None:
+        self.log = self.initial_log
         self.lo: float | None = None
         self.hi: float | None = None
         self.manual = False  # the user zoomed or panned: leave this plot alone until the next run
-
-    def reset(self) -> None:
-        self.lo = self.hi = None
-        self.manual = False
 
     def update(self, lo: float, hi: float) -> tuple[float, float] | None:
         """The new (lo, hi) view range for data spanning [lo, hi], or None when the current one still fits."""
         if self.manual or not (math.isfinite(lo) and math.isfinite(hi)):
             return None
+        if self.auto_log and not self.log and lo > 0 and hi / lo >= AUTO_LOG_RATIO:
+            self.log = True
+            self.lo = self.hi = None  # a new scale: fit afresh
         if self.log:
             if hi <= 0:
                 return None
             lo, hi = math.log10(max(lo, hi * 1e-12, 1e-300)), math.log10(hi)
+        elif self.zero_based:
+            lo, hi = min(lo, 0.0), max(hi, 0.0)
         span = hi - lo
         if self.lo is not None and self.lo <= lo and hi <= self.hi and span >= (self.hi - self.lo) / 3:
             return None
-        pad = span * Y_PAD if span > 0 else max(abs(hi) * 0.1, 0.5 if self.log else 1e-3)
-        self.lo, self.hi = lo - pad, hi + pad
+        if span > FLAT * max(abs(lo), abs(hi)):
+            pad_lo = pad_hi = span * Y_PAD
+        else:
+            pad_lo = pad_hi = max(abs(hi) * 0.1, 0.5 if self.log else 1e-3)
+        if self.zero_based and not self.log and lo == 0.0:
+            pad_lo = 0.0  # the axis starts at 0 itself
+        self.lo, self.hi = lo - pad_lo, hi + pad_hi
         return self.lo, self.hi
 
 

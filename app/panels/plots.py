@@ -1,5 +1,9 @@
 """Live plots (pyqtgraph): loss raw + smoothed, validation metrics, samples/s, lr, GradScaler scale, memory.
 
+Honest by construction: test-split metrics are markers at the step they were measured (never joined to the
+validation curves), a lone point is drawn as a dot, every axis starts afresh with each run, legends sit below
+their plot (never over data or the ceiling lines), and an empty plot says why it is empty.
+
 Events only append to numpy buffers (app.series), which decimate on ingest (recent points raw, older ones as
 min/max buckets, at most `app.series.DEFAULT_BUDGET` points a curve), so memory and redraw time stay flat however
 long the run; a timer redraws the curves that changed, at most `REDRAW_HZ` times a second.
@@ -13,31 +17,64 @@ import math
 import numpy as np
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, QWidget
 
 from app.plot_ranges import StableRange, nice_x_end
 from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
-from core.engine.events import EvalMetrics, RunStarted, StepMetrics
+from core.engine.events import EvalMetrics, RunEnded, RunStarted, StepMetrics, event_from_dict
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
-# key, objectName, title, (y label, units), log y, (grid row, column, column span)
+# key, objectName, title, (y label, units), y scale, (grid row, column, column span). The y scale is "linear",
+# "log", "auto" (linear until the positive data spans AUTO_LOG_RATIO times, then log for the rest of the run)
+# or "zero" (linear, always holding 0: a quantity whose noise would look like swings on a range cut close).
 PLOT_SPECS = (
-    ("loss", "lossPlot", "Training loss", ("Loss", None), False, (0, 0, 2)),
-    ("eval", "evalPlot", "Validation metrics", ("Metric", None), False, (0, 2, 1)),
-    ("throughput", "throughputPlot", "Throughput", ("Samples/s", None), False, (0, 3, 1)),
-    ("lr", "lrPlot", "Learning rate", ("Learning rate", None), False, (1, 0, 1)),
-    ("grad_norm", "gradNormPlot", "Gradient norm (pre-clip)", ("L2 norm", None), False, (1, 1, 1)),
-    ("scale", "scalePlot", "Loss scale (fp16)", ("Scale", None), True, (1, 2, 1)),
-    ("memory", "memoryPlot", "Device memory", ("Memory", "MiB"), False, (1, 3, 1)),
+    ("loss", "lossPlot", "Training loss", ("Loss", None), "auto", (0, 0, 2)),
+    ("eval", "evalPlot", "Validation metrics", ("Metric", None), "linear", (0, 2, 1)),
+    ("throughput", "throughputPlot", "Throughput", ("Samples/s", None), "zero", (0, 3, 1)),
+    ("lr", "lrPlot", "Learning rate", ("Learning rate", None), "linear", (1, 0, 1)),
+    ("grad_norm", "gradNormPlot", "Gradient norm (pre-clip)", ("L2 norm", None), "auto", (1, 1, 1)),
+    ("scale", "scalePlot", "Loss scale (fp16)", ("Scale", None), "log", (1, 2, 1)),
+    ("memory", "memoryPlot", "Device memory", ("Memory", "MiB"), "zero", (1, 3, 1)),
 )
 # Points a curve is drawn from (app.series decimates beyond them). Curves with markers get fewer: pyqtgraph
 # builds each marker's key in Python (~1.5 us a point, 4 ms for 2,500), and a plot a few hundred pixels wide
 # cannot show more separate markers anyway.
 LINE_BUDGET = DEFAULT_BUDGET
 MARKER_BUDGET = 512
+LEGEND_ROW = 18  # pixels: one row of legend entries under a plot
+# A line curve this short or shorter is checked for points with no finite neighbour (a one-point run, a value
+# between two gaps): a line draws nothing there, so the curve gets a dot on each point until it is longer.
+FEW_POINTS = 64
 # Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
-MAY_HOLD_NAN = ("grad_norm", "eval:")
+MAY_HOLD_NAN = ("grad_norm", "eval:", "split:")
+VAL_SPLIT = "val"  # EvalMetrics of this split are the curves; other splits (test) are markers at their step
+SPLIT_SYMBOL = "star"
+NO_RUN = "No run yet"
+WAITING = "Waiting for the first logged step"
+WAITING_EVAL = "Metrics appear after the first evaluation"
+SCALER_OFF = "Off: GradScaler runs with fp16 only"
+NOT_MEASURED = "Not measured on this device"
+MEMORY_TITLES = {"cuda": "GPU memory (peak allocated)", "xpu": "XPU memory (peak allocated)",
+                 "mps": "MPS memory (allocated)", "cpu": "Process memory (resident)"}
+
+
+def _row_legend_class():
+    """pyqtgraph's LegendItem, laid out by its plot's layout (a row under the x axis) instead of floating over
+    the view: a new entry asks the layout for room rather than moving the legend to the plot's corner."""
+    import pyqtgraph as pg
+
+    global _RowLegend
+    if _RowLegend is None:
+        class RowLegend(pg.LegendItem):
+            def updateSize(self):
+                self.updateGeometry()
+
+        _RowLegend = RowLegend
+    return _RowLegend
+
+
+_RowLegend = None
 
 
 class PlotsPanel(QWidget):
@@ -57,10 +94,19 @@ class PlotsPanel(QWidget):
         self._scaler_on = False
         self._curve_plot: dict[str, str] = {}
         self._ranges: dict[str, StableRange] = {}
+        self._legends: dict = {}
+        self._notes: dict = {}
+        self._dots: set[str] = set()  # line curves currently drawn with a dot on each point (few points)
+        self._metric_colours: dict[str, str] = {}
+        self._ceiling: dict[str, float] = {}
+        self._split_samples: dict = {}  # legend-only samples, one per non-validation split
+        self._ceiling_lines: list = []
+        self._unmeasured: set[str] = set()  # plots the run's device does not report
         self._skipped = 0
         self._total_steps = 0
         self._x_start = 0
         self._x_end = 10
+        self._waiting = NO_RUN
         self._timer = QTimer(self, interval=int(1000 / REDRAW_HZ))
         self._timer.timeout.connect(self.redraw)
         self.redraws = 0  # how many curve updates were drawn (the benchmark reads it)
@@ -79,7 +125,7 @@ class PlotsPanel(QWidget):
         pg.setConfigOptions(antialias=False, background=palette.color(QPalette.ColorRole.Base),
                             foreground=palette.color(QPalette.ColorRole.Text))
         self._placeholder.hide()
-        for key, name, title, (ylabel, units), log_y, (row, column, span) in PLOT_SPECS:
+        for key, name, title, (ylabel, units), scale, (row, column, span) in PLOT_SPECS:
             widget = pg.PlotWidget()
             widget.setObjectName(name)
             item = widget.getPlotItem()
@@ -88,55 +134,110 @@ class PlotsPanel(QWidget):
             item.setLabel("left", ylabel, units=units)
             for axis in ("left", "bottom"):
                 axis_item = item.getAxis(axis)
-                axis_item.enableAutoSIPrefix(key in ("throughput",))
+                axis_item.enableAutoSIPrefix(key == "throughput" and axis == "left")
                 # Axes (with their grid lines and tick labels) are the costliest part of a redraw and rarely
                 # change: Qt keeps them as a pixmap and re-renders only when the range moves, so live
                 # curve updates stop replaying text and grid under the GIL the trainer needs.
                 axis_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             item.showGrid(x=True, y=True, alpha=0.2)
-            item.setLogMode(y=log_y)
+            item.setLogMode(y=scale == "log")
             # No pyqtgraph downsampling: the series are already decimated, and its "peak" mode would turn a
             # whole block to NaN when the block holds a gap (losing the extremes next to it) and drop the
             # newest len % ds points. Clip-to-view stays: it only slices the (x-sorted) data to the view.
             item.setDownsampling(ds=1, auto=False)
             item.setClipToView(True)
             item.disableAutoRange()  # ranges move only when data leaves them (app.plot_ranges)
+            self._ranges[key] = StableRange(log=scale == "log", auto_log=scale == "auto", zero_based=scale == "zero")
             item.setXRange(0, 10, padding=0)
-            item.setYRange(0, 6 if log_y else 1, padding=0)  # log10 units for the scale: 1 .. 1e6
-            self._ranges[key] = StableRange(log=log_y)
+            item.setYRange(*self._ranges[key].default, padding=0)  # log10 units for the scale: 1 .. 1e6
             item.getViewBox().sigRangeChangedManually.connect(lambda *_a, k=key: self._user_moved(k))
+            self._add_note(key, item)
             widget.setMinimumSize(220, 150)
             self.plots[key] = widget
             self._grid.addWidget(widget, row, column, 1, span)
         for column in range(4):
             self._grid.setColumnStretch(column, 1)
-        loss = self.plots["loss"].getPlotItem()
-        self._add_legend(loss)
+        self._add_legend("loss")
         self._add_curve("loss", "loss_raw", "raw", pg.mkPen((59, 111, 216, 90), width=1))
         self._add_curve("loss", "loss_smooth", "smoothed", pg.mkPen("#3b6fd8", width=2))
-        self._add_legend(self.plots["eval"].getPlotItem())
-        self._add_legend(self.plots["throughput"].getPlotItem())
+        self._add_legend("eval")
+        self._add_legend("throughput")
         self._add_curve("throughput", "throughput", "raw", pg.mkPen((46, 155, 87, 90), width=1))
         self._add_curve("throughput", "throughput_smooth", "smoothed", pg.mkPen("#2e9b57", width=2))
         self._add_curve("lr", "lr", None, pg.mkPen("#c98a12", width=2))
         self._add_curve("grad_norm", "grad_norm", None, pg.mkPen("#16a2b8", width=2))
-        self._add_legend(self.plots["scale"].getPlotItem())
+        self._add_legend("scale")
         self._add_curve("scale", "scale", "loss scale", pg.mkPen("#8e44ad", width=2))
         self._add_curve("scale", "skipped", "skipped (overflow)", None, symbol="t1", colour="#d0453c")
         self._add_curve("memory", "memory", None, pg.mkPen("#d0453c", width=2))
-        self._ceiling_lines: list = []
         self._show_scaler_state(None)
+        self._show_notes()
         self._timer.start()
 
-    def _add_legend(self, item) -> None:
-        """Top-right, on a translucent panel of the plot's background: the labels stay readable over a
-        curve, and the curve still shows through."""
+    def _add_legend(self, plot: str) -> None:
+        """A legend in its own row under the plot's x axis, entries side by side in as many columns as the
+        plot's width holds: it never covers a curve, a ceiling line or a marker, whatever the data does."""
         import pyqtgraph as pg
 
-        base = self.palette().color(QPalette.ColorRole.Base)
+        item = self.plots[plot].getPlotItem()
         text = self.palette().color(QPalette.ColorRole.Text)
-        item.addLegend(offset=(-10, 10), brush=pg.mkBrush(base.red(), base.green(), base.blue(), 150),
-                       pen=pg.mkPen(text.red(), text.green(), text.blue(), 60))
+        legend = _row_legend_class()(colCount=1, frame=False, labelTextSize="8pt", horSpacing=10,
+                                     labelTextColor=text)
+        legend.setMinimumHeight(LEGEND_ROW)  # the row is there before the first entry: the view does not jump
+        # its width is the view's (the entries are fitted to it), never what its entries ask for
+        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        legend.setMinimumWidth(0)
+        legend.setPreferredWidth(0)
+        item.layout.addItem(legend, 4, 1)
+        item.legend = legend  # PlotItem.plot(name=...) adds its entry, removeItem takes it out
+        item.getViewBox().sigResized.connect(lambda *_a: self._update_legend(plot))
+        self._legends[plot] = legend
+
+    def _update_legend(self, plot: str) -> None:
+        """As many columns as fit the plot's width (at least one): a narrow plot gets more rows, never a
+        legend wider than itself (which would squeeze the view)."""
+        legend = self._legends.get(plot)
+        if legend is None or not legend.items:
+            return
+        widest = max(sample.boundingRect().width() + label.itemRect().width() for sample, label in legend.items)
+        available = self.plots[plot].getPlotItem().getViewBox().width()
+        columns = max(1, min(len(legend.items), int(available // (widest + 10))))
+        if columns != legend.columnCount:
+            legend.setColumnCount(columns)
+
+    def _add_note(self, key: str, item) -> None:
+        """A line of text in the middle of the plot's view, saying why it is empty."""
+        import pyqtgraph as pg
+
+        view = item.getViewBox()
+        colour = self.palette().color(QPalette.ColorRole.PlaceholderText)
+        note = pg.TextItem("", color=colour, anchor=(0.5, 0.5))
+        note.setParentItem(view)  # in the view's own (pixel) coordinates: stays put whatever the range
+        place = lambda *_a: note.setPos(view.rect().center())  # noqa: E731
+        view.sigResized.connect(place)
+        place()
+        self._notes[key] = note
+
+    def note(self, plot: str) -> str:
+        """What an empty plot says ('' once it has data)."""
+        note = self._notes.get(plot)
+        return note.textItem.toPlainText() if note is not None and note.isVisible() else ""
+
+    def _show_notes(self) -> None:
+        """Set each plot's note from what it holds: nothing when it has a point to draw."""
+        for plot, note in self._notes.items():
+            if any(len(self._series[k]) for k, p in self._curve_plot.items() if p == plot):
+                note.setVisible(False)
+                continue
+            text = self._waiting
+            if plot == "eval" and self._waiting == WAITING:
+                text = WAITING_EVAL
+            elif plot == "scale" and self._waiting == WAITING and not self._scaler_on:
+                text = SCALER_OFF
+            elif plot in self._unmeasured:
+                text = NOT_MEASURED
+            note.setText(text)
+            note.setVisible(bool(text))
 
     def _user_moved(self, key: str) -> None:
         self._ranges[key].manual = True
@@ -151,49 +252,116 @@ class PlotsPanel(QWidget):
         else:
             item.setTitle("Loss scale: off (fp16 only)", size="10pt")
 
+    def _metric_colour(self, name: str) -> str:
+        """One colour per metric name for the run: its validation curve, test marker and ceiling line."""
+        if name not in self._metric_colours:
+            self._metric_colours[name] = METRIC_COLOURS[len(self._metric_colours) % len(METRIC_COLOURS)]
+        return self._metric_colours[name]
+
     def _show_ceiling(self, ceiling: dict) -> None:
+        """A dashed line at each metric's ceiling, in the metric's colour; its value is in the legend entry of
+        the metric's validation curve (no text in the view, so nothing to collide with the legend or the
+        curves), and the curve's entry is created now, so the legend says what the line is before any eval."""
         import pyqtgraph as pg
 
         item = self.plots["eval"].getPlotItem()
         for line in self._ceiling_lines:
             item.removeItem(line)
         self._ceiling_lines = []
-        for name, value in ceiling.items():
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                line = pg.InfiniteLine(pos=value, angle=0, movable=False,
-                                       pen=pg.mkPen("#6a7a90", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-                                       label=f"{name} ceiling {value:.3g}",
-                                       labelOpts={"position": 0.15, "color": "#6a7a90", "anchors": [(0, 1), (0, 1)]})
-                item.addItem(line)
-                self._ceiling_lines.append(line)
+        self._ceiling = {name: float(value) for name, value in ceiling.items()
+                         if isinstance(value, (int, float)) and math.isfinite(value)}
+        for name, value in self._ceiling.items():
+            line = pg.InfiniteLine(pos=value, angle=0, movable=False,
+                                   pen=pg.mkPen(self._metric_colour(name), width=1,
+                                                style=pg.QtCore.Qt.PenStyle.DashLine))
+            line.setZValue(-5)  # under the curves
+            item.addItem(line)
+            self._ceiling_lines.append(line)
+            self._eval_curve(VAL_SPLIT, name)
+        self._dirty.update(k for k, p in self._curve_plot.items() if p == "eval")
+
+    def _eval_curve(self, split: str, name: str) -> str | None:
+        """The key of the curve of metric `name` on `split`, created on first use: the validation split is a
+        line with a dot per evaluation; any other split (test) is markers only, never joined to that line, with
+        one legend entry for the split."""
+        if not self.plots:
+            return None
+        if split == VAL_SPLIT:
+            key = f"eval:{name}"
+        else:
+            key = f"split:{split}:{name}"
+        if key in self._curves:
+            return key
+        import pyqtgraph as pg
+
+        colour = self._metric_colour(name)
+        if split == VAL_SPLIT:
+            label = name  # the plot's title says these are validation metrics; other splits say their name
+            if name in self._ceiling:
+                label += f" · ceiling {self._ceiling[name]:.3g}"
+            self._add_curve("eval", key, label, pg.mkPen(colour, width=2), symbol="o")
+        else:
+            self._add_curve("eval", key, None, None, symbol=SPLIT_SYMBOL, colour=colour)
+            if split not in self._split_samples:
+                text = self.palette().color(QPalette.ColorRole.Text)
+                sample = pg.PlotDataItem(pen=None, symbol=SPLIT_SYMBOL, symbolSize=11, symbolPen=None,
+                                         symbolBrush=pg.mkBrush(text))
+                self._legends["eval"].addItem(sample, split)
+                self._split_samples[split] = sample
+        self._update_legend("eval")
+        return key
 
     def _add_curve(self, plot: str, key: str, name: str | None, pen, symbol: str | None = None,
                    colour: str | None = None):
         item = self.plots[plot].getPlotItem()
         brush = colour or (pen.color() if symbol and pen is not None else None)
-        curve = item.plot(name=name, pen=pen, symbol=symbol, symbolSize=9 if pen is None else 6,
-                          symbolBrush=brush, symbolPen=None,
+        curve = item.plot(name=name, pen=pen, symbol=symbol, symbolSize=(11 if symbol == SPLIT_SYMBOL else 9)
+                          if pen is None else 6, symbolBrush=brush, symbolPen=None,
                           skipFiniteCheck=not key.startswith(MAY_HOLD_NAN), connect="finite")
         curve.setDownsampling(ds=1, auto=False)
         curve.setClipToView(True)
+        if pen is None:
+            curve.setZValue(5)  # markers over the lines
         self._curves[key] = curve
         self._curve_plot[key] = plot
         budget = LINE_BUDGET if symbol is None else MARKER_BUDGET
         self._series[key] = SmoothedSeries(0.9, budget=budget) if key.endswith("_smooth") else Series(budget=budget)
+        self._update_legend(plot)
         return curve
 
     # ------------------------------------------------------------------ events
     def clear(self) -> None:
+        """Forget the run on show: every series, the per-run curves and ceiling lines, and every axis back to
+        its empty range (a new run's data is fitted afresh, whatever the previous run or a zoom left)."""
         for series in self._series.values():
             series.clear()
-        for key in [k for k in self._curves if k.startswith("eval:")]:
+        for key in [k for k in self._curves if k.startswith(("eval:", "split:"))]:
             self.plots["eval"].getPlotItem().removeItem(self._curves.pop(key))
             del self._series[key]
             del self._curve_plot[key]
-        for keeper in self._ranges.values():
-            keeper.reset()
+        for sample in self._split_samples.values():
+            self._legends["eval"].removeItem(sample)
+        self._split_samples = {}
+        self._metric_colours = {}
+        if self.plots:
+            self._show_ceiling({})
+            self._update_legend("eval")
         self._skipped = 0
+        self._unmeasured = set()
         self._dirty = set(self._curves)
+        self._reset_axes()
+
+    def _reset_axes(self) -> None:
+        for key, keeper in self._ranges.items():
+            keeper.reset()
+            item = self.plots[key].getPlotItem()
+            if self._log_mode(key) != keeper.log:
+                item.setLogMode(y=keeper.log)
+            item.setYRange(*keeper.default, padding=0)
+        self._set_x_end(self._x_end)
+
+    def _log_mode(self, key: str) -> bool:
+        return bool(self.plots[key].getPlotItem().getAxis("left").logMode)
 
     def handle_event(self, event) -> None:
         if isinstance(event, StepMetrics):  # the hot path: ~100 a second on tiny models; appends only
@@ -214,28 +382,33 @@ class PlotsPanel(QWidget):
                 self._show_scaler_state(self._scaler_on)
             if event.memory_bytes is not None:
                 self._append("memory", step, event.memory_bytes / 2**20)
+            elif "memory" not in self._unmeasured and not len(self._series.get("memory", ())):
+                self._unmeasured.add("memory")
+                self._dirty.add("memory")
             if step > self._x_end and not self._total_steps:
                 self._set_x_end(nice_x_end(step))
         elif isinstance(event, RunStarted):
-            self.clear()
             self._scaler_on = bool(event.scaler)
             self._total_steps = event.total_steps
+            self._x_start = event.start_step
+            self._x_end = event.total_steps or nice_x_end(event.start_step + 1)
+            self._waiting = WAITING
+            self.clear()
             if self.plots:
                 self._show_scaler_state(self._scaler_on)
                 self._show_ceiling(getattr(event, "ceiling", {}) or {})
-            self._x_start = event.start_step
-            self._set_x_end(event.total_steps or nice_x_end(event.start_step + 1))
+                device = str(event.device).split(":")[0]
+                self.plots["memory"].getPlotItem().setTitle(MEMORY_TITLES.get(device, "Device memory"), size="10pt")
+                self._show_notes()
         elif isinstance(event, EvalMetrics):
             for name, value in event.metrics.items():
-                key = f"eval:{name}"
-                if key not in self._curves and self.plots:
-                    import pyqtgraph as pg
-
-                    colour = METRIC_COLOURS[(len([k for k in self._curves if k.startswith("eval:")]))
-                                            % len(METRIC_COLOURS)]
-                    self._add_curve("eval", key, f"{event.split} {name}", pg.mkPen(colour, width=2), symbol="o")
-                if isinstance(value, (int, float)) and math.isfinite(value):
+                key = self._eval_curve(event.split, name)
+                if key is not None and isinstance(value, (int, float)) and math.isfinite(value):
                     self._append(key, event.step, value)
+        elif isinstance(event, RunEnded):
+            self._waiting = f"No points: the run {event.status} at step {event.step}"
+            if self.plots:
+                self._show_notes()
 
     @property
     def skipped_steps(self) -> int:
@@ -332,15 +505,45 @@ class PlotsPanel(QWidget):
         plots = set()
         for key in self._dirty:
             series = self._series[key]
+            curve = self._curves[key]
             if len(series):
-                self._curves[key].setData(series.x, series.y)
+                x, y = series.x, series.y
+                curve.setData(x, y)
             else:
-                self._curves[key].setData([], [])
+                x = y = None
+                curve.setData([], [])
+            if key in self._dots or (curve.opts["symbol"] is None and curve.opts["pen"] is not None):
+                self._show_dots(key, curve, y)
             plots.add(self._curve_plot[key])
             self.redraws += 1
         self._dirty.clear()
         for plot in plots:
             self._fit_y(plot)
+        self._show_notes()
+
+    def _show_dots(self, key: str, curve, y) -> None:
+        """A line curve with a point that has no finite neighbour (one logged step, a value between two gaps)
+        would draw nothing there: give it a dot on each point while it is that short. Bounded: only curves of
+        at most FEW_POINTS points are checked, and the symbol changes only when the answer does."""
+        lonely = False
+        if y is not None and len(y) <= FEW_POINTS:
+            finite = np.isfinite(y)
+            before = np.concatenate([[False], finite[:-1]])
+            after = np.concatenate([finite[1:], [False]])
+            lonely = bool((finite & ~before & ~after).any())
+        if lonely == (key in self._dots):
+            return
+        if lonely:
+            colour = curve.opts["pen"].color()
+            colour.setAlpha(255)
+            curve.setSymbol("o")
+            curve.setSymbolSize(7)
+            curve.setSymbolBrush(colour)
+            curve.setSymbolPen(None)
+            self._dots.add(key)
+        else:
+            curve.setSymbol(None)
+            self._dots.discard(key)
 
     def _fit_y(self, plot: str) -> None:
         series = [self._series[k] for k, p in self._curve_plot.items() if p == plot]
@@ -349,6 +552,10 @@ class PlotsPanel(QWidget):
         if plot == "eval":
             for line in self._ceiling_lines:
                 lo, hi = min(lo, line.value()), max(hi, line.value())
-        new = self._ranges[plot].update(lo, hi)
+        keeper = self._ranges[plot]
+        new = keeper.update(lo, hi)
         if new is not None:
-            self.plots[plot].getPlotItem().setYRange(*new, padding=0)
+            item = self.plots[plot].getPlotItem()
+            if keeper.log != self._log_mode(plot):  # the data came to span decades: log scale from now on
+                item.setLogMode(y=keeper.log)
+            item.setYRange(*new, padding=0)

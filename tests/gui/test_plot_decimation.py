@@ -73,8 +73,10 @@ def test_long_run_curves_stay_in_budget_and_keep_spike_and_gap(qtbot, panel):
     for curve in panel._curves.values():  # no second reduction: pyqtgraph's "peak" would blank a block with a gap
         assert curve.opts["autoDownsample"] is False and curve.opts["downsample"] == 1
     shown_x, shown_y = panel._curves["loss_raw"].getData()  # after pyqtgraph's own clipping/downsampling
+    assert panel._ranges["loss"].log  # the spike is over 1000x the smallest loss: the loss axis turned log
+    shown_y = 10**shown_y  # getData() is in the axis' (log10) units
     assert len(shown_x) == panel.series("loss_raw").stored
-    assert np.nanmax(shown_y) == SPIKE_LOSS and shown_x[np.nanargmax(shown_y)] == SPIKE_STEP
+    assert np.nanmax(shown_y) == pytest.approx(SPIKE_LOSS, rel=1e-12) and shown_x[np.nanargmax(shown_y)] == SPIKE_STEP
     assert np.nanmin(shown_y) == pytest.approx(data["loss"].min())
     assert shown_x[-1] == STEPS  # the newest point is drawn
     norm_x, norm_y = panel._curves["grad_norm"].getData()
@@ -83,7 +85,7 @@ def test_long_run_curves_stay_in_budget_and_keep_spike_and_gap(qtbot, panel):
     skipped_x, _ = panel._curves["skipped"].getData()
     assert skipped_x.tolist() == list(SKIP_STEPS)
     assert panel.skipped_steps == len(SKIP_STEPS)
-    assert panel.plots["loss"].getPlotItem().getViewBox().viewRange()[1][1] >= SPIKE_LOSS  # y range has it
+    assert panel.plots["loss"].getPlotItem().getViewBox().viewRange()[1][1] >= math.log10(SPIKE_LOSS)  # y range has it
 
 
 def test_bulk_ingest_draws_what_the_events_draw(qtbot, panel):
