@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
-from core.data.importers import SUFFIXES, write_table
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# The file formats `data generate` writes (core.data.importers reads the same; it imports pyarrow and torch,
+# so `--help` does not import it). tests/test_cli_startup.py checks the two lists agree.
+OUTPUT_SUFFIXES = (".csv", ".parquet", ".pq")
 GENERATED_TASKS = ("recommender", "ranking", "sentiment")
 
 
@@ -24,12 +28,12 @@ def register(sub) -> None:
     gen = commands.add_parser("generate", help="write a task's synthetic data as CSV or Parquet")
     gen.add_argument("--task", required=True, choices=GENERATED_TASKS, help="whose data format to write")
     gen.add_argument("--rows", required=True, type=int, help="rows: interactions, (query, doc) pairs or reviews")
-    gen.add_argument("--out", required=True, metavar="FILE", help="output file; .csv or .parquet")
+    gen.add_argument("--out", required=True, metavar="FILE", help="output file: .csv, or .parquet (.pq)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the planted structure and the draws")
     gen.set_defaults(handler=cmd_generate)
 
 
-def synthetic_table(task: str, rows: int, seed: int) -> pa.Table:
+def synthetic_table(task: str, rows: int, seed: int) -> "pa.Table":
     """`rows` rows of `task`'s synthetic data (default task options) as a table in its file format."""
     from core.tasks import create_task
 
@@ -54,8 +58,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Handler of `data generate`: validate, generate, write, report one line on stderr."""
     if args.rows < 1:
         raise ConfigError("--rows", f"{args.rows} must be at least 1")
-    if not args.out.lower().endswith(SUFFIXES):
+    if not args.out.lower().endswith(OUTPUT_SUFFIXES):
         raise ConfigError("--out", f"{args.out}: use a .csv or .parquet file name")
+    from core.data.importers import write_table
+
     started = time.perf_counter()
     table = synthetic_table(args.task, args.rows, args.seed)
     path = write_table(table, args.out)

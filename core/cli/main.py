@@ -14,6 +14,7 @@ import sys
 from core.cli import data as data_commands
 from core.cli import lab as lab_commands
 from core.cli import train as train_commands
+from core.cli import format as fmt
 from core.cli.common import OneLineParser, describe_config_error, fail_bad_input
 from core.errors import AmpConsoleError, ConfigError
 
@@ -27,36 +28,120 @@ def cmd_devices(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([d.to_dict() for d in devices], indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="Devices")
-    for column in ("id", "name", "memory", "capability", "precisions", "not supported"):
-        table.add_column(column)
-    for d in devices:
-        memory = f"{d.memory_total / 2**30:.1f} GiB" if d.memory_total else "-"
-        extra = d.capability or (d.details.get("bf16_speed", "") if d.type == "cpu" else "")
-        unsupported = "\n".join(f"{mode}: {why}" for mode, why in d.unsupported.items())
-        table.add_row(d.id, d.name, memory, extra, ", ".join(d.precisions), unsupported)
-    Console().print(table)
+    print_devices(devices)
     return 0
+
+
+def device_notes(d) -> str:
+    """The short facts of one device: CPU cores and bf16 support, GPU compute capability and free memory."""
+    if d.type == "cpu":
+        cores, threads = d.details.get("cores"), d.details.get("threads")
+        parts = [f"{cores} cores / {threads} threads" if cores else f"{threads} threads",
+                 f"torch uses {d.details.get('torch_threads')}", d.details.get("bf16_speed", "")]
+        return "; ".join(p for p in parts if p)
+    parts = [f"compute capability {d.capability}" if d.capability else ""]
+    if d.details.get("multiprocessors"):
+        parts.append(f"{d.details['multiprocessors']} SMs")
+    if d.memory_free is not None:
+        parts.append(f"{fmt.size(d.memory_free)} free")
+    return "; ".join(p for p in parts if p)
+
+
+def print_devices(devices) -> None:
+    """One row per device (id, name, memory, precisions, short notes); why a mode is missing goes below."""
+    table = fmt.table("Devices")
+    table.add_column("id", no_wrap=True)
+    table.add_column("name", ratio=2, overflow="fold")
+    table.add_column("memory", justify="right", no_wrap=True)
+    table.add_column("precisions", no_wrap=True)
+    table.add_column("notes", ratio=3, overflow="fold")
+    for d in devices:
+        table.add_row(d.id, d.name, fmt.size(d.memory_total), ", ".join(d.precisions), device_notes(d))
+    console = fmt.console()
+    console.print(table)
+    for d in devices:
+        for mode, why in d.unsupported.items():
+            console.print(f"{d.id}: no {mode}: {why}")
+
+
+def _option_rows(info) -> list[dict]:
+    return [{"name": o.name, "default": o.default, "help": o.help, "minimum": o.minimum, "maximum": o.maximum,
+             "choices": list(o.choices) if o.choices else None} for o in info.options]
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    from core.tasks import TASKS
+    """`tasks`: every task with its options (no torch); `tasks NAME`: one task in full, with its size."""
+    from core.tasks import get_task_info, task_infos
 
-    rows = []
-    for name, cls in TASKS.items():
-        task = cls()
-        rows.append({"name": name, "description": cls.description, "parameters": task.parameter_count(),
-                     "options": {o.name: o.default for o in cls.options}, "defaults": dict(cls.defaults)})
+    if args.name is not None:
+        try:
+            info = get_task_info(args.name)
+        except ConfigError as exc:  # one line with the known names and a did-you-mean
+            return fail_bad_input(f"tasks: {str(exc).split(': ', 1)[1]}")
+        parameters = _parameter_count(info.name)
+        if args.json:
+            print(json.dumps({"name": info.name, "description": info.description, "parameters": parameters,
+                              "primary_metric": info.primary_metric, "options": _option_rows(info),
+                              "defaults": dict(info.defaults)}, indent=2))
+        else:
+            print_task(info, parameters)
+        return 0
+    infos = list(task_infos().values())
     if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        for row in rows:
-            options = ", ".join(f"{k}={v}" for k, v in row["options"].items())
-            print(f"{row['name']:<12} {row['parameters']:>12,} params  {row['description']}\n{'':<12} options: {options}")
+        print(json.dumps([{"name": i.name, "description": i.description, "primary_metric": i.primary_metric,
+                           "options": _option_rows(i), "defaults": dict(i.defaults)} for i in infos], indent=2))
+        return 0
+    console = fmt.console()
+    for info in infos:
+        _print_task_head(console, info)
+        console.print(_options_table(info, indent=2))
+    console.print("Set an option with -o NAME=VALUE (train, bench, inspect); "
+                  "`amp-console tasks NAME` shows one task with its parameter count.")
     return 0
+
+
+def _options_table(info, indent: int = 0):
+    from rich.padding import Padding
+
+    table = fmt.table(None, show_edge=False)
+    table.add_column("option", no_wrap=True)
+    table.add_column("default", justify="right", no_wrap=True)
+    table.add_column("allowed", no_wrap=True)
+    table.add_column("what it sets", overflow="fold")
+    for o in info.options:
+        table.add_row(o.name, fmt.setting(o.default), o.allowed(), o.help)
+    return Padding(table, (0, 0, 1, indent), expand=False)
+
+
+def _print_task_head(console, info, parameters: int | None = None) -> None:
+    from rich.padding import Padding
+    from rich.text import Text
+
+    lines = [info.description]
+    if parameters is not None:
+        exact = f" ({fmt.exact(parameters)})" if fmt.count(parameters) != fmt.exact(parameters) else ""
+        lines.append(f"model: {fmt.count(parameters)}{exact} trainable parameters with the default options")
+    lines.append("training defaults: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in info.defaults.items()))
+    lines.append(f"primary metric: {info.primary_metric}")
+    console.print(Text(info.name, style="bold"))
+    for line in lines:  # wrapped lines keep the indent
+        console.print(Padding(Text(line), (0, 0, 0, 2), expand=False))
+
+
+def _parameter_count(name: str) -> int:
+    """Trainable parameters of the task's default model, built on the meta device (imports torch)."""
+    from core.tasks import create_task
+
+    return create_task(name).parameter_count()
+
+
+def print_task(info, parameters: int) -> None:
+    console = fmt.console()
+    _print_task_head(console, info, parameters)
+    console.print(_options_table(info, indent=2))
+    if info.options:
+        o = info.options[0]
+        console.print(f"Example: amp-console train --task {info.name} -o {o.name}={o.default}", highlight=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,8 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="list devices and the precision modes each supports")
     devices.add_argument("--json", action="store_true", help="print a JSON list")
     devices.set_defaults(handler=cmd_devices)
-    tasks = sub.add_parser("tasks", help="list the tasks (models + data) you can train")
-    tasks.add_argument("--json", action="store_true", help="print a JSON list")
+    tasks = sub.add_parser("tasks", help="list the tasks (models + data) you can train and their options",
+                           description="Without NAME: every task with its options, defaults and ranges. "
+                                       "With NAME: that task in full, with its model's parameter count.")
+    tasks.add_argument("name", nargs="?", metavar="NAME", help="one task to describe (e.g. recommender)")
+    tasks.add_argument("--json", action="store_true", help="print JSON (a list, or one object for NAME)")
     tasks.set_defaults(handler=cmd_tasks)
     for module in COMMAND_MODULES:
         module.register(sub)

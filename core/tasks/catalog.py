@@ -1,0 +1,76 @@
+"""Read a task's description, options and defaults from its module's source, without running it (no torch).
+
+Task modules import torch (their models are nn.Modules), which costs about a second; listing the tasks must
+not. Their class attributes (`name`, `description`, `options = (TaskOption(...), ...)`, `defaults = {...}`,
+`primary_metric`, `tokens_key`) are plain literals, so they are read from the module's syntax tree. A class
+whose attributes are not literals (or that inherits from another task) gets `None` here, and the registry
+imports it instead: slower, never wrong. tests/test_cli_startup.py checks both ways agree for every task.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from pathlib import Path
+
+from core.tasks.options import TaskInfo, TaskOption
+
+_ATTRIBUTES = ("name", "description", "options", "defaults", "primary_metric", "tokens_key")
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.LShift: operator.lshift}
+
+
+class _NotLiteral(Exception):
+    pass
+
+
+def _value(node: ast.AST):
+    """A literal expression's value: constants, tuples/lists/dicts, arithmetic on numbers, TaskOption(...)."""
+    match node:
+        case ast.Constant(value=value):
+            return value
+        case ast.Tuple(elts=elts) | ast.List(elts=elts):
+            return tuple(_value(e) for e in elts)
+        case ast.Dict(keys=keys, values=values) if None not in keys:
+            return {_value(k): _value(v) for k, v in zip(keys, values)}
+        case ast.UnaryOp(op=ast.USub(), operand=operand):
+            return -_value(operand)
+        case ast.BinOp(left=left, op=op, right=right) if type(op) in _BINARY:
+            a, b = _value(left), _value(right)
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b)):
+                raise _NotLiteral
+            return _BINARY[type(op)](a, b)
+        case ast.Call(func=ast.Name(id="TaskOption"), args=args, keywords=keywords):
+            return TaskOption(*(_value(a) for a in args),
+                              **{k.arg: _value(k.value) for k in keywords if k.arg is not None})
+    raise _NotLiteral
+
+
+def read_task_info(source: Path | str, class_name: str) -> TaskInfo | None:
+    """The TaskInfo of class `class_name` in the module at `source`; None when it is not plain literals."""
+    try:
+        tree = ast.parse(Path(source).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    if cls is None or [ast.unparse(b) for b in cls.bases] != ["Task"]:
+        return None
+    values: dict = {}
+    for statement in cls.body:
+        match statement:
+            case ast.Assign(targets=[ast.Name(id=attr)], value=value) if attr in _ATTRIBUTES:
+                pass
+            case ast.AnnAssign(target=ast.Name(id=attr), value=value) if attr in _ATTRIBUTES and value:
+                pass
+            case _:
+                continue
+        try:
+            values[attr] = _value(value)
+        except (_NotLiteral, TypeError, ValueError, ArithmeticError):
+            return None
+    if not isinstance(values.get("name"), str) or not isinstance(values.get("description"), str):
+        return None
+    options = values.get("options", ())
+    if not all(isinstance(o, TaskOption) for o in options):
+        return None
+    return TaskInfo(**values)

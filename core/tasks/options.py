@@ -1,0 +1,65 @@
+"""What a task offers, without torch: its options (`TaskOption`) and a `TaskInfo` per registered task.
+
+A torch-free leaf of core.tasks, so `amp-console tasks` and `--help` can describe the tasks without importing
+torch. The registry (core.tasks) reads each task's class attributes from its module's source (see
+core.tasks.catalog); the Task classes themselves are imported only when a task is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TaskOption:
+    """One model-size or data option of a task, with its default and range (the GUI builds its form from it)."""
+
+    name: str
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+    def error(self, value: Any) -> str | None:
+        """Why `value` is not allowed for this option, or None."""
+        kind = type(self.default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not kind:
+            return f"expected {kind.__name__}, got {type(value).__name__} {value!r}"
+        if self.choices is not None and value not in self.choices:
+            return f"{value!r} is not one of {', '.join(self.choices)}"
+        if self.minimum is not None and not (self.minimum <= value <= self.maximum):
+            return f"{value!r} is out of range: must be between {_number(self.minimum)} and {_number(self.maximum)}"
+        return None
+
+    def allowed(self) -> str:
+        """'1 to 4,096', 'full | sampled' or '' when anything of the option's type goes."""
+        if self.choices:
+            return " | ".join(self.choices)
+        if self.minimum is not None and self.maximum is not None:
+            return f"{_number(self.minimum)} to {_number(self.maximum)}"
+        return ""
+
+
+def _number(value: float) -> str:
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A registered task as the CLI and the form describe it: name, one line, options, default settings."""
+
+    name: str
+    description: str
+    options: tuple[TaskOption, ...] = ()
+    defaults: dict = field(default_factory=dict)
+    primary_metric: str = "loss"
+    tokens_key: str | None = None
+
+    def option(self, name: str) -> TaskOption | None:
+        return next((o for o in self.options if o.name == name), None)

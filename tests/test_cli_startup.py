@@ -1,0 +1,115 @@
+"""The CLI's first impression: `--help` and the `tasks` listing never import torch, pyarrow or numpy (each costs
+a second or more); `tasks NAME` describes one task; unknown names get one line with a did-you-mean."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "pyarrow", "numpy")
+
+
+def heavy_modules_after(code: str) -> list[str]:
+    """Run `code` in a fresh interpreter and return which heavy modules it left imported."""
+    probe = f"import sys, json\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], ["data", "generate"], ["train"])
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "top")
+def test_help_does_not_import_torch(command):
+    code = ("import contextlib, io\nfrom core.cli.main import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    try:\n        main({command + ['--help']!r})\n    except SystemExit as exc:\n"
+            f"        assert exc.code == 0, exc.code\n"
+            f"assert 'usage: amp-console' in out.getvalue()")
+    assert heavy_modules_after(code) == []
+
+
+def test_launcher_help_does_not_import_torch_or_qt():
+    code = ("import contextlib, io\nfrom app.launcher import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+            "assert not any(m.startswith('PySide6') for m in sys.modules)")
+    assert heavy_modules_after(code) == []
+
+
+def test_tasks_listing_does_not_import_torch():
+    code = ("import contextlib, io\nfrom core.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n    assert main(['tasks']) == 0\n"
+            "assert 'recommender' in out.getvalue() and 'd_model' in out.getvalue()")
+    assert heavy_modules_after(code) == []
+
+
+def test_task_infos_read_from_source_match_the_classes():
+    """The torch-free catalog says exactly what the Task classes say (name, text, options, defaults)."""
+    from core.tasks import TASKS, task_infos
+
+    infos = task_infos()
+    assert list(infos) == list(TASKS)
+    for name, cls in TASKS.items():
+        info = infos[name]
+        assert (info.name, info.description, info.primary_metric, info.tokens_key, info.defaults) == (
+            cls.name, cls.description, cls.primary_metric, cls.tokens_key, cls.defaults)
+        assert [(o.name, o.default, o.help, o.minimum, o.maximum, o.choices) for o in info.options] == [
+            (o.name, o.default, o.help, o.minimum, o.maximum, o.choices) for o in cls.options]
+
+
+def test_catalog_falls_back_when_the_source_is_not_literal(tmp_path):
+    from core.tasks.catalog import read_task_info
+
+    module = tmp_path / "computed.py"
+    module.write_text("class ComputedTask(Task):\n    name = 'computed'\n    description = 'x'\n"
+                      "    options = tuple(make_options())\n")
+    assert read_task_info(module, "ComputedTask") is None
+    module.write_text("class LiteralTask(Task):\n    name = 'lit'\n    description = 'one line'\n"
+                      "    options = (TaskOption('buckets', 1 << 16, 'hash buckets', 16, 1 << 26),)\n"
+                      "    defaults = {'lr': 3e-3}\n")
+    info = read_task_info(module, "LiteralTask")
+    assert info.options[0].default == 65536 and info.options[0].maximum == 2**26 and info.defaults == {"lr": 3e-3}
+
+
+def test_data_suffixes_match_the_importers():
+    from core.cli.data import OUTPUT_SUFFIXES
+    from core.data.importers import SUFFIXES
+
+    assert set(OUTPUT_SUFFIXES) == set(SUFFIXES)
+
+
+def test_tasks_name_shows_options_help_defaults_and_ranges(capsys):
+    assert main(["tasks", "recommender"]) == 0
+    out = capsys.readouterr().out
+    assert "d_model" in out and "embedding / hidden width" in out and "8 to 4,096" in out
+    assert "full | sampled" in out and "trainable parameters" in out and "1,000 to 1,000,000,000" in out
+
+
+def test_tasks_name_json_has_the_parameter_count(capsys):
+    assert main(["tasks", "tiny", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["name"] == "tiny" and data["parameters"] == 10 * 16 + 16 + 16 * 2 + 2
+    assert {"name": "hidden", "default": 16, "help": "hidden units", "minimum": 1, "maximum": 4096,
+            "choices": None} in data["options"]
+
+
+def test_tasks_listing_shows_option_help(capsys):
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "fraction of labels flipped" in out and "listwise | ranknet" in out
+
+
+def test_unknown_task_is_one_line_with_a_suggestion(capsys):
+    assert main(["tasks", "recomender"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "did you mean 'recommender'" in err and "tiny, sentiment, ranking, recommender" in err
