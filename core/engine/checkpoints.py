@@ -245,7 +245,7 @@ def check_structure(state: dict, source: str) -> None:
         value = state.get(key, 0)
         if type(value) is not int or value < 0:
             raise bad(key, "an integer >= 0", value)
-    for key in ("metrics", "versions", "rng"):
+    for key in ("metrics", "versions"):  # a bad "rng" is skipped with a note when it is restored
         if not isinstance(state[key], dict):
             raise bad(key, "a dict", state[key])
     for key, value in state["metrics"].items():
@@ -406,16 +406,25 @@ def run_dir_for(folder: str | Path, resume_from: str | Path | None = None) -> Pa
 def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[Path, Path, Path]:
     """Export a saved run: a copy of the full checkpoint plus safetensors weights and a JSON manifest."""
     state = load_checkpoint(checkpoint)
+    from core.errors import ConfigError
+    from core.tasks import create_task
+
+    config = state["config"]
+    try:
+        task = create_task(state["task"], config.get("task_options", {}))
+    except ConfigError as exc:
+        raise CheckpointError(f"{checkpoint}: bad checkpoint: config.task_options: {exc}") from None
+    try:
+        model = task.build_model(state.get("data_info") or {})
+    except (TypeError, ValueError, KeyError, RuntimeError) as exc:
+        raise CheckpointError(f"{checkpoint}: bad checkpoint: data_info does not fit task {state['task']!r}: "
+                              f"{_one_line(exc)}") from None
+    load_model_state(model, state["model"], str(checkpoint))  # before anything is written
     destination = Path(destination)
     full = destination.with_suffix(".pt")
     buffer = io.BytesIO()
     torch.save(state, buffer)
     atomic_write_bytes(full, buffer.getvalue())
-    from core.tasks import create_task
-
-    config = state["config"]
-    model = create_task(config["task"], config.get("task_options", {})).build_model(state.get("data_info", {}))
-    load_model_state(model, state["model"], str(checkpoint))
     manifest = {"task": state["task"], "step": state["step"], "epoch": state["epoch"], "config": config,
                 "metrics": state["metrics"], "precision": state.get("precision", {}), "versions": state["versions"]}
     vocabulary = state.get("vocabulary") or {}
