@@ -52,6 +52,7 @@ def run_app(argv: list[str] | None = None) -> int:
     # Started after the first paint: importing in parallel with building the window slows both (GIL).
     importer = threading.Thread(target=_import_engine, name="engine-import", daemon=True)
     window = MainWindow()
+    window.closed.connect(app.quit)  # also when the window was hidden while a run kept training
     window.show_message("Loading the engine (PyTorch)…")
     timings: dict[str, float] = {}
 

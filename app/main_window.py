@@ -24,11 +24,16 @@ from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted,
 
 
 
+STOPPING_TO_CLOSE = "Stopping the run before closing: finishing the current step and writing a checkpoint…"
+CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process run has been killed by then)
+
+
 class MainWindow(QMainWindow):
     """AMP Console's window. `devices` injects a device list (tests); `settings` a QSettings store;
     `prestart_runs`: keep a training process loaded ahead of time so separate-process runs start at once."""
 
     engineLoaded = Signal()
+    closed = Signal()  # the window has closed for good (also after a run kept training with the window hidden)
 
     def __init__(self, settings: QSettings | None = None, devices: list | None = None, parent=None,
                  prestart_runs: bool = True):
@@ -49,6 +54,11 @@ class MainWindow(QMainWindow):
         self.jobs = JobRunner(self)
         self.compareDialog = None
         self.inspectorDialog = None
+        self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
+        self._user_close = False
+        self._close_now = False
+        self._close_deadline = QTimer(self, singleShot=True)
+        self._close_deadline.timeout.connect(self._finish_close)
         self._build_widgets()
         self.file_actions = FileActions(self)
         self._build_menus()
@@ -119,7 +129,7 @@ class MainWindow(QMainWindow):
         self.file_actions.add_to_menu(file_menu)
         file_menu.addSeparator()
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.close)
+        quit_action.triggered.connect(self.request_close)
         file_menu.addAction(quit_action)
 
         run_menu = self.menuBar().addMenu("&Run")
@@ -265,7 +275,8 @@ class MainWindow(QMainWindow):
     def _update_buttons(self) -> None:
         running = self.controller.running
         stopping = running and self.controller.stopping
-        can_start = (self.engine_ready and not running and not self.jobs.busy and self.setupPanel.is_valid())
+        can_start = (self.engine_ready and not running and not self.jobs.busy and self._close_state is None
+                     and self.setupPanel.is_valid())
         self.startButton.setEnabled(can_start)
         self.startAction.setEnabled(can_start)
         can_pause = running and not stopping and self.controller.can_pause  # DDP ranks can't pause together
@@ -335,7 +346,9 @@ class MainWindow(QMainWindow):
 
     def _on_running_changed(self, running: bool) -> None:
         self._update_buttons()
-        if not running:
+        if not running and self._close_state in ("stopping", "background"):
+            QTimer.singleShot(0, self._finish_close)  # after the run's last events have been shown
+        elif not running:
             self._keep_spare_process()
 
     def _keep_spare_process(self) -> None:
@@ -369,13 +382,102 @@ class MainWindow(QMainWindow):
                           "with live plots.")
 
     # ------------------------------------------------------------------ closing
+    def request_close(self) -> bool:
+        """A close the user asked for (File > Quit; the title bar's button arrives as a spontaneous close event):
+        while a run trains it asks first. A programmatic `close()` (scripts, tests) stops and joins at once."""
+        self._user_close = True
+        try:
+            return self.close()
+        finally:
+            self._user_close = False
+
+    def ask_close_mid_run(self) -> str:
+        """The question when the user closes the window while a run trains: 'stop', 'keep' or 'cancel'."""
+        box = QMessageBox(QMessageBox.Icon.Question, "AMP Console", "A run is still training. Close the window?",
+                          QMessageBox.StandardButton.NoButton, self)
+        box.setObjectName("closeQuestion")
+        box.setInformativeText(
+            "Stop and close: the run stops after its current step, writes its checkpoint, then the window "
+            "closes.\n\nKeep training: the window closes now; the run goes on to its end, writes its checkpoint, "
+            "and AMP Console then exits.")
+        stop = box.addButton("Stop and close", QMessageBox.ButtonRole.AcceptRole)
+        keep = box.addButton("Keep training", QMessageBox.ButtonRole.ActionRole)
+        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+        stop.setObjectName("stopAndCloseButton")
+        keep.setObjectName("keepTrainingButton")
+        box.setDefaultButton(stop)
+        box.setEscapeButton(cancel)
+        box.exec()
+        clicked = box.clickedButton()
+        box.deleteLater()
+        return "stop" if clicked is stop else "keep" if clicked is keep else "cancel"
+
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        if self.controller.running:
+        interactive = (event.spontaneous() or self._user_close) and not self._close_now
+        if interactive and self._close_state is not None:
+            event.ignore()  # already asking or stopping: one question, one stop
+            if self._close_state == "stopping":
+                self.show_message(STOPPING_TO_CLOSE, "status-warn")
+            return
+        if interactive and self.controller.running:
+            event.ignore()
+            self._close_mid_run()
+            return
+        if self.controller.running:  # a programmatic close, or the stop ran out of time: stop and join now
             self.show_message("Stopping the run before closing…", "status-warn")
+            self.statusBarWidget.message.repaint()
+        self._close_deadline.stop()
         self.controller.shutdown()  # stop + join: no thread outlives the window
         self.jobs.shutdown()
         for dialog in (self.compareDialog, self.inspectorDialog):
             if dialog is not None:
                 dialog.shutdown()
         self.save_settings()
+        self._close_state = "closed"
         super().closeEvent(event)
+        self.closed.emit()
+
+    def _close_mid_run(self) -> None:
+        if self.controller.stopping:  # Stop was pressed already: just close when it has ended
+            answer = "stop"
+        else:
+            self._close_state = "asking"
+            answer = self.ask_close_mid_run()
+            if self._close_state != "asking":  # closed programmatically meanwhile
+                return
+            self._close_state = None
+        if answer == "cancel":
+            return
+        self.controller.prepare_to_close()
+        if not self.controller.running:  # it ended while the question was open
+            self._close_state = "stopping"
+            QTimer.singleShot(0, self._finish_close)
+            return
+        if answer == "keep":
+            self._close_state = "background"
+            if self.controller.paused:
+                self.controller.resume()  # a hidden window could never resume it
+            self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
+            self.save_settings()
+            for dialog in (self.compareDialog, self.inspectorDialog):
+                if dialog is not None:
+                    dialog.hide()
+            self.hide()
+            return
+        self._close_state = "stopping"
+        if not self.controller.stopping:
+            self.controller.stop()
+        self.show_message(STOPPING_TO_CLOSE, "status-warn")
+        self.logPanel.log("Stopping the run to close the window.")
+        self._update_buttons()
+        self._close_deadline.start(CLOSE_TIMEOUT_MS)
+
+    def _finish_close(self) -> None:
+        """The run has ended (or did not stop in time): close for good."""
+        if self._close_state in (None, "closed"):
+            return
+        self._close_now = True
+        try:
+            self.close()
+        finally:
+            self._close_now = False

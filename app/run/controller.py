@@ -96,6 +96,11 @@ class RunController(QObject):
         if self._run is not None:
             self._run.stop()
 
+    def prepare_to_close(self) -> None:
+        """The window will close once the run has ended: no spare process from now on."""
+        self._closing = True
+        self.discard_spare()
+
     def shutdown(self) -> None:
         """Stop the run and block until its thread or child process has exited (the window closes)."""
         self._closing = True
