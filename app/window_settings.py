@@ -1,19 +1,90 @@
 """What the window remembers between launches (QSettings): the run form, how runs execute, and its layout.
 
-The run form is stored as core's RunConfig dict (JSON), so a saved form is validated by the engine like any
-other config; one that no longer validates is reported in the log and ignored, never applied half-way.
+The run form is stored as core's RunConfig dict (JSON). Saved values can be stale or corrupt (an older or
+newer version, a hand-edited file, a crash mid-write): each one is checked on its own, with core's types and
+validation, and one that does not fit is left at its default with a one-line note in the log; the others are
+kept. Nothing read from the settings can stop the window from coming up.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QByteArray, QSettings
 
 CONFIG_KEY = "run/config"
 PROCESSES_KEY = "run/processes"
 SEPARATE_PROCESS_KEY = "run/separateProcess"
+GEOMETRY_KEY = "window/geometry"
 SPLITTER_KEYS = ("window/mainSplitter", "window/rightSplitter")
+DEFAULT_SIZE = (1400, 860)
+
+
+def _shown(value, limit: int = 60) -> str:
+    """A saved value as one short line (repr escapes newlines; long garbage is cut)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def config_from_saved(data: dict, notes: list[str]):
+    """A RunConfig from a saved dict, field by field: the task's defaults, then every saved value core accepts
+    (type and range). A value it rejects stays at the default and adds a note naming the setting and why."""
+    from core.config import RunConfig
+    from core.errors import ConfigError
+    from core.tasks import TASKS
+
+    def ignore(key: str, value, reason: str, default) -> None:
+        notes.append(f"ignored the saved {key} = {_shown(value)}: {reason}; using {_shown(default)}")
+
+    default_task = RunConfig().task
+    task = data.get("task", default_task)
+    if not isinstance(task, str) or task not in TASKS:
+        ignore("task", task, f"not a task of this version (tasks: {', '.join(TASKS)})", default_task)
+        task = default_task
+    base = RunConfig.for_task(task)
+    config = base
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    for key, value in data.items():
+        if key in ("task", "task_options"):
+            continue
+        if key not in known:
+            notes.append(f"ignored the saved setting {_shown(key)}: not a setting of this version")
+            continue
+        try:
+            config = config.replace(**{key: value})
+        except ConfigError as exc:
+            ignore(key, value, str(exc).split(": ", 1)[-1], getattr(base, key))
+
+    options = data.get("task_options", {})
+    if task != data.get("task", default_task):
+        options = {}  # they were another task's
+    elif not isinstance(options, dict):
+        ignore("task_options", options, "not a table of options", {})
+        options = {}
+    kept = {}
+    task_cls = TASKS[task]
+    for name, value in options.items():
+        problem = task_cls.option_errors({name: value}).get(f"task_options.{name}")
+        defaults = {opt.name: opt.default for opt in task_cls.options}
+        if problem is None:
+            kept[name] = value
+        elif name in defaults:
+            ignore(f"task_options.{name}", value, problem, defaults[name])
+        else:
+            notes.append(f"ignored the saved task_options.{name}: {problem}")
+    config = dataclasses.replace(config, task_options=kept)
+
+    # Range and cross-field checks (core's messages): a saved value core rejects goes back to the default.
+    for _ in range(len(known)):
+        problems = {key: message for key, message in config.errors().items()
+                    if key in known and getattr(config, key) != getattr(base, key)}
+        if not problems:
+            break
+        key, message = next(iter(problems.items()))
+        ignore(key, getattr(config, key), message, getattr(base, key))
+        config = dataclasses.replace(config, **{key: getattr(base, key)})
+    return config
 
 
 class WindowSettings:
@@ -22,43 +93,158 @@ class WindowSettings:
     def __init__(self, store: QSettings):
         self.store = store
 
+    # ------------------------------------------------------------------ reading, defensively
+    def _value(self, key: str, notes: list[str]):
+        try:
+            return self.store.value(key)
+        except Exception as exc:  # noqa: BLE001 - a value QSettings itself cannot read
+            notes.append(f"could not read the saved {key}: {exc}")
+            return None
+
+    def _bytes(self, key: str, notes: list[str]) -> QByteArray | None:
+        value = self._value(key, notes)
+        if value is None or isinstance(value, QByteArray):
+            return value
+        if isinstance(value, (bytes, bytearray)):
+            return QByteArray(bytes(value))
+        notes.append(f"ignored the saved {key}: not window layout data ({_shown(value, 40)})")
+        return None
+
+    def _int(self, key: str, default: int, notes: list[str]) -> int:
+        value = self._value(key, notes)
+        if value is None:
+            return default
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            notes.append(f"ignored the saved {key} = {_shown(value)}: not a whole number; using {default}")
+            return default
+        if number < 1:
+            notes.append(f"ignored the saved {key} = {number}: must be 1 or more; using {default}")
+            return default
+        return number
+
+    def _bool(self, key: str, default: bool, notes: list[str]) -> bool:
+        value = self._value(key, notes)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1"):
+            return True
+        if text in ("false", "0"):
+            return False
+        notes.append(f"ignored the saved {key} = {_shown(value)}: not true or false; using {str(default).lower()}")
+        return default
+
+    def _saved_config_dict(self, notes: list[str]) -> dict | None:
+        saved = self._value(CONFIG_KEY, notes)
+        if saved is None or saved == "":
+            return None
+        if isinstance(saved, (bytes, bytearray, QByteArray)):
+            try:
+                saved = bytes(saved).decode("utf-8")
+            except UnicodeDecodeError:
+                notes.append("ignored the saved run settings: not UTF-8 text; using the defaults")
+                return None
+        if not isinstance(saved, str):
+            notes.append(f"ignored the saved run settings: not text ({_shown(saved, 40)}); using the defaults")
+            return None
+        try:
+            data = json.loads(saved)
+        except ValueError as exc:
+            notes.append(f"ignored the saved run settings: not valid JSON ({exc}); using the defaults")
+            return None
+        if not isinstance(data, dict):
+            notes.append(f"ignored the saved run settings: not a table of settings ({_shown(data, 40)}); "
+                         "using the defaults")
+            return None
+        return data
+
+    @staticmethod
+    def _log(window, notes: list[str]) -> None:
+        for note in notes:
+            window.logPanel.log(f"Settings: {note}", "warning")
+
+    # ------------------------------------------------------------------ restore
     def restore_run_setup(self, window) -> None:
-        """The last form (if it still validates) and the processes / isolation choice."""
-        from core.config import RunConfig
+        """The last form (each saved value that still validates) and the processes / isolation choice."""
+        notes: list[str] = []
+        try:
+            data = self._saved_config_dict(notes)
+            if data is not None:
+                window.apply_config(config_from_saved(data, notes))
+        except Exception as exc:  # noqa: BLE001 - whatever was saved, the window comes up with the defaults
+            notes.append(f"ignored the saved run settings ({type(exc).__name__}: {exc}); using the defaults")
+        window.setupPanel.set_execution(self._int(PROCESSES_KEY, 1, notes),
+                                        self._bool(SEPARATE_PROCESS_KEY, True, notes))
+        self._log(window, notes)
+
+    def restore_geometry(self, window) -> None:
+        """Size, position and splitters; a saved state Qt rejects is ignored (the default layout stays)."""
+        notes: list[str] = []
+        geometry = self._bytes(GEOMETRY_KEY, notes)
+        restored = False
+        if geometry is not None:
+            restored = bool(window.restoreGeometry(geometry))
+            if not restored:
+                notes.append(f"ignored the saved {GEOMETRY_KEY}: not a window geometry this version can read")
+        if not restored:
+            window.resize(*DEFAULT_SIZE)
+        for key, splitter in zip(SPLITTER_KEYS, (window.mainSplitter, window.rightSplitter)):
+            state = self._bytes(key, notes)
+            if state is None:
+                continue
+            sizes = splitter.sizes()
+            if not splitter.restoreState(state):
+                splitter.setSizes(sizes)
+                notes.append(f"ignored the saved {key}: not a splitter layout this version can read")
+        self._log(window, notes)
+
+    # ------------------------------------------------------------------ save
+    def _config_to_save(self, window) -> dict | None:
+        """The form as a RunConfig dict. A value core rejects (still being typed, or out of range) is not
+        saved: the last saved value of that setting stays, so a typo never replaces a good setting."""
         from core.errors import ConfigError
 
-        saved = self.store.value(CONFIG_KEY, "")
-        if saved:
-            try:
-                config = RunConfig.from_dict(json.loads(saved), source="saved settings")
-            except (ConfigError, ValueError, TypeError) as exc:
-                window.logPanel.log(f"Ignored the saved settings: {exc}", "warning")
-            else:
-                window.apply_config(config)
-        window.setupPanel.set_execution(  # type=: QSettings converts the INI format's strings (bad ints read 0)
-            self.store.value(PROCESSES_KEY, 1, type=int),
-            self.store.value(SEPARATE_PROCESS_KEY, True, type=bool))
+        try:
+            config = window.setupPanel.config()
+        except ConfigError:
+            return None  # a value of the wrong type (a fraction where a whole number goes): keep the last save
+        data = config.to_dict()
+        problems = config.errors()
+        if not problems:
+            return data
+        previous = self._saved_config_dict([]) or {}
+        if previous.get("task") != data["task"]:
+            previous = {}
+        for key in problems:
+            head, _, option = key.partition(".")
+            if option and head == "task_options":
+                old = previous.get("task_options")
+                if isinstance(old, dict) and option in old:
+                    data["task_options"][option] = old[option]
+                else:
+                    data["task_options"].pop(option, None)
+            elif key in data and key != "task":
+                if key in previous:
+                    data[key] = previous[key]
+                else:
+                    del data[key]
+        return data
 
     def save(self, window) -> None:
         if window.engine_ready:
             try:
-                self.store.setValue(CONFIG_KEY, json.dumps(window.setupPanel.config().to_dict()))
-            except Exception:  # a half-typed form can't be saved; the last good one stays  # noqa: BLE001
-                pass
+                data = self._config_to_save(window)
+            except Exception:  # noqa: BLE001 - saving must never break closing the window; the last save stays
+                data = None
+            if data is not None:
+                self.store.setValue(CONFIG_KEY, json.dumps(data))
             self.store.setValue(PROCESSES_KEY, window.setupPanel.processes())
             self.store.setValue(SEPARATE_PROCESS_KEY, window.setupPanel.separateProcessCheck.isChecked())
-        self.store.setValue("window/geometry", window.saveGeometry())
+        self.store.setValue(GEOMETRY_KEY, window.saveGeometry())
         for key, splitter in zip(SPLITTER_KEYS, (window.mainSplitter, window.rightSplitter)):
             self.store.setValue(key, splitter.saveState())
         self.store.sync()
-
-    def restore_geometry(self, window) -> None:
-        geometry = self.store.value("window/geometry")
-        if geometry is not None:
-            window.restoreGeometry(geometry)
-        else:
-            window.resize(1400, 860)
-        for key, splitter in zip(SPLITTER_KEYS, (window.mainSplitter, window.rightSplitter)):
-            state = self.store.value(key)
-            if state is not None:
-                splitter.restoreState(state)
