@@ -62,14 +62,32 @@ def _cpu_model_name() -> str:
 
 
 def _cpu_flags() -> set[str]:
+    """The first CPU's feature flags from /proc/cpuinfo (`flags` on x86, `Features` on Arm); empty if unreadable."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
+                if line.startswith(("flags", "Features")):
                     return set(line.split(":", 1)[1].split())
     except OSError:
         pass
     return set()
+
+
+def cpu_bf16_support(flags: set[str]) -> tuple[bool, str]:
+    """(has bf16 hardware, one honest line naming it) from the CPU's feature flags.
+
+    AMX is named only when its bf16 tiles are there (amx_tile and amx_bf16); avx512_bf16 (bf16 dot products in
+    AVX-512 registers) is named on its own; Arm's bf16 instructions are `bf16` in its Features line.
+    """
+    amx = {"amx_tile", "amx_bf16"} <= flags
+    units = (["AMX bf16 tiles"] if amx else []) + (["avx512_bf16"] if "avx512_bf16" in flags else [])
+    if "bf16" in flags:
+        units.append("Arm bf16 instructions")
+    if units:
+        return True, "bf16 in hardware: " + " + ".join(units)
+    if not flags:
+        return False, "bf16 hardware support unknown (no CPU flags to read); bench measures it"
+    return False, "bf16 emulated (no AMX or avx512_bf16): expect it slower than fp32"
 
 
 def _total_ram() -> int | None:
@@ -91,8 +109,7 @@ def _physical_cores() -> int | None:
 def cpu_info() -> DeviceInfo:
     """The host CPU: model, cores/threads, RAM, and whether bf16 has hardware support."""
     flags = _cpu_flags()
-    bf16_fast = bool(flags & {"avx512_bf16", "amx_bf16"})
-    speed = "fast: avx512_bf16/AMX" if bf16_fast else "emulated: no avx512_bf16/AMX, expect it slower than fp32"
+    bf16_fast, speed = cpu_bf16_support(flags)
     return DeviceInfo(
         id="cpu",
         type="cpu",
@@ -105,7 +122,7 @@ def cpu_info() -> DeviceInfo:
             "cores": _physical_cores(),
             "torch_threads": torch.get_num_threads(),
             "bf16_speed": speed,
-            "amx": "amx_bf16" in flags,
+            "amx": {"amx_tile", "amx_bf16"} <= flags,
             "avx512_bf16": "avx512_bf16" in flags,
         },
         precisions=("fp32", "bf16"),

@@ -142,3 +142,30 @@ def test_only_the_devices_command_asks_gpus_for_free_memory(monkeypatch, capsys)
     assert asked == [0, 1]
     reported = json.loads(capsys.readouterr().out)
     assert reported[1]["memory_free"] == 60 * 2**30
+
+
+@pytest.mark.parametrize("flags, fast, named, not_named", [
+    # The reported CPU: avx512_bf16 without AMX must not claim AMX.
+    ({"avx512f", "avx512_bf16"}, True, ["avx512_bf16"], ["AMX"]),
+    ({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}, True, ["AMX bf16 tiles", "avx512_bf16"], []),
+    ({"amx_bf16"}, False, ["emulated"], ["hardware:", "tiles"]),  # bf16 tiles need the tile unit too
+    ({"avx2", "fma"}, False, ["emulated", "slower than fp32"], ["hardware:"]),
+    ({"fp", "asimd", "bf16"}, True, ["Arm bf16"], ["AMX"]),  # aarch64's Features line
+    (set(), False, ["unknown"], ["emulated"]),
+])
+def test_cpu_bf16_summary_names_only_what_the_flags_have(flags, fast, named, not_named):
+    from core.devices import cpu_bf16_support
+
+    has, line = cpu_bf16_support(flags)
+    assert has is fast
+    assert all(word in line for word in named), line
+    assert not any(word in line for word in not_named), line
+
+
+def test_cpu_info_json_agrees_with_its_summary(monkeypatch):
+    from core import devices
+
+    monkeypatch.setattr(devices, "_cpu_flags", lambda: {"avx512f", "avx512_bf16", "amx_bf16"})
+    info = devices.cpu_info()
+    assert info.details["amx"] is False and info.details["avx512_bf16"] is True and info.bf16_fast
+    assert "AMX" not in info.details["bf16_speed"] and "avx512_bf16" in info.details["bf16_speed"]
