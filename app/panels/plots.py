@@ -12,6 +12,7 @@ pyqtgraph is imported when the plots are built, after the window is on screen.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -57,6 +58,55 @@ SCALER_OFF = "Off: GradScaler runs with fp16 only"
 NOT_MEASURED = "Not measured on this device"
 MEMORY_TITLES = {"cuda": "GPU memory (peak allocated)", "xpu": "XPU memory (peak allocated)",
                  "mps": "MPS memory (allocated)", "cpu": "Process memory (resident)"}
+
+
+STEP_COLUMNS = ("loss", "samples_per_second", "lr", "grad_norm", "grad_scale", "skipped_steps", "memory_bytes")
+
+
+def history_points(records, until_step: int | None = None) -> tuple[list[dict], list[EvalMetrics], int | None]:
+    """What a run's metrics.jsonl leaves for the plots: its StepMetrics (as dicts, in step order), its
+    EvalMetrics and the step its first segment started at (None when there is nothing to draw).
+
+    The file may hold several segments, each opened by a RunStarted: a run resumed (once or more) appends to
+    its folder's file. A segment that resumed from step s replaces everything an earlier segment logged after
+    s (it restarted from an earlier checkpoint: the later segment wins, so there is no zig-zag), and with
+    `until_step` (the step the run now on show resumes from) nothing after it is kept either. Records may be
+    dicts (core.files.read_jsonl) or events; a record that is not an event the plots draw is skipped.
+    """
+    steps: list[dict] = []
+    evals: list[EvalMetrics] = []
+    first: int | None = None
+
+    def cut(at: int) -> None:
+        while steps and steps[-1]["step"] > at:
+            steps.pop()
+        evals[:] = [e for e in evals if e.step <= at]
+
+    for record in records:
+        if not isinstance(record, dict):
+            record = {"event": type(record).__name__, **dataclasses.asdict(record)}
+        kind = record.get("event")
+        try:
+            if kind == "StepMetrics":
+                step = int(record["step"])
+                if steps and step <= steps[-1]["step"]:  # a segment without its RunStarted (torn file)
+                    cut(step - 1)
+                steps.append(record)
+            elif kind == "EvalMetrics":
+                evals.append(event_from_dict(record))
+            elif kind == "RunStarted":
+                start = int(record["start_step"])
+                cut(start)
+                first = start if first is None else min(first, start)
+        except (KeyError, TypeError, ValueError):
+            continue
+    if until_step is not None:
+        cut(until_step)
+    if not steps and not evals:
+        return [], [], None
+    if first is None:  # no RunStarted kept: the first point's step
+        first = min([*(s["step"] for s in steps[:1]), *(e.step for e in evals[:1])])
+    return steps, evals, int(first)
 
 
 def _row_legend_class():
@@ -106,6 +156,7 @@ class PlotsPanel(QWidget):
         self._total_steps = 0
         self._x_start = 0
         self._x_end = 10
+        self._run_start: int | None = None  # the start_step of the run on show
         self._waiting = NO_RUN
         self._timer = QTimer(self, interval=int(1000 / REDRAW_HZ))
         self._timer.timeout.connect(self.redraw)
@@ -390,7 +441,7 @@ class PlotsPanel(QWidget):
         elif isinstance(event, RunStarted):
             self._scaler_on = bool(event.scaler)
             self._total_steps = event.total_steps
-            self._x_start = event.start_step
+            self._x_start = self._run_start = event.start_step
             self._x_end = event.total_steps or nice_x_end(event.start_step + 1)
             self._waiting = WAITING
             self.clear()
@@ -489,6 +540,30 @@ class PlotsPanel(QWidget):
         top = int(steps.max())
         if top > self._x_end and not self._total_steps:
             self._set_x_end(nice_x_end(top))
+
+    def show_history(self, records, until_step: int | None = None) -> None:
+        """Draw a resumed run's earlier metrics (the records of its metrics.jsonl, see `history_points`) as the
+        start of its curves, so the new points continue them. Call it right after the resumed run's
+        RunStarted was handled (RunStarted clears the plots) and before its next event; `until_step` defaults
+        to that RunStarted's start_step."""
+        if until_step is None:
+            until_step = self._run_start
+        steps, evals, begin = history_points(records, until_step)
+        if begin is None:
+            return
+        if steps:
+            columns = {name: [record.get(name) for record in steps] for name in STEP_COLUMNS}
+            for name in ("loss", "samples_per_second", "lr"):
+                columns[name] = [np.nan if v is None else v for v in columns[name]]
+            columns["skipped_steps"] = [v or 0 for v in columns["skipped_steps"]]
+            self.extend_steps([record["step"] for record in steps], **columns)
+            if any(v is not None for v in columns["memory_bytes"]):
+                self._unmeasured.discard("memory")
+        for event in evals:
+            self.handle_event(event)
+        if begin < self._x_start:
+            self._x_start = begin
+            self._set_x_end(self._x_end)
 
     def series(self, key: str) -> Series | None:
         return self._series.get(key)
