@@ -30,6 +30,7 @@ from core.engine.evaluation import evaluate_split
 from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunPaused, RunResumed
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
+from core.engine.run_folder import HELD_ENV, ClaimedFolder, claim_run_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_started, step_metrics
 from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
@@ -58,13 +59,8 @@ class Trainer:
         self.notes: list[str] = []  # reported with RunStarted
         if self.dist.is_main and self.dist.enabled and os.environ.get(RUN_NOTE_ENV):
             self.notes.append(os.environ[RUN_NOTE_ENV])  # e.g. the torchrun launcher chose another folder
-        if self.dist.is_main:  # rank 0 writes the files
-            fresh = ckpt.run_dir_for(config.out_dir, self.resume_from)
-            if fresh != Path(config.out_dir):
-                self.notes.append(f"{config.out_dir} holds an earlier run, which is kept: this run writes to {fresh}")
-                self.cfg = config = config.replace(out_dir=str(fresh))
-        self.out_dir = Path(config.out_dir)
-        self.checkpoint_path = self.out_dir / ckpt.CHECKPOINT_FILE
+        self.folder: ClaimedFolder | None = None  # rank 0 claims the run folder in setup (see run_folder)
+        self._set_out_dir(Path(config.out_dir))
         self.events = EventLog(self.dist.is_main)
         self.step = self.epoch = self.skipped_steps = 0
         self.last_metrics: dict = {}
@@ -92,6 +88,8 @@ class Trainer:
     def setup(self) -> None:
         """Validate, pick the device once, build task, data, model, optimizer, scheduler and scaler."""
         cfg = self.cfg.validate()
+        self._claim_folder()
+        cfg = self.cfg
         self.task = create_task(cfg.task, cfg.task_options)
         self.device_info = self._device_info()
         self.device = torch_device(self.device_info)
@@ -127,6 +125,24 @@ class Trainer:
         self.model = self._wrap_ddp(model)
         self.model.train()
         self._watch = NonFiniteWatch(model)
+
+    def _claim_folder(self) -> None:
+        """Rank 0 claims the run folder before anything is written: the one given, or a free sibling when it
+        holds an earlier (or a live) run; under torchrun the launcher has claimed it already."""
+        if not self.dist.is_main or self.folder is not None:
+            return
+        held = os.environ.get(HELD_ENV)
+        if self.dist.enabled and held and os.path.abspath(held) == os.path.abspath(self.cfg.out_dir):
+            return  # the launcher holds it for the whole run
+        self.folder = claim_run_folder(self.cfg.out_dir, self.resume_from)
+        if self.folder.note:
+            self.notes.append(self.folder.note)
+            self.cfg = self.cfg.replace(out_dir=str(self.folder.path))
+        self._set_out_dir(self.folder.path)
+
+    def _set_out_dir(self, folder: Path) -> None:
+        self.out_dir = folder
+        self.checkpoint_path = folder / ckpt.CHECKPOINT_FILE
 
     def _train_and_finish(self) -> RunEnded:
         self.clock = TrainingClock()
@@ -274,6 +290,8 @@ class Trainer:
         if hasattr(self, "_watch"):
             self._watch.disarm()
         self.events.close()
+        if self.folder is not None:  # a run that never started leaves no empty folder behind
+            self.folder.release(remove_if_unused=not hasattr(self, "clock"))
         if self.dist.enabled:
             if hasattr(self, "model"):  # DDP's reducer holds the process group and its pending work
                 self.model = self.raw_model

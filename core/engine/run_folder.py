@@ -1,0 +1,231 @@
+"""Claiming a run folder: one run writes to a folder at a time, from before its first file to its end.
+
+A fresh run takes the folder it was given, or when that holds an earlier run (or a live run holds it) the first
+free `folder-2`, `folder-3`, ... beside it. The claim is atomic: a live run holds an exclusive `flock` on
+`.run.lock` inside its folder for as long as it runs, and only the process that gets that lock may use the
+folder, so two runs started at the same instant into the same `--out` end up in two folders. The operating
+system drops the lock when the process ends, however it ends (SIGKILL included), so a lock that can be taken
+means no run is writing there. A resume into its own folder continues there, unless a live run holds it.
+
+At claim time, temp files that atomic writes (core.files) left behind when a process was killed mid-write
+(`.checkpoint.pt.<random>.tmp`) are removed: no live run can own them, since we hold the lock.
+
+The torchrun launcher claims the folder in its own process (it outlives the ranks) and tells rank 0 through
+HELD_ENV, so rank 0 writes there without claiming it again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path
+
+from core.errors import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX: the folder is still claimed by creating it
+    fcntl = None
+
+LOCK_FILE = ".run.lock"
+# A run folder's files, as core.engine.checkpoints names them (spelled here so that claiming needs no torch).
+CHECKPOINT_FILE = "checkpoint.pt"
+METRICS_FILE = "metrics.jsonl"
+HELD_ENV = "AMP_CONSOLE_RUN_FOLDER"  # the folder a torchrun launcher claimed for its ranks (rank 0 writes there)
+MAX_SIBLINGS = 10_000
+_TEMP_FILE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")  # what core.files.atomic_write_bytes names its temp files
+
+
+def describe_os_error(exc: OSError) -> str:
+    """'No space left on device (errno 28)': the cause of an OS error without its chained context."""
+    cause = exc.strerror or type(exc).__name__
+    return f"{cause} (errno {exc.errno})" if exc.errno else cause
+
+
+class ClaimedFolder:
+    """A folder this process holds for one run; `release()` when the run ends (the OS releases it on exit)."""
+
+    def __init__(self, path: Path, fd: int | None, created: bool, requested: Path, removed: list[str]):
+        self.path = path
+        self.requested = requested
+        self.created = created  # this claim made the folder
+        self.removed = removed  # names of the orphaned temp files removed at claim time
+        self._fd = fd
+
+    @property
+    def note(self) -> str | None:
+        """What to tell the user when the run writes elsewhere than it was asked to."""
+        if self.path == self.requested:
+            return None
+        return f"{self.requested} holds an earlier run, which is kept: this run writes to {self.path}"
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self, remove_if_unused: bool = False) -> None:
+        """Let go of the folder. `remove_if_unused`: a run that never started removes the folder it created
+        if nothing but the lock file is in it."""
+        if self._fd is None:
+            return
+        try:
+            if remove_if_unused and self.created:
+                try:
+                    if [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
+                        os.unlink(self.path / LOCK_FILE)  # while still locked: no one else claimed it meanwhile
+                        os.rmdir(self.path)
+                except OSError:
+                    pass
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> ClaimedFolder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self) -> None:  # a Trainer set up but never cleaned up (tests) does not keep the lock
+        if getattr(self, "_fd", None) is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def __repr__(self) -> str:
+        return f"ClaimedFolder({str(self.path)!r}, held={self.held})"
+
+
+def holds_a_run(folder: Path) -> bool:
+    """Whether `folder` has a run's checkpoint or metrics (which a fresh run must not overwrite)."""
+    return os.path.exists(folder / CHECKPOINT_FILE) or os.path.exists(folder / METRICS_FILE)  # False on OS errors
+
+
+def lock_holder(folder: Path) -> int | None:
+    """The process id a live run wrote into `folder`'s lock file, if it can be read."""
+    try:
+        return int((Path(folder) / LOCK_FILE).read_text(encoding="ascii").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_in_use(folder: str | os.PathLike) -> bool:
+    """Whether a live run holds `folder` (its lock cannot be taken). Reading only: creates nothing."""
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def claim_run_folder(requested: str | os.PathLike, resume_from: str | os.PathLike | None = None) -> ClaimedFolder:
+    """Claim the folder a run writes to (see the module doc): `requested`, or the first free sibling
+    `requested-2`, `-3`, ... when it holds an earlier run or a live run holds it. A run resumed from the
+    checkpoint in `requested` itself continues there; if a live run holds that folder the resume is refused.
+    Problems with the path (no permission, a file in the way, ...) are ConfigErrors naming it and the cause."""
+    requested = Path(requested)
+    if resume_from is not None and _same_path(Path(resume_from).parent, requested):
+        claimed = _try_claim(requested, requested, keep_run=True)
+        if claimed is None:
+            holder = lock_holder(requested)
+            who = f" (process {holder})" if holder else ""
+            raise ConfigError("out_dir", f"{requested}: another run is writing to this folder{who}; wait for it "
+                                         f"to end (or stop it) before resuming it, or resume into another folder")
+        return claimed
+    for candidate in _candidates(requested):
+        claimed = _try_claim(candidate, requested, keep_run=False)
+        if claimed is not None:
+            return claimed
+    raise ConfigError("out_dir", f"{requested}: {MAX_SIBLINGS} folders beside it are taken; choose another folder")
+
+
+def _candidates(folder: Path):
+    yield folder
+    parent, name = (folder.parent, folder.name) if folder.name not in ("", ".", "..") else (folder, "run")
+    for number in range(2, MAX_SIBLINGS):
+        yield parent / f"{name}-{number}"
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _try_claim(folder: Path, requested: Path, keep_run: bool) -> ClaimedFolder | None:
+    """Claim `folder`, or None when a live run holds it (or, unless `keep_run`, it holds an earlier run)."""
+    if not keep_run and holds_a_run(folder):
+        return None  # an earlier run's folder is left untouched (no lock file is added to it)
+    created = _make_folder(folder)
+    lock_path = folder / LOCK_FILE
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise ConfigError("out_dir", f"could not use {folder}: could not create {lock_path.name} in it: "
+                                     f"{describe_os_error(exc)}") from None
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None  # a live run holds it
+            raise ConfigError("out_dir", f"could not lock {lock_path}: {describe_os_error(exc)}") from None
+    elif not created and not keep_run:
+        os.close(fd)
+        return None
+    if not keep_run and holds_a_run(folder):  # a run wrote its first files between our check and the lock
+        os.close(fd)
+        return None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    except OSError:
+        pass  # the pid is a courtesy for messages; the lock is what counts
+    return ClaimedFolder(folder, fd, created, requested, _remove_temp_files(folder))
+
+
+def _make_folder(folder: Path) -> bool:
+    """Create `folder` (and its parents); True when this call created it, False when it existed."""
+    try:
+        if not os.path.isdir(folder.parent):
+            folder.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(folder)
+        return True
+    except FileExistsError as exc:
+        if os.path.isdir(folder):
+            return False
+        if exc.filename and Path(exc.filename) != folder:  # a file where a parent folder should be
+            raise ConfigError("out_dir", f"could not create {folder}: {exc.filename} is a file, not a folder") from None
+        raise ConfigError("out_dir", f"could not create {folder}: a file of that name is in the way") from None
+    except OSError as exc:
+        raise ConfigError("out_dir", f"could not create {folder}: {describe_os_error(exc)}") from None
+
+
+def _remove_temp_files(folder: Path) -> list[str]:
+    """Remove the orphaned temp files of atomic writes in `folder` (only ever called with its lock held)."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if _TEMP_FILE.match(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+                removed.append(entry.name)
+            except OSError:
+                pass
+    return sorted(removed)
