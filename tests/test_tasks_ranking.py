@@ -8,7 +8,8 @@ import torch
 
 from core.config import RunConfig
 from core.tasks import create_task
-from core.tasks.ranking import listwise_softmax_loss, pad_queries, ranking_metrics, ranknet_loss
+from core.tasks.ranking import (flat_ranking_metrics, list_width, listwise_softmax_loss, pack_queries, pad_queries,
+                                ranking_metrics, ranknet_loss)
 from core.engine.trainer import train
 
 SMALL = {"queries": 1500, "docs": 16, "features": 8}
@@ -45,6 +46,39 @@ def test_pad_queries_groups_rows_by_query():
     assert x[1, 1].tolist() == [4.0, 5.0]
 
 
+def test_list_width_bounds_padding_and_splits_only_when_needed():
+    assert list_width(np.full(100, 20)) == 20  # uniform queries: whole, as before
+    assert list_width(np.array([20_000] + [1] * 6_000)) == 8  # padding to 20,000 would be 6,001 x 20,000 cells
+    assert list_width(np.array([5_000] * 10)) == 256  # no query list longer than MAX_LIST
+    sizes = np.array([3_000] + [1] * 50_000)
+    width = list_width(sizes)
+    assert (-(-sizes // width) * width).sum() <= 4 * sizes.sum()
+
+
+@pytest.mark.parametrize("width", [2, 3, 5])
+def test_evaluation_of_split_queries_equals_ranking_them_whole(width):
+    rng = np.random.default_rng(4)
+    query = rng.integers(0, 40, 600)
+    label = rng.integers(0, 4, 600) * (rng.random(600) < 0.4)
+    scores = rng.normal(size=600).astype(np.float32)  # no ties: splitting shuffles a query's candidates
+    whole, _ = pack_queries(query, {"score": scores, "label": label}, width=int(np.bincount(query).max()))
+    expected = ranking_metrics(torch.from_numpy(whole["score"]), torch.from_numpy(whole["label"]))
+    lists, qid = pack_queries(query, {"score": scores, "label": label}, width=width)
+    assert lists["label"].shape[1] == width and len(qid) > 40
+    real = lists["label"] >= 0
+    got = flat_ranking_metrics(torch.from_numpy(np.broadcast_to(qid[:, None], real.shape)[real]),
+                               torch.from_numpy(lists["score"][real]), torch.from_numpy(lists["label"][real]))
+    for a, b in zip(got, expected, strict=True):
+        assert float(a) == pytest.approx(float(b), rel=1e-6)
+    tied = torch.from_numpy(whole["score"]).round(decimals=1)  # ties: both break them by position in the query
+    real = whole["label"] >= 0
+    qids = np.broadcast_to(np.arange(len(whole["label"]))[:, None], real.shape)[real]
+    got = flat_ranking_metrics(torch.from_numpy(qids), tied[torch.from_numpy(real)],
+                               torch.from_numpy(whole["label"][real]))
+    for a, b in zip(got, ranking_metrics(tied, torch.from_numpy(whole["label"])), strict=True):
+        assert float(a) == pytest.approx(float(b), rel=1e-6)
+
+
 @pytest.mark.parametrize("precision,loss", [("fp32", "listwise"), ("bf16", "listwise"), ("fp32", "ranknet")])
 def test_default_hyperparameters_beat_random_order(tmp_path, precision, loss):
     options = {**SMALL, "loss": loss}
@@ -70,3 +104,28 @@ def test_trains_from_a_parquet_file(tmp_path):
     ended = train(RunConfig.for_task("ranking", data=str(path), device="cpu", max_steps=3, batch_size=8,
                                      out_dir=str(tmp_path / "run")))
     assert ended.status == "completed", ended.message
+
+
+def test_split_queries_evaluate_the_same_when_shared_out_by_slices(tmp_path):
+    from core.engine.evaluation import rank_slice
+    from core.tasks.base import EvalParts
+
+    rows = [f"big,d{i},{i % 3},{(i * 7919) % 101 / 10},{i % 5}\n" for i in range(3000)]
+    rows += [f"q{i},d{j},{(i + j) % 2},{j / 3},{i % 4}\n" for i in range(300) for j in range(1 + i % 3)]
+    path = tmp_path / "skewed.csv"
+    path.write_text("query_id,doc_id,label,f1,f2\n" + "".join(rows))
+    task = create_task("ranking")
+    for seed in range(4):
+        data = task.load_data(str(path), seed)
+        split = data.val if "qid" in data.val else data.test if "qid" in data.test else None
+        if split is not None:
+            break
+    assert split is not None and split["label"].shape[1] < 3000
+    torch.manual_seed(0)
+    model = task.build_model(data.info)
+    with torch.no_grad():
+        whole = task.evaluate(model, split, 64)
+        parts = [task.evaluate_parts(model, rank_slice(split, rank, 3), 64) for rank in range(3)]
+    joined = EvalParts(sums={}, values={k: torch.cat([p.values[k] for p in parts]) for k in parts[0].values})
+    assert task.metrics(joined) == pytest.approx(whole)
+    assert 0.0 < whole["ndcg@10"] <= 1.0

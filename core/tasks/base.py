@@ -55,6 +55,7 @@ class TaskData:
     ceiling: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=dict)
     vocabulary: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)  # one-line remarks for the user, e.g. how long lists were split
 
 
 @dataclass

@@ -1,7 +1,14 @@
 """Search ranking: an MLP scores each (query, lesson) feature vector; lessons of a query are ranked by score.
 
-A split holds whole queries: `features` (Q, D, F) and `label` (Q, D) with label -1 marking padding, so a
-batch is a set of queries sliced like any other tensor. Loss: listwise softmax cross-entropy against the
+A split holds candidate lists: `features` (R, W, F) and `label` (R, W) with label -1 marking padding, so a
+batch is a set of lists sliced like any other tensor. A list is a whole query, padded to the split's width W,
+unless padding every query to the longest would cost more than PADDING_BUDGET cells per candidate (one query
+of 20,000 candidates among thousands of one-candidate queries) or the longest exceeds MAX_LIST: then W is
+smaller and a longer query is split into lists of W of its candidates (shuffled, so each list is a random
+subset), memory stays within a few times the data, and the split gains `qid` (R,), the query of each row, so
+that evaluation still ranks each query's candidates all together (exact NDCG@10 and MRR).
+
+Loss: listwise softmax cross-entropy against the
 gain distribution (2^label - 1) of each query, or pairwise RankNet. Metrics per query, averaged over
 queries with at least one relevant (label > 0) lesson: NDCG@10 (gain 2^label - 1) and MRR of the first
 relevant lesson. Baseline: random order (mean over 5 seeded shuffles). Ceiling (synthetic data): ranking
@@ -84,27 +91,128 @@ def ranknet_loss(scores: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
     return pair_loss.sum() / better.sum().clamp(min=1)
 
 
-def pad_queries(query: np.ndarray, features: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of (query code, features, label) -> (Q, D, F) features and (Q, D) labels, label -1 as padding."""
-    order = np.argsort(query, kind="stable")
-    query, features, label = query[order], features[order], label[order]
+MAX_LIST = 256  # candidates per list at most: the RankNet loss holds batch x W x W pairs
+PADDING_BUDGET = 4  # padded cells per real candidate, at most
+
+
+def list_width(sizes: np.ndarray) -> int:
+    """Row width W for queries of `sizes` candidates: the longest query when padding every query to it costs
+    at most PADDING_BUDGET cells per candidate and it is within MAX_LIST, else the widest power of two
+    (>= 2) within both (W = 2 always fits: it pads a query by one cell at most)."""
+    longest, total = int(sizes.max()), int(sizes.sum())
+    if longest <= MAX_LIST and len(sizes) * longest <= PADDING_BUDGET * total:
+        return longest
+    width = min(MAX_LIST, 1 << (longest - 1).bit_length())
+    while width > 2 and int((-(-sizes // width) * width).sum()) > PADDING_BUDGET * total:
+        width //= 2
+    return min(width, longest)
+
+
+def pack_queries(query: np.ndarray, arrays: dict[str, np.ndarray], width: int | None = None,
+                 seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Candidates (query code 0..Q-1 per candidate, and per-candidate arrays) -> lists of `width` (default
+    list_width) candidates: each array shaped (R, W, ...), "label" padded with -1 and the rest with 0; and the
+    query of each row (R,), rows in query-code order. A query longer than W takes several rows, its candidates
+    shuffled (seeded) first so each row is a random subset of them."""
     sizes = np.bincount(query)
-    n_queries, depth = len(sizes), int(sizes.max())
+    width = width or list_width(sizes[sizes > 0])
+    order = np.arange(len(query))
+    if width < sizes.max():
+        order = np.random.default_rng([seed, 11]).permutation(len(query))
+    order = order[np.argsort(query[order], kind="stable")]
+    query = query[order]
+    rows_of = -(-sizes // width)
+    first_row = np.cumsum(rows_of) - rows_of
     slot = np.arange(len(query)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    x = np.zeros((n_queries, depth, features.shape[1]), dtype=np.float32)
-    y = np.full((n_queries, depth), -1, dtype=np.int64)
-    x[query, slot] = features
-    y[query, slot] = label
-    return x, y
+    row, col = first_row[query] + slot // width, slot % width
+    n_rows = int(rows_of.sum())
+    packed = {}
+    for name, values in arrays.items():
+        out = np.full((n_rows, width, *values.shape[1:]), -1 if name == "label" else 0, dtype=values.dtype)
+        out[row, col] = values[order]
+        packed[name] = out
+    return packed, np.repeat(np.arange(len(sizes)), rows_of)
 
 
-def split_queries(arrays: dict[str, np.ndarray], seed: int) -> tuple[dict, dict, dict]:
-    """80 / 10 / 10 split of whole queries by a seeded permutation, as torch tensors."""
-    n = len(next(iter(arrays.values())))
+def pad_queries(query: np.ndarray, features: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of (query code, features, label) -> (Q, D, F) features and (Q, D) labels, label -1 as padding:
+    every query whole, padded to the longest (small inputs; load_data packs with pack_queries)."""
+    sizes = np.bincount(query)
+    packed, _ = pack_queries(query, {"features": features, "label": label}, width=int(sizes.max()))
+    return packed["features"], packed["label"]
+
+
+def split_queries(query: np.ndarray, arrays: dict[str, np.ndarray], seed: int) -> tuple[list[dict], list[int]]:
+    """80 / 10 / 10 split of whole queries by a seeded permutation, each split packed into lists (see
+    pack_queries) as torch tensors, with `qid` where a query spans several rows; and each split's
+    longest query. `query`: code 0..Q-1 of each candidate; `arrays`: per-candidate values."""
+    n = int(query.max()) + 1
     perm = np.random.default_rng([seed, 8]).permutation(n)
     cut1, cut2 = int(0.8 * n), int(0.9 * n)
-    parts = (perm[:cut1], perm[cut1:cut2], perm[cut2:])
-    return tuple({k: torch.from_numpy(np.ascontiguousarray(v[p])) for k, v in arrays.items()} for p in parts)
+    splits, longest = [], []
+    for part, chosen in enumerate((perm[:cut1], perm[cut1:cut2], perm[cut2:])):
+        position = np.full(n, -1, dtype=np.int64)
+        position[chosen] = np.arange(len(chosen))  # queries keep the permutation's order
+        keep = np.flatnonzero(position[query] >= 0)
+        if len(keep) == 0:
+            empty = {k: torch.from_numpy(np.zeros((0, 1, *v.shape[1:]), dtype=v.dtype)) for k, v in arrays.items()}
+            splits.append(empty), longest.append(0)
+            continue
+        codes = position[query[keep]]
+        packed, qid = pack_queries(codes, {k: v[keep] for k, v in arrays.items()}, seed=seed + part)
+        split = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in packed.items()}
+        sizes = np.bincount(codes)
+        if len(qid) > len(sizes):  # some query spans rows: evaluation groups them by qid
+            split["qid"] = torch.from_numpy(qid)
+        splits.append(split), longest.append(int(sizes.max()))
+    return splits, longest
+
+
+def flat_ranking_metrics(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor,
+                         k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ranking_metrics for candidates given one by one (1-D `qid`, `scores`, `label`, no padding; each query's
+    candidates in their order, which breaks ties as ranking_metrics does): every query ranked whole."""
+    if qid.numel() == 0:
+        zero = torch.zeros((), device=qid.device)
+        return zero, zero, zero.long()
+    gains = 2.0 ** label.clamp(min=0).float() - 1.0
+    ranked, group = _within_query(qid, scores.float())
+    ideal, _ = _within_query(qid, gains)
+    n_queries = int(group.max()) + 1
+    discount = torch.where(ranked < k, 1.0 / torch.log2(ranked.float() + 2.0), 0.0)
+    ideal_discount = torch.where(ideal < k, 1.0 / torch.log2(ideal.float() + 2.0), 0.0)
+    dcg = torch.zeros(n_queries, device=qid.device).index_add_(0, group, gains * discount)
+    idcg = torch.zeros(n_queries, device=qid.device).index_add_(0, group, gains * ideal_discount)
+    has_relevant = idcg > 0
+    big = torch.full((n_queries,), label.numel(), dtype=torch.int64, device=qid.device)
+    first = big.scatter_reduce(0, group, torch.where(label > 0, ranked, label.numel()), reduce="amin")
+    rr = 1.0 / (first.float() + 1.0)
+    ndcg = dcg / idcg.clamp(min=1e-12)
+    return (ndcg * has_relevant).sum(), (rr * has_relevant).sum(), has_relevant.sum()
+
+
+def _within_query(qid: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each candidate: its 0-based rank within its query by `key` descending (ties keep the given order),
+    and its query's group number 0..G-1."""
+    order = torch.sort(key, descending=True, stable=True).indices
+    order = order[torch.sort(qid[order], stable=True).indices]
+    sorted_q = qid[order]
+    new_group = torch.ones_like(sorted_q, dtype=torch.bool)
+    new_group[1:] = sorted_q[1:] != sorted_q[:-1]
+    group_sorted = new_group.long().cumsum(0) - 1
+    starts = torch.nonzero(new_group).squeeze(1)
+    rank_sorted = torch.arange(len(order), device=qid.device) - starts[group_sorted]
+    rank, group = torch.empty_like(rank_sorted), torch.empty_like(group_sorted)
+    rank[order], group[order] = rank_sorted, group_sorted
+    return rank, group
+
+
+def _flat(split: dict[str, torch.Tensor], scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(qid, score, label) of the real (not padding) candidates of a split with `qid`, in row order."""
+    label = split["label"]
+    real = label >= 0
+    qid = split["qid"].unsqueeze(1).expand_as(label)
+    return qid[real], scores[real], label[real]
 
 
 def read_ranking(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -139,28 +247,38 @@ class RankingTask(Task):
         o = self.opts
         if data_path:
             query, features, label = read_ranking(data_path)
-            x, y = pad_queries(query, features, label)
-            train, val, test = split_queries({"features": x, "label": y}, seed)
+            (train, val, test), longest = split_queries(query, {"features": features, "label": label}, seed)
             require_rows(data_path, val, "validation", "at least 10 queries are needed (10% validate)")
             ceiling = {}
         else:
             data = generate_ranking(o["queries"], o["docs"], o["features"], o["noise"], seed)
-            shape = (o["queries"], o["docs"])
-            arrays = {"features": data.features.reshape(*shape, -1), "label": data.label.reshape(shape),
-                      "relevance": data.relevance.reshape(shape)}
-            train, val, test = split_queries(arrays, seed)
+            query = np.repeat(np.arange(o["queries"]), o["docs"])
+            arrays = {"features": data.features.reshape(len(query), -1), "label": data.label.reshape(-1),
+                      "relevance": data.relevance.reshape(-1)}
+            (train, val, test), longest = split_queries(query, arrays, seed)
             oracle = val.pop("relevance")  # the hidden relevance stays out of what the model sees
             train.pop("relevance"), test.pop("relevance")
             ceiling = self._report(oracle, val)
         gen = torch.Generator().manual_seed(seed)
         draws = [self._report(torch.rand(val["label"].shape, generator=gen), val) for _ in range(5)]
         baseline = {key: float(np.mean([d[key] for d in draws])) for key in draws[0]}
-        info = {"features": int(train["features"].shape[2]), "docs_per_query": int(train["features"].shape[1])}
-        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline)
+        width = int(train["features"].shape[1])
+        info = {"features": int(train["features"].shape[2]), "docs_per_query": width}
+        notes = []
+        if "qid" in train:
+            notes.append(f"ranking: queries of up to {longest[0]:,} candidates train as lists of {width} of "
+                         "their candidates (memory stays within a few times the data); evaluation ranks "
+                         "every query whole")
+            train.pop("qid")  # training needs only the lists
+        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
+                        notes=notes)
 
     @staticmethod
     def _report(scores: torch.Tensor, split: dict[str, torch.Tensor]) -> dict[str, float]:
-        ndcg, rr, count = ranking_metrics(scores, split["label"])
+        if "qid" in split:
+            ndcg, rr, count = flat_ranking_metrics(*_flat(split, scores))
+        else:
+            ndcg, rr, count = ranking_metrics(scores, split["label"])
         n = max(int(count), 1)
         return {f"ndcg@{TOP_K}": float(ndcg) / n, "mrr": float(rr) / n}
 
@@ -175,11 +293,21 @@ class RankingTask(Task):
         return listwise_softmax_loss(scores, batch["label"])
 
     def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
-        sums = torch.zeros(3, dtype=torch.float64, device=split["label"].device)
+        device = split["label"].device
+        if "qid" in split:  # a query spans rows: hand every candidate on, metrics() ranks each query whole
+            slices = iter_slices(split, max(batch_size, 1024))
+            flat = [_flat(batch, model(batch["features"]).float()) for batch in slices]
+            qid, score, label = (torch.cat([part[i] for part in flat]) if flat else torch.zeros(0, device=device)
+                                 for i in range(3))
+            return EvalParts(sums={}, values={"qid": qid.long(), "score": score.float(), "label": label.long()})
+        sums = torch.zeros(3, dtype=torch.float64, device=device)
         for batch in iter_slices(split, max(batch_size, 1024)):
             sums += torch.stack(ranking_metrics(model(batch["features"]), batch["label"])).double()
         return EvalParts(sums=dict(zip(("ndcg", "rr", "count"), sums.unbind(), strict=True)))
 
     def metrics(self, parts: EvalParts) -> dict[str, float]:
+        if "qid" in parts.values:
+            ndcg, rr, count = flat_ranking_metrics(parts.values["qid"], parts.values["score"], parts.values["label"])
+            parts = EvalParts(sums={"ndcg": ndcg, "rr": rr, "count": count})
         count = max(float(parts.sums["count"]), 1.0)
         return {f"ndcg@{TOP_K}": float(parts.sums["ndcg"]) / count, "mrr": float(parts.sums["rr"]) / count}

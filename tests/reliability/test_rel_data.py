@@ -5,7 +5,10 @@ bounded memory."""
 from __future__ import annotations
 
 import os
+import resource
 import threading
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -183,3 +186,39 @@ def test_the_cli_refuses_a_linked_private_file_in_one_line(tmp_path, capsys):
     code = main(["train", "--task", "ranking", "--data", str(link), "--device", "cpu", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and SECRET not in err and "private.txt" in err
+
+
+def _huge_query_file(tmp_path, big: int = 20_000, singles: int = 8_000):
+    """One query with `big` candidates plus `singles` one-candidate queries (0.8 MB): padding every query to the
+    longest would take GBs."""
+    rng = np.random.default_rng(0)
+    grades = rng.integers(0, 3, big)
+    feats = rng.normal(size=(big, 2)).round(3)
+    rows = [f"big,d{i},{grades[i]},{feats[i, 0]},{feats[i, 1] + grades[i]}\n" for i in range(big)]
+    rows += [f"s{i},d,{i % 2},0.5,{i % 7}\n" for i in range(singles)]
+    return write(tmp_path, "huge_query.csv", HEADER + "".join(rows))
+
+
+def test_a_huge_query_loads_and_trains_in_bounded_memory(tmp_path, one_intra_op_thread):
+    from core.config import RunConfig
+    from core.engine.trainer import train
+
+    path = _huge_query_file(tmp_path)
+    assert path.stat().st_size < 1_000_000
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    candidates = 28_000
+    for seed in (0, 1):  # seed 0 validates on the huge query, seed 1 trains on it
+        data = create_task("ranking").load_data(str(path), seed)
+        splits = (data.train, data.val, data.test)
+        held = sum(t.numel() * t.element_size() for split in splits for t in split.values())
+        assert held < candidates * 4 * (2 * 4 + 8 + 8)  # ~4 padded cells per candidate, not 8,001 x 20,000
+        assert sum(int((split["label"] >= 0).sum()) for split in splits) == candidates  # each kept once
+    assert data.train["label"].shape[1] <= 256 and "qid" not in data.train
+    assert data.notes == ["ranking: queries of up to 20,000 candidates train as lists of 8 of their candidates "
+                          "(memory stays within a few times the data); evaluation ranks every query whole"]
+    ended = train(RunConfig.for_task("ranking", data=str(path), device="cpu", precision="fp32", max_steps=3,
+                                     batch_size=64, seed=1, out_dir=str(tmp_path / "run")))
+    assert ended.status == "completed", ended.message
+    assert all(np.isfinite(v) for v in ended.metrics.values())
+    growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak_before
+    assert growth < 600 * 2**20, f"peak memory grew by {growth / 2**20:.0f} MiB"
