@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QSizePolicy, QStatusBar, QStyle, QStyleOption
 
 from core.engine.events import RunEnded, RunResumed, RunStarted, StepMetrics
 
@@ -28,6 +29,65 @@ def _set_role(label: QLabel, role: str) -> None:
         label.style().polish(label)
 
 
+class ElidedLabel(QLabel):
+    """A one-line label whose text never widens the window: it is cut with "…" to the width it gets, the full
+    text in its tooltip. Its minimum width is `min_chars` characters whatever the text (`text()` is the full
+    text); its preferred width is the text's, up to `max_chars` characters."""
+
+    def __init__(self, text: str = "", parent=None, *, objectName: str = "", min_chars: int = 8,  # noqa: N803
+                 max_chars: int = 0, elide: Qt.TextElideMode = Qt.TextElideMode.ElideRight):
+        super().__init__(parent)
+        if objectName:
+            self.setObjectName(objectName)
+        self._full = ""
+        self._min_chars = min_chars
+        self._max_chars = max_chars
+        self._elide = elide
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        text = " ".join(str(text).split())  # one line: an engine message may hold newlines
+        if text == self._full:
+            return
+        self._full = text
+        super().setToolTip(text)
+        self.updateGeometry()
+        self.update()
+
+    def text(self) -> str:
+        return self._full
+
+    def displayed_text(self) -> str:
+        """What fits: the text as painted."""
+        return self.fontMetrics().elidedText(self._full, self._elide, max(self.contentsRect().width(), 0))
+
+    def _char_width(self, chars: int) -> int:
+        return self.fontMetrics().horizontalAdvance("x" * chars)
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        width = self.fontMetrics().horizontalAdvance(self._full)
+        if self._max_chars:
+            width = min(width, self._char_width(self._max_chars))
+        margins = self.contentsMargins()
+        return QSize(max(width, self._char_width(self._min_chars)) + margins.left() + margins.right() + 2,
+                     super().minimumSizeHint().height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        margins = self.contentsMargins()
+        return QSize(self._char_width(self._min_chars) + margins.left() + margins.right(),
+                     super().minimumSizeHint().height())
+
+    def paintEvent(self, _event) -> None:  # noqa: N802
+        painter = QPainter(self)
+        option = QStyleOption()
+        option.initFrom(self)
+        self.style().drawPrimitive(QStyle.PrimitiveElement.PE_Widget, option, painter, self)
+        self.style().drawItemText(painter, self.contentsRect(), int(Qt.AlignmentFlag.AlignVCenter |
+                                  Qt.AlignmentFlag.AlignLeft), self.palette(), self.isEnabled(),
+                                  self.displayed_text(), self.foregroundRole())
+
+
 class RunStatusBar(QStatusBar):
     """Shows the latest state of the run; `detailsRequested` when the user wants an error's details."""
 
@@ -36,16 +96,17 @@ class RunStatusBar(QStatusBar):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setSizeGripEnabled(False)
-        self.message = QLabel("Starting…", objectName="statusMessage")
+        self.message = ElidedLabel("Starting…", objectName="statusMessage", min_chars=12)
         self.detailsButton = QPushButton("Details…", objectName="detailsButton", flat=True)
         self.detailsButton.hide()
         self.detailsButton.clicked.connect(self.detailsRequested)
-        self.device = QLabel(objectName="statusDevice")
-        self.dtypes = QLabel(objectName="statusDtypes")
-        self.scaler = QLabel(objectName="statusScaler")
-        self.health = QLabel(objectName="statusHealth")  # fp16: skipped steps and where inf/NaN came from
-        self.steps = QLabel(objectName="statusSteps")
-        self.eta = QLabel(objectName="statusEta")
+        # The engine names devices and sources: their labels are cut to fit too, whatever the names' length.
+        self.device = ElidedLabel(objectName="statusDevice", max_chars=40)
+        self.dtypes = ElidedLabel(objectName="statusDtypes", max_chars=40)
+        self.scaler = ElidedLabel(objectName="statusScaler")
+        self.health = ElidedLabel(objectName="statusHealth", max_chars=60)  # fp16: skipped steps, inf/NaN source
+        self.steps = ElidedLabel(objectName="statusSteps", max_chars=30)
+        self.eta = ElidedLabel(objectName="statusEta", max_chars=20)
         self.progress = QProgressBar(objectName="progressBar")
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
@@ -63,8 +124,7 @@ class RunStatusBar(QStatusBar):
         self._nonfinite_source: str | None = None
 
     def show_message(self, text: str, role: str = "", details: bool = False) -> None:
-        self.message.setText(text)
-        self.message.setToolTip(text)
+        self.message.setText(text)  # cut to fit; the full text in its tooltip
         _set_role(self.message, role)
         self.detailsButton.setVisible(details)
 
@@ -110,8 +170,8 @@ class RunStatusBar(QStatusBar):
         text = f"{skipped:,} skipped step{'s' if skipped != 1 else ''}{where}"
         if self.health.text() != text:
             self.health.setText(text)
-            self.health.setToolTip("GradScaler skipped these optimizer steps because their gradients overflowed "
-                                   "(inf/NaN) and lowered the loss scale; a few early on are normal.")
+            self.health.setToolTip(f"{text}\n\nGradScaler skipped these optimizer steps because their gradients "
+                                   "overflowed (inf/NaN) and lowered the loss scale; a few early on are normal.")
             _set_role(self.health, "status-warn")
             self.health.show()
 
