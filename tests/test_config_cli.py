@@ -231,9 +231,74 @@ def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path):
     assert "holds an earlier run" not in resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["checkpoint"] == str(out / "checkpoint.pt")
 
-    # Resuming a copy kept elsewhere: its saved folder holds another run now, so it goes beside that one.
-    copy = tmp_path / "kept.pt"
+    # Resuming a copy kept elsewhere writes beside the copy (the folder it was given), never into the folder
+    # recorded inside the file.
+    copy = tmp_path / "kept" / "kept.pt"
+    copy.parent.mkdir()
     copy.write_bytes((out.parent / "latest-2" / "checkpoint.pt").read_bytes())
     again = run_cli("train", "--resume", str(copy), "--max-steps", "7", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout.strip().splitlines()[-1])["checkpoint"].endswith("latest-2-2/checkpoint.pt")
+    assert json.loads(again.stdout.strip().splitlines()[-1])["checkpoint"] == str(copy.parent / "checkpoint.pt")
+
+
+def make_checkpoint(tmp_path, capsys, *flags) -> str:
+    code = main(["train", "--max-steps", "4", "--out", str(tmp_path / "first"), "--device", "cpu", "--threads", "1",
+                 "--log-interval", "2", *flags])
+    capsys.readouterr()
+    assert code == 0
+    return str(tmp_path / "first" / "checkpoint.pt")
+
+
+def test_resume_never_writes_where_the_checkpoint_file_says(tmp_path, capsys):
+    """A crafted checkpoint naming an unrelated folder: the run writes beside the checkpoint, or to --out."""
+    import torch
+
+    state = torch.load(make_checkpoint(tmp_path, capsys), map_location="cpu", weights_only=True)
+    elsewhere = tmp_path / "unrelated"
+    state["config"]["out_dir"] = str(elsewhere)
+    crafted = tmp_path / "mail" / "crafted.pt"
+    crafted.parent.mkdir()
+    torch.save(state, crafted)
+    assert main(["train", "--resume", str(crafted), "--max-steps", "6", "--json", "--threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["checkpoint"] == str(crafted.parent /
+                                                                                              "checkpoint.pt")
+    assert main(["train", "--resume", str(crafted), "--max-steps", "6", "--out", str(tmp_path / "mine"),
+                 "--threads", "1"]) == 0
+    assert (tmp_path / "mine" / "checkpoint.pt").is_file() and not elsewhere.exists()
+
+
+def test_resume_applies_the_config_file_under_the_flags_and_names_the_changes(tmp_path, capsys):
+    checkpoint = make_checkpoint(tmp_path, capsys, "--lr", "0.01")
+    settings = tmp_path / "more.toml"
+    settings.write_text("lr = 0.003\nmax_steps = 8\nbatch_size = 16\n")
+    code = main(["train", "--resume", checkpoint, "--config", str(settings), "--batch-size", "32", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "with changed settings: lr 0.01 -> 0.003, batch_size 64 -> 32, max_steps 4 -> 8" in err
+    saved = RunConfig.load_toml(tmp_path / "first" / "config.toml")
+    assert (saved.lr, saved.max_steps, saved.batch_size) == (0.003, 8, 32)
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    (["--task", "sentiment"], "--task: "), (["-o", "hidden=7"], "task_options: "),
+    (["--config", "OPTIONS"], "task_options: "), (["--max-steps", "3"], "--max-steps: "),
+    (["--max-steps", "4"], "--max-steps: ")])
+def test_resume_refuses_another_model_or_an_end_already_reached(tmp_path, capsys, extra, named):
+    checkpoint = make_checkpoint(tmp_path, capsys)
+    options = tmp_path / "options.toml"
+    options.write_text("[task_options]\nhidden = 7\n")
+    args = [str(options) if arg == "OPTIONS" else arg for arg in extra]
+    code = main(["train", "--resume", checkpoint, "--threads", "1", *args])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and named in lines[0], lines
+    if named == "--max-steps: ":
+        assert lines[0].endswith(f"is at step 4; {' '.join(extra)} is already reached: give a larger --max-steps")
+
+
+def test_resume_keeps_options_that_build_the_same_model(tmp_path, capsys):
+    """Writing out a task option's default is no change (the window's form writes every option)."""
+    from core.tasks import get_task_class
+
+    checkpoint = make_checkpoint(tmp_path, capsys)
+    hidden = next(o.default for o in get_task_class("tiny").options if o.name == "hidden")
+    assert main(["train", "--resume", checkpoint, "--max-steps", "5", "-o", f"hidden={hidden}", "--threads", "1"]) == 0

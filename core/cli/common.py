@@ -1,8 +1,11 @@
-"""What every command shares: one-line bad-input errors (exit 2) and the Ctrl+C stop. See docs/ARCHITECTURE.md."""
+"""What every command shares: one-line bad-input errors (exit 2), the stop signals
+(Ctrl+C, SIGTERM, SIGHUP) and output that survives a closed terminal. See docs/ARCHITECTURE.md."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 
@@ -35,20 +38,155 @@ def describe_config_error(exc: ConfigError) -> str:
     return str(exc)
 
 
-def install_sigint_stop(control, distributed: bool = False) -> None:
-    """First Ctrl+C asks the run to stop gracefully (with a checkpoint); a second one aborts.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+STOPPED_EXIT_CODE = 130  # a run stopped by a request that is not a signal (a 'stop' control line): as Ctrl+C
 
-    Under torchrun every signal only asks to stop: torchrun repeats SIGINT/SIGTERM to its workers and
-    kills them itself if they take too long, so escalating here would lose the final checkpoint.
+
+def signal_exit_code(signum: int | None) -> int:
+    """The shell's convention for a run ended by a signal: 128 + its number (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+    return 128 + signum if signum else STOPPED_EXIT_CODE
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def write_stderr_now(text: str) -> None:
+    """Write to fd 2 without Python's buffers: safe inside a signal handler (no reentrant-buffer error) and
+    silent when stderr is gone (a dropped ssh session gives EIO, a closed pipe EPIPE)."""
+    try:
+        os.write(2, text.encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+class StopBeforeStart(BaseException):
+    """A stop signal arrived before the run started: nothing to save, the command ends (128 + signum).
+
+    A BaseException, like KeyboardInterrupt, so no `except Exception` on the way turns it into another error."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal_name(signum))
+
+
+class StopSignals:
+    """SIGINT (Ctrl+C), SIGTERM and SIGHUP all stop a run the same way: `control.stop()`, after which the run
+    writes its checkpoint, reports RunEnded and prints its summary. A repeated signal while stopping prints
+    one line and keeps stopping (never a traceback, never losing the checkpoint being written).
+
+    Before `started()` (loading the engine, reading data) there is nothing to save: a signal raises
+    StopBeforeStart, unless `stop_before_start` is false (DDP ranks: rank 0 decides for all, so every rank
+    goes on to its first stop agreement). Use as a context manager: the previous handlers come back after.
     """
-    if distributed:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda signum, frame: control.stop())
-        return
 
-    def handler(signum, frame):
-        sys.stderr.write("\nstopping after this step (Ctrl+C again to abort)...\n")
-        control.stop()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    def __init__(self, control=None, distributed: bool = False, announce: bool = True):
+        self.control = control
+        self.distributed = distributed
+        self.announce = announce
+        self.signum: int | None = None  # the first stop signal received
+        self.running = False
+        self._previous: dict = {}
 
-    signal.signal(signal.SIGINT, handler)
+    def __enter__(self) -> StopSignals:
+        try:
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: leave signals to whoever owns it
+            pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def started(self, control) -> None:
+        """The run has begun: from now on a signal stops it with a checkpoint."""
+        self.control = control
+        self.running = True
+        if self.signum is not None:
+            control.stop()
+
+    @property
+    def exit_code(self) -> int:
+        return signal_exit_code(self.signum)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            if self.announce:
+                write_stderr_now(f"\namp-console: already stopping ({signal_name(signum)}): saving the checkpoint...\n")
+            return
+        self.signum = signum
+        if not self.running and not self.distributed:
+            raise StopBeforeStart(signum)
+        if self.announce:
+            write_stderr_now(f"\namp-console: {signal_name(signum)}: stopping after this step, then saving a "
+                             f"checkpoint...\n")
+        if self.control is not None:
+            self.control.stop()
+
+
+class SafeStream:
+    """stdout/stderr that never crash the run: once a write fails (EIO after a dropped ssh session, EPIPE when
+    the reader went away, ENOSPC on a full disk for a log file), the descriptor is pointed at /dev/null and
+    further output is dropped, so neither the run nor the interpreter's final flush raise."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if self.broken:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            self._break()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.broken:
+            return
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            self._break()
+
+    def _break(self) -> None:
+        self.broken = True
+        try:
+            fd = self._stream.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+        try:  # what is still buffered now goes to /dev/null, so the interpreter's final flush succeeds
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def isatty(self) -> bool:
+        try:
+            return not self.broken and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def safe_standard_streams():
+    """sys.stdout and sys.stderr as SafeStreams for the duration of a command."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = saved[0] if isinstance(saved[0], SafeStream) else SafeStream(saved[0])
+    sys.stderr = saved[1] if isinstance(saved[1], SafeStream) else SafeStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

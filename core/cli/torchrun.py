@@ -2,22 +2,33 @@
 
 Each process runs `python -m core.cli train ...` with torchrun's RANK/WORLD_SIZE/LOCAL_RANK; the trainer
 wraps the model in DDP, rank 0 reports and writes checkpoints. torchrun ends every process when one dies.
+
+Stopping: torchrun runs in its own session, so a terminal's Ctrl+C or hang-up reaches only this launcher. The
+launcher holds rank 0's stdin (a pipe, `--control-stdin`): a stop signal becomes a `stop` line there, the ranks
+agree on it at their next stop agreement, rank 0 writes the checkpoint, and the launcher waits for all of it
+before it exits (128 + the signal's number). If the launcher itself is killed, the pipe closes, which rank 0
+also reads as a stop. The rendezvous store listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
+import socket
 import subprocess
 import sys
+import threading
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from core.engine.checkpoints import METRICS_FILE, run_dir_for
-from core.config import RunConfig
-from core.devices import list_devices
-from core.engine.distributed import RUN_NOTE_ENV
 from core.errors import ConfigError
+from core.files import read_jsonl
+
+if TYPE_CHECKING:
+    from core.cli.common import StopSignals
+    from core.config import RunConfig
+
+LOCALHOST = "127.0.0.1"
 
 
 def strip_nproc(argv: list[str]) -> list[str]:
@@ -33,14 +44,36 @@ def strip_nproc(argv: list[str]) -> list[str]:
     return out
 
 
-def torchrun_command(nproc: int, train_argv: list[str]) -> list[str]:
-    """The torchrun command line for a single-node standalone run of `train_argv`."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "-m", "core.cli", *train_argv]
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for the rendezvous store)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOCALHOST, 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None) -> list[str]:
+    """The torchrun command line for a single-node run of `train_argv`, its rendezvous on 127.0.0.1 only
+    (--standalone would listen on every interface)."""
+    port = port or free_local_port()
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={LOCALHOST}:{port}", f"--rdzv-id=amp-{uuid.uuid4().hex[:12]}",
+            f"--local-addr={LOCALHOST}", f"--master-addr={LOCALHOST}", "--max-restarts=0",
+            "-m", "core.cli", *train_argv]
+
+
+def usable_cpu_cores() -> int:
+    """The cores this process may run on (its affinity mask, e.g. a container's or a batch job's share)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def check_nproc(nproc: int, config: RunConfig) -> None:
-    """Refuse process counts the chosen device can't serve (one GPU per process on CUDA)."""
+    """Refuse process counts the chosen device can't serve: one GPU per process on CUDA, one core per process
+    on the CPU."""
+    from core.devices import list_devices
+
     if nproc < 1:
         raise ConfigError("nproc", f"{nproc} is not a process count: use 1 or more")
     gpus = sum(1 for d in list_devices() if d.type == "cuda")
@@ -48,41 +81,90 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
     if wants_gpu and nproc > gpus:
         raise ConfigError("nproc", f"{nproc} processes need {nproc} CUDA GPUs, this machine has {gpus}; "
                                    f"use --nproc {gpus} or --device cpu")
+    cores = usable_cpu_cores()
+    if not wants_gpu and nproc > cores:
+        raise ConfigError("nproc", f"{nproc} CPU processes need at least {nproc} cores, this process may use "
+                                   f"{cores}; use --nproc {cores} or fewer")
 
 
-def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from: str | None = None) -> int:
-    """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 130 stopped)."""
+def threads_per_rank(nproc: int, config: RunConfig) -> int:
+    """OMP_NUM_THREADS for each rank: --threads if given, else an even share of the usable cores."""
+    return config.threads or max(1, usable_cpu_cores() // nproc)
+
+
+class RankControl:
+    """Stop/pause lines to rank 0's stdin (a pipe). Written with os.write: atomic, and safe from a signal handler."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def send(self, line: str) -> None:
+        try:
+            os.write(self.fd, (line.strip() + "\n").encode("ascii", "replace"))
+        except OSError:  # the ranks are gone already
+            pass
+
+    def stop(self) -> None:
+        self.send("stop")
+
+
+def relay_control_lines(stream, control: RankControl) -> threading.Thread:
+    """The driving program's pause/resume/stop lines, passed on to rank 0; its end of input means stop."""
+
+    def relay() -> None:
+        try:
+            for line in stream:
+                if line.strip():
+                    control.send(line)
+        except (OSError, ValueError):
+            pass
+        control.stop()
+
+    thread = threading.Thread(target=relay, name="control-relay", daemon=True)
+    thread.start()
+    return thread
+
+
+def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from: str | None = None,
+                    signals: StopSignals | None = None, control_stdin: bool = False) -> int:
+    """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 128 + signal number
+    when a signal stopped it, 130 when a 'stop' line did)."""
+    from core.engine.checkpoints import METRICS_FILE
+    from core.engine.distributed import RUN_NOTE_ENV
+    from core.engine.run_folder import HELD_ENV, claim_run_folder
+
     check_nproc(nproc, config)
     train_argv = strip_nproc(argv)
-    out_dir = run_dir_for(config.out_dir, resume_from)
+    if "--control-stdin" not in train_argv:
+        train_argv.append("--control-stdin")
     env = dict(os.environ)
-    if out_dir != Path(config.out_dir):  # decided here, so rank 0 writes where this launcher reads
-        note = f"{config.out_dir} holds an earlier run, which is kept: this run writes to {out_dir}"
-        sys.stderr.write(f"amp-console: {note}\n")
-        env[RUN_NOTE_ENV] = note  # rank 0 reports it with RunStarted, e.g. to the window's log
+    env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(nproc, config)))
+    with claim_run_folder(config.out_dir, resume_from) as folder:  # held here for the whole run (see run_folder)
+        out_dir = folder.path
+        env[HELD_ENV] = str(out_dir)
+        if folder.note:  # decided here, so rank 0 writes where this launcher reads
+            sys.stderr.write(f"amp-console: {folder.note}\n")
+            env[RUN_NOTE_ENV] = folder.note  # rank 0 reports it with RunStarted, e.g. to the window's log
         train_argv += ["--out-dir", str(out_dir)]
-    events = out_dir / METRICS_FILE
-    offset = events.stat().st_size if events.exists() else 0
-    # torchrun gets its own session, so a terminal's Ctrl+C reaches only us and we forward it exactly once:
-    # torchrun then signals every worker, which stops at the ranks' next stop agreement (about
-    # twice a second) and rank 0 writes a checkpoint.
-    process = subprocess.Popen(torchrun_command(nproc, train_argv), start_new_session=True, env=env)
-    forwarded = []
-
-    def forward(signum, frame):
-        if not forwarded and process.poll() is None:
-            forwarded.append(signum)
-            process.send_signal(signal.SIGINT)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        code = process.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        events = out_dir / METRICS_FILE
+        offset = events.stat().st_size if events.exists() else 0
+        process = subprocess.Popen(torchrun_command(nproc, train_argv), start_new_session=True, env=env,
+                                   stdin=subprocess.PIPE)
+        control = RankControl(process.stdin.fileno())
+        if signals is not None:
+            signals.started(control)  # from now on a signal is a 'stop' line to rank 0
+        if control_stdin:
+            relay_control_lines(sys.stdin, control)
+        try:
+            code = process.wait()
+        finally:
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
     status = last_run_status(events, offset)
     if status == "stopped":
-        return 130
+        return signals.exit_code if signals is not None else 130
     if code != 0 or status != "completed":
         sys.stderr.write(f"amp-console: the {nproc}-process run failed (torchrun exit code {code}"
                          f"{', run status ' + status if status else ', a process died'}); see the messages above\n")
@@ -91,13 +173,10 @@ def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from:
 
 
 def last_run_status(events: Path, offset: int) -> str | None:
-    """Status of the RunEnded event rank 0 appended to metrics.jsonl after `offset`, if any."""
-    if not events.exists():
-        return None
-    with open(events, encoding="utf-8") as f:
-        f.seek(offset)
-        status = None
-        for line in f:
-            if '"RunEnded"' in line:
-                status = json.loads(line).get("status")
+    """Status of the RunEnded event rank 0 appended to metrics.jsonl after `offset`, if any (a torn last line,
+    from a rank killed mid-write, is skipped)."""
+    status = None
+    for record in read_jsonl(events, offset):
+        if record.get("event") == "RunEnded":
+            status = record.get("status")
     return status

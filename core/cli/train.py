@@ -7,13 +7,18 @@ import json
 import os
 import sys
 import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-
-from core.engine import checkpoints
+from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams, signal_name
 from core.config import FIELD_SPECS, RunConfig, tomllib
-from core.engine.control import RunControl
 from core.errors import AmpConsoleError, ConfigError
-from core.engine.events import EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
+from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
+
+if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast
+    from core.engine.control import RunControl
+    from core.engine.events import Event, RunEnded, RunStarted
 
 _TYPES = {"lr": float, "momentum": float, "weight_decay": float, "grad_clip": float}
 
@@ -39,9 +44,22 @@ def register(sub) -> None:
                    help="load the engine, print {\"ready\": true} (with --events), then read the settings as one "
                         "JSON line on stdin: {\"config\": {...}, \"resume\": null}; lets a program start the "
                         "process ahead of time so a run begins at once")
+    p.add_argument("--progress-every", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="when stderr is not a terminal (nohup, a log file, a batch job): one progress line this "
+                        "often, besides the first and the last (default 30)")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N processes on this machine with DDP (launches torchrun --standalone)")
     p.set_defaults(handler=cmd_train)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: must be above 0 seconds")
+    return value
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -56,47 +74,183 @@ def parse_option(text: str) -> tuple[str, object]:
     return key.strip(), value
 
 
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """Task defaults < --config file < --resume checkpoint's config < explicit flags."""
-    values: dict = {}
-    if args.resume:
-        values = dict(checkpoints.load_checkpoint(args.resume)["config"])
-    elif args.config:
-        values = RunConfig.load_toml(args.config).to_dict()
-    task = args.task or values.get("task", "tiny")
-    if not values or values.get("task") != task:
-        values = RunConfig.for_task(task).to_dict() | ({k: v for k, v in values.items() if k != "task"})
-    for name in FIELD_SPECS:
-        if getattr(args, name) is not None:
-            values[name] = getattr(args, name)
+def read_config_file(path: str) -> dict:
+    """The settings a TOML file sets (only those: the layers under it fill the rest), checked for unknown keys
+    and wrong types. A folder, FIFO, device or unreadable file is refused before it is opened."""
+    check_regular_file(path, "config", "config file")
+    name = shown_path(path)
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{name}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", f"{name}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError("config", f"{name}: cannot read the config file: {exc.strerror or exc}") from None
+    RunConfig.from_dict(data, source=name)  # unknown keys and wrong types, named
+    return data
+
+
+def _option_values(task: str, options: dict) -> dict:
+    """A task's options with its defaults filled in, to compare two option sets by what they build."""
+    from core.tasks import get_task_class
+
+    try:
+        return {opt.name: opt.default for opt in get_task_class(task).options} | dict(options)
+    except Exception:  # noqa: BLE001 (an unknown task is reported by validation, with its name)
+        return dict(options)
+
+
+def _resume_values(args: argparse.Namespace, user: dict) -> tuple[dict, list[str]]:
+    """The checkpoint's saved settings with what the user set (--config file, then flags) over them, and a note
+    naming what changed. The task and its options stay the checkpoint's: they decide the model's shape."""
+    from core.engine import checkpoints
+
+    check_regular_file(args.resume, "resume", "checkpoint file")
+    state = checkpoints.load_checkpoint(args.resume)
+    name = shown_path(args.resume)
+    saved = RunConfig.from_dict(dict(state["config"]), source=f"{name} (its saved settings)").to_dict()
+    if "task" in user and user["task"] != saved["task"]:
+        raise ConfigError("task", f"{name} is a checkpoint of task {saved['task']!r}, not {user['task']!r}: a "
+                                  f"resumed run keeps its task (start a new run to train another)")
+    if "task_options" in user:
+        wanted = _option_values(saved["task"], {**saved["task_options"], **user["task_options"]})
+        if wanted != _option_values(saved["task"], saved["task_options"]):
+            have = _option_values(saved["task"], saved["task_options"])
+            diff = ", ".join(f"{k}={have.get(k)!r}->{v!r}" for k, v in wanted.items() if have.get(k) != v)
+            raise ConfigError("task_options", f"{name}: a resumed run keeps the task options it was saved with "
+                                              f"(they decide the model's shape); asked to change {diff}")
+    values = saved | {k: v for k, v in user.items() if k not in ("task", "task_options")}
+    # Where the user says, else beside the checkpoint: never the folder recorded inside the file.
+    values["out_dir"] = user.get("out_dir") or str(Path(args.resume).parent)
+    changed = [f"{k} {saved[k]!r} -> {values[k]!r}" for k in values if k != "out_dir" and values[k] != saved[k]]
+    notes = [f"resuming {name} with changed settings: {', '.join(changed)}"] if changed else []
+    check_resume_target(RunConfig.from_dict(values), state, name)
+    return values, notes
+
+
+def check_resume_target(config: RunConfig, state: dict, name: str) -> None:
+    """Refuse a resume whose end is already behind the checkpoint (it would 'complete' without a step)."""
+    step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
+    if config.max_steps and step >= config.max_steps:
+        raise ConfigError("max_steps", f"checkpoint {name} is at step {step}; --max-steps {config.max_steps} is "
+                                       f"already reached: give a larger --max-steps")
+    if not config.max_steps and epoch >= config.epochs:
+        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step}); --epochs "
+                                    f"{config.epochs} is already reached: give a larger --epochs or --max-steps")
+
+
+def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
+    """Task defaults < --resume checkpoint's config < --config file < explicit flags; notes to print.
+
+    A resumed run writes to --out (or the config file's out_dir) if given, else beside the checkpoint."""
+    user = read_config_file(args.config) if args.config else {}
+    user.update({name: getattr(args, name) for name in FIELD_SPECS if getattr(args, name) is not None})
     if args.task_options:
-        values["task_options"] = {**values.get("task_options", {}), **dict(map(parse_option, args.task_options))}
-    return RunConfig.from_dict(values).validate()
+        user["task_options"] = {**user.get("task_options", {}), **dict(map(parse_option, args.task_options))}
+    notes: list[str] = []
+    if args.resume:
+        values, notes = _resume_values(args, user)
+    else:
+        task = user.get("task", "tiny")
+        values = RunConfig.for_task(task).to_dict() | user if isinstance(task, str) else user
+    config = RunConfig.from_dict(values).validate()
+    check_paths(config)
+    return config, notes
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run's settings from the command line (see config_and_notes)."""
+    return config_and_notes(args)[0]
+
+
+def check_paths(config: RunConfig) -> None:
+    """Refuse paths the run could not use, before it starts: each message names the path and the cause."""
+    check_writable_folder(config.out_dir, "out_dir")
+    if config.data:
+        check_utf8_path(config.data, "data")
+        check_regular_file(config.data, "data", "data file", allow_folder=True)
+
+
+def format_duration(seconds: float) -> str:
+    """3m48s, 1h02m, 12s: short and log-friendly."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class ProgressReporter:
-    """A rich progress bar with ETA on stderr when it is a terminal; silent otherwise."""
+    """Progress on stderr: a live rich bar on a terminal; otherwise (nohup, a log file, a batch scheduler) one
+    plain line at the first log, then every `every` seconds, and at the end. Silent when `enabled` is false."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, live: bool | None = None, every: float = 30.0, stream=None):
         self.enabled = enabled
+        self.live = sys.stderr.isatty() if live is None else live
+        self.every = every
+        self.stream = stream  # None: sys.stderr at the time of writing
         self.progress = None
         self.task_id = None
         self.metrics: dict = {}
+        self.total = self.start_step = 0
+        self.paused_seconds = 0.0
+        self._last_line: float | None = None
+        self._last_step = None
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, RunStarted):
-            self._start(event)
-        elif isinstance(event, StepMetrics) and self.progress is not None:
-            self.progress.update(self.task_id, completed=event.step,
-                                 info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
-        elif isinstance(event, EvalMetrics):
-            self.metrics = event.metrics
-        elif isinstance(event, RunEnded) and self.progress is not None:
-            self.progress.stop()
+        from core.engine.events import EvalMetrics, RunEnded, RunResumed, RunStarted, StepMetrics
 
-    def _start(self, event: RunStarted) -> None:
         if not self.enabled:
             return
+        if isinstance(event, RunStarted):
+            self.total, self.start_step = event.total_steps, event.start_step
+            if self.live:
+                self._start(event)
+        elif isinstance(event, StepMetrics):
+            self._last_step = event
+            if self.progress is not None:
+                self.progress.update(self.task_id, completed=event.step,
+                                     info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
+            elif not self.live and (self._last_line is None or time.monotonic() - self._last_line >= self.every):
+                self._line(event)
+        elif isinstance(event, EvalMetrics):
+            if event.split == "val":
+                self.metrics = event.metrics
+        elif isinstance(event, RunResumed):
+            self.paused_seconds += event.paused_seconds
+        elif isinstance(event, RunEnded):
+            if self.progress is not None:
+                self.progress.stop()
+            elif not self.live and self._last_step is not None and self._last_step.step != self._printed_step:
+                self._line(self._last_step)
+
+    _printed_step = None
+
+    def format_line(self, event) -> str:
+        """`step 1200/5000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
+        ETA 3m48s`; the ETA leaves paused time out."""
+        total = max(self.total, 1)
+        text = f"step {event.step}/{self.total} ({100 * event.step // total}%) epoch {event.epoch} loss {event.loss:.4f}"
+        text += "".join(f" val_{name} {value:.4f}" for name, value in self.metrics.items())
+        text += f" | {event.samples_per_second:,.0f} samples/s | elapsed {format_duration(event.elapsed_seconds)}"
+        active = max(event.elapsed_seconds - self.paused_seconds, 0.0)
+        done = event.step - self.start_step
+        if done > 0 and event.step < self.total:
+            text += f", ETA {format_duration(active / done * (self.total - event.step))}"
+        return text
+
+    def _line(self, event) -> None:
+        self._last_line = time.monotonic()
+        self._printed_step = event.step
+        stream = self.stream or sys.stderr
+        stream.write(self.format_line(event) + "\n")
+        stream.flush()
+
+    def _start(self, event: RunStarted) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -143,10 +297,13 @@ def follow_control_lines(stream, control: RunControl) -> threading.Thread:
 
     def follow() -> None:
         actions = {"pause": control.pause, "resume": control.resume, "stop": control.stop}
-        for line in stream:
-            action = actions.get(line.strip().lower())
-            if action is not None:
-                action()
+        try:
+            for line in stream:
+                action = actions.get(line.strip().lower())
+                if action is not None:
+                    action()
+        except (OSError, ValueError):  # the input went away unreadably (a closed terminal): as end of input
+            pass
         control.stop()  # the driving program went away: stop with a checkpoint rather than run on unattended
 
     thread = threading.Thread(target=follow, name="control-stdin", daemon=True)
@@ -155,12 +312,19 @@ def follow_control_lines(stream, control: RunControl) -> threading.Thread:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    try:
-        return _train(args)
-    except AmpConsoleError as exc:
-        if args.events:  # a program driving this run gets the field to mark, not just the stderr line
-            print(json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", "")}), flush=True)
-        raise
+    """Exit codes: 0 completed, 1 failed, 2 bad input, 128 + signal number when a signal stopped the run
+    (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP; with a checkpoint), 130 when a 'stop' line did."""
+    with safe_standard_streams(), StopSignals(distributed=bool(os.environ.get("WORLD_SIZE"))) as signals:
+        try:
+            return _train(args, signals)
+        except AmpConsoleError as exc:
+            if args.events:  # a program driving this run gets the field to mark, not just the stderr line
+                print(json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", "")}), flush=True)
+            raise
+        except StopBeforeStart as exc:
+            sys.stderr.write(f"amp-console: {signal_name(exc.signum)} before the run started: stopped, "
+                             f"nothing was written\n")
+            return signals.exit_code
 
 
 def warm_up_engine() -> None:
@@ -187,11 +351,11 @@ def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
     return RunConfig.from_dict(values, source="stdin").validate(), resume
 
 
-def _train(args: argparse.Namespace) -> int:
-    from core.cli.common import install_sigint_stop
-    from core.engine.distributed import DistContext
-    from core.engine.trainer import Trainer
+def _train(args: argparse.Namespace, signals: StopSignals) -> int:
+    from core.engine.control import RunControl
+    from core.engine.events import RunStarted, event_to_dict
 
+    notes: list[str] = []
     if args.config_stdin:
         if args.nproc is not None or os.environ.get("WORLD_SIZE"):
             raise ConfigError("config", "--config-stdin starts one process; it cannot be combined with --nproc")
@@ -201,31 +365,46 @@ def _train(args: argparse.Namespace) -> int:
         config, args.resume = read_config_line(sys.stdin)
         if config is None:  # the driving program went away before starting a run
             return 0
+        check_paths(config)
+        if args.resume:
+            from core.engine import checkpoints
+
+            check_regular_file(args.resume, "resume", "checkpoint file")
+            check_resume_target(config, checkpoints.load_checkpoint(args.resume), shown_path(args.resume))
     else:
-        config = config_from_args(args)
+        config, notes = config_and_notes(args)
     if args.nproc is not None and not os.environ.get("WORLD_SIZE"):
         from core.cli.torchrun import launch_torchrun
 
-        return launch_torchrun(args.nproc, args.argv, config, resume_from=args.resume)
+        for note in notes:
+            sys.stderr.write(f"amp-console: {note}\n")
+        return launch_torchrun(args.nproc, args.argv, config, resume_from=args.resume, signals=signals,
+                               control_stdin=args.control_stdin)
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
+
     dist_ctx = DistContext.from_env()
     if not dist_ctx.is_main:  # rank 0 alone reports; the others train quietly
         args.json = args.events = False
+        notes = []
     control = RunControl()
-    reporter = ProgressReporter(enabled=sys.stderr.isatty() and dist_ctx.is_main and not args.events)
+    reporter = ProgressReporter(enabled=dist_ctx.is_main and not args.events, every=args.progress_every)
     seen: dict = {}
 
     def sink(event: Event) -> None:
         if isinstance(event, RunStarted):
             seen["started"] = event
-            for note in event.notes:
+            for note in [*notes, *event.notes]:
                 sys.stderr.write(f"amp-console: {note}\n")
+            signals.started(control)
         if args.events:
             print(json.dumps(event_to_dict(event), default=str), flush=True)
         reporter(event)
 
-    install_sigint_stop(control, distributed=dist_ctx.enabled)
     if args.control_stdin and dist_ctx.is_main:
         follow_control_lines(sys.stdin, control)
+    if dist_ctx.enabled:  # every rank goes on to the first stop agreement; rank 0 decides
+        signals.started(control)
     ended = Trainer(config, sink=sink, control=control, resume_from=args.resume, dist_ctx=dist_ctx).run()
     if dist_ctx.is_main:
         print_summary(ended, seen.get("started"), sys.stderr if (args.json or args.events) else sys.stdout)
@@ -233,6 +412,7 @@ def _train(args: argparse.Namespace) -> int:
             sys.stderr.write(f"run failed: {ended.message}\n")
         if args.json:
             print(json.dumps(summary_json(ended, seen.get("started"))), flush=True)
+        sys.stdout.flush()
     if dist_ctx.enabled:  # torchrun treats any non-zero exit as a crash; the launcher reads the status instead
         return 1 if ended.status == "failed" else 0
-    return {"completed": 0, "failed": 1}.get(ended.status, 130)
+    return {"completed": 0, "failed": 1}.get(ended.status, signals.exit_code)

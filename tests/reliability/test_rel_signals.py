@@ -1,0 +1,107 @@
+"""SIGTERM, SIGHUP and a repeated Ctrl+C stop a headless run the way one Ctrl+C does: checkpoint, RunEnded,
+summary, exit 128 + signal number, never a traceback (also when stderr went away with the terminal)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.reliability
+
+
+def start_run(out, *extra):
+    command = [sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device", "cpu", "--out",
+               str(out), "--json", "--batch-size", "8", "--threads", "1", "--progress-every", "0.2", *extra]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for_steps(process, out, seconds=60):
+    deadline = time.monotonic() + seconds
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and b"StepMetrics" in metrics.read_bytes()):
+        assert time.monotonic() < deadline and process.poll() is None, "the run did not start"
+        time.sleep(0.05)
+
+
+def check_stopped_run(out, stdout: bytes):
+    import torch
+
+    from core.files import read_jsonl
+
+    summary = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert summary["status"] == "stopped" and summary["steps"] > 0
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert state["step"] == summary["steps"]
+    records = read_jsonl(out / "metrics.jsonl")
+    assert records[-1]["event"] == "RunEnded" and records[-1]["status"] == "stopped"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_stop_signal_saves_a_checkpoint_and_exits_128_plus_its_number(tmp_path, sig, code):
+    out = tmp_path / "run"
+    process = start_run(out)
+    try:
+        wait_for_steps(process, out)
+        process.send_signal(sig)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == code, stderr.decode()
+    check_stopped_run(out, stdout)
+    assert b"Traceback" not in stderr and signal.Signals(sig).name.encode() in stderr
+
+
+def test_ctrl_c_twice_keeps_stopping_without_a_traceback(tmp_path):
+    out = tmp_path / "run"
+    process = start_run(out)
+    try:
+        wait_for_steps(process, out)
+        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr.decode()
+    check_stopped_run(out, stdout)
+    assert b"Traceback" not in stderr and b"KeyboardInterrupt" not in stderr
+    assert b"already stopping" in stderr
+
+
+def test_hang_up_with_stderr_gone_still_saves_and_reports(tmp_path):
+    """After a dropped ssh session writes to the terminal fail; the run must still stop cleanly."""
+    out = tmp_path / "run"
+    process = start_run(out)
+    try:
+        wait_for_steps(process, out)
+        process.stderr.close()  # progress lines and the stop message now fail with EPIPE
+        time.sleep(0.5)  # a progress line is due every 0.2 s: at least one write fails before the signal
+        process.send_signal(signal.SIGHUP)
+        stdout = process.stdout.read()
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+        process.stdout.close()
+    assert process.returncode == 129
+    check_stopped_run(out, stdout)
+
+
+def test_a_signal_before_the_run_starts_ends_it_with_one_line(tmp_path):
+    """The window's spare process waits for its settings; a SIGTERM then ends it cleanly, writing nothing."""
+    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--events", "--config-stdin"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        assert json.loads(process.stdout.readline()) == {"ready": True}
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143
+    assert stderr.decode().strip().splitlines() == ["amp-console: SIGTERM before the run started: stopped, "
+                                                     "nothing was written"]
