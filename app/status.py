@@ -8,7 +8,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QSizePolicy, QStatusBar, QStyle, QStyleOption
 
-from core.engine.events import RunEnded, RunResumed, RunStarted, StepMetrics
+from core.engine.events import RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics
 
 
 def format_duration(seconds: float) -> str:
@@ -93,8 +93,9 @@ class RunStatusBar(QStatusBar):
 
     detailsRequested = Signal()
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, clock=time.monotonic):
         super().__init__(parent)
+        self._clock = clock  # seconds, for the ETA's rate and a pause that a stop ends
         self.setSizeGripEnabled(False)
         self.message = ElidedLabel("Starting…", objectName="statusMessage", min_chars=12)
         self.detailsButton = QPushButton("Details…", objectName="detailsButton", flat=True)
@@ -122,6 +123,8 @@ class RunStatusBar(QStatusBar):
         self._first_step_time: float | None = None
         self._first_step = 0
         self._nonfinite_source: str | None = None
+        self._paused_seconds = 0.0  # this run's pauses so far: not training time
+        self._paused_since: float | None = None
 
     def show_message(self, text: str, role: str = "", details: bool = False) -> None:
         self.message.setText(text)  # cut to fit; the full text in its tooltip
@@ -139,6 +142,8 @@ class RunStatusBar(QStatusBar):
             self._total = max(event.total_steps, 1)
             self._start_step = event.start_step
             self._first_step_time = None
+            self._paused_seconds = 0.0
+            self._paused_since = None
             self.device.setText(f"{event.device} · {event.device_name}")
             self.dtypes.setText(f"autocast {event.autocast_dtype} · params {event.param_dtype}")
             self.scaler.setText(f"GradScaler {'on' if event.scaler else 'off'}")
@@ -154,12 +159,29 @@ class RunStatusBar(QStatusBar):
             self._show_health(event.skipped_steps, event.nonfinite_source)
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, self._eta(event.step))
-        elif isinstance(event, RunResumed) and self._first_step_time is not None:
-            self._first_step_time += event.paused_seconds  # the ETA's rate counts training time only
+        elif isinstance(event, RunPaused):
+            self._paused_since = self._clock()
+            self.eta.setText("ETA – (paused)")
+        elif isinstance(event, RunResumed):
+            self._paused_since = None
+            self._paused_seconds += event.paused_seconds
+            if self._first_step_time is not None:
+                self._first_step_time += event.paused_seconds  # the ETA's rate counts training time only
         elif isinstance(event, RunEnded):
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, None)
-            self.eta.setText(f"took {format_duration(event.elapsed_seconds)}")
+            took = self.training_seconds(event)
+            self.eta.setText(f"took {format_duration(took)}")
+            self.eta.setToolTip(f"{format_duration(took)} of training; pauses are not counted")
+
+    def training_seconds(self, ended: RunEnded) -> float:
+        """The run's time without its pauses: RunEnded.elapsed_seconds is wall time since the run started. A run
+        stopped while paused sends no RunResumed: its last pause lasted until the end."""
+        paused = self._paused_seconds
+        if self._paused_since is not None:
+            paused += max(self._clock() - self._paused_since, 0.0)
+            self._paused_since = None
+        return max(ended.elapsed_seconds - paused, 0.0)
 
     def _show_health(self, skipped: int, source: str | None) -> None:
         if source:
@@ -177,7 +199,7 @@ class RunStatusBar(QStatusBar):
 
     def _eta(self, step: int) -> float | None:
         # Measured from the first report on, so setup and the first (slow, warming up) interval don't count.
-        now = time.monotonic()
+        now = self._clock()
         if self._first_step_time is None:
             self._first_step_time, self._first_step = now, step
             return None
