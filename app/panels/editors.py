@@ -11,6 +11,7 @@ marks it when it is outside the setting's range. The arrows, keys and wheel step
 from __future__ import annotations
 
 import math
+import re
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QValidator
@@ -27,6 +28,12 @@ INT_LIMIT = 2**31 - 1  # kept for callers that size Qt's int spin boxes
 def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+def help_clause(help_text: str, head: str) -> str:
+    """What a setting's help says a special value means: help_clause("...; 0 = off", "0") -> "off"."""
+    match = re.search(rf"(?:^|[;,]\s*){re.escape(head)} = ([^;(]+)", help_text or "")
+    return match.group(1).strip().replace("`", "'") if match else ""
 
 
 def _partial_number(text: str) -> bool:
@@ -66,9 +73,11 @@ class NumberSpinBox(QDoubleSpinBox):
 
     FACTOR = 10 ** 0.1
 
-    def __init__(self, minimum=None, maximum=None, step=None, integer=False, log_steps=False, parent=None):
+    def __init__(self, minimum=None, maximum=None, step=None, integer=False, log_steps=False, zero_meaning="",
+                 parent=None):
         super().__init__(parent)
         self.integer = integer
+        self.zero_meaning = zero_meaning  # shown after a 0: "0 (off)"
         self.log_steps = log_steps
         self.spec_minimum = None if minimum is None else float(minimum)
         self.spec_maximum = None if maximum is None else float(maximum)
@@ -85,6 +94,8 @@ class NumberSpinBox(QDoubleSpinBox):
 
     # -------------------------------------------------------------- text <-> value
     def _parse(self, text: str) -> float | None:
+        if self.zero_meaning:
+            text = text.split("(", 1)[0]  # "0 (off)" reads as 0
         cleaned = text.strip().replace(",", "").replace("_", "") if self.integer else text.strip()
         try:
             value = float(cleaned)
@@ -93,6 +104,8 @@ class NumberSpinBox(QDoubleSpinBox):
         return value if math.isfinite(value) else None
 
     def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt override)
+        if value == 0 and self.zero_meaning:
+            return f"0 ({self.zero_meaning})"
         if self._typed is not None and self._typed[1] == value:
             return self._typed[0]
         return format_number(value, self.integer)
@@ -109,6 +122,8 @@ class NumberSpinBox(QDoubleSpinBox):
         value = self._parse(stripped)
         if value is None:
             allowed = stripped.replace(",", "") if self.integer else stripped
+            if self.zero_meaning:
+                allowed = allowed.split("(", 1)[0].strip()
             state = QValidator.State.Intermediate if _partial_number(allowed) else QValidator.State.Invalid
             return state, text, pos
         if self.minimum() <= value <= self.maximum():
@@ -200,14 +215,14 @@ class Editor(QWidget):
         self.help_text = help_text
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.input = self._make_input(kind, minimum, maximum, step, choices)
+        self.input = self._make_input(kind, minimum, maximum, step, choices, help_text)
         self.input.setObjectName(object_name or f"{camel(name)}Edit")
         self.input.setToolTip(help_text)
         layout.addWidget(self.input, 1)
         self.setFocusProxy(self.input)
         self.browse: QToolButton | None = None
 
-    def _make_input(self, kind, minimum, maximum, step, choices) -> QWidget:
+    def _make_input(self, kind, minimum, maximum, step, choices, help_text) -> QWidget:
         if choices:
             widget = NoWheelComboBox()
             widget.addItems(list(choices))
@@ -221,10 +236,13 @@ class Editor(QWidget):
             if spans_decades:
                 widget = ScientificSpinBox(minimum, maximum, step)
             else:
-                widget = NumberSpinBox(minimum, maximum, step, integer=kind is int)
+                allows_zero = minimum is None or minimum <= 0 <= (maximum if maximum is not None else 0)
+                widget = NumberSpinBox(minimum, maximum, step, integer=kind is int,
+                                       zero_meaning=help_clause(help_text, "0") if allows_zero else "")
             widget.valueChanged.connect(self.changed)
         else:
             widget = QLineEdit()
+            widget.setPlaceholderText(help_clause(help_text, "empty"))  # what leaving it empty means
             widget.textChanged.connect(self.changed)
         return widget
 

@@ -19,14 +19,19 @@ TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "w
                    "batch_size", "grad_accum", "epochs", "max_steps")
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data")
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
+# Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
-          "max_steps": "Max steps", "out_dir": "Output folder", "data": "Data file"}
+          "max_steps": "Max steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",
+          "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
+          "checkpoint_minutes": "Checkpoint every (min)", "threads": "CPU threads", "out_dir": "Output folder",
+          "data": "Data file"}
 LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
 
 
-def form_label(text: str, tooltip: str = "") -> QLabel:
+def form_label(text: str, tooltip: str = "", width: int = LABEL_WIDTH) -> QLabel:
     label = QLabel(text)
-    label.setMinimumWidth(LABEL_WIDTH)
+    label.setProperty("formLabel", True)
+    label.setMinimumWidth(width)
     label.setMinimumHeight(26)
     label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     label.setToolTip(tooltip)
@@ -35,6 +40,10 @@ def form_label(text: str, tooltip: str = "") -> QLabel:
 
 def label_for(name: str) -> str:
     return LABELS.get(name, name.replace("_", " ").capitalize())
+
+
+def option_label(name: str) -> str:
+    return name.replace("_", " ").capitalize()
 
 
 def format_count(count: int) -> str:
@@ -60,6 +69,7 @@ class RunSetupPanel(QWidget):
         self._option_rows: dict[str, FieldRow] = {}
         self._option_values: dict[str, dict] = {}  # task -> last options, so switching back keeps them
         self._loading = False
+        self._label_width = LABEL_WIDTH
         self._valid = False
         self._engine_errors: dict[str, str] = {}
         self._validate_timer = QTimer(self, singleShot=True, interval=0)
@@ -199,9 +209,20 @@ class RunSetupPanel(QWidget):
             self.taskCombo.addItem(name, name)
             self.taskCombo.setItemData(self.taskCombo.count() - 1, cls.description, Qt.ItemDataRole.ToolTipRole)
         self.taskCombo.blockSignals(False)
+        self._align_labels([label_for(name) for name in training + output]
+                           + [option_label(option.name) for cls in self._tasks.values() for option in cls.options])
         self.setEnabled(True)
         self.set_config(defaults)
         self._update_tab_order()
+
+    def _align_labels(self, texts: list[str]) -> None:
+        """One label column width across all groups (the widest label any task can show), so editors line up."""
+        labels = [label for label in self.findChildren(QLabel) if label.property("formLabel")]
+        metrics = self.fontMetrics()
+        widest = max([metrics.horizontalAdvance(text) for text in texts + [lb.text() for lb in labels]] + [0])
+        self._label_width = max(LABEL_WIDTH, widest + 12)
+        for label in labels:
+            label.setMinimumWidth(self._label_width)
 
     def _update_tab_order(self) -> None:
         """Tab walks the form top to bottom: task options are rebuilt after the other rows exist, and Qt's
@@ -358,7 +379,7 @@ class RunSetupPanel(QWidget):
             editor.changed.connect(self._on_option_changed)
             row = FieldRow(editor)
             self._option_rows[option.name] = row
-            self._task_form.addRow(form_label(option.name.replace("_", " ").capitalize(), option.help), row)
+            self._task_form.addRow(form_label(option_label(option.name), option.help, self._label_width), row)
         self._update_param_count()
         if self._rows:
             self._update_tab_order()

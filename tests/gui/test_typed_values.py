@@ -177,3 +177,31 @@ def test_tab_walks_the_form_top_to_bottom(qtbot, ready):
     qtbot.keyClick(combo, Qt.Key.Key_Tab)  # the task's options come right after the task picker
     assert QApplication.focusWidget() is find(window, "hiddenOptionEdit").lineEdit() or \
         find(window, "hiddenOptionEdit").hasFocus()
+
+
+@pytest.mark.timeout(60)
+def test_what_zero_and_empty_mean_is_shown_from_the_help(qtbot, ready):
+    from core.config import FIELD_SPECS
+
+    window = ready
+    type_into(qtbot, window, "gradClipEdit", "0")
+    assert find(window, "gradClipEdit").text() == "0 (off)"  # FieldSpec help: "...; 0 = off"
+    assert window.setupPanel.config().grad_clip == 0.0
+    type_into(qtbot, window, "gradClipEdit", "1.5")
+    assert window.setupPanel.config().grad_clip == 1.5
+    assert "empty" in FIELD_SPECS["data"].help
+    assert find(window, "dataEdit").placeholderText() == "the task's synthetic data"
+
+
+@pytest.mark.timeout(60)
+def test_labels_line_up_and_carry_the_help(window):
+    from PySide6.QtWidgets import QLabel
+
+    from core.config import FIELD_SPECS
+
+    labels = [label for label in window.setupPanel.findChildren(QLabel) if label.property("formLabel")]
+    assert len({label.minimumWidth() for label in labels}) == 1
+    assert all(label.minimumWidth() >= label.sizeHint().width() for label in labels)
+    by_text = {label.text(): label for label in labels}
+    assert by_text["Learning rate"].toolTip() == FIELD_SPECS["lr"].help
+    assert find(window, "lrEdit").toolTip() == FIELD_SPECS["lr"].help
