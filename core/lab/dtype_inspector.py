@@ -6,11 +6,19 @@ chosen its dtype (the Python dispatch key sits below the Autocast keys), so it s
 matmuls ran in bfloat16/float16, which ops autocast kept in float32 (softmax, layer norm, losses...) and how
 many casts autocast inserted. Ops run outside any module (usually the task's loss) are reported as
 `task.loss`.
+
+Why an op ran in float32 (`ModuleDtypes.why`): autocast casts the ops on its lower-precision list to the
+autocast dtype, runs the ops on its float32 list in float32, and runs "promote" ops in the widest input
+type; every other op runs in its inputs' dtype (mixed inputs follow type promotion), and Embedding and
+Dropout have no lower-precision path at all. torch does not expose these lists (torch 2.13), so
+`AUTOCAST_OP_LISTS` below keeps them per device type, per PyTorch's autocast op reference
+(https://pytorch.org/docs/stable/amp.html#autocast-op-reference), for the ops these tasks meet.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -37,6 +45,112 @@ _LAYOUT_OPS = {
 _CAST_OPS = {"_to_copy", "to", "_autocast_to_reduced_precision", "_autocast_to_full_precision"}
 
 
+# Per PyTorch's autocast op reference (names as in the reference; see _REFERENCE_NAME for the aten names the
+# recorder sees). MPS and XPU follow the CUDA lists.
+_CUDA_LISTS = {
+    "lower": {"addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "chain_matmul", "multi_dot", "conv1d", "conv2d",
+              "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution", "GRUCell",
+              "linear", "LSTMCell", "matmul", "mm", "mv", "prelu", "RNNCell", "scaled_dot_product_attention"},
+    "fp32": {"pow", "acos", "asin", "binary_cross_entropy_with_logits", "cosh", "cosine_embedding_loss", "cdist",
+             "cosine_similarity", "cross_entropy", "cumprod", "cumsum", "dist", "erfinv", "exp", "expm1",
+             "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss", "layer_norm", "log", "log_softmax",
+             "log10", "log1p", "log2", "logsumexp", "margin_ranking_loss", "mse_loss", "multilabel_margin_loss",
+             "multi_margin_loss", "nll_loss", "norm", "normalize", "pdist", "poisson_nll_loss", "prod",
+             "reciprocal", "rms_norm", "rsqrt", "sinh", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin",
+             "softplus", "sum", "renorm", "tan", "triplet_margin_loss"},
+    "promote": {"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sample", "index_put",
+                "scatter_add", "tensordot"},
+}
+AUTOCAST_OP_LISTS: dict[str, dict[str, set[str]]] = {
+    "cuda": _CUDA_LISTS, "mps": _CUDA_LISTS, "xpu": _CUDA_LISTS,
+    "cpu": {
+        "lower": {"conv1d", "conv2d", "conv3d", "bmm", "mm", "linalg_vecdot", "baddbmm", "addmm", "addbmm",
+                  "linear", "convolution", "matmul", "conv_tbc", "conv_transpose1d", "conv_transpose2d",
+                  "conv_transpose3d", "prelu", "scaled_dot_product_attention", "_native_multi_head_attention"},
+        "fp32": {"avg_pool3d", "binary_cross_entropy", "grid_sampler", "polar", "prod", "quantile",
+                 "nanquantile", "stft", "cdist", "trace", "view_as_complex", "cholesky", "cholesky_inverse",
+                 "cholesky_solve", "inverse", "lu_solve", "orgqr", "ormqr", "pinverse", "max_pool3d",
+                 "max_unpool2d", "max_unpool3d", "adaptive_avg_pool3d", "reflection_pad1d", "reflection_pad2d",
+                 "replication_pad1d", "replication_pad2d", "replication_pad3d", "mse_loss",
+                 "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "poisson_nll_loss",
+                 "cross_entropy", "smooth_l1_loss", "l1_loss", "huber_loss", "margin_ranking_loss",
+                 "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "ctc_loss", "kl_div",
+                 "multilabel_margin_loss", "binary_cross_entropy_with_logits"},
+        "promote": {"stack", "cat", "index_copy"},
+    },
+}
+# Ops with no lower-precision path: they run in their parameter's (Embedding) or input's (Dropout) dtype.
+_NO_LOWER_PATH = {"embedding", "embedding_bag", "dropout"}
+_NO_LOWER_PATH_MODULES = {"Embedding", "EmbeddingBag", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
+                          "AlphaDropout"}
+# aten op (as the recorder sees it) -> its name in the op reference.
+_REFERENCE_NAME = {
+    "native_layer_norm": "layer_norm", "_softmax": "softmax", "_safe_softmax": "softmax",
+    "_log_softmax": "log_softmax", "nll_loss_forward": "nll_loss", "nll_loss2d_forward": "nll_loss2d",
+    "native_dropout": "dropout", "bernoulli_": "dropout", "bernoulli": "dropout",
+    "_embedding_bag": "embedding_bag", "_embedding_bag_forward_only": "embedding_bag",
+    "native_group_norm": "group_norm", "_fused_rms_norm": "rms_norm", "_to_copy": "to",
+    "_scaled_dot_product_flash_attention": "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention_for_cpu": "scaled_dot_product_attention",
+    "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention",
+    "_scaled_dot_product_cudnn_attention": "scaled_dot_product_attention",
+    "binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
+}
+_FACTORY_OPS = {"zeros", "ones", "full", "full_like", "scalar_tensor", "arange", "empty", "rand", "randn",
+                "randint", "new_full", "new_ones", "eye", "linspace"}
+# Short reasons (ModuleDtypes.why values) and what each means.
+WHY_TEXT = {
+    "fp32 list": "on autocast's float32 list for this device: autocast runs it in float32 whatever its inputs",
+    "promote": "a 'promote' op: autocast runs it in the widest input type, and one input was float32",
+    "no lower-precision path": "no autocast rule and no lower-precision path (Embedding, Dropout): it runs in "
+                               "its parameter's or input's dtype, float32 here",
+    "input float32": "on no autocast list: it runs in its input's dtype, and its input was already float32 "
+                     "(e.g. the output of an Embedding, a float32-list op or a residual sum)",
+    "mixed inputs": "on no autocast list: its inputs mixed float32 with a lower precision, and type promotion "
+                    "picks float32",
+    "new tensor": "creates a tensor in the default dtype, float32 (autocast does not change factories)",
+    "cast to float32": "on no autocast list, and its input was cast up to float32 just before: by autocast for "
+                       "a float32-list op that calls it (e.g. cross_entropy), or by the model's own .float()",
+    "inside a float32 op": "on the lower-precision list, but called from inside another op that computes in "
+                           "float32 (e.g. attention's math path); autocast casts only the op the model calls",
+}
+
+
+def reference_name(op: str) -> str:
+    """The op reference's name of an aten op the recorder saw: 'native_layer_norm' -> 'layer_norm'."""
+    return _REFERENCE_NAME.get(op, op)
+
+
+def autocast_rule(op: str, device_type: str) -> str:
+    """Which autocast rule covers `op` on `device_type`: 'lower', 'fp32', 'promote', 'no lower-precision path'
+    or 'none' (runs in its input's dtype)."""
+    name = reference_name(op)
+    lists = AUTOCAST_OP_LISTS.get(device_type, _CUDA_LISTS)
+    for rule in ("lower", "fp32", "promote"):
+        if name in lists[rule]:
+            return rule
+    return "no lower-precision path" if name in _NO_LOWER_PATH else "none"
+
+
+def why_float32(op: str, device_type: str, input_dtypes: list[str], input_was_cast: bool = False) -> str:
+    """The short reason (a WHY_TEXT key) an op ran in float32 while autocast computes in a lower precision."""
+    rule = autocast_rule(op, device_type)
+    if rule == "fp32":
+        return "fp32 list"
+    if rule == "promote":
+        return "promote"
+    if rule == "no lower-precision path":
+        return rule
+    if rule == "lower":
+        return "inside a float32 op"
+    floats = set(input_dtypes)
+    if input_was_cast and floats == {"float32"}:
+        return "cast to float32"
+    if not floats:
+        return "new tensor" if op in _FACTORY_OPS else "input float32"
+    return "mixed inputs" if len(floats) > 1 else "input float32"
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -59,6 +173,7 @@ class ModuleDtypes:
     output_grad_dtypes: list[str] = field(default_factory=list)
     ops: dict[str, str] = field(default_factory=dict)
     fp32_ops: list[str] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)  # fp32 op -> short reason (a WHY_TEXT key)
     casts: int = 0
     kept_fp32: bool = False
     called: bool = False
@@ -74,6 +189,12 @@ class InspectionResult:
     autocast_dtype: str | None
     loss_dtype: str
     rows: list[ModuleDtypes]
+    device_type: str = "cpu"
+
+    def reasons(self) -> dict[str, str]:
+        """Every short reason used in this result -> what it means (for a legend under the table)."""
+        used = dict.fromkeys(reason for r in self.rows for reason in r.why.values())
+        return {reason: WHY_TEXT[reason] for reason in used}
 
     def row(self, name: str) -> ModuleDtypes:
         """The row of the module called `name` (as in named_modules, `task.loss` for the loss)."""
@@ -91,12 +212,15 @@ class InspectionResult:
 class _OpRecorder(TorchDispatchMode):
     """Attributes every aten op to the innermost running module and notes the dtypes it produced."""
 
-    def __init__(self, stack: list[ModuleDtypes], loss_row: ModuleDtypes, low_precision: bool):
+    def __init__(self, stack: list[ModuleDtypes], loss_row: ModuleDtypes, low_precision: bool, device_type: str):
         super().__init__()
+        self.device_type = device_type
         self.stack = stack
         self.loss_row = loss_row
         self.low_precision = low_precision
         self.forward = True
+        # float32 tensors made by a cast (id -> weak reference): why the next op ran in float32
+        self.cast_up: dict[int, weakref.ref] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -106,6 +230,8 @@ class _OpRecorder(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name in _CAST_OPS:
             row.casts += 1
+            if isinstance(out, torch.Tensor) and out.dtype == torch.float32:
+                self.cast_up[id(out)] = weakref.ref(out)
         elif name not in _LAYOUT_OPS:
             dtypes = _tensor_dtypes(out)
             if dtypes:
@@ -113,6 +239,12 @@ class _OpRecorder(TorchDispatchMode):
                 if self.low_precision and dtypes[0] == "float32":
                     if name not in row.fp32_ops:
                         row.fp32_ops.append(name)
+                        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+                        inputs = [_dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
+                        cast = any((ref := self.cast_up.get(id(t))) is not None and ref() is t for t in tensors)
+                        no_path = row.type in _NO_LOWER_PATH_MODULES  # e.g. Dropout's mask multiply
+                        row.why[name] = ("no lower-precision path" if no_path else
+                                         why_float32(name, self.device_type, inputs, cast))
         return out
 
 
@@ -165,7 +297,7 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
     for module in rows:
         handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         handles.append(module.register_forward_hook(post_hook, with_kwargs=True))
-    recorder = _OpRecorder(stack, loss_row, low_precision)
+    recorder = _OpRecorder(stack, loss_row, low_precision, device.type)
     try:
         with matmul_precision(plan), recorder:
             with plan.autocast():  # forward + loss only, as in the training step
@@ -192,7 +324,7 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
     ordered = [rows[m] for m in names if rows[m].called] + [loss_row]
     return InspectionResult(task=cfg.task, precision=plan.mode, device=info.id,
                             autocast_dtype=plan.compute_dtype_name if low_precision else None,
-                            loss_dtype=_dtype_name(loss.dtype), rows=ordered)
+                            loss_dtype=_dtype_name(loss.dtype), rows=ordered, device_type=device.type)
 
 
 def summarize(result: InspectionResult) -> dict[str, int]:
