@@ -1,0 +1,74 @@
+"""Headless progress: when stderr is not a terminal (nohup, a log file, a batch job) a run prints plain progress
+lines every --progress-every seconds, besides the first log and the end; the ETA leaves paused time out."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from core.cli.train import ProgressReporter, format_duration
+from core.engine.events import EvalMetrics, RunEnded, RunResumed, RunStarted, StepMetrics
+
+LINE = re.compile(r"^step (\d+)/(\d+) \(\d+%\) epoch \d+ loss \d+\.\d{4}( val_\w+ \d+\.\d{4})* \| [\d,]+ samples/s "
+                  r"\| elapsed \w+(, ETA \w+)?$")
+
+
+def test_a_run_logging_to_a_pipe_prints_progress_lines(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "core.cli", "train", "--max-steps", "400", "--log-interval", "5",
+                             "--batch-size", "8", "--device", "cpu", "--threads", "1", "--progress-every", "0.2",
+                             "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("step ")]
+    assert len(lines) >= 2 and all(LINE.match(line) for line in lines), result.stderr
+    assert lines[0].startswith("step 5/400 ") and lines[-1].startswith("step 400/400 (100%)")
+    assert "ETA" in lines[0] and "val_accuracy" in lines[-1]
+    assert len(lines) < 400 / 5  # throttled, not one per log
+
+
+def started(total=1000, start=0):
+    return RunStarted(task="tiny", device="cpu", device_name="cpu", precision="fp32", autocast_dtype="float32",
+                      param_dtype="float32", scaler=False, param_count=1, total_steps=total, steps_per_epoch=100,
+                      start_step=start, config={})
+
+
+def step(n, elapsed):
+    return StepMetrics(step=n, epoch=n // 100 + 1, loss=0.5, lr=0.1, samples_per_second=3412.0, grad_scale=None,
+                       grad_norm=None, skipped_steps=0, memory_bytes=None, elapsed_seconds=elapsed)
+
+
+class Lines:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_the_eta_leaves_paused_time_out():
+    out = Lines()
+    reporter = ProgressReporter(enabled=True, live=False, every=0.0, stream=out)
+    reporter(started(total=1000, start=200))
+    reporter(EvalMetrics(step=200, epoch=2, split="val", metrics={"acc": 0.91}))
+    reporter(RunResumed(step=250, paused_seconds=600.0))
+    reporter(step(400, elapsed=660.0))  # 200 steps in 60 s of training: 600 steps to go take 3 minutes
+    assert out.text == ("step 400/1000 (40%) epoch 5 loss 0.5000 val_acc 0.9100 | 3,412 samples/s | elapsed 11m00s, "
+                        "ETA 3m00s\n")
+    reporter(RunEnded(status="completed", message="", step=400, epoch=5, final_loss=0.5, metrics={}, checkpoint=None,
+                      samples_per_second=None))
+    assert out.text.count("\n") == 1  # the last step was printed already
+
+
+def test_lines_are_throttled_and_the_end_is_always_printed():
+    out = Lines()
+    reporter = ProgressReporter(enabled=True, live=False, every=3600.0, stream=out)
+    reporter(started())
+    for n in range(10, 110, 10):
+        reporter(step(n, elapsed=n / 10))
+    reporter(RunEnded(status="stopped", message="", step=100, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
+                      samples_per_second=None))
+    assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/1000", "step 100/1000"]
+    assert format_duration(3725) == "1h02m" and format_duration(59.6) == "1m00s" and format_duration(7) == "7s"
