@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -175,3 +176,47 @@ def _gather_ragged(values: torch.Tensor, ctx: DistContext) -> list[torch.Tensor]
     gathered = [torch.empty_like(padded) for _ in range(ctx.world_size)]
     dist.all_gather(gathered, padded)
     return [rows[:size] for rows, size in zip(gathered, sizes, strict=True)]
+
+
+def gather_peers(ctx: DistContext, device: torch.device | None = None) -> list[tuple[str, int]]:
+    """(host, process id) of every rank, in rank order: one small collective at setup, so that a rank that
+    dies later can be named (see dead_ranks). Empty for a single process."""
+    if not ctx.enabled:
+        return []
+    own = f"{socket.gethostname()}\n{os.getpid()}".encode()
+    peers = []
+    for payload in all_gather_bytes(own, ctx, device or torch.device("cpu")):
+        host, pid = payload.decode().split("\n")
+        peers.append((host, int(pid)))
+    return peers
+
+
+def dead_ranks(peers: list[tuple[str, int]]) -> list[int]:
+    """The ranks among `peers` on this host whose process has ended (ranks on other hosts can't be checked)."""
+    here = socket.gethostname()
+    return [rank for rank, (host, pid) in enumerate(peers) if host == here and not _process_alive(pid)]
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: it exists
+        return True
+    try:  # a killed process its parent has not reaped yet is a zombie: ended all the same
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+_PEER_FAILURE_TEXT = ("Connection reset", "Connection closed", "Broken pipe", "Connection refused")
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """Whether a collective failed because another rank died or its connection went (not a bug of this rank)."""
+    backend_error = getattr(dist, "DistBackendError", ())
+    text = str(exc)
+    return isinstance(exc, backend_error) or (isinstance(exc, RuntimeError) and
+                                              any(part in text for part in _PEER_FAILURE_TEXT))

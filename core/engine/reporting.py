@@ -5,11 +5,13 @@ to the sink, by rank 0 alone. See docs/ARCHITECTURE.md.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from core.devices import memory_in_use
+from core.engine.run_folder import describe_os_error
 from core.engine.events import Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from core.engine.step_metrics import IntervalReadout
 
@@ -17,28 +19,58 @@ Sink = Callable[[Event], None]
 
 
 class EventLog:
-    """Rank 0's events, each appended to metrics.jsonl (once opened) and handed to the sink."""
+    """Rank 0's events, each appended to metrics.jsonl (once opened) and handed to the sink.
+
+    A write that fails (disk full, the folder removed or made read-only) never raises here: the file is given
+    up, `failure` names the path and the cause in one line, and the events still reach the sink; the trainer
+    reads `failure` and ends the run. A torn last line is what core.files.read_jsonl skips."""
 
     def __init__(self, is_main: bool):
         self.is_main = is_main
         self._file = None
+        self.path: Path | None = None
+        self.failure: str | None = None
 
     def open(self, path: Path) -> None:
+        self.path = Path(path)
         self._file = open(path, "a", encoding="utf-8")
 
     def emit(self, event: Event, sink: Sink | None) -> None:
         if not self.is_main:
             return
         if self._file is not None:
-            self._file.write(json.dumps(event_to_dict(event), default=str) + "\n")
-            self._file.flush()
+            try:
+                self._file.write(json.dumps(event_to_dict(event), default=str) + "\n")
+                self._file.flush()
+            except OSError as exc:
+                self.failure = f"could not write {self.path}: {describe_os_error(exc)}"
+                self._give_up()
         if sink is not None:
             sink(event)
 
+    def removed(self) -> bool:
+        """Whether metrics.jsonl was deleted while open (its folder removed): appends would go nowhere."""
+        if self._file is None:
+            return False
+        try:
+            return os.fstat(self._file.fileno()).st_nlink == 0
+        except OSError:
+            return True
+
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:  # the last flush failed (disk full): the lines before it are on disk
+                self.failure = self.failure or f"could not write {self.path}: {describe_os_error(exc)}"
             self._file = None
+
+    def _give_up(self) -> None:
+        file, self._file = self._file, None
+        try:
+            file.close()
+        except OSError:
+            pass
 
 
 class TrainingClock:

@@ -25,13 +25,16 @@ from core.engine import checkpoints as ckpt
 from core.engine import run_state
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
-from core.engine.distributed import RUN_NOTE_ENV, DistContext, StopAgreement, destroy_process_group, init_process_group
+from core.engine.distributed import (
+    RUN_NOTE_ENV, DistContext, StopAgreement, dead_ranks, destroy_process_group, gather_peers, init_process_group,
+    is_peer_failure,
+)
 from core.engine.evaluation import evaluate_split
 from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunPaused, RunResumed
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
-from core.engine.run_folder import HELD_ENV, ClaimedFolder, claim_run_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_started, step_metrics
+from core.engine.run_folder import HELD_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.errors import CheckpointError, ConfigError
@@ -70,7 +73,10 @@ class Trainer:
         self.saved_checkpoint: str | None = None
         self._last_eval_step = -1
         self._saved_at = monotonic()  # when the latest checkpoint was written (or training started)
-        self._saved_step = -1
+        self._saved_step = -1  # the step of the latest checkpoint (every rank)
+        self._saved_checkpoint_step = -1  # the step of the checkpoint.pt on disk (rank 0)
+        self._ending = False
+        self._peers: list[tuple[str, int]] = []  # (host, pid) of every rank, to name one that dies
 
     # ----------------------------------------------------------------- phases
     def run(self) -> RunEnded:
@@ -102,6 +108,7 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         init_process_group(self.dist, self.device)
+        self._peers = gather_peers(self.dist, self.device)
         seed_everything(cfg.seed)
         self.data = self.task.load_data(cfg.data, cfg.seed)
         seed_everything(cfg.seed)  # the same initial model on every rank
@@ -147,9 +154,7 @@ class Trainer:
     def _train_and_finish(self) -> RunEnded:
         self.clock = TrainingClock()
         if self.dist.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            self.cfg.save_toml(self.out_dir / "config.toml")
-            self.events.open(self.out_dir / ckpt.METRICS_FILE)
+            self._open_run_files()
         self._emit(run_started(self))
         try:
             status, message = self.train()
@@ -160,11 +165,28 @@ class Trainer:
             self.save_checkpoint()
         except RunFailed as exc:
             return self._end("failed", str(exc))
+        except OSError as exc:  # a file of the run could not be written: one line naming it and the cause
+            where = f" {exc.filename}" if exc.filename else ""
+            return self._end("failed", f"could not write{where}: {describe_os_error(exc)}; {self._kept()}")
         except Exception as exc:  # anything else: the run fails, the app stays usable
             from core.engine.diagnosis import explain_exception
 
+            if self.dist.enabled and is_peer_failure(exc):
+                return self._end("failed", self._peer_failed(), details=traceback.format_exc())
             return self._end("failed", explain_exception(exc, self), details=traceback.format_exc())
         return self._end(status, message)
+
+    def _open_run_files(self) -> None:
+        """config.toml and metrics.jsonl, before RunStarted: a file that can't be written is bad input (the
+        folder), reported as a ConfigError naming the path and the cause."""
+        path = self.out_dir / "config.toml"
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.cfg.save_toml(path)
+            path = self.out_dir / ckpt.METRICS_FILE
+            self.events.open(path)
+        except OSError as exc:
+            raise ConfigError("out_dir", f"could not write {path}: {describe_os_error(exc)}") from None
 
     def train(self) -> tuple[str, str]:
         """Optimizer steps until total_steps or a stop request. Returns (status, message)."""
@@ -276,11 +298,46 @@ class Trainer:
         self._saved_step = self.step  # on every rank: they decide alike whether the step still needs a save
         if not self.dist.is_main:
             return None
-        path = ckpt.save_checkpoint(self.checkpoint_path, run_state.capture(self, rng))
+        return self._write_checkpoint(rng)
+
+    def _write_checkpoint(self, rng: list[dict]) -> str:
+        """Rank 0 writes checkpoint.pt; an OS error ends the run with one line (the previous file is kept:
+        the write is atomic)."""
+        path = self.checkpoint_path
+        try:
+            if self.events.removed() or not os.path.isdir(self.out_dir):
+                raise RunFailed(f"could not write {path}: the run folder {self.out_dir} was removed while the "
+                                f"run was writing to it; {self._kept()}")
+            ckpt.save_checkpoint(path, run_state.capture(self, rng))
+        except OSError as exc:
+            raise RunFailed(f"could not write {path}: {describe_os_error(exc)}; {self._kept()}") from None
         self._saved_at = monotonic()
-        self.saved_checkpoint = str(path)
+        self.saved_checkpoint, self._saved_checkpoint_step = str(path), self.step
         self._emit(CheckpointSaved(step=self.step, path=str(path)))
         return str(path)
+
+    def _kept(self) -> str:
+        """What is left to resume from after a failed write."""
+        if self.saved_checkpoint and os.path.exists(self.saved_checkpoint):
+            return f"the previous checkpoint (step {self._saved_checkpoint_step}) is kept"
+        return "no checkpoint of this run had been saved yet"
+
+    def _peer_failed(self) -> str:
+        """A DDP peer died or lost its connection: rank 0 saves its own state (the ranks' replicas are identical
+        after every completed step, and a step a peer died in has not changed the weights) if it can, and says
+        which rank went away."""
+        dead = [rank for rank in dead_ranks(self._peers) if rank != self.dist.rank] if self._peers else []
+        who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
+               f"another process of this {self.dist.world_size}-process run")
+        text = f"{who} died or lost its connection at step {self.step}; the run ended"
+        if not self.dist.is_main:
+            return f"{text} (rank 0 saves the checkpoint)"
+        try:
+            saved = self._write_checkpoint([ckpt.capture_rng()])  # no collective: this rank's RNG alone
+        except Exception as exc:  # noqa: BLE001 (a failed rescue must not hide the failure itself)
+            reason = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
+            return f"{text}. The state at step {self.step} could not be saved ({reason})"
+        return f"{text}. Its state at step {self.step} is saved: resume from {saved}"
 
     def state_dict(self) -> dict:
         """This rank's resumable state as plain containers and tensors (see core.engine.run_state)."""
@@ -335,12 +392,16 @@ class Trainer:
             self._emit(RunResumed(step=self.step, paused_seconds=time.perf_counter() - paused_at))
 
     def _end(self, status: str, message: str, details: str = "") -> RunEnded:
+        self._ending = True
         ended = run_ended(self, status, message, details)
         self._emit(ended)
         return ended
 
     def _emit(self, event: Event) -> None:
         self.events.emit(event, self.sink)
+        if self.events.failure and not self._ending:  # metrics.jsonl could not be written: end the run
+            self._ending = True
+            raise RunFailed(f"{self.events.failure}; {self._kept()}")
 
 
 def train(config: RunConfig, sink: Sink | None = None, control: RunControl | None = None, **kwargs) -> RunEnded:
