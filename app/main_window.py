@@ -47,6 +47,7 @@ class MainWindow(QMainWindow):
         self.engine_ready = False
         self.last_checkpoint: str | None = None
         self._error_details = ""
+        self._error_message = ""
         self.controller = RunController(self)
         self._pending_step = None
         self._status_timer = QTimer(self, singleShot=True, interval=250)
@@ -54,6 +55,7 @@ class MainWindow(QMainWindow):
         self.jobs = JobRunner(self)
         self.compareDialog = None
         self.inspectorDialog = None
+        self._run_title = ""
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
         self._user_close = False
         self._close_now = False
@@ -139,8 +141,8 @@ class MainWindow(QMainWindow):
         for action in (self.startAction, self.pauseAction, self.stopAction):
             run_menu.addAction(action)
         run_menu.addSeparator()
-        refresh = QAction(icon("refresh"), "&Refresh devices", self, triggered=self.devicesPanel.refresh)
-        run_menu.addAction(refresh)
+        self.refreshAction = QAction(icon("refresh"), "&Refresh devices", self, triggered=self.devicesPanel.refresh)
+        run_menu.addAction(self.refreshAction)
 
         precision_menu = self.menuBar().addMenu("&Precision")
         self.compareAction = QAction("&Compare precisions…", self, shortcut="Ctrl+Shift+C",
@@ -244,13 +246,15 @@ class MainWindow(QMainWindow):
         self.plotsPanel.clear()
         processes = self.setupPanel.processes()
         separate = self.setupPanel.separate_process()
-        self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
-                              processes=processes, separate_process=separate)
         if processes > 1:
             launching = f" on {processes} processes"
         else:
             launching = " in a separate process" if separate else ""
+        # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
+        self._run_title = f"{config.task} → {config.out_dir}"
+        self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
+                              processes=processes, separate_process=separate)
         self._update_buttons()
         return True
 
@@ -290,9 +294,27 @@ class MainWindow(QMainWindow):
         self.stopButton.setText("Stopping…" if stopping else "Stop")
         self.setupPanel.setEnabled(self.engine_ready and not running)
         self.devicesPanel.setEnabled(not running)
+        self.refreshAction.setEnabled(self.engine_ready and not running)  # a new list would change the run's device
+        self.compareAction.setEnabled(self.engine_ready)
+        self.inspectAction.setEnabled(self.engine_ready)
+        self._update_title()
         self.file_actions.update_enabled(running=running, busy=self.jobs.busy)
 
     # ------------------------------------------------------------------ events
+    def _update_title(self) -> None:
+        """The window's title says whether a run is going, so it can be told apart in the task bar."""
+        if not self.controller.running:
+            state = ""
+        elif self.controller.stopping:
+            state = "stopping"
+        elif self.controller.paused:
+            state = "paused"
+        else:
+            state = "training"
+        title = f"AMP Console — {state} {self._run_title}" if state else "AMP Console"
+        if self.windowTitle() != title:
+            self.setWindowTitle(title)
+
     def _on_event(self, event) -> None:
         self.plotsPanel.handle_event(event)
         self.logPanel.handle_event(event)
@@ -367,14 +389,20 @@ class MainWindow(QMainWindow):
     def show_error(self, message: str, details: str = "") -> None:
         """An engine error: red status line, a log entry, and its details one click away."""
         self._error_details = details
+        self._error_message = message
         self.statusBarWidget.show_message(message, "status-error", details=bool(details))
         self.logPanel.log(message, "error")
 
     def show_error_details(self) -> None:
-        box = QMessageBox(QMessageBox.Icon.Critical, "AMP Console: error", self.statusBarWidget.message.text(),
-                          QMessageBox.StandardButton.Close, self)
+        box = self.findChild(QMessageBox, "errorDetails")
+        if box is None:  # one box: a second click shows the same one, not a pile of them
+            box = QMessageBox(QMessageBox.Icon.Critical, "AMP Console: error", "", QMessageBox.StandardButton.Close,
+                              self)
+            box.setObjectName("errorDetails")
+        box.setText(self._error_message)
         box.setDetailedText(self._error_details)
         box.open()
+        box.raise_()
 
     def _about(self) -> None:
         QMessageBox.about(self, "About AMP Console",

@@ -32,13 +32,20 @@ class LogPanel(QPlainTextEdit):
 
     def log(self, text: str, level: str = "info") -> None:
         prefix = {"error": "ERROR ", "warning": "WARN  "}.get(level, "")
+        bar = self.verticalScrollBar()
+        following = bar.value() >= bar.maximum() - 2  # at the end: follow new lines; scrolled up: stay there
+        selection = self.textCursor()
         self.appendPlainText(f"{time.strftime('%H:%M:%S')}  {prefix}{text}")
-        self.moveCursor(QTextCursor.MoveOperation.End)
+        if following and not selection.hasSelection():
+            self.moveCursor(QTextCursor.MoveOperation.End)
+            bar.setValue(bar.maximum())
 
     def handle_event(self, event) -> None:
         if isinstance(event, RunStarted):
             self._steps_logged = 0
             self._skipped = 0
+            if not self.document().isEmpty():
+                self.appendPlainText("")  # a blank line between runs
             verb = f"resumed at step {event.start_step}" if event.start_step else "started"
             self.log(f"Run {verb}: task {event.task} on {event.device} ({event.device_name}), {event.precision} "
                      f"(autocast {event.autocast_dtype}, params {event.param_dtype}, "
