@@ -155,10 +155,23 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
         process.kill()
     assert process.returncode == 1
     assert "2-process run failed" in stderr.strip().splitlines()[-1]
-    ended = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"RunEnded"' in x][-1]
-    assert ended["status"] == "failed" and "another process" in ended["message"]
+    events = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    ended = [e for e in events if e["event"] == "RunEnded"][-1]
+    step = ended["step"]
+    assert ended["status"] == "failed"
+    # Rank 0 names the rank that died and saves its own state, which every replica shared after the last step.
+    assert ended["message"] == (f"rank 1 of this 2-process run died or lost its connection at step {step}; the run "
+                                f"ended. Its state at step {step} is saved: resume from {out / 'checkpoint.pt'}")
+    assert [e["step"] for e in events if e["event"] == "CheckpointSaved"] == [step]  # with checkpoint_interval 0
+    from core.engine.checkpoints import load_checkpoint
+
+    assert load_checkpoint(out / "checkpoint.pt")["step"] == step > 0
     assert took < 90
-    print(f"run ended {took:.1f} s after rank 1 was killed")
+    resumed = cli("--resume", str(out / "checkpoint.pt"), "--batch-size", "16", "--max-steps", str(step + 5),
+                  "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == step + 5
+    print(f"run ended {took:.1f} s after rank 1 was killed, with a checkpoint at step {step} that resumed")
 
 
 # ----------------------------------------------------------------- Trainers in 2 spawned processes

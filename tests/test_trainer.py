@@ -247,3 +247,19 @@ def test_skipped_step_count_survives_a_resume(tiny_config, recorder, monkeypatch
 def test_grad_norm_is_reported_without_clipping_too(tiny_config, recorder):
     train(tiny_config(max_steps=10, log_interval=5), sink=recorder)
     assert all(s.grad_norm is not None and s.grad_norm > 0 for s in recorder.of("StepMetrics"))
+
+
+def test_a_stop_keeps_the_training_even_with_no_checkpoints_planned(tiny_config, recorder):
+    """checkpoint_interval 0 and checkpoint_minutes 0: a stop still ends with a checkpoint at its step."""
+    control = RunControl()
+
+    def sink(event):
+        recorder(event)
+        if isinstance(event, StepMetrics) and event.step == 15:
+            control.stop()  # as the CLI does on SIGTERM / SIGHUP / SIGINT
+
+    ended = train(tiny_config(max_steps=1000, log_interval=5, checkpoint_interval=0, checkpoint_minutes=0),
+                  sink=sink, control=control)
+    assert ended.status == "stopped" and ended.step == 15
+    assert [e.step for e in recorder.of("CheckpointSaved")] == [15]
+    assert load_checkpoint(ended.checkpoint)["step"] == 15
