@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from core.data.batching import split_length
+
+# Bytes per trainable parameter while training: float32 weights and gradients, plus the optimizer's state
+# (Adam/AdamW: two float32 moments; SGD: one momentum buffer).
+OPTIMIZER_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}
+WEIGHT_AND_GRAD_BYTES = 8
+MARGIN_BYTES = 256 * 2**20  # activations, the allocator's slack, the framework itself
 
 
 @dataclass(frozen=True)
@@ -94,13 +102,17 @@ class Task(ABC):
 
     @classmethod
     def option_errors(cls, options: dict) -> dict[str, str]:
-        """task_options.<name> -> message, for every unknown or invalid option."""
+        """task_options.<name> -> message, for every unknown or invalid option. An unknown name's message
+        stands on its own: "tiny has no option 'hiden' (did you mean 'hidden'?); its options: hidden, ..."."""
         known = {opt.name: opt for opt in cls.options}
         problems = {}
         for key, value in options.items():
             if key not in known:
                 allowed = ", ".join(known) or "none"
-                problems[f"task_options.{key}"] = f"unknown option for task {cls.name}; options: {allowed}"
+                close = [n for n in known if n.lower() == str(key).lower()]
+                close = close or difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems[f"task_options.{key}"] = f"{cls.name} has no option {key!r}{hint}; its options: {allowed}"
             elif (message := known[key].error(value)) is not None:
                 problems[f"task_options.{key}"] = message
         return problems
@@ -135,11 +147,100 @@ class Task(ABC):
         """Whether evaluation can be shared out by slices (the task reports EvalParts)."""
         return cls.evaluate_parts is not Task.evaluate_parts and cls.evaluate is Task.evaluate
 
-    def parameter_count(self) -> int:
-        """Trainable parameters of the model these options build."""
-        with torch.device("meta"):
-            model = self.build_model({})
+    def parameter_count(self, info: dict | None = None) -> int:
+        """Trainable parameters of the model these options (and `info`, see build_model) build: built on the
+        meta device, so nothing is allocated whatever the size."""
+        with torch.device("meta"), _SkipMetaInit():
+            model = self.build_model(info or {})
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+    def check_fits(self, info: dict, device: torch.device | str, optimizer: str = "adamw",
+                   available: int | None = None) -> int:
+        """Refuse, before anything is allocated, a model too large to train on `device`.
+
+        Counts the parameters on the meta device and estimates training memory as parameters x (4 bytes of
+        weights + 4 of gradients + the optimizer's state: 8 for Adam/AdamW, 4 for SGD momentum) plus a margin.
+        `available`: free bytes on the device (default: asked of the device; CPU and MPS: the host's
+        available RAM; unknown elsewhere: then only the host RAM the CPU build needs is checked). Raises
+        ConfigError naming the options that make the model large; returns the estimated bytes.
+        """
+        from core.errors import ConfigError
+
+        device = torch.device(device)
+        params = self.parameter_count(info)
+        need = params * (WEIGHT_AND_GRAD_BYTES + OPTIMIZER_STATE_BYTES.get(optimizer, 8)) + MARGIN_BYTES
+        checks = [(device, need, available if available is not None else free_bytes(device))]
+        if device.type not in ("cpu", "mps"):  # the model is built in host memory first, then moved
+            checks.append((torch.device("cpu"), params * 4 + MARGIN_BYTES, free_bytes(torch.device("cpu"))))
+        for where, bytes_needed, free in checks:
+            if free is not None and bytes_needed > free:
+                culprits = self._size_culprits(info, params)
+                lower = (f"lower task option {' or '.join(f'{n} ({v:,})' for n, v in culprits)}" if culprits
+                         else "use a smaller model or a device with more memory")
+                what = "to train" if where == device else "to build in host memory"
+                raise ConfigError(f"task_options.{culprits[0][0]}" if culprits else "task_options",
+                                  f"the model would have {params:,} parameters (~{_bytes_text(bytes_needed)} "
+                                  f"{what}) but {where} has {_bytes_text(free)} free: {lower}")
+        return need
+
+    def _size_culprits(self, info: dict, params: int) -> list[tuple[str, Any]]:
+        """Up to two options whose halving shrinks the model most (error path only: a meta build each)."""
+        shrink = []
+        for opt in self.options:
+            value = self.opts[opt.name]
+            if type(value) is not int or opt.choices is not None or value < 2:
+                continue
+            smaller = max(value // 2, int(opt.minimum if opt.minimum is not None else 1))
+            if smaller == value:
+                continue
+            trial = type(self).__new__(type(self))
+            trial.opts = {**self.opts, opt.name: smaller}
+            try:
+                count = trial.parameter_count(info)
+            except Exception:  # noqa: BLE001 - an invalid combination (e.g. heads no longer divide d_model)
+                continue
+            if count < 0.9 * params:
+                shrink.append((count, opt.name, value))
+        return [(name, value) for _count, name, value in sorted(shrink)[:2]]
+
+
+class _SkipMetaInit(TorchFunctionMode):
+    """Skips torch.nn.init's in-place fills of meta tensors: they hold no values, and the first random fill of
+    a meta tensor costs seconds of one-time set-up (a parameter count should not)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", "") == "torch.nn.init":
+            tensor = args[0] if args else kwargs.get("tensor")
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Free memory on `device` in bytes: CUDA's free memory on that device; the host's available RAM for
+    the CPU and MPS (unified memory); None when it cannot be told."""
+    if device.type == "cuda":
+        from core.devices import cuda_free_memory
+
+        return cuda_free_memory(device.index if device.index is not None else torch.cuda.current_device())
+    if device.type in ("cpu", "mps"):
+        try:
+            import psutil
+
+            return int(psutil.virtual_memory().available)
+        except (ImportError, OSError):
+            return None
+    return None
+
+
+def _bytes_text(count: float) -> str:
+    """1536 -> '1.5 KiB'; GiB and up keep one decimal below 10 (3.9 TiB), none above (21 GiB)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if count < 1024 or unit == "PiB":
+            return f"{count:.1f} {unit}" if count < 10 and unit != "B" else f"{count:.0f} {unit}"
+        count /= 1024
+    return f"{count:.0f} PiB"
 
 
 def iter_slices(split: dict[str, torch.Tensor], batch_size: int):
