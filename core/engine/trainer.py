@@ -37,6 +37,7 @@ from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_
 from core.engine.run_folder import HELD_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
+from core.engine.threads import apply_threads, choose_threads, machine_facts
 from core.errors import CheckpointError, ConfigError
 from core.tasks import create_task
 
@@ -106,7 +107,7 @@ class Trainer:
                 f"{self.resume_from}: checkpoint is for task {resume_state['task']!r}, this run is {cfg.task!r}"
             )
         if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+            apply_threads(cfg.threads)  # as given, before the data is built
         init_process_group(self.dist, self.device)
         self._peers = gather_peers(self.dist, self.device)
         seed_everything(cfg.seed)
@@ -115,6 +116,8 @@ class Trainer:
         self.raw_model = model = self.task.build_model(self.data.info).to(self.device)
         seed_everything(cfg.seed + self.dist.rank)  # each rank's own dropout and sampling (see run_state)
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if not cfg.threads:
+            self._choose_threads()
         train = place_split(self.data.train, self.device, keep_on_host=self._keep_on_host())
         self.val = place_split(self.data.val, self.device, keep_on_host=False)
         self.test = place_split(self.data.test, self.device, keep_on_host=False) if self.data.test else None
@@ -358,6 +361,16 @@ class Trainer:
     def display_epoch(self) -> int:
         """1-based epoch the latest step belongs to (what users read as 'epoch 2/5')."""
         return max(1, -(-self.step // self.steps_per_epoch))
+
+    def _choose_threads(self) -> None:
+        """threads = 0: pick the intra-op thread count from the cores, the load and the model's size (see
+        core.engine.threads) and say why with RunStarted."""
+        cores, load = machine_facts()
+        processes = int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size))  # ranks on this machine
+        choice = choose_threads(0, self.param_count, cores, load, processes, os.environ.get("OMP_NUM_THREADS"))
+        apply_threads(choice.threads)
+        if self.dist.is_main:
+            self.notes.append(choice.note)
 
     def _device_info(self) -> DeviceInfo:
         devices = self._devices if self._devices is not None else list_devices()

@@ -1,0 +1,78 @@
+"""How many CPU threads torch uses inside an op when a run leaves `threads` at 0 (auto).
+
+torch's own default is every core. For the small models this console trains, splitting an op across threads
+costs more than it gains (each op is microseconds; the threads wait for each other at every op), and on a
+machine busy with other work the waiting threads spin: a 2-core machine shared with other jobs was measured
+13-200x slower on all cores than on one. So auto picks one thread for small models or when the machine has no
+free core, else the free cores (this process's share of them under DDP). The choice and its reason are
+reported with RunStarted. A `threads` above 0 is used as given.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+SMALL_MODEL_PARAMETERS = 1_000_000  # below this, one thread: intra-op splitting doesn't pay
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    threads: int
+    note: str  # reported with RunStarted; empty when the run set `threads` itself
+
+
+def choose_threads(requested: int, parameters: int, cores: int, load: float | None = None, processes: int = 1,
+                   env_threads: str | None = None) -> ThreadChoice:
+    """The intra-op thread count for a run (pure: every fact is an argument, see machine_facts).
+
+    requested: the config's `threads` (0 = auto); parameters: the model's trainable parameter count; cores: the
+    CPUs this process may run on; load: the 1-minute load average (None if unknown); processes: ranks sharing
+    this machine; env_threads: OMP_NUM_THREADS if set (the user's or the launcher's choice, kept)."""
+    if requested > 0:
+        return ThreadChoice(requested, "")
+    cores = max(1, cores)
+    share = max(1, cores // max(1, processes))
+    of = f"of {cores} core{'s' if cores != 1 else ''}" + (f", {processes} processes" if processes > 1 else "")
+    hint = "set --threads to choose"
+    if env_threads and env_threads.strip().isdigit() and int(env_threads) > 0:
+        threads = min(int(env_threads), cores)
+        return ThreadChoice(threads, f"threads: {threads} {of} (auto: OMP_NUM_THREADS={env_threads.strip()}; {hint})")
+    if parameters < SMALL_MODEL_PARAMETERS:
+        return ThreadChoice(1, f"threads: 1 {of} (auto: small model, {parameters:,} parameters; {hint})")
+    busy = 0 if load is None else int(load + 0.5)  # cores other work keeps busy (rounded)
+    free = max(1, min(share, cores - busy))
+    if free < share:
+        return ThreadChoice(free, f"threads: {free} {of} (auto: the machine is busy, load {load:.1f}; {hint})")
+    return ThreadChoice(share, f"threads: {share} {of} (auto: {parameters:,} parameters; {hint})")
+
+
+def machine_facts() -> tuple[int, float | None]:
+    """(CPUs this process may run on, 1-minute load average or None)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = None
+    return cores, load
+
+
+_interop_set = False
+
+
+def apply_threads(threads: int) -> None:
+    """torch.set_num_threads, and the inter-op pool to match once per process (torch allows setting it only
+    once, before any inter-op work; afterwards it is left as it is)."""
+    import torch
+
+    global _interop_set
+    torch.set_num_threads(threads)
+    if not _interop_set:
+        _interop_set = True
+        try:
+            torch.set_num_interop_threads(max(1, min(threads, 4)))
+        except RuntimeError:  # already set, or inter-op work has started: keep torch's
+            pass
