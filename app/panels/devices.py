@@ -74,8 +74,18 @@ class DevicesPanel(QGroupBox):
         self._provider = provider
 
     def refresh(self) -> None:
-        if self._provider is not None:
-            self.set_devices(self._provider(), keep=self.current_id())
+        """Detect devices again. A detection that fails keeps the list as it was and says why in one line."""
+        if self._provider is None:
+            return
+        try:
+            devices = list(self._provider())
+        except Exception as exc:  # noqa: BLE001 - a driver or runtime error must not take the window down
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.summary.setText(f"Could not detect devices: {reason}")
+            self.summary.setToolTip(f"{type(exc).__name__}: {exc}")
+            return
+        self.summary.setToolTip("")
+        self.set_devices(devices, keep=self.current_id())
 
     def set_devices(self, devices: list, keep: str | None = None) -> None:
         self._devices = list(devices)

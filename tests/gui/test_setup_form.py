@@ -178,3 +178,18 @@ def test_every_precision_list_is_the_one_in_core(window):
     assert [inspect.itemData(i) for i in range(inspect.count())] == list(PRECISION_MODES)
     assert tuple(FIELD_SPECS["precision"].choices) == PRECISION_CHOICES
     assert requested_modes(None) == list(PRECISION_MODES)
+
+
+@pytest.mark.timeout(30)
+def test_a_failing_device_detection_keeps_the_window_usable(qtbot, window):
+    panel = window.devicesPanel
+    before = panel.current_id()
+
+    def broken():
+        raise RuntimeError("CUDA driver initialization failed\nsecond line")
+
+    panel.set_provider(broken)
+    panel.refresh()  # the Refresh button / menu item
+    assert find(window, "deviceSummary").text() == "Could not detect devices: CUDA driver initialization failed"
+    assert panel.current_id() == before
+    assert window.setupPanel.isEnabled()
