@@ -183,6 +183,20 @@ class Task(ABC):
                                   f"{what}) but {where} has {_bytes_text(free)} free: {lower}")
         return need
 
+    def check_synthetic_size(self, need: int, options: tuple[str, ...]) -> None:
+        """Refuse synthetic data whose tensors alone (`need` bytes, a lower bound) exceed the host's available
+        memory, naming the `options` that size it, before generating anything."""
+        from core.errors import ConfigError
+
+        free = free_bytes(torch.device("cpu"))
+        if free is not None and need > free:
+            defaults = {opt.name: opt.default for opt in self.options}
+            options = tuple(n for n in options if self.opts[n] > defaults[n]) or options  # the raised ones
+            named = " or ".join(f"{name} ({self.opts[name]:,})" for name in options)
+            raise ConfigError(f"task_options.{options[0]}", f"the synthetic data would take over "
+                                                            f"{_bytes_text(need)} but cpu has {_bytes_text(free)} "
+                                                            f"free: lower task option {named}")
+
     def _size_culprits(self, info: dict, params: int) -> list[tuple[str, Any]]:
         """Up to two options whose halving shrinks the model most (error path only: a meta build each)."""
         shrink = []

@@ -251,6 +251,9 @@ class RankingTask(Task):
             require_rows(data_path, val, "validation", "at least 10 queries are needed (10% validate)")
             ceiling = {}
         else:
+            # features (float32), the relevance (float64 while generated) and labels, then their packed copy
+            self.check_synthetic_size(o["queries"] * o["docs"] * (o["features"] * 4 * 2 + 8 + 8 + 8),
+                                      ("queries", "docs", "features"))
             data = generate_ranking(o["queries"], o["docs"], o["features"], o["noise"], seed)
             query = np.repeat(np.arange(o["queries"]), o["docs"])
             arrays = {"features": data.features.reshape(len(query), -1), "label": data.label.reshape(-1),

@@ -160,6 +160,8 @@ class RecommenderTask(Task):
             vocabulary = {"item_id": raw["item_ids"]}  # the model's item k is item_ids[k - 1]; 0 is padding
             ceiling: dict = {}
         else:
+            # user, item and time per interaction, then the (input, target) windows: int64 each
+            self.check_synthetic_size(o["interactions"] * 8 * 5 + o["items"] * 8, ("interactions", "items"))
             chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
             raw = generate_interactions(chain, o["interactions"], o["mean_len"], seed)
             user, items, n_items = raw["user"], raw["item"] + 1, o["items"]

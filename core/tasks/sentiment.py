@@ -96,6 +96,8 @@ class SentimentTask(Task):
             text, label = read_reviews(data_path)
             oracle = None
         else:
+            # the hashed (reviews, max_tokens) int64 matrix, and ~24 words a review while generating
+            self.check_synthetic_size(o["reviews"] * (o["max_tokens"] * 8 + 24 * 8 * 4), ("reviews", "max_tokens"))
             reviews = generate_reviews(o["reviews"], seed, label_noise=o["label_noise"])
             text, label, oracle = reviews.text, reviews.label, torch.from_numpy(reviews.posterior)
         arrays = {"tokens": hashed_tokens(text, o["buckets"], o["max_tokens"]), "label": torch.from_numpy(label)}

@@ -49,6 +49,7 @@ class TinyClassifierTask(Task):
     def load_data(self, data_path: str, seed: int) -> TaskData:
         if data_path:
             raise ConfigError("data", "the tiny task trains on its own synthetic data; leave data empty")
+        self.check_synthetic_size(self.opts["samples"] * (10 * 4 + 8), ("samples",))  # x: float32, y: int64
         x, y = make_tiny_data(self.opts["samples"], self.opts["label_noise"], seed)
         cut = int(0.8 * len(x))
         return TaskData(

@@ -77,3 +77,20 @@ def test_the_cli_names_a_misspelt_option_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0
     assert "tiny has no option 'hiden' (did you mean 'hidden'?); its options: hidden, samples, label_noise" in err
+
+
+def test_synthetic_data_too_large_for_the_host_is_refused_ungenerated(monkeypatch):
+    with pytest.raises(ConfigError, match=r"^task_options\.queries: the synthetic data would take over \d+ TiB "
+                                          r"but cpu has .* free: lower task option queries \(100,000,000\) or "
+                                          r"docs \(10,000\)$"):
+        create_task("ranking", {"queries": 100_000_000, "docs": 10_000}).load_data("", 0)
+    import core.tasks.base as base
+
+    monkeypatch.setattr(base, "free_bytes", lambda device: 2 * GIB)
+    with pytest.raises(ConfigError, match=r"but cpu has 2\.0 GiB free: lower task option interactions "
+                                          r"\(1,000,000,000\)$"):
+        create_task("recommender", {"interactions": 1_000_000_000}).load_data("", 0)
+    with pytest.raises(ConfigError, match=r"lower task option reviews \(100,000,000\)$"):
+        create_task("sentiment", {"reviews": 100_000_000}).load_data("", 0)
+    with pytest.raises(ConfigError, match=r"lower task option samples \(100,000,000\)$"):
+        create_task("tiny", {"samples": 100_000_000}).load_data("", 0)
