@@ -1,7 +1,8 @@
 """`amp-console bench` (precision sweep) and `amp-console inspect` (dtype inspector), headless.
 
-Tables go to stdout through rich; with --json the last stdout line is one JSON object and the tables are not
-printed. Progress lines go to stderr, only when it is a terminal.
+Tables go to stdout through rich, sized to the terminal (100 columns when piped; see core.cli.format); with
+--json the last stdout line is one JSON object and the tables are not printed. bench's progress goes to
+stderr: a line per mode and per window (overwritten in place on a terminal, one line each in a log).
 """
 
 from __future__ import annotations
@@ -9,35 +10,50 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
+from core.cli import format as fmt
 from core.config import RunConfig
 from core.errors import ConfigError
 
 
 def register(sub) -> None:
     """Add the `bench` and `inspect` subcommands to the amp-console parser."""
-    bench = sub.add_parser("bench", help="time every precision mode on a task and compare it to fp32")
+    bench = sub.add_parser(
+        "bench", help="time every precision mode on a task and compare it to fp32",
+        description="Train the task for a few windows of steps in each precision mode (same seed and data), "
+                    "report the median step time, throughput, peak memory and loss against fp32, and "
+                    "recommend a mode. Progress goes to stderr, the table to stdout.")
     _common(bench)
     bench.add_argument("--precisions", default="fp32,tf32,fp16,bf16",
-                       help="comma-separated modes to compare (fp32 is always measured: it is the reference)")
+                       help="comma-separated modes to compare (default: all; fp32 is always measured: it is the "
+                            "reference; modes the device cannot run are listed as skipped)")
     bench.add_argument("--steps", type=int, default=20, help="optimizer steps per timed window (default 20)")
-    bench.add_argument("--repeats", type=int, default=3, help="timed windows per mode; the median is reported")
+    bench.add_argument("--repeats", type=int, default=3,
+                       help="timed windows per mode, after one warm-up window; the median is reported (default 3)")
+    bench.add_argument("--threads", type=int, default=0, metavar="N",
+                       help="CPU threads torch uses inside an op (default 0: the engine's automatic choice); the "
+                            "count used is printed with the results")
     bench.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                        help="each mode in a fresh process (default: on the CPU, where memory is the peak RSS)")
     bench.set_defaults(handler=cmd_bench)
-    inspect = sub.add_parser("inspect", help="one training step: which module ran in which dtype")
+    inspect = sub.add_parser(
+        "inspect", help="one training step: which module ran in which dtype, and why",
+        description="Run one forward + backward pass of the task with hooks on every module and list the dtypes "
+                    "of inputs, outputs, parameters and gradients, the ops each module ran, and why autocast "
+                    "left an op in float32.")
     _common(inspect)
-    inspect.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto")
+    inspect.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
     inspect.set_defaults(handler=cmd_inspect)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", default="tiny", help="task to measure (see `amp-console tasks`)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda:N, mps or xpu:N")
+    parser.add_argument("--task", default="tiny", help="task to measure (default tiny; see `amp-console tasks`)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda:N, mps or xpu:N (default auto)")
     parser.add_argument("--batch-size", type=int, default=None, help="samples per step (default: the task's)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
-                        help="task option, e.g. -o hidden=256 (repeatable)")
+                        help="task option, e.g. -o hidden=256 (repeatable; `amp-console tasks NAME` lists them)")
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
@@ -49,51 +65,60 @@ def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> R
               "task_options": dict(map(parse_option, args.task_options))}
     if args.batch_size is not None:
         values["batch_size"] = args.batch_size
+    if getattr(args, "threads", None) is not None:
+        values["threads"] = args.threads
     return RunConfig.for_task(args.task, **values).validate()
 
 
-def _progress_printer():
-    if not sys.stderr.isatty():
-        return None
+class ProgressLines:
+    """bench's progress on stderr: a line per mode and per window, plain text (log-friendly when piped).
 
-    def show(update) -> None:
-        if update.phase == "running":
-            sys.stderr.write(f"measuring {update.mode} ({update.index + 1}/{update.total})...\n")
+    On a terminal the window lines of a mode overwrite each other; elsewhere each is its own line.
+    """
 
-    return show
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.started = time.perf_counter()
+        self._open = False  # a live line waits to be overwritten
+
+    def __call__(self, update) -> None:
+        elapsed = time.perf_counter() - self.started
+        text = f"bench [{update.index + 1}/{update.total}] {update.describe()} ({_clock(elapsed)})"
+        if update.phase == "setup" and update.threads:
+            text += f", {update.threads} CPU thread{'s' if update.threads != 1 else ''}"
+        if self.live and update.phase in ("setup", "window"):
+            self.stream.write(f"\r\x1b[2K{text}")
+            self._open = True
+        else:
+            self.stream.write(("\r\x1b[2K" if self._open else "") + text + "\n")
+            self._open = False
+        self.stream.flush()
 
 
-def format_bytes(value: int | None) -> str:
-    """'312 MiB' / '1.2 GiB'; '-' when unknown."""
-    if not value:
-        return "-"
-    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
-
-
-def _console():
-    from rich.console import Console
-
-    # Piped output would be wrapped at 80 columns, which folds every cell of these wide tables.
-    return Console() if sys.stdout.isatty() else Console(width=180)
-
-
-def _num(value: float | None, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from core.lab.precision_sweep import requested_modes, run_sweep
 
-    if args.steps < 1 or args.repeats < 1:
-        raise ConfigError("steps", "--steps and --repeats must be at least 1")
+    for flag, value in (("--steps", args.steps), ("--repeats", args.repeats)):
+        if value < 1:
+            raise ConfigError(flag, f"{value} must be at least 1")
+    if not 0 <= args.threads <= 1024:
+        raise ConfigError("--threads", f"{args.threads} is out of range: must be between 0 (automatic) and 1,024")
     config = config_from_lab_args(args, precision="fp32")
     modes = [m.strip() for m in args.precisions.split(",") if m.strip()]
     try:
-        requested_modes(modes)
+        modes = requested_modes(modes)
     except ConfigError as exc:
         raise ConfigError("--precisions", str(exc).split(": ", 1)[1]) from None
+    sys.stderr.write(f"bench: {config.task} in {', '.join(modes)}; per mode 1 warm-up + {args.repeats} timed "
+                     f"windows of {args.steps} steps\n")
     result = run_sweep(config, modes, steps=args.steps, repeats=args.repeats, isolate=args.isolate,
-                       progress=_progress_printer())
+                       progress=ProgressLines())
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
@@ -102,36 +127,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def print_sweep(result) -> None:
-    """The sweep as a rich table, then the recommendation."""
-    from rich.table import Table
-
+    """The sweep as a table that fits the terminal, then the notes, skipped modes and the recommendation."""
     tokens = any(r.tokens_per_second for r in result.rows)
-    table = Table(title=f"{result.task} on {result.device} ({result.device_name}), batch {result.batch_size}, "
-                        f"median of {result.repeats} x {result.steps} steps after {result.warmup_steps} warm-up")
-    columns = ["mode", "compute", "step ms", "samples/s"] + (["tokens/s"] if tokens else []) + [
-        "peak memory", "speedup", "memory", "loss", "Δloss vs fp32", "note"]
+    threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
+    title = (f"{result.task} on {result.device} ({result.device_name}), batch {result.batch_size}{threads}: "
+             f"median of {result.repeats} x {result.steps} steps after {result.warmup_steps} warm-up")
+    table = fmt.table(title)
+    columns = ["mode", "compute", "ms/step", "samples/s"] + (["tokens/s"] if tokens else []) + [
+        "peak mem", "speed", "mem", "loss", "Δ loss"]
     for column in columns:
-        table.add_column(column, justify="left" if column in ("mode", "compute", "note") else "right")
+        table.add_column(column, justify="left" if column in ("mode", "compute") else "right", no_wrap=True)
+    notes = []
     for r in result.rows:
         if r.status != "ok":  # the reason goes below the table: it is a sentence, not a cell
-            table.add_row(r.mode, "-", *["-"] * (len(columns) - 3), r.status, style="dim")
+            table.add_row(r.mode, r.status, *["-"] * (len(columns) - 2), style="dim")
+            notes.append(f"{r.mode} {r.status}: {r.reason}")
             continue
-        notes = [f"{r.skipped_steps} steps skipped (fp16 overflow)"] if r.skipped_steps else []
+        if r.skipped_steps:
+            notes.append(f"{r.mode}: {r.skipped_steps} steps skipped (fp16 overflow)")
         if r.step_ms_windows and max(r.step_ms_windows) > 1.5 * min(r.step_ms_windows):
             # Windows this far apart mean something else shared the device: the ratios are rough.
-            notes.append(f"noisy: windows {min(r.step_ms_windows):.2f}-{max(r.step_ms_windows):.2f} ms")
-        note = "; ".join(notes)
-        cells = [r.mode, r.compute_dtype, _num(r.step_ms, ".2f"), _num(r.samples_per_second, ",.0f")]
-        cells += [_num(r.tokens_per_second, ",.0f")] if tokens else []
-        cells += [format_bytes(r.peak_memory_bytes), _num(r.speedup, ".2f", "x"), _num(r.memory_ratio, ".2f", "x"),
-                  _num(r.loss, ".4f"), _num(r.loss_delta, "+.4f"), note]
+            notes.append(f"{r.mode}: noisy, windows took {min(r.step_ms_windows):.2f}-{max(r.step_ms_windows):.2f} "
+                         f"ms/step (something else shared the device?)")
+        cells = [r.mode, r.compute_dtype, fmt.number(r.step_ms, ".2f"), fmt.count(r.samples_per_second)]
+        cells += [fmt.count(r.tokens_per_second)] if tokens else []
+        cells += [fmt.size(r.peak_memory_bytes), fmt.number(r.speedup, ".2f", "x"),
+                  fmt.number(r.memory_ratio, ".2f", "x"), fmt.number(r.loss, ".4f"), fmt.number(r.loss_delta, "+.4f")]
         table.add_row(*cells, style="bold" if r.mode == result.recommended else None)
-    console = _console()
+    console = fmt.console()
     console.print(table)
-    for r in result.rows:
-        if r.status != "ok":
-            console.print(f"{r.mode} {r.status}: {r.reason}")
-    console.print(f"memory: {result.memory_source}")
+    for note in notes:
+        console.print(note)
+    console.print(f"speed and mem are against fp32; memory: {result.memory_source}")
     console.print(f"recommended: {result.recommendation}")
 
 
@@ -146,24 +173,57 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+_SHORT_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64", "int64": "i64",
+                 "int32": "i32", "bool": "bool"}
+
+
+# The table's short forms of the inspector's reasons (WHY_TEXT keys); the lines under the table use the long ones.
+_SHORT_WHY = {"fp32 list": "fp32 list", "promote": "promote", "no lower-precision path": "no low path",
+              "input float32": "input f32", "mixed inputs": "mixed", "new tensor": "new tensor",
+              "cast to float32": "cast", "inside a float32 op": "in f32 op"}
+
+
+def _dtypes(names: list[str]) -> str:
+    unique = list(dict.fromkeys(_SHORT_DTYPES.get(n, n) for n in names))
+    return ",".join(unique) or "-"
+
+
 def print_inspection(result) -> None:
-    """Per-module dtypes as an indented rich table; what autocast kept in float32 is highlighted."""
-    from rich.table import Table
+    """Per-module dtypes as an indented table (short dtype names, why float32 as a short reason), then the ops
+    each module ran as lines (they are long), then what each reason means."""
+    from rich.padding import Padding
+    from rich.text import Text
 
     compute = result.autocast_dtype or "no autocast"
-    table = Table(title=f"{result.task}: {result.precision} on {result.device} ({compute})")
-    for column in ("module", "type", "input", "output", "params", "param grads", "output grads", "ops", "kept fp32"):
-        table.add_column(column)
+    table = fmt.table(f"{result.task}: {result.precision} on {result.device}, autocast computes in {compute}")
+    table.add_column("module", no_wrap=True, max_width=30, overflow="ellipsis")
+    table.add_column("type", no_wrap=True, max_width=14, overflow="ellipsis")
+    table.add_column("in → out", no_wrap=True)
+    table.add_column("param", no_wrap=True)
+    table.add_column("grad", no_wrap=True)
+    table.add_column("why f32", overflow="fold")
     for r in result.rows:
-        ops = ", ".join(f"{name}:{dtype}" for name, dtype in r.ops.items())
-        if r.casts:
-            ops += f" (+{r.casts} casts)"
-        table.add_row("  " * r.depth + r.name, r.type, ",".join(r.input_dtypes) or "-",
-                      ",".join(r.output_dtypes) or "-", ",".join(r.param_dtypes) or "-",
-                      ",".join(r.grad_dtypes) or "-", ",".join(r.output_grad_dtypes) or "-", ops or "-",
-                      ", ".join(r.fp32_ops) or ("yes" if r.kept_fp32 else ""),
+        why = ", ".join(dict.fromkeys(_SHORT_WHY.get(w, w) for w in r.why.values()))
+        table.add_row("  " * r.depth + r.name, r.type, f"{_dtypes(r.input_dtypes)} → {_dtypes(r.output_dtypes)}",
+                      _dtypes(r.param_dtypes), _dtypes(r.grad_dtypes), why,
                       style="yellow" if r.kept_fp32 or r.fp32_ops else None)
-    console = _console()
+    console = fmt.console()
     console.print(table)
+    console.print("f32 = float32, bf16 = bfloat16, f16 = float16, i64 = int64; param/grad: the module's own "
+                  "parameters and their gradients")
+    console.print("ops each module ran (the dtype each produced; why float32 in brackets):")
+    for r in result.rows:
+        ops = [f"{name} {_SHORT_DTYPES.get(dtype, dtype)}" + (f" [{r.why[name]}]" if name in r.why and
+                                                               dtype == "float32" else "")
+               for name, dtype in r.ops.items()]
+        if ops:
+            casts = f" (+{r.casts} casts)" if r.casts else ""
+            console.print(Padding(Text(f"{r.name}: {', '.join(ops)}{casts}"), (0, 0, 0, 2), expand=False))
     kept = result.kept_fp32()
-    console.print(f"loss dtype: {result.loss_dtype}; kept in float32 by autocast: {', '.join(kept) or 'nothing'}")
+    console.print(f"loss dtype: {_SHORT_DTYPES.get(result.loss_dtype, result.loss_dtype)}; "
+                  f"kept in float32 by autocast: {', '.join(kept) or 'nothing'}")
+    reasons = result.reasons()
+    if reasons:
+        console.print(f"why float32 (per PyTorch's autocast op reference, {result.device_type} lists):")
+        for reason, text in reasons.items():
+            console.print(Padding(Text(f"{reason}: {text}"), (0, 0, 0, 2), expand=False))

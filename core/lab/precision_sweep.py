@@ -5,6 +5,13 @@ metrics back once per interval (a device sync), so StepMetrics' samples/s is mea
 covers exactly the loop users train with. The first window(s) are warm-up (allocator growth, kernel
 selection, lazy initialisation); the median over the later windows is reported.
 
+Progress: the callback gets a SweepProgress before each mode ('running'), after setup ('setup'), after every
+window ('window': which window of how many, steps done, that window's ms/step) and after the mode ('done').
+An isolated mode's process reports its windows as JSON lines on stdout, relayed to the same callback.
+
+Threads: `config.threads` as the trainer applies it (0 = the engine's automatic choice); every row records the
+count torch really used, so a comparison never rests on a silent thread setting.
+
 Peak memory: on CUDA `max_memory_allocated` after `reset_peak_memory_stats` once setup is done. On the CPU the
 peak RSS (ru_maxrss) of a fresh subprocess per mode (`python -m core.lab.precision_sweep --one-mode ...`), because a
 process's RSS high-water mark never goes down, so modes measured in one process would inherit each other's peak.
@@ -60,6 +67,7 @@ class SweepRow:
     speedup: float | None = None
     memory_ratio: float | None = None
     loss_delta: float | None = None
+    threads: int | None = None  # CPU threads torch used inside an op while this mode was measured
 
 
 @dataclass
@@ -78,6 +86,7 @@ class SweepResult:
     rows: list[SweepRow]
     recommended: str | None = None
     recommendation: str = ""
+    threads: int | None = None  # CPU threads torch used (the measured rows'); see SweepRow.threads
 
     def row(self, mode: str) -> SweepRow | None:
         """The row of `mode`, or None when the sweep did not include it."""
@@ -90,16 +99,43 @@ class SweepResult:
 
 @dataclass(frozen=True)
 class SweepProgress:
-    """Handed to the progress callback before each mode ('running') and after it ('done', with its row)."""
+    """Handed to the progress callback before each mode ('running'), once its model and data are ready
+    ('setup'), after each of its windows ('window') and after it ('done', with its row)."""
 
     mode: str
     index: int
     total: int
     phase: str
     row: SweepRow | None = None
+    window: int = 0  # windows finished (1-based once the first is done), warm-up windows included
+    windows: int = 0  # warm-up + timed windows of this mode
+    warmup_windows: int = 0
+    step: int = 0  # optimizer steps done in this mode
+    steps: int = 0  # optimizer steps this mode runs
+    step_ms: float | None = None  # the finished window's milliseconds per step
+    threads: int | None = None
+
+    def describe(self) -> str:
+        """'bf16: window 2/4, step 40/80, 5.21 ms/step' (and the other phases in the same words)."""
+        if self.phase == "running":
+            return f"{self.mode}: setting up the model and data"
+        if self.phase == "setup":
+            timed = self.windows - self.warmup_windows
+            return (f"{self.mode}: model and data ready; {self.warmup_windows} warm-up + {timed} timed windows of "
+                    f"{self.steps // max(1, self.windows)} steps")
+        if self.phase == "window":
+            kind = " (warm-up)" if self.window <= self.warmup_windows else ""
+            speed = f", {self.step_ms:.2f} ms/step" if self.step_ms is not None else ""
+            return f"{self.mode}: window {self.window}/{self.windows}{kind}, step {self.step}/{self.steps}{speed}"
+        row = self.row
+        if row is None or row.status != "ok":
+            return f"{self.mode}: {row.status if row else 'done'}" + (f" ({row.reason})" if row and row.reason else "")
+        return f"{self.mode}: done, {row.step_ms:.2f} ms/step median of {len(row.step_ms_windows)} windows"
 
 
 ProgressCallback = Callable[[SweepProgress], None]
+# What measure_mode reports as it goes: ('setup'|'window', window, windows, step, steps, step_ms, threads).
+WindowCallback = Callable[[str, int, int, int, int, "float | None", "int | None"], None]
 
 
 def peak_rss_bytes() -> int:
@@ -117,11 +153,12 @@ def tokens_per_sample(split: dict[str, torch.Tensor], tokens_key: str | None) ->
 
 
 def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, warmup_windows: int = 1,
-                 devices: list[DeviceInfo] | None = None) -> SweepRow:
+                 devices: list[DeviceInfo] | None = None, on_window: WindowCallback | None = None) -> SweepRow:
     """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process.
 
     Returns the median step time over the timed windows, throughput, peak memory (CUDA: since setup; CPU:
-    this process's peak RSS) and the mean training loss of the last window.
+    this process's peak RSS) and the mean training loss of the last window. `on_window` hears when setup is
+    done and after every window (see WindowCallback).
     """
     from core.engine.trainer import Trainer
 
@@ -129,33 +166,42 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     control = RunControl()
     seen: list[StepMetrics] = []
     facts: dict = {}
+    total_steps = windows * steps
     with tempfile.TemporaryDirectory(prefix="amp-sweep-") as out_dir:
         # One step more than the windows: the sink stops the run after the last window, so the trainer ends
         # 'stopped' and skips the final evaluation, which is not part of what we time.
         cfg = config.replace(precision=mode, max_steps=windows * steps + 1, log_interval=steps,
                              eval_interval=1_000_000_000, checkpoint_interval=0, out_dir=out_dir)
         trainer = Trainer(cfg, control=control, devices=devices)
+        samples_per_step = cfg.batch_size * cfg.grad_accum
 
         def sink(event) -> None:
             if isinstance(event, RunStarted):
                 facts["started"] = event
                 facts["tokens"] = tokens_per_sample(trainer.data.train, trainer.task.tokens_key)
+                facts["threads"] = torch.get_num_threads()  # what the trainer's setup left in effect
                 if trainer.device.type == "cuda":
                     torch.cuda.synchronize(trainer.device)
                     torch.cuda.reset_peak_memory_stats(trainer.device)
+                if on_window:
+                    on_window("setup", 0, windows, 0, total_steps, None, facts["threads"])
             elif isinstance(event, StepMetrics):
                 seen.append(event)
                 if len(seen) == windows:
                     control.stop()
+                if on_window:
+                    step_ms = 1000.0 * samples_per_step / event.samples_per_second if event.samples_per_second else None
+                    on_window("window", len(seen), windows, min(event.step, total_steps), total_steps, step_ms,
+                              facts.get("threads"))
 
         trainer.sink = sink
         ended: RunEnded = trainer.run()
     started: RunStarted = facts["started"]
-    row = SweepRow(mode=mode, status="ok", compute_dtype=started.autocast_dtype, scaler=started.scaler)
+    row = SweepRow(mode=mode, status="ok", compute_dtype=started.autocast_dtype, scaler=started.scaler,
+                   threads=facts.get("threads"))
     if ended.status == "failed" or len(seen) < windows:
         row.status, row.reason = "failed", ended.message or f"ended {ended.status} after {ended.step} steps"
         return row
-    samples_per_step = cfg.batch_size * cfg.grad_accum
     timed = seen[warmup_windows:]
     row.step_ms_windows = [1000.0 * samples_per_step / e.samples_per_second for e in timed]
     row.step_ms = statistics.median(row.step_ms_windows)
@@ -170,27 +216,49 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
 
 
 def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int, warmup_windows: int,
-                          control: RunControl | None = None) -> SweepRow:
+                          control: RunControl | None = None, on_window: WindowCallback | None = None) -> SweepRow:
     """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone.
 
-    A stop request on `control` ends the measuring process at once (the row is reported as stopped).
+    The process reports its windows as JSON lines on stdout, relayed to `on_window` as they come. A stop
+    request on `control` ends the measuring process at once (the row is reported as stopped).
     """
+    import threading
+
     package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     command = [sys.executable, "-m", "core.lab.precision_sweep", "--one-mode", mode, "--config-json", json.dumps(config.to_dict()),
                "--steps", str(steps), "--repeats", str(repeats), "--warmup-windows", str(warmup_windows)]
+    lines: list[str] = []
+    errors: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+
+        def read_stdout() -> None:
+            for line in proc.stdout:
+                if line.startswith('{"window": '):
+                    if on_window:
+                        on_window(*json.loads(line)["window"])
+                elif line.strip():
+                    lines.append(line.strip())
+
+        readers = [threading.Thread(target=read_stdout, daemon=True),
+                   threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)]
+        for reader in readers:
+            reader.start()
         while True:
             try:
-                stdout, stderr = proc.communicate(timeout=0.2)
+                proc.wait(timeout=0.2)
                 break
             except subprocess.TimeoutExpired:
                 if control is not None and control.stop_requested:
                     proc.kill()
-                    proc.communicate()
+                    proc.wait()
+                    for reader in readers:
+                        reader.join()
                     return SweepRow(mode=mode, status="skipped", reason="sweep stopped")
-    lines = stdout.strip().splitlines()
+        for reader in readers:
+            reader.join()
+    stderr = "".join(errors)
     if proc.returncode != 0 or not lines:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         return SweepRow(mode=mode, status="failed", reason=f"measuring process exited {proc.returncode}: {last}")
@@ -230,12 +298,19 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
             reason = info.unsupported.get(mode, f"not supported on {info.id}")
             row = SweepRow(mode=mode, status="skipped", reason=reason)
         else:
+            on_window = None
             if progress:
                 progress(SweepProgress(mode, index, len(order), "running"))
+
+                def on_window(phase, window, windows, step, total_steps, step_ms, threads, mode=mode, index=index):
+                    progress(SweepProgress(mode, index, len(order), phase, window=window, windows=windows,
+                                           warmup_windows=warmup_windows, step=step, steps=total_steps,
+                                           step_ms=step_ms, threads=threads))
+
             if isolate:
-                row = measure_mode_isolated(config, mode, steps, repeats, warmup_windows, control)
+                row = measure_mode_isolated(config, mode, steps, repeats, warmup_windows, control, on_window)
             else:
-                row = measure_mode(config, mode, steps, repeats, warmup_windows, devices)
+                row = measure_mode(config, mode, steps, repeats, warmup_windows, devices, on_window)
                 _release_device_memory(info)
         rows.append(row)
         if progress:
@@ -244,10 +319,11 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
     recommended, why = recommend(rows)
     memory = ("CUDA max_memory_allocated" if info.type == "cuda" else
               "peak RSS of a fresh process" if isolate and info.type == "cpu" else "peak memory in a shared process")
+    threads = next((r.threads for r in rows if r.status == "ok" and r.threads), None)
     return SweepResult(task=config.task, task_options=dict(config.task_options), device=info.id,
                        device_name=info.name, batch_size=config.batch_size, steps=steps, repeats=repeats,
                        warmup_steps=warmup_windows * steps, memory_source=memory, rows=rows,
-                       recommended=recommended, recommendation=why)
+                       recommended=recommended, recommendation=why, threads=threads)
 
 
 def _release_device_memory(info: DeviceInfo) -> None:
@@ -307,7 +383,11 @@ def _one_mode_main(argv: list[str]) -> int:
     parser.add_argument("--warmup-windows", type=int, default=1)
     args = parser.parse_args(argv)
     config = RunConfig.from_dict(json.loads(args.config_json))
-    row = measure_mode(config, args.one_mode, args.steps, args.repeats, args.warmup_windows)
+
+    def report(*window) -> None:  # relayed by measure_mode_isolated as it comes
+        print(json.dumps({"window": list(window)}), flush=True)
+
+    row = measure_mode(config, args.one_mode, args.steps, args.repeats, args.warmup_windows, on_window=report)
     print(json.dumps(dataclasses.asdict(row)))
     return 0
 

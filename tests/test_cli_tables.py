@@ -1,0 +1,85 @@
+"""CLI output fits a 100-column terminal (and stays readable at 80), numbers read as people write them, and
+bench reports its progress per mode and per window on stderr with the thread count it used."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.cli import format as fmt
+from core.cli.main import main
+
+BENCH = ["bench", "--task", "tiny", "--device", "cpu", "--precisions", "fp32,bf16", "--steps", "2", "--repeats", "1",
+         "--no-isolate", "--threads", "1"]
+INSPECT = ["inspect", "--task", "recommender", "--device", "cpu", "--precision", "bf16", "--batch-size", "4",
+           "-o", "layers=1", "-o", "items=100", "-o", "interactions=2000", "-o", "d_model=16", "-o", "max_len=8"]
+COMMANDS = {"devices": ["devices"], "tasks": ["tasks"], "tasks NAME": ["tasks", "sentiment"], "bench": BENCH,
+            "inspect": INSPECT}
+
+
+@pytest.mark.parametrize("width", [100, 80])
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_tables_fit_the_terminal_width(name, width, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(COMMANDS[name]) == 0
+    out = capsys.readouterr().out
+    too_wide = [line for line in out.splitlines() if len(line) > width]
+    assert not too_wide, too_wide[:3]
+    assert "e+0" not in out  # no 1.04858e+06
+
+
+def test_piped_output_is_laid_out_for_100_columns(monkeypatch, capsys):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert main(["tasks", "recommender"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= fmt.PIPED_WIDTH
+    assert any("1,000 to 1,000,000,000" in line for line in lines)
+
+
+def test_numbers_are_readable():
+    assert fmt.count(1_048_576) == "1.05 M" and fmt.count(12_345) == "12,345" and fmt.count(2.5e9) == "2.5 G"
+    assert fmt.count(None) == "-" and fmt.count(float("nan")) == "-" and fmt.count(0.5) == "0.5"
+    assert fmt.size(12.3 * 2**20) == "12.3 MiB" and fmt.size(312 * 2**20) == "312 MiB"
+    assert fmt.size(1.25 * 2**30) == "1.25 GiB" and fmt.size(512) == "512 B" and fmt.size(None) == "-"
+    assert fmt.setting(1 << 16) == "65,536" and fmt.setting(3e-3) == "0.003" and fmt.setting("full") == "full"
+    assert fmt.exact(1_048_576) == "1,048,576"
+
+
+def test_option_ranges_read_without_exponents():
+    from core.tasks import get_task_info
+
+    buckets = get_task_info("sentiment").option("buckets")
+    assert buckets.allowed() == "16 to 67,108,864"
+    assert buckets.error(1 << 30) == "1073741824 is out of range: must be between 16 and 67,108,864"
+
+
+def test_bench_progress_per_mode_and_window_and_threads(monkeypatch, capsys):
+    assert main(BENCH + ["--json"]) == 0
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert any("fp32: setting up" in line for line in err)
+    assert any("bf16: window 1/2 (warm-up), step 2/4" in line for line in err)
+    assert any("bf16: window 2/2, step 4/4" in line and "ms/step" in line for line in err)
+    assert any("1 CPU thread" in line for line in err)
+    data = json.loads(captured.out.strip().splitlines()[-1])
+    assert data["threads"] == 1 and all(r["threads"] == 1 for r in data["rows"])
+
+
+def test_isolated_bench_relays_window_progress():
+    from core.config import RunConfig
+    from core.lab.precision_sweep import run_sweep
+
+    seen = []
+    result = run_sweep(RunConfig.for_task("tiny", device="cpu", threads=1), ["fp32"], steps=2, repeats=1,
+                       isolate=True, progress=seen.append)
+    phases = [(p.mode, p.phase, p.window) for p in seen]
+    assert phases == [("fp32", "running", 0), ("fp32", "setup", 0), ("fp32", "window", 1), ("fp32", "window", 2),
+                      ("fp32", "done", 0)]
+    assert seen[-2].describe().startswith("fp32: window 2/2, step 4/4") and result.threads == 1
+
+
+def test_bench_rejects_bad_threads_in_one_line(capsys):
+    assert main(["bench", "--device", "cpu", "--threads", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--threads" in err
