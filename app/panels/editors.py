@@ -83,6 +83,7 @@ class NumberSpinBox(QDoubleSpinBox):
         self.spec_maximum = None if maximum is None else float(maximum)
         self.step = float(step) if step else 1.0 if integer else 0.01
         self._typed: tuple[str, float] | None = None  # the user's text and its value, shown as typed
+        self._nonfinite: float | None = None  # nan/inf from a file: shown and validated as such, not as a bound
         self.setDecimals(323)  # Qt's most: it rounds values to `decimals`, and 1e-9 must stay 1e-9
         wide = WIDE_INT if integer else WIDE_FLOAT
         self.setRange(-wide, wide)
@@ -103,7 +104,13 @@ class NumberSpinBox(QDoubleSpinBox):
             return None
         return value if math.isfinite(value) else None
 
+    def number(self) -> float:
+        """The value, nan and inf included (`value()` can only hold finite numbers)."""
+        return self._nonfinite if self._nonfinite is not None else float(self.value())
+
     def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt override)
+        if self._nonfinite is not None:
+            return format_number(self._nonfinite)
         if value == 0 and self.zero_meaning:
             return f"0 ({self.zero_meaning})"
         if self._typed is not None and self._typed[1] == value:
@@ -115,6 +122,7 @@ class NumberSpinBox(QDoubleSpinBox):
         if value is None:
             return self.value()
         self._typed = (text.strip(), value)
+        self._nonfinite = None
         return value
 
     def validate(self, text: str, pos: int):
@@ -134,6 +142,13 @@ class NumberSpinBox(QDoubleSpinBox):
         return text
 
     def setValue(self, value: float) -> None:  # noqa: N802
+        value = float(value)
+        if not math.isfinite(value):
+            self._nonfinite, self._typed = value, None
+            super().setValue(self.minimum())  # a value no one types: typing any number then changes it
+            self.lineEdit().setText(format_number(value))
+            return
+        self._nonfinite = None
         if self._typed is not None and self._typed[1] != value:
             self._typed = None
         super().setValue(value)
@@ -147,9 +162,11 @@ class NumberSpinBox(QDoubleSpinBox):
         return value
 
     def stepBy(self, steps: int) -> None:  # noqa: N802
-        current = self.value()
+        current = self.number()
         low, high = self.spec_minimum, self.spec_maximum
-        if (low is not None and current < low) or (high is not None and current > high):
+        if not math.isfinite(current):
+            value = self._bounded(0.0 if current != current else current)  # nan -> nearest allowed to 0
+        elif (low is not None and current < low) or (high is not None and current > high):
             value = self._bounded(current)  # an out-of-range value steps back to the nearest allowed one
         elif self.log_steps and current > 0:
             value = float(f"{current * self.FACTOR**steps:.3g}")
@@ -253,7 +270,7 @@ class Editor(QWidget):
         if isinstance(widget, QCheckBox):
             return widget.isChecked()
         if isinstance(widget, NumberSpinBox):
-            number = float(widget.value())
+            number = widget.number()
             if self.kind is int and number.is_integer():
                 return int(number)
             return number  # a fraction typed for a whole number: core names the field and the type
@@ -267,7 +284,10 @@ class Editor(QWidget):
         elif isinstance(widget, QCheckBox):
             widget.setChecked(bool(value))
         elif isinstance(widget, NumberSpinBox):
+            finite = math.isfinite(widget.number())
             widget.setValue(float(value))
+            if not (finite and math.isfinite(widget.number())):
+                self.changed.emit()  # a change to or from nan/inf does not move the spin box's own value
         else:
             widget.setText(str(value))
 

@@ -205,3 +205,23 @@ def test_labels_line_up_and_carry_the_help(window):
     by_text = {label.text(): label for label in labels}
     assert by_text["Learning rate"].toolTip() == FIELD_SPECS["lr"].help
     assert find(window, "lrEdit").toolTip() == FIELD_SPECS["lr"].help
+
+
+@pytest.mark.timeout(60)
+def test_nan_and_inf_from_a_file_are_shown_and_marked_then_typed_over(qtbot, ready, tmp_path):
+    window = ready
+    path = tmp_path / "bad.toml"
+    path.write_text('task = "tiny"\nlr = nan\nmomentum = inf\nbatch_size = 5000000000\n', encoding="utf-8")
+    assert window.file_actions.load_toml(str(path))
+    assert find(window, "lrEdit").text() == "nan"  # not a bound of the spin box
+    assert find(window, "momentumEdit").text() == "inf"
+    assert window.setupPanel.config().batch_size == 5_000_000_000
+    qtbot.waitUntil(lambda: find(window, "lrError").isVisible(), timeout=5000)
+    assert find(window, "lrError").text().startswith("nan is out of range")
+    assert not find(window, "startButton").isEnabled()
+    type_into(qtbot, window, "lrEdit", "0.002")
+    type_into(qtbot, window, "momentumEdit", "0")
+    type_into(qtbot, window, "batchSizeEdit", "16")
+    qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
+    config = window.setupPanel.config()
+    assert (config.lr, config.momentum, config.batch_size) == (0.002, 0.0, 16)
