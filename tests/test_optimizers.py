@@ -67,3 +67,53 @@ def test_a_step_without_gradient_shrinks_only_the_weight_matrices(optimizer):
 def test_the_form_says_what_weight_decay_applies_to():
     assert "weight matrices only" in FIELD_SPECS["weight_decay"].help
     assert "biases, norms and embeddings are not decayed" in FIELD_SPECS["weight_decay"].help
+
+
+def test_state_misfit_names_the_parameter_and_what_is_missing_or_misshapen():
+    from core.engine.optimizers import state_misfit
+
+    model = create_task("tiny").build_model({})
+    names = {id(p): n for n, p in model.named_parameters()}
+    optimizer = build_optimizer(model, RunConfig.for_task("tiny", optimizer="adamw"), torch.device("cpu"))
+    sizes = [len(g["params"]) for g in optimizer.param_groups]
+    groups = [{"params": list(range(sum(sizes[:i]), sum(sizes[:i + 1])))} for i in range(len(sizes))]
+    first = optimizer.param_groups[0]["params"][0]
+    entry = {"step": torch.tensor(3.0), "exp_avg": torch.zeros_like(first), "exp_avg_sq": torch.zeros_like(first)}
+    assert state_misfit({"state": {0: entry}, "param_groups": groups}, optimizer, "adamw", names) is None
+    lacking = {k: v for k, v in entry.items() if k != "exp_avg_sq"}
+    assert state_misfit({"state": {0: lacking}, "param_groups": groups}, optimizer, "adamw", names) == \
+        f"the state of {names[id(first)]} lacks 'exp_avg_sq', which adamw needs"
+    misshapen = {**entry, "exp_avg": torch.zeros(3)}
+    assert state_misfit({"state": {0: misshapen}, "param_groups": groups}, optimizer, "adamw", names) == \
+        f"the state of {names[id(first)]}: exp_avg has shape (3,), the parameter {tuple(first.shape)}"
+
+
+def test_a_fresh_optimizer_state_continues_at_the_schedules_learning_rate(tmp_path):
+    """sgd -> adamw starts the optimizer state fresh, but the cosine schedule goes on from the saved step."""
+    from core.engine.trainer import Trainer, train
+
+    common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "schedule": "cosine", "warmup_steps": 2,
+              "lr": 0.1}
+    part = train(RunConfig.for_task("tiny", optimizer="sgd", max_steps=6, **common))
+    trainer = Trainer(RunConfig.for_task("tiny", optimizer="adamw", max_steps=12, **common),
+                      resume_from=part.checkpoint)
+    trainer.setup()
+    try:
+        assert any(n.startswith("optimizer changed from sgd to adamw: its state starts fresh") for n in trainer.notes)
+        assert trainer.scheduler.last_epoch == 6 and not trainer.optimizer.state
+        lrs = [group["lr"] for group in trainer.optimizer.param_groups]
+        assert lrs == trainer.scheduler.get_last_lr() and lrs[0] < 0.1 * 0.99  # decaying, not restarted warm-up
+    finally:
+        trainer.cleanup()
+
+
+def test_a_resume_with_another_schedule_names_both(tmp_path):
+    from core.engine.trainer import train
+    from core.errors import CheckpointError
+
+    common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "warmup_steps": 1}
+    part = train(RunConfig.for_task("tiny", schedule="cosine", max_steps=3, **common))
+    with pytest.raises(CheckpointError, match=r"the learning-rate schedule's state does not fit this run: it lacks "
+                                              r"'total_steps' \(the checkpoint's schedule is cosine, this run's "
+                                              r"onecycle\)$"):
+        train(RunConfig.for_task("tiny", schedule="onecycle", max_steps=6, **common), resume_from=part.checkpoint)
