@@ -1,16 +1,18 @@
 """Compare precisions: core.lab.precision_sweep.run_sweep for the form's task, options and device, off the GUI thread.
 
-Shows the per-mode table, bar charts of samples/s (with speedup labels) and peak memory, core's
+Shows progress inside each mode ("bf16: window 2/4, step 40/80"), the per-mode table, bar charts of samples/s (with speedup labels) and peak memory, core's
 recommendation, and a button that trains with the recommended mode.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QCheckBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox, QSplitter,
+    QAbstractItemView, QCheckBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QSpinBox,
+    QSplitter,
     QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
@@ -19,7 +21,8 @@ from app.panels.bars import BarChart
 from core.precision_modes import PRECISION_MODES
 
 COLUMNS = ("Mode", "Status", "Step (ms)", "Samples/s", "Tokens/s", "Peak memory (MiB)", "Speedup", "Memory ×",
-           "Loss", "Δ loss vs fp32", "Note")
+           "Loss", "Δ loss vs fp32", "Threads", "Note")
+WARMUP_WINDOWS = 1  # run_sweep's default: one warm-up window before the timed ones
 
 
 def _fmt(value, spec: str, suffix: str = "") -> str:
@@ -53,6 +56,7 @@ class CompareDialog(QDialog):
         self._config_provider = config_provider
         self._devices_provider = devices_provider
         self.result = None
+        self._windows_done, self._windows_per_mode = 0, 0
         self.job = BackgroundJob("sweepThread", self)
         self.job.progress.connect(self._on_progress)
         self.job.succeeded.connect(self._on_result)
@@ -75,7 +79,16 @@ class CompareDialog(QDialog):
         controls.addWidget(self.stepsEdit)
         controls.addWidget(QLabel("Windows:"))
         self.repeatsEdit = QSpinBox(objectName="sweepRepeatsEdit", minimum=1, maximum=50, value=3)
+        self.repeatsEdit.setToolTip("Timed windows per mode, after one warm-up window")
         controls.addWidget(self.repeatsEdit)
+        controls.addWidget(QLabel("Threads:"))
+        self.threadsEdit = QSpinBox(objectName="sweepThreadsEdit", minimum=0, maximum=max(1, os.cpu_count() or 1),
+                                    value=0)
+        self.threadsEdit.setSpecialValueText("auto")
+        self.threadsEdit.setToolTip("CPU threads torch uses inside an op while measuring; auto = the engine's "
+                                    "choice. Fix it when something else shares the CPU, so the advice does not "
+                                    "rest on thread contention. The count used is shown per mode.")
+        controls.addWidget(self.threadsEdit)
         controls.addStretch(1)
         self.runButton = QPushButton("Measure", objectName="compareRunButton")
         self.stopButton = QPushButton("Stop", objectName="compareStopButton")
@@ -106,6 +119,9 @@ class CompareDialog(QDialog):
 
         self.statusLabel = QLabel("Press Measure to time every selected mode on this task and device.",
                                   objectName="compareStatus", wordWrap=True)
+        self.progressBar = QProgressBar(objectName="compareProgress")
+        self.progressBar.setFormat("%v of %m windows")
+        self.progressBar.setVisible(False)
         self.recommendation = QLabel(objectName="recommendation", wordWrap=True)
         self.recommendation.setProperty("role", "heading")
         self.trainButton = QPushButton("Train with this", objectName="trainWithButton")
@@ -119,6 +135,7 @@ class CompareDialog(QDialog):
         layout.addWidget(self.setting)
         layout.addLayout(controls)
         layout.addWidget(self.statusLabel)
+        layout.addWidget(self.progressBar)
         layout.addWidget(splitter, 1)
         layout.addLayout(bottom)
         self._update_buttons()
@@ -152,7 +169,14 @@ class CompareDialog(QDialog):
         self.memoryChart.clear()
         self.recommendation.setText("")
         self.statusLabel.setText("Starting…")
-        self.job.start(sweep_job(config, self.selected_modes(), self.stepsEdit.value(), self.repeatsEdit.value(),
+        config = config.replace(threads=self.threadsEdit.value())
+        modes = self.selected_modes()
+        windows = WARMUP_WINDOWS + self.repeatsEdit.value()
+        self._windows_done, self._windows_per_mode = 0, windows
+        self.progressBar.setRange(0, max(1, len(modes) * windows))  # skipped modes jump ahead when they end
+        self.progressBar.setValue(0)
+        self.progressBar.setVisible(True)
+        self.job.start(sweep_job(config, modes, self.stepsEdit.value(), self.repeatsEdit.value(),
                                   self._devices_provider()))
         return True
 
@@ -166,9 +190,14 @@ class CompareDialog(QDialog):
         self.job.shutdown()
 
     def _on_progress(self, progress) -> None:
-        if progress.phase == "running":
-            self.statusLabel.setText(f"Measuring {progress.mode} ({progress.index + 1} of {progress.total})…")
+        which = f"mode {progress.index + 1} of {progress.total}"
+        if progress.phase in ("running", "setup", "window"):
+            self.statusLabel.setText(f"Measuring {progress.describe()} ({which})…")
+            if progress.phase == "window":
+                self.progressBar.setValue(self._windows_done + progress.window)
         elif progress.row is not None:
+            self._windows_done += self._windows_per_mode
+            self.progressBar.setValue(min(self._windows_done, self.progressBar.maximum()))
             self._add_row(progress.row)
 
     def _on_result(self, result) -> None:
@@ -186,12 +215,15 @@ class CompareDialog(QDialog):
         why = result.recommendation
         why = why.split(": ", 1)[1] if why.startswith(f"{result.recommended}: ") else why
         self.recommendation.setText(f"Recommended: {result.recommended or '–'} ({why})")
+        threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
         self.statusLabel.setText(f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
                                  f"{result.repeats} windows of {result.steps} steps after "
-                                 f"{result.warmup_steps} warm-up steps, batch {result.batch_size}.")
+                                 f"{result.warmup_steps} warm-up steps, batch {result.batch_size}{threads}.")
+        self.progressBar.setVisible(False)
         self._update_buttons()
 
     def _on_failed(self, message: str, _field: str, details: str) -> None:
+        self.progressBar.setVisible(False)
         self.statusLabel.setText(f"<span style='color:#d0453c'>{message}</span>")
         self.statusLabel.setToolTip(details)
 
@@ -202,11 +234,14 @@ class CompareDialog(QDialog):
         cells = (row.mode, row.status, _fmt(row.step_ms, ".2f"), _fmt(row.samples_per_second, ",.0f"),
                  _fmt(row.tokens_per_second, ",.0f"), _fmt(memory, ",.0f"), _fmt(row.speedup, ".2f", "×"),
                  _fmt(row.memory_ratio, ".2f", "×"), _fmt(row.loss, ".4f"), _fmt(row.loss_delta, "+.4f"),
+                 _fmt(row.threads, "d"),
                  row.reason or (f"{row.skipped_steps} skipped steps" if row.skipped_steps else ""))
         for column, text in enumerate(cells):
             item = QTableWidgetItem(text)
-            if 2 <= column <= 9:
+            if 2 <= column <= 10:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if column == len(COLUMNS) - 1 and text:
+                item.setToolTip(text)  # a reason is a sentence: readable in full when the column is narrow
             self.table.setItem(index, column, item)
 
     def row_modes(self) -> list[str]:
@@ -223,6 +258,8 @@ class CompareDialog(QDialog):
         self.trainButton.setEnabled(not running and self.result is not None and bool(self.result.recommended))
         for mode, check in self.modeChecks.items():
             check.setEnabled(mode != "fp32" and not running)
+        for edit in (self.stepsEdit, self.repeatsEdit, self.threadsEdit):
+            edit.setEnabled(not running)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self.job.shutdown()  # closing the view ends its measurement: no thread outlives it

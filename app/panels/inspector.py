@@ -1,20 +1,24 @@
 """Dtype inspector: core.lab.dtype_inspector.inspect_dtypes off the GUI thread, shown as a tree of modules.
 
-Rows autocast kept in float32 (while it computes in a lower precision) are highlighted, with the ops that
-stayed float32 in their tooltip.
+Rows autocast kept in float32 (while it computes in a lower precision) are highlighted; the "Why float32"
+column names the autocast rule that kept each op in float32 (per PyTorch's autocast op reference), and the
+pane under the tree shows the selected module's ops and reasons in full.
 """
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout,
+    QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter, QTreeWidget, QTreeWidgetItem,
+    QVBoxLayout,
 )
 
 from app.run.jobs import BackgroundJob
 from core.precision_modes import PRECISION_MODES
 
-COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Ops (dtype they ran in)")
+COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Why float32", "Ops (dtype they ran in)")
+WHY_COLUMN, OPS_COLUMN = 6, 7
 KEPT_FP32_BRUSH = QBrush(QColor(201, 138, 18, 60))
 
 
@@ -43,6 +47,8 @@ class InspectorDialog(QDialog):
         self._config_provider = config_provider
         self._devices_provider = devices_provider
         self.result = None
+        self._reasons: dict[str, str] = {}
+        self._rows: dict = {}
         self.job = BackgroundJob("inspectThread", self)
         self.job.succeeded.connect(self._on_result)
         self.job.failed.connect(self._on_failed)
@@ -60,7 +66,8 @@ class InspectorDialog(QDialog):
         controls.addWidget(self.precisionCombo)
         controls.addWidget(self.runButton)
         controls.addStretch(1)
-        legend = QLabel("■ highlighted: autocast kept this module in float32", objectName="inspectorLegend")
+        legend = QLabel("■ highlighted: autocast kept this module in float32 (why: per PyTorch's autocast op "
+                        "reference)", objectName="inspectorLegend")
         legend.setStyleSheet("color: #c98a12;")
         controls.addWidget(legend)
 
@@ -68,15 +75,26 @@ class InspectorDialog(QDialog):
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setAlternatingRowColors(True)
         self.tree.setUniformRowHeights(True)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         header = self.tree.header()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(False)  # the Ops column keeps its full width; the tree scrolls sideways
+        self.tree.currentItemChanged.connect(self._show_details)
+        self.details = QLabel("Select a module to see its ops and why each ran in its dtype.",
+                              objectName="inspectorDetails", wordWrap=True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.summary = QLabel("Choose a precision and press Inspect.", objectName="inspectorSummary",
                               wordWrap=True)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.tree)
+        splitter.addWidget(self.details)
+        splitter.setSizes([460, 120])
         layout = QVBoxLayout(self)
         layout.addWidget(self.setting)
         layout.addLayout(controls)
-        layout.addWidget(self.tree, 1)
+        layout.addWidget(splitter, 1)
         layout.addWidget(self.summary)
         self._update_buttons()
 
@@ -108,6 +126,8 @@ class InspectorDialog(QDialog):
 
     def _on_result(self, result) -> None:
         self.result = result
+        self._reasons = result.reasons()
+        self._rows = {row.name: row for row in result.rows}
         self.tree.clear()
         items: dict[str, QTreeWidgetItem] = {}
         bold = QFont()
@@ -116,13 +136,17 @@ class InspectorDialog(QDialog):
             parent_name = row.name.rsplit(".", 1)[0] if "." in row.name and row.name != "task.loss" else "(model)"
             parent = items.get(parent_name) if row.name not in ("(model)", "task.loss") else None
             ops = ", ".join(f"{op} {dtype}" for op, dtype in row.ops.items())
+            why = ", ".join(dict.fromkeys(row.why.values()))
             cells = (row.name.rsplit(".", 1)[-1] if parent is not None else row.name, row.type,
                      _join(row.input_dtypes), _join(row.output_dtypes), _join(row.param_dtypes),
-                     _join(row.grad_dtypes), ops or "–")
+                     _join(row.grad_dtypes), why, ops or "–")
             item = QTreeWidgetItem(parent if parent is not None else self.tree, list(cells))
             item.setData(0, 256, row.name)  # Qt.UserRole: the full module name
             item.setToolTip(0, row.name)
-            item.setToolTip(6, ops)
+            item.setToolTip(OPS_COLUMN, self._ops_text(row, "\n"))
+            if why:
+                item.setToolTip(WHY_COLUMN, "\n".join(f"{reason}: {self._reasons.get(reason, '')}"
+                                                       for reason in dict.fromkeys(row.why.values())))
             if row.kept_fp32:
                 for column in range(len(COLUMNS)):
                     item.setBackground(column, KEPT_FP32_BRUSH)
@@ -131,15 +155,33 @@ class InspectorDialog(QDialog):
                 item.setToolTip(3, f"autocast kept {kept} in float32 while computing in {result.autocast_dtype}")
             items[row.name] = item
         self.tree.expandAll()
-        for column in range(len(COLUMNS) - 1):  # contents plus breathing room between the dtype columns
+        for column in range(len(COLUMNS)):  # contents plus breathing room between the dtype columns
             self.tree.resizeColumnToContents(column)
-            self.tree.header().setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             self.tree.setColumnWidth(column, self.tree.columnWidth(column) + 18)
+        self.tree.setColumnWidth(WHY_COLUMN, min(self.tree.columnWidth(WHY_COLUMN), 260))  # full text in the tooltip
         kept = result.kept_fp32()
         compute = result.autocast_dtype or "float32 (autocast off)"
         self.summary.setText(f"{result.task} in {result.precision} on {result.device}: autocast computes in "
                              f"{compute}; loss dtype {result.loss_dtype}; {len(kept)} module(s) kept in float32"
                              + (f": {', '.join(kept)}" if kept else "") + ".")
+
+    @staticmethod
+    def _ops_text(row, separator: str) -> str:
+        lines = [f"{op} {dtype}" + (f" ({row.why[op]})" if op in row.why and dtype == "float32" else "")
+                 for op, dtype in row.ops.items()]
+        if row.casts:
+            lines.append(f"+{row.casts} casts inserted by autocast")
+        return separator.join(lines) or "no ops of its own (its children ran them)"
+
+    def _show_details(self, item, _previous=None) -> None:
+        row = self._rows.get(item.data(0, 256)) if item is not None and self.result is not None else None
+        if row is None:
+            return
+        text = f"<b>{row.name}</b> ({row.type}): {self._ops_text(row, ', ')}"
+        for reason in dict.fromkeys(row.why.values()):
+            ops = ", ".join(op for op, why in row.why.items() if why == reason)
+            text += f"<br><b>{reason}</b> ({ops}): {self._reasons.get(reason, '')}"
+        self.details.setText(text)
 
     def _on_failed(self, message: str, _field: str, details: str) -> None:
         self.summary.setText(f"<span style='color:#d0453c'>{message}</span>")

@@ -66,3 +66,53 @@ def test_inspector_shows_bfloat16_linear_outputs_and_float32_loss_under_bf16(qtb
     assert loss.text(3) == "float32"
     assert loss.background(0).color().alpha() > 0  # highlighted: autocast kept it in float32
     assert "kept in float32" in dialog.summary.text()
+
+
+@pytest.mark.timeout(120)
+def test_inspector_says_why_float32_and_shows_the_ops_in_full(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run")
+    dialog = window.show_inspector()
+    qtbot.waitExposed(dialog)
+    set_field(dialog, "inspectPrecisionCombo", "bf16")
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, dialog, "inspectButton")
+    from app.panels.inspector import OPS_COLUMN, WHY_COLUMN
+
+    loss = dialog.find_item("task.loss")
+    assert loss.text(WHY_COLUMN) == "cast to float32, fp32 list"
+    assert "cross_entropy" in loss.toolTip(WHY_COLUMN) and "float32 list" in loss.toolTip(WHY_COLUMN)
+    assert dialog.find_item("fc1").text(WHY_COLUMN) == ""  # ran in bfloat16: nothing to explain
+    # The Ops column is as wide as its text (the tree scrolls sideways), and every op is in its tooltip.
+    metrics = dialog.tree.fontMetrics()
+    assert dialog.tree.columnWidth(OPS_COLUMN) >= metrics.horizontalAdvance(loss.text(OPS_COLUMN))
+    assert "nll_loss_forward float32 (fp32 list)" in loss.toolTip(OPS_COLUMN)
+    dialog.tree.setCurrentItem(loss)
+    assert "nll_loss_forward" in dialog.details.text() and "float32 list" in dialog.details.text()
+    assert "autocast op reference" in find(dialog, "inspectorLegend").text()
+
+
+@pytest.mark.timeout(120)
+def test_compare_shows_progress_inside_a_mode_and_uses_the_threads_setting(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", max_steps=30, log_interval=5)
+    dialog = window.show_compare()
+    qtbot.waitExposed(dialog)
+    for mode in ("tf32", "fp16", "bf16"):
+        find(dialog, f"{mode}Check").setChecked(False)
+    find(dialog, "sweepStepsEdit").setValue(3)
+    find(dialog, "sweepRepeatsEdit").setValue(2)
+    threads = find(dialog, "sweepThreadsEdit")
+    assert threads.value() == 0 and threads.text() == "auto"
+    threads.setValue(1)
+    texts, bar = [], []
+    dialog.job.progress.connect(lambda _p: (texts.append(dialog.statusLabel.text()),
+                                            bar.append(dialog.progressBar.value())))
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=100_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, dialog, "compareRunButton")
+        assert not threads.isEnabled()
+    assert dialog.result is not None, dialog.statusLabel.text()
+    assert any("fp32: window 2/3, step 6/9" in text for text in texts), texts
+    assert bar[-1] == dialog.progressBar.maximum() == 3  # 1 warm-up + 2 timed windows of one mode
+    assert dialog.result.threads == 1 and dialog.table.item(0, 10).text() == "1"
+    assert "1 CPU thread" in dialog.statusLabel.text()
