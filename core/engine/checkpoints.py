@@ -144,7 +144,7 @@ def load_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): {_one_line(exc)}") from None
     if not isinstance(state, dict) or "format_version" not in state:
         raise CheckpointError(f"{path}: not an AMP Console checkpoint (no format_version)")
-    if state["format_version"] != FORMAT_VERSION or type(state["format_version"]) is not int:
+    if type(state["format_version"]) is not int or state["format_version"] != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint format {_brief(state['format_version'])} is not supported "
                               f"(this version reads {FORMAT_VERSION})")
     missing = [k for k in REQUIRED_KEYS if k not in state]
@@ -230,16 +230,18 @@ def check_structure(state: dict, source: str) -> None:
     if not isinstance(model, dict) or not model:
         raise bad("model", "a dict of tensors (parameter name -> tensor)", model)
     for name, value in model.items():
-        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+        if not isinstance(name, str):
+            raise bad("model", "keyed by parameter names", f"key {name!r}")
+        if not isinstance(value, torch.Tensor):
             raise bad(f"model[{name!r}]", "a tensor", value)
-    _check_optimizer(state["optimizer"], bad)
+    _check_optimizer(state["optimizer"], source, bad)
     if state["scheduler"] is not None and not isinstance(state["scheduler"], dict):
         raise bad("scheduler", "a dict (or None)", state["scheduler"])
     scaler = state["scaler"]
     if not isinstance(scaler, dict):
         raise bad("scaler", "a dict", scaler)
     for key, value in scaler.items():
-        if not _is_number(value) or not math.isfinite(value) or value < 0 or (key == "scale" and value == 0):
+        if not _is_finite_number(value) or value < 0 or (key == "scale" and value == 0):
             raise bad(f"scaler.{key}", "a finite number > 0", value)
     for key in ("step", "epoch", "skipped_steps"):
         value = state.get(key, 0)
@@ -260,7 +262,7 @@ def check_structure(state: dict, source: str) -> None:
     _check_config(state, source, bad)
 
 
-def _check_optimizer(optimizer, bad) -> None:
+def _check_optimizer(optimizer, source: str, bad) -> None:
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("param_groups"), list) \
             or not isinstance(optimizer.get("state"), dict):
         raise bad("optimizer", "a dict of 'state' and 'param_groups'", optimizer)
@@ -272,14 +274,17 @@ def _check_optimizer(optimizer, bad) -> None:
         for key, value in group.items():
             if key == "lr" and isinstance(value, torch.Tensor) and value.numel() == 1:
                 value = value.item()
-            if _is_number(value) and not math.isfinite(value) or key == "lr" and not _is_number(value):
+            numbers = value if isinstance(value, (tuple, list)) and key != "params" else [value]
+            if any(_is_number(v) and not _is_finite_number(v) for v in numbers) \
+                    or key == "lr" and not _is_finite_number(value):
                 raise bad(f"optimizer.param_groups[{number}].{key}", "a finite number", value)
         ids.extend(group["params"])
     if len(set(ids)) != len(ids):
         raise bad("optimizer.param_groups", "groups of distinct parameters", "a parameter in two groups")
     for index, entry in optimizer["state"].items():
         if index not in ids:
-            raise bad(f"optimizer.state[{index!r}]", "the state of a parameter in param_groups", "an unknown one")
+            raise CheckpointError(f"{source}: bad checkpoint: optimizer.state[{index!r}] is the state of no parameter "
+                                  f"in optimizer.param_groups")
         if not isinstance(entry, dict) or not all(v is None or isinstance(v, torch.Tensor) or _is_number(v)
                                                   for v in entry.values()):
             raise bad(f"optimizer.state[{index}]", "a dict of tensors", entry)
@@ -314,7 +319,8 @@ def check_finite(state: dict, source: str) -> None:
                                   f"the checkpoint cannot be resumed")
     for index, entry in state["optimizer"]["state"].items():
         for key, value in entry.items():
-            bad = _non_finite(value) if isinstance(value, torch.Tensor) else int(value is not None and not math.isfinite(value))
+            bad = _non_finite(value) if isinstance(value, torch.Tensor) else int(value is not None
+                                                                                 and not _is_finite_number(value))
             if bad:
                 raise CheckpointError(f"{source}: optimizer state is not finite (state[{index}].{key} has {bad} "
                                       f"NaN/inf values); the checkpoint cannot be resumed")
@@ -344,17 +350,30 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_finite_number(value) -> bool:
+    """An int or float (not a bool) that is not NaN or inf, and fits a float."""
+    try:
+        return _is_number(value) and math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
+
+
+_is_finite_number = is_finite_number
+
+
 def _brief(value) -> str:
     """A short description of a value for an error message: its type, and the value when it is short."""
     if isinstance(value, torch.Tensor):
         return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
     kind = type(value).__name__
     text = repr(value)
+    if isinstance(value, str) and kind == "str" and value.startswith("key "):
+        return value
     if isinstance(value, (int, float, bool, str)) and len(text) <= 40:
         return f"{kind} {text}"
     if isinstance(value, (list, tuple, dict)):
         return f"a {kind} of {len(value)}"
-    return f"a {kind}"
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
 def load_model_state(model: torch.nn.Module, state_dict: dict, source: str) -> None:

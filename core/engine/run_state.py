@@ -13,7 +13,6 @@ rank's RNG states are saved (`rng_per_rank`), so a DDP resume continues every ra
 from __future__ import annotations
 
 import io
-import math
 import random
 
 import numpy as np
@@ -171,10 +170,10 @@ def _misfit(value, reference) -> str | None:
     number = (int, float)
     if isinstance(reference, bool) or reference is None or isinstance(reference, str):
         ok = isinstance(value, bool) if isinstance(reference, bool) else \
-            (value is None if reference is None else value == reference)
+            (value is None if reference is None else isinstance(value, str) and value == reference)
         return None if ok else f"should be {reference!r}, not {value!r}"[:120]
     if isinstance(reference, number):
-        if not isinstance(value, number) or isinstance(value, bool) or not math.isfinite(value):
+        if not ckpt.is_finite_number(value):
             return f"should be a finite number, not {type(value).__name__} {value!r}"[:120]
         if isinstance(reference, int) and not isinstance(value, int):
             return f"should be an integer, not {value!r}"

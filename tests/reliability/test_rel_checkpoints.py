@@ -98,6 +98,9 @@ def test_a_flipped_bit_in_the_weights_is_a_crc_mismatch(saved, state, tmp_path):
     message = refused(damaged, r"checkpoint is corrupted \(CRC mismatch in data/\d+\); it cannot be trusted$")
     assert member.startswith("data/") and f"CRC mismatch in {member})" in message
     resume_refused(damaged, tmp_path, r"CRC mismatch in data/\d+")
+    with pytest.raises(CheckpointError) as caught:
+        ckpt.export_checkpoint(damaged, tmp_path / "export" / "model")
+    assert str(caught.value) == message and not (tmp_path / "export").exists()
 
 
 def member_at(path: Path, offset: int) -> str:
@@ -256,6 +259,16 @@ def _config(**changes):
     (_set("optimizer", {"state": {}, "param_groups": [{"params": "all"}]}),
      r"bad checkpoint: optimizer.param_groups\[0\] should be a dict with a list of parameter numbers"),
     (_set("optimizer", [1, 2]), r"bad checkpoint: optimizer should be a dict of 'state' and 'param_groups', not"),
+    (_set("format_version", torch.ones(3)), r"checkpoint format a float32 tensor of shape \(3,\) is not supported"),
+    (_set("scaler", {"scale": 10**400}), r"bad checkpoint: scaler.scale should be a finite number > 0, not an int$"),
+    (_set("scheduler", "cosine"), r"bad checkpoint: scheduler should be a dict \(or None\), not str 'cosine'$"),
+    (_set("vocabulary", {"item": 5}), r"bad checkpoint: vocabulary\['item'\] should be a list of ids, not int 5$"),
+    (lambda s: s["model"].update({3: torch.zeros(1)}), r"bad checkpoint: model should be keyed by parameter names, "
+                                                       r"not key 3$"),
+    (lambda s: s["optimizer"]["param_groups"][0].update(momentum=float("nan")),
+     r"bad checkpoint: optimizer.param_groups\[0\].momentum should be a finite number, not float nan$"),
+    (lambda s: s["optimizer"]["state"].update({9: {}}),
+     r"bad checkpoint: optimizer.state\[9\] is the state of no parameter in optimizer.param_groups$"),
 ])
 def test_structurally_odd_checkpoints_name_the_key(tmp_path, state, change, says):
     change(state)
