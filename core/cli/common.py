@@ -30,10 +30,13 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+CLI_ONLY_FLAGS = ("nproc", "resume")  # flags that are not RunConfig fields but name themselves in errors
+
+
 def describe_config_error(exc: ConfigError) -> str:
     """'--lr: 20 is out of range...' for fields that are flags, else the message as it is."""
     field = exc.field.split(".")[0]
-    if field in FIELD_SPECS:
+    if field in FIELD_SPECS or field in CLI_ONLY_FLAGS:
         return f"{flag_name(field)}: {str(exc).split(': ', 1)[1]}"
     return str(exc)
 

@@ -1,0 +1,65 @@
+"""The `--nproc` launcher: a stop signal reaches the ranks through rank 0's stdin and the launcher waits for
+their checkpoint (exit 128 + signum, no torchrun traceback or OMP banner); process counts beyond the machine are
+refused in one line; the rendezvous is on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from core.cli.main import main
+from core.cli.torchrun import torchrun_command, usable_cpu_cores
+
+pytestmark = pytest.mark.reliability
+
+
+def test_more_cpu_processes_than_cores_are_refused(tmp_path, capsys):
+    too_many = usable_cpu_cores() + 1
+    code = main(["train", "--nproc", str(too_many), "--device", "cpu", "--max-steps", "2", "--out",
+                 str(tmp_path / "run")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1
+    assert lines[0] == (f"amp-console: error: --nproc: {too_many} CPU processes need at least {too_many} cores, "
+                        f"this process may use {usable_cpu_cores()}; use --nproc {usable_cpu_cores()} or fewer")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_rendezvous_is_on_localhost():
+    command = torchrun_command(2, ["train"], port=29555)
+    assert "--standalone" not in command
+    assert {"--rdzv-endpoint=127.0.0.1:29555", "--local-addr=127.0.0.1", "--nnodes=1"} <= set(command)
+
+
+@pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
+def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path):
+    import torch
+
+    from core.files import read_jsonl
+
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--nproc", "2", "--device", "cpu",
+                                "--threads", "1", "--max-steps", "100000000", "--batch-size", "8", "--out", str(out),
+                                "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 100
+        while not ((out / "metrics.jsonl").exists() and "StepMetrics" in (out / "metrics.jsonl").read_text()):
+            assert time.monotonic() < deadline and process.poll() is None, "the ranks did not start"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)  # a second one while the ranks are stopping: they go on stopping
+        stdout, stderr = process.communicate(timeout=100)
+    finally:
+        process.kill()
+    assert process.returncode == 143, stderr
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    assert summary["status"] == "stopped"
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == summary["steps"]
+    assert read_jsonl(out / "metrics.jsonl")[-1]["status"] == "stopped"
+    assert "Traceback" not in stderr and "OMP_NUM_THREADS" not in stderr and "death signal" not in stderr, stderr
+    assert "already stopping" in stderr
