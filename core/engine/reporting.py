@@ -34,6 +34,9 @@ class EventLog:
     def open(self, path: Path) -> None:
         self.path = Path(path)
         self._file = open(path, "a", encoding="utf-8")
+        if _ends_mid_line(self.path):  # an earlier run was killed mid-line: end that line so ours stay whole
+            self._file.write("\n")
+            self._file.flush()
 
     def emit(self, event: Event, sink: Sink | None) -> None:
         if not self.is_main:
@@ -71,6 +74,14 @@ class EventLog:
             file.close()
         except OSError:
             pass
+
+
+def _ends_mid_line(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"
 
 
 class TrainingClock:
