@@ -10,8 +10,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter, QTreeWidget, QTreeWidgetItem,
-    QVBoxLayout,
+    QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter, QTextBrowser, QTreeWidget,
+    QTreeWidgetItem, QVBoxLayout,
 )
 
 from app.run.jobs import BackgroundJob
@@ -81,16 +81,14 @@ class InspectorDialog(QDialog):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)  # the Ops column keeps its full width; the tree scrolls sideways
         self.tree.currentItemChanged.connect(self._show_details)
-        self.details = QLabel("Select a module to see its ops and why each ran in its dtype.",
-                              objectName="inspectorDetails", wordWrap=True)
-        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.details = QTextBrowser(objectName="inspectorDetails")  # scrolls when a module ran many ops
+        self.details.setPlaceholderText("Select a module to see its ops and why each ran in its dtype.")
         self.summary = QLabel("Choose a precision and press Inspect.", objectName="inspectorSummary",
                               wordWrap=True)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.tree)
         splitter.addWidget(self.details)
-        splitter.setSizes([460, 120])
+        splitter.setSizes([420, 160])
         layout = QVBoxLayout(self)
         layout.addWidget(self.setting)
         layout.addLayout(controls)
@@ -181,7 +179,7 @@ class InspectorDialog(QDialog):
         for reason in dict.fromkeys(row.why.values()):
             ops = ", ".join(op for op, why in row.why.items() if why == reason)
             text += f"<br><b>{reason}</b> ({ops}): {self._reasons.get(reason, '')}"
-        self.details.setText(text)
+        self.details.setHtml(text)
 
     def _on_failed(self, message: str, _field: str, details: str) -> None:
         self.summary.setText(f"<span style='color:#d0453c'>{message}</span>")
