@@ -145,8 +145,17 @@ def print_task(info, parameters: int) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="amp-console", description="AMP Console: mixed-precision training, headless.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    parser = OneLineParser(
+        prog="amp-console", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="AMP Console: mixed-precision training with PyTorch, headless.\n"
+                    "Run `amp-console` with no command to open the window.",
+        epilog="first steps:\n"
+               "  amp-console devices                       what this machine can run\n"
+               "  amp-console tasks recommender             a task's options, defaults and ranges\n"
+               "  amp-console bench --task tiny             time fp32/tf32/fp16/bf16 and get a recommendation\n"
+               "  amp-console train --task tiny --precision bf16\n"
+               "`amp-console COMMAND --help` explains each command.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     devices = sub.add_parser("devices", help="list devices and the precision modes each supports")
     devices.add_argument("--json", action="store_true", help="print a JSON list")
     devices.set_defaults(handler=cmd_devices)
