@@ -12,37 +12,13 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from core.data.batching import split_length
+from core.tasks.options import TaskOption  # noqa: F401  (one class; re-exported for task modules)
 
 # Bytes per trainable parameter while training: float32 weights and gradients, plus the optimizer's state
 # (Adam/AdamW: two float32 moments; SGD: one momentum buffer).
 OPTIMIZER_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}
 WEIGHT_AND_GRAD_BYTES = 8
 MARGIN_BYTES = 256 * 2**20  # activations, the allocator's slack, the framework itself
-
-
-@dataclass(frozen=True)
-class TaskOption:
-    """One model-size or data option of a task, with its default and range (the GUI builds its form from it)."""
-
-    name: str
-    default: Any
-    help: str
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] | None = None
-
-    def error(self, value: Any) -> str | None:
-        """Why `value` is not allowed for this option, or None."""
-        kind = type(self.default)
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if type(value) is not kind:
-            return f"expected {kind.__name__}, got {type(value).__name__} {value!r}"
-        if self.choices is not None and value not in self.choices:
-            return f"{value!r} is not one of {', '.join(self.choices)}"
-        if self.minimum is not None and not (self.minimum <= value <= self.maximum):
-            return f"{value!r} is out of range: must be between {self.minimum:g} and {self.maximum:g}"
-        return None
 
 
 @dataclass
