@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from gui_helpers import click, find, finish_run, loss_points, quick_run, set_field
 
@@ -66,4 +68,21 @@ def test_closing_the_window_stops_and_waits_for_the_launcher(qtbot, window, tmp_
     window.close()
     assert not window.controller.running
     assert process.state() == process.ProcessState.NotRunning
+    assert (tmp_path / "run" / "checkpoint.pt").is_file()
+
+
+@pytest.mark.timeout(120)
+def test_stop_and_close_during_a_two_process_run_waits_without_blocking(qtbot, window, tmp_path, monkeypatch):
+    monkeypatch.setattr(window, "ask_close_mid_run", lambda: "stop")
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, log_interval=5, samples=8192)
+    set_field(window, "processesEdit", 2)
+    click(qtbot, window, "startButton")
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=60_000)
+    pid = window.controller.run.process.processId()
+    with qtbot.waitSignal(window.closed, timeout=60_000):
+        assert window.request_close() is False  # the launcher stops while the window keeps painting
+        assert window.isVisible() and window.controller.stopping
+    assert not window.controller.running
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the launcher is gone
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
