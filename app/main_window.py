@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
@@ -21,6 +23,8 @@ from app.run.jobs import JobRunner
 from app.status import RunStatusBar
 from app.window_settings import WindowSettings
 from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
+from core.engine.run_folder import METRICS_FILE
+from core.files import read_jsonl
 
 
 
@@ -53,6 +57,8 @@ class MainWindow(QMainWindow):
         self._status_timer = QTimer(self, singleShot=True, interval=250)
         self._status_timer.timeout.connect(self._flush_status)
         self.jobs = JobRunner(self)
+        self._history: Future | None = None  # a resumed run's earlier metrics, being read
+        self._history_pool: ThreadPoolExecutor | None = None
         self.compareDialog = None
         self.inspectorDialog = None
         self._run_title = ""
@@ -252,6 +258,10 @@ class MainWindow(QMainWindow):
             launching = " in a separate process" if separate else ""
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
+        # A resumed run's earlier curve comes from its checkpoint folder's metrics.jsonl, read while the run
+        # sets up (off the GUI thread) and drawn when its RunStarted arrives.
+        self._history = (self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE)
+                         if resume_from else None)
         self._run_title = f"{config.task} → {config.out_dir}"
         self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
                               processes=processes, separate_process=separate)
@@ -282,6 +292,8 @@ class MainWindow(QMainWindow):
         can_start = (self.engine_ready and not running and not self.jobs.busy and self._close_state is None
                      and self.setupPanel.is_valid())
         self.startButton.setEnabled(can_start)
+        problems = self.setupPanel.problem_summary() if self.engine_ready and not running else ""
+        self.startButton.setToolTip(problems or "Start training with these settings (F5)")
         self.startAction.setEnabled(can_start)
         can_pause = running and not stopping and self.controller.can_pause  # DDP ranks can't pause together
         self.pauseButton.setEnabled(can_pause)
@@ -315,8 +327,27 @@ class MainWindow(QMainWindow):
         if self.windowTitle() != title:
             self.setWindowTitle(title)
 
+    def _history_reader(self) -> ThreadPoolExecutor:
+        if self._history_pool is None:
+            self._history_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
+        return self._history_pool
+
+    def _show_history(self, event: RunStarted) -> None:
+        """After a resumed run's RunStarted (which clears the plots): its earlier metrics as the curves' start."""
+        future, self._history = self._history, None
+        if future is None or event.start_step <= 0:
+            return
+        try:
+            records = future.result(timeout=30)
+        except Exception as exc:  # an unreadable history costs the earlier curve, never the run
+            self.logPanel.log(f"Earlier metrics not shown: {exc}")
+            return
+        self.plotsPanel.show_history(records)
+
     def _on_event(self, event) -> None:
         self.plotsPanel.handle_event(event)
+        if isinstance(event, RunStarted):
+            self._show_history(event)
         self.logPanel.handle_event(event)
         if isinstance(event, StepMetrics):
             if event.nonfinite_source:  # rare, and the next report would overwrite where the inf came from
@@ -457,6 +488,8 @@ class MainWindow(QMainWindow):
         self._close_deadline.stop()
         self.controller.shutdown()  # stop + join: no thread outlives the window
         self.jobs.shutdown()
+        if self._history_pool is not None:
+            self._history_pool.shutdown(wait=True, cancel_futures=True)
         for dialog in (self.compareDialog, self.inspectorDialog):
             if dialog is not None:
                 dialog.shutdown()

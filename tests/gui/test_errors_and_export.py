@@ -148,6 +148,8 @@ def test_export_then_resume_continues_the_run(qtbot, window, tmp_path):
     window.file_actions.resume(str(checkpoint))
     qtbot.waitUntil(lambda: f"resumed at step {stopped_at}" in window.logPanel.toPlainText(), timeout=30_000)
     assert find(window, "maxStepsEdit").value() == 1_000_000
+    steps_drawn = window.plotsPanel.series("loss_raw").x  # the run's earlier curve, read from metrics.jsonl
+    assert len(steps_drawn) and min(steps_drawn) < stopped_at
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
         click(qtbot, window, "stopButton")
     assert load_checkpoint(checkpoint)["step"] >= stopped_at
