@@ -5,6 +5,7 @@ Nothing Qt is imported here, so headless commands start fast and work where Qt i
 
 from __future__ import annotations
 
+import os
 import sys
 
 _GUI_FLAGS = ("--gui", "--measure-startup")
@@ -17,9 +18,22 @@ def main(argv: list[str] | None = None) -> int:
         from core.cli.main import main as cli_main
 
         return cli_main(argv)
+    if not _has_display():
+        sys.stderr.write("amp-console: error: no display to open the window on (DISPLAY, WAYLAND_DISPLAY and "
+                         "QT_QPA_PLATFORM are unset); run a command instead, e.g. amp-console train "
+                         "(amp-console --help), or set QT_QPA_PLATFORM=offscreen\n")
+        return 2
     from app.main import run_app
 
     return run_app([a for a in argv if a != "--gui"])
+
+
+def _has_display() -> bool:
+    """Whether Qt has somewhere to show the window: on Linux an X or Wayland display or an explicit platform
+    (e.g. offscreen); elsewhere (Windows, macOS) there always is one."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))
 
 
 if __name__ == "__main__":

@@ -300,7 +300,8 @@ class ProcessRun(RunHandle):
         self._read_stderr()
         crashed = exit_status == QProcess.ExitStatus.CrashExit and exit_code > 0  # exit_code: the signal
         # After its RunEnded the run's outcome is known: a crash while the process tears down changes nothing.
-        if self.ended_status is None and (crashed or exit_code not in (0, 130)):
+        # Exit 129/130/143 (128 + SIGHUP/SIGINT/SIGTERM) is a run stopped by a signal, with its checkpoint.
+        if self.ended_status is None and (crashed or exit_code not in (0, 129, 130, 143)):
             field = ""
             if crashed and self._interrupted:
                 message = (f"the run did not stop within {self._escalate.interval() / 1000:g} s of Stop and was "

@@ -36,6 +36,8 @@ CLI_ONLY_FLAGS = ("nproc", "resume")  # flags that are not RunConfig fields but 
 def describe_config_error(exc: ConfigError) -> str:
     """'--lr: 20 is out of range...' for fields that are flags, else the message as it is."""
     field = exc.field.split(".")[0]
+    if field == "task_options" and "." in exc.field and ": " in str(exc):  # a task option is set with --option
+        return f"--option {exc.field.split('.', 1)[1]}: {str(exc).split(': ', 1)[1]}"
     if field in FIELD_SPECS or field in CLI_ONLY_FLAGS:
         return f"{flag_name(field)}: {str(exc).split(': ', 1)[1]}"
     return str(exc)

@@ -1,7 +1,8 @@
 """`amp-console devices | tasks | train | bench | inspect | data ...` (also `python -m core.cli`).
 
 Exit codes: 0 completed, 1 the run failed, 2 bad input (one line on stderr naming what is wrong),
-130 stopped by Ctrl+C (after writing a checkpoint). Each command module has `register(subparsers)`; the
+128 + the signal's number when a signal stopped the run after writing its checkpoint (130 Ctrl+C/SIGINT or a
+`stop` control line, 143 SIGTERM, 129 SIGHUP). Each command module has `register(subparsers)`; the
 parser calls `args.handler(args)`.
 """
 
@@ -181,3 +182,6 @@ def main(argv: list[str] | None = None) -> int:
         return fail_bad_input(describe_config_error(exc))
     except AmpConsoleError as exc:
         return fail_bad_input(str(exc))
+    except KeyboardInterrupt:  # Ctrl+C before a command installed its own stop handlers
+        sys.stderr.write("amp-console: interrupted\n")
+        return 130

@@ -77,6 +77,7 @@ def test_the_cli_names_a_misspelt_option_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0
     assert "tiny has no option 'hiden' (did you mean 'hidden'?); its options: hidden, samples, label_noise" in err
+    assert err.startswith("amp-console: error: --option hiden: ")  # the flag the user typed, not an internal field
 
 
 def test_synthetic_data_too_large_for_the_host_is_refused_ungenerated(monkeypatch):
