@@ -329,7 +329,12 @@ class Trainer:
         """A DDP peer died or lost its connection: rank 0 saves its own state (the ranks' replicas are identical
         after every completed step, and a step a peer died in has not changed the weights) if it can, and says
         which rank went away."""
-        dead = [rank for rank in dead_ranks(self._peers) if rank != self.dist.rank] if self._peers else []
+        dead, waited_from = [], time.perf_counter()
+        while self._peers:  # a killed peer's sockets close a moment before its process is gone: look for 2 s
+            dead = [rank for rank in dead_ranks(self._peers) if rank != self.dist.rank]
+            if dead or time.perf_counter() - waited_from > 2.0:
+                break
+            time.sleep(0.05)
         who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
                f"another process of this {self.dist.world_size}-process run")
         text = f"{who} died or lost its connection at step {self.step}; the run ended"

@@ -86,8 +86,12 @@ class FillingFile:
 
 def test_a_full_disk_while_appending_metrics_fails_the_run_in_one_line(tmp_path, recorder, monkeypatch):
     real_open = open
-    monkeypatch.setattr(reporting, "open", lambda *a, **k: FillingFile(real_open(*a, **k), lines=4),
-                        raising=False)
+
+    def filling_open(path, mode="r", *args, **kwargs):  # metrics.jsonl opened to append fills the disk
+        file = real_open(path, mode, *args, **kwargs)
+        return FillingFile(file, lines=4) if mode == "a" else file
+
+    monkeypatch.setattr(reporting, "open", filling_open, raising=False)
     ended = train(tiny(tmp_path / "run", max_steps=100), sink=recorder)
     metrics = tmp_path / "run" / "metrics.jsonl"
     assert ended.status == "failed"
