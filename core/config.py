@@ -174,12 +174,17 @@ def _coerce(key: str, value: Any, type_name: Any) -> Any:
 
 
 def _range_text(spec: FieldSpec) -> str:
-    return f"between {spec.minimum:g} and {spec.maximum:g}"
+    return f"between {_number(spec.minimum)} and {_number(spec.maximum)}"
+
+
+def _number(value: float) -> str:
+    """1,048,576 for whole numbers (never 1.04858e+06), 1e-07 / 0.999 otherwise."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 def field_errors(cfg: RunConfig) -> dict[str, str]:
     """Validate every field of `cfg`; field name -> message."""
-    from core.tasks import TASKS
+    from core.tasks import TASKS, unknown_task_message
 
     problems: dict[str, str] = {}
     for name, spec in FIELD_SPECS.items():
@@ -189,7 +194,7 @@ def field_errors(cfg: RunConfig) -> dict[str, str]:
         elif spec.minimum is not None and not (spec.minimum <= value <= spec.maximum):
             problems[name] = f"{value!r} is out of range: must be {_range_text(spec)}"
     if cfg.task not in TASKS:
-        problems["task"] = f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}"
+        problems["task"] = unknown_task_message(cfg.task)
     else:
         problems.update(TASKS[cfg.task].option_errors(cfg.task_options))
     if not _DEVICE_RE.match(cfg.device.strip().lower()):

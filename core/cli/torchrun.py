@@ -129,7 +129,7 @@ def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from:
                     signals: StopSignals | None = None, control_stdin: bool = False) -> int:
     """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 128 + signal number
     when a signal stopped it, 130 when a 'stop' line did)."""
-    from core.engine.checkpoints import METRICS_FILE
+    from core.engine.run_folder import METRICS_FILE
     from core.engine.distributed import RUN_NOTE_ENV
     from core.engine.run_folder import HELD_ENV, claim_run_folder
 

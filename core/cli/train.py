@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` s
     from core.engine.control import RunControl
     from core.engine.events import Event, RunEnded, RunStarted
 
-_TYPES = {"lr": float, "momentum": float, "weight_decay": float, "grad_clip": float}
+_TYPES = {f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")}  # lr, checkpoint_minutes...
 
 
 def register(sub) -> None:

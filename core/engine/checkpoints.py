@@ -26,6 +26,7 @@ import torch
 
 from core.errors import CheckpointError
 from core.files import atomic_write_bytes
+from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE  # noqa: F401  (a run folder's files)
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "task", "model", "optimizer", "scheduler", "scaler", "step", "epoch",
@@ -413,29 +414,6 @@ def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> 
     return path, manifest_path
 
 
-CHECKPOINT_FILE = "checkpoint.pt"  # a run folder's files (core.engine.trainer writes them, core.cli.torchrun reads events)
-METRICS_FILE = "metrics.jsonl"
-
-
-def holds_a_run(folder: Path) -> bool:
-    """Whether `folder` has an earlier run's checkpoint or metrics (which a fresh run must not overwrite)."""
-    return (folder / CHECKPOINT_FILE).exists() or (folder / METRICS_FILE).exists()
-
-
-def run_dir_for(folder: str | Path, resume_from: str | Path | None = None) -> Path:
-    """Where a run writes: `folder`, or when it holds another run, the first free `folder-2`, `folder-3`, ...
-    beside it, so a run never overwrites a checkpoint someone may still want. A run resumed from the
-    checkpoint in `folder` itself continues there."""
-    folder = Path(folder)
-    if resume_from is not None and Path(resume_from).resolve().parent == folder.resolve():
-        return folder
-    if not holds_a_run(folder):
-        return folder
-    parent, name = (folder.parent, folder.name) if folder.name not in ("", ".", "..") else (folder, "run")
-    number = 2
-    while holds_a_run(parent / f"{name}-{number}"):
-        number += 1
-    return parent / f"{name}-{number}"
 
 
 def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[Path, Path, Path]:

@@ -112,6 +112,10 @@ class Trainer:
         self._peers = gather_peers(self.dist, self.device)
         seed_everything(cfg.seed)
         self.data = self.task.load_data(cfg.data, cfg.seed)
+        self.notes.extend(self.data.notes)  # e.g. long ranking queries trained as shorter lists
+        # Refuse a model that cannot fit before allocating it (counted on the meta device), naming the option.
+        self.task.check_fits(self.data.info, self.device, cfg.optimizer,
+                             available=self.device_info.memory_free if self.device.type == "cuda" else None)
         seed_everything(cfg.seed)  # the same initial model on every rank
         self.raw_model = model = self.task.build_model(self.data.info).to(self.device)
         seed_everything(cfg.seed + self.dist.rank)  # each rank's own dropout and sampling (see run_state)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.panels.plots import PlotsPanel, history_points
-from core.engine.checkpoints import METRICS_FILE
+from core.engine.run_folder import METRICS_FILE
 from core.engine.events import CheckpointSaved, EvalMetrics, RunStarted, StepMetrics
 from core.engine.trainer import train
 from core.files import read_jsonl

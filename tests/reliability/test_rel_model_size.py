@@ -95,3 +95,18 @@ def test_synthetic_data_too_large_for_the_host_is_refused_ungenerated(monkeypatc
         create_task("sentiment", {"reviews": 100_000_000}).load_data("", 0)
     with pytest.raises(ConfigError, match=r"lower task option samples \(100,000,000\)$"):
         create_task("tiny", {"samples": 100_000_000}).load_data("", 0)
+
+
+def test_the_trainer_refuses_an_oversized_model_before_building_it(tmp_path, capsys, monkeypatch):
+    """End to end: `train` checks the model against free memory before any allocation, exit 2 in one line."""
+    import core.tasks.base
+    from core.cli.main import main
+
+    monkeypatch.setattr(core.tasks.base, "free_bytes", lambda device: 16 * 2**30)  # as on a 16 GiB machine
+
+    code = main(["train", "--task", "recommender", "-o", "d_model=4096", "-o", "layers=32", "--device", "cpu",
+                 "--max-steps", "1", "--threads", "1", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert "the model would have" in err and "lower task option d_model (4,096) or layers (32)" in err
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
