@@ -106,7 +106,9 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            # After a stop signal the process is on its way out: a repeated one during the interpreter's
+            # shutdown must not raise KeyboardInterrupt inside a finalizer (a traceback), so it is ignored.
+            signal.signal(sig, signal.SIG_IGN if self.signum is not None else handler)
         self._previous.clear()
 
     def started(self, control) -> None:

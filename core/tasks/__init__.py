@@ -79,10 +79,12 @@ def get_task_info(name: str) -> TaskInfo:
 
 
 def get_task_class(name: str) -> type[Task]:
-    """The Task class called `name`; ConfigError naming the known tasks otherwise."""
-    if name not in _REGISTRY:
+    """The Task class called `name` (from `TASKS`, so a task added there at run time is found too);
+    ConfigError naming the known tasks otherwise."""
+    classes = __getattr__("TASKS") if "TASKS" not in globals() else globals()["TASKS"]
+    if name not in classes:
         raise ConfigError("task", unknown_task_message(name))
-    return _task_classes()[name]
+    return classes[name]
 
 
 def create_task(name: str, options: dict | None = None) -> Task:

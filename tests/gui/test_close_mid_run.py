@@ -105,7 +105,7 @@ def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, separate, 
 def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, window, tmp_path, separate,
                                                                          monkeypatch):
     monkeypatch.setattr(window, "ask_close_mid_run", Answers("keep"))
-    start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=60)
+    start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=600)  # seconds: still running when paused
     find(window, "pauseButton").click()  # a paused run would never end with the window gone
     qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=10_000)
     with qtbot.waitSignal(window.closed, timeout=60_000):
@@ -114,7 +114,7 @@ def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, w
         assert window.controller.running and not window.controller.stopping
     assert not window.controller.running and window.controller.spare is None
     state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert state["step"] == 60  # the run went to its end
+    assert state["step"] == 600  # the run went to its end
 
 
 @pytest.mark.timeout(60)
