@@ -107,13 +107,22 @@ def test_a_fresh_optimizer_state_continues_at_the_schedules_learning_rate(tmp_pa
         trainer.cleanup()
 
 
-def test_a_resume_with_another_schedule_names_both(tmp_path):
+def test_a_resume_with_another_schedule_or_more_steps_follows_this_runs_schedule(tmp_path):
+    """Schedules are functions of the step: a resume into another schedule, or one that extends max_steps (a
+    one-cycle run used to fail past its old end), follows this run's schedule from the checkpoint's step."""
+    from core.engine.events import RunStarted
     from core.engine.trainer import train
-    from core.errors import CheckpointError
 
-    common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "warmup_steps": 1}
-    part = train(RunConfig.for_task("tiny", schedule="cosine", max_steps=3, **common))
-    with pytest.raises(CheckpointError, match=r"the learning-rate schedule's state does not fit this run: it lacks "
-                                              r"'total_steps' \(the checkpoint's schedule is cosine, this run's "
-                                              r"onecycle\)$"):
-        train(RunConfig.for_task("tiny", schedule="onecycle", max_steps=6, **common), resume_from=part.checkpoint)
+    common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "warmup_steps": 1, "threads": 1}
+    part = train(RunConfig.for_task("tiny", schedule="onecycle", max_steps=3, **common))
+    events = []
+    ended = train(RunConfig.for_task("tiny", schedule="onecycle", max_steps=6, **common), sink=events.append,
+                  resume_from=part.checkpoint)
+    assert ended.status == "completed" and ended.step == 6, ended.message
+    events = []
+    ended = train(RunConfig.for_task("tiny", schedule="cosine", max_steps=9, **common), sink=events.append,
+                  resume_from=ended.checkpoint)
+    assert ended.status == "completed" and ended.step == 9, ended.message
+    (started,) = [e for e in events if isinstance(e, RunStarted)]
+    assert "schedule changed from onecycle to cosine: the learning rate follows the cosine schedule from step 6" \
+        in started.notes

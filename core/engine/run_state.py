@@ -99,8 +99,12 @@ def restore_optimizer(trainer, state: dict, source: str) -> list[str]:
     checkpoint's (sgd <-> adam/adamw), or parameter groups of other sizes, start a fresh optimizer state
     with a note (the schedule is still resumed); state that does not fit the model is a CheckpointError."""
     saved_kind, kind = state["config"].get("optimizer"), trainer.cfg.optimizer
-    optimizer_state, scheduler_state = regroup_one_group_state(state["optimizer"], state["scheduler"],
-                                                               trainer.raw_model, trainer.optimizer)
+    # This run's schedule settings in the optimizer's groups (OneCycleLR keeps max_lr etc. there); loading the
+    # saved groups would bring back the old run's, so they are put back before the schedule is positioned.
+    schedule_settings = [{key: group[key] for key in SCHEDULE_GROUP_KEYS if key in group}
+                         for group in trainer.optimizer.param_groups]
+    optimizer_state, _ = regroup_one_group_state(state["optimizer"], state["scheduler"],
+                                                 trainer.raw_model, trainer.optimizer)
     saved_sizes = [len(group["params"]) for group in optimizer_state["param_groups"]]
     sizes = [len(group["params"]) for group in trainer.optimizer.param_groups]
     if saved_kind is not None and saved_kind != kind:
@@ -123,71 +127,38 @@ def restore_optimizer(trainer, state: dict, source: str) -> list[str]:
             raise CheckpointError(f"{source}: the optimizer state does not fit this run: its parameter groups "
                                   f"lack {lacking[0]!r}, which {kind} needs")
         notes = []
-    fresh_optimizer = bool(notes)
-    if trainer.scheduler is not None and scheduler_state is not None:
-        restore_scheduler(trainer, scheduler_state, state["config"].get("schedule"), source)
-        if fresh_optimizer:  # the fresh groups start at the schedule's first LR: continue at the saved step's
-            for group, lr in zip(trainer.optimizer.param_groups, trainer.scheduler.get_last_lr()):
-                group["lr"] = lr
+    for group, settings in zip(trainer.optimizer.param_groups, schedule_settings):
+        group.update(settings)
+    if trainer.scheduler is not None:  # the saved scheduler state is not needed: see follow_schedule
+        notes += follow_schedule(trainer, state["step"], state["config"])
     return notes
 
 
-def restore_scheduler(trainer, saved: dict, saved_schedule, source: str) -> None:
-    """Load a scheduler state that has the fresh scheduler's keys and value types (per-group lists of one
-    value are spread over this run's groups); CheckpointError names the first key that does not fit."""
+SCHEDULE_GROUP_KEYS = ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum")
+
+
+def follow_schedule(trainer, step: int, saved_config: dict) -> list[str]:
+    """Put this run's learning-rate schedule at `step` (the scheduler is stepped once per optimizer step).
+
+    Every schedule here (cosine with warm-up, one-cycle) is a function of the step and this run's settings
+    (lr, warm-up, total steps), so it is positioned rather than taken from the checkpoint: a resume that extends
+    max_steps follows the longer curve (instead of failing past the old end) and one that changes the schedule
+    follows the new one. For an unchanged run the LR is the same as without the interruption, bit for bit.
+    """
+    import warnings
+
     scheduler = trainer.scheduler
-    fresh = scheduler.state_dict()
-    groups = len(trainer.optimizer.param_groups)
-    schedule = trainer.cfg.schedule
-    other = f" (the checkpoint's schedule is {saved_schedule}, this run's {schedule})" \
-        if saved_schedule and saved_schedule != schedule else ""
-    fitted = dict(saved)
-    for key, value in saved.items():
-        if not isinstance(key, str) or _is_behaviour(getattr(type(scheduler), key, None)):
-            raise CheckpointError(f"{source}: bad checkpoint: scheduler has an entry {key!r} that is not state")
-    for key, reference in fresh.items():
-        if key not in saved:
-            raise CheckpointError(f"{source}: the learning-rate schedule's state does not fit this run: "
-                                  f"it lacks {key!r}{other}")
-        value = saved[key]
-        if isinstance(reference, list) and len(reference) == groups and isinstance(value, list) \
-                and len(value) != groups and len(set(map(repr, value))) == 1:
-            value = fitted[key] = value[:1] * groups  # one value for every group
-        problem = _misfit(value, reference)
-        if problem:
-            raise CheckpointError(f"{source}: the learning-rate schedule's state does not fit this run: "
-                                  f"scheduler.{key} {problem}{other}")
-    scheduler.load_state_dict(fitted)
-
-
-def _is_behaviour(attribute) -> bool:
-    """A method or property of the scheduler's class, which a state entry of that name would replace."""
-    return callable(attribute) or isinstance(attribute, (property, staticmethod, classmethod))
-
-
-def _misfit(value, reference) -> str | None:
-    """Why `value` cannot stand where `reference` (a fresh scheduler's state entry) does, or None."""
-    number = (int, float)
-    if isinstance(reference, bool) or reference is None or isinstance(reference, str):
-        ok = isinstance(value, bool) if isinstance(reference, bool) else \
-            (value is None if reference is None else isinstance(value, str) and value == reference)
-        return None if ok else f"should be {reference!r}, not {value!r}"[:120]
-    if isinstance(reference, number):
-        if not ckpt.is_finite_number(value):
-            return f"should be a finite number, not {type(value).__name__} {value!r}"[:120]
-        if isinstance(reference, int) and not isinstance(value, int):
-            return f"should be an integer, not {value!r}"
-        return None
-    if isinstance(reference, (list, tuple)):
-        if not isinstance(value, (list, tuple)) or len(value) != len(reference):
-            return f"should be a list of {len(reference)}, not {type(value).__name__} of " \
-                   f"{len(value) if isinstance(value, (list, tuple, dict)) else 1}"
-        return next((f"[{i}] {p}" for i, p in enumerate(map(_misfit, value, reference)) if p), None)
-    if isinstance(reference, dict):
-        if not isinstance(value, dict) or set(value) != set(reference):
-            return f"should have the keys {sorted(reference)}"
-        return next((f"[{k!r}] {p}" for k in reference if (p := _misfit(value[k], reference[k]))), None)
-    return None
+    position = min(step, getattr(scheduler, "total_steps", step))
+    scheduler.last_epoch = position - 1
+    with warnings.catch_warnings():  # "step() before optimizer.step()": this call only positions the schedule
+        warnings.simplefilter("ignore", UserWarning)
+        scheduler.step()
+    notes = []
+    saved_schedule, schedule = saved_config.get("schedule"), trainer.cfg.schedule
+    if saved_schedule and saved_schedule != schedule:
+        notes.append(f"schedule changed from {saved_schedule} to {schedule}: the learning rate follows the "
+                     f"{schedule} schedule from step {step}")
+    return notes
 
 
 def _sizes(sizes: list[int]) -> str:
