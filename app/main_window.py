@@ -58,6 +58,9 @@ class MainWindow(QMainWindow):
         self._status_timer.timeout.connect(self._flush_status)
         self.jobs = JobRunner(self)
         self._history: Future | None = None  # a resumed run's earlier metrics, being read
+        self._resuming: str | None = None  # the checkpoint the run being started resumes
+        # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.
+        self.pending_resume: str | None = None
         self._history_pool: ThreadPoolExecutor | None = None
         self.compareDialog = None
         self.inspectorDialog = None
@@ -245,6 +248,7 @@ class MainWindow(QMainWindow):
     def start_run(self, resume_from: str | None = None) -> bool:
         if not self.startButton.isEnabled() and not resume_from:
             return False
+        resume_from = resume_from or self.pending_resume
         if self.controller.running or not self.engine_ready or not self.setupPanel.validate():
             return False
         config = self.setupPanel.config()
@@ -262,6 +266,7 @@ class MainWindow(QMainWindow):
         # sets up (off the GUI thread) and drawn when its RunStarted arrives.
         self._history = (self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE)
                          if resume_from else None)
+        self._resuming = resume_from or None
         self._run_title = f"{config.task} → {config.out_dir}"
         self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
                               processes=processes, separate_process=separate)
@@ -292,6 +297,7 @@ class MainWindow(QMainWindow):
         can_start = (self.engine_ready and not running and not self.jobs.busy and self._close_state is None
                      and self.setupPanel.is_valid())
         self.startButton.setEnabled(can_start)
+        self.startButton.setText("Resume" if self.pending_resume else "Start")
         problems = self.setupPanel.problem_summary() if self.engine_ready and not running else ""
         self.startButton.setToolTip(problems or "Start training with these settings (F5)")
         self.startAction.setEnabled(can_start)
@@ -361,6 +367,8 @@ class MainWindow(QMainWindow):
         self.statusBarWidget.handle_event(event)
         match event:
             case RunStarted() if not self.controller.paused:
+                self.pending_resume = None
+                self._update_buttons()
                 self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
             case CheckpointSaved():
                 self.last_checkpoint = event.path
@@ -394,6 +402,12 @@ class MainWindow(QMainWindow):
         self.statusBarWidget.set_device(info)
 
     def _on_setup_failed(self, message: str, field: str, details: str) -> None:
+        if self._resuming and field in ("max_steps", "epochs"):  # e.g. File -> Resume of a completed run
+            self.pending_resume = self._resuming
+            message += f" (raise it, then Resume continues from {self._resuming})"
+        else:
+            self.pending_resume = None
+        self._update_buttons()
         self.show_error(f"Could not start: {message}", details)
         self.setupPanel.mark_engine_error(field, message.split(": ", 1)[-1] if field else message)
 

@@ -292,7 +292,8 @@ def test_resume_refuses_another_model_or_an_end_already_reached(tmp_path, capsys
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and named in lines[0], lines
     if named == "--max-steps: ":
-        assert lines[0].endswith(f"is at step 4; {' '.join(extra)} is already reached: give a larger --max-steps")
+        assert lines[0].endswith(f"is at step 4, so max steps {extra[1]} is already reached: give a larger value "
+                                 "to train on")
 
 
 def test_resume_keeps_options_that_build_the_same_model(tmp_path, capsys):

@@ -136,11 +136,11 @@ def check_resume_target(config: RunConfig, state: dict, name: str) -> None:
     """Refuse a resume whose end is already behind the checkpoint (it would 'complete' without a step)."""
     step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
     if config.max_steps and step >= config.max_steps:
-        raise ConfigError("max_steps", f"checkpoint {name} is at step {step}; --max-steps {config.max_steps} is "
-                                       f"already reached: give a larger --max-steps")
+        raise ConfigError("max_steps", f"checkpoint {name} is at step {step}, so max steps {config.max_steps} is "
+                                       f"already reached: give a larger value to train on")
     if not config.max_steps and epoch >= config.epochs:
-        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step}); --epochs "
-                                    f"{config.epochs} is already reached: give a larger --epochs or --max-steps")
+        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step}), so {config.epochs} "
+                                    f"epochs are already reached: give more epochs (or max steps) to train on")
 
 
 def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
