@@ -52,10 +52,11 @@ def free_local_port() -> int:
 
 
 def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None) -> list[str]:
-    """The torchrun command line for a single-node run of `train_argv`, its rendezvous on 127.0.0.1 only
-    (--standalone would listen on every interface)."""
+    """The torchrun command line for a single-node run of `train_argv`: its rendezvous on 127.0.0.1, and through
+    core.cli.loopback_torchrun every store torchrun hosts listening on 127.0.0.1 only (--standalone, or plain
+    torchrun, would listen on every interface)."""
     port = port or free_local_port()
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
+    return [sys.executable, "-m", "core.cli.loopback_torchrun", "--nnodes=1", f"--nproc-per-node={nproc}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={LOCALHOST}:{port}", f"--rdzv-id=amp-{uuid.uuid4().hex[:12]}",
             f"--local-addr={LOCALHOST}", f"--master-addr={LOCALHOST}", "--max-restarts=0",
             "-m", "core.cli", *train_argv]

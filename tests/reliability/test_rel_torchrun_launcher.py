@@ -1,6 +1,6 @@
 """The `--nproc` launcher: a stop signal reaches the ranks through rank 0's stdin and the launcher waits for
 their checkpoint (exit 128 + signum, no torchrun traceback or OMP banner); process counts beyond the machine are
-refused in one line; the rendezvous is on 127.0.0.1."""
+refused in one line; every socket the run listens on is bound to 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -35,6 +35,20 @@ def test_the_rendezvous_is_on_localhost():
     assert {"--rdzv-endpoint=127.0.0.1:29555", "--local-addr=127.0.0.1", "--nnodes=1"} <= set(command)
 
 
+def listening_addresses(pid: int) -> list[tuple[str, int]]:
+    """(ip, port) of every listening TCP socket of the process `pid` and its descendants."""
+    import psutil
+
+    found = []
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            found += [c.laddr[:2] for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
 @pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
 def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path):
     import torch
@@ -50,6 +64,7 @@ def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path):
         while not ((out / "metrics.jsonl").exists() and "StepMetrics" in (out / "metrics.jsonl").read_text()):
             assert time.monotonic() < deadline and process.poll() is None, "the ranks did not start"
             time.sleep(0.1)
+        listening = listening_addresses(process.pid)
         process.send_signal(signal.SIGTERM)
         time.sleep(0.2)
         process.send_signal(signal.SIGTERM)  # a second one while the ranks are stopping: they go on stopping
@@ -57,6 +72,8 @@ def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path):
     finally:
         process.kill()
     assert process.returncode == 143, stderr
+    # torchrun's agent hosts two stores and each rank a gloo listener: every one on loopback only
+    assert len(listening) >= 3 and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["status"] == "stopped"
     assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == summary["steps"]
