@@ -203,7 +203,7 @@ class PlotsPanel(QWidget):
             item.setYRange(*self._ranges[key].default, padding=0)  # log10 units for the scale: 1 .. 1e6
             item.getViewBox().sigRangeChangedManually.connect(lambda *_a, k=key: self._user_moved(k))
             self._add_note(key, item)
-            widget.setMinimumSize(220, 150)
+            widget.setMinimumSize(170, 150)  # 4 columns + the form fit a 1280 px screen
             self.plots[key] = widget
             self._grid.addWidget(widget, row, column, 1, span)
         for column in range(4):

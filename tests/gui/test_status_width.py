@@ -18,6 +18,7 @@ def test_a_long_message_neither_widens_the_window_nor_loses_its_text(qtbot, wind
     window.resize(1400, 800)
     qtbot.waitUntil(lambda: window.width() == 1400, timeout=5000)
     minimum = window.minimumSizeHint().width()
+    assert minimum <= 1240  # the window fits a 1280 px wide screen with its frame
     assert len(LONG) >= 2000
 
     window.show_error(LONG, details="Traceback: details")
