@@ -31,7 +31,7 @@ class LogPanel(QPlainTextEdit):
         self._skipped = 0
 
     def log(self, text: str, level: str = "info") -> None:
-        prefix = {"error": "ERROR ", "warning": "WARN  "}.get(level, "")
+        prefix = {"error": "ERROR ", "warning": "WARN  ", "note": "NOTE  "}.get(level, "")
         bar = self.verticalScrollBar()
         following = bar.value() >= bar.maximum() - 2  # at the end: follow new lines; scrolled up: stay there
         selection = self.textCursor()
@@ -52,7 +52,7 @@ class LogPanel(QPlainTextEdit):
                      f"GradScaler {'on' if event.scaler else 'off'}), {event.param_count:,} parameters, "
                      f"{event.total_steps:,} steps, writing to {event.config.get('out_dir', '')}")
             for note in getattr(event, "notes", []) or []:
-                self.log(note, "warning")
+                self.log(note, "note")  # what the engine decided or changed for this run
         elif isinstance(event, StepMetrics):
             # Every report would flood the pane on long runs; the plots carry the detail.
             self._steps_logged += 1

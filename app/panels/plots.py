@@ -16,8 +16,8 @@ import dataclasses
 import math
 
 import numpy as np
-from PySide6.QtCore import QTimer
-from PySide6.QtGui import QPalette
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QPalette, QTextOption
 from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, QWidget
 
 from app.plot_ranges import StableRange, nice_x_end
@@ -263,8 +263,13 @@ class PlotsPanel(QWidget):
         view = item.getViewBox()
         colour = self.palette().color(QPalette.ColorRole.PlaceholderText)
         note = pg.TextItem("", color=colour, anchor=(0.5, 0.5))
+        note.textItem.document().setDefaultTextOption(QTextOption(Qt.AlignmentFlag.AlignHCenter))
         note.setParentItem(view)  # in the view's own (pixel) coordinates: stays put whatever the range
-        place = lambda *_a: note.setPos(view.rect().center())  # noqa: E731
+
+        def place(*_args) -> None:  # centred, and wrapped to the view so a narrow plot doesn't clip it
+            note.setTextWidth(max(60.0, view.rect().width() - 16))
+            note.setPos(view.rect().center())
+
         view.sigResized.connect(place)
         place()
         self._notes[key] = note
@@ -285,7 +290,7 @@ class PlotsPanel(QWidget):
             text = self._waiting
             if plot == "eval" and self._waiting == WAITING:
                 text = WAITING_EVAL
-            elif plot == "scale" and self._waiting == WAITING and not self._scaler_on:
+            elif plot == "scale" and self._waiting != NO_RUN and not self._scaler_on:  # also once it has ended
                 text = SCALER_OFF
             elif plot in self._unmeasured:
                 text = NOT_MEASURED

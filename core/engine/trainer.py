@@ -220,7 +220,7 @@ class Trainer:
                     break
             if self.step % self.steps_per_epoch == 0:
                 self.epoch += 1
-        return "completed", f"completed {self.step} steps"
+        return "completed", f"completed {self.step:,} steps"
 
     def _optimizer_step(self, order: torch.Tensor, first_micro: int) -> None:
         """One optimizer step: accumulate micro-batches, unscale, clip, step, update. No host sync."""

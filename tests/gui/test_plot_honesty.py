@@ -158,6 +158,9 @@ def test_empty_plots_say_why(panel):
     assert panel.note("loss") == "" and panel.note("lr") == ""
     assert panel.note("memory") == NOT_MEASURED
     assert panel.plots["memory"].getPlotItem().titleLabel.text == "Process memory (resident)"
+    panel.handle_event(ended("completed", 10))
+    panel.redraw()
+    assert panel.note("scale") == SCALER_OFF  # still the reason once an fp32 run has ended, not "no points"
 
     panel.handle_event(started(scaler=True))  # a run that fails before its first logged step
     panel.handle_event(ended("failed", 0))
