@@ -60,7 +60,7 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("checkpoint_minutes", "also checkpoint when this many minutes of wall time have passed since the "
                                         "last one, so a crash or kill loses at most that much; 0 = off",
                   0.0, 10_080.0, step=1.0),
-        FieldSpec("threads", "CPU threads torch uses inside an op; 0 = auto (1 for small models or a busy "
+        FieldSpec("threads", "CPU threads torch uses inside an op; 0 = auto (1 for light steps or a busy "
                              "machine, else the free cores; the choice is reported when the run starts)",
                   0, 1024, step=1),
         FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl"),

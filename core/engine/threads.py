@@ -1,11 +1,14 @@
 """How many CPU threads torch uses inside an op when a run leaves `threads` at 0 (auto).
 
-torch's own default is every core. For the small models this console trains, splitting an op across threads
-costs more than it gains (each op is microseconds; the threads wait for each other at every op), and on a
-machine busy with other work the waiting threads spin: a 2-core machine shared with other jobs was measured
-13-200x slower on all cores than on one. So auto picks one thread for small models or when the machine has no
-free core, else the free cores (this process's share of them under DDP). The choice and its reason are
-reported with RunStarted. A `threads` above 0 is used as given.
+torch's own default is every core. For light steps (a small model on small batches) splitting an op across
+threads costs more than it gains (each op is microseconds; the threads wait for each other at every op), and on
+a machine busy with other work the waiting threads spin: a 2-core machine shared with other jobs was measured
+13-200x slower on all cores than on one. Heavier steps do gain from the cores (on 2 idle cores the recommender
+ran 1.4x and the sentiment model 1.7x faster on two threads than on one). So auto weighs the step's work,
+estimated as parameters x the values in one batch (samples x values per sample), not the parameter count
+alone: one thread below LIGHT_STEP_WORK or when the machine has no free core, else the free cores (this
+process's share of them under DDP). The choice and its reason are reported with RunStarted. A `threads` above 0
+is used as given.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-SMALL_MODEL_PARAMETERS = 1_000_000  # below this, one thread: intra-op splitting doesn't pay
+LIGHT_STEP_WORK = 50_000_000  # parameters x batch values below this: one thread, intra-op splitting doesn't pay
 
 
 @dataclass(frozen=True)
@@ -23,12 +26,13 @@ class ThreadChoice:
 
 
 def choose_threads(requested: int, parameters: int, cores: int, load: float | None = None, processes: int = 1,
-                   env_threads: str | None = None) -> ThreadChoice:
+                   env_threads: str | None = None, batch_values: int = 1) -> ThreadChoice:
     """The intra-op thread count for a run (pure: every fact is an argument, see machine_facts).
 
     requested: the config's `threads` (0 = auto); parameters: the model's trainable parameter count; cores: the
     CPUs this process may run on; load: the 1-minute load average (None if unknown); processes: ranks sharing
-    this machine; env_threads: OMP_NUM_THREADS if set (the user's or the launcher's choice, kept)."""
+    this machine; env_threads: OMP_NUM_THREADS if set (the user's or the launcher's choice, kept); batch_values:
+    the values one micro-batch feeds the model (samples x values per sample)."""
     if requested > 0:
         return ThreadChoice(requested, "")
     cores = max(1, cores)
@@ -38,13 +42,16 @@ def choose_threads(requested: int, parameters: int, cores: int, load: float | No
     if env_threads and env_threads.strip().isdigit() and int(env_threads) > 0:
         threads = min(int(env_threads), cores)
         return ThreadChoice(threads, f"threads: {threads} {of} (auto: OMP_NUM_THREADS={env_threads.strip()}; {hint})")
-    if parameters < SMALL_MODEL_PARAMETERS:
-        return ThreadChoice(1, f"threads: 1 {of} (auto: small model, {parameters:,} parameters; {hint})")
+    work = parameters * max(1, batch_values)
+    if work < LIGHT_STEP_WORK:
+        return ThreadChoice(1, f"threads: 1 {of} (auto: light steps, {parameters:,} parameters x {batch_values:,} "
+                               f"batch values; {hint})")
     busy = 0 if load is None else int(load + 0.5)  # cores other work keeps busy (rounded)
     free = max(1, min(share, cores - busy))
     if free < share:
         return ThreadChoice(free, f"threads: {free} {of} (auto: the machine is busy, load {load:.1f}; {hint})")
-    return ThreadChoice(share, f"threads: {share} {of} (auto: {parameters:,} parameters; {hint})")
+    return ThreadChoice(share, f"threads: {share} {of} (auto: {parameters:,} parameters x {batch_values:,} batch "
+                               f"values; {hint})")
 
 
 def machine_facts() -> tuple[int, float | None]:
@@ -57,7 +64,21 @@ def machine_facts() -> tuple[int, float | None]:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         load = None
+    running = _running_now()
+    if load is not None and running is not None:
+        # The 1-minute average lags: right after an earlier run (or this process's own start-up) it still reads
+        # ~1 on an idle machine. Other work that is really there is runnable now as well, so take the smaller.
+        load = min(load, float(running))
     return cores, load
+
+
+def _running_now() -> int | None:
+    """Runnable tasks on the machine right now, this one not counted (Linux's /proc/loadavg), or None."""
+    try:
+        with open("/proc/loadavg") as f:
+            return max(0, int(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 _interop_set = False

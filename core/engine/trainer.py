@@ -376,7 +376,9 @@ class Trainer:
         core.engine.threads) and say why with RunStarted."""
         cores, load = machine_facts()
         processes = int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size))  # ranks on this machine
-        choice = choose_threads(0, self.param_count, cores, load, processes, os.environ.get("OMP_NUM_THREADS"))
+        per_sample = max((t[0].numel() for t in self.data.train.values() if t.dim() and len(t)), default=1)
+        choice = choose_threads(0, self.param_count, cores, load, processes, os.environ.get("OMP_NUM_THREADS"),
+                                batch_values=self.cfg.batch_size * per_sample)
         apply_threads(choice.threads)
         if self.dist.is_main:
             self.notes.append(choice.note)
