@@ -1,0 +1,242 @@
+"""A run folder's metrics.jsonl as TensorBoard event files, so a run can be opened in TensorBoard.
+
+Written with tensorboardX (the optional extra `amp-console[tensorboard]`); the full `tensorboard` package is not
+needed to write, only to view. The export reads metrics.jsonl alone: no checkpoint or model is loaded (tensorboardX
+itself imports torch, so this module imports it lazily, inside `export_run`).
+
+What is written, into one event file:
+- StepMetrics -> `train/loss`, `train/lr`, `train/samples_per_second`, `train/grad_norm`, `train/grad_scale`
+  (fp16), `train/memory_mib`, `train/tokens_per_second` (sequence tasks), `train/skipped_steps` (fp16), at their
+  step;
+- EvalMetrics -> `val/<metric>`, `test/<metric>` (the held-out test split) at their step;
+- RunStarted -> a text summary `run/summary` (task, device, precision, settings) at its start step, and the
+  settings as hparams (the HParams tab) with the last validation metrics as the session's metrics.
+
+A run resumed in place appends a new RunStarted segment to the same file, starting at its checkpoint's step:
+points of earlier segments after that step were overwritten by the resumed run and are dropped, so no curve
+zig-zags back in time. Points are written in step order. Wall times come from the records when they carry one
+(a numeric `time`, `wall_time` or `timestamp` field); otherwise the export's own clock is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.errors import AmpConsoleError, DataError
+from core.files import check_regular_file, check_writable_folder, read_jsonl, shown_path
+
+METRICS_FILE = "metrics.jsonl"  # core.engine.run_folder.METRICS_FILE (not imported: that module is not needed)
+FILENAME_SUFFIX = ".amp-console"  # marks the event files this export writes, so a re-export replaces them
+MISSING_MESSAGE = "TensorBoard export needs tensorboardX: pip install 'amp-console[tensorboard]'"
+_TIME_KEYS = ("time", "wall_time", "timestamp")
+
+
+@dataclass
+class _Point:
+    value: float
+    walltime: float | None
+
+
+@dataclass
+class _Export:
+    """What metrics.jsonl says, with overwritten points already dropped."""
+
+    scalars: dict[str, dict[int, _Point]] = field(default_factory=dict)
+    texts: list[tuple[int, str, float | None]] = field(default_factory=list)  # (step, markdown, walltime)
+    config: dict = field(default_factory=dict)  # the latest segment's settings
+    last_val: dict[str, float] = field(default_factory=dict)  # tag -> value of the latest validation
+
+    def add(self, tag: str, step: int, value, walltime: float | None) -> None:
+        number = _number(value)
+        if number is not None:
+            self.scalars.setdefault(tag, {})[step] = _Point(number, walltime)
+
+    def resume_at(self, step: int) -> None:
+        """A segment starts at `step`: what earlier segments logged after it was done again (or never kept)."""
+        for points in self.scalars.values():
+            for later in [s for s in points if s > step]:
+                del points[later]
+        self.texts = [text for text in self.texts if text[0] < step]
+        self.last_val = {tag: points[max(points)].value for tag, points in self.scalars.items()
+                         if tag.startswith("val/") and points}
+
+
+def export_run(run_dir: Path, out_dir: Path) -> Path:
+    """Write the run in `run_dir` (its metrics.jsonl) as a TensorBoard event file in `out_dir`; returns the
+    folder holding the event file (`tensorboard --logdir <it>`). An earlier export into the same folder is
+    replaced, not added to. Raises a core.errors type with one line: no tensorboardX, no or empty
+    metrics.jsonl, a folder that can't be written."""
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    writer_class = _summary_writer_class()
+    records = _read_records(run_dir)
+    export = _collect(records)
+    if not export.scalars and not export.texts:
+        raise DataError(f"{shown_path(run_dir)}: {METRICS_FILE} holds no training events to export")
+    check_writable_folder(out_dir, "out")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AmpConsoleError(f"could not create {shown_path(out_dir)}: {exc.strerror or exc}") from None
+    try:  # written aside, then moved in: a failed export leaves the last one, a new one replaces it
+        with tempfile.TemporaryDirectory(prefix=".export-", dir=out_dir) as scratch:
+            _write(writer_class, Path(scratch), export)
+            for path in out_dir.glob(f"events.out.tfevents.*{FILENAME_SUFFIX}"):
+                path.unlink()
+            for path in Path(scratch).iterdir():
+                os.replace(path, out_dir / path.name)
+    except OSError as exc:
+        raise AmpConsoleError(f"could not write the event file in {shown_path(out_dir)}: "
+                              f"{exc.strerror or exc}") from None
+    return out_dir
+
+
+def _summary_writer_class():
+    try:
+        with warnings.catch_warnings():  # protobuf/tensorboardX may warn of their own deprecations at import
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from tensorboardX import SummaryWriter
+    except ImportError:
+        raise AmpConsoleError(MISSING_MESSAGE) from None
+    return SummaryWriter
+
+
+def _read_records(run_dir: Path) -> list[dict]:
+    path = run_dir / METRICS_FILE
+    if not run_dir.is_dir():
+        raise DataError(f"{shown_path(run_dir)}: no such run folder")
+    if not os.path.lexists(path):
+        raise DataError(f"{shown_path(run_dir)}: no {METRICS_FILE} here (not a run folder, or the run never "
+                        f"started)")
+    check_regular_file(path, "run")  # a FIFO or device is refused unopened
+    records = read_jsonl(path)
+    if not records:
+        raise DataError(f"{shown_path(run_dir)}: {METRICS_FILE} is empty")
+    return records
+
+
+def _collect(records: list[dict]) -> _Export:
+    export = _Export()
+    for record in records:
+        kind = record.get("event")
+        walltime = _walltime(record)
+        step = _step(record)
+        if kind == "RunStarted":
+            start = _step({"step": record.get("start_step", 0)}) or 0
+            export.resume_at(start)
+            config = record.get("config")
+            export.config = dict(config) if isinstance(config, dict) else {}
+            export.texts.append((start, _summary(record), walltime))
+        elif step is None:
+            continue
+        elif kind == "StepMetrics":
+            export.add("train/loss", step, record.get("loss"), walltime)
+            export.add("train/lr", step, record.get("lr"), walltime)
+            export.add("train/samples_per_second", step, record.get("samples_per_second"), walltime)
+            export.add("train/grad_norm", step, record.get("grad_norm"), walltime)
+            if record.get("grad_scale") is not None:  # fp16 runs only
+                export.add("train/grad_scale", step, record["grad_scale"], walltime)
+                export.add("train/skipped_steps", step, record.get("skipped_steps"), walltime)
+            memory = _number(record.get("memory_bytes"))
+            if memory is not None:
+                export.add("train/memory_mib", step, memory / 2**20, walltime)
+            export.add("train/tokens_per_second", step, record.get("tokens_per_second"), walltime)
+        elif kind == "EvalMetrics":
+            split = record.get("split") or "val"
+            metrics = record.get("metrics")
+            if not isinstance(metrics, dict):
+                continue
+            for name, value in metrics.items():
+                tag = f"{split}/{name}"
+                export.add(tag, step, value, walltime)
+                if split == "val" and _number(value) is not None:
+                    export.last_val[tag] = _number(value)
+    return export
+
+
+def _write(writer_class, out_dir: Path, export: _Export) -> None:
+    now = time.time()
+    writer = writer_class(logdir=str(out_dir), filename_suffix=FILENAME_SUFFIX, flush_secs=3600)
+    try:
+        for step, text, walltime in export.texts:
+            writer.add_text("run/summary", text, global_step=step, walltime=walltime or now)
+        for tag, points in export.scalars.items():
+            for step in sorted(points):
+                point = points[step]
+                writer.add_scalar(tag, point.value, global_step=step, walltime=point.walltime or now)
+        _write_hparams(writer, export)
+    finally:
+        writer.close()
+
+
+def _write_hparams(writer, export: _Export) -> None:
+    """The settings as hparams, in the same event file (tensorboardX's add_hparams would open a second run in a
+    subfolder); the session's metrics name the `val/...` scalars already written."""
+    hparams = _flat_hparams(export.config)
+    if not hparams:
+        return
+    from tensorboardX.summary import hparams as hparams_summaries
+
+    for summary in hparams_summaries(hparams, dict(export.last_val)):
+        writer.file_writer.add_summary(summary)
+
+
+def _flat_hparams(config: dict, prefix: str = "") -> dict:
+    """Settings as the plain values hparams take: nested dicts (task options) as `a.b`, None and lists as text."""
+    flat: dict = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flat_hparams(value, f"{name}."))
+        elif isinstance(value, bool | str):
+            flat[name] = value
+        elif isinstance(value, int | float):
+            flat[name] = value if math.isfinite(value) else str(value)
+        else:
+            flat[name] = json.dumps(value, default=str)
+    return flat
+
+
+def _summary(record: dict) -> str:
+    """RunStarted as markdown: what ran, where, in which precision, and every setting."""
+    device = f"{record.get('device', '?')}" + (f" ({record['device_name']})" if record.get("device_name") else "")
+    paragraphs = [
+        f"**task** {record.get('task', '?')}, **device** {device}",
+        f"**precision** {record.get('precision', '?')} (autocast {record.get('autocast_dtype', '?')}, "
+        f"parameters {record.get('param_dtype', '?')}, GradScaler {'on' if record.get('scaler') else 'off'})",
+        f"**steps** {record.get('start_step', 0)} to {record.get('total_steps', '?')}, "
+        f"{record.get('param_count', '?')} parameters",
+        *(f"note: {note}" for note in record.get("notes") or []),
+    ]
+    config = record.get("config")
+    if isinstance(config, dict) and config:
+        rows = [f"| {key} | {json.dumps(value, default=str)} |" for key, value in config.items()]
+        paragraphs.append("\n".join(["| setting | value |", "|---|---|", *rows]))
+    return "\n\n".join(paragraphs)
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _step(record: dict) -> int | None:
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
+        return None
+    return int(step)
+
+
+def _walltime(record: dict) -> float | None:
+    for key in _TIME_KEYS:
+        value = _number(record.get(key))
+        if value is not None and math.isfinite(value) and value > 0:
+            return value
+    return None
