@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from core.devices import memory_in_use
 from core.engine.run_folder import describe_os_error
+from core.engine.run_record import RunRecord
 from core.engine.events import Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from core.engine.step_metrics import IntervalReadout
 
@@ -30,6 +32,8 @@ class EventLog:
         self._file = None
         self.path: Path | None = None
         self.failure: str | None = None
+        self.record: RunRecord | None = None  # run.json beside metrics.jsonl (core.engine.run_record)
+        self.record_failure: str | None = None
 
     def open(self, path: Path) -> None:
         self.path = Path(path)
@@ -37,6 +41,10 @@ class EventLog:
         if _ends_mid_line(self.path):  # an earlier run was killed mid-line: end that line so ours stay whole
             self._file.write("\n")
             self._file.flush()
+        try:
+            self.record = RunRecord(self.path.parent)
+        except Exception as exc:  # run.json is a summary: the run goes on without it
+            self._record_failed(exc)
 
     def emit(self, event: Event, sink: Sink | None) -> None:
         if not self.is_main:
@@ -48,8 +56,24 @@ class EventLog:
             except OSError as exc:
                 self.failure = f"could not write {self.path}: {describe_os_error(exc)}"
                 self._give_up()
+        if self.record is not None:
+            try:
+                self.record.update(event)
+            except Exception as exc:  # run.json is a summary: a failed write never ends the run
+                self._record_failed(exc)
         if sink is not None:
             sink(event)
+
+    def _record_failed(self, exc: Exception) -> None:
+        """Give up run.json with one line on stderr (stdout may carry the JSON events)."""
+        self.record = None
+        cause = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        self.record_failure = f"could not write run.json in {self.path.parent if self.path else '?'}: {cause}"
+        try:
+            sys.stderr.write(f"amp-console: {self.record_failure}; the run goes on without it\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
     def removed(self) -> bool:
         """Whether metrics.jsonl was deleted while open (its folder removed): appends would go nowhere."""

@@ -1,0 +1,267 @@
+"""`run.json`: a run folder's summary, kept up to date by rank 0 as the run goes (torch-free).
+
+RunRecord turns the run's events into one small JSON object, written atomically (core.files) at RunStarted and
+on every CheckpointSaved, EvalMetrics and RunEnded: id (stable across resumes into the same folder), task,
+status, device, precision, versions, times, steps, final loss and metrics, the best value of the task's primary
+metric, the checkpoints, the config. `read_run(folder)` reads it back for `amp-console runs`: a record that says
+"running" while no live run holds the folder (core.engine.run_folder.is_in_use) reads as "interrupted". An
+older folder with metrics.jsonl but no run.json is summarised from its first and last lines only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
+from core.files import atomic_write_bytes
+
+RECORD_FILE = "run.json"
+RECORD_VERSION = 1
+TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_id() -> str:
+    return secrets.token_hex(5)  # 10 hex digits
+
+
+def primary_metric(task: str) -> str | None:
+    try:
+        from core.tasks import get_task_info
+
+        return get_task_info(task).primary_metric
+    except Exception:  # an unknown (removed) task: no best metric
+        return None
+
+
+def lower_is_better(metric: str) -> bool:
+    name = metric.lower()
+    return any(word in name for word in ("loss", "error", "mse", "mae", "perplexity"))
+
+
+def _versions() -> dict:
+    torch = sys.modules.get("torch")
+    return {"python": platform.python_version(), "torch": getattr(torch, "__version__", None)}
+
+
+def _finite(value):
+    """JSON has no NaN or inf: those are written as strings ('nan', 'inf')."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+class RunRecord:
+    """The run.json of one run folder, updated from the run's events (see the module doc)."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.path = self.folder / RECORD_FILE
+        self.data: dict | None = None
+        earlier = load_record(self.folder)
+        self._earlier = earlier if isinstance(earlier, dict) else None
+
+    def update(self, event) -> None:
+        """Fold one event into the record and write it when it changed what run.json says."""
+        kind = type(event).__name__
+        if kind == "RunStarted":
+            self._started(event)
+        elif self.data is None:
+            return  # no RunStarted yet (setup failed): no record
+        elif kind == "CheckpointSaved":
+            which = getattr(event, "kind", "last") or "last"
+            self.data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
+        elif kind == "EvalMetrics":
+            self._evaluated(event)
+        elif kind == "StepMetrics":
+            self.data["steps"] = event.step
+            self.data["final_loss"] = event.loss
+            return  # kept in memory only: written with the next record-worthy event
+        elif kind == "RunEnded":
+            self._ended(event)
+        else:
+            return
+        self.write()
+
+    def write(self) -> None:
+        payload = json.dumps(_finite(self.data), indent=2, default=str) + "\n"
+        atomic_write_bytes(self.path, payload.encode("utf-8"))
+
+    def _started(self, event) -> None:
+        earlier = self._earlier or {}
+        metric = primary_metric(event.task)
+        self.data = {
+            "version": RECORD_VERSION,
+            "id": earlier.get("id") or new_id(),
+            "name": self.folder.name,
+            "task": event.task,
+            "status": "running",
+            "device": event.device,
+            "device_name": getattr(event, "device_name", None),
+            "precision": event.precision,
+            "autocast_dtype": event.autocast_dtype,
+            "versions": _versions(),
+            "start_time": earlier.get("start_time") or now_iso(),
+            "resumed_at": list(earlier.get("resumed_at") or []) + ([now_iso()] if earlier else []),
+            "end_time": None,
+            "wall_seconds": earlier.get("wall_seconds") or 0.0,
+            "steps": event.start_step,
+            "start_step": event.start_step,
+            "total_steps": event.total_steps,
+            "final_loss": earlier.get("final_loss"),
+            "samples_per_second": None,
+            "metrics": dict(earlier.get("metrics") or {}),
+            "test_metrics": {},
+            "best": earlier.get("best") or ({"name": metric, "value": None, "step": None} if metric else None),
+            "checkpoints": dict(earlier.get("checkpoints") or {}),
+            "config": dict(event.config),
+            "notes": list(getattr(event, "notes", []) or []),
+            "message": "",
+        }
+        self._previous_wall = float(self.data["wall_seconds"] or 0.0)
+
+    def _evaluated(self, event) -> None:
+        if event.split not in ("val", "validation"):
+            return
+        self.data["metrics"] = dict(event.metrics)
+        self.data["steps"] = max(self.data.get("steps") or 0, event.step)
+        best = self.data.get("best")
+        if not best or best.get("name") not in event.metrics:
+            return
+        value = event.metrics[best["name"]]
+        if not isinstance(value, (int, float)) or value != value:
+            return
+        old = best.get("value")
+        better = (old is None or not isinstance(old, (int, float))
+                  or (value < old if lower_is_better(best["name"]) else value > old))
+        if better:
+            self.data["best"] = {"name": best["name"], "value": value, "step": event.step}
+
+    def _ended(self, event) -> None:
+        self.data.update(
+            status=event.status, end_time=now_iso(), steps=event.step, message=event.message,
+            wall_seconds=self._previous_wall + float(event.elapsed_seconds or 0.0),
+            samples_per_second=event.samples_per_second, test_metrics=dict(event.test_metrics or {}))
+        if event.final_loss is not None:
+            self.data["final_loss"] = event.final_loss
+        if event.metrics:
+            self.data["metrics"] = dict(event.metrics)
+        if event.checkpoint:
+            self.data["checkpoints"].setdefault("last", {"path": str(event.checkpoint), "step": event.step})
+            self.data["checkpoints"]["last"]["path"] = str(event.checkpoint)
+
+
+def load_record(folder: str | os.PathLike) -> dict | None:
+    """run.json as written, or None when it is missing or unreadable."""
+    try:
+        data = json.loads((Path(folder) / RECORD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_run(folder: str | os.PathLike) -> dict | None:
+    """A run folder's summary: run.json, with 'running' read as 'interrupted' when no live run holds the
+    folder; for an older folder without run.json, a summary from metrics.jsonl's first and last lines. None
+    when the folder holds no run."""
+    folder = Path(folder)
+    data = load_record(folder)
+    if data is None:
+        data = _summary_from_metrics(folder)
+        if data is None:
+            return None
+    data["name"] = folder.name
+    data["folder"] = str(folder)
+    if data.get("status") == "running" and not is_in_use(folder):
+        data["status"] = "interrupted"
+    return data
+
+
+def _summary_from_metrics(folder: Path) -> dict | None:
+    path = folder / METRICS_FILE
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read().split(b"\n")
+    except OSError:
+        return None
+    start = _json_line(first)
+    if start is None or start.get("event") != "RunStarted":
+        return None
+    last = None
+    for raw in reversed(tail):  # the last whole line (a torn last line is skipped)
+        last = _json_line(raw)
+        if last is not None:
+            break
+    stat_time = datetime.fromtimestamp(os.path.getmtime(path), timezone.utc).isoformat(timespec="seconds")
+    ended = last if last and last.get("event") == "RunEnded" else None
+    # A stable id for a folder without run.json: derived from its path and first line, never written.
+    import hashlib
+
+    ident = hashlib.sha1(os.fsencode(os.path.abspath(folder)) + first).hexdigest()[:10]
+    checkpoint = folder / CHECKPOINT_FILE
+    return {
+        "version": 0, "id": ident, "task": start.get("task"),
+        "status": ended.get("status") if ended else "running",
+        "device": start.get("device"), "precision": start.get("precision"),
+        "autocast_dtype": start.get("autocast_dtype"), "versions": {},
+        "start_time": None, "end_time": stat_time if ended else None,
+        "wall_seconds": ended.get("elapsed_seconds") if ended else None,
+        "steps": (last or {}).get("step"), "total_steps": start.get("total_steps"),
+        "final_loss": ended.get("final_loss") if ended else (last or {}).get("loss"),
+        "samples_per_second": ended.get("samples_per_second") if ended else None,
+        "metrics": ended.get("metrics", {}) if ended else {},
+        "test_metrics": ended.get("test_metrics", {}) if ended else {},
+        "best": None, "checkpoints": {"last": {"path": str(checkpoint)}} if checkpoint.exists() else {},
+        "config": start.get("config", {}), "notes": start.get("notes", []),
+        "message": ended.get("message", "") if ended else "", "from_metrics": True,
+    }
+
+
+def _json_line(raw: bytes) -> dict | None:
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def find_runs(root: str | os.PathLike) -> list[dict]:
+    """Every run under `root` (its subfolders, and their subfolders), newest first."""
+    root = Path(root)
+    runs = []
+    try:
+        children = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for child in children:
+        run = read_run(child)
+        if run is not None:
+            runs.append(run)
+            continue
+        try:
+            nested = sorted(p.parent for p in child.glob(f"*/{RECORD_FILE}"))
+        except OSError:
+            nested = []
+        for folder in nested:
+            run = read_run(folder)
+            if run is not None:
+                run["name"] = f"{child.name}/{folder.name}"
+                runs.append(run)
+    runs.sort(key=lambda r: (r.get("start_time") or r.get("end_time") or ""), reverse=True)
+    return runs
