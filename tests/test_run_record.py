@@ -66,7 +66,8 @@ def test_a_run_that_fails_after_starting_is_recorded_failed(tiny_config, tmp_pat
     from core.tasks.tiny import TinyClassifierTask
 
     original = TinyClassifierTask.loss
-    monkeypatch.setattr(TinyClassifierTask, "loss", lambda self, model, batch: original(self, model, batch) * float("inf"))
+    monkeypatch.setattr(TinyClassifierTask, "loss",
+                        lambda self, model, batch: original(self, model, batch) * float("inf"))
     ended = train(tiny_config(max_steps=20, threads=1))
     data = record(tmp_path / "run")
     assert ended.status == "failed" and data["status"] == "failed" and data["message"] == ended.message

@@ -1,4 +1,4 @@
-"""`amp-console devices | tasks | train | bench | inspect | data ...` (also `python -m core.cli`).
+"""`amp-console devices | tasks | train | bench | inspect | data | runs ...` (also `python -m core.cli`).
 
 Exit codes: 0 completed, 1 the run failed, 2 bad input (one line on stderr naming what is wrong),
 128 + the signal's number when a signal stopped the run after writing its checkpoint (130 Ctrl+C/SIGINT or a
@@ -14,12 +14,13 @@ import sys
 
 from core.cli import data as data_commands
 from core.cli import lab as lab_commands
+from core.cli import runs as runs_commands
 from core.cli import train as train_commands
 from core.cli import format as fmt
 from core.cli.common import OneLineParser, describe_config_error, fail_bad_input
 from core.errors import AmpConsoleError, ConfigError
 
-COMMAND_MODULES = (train_commands, lab_commands, data_commands)
+COMMAND_MODULES = (train_commands, lab_commands, data_commands, runs_commands)
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

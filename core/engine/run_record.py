@@ -84,6 +84,7 @@ class RunRecord:
         elif kind == "CheckpointSaved":
             which = getattr(event, "kind", "last") or "last"
             self.data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
+            self.data["steps"] = max(self.data.get("steps") or 0, event.step)
         elif kind == "EvalMetrics":
             self._evaluated(event)
         elif kind == "StepMetrics":

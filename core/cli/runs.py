@@ -1,0 +1,340 @@
+"""`amp-console runs list | show | compare | export | delete | tensorboard`: the runs under a runs folder.
+
+Each run folder's `run.json` (core.engine.run_record) is its summary; a folder from before run.json is read
+from the first and last lines of its metrics.jsonl. A run is named by its id, a unique prefix of it (like git),
+or its folder name. No torch is imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from core.cli import format as fmt
+from core.cli.common import fail_bad_input
+from core.engine.run_folder import METRICS_FILE, is_in_use
+from core.engine.run_record import find_runs
+from core.files import read_jsonl
+
+RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"
+
+
+class RunNotFound(Exception):
+    pass
+
+
+def runs_dir(args) -> Path:
+    return Path(args.runs_dir or os.environ.get(RUNS_DIR_ENV) or "runs")
+
+
+def _shown_root(root: Path) -> str:
+    text = str(root)
+    return text if text.endswith("/") else text + "/"
+
+
+def resolve(runs: list[dict], key: str, root: Path) -> dict:
+    """The run named `key`: its full id, its folder name, or a unique id prefix."""
+    exact = [r for r in runs if r.get("id") == key or r.get("name") == key]
+    if len(exact) == 1:
+        return exact[0]
+    matches = exact or [r for r in runs if str(r.get("id", "")).startswith(key)]
+    if not matches:
+        raise RunNotFound(f"runs: no run '{key}' in {_shown_root(root)}")
+    if len(matches) > 1:
+        names = ", ".join(f"{r.get('id')} ({r.get('name')})" for r in matches)
+        raise RunNotFound(f"runs: '{key}' is ambiguous: {names}")
+    return matches[0]
+
+
+def _best(run: dict) -> str:
+    best = run.get("best") or {}
+    if best.get("value") is None:
+        return "-"
+    return f"{best.get('name')} {fmt.number(best['value'])}"
+
+
+def _wall(seconds) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _start(run: dict, year: bool = True) -> str:
+    """'2026-12-01 01:07' (UTC), or '12-01 01:07' without the year."""
+    text = run.get("start_time") or "-"
+    if text == "-":
+        return text
+    text = text.replace("T", " ")[:16]
+    return text if year else text[5:]
+
+
+def _steps(run: dict) -> str:
+    steps, total = run.get("steps"), run.get("total_steps")
+    if steps is None:
+        return "-"
+    return f"{fmt.exact(steps)}/{fmt.exact(total)}" if total else fmt.exact(steps)
+
+
+def _precision(run: dict) -> str:
+    return str(run.get("precision") or "-")
+
+
+def cmd_list(args) -> int:
+    root = runs_dir(args)
+    runs = find_runs(root)
+    if args.task:
+        runs = [r for r in runs if r.get("task") == args.task]
+    if args.status:
+        runs = [r for r in runs if r.get("status") == args.status]
+    if args.json:
+        print(json.dumps(runs, indent=2, default=str))
+        return 0
+    if not runs:
+        print(f"no runs in {_shown_root(root)}")
+        return 0
+    table = fmt.table(None, show_edge=False, padding=(0, 1, 0, 0))  # 10 columns in 100: no edges, 2 spaces apart
+    for name, kwargs in (("id", {"no_wrap": True}), ("name", {"overflow": "fold", "min_width": 8}),
+                         ("task", {"overflow": "fold", "min_width": 6}), ("status", {"no_wrap": True}),
+                         ("precision", {"no_wrap": True}), ("device", {"no_wrap": True}),
+                         ("steps", {"justify": "right", "no_wrap": True}),
+                         ("best", {"overflow": "fold", "min_width": 8}),
+                         ("wall", {"justify": "right", "no_wrap": True}), ("started", {"no_wrap": True})):
+        table.add_column(name, **kwargs)
+    for r in runs:
+        table.add_row(str(r.get("id", "-"))[:8], str(r.get("name")), str(r.get("task") or "-"),
+                      str(r.get("status") or "-"), _precision(r), str(r.get("device") or "-"), _steps(r),
+                      _best(r), _wall(r.get("wall_seconds")), _start(r, year=False))
+    fmt.console().print(table)
+    return 0
+
+
+def _metrics_text(metrics: dict | None) -> str:
+    if not metrics:
+        return "-"
+    return ", ".join(f"{k} {fmt.number(v) if isinstance(v, (int, float)) else v}" for k, v in metrics.items())
+
+
+def cmd_show(args) -> int:
+    root = runs_dir(args)
+    run = resolve(find_runs(root), args.id, root)
+    if args.json:
+        print(json.dumps(run, indent=2, default=str))
+        return 0
+    versions = run.get("versions") or {}
+    checkpoints = run.get("checkpoints") or {}
+    rows = [
+        ("id", run.get("id")), ("name", run.get("name")), ("folder", run.get("folder")),
+        ("task", run.get("task")), ("status", run.get("status")),
+        ("device", " ".join(str(x) for x in (run.get("device"), f"({run['device_name']})"
+                                             if run.get("device_name") else "") if x)),
+        ("precision", f"{_precision(run)} (autocast {run.get('autocast_dtype') or '-'})"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v) or "-"),
+        ("started", run.get("start_time") or "-"), ("ended", run.get("end_time") or "-"),
+        ("wall time", _wall(run.get("wall_seconds"))), ("steps", _steps(run)),
+        ("final loss", fmt.number(run.get("final_loss"))),
+        ("samples/s", fmt.count(run.get("samples_per_second"))),
+        ("best", _best(run) + (f" at step {fmt.exact(run['best']['step'])}"
+                               if (run.get("best") or {}).get("step") is not None else "")),
+        ("val metrics", _metrics_text(run.get("metrics"))), ("test metrics", _metrics_text(run.get("test_metrics"))),
+    ]
+    rows += [(f"checkpoint ({k})", (v or {}).get("path", "-")) for k, v in checkpoints.items()]
+    rows.append(("message", run.get("message") or "-"))
+    table = fmt.table(None, show_header=False, show_edge=False)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in rows:
+        table.add_row(key, str(value if value is not None else "-"))
+    console = fmt.console()
+    console.print(table)
+    config = run.get("config") or {}
+    if config:
+        console.print("config: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in config.items()), soft_wrap=True)
+    for note in run.get("notes") or []:
+        console.print(f"note: {note}", soft_wrap=True)
+    return 0
+
+
+def _differing_config(runs: list[dict]) -> dict[str, list]:
+    configs = [r.get("config") or {} for r in runs]
+    keys = sorted({k for c in configs for k in c if k != "out_dir"})
+    return {k: [c.get(k) for c in configs] for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str)
+                                                               for c in configs}) > 1}
+
+
+def cmd_compare(args) -> int:
+    root = runs_dir(args)
+    everything = find_runs(root)
+    runs = [resolve(everything, key, root) for key in args.ids]
+    differing = _differing_config(runs)
+    if args.json:
+        print(json.dumps({"runs": [{k: r.get(k) for k in ("id", "name", "task", "precision", "autocast_dtype",
+                                                           "device", "status", "samples_per_second", "best",
+                                                           "metrics", "test_metrics", "final_loss",
+                                                           "wall_seconds", "steps")} for r in runs],
+                          "config_differs": differing}, indent=2, default=str))
+        return 0
+    table = fmt.table(None)
+    table.add_column("", no_wrap=True)
+    for r in runs:
+        table.add_column(f"{str(r.get('id'))[:8]}\n{r.get('name')}", overflow="fold")
+    metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
+    test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
+    rows = [("task", [r.get("task") for r in runs]), ("status", [r.get("status") for r in runs]),
+            ("precision", [_precision(r) for r in runs]), ("device", [r.get("device") for r in runs]),
+            ("samples/s", [fmt.count(r.get("samples_per_second")) for r in runs]),
+            ("best", [_best(r) for r in runs]),
+            ("final loss", [fmt.number(r.get("final_loss")) for r in runs])]
+    rows += [(f"val {m}", [fmt.number((r.get("metrics") or {}).get(m)) for r in runs]) for m in metric_names]
+    rows += [(f"test {m}", [fmt.number((r.get("test_metrics") or {}).get(m)) for r in runs]) for m in test_names]
+    rows += [("wall time", [_wall(r.get("wall_seconds")) for r in runs]), ("steps", [_steps(r) for r in runs])]
+    rows += [(f"config {k}", [fmt.setting(v) if v is not None else "-" for v in values])
+             for k, values in differing.items()]
+    for label, values in rows:
+        table.add_row(label, *[str(v if v is not None else "-") for v in values])
+    fmt.console().print(table)
+    if not differing:
+        print("config: the same in every run (out_dir aside)")
+    return 0
+
+
+def export_rows(folder: Path) -> tuple[list[str], list[dict]]:
+    """StepMetrics and EvalMetrics of a run's metrics.jsonl as CSV rows keyed by step (val_*, test_*)."""
+    by_step: dict[int, dict] = {}
+    columns = ["step", "epoch", "loss", "lr", "samples_per_second"]
+    extra: list[str] = []
+    for record in read_jsonl(folder / METRICS_FILE):
+        kind = record.get("event")
+        if kind == "StepMetrics":
+            row = by_step.setdefault(record.get("step"), {"step": record.get("step")})
+            for key in ("epoch", "loss", "lr", "samples_per_second", "grad_scale", "grad_norm", "skipped_steps",
+                        "tokens_per_second"):
+                if record.get(key) is not None:
+                    row[key] = record[key]
+                    if key not in columns and key not in extra:
+                        extra.append(key)
+        elif kind == "EvalMetrics":
+            row = by_step.setdefault(record.get("step"), {"step": record.get("step")})
+            split = record.get("split") or "val"
+            for name, value in (record.get("metrics") or {}).items():
+                key = f"{split}_{name}"
+                row[key] = value
+                if key not in extra:
+                    extra.append(key)
+    rows = [by_step[s] for s in sorted(by_step, key=lambda s: (s is None, s or 0))]
+    return columns + extra, rows
+
+
+def cmd_export(args) -> int:
+    root = runs_dir(args)
+    run = resolve(find_runs(root), args.id, root)
+    columns, rows = export_rows(Path(run["folder"]))
+    try:
+        out = sys.stdout if args.csv == "-" else open(args.csv, "w", encoding="utf-8", newline="")
+    except OSError as exc:
+        return fail_bad_input(f"runs export: could not write {args.csv}: {exc.strerror or exc}")
+    try:
+        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    if args.csv != "-":
+        print(f"wrote {len(rows)} rows of run {run.get('id')} ({run.get('name')}) to {args.csv}")
+    return 0
+
+
+def cmd_delete(args) -> int:
+    root = runs_dir(args)
+    everything = find_runs(root)
+    runs = [resolve(everything, key, root) for key in args.ids]
+    for run in runs:
+        if is_in_use(run["folder"]):
+            return fail_bad_input(f"runs delete: run {run.get('id')} ({run.get('name')}) is running; stop it first")
+    names = ", ".join(f"{r.get('id')} ({r.get('name')})" for r in runs)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            return fail_bad_input(f"runs delete: add --yes to delete {names} (no terminal to ask on)")
+        answer = input(f"Delete {len(runs)} run folder(s): {names}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing deleted")
+            return 1
+    for run in runs:
+        shutil.rmtree(run["folder"])
+        print(f"deleted {run.get('id')} ({run['folder']})")
+    return 0
+
+
+def cmd_tensorboard(args) -> int:
+    root = runs_dir(args)
+    everything = find_runs(root)
+    runs = [resolve(everything, key, root) for key in args.ids]
+    try:
+        from core.lab.tensorboard_export import export_run
+    except ImportError as exc:
+        return fail_bad_input(f"runs tensorboard: TensorBoard export is not available ({exc})")
+    out = Path(args.out)
+    for run in runs:
+        path = export_run(Path(run["folder"]), out / str(run.get("name", run.get("id"))).replace("/", "_"))
+        print(f"{run.get('id')} ({run.get('name')}) -> {path}")
+    print(f"open with: tensorboard --logdir {out}")
+    return 0
+
+
+def _handle(handler):
+    def run(args) -> int:
+        try:
+            return handler(args)
+        except RunNotFound as exc:
+            return fail_bad_input(str(exc))
+    return run
+
+
+def register(sub) -> None:
+    """Add the `runs` command group to the top-level subparsers."""
+    from core.cli.common import OneLineParser
+
+    runs = sub.add_parser("runs", help="list, show, compare, export and delete the runs under a runs folder",
+                          description="The runs under a runs folder (each subfolder with run.json, or an older "
+                                      "one with metrics.jsonl). A run is named by its id, a unique prefix of "
+                                      "it, or its folder name.")
+    runs.add_argument("--runs-dir", metavar="DIR", default=None,
+                      help=f"the runs folder (default: ${RUNS_DIR_ENV}, else ./runs)")
+    commands = runs.add_subparsers(dest="runs_command", required=True, parser_class=OneLineParser,
+                                   metavar="COMMAND")
+
+    def add(name, handler, help_text):
+        parser = commands.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--runs-dir", metavar="DIR", default=argparse.SUPPRESS,
+                            help=f"the runs folder (default: ${RUNS_DIR_ENV}, else ./runs)")
+        parser.set_defaults(handler=_handle(handler))
+        return parser
+
+    p = add("list", cmd_list, "the runs, newest first (start times in UTC)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of the runs' records")
+    p.add_argument("--task", help="only runs of this task")
+    p.add_argument("--status", choices=("running", "completed", "stopped", "failed", "interrupted"),
+                   help="only runs with this status")
+    p = add("show", cmd_show, "one run in full")
+    p.add_argument("id", metavar="ID", help="run id, unique id prefix, or folder name")
+    p.add_argument("--json", action="store_true", help="print the run's record as JSON")
+    p = add("compare", cmd_compare, "runs side by side: speed, metrics, wall time, the config fields that differ")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = add("export", cmd_export, "a run's step and evaluation metrics as CSV")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--csv", required=True, metavar="FILE", help="the CSV file to write ('-': stdout)")
+    p = add("delete", cmd_delete, "delete run folders (asks first on a terminal; never a running run)")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p = add("tensorboard", cmd_tensorboard, "write runs as TensorBoard event files")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("--out", required=True, metavar="DIR", help="the TensorBoard log folder to write")
