@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 import pytest
 
 from core.engine.control import RunControl
-from core.engine.events import StepMetrics
+from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 from core.engine.run_folder import claim_run_folder
 from core.engine.run_record import RunRecord, read_run
 from core.engine.trainer import train
@@ -116,3 +117,39 @@ def test_an_older_folder_is_summarised_from_its_first_and_last_lines(tmp_path):
     assert run["metrics"] == {"accuracy": 0.8} and run["id"] == read_run(folder)["id"]
     assert not (folder / "run.json").exists()
     assert read_run(tmp_path) is None  # no run here
+
+
+@dataclass(frozen=True)
+class BestSaved(CheckpointSaved):  # CheckpointSaved with kind "best" (the field the best-checkpoint change adds)
+    kind: str = "best"
+    rank: int | None = 1
+
+
+def started(**config) -> RunStarted:
+    return RunStarted(task="tiny", device="cpu", device_name="cpu", precision="bf16", autocast_dtype="bfloat16",
+                      param_dtype="float32", scaler=False, param_count=10, total_steps=30, steps_per_epoch=10,
+                      start_step=0, config={"task": "tiny", **config})
+
+
+def test_best_follows_the_monitored_metric_and_names_the_best_checkpoint(tmp_path):
+    rec = RunRecord(tmp_path)
+    rec.update(started(monitor="loss", monitor_mode="auto"))
+    for step, loss in ((10, 0.5), (20, 0.3), (30, 0.4)):
+        rec.update(EvalMetrics(step=step, epoch=1, split="val", metrics={"loss": loss, "accuracy": 1 - loss}))
+    rec.update(BestSaved(step=20, path=str(tmp_path / "best.pt")))
+    rec.update(BestSaved(step=30, path=str(tmp_path / "best-2.pt"), rank=2))  # 2nd best: not named
+    rec.update(CheckpointSaved(step=30, path=str(tmp_path / "checkpoint.pt")))
+    rec.update(EvalMetrics(step=30, epoch=1, split="test", metrics={"loss": 0.1}))  # test split: not val
+    rec.update(RunEnded(status="completed", message="done", step=30, epoch=3, final_loss=0.35, metrics={},
+                        checkpoint=str(tmp_path / "checkpoint.pt"), samples_per_second=5.0, elapsed_seconds=2.0,
+                        test_metrics={"loss": 0.1}))
+    data = record(tmp_path)
+    assert data["best"] == {"name": "loss", "value": 0.3, "step": 20}
+    assert data["checkpoints"]["best"] == {"path": str(tmp_path / "best.pt"), "step": 20}
+    assert data["checkpoints"]["last"]["step"] == 30 and data["metrics"] == {"loss": 0.4, "accuracy": 0.6}
+    assert data["test_metrics"] == {"loss": 0.1} and data["status"] == "completed" and data["precision"] == "bf16"
+    rec = RunRecord(tmp_path)
+    rec.update(started(monitor_mode="min"))  # primary metric (accuracy), lower better as configured
+    for step, accuracy in ((10, 0.7), (20, 0.6)):
+        rec.update(EvalMetrics(step=step, epoch=1, split="val", metrics={"accuracy": accuracy}))
+    assert record(tmp_path)["best"] == {"name": "accuracy", "value": 0.6, "step": 20}

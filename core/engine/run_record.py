@@ -18,6 +18,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
 from core.files import atomic_write_bytes
 
@@ -43,7 +44,10 @@ def primary_metric(task: str) -> str | None:
         return None
 
 
-def lower_is_better(metric: str) -> bool:
+def lower_is_better(metric: str, mode: str = "auto") -> bool:
+    """min/max as configured (RunConfig.monitor_mode); auto: lower for losses and errors."""
+    if mode in ("min", "max"):
+        return mode == "min"
     name = metric.lower()
     return any(word in name for word in ("loss", "error", "mse", "mae", "perplexity"))
 
@@ -71,30 +75,34 @@ class RunRecord:
         self.folder = Path(folder)
         self.path = self.folder / RECORD_FILE
         self.data: dict | None = None
+        self._mode = "auto"
         earlier = load_record(self.folder)
         self._earlier = earlier if isinstance(earlier, dict) else None
 
     def update(self, event) -> None:
         """Fold one event into the record and write it when it changed what run.json says."""
-        kind = type(event).__name__
-        if kind == "RunStarted":
-            self._started(event)
-        elif self.data is None:
-            return  # no RunStarted yet (setup failed): no record
-        elif kind == "CheckpointSaved":
-            which = getattr(event, "kind", "last") or "last"
-            self.data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
-            self.data["steps"] = max(self.data.get("steps") or 0, event.step)
-        elif kind == "EvalMetrics":
-            self._evaluated(event)
-        elif kind == "StepMetrics":
-            self.data["steps"] = event.step
-            self.data["final_loss"] = event.loss
-            return  # kept in memory only: written with the next record-worthy event
-        elif kind == "RunEnded":
-            self._ended(event)
-        else:
-            return
+        match event:
+            case RunStarted():
+                self._started(event)
+            case _ if self.data is None:
+                return  # no RunStarted yet: no record
+            case CheckpointSaved():
+                which = getattr(event, "kind", "last") or "last"
+                if which != "last" and getattr(event, "rank", None) not in (None, 1):
+                    return  # the k-th best kept: run.json names the best one
+                self.data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
+                if which == "last":
+                    self.data["steps"] = max(self.data.get("steps") or 0, event.step)
+            case EvalMetrics():
+                self._evaluated(event)
+            case StepMetrics():
+                self.data["steps"] = event.step
+                self.data["final_loss"] = event.loss
+                return  # kept in memory only: written with the next record-worthy event
+            case RunEnded():
+                self._ended(event)
+            case _:
+                return
         self.write()
 
     def write(self) -> None:
@@ -103,7 +111,8 @@ class RunRecord:
 
     def _started(self, event) -> None:
         earlier = self._earlier or {}
-        metric = primary_metric(event.task)
+        metric = event.config.get("monitor") or primary_metric(event.task)
+        self._mode = str(event.config.get("monitor_mode") or "auto")
         self.data = {
             "version": RECORD_VERSION,
             "id": earlier.get("id") or new_id(),
@@ -126,7 +135,8 @@ class RunRecord:
             "samples_per_second": None,
             "metrics": dict(earlier.get("metrics") or {}),
             "test_metrics": {},
-            "best": earlier.get("best") or ({"name": metric, "value": None, "step": None} if metric else None),
+            "best": (earlier["best"] if (earlier.get("best") or {}).get("name") == metric
+                     else {"name": metric, "value": None, "step": None} if metric else None),
             "checkpoints": dict(earlier.get("checkpoints") or {}),
             "config": dict(event.config),
             "notes": list(getattr(event, "notes", []) or []),
@@ -147,7 +157,7 @@ class RunRecord:
             return
         old = best.get("value")
         better = (old is None or not isinstance(old, (int, float))
-                  or (value < old if lower_is_better(best["name"]) else value > old))
+                  or (value < old if lower_is_better(best["name"], self._mode) else value > old))
         if better:
             self.data["best"] = {"name": best["name"], "value": value, "step": event.step}
 
