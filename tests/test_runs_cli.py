@@ -128,13 +128,16 @@ def test_tensorboard_without_the_exporter_is_one_line_or_writes(runs_root, tmp_p
         assert list((tmp_path / "tb" / "rec-bf16").rglob("events.out.tfevents.*"))
 
 
-def test_runs_help_does_not_import_torch():
+@pytest.mark.parametrize("argv", [["runs", "list", "--help"], ["runs", "list", "--runs-dir", "RUNS"],
+                                  ["runs", "show", "a1b", "--runs-dir", "RUNS"]], ids=lambda a: " ".join(a[:2]))
+def test_runs_commands_do_not_import_torch(argv, runs_root):
+    argv = [str(runs_root) if a == "RUNS" else a for a in argv]
     probe = ("import sys, contextlib, io\nfrom core.cli.main import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    try:\n        main(['runs', 'list', '--help'])\n    except SystemExit:\n        pass\n"
-             "print('torch' in sys.modules)")
+             f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass\n"
+             "print([m for m in ('torch', 'numpy') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "False", out.stderr
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 TRAIN = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device", "cpu", "--precision", "fp32",
@@ -172,3 +175,8 @@ def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_pa
     assert resumed.returncode == 0, resumed.stderr
     listed = json.loads(subprocess.run(runs, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout)
     assert [(r["id"], r["status"]) for r in listed] == [(run_id, "completed")]
+    exported = subprocess.run([sys.executable, "-m", "core.cli", "runs", "export", run_id[:6], "--csv", "-",
+                               "--runs-dir", str(root)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    rows = list(csv.DictReader(exported.stdout.splitlines()))
+    assert exported.returncode == 0 and rows and all(r["loss"] for r in rows if r["lr"])
+    assert int(rows[-1]["step"]) == saved + 5
