@@ -168,6 +168,7 @@ def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_pa
         process.stderr.close()
     listed = json.loads(subprocess.run(runs, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout)
     assert [r["status"] for r in listed] == ["interrupted"]
+    assert listed[0]["wall_seconds"] > 0  # as of its last checkpoint
     run_id, saved = listed[0]["id"], listed[0]["checkpoints"]["last"]["step"]
     assert listed[0]["steps"] >= saved > 0
     resumed = subprocess.run([*TRAIN, "--max-steps", str(saved + 5), "--resume",

@@ -98,6 +98,7 @@ class RunRecord:
             case StepMetrics():
                 self.data["steps"] = event.step
                 self.data["final_loss"] = event.loss
+                self.data["wall_seconds"] = self._previous_wall + float(event.elapsed_seconds or 0.0)
                 return  # kept in memory only: written with the next record-worthy event
             case RunEnded():
                 self._ended(event)
