@@ -61,6 +61,8 @@ def _best(run: dict) -> str:
 def _wall(seconds) -> str:
     if not isinstance(seconds, (int, float)):
         return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
