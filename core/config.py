@@ -19,6 +19,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "onecycle")
+MONITOR_MODES = ("auto", "max", "min")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 
 
@@ -64,6 +65,16 @@ FIELD_SPECS: dict[str, FieldSpec] = {
                              "machine, else the free cores; the choice is reported when the run starts)",
                   0, 1024, step=1),
         FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl"),
+        FieldSpec("monitor", "validation metric that picks the best checkpoints and early stopping; empty = the "
+                             "task's primary metric (e.g. accuracy, ndcg@10_full), or 'loss' for the validation loss"),
+        FieldSpec("monitor_mode", "whether a higher (max) or lower (min) monitored value is better; auto = min "
+                                  "for names containing 'loss', else max", choices=MONITOR_MODES),
+        FieldSpec("keep_best", "best checkpoints kept besides checkpoint.pt (the last): 1 = best.pt, k > 1 = "
+                               "best-1.pt (the best) to best-k.pt, ranked; 0 = none", 0, 100, step=1),
+        FieldSpec("early_stop_patience", "end the run (completed) after this many evaluations without an "
+                                         "improvement of the monitored metric; 0 = off", 0, 1_000_000, step=1),
+        FieldSpec("early_stop_min_delta", "an improvement must beat the best value by more than this (for best "
+                                          "checkpoints and early stopping)", 0.0, 1e9, step=0.001),
     )
 }
 
@@ -95,6 +106,11 @@ class RunConfig:
     checkpoint_minutes: float = 10.0
     threads: int = 0
     out_dir: str = "runs/latest"
+    monitor: str = ""
+    monitor_mode: str = "auto"
+    keep_best: int = 1
+    early_stop_patience: int = 0
+    early_stop_min_delta: float = 0.0
 
     @classmethod
     def for_task(cls, task: str, **overrides: Any) -> RunConfig:
@@ -203,6 +219,8 @@ def field_errors(cfg: RunConfig) -> dict[str, str]:
         problems.setdefault("epochs", "set epochs or max_steps above 0: the run would do nothing")
     if not cfg.out_dir.strip():
         problems["out_dir"] = "must not be empty"
+    if cfg.monitor != cfg.monitor.strip() or any(c.isspace() for c in cfg.monitor):
+        problems["monitor"] = f"{cfg.monitor!r} is not a metric name: names have no spaces (e.g. accuracy, loss)"
     if cfg.data and not Path(cfg.data).exists():
         problems["data"] = f"{cfg.data}: no such file or folder"
     return problems

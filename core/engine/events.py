@@ -58,6 +58,10 @@ class EvalMetrics:
 class CheckpointSaved:
     step: int
     path: str
+    kind: str = "last"  # "last": checkpoint.pt, the run's latest state; "best": a best checkpoint
+    metric: str | None = None  # best: the monitored validation metric and its value at `step`
+    value: float | None = None
+    rank: int | None = None  # best: 1 = the best so far, k = the k-th best kept (keep_best > 1)
 
 
 @dataclass(frozen=True)

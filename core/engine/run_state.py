@@ -66,6 +66,9 @@ def capture(trainer, rng: list[dict]) -> dict:
         "skipped_steps": trainer.skipped_steps,
         "versions": ckpt.library_versions(),
     }
+    tracker = getattr(trainer, "tracker", None)  # best checkpoints and early stopping (core.engine.early_stopping)
+    if tracker is not None:
+        state["best_tracker"] = tracker.state_dict()
     if len(rng) > 1:
         state["rng_per_rank"] = rng
     return state

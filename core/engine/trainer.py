@@ -19,16 +19,18 @@ from time import monotonic
 import torch
 
 from core.config import RunConfig
-from core.data.batching import EpochBatches, place_split
+from core.data.batching import EpochBatches, place_split, split_length
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
 from core.engine import run_state
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    RUN_NOTE_ENV, DistContext, StopAgreement, dead_ranks, destroy_process_group, gather_peers, init_process_group,
-    is_peer_failure,
+    RUN_NOTE_ENV, DistContext, StopAgreement, broadcast_ints, dead_ranks, destroy_process_group, gather_peers,
+    init_process_group, is_peer_failure,
 )
+from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
+from core.engine.early_stopping import BestTracker, resolve_mode
 from core.engine.evaluation import evaluate_split
 from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunPaused, RunResumed
 from core.engine.optimizers import build_optimizer, build_scheduler
@@ -77,6 +79,8 @@ class Trainer:
         self._saved_step = -1  # the step of the latest checkpoint (every rank)
         self._saved_checkpoint_step = -1  # the step of the checkpoint.pt on disk (rank 0)
         self._ending = False
+        self.tracker: BestTracker | None = None  # best checkpoints and early stopping (see early_stopping)
+        self._early_stop: str | None = None  # the reason, once the tracker has run out of patience
         self._peers: list[tuple[str, int]] = []  # (host, pid) of every rank, to name one that dies
 
     # ----------------------------------------------------------------- phases
@@ -118,6 +122,7 @@ class Trainer:
                              available=self.device_info.memory_free if self.device.type == "cuda" else None)
         seed_everything(cfg.seed)  # the same initial model on every rank
         self.raw_model = model = self.task.build_model(self.data.info).to(self.device)
+        self.tracker = self._make_tracker()  # before the per-rank seeds: its probe draws nothing that stays
         seed_everything(cfg.seed + self.dist.rank)  # each rank's own dropout and sampling (see run_state)
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if not cfg.threads:
@@ -136,6 +141,9 @@ class Trainer:
         self.scaler = self.plan.make_scaler()
         if resume_state is not None:
             run_state.restore(self, resume_state, str(self.resume_from))
+            if self.tracker is not None:
+                note = self.tracker.load_state_dict(resume_state.get(TRACKER_KEY))
+                self.notes.extend([note] if note else [])
         self.model = self._wrap_ddp(model)
         self.model.train()
         self._watch = NonFiniteWatch(model)
@@ -216,6 +224,8 @@ class Trainer:
                 self.step += 1
                 self.clock.interval_steps += 1
                 self._after_step(epoch_done=index + 1 == self.steps_per_epoch)
+                if self._early_stop:
+                    return "completed", self._early_stop
                 if self.step >= self.total_steps:
                     break
             if self.step % self.steps_per_epoch == 0:
@@ -297,20 +307,70 @@ class Trainer:
         if split == "val":
             self.last_metrics = metrics
         self._emit(EvalMetrics(step=self.step, epoch=self.display_epoch(), split=split, metrics=metrics))
+        if split == "val" and self.tracker is not None:
+            self._track(metrics)
         return metrics
 
-    def save_checkpoint(self) -> str | None:
-        """Write checkpoint.pt atomically and emit CheckpointSaved (rank 0; every rank hands it its RNG states)."""
+    def _make_tracker(self) -> BestTracker | None:
+        """The tracker of the monitored metric, when best checkpoints or early stopping are on. The metric must
+        be one the task reports on validation: its names are learnt by evaluating a few validation rows here
+        (this process alone, no collective), so a wrong name is refused before the run starts."""
+        cfg = self.cfg
+        if cfg.keep_best == 0 and cfg.early_stop_patience == 0:
+            return None
+        metric = cfg.monitor or self.task.primary_metric
+        names = self._metric_names()
+        if metric not in names:
+            what = f"no validation metric {metric!r}" if cfg.monitor else f"no {metric!r} (its primary metric)"
+            raise ConfigError("monitor", f"task {cfg.task} reports {what}; its validation metrics: "
+                                         f"{', '.join(names)}")
+        return BestTracker(metric, resolve_mode(metric, cfg.monitor_mode), cfg.early_stop_min_delta,
+                           cfg.keep_best, cfg.early_stop_patience)
+
+    def _metric_names(self) -> list[str]:
+        val = self.data.val
+        rows = min(split_length(val), 8)
+        probe = {key: value[:rows].to(self.device) for key, value in val.items()}
+        metrics = evaluate_split(self.task, self.raw_model, probe, self.cfg.batch_size, DistContext(),
+                                 self.plan.autocast)
+        return list(metrics)
+
+    def _track(self, metrics: dict) -> None:
+        """Count a validation evaluation: save the best checkpoints it earns, and decide on early stopping.
+        Under DDP every rank takes rank 0's value (the metrics are all-reduced already; this also covers tasks
+        that evaluate on each rank alone), so the ranks save and stop alike."""
+        import struct
+
+        tracker = self.tracker
+        value = metrics.get(tracker.metric)
+        value = float("nan") if not isinstance(value, (int, float)) else float(value)
+        if self.dist.enabled:  # the float's 64 bits as one int: exact
+            bits = broadcast_ints([struct.unpack("<q", struct.pack("<d", value))[0]], self.dist, self.device)[0]
+            value = struct.unpack("<d", struct.pack("<q", bits))[0]
+        update = tracker.update(value, self.step)
+        if update.file is not None:
+            self.save_checkpoint(self.out_dir / update.file, kind="best", rank=update.rank + 1, value=value)
+            if self.dist.is_main:
+                for name in update.dropped:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.out_dir / name).unlink()
+        if tracker.should_stop:
+            self._early_stop = tracker.stop_message()
+
+    def save_checkpoint(self, path: Path | None = None, kind: str = "last", **best) -> str | None:
+        """Write checkpoint.pt (or a best checkpoint at `path`) atomically and emit CheckpointSaved (rank 0;
+        every rank hands it its RNG states)."""
         rng = run_state.gather_rng(self.dist, self.device)
-        self._saved_step = self.step  # on every rank: they decide alike whether the step still needs a save
+        if kind == "last":
+            self._saved_step = self.step  # on every rank: they decide alike whether the step still needs a save
         if not self.dist.is_main:
             return None
-        return self._write_checkpoint(rng)
+        return self._write_checkpoint(rng, path, kind, **best)
 
-    def _write_checkpoint(self, rng: list[dict]) -> str:
-        """Rank 0 writes checkpoint.pt; an OS error ends the run with one line (the previous file is kept:
-        the write is atomic)."""
-        path = self.checkpoint_path
+    def _write_checkpoint(self, rng: list[dict], path: Path | None = None, kind: str = "last", **best) -> str:
+        """Rank 0 writes checkpoint.pt (or a best checkpoint); an OS error ends the run with one line (the
+        previous file is kept: the write is atomic)."""
+        path = path or self.checkpoint_path
         try:
             if self.events.removed() or not os.path.isdir(self.out_dir):
                 raise RunFailed(f"could not write {path}: the run folder {self.out_dir} was removed while the "
@@ -318,6 +378,9 @@ class Trainer:
             ckpt.save_checkpoint(path, run_state.capture(self, rng))
         except OSError as exc:
             raise RunFailed(f"could not write {path}: {describe_os_error(exc)}; {self._kept()}") from None
+        if kind != "last":
+            self._emit(CheckpointSaved(step=self.step, path=str(path), kind=kind, metric=self.tracker.metric, **best))
+            return str(path)
         self._saved_at = monotonic()
         self.saved_checkpoint, self._saved_checkpoint_step = str(path), self.step
         self._emit(CheckpointSaved(step=self.step, path=str(path)))

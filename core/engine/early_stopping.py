@@ -1,0 +1,142 @@
+"""Best checkpoints and early stopping: which validation evaluations improved the monitored metric.
+
+The trainer hands every validation evaluation's value of the monitored metric to a `BestTracker`. A value
+improves when it beats the best one by more than `min_delta` (a NaN or inf value never does). The tracker
+ranks the `keep` best evaluations for the best checkpoints:
+
+- keep 1: `best.pt`, rewritten at every improvement;
+- keep k > 1: `best-step<N>.pt` for each of the k best evaluations (N: its step). A new file is written first
+  and the one that drops out of the k best is removed after it, so a crash in between leaves k + 1 files,
+  never fewer than k. The best of them is `ranked[0]` (also in each CheckpointSaved event and in run.json).
+  A value enters the ranking's first place only by improving on the best (min_delta); lower places take any
+  finite value better than their holder's.
+
+After `patience` evaluations in a row without an improvement the run ends early (`completed`). Under DDP the
+trainer feeds every rank the value rank 0 saw (broadcast), so the ranks' trackers are the same and decide
+alike. The tracker's state goes into every checkpoint (`best_tracker`), so a resumed run goes on counting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+STATE_KEY = "best_tracker"
+BEST_FILE = "best.pt"
+
+
+def resolve_mode(metric: str, mode: str) -> str:
+    """'max' or 'min': auto is min for names containing 'loss', else max."""
+    if mode in ("max", "min"):
+        return mode
+    return "min" if "loss" in metric.lower() else "max"
+
+
+def format_value(value: float) -> str:
+    return f"{value:.4g}"
+
+
+@dataclass
+class Update:
+    """What one evaluation changed: `improved` (for patience), `rank` (0-based place among the kept best, or
+    None), `file` to write and `dropped` files to remove."""
+
+    improved: bool
+    rank: int | None = None
+    file: str | None = None
+    dropped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BestTracker:
+    metric: str
+    mode: str  # "max" | "min"
+    min_delta: float = 0.0
+    keep: int = 1
+    patience: int = 0
+    best: float | None = None
+    best_step: int = -1
+    since_best: int = 0  # evaluations since the latest improvement (or since the start)
+    ranked: list[dict] = field(default_factory=list)  # {"value", "step", "file"}, best first, at most `keep`
+
+    def better(self, value: float, than: float, margin: float = 0.0) -> bool:
+        return value > than + margin if self.mode == "max" else value < than - margin
+
+    def update(self, value: float | None, step: int) -> Update:
+        """Count one evaluation's value of the monitored metric at `step`."""
+        finite = value is not None and isinstance(value, (int, float)) and math.isfinite(value)
+        improved = finite and (self.best is None or self.better(value, self.best, self.min_delta))
+        if improved:
+            self.best, self.best_step, self.since_best = float(value), step, 0
+        else:
+            self.since_best += 1
+        if not finite or self.keep <= 0:
+            return Update(improved)
+        rank = 0 if improved else None
+        if rank is None:
+            for place in range(1, self.keep):
+                if place >= len(self.ranked) or self.better(value, self.ranked[place]["value"]):
+                    rank = place
+                    break
+        if rank is None:
+            return Update(improved)
+        name = BEST_FILE if self.keep == 1 else f"best-step{step}.pt"
+        entry = {"value": float(value), "step": step, "file": name}
+        kept = [e for e in self.ranked if e["step"] != step]  # the same step evaluated twice: the newer counts
+        kept.insert(min(rank, len(kept)), entry)
+        dropped = [e["file"] for e in kept[self.keep:] if e["file"] != name]
+        self.ranked = kept[:self.keep]
+        return Update(improved, rank, name, dropped)
+
+    @property
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.best is not None and self.since_best >= self.patience
+
+    def stop_message(self, split: str = "val") -> str:
+        """e.g. 'no improvement in val ndcg@10_full for 5 evaluations; best 0.412 at step 3,000'."""
+        count = f"{self.since_best} evaluation{'s' if self.since_best != 1 else ''}"
+        return (f"no improvement in {split} {self.metric} for {count}; best {format_value(self.best)} "
+                f"at step {self.best_step:,}")
+
+    # ----------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict:
+        return {"metric": self.metric, "mode": self.mode, "best": self.best, "best_step": self.best_step,
+                "since_best": self.since_best, "ranked": [dict(e) for e in self.ranked]}
+
+    def load_state_dict(self, state) -> str | None:
+        """Continue from a checkpoint's tracker state; a note when it is not used (another metric or mode, or
+        a state that is not one). Older checkpoints have none: the tracker starts fresh, silently."""
+        if state is None:
+            return None
+        problem = _state_problem(state)
+        if problem:
+            return f"the checkpoint's best-checkpoint state is not usable ({problem}): best tracking starts fresh"
+        if state["metric"] != self.metric or state["mode"] != self.mode:
+            return (f"the checkpoint tracked the best {state['metric']} ({state['mode']}); this run monitors "
+                    f"{self.metric} ({self.mode}): best tracking starts fresh")
+        self.best = None if state["best"] is None else float(state["best"])
+        self.best_step, self.since_best = int(state["best_step"]), int(state["since_best"])
+        ranked = sorted(state["ranked"], key=lambda e: e["value"], reverse=self.mode == "max")
+        if self.keep == 1:
+            ranked = [e for e in ranked if e["file"] == BEST_FILE]
+        elif self.keep > 1:
+            ranked = [e for e in ranked if e["file"] != BEST_FILE]
+        self.ranked = ranked[:max(self.keep, 0)]
+        return None
+
+
+def _state_problem(state) -> str | None:
+    if not isinstance(state, dict):
+        return "not a dict"
+    for key, kind in (("metric", str), ("mode", str), ("best_step", int), ("since_best", int), ("ranked", list)):
+        if not isinstance(state.get(key), kind):
+            return f"{key} is missing or not a {kind.__name__}"
+    best = state.get("best")
+    if best is not None and not (isinstance(best, (int, float)) and math.isfinite(best)):
+        return "best is not a finite number"
+    for entry in state["ranked"]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("file"), str) and isinstance(entry.get("step"), int)
+                and isinstance(entry.get("value"), (int, float)) and math.isfinite(entry["value"])
+                and "/" not in entry["file"] and "\\" not in entry["file"] and entry["file"].endswith(".pt")):
+            return "ranked holds an entry that is not a value, step and file name"
+    return None
