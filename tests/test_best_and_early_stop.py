@@ -182,3 +182,40 @@ def test_checkpoint_saved_round_trips_with_its_kind():
     assert event_from_dict(event_to_dict(event)) == event
     assert event_from_dict({"event": "CheckpointSaved", "step": 1, "path": "p"}).kind == "last"
 
+
+
+def _early_stop_on_each_rank(rank: int, out: str) -> dict:
+    """Rank 1 sees a different (inverted) accuracy than rank 0: the ranks must still save and stop alike, on
+    rank 0's values."""
+    import core.engine.trainer as trainer_module
+    from core.engine.distributed import DistContext
+
+    if rank == 1:
+        original = trainer_module.evaluate_split
+
+        def skewed(*args, **kwargs):
+            metrics = original(*args, **kwargs)
+            return {**metrics, "accuracy": 1.0 - metrics["accuracy"]}
+
+        trainer_module.evaluate_split = skewed
+    cfg = RunConfig.for_task("tiny", device="cpu", precision="fp32", out_dir=out, log_interval=5, max_steps=500,
+                             early_stop_patience=2, **BUMPY)
+    seen = []
+    trainer = Trainer(cfg, sink=seen.append, dist_ctx=DistContext.from_env())
+    ended = trainer.run()
+    return {"status": ended.status, "step": ended.step, "message": ended.message,
+            "best": [(e.step, e.value) for e in seen if isinstance(e, CheckpointSaved) and e.kind == "best"],
+            "tracker": trainer.tracker.state_dict()}
+
+
+@pytest.mark.timeout(240)
+def test_under_ddp_every_rank_takes_rank_0s_decision(tmp_path):
+    from tests.test_distributed import run_ranks
+
+    zero, one = run_ranks(_early_stop_on_each_rank, str(tmp_path / "ddp"))
+    assert zero["status"] == one["status"] == "completed"
+    assert zero["step"] == one["step"] < 500 and zero["message"].startswith("no improvement in val accuracy")
+    assert zero["tracker"] == one["tracker"]
+    assert zero["best"] and one["best"] == []  # rank 0 writes and reports; rank 1 took part in the same saves
+    saved = load_checkpoint(tmp_path / "ddp" / "best.pt")
+    assert (saved["step"], saved["metrics"]["accuracy"]) == zero["best"][-1]
