@@ -64,6 +64,7 @@ class MainWindow(QMainWindow):
         self._history_pool: ThreadPoolExecutor | None = None
         self.compareDialog = None
         self.inspectorDialog = None
+        self.historyDialog = None
         self._run_title = ""
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
         self._user_close = False
@@ -138,6 +139,9 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         self.file_actions.add_to_menu(file_menu)
+        file_menu.addSeparator()
+        self.historyAction = QAction("Run &history…", self, shortcut="Ctrl+H", triggered=self.show_history)
+        file_menu.addAction(self.historyAction)
         file_menu.addSeparator()
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.request_close)
@@ -229,6 +233,57 @@ class MainWindow(QMainWindow):
         self.inspectorDialog.show()
         self.inspectorDialog.raise_()
         return self.inspectorDialog
+
+    def show_history(self):
+        """The run history (every run under the runs folder) as a dialog, created on first use."""
+        if not self.engine_ready:
+            return None
+        if self.historyDialog is None:
+            from PySide6.QtWidgets import QDialog
+
+            from app.panels.history import HistoryPanel, default_runs_root
+
+            def root():
+                try:
+                    out_dir = self.setupPanel.config().out_dir
+                except Exception:  # noqa: BLE001 - an invalid form: the default folder
+                    out_dir = None
+                return default_runs_root(out_dir)
+
+            dialog = QDialog(self, objectName="historyDialog")
+            dialog.setWindowTitle("Run history")
+            dialog.resize(1100, 480)
+            panel = HistoryPanel(root, dialog)
+            QVBoxLayout(dialog).addWidget(panel)
+            dialog.panel = panel
+            panel.loadSettingsRequested.connect(self._load_run_settings)
+            panel.resumeRequested.connect(self._resume_from_history)
+            panel.overlayRequested.connect(self.plotsPanel.overlay_runs)
+            panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
+            self.historyDialog = dialog
+        self.historyDialog.show()
+        self.historyDialog.raise_()
+        return self.historyDialog
+
+    def _load_run_settings(self, config: dict) -> None:
+        from core.config import RunConfig
+        from core.errors import ConfigError
+
+        if self.controller.running:
+            self.show_message("A run is in progress; its settings stay in the form until it ends.", "status-warn")
+            return
+        try:
+            self.apply_config(RunConfig.from_dict(config, source="run.json"))
+        except ConfigError as exc:
+            self.show_error(f"Could not load the run's settings: {exc}")
+            return
+        self.show_message(f"Loaded the settings of the run in {config.get('out_dir', '?')}")
+
+    def _resume_from_history(self, checkpoint: str) -> None:
+        if self.controller.running or self.jobs.busy:
+            self.show_message("A run is already in progress; stop it first.", "status-warn")
+            return
+        self.file_actions.resume(checkpoint)
 
     def train_with_precision(self, mode: str) -> bool:
         """Set the precision picker to `mode` and start a full run with the rest of the form as it is."""
@@ -507,6 +562,8 @@ class MainWindow(QMainWindow):
         for dialog in (self.compareDialog, self.inspectorDialog):
             if dialog is not None:
                 dialog.shutdown()
+        if self.historyDialog is not None:
+            self.historyDialog.panel.shutdown()
         self.save_settings()
         self._close_state = "closed"
         super().closeEvent(event)
@@ -534,7 +591,7 @@ class MainWindow(QMainWindow):
                 self.controller.resume()  # a hidden window could never resume it
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
             self.save_settings()
-            for dialog in (self.compareDialog, self.inspectorDialog):
+            for dialog in (self.compareDialog, self.inspectorDialog, self.historyDialog):
                 if dialog is not None:
                     dialog.hide()
             self.hide()

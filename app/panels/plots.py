@@ -26,6 +26,8 @@ from core.engine.events import EvalMetrics, RunEnded, RunStarted, StepMetrics, e
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
+# other runs overlaid for comparison (overlay_runs): dashed, in colours the live curves do not use
+OVERLAY_COLOURS = ("#e4572e", "#17becf", "#b5179e", "#7cb518", "#ff9f1c", "#4361ee", "#8d6e63", "#f72585")
 # key, objectName, title, (y label, units), y scale, (grid row, column, column span). The y scale is "linear",
 # "log", "auto" (linear until the positive data spans AUTO_LOG_RATIO times, then log for the rest of the run)
 # or "zero" (linear, always holding 0: a quantity whose noise would look like swings on a range cut close).
@@ -161,6 +163,7 @@ class PlotsPanel(QWidget):
         self._timer = QTimer(self, interval=int(1000 / REDRAW_HZ))
         self._timer.timeout.connect(self.redraw)
         self.redraws = 0  # how many curve updates were drawn (the benchmark reads it)
+        self._overlays: list = []  # (plot key, curve, label) of other runs drawn for comparison
 
     @property
     def ready(self) -> bool:
@@ -282,6 +285,7 @@ class PlotsPanel(QWidget):
     def _show_notes(self) -> None:
         """Set each plot's note from what it holds: nothing when it has a point to draw."""
         filled = {p for k, p in self._curve_plot.items() if len(self._series[k])}
+        filled |= {p for p, _curve, _label in self._overlays}  # another run's curves are drawn there
         for plot, note in self._notes.items():
             if plot in filled:
                 if note.isVisible():  # TextItem.setVisible costs ~0.1 ms even when nothing changes
@@ -643,3 +647,80 @@ class PlotsPanel(QWidget):
             if keeper.log != self._log_mode(plot):  # the data came to span decades: log scale from now on
                 item.setLogMode(y=keeper.log)
             item.setYRange(*new, padding=0)
+
+    # ------------------------------------------------------------------ other runs, for comparison
+    def overlay_runs(self, runs) -> list[str]:
+        """Draw other runs' training loss and primary validation metric over the plots, each run in its own
+        colour (dashed) with a legend entry: `runs` is a list of (label, metrics.jsonl records) or (label,
+        records, metric name); without a name the first metric of the run's first validation is drawn.
+        Replaces the overlays shown before; the run on show (and its curves) is left as it is, and a new run
+        keeps the overlays until `clear_overlays`. Returns the legend labels drawn."""
+        import pyqtgraph as pg
+
+        self.clear_overlays()
+        if not self.plots:
+            return []
+        labels = []
+        extents: dict[str, list[float]] = {}
+        x_top = 0
+        for index, run in enumerate(runs):
+            label, records = run[0], run[1]
+            metric = run[2] if len(run) > 2 else None
+            steps, evals, _first = history_points(records)
+            colour = OVERLAY_COLOURS[index % len(OVERLAY_COLOURS)]
+            pen = pg.mkPen(colour, width=2, style=Qt.PenStyle.DashLine)
+            x = np.array([s["step"] for s in steps], dtype=np.float64)
+            y = np.array([np.nan if s.get("loss") is None else s["loss"] for s in steps], dtype=np.float64)
+            if len(x):
+                self._add_overlay("loss", x, y, label, pen, extents)
+                labels.append(label)
+                x_top = max(x_top, int(x.max()))
+            val = [e for e in evals if e.split == VAL_SPLIT]
+            if metric is None:
+                metric = next((name for e in val for name in e.metrics), None)
+            points = [(e.step, e.metrics[metric]) for e in val if metric is not None
+                      and isinstance(e.metrics.get(metric), (int, float))]
+            if points:
+                ex, ey = (np.array(v, dtype=np.float64) for v in zip(*points))
+                self._add_overlay("eval", ex, ey, f"{label} · {metric}", pen, extents, symbol="o")
+                x_top = max(x_top, int(ex.max()))
+        for plot, (lo, hi) in extents.items():
+            mine = [self._series[k] for k, p in self._curve_plot.items() if p == plot and len(self._series[k])]
+            if mine:
+                lo, hi = min([lo, *(s.ymin for s in mine)]), max([hi, *(s.ymax for s in mine)])
+            new = self._ranges[plot].update(lo, hi)
+            if new is not None:
+                item = self.plots[plot].getPlotItem()
+                if self._ranges[plot].log != self._log_mode(plot):
+                    item.setLogMode(y=self._ranges[plot].log)
+                item.setYRange(*new, padding=0)
+            self._update_legend(plot)
+        if x_top > self._x_end:
+            self._set_x_end(nice_x_end(x_top))
+        self._show_notes()
+        return labels
+
+    def _add_overlay(self, plot: str, x, y, label: str, pen, extents: dict, symbol: str | None = None) -> None:
+        item = self.plots[plot].getPlotItem()
+        curve = item.plot(x, y, name=label, pen=pen, symbol=symbol, symbolSize=5, symbolPen=None,
+                          symbolBrush=pen.color() if symbol else None, connect="finite")
+        curve.setZValue(-2)  # under the run on show
+        self._overlays.append((plot, curve, label))
+        finite = y[np.isfinite(y)]
+        if len(finite):
+            lo, hi = extents.get(plot, (math.inf, -math.inf))
+            extents[plot] = [min(lo, float(finite.min())), max(hi, float(finite.max()))]
+
+    def clear_overlays(self) -> None:
+        """Remove every overlaid run (curves and legend entries)."""
+        overlays, self._overlays = self._overlays, []
+        for plot, curve, _label in overlays:
+            self.plots[plot].getPlotItem().removeItem(curve)
+        for plot in {p for p, _c, _l in overlays}:
+            self._update_legend(plot)
+        if overlays:
+            self._show_notes()
+
+    def overlay_labels(self, plot: str = "loss") -> list[str]:
+        """The labels of the runs overlaid on `plot` ('loss' or 'eval'), in drawing order."""
+        return [label for p, _curve, label in self._overlays if p == plot]
