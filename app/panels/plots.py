@@ -651,7 +651,7 @@ class PlotsPanel(QWidget):
     # ------------------------------------------------------------------ other runs, for comparison
     def overlay_runs(self, runs) -> list[str]:
         """Draw other runs' training loss and primary validation metric over the plots, each run in its own
-        colour (dashed) with a legend entry: `runs` is a list of (label, metrics.jsonl records) or (label,
+        colour and dash pattern with a legend entry: `runs` is a list of (label, metrics.jsonl records) or (label,
         records, metric name); without a name the first metric of the run's first validation is drawn.
         Replaces the overlays shown before; the run on show (and its curves) is left as it is, and a new run
         keeps the overlays until `clear_overlays`. Returns the legend labels drawn."""
@@ -668,7 +668,9 @@ class PlotsPanel(QWidget):
             metric = run[2] if len(run) > 2 else None
             steps, evals, _first = history_points(records)
             colour = OVERLAY_COLOURS[index % len(OVERLAY_COLOURS)]
-            pen = pg.mkPen(colour, width=2, style=Qt.PenStyle.DashLine)
+            # a dash pattern per run as well as a colour: runs that track each other stay told apart
+            style = (Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)[index % 3]
+            pen = pg.mkPen(colour, width=2, style=style)
             x = np.array([s["step"] for s in steps], dtype=np.float64)
             y = np.array([np.nan if s.get("loss") is None else s["loss"] for s in steps], dtype=np.float64)
             if len(x):

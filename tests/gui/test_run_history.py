@@ -119,6 +119,7 @@ def test_overlay_of_two_runs_draws_two_curves_with_legend_entries(qtbot, window,
     qtbot.waitUntil(lambda: len(plots.overlay_labels("loss")) == 2, timeout=30_000)
     assert sorted(plots.overlay_labels("loss")) == ["bf16-run · bf16", "fp32-run · fp32"]
     assert len(plots.overlay_labels("eval")) == 2
+    assert plots.note("loss") == "" and plots.note("eval") == ""  # not "No run yet" under other runs' curves
     legend = plots._legends["loss"]
     labels = [label.text for _sample, label in legend.items]
     assert "fp32-run · fp32" in labels and "bf16-run · bf16" in labels
