@@ -425,7 +425,7 @@ class MainWindow(QMainWindow):
                 self.pending_resume = None
                 self._update_buttons()
                 self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
-            case CheckpointSaved():
+            case CheckpointSaved(kind="last"):  # the latest state; best-metric copies are logged, not exported by default
                 self.last_checkpoint = event.path
             case RunPaused() if self.controller.paused:
                 self.show_message(f"Paused at step {event.step:,}: the run waits between steps. Press Resume to "

@@ -28,10 +28,9 @@ from PySide6.QtWidgets import (
 
 from app.run.jobs import JobRunner
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_record import find_runs
+from core.engine.run_record import RUNS_DIR_ENV, find_runs
 from core.files import read_jsonl
 
-RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # the same variable as `amp-console runs` (core.cli.runs)
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
 COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started")
 FILTERED = (0, 1, 2, 3)  # the filter box matches name, task, status, precision

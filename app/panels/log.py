@@ -73,6 +73,8 @@ class LogPanel(QPlainTextEdit):
             self.log(f"paused at step {event.step:,}")
         elif isinstance(event, RunResumed):
             self.log(f"resumed at step {event.step:,} after {event.paused_seconds:.1f} s paused")
+        elif isinstance(event, CheckpointSaved) and event.kind == "best":
+            self.log(f"best checkpoint ({event.metric} {event.value:.4g}) saved at step {event.step:,}: {event.path}")
         elif isinstance(event, CheckpointSaved):
             self.log(f"checkpoint saved at step {event.step:,}: {event.path}")
         elif isinstance(event, RunEnded):

@@ -267,7 +267,7 @@ class ProcessRun(RunHandle):
                     self._last_step = event.start_step
                 case StepMetrics():
                     self._last_step, self._last_epoch = event.step, event.epoch
-                case CheckpointSaved():
+                case CheckpointSaved(kind="last"):  # the run's latest state, not a best-metric copy
                     self._last_checkpoint = event.path
             self.event.emit(event)
 

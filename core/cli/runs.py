@@ -18,10 +18,8 @@ from pathlib import Path
 from core.cli import format as fmt
 from core.cli.common import fail_bad_input
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_record import find_runs
+from core.engine.run_record import RUNS_DIR_ENV, find_runs
 from core.files import read_jsonl
-
-RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"
 
 
 class RunNotFound(Exception):

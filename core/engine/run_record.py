@@ -22,6 +22,8 @@ from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarte
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
 from core.files import atomic_write_bytes
 
+RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs folder for `amp-console runs` and the window's history
+
 RECORD_FILE = "run.json"
 RECORD_VERSION = 1
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
