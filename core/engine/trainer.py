@@ -319,7 +319,15 @@ class Trainer:
         if cfg.keep_best == 0 and cfg.early_stop_patience == 0:
             return None
         metric = cfg.monitor or self.task.primary_metric
-        names = self._metric_names()
+        # The task's own primary metric needs no check; a metric the user named is checked against what a few
+        # validation rows report. A model that cannot even evaluate is left to fail in the run, where the
+        # failure is diagnosed (core.engine.diagnosis), not here as a traceback.
+        try:
+            names = self._metric_names() if cfg.monitor else [metric]
+        except ConfigError:
+            raise
+        except Exception:  # noqa: BLE001
+            names = [metric]
         if metric not in names:
             what = f"no validation metric {metric!r}" if cfg.monitor else f"no {metric!r} (its primary metric)"
             raise ConfigError("monitor", f"task {cfg.task} reports {what}; its validation metrics: "
