@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, Q
 
 from app.plot_ranges import StableRange, nice_x_end
 from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
-from core.engine.events import EvalMetrics, RunEnded, RunStarted, StepMetrics, event_from_dict
+from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics, event_from_dict
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
@@ -375,6 +375,36 @@ class PlotsPanel(QWidget):
         self._update_legend("eval")
         return key
 
+    def best_point(self) -> tuple[str, int, float] | None:
+        """(metric, step, value) of the best checkpoint marked on the validation plot, if any."""
+        return getattr(self, "_best", None)
+
+    def _mark_best(self, metric: str, step: int, value: float) -> None:
+        """A ring on the validation plot where the best checkpoint (best.pt) was taken, one legend entry."""
+        if not self.plots or not math.isfinite(value):
+            return
+        import pyqtgraph as pg
+
+        marker = getattr(self, "_best_marker", None)
+        if marker is None:
+            colour = self._metric_colour(metric)
+            marker = pg.ScatterPlotItem(size=17, symbol="o", pen=pg.mkPen(colour, width=2), brush=None)
+            marker.setZValue(10)
+            self.plots["eval"].getPlotItem().addItem(marker)
+            self._legends["eval"].addItem(marker, f"best checkpoint ({metric})")
+            self._best_marker = marker
+            self._update_legend("eval")
+        marker.setData([step], [value])
+        self._best = (metric, step, value)
+
+    def _clear_best(self) -> None:
+        marker = getattr(self, "_best_marker", None)
+        if marker is not None:
+            self.plots["eval"].getPlotItem().removeItem(marker)
+            self._legends["eval"].removeItem(marker)
+        self._best_marker = None
+        self._best = None
+
     def _add_curve(self, plot: str, key: str, name: str | None, pen, symbol: str | None = None,
                    colour: str | None = None):
         item = self.plots[plot].getPlotItem()
@@ -406,6 +436,7 @@ class PlotsPanel(QWidget):
         for sample in self._split_samples.values():
             self._legends["eval"].removeItem(sample)
         self._split_samples = {}
+        self._clear_best()
         self._metric_colours = {}
         if self.plots:
             self._show_ceiling({})
@@ -464,6 +495,9 @@ class PlotsPanel(QWidget):
                 device = str(event.device).split(":")[0]
                 self.plots["memory"].getPlotItem().setTitle(MEMORY_TITLES.get(device, "Device memory"), size="10pt")
                 self._show_notes()
+        elif isinstance(event, CheckpointSaved):
+            if event.kind == "best" and event.rank in (None, 1) and event.metric and event.value is not None:
+                self._mark_best(event.metric, event.step, event.value)
         elif isinstance(event, EvalMetrics):
             for name, value in event.metrics.items():
                 key = self._eval_curve(event.split, name)

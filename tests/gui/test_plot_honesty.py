@@ -185,3 +185,18 @@ def test_quantities_keep_zero_in_view_and_decades_turn_log(panel):
     panel.handle_event(started())
     assert not panel.plots["grad_norm"].getPlotItem().getAxis("left").logMode  # linear again for the next run
     assert np.isinf(panel.series("grad_norm").ymax * -1)
+
+
+def test_the_best_checkpoint_is_marked_on_the_validation_plot(panel):
+    from core.engine.events import CheckpointSaved
+
+    panel.handle_event(started())
+    panel.handle_event(CheckpointSaved(step=30, path="run/best.pt", kind="best", metric="accuracy", value=0.91,
+                                       rank=1))
+    panel.handle_event(CheckpointSaved(step=40, path="run/checkpoint.pt"))  # the last one: no mark
+    panel.redraw()
+    assert panel.best_point() == ("accuracy", 30, 0.91)
+    assert "best checkpoint (accuracy)" in [label.text for _, label in panel._legends["eval"].items]
+    panel.handle_event(started())  # a new run: the mark goes with the old run
+    assert panel.best_point() is None
+    assert all("best checkpoint" not in label.text for _, label in panel._legends["eval"].items)
