@@ -41,6 +41,11 @@ class ThreadRun(RunHandle):
 
             Trainer(config, sink=progress, control=control, resume_from=resume_from, devices=devices).run()
 
+        # torch's optimizers import torch._dynamo lazily on first use: do that first import here, on the GUI
+        # thread, rather than on the worker while the GUI thread runs Python (a fresh install once deadlocked
+        # there). Once imported it costs nothing.
+        import torch._dynamo  # noqa: F401
+
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval, UI_SWITCH_INTERVAL_S))
         self._job.start(train)
