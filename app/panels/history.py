@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.run.jobs import JobRunner
 from core.engine.run_folder import METRICS_FILE, is_in_use
+from core.cli.format import duration as _wall
 from core.engine.run_record import RUNS_DIR_ENV, find_runs
 from core.files import read_jsonl
 
@@ -42,17 +43,6 @@ def _number(value) -> str:
     if not isinstance(value, (int, float)):
         return str(value)
     return f"{value:.4g}"
-
-
-def _wall(seconds) -> str:
-    if not isinstance(seconds, (int, float)):
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:

@@ -82,3 +82,15 @@ def table(title: str | None = None, **kwargs):
     kwargs.setdefault("pad_edge", False)
     kwargs.setdefault("title_justify", "left")
     return Table(title=title, **kwargs)
+
+
+def duration(seconds) -> str:
+    """'0.1 s', '12:05' or '1:02:03' for a wall time; '-' when unknown."""
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -56,15 +56,7 @@ def _best(run: dict) -> str:
     return f"{best.get('name')} {fmt.number(best['value'])}"
 
 
-def _wall(seconds) -> str:
-    if not isinstance(seconds, (int, float)):
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+_wall = fmt.duration  # one wall-time format for the CLI and the history panel
 
 
 def _start(run: dict, year: bool = True) -> str:
