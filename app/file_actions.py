@@ -154,9 +154,11 @@ class FileActions:
             self.resume(path)
 
     def _checkpoint_folder_hint(self) -> str:
-        """Where to look for a checkpoint before any run: the form's output folder if it exists, else ''."""
+        """Where to look for a checkpoint before any run: the form's output folder (or the runs root) if it
+        exists, else ''."""
         try:
-            folder = Path(self.window.setupPanel.config().out_dir).expanduser().resolve()
+            out_dir = self.window.setupPanel.config().out_dir
+            folder = Path(out_dir).expanduser().resolve() if out_dir else self.window.runs_root()
         except Exception:  # noqa: BLE001 - an invalid form only loses the hint
             return ""
         for candidate in (folder, folder.parent):

@@ -241,29 +241,36 @@ class MainWindow(QMainWindow):
         if self.historyDialog is None:
             from PySide6.QtWidgets import QDialog
 
-            from app.panels.history import HistoryPanel, default_runs_root
-
-            def root():
-                try:
-                    out_dir = self.setupPanel.config().out_dir
-                except Exception:  # noqa: BLE001 - an invalid form: the default folder
-                    out_dir = None
-                return default_runs_root(out_dir)
+            from app.panels.history import HistoryPanel
 
             dialog = QDialog(self, objectName="historyDialog")
             dialog.setWindowTitle("Run history")
             dialog.resize(1100, 480)
-            panel = HistoryPanel(root, dialog)
+            panel = HistoryPanel(self.runs_root, dialog)
             QVBoxLayout(dialog).addWidget(panel)
             dialog.panel = panel
             panel.loadSettingsRequested.connect(self._load_run_settings)
             panel.resumeRequested.connect(self._resume_from_history)
             panel.overlayRequested.connect(self.plotsPanel.overlay_runs)
             panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
+            panel.rootChosen.connect(self.set_runs_root)
             self.historyDialog = dialog
         self.historyDialog.show()
         self.historyDialog.raise_()
         return self.historyDialog
+
+    def runs_root(self) -> Path:
+        """Where runs with no output folder go and what the run history lists (core runs_root, with the folder
+        chosen in the history as the explicit choice)."""
+        from core.engine.run_record import runs_root
+
+        return runs_root(self.window_settings.runs_root() or None)
+
+    def set_runs_root(self, folder: str) -> None:
+        self.window_settings.set_runs_root(folder)
+        self.show_message(f"Runs root: {self.runs_root()}")
+        if self.historyDialog is not None:
+            self.historyDialog.panel.refresh()
 
     def _load_run_settings(self, config: dict) -> None:
         from core.config import RunConfig
@@ -306,7 +313,9 @@ class MainWindow(QMainWindow):
         resume_from = resume_from or self.pending_resume
         if self.controller.running or not self.engine_ready or not self.setupPanel.validate():
             return False
-        config = self.setupPanel.config()
+        from core.engine.run_record import resolve_out_dir
+
+        config = resolve_out_dir(self.setupPanel.config(), self.runs_root())  # empty form field: a new folder
         self.save_settings()
         self.plotsPanel.clear()
         processes = self.setupPanel.processes()

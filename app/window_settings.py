@@ -17,6 +17,7 @@ CONFIG_KEY = "run/config"
 PROCESSES_KEY = "run/processes"
 SEPARATE_PROCESS_KEY = "run/separateProcess"
 GEOMETRY_KEY = "window/geometry"
+RUNS_ROOT_KEY = "history/runsRoot"  # the runs root chosen in the run history (empty: the default)
 SPLITTER_KEYS = ("window/mainSplitter", "window/rightSplitter")
 DEFAULT_SIZE = (1400, 860)
 
@@ -201,6 +202,19 @@ class WindowSettings:
                 splitter.setSizes(sizes)
                 notes.append(f"ignored the saved {key}: not a splitter layout this version can read")
         self._log(window, notes)
+
+    def runs_root(self) -> str:
+        """The runs root the user chose in the window ('' for the default: $AMP_CONSOLE_RUNS_DIR or the
+        user's data folder). A value that is not text is ignored."""
+        value = self._value(RUNS_ROOT_KEY, [])
+        return value.strip() if isinstance(value, str) else ""
+
+    def set_runs_root(self, folder: str) -> None:
+        if folder.strip():
+            self.store.setValue(RUNS_ROOT_KEY, folder.strip())
+        else:
+            self.store.remove(RUNS_ROOT_KEY)
+        self.store.sync()
 
     # ------------------------------------------------------------------ save
     def _config_to_save(self, window) -> dict | None:

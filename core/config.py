@@ -64,7 +64,8 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("threads", "CPU threads torch uses inside an op; 0 = auto (1 for light steps or a busy "
                              "machine, else the free cores; the choice is reported when the run starts)",
                   0, 1024, step=1),
-        FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl"),
+        FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl; empty = a new folder "
+                             "under the runs root"),
         FieldSpec("monitor", "validation metric that picks the best checkpoints and early stopping; empty = the "
                              "task's primary metric (e.g. accuracy, ndcg@10_full), or 'loss' for the validation loss"),
         FieldSpec("monitor_mode", "whether a higher (max) or lower (min) monitored value is better; auto = min "
@@ -105,7 +106,7 @@ class RunConfig:
     checkpoint_interval: int = 0
     checkpoint_minutes: float = 10.0
     threads: int = 0
-    out_dir: str = "runs/latest"
+    out_dir: str = ""  # empty: a new folder under the runs root (core.engine.run_record.resolve_out_dir)
     monitor: str = ""
     monitor_mode: str = "auto"
     keep_best: int = 1
@@ -217,8 +218,8 @@ def field_errors(cfg: RunConfig) -> dict[str, str]:
         problems["device"] = f"{cfg.device!r} is not a device; use auto, cpu, cuda:N, mps or xpu:N"
     if cfg.max_steps == 0 and cfg.epochs == 0:
         problems.setdefault("epochs", "set epochs or max_steps above 0: the run would do nothing")
-    if not cfg.out_dir.strip():
-        problems["out_dir"] = "must not be empty"
+    if cfg.out_dir and not cfg.out_dir.strip():
+        problems["out_dir"] = "is only spaces: leave it empty for a new folder under the runs root"
     if cfg.monitor != cfg.monitor.strip() or any(c.isspace() for c in cfg.monitor):
         problems["monitor"] = f"{cfg.monitor!r} is not a metric name: names have no spaces (e.g. accuracy, loss)"
     if cfg.data and not Path(cfg.data).exists():

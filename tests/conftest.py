@@ -22,6 +22,17 @@ class Recorder:
         return [e for e in self.events if type(e).__name__ == name]
 
 
+@pytest.fixture(autouse=True)
+def runs_root_in_tmp(tmp_path_factory, monkeypatch):
+    """A run with no output folder goes under the runs root: in tests, a temporary folder, never the user's
+    data folder (subprocesses inherit it through the environment)."""
+    from core.engine.run_record import RUNS_DIR_ENV
+
+    root = tmp_path_factory.mktemp("runs-root")
+    monkeypatch.setenv(RUNS_DIR_ENV, str(root))
+    return root
+
+
 @pytest.fixture
 def recorder() -> Recorder:
     return Recorder()

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from app.run.jobs import JobRunner
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.cli.format import duration as _wall
-from core.engine.run_record import RUNS_DIR_ENV, find_runs
+from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root
 from core.files import read_jsonl
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
@@ -169,14 +169,6 @@ class RunsFilter(QSortFilterProxyModel):
         return all(word in haystack for word in self._words)
 
 
-def default_runs_root(out_dir: str | None) -> Path:
-    """$AMP_CONSOLE_RUNS_DIR, else the folder holding the form's output folder (runs/latest -> runs)."""
-    env = os.environ.get(RUNS_DIR_ENV)
-    if env:
-        return Path(env)
-    return Path(out_dir or "runs/latest").expanduser().parent
-
-
 def delete_run(folder: str) -> str:
     """Delete a run folder as `amp-console runs delete` does: never one a live run holds."""
     if is_in_use(folder):
@@ -193,6 +185,7 @@ class HistoryPanel(QWidget):
     overlayRequested = Signal(list)  # [(label, metrics.jsonl records, metric name or None)]
     clearOverlaysRequested = Signal()
     scanned = Signal(int)  # rows after a scan
+    rootChosen = Signal(str)  # the user moved the runs root ('' = back to the default)
 
     def __init__(self, root: Callable[[], Path], parent=None, confirm: Callable[[str], bool] | None = None):
         super().__init__(parent)
@@ -215,6 +208,18 @@ class HistoryPanel(QWidget):
         self._auto.timeout.connect(self.refresh)
 
         self.rootLabel = QLabel(objectName="historyRootLabel")
+        self.rootLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.rootButton = QPushButton("Change…", objectName="historyRootButton", clicked=self.choose_root)
+        self.rootButton.setToolTip("Move the runs root: where new runs without an output folder go and what "
+                                   "this list shows (the CLI uses --runs-dir or $" + RUNS_DIR_ENV + ")")
+        self.rootDefaultButton = QPushButton("Default", objectName="historyRootDefaultButton",
+                                             clicked=lambda: self.rootChosen.emit(""))
+        self.rootDefaultButton.setToolTip(f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else "
+                                          f"{runs_root(None) if not os.environ.get(RUNS_DIR_ENV) else 'your data folder'}")
+        root_row = QHBoxLayout()
+        root_row.addWidget(self.rootLabel, 1)
+        root_row.addWidget(self.rootButton)
+        root_row.addWidget(self.rootDefaultButton)
         self.filterEdit = QLineEdit(objectName="historyFilterEdit", placeholderText="Filter: name, task, status, "
                                                                                     "precision (e.g. bf16 completed)")
         self.filterEdit.setClearButtonEnabled(True)
@@ -257,7 +262,7 @@ class HistoryPanel(QWidget):
         self.statusLabel = QLabel(objectName="historyStatusLabel")
 
         layout = QVBoxLayout(self)
-        layout.addWidget(self.rootLabel)
+        layout.addLayout(root_row)
         layout.addLayout(top)
         layout.addWidget(self.table, 1)
         layout.addLayout(actions)
@@ -376,6 +381,13 @@ class HistoryPanel(QWidget):
         return str(path) if path.is_file() else None
 
     # ------------------------------------------------------------------ actions
+    def choose_root(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        folder = QFileDialog.getExistingDirectory(self, "Runs root", str(self.root or ""))
+        if folder:
+            self.rootChosen.emit(folder)
+
     def load_settings(self) -> None:
         runs = self.selected_runs()
         if len(runs) == 1 and runs[0].get("config"):

@@ -18,7 +18,7 @@ from pathlib import Path
 from core.cli import format as fmt
 from core.cli.common import fail_bad_input
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_record import RUNS_DIR_ENV, find_runs
+from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root
 from core.files import read_jsonl
 
 
@@ -27,7 +27,7 @@ class RunNotFound(Exception):
 
 
 def runs_dir(args) -> Path:
-    return Path(args.runs_dir or os.environ.get(RUNS_DIR_ENV) or "runs")
+    return runs_root(args.runs_dir)
 
 
 def _shown_root(root: Path) -> str:
@@ -299,14 +299,16 @@ def register(sub) -> None:
                                       "one with metrics.jsonl). A run is named by its id, a unique prefix of "
                                       "it, or its folder name.")
     runs.add_argument("--runs-dir", metavar="DIR", default=None,
-                      help=f"the runs folder (default: ${RUNS_DIR_ENV}, else ./runs)")
+                      help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. "
+                                 "~/.local/share/amp-console/runs)")
     commands = runs.add_subparsers(dest="runs_command", required=True, parser_class=OneLineParser,
                                    metavar="COMMAND")
 
     def add(name, handler, help_text):
         parser = commands.add_parser(name, help=help_text, description=help_text)
         parser.add_argument("--runs-dir", metavar="DIR", default=argparse.SUPPRESS,
-                            help=f"the runs folder (default: ${RUNS_DIR_ENV}, else ./runs)")
+                            help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. "
+                                 "~/.local/share/amp-console/runs)")
         parser.set_defaults(handler=_handle(handler))
         return parser
 

@@ -35,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
                    help="task option, e.g. -o hidden=32 (repeatable; see `amp-console tasks`)")
     p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
+    p.add_argument("--runs-dir", metavar="DIR", default=None,
+                   help="the runs root: without --out the run goes in a new folder under it (default: "
+                        "$AMP_CONSOLE_RUNS_DIR, else your data folder, e.g. ~/.local/share/amp-console/runs)")
     p.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint (its config, flags override it)")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object summarising the run")
     p.add_argument("--events", action="store_true",
@@ -158,6 +161,9 @@ def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
         task = user.get("task", "tiny")
         values = RunConfig.for_task(task).to_dict() | user if isinstance(task, str) else user
     config = RunConfig.from_dict(values).validate()
+    from core.engine.run_record import resolve_out_dir
+
+    config = resolve_out_dir(config, getattr(args, "runs_dir", None))
     check_paths(config)
     return config, notes
 

@@ -22,11 +22,49 @@ from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarte
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
 from core.files import atomic_write_bytes
 
-RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs folder for `amp-console runs` and the window's history
+RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs root (see runs_root)
 
 RECORD_FILE = "run.json"
 RECORD_VERSION = 1
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
+
+
+def user_data_dir() -> Path:
+    """This user's data folder for the console: $XDG_DATA_HOME (or ~/.local/share)/amp-console on Linux,
+    ~/Library/Application Support/amp-console on macOS, %LOCALAPPDATA%\\amp-console on Windows."""
+    home = Path.home()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        base = Path(xdg) if os.path.isabs(xdg) else home / ".local" / "share"  # the spec ignores relative paths
+    return base / "amp-console"
+
+
+def runs_root(explicit: str | os.PathLike | None = None) -> Path:
+    """The runs root: every run without an explicit output folder goes in a new folder under it, and
+    `amp-console runs` and the window's history list it. `explicit` (--runs-dir, the window's setting), else
+    $AMP_CONSOLE_RUNS_DIR, else <user data folder>/runs."""
+    chosen = str(explicit or "").strip() or os.environ.get(RUNS_DIR_ENV, "").strip()
+    return Path(chosen).expanduser() if chosen else user_data_dir() / "runs"
+
+
+def new_run_folder(root: str | os.PathLike, task: str, precision: str, when: datetime | None = None) -> Path:
+    """A new run's folder under the runs root: <date>-<time>-<task>-<precision>, e.g.
+    20261201-023712-recommender-bf16 (local time, so `ls` lists runs in the order they started). A clash
+    (two runs in the same second) is settled when the run claims it (core.engine.run_folder: a -2 sibling)."""
+    when = when or datetime.now()
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{task}-{precision}")
+    return Path(root) / f"{when:%Y%m%d-%H%M%S}-{safe}"
+
+
+def resolve_out_dir(config, root: str | os.PathLike | None = None):
+    """`config` with an output folder: its own, or a new folder under the runs root (see runs_root)."""
+    if str(config.out_dir).strip():
+        return config
+    return config.replace(out_dir=str(new_run_folder(runs_root(root), config.task, config.precision)))
 
 
 def now_iso() -> str:

@@ -37,6 +37,7 @@ from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_started, step_metrics
 from core.engine.run_folder import HELD_ENV, ClaimedFolder, claim_run_folder, describe_os_error
+from core.engine.run_record import resolve_out_dir
 from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
@@ -56,7 +57,7 @@ class Trainer:
     def __init__(self, config: RunConfig, sink: Sink | None = None, control: RunControl | None = None,
                  resume_from: str | Path | None = None, dist_ctx: DistContext | None = None,
                  devices: list[DeviceInfo] | None = None):
-        self.cfg = config
+        self.cfg = config = resolve_out_dir(config)  # no output folder: a new one under the runs root
         self.sink = sink
         self.control = control or RunControl()
         self.resume_from = Path(resume_from) if resume_from else None
