@@ -1,4 +1,4 @@
-"""`amp-console runs`: list / show / compare / export / delete over a runs folder, ids by prefix or folder name,
+"""`amp-console runs`: list / show / note / compare / export / delete over a runs folder, ids by prefix or folder name,
 one-line errors with exit 2, and a run killed with SIGKILL listed as interrupted (its checkpoint still resumes)."""
 
 from __future__ import annotations
@@ -92,6 +92,49 @@ def test_compare_shows_metrics_and_the_config_that_differs(runs_root, capsys):
     assert data["config_differs"] == {"lr": [0.02, 0.01], "precision": ["bf16", "fp32"]}
     code, out, _ = cli(capsys, "runs", "compare", "a1b", "tiny", "--runs-dir", str(runs_root))
     assert code == 0 and "config lr" in out and "0.02" in out and "1,234" in out and "config task" not in out
+    assert "bf16 (autocast bfloat16)" in out and "accuracy 0.9 at step 100" in out
+    rows = {row["label"]: row for row in data["rows"]}  # the rows the window's compare table shows too
+    assert rows["precision"]["differs"] and not rows["task"]["differs"]
+    assert [label for label, row in rows.items() if row["label"].startswith("config ")] == ["config lr",
+                                                                                           "config precision"]
+
+
+def test_note_sets_prints_and_clears_a_runs_note(runs_root, capsys):
+    code, out, _ = cli(capsys, "runs", "note", "a1b", "bf16 baseline, lr 0.02", "--runs-dir", str(runs_root))
+    assert code == 0 and "set the note of a1b2c3d4e5 (rec-bf16)" in out
+    assert (runs_root / "rec-bf16" / "note.txt").read_text() == "bf16 baseline, lr 0.02\n"
+    assert "note" not in json.loads((runs_root / "rec-bf16" / "run.json").read_text())
+    code, out, _ = cli(capsys, "runs", "note", "rec-bf16", "--runs-dir", str(runs_root))
+    assert code == 0 and out == "bf16 baseline, lr 0.02\n"
+    code, out, _ = cli(capsys, "runs", "show", "a1b", "--runs-dir", str(runs_root))
+    assert code == 0 and "bf16 baseline, lr 0.02" in out
+    code, out, _ = cli(capsys, "runs", "list", "--json", "--runs-dir", str(runs_root))
+    assert {r["name"]: r["note"] for r in json.loads(out)} == {"rec-bf16": "bf16 baseline, lr 0.02", "tiny": "",
+                                                              "other": ""}
+    code, out, _ = cli(capsys, "runs", "compare", "a1b", "tiny", "--runs-dir", str(runs_root), "--json")
+    assert [r["note"] for r in json.loads(out)["runs"]] == ["bf16 baseline, lr 0.02", ""]
+    note_row = next(row for row in json.loads(out)["rows"] if row["label"] == "note")
+    assert note_row == {"label": "note", "values": ["bf16 baseline, lr 0.02", "-"], "differs": True}
+    code, out, _ = cli(capsys, "runs", "note", "a1b", "", "--runs-dir", str(runs_root))
+    assert code == 0 and "cleared the note of a1b2c3d4e5" in out and not (runs_root / "rec-bf16" / "note.txt").exists()
+    code, out, _ = cli(capsys, "runs", "note", "a1b", "--runs-dir", str(runs_root))
+    assert code == 0 and out == ""
+
+
+def test_note_on_an_unknown_or_ambiguous_id_or_an_unwritable_folder_is_one_line(runs_root, capsys, monkeypatch):
+    code, out, err = cli(capsys, "runs", "note", "abc", "text", "--runs-dir", str(runs_root))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "runs: no run 'abc'" in err
+    code, _, err = cli(capsys, "runs", "note", "a1", "text", "--runs-dir", str(runs_root))
+    assert code == 2 and err.count("\n") == 1 and "ambiguous" in err
+    import core.cli.runs
+
+    def refuse(folder, text):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(core.cli.runs, "write_note", refuse)
+    code, _, err = cli(capsys, "runs", "note", "tiny", "text", "--runs-dir", str(runs_root))
+    assert code == 2 and err.count("\n") == 1 and "could not write the note of a1f0e9d8c7 (tiny)" in err
+    assert "Permission denied" in err
 
 
 def test_export_writes_step_and_eval_metrics_as_csv(runs_root, tmp_path, capsys):

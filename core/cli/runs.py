@@ -1,8 +1,9 @@
-"""`amp-console runs list | show | compare | export | delete | tensorboard`: the runs under a runs folder.
+"""`amp-console runs list | show | note | compare | export | delete | tensorboard`: the runs under a runs folder.
 
 Each run folder's `run.json` (core.engine.run_record) is its summary; a folder from before run.json is read
-from the first and last lines of its metrics.jsonl. A run is named by its id, a unique prefix of it (like git),
-or its folder name. No torch is imported here.
+from the first and last lines of its metrics.jsonl. A run's note is its note.txt (run_record.write_note). A run
+is named by its id, a unique prefix of it (like git), or its folder name. `compare_rows` is the one definition
+of what `runs compare` and the window's compare table show. No torch is imported here.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.cli import format as fmt
 from core.cli.common import fail_bad_input
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root
+from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
 from core.files import read_jsonl
 
 
@@ -139,6 +141,7 @@ def cmd_show(args) -> int:
     ]
     rows += [(f"checkpoint ({k})", (v or {}).get("path", "-")) for k, v in checkpoints.items()]
     rows.append(("message", run.get("message") or "-"))
+    rows.append(("note", run.get("note") or "-"))
     table = fmt.table(None, show_header=False, show_edge=False)
     table.add_column("field", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -149,8 +152,24 @@ def cmd_show(args) -> int:
     config = run.get("config") or {}
     if config:
         console.print("config: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in config.items()), soft_wrap=True)
-    for note in run.get("notes") or []:
-        console.print(f"note: {note}", soft_wrap=True)
+    for note in run.get("notes") or []:  # the engine's notes on the run (the user's note is in the table)
+        console.print(f"engine note: {note}", soft_wrap=True)
+    return 0
+
+
+def cmd_note(args) -> int:
+    root = runs_dir(args)
+    run = resolve(find_runs(root), args.id, root)
+    if args.text is None:
+        if run.get("note"):
+            print(run["note"])
+        return 0
+    try:
+        note = write_note(run["folder"], args.text)
+    except OSError as exc:
+        return fail_bad_input(f"runs note: could not write the note of {run.get('id')} ({run.get('name')}): "
+                              f"{exc.strerror or exc}")
+    print(f"{'set the note of' if note else 'cleared the note of'} {run.get('id')} ({run.get('name')})")
     return 0
 
 
@@ -161,36 +180,78 @@ def _differing_config(runs: list[dict]) -> dict[str, list]:
                                                                for c in configs}) > 1}
 
 
+@dataclass(frozen=True)
+class CompareRow:
+    """One row of a comparison: its label, one text per run, whether the runs differ on it, and whether it is
+    a config field (those are listed only when they differ)."""
+
+    label: str
+    values: tuple[str, ...]
+    differs: bool
+    config: bool = False
+
+
+def _precision_and_autocast(run: dict) -> str:
+    dtype = run.get("autocast_dtype")
+    return f"{_precision(run)} (autocast {dtype})" if dtype else _precision(run)
+
+
+def _best_at(run: dict) -> str:
+    step = (run.get("best") or {}).get("step")
+    best = _best(run)
+    return best + (f" at step {fmt.exact(step)}" if best != "-" and step is not None else "")
+
+
+def compare_rows(runs: list[dict]) -> list[CompareRow]:
+    """What `runs compare` and the window's compare table show of `runs` (one column each): task, precision and
+    autocast dtype, device, samples/s, peak memory, best metric and its step, final loss and metrics, wall
+    time, steps, status, note, then every config field that differs (out_dir aside). A row differs when its
+    texts do (a config row always does)."""
+    metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
+    test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
+    rows: list[tuple[str, list]] = [
+        ("task", [r.get("task") for r in runs]), ("precision", [_precision_and_autocast(r) for r in runs]),
+        ("device", [r.get("device") for r in runs]),
+        ("samples/s", [fmt.count(r.get("samples_per_second")) for r in runs]),
+        ("peak memory", [fmt.size(r.get("peak_memory_bytes")) for r in runs]),
+        ("best", [_best_at(r) for r in runs]),
+        ("final loss", [fmt.number(r.get("final_loss")) for r in runs])]
+    rows += [(f"val {m}", [fmt.number((r.get("metrics") or {}).get(m)) for r in runs]) for m in metric_names]
+    rows += [(f"test {m}", [fmt.number((r.get("test_metrics") or {}).get(m)) for r in runs]) for m in test_names]
+    rows += [("wall time", [_wall(r.get("wall_seconds")) for r in runs]), ("steps", [_steps(r) for r in runs]),
+             ("status", [r.get("status") for r in runs]), ("note", [r.get("note") or "-" for r in runs])]
+    out = []
+    for label, values in rows:
+        texts = tuple(str(v if v is not None and v != "" else "-") for v in values)
+        out.append(CompareRow(label, texts, len(set(texts)) > 1))
+    for key, values in _differing_config(runs).items():
+        texts = tuple(fmt.setting(v) if v is not None else "-" for v in values)
+        out.append(CompareRow(f"config {key}", texts, True, config=True))
+    return out
+
+
 def cmd_compare(args) -> int:
     root = runs_dir(args)
     everything = find_runs(root)
     runs = [resolve(everything, key, root) for key in args.ids]
     differing = _differing_config(runs)
+    rows = compare_rows(runs)
     if args.json:
         print(json.dumps({"runs": [{k: r.get(k) for k in ("id", "name", "task", "precision", "autocast_dtype",
-                                                           "device", "status", "samples_per_second", "best",
-                                                           "metrics", "test_metrics", "final_loss",
-                                                           "wall_seconds", "steps")} for r in runs],
-                          "config_differs": differing}, indent=2, default=str))
+                                                           "device", "status", "samples_per_second",
+                                                           "peak_memory_bytes", "best", "metrics", "test_metrics",
+                                                           "final_loss", "wall_seconds", "steps", "note")}
+                                   for r in runs],
+                          "config_differs": differing,
+                          "rows": [{"label": row.label, "values": list(row.values), "differs": row.differs}
+                                   for row in rows]}, indent=2, default=str))
         return 0
     table = fmt.table(None)
     table.add_column("", no_wrap=True)
     for r in runs:
         table.add_column(f"{str(r.get('id'))[:8]}\n{r.get('name')}", overflow="fold")
-    metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
-    test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
-    rows = [("task", [r.get("task") for r in runs]), ("status", [r.get("status") for r in runs]),
-            ("precision", [_precision(r) for r in runs]), ("device", [r.get("device") for r in runs]),
-            ("samples/s", [fmt.count(r.get("samples_per_second")) for r in runs]),
-            ("best", [_best(r) for r in runs]),
-            ("final loss", [fmt.number(r.get("final_loss")) for r in runs])]
-    rows += [(f"val {m}", [fmt.number((r.get("metrics") or {}).get(m)) for r in runs]) for m in metric_names]
-    rows += [(f"test {m}", [fmt.number((r.get("test_metrics") or {}).get(m)) for r in runs]) for m in test_names]
-    rows += [("wall time", [_wall(r.get("wall_seconds")) for r in runs]), ("steps", [_steps(r) for r in runs])]
-    rows += [(f"config {k}", [fmt.setting(v) if v is not None else "-" for v in values])
-             for k, values in differing.items()]
-    for label, values in rows:
-        table.add_row(label, *[str(v if v is not None else "-") for v in values])
+    for row in rows:  # the rows where the runs differ in bold
+        table.add_row(row.label, *row.values, style="bold" if row.differs else None)
     fmt.console().print(table)
     if not differing:
         print("config: the same in every run (out_dir aside)")
@@ -294,7 +355,7 @@ def register(sub) -> None:
     """Add the `runs` command group to the top-level subparsers."""
     from core.cli.common import OneLineParser
 
-    runs = sub.add_parser("runs", help="list, show, compare, export and delete the runs under a runs folder",
+    runs = sub.add_parser("runs", help="list, show, annotate, compare, export and delete the runs under a runs folder",
                           description="The runs under a runs folder (each subfolder with run.json, or an older "
                                       "one with metrics.jsonl). A run is named by its id, a unique prefix of "
                                       "it, or its folder name.")
@@ -320,6 +381,9 @@ def register(sub) -> None:
     p = add("show", cmd_show, "one run in full")
     p.add_argument("id", metavar="ID", help="run id, unique id prefix, or folder name")
     p.add_argument("--json", action="store_true", help="print the run's record as JSON")
+    p = add("note", cmd_note, "print a run's note, or set it (an empty TEXT clears it); kept in note.txt in its folder")
+    p.add_argument("id", metavar="ID", help="run id, unique id prefix, or folder name")
+    p.add_argument("text", metavar="TEXT", nargs="?", default=None, help="the new note ('' clears it)")
     p = add("compare", cmd_compare, "runs side by side: speed, metrics, wall time, the config fields that differ")
     p.add_argument("ids", nargs="+", metavar="ID")
     p.add_argument("--json", action="store_true", help="print JSON")

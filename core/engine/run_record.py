@@ -6,6 +6,10 @@ status, device, precision, versions, times, steps, final loss and metrics, the b
 metric, the checkpoints, the config. `read_run(folder)` reads it back for `amp-console runs`: a record that says
 "running" while no live run holds the folder (core.engine.run_folder.is_in_use) reads as "interrupted". An
 older folder with metrics.jsonl but no run.json is summarised from its first and last lines only.
+
+The user's free-text note on a run lives in its own file, `note.txt` (write_note / read_note), never in
+run.json: the running engine rewrites run.json, so a note saved during a run would be lost. read_run adds it as
+"note" ('' when there is none).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from core.files import atomic_write_bytes
 RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs root (see runs_root)
 
 RECORD_FILE = "run.json"
+NOTE_FILE = "note.txt"  # the user's note on a run (read_note / write_note)
+NOTE_MAX_BYTES = 64 * 1024  # a longer note.txt is read up to this many bytes
 RECORD_VERSION = 1
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
 
@@ -136,6 +142,9 @@ class RunRecord:
             case EvalMetrics():
                 self._evaluated(event)
             case StepMetrics():
+                memory = getattr(event, "memory_bytes", None)
+                if isinstance(memory, int) and memory > (self.data.get("peak_memory_bytes") or 0):
+                    self.data["peak_memory_bytes"] = memory
                 self.data["steps"] = event.step
                 self.data["final_loss"] = event.loss
                 self.data["wall_seconds"] = self._previous_wall + float(event.elapsed_seconds or 0.0)
@@ -174,6 +183,7 @@ class RunRecord:
             "total_steps": event.total_steps,
             "final_loss": earlier.get("final_loss"),
             "samples_per_second": None,
+            "peak_memory_bytes": earlier.get("peak_memory_bytes"),  # the most any logged step reported
             "metrics": dict(earlier.get("metrics") or {}),
             "test_metrics": {},
             "best": (earlier["best"] if (earlier.get("best") or {}).get("name") == metric
@@ -225,10 +235,38 @@ def load_record(folder: str | os.PathLike) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def read_note(folder: str | os.PathLike) -> str:
+    """The user's note on the run in `folder` ('' when it has none or note.txt cannot be read)."""
+    try:
+        with open(Path(folder) / NOTE_FILE, "rb") as f:
+            raw = f.read(NOTE_MAX_BYTES)
+    except OSError:
+        return ""
+    return raw.decode("utf-8", errors="replace").strip()
+
+
+def write_note(folder: str | os.PathLike, text: str) -> str:
+    """Set the note on the run in `folder` (atomically; surrounding blanks stripped); an empty text clears it.
+    Returns the note as stored. Raises OSError (e.g. the folder is gone or read-only)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(2, "no such run folder", str(folder))
+    text = (text or "").strip()
+    path = folder / NOTE_FILE
+    if not text:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        return ""
+    atomic_write_bytes(path, (text + "\n").encode("utf-8"))
+    return text
+
+
 def read_run(folder: str | os.PathLike) -> dict | None:
     """A run folder's summary: run.json, with 'running' read as 'interrupted' when no live run holds the
     folder; for an older folder without run.json, a summary from metrics.jsonl's first and last lines. None
-    when the folder holds no run."""
+    when the folder holds no run. "note" is the user's note (note.txt, see write_note)."""
     folder = Path(folder)
     data = load_record(folder)
     if data is None:
@@ -237,6 +275,7 @@ def read_run(folder: str | os.PathLike) -> dict | None:
             return None
     data["name"] = folder.name
     data["folder"] = str(folder)
+    data["note"] = read_note(folder)
     if data.get("status") == "running" and not is_in_use(folder):
         data["status"] = "interrupted"
     return data
