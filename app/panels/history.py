@@ -1,9 +1,11 @@
 """Run history: every run under the runs folder (core.engine.run_record.find_runs) in a sortable, filterable
-table, with actions on the selected runs: load their settings, resume, reveal the folder, delete, overlay their
-curves on the plots.
+table, with actions on the selected runs: load their settings, resume or export (from the last or the best
+checkpoint), reveal the folder, delete, overlay their curves on the plots, compare them side by side
+(app.panels.run_compare, under the table), and edit the selected run's note (note.txt in its folder, written off
+the GUI thread; the periodic rescan never overwrites a note being edited).
 
 The panel knows nothing of the window: it emits requests (loadSettingsRequested, resumeRequested,
-overlayRequested, clearOverlaysRequested) that main_window wires. Scanning the folder, reading metrics.jsonl and
+exportRequested, overlayRequested, clearOverlaysRequested) that main_window wires. Scanning the folder, reading metrics.jsonl and
 deleting run folders happen off the GUI thread (app.run.jobs.JobRunner). The table refreshes on Refresh, when
 it is shown, when a run folder appears or goes (a file-system watcher on the runs folder) and, while it is
 visible, every few seconds (a cheap scan of run.json files: a CLI run that finished meanwhile shows up).
@@ -20,21 +22,23 @@ from pathlib import Path
 from PySide6.QtCore import (
     QAbstractTableModel, QFileSystemWatcher, QModelIndex, QSortFilterProxyModel, Qt, QTimer, QUrl, Signal,
 )
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMessageBox, QPushButton, QTableView,
-    QVBoxLayout, QWidget,
+    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QMessageBox, QPlainTextEdit,
+    QPushButton, QSizePolicy, QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget,
 )
 
+from app.panels.run_compare import RunCompare
 from app.run.jobs import JobRunner
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.cli.format import duration as _wall
-from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root
+from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
 from core.files import read_jsonl
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
-COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started")
-FILTERED = (0, 1, 2, 3)  # the filter box matches name, task, status, precision
+COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started", "note")
+NOTE_COLUMN = 9
+FILTERED = (0, 1, 2, 3, NOTE_COLUMN)  # the filter box matches name, task, status, precision, note
 SORT_ROLE = Qt.ItemDataRole.UserRole
 RUN_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -54,15 +58,16 @@ def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:
     steps_text = "-" if steps is None else (f"{steps:,}/{total:,}" if isinstance(total, int) and total
                                             and isinstance(steps, int) else f"{steps}")
     start = run.get("start_time") or ""
+    note = " ".join(str(run.get("note") or "").split())  # one line in the table (the tooltip has it all)
     texts = (str(run.get("name") or "-"), str(run.get("task") or "-"), str(run.get("status") or "-"),
              str(run.get("precision") or "-"), str(run.get("device") or "-"), steps_text, best_text,
-             _wall(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-")
+             _wall(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-", note)
     # one type per column, so Qt compares them natively (a Python lessThan costs seconds at 10,000 rows)
     numeric_best = float(best_value) if isinstance(best_value, (int, float)) else float("inf")
     wall = run.get("wall_seconds")
     keys = (texts[0].lower(), texts[1], texts[2], texts[3], texts[4],
             int(steps) if isinstance(steps, (int, float)) else -1, numeric_best,
-            float(wall) if isinstance(wall, (int, float)) else -1.0, start)
+            float(wall) if isinstance(wall, (int, float)) else -1.0, start, note.lower())
     return texts, keys
 
 
@@ -105,8 +110,17 @@ class RunsModel(QAbstractTableModel):
         self.layoutChanged.emit()
 
     def haystack(self, row: int) -> str:
-        """What the filter box searches in this row: name, task, status, precision, lower case."""
+        """What the filter box searches in this row: name, task, status, precision, note, lower case."""
         return self._haystacks[row]
+
+    def set_note(self, folder: str, note: str) -> None:
+        """A note saved from the panel: that row's note and filter text now, without waiting for a scan."""
+        for row, run in enumerate(self._runs):
+            if run.get("folder") == folder:
+                run["note"] = note
+                self._rows[row] = row_cells(run)
+                self._haystacks[row] = " ".join(self._rows[row][0][c] for c in FILTERED).lower()
+                self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
 
     def run(self, row: int) -> dict:
         return self._runs[row]
@@ -139,6 +153,8 @@ class RunsModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             run = self._runs[index.row()]
             message = run.get("message") or ""
+            if index.column() == NOTE_COLUMN and run.get("note"):
+                return str(run["note"])
             return f"{run.get('folder')}\nid {run.get('id')}" + (f"\n{message}" if message else "")
         if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in (5, 7):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -146,7 +162,8 @@ class RunsModel(QAbstractTableModel):
 
 
 class RunsFilter(QSortFilterProxyModel):
-    """Sorting is the model's (RunsModel.sort); every word of the filter text must appear in name, task, status or precision."""
+    """Sorting is the model's (RunsModel.sort); every word of the filter text must appear in name, task, status,
+    precision or note."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -181,7 +198,8 @@ class HistoryPanel(QWidget):
     """The run history table and its actions. `root` gives the runs folder (called at each scan)."""
 
     loadSettingsRequested = Signal(dict)  # the run's config
-    resumeRequested = Signal(str)  # a checkpoint path
+    resumeRequested = Signal(str)  # a checkpoint path (the run's last or best)
+    exportRequested = Signal(str)  # a checkpoint path to export (the run's best or last)
     overlayRequested = Signal(list)  # [(label, metrics.jsonl records, metric name or None)]
     clearOverlaysRequested = Signal()
     scanned = Signal(int)  # rows after a scan
@@ -197,6 +215,11 @@ class HistoryPanel(QWidget):
         self._scanning = False
         self._scan_started = 0.0
         self._rescan = False
+        self._scan_serial = 0  # counts scans started (a note saved is shown until a later scan reads it)
+        self._saved_notes: dict[str, list] = {}  # folder -> [note, serial of the last scan started before it was on disk (None: being written)]
+        self._note_folder: str | None = None  # the run whose note is in the editor
+        self._note_loaded = ""  # its note as last read or saved: the editor is 'edited' when it differs
+        self._syncing = False  # a rescan is replacing the rows: the selection is not the user's
         self.model = RunsModel(self)
         self.proxy = RunsFilter(self)
         self.proxy.setSourceModel(self.model)
@@ -221,7 +244,7 @@ class HistoryPanel(QWidget):
         root_row.addWidget(self.rootButton)
         root_row.addWidget(self.rootDefaultButton)
         self.filterEdit = QLineEdit(objectName="historyFilterEdit", placeholderText="Filter: name, task, status, "
-                                                                                    "precision (e.g. bf16 completed)")
+                                                                                    "precision, note (e.g. bf16 completed)")
         self.filterEdit.setClearButtonEnabled(True)
         self.filterEdit.textChanged.connect(self._filter)
         self.refreshButton = QPushButton("Refresh", objectName="historyRefreshButton", clicked=self.refresh)
@@ -244,28 +267,70 @@ class HistoryPanel(QWidget):
         self.table.doubleClicked.connect(lambda _i: self.load_settings())
 
         self.loadButton = QPushButton("Load settings", objectName="historyLoadButton", clicked=self.load_settings)
-        self.resumeButton = QPushButton("Resume", objectName="historyResumeButton", clicked=self.resume)
+        # Resume and Export: a click takes the usual checkpoint (resume: the last, export: the best when there
+        # is one); the arrow's menu offers the other.
+        self.resumeMenu = QMenu(self, objectName="historyResumeMenu")
+        self.resumeLastAction = self.resumeMenu.addAction("From the last checkpoint", lambda: self.resume("last"))
+        self.resumeBestAction = self.resumeMenu.addAction("From the best checkpoint", lambda: self.resume("best"))
+        self.resumeButton = self._split_button("Resume", "historyResumeButton", lambda: self.resume("last"))
+        self.exportMenu = QMenu(self, objectName="historyExportMenu")
+        self.exportBestAction = self.exportMenu.addAction("The best checkpoint", lambda: self.export("best"))
+        self.exportLastAction = self.exportMenu.addAction("The last checkpoint", lambda: self.export("last"))
+        self.exportButton = self._split_button("Export…", "historyExportButton", lambda: self.export())
         self.revealButton = QPushButton("Reveal folder", objectName="historyRevealButton", clicked=self.reveal)
         self.deleteButton = QPushButton("Delete…", objectName="historyDeleteButton", clicked=self.delete)
+        self.compareButton = QPushButton("Compare", objectName="historyCompareButton", clicked=self.compare_selected)
         self.overlayButton = QPushButton("Overlay on plots", objectName="historyOverlayButton", clicked=self.overlay)
         self.clearButton = QPushButton("Clear overlays", objectName="historyClearOverlaysButton",
                                        clicked=lambda: self.clearOverlaysRequested.emit())
         self.loadButton.setToolTip("Put the selected run's settings in the form (double-click a row)")
-        self.resumeButton.setToolTip("Continue the selected run from its last checkpoint")
+        self.resumeButton.setToolTip("Continue the selected run from its last checkpoint (the arrow: from its best)")
+        self.exportButton.setToolTip("Export the selected run's model: its best checkpoint when it has one, else "
+                                     "its last (the arrow: choose)")
+        self.compareButton.setToolTip("The selected runs side by side, with what differs between them highlighted")
         self.overlayButton.setToolTip("Draw the selected runs' loss and validation metric over the plots")
         actions = QHBoxLayout()
-        for button in (self.loadButton, self.resumeButton, self.revealButton, self.deleteButton):
+        for button in (self.loadButton, self.resumeButton, self.exportButton, self.revealButton, self.deleteButton):
             actions.addWidget(button)
         actions.addStretch(1)
-        actions.addWidget(self.overlayButton)
-        actions.addWidget(self.clearButton)
+        for button in (self.compareButton, self.overlayButton, self.clearButton):
+            actions.addWidget(button)
+
+        self.noteLabel = QLabel("Note:", objectName="historyNoteLabel")
+        self.noteEdit = QPlainTextEdit(objectName="historyNoteEdit")
+        self.noteEdit.setPlaceholderText("Select one run to write a note on it (kept in note.txt in its folder)")
+        self.noteEdit.setTabChangesFocus(True)
+        line = self.noteEdit.fontMetrics().lineSpacing()
+        self.noteEdit.setFixedHeight(int(line * 2.6) + 12)
+        self.noteEdit.textChanged.connect(self._note_edited)
+        self.noteSaveButton = QPushButton("Save note", objectName="historyNoteSaveButton", clicked=self.save_note)
+        self.noteSaveButton.setToolTip("Save the note (Ctrl+Return); an empty note removes it")
+        QShortcut(QKeySequence("Ctrl+Return"), self.noteEdit, activated=self.save_note,
+                  context=Qt.ShortcutContext.WidgetShortcut)
+        note_row = QHBoxLayout()
+        note_row.addWidget(self.noteLabel, 0, Qt.AlignmentFlag.AlignTop)
+        note_row.addWidget(self.noteEdit, 1)
+        note_row.addWidget(self.noteSaveButton, 0, Qt.AlignmentFlag.AlignTop)
+
+        self.compareView = RunCompare(self)
+        self.compareView.closeRequested.connect(self.close_compare)
+        self.compareView.hide()
+        upper = QWidget(objectName="historyUpper")
+        upper_layout = QVBoxLayout(upper)
+        upper_layout.setContentsMargins(0, 0, 0, 0)
+        upper_layout.addWidget(self.table, 1)
+        upper_layout.addLayout(note_row)
+        upper_layout.addLayout(actions)
+        self.splitter = QSplitter(Qt.Orientation.Vertical, objectName="historySplitter")
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.addWidget(upper)
+        self.splitter.addWidget(self.compareView)
         self.statusLabel = QLabel(objectName="historyStatusLabel")
 
         layout = QVBoxLayout(self)
         layout.addLayout(root_row)
         layout.addLayout(top)
-        layout.addWidget(self.table, 1)
-        layout.addLayout(actions)
+        layout.addWidget(self.splitter, 1)
         layout.addWidget(self.statusLabel)
         self._update_buttons()
 
@@ -289,19 +354,36 @@ class HistoryPanel(QWidget):
             self.watcher.addPath(str(root))
         self._scanning = True
         self._scan_started = time.monotonic()
+        self._scan_serial += 1
+        serial = self._scan_serial
         self.refreshButton.setEnabled(False)
-        self.jobs.submit(lambda: find_runs(root), self._scanned, self._scan_failed)
+        self.jobs.submit(lambda: find_runs(root), lambda runs: self._scanned(runs, serial), self._scan_failed)
 
-    def _scanned(self, runs: list[dict]) -> None:
+    def _scanned(self, runs: list[dict], serial: int | None = None) -> None:
         self._scanning = False
+        for folder, (note, written_before) in list(self._saved_notes.items()):
+            if written_before is not None and serial is not None and serial > written_before:
+                del self._saved_notes[folder]  # this scan started after the note was on disk: it read it
+                continue
+            for run in runs:  # a scan that started before the note was on disk: show the saved note
+                if run.get("folder") == folder:
+                    run["note"] = note
         # the periodic rescan stays cheap: at most ~5% of one core, however big the folder
         self._auto.setInterval(max(AUTO_REFRESH_MS, int(20_000 * (time.monotonic() - self._scan_started))))
         self.refreshButton.setEnabled(True)
         selected = {r.get("folder") for r in self.selected_runs()}
-        if [(r.get("folder"), r.get("status"), r.get("steps"), r.get("wall_seconds")) for r in runs] != \
-                [(r.get("folder"), r.get("status"), r.get("steps"), r.get("wall_seconds")) for r in self.model.runs]:
-            self.model.set_runs(runs)
-            self._select_folders(selected)
+
+        def shown(rows):
+            return [(r.get("folder"), r.get("status"), r.get("steps"), r.get("wall_seconds"), r.get("note"))
+                    for r in rows]
+
+        if shown(runs) != shown(self.model.runs):
+            self._syncing = True  # the selection comes and goes: not a reason to reload the note editor
+            try:
+                self.model.set_runs(runs)
+                self._select_folders(selected)
+            finally:
+                self._syncing = False
         self.statusLabel.setText(f"{len(runs)} run(s)" if runs else f"No runs in {self.root} yet")
         self._update_buttons()
         self.scanned.emit(len(runs))
@@ -356,14 +438,33 @@ class HistoryPanel(QWidget):
                 self.table.selectionModel().select(self.proxy.index(row, 0), flags)
 
     def _update_buttons(self) -> None:
+        if self._syncing:
+            return
         runs = self.selected_runs()
         one = len(runs) == 1
+        last = self._checkpoint(runs[0]) if one else None
+        best = self._checkpoint(runs[0], "best") if one else None
         self.loadButton.setEnabled(one and bool(runs[0].get("config")))
-        self.resumeButton.setEnabled(one and self._checkpoint(runs[0]) is not None
-                                     and runs[0].get("status") != "running")
+        self.resumeButton.setEnabled(one and (last or best) is not None and runs[0].get("status") != "running")
+        self.exportButton.setEnabled(one and (last or best) is not None)
+        if one:
+            self.resumeLastAction.setText(f"From the last checkpoint{self._describe(runs[0], 'last')}")
+            self.resumeBestAction.setText(f"From the best checkpoint{self._describe(runs[0], 'best')}")
+            self.exportBestAction.setText(f"The best checkpoint{self._describe(runs[0], 'best')}")
+            self.exportLastAction.setText(f"The last checkpoint{self._describe(runs[0], 'last')}")
+        for action, path in ((self.resumeLastAction, last), (self.resumeBestAction, best),
+                             (self.exportLastAction, last), (self.exportBestAction, best)):
+            action.setEnabled(path is not None)
+        for button, menu in ((self.resumeButton, self.resumeMenu), (self.exportButton, self.exportMenu)):
+            choice = bool(last and best)  # the menu (and its arrow) only when there is a choice to make
+            button.setMenu(menu if choice else None)
+            button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup if choice
+                                else QToolButton.ToolButtonPopupMode.DelayedPopup)
         self.revealButton.setEnabled(one)
         self.deleteButton.setEnabled(bool(runs) and not any(self._live(r) for r in runs))
+        self.compareButton.setEnabled(len(runs) >= 2)
         self.overlayButton.setEnabled(bool(runs))
+        self._sync_note_editor(runs[0] if one else None)
 
     @staticmethod
     def _live(run: dict) -> bool:
@@ -371,14 +472,112 @@ class HistoryPanel(QWidget):
         return run.get("status") == "running" or is_in_use(run["folder"])
 
     @staticmethod
-    def _checkpoint(run: dict) -> str | None:
-        path = ((run.get("checkpoints") or {}).get("last") or {}).get("path")
+    def _checkpoint(run: dict, which: str = "last") -> str | None:
+        """The path of the run's last or best checkpoint (run.json's checkpoints), None when it is not on disk."""
+        path = ((run.get("checkpoints") or {}).get(which) or {}).get("path")
         if not path:
             return None
         path = Path(path)
         if not path.is_absolute():
             path = Path(run["folder"]) / path.name
         return str(path) if path.is_file() else None
+
+    @staticmethod
+    def _describe(run: dict, which: str) -> str:
+        """' (step 20, accuracy 0.91)' for a menu entry: the checkpoint's step and, for the best, its value."""
+        entry = (run.get("checkpoints") or {}).get(which) or {}
+        step = entry.get("step")
+        parts = [f"step {step:,}"] if isinstance(step, int) else []
+        best = run.get("best") or {}
+        if which == "best" and best.get("value") is not None and (step is None or best.get("step") == step):
+            parts.append(f"{best.get('name')} {_number(best['value'])}")
+        return f" ({', '.join(parts)})" if parts else ""
+
+    # ------------------------------------------------------------------ the note
+    def _sync_note_editor(self, run: dict | None) -> None:
+        """Show the selected run's note, unless the user is editing that run's note (a rescan keeps the edit)."""
+        folder = run.get("folder") if run else None
+        note = str((run or {}).get("note") or "")
+        self.noteEdit.setEnabled(folder is not None)
+        if folder == self._note_folder and (self.note_edited or note == self._note_loaded):
+            self._update_note_button()
+            return
+        self._note_folder, self._note_loaded = folder, note
+        self.noteEdit.blockSignals(True)
+        self.noteEdit.setPlainText(note)
+        self.noteEdit.blockSignals(False)
+        self._update_note_button()
+
+    @property
+    def note_edited(self) -> bool:
+        return self._note_folder is not None and self.noteEdit.toPlainText().strip() != self._note_loaded
+
+    def _note_edited(self) -> None:
+        self._update_note_button()
+
+    def _update_note_button(self) -> None:
+        self.noteSaveButton.setEnabled(self.note_edited)
+
+    def save_note(self) -> None:
+        """Write the editor's note to the run's note.txt off the GUI thread; shown in the table at once."""
+        folder = self._note_folder
+        if folder is None or not self.note_edited:
+            return
+        text = self.noteEdit.toPlainText().strip()
+        name = Path(folder).name
+        self._note_loaded = text
+        self._update_note_button()
+        previous = self._saved_notes.get(folder)
+        before = next((str(r.get("note") or "") for r in self.model.runs if r.get("folder") == folder), "")
+        self._saved_notes[folder] = [text, None]  # being written: scans show this note
+        self.model.set_note(folder, text)
+
+        def saved(note: str) -> None:
+            if self._saved_notes.get(folder, [None])[0] == text:
+                self._saved_notes[folder][1] = self._scan_serial  # a scan started after now reads it from disk
+            self.statusLabel.setText(f"Saved the note of {name}" if note else f"Removed the note of {name}")
+
+        def failed(message: str, _details: str) -> None:
+            if self._saved_notes.get(folder, [None])[0] == text:
+                if previous is None:
+                    del self._saved_notes[folder]
+                else:
+                    self._saved_notes[folder] = previous
+                self.model.set_note(folder, before)  # the table shows what is on disk again
+            self.statusLabel.setText(f"Could not save the note of {name}: {message}")
+            if self._note_folder == folder and self.noteEdit.toPlainText().strip() == text:
+                self._note_loaded = None  # still edited: Save stays on to try again
+                self._update_note_button()
+
+        self.jobs.submit(lambda: write_note(folder, text), saved, failed)
+
+    # ------------------------------------------------------------------ compare
+    def compare_selected(self) -> None:
+        """The selected runs side by side under the table (2 or more)."""
+        runs = self.selected_runs()
+        if len(runs) < 2:
+            return
+        self.compareView.set_runs(runs)
+        if self.compareView.isHidden():
+            self.compareView.show()
+            window = self.window()
+            if window is not self and window.height() < 760:  # room for the table and the comparison
+                screen = window.screen().availableGeometry() if window.screen() else None
+                window.resize(window.width(), min(760, screen.height()) if screen else 760)
+            total = max(self.splitter.height(), 400)
+            self.splitter.setSizes([total * 9 // 20, total * 11 // 20])
+
+    def close_compare(self) -> None:
+        self.compareView.hide()
+
+    @staticmethod
+    def _split_button(text: str, name: str, clicked) -> QToolButton:
+        """A button that does `clicked`, with an arrow for its menu when one is set (setMenu)."""
+        button = QToolButton(objectName=name, text=text)
+        button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        button.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        button.clicked.connect(clicked)
+        return button
 
     # ------------------------------------------------------------------ actions
     def choose_root(self) -> None:
@@ -393,15 +592,28 @@ class HistoryPanel(QWidget):
         if len(runs) == 1 and runs[0].get("config"):
             self.loadSettingsRequested.emit(dict(runs[0]["config"]))
 
-    def resume(self) -> None:
+    def resume(self, which: str = "last") -> None:
+        """Ask to resume the selected run from its last (or best) checkpoint."""
         runs = self.selected_runs()
         if len(runs) != 1:
             return
-        checkpoint = self._checkpoint(runs[0])
+        checkpoint = self._checkpoint(runs[0], which)
         if checkpoint is None:
-            self.statusLabel.setText(f"{runs[0].get('name')}: no checkpoint to resume from")
+            self.statusLabel.setText(f"{runs[0].get('name')}: no {which} checkpoint to resume from")
             return
         self.resumeRequested.emit(checkpoint)
+
+    def export(self, which: str | None = None) -> None:
+        """Ask to export the selected run's best (or last) checkpoint; None: the best when there is one."""
+        runs = self.selected_runs()
+        if len(runs) != 1:
+            return
+        checkpoint = (self._checkpoint(runs[0], which) if which else
+                      self._checkpoint(runs[0], "best") or self._checkpoint(runs[0], "last"))
+        if checkpoint is None:
+            self.statusLabel.setText(f"{runs[0].get('name')}: no {which or ''} checkpoint to export".replace("  ", " "))
+            return
+        self.exportRequested.emit(checkpoint)
 
     def reveal(self) -> None:
         runs = self.selected_runs()

@@ -1,5 +1,7 @@
 """File -> Run history: the runs under the runs folder, made by the real trainer and CLI, in a table that
-filters, loads a run's settings into the form, overlays runs' curves on the plots, resumes and deletes."""
+filters, loads a run's settings into the form, overlays runs' curves on the plots, resumes and deletes; and,
+over fake run folders, the note on a run (CLI or panel, kept across rescans and run.json rewrites) and resume
+or export from the best or the last checkpoint."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QVBoxLayout
 
 from core.engine.control import RunControl
 from core.engine.events import StepMetrics
@@ -176,3 +179,167 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
         assert (runs_root / "bf16-run" / "checkpoint.pt").exists()
     finally:
         claim.release()
+
+
+# ---------------------------------------------------------------------- notes, resume best/last, export
+# The panel on its own over fake run folders (tests/test_runs_cli.fake_run): no training, no window.
+
+def fake_history(qtbot, root: Path, *, best_step: int | None = 60, dialog=None):
+    """A HistoryPanel over runs/fp32-run and runs/bf16-run (fake_run records with a checkpoint.pt and, with
+    best_step, a best.pt at that step), shown and scanned; in `dialog` (a QDialog qtbot owns) when given."""
+    from app.panels.history import HistoryPanel
+    from tests.test_runs_cli import fake_run
+
+    for name, run_id, precision, lr, start in (("fp32-run", "aaaa000001", "fp32", 0.01, "2026-01-01T10:00:00+00:00"),
+                                               ("bf16-run", "bbbb000002", "bf16", 0.02, "2026-01-02T10:00:00+00:00")):
+        folder = fake_run(root, name, run_id, precision=precision, lr=lr, start=start)
+        (folder / "checkpoint.pt").write_bytes(b"last")
+        if best_step is not None:
+            (folder / "best.pt").write_bytes(b"best")
+            record = json.loads((folder / RECORD_FILE).read_text())
+            record["best"]["step"] = best_step
+            record["checkpoints"]["best"] = {"path": str(folder / "best.pt"), "step": best_step}
+            (folder / RECORD_FILE).write_text(json.dumps(record))
+    panel = HistoryPanel(lambda: root, dialog)
+    if dialog is None:
+        qtbot.addWidget(panel)
+        panel.resize(1100, 560)
+        panel.show()
+    else:
+        QVBoxLayout(dialog).addWidget(panel)
+        dialog.show()
+    qtbot.waitUntil(lambda: not panel.busy and panel.model.rowCount() == 2, timeout=30_000)
+    return panel
+
+
+def note_cell(panel, name: str) -> str:
+    from app.panels.history import NOTE_COLUMN
+
+    row = next(r for r in range(panel.proxy.rowCount()) if panel.proxy.index(r, 0).data() == name)
+    return panel.proxy.index(row, NOTE_COLUMN).data()
+
+
+def rescan(qtbot, panel) -> None:
+    """One full scan that starts now (a scan already running is let finish first)."""
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    with qtbot.waitSignal(panel.scanned, timeout=30_000):
+        panel.refresh()
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+
+
+@pytest.mark.timeout(60)
+def test_a_note_set_with_the_cli_shows_in_the_table_and_the_filter(qtbot, tmp_path, capsys):
+    from core.cli.main import main
+
+    root = tmp_path / "runs"
+    panel = fake_history(qtbot, root)
+    assert panel.model.headerData(9, Qt.Orientation.Horizontal) == "note" and note_cell(panel, "fp32-run") == ""
+    assert main(["runs", "note", "aaaa", "baseline before the\nwarmup change", "--runs-dir", str(root)]) == 0
+    rescan(qtbot, panel)
+    assert note_cell(panel, "fp32-run") == "baseline before the warmup change"  # one line in the table
+    panel.filterEdit.setText("warmup")
+    assert panel.visible_names() == ["fp32-run"]
+    panel.filterEdit.setText("warmup bf16")
+    assert panel.visible_names() == []
+    panel.filterEdit.clear()
+    panel.select_names("fp32-run")
+    assert panel.noteEdit.isEnabled() and panel.noteEdit.toPlainText() == "baseline before the\nwarmup change"
+    assert not panel.noteSaveButton.isEnabled()  # nothing edited yet
+    panel.select_names("fp32-run", "bf16-run")
+    assert not panel.noteEdit.isEnabled() and panel.noteEdit.toPlainText() == ""
+
+
+@pytest.mark.timeout(60)
+def test_a_note_edited_in_the_panel_is_on_disk_and_survives_rescans_and_run_json_rewrites(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    panel = fake_history(qtbot, root)
+    panel.select_names("bf16-run")
+    panel.noteEdit.setPlainText("loss spikes at step 40")
+    assert panel.note_edited and panel.noteSaveButton.isEnabled()
+    panel.noteSaveButton.click()
+    assert note_cell(panel, "bf16-run") == "loss spikes at step 40"  # at once, before the write is done
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    assert (root / "bf16-run" / "note.txt").read_text() == "loss spikes at step 40\n"
+    assert "Saved the note of bf16-run" in panel.statusLabel.text() and not panel.noteSaveButton.isEnabled()
+
+    # The engine rewrites run.json (a resumed run: more steps) while the user types a new note: the rescan
+    # shows the new steps, keeps the saved note in the table and the unsaved text in the editor.
+    panel.noteEdit.setPlainText("loss spikes at step 40; fixed by clipping")
+    record = json.loads((root / "bf16-run" / RECORD_FILE).read_text())
+    record.update(steps=150, total_steps=200, status="completed")
+    (root / "bf16-run" / RECORD_FILE).write_text(json.dumps(record))
+    rescan(qtbot, panel)
+    run = next(r for r in panel.model.runs if r["name"] == "bf16-run")
+    assert run["steps"] == 150 and run["note"] == "loss spikes at step 40"
+    assert [r["name"] for r in panel.selected_runs()] == ["bf16-run"]
+    assert panel.noteEdit.toPlainText() == "loss spikes at step 40; fixed by clipping" and panel.note_edited
+    panel.save_note()
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    rescan(qtbot, panel)
+    assert (root / "bf16-run" / "note.txt").read_text() == "loss spikes at step 40; fixed by clipping\n"
+    assert note_cell(panel, "bf16-run") == "loss spikes at step 40; fixed by clipping"
+
+    panel.noteEdit.setPlainText("   ")  # an empty note removes note.txt
+    panel.save_note()
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    assert not (root / "bf16-run" / "note.txt").exists() and note_cell(panel, "bf16-run") == ""
+    assert "Removed the note of bf16-run" in panel.statusLabel.text()
+
+
+@pytest.mark.timeout(60)
+def test_a_note_that_cannot_be_written_is_one_status_line_and_stays_in_the_editor(qtbot, tmp_path, monkeypatch):
+    import app.panels.history as history
+
+    root = tmp_path / "runs"
+    panel = fake_history(qtbot, root)
+
+    def refuse(folder, text):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(history, "write_note", refuse)
+    panel.select_names("fp32-run")
+    panel.noteEdit.setPlainText("will not fit")
+    panel.save_note()
+    qtbot.waitUntil(lambda: "Could not save the note of fp32-run" in panel.statusLabel.text(), timeout=30_000)
+    assert "Permission denied" in panel.statusLabel.text() and "\n" not in panel.statusLabel.text()
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    assert note_cell(panel, "fp32-run") == "" and not (root / "fp32-run" / "note.txt").exists()
+    assert panel.noteEdit.toPlainText() == "will not fit" and panel.noteSaveButton.isEnabled()  # to try again
+
+
+@pytest.mark.timeout(60)
+def test_resume_and_export_from_the_best_or_the_last_checkpoint(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    panel = fake_history(qtbot, root)
+    panel.select_names("bf16-run")
+    assert panel.resumeButton.isEnabled() and panel.exportButton.isEnabled()
+    assert panel.resumeButton.menu() is panel.resumeMenu  # a choice: the arrow offers it
+    assert panel.resumeLastAction.text() == "From the last checkpoint (step 100)"
+    assert panel.resumeBestAction.text() == "From the best checkpoint (step 60, accuracy 0.8)"
+    folder = root / "bf16-run"
+    with qtbot.waitSignal(panel.resumeRequested, timeout=5_000) as resumed:
+        panel.resumeButton.click()  # the button itself: the last checkpoint, as before
+    assert resumed.args == [str(folder / "checkpoint.pt")]
+    with qtbot.waitSignal(panel.resumeRequested, timeout=5_000) as resumed:
+        panel.resumeBestAction.trigger()
+    assert resumed.args == [str(folder / "best.pt")]
+    with qtbot.waitSignal(panel.resumeRequested, timeout=5_000) as resumed:
+        panel.resumeLastAction.trigger()
+    assert resumed.args == [str(folder / "checkpoint.pt")]
+
+    with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
+        panel.exportButton.click()  # export: the best model by default
+    assert exported.args == [str(folder / "best.pt")]
+    with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
+        panel.exportLastAction.trigger()
+    assert exported.args == [str(folder / "checkpoint.pt")]
+
+    (folder / "best.pt").unlink()  # gone from disk: no choice, the last checkpoint for both
+    panel.select_names("fp32-run")
+    panel.select_names("bf16-run")
+    assert panel.resumeButton.menu() is None and not panel.resumeBestAction.isEnabled()
+    with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
+        panel.exportButton.click()
+    assert exported.args == [str(folder / "checkpoint.pt")]
+    panel.select_names("fp32-run", "bf16-run")
+    assert not panel.resumeButton.isEnabled() and not panel.exportButton.isEnabled()
