@@ -343,3 +343,34 @@ def test_resume_and_export_from_the_best_or_the_last_checkpoint(qtbot, tmp_path)
     assert exported.args == [str(folder / "checkpoint.pt")]
     panel.select_names("fp32-run", "bf16-run")
     assert not panel.resumeButton.isEnabled() and not panel.exportButton.isEnabled()
+
+
+@pytest.mark.timeout(60)
+def test_a_scan_that_read_the_folder_before_the_note_was_written_does_not_undo_it(qtbot, tmp_path, monkeypatch):
+    import threading
+
+    import app.panels.history as history
+    from core.engine.run_record import write_note
+
+    root = tmp_path / "runs"
+    panel = fake_history(qtbot, root)
+    release = threading.Event()
+
+    def slow_write(folder, text):  # the disk is slow: the write lands after a whole scan
+        assert release.wait(20)
+        return write_note(folder, text)
+
+    monkeypatch.setattr(history, "write_note", slow_write)
+    panel.select_names("fp32-run")
+    panel.noteEdit.setFocus()
+    panel.noteEdit.setPlainText("slow disk")
+    qtbot.keyClick(panel.noteEdit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)  # Ctrl+Return saves
+    assert panel._saved_notes and not panel.note_edited
+    with qtbot.waitSignal(panel.scanned, timeout=30_000):
+        panel.refresh()  # reads note.txt before it exists
+    assert note_cell(panel, "fp32-run") == "slow disk" and panel.noteEdit.toPlainText() == "slow disk"
+    release.set()
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    assert (root / "fp32-run" / "note.txt").read_text() == "slow disk\n"
+    rescan(qtbot, panel)
+    assert note_cell(panel, "fp32-run") == "slow disk" and not panel._saved_notes
