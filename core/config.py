@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -76,6 +78,11 @@ FIELD_SPECS: dict[str, FieldSpec] = {
                                          "improvement of the monitored metric; 0 = off", 0, 1_000_000, step=1),
         FieldSpec("early_stop_min_delta", "an improvement must beat the best value by more than this (for best "
                                           "checkpoints and early stopping)", 0.0, 1e9, step=0.001),
+        FieldSpec("early_stop_divergence", "end the run (completed) as soon as the monitored metric is worse than "
+                                           "this: above it for a min-mode metric such as the loss, below it for "
+                                           "max-mode; nan or inf also ends it; 0 = off", 0.0, 1e9, step=0.1),
+        FieldSpec("tensorboard", "also write TensorBoard event files into <run folder>/tensorboard as the run "
+                                 "goes (needs the optional tensorboardX package)"),
     )
 }
 
@@ -112,6 +119,8 @@ class RunConfig:
     keep_best: int = 1
     early_stop_patience: int = 0
     early_stop_min_delta: float = 0.0
+    early_stop_divergence: float = 0.0
+    tensorboard: bool = False
 
     @classmethod
     def for_task(cls, task: str, **overrides: Any) -> RunConfig:
@@ -176,11 +185,18 @@ class RunConfig:
         return cls.from_dict(data, source=str(path))
 
 
-_TYPE_NAMES = {"int": int, "float": float, "str": str, "dict": dict}
+_TYPE_NAMES = {"int": int, "float": float, "str": str, "dict": dict, "bool": bool}
+_BOOL_WORDS = {"true": True, "false": False}  # a bool setting given as text (a CLI flag's value)
 
 
 def _coerce(key: str, value: Any, type_name: Any) -> Any:
     kind = _TYPE_NAMES[type_name if isinstance(type_name, str) else type_name.__name__]
+    if kind is bool:
+        if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
+            return _BOOL_WORDS[value.strip().lower()]
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {type(value).__name__} {value!r}")
+        return value
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if kind is int and isinstance(value, float) and value.is_integer():
@@ -197,6 +213,17 @@ def _range_text(spec: FieldSpec) -> str:
 def _number(value: float) -> str:
     """1,048,576 for whole numbers (never 1.04858e+06), 1e-07 / 0.999 otherwise."""
     return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+TENSORBOARD_MISSING = "needs the optional tensorboardX package: pip install 'amp-console[tensorboard]'"
+
+
+def tensorboardx_installed() -> bool:
+    """Whether tensorboardX can be imported, without importing it (it imports torch)."""
+    try:
+        return importlib.util.find_spec("tensorboardX") is not None
+    except (ImportError, ValueError):  # a broken or half-removed install
+        return False
 
 
 def field_errors(cfg: RunConfig) -> dict[str, str]:
@@ -222,6 +249,11 @@ def field_errors(cfg: RunConfig) -> dict[str, str]:
         problems["out_dir"] = "is only spaces: leave it empty for a new folder under the runs root"
     if cfg.monitor != cfg.monitor.strip() or any(c.isspace() for c in cfg.monitor):
         problems["monitor"] = f"{cfg.monitor!r} is not a metric name: names have no spaces (e.g. accuracy, loss)"
+    if not math.isfinite(cfg.early_stop_divergence):
+        problems["early_stop_divergence"] = (f"{cfg.early_stop_divergence} is not a finite number: give the "
+                                             f"threshold the monitored metric must not cross, or 0 for off")
+    if cfg.tensorboard and not tensorboardx_installed():
+        problems["tensorboard"] = TENSORBOARD_MISSING
     if cfg.data and not Path(cfg.data).exists():
         problems["data"] = f"{cfg.data}: no such file or folder"
     return problems

@@ -24,7 +24,7 @@ LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Gr
           "max_steps": "Max steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",
           "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
           "checkpoint_minutes": "Checkpoint every (min)", "threads": "CPU threads", "out_dir": "Output folder",
-          "data": "Data file"}
+          "data": "Data file", "tensorboard": "TensorBoard"}
 LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
 
 

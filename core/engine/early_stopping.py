@@ -11,9 +11,12 @@ ranks the `keep` best evaluations for the best checkpoints:
   A value enters the ranking's first place only by improving on the best (min_delta); lower places take any
   finite value better than their holder's.
 
-After `patience` evaluations in a row without an improvement the run ends early (`completed`). Under DDP the
-trainer feeds every rank the value rank 0 saw (broadcast), so the ranks' trackers are the same and decide
-alike. The tracker's state goes into every checkpoint (`best_tracker`), so a resumed run goes on counting.
+After `patience` evaluations in a row without an improvement the run ends early (`completed`). With a
+`divergence` threshold (0 = off; like Lightning's EarlyStopping(divergence_threshold)) it ends as soon as one
+evaluation is worse than the threshold (above it in min mode, below it in max mode) or not a finite number.
+Under DDP the trainer feeds every rank the value rank 0 saw (broadcast), so the ranks' trackers are the same and
+decide alike. The tracker's state goes into every checkpoint (`best_tracker`), so a resumed run goes on counting
+(a divergence is not kept: the run it stopped has ended).
 """
 
 from __future__ import annotations
@@ -54,10 +57,12 @@ class BestTracker:
     min_delta: float = 0.0
     keep: int = 1
     patience: int = 0
+    divergence: float = 0.0  # a value worse than this (or nan/inf) stops the run at once; 0 = off
     best: float | None = None
     best_step: int = -1
     since_best: int = 0  # evaluations since the latest improvement (or since the start)
     ranked: list[dict] = field(default_factory=list)  # {"value", "step", "file"}, best first, at most `keep`
+    diverged: tuple[float, int] | None = None  # (value, step) of the evaluation past the divergence threshold
 
     def better(self, value: float, than: float, margin: float = 0.0) -> bool:
         return value > than + margin if self.mode == "max" else value < than - margin
@@ -65,6 +70,8 @@ class BestTracker:
     def update(self, value: float | None, step: int) -> Update:
         """Count one evaluation's value of the monitored metric at `step`."""
         finite = value is not None and isinstance(value, (int, float)) and math.isfinite(value)
+        if self.divergence and self.diverged is None and (not finite or self.better(self.divergence, value)):
+            self.diverged = (float(value) if isinstance(value, (int, float)) else float("nan"), step)
         improved = finite and (self.best is None or self.better(value, self.best, self.min_delta))
         if improved:
             self.best, self.best_step, self.since_best = float(value), step, 0
@@ -90,13 +97,24 @@ class BestTracker:
 
     @property
     def should_stop(self) -> bool:
+        if self.diverged is not None:
+            return True
         return self.patience > 0 and self.best is not None and self.since_best >= self.patience
 
     def stop_message(self, split: str = "val") -> str:
-        """e.g. 'no improvement in val ndcg@10_full for 5 evaluations; best 0.412 at step 3,000'."""
+        """e.g. 'no improvement in val ndcg@10_full for 5 evaluations; best 0.412 at step 3,000', or
+        'val loss 12.3 is worse than the divergence threshold 10 at step 300; best 0.41 at step 100'."""
+        best = (f"best {format_value(self.best)} at step {self.best_step:,}" if self.best is not None
+                else "no finite value before it")
+        if self.diverged is not None:
+            value, step = self.diverged
+            earlier = "" if self.best_step == step else f"; {best}"  # the first evaluation diverged: no best before
+            if math.isfinite(value):
+                return (f"{split} {self.metric} {format_value(value)} is worse than the divergence threshold "
+                        f"{format_value(self.divergence)} at step {step:,}{earlier}")
+            return f"{split} {self.metric} is {value} (not a finite number) at step {step:,}{earlier}"
         count = f"{self.since_best} evaluation{'s' if self.since_best != 1 else ''}"
-        return (f"no improvement in {split} {self.metric} for {count}; best {format_value(self.best)} "
-                f"at step {self.best_step:,}")
+        return f"no improvement in {split} {self.metric} for {count}; {best}"
 
     # ----------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:

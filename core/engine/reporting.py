@@ -4,6 +4,7 @@ to the sink, by rank 0 alone. See docs/ARCHITECTURE.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -11,11 +12,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from core.config import TENSORBOARD_MISSING
 from core.devices import memory_in_use
 from core.engine.run_folder import describe_os_error
 from core.engine.run_record import RunRecord
 from core.engine.events import Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from core.engine.step_metrics import IntervalReadout
+from core.engine.tensorboard_live import TENSORBOARD_FOLDER, LiveTensorBoard
+from core.errors import ConfigError
 
 Sink = Callable[[Event], None]
 
@@ -34,8 +38,19 @@ class EventLog:
         self.failure: str | None = None
         self.record: RunRecord | None = None  # run.json beside metrics.jsonl (core.engine.run_record)
         self.record_failure: str | None = None
+        self.tensorboard: LiveTensorBoard | None = None  # <run folder>/tensorboard (RunConfig.tensorboard)
+        self.tensorboard_failure: str | None = None
 
-    def open(self, path: Path) -> None:
+    def open(self, path: Path, tensorboard: bool = False) -> None:
+        """Open metrics.jsonl (and run.json) at `path`; with `tensorboard`, event files beside it too. Without
+        tensorboardX that is a ConfigError, raised before anything is opened (the run has not started)."""
+        live = None
+        if tensorboard:
+            try:
+                live = LiveTensorBoard(Path(path).parent / TENSORBOARD_FOLDER)
+            except ImportError:
+                raise ConfigError("tensorboard", TENSORBOARD_MISSING) from None
+        self.tensorboard = live
         self.path = Path(path)
         self._file = open(path, "a", encoding="utf-8")
         if _ends_mid_line(self.path):  # an earlier run was killed mid-line: end that line so ours stay whole
@@ -49,9 +64,10 @@ class EventLog:
     def emit(self, event: Event, sink: Sink | None) -> None:
         if not self.is_main:
             return
+        record = event_to_dict(event) if self._file is not None or self.tensorboard is not None else None
         if self._file is not None:
             try:
-                self._file.write(json.dumps(event_to_dict(event), default=str) + "\n")
+                self._file.write(json.dumps(record, default=str) + "\n")
                 self._file.flush()
             except OSError as exc:
                 self.failure = f"could not write {self.path}: {describe_os_error(exc)}"
@@ -61,8 +77,26 @@ class EventLog:
                 self.record.update(event)
             except Exception as exc:  # run.json is a summary: a failed write never ends the run
                 self._record_failed(exc)
+        if self.tensorboard is not None:
+            try:
+                self.tensorboard.write(record)
+            except Exception as exc:  # event files are an extra, like run.json: the run goes on without them
+                self._tensorboard_failed(exc)
         if sink is not None:
             sink(event)
+
+    def _tensorboard_failed(self, exc: Exception) -> None:
+        """Give up the live TensorBoard files with one line on stderr."""
+        live, self.tensorboard = self.tensorboard, None
+        cause = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        self.tensorboard_failure = f"could not write TensorBoard files in {live.folder if live else '?'}: {cause}"
+        with contextlib.suppress(Exception):
+            live.close()
+        try:
+            sys.stderr.write(f"amp-console: {self.tensorboard_failure}; the run goes on without them\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
     def _record_failed(self, exc: Exception) -> None:
         """Give up run.json with one line on stderr (stdout may carry the JSON events)."""
@@ -85,6 +119,12 @@ class EventLog:
             return True
 
     def close(self) -> None:
+        if self.tensorboard is not None:  # flushed and closed however the run ended
+            try:
+                self.tensorboard.close()
+            except Exception as exc:  # noqa: BLE001
+                self._tensorboard_failed(exc)
+            self.tensorboard = None
         if self._file is not None:
             try:
                 self._file.close()

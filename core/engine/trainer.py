@@ -81,7 +81,7 @@ class Trainer:
         self._saved_checkpoint_step = -1  # the step of the checkpoint.pt on disk (rank 0)
         self._ending = False
         self.tracker: BestTracker | None = None  # best checkpoints and early stopping (see early_stopping)
-        self._early_stop: str | None = None  # the reason, once the tracker has run out of patience
+        self._early_stop: str | None = None  # the reason, once the tracker has run out of patience or diverged
         self._peers: list[tuple[str, int]] = []  # (host, pid) of every rank, to name one that dies
 
     # ----------------------------------------------------------------- phases
@@ -200,7 +200,7 @@ class Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.cfg.save_toml(path)
             path = self.out_dir / ckpt.METRICS_FILE
-            self.events.open(path)
+            self.events.open(path, tensorboard=self.cfg.tensorboard)
         except OSError as exc:
             raise ConfigError("out_dir", f"could not write {path}: {describe_os_error(exc)}") from None
 
@@ -317,7 +317,7 @@ class Trainer:
         be one the task reports on validation: its names are learnt by evaluating a few validation rows here
         (this process alone, no collective), so a wrong name is refused before the run starts."""
         cfg = self.cfg
-        if cfg.keep_best == 0 and cfg.early_stop_patience == 0:
+        if cfg.keep_best == 0 and cfg.early_stop_patience == 0 and cfg.early_stop_divergence == 0:
             return None
         metric = cfg.monitor or self.task.primary_metric
         # The task's own primary metric needs no check; a metric the user named is checked against what a few
@@ -334,7 +334,7 @@ class Trainer:
             raise ConfigError("monitor", f"task {cfg.task} reports {what}; its validation metrics: "
                                          f"{', '.join(names)}")
         return BestTracker(metric, resolve_mode(metric, cfg.monitor_mode), cfg.early_stop_min_delta,
-                           cfg.keep_best, cfg.early_stop_patience)
+                           cfg.keep_best, cfg.early_stop_patience, cfg.early_stop_divergence)
 
     def _metric_names(self) -> list[str]:
         val = self.data.val

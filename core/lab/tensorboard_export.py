@@ -5,10 +5,9 @@ needed to write, only to view. The export reads metrics.jsonl alone: no checkpoi
 itself imports torch, so this module imports it lazily, inside `export_run`).
 
 What is written, into one event file:
-- StepMetrics -> `train/loss`, `train/lr`, `train/samples_per_second`, `train/grad_norm`, `train/grad_scale`
-  (fp16), `train/memory_mib`, `train/tokens_per_second` (sequence tasks), `train/skipped_steps` (fp16), at their
-  step;
-- EvalMetrics -> `val/<metric>`, `test/<metric>` (the held-out test split) at their step;
+- StepMetrics and EvalMetrics -> the scalars of core.engine.tensorboard_live.scalar_values (`train/loss`,
+  `train/lr`, ..., `val/<metric>`, `test/<metric>`) at their step: the tags a run with `tensorboard = true` writes
+  as it goes;
 - RunStarted -> a text summary `run/summary` (task, device, precision, settings) at its start step, and the
   settings as hparams (the HParams tab) with the last validation metrics as the session's metrics.
 
@@ -25,10 +24,10 @@ import math
 import os
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.engine.tensorboard_live import number, run_summary, scalar_values, summary_writer_class
 from core.errors import AmpConsoleError, DataError
 from core.files import check_regular_file, check_writable_folder, read_jsonl, shown_path
 
@@ -54,9 +53,9 @@ class _Export:
     last_val: dict[str, float] = field(default_factory=dict)  # tag -> value of the latest validation
 
     def add(self, tag: str, step: int, value, walltime: float | None) -> None:
-        number = _number(value)
-        if number is not None:
-            self.scalars.setdefault(tag, {})[step] = _Point(number, walltime)
+        value = number(value)
+        if value is not None:
+            self.scalars.setdefault(tag, {})[step] = _Point(value, walltime)
 
     def resume_at(self, step: int) -> None:
         """A segment starts at `step`: what earlier segments logged after it was done again (or never kept)."""
@@ -99,12 +98,9 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
 
 def _summary_writer_class():
     try:
-        with warnings.catch_warnings():  # protobuf/tensorboardX may warn of their own deprecations at import
-            warnings.simplefilter("ignore", DeprecationWarning)
-            from tensorboardX import SummaryWriter
+        return summary_writer_class()
     except ImportError:
         raise AmpConsoleError(MISSING_MESSAGE) from None
-    return SummaryWriter
 
 
 def _read_records(run_dir: Path) -> list[dict]:
@@ -132,31 +128,14 @@ def _collect(records: list[dict]) -> _Export:
             export.resume_at(start)
             config = record.get("config")
             export.config = dict(config) if isinstance(config, dict) else {}
-            export.texts.append((start, _summary(record), walltime))
+            export.texts.append((start, run_summary(record), walltime))
         elif step is None:
             continue
-        elif kind == "StepMetrics":
-            export.add("train/loss", step, record.get("loss"), walltime)
-            export.add("train/lr", step, record.get("lr"), walltime)
-            export.add("train/samples_per_second", step, record.get("samples_per_second"), walltime)
-            export.add("train/grad_norm", step, record.get("grad_norm"), walltime)
-            if record.get("grad_scale") is not None:  # fp16 runs only
-                export.add("train/grad_scale", step, record["grad_scale"], walltime)
-                export.add("train/skipped_steps", step, record.get("skipped_steps"), walltime)
-            memory = _number(record.get("memory_bytes"))
-            if memory is not None:
-                export.add("train/memory_mib", step, memory / 2**20, walltime)
-            export.add("train/tokens_per_second", step, record.get("tokens_per_second"), walltime)
-        elif kind == "EvalMetrics":
-            split = record.get("split") or "val"
-            metrics = record.get("metrics")
-            if not isinstance(metrics, dict):
-                continue
-            for name, value in metrics.items():
-                tag = f"{split}/{name}"
+        elif kind in ("StepMetrics", "EvalMetrics"):
+            for tag, value in scalar_values(record):  # the tags the live writer uses too
                 export.add(tag, step, value, walltime)
-                if split == "val" and _number(value) is not None:
-                    export.last_val[tag] = _number(value)
+                if tag.startswith("val/"):
+                    export.last_val[tag] = value
     return export
 
 
@@ -203,30 +182,6 @@ def _flat_hparams(config: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _summary(record: dict) -> str:
-    """RunStarted as markdown: what ran, where, in which precision, and every setting."""
-    device = f"{record.get('device', '?')}" + (f" ({record['device_name']})" if record.get("device_name") else "")
-    paragraphs = [
-        f"**task** {record.get('task', '?')}, **device** {device}",
-        f"**precision** {record.get('precision', '?')} (autocast {record.get('autocast_dtype', '?')}, "
-        f"parameters {record.get('param_dtype', '?')}, GradScaler {'on' if record.get('scaler') else 'off'})",
-        f"**steps** {record.get('start_step', 0)} to {record.get('total_steps', '?')}, "
-        f"{record.get('param_count', '?')} parameters",
-        *(f"note: {note}" for note in record.get("notes") or []),
-    ]
-    config = record.get("config")
-    if isinstance(config, dict) and config:
-        rows = [f"| {key} | {json.dumps(value, default=str)} |" for key, value in config.items()]
-        paragraphs.append("\n".join(["| setting | value |", "|---|---|", *rows]))
-    return "\n\n".join(paragraphs)
-
-
-def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
 def _step(record: dict) -> int | None:
     step = record.get("step")
     if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
@@ -236,7 +191,7 @@ def _step(record: dict) -> int | None:
 
 def _walltime(record: dict) -> float | None:
     for key in _TIME_KEYS:
-        value = _number(record.get(key))
+        value = number(record.get(key))
         if value is not None and math.isfinite(value) and value > 0:
             return value
     return None
