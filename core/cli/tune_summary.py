@@ -1,0 +1,154 @@
+"""`amp-console summary`: per layer, parameters and their training bytes; per precision mode, activations.
+
+A per-layer table down to --depth (a row's figures include the children left out), then the memory of one
+training step per precision mode side by side, both sized for the terminal (100 columns when piped; see
+core.cli.format). With --json the last stdout line is one JSON object (core.lab.model_summary's
+ModelSummary.to_dict()) and the tables are not printed. No torch at import time: `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from core.cli import format as fmt
+from core.cli.lab import _common, config_from_lab_args
+from core.errors import ConfigError
+
+DEFAULT_PRECISIONS = "fp32,bf16,fp16"
+OPTIMIZER_STATE_TEXT = {
+    "adam": "Adam: two float32 moments per parameter + a step counter per tensor",
+    "adamw": "AdamW: two float32 moments per parameter + a step counter per tensor",
+    "sgd": "SGD: one float32 momentum buffer per parameter (none without momentum)",
+}
+
+
+def register(sub) -> None:
+    """Add the `summary` subcommand to the amp-console parser."""
+    summary = sub.add_parser(
+        "summary", help="per-layer parameters and training memory, activations per precision mode",
+        description="Build the task's model and list, per layer, its parameters, whether they train, and the "
+                    "bytes of their weights, gradients and optimizer state; then run one forward + backward "
+                    "per precision mode and report the activation memory (tensors saved for backward; on CUDA "
+                    "also the allocator's peak) and each mode's total side by side.")
+    _common(summary)
+    summary.add_argument("--precisions", default=DEFAULT_PRECISIONS,
+                         help=f"comma-separated modes to measure (default {DEFAULT_PRECISIONS}; fp32 is always "
+                              "measured: it is the reference; modes the device cannot run are listed as skipped)")
+    summary.add_argument("--depth", type=int, default=2,
+                         help="layers shown down to this depth (default 2; 0 = the model only); a row includes "
+                              "the children left out")
+    summary.add_argument("--optimizer", default=None, choices=("sgd", "adam", "adamw"),
+                         help="optimizer whose state is counted (default: the task's)")
+    summary.set_defaults(handler=cmd_summary)
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from core.lab.model_summary import summarize
+    from core.lab.precision_sweep import requested_modes
+
+    if args.depth < 0:
+        raise ConfigError("--depth", f"{args.depth} must be 0 or more")
+    config = config_from_lab_args(args, precision="fp32")
+    if args.optimizer:
+        config = config.replace(optimizer=args.optimizer).validate()
+    modes = [m.strip() for m in args.precisions.split(",") if m.strip()]
+    try:
+        modes = requested_modes(modes)
+    except ConfigError as exc:
+        raise ConfigError("--precisions", str(exc).split(": ", 1)[1]) from None
+    result = summarize(config, modes, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print_summary(result, args.depth)
+    return 0 if result.measured_modes() else 1
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def print_summary(result, depth: int = 2) -> None:
+    """The per-layer table, the per-mode totals side by side, then what the figures mean."""
+    console = fmt.console()
+    console.print(layer_table(result, depth))
+    frozen = f", {fmt.exact(result.frozen_parameters)} frozen" if result.frozen_parameters else ""
+    console.print(f"parameters: {fmt.exact(result.parameters)} ({fmt.exact(result.trainable_parameters)} "
+                  f"trainable{frozen}) = sum(p.numel()), each shared parameter counted once")
+    for row in result.rows:
+        if row.shared:
+            console.print(f"shared with an earlier layer (counted there): {', '.join(row.shared)}")
+    console.print(totals_table(result))
+    base = result.mode("fp32")
+    for m in result.modes:
+        if m.status != "ok" or m.mode == "fp32" or m.activation_ratio is None:
+            continue
+        console.print(f"{m.mode} activations {m.activation_ratio:.2f}× fp32, step total {m.total_ratio:.2f}× fp32"
+                      if m.total_ratio is not None else f"{m.mode} activations {m.activation_ratio:.2f}× fp32")
+    for m in result.modes:
+        if m.status != "ok":
+            console.print(f"{m.mode} {m.status}: {m.reason}")
+    console.print("weights and gradients are float32 in every mode (autocast changes only what ops compute in); "
+                  f"optimizer state: {OPTIMIZER_STATE_TEXT.get(result.optimizer, result.optimizer)}")
+    console.print(f"layer activations: act {(result.measured_modes() or ['-'])[0]} in bytes, other modes as a ratio of "
+                  "them; (+N): N modules below the row, counted in it")
+    console.print(f"activations: {result.activation_source}, one batch of {result.batch_size} in train mode "
+                  f"(weights and the batch itself left out; autocast's weight copies included)")
+    if base is not None and base.cuda_peak_bytes is not None:
+        console.print("CUDA peak: max_memory_allocated during the step above what was allocated before it "
+                      "(adds gradients and temporaries)")
+
+
+def layer_table(result, depth: int):
+    """Rows down to `depth`; a folded row's name ends in (+N), N modules below it counted in its figures.
+    Activations: fp32's bytes, then each other measured mode as a ratio of them (narrow enough for 100 columns)."""
+    modes = result.measured_modes()
+    first = modes[0] if modes else None
+    table = fmt.table(f"{result.task} on {result.device} ({result.device_name}): {result.optimizer}, "
+                      f"batch {result.batch_size}", collapse_padding=True)
+    table.add_column("layer", no_wrap=True, overflow="ellipsis")
+    table.add_column("type", no_wrap=True, max_width=11, overflow="ellipsis")
+    for column in ("params", "train", "weights", "grads", "optim"):
+        table.add_column(column, justify="left" if column == "train" else "right", no_wrap=True)
+    if first:
+        table.add_column(f"act {first}", justify="right", no_wrap=True)
+    for mode in modes[1:]:
+        table.add_column(f"{mode}", justify="right", no_wrap=True)
+    for row in result.rows_to_depth(depth):
+        name = " " * row.depth + row.name
+        if row.depth == depth and row.descendants:
+            name += f" (+{row.descendants})"
+        t = row.total
+        act = t.activation_bytes
+        base = act.get(first) if first else None
+        ratios = [fmt.number(act.get(mode) / base, ".2f", "×") if base and act.get(mode) is not None else "-"
+                  for mode in modes[1:]]
+        table.add_row(name, row.type, fmt.count(t.parameters) if t.parameters else "-", row.trainable,
+                      fmt.size(t.param_bytes), fmt.size(t.grad_bytes), fmt.size(t.optimizer_bytes),
+                      *([fmt.size(base)] if first else []), *ratios,
+                      style="dim" if row.trainable == "no" else None)
+    return table
+
+
+def totals_table(result):
+    """One column per requested mode: weights, gradients, optimizer state, activations, total (and ratios)."""
+    table = fmt.table("one training step, per precision mode")
+    table.add_column("", no_wrap=True)
+    for m in result.modes:
+        table.add_column(f"{m.mode} ({m.compute_dtype})" if m.compute_dtype else m.mode, justify="right",
+                         no_wrap=True)
+
+    def cells(get) -> list[str]:
+        return [get(m) if m.status == "ok" else m.status for m in result.modes]
+
+    table.add_row("weights", *cells(lambda m: fmt.size(m.param_bytes)))
+    table.add_row("gradients", *cells(lambda m: fmt.size(m.grad_bytes)))
+    table.add_row("optimizer state", *cells(lambda m: fmt.size(m.optimizer_bytes)))
+    table.add_row("activations", *cells(lambda m: fmt.size(m.activation_bytes)))
+    table.add_row("  vs fp32", *cells(lambda m: fmt.number(m.activation_ratio, ".2f", "×")))
+    if any(m.cuda_peak_bytes is not None for m in result.modes):
+        table.add_row("CUDA peak", *cells(lambda m: fmt.size(m.cuda_peak_bytes)))
+    table.add_row("total", *cells(lambda m: fmt.size(m.total_bytes)), style="bold")
+    table.add_row("  vs fp32", *cells(lambda m: fmt.number(m.total_ratio, ".2f", "×")))
+    return table

@@ -1,0 +1,400 @@
+"""Model summary: per layer, parameters and the bytes they cost in training; per precision mode, activations.
+
+Per module (`named_modules` order): the parameters it owns directly, whether they train, their bytes, their
+gradients' bytes and the optimizer state the run's optimizer keeps for them; and the same over the module's
+subtree (`LayerRow.total`). A parameter shared by two modules (tied weights) is counted once, at the first
+module that owns it (as `core.engine.optimizers.parameter_groups` does); the other owner lists it in `shared`.
+So `ModelSummary.parameters == sum(p.numel() for p in model.parameters())` exactly.
+
+Bytes: parameters and gradients stay float32 in every precision mode (autocast only changes what ops compute
+in, see core.engine.precision), so weights, gradients and optimizer state are the same in every mode; only
+activations change. Optimizer state, per trainable parameter tensor: Adam/AdamW two float32 moments of its
+shape plus a float32 step counter; SGD with momentum one momentum buffer; SGD without momentum nothing.
+These are exactly the tensors torch's optimizers keep after their first step (a test checks).
+
+Activations, per mode: one forward (under that mode's autocast) + backward of one training batch, as the
+trainer runs it. The primary figure, on every device, is the bytes of the tensors autograd saves for backward
+(torch.autograd.graph.saved_tensors_hooks), deduplicated by storage and leaving out the parameters and the
+batch themselves: what a step holds between forward and backward. It includes the lower-precision copies of
+weights autocast saves for backward, and is attributed to the innermost module running when the tensor was
+saved (`task.loss` for the task's loss outside any module). On CUDA the allocator's peak above what was
+allocated before the step (max_memory_allocated) is reported as well: it adds gradients and temporaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from core.config import RunConfig
+from core.devices import DeviceInfo, device_info, list_devices, torch_device
+from core.engine.control import RunControl
+from core.engine.diagnosis import explain_device_mismatch
+from core.engine.precision import PrecisionPlan, matmul_precision, resolve_precision
+from core.errors import DeviceError
+from core.lab.dtype_inspector import LOSS_ROW
+from core.lab.precision_sweep import requested_modes
+from core.tasks import create_task
+
+DEFAULT_MODES = ("fp32", "bf16", "fp16")
+ROOT_NAME = "(model)"
+SAVED_TENSORS_SOURCE = "tensors saved for backward (saved_tensors_hooks), deduplicated by storage"
+
+
+@dataclass
+class Figures:
+    """Parameter counts and training bytes of a set of parameters (one module's own, or its subtree)."""
+
+    parameters: int = 0
+    trainable_parameters: int = 0
+    param_bytes: int = 0
+    grad_bytes: int = 0  # trainable parameters only: frozen ones get no gradient
+    optimizer_bytes: int = 0  # trainable parameters only
+    activation_bytes: dict[str, int] = field(default_factory=dict)  # mode -> saved-for-backward bytes
+
+    @property
+    def frozen_parameters(self) -> int:
+        return self.parameters - self.trainable_parameters
+
+    def add(self, other: Figures) -> None:
+        self.parameters += other.parameters
+        self.trainable_parameters += other.trainable_parameters
+        self.param_bytes += other.param_bytes
+        self.grad_bytes += other.grad_bytes
+        self.optimizer_bytes += other.optimizer_bytes
+        for mode, value in other.activation_bytes.items():
+            self.activation_bytes[mode] = self.activation_bytes.get(mode, 0) + value
+
+
+@dataclass
+class LayerRow:
+    """One module: `own` = the parameters it holds directly; `total` = its subtree (itself and descendants)."""
+
+    name: str  # qualified name as in named_modules; ROOT_NAME for the model, LOSS_ROW for the loss
+    type: str
+    depth: int  # 0 for the model and the loss row, 1 for its children, ...
+    own: Figures
+    total: Figures
+    descendants: int = 0  # modules below this one
+    shared: list[str] = field(default_factory=list)  # own parameters counted at another module (tied): names
+
+    @property
+    def trainable(self) -> str:
+        """'yes', 'no', 'partial' (some of the subtree's parameters are frozen) or '-' (no parameters)."""
+        t = self.total
+        if not t.parameters:
+            return "-"
+        return "yes" if t.trainable_parameters == t.parameters else "no" if not t.trainable_parameters else "partial"
+
+
+@dataclass
+class ModeTotals:
+    """Training memory of the model in one precision mode: status 'ok', or 'skipped'/'failed' with a reason."""
+
+    mode: str
+    status: str
+    reason: str = ""
+    compute_dtype: str = ""
+    param_bytes: int = 0  # float32 in every mode
+    grad_bytes: int = 0  # float32 in every mode
+    optimizer_bytes: int = 0
+    activation_bytes: int | None = None  # saved for backward (the primary figure, every device)
+    cuda_peak_bytes: int | None = None  # CUDA only: allocator peak during the step above its start
+    total_bytes: int | None = None  # params + grads + optimizer state + activations
+    activation_ratio: float | None = None  # against fp32's
+    total_ratio: float | None = None  # against fp32's
+
+
+@dataclass(frozen=True)
+class SummaryProgress:
+    """Handed to the progress callback before each mode ('running') and after it ('done', with its totals)."""
+
+    mode: str
+    index: int
+    total: int
+    phase: str
+    totals: ModeTotals | None = None
+
+    def describe(self) -> str:
+        if self.phase == "running":
+            return f"{self.mode}: one forward + backward"
+        t = self.totals
+        if t is None or t.status != "ok":
+            return f"{self.mode}: {t.status if t else 'done'}" + (f" ({t.reason})" if t and t.reason else "")
+        return f"{self.mode}: done, {t.activation_bytes:,} bytes saved for backward"
+
+
+@dataclass
+class ModelSummary:
+    """The whole summary: the setting, per-module rows, totals and one ModeTotals per requested mode."""
+
+    task: str
+    task_options: dict
+    device: str
+    device_name: str
+    device_type: str
+    batch_size: int  # rows of the measured batch
+    optimizer: str
+    momentum: float
+    precision: str  # the config's precision mode
+    parameters: int
+    trainable_parameters: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    rows: list[LayerRow]
+    modes: list[ModeTotals]
+    activation_source: str = SAVED_TENSORS_SOURCE
+
+    @property
+    def frozen_parameters(self) -> int:
+        return self.parameters - self.trainable_parameters
+
+    def row(self, name: str) -> LayerRow:
+        """The row of module `name` (as in named_modules; ROOT_NAME for the model, LOSS_ROW for the loss)."""
+        return next(r for r in self.rows if r.name == name)
+
+    def mode(self, mode: str) -> ModeTotals | None:
+        return next((m for m in self.modes if m.mode == mode), None)
+
+    def measured_modes(self) -> list[str]:
+        return [m.mode for m in self.modes if m.status == "ok"]
+
+    def rows_to_depth(self, depth: int) -> list[LayerRow]:
+        """Rows down to `depth` (the model is 0); a row's `total` already folds in the children left out."""
+        return [r for r in self.rows if r.depth <= depth]
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (the `summary --json` schema)."""
+        data = dataclasses.asdict(self)
+        data["frozen_parameters"] = self.frozen_parameters
+        for row, out in zip(self.rows, data["rows"], strict=True):
+            out["trainable"] = row.trainable
+        return data
+
+
+ProgressCallback = Callable[[SummaryProgress], None]
+
+
+def optimizer_state_bytes(param: torch.Tensor, optimizer: str, momentum: float = 0.9) -> int:
+    """Bytes `optimizer` keeps for one trainable parameter tensor (as torch keeps it after the first step)."""
+    if optimizer in ("adam", "adamw"):
+        return 2 * param.numel() * 4 + 4  # exp_avg, exp_avg_sq (float32) + the float32 step counter
+    if optimizer == "sgd":
+        return param.numel() * 4 if momentum else 0  # the momentum buffer
+    raise ValueError(f"unknown optimizer {optimizer!r}")
+
+
+def parameter_rows(model: nn.Module, optimizer: str = "adamw", momentum: float = 0.9) -> list[LayerRow]:
+    """One LayerRow per module of `model` (named_modules order), parameters and bytes filled, no activations."""
+    names = {id(p): n for n, p in model.named_parameters()}  # the first name of each (shared) parameter
+    counted: set[int] = set()
+    rows: list[LayerRow] = []
+    for name, module in model.named_modules():
+        own, shared = Figures(), []
+        for local, param in module.named_parameters(recurse=False):
+            if id(param) in counted:
+                shared.append(f"{name + '.' if name else ''}{local} = {names[id(param)]}")
+                continue
+            counted.add(id(param))
+            size = param.numel() * param.element_size()
+            own.parameters += param.numel()
+            own.param_bytes += size
+            if param.requires_grad:
+                own.trainable_parameters += param.numel()
+                own.grad_bytes += size  # gradients take their parameter's dtype: float32
+                own.optimizer_bytes += optimizer_state_bytes(param, optimizer, momentum)
+        rows.append(LayerRow(name=name or ROOT_NAME, type=type(module).__name__,
+                             depth=name.count(".") + 1 if name else 0, own=own, total=Figures(), shared=shared))
+    _fold_subtrees(rows)
+    return rows
+
+
+def _fold_subtrees(rows: list[LayerRow]) -> None:
+    """Fill every row's `total` and `descendants` from the rows below it (named_modules order is a preorder,
+    so a module's descendants are the rows right after it whose names extend its own)."""
+    for row in rows:
+        row.total = Figures()
+        row.total.add(row.own)
+        row.descendants = 0
+    model_rows = [r for r in rows if r.name != LOSS_ROW]
+    for index, row in enumerate(model_rows):
+        for below in model_rows[index + 1:]:
+            if row.name != ROOT_NAME and not below.name.startswith(row.name + "."):
+                break
+            row.total.add(below.own)
+            row.descendants += 1
+
+
+class _SavedTensorMeter:
+    """Counts the bytes of the tensors autograd saves for backward, once per storage, per running module."""
+
+    def __init__(self, rows: dict[nn.Module, LayerRow], loss_row: LayerRow, exclude: set[int], mode: str):
+        self.rows, self.loss_row, self.exclude, self.mode = rows, loss_row, exclude, mode
+        self.stack: list[LayerRow] = []
+        self.seen: set[int] = set()
+        self.total = 0
+        self.handles = []
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        try:
+            storage = tensor.untyped_storage()
+            key, nbytes = storage.data_ptr(), storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # a tensor without a plain storage (e.g. a subclass)
+            return tensor
+        if key and key not in self.seen and key not in self.exclude:
+            self.seen.add(key)  # saved tensors stay alive until backward, so no address is reused meanwhile
+            self.total += nbytes
+            row = self.stack[-1] if self.stack else self.loss_row
+            row.own.activation_bytes[self.mode] = row.own.activation_bytes.get(self.mode, 0) + nbytes
+        return tensor
+
+    def __enter__(self):
+        def pre_hook(module, args):
+            self.stack.append(self.rows[module])
+
+        def post_hook(module, args, output):
+            self.stack.pop()
+
+        for module in self.rows:
+            self.handles.append(module.register_forward_pre_hook(pre_hook))
+            self.handles.append(module.register_forward_hook(post_hook))
+        for row in list(self.rows.values()) + [self.loss_row]:
+            row.own.activation_bytes[self.mode] = 0
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)
+        for handle in self.handles:
+            handle.remove()
+        return False
+
+
+def _storage_keys(tensors) -> set[int]:
+    keys = set()
+    for tensor in tensors:
+        try:
+            keys.add(tensor.untyped_storage().data_ptr())
+        except (RuntimeError, NotImplementedError):
+            pass
+    return keys - {0}
+
+
+def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: PrecisionPlan,
+                 device: torch.device, rows: dict[nn.Module, LayerRow], loss_row: LayerRow, seed: int) -> ModeTotals:
+    """One forward (under `plan`'s autocast) + backward of `task.loss(model, batch)`: the bytes saved for
+    backward (recorded per module into `rows`), and on CUDA the allocator's peak above its start."""
+    exclude = _storage_keys(list(model.parameters()) + list(model.buffers()) + list(batch.values()))
+    model.zero_grad(set_to_none=True)
+    cuda = device.type == "cuda"
+    if cuda:
+        gc.collect()
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        start = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    torch.manual_seed(seed)  # the same dropout masks and sampled negatives in every mode
+    try:
+        with matmul_precision(plan):
+            with _SavedTensorMeter(rows, loss_row, exclude, plan.mode) as meter:
+                with plan.autocast():  # forward + loss only, as in the training step
+                    loss = task.loss(model, batch)
+            plan.make_scaler().scale(loss).backward()
+    except torch.OutOfMemoryError as exc:
+        return ModeTotals(mode=plan.mode, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
+    except RuntimeError as exc:  # user code put tensors on two devices: say which, as one line
+        message = explain_device_mismatch(exc, model, batch, device)
+        if message is None:
+            raise
+        raise DeviceError(message) from exc
+    totals = ModeTotals(mode=plan.mode, status="ok", compute_dtype=plan.compute_dtype_name,
+                        activation_bytes=meter.total)
+    if cuda:
+        torch.cuda.synchronize(device)
+        totals.cuda_peak_bytes = int(torch.cuda.max_memory_allocated(device) - start)
+    del loss
+    model.zero_grad(set_to_none=True)
+    return totals
+
+
+def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, batch_size: int | None = None,
+              devices: list[DeviceInfo] | None = None, progress: ProgressCallback | None = None,
+              control: RunControl | None = None) -> ModelSummary:
+    """Build the task of `config` like the trainer does and summarise its model (see the module's docstring).
+
+    `modes`: precision modes to measure activations in (fp32 always first: ratios are against it; None = every
+    mode); modes the device cannot run are reported 'skipped' with the device's reason. `batch_size`: rows
+    of the measured batch (default: the config's micro-batch; activations scale with it). `progress` gets a
+    SummaryProgress before and after each mode; `control.stop()` skips the modes not yet measured.
+    Raises ConfigError/PrecisionError on bad input and DeviceError for a device that is not here.
+    """
+    cfg = config.validate()
+    order = requested_modes(list(modes) if modes else None)
+    info = device_info(cfg.device, devices if devices is not None else list_devices())
+    device = torch_device(info)
+    task = create_task(cfg.task, cfg.task_options)
+    torch.manual_seed(cfg.seed)
+    data = task.load_data(cfg.data, cfg.seed)
+    task.check_fits(data.info, device, cfg.optimizer,
+                    available=info.memory_free if device.type == "cuda" else None)
+    torch.manual_seed(cfg.seed)
+    model = task.build_model(data.info).to(device)
+    model.train()
+    rows_list = parameter_rows(model, cfg.optimizer, cfg.momentum)
+    rows = dict(zip((m for _n, m in model.named_modules()), rows_list, strict=True))
+    loss_row = LayerRow(name=LOSS_ROW, type="loss", depth=0, own=Figures(), total=Figures())
+    size = batch_size or cfg.batch_size
+    batch = {key: value[:size].to(device) for key, value in data.train.items()}
+    root = Figures()
+    for row in rows_list:
+        root.add(row.own)
+    results: list[ModeTotals] = []
+    for index, mode in enumerate(order):
+        if control is not None and control.stop_requested:
+            totals = ModeTotals(mode=mode, status="skipped", reason="stopped")
+        elif mode not in info.precisions:
+            totals = ModeTotals(mode=mode, status="skipped",
+                                reason=info.unsupported.get(mode, f"not supported on {info.id}"))
+        else:
+            if progress:
+                progress(SummaryProgress(mode, index, len(order), "running"))
+            totals = measure_mode(task, model, batch, resolve_precision(mode, info), device, rows, loss_row,
+                                  cfg.seed)
+        totals.param_bytes, totals.grad_bytes, totals.optimizer_bytes = root.param_bytes, root.grad_bytes, \
+            root.optimizer_bytes
+        if totals.activation_bytes is not None:
+            totals.total_bytes = root.param_bytes + root.grad_bytes + root.optimizer_bytes + totals.activation_bytes
+        results.append(totals)
+        if progress:
+            progress(SummaryProgress(mode, index, len(order), "done", totals))
+    _compare_to_fp32(results)
+    all_rows = rows_list + [loss_row]
+    _fold_subtrees(all_rows)
+    parameters = sum(p.numel() for p in model.parameters())
+    assert root.parameters == parameters, (root.parameters, parameters)  # each parameter counted exactly once
+    return ModelSummary(task=cfg.task, task_options=dict(cfg.task_options), device=info.id, device_name=info.name,
+                        device_type=device.type, batch_size=int(next(iter(batch.values())).shape[0]),
+                        optimizer=cfg.optimizer, momentum=cfg.momentum, precision=cfg.precision,
+                        parameters=root.parameters, trainable_parameters=root.trainable_parameters,
+                        param_bytes=root.param_bytes, grad_bytes=root.grad_bytes,
+                        optimizer_bytes=root.optimizer_bytes, rows=all_rows, modes=results)
+
+
+def _compare_to_fp32(results: list[ModeTotals]) -> None:
+    base = next((m for m in results if m.mode == "fp32" and m.status == "ok"), None)
+    if base is None:
+        return
+    for m in results:
+        if m.status != "ok":
+            continue
+        if base.activation_bytes:
+            m.activation_ratio = m.activation_bytes / base.activation_bytes
+        if base.total_bytes:
+            m.total_ratio = m.total_bytes / base.total_bytes
