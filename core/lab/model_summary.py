@@ -367,8 +367,9 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
                 progress(SummaryProgress(mode, index, len(order), "running"))
             totals = measure_mode(task, model, batch, resolve_precision(mode, info), device, rows, loss_row,
                                   cfg.seed)
-        totals.param_bytes, totals.grad_bytes, totals.optimizer_bytes = root.param_bytes, root.grad_bytes, \
-            root.optimizer_bytes
+        totals.param_bytes = root.param_bytes  # float32 in every mode: the same in every column
+        totals.grad_bytes = root.grad_bytes
+        totals.optimizer_bytes = root.optimizer_bytes
         if totals.activation_bytes is not None:
             totals.total_bytes = root.param_bytes + root.grad_bytes + root.optimizer_bytes + totals.activation_bytes
         results.append(totals)
