@@ -40,13 +40,15 @@ def test_an_install_that_fails_to_import_is_refused_at_open(tiny_config, recorde
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
-def test_the_cli_flag_takes_true_or_false():
+def test_the_cli_switch_and_config_values():
     from core.cli.main import build_parser
 
     parser = build_parser()
-    for text, value in (("true", True), ("false", False), ("True", True)):
-        args = parser.parse_args(["train", "--tensorboard", text])
-        assert RunConfig.from_dict({"tensorboard": args.tensorboard}).tensorboard is value
+    for argv, value in ((["--tensorboard"], True), (["--no-tensorboard"], False), ([], None)):
+        args = parser.parse_args(["train", *argv])
+        assert args.tensorboard is value
+    for text, value in (("true", True), ("false", False), ("True", True)):  # TOML / settings given as text
+        assert RunConfig.from_dict({"tensorboard": text}).tensorboard is value
     with pytest.raises(ConfigError, match="tensorboard: expected true or false, got str 'maybe'"):
         RunConfig.from_dict({"tensorboard": "maybe"})
     with pytest.raises(ConfigError, match="expected true or false"):

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` s
     from core.engine.events import Event, RunEnded, RunStarted
 
 _TYPES = {f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")}  # lr, checkpoint_minutes...
+_SWITCHES = {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "bool")}  # --tensorboard / --no-...
 
 
 def register(sub) -> None:
@@ -31,6 +32,9 @@ def register(sub) -> None:
         flags = ["--" + name.replace("_", "-")]
         if name == "out_dir":
             flags.insert(0, "--out")
+        if name in _SWITCHES:
+            p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=spec.help)
+            continue
         p.add_argument(*flags, dest=name, type=kind, default=None, choices=spec.choices, help=spec.help)
     p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
                    help="task option, e.g. -o hidden=32 (repeatable; see `amp-console tasks`)")
