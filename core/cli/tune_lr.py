@@ -1,0 +1,200 @@
+"""`amp-console lr-find`: the LR range test (core.lab.lr_finder), headless.
+
+Progress goes to stderr (one line per step, overwritten in place on a terminal; every 10th step and the last in a
+log); stdout gets a few rows of the curve around the suggestion, the suggestion with its reason, and the `train`
+command that uses it. With --json the last stdout line is one JSON object (the whole curve) and nothing else is
+printed to stdout. --csv FILE writes the curve (lr, loss, smoothed) as CSV. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+
+from core.cli import format as fmt
+from core.cli.lab import _clock, _common, config_from_lab_args
+from core.errors import ConfigError
+
+# The defaults of core.lab.lr_finder, repeated here so `--help` does not import the lab (a test checks they agree).
+START_LR, END_LR, STEPS, DIVERGE_FACTOR, SMOOTHING = 1e-7, 1.0, 100, 4.0, 0.05
+METHODS = ("valley", "steepest")
+ROWS_AROUND = 3  # table rows on each side of the suggestion
+
+
+def register(sub) -> None:
+    """Add the `lr-find` subcommand to the amp-console parser."""
+    p = sub.add_parser(
+        "lr-find", help="LR range test: suggest a learning rate for a task",
+        description="Train a fresh copy of the task's model (nothing is saved) while the learning rate grows "
+                    "exponentially from --start-lr to --end-lr, stop when the loss diverges, and suggest a "
+                    "learning rate from the smoothed loss curve: 'valley' (the middle of its longest descent, "
+                    "robust to an early spike and noise) or 'steepest' (where it falls fastest). Exit 0 with a "
+                    "suggestion, 1 when the curve gives none, 2 for bad input.")
+    _common(p)
+    p.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
+    p.add_argument("--optimizer", default=None, choices=("sgd", "adam", "adamw"),
+                   help="optimizer to test with (default: the task's)")
+    p.add_argument("--start-lr", type=float, default=START_LR, help=f"first learning rate (default {START_LR:g})")
+    p.add_argument("--end-lr", type=float, default=END_LR, help=f"last learning rate (default {END_LR:g})")
+    p.add_argument("--steps", type=int, default=STEPS,
+                   help=f"optimizer steps over the range, spaced evenly in log(lr) (default {STEPS})")
+    p.add_argument("--diverge-factor", type=float, default=DIVERGE_FACTOR,
+                   help=f"stop when the smoothed loss exceeds this many times its best (default {DIVERGE_FACTOR:g})")
+    p.add_argument("--smoothing", type=float, default=SMOOTHING,
+                   help=f"EMA weight of the newest loss, 1 - beta (default {SMOOTHING:g}; fastai's beta 0.98 is 0.02)")
+    p.add_argument("--method", default="valley", choices=METHODS,
+                   help="how to pick the suggestion from the curve (default valley)")
+    p.add_argument("--csv", metavar="FILE", default=None, help="also write the curve (lr, loss, smoothed) to FILE")
+    p.set_defaults(handler=cmd_lr_find)
+
+
+_FLAGS = {"start_lr": "--start-lr", "end_lr": "--end-lr", "steps": "--steps", "diverge_factor": "--diverge-factor",
+          "smoothing": "--smoothing", "method": "--method"}
+
+
+class StepLines:
+    """lr-find's progress on stderr: live on a terminal, every 10th step (and the end) in a log."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.started = time.perf_counter()
+        self._open = False
+
+    def __call__(self, update) -> None:
+        text = f"lr-find {update.describe()} ({_clock(time.perf_counter() - self.started)})"
+        if update.phase == "step" and self.live:
+            self.stream.write(f"\r\x1b[2K{text}")
+            self._open = True
+        elif update.phase != "step" or update.step % 10 == 0 or update.step == update.steps:
+            self.stream.write(("\r\x1b[2K" if self._open else "") + text + "\n")
+            self._open = False
+        self.stream.flush()
+
+
+def cmd_lr_find(args: argparse.Namespace) -> int:
+    from core.lab.lr_finder import check_settings, find_lr
+
+    try:
+        check_settings(args.start_lr, args.end_lr, args.steps, args.diverge_factor, args.smoothing, args.method)
+    except ConfigError as exc:
+        raise ConfigError(_FLAGS.get(exc.field, exc.field), str(exc).split(": ", 1)[1]) from None
+    config = config_from_lab_args(args, precision=args.precision)
+    if args.optimizer:
+        config = config.replace(optimizer=args.optimizer)
+    if args.csv:
+        _check_csv_path(args.csv)  # before the test, not after it
+    from core.devices import device_info, list_devices
+    from core.engine.precision import resolve_precision
+
+    devices = list_devices()
+    resolve_precision(config.precision, device_info(config.device, devices))  # a mode the device lacks: exit 2 now
+    sys.stderr.write(f"lr-find: {config.task}, {args.steps} steps from lr {args.start_lr:g} to {args.end_lr:g} "
+                     f"({config.optimizer}, batch {config.batch_size}); a fresh model, nothing is saved\n")
+    result = find_lr(config, start_lr=args.start_lr, end_lr=args.end_lr, steps=args.steps,
+                     diverge_factor=args.diverge_factor, smoothing=args.smoothing, method=args.method,
+                     progress=StepLines(), devices=devices)
+    if args.csv:
+        write_csv(result, args.csv)
+    command = train_command(args, config, result.suggestion.lr, result.precision)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "train_command": command}))
+    else:
+        print_result(result, command, args.csv)
+    return 0 if result.suggestion.lr is not None else 1
+
+
+def _check_csv_path(path: str) -> None:
+    from pathlib import Path
+
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        raise ConfigError("--csv", f"{path}: the folder {folder} does not exist")
+    if Path(path).is_dir():
+        raise ConfigError("--csv", f"{path} is a folder; give a file name")
+
+
+def write_csv(result, path: str) -> None:
+    """lr, loss, smoothed per point (atomically, like every file the console writes)."""
+    from pathlib import Path
+
+    from core.files import atomic_write_bytes
+
+    lines = ["lr,loss,smoothed"] + [f"{lr!r},{loss!r},{smoothed!r}"
+                                    for lr, loss, smoothed in zip(result.lrs, result.losses, result.smoothed)]
+    try:
+        atomic_write_bytes(Path(path), ("\n".join(lines) + "\n").encode("utf-8"))
+    except OSError as exc:
+        raise ConfigError("--csv", f"could not write {path}: {exc.strerror or exc}") from None
+
+
+def train_command(args: argparse.Namespace, config, lr: float | None, precision: str) -> str | None:
+    """The `amp-console train` command with the settings the test ran with and `lr` (None without a suggestion)."""
+    if lr is None:
+        return None
+    parts = ["amp-console", "train", "--task", config.task]
+    if args.device != "auto":
+        parts += ["--device", args.device]
+    parts += ["--precision", precision]
+    if args.batch_size is not None:
+        parts += ["--batch-size", str(args.batch_size)]
+    if args.optimizer:
+        parts += ["--optimizer", args.optimizer]
+    if args.seed:
+        parts += ["--seed", str(args.seed)]
+    for option in args.task_options:
+        parts += ["-o", option]
+    parts += ["--lr", f"{lr:.2g}"]
+    return shlex.join(parts)
+
+
+def print_result(result, command: str | None, csv_path: str | None) -> None:
+    """A few rows of the curve around the suggestion, then the suggestion, its reason and how to use it."""
+    console = fmt.console()
+    compute = result.autocast_dtype or "float32"
+    console.print(f"{result.task} on {result.device} ({result.device_name}), {result.precision} (compute {compute}), "
+                  f"{result.optimizer}, batch {result.batch_size}: {len(result.lrs)} points, lr {result.start_lr:g} to "
+                  f"{result.end_lr:g}")
+    table = fmt.table(None)
+    for column in ("lr", "loss", "smoothed", ""):
+        table.add_column(column, justify="right" if column else "left", no_wrap=True)
+    picks = {s.index: name for name, s in result.suggestions.items() if s.index is not None}
+    best = result.lrs.index(result.best_lr) if result.best_lr is not None else None
+    shown = _rows_to_show(len(result.lrs), result.suggestion.index, best)
+    previous = None
+    for i in shown:
+        if previous is not None and i > previous + 1:
+            table.add_row("…", "", "", "", style="dim")
+        marks = ([picks[i]] if i in picks else []) + (["lowest"] if i == best else [])
+        table.add_row(f"{result.lrs[i]:.2e}", fmt.number(result.losses[i], ".4f"),
+                      fmt.number(result.smoothed[i], ".4f"), ", ".join(marks),
+                      style="bold" if i == result.suggestion.index else None)
+        previous = i
+    console.print(table)
+    console.print(f"ended: {result.stopped_early or 'ran the whole range'} "
+                  f"({result.steps_run} steps, {fmt.duration(result.seconds)})")
+    for note in result.notes:
+        console.print(note)
+    for name, pick in result.suggestions.items():
+        if name != result.method:
+            console.print(f"also: {pick.explanation}")
+    console.print(f"suggested: {result.suggestion.explanation}")
+    if csv_path:
+        console.print(f"curve written to {csv_path}")
+    if command:
+        console.print(f"use it: {command}")
+
+
+def _rows_to_show(n: int, index: int | None, best: int | None) -> list[int]:
+    """Indices of the table: the first and last points, ROWS_AROUND around the suggestion, and the lowest point."""
+    if n == 0:
+        return []
+    rows = {0, n - 1}
+    if index is not None:
+        rows.update(range(max(0, index - ROWS_AROUND), min(n, index + ROWS_AROUND + 1)))
+    if best is not None:
+        rows.add(best)
+    return sorted(rows)

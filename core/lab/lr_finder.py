@@ -1,0 +1,398 @@
+"""LR range test ("LR finder"): train a fresh copy of the model while the learning rate grows exponentially,
+stop when the loss diverges, and suggest a learning rate from the curve.
+
+What is trained: the model, data, optimizer, GradScaler and precision plan the engine builds for `config`
+(core.engine.trainer.Trainer.setup, the same building blocks the precision sweep uses), from the config's seed,
+in a temporary run folder that is removed afterwards. Nothing persistent is touched: no run's weights or
+optimizer, no files. Each step is the trainer's own optimizer step (autocast, GradScaler, grad_accum, clipping),
+with the learning rate of every parameter group set to this step's value of the exponential range.
+
+The loss is read once per step (one host sync: a range test needs every point). In fp16 a step the GradScaler
+skipped (gradient overflow) is recorded in `skipped_lrs`, not as a point of the curve; a NaN/inf loss ends the
+test as divergence, as does the smoothed loss rising above `diverge_factor` times its best value.
+
+The curve: `losses` are the raw per-step losses; `smoothed` is the bias-corrected exponential moving average
+(weight `smoothing` on the newest point; fastai's beta 0.98 is smoothing 0.02) of the raw losses after isolated
+spikes are replaced by the median of their neighbourhood (a Hampel filter), so one bad batch at the start
+does not bend the curve for the next dozens of steps. The suggestions are read from `smoothed`:
+
+- valley (default; fastai's default since 2.5): the middle, in log(lr), of the descending stretch of the smoothed
+  curve that ends at its minimum. fastai takes the longest decreasing subsequence of the curve as that stretch;
+  on a long noisy plateau that subsequence threads through the noise and starts decades too early (measured on
+  the tiny task with 60 steps: 2.8e-4 for a descent from 5e-3 to 0.26). Here the stretch starts where the
+  smoothed loss has fallen 5% of its total drop below its starting level (the median of the first 10% of the
+  despiked losses), so neither noise on the plateau nor an early spike's decay counts as a valley.
+- steepest: where the smoothed curve falls fastest against log(lr), skipping the first 10% of the points and
+  everything after the minimum (Lightning's rule, with the minimum as the end).
+
+The suggestion functions are plain Python (no torch), so a window can recompute them when the user switches
+method, and `find_lr` imports torch only when it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from core.config import RunConfig
+from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.devices import DeviceInfo
+    from core.engine.control import RunControl
+
+DEFAULT_START_LR = 1e-7
+DEFAULT_END_LR = 1.0
+DEFAULT_STEPS = 100
+DEFAULT_DIVERGE_FACTOR = 4.0
+DEFAULT_SMOOTHING = 0.05
+METHODS = ("valley", "steepest")
+MAX_STEPS = 100_000
+
+# A point whose raw loss is this many scaled MADs away from the median of its +-SPIKE_WINDOW neighbours is a spike.
+SPIKE_WINDOW = 4
+SPIKE_MADS = 3.0
+SPIKE_MIN_RELATIVE = 0.05  # ...and at least this far relative to that median (a flat curve has MAD 0)
+SKIP_FRACTION = 0.1  # the first 10% of the points: no divergence check on them; steepest never suggests them
+MIN_POINTS = 5  # fewer points than this: no suggestion
+VALLEY_TOP = 0.05  # valley: the descent starts where the smoothed loss is 5% of its total drop below the start
+MIN_DROP = 0.01  # ...and a drop under 1% of the starting level is no descent
+
+
+@dataclass(frozen=True)
+class LRSuggestion:
+    """One method's pick: `lr` (None when the curve gives none), the smoothed loss there, its index in the
+    result's `lrs`, and one sentence saying why (or why there is no suggestion)."""
+
+    method: str
+    lr: float | None
+    loss: float | None
+    index: int | None
+    explanation: str
+
+
+@dataclass
+class LRFinderResult:
+    """A range test: the settings it ran with, the curve and the suggestions. `lrs`, `losses` and `smoothed`
+    have one entry per recorded point (steps the GradScaler skipped are only in `skipped_lrs`)."""
+
+    task: str
+    task_options: dict
+    device: str
+    device_name: str
+    precision: str  # the mode that ran (auto resolved)
+    autocast_dtype: str | None  # 'bfloat16', 'float16', or None without autocast
+    scaler: bool
+    optimizer: str
+    batch_size: int
+    start_lr: float
+    end_lr: float
+    steps: int  # steps planned over [start_lr, end_lr]
+    steps_run: int
+    diverge_factor: float
+    smoothing: float
+    method: str  # the method of `suggestion`
+    lrs: list[float]
+    losses: list[float]
+    smoothed: list[float]
+    skipped_lrs: list[float]
+    suggestion: LRSuggestion
+    suggestions: dict[str, LRSuggestion]  # every method's pick, `method`'s included
+    stopped_early: str  # why the test ended before end_lr ('' when it ran the whole range)
+    best_loss: float | None  # the lowest smoothed loss and its lr
+    best_lr: float | None
+    seconds: float  # the whole call: setup and steps
+    setup_seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready dict (the `lr-find --json` schema)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class LRFinderProgress:
+    """Handed to the progress callback once before setup ('setup'), after every step ('step': `loss` is None
+    for a step the GradScaler skipped) and at the end ('done', with the result)."""
+
+    phase: str
+    step: int = 0
+    steps: int = 0
+    lr: float | None = None
+    loss: float | None = None
+    smoothed: float | None = None
+    result: LRFinderResult | None = None
+
+    def describe(self) -> str:
+        if self.phase == "setup":
+            return "setting up a fresh model and the data"
+        if self.phase == "step":
+            if self.loss is None:
+                return f"step {self.step}/{self.steps}, lr {self.lr:.2e}: skipped (fp16 gradient overflow)"
+            smoothed = f" (smoothed {self.smoothed:.4g})" if self.smoothed is not None else ""
+            return f"step {self.step}/{self.steps}, lr {self.lr:.2e}, loss {self.loss:.4g}{smoothed}"
+        result = self.result
+        if result is None:
+            return "done"
+        end = f"stopped early: {result.stopped_early}" if result.stopped_early else "ran the whole range"
+        return f"done: {result.steps_run} steps in {result.seconds:.1f} s, {end}"
+
+
+ProgressCallback = Callable[[LRFinderProgress], None]
+
+
+# ----------------------------------------------------------------------------- settings and the curve (no torch)
+def check_settings(start_lr: float, end_lr: float, steps: int, diverge_factor: float, smoothing: float,
+                   method: str = "valley") -> None:
+    """Raise ConfigError (field = the parameter's name) for settings a range test cannot run with."""
+    for name, value in (("start_lr", start_lr), ("end_lr", end_lr)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ConfigError(name, f"{value} must be a positive number")
+    if start_lr >= end_lr:
+        raise ConfigError("start_lr", f"{start_lr:g} must be below end_lr ({end_lr:g})")
+    if not (isinstance(steps, int) and 2 <= steps <= MAX_STEPS):
+        raise ConfigError("steps", f"{steps} is out of range: must be between 2 and {MAX_STEPS:,}")
+    if not (math.isfinite(diverge_factor) and diverge_factor > 1):
+        raise ConfigError("diverge_factor", f"{diverge_factor} must be above 1 (the loss over its best value)")
+    if not (0 < smoothing <= 1):
+        raise ConfigError("smoothing", f"{smoothing} is out of range: must be above 0 and at most 1 "
+                                       f"(1 = no smoothing)")
+    if method not in METHODS:
+        raise ConfigError("method", f"unknown method {method!r}; choose {' or '.join(METHODS)}")
+
+
+def lr_schedule(start_lr: float, end_lr: float, steps: int) -> list[float]:
+    """`steps` learning rates spaced evenly in log scale from start_lr to end_lr (both included)."""
+    ratio = end_lr / start_lr
+    return [start_lr * ratio ** (i / (steps - 1)) for i in range(steps)]
+
+
+def despike(values: list[float], window: int = SPIKE_WINDOW, mads: float = SPIKE_MADS) -> list[float]:
+    """`values` with isolated spikes replaced by the median of the 2 * window + 1 points around them (a Hampel
+    filter; at the ends the window stays whole, so up to `window` spiking points at the very start are caught)."""
+    out, n, width = list(values), len(values), 2 * window + 1
+    for i, value in enumerate(values):
+        first = max(0, min(i - window, n - width))  # a full window at the ends too: a spike at the start is caught
+        near = values[first: first + width]
+        median = statistics.median(near)
+        mad = statistics.median(abs(v - median) for v in near)
+        limit = max(mads * 1.4826 * mad, SPIKE_MIN_RELATIVE * abs(median))
+        if abs(value - median) > limit:
+            out[i] = median
+    return out
+
+
+def ema(values: list[float], smoothing: float) -> list[float]:
+    """Bias-corrected exponential moving average: weight `smoothing` on the newest value (beta = 1 - smoothing)."""
+    beta, average, out = 1.0 - smoothing, 0.0, []
+    for n, value in enumerate(values, start=1):
+        average = beta * average + (1.0 - beta) * value
+        out.append(average / (1.0 - beta ** n) if beta < 1 else average)
+    return out
+
+
+def smooth_losses(losses: list[float], smoothing: float = DEFAULT_SMOOTHING) -> list[float]:
+    """The curve the suggestions read: the bias-corrected EMA of the losses after `despike`."""
+    return ema(despike(losses), smoothing)
+
+
+def suggest(lrs: list[float], smoothed: list[float], method: str = "valley",
+            losses: list[float] | None = None) -> LRSuggestion:
+    """`method`'s suggestion from a smoothed curve (`losses`, the raw curve, sets valley's starting level)."""
+    if method not in METHODS:
+        raise ConfigError("method", f"unknown method {method!r}; choose {' or '.join(METHODS)}")
+    n = len(smoothed)
+    if n < MIN_POINTS:
+        return LRSuggestion(method, None, None, None, f"{method}: only {n} point{'s' if n != 1 else ''} before the "
+                                                      f"test ended, too few to read a curve; lower the start lr")
+    if method == "valley":
+        return _valley(lrs, smoothed, losses if losses is not None else smoothed)
+    return _steepest(lrs, smoothed, losses if losses is not None else smoothed)
+
+
+def _skip(n: int) -> int:
+    return max(1, int(n * SKIP_FRACTION))
+
+
+def _valley(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestion:
+    n = len(s)
+    lowest = min(range(n), key=lambda i: (s[i], i))
+    # The starting level: the median of the first 10% of the despiked raw losses (a spike or noise there does
+    # not move it). The valley is the stretch over which the smoothed loss falls from that level to its minimum:
+    # it begins at the last point before the minimum still within VALLEY_TOP of the drop below the level.
+    level = _starting_level(raw)
+    drop = level - s[lowest]
+    if drop <= MIN_DROP * abs(level) or lowest < 2:
+        return LRSuggestion("valley", None, None, None, "valley: the smoothed loss never falls below its starting "
+                                                        "level in this range; try a larger end lr or check the task")
+    top = level - VALLEY_TOP * drop
+    start = next((i for i in range(lowest, -1, -1) if s[i] >= top), 0)
+    if lowest - start < 2:
+        start = max(0, lowest - 2)
+    index = (start + lowest) // 2
+    return LRSuggestion("valley", lrs[index], s[index], index,
+                        f"valley: the middle of the smoothed loss's descent to its minimum ({lrs[start]:.1e} to "
+                        f"{lrs[lowest]:.1e}), at {lrs[index]:.1e}")
+
+
+def _starting_level(raw: list[float]) -> float:
+    """The loss the test starts from: the median of the first 10% (at least 3) of the despiked raw losses, so a
+    spike or noise there does not move it."""
+    return statistics.median(despike(raw)[:max(3, _skip(len(raw)))])
+
+
+def _steepest(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestion:
+    n = len(s)
+    # Skip the first 10%, and the decay of an early bump the filter left: start where the curve is back at its
+    # starting level.
+    level = _starting_level(raw)
+    skip = next((i for i in range(_skip(n), n) if s[i] <= level), _skip(n))
+    lowest = min(range(n), key=lambda i: (s[i], i))
+    if lowest - skip < 2:
+        return LRSuggestion("steepest", None, None, None,
+                            f"steepest: the smoothed loss is lowest at {lrs[lowest]:.1e}, within the first 10% of "
+                            f"the range, so there is no descent to read; lower the start lr")
+    x = [math.log10(lr) for lr in lrs]
+    k = max(1, n // 50)  # a slope over a few points on each side: steadier than neighbour differences
+
+    def slope(i: int) -> float:
+        a, b = max(0, i - k), min(n - 1, i + k)
+        return (s[b] - s[a]) / (x[b] - x[a])
+
+    index = min(range(skip, lowest + 1), key=slope)
+    if slope(index) >= 0:
+        return LRSuggestion("steepest", None, None, None, "steepest: the smoothed loss never falls in this range")
+    return LRSuggestion("steepest", lrs[index], s[index], index,
+                        f"steepest: the smoothed loss falls fastest ({slope(index):.3g} per decade of lr) at "
+                        f"{lrs[index]:.1e}, before its minimum at {lrs[lowest]:.1e}")
+
+
+def suggestions(lrs: list[float], losses: list[float], smoothed: list[float]) -> dict[str, LRSuggestion]:
+    """Every method's suggestion."""
+    return {method: suggest(lrs, smoothed, method, losses) for method in METHODS}
+
+
+# ----------------------------------------------------------------------------- the range test (torch)
+def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: float = DEFAULT_END_LR,
+            steps: int = DEFAULT_STEPS, diverge_factor: float = DEFAULT_DIVERGE_FACTOR,
+            smoothing: float = DEFAULT_SMOOTHING, method: str = "valley", progress: ProgressCallback | None = None,
+            control: RunControl | None = None, devices: list[DeviceInfo] | None = None) -> LRFinderResult:
+    """Run the LR range test for `config` (task, options, data, device, precision, optimizer, batch size, seed)
+    on a fresh model; see the module doc. `control.stop()` ends it after the current step (the result keeps the
+    points so far); pause waits between steps. Bad settings raise ConfigError before anything is built."""
+    check_settings(start_lr, end_lr, steps, diverge_factor, smoothing, method)
+    config = config.validate()
+    import torch  # noqa: F401  (the engine's dependency; imported here so the curve functions stay torch-free)
+
+    from core.engine.control import RunControl
+    from core.engine.precision import matmul_precision
+    from core.engine.step_metrics import StepAccumulator
+    from core.engine.trainer import Trainer
+    from core.lab.precision_sweep import _release_device_memory
+
+    control = control or RunControl()
+    began = time.perf_counter()
+    if progress:
+        progress(LRFinderProgress("setup", 0, steps))
+    with tempfile.TemporaryDirectory(prefix="amp-lr-find-") as out_dir:
+        # A throwaway run: constant schedule (the lr is set per step), no evaluation, checkpoint or best tracking.
+        cfg = config.replace(out_dir=out_dir, schedule="constant", max_steps=steps, log_interval=1_000_000,
+                             eval_interval=1_000_000_000, checkpoint_interval=0, checkpoint_minutes=0.0,
+                             keep_best=0, early_stop_patience=0, early_stop_divergence=0.0, tensorboard=False)
+        trainer = Trainer(cfg, control=control, devices=devices)
+        try:
+            trainer.setup()
+            setup_seconds = time.perf_counter() - began
+            with matmul_precision(trainer.plan):
+                curve = _run_range(trainer, StepAccumulator, lr_schedule(start_lr, end_lr, steps), diverge_factor,
+                                   smoothing, control, progress)
+        finally:
+            trainer.cleanup()
+            info, plan = getattr(trainer, "device_info", None), getattr(trainer, "plan", None)
+            del trainer
+            if info is not None:
+                _release_device_memory(info)
+    lrs, losses, skipped_lrs, stopped, steps_run = curve
+    smoothed = smooth_losses(losses, smoothing)
+    picks = suggestions(lrs, losses, smoothed)
+    best = min(range(len(smoothed)), key=smoothed.__getitem__) if smoothed else None
+    notes = [f"{len(skipped_lrs)} step{'s' if len(skipped_lrs) != 1 else ''} skipped by the GradScaler (fp16 "
+             f"gradient overflow), not on the curve"] if skipped_lrs else []
+    result = LRFinderResult(
+        task=cfg.task, task_options=dict(cfg.task_options), device=info.id, device_name=info.name,
+        precision=plan.mode, autocast_dtype=str(plan.autocast_dtype).removeprefix("torch.") if plan.autocast_dtype
+        else None, scaler=plan.use_scaler, optimizer=cfg.optimizer, batch_size=cfg.batch_size, start_lr=start_lr,
+        end_lr=end_lr, steps=steps, steps_run=steps_run, diverge_factor=diverge_factor, smoothing=smoothing,
+        method=method, lrs=lrs, losses=losses, smoothed=smoothed, skipped_lrs=skipped_lrs,
+        suggestion=picks[method], suggestions=picks, stopped_early=stopped,
+        best_loss=smoothed[best] if best is not None else None, best_lr=lrs[best] if best is not None else None,
+        seconds=time.perf_counter() - began, setup_seconds=setup_seconds, notes=notes)
+    if progress:
+        progress(LRFinderProgress("done", steps_run, steps, result=result))
+    return result
+
+
+def _run_range(trainer, accumulator_class, schedule: list[float], diverge_factor: float, smoothing: float,
+               control: RunControl, progress: ProgressCallback | None):
+    """The steps of the range test on a set-up Trainer. Returns (lrs, losses, skipped_lrs, stopped, steps_run)."""
+    sums = accumulator_class(trainer.device, count_only_finite=trainer.plan.use_scaler)
+    trainer._sums = sums  # the trainer's optimizer step adds its losses (and fp16 overflows) here
+    accum, per_epoch = trainer.cfg.grad_accum, trainer.steps_per_epoch
+    grace = max(3, int(len(schedule) * SKIP_FRACTION))  # the ratio test waits for a few points
+    skip_limit = max(5, grace)  # this many skipped steps in a row after the curve started: the gradients overflow
+    lrs, losses, skipped_lrs = [], [], []
+    average = best = None
+    beta, in_a_row, stopped, order, epoch, steps_run = 1.0 - smoothing, 0, "", None, 0, 0
+    for step, lr in enumerate(schedule):
+        if control.paused:
+            control.wait_while_paused()
+        if control.stop_requested:
+            stopped = f"stopped by request at lr {lr:.2e}"
+            break
+        index = step % per_epoch
+        if index == 0 or order is None:
+            order = trainer.batches.order(epoch)
+            epoch += 1
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = lr
+        trainer._optimizer_step(order, index * accum)
+        steps_run += 1
+        readout = sums.read(trainer.dist)  # the one host sync of the step: its loss (and fp16 overflow)
+        loss = readout.loss
+        if not math.isfinite(loss):
+            stopped = f"the loss was {loss} at lr {lr:.2e}"
+            _report(progress, step, schedule, lr, loss, None)
+            break
+        if readout.skipped:
+            skipped_lrs.append(lr)
+            in_a_row += 1 if losses else 0
+            _report(progress, step, schedule, lr, None, None)
+            if in_a_row >= skip_limit:
+                stopped = f"the GradScaler skipped {in_a_row} steps in a row (gradient overflow) up to lr {lr:.2e}"
+                break
+            continue
+        in_a_row = 0
+        lrs.append(lr)
+        losses.append(loss)
+        # Online: the plain bias-corrected EMA, as fastai and Lightning stop on (the final curve is despiked too).
+        average = beta * (average or 0.0) + smoothing * loss
+        smoothed = average / (1.0 - beta ** len(losses)) if beta < 1 else average
+        best = smoothed if best is None else min(best, smoothed)
+        _report(progress, step, schedule, lr, loss, smoothed)
+        if len(losses) > grace and smoothed > diverge_factor * best:
+            stopped = (f"the smoothed loss {smoothed:.4g} rose above {diverge_factor:g}x the best ({best:.4g}) at "
+                       f"lr {lr:.2e}")
+            break
+    return lrs, losses, skipped_lrs, stopped, steps_run
+
+
+def _report(progress: ProgressCallback | None, step: int, schedule: list[float], lr: float, loss: float | None,
+            smoothed: float | None) -> None:
+    if progress:
+        progress(LRFinderProgress("step", step + 1, len(schedule), lr, loss, smoothed))
