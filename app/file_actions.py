@@ -6,16 +6,65 @@ loads tensors. Errors are core's CheckpointError/ConfigError messages, shown in 
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMenu
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from app import assets
 from app.assets import icon
 
 EXPORT_SUFFIXES = (".pt", ".safetensors", ".json")  # what export_checkpoint writes
+BEST_NAME = re.compile(r"best(?:-step(\d+))?\.pt")  # core.engine.early_stopping: best.pt, best-step<N>.pt
+
+
+def checkpoint_choices(source: str) -> list[tuple[str, str]]:
+    """What File → Export can export of the run `source` belongs to (a checkpoint, or the run folder): its last
+    checkpoint and its best ones (best.pt, or best-step<N>.pt when the run kept several), as (label, path), the
+    last first: "Last (step N)", "Best (step M, accuracy 0.91)". Steps and the metric come from the folder's
+    run.json ("checkpoints", "best"), a best-step<N>.pt's step from its name. `source` itself is always listed
+    (a checkpoint outside any run folder is the one choice)."""
+    from core.engine.early_stopping import format_value
+    from core.engine.run_record import load_record
+
+    path = Path(source).expanduser()
+    folder = path if path.is_dir() else path.parent
+    record = load_record(folder) or {}
+    checkpoints = record.get("checkpoints") if isinstance(record.get("checkpoints"), dict) else {}
+    best = record.get("best") if isinstance(record.get("best"), dict) else {}
+
+    def step_of(which: str, file: Path) -> int | None:
+        entry = checkpoints.get(which)
+        if isinstance(entry, dict) and isinstance(entry.get("step"), int) and Path(str(entry.get("path"))).name == file.name:
+            return entry["step"]
+        match = BEST_NAME.fullmatch(file.name)
+        return int(match.group(1)) if match and match.group(1) else None
+
+    last = folder / "checkpoint.pt"
+    if not path.is_dir() and not BEST_NAME.fullmatch(path.name):
+        last = path  # the checkpoint asked for (e.g. a run's checkpoint.pt, whatever its name)
+    choices: list[tuple[str, str]] = []
+    if last.is_file():
+        step = step_of("last", last)
+        choices.append((f"Last (step {step:,})" if step is not None else f"Last ({last.name})", str(last)))
+    bests = []
+    try:
+        bests = [f for f in folder.iterdir() if BEST_NAME.fullmatch(f.name) and f.is_file()]
+    except OSError:
+        pass
+    named = Path(str((checkpoints.get("best") or {}).get("path", ""))).name if isinstance(checkpoints.get("best"), dict) else ""
+    bests.sort(key=lambda f: (f.name != named, -(step_of("best", f) or 0)))  # run.json's best first, then latest
+    for file in bests:
+        step = step_of("best", file)
+        parts = [f"step {step:,}" if step is not None else file.name]
+        if step is not None and best.get("step") == step and isinstance(best.get("value"), (int, float)):
+            parts.append(f"{best.get('name')} {format_value(best['value'])}")
+        choices.append((f"Best ({', '.join(parts)})", str(file)))
+    if not path.is_dir() and str(path) not in {c[1] for c in choices}:
+        choices.insert(0, (path.name, str(path)))
+    return choices
 
 
 def _load_checkpoint_config(path: str) -> dict:
@@ -49,7 +98,7 @@ class FileActions:
         self.resume_action = QAction(icon("resume"), "&Resume from checkpoint…", window, shortcut="Ctrl+R",
                                      triggered=self._ask_resume)
         self.export_action = QAction(icon("export"), "&Export checkpoint…", window, shortcut="Ctrl+E",
-                                     triggered=self._ask_export)
+                                     triggered=lambda: self.ask_export())
         self.presets_menu = QMenu("&Presets", window)
         for name, text in assets.presets().items():
             self.presets_menu.addAction(name, lambda t=text, n=name: self.load_toml_text(t, n))
@@ -185,14 +234,39 @@ class FileActions:
             name = f"model-{n}"
         return str(folder / name), created
 
-    def _ask_export(self) -> None:
-        source = self.window.last_checkpoint
-        if not source or not Path(source).is_file():
+    def choose_checkpoint(self, choices: list[tuple[str, str]], preferred: str | None = None) -> str | None:
+        """Ask which of `choices` [(label, path)] to export (the `preferred` path selected at first); None when
+        the user cancels. One choice is taken without asking."""
+        if len(choices) == 1:
+            return choices[0][1]
+        labels = [label for label, _path in choices]
+        current = next((i for i, (_label, path) in enumerate(choices) if path == preferred), 0)
+        folder = Path(choices[0][1]).resolve().parent.name
+        label, ok = QInputDialog.getItem(self.window, "Export checkpoint",
+                                         f"The run {folder} has a best checkpoint as well as its last one.\n"
+                                         "Which one to export?", labels, current, False)
+        if not ok or label not in labels:
+            return None
+        return choices[labels.index(label)][1]
+
+    def ask_export(self, source: str | None = None) -> None:
+        """File → Export…: export `source` (a checkpoint or a run folder; by default the current or last run's
+        checkpoint, else one the user picks). When its run also kept a best checkpoint, first ask which one
+        (last or best); then ask where to write the files. The run history's Export connects here."""
+        source = source or self.window.last_checkpoint
+        if not source or not Path(source).exists():
             source, _ = QFileDialog.getOpenFileName(self.window, "Checkpoint to export",
                                                     self._checkpoint_folder_hint(),
                                                     "Checkpoints (*.pt);;All files (*)")
             if not source:
                 return
+        choices = checkpoint_choices(source)
+        if not choices:
+            self.window.show_error(f"No checkpoint to export in {source}")
+            return
+        source = self.choose_checkpoint(choices, preferred=str(Path(source).expanduser()))
+        if not source:
+            return
         default, created = self.export_default(source)
         destination, _ = QFileDialog.getSaveFileName(
             self.window, f"Export {Path(source).name} of {Path(source).resolve().parent.name} "
@@ -209,3 +283,5 @@ class FileActions:
                 pass
         if chosen is not None:
             self.export(source, str(chosen))
+
+    _ask_export = ask_export  # the menu's name before the run history could pass a checkpoint

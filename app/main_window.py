@@ -253,6 +253,8 @@ class MainWindow(QMainWindow):
             panel.resumeRequested.connect(self._resume_from_history)
             panel.overlayRequested.connect(self.plotsPanel.overlay_runs)
             panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
+            if hasattr(panel, "exportRequested"):  # Export… on a run: its last or best checkpoint
+                panel.exportRequested.connect(self.file_actions.ask_export)
             panel.rootChosen.connect(self.set_runs_root)
             self.historyDialog = dialog
         self.historyDialog.show()

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from itertools import compress, repeat
+from operator import itemgetter, methodcaller
+from typing import NamedTuple
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer
@@ -26,8 +29,12 @@ from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarte
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
-# other runs overlaid for comparison (overlay_runs): dashed, in colours the live curves do not use
-OVERLAY_COLOURS = ("#e4572e", "#17becf", "#b5179e", "#7cb518", "#ff9f1c", "#4361ee", "#8d6e63", "#f72585")
+LOSS_COLOUR = "#3b6fd8"
+# other runs overlaid for comparison (overlay_runs): dashed, in 10 colours at least ~28 CIELAB units (Delta E 76)
+# from each other and from every live curve's colour (LOSS_COLOUR, METRIC_COLOURS), of middle lightness (seen on
+# the light and the dark palette); the first ones are the most distinct, for the usual two or three runs
+OVERLAY_COLOURS = ("#fb5607", "#8338ec", "#f72585", "#8ac926", "#606c38", "#ff99c8", "#d4a373", "#5e548e",
+                   "#a3c4bc", "#b5838d")
 # key, objectName, title, (y label, units), y scale, (grid row, column, column span). The y scale is "linear",
 # "log", "auto" (linear until the positive data spans AUTO_LOG_RATIO times, then log for the rest of the run)
 # or "zero" (linear, always holding 0: a quantity whose noise would look like swings on a range cut close).
@@ -45,6 +52,11 @@ PLOT_SPECS = (
 # cannot show more separate markers anyway.
 LINE_BUDGET = DEFAULT_BUDGET
 MARKER_BUDGET = 512
+# An overlaid run's curve is decimated the same way (app.series, min/max buckets), to fewer points than a live
+# curve: ten of them under the run on show must repaint (zoom, resize) within the 200 ms goal of
+# benchmarks/overlay_redraw.py, and a plot a few hundred pixels wide shows no more. Its validation points get a
+# dot each only when there are at most MARKER_BUDGET of them (sparse evaluations); denser ones are a line.
+OVERLAY_BUDGET = 1024
 LEGEND_ROW = 18  # pixels: one row of legend entries under a plot
 # A line curve this short or shorter is checked for points with no finite neighbour (a one-point run, a value
 # between two gaps): a line draws nothing there, so the curve gets a dot on each point until it is longer.
@@ -111,6 +123,121 @@ def history_points(records, until_step: int | None = None) -> tuple[list[dict], 
     return steps, evals, int(first)
 
 
+_get_event = methodcaller("get", "event")  # a record without one is skipped
+
+
+class OverlayPoints(NamedTuple):
+    """An overlaid run's curves (overlay_points): its loss, and its validation metric `metric`."""
+
+    x: np.ndarray
+    y: np.ndarray
+    metric: str | None
+    ex: np.ndarray
+    ey: np.ndarray
+
+
+
+def overlay_points(records, metric: str | None = None):
+    """What an overlaid run draws, from its metrics.jsonl records: (loss steps, losses, metric name, validation
+    steps, metric values), numpy arrays (a None loss is NaN, a gap); the metric is `metric`, else the first one of
+    the run's first validation (None, with empty arrays, when it has none).
+
+    The same segments as `history_points` (a resumed segment replaces what an earlier one logged after its start
+    step). Overlaying ten runs of 10,000 steps reads 200,000 records or more on the GUI thread, where building
+    each record's event (or even a Python loop over them) took longer than drawing them, so a file no later
+    segment cuts into (the usual one: steps increasing, each RunStarted at or after everything logged before it)
+    is read column by column with C-level map/compress; any other (or a malformed record) goes through the
+    record-by-record loop of `_overlay_points_sequential`.
+    """
+    if not isinstance(records, list) or not all(map(isinstance, records, repeat(dict))):
+        records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)}
+                   for r in records]
+    try:
+        kinds = np.array(list(map(_get_event, records)), dtype=object)
+        is_step, is_eval, is_start = (kinds == "StepMetrics", kinds == "EvalMetrics", kinds == "RunStarted")
+        steps = list(compress(records, is_step.tolist()))
+        evals = list(compress(records, is_eval.tolist()))
+        x = np.fromiter(map(itemgetter("step"), steps), dtype=np.float64, count=len(steps))
+        starts = np.flatnonzero(is_start)
+        # a RunStarted before anything was logged cuts nothing (the usual file: one, on its first line)
+        late_start = len(starts) and starts[-1] > np.flatnonzero(is_step | is_eval)[:1].min(initial=len(records))
+        if late_start or (len(x) > 1 and (np.diff(x) <= 0).any()):
+            drawn = is_step | is_eval | is_start
+            at = np.empty(len(records))
+            at[is_step] = x
+            at[is_eval] = np.fromiter(map(itemgetter("step"), evals), dtype=np.float64, count=len(evals))
+            at[is_start] = [r["start_step"] for r in compress(records, is_start.tolist())]
+            at, is_start = at[drawn], is_start[drawn]
+            # the highest step logged before each record: a RunStarted below it cuts the earlier segment
+            logged = np.maximum.accumulate(np.where(is_start, -np.inf, at))
+            before = np.concatenate([[-np.inf], logged[:-1]])
+            if (np.diff(x) <= 0).any() or (at[is_start] < before[is_start]).any():
+                return _overlay_points_sequential(records, metric)
+        y = np.array(list(map(itemgetter("loss"), steps)), dtype=np.float64)  # None: NaN
+        val = [split == VAL_SPLIT for split in map(methodcaller("get", "split"), evals)]
+        evals = list(compress(evals, val))
+        metrics = list(map(itemgetter("metrics"), evals))
+        if metric is None:
+            metric = next((name for m in metrics for name in m), None)
+        if metric is None or not metrics:
+            return OverlayPoints(x, y, metric, np.empty(0), np.empty(0))
+        values = list(map(methodcaller("get", metric), metrics))
+        ex = np.fromiter(map(itemgetter("step"), evals), dtype=np.float64, count=len(evals))
+        if None in values:  # an evaluation without this metric: no point there
+            kept = [v is not None for v in values]
+            ex, values = ex[np.array(kept, dtype=bool)], list(compress(values, kept))
+        if not all(map(isinstance, values, repeat((int, float)))):
+            return _overlay_points_sequential(records, metric)
+        return OverlayPoints(x, y, metric, ex, np.array(values, dtype=np.float64))
+    except (KeyError, TypeError, ValueError, AttributeError):  # a malformed record: the loop skips it
+        return _overlay_points_sequential(records, metric)
+
+
+def _metric_points(evals: list, metric: str | None):
+    """(metric, steps, values) of the validation `evals` [(step, metrics)]; metric None: the first one named."""
+    if metric is None:
+        metric = next((name for _step, metrics in evals for name in metrics), None)
+    points = [(step, metrics[metric]) for step, metrics in evals
+              if isinstance(metrics.get(metric), (int, float))] if metric is not None else []
+    ex = np.array([p[0] for p in points], dtype=np.float64)
+    return metric, ex, np.array([p[1] for p in points], dtype=np.float64)
+
+
+def _overlay_points_sequential(records, metric: str | None):
+    """`overlay_points` one record at a time, cutting segments as `history_points` does."""
+    sx: list[int] = []
+    sy: list[float] = []
+    evals: list[tuple[int, dict]] = []  # validation only: (step, metrics)
+
+    def cut(at: int) -> None:
+        while sx and sx[-1] > at:
+            sx.pop()
+            sy.pop()
+        evals[:] = [e for e in evals if e[0] <= at]
+
+    for record in records:
+        kind = record.get("event")
+        try:
+            if kind == "StepMetrics":
+                step = int(record["step"])
+                loss = record.get("loss")
+                loss = math.nan if loss is None else float(loss)
+                if sx and step <= sx[-1]:  # a segment without its RunStarted (torn file)
+                    cut(step - 1)
+                sx.append(step)
+                sy.append(loss)
+            elif kind == "EvalMetrics":
+                step = int(record["step"])
+                if record.get("split") == VAL_SPLIT and isinstance(record.get("metrics"), dict):
+                    evals.append((step, record["metrics"]))
+            elif kind == "RunStarted":
+                cut(int(record["start_step"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return OverlayPoints(np.array(sx, dtype=np.float64), np.array(sy, dtype=np.float64),
+                         *_metric_points(evals, metric))
+
+
 def _row_legend_class():
     """pyqtgraph's LegendItem, laid out by its plot's layout (a row under the x axis) instead of floating over
     the view: a new entry asks the layout for room rather than moving the legend to the plot's corner."""
@@ -164,6 +291,8 @@ class PlotsPanel(QWidget):
         self._timer.timeout.connect(self.redraw)
         self.redraws = 0  # how many curve updates were drawn (the benchmark reads it)
         self._overlays: list = []  # (plot key, curve, label) of other runs drawn for comparison
+        self._overlay_y: dict[str, tuple[float, float]] = {}  # plot: the finite y extremes of its overlays
+        self._overlay_x: tuple[float, float] | None = None  # the steps the overlays span
 
     @property
     def ready(self) -> bool:
@@ -213,7 +342,7 @@ class PlotsPanel(QWidget):
             self._grid.setColumnStretch(column, 1)
         self._add_legend("loss")
         self._add_curve("loss", "loss_raw", "raw", pg.mkPen((59, 111, 216, 90), width=1))
-        self._add_curve("loss", "loss_smooth", "smoothed", pg.mkPen("#3b6fd8", width=2))
+        self._add_curve("loss", "loss_smooth", "smoothed", pg.mkPen(LOSS_COLOUR, width=2))
         self._add_legend("eval")
         self._add_legend("throughput")
         self._add_curve("throughput", "throughput", "raw", pg.mkPen((46, 155, 87, 90), width=1))
@@ -454,6 +583,8 @@ class PlotsPanel(QWidget):
                 item.setLogMode(y=keeper.log)
             item.setYRange(*keeper.default, padding=0)
         self._set_x_end(self._x_end)
+        for plot in self._overlay_y:  # overlays stay for the new run: its empty plots already show them whole
+            self._fit_y(plot)
 
     def _log_mode(self, key: str) -> bool:
         return bool(self.plots[key].getPlotItem().getAxis("left").logMode)
@@ -516,7 +647,7 @@ class PlotsPanel(QWidget):
         self._x_end = max(end, self._x_start + 1)
         for key, widget in self.plots.items():
             if not self._ranges[key].manual:
-                widget.getPlotItem().setXRange(self._x_start, self._x_end, padding=0.02)
+                widget.getPlotItem().setXRange(*self._x_range(key), padding=0.02)
 
     def _append(self, key: str, step: int, value: float | None) -> None:
         series = self._series.get(key)
@@ -669,8 +800,10 @@ class PlotsPanel(QWidget):
 
     def _fit_y(self, plot: str) -> None:
         series = [self._series[k] for k, p in self._curve_plot.items() if p == plot]
-        lo = min(s.ymin for s in series)
-        hi = max(s.ymax for s in series)
+        lo = min((s.ymin for s in series), default=math.inf)  # the validation plot may have no curve yet
+        hi = max((s.ymax for s in series), default=-math.inf)
+        if plot in self._overlay_y:  # other runs drawn here: the range holds them too
+            lo, hi = min(lo, self._overlay_y[plot][0]), max(hi, self._overlay_y[plot][1])
         if plot == "eval":
             for line in self._ceiling_lines:
                 lo, hi = min(lo, line.value()), max(hi, line.value())
@@ -686,75 +819,97 @@ class PlotsPanel(QWidget):
     def overlay_runs(self, runs) -> list[str]:
         """Draw other runs' training loss and primary validation metric over the plots, each run in its own
         colour and dash pattern with a legend entry: `runs` is a list of (label, metrics.jsonl records) or (label,
-        records, metric name); without a name the first metric of the run's first validation is drawn.
-        Replaces the overlays shown before; the run on show (and its curves) is left as it is, and a new run
-        keeps the overlays until `clear_overlays`. Returns the legend labels drawn."""
+        records, metric name); without a name the first metric of the run's first validation is drawn. The
+        label is the run's "name · precision" (the run history's); the validation curve's entry adds the metric.
+        The records may also be what `overlay_points(records, metric)` returned, computed off the GUI thread by
+        whoever read the file (reading 10 runs of 10,000 steps here is about half of overlaying them).
+
+        Replaces the overlays shown before. The run on show (and its curves) is left as it is, and a new run
+        keeps the overlays until `clear_overlays`: the loss and validation plots' ranges then hold both the
+        overlays and the new run's curves. Each overlaid curve is decimated like a live one (OVERLAY_BUDGET
+        points). Returns the loss legend labels drawn."""
         import pyqtgraph as pg
 
-        self.clear_overlays()
+        self.clear_overlays(refit=False)
         if not self.plots:
             return []
         labels = []
-        extents: dict[str, list[float]] = {}
-        x_top = 0
         for index, run in enumerate(runs):
             label, records = run[0], run[1]
-            metric = run[2] if len(run) > 2 else None
-            steps, evals, _first = history_points(records)
+            points = records if isinstance(records, OverlayPoints) else \
+                overlay_points(records, run[2] if len(run) > 2 else None)
+            x, y, metric, ex, ey = points
             colour = OVERLAY_COLOURS[index % len(OVERLAY_COLOURS)]
-            # a dash pattern per run as well as a colour: runs that track each other stay told apart
-            style = (Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine)[index % 3]
-            pen = pg.mkPen(colour, width=2, style=style)
-            x = np.array([s["step"] for s in steps], dtype=np.float64)
-            y = np.array([np.nan if s.get("loss") is None else s["loss"] for s in steps], dtype=np.float64)
+            # a dash pattern per run as well as a colour: runs that track each other stay told apart. One pixel
+            # wide: Qt strokes a wider dashed line ~7x slower (34 ms against 4.5 ms to paint ten overlays)
+            style = (Qt.PenStyle.DashLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DotLine)[index % 3]
+            pen = pg.mkPen(colour, width=1, style=style)
             if len(x):
-                self._add_overlay("loss", x, y, label, pen, extents)
+                self._add_overlay("loss", x, y, label, pen)
                 labels.append(label)
-                x_top = max(x_top, int(x.max()))
-            val = [e for e in evals if e.split == VAL_SPLIT]
-            if metric is None:
-                metric = next((name for e in val for name in e.metrics), None)
-            points = [(e.step, e.metrics[metric]) for e in val if metric is not None
-                      and isinstance(e.metrics.get(metric), (int, float))]
-            if points:
-                ex, ey = (np.array(v, dtype=np.float64) for v in zip(*points))
-                self._add_overlay("eval", ex, ey, f"{label} · {metric}", pen, extents, symbol="o")
-                x_top = max(x_top, int(ex.max()))
-        for plot, (lo, hi) in extents.items():
-            mine = [self._series[k] for k, p in self._curve_plot.items() if p == plot and len(self._series[k])]
-            if mine:
-                lo, hi = min([lo, *(s.ymin for s in mine)]), max([hi, *(s.ymax for s in mine)])
-            new = self._ranges[plot].update(lo, hi)
-            if new is not None:
-                item = self.plots[plot].getPlotItem()
-                if self._ranges[plot].log != self._log_mode(plot):
-                    item.setLogMode(y=self._ranges[plot].log)
-                item.setYRange(*new, padding=0)
+            if len(ex):
+                self._add_overlay("eval", ex, ey, f"{label} · {metric}", pen,
+                                  symbol="o" if len(ex) <= MARKER_BUDGET else None)
+        for plot in {p for p, _c, _l in self._overlays}:
             self._update_legend(plot)
-        if x_top > self._x_end:
-            self._set_x_end(nice_x_end(x_top))
+        self._fit_overlay_plots()
         self._show_notes()
         return labels
 
-    def _add_overlay(self, plot: str, x, y, label: str, pen, extents: dict, symbol: str | None = None) -> None:
+    def _add_overlay(self, plot: str, x, y, label: str, pen, symbol: str | None = None) -> None:
+        series = Series(budget=OVERLAY_BUDGET)
+        order = np.argsort(x, kind="stable") if len(x) > 1 and (np.diff(x) < 0).any() else None
+        series.extend(x if order is None else x[order], y if order is None else y[order])
         item = self.plots[plot].getPlotItem()
-        curve = item.plot(x, y, name=label, pen=pen, symbol=symbol, symbolSize=5, symbolPen=None,
+        curve = item.plot(series.x, series.y, name=label, pen=pen, symbol=symbol, symbolSize=5, symbolPen=None,
                           symbolBrush=pen.color() if symbol else None, connect="finite")
+        curve.setDownsampling(ds=1, auto=False)  # decimated above, as the live curves are
+        curve.setClipToView(True)  # a zoom draws only what is in view
         curve.setZValue(-2)  # under the run on show
         self._overlays.append((plot, curve, label))
-        finite = y[np.isfinite(y)]
-        if len(finite):
-            lo, hi = extents.get(plot, (math.inf, -math.inf))
-            extents[plot] = [min(lo, float(finite.min())), max(hi, float(finite.max()))]
+        if math.isfinite(series.ymin):
+            lo, hi = self._overlay_y.get(plot, (math.inf, -math.inf))
+            self._overlay_y[plot] = (min(lo, series.ymin), max(hi, series.ymax))
+        lo, hi = self._overlay_x or (math.inf, -math.inf)
+        self._overlay_x = (min(lo, float(x.min())), max(hi, float(x.max())))
 
-    def clear_overlays(self) -> None:
-        """Remove every overlaid run (curves and legend entries)."""
+    def _fit_overlay_plots(self) -> None:
+        """Fit the plots that hold overlays (or held them: their ranges refit afresh) to those and the run's
+        curves: y through each plot's StableRange (a zoom by the user is left alone), x over both spans."""
+        self._set_x_end(self._x_end)
+        for plot in ("loss", "eval"):
+            if plot in self._overlay_y or any(len(self._series[k]) for k, p in self._curve_plot.items() if p == plot):
+                self._fit_y(plot)
+
+    def _x_range(self, plot: str) -> tuple[float, float]:
+        """The x range of `plot`: the run's span, widened to the overlays' steps on the plots that show them."""
+        lo, hi = self._x_start, self._x_end
+        if self._overlay_x is not None and plot in self._overlay_y:
+            lo, hi = min(lo, self._overlay_x[0]), max(hi, self._overlay_x[1])
+        return lo, hi
+
+    def clear_overlays(self, refit: bool = True) -> None:
+        """Remove every overlaid run (curves and legend entries), and fit the loss and validation plots to the run
+        on show again (their default range when there is none)."""
         overlays, self._overlays = self._overlays, []
+        plots = {p for p, _c, _l in overlays}
         for plot, curve, _label in overlays:
             self.plots[plot].getPlotItem().removeItem(curve)
-        for plot in {p for p, _c, _l in overlays}:
+        self._overlay_y = {}
+        self._overlay_x = None
+        for plot in plots:
             self._update_legend(plot)
-        if overlays:
+        if overlays and refit:
+            for plot in plots:
+                keeper = self._ranges[plot]
+                if keeper.manual:
+                    continue
+                keeper.reset()
+                item = self.plots[plot].getPlotItem()
+                if self._log_mode(plot) != keeper.log:
+                    item.setLogMode(y=keeper.log)
+                item.setYRange(*keeper.default, padding=0)
+            self._fit_overlay_plots()
             self._show_notes()
 
     def overlay_labels(self, plot: str = "loss") -> list[str]:

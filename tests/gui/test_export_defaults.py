@@ -31,11 +31,17 @@ class FakeDialogs:
     def getOpenFileName(self, *args, **kwargs):  # noqa: N802
         raise AssertionError("the export should not ask for a checkpoint after a run")
 
+    def getItem(self, parent, title, label, items, current=0, editable=True):  # noqa: N802
+        """QInputDialog's: a run with a best checkpoint asks last or best; these tests export the last."""
+        assert items[0].startswith("Last")
+        return items[0], True
+
 
 @pytest.fixture
 def dialogs(monkeypatch):
     fake = FakeDialogs()
     monkeypatch.setattr(app.file_actions, "QFileDialog", fake)
+    monkeypatch.setattr(app.file_actions, "QInputDialog", fake)
     return fake
 
 
