@@ -14,6 +14,7 @@ visible, every few seconds (a cheap scan of run.json files: a CLI run that finis
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -184,6 +185,21 @@ class RunsFilter(QSortFilterProxyModel):
             return True
         haystack = self.sourceModel().haystack(row)
         return all(word in haystack for word in self._words)
+
+
+_DATED = re.compile(r"^(\d{8})-(\d{2})(\d{2})(\d{2})-(.+)$")  # core.engine.run_record.new_run_folder's names
+
+
+def overlay_label(run: dict) -> str:
+    """A run's legend entry on the plots: short enough for a legend row. A dated folder name
+    (20261201-023712-tiny-bf16) reads "tiny-bf16 02:37"; the precision is added when the name lacks it."""
+    name = str(run.get("name") or "?")
+    dated = _DATED.match(name.rsplit("/", 1)[-1])
+    if dated:
+        prefix = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+        name = f"{prefix}{dated.group(5)} {dated.group(2)}:{dated.group(3)}"
+    precision = str(run.get("precision") or "?")
+    return name if precision in re.split(r"[-_ /.]", name) else f"{name} · {precision}"
 
 
 def delete_run(folder: str) -> str:
@@ -651,8 +667,8 @@ class HistoryPanel(QWidget):
         runs = self.selected_runs()
         if not runs:
             return
-        wanted = [(f"{r.get('name')} · {r.get('precision') or '?'}", Path(r["folder"]) / METRICS_FILE,
-                   (r.get("best") or {}).get("name")) for r in runs]
+        wanted = [(overlay_label(r), Path(r["folder"]) / METRICS_FILE, (r.get("best") or {}).get("name"))
+                  for r in runs]
 
         def read():  # parsed here too: reading 10 runs of 10,000 steps is half the cost of overlaying them
             from app.panels.plots import overlay_points

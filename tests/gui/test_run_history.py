@@ -120,12 +120,12 @@ def test_overlay_of_two_runs_draws_two_curves_with_legend_entries(qtbot, window,
     panel.overlayButton.click()
     plots = window.plotsPanel
     qtbot.waitUntil(lambda: len(plots.overlay_labels("loss")) == 2, timeout=30_000)
-    assert sorted(plots.overlay_labels("loss")) == ["bf16-run · bf16", "fp32-run · fp32"]
+    assert sorted(plots.overlay_labels("loss")) == ["bf16-run", "fp32-run"]
     assert len(plots.overlay_labels("eval")) == 2
     assert plots.note("loss") == "" and plots.note("eval") == ""  # not "No run yet" under other runs' curves
     legend = plots._legends["loss"]
     labels = [label.text for _sample, label in legend.items]
-    assert "fp32-run · fp32" in labels and "bf16-run · bf16" in labels
+    assert "fp32-run" in labels and "bf16-run" in labels
     curves = [c for p, c, _l in plots._overlays if p == "loss"]
     xs = sorted(tuple(c.xData.tolist()) for c in curves)
     assert xs == [tuple(range(2, 11, 2)), tuple(range(2, 21, 2))]  # the bf16 run stopped at step 10
@@ -140,7 +140,7 @@ def test_overlay_of_two_runs_draws_two_curves_with_legend_entries(qtbot, window,
 
     panel.clearButton.click()
     assert plots.overlay_labels("loss") == [] and plots.overlay_labels("eval") == []
-    assert all(label.text not in ("fp32-run · fp32", "bf16-run · bf16") for _s, label in legend.items)
+    assert all(label.text not in ("fp32-run", "bf16-run") for _s, label in legend.items)
 
 
 @pytest.mark.timeout(120)
@@ -374,3 +374,12 @@ def test_a_scan_that_read_the_folder_before_the_note_was_written_does_not_undo_i
     assert (root / "fp32-run" / "note.txt").read_text() == "slow disk\n"
     rescan(qtbot, panel)
     assert note_cell(panel, "fp32-run") == "slow disk" and not panel._saved_notes
+
+
+def test_overlay_labels_are_short_enough_for_a_legend_row():
+    from app.panels.history import overlay_label
+
+    assert overlay_label({"name": "20261201-023712-recommender-bf16", "precision": "bf16"}) == "recommender-bf16 02:37"
+    assert overlay_label({"name": "sweep/20261201-023712-tiny-auto", "precision": "fp32"}) == \
+        "sweep/tiny-auto 02:37 · fp32"  # auto resolved to fp32: said
+    assert overlay_label({"name": "baseline", "precision": "fp16"}) == "baseline · fp16"
