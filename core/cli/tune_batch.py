@@ -1,0 +1,180 @@
+"""`amp-console fit-batch`: the largest batch that fits on the device per precision mode (core.lab.batch_finder).
+
+Progress goes to stderr, one line per trial; stdout gets one table per mode (batch, phase, peak, share of the
+budget, outcome, samples/s), each mode's answer, the comparison with fp32 ('bf16 fits 1.8× the fp32 batch at
+2.1× the samples/s') and the `train` command that uses the fastest mode's batch. With --json the last stdout line
+is one JSON object and nothing else goes to stdout. Bad input: one line, exit 2. Exit 1 when no mode found a batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+
+from core.cli import format as fmt
+from core.cli.lab import _clock, _common, config_from_lab_args
+from core.errors import ConfigError
+from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP  # torch-free
+
+_FLAGS = {"margin": "--margin", "steps": "--steps", "tolerance": "--tolerance", "start": "--start",
+          "max_batch": "--max-batch"}
+
+
+def register(sub) -> None:
+    """Add the `fit-batch` subcommand to the amp-console parser."""
+    p = sub.add_parser(
+        "fit-batch", help="find the largest batch that fits on the device, per precision mode",
+        description="For each precision mode the device supports, find the largest batch that trains AND "
+                    "evaluates within (1 - margin) of the device's memory: double from the start batch while it "
+                    "fits, then bisect. Each trial runs a few optimizer steps and one evaluation pass at that "
+                    "batch on a fresh model (nothing is saved); an out-of-memory trial is caught and its memory "
+                    "released. On the CPU the figures are an estimate (the process's RSS growth against the "
+                    "available RAM), and a trial predicted to pass the budget is not run. Exit 0 with a batch, "
+                    "1 when none fits, 2 for bad input.")
+    _common(p)
+    p.add_argument("--precisions", default="fp32,tf32,fp16,bf16",
+                   help="comma-separated modes (default: all; fp32 is always searched: it is the reference; modes "
+                        "the device cannot run are listed as skipped)")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help=f"headroom kept below the device's limit, a fraction (default {DEFAULT_MARGIN:g}: a batch "
+                        f"fits when its peak is at most 90%% of the limit)")
+    p.add_argument("--start", type=int, default=None,
+                   help="first batch tried (default: --batch-size, else the task's batch size)")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help=f"largest batch tried (default: the training rows, at most {MAX_BATCH_CAP:,})")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                   help=f"optimizer steps per trial, before its evaluation pass (default {DEFAULT_STEPS}; the first "
+                        f"is warm-up, the others are timed)")
+    p.add_argument("--tolerance", "--precision-of-search", type=float, default=DEFAULT_TOLERANCE, dest="tolerance",
+                   help=f"stop bisecting when the answer is within this fraction of the largest batch, or 1 sample "
+                        f"(default {DEFAULT_TOLERANCE:g}; 0 = exact)")
+    p.add_argument("--eval-rows", type=int, default=None, metavar="N",
+                   help="rows of the validation split each trial evaluates (default: all of them, as training does)")
+    p.add_argument("--limit", default=None, metavar="SIZE",
+                   help="use this memory limit instead of the device's, e.g. 8GiB (plan for a smaller device)")
+    p.set_defaults(handler=cmd_fit_batch)
+
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'8GiB' -> 8589934592, '512 MB' -> 512000000, '1e9' -> 1000000000; ConfigError('--limit') otherwise."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text.lower())
+    if not match or match.group(2) not in _UNITS:
+        raise ConfigError("--limit", f"{text!r} is not a size; write e.g. 8GiB, 512MiB or 2e9 (bytes)")
+    value = int(float(match.group(1)) * _UNITS[match.group(2)])
+    if value < 1:
+        raise ConfigError("--limit", f"{text!r} must be above 0 bytes")
+    return value
+
+
+class TrialLines:
+    """fit-batch's progress on stderr: one line per mode set-up, trial and result (log-friendly)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.started = time.perf_counter()
+
+    def __call__(self, update) -> None:
+        elapsed = _clock(time.perf_counter() - self.started)
+        self.stream.write(f"fit-batch [{update.index + 1}/{update.total}] {update.describe()} ({elapsed})\n")
+        self.stream.flush()
+
+
+def cmd_fit_batch(args: argparse.Namespace) -> int:
+    from core.lab.batch_finder import check_settings, find_batch_sizes, train_command
+    from core.lab.precision_sweep import requested_modes
+
+    try:
+        check_settings(args.margin, args.steps, args.tolerance, args.start, args.max_batch)
+    except ConfigError as exc:
+        raise ConfigError(_FLAGS.get(exc.field, exc.field), str(exc).split(": ", 1)[1]) from None
+    if args.eval_rows is not None and args.eval_rows < 0:
+        raise ConfigError("--eval-rows", f"{args.eval_rows} must be 0 (no evaluation) or more")
+    limit = parse_size(args.limit) if args.limit else None
+    modes = [m.strip() for m in args.precisions.split(",") if m.strip()]
+    try:
+        modes = requested_modes(modes)
+    except ConfigError as exc:
+        raise ConfigError("--precisions", str(exc).split(": ", 1)[1]) from None
+    config = config_from_lab_args(args, precision="fp32")
+    start = args.start or config.batch_size
+    if args.max_batch is not None and start > args.max_batch:
+        raise ConfigError("--start", f"the first batch ({start:,}) is above --max-batch ({args.max_batch:,})")
+    sys.stderr.write(f"fit-batch: {config.task} in {', '.join(modes)} from batch {start:,}; each trial "
+                     f"{args.steps} steps + an evaluation pass, {args.margin:.0%} headroom; a fresh model, "
+                     f"nothing is saved\n")
+    try:
+        result = find_batch_sizes(config, modes, margin=args.margin, steps=args.steps, tolerance=args.tolerance,
+                                  start=start, max_batch=args.max_batch, eval_rows=args.eval_rows,
+                                  limit_bytes=limit, progress=TrialLines())
+    except ConfigError as exc:  # e.g. a start batch above the training rows, found when the data is loaded
+        if exc.field not in _FLAGS:
+            raise
+        raise ConfigError(_FLAGS[exc.field], str(exc).split(": ", 1)[1]) from None
+    best = result.best()
+    device = args.device if args.device != "auto" else None
+    command = train_command(result, best, args.task_options, device) if best else None
+    if args.json:
+        print(json.dumps({**result.to_dict(), "train_command": command}))
+    else:
+        print_result(result, command)
+    return 0 if any(m.batch for m in result.modes) else 1
+
+
+def print_result(result, command: str | None) -> None:
+    """One table of trials per searched mode, each mode's answer, the comparisons and the command."""
+    console = fmt.console()
+    estimate = " (estimate)" if result.estimate else ""
+    console.print(f"{result.task} on {result.device} ({result.device_name}): each trial {result.steps} steps + "
+                  f"evaluation of {result.eval_rows:,} rows; margin {result.margin:.0%}, cap {result.max_batch:,}")
+    console.print(f"memory{estimate}: {result.memory_source}")
+    lines = []
+    for m in result.modes:
+        if m.status in ("skipped", "failed") or not m.trials:
+            lines.append(f"{m.mode}: {m.status}" + (f" ({m.reason})" if m.reason else ""))
+            continue
+        table = fmt.table(f"{m.mode} (compute {m.compute_dtype}): limit {fmt.size(m.limit_bytes)}, budget "
+                          f"{fmt.size(m.budget_bytes)}")
+        for column in ("batch", "phase", "peak", "of budget", "result", "samples/s"):
+            table.add_column(column, justify="left" if column in ("phase", "result") else "right", no_wrap=True)
+        for t in m.trials:
+            peak = fmt.size(t.peak_bytes) + (" (pred.)" if t.status == "predicted over" else "")
+            share = _share(t.peak_bytes, m.budget_bytes)
+            table.add_row(fmt.exact(t.batch), t.phase, peak, share, t.status, fmt.count(t.samples_per_second),
+                          style="bold" if t.batch == m.batch and t.fits else None if t.fits else "dim")
+        console.print(table)
+        lines.append(_answer(m))
+    for line in lines:
+        console.print(line)
+    for sentence in result.comparisons:
+        console.print(sentence)
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if command:
+        console.print(f"use it: {command}")
+
+
+def _share(peak: int | None, budget: int | None) -> str:
+    if not peak or not budget:
+        return "-"
+    percent = 100 * peak / budget
+    return "<1%" if percent < 1 else f"{percent:.0f}%"
+
+
+def _answer(m) -> str:
+    if m.status == "stopped" and m.batch is None:
+        return f"{m.mode}: stopped before a batch was found"
+    if m.batch is None:
+        return f"{m.mode}: not even batch 1 fits within the budget"
+    if m.capped:
+        more = f" ({m.reason})" if m.reason else " (the --max-batch cap: more would fit)"
+    else:
+        more = f" (batch {m.first_failure:,} did not)" if m.first_failure else ""
+    return (f"{m.mode}: largest batch {m.batch:,}{more}, peak {fmt.size(m.peak_bytes)} of the "
+            f"{fmt.size(m.budget_bytes)} budget, {fmt.count(m.samples_per_second)} samples/s")
