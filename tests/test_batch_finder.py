@@ -175,7 +175,8 @@ def leftover_folders() -> set[str]:
     return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("amp-fit-batch-")}
 
 
-def test_real_tiny_run_on_the_cpu():
+def test_real_tiny_run_on_the_cpu(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its own temp folder: other runs' folders come and go
     before = leftover_folders()
     updates = []
     result = find_batch_sizes(tiny(), ["fp32", "fp16", "bf16"], max_batch=256, steps=2, eval_rows=256,

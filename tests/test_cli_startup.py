@@ -24,7 +24,8 @@ def heavy_modules_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], ["data", "generate"], ["train"], ["runs"], ["runs", "list"], ["runs", "tensorboard"])
+HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], ["data", "generate"], ["train"], ["runs"], ["runs", "list"], ["runs", "tensorboard"],
+                 ["lr-find"], ["summary"], ["fit-batch"], ["sweep"])
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "top")

@@ -114,10 +114,15 @@ def lock_holder(folder: Path) -> int | None:
 
 def is_in_use(folder: str | os.PathLike) -> bool:
     """Whether a live run holds `folder` (its lock cannot be taken). Reading only: creates nothing."""
+    return lock_is_held(Path(folder) / LOCK_FILE)
+
+
+def lock_is_held(lock_path: str | os.PathLike) -> bool:
+    """Whether a live process holds the flock on `lock_path` (a run's or a sweep's lock file). Reading only."""
     if fcntl is None:
         return False
     try:
-        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import FIELD_SPECS, RunConfig
+from core.engine.run_folder import lock_is_held
 from core.engine.run_record import (
     load_record, lower_is_better, now_iso, primary_metric, read_run, runs_root,
 )
@@ -410,19 +411,7 @@ def _raw_sweep(folder: Path) -> dict:
 
 def sweep_in_use(folder: str | os.PathLike) -> bool:
     """Whether a live process is running this sweep (its lock cannot be taken)."""
-    if fcntl is None:
-        return False
-    try:
-        fd = os.open(Path(folder) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return lock_is_held(Path(folder) / LOCK_FILE)
 
 
 def load_sweep(folder: str | os.PathLike) -> dict:
