@@ -102,7 +102,6 @@ def test_tiny_run_gives_a_finite_suggestion_in_range_and_leaves_no_files(precisi
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("AMP_CONSOLE_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its own temp folder: other runs' come and go
     before = _temp_entries()
     seen = []
     result = find_lr(RunConfig.for_task("tiny", device="cpu", precision=precision), start_lr=1e-5, end_lr=1.0,
