@@ -39,7 +39,7 @@ from core.files import read_jsonl
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
 COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started", "note")
 NOTE_COLUMN = 9
-FILTERED = (0, 1, 2, 3, NOTE_COLUMN)  # the filter box matches name, task, status, precision, note
+FILTERED = (0, 1, 2, 3, 8, NOTE_COLUMN)  # the filter box matches name, task, status, precision, start, note
 SORT_ROLE = Qt.ItemDataRole.UserRole
 RUN_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -260,7 +260,8 @@ class HistoryPanel(QWidget):
         root_row.addWidget(self.rootButton)
         root_row.addWidget(self.rootDefaultButton)
         self.filterEdit = QLineEdit(objectName="historyFilterEdit", placeholderText="Filter: name, task, status, "
-                                                                                    "precision, note (e.g. bf16 completed)")
+                                                                                    "precision, date, note (e.g. bf16 "
+                                                                                    "completed 2026-12)")
         self.filterEdit.setClearButtonEnabled(True)
         self.filterEdit.textChanged.connect(self._filter)
         self.refreshButton = QPushButton("Refresh", objectName="historyRefreshButton", clicked=self.refresh)

@@ -79,6 +79,11 @@ def test_history_lists_filters_and_loads_settings(qtbot, window, runs_root):
     assert panel.visible_names() == ["bf16-run"]
     panel.filterEdit.setText("tiny interrupted")
     assert panel.visible_names() == ["crashed"]
+    started = next(r["start_time"] for r in panel.model.runs if r["name"] == "fp32-run")[:10]  # YYYY-MM-DD
+    panel.filterEdit.setText(f"{started} fp32")
+    assert sorted(panel.visible_names()) == ["crashed", "fp32-run"]  # the crashed record copies fp32-run's
+    panel.filterEdit.setText("1999-01-01")
+    assert panel.visible_names() == []
     panel.filterEdit.clear()
     assert len(panel.visible_names()) == 3
 
