@@ -65,6 +65,12 @@ class MainWindow(QMainWindow):
         self.compareDialog = None
         self.inspectorDialog = None
         self.historyDialog = None
+        # Tune before you train (app.panels.tuning, app.panels.sweep): created on first use.
+        self.lrFinderDialog = None
+        self.batchFinderDialog = None
+        self.summaryDialog = None
+        self.sweepDialog = None
+        self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
         self._run_title = ""
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
         self._user_close = False
@@ -135,6 +141,7 @@ class MainWindow(QMainWindow):
 
         self.devicesPanel.deviceSelected.connect(self._on_device_selected)
         self.setupPanel.validityChanged.connect(lambda _valid: self._update_buttons())
+        self.setupPanel.toolRequested.connect(self._on_field_tool)
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -163,6 +170,15 @@ class MainWindow(QMainWindow):
         self.inspectAction = QAction("&Inspect dtypes…", self, shortcut="Ctrl+Shift+I", triggered=self.show_inspector)
         precision_menu.addAction(self.compareAction)
         precision_menu.addAction(self.inspectAction)
+
+        tools_menu = self.menuBar().addMenu("&Tools")
+        self.lrFinderAction = QAction("&LR finder…", self, shortcut="Ctrl+Shift+L", triggered=self.show_lr_finder)
+        self.batchFinderAction = QAction("&Batch-size finder…", self, shortcut="Ctrl+Shift+B",
+                                         triggered=self.show_batch_finder)
+        self.summaryAction = QAction("Model &summary…", self, shortcut="Ctrl+Shift+M", triggered=self.show_summary)
+        self.sweepAction = QAction("S&weep…", self, shortcut="Ctrl+Shift+W", triggered=self.show_sweep)
+        for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction):
+            tools_menu.addAction(action)
 
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction(QAction("&About AMP Console", self, triggered=self._about))
@@ -233,6 +249,131 @@ class MainWindow(QMainWindow):
         self.inspectorDialog.show()
         self.inspectorDialog.raise_()
         return self.inspectorDialog
+
+    # ------------------------------------------------------------------ tune before you train
+    def _tool_dialog(self, attribute: str, make):
+        """The tool dialog kept in `attribute`, made on first use by `make()`, with its setting refreshed."""
+        if not self.engine_ready:
+            return None
+        dialog = getattr(self, attribute)
+        if dialog is None:
+            dialog = make()
+            dialog.job.runningChanged.connect(lambda _running: self._update_buttons())
+            setattr(self, attribute, dialog)
+        dialog.refresh_setting()
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+        return dialog
+
+    def show_lr_finder(self):
+        """The LR finder; its "Use this LR" fills the form's learning rate."""
+        def make():
+            from app.panels.tuning import LRFinderDialog
+
+            dialog = LRFinderDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
+            dialog.lrChosen.connect(lambda lr: self._fill_field("lr", lr, "learning rate"))
+            return dialog
+
+        return self._tool_dialog("lrFinderDialog", make)
+
+    def show_batch_finder(self):
+        """The batch-size finder; its "Use batch N" fills the form's batch size."""
+        def make():
+            from app.panels.tuning_batch import BatchFinderDialog
+
+            dialog = BatchFinderDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
+            dialog.batchChosen.connect(lambda batch: self._fill_field("batch_size", batch, "batch size"))
+            return dialog
+
+        return self._tool_dialog("batchFinderDialog", make)
+
+    def show_summary(self):
+        """The model summary; it measures at once when opened the first time."""
+        first = self.summaryDialog is None
+
+        def make():
+            from app.panels.tuning import SummaryDialog
+
+            return SummaryDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
+
+        dialog = self._tool_dialog("summaryDialog", make)
+        if dialog is not None and first:
+            dialog.start()
+        return dialog
+
+    def show_sweep(self):
+        """The sweep dialog: trials are ordinary runs under the runs root."""
+        def make():
+            from app.panels.tuning_sweep import SweepDialog
+
+            dialog = SweepDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self.runs_root,
+                                 self)
+            dialog.openInHistory.connect(self.show_run_in_history)
+            dialog.trainLongerRequested.connect(self.train_trial_longer)
+            return dialog
+
+        return self._tool_dialog("sweepDialog", make)
+
+    def _tool_dialogs(self) -> list:
+        return [d for d in (self.lrFinderDialog, self.batchFinderDialog, self.summaryDialog, self.sweepDialog)
+                if d is not None]
+
+    def busy_tools(self) -> list[str]:
+        """The titles of the tools working right now."""
+        return [d.windowTitle() for d in self._tool_dialogs() if d.job.running]
+
+    def tool_blocked(self, device: str) -> str:
+        """Why a tool may not run on `device` now ('' when it may): a training run is using that device, and the
+        two would compete for it (a finder's measurements would be wrong, and on a GPU it could run the run out
+        of memory). 'auto' counts as every device."""
+        if not self.controller.running:
+            return ""
+        run_device = self._run_device or "auto"
+        if "auto" not in (device, run_device) and device != run_device:
+            return ""
+        return (f"A training run is using {run_device}; a tool on the same device would compete with it for the "
+                "device (slowing the run, and measuring the sharing, not the model). Stop the run or wait for "
+                "it to end, then run the tool.")
+
+    def _on_field_tool(self, field: str) -> None:
+        if field == "lr":
+            self.show_lr_finder()
+        elif field == "batch_size":
+            self.show_batch_finder()
+
+    def _fill_field(self, field: str, value, what: str) -> None:
+        if self.controller.running:
+            self.show_message(f"A run is in progress; the {what} stays as it is until it ends.", "status-warn")
+            return
+        self.setupPanel.set_field(field, value)
+        self.show_message(f"The {what} is now {value}.", "status-ok")
+
+    def show_run_in_history(self, name: str) -> None:
+        """Open the run history with the run `name` (as the history lists it, e.g. 'sweep/trial') selected."""
+        dialog = self.show_history()
+        if dialog is None:
+            return
+        panel = dialog.panel
+
+        def select(_rows=None) -> None:
+            panel.select_names(name)
+
+        if panel.visible_names() and name in panel.visible_names():
+            select()
+        else:  # the list is (re)scanned when the dialog shows: select once the scan is in
+            panel.scanned.connect(select, Qt.ConnectionType.SingleShotConnection)
+            if not panel.busy:
+                panel.refresh()
+
+    def train_trial_longer(self, config, checkpoint: str) -> bool:
+        """Resume a sweep trial's `checkpoint` with `config` (its settings, trained longer) put into the form."""
+        if self.controller.running or self.jobs.busy or self.busy_tools():
+            self.show_message("A run or a tool is in progress; stop it first.", "status-warn")
+            return False
+        self.apply_config(config)
+        self.logPanel.log(f"Training longer from {checkpoint}")
+        return self.start_run(resume_from=checkpoint)
 
     def show_history(self):
         """The run history (every run under the runs folder) as a dialog, created on first use."""
@@ -315,9 +456,14 @@ class MainWindow(QMainWindow):
         resume_from = resume_from or self.pending_resume
         if self.controller.running or not self.engine_ready or not self.setupPanel.validate():
             return False
+        if self.busy_tools():  # a resume bypasses the Start button: the same rule
+            self.show_message(f"{', '.join(self.busy_tools())} is working on the device; stop it or let it finish "
+                              "first.", "status-warn")
+            return False
         from core.engine.run_record import resolve_out_dir
 
         config = resolve_out_dir(self.setupPanel.config(), self.runs_root())  # empty form field: a new folder
+        self._run_device = config.device
         self.save_settings()
         self.plotsPanel.clear()
         processes = self.setupPanel.processes()
@@ -360,11 +506,15 @@ class MainWindow(QMainWindow):
     def _update_buttons(self) -> None:
         running = self.controller.running
         stopping = running and self.controller.stopping
+        tools = self.busy_tools()
         can_start = (self.engine_ready and not running and not self.jobs.busy and self._close_state is None
-                     and self.setupPanel.is_valid())
+                     and self.setupPanel.is_valid() and not tools)
         self.startButton.setEnabled(can_start)
         self.startButton.setText("Resume" if self.pending_resume else "Start")
         problems = self.setupPanel.problem_summary() if self.engine_ready and not running else ""
+        if tools and not problems:
+            problems = (f"{', '.join(tools)} is working on the device; stop it or let it finish before starting a "
+                        "run")
         self.startButton.setToolTip(problems or "Start training with these settings (F5)")
         self.startAction.setEnabled(can_start)
         can_pause = running and not stopping and self.controller.can_pause  # DDP ranks can't pause together
@@ -381,6 +531,8 @@ class MainWindow(QMainWindow):
         self.refreshAction.setEnabled(self.engine_ready and not running)  # a new list would change the run's device
         self.compareAction.setEnabled(self.engine_ready)
         self.inspectAction.setEnabled(self.engine_ready)
+        for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction):
+            action.setEnabled(self.engine_ready)
         self._update_title()
         self.file_actions.update_enabled(running=running, busy=self.jobs.busy)
 
@@ -570,7 +722,7 @@ class MainWindow(QMainWindow):
         self.jobs.shutdown()
         if self._history_pool is not None:
             self._history_pool.shutdown(wait=True, cancel_futures=True)
-        for dialog in (self.compareDialog, self.inspectorDialog):
+        for dialog in (self.compareDialog, self.inspectorDialog, *self._tool_dialogs()):
             if dialog is not None:
                 dialog.shutdown()
         if self.historyDialog is not None:
@@ -602,7 +754,7 @@ class MainWindow(QMainWindow):
                 self.controller.resume()  # a hidden window could never resume it
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
             self.save_settings()
-            for dialog in (self.compareDialog, self.inspectorDialog, self.historyDialog):
+            for dialog in (self.compareDialog, self.inspectorDialog, self.historyDialog, *self._tool_dialogs()):
                 if dialog is not None:
                     dialog.hide()
             self.hide()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QCheckBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QToolButton, QVBoxLayout, QWidget,
+)
 
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from core.precision_modes import PRECISION_CHOICES
@@ -25,6 +27,13 @@ LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Gr
           "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
           "checkpoint_minutes": "Checkpoint every (min)", "threads": "CPU threads", "out_dir": "Output folder",
           "data": "Data file", "tensorboard": "TensorBoard"}
+# Tools beside a field (name -> object name, tooltip): each button emits toolRequested(name).
+FIELD_TOOLS = {
+    "lr": ("lrFindButton", "LR finder: train a fresh copy of the model while the learning rate grows, and pick "
+                           "the learning rate from the loss curve (opens a window; nothing is saved)"),
+    "batch_size": ("batchFindButton", "Batch-size finder: the largest batch that fits on this device in each "
+                                      "precision mode, with its speed (opens a window)"),
+}
 LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
 
 
@@ -60,6 +69,7 @@ class RunSetupPanel(QWidget):
     validityChanged = Signal(bool)
     changed = Signal()
     executionChanged = Signal()  # processes or isolation (app settings, not RunConfig fields)
+    toolRequested = Signal(str)  # a "Find…" button beside a field (FIELD_TOOLS): the field's name
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -200,6 +210,8 @@ class RunSetupPanel(QWidget):
                 if name in ("out_dir", "data"):
                     editor.add_browse_button(f"Choose the {label_for(name).lower()}",
                                              lambda _=False, n=name: self._browse(n))
+                if name in FIELD_TOOLS:
+                    self._add_tool_button(editor, name)
                 row = FieldRow(editor)
                 editor.changed.connect(self._on_field_changed)
                 self._rows[name] = row
@@ -214,6 +226,21 @@ class RunSetupPanel(QWidget):
         self.setEnabled(True)
         self.set_config(defaults)
         self._update_tab_order()
+
+    def _add_tool_button(self, editor: Editor, name: str) -> None:
+        object_name, tooltip = FIELD_TOOLS[name]
+        button = QToolButton(text="Find…", objectName=object_name)
+        button.setToolTip(tooltip)
+        button.setAccessibleName(tooltip.split(":", 1)[0])
+        button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+        button.clicked.connect(lambda _=False, n=name: self.toolRequested.emit(n))
+        editor.layout().addWidget(button)
+        editor.tool = button
+
+    def set_field(self, name: str, value) -> None:
+        """Put `value` into field `name` as if the user had typed it (the form is marked changed and validated):
+        e.g. the learning rate an LR finder picked."""
+        self._rows[name].editor.set_value(value)
 
     def _align_labels(self, texts: list[str]) -> None:
         """One label column width across all groups (the widest label any task can show), so editors line up."""
@@ -234,6 +261,8 @@ class RunSetupPanel(QWidget):
             chain.append(row.editor.input)
             if row.editor.browse is not None:
                 chain.append(row.editor.browse)
+            if getattr(row.editor, "tool", None) is not None:
+                chain.append(row.editor.tool)
         for first, second in zip(chain, chain[1:]):
             QWidget.setTabOrder(first, second)
 

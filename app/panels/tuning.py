@@ -1,0 +1,671 @@
+"""Tune before you train: the LR finder, the batch-size finder and the model summary, each a non-modal dialog.
+
+Every tool is a plain core function (core.lab.lr_finder.find_lr, core.lab.batch_finder, core.lab.model_summary
+.summarize) run with the form's current settings (task, options, device, precision, optimizer, batch size) on a
+BackgroundJob: the window never blocks, Stop asks the function to stop between steps, and closing the dialog
+(or the window) stops the work and joins its thread. A tool does not start while a training run uses the same
+device: both would compete for it (on a GPU a finder could run the run out of memory), and every figure a
+tool measures (speed, peak memory) would be wrong. `busy_provider(device)` says why, or '' when it may run.
+
+What a tool finds goes back to the form through a signal the window connects: `lrChosen(float)` fills the
+learning rate, `batchChosen(int)` the batch size, exactly as if the user had typed the value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView, QCheckBox, QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel,
+    QProgressBar, QPushButton, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from app.panels.editors import ScientificSpinBox, format_number
+from app.run.jobs import BackgroundJob
+from core.cli.format import count
+from core.cli.format import size as _size
+
+ERROR_COLOUR = "#d0453c"
+RAW_COLOUR = "#9aa5b5"
+SMOOTH_COLOUR = "#3b6fd8"
+SUGGESTION_COLOUR = "#2e9b57"
+PICK_COLOUR = "#d0453c"
+
+
+def size(value) -> str:
+    """Bytes as '12.3 MiB'; '–' when unknown or zero."""
+    text = _size(value)
+    return "–" if text == "-" else text
+
+
+def fmt_lr(lr: float | None) -> str:
+    return "–" if lr is None else f"{lr:.2e}"
+
+
+class NumericItem(QTableWidgetItem):
+    """A table cell that sorts by its number (Qt.UserRole), not by its text ('1.2 MiB' < '512 B')."""
+
+    def __init__(self, text: str, value: float | None = None, right: bool = True):
+        super().__init__(text)
+        self.setData(Qt.ItemDataRole.UserRole, value)
+        if right:
+            self.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+
+    def __lt__(self, other) -> bool:
+        a, b = self.data(Qt.ItemDataRole.UserRole), other.data(Qt.ItemDataRole.UserRole)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return a < b
+        if isinstance(a, (int, float)) != isinstance(b, (int, float)):
+            return isinstance(a, (int, float))  # numbers before blanks
+        return super().__lt__(other)
+
+
+def make_table(columns, name: str) -> QTableWidget:
+    table = QTableWidget(0, len(columns), objectName=name)
+    table.setHorizontalHeaderLabels(list(columns))
+    table.verticalHeader().hide()
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setAlternatingRowColors(True)
+    table.setWordWrap(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setStretchLastSection(True)
+    return table
+
+
+class ToolDialog(QDialog):
+    """What every tool shares: the setting line, Run/Stop, a status line, a progress bar and the job.
+
+    Subclasses build their controls and view in `_build(layout)`, return the background function from
+    `_job(config)` (or None to refuse, after saying why), and handle `_on_progress`, `_on_result`.
+    """
+
+    TITLE = ""
+    NAME = ""
+    RUN_TEXT = "Run"
+    IDLE_TEXT = ""
+
+    def __init__(self, config_provider: Callable, devices_provider: Callable,
+                 busy_provider: Callable[[str], str] | None = None, parent=None):
+        super().__init__(parent)
+        self.setObjectName(f"{self.NAME}Dialog")
+        self.setWindowTitle(self.TITLE)
+        self._config_provider = config_provider
+        self._devices_provider = devices_provider
+        self._busy_provider = busy_provider or (lambda _device: "")
+        self.result = None
+        self.job = BackgroundJob(f"{self.NAME}Thread", self)
+        self.job.progress.connect(self._on_progress)
+        self.job.succeeded.connect(self._succeeded)
+        self.job.failed.connect(self._on_failed)
+        self.job.runningChanged.connect(self._update_buttons)
+
+        self.setting = QLabel(objectName=f"{self.NAME}Setting", wordWrap=True)
+        self.runButton = QPushButton(self.RUN_TEXT, objectName=f"{self.NAME}RunButton")
+        self.stopButton = QPushButton("Stop", objectName=f"{self.NAME}StopButton")
+        self.runButton.setDefault(True)
+        self.runButton.clicked.connect(self.start)
+        self.stopButton.clicked.connect(self.stop)
+        self.statusLabel = QLabel(self.IDLE_TEXT, objectName=f"{self.NAME}Status", wordWrap=True)
+        self.progressBar = QProgressBar(objectName=f"{self.NAME}Progress")
+        self.progressBar.setVisible(False)
+        self.controls = QHBoxLayout()
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.setting)
+        layout.addLayout(self.controls)
+        self._build_controls(self.controls)
+        self.controls.addStretch(1)
+        self.controls.addWidget(self.runButton)
+        self.controls.addWidget(self.stopButton)
+        layout.addWidget(self.statusLabel)
+        layout.addWidget(self.progressBar)
+        self._build(layout)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ for subclasses
+    def _build_controls(self, controls: QHBoxLayout) -> None:
+        pass
+
+    def _build(self, layout: QVBoxLayout) -> None:
+        pass
+
+    def _job(self, config):
+        raise NotImplementedError
+
+    def _on_progress(self, progress) -> None:
+        pass
+
+    def _on_result(self, result) -> None:
+        pass
+
+    def _inputs(self) -> list[QWidget]:
+        """Editors that are disabled while the tool runs."""
+        return []
+
+    def _can_use(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------------ running
+    def refresh_setting(self) -> None:
+        try:
+            config = self._config_provider()
+        except Exception as exc:  # noqa: BLE001 (a half-typed form: say so, run nothing)
+            self.setting.setText(f"The run setup is not valid yet: {exc}")
+            return
+        options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
+        self.setting.setText(f"Task <b>{config.task}</b> ({options}), {config.optimizer}, batch "
+                             f"{config.batch_size}, lr {format_number(config.lr)}, device <b>{config.device}</b>, "
+                             f"precision <b>{config.precision}</b>, seed {config.seed}")
+
+    def start(self) -> bool:
+        """Run the tool with the form's settings; False (and the reason in the status line) if it can't."""
+        if self.job.running:
+            return False
+        self.refresh_setting()
+        try:
+            config = self._config_provider().validate()
+        except Exception as exc:  # noqa: BLE001
+            self._on_failed(f"Fix the run setup first: {exc}", "", "")
+            return False
+        busy = self._busy_provider(config.device)
+        if busy:
+            self._on_failed(busy, "", "")
+            return False
+        fn = self._job(config)
+        if fn is None:
+            return False
+        self.result = None
+        self.statusLabel.setToolTip("")
+        self.statusLabel.setText("Starting…")
+        self.progressBar.setVisible(True)
+        self.job.start(fn)
+        return True
+
+    def stop(self) -> None:
+        if self.job.running:
+            self.job.stop()
+            self.statusLabel.setText("Stopping…")
+            self._update_buttons()
+
+    def shutdown(self) -> None:
+        """Stop the work and join its thread (the window calls this when it closes)."""
+        self.job.shutdown()
+
+    def _succeeded(self, result) -> None:
+        self.result = result
+        self.progressBar.setVisible(False)
+        self._on_result(result)
+        self._update_buttons()
+
+    def _on_failed(self, message: str, _field: str, details: str) -> None:
+        self.progressBar.setVisible(False)
+        self.statusLabel.setText(f"<span style='color:{ERROR_COLOUR}'>{message}</span>")
+        self.statusLabel.setToolTip(details)
+
+    def _update_buttons(self, *_args) -> None:
+        running = self.job.running
+        self.runButton.setEnabled(not running)
+        self.stopButton.setEnabled(running and not self.job.stopping)
+        for widget in self._inputs():
+            widget.setEnabled(not running)
+        self._update_use()
+
+    def _update_use(self) -> None:
+        pass
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.job.shutdown()  # closing the view ends its work: no thread outlives it
+        super().closeEvent(event)
+
+
+def _plot_widget(parent: QWidget):
+    import pyqtgraph as pg
+
+    plot = pg.PlotWidget(background=parent.palette().color(QPalette.ColorRole.Base))
+    item = plot.getPlotItem()
+    item.showGrid(x=True, y=True, alpha=0.2)
+    item.hideButtons()
+    plot.setMinimumHeight(240)
+    return plot
+
+
+# ============================================================================== LR finder
+def lr_job(config, start_lr, end_lr, steps, method, devices):
+    def run(progress, control):
+        from core.lab.lr_finder import find_lr
+
+        return find_lr(config, start_lr=start_lr, end_lr=end_lr, steps=steps, method=method, progress=progress,
+                       control=control, devices=devices)
+
+    return run
+
+
+class LRFinderDialog(ToolDialog):
+    """The LR range test: loss against a growing learning rate (log axis), raw and smoothed, the suggestion
+    marked and explained; click the curve to pick another point; "Use this LR" fills the form."""
+
+    lrChosen = Signal(float)
+
+    TITLE = "LR finder"
+    NAME = "lrFinder"
+    RUN_TEXT = "Find"
+    IDLE_TEXT = ("Trains a fresh copy of the model for a few steps while the learning rate grows, in the form's "
+                 "precision on the form's device; nothing is saved. Press Find.")
+
+    def __init__(self, *args, **kwargs):
+        self.pick: float | None = None
+        self._pick_index: int | None = None
+        self._live_lrs: list[float] = []
+        self._live_losses: list[float] = []
+        self._live_smoothed: list[float] = []
+        super().__init__(*args, **kwargs)
+        self.resize(900, 640)
+
+    def _build_controls(self, controls: QHBoxLayout) -> None:
+        from core.lab.lr_finder import DEFAULT_END_LR, DEFAULT_START_LR, DEFAULT_STEPS, METHODS
+
+        controls.addWidget(QLabel("From"))
+        self.startLrEdit = ScientificSpinBox(1e-12, 1e3)
+        self.startLrEdit.setObjectName("lrStartEdit")
+        self.startLrEdit.setValue(DEFAULT_START_LR)
+        self.startLrEdit.setToolTip("The learning rate of the first step")
+        controls.addWidget(self.startLrEdit)
+        controls.addWidget(QLabel("to"))
+        self.endLrEdit = ScientificSpinBox(1e-12, 1e6)
+        self.endLrEdit.setObjectName("lrEndEdit")
+        self.endLrEdit.setValue(DEFAULT_END_LR)
+        self.endLrEdit.setToolTip("The learning rate of the last step; the test stops earlier if the loss diverges")
+        controls.addWidget(self.endLrEdit)
+        controls.addSpacing(12)
+        controls.addWidget(QLabel("Steps"))
+        self.stepsEdit = QSpinBox(objectName="lrStepsEdit", minimum=5, maximum=100_000, value=DEFAULT_STEPS)
+        self.stepsEdit.setToolTip("Optimizer steps over the range (one batch each)")
+        controls.addWidget(self.stepsEdit)
+        controls.addSpacing(12)
+        controls.addWidget(QLabel("Suggest by"))
+        self.methodCombo = QComboBox(objectName="lrMethodCombo")
+        for method in METHODS:
+            self.methodCombo.addItem(method, method)
+        self.methodCombo.setToolTip("valley: the middle of the descent to the minimum (robust; the default). "
+                                    "steepest: where the smoothed loss falls fastest.")
+        self.methodCombo.currentIndexChanged.connect(self._method_changed)
+        controls.addWidget(self.methodCombo)
+
+    def _build(self, layout: QVBoxLayout) -> None:
+        import pyqtgraph as pg
+
+        self.plot = _plot_widget(self)
+        self.plot.setObjectName("lrPlot")
+        item = self.plot.getPlotItem()
+        item.setLogMode(x=True, y=False)
+        item.setLabel("bottom", "Learning rate (log scale)")
+        item.setLabel("left", "Loss")
+        item.getAxis("left").enableAutoSIPrefix(False)
+        item.addLegend(offset=(-10, 10))
+        self.rawCurve = item.plot([], [], pen=pg.mkPen(RAW_COLOUR, width=1), name="loss (raw)")
+        self.smoothCurve = item.plot([], [], pen=pg.mkPen(SMOOTH_COLOUR, width=2), name="loss (smoothed)")
+        self.suggestionMarker = item.plot([], [], pen=None, symbol="o", symbolSize=12,
+                                          symbolBrush=pg.mkBrush(SUGGESTION_COLOUR), symbolPen=pg.mkPen("w"),
+                                          name="suggestion")
+        self.pickMarker = item.plot([], [], pen=None, symbol="x", symbolSize=14, symbolBrush=pg.mkBrush(PICK_COLOUR),
+                                    symbolPen=pg.mkPen(PICK_COLOUR, width=2), name="your pick")
+        self.pickLine = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(PICK_COLOUR, width=1,
+                                                                             style=Qt.PenStyle.DashLine))
+        self.pickLine.setVisible(False)
+        item.addItem(self.pickLine, ignoreBounds=True)
+        self.plot.scene().sigMouseClicked.connect(self._plot_clicked)
+        self.plot.setToolTip("Click the curve to pick a learning rate")
+        layout.addWidget(self.plot, 1)
+
+        self.explanation = QLabel(objectName="lrExplanation", wordWrap=True)
+        self.explanation.setProperty("role", "heading")
+        self.pickLabel = QLabel(objectName="lrPickLabel", wordWrap=True)
+        layout.addWidget(self.explanation)
+        layout.addWidget(self.pickLabel)
+        bottom = QHBoxLayout()
+        bottom.addStretch(1)
+        self.resetPickButton = QPushButton("Back to the suggestion", objectName="lrResetPickButton")
+        self.resetPickButton.clicked.connect(self.reset_pick)
+        self.useButton = QPushButton("Use this LR", objectName="lrUseButton")
+        self.useButton.setToolTip("Put the picked learning rate into the run form")
+        self.useButton.clicked.connect(self.use_pick)
+        bottom.addWidget(self.resetPickButton)
+        bottom.addWidget(self.useButton)
+        layout.addLayout(bottom)
+
+    def _inputs(self):
+        return [self.startLrEdit, self.endLrEdit, self.stepsEdit]
+
+    # ------------------------------------------------------------------ running
+    def _job(self, config):
+        start, end = self.startLrEdit.number(), self.endLrEdit.number()
+        if not (0 < start < end):
+            self._on_failed("The start learning rate must be positive and below the end one.", "", "")
+            return None
+        self._live_lrs, self._live_losses, self._live_smoothed = [], [], []
+        self.pick, self._pick_index = None, None
+        self._draw([], [], [])
+        self.suggestionMarker.setData([], [])
+        self._show_pick()
+        self.explanation.setText("")
+        self.progressBar.setRange(0, self.stepsEdit.value())
+        self.progressBar.setValue(0)
+        self.progressBar.setFormat("step %v of %m")
+        return lr_job(config, start, end, self.stepsEdit.value(), self.method(), self._devices_provider())
+
+    def method(self) -> str:
+        return self.methodCombo.currentData()
+
+    def _on_progress(self, progress) -> None:
+        self.statusLabel.setText(progress.describe()[:1].upper() + progress.describe()[1:])
+        if progress.phase == "step":
+            self.progressBar.setValue(progress.step)
+            if progress.loss is not None:
+                self._live_lrs.append(progress.lr)
+                self._live_losses.append(progress.loss)
+                self._live_smoothed.append(progress.smoothed if progress.smoothed is not None else progress.loss)
+                self._draw(self._live_lrs, self._live_losses, self._live_smoothed)
+
+    def _draw(self, lrs, losses, smoothed) -> None:
+        self.rawCurve.setData(lrs, losses)
+        self.smoothCurve.setData(lrs, smoothed)
+
+    def _on_result(self, result) -> None:
+        self._draw(result.lrs, result.losses, result.smoothed)
+        if result.smoothed:  # the y range: the start and the descent, not the divergence's last points
+            lowest = min(range(len(result.smoothed)), key=result.smoothed.__getitem__)
+            descent = result.losses[: lowest + 1] + result.smoothed
+            low = min(descent)
+            start = result.losses[: max(3, len(result.losses) // 10)]
+            high = max(start + [result.smoothed[0]])
+            pad = (high - low) * 0.08 or abs(low) * 0.1 or 1.0
+            self.plot.getPlotItem().setYRange(low - pad, high + pad, padding=0)
+            self.plot.getPlotItem().setXRange(math.log10(result.lrs[0]), math.log10(result.lrs[-1]), padding=0.02)
+        end = f"stopped early: {result.stopped_early}" if result.stopped_early else "ran the whole range"
+        notes = "; ".join(result.notes)
+        self.statusLabel.setText(f"{result.steps_run} steps in {result.seconds:.1f} s on {result.device} "
+                                 f"({result.device_name}) in {result.precision}, batch {result.batch_size}, "
+                                 f"{result.optimizer}; {end}." + (f" {notes}." if notes else ""))
+        self._show_suggestion()
+
+    # ------------------------------------------------------------------ suggestion and pick
+    def suggestion(self):
+        """The current method's suggestion (recomputed by core.lab.lr_finder.suggest, without rerunning)."""
+        if self.result is None:
+            return None
+        method = self.method()
+        pick = self.result.suggestions.get(method)
+        if pick is None:
+            from core.lab.lr_finder import suggest
+
+            pick = suggest(self.result.lrs, self.result.smoothed, method, self.result.losses)
+        return pick
+
+    def _method_changed(self) -> None:
+        if self.result is not None:
+            self._show_suggestion()
+
+    def _show_suggestion(self) -> None:
+        suggestion = self.suggestion()
+        if suggestion is None:
+            return
+        if suggestion.lr is not None:
+            self.suggestionMarker.setData([suggestion.lr], [suggestion.loss])
+            why = suggestion.explanation.removeprefix(f"{suggestion.method}: ")
+            self.explanation.setText(f"Suggested ({suggestion.method}): <b>{fmt_lr(suggestion.lr)}</b>, {why}.")
+            self.pick, self._pick_index = suggestion.lr, suggestion.index
+        else:
+            self.suggestionMarker.setData([], [])
+            why = suggestion.explanation.removeprefix(f"{suggestion.method}: ")
+            self.explanation.setText(f"No suggestion ({suggestion.method}): {why}. Click the curve to pick one.")
+            self.pick, self._pick_index = None, None
+        self._show_pick()
+
+    def pick_lr(self, lr: float) -> float | None:
+        """Pick the curve's point nearest `lr` (in log scale); returns the picked learning rate."""
+        if self.result is None or not self.result.lrs or lr <= 0:
+            return None
+        target = math.log10(lr)
+        index = min(range(len(self.result.lrs)), key=lambda i: abs(math.log10(self.result.lrs[i]) - target))
+        self.pick, self._pick_index = self.result.lrs[index], index
+        self._show_pick()
+        return self.pick
+
+    def pick_at(self, view_x: float) -> float | None:
+        """Pick at a plot x coordinate (log10 of the learning rate, as the log axis holds it)."""
+        return self.pick_lr(10 ** view_x)
+
+    def reset_pick(self) -> None:
+        self._show_suggestion()
+
+    def _plot_clicked(self, event) -> None:
+        if self.result is None or event.button() != Qt.MouseButton.LeftButton:
+            return
+        view = self.plot.getPlotItem().vb
+        if not view.sceneBoundingRect().contains(event.scenePos()):
+            return
+        self.pick_at(view.mapSceneToView(event.scenePos()).x())
+
+    def _show_pick(self) -> None:
+        result = self.result
+        if self.pick is None or result is None or self._pick_index is None:
+            self.pickMarker.setData([], [])
+            self.pickLine.setVisible(False)
+            self.pickLabel.setText("")
+        else:
+            loss = result.smoothed[self._pick_index]
+            suggestion = self.suggestion()
+            own = suggestion is None or suggestion.index != self._pick_index
+            self.pickMarker.setData([self.pick] if own else [], [loss] if own else [])  # never over the suggestion
+            self.pickLine.setPos(math.log10(self.pick))
+            self.pickLine.setVisible(True)
+            where = "your pick" if own else "the suggestion"
+            self.pickLabel.setText(f"Picked ({where}): <b>{fmt_lr(self.pick)}</b>, smoothed loss {loss:.4g} there. "
+                                   "Click the curve to pick another learning rate.")
+        self._update_use()
+
+    def _update_use(self) -> None:
+        usable = self.pick is not None and not self.job.running
+        self.useButton.setEnabled(usable)
+        self.useButton.setText(f"Use lr {fmt_lr(self.pick)}" if self.pick is not None else "Use this LR")
+        suggestion = self.suggestion()
+        self.resetPickButton.setEnabled(usable and suggestion is not None and suggestion.lr is not None
+                                        and suggestion.index != self._pick_index)
+
+    def use_pick(self) -> None:
+        if self.pick is not None:
+            value = float(f"{self.pick:.3g}")  # three digits: 3.16e-03, not 0.0031622776601683794
+            self.lrChosen.emit(value)
+            self.statusLabel.setText(f"Learning rate {format_number(value)} put into the run form.")
+
+
+# ============================================================================== model summary
+def summary_job(config, modes, batch_size, devices):
+    def run(progress, control):
+        from core.lab.model_summary import summarize
+
+        return summarize(config, modes=modes, batch_size=batch_size or None, devices=devices, progress=progress,
+                         control=control)
+
+    return run
+
+
+LAYER_COLUMNS = ("Layer", "Type", "Parameters", "Trainable", "Weights", "Gradients", "Optimizer state")
+TOTAL_ROWS = ("Parameters", "Trainable", "Weights (fp32)", "Gradients (fp32)", "Optimizer state", "Activations",
+              "Activations vs fp32", "Total (training step)", "Total vs fp32", "CUDA peak", "Compute dtype")
+
+
+class SummaryDialog(ToolDialog):
+    """Per layer (to a chosen depth): parameters, trainable, weights, gradients, optimizer state and the
+    activations each precision mode saves for backward; beside it the totals per precision mode."""
+
+    TITLE = "Model summary"
+    NAME = "summary"
+    RUN_TEXT = "Measure"
+    IDLE_TEXT = "Builds the form's model and measures one training step's memory in each mode."
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.resize(1200, 620)
+
+    def _build_controls(self, controls: QHBoxLayout) -> None:
+        from core.precision_modes import PRECISION_MODES
+
+        controls.addWidget(QLabel("Modes:"))
+        self.modeChecks = {}
+        for mode in PRECISION_MODES:
+            check = QCheckBox(mode, objectName=f"summary{mode.title()}Check", checked=mode != "tf32")
+            check.setEnabled(mode != "fp32")  # ratios are against fp32
+            self.modeChecks[mode] = check
+            controls.addWidget(check)
+        controls.addSpacing(12)
+        controls.addWidget(QLabel("Batch"))
+        self.batchEdit = QSpinBox(objectName="summaryBatchEdit", minimum=0, maximum=1_048_576, value=0)
+        self.batchEdit.setSpecialValueText("form's")
+        self.batchEdit.setToolTip("Rows of the measured batch (activations scale with it); the form's batch size "
+                                  "by default")
+        controls.addWidget(self.batchEdit)
+        controls.addSpacing(12)
+        controls.addWidget(QLabel("Depth"))
+        self.depthEdit = QSpinBox(objectName="summaryDepthEdit", minimum=0, maximum=20, value=20)
+        self.depthEdit.setToolTip("Show modules down to this depth (the model is 0); a row's figures include the "
+                                  "modules below it")
+        self.depthEdit.valueChanged.connect(self._fill_layers)
+        controls.addWidget(self.depthEdit)
+
+    def _build(self, layout: QVBoxLayout) -> None:
+        self.header = QLabel(objectName="summaryHeader", wordWrap=True)
+        self.header.setProperty("role", "heading")
+        layout.addWidget(self.header)
+        self.layerTable = make_table(LAYER_COLUMNS, "summaryLayerTable")
+        self.layerTable.setSortingEnabled(False)  # the tree order is the meaning
+        self.totalsTable = make_table(("",), "summaryTotalsTable")
+        self.totalsTable.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.totalsTable.horizontalHeader().setStretchLastSection(False)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(QLabel("<b>Per layer</b>"))
+        left_layout.addWidget(self.layerTable)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(QLabel("<b>Totals per precision mode</b>"))
+        right_layout.addWidget(self.totalsTable)
+        splitter = QSplitter(Qt.Orientation.Horizontal, objectName="summarySplitter")
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([820, 360])
+        layout.addWidget(splitter, 1)
+        self.sourceLabel = QLabel(objectName="summarySource", wordWrap=True)
+        self.sourceLabel.setProperty("role", "hint")
+        layout.addWidget(self.sourceLabel)
+
+    def _inputs(self):
+        return [self.batchEdit] + [c for m, c in self.modeChecks.items() if m != "fp32"]
+
+    def _update_buttons(self, *_args) -> None:
+        super()._update_buttons()
+        self.modeChecks["fp32"].setEnabled(False)
+
+    def selected_modes(self) -> list[str]:
+        return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
+
+    def _job(self, config):
+        modes = self.selected_modes()
+        self.progressBar.setRange(0, len(modes))
+        self.progressBar.setValue(0)
+        self.progressBar.setFormat("%v of %m modes")
+        return summary_job(config, modes, self.batchEdit.value(), self._devices_provider())
+
+    def _on_progress(self, progress) -> None:
+        if progress.phase == "running":
+            self.statusLabel.setText(f"Measuring {progress.mode} ({progress.index + 1} of {progress.total})…")
+        else:
+            self.progressBar.setValue(progress.index + 1)
+
+    def _on_result(self, result) -> None:
+        frozen = f", {count(result.frozen_parameters)} frozen" if result.frozen_parameters else ""
+        self.header.setText(f"{result.task}: <b>{result.parameters:,}</b> parameters "
+                            f"({count(result.trainable_parameters)} trainable{frozen}); {result.optimizer}, "
+                            f"batch {result.batch_size} on {result.device} ({result.device_name})")
+        skipped = [f"{m.mode}: {m.reason}" for m in result.modes if m.status != "ok"]
+        self.statusLabel.setText(f"Measured {len(result.measured_modes())} mode(s)."
+                                 + (f" Not measured: {'; '.join(skipped)}." if skipped else ""))
+        self.sourceLabel.setText(f"Activations: {result.activation_source}, for one batch of {result.batch_size}. "
+                                 "Weights, gradients and optimizer state are float32 in every mode.")
+        self.depthEdit.setMaximum(max(r.depth for r in result.rows))
+        self._fill_layers()
+        self._fill_totals()
+
+    def _fill_layers(self) -> None:
+        result = self.result
+        if result is None:
+            return
+        modes = result.measured_modes()
+        columns = list(LAYER_COLUMNS) + [f"Activations {m}" for m in modes]
+        table = self.layerTable
+        table.setColumnCount(len(columns))
+        table.setHorizontalHeaderLabels(columns)
+        rows = result.rows_to_depth(self.depthEdit.value())
+        table.setRowCount(len(rows))
+        for index, row in enumerate(rows):
+            t = row.total
+            name = ("  " * row.depth) + row.name
+            cells = [QTableWidgetItem(name), QTableWidgetItem(row.type),
+                     NumericItem(f"{t.parameters:,}" if t.parameters else "–", t.parameters),
+                     QTableWidgetItem(row.trainable), NumericItem(size(t.param_bytes), t.param_bytes),
+                     NumericItem(size(t.grad_bytes), t.grad_bytes),
+                     NumericItem(size(t.optimizer_bytes), t.optimizer_bytes)]
+            cells += [NumericItem(size(t.activation_bytes.get(m)), t.activation_bytes.get(m)) for m in modes]
+            if row.shared:
+                cells[0].setToolTip(f"Shares {', '.join(row.shared)} (counted once, at its first owner)")
+            for column, item in enumerate(cells):
+                table.setItem(index, column, item)
+        table.resizeColumnsToContents()
+
+    def _fill_totals(self) -> None:
+        result = self.result
+        modes = [m for m in result.modes if m.status == "ok"]
+        table = self.totalsTable
+        table.setColumnCount(1 + len(modes))
+        table.setHorizontalHeaderLabels([""] + [m.mode for m in modes])
+        table.setRowCount(len(TOTAL_ROWS))
+        for index, label in enumerate(TOTAL_ROWS):
+            head = QTableWidgetItem(label)
+            font = head.font()
+            font.setBold(True)
+            head.setFont(font)
+            table.setItem(index, 0, head)
+            for column, m in enumerate(modes, start=1):
+                values = {
+                    "Parameters": (f"{result.parameters:,}", result.parameters),
+                    "Trainable": (f"{result.trainable_parameters:,}", result.trainable_parameters),
+                    "Weights (fp32)": (size(m.param_bytes), m.param_bytes),
+                    "Gradients (fp32)": (size(m.grad_bytes), m.grad_bytes),
+                    "Optimizer state": (size(m.optimizer_bytes), m.optimizer_bytes),
+                    "Activations": (size(m.activation_bytes), m.activation_bytes),
+                    "Activations vs fp32": (f"{m.activation_ratio:.2f}×" if m.activation_ratio else "–", None),
+                    "Total (training step)": (size(m.total_bytes), m.total_bytes),
+                    "Total vs fp32": (f"{m.total_ratio:.2f}×" if m.total_ratio else "–", None),
+                    "CUDA peak": (size(m.cuda_peak_bytes) if m.cuda_peak_bytes is not None else "–", None),
+                    "Compute dtype": (m.compute_dtype or "–", None),
+                }
+                text, value = values[label]
+                table.setItem(index, column, NumericItem(text, value))
+        table.resizeColumnsToContents()
+
+    def layer_names(self) -> list[str]:
+        return [self.layerTable.item(i, 0).text().strip() for i in range(self.layerTable.rowCount())]
+
+    def total(self, label: str, mode: str) -> str:
+        """The totals table's text for `label` (a TOTAL_ROWS entry) in `mode`'s column."""
+        columns = [self.totalsTable.horizontalHeaderItem(c).text() for c in range(self.totalsTable.columnCount())]
+        return self.totalsTable.item(TOTAL_ROWS.index(label), columns.index(mode)).text()
+

@@ -1,0 +1,263 @@
+"""The batch-size finder dialog: core.lab.batch_finder.find_batch_sizes for the form's task and device, per
+precision mode, off the GUI thread (see app.panels.tuning for what every tool shares).
+
+Shows each mode's largest batch (within the margin below the device's limit), its peak memory and samples/s,
+every trial of the search, a bar chart of the largest batch per mode, core's comparison sentences ("bf16 fits
+1.8× the fp32 batch at 2.1× the samples/s"), and "Use batch N", which puts the chosen mode's batch into the form.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QSplitter, QTableWidgetItem, QVBoxLayout,
+    QWidget,
+)
+
+from app.panels.bars import BarChart
+from app.panels.tuning import ToolDialog, NumericItem, make_table, size
+
+MODE_COLUMNS = ("Mode", "Largest batch", "Peak memory", "Budget", "Samples/s", "Batch ×fp32", "Speed ×fp32",
+                "Trials", "Note")
+TRIAL_COLUMNS = ("Mode", "#", "Step", "Batch", "Result", "Peak memory", "Samples/s", "Seconds", "Note")
+
+
+def batch_job(config, modes, margin, steps, max_batch, limit_bytes, devices, probe=None):
+    def run(progress, control):
+        from core.lab.batch_finder import find_batch_sizes
+
+        return find_batch_sizes(config, modes, margin=margin, steps=steps, max_batch=max_batch or None,
+                                limit_bytes=limit_bytes or None, probe=probe, devices=devices, progress=progress,
+                                control=control)
+
+    return run
+
+
+class BatchFinderDialog(ToolDialog):
+    """The largest batch per precision mode; "Use batch N" emits batchChosen(N) for the form."""
+
+    batchChosen = Signal(int)
+
+    TITLE = "Batch-size finder"
+    NAME = "batchFinder"
+    RUN_TEXT = "Find"
+    IDLE_TEXT = ("Tries growing batches (training steps and an evaluation pass each) in every selected mode, "
+                 "starting from the form's batch size, until one no longer fits within the margin. Press Find.")
+
+    def __init__(self, *args, **kwargs):
+        self.probe = None  # a core.lab.batch_finder probe to use instead of the device's (tests, demos)
+        super().__init__(*args, **kwargs)
+        self.resize(1100, 680)
+
+    def _build_controls(self, controls: QHBoxLayout) -> None:
+        from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, MAX_BATCH_CAP, MAX_STEPS
+        from core.precision_modes import PRECISION_MODES
+
+        controls.addWidget(QLabel("Modes:"))
+        self.modeChecks = {}
+        for mode in PRECISION_MODES:
+            check = QCheckBox(mode, objectName=f"batch{mode.title()}Check", checked=mode != "tf32")
+            self.modeChecks[mode] = check
+            controls.addWidget(check)
+        controls.addSpacing(10)
+        controls.addWidget(QLabel("Margin"))
+        self.marginEdit = QDoubleSpinBox(objectName="batchMarginEdit", minimum=0.0, maximum=89.0, decimals=0,
+                                         value=DEFAULT_MARGIN * 100, suffix=" %")
+        self.marginEdit.setToolTip("Headroom left below the device's memory limit: a batch fits only when its peak "
+                                   "stays under (100% − margin) of the limit")
+        controls.addWidget(self.marginEdit)
+        controls.addWidget(QLabel("Max batch"))
+        self.maxBatchEdit = QSpinBox(objectName="batchMaxEdit", minimum=0, maximum=MAX_BATCH_CAP * 16, value=0)
+        self.maxBatchEdit.setSpecialValueText("auto")
+        self.maxBatchEdit.setToolTip(f"The largest batch tried; auto = the training rows, at most {MAX_BATCH_CAP:,}")
+        controls.addWidget(self.maxBatchEdit)
+        controls.addWidget(QLabel("Steps"))
+        self.stepsEdit = QSpinBox(objectName="batchStepsEdit", minimum=1, maximum=MAX_STEPS, value=DEFAULT_STEPS)
+        self.stepsEdit.setToolTip("Optimizer steps per trial (the first is warm-up; the rest are timed)")
+        controls.addWidget(self.stepsEdit)
+        controls.addWidget(QLabel("Limit"))
+        self.limitEdit = QSpinBox(objectName="batchLimitEdit", minimum=0, maximum=2**31 - 1, value=0, suffix=" MiB")
+        self.limitEdit.setSpecialValueText("device's")
+        self.limitEdit.setToolTip("Plan for a smaller device: use this memory limit instead of the device's")
+        controls.addWidget(self.limitEdit)
+        for edit in (self.marginEdit, self.maxBatchEdit, self.stepsEdit, self.limitEdit):
+            edit.setMaximumWidth(110 if edit is not self.stepsEdit else 70)
+
+    def _build(self, layout) -> None:
+        self.modeTable = make_table(MODE_COLUMNS, "batchModeTable")
+        self.modeTable.setSortingEnabled(True)
+        self.modeTable.itemSelectionChanged.connect(self._update_use)
+        self.trialTable = make_table(TRIAL_COLUMNS, "batchTrialTable")
+        self.chart = BarChart("Largest batch per mode", "Batch (samples)", objectName="batchBars")
+        self.chart.setMinimumWidth(260)
+        tables = QSplitter(Qt.Orientation.Vertical)
+        tables.addWidget(self._titled("Per mode", self.modeTable))
+        tables.addWidget(self._titled("Every trial", self.trialTable))
+        tables.setSizes([200, 300])
+        splitter = QSplitter(Qt.Orientation.Horizontal, objectName="batchSplitter")
+        splitter.addWidget(tables)
+        splitter.addWidget(self.chart)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([780, 300])
+        layout.addWidget(splitter, 1)
+        self.comparison = QLabel(objectName="batchComparison", wordWrap=True)
+        self.comparison.setProperty("role", "heading")
+        self.sourceLabel = QLabel(objectName="batchSource", wordWrap=True)
+        self.sourceLabel.setProperty("role", "hint")
+        layout.addWidget(self.comparison)
+        layout.addWidget(self.sourceLabel)
+        bottom = QHBoxLayout()
+        bottom.addWidget(QLabel("Select a mode's row to use its batch.", objectName="batchUseHint"), 1)
+        self.useButton = QPushButton("Use batch", objectName="batchUseButton")
+        self.useButton.setToolTip("Put this batch size into the run form")
+        self.useButton.clicked.connect(self.use_batch)
+        bottom.addWidget(self.useButton)
+        layout.addLayout(bottom)
+
+    @staticmethod
+    def _titled(title: str, widget: QWidget) -> QWidget:
+        holder = QWidget()
+        box = QVBoxLayout(holder)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(QLabel(f"<b>{title}</b>"))
+        box.addWidget(widget)
+        return holder
+
+    def _inputs(self):
+        return [self.marginEdit, self.maxBatchEdit, self.stepsEdit, self.limitEdit, *self.modeChecks.values()]
+
+    def selected_modes(self) -> list[str]:
+        return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
+
+    # ------------------------------------------------------------------ running
+    def _job(self, config):
+        modes = self.selected_modes()
+        if not modes:
+            self._on_failed("Choose at least one precision mode.", "", "")
+            return None
+        max_batch = self.maxBatchEdit.value()
+        if max_batch and config.batch_size > max_batch:
+            config = config.replace(batch_size=max_batch)  # the search starts at the form's batch, capped
+        self.modeTable.setRowCount(0)
+        self.trialTable.setRowCount(0)
+        self.chart.clear()
+        self.chart.setVisible(True)
+        self.comparison.setText("")
+        self.sourceLabel.setText("")
+        self.progressBar.setRange(0, len(modes))
+        self.progressBar.setValue(0)
+        self.progressBar.setFormat("%v of %m modes")
+        return batch_job(config, modes, self.marginEdit.value() / 100, self.stepsEdit.value(), max_batch,
+                         self.limitEdit.value() * 2**20, self._devices_provider(), self.probe)
+
+    def _on_progress(self, progress) -> None:
+        text = progress.describe()
+        self.statusLabel.setText(f"{text} (mode {progress.index + 1} of {progress.total})…")
+        if progress.phase == "trial" and progress.trial is not None:
+            self._add_trial(progress.mode, progress.trials, progress.trial)
+        elif progress.phase == "done":
+            self.progressBar.setValue(progress.index + 1)
+
+    def _add_trial(self, mode: str, number: int, trial) -> None:
+        table = self.trialTable
+        row = table.rowCount()
+        table.insertRow(row)
+        speed = trial.samples_per_second
+        cells = (QTableWidgetItem(mode), NumericItem(str(number), number), QTableWidgetItem(trial.phase),
+                 NumericItem(f"{trial.batch:,}", trial.batch), QTableWidgetItem(trial.status),
+                 NumericItem(size(trial.peak_bytes), trial.peak_bytes),
+                 NumericItem(f"{speed:,.0f}" if speed else "–", speed),
+                 NumericItem(f"{trial.seconds:.2f}", trial.seconds), QTableWidgetItem(trial.note))
+        if not trial.fits:
+            cells[4].setForeground(Qt.GlobalColor.red)
+        for column, item in enumerate(cells):
+            table.setItem(row, column, item)
+        table.scrollToBottom()
+
+    def _on_result(self, result) -> None:
+        table = self.modeTable
+        table.setSortingEnabled(False)
+        table.setRowCount(0)
+        for m in result.modes:
+            row = table.rowCount()
+            table.insertRow(row)
+            batch = f"{m.batch:,}" + (" (cap)" if m.capped else "") if m.batch else "–"
+            speed = m.samples_per_second
+            note = m.reason if m.status != "ok" else ("not even batch 1 fits" if m.batch is None else "")
+            cells = (QTableWidgetItem(m.mode), NumericItem(batch, m.batch),
+                     NumericItem(size(m.peak_bytes), m.peak_bytes), NumericItem(size(m.budget_bytes), m.budget_bytes),
+                     NumericItem(f"{speed:,.0f}" if speed else "–", speed),
+                     NumericItem(f"{m.batch_ratio:.2f}×" if m.batch_ratio else ("1.00×" if m.mode == "fp32"
+                                                                               and m.batch else "–"), m.batch_ratio),
+                     NumericItem(f"{m.speed_ratio:.2f}×" if m.speed_ratio else ("1.00×" if m.mode == "fp32"
+                                                                               and m.batch else "–"), m.speed_ratio),
+                     NumericItem(str(len(m.trials)), len(m.trials)), QTableWidgetItem(note))
+            cells[0].setData(Qt.ItemDataRole.UserRole, m.mode)
+            if note:
+                cells[-1].setToolTip(note)
+            for column, item in enumerate(cells):
+                table.setItem(row, column, item)
+        table.setSortingEnabled(True)
+        found = [m for m in result.modes if m.status == "ok" and m.batch]
+        labels = [f"{m.batch:,}" + (f" ({m.batch_ratio:.2f}×)" if m.batch_ratio else "") for m in found]
+        self.chart.set_bars([m.mode for m in found], [m.batch for m in found], labels)
+        self.chart.setVisible(bool(found))  # no empty axes when nothing fitted
+        sentences = result.comparisons
+        best = result.best()
+        if best is not None:
+            sentences = sentences + [f"fastest: {best.mode} at batch {best.batch:,} "
+                                     f"({best.samples_per_second:,.0f} samples/s)"]
+        unfit = [f"{m.mode}: {m.reason or 'not even batch 1 fits'}" for m in result.modes
+                 if m.status != "ok" or not m.batch]
+        self.comparison.setText("; ".join(sentences + unfit) + "." if sentences or unfit else
+                                "No comparison with fp32 (fp32 was not searched).")
+        notes = "; ".join(result.notes)
+        self.sourceLabel.setText(f"Memory: {result.memory_source}. Margin {result.margin:.0%}, {result.steps} steps "
+                                 f"and an evaluation pass of {result.eval_rows:,} rows per trial."
+                                 + (f" {notes[:1].upper() + notes[1:]}." if notes else ""))
+        self.statusLabel.setText(f"Searched {len(result.modes)} mode(s) on {result.device} ({result.device_name}) "
+                                 f"in {result.seconds:.1f} s, from batch {result.start:,} up to at most "
+                                 f"{result.max_batch:,}.")
+        self._select_default()
+
+    def _select_default(self) -> None:
+        """Select the form's precision mode when it was searched, else the fastest."""
+        result = self.result
+        if result is None:
+            return
+        try:
+            wanted = self._config_provider().precision
+        except Exception:  # noqa: BLE001
+            wanted = ""
+        best = result.best()
+        names = [m.mode for m in result.modes if m.status == "ok" and m.batch]
+        choice = wanted if wanted in names else (best.mode if best else None)
+        for row in range(self.modeTable.rowCount()):
+            if self.modeTable.item(row, 0).text() == choice:
+                self.modeTable.selectRow(row)
+                return
+        self._update_use()
+
+    def chosen(self):
+        """The ModeResult of the selected row (None when it has no batch)."""
+        if self.result is None:
+            return None
+        rows = self.modeTable.selectionModel().selectedRows()
+        if not rows:
+            return None
+        mode = self.result.mode(self.modeTable.item(rows[0].row(), 0).text())
+        return mode if mode is not None and mode.batch else None
+
+    def _update_use(self) -> None:
+        if not hasattr(self, "useButton"):
+            return
+        mode = self.chosen()
+        self.useButton.setEnabled(mode is not None and not self.job.running)
+        self.useButton.setText(f"Use batch {mode.batch:,} ({mode.mode})" if mode is not None else "Use batch")
+
+    def use_batch(self) -> None:
+        mode = self.chosen()
+        if mode is not None:
+            self.batchChosen.emit(int(mode.batch))
+            self.statusLabel.setText(f"Batch size {mode.batch:,} (found for {mode.mode}) put into the run form.")

@@ -1,0 +1,436 @@
+"""The sweep dialog: a small grid or random hyperparameter sweep over the form's settings (core.lab.sweep), each
+trial an ordinary run under the runs root, run one after another on a BackgroundJob.
+
+Axes are typed one per line, as the CLI's flags take them: `lr = 1e-3, 3e-3` (grid values, or random choices)
+and, for a random sweep, `lr = 1e-4 : 1e-2 : log` (a range). The live result table (a QSortFilterProxyModel that
+sorts numbers as numbers) has each trial's parameters, its best value of the monitored metric, samples/s, peak
+memory and wall time; "Open in history" shows the trial in the run history, "Train this one longer" resumes
+its checkpoint with twice the steps (core.lab.sweep.continue_config) through the window's own start path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton, QSpinBox,
+    QTableView, QVBoxLayout,
+)
+
+from app.panels.tuning import ToolDialog, size
+
+SORT_ROLE = Qt.ItemDataRole.UserRole
+FIXED_COLUMNS = ("status", "best", "samples_per_second", "peak_memory_bytes", "wall_seconds", "steps")
+HEADERS = {"status": "Status", "samples_per_second": "Samples/s", "peak_memory_bytes": "Peak memory",
+           "wall_seconds": "Wall time", "steps": "Steps"}
+GRID_HINT = "One axis per line:\nlr = 1e-3, 3e-3\nbatch_size = 32, 64"
+RANDOM_HINT = "One axis per line, a range or choices:\nlr = 1e-4 : 1e-2 : log\nbatch_size = 32, 64, 128"
+
+
+def _wall(seconds) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "–"
+    seconds = float(seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _value_text(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+class SweepModel(QAbstractTableModel):
+    """The sweep's rows (core.lab.sweep.sweep_table dicts): Trial, each parameter, then FIXED_COLUMNS."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[dict] = []
+        self.params: list[str] = []
+        self.metric = "best"
+
+    def set_rows(self, rows: list[dict], metric: str | None = None) -> None:
+        self.beginResetModel()
+        self.rows = sorted(rows, key=lambda r: r["index"])
+        self.params = list(dict.fromkeys(k for r in rows for k in r["params"]))
+        self.metric = metric or next((r.get("metric") for r in rows if r.get("metric")), None) or "best"
+        self.endResetModel()
+
+    def columns(self) -> list[str]:
+        return ["trial", *self.params, *FIXED_COLUMNS]
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.columns())
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if orientation != Qt.Orientation.Horizontal or role != Qt.ItemDataRole.DisplayRole:
+            return None
+        key = self.columns()[section]
+        if key == "trial":
+            return "#"
+        if key == "best":
+            return f"Best {self.metric}"
+        return HEADERS.get(key, key.removeprefix("option."))
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        key = self.columns()[index.column()]
+        value = row["index"] if key == "trial" else row["params"].get(key) if key in self.params else row.get(key)
+        if role == SORT_ROLE:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                return str(value) if isinstance(value, str) else float("inf")  # blanks sort last (ascending)
+            return float(value)
+        if role == Qt.ItemDataRole.DisplayRole:
+            if value is None:
+                return "–"
+            if key == "peak_memory_bytes":
+                return size(value)
+            if key == "wall_seconds":
+                return _wall(value)
+            if key == "samples_per_second":
+                return f"{value:,.0f}"
+            if key == "best":
+                return f"{value:.4g}"
+            return _value_text(value)
+        if role == Qt.ItemDataRole.TextAlignmentRole and key not in ("status",) and not isinstance(value, str):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row.get("message") or row.get("run")
+        return None
+
+
+class SweepProxy(QSortFilterProxyModel):
+    """Sorts by SORT_ROLE: numbers as numbers, blanks last."""
+
+    def lessThan(self, left, right) -> bool:  # noqa: N802 (Qt override)
+        a, b = left.data(SORT_ROLE), right.data(SORT_ROLE)
+        if isinstance(a, float) and isinstance(b, float):
+            return a < b
+        if isinstance(a, float) != isinstance(b, float):  # a number before a text
+            return isinstance(a, float)
+        return str(a) < str(b)
+
+
+class RowsUpdate:
+    """From the job: the table as it stands (read from the sweep's files off the GUI thread)."""
+
+    def __init__(self, rows: list[dict], metric: str | None):
+        self.rows, self.metric = rows, metric
+
+
+def sweep_job(base, axes_lines, method, samples, seed, root):
+    """Plan (validated), create the sweep folder under `root`, and run it; progress gets core's sweep events and
+    a RowsUpdate whenever a trial starts or ends."""
+
+    def run(progress, control):
+        from core.lab.sweep import (
+            SweepStarted, TrialEnded, TrialStarted, create_sweep, load_sweep, run_sweep, sweep_table,
+        )
+
+        grid, ranges, trials = plan(base, axes_lines, method, samples, seed)
+        folder = create_sweep(base, trials, grid or ranges, method=method, samples=samples, seed=seed, root=root)
+        metric = load_sweep(folder).get("metric")
+
+        def emit(event) -> None:
+            progress(event)
+            if isinstance(event, (SweepStarted, TrialStarted, TrialEnded)):
+                progress(RowsUpdate(sweep_table(folder), metric))
+
+        return run_sweep(folder, progress=emit, control=control)
+
+    return run
+
+
+def plan(base, axes_lines: list[str], method: str, samples: int, seed: int):
+    """(grid axes, range axes, trials) from the axis lines; ConfigError naming the line's key when one is wrong."""
+    from core.errors import ConfigError
+    from core.lab.sweep import grid_axis, plan_trials, range_axis
+
+    lines = [line.strip() for line in axes_lines if line.strip() and not line.strip().startswith("#")]
+    if not lines:
+        raise ConfigError("axes", "nothing to sweep: type an axis per line, e.g. lr = 1e-3, 3e-3")
+    make = grid_axis if method == "grid" else range_axis
+    axes = [make("".join(line.split()), base.task) for line in lines]
+    if method == "grid":
+        return axes, [], plan_trials(base, grid=axes)
+    return [], axes, plan_trials(base, ranges=axes, samples=samples, seed=seed)
+
+
+class SweepDialog(ToolDialog):
+    """A sweep over the form's settings; `openInHistory(run name)` and `trainLongerRequested(config, checkpoint)`
+    go to the window."""
+
+    openInHistory = Signal(str)
+    trainLongerRequested = Signal(object, str)
+
+    TITLE = "Sweep"
+    NAME = "sweep"
+    RUN_TEXT = "Run sweep"
+    IDLE_TEXT = ("Each trial is a normal run of the form's settings with the axes' values, in a sweep folder under "
+                 "the runs root, one after another.")
+
+    def __init__(self, config_provider, devices_provider, busy_provider=None, root_provider=None, parent=None):
+        self._root_provider = root_provider or (lambda: None)
+        self.folder: str | None = None
+        self._trial_line = ""
+        self._trial_total = 0
+        super().__init__(config_provider, devices_provider, busy_provider, parent)
+        self.resize(1100, 640)
+
+    def _build_controls(self, controls) -> None:
+        controls.addWidget(QLabel("Method"))
+        self.methodCombo = QComboBox(objectName="sweepMethodCombo")
+        self.methodCombo.addItem("grid: every combination", "grid")
+        self.methodCombo.addItem("random: N draws", "random")
+        self.methodCombo.currentIndexChanged.connect(self._method_changed)
+        controls.addWidget(self.methodCombo)
+        self.samplesLabel = QLabel("Trials")
+        controls.addWidget(self.samplesLabel)
+        self.samplesEdit = QSpinBox(objectName="sweepSamplesEdit", minimum=1, maximum=1000, value=8)
+        self.samplesEdit.valueChanged.connect(self.preview)
+        controls.addWidget(self.samplesEdit)
+        self.seedLabel = QLabel("Seed")
+        controls.addWidget(self.seedLabel)
+        self.seedEdit = QSpinBox(objectName="sweepSeedEdit", minimum=0, maximum=2**31 - 1, value=0)
+        self.seedEdit.setToolTip("The same seed draws the same trials")
+        self.seedEdit.valueChanged.connect(self.preview)
+        controls.addWidget(self.seedEdit)
+
+    def _build(self, layout) -> None:
+        axes_row = QHBoxLayout()
+        self.axesEdit = QPlainTextEdit(objectName="sweepAxesEdit")
+        self.axesEdit.setPlaceholderText(GRID_HINT)
+        self.axesEdit.setToolTip("One axis per line: a setting of the form (lr, batch_size, optimizer, …) or a task "
+                                 "option (hidden, …), '=', then values separated by commas; for a random sweep a "
+                                 "range LOW : HIGH, with ': log' for log-uniform and ': int' for whole numbers")
+        self.axesEdit.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 14)
+        self.axesEdit.textChanged.connect(self.preview)
+        axes_row.addWidget(self.axesEdit, 1)
+        self.planLabel = QLabel(objectName="sweepPlan", wordWrap=True)
+        self.planLabel.setMinimumWidth(360)
+        self.planLabel.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        axes_row.addWidget(self.planLabel, 1)
+        layout.insertLayout(2, axes_row)  # under the method row
+
+        self.model = SweepModel(self)
+        self.proxy = SweepProxy(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.table = QTableView(objectName="sweepTable")
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table.verticalHeader().hide()
+        self.table.setAlternatingRowColors(True)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_use())
+        self.table.doubleClicked.connect(lambda _index: self.open_in_history())
+        layout.addWidget(self.table, 1)
+        self.bestLabel = QLabel(objectName="sweepBest", wordWrap=True)
+        self.bestLabel.setProperty("role", "heading")
+        layout.addWidget(self.bestLabel)
+        bottom = QHBoxLayout()
+        self.folderLabel = QLabel(objectName="sweepFolder", wordWrap=True)
+        self.folderLabel.setProperty("role", "hint")
+        self.folderLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        bottom.addWidget(self.folderLabel, 1)
+        self.historyButton = QPushButton("Open in history", objectName="sweepHistoryButton")
+        self.historyButton.setToolTip("Show the selected trial in the run history (double-click a row does too)")
+        self.historyButton.clicked.connect(self.open_in_history)
+        self.longerButton = QPushButton("Train this one longer", objectName="sweepLongerButton")
+        self.longerButton.setToolTip("Resume the selected trial from its checkpoint with twice the steps, in its "
+                                     "own folder (its settings go into the form)")
+        self.longerButton.clicked.connect(self.train_longer)
+        bottom.addWidget(self.historyButton)
+        bottom.addWidget(self.longerButton)
+        layout.addLayout(bottom)
+        self._method_changed()
+
+    def _inputs(self):
+        return [self.methodCombo, self.samplesEdit, self.seedEdit, self.axesEdit]
+
+    def method(self) -> str:
+        return self.methodCombo.currentData()
+
+    def _method_changed(self) -> None:
+        random = self.method() == "random"
+        for widget in (self.samplesLabel, self.samplesEdit, self.seedLabel, self.seedEdit):
+            widget.setVisible(random)
+        self.axesEdit.setPlaceholderText(RANDOM_HINT if random else GRID_HINT)
+        self.preview()
+
+    def set_axes(self, *lines: str) -> None:
+        self.axesEdit.setPlainText("\n".join(lines))
+
+    def preview(self) -> None:
+        """Say what Run would do (or what is wrong with the axes), without running anything."""
+        if not hasattr(self, "planLabel"):
+            return
+        from core.errors import AmpConsoleError
+
+        try:
+            base = self._config_provider().validate()
+            _grid, _ranges, trials = plan(base, self.axesEdit.toPlainText().splitlines(), self.method(),
+                                          self.samplesEdit.value(), self.seedEdit.value())
+        except AmpConsoleError as exc:
+            self.planLabel.setText(f"<span style='color:#d0453c'>{exc}</span>" if self.axesEdit.toPlainText().strip()
+                                   else "Type the axes to sweep.")
+            return
+        except Exception as exc:  # noqa: BLE001 (a half-typed form)
+            self.planLabel.setText(f"<span style='color:#d0453c'>{exc}</span>")
+            return
+        shown = "; ".join(" ".join(f"{k.removeprefix('option.')}={_value_text(v)}" for k, v in t.params.items())
+                          for t in trials[:4]) + ("; …" if len(trials) > 4 else "")
+        self.planLabel.setText(f"<b>{len(trials)} trial{'s' if len(trials) != 1 else ''}</b>, each "
+                               f"{self._length(base)}: {shown}")
+
+    @staticmethod
+    def _length(base) -> str:
+        if base.max_steps:
+            return f"{base.max_steps:,} steps"
+        return f"{base.epochs} epoch{'s' if base.epochs != 1 else ''}"
+
+    # ------------------------------------------------------------------ running
+    def _job(self, config):
+        from core.errors import AmpConsoleError
+
+        lines = self.axesEdit.toPlainText().splitlines()
+        try:
+            _grid, _ranges, trials = plan(config, lines, self.method(), self.samplesEdit.value(),
+                                          self.seedEdit.value())
+        except AmpConsoleError as exc:
+            self._on_failed(f"Fix the axes first: {exc}", "", "")
+            return None
+        self.folder = None
+        self.model.set_rows([])
+        self.bestLabel.setText("")
+        self.folderLabel.setText("")
+        self.progressBar.setRange(0, len(trials))
+        self.progressBar.setValue(0)
+        self.progressBar.setFormat("%v of %m trials")
+        root = self._root_provider()
+        return sweep_job(config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root)
+
+    def _on_progress(self, event) -> None:
+        from core.engine.events import RunStarted, StepMetrics
+        from core.lab.sweep import SweepEnded, SweepStarted, TrialEnded, TrialEvent, TrialStarted
+
+        match event:
+            case RowsUpdate():
+                self._set_rows(event.rows, event.metric)
+            case SweepStarted():
+                self.folder = event.folder
+                self.folderLabel.setText(f"Sweep folder: {event.folder}")
+            case TrialStarted():
+                self._trial_line = f"Trial {event.index} of {event.total} ({event.name})"
+                self._trial_total = 0
+                self.statusLabel.setText(f"{self._trial_line}: setting up…")
+            case TrialEvent(event=RunStarted() as started):
+                self._trial_total = started.total_steps
+            case TrialEvent(event=StepMetrics() as step):
+                total = f"/{self._trial_total:,}" if self._trial_total else ""
+                self.statusLabel.setText(f"{self._trial_line}: step {step.step:,}{total}, loss {step.loss:.4g}")
+            case TrialEnded():
+                self.progressBar.setValue(event.index)
+                self.statusLabel.setText(f"{self._trial_line}: {event.status}"
+                                         + (f" ({event.message})" if event.message else ""))
+            case SweepEnded():
+                pass
+
+    def _set_rows(self, rows: list[dict], metric: str | None) -> None:
+        selected = self.selected_row()
+        self.model.set_rows(rows, metric)
+        if selected is not None:
+            self.select_trial(selected["index"])
+        self._show_best(rows)
+        self._update_use()
+
+    def _show_best(self, rows: list[dict]) -> None:
+        from core.lab.sweep import best_row, load_sweep
+
+        if not rows or not self.folder:
+            return
+        try:
+            mode = load_sweep(self.folder).get("mode") or "max"
+        except Exception:  # noqa: BLE001
+            mode = "max"
+        best = best_row(rows, mode)
+        if best is not None:
+            params = ", ".join(f"{k}={_value_text(v)}" for k, v in best["params"].items())
+            self.bestLabel.setText(f"Best so far: trial {best['index']} ({params}), {best['metric']} "
+                                   f"{best['best']:.4g} ({'lower' if mode == 'min' else 'higher'} is better)")
+
+    def _on_result(self, result) -> None:
+        self.folder = str(result.folder)
+        self._set_rows(result.rows, None)
+        counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
+        self.statusLabel.setText(f"Sweep {result.status}: {counts}. Sort by any column; select a trial to open "
+                                 "it in the history or train it longer.")
+        if self.table.selectionModel().selectedRows() == [] and self.proxy.rowCount():
+            self.table.selectRow(0)
+
+    # ------------------------------------------------------------------ rows
+    def selected_row(self) -> dict | None:
+        if not hasattr(self, "table"):
+            return None
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.model.rows[self.proxy.mapToSource(rows[0]).row()]
+
+    def select_trial(self, index: int) -> None:
+        for row in range(self.proxy.rowCount()):
+            source = self.proxy.mapToSource(self.proxy.index(row, 0)).row()
+            if self.model.rows[source]["index"] == index:
+                self.table.selectRow(row)
+                return
+
+    def trial_column(self, key: str) -> list[str]:
+        """The texts of column `key` ('trial', a parameter, or a FIXED_COLUMNS name) in the shown order."""
+        column = self.model.columns().index(key)
+        return [self.proxy.index(row, column).data() for row in range(self.proxy.rowCount())]
+
+    def _update_use(self) -> None:
+        if not hasattr(self, "historyButton"):
+            return
+        row = self.selected_row()
+        self.historyButton.setEnabled(row is not None and row.get("status") != "pending")
+        self.longerButton.setEnabled(row is not None and bool(row.get("checkpoint")) and not self.job.running)
+
+    def open_in_history(self) -> None:
+        row = self.selected_row()
+        if row is not None:
+            self.openInHistory.emit(row["run"])
+
+    def train_longer(self) -> None:
+        from core.lab.sweep import continue_config
+
+        row = self.selected_row()
+        if row is None or self.job.running:
+            return
+        planned = continue_config(row)
+        if planned is None:
+            self._on_failed(f"Trial {row['index']} has no checkpoint to continue from.", "", "")
+            return
+        config, checkpoint = planned
+        self.statusLabel.setText(f"Training trial {row['index']} longer: "
+                                 + (f"to {config.max_steps:,} steps" if config.max_steps else
+                                    f"to {config.epochs} epochs") + f", from {Path(checkpoint).name}.")
+        self.trainLongerRequested.emit(config, checkpoint)
