@@ -83,6 +83,51 @@ def _precision_lab(app, window, out: Path, suffix: str, folder: Path) -> None:
     window.grab().save(str(out / f"fp16-health{suffix}.png"))
 
 
+def _tuning(app, window, out: Path, suffix: str, folder: Path) -> None:
+    """Tune before you train: the LR finder (with a pick of its own), the batch-size finder, the model summary
+    and a 3x2 sweep, each on the tiny task, with runs going under a throwaway runs root."""
+    from core.config import RunConfig
+
+    window.set_runs_root(str(folder / "runs"))
+    config = RunConfig.for_task("tiny", task_options={"hidden": 64, "samples": 20_000}, batch_size=64, lr=3e-3,
+                                log_interval=10, out_dir=str(folder / "tune"))
+    window.apply_config(config)
+    finder = window.show_lr_finder()
+    finder.resize(900, 640)
+    finder.startLrEdit.setValue(1e-5)
+    finder.start()
+    _wait(app, lambda: not finder.job.running, 300)
+    finder.pick_lr(finder.result.lrs[len(finder.result.lrs) // 3])
+    _wait(app, lambda: False, 0.5)
+    finder.grab().save(str(out / f"tuning-lr-finder{suffix}.png"))
+    finder.hide()
+    batch = window.show_batch_finder()
+    batch.resize(1100, 680)
+    batch.modeChecks["fp16"].setChecked(False)
+    batch.stepsEdit.setValue(2)
+    batch.start()
+    _wait(app, lambda: not batch.job.running, 300)
+    _wait(app, lambda: False, 0.5)
+    batch.grab().save(str(out / f"tuning-batch-finder{suffix}.png"))
+    batch.hide()
+    summary = window.show_summary()  # measures at once
+    summary.resize(1200, 620)
+    _wait(app, lambda: summary.result is not None and not summary.job.running, 120)
+    _wait(app, lambda: False, 0.5)
+    summary.grab().save(str(out / f"tuning-summary{suffix}.png"))
+    summary.hide()
+    window.apply_config(config.replace(task_options={"hidden": 64, "samples": 4_000}, max_steps=60, out_dir=""))
+    sweep = window.show_sweep()
+    sweep.resize(1100, 640)
+    sweep.set_axes("lr = 1e-3, 3e-3, 1e-2", "batch_size = 32, 64")
+    sweep.start()
+    _wait(app, lambda: not sweep.job.running, 600)
+    _wait(app, lambda: False, 0.5)
+    sweep.grab().save(str(out / f"tuning-sweep{suffix}.png"))
+    sweep.hide()
+    window.apply_config(config)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", nargs="?", default="docs/screenshots")
@@ -121,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         _wait(app, lambda: not window.controller.running, 300)
         _wait(app, lambda: False, 0.5)
         window.grab().save(str(out / f"after-run{args.suffix}.png"))
+        _tuning(app, window, out, args.suffix, Path(folder))
         _precision_lab(app, window, out, args.suffix, Path(folder))
         window.close()
         window.deleteLater()

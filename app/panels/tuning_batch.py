@@ -93,7 +93,7 @@ class BatchFinderDialog(ToolDialog):
         tables = QSplitter(Qt.Orientation.Vertical)
         tables.addWidget(self._titled("Per mode", self.modeTable))
         tables.addWidget(self._titled("Every trial", self.trialTable))
-        tables.setSizes([200, 300])
+        tables.setSizes([150, 350])  # a row per mode above, every trial below
         splitter = QSplitter(Qt.Orientation.Horizontal, objectName="batchSplitter")
         splitter.addWidget(tables)
         splitter.addWidget(self.chart)

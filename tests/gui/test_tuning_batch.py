@@ -32,3 +32,15 @@ def test_batch_finder_with_a_small_max_batch_fills_the_batch_size_field(qtbot, w
     click(qtbot, dialog, "batchUseButton")
     assert find(window, "batchSizeEdit").number() == 64
     assert window.setupPanel.config().batch_size == 64
+
+
+@pytest.mark.timeout(90)
+def test_closing_the_window_mid_search_stops_it_and_joins_its_thread(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", batch_size=16)
+    dialog = window.show_batch_finder()
+    find(dialog, "batchStepsEdit").setValue(50)
+    with qtbot.waitSignal(dialog.job.progress, timeout=60_000, check_params_cb=lambda p: p.phase == "trial"):
+        click(qtbot, dialog, "batchFinderRunButton")
+    assert dialog.job.running and not find(dialog, "batchFinderRunButton").isEnabled()
+    window.close()
+    assert not dialog.job.running

@@ -31,3 +31,15 @@ def test_summary_lists_every_layer_and_totals_match_the_parameter_count(qtbot, w
     # A shallower depth folds the children into their parents.
     dialog.depthEdit.setValue(0)
     assert all(r.depth == 0 for r in result.rows_to_depth(0)) and len(dialog.layer_names()) < len(names)
+
+
+@pytest.mark.timeout(60)
+def test_the_summary_menu_action_opens_one_dialog_and_stop_leaves_no_thread(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run")
+    window.summaryAction.trigger()
+    dialog = window.summaryDialog
+    assert dialog is not None and dialog.isVisible()
+    dialog.stop()
+    qtbot.waitUntil(lambda: not dialog.job.running, timeout=30_000)
+    window.summaryAction.trigger()
+    assert window.summaryDialog is dialog  # one dialog, shown again
