@@ -327,6 +327,10 @@ class MainWindow(QMainWindow):
         """Why a tool may not run on `device` now ('' when it may): a training run is using that device, and the
         two would compete for it (a finder's measurements would be wrong, and on a GPU it could run the run out
         of memory). 'auto' counts as every device."""
+        working = self.busy_tools()  # the asking tool is not running yet: these are others
+        if working:
+            return (f"{', '.join(working)} is measuring on the device; two tools at once would each measure the "
+                    "other. Let it finish or stop it first.")
         if not self.controller.running:
             return ""
         run_device = self._run_device or "auto"

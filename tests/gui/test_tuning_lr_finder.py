@@ -94,3 +94,17 @@ def test_a_tool_refuses_the_device_a_run_is_training_on(qtbot, window, tmp_path)
     assert "training run is using" in dialog.statusLabel.text() and not dialog.job.running
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
         window.stop_run()
+
+
+@pytest.mark.timeout(90)
+def test_one_tool_at_a_time(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run")
+    finder = window.show_lr_finder()
+    find(finder, "lrStepsEdit").setValue(100_000)
+    click(qtbot, finder, "lrFinderRunButton")
+    batch = window.show_batch_finder()
+    assert not batch.start()
+    assert "LR finder is measuring" in batch.statusLabel.text()
+    finder.stop()
+    qtbot.waitUntil(lambda: not finder.job.running, timeout=30_000)
+    assert window.startButton.isEnabled()
