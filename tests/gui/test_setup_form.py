@@ -59,9 +59,12 @@ def test_invalid_field_blocks_start_with_cores_message(qtbot, window, tmp_path):
     assert error.text() == RunConfig(epochs=0, max_steps=0).errors()["epochs"]
     assert find(window, "epochsEdit").property("invalid") is True
 
-    set_field(window, "outDirEdit", "")
+    set_field(window, "outDirEdit", "   ")  # empty is fine (a new folder under the runs root); blanks are not
     qtbot.waitUntil(lambda: find(window, "outDirError").isVisible(), timeout=5000)
-    assert "must not be empty" in find(window, "outDirError").text()
+    assert "leave it empty" in find(window, "outDirError").text()
+    set_field(window, "outDirEdit", "")
+    qtbot.waitUntil(lambda: not find(window, "outDirError").isVisible(), timeout=5000)
+    assert "runs root" in find(window, "outDirEdit").placeholderText()
 
     set_field(window, "epochsEdit", 1)
     set_field(window, "outDirEdit", str(tmp_path / "run"))
