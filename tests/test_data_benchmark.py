@@ -23,8 +23,8 @@ def test_generate_and_import_phases_round_trip(tmp_path):
 
 def test_ranking_generator_grades_and_oracle():
     data = generate_ranking(500, 10, 6, noise=0.5, seed=0)
-    shares = np.bincount(data.label, minlength=4) / len(data.label)
-    assert np.allclose(shares, [0.6, 0.2, 0.13, 0.07], atol=0.01)
+    shares = np.bincount(data.label, minlength=5) / len(data.label)
+    assert np.allclose(shares, [0.5, 0.3, 0.13, 0.05, 0.02], atol=0.01)
     # Relevance orders the grades: the mean hidden relevance rises with the grade.
-    means = [data.relevance[data.label == g].mean() for g in range(4)]
+    means = [data.relevance[data.label == g].mean() for g in range(5)]
     assert means == sorted(means)

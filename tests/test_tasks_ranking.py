@@ -79,7 +79,8 @@ def test_evaluation_of_split_queries_equals_ranking_them_whole(width):
         assert float(a) == pytest.approx(float(b), rel=1e-6)
 
 
-@pytest.mark.parametrize("precision,loss", [("fp32", "listwise"), ("bf16", "listwise"), ("fp32", "ranknet")])
+@pytest.mark.parametrize("precision,loss", [("fp32", "lambda"), ("bf16", "lambda"), ("fp32", "listwise"),
+                                            ("fp32", "ranknet"), ("fp32", "approxndcg")])
 def test_default_hyperparameters_beat_random_order(tmp_path, precision, loss):
     options = {**SMALL, "loss": loss}
     data = create_task("ranking", options).load_data("", 0)
@@ -90,7 +91,8 @@ def test_default_hyperparameters_beat_random_order(tmp_path, precision, loss):
     ended = train(config, sink=events.append)
     assert ended.status == "completed", ended.message
     assert events[0].autocast_dtype == ("bfloat16" if precision == "bf16" else "float32")
-    assert ended.metrics["ndcg@10"] > data.baseline["ndcg@10"] + 0.25, (ended.metrics, data.baseline)
+    # 8 noisy views of the hidden factors cap what any model reaches well below the ceiling (about 0.72)
+    assert ended.metrics["ndcg@10"] > data.baseline["ndcg@10"] + 0.15, (ended.metrics, data.baseline)
     assert ended.metrics["mrr"] > data.baseline["mrr"]
 
 
@@ -100,7 +102,8 @@ def test_trains_from_a_parquet_file(tmp_path):
 
     path = write_table(synthetic_table("ranking", 2000, seed=1), tmp_path / "rank.parquet")
     data = create_task("ranking").load_data(str(path), 0)
-    assert data.info == {"features": 16, "docs_per_query": 20} and data.ceiling == {}
+    assert data.info["features"] == 136 and set(data.info) == {"features", "docs_per_query", "normalizer"}
+    assert data.ceiling == {}
     ended = train(RunConfig.for_task("ranking", data=str(path), device="cpu", max_steps=3, batch_size=8,
                                      out_dir=str(tmp_path / "run")))
     assert ended.status == "completed", ended.message
@@ -122,7 +125,7 @@ def test_split_queries_evaluate_the_same_when_shared_out_by_slices(tmp_path):
             break
     assert split is not None and split["label"].shape[1] < 3000
     torch.manual_seed(0)
-    model = task.build_model(data.info)
+    model = task.build_model(data.info).eval()  # no dropout: both evaluations score alike
     with torch.no_grad():
         whole = task.evaluate(model, split, 64)
         parts = [task.evaluate_parts(model, rank_slice(split, rank, 3), 64) for rank in range(3)]

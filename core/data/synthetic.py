@@ -11,9 +11,10 @@ and the Bayes-optimal top-10 list given the history is succ(i) followed by the m
 expected HR@10 / NDCG@10 (full catalogue, and against 100 uniform negatives) are computed exactly in
 `TrackChain.expected_metrics`: that is the ceiling the recommender is measured against.
 
-Ranking: per query, `docs` candidate documents with standard-normal features x; hidden relevance
-s = x.w + 0.5 * x1 * x2 (a nonlinear term an MLP can learn); observed grade = bucket of s + noise. Ranking by
-s is Bayes-optimal for expected DCG, so its NDCG@10 / MRR on the same split is the ceiling.
+Ranking: queries of varying size with LETOR-shaped features (scores, counts, heavy tails, flags, constant
+and noise columns on very different scales) derived from hidden factors; a hidden smooth relevance of the
+factors, graded 0..4 after noise (see generate_ranking). Ranking by the relevance is Bayes-optimal for
+expected DCG, so its NDCG@10 / MRR on the same split is the ceiling.
 """
 
 from __future__ import annotations
@@ -164,20 +165,97 @@ class RankingData:
 
     query: np.ndarray  # (rows,) query ids, grouped
     features: np.ndarray  # (rows, n_features) float32
-    label: np.ndarray  # (rows,) graded 0..3
+    label: np.ndarray  # (rows,) graded 0..4
     relevance: np.ndarray  # (rows,) noiseless hidden relevance s
 
 
+GRADE_SHARES = (0.5, 0.3, 0.13, 0.05, 0.02)  # grades 0..4, about the shares of MSLR-WEB30K
+# Kinds of the columns after the first few (see _COLUMN_PLAN), with their shares: LETOR-like data is mostly
+# non-negative scores and counts on very different scales, a few flags and ratios, constant and near-constant
+# columns, query-level values and columns that carry nothing.
+_KIND_SHARES = {"score": 0.22, "count": 0.2, "lognormal": 0.1, "ratio": 0.1, "flag": 0.08, "constant": 0.08,
+                "sparse": 0.08, "noise": 0.08, "query": 0.06}
+_COLUMN_PLAN = (("score", 0), ("score", 1), ("lognormal", 2), ("count", 0), ("ratio", 3), ("length", 4),
+                ("flag", 5), ("query", 0), ("count", 1), ("sparse", 0))
+
+
+def query_sizes(queries: int, docs: int, rng: np.random.Generator) -> np.ndarray:
+    """Candidates per query: log-normal around `docs`, between 2 and 3 x docs, adding up to exactly
+    queries x docs (so a file of N rows is N rows)."""
+    if docs <= 2:
+        return np.full(queries, docs, dtype=np.int64)
+    weights = np.minimum(rng.lognormal(0.0, 0.7, queries), 3.0 * docs / max(docs - 2, 1))
+    spare = queries * (docs - 2)
+    share = weights / weights.sum() * spare
+    sizes = np.floor(share).astype(np.int64)
+    rest = spare - int(sizes.sum())
+    sizes[np.argsort(sizes - share, kind="stable")[:rest]] += 1  # the largest remainders take one more
+    return sizes + 2
+
+
 def generate_ranking(queries: int, docs: int, n_features: int, noise: float, seed: int) -> RankingData:
-    """`queries` x `docs` rows; grades 0..3 from hidden relevance + Gaussian noise (std `noise` x std of s)."""
+    """`queries` queries of `docs` candidates on average (sizes vary, 2 to 3 x docs; queries x docs rows in
+    all) with LETOR-shaped features; grades 0..4 from a hidden relevance + Gaussian noise (std `noise` x the
+    std of the relevance), in the shares GRADE_SHARES.
+
+    Each (query, doc) pair has six hidden factors u0..u5 (text match of two fields, quality, freshness,
+    length, spam) and each query a difficulty and a length. The relevance is a smooth non-linear function of
+    them: s = u0 + 0.6 u1 + 0.5 tanh(u2) + 0.4 u0 u2 + 0.3 u3 - 0.8 relu(u5 - 1) + 0.15 (query length - 3)
+    u1 + query difficulty (the last shifts whole queries: some have no relevant candidate). The model sees
+    none of them, only columns derived from them through monotone transforms with noise: BM25-like scores
+    (softplus, scaled by 1 to 100), term counts (Poisson, their rate also grows with the document length, so
+    a count means little without the length), log-normal popularity (heavy-tailed, up to millions), ratios
+    in [0, 1], binary flags, the document length, query-level columns, constant columns, sparse columns
+    (mostly 0) and pure noise. The first columns cover every factor (so a few features still rank); the rest
+    are drawn by kind. Ranking by s is Bayes-optimal for expected DCG: its NDCG@10 is the ceiling.
+    """
     rng = np.random.default_rng([seed, 4])
-    weights = rng.normal(size=n_features) / np.sqrt(n_features)
-    x = rng.standard_normal((queries * docs, n_features), dtype=np.float32)
-    relevance = x @ weights + 0.5 * x[:, 0] * x[:, 1]
-    observed = relevance + noise * relevance.std() * rng.standard_normal(len(relevance))
-    cuts = np.quantile(observed, [0.6, 0.8, 0.93])  # 60% irrelevant, then grades 1, 2, 3
+    sizes = query_sizes(queries, docs, rng)
+    query = np.repeat(np.arange(queries, dtype=np.int64), sizes)
+    rows = len(query)
+    u = rng.standard_normal((6, rows))
+    q_len = 1.0 + rng.poisson(2.0, queries)
+    q_pop = rng.lognormal(3.0, 1.5, queries)
+    q_difficulty = rng.normal(0.0, 0.6, queries)
+    relevance = (u[0] + 0.6 * u[1] + 0.5 * np.tanh(u[2]) + 0.4 * u[0] * u[2] + 0.3 * u[3]
+                 - 0.8 * np.maximum(u[5] - 1.0, 0.0) + 0.15 * (q_len[query] - 3.0) * u[1] + q_difficulty[query])
+    observed = relevance + noise * relevance.std() * rng.standard_normal(rows)
+    cuts = np.quantile(observed, np.cumsum(GRADE_SHARES)[:-1])
     label = np.searchsorted(cuts, observed).astype(np.int64)
-    query = np.repeat(np.arange(queries, dtype=np.int64), docs)
+
+    kinds = list(_KIND_SHARES)
+    shares = np.array(list(_KIND_SHARES.values()))
+    plan = list(_COLUMN_PLAN[:n_features])
+    extra = n_features - len(plan)
+    if extra > 0:
+        drawn = rng.choice(len(kinds), size=extra, p=shares / shares.sum())
+        plan += [(kinds[k], int(s)) for k, s in zip(drawn, rng.integers(0, 4, extra))]  # factors u0..u3
+    length = np.exp(6.0 + 0.8 * u[4])  # words in the document: hundreds to thousands
+    x = np.empty((rows, n_features), dtype=np.float32)
+    for j, (kind, source) in enumerate(plan):
+        signal = u[source] + rng.uniform(1.0, 2.5) * rng.standard_normal(rows)  # a noisy view of a factor
+        if kind == "score":
+            column = np.logaddexp(0.0, 1.5 * signal) * 10.0 ** rng.integers(0, 3)
+        elif kind == "count":
+            rate = np.exp(0.8 * signal) * length / 1000.0 * rng.uniform(0.5, 20.0)
+            column = rng.poisson(rate)
+        elif kind == "lognormal":
+            column = np.exp(1.5 * signal + rng.uniform(0.0, 6.0))
+        elif kind == "ratio":
+            column = 1.0 / (1.0 + np.exp(-signal))
+        elif kind == "flag":
+            column = signal > rng.uniform(0.5, 1.5)
+        elif kind == "length":
+            column = np.round(length)
+        elif kind == "query":
+            column = (q_len if source % 2 == 0 else q_pop)[query]
+        elif kind == "constant":
+            column = np.full(rows, float(rng.choice([0.0, 1.0, 7.5])))
+        elif kind == "sparse":
+            column = np.where(rng.random(rows) < 0.02, np.exp(signal + 2.0), 0.0)
+        else:  # noise, on a scale of its own
+            column = rng.standard_normal(rows) * 10.0 ** rng.integers(-2, 4)
+        x[:, j] = column
     return RankingData(query, x, label, relevance.astype(np.float32))
 
 
