@@ -6,6 +6,12 @@ s_1..s_{n-1} (users with fewer than 3 interactions only train). Training rows ar
 transitions cut from the end of each user's training part, so every transition is trained once per
 epoch and the most recent window has full context; the oldest window is left-padded. Everything is
 index arithmetic over flat arrays: no loop over users.
+
+Each evaluation row also says where the user's whole history before the target lies in the flat item array
+(`history_start`, `history_end`: items[history_start:history_end] is s_1..s_{n-2} for val, s_1..s_{n-1} for
+test), so evaluation can remove already-seen items however long the history (the model reads only the last
+`max_len`). Its 100 sampled negatives are drawn uniformly from the items the user never interacted with
+(none of s_1..s_n), as SASRec's evaluation draws them.
 """
 
 from __future__ import annotations
@@ -61,6 +67,39 @@ def sampled_negatives(targets: np.ndarray, n_items: int, count: int, seed: int) 
     return torch.from_numpy(draw + (draw >= targets[:, None]))
 
 
+def unseen_negatives(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, targets: np.ndarray, n_items: int,
+                     count: int, seed: int) -> torch.Tensor:
+    """`count` items per row drawn uniformly (with replacement) from the catalogue 1..n_items minus every item
+    of items[starts:ends] (the user's interactions) and the target: shape (rows, count).
+
+    A row whose user interacted with the whole catalogue but the target has nothing to draw from; it falls
+    back to the catalogue minus the target (only in toy catalogues). Vectorised: each user's sorted distinct
+    excluded items e_0 < e_1 < ... give a_j = e_j - 1 - j, the allowed items below e_j, so the k-th allowed
+    item (k from 0) is k + 1 + #{j : a_j <= k}: one binary search over all users' a_j, offset per user.
+    """
+    rows = len(targets)
+    lengths = ends - starts
+    owner = np.repeat(np.arange(rows, dtype=np.int64), lengths)
+    flat = items[np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))]
+    span = np.int64(n_items + 1)
+    keys = np.unique(np.concatenate([owner * span + flat, np.arange(rows, dtype=np.int64) * span + targets]))
+    key_row, excluded = keys // span, keys % span
+    per_row = np.bincount(key_row, minlength=rows)
+    first = np.cumsum(per_row) - per_row
+    rank = np.arange(len(keys)) - first[key_row]
+    below = key_row * span + (excluded - 1 - rank)  # sorted: a_j grows within a row, rows are span apart
+    allowed = n_items - per_row
+    rng = np.random.default_rng([seed, 7])
+    k = np.floor(rng.random((rows, count)) * np.maximum(allowed, 1)[:, None]).astype(np.int64)
+    k = np.minimum(k, np.maximum(allowed, 1)[:, None] - 1)
+    found = np.searchsorted(below, np.arange(rows, dtype=np.int64)[:, None] * span + k, side="right")
+    draw = k + 1 + found - first[:, None]
+    if (allowed == 0).any():
+        fallback = sampled_negatives(targets, n_items, count, seed).numpy()
+        draw = np.where((allowed == 0)[:, None], fallback, draw)
+    return torch.from_numpy(draw)
+
+
 def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: int, negatives: int, seed: int):
     """train / val / test dicts from items (1-based) sorted by user then time; see the module docstring."""
     lengths = group_lengths(user)
@@ -68,13 +107,17 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
     held = np.where(lengths >= 3, 2, 0)  # users with < 3 interactions only train
     train = training_windows(items, starts, lengths - held, max_len)
     evaluated = np.flatnonzero(held)
+    user_start, user_end = starts[evaluated], starts[evaluated] + lengths[evaluated]
     splits = []
     for back in (2, 1):  # val predicts s_{n-1}, test predicts s_n
-        ends = starts[evaluated] + lengths[evaluated] - back
+        ends = user_end - back
         target = items[ends]
-        splits.append({"seq": history_windows(items, starts[evaluated], ends, max_len),
+        splits.append({"seq": history_windows(items, user_start, ends, max_len),
                        "target": torch.from_numpy(target),
-                       "negatives": sampled_negatives(target, n_items, negatives, seed + back)})
+                       "history_start": torch.from_numpy(user_start.astype(np.int64)),
+                       "history_end": torch.from_numpy(ends.astype(np.int64)),
+                       "negatives": unseen_negatives(items, user_start, user_end, target, n_items, negatives,
+                                                     seed + back)})
     return train, splits[0], splits[1]
 
 

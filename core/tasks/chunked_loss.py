@@ -79,3 +79,24 @@ def chunked_softmax_cross_entropy(hidden: torch.Tensor, table: torch.Tensor, tar
     dtype = compute_dtype(hidden.device.type, torch.promote_types(hidden.dtype, table.dtype))
     rows = max(1, chunk_elements // max(1, table.shape[0]))
     return _ChunkedSoftmaxCrossEntropy.apply(hidden, table, targets, dtype, rows)
+
+
+def compact_positions(hidden: torch.Tensor, targets: torch.Tensor, bound: int,
+                      ignore: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The positions whose target is not `ignore`, moved to the front of `bound` rows: no host sync.
+
+    hidden (N, d), targets (N,) -> hidden (bound, d), targets (bound,) and `overflow`, a 0-d bool tensor that
+    is true when more than `bound` positions were real (the ones past the bound are then left out: `bound`
+    must be an upper bound known on the host, see RecommenderTask). Rows past the real count repeat row 0
+    with target `ignore`, so they add nothing to a loss that ignores them. Everything is of fixed size (a
+    cumulative sum and a binary search, no boolean indexing, which would wait for the device to count).
+    Gradients flow back to the kept rows of `hidden` through the gather.
+    """
+    valid = targets != ignore
+    running = torch.cumsum(valid, 0)  # real positions up to and including each one
+    slot = torch.arange(1, bound + 1, device=targets.device, dtype=running.dtype)
+    source = torch.searchsorted(running, slot).clamp(max=max(targets.shape[0] - 1, 0))  # i-th real position
+    count = running[-1] if targets.shape[0] else torch.zeros((), dtype=running.dtype, device=targets.device)
+    filled = slot <= count
+    return (hidden.index_select(0, source), torch.where(filled, targets.index_select(0, source), ignore),
+            count > bound)

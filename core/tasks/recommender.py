@@ -3,20 +3,31 @@
 Model: item + learned position embeddings, pre-norm blocks (causal self-attention, GELU feed-forward),
 a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss: full softmax
 cross-entropy over the catalogue (computed a chunk of positions at a time, see core.tasks.chunked_loss), or a
-sampled softmax (shared uniform negatives) for large catalogues.
+sampled softmax (shared uniform negatives) for large catalogues. Padded positions are dropped before either
+loss: the real positions are moved to the front of a buffer sized by a bound the host knows (the most real
+positions any `batch_size` training rows hold, from the row lengths at load time), so a step never waits on
+the device to count them, and the loss is the same as over the padded batch.
 
-Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the held-out item ranked
-against the **full catalogue** (`*_full`) and against 100 sampled negatives (`*_sampled100`, the variant
-many papers report; it is much higher). Items already in the history are not removed: in the planted
-data lessons repeat, and the ceiling assumes they may.
+Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the held-out item, three ways:
 
-The ceiling (synthetic data) is the *expected* HR/NDCG of the Bayes-optimal ranking given each evaluated
-user's last item (core.data.synthetic.TrackChain.expected_metrics). A measured value on U users scatters
-around its expectation by about sqrt(p (1 - p) / U), so a well-trained model can land slightly above it.
+- `*_full_filtered` (the primary metric, the protocol of the full-ranking literature): ranked against the
+  whole catalogue with every item already in the user's history (all of it, not just the `max_len` the
+  model reads) removed, except the held-out item itself when it is a repeat.
+- `*_full_unfiltered`: ranked against the whole catalogue, seen items kept. In the planted data lessons
+  repeat, and the planted ceiling is computed for this protocol.
+- `*_sampled100_unseen`: ranked against 100 negatives drawn uniformly from the items the user never
+  interacted with (SASRec's protocol, the "sampled" numbers papers report; much higher than full ranking).
+
+The popularity baseline (training-target counts) is measured with the same three protocols on the
+validation split. The ceiling (synthetic data) is the *expected* HR/NDCG of the Bayes-optimal ranking given
+each evaluated user's last item (core.data.synthetic.TrackChain.expected_metrics), for the unfiltered
+full-catalogue protocol only. A measured value on U users scatters around its expectation by about
+sqrt(p (1 - p) / U), so a well-trained model can land slightly above it.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -25,7 +36,7 @@ from core.data.importers import require_rows
 from core.data.sequences import read_interactions, sequence_splits
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
-from core.tasks.chunked_loss import chunked_softmax_cross_entropy
+from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
@@ -99,35 +110,64 @@ def rank_metrics(scores: torch.Tensor, target_scores: torch.Tensor,
     return hit.float(), torch.where(hit, 1.0 / torch.log2(above.float() + 2.0), 0.0)
 
 
-RANKING_SUMS = ("hr_full", "ndcg_full", "hr_sampled", "ndcg_sampled")
+PROTOCOLS = ("full_filtered", "full_unfiltered", f"sampled{EVAL_NEGATIVES}_unseen")
+RANKING_SUMS = tuple(f"{m}_{p}" for p in PROTOCOLS for m in ("hr", "ndcg"))
 
 
-def ranking_sums(score_fn, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, torch.Tensor]:
-    """Sums over rows of hit@10 / NDCG@10, full and sampled-100, for `score_fn(batch) -> (B, n_items)` scores."""
-    sums = torch.zeros(4, dtype=torch.float64, device=split["target"].device)
+def remove_seen(scores: torch.Tensor, batch: dict[str, torch.Tensor], history: torch.Tensor) -> torch.Tensor:
+    """Set to -inf, in place, each row's scores of the items in history[history_start:history_end] (1-based
+    ids; column j is item j + 1). Works a batch at a time, so memory is the batch's histories, not the split's."""
+    start, end = batch["history_start"], batch["history_end"]
+    lengths = (end - start).clamp(min=0)
+    total = int(lengths.sum())  # evaluation, not the training step: one read per batch
+    if total == 0:
+        return scores
+    row = torch.repeat_interleave(torch.arange(len(lengths), device=scores.device), lengths, output_size=total)
+    offset = torch.cumsum(lengths, 0) - lengths
+    position = start[row] + torch.arange(total, device=scores.device) - offset[row]
+    scores[row, history[position].long() - 1] = float("-inf")
+    return scores
+
+
+def ranking_sums(score_fn, split: dict[str, torch.Tensor], batch_size: int,
+                 history: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Sums over rows of hit@10 / NDCG@10 under the three PROTOCOLS, for `score_fn(batch) -> (B, n_items)`
+    scores; `history` is the flat item array the split's history_start / history_end index."""
+    sums = torch.zeros(len(RANKING_SUMS), dtype=torch.float64, device=split["target"].device)
+    history = history.to(split["target"].device)
     for batch in iter_slices(split, batch_size):
         scores = score_fn(batch).float()
-        target = batch["target"] - 1
-        target_scores = scores.gather(1, target.unsqueeze(1)).squeeze(1)
-        # Full-catalogue ranking counts the target itself in `scores`; the sampled one does not, so add it.
-        full = rank_metrics(scores, target_scores)
-        negatives = torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)], dim=1)
-        sampled = rank_metrics(negatives, target_scores)
-        sums += torch.stack([m.sum().double() for m in (*full, *sampled)])
+        if not scores.is_contiguous():  # e.g. an expanded row of popularity counts: seen items are set in place
+            scores = scores.contiguous()
+        target = (batch["target"] - 1).unsqueeze(1)
+        target_scores = scores.gather(1, target).squeeze(1)
+        # Sampled: the target against its negatives (drawn outside the user's history, so nothing to remove).
+        sampled = rank_metrics(torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)],
+                                         dim=1), target_scores)
+        unfiltered = rank_metrics(scores, target_scores)  # full catalogue, target included in `scores`
+        remove_seen(scores, batch, history).scatter_(1, target, target_scores.unsqueeze(1))  # a repeat stays
+        filtered = rank_metrics(scores, target_scores)
+        sums += torch.stack([m.sum().double() for m in (*filtered, *unfiltered, *sampled)])
     return dict(zip(RANKING_SUMS, sums.unbind(), strict=True))
 
 
 def ranking_means(sums: dict[str, torch.Tensor], rows: float) -> dict[str, float]:
-    """HR@10 / NDCG@10, full and sampled-100, from `ranking_sums` over `rows` rows."""
+    """hr@10_<protocol> / ndcg@10_<protocol> for each of PROTOCOLS, from `ranking_sums` over `rows` rows."""
     n = max(rows, 1.0)
-    s = f"sampled{EVAL_NEGATIVES}"
-    return {f"hr@{TOP_K}_full": float(sums["hr_full"]) / n, f"ndcg@{TOP_K}_full": float(sums["ndcg_full"]) / n,
-            f"hr@{TOP_K}_{s}": float(sums["hr_sampled"]) / n, f"ndcg@{TOP_K}_{s}": float(sums["ndcg_sampled"]) / n}
+    return {f"{m}@{TOP_K}_{p}": float(sums[f"{m}_{p}"]) / n for p in PROTOCOLS for m in ("hr", "ndcg")}
 
 
-def ranking_report(score_fn, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, float]:
-    """HR@10 / NDCG@10, full and sampled-100, for `score_fn(batch) -> (B, n_items)` float scores."""
-    return ranking_means(ranking_sums(score_fn, split, batch_size), float(split["target"].shape[0]))
+def ranking_report(score_fn, split: dict[str, torch.Tensor], batch_size: int,
+                   history: torch.Tensor) -> dict[str, float]:
+    """HR@10 / NDCG@10 under the three PROTOCOLS for `score_fn(batch) -> (B, n_items)` float scores."""
+    return ranking_means(ranking_sums(score_fn, split, batch_size, history), float(split["target"].shape[0]))
+
+
+def loss_position_bounds(target: torch.Tensor) -> np.ndarray:
+    """bounds[b]: the most real (non-padding) positions any b rows of a training split hold: the sum of the b
+    fullest rows. Host-side (numpy), computed once, so a batch's loss buffer is sized without asking the device."""
+    real = np.sort((target > 0).sum(1).numpy())[::-1]
+    return np.concatenate([[0], np.cumsum(real)]).astype(np.int64)
 
 
 class RecommenderTask(Task):
@@ -148,7 +188,7 @@ class RecommenderTask(Task):
         TaskOption("mean_len", 50, "synthetic: mean interactions per user", 4, 100_000),
     )
     defaults = {"lr": 3e-3, "batch_size": 128, "epochs": 6, "optimizer": "adamw", "weight_decay": 0.0}
-    primary_metric = "ndcg@10_full"
+    primary_metric = "ndcg@10_full_filtered"
     tokens_key = "seq"
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
@@ -171,9 +211,15 @@ class RecommenderTask(Task):
             require_rows(data_path, train, "training", "no user has 2 interactions left to train on")
         if not data_path:
             previous = val["seq"][:, -1].numpy() - 1  # the item just before the held-out one
-            ceiling = chain.expected_metrics(previous, EVAL_NEGATIVES, TOP_K)
+            expected = chain.expected_metrics(previous, EVAL_NEGATIVES, TOP_K)
+            # The planted ceiling is the Bayes ranking of the whole catalogue, seen items kept: only that
+            # protocol has one (its sampled figure assumes negatives from the whole catalogue, not ours).
+            ceiling = {f"{m}@{TOP_K}_full_unfiltered": expected[f"{m}@{TOP_K}_full"] for m in ("hr", "ndcg")}
+        # The flat item array the evaluation rows' history_start / history_end index (int32 when it fits).
+        self.history = torch.from_numpy(items.astype(np.int32 if n_items < 2**31 else np.int64))
+        self.loss_bounds = loss_position_bounds(train["target"])
         counts = torch.bincount(train["target"].flatten(), minlength=n_items + 1)[1:].double()
-        baseline = ranking_report(lambda b: counts.expand(b["target"].shape[0], -1), val, 4096)
+        baseline = ranking_report(lambda b: counts.expand(b["target"].shape[0], -1), val, 4096, self.history)
         info = {"n_items": int(n_items), "users_evaluated": int(val["target"].shape[0]),
                 "interactions": int(len(items))}
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
@@ -189,16 +235,35 @@ class RecommenderTask(Task):
                       o["dropout"])
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = model(batch["seq"])
-        target = batch["target"]
+        hidden = model(batch["seq"]).flatten(0, 1)
+        target = batch["target"].flatten() - 1  # -1: padding
+        hidden, target, overflow = self.drop_padding(hidden, target, batch["seq"].shape[0])
         if self.opts["loss"] == "full":  # scores against the whole catalogue, a chunk of positions at a time
             table = _unwrap(model).items.weight[1:]  # what SASRec.scores multiplies by
-            return chunked_softmax_cross_entropy(hidden.flatten(0, 1), table, (target - 1).flatten())
-        return self._sampled_softmax(_unwrap(model), hidden, target)
+            loss = chunked_softmax_cross_entropy(hidden, table, target)
+        else:
+            loss = self._sampled_softmax(_unwrap(model), hidden, target + 1)
+        if overflow is not None:  # a batch fuller than the bound (not from this training split): NaN, not a
+            loss = loss + torch.where(overflow, float("nan"), 0.0)  # quietly smaller loss; no host sync
+        return loss
+
+    def drop_padding(self, hidden: torch.Tensor, target: torch.Tensor,
+                     rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """hidden (N, d) and 0-based targets (N,) of a batch of `rows` training rows -> the real positions
+        first, in a buffer of the most real positions any `rows` training rows hold (see
+        loss_position_bounds), and the overflow flag; unchanged (flag None) before load_data or when the
+        bound saves nothing."""
+        bounds = getattr(self, "loss_bounds", None)
+        if bounds is None or rows >= len(bounds):
+            return hidden, target, None
+        bound = int(bounds[rows])  # numpy, on the host: no device sync
+        if bound >= target.shape[0]:
+            return hidden, target, None
+        return compact_positions(hidden, target, bound)
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Softmax over the true next item and negatives shared across the batch (uniform, so no logQ term);
-        a negative equal to the true item is masked out."""
+        a negative equal to the true item is masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
         n_items = model.items.num_embeddings - 1
         negatives = torch.randint(1, n_items + 1, (self.opts["sampled_negatives"],), device=target.device)
         table = model.items.weight
@@ -206,8 +271,8 @@ class RecommenderTask(Task):
         negative = hidden @ table[negatives].t()
         negative = negative.masked_fill(negatives == target.unsqueeze(-1), float("-inf"))
         logits = torch.cat([positive, negative], dim=-1).float()
-        per_position = F.cross_entropy(logits.flatten(0, 1), torch.zeros_like(target).flatten(), reduction="none")
-        real = (target > 0).flatten().float()
+        per_position = F.cross_entropy(logits, torch.zeros_like(target), reduction="none")
+        real = (target > 0).float()
         return (per_position * real).sum() / real.sum().clamp(min=1.0)
 
     def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
@@ -221,7 +286,12 @@ class RecommenderTask(Task):
         rows = max(1, min(max(batch_size, 512), (1 << 26) // model.items.num_embeddings))
         target = split["target"]
         count = torch.tensor(float(target.shape[0]), dtype=torch.float64, device=target.device)
-        return EvalParts(sums={**ranking_sums(score, split, rows), "rows": count})
+        history = getattr(self, "history", None)
+        if history is None:
+            raise RuntimeError("the recommender evaluates after load_data (it keeps the users' histories)")
+        if history.device != target.device:  # moved once per device, kept for the next evaluation
+            self.history = history = history.to(target.device)
+        return EvalParts(sums={**ranking_sums(score, split, rows, history), "rows": count})
 
     def metrics(self, parts: EvalParts) -> dict[str, float]:
         return ranking_means(parts.sums, float(parts.sums["rows"]))
