@@ -69,7 +69,7 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl; empty = a new folder "
                              "under the runs root"),
         FieldSpec("monitor", "validation metric that picks the best checkpoints and early stopping; empty = the "
-                             "task's primary metric (e.g. accuracy, ndcg@10_full), or 'loss' for the validation loss"),
+                             "task's primary metric (e.g. accuracy, ndcg@10_full_filtered), or 'loss' for the validation loss"),
         FieldSpec("monitor_mode", "whether a higher (max) or lower (min) monitored value is better; auto = min "
                                   "for names containing 'loss', else max", choices=MONITOR_MODES),
         FieldSpec("keep_best", "best checkpoints kept besides checkpoint.pt (the last): 1 = best.pt, k > 1 = "

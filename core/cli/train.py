@@ -291,9 +291,11 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     ceiling = started.ceiling if started else {}
     baseline = started.baseline if started else {}
     for split, metrics in (("val", ended.metrics), ("test", ended.test_metrics)):
+        measured_on = "" if split == "val" else "on val: "  # the task measures its references on the val split
         for name, value in metrics.items():
             refs = [f"baseline {baseline[name]:.4f}"] if name in baseline else []
             refs += [f"planted ceiling {ceiling[name]:.4f}"] if name in ceiling else []
+            refs = [measured_on + ", ".join(refs)] if refs else []
             print(f"  {split:<4} {name:<20} {value:.4f}" + (f"   ({', '.join(refs)})" if refs else ""), file=stream)
     if ended.samples_per_second:
         print(f"  throughput {ended.samples_per_second:,.0f} samples/s", file=stream)

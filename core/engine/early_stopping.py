@@ -102,7 +102,7 @@ class BestTracker:
         return self.patience > 0 and self.best is not None and self.since_best >= self.patience
 
     def stop_message(self, split: str = "val") -> str:
-        """e.g. 'no improvement in val ndcg@10_full for 5 evaluations; best 0.412 at step 3,000', or
+        """e.g. 'no improvement in val ndcg@10_full_filtered for 5 evaluations; best 0.412 at step 3,000', or
         'val loss 12.3 is worse than the divergence threshold 10 at step 300; best 0.41 at step 100'."""
         best = (f"best {format_value(self.best)} at step {self.best_step:,}" if self.best is not None
                 else "no finite value before it")
