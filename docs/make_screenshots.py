@@ -128,6 +128,31 @@ def _tuning(app, window, out: Path, suffix: str, folder: Path) -> None:
     window.apply_config(config)
 
 
+def _history(app, window, out: Path, suffix: str, folder: Path) -> None:
+    """The run history with an fp32 and a bf16 run compared, and their curves overlaid on the plots."""
+    from core.config import RunConfig
+    from core.engine.trainer import train  # a developer tool: the two runs are trained here, as a CLI user would
+
+    window.set_runs_root(str(folder / "runs"))
+    for precision in ("fp32", "bf16"):
+        train(RunConfig.for_task("tiny", task_options={"hidden": 64, "samples": 20_000}, precision=precision,
+                                 device="cpu", batch_size=64, epochs=3, lr=3e-3, log_interval=10,
+                                 eval_interval=100, threads=1, out_dir=str(folder / "runs" / f"tiny-{precision}")))
+    dialog = window.show_history()
+    panel = dialog.panel
+    panel.refresh()
+    _wait(app, lambda: not panel.busy and {"tiny-fp32", "tiny-bf16"} <= set(panel.visible_names()), 60)
+    panel.select_names("tiny-fp32", "tiny-bf16")
+    panel.overlay()
+    _wait(app, lambda: not panel.jobs.busy, 60)
+    panel.compareButton.click()
+    _wait(app, lambda: False, 0.5)
+    dialog.grab().save(str(out / f"history{suffix}.png"))
+    window.grab().save(str(out / f"overlay{suffix}.png"))
+    panel.clearButton.click()
+    dialog.hide()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", nargs="?", default="docs/screenshots")
@@ -167,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         _wait(app, lambda: False, 0.5)
         window.grab().save(str(out / f"after-run{args.suffix}.png"))
         _tuning(app, window, out, args.suffix, Path(folder))
+        _history(app, window, out, args.suffix, Path(folder))
         _precision_lab(app, window, out, args.suffix, Path(folder))
         window.close()
         window.deleteLater()
