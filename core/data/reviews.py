@@ -1,12 +1,22 @@
-"""Synthetic lesson reviews with planted sentiment cues, negation and label noise (vectorised, seeded).
+"""Synthetic lesson reviews of realistic shape, with planted sentiment cues, negation and label noise.
 
-Each review has a hidden sentiment y ~ Bernoulli(positive_rate) and 6..24 words. Each word is, with
-probability `cue_rate`, a sentiment cue whose *effective* polarity agrees with y with probability
-`agreement`; a quarter of cues are negated ("not boring" is a positive cue), so only a model that sees
-bigrams reads them right. Other words are neutral filler (Zipf). The observed label is y flipped with
+Vectorised and seeded. Each review has a hidden sentiment y ~ Bernoulli(positive_rate) and a log-normal
+number of phrases (median 16, from 3 to 150: a few reviews are long). A phrase is, with probability
+`cue_rate`, a sentiment cue whose *effective* polarity agrees with y with probability `agreement`; other
+phrases are one neutral filler word. Cue words come from a Zipf-distributed lexicon per polarity: a head of
+common words ("great", "boring") and a long tail of `rare_words` pseudo-words ("velomic"), most seen a few
+times or never in a training split, as rare informative words are in real reviews. Filler words likewise:
+common function words and a long tail of rare topic words.
+
+A fraction `negation` of cues are negated: a negator ("not", "never", "didn't", "wasn't", ...; contractions
+sometimes with a typographic apostrophe) and, half the time, one or two intensifiers in between ("wasn't
+really that helpful"), which flips the word's polarity, so "not very boring" is a positive cue: adjacent
+bigrams alone do not read it. Some cues carry an intensifier without negation ("very helpful").
+Punctuation (commas, full stops, exclamation marks) falls between phrases, never inside one, each sentence
+starts with a capital letter and a few cues are shouted ("GREAT"). The observed label is y flipped with
 probability `label_noise`.
 
-Given the text, the Bayes posterior is exact: log-odds = logit(positive_rate) + (positive cues - negative
+Given the phrases, the Bayes posterior is exact: log-odds = logit(positive_rate) + (positive cues - negative
 cues) * log(agreement / (1 - agreement)), and P(label = 1 | text) = noise + (1 - 2 noise) P(y = 1 | text).
 The ceiling accuracy is the expected accuracy of thresholding that at 1/2; the ceiling ROC AUC is the
 AUC of that posterior against the observed labels of the same split.
@@ -15,6 +25,7 @@ AUC of that posterior against the observed labels of the same split.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +40,14 @@ NEUTRAL = ("the", "lesson", "course", "video", "quiz", "module", "teacher", "it"
            "pace", "project", "notes", "chapter", "instructor", "lecture", "really", "very", "so", "but", "also",
            "with", "for", "on", "my", "we", "in", "is", "after", "first", "second", "part", "about", "data",
            "homework", "slides", "audio", "questions", "answers", "beginner", "advanced", "level", "time")
-NEGATOR = "not"
+NEGATOR = "not"  # the most common negator
+NEGATORS = (NEGATOR, "not", "not", "never", "didn't", "wasn't", "isn't", "doesn't", "don't", "can't", "won't",
+            "didn’t", "wasn’t", "isn’t")  # repeated entries are drawn more often
+INTENSIFIERS = ("very", "really", "that", "so", "particularly", "too", "quite", "exactly", "overly", "at all")
+PUNCTUATION = (",", ".", "!")
+SYLLABLES = ("ba", "ce", "di", "fo", "gu", "ka", "le", "mi", "no", "pu", "ra", "se", "ti", "vo", "zu", "bra",
+             "cle", "dro", "fli", "gra", "plo", "sta", "tre", "vin", "mor", "lex", "tan", "quo", "rel", "sol")
+ZIPF_EXPONENT = 1.1
 
 
 @dataclass
@@ -41,34 +59,82 @@ class Reviews:
     posterior: np.ndarray
 
 
+@lru_cache(maxsize=4)
+def lexicon(rare_words: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(neutral, positive, negative) word lists: the common words, then long tails of pseudo-words (the same
+    for every seed: one language, many data sets). The neutral tail is twice as long as each cue tail."""
+    words = [a + b + suffix for suffix in ("", "ic", "ous", "ent", "y") for a in SYLLABLES for b in SYLLABLES]
+    words = list(dict.fromkeys(w for w in words if w not in set(NEUTRAL + POSITIVE + NEGATIVE)))
+    order = np.random.default_rng(12345).permutation(len(words))
+    tail = [words[i] for i in order]
+    if 4 * rare_words > len(tail):
+        raise ValueError(f"rare_words must be at most {len(tail) // 4}")
+    pos, neg, neutral = tail[:rare_words], tail[rare_words:2 * rare_words], tail[2 * rare_words:4 * rare_words]
+    return NEUTRAL + tuple(neutral), POSITIVE + tuple(pos), NEGATIVE + tuple(neg)
+
+
+def _zipf_draw(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
+    weights = 1.0 / np.arange(1, n + 1) ** ZIPF_EXPONENT
+    return np.searchsorted(np.cumsum(weights / weights.sum()), rng.random(size)).clip(max=n - 1)
+
+
 def generate_reviews(rows: int, seed: int, positive_rate: float = 0.6, cue_rate: float = 0.15,
-                     agreement: float = 0.8, label_noise: float = 0.05, negation: float = 0.25) -> Reviews:
+                     agreement: float = 0.8, label_noise: float = 0.05, negation: float = 0.25,
+                     rare_words: int = 1000) -> Reviews:
     """`rows` synthetic reviews; see the module docstring for the planted structure."""
     rng = np.random.default_rng([seed, 5])
+    neutral, positive, negative = lexicon(rare_words)
     y = (rng.random(rows) < positive_rate).astype(np.int64)
-    lengths = rng.integers(6, 25, rows)
-    row = np.repeat(np.arange(rows), lengths)
+    phrases = np.exp(rng.normal(np.log(16), 0.6, rows)).round().astype(np.int64).clip(3, 150)
+    row = np.repeat(np.arange(rows), phrases)
     n = len(row)
     cue = rng.random(n) < cue_rate
     effective = np.where(rng.random(n) < agreement, y[row], 1 - y[row])  # 1 = positive
     negated = cue & (rng.random(n) < negation)
     surface = np.where(negated, 1 - effective, effective)
-    n_pos, n_neg, n_neutral = len(POSITIVE), len(NEGATIVE), len(NEUTRAL)
-    # Vocabulary ids: neutral words, then positive cues, then negative cues, then "not".
-    cue_word = np.where(surface == 1, n_neutral, n_neutral + n_pos) + rng.integers(0, n_pos, n)
-    zipf = 1.0 / np.arange(1, n_neutral + 1)
-    filler = np.searchsorted(np.cumsum(zipf / zipf.sum()), rng.random(n)).clip(max=n_neutral - 1)
-    word = np.where(cue, cue_word, filler)
-    # A negated cue becomes two tokens: "not", word.
-    width = 1 + negated.astype(np.int64)
+    # Intensifiers before the cue word: 0, 1 or 2 when negated ("not really that clear"), else 0 or 1.
+    gap = np.where(negated, (rng.random(n)[:, None] < (0.5, 0.15)).sum(1), cue & (rng.random(n) < 0.2))
+    last = np.r_[row[1:] != row[:-1], True]
+    # Punctuation after a phrase: 0 none, 1 ",", 2 ".", 3 "!"; every review ends with "." or "!".
+    mark = np.where(last, 2 + (rng.random(n) < 0.3), (np.searchsorted([0.08, 0.18, 0.2], rng.random(n),
+                                                                       side="right") + 1) % 4)
+    width = negated + gap + 1 + (mark > 0)
     first = np.cumsum(width) - width
+    # Vocabulary: neutral words, positive, negative, negators, intensifiers, punctuation; then all of them
+    # capitalised (a sentence's first word), then upper-cased (a shouted cue).
+    n_neu, n_pos, n_neg = len(neutral), len(positive), len(negative)
+    base_neg = n_neu + n_pos + n_neg
+    base_int = base_neg + len(NEGATORS)
+    base_punct = base_int + len(INTENSIFIERS)
+    words = neutral + positive + negative + NEGATORS + INTENSIFIERS + PUNCTUATION
+    size = len(words)
     tokens = np.empty(int(width.sum()), dtype=np.int64)
-    tokens[first] = np.where(negated, n_neutral + n_pos + n_neg, word)
-    tokens[first[negated] + 1] = word[negated]
+    tokens[first[negated]] = base_neg + rng.integers(0, len(NEGATORS), int(negated.sum()))
+    gap_units = np.repeat(np.arange(n), gap)
+    within = np.arange(len(gap_units)) - np.repeat(np.cumsum(gap) - gap, gap)
+    tokens[first[gap_units] + negated[gap_units] + within] = base_int + rng.integers(0, len(INTENSIFIERS),
+                                                                                   len(gap_units))
+    word = np.empty(n, dtype=np.int64)  # Zipf draws only where each lexicon is used (the costly part)
+    positive_cue, negative_cue = cue & (surface == 1), cue & (surface == 0)
+    word[positive_cue] = n_neu + _zipf_draw(rng, int(positive_cue.sum()), n_pos)
+    word[negative_cue] = n_neu + n_pos + _zipf_draw(rng, int(negative_cue.sum()), n_neg)
+    word[~cue] = _zipf_draw(rng, int((~cue).sum()), n_neu)
+    shout = cue & ~negated & (rng.random(n) < 0.03)
+    word_at = first + negated + gap
+    tokens[word_at] = word + np.where(shout, 2 * size, 0)
+    punct = np.flatnonzero(mark > 0)
+    tokens[word_at[punct] + 1] = base_punct + mark[punct] - 1
+    # Capitalise the first word of each review and each word after "." or "!".
+    starts = np.zeros(len(tokens), dtype=bool)
+    starts[first[np.r_[True, row[1:] != row[:-1]]]] = True
+    starts[1:] |= (tokens[:-1] == base_punct + 1) | (tokens[:-1] == base_punct + 2)
+    starts &= tokens < size
+    tokens[starts] += size
     per_row = np.bincount(row, weights=width, minlength=rows).astype(np.int64)
-    vocab = pa.array(NEUTRAL + POSITIVE + NEGATIVE + (NEGATOR,))
+    vocab = pa.array(words + tuple(w[0].upper() + w[1:] for w in words) + tuple(w.upper() for w in words))
     offsets = pa.array(np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32))
     text = pc.binary_join(pa.ListArray.from_arrays(offsets, vocab.take(pa.array(tokens))), " ")
+    text = pc.replace_substring_regex(text, r" ([,.!])", r"\1")
     signed = np.where(cue, 2 * effective - 1, 0)
     balance = np.bincount(row, weights=signed, minlength=rows)
     log_odds = np.log(positive_rate / (1 - positive_rate)) + balance * np.log(agreement / (1 - agreement))

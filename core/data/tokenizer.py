@@ -1,9 +1,17 @@
 """A tokenizer that needs no download: lower-cased word unigrams and bigrams hashed into fixed buckets.
 
-Columnar all the way: pyarrow lower-cases and splits the whole text column, each *distinct* word is hashed
-once (CRC32, stable across runs and machines, unlike Python's salted `hash`), and bigram ids are combined
-from their two word hashes with numpy. Row i becomes [w0, w1, w0w1, w2, w1w2, ...] truncated to
-`max_tokens` and padded with 0 (bucket 0 is reserved for padding).
+Columnar all the way: pyarrow normalises (NFKC: "ﬁne" is "fine", full-width letters are ASCII), lower-cases
+and splits the whole text column, each *distinct* word is hashed once (CRC32, stable across runs and
+machines, unlike Python's salted `hash`), and bigram ids are combined from their two word hashes with numpy.
+Row i becomes [w0, w1, w0w1, w2, w1w2, ...] truncated to `max_tokens` and padded with 0 (bucket 0 is reserved
+for padding).
+
+Words are runs of Unicode letters, digits and apostrophes, so contractions stay whole ("didn't", also
+written "didn’t") and accented words too ("café"); quotes around a word are dropped. Punctuation separates
+words and ends a clause. With `negation_scope` k > 0, the k words after a negator ("not", "no", "never",
+"without", any "...n't") in the same clause get a unigram of their own ("not very helpful": "very" and
+"helpful" are read as negated, Das & Chen 2001, Pang et al. 2002); bigrams stay as written, so "not helpful"
+is also a bigram of its own.
 """
 
 from __future__ import annotations
@@ -15,15 +23,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-WORD_SPLIT = r"[^\w']+"  # words keep apostrophes ("don't"); everything else separates
+CLAUSE_END = r"[.,;:!?()\[\]{}\"“”…]+"  # punctuation that ends a negation's scope
+BOUNDARY = "|"  # stands for a clause end between splitting and hashing; never a word
+WORD_SPLIT = r"[^\p{L}\p{N}\p{M}_'|]+"  # words keep apostrophes ("don't"); everything else separates
+NEGATORS = frozenset({"not", "no", "never", "nor", "neither", "without", "cannot", "hardly", "nothing", "none"})
+NEGATED_SALT = np.uint64(0x2545F491)  # a negated word's hash: the word's, xor this
 
 
-def word_lists(text: pa.ChunkedArray | pa.Array) -> pa.ListArray:
-    """Lower-cased word lists per row (empty strings from leading/trailing separators dropped)."""
+def word_lists(text: pa.ChunkedArray | pa.Array, boundaries: bool = False) -> pa.ListArray:
+    """Normalised, lower-cased word lists per row (empty strings from leading/trailing separators dropped).
+    With `boundaries`, a clause end is kept as a BOUNDARY entry."""
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks()
-    words = pc.split_pattern_regex(pc.utf8_lower(text), WORD_SPLIT)
-    flat = pc.list_flatten(words)
+    text = pc.utf8_lower(pc.utf8_normalize(text, "NFKC"))
+    text = pc.replace_substring(text, "’", "'")  # typographic apostrophe
+    if boundaries:
+        text = pc.replace_substring_regex(text, CLAUSE_END, f" {BOUNDARY} ")
+    words = pc.split_pattern_regex(text, WORD_SPLIT if boundaries else WORD_SPLIT.replace(BOUNDARY, ""))
+    flat = pc.utf8_trim(pc.list_flatten(words), "'")  # 'quoted' -> quoted
     keep = pc.not_equal(flat, "")
     rows = pc.list_parent_indices(words).to_numpy()[keep.to_numpy(zero_copy_only=False)]
     counts = np.bincount(rows, minlength=len(text))
@@ -31,31 +48,62 @@ def word_lists(text: pa.ChunkedArray | pa.Array) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), flat.filter(keep))
 
 
-def word_hashes(words: pa.Array) -> np.ndarray:
-    """Stable 32-bit hash of every word (each distinct word hashed once)."""
+def word_hashes(words: pa.Array, negators: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Stable 32-bit hash of every word (each distinct word hashed once); with `negators`, also whether each
+    word is a negator."""
     encoded = pc.dictionary_encode(words)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
-    table = np.array([zlib.crc32(w.encode("utf-8")) for w in encoded.dictionary.to_pylist()], dtype=np.uint64)
-    return table[encoded.indices.to_numpy(zero_copy_only=False)] if len(table) else np.zeros(0, np.uint64)
+    distinct = encoded.dictionary.to_pylist()
+    table = np.array([zlib.crc32(w.encode("utf-8")) for w in distinct], dtype=np.uint64)
+    indices = encoded.indices.to_numpy(zero_copy_only=False)
+    hashes = table[indices] if len(table) else np.zeros(0, np.uint64)
+    if not negators:
+        return hashes
+    negator = np.array([w in NEGATORS or w.endswith("n't") for w in distinct], dtype=bool)
+    return hashes, negator[indices] if len(negator) else np.zeros(0, bool)
 
 
-def hashed_tokens(text: pa.ChunkedArray | pa.Array, buckets: int, max_tokens: int) -> torch.Tensor:
+def negated_positions(is_negator: np.ndarray, is_boundary: np.ndarray, row_start: np.ndarray,
+                      scope: int) -> np.ndarray:
+    """For a flat word sequence (rows concatenated): which words lie within `scope` words after a negator of
+    the same row and clause (the negator itself excluded). Vectorised running maxima, no Python loop."""
+    index = np.arange(len(is_negator))
+    last_negator = np.maximum.accumulate(np.where(is_negator, index, -1)) if len(index) else index
+    last_stop = np.maximum.accumulate(np.where(is_boundary | row_start, index, -1)) if len(index) else index
+    gap = index - last_negator
+    return (last_negator >= 0) & (last_negator >= last_stop) & (gap >= 1) & (gap <= scope) & ~is_boundary
+
+
+def hashed_tokens(text: pa.ChunkedArray | pa.Array, buckets: int, max_tokens: int,
+                  negation_scope: int = 0) -> torch.Tensor:
     """(rows, max_tokens) int32 bucket ids 1..buckets-1 of unigrams and bigrams, 0 = padding.
 
     int32 (EmbeddingBag takes it) halves the largest tensor of a big review file."""
-    lists = word_lists(text)
+    lists = word_lists(text, boundaries=negation_scope > 0)
     flat = lists.flatten()
-    offsets = lists.offsets.to_numpy().astype(np.int64)
+    hashes, negator = word_hashes(flat, negators=True)
+    if negation_scope > 0:
+        offsets = lists.offsets.to_numpy().astype(np.int64)
+        row_start = np.zeros(len(flat), dtype=bool)
+        row_start[offsets[:-1][np.diff(offsets) > 0]] = True
+        boundary = pc.equal(flat, BOUNDARY).to_numpy(zero_copy_only=False)
+        negated = negated_positions(negator, boundary, row_start, negation_scope)
+        unigram = np.where(negated, hashes ^ NEGATED_SALT, hashes)[~boundary]
+        hashes = hashes[~boundary]
+        rows_all = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(rows_all[~boundary], minlength=len(lists)))])
+    else:
+        offsets = lists.offsets.to_numpy().astype(np.int64)
+        unigram = hashes
     lengths = np.diff(offsets)
     rows = np.repeat(np.arange(len(lengths)), lengths)
-    position = np.arange(len(flat)) - offsets[rows]
-    hashes = word_hashes(flat)
+    position = np.arange(len(hashes)) - offsets[rows]
     spread = np.uint64(buckets - 1)
     out = np.zeros((len(lengths), max_tokens), dtype=np.int32)
     uni_slot = np.maximum(2 * position - 1, 0)  # layout w0, w1, w0w1, w2, w1w2, ...
     keep = uni_slot < max_tokens
-    out[rows[keep], uni_slot[keep]] = (hashes[keep] % spread + np.uint64(1)).astype(np.int32)
+    out[rows[keep], uni_slot[keep]] = (unigram[keep] % spread + np.uint64(1)).astype(np.int32)
     second = np.flatnonzero(position > 0)  # the second word of each bigram
     # Mix the two word hashes so (a, b) and (b, a) land in different buckets.
     mixed = (hashes[second - 1] * np.uint64(0x9E3779B1) + hashes[second] * np.uint64(0x85EBCA77)) ^ np.uint64(0xB5)
