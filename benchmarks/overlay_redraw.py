@@ -144,9 +144,9 @@ def measure(app, args) -> dict:
     figures["resize, no overlays"] = timed(app, panel, resize, args.repeats, counter)
     panel.resize(*PANEL_SIZE)
 
-    figures["overlay_runs"] = timed(app, panel, lambda _r: panel.overlay_runs(runs), args.repeats, counter)
+    figures["raw records, parsed here"] = timed(app, panel, lambda _r: panel.overlay_runs(runs), args.repeats, counter)
     read = [(label, plots.overlay_points(records)) for label, records in runs]  # as a reader thread could
-    figures["overlay_runs, points read"] = timed(app, panel, lambda _r: panel.overlay_runs(read), args.repeats,
+    figures["overlay (as the history does)"] = timed(app, panel, lambda _r: panel.overlay_runs(read), args.repeats,
                                                  counter)
     drawn = max(len(curve.xData) for _p, curve, _l in panel._overlays)
     started = time.perf_counter()
@@ -224,12 +224,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'figure':<30} {'median ms':>10} {'max ms':>10} {'goal ms':>8}  met")
     ok = True
     for name, figure in result["figures"].items():
-        compared = name.startswith(("live", "resize, no"))  # for comparison, no goal
+        # for comparison, no goal: the history parses metrics.jsonl on its reader thread (overlay_points), so the
+        # GUI thread never parses records; the raw-records row shows what that saves
+        compared = name.startswith(("live", "resize, no", "raw records"))
         met = figure["max_ms"] <= GOAL_MS
         ok &= met or compared
         print(f"{name:<30} {figure['median_ms']:>10.1f} {figure['max_ms']:>10.1f} "
               f"{'-' if compared else f'{GOAL_MS:.0f}':>8}  {'' if compared else ('yes' if met else 'NO')}")
-    print(f"(of overlay_runs: reading the {args.runs} runs' records {result['read_records_ms']:.1f} ms)")
+    print(f"(parsing the {args.runs} runs' records, done off the GUI thread by the history: "
+          f"{result['read_records_ms']:.1f} ms)")
     print(f"goal: <= {GOAL_MS:.0f} ms per redraw for 10 runs x 10,000 points (max of the repetitions): "
           f"{'met' if ok else 'NOT met'}")
     if args.json:
