@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from quality_common import engine_test_metrics, mean_se, parse_pairs  # noqa: E402
 
-from core.config import RunConfig  # noqa: E402
-from core.engine.trainer import train  # noqa: E402
 from core.tasks import create_task  # noqa: E402
 from core.tasks.recommender import ranking_report  # noqa: E402
 
@@ -89,22 +87,10 @@ def knn_scorer(sim: torch.Tensor, history: torch.Tensor):
 
 
 def engine_metrics(options: dict, seed: int, threads: int, overrides: dict) -> tuple[dict[str, float], float]:
-    """Test metrics of the engine trained as `amp-console train --task recommender` would (the task's
-    defaults, then `overrides`), and its training seconds."""
-    with tempfile.TemporaryDirectory(prefix="quality-recommender-") as folder:
-        config = RunConfig.for_task("recommender", task_options=options, device="cpu", precision="fp32", seed=seed,
-                                    threads=threads, out_dir=folder, **overrides)
-        ended = train(config)
-    if ended.status != "completed":
-        raise RuntimeError(f"engine run {ended.status}: {ended.message}")
-    return ended.test_metrics, ended.elapsed_seconds
+    """Test metrics of the engine trained as `amp-console train --task recommender` would (the task's defaults,
+    then `overrides`), and its training seconds."""
+    return engine_test_metrics("recommender", options, seed, threads, overrides)
 
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (sample std / sqrt(n); 0 for one value)."""
-    array = np.asarray(values, dtype=np.float64)
-    se = float(array.std(ddof=1) / math.sqrt(len(array))) if len(array) > 1 else 0.0
-    return float(array.mean()), se
 
 
 def step_times(options: dict, seed: int, batch_size: int, repeats: int) -> dict:
@@ -212,12 +198,6 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -231,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="engine setting over the task's defaults (e.g. epochs=10, lr=0.001)")
     parser.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     args = parser.parse_args(argv)
-    options = dict((k, _value(v)) for k, v in (item.split("=", 1) for item in args.options))
-    settings = dict((k, _value(v)) for k, v in (item.split("=", 1) for item in args.settings))
+    options = parse_pairs(args.options)
+    settings = parse_pairs(args.settings)
     summary = run(args.seeds, args.quick, args.threads, options, settings, timing=not args.no_timing)
     print(report(summary))
     if args.json:

@@ -1,0 +1,50 @@
+"""What the quality benchmarks share: the engine trained as a user's `amp-console train` would train it (its
+test metrics), mean and standard error, and the KEY=VALUE arguments of their command lines."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overrides: dict) -> tuple[dict, float]:
+    """Test metrics of the engine trained on `task` with the task's defaults, then `overrides` (CPU, fp32, in a
+    throwaway folder), and its training seconds. A run that does not complete is an error."""
+    from core.config import RunConfig
+    from core.engine.trainer import train
+
+    with tempfile.TemporaryDirectory(prefix=f"quality-{task}-") as folder:
+        config = RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32", seed=seed,
+                                    threads=threads, out_dir=folder, **overrides)
+        ended = train(config)
+    if ended.status != "completed":
+        raise RuntimeError(f"engine run {ended.status}: {ended.message}")
+    return ended.test_metrics, ended.elapsed_seconds
+
+
+def mean_se(values) -> tuple[float, float]:
+    """Mean and standard error (sample std / sqrt(n); 0 for one value)."""
+    values = [float(v) for v in values]
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(variance / len(values))
+
+
+def parse_value(text: str):
+    """A command-line value: JSON when it parses (3, 1e-3, true, [1,2]), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_pairs(items: list[str]) -> dict:
+    """['hidden=128', 'loss=lambda'] -> {'hidden': 128, 'loss': 'lambda'}."""
+    return {key: parse_value(value) for key, value in (item.split("=", 1) for item in items)}
