@@ -25,7 +25,7 @@ def heavy_modules_after(code: str) -> list[str]:
 
 
 HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], ["data", "generate"], ["train"], ["runs"], ["runs", "list"], ["runs", "tensorboard"],
-                 ["lr-find"], ["summary"], ["fit-batch"], ["sweep"])
+                 ["lr-find"], ["summary"], ["fit-batch"], ["sweep"], ["evaluate"])
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "top")

@@ -1,0 +1,89 @@
+"""`amp-console evaluate`: any checkpoint's metrics on its run's split, exactly what the run measured; a stopped
+run (which has no test metrics) evaluated by its id; --best; another data file; one-line errors."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from core.cli.main import main
+from core.config import RunConfig
+from core.engine.control import RunControl
+from core.engine.events import StepMetrics
+from core.engine.trainer import train
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def tiny_run(tmp_path, one_intra_op_thread):
+    ended = train(RunConfig.for_task("tiny", device="cpu", max_steps=40, eval_interval=20, threads=1,
+                                     out_dir=str(tmp_path / "tiny")))
+    assert ended.status == "completed"
+    return ended
+
+
+def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run):
+    code, out, _ = cli(capsys, "evaluate", tiny_run.checkpoint, "--split", "val", "--json")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["metrics"] == pytest.approx(tiny_run.metrics, abs=1e-9)
+    assert result["step"] == 40 and result["split"] == "val" and result["precision"] == "fp32"
+    code, out, _ = cli(capsys, "evaluate", str(tiny_run.checkpoint).rsplit("/", 1)[0], "--split", "val")
+    assert code == 0 and "tiny checkpoint at step 40" in out and "val  accuracy" in out
+    assert "(baseline" in out  # the val rows carry the task's references
+
+
+def test_a_stopped_run_gets_test_metrics_by_its_id_and_best(capsys, tmp_path, runs_root_in_tmp,
+                                                            one_intra_op_thread):
+    control = RunControl()
+
+    def stop_at(event):
+        if isinstance(event, StepMetrics) and event.step >= 20:
+            control.stop()
+
+    ended = train(RunConfig.for_task("sentiment", device="cpu", max_steps=200, eval_interval=10, log_interval=5,
+                                     threads=1), sink=stop_at, control=control)
+    assert ended.status == "stopped" and not ended.test_metrics
+    run_id = json.loads((runs_root_in_tmp.glob("*/run.json").__next__()).read_text())["id"]
+    code, out, _ = cli(capsys, "evaluate", run_id[:6], "--json")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["split"] == "test" and set(result["metrics"]) >= {"accuracy", "loss"}
+    assert result["step"] == ended.step
+    code, out, _ = cli(capsys, "evaluate", run_id, "--best", "--json")
+    best = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and best["checkpoint"].endswith("best.pt") and best["step"] <= ended.step
+
+
+def test_another_data_file(capsys, tmp_path, one_intra_op_thread):
+    ended = train(RunConfig.for_task("sentiment", device="cpu", max_steps=20, threads=1,
+                                     out_dir=str(tmp_path / "s")))
+    rng = random.Random(0)
+    rows = [("great lesson, loved it", 1), ("boring and confusing", 0), ("clear and useful", 1),
+            ("waste of time", 0)]
+    lines = ["text,label"] + [f'"{t}",{y}' for t, y in (rng.choice(rows) for _ in range(400))]
+    data = tmp_path / "reviews.csv"
+    data.write_text("\n".join(lines) + "\n")
+    code, out, err = cli(capsys, "evaluate", ended.checkpoint, "--data", str(data), "--json")
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["data"] == str(data) and 0.0 <= result["metrics"]["accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["evaluate", "nope"], "nope: no such checkpoint file or run folder, and no run 'nope'"),
+    (["evaluate", "__FILE__", "--best"], "--best takes a run"),
+    (["evaluate", "__DIR__"], "no checkpoint.pt in this folder"),
+])
+def test_bad_targets_are_one_line_exit_2(capsys, tmp_path, argv, message):
+    (tmp_path / "x.pt").write_bytes(b"not a checkpoint")
+    argv = [a.replace("__FILE__", str(tmp_path / "x.pt")).replace("__DIR__", str(tmp_path)) for a in argv]
+    code, out, err = cli(capsys, *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
