@@ -1,162 +1,255 @@
-"""Engine vs a minimal hand-written loop on the same model, data, batch size and precision.
+"""The engine as a user sees it (the CLI's samples/s) against a careful hand-written loop, side by side.
 
-Both run interleaved in one process, several repeats, and the medians are compared, so machine noise hits
-both alike. With the `bench` extra installed, Lightning's Trainer fed by a DataLoader runs the same job too.
+The reference is the loop a careful user writes: the task's model and loss, the optimizer the engine uses by
+default for the task (one group, plain `torch.optim`), the training tensors sliced by a `torch.randperm`
+reshuffled every epoch (no DataLoader), the loss accumulated on the device and read with `.item()` only every
+log interval, timed by wall clock from the first step to a final sync; like the engine by default, it evaluates
+on the validation split at the end of every epoch, and leaves that time out (--no-eval: neither side evaluates).
+The engine is the real command,
+`python -m core.cli train --task T --batch-size B --max-steps S --log-interval L --threads N --json`, and its
+own samples/s figure (evaluations and checkpoints are left out of it, as the engine reports). Both run as
+fresh processes, the same number of steps (chosen so a window lasts `--seconds`, not a few hundred steps that
+warm-up would dominate), the same threads, interleaved ABAB with the order alternating, `--repeats` times per
+(batch size, log interval); the table gives the median ratio engine/reference with its spread, and the load.
 
-    python benchmarks/loop_overhead.py --batch-size 256 [--task tiny] [--precision fp32] [--json]
+    python benchmarks/loop_overhead.py [--batch-sizes 256,4] [--log-intervals 10,1] [--seconds 5] [--repeats 3]
+        [--threads 1] [--task tiny] [--optimizer sgd] [--json]
+    python benchmarks/loop_overhead.py --profile --batch-sizes 256 --log-intervals 1   # cProfile of the engine
+    python benchmarks/loop_overhead.py --baseline /tmp/base   # also the engine of another checkout, interleaved
 
---json: the last stdout line is {"ratio": ..., "batch_size": ..., "lightning_ratio": ...}.
+--json: the last stdout line is {"rows": [{"batch_size", "log_interval", "ratio", "low", "high", ...}], ...}.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from core.config import RunConfig  # noqa: E402
-from core.data.batching import EpochBatches  # noqa: E402
-from core.devices import device_info, torch_device  # noqa: E402
-from core.engine.optimizers import build_optimizer  # noqa: E402
-from core.engine.precision import matmul_precision, resolve_precision  # noqa: E402
-from core.tasks import create_task  # noqa: E402
-from core.engine.trainer import Trainer, seed_everything  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-    elif device.type == "xpu":
-        torch.xpu.synchronize(device)
+# ----------------------------------------------------------------------------------------------- reference
+def reference_rate(task_name: str, batch_size: int, steps: int, log_interval: int, threads: int,
+                   optimizer: str, lr: float, momentum: float, weight_decay: float, seed: int = 0,
+                   evaluate_every_epoch: bool = True) -> dict:
+    """The hand-written loop (run in its own process by `--reference`). Returns samples/s and seconds."""
+    import torch
 
+    from core.tasks import create_task
 
-def engine_rate(cfg: RunConfig) -> float:
-    """Samples/s of the engine's training phase (setup, final eval and checkpoint are not timed)."""
-    return Trainer(cfg).run().samples_per_second
-
-
-def minimal_rate(cfg: RunConfig, steps: int) -> float:
-    """The loop a careful user writes by hand: slice, autocast forward+loss, backward, step, zero_grad."""
-    info = device_info(cfg.device)
-    device = torch_device(info)
-    plan = resolve_precision(cfg.precision, info)
-    task = create_task(cfg.task, cfg.task_options)
-    seed_everything(cfg.seed)
-    data = task.load_data(cfg.data, cfg.seed)
-    train = {k: v.to(device) for k, v in data.train.items()}
-    model = task.build_model(data.info).to(device).train()
-    optimizer = build_optimizer(model, cfg, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=plan.use_scaler)
-    batches = EpochBatches(train, cfg.batch_size, cfg.seed, device)
-    dtype = plan.autocast_dtype
-    with matmul_precision(plan):
-        sync(device)
-        start = time.perf_counter()
-        done, epoch = 0, 0
-        while done < steps:
-            order = batches.order(epoch)
-            for i in range(min(batches.batches_per_epoch, steps - done)):
-                batch = {k: v[order[i]] for k, v in train.items()}
-                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                    loss = task.loss(model, batch)
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                done += 1
-            epoch += 1
-        loss.item()  # one sync at the end, so all queued device work is timed
-        seconds = time.perf_counter() - start
-    return steps * cfg.batch_size / seconds
-
-
-def lightning_rate(cfg: RunConfig, steps: int) -> float | None:
-    """Lightning's Trainer on the same model, fed by a DataLoader over a TensorDataset (its usual set-up)."""
-    try:
-        import lightning as L
-    except ImportError:
-        return None
-    from torch.utils.data import DataLoader, TensorDataset
-
-    task = create_task(cfg.task, cfg.task_options)
-    seed_everything(cfg.seed)
-    data = task.load_data(cfg.data, cfg.seed)
-    keys = list(data.train)
-
-    class Module(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = task.build_model(data.info)
-
-        def training_step(self, batch, _):
-            return task.loss(self.model, dict(zip(keys, batch, strict=True)))
-
-        def configure_optimizers(self):
-            return build_optimizer(self.model, cfg, torch.device("cpu"))
-
-    loader = DataLoader(TensorDataset(*data.train.values()), batch_size=cfg.batch_size, shuffle=True, drop_last=True)
-    precision = {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(cfg.precision, "32-true")
-    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="auto", devices=1, precision=precision)
+    torch.set_num_threads(threads)
+    task = create_task(task_name, {})
+    torch.manual_seed(seed)
+    data = task.load_data("", seed)
+    train = dict(data.train)
+    torch.manual_seed(seed)
+    model = task.build_model(data.info).train()
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    elif optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    rows = next(iter(train.values())).shape[0]
+    per_epoch = rows // batch_size
+    val = dict(data.val)
+    running = torch.zeros(())
+    losses, evaluations = [], []
     start = time.perf_counter()
-    trainer.fit(Module(), loader)
-    return steps * cfg.batch_size / (time.perf_counter() - start)
+    left_out = 0.0
+    step = 0
+    while step < steps:
+        perm = torch.randperm(rows)
+        for i in range(min(per_epoch, steps - step)):
+            idx = perm[i * batch_size:(i + 1) * batch_size]
+            loss = task.loss(model, {k: v[idx] for k, v in train.items()})
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            running += loss.detach()
+            step += 1
+            if step % log_interval == 0:
+                losses.append(running.item() / log_interval)  # the one host read of an interval
+                running.zero_()
+        if evaluate_every_epoch and step < steps:  # as the engine does by default, its time left out likewise
+            began = time.perf_counter()
+            model.eval()
+            with torch.no_grad():
+                evaluations.append(task.evaluate(model, val, batch_size))
+            model.train()
+            left_out += time.perf_counter() - began
+    float(running)  # everything queued is done before the clock stops
+    seconds = time.perf_counter() - start - left_out
+    return {"samples_per_second": steps * batch_size / seconds, "seconds": seconds, "last_loss": losses[-1]}
 
 
+def run_reference(args, batch_size: int, steps: int, log_interval: int, optimizer: str) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--reference", "--task", args.task,
+           "--batch-sizes", str(batch_size), "--log-intervals", str(log_interval), "--steps", str(steps),
+           "--threads", str(args.threads), "--optimizer", optimizer, *(["--no-eval"] if args.no_eval else [])]
+    return _last_json(subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args)).stdout)
+
+
+# ----------------------------------------------------------------------------------------------- engine
+def run_engine(args, batch_size: int, steps: int, log_interval: int, optimizer: str, out: Path,
+               root: Path = ROOT) -> dict:
+    cmd = [sys.executable, "-m", "core.cli", "train", "--task", args.task, "--batch-size", str(batch_size),
+           "--max-steps", str(steps), "--log-interval", str(log_interval), "--threads", str(args.threads),
+           "--optimizer", optimizer, "--device", "cpu", "--precision", "fp32", "--out", str(out), "--json",
+           *(["--eval-interval", "1000000000", "--keep-best", "0"] if args.no_eval else [])]
+    began = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=_env(args, root))
+    if done.returncode:
+        raise SystemExit(f"engine failed ({done.returncode}): {done.stderr[-2000:]}")
+    summary = _last_json(done.stdout)
+    return {"samples_per_second": summary["samples_per_second"], "wall": time.perf_counter() - began}
+
+
+def _env(args, root: Path = ROOT) -> dict:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(args.threads)  # both sides alike, whatever the caller's shell says
+    env["PYTHONPATH"] = str(root)
+    return env
+
+
+def _last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def task_defaults(task: str, optimizer: str | None) -> tuple[str, float, float, float]:
+    from core.config import RunConfig
+
+    cfg = RunConfig.for_task(task, **({"optimizer": optimizer} if optimizer else {}))
+    return cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay
+
+
+# ----------------------------------------------------------------------------------------------- profile
+def profile_engine(args, batch_size: int, log_interval: int, steps: int, optimizer: str) -> None:
+    """cProfile of the engine's training phase, in-process (a Trainer with the CLI's settings), top by tottime."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    from core.config import RunConfig
+    from core.engine.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    out = Path(tempfile.mkdtemp(prefix="amp-prof-")) / "run"
+    cfg = RunConfig.for_task(args.task, batch_size=batch_size, max_steps=steps, log_interval=log_interval,
+                             threads=args.threads, optimizer=optimizer, device="cpu", precision="fp32",
+                             out_dir=str(out))
+    trainer = Trainer(cfg)
+    original = trainer.train
+    profiler = cProfile.Profile()
+
+    def profiled_train():
+        profiler.enable()
+        try:
+            return original()
+        finally:
+            profiler.disable()
+
+    trainer.train = profiled_train
+    ended = trainer.run()
+    print(f"profile: batch {batch_size}  log interval {log_interval}  {steps} steps  "
+          f"{ended.samples_per_second:,.0f} samples/s  {1e6 * batch_size / ended.samples_per_second:.0f} us/step "
+          f"(under cProfile)")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(args.profile_top)
+
+
+# ----------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="tiny")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--precision", default="fp32")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--steps", type=int, default=0, help="steps per measurement (default: by batch size)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--option", "-o", action="append", default=[], help="task option KEY=VALUE")
+    parser.add_argument("--batch-sizes", "--batch-size", default="256,4")
+    parser.add_argument("--log-intervals", "--log-interval", default="10,1")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of one timed window")
+    parser.add_argument("--steps", type=int, default=0, help="steps per window (default: from --seconds)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads, the same on both sides")
+    parser.add_argument("--optimizer", default="", help="default: the task's default optimizer")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout (e.g. `git archive HEAD~1 | tar -x -C /tmp/base`): its engine runs too, "
+                             "interleaved, for a before/after in one run")
+    parser.add_argument("--no-eval", action="store_true",
+                        help="no evaluation on either side (default: both evaluate at every epoch's end, as the "
+                             "engine does by default, and leave that time out of samples/s, as the engine does)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help="cProfile the engine in-process instead")
+    parser.add_argument("--profile-top", type=int, default=25)
     args = parser.parse_args(argv)
-    from core.cli.train import parse_option
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    intervals = [int(n) for n in args.log_intervals.split(",")]
+    optimizer, lr, momentum, weight_decay = task_defaults(args.task, args.optimizer or None)
 
-    steps = args.steps or (3000 if args.batch_size <= 16 else 600)
-    # Each run writes beside the last (run-2, run-3, ...: runs never overwrite), all inside one temp folder.
-    out = str(Path(tempfile.mkdtemp(prefix="amp-bench-")) / "run")
-    cfg = RunConfig.for_task(
-        args.task, batch_size=args.batch_size, precision=args.precision, device=args.device, max_steps=steps,
-        log_interval=max(10, steps // 10), eval_interval=10**9, out_dir=out,
-        task_options=dict(map(parse_option, args.option)),
-    )
-    engine_rate(cfg.replace(max_steps=min(steps, 50)))  # warm-up: allocator, kernels, caches
-    minimal_rate(cfg, min(steps, 50))
-    engine, minimal, lightning = [], [], []
-    for repeat in range(args.repeats):
-        order = [("engine", engine), ("minimal", minimal)]
-        for name, bucket in order if repeat % 2 == 0 else order[::-1]:  # alternate who goes first
-            bucket.append(engine_rate(cfg) if name == "engine" else minimal_rate(cfg, steps))
-    if args.repeats and (rate := lightning_rate(cfg, steps)) is not None:
-        lightning.append(rate)
-    e, m = statistics.median(engine), statistics.median(minimal)
-    ratio = e / m
-    lightning_ratio = statistics.median(lightning) / m if lightning else None
-    print(f"task {args.task}  batch {args.batch_size}  precision {args.precision}  steps {steps}  repeats {args.repeats}")
-    print(f"  minimal loop   {m:>14,.0f} samples/s  (median; runs: {', '.join(f'{x:,.0f}' for x in minimal)})")
-    print(f"  engine         {e:>14,.0f} samples/s  (median; runs: {', '.join(f'{x:,.0f}' for x in engine)})")
-    print(f"  ratio engine/minimal = {ratio:.3f}")
-    if lightning_ratio is not None:
-        print(f"  ratio lightning/minimal = {lightning_ratio:.3f}")
-    else:
-        print("  lightning: not installed (pip install -e '.[bench]')")
+    if args.reference:
+        print(json.dumps(reference_rate(args.task, batch_sizes[0], args.steps, intervals[0], args.threads,
+                                        optimizer, lr, momentum, weight_decay,
+                                        evaluate_every_epoch=not args.no_eval)))
+        return 0
+    if args.profile:
+        for batch_size in batch_sizes:
+            for interval in intervals:
+                profile_engine(args, batch_size, interval, args.steps or 3000, optimizer)
+        return 0
+
+    folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
+    loads = [os.getloadavg()[0]]
+    rows = []
+    print(f"task {args.task}  optimizer {optimizer}  threads {args.threads}  repeats {args.repeats}  "
+          f"window ~{args.seconds:g} s  cpus {os.cpu_count()}  load {loads[0]:.2f}", flush=True)
+    for batch_size in batch_sizes:
+        for interval in intervals:
+            steps = args.steps
+            if not steps:  # a short reference run sets the window's steps
+                probe = run_reference(args, batch_size, 400, interval, optimizer)
+                per_step = probe["seconds"] / 400
+                steps = max(interval, int(args.seconds / per_step) // interval * interval)
+            runs: dict[str, list[float]] = {"reference": [], "engine": []}
+            if args.baseline:
+                runs["baseline"] = []
+            sides = list(runs)
+            for repeat in range(args.repeats):
+                for side in sides[repeat % len(sides):] + sides[:repeat % len(sides)]:  # each side leads in turn
+                    if side == "reference":
+                        rate = run_reference(args, batch_size, steps, interval, optimizer)["samples_per_second"]
+                    else:
+                        out = folder / f"{side}-b{batch_size}-l{interval}-{repeat}"
+                        rate = run_engine(args, batch_size, steps, interval, optimizer, out,
+                                          args.baseline.resolve() if side == "baseline" else ROOT)["samples_per_second"]
+                    runs[side].append(rate)
+                loads.append(os.getloadavg()[0])
+            ref = runs["reference"]
+            row = {"batch_size": batch_size, "log_interval": interval, "steps": steps,
+                   "reference": statistics.median(ref), "reference_runs": ref}
+            text = (f"  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  reference "
+                    f"{row['reference']:>9,.0f}/s ({1e6 * batch_size / row['reference']:4.0f} us/step)")
+            for side in sides[1:]:
+                ratios = [e / r for e, r in zip(runs[side], ref, strict=True)]  # each pair ran in one round
+                rate = statistics.median(runs[side])
+                row.update({side: rate, f"{side}_runs": runs[side]})
+                row.update({f"{side}_ratio" if side != "engine" else "ratio": statistics.median(ratios),
+                            f"{side}_low" if side != "engine" else "low": min(ratios),
+                            f"{side}_high" if side != "engine" else "high": max(ratios)})
+                text += (f"  {side} {rate:>9,.0f}/s ({1e6 * batch_size / rate:4.0f} us/step) ratio "
+                         f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]")
+            rows.append(row)
+            print(text, flush=True)
+    print(f"load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cpus")
     if args.json:
-        print(json.dumps({"ratio": ratio, "batch_size": args.batch_size, "lightning_ratio": lightning_ratio,
-                          "task": args.task, "precision": args.precision}))
+        print(json.dumps({"task": args.task, "optimizer": optimizer, "threads": args.threads, "rows": rows,
+                          "load": [min(loads), max(loads)]}))
     return 0
 
 

@@ -98,9 +98,24 @@ class RunEnded:
 Event = RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunPaused | RunResumed | RunEnded
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_PLAIN = (int, float, str, bool, type(None))
+
+
 def event_to_dict(event: Event) -> dict:
-    """JSON-ready dict with the event's type name under 'event'."""
-    return {"event": type(event).__name__, **dataclasses.asdict(event)}
+    """JSON-ready dict with the event's type name under 'event'. Fields of plain values (every StepMetrics) are
+    read as they are; dataclasses.asdict's deep copy is kept for events holding dicts or lists."""
+    cls = type(event)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    record = {"event": cls.__name__}
+    for name in names:
+        value = getattr(event, name)
+        if type(value) not in _PLAIN:
+            return {"event": cls.__name__, **dataclasses.asdict(event)}
+        record[name] = value
+    return record
 
 
 EVENT_TYPES = {cls.__name__: cls for cls in (RunStarted, StepMetrics, EvalMetrics, CheckpointSaved, RunPaused,

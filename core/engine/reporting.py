@@ -23,6 +23,15 @@ from core.errors import ConfigError
 
 Sink = Callable[[Event], None]
 
+# metrics.jsonl is flushed at every event but StepMetrics, and StepMetrics at most this often: at a log interval
+# of 1 a flush per step was a write(2) per step, now at most 10 a second. Buffered step lines go out with the
+# first event that comes this long after the last flush (a kill -9 loses at most those; a line it tears is skipped
+# by core.files.read_jsonl); the first step line, checkpoints, evaluations, pauses and the end are flushed at once,
+# with every line before them.
+FLUSH_SECONDS = 0.1
+
+_ENCODER = json.JSONEncoder(default=str)  # one encoder (json.dumps with default= builds one per call)
+
 
 class EventLog:
     """Rank 0's events, each appended to metrics.jsonl (once opened) and handed to the sink.
@@ -40,6 +49,7 @@ class EventLog:
         self.record_failure: str | None = None
         self.tensorboard: LiveTensorBoard | None = None  # <run folder>/tensorboard (RunConfig.tensorboard)
         self.tensorboard_failure: str | None = None
+        self._flushed_at = float("-inf")  # when a StepMetrics line was last flushed (the first one goes at once)
 
     def open(self, path: Path, tensorboard: bool = False) -> None:
         """Open metrics.jsonl (and run.json) at `path`; with `tensorboard`, event files beside it too. Without
@@ -67,8 +77,12 @@ class EventLog:
         record = event_to_dict(event) if self._file is not None or self.tensorboard is not None else None
         if self._file is not None:
             try:
-                self._file.write(json.dumps(record, default=str) + "\n")
-                self._file.flush()
+                self._file.write(_ENCODER.encode(record) + "\n")
+                if type(event) is not StepMetrics:
+                    self._file.flush()
+                elif (now := time.monotonic()) - self._flushed_at >= FLUSH_SECONDS:
+                    self._file.flush()
+                    self._flushed_at = now
             except OSError as exc:
                 self.failure = f"could not write {self.path}: {describe_os_error(exc)}"
                 self._give_up()
@@ -199,9 +213,33 @@ def step_metrics(trainer, readout: IntervalReadout, seconds: float, samples: int
         step=trainer.step, epoch=trainer.display_epoch(), loss=readout.loss,
         lr=trainer.optimizer.param_groups[0]["lr"], samples_per_second=samples / seconds if seconds > 0 else 0.0,
         grad_scale=scale, grad_norm=float(trainer.grad_norm) if trainer.grad_norm is not None else None,
-        skipped_steps=trainer.skipped_steps, memory_bytes=memory_in_use(trainer.device),
+        skipped_steps=trainer.skipped_steps,
+        memory_bytes=resident_set_size() if trainer.device.type == "cpu" else memory_in_use(trainer.device),
         elapsed_seconds=now - trainer.clock.started, nonfinite_source=source, tokens_per_second=tokens,
     )
+
+
+_statm: tuple[int, int] | None = None  # (pid, descriptor of /proc/self/statm), opened once per process
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_set_size() -> int | None:
+    """This process's resident set in bytes (what memory_in_use reports for the CPU), read with one pread on a
+    descriptor of /proc/self/statm kept open, instead of an open, read and close at every log. None where
+    there is no /proc."""
+    global _statm
+    pid = os.getpid()
+    if _statm is None or _statm[0] != pid:  # first call, or a forked child (its /proc/self is its own)
+        try:
+            _statm = (pid, os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+        except OSError:
+            _statm = (pid, -1)
+    if _statm[1] < 0:
+        return None
+    try:
+        return int(os.pread(_statm[1], 256, 0).split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded:

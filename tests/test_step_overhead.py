@@ -1,0 +1,189 @@
+"""The engine's fixed per-step costs stay out (issue 17, item 4): no clip_grad_norm_ scaling pass without
+clipping, events turned into dicts without a deep copy, RSS read from a kept descriptor, metrics.jsonl flushed
+at most every FLUSH_SECONDS for step lines (at once for the rest), a cheap read of the interval's loss; and
+each of these reports what the slow way did."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+from core.devices import memory_in_use
+from core.engine import reporting
+from core.engine.distributed import DistContext
+from core.engine.events import (
+    CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics, event_from_dict,
+    event_to_dict,
+)
+from core.engine.reporting import FLUSH_SECONDS, EventLog, resident_set_size
+from core.engine.step_metrics import StepAccumulator
+from core.engine.trainer import Trainer, gradient_norm, train
+from core.files import read_jsonl
+
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+
+
+def step_event(step: int, **extra) -> StepMetrics:
+    values = dict(step=step, epoch=1, loss=0.5, lr=0.01, samples_per_second=100.0, grad_scale=None, grad_norm=1.0,
+                  skipped_steps=0, memory_bytes=1, elapsed_seconds=float(step))
+    values.update(extra)
+    return StepMetrics(**values)
+
+
+def test_gradient_norm_is_clip_grad_norms_and_leaves_the_gradients_alone():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    model(torch.randn(8, 10)).square().sum().backward()
+    params = list(model.parameters())
+    before = [p.grad.clone() for p in params]
+    norm = gradient_norm(params)
+    assert all(torch.equal(p.grad, g) for p, g in zip(params, before, strict=True))
+    expected = torch.nn.utils.clip_grad_norm_(params, float("inf"))
+    assert torch.allclose(norm, expected, rtol=1e-6)
+    assert float(gradient_norm([torch.nn.Parameter(torch.ones(2))])) == 0.0  # no gradient yet: 0, as clip's
+
+
+def test_without_clipping_the_step_never_calls_clip_grad_norm(tiny_config, recorder, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("clip_grad_norm_ without grad_clip")
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", refuse)
+    ended = train(tiny_config(max_steps=12, log_interval=1, eval_interval=0), sink=recorder)
+    assert ended.status == "completed"
+    norms = [s.grad_norm for s in recorder.of("StepMetrics")]
+    assert len(norms) == 12 and all(n is not None and n > 0 for n in norms)
+
+
+def test_the_last_step_reports_its_own_gradient_norm(tiny_config, recorder):
+    """A run whose length is not a multiple of the log interval measures the norm of its last step too."""
+    train(tiny_config(max_steps=7, log_interval=5), sink=recorder)
+    steps = recorder.of("StepMetrics")
+    assert [s.step for s in steps] == [5, 7]
+    assert steps[0].grad_norm != steps[1].grad_norm
+
+
+def events_of_every_kind() -> list:
+    return [
+        RunStarted(task="tiny", device="cpu", device_name="cpu", precision="fp32", autocast_dtype="float32",
+                   param_dtype="float32", scaler=False, param_count=3, total_steps=10, steps_per_epoch=5,
+                   start_step=0, config={"lr": 0.1, "task_options": {"hidden": 4}}, notes=["a note"]),
+        step_event(3, nonfinite_source="fc1", tokens_per_second=12.5, grad_scale=1024.0),
+        step_event(4, loss=float("nan"), memory_bytes=None),
+        EvalMetrics(step=5, epoch=1, split="val", metrics={"accuracy": 0.5}),
+        CheckpointSaved(step=5, path="/x/checkpoint.pt"),
+        CheckpointSaved(step=5, path="/x/best.pt", kind="best", metric="accuracy", value=0.5, rank=1),
+        RunPaused(step=6), RunResumed(step=6, paused_seconds=1.5),
+        RunEnded(status="completed", message="done", step=10, epoch=2, final_loss=0.1, metrics={"accuracy": 0.5},
+                 checkpoint=None, samples_per_second=10.0, test_metrics={"accuracy": 0.4}),
+    ]
+
+
+@pytest.mark.parametrize("event", events_of_every_kind(), ids=lambda e: type(e).__name__)
+def test_event_to_dict_is_what_asdict_gave(event):
+    record = event_to_dict(event)
+    assert record == {"event": type(event).__name__, **dataclasses.asdict(event)}
+    assert list(record) == ["event", *(f.name for f in dataclasses.fields(event))]
+    text = json.dumps(record)
+    assert json.dumps(event_to_dict(event_from_dict(json.loads(text)))) == text  # NaN != NaN: compare the text
+    for value in record.values():  # nested containers are copies: a listener's edit never reaches the event
+        if isinstance(value, dict):
+            value["added"] = 1
+    assert all("added" not in v for v in dataclasses.asdict(event).values() if isinstance(v, dict))
+
+
+def test_resident_set_size_is_what_memory_in_use_reads_and_opens_statm_once(monkeypatch):
+    if not os.path.exists("/proc/self/statm"):
+        assert resident_set_size() is None
+        return
+    monkeypatch.setattr(reporting, "_statm", None)
+    opened = []
+    real_open = os.open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    sizes = [resident_set_size() for _ in range(50)]
+    assert opened.count("/proc/self/statm") == 1
+    reference = memory_in_use(torch.device("cpu"))
+    grown = bytearray(64 * 2**20)
+    grown[::4096] = b"\1" * len(grown[::4096])  # touch every page: the resident set grows by 64 MiB
+    after = resident_set_size()
+    assert all(abs(s - reference) < 16 * 2**20 for s in sizes)
+    assert after - sizes[-1] > 48 * 2**20  # a fresh value each read, not a cached one
+    os.close(reporting._statm[1])
+    monkeypatch.setattr(reporting, "_statm", None)
+
+
+def lines_on_disk(path) -> list[str]:
+    with open(path, encoding="utf-8") as f:  # another reader, as `runs show` or a kill would leave it
+        return [json.loads(line)["event"] for line in f.read().splitlines()]
+
+
+def test_step_lines_are_flushed_at_most_every_flush_seconds_and_the_rest_at_once(tmp_path, monkeypatch):
+    now = {"t": 1000.0}
+    monkeypatch.setattr(reporting.time, "monotonic", lambda: now["t"])
+    log = EventLog(is_main=True)
+    path = tmp_path / "metrics.jsonl"
+    log.open(path)
+    try:
+        log.emit(step_event(1), None)
+        assert lines_on_disk(path) == ["StepMetrics"]  # the first step line goes at once
+        for step in range(2, 6):
+            now["t"] += FLUSH_SECONDS / 10
+            log.emit(step_event(step), None)
+        assert lines_on_disk(path) == ["StepMetrics"]  # buffered: no write(2) per step
+        log.emit(CheckpointSaved(step=5, path="c.pt"), None)
+        assert lines_on_disk(path) == ["StepMetrics"] * 5 + ["CheckpointSaved"]  # everything before it too
+        log.emit(step_event(6), None)
+        now["t"] += FLUSH_SECONDS
+        log.emit(step_event(7), None)
+        assert len(lines_on_disk(path)) == 8  # FLUSH_SECONDS later the step lines are out
+        log.emit(step_event(8), None)
+    finally:
+        log.close()
+    assert len(read_jsonl(path)) == 9  # closing writes the rest
+
+
+def test_every_event_of_a_run_is_in_metrics_jsonl(tiny_config):
+    ended = train(tiny_config(max_steps=40, log_interval=1, checkpoint_interval=15))
+    records = read_jsonl(f"{ended.checkpoint.rsplit('/', 1)[0]}/metrics.jsonl")
+    assert [r["step"] for r in records if r["event"] == "StepMetrics"] == list(range(1, 41))
+    assert records[-1]["event"] == "RunEnded"
+
+
+@pytest.mark.parametrize("losses", [1, 3, 10, 300, 600])
+def test_the_quick_read_of_an_interval_is_the_folded_one(losses):
+    values = torch.linspace(0.1, 2.0, losses)
+    quick = StepAccumulator(torch.device("cpu"), count_only_finite=False)
+    folded = StepAccumulator(torch.device("cpu"), count_only_finite=False)
+    for value in values:
+        quick.add_loss(value.clone())
+        folded.add_loss(value.clone())
+    folded._fold()  # forces the general path
+    a, b = quick.read(DistContext()), folded.read(DistContext())
+    assert a.loss == pytest.approx(b.loss, rel=1e-6) and (a.skipped, a.tokens) == (b.skipped, b.tokens) == (0, 0.0)
+    assert quick.read(DistContext()).loss != quick.read(DistContext()).loss  # nothing since: NaN, as before
+    quick.add_loss(torch.tensor(float("inf")))
+    assert quick.read(DistContext()).loss == float("inf")  # a non-finite loss is reported, not dropped
+
+
+def test_the_step_works_for_callers_that_drive_it_after_setup(tiny_config):
+    """core.lab (lr_finder, batch_finder) call setup() and then _optimizer_step themselves."""
+    trainer = Trainer(tiny_config(max_steps=5, log_interval=1))
+    trainer.setup()
+    try:
+        trainer._sums = StepAccumulator(trainer.device, count_only_finite=False)
+        order = trainer.batches.order(0)
+        before = [p.detach().clone() for p in trainer._params]
+        trainer._optimizer_step(order, 0)
+        assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0
+        assert any(not torch.equal(p, b) for p, b in zip(trainer._params, before, strict=True))
+        assert trainer._sums.read(trainer.dist).loss > 0
+    finally:
+        trainer.cleanup()
