@@ -396,6 +396,7 @@ class MainWindow(QMainWindow):
             dialog.panel = panel
             panel.loadSettingsRequested.connect(self._load_run_settings)
             panel.resumeRequested.connect(self._resume_from_history)
+            panel.evaluated.connect(self._log_evaluation)
             panel.overlayRequested.connect(self.plotsPanel.overlay_runs)
             panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
             if hasattr(panel, "exportRequested"):  # Export… on a run: its last or best checkpoint
@@ -432,6 +433,11 @@ class MainWindow(QMainWindow):
             self.show_error(f"Could not load the run's settings: {exc}")
             return
         self.show_message(f"Loaded the settings of the run in {config.get('out_dir', '?')}")
+
+    def _log_evaluation(self, result: dict) -> None:
+        metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
+        self.logPanel.log(f"Evaluated {result['checkpoint']} (step {result['step']:,}) on the {result['split']} "
+                          f"split: {metrics}")
 
     def _resume_from_history(self, checkpoint: str) -> None:
         if self.controller.running or self.jobs.busy:

@@ -216,6 +216,7 @@ class HistoryPanel(QWidget):
     loadSettingsRequested = Signal(dict)  # the run's config
     resumeRequested = Signal(str)  # a checkpoint path (the run's last or best)
     exportRequested = Signal(str)  # a checkpoint path to export (the run's best or last)
+    evaluated = Signal(dict)  # core.lab.evaluate.Evaluation.to_dict() of a checkpoint measured on its test split
     overlayRequested = Signal(list)  # [(label, plots.OverlayPoints parsed from metrics.jsonl, metric name or None)]
     clearOverlaysRequested = Signal()
     scanned = Signal(int)  # rows after a scan
@@ -294,6 +295,12 @@ class HistoryPanel(QWidget):
         self.exportBestAction = self.exportMenu.addAction("The best checkpoint", lambda: self.export("best"))
         self.exportLastAction = self.exportMenu.addAction("The last checkpoint", lambda: self.export("last"))
         self.exportButton = self._split_button("Export…", "historyExportButton", lambda: self.export())
+        self.evaluateMenu = QMenu(self, objectName="historyEvaluateMenu")
+        self.evaluateBestAction = self.evaluateMenu.addAction("The best checkpoint", lambda: self.evaluate("best"))
+        self.evaluateLastAction = self.evaluateMenu.addAction("The last checkpoint", lambda: self.evaluate("last"))
+        self.evaluateButton = self._split_button("Evaluate", "historyEvaluateButton", lambda: self.evaluate())
+        self.evaluateButton.setToolTip("Measure the selected run's best (or last) checkpoint on its test split, "
+                                       "e.g. a stopped run, which has no test metrics (as `amp-console evaluate`)")
         self.revealButton = QPushButton("Reveal folder", objectName="historyRevealButton", clicked=self.reveal)
         self.deleteButton = QPushButton("Delete…", objectName="historyDeleteButton", clicked=self.delete)
         self.compareButton = QPushButton("Compare", objectName="historyCompareButton", clicked=self.compare_selected)
@@ -307,7 +314,8 @@ class HistoryPanel(QWidget):
         self.compareButton.setToolTip("The selected runs side by side, with what differs between them highlighted")
         self.overlayButton.setToolTip("Draw the selected runs' loss and validation metric over the plots")
         actions = QHBoxLayout()
-        for button in (self.loadButton, self.resumeButton, self.exportButton, self.revealButton, self.deleteButton):
+        for button in (self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.revealButton,
+                       self.deleteButton):
             actions.addWidget(button)
         actions.addStretch(1)
         for button in (self.compareButton, self.overlayButton, self.clearButton):
@@ -464,15 +472,20 @@ class HistoryPanel(QWidget):
         self.loadButton.setEnabled(one and bool(runs[0].get("config")))
         self.resumeButton.setEnabled(one and (last or best) is not None and runs[0].get("status") != "running")
         self.exportButton.setEnabled(one and (last or best) is not None)
+        self.evaluateButton.setEnabled(one and (last or best) is not None and not self.jobs.busy)
         if one:
             self.resumeLastAction.setText(f"From the last checkpoint{self._describe(runs[0], 'last')}")
             self.resumeBestAction.setText(f"From the best checkpoint{self._describe(runs[0], 'best')}")
             self.exportBestAction.setText(f"The best checkpoint{self._describe(runs[0], 'best')}")
             self.exportLastAction.setText(f"The last checkpoint{self._describe(runs[0], 'last')}")
+            self.evaluateBestAction.setText(f"The best checkpoint{self._describe(runs[0], 'best')}")
+            self.evaluateLastAction.setText(f"The last checkpoint{self._describe(runs[0], 'last')}")
         for action, path in ((self.resumeLastAction, last), (self.resumeBestAction, best),
-                             (self.exportLastAction, last), (self.exportBestAction, best)):
+                             (self.exportLastAction, last), (self.exportBestAction, best),
+                             (self.evaluateLastAction, last), (self.evaluateBestAction, best)):
             action.setEnabled(path is not None)
-        for button, menu in ((self.resumeButton, self.resumeMenu), (self.exportButton, self.exportMenu)):
+        for button, menu in ((self.resumeButton, self.resumeMenu), (self.exportButton, self.exportMenu),
+                             (self.evaluateButton, self.evaluateMenu)):
             choice = bool(last and best)  # the menu (and its arrow) only when there is a choice to make
             button.setMenu(menu if choice else None)
             button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup if choice
@@ -631,6 +644,40 @@ class HistoryPanel(QWidget):
             self.statusLabel.setText(f"{runs[0].get('name')}: no {which or ''} checkpoint to export".replace("  ", " "))
             return
         self.exportRequested.emit(checkpoint)
+
+    def evaluate(self, which: str | None = None) -> None:
+        """Measure the selected run's best (or last) checkpoint on its test split (val for a task without
+        one), off the GUI thread
+        (core.lab.evaluate); the metrics go to the status line and out as `evaluated`."""
+        runs = self.selected_runs()
+        if len(runs) != 1:
+            return
+        checkpoint = (self._checkpoint(runs[0], which) if which else
+                      self._checkpoint(runs[0], "best") or self._checkpoint(runs[0], "last"))
+        if checkpoint is None:
+            self.statusLabel.setText(f"{runs[0].get('name')}: no checkpoint to evaluate")
+            return
+        name = runs[0].get("name")
+
+        def work():
+            from core.lab.evaluate import evaluate_checkpoint
+
+            return evaluate_checkpoint(checkpoint, None).to_dict()  # its test split, else (tiny) val
+
+        def done(result: dict) -> None:
+            metrics = " · ".join(f"{k} {v:.4g}" for k, v in result["metrics"].items())
+            self.statusLabel.setText(f"{name}, {Path(checkpoint).name} (step {result['step']:,}), "
+                                     f"{result['split']} split: {metrics}")
+            self._update_buttons()
+            self.evaluated.emit(result)
+
+        def failed(message: str, _details: str) -> None:
+            self.statusLabel.setText(f"Could not evaluate {name}: {message}")
+            self._update_buttons()
+
+        self.statusLabel.setText(f"Evaluating {name} ({Path(checkpoint).name})…")
+        self.jobs.submit(work, done, failed)
+        self._update_buttons()
 
     def reveal(self) -> None:
         runs = self.selected_runs()

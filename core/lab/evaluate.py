@@ -41,9 +41,10 @@ class Evaluation:
         return asdict(self)
 
 
-def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", data: str | None = None,
+def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data: str | None = None,
                         device: str | None = None, batch_size: int | None = None, devices=None) -> Evaluation:
-    """The metrics of `checkpoint`'s model on `split` ("test" or "val") of its run's data (or of `data`)."""
+    """The metrics of `checkpoint`'s model on `split` ("test" or "val"; None: test when the task's data has
+    one, else val) of its run's data (or of `data`)."""
     import torch  # noqa: F401  (the engine's dependency, loaded when a checkpoint is evaluated)
 
     from core.engine import checkpoints as ckpt
@@ -52,7 +53,7 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", data: str |
     from core.engine.precision import matmul_precision
     from core.engine.trainer import Trainer
 
-    if split not in ("test", "val"):
+    if split not in ("test", "val", None):
         raise ConfigError("split", f"{split!r}: choose test or val")
     path = Path(checkpoint)
     began = time.perf_counter()
@@ -71,6 +72,8 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str = "test", data: str |
         trainer = Trainer(config.replace(out_dir=out_dir, **changes), resume_from=path, devices=devices)
         try:
             trainer.setup()
+            if split is None:
+                split = "test" if trainer.test else "val"
             rows = trainer.test if split == "test" else trainer.val
             if not rows:
                 raise ConfigError("split", f"task {config.task} has no {split} split in "

@@ -388,3 +388,17 @@ def test_overlay_labels_are_short_enough_for_a_legend_row():
     assert overlay_label({"name": "sweep/20261201-023712-tiny-auto", "precision": "fp32"}) == \
         "sweep/tiny-auto 02:37 · fp32"  # auto resolved to fp32: said
     assert overlay_label({"name": "baseline", "precision": "fp16"}) == "baseline · fp16"
+
+
+@pytest.mark.timeout(120)
+def test_evaluate_a_stopped_run_from_the_history(qtbot, window, runs_root):
+    """bf16-run was stopped at step 10: Evaluate measures its best checkpoint (tiny has no test split: on val)."""
+    panel = open_history(qtbot, window)
+    panel.select_names("bf16-run")
+    assert panel.evaluateButton.isEnabled()
+    with qtbot.waitSignal(panel.evaluated, timeout=60_000) as caught:
+        panel.evaluateButton.click()
+    result = caught.args[0]
+    assert result["split"] == "val" and result["checkpoint"].endswith("best.pt") and result["step"] <= 10
+    assert "val split" in panel.statusLabel.text() and "accuracy" in panel.statusLabel.text()
+    assert "Evaluated" in window.logPanel.toPlainText() and "on the val split" in window.logPanel.toPlainText()
