@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -143,10 +144,10 @@ def profile_engine(args, batch_size: int, log_interval: int, steps: int, optimiz
     from core.engine.trainer import Trainer
 
     torch.set_num_threads(args.threads)
-    out = Path(tempfile.mkdtemp(prefix="amp-prof-")) / "run"
+    folder = Path(tempfile.mkdtemp(prefix="amp-prof-"))
     cfg = RunConfig.for_task(args.task, batch_size=batch_size, max_steps=steps, log_interval=log_interval,
                              threads=args.threads, optimizer=optimizer, device="cpu", precision="fp32",
-                             out_dir=str(out))
+                             out_dir=str(folder / "run"))
     trainer = Trainer(cfg)
     original = trainer.train
     profiler = cProfile.Profile()
@@ -159,7 +160,10 @@ def profile_engine(args, batch_size: int, log_interval: int, steps: int, optimiz
             profiler.disable()
 
     trainer.train = profiled_train
-    ended = trainer.run()
+    try:
+        ended = trainer.run()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     print(f"profile: batch {batch_size}  log interval {log_interval}  {steps} steps  "
           f"{ended.samples_per_second:,.0f} samples/s  {1e6 * batch_size / ended.samples_per_second:.0f} us/step "
           f"(under cProfile)")
@@ -205,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
+    try:
+        return measure(args, folder, batch_sizes, intervals, optimizer)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the engine's run folders (checkpoints, metrics.jsonl)
+
+
+def measure(args, folder: Path, batch_sizes: list[int], intervals: list[int], optimizer: str) -> int:
     loads = [os.getloadavg()[0]]
     rows = []
     print(f"task {args.task}  optimizer {optimizer}  threads {args.threads}  repeats {args.repeats}  "
