@@ -63,6 +63,10 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("checkpoint_minutes", "also checkpoint when this many minutes of wall time have passed since the "
                                         "last one, so a crash or kill loses at most that much; 0 = off",
                   0.0, 10_080.0, step=1.0),
+        FieldSpec("time_limit_minutes", "stop training when this many minutes of wall time (pauses included) "
+                                        "have passed since it started, then evaluate, test and checkpoint as at "
+                                        "the end; the run completes, saying so; 0 = no limit",
+                  0.0, 525_600.0, step=10.0),
         FieldSpec("threads", "CPU threads torch uses inside an op; 0 = auto (1 for light steps or a busy "
                              "machine, else the free cores; the choice is reported when the run starts)",
                   0, 1024, step=1),
@@ -112,6 +116,7 @@ class RunConfig:
     eval_interval: int = 0
     checkpoint_interval: int = 0
     checkpoint_minutes: float = 10.0
+    time_limit_minutes: float = 0.0
     threads: int = 0
     out_dir: str = ""  # empty: a new folder under the runs root (core.engine.run_record.resolve_out_dir)
     monitor: str = ""

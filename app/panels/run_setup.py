@@ -18,15 +18,15 @@ from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from core.precision_modes import PRECISION_CHOICES
 
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
-                   "batch_size", "grad_accum", "epochs", "max_steps")
+                   "batch_size", "grad_accum", "epochs", "max_steps", "time_limit_minutes")
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data")
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
           "max_steps": "Max steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",
           "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
-          "checkpoint_minutes": "Checkpoint every (min)", "threads": "CPU threads", "out_dir": "Output folder",
-          "data": "Data file", "tensorboard": "TensorBoard"}
+          "checkpoint_minutes": "Checkpoint every (min)", "time_limit_minutes": "Time limit (min)",
+          "threads": "CPU threads", "out_dir": "Output folder", "data": "Data file", "tensorboard": "TensorBoard"}
 # Tools beside a field (name -> object name, tooltip): each button emits toolRequested(name).
 FIELD_TOOLS = {
     "lr": ("lrFindButton", "LR finder: train a fresh copy of the model while the learning rate grows, and pick "

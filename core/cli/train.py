@@ -32,6 +32,8 @@ def register(sub) -> None:
         flags = ["--" + name.replace("_", "-")]
         if name == "out_dir":
             flags.insert(0, "--out")
+        if name == "time_limit_minutes":
+            flags.insert(0, "--time-limit")
         if name in _SWITCHES:
             p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=spec.help)
             continue

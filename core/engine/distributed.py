@@ -103,22 +103,26 @@ class StopAgreement:
     whatever the log interval. A stop lands within about that long even when logs are minutes apart, fast steps
     don't sync every step, and the timed checkpoint needs no collective of its own.
 
-    After each call `save` says whether the ranks agreed to write a checkpoint before this step."""
+    After each call `save` says whether the ranks agreed to write a checkpoint before this step, and
+    `out_of_time` whether rank 0's time-limit clock (`time_up`) says the run's wall-time budget is spent."""
 
     def __init__(self, control, ctx: DistContext, device: torch.device, log_interval: int, first_step: int,
-                 save_due=None):
+                 save_due=None, time_up=None):
         self.control = control  # the run's RunControl
         self.dist = ctx
         self.device = device
         self.log_interval = log_interval
         self.save_due = save_due or (lambda: False)  # rank 0's checkpoint clock (the others' is not read)
+        self.time_up = time_up or (lambda: False)  # rank 0's time-limit clock, carried the same way
         self.save = False
+        self.out_of_time = False  # the ranks agreed that the time limit is reached: end the run as done
         self._next = first_step  # the step of the next agreement
         self._last: tuple[float, int] | None = None  # (when, step) of the last one
 
     def __call__(self, step: int) -> bool:
         if not self.dist.enabled:
             self.save = self.save_due()
+            self.out_of_time = self.time_up()
             return self.control.stop_requested
         self.save = False
         if step < self._next:
@@ -126,7 +130,7 @@ class StopAgreement:
         now = time.perf_counter()
         every, save = 1, 0
         if self.dist.is_main:
-            save = int(self.save_due())
+            save = int(self.save_due()) | (2 * int(self.time_up()))
             if self._last is not None:
                 at, last_step = self._last
                 if step > last_step:
@@ -135,7 +139,8 @@ class StopAgreement:
         stop, every, save = broadcast_ints([int(self.control.stop_requested), every, save], self.dist, self.device)
         self._last = (now, step)
         self._next = step + max(1, every)
-        self.save = bool(save) and not stop  # a stop writes its own checkpoint
+        self.out_of_time = bool(save & 2) and not stop
+        self.save = bool(save & 1) and not stop and not self.out_of_time  # a stop (or the end) writes its own
         return bool(stop)
 
 

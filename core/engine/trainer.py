@@ -218,9 +218,9 @@ class Trainer:
 
     def train(self) -> tuple[str, str]:
         """Optimizer steps until total_steps or a stop request. Returns (status, message)."""
-        self._saved_at = monotonic()
+        self._saved_at = self._training_since = monotonic()
         stop = StopAgreement(self.control, self.dist, self.device, self.cfg.log_interval, self.step,
-                             save_due=self._checkpoint_time_due)
+                             save_due=self._checkpoint_time_due, time_up=self._time_limit_due)
         self._sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         control, clock, accum = self.control, self.clock, self.cfg.grad_accum
         while self.step < self.total_steps:
@@ -231,6 +231,8 @@ class Trainer:
                     self._pause()
                 if stop(self.step):
                     return "stopped", f"stopped at step {self.step}"
+                if stop.out_of_time:
+                    return "completed", self._time_limit_message()
                 if stop.save and self._saved_step != self.step:  # checkpoint_minutes have passed
                     side_work_started = time.perf_counter()
                     self.save_checkpoint()
@@ -319,6 +321,16 @@ class Trainer:
         under DDP rank 0's answer is shared at the ranks' next stop agreement)."""
         minutes = self.cfg.checkpoint_minutes
         return minutes > 0 and monotonic() - self._saved_at >= minutes * 60
+
+    def _time_limit_due(self) -> bool:
+        """Whether time_limit_minutes of wall time have passed since training started (pauses included: a
+        deadline does not wait); a clock read, no sync, rank 0's answer shared like the checkpoint clock's."""
+        minutes = self.cfg.time_limit_minutes
+        return minutes > 0 and monotonic() - self._training_since >= minutes * 60
+
+    def _time_limit_message(self) -> str:
+        return (f"time limit of {self.cfg.time_limit_minutes:g} min reached at step {self.step:,} of "
+                f"{self.total_steps:,}; evaluated, tested and saved as at the end")
 
     def _log(self) -> None:
         """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
