@@ -14,7 +14,7 @@ from core.tasks import create_task
 from core.tasks.sentiment import roc_auc
 from core.engine.trainer import train
 
-SMALL = {"reviews": 12_000}  # the realistic reviews need about this many to learn their cues
+SMALL = {"reviews": 6000}
 
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
