@@ -81,7 +81,7 @@ def test_the_cli_names_a_misspelt_option_in_one_line(tmp_path, capsys):
 
 
 def test_synthetic_data_too_large_for_the_host_is_refused_ungenerated(monkeypatch):
-    with pytest.raises(ConfigError, match=r"^task_options\.queries: the synthetic data would take over \d+ TiB "
+    with pytest.raises(ConfigError, match=r"^task_options\.queries: the synthetic data would take over [\d.]+ [TP]iB "
                                           r"but cpu has .* free: lower task option queries \(100,000,000\) or "
                                           r"docs \(10,000\)$"):
         create_task("ranking", {"queries": 100_000_000, "docs": 10_000}).load_data("", 0)
