@@ -523,7 +523,11 @@ class Trainer:
         if not self.dist.enabled:
             return model
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        # Buffers are re-sent from rank 0 before every forward only when training changes them (batch-norm
+        # statistics): the tasks' buffers (feature normalisation, term weights: megabytes) are fixed at setup and
+        # identical on every rank, so sending them each step would only cost bandwidth.
+        changing = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=changing)
 
     def _pause(self) -> None:
         """Wait between steps while paused; listeners learn when the pause took effect and when it ended."""
