@@ -32,6 +32,10 @@ def headline(task: str, summary: dict) -> tuple[str, float, float, int, int]:
         metric = summary["metrics"][0]
         d = summary[f"diff:{metric}"]
         return f"{metric} vs {d['against']}", d["mean_se"][0], d["mean_se"][1], d["wins"], summary["seeds"]
+    if task == "sentiment":
+        d = summary["difference"]
+        return ("accuracy vs TF-IDF + logistic regression", d["mean"], d["se"], summary["wins"],
+                summary["seeds"])
     return (f"{summary['metric']} vs {summary['baseline']}", summary["diff"], summary["diff_se"], summary["wins"],
             summary["seeds"])
 

@@ -59,17 +59,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+from quality_common import engine_test_metrics, mean_se, parse_value  # noqa: E402
 
 C_GRID = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 FULL_REVIEWS, QUICK_REVIEWS = 20_000, 6_000
@@ -97,23 +96,9 @@ def baseline_accuracy(texts: list[str], labels: np.ndarray, parts) -> dict:
 
 def engine_accuracy(seed: int, task_options: dict, settings: dict) -> dict:
     """Train the sentiment task with its defaults (plus `settings`) on the synthetic data of `seed`."""
-    from core.config import RunConfig
-    from core.engine.trainer import train
+    metrics, seconds = engine_test_metrics("sentiment", task_options, seed, 1, settings)
+    return {"accuracy": float(metrics["accuracy"]), "seconds": seconds}
 
-    with tempfile.TemporaryDirectory() as folder:
-        config = RunConfig.for_task("sentiment", seed=seed, device="cpu", threads=1, precision="fp32",
-                                    task_options=task_options, out_dir=folder, **settings)
-        started = time.perf_counter()
-        ended = train(config)
-        if ended.status != "completed":
-            raise RuntimeError(f"seed {seed}: the run ended {ended.status}: {ended.message}")
-        return {"accuracy": float(ended.test_metrics["accuracy"]), "seconds": time.perf_counter() - started}
-
-
-def mean_se(values) -> tuple[float, float]:
-    values = np.asarray(values, dtype=float)
-    se = float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else float("nan")
-    return float(values.mean()), se
 
 
 def run(seeds: int = 6, quick: bool = False, task_options: dict | None = None, settings: dict | None = None,
@@ -171,14 +156,6 @@ def report(summary: dict) -> str:
     ])
 
 
-def _value(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -194,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     task_options, settings = {}, {}
     for item in args.set:
         name, _, value = item.partition("=")
-        (task_options if name in option_names else settings)[name] = _value(value)
+        (task_options if name in option_names else settings)[name] = parse_value(value)
     seeds = args.seeds or (5 if args.quick else 6)
     summary = run(seeds, args.quick, task_options, settings)
     print(report(summary))
