@@ -6,8 +6,10 @@ For each device the precision modes it supports, and for the others the reason w
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
+import threading
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -131,6 +133,15 @@ def cpu_info() -> DeviceInfo:
             "fp16": "fp16 autocast with GradScaler is a GPU mode; on the CPU use bf16, which needs no scaler",
         },
     )
+
+
+def collect_garbage() -> None:
+    """A full gc.collect() before a memory measurement, on the main thread only. In the window the lab tools
+    run on worker threads, where a full collection can finalize Qt objects caught in reference cycles: their
+    C++ destructors then wait on the GUI thread, which waits for the GIL the collector holds (a hang seen in
+    the batch-size finder's tests). There, reference counting frees the trial's tensors anyway."""
+    if threading.current_thread() is threading.main_thread():
+        gc.collect()
 
 
 def cuda_free_memory(index: int) -> int | None:

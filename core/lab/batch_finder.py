@@ -38,7 +38,6 @@ not searched are 'stopped'); pause waits between trials. Bad settings raise Conf
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import sys
 import tempfile
@@ -382,7 +381,9 @@ class AcceleratorProbe:
         self.api.synchronize(self.device)
 
     def release(self) -> None:
-        gc.collect()
+        from core.devices import collect_garbage
+
+        collect_garbage()
         self.api.synchronize(self.device)
         self.api.empty_cache()
 
@@ -423,7 +424,9 @@ class CpuProbe:
         pass
 
     def release(self) -> None:
-        gc.collect()
+        from core.devices import collect_garbage
+
+        collect_garbage()
         _malloc_trim()
 
 

@@ -24,7 +24,6 @@ allocated before the step (max_memory_allocated) is reported as well: it adds gr
 from __future__ import annotations
 
 import dataclasses
-import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,7 +31,7 @@ import torch
 from torch import nn
 
 from core.config import RunConfig
-from core.devices import DeviceInfo, device_info, list_devices, torch_device
+from core.devices import DeviceInfo, collect_garbage, device_info, list_devices, torch_device
 from core.engine.control import RunControl
 from core.engine.diagnosis import explain_device_mismatch
 from core.engine.precision import PrecisionPlan, matmul_precision, resolve_precision
@@ -295,7 +294,7 @@ def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: P
     model.zero_grad(set_to_none=True)
     cuda = device.type == "cuda"
     if cuda:
-        gc.collect()
+        collect_garbage()
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         start = torch.cuda.memory_allocated(device)

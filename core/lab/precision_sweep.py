@@ -36,7 +36,7 @@ import torch
 
 from core.config import RunConfig
 from core.engine.control import RunControl
-from core.devices import DeviceInfo, device_info, list_devices
+from core.devices import DeviceInfo, collect_garbage, device_info, list_devices
 from core.precision_modes import PRECISION_MODES
 from core.errors import PrecisionError
 from core.engine.events import RunEnded, RunStarted, StepMetrics
@@ -328,9 +328,7 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
 
 def _release_device_memory(info: DeviceInfo) -> None:
     """Free the previous mode's cached blocks so the next one starts from the same allocator state."""
-    import gc
-
-    gc.collect()
+    collect_garbage()
     if info.type == "cuda":
         torch.cuda.empty_cache()
 
