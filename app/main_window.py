@@ -19,7 +19,7 @@ from app.panels.log import LogPanel
 from app.panels.plots import PlotsPanel
 from app.panels.run_setup import RunSetupPanel
 from app.run.controller import RunController
-from app.run.jobs import JobRunner
+from app.run.jobs import GuiThreadGarbageCollector, JobRunner
 from app.status import RunStatusBar
 from app.window_settings import WindowSettings
 from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
@@ -57,6 +57,9 @@ class MainWindow(QMainWindow):
         self._status_timer = QTimer(self, singleShot=True, interval=250)
         self._status_timer.timeout.connect(self._flush_status)
         self.jobs = JobRunner(self)
+        # cyclic garbage is collected on this (the GUI) thread while the window is up: see the class doc
+        self._garbage_collector = GuiThreadGarbageCollector(self)
+        self.closed.connect(self._garbage_collector.stop)
         self._history: Future | None = None  # a resumed run's earlier metrics, being read
         self._resuming: str | None = None  # the checkpoint the run being started resumes
         # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.

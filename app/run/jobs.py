@@ -164,3 +164,50 @@ class JobRunner(QObject):
         """Wait for running jobs (they are short and must not be cut off halfway through a file write)."""
         for job in list(self._jobs):
             job.shutdown()
+
+
+class GuiThreadGarbageCollector(QObject):
+    """Python's cyclic garbage collector run on the GUI thread only, while a window is up (pyqtgraph's
+    GarbageCollector does the same). Automatic collection happens in whichever thread allocates; in a worker
+    (a run, a lab tool) it can finalize Qt objects caught in reference cycles, whose C++ destructors then wait
+    on the GUI thread while the collector holds the GIL the GUI thread waits for: a hang. So automatic
+    collection is off while any window holds one of these, and a timer collects the generations whose
+    thresholds are passed, on the GUI thread. The last one stopped turns automatic collection back on."""
+
+    _active = 0
+    _was_enabled = True
+
+    def __init__(self, parent: QObject, interval_ms: int = 1000):
+        import gc
+
+        from PySide6.QtCore import QTimer
+
+        super().__init__(parent)
+        if GuiThreadGarbageCollector._active == 0:
+            GuiThreadGarbageCollector._was_enabled = gc.isenabled()
+            gc.disable()
+        GuiThreadGarbageCollector._active += 1
+        self._stopped = False
+        self._timer = QTimer(self, interval=interval_ms)
+        self._timer.timeout.connect(self.collect)
+        self._timer.start()
+
+    @Slot()
+    def collect(self) -> None:
+        import gc
+
+        (t0, t1, t2), (c0, c1, c2) = gc.get_threshold(), gc.get_count()
+        generation = 2 if c2 > t2 else 1 if c1 > t1 else 0 if c0 > t0 else None
+        if generation is not None:
+            gc.collect(generation)
+
+    def stop(self) -> None:
+        import gc
+
+        if self._stopped:
+            return
+        self._stopped = True
+        self._timer.stop()
+        GuiThreadGarbageCollector._active -= 1
+        if GuiThreadGarbageCollector._active == 0 and GuiThreadGarbageCollector._was_enabled:
+            gc.enable()
