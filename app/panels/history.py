@@ -633,13 +633,16 @@ class HistoryPanel(QWidget):
             return
         self.resumeRequested.emit(checkpoint)
 
+    def _preferred_checkpoint(self, run: dict) -> str | None:
+        """The checkpoint a user ships or measures: the best when the run kept one, else the last."""
+        return self._checkpoint(run, "best") or self._checkpoint(run, "last")
+
     def export(self, which: str | None = None) -> None:
         """Ask to export the selected run's best (or last) checkpoint; None: the best when there is one."""
         runs = self.selected_runs()
         if len(runs) != 1:
             return
-        checkpoint = (self._checkpoint(runs[0], which) if which else
-                      self._checkpoint(runs[0], "best") or self._checkpoint(runs[0], "last"))
+        checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
             self.statusLabel.setText(f"{runs[0].get('name')}: no {which or ''} checkpoint to export".replace("  ", " "))
             return
@@ -647,13 +650,11 @@ class HistoryPanel(QWidget):
 
     def evaluate(self, which: str | None = None) -> None:
         """Measure the selected run's best (or last) checkpoint on its test split (val for a task without
-        one), off the GUI thread
-        (core.lab.evaluate); the metrics go to the status line and out as `evaluated`."""
+        one), off the GUI thread (core.lab.evaluate); the metrics go to the status line and out as `evaluated`."""
         runs = self.selected_runs()
         if len(runs) != 1:
             return
-        checkpoint = (self._checkpoint(runs[0], which) if which else
-                      self._checkpoint(runs[0], "best") or self._checkpoint(runs[0], "last"))
+        checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
             self.statusLabel.setText(f"{runs[0].get('name')}: no checkpoint to evaluate")
             return

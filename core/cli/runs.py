@@ -51,6 +51,13 @@ def resolve(runs: list[dict], key: str, root: Path) -> dict:
     return matches[0]
 
 
+def resolve_all(args) -> list[dict]:
+    """The runs `args.ids` name under the runs root (each as `resolve` finds it)."""
+    root = runs_dir(args)
+    everything = find_runs(root)
+    return [resolve(everything, key, root) for key in args.ids]
+
+
 def _best(run: dict) -> str:
     best = run.get("best") or {}
     if best.get("value") is None:
@@ -231,9 +238,7 @@ def compare_rows(runs: list[dict]) -> list[CompareRow]:
 
 
 def cmd_compare(args) -> int:
-    root = runs_dir(args)
-    everything = find_runs(root)
-    runs = [resolve(everything, key, root) for key in args.ids]
+    runs = resolve_all(args)
     differing = _differing_config(runs)
     rows = compare_rows(runs)
     if args.json:
@@ -306,9 +311,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_delete(args) -> int:
-    root = runs_dir(args)
-    everything = find_runs(root)
-    runs = [resolve(everything, key, root) for key in args.ids]
+    runs = resolve_all(args)
     for run in runs:
         if is_in_use(run["folder"]):
             return fail_bad_input(f"runs delete: run {run.get('id')} ({run.get('name')}) is running; stop it first")
@@ -327,9 +330,7 @@ def cmd_delete(args) -> int:
 
 
 def cmd_tensorboard(args) -> int:
-    root = runs_dir(args)
-    everything = find_runs(root)
-    runs = [resolve(everything, key, root) for key in args.ids]
+    runs = resolve_all(args)
     try:
         from core.lab.tensorboard_export import export_run
     except ImportError as exc:
