@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import mmap
 import os
 
 import pytest
@@ -111,9 +112,13 @@ def test_resident_set_size_is_what_memory_in_use_reads_and_opens_statm_once(monk
     sizes = [resident_set_size() for _ in range(50)]
     assert opened.count("/proc/self/statm") == 1
     reference = memory_in_use(torch.device("cpu"))
-    grown = bytearray(64 * 2**20)
-    grown[::4096] = b"\1" * len(grown[::4096])  # touch every page: the resident set grows by 64 MiB
+    # Fresh anonymous pages, touched one by one: the resident set grows by 64 MiB. (A bytearray
+    # may be served from memory the allocator already holds resident, so it need not grow.)
+    grown = mmap.mmap(-1, 64 * 2**20)
+    for offset in range(0, len(grown), mmap.PAGESIZE):
+        grown[offset] = 1
     after = resident_set_size()
+    grown.close()
     assert all(abs(s - reference) < 16 * 2**20 for s in sizes)
     assert after - sizes[-1] > 48 * 2**20  # a fresh value each read, not a cached one
     os.close(reporting._statm[1])
