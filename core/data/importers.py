@@ -18,7 +18,8 @@ import os
 import re
 import stat
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,18 @@ class Column:
     choices: tuple[str, ...] | None = None  # for "label": allowed values (compared lower-cased, trimmed)
     minimum: float | None = None  # for "int" / "float": smallest allowed value
     why: str = ""  # said after a value below `minimum`, e.g. what the values mean
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read a user's file when its shape is not the expected one (RunConfig's delimiter and columns).
+
+    delimiter: "" sniffs it from the file; otherwise the separator itself ("," "\\t" ";" "|" "::" ...).
+    columns: expected column name -> the file's name for it (e.g. {"user_id": "userId"}).
+    """
+
+    delimiter: str = ""
+    columns: Mapping[str, str] = field(default_factory=dict)
 
 
 def data_files(path: str | Path) -> list[Path]:
@@ -96,7 +109,8 @@ def _not_regular(path: Path) -> str | None:
     return "a special file"
 
 
-def read_table(path: str | Path, columns: list[Column], prefix_columns: str | None = None) -> pa.Table:
+def read_table(path: str | Path, columns: list[Column], prefix_columns: str | None = None,
+               options: ReadOptions | None = None) -> pa.Table:
     """Read `path` (file or folder) into one table holding `columns` (plus every column whose name starts
     with `prefix_columns`, e.g. "f" for ranking features), checked and converted.
 
