@@ -21,6 +21,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "onecycle")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MONITOR_MODES = ("auto", "max", "min")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 
@@ -85,6 +86,14 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("early_stop_divergence", "end the run (completed) as soon as the monitored metric is worse than "
                                            "this: above it for a min-mode metric such as the loss, below it for "
                                            "max-mode; nan or inf also ends it; 0 = off", 0.0, 1e9, step=0.1),
+        FieldSpec("compile", "compile the model with torch.compile after moving it to the device (compile time is "
+                             "reported apart from the steady-state speed); falls back to eager, saying why, where "
+                             "the platform's compiler is missing"),
+        FieldSpec("compile_mode", "torch.compile mode: default, reduce-overhead (CUDA graphs: small models on a "
+                                  "GPU) or max-autotune (longer compile, tuned kernels)", choices=COMPILE_MODES),
+        FieldSpec("activation_checkpointing", "recompute each block's activations in the backward pass instead of "
+                                              "keeping them: less memory for more compute (tasks whose model "
+                                              "has blocks, e.g. the recommender)"),
         FieldSpec("tensorboard", "also write TensorBoard event files into <run folder>/tensorboard as the run "
                                  "goes (needs the optional tensorboardX package)"),
     )
@@ -126,6 +135,9 @@ class RunConfig:
     early_stop_min_delta: float = 0.0
     early_stop_divergence: float = 0.0
     tensorboard: bool = False
+    compile: bool = False
+    compile_mode: str = "default"
+    activation_checkpointing: bool = False
 
     @classmethod
     def for_task(cls, task: str, **overrides: Any) -> RunConfig:
