@@ -152,4 +152,35 @@ def test_best_follows_the_monitored_metric_and_names_the_best_checkpoint(tmp_pat
     rec.update(started(monitor_mode="min"))  # primary metric (accuracy), lower better as configured
     for step, accuracy in ((10, 0.7), (20, 0.6)):
         rec.update(EvalMetrics(step=step, epoch=1, split="val", metrics={"accuracy": accuracy}))
+    rec.write()
     assert record(tmp_path)["best"] == {"name": "accuracy", "value": 0.6, "step": 20}
+
+
+def test_evaluations_reach_run_json_at_most_every_write_seconds_and_urgent_events_at_once(tmp_path, monkeypatch):
+    from core.engine import run_record
+
+    clock = [1000.0]
+    monkeypatch.setattr(run_record.time, "monotonic", lambda: clock[0])
+    writes = []
+    real_write = run_record.atomic_write_bytes
+    monkeypatch.setattr(run_record, "atomic_write_bytes", lambda path, payload: (writes.append(json.loads(payload)),
+                                                                                 real_write(path, payload)))
+    rec = RunRecord(tmp_path)
+    rec.update(started(monitor="loss"))
+    assert len(writes) == 1  # the start: at once
+    for step in range(1, 30):  # an evaluation (and a best checkpoint) every step, 10 ms apart
+        clock[0] += 0.01
+        rec.update(EvalMetrics(step=step, epoch=1, split="val", metrics={"loss": 1.0 / step}))
+        rec.update(BestSaved(step=step, path=str(tmp_path / "best.pt")))
+    assert len(writes) == 1 and record(tmp_path)["best"]["value"] is None  # pending, not written
+    clock[0] += run_record.WRITE_SECONDS
+    rec.update(StepMetrics(30, 1, 0.5, 0.1, 1.0, None, None, 0, None, 3.0))
+    assert len(writes) == 2 and record(tmp_path)["best"] == {"name": "loss", "value": 1.0 / 29, "step": 29}
+    rec.update(StepMetrics(31, 1, 0.5, 0.1, 1.0, None, None, 0, None, 3.1))
+    assert len(writes) == 2  # nothing pending: a logged step alone never writes
+    clock[0] += 0.01
+    rec.update(EvalMetrics(step=32, epoch=1, split="val", metrics={"loss": 0.01}))
+    assert len(writes) == 2
+    rec.update(CheckpointSaved(step=32, path=str(tmp_path / "checkpoint.pt")))  # a last checkpoint: at once
+    assert len(writes) == 3 and record(tmp_path)["best"]["value"] == 0.01
+    assert record(tmp_path)["checkpoints"]["last"]["step"] == 32

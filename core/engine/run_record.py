@@ -1,7 +1,9 @@
 """`run.json`: a run folder's summary, kept up to date by rank 0 as the run goes (torch-free).
 
-RunRecord turns the run's events into one small JSON object, written atomically (core.files) at RunStarted and
-on every CheckpointSaved, EvalMetrics and RunEnded: id (stable across resumes into the same folder), task,
+RunRecord turns the run's events into one small JSON object, written atomically (core.files) at RunStarted, at
+each last-checkpoint save and at RunEnded; validation metrics and best checkpoints, which can come every few
+steps, are written at most every WRITE_SECONDS (the next event after that interval writes what is pending), so
+an atomic write with its fsyncs never becomes a per-epoch cost of a small model. It holds: id (stable across resumes into the same folder), task,
 status, device, precision, versions, times, steps, final loss and metrics, the best value of the task's primary
 metric, the checkpoints, the config. `read_run(folder)` reads it back for `amp-console runs`: a record that says
 "running" while no live run holds the folder (core.engine.run_folder.is_in_use) reads as "interrupted". An
@@ -19,6 +21,7 @@ import os
 import platform
 import secrets
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +35,7 @@ RECORD_FILE = "run.json"
 NOTE_FILE = "note.txt"  # the user's note on a run (read_note / write_note)
 NOTE_MAX_BYTES = 64 * 1024  # a longer note.txt is read up to this many bytes
 RECORD_VERSION = 1
+WRITE_SECONDS = 2.0  # evaluations and best checkpoints reach run.json at most this late (see the module doc)
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
 
 
@@ -122,11 +126,16 @@ class RunRecord:
         self.path = self.folder / RECORD_FILE
         self.data: dict | None = None
         self._mode = "auto"
+        self._pending = False  # changed since the last write, by an event that may wait (see update)
+        self._written_at = float("-inf")
         earlier = load_record(self.folder)
         self._earlier = earlier if isinstance(earlier, dict) else None
 
     def update(self, event) -> None:
-        """Fold one event into the record and write it when it changed what run.json says."""
+        """Fold one event into the record and write it when it changed what run.json says: at once for the
+        start, a last checkpoint and the end; for evaluations and best checkpoints once WRITE_SECONDS have
+        passed since the last write (until then they are pending, written by the next event after that)."""
+        urgent = True
         match event:
             case RunStarted():
                 self._started(event)
@@ -139,8 +148,11 @@ class RunRecord:
                 self.data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
                 if which == "last":
                     self.data["steps"] = max(self.data.get("steps") or 0, event.step)
+                else:
+                    urgent = False
             case EvalMetrics():
                 self._evaluated(event)
+                urgent = False
             case StepMetrics():
                 memory = getattr(event, "memory_bytes", None)
                 if isinstance(memory, int) and memory > (self.data.get("peak_memory_bytes") or 0):
@@ -148,16 +160,23 @@ class RunRecord:
                 self.data["steps"] = event.step
                 self.data["final_loss"] = event.loss
                 self.data["wall_seconds"] = self._previous_wall + float(event.elapsed_seconds or 0.0)
-                return  # kept in memory only: written with the next record-worthy event
+                if self._pending and time.monotonic() - self._written_at >= WRITE_SECONDS:
+                    self.write()
+                return  # otherwise kept in memory only: written with the next record-worthy event
             case RunEnded():
                 self._ended(event)
             case _:
                 return
-        self.write()
+        if urgent or time.monotonic() - self._written_at >= WRITE_SECONDS:
+            self.write()
+        else:
+            self._pending = True
 
     def write(self) -> None:
         payload = json.dumps(_finite(self.data), indent=2, default=str) + "\n"
         atomic_write_bytes(self.path, payload.encode("utf-8"))
+        self._pending = False
+        self._written_at = time.monotonic()
 
     def _started(self, event) -> None:
         earlier = self._earlier or {}
