@@ -1,6 +1,8 @@
 """`amp-console sweep`: a small grid or random hyperparameter sweep (core.lab.sweep), headless.
 
-Each trial is a normal run in the history, in the sweep's folder under the runs root. Progress goes to stderr
+Each trial is a normal run in the history, in the sweep's folder under the runs root: one after another in
+this process, or with --devices cuda:0,cuda:1 (or --parallel N) N at a time, each in its own training process
+(core.lab.sweep_parallel). Progress goes to stderr
 (a line as each trial starts and ends, the trainer's progress in between); stdout gets the result table sorted
 by the best value of the monitored metric, the best trial with `runs show` and a "train it longer" command.
 With --json the last stdout line is one JSON object and the table is not printed. Bad input (a grid value, a
@@ -30,8 +32,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "sweep", help="run a small grid or random hyperparameter sweep; each trial is a run in the history",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Train one run per combination of settings, one after another, in a sweep folder under the "
-                    "runs root, then print a table sorted by the best value of the monitored metric.\n"
+        description="Train one run per combination of settings, one after another (or N at a time with "
+                    "--devices), in a sweep folder under the runs root, then print a table sorted by the best value of the monitored metric.\n"
                     "KEY is any setting (lr, batch_size, optimizer, weight_decay, seed...) or an option of the "
                     "task (hidden; option.NAME when a setting has the same name). Every trial is checked before "
                     "the first starts.",
@@ -40,8 +42,10 @@ def register(sub) -> None:
                "  amp-console sweep --task tiny --max-steps 200 --grid hidden=16,64 --grid seed=0,1,2\n"
                "  amp-console sweep --task tiny --random 8 --range lr=1e-4:1e-2:log --range batch_size=32:256 "
                "--seed 1\n"
+               "  amp-console sweep --config base.toml --grid lr=1e-3,3e-3 --grid seed=0,1 --devices cuda:0,cuda:1\n"
                "  amp-console sweep --resume ~/.local/share/amp-console/runs/20261201-101500-sweep-tiny\n"
-               "Ctrl+C stops the running trial with a checkpoint; --resume continues the sweep.")
+               "Ctrl+C stops the running trial(s) with a checkpoint; --resume continues the sweep (with the same "
+               "--devices or others).")
     base = p.add_argument_group("base settings (every trial starts from these)")
     base.add_argument("--config", metavar="FILE.toml", help="settings from a TOML file, as `train --config`")
     base.add_argument("--task", default=None, help="task to train (default: the config file's, else tiny)")
@@ -70,6 +74,14 @@ def register(sub) -> None:
     run.add_argument("--resume", metavar="SWEEP_FOLDER",
                      help="continue a sweep: completed and failed trials are kept, a stopped or interrupted one "
                           "resumes from its checkpoint, pending ones run")
+    run.add_argument("--devices", metavar="DEV1,DEV2,...", default=None,
+                     help="run trials N at a time, one per listed device (cuda:0,cuda:1; cpu,cpu for two CPU "
+                          "trials at once), each in its own training process; a device takes the next trial as "
+                          "soon as its trial ends. CPU threads are shared out: each trial gets at most cores / N "
+                          "unless the settings set threads (default: one trial at a time, in this process)")
+    run.add_argument("--parallel", type=int, default=None, metavar="N",
+                     help="N trials at a time, each in its own process: on the --devices dealt round-robin, else "
+                          "all on the settings' device")
     run.add_argument("--retry-failed", action="store_true",
                      help="with --resume: run failed trials again too (from scratch, in a fresh folder)")
     run.add_argument("--show", metavar="SWEEP_FOLDER", help="print the result table of a sweep and exit")
@@ -157,12 +169,14 @@ def _check_resume_args(args: argparse.Namespace, flag: str) -> None:
 # ------------------------------------------------------------------------------------------ progress
 class SweepLines:
     """The sweep's progress on stderr: a line as each trial starts and ends; the trainer's own progress (a live
-    bar on a terminal, a line every `every` seconds in a log) in between."""
+    bar on a terminal, a line every `every` seconds in a log) in between. Trials running at once (a parallel
+    sweep) each get plain progress lines, prefixed with the trial's number."""
 
     def __init__(self, every: float = 30.0, stream=None):
         self.every = every
         self.stream = stream
-        self.reporter = None
+        self.reporters: dict = {}
+        self.parallel = False
         self.started = time.perf_counter()
 
     def _write(self, text: str) -> None:
@@ -178,14 +192,24 @@ class SweepLines:
             case SweepStarted():
                 done = event.total - len(event.to_run)
                 extra = f" ({done} done before)" if done else ""
-                self._write(f"sweep: {len(event.to_run)} of {event.total} trials to run{extra} in {event.folder}")
+                self.parallel = bool(event.devices)
+                where = (f", {len(event.devices)} at a time on {', '.join(event.devices)}" if self.parallel else "")
+                self._write(f"sweep: {len(event.to_run)} of {event.total} trials to run{extra}{where} in "
+                            f"{event.folder}")
             case TrialStarted():
                 how = f"resuming from {event.resume_from}" if event.resume_from else "starting"
-                self._write(f"sweep [{event.index}/{event.total}] {event.name}: {how}")
-                self.reporter = ProgressReporter(enabled=True, every=self.every, stream=self.stream)
+                on = f" on {event.device}" if self.parallel and event.device else ""
+                self._write(f"sweep [{event.index}/{event.total}] {event.name}: {how}{on}")
+                if self.parallel:
+                    self.reporters[event.index] = ProgressReporter(
+                        enabled=True, live=False, every=self.every,
+                        stream=_Prefixed(lambda: self.stream or sys.stderr, f"  [{event.index}] "))
+                else:
+                    self.reporters[event.index] = ProgressReporter(enabled=True, every=self.every, stream=self.stream)
             case TrialEvent():
-                if self.reporter is not None:
-                    self.reporter(event.event)
+                reporter = self.reporters.get(event.index)
+                if reporter is not None:
+                    reporter(event.event)
             case TrialEnded():
                 best = event.best or {}
                 score = (f", {best.get('name')} {fmt.number(best.get('value'))} at step {best.get('step')}"
@@ -193,26 +217,67 @@ class SweepLines:
                 wall = f", {fmt.duration(event.wall_seconds)}" if event.wall_seconds is not None else ""
                 message = f" ({event.message})" if event.status != "completed" and event.message else ""
                 self._write(f"sweep [{event.index}/{event.total}] {event.name}: {event.status}{score}{wall}{message}")
-                self.reporter = None
+                self.reporters.pop(event.index, None)
+
+
+class _Prefixed:
+    """A stream that starts every line with `prefix` (a parallel trial's progress lines)."""
+
+    def __init__(self, stream, prefix: str):
+        self._stream, self.prefix = stream, prefix
+
+    def write(self, text: str) -> int:
+        stream = self._stream()
+        lines = text.split("\n")
+        stream.write("\n".join(self.prefix + line if line else line for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream().flush()
 
 
 # ------------------------------------------------------------------------------------------ command
+def device_slots(args: argparse.Namespace, base_device: str) -> list[str] | None:
+    """The device of each parallel slot from --devices / --parallel (None: one trial at a time, in-process);
+    a listed accelerator that is not here is refused before anything runs."""
+    from core.lab.sweep_parallel import device_slots as deal, parse_devices
+
+    if args.devices is None and args.parallel is None:
+        return None
+    devices = parse_devices(args.devices) if args.devices is not None else [base_device]
+    slots = deal(devices, args.parallel)
+    wanted = sorted({d for d in slots if d not in ("cpu", "auto")})
+    if wanted:  # only then load torch to look
+        from core.devices import list_devices
+
+        here = [d.id for d in list_devices()]
+        missing = [d for d in wanted if d not in here]
+        if missing:
+            raise ConfigError("--devices", f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
+                                           f"available here (available: {', '.join(here)})")
+    return slots
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     if args.show:
         _check_resume_args(args, "--show")
+        if args.devices is not None or args.parallel is not None:
+            raise ConfigError("--show", "prints the table; leave out --devices and --parallel")
         return _print_results(Path(args.show), args, status=None)
     if args.resume:
         _check_resume_args(args, "--resume")
         folder = Path(args.resume)
         from core.lab.sweep import load_sweep
 
-        load_sweep(folder)  # not a sweep: one line, exit 2
+        data = load_sweep(folder)  # not a sweep: one line, exit 2
+        slots = device_slots(args, str((data.get("base_config") or {}).get("device") or "auto"))
     else:
         if args.retry_failed:
             raise ConfigError("--retry-failed", "goes with --resume SWEEP_FOLDER (a new sweep has no failed trials)")
         if args.progress_every <= 0:
             raise ConfigError("--progress-every", f"{args.progress_every} must be above 0 seconds")
         config, axes, trials, method = _plan(args)
+        slots = device_slots(args, config.device)
         from core.engine.run_record import runs_root
         from core.files import check_regular_file, check_utf8_path, check_writable_folder
 
@@ -226,10 +291,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         folder = create_sweep(config, trials, axes, method=method, samples=args.random or 0, seed=args.seed,
                               root=args.runs_dir)
-    return _run(folder, args)
+    return _run(folder, args, slots)
 
 
-def _run(folder: Path, args: argparse.Namespace) -> int:
+def _run(folder: Path, args: argparse.Namespace, slots: list[str] | None = None) -> int:
     from core.engine.control import RunControl
     from core.lab.sweep import run_sweep
 
@@ -238,7 +303,7 @@ def _run(folder: Path, args: argparse.Namespace) -> int:
         signals.started(control)  # from now on a signal stops the running trial with a checkpoint
         try:
             result = run_sweep(folder, progress=SweepLines(args.progress_every), control=control,
-                               retry_failed=args.retry_failed)
+                               retry_failed=args.retry_failed, devices=slots)
         except StopBeforeStart as exc:  # pragma: no cover - started() above makes this unreachable
             sys.stderr.write(f"amp-console: {signal_name(exc.signum)}: stopped\n")
             return signals.exit_code

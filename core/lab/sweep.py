@@ -4,7 +4,9 @@ A sweep is a folder under the runs root, `<date>-<time>-sweep-<task>/`, holding 
 each trial's state) and one subfolder per trial (`trial-01-lr=0.001-batch_size=64`), each an ordinary run
 folder with its run.json, so `amp-console runs` and the window's history list the trials as
 "<sweep>/<trial>" (core.engine.run_record.find_runs). Trials run one after another in this process (the
-trainer's own `train`); early stopping, best checkpoints and everything else a run does apply per trial.
+trainer's own `train`), or N at a time on N device slots, each in its own training process
+(`run_sweep(..., devices=[...])`, core.lab.sweep_parallel); early stopping, best checkpoints and everything else
+a run does apply per trial.
 
 The API (plain functions, no Qt; torch is imported only when a trial runs):
 
@@ -12,10 +14,10 @@ The API (plain functions, no Qt; torch is imported only when a trial runs):
   `samples` seeded random draws over ranges, each checked with RunConfig.validate() before anything runs
   (a bad value is a ConfigError whose field is "--grid KEY" or "--range KEY").
 - `create_sweep(base, trials, root=...)` -> the new sweep folder, with sweep.json saying every trial is pending.
-- `run_sweep(folder, progress=None, control=None)` -> SweepResult: runs what is not done (completed and failed
-  trials are skipped, a stopped or interrupted trial resumes from its checkpoint, pending ones run). A stop
-  (control.stop(), which the CLI's signal handlers call) stops the running trial with a checkpoint and leaves
-  the rest pending. A trial that fails (setup included) is recorded as failed with its message; the sweep goes
+- `run_sweep(folder, progress=None, control=None, devices=None)` -> SweepResult: runs what is not done
+  (completed and failed trials are skipped, a stopped or interrupted trial resumes from its checkpoint, pending
+  ones run; `devices`: one trial per listed device at a time, each in a child process). A stop (control.stop(),
+  which the CLI's signal handlers call) stops the running trial(s) with a checkpoint and leaves the rest pending. A trial that fails (setup included) is recorded as failed with its message; the sweep goes
   on. `progress(obj)` gets SweepStarted, TrialStarted, TrialEvent (each trainer event of the trial),
   TrialEnded and SweepEnded; a GUI runs it on a BackgroundJob.
 - `sweep_table(folder, sort=None)` -> rows (dicts, see `_row`): one per trial, sorted by the best value of the
@@ -32,7 +34,7 @@ sweep.json (version 1) is rewritten atomically (core.files) when a trial starts 
    "choices"} for random], "samples", "seed", "base_config" (RunConfig.to_dict(), out_dir empty),
    "trials": [{"index", "name", "folder" (relative to the sweep folder), "params" {key: value}, "status"
    ("pending" | "running" | "completed" | "stopped" | "failed"), "message", "run_id", "started", "ended",
-   "attempts"}]}
+   "attempts", "device" (where it last ran)}]}
 `load_sweep` reads a "running" trial (or sweep) that no live process holds as "interrupted".
 """
 
@@ -453,6 +455,7 @@ class SweepStarted:
     total: int
     to_run: list  # trial names this call will run (resumed ones included), in order
     resumed: bool  # some trials had run before
+    devices: tuple = ()  # the device slots of a parallel sweep (one trial at a time in this process: empty)
 
 
 @dataclass(frozen=True)
@@ -463,6 +466,7 @@ class TrialStarted:
     folder: str
     params: dict
     resume_from: str | None  # the checkpoint a stopped or interrupted trial continues from
+    device: str | None = None  # the device it trains on (its slot's, in a parallel sweep)
 
 
 @dataclass(frozen=True)
@@ -556,9 +560,13 @@ def trial_config(data: dict, trial: dict, sweep_folder: Path) -> RunConfig:
 
 
 def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] | None = None,
-              control: RunControl | None = None, retry_failed: bool = False) -> SweepResult:
+              control: RunControl | None = None, retry_failed: bool = False,
+              devices: list[str] | None = None) -> SweepResult:
     """Run the trials of the sweep in `folder` that are not done yet, one after another (see the module doc);
     with `retry_failed`, failed trials run again too (from scratch, in a fresh folder beside the failed run).
+    With `devices` (device slots, e.g. ["cuda:0", "cuda:1"] or ["cpu", "cpu"]): len(devices) trials at a time,
+    each in its own training process on its slot's device (core.lab.sweep_parallel); the same states, events
+    and stop/resume, and a resume may use other devices than the first run.
 
     Stop with control.stop(): the running trial stops after its step and writes its checkpoint; the sweep
     then returns with status "stopped" and sweep.json says which trials are done, stopped and pending.
@@ -578,13 +586,18 @@ def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] 
         total = len(trials)
         to_run = [t for t in trials if t.get("status") not in DONE or retry_failed and t.get("status") == "failed"]
         emit(SweepStarted(str(folder), total, [t["name"] for t in to_run],
-                          resumed=any(t.get("status") != "pending" for t in trials)))
+                          resumed=any(t.get("status") != "pending" for t in trials), devices=tuple(devices or ())))
         data["status"] = "running"
         write_sweep(folder, data)
-        for trial in to_run:
-            if control.stop_requested:
-                break
-            _run_one(folder, data, trial, total, emit, control)
+        if devices:
+            from core.lab.sweep_parallel import run_parallel
+
+            run_parallel(folder, data, to_run, total, emit, control, list(devices))
+        else:
+            for trial in to_run:
+                if control.stop_requested:
+                    break
+                _run_one(folder, data, trial, total, emit, control)
         stopped = control.stop_requested and any(t.get("status") not in DONE for t in trials)
         data["status"] = "stopped" if stopped else "completed"
         write_sweep(folder, data)
@@ -595,24 +608,48 @@ def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] 
     return SweepResult(folder, data["status"], counts, sweep_table(folder))
 
 
-def _run_one(folder: Path, data: dict, trial: dict, total: int, emit, control) -> None:
+def begin_trial(folder: Path, data: dict, trial: dict, total: int, emit, device: str | None = None):
+    """Mark `trial` running in sweep.json and announce it: (its RunConfig, the checkpoint it resumes from or
+    None). `device`: the slot's device (parallel trials), else the sweep's own setting."""
     trial_folder = folder / trial["folder"]
     resume_from = _checkpoint_of(trial_folder) if trial.get("status") in ("stopped", "interrupted") else None
     config = trial_config(data, trial, folder)
+    if device is not None:
+        config = config.replace(device=device)
     trial.update(status="running", message="", started=trial.get("started") or now_iso(), ended=None,
-                 attempts=int(trial.get("attempts") or 0) + 1)
+                 attempts=int(trial.get("attempts") or 0) + 1, device=device or config.device)
     write_sweep(folder, data)
     emit(TrialStarted(trial["index"], total, trial["name"], str(trial_folder), dict(trial["params"]),
-                      str(resume_from) if resume_from else None))
+                      str(resume_from) if resume_from else None, device or config.device))
+    return config, resume_from
+
+
+def note_trial_folder(folder: Path, data: dict, trial: dict, event) -> None:
+    """The trainer chose a free sibling of the trial's folder (RunStarted's out_dir): sweep.json follows it."""
+    used = Path(str(event.config.get("out_dir") or folder / trial["folder"]))
+    if used.parent == folder and used.name != trial["folder"]:
+        trial["folder"] = used.name
+        write_sweep(folder, data)
+
+
+def end_trial(folder: Path, data: dict, trial: dict, total: int, emit, status: str, message: str) -> None:
+    """Record how `trial` ended (completed | stopped | failed, anything else is failed) and announce it."""
+    record = load_record(folder / trial["folder"]) or {}
+    trial.update(status=status if status in ("completed", "stopped", "failed") else "failed", message=message,
+                 ended=now_iso(), run_id=record.get("id") or trial.get("run_id"))
+    write_sweep(folder, data)
+    emit(TrialEnded(trial["index"], total, trial["name"], trial["status"], message, record.get("best"),
+                    record.get("wall_seconds")))
+
+
+def _run_one(folder: Path, data: dict, trial: dict, total: int, emit, control) -> None:
+    config, resume_from = begin_trial(folder, data, trial, total, emit)
 
     def sink(event) -> None:
         from core.engine.events import RunStarted
 
         if isinstance(event, RunStarted):
-            used = Path(str(event.config.get("out_dir") or trial_folder))
-            if used.parent == folder and used.name != trial["folder"]:  # the trainer chose a free sibling
-                trial["folder"] = used.name
-                write_sweep(folder, data)
+            note_trial_folder(folder, data, trial, event)
         emit(TrialEvent(trial["index"], trial["name"], event))
 
     status, message = "failed", ""
@@ -621,12 +658,7 @@ def _run_one(folder: Path, data: dict, trial: dict, total: int, emit, control) -
         status, message = ended.status, ended.message
     except Exception as exc:  # noqa: BLE001 - bad input at setup or an engine error: the trial fails, the sweep goes on
         message = str(exc) or type(exc).__name__
-    record = load_record(folder / trial["folder"]) or {}
-    trial.update(status=status if status in ("completed", "stopped", "failed") else "failed", message=message,
-                 ended=now_iso(), run_id=record.get("id") or trial.get("run_id"))
-    write_sweep(folder, data)
-    emit(TrialEnded(trial["index"], total, trial["name"], trial["status"], message, record.get("best"),
-                    record.get("wall_seconds")))
+    end_trial(folder, data, trial, total, emit, status, message)
 
 
 # ------------------------------------------------------------------------------------------ results
@@ -649,6 +681,8 @@ def _row(data: dict, trial: dict, folder: Path) -> dict:
         "best_step": best.get("step") if best else None,
         "samples_per_second": run.get("samples_per_second"), "peak_memory_bytes": run.get("peak_memory_bytes"),
         "wall_seconds": run.get("wall_seconds"), "steps": run.get("steps"), "total_steps": run.get("total_steps"),
+        "device": run.get("device") or trial.get("device"), "start_time": run.get("start_time"),
+        "end_time": run.get("end_time"),
         "max_steps": config.get("max_steps"), "epochs": config.get("epochs"),
         "checkpoint": str(checkpoint) if checkpoint else None,
     }

@@ -1,0 +1,318 @@
+"""Sweep trials N at a time: one training process per device slot (core.lab.sweep.run_sweep with `devices`).
+
+Each trial is a normal run in its own child process, `python -m core.cli train --events --control-stdin
+--config-stdin` (what the window's separate-process runs use): the trial's settings go to the child as one
+JSON line on stdin with the slot's device, the child prints every trainer event as a JSON line on stdout, and
+"stop" on its stdin stops it after its step with a checkpoint (closing its stdin does the same, so a sweep
+process that dies leaves no child training unattended). A slot takes the next pending trial as soon as its
+trial ends. Only this (the parent) process writes sweep.json, from one thread: the children's output is read
+on a thread per pipe and handed over through a queue, so the table cannot be torn by two trials ending at once.
+
+Devices: `parse_devices("cuda:0,cuda:1")` -> ["cuda:0", "cuda:1"] (syntax only; cpu may repeat: "cpu,cpu" runs
+two CPU trials at once); `device_slots(devices, parallel)` -> one slot per device, or `parallel` slots dealt
+round-robin over the devices.
+
+Threads: N trials on one machine share its cores. A trial whose settings leave `threads` at 0 (auto) gets
+LOCAL_WORLD_SIZE=N in its environment, which the trainer's auto choice (core.engine.threads) reads as "N
+processes share these cores": it takes at most cores // N threads (fewer for light steps, as always). An
+OMP_NUM_THREADS the user set is capped to cores // N as well. A `threads` set in the settings is used as given.
+
+No torch here: the parent only starts processes and reads JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.errors import ConfigError
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+STOP_GRACE_SECONDS = 60.0  # after "stop": this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
+STDERR_LINES = 40
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
+_DISTRIBUTED_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                    "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK")
+
+
+def child_command() -> list[str]:
+    """A training process that waits for its settings on stdin and streams its events on stdout."""
+    return [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin"]
+
+
+def parse_devices(spec, flag: str = "--devices") -> list[str]:
+    """'cuda:0, cuda:1' (or a list) -> ['cuda:0', 'cuda:1']; 'cuda' means cuda:0. A ConfigError naming `flag` for
+    an empty list, 'auto' or a name that is not a device. A device may repeat ('cpu,cpu': two trials at once)."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    devices = []
+    for raw in items:
+        text = str(raw).strip().lower()
+        if not text:
+            raise ConfigError(flag, f"an empty name in {spec!r}: give devices separated by commas, e.g. "
+                                    "cuda:0,cuda:1 or cpu,cpu")
+        if text == "auto":
+            raise ConfigError(flag, "name the devices (e.g. cuda:0,cuda:1 or cpu,cpu): 'auto' is one device, "
+                                    "the first accelerator")
+        if not _DEVICE.match(text):
+            raise ConfigError(flag, f"{str(raw).strip()!r} is not a device; use cpu, cuda:N, mps or xpu:N")
+        devices.append(f"{text}:0" if text in ("cuda", "xpu") else text)
+    if not devices:
+        raise ConfigError(flag, "no devices given: e.g. --devices cuda:0,cuda:1 (or cpu,cpu)")
+    return devices
+
+
+def device_slots(devices: list[str], parallel: int | None = None) -> list[str]:
+    """The device of each slot: one per listed device, or `parallel` slots dealt round-robin over them."""
+    if parallel is None:
+        return list(devices)
+    if parallel < 1:
+        raise ConfigError("--parallel", f"{parallel}: give at least 1 trial at a time")
+    return [devices[i % len(devices)] for i in range(parallel)]
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def child_env(slots: int, threads_set: bool, base: dict | None = None) -> dict:
+    """The environment of a trial's process: this package importable, unbuffered output, no torchrun variables
+    of ours leaking in, and (see the module doc) N processes sharing the cores unless the settings set threads."""
+    env = dict(os.environ if base is None else base)
+    for name in _DISTRIBUTED_ENV:
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if not threads_set and slots > 1:
+        share = max(1, cpu_count() // slots)
+        env["LOCAL_WORLD_SIZE"] = str(slots)
+        omp = env.get("OMP_NUM_THREADS", "").strip()
+        if omp.isdigit() and int(omp) > share:
+            env["OMP_NUM_THREADS"] = str(share)
+    return env
+
+
+def _signal_text(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass
+class _Child:
+    """One trial's process and what it has said so far."""
+
+    slot: int
+    device: str
+    trial: dict
+    proc: subprocess.Popen | None = None
+    stderr_tail: deque = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
+    ended: object | None = None  # its RunEnded
+    started: bool = False
+    setup_error: str | None = None
+    stop_sent_at: float | None = None
+    interrupted: bool = False
+    killed: bool = False
+    stderr_reader: threading.Thread | None = None
+
+    def send(self, line: str) -> None:
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except (OSError, ValueError):  # it has exited (or is exiting): nothing to tell it
+            pass
+
+    def stop(self) -> None:
+        if self.stop_sent_at is None:
+            self.stop_sent_at = time.monotonic()
+            self.send("stop")
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            if os.name == "posix":
+                os.killpg(self.proc.pid, sig)
+            elif sig == getattr(signal, "SIGKILL", None):
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def _read_stdout(child: _Child, inbox: queue.Queue) -> None:
+    try:
+        for line in child.proc.stdout:
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    inbox.put(("line", child, json.loads(line)))
+                except ValueError:
+                    continue
+    except (OSError, ValueError):
+        pass
+    code = child.proc.wait()
+    inbox.put(("exit", child, code))
+
+
+def _read_stderr(child: _Child) -> None:
+    try:
+        for line in child.proc.stderr:
+            text = line.rstrip()
+            if text.strip() and not set(text.strip()) <= {"*"}:
+                child.stderr_tail.append(text)
+    except (OSError, ValueError):
+        pass
+
+
+def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit, control, slots: list[str],
+                 stop_grace: float | None = None) -> None:
+    """Run `to_run` (trial dicts of `data`, in order) on `slots` (a device each), at most one trial per slot,
+    until all have run or control.stop() is called (then every running trial is told to stop and waited for).
+    Called by core.lab.sweep.run_sweep with the sweep locked; sweep.json is written here, on this thread only."""
+    from core.engine.events import RunEnded, RunStarted, event_from_dict
+    from core.lab.sweep import TrialEvent, begin_trial, end_trial, note_trial_folder
+
+    grace = STOP_GRACE_SECONDS if stop_grace is None else stop_grace
+    inbox: queue.Queue = queue.Queue()
+    pending = deque(to_run)
+    free = list(range(len(slots)))
+    running: dict[int, _Child] = {}
+
+    def start(slot: int, trial: dict) -> None:
+        device = slots[slot]
+        config, resume_from = begin_trial(folder, data, trial, total, emit, device=device)
+        child = _Child(slot, device, trial)
+        running[slot] = child
+        try:
+            child.proc = subprocess.Popen(
+                child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                encoding="utf-8", errors="replace", bufsize=1, cwd=os.getcwd(),
+                env=child_env(len(slots), bool(config.threads)), start_new_session=os.name == "posix")
+        except OSError as exc:
+            del running[slot]
+            free.append(slot)
+            end_trial(folder, data, trial, total, emit, "failed",
+                      f"could not start a training process: {exc.strerror or exc}")
+            return
+        threading.Thread(target=_read_stdout, args=(child, inbox), name=f"sweep-trial-{trial['index']}-out",
+                         daemon=True).start()
+        child.stderr_reader = threading.Thread(target=_read_stderr, args=(child,),
+                                               name=f"sweep-trial-{trial['index']}-err", daemon=True)
+        child.stderr_reader.start()
+        child.send(json.dumps({"config": config.to_dict(), "resume": str(resume_from) if resume_from else None}))
+        if control.stop_requested:
+            child.stop()
+
+    def finish(child: _Child, code: int) -> None:
+        if child.stderr_reader is not None:
+            child.stderr_reader.join(5.0)  # its last lines may name the failure
+        status, message = _outcome(child, code, grace)
+        end_trial(folder, data, child.trial, total, emit, status, message)
+
+    def escalate() -> None:
+        now = time.monotonic()
+        for child in running.values():
+            if child.stop_sent_at is None:
+                continue
+            if not child.interrupted and now - child.stop_sent_at > grace:
+                child.interrupted = True
+                child.signal_group(signal.SIGINT)
+            elif not child.killed and now - child.stop_sent_at > 2 * grace:
+                child.killed = True
+                child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
+
+    try:
+        while True:
+            if control.stop_requested:
+                for child in running.values():
+                    child.stop()
+            else:
+                while free and pending:
+                    free.sort()
+                    start(free.pop(0), pending.popleft())
+            if not running:
+                break
+            try:
+                kind, child, payload = inbox.get(timeout=0.1)
+            except queue.Empty:
+                escalate()
+                continue
+            if kind == "exit":
+                finish(child, payload)
+                del running[child.slot]
+                free.append(child.slot)
+                continue
+            if payload.get("ready") is True:
+                continue
+            if "setup_error" in payload:
+                child.setup_error = str(payload["setup_error"])
+                continue
+            if "event" not in payload:
+                continue
+            try:
+                event = event_from_dict(payload)
+            except (KeyError, TypeError):  # a newer child's event this parent does not know: skip it
+                continue
+            if isinstance(event, RunStarted):
+                child.started = True
+                note_trial_folder(folder, data, child.trial, event)
+            elif isinstance(event, RunEnded):
+                child.ended = event
+            emit(TrialEvent(child.trial["index"], child.trial["name"], event))
+    finally:
+        for child in running.values():  # an error here (or in a progress callback): no child trains on
+            child.stop()
+        deadline = time.monotonic() + grace
+        for child in list(running.values()):
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
+                child.proc.wait()
+
+
+def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
+    """(status, one-line message) of a trial whose process exited with `code`."""
+    ended = child.ended
+    if ended is not None:
+        status = ended.status if ended.status in ("completed", "stopped", "failed") else "failed"
+        return status, _one_line(ended.message)
+    if child.setup_error is not None:
+        return "failed", _one_line(child.setup_error)
+    if code < 0:  # a signal ended it before it could report
+        name = _signal_text(-code)
+        if child.stop_sent_at is not None:
+            return "stopped", (f"the trial did not stop within {grace:g} s of the stop and was ended ({name}); "
+                               "its last checkpoint is kept")
+        if -code == getattr(signal, "SIGKILL", 9):
+            return "failed", (f"the training process was killed ({name}) before it could report; the system may "
+                              "have run out of memory (try a smaller batch size)")
+        return "failed", f"the training process crashed ({name}) before it could report"
+    if code in (129, 130, 143):  # a signal stopped it (before it started, or without a report)
+        return "stopped", f"the training process was stopped by {_signal_text(code - 128)}"
+    tail = [line for line in child.stderr_tail if not line.startswith("amp-console: ")] or list(child.stderr_tail)
+    if tail:
+        return "failed", _one_line(tail[-1])
+    return "failed", f"the training process exited with code {code} without reporting why"
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    return lines[0] if lines else ""
