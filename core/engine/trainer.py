@@ -22,6 +22,7 @@ from core.config import RunConfig
 from core.data.batching import EpochBatches, place_split, split_length
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
+from core.engine import compiling
 from core.engine import run_state
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
@@ -156,7 +157,8 @@ class Trainer:
             if self.tracker is not None:
                 note = self.tracker.load_state_dict(resume_state.get(TRACKER_KEY))
                 self.notes.extend([note] if note else [])
-        self.model = self._wrap_ddp(model)
+        # Activation checkpointing and torch.compile (its first pass timed here, before the clock starts), then DDP.
+        self.model = self._wrap_ddp(compiling.prepare(self, model))
         self.model.train()
         self._watch = NonFiniteWatch(model)
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips

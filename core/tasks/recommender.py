@@ -94,6 +94,10 @@ class SASRec(nn.Module):
             x = block(x) * timeline
         return self.norm(x)
 
+    def checkpointed_blocks(self) -> list[nn.Module]:
+        """The transformer blocks that activation checkpointing recomputes (see core.engine.compiling)."""
+        return list(self.blocks)
+
     def scores(self, hidden: torch.Tensor) -> torch.Tensor:
         """Scores of every item 1..n for hidden states (..., D) -> (..., n). Column j is item j + 1."""
         return hidden @ self.items.weight[1:].t()
