@@ -3,6 +3,12 @@
 Each epoch's order is a pure function of (seed, epoch), so a resumed run replays exactly the same batches.
 Under DDP every rank takes its own slice of each global batch, so every sample is seen once per epoch
 across ranks (like DistributedSampler, without per-sample work).
+
+Training data too big for the device stays on the host (pinned), and a batch is gathered there and copied
+over. Gathering rows of a pinned tensor gives pageable memory, whose `non_blocking` copy blocks, so
+`HostStaging` gathers into one of two pinned staging buffers instead and starts the copy on a side stream,
+one batch ahead: batch i+1 is gathered and its copy in flight while step i runs on the device, and the step
+waits only on that copy's event. The batches and their order are the same as without it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ class EpochBatches:
         device: torch.device,
         rank: int = 0,
         world_size: int = 1,
+        staged: bool | None = None,
     ):
         self.split = split
         self.batch_size = batch_size
@@ -50,6 +57,8 @@ class EpochBatches:
             procs = f" x {world_size} processes" if world_size > 1 else ""
             raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows} training samples")
         self._on_host = next(iter(split.values())).device != device
+        staged = self._on_host if staged is None else staged  # forced on: its logic tested where data is local
+        self.staging = HostStaging(split, batch_size, device) if staged else None
 
     def order(self, epoch: int) -> torch.Tensor:
         """This rank's sample indices for `epoch`, shaped (batches_per_epoch, batch_size), on the data's device."""
@@ -61,8 +70,73 @@ class EpochBatches:
         return grid.contiguous().to(next(iter(self.split.values())).device)
 
     def batch(self, order: torch.Tensor, index: int) -> dict[str, torch.Tensor]:
-        """Batch `index` of an epoch order: a gather on the device, or a pinned gather + async copy."""
+        """Batch `index` of an epoch order: a gather on the device, or from the host through HostStaging."""
+        if self.staging is not None:
+            return self.staging.fetch(self.split, order, index)
         rows = order[index]
-        if self._on_host:
+        if self._on_host:  # staging turned off: a plain gather and copy (pageable, so the copy blocks)
             return {k: v[rows].to(self.device, non_blocking=True) for k, v in self.split.items()}
         return {k: v[rows] for k, v in self.split.items()}
+
+
+def _copy_engine(device: torch.device):
+    """The device module (torch.cuda, torch.xpu) whose streams and events overlap copies with compute, or None
+    where there is none to overlap with (the CPU; MPS, which has no user streams)."""
+    if device.type not in ("cuda", "xpu"):
+        return None
+    module = torch.get_device_module(device)
+    return module if hasattr(module, "Stream") and hasattr(module, "Event") else None
+
+
+class HostStaging:
+    """Pinned, double-buffered host-to-device batches, one ahead (see the module doc).
+
+    Buffer slot k is overwritten only after the copy out of it (two fetches earlier) has finished; a batch's
+    device tensors are marked as used by the compute stream so the allocator never hands their memory back to
+    the copy stream early. Where the device has no streams (or the data is not on the host: tests), the same
+    gathers run into the buffers and each batch is a copy of its buffer, so the logic is exercised anywhere.
+    """
+
+    def __init__(self, split: dict[str, torch.Tensor], batch_size: int, device: torch.device):
+        self.device = device
+        self.engine = _copy_engine(device)
+        pin = self.engine is not None
+        self.buffers = [{k: torch.empty((batch_size, *v.shape[1:]), dtype=v.dtype, pin_memory=pin)
+                         for k, v in split.items()} for _ in range(2)]
+        self.copy_stream = self.engine.Stream(device) if pin else None
+        self.events: list = [None, None]
+        self.slot = 0
+        self.ahead: tuple | None = None  # (order, index, batch, event) started before it was asked for
+
+    def fetch(self, split: dict[str, torch.Tensor], order: torch.Tensor, index: int) -> dict[str, torch.Tensor]:
+        """Batch `index` of `order` on the device; starts the copy of batch index + 1."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead[0] is order and ahead[1] == index:
+            batch, event = ahead[2], ahead[3]
+        else:  # the first batch, a resumed position or a new epoch's order: nothing was started for it
+            batch, event = self._start(split, order, index)
+        if event is not None:
+            current = self.engine.current_stream(self.device)
+            current.wait_event(event)
+            for tensor in batch.values():
+                tensor.record_stream(current)
+        if index + 1 < len(order):
+            self.ahead = (order, index + 1, *self._start(split, order, index + 1))
+        return batch
+
+    def _start(self, split: dict[str, torch.Tensor], order: torch.Tensor, index: int) -> tuple[dict, object]:
+        slot, self.slot = self.slot, self.slot ^ 1
+        if self.events[slot] is not None:
+            self.events[slot].synchronize()  # the copy out of this buffer (two fetches ago) is done
+        rows = order[index]
+        staging = self.buffers[slot]
+        for key, values in split.items():
+            torch.index_select(values, 0, rows, out=staging[key])
+        if self.copy_stream is None:
+            return {k: v.to(self.device, copy=True) for k, v in staging.items()}, None
+        with self.engine.stream(self.copy_stream):
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in staging.items()}
+            event = self.engine.Event()
+            event.record(self.copy_stream)
+        self.events[slot] = event
+        return batch, event
