@@ -29,9 +29,29 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import torch
 
+from core.data import formats
 from core.errors import DataError
 
-SUFFIXES = (".csv", ".parquet", ".pq")
+SUFFIXES = (".csv", ".parquet", ".pq")  # what write_table writes (and `amp data generate --out` takes)
+READ_SUFFIXES = (".csv", ".parquet", ".pq", *formats.DELIMITED_SUFFIXES[1:], *formats.JSON_SUFFIXES,
+                 *formats.SVMLIGHT_SUFFIXES)  # what read_table reads
+# Common names of the expected columns, recognised when the expected name is absent and exactly one of these
+# is present (compared case-insensitively, ignoring "_", "-" and spaces).
+ALIASES = {
+    "user_id": ("userid", "user", "uid"),
+    "item_id": ("movieid", "itemid", "item", "iid", "lessonid"),
+    "timestamp": ("ts", "time", "datetime"),
+    "text": ("sentence", "review", "reviewtext", "content"),
+    "label": ("sentiment", "polarity", "target", "y", "relevance", "rel", "grade"),
+    "query_id": ("qid", "query", "queryid"),
+    "doc_id": ("docid", "did"),
+}
+# Header-less files: line 1 is data (see _line1_is_data), so columns are taken by position. By default the
+# caller's columns in order (then the prefix columns, e.g. f1, f2, ...); a layout listed here for the caller's
+# required columns applies instead to a file with exactly that many columns ("rating" is read, then ignored).
+HEADERLESS_LAYOUTS = {
+    ("user_id", "item_id", "timestamp"): ("user_id", "item_id", "rating", "timestamp"),  # MovieLens ratings
+}
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # models train in float32: a larger feature is an inf there
 MAX_SHOWN = 80  # characters of file content (header names, one bad value) an error message may show
 _HEADER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .()#%+-]{0,39}$")
@@ -67,16 +87,16 @@ class ReadOptions:
 
 
 def data_files(path: str | Path) -> list[Path]:
-    """The CSV/Parquet files at `path`: the file itself, or the sorted data files of a folder. A link is
-    followed and its target named; anything but a regular file (FIFO, device, socket) is refused unopened."""
+    """The data files at `path`: the file itself, or the sorted data files (READ_SUFFIXES) of a folder. A link
+    is followed and its target named; anything but a regular file (FIFO, device, socket) is refused unopened."""
     path = Path(path)
     if path.is_symlink() and not path.exists():
         raise DataError(f"{path}: a link to {os.readlink(path)}, which does not exist")
     if path.is_dir():
         folder = _real(path)
-        files = sorted(_real(p) for p in folder.iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
+        files = sorted(_real(p) for p in folder.iterdir() if p.suffix.lower() in READ_SUFFIXES and p.is_file())
         if not files:
-            raise DataError(f"{folder}: folder holds no .csv or .parquet files")
+            raise DataError(f"{folder}: folder holds no .csv or .parquet files (nor {', '.join(READ_SUFFIXES[3:])})")
         return files
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
@@ -84,8 +104,8 @@ def data_files(path: str | Path) -> list[Path]:
     kind = _not_regular(file)
     if kind:
         raise DataError(f"{file}: {kind}, not a regular file; use a .csv or .parquet file or a folder of them")
-    if path.suffix.lower() not in SUFFIXES:
-        raise DataError(f"{file}: unsupported file type {path.suffix or '(none)'}; use .csv or .parquet")
+    if path.suffix.lower() not in READ_SUFFIXES:
+        raise DataError(f"{file}: unsupported file type {path.suffix or '(none)'}; use {', '.join(READ_SUFFIXES)}")
     return [file]
 
 
@@ -109,18 +129,53 @@ def _not_regular(path: Path) -> str | None:
     return "a special file"
 
 
+@dataclass
+class _Source:
+    """A file as read: its format, and how its data rows map to the lines a user sees (for messages). Formats
+    as a string and a path (messages say f"{file}: ...")."""
+
+    file: Path
+    kind: str  # "csv" (delimited text, any delimiter), "parquet", "json" (JSON lines) or "svmlight"
+    delimiter: str = ","
+    header: bool = True
+    sniffed: bool = False
+    row_lines: np.ndarray | None = None  # svmlight: the line of each row
+    shown: dict = field(default_factory=dict)  # expected column -> how a message names it
+    positions: dict = field(default_factory=dict)  # expected column -> its index in the file's columns
+    names: list = field(default_factory=list)  # the file's column names (header-less: the positional ones)
+
+    def __str__(self) -> str:
+        return str(self.file)
+
+    def __fspath__(self) -> str:
+        return str(self.file)
+
+    def line(self, index: int) -> int:
+        """The line (1-based, as an editor counts) where data row `index` is (error path)."""
+        if self.row_lines is not None:
+            return int(self.row_lines[index])
+        if self.kind == "json":
+            return formats.json_line(self.file, index)
+        return formats.record_at(self.file, self.delimiter, self.header, index)[0]
+
+
 def read_table(path: str | Path, columns: list[Column], prefix_columns: str | None = None,
                options: ReadOptions | None = None) -> pa.Table:
     """Read `path` (file or folder) into one table holding `columns` (plus every column whose name starts
-    with `prefix_columns`, e.g. "f" for ranking features), checked and converted.
+    with `prefix_columns`, e.g. "f" for ranking features), checked and converted. `options`: the delimiter
+    (else sniffed) and column mapping (else the expected names, then ALIASES); see the module docstring.
 
     Raises DataError naming the file and the line or column for: empty files, missing columns,
     values of the wrong type, text that is not UTF-8.
     """
+    options = options or ReadOptions()
     files = data_files(path)
-    tables = [_read_one(file, columns, prefix_columns) for file in files]
+    read = [_read_source(file, columns, prefix_columns, options) for file in files]
+    tables = [table for table, _ in read]
     if len(tables) == 1:
         return tables[0]
+    if prefix_columns and all(src.kind == "svmlight" for _, src in read):
+        tables = _same_features(tables, prefix_columns)  # svmlight files differ in their largest index
     first = tables[0].schema
     for file, table in zip(files, tables):
         if table.schema.names != first.names:
@@ -128,36 +183,181 @@ def read_table(path: str | Path, columns: list[Column], prefix_columns: str | No
     return pa.concat_tables([t.cast(first) for t in tables])
 
 
-def _read_one(file: Path, columns: list[Column], prefix: str | None) -> pa.Table:
+def _same_features(tables: list[pa.Table], prefix: str) -> list[pa.Table]:
+    """svmlight tables padded with zero features to the widest one's f1..fN."""
+    width = max(sum(_is_prefixed(n, prefix) for n in t.column_names) for t in tables)
+    out = []
+    for table in tables:
+        have = sum(_is_prefixed(n, prefix) for n in table.column_names)
+        for k in range(have + 1, width + 1):
+            table = table.append_column(f"{prefix}{k}", pa.array(np.zeros(table.num_rows, np.float32)))
+        out.append(table)
+    return out
+
+
+def _read_one(file: Path, columns: list[Column], prefix: str | None,
+              options: ReadOptions | None = None) -> pa.Table:
+    return _read_source(file, columns, prefix, options or ReadOptions())[0]
+
+
+def _norm(name: str) -> str:
+    """A column name as aliases compare it: lower case, without "_", "-" and spaces."""
+    return re.sub(r"[\s_-]+", "", str(name)).lower()
+
+
+def _known_names(columns: list[Column], options: ReadOptions) -> set[str]:
+    """Normalised names that mark line 1 as a header: the expected names, their aliases, the mapped names."""
+    known = {_norm(c.name) for c in columns}
+    known.update(alias for c in columns for alias in ALIASES.get(c.name, ()))
+    known.update(_norm(v) for v in options.columns.values() if not str(v).strip().isdigit())
+    return known
+
+
+def _line1_is_data(records: list[list[str]], known: set[str]) -> bool:
+    """Whether line 1 of a delimited file is data rather than a header of column names: it names none of the
+    expected columns (nor their aliases or mapped names), and in each column whose values on the following
+    sampled lines are all numbers it holds a number too (with at least one such column). A file of one line
+    is data when every field of it is a number."""
+    first = records[0]
+    if any(_norm(f) in known for f in first):
+        return False
+    rest = [r for r in records[1:] if len(r) == len(first)]
+    if not rest:
+        return all(formats.is_number(f) for f in first)
+    numeric = [j for j in range(len(first)) if all(formats.is_number(r[j]) for r in rest)]
+    return bool(numeric) and all(formats.is_number(first[j]) for j in numeric)
+
+
+def _positional_names(columns: list[Column], prefix: str | None, count: int) -> list[str]:
+    """Names for the `count` columns of a header-less file: a HEADERLESS_LAYOUTS entry of that length for the
+    required columns, else the expected columns in order; then prefix columns (f1, f2, ...) or column<N>."""
+    layout = HEADERLESS_LAYOUTS.get(tuple(c.name for c in columns if c.required))
+    names = list(layout) if layout and len(layout) == count else [c.name for c in columns][:count]
+    k = 0
+    while len(names) < count:
+        k += 1
+        names.append(f"{prefix}{k}" if prefix else f"column{len(names) + 1}")
+    return names
+
+
+def _resolve(src: _Source, names: list[str], columns: list[Column], options: ReadOptions) -> dict[str, int]:
+    """Expected column -> its index among `names`: options.columns (a name, or a 1-based position), else the
+    expected name itself, else its one alias present. DataError for a mapping that names no column."""
+    expected = [c.name for c in columns]
+    where = "line 1: " if src.kind == "csv" else ""
+    for key, target in options.columns.items():
+        if key not in expected:
+            raise DataError(f"{src}: column mapping {key}={_shorten(str(target), 40)}: this task reads no column "
+                            f"{_shorten(key, 40)!r} (it reads {', '.join(expected)})")
+    positions: dict[str, int] = {}
+    normed = [_norm(n) for n in names]
+    for col in columns:
+        target = str(options.columns.get(col.name, "")).strip()
+        if not target:
+            continue
+        mapping = f"column mapping {col.name}={_shorten(target, 40)}"
+        if target.isdigit():
+            index = int(target) - 1
+            if not 0 <= index < len(names):
+                raise DataError(f"{src}: {where}{mapping}: the file has {len(names)} columns (positions count from 1)")
+        else:
+            hits = [i for i, n in enumerate(names) if n == target] or \
+                   [i for i, n in enumerate(normed) if n == _norm(target)]
+            if not hits:
+                raise DataError(f"{src}: {where}{mapping}: no column {_shorten(target, 40)!r} "
+                                f"({_found_columns(names, src)})")
+            index = hits[0]
+        positions[col.name] = index
+    for col in columns:
+        if col.name in positions:
+            continue
+        taken = set(positions.values())
+        if col.name in names and names.index(col.name) not in taken:
+            positions[col.name] = names.index(col.name)
+            continue
+        aliases = {_norm(col.name), *ALIASES.get(col.name, ())}
+        hits = [i for i, n in enumerate(normed) if i not in taken and n in aliases]
+        if len(hits) == 1:
+            positions[col.name] = hits[0]
+        elif len(hits) > 1 and col.required:
+            raise DataError(f"{src}: {where}missing column {col.name!r}; "
+                            f"{_shorten(', '.join(names[i] for i in hits))} could each be it: "
+                            f"choose one with --column {col.name}=NAME")
+    src.positions, src.names = positions, list(names)
+    for name, index in positions.items():
+        if names[index] == name:
+            src.shown[name] = repr(name)
+        elif src.header:
+            src.shown[name] = f"{_shorten(names[index], 40)!r} ({name})"
+        else:
+            src.shown[name] = f"{index + 1} ({name})"
+    return positions
+
+
+def _read_source(file: Path, columns: list[Column], prefix: str | None,
+                 options: ReadOptions) -> tuple[pa.Table, _Source]:
     kind = _not_regular(file)  # a folder's entry may have changed since it was listed
     if kind:
         raise DataError(f"{file}: {kind}, not a regular file")
     if file.stat().st_size == 0:
         raise DataError(f"{file}: empty file (line 1: no header)")
-    if file.suffix.lower() in (".parquet", ".pq"):
-        table = _read_parquet(file)
-    else:  # ids stay the text they are in the file: "007" and "7" are two lessons, and map back as written
+    suffix = file.suffix.lower()
+    wants_query = any(c.name == "query_id" for c in columns)
+    if suffix in (".parquet", ".pq"):
+        src, table = _Source(file, "parquet"), _read_parquet(file)
+    else:
         _refuse_binary(file)
-        table = _read_csv(file, text_columns=[c.name for c in columns if c.kind == "id"])
+        if suffix in formats.JSON_SUFFIXES:
+            src, table = _Source(file, "json"), formats.read_jsonl(file)
+        elif wants_query and (suffix in formats.SVMLIGHT_SUFFIXES or formats.looks_svmlight(file)):
+            table, lines = formats.read_svmlight(file)
+            src = _Source(file, "svmlight", row_lines=lines)
+            options = ReadOptions()  # its columns are fixed: query_id, doc_id, label, f1..fN
+        elif suffix in formats.SVMLIGHT_SUFFIXES:
+            raise DataError(f"{file}: an svmlight file holds ranking data (label qid:<id> <index>:<value> ...); "
+                            f"this task reads {', '.join(c.name for c in columns)}")
+        else:
+            src, table = _read_delimited(file, columns, prefix, options)
     names = table.schema.names
-    used = {c.name for c in columns} | {n for n in names if prefix and _is_prefixed(n, prefix)}
+    positions = _resolve(src, names, columns, options)
+    used = {names[i] for i in positions.values()} | {n for n in names if prefix and _is_prefixed(n, prefix)}
     for name in dict.fromkeys(names):
         if name in used and (count := names.count(name)) > 1:
-            where = "line 1: " if file.suffix.lower() == ".csv" else ""
+            where = "line 1: " if src.kind == "csv" else ""
             raise DataError(f"{file}: {where}column {name!r} appears {count} times; column names must be unique")
     for col in columns:
-        if col.required and col.name not in names:
-            raise DataError(f"{file}: line 1: missing column {col.name!r} ({_found_columns(names)})")
+        if col.required and col.name not in positions:
+            where = "line 1: " if src.kind == "csv" else ""
+            raise DataError(f"{file}: {where}missing column {col.name!r} ({_found_columns(names, src)})")
     if table.num_rows == 0:
         raise DataError(f"{file}: empty file (a header at line 1 but no data rows)")
-    wanted = [c for c in columns if c.name in names]
-    extra = sorted((n for n in names if prefix and _is_prefixed(n, prefix)), key=_natural_key)
-    out = {c.name: _converted(file, c, table.column(c.name)) for c in wanted}
-    out.update({n: _converted(file, Column(n, "float"), table.column(n)) for n in extra})
-    return pa.table(out)
+    taken = set(positions.values())
+    extra = sorted((n for i, n in enumerate(names) if prefix and i not in taken and _is_prefixed(n, prefix)),
+                   key=_natural_key)
+    out = {c.name: _converted(src, c, table.column(positions[c.name])) for c in columns if c.name in positions}
+    out.update({n: _converted(src, Column(n, "float"), table.column(n)) for n in extra})
+    return pa.table(out), src
 
 
-def _converted(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+def _read_delimited(file: Path, columns: list[Column], prefix: str | None,
+                    options: ReadOptions) -> tuple[_Source, pa.Table]:
+    """A delimited text file: the delimiter (given, else sniffed), header or not, id columns read as text."""
+    known = _known_names(columns, options)
+    delimiter = formats.normalise_delimiter(options.delimiter)
+    src = _Source(file, "csv", delimiter=delimiter or formats.sniff_delimiter(file, known, _norm),
+                  sniffed=not delimiter)
+    sample = formats.sample_records(file, src.delimiter)
+    if not sample:
+        raise DataError(f"{file}: empty file (line 1: no header)")
+    src.header = not _line1_is_data(sample, known)
+    names = sample[0] if src.header else _positional_names(columns, prefix, len(sample[0]))
+    positions = _resolve(src, names, columns, options)
+    text_columns = [names[positions[c.name]] for c in columns if c.kind == "id" and c.name in positions]
+    table = _read_csv(src, text_columns, None if src.header else names)
+    return src, table
+
+
+def _converted(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """_convert, with any conversion pyarrow refuses (e.g. an unsigned 64-bit id past int64) as a DataError."""
     try:
         return _convert(file, col, values)
@@ -167,16 +367,24 @@ def _converted(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedAr
                         f"{col.kind} values ({reason})") from None
 
 
-def _found_columns(names: list[str]) -> str:
+def _found_columns(names: list[str], src: _Source | None = None) -> str:
     """What line 1 holds, for a missing-column message: its names when they look like a header (truncated),
     a hint when they look like a header cut by another separator, else nothing of the file's content."""
+    if src is not None and not src.header:
+        return (f"line 1 holds data, not a header, so its {len(names)} columns are taken by position as "
+                f"{_shorten(', '.join(names), 60)}; add a header line or map columns with --column NAME=POSITION")
+    used = src.delimiter if src is not None else ","
     if len(names) > 1 and all(_HEADER_NAME.match(n) for n in names):  # one "name" is as likely a secret
         return "found: " + _shorten(", ".join(names))
     if len(names) == 1:
-        for sep, called in ((";", "';'"), ("\t", "tabs"), ("|", "'|'")):
+        for sep in ("::", ";", "\t", "|", ","):
             parts = names[0].split(sep)
-            if len(parts) > 1 and all(_HEADER_NAME.match(p.strip()) for p in parts):
-                return f"line 1 seems separated by {called}: separate columns with commas"
+            if sep != used and len(parts) > 1 and all(_HEADER_NAME.match(p.strip()) for p in parts):
+                if src is None or src.kind != "csv":
+                    return f"line 1 seems separated by {formats.describe(sep)}"
+                how = "the sniffed" if src.sniffed else "the given"
+                return (f"line 1 seems separated by {formats.describe(sep)}, but {how} delimiter was "
+                        f"{formats.describe(used)}: set --delimiter {formats.flag(sep)}")
     return "line 1 does not look like a header of column names"
 
 
@@ -204,25 +412,27 @@ def _natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def _read_csv(file: Path, text_columns: list[str] = ()) -> pa.Table:
+def _read_csv(src: _Source, text_columns: list[str] = (), column_names: list[str] | None = None) -> pa.Table:
+    """pyarrow reads the delimited file `src` (its header, else `column_names`); `text_columns` stay strings."""
+    file = src.file
     try:
-        table = pacsv.read_csv(file, convert_options=pacsv.ConvertOptions(
-            column_types={name: pa.string() for name in text_columns}))
+        table = formats.read_delimited(file, src.delimiter, column_names,
+                                       {name: pa.string() for name in text_columns})
     except pa.ArrowInvalid as exc:
         text = str(exc)
         if "UTF8" in text or "UTF-8" in text:
             raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8") from None
         if "Empty CSV file" in text:
             raise DataError(f"{file}: empty file (line 1: no header)") from None
-        raise DataError(f"{file}: {_csv_parse_problem(file, text)}") from None
+        raise DataError(f"{file}: {_csv_parse_problem(src, text, column_names)}") from None
     if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
         # pyarrow reads a column holding invalid UTF-8 as bytes rather than failing: report the first bad byte.
         raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8")
     return table
 
 
-def _csv_parse_problem(file: Path, text: str) -> str:
-    """Where and why a CSV file does not parse (error path only), without echoing the offending row."""
+def _csv_parse_problem(src: _Source, text: str, column_names: list[str] | None = None) -> str:
+    """Where and why a delimited file does not parse (error path only), without echoing the offending row."""
     counts = re.search(r"Expected (\d+) columns, got (\d+)", text)
     if counts:
         first: list = []
@@ -232,39 +442,27 @@ def _csv_parse_problem(file: Path, text: str) -> str:
             return "error"
 
         try:
-            pacsv.read_csv(file, read_options=pacsv.ReadOptions(use_threads=False),
-                           parse_options=pacsv.ParseOptions(invalid_row_handler=keep_first))
-        except (pa.ArrowInvalid, OSError):
+            formats.read_delimited(src.file, src.delimiter, column_names, use_threads=False,
+                                   invalid_row_handler=keep_first)
+        except (pa.ArrowInvalid, OSError, DataError):
             pass
-        where = f"line {csv_line(file, first[0].number - 2)}: " if first and first[0].number else ""
+        index = first[0].number - 1 - src.header if first and first[0].number else None
+        where = f"line {src.line(index)}: " if index is not None else ""
         expected, got = counts.groups()
-        return (f"{where}cannot parse CSV: {got} fields where the header has {expected} "
-                "(a field holding a comma or a quote must be quoted)")
+        line1 = "the header has" if src.header else "line 1 has"
+        sep = "a comma" if src.delimiter == "," else f"the delimiter {formats.describe(src.delimiter)}"
+        quote = " or a quote must be quoted" if len(src.delimiter) == 1 else ""
+        return (f"{where}cannot parse CSV: {got} fields where {line1} {expected} "
+                f"(a field holding {sep}{quote or ' cannot be read'})")
     reason = text.splitlines()[0].removeprefix("CSV parse error: ").split(":")[0]
     return f"cannot parse CSV: {_shorten(reason, 60)}"
 
 
-def csv_line(file: Path, index: int) -> int:
-    """The 1-based line of the file where data row `index` (0-based, the header not counted) starts, counting
+def csv_line(file: Path, index: int, delimiter: str = ",", header: bool = True) -> int:
+    """The 1-based line of the file where data row `index` (0-based, a header not counted) starts, counting
     blank lines and quoted fields that hold newlines as a user's editor does. Error path only: reads the
     file row by row; falls back to index + 2 if the file cannot be read as CSV text."""
-    limit = csv.field_size_limit()
-    try:
-        csv.field_size_limit(sys.maxsize)
-        with open(file, encoding="utf-8", errors="replace", newline="") as handle:
-            reader, record, end = csv.reader(handle), -1, 0
-            for row in reader:
-                start, end = end + 1, reader.line_num
-                if not row:  # a blank line: pyarrow skips it too
-                    continue
-                if record == index:
-                    return start
-                record += 1
-    except (csv.Error, OSError, ValueError):
-        pass
-    finally:
-        csv.field_size_limit(limit)
-    return index + 2
+    return formats.record_at(Path(file), delimiter, header, index)[0]
 
 
 def _read_parquet(file: Path) -> pa.Table:
@@ -310,39 +508,36 @@ def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, s
     return index, str(values[index].as_py())
 
 
-def _place(file: Path, col: Column, index: int) -> str:
-    """'line L, column 'c'' for a CSV file (the line a user sees), 'row R, column 'c'' for Parquet."""
-    if file.suffix.lower() == ".csv":
-        return f"line {csv_line(file, index)}, column {col.name!r}"
-    return f"row {index + 1}, column {col.name!r}"
+def _place(file: _Source, col: Column, index: int) -> str:
+    """'line L, column 'c'' for a text file (the line a user sees), 'row R, column 'c'' for Parquet."""
+    shown = file.shown.get(col.name, repr(col.name))
+    if file.kind != "parquet":
+        return f"line {file.line(index)}, column {shown}"
+    return f"row {index + 1}, column {shown}"
 
 
-def _fail_value(file: Path, col: Column, index: int, value: str, expected: str) -> DataError:
+def _fail_value(file: _Source, col: Column, index: int, value: str, expected: str) -> DataError:
     return DataError(f"{file}: {_place(file, col, index)}: {_shorten(value, 40)!r} is not {expected}")
 
 
-def _missing_value(file: Path, col: Column, index: int) -> DataError:
+def _missing_value(file: _Source, col: Column, index: int) -> DataError:
     """The first null of a column: an empty field, or a marker pyarrow reads as missing ('NA', 'nan', 'null')."""
     raw = ""
-    if file.suffix.lower() == ".csv":  # error path: read the column again as the text the file holds
-        try:
-            column = pacsv.read_csv(file, convert_options=pacsv.ConvertOptions(
-                include_columns=[col.name], column_types={col.name: pa.string()}, null_values=[],
-                strings_can_be_null=False, quoted_strings_can_be_null=False)).column(0)
-            raw = str(column[index].as_py() or "")
-        except (pa.ArrowInvalid, OSError, IndexError, KeyError):
-            raw = ""
+    if file.kind == "csv":  # error path: the field as the text the file holds
+        _, fields = formats.record_at(file.file, file.delimiter, file.header, index)
+        position = file.positions.get(col.name, file.names.index(col.name) if col.name in file.names else None)
+        raw = fields[position] if position is not None and position < len(fields) else ""
     if raw.strip():
         return DataError(f"{file}: {_place(file, col, index)}: {_shorten(raw, 40)!r} marks a missing value; "
                          "a value is needed")
-    what = "the field is empty" if file.suffix.lower() == ".csv" else "the value is missing (null)"
+    what = "the field is empty" if file.kind == "csv" else "the value is missing (null)"
     return DataError(f"{file}: {_place(file, col, index)}: {what}; a value is needed")
 
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
-def _convert(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+def _convert(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """`values` as the column's kind, or DataError at the first value that does not fit."""
     kind, t = col.kind, values.type
     null_count = values.null_count
@@ -382,7 +577,7 @@ def _convert(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArra
     raise _fail_value(file, col, *_first_bad_row(text, ok), expected)
 
 
-def _floats_as(file: Path, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
+def _floats_as(file: _Source, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
     """float64 `values` as the column's kind: finite (and within float32 for features, whole and within
     int64's exact range for ints), else DataError at the first value that is not. `text`: the values as the
     file writes them, for the message."""
@@ -403,10 +598,12 @@ def _floats_as(file: Path, col: Column, values: pa.ChunkedArray, text: pa.Chunke
         if not pc.all(ok).as_py():
             raise _fail_value(file, col, *_first_bad_row(shown, ok),
                               f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)")
+        if values.type == pa.float32() and col.minimum is None:
+            return values  # features: float32 is what the models train on (svmlight reads them so)
     return _check_range(file, col, pc.cast(values, pa.float64()))
 
 
-def _check_range(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+def _check_range(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """`values`, or DataError at the first one below col.minimum."""
     if col.minimum is not None:
         ok = pc.greater_equal(values, col.minimum)
@@ -417,7 +614,7 @@ def _check_range(file: Path, col: Column, values: pa.ChunkedArray) -> pa.Chunked
     return values
 
 
-def _check_choices(file: Path, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+def _check_choices(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """Values as lower-cased trimmed strings, all within col.choices; else DataError at the first other."""
     text = pc.utf8_lower(pc.utf8_trim_whitespace(pc.cast(values, pa.string())))
     ok = pc.is_in(text, value_set=pa.array(col.choices))

@@ -1,0 +1,435 @@
+"""The text formats public data sets come in, read into pyarrow tables for the importer (core.data.importers).
+
+- Delimited text (.csv .tsv .txt .dat): the delimiter is sniffed from the first lines (comma, tab, semicolon,
+  pipe, or MovieLens' two-character "::"), quoted fields respected; a delimiter of more than one character is
+  translated to one unused control character while pyarrow streams the file (no quoting then, as in
+  MovieLens' .dat files), so a 10M-row file is never held as Python strings.
+- svmlight / LETOR ranking files (`label qid:Q idx:val ... # comment`, MSLR-WEB10K, Yahoo, Istella, LETOR 4.0),
+  parsed in blocks with numpy and pyarrow string kernels into dense float32 features f1..fN.
+- JSON lines (.jsonl .ndjson, and .json holding one object per line) via pyarrow.json.
+
+The happy path never loops over rows in Python; the error path may (it locates the first bad line). Messages
+name the file and the line and echo at most one bad token, truncated.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+
+from core.errors import ConfigError, DataError
+
+DELIMITED_SUFFIXES = (".csv", ".tsv", ".txt", ".dat")
+JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+SVMLIGHT_SUFFIXES = (".svm", ".svmlight", ".libsvm", ".letor")
+CANDIDATES = ("::", "\t", ",", ";", "|")  # sniffed delimiters, in order of preference on a tie
+SUFFIX_DELIMITER = {".tsv": "\t", ".dat": "::"}  # preferred on a tie; else ","
+SEP = "\x1f"  # what a multi-character delimiter becomes while pyarrow reads the file (ASCII unit separator)
+NAMED_DELIMITERS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " ",
+                    "colons": "::"}
+SAMPLE_BYTES = 1 << 16
+SAMPLE_RECORDS = 50
+_NUMBER = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+_SVM_FIRST = re.compile(rb"^\s*[-+]?[0-9.]+(?:[eE][-+]?\d+)?\s+qid:", re.MULTILINE)
+
+
+def is_number(text: str) -> bool:
+    return bool(_NUMBER.match(text))
+
+
+def shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def normalise_delimiter(text: str) -> str:
+    """RunConfig's delimiter as the separator itself: "" (sniff), "\\t" (the two characters) or "tab" -> a tab,
+    "comma" ",", "semicolon" ";", "pipe" "|", "colons" "::", any other text as given."""
+    if not text:
+        return ""
+    delimiter = NAMED_DELIMITERS.get(text.lower() if len(text) > 1 else text, text)
+    if any(c in delimiter for c in '\n\r"') or SEP in delimiter:
+        raise ConfigError("delimiter", f"{text!r} cannot separate columns (no newline or double quote)")
+    return delimiter
+
+
+def describe(delimiter: str) -> str:
+    """How a message names a delimiter: tabs, ',' ..."""
+    return "tabs" if delimiter == "\t" else repr(delimiter)
+
+
+def flag(delimiter: str) -> str:
+    """The --delimiter value that selects `delimiter`."""
+    return "'\\t'" if delimiter == "\t" else repr(delimiter)
+
+
+class _Translating(io.RawIOBase):
+    """A binary file whose multi-character delimiter reads as SEP: pyarrow's CSV reader pulls blocks from it,
+    so the translation streams (a delimiter cut by a block boundary is completed from the next block)."""
+
+    def __init__(self, file: Path, delimiter: str):
+        super().__init__()
+        self._handle = open(file, "rb")  # noqa: SIM115 - closed by close()
+        self._from, self._to = delimiter.encode("utf-8"), SEP.encode()
+        self._carry = b""
+        self._line = 1
+        self.file = file
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = size if size and size > 0 else -1
+        data = self._carry + self._handle.read(max(want - len(self._carry), 1) if want > 0 else -1)
+        self._carry = b""
+        at = data.find(self._to)
+        if at >= 0:
+            line = self._line + data.count(b"\n", 0, at)
+            raise DataError(f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
+                            f"separated by {describe(self._from.decode())}; remove it")
+        out = data.replace(self._from, self._to)
+        while out:  # a delimiter's start at the block's end waits for the next block to complete it
+            keep = next((k for k in range(len(self._from) - 1, 0, -1) if out.endswith(self._from[:k])), 0)
+            if not keep:
+                break
+            if len(out) > keep:
+                out, self._carry = out[:-keep], out[-keep:]
+                break
+            more = self._handle.read(1)
+            if not more:
+                break  # the end of the file: the characters are data
+            out = (out + more).replace(self._from, self._to)
+        self._line += out.count(b"\n")
+        return out
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
+def read_delimited(file: Path, delimiter: str, column_names: list[str] | None = None,
+                   column_types: dict | None = None, **parse) -> pa.Table:
+    """pyarrow's CSV reader for `file` separated by `delimiter` (any length); `column_names` for a file without
+    a header; extra ParseOptions in `parse` (e.g. invalid_row_handler, on the error path)."""
+    read = pacsv.ReadOptions(column_names=column_names, use_threads=parse.pop("use_threads", True))
+    convert = pacsv.ConvertOptions(column_types=column_types or {}, **parse.pop("convert", {}))
+    if len(delimiter) == 1:
+        return pacsv.read_csv(file, read_options=read, convert_options=convert,
+                              parse_options=pacsv.ParseOptions(delimiter=delimiter, **parse))
+    with _Translating(file, delimiter) as stream:
+        return pacsv.read_csv(stream, read_options=read, convert_options=convert,
+                              parse_options=pacsv.ParseOptions(delimiter=SEP, quote_char=False, **parse))
+
+
+def _lines(handle, delimiter: str):
+    """Lines of a text handle with a multi-character delimiter translated (error path and samples)."""
+    for line in handle:
+        yield line.replace(delimiter, SEP)
+
+
+def _reader(handle, delimiter: str):
+    if len(delimiter) == 1:
+        return csv.reader(handle, delimiter=delimiter)
+    return csv.reader(_lines(handle, delimiter), delimiter=SEP, quoting=csv.QUOTE_NONE)
+
+
+def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS) -> list[list[str]]:
+    """The first complete records (blank lines skipped) of `file` read with `delimiter`, from its first 64 KiB."""
+    with open(file, "rb") as handle:
+        head = handle.read(SAMPLE_BYTES)
+        complete = len(head) < SAMPLE_BYTES or not handle.read(1)
+    text = head.decode("utf-8-sig", errors="replace")
+    if not complete:  # the last line may be cut: keep whole lines only
+        text = text[: text.rfind("\n") + 1] if "\n" in text else text
+    out: list[list[str]] = []
+    limit_before = csv.field_size_limit()
+    try:
+        csv.field_size_limit(sys.maxsize)
+        for row in _reader(io.StringIO(text, newline=""), delimiter):
+            if row:
+                out.append(row)
+            if len(out) >= limit:
+                break
+    except csv.Error:
+        pass  # a quote left open at the sample's end: the records so far
+    finally:
+        csv.field_size_limit(limit_before)
+    return out
+
+
+def sniff_delimiter(file: Path, known: set[str], normalise) -> str:
+    """The delimiter of a text file, from its first lines: among the candidates that split every sampled line
+    into the same number (> 1) of fields, the one whose line 1 names most of the `known` column names
+    (normalised by `normalise`), then the suffix's own (tabs for .tsv, '::' for .dat), then the candidate order
+    (:: tab , ; |). When none splits consistently: the one splitting most lines alike; else the suffix's."""
+    suffix = file.suffix.lower()
+    preferred = SUFFIX_DELIMITER.get(suffix, ",")
+    with open(file, "rb") as handle:
+        head = handle.read(SAMPLE_BYTES)
+    text = head.decode("utf-8", errors="replace")
+    scored = []
+    for rank, delimiter in enumerate(CANDIDATES):
+        if delimiter not in text:
+            continue
+        records = sample_records(file, delimiter)
+        if not records:
+            continue
+        counts = [len(r) for r in records]
+        mode = max(set(counts), key=counts.count)
+        if mode < 2:
+            continue
+        alike = counts.count(mode) / len(counts)
+        named = sum(normalise(f) in known for f in records[0])
+        scored.append((alike == 1.0, named, delimiter == preferred, alike, -rank, delimiter))
+    if not scored:
+        return preferred if preferred != "::" else ","
+    return max(scored)[-1]
+
+
+def record_at(file: Path, delimiter: str, header: bool, index: int) -> tuple[int, list[str]]:
+    """(line, fields) of data record `index` (0-based, a header not counted): the line where it starts as an
+    editor counts them (blank lines and quoted fields holding newlines included). Error path only: reads the
+    file record by record; (index + 1 + header, []) if it cannot be read as text."""
+    limit = csv.field_size_limit()
+    try:
+        csv.field_size_limit(sys.maxsize)
+        with open(file, encoding="utf-8-sig", errors="replace", newline="") as handle:
+            reader, record, end = _reader(handle, delimiter), -1 if header else 0, 0
+            for row in reader:
+                start, end = end + 1, reader.line_num
+                if not row:  # a blank line: pyarrow skips it too
+                    continue
+                if record == index:
+                    return start, row
+                record += 1
+    except (csv.Error, OSError, ValueError):
+        pass
+    finally:
+        csv.field_size_limit(limit)
+    return index + 1 + header, []
+
+
+# ---- svmlight / LETOR ---------------------------------------------------------------------------------------
+
+def looks_svmlight(file: Path) -> bool:
+    """Whether the first data line of `file` reads `<label> qid:...` (comment and blank lines skipped)."""
+    with open(file, "rb") as handle:
+        head = handle.read(SAMPLE_BYTES)
+    for line in head.splitlines():
+        body = line.split(b"#", 1)[0].strip()
+        if body:
+            return bool(_SVM_FIRST.match(body))
+    return False
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _svm_problem(text: str) -> str | None:
+    """What is wrong with one svmlight line (comment already allowed), or None (error path only)."""
+    tokens = text.split("#", 1)[0].split()
+    if not tokens:
+        return None
+    if not is_number(tokens[0]):
+        return f"{shorten(tokens[0], 40)!r} is not a label (a number) at the start of the line"
+    if len(tokens) < 2 or not re.fullmatch(r"qid:[-+]?\d+", tokens[1]):
+        shown = shorten(tokens[1], 40) if len(tokens) > 1 else ""
+        return f"{shown!r} is not qid:<id> (the query's whole number, after the label)"
+    for token in tokens[2:]:
+        match = re.fullmatch(r"(\d+):(\S+)", token)
+        if not match or not is_number(match.group(2)) and match.group(2).lower() not in ("nan", "inf", "-inf"):
+            return f"{shorten(token, 40)!r} is not <index>:<value>"
+        if int(match.group(1)) < 1:
+            return f"{shorten(token, 40)!r}: feature indices start at 1"
+        value = float(match.group(2))
+        if not np.isfinite(value):
+            return f"{shorten(token, 40)!r} is not a finite number"
+        if abs(value) > FLOAT32_MAX:
+            return f"{shorten(token, 40)!r} is not a number that fits in float32"
+    return None
+
+
+def _svm_block(file: Path, part: bytes, first_line: int):
+    """Parse whole lines `part` (line `first_line` first) -> (line numbers, label tokens, qids, (idx, val, row))
+    of its data lines; DataError naming the line of the first malformed one."""
+    raw = np.frombuffer(part, np.uint8)
+    ends = np.flatnonzero(raw == 10) + 1
+    if not part.endswith(b"\n"):
+        ends = np.append(ends, len(part))
+    offsets = np.concatenate([[0], ends]).astype(np.int32)
+    lines = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.tobytes()), pa.py_buffer(part))
+    try:
+        lines.validate(full=True)
+    except pa.ArrowInvalid:
+        from core.data.importers import _utf8_error_position
+
+        raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8") from None
+    if b"#" in part:
+        lines = pc.replace_substring_regex(lines, r"#.*", "")
+    colons = pc.count_substring(lines, ":").to_numpy()
+    trimmed = pc.ascii_trim_whitespace(pc.replace_substring(lines, ":", " "))
+    tokens = pc.ascii_split_whitespace(trimmed)  # a blank line: one empty token
+    flat = tokens.values
+    offs = tokens.offsets.to_numpy().astype(np.int64)
+    counts = np.diff(offs)
+    data = np.flatnonzero(pc.binary_length(trimmed).to_numpy() > 0)
+    starts, n_tok = offs[:-1][data], counts[data]
+
+    def fail(bad_rows: np.ndarray | None = None):
+        rows = data if bad_rows is None else bad_rows
+        for row in rows:  # the first line Python finds wrong (error path only)
+            text = part[offsets[row]:offsets[row + 1]].decode("utf-8", errors="replace")
+            problem = _svm_problem(text)
+            if problem:
+                return DataError(f"{file}: line {first_line + int(row)}: {problem}")
+        row = int(rows[0]) if len(rows) else 0
+        return DataError(f"{file}: line {first_line + row}: not an svmlight line "
+                         "('<label> qid:<id> <index>:<value> ...')")
+
+    shape_ok = (n_tok >= 3) & (n_tok % 2 == 1) & (colons[data] == (n_tok - 1) // 2)
+    if not shape_ok.all():
+        raise fail(data[~shape_ok][:1])
+    keyword = pc.take(flat, pa.array(starts + 1))
+    if not pc.all(pc.equal(keyword, "qid")).as_py():
+        raise fail()
+    try:
+        qid = pc.cast(pc.take(flat, pa.array(starts + 2)), pa.int64())
+    except pa.ArrowInvalid:
+        raise fail() from None
+    labels = pc.take(flat, pa.array(starts))
+    pos = np.arange(len(flat), dtype=np.int64) - np.repeat(offs[:-1], counts)
+    index_at = np.flatnonzero((pos >= 3) & (pos % 2 == 1))
+    try:
+        index = pc.cast(pc.take(flat, pa.array(index_at)), pa.int32()).to_numpy()
+        value = pc.cast(pc.take(flat, pa.array(index_at + 1)), pa.float64()).to_numpy()
+    except pa.ArrowInvalid:
+        raise fail() from None
+    if len(index) and (index.min() < 1 or not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX):
+        raise fail()
+    row_of = np.repeat(np.arange(len(data)), (n_tok - 3) // 2)
+    return first_line + data, labels, qid, (index, value.astype(np.float32), row_of)
+
+
+def read_svmlight(file: Path, block: int = 1 << 25) -> tuple[pa.Table, np.ndarray]:
+    """An svmlight / LETOR file -> (table of query_id, doc_id (the line number, as text), label (the token as
+    written; the importer checks it), f1..fN float32 (N: the largest index in the file; a missing entry is
+    0), line number of each row). Reads `block` bytes at a time: memory is the dense features plus a block."""
+    lines, labels, qids, blocks = [], [], [], []
+    line, carry = 1, b""
+    with open(file, "rb") as handle:
+        while True:
+            chunk = handle.read(block)
+            buf = carry + chunk
+            if chunk:
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = buf
+                    continue
+                part, carry = buf[:cut], buf[cut:]
+            else:
+                part, carry = buf, b""
+            if part:
+                at, label, qid, (index, value, row_of) = _svm_block(file, part, line)
+                width = int(index.max()) if len(index) else 0
+                dense = np.zeros((width, len(at)), np.float32)
+                dense[index - 1, row_of] = value  # feature-major: each feature a contiguous column
+                lines.append(at)
+                labels.append(label)
+                qids.append(qid)
+                blocks.append(dense)
+                line += part.count(b"\n")
+            if not chunk:
+                break
+    row_lines = np.concatenate(lines) if lines else np.zeros(0, np.int64)
+    width = max((b.shape[0] for b in blocks), default=0)
+    columns = {"query_id": pa.chunked_array(qids, pa.int64()),
+               "doc_id": pa.chunked_array([pa.array(row_lines).cast(pa.string())]),
+               "label": pa.chunked_array(labels, pa.string())}
+    for k in range(width):
+        columns[f"f{k + 1}"] = pa.chunked_array(
+            [pa.array(b[k]) if k < b.shape[0] else pa.array(np.zeros(b.shape[1], np.float32)) for b in blocks],
+            pa.float32())
+    return pa.table(columns), row_lines
+
+
+# ---- JSON lines ---------------------------------------------------------------------------------------------
+
+def read_jsonl(file: Path) -> pa.Table:
+    """A JSON lines file (one object per line) -> table; DataError naming the first bad line."""
+    with open(file, "rb") as handle:
+        start = handle.read(SAMPLE_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if start == b"[":
+        raise DataError(f"{file}: line 1: a JSON array; use JSON lines (one object {{...}} per line)")
+    try:
+        return pajson.read_json(file)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(f"{file}: {_jsonl_problem(file, str(exc))}") from None
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", dict: "object", list: "array"}.get(type(value), "value")
+
+
+def _jsonl_problem(file: Path, reason: str) -> str:
+    """Where and why a JSON lines file does not read (error path: parses it line by line in Python)."""
+    seen: dict[str, tuple[str, int]] = {}
+    with open(file, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"line {number}, column {exc.start + 1} (byte): text is not valid UTF-8"
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text.rstrip("\r\n"))
+            except json.JSONDecodeError as exc:
+                return f"line {number}, column {exc.colno}: not valid JSON ({exc.msg}); JSON lines hold one object per line"
+            if not isinstance(value, dict):
+                return f"line {number}: a JSON {_kind(value)} where an object {{...}} is expected"
+            for key, item in value.items():
+                if item is None:
+                    continue
+                kind = _kind(item)
+                first = seen.setdefault(key, (kind, number))
+                if first[0] != kind:
+                    return (f"line {number}: field {shorten(key, 40)!r} holds a {kind} where line {first[1]} "
+                            f"holds a {first[0]}")
+    return f"cannot read JSON lines: {shorten(reason.splitlines()[0] if reason else '', 80)}"
+
+
+def json_line(file: Path, index: int) -> int:
+    """The line of data row `index` (0-based) of a JSON lines file: blank lines are skipped (error path)."""
+    row = -1
+    with open(file, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            if raw.strip():
+                row += 1
+                if row == index:
+                    return number
+    return index + 1
+
+
+def is_json_lines(file: Path) -> bool:
+    """Whether a .json file's first non-blank character opens an object (JSON lines) rather than an array."""
+    with open(file, "rb") as handle:
+        start = handle.read(SAMPLE_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    return start == b"{"
