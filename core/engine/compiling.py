@@ -39,7 +39,12 @@ _REASON_CHARS = 200
 
 
 def one_line(exc: BaseException) -> str:
-    """'InvalidCxxCompiler: No working C++ compiler found' (the first non-empty line, shortened)."""
+    """'InvalidCxxCompiler: No working C++ compiler found' (the first non-empty line, shortened) of the error at
+    the root of `exc`: dynamo wraps a backend's failure in BackendCompilerFailed ("backend='inductor' raised:")."""
+    seen = {id(exc)}
+    while (inner := getattr(exc, "inner_exception", None) or exc.__cause__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        exc = inner
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 1] + "…"
@@ -77,6 +82,9 @@ def compile_for_run(model: nn.Module, mode: str, first_pass: Callable[[nn.Module
     """The compiled model and its compile seconds, or the model itself and None after saying (through `log`,
     one line) why it runs eager. `first_pass(m)` runs a forward and backward of `m` on the first batch."""
     try:
+        # A fresh start: the graphs of earlier runs in this process (the GUI, a sweep's modes) would otherwise
+        # count against dynamo's recompile limit, past which it silently runs eager.
+        torch._dynamo.reset()
         compiled = compile_model(model, mode)
         seconds = warm_up(compiled, first_pass)
     except Exception as exc:  # noqa: BLE001 - any failure of the compiler stack: train eager instead
@@ -89,11 +97,12 @@ def compile_for_run(model: nn.Module, mode: str, first_pass: Callable[[nn.Module
     return compiled, seconds
 
 
-def recompiles() -> int:
-    """Frames dynamo has compiled in this process beyond their first compile (a count that only grows)."""
+def frames_compiled() -> int:
+    """How many times dynamo has compiled a frame in this process (a first compile or a recompile after a guard
+    failed; cached frames do not count). A run's steady state adds none: see `prepare`'s compile_frames."""
     from torch._dynamo.utils import counters
 
-    return int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0
+    return int(counters["frames"]["total"])
 
 
 # ----------------------------------------------------------------- activation checkpointing
@@ -156,7 +165,8 @@ def apply_activation_checkpointing(task, model: nn.Module) -> str:
 def prepare(trainer, model: nn.Module) -> nn.Module:
     """Activation checkpointing and torch.compile for `trainer`'s run (RunConfig.activation_checkpointing,
     compile, compile_mode), on the device-placed model before DDP; notes go with RunStarted. Returns the
-    model to wrap (compiled, or the model itself); sets trainer.compile_seconds (None when eager)."""
+    model to wrap (compiled, or the model itself); sets trainer.compile_seconds (None when eager) and, when
+    compiling, trainer.compile_frames (frames_compiled() after the warm-up)."""
     cfg = trainer.cfg
     trainer.compile_seconds = None
     if cfg.activation_checkpointing:
@@ -180,4 +190,5 @@ def prepare(trainer, model: nn.Module) -> nn.Module:
             trainer.notes.append(line)
 
     compiled, trainer.compile_seconds = compile_for_run(model, cfg.compile_mode, first_pass, log)
+    trainer.compile_frames = frames_compiled()  # what the warm-up compiled: training should add nothing
     return compiled

@@ -652,7 +652,8 @@ def find_batch_sizes(config: RunConfig, modes: Sequence[str] | None = None, *, m
     began = time.perf_counter()
     devices = devices if devices is not None else list_devices()
     info = device_info(config.device, devices)
-    config = config.replace(device=info.id)
+    compiled = config.compile  # tried eager: a compiled model would recompile for every batch size tried
+    config = config.replace(device=info.id, compile=False)
     order = requested_modes(list(modes) if modes else None)
     first = start or config.batch_size
     from core.devices import torch_device
@@ -681,6 +682,9 @@ def find_batch_sizes(config: RunConfig, modes: Sequence[str] | None = None, *, m
                      "mode started; other programs can take that RAM later")
     if limit_bytes:
         notes.append(f"limit set to {_size(limit_bytes)} instead of the device's")
+    if compiled:
+        notes.append("batch sizes were tried eager (compile is off here: each size tried would be a recompile); "
+                     "compiled training usually keeps fewer activations, so these sizes err on the safe side")
     return BatchFinderResult(
         task=config.task, task_options=dict(config.task_options), device=info.id, device_name=info.name,
         device_type=info.type, memory_source=probe.source, estimate=probe.estimate,

@@ -302,9 +302,11 @@ def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: fl
         progress(LRFinderProgress("setup", 0, steps))
     with tempfile.TemporaryDirectory(prefix="amp-lr-find-") as out_dir:
         # A throwaway run: constant schedule (the lr is set per step), no evaluation, checkpoint or best tracking.
+        # Eager even when config.compile is on: compiling takes longer than the test, and the curve is the same.
         cfg = config.replace(out_dir=out_dir, schedule="constant", max_steps=steps, log_interval=1_000_000,
                              eval_interval=1_000_000_000, checkpoint_interval=0, checkpoint_minutes=0.0,
-                             keep_best=0, early_stop_patience=0, early_stop_divergence=0.0, tensorboard=False)
+                             keep_best=0, early_stop_patience=0, early_stop_divergence=0.0, tensorboard=False,
+                             compile=False)
         trainer = Trainer(cfg, control=control, devices=devices)
         try:
             trainer.setup()
@@ -324,6 +326,9 @@ def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: fl
     best = min(range(len(smoothed)), key=smoothed.__getitem__) if smoothed else None
     notes = [f"{len(skipped_lrs)} step{'s' if len(skipped_lrs) != 1 else ''} skipped by the GradScaler (fp16 "
              f"gradient overflow), not on the curve"] if skipped_lrs else []
+    if config.compile:
+        notes.append("ran eager (compile is off here: compiling would take longer than the test; the curve is the "
+                     "same)")
     result = LRFinderResult(
         task=cfg.task, task_options=dict(cfg.task_options), device=info.id, device_name=info.name,
         precision=plan.mode, autocast_dtype=str(plan.autocast_dtype).removeprefix("torch.") if plan.autocast_dtype

@@ -1,0 +1,129 @@
+"""RunConfig.compile: the same training as eager, compile time apart, no recompiles in steady state (a short
+last batch and evaluations included), checkpoints that resume either way, the eager fallback, DDP, the finders.
+
+torch.compile on the CPU builds C++ (inductor): the first compile in a fresh cache takes ~30 s, later ones a
+few seconds (inductor's on-disk cache). Tiny models and few steps keep this file near a minute."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from core.config import RunConfig
+from core.engine import compiling
+from core.engine.checkpoints import export_checkpoint, load_checkpoint
+from core.engine.trainer import Trainer
+
+# torch.compile imports parts of torch that warn of their own deprecations (torch.jit.script_method); the
+# suite turns warnings into errors, which would make the compile "fail" and the run fall back to eager.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.*")]
+
+# 1000 samples: 800 training rows = 12 batches of 64 and a short one of 32, which training drops; validation
+# (200 rows) is evaluated in batches of 4096, so its only batch is "short" too.
+TINY = {"device": "cpu", "precision": "fp32", "log_interval": 4, "task_options": {"samples": 1000}, "seed": 1,
+        "threads": 1}
+
+
+def run(tmp_path, name, recorder=None, resume=None, **overrides) -> tuple[Trainer, object]:
+    cfg = RunConfig.for_task("tiny", **{**TINY, "out_dir": str(tmp_path / name), **overrides})
+    trainer = Trainer(cfg, sink=recorder, resume_from=resume)
+    return trainer, trainer.run()
+
+
+def step_losses(folder) -> list[float]:
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [e["loss"] for e in lines if e["event"] == "StepMetrics"]
+
+
+def close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= tol * max(1.0, abs(x)) for x, y in zip(a, b))
+
+
+def test_compiled_training_matches_eager_without_recompiling(tmp_path, recorder, monkeypatch):
+    """Two epochs with a dropped short batch and an evaluation after each: the compiled run's losses and metrics
+    are eager's (to float rounding: inductor fuses ops), the compile time is its own note, and nothing is
+    compiled after the warm-up (dynamo is told to raise on a recompile, and its frame counter is checked)."""
+    _, eager = run(tmp_path, "eager", epochs=2)
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    trainer, compiled = run(tmp_path, "compiled", recorder, epochs=2, compile=True)
+    assert eager.status == compiled.status == "completed", compiled.message
+    assert trainer.steps_per_epoch == 12 and trainer.step == 24  # the short 13th batch is not trained on
+    assert close(step_losses(tmp_path / "eager"), step_losses(tmp_path / "compiled"))
+    assert compiled.metrics["accuracy"] == pytest.approx(eager.metrics["accuracy"], abs=0.006)  # one row of 200
+    assert len(recorder.of("EvalMetrics")) == 2
+    notes = recorder.of("RunStarted")[0].notes
+    line = next(n for n in notes if n.startswith("compile: "))
+    assert trainer.compile_seconds is not None, line
+    assert f"in {trainer.compile_seconds:.1f} s" in line and trainer.compile_seconds > 0
+    assert compiling.frames_compiled() == trainer.compile_frames  # steady state, evaluations included: none
+    # The first window is timed after the compile: its samples/s is not dragged down by tens of seconds.
+    first = recorder.of("StepMetrics")[0]
+    assert first.elapsed_seconds < trainer.compile_seconds
+
+
+def test_checkpoints_resume_compiled_from_eager_and_eager_from_compiled(tmp_path):
+    """A compiled run's checkpoint holds plain keys, resumes eager and exports; an eager one resumes compiled;
+    both continue as the uninterrupted eager run does."""
+    run(tmp_path, "whole", max_steps=36)
+    run(tmp_path, "eager", max_steps=24)
+    run(tmp_path, "compiled", max_steps=24, compile=True)
+    state = load_checkpoint(tmp_path / "compiled" / "checkpoint.pt")
+    assert state["config"]["compile"] is True and state["step"] == 24
+    assert set(state["model"]) == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    _, weights, _ = export_checkpoint(tmp_path / "compiled" / "checkpoint.pt", tmp_path / "export" / "tiny")
+    assert weights.exists()
+
+    _, to_eager = run(tmp_path, "to-eager", resume=tmp_path / "compiled" / "checkpoint.pt", max_steps=36)
+    trainer, to_compiled = run(tmp_path, "to-compiled", resume=tmp_path / "eager" / "checkpoint.pt", max_steps=36,
+                               compile=True)
+    assert to_eager.status == to_compiled.status == "completed"
+    assert trainer.compile_seconds is not None
+    whole = step_losses(tmp_path / "whole")[-3:]  # steps 28, 32, 36
+    assert close(step_losses(tmp_path / "to-eager")[-3:], whole)
+    assert close(step_losses(tmp_path / "to-compiled")[-3:], whole)
+
+
+def test_a_failing_compiler_falls_back_to_eager_with_one_line(tmp_path, recorder, monkeypatch):
+    """torch.compile raising at the first call (here: a backend that fails as a missing C++ compiler does)."""
+
+    def no_compiler(gm, example_inputs):
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx: "
+                           "(None, 'g++')\nmore details on a second line")
+
+    monkeypatch.setattr(compiling, "compile_model", lambda model, mode: torch.compile(model, backend=no_compiler))
+    _, eager = run(tmp_path, "eager", max_steps=12)
+    trainer, ended = run(tmp_path, "fallback", recorder, max_steps=12, compile=True)
+    assert ended.status == "completed"
+    assert trainer.compile_seconds is None
+    assert trainer.model is trainer.raw_model  # the plain module, not a wrapper that would fail again
+    line = next(n for n in recorder.of("RunStarted")[0].notes if n.startswith("compile: "))
+    assert line.startswith("compile: torch.compile failed (") and line.endswith("; running eager")
+    assert "No working C++ compiler" in line and "\n" not in line and "second line" not in line
+    assert step_losses(tmp_path / "fallback") == step_losses(tmp_path / "eager")
+
+
+def test_ddp_with_compile_matches_one_eager_process(tmp_path):
+    """2 gloo processes, each compiling its replica before DDP wraps it: the losses of one eager process at the
+    same global batch (as tests/test_distributed checks for eager DDP)."""
+    common = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device", "cpu", "--log-interval", "4",
+              "--seed", "3", "-o", "samples=1000", "--max-steps", "12"]
+    one = subprocess.run([*common, "--batch-size", "64", "--out", str(tmp_path / "one")], capture_output=True,
+                         text=True, timeout=200)
+    two = subprocess.run([*common, "--batch-size", "32", "--nproc", "2", "--compile", "--out", str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=250)
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    assert "compile: compiled (mode default) in" in two.stderr + two.stdout
+    assert close(step_losses(tmp_path / "one"), step_losses(tmp_path / "two"))
+
+
+def test_the_lr_finder_runs_eager_and_says_so(tmp_path):
+    from core.lab.lr_finder import find_lr
+
+    cfg = RunConfig.for_task("tiny", **{**TINY, "compile": True})
+    result = find_lr(cfg, steps=20)
+    assert any("eager" in note and "compile" in note for note in result.notes), result.notes
