@@ -165,8 +165,17 @@ def _read_stdout(child: _Child, inbox: queue.Queue) -> None:
                     continue
     except (OSError, ValueError):
         pass
+    _close(child.proc.stdout)
     code = child.proc.wait()
     inbox.put(("exit", child, code))
+
+
+def _close(stream) -> None:
+    try:
+        if stream is not None:
+            stream.close()
+    except (OSError, ValueError):
+        pass
 
 
 def _read_stderr(child: _Child) -> None:
@@ -177,6 +186,7 @@ def _read_stderr(child: _Child) -> None:
                 child.stderr_tail.append(text)
     except (OSError, ValueError):
         pass
+    _close(child.proc.stderr)
 
 
 def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit, control, slots: list[str],
@@ -221,6 +231,7 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
     def finish(child: _Child, code: int) -> None:
         if child.stderr_reader is not None:
             child.stderr_reader.join(5.0)  # its last lines may name the failure
+        _close(child.proc.stdin)
         status, message = _outcome(child, code, grace)
         end_trial(folder, data, child.trial, total, emit, status, message)
 
@@ -286,6 +297,7 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
             except subprocess.TimeoutExpired:
                 child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
                 child.proc.wait()
+            _close(child.proc.stdin)
 
 
 def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
