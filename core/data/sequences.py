@@ -19,7 +19,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from core.data.importers import Column, contiguous_ids, encode_ids, id_vocabulary, read_table
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from core.data.importers import Column, ReadOptions, contiguous_ids, encode_ids, id_vocabulary, read_table
 
 INTERACTION_COLUMNS = [Column("user_id", "id"), Column("item_id", "id"), Column("timestamp", "number"),
                        Column("event", "label", required=False, choices=("click", "complete"))]
@@ -121,14 +124,92 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
     return train, splits[0], splits[1]
 
 
-def read_interactions(path: str) -> dict[str, np.ndarray]:
+def read_interactions(path: str, options: ReadOptions | None = None) -> dict[str, np.ndarray]:
     """Interactions file(s) -> user codes, item ids 1..n (0 is padding), sorted by user then time; n_items;
     and `item_ids`, the file's own item ids in code order (item id k is item_ids[k - 1])."""
-    table = read_table(path, INTERACTION_COLUMNS)  # events are checked but not used by the model
-    user, n_users = contiguous_ids(table.column("user_id"))
-    item, raw_items = encode_ids(table.column("item_id"), start=1)
-    timestamp = table.column("timestamp").to_numpy()
-    del table
-    order = np.lexsort((timestamp, user))  # stable: equal timestamps keep file order
-    return {"user": user[order], "item": item[order], "n_items": len(raw_items), "n_users": n_users,
-            "item_ids": id_vocabulary(raw_items)}
+    table = read_table(path, INTERACTION_COLUMNS, options=options)  # events are checked but not used by the model
+    return encode_interactions({"all": table})["all"]
+
+
+def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
+    """Interaction tables (one per split) -> per split: user codes and item ids 1..n sorted by user then time,
+    codes shared by all the tables (a user or lesson id means the same in every split); plus, under every
+    split, n_items, n_users and `item_ids` (the file's own item ids in code order)."""
+    names = list(tables)
+    sizes = [tables[n].num_rows for n in names]
+    users = _same_type([tables[n].column("user_id") for n in names])
+    items = _same_type([tables[n].column("item_id") for n in names])
+    user, n_users = contiguous_ids(pa.chunked_array(users))
+    item, raw_items = encode_ids(pa.chunked_array(items), start=1)
+    bounds = np.cumsum([0, *sizes])
+    out = {}
+    shared = {"n_items": len(raw_items), "n_users": n_users, "item_ids": id_vocabulary(raw_items)}
+    for k, name in enumerate(names):
+        u, i = user[bounds[k]:bounds[k + 1]], item[bounds[k]:bounds[k + 1]]
+        timestamp = tables[name].column("timestamp").to_numpy()
+        order = np.lexsort((timestamp, u))  # stable: equal timestamps keep file order
+        out[name] = {"user": u[order], "item": i[order], **shared}
+    return out
+
+
+def _same_type(columns: list[pa.ChunkedArray]) -> list[pa.Array]:
+    """Id columns of several files as chunks of one type (text when they differ: ids are compared as written)."""
+    if len({c.type for c in columns}) > 1:
+        columns = [pc.cast(c, pa.string()) for c in columns]
+    return [chunk for c in columns for chunk in c.chunks]
+
+
+def given_sequence_splits(parts: dict[str, dict], n_items: int, max_len: int, negatives: int,
+                          seed: int) -> tuple[dict, dict, dict | None, np.ndarray, list[str]]:
+    """train / val / test from interactions given per split ("train", "val"?, "test"?: user codes and items
+    sorted by user then time, codes shared), the flat item array the evaluation rows index, and notes.
+
+    Training windows cover every training interaction. A user's validation target is their first event in
+    the validation data, predicted from their training history; the test target is their first event in the
+    test data, predicted from training + validation history. Users with no training history are skipped
+    (counted in the notes). Without validation data, each user's last training event (users with at least 2)
+    is their validation target, as leave-last-out holds it out; without test data there is no test split."""
+    train, val, notes = parts["train"], parts.get("val"), []
+    if val is None:  # each user's last training event validates (users with >= 2 train on the rest)
+        lengths = group_lengths(train["user"])
+        last = np.cumsum(lengths)[lengths >= 2] - 1
+        held = np.zeros(len(train["user"]), dtype=bool)
+        held[last] = True
+        val = {"user": train["user"][held], "item": train["item"][held]}
+        train = {"user": train["user"][~held], "item": train["item"][~held]}
+    n_users = int(parts["train"]["n_users"])
+    t_lengths = group_lengths(train["user"])
+    t_starts = np.cumsum(t_lengths) - t_lengths
+    windows = training_windows(train["item"], t_starts, t_lengths, max_len)
+    # the flat item array: training histories, then training + validation histories (for test)
+    both_user = np.concatenate([train["user"], val["user"]])
+    order = np.argsort(both_user, kind="stable")  # within a user: training events, then validation events
+    flat = np.concatenate([train["item"], np.concatenate([train["item"], val["item"]])[order]])
+    spans = []
+    for user_array, offset in ((train["user"], 0), (both_user[order], len(train["item"]))):
+        start = np.full(n_users, -1, dtype=np.int64)
+        end = np.full(n_users, -1, dtype=np.int64)
+        lengths = group_lengths(user_array)
+        codes = user_array[np.cumsum(lengths) - lengths] if len(lengths) else np.zeros(0, dtype=np.int64)
+        start[codes] = offset + np.cumsum(lengths) - lengths
+        end[codes] = offset + np.cumsum(lengths)
+        spans.append((start, end))
+    train_users = np.zeros(n_users, dtype=bool)
+    train_users[train["user"]] = True
+    evaluated = []
+    for name, part, (start, end), back in (("validation", val, spans[0], 2), ("test", parts.get("test"), spans[1], 1)):
+        if part is None:
+            evaluated.append(None)
+            continue
+        users, first = np.unique(part["user"], return_index=True)  # sorted by user then time: the first event
+        known = train_users[users]
+        if (~known).any():
+            skipped = int((~known).sum())
+            notes.append(f"recommender: {skipped:,} user{'s' if skipped > 1 else ''} of the {name} data "
+                         f"{'have' if skipped > 1 else 'has'} no training history: skipped")
+        users, target = users[known], part["item"][first[known]]
+        starts, ends = start[users], end[users]
+        evaluated.append({"seq": history_windows(flat, starts, ends, max_len), "target": torch.from_numpy(target),
+                          "history_start": torch.from_numpy(starts), "history_end": torch.from_numpy(ends),
+                          "negatives": unseen_negatives(flat, starts, ends, target, n_items, negatives, seed + back)})
+    return windows, evaluated[0], evaluated[1], flat, notes

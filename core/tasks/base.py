@@ -12,6 +12,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from core.data.batching import split_length
+from core.data.splits import DataSource
 from core.tasks.options import TaskOption  # noqa: F401  (one class; re-exported for task modules)
 
 # Bytes per trainable parameter while training: float32 weights and gradients, plus the optimizer's state
@@ -75,6 +76,18 @@ class Task(ABC):
             raise ConfigError(key, message)
         self.opts = {opt.name: opt.default for opt in self.options}
         self.opts.update(options or {})
+        self.source = DataSource()  # the data settings (use_config); load_data(path) alone: today's behaviour
+
+    def use_config(self, cfg) -> Task:
+        """Take the run's data settings (given validation / test files, delimiter, column names) from `cfg`
+        (a RunConfig) for the next load_data; returns self."""
+        self.source = DataSource.from_config(cfg)
+        return self
+
+    def data_source(self, data_path: str) -> DataSource:
+        """The source load_data(`data_path`) reads: use_config's, or `data_path` alone when it names another
+        file (its given splits and split column still apply; the read options always do)."""
+        return getattr(self, "source", DataSource()).for_path(data_path)
 
     @classmethod
     def option_errors(cls, options: dict) -> dict[str, str]:

@@ -29,7 +29,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from core.data.importers import Column, contiguous_ids, read_table, require_rows
+from core.data.importers import Column, ReadOptions, contiguous_ids, read_table, require_rows
+from core.data.splits import SPLITS, SplitTables, carve, read_splits
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
@@ -285,8 +286,14 @@ def split_queries(query: np.ndarray, arrays: dict[str, np.ndarray], seed: int) -
     n = int(query.max()) + 1
     perm = np.random.default_rng([seed, 8]).permutation(n)
     cut1, cut2 = int(0.8 * n), int(0.9 * n)
+    return queries_splits(query, arrays, (perm[:cut1], perm[cut1:cut2], perm[cut2:]), seed)
+
+
+def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed: int) -> tuple[list[dict], list[int]]:
+    """One packed split (see split_queries) per entry of `parts`, the query codes it holds, in that order."""
+    n = int(query.max()) + 1 if len(query) else 0
     splits, longest = [], []
-    for part, chosen in enumerate((perm[:cut1], perm[cut1:cut2], perm[cut2:])):
+    for part, chosen in enumerate(parts):
         position = np.full(n, -1, dtype=np.int64)
         position[chosen] = np.arange(len(chosen))  # queries keep the permutation's order
         keep = np.flatnonzero(position[query] >= 0)
@@ -351,9 +358,13 @@ def _flat(split: dict[str, torch.Tensor], scores: torch.Tensor) -> tuple[torch.T
     return qid[real], scores[real], label[real]
 
 
-def read_ranking(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_ranking(path: str, options: ReadOptions | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """query codes, (rows, F) float32 features f1..fn, labels (non-negative ints) from file(s)."""
-    table = read_table(path, RANKING_COLUMNS, prefix_columns="f")
+    return ranking_arrays(read_table(path, RANKING_COLUMNS, prefix_columns="f", options=options), str(path))
+
+
+def ranking_arrays(table, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A read table's query codes 0..Q-1, (rows, F) float32 features and labels; `path` names it in errors."""
     names = [n for n in table.column_names if n not in ("query_id", "doc_id", "label")]
     if not names:
         raise DataError(f"{path}: line 1: no feature columns (expected f1, f2, ...)")
@@ -361,6 +372,28 @@ def read_ranking(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     query, _ = contiguous_ids(table.column("query_id"))
     features = np.stack([table.column(n).to_numpy().astype(np.float32) for n in names], axis=1)
     return query, features, label
+
+
+def given_query_splits(read: SplitTables, seed: int) -> tuple[list[dict], list[int]]:
+    """Packed train / val / test splits (test None when not given) from given split tables, each split's
+    queries its own (ids are per split: a query id in two splits is two queries); without a validation split,
+    10% of the training queries (seeded)."""
+    arrays = {name: ranking_arrays(table, read.origins[name]) for name, table in read.tables.items()}
+    width = arrays["train"][1].shape[1]
+    for name, (_, features, _) in arrays.items():
+        if features.shape[1] != width:
+            raise DataError(f"{read.origins[name]}: {features.shape[1]} feature columns, but the training data "
+                            f"({read.origins['train']}) has {width}")
+    splits, longest = {}, {}
+    if "val" not in arrays:
+        query, features, label = arrays.pop("train")
+        keep, carved = carve(int(query.max()) + 1, seed, 8)
+        (splits["train"], splits["val"]), (longest["train"], longest["val"]) = queries_splits(
+            query, {"features": features, "label": label}, (keep, carved), seed)
+    for part, (name, (query, features, label)) in enumerate(arrays.items()):
+        (splits[name],), (longest[name],) = queries_splits(
+            query, {"features": features, "label": label}, (np.arange(int(query.max()) + 1),), seed + 3 * part)
+    return [splits["train"], splits["val"], splits.get("test")], [longest.get(n, 0) for n in SPLITS]
 
 
 class RankingTask(Task):
@@ -390,10 +423,18 @@ class RankingTask(Task):
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
+        notes: list[str] = []
         if data_path:
-            query, features, label = read_ranking(data_path)
-            (train, val, test), longest = split_queries(query, {"features": features, "label": label}, seed)
-            require_rows(data_path, val, "validation", "at least 10 queries are needed (10% validate)")
+            read = read_splits(self.data_source(data_path), RANKING_COLUMNS, prefix_columns="f",
+                               carved="10% of the training queries")
+            notes = list(read.notes)
+            if read.given:  # given splits, used as given (see core.data.splits)
+                (train, val, test), longest = given_query_splits(read, seed)
+                require_rows(data_path, val, "validation", "give validation data, or at least 2 training queries")
+            else:
+                query, features, label = ranking_arrays(read.tables["all"], data_path)
+                (train, val, test), longest = split_queries(query, {"features": features, "label": label}, seed)
+                require_rows(data_path, val, "validation", "at least 10 queries are needed (10% validate)")
             ceiling = {}
         else:
             # features (float32), the relevance (float64 while generated) and labels, then their packed copy
@@ -412,7 +453,6 @@ class RankingTask(Task):
         real = train["features"][train["label"] >= 0].numpy()  # the training split's candidates, no padding
         info = {"features": int(train["features"].shape[2]), "docs_per_query": width,
                 "normalizer": fit_normalizer(real, o["normalize"], seed)}
-        notes = []
         if "qid" in train:
             notes.append(f"ranking: queries of up to {longest[0]:,} candidates train as lists of {width} of "
                          "their candidates (memory stays within a few times the data); evaluation ranks "

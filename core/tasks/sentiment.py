@@ -25,8 +25,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from core.data.importers import Column, read_table, require_rows
+from core.data.importers import Column, ReadOptions, read_table, require_rows
 from core.data.reviews import generate_reviews
+from core.data.splits import carve, read_splits
 from core.data.tokenizer import hashed_tokens
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
 
@@ -130,9 +131,13 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def read_reviews(path: str) -> tuple[pa.ChunkedArray, np.ndarray]:
+def read_reviews(path: str, options: ReadOptions | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
     """Texts and 0/1 labels from file(s); labels may be 0/1, true/false, pos/neg or positive/negative."""
-    table = read_table(path, REVIEW_COLUMNS)
+    return review_arrays(read_table(path, REVIEW_COLUMNS, options=options))
+
+
+def review_arrays(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray]:
+    """A read table's texts and 0/1 labels."""
     label = pc.is_in(table.column("label"), value_set=pa.array(POSITIVE_LABELS))
     return table.column("text"), label.to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -181,21 +186,26 @@ class SentimentTask(Task):
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
+        notes: list[str] = []
+        oracle = None
         if data_path:
-            text, label = read_reviews(data_path)
-            oracle = None
+            read = read_splits(self.data_source(data_path), REVIEW_COLUMNS)
+            tables, notes = read.tables, read.notes
+            if not read.given:  # one data set: the seeded 80 / 10 / 10 split
+                text, label = review_arrays(tables.pop("all"))
+                train, val, test = split_rows({"tokens": self._tokens(text), "label": torch.from_numpy(label)}, seed)
+                require_rows(data_path, val, "validation", "at least 10 reviews are needed (10% validate)")
+            else:  # given splits, used as given (see core.data.splits)
+                train, val, test = self._given_splits(tables, seed)
+                require_rows(data_path, val, "validation", "give validation data, or at least 2 training reviews")
         else:
             # the hashed (reviews, max_tokens) int32 matrix, and ~30 words a review while generating
             self.check_synthetic_size(o["reviews"] * (o["max_tokens"] * 4 + 30 * 8 * 4), ("reviews", "max_tokens"))
             reviews = generate_reviews(o["reviews"], seed, label_noise=o["label_noise"])
-            text, label, oracle = reviews.text, reviews.label, torch.from_numpy(reviews.posterior)
-        tokens = hashed_tokens(text, o["buckets"], o["max_tokens"], o["negation_scope"])
-        arrays = {"tokens": tokens, "label": torch.from_numpy(label)}
-        if oracle is not None:
-            arrays["posterior"] = oracle
-        train, val, test = split_rows(arrays, seed)
-        if data_path:
-            require_rows(data_path, val, "validation", "at least 10 reviews are needed (10% validate)")
+            oracle = torch.from_numpy(reviews.posterior)
+            arrays = {"tokens": self._tokens(reviews.text), "label": torch.from_numpy(reviews.label),
+                      "posterior": oracle}
+            train, val, test = split_rows(arrays, seed)
         # idf and min_df from the training rows alone; build_model puts them in the model (a buffer: saved)
         self.bucket_weight = fit_bucket_weights(train["tokens"], o["buckets"], o["weighting"] == "tfidf", o["min_df"])
         ceiling = {}
@@ -207,7 +217,25 @@ class SentimentTask(Task):
         majority = int(train["label"].float().mean() >= 0.5)
         baseline = {"accuracy": float((val["label"] == majority).float().mean()), "roc_auc": 0.5}
         info = {"buckets": o["buckets"], "positive_rate": float(train["label"].float().mean())}
-        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline)
+        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
+                        notes=notes)
+
+    def _tokens(self, text) -> torch.Tensor:
+        o = self.opts
+        return hashed_tokens(text, o["buckets"], o["max_tokens"], o["negation_scope"])
+
+    def _given_splits(self, tables: dict, seed: int) -> tuple[dict, dict, dict | None]:
+        """Each given split's rows as they are; without a validation split, 10% of the training rows
+        (seeded), and without a test split none."""
+        splits = {}
+        for name, table in tables.items():
+            text, label = review_arrays(table)
+            splits[name] = {"tokens": self._tokens(text), "label": torch.from_numpy(label)}
+        if "val" not in splits:
+            keep, carved = (torch.from_numpy(i) for i in carve(len(splits["train"]["label"]), seed, 9))
+            train = splits["train"]
+            splits["train"], splits["val"] = ({k: v[i] for k, v in train.items()} for i in (keep, carved))
+        return splits["train"], splits["val"], splits.get("test")
 
     def build_model(self, info: dict) -> nn.Module:
         """The classifier; its bucket weights are the ones load_data fit (ones before that: a checkpoint's

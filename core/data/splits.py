@@ -1,0 +1,167 @@
+"""Where a task's train / validation / test splits come from: given files, a folder convention, a `split`
+column, or (the default) the task's own split of one file.
+
+A `DataSource` carries the run's data settings (RunConfig's data, val_data, test_data, delimiter, columns) to
+a task (Task.use_config). `read_splits` reads them into one table per split:
+
+- explicit files: `data` is the training data, `val_data` / `test_data` the other splits, used as given;
+- a folder convention: `data` is a folder holding `train.*` and `val.*` (or `vali.*`, `valid.*`,
+  `validation.*`, `dev.*`) and/or `test.*` (e.g. MSLR-WEB10K's Fold1: train.txt, vali.txt, test.txt);
+- a `split` column in one file (or folder) whose values are train, val (valid, validation, vali, dev) or test,
+  any case; another value is a DataError naming the file and the line (the importer's check).
+
+When splits are given, a missing validation split is taken from the training data (10%, by the task's own
+unit: rows, queries, or each user's last event), since the run needs one to monitor; a missing test split
+stays missing (the run reports no test metrics) rather than shrinking the given training data. Without any of
+these the data is one table and the task splits it as it always has (random 80/10/10, or leave-last-out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from core.data import importers
+from core.data.importers import Column, ReadOptions, read_table
+from core.errors import ConfigError, DataError
+
+SPLITS = ("train", "val", "test")
+# file stems and `split` column values -> split
+SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "vali": "val", "valid": "val",
+               "validation": "val", "dev": "val", "test": "test"}
+SPLIT_COLUMN = "split"
+CARVED_FRACTION = 0.1  # of the training data, for validation when no validation split is given
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """The data settings of a run: what a task reads and how. Empty `data`: the task's synthetic data."""
+
+    data: str = ""
+    val_data: str = ""
+    test_data: str = ""
+    options: ReadOptions = field(default_factory=ReadOptions)
+
+    @classmethod
+    def from_config(cls, cfg) -> DataSource:
+        return cls(cfg.data, getattr(cfg, "val_data", ""), getattr(cfg, "test_data", ""),
+                   ReadOptions(getattr(cfg, "delimiter", ""), dict(getattr(cfg, "columns", {}) or {})))
+
+    def for_path(self, data_path: str) -> DataSource:
+        """This source for `data_path` (what load_data was called with): unchanged when it is this source's
+        own data; another file keeps only the read options (it is split on its own)."""
+        if data_path == self.data:
+            return self
+        return DataSource(data_path, options=self.options)
+
+
+def folder_splits(folder: str | Path) -> dict[str, Path] | None:
+    """{"train": file, "val": file?, "test": file?} when `folder` follows the convention (a `train.*` file and
+    a validation and/or test file); None when it does not (the folder is then read as one data set). A
+    convention folder holding other data files, or two files for one split, is a DataError naming them."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    found: dict[str, list[Path]] = {}
+    others = []
+    for path in sorted(folder.iterdir()):
+        if not path.is_file() or path.suffix.lower() not in importers.READ_SUFFIXES:
+            continue
+        split = SPLIT_WORDS.get(path.stem.lower())
+        if split is None:
+            others.append(path)
+        else:
+            found.setdefault(split, []).append(path)
+    if "train" not in found or not ({"val", "test"} & set(found)):
+        return None
+    for split, paths in found.items():
+        if len(paths) > 1:
+            raise DataError(f"{folder}: {', '.join(p.name for p in paths)} are all {split} files; keep one")
+    if others:
+        raise DataError(f"{folder}: holds train/validation/test files and also {', '.join(p.name for p in others)}; "
+                        f"move the other files out (or give the splits with --data, --val-data, --test-data)")
+    return {split: paths[0] for split, paths in found.items()}
+
+
+def given_files(source: DataSource) -> tuple[dict[str, str], str] | None:
+    """The files of each given split and how they were found (for the run's log), or None when the data is
+    one data set (which may still hold a `split` column)."""
+    if source.val_data or source.test_data:
+        if not source.data:
+            raise ConfigError("data", "val_data / test_data are given but data (the training data) is empty")
+        files = {"train": source.data} | ({"val": source.val_data} if source.val_data else {}) \
+            | ({"test": source.test_data} if source.test_data else {})
+        return files, "the given files"
+    if source.data:
+        convention = folder_splits(source.data)
+        if convention is not None:
+            names = ", ".join(convention[name].name for name in SPLITS if name in convention)
+            return {k: str(v) for k, v in convention.items()}, f"the files of folder {source.data} ({names})"
+    return None
+
+
+@dataclass
+class SplitTables:
+    """The data read as one table per split: "train", "val"?, "test"? when splits are given, else "all";
+    `origins` says where each came from (a file, or a file's split column), for messages; `notes` for the
+    run's log."""
+
+    tables: dict[str, pa.Table]
+    origins: dict[str, str]
+    notes: list[str]
+
+    @property
+    def given(self) -> bool:
+        return "all" not in self.tables
+
+
+def read_splits(source: DataSource, columns: list[Column], prefix_columns: str | None = None,
+                carved: str = f"{CARVED_FRACTION:.0%} of the training data") -> SplitTables:
+    """Read `source` as given splits (files, folder convention or a `split` column), or as one table.
+    `carved`: what validates when no validation split is given (said in the note)."""
+    given = given_files(source)
+    if given is not None:
+        files, how = given
+        tables = {split: read_table(path, columns, prefix_columns, options=source.options)
+                  for split, path in files.items()}
+        return SplitTables(tables, dict(files), [_given_note(tables, how, carved)])
+    wanted = [*columns, Column(SPLIT_COLUMN, "label", required=False, choices=tuple(SPLIT_WORDS))]
+    table = read_table(source.data, wanted, prefix_columns, options=source.options)
+    if SPLIT_COLUMN not in table.column_names:
+        return SplitTables({"all": table}, {"all": source.data}, [])
+    marks = table.column(SPLIT_COLUMN)  # lower-cased and checked by the importer (a bad value names its line)
+    table = table.drop_columns([SPLIT_COLUMN])
+    tables = {}
+    for name in SPLITS:
+        words = pa.array([word for word, split in SPLIT_WORDS.items() if split == name])
+        rows = table.filter(pc.is_in(marks, value_set=words))
+        if rows.num_rows:
+            tables[name] = rows
+    if "train" not in tables:
+        raise DataError(f"{source.data}: column {SPLIT_COLUMN!r} marks no row 'train': the training rows are "
+                        f"needed")
+    origins = {name: f"{source.data} ({SPLIT_COLUMN} {name})" for name in tables}
+    return SplitTables(tables, origins, [_given_note(tables, f"the {SPLIT_COLUMN!r} column of {source.data}", carved)])
+
+
+def _given_note(tables: dict[str, pa.Table], how: str, carved: str) -> str:
+    counts = ", ".join(f"{name} {tables[name].num_rows:,} rows" for name in SPLITS if name in tables)
+    note = f"data: given splits from {how}: {counts}"
+    if "val" not in tables:
+        note += f"; validation is {carved}"
+    if "test" not in tables:
+        note += "; no test split (no test metrics)"
+    return note
+
+
+def carve(n: int, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices 0..n-1 split into (kept, carved): CARVED_FRACTION of them (at least one when n > 1) carved out
+    by a seeded permutation, for a validation split taken from given training data."""
+    perm = np.random.default_rng([seed, salt]).permutation(n)
+    cut = int(round(CARVED_FRACTION * n)) if n > 1 else 0
+    cut = max(cut, 1) if n > 1 else 0
+    return np.sort(perm[cut:]), np.sort(perm[:cut])
