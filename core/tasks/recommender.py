@@ -33,7 +33,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from core.data.importers import require_rows
-from core.data.sequences import read_interactions, sequence_splits
+from core.data.sequences import INTERACTION_COLUMNS, encode_interactions, given_sequence_splits, sequence_splits
+from core.data.splits import read_splits
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
@@ -198,19 +199,34 @@ class RecommenderTask(Task):
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
         vocabulary: dict = {}
+        notes: list[str] = []
+        read = None
         if data_path:
-            raw = read_interactions(data_path)
+            read = read_splits(self.data_source(data_path), INTERACTION_COLUMNS,
+                               carved="each user's last training event (users with 2 or more)")
+            parts = encode_interactions(read.tables)
+            raw = parts["train" if read.given else "all"]
             user, items, n_items = raw["user"], raw["item"], raw["n_items"]
             vocabulary = {"item_id": raw["item_ids"]}  # the model's item k is item_ids[k - 1]; 0 is padding
             ceiling: dict = {}
+            notes = list(read.notes)
         else:
             # user, item and time per interaction, then the (input, target) windows: int64 each
             self.check_synthetic_size(o["interactions"] * 8 * 5 + o["items"] * 8, ("interactions", "items"))
             chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
             raw = generate_interactions(chain, o["interactions"], o["mean_len"], seed)
             user, items, n_items = raw["user"], raw["item"] + 1, o["items"]
-        train, val, test = sequence_splits(user, items, n_items, o["max_len"], EVAL_NEGATIVES, seed)
-        if data_path:
+        if read is not None and read.given:  # later interactions given per split (see given_sequence_splits)
+            train, val, test, history, more = given_sequence_splits(parts, n_items, o["max_len"], EVAL_NEGATIVES,
+                                                                     seed)
+            interactions = sum(len(p["item"]) for p in parts.values())
+            notes += more
+            require_rows(data_path, val, "validation", "no user of the validation data has a training history")
+            require_rows(data_path, train, "training", "no user has 2 training interactions to learn a step from")
+        else:
+            train, val, test = sequence_splits(user, items, n_items, o["max_len"], EVAL_NEGATIVES, seed)
+            history, interactions = items, len(items)
+        if read is not None and not read.given:
             require_rows(data_path, val, "leave-last-out", "no user has the 3 interactions needed to hold out 2")
             require_rows(data_path, train, "training", "no user has 2 interactions left to train on")
         if not data_path:
@@ -220,14 +236,14 @@ class RecommenderTask(Task):
             # protocol has one (its sampled figure assumes negatives from the whole catalogue, not ours).
             ceiling = {f"{m}@{TOP_K}_full_unfiltered": expected[f"{m}@{TOP_K}_full"] for m in ("hr", "ndcg")}
         # The flat item array the evaluation rows' history_start / history_end index (int32 when it fits).
-        self.history = torch.from_numpy(items.astype(np.int32 if n_items < 2**31 else np.int64))
+        self.history = torch.from_numpy(history.astype(np.int32 if n_items < 2**31 else np.int64))
         self.loss_bounds = loss_position_bounds(train["target"])
         counts = torch.bincount(train["target"].flatten(), minlength=n_items + 1)[1:].double()
         baseline = ranking_report(lambda b: counts.expand(b["target"].shape[0], -1), val, 4096, self.history)
         info = {"n_items": int(n_items), "users_evaluated": int(val["target"].shape[0]),
-                "interactions": int(len(items))}
+                "interactions": int(interactions)}
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
-                        vocabulary=vocabulary)
+                        vocabulary=vocabulary, notes=notes)
 
     def build_model(self, info: dict) -> nn.Module:
         o = self.opts
