@@ -128,7 +128,7 @@ class Trainer:
         init_process_group(self.dist, self.device)
         self._peers = gather_peers(self.dist, self.device)
         seed_everything(cfg.seed)
-        self.data = self.task.load_data(cfg.data, cfg.seed)
+        self.data = self.task.use_config(cfg).load_data(cfg.data, cfg.seed)  # given splits, read options
         self.notes.extend(self.data.notes)  # e.g. long ranking queries trained as shorter lists
         # Refuse a model that cannot fit before allocating it (counted on the meta device), naming the option.
         self.task.check_fits(self.data.info, self.device, cfg.optimizer,
