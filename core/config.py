@@ -42,7 +42,20 @@ FIELD_SPECS: dict[str, FieldSpec] = {
     spec.name: spec
     for spec in (
         FieldSpec("task", "model + data + loss + metrics (see `amp-console tasks`)"),
-        FieldSpec("data", "CSV/Parquet file or folder to train on; empty = the task's synthetic data"),
+        FieldSpec("data", "CSV/Parquet file or folder to train on; empty = the task's synthetic data. Split into "
+                          "train/validation/test by its 'split' column, a folder's train.* / val.* / test.* files, "
+                          "or val_data / test_data; else by the task"),
+        FieldSpec("val_data", "validation data file or folder, used as given (data is then the training data; "
+                              "without test_data there is no test split); empty = from data (its 'split' column, "
+                              "its folder's val.* / vali.* / dev.* file, else the task's own split)"),
+        FieldSpec("test_data", "test data file or folder, used as given (data is then the training data; without "
+                               "val_data, validation is 10% of the training data, or each user's last training "
+                               "event for the recommender); empty = from data (as val_data), none when only "
+                               "val_data is given"),
+        FieldSpec("delimiter", "field separator of the data files: , ; | \\t (a tab) or any short text; empty = "
+                               "sniffed from each file"),
+        FieldSpec("columns", "the data files' column names where they differ from the task's: expected name = the "
+                             "file's name, e.g. user_id=userId, item_id=movieId; empty = the task's names"),
         FieldSpec("device", "auto, cpu, cuda:N, mps or xpu:N"),
         FieldSpec("precision", "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto", choices=PRECISION_CHOICES),
         FieldSpec("optimizer", "sgd (with momentum), adam or adamw", choices=OPTIMIZERS),
@@ -107,6 +120,10 @@ class RunConfig:
     task: str = "tiny"
     task_options: dict = field(default_factory=dict)
     data: str = ""
+    val_data: str = ""
+    test_data: str = ""
+    delimiter: str = ""
+    columns: dict = field(default_factory=dict)
     device: str = "auto"
     precision: str = "auto"
     optimizer: str = "adamw"
@@ -271,6 +288,59 @@ def field_errors(cfg: RunConfig) -> dict[str, str]:
                                              f"threshold the monitored metric must not cross, or 0 for off")
     if cfg.tensorboard and not tensorboardx_installed():
         problems["tensorboard"] = TENSORBOARD_MISSING
-    if cfg.data and not Path(cfg.data).exists():
-        problems["data"] = f"{cfg.data}: no such file or folder"
+    for name in ("data", "val_data", "test_data"):
+        path = getattr(cfg, name)
+        if path and not Path(path).exists():
+            problems[name] = f"{path}: no such file or folder"
+    if (cfg.val_data or cfg.test_data) and not cfg.data:
+        problems.setdefault("data", "val_data / test_data are given: set data to the training data too")
+    if any(c in cfg.delimiter for c in "\n\r\"") or len(cfg.delimiter) > 8:
+        problems["delimiter"] = (f"{cfg.delimiter!r} cannot separate fields: use one short separator such as "
+                                 f"',' ';' '|' or '\\t' (or leave it empty to sniff)")
+    if message := columns_error(cfg.columns):
+        problems["columns"] = message
     return problems
+
+
+def columns_error(columns: dict) -> str | None:
+    """Why a `columns` mapping (expected name -> the file's name) is unusable, or None."""
+    for key, value in columns.items():
+        if not isinstance(key, str) or not key.strip():
+            return f"{key!r} is not a column name: give expected_name=file_name pairs with non-empty names"
+        if not isinstance(value, str) or not value.strip():
+            return f"{key}={value!r}: the file's column name must be non-empty text"
+    targets = list(columns.values())
+    for value in targets:
+        if targets.count(value) > 1:
+            return f"file column {value!r} is mapped to {targets.count(value)} names; map each file column once"
+    return None
+
+
+def parse_columns(text: str, field: str = "columns") -> dict[str, str]:
+    """'user_id=userId, item_id=movieId' -> {"user_id": "userId", "item_id": "movieId"} (commas or new lines
+    between pairs; empty text -> {}); ConfigError naming `field` for anything else."""
+    columns: dict[str, str] = {}
+    for part in re.split(r"[,\n]", text):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise ConfigError(field, f"{part.strip()!r} is not NAME=FILE_NAME (e.g. user_id=userId)")
+        key, value = (p.strip() for p in part.split("=", 1))
+        if not key or not value:
+            raise ConfigError(field, f"{part.strip()!r}: both names are needed (e.g. user_id=userId)")
+        if key in columns and columns[key] != value:
+            raise ConfigError(field, f"{key!r} is mapped twice ({columns[key]!r} and {value!r})")
+        columns[key] = value
+    if message := columns_error(columns):
+        raise ConfigError(field, message)
+    return columns
+
+
+def delimiter_value(text: str) -> str:
+    """A delimiter as typed on a command line or in the form: '\\t' or 'tab' is a tab; anything else as is."""
+    return "\t" if text.strip().lower() in ("\\t", "tab") else text
+
+
+def columns_text(columns: dict) -> str:
+    """{"user_id": "userId"} -> 'user_id=userId' (parse_columns' inverse)."""
+    return ", ".join(f"{key}={value}" for key, value in columns.items())
