@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from core.cli.train import add_data_flags, data_flag_values
 from core.errors import ConfigError
 
 
@@ -20,9 +21,14 @@ def register(sub) -> None:
                                    "is written where the checkpoint lives.")
     p.add_argument("target", metavar="RUN_OR_CHECKPOINT",
                    help="a checkpoint file, a run folder, or a run id / unique prefix / folder name")
-    p.add_argument("--split", choices=("test", "val"), default="test", help="which split (default test)")
+    p.add_argument("--split", choices=("test", "val"), default=None,
+                   help="which split (default: test, or val when the data has no test split)")
     p.add_argument("--best", action="store_true", help="a run's best checkpoint instead of its last")
-    p.add_argument("--data", metavar="FILE", help="measure on this data file instead of the run's own")
+    p.add_argument("--data", metavar="FILE", help="measure on this data file (or folder) instead of the run's own, "
+                                                  "split on its own (its split column or train/val/test files, "
+                                                  "else the task's split); a run trained on given splits "
+                                                  "otherwise measures its given test file")
+    add_data_flags(p)
     p.add_argument("--device", help="evaluate on this device (default: the run's setting)")
     p.add_argument("--batch-size", type=int, default=None, help="rows per evaluation batch (default: the run's)")
     p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
@@ -81,9 +87,10 @@ def cmd_evaluate(args) -> int:
     from core.lab.evaluate import evaluate_checkpoint
 
     checkpoint = find_checkpoint(args.target, args.best, args.runs_dir)
-    sys.stderr.write(f"evaluating {checkpoint} on the {args.split} split…\n")
+    sys.stderr.write(f"evaluating {checkpoint} on the {args.split or 'test'} split…\n")
     result = evaluate_checkpoint(checkpoint, args.split, data=args.data, device=args.device,
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, data_settings=data_flag_values(args))
+    args.split = result.split
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams, signal_name
-from core.config import FIELD_SPECS, RunConfig, tomllib
+from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, tomllib
 from core.errors import AmpConsoleError, ConfigError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
 
@@ -28,6 +28,8 @@ _SWITCHES = {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a task headless (progress on stderr, summary on stdout)")
     for name, spec in FIELD_SPECS.items():
+        if name in DATA_FLAG_FIELDS:
+            continue
         kind = _TYPES.get(name, int if spec.minimum is not None else str)
         flags = ["--" + name.replace("_", "-")]
         if name == "out_dir":
@@ -38,6 +40,8 @@ def register(sub) -> None:
             p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=spec.help)
             continue
         p.add_argument(*flags, dest=name, type=kind, default=None, choices=spec.choices, help=spec.help)
+        if name == "data":
+            add_data_flags(p)
     p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
                    help="task option, e.g. -o hidden=32 (repeatable; see `amp-console tasks`)")
     p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
@@ -60,6 +64,32 @@ def register(sub) -> None:
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="run N processes on this machine with DDP (launches torchrun --standalone)")
     p.set_defaults(handler=cmd_train)
+
+
+DATA_FLAG_FIELDS = ("val_data", "test_data", "delimiter", "columns")  # added by add_data_flags
+
+
+def add_data_flags(parser) -> None:
+    """--val-data, --test-data, --delimiter and --column KEY=NAME (repeatable): the data settings besides
+    --data, for every command that reads a run's data; data_flag_values reads them back."""
+    for name in ("val_data", "test_data"):
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar="PATH",
+                            help=FIELD_SPECS[name].help.replace("%", "%%"))
+    parser.add_argument("--delimiter", dest="delimiter", default=None, type=delimiter_value, metavar="TEXT",
+                        help=FIELD_SPECS["delimiter"].help + " ('\\t' or tab: a tab)")
+    parser.add_argument("--column", action="append", default=[], metavar="KEY=NAME", dest="column_pairs",
+                        help="the file's name NAME for the expected column KEY, e.g. --column user_id=userId "
+                             "(repeatable; merges into the setting `columns`)")
+
+
+def data_flag_values(args: argparse.Namespace) -> dict:
+    """The data settings add_data_flags' flags set (only those given); `columns` holds the --column pairs."""
+    values = {name: getattr(args, name) for name in ("val_data", "test_data", "delimiter")
+              if getattr(args, name, None) is not None}
+    pairs = getattr(args, "column_pairs", None) or []
+    if pairs:
+        values["columns"] = parse_columns(",".join(pairs))
+    return values
 
 
 def _seconds(text: str) -> float:
@@ -133,6 +163,8 @@ def _resume_values(args: argparse.Namespace, user: dict) -> tuple[dict, list[str
             raise ConfigError("task_options", f"{name}: a resumed run keeps the task options it was saved with "
                                               f"(they decide the model's shape); asked to change {diff}")
     values = saved | {k: v for k, v in user.items() if k not in ("task", "task_options")}
+    if isinstance(user.get("columns"), dict):  # --column pairs add to the saved mapping
+        values["columns"] = {**saved["columns"], **user["columns"]}
     # Where the user says, else beside the checkpoint: never the folder recorded inside the file.
     values["out_dir"] = user.get("out_dir") or str(Path(args.resume).parent)
     changed = [f"{k} {saved[k]!r} -> {values[k]!r}" for k in values if k != "out_dir" and values[k] != saved[k]]
@@ -157,7 +189,12 @@ def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
 
     A resumed run writes to --out (or the config file's out_dir) if given, else beside the checkpoint."""
     user = read_config_file(args.config) if args.config else {}
-    user.update({name: getattr(args, name) for name in FIELD_SPECS if getattr(args, name) is not None})
+    user.update({name: getattr(args, name) for name in FIELD_SPECS if getattr(args, name, None) is not None
+                 and name not in DATA_FLAG_FIELDS})
+    flags = data_flag_values(args)
+    if "columns" in flags:  # --column pairs merge into the config file's (or, resuming, the saved) columns
+        flags["columns"] = {**user.get("columns", {}), **flags["columns"]}
+    user.update(flags)
     if args.task_options:
         user["task_options"] = {**user.get("task_options", {}), **dict(map(parse_option, args.task_options))}
     notes: list[str] = []
@@ -182,9 +219,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def check_paths(config: RunConfig) -> None:
     """Refuse paths the run could not use, before it starts: each message names the path and the cause."""
     check_writable_folder(config.out_dir, "out_dir")
-    if config.data:
-        check_utf8_path(config.data, "data")
-        check_regular_file(config.data, "data", "data file", allow_folder=True)
+    for name in ("data", "val_data", "test_data"):
+        path = getattr(config, name)
+        if path:
+            check_utf8_path(path, name)
+            check_regular_file(path, name, "data file", allow_folder=True)
 
 
 def format_duration(seconds: float) -> str:

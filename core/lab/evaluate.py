@@ -42,9 +42,13 @@ class Evaluation:
 
 
 def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data: str | None = None,
-                        device: str | None = None, batch_size: int | None = None, devices=None) -> Evaluation:
+                        device: str | None = None, batch_size: int | None = None, devices=None,
+                        data_settings: dict | None = None) -> Evaluation:
     """The metrics of `checkpoint`'s model on `split` ("test" or "val"; None: test when the task's data has
-    one, else val) of its run's data (or of `data`)."""
+    one, else val) of its run's data (or of `data`). A run trained on given splits is measured on its given
+    test (or validation) file, as its saved settings name it. `data` replaces the run's data with a file
+    split on its own (its folder's files, its split column, else the task's split), unless `data_settings`
+    (val_data, test_data, delimiter, columns) gives its splits or read options too."""
     import torch  # noqa: F401  (the engine's dependency, loaded when a checkpoint is evaluated)
 
     from core.engine import checkpoints as ckpt
@@ -63,7 +67,8 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data
     changes: dict = {"keep_best": 0, "early_stop_patience": 0, "early_stop_divergence": 0.0, "tensorboard": False,
                      "checkpoint_interval": 0, "checkpoint_minutes": 0.0}
     if data is not None:
-        changes["data"] = data
+        changes.update(data=data, val_data="", test_data="")  # the run's given splits belong to its own data
+    changes.update(data_settings or {})
     if device:
         changes["device"] = device
     if batch_size:
