@@ -1,5 +1,8 @@
 """The sweep dialog: a small grid or random hyperparameter sweep over the form's settings (core.lab.sweep), each
-trial an ordinary run under the runs root, run one after another on a BackgroundJob.
+trial an ordinary run under the runs root, run one after another on a BackgroundJob, or ("Run on") N at a time on
+N devices the window detected (two GPUs, or two trials on the CPU), each trial in its own training process
+(core.lab.sweep_parallel; the job's thread only waits on them, the GUI thread does no torch work). Stop stops
+every running trial with a checkpoint.
 
 Axes are typed one per line, as the CLI's flags take them: `lr = 1e-3, 3e-3` (grid values, or random choices)
 and, for a random sweep, `lr = 1e-4 : 1e-2 : log` (a range). The live result table (a QSortFilterProxyModel that
@@ -130,9 +133,29 @@ class RowsUpdate:
         self.rows, self.metric = rows, metric
 
 
-def sweep_job(base, axes_lines, method, samples, seed, root):
-    """Plan (validated), create the sweep folder under `root`, and run it; progress gets core's sweep events and
-    a RowsUpdate whenever a trial starts or ends."""
+def run_on_choices(devices, cores: int | None = None) -> list[tuple[str, list[str] | None]]:
+    """The "Run on" entries for the detected `devices` (DeviceInfo-likes with .id and .type): first one trial at a
+    time on the form's device (None: in the job's thread, as always), then k at a time on the first k GPUs (or
+    XPUs) of a kind, then k at a time on the CPU for k = 2, 4, ... up to the cores (2 at least)."""
+    import os
+
+    choices: list[tuple[str, list[str] | None]] = [("One trial at a time (the form's device)", None)]
+    for kind, label in (("cuda", "GPUs"), ("xpu", "XPUs")):
+        ids = [d.id for d in devices if d.type == kind]
+        for k in range(2, len(ids) + 1):
+            choices.append((f"{k} {label} at once: {', '.join(ids[:k])}", ids[:k]))
+    if any(d.type == "cpu" for d in devices):
+        cores = cores or os.cpu_count() or 2
+        k = 2
+        while k <= max(2, cores):
+            choices.append((f"{k} trials at once on the CPU", ["cpu"] * k))
+            k *= 2
+    return choices
+
+
+def sweep_job(base, axes_lines, method, samples, seed, root, devices=None):
+    """Plan (validated), create the sweep folder under `root`, and run it (on `devices`, one trial per device at
+    a time, when given); progress gets core's sweep events and a RowsUpdate whenever a trial starts or ends."""
 
     def run(progress, control):
         from core.lab.sweep import (
@@ -148,7 +171,7 @@ def sweep_job(base, axes_lines, method, samples, seed, root):
             if isinstance(event, (SweepStarted, TrialStarted, TrialEnded)):
                 progress(RowsUpdate(sweep_table(folder), metric))
 
-        return run_sweep(folder, progress=emit, control=control)
+        return run_sweep(folder, progress=emit, control=control, devices=devices)
 
     return run
 
@@ -179,13 +202,15 @@ class SweepDialog(ToolDialog):
     NAME = "sweep"
     RUN_TEXT = "Run sweep"
     IDLE_TEXT = ("Each trial is a normal run of the form's settings with the axes' values, in a sweep folder under "
-                 "the runs root, one after another.")
+                 "the runs root, one after another (or several at once: Run on).")
 
     def __init__(self, config_provider, devices_provider, busy_provider=None, root_provider=None, parent=None):
         self._root_provider = root_provider or (lambda: None)
         self.folder: str | None = None
-        self._trial_line = ""
-        self._trial_total = 0
+        self._lines: dict[int, str] = {}  # the status line of each trial running (or just ended)
+        self._totals: dict[int, int] = {}
+        self._ended = 0
+        self._finished: set[int] = set()  # trials whose line says how they ended
         super().__init__(config_provider, devices_provider, busy_provider, parent)
         self.resize(1100, 640)
 
@@ -207,6 +232,12 @@ class SweepDialog(ToolDialog):
         self.seedEdit.setToolTip("The same seed draws the same trials")
         self.seedEdit.valueChanged.connect(self.preview)
         controls.addWidget(self.seedEdit)
+        controls.addWidget(QLabel("Run on"))
+        self.runOnCombo = QComboBox(objectName="sweepRunOnCombo")
+        self.runOnCombo.setToolTip("One trial at a time on the form's device, or several at once: one per GPU, or "
+                                   "several on the CPU (each trial in its own process, the CPU threads shared out)")
+        controls.addWidget(self.runOnCombo)
+        self.refresh_devices()
 
     def _build(self, layout) -> None:
         axes_row = QHBoxLayout()
@@ -264,7 +295,44 @@ class SweepDialog(ToolDialog):
         self._method_changed()
 
     def _inputs(self):
-        return [self.methodCombo, self.samplesEdit, self.seedEdit, self.axesEdit]
+        return [self.methodCombo, self.samplesEdit, self.seedEdit, self.axesEdit, self.runOnCombo]
+
+    def _detected_devices(self) -> list:
+        """The devices the window detected (its devices panel), else the injected ones, else the CPU alone."""
+        panel = getattr(self.parent(), "devicesPanel", None)
+        devices = list(getattr(panel, "devices", None) or [])
+        if not devices:
+            devices = list(self._devices_provider() or [])
+        if not devices:
+            from types import SimpleNamespace
+
+            devices = [SimpleNamespace(id="cpu", type="cpu")]
+        return devices
+
+    def refresh_devices(self) -> None:
+        """Fill "Run on" from the detected devices, keeping the choice when it is still there."""
+        current = self.runOnCombo.currentData()
+        self.runOnCombo.clear()
+        for text, devices in run_on_choices(self._detected_devices()):
+            self.runOnCombo.addItem(text, devices)
+        index = self.runOnCombo.findData(current) if current is not None else 0
+        self.runOnCombo.setCurrentIndex(max(index, 0))
+
+    def run_on(self) -> list[str] | None:
+        """The device slots chosen (None: one trial at a time in the job's thread)."""
+        data = self.runOnCombo.currentData()
+        return list(data) if data else None
+
+    def set_run_on(self, devices: list[str] | None) -> None:
+        index = self.runOnCombo.findData(devices) if devices else 0
+        if index < 0:
+            raise ValueError(f"{devices} is not a Run on choice here")
+        self.runOnCombo.setCurrentIndex(index)
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if not self.job.running:
+            self.refresh_devices()
+        super().showEvent(event)
 
     def method(self) -> str:
         return self.methodCombo.currentData()
@@ -318,6 +386,13 @@ class SweepDialog(ToolDialog):
         except AmpConsoleError as exc:
             self._on_failed(f"Fix the axes first: {exc}", "", "")
             return None
+        devices = self.run_on()
+        for device in dict.fromkeys(devices or []):  # the form's device was checked by start()
+            busy = self._busy_provider(device)
+            if busy:
+                self._on_failed(busy, "", "")
+                return None
+        self._lines, self._totals, self._ended, self._finished = {}, {}, 0, set()
         self.folder = None
         self.model.set_rows([])
         self.bestLabel.setText("")
@@ -326,7 +401,8 @@ class SweepDialog(ToolDialog):
         self.progressBar.setValue(0)
         self.progressBar.setFormat("%v of %m trials")
         root = self._root_provider()
-        return sweep_job(config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root)
+        return sweep_job(config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root,
+                         devices=devices)
 
     def _on_progress(self, event) -> None:
         from core.engine.events import RunStarted, StepMetrics
@@ -339,20 +415,31 @@ class SweepDialog(ToolDialog):
                 self.folder = event.folder
                 self.folderLabel.setText(f"Sweep folder: {event.folder}")
             case TrialStarted():
-                self._trial_line = f"Trial {event.index} of {event.total} ({event.name})"
-                self._trial_total = 0
-                self.statusLabel.setText(f"{self._trial_line}: setting up…")
+                self._lines = {i: text for i, text in self._lines.items() if i not in self._finished}
+                on = f" on {event.device}" if self.run_on() and event.device else ""
+                self._lines[event.index] = f"Trial {event.index} of {event.total} ({event.name}){on}: setting up…"
+                self._show_lines()
             case TrialEvent(event=RunStarted() as started):
-                self._trial_total = started.total_steps
+                self._totals[event.index] = started.total_steps
             case TrialEvent(event=StepMetrics() as step):
-                total = f"/{self._trial_total:,}" if self._trial_total else ""
-                self.statusLabel.setText(f"{self._trial_line}: step {step.step:,}{total}, loss {step.loss:.4g}")
+                total = self._totals.get(event.index)
+                self._lines[event.index] = (f"Trial {event.index} ({event.name}): step {step.step:,}"
+                                            + (f"/{total:,}" if total else "") + f", loss {step.loss:.4g}")
+                self._show_lines()
             case TrialEnded():
-                self.progressBar.setValue(event.index)
-                self.statusLabel.setText(f"{self._trial_line}: {event.status}"
-                                         + (f" ({event.message})" if event.message else ""))
+                self._ended += 1
+                self.progressBar.setValue(self._ended)
+                self._lines[event.index] = (f"Trial {event.index} of {event.total} ({event.name}): {event.status}"
+                                            + (f" ({event.message})" if event.message else ""))
+                self._finished.add(event.index)
+                self._show_lines()
             case SweepEnded():
                 pass
+
+    def _show_lines(self) -> None:
+        import html
+
+        self.statusLabel.setText("<br>".join(html.escape(text) for _, text in sorted(self._lines.items())))
 
     def _set_rows(self, rows: list[dict], metric: str | None) -> None:
         selected = self.selected_row()
