@@ -260,6 +260,8 @@ class Editor(QWidget):
         else:
             widget = QLineEdit()
             widget.setPlaceholderText(help_clause(help_text, "empty"))  # what leaving it empty means
+            if kind is dict:  # a mapping typed as NAME=VALUE pairs
+                widget.setPlaceholderText("name=file name, … (empty: " + help_clause(help_text, "empty") + ")")
             widget.textChanged.connect(self.changed)
         return widget
 
@@ -274,6 +276,10 @@ class Editor(QWidget):
             if self.kind is int and number.is_integer():
                 return int(number)
             return number  # a fraction typed for a whole number: core names the field and the type
+        if self.kind is dict:  # 'a=b, c=d'; text that is not raises ConfigError naming the field
+            from core.config import parse_columns
+
+            return parse_columns(widget.text(), self.name)
         return widget.text()
 
     def set_value(self, value) -> None:
@@ -288,6 +294,10 @@ class Editor(QWidget):
             widget.setValue(float(value))
             if not (finite and math.isfinite(widget.number())):
                 self.changed.emit()  # a change to or from nan/inf does not move the spin box's own value
+        elif self.kind is dict and isinstance(value, dict):
+            from core.config import columns_text
+
+            widget.setText(columns_text(value))
         else:
             widget.setText(str(value))
 

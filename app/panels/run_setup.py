@@ -19,14 +19,17 @@ from core.precision_modes import PRECISION_CHOICES
 
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
                    "batch_size", "grad_accum", "epochs", "max_steps", "time_limit_minutes")
-OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data")
+OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data", "val_data",
+                 "test_data", "delimiter", "columns")
+PATH_FIELDS = ("out_dir", "data", "val_data", "test_data")  # with a browse button
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
           "max_steps": "Max steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",
           "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
           "checkpoint_minutes": "Checkpoint every (min)", "time_limit_minutes": "Time limit (min)",
-          "threads": "CPU threads", "out_dir": "Output folder", "data": "Data file", "tensorboard": "TensorBoard"}
+          "threads": "CPU threads", "out_dir": "Output folder", "data": "Data file", "tensorboard": "TensorBoard",
+          "val_data": "Validation data", "test_data": "Test data"}
 # Tools beside a field (name -> object name, tooltip): each button emits toolRequested(name).
 FIELD_TOOLS = {
     "lr": ("lrFindButton", "LR finder: train a fresh copy of the model while the learning rate grows, and pick "
@@ -207,7 +210,7 @@ class RunSetupPanel(QWidget):
                 spec = field_specs[name]
                 kind = type(getattr(defaults, name))
                 editor = Editor(name, kind, spec.help, spec.minimum, spec.maximum, spec.step, spec.choices)
-                if name in ("out_dir", "data"):
+                if name in PATH_FIELDS:
                     editor.add_browse_button(f"Choose the {label_for(name).lower()}",
                                              lambda _=False, n=name: self._browse(n))
                 if name in FIELD_TOOLS:
@@ -277,7 +280,8 @@ class RunSetupPanel(QWidget):
                 self.taskCombo.setCurrentIndex(index)
             self._rebuild_task_options()
             for name, row in self._rows.items():
-                row.editor.set_value(getattr(config, name))
+                value = getattr(config, name)
+                row.editor.set_value("\\t" if name == "delimiter" and value == "\t" else value)  # a tab, visibly
             self._set_precision(config.precision)
         finally:
             self._loading = False
@@ -286,6 +290,10 @@ class RunSetupPanel(QWidget):
 
     def values(self) -> dict:
         values = {name: row.editor.value() for name, row in self._rows.items()}
+        if isinstance(values.get("delimiter"), str):
+            from core.config import delimiter_value
+
+            values["delimiter"] = delimiter_value(values["delimiter"])  # '\t' typed: a tab
         values["task"] = self.taskCombo.currentData() or ""
         values["task_options"] = {name: row.editor.value() for name, row in self._option_rows.items()}
         values["precision"] = self.precisionCombo.currentData()
@@ -474,6 +482,9 @@ class RunSetupPanel(QWidget):
         if name == "out_dir":
             path = QFileDialog.getExistingDirectory(self, "Output folder", row.editor.value())
         else:
-            path, _ = QFileDialog.getOpenFileName(self, "Data file", "", "Data (*.csv *.parquet);;All files (*)")
+            from core.data.importers import READ_SUFFIXES
+
+            kinds = " ".join(f"*{suffix}" for suffix in READ_SUFFIXES)
+            path, _ = QFileDialog.getOpenFileName(self, label_for(name), "", f"Data ({kinds});;All files (*)")
         if path:
             row.editor.set_value(path)
