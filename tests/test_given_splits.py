@@ -129,6 +129,8 @@ def test_folder_with_train_vali_test_files_gives_the_splits(tmp_path):
     data = create_task("sentiment", SMALL_SENTIMENT).load_data(str(fold), 0)
     assert sizes(data) == (30, 4, 6)
     assert any(f"the files of folder {fold} (train.csv, vali.csv, test.csv)" in note for note in data.notes)
+    with pytest.raises(ConfigError, match=r"^data: .*Fold1 holds train/validation/test files already"):
+        load("sentiment", SMALL_SENTIMENT, data=str(fold), test_data=str(fold / "test.csv"))
     (fold / "notes.csv").write_text("text,label\nx,1\n")
     with pytest.raises(DataError, match=r"Fold1: holds train/validation/test files and also notes.csv"):
         create_task("sentiment", SMALL_SENTIMENT).load_data(str(fold), 0)
@@ -149,6 +151,14 @@ def test_split_column_sends_rows_to_their_splits(tmp_path):
     bad = reviews(tmp_path / "bad.csv", 6, split=["train", "val", "holdout"])
     with pytest.raises(DataError, match=r"bad.csv: line 4, column 'split': 'holdout' is not a known value"):
         create_task("sentiment", SMALL_SENTIMENT).load_data(bad, 0)
+
+
+def test_a_header_less_file_has_no_split_column(tmp_path):
+    """Columns of a header-less file are taken by position: a feature column must not be read as `split`."""
+    path = tmp_path / "letor.csv"
+    path.write_text("".join(f"q{q},d{d},{d % 3},{q / 10},{d / 5},0.5\n" for q in range(20) for d in range(3)))
+    data = create_task("ranking").load_data(str(path), 0)
+    assert data.info["features"] == 3 and data.train["label"].shape[0] == 16
 
 
 def test_ranking_split_column_keeps_a_query_in_two_splits_apart(tmp_path):

@@ -18,6 +18,7 @@ these the data is one table and the task splits it as it always has (random 80/1
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +94,9 @@ def given_files(source: DataSource) -> tuple[dict[str, str], str] | None:
     if source.val_data or source.test_data:
         if not source.data:
             raise ConfigError("data", "val_data / test_data are given but data (the training data) is empty")
+        if folder_splits(source.data) is not None:
+            raise ConfigError("data", f"{source.data} holds train/validation/test files already: give its "
+                                      f"training file as data, or leave val_data and test_data empty")
         files = {"train": source.data} | ({"val": source.val_data} if source.val_data else {}) \
             | ({"test": source.test_data} if source.test_data else {})
         return files, "the given files"
@@ -129,7 +133,9 @@ def read_splits(source: DataSource, columns: list[Column], prefix_columns: str |
         tables = {split: read_table(path, columns, prefix_columns, options=source.options)
                   for split, path in files.items()}
         return SplitTables(tables, dict(files), [_given_note(tables, how, carved)])
-    wanted = [*columns, Column(SPLIT_COLUMN, "label", required=False, choices=tuple(SPLIT_WORDS))]
+    wanted = list(columns)
+    if _names_split_column(source):  # asked for only then: a header-less file's columns are taken by position
+        wanted.append(Column(SPLIT_COLUMN, "label", required=False, choices=tuple(SPLIT_WORDS)))
     table = read_table(source.data, wanted, prefix_columns, options=source.options)
     if SPLIT_COLUMN not in table.column_names:
         return SplitTables({"all": table}, {"all": source.data}, [])
@@ -146,6 +152,26 @@ def read_splits(source: DataSource, columns: list[Column], prefix_columns: str |
                         f"needed")
     origins = {name: f"{source.data} ({SPLIT_COLUMN} {name})" for name in tables}
     return SplitTables(tables, origins, [_given_note(tables, f"the {SPLIT_COLUMN!r} column of {source.data}", carved)])
+
+
+def _names_split_column(source: DataSource) -> bool:
+    """Whether the data's first file names a `split` column (or the column `columns` maps it to) on line 1 or
+    in its schema: a cheap look at the header, so a header-less file never has a data column read as one."""
+    target = str(source.options.columns.get(SPLIT_COLUMN, SPLIT_COLUMN))
+    if target.isdigit():  # mapped by position
+        return True
+    file = importers.data_files(source.data)[0]
+    try:
+        if file.suffix.lower() in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(file).names
+        else:
+            with open(file, "rb") as f:
+                names = re.split(r"[,;\t|:]", f.readline(1 << 16).decode("utf-8", "replace"))
+    except (OSError, pa.ArrowException):
+        return False  # the read itself reports the file's problem
+    return target.lower() in {name.strip().strip("\"'{}[] ").lower() for name in names}
 
 
 def _given_note(tables: dict[str, pa.Table], how: str, carved: str) -> str:
