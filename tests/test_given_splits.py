@@ -136,6 +136,19 @@ def test_folder_with_train_vali_test_files_gives_the_splits(tmp_path):
         create_task("sentiment", SMALL_SENTIMENT).load_data(str(fold), 0)
 
 
+def test_mslr_fold_of_svmlight_files_gives_the_splits(tmp_path):
+    fold = tmp_path / "Fold1"
+    fold.mkdir()
+    rng = np.random.default_rng(0)
+    for name, n in (("train", 20), ("vali", 4), ("test", 5)):
+        lines = [f"{rng.integers(0, 3)} qid:{q} 1:{rng.random():.3f} 2:{rng.random():.3f}\n"
+                 for q in range(n) for _ in range(4)]
+        (fold / f"{name}.txt").write_text("".join(lines))
+    data = create_task("ranking").load_data(str(fold), 0)
+    assert tuple(split["label"].shape[0] for split in (data.train, data.val, data.test)) == (20, 4, 5)
+    assert data.info["features"] == 2
+
+
 def test_folder_without_the_convention_is_one_data_set(tmp_path):
     folder = tmp_path / "parts"
     folder.mkdir()
