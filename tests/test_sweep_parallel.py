@@ -200,15 +200,16 @@ def test_a_missing_accelerator_is_refused_before_the_sweep_starts(tmp_path, caps
 
 
 def test_thread_sharing_for_n_trials(monkeypatch):
-    monkeypatch.setattr("core.lab.sweep_parallel.cpu_count", lambda: 8)
-    env = child_env(2, threads_set=False, base={"OMP_NUM_THREADS": "8", "WORLD_SIZE": "4"})
-    assert env["LOCAL_WORLD_SIZE"] == "2" and env["OMP_NUM_THREADS"] == "4" and "WORLD_SIZE" not in env
-    assert "LOCAL_WORLD_SIZE" not in child_env(2, threads_set=True, base={})  # the settings chose threads
-    assert "LOCAL_WORLD_SIZE" not in child_env(1, threads_set=False, base={})  # one trial: the machine is its own
     from core.engine.threads import choose_threads
 
-    # what the trainer's auto choice makes of it: at most its share of the cores
-    assert choose_threads(0, 10**8, 8, 0.0, processes=2).threads == 4
+    monkeypatch.setattr("core.lab.sweep_parallel.cpu_count", lambda: 8)
+    env = child_env(2, base={"OMP_NUM_THREADS": "8", "WORLD_SIZE": "4"})
+    assert env["LOCAL_WORLD_SIZE"] == "2" and env["OMP_NUM_THREADS"] == "4" and "WORLD_SIZE" not in env
+    assert "LOCAL_WORLD_SIZE" not in child_env(1, base={})  # one trial at a time: the machine is its own
+    processes = int(env["LOCAL_WORLD_SIZE"])
+    # what the trainer's auto choice makes of it: at most its share of the cores; threads set: as given
+    assert choose_threads(0, 10**8, 8, 0.0, processes=processes).threads == 4
+    assert choose_threads(6, 10**8, 8, 0.0, processes=processes).threads == 6
 
 
 def test_how_a_trial_process_ended_becomes_its_status():

@@ -17,6 +17,9 @@ LOCAL_WORLD_SIZE=N in its environment, which the trainer's auto choice (core.eng
 processes share these cores": it takes at most cores // N threads (fewer for light steps, as always). An
 OMP_NUM_THREADS the user set is capped to cores // N as well. A `threads` set in the settings is used as given.
 
+Start-up: a training process takes a few seconds to load torch. While trials train, spare processes load it for
+the trials still pending, so a freed slot starts its next trial at once (`prestart`).
+
 No torch here: the parent only starts processes and reads JSON lines.
 """
 
@@ -87,15 +90,16 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def child_env(slots: int, threads_set: bool, base: dict | None = None) -> dict:
+def child_env(slots: int, base: dict | None = None) -> dict:
     """The environment of a trial's process: this package importable, unbuffered output, no torchrun variables
-    of ours leaking in, and (see the module doc) N processes sharing the cores unless the settings set threads."""
+    of ours leaking in, and (see the module doc) N processes sharing the cores (a `threads` the settings set is
+    used as given: the trainer reads LOCAL_WORLD_SIZE only for its auto choice)."""
     env = dict(os.environ if base is None else base)
     for name in _DISTRIBUTED_ENV:
         env.pop(name, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
-    if not threads_set and slots > 1:
+    if slots > 1:
         share = max(1, cpu_count() // slots)
         env["LOCAL_WORLD_SIZE"] = str(slots)
         omp = env.get("OMP_NUM_THREADS", "").strip()
@@ -117,7 +121,7 @@ class _Child:
 
     slot: int
     device: str
-    trial: dict
+    trial: dict | None  # None while a spare waits for a trial
     proc: subprocess.Popen | None = None
     stderr_tail: deque = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
     ended: object | None = None  # its RunEnded
@@ -190,10 +194,14 @@ def _read_stderr(child: _Child) -> None:
 
 
 def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit, control, slots: list[str],
-                 stop_grace: float | None = None) -> None:
+                 stop_grace: float | None = None, prestart: bool = True) -> None:
     """Run `to_run` (trial dicts of `data`, in order) on `slots` (a device each), at most one trial per slot,
     until all have run or control.stop() is called (then every running trial is told to stop and waited for).
-    Called by core.lab.sweep.run_sweep with the sweep locked; sweep.json is written here, on this thread only."""
+    Called by core.lab.sweep.run_sweep with the sweep locked; sweep.json is written here, on this thread only.
+
+    `prestart`: while trials train, start as many spare processes as trials are still pending (at most one
+    per trial running); a spare loads torch and the engine, then waits for its settings, so the next trial on
+    a freed slot begins at once instead of after the few seconds that loading takes."""
     from core.engine.events import RunEnded, RunStarted, event_from_dict
     from core.lab.sweep import TrialEvent, begin_trial, end_trial, note_trial_folder
 
@@ -202,31 +210,46 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
     pending = deque(to_run)
     free = list(range(len(slots)))
     running: dict[int, _Child] = {}
+    spares: deque[_Child] = deque()
+    env = child_env(len(slots))
+
+    def spawn() -> _Child:
+        child = _Child(-1, "", None)
+        child.proc = subprocess.Popen(
+            child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            encoding="utf-8", errors="replace", bufsize=1, cwd=os.getcwd(), env=env,
+            start_new_session=os.name == "posix")
+        threading.Thread(target=_read_stdout, args=(child, inbox), name="sweep-trial-out", daemon=True).start()
+        child.stderr_reader = threading.Thread(target=_read_stderr, args=(child,), name="sweep-trial-err",
+                                               daemon=True)
+        child.stderr_reader.start()
+        return child
 
     def start(slot: int, trial: dict) -> None:
         device = slots[slot]
         config, resume_from = begin_trial(folder, data, trial, total, emit, device=device)
-        child = _Child(slot, device, trial)
-        running[slot] = child
+        while spares and spares[0].proc.poll() is not None:  # a spare that died waiting: its exit is ignored
+            spares.popleft()
         try:
-            child.proc = subprocess.Popen(
-                child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                encoding="utf-8", errors="replace", bufsize=1, cwd=os.getcwd(),
-                env=child_env(len(slots), bool(config.threads)), start_new_session=os.name == "posix")
+            child = spares.popleft() if spares else spawn()
         except OSError as exc:
-            del running[slot]
             free.append(slot)
             end_trial(folder, data, trial, total, emit, "failed",
                       f"could not start a training process: {exc.strerror or exc}")
             return
-        threading.Thread(target=_read_stdout, args=(child, inbox), name=f"sweep-trial-{trial['index']}-out",
-                         daemon=True).start()
-        child.stderr_reader = threading.Thread(target=_read_stderr, args=(child,),
-                                               name=f"sweep-trial-{trial['index']}-err", daemon=True)
-        child.stderr_reader.start()
+        child.slot, child.device, child.trial = slot, device, trial
+        running[slot] = child
         child.send(json.dumps({"config": config.to_dict(), "resume": str(resume_from) if resume_from else None}))
         if control.stop_requested:
             child.stop()
+
+    def top_up_spares() -> None:
+        training = sum(1 for child in running.values() if child.started)
+        while len(spares) < min(len(pending), training):
+            try:
+                spares.append(spawn())
+            except OSError:  # no spare: the next trial starts its own process
+                return
 
     def finish(child: _Child, code: int) -> None:
         if child.stderr_reader is not None:
@@ -252,16 +275,22 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
             if control.stop_requested:
                 for child in running.values():
                     child.stop()
+                while spares:  # a spare holds no run and no files: ending it loses nothing
+                    _discard(spares.popleft())
             else:
                 while free and pending:
                     free.sort()
                     start(free.pop(0), pending.popleft())
+                if prestart:
+                    top_up_spares()
             if not running:
                 break
             try:
                 kind, child, payload = inbox.get(timeout=0.1)
             except queue.Empty:
                 escalate()
+                continue
+            if child.trial is None:  # a spare: its "ready" line, or its exit
                 continue
             if kind == "exit":
                 finish(child, payload)
@@ -288,16 +317,26 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
     finally:
         for child in running.values():  # an error here (or in a progress callback): no child trains on
             child.stop()
+        while spares:
+            _discard(spares.popleft())
         deadline = time.monotonic() + grace
-        for child in list(running.values()):
-            if child.proc is None:
-                continue
+        for child in running.values():
             try:
                 child.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
                 child.proc.wait()
             _close(child.proc.stdin)
+
+
+def _discard(child: _Child) -> None:
+    """End a spare that was given no trial (it holds no run and no files)."""
+    child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
+    _close(child.proc.stdin)
+    try:
+        child.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
