@@ -525,13 +525,16 @@ class HistoryPanel(QWidget):
 
     # ------------------------------------------------------------------ the note
     def _sync_note_editor(self, run: dict | None) -> None:
-        """Show the selected run's note, unless the user is editing that run's note (a rescan keeps the edit)."""
+        """Show the selected run's note, unless the user is editing that run's note (a rescan keeps the edit).
+        A note edited but not saved when the selection moves to another run is saved first, never dropped."""
         folder = run.get("folder") if run else None
         note = str((run or {}).get("note") or "")
         self.noteEdit.setEnabled(folder is not None)
         if folder == self._note_folder and (self.note_edited or note == self._note_loaded):
             self._update_note_button()
             return
+        if folder != self._note_folder and self.note_edited:
+            self.save_note()
         self._note_folder, self._note_loaded = folder, note
         self.noteEdit.blockSignals(True)
         self.noteEdit.setPlainText(note)

@@ -291,6 +291,20 @@ def test_a_note_edited_in_the_panel_is_on_disk_and_survives_rescans_and_run_json
     assert "Removed the note of bf16-run" in panel.statusLabel.text()
 
 
+def test_an_unsaved_note_is_saved_when_the_selection_moves_to_another_run(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    panel = fake_history(qtbot, root)
+    panel.select_names("bf16-run")
+    panel.noteEdit.setPlainText("typed, never saved by hand")
+    panel.select_names("fp32-run")  # the user clicks another run
+    assert panel.noteEdit.toPlainText() == "" and not panel.note_edited  # the other run's (empty) note
+    assert note_cell(panel, "bf16-run") == "typed, never saved by hand"
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    assert (root / "bf16-run" / "note.txt").read_text() == "typed, never saved by hand\n"
+    assert "Saved the note of bf16-run" in panel.statusLabel.text()
+    assert not (root / "fp32-run" / "note.txt").exists()
+
+
 @pytest.mark.timeout(60)
 def test_a_note_that_cannot_be_written_is_one_status_line_and_stays_in_the_editor(qtbot, tmp_path, monkeypatch):
     import app.panels.history as history
