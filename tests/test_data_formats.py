@@ -273,3 +273,42 @@ def test_a_bad_value_is_shown_truncated(tmp_path):
     path = write(tmp_path, "r.tsv", f"user_id\titem_id\ttimestamp\nu\ti\t{long}\n")
     message = error(lambda: read_table(path, [Column("user_id", "id"), Column("timestamp", "number")]))
     assert "line 2, column 'timestamp'" in message and long not in message and len(message) < len(str(path)) + 120
+
+
+def _reference_svmlight(text: str) -> tuple[list, list, np.ndarray]:
+    """A plain Python reading of an svmlight file: (qids, labels, dense features)."""
+    rows = []
+    for line in text.splitlines():
+        tokens = line.split("#", 1)[0].split()
+        if tokens:
+            rows.append((int(tokens[1][4:]), float(tokens[0]), {int(k): float(v) for k, v in
+                                                                (t.split(":") for t in tokens[2:])}))
+    width = max(max(r[2], default=0) for r in rows)
+    dense = np.zeros((len(rows), width), np.float32)
+    for i, (_, _, features) in enumerate(rows):
+        for k, v in features.items():
+            dense[i, k - 1] = v
+    return [r[0] for r in rows], [r[1] for r in rows], dense
+
+
+@pytest.mark.parametrize("regular", [True, False])
+def test_svmlight_fast_and_general_paths_match_a_plain_reading(tmp_path, regular):
+    from core.data import formats
+
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(300):
+        keep = range(1, 9) if regular else sorted(rng.choice(np.arange(1, 12), rng.integers(1, 8), replace=False))
+        body = " ".join(f"{k}:{rng.normal() * 10.0 ** rng.integers(-3, 4):.5g}" for k in keep)
+        comment = f" # docid = GX{i:05d} inc = 1 prob = 0.5" if i % 3 == 0 else ""
+        lines.append(f"{rng.integers(0, 5)} qid:{i // 7} {body}{comment}")
+    text = "\r\n".join(lines) + "\r\n"
+    path = write(tmp_path, "mixed.txt", text)
+    part = formats._strip_comments(path.read_bytes())
+    assert (formats._svm_dense(part, 1) is not None) == regular  # which path this case exercises
+    table, row_lines = formats.read_svmlight(path, block=4096)
+    qids, labels, dense = _reference_svmlight(text)
+    assert table.column("query_id").to_pylist() == qids and table.column("label").to_pylist() == labels
+    got = np.stack([table.column(f"f{k}").to_numpy() for k in range(1, dense.shape[1] + 1)], axis=1)
+    np.testing.assert_array_equal(got, dense)
+    assert row_lines.tolist() == list(range(1, 301))
