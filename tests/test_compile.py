@@ -127,3 +127,23 @@ def test_the_lr_finder_runs_eager_and_says_so(tmp_path):
     cfg = RunConfig.for_task("tiny", **{**TINY, "compile": True})
     result = find_lr(cfg, steps=20)
     assert any("eager" in note and "compile" in note for note in result.notes), result.notes
+
+
+def test_the_precision_sweep_measures_compiled_rows_against_fp32_eager(capsys):
+    from core.cli.lab import print_sweep
+    from core.lab.precision_sweep import run_sweep
+
+    cfg = RunConfig.for_task("tiny", **TINY)
+    result = run_sweep(cfg, ["fp32"], steps=5, repeats=1, isolate=False, compile_options=[True, False])
+    assert [(r.label, r.status) for r in result.rows] == [("fp32", "ok"), ("fp32 + compile", "ok")]
+    eager, compiled = result.rows
+    assert eager.compile_seconds is None and compiled.compile_seconds > 0
+    assert eager.speedup == 1.0 and compiled.speedup == pytest.approx(
+        compiled.samples_per_second / eager.samples_per_second)
+    assert abs(compiled.loss - eager.loss) <= 1e-4  # the same steps: compile changes speed, not the training
+    assert result.reference == "fp32 eager" and result.row("fp32", compiled=True) is compiled
+    assert result.recommended == "fp32" and result.recommended_label in ("fp32", "fp32 + compile")
+    print_sweep(result)
+    out = capsys.readouterr().out
+    assert "fp32 + compile" in out and f"compiled in {compiled.compile_seconds:.1f} s" in out
+    assert "speed and mem are against fp32 eager" in out

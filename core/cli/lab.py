@@ -13,7 +13,7 @@ import sys
 import time
 
 from core.cli import format as fmt
-from core.config import RunConfig
+from core.config import COMPILE_MODES, RunConfig
 from core.errors import ConfigError
 
 
@@ -36,6 +36,14 @@ def register(sub) -> None:
                             "count used is printed with the results")
     bench.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                        help="each mode in a fresh process (default: on the CPU, where memory is the peak RSS)")
+    bench.add_argument("--compile", choices=("off", "on", "both"), default="off", dest="compile_rows",
+                       help="measure each mode with torch.compile off, on, or both (a row each; default off); "
+                            "compile time is reported apart from the timed windows")
+    bench.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                       help="torch.compile mode of the compiled rows (default: default)")
+    bench.add_argument("--activation-checkpointing", choices=("off", "on", "both"), default="off",
+                       dest="checkpointing_rows",
+                       help="measure each mode with activation checkpointing off, on, or both (default off)")
     bench.set_defaults(handler=cmd_bench)
     inspect = sub.add_parser(
         "inspect", help="one training step: which module ran in which dtype, and why",
@@ -115,10 +123,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         modes = requested_modes(modes)
     except ConfigError as exc:
         raise ConfigError("--precisions", str(exc).split(": ", 1)[1]) from None
-    sys.stderr.write(f"bench: {config.task} in {', '.join(modes)}; per mode 1 warm-up + {args.repeats} timed "
+    config = config.replace(compile_mode=args.compile_mode)
+    choices = {"off": [False], "on": [True], "both": [False, True]}
+    compiles, checkpoints = choices[args.compile_rows], choices[args.checkpointing_rows]
+    extra = "".join(f"; {name} {setting}" for name, setting in (("compile", args.compile_rows),
+                                                                 ("activation checkpointing", args.checkpointing_rows))
+                    if setting != "off")
+    sys.stderr.write(f"bench: {config.task} in {', '.join(modes)}{extra}; per mode 1 warm-up + {args.repeats} timed "
                      f"windows of {args.steps} steps\n")
     result = run_sweep(config, modes, steps=args.steps, repeats=args.repeats, isolate=args.isolate,
-                       progress=ProgressLines())
+                       progress=ProgressLines(), compile_options=compiles, checkpointing_options=checkpoints)
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
@@ -136,29 +150,37 @@ def print_sweep(result) -> None:
     columns = ["mode", "compute", "ms/step", "samples/s"] + (["tokens/s"] if tokens else []) + [
         "peak mem", "speed", "mem", "loss", "Δ loss"]
     for column in columns:
-        table.add_column(column, justify="left" if column in ("mode", "compute") else "right", no_wrap=True)
+        if column == "mode":  # "bf16 + compile + act. ckpt" wraps rather than squeezing the figures
+            table.add_column(column, justify="left", no_wrap=False, max_width=15)
+        else:
+            table.add_column(column, justify="left" if column == "compute" else "right", no_wrap=True)
     notes = []
     for r in result.rows:
         if r.status != "ok":  # the reason goes below the table: it is a sentence, not a cell
-            table.add_row(r.mode, r.status, *["-"] * (len(columns) - 2), style="dim")
-            notes.append(f"{r.mode} {r.status}: {r.reason}")
+            table.add_row(r.label, r.status, *["-"] * (len(columns) - 2), style="dim")
+            notes.append(f"{r.label} {r.status}: {r.reason}")
             continue
+        if r.compile_seconds is not None:  # a sentence below the table: a column would squeeze the ratios
+            notes.append(f"{r.label}: compiled in {r.compile_seconds:.1f} s, before the timed windows")
+        if r.reason:  # measured, with a remark: a compile that fell back to eager, a task without blocks
+            notes.append(f"{r.label}: {r.reason}")
         if r.skipped_steps:
-            notes.append(f"{r.mode}: {r.skipped_steps} steps skipped (fp16 overflow)")
+            notes.append(f"{r.label}: {r.skipped_steps} steps skipped (fp16 overflow)")
         if r.step_ms_windows and max(r.step_ms_windows) > 1.5 * min(r.step_ms_windows):
             # Windows this far apart mean something else shared the device: the ratios are rough.
-            notes.append(f"{r.mode}: noisy, windows took {min(r.step_ms_windows):.2f}-{max(r.step_ms_windows):.2f} "
+            notes.append(f"{r.label}: noisy, windows took {min(r.step_ms_windows):.2f}-{max(r.step_ms_windows):.2f} "
                          f"ms/step (something else shared the device?)")
-        cells = [r.mode, r.compute_dtype, fmt.number(r.step_ms, ".2f"), fmt.count(r.samples_per_second)]
+        cells = [r.label, r.compute_dtype, fmt.number(r.step_ms, ".2f"), fmt.count(r.samples_per_second)]
         cells += [fmt.count(r.tokens_per_second)] if tokens else []
         cells += [fmt.size(r.peak_memory_bytes), fmt.number(r.speedup, ".2f", "x"),
                   fmt.number(r.memory_ratio, ".2f", "x"), fmt.number(r.loss, ".4f"), fmt.number(r.loss_delta, "+.4f")]
-        table.add_row(*cells, style="bold" if r.mode == result.recommended else None)
+        best = r.label == result.recommended_label if result.recommended_label else r.mode == result.recommended
+        table.add_row(*cells, style="bold" if best else None)
     console = fmt.console()
     console.print(table)
     for note in notes:
         console.print(note)
-    console.print(f"speed and mem are against fp32; memory: {result.memory_source}")
+    console.print(f"speed and mem are against {result.reference}; memory: {result.memory_source}")
     console.print(f"recommended: {result.recommendation}")
 
 

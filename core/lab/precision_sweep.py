@@ -9,6 +9,12 @@ Progress: the callback gets a SweepProgress before each mode ('running'), after 
 window ('window': which window of how many, steps done, that window's ms/step) and after the mode ('done').
 An isolated mode's process reports its windows as JSON lines on stdout, relayed to the same callback.
 
+Compile and activation checkpointing: each mode can also be measured with torch.compile and/or activation
+checkpointing on (`compile_options` / `checkpointing_options`, default: the config's own setting), a row per
+combination ("bf16 + compile"). Compile time is measured apart (the trainer compiles before its clock starts,
+see core.engine.compiling) and reported in the row; ratios are against the first fp32 row (eager when eager is
+measured), so a row reads e.g. "bf16 + compile: 2.1x fp32 eager".
+
 Threads: `config.threads` as the trainer applies it (0 = the engine's automatic choice); every row records the
 count torch really used, so a comparison never rests on a silent thread setting.
 
@@ -68,6 +74,18 @@ class SweepRow:
     memory_ratio: float | None = None
     loss_delta: float | None = None
     threads: int | None = None  # CPU threads torch used inside an op while this mode was measured
+    compiled: bool = False  # torch.compile asked for (RunConfig.compile); a fallback to eager is in `reason`
+    checkpointed: bool = False  # activation checkpointing asked for; a task without blocks says so in `reason`
+    compile_seconds: float | None = None  # the compile (the trainer's timed warm-up), apart from the windows
+
+    @property
+    def label(self) -> str:
+        """'bf16', 'bf16 + compile', 'fp32 + compile + act. ckpt': the mode and what else was on."""
+        return self.mode + (" + compile" if self.compiled else "") + (" + act. ckpt" if self.checkpointed else "")
+
+
+def variant_label(mode: str, compiled: bool, checkpointed: bool) -> str:
+    return SweepRow(mode=mode, status="", compiled=compiled, checkpointed=checkpointed).label
 
 
 @dataclass
@@ -87,10 +105,14 @@ class SweepResult:
     recommended: str | None = None
     recommendation: str = ""
     threads: int | None = None  # CPU threads torch used (the measured rows'); see SweepRow.threads
+    reference: str = "fp32"  # the row every ratio is against: 'fp32', or 'fp32 eager' when compile rows exist
+    recommended_label: str | None = None  # the recommended row's label (`recommended` is its precision mode)
 
-    def row(self, mode: str) -> SweepRow | None:
-        """The row of `mode`, or None when the sweep did not include it."""
-        return next((r for r in self.rows if r.mode == mode), None)
+    def row(self, mode: str, compiled: bool | None = None, checkpointed: bool | None = None) -> SweepRow | None:
+        """The (first) row of `mode`, or of `mode` with compile / activation checkpointing as given; None when
+        the sweep did not include it."""
+        return next((r for r in self.rows if r.mode == mode and compiled in (None, r.compiled)
+                     and checkpointed in (None, r.checkpointed)), None)
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (the `bench --json` schema)."""
@@ -198,7 +220,11 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
         ended: RunEnded = trainer.run()
     started: RunStarted = facts["started"]
     row = SweepRow(mode=mode, status="ok", compute_dtype=started.autocast_dtype, scaler=started.scaler,
-                   threads=facts.get("threads"))
+                   threads=facts.get("threads"), compiled=cfg.compile, checkpointed=cfg.activation_checkpointing,
+                   compile_seconds=getattr(trainer, "compile_seconds", None))
+    # A compile that fell back to eager, or a task without blocks to checkpoint, is said in the row.
+    row.reason = "; ".join(note for note in started.notes if (cfg.compile and "torch.compile failed" in note) or
+                           (cfg.activation_checkpointing and "names no blocks" in note))
     if ended.status == "failed" or len(seen) < windows:
         row.status, row.reason = "failed", ended.message or f"ended {ended.status} after {ended.step} steps"
         return row
@@ -276,8 +302,13 @@ def requested_modes(modes: list[str] | tuple[str, ...] | None) -> list[str]:
 
 def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20, repeats: int = 3,
               warmup_windows: int = 1, isolate: bool | None = None, devices: list[DeviceInfo] | None = None,
-              progress: ProgressCallback | None = None, control: RunControl | None = None) -> SweepResult:
+              progress: ProgressCallback | None = None, control: RunControl | None = None,
+              compile_options: list[bool] | None = None, checkpointing_options: list[bool] | None = None
+              ) -> SweepResult:
     """Measure every requested mode (unsupported ones are skipped with the device's reason) and compare to fp32.
+
+    `compile_options` / `checkpointing_options`: measure each mode with these settings of RunConfig.compile /
+    activation_checkpointing, e.g. [False, True] for both (default: the config's own); a row per combination.
 
     `isolate` runs each mode in a fresh subprocess (default: on the CPU, where peak memory is the process's
     RSS). `progress` gets a SweepProgress before and after each mode; `control.stop()` ends the sweep: at once
@@ -288,42 +319,51 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
     info = device_info(config.device, devices)
     config = config.replace(device=info.id)  # 'auto' resolved once: every mode runs on the same device
     isolate = info.type == "cpu" if isolate is None else isolate
-    order = requested_modes(modes)
+    compiles = list(dict.fromkeys(compile_options)) if compile_options else [config.compile]
+    checkpoints = list(dict.fromkeys(checkpointing_options)) if checkpointing_options else [
+        config.activation_checkpointing]
+    order = [(mode, c, a) for mode in requested_modes(modes) for c in sorted(compiles) for a in sorted(checkpoints)]
     rows: list[SweepRow] = []
-    for index, mode in enumerate(order):
+    for index, (mode, compiled, checkpointed) in enumerate(order):
+        label = variant_label(mode, compiled, checkpointed)
+        variant = config.replace(compile=compiled, activation_checkpointing=checkpointed)
         if control is not None and control.stop_requested:
-            rows.append(SweepRow(mode=mode, status="skipped", reason="sweep stopped"))
+            rows.append(SweepRow(mode=mode, status="skipped", reason="sweep stopped", compiled=compiled,
+                                 checkpointed=checkpointed))
             continue
         if mode not in info.precisions:
             reason = info.unsupported.get(mode, f"not supported on {info.id}")
-            row = SweepRow(mode=mode, status="skipped", reason=reason)
+            row = SweepRow(mode=mode, status="skipped", reason=reason, compiled=compiled, checkpointed=checkpointed)
         else:
             on_window = None
             if progress:
-                progress(SweepProgress(mode, index, len(order), "running"))
+                progress(SweepProgress(label, index, len(order), "running"))
 
-                def on_window(phase, window, windows, step, total_steps, step_ms, threads, mode=mode, index=index):
-                    progress(SweepProgress(mode, index, len(order), phase, window=window, windows=windows,
+                def on_window(phase, window, windows, step, total_steps, step_ms, threads, label=label, index=index):
+                    progress(SweepProgress(label, index, len(order), phase, window=window, windows=windows,
                                            warmup_windows=warmup_windows, step=step, steps=total_steps,
                                            step_ms=step_ms, threads=threads))
 
             if isolate:
-                row = measure_mode_isolated(config, mode, steps, repeats, warmup_windows, control, on_window)
+                row = measure_mode_isolated(variant, mode, steps, repeats, warmup_windows, control, on_window)
             else:
-                row = measure_mode(config, mode, steps, repeats, warmup_windows, devices, on_window)
+                row = measure_mode(variant, mode, steps, repeats, warmup_windows, devices, on_window)
                 _release_device_memory(info)
+        row.compiled, row.checkpointed = compiled, checkpointed  # failed measuring processes included
         rows.append(row)
         if progress:
-            progress(SweepProgress(mode, index, len(order), "done", row))
+            progress(SweepProgress(label, index, len(order), "done", row))
     compare_to_fp32(rows)
-    recommended, why = recommend(rows)
+    best, why = recommended_row(rows)
+    recommended = best.mode if best else None
     memory = ("CUDA max_memory_allocated" if info.type == "cuda" else
               "peak RSS of a fresh process" if isolate and info.type == "cpu" else "peak memory in a shared process")
     threads = next((r.threads for r in rows if r.status == "ok" and r.threads), None)
     return SweepResult(task=config.task, task_options=dict(config.task_options), device=info.id,
                        device_name=info.name, batch_size=config.batch_size, steps=steps, repeats=repeats,
                        warmup_steps=warmup_windows * steps, memory_source=memory, rows=rows,
-                       recommended=recommended, recommendation=why, threads=threads)
+                       recommended=recommended, recommendation=why, threads=threads,
+                       reference=reference_label(rows), recommended_label=best.label if best else None)
 
 
 def _release_device_memory(info: DeviceInfo) -> None:
@@ -333,9 +373,25 @@ def _release_device_memory(info: DeviceInfo) -> None:
         torch.cuda.empty_cache()
 
 
+def reference_row(rows: list[SweepRow]) -> SweepRow | None:
+    """The row ratios are against: fp32 eager (without activation checkpointing) when measured, else the first
+    measured fp32 row."""
+    fp32 = [r for r in rows if r.mode == "fp32" and r.status == "ok"]
+    return next((r for r in fp32 if not r.compiled and not r.checkpointed), fp32[0] if fp32 else None)
+
+
+def reference_label(rows: list[SweepRow]) -> str:
+    """'fp32', or 'fp32 eager' when compiled rows are compared with it."""
+    base = reference_row(rows)
+    if base is None:
+        return "fp32"
+    eager = not base.compiled and any(r.compiled for r in rows)
+    return base.label + (" eager" if eager else "")
+
+
 def compare_to_fp32(rows: list[SweepRow]) -> None:
-    """Fill speedup, memory ratio and loss delta of every measured row against the fp32 row."""
-    base = next((r for r in rows if r.mode == "fp32" and r.status == "ok"), None)
+    """Fill speedup, memory ratio and loss delta of every measured row against the reference row (fp32)."""
+    base = reference_row(rows)
     if base is None:
         return
     for row in rows:
@@ -358,17 +414,26 @@ def loss_matches(row: SweepRow, fp32_loss: float | None) -> bool:
 
 def recommend(rows: list[SweepRow]) -> tuple[str | None, str]:
     """The fastest mode whose loss tracks fp32's, with a one-line reason."""
-    base = next((r for r in rows if r.mode == "fp32" and r.status == "ok"), None)
+    best, why = recommended_row(rows)
+    return (best.mode if best else None), why
+
+
+def recommended_row(rows: list[SweepRow]) -> tuple[SweepRow | None, str]:
+    """The fastest row whose loss tracks the reference's, with a one-line reason."""
+    base = reference_row(rows)
     if base is None:
         return None, "fp32 could not be measured, so there is nothing to compare against"
     healthy = [r for r in rows if r.status == "ok" and (r is base or (loss_matches(r, base.loss)
                                                                       and (r.speedup or 0.0) >= MIN_SPEEDUP))]
     best = max(healthy, key=lambda r: r.samples_per_second or 0.0)
+    reference = reference_label(rows)
     if best is base:
-        return "fp32", "no lower-precision mode was faster than fp32 with the same loss on this device"
+        if len({(r.compiled, r.checkpointed) for r in rows}) > 1:
+            return base, f"nothing was faster than {reference} with the same loss on this device"
+        return base, "no lower-precision mode was faster than fp32 with the same loss on this device"
     memory = f", {best.memory_ratio:.2f}x the memory" if best.memory_ratio else ""
-    return best.mode, (f"{best.mode}: {best.speedup:.2f}x fp32's samples/s{memory}, "
-                       f"loss {best.loss:.4f} vs fp32 {base.loss:.4f}")
+    return best, (f"{best.label}: {best.speedup:.2f}x {reference}'s samples/s{memory}, "
+                  f"loss {best.loss:.4f} vs {reference} {base.loss:.4f}")
 
 
 def _one_mode_main(argv: list[str]) -> int:
