@@ -88,7 +88,7 @@ def data_flag_values(args: argparse.Namespace) -> dict:
               if getattr(args, name, None) is not None}
     pairs = getattr(args, "column_pairs", None) or []
     if pairs:
-        values["columns"] = parse_columns(",".join(pairs))
+        values["columns"] = parse_columns(",".join(pairs), field="--column")
     return values
 
 
