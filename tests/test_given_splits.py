@@ -91,7 +91,7 @@ def test_test_metrics_come_from_the_test_file(tmp_path, one_intra_op_thread):
     assert ended.test_metrics["accuracy"] == 0.0
     # evaluate: the saved config names the given test file
     result = evaluate_checkpoint(ended.checkpoint, split=None)
-    assert result.split == "test" and result.metrics["accuracy"] == 0.0
+    assert result.split == "test" and result.metrics["accuracy"] == 0.0 and result.split_data == files["test"]
     assert RunConfig.load_toml(tmp_path / "run" / "config.toml").test_data == files["test"]
     # --data another file: split on its own (80 / 10 / 10), the run's given files left out
     other = evaluate_checkpoint(ended.checkpoint, split="test", data=reviews(tmp_path / "other.csv", 100))

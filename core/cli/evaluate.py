@@ -94,7 +94,7 @@ def cmd_evaluate(args) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
-    where = f"{result.data}" if result.data else "its synthetic data"
+    where = f"{result.split_data or result.data}" if result.data else "its synthetic data"
     compute = f" (autocast {result.autocast_dtype})" if result.autocast_dtype else ""
     print(f"{result.task} checkpoint at step {result.step:,} ({checkpoint}), {args.split} split of {where}, "
           f"on {result.device} in {result.precision}{compute}: {fmt.duration(result.seconds)}")

@@ -36,6 +36,7 @@ class Evaluation:
     baseline: dict = field(default_factory=dict)  # the task's trivial predictor, measured on the val split
     ceiling: dict = field(default_factory=dict)  # what the planted structure allows (synthetic data), val split
     notes: list = field(default_factory=list)
+    split_data: str = ""  # the file the split came from: the given test / validation file, else `data`
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,6 +93,7 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data
                 metrics=metrics, data=trainer.cfg.data, device=str(trainer.device), device_name=info.name,
                 precision=plan.mode, autocast_dtype=plan.compute_dtype_name if plan.autocast_enabled else None,
                 seconds=time.perf_counter() - began,
-                baseline=dict(trainer.data.baseline), ceiling=dict(trainer.data.ceiling), notes=list(trainer.notes))
+                baseline=dict(trainer.data.baseline), ceiling=dict(trainer.data.ceiling), notes=list(trainer.notes),
+                split_data=(trainer.cfg.test_data if split == "test" else trainer.cfg.val_data) or trainer.cfg.data)
         finally:
             trainer.cleanup()
