@@ -89,6 +89,7 @@ def test_a_trial_that_fails_on_its_device_is_marked_and_the_others_run(tmp_path,
         assert trial["message"].startswith("precision: fp16 is not available on cpu"), trial["message"]
         assert "\n" not in trial["message"]
     assert "trial-01-precision=fp16-lr=0.001: failed: precision: fp16 is not available on cpu" in out
+    assert "device" in next(line for line in out.splitlines() if line.startswith("#"))  # where each trial ran
     assert sorted(r["status"] for r in find_runs(root)) == ["completed", "completed"]  # failed setups leave no run
 
 
@@ -116,6 +117,7 @@ def test_stop_mid_sweep_then_resume_on_other_devices_continues_the_stopped_trial
     result = run_sweep(folder, progress=progress, control=control, devices=["cpu", "cpu"])
     assert result.status == "stopped"
     data = load_sweep(folder)
+    assert data["devices"] == ["cpu", "cpu"]  # a plain --resume would run it the same way
     stopped = [t for t in data["trials"] if t["status"] == "stopped"]
     assert len(stopped) == 2, [t["status"] for t in data["trials"]]
     assert {t["status"] for t in data["trials"]} <= {"completed", "stopped", "pending"}
@@ -139,7 +141,7 @@ def test_stop_mid_sweep_then_resume_on_other_devices_continues_the_stopped_trial
         # the same run, continued from the step it stopped at: not restarted
         assert record["id"] == run_id and record["start_step"] == stopped_at and record["steps"] == 1500
         assert record["resumed_at"] and trial["attempts"] == 2
-    assert len(find_runs(tmp_path / "runs")) == 4
+    assert len(find_runs(tmp_path / "runs")) == 4 and load_sweep(folder)["devices"] == ["cpu"]
 
 
 def test_sigterm_stops_every_running_trial_with_a_checkpoint(tmp_path):
@@ -229,3 +231,20 @@ def test_how_a_trial_process_ended_becomes_its_status():
     crash.stderr_tail.extend(["Traceback (most recent call last):", "RuntimeError: boom"])
     assert _outcome(crash, 1, 60) == ("failed", "RuntimeError: boom")
     assert _outcome(child(setup_error="batch_size: too big"), 2, 60) == ("failed", "batch_size: too big")
+
+
+def test_a_plain_resume_runs_on_the_devices_the_sweep_last_ran_on():
+    import argparse
+
+    from core.cli.tune_sweep import device_slots as slots_of
+
+    plain = argparse.Namespace(devices=None, parallel=None)
+    assert slots_of(plain, "cpu", last=["cpu", "cpu"]) == ["cpu", "cpu"]
+    assert slots_of(plain, "cpu", last=[]) is None  # it ran one trial at a time in-process: so again
+    assert slots_of(argparse.Namespace(devices="cpu", parallel=None), "cpu", last=["cpu", "cpu"]) == ["cpu"]
+    assert slots_of(argparse.Namespace(devices=None, parallel=3), "cpu", last=None) == ["cpu"] * 3
+    import torch
+
+    if torch.cuda.device_count() < 8:
+        with pytest.raises(ConfigError, match="not available here.*give --devices to choose others"):
+            slots_of(plain, "cpu", last=["cuda:7"])

@@ -73,7 +73,8 @@ def register(sub) -> None:
     run = p.add_argument_group("running and results")
     run.add_argument("--resume", metavar="SWEEP_FOLDER",
                      help="continue a sweep: completed and failed trials are kept, a stopped or interrupted one "
-                          "resumes from its checkpoint, pending ones run")
+                          "resumes from its checkpoint, pending ones run; on the devices it last ran on unless "
+                          "--devices / --parallel say otherwise")
     run.add_argument("--devices", metavar="DEV1,DEV2,...", default=None,
                      help="run trials N at a time, one per listed device (cuda:0,cuda:1; cpu,cpu for two CPU "
                           "trials at once), each in its own training process; a device takes the next trial as "
@@ -237,15 +238,22 @@ class _Prefixed:
 
 
 # ------------------------------------------------------------------------------------------ command
-def device_slots(args: argparse.Namespace, base_device: str) -> list[str] | None:
-    """The device of each parallel slot from --devices / --parallel (None: one trial at a time, in-process);
-    a listed accelerator that is not here is refused before anything runs."""
+def device_slots(args: argparse.Namespace, base_device: str, last: list | None = None) -> list[str] | None:
+    """The device of each parallel slot from --devices / --parallel, else (a resume) the slots the sweep last
+    ran on; None: one trial at a time, in-process. A listed accelerator that is not here is refused before
+    anything runs."""
     from core.lab.sweep_parallel import device_slots as deal, parse_devices
 
     if args.devices is None and args.parallel is None:
-        return None
-    devices = parse_devices(args.devices) if args.devices is not None else [base_device]
-    slots = deal(devices, args.parallel)
+        if not last:
+            return None
+        slots = [str(d) for d in last]
+        named = [d for d in slots if d != "auto"]  # --parallel N on an 'auto' setting runs N on 'auto'
+        if named:
+            parse_devices(named, "--devices (the sweep's last devices; give --devices to change them)")
+    else:
+        devices = parse_devices(args.devices) if args.devices is not None else [base_device]
+        slots = deal(devices, args.parallel)
     wanted = sorted({d for d in slots if d not in ("cpu", "auto")})
     if wanted:  # only then load torch to look
         from core.devices import list_devices
@@ -254,7 +262,9 @@ def device_slots(args: argparse.Namespace, base_device: str) -> list[str] | None
         missing = [d for d in wanted if d not in here]
         if missing:
             raise ConfigError("--devices", f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
-                                           f"available here (available: {', '.join(here)})")
+                                           f"available here (available: {', '.join(here)})"
+                                           + ("" if args.devices is not None or args.parallel is not None else
+                                              "; the sweep last ran on them: give --devices to choose others"))
     return slots
 
 
@@ -270,7 +280,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from core.lab.sweep import load_sweep
 
         data = load_sweep(folder)  # not a sweep: one line, exit 2
-        slots = device_slots(args, str((data.get("base_config") or {}).get("device") or "auto"))
+        last = data.get("devices") if isinstance(data.get("devices"), list) else None
+        slots = device_slots(args, str((data.get("base_config") or {}).get("device") or "auto"), last)
     else:
         if args.retry_failed:
             raise ConfigError("--retry-failed", "goes with --resume SWEEP_FOLDER (a new sweep has no failed trials)")
@@ -388,6 +399,10 @@ def print_table(data: dict, rows: list[dict], sort: str | None = None) -> None:
     for key in keys:
         table.add_column(key.removeprefix("option."), justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
+    # Which device each trial ran on, when that varied (a parallel sweep): an out-of-memory on one GPU shows.
+    by_device = bool(data.get("devices")) or len({r.get("device") for r in rows if r.get("device")}) > 1
+    if by_device:
+        table.add_column("device", no_wrap=True)
     table.add_column(metric, justify="right", no_wrap=True)
     table.add_column("at step", justify="right", no_wrap=True)
     table.add_column("samples/s", justify="right", no_wrap=True)
@@ -395,6 +410,6 @@ def print_table(data: dict, rows: list[dict], sort: str | None = None) -> None:
     table.add_column("wall", justify="right", no_wrap=True)
     for r in rows:
         table.add_row(str(r["index"]), *(_value_text(r["params"].get(k)) for k in keys), r["status"],
-                      fmt.number(r["best"]), fmt.exact(r["best_step"]), fmt.count(r["samples_per_second"]),
+                      *([r.get("device") or "-"] if by_device else []), fmt.number(r["best"]), fmt.exact(r["best_step"]), fmt.count(r["samples_per_second"]),
                       fmt.size(r["peak_memory_bytes"]), fmt.duration(r["wall_seconds"]))
     fmt.console().print(table)

@@ -29,7 +29,8 @@ The API (plain functions, no Qt; torch is imported only when a trial runs):
 
 sweep.json (version 1) is rewritten atomically (core.files) when a trial starts and ends:
   {"version": 1, "kind": "amp-console-sweep", "name", "created", "updated", "status", "task", "metric",
-   "mode" ("min" | "max"), "method" ("grid" | "random"), "axes": [{"key", "target" ("field" | "option"),
+   "mode" ("min" | "max"), "method" ("grid" | "random"), "devices" (the device slots it last ran on, [] for one
+   trial at a time in-process), "axes": [{"key", "target" ("field" | "option"),
    "values": [...]} for a grid, or {"key", "target", "low", "high", "log", "integer"} / {"key", "target",
    "choices"} for random], "samples", "seed", "base_config" (RunConfig.to_dict(), out_dir empty),
    "trials": [{"index", "name", "folder" (relative to the sweep folder), "params" {key: value}, "status"
@@ -588,6 +589,7 @@ def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] 
         emit(SweepStarted(str(folder), total, [t["name"] for t in to_run],
                           resumed=any(t.get("status") != "pending" for t in trials), devices=tuple(devices or ())))
         data["status"] = "running"
+        data["devices"] = list(devices or [])  # how it runs now: a plain --resume runs it the same way
         write_sweep(folder, data)
         if devices:
             from core.lab.sweep_parallel import run_parallel
