@@ -25,8 +25,8 @@ from app.panels.tuning import ToolDialog, size
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 FIXED_COLUMNS = ("status", "best", "samples_per_second", "peak_memory_bytes", "wall_seconds", "steps")
-HEADERS = {"status": "Status", "samples_per_second": "Samples/s", "peak_memory_bytes": "Peak memory",
-           "wall_seconds": "Wall time", "steps": "Steps"}
+HEADERS = {"status": "Status", "device": "Device", "samples_per_second": "Samples/s",
+           "peak_memory_bytes": "Peak memory", "wall_seconds": "Wall time", "steps": "Steps"}
 GRID_HINT = "One axis per line:\nlr = 1e-3, 3e-3\nbatch_size = 32, 64"
 RANDOM_HINT = "One axis per line, a range or choices:\nlr = 1e-4 : 1e-2 : log\nbatch_size = 32, 64, 128"
 
@@ -58,6 +58,7 @@ class SweepModel(QAbstractTableModel):
         self.rows: list[dict] = []
         self.params: list[str] = []
         self.metric = "best"
+        self.by_device = False  # a Device column: trials ran on several devices at once
 
     def set_rows(self, rows: list[dict], metric: str | None = None) -> None:
         self.beginResetModel()
@@ -67,7 +68,8 @@ class SweepModel(QAbstractTableModel):
         self.endResetModel()
 
     def columns(self) -> list[str]:
-        return ["trial", *self.params, *FIXED_COLUMNS]
+        fixed = [*FIXED_COLUMNS[:1], "device", *FIXED_COLUMNS[1:]] if self.by_device else list(FIXED_COLUMNS)
+        return ["trial", *self.params, *fixed]
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
         return 0 if parent.isValid() else len(self.rows)
@@ -107,7 +109,7 @@ class SweepModel(QAbstractTableModel):
             if key == "best":
                 return f"{value:.4g}"
             return _value_text(value)
-        if role == Qt.ItemDataRole.TextAlignmentRole and key not in ("status",) and not isinstance(value, str):
+        if role == Qt.ItemDataRole.TextAlignmentRole and key not in ("status", "device") and not isinstance(value, str):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
             return row.get("message") or row.get("run")
@@ -394,6 +396,7 @@ class SweepDialog(ToolDialog):
                 return None
         self._lines, self._totals, self._ended, self._finished = {}, {}, 0, set()
         self.folder = None
+        self.model.by_device = bool(devices)
         self.model.set_rows([])
         self.bestLabel.setText("")
         self.folderLabel.setText("")

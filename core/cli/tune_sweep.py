@@ -33,7 +33,8 @@ def register(sub) -> None:
         "sweep", help="run a small grid or random hyperparameter sweep; each trial is a run in the history",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train one run per combination of settings, one after another (or N at a time with "
-                    "--devices), in a sweep folder under the runs root, then print a table sorted by the best value of the monitored metric.\n"
+                    "--devices), in a sweep folder under the runs root, then print a table sorted by the best "
+                    "value of the monitored metric.\n"
                     "KEY is any setting (lr, batch_size, optimizer, weight_decay, seed...) or an option of the "
                     "task (hidden; option.NAME when a setting has the same name). Every trial is checked before "
                     "the first starts.",
@@ -410,6 +411,7 @@ def print_table(data: dict, rows: list[dict], sort: str | None = None) -> None:
     table.add_column("wall", justify="right", no_wrap=True)
     for r in rows:
         table.add_row(str(r["index"]), *(_value_text(r["params"].get(k)) for k in keys), r["status"],
-                      *([r.get("device") or "-"] if by_device else []), fmt.number(r["best"]), fmt.exact(r["best_step"]), fmt.count(r["samples_per_second"]),
-                      fmt.size(r["peak_memory_bytes"]), fmt.duration(r["wall_seconds"]))
+                      *([r.get("device") or "-"] if by_device else []), fmt.number(r["best"]),
+                      fmt.exact(r["best_step"]), fmt.count(r["samples_per_second"]), fmt.size(r["peak_memory_bytes"]),
+                      fmt.duration(r["wall_seconds"]))
     fmt.console().print(table)

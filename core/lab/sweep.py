@@ -17,9 +17,10 @@ The API (plain functions, no Qt; torch is imported only when a trial runs):
 - `run_sweep(folder, progress=None, control=None, devices=None)` -> SweepResult: runs what is not done
   (completed and failed trials are skipped, a stopped or interrupted trial resumes from its checkpoint, pending
   ones run; `devices`: one trial per listed device at a time, each in a child process). A stop (control.stop(),
-  which the CLI's signal handlers call) stops the running trial(s) with a checkpoint and leaves the rest pending. A trial that fails (setup included) is recorded as failed with its message; the sweep goes
-  on. `progress(obj)` gets SweepStarted, TrialStarted, TrialEvent (each trainer event of the trial),
-  TrialEnded and SweepEnded; a GUI runs it on a BackgroundJob.
+  which the CLI's signal handlers call) stops the running trial(s) with a checkpoint and leaves the rest pending.
+  A trial that fails (setup included) is recorded as failed with its message; the sweep goes on.
+  `progress(obj)` gets SweepStarted, TrialStarted, TrialEvent (each trainer event of the trial), TrialEnded and
+  SweepEnded; a GUI runs it on a BackgroundJob.
 - `sweep_table(folder, sort=None)` -> rows (dicts, see `_row`): one per trial, sorted by the best value of the
   monitored metric (respecting min/max), or by `sort` (a column or parameter name). `best_row(rows)`.
 - `continue_settings(row, factor=2.0)` -> (checkpoint, changes): how to "train this one longer" (resume the

@@ -44,7 +44,7 @@ def test_two_trials_at_once_on_the_cpu_fill_the_table(qtbot, window, tmp_path):
     result = dialog.result
     assert result is not None, dialog.statusLabel.text()
     assert result.counts == {"completed": 3}, result.counts
-    assert dialog.trial_column("status") == ["completed"] * 3
+    assert dialog.trial_column("status") == ["completed"] * 3 and dialog.trial_column("device") == ["cpu"] * 3
     assert all(text != "–" for text in dialog.trial_column("best"))
     sweep = json.loads(next((tmp_path / "runs").glob("*/sweep.json")).read_text())
     assert [(t["status"], t["device"]) for t in sweep["trials"]] == [("completed", "cpu")] * 3
