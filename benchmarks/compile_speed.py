@@ -10,7 +10,7 @@ forward + backward in a fresh process with and without activation checkpointing;
 the process's peak RSS (VmHWM, reset first) over its RSS once the model, data and batch are built: the activations kept
 for backward plus the gradients.
 
-    python benchmarks/compile_speed.py [--tasks tiny,recommender] [--precisions fp32,bf16] [--steps 20]
+    python benchmarks/compile_speed.py [--tasks tiny,recommender] [--precisions fp32,bf16] [--steps tiny=1000,...]
         [--repeats 3] [--threads 0] [--compile-mode default] [--memory] [--json]
     python benchmarks/compile_speed.py --memory-only
 
@@ -33,8 +33,8 @@ MEMORY_OPTIONS = {"d_model": 256, "layers": 4, "heads": 4, "max_len": 200, "inte
 MEMORY_BATCH = 64
 
 
-def speed_rows(tasks: list[str], precisions: list[str], steps: int, repeats: int, threads: int, mode: str,
-               options: dict[str, dict]) -> list[dict]:
+def speed_rows(tasks: list[str], precisions: list[str], steps: dict[str, int], repeats: int, threads: int,
+               mode: str, options: dict[str, dict]) -> list[dict]:
     from core.config import RunConfig
     from core.lab.precision_sweep import run_sweep
 
@@ -48,7 +48,7 @@ def speed_rows(tasks: list[str], precisions: list[str], steps: int, repeats: int
                 sys.stderr.write(f"{task}: {update.describe()}\n")
                 sys.stderr.flush()
 
-        result = run_sweep(config, precisions, steps=steps, repeats=repeats, compile_options=[False, True],
+        result = run_sweep(config, precisions, steps=steps[task], repeats=repeats, compile_options=[False, True],
                            progress=progress)
         for r in result.rows:
             rows.append({"task": task, "row": r.label, "status": r.status, "reason": r.reason,
@@ -100,7 +100,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="tiny,recommender")
     parser.add_argument("--precisions", default="fp32,bf16")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", default="tiny=1000,recommender=10",
+                        help="optimizer steps per timed window, per task (TASK=N,...) or for all (N); pick them so "
+                             "a window lasts seconds")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--compile-mode", default="default")
@@ -118,8 +120,13 @@ def main(argv: list[str]) -> int:
         task, setting = item.split(":", 1)
         key, value = setting.split("=", 1)
         options.setdefault(task, {})[key] = json.loads(value) if value[:1].isdigit() else value
-    speed = [] if args.memory_only else speed_rows(args.tasks.split(","), args.precisions.split(","), args.steps,
-                                                   args.repeats, args.threads, args.compile_mode, options)
+    tasks = args.tasks.split(",")
+    if "=" in args.steps:
+        steps = {task: int(n) for task, n in (item.split("=") for item in args.steps.split(","))}
+    else:
+        steps = dict.fromkeys(tasks, int(args.steps))
+    speed = [] if args.memory_only else speed_rows(tasks, args.precisions.split(","), steps, args.repeats,
+                                                   args.threads, args.compile_mode, options)
     memory = memory_rows() if args.memory or args.memory_only else []
     if args.json:
         print(json.dumps({"speed": speed, "memory": memory}))
