@@ -246,8 +246,8 @@ def test_json_lines_good(tmp_path):
 
 @pytest.mark.parametrize("body,expected", [
     ('{"text": "ok", "label": 1}\n{"text": "broken", "label": 0\n', "line 2, column 30: not valid JSON"),
-    ('{"text": "ok", "label": 1}\n\n{"text": "no", "label": "x"}\n', "line 3: field 'label' holds a string "
-                                                                      "where line 1 holds a number"),
+    ('{"text": "ok", "label": 1}\n\n{"text": "no", "label": "x"}\n',
+     "line 3: field 'label' holds a string where line 1 holds a number"),
     ('{"text": "ok", "label": 1}\n[1, 2]\n', "line 2: a JSON array where an object {...} is expected"),
     ('[{"text": "ok", "label": 1}]\n', "line 1: a JSON array; use JSON lines"),
     ('{"text": "ok", "label": 1}\n\n{"text": "no", "label": 7}\n', "line 3, column 'label': '7' is not a known value"),

@@ -1,6 +1,6 @@
 """The text formats public data sets come in, read into pyarrow tables for the importer (core.data.importers).
 
-- Delimited text (.csv .tsv .txt .dat): the delimiter is sniffed from the first lines (comma, tab, semicolon,
+- Delimited text (.csv .tsv .txt .dat .data): the delimiter is sniffed from the first lines (comma, tab, semicolon,
   pipe, or MovieLens' two-character "::"), quoted fields respected; a delimiter of more than one character is
   translated to one unused control character while pyarrow streams the file (no quoting then, as in
   MovieLens' .dat files), so a 10M-row file is never held as Python strings.
@@ -29,7 +29,7 @@ import pyarrow.json as pajson
 
 from core.errors import ConfigError, DataError
 
-DELIMITED_SUFFIXES = (".csv", ".tsv", ".txt", ".dat")
+DELIMITED_SUFFIXES = (".csv", ".tsv", ".txt", ".dat", ".data")
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 SVMLIGHT_SUFFIXES = (".svm", ".svmlight", ".libsvm", ".letor")
 CANDIDATES = ("::", "\t", ",", ";", "|")  # sniffed delimiters, in order of preference on a tie

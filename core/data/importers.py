@@ -1,4 +1,10 @@
-"""Read users' CSV / Parquet files (or a folder of them) with pyarrow, with errors that name file, line, column.
+"""Read users' data files (or a folder of them) with pyarrow, with errors that name file, line, column.
+
+Formats (READ_SUFFIXES): delimited text (.csv .tsv .txt .dat .data; the delimiter sniffed unless ReadOptions
+gives one, MovieLens' "::" included), Parquet, JSON lines, and svmlight / LETOR for ranking (recognised by
+content); core.data.formats reads the text ones. Columns are found by ReadOptions.columns (a name or a 1-based
+position), else by the expected name, else by its one alias present (ALIASES); a file whose line 1 is data
+(_line1_is_data) has its columns taken by position (_positional_names, HEADERLESS_LAYOUTS).
 
 Every reader here is columnar: the happy path never loops over rows in Python. The slow, row-locating
 work (finding the first bad value, the byte that is not UTF-8) only runs once a read has already failed,
@@ -13,11 +19,9 @@ without being opened.
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 import stat
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
