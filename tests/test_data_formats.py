@@ -109,6 +109,18 @@ def test_a_ragged_double_colon_line_is_located(tmp_path):
     assert f"{path}: line 4: cannot parse CSV: 3 fields where line 1 has 4" in message
 
 
+def test_a_bad_value_in_a_headerless_double_colon_file_names_its_line(tmp_path):
+    path = write(tmp_path, "ratings.dat", "1::10::5::100\n\n1::11::4::soon\n")
+    message = error(lambda: read_table(path, INTERACTION_COLUMNS))
+    assert message == f"{path}: line 3, column 'timestamp': 'soon' is not a number or a date-time"
+    write(tmp_path, "ratings.dat", "1::10::5::100\n1::11::4::NA\n")
+    message = error(lambda: read_table(path, INTERACTION_COLUMNS))
+    assert message == f"{path}: line 2, column 'timestamp': 'NA' marks a missing value; a value is needed"
+    write(tmp_path, "ratings.dat", "1::10::5::100\n::11::4::101\n")
+    message = error(lambda: read_table(path, INTERACTION_COLUMNS, options=ReadOptions(columns={"user_id": "1"})))
+    assert message == f"{path}: line 2, column 'user_id': the field is empty; a value is needed"
+
+
 # ---- column mapping, aliases, header-less files ---------------------------------------------------------------
 
 def test_mapping_by_name_and_the_message_names_the_files_column(tmp_path):
