@@ -243,6 +243,7 @@ def test_a_plain_resume_runs_on_the_devices_the_sweep_last_ran_on():
     assert slots_of(plain, "cpu", last=[]) is None  # it ran one trial at a time in-process: so again
     assert slots_of(argparse.Namespace(devices="cpu", parallel=None), "cpu", last=["cpu", "cpu"]) == ["cpu"]
     assert slots_of(argparse.Namespace(devices=None, parallel=3), "cpu", last=None) == ["cpu"] * 3
+    assert slots_of(argparse.Namespace(devices=None, parallel=2), "AUTO", last=None) == ["auto"] * 2
     import torch
 
     if torch.cuda.device_count() < 8:

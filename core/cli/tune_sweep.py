@@ -253,7 +253,10 @@ def device_slots(args: argparse.Namespace, base_device: str, last: list | None =
         if named:
             parse_devices(named, "--devices (the sweep's last devices; give --devices to change them)")
     else:
-        devices = parse_devices(args.devices) if args.devices is not None else [base_device]
+        if args.devices is not None:
+            devices = parse_devices(args.devices)
+        else:  # the settings' device ('cuda' is cuda:0; 'auto' stays for each trial to resolve)
+            devices = ["auto"] if base_device.strip().lower() == "auto" else parse_devices([base_device], "device")
         slots = deal(devices, args.parallel)
     wanted = sorted({d for d in slots if d not in ("cpu", "auto")})
     if wanted:  # only then load torch to look
