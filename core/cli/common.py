@@ -26,8 +26,11 @@ def fail_bad_input(message: str) -> int:
     return 2
 
 
+FLAG_NAMES = {"columns": "--column"}  # fields whose flag is not their name (--column KEY=NAME fills columns)
+
+
 def flag_name(field: str) -> str:
-    return "--" + field.replace("_", "-")
+    return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
 CLI_ONLY_FLAGS = ("nproc", "resume")  # flags that are not RunConfig fields but name themselves in errors

@@ -265,7 +265,7 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
     plan = resolve_precision(cfg.precision, info)
     task = create_task(cfg.task, cfg.task_options)
     torch.manual_seed(cfg.seed)
-    data = task.load_data(cfg.data, cfg.seed)
+    data = task.use_config(cfg).load_data(cfg.data, cfg.seed)
     torch.manual_seed(cfg.seed)
     model = task.build_model(data.info).to(device)
     model.train()

@@ -340,7 +340,7 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
     device = torch_device(info)
     task = create_task(cfg.task, cfg.task_options)
     torch.manual_seed(cfg.seed)
-    data = task.load_data(cfg.data, cfg.seed)
+    data = task.use_config(cfg).load_data(cfg.data, cfg.seed)
     task.check_fits(data.info, device, cfg.optimizer,
                     available=info.memory_free if device.type == "cuda" else None)
     torch.manual_seed(cfg.seed)
