@@ -306,6 +306,11 @@ def _svm_dense(part: bytes, first_line: int):
     fields = line1.replace(b":", b" ").split(b" ")
     if len(fields) < 3 or len(fields) % 2 == 0 or fields[1] != b"qid":
         return None
+    for byte in (32, 58):  # every data line must hold as many spaces and colons as line 1 (one pass each)
+        at = np.flatnonzero(raw == byte)  # per line: counted between one data line's start and the next's
+        per_line = np.diff(np.searchsorted(at, np.r_[starts[data], len(raw)]))
+        if (per_line != per_line[0]).any():
+            return None
     names = [f"c{i}" for i in range(len(fields))]
     types = {n: pa.float64() if i == 0 or (i >= 4 and i % 2 == 0) else pa.int64() for i, n in enumerate(names)}
     types["c1"] = pa.string()
@@ -319,16 +324,23 @@ def _svm_dense(part: bytes, first_line: int):
         return None
     if table.num_rows != len(data) or not pc.all(pc.equal(table.column(1), "qid")).as_py():
         return None
-    features = {}
+    features: dict[int, np.ndarray] = {}
+    pairs = []
     for i in range(3, len(fields), 2):
-        index = table.column(i)
-        low, high = pc.min_max(index).values()
-        if low.as_py() != high.as_py() or low.as_py() < 1 or low.as_py() in features:
-            return None
-        value = table.column(i + 1).to_numpy()
-        if not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX:
-            return None
-        features[low.as_py()] = value.astype(np.float32)
+        index, value = table.column(i).to_numpy(), table.column(i + 1).to_numpy()
+        if not len(index) or index.min() < 1 or not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX:
+            return None  # the general path names the bad token
+        pairs.append((index, value))
+    if all(index[0] == index.min() == index.max() for index, _ in pairs) and \
+            len({int(index[0]) for index, _ in pairs}) == len(pairs):  # the same indices on every line
+        features = {int(index[0]): value.astype(np.float32) for index, value in pairs}
+    elif pairs:  # as many entries on every line, different indices: scatter them
+        width = max(int(index.max()) for index, _ in pairs)
+        dense = np.zeros((width, table.num_rows), np.float32)
+        rows = np.arange(table.num_rows)
+        for index, value in pairs:
+            dense[index - 1, rows] = value
+        features = {int(k): dense[k - 1] for k in np.unique(np.concatenate([index for index, _ in pairs]))}
     return first_line + data, table.column(0).combine_chunks(), table.column(2).combine_chunks(), features
 
 
@@ -351,8 +363,10 @@ def _svm_block(file: Path, part: bytes, first_line: int):
         from core.data.importers import _utf8_error_position
 
         raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8") from None
-    colons = pc.count_substring(lines, ":").to_numpy()
-    trimmed = pc.ascii_trim_whitespace(pc.replace_substring(lines, ":", " "))
+    colons = np.diff(np.searchsorted(np.flatnonzero(raw == 58), offsets))  # per line
+    spaced = part.replace(b":", b" ")  # same length: the line offsets hold
+    trimmed = pc.ascii_trim_whitespace(
+        pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.tobytes()), pa.py_buffer(spaced)))
     tokens = pc.ascii_split_whitespace(trimmed)  # a blank line: one empty token
     flat = tokens.values
     offs = tokens.offsets.to_numpy().astype(np.int64)
@@ -382,8 +396,9 @@ def _svm_block(file: Path, part: bytes, first_line: int):
         labels = pc.cast(pc.take(flat, pa.array(starts)), pa.float64())
     except pa.ArrowInvalid:
         raise fail() from None
-    pos = np.arange(len(flat), dtype=np.int64) - np.repeat(offs[:-1], counts)
-    index_at = np.flatnonzero((pos >= 3) & (pos % 2 == 1))
+    pairs = (n_tok - 3) // 2  # line i's pair j is at token starts[i] + 3 + 2j; g = before[i] + j overall
+    before = np.cumsum(pairs) - pairs
+    index_at = np.repeat(starts + 3 - 2 * before, pairs) + 2 * np.arange(int(pairs.sum()), dtype=np.int64)
     try:
         index = pc.cast(pc.take(flat, pa.array(index_at)), pa.int32()).to_numpy()
         value = pc.cast(pc.take(flat, pa.array(index_at + 1)), pa.float64()).to_numpy()
@@ -391,7 +406,7 @@ def _svm_block(file: Path, part: bytes, first_line: int):
         raise fail() from None
     if len(index) and (index.min() < 1 or not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX):
         raise fail()
-    row_of = np.repeat(np.arange(len(data)), (n_tok - 3) // 2)
+    row_of = np.repeat(np.arange(len(data)), pairs)
     width = int(index.max()) if len(index) else 0
     dense = np.zeros((width, len(data)), np.float32)
     dense[index - 1, row_of] = value  # feature-major: each feature a contiguous column
