@@ -96,7 +96,7 @@ def test_a_trial_that_fails_on_its_device_is_marked_and_the_others_run(tmp_path,
 def test_stop_mid_sweep_then_resume_on_other_devices_continues_the_stopped_trials(tmp_path, capsys):
     base = RunConfig.for_task("tiny", device="cpu", precision="fp32", max_steps=1500, log_interval=10,
                               eval_interval=500, task_options={"samples": 512})
-    axes = [grid_axis("lr=1e-3,3e-3", "tiny"), grid_axis("batch_size=32,64", "tiny")]
+    axes = [grid_axis("lr=1e-3,3e-3,1e-2", "tiny")]
     folder = create_sweep(base, plan_trials(base, grid=axes), axes, root=tmp_path / "runs")
     control = RunControl()
     steps: dict[int, int] = {}
@@ -129,19 +129,19 @@ def test_stop_mid_sweep_then_resume_on_other_devices_continues_the_stopped_trial
         assert (folder / trial["folder"] / "checkpoint.pt").is_file()
         before[trial["index"]] = (record["id"], record["steps"])
 
-    # Resume with another device list: one slot, still a process per trial.
-    code, out, err = cli(capsys, "sweep", "--resume", str(folder), "--devices", "cpu", "--json")
+    # Resume with another device list: three slots now.
+    code, out, err = cli(capsys, "sweep", "--resume", str(folder), "--devices", "cpu,cpu,cpu", "--json")
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
-    assert sorted(r["status"] for r in result["trials"]) == ["completed"] * 4
+    assert sorted(r["status"] for r in result["trials"]) == ["completed"] * 3
     for index, (run_id, stopped_at) in before.items():
         trial = load_sweep(folder)["trials"][index - 1]
-        assert f"[{index}/4] {trial['name']}: resuming from" in err
+        assert f"[{index}/3] {trial['name']}: resuming from" in err
         record = load_record(folder / trial["folder"])
         # the same run, continued from the step it stopped at: not restarted
         assert record["id"] == run_id and record["start_step"] == stopped_at and record["steps"] == 1500
         assert record["resumed_at"] and trial["attempts"] == 2
-    assert len(find_runs(tmp_path / "runs")) == 4 and load_sweep(folder)["devices"] == ["cpu"]
+    assert len(find_runs(tmp_path / "runs")) == 3 and load_sweep(folder)["devices"] == ["cpu"] * 3
 
 
 def test_sigterm_stops_every_running_trial_with_a_checkpoint(tmp_path):
