@@ -243,3 +243,26 @@ def test_the_padding_free_loss_makes_no_cuda_sync():
         task.loss(model, batch).backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_counting_by_column_blocks_equals_the_whole_comparison(monkeypatch):
+    from core.tasks import recommender
+
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.randint(0, 7, (6, 1001), generator=gen).float()  # many ties: >= must count them
+    target = scores[:, 3].clone()
+    whole = (scores >= target.unsqueeze(1)).sum(dim=1)
+    monkeypatch.setattr(recommender, "COUNT_BLOCK", 6 * 64)  # 64 columns a block, the last one short
+    assert torch.equal(recommender.count_at_least(scores, target), whole)
+    hit, ndcg = recommender.rank_metrics(scores, target)
+    monkeypatch.setattr(recommender, "COUNT_BLOCK", 1 << 22)
+    assert torch.equal((hit, ndcg)[0], recommender.rank_metrics(scores, target)[0])
+    assert torch.equal(ndcg, recommender.rank_metrics(scores, target)[1])
+
+
+def test_evaluation_rows_keep_the_scores_within_the_budget():
+    from core.tasks.recommender import EVAL_SCORES, score_rows
+
+    assert score_rows(1000, 4096) == 4096  # a small catalogue: the asked batch
+    assert score_rows(1_000_000, 4096) * 1_000_000 <= EVAL_SCORES  # 1M items: 67 rows, 256 MB of scores
+    assert score_rows(10**9, 512) == 1  # never zero rows

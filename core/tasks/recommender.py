@@ -41,6 +41,7 @@ from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_posit
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
+EVAL_SCORES = 1 << 26  # evaluation scores (rows x catalogue) held at once: 256 MB in float32
 
 
 class CausalBlock(nn.Module):
@@ -110,9 +111,31 @@ def rank_metrics(scores: torch.Tensor, target_scores: torch.Tensor,
 
     Ties count against the target (pessimistic), so a constant scorer gets no free hits.
     """
-    above = (scores >= target_scores.unsqueeze(1)).sum(dim=1) - 1  # minus the target itself when included
+    above = count_at_least(scores, target_scores) - 1  # minus the target itself when included
     hit = above < k
     return hit.float(), torch.where(hit, 1.0 / torch.log2(above.float() + 2.0), 0.0)
+
+
+COUNT_BLOCK = 1 << 22  # scores compared at a time (rows x a block of columns): temporaries of ~36 MB
+
+
+def count_at_least(scores: torch.Tensor, target_scores: torch.Tensor) -> torch.Tensor:
+    """Per row, how many of `scores` (B, C) are >= its target score (B,). Compared a block of columns at a time:
+    a whole (B, C) comparison would hold a bool matrix and its int64 sum (9 bytes per score, over twice the
+    scores themselves), so evaluation's memory would not be the score matrix it budgets for."""
+    target = target_scores.unsqueeze(1)
+    columns = max(1, COUNT_BLOCK // max(1, scores.shape[0]))
+    if scores.shape[1] <= columns:
+        return (scores >= target).sum(dim=1)
+    total = torch.zeros(scores.shape[0], dtype=torch.int64, device=scores.device)
+    for start in range(0, scores.shape[1], columns):
+        total += (scores[:, start:start + columns] >= target).sum(dim=1)
+    return total
+
+
+def score_rows(n_items: int, most: int) -> int:
+    """Evaluation rows scored at once so that their (rows, catalogue) float32 scores stay within EVAL_SCORES."""
+    return max(1, min(most, EVAL_SCORES // max(1, n_items)))
 
 
 PROTOCOLS = ("full_filtered", "full_unfiltered", f"sampled{EVAL_NEGATIVES}_unseen")
@@ -239,7 +262,8 @@ class RecommenderTask(Task):
         self.history = torch.from_numpy(history.astype(np.int32 if n_items < 2**31 else np.int64))
         self.loss_bounds = loss_position_bounds(train["target"])
         counts = torch.bincount(train["target"].flatten(), minlength=n_items + 1)[1:].double()
-        baseline = ranking_report(lambda b: counts.expand(b["target"].shape[0], -1), val, 4096, self.history)
+        baseline = ranking_report(lambda b: counts.float().expand(b["target"].shape[0], -1), val,
+                                  score_rows(n_items, 4096), self.history)
         info = {"n_items": int(n_items), "users_evaluated": int(val["target"].shape[0]),
                 "interactions": int(interactions)}
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
@@ -302,8 +326,8 @@ class RecommenderTask(Task):
             with torch.autocast(hidden.device.type, enabled=False):
                 return model.scores(hidden.float())
 
-        # Cap the (rows, catalogue) score matrix at 2^26 floats (256 MB) so huge catalogues still evaluate.
-        rows = max(1, min(max(batch_size, 512), (1 << 26) // model.items.num_embeddings))
+        # Cap the (rows, catalogue) score matrix (see EVAL_SCORES) so huge catalogues still evaluate.
+        rows = score_rows(model.items.num_embeddings, max(batch_size, 512))
         target = split["target"]
         count = torch.tensor(float(target.shape[0]), dtype=torch.float64, device=target.device)
         history = getattr(self, "history", None)
