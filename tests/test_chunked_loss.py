@@ -25,7 +25,7 @@ def make(n=37, d=8, v=53, seed=0):
 @pytest.mark.parametrize("chunk_elements", [53 * 4, 53 * 37, 1 << 26])  # several chunks, exactly one, default
 def test_value_and_gradients_match_cross_entropy_in_float32(chunk_elements):
     hidden, table, targets = make()
-    loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=chunk_elements)
+    loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=chunk_elements, min_rows=1)
     (loss * 3).backward()  # a scaled loss (grad accumulation, GradScaler) scales the gradients
     got = (loss.detach(), hidden.grad.clone(), table.grad.clone())
     hidden.grad = table.grad = None
@@ -39,7 +39,7 @@ def test_value_and_gradients_match_cross_entropy_in_float32(chunk_elements):
 def test_bf16_autocast_matches_and_keeps_parameter_gradients_float32():
     hidden, table, targets = make(n=64, d=16, v=101, seed=1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=101 * 10)
+        loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=101 * 10, min_rows=1)
     loss.backward()
     assert loss.dtype == torch.float32 and table.grad.dtype == torch.float32 and hidden.grad.dtype == torch.float32
     got = (loss.detach(), hidden.grad.clone(), table.grad.clone())
@@ -55,7 +55,7 @@ def test_bf16_autocast_matches_and_keeps_parameter_gradients_float32():
 def test_all_positions_ignored_gives_zero_loss_and_gradients():
     hidden, table, targets = make()
     targets[:] = -1
-    loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=100)
+    loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=100, min_rows=1)
     loss.backward()
     assert loss.item() == 0.0 and hidden.grad.abs().sum() == 0 and table.grad.abs().sum() == 0
 
@@ -63,6 +63,14 @@ def test_all_positions_ignored_gives_zero_loss_and_gradients():
 def test_no_gradients_wanted_still_gives_the_loss():
     hidden, table, targets = make()
     with torch.no_grad():
-        loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=100)
+        loss = chunked_softmax_cross_entropy(hidden, table, targets, chunk_elements=100, min_rows=1)
         want = reference(hidden, table, targets)
     torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_huge_catalogue_keeps_enough_positions_per_chunk():
+    from core.tasks.chunked_loss import CHUNK_ELEMENTS, MIN_CHUNK_ROWS, chunk_rows
+
+    assert chunk_rows(1000) == CHUNK_ELEMENTS // 1000  # the budget decides for usual catalogues
+    assert chunk_rows(1_000_000) == MIN_CHUNK_ROWS  # not 67 positions, each re-reading the whole table
+    assert chunk_rows(10, chunk_elements=7, min_rows=1) == 1

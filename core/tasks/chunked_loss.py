@@ -13,6 +13,10 @@ from __future__ import annotations
 import torch
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk: 256 MB in float32, enough rows to keep the GPU busy
+# Every chunk reads the whole item table once, so a chunk of too few positions is mostly table reads: at 1M items
+# the 256 MB budget alone would leave 67 positions per chunk. Chunks keep at least this many positions, and the
+# budget grows with the catalogue instead (1 GB of float32 logits at 1M items, 4 GB at 4M).
+MIN_CHUNK_ROWS = 256
 
 
 def compute_dtype(device_type: str, fallback: torch.dtype) -> torch.dtype:
@@ -69,7 +73,8 @@ class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
 
 
 def chunked_softmax_cross_entropy(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
-                                  chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+                                  chunk_elements: int = CHUNK_ELEMENTS,
+                                  min_rows: int = MIN_CHUNK_ROWS) -> torch.Tensor:
     """Mean over positions with target >= 0 of cross_entropy(hidden @ table.T, targets); -1 is ignored.
 
     hidden (N, d), table (V, d), targets (N,) int64. The matmuls run in autocast's dtype when autocast is on
@@ -77,8 +82,13 @@ def chunked_softmax_cross_entropy(hidden: torch.Tensor, table: torch.Tensor, tar
     `F.cross_entropy((hidden @ table.t()).float(), targets, ignore_index=-1)`, in a fraction of the memory.
     """
     dtype = compute_dtype(hidden.device.type, torch.promote_types(hidden.dtype, table.dtype))
-    rows = max(1, chunk_elements // max(1, table.shape[0]))
+    rows = chunk_rows(table.shape[0], chunk_elements, min_rows)
     return _ChunkedSoftmaxCrossEntropy.apply(hidden, table, targets, dtype, rows)
+
+
+def chunk_rows(catalogue: int, chunk_elements: int = CHUNK_ELEMENTS, min_rows: int = MIN_CHUNK_ROWS) -> int:
+    """Positions per chunk of the loss: the memory budget's share of the catalogue, at least `min_rows`."""
+    return max(min_rows, 1, chunk_elements // max(1, catalogue))
 
 
 def compact_positions(hidden: torch.Tensor, targets: torch.Tensor, bound: int,
