@@ -86,6 +86,14 @@ def test_double_colon_cut_by_read_blocks_still_reads(tmp_path):
     assert table.column("timestamp").to_numpy().max() == 978300000 + 60 * 39
 
 
+def test_a_header_longer_than_the_sniffed_sample_is_read_to_its_end(tmp_path):
+    names = ["query_id", "doc_id", "label"] + [f"feature_{k}" for k in range(1, 9001)]  # line 1: ~110 KB
+    rows = ["\t".join(names)] + ["\t".join(["q1", f"d{i}", "1"] + ["0.5"] * 9000) for i in range(3)]
+    path = write(tmp_path, "wide.tsv", "\n".join(rows) + "\n")
+    table = read_table(path, RANKING_COLUMNS, prefix_columns="feature_")
+    assert table.num_columns == 9003 and table.num_rows == 3
+
+
 def test_explicit_delimiter_overrides_sniffing(tmp_path):
     path = write(tmp_path, "r.csv", "text|label\na,b|1\nc,d|0\n")
     table = read_table(path, REVIEW_COLUMNS, options=ReadOptions(delimiter="|"))

@@ -38,6 +38,7 @@ SEP = "\x1f"  # what a multi-character delimiter becomes while pyarrow reads the
 NAMED_DELIMITERS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " ",
                     "colons": "::"}
 SAMPLE_BYTES = 1 << 16
+MAX_LINE_BYTES = 1 << 24  # line 1 is read to its end up to this size
 SAMPLE_RECORDS = 50
 _NUMBER = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
 _SVM_FIRST = re.compile(rb"^\s*[-+]?[0-9.]+(?:[eE][-+]?\d+)?\s+qid:", re.MULTILINE)
@@ -151,7 +152,9 @@ def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS) -> l
     """The first complete records (blank lines skipped) of `file` read with `delimiter`, from its first 64 KiB."""
     with open(file, "rb") as handle:
         head = handle.read(SAMPLE_BYTES)
-        complete = len(head) < SAMPLE_BYTES or not handle.read(1)
+        while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
+            head += more  # a line 1 longer than the sample (a very wide header): read on to its end
+        complete = not handle.read(1)
     text = head.decode("utf-8-sig", errors="replace")
     if not complete:  # the last line may be cut: keep whole lines only
         text = text[: text.rfind("\n") + 1] if "\n" in text else text
@@ -180,6 +183,8 @@ def sniff_delimiter(file: Path, known: set[str], normalise) -> str:
     preferred = SUFFIX_DELIMITER.get(suffix, ",")
     with open(file, "rb") as handle:
         head = handle.read(SAMPLE_BYTES)
+        while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
+            head += more
     text = head.decode("utf-8", errors="replace")
     scored = []
     for rank, delimiter in enumerate(CANDIDATES):
