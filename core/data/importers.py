@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,8 +326,9 @@ def _read_source(file: Path, columns: list[Column], prefix: str | None,
     names = table.schema.names
     positions = _resolve(src, names, columns, options)
     used = {names[i] for i in positions.values()} | {n for n in names if prefix and _is_prefixed(n, prefix)}
+    counts = Counter(names)
     for name in dict.fromkeys(names):
-        if name in used and (count := names.count(name)) > 1:
+        if name in used and (count := counts[name]) > 1:
             where = "line 1: " if src.kind == "csv" else ""
             raise DataError(f"{file}: {where}column {name!r} appears {count} times; column names must be unique")
     for col in columns:
