@@ -106,6 +106,19 @@ def test_a_failing_compiler_falls_back_to_eager_with_one_line(tmp_path, recorder
     assert step_losses(tmp_path / "fallback") == step_losses(tmp_path / "eager")
 
 
+def test_a_missing_cxx_compiler_falls_back_to_eager(tmp_path, recorder, monkeypatch):
+    """The real thing: inductor pointed at a C++ compiler that is not there, with empty caches."""
+    import torch._inductor.config as inductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    with inductor.patch({"cpp.cxx": (str(tmp_path / "no-such-g++"),), "fx_graph_cache": False}):
+        trainer, ended = run(tmp_path, "no-cxx", recorder, max_steps=8, compile=True)
+    assert ended.status == "completed" and trainer.compile_seconds is None
+    line = next(n for n in recorder.of("RunStarted")[0].notes if n.startswith("compile: "))
+    assert line == (f"compile: torch.compile failed (InvalidCxxCompiler: No working C++ compiler found in "
+                    f"torch._inductor.config.cpp.cxx: ('{tmp_path / 'no-such-g++'}',)); running eager")
+
+
 def test_ddp_with_compile_matches_one_eager_process(tmp_path):
     """2 gloo processes, each compiling its replica before DDP wraps it: the losses of one eager process at the
     same global batch (as tests/test_distributed checks for eager DDP)."""
@@ -137,7 +150,8 @@ def test_the_precision_sweep_measures_compiled_rows_against_fp32_eager(capsys):
     result = run_sweep(cfg, ["fp32"], steps=5, repeats=1, isolate=False, compile_options=[True, False])
     assert [(r.label, r.status) for r in result.rows] == [("fp32", "ok"), ("fp32 + compile", "ok")]
     eager, compiled = result.rows
-    assert eager.compile_seconds is None and compiled.compile_seconds > 0
+    assert eager.compile_seconds is None and compiled.compile_seconds is not None, compiled.reason
+    assert compiled.compile_seconds > 0
     assert eager.speedup == 1.0 and compiled.speedup == pytest.approx(
         compiled.samples_per_second / eager.samples_per_second)
     assert abs(compiled.loss - eager.loss) <= 1e-4  # the same steps: compile changes speed, not the training
