@@ -334,3 +334,10 @@ def test_svmlight_fast_and_general_paths_match_a_plain_reading(tmp_path, shape):
     got = np.stack([table.column(f"f{k}").to_numpy() for k in range(1, dense.shape[1] + 1)], axis=1)
     np.testing.assert_array_equal(got, dense)
     assert row_lines.tolist() == list(range(1, 301))
+
+
+def test_a_json_line_longer_than_a_read_block_still_reads(tmp_path):
+    long = "word " * 500_000  # 2.5 MB on one line: pyarrow's default 1 MiB block cannot hold it
+    path = write(tmp_path, "reviews.jsonl", '{"text": "short", "label": 1}\n' + f'{{"text": "{long}", "label": 0}}\n')
+    table = read_table(path, REVIEW_COLUMNS)
+    assert table.num_rows == 2 and len(table.column("text")[1].as_py()) == len(long)

@@ -465,10 +465,15 @@ def read_jsonl(file: Path) -> pa.Table:
         start = handle.read(SAMPLE_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if start == b"[":
         raise DataError(f"{file}: line 1: a JSON array; use JSON lines (one object {{...}} per line)")
-    try:
-        return pajson.read_json(file)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise DataError(f"{file}: {_jsonl_problem(file, str(exc))}") from None
+    block = 1 << 20
+    while True:
+        try:
+            return pajson.read_json(file, read_options=pajson.ReadOptions(block_size=block))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            if "straddl" in str(exc) and block < 1 << 30:  # a line longer than the block: larger blocks
+                block *= 16
+                continue
+            raise DataError(f"{file}: {_jsonl_problem(file, str(exc))}") from None
 
 
 def _kind(value) -> str:
