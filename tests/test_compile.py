@@ -161,3 +161,16 @@ def test_the_precision_sweep_measures_compiled_rows_against_fp32_eager(capsys):
     out = capsys.readouterr().out
     assert "fp32 + compile" in out and f"compiled in {compiled.compile_seconds:.1f} s" in out
     assert "speed and mem are against fp32 eager" in out
+
+
+def test_the_batch_finder_tries_sizes_eager_and_says_so(monkeypatch):
+    from core.lab.batch_finder import FakeProbe, find_batch_sizes
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("the batch finder compiled")
+
+    monkeypatch.setattr(compiling, "compile_for_run", no_compile)
+    cfg = RunConfig.for_task("tiny", **{**TINY, "compile": True})
+    result = find_batch_sizes(cfg, ["fp32"], probe=FakeProbe(1000, 10, 100), steps=2, eval_rows=128)
+    assert result.mode("fp32").batch == 80  # what tests/test_batch_finder finds eager on this fake device
+    assert any("tried eager" in note for note in result.notes), result.notes
