@@ -341,3 +341,11 @@ def test_a_json_line_longer_than_a_read_block_still_reads(tmp_path):
     path = write(tmp_path, "reviews.jsonl", '{"text": "short", "label": 1}\n' + f'{{"text": "{long}", "label": 0}}\n')
     table = read_table(path, REVIEW_COLUMNS)
     assert table.num_rows == 2 and len(table.column("text")[1].as_py()) == len(long)
+
+
+def test_a_csv_row_longer_than_a_read_block_still_reads(tmp_path):
+    long = "word " * 500_000  # a 2.5 MB quoted review: longer than pyarrow's 1 MiB CSV block
+    path = write(tmp_path, "reviews.csv", f'text,label\nshort,1\n"{long}",0\n')
+    assert read_table(path, REVIEW_COLUMNS).column("text")[1].as_py() == long
+    dat = write(tmp_path, "ratings.dat", "1::2::3::4\n" + f"1::{'x' * 3_000_000}::3::5\n")
+    assert read_table(dat, INTERACTION_COLUMNS).num_rows == 2

@@ -126,14 +126,22 @@ def read_delimited(file: Path, delimiter: str, column_names: list[str] | None = 
                    column_types: dict | None = None, **parse) -> pa.Table:
     """pyarrow's CSV reader for `file` separated by `delimiter` (any length); `column_names` for a file without
     a header; extra ParseOptions in `parse` (e.g. invalid_row_handler, on the error path)."""
-    read = pacsv.ReadOptions(column_names=column_names, use_threads=parse.pop("use_threads", True))
-    convert = pacsv.ConvertOptions(column_types=column_types or {}, **parse.pop("convert", {}))
-    if len(delimiter) == 1:
-        return pacsv.read_csv(file, read_options=read, convert_options=convert,
-                              parse_options=pacsv.ParseOptions(delimiter=delimiter, **parse))
-    with _Translating(file, delimiter) as stream:
-        return pacsv.read_csv(stream, read_options=read, convert_options=convert,
-                              parse_options=pacsv.ParseOptions(delimiter=SEP, quote_char=False, **parse))
+    threads = parse.pop("use_threads", True)
+    convert = pacsv.ConvertOptions(column_types=column_types or {})
+    block = 1 << 20
+    while True:
+        read = pacsv.ReadOptions(column_names=column_names, use_threads=threads, block_size=block)
+        try:
+            if len(delimiter) == 1:
+                return pacsv.read_csv(file, read_options=read, convert_options=convert,
+                                      parse_options=pacsv.ParseOptions(delimiter=delimiter, **parse))
+            with _Translating(file, delimiter) as stream:
+                return pacsv.read_csv(stream, read_options=read, convert_options=convert,
+                                      parse_options=pacsv.ParseOptions(delimiter=SEP, quote_char=False, **parse))
+        except pa.ArrowInvalid as exc:
+            if "straddl" not in str(exc) or block >= 1 << 30:
+                raise
+            block *= 16  # a row longer than the block (a long review): larger blocks
 
 
 def _lines(handle, delimiter: str):
