@@ -200,11 +200,6 @@ def _same_features(tables: list[pa.Table], prefix: str) -> list[pa.Table]:
     return out
 
 
-def _read_one(file: Path, columns: list[Column], prefix: str | None,
-              options: ReadOptions | None = None) -> pa.Table:
-    return _read_source(file, columns, prefix, options or ReadOptions())[0]
-
-
 def _norm(name: str) -> str:
     """A column name as aliases compare it: lower case, without "_", "-" and spaces."""
     return re.sub(r"[\s_-]+", "", str(name)).lower()
