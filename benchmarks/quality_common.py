@@ -12,19 +12,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overrides: dict) -> tuple[dict, float]:
+def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overrides: dict,
+                        checkpoint: str = "last") -> tuple[dict, float]:
     """Test metrics of the engine trained on `task` with the task's defaults, then `overrides` (CPU, fp32, in a
-    throwaway folder), and its training seconds. A run that does not complete is an error."""
+    throwaway folder), and its training seconds. A run that does not complete is an error.
+
+    `checkpoint`: "last" = the run's own end-of-run test metrics (its final weights); "best" = the test metrics
+    of its best-on-validation checkpoint (the task's primary metric, kept by default: keep_best 1), found and
+    measured as `amp-console evaluate RUN --best` does - the fair match for a baseline that early-stops on the
+    same validation split. The seconds are training's either way."""
     from core.config import RunConfig
     from core.engine.trainer import train
 
+    if checkpoint not in ("last", "best"):
+        raise ValueError(f"checkpoint: {checkpoint!r} is not last or best")
     with tempfile.TemporaryDirectory(prefix=f"quality-{task}-") as folder:
         config = RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32", seed=seed,
                                     threads=threads, out_dir=folder, **overrides)
         ended = train(config)
-    if ended.status != "completed":
-        raise RuntimeError(f"engine run {ended.status}: {ended.message}")
-    return ended.test_metrics, ended.elapsed_seconds
+        if ended.status != "completed":
+            raise RuntimeError(f"engine run {ended.status}: {ended.message}")
+        if checkpoint == "last":
+            return ended.test_metrics, ended.elapsed_seconds
+        from core.cli.evaluate import find_checkpoint
+        from core.lab.evaluate import evaluate_checkpoint
+
+        best = evaluate_checkpoint(find_checkpoint(folder, best=True, runs_dir=None), split="test")
+        return {**best.metrics, "best_epoch": best.epoch, "best_step": best.step}, ended.elapsed_seconds
 
 
 def mean_se(values) -> tuple[float, float]:

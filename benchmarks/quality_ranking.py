@@ -4,11 +4,14 @@ For each seed: the task's synthetic data (LETOR-shaped: 136 features on mixed sc
 varying size), split 80/10/10 by query exactly as `amp-console train --task ranking` splits it (the task's own
 load_data, same seed). The engine trains through its public API (core.engine.trainer.train with a RunConfig,
 the task's defaults); LGBMRanker(objective="lambdarank") trains on the same training queries with early
-stopping on the same validation queries. Both are scored on the same test queries by the task's own
+stopping on the same validation queries. Each side is chosen on the validation queries alike: LightGBM keeps
+its best iteration, the engine its best-on-validation checkpoint (best.pt, kept by default), measured on the
+test queries as `amp-console evaluate RUN --best` measures it (--last: the run's final weights instead, its
+own end-of-run test metrics). Both are scored on the same test queries by the task's own
 evaluation code (the booster is wrapped as a model), so NDCG@10 is computed identically. Prints mean +-
 standard error of each, and the paired difference (engine - LightGBM) with its standard error and wins.
 
-    python benchmarks/quality_ranking.py [--seeds 5] [--quick] [--threads 1] [-o key=value ...]
+    python benchmarks/quality_ranking.py [--seeds 5] [--quick] [--threads 1] [--last] [-o key=value ...]
 
 Needs the optional `quality` extra (lightgbm). benchmarks/quality.py drives `run` for every task.
 """
@@ -94,18 +97,20 @@ def test_ceiling(task, options: dict, seed: int) -> float:
     return task._report(test["relevance"], test)[METRIC]
 
 
-def engine_metrics(options: dict, seed: int, threads: int, overrides: dict) -> tuple[dict[str, float], float]:
+def engine_metrics(options: dict, seed: int, threads: int, overrides: dict,
+                   checkpoint: str = "best") -> tuple[dict[str, float], float]:
     """Test metrics of the engine trained as `amp-console train --task ranking` would (the task's defaults,
-    then `overrides`), and its training seconds."""
-    return engine_test_metrics("ranking", options, seed, threads, overrides)
-
+    then `overrides`): of its best-on-validation checkpoint ("best", as `evaluate --best`) or of its final
+    weights ("last"); and its training seconds."""
+    return engine_test_metrics("ranking", options, seed, threads, overrides, checkpoint)
 
 
 def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dict | None = None,
-        engine_overrides: dict | None = None, verbose: bool = True) -> dict:
+        engine_overrides: dict | None = None, verbose: bool = True, checkpoint: str = "best") -> dict:
     """Engine vs LightGBM lambdarank on `seeds` seeds (0..seeds-1): per-seed NDCG@10 of both on the same
     test queries, their means +- standard errors, the paired difference +- its standard error, and wins.
-    `task_options` / `engine_overrides`: changes to the data or the engine's settings (tuning only)."""
+    `task_options` / `engine_overrides`: changes to the data or the engine's settings (tuning only);
+    `checkpoint`: the engine's best-on-validation checkpoint ("best") or its final weights ("last")."""
     torch.set_num_threads(threads)
     options = {**(QUICK_DATA if quick else DATA), **(task_options or {})}
     overrides = dict(engine_overrides or {})
@@ -116,25 +121,31 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
         data = task.load_data("", seed)  # the very split the engine's run makes (same options, same seed)
         lgb, trees = lightgbm_metrics(task, data, seed, threads)
         lgb_seconds = time.perf_counter() - started
-        eng, eng_seconds = engine_metrics(options, seed, threads, overrides)
+        eng, eng_seconds = engine_metrics(options, seed, threads, overrides, checkpoint)
         row = {"seed": seed, "engine": eng[METRIC], "lightgbm": lgb[METRIC],
                "ceiling": test_ceiling(task, options, seed),
-               "random": data.baseline[METRIC], "trees": trees, "engine_s": round(eng_seconds, 1),
+               "random": data.baseline[METRIC], "trees": trees, "best_epoch": eng.get("best_epoch"),
+               "engine_s": round(eng_seconds, 1),
                "lightgbm_s": round(lgb_seconds, 1)}
         rows.append(row)
         if verbose:
             print(f"seed {seed}: engine {row['engine']:.4f}  lightgbm {row['lightgbm']:.4f}  "
                   f"diff {row['engine'] - row['lightgbm']:+.4f}  (ceiling {row['ceiling']:.4f}, random "
-                  f"{row['random']:.4f}; {trees} trees; {eng_seconds:.0f} s / {lgb_seconds:.0f} s)", flush=True)
+                  f"{row['random']:.4f}; {trees} trees, {_epoch(row)}; {eng_seconds:.0f} s / {lgb_seconds:.0f} s)",
+                  flush=True)
     diffs = [r["engine"] - r["lightgbm"] for r in rows]
     summary = {"task": "ranking", "metric": METRIC, "baseline": "LightGBM LGBMRanker(lambdarank)",
-               "seeds": seeds, "data": options, "engine_overrides": overrides, "rows": rows}
+               "engine_checkpoint": checkpoint, "seeds": seeds, "data": options, "engine_overrides": overrides, "rows": rows}
     for key in ("engine", "lightgbm", "ceiling"):
         summary[key], summary[f"{key}_se"] = mean_se([r[key] for r in rows])
     summary["diff"], summary["diff_se"] = mean_se(diffs)
     summary["wins"] = int(sum(d > 0 for d in diffs))
     summary["beats_baseline"] = bool(summary["diff"] > 2 * summary["diff_se"] and summary["diff"] > 0)
     return summary
+
+
+def _epoch(row: dict) -> str:
+    return "final weights" if row.get("best_epoch") is None else f"best at epoch {row['best_epoch']}"
 
 
 def report(summary: dict) -> str:
@@ -157,11 +168,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="task option for the data or the model (e.g. queries=4000, hidden=128)")
     parser.add_argument("-s", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="engine setting over the task's defaults (e.g. epochs=20, lr=0.001)")
+    parser.add_argument("--last", action="store_true", help="score the engine's final weights (its end-of-run "
+                        "test metrics) instead of its best-on-validation checkpoint")
     parser.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     args = parser.parse_args(argv)
     options = parse_pairs(args.options)
     settings = parse_pairs(args.settings)
-    summary = run(args.seeds, args.quick, args.threads, options, settings)
+    summary = run(args.seeds, args.quick, args.threads, options, settings,
+                  checkpoint="last" if args.last else "best")
     print(report(summary))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
