@@ -95,8 +95,8 @@ def test_too_little_data_is_a_data_error(tmp_path, task, text, expected):
 
 
 def test_unsupported_or_missing_paths(tmp_path):
-    with pytest.raises(DataError, match="unsupported file type .txt"):
-        read_table(write(tmp_path, "x.txt", "a\n1\n"), [])
+    with pytest.raises(DataError, match="unsupported file type .xlsx"):
+        read_table(write(tmp_path, "x.xlsx", "a\n1\n"), [])
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="holds no .csv or .parquet"):
         read_table(tmp_path / "empty", [])
@@ -119,7 +119,7 @@ def test_data_generate_bad_input_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_train_cli_reports_a_bad_file_in_one_line(tmp_path, capsys):
-    path = write(tmp_path, "clicks.csv", "user,item\n1,2\n")
+    path = write(tmp_path, "clicks.csv", "who,what\n1,2\n")
     assert main(["train", "--task", "recommender", "--data", str(path), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "clicks.csv: line 1: missing column 'user_id'" in err
