@@ -22,6 +22,7 @@ TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "w
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data", "val_data",
                  "test_data", "delimiter", "columns")
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data")  # with a browse button
+PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
@@ -29,7 +30,8 @@ LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Gr
           "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
           "checkpoint_minutes": "Checkpoint every (min)", "time_limit_minutes": "Time limit (min)",
           "threads": "CPU threads", "out_dir": "Output folder", "data": "Data file", "tensorboard": "TensorBoard",
-          "val_data": "Validation data", "test_data": "Test data"}
+          "val_data": "Validation data", "test_data": "Test data", "compile": "torch.compile",
+          "compile_mode": "Compile mode", "activation_checkpointing": "Activation ckpt"}
 # Tools beside a field (name -> object name, tooltip): each button emits toolRequested(name).
 FIELD_TOOLS = {
     "lr": ("lrFindButton", "LR finder: train a fresh copy of the model while the learning rate grows, and pick "
@@ -135,7 +137,7 @@ class RunSetupPanel(QWidget):
 
     def _build_precision_group(self) -> QGroupBox:
         box = QGroupBox("Precision")
-        form = QFormLayout(box)
+        form = self._precision_form = QFormLayout(box)
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.precisionCombo = NoWheelComboBox(objectName="precisionCombo")
@@ -200,12 +202,14 @@ class RunSetupPanel(QWidget):
 
         defaults = RunConfig()
         # Fields core adds later (not named in the two groups) land in the second group, in spec order.
-        known = set(TRAINING_FIELDS) | set(OUTPUT_FIELDS) | set(OWN_WIDGETS)
+        known = set(TRAINING_FIELDS) | set(OUTPUT_FIELDS) | set(OWN_WIDGETS) | set(PRECISION_FIELDS)
         extra = tuple(name for name in field_specs if name not in known and hasattr(defaults, name))
         output = tuple(n for n in OUTPUT_FIELDS if n in field_specs)
         output = output[:4] + extra + output[4:]
         training = tuple(n for n in TRAINING_FIELDS if n in field_specs)
-        for form, names in ((self._training_form, training), (self._output_form, output)):
+        speed = tuple(n for n in PRECISION_FIELDS if n in field_specs)
+        for form, names in ((self._training_form, training), (self._output_form, output),
+                            (self._precision_form, speed)):
             for name in names:
                 spec = field_specs[name]
                 kind = type(getattr(defaults, name))
@@ -224,7 +228,11 @@ class RunSetupPanel(QWidget):
             self.taskCombo.addItem(name, name)
             self.taskCombo.setItemData(self.taskCombo.count() - 1, cls.description, Qt.ItemDataRole.ToolTipRole)
         self.taskCombo.blockSignals(False)
-        self._align_labels([label_for(name) for name in training + output]
+        if "compile" in self._rows and "compile_mode" in self._rows:  # a mode only means something when on
+            compile_input = self._rows["compile"].editor.input
+            compile_input.toggled.connect(self._rows["compile_mode"].editor.input.setEnabled)
+            self._rows["compile_mode"].editor.input.setEnabled(compile_input.isChecked())
+        self._align_labels([label_for(name) for name in training + output + speed]
                            + [option_label(option.name) for cls in self._tasks.values() for option in cls.options])
         self.setEnabled(True)
         self.set_config(defaults)

@@ -196,3 +196,20 @@ def test_a_failing_device_detection_keeps_the_window_usable(qtbot, window):
     assert find(window, "deviceSummary").text() == "Could not detect devices: CUDA driver initialization failed"
     assert panel.current_id() == before
     assert window.setupPanel.isEnabled()
+
+
+def test_compile_and_activation_checkpointing_sit_with_precision_and_fill_the_config(qtbot, window):
+    panel = window.setupPanel
+    precision_group = find(window, "precisionCombo").parentWidget()
+    rows = {name: panel._rows[name] for name in ("compile", "compile_mode", "activation_checkpointing")}
+    assert all(row.parentWidget() is precision_group for row in rows.values())  # beside the mode, not the output
+    compile_box, mode_combo = rows["compile"].editor.input, rows["compile_mode"].editor.input
+    compile_box.setChecked(False)
+    assert not mode_combo.isEnabled()  # a mode means nothing while compile is off
+    compile_box.click()
+    assert mode_combo.isEnabled()
+    mode_combo.setCurrentIndex(mode_combo.findText("max-autotune"))
+    rows["activation_checkpointing"].editor.input.click()
+    config = panel.config()
+    assert config.compile and config.compile_mode == "max-autotune"
+    assert config.activation_checkpointing == (not RunConfig().activation_checkpointing)
