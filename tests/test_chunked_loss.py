@@ -68,9 +68,10 @@ def test_no_gradients_wanted_still_gives_the_loss():
     torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
 
 
-def test_a_huge_catalogue_keeps_enough_positions_per_chunk():
-    from core.tasks.chunked_loss import CHUNK_ELEMENTS, MIN_CHUNK_ROWS, chunk_rows
+def test_chunk_rows_follow_the_memory_budget_with_an_optional_floor():
+    from core.tasks.chunked_loss import CHUNK_ELEMENTS, chunk_rows
 
-    assert chunk_rows(1000) == CHUNK_ELEMENTS // 1000  # the budget decides for usual catalogues
-    assert chunk_rows(1_000_000) == MIN_CHUNK_ROWS  # not 67 positions, each re-reading the whole table
-    assert chunk_rows(10, chunk_elements=7, min_rows=1) == 1
+    assert chunk_rows(1000) == CHUNK_ELEMENTS // 1000  # the budget's share of the catalogue
+    assert chunk_rows(1_000_000) * 1_000_000 <= CHUNK_ELEMENTS
+    assert chunk_rows(1_000_000, min_rows=256) == 256
+    assert chunk_rows(10**12) == 1  # never zero rows
