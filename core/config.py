@@ -42,9 +42,9 @@ FIELD_SPECS: dict[str, FieldSpec] = {
     spec.name: spec
     for spec in (
         FieldSpec("task", "model + data + loss + metrics (see `amp-console tasks`)"),
-        FieldSpec("data", "CSV/Parquet file or folder to train on; empty = the task's synthetic data. Split into "
-                          "train/validation/test by its 'split' column, a folder's train.* / val.* / test.* files, "
-                          "or val_data / test_data; else by the task"),
+        FieldSpec("data", "data file (CSV/TSV, Parquet, svmlight, JSON lines) or folder to train on, split into "
+                          "train/validation/test by its 'split' column, a folder's train.* / val.* / test.* files "
+                          "or val_data / test_data, else by the task; empty = the task's synthetic data"),
         FieldSpec("val_data", "validation data file or folder, used as given (data is then the training data; "
                               "without test_data there is no test split); empty = from data (its 'split' column, "
                               "its folder's val.* / vali.* / dev.* file, else the task's own split)"),
