@@ -570,8 +570,12 @@ def profile_breakdown(events, on_device: bool) -> dict:
         entry[1] += 1
     total = sum(by_category.values())
     share = {k: v / total if total else 0.0 for k, v in by_category.items()}
-    top = sorted(by_op.items(), key=lambda item: -item[1][0])[:10]
+    ranked = sorted(by_op.items(), key=lambda item: -item[1][0])
+    top = ranked[:10]
+    # Which kernels each category ran (e.g. flash attention, fused AdamW): the 3 costliest ops of each.
+    ops_by_category = {c: [name for name, (_, _, category) in ranked if category == c][:3] for c in by_category}
     return {"total_us": total, "share": share, "chunked_loss_matmul_share": loss_matmuls / total if total else 0.0,
+            "ops_by_category": ops_by_category,
             "top_ops": [{"op": name, "share": us / total if total else 0.0, "us": us, "calls": calls,
                          "category": category} for name, (us, calls, category) in top]}
 
@@ -808,6 +812,8 @@ def print_table(report: dict) -> None:
         print(f"  profile ({p['mode']}, {p['time']}, {p['steps']} steps, {p['wall_ms_per_step']:.1f} ms/step{busy}): "
               f"{shares} (loss matmuls {100 * p['chunked_loss_matmul_share']:.0f}%)")
         print("  top ops: " + ", ".join(f"{t['op']} {100 * t['share']:.0f}%" for t in p["top_ops"][:6]))
+        print("  ops: " + "; ".join(f"{c} {', '.join(ops[:2])}" for c, ops in p["ops_by_category"].items()
+                                    if ops and c in ("attention", "optimizer", "chunked loss")))
     if "datapath" in s:
         p = s["datapath"]
         print(f"  datapath ({p['mode']}): device {p['device']['samples_per_second']:,.0f} | host staged "
