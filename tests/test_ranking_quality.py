@@ -12,8 +12,8 @@ from core.data.synthetic import GRADE_SHARES, generate_ranking
 from core.engine.trainer import train
 from core.errors import ConfigError, DataError
 from core.tasks import create_task
-from core.tasks.ranking import (LOSSES, FeatureNormalizer, approx_ndcg_loss, fit_normalizer, lambda_loss,
-                                ranking_metrics)
+from core.tasks.ranking import (LOSSES, QUANTILES, FeatureNormalizer, approx_ndcg_loss, fit_normalizer,
+                                lambda_loss, quantile_gauss, ranking_metrics)
 
 SMALL = {"queries": 300, "docs": 12, "features": 40, "hidden": 16}
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def _normalise(stats: dict, x: np.ndarray) -> torch.Tensor:
-    norm = FeatureNormalizer(x.shape[1])
+    norm = FeatureNormalizer(x.shape[1], QUANTILES if "knots" in stats else 0)
     for name, values in stats.items():
         getattr(norm, name).copy_(torch.tensor(values))
     return norm(torch.from_numpy(x))
@@ -45,7 +45,7 @@ def test_generator_is_letor_shaped():
     assert few.features.shape == (100, 2) and (np.bincount(few.query) == 2).all()
 
 
-@pytest.mark.parametrize("method", ["asinh", "standard"])
+@pytest.mark.parametrize("method", ["quantile", "asinh", "standard"])
 def test_normalizer_standardises_and_maps_constant_columns_to_zero(method):
     rng = np.random.default_rng(0)
     x = np.stack([rng.lognormal(3, 2, 5000), np.full(5000, 7.5), rng.poisson(0.02, 5000),
@@ -56,8 +56,28 @@ def test_normalizer_standardises_and_maps_constant_columns_to_zero(method):
     assert np.abs(y[:, 1]).max() == 0.0  # the constant column carries nothing, without dividing by 0
     for j in (0, 2, 3, 4):
         assert abs(y[:, j].mean()) < 1e-3 and y[:, j].std() == pytest.approx(1.0, abs=1e-3)
-    if method == "asinh":  # the heavy tail is tamed: no log-normal value ends far out
+    if method in ("asinh", "quantile"):  # the heavy tail is tamed: no log-normal value ends far out
         assert np.abs(y[:, 0]).max() < 6
+
+
+def test_quantile_normalizer_straightens_each_columns_own_curve():
+    """A monotone transform of a Gaussian comes back Gaussian and in the same order; tied values (a binary or
+    sparse column) share the middle of their run; values beyond the training range stay at its ends."""
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal(20000)
+    x = np.stack([np.exp(3 * z), np.logaddexp(0, 1.5 * z) * 100, 1 / (1 + np.exp(-z)), (z > 1.0) * 1.0],
+                 axis=1).astype(np.float32)
+    stats = fit_normalizer(x, "quantile")
+    y = _normalise(stats, x).numpy()
+    for j in range(3):  # each curve undone: the values are z again, whatever the column's scale and shape
+        assert np.corrcoef(y[:, j], z)[0, 1] > 0.999
+        assert (np.diff(y[np.argsort(x[:, j], kind="stable"), j]) >= -1e-6).all()  # order kept
+    assert len(np.unique(y[:, 3])) == 2 and y[x[:, 3] == 1.0, 3].min() > y[x[:, 3] == 0.0, 3].max()
+    knots = torch.tensor(stats["knots"])
+    beyond = quantile_gauss(torch.tensor([[1e12, 1e12, 5.0, 7.0], [-1.0, -1.0, -5.0, -7.0]]), knots)
+    ends = quantile_gauss(knots[:, [-1, 0]].t().contiguous(), knots)
+    assert torch.isfinite(beyond).all() and torch.allclose(beyond[:, :3], ends[:, :3])
+    assert fit_normalizer(x[:0], "quantile")["knots"] == [[0.0] * QUANTILES] * 4  # no rows: still the shape
 
 
 def test_non_finite_features_are_refused_naming_the_column():
@@ -72,25 +92,33 @@ def test_normalizer_is_fit_on_the_training_split_only():
     task = create_task("ranking", SMALL)
     data = task.load_data("", 0)
     train_rows = data.train["features"][data.train["label"] >= 0].numpy()
-    assert data.info["normalizer"] == fit_normalizer(train_rows, "asinh", 0)
+    assert task.opts["normalize"] == "quantile"  # the default
+    assert data.info["normalizer"] == fit_normalizer(train_rows, "quantile", 0)
     every = torch.cat([s["features"][s["label"] >= 0] for s in (data.train, data.val, data.test)]).numpy()
-    assert data.info["normalizer"] != fit_normalizer(every, "asinh", 0)
+    assert data.info["normalizer"] != fit_normalizer(every, "quantile", 0)
     model = task.build_model(data.info)
-    assert torch.equal(model.norm.center, torch.tensor(data.info["normalizer"]["center"]))
+    assert torch.equal(model.norm.knots, torch.tensor(data.info["normalizer"]["knots"]))
+    asinh = create_task("ranking", {**SMALL, "normalize": "asinh"})
+    assert asinh.load_data("", 0).info["normalizer"] == fit_normalizer(train_rows, "asinh", 0)
 
 
-def test_checkpoint_resume_and_export_carry_the_normalizer(tmp_path):
+@pytest.mark.parametrize("normalize", ["quantile", "asinh"])
+def test_checkpoint_resume_and_export_carry_the_normalizer(tmp_path, normalize):
     from safetensors.torch import load_file
 
     from core.engine.checkpoints import export_checkpoint, load_checkpoint, load_model_state
 
-    config = RunConfig.for_task("ranking", task_options=SMALL, device="cpu", precision="fp32", max_steps=4,
+    options = {**SMALL, "normalize": normalize}
+    config = RunConfig.for_task("ranking", task_options=options, device="cpu", precision="fp32", max_steps=4,
                                 out_dir=str(tmp_path / "run"))
     ended = train(config)
     assert ended.status == "completed", ended.message
     state = load_checkpoint(ended.checkpoint)
-    assert torch.count_nonzero(state["model"]["norm.scale"] != 1.0) > 0  # fitted statistics, not the identity
-    task = create_task("ranking", SMALL)
+    identity = {"norm.knots": 0.0, "norm.scale": 1.0}  # what an unfitted normaliser holds
+    fitted = "norm.knots" if normalize == "quantile" else "norm.scale"
+    assert torch.count_nonzero(state["model"][fitted] != identity[fitted]) > 0  # fitted statistics
+    assert ("norm.knots" in state["model"]) == (normalize == "quantile")
+    task = create_task("ranking", options)
     data = task.load_data("", 0)
     saved = task.build_model(state["data_info"]).eval()
     load_model_state(saved, state["model"], "checkpoint")
@@ -104,8 +132,23 @@ def test_checkpoint_resume_and_export_carry_the_normalizer(tmp_path):
     assert torch.equal(load_checkpoint(resumed.checkpoint)["model"]["norm.center"], state["model"]["norm.center"])
     _, weights, _ = export_checkpoint(ended.checkpoint, tmp_path / "export" / "model")
     exported = load_file(str(weights))
-    for name in ("center", "scale", "curve", "mean", "std"):
+    for name in ("center", "scale", "curve", "mean", "std", *(["knots"] if normalize == "quantile" else [])):
         assert torch.equal(exported[f"norm.{name}"], state["model"][f"norm.{name}"])
+
+
+def test_input_dropout_drops_features_only_while_training():
+    task = create_task("ranking", {**SMALL, "input_dropout": 0.5, "dropout": 0.0})
+    model = task.build_model({"features": SMALL["features"]})
+    assert set(model.state_dict()) == set(create_task("ranking", SMALL).build_model(
+        {"features": SMALL["features"]}).state_dict())  # no weights: checkpoints keep their keys
+    x = torch.randn(2, 6, SMALL["features"])
+    model.eval()
+    assert torch.equal(model(x), model(x))
+    model.train()
+    torch.manual_seed(0)
+    assert not torch.equal(model(x), model(x))
+    model.input_drop.p = 0.0
+    assert torch.equal(model(x), model.eval()(x))
 
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
@@ -166,7 +209,7 @@ def test_options_are_validated_with_one_line_errors(options, field):
     assert info.value.field == field and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("normalize,loss", [("none", "listwise"), ("standard", "approxndcg")])
+@pytest.mark.parametrize("normalize,loss", [("none", "listwise"), ("standard", "approxndcg"), ("asinh", "ranknet")])
 def test_every_normalisation_and_loss_trains(tmp_path, normalize, loss):
     options = {**SMALL, "normalize": normalize, "loss": loss}
     ended = train(RunConfig.for_task("ranking", task_options=options, device="cpu", precision="bf16",

@@ -9,7 +9,8 @@ subset), memory stays within a few times the data, and the split gains `qid` (R,
 that evaluation still ranks each query's candidates all together (exact NDCG@10 and MRR).
 
 Features pass through a FeatureNormalizer first: per-column statistics fit on the training split's candidates
-only (option `normalize`: asinh = robust centre and scale, a signed log for heavy tails, then standardise;
+only (option `normalize`: quantile = each value's rank among its column's training values mapped to a normal
+quantile, then standardise; asinh = robust centre and scale, a signed log for heavy tails, then standardise;
 standard; none), held as model buffers so checkpoints, resumes and exported weights carry them; a constant
 column maps to 0; NaN or infinite features are refused (the importer names the line, fit_normalizer the
 column), not imputed.
@@ -40,23 +41,49 @@ RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"),
                    Column("label", "int", minimum=0, why="labels are relevance grades 0, 1, 2, ...")]
 
 
-NORMALIZE = ("asinh", "standard", "none")
+NORMALIZE = ("asinh", "quantile", "standard", "none")
 FIT_ROWS = 200_000  # candidates the normaliser's statistics are fit on, at most (a seeded sample beyond)
+QUANTILES = 256  # knots per column of the quantile normaliser (normalize=quantile)
+
+
+def quantile_gauss(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
+    """x (..., F) -> the standard normal quantile of each value's rank among its column's `knots` (F, K,
+    ascending: the training values at levels 0, 1/(K-1), ..., 1), linear between knots, a value equal to a run
+    of tied knots (a binary or sparse column) at the run's middle, outside the knots at the end knot. A
+    monotone transform of a Gaussian comes back Gaussian (rank-Gauss): each column's own curve, learnt."""
+    k = knots.shape[1]
+    flat = x.reshape(-1, x.shape[-1]).t().contiguous()  # (F, N)
+    lo = torch.searchsorted(knots, flat)  # first knot >= x
+    hi = torch.searchsorted(knots, flat, right=True)  # first knot > x
+    below = knots.gather(1, (lo - 1).clamp(0, k - 1))
+    above = knots.gather(1, lo.clamp(0, k - 1))
+    between = (lo - 1).float() + (flat - below) / (above - below).clamp(min=1e-30)
+    position = torch.where(hi > lo, (lo + hi - 1).float() / 2, between).clamp(0, k - 1)
+    u = (position + 0.5) / k
+    z = torch.special.ndtri(u)
+    return z.t().reshape(x.shape)
 
 
 class FeatureNormalizer(nn.Module):
     """Per-column feature transform fit on the training split, held as buffers (so checkpoints, resumes and
     exported weights carry it): y = (x - center) / scale, then asinh(y) where `curve` is 1 (a signed log for
-    heavy tails: counts, BM25 scores, lengths), then (y - mean) / std. A constant column maps to 0."""
+    heavy tails: counts, BM25 scores, lengths), then (y - mean) / std. A constant column maps to 0. With
+    `quantiles` > 0 (normalize=quantile) y is quantile_gauss of x over the `knots` buffer (F, quantiles)
+    instead of the centre, scale and curve."""
 
-    def __init__(self, features: int):
+    def __init__(self, features: int, quantiles: int = 0):
         super().__init__()
         for name, value in (("center", 0.0), ("scale", 1.0), ("curve", 0.0), ("mean", 0.0), ("std", 1.0)):
             self.register_buffer(name, torch.full((features,), value))
+        if quantiles:
+            self.register_buffer("knots", torch.zeros(features, quantiles))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = (x.float() - self.center) / self.scale
-        y = torch.where(self.curve > 0, torch.asinh(y), y)
+        if hasattr(self, "knots"):
+            y = quantile_gauss(x.float(), self.knots)
+        else:
+            y = (x.float() - self.center) / self.scale
+            y = torch.where(self.curve > 0, torch.asinh(y), y)
         return (y - self.mean) / self.std
 
 
@@ -64,7 +91,8 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
     """Statistics of FeatureNormalizer for `features` (N, F) of real training candidates, as plain lists
     (TaskData.info carries them to build_model). "asinh": centred on the median, scaled by the inter-quartile
     range (else the mean absolute deviation, else the std: sparse and binary columns), asinh, standardised;
-    "standard": mean and std only; "none": the identity. A column whose std is 0 maps to 0 (no division by
+    "quantile": knots at QUANTILES levels of each column (FeatureNormalizer's `knots`), quantile_gauss, then
+    standardised; "standard": mean and std only; "none": the identity. A column whose std is 0 maps to 0 (no division by
     0). Non-finite values are refused with a DataError naming the column (the file importer refuses them
     first, naming the line)."""
     if method not in NORMALIZE:
@@ -73,7 +101,7 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
     identity = {"center": [0.0] * width, "scale": [1.0] * width, "curve": [0.0] * width, "mean": [0.0] * width,
                 "std": [1.0] * width}
     if method == "none" or n == 0:
-        return identity
+        return {**identity, "knots": [[0.0] * QUANTILES] * width} if method == "quantile" else identity
     if n > FIT_ROWS:
         features = features[np.sort(np.random.default_rng([seed, 12]).choice(n, FIT_ROWS, replace=False))]
     x = features.astype(np.float64)
@@ -81,6 +109,13 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
     if not finite.all():
         column = int(np.flatnonzero(~finite)[0])
         raise DataError(f"feature column f{column + 1} holds NaN or infinite values: fill or drop them first")
+    if method == "quantile":
+        knots = np.ascontiguousarray(np.quantile(x, np.linspace(0.0, 1.0, QUANTILES), axis=0).T, dtype=np.float32)
+        y = quantile_gauss(torch.from_numpy(x.astype(np.float32)), torch.from_numpy(knots)).double().numpy()
+        mean, std = y.mean(0), y.std(0)
+        std = np.where(std <= 1e-6, 1.0, std)
+        return {**identity, "mean": [float(v) for v in mean.astype(np.float32)],
+                "std": [float(v) for v in std.astype(np.float32)], "knots": knots.tolist()}
     if method == "standard":
         center, scale, curve = x.mean(0), x.std(0), np.zeros(width)
     else:
@@ -102,12 +137,16 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
 
 
 class ScoringMLP(nn.Module):
-    """Feature vector (..., F) -> relevance score (...): the fitted feature normaliser, then an MLP."""
+    """Feature vector (..., F) -> relevance score (...): the fitted feature normaliser, dropout on the
+    normalised features while training (`input_dropout`: each candidate scored on a random subset of its
+    features, like a forest's feature sampling; no weights, so checkpoints keep their keys), then an MLP."""
 
     def __init__(self, features: int, hidden: int, layers: int, dropout: float,
-                 normalizer: dict[str, list[float]] | None = None):
+                 normalizer: dict[str, list[float]] | None = None, input_dropout: float = 0.0,
+                 quantiles: int = 0):
         super().__init__()
-        self.norm = FeatureNormalizer(features)
+        self.norm = FeatureNormalizer(features, quantiles)
+        self.input_drop = nn.Dropout(input_dropout)
         if normalizer:
             for name, values in normalizer.items():
                 getattr(self.norm, name).copy_(torch.tensor(values, dtype=torch.float32))
@@ -121,7 +160,7 @@ class ScoringMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Scores for every feature vector; any leading shape, e.g. (queries, docs, F) -> (queries, docs)."""
-        return self.net(self.norm(x)).squeeze(-1)
+        return self.net(self.input_drop(self.norm(x))).squeeze(-1)
 
 
 def ranking_metrics(scores: torch.Tensor, label: torch.Tensor,
@@ -403,11 +442,13 @@ class RankingTask(Task):
         TaskOption("hidden", 128, "hidden units per layer", 1, 65536),
         TaskOption("layers", 2, "hidden layers", 1, 32),
         TaskOption("dropout", 0.2, "dropout after each hidden layer", 0.0, 0.9),
+        TaskOption("input_dropout", 0.0, "dropout on the normalised features (training only)", 0.0, 0.9),
         TaskOption("loss", "lambda", "lambda (LambdaLoss NDCG-Loss2++), approxndcg, listwise softmax or "
                                      "pairwise RankNet", choices=("lambda", "approxndcg", "listwise", "ranknet")),
-        TaskOption("normalize", "asinh", "feature normalisation fit on the training split: asinh (robust "
-                                         "centre and scale, signed log) then standardise, standard, or none",
-                   choices=("asinh", "standard", "none")),
+        TaskOption("normalize", "quantile", "feature normalisation fit on the training split, then standardise: "
+                                            "quantile (each column's rank mapped to a normal quantile), asinh "
+                                            "(robust centre and scale, signed log), standard, or none",
+                   choices=NORMALIZE),
         TaskOption("queries", 4000, "synthetic: queries", 20, 100_000_000),
         TaskOption("docs", 20, "synthetic: candidate lessons per query, on average", 2, 10_000),
         TaskOption("features", 136, "synthetic: features per (query, lesson)", 2, 4096),
@@ -418,7 +459,15 @@ class RankingTask(Task):
     # -0.24; hidden 64 -0.007, 256 -0.007, 3 layers -0.008; dropout 0.4 -0.007 (at hidden 64: +0.001);
     # 20 epochs -0.012 (overfits small data), 4 at a constant lr -0.010; lr 1e-3 -0.009 (hidden 64); loss
     # listwise -0.006, ranknet -0.001 (hidden 64), approxndcg -0.019 (hidden 64).
-    defaults = {"lr": 3e-3, "batch_size": 64, "epochs": 10, "optimizer": "adamw", "schedule": "cosine"}
+    # Then (full benchmark data, 2,000 queries of ~40 candidates; seeds 10-13, kept apart from the benchmark's
+    # seeds 0-9; the engine scored by its best-on-validation checkpoint; paired difference engine - LightGBM,
+    # mean +- s.e.): the earlier defaults (asinh, batch 64, 10 epochs) +0.0089 +- 0.0049 (the best checkpoint
+    # came at epoch 2-7: the model overfits); batch 16 +0.0112 +- 0.0029; with it input_dropout 0.2 +0.0044,
+    # weight_decay 0.1 +0.0115, 5 epochs +0.0119. normalize quantile (rank-Gauss: each column through its own
+    # learnt monotone curve, the way trees see features) at batch 16 +0.0190 +- 0.0022, at batch 64
+    # (10 epochs) +0.0203 +- 0.0032, at batch 16 and 5 epochs +0.0217 +- 0.0032 (the defaults now); with
+    # them hidden 256 +0.0217, dropout 0.4 +0.0199. The quantile normaliser costs ~2x the asinh one per step.
+    defaults = {"lr": 3e-3, "batch_size": 16, "epochs": 5, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "ndcg@10"
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
@@ -473,7 +522,8 @@ class RankingTask(Task):
     def build_model(self, info: dict) -> nn.Module:
         o = self.opts
         return ScoringMLP(info.get("features", o["features"]), o["hidden"], o["layers"], o["dropout"],
-                          info.get("normalizer"))
+                          info.get("normalizer"), o["input_dropout"],
+                          QUANTILES if o["normalize"] == "quantile" else 0)
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return LOSSES[self.opts["loss"]](model(batch["features"]), batch["label"])
