@@ -38,7 +38,7 @@ def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overr
         from core.lab.evaluate import evaluate_checkpoint
 
         best = evaluate_checkpoint(find_checkpoint(folder, best=True, runs_dir=None), split="test")
-        return {**best.metrics, "best_epoch": best.epoch, "best_step": best.step}, ended.elapsed_seconds
+        return {**best.metrics, "best_step": best.step, "last_step": ended.step}, ended.elapsed_seconds
 
 
 def mean_se(values) -> tuple[float, float]:

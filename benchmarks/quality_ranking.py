@@ -124,7 +124,8 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
         eng, eng_seconds = engine_metrics(options, seed, threads, overrides, checkpoint)
         row = {"seed": seed, "engine": eng[METRIC], "lightgbm": lgb[METRIC],
                "ceiling": test_ceiling(task, options, seed),
-               "random": data.baseline[METRIC], "trees": trees, "best_epoch": eng.get("best_epoch"),
+               "random": data.baseline[METRIC], "trees": trees, "best_step": eng.get("best_step"),
+               "last_step": eng.get("last_step"),
                "engine_s": round(eng_seconds, 1),
                "lightgbm_s": round(lgb_seconds, 1)}
         rows.append(row)
@@ -135,7 +136,8 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
                   flush=True)
     diffs = [r["engine"] - r["lightgbm"] for r in rows]
     summary = {"task": "ranking", "metric": METRIC, "baseline": "LightGBM LGBMRanker(lambdarank)",
-               "engine_checkpoint": checkpoint, "seeds": seeds, "data": options, "engine_overrides": overrides, "rows": rows}
+               "engine_checkpoint": checkpoint, "seeds": seeds, "data": options, "engine_overrides": overrides,
+               "rows": rows}
     for key in ("engine", "lightgbm", "ceiling"):
         summary[key], summary[f"{key}_se"] = mean_se([r[key] for r in rows])
     summary["diff"], summary["diff_se"] = mean_se(diffs)
@@ -145,7 +147,7 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
 
 
 def _epoch(row: dict) -> str:
-    return "final weights" if row.get("best_epoch") is None else f"best at epoch {row['best_epoch']}"
+    return "final weights" if row.get("best_step") is None else f"best at step {row['best_step']}/{row['last_step']}"
 
 
 def report(summary: dict) -> str:
