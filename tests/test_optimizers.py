@@ -126,3 +126,42 @@ def test_a_resume_with_another_schedule_or_more_steps_follows_this_runs_schedule
     (started,) = [e for e in events if isinstance(e, RunStarted)]
     assert "schedule changed from onecycle to cosine: the learning rate follows the cosine schedule from step 6" \
         in started.notes
+
+
+def test_without_weight_decay_one_group_holds_every_parameter_in_model_order():
+    model = create_task("recommender", {"layers": 1, "d_model": 8, "heads": 1}).build_model({"n_items": 20})
+    (group,) = parameter_groups(model, 0.0)  # one pass of the optimizer per step, not two
+    assert group["params"] == list(model.parameters()) and group["weight_decay"] == 0.0
+    assert len(parameter_groups(model, 0.1)) == 2
+
+
+@pytest.mark.parametrize("saved_decay,decay", [(0.1, 0.0), (0.0, 0.1)])
+def test_optimizer_state_follows_each_parameter_across_one_and_two_groups(tmp_path, saved_decay, decay):
+    """A checkpoint with decay and no-decay groups resumes into one group (no weight decay now) and the other
+    way: every parameter keeps its own moments, nothing starts fresh."""
+    from core.engine.checkpoints import load_checkpoint
+    from core.engine.trainer import Trainer, train
+
+    common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "threads": 1, "optimizer": "adamw"}
+    task = {"layers": 1, "d_model": 8, "heads": 1, "items": 40, "interactions": 2000, "max_len": 8}
+    part = train(RunConfig.for_task("recommender", task_options=task, max_steps=3, weight_decay=saved_decay,
+                                    **common))
+    saved = load_checkpoint(part.checkpoint)
+    trainer = Trainer(RunConfig.for_task("recommender", task_options=task, max_steps=6, weight_decay=decay,
+                                         **common), resume_from=part.checkpoint)
+    trainer.setup()
+    try:
+        assert not any("parameter groups changed" in note for note in trainer.notes), trainer.notes
+        assert len(trainer.optimizer.param_groups) == (1 if decay == 0 else 2)
+        assert [g["weight_decay"] for g in trainer.optimizer.param_groups] == ([0.0] if decay == 0 else [0.1, 0.0])
+        saved_groups = saved["optimizer"]["param_groups"]
+        assert len(saved_groups) == (2 if saved_decay else 1)
+        names = {id(p): n for n, p in trainer.raw_model.named_parameters()}
+        saved_order = [p for g in parameter_groups(trainer.raw_model, saved_decay) for p in g["params"]]
+        saved_index = {names[id(p)]: i for i, p in enumerate(saved_order)}
+        for group in trainer.optimizer.param_groups:
+            for param in group["params"]:
+                moments = saved["optimizer"]["state"][saved_index[names[id(param)]]]
+                assert torch.equal(trainer.optimizer.state[param]["exp_avg"], moments["exp_avg"]), names[id(param)]
+    finally:
+        trainer.cleanup()
