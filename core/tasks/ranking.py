@@ -41,7 +41,7 @@ RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"),
                    Column("label", "int", minimum=0, why="labels are relevance grades 0, 1, 2, ...")]
 
 
-NORMALIZE = ("asinh", "quantile", "standard", "none")
+NORMALIZE = ("asinh", "quantile", "standard", "none")  # also written out in RankingTask's options
 FIT_ROWS = 200_000  # candidates the normaliser's statistics are fit on, at most (a seeded sample beyond)
 QUANTILES = 256  # knots per column of the quantile normaliser (normalize=quantile)
 
@@ -448,7 +448,7 @@ class RankingTask(Task):
         TaskOption("normalize", "quantile", "feature normalisation fit on the training split, then standardise: "
                                             "quantile (each column's rank mapped to a normal quantile), asinh "
                                             "(robust centre and scale, signed log), standard, or none",
-                   choices=NORMALIZE),
+                   choices=("asinh", "quantile", "standard", "none")),  # NORMALIZE, as a literal (see catalog)
         TaskOption("queries", 4000, "synthetic: queries", 20, 100_000_000),
         TaskOption("docs", 20, "synthetic: candidate lessons per query, on average", 2, 10_000),
         TaskOption("features", 136, "synthetic: features per (query, lesson)", 2, 4096),

@@ -213,8 +213,8 @@ def test_nan_weights_are_refused_naming_the_tensor_and_count(tmp_path, state):
 
 
 def test_non_finite_optimizer_state_is_refused(tmp_path, state):
-    state["optimizer"]["state"][1]["momentum_buffer"][1, :3] = float("-inf")
-    refused(write(tmp_path / "inf.pt", state), r"optimizer state is not finite \(state\[1\].momentum_buffer has 3 "
+    state["optimizer"]["state"][2]["momentum_buffer"][1, :3] = float("-inf")  # fc2.weight (one group, model order)
+    refused(write(tmp_path / "inf.pt", state), r"optimizer state is not finite \(state\[2\].momentum_buffer has 3 "
                                                r"NaN/inf values\); the checkpoint cannot be resumed$")
 
 
@@ -333,9 +333,13 @@ def test_a_resume_with_another_optimizer_starts_its_state_fresh(tmp_path, first,
 def test_a_resume_with_other_parameter_groups_starts_the_optimizer_fresh(tmp_path, saved, monkeypatch, recorder):
     from core.engine import optimizers
 
+    # Decay and no-decay groups saved; now a grouping that is neither those two nor one group of everything.
+    decayed = train(config(tmp_path / "a", max_steps=3, weight_decay=0.1))
+    assert decayed.status == "completed", decayed.message
     monkeypatch.setattr(optimizers, "parameter_groups",
                         lambda model, decay: [{"params": [p], "weight_decay": decay} for p in model.parameters()])
-    rest = train(config(tmp_path / "b", max_steps=6), resume_from=saved, sink=recorder)
+    rest = train(config(tmp_path / "b", max_steps=6, weight_decay=0.1), resume_from=decayed.checkpoint,
+                 sink=recorder)
     assert rest.status == "completed" and rest.step == 6, rest.message
     assert checkpoint_notes(recorder) == [
         f"the optimizer's parameter groups changed (2 groups of 2+2 saved, 4 groups of 1+1+1+1 now): {RESUMED}"]
