@@ -84,7 +84,7 @@ class SweepModel(QAbstractTableModel):
         if key == "trial":
             return "#"
         if key == "best":
-            return f"Best {self.metric}"
+            return "Best metric" if self.metric == "best" else f"Best {self.metric}"  # before a trial names it
         return HEADERS.get(key, key.removeprefix("option."))
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):

@@ -71,3 +71,15 @@ def test_closing_the_sweep_mid_trial_stops_it_and_joins_its_thread(qtbot, window
     assert [t["status"] for t in sweep["trials"]] == ["stopped", "pending"]
     assert window.startButton.isEnabled()
     find(window, "startButton")
+
+
+def test_the_best_column_is_named_before_any_trial_says_its_metric():
+    from PySide6.QtCore import Qt
+
+    from app.panels.tuning_sweep import SweepModel
+
+    model = SweepModel()
+    best = model.columns().index("best")
+    assert model.headerData(best, Qt.Orientation.Horizontal) == "Best metric"
+    model.set_rows([{"index": 1, "params": {"lr": 0.01}, "status": "completed", "best": 0.9}], "accuracy")
+    assert model.headerData(model.columns().index("best"), Qt.Orientation.Horizontal) == "Best accuracy"
