@@ -163,7 +163,10 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
     # Rank 0 names the rank that died and saves its own state, which every replica shared after the last step.
     assert ended["message"] == (f"rank 1 of this 2-process run died or lost its connection at step {step}; the run "
                                 f"ended. Its state at step {step} is saved: resume from {out / 'checkpoint.pt'}")
-    assert [e["step"] for e in events if e["event"] == "CheckpointSaved"] == [step]  # with checkpoint_interval 0
+    # With checkpoint_interval 0 the only last checkpoint is the one saved at the failure (a best checkpoint may
+    # come before it, when the kill lands after the first epoch's evaluation: step 102 here).
+    last = [e["step"] for e in events if e["event"] == "CheckpointSaved" and e.get("kind", "last") == "last"]
+    assert last == [step]
     from core.engine.checkpoints import load_checkpoint
 
     assert load_checkpoint(out / "checkpoint.pt")["step"] == step > 0
