@@ -1,0 +1,456 @@
+"""Use a trained model: `load_predictor(run or checkpoint)` gives a Predictor that answers in the data's own
+terms, shared by `amp-console predict` (core.cli.predict), the window's preview panel and the export checks.
+
+- sentiment: P(positive) of review texts, tokenized exactly as the run's task tokenizes its data
+  (SentimentTask._tokens: the same hashing, negation scope and max_tokens), and `explain`: the words whose
+  removal moves P(positive) most;
+- recommender: the top-k next lessons for a history of lesson ids *in the data's own ids* (the run's vocabulary:
+  the model's item k is vocabulary entry k - 1; synthetic data has ids 0..n-1), already-seen lessons excluded
+  (or marked), ids the model does not know reported and dropped before scoring;
+- ranking: a score per candidate from its raw features (the model's ScoringMLP normalises them itself, with
+  the statistics fit on the run's training split and saved as buffers);
+- tiny: class probabilities of 10-number points.
+
+The model is rebuilt from the checkpoint alone (task options, data_info and vocabulary, as export_checkpoint
+does), loaded through core.engine.checkpoints.load_checkpoint (weights_only, CRC, structure, finite weights).
+It runs in float32 on the predictor's one torch.device (default: the CPU: one request at a time is what the
+window asks), in eval mode under torch.inference_mode, without autocast: inference of a few rows gains
+nothing from it, and fp32 gives the same answers as an fp32 export. A lock makes the methods safe to call from
+a worker thread while another thread holds the predictor.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from core.errors import CheckpointError, ConfigError, DataError
+
+TASK_OF_METHOD = {"sentiment": "sentiment", "explain": "sentiment", "recommend": "recommender",
+                  "recommend_many": "recommender", "example_users": "recommender", "rank": "ranking",
+                  "example_queries": "ranking", "classify": "tiny", "example_inputs": "tiny"}
+SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
+RANK_ROWS = 65536  # candidates scored at a time
+RECOMMEND_ROWS = 1024  # histories scored at a time (fewer for a catalogue whose score matrix would be large)
+
+
+@dataclass
+class Recommendation:
+    items: list  # top-k lesson ids in the data's own ids (the run's vocabulary; synthetic data: 0..n-1)
+    scores: list[float]  # the model's scores, same order, descending
+    seen: list[bool]  # whether each item is already in the given history (only True when exclude_seen=False)
+    unknown: list  # ids of the given history that the model does not know (dropped before scoring)
+
+
+@dataclass
+class Query:
+    query_id: object
+    doc_ids: list
+    features: np.ndarray  # (n, F) float32, raw (the model normalises)
+    labels: np.ndarray | None  # (n,) true relevance grades when known
+
+
+@dataclass
+class RecommendedBatch:
+    """recommend's answer for many histories at once, as arrays (what the CLI writes without a Python object
+    per user): `items` (B, k) model ids (1-based, 0 where a row has fewer than k candidates), `scores` (B, k),
+    `seen` (B, k), and `known` (B,): how many of each history's ids the model knows (0: nothing to score)."""
+
+    items: np.ndarray
+    scores: np.ndarray
+    seen: np.ndarray
+    known: np.ndarray
+
+
+@dataclass
+class Predictor:
+    task: str
+    checkpoint: Path
+    step: int
+    epoch: int
+    metrics: dict
+    config: dict
+    device: torch.device
+    model: torch.nn.Module = field(repr=False)
+    task_object: object = field(repr=False)
+    data_info: dict = field(default_factory=dict)
+    vocabulary: dict = field(default_factory=dict, repr=False)
+    notes: list = field(default_factory=list)  # e.g. "the run kept no best checkpoint: its last one"
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._ids: np.ndarray | None = None  # recommender: the data's id of model item k at [k - 1]
+        self._id_strings: pa.Array | None = None  # the same ids as strings, to look inputs up in
+
+    # ---- what the model reads -------------------------------------------------------------------------------
+    @property
+    def n_items(self) -> int:
+        """recommender: the catalogue size."""
+        return int(self.model.items.num_embeddings - 1) if self.task == "recommender" else 0
+
+    @property
+    def max_len(self) -> int:
+        """recommender: the longest history the model reads (its last max_len known lessons)."""
+        return int(self.model.positions.num_embeddings) if self.task == "recommender" else 0
+
+    @property
+    def n_features(self) -> int:
+        """ranking: feature columns (f1..fN, in this order); tiny: 10."""
+        if self.task == "ranking":
+            return int(self.model.norm.mean.shape[0])
+        return int(self.model.fc1.in_features) if self.task == "tiny" else 0
+
+    def _need(self, method: str) -> None:
+        wanted = TASK_OF_METHOD[method]
+        if self.task != wanted:
+            raise ConfigError("task", f"{self.checkpoint} is a {self.task} model: {method} needs a {wanted} "
+                                      f"checkpoint")
+
+    # ---- sentiment -------------------------------------------------------------------------------------------
+    def sentiment(self, texts: list[str]) -> list[float]:
+        """P(positive) of each text."""
+        self._need("sentiment")
+        return self.sentiment_array(pa.array([str(t) for t in texts], pa.string())).tolist()
+
+    def sentiment_array(self, texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """P(positive) (float64) of a string array, SENTIMENT_ROWS at a time."""
+        self._need("sentiment")
+        if isinstance(texts, pa.ChunkedArray):
+            texts = texts.combine_chunks()
+        out = np.empty(len(texts), dtype=np.float64)
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(texts), SENTIMENT_ROWS):
+                tokens = self.task_object._tokens(texts.slice(start, SENTIMENT_ROWS))
+                logits = self.model(tokens.to(self.device)).float()
+                out[start:start + len(tokens)] = torch.softmax(logits, dim=1)[:, 1].double().cpu().numpy()
+        return out
+
+    def explain(self, text: str, top: int = 8) -> list[tuple[str, float]]:
+        """The words that pushed P(positive) most: (word, P(text) - P(text without that word)), by |effect|.
+        A positive effect means the word pushed towards positive. Every occurrence of the word is removed,
+        clause ends stay (so a negator's scope is kept as the tokenizer reads it); words are as the tokenizer
+        reads them (lower-cased, normalised)."""
+        from core.data.tokenizer import BOUNDARY, word_lists
+
+        self._need("explain")
+        words = word_lists(pa.array([str(text)], pa.string()), boundaries=True)[0].as_py() or []
+        distinct = list(dict.fromkeys(w for w in words if w != BOUNDARY))
+        if not distinct:
+            return []
+
+        def joined(kept: list[str]) -> str:
+            return " ".join("." if w == BOUNDARY else w for w in kept)
+
+        variants = [joined(words)] + [joined([w for w in words if w != word]) for word in distinct]
+        p = self.sentiment_array(pa.array(variants, pa.string()))
+        effects = [(word, float(p[0] - p[i + 1])) for i, word in enumerate(distinct)]
+        effects.sort(key=lambda item: -abs(item[1]))
+        return effects[:max(0, int(top))]
+
+    # ---- recommender -----------------------------------------------------------------------------------------
+    def _vocabulary(self) -> tuple[np.ndarray, pa.Array]:
+        if self._ids is None:
+            ids = self.vocabulary.get("item_id")
+            if ids is None:  # synthetic data: the data's ids are 0..n-1, the model's item k is id k - 1
+                values = np.arange(self.n_items, dtype=np.int64)
+            elif isinstance(ids, torch.Tensor):
+                values = ids.numpy().astype(np.int64)
+            else:
+                values = np.array([str(v) for v in ids], dtype=object)
+            if len(values) != self.n_items:
+                raise CheckpointError(f"{self.checkpoint}: bad checkpoint: its vocabulary has {len(values):,} "
+                                      f"lesson ids but the model {self.n_items:,} lessons")
+            self._id_strings = pa.array([str(v) for v in values.tolist()], pa.string())
+            self._ids = values
+        return self._ids, self._id_strings
+
+    def item_codes(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """The model's item id (1..n) of each of the data's lesson ids (given as strings or numbers), 0 for
+        an id the model does not know. Vectorised (one hash lookup over the array)."""
+        _, strings = self._vocabulary()
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks()
+        if not pa.types.is_string(ids.type) and not pa.types.is_large_string(ids.type):
+            ids = pc.cast(ids, pa.string())
+        index = pc.index_in(pc.utf8_trim_whitespace(ids), value_set=strings)
+        return pc.fill_null(pc.add(index, 1), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def item_ids(self, codes: np.ndarray) -> np.ndarray:
+        """The data's lesson ids of model item ids (1..n)."""
+        ids, _ = self._vocabulary()
+        return ids[np.asarray(codes, dtype=np.int64) - 1]
+
+    def recommend(self, history: list, k: int = 10, exclude_seen: bool = True) -> Recommendation:
+        """The top-k next lessons after `history` (the data's lesson ids, oldest first)."""
+        self._need("recommend")
+        return self.recommend_many([history], k, exclude_seen)[0]
+
+    def recommend_many(self, histories: list[list], k: int = 10, exclude_seen: bool = True) -> list[Recommendation]:
+        """recommend for each history, scored together in batches. A history of which the model knows no
+        lesson gets no items (its unknown ids say why)."""
+        self._need("recommend_many")
+        lengths = np.array([len(h) for h in histories], dtype=np.int64)
+        flat = pa.array([str(item) for h in histories for item in h], pa.string())
+        codes = self.item_codes(flat)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        batch = self.recommend_codes(codes, offsets, k, exclude_seen)
+        ids, _ = self._vocabulary()
+        out = []
+        for row, history in enumerate(histories):
+            start = offsets[row]
+            unknown = [item for j, item in enumerate(history) if codes[start + j] == 0]
+            real = batch.items[row] > 0
+            out.append(Recommendation(items=ids[batch.items[row][real] - 1].tolist(),
+                                      scores=[float(s) for s in batch.scores[row][real]],
+                                      seen=[bool(s) for s in batch.seen[row][real]], unknown=unknown))
+        return out
+
+    def recommend_codes(self, codes: np.ndarray, offsets: np.ndarray, k: int = 10,
+                        exclude_seen: bool = True) -> RecommendedBatch:
+        """recommend over histories given as model item ids: history b is codes[offsets[b]:offsets[b + 1]]
+        (0 = an unknown id, skipped). Each history's last max_len known lessons are read, left-padded as in
+        training; with `exclude_seen` every known lesson of the whole history is excluded."""
+        from core.tasks.recommender import score_rows
+
+        self._need("recommend")
+        if k < 1:
+            raise ConfigError("k", f"{k}: ask for at least 1 recommendation")
+        offsets = np.asarray(offsets, dtype=np.int64)
+        codes = np.asarray(codes, dtype=np.int64)
+        rows = len(offsets) - 1
+        k = min(int(k), self.n_items)
+        owner = np.repeat(np.arange(rows), np.diff(offsets))
+        known = codes > 0
+        kept_owner, kept = owner[known], codes[known]
+        known_count = np.bincount(kept_owner, minlength=rows).astype(np.int64)
+        known_start = np.cumsum(known_count) - known_count
+        position = np.arange(len(kept)) - known_start[kept_owner]  # 0-based within the row's known ids
+        back = known_count[kept_owner] - 1 - position  # 0 for the latest
+        length = self.max_len
+        window = back < length
+        seq = np.zeros((rows, length), dtype=np.int64)
+        seq[kept_owner[window], length - 1 - back[window]] = kept[window]
+        items = np.zeros((rows, k), dtype=np.int64)
+        scores = np.full((rows, k), np.nan, dtype=np.float32)
+        seen = np.zeros((rows, k), dtype=bool)
+        step = score_rows(self.n_items, RECOMMEND_ROWS)
+        with self._lock, torch.inference_mode():
+            for start in range(0, rows, step):
+                end = min(rows, start + step)
+                batch = torch.from_numpy(seq[start:end]).to(self.device)
+                score = self.model.scores(self.model(batch)[:, -1].float()).float()
+                lo, hi = np.searchsorted(kept_owner, [start, end])
+                row = torch.from_numpy(kept_owner[lo:hi] - start).to(self.device)
+                col = torch.from_numpy(kept[lo:hi] - 1).to(self.device)
+                history = torch.zeros_like(score, dtype=torch.bool).index_put_((row, col),
+                                                                               torch.ones_like(row, dtype=torch.bool))
+                if exclude_seen:
+                    score = score.masked_fill(history, float("-inf"))
+                value, index = score.topk(k, dim=1)
+                was_seen = history.gather(1, index)
+                value, index, was_seen = value.cpu().numpy(), index.cpu().numpy(), was_seen.cpu().numpy()
+                real = np.isfinite(value) & (known_count[start:end] > 0)[:, None]
+                items[start:end] = np.where(real, index + 1, 0)
+                scores[start:end] = np.where(real, value, np.nan)
+                seen[start:end] = was_seen & real
+        return RecommendedBatch(items=items, scores=scores, seen=seen, known=known_count)
+
+    def example_users(self, limit: int = 200) -> list[tuple[object, list]]:
+        """(user id, lesson ids in time order) of the first `limit` users of the run's data: its training file
+        (in the file's own ids), or its synthetic data regenerated with the run's seed (ids 0..n-1)."""
+        self._need("example_users")
+        opts, seed = self.task_object.opts, int(self.config.get("seed", 0))
+        if not self.config.get("data"):
+            from core.data.synthetic import generate_interactions, make_track_chain
+
+            chain = make_track_chain(opts["items"], opts["track_len"], opts["follow"], 1.0, seed)
+            raw = generate_interactions(chain, opts["interactions"], opts["mean_len"], seed)
+            end = int(np.searchsorted(raw["user"], limit))
+            users, items = raw["user"][:end], raw["item"][:end]
+            return [(int(u), items[users == u].tolist()) for u in np.unique(users)]
+        from core.data.importers import contiguous_ids
+        from core.data.sequences import INTERACTION_COLUMNS
+
+        table = self._read_data(INTERACTION_COLUMNS)
+        code, _ = contiguous_ids(table.column("user_id"))  # users in order of first appearance
+        rows = np.flatnonzero(code < limit)
+        order = rows[np.lexsort((table.column("timestamp").to_numpy()[rows], code[rows]))]
+        user_ids = table.column("user_id").take(pa.array(order)).to_pylist()
+        item_ids = table.column("item_id").take(pa.array(order)).to_pylist()
+        out: dict = {}
+        for user, item in zip(user_ids, item_ids):
+            out.setdefault(user, []).append(item)
+        return list(out.items())
+
+    def _read_data(self, columns, prefix: str | None = None) -> pa.Table:
+        """The run's training data (its training file when splits were given)."""
+        from core.config import RunConfig
+        from core.data.splits import DataSource, read_splits
+
+        cfg = RunConfig.from_dict(self.config, source=str(self.checkpoint))
+        read = read_splits(DataSource.from_config(cfg), columns, prefix_columns=prefix)
+        return read.tables.get("train", read.tables.get("all"))
+
+    # ---- ranking ---------------------------------------------------------------------------------------------
+    def rank(self, features: np.ndarray) -> np.ndarray:
+        """(n, F) raw features (f1..fF, the run's column order) -> (n,) scores (float32)."""
+        self._need("rank")
+        x = self._matrix(features, "features")
+        out = np.empty(len(x), dtype=np.float32)
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(x), RANK_ROWS):
+                chunk = torch.from_numpy(x[start:start + RANK_ROWS]).to(self.device)
+                out[start:start + len(chunk)] = self.model(chunk).float().cpu().numpy()
+        return out
+
+    def _matrix(self, values, what: str) -> np.ndarray:
+        x = np.asarray(values, dtype=np.float32)
+        if x.ndim == 1 and x.shape[0] == self.n_features:
+            x = x[None, :]
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise DataError(f"{what}: the {self.task} model takes {self.n_features} numbers per row, got an array "
+                            f"of shape {tuple(x.shape)}")
+        return np.ascontiguousarray(x)
+
+    def example_queries(self, limit: int = 200) -> list[Query]:
+        """Up to `limit` queries of the run's data, with their candidates' raw features and true grades: its
+        test split (the same queries as the run's, from the same seeded split), else its validation split."""
+        self._need("example_queries")
+        from core.data.importers import contiguous_ids
+
+        seed, opts = int(self.config.get("seed", 0)), self.task_object.opts
+        if not self.config.get("data"):
+            from core.data.synthetic import generate_ranking
+
+            data = generate_ranking(opts["queries"], opts["docs"], opts["features"], opts["noise"], seed)
+            query, features, label = data.query, data.features, data.label
+            raw_query = query
+            doc = np.arange(len(query)) - np.searchsorted(query, query)  # position within its query
+            whole = True
+        else:
+            from core.tasks.ranking import RANKING_COLUMNS
+
+            table, whole = self._read_test_table(RANKING_COLUMNS)
+            names = [n for n in table.column_names if n not in ("query_id", "doc_id", "label")]
+            features = np.stack([table.column(n).to_numpy().astype(np.float32) for n in names], axis=1)
+            label = table.column("label").to_numpy().astype(np.int64)
+            query, _ = contiguous_ids(table.column("query_id"))
+            raw_query = np.array(table.column("query_id").to_pylist(), dtype=object)
+            doc = np.array(table.column("doc_id").to_pylist(), dtype=object)
+        if whole:  # one data set: the seeded 80 / 10 / 10 split of queries, as the run made it
+            n = int(query.max()) + 1 if len(query) else 0
+            perm = np.random.default_rng([seed, 8]).permutation(n)
+            chosen = perm[int(0.9 * n):]
+        else:
+            chosen = np.unique(query)
+        out = []
+        for code in chosen[:limit]:
+            rows = np.flatnonzero(query == code)
+            qid = raw_query[rows[0]]
+            out.append(Query(query_id=qid.item() if isinstance(qid, np.generic) else qid,
+                             doc_ids=[d.item() if isinstance(d, np.generic) else d for d in doc[rows]],
+                             features=np.ascontiguousarray(features[rows], dtype=np.float32),
+                             labels=label[rows].astype(np.int64)))
+        return out
+
+    def _read_test_table(self, columns) -> tuple[pa.Table, bool]:
+        """The run's given test (else validation) table, or its one data set (True: split it as the run did)."""
+        from core.config import RunConfig
+        from core.data.splits import DataSource, read_splits
+
+        cfg = RunConfig.from_dict(self.config, source=str(self.checkpoint))
+        read = read_splits(DataSource.from_config(cfg), columns, prefix_columns="f")
+        for name in ("test", "val"):
+            if name in read.tables:
+                return read.tables[name], False
+        return read.tables.get("all", read.tables.get("train")), "all" in read.tables
+
+    # ---- tiny ------------------------------------------------------------------------------------------------
+    def classify(self, x: np.ndarray) -> np.ndarray:
+        """tiny: (n, 10) points -> (n, 2) class probabilities (float32)."""
+        self._need("classify")
+        x = self._matrix(x, "x")
+        with self._lock, torch.inference_mode():
+            logits = self.model(torch.from_numpy(x).to(self.device)).float()
+            return torch.softmax(logits, dim=1).cpu().numpy()
+
+    def example_inputs(self, limit: int = 20) -> np.ndarray:
+        """tiny: the first `limit` validation points of the run's synthetic data (regenerated with its seed)."""
+        from core.tasks.tiny import make_tiny_data
+
+        self._need("example_inputs")
+        opts = self.task_object.opts
+        x, _ = make_tiny_data(opts["samples"], opts["label_noise"], int(self.config.get("seed", 0)))
+        cut = int(0.8 * len(x))
+        return x[cut:cut + limit].numpy().astype(np.float32)
+
+
+def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
+    """The checkpoint of the run in `folder`: "best": its best-ranked kept checkpoint (run.json's list, else
+    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt."""
+    from core.engine.early_stopping import BEST_FILE
+    from core.engine.run_folder import CHECKPOINT_FILE
+    from core.engine.run_record import load_record
+
+    last = folder / CHECKPOINT_FILE
+    if which == "best":
+        entries = [v for key, v in ((load_record(folder) or {}).get("checkpoints") or {}).items()
+                   if key != "last" and isinstance(v, dict) and v.get("path")]
+        for entry in sorted(entries, key=lambda e: e.get("rank", 1) if isinstance(e.get("rank", 1), int) else 1):
+            candidate = folder / Path(str(entry["path"])).name
+            if candidate.is_file():
+                return candidate, []
+        if (folder / BEST_FILE).is_file():
+            return folder / BEST_FILE, []
+        if last.is_file():
+            return last, [f"{folder}: the run kept no best checkpoint; using its last one ({CHECKPOINT_FILE})"]
+        raise CheckpointError(f"{folder}: no checkpoint in this folder (neither {BEST_FILE} nor {CHECKPOINT_FILE})")
+    if last.is_file():
+        return last, []
+    raise CheckpointError(f"{folder}: no {CHECKPOINT_FILE} in this folder")
+
+
+def load_predictor(source: str | Path, which: str = "best", device: str | None = None) -> Predictor:
+    """A Predictor for the checkpoint `source` names: a checkpoint file, or a run folder (see run_checkpoint).
+    Bad files are one CheckpointError line; `device` (default cpu) a DeviceError when it is not here."""
+    from core.engine.checkpoints import load_checkpoint, load_model_state
+    from core.tasks import create_task
+
+    if which not in ("best", "last"):
+        raise ConfigError("which", f"{which!r}: choose best or last")
+    path = Path(source).expanduser()
+    notes: list[str] = []
+    if path.is_dir():
+        path, notes = run_checkpoint(path, which)
+    elif not path.exists():
+        raise CheckpointError(f"{source}: no such checkpoint file or run folder")
+    if device:
+        from core.devices import device_info, torch_device
+
+        where = torch_device(device_info(device))
+    else:
+        where = torch.device("cpu")
+    state = load_checkpoint(path)
+    config = state["config"]
+    try:
+        task = create_task(state["task"], config.get("task_options", {}))
+    except ConfigError as exc:
+        raise CheckpointError(f"{path}: bad checkpoint: config.task_options: {exc}") from None
+    try:
+        model = task.build_model(state.get("data_info") or {})
+    except (TypeError, ValueError, KeyError, RuntimeError, ConfigError) as exc:
+        raise CheckpointError(f"{path}: bad checkpoint: data_info does not fit task {state['task']!r}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+                              ) from None
+    load_model_state(model, state["model"], str(path))
+    model = model.float().to(where).eval()
+    return Predictor(task=state["task"], checkpoint=path, step=state["step"], epoch=state["epoch"],
+                     metrics=dict(state["metrics"]), config=dict(config), device=where, model=model,
+                     task_object=task, data_info=dict(state.get("data_info") or {}),
+                     vocabulary=dict(state.get("vocabulary") or {}), notes=notes)
