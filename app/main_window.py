@@ -73,6 +73,7 @@ class MainWindow(QMainWindow):
         self.batchFinderDialog = None
         self.summaryDialog = None
         self.sweepDialog = None
+        self.previewDialog = None  # Try a model (app.panels.preview): created on first use
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
         self._run_title = ""
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
@@ -182,6 +183,10 @@ class MainWindow(QMainWindow):
         self.sweepAction = QAction("S&weep…", self, shortcut="Ctrl+Shift+W", triggered=self.show_sweep)
         for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction):
             tools_menu.addAction(action)
+        tools_menu.addSeparator()
+        self.previewAction = QAction("&Try a model…", self, shortcut="Ctrl+Shift+P",
+                                     triggered=lambda: self.show_preview())
+        tools_menu.addAction(self.previewAction)
 
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction(QAction("&About AMP Console", self, triggered=self._about))
@@ -400,6 +405,7 @@ class MainWindow(QMainWindow):
             panel.loadSettingsRequested.connect(self._load_run_settings)
             panel.resumeRequested.connect(self._resume_from_history)
             panel.evaluated.connect(self._log_evaluation)
+            panel.previewRequested.connect(self.show_preview)
             panel.overlayRequested.connect(self.plotsPanel.overlay_runs)
             panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
             if hasattr(panel, "exportRequested"):  # Export… on a run: its last or best checkpoint
@@ -409,6 +415,23 @@ class MainWindow(QMainWindow):
         self.historyDialog.show()
         self.historyDialog.raise_()
         return self.historyDialog
+
+    def show_preview(self, folder: str | None = None):
+        """The Model preview (created on first use): try a run's model; `folder` selects that run. It runs
+        beside a training run (one request at a time, on the CPU unless the user picks another device)."""
+        if not self.engine_ready:
+            return None
+        if self.previewDialog is None:
+            from app.panels.preview import PreviewDialog
+
+            self.previewDialog = PreviewDialog(
+                self.runs_root, lambda: [d.id for d in self.devicesPanel.devices()], self)
+        if folder:
+            self.previewDialog.select_run(folder)
+        self.previewDialog.show()
+        self.previewDialog.raise_()
+        self.previewDialog.activateWindow()
+        return self.previewDialog
 
     def runs_root(self) -> Path:
         """Where runs with no output folder go and what the run history lists (core runs_root, with the folder
@@ -544,7 +567,8 @@ class MainWindow(QMainWindow):
         self.refreshAction.setEnabled(self.engine_ready and not running)  # a new list would change the run's device
         self.compareAction.setEnabled(self.engine_ready)
         self.inspectAction.setEnabled(self.engine_ready)
-        for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction):
+        for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction,
+                       self.previewAction):
             action.setEnabled(self.engine_ready)
         self._update_title()
         self.file_actions.update_enabled(running=running, busy=self.jobs.busy)
@@ -735,7 +759,7 @@ class MainWindow(QMainWindow):
         self.jobs.shutdown()
         if self._history_pool is not None:
             self._history_pool.shutdown(wait=True, cancel_futures=True)
-        for dialog in (self.compareDialog, self.inspectorDialog, *self._tool_dialogs()):
+        for dialog in (self.compareDialog, self.inspectorDialog, self.previewDialog, *self._tool_dialogs()):
             if dialog is not None:
                 dialog.shutdown()
         if self.historyDialog is not None:
@@ -767,7 +791,8 @@ class MainWindow(QMainWindow):
                 self.controller.resume()  # a hidden window could never resume it
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
             self.save_settings()
-            for dialog in (self.compareDialog, self.inspectorDialog, self.historyDialog, *self._tool_dialogs()):
+            for dialog in (self.compareDialog, self.inspectorDialog, self.historyDialog, self.previewDialog,
+                           *self._tool_dialogs()):
                 if dialog is not None:
                     dialog.hide()
             self.hide()

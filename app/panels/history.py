@@ -217,6 +217,7 @@ class HistoryPanel(QWidget):
     resumeRequested = Signal(str)  # a checkpoint path (the run's last or best)
     exportRequested = Signal(str)  # a checkpoint path to export (the run's best or last)
     evaluated = Signal(dict)  # core.lab.evaluate.Evaluation.to_dict() of a checkpoint measured on its test split
+    previewRequested = Signal(str)  # a run folder to try in the Model preview (its best, else last, checkpoint)
     overlayRequested = Signal(list)  # [(label, plots.OverlayPoints parsed from metrics.jsonl, metric name or None)]
     clearOverlaysRequested = Signal()
     scanned = Signal(int)  # rows after a scan
@@ -301,6 +302,9 @@ class HistoryPanel(QWidget):
         self.evaluateButton = self._split_button("Evaluate", "historyEvaluateButton", lambda: self.evaluate())
         self.evaluateButton.setToolTip("Measure the selected run's best (or last) checkpoint on its test split, "
                                        "e.g. a stopped run, which has no test metrics (as `amp-console evaluate`)")
+        self.previewButton = QPushButton("Try it…", objectName="historyPreviewButton", clicked=self.preview)
+        self.previewButton.setToolTip("Try the selected run's model in the Model preview: type a review, pick a "
+                                      "user or a query (a run still training: its last checkpoint)")
         self.revealButton = QPushButton("Reveal folder", objectName="historyRevealButton", clicked=self.reveal)
         self.deleteButton = QPushButton("Delete…", objectName="historyDeleteButton", clicked=self.delete)
         self.compareButton = QPushButton("Compare", objectName="historyCompareButton", clicked=self.compare_selected)
@@ -314,8 +318,8 @@ class HistoryPanel(QWidget):
         self.compareButton.setToolTip("The selected runs side by side, with what differs between them highlighted")
         self.overlayButton.setToolTip("Draw the selected runs' loss and validation metric over the plots")
         actions = QHBoxLayout()
-        for button in (self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.revealButton,
-                       self.deleteButton):
+        for button in (self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.previewButton,
+                       self.revealButton, self.deleteButton):
             actions.addWidget(button)
         actions.addStretch(1)
         for button in (self.compareButton, self.overlayButton, self.clearButton):
@@ -473,6 +477,7 @@ class HistoryPanel(QWidget):
         self.resumeButton.setEnabled(one and (last or best) is not None and runs[0].get("status") != "running")
         self.exportButton.setEnabled(one and (last or best) is not None)
         self.evaluateButton.setEnabled(one and (last or best) is not None and not self.jobs.busy)
+        self.previewButton.setEnabled(one and (last or best) is not None)
         if one:
             self.resumeLastAction.setText(f"From the last checkpoint{self._describe(runs[0], 'last')}")
             self.resumeBestAction.setText(f"From the best checkpoint{self._describe(runs[0], 'best')}")
@@ -682,6 +687,12 @@ class HistoryPanel(QWidget):
         self.statusLabel.setText(f"Evaluating {name} ({Path(checkpoint).name})…")
         self.jobs.submit(work, done, failed)
         self._update_buttons()
+
+    def preview(self) -> None:
+        """Ask to try the selected run's model (the window opens the Model preview on it)."""
+        runs = self.selected_runs()
+        if len(runs) == 1 and self._preferred_checkpoint(runs[0]) is not None:
+            self.previewRequested.emit(str(runs[0]["folder"]))
 
     def reveal(self) -> None:
         runs = self.selected_runs()

@@ -1,0 +1,238 @@
+"""The Model preview (Tools > Try a model…): each task's page shows exactly what core.lab.predict's Predictor
+says for the same input (the predict CLI is checked against the same Predictor), computed off the GUI thread;
+a corrupt checkpoint is a message in the panel; and it works while a run is training in the window."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gui_helpers import click, find, loss_points, quick_run
+from PySide6.QtCore import Qt
+
+from core.config import RunConfig
+from core.engine.trainer import train
+
+SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")  # a folder: save a screenshot of each task's page there
+
+OPTIONS = {
+    "sentiment": ({"reviews": 3000, "buckets": 4096}, 120),
+    "recommender": ({"items": 200, "track_len": 10, "interactions": 5000, "mean_len": 20, "max_len": 20,
+                     "d_model": 16, "layers": 1}, 30),
+    "ranking": ({"queries": 200, "docs": 12, "features": 8, "hidden": 16}, 30),
+    "tiny": ({"samples": 512}, 30),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """A runs root holding one small trained run of each task (trained once for the module, in seconds)."""
+    root = tmp_path_factory.mktemp("preview-runs")
+    for task, (options, steps) in OPTIONS.items():
+        ended = train(RunConfig.for_task(task, task_options=options, device="cpu", max_steps=steps, threads=1,
+                                         out_dir=str(root / task)))
+        assert ended.status == "completed", ended.message
+    return root
+
+
+@pytest.fixture
+def dialog(qtbot, runs):
+    from app.panels.preview import PreviewDialog
+
+    view = PreviewDialog(lambda: runs)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitExposed(view)
+    yield view
+    view.shutdown()
+
+
+def predictor(runs: Path, task: str):
+    from core.lab.predict import load_predictor
+
+    return load_predictor(runs / task, which="best", device="cpu")
+
+
+def open_run(qtbot, view, folder: Path, task: str):
+    view.select_run(str(folder))
+    qtbot.waitUntil(lambda: view.predictor is not None and view.predictor.task == task, timeout=30_000)
+    assert view.stack.currentWidget() is view.pages[task]
+    assert f"<b>{task}</b>" in view.header.text() and "step" in view.header.text()
+    return view.pages[task]
+
+
+def shot(view, task: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        view.grab().save(str(Path(SHOTS) / f"preview_{task}.png"))
+
+
+def type_review(qtbot, page, text: str) -> None:
+    page.edit.clear()
+    qtbot.keyClicks(page.edit, text)
+    qtbot.waitUntil(lambda: page.scored_text == text and page.explained_text == text, timeout=20_000)
+    assert page.score is not None and page.words
+
+
+def test_sentiment_scores_as_you_type(qtbot, dialog, runs):
+    page = open_run(qtbot, dialog, runs / "sentiment", "sentiment")
+    reference = predictor(runs, "sentiment")
+    started = dialog.queue.started
+    text = "great lesson, clear and useful, but the pace was boring"
+    type_review(qtbot, page, text)
+    # one keystroke at a time, yet only the text as it stood after the pause was sent (score + explain)
+    assert dialog.queue.started - started < len(text) // 4
+    assert page.score == pytest.approx(reference.sentiment([text])[0], abs=1e-6)
+    assert f"{page.score:.3f}" in page.scoreLabel.text()
+    assert page.bar.value() == round(page.score * 1000)
+    expected = reference.explain(text)
+    assert [w for w, _ in page.words] == [w for w, _ in expected]
+    assert [e for _, e in page.words] == pytest.approx([e for _, e in expected], abs=1e-6)
+    table = page.words_table
+    assert table.rowCount() == len(expected)
+    first_word, first_effect = expected[0]
+    assert first_word in table.item(0, 0).text() and table.item(0, 1).text() == f"{first_effect:+.3f}"
+    assert table.item(0, 0).text().startswith("▲" if first_effect >= 0 else "▼")
+
+    other = "boring and confusing, a waste of time"
+    type_review(qtbot, page, other)
+    assert page.score == pytest.approx(reference.sentiment([other])[0], abs=1e-6)
+    shot(dialog, "sentiment")
+
+
+def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
+    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
+    reference = predictor(runs, "recommender")
+    users = reference.example_users(200)
+    assert page.userCombo.count() == len(users) > 1
+    qtbot.waitUntil(lambda: page.result is not None, timeout=20_000)
+    expected = reference.recommend(users[0][1], k=10, exclude_seen=True)
+    assert page.result.items == expected.items and page.result.scores == pytest.approx(expected.scores)
+    assert [page.table.item(r, 1).text() for r in range(page.table.rowCount())] == [str(i) for i in expected.items]
+
+    page.select_user(1)  # another user: the history field follows and the list is theirs
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == list(users[1][1]), timeout=20_000)
+    assert page.result.items == reference.recommend(users[1][1]).items
+
+    page.excludeCheck.setChecked(False)  # seen lessons come back, marked
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[1] is False, timeout=20_000)
+    unfiltered = reference.recommend(users[1][1], exclude_seen=False)
+    assert page.result.items == unfiltered.items and page.result.seen == unfiltered.seen
+    marks = [page.table.item(r, 3).text() for r in range(page.table.rowCount())]
+    assert marks == ["seen" if s else "" for s in unfiltered.seen]
+
+    page.historyEdit.setText("3, 17, 42, no-such-lesson, 999999")  # typed ids; unknown ones are named
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999],
+                    timeout=20_000)
+    typed = reference.recommend([3, 17, 42, "no-such-lesson", 999999], exclude_seen=False)
+    assert page.result.items == typed.items and page.result.unknown == typed.unknown
+    assert "no-such-lesson" in page.infoLabel.text() and "999999" in page.infoLabel.text()
+    page.excludeCheck.setChecked(True)
+    page.select_user(0)
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked == (list(users[0][1]), True), timeout=20_000)
+    shot(dialog, "recommender")
+
+
+def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
+    from app.panels.preview import ndcg_at
+
+    page = open_run(qtbot, dialog, runs / "ranking", "ranking")
+    reference = predictor(runs, "ranking")
+    queries = reference.example_queries(200)
+    qtbot.waitUntil(lambda: page.table.rowCount() > 0, timeout=20_000)
+    for index in (0, 1):
+        page.queryCombo.setCurrentIndex(index)
+        query = queries[index]
+        scores = reference.rank(query.features)
+        qtbot.waitUntil(lambda: page.scores and page.scores == pytest.approx(scores.tolist(), abs=1e-6),
+                        timeout=20_000)
+        shown = [float(page.table.item(r, 2).text()) for r in range(page.table.rowCount())]
+        assert shown == sorted(shown, reverse=True) and len(shown) == len(query.doc_ids)
+        order = np.argsort(-scores, kind="stable")
+        assert [page.table.item(r, 1).text() for r in range(len(order))] == [str(query.doc_ids[i]) for i in order]
+        labels = [page.table.item(r, 3).text() for r in range(len(order))]
+        assert labels == [str(int(query.labels[i])) for i in order]
+        assert page.ndcg == pytest.approx(ndcg_at(query.labels[order]))
+    assert f"{page.ndcg:.3f}" in page.infoLabel.text()
+    page.queryCombo.setCurrentIndex(0)
+    qtbot.waitUntil(lambda: page.table.rowCount() == len(queries[0].doc_ids), timeout=20_000)
+    shot(dialog, "ranking")
+
+
+def test_tiny_probabilities_for_a_sample_and_typed_numbers(qtbot, dialog, runs):
+    page = open_run(qtbot, dialog, runs / "tiny", "tiny")
+    reference = predictor(runs, "tiny")
+    samples = reference.example_inputs(20)
+    qtbot.waitUntil(lambda: page.probabilities is not None, timeout=20_000)
+    assert page.values() == pytest.approx(samples[0].tolist(), abs=1e-4)  # the first sample, shown as typed
+    expected = reference.classify(np.asarray([page.values()], dtype=np.float32))[0]
+    assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
+
+    page.inputs[0].setValue(3.5)
+    page.inputs[4].setValue(-2.25)
+    qtbot.waitUntil(lambda: page.asked == pytest.approx(page.values()), timeout=20_000)
+    expected = reference.classify(np.asarray([page.values()], dtype=np.float32))[0]
+    assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
+    assert page.labels[0].text() == f"{expected[0]:.3f}"
+    click(qtbot, page, "previewTinySampleButton")  # the next sample
+    qtbot.waitUntil(lambda: page.asked == pytest.approx(samples[1].tolist(), abs=1e-4), timeout=20_000)
+    shot(dialog, "tiny")
+
+
+def test_a_corrupt_checkpoint_is_a_message_in_the_panel(qtbot, dialog, runs, tmp_path):
+    bad = tmp_path / "broken.pt"
+    bad.write_bytes(b"garbage, not a checkpoint")
+    dialog.open_file(str(bad))
+    qtbot.waitUntil(lambda: dialog.stack.currentWidget() is dialog.messageLabel
+                    and "broken.pt" in dialog.messageLabel.text(), timeout=20_000)
+    assert "not a checkpoint" in dialog.messageLabel.text() and dialog.predictor is None
+    assert dialog.isVisible()
+    truncated = tmp_path / "truncated.pt"  # half of a real checkpoint: a torn copy
+    data = (runs / "tiny" / "checkpoint.pt").read_bytes()
+    truncated.write_bytes(data[: len(data) // 2])
+    dialog.open_file(str(truncated))
+    qtbot.waitUntil(lambda: "truncated.pt" in dialog.messageLabel.text(), timeout=20_000)
+    assert dialog.predictor is None
+    shot(dialog, "error")
+    open_run(qtbot, dialog, runs / "tiny", "tiny")  # the panel works on after a failure
+
+
+def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
+    open_run(qtbot, dialog, runs / "tiny", "tiny")
+    dialog.open_file(str(runs / "sentiment" / "best.pt"))
+    dialog.open_file(str(runs / "ranking" / "checkpoint.pt"))  # asked before the sentiment load could land
+    qtbot.waitUntil(lambda: dialog.queue.idle and dialog.predictor is not None, timeout=30_000)
+    assert dialog.predictor.task == "ranking" and dialog.predictor.checkpoint.name == "checkpoint.pt"
+    assert dialog.stack.currentWidget() is dialog.pages["ranking"]
+
+
+@pytest.mark.timeout(120)
+def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path):
+    window.set_runs_root(str(runs))
+    quick_run(window, tmp_path / "training", max_steps=1_000_000, samples=8192, separate_process=False)
+    click(qtbot, window, "startButton")
+    qtbot.waitUntil(lambda: loss_points(window) >= 2, timeout=30_000)
+
+    history = window.show_history()  # the History's Try it… opens the preview on the selected run
+    panel = history.panel
+    qtbot.waitUntil(lambda: "sentiment" in panel.visible_names(), timeout=20_000)
+    panel.select_names("sentiment")
+    button = find(panel, "historyPreviewButton")
+    assert button.isEnabled()
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    view = window.previewDialog
+    assert view is not None and view.isVisible()
+    page = open_run(qtbot, view, runs / "sentiment", "sentiment")
+    text = "clear and useful lesson"
+    type_review(qtbot, page, text)
+    assert window.controller.running  # the answer came while the run trained
+    assert page.score == pytest.approx(predictor(runs, "sentiment").sentiment([text])[0], abs=1e-6)
+    assert loss_points(window) >= 2
+
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, window, "stopButton")
+    assert window.previewAction.shortcut().toString() == "Ctrl+Shift+P"
+    assert window.show_preview() is view  # the menu entry brings the same view back
