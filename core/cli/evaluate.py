@@ -32,6 +32,10 @@ def register(sub) -> None:
     p.add_argument("--device", help="evaluate on this device (default: the run's setting)")
     p.add_argument("--batch-size", type=int, default=None, help="rows per evaluation batch (default: the run's)")
     p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
+    p.add_argument("--report", action="store_true",
+                   help="also the evaluation report (confusion matrix and ROC curve, HR@k / NDCG@k curves, by "
+                        "history length or query size) on the run's own split, written as evaluation.json in "
+                        "the run folder; with --json the report is the JSON printed")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     p.set_defaults(handler=cmd_evaluate)
 
@@ -83,24 +87,107 @@ def _run_checkpoint(folder: Path, best: bool) -> Path:
 
 
 def cmd_evaluate(args) -> int:
-    from core.cli import format as fmt
     from core.lab.evaluate import evaluate_checkpoint
 
+    if args.report and (args.data or data_flag_values(args)):
+        raise ConfigError("report", "--report measures the run's own split (its evaluation.json): leave out "
+                                    "--data and the data flags")
     checkpoint = find_checkpoint(args.target, args.best, args.runs_dir)
     sys.stderr.write(f"evaluating {checkpoint} on the {args.split or 'test'} split…\n")
+    if args.report:
+        return _report(args, checkpoint)
     result = evaluate_checkpoint(checkpoint, args.split, data=args.data, device=args.device,
                                  batch_size=args.batch_size, data_settings=data_flag_values(args))
-    args.split = result.split
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
-    where = f"{result.split_data or result.data}" if result.data else "its synthetic data"
-    compute = f" (autocast {result.autocast_dtype})" if result.autocast_dtype else ""
-    print(f"{result.task} checkpoint at step {result.step:,} ({checkpoint}), {args.split} split of {where}, "
-          f"on {result.device} in {result.precision}{compute}: {fmt.duration(result.seconds)}")
-    on = "" if args.split == "val" else "on val: "
-    for name, value in result.metrics.items():
-        refs = [f"baseline {result.baseline[name]:.4f}"] if name in result.baseline else []
-        refs += [f"planted ceiling {result.ceiling[name]:.4f}"] if name in result.ceiling else []
-        print(f"  {args.split:<4} {name:<26} {value:.4f}" + (f"   ({on}{', '.join(refs)})" if refs else ""))
+    _print_metrics(result.to_dict(), checkpoint)
     return 0
+
+
+def _print_metrics(result: dict, checkpoint: Path) -> None:
+    """The usual lines: where and how the checkpoint was measured, then each metric with its references."""
+    from core.cli import format as fmt
+
+    split = result["split"]
+    where = f"{result['split_data'] or result['data']}" if result["data"] else "its synthetic data"
+    compute = f" (autocast {result['autocast_dtype']})" if result["autocast_dtype"] else ""
+    print(f"{result['task']} checkpoint at step {result['step']:,} ({checkpoint}), {split} split of {where}, "
+          f"on {result['device']} in {result['precision']}{compute}: {fmt.duration(result['seconds'])}")
+    on = "" if split == "val" else "on val: "
+    baseline, ceiling = result["baseline"], result["ceiling"]
+    for name, value in result["metrics"].items():
+        refs = [f"baseline {baseline[name]:.4f}"] if name in baseline else []
+        refs += [f"planted ceiling {ceiling[name]:.4f}"] if name in ceiling else []
+        print(f"  {split:<4} {name:<26} {_value(value)}" + (f"   ({on}{', '.join(refs)})" if refs else ""))
+
+
+def _value(value) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+TABLE_KS = (1, 5, 10, 20, 50)  # the report's curves in the terminal: these k (those the curve has)
+
+
+def _report(args, checkpoint: Path) -> int:
+    """--report: the report computed and written beside the checkpoint, then printed (or its JSON)."""
+    from core.lab.evaluation_report import evaluation_report, report_folder, write_report
+
+    report = evaluation_report(checkpoint, args.split, device=args.device, batch_size=args.batch_size)
+    path = write_report(report, report_folder(checkpoint))
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    _print_metrics(report, checkpoint)
+    for line in report_lines(report):
+        print(line)
+    print(f"report written to {path}")
+    return 0
+
+
+def report_lines(report: dict) -> list[str]:
+    """The report's sections as compact text: the confusion matrix, the ROC curve's AUC and classification
+    figures, each curve at TABLE_KS, each bucket's values and count. Sections missing are skipped."""
+    lines: list[str] = []
+    confusion = report.get("confusion") or {}
+    labels, matrix = confusion.get("labels") or [], confusion.get("matrix") or []
+    if labels and len(matrix) == len(labels):
+        width = max(8, *(len(str(label)) for label in labels))
+        lines += ["", "confusion matrix (rows: true class, columns: predicted)",
+                  " " * (width + 2) + "".join(f"{label:>{width + 2}}" for label in labels)]
+        lines += [f"  {label:<{width}}" + "".join(f"{count:>{width + 2},}" for count in row)
+                  for label, row in zip(labels, matrix, strict=False)]
+    classification = report.get("classification") or {}
+    roc = report.get("roc") or {}
+    figures = [f"{name} {value:.4f}" for name, value in classification.items() if isinstance(value, float)]
+    if isinstance(roc.get("auc"), float):
+        figures.append(f"ROC AUC {roc['auc']:.4f} ({len(roc.get('fpr') or [])} curve points)")
+    if figures:
+        lines += ["", "  " + ", ".join(figures)]
+    for curve in report.get("curves") or []:
+        ks = curve.get("ks") or []
+        shown = [k for k in TABLE_KS if k in ks]
+        if not shown:
+            continue
+        series = curve.get("series") or []
+        width = max([len(s.get("label") or s.get("name") or "") for s in series] + [10])
+        lines += ["", f"{curve.get('title', '')}".strip(),
+                  f"  {'':<{width}}" + "".join(f"{(curve.get('metric') or '').upper() + '@' + str(k):>10}"
+                                               for k in shown)]
+        for s in series:
+            values = s.get("values") or []
+            cells = [_value(values[ks.index(k)]) if ks.index(k) < len(values) else "-" for k in shown]
+            lines.append(f"  {s.get('label') or s.get('name') or '':<{width}}" + "".join(f"{c:>10}" for c in cells))
+    buckets = report.get("buckets") or {}
+    rows = buckets.get("rows") or []
+    if rows:  # one column per bucket (a few), one line per figure: fits 100 columns
+        names = list(dict.fromkeys(name for row in rows for name in (row.get("values") or {})))
+        width = max([len(n) for n in names] + [len(str(buckets.get("unit") or "count"))])
+        lines += ["", buckets.get("title") or "by bucket",
+                  f"  {'':<{width}}" + "".join(f"{row.get('label', ''):>9}" for row in rows),
+                  f"  {buckets.get('unit') or 'count':<{width}}" + "".join(f"{row.get('count', 0):>9,}"
+                                                                            for row in rows)]
+        for name in names:
+            lines.append(f"  {name:<{width}}" + "".join(f"{_value((row.get('values') or {}).get(name)):>9}"
+                                                        for row in rows))
+    return lines

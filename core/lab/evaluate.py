@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -50,12 +52,53 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data
     test (or validation) file, as its saved settings name it. `data` replaces the run's data with a file
     split on its own (its folder's files, its split column, else the task's split), unless `data_settings`
     (val_data, test_data, delimiter, columns) gives its splits or read options too."""
+    with rebuilt_run(checkpoint, split, data=data, device=device, batch_size=batch_size, devices=devices,
+                     data_settings=data_settings) as run:
+        return run.evaluation(run.metrics())
+
+
+@dataclass
+class RebuiltRun:
+    """A checkpoint's run rebuilt by `rebuilt_run`: its set-up Trainer (task, model with the checkpoint's
+    weights, device, precision plan) and the rows of the split to measure."""
+
+    trainer: object  # core.engine.trainer.Trainer (imported lazily: torch)
+    path: Path
+    split: str
+    rows: dict
+    began: float
+
+    def metrics(self) -> dict[str, float]:
+        """The task's metrics on the split, exactly as the run's own evaluation measures them."""
+        from core.engine.distributed import DistContext
+        from core.engine.evaluation import evaluate_split
+        from core.engine.precision import matmul_precision
+
+        t = self.trainer
+        with matmul_precision(t.plan):
+            return evaluate_split(t.task, t.raw_model, self.rows, t.cfg.batch_size, DistContext(), t.plan.autocast)
+
+    def evaluation(self, metrics: dict[str, float]) -> Evaluation:
+        t = self.trainer
+        info, plan, cfg = t.device_info, t.plan, t.cfg
+        return Evaluation(
+            checkpoint=str(self.path), task=cfg.task, split=self.split, step=t.step, epoch=t.epoch,
+            metrics=metrics, data=cfg.data, device=str(t.device), device_name=info.name,
+            precision=plan.mode, autocast_dtype=plan.compute_dtype_name if plan.autocast_enabled else None,
+            seconds=time.perf_counter() - self.began,
+            baseline=dict(t.data.baseline), ceiling=dict(t.data.ceiling), notes=list(t.notes),
+            split_data=(cfg.test_data if self.split == "test" else cfg.val_data) or cfg.data)
+
+
+@contextmanager
+def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | None = None,
+                device: str | None = None, batch_size: int | None = None, devices=None,
+                data_settings: dict | None = None) -> Iterator[RebuiltRun]:
+    """`checkpoint`'s run set up again in a throwaway folder (see the module doc), with the checkpoint's
+    weights, on the split evaluate_checkpoint measures (same arguments); cleaned up on leaving."""
     import torch  # noqa: F401  (the engine's dependency, loaded when a checkpoint is evaluated)
 
     from core.engine import checkpoints as ckpt
-    from core.engine.distributed import DistContext
-    from core.engine.evaluation import evaluate_split
-    from core.engine.precision import matmul_precision
     from core.engine.trainer import Trainer
 
     if split not in ("test", "val", None):
@@ -84,16 +127,6 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data
             if not rows:
                 raise ConfigError("split", f"task {config.task} has no {split} split in "
                                            f"{trainer.cfg.data or 'its synthetic data'}")
-            with matmul_precision(trainer.plan):
-                metrics = evaluate_split(trainer.task, trainer.raw_model, rows, trainer.cfg.batch_size,
-                                         DistContext(), trainer.plan.autocast)
-            info, plan = trainer.device_info, trainer.plan
-            return Evaluation(
-                checkpoint=str(path), task=config.task, split=split, step=trainer.step, epoch=trainer.epoch,
-                metrics=metrics, data=trainer.cfg.data, device=str(trainer.device), device_name=info.name,
-                precision=plan.mode, autocast_dtype=plan.compute_dtype_name if plan.autocast_enabled else None,
-                seconds=time.perf_counter() - began,
-                baseline=dict(trainer.data.baseline), ceiling=dict(trainer.data.ceiling), notes=list(trainer.notes),
-                split_data=(trainer.cfg.test_data if split == "test" else trainer.cfg.val_data) or trainer.cfg.data)
+            yield RebuiltRun(trainer=trainer, path=path, split=split, rows=rows, began=began)
         finally:
             trainer.cleanup()

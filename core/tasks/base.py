@@ -131,6 +131,15 @@ class Task(ABC):
         """The metrics from the parts of every slice of a split, combined (sums added, values concatenated)."""
         raise NotImplementedError(f"task {self.name} implements evaluate_parts but not metrics")
 
+    def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
+        """The evaluation report's task part (core.lab.evaluation_report): plain, JSON-ready values for plots,
+        as sections the window draws without knowing the task: `confusion` {labels, matrix (rows: true class,
+        columns: predicted)}, `roc` {fpr, tpr, threshold, auc}, `histogram`, `curves` (a list of {title,
+        y_label, ks, series: [{name, label, values}]}), `buckets` {title, by, k, total, rows: [{label, count,
+        values}]}. Called like evaluate (no_grad, autocast, eval mode) on one process; {} when the task has
+        no report."""
+        return {}
+
     @classmethod
     def shares_evaluation(cls) -> bool:
         """Whether evaluation can be shared out by slices (the task reports EvalParts)."""
@@ -251,3 +260,24 @@ def iter_slices(split: dict[str, torch.Tensor], batch_size: int):
     n = split_length(split)
     for start in range(0, n, batch_size):
         yield {key: value[start : start + batch_size] for key, value in split.items()}
+
+
+def confusion_section(true: torch.Tensor, predicted: torch.Tensor, labels: list[str]) -> dict:
+    """The report's `confusion` section: counts of (true class, predicted class), rows the true class, for
+    class ids 0..len(labels) - 1."""
+    c = len(labels)
+    matrix = torch.bincount(true.long() * c + predicted.long(), minlength=c * c)[: c * c].view(c, c)
+    return {"labels": list(labels), "matrix": matrix.tolist()}
+
+
+def size_buckets(sizes: torch.Tensor, edges: tuple[int, ...]) -> tuple[torch.Tensor, list[dict]]:
+    """Each row's bucket (0..len(edges) - 1) by its size, and each bucket's {label, min, max}: edges (1, 5, 10)
+    make 1-4, 5-9 and 10+ (max None); a size below edges[0] goes to the first bucket."""
+    bounds = torch.tensor(edges[1:], dtype=sizes.dtype, device=sizes.device)
+    index = torch.bucketize(sizes, bounds, right=True)
+    described = []
+    for i, low in enumerate(edges):
+        high = edges[i + 1] - 1 if i + 1 < len(edges) else None
+        label = f"{low}+" if high is None else (f"{low}" if high == low else f"{low}-{high}")
+        described.append({"label": label, "min": low, "max": high})
+    return index, described

@@ -34,7 +34,7 @@ from core.data.importers import Column, ReadOptions, contiguous_ids, read_table,
 from core.data.splits import SPLITS, SplitTables, carve, read_splits
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
-from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
 
 TOP_K = 10
 RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"),
@@ -397,6 +397,39 @@ def _flat(split: dict[str, torch.Tensor], scores: torch.Tensor) -> tuple[torch.T
     return qid[real], scores[real], label[real]
 
 
+REPORT_K = 20  # the report's NDCG@k curves run k = 1..REPORT_K
+QUERY_SIZE_BUCKETS = (1, 5, 10, 20, 50, 100, 500)  # the report's candidates-per-query buckets
+
+
+def query_curves(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor,
+                 most: int = REPORT_K) -> dict[str, torch.Tensor]:
+    """Per query (candidates given one by one, as flat_ranking_metrics, ranked and tie-broken the same way):
+    NDCG@k for k = 1..`most` (Q, most), reciprocal rank (Q,), candidates (Q,), and whether it has a relevant
+    candidate (Q,: the queries the metrics average over)."""
+    device = qid.device
+    if qid.numel() == 0:
+        return {"ndcg": torch.zeros(0, most, device=device), "rr": torch.zeros(0, device=device),
+                "size": torch.zeros(0, dtype=torch.int64, device=device),
+                "has_relevant": torch.zeros(0, dtype=torch.bool, device=device)}
+    gains = 2.0 ** label.clamp(min=0).float() - 1.0
+    ranked, group = _within_query(qid, scores.float())
+    ideal, _ = _within_query(qid, gains)
+    n_queries = int(group.max()) + 1
+    discount = 1.0 / torch.log2(torch.arange(most, device=device, dtype=torch.float32) + 2.0)
+
+    def cumulative(rank: torch.Tensor) -> torch.Tensor:
+        top = rank < most
+        dcg = torch.zeros(n_queries, most, device=device)
+        dcg.index_put_((group[top], rank[top]), gains[top] * discount[rank[top]], accumulate=True)
+        return dcg.cumsum(1)
+
+    dcg, idcg = cumulative(ranked), cumulative(ideal)
+    big = torch.full((n_queries,), label.numel(), dtype=torch.int64, device=device)
+    first = big.scatter_reduce(0, group, torch.where(label > 0, ranked, label.numel()), reduce="amin")
+    return {"ndcg": dcg / idcg.clamp(min=1e-12), "rr": 1.0 / (first.float() + 1.0),
+            "size": torch.bincount(group, minlength=n_queries), "has_relevant": idcg[:, -1] > 0}
+
+
 def read_ranking(path: str, options: ReadOptions | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """query codes, (rows, F) float32 features f1..fn, labels (non-negative ints) from file(s)."""
     return ranking_arrays(read_table(path, RANKING_COLUMNS, prefix_columns="f", options=options), str(path))
@@ -552,3 +585,42 @@ class RankingTask(Task):
             parts = EvalParts(sums={"ndcg": ndcg, "rr": rr, "count": count})
         count = max(float(parts.sums["count"]), 1.0)
         return {f"ndcg@{TOP_K}": float(parts.sums["ndcg"]) / count, "mrr": float(parts.sums["rr"]) / count}
+
+    def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
+        """NDCG@k for k = 1..REPORT_K and MRR over the queries with a relevant candidate (the metrics' queries:
+        at k = 10 the metric), overall and by candidates per query (QUERY_SIZE_BUCKETS; empty buckets left
+        out), every query ranked whole."""
+        label = split["label"]
+        scores = [model(batch["features"]).float() for batch in iter_slices(split, max(batch_size, 1024))]
+        score = torch.cat(scores) if scores else torch.zeros(label.shape, device=label.device)
+        rows = split["qid"] if "qid" in split else torch.arange(label.shape[0], device=label.device)
+        real = label >= 0
+        per_query = query_curves(rows.unsqueeze(1).expand_as(label)[real], score[real], label[real])
+        used = per_query["has_relevant"]
+        ndcg, rr, size = per_query["ndcg"][used].double(), per_query["rr"][used].double(), per_query["size"][used]
+        n = int(used.sum())
+        ks = list(range(1, REPORT_K + 1))
+
+        def means(chosen: torch.Tensor) -> tuple[list[float], float]:
+            count = max(int(chosen.sum()), 1)
+            return (ndcg[chosen].sum(0) / count).tolist(), float(rr[chosen].sum()) / count
+
+        overall, mrr = means(torch.ones_like(size, dtype=torch.bool))
+        series = [{"name": "all", "label": f"all queries ({n:,})", "values": overall}]
+        bucket, described = size_buckets(size, QUERY_SIZE_BUCKETS)
+        buckets = []
+        for i, info in enumerate(described):
+            chosen = bucket == i
+            count = int(chosen.sum())
+            if not count:
+                continue
+            curve, bucket_mrr = means(chosen)
+            buckets.append({**info, "count": count, "ndcg": curve,
+                            "values": {f"ndcg@{TOP_K}": curve[TOP_K - 1], "mrr": bucket_mrr}})
+            series.append({"name": info["label"], "label": f"{info['label']} candidates ({count:,})",
+                           "values": curve})
+        return {"curves": [{"title": "NDCG by k", "metric": "ndcg", "y_label": "NDCG@k", "ks": ks,
+                            "series": series}],
+                "mrr": mrr, "queries": n, "queries_without_relevant": int(used.shape[0]) - n,
+                "buckets": {"title": f"By candidates per query (k = {TOP_K})", "by": "candidates per query",
+                            "unit": "queries", "k": TOP_K, "total": n, "rows": buckets}}

@@ -36,7 +36,7 @@ from core.data.importers import require_rows
 from core.data.sequences import INTERACTION_COLUMNS, encode_interactions, given_sequence_splits, sequence_splits
 from core.data.splits import read_splits
 from core.data.synthetic import generate_interactions, make_track_chain
-from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
 
 TOP_K = 10
@@ -191,6 +191,43 @@ def ranking_report(score_fn, split: dict[str, torch.Tensor], batch_size: int,
     return ranking_means(ranking_sums(score_fn, split, batch_size, history), float(split["target"].shape[0]))
 
 
+REPORT_K = 50  # the report's HR@k / NDCG@k curves run k = 1..REPORT_K
+HISTORY_BUCKETS = (1, 5, 10, 20, 50)  # the report's user-history-length buckets: 1-4, 5-9, 10-19, 20-49, 50+
+PROTOCOL_LABELS = {"full_filtered": "full catalogue, seen removed (primary)",
+                   "full_unfiltered": "full catalogue, seen kept",
+                   f"sampled{EVAL_NEGATIVES}_unseen": f"sampled: {EVAL_NEGATIVES} unseen negatives"}
+
+
+def held_out_ranks(score_fn, split: dict[str, torch.Tensor], batch_size: int,
+                   history: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per row, the 0-based rank of the held-out item under each of PROTOCOLS (how many candidates score at
+    least as high, itself excepted: ties count against it, as in rank_metrics), so hit@k is rank < k and
+    NDCG@k 1 / log2(rank + 2) for any k. The same candidates as ranking_sums; arguments as there."""
+    ranks: dict[str, list[torch.Tensor]] = {p: [] for p in PROTOCOLS}
+    history = history.to(split["target"].device)
+    for batch in iter_slices(split, batch_size):
+        scores = score_fn(batch).float()
+        if not scores.is_contiguous():
+            scores = scores.contiguous()
+        target = (batch["target"] - 1).unsqueeze(1)
+        target_scores = scores.gather(1, target).squeeze(1)
+        sampled = torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)], dim=1)
+        ranks[PROTOCOLS[2]].append(count_at_least(sampled, target_scores) - 1)
+        ranks["full_unfiltered"].append(count_at_least(scores, target_scores) - 1)
+        remove_seen(scores, batch, history).scatter_(1, target, target_scores.unsqueeze(1))  # a repeat stays
+        ranks["full_filtered"].append(count_at_least(scores, target_scores) - 1)
+    device = split["target"].device
+    return {p: torch.cat(r) if r else torch.zeros(0, dtype=torch.int64, device=device) for p, r in ranks.items()}
+
+
+def rank_curves(ranks: torch.Tensor, most: int) -> tuple[list[float], list[float]]:
+    """HR@k and NDCG@k for k = 1..`most` from 0-based ranks (held_out_ranks), averaged over the rows."""
+    n = max(int(ranks.shape[0]), 1)
+    counts = torch.bincount(ranks.clamp(min=0, max=most), minlength=most + 1)[:most].double()
+    gain = 1.0 / torch.log2(torch.arange(most, dtype=torch.float64, device=ranks.device) + 2.0)
+    return (counts.cumsum(0) / n).tolist(), ((counts * gain).cumsum(0) / n).tolist()
+
+
 def loss_position_bounds(target: torch.Tensor) -> np.ndarray:
     """bounds[b]: the most real (non-padding) positions any b rows of a training split hold: the sum of the b
     fullest rows. Host-side (numpy), computed once, so a batch's loss buffer is sized without asking the device."""
@@ -339,6 +376,44 @@ class RecommenderTask(Task):
 
     def metrics(self, parts: EvalParts) -> dict[str, float]:
         return ranking_means(parts.sums, float(parts.sums["rows"]))
+
+    def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
+        """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS (the same ranks as the metrics: at k =
+        10 they are evaluate's figures), and HR@10 / NDCG@10 by the length of the user's history before the
+        held-out item (HISTORY_BUCKETS; empty buckets left out)."""
+        def score(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            hidden = model(batch["seq"])[:, -1]
+            with torch.autocast(hidden.device.type, enabled=False):  # float32 scores, as evaluate_parts
+                return model.scores(hidden.float())
+
+        history = getattr(self, "history", None)
+        if history is None:
+            raise RuntimeError("the recommender reports after load_data (it keeps the users' histories)")
+        rows = score_rows(model.items.num_embeddings, max(batch_size, 512))
+        ranks = held_out_ranks(score, split, rows, history)
+        curves = {p: rank_curves(r, REPORT_K) for p, r in ranks.items()}
+        ks = list(range(1, REPORT_K + 1))
+        order = ("full_filtered", PROTOCOLS[2], "full_unfiltered")  # the primary first, then the sampled
+        plots = [{"title": f"{title} by k", "metric": metric, "y_label": f"{metric.upper()}@k", "ks": ks,
+                  "series": [{"name": p, "label": PROTOCOL_LABELS[p], "values": curves[p][i]} for p in order]}
+                 for i, (metric, title) in enumerate((("hr", "Hit rate"), ("ndcg", "NDCG")))]
+        length = split["history_end"] - split["history_start"]
+        bucket, described = size_buckets(length, HISTORY_BUCKETS)
+        buckets = []
+        for i, info in enumerate(described):
+            chosen = bucket == i
+            count = int(chosen.sum())
+            if not count:
+                continue
+            values = {}
+            for p in order:
+                hit, ndcg = rank_curves(ranks[p][chosen], TOP_K)
+                values[f"hr@{TOP_K}_{p}"], values[f"ndcg@{TOP_K}_{p}"] = hit[-1], ndcg[-1]
+            buckets.append({**info, "count": count, "values": values})
+        return {"curves": plots, "protocols": {p: PROTOCOL_LABELS[p] for p in order},
+                "buckets": {"title": f"By user history length (k = {TOP_K})", "by": "interactions before the "
+                            "held-out lesson", "unit": "users", "k": TOP_K, "total": int(length.shape[0]),
+                            "rows": buckets}}
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

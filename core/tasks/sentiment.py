@@ -18,6 +18,8 @@ too. See the benchmark's docstring for the table.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +31,7 @@ from core.data.importers import Column, ReadOptions, read_table, require_rows
 from core.data.reviews import generate_reviews
 from core.data.splits import carve, read_splits
 from core.data.tokenizer import hashed_tokens
-from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
 
 POSITIVE_LABELS = ("1", "positive", "pos", "true")
 NEGATIVE_LABELS = ("0", "negative", "neg", "false")
@@ -129,6 +131,42 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     if n_pos == 0 or n_neg == 0:
         return 0.5
     return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+ROC_POINTS = 200  # points of the report's ROC curve at most (the exact curve has one per distinct score)
+HISTOGRAM_BINS = 10
+
+
+def roc_curve(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The exact ROC curve: (fpr, tpr, score threshold) at each distinct score, highest first, from (0, 0)
+    (threshold +inf) to (1, 1); a row counts as positive when its score >= the threshold, so tied scores move
+    the curve diagonally and its trapezoid area is roc_auc's. Empty tensors when a class is absent."""
+    scores, positive = scores.double(), labels.bool()
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if n_pos == 0 or n_neg == 0:
+        empty = torch.zeros(0, dtype=torch.float64, device=scores.device)
+        return empty, empty, empty
+    order = scores.argsort(descending=True)
+    ordered, hits = scores[order], positive[order].double()
+    last = torch.ones_like(ordered, dtype=torch.bool)  # the last row of each run of tied scores
+    last[:-1] = ordered[1:] != ordered[:-1]
+    tp, fp = hits.cumsum(0)[last], (1 - hits).cumsum(0)[last]
+    zero = torch.zeros(1, dtype=torch.float64, device=scores.device)
+    return (torch.cat([zero, fp / n_neg]), torch.cat([zero, tp / n_pos]),
+            torch.cat([zero + float("inf"), ordered[last]]))
+
+
+def thin_curve(x: torch.Tensor, y: torch.Tensor, points: int) -> torch.Tensor:
+    """Indices of at most `points` points of a curve monotone in x and y, spread evenly along x + y, the first
+    and the last always kept (so a ROC curve keeps its exact endpoints)."""
+    n = x.shape[0]
+    if n <= points:
+        return torch.arange(n, device=x.device)
+    along = (x + y).contiguous()
+    levels = torch.linspace(float(along[0]), float(along[-1]), points - 2, dtype=along.dtype, device=x.device)
+    chosen = torch.searchsorted(along, levels).clamp(max=n - 1)
+    ends = torch.tensor([0, n - 1], device=x.device)
+    return torch.unique(torch.cat([chosen, ends]))
 
 
 def read_reviews(path: str, options: ReadOptions | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
@@ -269,3 +307,49 @@ class SentimentTask(Task):
         n = max(float(parts.sums["rows"]), 1.0)
         return {"loss": float(parts.sums["loss"]) / n, "accuracy": float(parts.sums["correct"]) / n,
                 "roc_auc": roc_auc(parts.values["margin"], parts.values["label"])}
+
+    def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
+        """Confusion matrix at P(positive) 0.5 (a review is called positive when P(positive) > 0.5: the argmax
+        accuracy counts), precision / recall / F1 of the positive class, the ROC curve (at most ROC_POINTS
+        points, exact endpoints) and its AUC (roc_auc, the metric), and P(positive) histograms by true class
+        with the observed positive rate per bin (calibration)."""
+        label = split["label"]
+        margins = [torch.zeros(0, device=label.device)]
+        for batch in iter_slices(split, max(batch_size, 4096)):
+            logits = model(batch["tokens"]).float()
+            margins.append(logits[:, 1] - logits[:, 0])
+        margin = torch.cat(margins)
+        predicted = margin > 0  # argmax: a tie goes to class 0 (negative), as accuracy counts it
+        positive = label.bool()
+        tp, fp = int((predicted & positive).sum()), int((predicted & ~positive).sum())
+        fn = int((~predicted & positive).sum())
+        precision = tp / (tp + fp) if tp + fp else 0.0
+        recall = tp / (tp + fn) if tp + fn else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        n = max(int(label.shape[0]), 1)
+        fpr, tpr, threshold = roc_curve(margin, label)
+        keep = thin_curve(fpr, tpr, ROC_POINTS)
+        probability = torch.sigmoid(threshold[keep])  # P(positive) = softmax(logits)[1] = sigmoid(margin)
+        p = torch.sigmoid(margin.double())
+        bins = (p * HISTOGRAM_BINS).long().clamp(0, HISTOGRAM_BINS - 1)
+        by_class = [torch.bincount(bins[positive == c], minlength=HISTOGRAM_BINS) for c in (False, True)]
+        count = by_class[0] + by_class[1]
+        mean_p = torch.zeros(HISTOGRAM_BINS, dtype=torch.float64, device=p.device).index_add_(0, bins, p)
+        return {
+            "confusion": confusion_section(label, predicted, ["negative", "positive"]),
+            "threshold": 0.5,
+            "classification": {"accuracy": (tp + int((~predicted & ~positive).sum())) / n,
+                               "precision": precision, "recall": recall, "f1": f1},
+            "roc": {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist(),
+                    "threshold": [None if math.isinf(t) else q for t, q in zip(threshold[keep].tolist(),
+                                                                                probability.tolist())],
+                    "auc": roc_auc(margin, label), "points_exact": int(fpr.shape[0])},
+            "histogram": {"title": "P(positive) by true class", "edges": [i / HISTOGRAM_BINS
+                                                                         for i in range(HISTOGRAM_BINS + 1)],
+                          "series": [{"name": "negative", "counts": by_class[0].tolist()},
+                                     {"name": "positive", "counts": by_class[1].tolist()}],
+                          "mean_predicted": [float(m) / c if c else None for m, c in zip(mean_p.tolist(),
+                                                                                         count.tolist())],
+                          "observed_rate": [pos / c if c else None for pos, c in zip(by_class[1].tolist(),
+                                                                                     count.tolist())]},
+        }

@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from core.errors import ConfigError
-from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
 
 
 class TinyClassifier(nn.Module):
@@ -79,3 +79,13 @@ class TinyClassifierTask(Task):
     def metrics(self, parts: EvalParts) -> dict[str, float]:
         n = max(float(parts.sums["rows"]), 1.0)
         return {"loss": float(parts.sums["loss"]) / n, "accuracy": float(parts.sums["correct"]) / n}
+
+    def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
+        """The confusion matrix of the argmax class (what accuracy counts) and the accuracy."""
+        predicted = [torch.zeros(0, dtype=torch.int64, device=split["y"].device)]
+        for batch in iter_slices(split, max(batch_size, 4096)):
+            predicted.append(model(batch["x"]).argmax(dim=1))
+        confusion = confusion_section(split["y"], torch.cat(predicted), ["class 0", "class 1"])
+        n = max(int(split["y"].shape[0]), 1)
+        correct = sum(confusion["matrix"][c][c] for c in range(len(confusion["labels"])))
+        return {"confusion": confusion, "classification": {"accuracy": correct / n}}

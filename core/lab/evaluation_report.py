@@ -1,0 +1,116 @@
+"""A checkpoint's evaluation report: evaluate's metrics plus what the window plots, written as `evaluation.json`.
+
+`evaluation_report(checkpoint)` rebuilds the run exactly as `evaluate` does (core.lab.evaluate.rebuilt_run: the
+checkpoint's own settings in a throwaway folder, the same split, the device and precision the run trained in),
+measures the task's metrics, then asks the task for its report (Task.report: confusion matrix and ROC curve,
+HR@k / NDCG@k curves by protocol, NDCG@k by query size, ...), computed from the same scores and ranks as the
+metrics, so at k = 10 the curves are the metrics. The result is one JSON-ready dict (non-finite numbers become
+null); `write_report` saves it atomically beside the checkpoint (its run folder), `load_report` reads it back
+and never raises on a damaged or older file unless asked to.
+
+The report's sections are described by Task.report; the window draws them without knowing the task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from core.errors import DataError
+from core.files import atomic_write_bytes
+
+REPORT_FILE = "evaluation.json"
+REPORT_VERSION = 1
+
+
+def evaluation_report(checkpoint: str | Path, split: str | None = None, device: str | None = None,
+                      batch_size: int | None = None, devices=None) -> dict:
+    """The report of `checkpoint`'s model on `split` ("test" or "val"; None: test when the data has one, else
+    val) of its run's data: who and where (checkpoint, run folder, task, split, step, device, precision), how
+    many rows, evaluate's metrics with the task's baseline and ceiling, and the task's sections."""
+    import torch
+
+    from core.data.batching import split_length
+    from core.engine.precision import matmul_precision
+    from core.engine.run_record import RECORD_FILE
+    from core.lab.evaluate import rebuilt_run
+
+    with rebuilt_run(checkpoint, split, device=device, batch_size=batch_size, devices=devices) as run:
+        metrics = run.metrics()
+        t = run.trainer
+        model = t.raw_model
+        was_training = model.training
+        model.eval()
+        try:
+            with matmul_precision(t.plan), torch.no_grad(), t.plan.autocast():
+                sections = t.task.report(model, run.rows, t.cfg.batch_size)
+        finally:
+            model.train(was_training)
+        evaluation = run.evaluation(metrics).to_dict()
+        rows = split_length(run.rows)
+    folder = report_folder(checkpoint)
+    report = {"version": REPORT_VERSION, **evaluation, "rows": rows,
+              "run_folder": str(folder) if (folder / RECORD_FILE).is_file() else None,
+              "primary_metric": t.task.primary_metric, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              **{key: value for key, value in sections.items() if key not in evaluation}}
+    report["seconds"] = time.perf_counter() - run.began
+    return json_ready(report)
+
+
+def json_ready(value):
+    """`value` with tuples as lists, numbers as plain floats / ints and non-finite floats as None (JSON has
+    no NaN or infinity)."""
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    try:
+        number = float(value)  # a numpy / torch scalar
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None
+
+
+def report_folder(checkpoint: str | Path) -> Path:
+    """Where a checkpoint's report goes: its run folder, which is the folder it lies in (a checkpoint outside
+    a run folder gets its report next to it)."""
+    return Path(checkpoint).resolve().parent
+
+
+def write_report(report: dict, folder: str | Path) -> Path:
+    """Write `report` as `folder`/evaluation.json, atomically (a reader never sees half of it); the path."""
+    path = Path(folder) / REPORT_FILE
+    atomic_write_bytes(path, (json.dumps(json_ready(report), indent=1, allow_nan=False) + "\n").encode())
+    return path
+
+
+def load_report(folder: str | Path, strict: bool = False) -> dict | None:
+    """The report saved in `folder` (its evaluation.json), or None when there is none. A file that is not a
+    JSON object (torn, edited, from elsewhere) is None too, or with `strict` a DataError naming the file and
+    line; an older report may lack sections: readers take what is there."""
+    path = Path(folder) / REPORT_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        if strict:
+            raise DataError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        return None
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if strict:
+            raise DataError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+        return None
+    if not isinstance(report, dict):
+        if strict:
+            raise DataError(f"{path}: line 1: not an evaluation report (expected a JSON object)")
+        return None
+    return report
