@@ -739,6 +739,8 @@ class PreviewDialog(QDialog):
             self.runCombo.addItem(f"{run.get('name')} · {run.get('task')} · {status}", run.get("folder"))
         for path in self.files:
             self._add_file_item(path)
+        if self._wanted and self.runCombo.findData(self._wanted) < 0:  # a run outside the runs root
+            self.runCombo.addItem(f"{Path(self._wanted).name} · {self._wanted}", self._wanted)
         index = self.runCombo.findData(keep) if keep else -1
         self.runCombo.setCurrentIndex(index if index >= 0 else (0 if self.runCombo.count() else -1))
         self.runCombo.blockSignals(False)
@@ -813,6 +815,8 @@ class PreviewDialog(QDialog):
         self.header.setText(describe_predictor(predictor))
         self.header.setToolTip(str(predictor.checkpoint))
         self.stack.setCurrentWidget(page)
+        notes = list(getattr(predictor, "notes", None) or [])  # e.g. no best kept yet: its last checkpoint
+        self.statusLabel.setText(" ".join(notes))
         page.set_predictor(predictor, examples)
 
     def _message(self, text: str, error: bool = True) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gui_helpers import click, find, loss_points, quick_run
+from gui_helpers import click, find, loss_points, quick_run, set_field
 from PySide6.QtCore import Qt
 
 from core.config import RunConfig
@@ -199,6 +199,17 @@ def test_a_corrupt_checkpoint_is_a_message_in_the_panel(qtbot, dialog, runs, tmp
     open_run(qtbot, dialog, runs / "tiny", "tiny")  # the panel works on after a failure
 
 
+def test_a_checkpoint_of_an_unknown_task_is_a_message(qtbot, dialog, runs, tmp_path):
+    import torch
+
+    state = torch.load(runs / "tiny" / "checkpoint.pt", weights_only=True)
+    state["task"] = "weather"
+    torch.save(state, tmp_path / "weather.pt")
+    dialog.open_file(str(tmp_path / "weather.pt"))
+    qtbot.waitUntil(lambda: "weather.pt" in dialog.messageLabel.text(), timeout=20_000)
+    assert "weather" in dialog.messageLabel.text().split("weather.pt:", 1)[-1] and dialog.predictor is None
+
+
 def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
     open_run(qtbot, dialog, runs / "tiny", "tiny")
     dialog.open_file(str(runs / "sentiment" / "best.pt"))
@@ -212,6 +223,7 @@ def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
 def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path):
     window.set_runs_root(str(runs))
     quick_run(window, tmp_path / "training", max_steps=1_000_000, samples=8192, separate_process=False)
+    set_field(window, "checkpointIntervalEdit", 20)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 2, timeout=30_000)
 
@@ -229,7 +241,15 @@ def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path)
     type_review(qtbot, page, text)
     assert window.controller.running  # the answer came while the run trained
     assert page.score == pytest.approx(predictor(runs, "sentiment").sentiment([text])[0], abs=1e-6)
-    assert loss_points(window) >= 2
+
+    # the training run itself (outside the runs root): its last checkpoint, read beside the writer
+    training = tmp_path / "training"
+    qtbot.waitUntil(lambda: (training / "checkpoint.pt").is_file(), timeout=30_000)
+    view.whichCombo.setCurrentIndex(view.whichCombo.findData("last"))
+    tiny = open_run(qtbot, view, training, "tiny")
+    assert view.predictor.checkpoint == training / "checkpoint.pt"
+    qtbot.waitUntil(lambda: tiny.probabilities is not None, timeout=20_000)
+    assert window.controller.running
 
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
