@@ -192,3 +192,19 @@ def test_the_step_works_for_callers_that_drive_it_after_setup(tiny_config):
         assert trainer._sums.read(trainer.dist).loss > 0
     finally:
         trainer.cleanup()
+
+
+def test_memory_is_read_at_most_every_memory_seconds_and_fresh_for_the_last_step(monkeypatch):
+    reads = []
+    monkeypatch.setattr(reporting, "resident_set_size", lambda: reads.append(1) or 1000 + len(reads))
+    now = [100.0]
+    monkeypatch.setattr(reporting.time, "perf_counter", lambda: now[0])
+    clock = reporting.TrainingClock()
+    cpu = torch.device("cpu")
+    assert clock.memory(cpu) == 1001  # the first call reads
+    now[0] += reporting.MEMORY_SECONDS / 2
+    assert clock.memory(cpu) == 1001 and len(reads) == 1  # too soon: the last reading
+    assert clock.memory(cpu, fresh=True) == 1002  # the last step's event reads now
+    now[0] += reporting.MEMORY_SECONDS
+    assert clock.memory(cpu) == 1003 and len(reads) == 3
+

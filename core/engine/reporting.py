@@ -29,6 +29,7 @@ Sink = Callable[[Event], None]
 # by core.files.read_jsonl); the first step line, checkpoints, evaluations, pauses and the end are flushed at once,
 # with every line before them.
 FLUSH_SECONDS = 0.1
+MEMORY_SECONDS = 0.2  # StepMetrics.memory_bytes is read this often at most (TrainingClock.memory)
 
 _ENCODER = json.JSONEncoder(default=str)  # one encoder (json.dumps with default= builds one per call)
 
@@ -171,6 +172,8 @@ class TrainingClock:
         self.interval_steps = 0
         self.train_seconds = 0.0
         self.samples = 0
+        self._memory: int | None = None
+        self._memory_at = float("-inf")  # when memory() last read the device (the first call reads at once)
 
     def leave_out(self, since: float) -> None:
         """Leave the time from `since` until now out of the interval (side work, a pause)."""
@@ -185,6 +188,16 @@ class TrainingClock:
         self.interval_steps = 0
         self.interval_start = now
         return seconds, now
+
+    def memory(self, device, fresh: bool = False) -> int | None:
+        """Memory in use on `device` (the resident set for the CPU, see resident_set_size), sampled at most
+        every MEMORY_SECONDS: at a log interval of 1 a read per step is a system call per step, and a
+        steady run's memory does not move faster than that. `fresh`: read now (the last step's event)."""
+        now = time.perf_counter()
+        if fresh or now - self._memory_at >= MEMORY_SECONDS:
+            self._memory = resident_set_size() if device.type == "cpu" else memory_in_use(device)
+            self._memory_at = now
+        return self._memory
 
     @property
     def samples_per_second(self) -> float | None:
@@ -214,7 +227,7 @@ def step_metrics(trainer, readout: IntervalReadout, seconds: float, samples: int
         lr=trainer.optimizer.param_groups[0]["lr"], samples_per_second=samples / seconds if seconds > 0 else 0.0,
         grad_scale=scale, grad_norm=float(trainer.grad_norm) if trainer.grad_norm is not None else None,
         skipped_steps=trainer.skipped_steps,
-        memory_bytes=resident_set_size() if trainer.device.type == "cpu" else memory_in_use(trainer.device),
+        memory_bytes=trainer.clock.memory(trainer.device, fresh=trainer.step >= trainer.total_steps),
         elapsed_seconds=now - trainer.clock.started, nonfinite_source=source, tokens_per_second=tokens,
     )
 

@@ -135,6 +135,17 @@ class RunRecord:
         """Fold one event into the record and write it when it changed what run.json says: at once for the
         start, a last checkpoint and the end; for evaluations and best checkpoints once WRITE_SECONDS have
         passed since the last write (until then they are pending, written by the next event after that)."""
+        data = self.data
+        if type(event) is StepMetrics and data is not None:  # the event of every logged step: straight here
+            memory = event.memory_bytes
+            if type(memory) is int and memory > (data.get("peak_memory_bytes") or 0):
+                data["peak_memory_bytes"] = memory
+            data["steps"] = event.step
+            data["final_loss"] = event.loss
+            data["wall_seconds"] = self._previous_wall + float(event.elapsed_seconds or 0.0)
+            if self._pending and time.monotonic() - self._written_at >= WRITE_SECONDS:
+                self.write()
+            return  # otherwise kept in memory only: written with the next record-worthy event
         urgent = True
         match event:
             case RunStarted():
