@@ -36,6 +36,7 @@ UP_COLOUR = "#2e9b57"
 DOWN_COLOUR = "#d0453c"
 MUTED_COLOUR = "#8a8f98"
 BAR_CHARS = 24  # the longest effect bar, in block characters
+EXPLAIN_MAX_CHARS = 20_000  # a longer text (a pasted essay) is scored, but not explained word by word
 
 
 # ============================================================================== plain helpers (no Qt)
@@ -219,6 +220,9 @@ class _Page(QWidget):
         raise NotImplementedError
 
 
+WORDS_TEXT = "Words that pushed it most (P(positive) with the word minus P(positive) without it):"
+
+
 class SentimentPage(_Page):
     """Type a review: P(positive) as a bar and a number, and the words that moved it most."""
 
@@ -242,8 +246,7 @@ class SentimentPage(_Page):
         self.words_table.setSortingEnabled(False)
         self.words_table.horizontalHeaderItem(1).setToolTip("P(positive) with the word minus P(positive) "
                                                             "without it: + pushed towards positive")
-        self.wordsLabel = QLabel("Words that pushed it most (the change in P(positive) when the word is removed):",
-                                 objectName="previewWordsLabel", wordWrap=True)
+        self.wordsLabel = QLabel(WORDS_TEXT, objectName="previewWordsLabel", wordWrap=True)
         score_row = QHBoxLayout()
         score_row.addWidget(QLabel("P(positive)"))
         score_row.addWidget(self.bar, 1)
@@ -271,6 +274,13 @@ class SentimentPage(_Page):
             self.words_table.setRowCount(0)
             return
         self._submit("score", lambda: (text, float(predictor.sentiment([text])[0])))
+        if len(text) > EXPLAIN_MAX_CHARS:  # one model pass per distinct word, each over the whole text
+            self.words, self.explained_text = [], text
+            self.words_table.setRowCount(0)
+            self.wordsLabel.setText(f"The review is over {EXPLAIN_MAX_CHARS:,} characters: scored, but not "
+                                    "explained word by word.")
+            return
+        self.wordsLabel.setText(WORDS_TEXT)
         self._submit("explain", lambda: (text, [(str(w), float(e)) for w, e in predictor.explain(text)]))
 
     def show_result(self, kind: str, result) -> None:
