@@ -1,0 +1,305 @@
+"""`amp-console predict`: each task's file format scored with the same numbers as the Predictor, bad rows
+skipped and reported by their line (or refused with --strict, nothing written), Parquet in and out,
+interactions grouped per user, and one-line errors for a file of another task's format."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from core.cli.main import main
+from core.config import RunConfig
+from core.engine.trainer import train
+from core.lab.predict import load_predictor
+
+TRACK = [f"L{n}" for n in range(10, 20)]
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _train(out, task: str, **settings):
+    torch.set_num_threads(1)
+    ended = train(RunConfig.for_task(task, device="cpu", threads=1, out_dir=str(out), **settings))
+    assert ended.status == "completed", ended.message
+    return ended
+
+
+@pytest.fixture(scope="module")
+def sentiment_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("sentiment"), "sentiment", max_steps=30,
+                  task_options={"reviews": 2000, "buckets": 1 << 14})
+
+
+@pytest.fixture(scope="module")
+def clicks(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    lines = ["user_id,item_id,timestamp"]
+    for user in range(40):
+        start = int(rng.integers(0, len(TRACK)))
+        lines += [f"u{user},{TRACK[(start + t) % len(TRACK)]},{1000 + t}" for t in range(12)]
+    path = tmp_path_factory.mktemp("clicks") / "clicks.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def recommender_run(tmp_path_factory, clicks):
+    return _train(tmp_path_factory.mktemp("recommender"), "recommender", data=str(clicks), max_steps=30,
+                  batch_size=16, task_options={"d_model": 16, "max_len": 8})
+
+
+@pytest.fixture(scope="module")
+def ranking_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("ranking"), "ranking", max_steps=10,
+                  task_options={"queries": 100, "docs": 8, "features": 6})
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("tiny"), "tiny", max_steps=20)
+
+
+def _rows(path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+def _ranking_file(path, rows: int, features: int = 6, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(1.0, 1.0, (rows, features)).astype(np.float32)
+    lines = ["query_id,doc_id,label," + ",".join(f"f{i + 1}" for i in range(features))]
+    lines += [f"q{r // 5},d{r},{r % 3}," + ",".join(repr(float(v)) for v in x[r]) for r in range(rows)]
+    path.write_text("\n".join(lines) + "\n")
+    return lines, x
+
+
+# ---- round trips ------------------------------------------------------------------------------------------------
+
+def test_sentiment_scores_equal_the_predictors_with_the_files_line_numbers(capsys, tmp_path, sentiment_run):
+    texts = ["Great, clear and helpful!", 'He said "boring", and it was', "a review\nover two lines", "useless",
+             "not that confusing"]
+    source = tmp_path / "reviews.csv"
+    with source.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        for t in texts:
+            writer.writerow([t, 1])
+    out = tmp_path / "scores.csv"
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
+    assert code == 0, err
+    assert "5 reviews scored, 0 skipped" in stdout and "rows/s" in stdout
+    rows = _rows(out)
+    expected = load_predictor(sentiment_run.checkpoint).sentiment(texts)
+    assert [float(r["p_positive"]) for r in rows] == pytest.approx(expected, abs=1e-12)
+    assert [int(r["line"]) for r in rows] == [2, 3, 4, 6, 7]  # the third review spans lines 4 and 5
+    assert [r["predicted"] for r in rows] == ["positive" if p >= 0.5 else "negative" for p in expected]
+
+
+def test_recommender_histories_give_the_predictors_top_k_in_lesson_ids(capsys, tmp_path, recommender_run):
+    histories = [["L12", "L13", "L14"], ["L19", "gone", "L10"], [TRACK[t % 6] for t in range(20)]]
+    source = tmp_path / "histories.csv"
+    source.write_text("user_id,history\n" + "".join(f"u{i},{' '.join(h)}\n" for i, h in enumerate(histories)))
+    out = tmp_path / "top.csv"
+    code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out,
+                            "--k", 4)
+    assert code == 0, err
+    assert "3 users scored" in stdout and "1 lesson ids the model does not know" in stdout
+    rows = _rows(out)
+    expected = load_predictor(recommender_run.checkpoint).recommend_many(histories, k=4)
+    for i, answer in enumerate(expected):
+        mine = [r for r in rows if r["user_id"] == f"u{i}"]
+        assert [r["item_id"] for r in mine] == answer.items and [int(r["rank"]) for r in mine] == [1, 2, 3, 4]
+        assert [float(r["score"]) for r in mine] == pytest.approx(answer.scores, abs=1e-5)
+        assert not set(answer.items) & set(histories[i])
+    source.write_text("history\nL12 L13\n")
+    code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out,
+                       "--include-seen", "--k", 10)
+    rows = _rows(out)
+    assert code == 0 and rows[0].keys() == {"line", "rank", "item_id", "score", "seen"} and len(rows) == 10
+    assert {r["item_id"] for r in rows if r["seen"] == "true"} == {"L12", "L13"}
+
+
+def test_interactions_are_grouped_per_user_by_time(capsys, tmp_path, recommender_run):
+    rng = np.random.default_rng(3)
+    events = [(f"u{u}", TRACK[(u + t) % 10], 5000 + 10 * t) for u in range(6) for t in range(u + 3)]
+    shuffled = [events[i] for i in rng.permutation(len(events))]  # not sorted by user or time
+    lines = ["user_id,item_id,timestamp"] + [f"{u},{i},{t}" for u, i, t in shuffled]
+    lines += ["u0,unknown-lesson,99999", "u1,L10,not-a-time", "u9,nope,1"]
+    source = tmp_path / "clicks.csv"
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "top.parquet"
+    code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out,
+                            "--k", 3, "--batch-size", 4)
+    assert code == 0, err
+    assert f"line {len(lines) - 1}: timestamp 'not-a-time' is not a number" in err
+    assert f"line {len(lines)}: user 'u9' (first seen here): none of its lessons is known" in err
+    table = pq.read_table(out).to_pydict()
+    predictor = load_predictor(recommender_run.checkpoint)
+    for u in range(6):
+        history = [i for user, i, _ in sorted(events, key=lambda e: e[2]) if user == f"u{u}"]
+        answer = predictor.recommend(history[-8:], k=3)
+        mine = [j for j, user in enumerate(table["user_id"]) if user == f"u{u}"]
+        assert [table["item_id"][j] for j in mine] == answer.items
+        assert [table["score"][j] for j in mine] == pytest.approx(answer.scores, abs=1e-5)
+    assert "u9" not in table["user_id"] and "6 users scored, 2 skipped" in stdout
+
+
+def test_ranking_parquet_in_and_out_keeps_ids_and_copies_labels(capsys, tmp_path, ranking_run):
+    rng = np.random.default_rng(1)
+    x = rng.lognormal(1.0, 1.0, (50, 6)).astype(np.float32)
+    columns = {"query_id": np.repeat(np.arange(10), 5), "doc_id": np.arange(50) + 1000,
+               "label": np.arange(50) % 3}
+    columns.update({f"f{i + 1}": x[:, i] for i in range(6)})
+    pq.write_table(pa.table(columns), tmp_path / "candidates.parquet")
+    out = tmp_path / "scores.parquet"
+    code, stdout, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "candidates.parquet",
+                            "--out", out, "--batch-size", 16)
+    assert code == 0, err
+    table = pq.read_table(out)
+    assert table.schema.field("query_id").type == pa.int64() and table.column("doc_id").to_pylist()[:2] == [1000, 1001]
+    assert table.column("label").to_pylist() == columns["label"].tolist()
+    expected = load_predictor(ranking_run.checkpoint).rank(x)
+    assert table.column("score").to_numpy() == pytest.approx(expected, abs=1e-6)
+
+
+def test_tiny_points_get_the_predictors_class_probabilities(capsys, tmp_path, tiny_run):
+    predictor = load_predictor(tiny_run.checkpoint)
+    x = predictor.example_inputs(limit=30)
+    source = tmp_path / "points.csv"
+    source.write_text(",".join(f"x{i}" for i in range(1, 11)) + "\n"
+                      + "".join(",".join(repr(float(v)) for v in row) + "\n" for row in x))
+    out = tmp_path / "classes.csv"
+    code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", source, "--out", out)
+    assert code == 0, err
+    rows = _rows(out)
+    expected = predictor.classify(x)
+    assert np.array([[float(r["p0"]), float(r["p1"])] for r in rows]) == pytest.approx(expected, abs=1e-6)
+    assert [int(r["predicted"]) for r in rows] == expected.argmax(1).tolist()
+
+
+# ---- bad rows ---------------------------------------------------------------------------------------------------
+
+def test_bad_rows_are_skipped_and_reported_by_line(capsys, tmp_path, ranking_run, monkeypatch):
+    import core.cli.predict as predict
+
+    monkeypatch.setattr(predict, "BLOCK_BYTES", 512)  # many CSV blocks: line numbers must carry across them
+    lines, x = _ranking_file(tmp_path / "c.csv", 60)
+    lines[8] = lines[8].replace(lines[8].split(",")[5], "abc", 1)  # f3 of file line 9
+    lines[20] = ",".join(lines[20].split(",")[:-1])  # one value short: file line 21
+    lines[33] = "," + lines[33].split(",", 1)[1]  # empty query_id: file line 34
+    lines[47] = lines[47] + ",7"  # one value too many: file line 48
+    (tmp_path / "c.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "scores.csv"
+    code, stdout, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "c.csv", "--out", out,
+                            "--batch-size", 7)
+    assert code == 0, err
+    reported = [line for line in err.splitlines() if line.startswith("line ")]
+    assert reported == ["line 9: f3 'abc' is not a number", "line 21: 8 values, the header has 9 columns",
+                        "line 34: query_id is empty", "line 48: 10 values, the header has 9 columns"]
+    assert "56 candidates scored, 4 skipped" in stdout
+    rows = _rows(out)
+    good = [r for r in range(60) if r + 2 not in (9, 21, 34, 48)]
+    assert [r["doc_id"] for r in rows] == [f"d{r}" for r in good]
+    expected = load_predictor(ranking_run.checkpoint).rank(x[good])
+    assert [float(r["score"]) for r in rows] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_after_twenty_bad_rows_the_rest_are_counted(capsys, tmp_path, sentiment_run):
+    source = tmp_path / "reviews.csv"
+    source.write_text("text\n" + "".join("fine lesson\n" if i % 2 else '""\n' for i in range(60)))
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out",
+                            tmp_path / "o.csv")
+    shown = [line for line in err.splitlines() if line.startswith("line ")]
+    assert code == 0 and len(shown) == 20
+    assert shown[0] == "line 2: text is empty" and shown[-1] == "line 40: text is empty"
+    assert "... and 10 more bad lines (skipped)" in err and "30 reviews scored, 30 skipped" in stdout
+
+
+def test_strict_makes_the_first_bad_row_an_error_and_writes_nothing(capsys, tmp_path, ranking_run):
+    lines, _ = _ranking_file(tmp_path / "c.csv", 30)
+    lines[12] = lines[12].rsplit(",", 1)[0] + ",1e400x"
+    (tmp_path / "c.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "scores.csv"
+    out.write_text("the previous predictions\n")
+    code, stdout, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "c.csv", "--out", out,
+                            "--strict")
+    assert code == 2 and err.strip().splitlines()[-1] == ("amp-console: error: line 13: f6 '1e400x' is not a number "
+                                                          "(--strict: nothing written)")
+    assert not [line for line in err.splitlines() if line.startswith("line ")]  # the error is the report
+    assert out.read_text() == "the previous predictions\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "scores.csv"]  # no temporary file left
+
+
+# ---- wrong inputs -----------------------------------------------------------------------------------------------
+
+def test_another_tasks_file_is_a_one_line_error(capsys, tmp_path, sentiment_run, recommender_run, ranking_run):
+    _ranking_file(tmp_path / "c.csv", 10)
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "c.csv", "--out",
+                       tmp_path / "o.csv")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "no column 'text'" in err and "the file's columns: query_id, doc_id, label, f1" in err
+    code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", tmp_path / "c.csv", "--out",
+                       tmp_path / "o.csv")
+    assert code == 2 and "no column 'history'" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "r.csv").write_text("text\nnice\n")
+    code, _, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "r.csv", "--out",
+                       tmp_path / "o.csv")
+    assert code == 2 and "no column 'query_id'" in err
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--input", "__DIR__/missing.csv", "--out", "__DIR__/o.csv"], "missing.csv: no such input file"),
+    (["--input", "__DIR__/in.csv", "--out", "__DIR__/o.json"], "use a .csv or .parquet file name"),
+    (["--input", "__DIR__/in.csv", "--out", "__DIR__/o.csv", "--best"], "--best takes a run"),
+    (["--input", "__DIR__/in.csv", "--out", "__DIR__/o.csv", "--k", "0"], "at least 1 recommendation"),
+])
+def test_bad_arguments_are_one_line_exit_2(capsys, tmp_path, tiny_run, argv, message):
+    (tmp_path / "in.csv").write_text("x1\n1\n")
+    argv = [a.replace("__DIR__", str(tmp_path)) for a in argv]
+    code, _, err = cli(capsys, "predict", tiny_run.checkpoint, *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_folder_uses_its_best_checkpoint(capsys, tmp_path, tiny_run):
+    from pathlib import Path
+
+    x = load_predictor(tiny_run.checkpoint).example_inputs(limit=3)
+    source = tmp_path / "points.csv"
+    source.write_text(",".join(f"f{i}" for i in range(1, 11)) + "\n"
+                      + "".join(",".join(str(float(v)) for v in row) + "\n" for row in x))
+    code, _, err = cli(capsys, "predict", Path(tiny_run.checkpoint).parent, "--input", source, "--out",
+                       tmp_path / "o.csv")
+    assert code == 0 and "best.pt" in err
+
+
+def test_line_numbers_count_quoted_line_breaks_across_blocks(capsys, tmp_path, sentiment_run, monkeypatch):
+    import core.cli.predict as predict
+
+    monkeypatch.setattr(predict, "BLOCK_BYTES", 256)
+    rows, expected_lines, line = [], [], 2
+    for i in range(40):
+        text = f"review {i} " + ("spans\nthree\nlines" if i % 7 == 3 else "on one line")
+        rows.append(f'"{text}",1')
+        if i % 11 == 5:
+            rows[-1] += ",extra"  # a bad record: one value too many
+        else:
+            expected_lines.append(line)
+        line += text.count("\n") + 1
+    bad_lines = [2 + i + sum(2 for j in range(i) if j % 7 == 3) for i in range(40) if i % 11 == 5]
+    (tmp_path / "r.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out",
+                            tmp_path / "o.csv")
+    assert code == 0, err
+    assert [int(r["line"]) for r in _rows(tmp_path / "o.csv")] == expected_lines
+    assert [line for line in err.splitlines() if line.startswith("line ")] == [
+        f"line {n}: 3 values, the header has 2 columns" for n in bad_lines]
