@@ -647,12 +647,13 @@ class PreviewDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("previewDialog")
         self.setWindowTitle("Model preview")
-        self.resize(820, 600)
+        self.resize(1040, 720)
         self._runs_root = runs_root
         self._devices = devices or (lambda: ["cpu"])
         self.predictor = None
         self.runs: list[dict] = []
         self.files: list[str] = []  # checkpoint files browsed to, offered after the runs
+        self.outside: list[str] = []  # run folders outside the runs root asked for by select_run
         self._wanted: str | None = None  # a run folder to select once the scan is in
         self.source: str | None = None  # what is loaded (or loading)
         self.queue = PredictionQueue(self)
@@ -747,13 +748,20 @@ class PreviewDialog(QDialog):
         for run in runs:
             status = run.get("status") or "?"
             self.runCombo.addItem(f"{run.get('name')} · {run.get('task')} · {status}", run.get("folder"))
+        if self._wanted and self.runCombo.findData(self._wanted) < 0 and self._wanted not in self.outside:
+            self.outside.append(self._wanted)  # a run outside the runs root (Try it… on it): offered from now on
+        for folder in self.outside:
+            if self.runCombo.findData(folder) < 0:
+                self.runCombo.addItem(f"{Path(folder).name} · {folder}", folder)
         for path in self.files:
             self._add_file_item(path)
-        if self._wanted and self.runCombo.findData(self._wanted) < 0:  # a run outside the runs root
-            self.runCombo.addItem(f"{Path(self._wanted).name} · {self._wanted}", self._wanted)
         index = self.runCombo.findData(keep) if keep else -1
         self.runCombo.setCurrentIndex(index if index >= 0 else (0 if self.runCombo.count() else -1))
         self.runCombo.blockSignals(False)
+        if keep and index < 0 and self.runCombo.count():  # what was shown is gone (deleted): show what is picked
+            self._wanted = None
+            self.load()
+            return
         if not self.runCombo.count():
             self._message(f"No run with a checkpoint under {self._runs_root()}. Train one, or Browse… for a "
                           "checkpoint file.")
@@ -892,4 +900,5 @@ class PreviewDialog(QDialog):
         for page in self.pages.values():
             page.debounce.stop()
         self.queue.wait()
+        self.scans.shutdown()
         super().closeEvent(event)

@@ -59,6 +59,7 @@ def open_run(qtbot, view, folder: Path, task: str):
     view.select_run(str(folder))
     qtbot.waitUntil(lambda: view.predictor is not None and view.predictor.task == task, timeout=30_000)
     assert view.stack.currentWidget() is view.pages[task]
+    assert view.current_source() == str(folder)  # the chooser names what is loaded
     assert f"<b>{task}</b>" in view.header.text() and "step" in view.header.text()
     return view.pages[task]
 
