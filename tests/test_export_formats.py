@@ -1,0 +1,399 @@
+"""`amp-console export`: each format of each task's model reloads and computes what the trained model computes;
+the torch.export program and its serve.py run in a fresh Python that cannot import this project; serve.py's
+pure-Python tokenizer gives core's ids; bf16 weights make a smaller file with a bounded difference; bad input
+is one line and leaves nothing behind; README's standalone script runs as printed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import torch
+
+from core.cli.main import main
+from core.config import RunConfig
+from core.engine.checkpoints import load_checkpoint, load_model_state
+from core.engine.trainer import train
+from core.lab.export import SERVE_PY, export_model
+from core.tasks import create_task
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {
+    "tiny": {},
+    # tfidf: the sublinear tf weighting (duplicate counts) is part of what the export must carry
+    "sentiment": {"dim": 8, "hidden": 8, "buckets": 1024, "max_tokens": 24, "reviews": 400, "weighting": "tfidf"},
+    "recommender": {"d_model": 16, "layers": 1, "heads": 2, "max_len": 8, "items": 60, "interactions": 2000},
+    "ranking": {"hidden": 8, "layers": 2, "queries": 40, "docs": 5, "features": 4},
+}
+FORMATS = ("program", "onnx", "safetensors")
+LESSONS = [5000 + 3 * k for k in range(40)]  # the recommender's own lesson ids (not 0..n-1)
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """A checkpoint of each task after a few steps (the recommender on a file of its own lesson ids)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("export-runs")
+    data = root / "interactions.csv"
+    gen = torch.Generator().manual_seed(3)
+    rows = ["user_id,item_id,timestamp"]
+    for user in range(60):
+        start = int(torch.randint(0, len(LESSONS), (1,), generator=gen))
+        for t in range(8):
+            rows.append(f"u{user},{LESSONS[(start + t) % len(LESSONS)]},{t}")
+    data.write_text("\n".join(rows) + "\n")
+    checkpoints = {}
+    try:
+        for task, options in SMALL.items():
+            extra = {"data": str(data), "batch_size": 16} if task == "recommender" else {}
+            ended = train(RunConfig.for_task(task, device="cpu", max_steps=8, threads=1, task_options=options,
+                                             out_dir=str(root / task), **extra))
+            assert ended.status == "completed"
+            checkpoints[task] = Path(ended.checkpoint)
+    finally:
+        torch.set_num_threads(threads)
+    return checkpoints
+
+
+def trained_model(checkpoint: Path):
+    state = load_checkpoint(checkpoint)
+    task = create_task(state["task"], state["config"]["task_options"])
+    model = task.build_model(state.get("data_info") or {})
+    load_model_state(model, state["model"], str(checkpoint))
+    return state, task, model.eval()
+
+
+def model_outputs(checkpoint: Path, x: torch.Tensor) -> torch.Tensor:
+    """What the trained model itself answers for the export's input `x`, written out here per task."""
+    state, _task, model = trained_model(checkpoint)
+    with torch.no_grad():
+        if state["task"] == "tiny":
+            return torch.softmax(model(x), -1)
+        if state["task"] == "sentiment":
+            return torch.softmax(model(x), -1)[:, 1]
+        if state["task"] == "recommender":
+            return model(x)[:, -1] @ model.items.weight[1:].t()
+        return model(x)
+
+
+def inputs_for(checkpoint: Path, rows: int = 5) -> torch.Tensor:
+    """Inputs of the export's signature, sized differently from the export's own sample batch (a dynamic
+    batch, and for ranking dynamic candidates too)."""
+    state, task, model = trained_model(checkpoint)
+    gen = torch.Generator().manual_seed(7)
+    if state["task"] == "tiny":
+        return torch.randn(rows, 10, generator=gen)
+    if state["task"] == "sentiment":
+        from core.data.tokenizer import hashed_tokens
+
+        text = pa.array(["not good at all", "great, clear and useful", "I didn't like it. Boring!", "", "ok"][:rows])
+        return hashed_tokens(text, task.opts["buckets"], task.opts["max_tokens"], task.opts["negation_scope"]).long()
+    if state["task"] == "recommender":
+        n, length = model.items.num_embeddings - 1, model.positions.num_embeddings
+        seq = torch.randint(1, n + 1, (rows, length), generator=gen)
+        seq[:, : length // 2] = 0  # left padding
+        return seq
+    return torch.randn(rows, 3, model.norm.mean.shape[0], generator=gen) * 2
+
+
+def reload(folder: Path, fmt: str, checkpoint: Path, x: torch.Tensor) -> torch.Tensor:
+    """The written file loaded back by its own runtime, no project code on the call path."""
+    if fmt == "program":
+        return torch.export.load(str(folder / "model.pt2")).module()(x)
+    if fmt == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+        return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    from safetensors.torch import load_file
+
+    state, task, model = trained_model(checkpoint)
+    rebuilt = task.build_model(state.get("data_info") or {})
+    rebuilt.load_state_dict(load_file(str(folder / "model.safetensors")))
+    with torch.no_grad():
+        rebuilt.eval()
+        if state["task"] == "tiny":
+            return torch.softmax(rebuilt(x), -1)
+        if state["task"] == "sentiment":
+            return torch.softmax(rebuilt(x), -1)[:, 1]
+        if state["task"] == "recommender":
+            return rebuilt(x)[:, -1] @ rebuilt.items.weight[1:].t()
+        return rebuilt(x)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("task", list(SMALL))
+def test_each_format_reloads_and_matches_the_model(runs, tmp_path, task, fmt):
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    out = tmp_path / "export"
+    result = export_model(runs[task], out, fmt)
+    assert result.max_abs_diff <= result.tolerance and result.rows > 0
+    names = {p.name for p in out.iterdir()}
+    model_file = {"program": "model.pt2", "onnx": "model.onnx", "safetensors": "model.safetensors"}[fmt]
+    assert {model_file, "manifest.json", "serve.py"} <= names
+    if fmt == "safetensors":
+        assert {"model.pt", "model.json"} <= names  # today's export_checkpoint files too
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no temp folder left beside it
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["task"] == task and manifest["file"] == model_file and manifest["dtype"] == "fp32"
+    assert manifest["step"] == 8 and manifest["inputs"][0]["name"] and manifest["outputs"][0]["dtype"] == "float32"
+    x = inputs_for(runs[task])
+    with torch.no_grad():
+        got, expected = reload(out, fmt, runs[task], x), model_outputs(runs[task], x)
+    assert got.shape == expected.shape
+    assert float((got - expected).abs().max()) <= 1e-4 * max(1.0, float(expected.abs().max()))
+
+
+def test_manifests_carry_what_serving_needs(runs, tmp_path):
+    serving = {}
+    for task in SMALL:
+        export_model(runs[task], tmp_path / task, "program")
+        serving[task] = json.loads((tmp_path / task / "manifest.json").read_text())["serving"]
+    assert serving["tiny"]["features"] == 10
+    tokenizer = serving["sentiment"]["tokenizer"]
+    assert (tokenizer["buckets"], tokenizer["max_tokens"], tokenizer["negation_scope"]) == (1024, 24, 3)
+    assert "CRC32" in tokenizer["recipe"] and "not" in tokenizer["negators"]
+    rec = serving["recommender"]
+    assert rec["max_len"] == 8 and rec["padding"].startswith("left")
+    assert sorted(rec["vocabulary"]) == [str(i) for i in LESSONS] and len(rec["vocabulary"]) == rec["n_items"]
+    assert serving["ranking"]["feature_order"] == ["f1", "f2", "f3", "f4"]
+    assert "inside the model" in serving["ranking"]["normalization"]
+
+
+FRESH_PRELUDE = """
+import json, os, sys
+# This project is installed editable in the venv: drop its import hook and the repository from the path,
+# so that only torch (and onnxruntime) can serve.
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".", "core", "lab", "export.py"))]
+for name in ("core", "app"):
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+    else:
+        raise SystemExit(f"{name} is importable: the test would prove nothing")
+"""
+
+
+def run_fresh(code: str, cwd: Path, *args: str) -> str:
+    """`code` in a fresh, isolated Python (-I, no PYTHONPATH, cwd outside the repository); its stdout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+    done = subprocess.run([sys.executable, "-I", "-c", FRESH_PRELUDE + code, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+SERVE_CALL = """
+folder = sys.argv[1]
+sys.path.insert(0, folder)
+import serve
+model = serve.load(folder)
+print(json.dumps(model.predict(json.loads(sys.argv[2]), **json.loads(sys.argv[3]))))
+"""
+
+
+def served(tmp_path: Path, folder: Path, inputs, **kwargs):
+    return json.loads(run_fresh(SERVE_CALL, tmp_path, str(folder), json.dumps(inputs), json.dumps(kwargs)))
+
+
+REVIEWS = ["Clear and useful, not boring at all.", "I didn't like it: confusing; never again!",
+           "Great lesson", "", "Café au lait — pas mal; NOT WORTH IT"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fmt", ["program", "onnx"])
+@pytest.mark.parametrize("task", list(SMALL))
+def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, task, fmt):
+    if fmt == "onnx":
+        pytest.importorskip("onnxruntime")
+    folder = tmp_path / "export"
+    export_model(runs[task], folder, fmt)
+    state, core_task, model = trained_model(runs[task])
+    tol = 1e-4
+    if task == "tiny":
+        x = torch.randn(3, 10, generator=torch.Generator().manual_seed(1))
+        got = torch.tensor(served(tmp_path, folder, x.tolist()))
+        with torch.no_grad():
+            expected = torch.softmax(model(x), -1)
+    elif task == "sentiment":
+        from core.data.tokenizer import hashed_tokens
+
+        got = torch.tensor(served(tmp_path, folder, REVIEWS))
+        o = core_task.opts
+        with torch.no_grad():
+            tokens = hashed_tokens(pa.array(REVIEWS), o["buckets"], o["max_tokens"], o["negation_scope"])
+            expected = torch.softmax(model(tokens), -1)[:, 1]
+    elif task == "recommender":
+        vocabulary = state["vocabulary"]["item_id"]
+        vocabulary = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
+        # ids as the file had them (text), or as numbers: the same lessons
+        histories = [[LESSONS[3], LESSONS[4], LESSONS[5]], [str(i) for i in LESSONS[:20]], [str(LESSONS[7])]]
+        answer = served(tmp_path, folder, histories, k=5)
+        max_len = model.positions.num_embeddings
+        for history, top in zip(histories, answer):
+            history = [str(i) for i in history]
+            ids = [vocabulary.index(i) + 1 for i in history][-max_len:]
+            seq = torch.tensor([[0] * (max_len - len(ids)) + ids])
+            with torch.no_grad():
+                scores = (model(seq)[:, -1] @ model.items.weight[1:].t())[0]
+            scores[[vocabulary.index(i) for i in history]] = float("-inf")  # seen lessons are excluded
+            best = scores.topk(5)
+            assert [lesson for lesson, _score in top] == [vocabulary[j] for j in best.indices.tolist()]
+            assert not set(history) & {lesson for lesson, _score in top}
+            assert torch.tensor([s for _l, s in top]) == pytest.approx(best.values, abs=1e-4)
+        return
+    else:
+        x = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(1)) * 3
+        got = torch.tensor(served(tmp_path, folder, x.tolist()))
+        flat = torch.tensor(served(tmp_path, folder, x[0].tolist()))  # (N, F): one query's candidates
+        with torch.no_grad():
+            expected = model(x)
+        assert flat == pytest.approx(expected[0], abs=tol)
+    assert got.shape == expected.shape
+    assert float((got - expected).abs().max()) <= tol
+
+
+CORPUS = [
+    "", "   ", "Great!", "not good", "I don't like it, but the end was fine.", "Never again... seriously",
+    "Didn’t work — at all; hardly useful (nothing new).", "'quoted' words and ''double'' quotes'",
+    "Café, naïve, façade, résumé", "ﬁne ＦＵＬＬ－ＷＩＤＴＨ ｌｅｔｔｅｒｓ", "ΟΔΟΣ ΣΟΦΙΑ σοφός", "İstanbul DİYARBAKIR",
+    "Straße STRASSE ẞ", "日本語のレビューです。とても良い！", "emoji 👍👍 rocks 10/10 and 5*", "a|b | c || d",
+    "under_score snake_case and dash-case", "no, no, NO: never not without nor neither cannot",
+    "it wasn't bad. It wasn't good either! won't, can't, shouldn't", "x" * 300,
+    "tabs\tand\nnewlines\r\nhere", "numbers 3.14 and 1,000 and ½ ² ³", "combining e\u0301 and a\u0308",
+    "«guillemets» and “curly” and \"straight\" quotes", "[brackets] {braces} (parens)",
+    "don't stop, not even once; never stop believing in nothing but good things",
+]
+
+
+@pytest.mark.parametrize("buckets, max_tokens, scope", [(1 << 19, 256, 3), (1024, 24, 0), (97, 7, 1),
+                                                        (1 << 16, 64, 10)])
+def test_serve_tokenizer_gives_cores_ids(tmp_path, buckets, max_tokens, scope):
+    from core.data.reviews import generate_reviews
+    from core.data.tokenizer import hashed_tokens
+
+    (tmp_path / "serve.py").write_text(SERVE_PY, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("serve_under_test", tmp_path / "serve.py")
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    texts = CORPUS + [" ".join(CORPUS)] + generate_reviews(200, 4).text.to_pylist()
+    expected = hashed_tokens(pa.array(texts), buckets, max_tokens, scope).tolist()
+    got = serve.hashed_tokens(texts, buckets, max_tokens, scope)
+    mismatched = [t for t, a, b in zip(texts, got, expected) if a != b]
+    assert not mismatched, mismatched[:3]
+    assert sum(any(row) for row in got) > len(texts) - 3  # real ids, not all padding
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fmt", ["program", "safetensors"])
+def test_bf16_weights_make_a_smaller_file_with_a_bounded_difference(runs, tmp_path, capsys, fmt):
+    code, out, err = cli(capsys, "export", runs["sentiment"], "--format", fmt, "--dtype", "bf16",
+                         "--out", tmp_path / "bf16", "--json")
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["dtype"] == "bf16" and result["size_bytes"] < result["fp32_size_bytes"]
+    assert 0 < result["dtype_diff"] < 0.05  # P(positive): rounded weights, not another model
+    if fmt == "safetensors":
+        from safetensors.torch import load_file
+
+        weights = load_file(str(tmp_path / "bf16" / "model.safetensors"))
+        assert weights["bag.weight"].dtype == torch.bfloat16
+    code, out, err = cli(capsys, "export", runs["sentiment"], "--format", fmt, "--dtype", "bf16",
+                         "--out", tmp_path / "bf16-text")
+    assert code == 0 and "bf16 vs fp32" in out and "max abs difference" in out
+
+
+def test_the_cli_resolves_runs_and_prints_the_verification(runs, tmp_path, capsys):
+    code, out, err = cli(capsys, "export", runs["tiny"].parent, "--out", tmp_path / "t", "--last")
+    assert code == 0, err
+    assert "exported tiny (step 8) as program fp32" in out and "max abs difference" in out
+    assert (tmp_path / "t" / "model.pt2").is_file()
+
+
+def corrupt_copy(checkpoint: Path, tmp_path: Path) -> Path:
+    data = bytearray(checkpoint.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(64)
+    bad = tmp_path / "corrupt.pt"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+@pytest.mark.parametrize("case", ["corrupt", "format", "dtype", "not-empty", "onnx-bf16"])
+def test_bad_input_is_one_line_and_nothing_is_written(runs, tmp_path, capsys, case):
+    out = tmp_path / "out" / "export"
+    argv = ["export", runs["tiny"], "--out", out]
+    message = {"corrupt": "checkpoint is corrupted", "format": "'torchscript' is not an export format",
+               "dtype": "'int8' is not an export dtype", "not-empty": "exists and is not empty",
+               "onnx-bf16": "use --dtype fp16 for ONNX"}[case]
+    if case == "corrupt":
+        argv[1] = corrupt_copy(runs["tiny"], tmp_path)
+    elif case == "format":
+        argv += ["--format", "torchscript"]
+    elif case == "dtype":
+        argv += ["--dtype", "int8"]
+    elif case == "not-empty":
+        out.mkdir(parents=True)
+        (out / "keep.txt").write_text("mine")
+    else:
+        argv += ["--format", "onnx", "--dtype", "bf16"]
+    code, stdout, err = cli(capsys, *argv)
+    errors = [line for line in err.splitlines() if line.startswith("amp-console:")]  # after any progress line
+    assert code == 2 and len(errors) == 1 and message in errors[0], err
+    if case == "not-empty":
+        assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    else:
+        assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_onnx_without_its_packages_names_the_extra(runs, tmp_path, capsys, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    code, _out, err = cli(capsys, "export", runs["tiny"], "--format", "onnx", "--out", tmp_path / "x")
+    errors = [line for line in err.splitlines() if line.startswith("amp-console:")]
+    assert code == 2 and len(errors) == 1 and "onnxruntime" in errors[0]
+    assert "pip install 'amp-console[onnx]'" in errors[0] and not (tmp_path / "x").exists()
+
+
+def readme_snippet() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Export for serving", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.timeout(240)
+def test_the_readme_script_runs_as_printed(runs, tmp_path):
+    snippet = readme_snippet()
+    assert len(snippet.strip().splitlines()) <= 10
+    export_model(runs["sentiment"], tmp_path / "model-export", "program")
+    out = run_fresh(snippet, tmp_path, "model-export").strip().splitlines()
+    # The script prints the task, then P(positive) of its review
+    assert out[0].startswith("sentiment")
+    _state, task, model = trained_model(runs["sentiment"])
+    from core.data.tokenizer import hashed_tokens
+
+    review = re.search(r'hashed_tokens\(\["(.*?)"\]', snippet).group(1)
+    o = task.opts
+    with torch.no_grad():
+        expected = torch.softmax(model(hashed_tokens(pa.array([review]), o["buckets"], o["max_tokens"],
+                                                     o["negation_scope"])), -1)[0, 1]
+    assert float(out[-1].split()[-1].strip("[]")) == pytest.approx(float(expected), abs=1e-5)
