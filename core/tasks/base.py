@@ -134,10 +134,11 @@ class Task(ABC):
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
         """The evaluation report's task part (core.lab.evaluation_report): plain, JSON-ready values for plots,
         as sections the window draws without knowing the task: `confusion` {labels, matrix (rows: true class,
-        columns: predicted)}, `roc` {fpr, tpr, threshold, auc}, `histogram`, `curves` (a list of {title,
-        y_label, ks, series: [{name, label, values}]}), `buckets` {title, by, k, total, rows: [{label, count,
-        values}]}. Called like evaluate (no_grad, autocast, eval mode) on one process; {} when the task has
-        no report."""
+        columns: predicted)}, `roc` {fpr, tpr, threshold, auc}, `histogram` {edges, series: [{name, counts}]},
+        `curves` (a list of {title, y_label, ks, series: [{name, label, values, emphasis: main|normal|faint}]}),
+        `buckets` {title, by, unit, k, total, rows: [{label, min, max, count, values: {name: value}}], series:
+        the values to chart [{name, label, curve: the curves' series of the same colour}]}. Called like
+        evaluate (no_grad, autocast, eval mode) on one process; {} when the task has no report."""
         return {}
 
     @classmethod

@@ -606,7 +606,7 @@ class RankingTask(Task):
             return (ndcg[chosen].sum(0) / count).tolist(), float(rr[chosen].sum()) / count
 
         overall, mrr = means(torch.ones_like(size, dtype=torch.bool))
-        series = [{"name": "all", "label": f"all queries ({n:,})", "values": overall}]
+        series = [{"name": "all", "label": f"all queries ({n:,})", "values": overall, "emphasis": "main"}]
         bucket, described = size_buckets(size, QUERY_SIZE_BUCKETS)
         buckets = []
         for i, info in enumerate(described):
@@ -618,9 +618,11 @@ class RankingTask(Task):
             buckets.append({**info, "count": count, "ndcg": curve,
                             "values": {f"ndcg@{TOP_K}": curve[TOP_K - 1], "mrr": bucket_mrr}})
             series.append({"name": info["label"], "label": f"{info['label']} candidates ({count:,})",
-                           "values": curve})
+                           "values": curve, "emphasis": "faint"})
         return {"curves": [{"title": "NDCG by k", "metric": "ndcg", "y_label": "NDCG@k", "ks": ks,
                             "series": series}],
                 "mrr": mrr, "queries": n, "queries_without_relevant": int(used.shape[0]) - n,
                 "buckets": {"title": f"By candidates per query (k = {TOP_K})", "by": "candidates per query",
-                            "unit": "queries", "k": TOP_K, "total": n, "rows": buckets}}
+                            "unit": "queries", "k": TOP_K, "total": n, "rows": buckets,
+                            "series": [{"name": f"ndcg@{TOP_K}", "label": f"NDCG@{TOP_K}"},
+                                       {"name": "mrr", "label": "MRR"}]}}

@@ -395,7 +395,8 @@ class RecommenderTask(Task):
         ks = list(range(1, REPORT_K + 1))
         order = ("full_filtered", PROTOCOLS[2], "full_unfiltered")  # the primary first, then the sampled
         plots = [{"title": f"{title} by k", "metric": metric, "y_label": f"{metric.upper()}@k", "ks": ks,
-                  "series": [{"name": p, "label": PROTOCOL_LABELS[p], "values": curves[p][i]} for p in order]}
+                  "series": [{"name": p, "label": PROTOCOL_LABELS[p], "values": curves[p][i],
+                              "emphasis": ("main", "normal", "faint")[j]} for j, p in enumerate(order)]}
                  for i, (metric, title) in enumerate((("hr", "Hit rate"), ("ndcg", "NDCG")))]
         length = split["history_end"] - split["history_start"]
         bucket, described = size_buckets(length, HISTORY_BUCKETS)
@@ -413,7 +414,11 @@ class RecommenderTask(Task):
         return {"curves": plots, "protocols": {p: PROTOCOL_LABELS[p] for p in order},
                 "buckets": {"title": f"By user history length (k = {TOP_K})", "by": "interactions before the "
                             "held-out lesson", "unit": "users", "k": TOP_K, "total": int(length.shape[0]),
-                            "rows": buckets}}
+                            "rows": buckets,
+                            "series": [{"name": f"{m}@{TOP_K}_{p}", "label": f"{m.upper()}@{TOP_K} {short}",
+                                        "curve": p}
+                                       for p, short in (("full_filtered", "full"), (PROTOCOLS[2], "sampled"))
+                                       for m in ("hr", "ndcg")]}}
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

@@ -344,7 +344,7 @@ class SentimentTask(Task):
                     "threshold": [None if math.isinf(t) else q for t, q in zip(threshold[keep].tolist(),
                                                                                 probability.tolist())],
                     "auc": roc_auc(margin, label), "points_exact": int(fpr.shape[0])},
-            "histogram": {"title": "P(positive) by true class", "edges": [i / HISTOGRAM_BINS
+            "histogram": {"title": "P(positive) by actual class", "edges": [i / HISTOGRAM_BINS
                                                                          for i in range(HISTOGRAM_BINS + 1)],
                           "series": [{"name": "negative", "counts": by_class[0].tolist()},
                                      {"name": "positive", "counts": by_class[1].tolist()}],

@@ -1,0 +1,461 @@
+"""A run's evaluation report, drawn (core.lab.evaluation_report's dict, or its evaluation.json).
+
+`EvaluationView.show_report(report)` draws whichever sections the report has, without knowing the task (see
+core.tasks.base.Task.report): a ROC curve with the chance diagonal, a confusion-matrix grid (counts and the
+share of each true class), a score histogram by true class, curves by k (one plot per group, one labelled
+line per protocol or bucket), and bars by bucket (history length, query size) with each bucket's count under
+it. The headline numbers sit in a label above. A section that is missing or malformed (an older or edited
+evaluation.json) is left out, or replaced by one line saying so: the view never raises on a report.
+`clear(message)` empties it with a line of text (e.g. "Evaluating…" while a worker computes the report).
+pyqtgraph is imported when the first plot is built.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView, QGridLayout, QHeaderView, QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QWidget,
+)
+
+SERIES_COLOURS = ("#3b6fd8", "#c98a12", "#8e44ad", "#2e9b57", "#d0453c", "#16a2b8", "#6a7a90", "#fb5607")
+CLASS_COLOURS = ("#d0453c", "#2e9b57", "#3b6fd8", "#c98a12")  # negative / positive (class 0 / class 1), ...
+CHANCE_COLOUR = "#8a8f98"
+RIGHT_COLOUR = QColor(46, 155, 87)  # confusion cells on the diagonal, tinted by their share of the row
+WRONG_COLOUR = QColor(208, 69, 60)
+PLOT_HEIGHT = 240
+LEGEND_ROW = 18  # pixels: one row of legend entries under a plot
+UNIT_PADDING = 0.05  # a 0..1 axis is padded so that its 0 and 1 labels have room to show
+UNIT_TICKS = [(v / 5, f"{v / 5:.1f}") for v in range(6)]
+FEW_UNIT_TICKS = [(v / 2, f"{v / 2:.1f}") for v in range(3)]  # on a short axis, where six labels do not fit
+SHORT_AXIS = 170  # pixels
+END_LABEL_ROOM = 9  # pixels between 0 (or 1) and the plot's edge: half a label's height and a little
+CELL_HEIGHT = 64  # pixels: a confusion-matrix row (two lines of text and room around them)
+
+
+def _number(value) -> float | None:
+    """A finite float, or None (a missing, null or non-numeric entry of a report)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _numbers(values) -> list[float]:
+    """A list of floats from a report's list, NaN where an entry is missing (pyqtgraph leaves a gap)."""
+    if not isinstance(values, list):
+        return []
+    return [math.nan if (v := _number(x)) is None else v for x in values]
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _figure(value) -> str:
+    number = _number(value)
+    return "–" if number is None else f"{number:.4f}"
+
+
+def headline(report: dict) -> str:
+    """The line above the plots: what was measured (task, split, step, rows, precision, device) and the
+    metrics, the primary one first and bold (rich text)."""
+    metrics = _dict(report.get("metrics"))
+    primary = report.get("primary_metric")
+    names = sorted(metrics, key=lambda name: name != primary)
+    figures = [(f"<b>{name} {_figure(metrics[name])}</b>" if name == primary else f"{name} {_figure(metrics[name])}")
+               for name in names]
+    auc = _number(_dict(report.get("roc")).get("auc"))
+    if auc is not None and not any("auc" in name for name in metrics):
+        figures.append(f"ROC AUC {auc:.4f}")
+    what = [str(report.get("task") or "?")]
+    if report.get("split"):
+        what.append(f"{report['split']} split")
+    if isinstance(report.get("step"), int):
+        what.append(f"step {report['step']:,}")
+    if isinstance(report.get("rows"), int):
+        what.append(f"{report['rows']:,} rows")
+    if report.get("precision"):
+        where = f" on {report['device']}" if report.get("device") else ""
+        what.append(f"{report['precision']}{where}")
+    return " · ".join(what) + ("<br>" + " · ".join(figures) if figures else "")
+
+
+class EvaluationView(QWidget):
+    """The report's plots. `show_report(report)` draws it, `clear(message)` empties the view; `sections` names
+    what is drawn (for tests and for a caller that wants to know whether anything was)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("evaluationView")
+        self.headline = QLabel()
+        self.headline.setObjectName("evaluationHeadline")
+        self.headline.setTextFormat(Qt.TextFormat.RichText)
+        self.headline.setWordWrap(True)
+        self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message = QLabel()
+        self.message.setObjectName("evaluationMessage")
+        self.message.setWordWrap(True)
+        self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.message.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.body = QWidget()
+        self.grid = QGridLayout(self.body)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setColumnStretch(0, 1)
+        self.grid.setColumnStretch(1, 1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.headline)
+        layout.addWidget(self.message)
+        layout.addWidget(self.body, 1)
+        self.sections: list[str] = []
+        self.problems: list[str] = []
+        self.plots: dict = {}
+        self.confusion_table: QTableWidget | None = None
+        self.clear("No evaluation yet.")
+
+    # ------------------------------------------------------------------ public
+    def clear(self, message: str) -> None:
+        """Nothing drawn; `message` (one line) in the middle."""
+        self._empty_body()
+        self.headline.clear()
+        self.headline.hide()
+        self.message.setText(message)
+        self.message.show()
+
+    def show_report(self, report: dict) -> None:
+        """Draw `report`'s sections (what it lacks is left out; what is malformed is one line under the
+        headline); a report with nothing to draw says so."""
+        self._empty_body()
+        if not isinstance(report, dict):
+            self.clear("This evaluation report cannot be read.")
+            return
+        self.headline.setText(headline(report))
+        self.headline.show()
+        builders: list[tuple[str, Callable[[dict], QWidget | None], int]] = [
+            ("roc", self._roc, 1), ("confusion", self._confusion, 1), ("curves", self._curves, 1),
+            ("buckets", self._buckets, 1), ("histogram", self._histogram, 2)]
+        placed: list[tuple[QWidget, int]] = []
+        for name, build, span in builders:
+            if report.get(name) in (None, {}, []):
+                continue
+            try:
+                widgets = build(report)
+            except Exception as exc:  # noqa: BLE001 - an edited or older file: say so, draw the rest
+                self.problems.append(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0])
+                continue
+            widgets = widgets if isinstance(widgets, list) else [widgets] if widgets is not None else []
+            if widgets:
+                self.sections.append(name)
+                placed += [(w, span) for w in widgets]
+        self._place(placed)
+        if self.problems:
+            self.message.setText("Some of this report could not be drawn (" + "; ".join(self.problems) + ").")
+            self.message.show()
+        elif not placed:
+            self.message.setText("This evaluation report has no plots (written by an older version?): "
+                                 "evaluate the run again for them.")
+            self.message.show()
+        else:
+            self.message.hide()
+
+    # ------------------------------------------------------------------ layout
+    def _empty_body(self) -> None:
+        while self.grid.count():
+            item = self.grid.takeAt(0)
+            widget = item.widget()
+            if widget is not None:
+                widget.hide()
+                widget.setParent(None)
+                widget.deleteLater()
+        self.sections, self.problems, self.plots = [], [], {}
+        self.confusion_table = None
+
+    def _place(self, placed: list[tuple[QWidget, int]]) -> None:
+        """Two columns, in order; a widget spanning 2 takes a row of its own (a lone last one spans too)."""
+        row = column = 0
+        for index, (widget, span) in enumerate(placed):
+            last = index == len(placed) - 1
+            if span == 2 or (last and column == 0 and len(placed) > 1 and len(placed) % 2 == 1):
+                if column:
+                    row, column = row + 1, 0
+                self.grid.addWidget(widget, row, 0, 1, 2)
+                row += 1
+                continue
+            self.grid.addWidget(widget, row, column)
+            column += 1
+            if column == 2:
+                row, column = row + 1, 0
+        for r in range(self.grid.rowCount()):
+            self.grid.setRowStretch(r, 1)
+
+    def _plot(self, key: str, title: str, x_label: str, y_label: str):
+        import pyqtgraph as pg
+
+        palette = self.palette()
+        widget = pg.PlotWidget(background=palette.color(QPalette.ColorRole.Base))
+        widget.setObjectName(f"evaluation_{key}")
+        widget.setMinimumHeight(PLOT_HEIGHT)
+        widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        item = widget.getPlotItem()
+        item.setTitle(title, size="10pt")
+        item.setLabel("bottom", x_label)
+        item.setLabel("left", y_label)
+        item.showGrid(x=True, y=True, alpha=0.15)
+        item.setMenuEnabled(False)
+        item.hideButtons()
+        self.plots[key] = widget
+        return widget
+
+    def _legend(self, widget, columns: int):
+        """A legend in a row under the plot's x axis: it never covers a curve."""
+        import pyqtgraph as pg
+
+        item = widget.getPlotItem()
+        legend = pg.LegendItem(colCount=max(1, columns), frame=False, labelTextSize="8pt", horSpacing=12,
+                               labelTextColor=self.palette().color(QPalette.ColorRole.Text))
+        legend.updateSize = legend.updateGeometry  # laid out by the plot's layout, not floating over the view
+        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        legend.setMinimumWidth(0)
+        legend.setPreferredWidth(0)
+        item.layout.addItem(legend, 4, 1)
+        item.legend = legend
+        return legend
+
+    @staticmethod
+    def _fit_legend(legend, rows_hint: int) -> None:
+        """Room for `rows_hint` rows now; then as many columns as the plot's width holds, as it resizes."""
+        legend.setMinimumHeight(LEGEND_ROW * max(1, rows_hint))
+        view = legend.parentItem().getViewBox() if hasattr(legend.parentItem(), "getViewBox") else None
+        if view is None or not legend.items:
+            return
+
+        def fit(*_args) -> None:
+            widest = max(sample.boundingRect().width() + label.itemRect().width() for sample, label in legend.items)
+            columns = max(1, min(len(legend.items), int(view.width() // (widest + 12))))
+            if columns != legend.columnCount:
+                legend.setColumnCount(columns)
+            legend.setMinimumHeight(LEGEND_ROW * -(-len(legend.items) // columns))
+
+        view.sigResized.connect(fit)
+
+    # ------------------------------------------------------------------ sections
+    def _roc(self, report: dict):
+        import pyqtgraph as pg
+
+        roc = _dict(report.get("roc"))
+        fpr, tpr = _numbers(roc.get("fpr")), _numbers(roc.get("tpr"))
+        if not fpr or len(fpr) != len(tpr):
+            return None
+        widget = self._plot("roc", "ROC curve", "False positive rate", "True positive rate")
+        item = widget.getPlotItem()
+        legend = self._legend(widget, 2)
+        auc = _number(roc.get("auc"))
+        item.plot([0.0, 1.0], [0.0, 1.0], pen=pg.mkPen(CHANCE_COLOUR, width=1, style=Qt.PenStyle.DashLine),
+                  name="chance (AUC 0.5)")
+        item.plot(fpr, tpr, pen=pg.mkPen(SERIES_COLOURS[0], width=2.5), connect="finite",
+                  name="model" + (f" (AUC {auc:.4f})" if auc is not None else ""))
+        self._fit_legend(legend, 1)
+        self._unit_axis(item, "left")
+        self._unit_axis(item, "bottom")
+        item.setMouseEnabled(x=False, y=False)
+        return widget
+
+    @staticmethod
+    def _unit_axis(item, side: str) -> None:
+        """A 0..1 axis with its ends labelled: six labels, or three on a short axis, and padding enough for
+        the end labels' half height (pyqtgraph drops a label that crowds the axis or crosses the plot's edge)."""
+        axis, view = item.getAxis(side), item.getViewBox()
+
+        def fit(*_args) -> None:
+            length = view.height() if side == "left" else view.width()
+            axis.setTicks([FEW_UNIT_TICKS if 0 < length < SHORT_AXIS else UNIT_TICKS, []])
+            padding = max(UNIT_PADDING, END_LABEL_ROOM / length) if length > 0 else UNIT_PADDING
+            if side == "left":
+                item.setYRange(0, 1, padding=padding)
+            else:
+                item.setXRange(0, 1, padding=padding)
+
+        fit()
+        view.sigResized.connect(fit)
+
+    def _confusion(self, report: dict):
+        confusion = _dict(report.get("confusion"))
+        labels = [str(label) for label in _list(confusion.get("labels"))]
+        matrix = _list(confusion.get("matrix"))
+        if not labels or len(matrix) != len(labels) or any(len(_list(row)) != len(labels) for row in matrix):
+            raise ValueError("the confusion matrix is not square with one row per label")
+        counts = [[int(_number(c) or 0) for c in row] for row in matrix]
+        total = sum(map(sum, counts))
+        box = QWidget()
+        box.setObjectName("evaluation_confusion")
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(0, 0, 0, 0)
+        title = QLabel("<b>Confusion matrix</b> — rows: actual class, columns: predicted; % of the actual class")
+        title.setWordWrap(True)
+        layout.addWidget(title)
+        table = QTableWidget(len(labels), len(labels))
+        table.setObjectName("confusionTable")
+        table.setHorizontalHeaderLabels([f"predicted {label}" for label in labels])
+        table.setVerticalHeaderLabels([f"actual {label}" for label in labels])
+        table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        base = self.palette().color(QPalette.ColorRole.Base)
+        for r, row in enumerate(counts):
+            row_total = sum(row)
+            for c, count in enumerate(row):
+                share = count / row_total if row_total else 0.0
+                cell = QTableWidgetItem(f"{count:,}\n{100 * share:.1f}%")
+                cell.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                tint = RIGHT_COLOUR if r == c else WRONG_COLOUR
+                mix = 0.15 + 0.6 * share if count else 0.0
+                cell.setBackground(QBrush(QColor(*(round(b + (t - b) * mix) for b, t in zip(
+                    (base.red(), base.green(), base.blue()), (tint.red(), tint.green(), tint.blue()), strict=True)))))
+                cell.setToolTip(f"actual {labels[r]}, predicted {labels[c]}: {count:,} of {row_total:,} "
+                                f"({100 * share:.1f}% of the actual class, {100 * count / max(total, 1):.1f}% of all)")
+                table.setItem(r, c, cell)
+        height = 30 + CELL_HEIGHT * len(labels)
+        table.setMinimumHeight(min(height, 30 + 48 * len(labels)))
+        table.setMaximumSize(160 + 170 * len(labels), height)  # a grid of numbers, not a wall of colour
+        table.setMinimumWidth(130 + 110 * len(labels))  # "predicted negative" and "128 / 50.6%" stay whole
+        layout.addWidget(table)
+        classification = _dict(report.get("classification"))
+        figures = [f"{name} {_figure(value)}" for name, value in classification.items() if _number(value) is not None]
+        threshold = _number(report.get("threshold"))
+        if figures:
+            note = QLabel(("at P(positive) > 0.5: " if threshold == 0.5 else "") + ", ".join(figures)
+                          + f" · {total:,} rows")
+            note.setObjectName("confusionFigures")
+            note.setWordWrap(True)
+            layout.addWidget(note)
+        layout.addStretch(1)  # the title, grid and figures together at the top
+        self.confusion_table = table
+        return box
+
+    def _curves(self, report: dict):
+        import pyqtgraph as pg
+
+        widgets = []
+        for index, curve in enumerate(_list(report.get("curves"))):
+            curve = _dict(curve)
+            ks = _numbers(curve.get("ks"))
+            series = [_dict(s) for s in _list(curve.get("series"))]
+            if not ks or not series:
+                continue
+            y_label = str(curve.get("y_label") or "value")
+            widget = self._plot(f"curve{index}", str(curve.get("title") or y_label), "k (top of the ranking)", y_label)
+            item = widget.getPlotItem()
+            legend = self._legend(widget, 1)
+            drawn = 0
+            for number, s in enumerate(series):
+                values = _numbers(s.get("values"))[: len(ks)]
+                if not values:
+                    continue
+                emphasis = s.get("emphasis") or ("main" if number == 0 else "normal")
+                colour = SERIES_COLOURS[number % len(SERIES_COLOURS)]
+                pen = {"main": pg.mkPen(colour, width=3),
+                       "faint": pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine)}.get(
+                    emphasis, pg.mkPen(colour, width=2))
+                item.plot(ks[: len(values)], values, pen=pen, connect="finite",
+                          name=str(s.get("label") or s.get("name") or f"series {number + 1}"))
+                drawn += 1
+            if not drawn:
+                continue
+            self._fit_legend(legend, drawn)
+            item.setXRange(min(ks), max(ks), padding=0.02)
+            if self._within_unit(series):
+                self._unit_axis(item, "left")
+            item.setMouseEnabled(x=False, y=False)
+            widgets.append(widget)
+        return widgets
+
+    @staticmethod
+    def _within_unit(series: list[dict]) -> bool:
+        values = [v for s in series for v in _numbers(s.get("values")) if not math.isnan(v)]
+        return bool(values) and min(values) >= 0 and max(values) <= 1
+
+    def _buckets(self, report: dict):
+        import pyqtgraph as pg
+
+        buckets = _dict(report.get("buckets"))
+        rows = [_dict(r) for r in _list(buckets.get("rows"))]
+        if not rows:
+            return None
+        chart = [_dict(s) for s in _list(buckets.get("series")) if _dict(s).get("name")]
+        if not chart:  # an older report: every value the buckets carry
+            chart = [{"name": n} for n in dict.fromkeys(n for r in rows for n in _dict(r.get("values")))]
+        if not chart:
+            return None
+        unit = str(buckets.get("unit") or "rows")
+        y_label = " / ".join(dict.fromkeys(str(s.get("label") or s["name"]).split(" ")[0] for s in chart))
+        widget = self._plot("buckets", str(buckets.get("title") or "By bucket"),
+                            str(buckets.get("by") or "bucket"), y_label)
+        item = widget.getPlotItem()
+        legend = self._legend(widget, min(len(chart), 4))
+        width = 0.8 / len(chart)
+        # a bar takes the colour of the curve it belongs to (the same protocol in both plots), lighter for a
+        # second figure of that curve; else a colour of its own
+        curve_colours = {}
+        for curve in _list(report.get("curves"))[:1]:
+            for number, s in enumerate(_list(_dict(curve).get("series"))):
+                curve_colours[_dict(s).get("name")] = SERIES_COLOURS[number % len(SERIES_COLOURS)]
+        used: dict[str, int] = {}
+        for number, s in enumerate(chart):
+            heights = [_number(_dict(r.get("values")).get(s["name"])) for r in rows]
+            xs = [i + (number - (len(chart) - 1) / 2) * width for i in range(len(rows))]
+            shown = [(x, h) for x, h in zip(xs, heights, strict=True) if h is not None]
+            colour = QColor(curve_colours.get(s.get("curve"), SERIES_COLOURS[number % len(SERIES_COLOURS)]))
+            if used.get(colour.name(), 0):
+                colour.setAlpha(110)
+            used[colour.name()] = used.get(colour.name(), 0) + 1
+            bars = pg.BarGraphItem(x=[x for x, _ in shown], height=[h for _, h in shown], width=width * 0.9,
+                                   brush=pg.mkBrush(colour), pen=pg.mkPen(colour.name(), width=1))
+            item.addItem(bars)
+            legend.addItem(bars, str(s.get("label") or s["name"]))
+        self._fit_legend(legend, -(-len(chart) // 4))
+        ticks = []
+        for i, r in enumerate(rows):
+            count = _number(r.get("count"))
+            ticks.append((i, f"{r.get('label', '?')}" + (f"\n{int(count):,} {unit}" if count is not None else "")))
+        axis = item.getAxis("bottom")
+        axis.setTicks([ticks, []])
+        axis.setHeight(52)
+        item.setXRange(-0.5, len(rows) - 0.5, padding=0.02)
+        self._unit_axis(item, "left")
+        item.setMouseEnabled(x=False, y=False)
+        return widget
+
+    def _histogram(self, report: dict):
+        import pyqtgraph as pg
+
+        histogram = _dict(report.get("histogram"))
+        edges = _numbers(histogram.get("edges"))
+        series = [_dict(s) for s in _list(histogram.get("series"))]
+        if len(edges) < 2 or not series:
+            return None
+        widget = self._plot("histogram", str(histogram.get("title") or "Histogram"), "P(positive)", "rows")
+        item = widget.getPlotItem()
+        legend = self._legend(widget, len(series))
+        bins = len(edges) - 1
+        width = (edges[-1] - edges[0]) / bins * 0.8 / len(series)
+        for number, s in enumerate(series):
+            counts = _numbers(s.get("counts"))[:bins]
+            xs = [(edges[i] + edges[i + 1]) / 2 + (number - (len(series) - 1) / 2) * width for i in range(len(counts))]
+            colour = CLASS_COLOURS[number % len(CLASS_COLOURS)]
+            bars = pg.BarGraphItem(x=xs, height=[0.0 if math.isnan(c) else c for c in counts], width=width * 0.9,
+                                   brush=pg.mkBrush(colour), pen=None)
+            item.addItem(bars)
+            legend.addItem(bars, f"actual {s.get('name', number)}")
+        self._fit_legend(legend, 1)
+        item.setXRange(edges[0], edges[-1], padding=0.02)
+        item.setMouseEnabled(x=False, y=False)
+        return widget

@@ -1,0 +1,160 @@
+"""The evaluation view draws each task's real report (core.lab.evaluation_report) as plots and a confusion grid,
+copes with older, partial and damaged reports without raising, and clears to a message."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from app.panels.evaluation_view import EvaluationView, headline
+from core.config import RunConfig
+from core.engine.trainer import train
+from core.lab.evaluation_report import evaluation_report, load_report, write_report
+
+OPTIONS = {
+    "tiny": ({}, 30),
+    "sentiment": ({"reviews": 2000, "buckets": 4096}, 40),
+    "recommender": ({"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40,
+                     "d_model": 16, "layers": 1, "heads": 2}, 30),
+    "ranking": ({"queries": 600, "docs": 16, "features": 8}, 30),
+}
+EXPECTED = {"tiny": ["confusion"], "sentiment": ["roc", "confusion", "histogram"],
+            "recommender": ["curves", "buckets"], "ranking": ["curves", "buckets"]}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """One real report per task, from a few steps of training (module-wide: the tests only read them)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("evaluation-view")
+    made = {}
+    try:
+        for task, (options, steps) in OPTIONS.items():
+            ended = train(RunConfig.for_task(task, device="cpu", max_steps=steps, threads=1, eval_interval=0,
+                                             task_options=options, out_dir=str(root / task)))
+            assert ended.status == "completed", ended.message
+            made[task] = evaluation_report(ended.checkpoint)
+    finally:
+        torch.set_num_threads(threads)
+    return made
+
+
+@pytest.fixture
+def view(qtbot):
+    widget = EvaluationView()
+    qtbot.addWidget(widget)
+    widget.resize(1000, 720)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+@pytest.mark.parametrize("task", list(OPTIONS))
+def test_each_tasks_report_is_drawn(view, reports, task, tmp_path):
+    report = reports[task]
+    view.show_report(report)
+    assert view.sections == EXPECTED[task] and view.problems == []
+    assert view.message.isHidden() and not view.headline.isHidden()
+    primary = report["primary_metric"]
+    assert f"<b>{primary} {report['metrics'][primary]:.4f}</b>" in view.headline.text()
+    if "confusion" in report:
+        table = view.confusion_table
+        matrix = report["confusion"]["matrix"]
+        for r, row in enumerate(matrix):
+            for c, count in enumerate(row):
+                count_text, share_text = table.item(r, c).text().split("\n")
+                assert count_text == f"{count:,}"
+                assert share_text == f"{100 * count / sum(row):.1f}%"
+    if "curves" in report:
+        for index, curve in enumerate(report["curves"]):
+            item = view.plots[f"curve{index}"].getPlotItem()
+            drawn = {c.name(): list(c.yData) for c in item.listDataItems()}
+            for series in curve["series"]:
+                assert drawn[series["label"]] == pytest.approx(series["values"])
+            assert item.getAxis("left").labelText == curve["y_label"]
+    if "roc" in report:
+        names = [c.name() for c in view.plots["roc"].getPlotItem().listDataItems()]
+        assert names == ["chance (AUC 0.5)", f"model (AUC {report['roc']['auc']:.4f})"]
+    if "buckets" in report:
+        ticks = view.plots["buckets"].getPlotItem().getAxis("bottom")._tickLevels[0]
+        assert [label.split("\n")[0] for _, label in ticks] == [row["label"] for row in report["buckets"]["rows"]]
+        assert all(f"{row['count']:,}" in label for (_, label), row in zip(ticks, report["buckets"]["rows"],
+                                                                           strict=True))
+    shot = tmp_path / f"eval_{task}.png"
+    assert view.grab().save(str(shot)) and shot.stat().st_size > 5000
+
+
+def test_bars_share_the_colour_of_their_curve(view, reports):
+    view.show_report(reports["recommender"])
+    lines = {c.name(): c.opts["pen"].color().name()
+             for c in view.plots["curve0"].getPlotItem().listDataItems()}
+    bars = [i for i in view.plots["buckets"].getPlotItem().items if type(i).__name__ == "BarGraphItem"]
+    labels = {s["curve"]: s for s in reports["recommender"]["buckets"]["series"]}
+    protocol_label = {s["name"]: s["label"] for s in reports["recommender"]["curves"][0]["series"]}
+    for bar, series in zip(bars, reports["recommender"]["buckets"]["series"], strict=True):
+        assert bar.opts["brush"].color().name() == lines[protocol_label[series["curve"]]]
+    assert labels  # every charted series names its curve
+
+
+def broken_variants(report: dict) -> list[dict]:
+    """An older report (metrics only), sections missing, nulls where numbers were, wrong shapes and types."""
+    variants = [{}, {"task": "sentiment", "metrics": {"accuracy": 0.8}}, {"metrics": "oops", "rows": "many"}]
+    for key in ("roc", "confusion", "curves", "buckets", "histogram"):
+        if key in report:
+            partial = copy.deepcopy(report)
+            del partial[key]
+            variants.append(partial)
+            damaged = copy.deepcopy(report)
+            damaged[key] = {"fpr": [0, None], "tpr": [0], "labels": ["a"], "matrix": [[1, 2]], "rows": [None],
+                            "series": "x", "edges": [None]}
+            variants.append(damaged)
+            wrong_type = copy.deepcopy(report)
+            wrong_type[key] = [1, "two", None] if not isinstance(report[key], list) else {"a": 1}
+            variants.append(wrong_type)
+    nulls = json.loads(json.dumps(report).replace("0.", "-0."))  # still valid JSON, odd values
+    variants.append(nulls)
+    return variants
+
+
+@pytest.mark.parametrize("task", list(OPTIONS))
+def test_partial_and_damaged_reports_never_raise(view, reports, task):
+    for variant in broken_variants(reports[task]):
+        view.show_report(variant)
+        assert view.sections or not view.message.isHidden()  # drawn, or a line says why not
+    view.show_report({"task": "ranking", "metrics": {"ndcg@10": 0.7}})
+    assert view.sections == [] and "no plots" in view.message.text()
+    assert "ndcg@10 0.7000" in view.headline.text()
+
+
+def test_a_malformed_section_is_one_line_and_the_rest_is_drawn(view, reports):
+    report = copy.deepcopy(reports["sentiment"])
+    report["confusion"]["matrix"] = [[1, 2, 3]]
+    view.show_report(report)
+    assert view.sections == ["roc", "histogram"] and len(view.problems) == 1
+    assert "confusion" in view.message.text() and "\n" not in view.message.text()
+
+
+def test_clear_shows_the_message_and_nothing_else(view, reports):
+    view.show_report(reports["recommender"])
+    view.clear("Evaluating on the test split…")
+    assert view.sections == [] and view.plots == {} and view.grid.count() == 0
+    assert view.message.text() == "Evaluating on the test split…" and view.headline.isHidden()
+    view.show_report("not a report")  # a caller passing something else gets a message, not an exception
+    assert "cannot be read" in view.message.text()
+
+
+def test_a_saved_report_round_trips_into_the_view(view, reports, tmp_path):
+    write_report(reports["ranking"], tmp_path)
+    view.show_report(load_report(tmp_path))
+    assert view.sections == ["curves", "buckets"]
+    (tmp_path / "evaluation.json").write_text('{"task": "ranking", "curves": [')  # torn
+    assert load_report(tmp_path) is None
+
+
+def test_headline_without_fields():
+    assert headline({}) == "?"
+    assert "ROC AUC 0.7500" in headline({"task": "t", "roc": {"auc": 0.75}, "metrics": {"accuracy": None}})
