@@ -303,3 +303,16 @@ def test_line_numbers_count_quoted_line_breaks_across_blocks(capsys, tmp_path, s
     assert [int(r["line"]) for r in _rows(tmp_path / "o.csv")] == expected_lines
     assert [line for line in err.splitlines() if line.startswith("line ")] == [
         f"line {n}: 3 values, the header has 2 columns" for n in bad_lines]
+
+
+def test_progress_off_a_terminal_is_plain_lines():
+    from core.cli.predict import Progress
+
+    stream = io.StringIO()  # not a terminal
+    progress = Progress(every=0.0, stream=stream)
+    progress.update(1200, 3)
+    progress.update(2400, 3)
+    progress.done()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("predict: 2,400 scored, 3 skipped, ")
+    assert "\r" not in stream.getvalue()

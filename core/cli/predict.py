@@ -343,12 +343,15 @@ def numbers(values, name: str, checks: Checks, dtype="float32"):
 
     t = values.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0).to_numpy(zero_copy_only=False)
-        ok = pc.match_substring_regex(values, NUMBER).to_numpy(zero_copy_only=False)
-        checks.add(empty, lambda i: f"{name} is empty")
-        checks.add(~ok & ~empty, lambda i: f"{name} {_shown(values[i].as_py())} is not a number")
-        cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(values), "0")
-        out = pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False)
+        try:  # the common case, numbers only: one cast (a NaN or inf is caught as not finite below)
+            out = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some value is not a number: find which
+            empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0).to_numpy(zero_copy_only=False)
+            ok = pc.match_substring_regex(values, NUMBER).to_numpy(zero_copy_only=False)
+            checks.add(empty, lambda i: f"{name} is empty")
+            checks.add(~ok & ~empty, lambda i: f"{name} {_shown(values[i].as_py())} is not a number")
+            cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(values), "0")
+            out = pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False)
     elif pa.types.is_timestamp(t) or pa.types.is_date(t):
         out = pc.cast(pc.cast(values, pa.timestamp("s")), pa.int64()).to_numpy(zero_copy_only=False)
         out = np.asarray(out, dtype=np.float64)
