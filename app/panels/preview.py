@@ -621,18 +621,157 @@ PAGES = {"sentiment": SentimentPage, "recommender": RecommenderPage, "ranking": 
 
 
 def load_for_preview(source: str, which: str, device: str):
-    """(predictor, its examples for the pickers): run on the queue's worker."""
+    """(predictor, its examples for the pickers, a note): run on the queue's worker. Examples come from the
+    run's data; when that cannot be read (a data file moved since), the model still loads and the note says
+    why the pickers are empty (typed lesson ids and numbers still work)."""
+    from core.errors import AmpConsoleError
     from core.lab.predict import load_predictor
 
     predictor = load_predictor(source, which=which, device=device)
-    examples = None
-    if predictor.task == "recommender":
-        examples = predictor.example_users(EXAMPLES)
-    elif predictor.task == "ranking":
-        examples = predictor.example_queries(EXAMPLES)
-    elif predictor.task == "tiny":
-        examples = predictor.example_inputs(20)
-    return predictor, examples
+    examples, note = None, ""
+    try:
+        if predictor.task == "recommender":
+            examples = predictor.example_users(EXAMPLES)
+        elif predictor.task == "ranking":
+            examples = predictor.example_queries(EXAMPLES)
+        elif predictor.task == "tiny":
+            examples = predictor.example_inputs(20)
+    except (AmpConsoleError, OSError) as exc:
+        note = f"No examples from the run's data: {exc}"
+    return predictor, examples, note
+
+
+# ============================================================================== the evaluation report
+class EvaluationTab(QWidget):
+    """The loaded checkpoint's evaluation report: the evaluation.json in its run folder when there is one,
+    else Evaluate measures it (core.lab.evaluation_report on its test split, on a worker of its own, so the
+    Try it page stays quick meanwhile) and writes it there, as `amp-console evaluate --report` does."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        from PySide6.QtWidgets import QScrollArea
+
+        from app.panels.evaluation_view import EvaluationView
+
+        self.setObjectName("previewEvaluationTab")
+        self.checkpoint: Path | None = None
+        self.device = "cpu"
+        self.report: dict | None = None  # the report shown
+        self._serial = 0  # a read or an evaluation of an earlier checkpoint is not shown
+        self._evaluating = -1  # the serial of the checkpoint being evaluated
+        self.view = EvaluationView(self)
+        self.job = BackgroundJob("previewEvaluateThread", self)
+        self.job.succeeded.connect(self._evaluated)
+        self.job.failed.connect(self._failed)
+        self.job.runningChanged.connect(lambda _running: self._update_button())
+        self.reads = JobRunner(self)
+        self.evaluateButton = QPushButton("Evaluate", objectName="previewEvaluateButton", clicked=self.evaluate)
+        self.infoLabel = QLabel(objectName="previewEvaluationInfo", wordWrap=True)
+        self.infoLabel.setTextFormat(Qt.TextFormat.RichText)
+        top = QHBoxLayout()
+        top.addWidget(self.infoLabel, 1)
+        top.addWidget(self.evaluateButton, 0, Qt.AlignmentFlag.AlignTop)
+        scroll = QScrollArea(objectName="previewEvaluationScroll", widgetResizable=True,
+                             frameShape=QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self.view)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(scroll, 1)
+        self.set_checkpoint(None)
+
+    @property
+    def folder(self) -> Path | None:
+        from core.lab.evaluation_report import report_folder
+
+        return None if self.checkpoint is None else report_folder(self.checkpoint)
+
+    def set_checkpoint(self, checkpoint, device: str = "cpu") -> None:
+        """The preview loaded `checkpoint` (None: nothing loaded): show its run's report, read off the GUI
+        thread."""
+        self._serial += 1
+        self.checkpoint = None if checkpoint is None else Path(checkpoint)
+        self.device = device
+        self.report = None
+        self._update_button()
+        if self.checkpoint is None:
+            self.infoLabel.setText("")
+            self.view.clear("Load a checkpoint to see its evaluation report.")
+            return
+        serial, folder = self._serial, self.folder
+        self.view.clear("Reading the evaluation report…")
+
+        def read():
+            from core.lab.evaluation_report import load_report
+
+            return load_report(folder)
+
+        self.reads.submit(read, lambda report: self._read(serial, report),
+                          lambda message, _details: self._read_failed(serial, message))
+
+    def _read(self, serial: int, report) -> None:
+        if serial != self._serial:
+            return
+        if report is None:
+            self.infoLabel.setText(f"No evaluation report in {self.folder} yet: Evaluate measures "
+                                   f"{self.checkpoint.name} on its test split (its validation split when the "
+                                   "task has no test split) and saves evaluation.json there.")
+            self.view.clear("No evaluation yet.")
+            return
+        self._show(report)
+
+    def _read_failed(self, serial: int, message: str) -> None:
+        if serial == self._serial:
+            self.view.clear(f"Could not read the evaluation report: {message}")
+
+    def _show(self, report: dict) -> None:
+        self.report = report
+        measured = Path(str(report.get("checkpoint") or "?")).name
+        step = report.get("step")
+        about = f"{measured}" + (f", step {step:,}" if isinstance(step, int) else "")
+        text = f"evaluation.json: {about}, {report.get('split', '?')} split, {report.get('created', '')}"
+        same = self.checkpoint is not None and measured == self.checkpoint.name
+        if not same and self.checkpoint is not None:
+            text += (f"<br><span style='color:{MUTED_COLOUR}'>This report measured {measured}; Evaluate "
+                     f"measures {self.checkpoint.name}.</span>")
+        self.infoLabel.setText(text)
+        self.view.show_report(report)
+
+    def evaluate(self) -> None:
+        """Measure the loaded checkpoint (on the preview's device) and save the report in its run folder."""
+        if self.job.running or self.checkpoint is None:
+            return
+        checkpoint, device, folder = str(self.checkpoint), self.device, self.folder
+        self._evaluating = self._serial
+
+        def run(_progress, _control):
+            from core.lab.evaluation_report import evaluation_report, write_report
+
+            report = evaluation_report(checkpoint, device=device)
+            write_report(report, folder)
+            return report
+
+        self.view.clear(f"Evaluating {self.checkpoint.name} on {device}…")
+        self.job.start(run)
+
+    def _evaluated(self, report: dict) -> None:
+        if self._evaluating == self._serial:
+            self._show(report)
+
+    def _failed(self, message: str, _field: str, details: str) -> None:
+        if self._evaluating == self._serial:
+            self.view.clear(f"Could not evaluate {self.checkpoint.name if self.checkpoint else ''}: {message}")
+            self.view.message.setToolTip(details)
+
+    def _update_button(self) -> None:
+        running = self.job.running
+        self.evaluateButton.setEnabled(self.checkpoint is not None and not running)
+        self.evaluateButton.setText("Evaluating…" if running else "Evaluate again" if self.report else "Evaluate")
+
+    def shutdown(self) -> None:
+        self.job.shutdown()
+        self.reads.shutdown()
 
 
 # ============================================================================== the dialog
@@ -647,7 +786,7 @@ class PreviewDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("previewDialog")
         self.setWindowTitle("Model preview")
-        self.resize(1040, 720)
+        self.resize(1040, 720)  # the evaluation plots need the room
         self._runs_root = runs_root
         self._devices = devices or (lambda: ["cpu"])
         self.predictor = None
@@ -656,6 +795,7 @@ class PreviewDialog(QDialog):
         self.outside: list[str] = []  # run folders outside the runs root asked for by select_run
         self._wanted: str | None = None  # a run folder to select once the scan is in
         self.source: str | None = None  # what is loaded (or loading)
+        self._note = ""  # what the status line says about the loaded checkpoint (its notes)
         self.queue = PredictionQueue(self)
         self.queue.finished.connect(self._finished)
         self.queue.failed.connect(self._failed)
@@ -706,6 +846,8 @@ class PreviewDialog(QDialog):
             self.stack.addWidget(page)
         self.tabs = QTabWidget(objectName="previewTabs")
         self.tabs.addTab(self.stack, "Try it")
+        self.evaluation = EvaluationTab(self)
+        self.tabs.addTab(self.evaluation, "Evaluation")
 
         layout = QVBoxLayout(self)
         layout.addLayout(top)
@@ -815,6 +957,7 @@ class PreviewDialog(QDialog):
         self.whichCombo.setEnabled(Path(source).is_dir() or not Path(source).suffix)
         self.source = source
         self.predictor = None
+        self._note = ""
         for page in self.pages.values():
             page.debounce.stop()
             page.predictor = None
@@ -823,7 +966,7 @@ class PreviewDialog(QDialog):
         self.queue.submit("load", lambda: load_for_preview(source, which, device), supersede=True)
 
     def _loaded(self, result) -> None:
-        predictor, examples = result
+        predictor, examples, note = result
         page = self.pages.get(predictor.task)
         if page is None:
             self._message(f"No preview for the {predictor.task!r} task (it knows "
@@ -833,12 +976,15 @@ class PreviewDialog(QDialog):
         self.header.setText(describe_predictor(predictor))
         self.header.setToolTip(str(predictor.checkpoint))
         self.stack.setCurrentWidget(page)
+        self.evaluation.set_checkpoint(predictor.checkpoint, self.deviceCombo.currentText() or "cpu")
         notes = list(getattr(predictor, "notes", None) or [])  # e.g. no best kept yet: its last checkpoint
-        self.statusLabel.setText(" ".join(notes))
+        self._note = " ".join(notes + ([note] if note else []))
+        self.statusLabel.setText(self._note)
         page.set_predictor(predictor, examples)
 
     def _message(self, text: str, error: bool = True) -> None:
         self.predictor = None
+        self.evaluation.set_checkpoint(None)
         self.messageLabel.setText(f"<span style='color:{ERROR_COLOUR}'>{text}</span>" if error else text)
         self.stack.setCurrentWidget(self.messageLabel)
         if error:
@@ -846,7 +992,7 @@ class PreviewDialog(QDialog):
 
     # ------------------------------------------------------------------ requests and results
     def _submit(self, kind: str, fn: Callable[[], object]) -> None:
-        self.statusLabel.setText("")
+        self.statusLabel.setText(self._note)  # a new request: an earlier request's error no longer stands
         self.queue.submit(kind, fn)
 
     def _page_for(self, kind: str) -> _Page | None:
@@ -893,6 +1039,7 @@ class PreviewDialog(QDialog):
             page.debounce.stop()
         self.queue.shutdown()
         self.scans.shutdown()
+        self.evaluation.shutdown()
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         """Closing drops what was asked and joins the request running (one short call): no thread outlives
@@ -901,4 +1048,5 @@ class PreviewDialog(QDialog):
             page.debounce.stop()
         self.queue.wait()
         self.scans.shutdown()
+        self.evaluation.shutdown()  # an evaluation running is finished (and saved), not cut off
         super().closeEvent(event)

@@ -136,6 +136,22 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     shot(dialog, "recommender")
 
 
+def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, monkeypatch):
+    from core.errors import DataError
+    from core.lab import predict
+
+    def gone(self, limit=200):
+        raise DataError("/data/lessons.csv: no such file")
+
+    monkeypatch.setattr(predict.Predictor, "example_users", gone)
+    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
+    assert "No examples from the run's data: /data/lessons.csv: no such file" in dialog.statusLabel.text()
+    assert page.userCombo.count() == 0
+    page.historyEdit.setText("5 6 7")
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [5, 6, 7], timeout=20_000)
+    assert page.result.items == predictor(runs, "recommender").recommend([5, 6, 7]).items
+
+
 def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
     from app.panels.preview import ndcg_at
 
@@ -182,6 +198,47 @@ def test_tiny_probabilities_for_a_sample_and_typed_numbers(qtbot, dialog, runs):
     shot(dialog, "tiny")
 
 
+def test_the_newest_request_of_a_kind_wins_and_none_piles_up(qtbot):
+    import threading
+
+    from app.panels.preview import PredictionQueue
+
+    queue = PredictionQueue()
+    results, errors = [], []
+    queue.finished.connect(lambda kind, result: results.append((kind, result)))
+    queue.failed.connect(lambda kind, message, _details: errors.append((kind, message)))
+    gate = threading.Event()
+    ran = []
+
+    def slow():
+        ran.append("first")
+        assert gate.wait(20)
+        return "first"
+
+    queue.submit("score", slow)
+    qtbot.waitUntil(lambda: ran == ["first"], timeout=10_000)
+    for text in ("g", "gr", "gre", "grea", "great"):  # typed while the first runs: only the last will run
+        queue.submit("score", lambda text=text: ran.append(text) or text)
+    queue.submit("explain", lambda: ran.append("explain") or "words")
+    queue.submit("broken", lambda: 1 / 0)
+    gate.set()
+    qtbot.waitUntil(lambda: queue.idle and len(ran) == 3, timeout=10_000)
+    assert ran == ["first", "great", "explain"] and queue.started == 4  # "broken" ran too, and failed
+    assert results == [("score", "great"), ("explain", "words")]  # the first's result was overtaken: dropped
+    assert errors and errors[0][0] == "broken" and "ZeroDivisionError" in errors[0][1]
+
+    gate.clear()
+    ran.clear()
+    queue.submit("score", slow)
+    qtbot.waitUntil(lambda: ran == ["first"], timeout=10_000)
+    queue.submit("score", lambda: "stale")
+    queue.submit("load", lambda: "model", supersede=True)  # a load drops what was asked of the old model
+    gate.set()
+    qtbot.waitUntil(lambda: queue.idle, timeout=10_000)
+    assert results[-1] == ("load", "model") and ("score", "stale") not in results and ("score", "first") not in results
+    queue.shutdown()
+
+
 def test_a_corrupt_checkpoint_is_a_message_in_the_panel(qtbot, dialog, runs, tmp_path):
     bad = tmp_path / "broken.pt"
     bad.write_bytes(b"garbage, not a checkpoint")
@@ -218,6 +275,34 @@ def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
     qtbot.waitUntil(lambda: dialog.queue.idle and dialog.predictor is not None, timeout=30_000)
     assert dialog.predictor.task == "ranking" and dialog.predictor.checkpoint.name == "checkpoint.pt"
     assert dialog.stack.currentWidget() is dialog.pages["ranking"]
+
+
+def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, runs, tmp_path):
+    import shutil
+
+    from core.lab.evaluation_report import load_report
+
+    folder = tmp_path / "sentiment-copy"  # a copy: the report is written into the run folder
+    shutil.copytree(runs / "sentiment", folder)
+    open_run(qtbot, dialog, folder, "sentiment")
+    tab = dialog.evaluation
+    dialog.tabs.setCurrentWidget(tab)
+    qtbot.waitUntil(lambda: "No evaluation report" in tab.infoLabel.text(), timeout=20_000)
+    assert tab.report is None and tab.evaluateButton.isEnabled()
+    click(qtbot, tab, "previewEvaluateButton")
+    qtbot.waitUntil(lambda: tab.report is not None, timeout=60_000)
+    saved = load_report(folder)
+    assert saved is not None and saved["checkpoint"] == str(dialog.predictor.checkpoint)
+    assert tab.report["metrics"] == saved["metrics"] and "roc" in tab.view.sections
+    assert "best.pt" in tab.infoLabel.text() and tab.evaluateButton.text() == "Evaluate again"
+    shot(dialog, "evaluation")
+
+    dialog.whichCombo.setCurrentIndex(dialog.whichCombo.findData("last"))  # the last checkpoint: the saved
+    dialog.load()                                                           # report is of the best, and says so
+    qtbot.waitUntil(lambda: dialog.predictor is not None and tab.report is not None, timeout=20_000)
+    assert dialog.predictor.checkpoint == folder / "checkpoint.pt"
+    assert tab.report["metrics"] == saved["metrics"]
+    assert "This report measured best.pt; Evaluate measures checkpoint.pt" in tab.infoLabel.text()
 
 
 @pytest.mark.timeout(120)
