@@ -316,3 +316,24 @@ def test_progress_off_a_terminal_is_plain_lines():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[1].startswith("predict: 2,400 scored, 3 skipped, ")
     assert "\r" not in stream.getvalue()
+
+
+def test_a_run_id_under_the_runs_root(capsys, tmp_path, runs_root_in_tmp):
+    import json
+
+    ended = _train_in_root("tiny", max_steps=5, keep_best=0)
+    run_id = json.loads(next(runs_root_in_tmp.glob("*/run.json")).read_text())["id"]
+    (tmp_path / "p.csv").write_text(",".join(f"x{i}" for i in range(1, 11)) + "\n" + ",".join(["0.5"] * 10) + "\n")
+    code, stdout, err = cli(capsys, "predict", run_id[:6], "--input", tmp_path / "p.csv", "--out", tmp_path / "o.csv")
+    assert code == 0, err
+    assert "kept no best checkpoint" in err and str(ended.checkpoint) in err and "1 points scored" in stdout
+    code, _, err = cli(capsys, "predict", run_id[:6], "--best", "--input", tmp_path / "p.csv", "--out",
+                       tmp_path / "o.csv")
+    assert code == 2 and "no best checkpoint" in err  # asked for explicitly: not replaced by the last
+
+
+def _train_in_root(task: str, **settings):
+    torch.set_num_threads(1)
+    ended = train(RunConfig.for_task(task, device="cpu", threads=1, **settings))
+    assert ended.status == "completed", ended.message
+    return ended

@@ -38,6 +38,7 @@ TASK_OF_METHOD = {"sentiment": "sentiment", "explain": "sentiment", "recommend":
 SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
 RANK_ROWS = 65536  # candidates scored at a time
 RECOMMEND_ROWS = 1024  # histories scored at a time (fewer for a catalogue whose score matrix would be large)
+HOST = torch.device("cpu")  # where answers are read from (numpy reads host memory), whatever the model's device
 
 
 @dataclass
@@ -128,7 +129,7 @@ class Predictor:
             for start in range(0, len(texts), SENTIMENT_ROWS):
                 tokens = self.task_object._tokens(texts.slice(start, SENTIMENT_ROWS))
                 logits = self.model(tokens.to(self.device)).float()
-                out[start:start + len(tokens)] = torch.softmax(logits, dim=1)[:, 1].double().cpu().numpy()
+                out[start:start + len(tokens)] = torch.softmax(logits, dim=1)[:, 1].double().to(HOST).numpy()
         return out
 
     def explain(self, text: str, top: int = 8) -> list[tuple[str, float]]:
@@ -254,7 +255,7 @@ class Predictor:
                     score = score.masked_fill(history, float("-inf"))
                 value, index = score.topk(k, dim=1)
                 was_seen = history.gather(1, index)
-                value, index, was_seen = value.cpu().numpy(), index.cpu().numpy(), was_seen.cpu().numpy()
+                value, index, was_seen = value.to(HOST).numpy(), index.to(HOST).numpy(), was_seen.to(HOST).numpy()
                 real = np.isfinite(value) & (known_count[start:end] > 0)[:, None]
                 items[start:end] = np.where(real, index + 1, 0)
                 scores[start:end] = np.where(real, value, np.nan)
@@ -306,7 +307,7 @@ class Predictor:
         with self._lock, torch.inference_mode():
             for start in range(0, len(x), RANK_ROWS):
                 chunk = torch.from_numpy(x[start:start + RANK_ROWS]).to(self.device)
-                out[start:start + len(chunk)] = self.model(chunk).float().cpu().numpy()
+                out[start:start + len(chunk)] = self.model(chunk).float().to(HOST).numpy()
         return out
 
     def _matrix(self, values, what: str) -> np.ndarray:
@@ -378,7 +379,7 @@ class Predictor:
         x = self._matrix(x, "x")
         with self._lock, torch.inference_mode():
             logits = self.model(torch.from_numpy(x).to(self.device)).float()
-            return torch.softmax(logits, dim=1).cpu().numpy()
+            return torch.softmax(logits, dim=1).to(HOST).numpy()
 
     def example_inputs(self, limit: int = 20) -> np.ndarray:
         """tiny: the first `limit` validation points of the run's synthetic data (regenerated with its seed)."""
@@ -435,7 +436,7 @@ def load_predictor(source: str | Path, which: str = "best", device: str | None =
 
         where = torch_device(device_info(device))
     else:
-        where = torch.device("cpu")
+        where = HOST
     state = load_checkpoint(path)
     config = state["config"]
     try:
