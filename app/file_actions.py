@@ -1,5 +1,8 @@
 """File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint.
 
+Export writes today's checkpoint files (.pt, .safetensors, .json) or, chosen by the save dialog's file type, a
+serving folder (core.lab.export: a torch.export program, ONNX or safetensors, with manifest.json and serve.py),
+whose verification line (the max abs difference against the trained model) ends in the status bar.
 Reading or writing checkpoints runs on a short-lived background thread (JobRunner): the GUI thread never
 loads tensors. Errors are core's CheckpointError/ConfigError messages, shown in the window.
 """
@@ -17,6 +20,15 @@ from app import assets
 from app.assets import icon
 
 EXPORT_SUFFIXES = (".pt", ".safetensors", ".json")  # what export_checkpoint writes
+# The save dialog's file types: today's checkpoint files (the first, the default), then the serving folders of
+# core.lab.export (filter -> format). A name typed with one of these suffixes names the same folder.
+CHECKPOINT_FILTER = "Checkpoint files: .pt, .safetensors and .json (*.pt *.safetensors)"
+SERVING_FILTERS = {
+    "Serving folder: torch.export program, plain torch (*.pt2)": "program",
+    "Serving folder: ONNX, onnxruntime (*.onnx)": "onnx",
+    "Serving folder: safetensors weights (*.safetensors)": "safetensors",
+}
+SERVING_SUFFIXES = (".pt2", ".onnx", ".safetensors", ".pt", ".json")
 BEST_NAME = re.compile(r"best(?:-step(\d+))?\.pt")  # core.engine.early_stopping: best.pt, best-step<N>.pt
 
 
@@ -84,6 +96,13 @@ def _export(source: str, destination: str) -> tuple[str, ...]:
     from core.engine.checkpoints import export_checkpoint
 
     return tuple(str(p) for p in export_checkpoint(source, destination))
+
+
+def _export_serving(source: str, destination: str, fmt: str) -> str:
+    """core.lab.export's export, verified; its one-line summary (with the max abs difference)."""
+    from core.lab.export import export_model
+
+    return export_model(source, destination, fmt).summary()
 
 
 class FileActions:
@@ -195,6 +214,20 @@ class FileActions:
         window.jobs.submit(lambda: _export(source, destination), done,
                            lambda message, details: window.show_error(f"Export failed: {message}", details))
 
+    def export_serving(self, source: str, destination: str, fmt: str) -> None:
+        """Write the serving folder `destination` as `fmt` (core.lab.export: verified by reloading) off the GUI
+        thread; the verification line goes to the status bar and the log."""
+        window = self.window
+        window.show_message(f"Exporting {source} as {fmt} (then loading it back to verify)…")
+
+        def done(summary: str) -> None:
+            line = "Exported " + summary.removeprefix("exported ")
+            window.show_message(line, "status-ok")
+            window.logPanel.log(line)
+
+        window.jobs.submit(lambda: _export_serving(source, destination, fmt), done,
+                           lambda message, details: window.show_error(f"Export failed: {message}", details))
+
     def _ask_resume(self) -> None:
         start = str(Path(self.window.last_checkpoint).parent) if self.window.last_checkpoint else ""
         path, _ = QFileDialog.getOpenFileName(self.window, "Resume from checkpoint", start,
@@ -229,7 +262,7 @@ class FileActions:
             except OSError:  # a read-only run folder: propose the run folder itself
                 folder = run_folder
         name, n = "model", 1
-        while any((folder / name).with_suffix(s).exists() for s in EXPORT_SUFFIXES):
+        while (folder / name).exists() or any((folder / name).with_suffix(s).exists() for s in EXPORT_SUFFIXES):
             n += 1
             name = f"model-{n}"
         return str(folder / name), created
@@ -268,20 +301,24 @@ class FileActions:
         if not source:
             return
         default, created = self.export_default(source)
-        destination, _ = QFileDialog.getSaveFileName(
+        destination, chosen_filter = QFileDialog.getSaveFileName(
             self.window, f"Export {Path(source).name} of {Path(source).resolve().parent.name} "
-            "(writes .pt, .safetensors and .json)", default, "Model files (*.pt *.safetensors)")
+            "(file type: checkpoint files, or a folder to serve it from)", default,
+            ";;".join([CHECKPOINT_FILTER, *SERVING_FILTERS]))
+        fmt = SERVING_FILTERS.get(chosen_filter)  # None: today's checkpoint files
         chosen = None
         if destination:
             chosen = Path(destination)
-            if chosen.suffix in EXPORT_SUFFIXES:  # "model.pt" names the three files model.*
+            if chosen.suffix in (SERVING_SUFFIXES if fmt else EXPORT_SUFFIXES):  # "model.pt" names model.*
                 chosen = chosen.with_suffix("")
         if created is not None and (chosen is None or chosen.resolve().parent != created):
             try:
                 created.rmdir()  # the folder made for the dialog stays only if the export goes there
             except OSError:
                 pass
-        if chosen is not None:
+        if chosen is not None and fmt:
+            self.export_serving(source, str(chosen), fmt)
+        elif chosen is not None:
             self.export(source, str(chosen))
 
     _ask_export = ask_export  # the menu's name before the run history could pass a checkpoint
