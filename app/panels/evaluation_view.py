@@ -408,12 +408,17 @@ class EvaluationView(QWidget):
         for curve in _list(report.get("curves"))[:1]:
             for number, s in enumerate(_list(_dict(curve).get("series"))):
                 curve_colours[_dict(s).get("name")] = SERIES_COLOURS[number % len(SERIES_COLOURS)]
+        free = [c for c in SERIES_COLOURS if c not in curve_colours.values()] or list(SERIES_COLOURS)
         used: dict[str, int] = {}
+        spare = 0
         for number, s in enumerate(chart):
             heights = [_number(_dict(r.get("values")).get(s["name"])) for r in rows]
             xs = [i + (number - (len(chart) - 1) / 2) * width for i in range(len(rows))]
             shown = [(x, h) for x, h in zip(xs, heights, strict=True) if h is not None]
-            colour = QColor(curve_colours.get(s.get("curve"), SERIES_COLOURS[number % len(SERIES_COLOURS)]))
+            if s.get("curve") in curve_colours:
+                colour = QColor(curve_colours[s["curve"]])
+            else:
+                colour, spare = QColor(free[spare % len(free)]), spare + 1
             if used.get(colour.name(), 0):
                 colour.setAlpha(110)
             used[colour.name()] = used.get(colour.name(), 0) + 1

@@ -624,5 +624,5 @@ class RankingTask(Task):
                 "mrr": mrr, "queries": n, "queries_without_relevant": int(used.shape[0]) - n,
                 "buckets": {"title": f"By candidates per query (k = {TOP_K})", "by": "candidates per query",
                             "unit": "queries", "k": TOP_K, "total": n, "rows": buckets,
-                            "series": [{"name": f"ndcg@{TOP_K}", "label": f"NDCG@{TOP_K}"},
+                            "series": [{"name": f"ndcg@{TOP_K}", "label": f"NDCG@{TOP_K}", "curve": "all"},
                                        {"name": "mrr", "label": "MRR"}]}}
