@@ -278,8 +278,8 @@ def test_a_run_folder_uses_its_best_checkpoint(capsys, tmp_path, tiny_run):
     source.write_text(",".join(f"f{i}" for i in range(1, 11)) + "\n"
                       + "".join(",".join(str(float(v)) for v in row) + "\n" for row in x))
     code, _, err = cli(capsys, "predict", Path(tiny_run.checkpoint).parent, "--input", source, "--out",
-                       tmp_path / "o.csv")
-    assert code == 0 and "best.pt" in err
+                       tmp_path / "new" / "o.csv")
+    assert code == 0 and "best.pt" in err and len(_rows(tmp_path / "new" / "o.csv")) == 3
 
 
 def test_line_numbers_count_quoted_line_breaks_across_blocks(capsys, tmp_path, sentiment_run, monkeypatch):
@@ -320,6 +320,7 @@ def test_progress_off_a_terminal_is_plain_lines():
 
 def test_a_run_id_under_the_runs_root(capsys, tmp_path, runs_root_in_tmp):
     import json
+    from pathlib import Path
 
     ended = _train_in_root("tiny", max_steps=5, keep_best=0)
     run_id = json.loads(next(runs_root_in_tmp.glob("*/run.json")).read_text())["id"]
@@ -330,6 +331,9 @@ def test_a_run_id_under_the_runs_root(capsys, tmp_path, runs_root_in_tmp):
     code, _, err = cli(capsys, "predict", run_id[:6], "--best", "--input", tmp_path / "p.csv", "--out",
                        tmp_path / "o.csv")
     assert code == 2 and "no best checkpoint" in err  # asked for explicitly: not replaced by the last
+    code, _, err = cli(capsys, "predict", Path(ended.checkpoint).parent, "--best", "--input", tmp_path / "p.csv",
+                       "--out", tmp_path / "o.csv")
+    assert code == 2 and "no best checkpoint" in err
 
 
 def _train_in_root(task: str, **settings):

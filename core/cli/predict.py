@@ -75,18 +75,18 @@ def cmd_predict(args) -> int:
     if args.batch_size < 1:
         raise ConfigError("batch_size", f"{args.batch_size}: score at least 1 row at a time")
     if args.k < 1:
-        raise ConfigError("k", f"{args.k}: ask for at least 1 recommendation")
-    check_regular_file(source, "input", "input file")
+        raise ConfigError("--k", f"{args.k}: ask for at least 1 recommendation")
+    check_regular_file(source, "--input", "input file")
     if source.suffix.lower() not in OUT_SUFFIXES:
-        raise ConfigError("input", f"{source}: use a .csv or .parquet file")
+        raise ConfigError("--input", f"{source}: use a .csv or .parquet file")
     if out.suffix.lower() not in OUT_SUFFIXES:
-        raise ConfigError("out", f"{out}: use a .csv or .parquet file name")
-    check_utf8_path(out, "out")
+        raise ConfigError("--out", f"{out}: use a .csv or .parquet file name")
+    check_utf8_path(out, "--out")
     if out.exists() and not out.is_file():
-        raise ConfigError("out", f"{out}: is a folder, not a file")
-    check_writable_folder(out.parent if str(out.parent) else Path("."), "out")
+        raise ConfigError("--out", f"{out}: is a folder, not a file")
+    check_writable_folder(out.parent if str(out.parent) else Path("."), "--out")
     if out.resolve() == source.resolve():
-        raise ConfigError("out", f"{out}: is the input file; write the predictions elsewhere")
+        raise ConfigError("--out", f"{out}: is the input file; write the predictions elsewhere")
     checkpoint, which = resolve_target(args.target, args.which, args.runs_dir)
     predictor = load_predictor(checkpoint, which, device=args.device)
     for note in predictor.notes:
@@ -129,9 +129,9 @@ def resolve_target(target: str, which: str | None, runs_dir: str | None) -> tupl
         if which == "best":
             raise ConfigError("checkpoint", f"{target} is a checkpoint file: --best takes a run (folder or id)")
         return path, "last"
-    if path.is_dir():
-        return path, which or "best"
-    if which is not None:
+    if path.is_dir() and which is None:
+        return path, "best"
+    if which is not None:  # asked for: no fallback (find_checkpoint says when the run kept no best)
         return find_checkpoint(target, which == "best", runs_dir), "last"
     try:
         return find_checkpoint(target, True, runs_dir).parent, "best"
@@ -816,6 +816,7 @@ class AtomicTableWriter:
         import pyarrow.parquet as pq
 
         folder = self.out.parent if str(self.out.parent) else Path(".")
+        folder.mkdir(parents=True, exist_ok=True)
         fd, self._tmp = tempfile.mkstemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=folder)
         os.close(fd)
         mask = os.umask(0)
