@@ -219,7 +219,7 @@ REVIEWS = ["Clear and useful, not boring at all.", "I didn't like it: confusing;
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("fmt", ["program", "onnx"])
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("task", list(SMALL))
 def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, task, fmt):
     if fmt == "onnx":

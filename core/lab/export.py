@@ -13,7 +13,8 @@ Formats:
   the candidate dimension of ranking.
 - `onnx`: `torch.onnx.export(dynamo=True)` (`model.onnx`), checked with onnxruntime; needs the `onnx` extra.
 - `safetensors`: today's `export_checkpoint` files (`model.pt`, `model.safetensors`, `model.json`): the
-  weights, for rebuilding the model with this project (serve.py then needs the project: it says so).
+  weights by state_dict name; serve.py reads them without the safetensors package and computes each task's
+  forward pass in plain torch (float32), so this too serves without the project.
 
 The exported module computes what serving wants, not the training logits: tiny x (B, F) -> class
 probabilities (B, C); sentiment hashed token ids (B, T) -> P(positive) (B,); recommender left-padded model item
@@ -279,7 +280,7 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
                                   f"{_one_line(exc)}; nothing was written") from None
         diff = _max_abs(got, expected)
         # Reduced precision run by another runtime (ONNX Runtime) rounds differently: a few units of its epsilon.
-        rounding = 4 * torch.finfo(DTYPES[dtype]).eps if dtype != "fp32" else TOLERANCE
+        rounding = 4 * torch.finfo(DTYPES[dtype]).eps if dtype != "fp32" and fmt == "onnx" else TOLERANCE
         tolerance = max(TOLERANCE, rounding) * max(1.0, float(expected.abs().max()))
         say(f"verified: reloaded {MODEL_FILES[fmt]} on {sample.shape[0]} rows, max abs difference {diff:.2e}")
         if not diff <= tolerance:  # NaN fails too
@@ -504,7 +505,8 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
 
         versions.update(onnx=onnx.__version__, onnxruntime=onnxruntime.__version__)
     manifest = {
-        "format": fmt, "file": MODEL_FILES[fmt], "task": task, "step": state["step"], "epoch": state["epoch"],
+        "format": fmt, "file": MODEL_FILES[fmt], "task": task, "task_options": dict(opts),
+        "step": state["step"], "epoch": state["epoch"],
         "metrics": state["metrics"], "config": state["config"], "precision": state.get("precision") or {},
         "dtype": dtype, "trained_versions": state["versions"], "versions": versions,
         "source_checkpoint": str(loaded.path),
@@ -514,8 +516,8 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
     elif fmt == "onnx":
         manifest["load"] = "onnxruntime.InferenceSession('model.onnx').run(None, {input name: array})"
     else:
-        manifest["load"] = ("model.safetensors: the weights (state_dict names); rebuild the model with amp-console "
-                            "(model.pt is the full checkpoint, model.json its manifest)")
+        manifest["load"] = ("model.safetensors: the weights by state_dict name; serve.py computes the model from "
+                            "them in plain torch (model.pt is the full checkpoint, model.json its manifest)")
     name, out = INPUT_NAMES[task], OUTPUT_NAMES[task]
     if task == "tiny":
         features, classes = model.fc1.in_features, model.fc2.out_features
@@ -660,9 +662,12 @@ class Served:
 
             self._session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
             self._module = None
-        else:
-            raise ValueError(f"{path.name}: serve.py runs model.pt2 or model.onnx; a safetensors export holds "
-                             "the weights for rebuilding the model with amp-console")
+        else:  # safetensors: the task's forward pass in plain torch over the weights (computed in float32)
+            import torch
+
+            self._torch = torch
+            self._module = _Rebuilt(self.task, read_safetensors(path), self.manifest["task_options"])
+            self._session = None
         if self.task == "recommender":
             vocabulary = self.serving["vocabulary"]
             # looked up by text, so 5000 and "5000" name the same lesson (ids read from a file are text)
@@ -713,6 +718,130 @@ class Served:
             order = sorted((j for j in range(len(row)) if j + 1 not in used), key=lambda j: -row[j])[:k]
             out.append([(self._lesson[j], row[j]) for j in order])
         return out
+
+
+def read_safetensors(path):
+    """name -> float32 tensor from a .safetensors file (8-byte header length, JSON header, raw data), read
+    without the safetensors package."""
+    import struct
+
+    import torch
+
+    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+              "I64": torch.int64, "I32": torch.int32}
+    data = Path(path).read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + size])
+    body = bytearray(data[8 + size:])
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        flat = torch.frombuffer(body, dtype=dtypes[info["dtype"]], count=(end - start) // dtypes[info["dtype"]].itemsize,
+                                offset=start) if end > start else torch.zeros(0, dtype=dtypes[info["dtype"]])
+        tensors[name] = flat.reshape(info["shape"]).float()
+    return tensors
+
+
+class _Rebuilt:
+    """The exported computation of each task written out in plain torch over a state dict (the same
+    functions as amp-console's models, eval mode)."""
+
+    def __init__(self, task, weights, options):
+        self.task, self.w, self.o = task, weights, options
+
+    def _linears(self, prefix):
+        index = sorted({int(k[len(prefix):].split(".")[0]) for k in self.w if k.startswith(prefix)})
+        return [(self.w[f"{prefix}{i}.weight"], self.w[f"{prefix}{i}.bias"]) for i in index]
+
+    def _mlp(self, x, prefix):
+        import torch.nn.functional as F
+
+        layers = self._linears(prefix)
+        for number, (weight, bias) in enumerate(layers):
+            x = F.linear(x, weight, bias)
+            if number < len(layers) - 1:
+                x = F.relu(x)
+        return x
+
+    def __call__(self, x):
+        return getattr(self, "_" + self.task)(x)
+
+    def _tiny(self, x):
+        import torch.nn.functional as F
+
+        w = self.w
+        hidden = F.relu(F.linear(x.float(), w["fc1.weight"], w["fc1.bias"]))
+        return F.linear(hidden, w["fc2.weight"], w["fc2.bias"]).softmax(-1)
+
+    def _sentiment(self, tokens):
+        import torch
+        import torch.nn.functional as F
+
+        w, o = self.w, self.o
+        weights = w["bucket_weight"][tokens]
+        if o["weighting"] == "tfidf":  # sublinear tf, shared out over a row's copies of an id
+            counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).float()
+            weights = weights * (1 + torch.log(counts)) / counts
+        pooled = F.embedding_bag(tokens, w["bag.weight"], mode="sum", per_sample_weights=weights, padding_idx=0)
+        pooling = o["pooling"]
+        if pooling == "mean":
+            norm = weights.sum(1)
+        elif pooling == "sqrt":
+            norm = (weights > 0).sum(1).float().sqrt()
+        elif pooling == "l2":
+            norm = weights.square().sum(1).sqrt()
+        else:
+            norm = torch.ones_like(weights[:, 0])
+        return self._mlp(pooled / norm.clamp(min=1e-6).unsqueeze(1), "head.").softmax(-1)[:, 1]
+
+    def _recommender(self, seq):
+        import torch.nn.functional as F
+
+        w, heads = self.w, self.o["heads"]
+        items = w["items.weight"]
+        b, length = seq.shape
+        d = items.shape[1]
+        x = items[seq] * d ** 0.5 + w["positions.weight"][:length]
+        timeline = (seq > 0).unsqueeze(-1).float()
+        x = x * timeline
+        blocks = sorted({int(k.split(".")[1]) for k in w if k.startswith("blocks.")})
+        for i in blocks:
+            p = f"blocks.{i}."
+            h = F.layer_norm(x, (d,), w[p + "norm1.weight"], w[p + "norm1.bias"])
+            q, k, v = F.linear(h, w[p + "qkv.weight"], w[p + "qkv.bias"]).view(b, length, 3, heads, d // heads) \
+                .permute(2, 0, 3, 1, 4)
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + F.linear(attn.transpose(1, 2).reshape(b, length, d), w[p + "proj.weight"], w[p + "proj.bias"])
+            h = F.layer_norm(x, (d,), w[p + "norm2.weight"], w[p + "norm2.bias"])
+            h = F.linear(F.gelu(F.linear(h, w[p + "ffn.0.weight"], w[p + "ffn.0.bias"])), w[p + "ffn.2.weight"],
+                         w[p + "ffn.2.bias"])
+            x = (x + h) * timeline
+        x = F.layer_norm(x, (d,), w["norm.weight"], w["norm.bias"])
+        return x[:, -1] @ items[1:].t()
+
+    def _ranking(self, x):
+        import torch
+
+        w = self.w
+        x = x.float()
+        if "norm.knots" in w:
+            knots = w["norm.knots"]
+            k = knots.shape[1]
+            flat = x.reshape(-1, x.shape[-1]).t().contiguous()
+            lo = torch.searchsorted(knots, flat)
+            hi = torch.searchsorted(knots, flat, right=True)
+            below = knots.gather(1, (lo - 1).clamp(0, k - 1))
+            above = knots.gather(1, lo.clamp(0, k - 1))
+            between = (lo - 1).float() + (flat - below) / (above - below).clamp(min=1e-30)
+            position = torch.where(hi > lo, (lo + hi - 1).float() / 2, between).clamp(0, k - 1)
+            y = torch.special.ndtri((position + 0.5) / k).t().reshape(x.shape)
+        else:
+            y = (x - w["norm.center"]) / w["norm.scale"]
+            y = torch.where(w["norm.curve"] > 0, torch.asinh(y), y)
+        y = (y - w["norm.mean"]) / w["norm.std"]
+        return self._mlp(y, "net.").squeeze(-1)
 
 
 # The tokenizer the model was trained with (core/data/tokenizer.py), in pure Python: identical ids.
