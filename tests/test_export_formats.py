@@ -397,3 +397,30 @@ def test_the_readme_script_runs_as_printed(runs, tmp_path):
         expected = torch.softmax(model(hashed_tokens(pa.array([review]), o["buckets"], o["max_tokens"],
                                                      o["negation_scope"])), -1)[0, 1]
     assert float(out[-1].split()[-1].strip("[]")) == pytest.approx(float(expected), abs=1e-5)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("task", list(SMALL))
+def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_path, task):
+    """core.lab.predict's Predictor (behind `amp-console predict` and the preview panel) and the exported program
+    served by serve.py in a fresh Python give the same answers for the same inputs."""
+    from core.lab.predict import load_predictor
+
+    folder = tmp_path / "export"
+    export_model(runs[task], folder, "program")
+    predictor = load_predictor(runs[task], "last")
+    if task == "tiny":
+        x = torch.randn(4, 10, generator=torch.Generator().manual_seed(2)).numpy()
+        got = torch.tensor(served(tmp_path, folder, x.tolist()))
+        assert torch.allclose(got, torch.from_numpy(predictor.classify(x)), atol=1e-5)
+    elif task == "sentiment":
+        assert served(tmp_path, folder, REVIEWS) == pytest.approx(predictor.sentiment(REVIEWS), abs=1e-5)
+    elif task == "recommender":
+        histories = [[str(i) for i in LESSONS[2:9]], [str(LESSONS[30])], [str(i) for i in LESSONS[::3]]]
+        answers = served(tmp_path, folder, histories, k=6)
+        for ours, theirs in zip(answers, predictor.recommend_many(histories, k=6)):
+            assert [str(lesson) for lesson, _s in ours] == [str(lesson) for lesson in theirs.items]
+            assert [s for _l, s in ours] == pytest.approx(theirs.scores, abs=1e-4)
+    else:
+        x = (torch.randn(7, 4, generator=torch.Generator().manual_seed(2)) * 3).numpy()
+        assert served(tmp_path, folder, x.tolist()) == pytest.approx(predictor.rank(x).tolist(), abs=1e-5)
