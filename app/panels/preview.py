@@ -357,6 +357,7 @@ class RecommenderPage(_Page):
         self.historyEdit.setPlaceholderText("or type lesson ids, oldest first: 3, 17, 42")
         self.historyEdit.setClearButtonEnabled(True)
         self.historyEdit.textChanged.connect(self.debounce.start)
+        self.historyEdit.textEdited.connect(self._history_edited)
         self.excludeCheck = QCheckBox("Exclude lessons already seen", objectName="previewExcludeSeenCheck")
         self.excludeCheck.setChecked(True)
         self.excludeCheck.toggled.connect(self.request)
@@ -400,6 +401,14 @@ class RecommenderPage(_Page):
             self.historyEdit.setText(", ".join(str(i) for i in self.users[index][1]))
             self.request()
 
+    def _history_edited(self, _text: str) -> None:
+        """Typed ids are no longer the picked user's history: the picker says so by showing no user."""
+        index = self.userCombo.currentIndex()
+        if 0 <= index < len(self.users) and self.history() != list(self.users[index][1]):
+            self.userCombo.blockSignals(True)
+            self.userCombo.setCurrentIndex(-1)
+            self.userCombo.blockSignals(False)
+
     def history(self) -> list:
         return parse_ids(self.historyEdit.text(), self.id_type)
 
@@ -424,7 +433,7 @@ class RecommenderPage(_Page):
                     cell.setForeground(_brush(MUTED_COLOUR))
                 self.table.setItem(row, column, cell)
         history, exclude = self.asked
-        parts = [f"Top {len(rec.items)} next lessons after {len(history)} lesson(s)"
+        parts = [f"Top {len(rec.items)} next lessons after {len(history) - len(rec.unknown)} known lesson(s)"
                  + (", already seen ones left out" if exclude else ", already seen ones marked")]
         if rec.unknown:
             shown = ", ".join(str(u) for u in rec.unknown[:12]) + (" …" if len(rec.unknown) > 12 else "")
@@ -1011,7 +1020,7 @@ class PreviewDialog(QDialog):
 
     def _failed(self, kind: str, message: str, details: str) -> None:
         if kind == "load":
-            self._message(f"Could not load {Path(self.source or '').name}: {message}")
+            self._message(message)  # core's one line names the file
             self.statusLabel.setToolTip(details)
             return
         page = self._page_for(kind)

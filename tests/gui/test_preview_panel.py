@@ -66,6 +66,9 @@ def open_run(qtbot, view, folder: Path, task: str):
 
 def shot(view, task: str) -> None:
     if SHOTS:
+        from PySide6.QtWidgets import QApplication
+
+        QApplication.processEvents()  # the pending layout pass (a label grown by a line)
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
         view.grab().save(str(Path(SHOTS) / f"preview_{task}.png"))
 
@@ -124,16 +127,18 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     marks = [page.table.item(r, 3).text() for r in range(page.table.rowCount())]
     assert marks == ["seen" if s else "" for s in unfiltered.seen]
 
-    page.historyEdit.setText("3, 17, 42, no-such-lesson, 999999")  # typed ids; unknown ones are named
+    page.historyEdit.clear()
+    qtbot.keyClicks(page.historyEdit, "3, 17, 42, no-such-lesson, 999999")  # typed ids; unknown ones are named
+    assert page.userCombo.currentIndex() == -1  # no longer user 1's history
     qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999],
                     timeout=20_000)
     typed = reference.recommend([3, 17, 42, "no-such-lesson", 999999], exclude_seen=False)
     assert page.result.items == typed.items and page.result.unknown == typed.unknown
     assert "no-such-lesson" in page.infoLabel.text() and "999999" in page.infoLabel.text()
+    shot(dialog, "recommender")
     page.excludeCheck.setChecked(True)
     page.select_user(0)
     qtbot.waitUntil(lambda: page.asked is not None and page.asked == (list(users[0][1]), True), timeout=20_000)
-    shot(dialog, "recommender")
 
 
 def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, monkeypatch):
