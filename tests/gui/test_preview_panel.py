@@ -141,6 +141,33 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     qtbot.waitUntil(lambda: page.asked is not None and page.asked == (list(users[0][1]), True), timeout=20_000)
 
 
+def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys):
+    """The same input through the panel and through `amp-console predict`: the same numbers, the same ids."""
+    import csv
+
+    from core.cli.main import main
+
+    def predict_cli(folder: Path, header: str, row: str) -> list[dict]:
+        source, out = tmp_path / f"{folder.name}.csv", tmp_path / f"{folder.name}-out.csv"
+        source.write_text(f"{header}\n{row}\n", encoding="utf-8")
+        assert main(["predict", str(folder), "--input", str(source), "--out", str(out)]) == 0, capsys.readouterr()
+        with open(out, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+
+    page = open_run(qtbot, dialog, runs / "sentiment", "sentiment")
+    text = "clear, useful and never boring"
+    type_review(qtbot, page, text)
+    [row] = predict_cli(runs / "sentiment", "text", f'"{text}"')
+    assert float(row["p_positive"]) == pytest.approx(page.score, abs=1e-6)
+
+    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
+    page.historyEdit.setText("3 17 42 5")
+    qtbot.waitUntil(lambda: page.asked == ([3, 17, 42, 5], True), timeout=20_000)
+    rows = predict_cli(runs / "recommender", "history", "3 17 42 5")
+    assert [int(r["item_id"]) for r in rows] == page.result.items
+    assert [float(r["score"]) for r in rows] == pytest.approx(page.result.scores, abs=1e-5)
+
+
 def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, monkeypatch):
     from core.errors import DataError
     from core.lab import predict
