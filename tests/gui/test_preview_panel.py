@@ -338,9 +338,10 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, runs,
 
 
 @pytest.mark.timeout(120)
-def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path):
+@pytest.mark.parametrize("separate", [False, True], ids=["thread", "separate-process"])
+def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path, separate):
     window.set_runs_root(str(runs))
-    quick_run(window, tmp_path / "training", max_steps=1_000_000, samples=8192, separate_process=False)
+    quick_run(window, tmp_path / "training", max_steps=1_000_000, samples=8192, separate_process=separate)
     set_field(window, "checkpointIntervalEdit", 20)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 2, timeout=30_000)
