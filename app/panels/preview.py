@@ -1037,9 +1037,9 @@ class PreviewDialog(QDialog):
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().showEvent(event)
         self.refresh_devices()
-        if not self.runs and not self.scans.busy and self._wanted is None:
-            self.refresh()
-        elif self.predictor is None and self.source and self.queue.idle and self._wanted is None:
+        if not self.scans.busy and self._wanted is None:
+            self.refresh()  # runs started or deleted since it was last open
+        if self.predictor is None and self.source and self._wanted is None:
             self.load()  # its load was dropped when the view closed
 
     def shutdown(self) -> None:
@@ -1051,11 +1051,10 @@ class PreviewDialog(QDialog):
         self.evaluation.shutdown()
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        """Closing drops what was asked and joins the request running (one short call): no thread outlives
-        the view. Opened again, it loads its checkpoint again if the load was dropped."""
+        """Closing drops what was asked; what is running (one request, a scan, an evaluation that will be
+        saved) finishes on its own thread without blocking the window, which joins them all when it closes
+        (shutdown). Opened again, the view loads its checkpoint again if that load was dropped."""
         for page in self.pages.values():
             page.debounce.stop()
-        self.queue.wait()
-        self.scans.shutdown()
-        self.evaluation.shutdown()  # an evaluation running is finished (and saved), not cut off
+        self.queue.cancel()
         super().closeEvent(event)

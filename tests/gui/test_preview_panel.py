@@ -300,6 +300,16 @@ def test_a_checkpoint_of_an_unknown_task_is_a_message(qtbot, dialog, runs, tmp_p
     assert "weather" in dialog.messageLabel.text().split("weather.pt:", 1)[-1] and dialog.predictor is None
 
 
+def test_closed_mid_load_and_opened_again_it_loads_again(qtbot, dialog, runs):
+    open_run(qtbot, dialog, runs / "tiny", "tiny")
+    dialog.open_file(str(runs / "ranking" / "best.pt"))
+    dialog.close()  # the load in flight is dropped; nothing blocks the close
+    assert dialog.predictor is None
+    dialog.show()
+    qtbot.waitUntil(lambda: dialog.predictor is not None and dialog.queue.idle, timeout=30_000)
+    assert dialog.predictor.task == "ranking" and dialog.stack.currentWidget() is dialog.pages["ranking"]
+
+
 def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
     open_run(qtbot, dialog, runs / "tiny", "tiny")
     dialog.open_file(str(runs / "sentiment" / "best.pt"))
