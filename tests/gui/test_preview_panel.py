@@ -385,3 +385,17 @@ def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path,
         click(qtbot, window, "stopButton")
     assert window.previewAction.shortcut().toString() == "Ctrl+Shift+P"
     assert window.show_preview() is view  # the menu entry brings the same view back
+
+
+@pytest.mark.timeout(60)
+def test_try_a_model_waits_for_the_engine(qtbot, settings, cpu_devices):
+    from app.main_window import MainWindow
+
+    window = MainWindow(settings=settings, devices=cpu_devices, prestart_runs=False)
+    qtbot.addWidget(window)
+    assert not window.previewAction.isEnabled() and window.show_preview() is None
+    window.load_engine()
+    assert window.previewAction.isEnabled()
+    window.previewAction.trigger()
+    assert window.previewDialog is not None and window.previewDialog.isVisible()
+    qtbot.waitUntil(lambda: not window.previewDialog.scans.busy, timeout=20_000)
