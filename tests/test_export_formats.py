@@ -424,3 +424,12 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_pa
     else:
         x = (torch.randn(7, 4, generator=torch.Generator().manual_seed(2)) * 3).numpy()
         assert served(tmp_path, folder, x.tolist()) == pytest.approx(predictor.rank(x).tolist(), abs=1e-5)
+
+
+def test_an_export_that_does_not_verify_leaves_nothing(runs, tmp_path, monkeypatch):
+    import core.lab.export as export
+
+    monkeypatch.setattr(export, "TOLERANCE", -1.0)  # no difference is small enough
+    with pytest.raises(export.CheckpointError, match="does not reproduce the model: max abs difference"):
+        export_model(runs["tiny"], tmp_path / "new" / "deep" / "export", "program")
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor the ones made for it, nor a temp folder

@@ -74,13 +74,14 @@ class ExportResult:
     fp32_size_bytes: int | None = None  # with --dtype bf16/fp16: the fp32 export's model file
     dtype_diff: float | None = None  # with --dtype bf16/fp16: its outputs against the fp32 model's
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
+    sample_shape: list[int] = field(default_factory=list)  # the sample batch's input shape
 
     def summary(self) -> str:
         """One line: where, what, and the verification figure."""
         text = (f"exported {self.task} (step {self.step:,}) as {self.format} {self.dtype} to {self.folder}: "
-                f"{MODEL_FILES[self.format]} {_size(self.size_bytes)}; verified on {self.rows} rows, max abs "
-                f"difference {self.max_abs_diff:.2e} (tolerance {self.tolerance:.0e})")
+                f"{MODEL_FILES[self.format]} {_size(self.size_bytes)}; verified by reloading it on a sample "
+                f"batch {tuple(self.sample_shape)}: max abs difference {self.max_abs_diff:.2e} (tolerance "
+                f"{self.tolerance:.0e})")
         if self.fp32_size_bytes is not None and self.dtype_diff is not None:
             text += (f"; {self.dtype} vs fp32: {_size(self.size_bytes)} vs {_size(self.fp32_size_bytes)}, "
                      f"outputs differ by at most {self.dtype_diff:.2e}")
@@ -91,7 +92,7 @@ class ExportResult:
                 "step": self.step, "dtype": self.dtype, "size_bytes": self.size_bytes,
                 "max_abs_diff": self.max_abs_diff, "tolerance": self.tolerance, "rows": self.rows,
                 "fp32_size_bytes": self.fp32_size_bytes, "dtype_diff": self.dtype_diff,
-                "seconds": self.seconds, "notes": self.notes}
+                "seconds": self.seconds, "sample_shape": self.sample_shape}
 
 
 # ---------------------------------------------------------------------------------------------- serving modules
@@ -264,6 +265,7 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
     reference = _serving(loaded, "fp32", fmt)
     with torch.no_grad():
         expected32 = reference(sample)
+    made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]  # removed on failure
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
@@ -307,9 +309,15 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        for folder in made:  # the folders made for it, innermost first, if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
         raise
     return ExportResult(fmt, out, sorted(files), loaded.state["task"], loaded.state["step"], dtype, size, diff,
-                        tolerance, int(sample.shape[0]), fp32_size, dtype_diff, time.perf_counter() - began)
+                        tolerance, int(sample.shape[0]), fp32_size, dtype_diff, time.perf_counter() - began,
+                        sample_shape=list(sample.shape))
 
 
 def require_onnx() -> None:
