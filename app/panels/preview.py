@@ -137,11 +137,6 @@ class PredictionQueue(QObject):
         self._waiting.clear()
         self._latest.clear()
 
-    def wait(self) -> None:
-        """cancel(), then join the running function's thread; the queue takes requests again after."""
-        self.cancel()
-        self.job.shutdown()
-
     def _start_next(self) -> None:
         if self.job.running or not self._waiting or self._closed:
             return
