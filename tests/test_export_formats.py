@@ -302,6 +302,33 @@ def test_serve_tokenizer_gives_cores_ids(tmp_path, buckets, max_tokens, scope):
     assert sum(any(row) for row in got) > len(texts) - 3  # real ids, not all padding
 
 
+def test_serve_tokenizer_gives_cores_ids_on_random_unicode(tmp_path):
+    """Random texts of words, negators, punctuation and any character this Python's Unicode database knows
+    (arrow's may be newer: characters unassigned here are left out, see serve.py)."""
+    import random
+    import unicodedata
+
+    from core.data.tokenizer import hashed_tokens
+
+    (tmp_path / "serve.py").write_text(SERVE_PY, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("serve_fuzzed", tmp_path / "serve.py")
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    rng = random.Random(0)
+    pieces = list("abcXYZ '’.,;:!?()[]{}\"“”…|-_/\t\n0123") + ["not", "n't", "never", "İ", "Σ", "ß", "ﬁ", "é",
+                                                                   "e\u0301", "½", "Ⅻ", "👍", "日本", "ǅ", "\u00a0"]
+    texts = []
+    while len(texts) < 1500:
+        text = "".join(rng.choice(pieces) if rng.random() < 0.6 else chr(rng.randint(0x20, 0x2FFFF))
+                       for _ in range(rng.randint(0, 30)))
+        if all(not 0xD800 <= ord(c) <= 0xDFFF and unicodedata.category(c) != "Cn" for c in text):
+            texts.append(text)
+    for scope in (0, 3):
+        expected = hashed_tokens(pa.array(texts), 1 << 19, 48, scope).tolist()
+        got = serve.hashed_tokens(texts, 1 << 19, 48, scope)
+        assert [t for t, a, b in zip(texts, got, expected) if a != b][:3] == []
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", ["program", "safetensors"])
 def test_bf16_weights_make_a_smaller_file_with_a_bounded_difference(runs, tmp_path, capsys, fmt):

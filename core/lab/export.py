@@ -852,7 +852,9 @@ class _Rebuilt:
         return self._mlp(y, "net.").squeeze(-1)
 
 
-# The tokenizer the model was trained with (core/data/tokenizer.py), in pure Python: identical ids.
+# The tokenizer the model was trained with (core/data/tokenizer.py), in pure Python: identical ids for text
+# whose characters this Python's Unicode database knows (unicodedata.unidata_version: 14.0 on Python 3.11);
+# characters assigned by a later Unicode version than the one there may be split or normalised differently.
 CLAUSE_END = re.compile(r"[.,;:!?()\[\]{}\"“”…]+")
 BOUNDARY = "|"
 NEGATORS = frozenset({"not", "no", "never", "nor", "neither", "without", "cannot", "hardly", "nothing", "none"})
