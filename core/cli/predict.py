@@ -31,7 +31,7 @@ from pathlib import Path
 from core.errors import ConfigError, DataError
 
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
-BLOCK_BYTES = 8 << 20  # CSV bytes parsed at a time
+BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
 DEFAULT_BATCH = 4096
 PROGRESS_SECONDS = 5.0  # off a terminal: a progress line this often
 OUT_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}

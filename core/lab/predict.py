@@ -37,7 +37,8 @@ TASK_OF_METHOD = {"sentiment": "sentiment", "explain": "sentiment", "recommend":
                   "example_queries": "ranking", "classify": "tiny", "example_inputs": "tiny"}
 SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
 RANK_ROWS = 65536  # candidates scored at a time
-RECOMMEND_ROWS = 1024  # histories scored at a time (fewer for a catalogue whose score matrix would be large)
+RECOMMEND_ROWS = 256  # histories scored at a time (the transformer's activations grow with it; no faster at 1024
+# on 2 cores); fewer for a catalogue whose score matrix would be large
 HOST = torch.device("cpu")  # where answers are read from (numpy reads host memory), whatever the model's device
 
 
