@@ -8,8 +8,9 @@ file in the task's own input format (core.lab.predict's Predictor does the scori
 - ranking: query_id, doc_id, f1..fN (label optional, copied) -> query_id, doc_id, score (, label);
 - tiny: 10 numeric columns (x1..x10, f1..f10, or exactly 10 columns) -> line, p0, p1, predicted.
 
-The input is read a block at a time (pyarrow's streaming CSV reader, a Parquet file's row batches), so memory
-stays bounded whatever the file's size (the interactions format holds users x max_len lessons). CSV columns
+The input is read a block at a time (pyarrow's streaming CSV reader, which reads up to 32 blocks of BLOCK_BYTES
+ahead; a Parquet file's row batches, a row group at a time), so memory stays bounded whatever the file's size
+(the interactions format holds users x max_len lessons). CSV columns
 are read as strings and converted per batch, so one bad value costs its row, not its block: a bad row (empty
 text, a value that is not a number, a wrong number of values, a history with no lesson the model knows) is
 skipped and reported on stderr by line ("line 17: f3 'abc' is not a number": the first 20, then a count), or,
