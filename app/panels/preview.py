@@ -709,7 +709,7 @@ class EvaluationTab(QWidget):
         def read():
             from core.lab.evaluation_report import load_report
 
-            return load_report(folder)
+            return load_report(folder, strict=True)  # a torn file: its name and line, not "no report"
 
         self.reads.submit(read, lambda report: self._read(serial, report),
                           lambda message, _details: self._read_failed(serial, message))

@@ -347,6 +347,20 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, runs,
     assert "This report measured best.pt; Evaluate measures checkpoint.pt" in tab.infoLabel.text()
 
 
+def test_a_torn_evaluation_json_is_named_not_taken_for_no_report(qtbot, dialog, runs, tmp_path):
+    import shutil
+
+    folder = tmp_path / "tiny-copy"
+    shutil.copytree(runs / "tiny", folder)
+    (folder / "evaluation.json").write_text('{"task": "tiny", "metrics": {', encoding="utf-8")
+    open_run(qtbot, dialog, folder, "tiny")
+    tab = dialog.evaluation
+    dialog.tabs.setCurrentWidget(tab)
+    qtbot.waitUntil(lambda: "Could not read" in tab.view.message.text(), timeout=20_000)
+    assert "evaluation.json: line 1: not valid JSON" in tab.view.message.text()
+    assert tab.report is None and tab.evaluateButton.isEnabled()  # Evaluate writes a whole one again
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("separate", [False, True], ids=["thread", "separate-process"])
 def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path, separate):
