@@ -118,7 +118,10 @@ def reload(folder: Path, fmt: str, checkpoint: Path, x: torch.Tensor) -> torch.T
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
-        return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert [i.name for i in session.get_inputs()] == [manifest["inputs"][0]["name"]]  # as the manifest says
+        assert [o.name for o in session.get_outputs()] == [manifest["outputs"][0]["name"]]
+        return torch.from_numpy(session.run(None, {manifest["inputs"][0]["name"]: x.numpy()})[0])
     from safetensors.torch import load_file
 
     state, task, model = trained_model(checkpoint)

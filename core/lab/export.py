@@ -432,8 +432,8 @@ def _write_onnx(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                 contextlib.redirect_stderr(io.StringIO()):  # the exporter's progress lines and notes
             warnings.simplefilter("ignore")
-            for name in ("torch.onnx", "onnxscript", "onnx_ir"):
-                logging.getLogger(name).setLevel(logging.ERROR)
+            for logger in ("torch.onnx", "onnxscript", "onnx_ir"):
+                logging.getLogger(logger).setLevel(logging.ERROR)
             program = torch.onnx.export(serving, (sample,), dynamo=True, input_names=[name],
                                         output_names=[OUTPUT_NAMES[task]],
                                         dynamic_shapes={name_arg(serving): _dynamic_shapes(task)},
@@ -472,7 +472,7 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        result = session.run(None, {session.get_inputs()[0].name: sample.numpy()})[0]
+        result = session.run(None, {INPUT_NAMES[loaded.state["task"]]: sample.numpy()})[0]
         return torch.from_numpy(np.asarray(result))
     from safetensors.torch import load_file
 
@@ -691,7 +691,7 @@ class Served:
                 return self._module(tensor).tolist()
         import numpy as np
 
-        name = self._session.get_inputs()[0].name
+        name = self.manifest["inputs"][0]["name"]
         return self._session.run(None, {name: np.asarray(rows, dtype=dtype)})[0].tolist()
 
     def predict(self, inputs, k=10):
