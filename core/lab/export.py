@@ -234,7 +234,7 @@ def load_trained(checkpoint: str | Path) -> Loaded:
         raise CheckpointError(f"{checkpoint}: bad checkpoint: config.task_options: {exc}") from None
     try:
         model = task.build_model(state.get("data_info") or {})
-    except (TypeError, ValueError, KeyError, RuntimeError) as exc:
+    except (TypeError, ValueError, KeyError, RuntimeError, ConfigError) as exc:
         raise CheckpointError(f"{checkpoint}: bad checkpoint: data_info does not fit task {state['task']!r}: "
                               f"{_one_line(exc)}") from None
     load_model_state(model, state["model"], str(checkpoint))
@@ -284,11 +284,12 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         # Reduced precision run by another runtime (ONNX Runtime) rounds differently: a few units of its epsilon.
         rounding = 4 * torch.finfo(DTYPES[dtype]).eps if dtype != "fp32" and fmt == "onnx" else TOLERANCE
         tolerance = max(TOLERANCE, rounding) * max(1.0, float(expected.abs().max()))
-        say(f"verified: reloaded {MODEL_FILES[fmt]} on {sample.shape[0]} rows, max abs difference {diff:.2e}")
+        shape = tuple(sample.shape)
+        say(f"verified: reloaded {MODEL_FILES[fmt]} on a sample batch {shape}, max abs difference {diff:.2e}")
         if not diff <= tolerance:  # NaN fails too
             raise CheckpointError(f"{checkpoint}: the {fmt} export does not reproduce the model: max abs "
-                                  f"difference {diff:.2e} on {sample.shape[0]} sample rows (tolerance "
-                                  f"{tolerance:.0e}); nothing was written")
+                                  f"difference {diff:.2e} on a sample batch {shape} (tolerance {tolerance:.0e}); "
+                                  f"nothing was written")
         fp32_size = dtype_diff = None
         if dtype != "fp32":
             dtype_diff = _max_abs(expected, expected32)
@@ -298,7 +299,7 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
             fp32_size = (scratch / MODEL_FILES[fmt]).stat().st_size
             shutil.rmtree(scratch)
         manifest = build_manifest(loaded, fmt, dtype, sample)
-        manifest["verification"] = {"rows": int(sample.shape[0]), "max_abs_diff": diff, "tolerance": tolerance,
+        manifest["verification"] = {"sample_shape": list(shape), "max_abs_diff": diff, "tolerance": tolerance,
                                     "dtype_diff_vs_fp32": dtype_diff}
         _write(staging / "manifest.json", json.dumps(manifest, indent=2, default=str).encode("utf-8"))
         _write(staging / "serve.py", SERVE_PY.encode("utf-8"))
