@@ -685,15 +685,18 @@ class Served:
 
     def run(self, rows, dtype):
         """The exported model on `rows` (nested lists shaped as manifest["inputs"]): nested lists back."""
+        return self.run_array(rows, dtype).tolist()
+
+    def run_array(self, rows, dtype):
+        """As run, the answer as a torch tensor (model.pt2, model.safetensors) or a numpy array (model.onnx)."""
         if self._module is not None:
             torch = self._torch
             with torch.no_grad():
-                tensor = torch.tensor(rows, dtype=getattr(torch, dtype))
-                return self._module(tensor).tolist()
+                return self._module(torch.tensor(rows, dtype=getattr(torch, dtype)))
         import numpy as np
 
         name = self.manifest["inputs"][0]["name"]
-        return self._session.run(None, {name: np.asarray(rows, dtype=dtype)})[0].tolist()
+        return self._session.run(None, {name: np.asarray(rows, dtype=dtype)})[0]
 
     def predict(self, inputs, k=10):
         """The task's answer for a batch of its own inputs (see the module doc)."""
@@ -721,11 +724,18 @@ class Served:
             window = ids[-max_len:]
             batch.append([0] * (max_len - len(window)) + window)
             seen.append(set(ids))
-        scores = self.run(batch, "int64")
+        scores = self.run_array(batch, "int64")
+        k = min(k, scores.shape[1])
+        for row, used in enumerate(seen):  # every lesson of the history is excluded, not just the window's
+            scores[row, [j - 1 for j in used]] = float("-inf")
+        if self._module is not None:
+            values, order = scores.topk(k, dim=1)
+        else:
+            order = (-scores).argsort(axis=1, kind="stable")[:, :k]
+            values = scores[[[r] for r in range(len(order))], order]
         out = []
-        for row, used in zip(scores, seen):
-            order = sorted((j for j in range(len(row)) if j + 1 not in used), key=lambda j: -row[j])[:k]
-            out.append([(self._lesson[j], row[j]) for j in order])
+        for row_values, row_order in zip(values.tolist(), order.tolist()):
+            out.append([(self._lesson[j], v) for j, v in zip(row_order, row_values) if v != float("-inf")])
         return out
 
 
