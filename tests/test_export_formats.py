@@ -446,8 +446,10 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_pa
     elif task == "sentiment":
         assert served(tmp_path, folder, REVIEWS) == pytest.approx(predictor.sentiment(REVIEWS), abs=1e-5)
     elif task == "recommender":
-        histories = [[str(i) for i in LESSONS[2:9]], [str(LESSONS[30])], [str(i) for i in LESSONS[::3]]]
+        histories = [[str(i) for i in LESSONS[2:9]], [str(LESSONS[30])], [str(i) for i in LESSONS[::3]],
+                     ["no-such-lesson", "-1"]]  # nothing known: no answer from either
         answers = served(tmp_path, folder, histories, k=6)
+        assert answers[-1] == []
         for ours, theirs in zip(answers, predictor.recommend_many(histories, k=6)):
             assert [str(lesson) for lesson, _s in ours] == [str(lesson) for lesson in theirs.items]
             assert [s for _l, s in ours] == pytest.approx(theirs.scores, abs=1e-4)

@@ -734,8 +734,11 @@ class Served:
             order = (-scores).argsort(axis=1, kind="stable")[:, :k]
             values = scores[[[r] for r in range(len(order))], order]
         out = []
-        for row_values, row_order in zip(values.tolist(), order.tolist()):
-            out.append([(self._lesson[j], v) for j, v in zip(row_order, row_values) if v != float("-inf")])
+        for used, row_values, row_order in zip(seen, values.tolist(), order.tolist()):
+            # no lesson of the history is known: nothing to go on (as amp-console predict answers), not the
+            # model's guess for an empty history
+            out.append([(self._lesson[j], v) for j, v in zip(row_order, row_values) if v != float("-inf")]
+                       if used else [])
         return out
 
 
