@@ -232,8 +232,8 @@ def test_strict_makes_the_first_bad_row_an_error_and_writes_nothing(capsys, tmp_
     out.write_text("the previous predictions\n")
     code, stdout, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "c.csv", "--out", out,
                             "--strict")
-    assert code == 2 and err.strip().splitlines()[-1] == ("amp-console: error: line 13: f6 '1e400x' is not a number "
-                                                          "(--strict: nothing written)")
+    assert code == 2 and err.strip().splitlines()[-1] == (f"amp-console: error: {tmp_path / 'c.csv'}: line 13: f6 "
+                                                          "'1e400x' is not a number (--strict: nothing written)")
     assert not [line for line in err.splitlines() if line.startswith("line ")]  # the error is the report
     assert out.read_text() == "the previous predictions\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "scores.csv"]  # no temporary file left

@@ -96,7 +96,7 @@ def cmd_predict(args) -> int:
     scorer = SCORERS[predictor.task](predictor, reader, args)
     sys.stderr.write(f"predict: {predictor.task} model at step {predictor.step:,} ({predictor.checkpoint}) on "
                      f"{predictor.device}, {scorer.describe()}\n")
-    report = BadRows(reader.unit, args.strict)
+    report = BadRows(reader.unit, args.strict, source=str(source))
     progress = Progress()
     began = time.perf_counter()
     with AtomicTableWriter(out, scorer.schema) as writer:
@@ -389,8 +389,8 @@ class BadRows:
     """Bad rows: the first MAX_REPORTED on stderr as '<unit> N: why', then a count; with `strict`, the first
     is a DataError."""
 
-    def __init__(self, unit: str, strict: bool):
-        self.unit, self.strict = unit, strict
+    def __init__(self, unit: str, strict: bool, source: str = ""):
+        self.unit, self.strict, self.source = unit, strict, source  # the input file, named by --strict's error
         self.count = 0
 
     def add(self, entries: list[tuple[int | str, str]]) -> None:
@@ -398,7 +398,8 @@ class BadRows:
         for where, why in entries:
             text = f"{self.unit} {where}: {why}" if isinstance(where, int) else f"{where}: {why}"
             if self.strict:
-                raise DataError(f"{text} (--strict: nothing written)")
+                where = f"{self.source}: " if self.source else ""
+                raise DataError(f"{where}{text} (--strict: nothing written)")
             if self.count < MAX_REPORTED:
                 sys.stderr.write(text + "\n")
             self.count += 1
