@@ -107,7 +107,7 @@ def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, w
     monkeypatch.setattr(window, "ask_close_mid_run", Answers("keep"))
     start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=600)  # seconds: still running when paused
     find(window, "pauseButton").click()  # a paused run would never end with the window gone
-    qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=30_000)  # a busy machine delays the child
     with qtbot.waitSignal(window.closed, timeout=60_000):
         assert window.request_close() is False
         assert not window.isVisible()  # closed for the user at once
