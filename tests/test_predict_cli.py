@@ -341,3 +341,17 @@ def _train_in_root(task: str, **settings):
     ended = train(RunConfig.for_task(task, device="cpu", threads=1, **settings))
     assert ended.status == "completed", ended.message
     return ended
+
+
+def test_parquet_nulls_are_empty_rows_not_a_crash(capsys, tmp_path, recommender_run, sentiment_run):
+    source = tmp_path / "h.parquet"
+    pq.write_table(pa.table({"user_id": ["u1", "u2", "u3"], "history": ["L12 L13", None, "L14"]}), source)
+    code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out",
+                            tmp_path / "o.csv", "--k", 2)
+    assert code == 0, err
+    assert "row 2: history is empty" in err and "2 users scored, 1 skipped" in stdout
+    assert {r["user_id"] for r in _rows(tmp_path / "o.csv")} == {"u1", "u3"}
+    pq.write_table(pa.table({"text": [None, "a fine lesson"]}), source)
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out",
+                            tmp_path / "o.csv")
+    assert code == 0 and "row 1: text is empty" in err and "1 reviews scored, 1 skipped" in stdout

@@ -379,8 +379,9 @@ def ids(values, name: str, checks: Checks):
 
     missing = values.is_null().to_numpy(zero_copy_only=False)
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-        missing = missing | pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0).to_numpy(
-            zero_copy_only=False)
+        # a null (Parquet) compares as null: filled, or numpy's | meets None
+        blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), True)
+        missing = missing | blank.to_numpy(zero_copy_only=False)
     checks.add(missing, lambda i: f"{name} is empty")
     return values
 
