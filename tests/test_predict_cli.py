@@ -355,3 +355,15 @@ def test_parquet_nulls_are_empty_rows_not_a_crash(capsys, tmp_path, recommender_
     code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out",
                             tmp_path / "o.csv")
     assert code == 0 and "row 1: text is empty" in err and "1 reviews scored, 1 skipped" in stdout
+
+
+def test_a_label_too_large_for_a_whole_number_is_left_empty_not_wrapped(capsys, tmp_path, ranking_run):
+    lines, _ = _ranking_file(tmp_path / "c.csv", 4)
+    grades = ["2", "1e30", "2.5", "-1e300"]
+    lines[1:] = [line.split(",", 3)[0] + "," + line.split(",", 3)[1] + f",{g}," + line.split(",", 3)[3]
+                 for line, g in zip(lines[1:], grades)]
+    (tmp_path / "c.csv").write_text("\n".join(lines) + "\n")
+    code, _, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "c.csv", "--out",
+                       tmp_path / "o.csv")
+    assert code == 0, err
+    assert [r["label"] for r in _rows(tmp_path / "o.csv")] == ["2", "", "", ""]

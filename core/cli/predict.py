@@ -582,8 +582,9 @@ class RankingScorer(Scorer):
         if self.label:  # copied when it is a whole number, else left empty (the model does not read it)
             ignored = Checks(batch.num_rows)
             values = numbers(batch.column(self.label), self.label, ignored, dtype="float64")
-            whole = ~ignored.bad & (values == np.round(values))
-            label = pa.array(values.astype(np.int64), mask=~whole)
+            # a whole number within int64 (1e30 would wrap to -2**63): others are left empty
+            whole = ~ignored.bad & (values == np.round(values)) & (np.abs(values) < 2.0 ** 63)
+            label = pa.array(np.where(whole, values, 0).astype(np.int64), mask=~whole)
         good = self._good(batch, lines, checks, report)
         for rows in self._slices(good):
             taken = pa.array(rows)
