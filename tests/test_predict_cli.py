@@ -367,3 +367,13 @@ def test_a_label_too_large_for_a_whole_number_is_left_empty_not_wrapped(capsys, 
                        tmp_path / "o.csv")
     assert code == 0, err
     assert [r["label"] for r in _rows(tmp_path / "o.csv")] == ["2", "", "", ""]
+
+
+def test_a_csv_without_a_header_is_refused_not_short_of_its_first_row(capsys, tmp_path, tiny_run):
+    rng = np.random.default_rng(5)
+    (tmp_path / "p.csv").write_text("".join(",".join(f"{v:.3f}" for v in row) + "\n"
+                                            for row in rng.normal(size=(3, 10))))
+    out = tmp_path / "o.csv"
+    code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", tmp_path / "p.csv", "--out", out)
+    assert code == 2 and "line 1 holds numbers" in err and "add a header line" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -24,6 +24,7 @@ an existing --out is replaced only on success, and nothing half-written is ever 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -177,6 +178,10 @@ class InputReader:
         self.columns = list(self.schema.names)
         if not self.columns or (len(self.columns) == 1 and not self.columns[0]):
             raise DataError(f"{path}: no header line (the first line names the columns)")
+        if not self.parquet and all(re.match(NUMBER, name) for name in self.columns):
+            # a file without a header: its first row would be read as the column names and silently lost
+            raise DataError(f"{path}: line 1 holds numbers ({_shown_names(self.columns)}), not column names: "
+                            f"add a header line naming the columns")
 
     def find(self, name: str, aliases: tuple = ()) -> str | None:
         """The file's column for `name`: the same name (case, '_', '-' and spaces aside), else one alias."""
