@@ -377,3 +377,24 @@ def test_a_csv_without_a_header_is_refused_not_short_of_its_first_row(capsys, tm
     code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", tmp_path / "p.csv", "--out", out)
     assert code == 2 and "line 1 holds numbers" in err and "add a header line" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_bytes_that_are_not_utf8_cost_their_row_not_the_file(capsys, tmp_path, sentiment_run):
+    source = tmp_path / "reviews.csv"
+    source.write_bytes(b'text,label\ngood one,1\n"bad \xff\nbytes",0\nfine,1\n\xe9t\xe9 latin-1,0\nlast,1\n')
+    out = tmp_path / "o.csv"
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
+    assert code == 0, err
+    assert "line 3: text is not valid UTF-8 (byte 0xff at position 5)" in err
+    assert "line 6: text is not valid UTF-8 (byte 0xe9 at position 1)" in err and "3 reviews scored, 2 skipped" in stdout
+    rows = _rows(out)
+    assert [int(r["line"]) for r in rows] == [2, 5, 7]  # the quoted value on lines 3-4 still counts its lines
+    expected = load_predictor(sentiment_run.checkpoint).sentiment(["good one", "fine", "last"])
+    assert [float(r["p_positive"]) for r in rows] == pytest.approx(expected, abs=1e-12)
+    pq.write_table(pa.table({"text": pa.array([b"good", b"\xff bad"], pa.binary())}), tmp_path / "r.parquet")
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.parquet",
+                            "--out", out)
+    assert code == 0 and "row 2: text is not valid UTF-8" in err and "1 reviews scored, 1 skipped" in stdout
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", tmp_path / "s.csv",
+                       "--strict")
+    assert code == 2 and "line 3: text is not valid UTF-8" in err and not (tmp_path / "s.csv").exists()

@@ -11,8 +11,9 @@ file in the task's own input format (core.lab.predict's Predictor does the scori
 The input is read a block at a time (pyarrow's streaming CSV reader, which reads up to 32 blocks of BLOCK_BYTES
 ahead; a Parquet file's row batches, a row group at a time), so memory stays bounded whatever the file's size
 (the interactions format holds users x max_len lessons). CSV columns
-are read as strings and converted per batch, so one bad value costs its row, not its block: a bad row (empty
-text, a value that is not a number, a wrong number of values, a history with no lesson the model knows) is
+are read as bytes and converted per batch, so one bad value costs its row, not its block: a bad row (empty
+text, bytes that are not UTF-8, a value that is not a number, a wrong number of values, a history with no lesson
+the model knows) is
 skipped and reported on stderr by line ("line 17: f3 'abc' is not a number": the first 20, then a count), or,
 with --strict, is a one-line error (exit 2). Line numbers are the file's lines (the header is line 1; a quoted
 value spanning lines is counted in full); a Parquet file's are its 1-based rows.
@@ -217,7 +218,7 @@ class InputReader:
         for batch in self._file.iter_batches(batch_size=self.batch_rows, columns=self.needed):
             lines = np.arange(first, first + batch.num_rows, dtype=np.int64)
             first += batch.num_rows
-            yield batch, lines, []
+            yield _text_only(batch, lines, [])
 
     def _csv_batches(self):
         import numpy as np
@@ -235,7 +236,8 @@ class InputReader:
         options = dict(read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
                        parse_options=pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=invalid),
                        convert_options=pacsv.ConvertOptions(
-                           column_types={c: pa.string() for c in self.needed}, include_columns=self.needed,
+                           # bytes, made text per batch: a value that is not UTF-8 costs its row, not the file
+                           column_types={c: pa.binary() for c in self.needed}, include_columns=self.needed,
                            strings_can_be_null=False, quoted_strings_can_be_null=False))
         record = 1  # the last record (header = 1) placed so far: the next batch's rows come after it
         extra_lines = 0  # line breaks inside quoted values of the records placed so far
@@ -243,11 +245,12 @@ class InputReader:
             reader = pacsv.open_csv(self.path, **options)
             for batch in reader:
                 n = batch.num_rows
+                batch = _binary_as_text(batch)
                 breaks = np.zeros(n, dtype=np.int64)
                 for column in text_columns:
                     breaks += _line_breaks(batch.column(column))
                 lines, problems, record, extra_lines = _place_records(n, breaks, skipped, record, extra_lines)
-                yield batch, lines, problems
+                yield _text_only(batch, lines, problems)
             _, problems, _, _ = _place_records(0, np.zeros(0, np.int64), skipped, record, extra_lines)
             if problems:  # bad records after the last good one
                 yield (pa.RecordBatch.from_pylist([], schema=pa.schema([(c, pa.string()) for c in self.needed])),
@@ -256,6 +259,55 @@ class InputReader:
             raise DataError(f"{self.path}: cannot be read as CSV: {_one_line(exc)}") from None
 
     _free_text: set = set()  # columns whose values may hold line breaks (set by the scorer)
+
+
+def _binary_as_text(batch):
+    """`batch` with its binary columns cast to strings unchecked (values that are not UTF-8 stay as they are,
+    for _text_only to find)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not any(pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) for f in batch.schema):
+        return batch
+    columns = []
+    for column in batch.columns:
+        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+            target = pa.large_string() if pa.types.is_large_binary(column.type) else pa.string()
+            column = pc.cast(column, options=pc.CastOptions(target_type=target, allow_invalid_utf8=True))
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def _text_only(batch, lines, problems):
+    """(batch, lines, problems) without the rows holding a value that is not UTF-8 text (a binary column, as
+    CSV columns are read, or a Parquet one), each reported by its line instead."""
+    import numpy as np
+    import pyarrow as pa
+
+    batch = _binary_as_text(batch)
+    bad = np.zeros(batch.num_rows, dtype=bool)
+    found = []
+    for name, column in zip(batch.schema.names, batch.columns):
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        try:
+            column.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        for i, value in enumerate(column.cast(pa.binary() if pa.types.is_string(column.type) else
+                                              pa.large_binary()).to_pylist()):
+            if value is None or bad[i]:
+                continue
+            try:
+                value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad[i] = True
+                found.append((int(lines[i]), f"{name} is not valid UTF-8 (byte {value[exc.start]:#04x} at "
+                                             f"position {exc.start + 1}): save the file as UTF-8"))
+    if not bad.any():
+        return batch, lines, problems
+    return batch.filter(pa.array(~bad)), lines[~bad], sorted(problems + found)
 
 
 def open_input(path: Path, batch_rows: int) -> InputReader:
