@@ -398,3 +398,27 @@ def test_bytes_that_are_not_utf8_cost_their_row_not_the_file(capsys, tmp_path, s
     code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", tmp_path / "s.csv",
                        "--strict")
     assert code == 2 and "line 3: text is not valid UTF-8" in err and not (tmp_path / "s.csv").exists()
+
+
+def test_parquet_lists_categoricals_and_bytes_are_read_as_ids(capsys, tmp_path, recommender_run, sentiment_run):
+    histories = [["L12", "L13"], [], None, ["gone"], ["L14", "L15", "L16"]]
+    source = tmp_path / "h.parquet"
+    pq.write_table(pa.table({"user_id": pa.array(["a", "b", "c", "d", "e"]).dictionary_encode(),
+                             "history": pa.array(histories, pa.list_(pa.string()))}), source)
+    out = tmp_path / "o.csv"
+    code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
+    assert code == 0, err
+    assert "row 2: history is empty" in err and "row 3: history is empty" in err
+    assert "row 4: history has no lesson the model knows ('gone')" in err and "2 users scored, 3 skipped" in stdout
+    expected = load_predictor(recommender_run.checkpoint).recommend_many([histories[0], histories[4]], k=3)
+    rows = _rows(out)
+    assert [r["user_id"] for r in rows] == ["a"] * 3 + ["e"] * 3
+    assert [r["item_id"] for r in rows] == expected[0].items + expected[1].items
+    pq.write_table(pa.table({"user_id": pa.array([b"u1"], pa.binary()), "history": ["L12 L13"]}), source)
+    code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
+    assert code == 0, err
+    assert [r["item_id"] for r in _rows(out)] == expected[0].items and _rows(out)[0]["user_id"] == "u1"
+    pq.write_table(pa.table({"text": pa.array([{"x": 1}])}), source)
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
+    assert code == 2 and "column 'text' holds struct<x: int64> values, not text" in err
+    assert len(err.strip().splitlines()) == 1

@@ -202,6 +202,20 @@ class InputReader:
                             f"{_shown_names(self.columns)}")
         return column
 
+    def id_type(self, name: str):
+        """The type an id column has in the batches (and the output): binary is made text (_text_only); a
+        nested type (a struct, a list) is no id (DataError)."""
+        import pyarrow as pa
+
+        t = self.schema.field(name).type
+        if pa.types.is_dictionary(t):  # a categorical: decoded in the batches
+            t = t.value_type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return pa.large_string() if pa.types.is_large_binary(t) else pa.string()
+        if pa.types.is_nested(t) or pa.types.is_null(t):
+            raise DataError(f"{self.path}: column {name!r} holds {t} values, not ids")
+        return t
+
     def use(self, columns: list[str]) -> None:
         self.needed = list(dict.fromkeys(columns))
 
@@ -262,15 +276,18 @@ class InputReader:
 
 
 def _binary_as_text(batch):
-    """`batch` with its binary columns cast to strings unchecked (values that are not UTF-8 stay as they are,
-    for _text_only to find)."""
+    """`batch` with its dictionary columns (a Parquet categorical) decoded and its binary columns cast to strings
+    unchecked (values that are not UTF-8 stay as they are, for _text_only to find)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not any(pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) for f in batch.schema):
+    if not any(pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) or pa.types.is_dictionary(f.type)
+               for f in batch.schema):
         return batch
     columns = []
     for column in batch.columns:
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
         if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
             target = pa.large_string() if pa.types.is_large_binary(column.type) else pa.string()
             column = pc.cast(column, options=pc.CastOptions(target_type=target, allow_invalid_utf8=True))
@@ -443,6 +460,18 @@ def ids(values, name: str, checks: Checks):
     return values
 
 
+def as_text(values, name: str, path):
+    """A column of another type (a Parquet number, date...) as strings; DataError for one that has no text form
+    (a struct, a list)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return pc.cast(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise DataError(f"{path}: column {name!r} holds {values.type} values, not text") from None
+
+
 class BadRows:
     """Bad rows: the first MAX_REPORTED on stderr as '<unit> N: why', then a count; with `strict`, the first
     is a DataError."""
@@ -547,7 +576,7 @@ class SentimentScorer(Scorer):
 
         text = batch.column(self.text)
         if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
-            text = pc.cast(text, pa.string())
+            text = as_text(text, self.text, self.reader.path)
         checks = Checks(batch.num_rows)
         ids(text, self.text, checks)
         good = self._good(batch, lines, checks, report)
@@ -623,7 +652,7 @@ class RankingScorer(Scorer):
         self.features = features
         reader._free_text = {self.query, self.doc}
         reader.use([self.query, self.doc, *features, *([self.label] if self.label else [])])
-        types = {name: reader.schema.field(name).type for name in (self.query, self.doc)}
+        types = {name: reader.id_type(name) for name in (self.query, self.doc)}
         fields = [("query_id", types[self.query]), ("doc_id", types[self.doc]), ("score", pa.float32())]
         self.schema = pa.schema(fields + ([("label", pa.int64())] if self.label else []))
 
@@ -691,7 +720,7 @@ class RecommenderScorer(Scorer):
         ids_type = pa.string() if predictor.vocabulary.get("item_id") is not None and \
             isinstance(predictor.vocabulary["item_id"], list) else pa.int64()
         if self.user:
-            user_type = reader.schema.field(self.user).type
+            user_type = reader.id_type(self.user)
             first = ("user_id", user_type)
         else:
             first = (self.line_column, pa.int64())
@@ -718,12 +747,24 @@ class RecommenderScorer(Scorer):
         import pyarrow.compute as pc
 
         history = batch.column(self.history)
-        if not (pa.types.is_string(history.type) or pa.types.is_large_string(history.type)):
-            history = pc.cast(history, pa.string())
         checks = Checks(batch.num_rows)
-        ids(history, self.history, checks)
+        t = history.type
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            # a Parquet list of lesson ids per user: the ids as they are, as text (the vocabulary's form)
+            try:
+                words = pc.cast(history, pa.list_(pa.string()))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise DataError(f"{self.reader.path}: column {self.history!r} holds {t} values, not lists of "
+                                f"lesson ids") from None
+            empty = pc.fill_null(pc.equal(pc.list_value_length(words), 0), True)
+            checks.add(empty.to_numpy(zero_copy_only=False), lambda i: f"{self.history} is empty")
+            words = pc.if_else(empty, pa.scalar([], pa.list_(pa.string())), words)
+        else:
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+                history = as_text(history, self.history, self.reader.path)
+            ids(history, self.history, checks)
+            words = pc.split_pattern_regex(pc.utf8_trim_whitespace(pc.fill_null(history, "")), r"\s+")
         user = ids(batch.column(self.user), self.user, checks) if self.user else None
-        words = pc.split_pattern_regex(pc.utf8_trim_whitespace(pc.fill_null(history, "")), r"\s+")
         flat = pc.list_flatten(words)
         offsets = words.offsets.to_numpy().astype(np.int64) - int(words.offsets[0].as_py())
         codes = self.predictor.item_codes(flat) if len(flat) else np.zeros(0, np.int64)
@@ -781,7 +822,7 @@ class RecommenderScorer(Scorer):
         taken = pa.array(good)
         user, when, lines = user.take(taken), when[good], lines[good]
         if not (pa.types.is_string(user.type) or pa.types.is_large_string(user.type)):
-            user = pc.cast(user, pa.string())
+            user = as_text(user, self.user, self.reader.path)
         encoded = pc.dictionary_encode(user)
         table = np.array([self._code(value, int(lines[first])) for value, first in
                           zip(encoded.dictionary.to_pylist(), _first_positions(encoded.indices))], dtype=np.int64)
