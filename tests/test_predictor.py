@@ -174,6 +174,9 @@ def test_synthetic_recommender_ids_are_zero_based(tmp_path):
     result = predictor.recommend(history, k=40, exclude_seen=False)
     assert sorted(result.items) == list(range(40))
     assert predictor.recommend([39, "39", 40], k=3).unknown == [40]  # the ids are 0..39; "39" is 39 too
+    # a float column (pandas' ints with a NaN) writes 12.0: the same lesson as 12, not an unknown id
+    assert predictor.recommend([12.0, "13.0"], k=5) == predictor.recommend([12, 13], k=5)
+    assert predictor.item_codes(pa.array(["12.0", " 12. ", "12.5", "12", None])).tolist() == [13, 13, 0, 13, 0]
 
 
 # ---- ranking ---------------------------------------------------------------------------------------------------

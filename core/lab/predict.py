@@ -89,6 +89,7 @@ class Predictor:
         self._lock = threading.Lock()
         self._ids: np.ndarray | None = None  # recommender: the data's id of model item k at [k - 1]
         self._id_strings: pa.Array | None = None  # the same ids as strings, to look inputs up in
+        self._whole_strings: pa.Array | None = None  # the same, a whole number written as 12.0 as 12
 
     # ---- what the model reads -------------------------------------------------------------------------------
     @property
@@ -180,7 +181,12 @@ class Predictor:
             ids = ids.combine_chunks()
         if not pa.types.is_string(ids.type) and not pa.types.is_large_string(ids.type):
             ids = pc.cast(ids, pa.string())
-        index = pc.index_in(pc.utf8_trim_whitespace(ids), value_set=strings)
+        ids = pc.utf8_trim_whitespace(ids)
+        index = pc.index_in(ids, value_set=strings)
+        if index.null_count > ids.null_count:  # misses: 12.0 names lesson 12 (a float column, pandas' NaN-able ints)
+            if self._whole_strings is None:
+                self._whole_strings = _whole(strings)
+            index = pc.coalesce(index, pc.index_in(_whole(ids), value_set=self._whole_strings))
         return pc.fill_null(pc.add(index, 1), 0).to_numpy(zero_copy_only=False).astype(np.int64)
 
     def item_ids(self, codes: np.ndarray) -> np.ndarray:
@@ -391,6 +397,11 @@ class Predictor:
         x, _ = make_tiny_data(opts["samples"], opts["label_noise"], int(self.config.get("seed", 0)))
         cut = int(0.8 * len(x))
         return x[cut:cut + limit].numpy().astype(np.float32)
+
+
+def _whole(ids: pa.Array) -> pa.Array:
+    """Ids with a whole number written as a float ("12.0", "12.") written as an integer ("12")."""
+    return pc.replace_substring_regex(ids, r"^([-+]?\d+)\.0*$", r"\1")
 
 
 def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
