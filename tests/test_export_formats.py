@@ -465,3 +465,49 @@ def test_an_export_that_does_not_verify_leaves_nothing(runs, tmp_path, monkeypat
     with pytest.raises(export.CheckpointError, match="does not reproduce the model: max abs difference"):
         export_model(runs["tiny"], tmp_path / "new" / "deep" / "export", "program")
     assert list(tmp_path.iterdir()) == []  # neither the folder nor the ones made for it, nor a temp folder
+
+
+EDGE_CALLS = """
+folder = sys.argv[1]
+sys.path.insert(0, folder)
+import serve
+model = serve.load(folder)
+answers = {}
+for name, (args, kwargs) in json.loads(sys.argv[2]).items():
+    try:
+        answers[name] = model.predict(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        answers[name] = "error: " + str(exc)
+print(json.dumps(answers))
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("task", list(SMALL))
+def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, task):
+    folder = tmp_path / "export"
+    export_model(runs[task], folder, "safetensors")
+    calls = {"empty": [[[]], {}]}
+    if task == "sentiment":
+        calls.update(batch=[[["Great lesson"]], {}], one=[["Great lesson"], {}], none=[[[None]], {}])
+    elif task == "recommender":
+        a, b = LESSONS[3], LESSONS[4]
+        calls.update(batch=[[[[a, b]]], {"k": 3}], floats=[[[[float(a), f"{b}.0"]]], {"k": 3}],
+                     text=[[f"{a} {b}"], {"k": 3}], flat=[[[a, b]], {"k": 3}], k0=[[[[a]]], {"k": 0}])
+    else:
+        width = 10 if task == "tiny" else SMALL["ranking"]["features"]
+        calls.update(batch=[[[[0.5] * width]], {}], one=[[[0.5] * width], {}],
+                     short=[[[[0.5] * (width - 1)]], {}])
+    got = json.loads(run_fresh(EDGE_CALLS, tmp_path, str(folder), json.dumps(calls)))
+    assert got["empty"] == []
+    if task == "sentiment":
+        assert len(got["batch"]) == 1 and got["one"] == got["batch"]  # one text, not one score per character
+        assert got["none"].startswith("error: input 0: a review is a string")
+    elif task == "recommender":
+        assert len(got["batch"]) == 1 and len(got["batch"][0]) == 3
+        assert got["floats"] == got["text"] == got["flat"] == got["batch"]  # 5009.0 is lesson 5009
+        assert got["k0"].startswith("error: k=0")
+    else:
+        assert len(got["batch"]) == 1 and got["one"] == got["batch"]
+        what = "point" if task == "tiny" else "candidate"
+        assert got["short"] == f"error: {what} 0: {width - 1} numbers, the model takes {width}"

@@ -681,6 +681,8 @@ class Served:
             vocabulary = self.serving["vocabulary"]
             # looked up by text, so 5000 and "5000" name the same lesson (ids read from a file are text)
             self._model_id = {str(lesson): k + 1 for k, lesson in enumerate(vocabulary)}
+            for k, lesson in enumerate(vocabulary):  # 12.0 is lesson 12 too (unless "12.0" is an id itself)
+                self._model_id.setdefault(_lesson_key(lesson), k + 1)
             self._lesson = vocabulary
 
     def run(self, rows, dtype):
@@ -699,27 +701,52 @@ class Served:
         return self._session.run(None, {name: np.asarray(rows, dtype=dtype)})[0]
 
     def predict(self, inputs, k=10):
-        """The task's answer for a batch of its own inputs (see the module doc)."""
+        """The task's answer for a batch of its own inputs (see the module doc), one answer per input. A single
+        input is a batch of one: one text; one history (a list of lesson ids, or a string of ids separated by
+        spaces, as `amp-console predict` reads them); one point or one candidate's features (a list of
+        numbers). An empty batch answers []."""
+        if isinstance(inputs, (str, bytes)):
+            inputs = [inputs]
+        inputs = list(inputs)
+        if not inputs:
+            return []
         if self.task == "tiny":
-            return self.run([list(map(float, x)) for x in inputs], "float32")
+            points = _numbers([inputs] if not _is_list(inputs[0]) else inputs, self._width(), "point")
+            return self.run(points, "float32")
         if self.task == "sentiment":
+            bad = [i for i, text in enumerate(inputs) if not isinstance(text, str)]
+            if bad:
+                raise TypeError(f"input {bad[0]}: a review is a string, not {type(inputs[bad[0]]).__name__}")
             t = self.serving["tokenizer"]
-            ids = hashed_tokens(list(inputs), t["buckets"], t["max_tokens"], t["negation_scope"])
+            ids = hashed_tokens(inputs, t["buckets"], t["max_tokens"], t["negation_scope"])
             return self.run(ids, "int64")
         if self.task == "recommender":
-            return self._recommend(inputs, k)
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise ValueError(f"k={k!r}: ask for at least 1 recommendation")
+            if not any(_is_list(h) or isinstance(h, str) for h in inputs):  # one history of ids
+                inputs = [inputs]
+            return self._recommend([h.split() if isinstance(h, str) else list(h) for h in inputs], k)
         if self.task == "ranking":
-            rows = [list(map(float, r)) if not isinstance(r[0], (list, tuple)) else r for r in inputs]
-            if rows and not isinstance(rows[0][0], (list, tuple)):  # (B, F): one list of B candidates
-                return self.run([rows], "float32")[0]
-            return self.run(rows, "float32")
+            if not _is_list(inputs[0]):  # one candidate's features: one query of one candidate
+                inputs = [inputs]
+            if not _is_list(inputs[0][0]):  # (N, F): one query's N candidates
+                return self.run([_numbers(inputs, self._width(), "candidate")], "float32")[0]
+            queries = [_numbers(q, self._width(), f"query {i}: candidate") for i, q in enumerate(inputs)]
+            if len({len(q) for q in queries}) > 1:
+                raise ValueError("the queries of one batch need the same number of candidates (or predict each "
+                                 "query on its own)")
+            return self.run(queries, "float32")
         raise ValueError(f"unknown task {self.task!r}")
+
+    def _width(self):
+        """The numbers per point / candidate the model takes (the input's last dimension)."""
+        return self.manifest["inputs"][0]["shape"][-1]
 
     def _recommend(self, histories, k):
         max_len = self.serving["max_len"]
         batch, seen = [], []
         for history in histories:
-            known = (self._model_id.get(str(i)) for i in history)
+            known = (self._model_id.get(_lesson_key(i)) for i in history)
             ids = [k for k in known if k is not None]  # lessons the model never saw in training: skipped
             window = ids[-max_len:]
             batch.append([0] * (max_len - len(window)) + window)
@@ -740,6 +767,34 @@ class Served:
             out.append([(self._lesson[j], v) for j, v in zip(row_order, row_values) if v != float("-inf")]
                        if used else [])
         return out
+
+
+def _is_list(value):
+    return isinstance(value, (list, tuple)) or (hasattr(value, "shape") and hasattr(value, "tolist")
+                                                and len(getattr(value, "shape")) > 0)
+
+
+def _numbers(rows, width, what):
+    """Rows of `width` floats, or ValueError naming the row that is not."""
+    out = []
+    for i, row in enumerate(rows):
+        row = list(row) if _is_list(row) else [row]
+        if len(row) != width:
+            raise ValueError(f"{what} {i}: {len(row)} numbers, the model takes {width}")
+        out.append([float(v) for v in row])
+    return out
+
+
+def _lesson_key(lesson):
+    """A lesson id as the vocabulary is looked up: its text, a whole number written as a float (12.0, "12.0",
+    from a float column) as the integer."""
+    if isinstance(lesson, float) and lesson.is_integer():
+        return str(int(lesson))
+    text = str(lesson).strip()
+    return _WHOLE.sub(r"\1", text)
+
+
+_WHOLE = re.compile(r"^([-+]?\d+)\.0*$")
 
 
 def read_safetensors(path):
