@@ -422,3 +422,30 @@ def test_parquet_lists_categoricals_and_bytes_are_read_as_ids(capsys, tmp_path, 
     code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
     assert code == 2 and "column 'text' holds struct<x: int64> values, not text" in err.strip().splitlines()[-1]
     assert _rows(out)[0]["user_id"] == "u1"  # the earlier output is not replaced by a failed run
+
+
+def test_interactions_with_iso_date_times_are_ordered_by_them(capsys, tmp_path, recommender_run):
+    # the training importer reads a timestamp column of date-times: predict reads the same file
+    events = [("u1", "L12", "2024-03-02T10:00:00Z"), ("u1", "L15", "2024-03-01"), ("u2", "L11", "2024-03-01 08:00"),
+              ("u1", "L13", "2024-03-02 09:59:59"), ("u2", "L17", "2024-02-30"), ("u2", "L18", "2024-03-01 09:00")]
+    source = tmp_path / "clicks.csv"
+    source.write_text("user_id,item_id,timestamp\n" + "".join(f"{u},{i},{t}\n" for u, i, t in events))
+    out = tmp_path / "top.csv"
+    code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
+    assert code == 0, err
+    assert "line 6: timestamp '2024-02-30' is not a number or a date-time" in err and "2 users scored" in stdout
+    expected = load_predictor(recommender_run.checkpoint).recommend_many([["L15", "L13", "L12"], ["L11", "L18"]], 3)
+    rows = _rows(out)
+    assert [r["item_id"] for r in rows if r["user_id"] == "u1"] == expected[0].items
+    assert [r["item_id"] for r in rows if r["user_id"] == "u2"] == expected[1].items
+
+
+def test_parquet_text_numbers_with_a_null_and_a_word_are_bad_rows(capsys, tmp_path, tiny_run):
+    columns = {f"x{i}": ["0.5", "0.5", "0.5"] for i in range(1, 11)}
+    columns["x3"] = ["0.5", None, "abc"]
+    pq.write_table(pa.table(columns), tmp_path / "p.parquet")
+    code, stdout, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", tmp_path / "p.parquet", "--out",
+                            tmp_path / "o.csv")
+    assert code == 0, err
+    assert "row 2: x3 is empty" in err and "row 3: x3 'abc' is not a number" in err
+    assert "1 points scored, 2 skipped" in stdout

@@ -410,8 +410,10 @@ class Checks:
         return ""
 
 
-def numbers(values, name: str, checks: Checks, dtype="float32"):
-    """A column as numbers (`dtype`), marking empty and non-numeric (or non-finite) values in `checks`."""
+def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = False):
+    """A column as numbers (`dtype`), marking empty and non-numeric (or non-finite) values in `checks`. With
+    `dates`, an ISO 8601 date-time is a number too (its seconds since 1970, UTC when it names no zone), as the
+    training importer reads a timestamp column."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -420,13 +422,25 @@ def numbers(values, name: str, checks: Checks, dtype="float32"):
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         try:  # the common case, numbers only: one cast (a NaN or inf is caught as not finite below)
             out = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+            if values.null_count:  # a Parquet null
+                missing = values.is_null().to_numpy(zero_copy_only=False)
+                out = np.where(missing, 0.0, out)
+                checks.add(missing, lambda i: f"{name} is empty")
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some value is not a number: find which
-            empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0).to_numpy(zero_copy_only=False)
-            ok = pc.match_substring_regex(values, NUMBER).to_numpy(zero_copy_only=False)
-            checks.add(empty, lambda i: f"{name} is empty")
-            checks.add(~ok & ~empty, lambda i: f"{name} {_shown(values[i].as_py())} is not a number")
+            empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), True)
+            empty = empty.to_numpy(zero_copy_only=False)
+            ok = np.array(pc.fill_null(pc.match_substring_regex(values, NUMBER), False).to_numpy(
+                zero_copy_only=False))
             cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(values), "0")
-            out = pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False)
+            out = np.array(pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False))  # writable
+            if dates:
+                rest = np.flatnonzero(~ok & ~empty)
+                seconds, parsed = _date_times(values.take(pa.array(rest)))
+                out[rest[parsed]] = seconds[parsed]
+                ok[rest[parsed]] = True
+            checks.add(empty, lambda i: f"{name} is empty")
+            checks.add(~ok & ~empty, lambda i: f"{name} {_shown(values[i].as_py())} is not a number" +
+                       (" or a date-time" if dates else ""))
     elif pa.types.is_timestamp(t) or pa.types.is_date(t):
         out = pc.cast(pc.cast(values, pa.timestamp("s")), pa.int64()).to_numpy(zero_copy_only=False)
         out = np.asarray(out, dtype=np.float64)
@@ -444,6 +458,33 @@ def numbers(values, name: str, checks: Checks, dtype="float32"):
         checks.add(~np.isfinite(cast) & ~checks.bad, lambda i: f"{name} {_shown(values[i].as_py())} is not a "
                                                                f"finite {dtype} number")
     return cast
+
+
+def _date_times(values):
+    """(seconds since 1970, parsed) of strings holding ISO 8601 date-times (UTC when they name no zone): Arrow's
+    cast for the whole array, else one value at a time."""
+    import datetime as dt
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pc.utf8_trim_whitespace(values)
+    try:
+        stamps = pc.cast(pc.cast(text, pa.timestamp("us")), pa.int64()).to_numpy(zero_copy_only=False)
+        return stamps.astype(np.float64) / 1e6, np.ones(len(values), dtype=bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    seconds, parsed = np.zeros(len(values)), np.zeros(len(values), dtype=bool)
+    for i, value in enumerate(text.to_pylist()):
+        try:
+            when = dt.datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            continue
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        seconds[i], parsed[i] = when.timestamp(), True
+    return seconds, parsed
 
 
 def ids(values, name: str, checks: Checks):
@@ -814,7 +855,7 @@ class RecommenderScorer(Scorer):
         checks = Checks(batch.num_rows)
         user = ids(batch.column(self.user), self.user, checks)
         item = ids(batch.column(self.item), self.item, checks)
-        when = numbers(batch.column(self.time), self.time, checks, dtype="float64")
+        when = numbers(batch.column(self.time), self.time, checks, dtype="float64", dates=True)
         good = self._good(batch, lines, checks, report)
         self._events += len(good)
         if not len(good):
