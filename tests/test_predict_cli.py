@@ -449,3 +449,18 @@ def test_parquet_text_numbers_with_a_null_and_a_word_are_bad_rows(capsys, tmp_pa
     assert code == 0, err
     assert "row 2: x3 is empty" in err and "row 3: x3 'abc' is not a number" in err
     assert "1 points scored, 2 skipped" in stdout
+
+
+@pytest.mark.parametrize("sep", ["\t", ";"])
+def test_a_tab_or_semicolon_file_named_csv_is_read_as_training_reads_it(capsys, tmp_path, tiny_run, sep):
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(4, 10)).astype(np.float32)
+    header = sep.join(f"x{i}" for i in range(1, 11))
+    (tmp_path / "p.csv").write_text(header + "\n" + "".join(sep.join(repr(float(v)) for v in row) + "\n"
+                                                            for row in x))
+    code, stdout, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", tmp_path / "p.csv", "--out",
+                            tmp_path / "o.csv")
+    assert code == 0, err
+    assert "4 points scored, 0 skipped" in stdout
+    expected = load_predictor(tiny_run.checkpoint).classify(x)
+    assert [float(r["p1"]) for r in _rows(tmp_path / "o.csv")] == pytest.approx(expected[:, 1].tolist(), abs=1e-6)

@@ -163,13 +163,15 @@ class InputReader:
         self.parquet = path.suffix.lower() != ".csv"
         self.unit = "row" if self.parquet else "line"
         self.needed: list[str] = []
+        self.delimiter = "," if self.parquet else _delimiter(path)
         try:
             if self.parquet:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
             else:
                 with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 16, use_threads=False),
-                                    parse_options=pacsv.ParseOptions(newlines_in_values=True,
+                                    parse_options=pacsv.ParseOptions(delimiter=self.delimiter,
+                                                                     newlines_in_values=True,
                                                                      invalid_row_handler=lambda row: "skip")) as r:
                     names = r.schema.names
                 self.schema = pa.schema([(n, pa.string()) for n in names])
@@ -248,7 +250,8 @@ class InputReader:
 
         text_columns = [c for c in self.needed if c in self._free_text]
         options = dict(read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
-                       parse_options=pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=invalid),
+                       parse_options=pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True,
+                                                        invalid_row_handler=invalid),
                        convert_options=pacsv.ConvertOptions(
                            # bytes, made text per batch: a value that is not UTF-8 costs its row, not the file
                            column_types={c: pa.binary() for c in self.needed}, include_columns=self.needed,
@@ -273,6 +276,17 @@ class InputReader:
             raise DataError(f"{self.path}: cannot be read as CSV: {_one_line(exc)}") from None
 
     _free_text: set = set()  # columns whose values may hold line breaks (set by the scorer)
+
+
+def _delimiter(path: Path) -> str:
+    """The CSV's delimiter: a comma, unless its header line has none but tabs, semicolons or pipes (a TSV or a
+    spreadsheet's export named .csv, which training's importer sniffs and reads too)."""
+    with open(path, "rb") as handle:
+        first = handle.readline(1 << 20).decode("utf-8", errors="replace")
+    if "," in first:
+        return ","
+    found = [sep for sep in ("\t", ";", "|") if sep in first]
+    return found[0] if len(found) == 1 else ","
 
 
 def _binary_as_text(batch):
