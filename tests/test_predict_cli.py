@@ -464,3 +464,14 @@ def test_a_tab_or_semicolon_file_named_csv_is_read_as_training_reads_it(capsys, 
     assert "4 points scored, 0 skipped" in stdout
     expected = load_predictor(tiny_run.checkpoint).classify(x)
     assert [float(r["p1"]) for r in _rows(tmp_path / "o.csv")] == pytest.approx(expected[:, 1].tolist(), abs=1e-6)
+
+
+def test_a_needed_column_named_twice_is_a_one_line_error(capsys, tmp_path, sentiment_run):
+    (tmp_path / "r.csv").write_text("text,label,text\nclear lesson,1,dull lesson\n")
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out",
+                       tmp_path / "o.csv")
+    assert code == 2 and "the column 'text' appears 2 times (columns 1, 3)" in err
+    (tmp_path / "r.csv").write_text("text,label,label\nclear lesson,1,1\n")  # a column it does not read: fine
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out",
+                            tmp_path / "o.csv")
+    assert code == 0 and "1 reviews scored" in stdout, err

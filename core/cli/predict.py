@@ -220,6 +220,11 @@ class InputReader:
 
     def use(self, columns: list[str]) -> None:
         self.needed = list(dict.fromkeys(columns))
+        for name in self.needed:  # which of two same-named columns is meant cannot be known
+            where = [str(i + 1) for i, c in enumerate(self.columns) if c == name]
+            if len(where) > 1:
+                raise DataError(f"{self.path}: {'line 1: ' if not self.parquet else ''}the column {name!r} "
+                                f"appears {len(where)} times (columns {', '.join(where)}): rename all but one")
 
     def __iter__(self):
         if self.parquet:
