@@ -511,3 +511,15 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, t
         assert len(got["batch"]) == 1 and got["one"] == got["batch"]
         what = "point" if task == "tiny" else "candidate"
         assert got["short"] == f"error: {what} 0: {width - 1} numbers, the model takes {width}"
+
+
+def test_out_dot_fills_the_empty_current_folder(runs, tmp_path, capsys, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    code, out, err = cli(capsys, "export", runs["tiny"], "--out", ".", "--format", "safetensors")
+    assert code == 0, err
+    assert f"to {here}:" in out  # named, not "."
+    assert sorted(p.name for p in here.iterdir()) == ["manifest.json", "model.json", "model.pt", "model.safetensors",
+                                                      "serve.py"]
+    assert not [p for p in tmp_path.iterdir() if p.name != "here"]  # no staging folder left beside it

@@ -257,7 +257,7 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
             raise ConfigError("dtype", "--dtype bf16 cannot be served by ONNX Runtime (its CPU kernels have no "
                                        "bfloat16 MatMul): use --dtype fp16 for ONNX, or --format program")
         require_onnx()
-    out = Path(out).expanduser()
+    out = Path(os.path.abspath(Path(out).expanduser()))  # "." is the current folder, named (its parent is real)
     _check_destination(out)
     loaded = load_trained(checkpoint)
     say(f"loaded {loaded.state['task']} checkpoint at step {loaded.state['step']:,} from {checkpoint}")
@@ -305,9 +305,12 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         _write(staging / "serve.py", SERVE_PY.encode("utf-8"))
         files += ["manifest.json", "serve.py"]
         size = (staging / MODEL_FILES[fmt]).stat().st_size
-        if out.exists():  # an empty folder (checked above): replaced
-            out.rmdir()
-        os.replace(staging, out)
+        if out.is_dir():  # an empty folder (checked above), perhaps the current one: filled, each file renamed in
+            for entry in sorted(staging.iterdir()):
+                os.replace(entry, out / entry.name)
+            staging.rmdir()
+        else:
+            os.replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         for folder in made:  # the folders made for it, innermost first, if still empty
