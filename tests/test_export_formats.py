@@ -493,7 +493,8 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, t
     elif task == "recommender":
         a, b = LESSONS[3], LESSONS[4]
         calls.update(batch=[[[[a, b]]], {"k": 3}], floats=[[[[float(a), f"{b}.0"]]], {"k": 3}],
-                     text=[[f"{a} {b}"], {"k": 3}], flat=[[[a, b]], {"k": 3}], k0=[[[[a]]], {"k": 0}])
+                     text=[[f"{a} {b}"], {"k": 3}], commas=[[[f"[{a}, {b}]"]], {"k": 3}], flat=[[[a, b]], {"k": 3}],
+                     k0=[[[[a]]], {"k": 0}])
     else:
         width = 10 if task == "tiny" else SMALL["ranking"]["features"]
         calls.update(batch=[[[[0.5] * width]], {}], one=[[[0.5] * width], {}],
@@ -506,6 +507,7 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, t
     elif task == "recommender":
         assert len(got["batch"]) == 1 and len(got["batch"][0]) == 3
         assert got["floats"] == got["text"] == got["flat"] == got["batch"]  # 5009.0 is lesson 5009
+        assert got["commas"] == got["batch"]  # "[5009, 5012]": the list as text
         assert got["k0"].startswith("error: k=0")
     else:
         assert len(got["batch"]) == 1 and got["one"] == got["batch"]

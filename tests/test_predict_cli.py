@@ -386,7 +386,8 @@ def test_bytes_that_are_not_utf8_cost_their_row_not_the_file(capsys, tmp_path, s
     code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
     assert code == 0, err
     assert "line 3: text is not valid UTF-8 (byte 0xff at position 5)" in err
-    assert "line 6: text is not valid UTF-8 (byte 0xe9 at position 1)" in err and "3 reviews scored, 2 skipped" in stdout
+    assert "line 6: text is not valid UTF-8 (byte 0xe9 at position 1)" in err
+    assert "3 reviews scored, 2 skipped" in stdout
     rows = _rows(out)
     assert [int(r["line"]) for r in rows] == [2, 5, 7]  # the quoted value on lines 3-4 still counts its lines
     expected = load_predictor(sentiment_run.checkpoint).sentiment(["good one", "fine", "last"])
@@ -475,3 +476,17 @@ def test_a_needed_column_named_twice_is_a_one_line_error(capsys, tmp_path, senti
     code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out",
                             tmp_path / "o.csv")
     assert code == 0 and "1 reviews scored" in stdout, err
+
+
+def test_a_history_written_as_a_list_with_commas_is_read_whole(capsys, tmp_path, recommender_run):
+    source = tmp_path / "h.csv"
+    source.write_text('user_id,history\nu1,"[L12, L13, L14]"\nu2,"L12,L13,L14"\nu3,L12 L13 L14\nu4,[]\n')
+    out = tmp_path / "o.csv"
+    code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
+    assert code == 0, err
+    assert "line 5: history is empty" in err and "3 users scored, 1 skipped" in stdout
+    assert "do not know" not in stdout  # "L12," is L12
+    expected = load_predictor(recommender_run.checkpoint).recommend(["L12", "L13", "L14"], k=3).items
+    rows = _rows(out)
+    for user in ("u1", "u2", "u3"):
+        assert [r["item_id"] for r in rows if r["user_id"] == user] == expected

@@ -2,7 +2,7 @@
 file in the task's own input format (core.lab.predict's Predictor does the scoring):
 
 - sentiment: a `text` column (a `label` column is ignored) -> line, p_positive, predicted (positive/negative);
-- recommender: a `history` column of lesson ids separated by spaces (and optionally `user_id`), one row per
+- recommender: a `history` column of lesson ids separated by spaces or commas (and optionally `user_id`), one row per
   user; or the training interactions (user_id, item_id, timestamp), grouped per user keeping each user's last
   max_len lessons by time -> user_id (or line), rank, item_id, score: k rows per user, in the data's own ids;
 - ranking: query_id, doc_id, f1..fN (label optional, copied) -> query_id, doc_id, score (, label);
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, DataError
 
+HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split into ids
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
 BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
 DEFAULT_BATCH = 4096
@@ -822,8 +823,11 @@ class RecommenderScorer(Scorer):
         else:
             if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
                 history = as_text(history, self.history, self.reader.path)
+            # ids separated by spaces, or by commas as a list written out ("[12, 7, 40]", "12,7,40"): "12," is
+            # lesson 12, not an unknown id that would leave the history short of it
+            history = pc.utf8_trim(history, characters=HISTORY_EDGES)
             ids(history, self.history, checks)
-            words = pc.split_pattern_regex(pc.utf8_trim_whitespace(pc.fill_null(history, "")), r"\s+")
+            words = pc.split_pattern_regex(pc.fill_null(history, ""), r"[\s,]+")
         user = ids(batch.column(self.user), self.user, checks) if self.user else None
         flat = pc.list_flatten(words)
         offsets = words.offsets.to_numpy().astype(np.int64) - int(words.offsets[0].as_py())

@@ -728,7 +728,7 @@ class Served:
                 raise ValueError(f"k={k!r}: ask for at least 1 recommendation")
             if not any(_is_list(h) or isinstance(h, str) for h in inputs):  # one history of ids
                 inputs = [inputs]
-            return self._recommend([h.split() if isinstance(h, str) else list(h) for h in inputs], k)
+            return self._recommend([_split_history(h) if isinstance(h, str) else list(h) for h in inputs], k)
         if self.task == "ranking":
             if not _is_list(inputs[0]):  # one candidate's features: one query of one candidate
                 inputs = [inputs]
@@ -786,6 +786,12 @@ def _numbers(rows, width, what):
             raise ValueError(f"{what} {i}: {len(row)} numbers, the model takes {width}")
         out.append([float(v) for v in row])
     return out
+
+
+def _split_history(text):
+    """A history written as text: ids separated by spaces or commas, brackets around them ignored
+    ("12 7 40", "12,7,40", "[12, 7, 40]"), as `amp-console predict` reads its history column."""
+    return [part for part in re.split(r"[\s,]+", text.strip(" \t\r\n[](),")) if part]
 
 
 def _lesson_key(lesson):
