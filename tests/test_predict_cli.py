@@ -485,7 +485,7 @@ def test_a_history_written_as_a_list_with_commas_is_read_whole(capsys, tmp_path,
     code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
     assert code == 0, err
     assert "line 5: history is empty" in err and "3 users scored, 1 skipped" in stdout
-    assert "do not know" not in stdout  # "L12," is L12
+    assert "does not know" not in stdout  # "L12," is L12
     expected = load_predictor(recommender_run.checkpoint).recommend(["L12", "L13", "L14"], k=3).items
     rows = _rows(out)
     for user in ("u1", "u2", "u3"):
