@@ -268,3 +268,19 @@ def test_a_worker_thread_gets_the_same_answers(sentiment_run):
     worker.start()
     worker.join(timeout=60)
     assert found["p"] == predictor.sentiment(texts)
+
+
+def test_a_single_string_is_one_input_and_non_finite_numbers_are_refused(sentiment_run, recommender_run, tiny_run):
+    sentiment = load_predictor(sentiment_run.checkpoint, "last")
+    assert sentiment.sentiment("a clear lesson") == sentiment.sentiment(["a clear lesson"])  # not per character
+    recommender = load_predictor(recommender_run.checkpoint, "last")
+    want = recommender.recommend(["L12", "L13"], k=3)
+    assert want.items and recommender.recommend("L12 L13", k=3) == want
+    assert recommender.recommend_many(["[L12, L13]"], k=3) == [want]
+    tiny = load_predictor(tiny_run.checkpoint, "last")
+    with pytest.raises(DataError, match=r"x: row 1, number 3 \(nan\) is not a finite float32 number"):
+        tiny.classify([[0.0] * 10, [0.0, 0.0, float("nan")] + [0.0] * 7])
+    with pytest.raises(DataError, match=r"number 10 \(1e\+39\) is not a finite"):
+        tiny.classify([0.0] * 9 + [1e39])
+    with pytest.raises(DataError, match="not numbers"):
+        tiny.classify([["a"] * 10])

@@ -117,8 +117,10 @@ class Predictor:
 
     # ---- sentiment -------------------------------------------------------------------------------------------
     def sentiment(self, texts: list[str]) -> list[float]:
-        """P(positive) of each text."""
+        """P(positive) of each text (a single string is one text, not one per character)."""
         self._need("sentiment")
+        if isinstance(texts, str):
+            texts = [texts]
         return self.sentiment_array(pa.array([str(t) for t in texts], pa.string())).tolist()
 
     def sentiment_array(self, texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -201,8 +203,10 @@ class Predictor:
 
     def recommend_many(self, histories: list[list], k: int = 10, exclude_seen: bool = True) -> list[Recommendation]:
         """recommend for each history, scored together in batches. A history of which the model knows no
-        lesson gets no items (its unknown ids say why)."""
+        lesson gets no items (its unknown ids say why). A history given as a string is its ids separated by
+        spaces or commas (as `amp-console predict` reads a history column), not one id per character."""
         self._need("recommend_many")
+        histories = [split_history(h) if isinstance(h, str) else h for h in histories]
         lengths = np.array([len(h) for h in histories], dtype=np.int64)
         flat = pa.array([str(item) for h in histories for item in h], pa.string())
         codes = self.item_codes(flat)
@@ -318,12 +322,22 @@ class Predictor:
         return out
 
     def _matrix(self, values, what: str) -> np.ndarray:
-        x = np.asarray(values, dtype=np.float32)
+        try:
+            wide = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{what}: not numbers: {exc}") from None
+        with np.errstate(over="ignore"):
+            x = wide.astype(np.float32)
         if x.ndim == 1 and x.shape[0] == self.n_features:
             x = x[None, :]
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise DataError(f"{what}: the {self.task} model takes {self.n_features} numbers per row, got an array "
                             f"of shape {tuple(x.shape)}")
+        bad = np.argwhere(~np.isfinite(x))
+        if len(bad):  # NaN, inf, or beyond float32 (1e39): the model's answer would be NaN or meaningless
+            row, column = (int(v) for v in bad[0])
+            value = wide.reshape(x.shape)[row, column]
+            raise DataError(f"{what}: row {row}, number {column + 1} ({value:g}) is not a finite float32 number")
         return np.ascontiguousarray(x)
 
     def example_queries(self, limit: int = 200) -> list[Query]:
@@ -397,6 +411,13 @@ class Predictor:
         x, _ = make_tiny_data(opts["samples"], opts["label_noise"], int(self.config.get("seed", 0)))
         cut = int(0.8 * len(x))
         return x[cut:cut + limit].numpy().astype(np.float32)
+
+
+def split_history(text: str) -> list[str]:
+    """A history written as text: ids separated by spaces or commas, brackets around them ignored."""
+    import re
+
+    return [part for part in re.split(r"[\s,]+", text.strip(" \t\r\n[](),")) if part]
 
 
 def _whole(ids: pa.Array) -> pa.Array:
