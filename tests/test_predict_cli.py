@@ -490,3 +490,17 @@ def test_a_history_written_as_a_list_with_commas_is_read_whole(capsys, tmp_path,
     rows = _rows(out)
     for user in ("u1", "u2", "u3"):
         assert [r["item_id"] for r in rows if r["user_id"] == user] == expected
+
+
+def test_a_damaged_parquet_page_is_one_line_and_nothing_is_written(capsys, tmp_path, sentiment_run):
+    source = tmp_path / "reviews.parquet"
+    pq.write_table(pa.table({"text": [f"review {i}: a clear lesson, not boring" for i in range(20000)]}), source,
+                   compression="zstd", row_group_size=5000)
+    data = bytearray(source.read_bytes())
+    third = len(data) // 3
+    data[third:2 * third] = b"\x55" * third  # the middle row groups' pages (the footer is intact)
+    source.write_bytes(bytes(data))
+    out = tmp_path / "scores.csv"
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
+    assert code == 2 and "cannot be read as Parquet after row" in err.strip().splitlines()[-1]
+    assert "Traceback" not in err and not out.exists() and list(tmp_path.iterdir()) == [source]

@@ -235,9 +235,18 @@ class InputReader:
 
     def _parquet_batches(self):
         import numpy as np
+        import pyarrow as pa
 
         first = 1
-        for batch in self._file.iter_batches(batch_size=self.batch_rows, columns=self.needed):
+        batches = self._file.iter_batches(batch_size=self.batch_rows, columns=self.needed)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError) as exc:  # a damaged page: one line, and nothing written
+                raise DataError(f"{self.path}: cannot be read as Parquet after row {first - 1:,}: "
+                                f"{_one_line(exc)}") from None
             lines = np.arange(first, first + batch.num_rows, dtype=np.int64)
             first += batch.num_rows
             yield _text_only(batch, lines, [])
