@@ -15,7 +15,7 @@ run: install
 	$(BIN)/amp-console
 
 test: install
-	@echo "== the test suite: about 14 minutes on 2 idle cores, longer on a busy machine (the slowest are listed at the end)"
+	@echo "== the test suite: about 18 minutes on 2 idle cores, longer on a busy machine (the slowest are listed at the end)"
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not xvfb" --durations=8
 	@echo "== import layers (import-linter, contracts in pyproject.toml)"
 	$(BIN)/lint-imports
