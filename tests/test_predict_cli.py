@@ -504,3 +504,27 @@ def test_a_damaged_parquet_page_is_one_line_and_nothing_is_written(capsys, tmp_p
     code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
     assert code == 2 and "cannot be read as Parquet after row" in err.strip().splitlines()[-1]
     assert "Traceback" not in err and not out.exists() and list(tmp_path.iterdir()) == [source]
+
+
+def test_interactions_exclude_lessons_seen_before_the_models_window(capsys, tmp_path, recommender_run):
+    # max_len is 8: u1 saw 12 lessons, 10 of them distinct (L12 and L13 twice, long ago)
+    long = ["L12", "L13", "L10", "L11", "L12", "L13", "L14", "L15", "L16", "L17", "L18", "L19"]
+    events = [("u1", item, 100 + t) for t, item in enumerate(long)] + [("u2", "L14", 5), ("u2", "L15", 6)]
+    source = tmp_path / "clicks.csv"
+    source.write_text("user_id,item_id,timestamp\n" + "".join(f"{u},{i},{t}\n" for u, i, t in reversed(events)))
+    histories = [long, ["L14", "L15"]]
+    predictor = load_predictor(recommender_run.checkpoint)
+    out = tmp_path / "top.csv"
+    for flags in ([], ["--include-seen"]):
+        code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 10,
+                           *flags)
+        assert code == 0, err
+        rows = _rows(out)
+        expected = predictor.recommend_many(histories, k=10, exclude_seen=not flags)
+        for user, answer in zip(("u1", "u2"), expected):
+            mine = [r for r in rows if r["user_id"] == user]
+            assert [r["item_id"] for r in mine] == answer.items
+            assert [float(r["score"]) for r in mine] == pytest.approx(answer.scores, abs=1e-5)
+            if flags:
+                assert [r["seen"] == "true" for r in mine] == answer.seen
+    assert not [r for r in _rows(out) if r["user_id"] == "u1" and r["seen"] == "false"]  # it saw all ten

@@ -10,7 +10,8 @@ file in the task's own input format (core.lab.predict's Predictor does the scori
 
 The input is read a block at a time (pyarrow's streaming CSV reader, which reads up to 32 blocks of BLOCK_BYTES
 ahead; a Parquet file's row batches, a row group at a time), so memory stays bounded whatever the file's size
-(the interactions format holds users x max_len lessons). CSV columns
+(the interactions format holds users x max_len lessons, and the distinct (user, lesson) pairs, so that a lesson
+seen before the window is excluded too). CSV columns
 are read as bytes and converted per batch, so one bad value costs its row, not its block: a bad row (empty
 text, bytes that are not UTF-8, a value that is not a number, a wrong number of values, a history with no lesson
 the model knows) is
@@ -784,6 +785,10 @@ class RecommenderScorer(Scorer):
             self._first_line = np.zeros(size, dtype=np.int64)
             self._users: list = []
             self._events = 0
+            # every (user, lesson) seen, as user * (n_items + 1) + lesson: a lesson seen before the window is
+            # still seen (excluded, as predict's histories, the preview and serve.py exclude it)
+            self._seen: list = []
+            self._seen_rows = 0
         else:
             reader.use([self.history, *([self.user] if self.user else [])])
             reader._free_text = {self.history, *([self.user] if self.user else [])}
@@ -904,6 +909,8 @@ class RecommenderScorer(Scorer):
         known = items > 0
         self.unknown += int((~known).sum())
         code, when, items = code[known], when[known], items[known]
+        if len(code):  # --include-seen marks them seen
+            self._remember(code * (self.predictor.n_items + 1) + items)
         if not len(code):
             return
         length = self.predictor.max_len
@@ -929,7 +936,7 @@ class RecommenderScorer(Scorer):
         if code is None:
             code = self._codes[value] = len(self._users)
             self._users.append(value)
-            if code >= len(self._items):  # grow by half: users x max_len is the memory this format needs
+            if code >= len(self._items):  # grow by half: users x max_len (+ seen pairs) is this format's memory
                 grow = len(self._items) // 2 + 1
                 self._items = np.concatenate([self._items, np.zeros((grow, self._items.shape[1]), np.int64)])
                 self._times = np.concatenate([self._times, np.full((grow, self._times.shape[1]), -np.inf)])
@@ -952,12 +959,40 @@ class RecommenderScorer(Scorer):
                                                f"lessons is known to the model") for u in empty])
         step = max(1, self.args.batch_size)
         length = self.predictor.max_len
+        seen = self._seen_pairs()
+        width = self.predictor.n_items + 1
+        seen_user, seen_item = seen // width, seen % width
         for start in range(0, count, step):
             end = min(count, start + step)
-            codes = self._items[start:end].reshape(-1)
-            answer = self.predictor.recommend_codes(codes, np.arange(end - start + 1) * length, self.k,
-                                                    self.exclude_seen)
-            yield self._table(users.slice(start, end - start), answer)
+            rows = end - start
+            # each user's lessons seen before its window first (any order), then the window in time order: the
+            # model reads the last max_len known ones, every one is excluded
+            lo, hi = np.searchsorted(seen_user, [start, end])
+            owner, item = seen_user[lo:hi] - start, seen_item[lo:hi]
+            full = (self._items[start:end] > 0).all(1)  # a window not full holds all the user's lessons already:
+            owner, item = owner[full[owner]], item[full[owner]]  # nothing before it (would be read as history)
+            extra = np.bincount(owner, minlength=rows).astype(np.int64)
+            offsets = np.concatenate([[0], np.cumsum(extra + length)])
+            codes = np.zeros(int(offsets[-1]), dtype=np.int64)
+            codes[offsets[owner] + np.arange(len(owner)) - (np.cumsum(extra) - extra)[owner]] = item
+            window = offsets[:-1, None] + extra[:, None] + np.arange(length)[None, :]
+            codes[window.reshape(-1)] = self._items[start:end].reshape(-1)
+            answer = self.predictor.recommend_codes(codes, offsets, self.k, self.exclude_seen)
+            yield self._table(users.slice(start, rows), answer)
+
+    def _remember(self, keys) -> None:
+        import numpy as np
+
+        self._seen.append(keys)
+        self._seen_rows += len(keys)
+        if self._seen_rows > 4 * (1 << 20):  # folded to the distinct pairs now and then: memory ~ distinct pairs
+            self._seen = [np.unique(np.concatenate(self._seen))]
+            self._seen_rows = len(self._seen[0])
+
+    def _seen_pairs(self):
+        import numpy as np
+
+        return np.unique(np.concatenate(self._seen)) if self._seen else np.zeros(0, dtype=np.int64)
 
 
 def _first_positions(indices):
