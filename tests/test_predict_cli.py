@@ -528,3 +528,17 @@ def test_interactions_exclude_lessons_seen_before_the_models_window(capsys, tmp_
             if flags:
                 assert [r["seen"] == "true" for r in mine] == answer.seen
     assert not [r for r in _rows(out) if r["user_id"] == "u1" and r["seen"] == "false"]  # it saw all ten
+
+
+def test_a_writer_that_cannot_start_leaves_no_temporary_file(capsys, tmp_path, tiny_run, monkeypatch):
+    import pyarrow.csv as pacsv
+
+    def refuse(*args, **kwargs):
+        raise pa.ArrowInvalid("Unsupported Type: something odd")
+
+    monkeypatch.setattr(pacsv, "CSVWriter", refuse)
+    (tmp_path / "p.csv").write_text(",".join(f"x{i}" for i in range(1, 11)) + "\n" + ",".join(["0.5"] * 10) + "\n")
+    out = tmp_path / "out" / "o.csv"
+    code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", tmp_path / "p.csv", "--out", out)
+    assert code == 2 and "cannot write CSV with columns ['line', 'p0', 'p1', 'predicted']" in err
+    assert "Unsupported Type" in err and list((tmp_path / "out").iterdir()) == []  # no .o.csv.*.tmp left

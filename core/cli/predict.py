@@ -1022,6 +1022,7 @@ class AtomicTableWriter:
         self._tmp: str | None = None
 
     def __enter__(self):
+        import pyarrow as pa
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
@@ -1032,10 +1033,17 @@ class AtomicTableWriter:
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(self._tmp, 0o666 & ~mask)
-        if self.kind == "csv":
-            self._writer = pacsv.CSVWriter(self._tmp, self.schema)
-        else:
-            self._writer = pq.ParquetWriter(self._tmp, self.schema)
+        try:  # `with` calls no __exit__ when __enter__ fails: the temporary file is removed here
+            if self.kind == "csv":
+                self._writer = pacsv.CSVWriter(self._tmp, self.schema)
+            else:
+                self._writer = pq.ParquetWriter(self._tmp, self.schema)
+        except BaseException as exc:
+            self.__exit__()
+            if isinstance(exc, (pa.ArrowException, OSError)):
+                raise DataError(f"{self.out}: cannot write {self.kind.upper()} with columns {self.schema.names}: "
+                                f"{_one_line(exc)}") from None
+            raise
         return self
 
     def write(self, table) -> None:
