@@ -15,6 +15,7 @@ import torch
 
 from core.devices import memory_in_use
 from core.engine import reporting
+from core.engine import trainer as trainer_module
 from core.engine.distributed import DistContext
 from core.engine.events import (
     CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics, event_from_dict,
@@ -53,10 +54,24 @@ def test_without_clipping_the_step_never_calls_clip_grad_norm(tiny_config, recor
         raise AssertionError("clip_grad_norm_ without grad_clip")
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", refuse)
+    monkeypatch.setattr(trainer_module, "NORM_SECONDS", 0.0)  # every logged step measures its norm
     ended = train(tiny_config(max_steps=12, log_interval=1, eval_interval=0), sink=recorder)
     assert ended.status == "completed"
     norms = [s.grad_norm for s in recorder.of("StepMetrics")]
     assert len(norms) == 12 and all(n is not None and n > 0 for n in norms)
+
+
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_a_fast_logged_step_measures_the_norm_at_most_every_norm_seconds(tiny_config, recorder, monkeypatch, clip):
+    """At short log intervals the norm is measured on the first logged step, then at most every NORM_SECONDS and
+    on the last step; the logged steps between report none. Clipping computes it every step: always reported."""
+    monkeypatch.setattr(trainer_module, "NORM_SECONDS", 1e9)
+    train(tiny_config(max_steps=9, log_interval=2, eval_interval=0, grad_clip=clip), sink=recorder)
+    steps = recorder.of("StepMetrics")
+    assert [s.step for s in steps] == [2, 4, 6, 8, 9]
+    measured = [s.step for s in steps if s.grad_norm is not None]
+    assert measured == ([2, 4, 6, 8, 9] if clip else [2, 9])
+    assert all(s.grad_norm > 0 for s in steps if s.grad_norm is not None)
 
 
 def test_the_last_step_reports_its_own_gradient_norm(tiny_config, recorder):

@@ -82,9 +82,11 @@ def test_a_real_run_reads_back_value_for_value(tmp_path):
     assert [r["step"] for r in steps] == [5, 10, 15, 20]
     fields = {"train/loss": "loss", "train/lr": "lr", "train/samples_per_second": "samples_per_second",
               "train/grad_norm": "grad_norm"}
+    assert steps[0]["grad_norm"] is not None and steps[-1]["grad_norm"] is not None
     for tag, key in fields.items():
-        assert [s for s, _, _ in found[tag]] == [r["step"] for r in steps], tag
-        assert all(close(v, r[key]) for (_, v, _), r in zip(found[tag], steps)), tag
+        logged = [r for r in steps if r[key] is not None]  # a fast step's norm is measured 10 times a second
+        assert [s for s, _, _ in found[tag]] == [r["step"] for r in logged], tag
+        assert all(close(v, r[key]) for (_, v, _), r in zip(found[tag], logged)), tag
     if steps[0]["memory_bytes"] is not None:
         assert all(close(v, r["memory_bytes"] / 2**20) for (_, v, _), r in zip(found["train/memory_mib"], steps))
     assert "train/grad_scale" not in found  # fp32: no GradScaler
