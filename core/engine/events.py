@@ -38,7 +38,8 @@ class StepMetrics:
     lr: float
     samples_per_second: float
     grad_scale: float | None
-    grad_norm: float | None  # total gradient norm before clipping, of the latest logged (or clipped) step
+    grad_norm: float | None  # total gradient norm before clipping of this step; None when not measured (without
+    # clipping or fp16, a logged step measures it at most every 0.1 s: core.engine.trainer.NORM_SECONDS)
     skipped_steps: int  # cumulative: optimizer steps GradScaler skipped since the run began (resumes included)
     memory_bytes: int | None
     elapsed_seconds: float
