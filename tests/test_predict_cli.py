@@ -542,3 +542,21 @@ def test_a_writer_that_cannot_start_leaves_no_temporary_file(capsys, tmp_path, t
     code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", tmp_path / "p.csv", "--out", out)
     assert code == 2 and "cannot write CSV with columns ['line', 'p0', 'p1', 'predicted']" in err
     assert "Unsupported Type" in err and list((tmp_path / "out").iterdir()) == []  # no .o.csv.*.tmp left
+
+
+def test_blank_lines_and_line_breaks_in_unread_columns_keep_line_numbers_true(capsys, tmp_path, sentiment_run):
+    # the `line` column is how predictions are joined back to the file: it must be the file's own line
+    source = tmp_path / "reviews.csv"
+    source.write_text('text,note\ngood lesson,x\n\nfine lesson,"a note\non two lines"\n\n"",z\nlast lesson,y\n\n')
+    out = tmp_path / "o.csv"
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
+    assert code == 0, err
+    assert [line for line in err.splitlines() if line.startswith("line ")] == ["line 7: text is empty"]
+    assert "3 reviews scored, 1 skipped" in stdout  # blank lines are neither rows nor bad rows
+    rows = _rows(out)
+    assert [int(r["line"]) for r in rows] == [2, 4, 8]
+    expected = load_predictor(sentiment_run.checkpoint).sentiment(["good lesson", "fine lesson", "last lesson"])
+    assert [float(r["p_positive"]) for r in rows] == pytest.approx(expected, abs=1e-12)
+    source.write_text("\ntext\ngood lesson\n")  # a blank line 1 is no header (it was skipped, line 2 taken)
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
+    assert code == 2 and "no header line" in err

@@ -173,7 +173,7 @@ class InputReader:
             else:
                 with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 16, use_threads=False),
                                     parse_options=pacsv.ParseOptions(delimiter=self.delimiter,
-                                                                     newlines_in_values=True,
+                                                                     newlines_in_values=True, ignore_empty_lines=False,
                                                                      invalid_row_handler=lambda row: "skip")) as r:
                     names = r.schema.names
                 self.schema = pa.schema([(n, pa.string()) for n in names])
@@ -255,6 +255,7 @@ class InputReader:
     def _csv_batches(self):
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
         import pyarrow.csv as pacsv
 
         skipped: list = []  # (record number, line breaks inside it, values found, values expected) per bad record
@@ -264,25 +265,35 @@ class InputReader:
                             row.expected_columns))
             return "skip"
 
-        text_columns = [c for c in self.needed if c in self._free_text]
+        # Every column is read (as bytes, made text per batch: a value that is not UTF-8 costs its row, not the
+        # file): a blank line is a record too (so that line numbers count it), told apart by all its values being
+        # null; an unquoted empty value is null as well and made "" again, a quoted one ("") stays "". Line
+        # breaks inside quoted values are counted in every column, read or not.
+        unique = len(set(self.columns)) == len(self.columns)
         options = dict(read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
                        parse_options=pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True,
-                                                        invalid_row_handler=invalid),
+                                                        ignore_empty_lines=False, invalid_row_handler=invalid),
                        convert_options=pacsv.ConvertOptions(
-                           # bytes, made text per batch: a value that is not UTF-8 costs its row, not the file
-                           column_types={c: pa.binary() for c in self.needed}, include_columns=self.needed,
-                           strings_can_be_null=False, quoted_strings_can_be_null=False))
+                           column_types={c: pa.binary() for c in self.columns},
+                           include_columns=[] if unique else self.needed, strings_can_be_null=True,
+                           null_values=[""], quoted_strings_can_be_null=False))
         record = 1  # the last record (header = 1) placed so far: the next batch's rows come after it
         extra_lines = 0  # line breaks inside quoted values of the records placed so far
         try:
             reader = pacsv.open_csv(self.path, **options)
             for batch in reader:
                 n = batch.num_rows
-                batch = _binary_as_text(batch)
+                blank = np.ones(n, dtype=bool)
                 breaks = np.zeros(n, dtype=np.int64)
-                for column in text_columns:
-                    breaks += _line_breaks(batch.column(column))
+                for column in batch.columns:
+                    blank &= column.is_null().to_numpy(zero_copy_only=False)
+                    breaks += _line_breaks(column)
+                names = batch.schema.names
+                batch = pa.RecordBatch.from_arrays(
+                    [pc.fill_null(batch.column(names.index(c)), b"") for c in self.needed], names=self.needed)
                 lines, problems, record, extra_lines = _place_records(n, breaks, skipped, record, extra_lines)
+                if blank.any():  # blank lines: counted, not rows
+                    batch, lines = batch.filter(pa.array(~blank)), lines[~blank]
                 yield _text_only(batch, lines, problems)
             _, problems, _, _ = _place_records(0, np.zeros(0, np.int64), skipped, record, extra_lines)
             if problems:  # bad records after the last good one
@@ -290,8 +301,6 @@ class InputReader:
                        np.zeros(0, dtype=np.int64), problems)
         except pa.ArrowInvalid as exc:
             raise DataError(f"{self.path}: cannot be read as CSV: {_one_line(exc)}") from None
-
-    _free_text: set = set()  # columns whose values may hold line breaks (set by the scorer)
 
 
 def _delimiter(path: Path) -> str:
@@ -395,7 +404,7 @@ def _line_breaks(values):
     import numpy as np
     import pyarrow.compute as pc
 
-    return pc.count_substring(values, "\n").to_numpy(zero_copy_only=False).astype(np.int64)
+    return pc.fill_null(pc.count_substring(values, "\n"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _shown_names(names: list[str]) -> str:
@@ -635,7 +644,6 @@ class SentimentScorer(Scorer):
 
         super().__init__(predictor, reader, args)
         self.text = reader.require("text", "a sentiment model reads reviews from a `text` column")
-        reader._free_text = {self.text}
         reader.use([self.text])
         self.schema = pa.schema([(self.line_column, pa.int64()), ("p_positive", pa.float64()),
                                  ("predicted", pa.string())])
@@ -721,7 +729,6 @@ class RankingScorer(Scorer):
             raise DataError(f"{reader.path}: the ranking model reads {width} features (f1..f{width}) but the file "
                             f"also has {_shown_names(more)}: a model trained on other features?")
         self.features = features
-        reader._free_text = {self.query, self.doc}
         reader.use([self.query, self.doc, *features, *([self.label] if self.label else [])])
         types = {name: reader.id_type(name) for name in (self.query, self.doc)}
         fields = [("query_id", types[self.query]), ("doc_id", types[self.doc]), ("score", pa.float32())]
@@ -777,7 +784,6 @@ class RecommenderScorer(Scorer):
             self.item = reader.require("item_id", why)
             self.time = reader.require("timestamp", why)
             reader.use([self.user, self.item, self.time])
-            reader._free_text = {self.user, self.item}
             self._codes: dict = {}
             size = 1024
             self._items = np.zeros((size, predictor.max_len), dtype=np.int64)
@@ -791,7 +797,6 @@ class RecommenderScorer(Scorer):
             self._seen_rows = 0
         else:
             reader.use([self.history, *([self.user] if self.user else [])])
-            reader._free_text = {self.history, *([self.user] if self.user else [])}
         ids_type = pa.string() if predictor.vocabulary.get("item_id") is not None and \
             isinstance(predictor.vocabulary["item_id"], list) else pa.int64()
         if self.user:
