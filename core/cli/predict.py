@@ -17,7 +17,8 @@ text, bytes that are not UTF-8, a value that is not a number, a wrong number of 
 the model knows) is
 skipped and reported on stderr by line ("line 17: f3 'abc' is not a number": the first 20, then a count), or,
 with --strict, is a one-line error (exit 2). Line numbers are the file's lines (the header is line 1; a quoted
-value spanning lines is counted in full); a Parquet file's are its 1-based rows.
+value spanning lines is counted in full, in any column; blank lines are counted, and skipped without a report);
+a Parquet file's are its 1-based rows.
 
 The output (CSV or Parquet, by its suffix) is written to a temporary file beside it and renamed when complete:
 an existing --out is replaced only on success, and nothing half-written is ever left. No torch at import time.
