@@ -525,3 +525,24 @@ def test_out_dot_fills_the_empty_current_folder(runs, tmp_path, capsys, monkeypa
     assert sorted(p.name for p in here.iterdir()) == ["manifest.json", "model.json", "model.pt", "model.safetensors",
                                                       "serve.py"]
     assert not [p for p in tmp_path.iterdir() if p.name != "here"]  # no staging folder left beside it
+
+
+def test_a_nan_metric_is_null_in_a_strict_json_manifest(runs, tmp_path, monkeypatch):
+    import core.lab.export as export
+
+    original = export.load_trained
+
+    def with_nan_metric(checkpoint):
+        loaded = original(checkpoint)
+        loaded.state["metrics"] = {**loaded.state["metrics"], "roc_auc": float("nan"), "best": float("inf")}
+        return loaded
+
+    monkeypatch.setattr(export, "load_trained", with_nan_metric)
+    export_model(runs["tiny"], tmp_path / "e", "safetensors")
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    manifest = json.loads((tmp_path / "e" / "manifest.json").read_text(), parse_constant=refuse)
+    assert manifest["metrics"]["roc_auc"] is None and manifest["metrics"]["best"] is None
+    assert isinstance(manifest["metrics"]["accuracy"], float)

@@ -301,7 +301,10 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         manifest = build_manifest(loaded, fmt, dtype, sample)
         manifest["verification"] = {"sample_shape": list(shape), "max_abs_diff": diff, "tolerance": tolerance,
                                     "dtype_diff_vs_fp32": dtype_diff}
-        _write(staging / "manifest.json", json.dumps(manifest, indent=2, default=str).encode("utf-8"))
+        # strict JSON (no NaN/Infinity, which a server in another language cannot parse): a metric that was NaN
+        # (an AUC of a one-class split) is null
+        _write(staging / "manifest.json", json.dumps(_json_safe(manifest), indent=2, default=str,
+                                                     allow_nan=False).encode("utf-8"))
         _write(staging / "serve.py", SERVE_PY.encode("utf-8"))
         files += ["manifest.json", "serve.py"]
         size = (staging / MODEL_FILES[fmt]).stat().st_size
@@ -596,6 +599,17 @@ def _write(path: Path, payload: bytes) -> None:
     from core.files import atomic_write_bytes
 
     atomic_write_bytes(path, payload)
+
+
+def _json_safe(value):
+    """`value` with every float that is not finite (NaN, inf) replaced by None, in nested dicts and lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _umask() -> int:
