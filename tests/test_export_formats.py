@@ -467,6 +467,11 @@ def test_an_export_that_does_not_verify_leaves_nothing(runs, tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []  # neither the folder nor the ones made for it, nor a temp folder
 
 
+SERVE_IMPORT = """
+folder = sys.argv[1]
+sys.path.insert(0, folder)
+import serve
+"""
 EDGE_CALLS = """
 folder = sys.argv[1]
 sys.path.insert(0, folder)
@@ -508,7 +513,11 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, t
         assert len(got["batch"]) == 1 and len(got["batch"][0]) == 3
         assert got["floats"] == got["text"] == got["flat"] == got["batch"]  # 5009.0 is lesson 5009
         assert got["commas"] == got["batch"]  # "[5009, 5012]": the list as text
-        assert got["k0"].startswith("error: k=0")
+        assert got["k0"].startswith("error: k=0: ask for at least 1")
+        numpy_k = ("import numpy\n"
+                   "print(json.dumps(serve.load(folder).predict(json.loads(sys.argv[2]), k=numpy.int64(3))))")
+        same = run_fresh(SERVE_IMPORT + numpy_k, tmp_path, str(folder), json.dumps([[a, b]]))
+        assert json.loads(same) == got["batch"]  # numpy's integers are integers
     else:
         assert len(got["batch"]) == 1 and got["one"] == got["batch"]
         what = "point" if task == "tiny" else "candidate"

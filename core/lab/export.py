@@ -657,6 +657,7 @@ model computes and what it needs.
 from __future__ import annotations
 
 import json
+import operator
 import re
 import unicodedata
 import zlib
@@ -738,8 +739,13 @@ class Served:
             ids = hashed_tokens(inputs, t["buckets"], t["max_tokens"], t["negation_scope"])
             return self.run(ids, "int64")
         if self.task == "recommender":
-            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                raise ValueError(f"k={k!r}: ask for at least 1 recommendation")
+            given = k
+            try:  # any integer (numpy's too), not a bool or a float
+                k = operator.index(k) if not isinstance(k, bool) else None
+            except TypeError:
+                k = None
+            if k is None or k < 1:
+                raise ValueError(f"k={given!r}: ask for at least 1 recommendation (a whole number)")
             if not any(_is_list(h) or isinstance(h, str) for h in inputs):  # one history of ids
                 inputs = [inputs]
             return self._recommend([_split_history(h) if isinstance(h, str) else list(h) for h in inputs], k)
