@@ -262,9 +262,12 @@ def test_another_tasks_file_is_a_one_line_error(capsys, tmp_path, sentiment_run,
     (["--input", "__DIR__/in.csv", "--out", "__DIR__/o.json"], "use a .csv or .parquet file name"),
     (["--input", "__DIR__/in.csv", "--out", "__DIR__/o.csv", "--best"], "--best takes a run"),
     (["--input", "__DIR__/in.csv", "--out", "__DIR__/o.csv", "--k", "0"], "at least 1 recommendation"),
+    (["--input", "__DIR__/in.parquet", "--out", "__DIR__/o.csv", "--batch-size", str(10 ** 20)],
+     "score at most 16,777,216 rows at a time"),
 ])
 def test_bad_arguments_are_one_line_exit_2(capsys, tmp_path, tiny_run, argv, message):
     (tmp_path / "in.csv").write_text("x1\n1\n")
+    pq.write_table(pa.table({f"x{i}": [0.5] for i in range(1, 11)}), tmp_path / "in.parquet")
     argv = [a.replace("__DIR__", str(tmp_path)) for a in argv]
     code, _, err = cli(capsys, "predict", tiny_run.checkpoint, *argv)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -39,6 +39,7 @@ HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
 BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
 DEFAULT_BATCH = 4096
+MAX_BATCH = 1 << 24
 PROGRESS_SECONDS = 5.0  # off a terminal: a progress line this often
 OUT_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 SHOWN = 40  # characters of a bad value shown
@@ -80,6 +81,8 @@ def cmd_predict(args) -> int:
     source, out = Path(args.input).expanduser(), Path(args.out).expanduser()
     if args.batch_size < 1:
         raise ConfigError("batch_size", f"{args.batch_size}: score at least 1 row at a time")
+    if args.batch_size > MAX_BATCH:  # memory stays bounded (and Parquet's reader takes a C long)
+        raise ConfigError("batch_size", f"{args.batch_size}: score at most {MAX_BATCH:,} rows at a time")
     if args.k < 1:
         raise ConfigError("--k", f"{args.k}: ask for at least 1 recommendation")
     check_regular_file(source, "--input", "input file")
