@@ -563,3 +563,14 @@ def test_blank_lines_and_line_breaks_in_unread_columns_keep_line_numbers_true(ca
     source.write_text("\ntext\ngood lesson\n")  # a blank line 1 is no header (it was skipped, line 2 taken)
     code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
     assert code == 2 and "no header line" in err
+
+
+@pytest.mark.parametrize("payload, message", [
+    ("text\ngood lesson\n".encode("utf-16"), "a NUL byte; this is binary data or UTF-16 text, not a UTF-8 CSV"),
+    (b"text,r\xe9sum\xe9\ngood lesson,x\n", "line 1: a column name is not UTF-8 text (byte 0xe9)"),
+])
+def test_a_utf16_file_or_a_latin1_header_is_one_line(capsys, tmp_path, sentiment_run, payload, message):
+    (tmp_path / "r.csv").write_bytes(payload)
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out",
+                       tmp_path / "o.csv")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

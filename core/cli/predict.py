@@ -169,6 +169,10 @@ class InputReader:
         self.parquet = path.suffix.lower() != ".csv"
         self.unit = "row" if self.parquet else "line"
         self.needed: list[str] = []
+        if not self.parquet:
+            from core.data.importers import _refuse_binary
+
+            _refuse_binary(path)  # a checkpoint or a UTF-16 export named .csv: said so, not parsed into junk
         self.delimiter = "," if self.parquet else _delimiter(path)
         try:
             if self.parquet:
@@ -184,6 +188,9 @@ class InputReader:
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{path}: cannot be read as {'Parquet' if self.parquet else 'CSV'}: "
                             f"{_one_line(exc)}") from None
+        except UnicodeDecodeError as exc:  # pyarrow decodes the column names itself
+            raise DataError(f"{path}: line 1: a column name is not UTF-8 text (byte {exc.object[exc.start]:#04x}): "
+                            f"save the file as UTF-8") from None
         self.columns = list(self.schema.names)
         if not self.columns or (len(self.columns) == 1 and not self.columns[0]):
             raise DataError(f"{path}: no header line (the first line names the columns)")
