@@ -358,6 +358,23 @@ def test_the_cli_resolves_runs_and_prints_the_verification(runs, tmp_path, capsy
     assert (tmp_path / "t" / "model.pt2").is_file()
 
 
+def test_a_run_exports_its_best_checkpoint_by_default_and_its_last_when_it_kept_none(runs, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(runs["tiny"].parent, run)
+    assert (run / "best.pt").is_file()
+    code, _out, err = cli(capsys, "export", run, "--out", tmp_path / "a")
+    assert code == 0, err
+    assert f"exporting {run / 'best.pt'}" in err and "kept no best" not in err
+    (run / "best.pt").unlink()
+    code, _out, err = cli(capsys, "export", run, "--out", tmp_path / "b")
+    assert code == 0, err
+    assert "the run kept no best checkpoint: exporting its last" in err and f"exporting {run / 'checkpoint.pt'}" in err
+    code, _out, err = cli(capsys, "export", run, "--best", "--out", tmp_path / "c")
+    assert code == 2 and "no best checkpoint" in err and not (tmp_path / "c").exists()  # asked for: no fallback
+
+
 def corrupt_copy(checkpoint: Path, tmp_path: Path) -> Path:
     data = bytearray(checkpoint.read_bytes())
     middle = len(data) // 2

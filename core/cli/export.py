@@ -1,7 +1,8 @@
 """`amp-console export RUN_OR_CHECKPOINT --format program|onnx|safetensors --out FOLDER`: a deployable export
 (core.lab.export): the model file, manifest.json and a standalone serve.py in FOLDER, verified by reloading it
 and comparing its outputs with the trained model's (the max abs difference is printed). RUN_OR_CHECKPOINT is
-resolved as `evaluate` resolves it (a checkpoint file, a run folder, or a run id). No torch at import time.
+resolved as `evaluate` resolves it (a checkpoint file, a run folder, or a run id); for a run, its best checkpoint
+by default (its last when it kept none), as `predict` and the preview choose. No torch at import time.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def register(sub) -> None:
                         f"(weights, with today's checkpoint export files); one of {', '.join(FORMATS)}")
     p.add_argument("--out", required=True, metavar="FOLDER", help="the folder to write (must not exist, or be empty)")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--best", action="store_true", help="a run's best checkpoint")
-    which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default)")
+    which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
+    which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
     p.add_argument("--dtype", default="fp32", metavar="DTYPE",
                    help="weights in fp32 (default), bf16 or fp16; inputs and outputs stay float32; the file size "
                         "and the output difference against fp32 are reported")
@@ -47,10 +48,9 @@ def cmd_export(args) -> int:
         raise ConfigError("format", f"{args.format!r} is not an export format: choose {', '.join(FORMATS)}")
     if args.dtype not in DTYPES:
         raise ConfigError("dtype", f"{args.dtype!r} is not an export dtype: choose {', '.join(DTYPES)}")
-    from core.cli.evaluate import find_checkpoint
     from core.lab.export import export_model
 
-    checkpoint = find_checkpoint(args.target, args.best, args.runs_dir)
+    checkpoint = export_source(args.target, args.best, args.last, args.runs_dir)
     sys.stderr.write(f"exporting {checkpoint} as {args.format} ({args.dtype})…\n")
     result = export_model(checkpoint, args.out, args.format, args.dtype,
                           progress=lambda line: sys.stderr.write(line + "\n"))
@@ -59,3 +59,24 @@ def cmd_export(args) -> int:
     else:
         print(result.summary())
     return 0
+
+
+def export_source(target: str, best: bool, last: bool, runs_dir: str | None):
+    """The checkpoint to export: a file as it is; a run's best checkpoint, or its last with --last. Without
+    either, what is worth shipping: the best when the run kept one, else its last (as `predict` and the
+    preview choose), said on stderr."""
+    from pathlib import Path
+
+    from core.cli.evaluate import find_checkpoint
+    from core.errors import ConfigError
+
+    if best or last or Path(target).expanduser().is_file():
+        return find_checkpoint(target, best, runs_dir)
+    try:
+        return find_checkpoint(target, True, runs_dir)
+    except ConfigError as exc:
+        if "no best checkpoint" not in str(exc):
+            raise
+    sys.stderr.write("note: the run kept no best checkpoint: exporting its last (--best needs validation "
+                     "metrics; --last to choose it)\n")
+    return find_checkpoint(target, False, runs_dir)
