@@ -416,23 +416,31 @@ def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> 
 
 
 
-def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[Path, Path, Path]:
-    """Export a saved run: a copy of the full checkpoint plus safetensors weights and a JSON manifest."""
-    state = load_checkpoint(checkpoint)
+def rebuild_model(state: dict, source: str | Path):
+    """(task, model) of a loaded checkpoint `state` (load_checkpoint's): the task from its saved options, the
+    model built from its data_info (float32, on the CPU) with the checkpoint's weights loaded strictly. What
+    does not fit is a CheckpointError naming `source`. Shared by export, predict and the serving exports."""
     from core.errors import ConfigError
     from core.tasks import create_task
 
-    config = state["config"]
     try:
-        task = create_task(state["task"], config.get("task_options", {}))
+        task = create_task(state["task"], state["config"].get("task_options", {}))
     except ConfigError as exc:
-        raise CheckpointError(f"{checkpoint}: bad checkpoint: config.task_options: {exc}") from None
+        raise CheckpointError(f"{source}: bad checkpoint: config.task_options: {exc}") from None
     try:
         model = task.build_model(state.get("data_info") or {})
-    except (TypeError, ValueError, KeyError, RuntimeError) as exc:
-        raise CheckpointError(f"{checkpoint}: bad checkpoint: data_info does not fit task {state['task']!r}: "
+    except (TypeError, ValueError, KeyError, RuntimeError, ConfigError) as exc:
+        raise CheckpointError(f"{source}: bad checkpoint: data_info does not fit task {state['task']!r}: "
                               f"{_one_line(exc)}") from None
-    load_model_state(model, state["model"], str(checkpoint))  # before anything is written
+    load_model_state(model, state["model"], str(source))
+    return task, model
+
+
+def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[Path, Path, Path]:
+    """Export a saved run: a copy of the full checkpoint plus safetensors weights and a JSON manifest."""
+    state = load_checkpoint(checkpoint)
+    config = state["config"]
+    _task, model = rebuild_model(state, checkpoint)  # the weights are checked before anything is written
     destination = Path(destination)
     full = destination.with_suffix(".pt")
     buffer = io.BytesIO()

@@ -222,22 +222,12 @@ class Loaded:
 
 def load_trained(checkpoint: str | Path) -> Loaded:
     """The checkpoint's model, rebuilt from its settings and weights (load_checkpoint: weights_only)."""
-    from core.engine.checkpoints import _one_line, load_checkpoint, load_model_state
-    from core.tasks import create_task
+    from core.engine.checkpoints import load_checkpoint, rebuild_model
 
     state = load_checkpoint(checkpoint)
     if state["task"] not in SERVING:
         raise CheckpointError(f"{checkpoint}: task {state['task']!r} has no serving export")
-    try:
-        task = create_task(state["task"], state["config"].get("task_options", {}))
-    except ConfigError as exc:
-        raise CheckpointError(f"{checkpoint}: bad checkpoint: config.task_options: {exc}") from None
-    try:
-        model = task.build_model(state.get("data_info") or {})
-    except (TypeError, ValueError, KeyError, RuntimeError, ConfigError) as exc:
-        raise CheckpointError(f"{checkpoint}: bad checkpoint: data_info does not fit task {state['task']!r}: "
-                              f"{_one_line(exc)}") from None
-    load_model_state(model, state["model"], str(checkpoint))
+    task, model = rebuild_model(state, checkpoint)
     return Loaded(state, task, model.eval(), Path(checkpoint))
 
 

@@ -453,8 +453,7 @@ def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
 def load_predictor(source: str | Path, which: str = "best", device: str | None = None) -> Predictor:
     """A Predictor for the checkpoint `source` names: a checkpoint file, or a run folder (see run_checkpoint).
     Bad files are one CheckpointError line; `device` (default cpu) a DeviceError when it is not here."""
-    from core.engine.checkpoints import load_checkpoint, load_model_state
-    from core.tasks import create_task
+    from core.engine.checkpoints import load_checkpoint, rebuild_model
 
     if which not in ("best", "last"):
         raise ConfigError("which", f"{which!r}: choose best or last")
@@ -472,17 +471,7 @@ def load_predictor(source: str | Path, which: str = "best", device: str | None =
         where = HOST
     state = load_checkpoint(path)
     config = state["config"]
-    try:
-        task = create_task(state["task"], config.get("task_options", {}))
-    except ConfigError as exc:
-        raise CheckpointError(f"{path}: bad checkpoint: config.task_options: {exc}") from None
-    try:
-        model = task.build_model(state.get("data_info") or {})
-    except (TypeError, ValueError, KeyError, RuntimeError, ConfigError) as exc:
-        raise CheckpointError(f"{path}: bad checkpoint: data_info does not fit task {state['task']!r}: "
-                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
-                              ) from None
-    load_model_state(model, state["model"], str(path))
+    task, model = rebuild_model(state, path)
     model = model.float().to(where).eval()
     return Predictor(task=state["task"], checkpoint=path, step=state["step"], epoch=state["epoch"],
                      metrics=dict(state["metrics"]), config=dict(config), device=where, model=model,
