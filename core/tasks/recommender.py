@@ -111,7 +111,11 @@ def rank_metrics(scores: torch.Tensor, target_scores: torch.Tensor,
 
     Ties count against the target (pessimistic), so a constant scorer gets no free hits.
     """
-    above = count_at_least(scores, target_scores) - 1  # minus the target itself when included
+    return rank_hits(count_at_least(scores, target_scores) - 1, k)  # minus the target itself when included
+
+
+def rank_hits(above: torch.Tensor, k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row hit@k and NDCG@k of targets with `above` (B,) candidates scoring at least as high."""
     hit = above < k
     return hit.float(), torch.where(hit, 1.0 / torch.log2(above.float() + 2.0), 0.0)
 
@@ -157,11 +161,11 @@ def remove_seen(scores: torch.Tensor, batch: dict[str, torch.Tensor], history: t
     return scores
 
 
-def ranking_sums(score_fn, split: dict[str, torch.Tensor], batch_size: int,
-                 history: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Sums over rows of hit@10 / NDCG@10 under the three PROTOCOLS, for `score_fn(batch) -> (B, n_items)`
-    scores; `history` is the flat item array the split's history_start / history_end index."""
-    sums = torch.zeros(len(RANKING_SUMS), dtype=torch.float64, device=split["target"].device)
+def batch_ranks(score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor):
+    """Per evaluation batch of `split`, the 0-based rank of each row's held-out item under each of PROTOCOLS
+    (how many candidates score at least as high, itself excepted: ties count against it), for
+    `score_fn(batch) -> (B, n_items)` scores; `history` is the flat item array the split's history_start /
+    history_end index. What ranking_sums and held_out_ranks both read."""
     history = history.to(split["target"].device)
     for batch in iter_slices(split, batch_size):
         scores = score_fn(batch).float()
@@ -170,12 +174,20 @@ def ranking_sums(score_fn, split: dict[str, torch.Tensor], batch_size: int,
         target = (batch["target"] - 1).unsqueeze(1)
         target_scores = scores.gather(1, target).squeeze(1)
         # Sampled: the target against its negatives (drawn outside the user's history, so nothing to remove).
-        sampled = rank_metrics(torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)],
-                                         dim=1), target_scores)
-        unfiltered = rank_metrics(scores, target_scores)  # full catalogue, target included in `scores`
+        sampled = torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)], dim=1)
+        ranks = {PROTOCOLS[2]: count_at_least(sampled, target_scores) - 1,
+                 "full_unfiltered": count_at_least(scores, target_scores) - 1}  # the target included in `scores`
         remove_seen(scores, batch, history).scatter_(1, target, target_scores.unsqueeze(1))  # a repeat stays
-        filtered = rank_metrics(scores, target_scores)
-        sums += torch.stack([m.sum().double() for m in (*filtered, *unfiltered, *sampled)])
+        ranks["full_filtered"] = count_at_least(scores, target_scores) - 1
+        yield ranks
+
+
+def ranking_sums(score_fn, split: dict[str, torch.Tensor], batch_size: int,
+                 history: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Sums over rows of hit@10 / NDCG@10 under the three PROTOCOLS (arguments as batch_ranks)."""
+    sums = torch.zeros(len(RANKING_SUMS), dtype=torch.float64, device=split["target"].device)
+    for ranks in batch_ranks(score_fn, split, batch_size, history):
+        sums += torch.stack([m.sum().double() for p in PROTOCOLS for m in rank_hits(ranks[p])])
     return dict(zip(RANKING_SUMS, sums.unbind(), strict=True))
 
 
@@ -200,22 +212,12 @@ PROTOCOL_LABELS = {"full_filtered": "full catalogue, seen removed (primary)",
 
 def held_out_ranks(score_fn, split: dict[str, torch.Tensor], batch_size: int,
                    history: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per row, the 0-based rank of the held-out item under each of PROTOCOLS (how many candidates score at
-    least as high, itself excepted: ties count against it, as in rank_metrics), so hit@k is rank < k and
-    NDCG@k 1 / log2(rank + 2) for any k. The same candidates as ranking_sums; arguments as there."""
+    """Per row, the 0-based rank of the held-out item under each of PROTOCOLS (batch_ranks, all batches), so
+    hit@k is rank < k and NDCG@k 1 / log2(rank + 2) for any k: the same ranks as the metrics."""
     ranks: dict[str, list[torch.Tensor]] = {p: [] for p in PROTOCOLS}
-    history = history.to(split["target"].device)
-    for batch in iter_slices(split, batch_size):
-        scores = score_fn(batch).float()
-        if not scores.is_contiguous():
-            scores = scores.contiguous()
-        target = (batch["target"] - 1).unsqueeze(1)
-        target_scores = scores.gather(1, target).squeeze(1)
-        sampled = torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)], dim=1)
-        ranks[PROTOCOLS[2]].append(count_at_least(sampled, target_scores) - 1)
-        ranks["full_unfiltered"].append(count_at_least(scores, target_scores) - 1)
-        remove_seen(scores, batch, history).scatter_(1, target, target_scores.unsqueeze(1))  # a repeat stays
-        ranks["full_filtered"].append(count_at_least(scores, target_scores) - 1)
+    for batch in batch_ranks(score_fn, split, batch_size, history):
+        for p in PROTOCOLS:
+            ranks[p].append(batch[p])
     device = split["target"].device
     return {p: torch.cat(r) if r else torch.zeros(0, dtype=torch.int64, device=device) for p, r in ranks.items()}
 
