@@ -72,3 +72,42 @@ def test_lines_are_throttled_and_the_end_is_always_printed():
                       samples_per_second=None))
     assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/1000", "step 100/1000"]
     assert format_duration(3725) == "1h02m" and format_duration(59.6) == "1m00s" and format_duration(7) == "7s"
+
+
+class FakeBar:
+    """What ProgressReporter asks of rich's Progress on a terminal."""
+
+    def __init__(self):
+        self.updates: list[tuple[int, str]] = []
+        self.stopped = False
+
+    def update(self, task_id, completed, info):
+        self.updates.append((completed, info))
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_the_live_bar_takes_a_step_at_most_every_bar_seconds_and_always_the_last(monkeypatch):
+    """At a log interval of 1 a step event comes every few hundred microseconds; rich redraws the bar 10 times
+    a second, so updating it for each was pure cost. The newest figures still reach it, and the last at the end."""
+    from core.cli import train as train_cli
+
+    now = {"t": 50.0}
+    monkeypatch.setattr(train_cli.time, "monotonic", lambda: now["t"])
+    reporter = ProgressReporter(enabled=True, live=True)
+    reporter.total = 1000
+    reporter.progress, reporter.task_id = FakeBar(), 0
+    for n in range(1, 21):  # 20 steps within one BAR_SECONDS: the first is drawn, the rest wait
+        reporter(step(n, elapsed=n / 1000))
+        now["t"] += train_cli.BAR_SECONDS / 40
+    assert [completed for completed, _ in reporter.progress.updates] == [1]
+    now["t"] += train_cli.BAR_SECONDS
+    reporter(step(21, elapsed=0.1))
+    assert [completed for completed, _ in reporter.progress.updates] == [1, 21]
+    reporter(step(22, elapsed=0.1))
+    reporter(RunEnded(status="completed", message="", step=22, epoch=1, final_loss=0.5, metrics={},
+                      checkpoint=None, samples_per_second=None))
+    assert reporter.progress.updates[-1][0] == 22 and reporter.progress.stopped  # the end shows the last step
+    reporter(step(1000, elapsed=1.0))
+    assert reporter.progress.updates[-1][0] == 1000  # the last step of the run is drawn at once

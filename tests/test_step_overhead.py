@@ -223,3 +223,52 @@ def test_memory_is_read_at_most_every_memory_seconds_and_fresh_for_the_last_step
     now[0] += reporting.MEMORY_SECONDS
     assert clock.memory(cpu) == 1003 and len(reads) == 3
 
+
+
+def test_queued_step_events_reach_run_json_in_order_before_the_next_event(tmp_path, monkeypatch):
+    """Step events are queued between flushes (EventLog.emit): run.json's steps, loss and peak memory still
+    come from all of them, in order, by the time any other event is written."""
+    now = {"t": 1000.0}
+    monkeypatch.setattr(reporting.time, "monotonic", lambda: now["t"])
+    log = EventLog(is_main=True)
+    log.open(tmp_path / "metrics.jsonl")
+    seen = []
+    try:
+        log.emit(RunStarted(task="tiny", device="cpu", device_name="cpu", precision="fp32", autocast_dtype="float32",
+                            param_dtype="float32", scaler=False, param_count=1, total_steps=10, steps_per_epoch=10,
+                            start_step=0, config={}), seen.append)
+        for step, memory in zip(range(1, 6), [100, 900, 300, 200, 150], strict=True):
+            log.emit(step_event(step, loss=step / 10, memory_bytes=memory), seen.append)
+        assert [e.step for e in seen[1:]] == [1, 2, 3, 4, 5]  # the sink has every event at once
+        log.emit(CheckpointSaved(step=5, path="c.pt"), seen.append)
+        data = log.record.data
+        assert (data["steps"], data["final_loss"], data["peak_memory_bytes"]) == (5, 0.5, 900)
+    finally:
+        log.close()
+
+
+class BrokenFile:
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_failed_write_of_queued_step_lines_is_reported_like_any_other(tmp_path, monkeypatch):
+    now = {"t": 1000.0}
+    monkeypatch.setattr(reporting.time, "monotonic", lambda: now["t"])
+    log = EventLog(is_main=True)
+    log.open(tmp_path / "metrics.jsonl")
+    log.emit(step_event(1), None)
+    log.emit(step_event(2), None)  # queued
+    log._file.close()
+    log._file = BrokenFile()
+    assert log.failure is None
+    now["t"] += FLUSH_SECONDS
+    log.emit(step_event(3), None)  # the queue goes out, and fails
+    assert log.failure is not None and "No space left on device" in log.failure and "metrics.jsonl" in log.failure
+    log.close()

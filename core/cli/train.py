@@ -236,6 +236,9 @@ def format_duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+BAR_SECONDS = 0.1  # the live bar takes a step's figures at most this often (rich redraws it at 10 Hz)
+
+
 class ProgressReporter:
     """Progress on stderr: a live rich bar on a terminal; otherwise (nohup, a log file, a batch scheduler) one
     plain line at the first log, then every `every` seconds, and at the end. Silent when `enabled` is false."""
@@ -254,21 +257,23 @@ class ProgressReporter:
         self._last_step = None
 
     def __call__(self, event: Event) -> None:
-        from core.engine.events import EvalMetrics, RunEnded, RunResumed, RunStarted, StepMetrics
-
         if not self.enabled:
             return
+        if type(event).__name__ == "StepMetrics":  # the event of every logged step: its own short path
+            self._last_step = event
+            if self.progress is not None:  # the bar redraws 10 times a second: updating it more often is waste
+                if (now := time.monotonic()) - self._drawn_at >= BAR_SECONDS or event.step >= self.total:
+                    self._drawn_at = now
+                    self._draw(event)
+            elif not self.live and (self._last_line is None or time.monotonic() - self._last_line >= self.every):
+                self._line(event)
+            return
+        from core.engine.events import EvalMetrics, RunEnded, RunResumed, RunStarted
+
         if isinstance(event, RunStarted):
             self.total, self.start_step = event.total_steps, event.start_step
             if self.live:
                 self._start(event)
-        elif isinstance(event, StepMetrics):
-            self._last_step = event
-            if self.progress is not None:
-                self.progress.update(self.task_id, completed=event.step,
-                                     info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
-            elif not self.live and (self._last_line is None or time.monotonic() - self._last_line >= self.every):
-                self._line(event)
         elif isinstance(event, EvalMetrics):
             if event.split == "val":
                 self.metrics = event.metrics
@@ -276,11 +281,18 @@ class ProgressReporter:
             self.paused_seconds += event.paused_seconds
         elif isinstance(event, RunEnded):
             if self.progress is not None:
+                if self._last_step is not None:
+                    self._draw(self._last_step)
                 self.progress.stop()
             elif not self.live and self._last_step is not None and self._last_step.step != self._printed_step:
                 self._line(self._last_step)
 
     _printed_step = None
+    _drawn_at = float("-inf")  # when the live bar was last updated
+
+    def _draw(self, event) -> None:
+        self.progress.update(self.task_id, completed=event.step,
+                             info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
 
     def format_line(self, event) -> str:
         """`step 1200/5000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
@@ -444,6 +456,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     control = RunControl()
     reporter = ProgressReporter(enabled=dist_ctx.is_main and not args.events, every=args.progress_every)
     seen: dict = {}
+    encode = json.JSONEncoder(default=str).encode
 
     def sink(event: Event) -> None:
         if isinstance(event, RunStarted):
@@ -451,8 +464,9 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
             for note in [*notes, *event.notes]:
                 sys.stderr.write(f"amp-console: {note}\n")
             signals.started(control)
-        if args.events:
-            print(json.dumps(event_to_dict(event), default=str), flush=True)
+        if args.events:  # one encoder for the run (json.dumps with default= builds one per call)
+            sys.stdout.write(encode(event_to_dict(event)) + "\n")
+            sys.stdout.flush()
         reporter(event)
 
     if args.control_stdin and dist_ctx.is_main:

@@ -77,7 +77,9 @@ class StepAccumulator:
             # The usual case (one process, losses only, nothing folded yet): two ops and one read instead of
             # folding into the sums, reading those and zeroing them (a dozen ops, at a log interval of 1 each step).
             losses, count = self._losses, len(self._losses)
-            total = (losses[0] if count == 1 else torch.stack(losses).sum()).float().item() if count else 0.0
+            # .item() gives a Python float for any dtype; a sum of several is taken in float32
+            total = (losses[0].item() if count == 1 else torch.stack(losses).sum(dtype=torch.float32).item()
+                     ) if count else 0.0
             losses.clear()
             return IntervalReadout(loss=total / count if count else float("nan"), skipped=0, tokens=0.0)
         self._fold()
