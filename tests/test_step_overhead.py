@@ -272,3 +272,57 @@ def test_a_failed_write_of_queued_step_lines_is_reported_like_any_other(tmp_path
     log.emit(step_event(3), None)  # the queue goes out, and fails
     assert log.failure is not None and "No space left on device" in log.failure and "metrics.jsonl" in log.failure
     log.close()
+
+
+@pytest.mark.parametrize("log_interval, eval_interval, checkpoint_interval, batch_size",
+                         [(3, 5, 7, 256), (1, 0, 0, 512), (10, 0, 4, 700), (4, 6, 0, 1000)])
+def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
+        tiny_config, recorder, log_interval, eval_interval, checkpoint_interval, batch_size):
+    """train() calls _after_step only on the steps known to need it (_next_due, or an epoch's end): the events
+    fall on the same steps as when every step was looked at."""
+    cfg = tiny_config(max_steps=29, log_interval=log_interval, eval_interval=eval_interval,
+                      checkpoint_interval=checkpoint_interval, batch_size=batch_size, keep_best=0)
+    trainer = Trainer(cfg, sink=recorder)
+    ended = trainer.run()
+    assert ended.status == "completed" and ended.step == 29
+    per_epoch = trainer.steps_per_epoch
+    steps = range(1, 30)
+    logged = [s for s in steps if s % log_interval == 0 or s == 29]
+    evaluated = [s for s in steps if s < 29 and (s % eval_interval == 0 if eval_interval else s % per_epoch == 0)]
+    checkpointed = [s for s in steps if s < 29 and checkpoint_interval and s % checkpoint_interval == 0]
+    assert [e.step for e in recorder.of("StepMetrics")] == logged
+    assert [e.step for e in recorder.of("EvalMetrics") if e.split == "val"][:len(evaluated)] == evaluated
+    assert [e.step for e in recorder.of("CheckpointSaved")][:len(checkpointed)] == checkpointed
+
+
+def test_run_control_says_when_anything_was_asked_for():
+    from core.engine.control import RunControl
+
+    control = RunControl()
+    assert not control.requested
+    control.pause()
+    assert control.requested and control.paused
+    control.resume()
+    assert not control.requested and not control.paused  # a resumed run has nothing left to look at
+    control.pause()
+    control.stop()
+    control.resume()
+    assert control.requested and control.stop_requested  # a stop stays asked for
+
+
+def test_a_pause_asked_for_between_steps_is_taken_at_the_next_step(tiny_config, recorder):
+    from core.engine.control import RunControl
+
+    control = RunControl()
+
+    def sink(event):
+        recorder(event)
+        if type(event).__name__ == "StepMetrics" and event.step == 10:
+            control.pause()
+        if type(event).__name__ == "RunPaused":
+            control.resume()
+
+    ended = train(tiny_config(max_steps=30, log_interval=5, eval_interval=0, checkpoint_minutes=0), sink=sink,
+                  control=control)
+    assert ended.status == "completed" and ended.step == 30
+    assert [(e.step) for e in recorder.of("RunPaused")] == [10] and [e.step for e in recorder.of("RunResumed")] == [10]

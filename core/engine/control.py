@@ -12,17 +12,23 @@ class RunControl:
         self._stop = threading.Event()
         self._running = threading.Event()  # cleared while paused
         self._running.set()
+        # True once a stop or pause was asked for (False again after a resume without a stop): one attribute
+        # read lets the trainer skip the full checks on the steps where nothing was asked for.
+        self.requested = False
 
     def stop(self) -> None:
         """Ask the run to stop after the current optimizer step (it writes a final checkpoint)."""
         self._stop.set()
         self._running.set()  # a paused run must wake up to stop
+        self.requested = True
 
     def pause(self) -> None:
         self._running.clear()
+        self.requested = True
 
     def resume(self) -> None:
         self._running.set()
+        self.requested = self._stop.is_set()
 
     @property
     def stop_requested(self) -> bool:

@@ -221,37 +221,70 @@ class Trainer:
             raise ConfigError("out_dir", f"could not write {path}: {describe_os_error(exc)}") from None
 
     def train(self) -> tuple[str, str]:
-        """Optimizer steps until total_steps or a stop request. Returns (status, message)."""
+        """Optimizer steps until total_steps or a stop request. Returns (status, message).
+
+        Between two steps of a small model there are a few hundred microseconds, so the bookkeeping around the
+        step is kept to a few comparisons: in one process the stop/pause request and the two wall clocks (the
+        timed checkpoint, the time limit) are one attribute read and one clock read, the full checks running only
+        when either says so; and the steps that log, evaluate or checkpoint are known in advance (`_next_due`),
+        so the other steps skip _after_step. Under DDP the ranks' stop agreement runs before every step."""
         self._saved_at = self._training_since = monotonic()
         stop = StopAgreement(self.control, self.dist, self.device, self.cfg.log_interval, self.step,
                              save_due=self._checkpoint_time_due, time_up=self._time_limit_due)
         self._sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         control, clock, accum = self.control, self.clock, self.cfg.grad_accum
+        check_every_step = self.dist.enabled or not isinstance(control, RunControl)
+        clocks_due = self._clocks_due()
+        due = self._next_due(self.step)
         while self.step < self.total_steps:
             order = self.batches.order(self.epoch)
             per_epoch = self.steps_per_epoch
             for index in range(self.step % per_epoch, per_epoch):
-                if control.paused:
-                    self._pause()
-                if stop(self.step):
-                    return "stopped", f"stopped at step {self.step}"
-                if stop.out_of_time:
-                    return "completed", self._time_limit_message()
-                if stop.save and self._saved_step != self.step:  # checkpoint_minutes have passed
-                    side_work_started = time.perf_counter()
-                    self.save_checkpoint()
-                    clock.leave_out(side_work_started)
+                if check_every_step or control.requested or monotonic() >= clocks_due:
+                    if control.paused:
+                        self._pause()
+                    if stop(self.step):
+                        return "stopped", f"stopped at step {self.step}"
+                    if stop.out_of_time:
+                        return "completed", self._time_limit_message()
+                    if stop.save and self._saved_step != self.step:  # checkpoint_minutes have passed
+                        side_work_started = time.perf_counter()
+                        self.save_checkpoint()
+                        clock.leave_out(side_work_started)
+                    clocks_due = self._clocks_due()
                 self._optimizer_step(order, index * accum)
                 self.step += 1
                 clock.interval_steps += 1
-                self._after_step(index + 1 == per_epoch)
-                if self._early_stop:
-                    return "completed", self._early_stop
-                if self.step >= self.total_steps:
-                    break
+                if self.step >= due or index + 1 == per_epoch:
+                    self._after_step(index + 1 == per_epoch)
+                    if self._early_stop:
+                        return "completed", self._early_stop
+                    if self.step >= self.total_steps:
+                        break
+                    due = self._next_due(self.step)
             if self.step % per_epoch == 0:
                 self.epoch += 1
         return "completed", f"completed {self.step:,} steps"
+
+    def _next_due(self, step: int) -> int:
+        """The first step after `step` that logs, evaluates (by eval_interval) or checkpoints (by
+        checkpoint_interval), or the last; an epoch's end (evaluated when eval_interval is 0) is checked apart."""
+        cfg = self.cfg
+        due = self.total_steps
+        for every in (cfg.log_interval, cfg.eval_interval, cfg.checkpoint_interval):
+            if every:
+                due = min(due, (step // every + 1) * every)
+        return due
+
+    def _clocks_due(self) -> float:
+        """The monotonic time at which the timed checkpoint or the time limit is next due (inf when neither is
+        on); until then the per-step checks of train() have nothing to do in one process."""
+        due = float("inf")
+        if self.cfg.checkpoint_minutes > 0:
+            due = self._saved_at + self.cfg.checkpoint_minutes * 60
+        if self.cfg.time_limit_minutes > 0:
+            due = min(due, self._training_since + self.cfg.time_limit_minutes * 60)
+        return due
 
     def _optimizer_step(self, order: torch.Tensor, first_micro: int) -> None:
         """One optimizer step: accumulate micro-batches, unscale, clip, step, update. No host sync.
