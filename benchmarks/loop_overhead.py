@@ -10,10 +10,11 @@ The engine is the real command,
 own samples/s figure (evaluations and checkpoints are left out of it, as the engine reports). Both run as
 fresh processes, the same number of steps (chosen so a window lasts `--seconds`, not a few hundred steps that
 warm-up would dominate), the same threads, interleaved ABAB with the order alternating, `--repeats` times per
-(batch size, log interval); the table gives the median ratio engine/reference with its spread, and the load.
+(batch size, log interval), both pinned to one CPU (--cpu); the table gives the median ratio engine/reference
+with its spread, and the load.
 
-    python benchmarks/loop_overhead.py [--batch-sizes 256,4] [--log-intervals 10,1] [--seconds 5] [--repeats 3]
-        [--threads 1] [--task tiny] [--optimizer sgd] [--json]
+    python benchmarks/loop_overhead.py [--batch-sizes 256,4] [--log-intervals 10,1] [--seconds 5] [--repeats 5]
+        [--threads 1] [--cpu N] [--task tiny] [--optimizer sgd] [--json]
     python benchmarks/loop_overhead.py --profile --batch-sizes 256 --log-intervals 1   # cProfile of the engine
     python benchmarks/loop_overhead.py --baseline /tmp/base   # also the engine of another checkout, interleaved
 
@@ -38,65 +39,96 @@ sys.path.insert(0, str(ROOT))
 
 
 # ----------------------------------------------------------------------------------------------- reference
+class ReferenceLoop:
+    """The hand-written loop: the task's model and loss, plain `torch.optim`, the training tensors sliced by a
+    `torch.randperm` reshuffled every epoch, the loss summed on the device and read once per log interval.
+    `run(n)` trains n more steps (epochs carry over between calls), in local variables as a careful user's
+    loop would be."""
+
+    def __init__(self, task_name: str, batch_size: int, log_interval: int, optimizer: str, lr: float,
+                 momentum: float, weight_decay: float, seed: int = 0):
+        import torch
+
+        from core.tasks import create_task
+
+        self.task = task = create_task(task_name, {})
+        torch.manual_seed(seed)
+        data = task.load_data("", seed)
+        self.train, self.val = dict(data.train), dict(data.val)
+        torch.manual_seed(seed)
+        self.model = model = task.build_model(data.info).train()
+        if optimizer == "sgd":
+            self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+        elif optimizer == "adam":
+            self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+        else:
+            self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.batch_size, self.log_interval = batch_size, log_interval
+        self.rows = next(iter(self.train.values())).shape[0]
+        self.per_epoch = self.rows // batch_size
+        self.running = torch.zeros(())
+        self.losses: list[float] = []
+        self.evaluations: list[dict] = []
+        self.step = 0
+        self.index = self.per_epoch  # the next batch of the epoch: the first call draws an order
+        self.perm = None
+
+    def run(self, n: int, evaluate_every_epoch: bool = False) -> float:
+        """n more steps; returns the seconds spent evaluating at epoch ends (for the caller to leave out)."""
+        import torch
+
+        task, model, opt, train = self.task, self.model, self.opt, self.train
+        batch_size, log_interval, running, losses = self.batch_size, self.log_interval, self.running, self.losses
+        left_out = 0.0
+        while n > 0:
+            if self.index == self.per_epoch:  # a new epoch, after evaluating the last one (as the engine does)
+                if evaluate_every_epoch and self.step:
+                    began = time.perf_counter()
+                    model.eval()
+                    with torch.no_grad():
+                        self.evaluations.append(task.evaluate(model, self.val, batch_size))
+                    model.train()
+                    left_out += time.perf_counter() - began
+                self.perm, self.index = torch.randperm(self.rows), 0
+            perm, first = self.perm, self.index
+            count = min(self.per_epoch - first, n)
+            step = self.step
+            for i in range(first, first + count):
+                idx = perm[i * batch_size:(i + 1) * batch_size]
+                loss = task.loss(model, {k: v[idx] for k, v in train.items()})
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                running += loss.detach()
+                step += 1
+                if step % log_interval == 0:
+                    losses.append(running.item() / log_interval)  # the one host read of an interval
+                    running.zero_()
+            self.step, self.index, n = step, first + count, n - count
+        return left_out
+
+
 def reference_rate(task_name: str, batch_size: int, steps: int, log_interval: int, threads: int,
                    optimizer: str, lr: float, momentum: float, weight_decay: float, seed: int = 0,
                    evaluate_every_epoch: bool = True) -> dict:
     """The hand-written loop (run in its own process by `--reference`). Returns samples/s and seconds."""
     import torch
 
-    from core.tasks import create_task
-
     torch.set_num_threads(threads)
-    task = create_task(task_name, {})
-    torch.manual_seed(seed)
-    data = task.load_data("", seed)
-    train = dict(data.train)
-    torch.manual_seed(seed)
-    model = task.build_model(data.info).train()
-    if optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    elif optimizer == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    else:
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    rows = next(iter(train.values())).shape[0]
-    per_epoch = rows // batch_size
-    val = dict(data.val)
-    running = torch.zeros(())
-    losses, evaluations = [], []
+    loop = ReferenceLoop(task_name, batch_size, log_interval, optimizer, lr, momentum, weight_decay, seed)
     start = time.perf_counter()
-    left_out = 0.0
-    step = 0
-    while step < steps:
-        perm = torch.randperm(rows)
-        for i in range(min(per_epoch, steps - step)):
-            idx = perm[i * batch_size:(i + 1) * batch_size]
-            loss = task.loss(model, {k: v[idx] for k, v in train.items()})
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            running += loss.detach()
-            step += 1
-            if step % log_interval == 0:
-                losses.append(running.item() / log_interval)  # the one host read of an interval
-                running.zero_()
-        if evaluate_every_epoch and step < steps:  # as the engine does by default, its time left out likewise
-            began = time.perf_counter()
-            model.eval()
-            with torch.no_grad():
-                evaluations.append(task.evaluate(model, val, batch_size))
-            model.train()
-            left_out += time.perf_counter() - began
-    float(running)  # everything queued is done before the clock stops
+    left_out = loop.run(steps, evaluate_every_epoch)
+    float(loop.running)  # everything queued is done before the clock stops
     seconds = time.perf_counter() - start - left_out
-    return {"samples_per_second": steps * batch_size / seconds, "seconds": seconds, "last_loss": losses[-1]}
+    return {"samples_per_second": steps * batch_size / seconds, "seconds": seconds, "last_loss": loop.losses[-1]}
 
 
 def run_reference(args, batch_size: int, steps: int, log_interval: int, optimizer: str) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--reference", "--task", args.task,
            "--batch-sizes", str(batch_size), "--log-intervals", str(log_interval), "--steps", str(steps),
            "--threads", str(args.threads), "--optimizer", optimizer, *(["--no-eval"] if args.no_eval else [])]
-    return _last_json(subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args)).stdout)
+    return _last_json(subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args),
+                                     preexec_fn=_pin(args)).stdout)
 
 
 # ----------------------------------------------------------------------------------------------- engine
@@ -107,11 +139,25 @@ def run_engine(args, batch_size: int, steps: int, log_interval: int, optimizer: 
            "--optimizer", optimizer, "--device", "cpu", "--precision", "fp32", "--out", str(out), "--json",
            *(["--eval-interval", "1000000000", "--keep-best", "0"] if args.no_eval else [])]
     began = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=_env(args, root))
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=_env(args, root), preexec_fn=_pin(args))
     if done.returncode:
         raise SystemExit(f"engine failed ({done.returncode}): {done.stderr[-2000:]}")
     summary = _last_json(done.stdout)
     return {"samples_per_second": summary["samples_per_second"], "wall": time.perf_counter() - began}
+
+
+def _pin(args):
+    """Both sides on the same CPU (--cpu): on a shared or virtual machine the CPUs are not equally fast (here
+    one measured 2x slower than the other at times), and a process the scheduler moves mid-window takes that
+    unevenness into its figure. None where there is no affinity call, or with --cpu -1."""
+    if args.cpu < 0 or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpu = args.cpu
+
+    def pin():
+        os.sched_setaffinity(0, {cpu})
+
+    return pin
 
 
 def _env(args, root: Path = ROOT) -> dict:
@@ -130,6 +176,78 @@ def task_defaults(task: str, optimizer: str | None) -> tuple[str, float, float, 
 
     cfg = RunConfig.for_task(task, **({"optimizer": optimizer} if optimizer else {}))
     return cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay
+
+
+# ----------------------------------------------------------------------------------------------- interleaved
+def interleaved(args, batch_size: int, log_interval: int, optimizer: str) -> dict:
+    """The engine's training loop and the reference in one process, taking turns every ~--chunk-seconds in
+    ABBA order (engine, reference, reference, engine, ...), so both see the same moments of a machine whose
+    speed drifts by tens of percent within seconds; the order cancels the edge a chunk gets from coming second.
+    The engine is a Trainer with the CLI's settings and a sink like the CLI's (progress lines to a pipe);
+    neither side evaluates. Returns the ratio of the sides' total chunk times and the spread of the per-round
+    ratios."""
+    import io
+
+    import torch
+
+    from core.cli.train import ProgressReporter
+    from core.config import RunConfig
+    from core.engine.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    _, lr, momentum, weight_decay = task_defaults(args.task, optimizer)
+    reference = ReferenceLoop(args.task, batch_size, log_interval, optimizer, lr, momentum, weight_decay)
+    reference.run(200)
+    began = time.perf_counter()
+    reference.run(400)
+    per_step = (time.perf_counter() - began) / 400
+    chunk = max(log_interval, int(args.chunk_seconds / per_step) // log_interval * log_interval)
+    rounds = max(2, int(args.seconds / (2 * chunk * per_step)))  # each side trains ~--seconds in all
+    warm = 4  # engine chunks before the first timed one (the reference warmed up above)
+    folder = Path(tempfile.mkdtemp(prefix="amp-interleaved-"))
+    cfg = RunConfig.for_task(args.task, batch_size=batch_size, max_steps=(warm + 2 * rounds) * chunk,
+                             log_interval=log_interval, threads=args.threads, optimizer=optimizer, device="cpu",
+                             precision="fp32", out_dir=str(folder / "run"), eval_interval=10**9, keep_best=0)
+    reporter = ProgressReporter(enabled=True, live=False, stream=io.StringIO())
+    trainer = Trainer(cfg, sink=reporter)
+    engine_chunks: list[float] = []
+    reference_chunks: list[float] = []
+    original = trainer._after_step
+    mark = [0.0]
+
+    def after_step(epoch_done: bool) -> None:
+        original(epoch_done)
+        if trainer.step % chunk:
+            return
+        now = time.perf_counter()
+        done = trainer.step // chunk - warm  # timed engine chunks finished
+        if done > 0:
+            engine_chunks.append(now - mark[0])
+        if done % 2 == 1 and trainer.step < trainer.total_steps:  # E [R R] E E [R R] E ...
+            for _ in range(2):
+                began = time.perf_counter()
+                reference.run(chunk)
+                float(reference.running)
+                reference_chunks.append(time.perf_counter() - began)
+        mark[0] = time.perf_counter()
+
+    trainer._after_step = after_step
+    try:
+        ended = trainer.run()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if ended.status != "completed":
+        raise SystemExit(f"engine failed: {ended.message}")
+    pairs = min(len(engine_chunks), len(reference_chunks)) // 2 * 2
+    engine_chunks, reference_chunks = engine_chunks[:pairs], reference_chunks[:pairs]
+    rounds_ratio = sorted((reference_chunks[i] + reference_chunks[i + 1]) / (engine_chunks[i] + engine_chunks[i + 1])
+                          for i in range(0, pairs, 2))
+    tenth = max(0, len(rounds_ratio) // 10)
+    return {"batch_size": batch_size, "log_interval": log_interval, "chunk_steps": chunk, "rounds": pairs // 2,
+            "engine_us_per_step": 1e6 * sum(engine_chunks) / (pairs * chunk),
+            "reference_us_per_step": 1e6 * sum(reference_chunks) / (pairs * chunk),
+            "ratio": sum(reference_chunks) / sum(engine_chunks),
+            "low": rounds_ratio[tenth], "high": rounds_ratio[-1 - tenth]}
 
 
 # ----------------------------------------------------------------------------------------------- profile
@@ -179,9 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-intervals", "--log-interval", default="10,1")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one timed window")
     parser.add_argument("--steps", type=int, default=0, help="steps per window (default: from --seconds)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, the same on both sides")
     parser.add_argument("--optimizer", default="", help="default: the task's default optimizer")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="the CPU both sides run on (default: the last this process may use; -1: not pinned)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another checkout (e.g. `git archive HEAD~1 | tar -x -C /tmp/base`): its engine runs too, "
                              "interleaved, for a before/after in one run")
@@ -191,11 +311,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help="cProfile the engine in-process instead")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="also time the engine's loop against the reference in one process, taking turns every "
+                             "--chunk-seconds (ABBA): the machine's drift cancels out")
+    parser.add_argument("--interleaved-only", action="store_true", help="only the interleaved figures")
+    parser.add_argument("--chunk-seconds", type=float, default=0.1)
     parser.add_argument("--profile-top", type=int, default=25)
     args = parser.parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     intervals = [int(n) for n in args.log_intervals.split(",")]
     optimizer, lr, momentum, weight_decay = task_defaults(args.task, args.optimizer or None)
+    if args.cpu is None:
+        args.cpu = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else -1
 
     if args.reference:
         print(json.dumps(reference_rate(args.task, batch_sizes[0], args.steps, intervals[0], args.threads,
@@ -208,18 +335,38 @@ def main(argv: list[str] | None = None) -> int:
                 profile_engine(args, batch_size, interval, args.steps or 3000, optimizer)
         return 0
 
-    folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
-    try:
-        return measure(args, folder, batch_sizes, intervals, optimizer)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)  # the engine's run folders (checkpoints, metrics.jsonl)
+    results = {}
+    if not args.interleaved_only:
+        folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
+        try:
+            results["rows"] = measure(args, folder, batch_sizes, intervals, optimizer)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # the engine's run folders (checkpoints, metrics.jsonl)
+    if args.interleaved or args.interleaved_only:
+        if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {args.cpu})
+        print(f"in one process, taking turns every ~{args.chunk_seconds:g} s (ABBA), each side ~{args.seconds:g} s "
+              f"per row, no evaluation, load {os.getloadavg()[0]:.2f}:", flush=True)
+        results["interleaved"] = []
+        for batch_size in batch_sizes:
+            for interval in intervals:
+                row = interleaved(args, batch_size, interval, optimizer)
+                results["interleaved"].append(row)
+                print(f"  batch {batch_size:>4}  log every {interval:>3}  {row['rounds']:>3} rounds of "
+                      f"{row['chunk_steps']} steps  reference {row['reference_us_per_step']:4.0f} us/step  engine "
+                      f"{row['engine_us_per_step']:4.0f} us/step  ratio {row['ratio']:.3f} "
+                      f"[{row['low']:.3f}-{row['high']:.3f}]", flush=True)
+    if args.json:
+        print(json.dumps({"task": args.task, "optimizer": optimizer, "threads": args.threads, **results}))
+    return 0
 
 
-def measure(args, folder: Path, batch_sizes: list[int], intervals: list[int], optimizer: str) -> int:
+def measure(args, folder: Path, batch_sizes: list[int], intervals: list[int], optimizer: str) -> list[dict]:
     loads = [os.getloadavg()[0]]
     rows = []
     print(f"task {args.task}  optimizer {optimizer}  threads {args.threads}  repeats {args.repeats}  "
-          f"window ~{args.seconds:g} s  cpus {os.cpu_count()}  load {loads[0]:.2f}", flush=True)
+          f"window ~{args.seconds:g} s  cpus {os.cpu_count()}  {'pinned to cpu %d' % args.cpu if args.cpu >= 0 else 'not pinned'}"
+          f"  load {loads[0]:.2f}", flush=True)
     for batch_size in batch_sizes:
         for interval in intervals:
             steps = args.steps
@@ -258,10 +405,7 @@ def measure(args, folder: Path, batch_sizes: list[int], intervals: list[int], op
             rows.append(row)
             print(text, flush=True)
     print(f"load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cpus")
-    if args.json:
-        print(json.dumps({"task": args.task, "optimizer": optimizer, "threads": args.threads, "rows": rows,
-                          "load": [min(loads), max(loads)]}))
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Events the trainer emits, as frozen dataclasses of plain values.
+"""Events the trainer emits, as dataclasses of plain values (frozen, but for the per-step StepMetrics).
 
 The trainer knows nothing of who listens: the GUI worker re-emits each as a Qt signal, the CLI draws a
 progress bar and writes metrics.jsonl. Events come at the log interval, never every step.
@@ -30,8 +30,8 @@ class RunStarted:
     notes: list = field(default_factory=list)  # what the user should know as the run starts (e.g. its folder)
 
 
-@dataclass(frozen=True)
-class StepMetrics:
+@dataclass(slots=True)  # not frozen, unlike the others: one is made at every logged step, and a frozen
+class StepMetrics:  # dataclass's __init__ costs 3x (4.8 against 1.5 us); treat it as read-only all the same
     step: int
     epoch: int
     loss: float
