@@ -1,0 +1,52 @@
+"""benchmarks/loop_overhead.py: the reference loop trains the same steps however its calls are cut (the
+interleaved mode runs it in chunks), and both modes run end to end on a tiny window and report their rows."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+
+
+def test_the_reference_loop_in_chunks_is_the_same_loop(monkeypatch):
+    import torch
+    from loop_overhead import ReferenceLoop
+
+    def losses(chunks: list[int]) -> list[float]:
+        torch.manual_seed(0)
+        loop = ReferenceLoop("tiny", batch_size=2048, log_interval=2, optimizer="adamw", lr=0.01, momentum=0.9,
+                             weight_decay=0.0)
+        assert loop.per_epoch == 3  # so the chunks below cross epochs
+        for n in chunks:
+            loop.run(n)
+        assert loop.step == sum(chunks)
+        return loop.losses
+
+    whole = losses([10])
+    assert len(whole) == 5 and all(math.isfinite(x) for x in whole)
+    assert losses([1, 4, 2, 3]) == whole  # same batches, same order, same updates
+
+
+def test_both_modes_run_and_report_their_rows(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "loop_overhead.py"), "--batch-sizes", "64", "--log-intervals", "2",
+         "--steps", "40", "--repeats", "1", "--seconds", "0.3", "--chunk-seconds", "0.02", "--interleaved", "--json"],
+        capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    (row,) = result["rows"]
+    assert (row["batch_size"], row["log_interval"], row["steps"]) == (64, 2, 40) and row["ratio"] > 0
+    (mixed,) = result["interleaved"]
+    assert mixed["rounds"] >= 2 and mixed["chunk_steps"] % 2 == 0
+    assert mixed["reference_us_per_step"] > 0 and mixed["engine_us_per_step"] > 0
+    assert mixed["low"] <= mixed["ratio"] * 1.5 and mixed["high"] >= mixed["low"]
+    assert "ABBA" in done.stdout and "pinned to cpu" in done.stdout
