@@ -15,10 +15,21 @@ with its spread, and the load.
 
     python benchmarks/loop_overhead.py [--batch-sizes 256,4] [--log-intervals 10,1] [--seconds 5] [--repeats 5]
         [--threads 1] [--cpu N] [--task tiny] [--optimizer sgd] [--json]
+    python benchmarks/loop_overhead.py --concurrent ...     # also: the CLI and the reference at once on one CPU
+    python benchmarks/loop_overhead.py --interleaved ...    # also: engine loop and reference in one process, ABBA
     python benchmarks/loop_overhead.py --profile --batch-sizes 256 --log-intervals 1   # cProfile of the engine
     python benchmarks/loop_overhead.py --baseline /tmp/base   # also the engine of another checkout, interleaved
 
---json: the last stdout line is {"rows": [{"batch_size", "log_interval", "ratio", "low", "high", ...}], ...}.
+On a shared or virtual machine the speed of the same loop drifts by tens of percent within a second, so separate
+runs a few seconds apart give ratios spread over +-20% even pinned to one CPU. Two modes cancel the drift:
+--concurrent runs the engine's real CLI (with --events, as the window runs it) and the reference at the same time
+on one CPU, so the kernel interleaves them every few milliseconds; the engine's figure is still the CLI's own
+samples/s, the reference's is taken over the engine's training window. --interleaved runs the engine's training
+loop (a Trainer with the CLI's settings and sink) and the reference in one process, taking turns every ~20 ms in
+ABBA order. Both leave evaluation out.
+
+--json: the last stdout line is {"rows": [{"batch_size", "log_interval", "ratio", "low", "high", ...}],
+"concurrent": [...], "interleaved": [...], ...} (each present when its mode ran).
 """
 
 from __future__ import annotations
@@ -178,6 +189,106 @@ def task_defaults(task: str, optimizer: str | None) -> tuple[str, float, float, 
     return cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay
 
 
+# ----------------------------------------------------------------------------------------------- concurrent
+def reference_until_stopped(task_name: str, batch_size: int, log_interval: int, threads: int, optimizer: str,
+                            lr: float, momentum: float, weight_decay: float) -> None:
+    """`--reference-until-stopped`: the reference trains (no evaluation) until SIGTERM, noting (monotonic time,
+    step) every log interval (at least every 10 steps), then prints the notes as one JSON line."""
+    import signal
+
+    import torch
+
+    torch.set_num_threads(threads)
+    stopped = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    loop = ReferenceLoop(task_name, batch_size, log_interval, optimizer, lr, momentum, weight_decay)
+    loop.run(200)
+    print("ready", flush=True)
+    every = max(log_interval, 10 // log_interval * log_interval)
+    marks = [(time.monotonic(), loop.step)]
+    while not stopped:
+        loop.run(every)
+        float(loop.running)
+        marks.append((time.monotonic(), loop.step))
+    print(json.dumps(marks), flush=True)
+
+
+def concurrent(args, batch_size: int, steps: int, log_interval: int, optimizer: str, out: Path) -> dict:
+    """One paired run: the reference and the engine's real CLI (`--events`, no evaluation) at once, pinned to the
+    same CPU, so the kernel's scheduler interleaves them every few milliseconds and both see the same moments
+    of the machine. The reference starts first and runs until the engine is done; its rate is taken over the
+    engine's training window (from the engine's first step event, less its elapsed time, to its last), on the
+    system-wide monotonic clock both processes read. The engine's figure is the CLI's own samples/s. Each
+    side has about half the CPU: the figures are half a lone run's, their ratio is what it compares."""
+    reference = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--reference-until-stopped", "--task", args.task,
+         "--batch-sizes", str(batch_size), "--log-intervals", str(log_interval), "--threads", str(args.threads),
+         "--optimizer", optimizer], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(args),
+        preexec_fn=_pin(args))
+    try:
+        if reference.stdout.readline().strip() != "ready":
+            raise SystemExit(f"reference failed: {reference.stderr.read()[-2000:]}")
+        cmd = [sys.executable, "-m", "core.cli", "train", "--task", args.task, "--batch-size", str(batch_size),
+               "--max-steps", str(steps), "--log-interval", str(log_interval), "--threads", str(args.threads),
+               "--optimizer", optimizer, "--device", "cpu", "--precision", "fp32", "--out", str(out), "--events",
+               "--json", "--eval-interval", "1000000000", "--keep-best", "0"]
+        engine = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                                  env=_env(args), preexec_fn=_pin(args))
+        first = last = None
+        summary = None
+        for line in engine.stdout:
+            arrived = time.monotonic()
+            record = json.loads(line)
+            if record.get("event") == "StepMetrics":
+                if first is None:
+                    first = (arrived - record["elapsed_seconds"], record["step"])
+                last = (arrived, record["step"])
+            elif "event" not in record:
+                summary = record
+        if engine.wait() or summary is None or first is None:
+            raise SystemExit(f"engine failed ({engine.returncode})")
+    finally:
+        reference.send_signal(subprocess.signal.SIGTERM)
+        tail, _ = reference.communicate(timeout=60)
+    marks = json.loads(tail.strip().splitlines()[-1])
+    began, ended = first[0], last[0]
+
+    def reference_step_at(moment: float) -> float:  # linear between the two notes around `moment`
+        for (t0, s0), (t1, s1) in zip(marks, marks[1:]):
+            if t0 <= moment <= t1:
+                return s0 + (s1 - s0) * (moment - t0) / (t1 - t0) if t1 > t0 else s1
+        raise SystemExit("the reference did not span the engine's training window")
+
+    reference_rate = (reference_step_at(ended) - reference_step_at(began)) * batch_size / (ended - began)
+    return {"engine": summary["samples_per_second"], "reference": reference_rate,
+            "ratio": summary["samples_per_second"] / reference_rate}
+
+
+def measure_concurrent(args, folder: Path, batch_sizes: list[int], intervals: list[int], optimizer: str) -> list:
+    print(f"concurrent: the engine's CLI and the reference at once on cpu {args.cpu} (each ~half of it), "
+          f"{args.repeats} pairs per row, no evaluation, load {os.getloadavg()[0]:.2f}:", flush=True)
+    rows = []
+    for batch_size in batch_sizes:
+        for interval in intervals:
+            steps = args.steps
+            if not steps:  # a window of ~2x --seconds: each side has about half the CPU
+                probe = run_reference(args, batch_size, 400, interval, optimizer)
+                steps = max(interval, int(2 * args.seconds / (probe["seconds"] / 400)) // interval * interval)
+            pairs = [concurrent(args, batch_size, steps, interval, optimizer,
+                                folder / f"concurrent-b{batch_size}-l{interval}-{repeat}")
+                     for repeat in range(args.repeats)]
+            ratios = [pair["ratio"] for pair in pairs]
+            row = {"batch_size": batch_size, "log_interval": interval, "steps": steps,
+                   "engine": statistics.median(p["engine"] for p in pairs),
+                   "reference": statistics.median(p["reference"] for p in pairs),
+                   "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "runs": pairs}
+            rows.append(row)
+            print(f"  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  reference "
+                  f"{row['reference']:>9,.0f}/s  engine {row['engine']:>9,.0f}/s (CLI)  ratio {row['ratio']:.3f} "
+                  f"[{row['low']:.3f}-{row['high']:.3f}]", flush=True)
+    return rows
+
+
 # ----------------------------------------------------------------------------------------------- interleaved
 def interleaved(args, batch_size: int, log_interval: int, optimizer: str) -> dict:
     """The engine's training loop and the reference in one process, taking turns every ~--chunk-seconds in
@@ -315,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the engine's loop against the reference in one process, taking turns every "
                              "--chunk-seconds (ABBA): the machine's drift cancels out")
     parser.add_argument("--interleaved-only", action="store_true", help="only the interleaved figures")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="also run the engine's CLI and the reference at once on one CPU, --repeats pairs: the "
+                             "kernel interleaves them, so the machine's drift cancels out")
+    parser.add_argument("--concurrent-only", action="store_true", help="only the concurrent figures")
+    parser.add_argument("--reference-until-stopped", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--chunk-seconds", type=float, default=0.1)
     parser.add_argument("--profile-top", type=int, default=25)
     args = parser.parse_args(argv)
@@ -324,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu is None:
         args.cpu = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else -1
 
+    if args.reference_until_stopped:
+        reference_until_stopped(args.task, batch_sizes[0], intervals[0], args.threads, optimizer, lr, momentum,
+                                weight_decay)
+        return 0
     if args.reference:
         print(json.dumps(reference_rate(args.task, batch_sizes[0], args.steps, intervals[0], args.threads,
                                         optimizer, lr, momentum, weight_decay,
@@ -336,13 +456,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     results = {}
-    if not args.interleaved_only:
-        folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
-        try:
+    folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
+    try:
+        if not (args.interleaved_only or args.concurrent_only):
             results["rows"] = measure(args, folder, batch_sizes, intervals, optimizer)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)  # the engine's run folders (checkpoints, metrics.jsonl)
-    if args.interleaved or args.interleaved_only:
+        if args.concurrent or args.concurrent_only:
+            results["concurrent"] = measure_concurrent(args, folder, batch_sizes, intervals, optimizer)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the engine's run folders (checkpoints, metrics.jsonl)
+    if (args.interleaved or args.interleaved_only) and not args.concurrent_only:
         if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {args.cpu})
         print(f"in one process, taking turns every ~{args.chunk_seconds:g} s (ABBA), each side ~{args.seconds:g} s "
@@ -365,7 +487,8 @@ def measure(args, folder: Path, batch_sizes: list[int], intervals: list[int], op
     loads = [os.getloadavg()[0]]
     rows = []
     print(f"task {args.task}  optimizer {optimizer}  threads {args.threads}  repeats {args.repeats}  "
-          f"window ~{args.seconds:g} s  cpus {os.cpu_count()}  {'pinned to cpu %d' % args.cpu if args.cpu >= 0 else 'not pinned'}"
+          f"window ~{args.seconds:g} s  cpus {os.cpu_count()}  "
+          f"{'pinned to cpu %d' % args.cpu if args.cpu >= 0 else 'not pinned'}"
           f"  load {loads[0]:.2f}", flush=True)
     for batch_size in batch_sizes:
         for interval in intervals:

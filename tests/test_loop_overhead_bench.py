@@ -1,5 +1,6 @@
 """benchmarks/loop_overhead.py: the reference loop trains the same steps however its calls are cut (the
-interleaved mode runs it in chunks), and both modes run end to end on a tiny window and report their rows."""
+interleaved mode runs it in chunks), and every mode (separate runs, interleaved in one process, concurrent on
+one CPU) runs end to end on a tiny window and reports its rows."""
 
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ def test_the_reference_loop_in_chunks_is_the_same_loop(monkeypatch):
     assert losses([1, 4, 2, 3]) == whole  # same batches, same order, same updates
 
 
-def test_both_modes_run_and_report_their_rows(tmp_path):
+def test_every_mode_runs_and_reports_its_rows(tmp_path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "loop_overhead.py"), "--batch-sizes", "64", "--log-intervals", "2",
-         "--steps", "40", "--repeats", "1", "--seconds", "0.3", "--chunk-seconds", "0.02", "--interleaved", "--json"],
+         "--steps", "40", "--repeats", "1", "--seconds", "0.3", "--chunk-seconds", "0.02", "--interleaved",
+         "--concurrent", "--json"],
         capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -50,3 +52,6 @@ def test_both_modes_run_and_report_their_rows(tmp_path):
     assert mixed["reference_us_per_step"] > 0 and mixed["engine_us_per_step"] > 0
     assert mixed["low"] <= mixed["ratio"] * 1.5 and mixed["high"] >= mixed["low"]
     assert "ABBA" in done.stdout and "pinned to cpu" in done.stdout
+    (paired,) = result["concurrent"]
+    assert paired["steps"] == 40 and paired["engine"] > 0 and paired["reference"] > 0
+    assert paired["ratio"] == pytest.approx(paired["engine"] / paired["reference"], rel=1e-9)
