@@ -326,3 +326,43 @@ def test_a_pause_asked_for_between_steps_is_taken_at_the_next_step(tiny_config, 
                   control=control)
     assert ended.status == "completed" and ended.step == 30
     assert [(e.step) for e in recorder.of("RunPaused")] == [10] and [e.step for e in recorder.of("RunResumed")] == [10]
+
+
+@pytest.mark.parametrize("precision, schedule", [("fp32", "constant"), ("bf16", "cosine")])
+def test_the_plain_step_trains_exactly_as_the_general_one(tiny_config, monkeypatch, precision, schedule):
+    """train() takes _plain_step in the usual case; it must leave the same weights and report the same losses and
+    gradient norms as _optimizer_step, which it replaces there."""
+    monkeypatch.setattr(trainer_module, "NORM_SECONDS", 0.0)  # every logged step measures its norm
+
+    def run(general: bool, folder: str):
+        events = []
+        trainer = Trainer(tiny_config(max_steps=23, log_interval=2, eval_interval=0, keep_best=0, precision=precision,
+                                      schedule=schedule, warmup_steps=3, out_dir=folder), sink=events.append)
+        calls = {"plain": 0}
+        original = trainer._plain_step
+
+        def plain(*args):
+            calls["plain"] += 1
+            return original(*args)
+
+        trainer._plain_step = trainer._optimizer_step if general else plain
+        ended = trainer.run()
+        assert ended.status == "completed" and calls["plain"] == (0 if general else 23)
+        steps = [(e.step, e.loss, e.grad_norm, e.lr) for e in events if isinstance(e, StepMetrics)]
+        return steps, [p.detach().clone() for p in trainer.raw_model.parameters()]
+
+    plain_steps, plain_weights = run(False, str(tiny_config().out_dir) + "-plain")
+    general_steps, general_weights = run(True, str(tiny_config().out_dir) + "-general")
+    assert plain_steps == general_steps and len(plain_steps) == 12
+    assert all(torch.equal(a, b) for a, b in zip(plain_weights, general_weights, strict=True))
+
+
+def test_clipping_accumulation_and_fp16_take_the_general_step(tiny_config):
+    for overrides in ({"grad_clip": 1.0}, {"grad_accum": 2}):
+        trainer = Trainer(tiny_config(max_steps=4, log_interval=2, **overrides))
+
+        def refuse(*args):
+            raise AssertionError("the plain step does not clip or accumulate")
+
+        trainer._plain_step = refuse
+        assert trainer.run().status == "completed"

@@ -234,6 +234,10 @@ class Trainer:
         self._sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         control, clock, accum = self.control, self.clock, self.cfg.grad_accum
         check_every_step = self.dist.enabled or not isinstance(control, RunControl)
+        cfg, plan = self.cfg, self.plan
+        plain = (accum == 1 and not self.dist.enabled and not plan.use_scaler and cfg.grad_clip <= 0
+                 and self.task.tokens_key is None)
+        optimizer_step = self._plain_step if plain else self._optimizer_step
         clocks_due = self._clocks_due()
         due = self._next_due(self.step)
         while self.step < self.total_steps:
@@ -252,7 +256,7 @@ class Trainer:
                         self.save_checkpoint()
                         clock.leave_out(side_work_started)
                     clocks_due = self._clocks_due()
-                self._optimizer_step(order, index * accum)
+                optimizer_step(order, index * accum)
                 self.step += 1
                 clock.interval_steps += 1
                 if self.step >= due or index + 1 == per_epoch:
@@ -341,6 +345,32 @@ class Trainer:
         else:
             scaler.step(self.optimizer)
             scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def _plain_step(self, order: torch.Tensor, first_micro: int) -> None:
+        """_optimizer_step for the usual case (one process, one micro-batch, no GradScaler, clipping or token
+        count), without the branches and calls that case never takes: what is left is what a hand-written loop
+        does, plus the loss kept for the log and the gradient norm on logged steps (as _optimizer_step measures
+        it). tests/test_step_overhead.py checks that both give the same weights and the same events."""
+        batch = self.batches.batch(order, first_micro)
+        autocast_dtype = self.plan.autocast_dtype
+        if autocast_dtype is None:
+            loss = self.task.loss(self.model, batch)
+        else:
+            with self.plan.autocast():  # forward + loss only
+                loss = self.task.loss(self.model, batch)
+        loss.backward()
+        self._sums.add_loss(loss.detach())
+        step = self.step + 1
+        if step % self.cfg.log_interval == 0 or step >= self.total_steps:
+            if step >= self.total_steps or monotonic() - self._norm_at >= NORM_SECONDS:
+                self._norm_at = monotonic()
+                self.grad_norm = gradient_norm(self._params)
+            else:
+                self.grad_norm = None
+        self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None:
             self.scheduler.step()
