@@ -57,7 +57,13 @@ def predictor(runs: Path, task: str):
 
 def open_run(qtbot, view, folder: Path, task: str):
     view.select_run(str(folder))
-    qtbot.waitUntil(lambda: view.predictor is not None and view.predictor.task == task, timeout=30_000)
+
+    def loaded() -> bool:  # this folder's checkpoint, not the one shown before the list was scanned again
+        predictor = view.predictor
+        return (predictor is not None and predictor.task == task
+                and Path(folder).resolve() in Path(str(predictor.checkpoint)).resolve().parents)
+
+    qtbot.waitUntil(loaded, timeout=30_000)
     assert view.stack.currentWidget() is view.pages[task]
     assert view.current_source() == str(folder)  # the chooser names what is loaded
     assert f"<b>{task}</b>" in view.header.text() and "step" in view.header.text()
