@@ -9,20 +9,38 @@ STAMP      := $(VENV)/.installed
 APT_PACKAGES := libgl1 libegl1 libxkbcommon0 libglib2.0-0 libfontconfig1 libdbus-1-3 \
                 xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
 
-.PHONY: run test sysdeps install bench lint clean
+.PHONY: run test test-fast sysdeps install bench lint clean
+
+# pytest's settings for both suites: the 15 slowest tests at the end, each failure named as it happens
+# (tests/conftest.py) and again in the summary (-rf in pyproject.toml's -ra).
+PYTEST := QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not xvfb" --durations=15 $(PYTEST_ARGS)
+# Test processes: 2 (pytest-xdist) where the machine has 2 cores or more, else 1. PYTEST_WORKERS=0 runs in
+# one process; the suite passes either way.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -ge 2 ] && echo 2 || echo 0)
+XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup,)
 
 run: install
 	$(BIN)/amp-console
 
+# Everything but the slow tests (child processes, torchrun, compile, larger data): what to run while working.
+test-fast: install
+	@echo "== the fast tests (not slow): a few minutes on 2 idle cores"
+	$(PYTEST) $(XDIST) -m "not xvfb and not slow"
+
+# Every test, then the import layers and the real-window smoke test. A failed step does not skip the ones
+# after it; the target fails if any step failed.
 test: install
-	@echo "== the test suite: about 18 minutes on 2 idle cores, longer on a busy machine (the slowest are listed at the end)"
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -m "not xvfb" --durations=8
-	@echo "== import layers (import-linter, contracts in pyproject.toml)"
-	$(BIN)/lint-imports
-	@if command -v xvfb-run >/dev/null 2>&1; then \
+	@echo "== the whole test suite: about 10 minutes on 2 idle cores, longer on a busy machine"
+	@failed=""; \
+	$(PYTEST) $(XDIST) || failed="$$failed pytest"; \
+	echo "== import layers (import-linter, contracts in pyproject.toml)"; \
+	$(BIN)/lint-imports || failed="$$failed lint-imports"; \
+	if command -v xvfb-run >/dev/null 2>&1; then \
 	  echo "== smoke test in a real X window (xvfb-run, QT_QPA_PLATFORM=xcb)"; \
-	  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/python -m pytest -q -m xvfb tests/gui || [ $$? -eq 5 ]; \
-	else echo "xvfb-run not found: skipping the real-window smoke test"; fi
+	  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/python -m pytest -q -p no:xdist -m xvfb tests/gui \
+	    || [ $$? -eq 5 ] || failed="$$failed xvfb"; \
+	else echo "xvfb-run not found: skipping the real-window smoke test"; fi; \
+	if [ -n "$$failed" ]; then echo "== FAILED:$$failed"; exit 1; fi; echo "== all steps passed"
 
 # Qt's shared libraries (offscreen and X11). Installs only what is missing; needs root or sudo.
 sysdeps:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -20,6 +22,49 @@ class Recorder:
 
     def of(self, name: str) -> list:
         return [e for e in self.events if type(e).__name__ == name]
+
+
+@pytest.fixture(autouse=True)
+def one_thread_by_default(request, monkeypatch):
+    """One intra-op thread per test process, and for the processes a test starts (OMP_NUM_THREADS, which the
+    trainer's automatic choice keeps): on 2 cores shared with other jobs, OpenMP threads that wait for each
+    other at every op make small models several times slower, and no result depends on the thread count.
+    Tests marked `default_threads` see the machine's own settings."""
+    if request.node.get_closest_marker("default_threads"):
+        yield
+        return
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class LiveFailures:
+    """Names a failure the moment it happens, not only in the summary after the whole suite. Registered in
+    the controlling process only: under xdist it gets every worker's reports (the workers' output is hidden)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report):
+        if not report.failed or hasattr(report, "wasxfail"):
+            return
+        crash = getattr(report.longrepr, "reprcrash", None)
+        reason = crash.message.splitlines()[0] if crash is not None and crash.message else "see the summary"
+        line = f"FAILED {report.nodeid} ({report.when}): {reason}"
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is None:
+            print(line, flush=True)
+            return
+        if getattr(terminal._tw, "width_of_current_line", 1):  # after the progress dots of -q
+            terminal.write("\n")
+        terminal.write_line(line, red=True, bold=True)
+
+
+def pytest_configure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(LiveFailures(config), "live-failures")
 
 
 @pytest.fixture(autouse=True)
@@ -49,12 +94,3 @@ def tiny_config(tmp_path):
 
     return make
 
-
-@pytest.fixture
-def one_intra_op_thread():
-    """Train on one thread: on a 2-core machine shared with other jobs, two OpenMP threads that wait for
-    each other at every op were measured 5-10x slower; the results do not depend on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -22,7 +22,7 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def tiny_run(tmp_path, one_intra_op_thread):
+def tiny_run(tmp_path):
     ended = train(RunConfig.for_task("tiny", device="cpu", max_steps=40, eval_interval=20, threads=1,
                                      out_dir=str(tmp_path / "tiny")))
     assert ended.status == "completed"
@@ -40,8 +40,7 @@ def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run):
     assert "(baseline" in out  # the val rows carry the task's references
 
 
-def test_a_stopped_run_gets_test_metrics_by_its_id_and_best(capsys, tmp_path, runs_root_in_tmp,
-                                                            one_intra_op_thread):
+def test_a_stopped_run_gets_test_metrics_by_its_id_and_best(capsys, tmp_path, runs_root_in_tmp):
     control = RunControl()
 
     def stop_at(event):
@@ -62,7 +61,7 @@ def test_a_stopped_run_gets_test_metrics_by_its_id_and_best(capsys, tmp_path, ru
     assert code == 0 and best["checkpoint"].endswith("best.pt") and best["step"] <= ended.step
 
 
-def test_another_data_file(capsys, tmp_path, one_intra_op_thread):
+def test_another_data_file(capsys, tmp_path):
     ended = train(RunConfig.for_task("sentiment", device="cpu", max_steps=20, threads=1,
                                      out_dir=str(tmp_path / "s")))
     rng = random.Random(0)

@@ -27,7 +27,6 @@ RANKING = {"queries": 600, "docs": 16, "features": 8}
 RANKING_LONG = {"queries": 80, "docs": 200, "features": 4}
 SENTIMENT = {"reviews": 4000, "buckets": 4096}
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def trained(folder, task: str, options: dict, steps: int = 40):

@@ -77,7 +77,7 @@ def test_sentiment_weights_are_fit_on_the_given_training_file_only(tmp_path):
     assert float(task.bucket_weight[test_ids[test_ids > 0].long()].max()) == 0.0  # never seen in training
 
 
-def test_test_metrics_come_from_the_test_file(tmp_path, one_intra_op_thread):
+def test_test_metrics_come_from_the_test_file(tmp_path):
     """A test file whose labels contradict the training words: a model that learned them scores high on the
     given validation file and low on the given test file."""
     files = {"train": reviews(tmp_path / "train.csv", 64), "val": reviews(tmp_path / "val.csv", 20),
@@ -251,7 +251,7 @@ def test_columns_text_parses_or_names_the_field():
         parse_columns("user_id=userId, movieId")
 
 
-def test_cli_flags_set_the_data_settings_and_resume_keeps_them(tmp_path, capsys, one_intra_op_thread):
+def test_cli_flags_set_the_data_settings_and_resume_keeps_them(tmp_path, capsys):
     files = {name: reviews(tmp_path / f"{name}.csv", n, sep=";", header=("review", "stars"))
              for name, n in (("train", 40), ("val", 8), ("test", 6))}
     settings = tmp_path / "base.toml"
@@ -291,7 +291,7 @@ def test_cli_refuses_bad_data_flags_in_one_line(tmp_path, capsys):
     assert code == 2 and len(lines) == 1 and "'user_id' is not NAME=FILE_NAME" in lines[0], lines
 
 
-def test_evaluate_defaults_to_val_when_a_run_has_no_test_split(tmp_path, capsys, one_intra_op_thread):
+def test_evaluate_defaults_to_val_when_a_run_has_no_test_split(tmp_path, capsys):
     files = {name: reviews(tmp_path / f"{name}.csv", n) for name, n in (("train", 40), ("val", 8))}
     ended = train(RunConfig.for_task("sentiment", data=files["train"], val_data=files["val"], device="cpu",
                                      threads=1, max_steps=2, batch_size=8, task_options={"buckets": 4096},

@@ -15,7 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def test_the_reference_loop_in_chunks_is_the_same_loop(monkeypatch):

@@ -17,7 +17,6 @@ from core.tasks.ranking import (LOSSES, QUANTILES, FeatureNormalizer, approx_ndc
 
 SMALL = {"queries": 300, "docs": 12, "features": 40, "hidden": 16}
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def _normalise(stats: dict, x: np.ndarray) -> torch.Tensor:

@@ -17,7 +17,6 @@ from core.tasks import create_task
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
 from core.tasks.recommender import ranking_report, remove_seen
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 # Users with short histories and a long window: most training positions are padding, so the loss drops them.
 PADDED = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40, "d_model": 16,

@@ -58,7 +58,7 @@ def test_blank_output_folder_is_refused_but_empty_is_the_default():
     assert "runs root" in RunConfig.for_task("tiny", out_dir="   ").errors()["out_dir"]
 
 
-def test_the_library_trainer_puts_a_run_without_folder_under_the_root(runs_root_in_tmp, one_intra_op_thread):
+def test_the_library_trainer_puts_a_run_without_folder_under_the_root(runs_root_in_tmp):
     from core.engine.trainer import train
 
     result = train(RunConfig.for_task("tiny", device="cpu", max_steps=3, log_interval=1))

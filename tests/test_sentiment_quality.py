@@ -18,7 +18,6 @@ from core.errors import ConfigError
 from core.tasks import create_task
 from core.tasks.sentiment import duplicate_counts, fit_bucket_weights, split_indices
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 BUCKETS = 1 << 20
 

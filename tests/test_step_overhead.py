@@ -26,7 +26,6 @@ from core.engine.step_metrics import StepAccumulator
 from core.engine.trainer import Trainer, gradient_norm, train
 from core.files import read_jsonl
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def step_event(step: int, **extra) -> StepMetrics:

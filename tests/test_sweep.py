@@ -40,7 +40,7 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_two_by_two_grid_makes_four_runs_in_the_history_and_a_table(tmp_path, capsys, one_intra_op_thread):
+def test_two_by_two_grid_makes_four_runs_in_the_history_and_a_table(tmp_path, capsys):
     root = tmp_path / "runs"
     code, out, err = cli(capsys, "sweep", *FAST, "--runs-dir", str(root), "--grid", "lr=1e-3,3e-3",
                          "--grid", "batch_size=32,64", "--json")
@@ -111,7 +111,7 @@ def test_bad_random_ranges_fail_before_any_trial(tmp_path, capsys):
     assert not root.exists() or not any(root.iterdir())
 
 
-def test_stop_during_the_second_trial_then_resume_runs_only_what_is_left(tmp_path, capsys, one_intra_op_thread):
+def test_stop_during_the_second_trial_then_resume_runs_only_what_is_left(tmp_path, capsys):
     from core.engine.control import RunControl
 
     base = fast_base()
@@ -177,7 +177,7 @@ def test_a_random_sweep_with_a_seed_is_reproducible(capsys):
     assert trial.config.task_options == {"samples": 512, "hidden": trial.params["hidden"]}  # an option, merged
 
 
-def test_a_failing_trial_is_recorded_and_the_rest_run(tmp_path, capsys, monkeypatch, one_intra_op_thread):
+def test_a_failing_trial_is_recorded_and_the_rest_run(tmp_path, capsys, monkeypatch):
     real = sweep_lab._run_trial
 
     def flaky(config, sink, control, resume_from):
@@ -208,7 +208,7 @@ def test_a_failing_trial_is_recorded_and_the_rest_run(tmp_path, capsys, monkeypa
     assert [t["status"] for t in data["trials"]] == ["completed"] * 3
 
 
-def test_train_it_longer_continues_the_trial_in_its_folder(tmp_path, one_intra_op_thread):
+def test_train_it_longer_continues_the_trial_in_its_folder(tmp_path):
     from core.engine.trainer import train
     from core.lab.sweep import best_row, continue_config
 

@@ -15,7 +15,6 @@ from core.engine.trainer import train
 SMALL = {"queries": 1500, "docs": 16, "features": 8}
 
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def test_metrics_match_hand_computation():

@@ -18,7 +18,6 @@ from core.engine.trainer import train
 SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
 
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def test_windows_cover_every_transition_once_with_latest_window_full():

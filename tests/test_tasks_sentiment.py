@@ -17,7 +17,6 @@ from core.engine.trainer import train
 SMALL = {"reviews": 6000}
 
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def test_tokenizer_is_stable_lowercased_and_orders_bigrams():

@@ -27,8 +27,7 @@ def clock_of_steps(monkeypatch, seconds_per_step: float) -> dict:
     return holder
 
 
-def test_the_run_completes_at_the_budget_with_test_metrics_and_a_checkpoint(monkeypatch, recorder, tmp_path,
-                                                                             one_intra_op_thread):
+def test_the_run_completes_at_the_budget_with_test_metrics_and_a_checkpoint(monkeypatch, recorder, tmp_path):
     holder = clock_of_steps(monkeypatch, 10.0)  # a step "takes" 10 s: 2 minutes is 12 steps
     config = RunConfig.for_task("sentiment", device="cpu", max_steps=500, time_limit_minutes=2, threads=1,
                                 log_interval=5, checkpoint_minutes=0, out_dir=str(tmp_path / "run"))

@@ -28,14 +28,15 @@ def set_field(window: QWidget, name: str, value) -> None:
 
 
 def quick_run(window: QWidget, out_dir, *, max_steps: int = 0, epochs: int = 1, log_interval: int = 5,
-              samples: int = 2048, batch_size: int = 32, separate_process: bool | None = None) -> None:
+              samples: int = 2048, batch_size: int = 32, separate_process: bool = False) -> None:
     """A tiny-task form that trains in about a second (or forever-ish with a large max_steps).
 
-    `separate_process`: tick or clear "Train in a separate process" (None leaves the app's default, on).
-    Tests that patch torch in this process or inject fake devices need False: a child process sees neither.
+    `separate_process`: tick or clear "Train in a separate process". Tests train on a thread unless they are
+    about the process boundary (they pass True, or run both modes): a child process starts Python and imports
+    torch, about ten times the cost of a tiny run. Tests that patch torch in this process or inject fake
+    devices need a thread anyway: a child process sees neither.
     """
-    if separate_process is not None:
-        find(window, "separateProcessCheck").setChecked(separate_process)
+    find(window, "separateProcessCheck").setChecked(separate_process)
     set_field(window, "taskCombo", "tiny")
     set_field(window, "samplesOptionEdit", samples)
     set_field(window, "batchSizeEdit", batch_size)

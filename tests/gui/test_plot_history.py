@@ -29,7 +29,7 @@ def panel(qtbot):
 
 
 @pytest.fixture
-def three_segments(tiny_config, one_intra_op_thread):
+def three_segments(tiny_config):
     """One run folder, three segments: 0 -> 30; then 10 -> 20 from a copy of the step-10 checkpoint kept in
     the folder (a restart from an earlier checkpoint); then 20 -> 30 from that segment's final checkpoint.
     Returns (folder, the events of each segment)."""

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def runs_root(tmp_path, tiny_config, one_intra_op_thread, monkeypatch):
+def runs_root(tmp_path, tiny_config, monkeypatch):
     """runs/fp32-run (completed, 20 steps), runs/bf16-run (stopped at step 10 of 40, resumable) and
     runs/crashed (a run.json still saying 'running' with no live run holding the folder: 'interrupted')."""
     root = tmp_path / "runs"

@@ -211,7 +211,7 @@ def _huge_query_file(tmp_path, big: int = 20_000, singles: int = 8_000):
     return write(tmp_path, "huge_query.csv", HEADER + "".join(rows))
 
 
-def test_a_huge_query_loads_and_trains_in_bounded_memory(tmp_path, one_intra_op_thread):
+def test_a_huge_query_loads_and_trains_in_bounded_memory(tmp_path):
     from core.config import RunConfig
     from core.engine.trainer import train
 
