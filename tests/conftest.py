@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -60,6 +62,27 @@ class LiveFailures:
         if getattr(terminal._tw, "width_of_current_line", 1):  # after the progress dots of -q
             terminal.write("\n")
         terminal.write_line(line, red=True, bold=True)
+
+
+@pytest.fixture(autouse=True)
+def child_processes_are_slow(request, monkeypatch):
+    """A test that starts a Python process (the CLI, a training child, torchrun) must be marked `slow`:
+    `make test-fast` leaves those out, so this keeps the marker true as tests change."""
+    started: list[str] = []
+    real_init = subprocess.Popen.__init__
+
+    def recording_init(self, args, *rest, **kwargs):
+        command = [args] if isinstance(args, (str, bytes)) else list(args)
+        if command and str(command[0]) == sys.executable:
+            started.append(" ".join(str(part) for part in command[:4]))
+        real_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", recording_init)
+    request.node.started_processes = started
+    yield
+    if started and not request.node.get_closest_marker("slow"):
+        pytest.fail(f"the test started {len(started)} Python process(es) ({started[0]} ...): mark it "
+                    "@pytest.mark.slow", pytrace=False)
 
 
 def pytest_configure(config):

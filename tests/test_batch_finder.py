@@ -285,6 +285,7 @@ def test_parse_size():
         parse_size("0")
 
 
+@pytest.mark.slow
 def test_help_does_not_import_torch():
     code = ("import contextlib, io, sys, json\nfrom core.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"

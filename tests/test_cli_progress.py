@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from core.cli.train import ProgressReporter, format_duration
 from core.engine.events import EvalMetrics, RunEnded, RunResumed, RunStarted, StepMetrics
 
@@ -14,6 +16,7 @@ LINE = re.compile(r"^step (\d+)/(\d+) \(\d+%\) epoch \d+ loss \d+\.\d{4}( val_\w
                   r"\| elapsed \w+(, ETA \w+)?$")
 
 
+@pytest.mark.slow
 def test_a_run_logging_to_a_pipe_prints_progress_lines(tmp_path):
     result = subprocess.run([sys.executable, "-m", "core.cli", "train", "--max-steps", "400", "--log-interval", "5",
                              "--batch-size", "8", "--device", "cpu", "--threads", "1", "--progress-every", "0.2",

@@ -28,6 +28,7 @@ HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], [
                  ["lr-find"], ["summary"], ["fit-batch"], ["sweep"], ["evaluate"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "top")
 def test_help_does_not_import_torch(command):
     code = ("import contextlib, io\nfrom core.cli.main import main\n"
@@ -38,6 +39,7 @@ def test_help_does_not_import_torch(command):
     assert heavy_modules_after(code) == []
 
 
+@pytest.mark.slow
 def test_launcher_help_does_not_import_torch_or_qt():
     code = ("import contextlib, io\nfrom app.launcher import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
@@ -46,6 +48,7 @@ def test_launcher_help_does_not_import_torch_or_qt():
     assert heavy_modules_after(code) == []
 
 
+@pytest.mark.slow
 def test_tasks_listing_does_not_import_torch():
     code = ("import contextlib, io\nfrom core.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n    assert main(['tasks']) == 0\n"

@@ -20,7 +20,8 @@ from core.engine.trainer import Trainer
 
 # torch.compile imports parts of torch that warn of their own deprecations (torch.jit.script_method); the
 # suite turns warnings into errors, which would make the compile "fail" and the run fall back to eager.
-pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.*")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.*")]
 
 # 1000 samples: 800 training rows = 12 batches of 64 and a short one of 32, which training drops; validation
 # (200 rows) is evaluated in batches of 4096, so its only batch is "short" too.

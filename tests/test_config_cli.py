@@ -52,6 +52,7 @@ def run_cli(*args, cwd=None):
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_train_json_summary_and_files(tmp_path):
     out = tmp_path / "run"
     result = run_cli("train", "--task", "tiny", "--max-steps", "30", "--out", str(out), "--json", "--device", "cpu")
@@ -68,6 +69,7 @@ def test_train_json_summary_and_files(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_checkpoint(tmp_path):
     out = tmp_path / "run"
     assert run_cli("train", "--max-steps", "10", "--out", str(out), "--device", "cpu").returncode == 0
@@ -76,6 +78,7 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
     assert result.returncode == 0 and summary["steps"] == 25 and summary["checkpoint"] == str(out / "checkpoint.pt")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "named"),
     [(["--lr", "50"], "--lr"), (["--lr", "abc"], "--lr"), (["--batch-size", "-3"], "--batch-size"),
@@ -100,6 +103,7 @@ def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_devices_json_lists_the_cpu():
     result = run_cli("devices", "--json")
     assert result.returncode == 0
@@ -107,6 +111,7 @@ def test_devices_json_lists_the_cpu():
     assert devices[0]["id"] == "cpu" and "fp16" in devices[0]["unsupported"]
 
 
+@pytest.mark.slow
 def test_core_never_imports_qt_or_the_gui():
     code = ("import sys, core, core.cli, core.engine.trainer, core.tasks, core.engine.checkpoints;"
             "import pkgutil, importlib;"
@@ -117,6 +122,7 @@ def test_core_never_imports_qt_or_the_gui():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
     import signal
     import time
@@ -140,6 +146,7 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
     """--events streams JSON lines; --control-stdin takes pause/resume/stop (how the window runs training)."""
     command = [sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device", "cpu", "--out",
@@ -165,6 +172,7 @@ def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
     assert process.returncode == 130
 
 
+@pytest.mark.slow
 def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path):
     """A program driving `train --events` gets the field to mark, besides the one stderr line and exit 2."""
     result = run_cli("train", "--max-steps", "2", "--out", str(tmp_path / "o"), "--events", "-o", "samples=256",
@@ -176,6 +184,7 @@ def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
     """How the window starts a training process ahead of time: ready line, then one JSON settings line."""
     command = [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin"]
@@ -196,6 +205,7 @@ def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("stdin", "code", "named"), [("", 0, None), ("not json\n", 2, "settings line"),
                                                       ('{"config": {"lr": -1}}\n', 2, "lr")])
 def test_config_stdin_closed_or_bad_settings(tmp_path, stdin, code, named):
@@ -208,6 +218,7 @@ def test_config_stdin_closed_or_bad_settings(tmp_path, stdin, code, named):
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path):
     """Same output folder twice: the second run writes beside it and says where; resuming writes in place."""
     out = tmp_path / "runs" / "latest"

@@ -17,7 +17,7 @@ import psutil
 import pytest
 import torch
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 COMMON = ["--task", "tiny", "--device", "cpu", "--log-interval", "5", "--seed", "3", "-o", "samples=4096"]
 

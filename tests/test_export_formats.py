@@ -427,6 +427,7 @@ def readme_snippet() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_readme_script_runs_as_printed(runs, tmp_path):
     snippet = readme_snippet()
@@ -504,6 +505,7 @@ print(json.dumps(answers))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", list(SMALL))
 def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, task):

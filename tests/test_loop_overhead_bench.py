@@ -36,6 +36,7 @@ def test_the_reference_loop_in_chunks_is_the_same_loop(monkeypatch):
     assert losses([1, 4, 2, 3]) == whole  # same batches, same order, same updates
 
 
+@pytest.mark.slow
 def test_every_mode_runs_and_reports_its_rows(tmp_path):
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "loop_overhead.py"), "--batch-sizes", "64", "--log-intervals", "2",

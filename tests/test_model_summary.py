@@ -160,6 +160,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, flag):
     assert len(err.strip().splitlines()) == 1 and flag in err
 
 
+@pytest.mark.slow
 def test_summary_help_does_not_import_torch():
     probe = ("import sys, json, contextlib, io\nfrom core.cli.main import main\n"
              "with contextlib.redirect_stdout(io.StringIO()) as out:\n"

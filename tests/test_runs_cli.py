@@ -172,6 +172,7 @@ def test_tensorboard_without_the_exporter_is_one_line_or_writes(runs_root, tmp_p
         assert list((tmp_path / "tb" / "rec-bf16").rglob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["runs", "list", "--help"], ["runs", "list", "--runs-dir", "RUNS"],
                                   ["runs", "show", "a1b", "--runs-dir", "RUNS"]], ids=lambda a: " ".join(a[:2]))
 def test_runs_commands_do_not_import_torch(argv, runs_root):
@@ -189,6 +190,7 @@ TRAIN = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device"
          "-o", "samples=2048"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_path):
     root = tmp_path / "runs"

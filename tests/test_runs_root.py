@@ -68,6 +68,7 @@ def test_the_library_trainer_puts_a_run_without_folder_under_the_root(runs_root_
     assert Path(result.checkpoint).parent == Path(run["folder"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_cli_train_without_out_is_listed_by_runs_list_and_runs_dir_moves_both(runs_root_in_tmp, tmp_path, capsys):
     base = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--max-steps", "3", "--device", "cpu",

@@ -234,6 +234,7 @@ def test_resume_and_show_refuse_what_is_not_a_sweep(tmp_path, capsys):
         sweep_lab.sort_rows([{"index": 1, "params": {"lr": 0.1}}], sort="wal")
 
 
+@pytest.mark.slow
 def test_sweep_help_does_not_import_torch():
     code = ("import contextlib, io, sys, json\nfrom core.cli.main import main\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
@@ -246,6 +247,7 @@ def test_sweep_help_does_not_import_torch():
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_running_trial_with_a_checkpoint(tmp_path):
     import os
     import signal

@@ -23,6 +23,8 @@ from core.errors import ConfigError
 from core.lab.sweep import TrialEvent, TrialStarted, create_sweep, grid_axis, load_sweep, plan_trials, run_sweep
 from core.lab.sweep_parallel import _Child, _outcome, child_env, device_slots, parse_devices
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 # Long enough (about 2 s of steps each) that two trials running at once overlap by more than run.json's
 # one-second clock resolution; threads left at auto, so the sweep shares the cores out.

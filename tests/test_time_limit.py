@@ -51,6 +51,7 @@ def test_no_limit_by_default_and_validated():
     assert args.time_limit_minutes == 90.0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_under_ddp_rank_0s_clock_ends_both_ranks_at_one_step(tmp_path):
     """Two ranks: rank 0's clock decides and the decision travels in the ranks' stop agreement, so both end at

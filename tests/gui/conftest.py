@@ -11,7 +11,7 @@ import weakref  # noqa: E402
 
 import pytest  # noqa: E402
 import shiboken6  # noqa: E402
-from PySide6.QtCore import QCoreApplication, QSettings, QThread  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QProcess, QSettings, QThread  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +46,24 @@ def no_leaked_qthreads(monkeypatch):
             thread.quit()
             thread.wait(5000)
     assert not leaked, f"QThread(s) still running after the test: {leaked}"
+
+
+@pytest.fixture(autouse=True)
+def qprocesses_are_slow(request, monkeypatch):
+    """The window's training processes (QProcess) count as child processes: tests/conftest.py's
+    child_processes_are_slow fails a test that starts one without the `slow` marker."""
+    started = getattr(request.node, "started_processes", None)
+    if started is None:
+        yield
+        return
+    original_start = QProcess.start
+
+    def recording_start(self, *args, **kwargs):
+        started.append(" ".join(str(a) for a in args[:1]) or self.program())
+        return original_start(self, *args, **kwargs)
+
+    monkeypatch.setattr(QProcess, "start", recording_start)
+    yield
 
 
 @pytest.fixture

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLineEdit, QPushButton, QSpinBox, QWidget
+
+# Both ways the window trains: in a child process (the app's default; slow, since each run starts Python and
+# imports torch) and on a QThread of the window's process. For the tests about the process boundary.
+MODES = pytest.mark.parametrize("separate", [pytest.param(True, marks=pytest.mark.slow, id="separate-process"),
+                                             pytest.param(False, id="thread")])
+# A wait that includes a child process's start (Python, torch, the engine): generous, for a busy machine.
+PROCESS_WAIT_MS = 180_000
 
 
 def find(window: QWidget, name: str, kind=QWidget):
@@ -52,7 +60,7 @@ def click(qtbot, window: QWidget, name: str) -> None:
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
-def finish_run(qtbot, window: QWidget, timeout_ms: int = 30_000) -> None:
+def finish_run(qtbot, window: QWidget, timeout_ms: int = PROCESS_WAIT_MS) -> None:
     """Click Start and wait until the run (or its failure to start) is over."""
     with qtbot.waitSignal(window.controller.runningChanged, timeout=timeout_ms,
                           check_params_cb=lambda running: not running):

@@ -12,14 +12,12 @@ import time
 
 import pytest
 import shiboken6
-from gui_helpers import click, find, loss_points, quick_run
+from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, loss_points, quick_run
 from PySide6.QtCore import QThread, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 import app.main_window
 from core.engine.checkpoints import load_checkpoint
-
-MODES = pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
 
 
 def process_gone(pid: int) -> bool:
@@ -48,7 +46,7 @@ def start_long_run(qtbot, window, out_dir, separate, max_steps=1_000_000):
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(300)
 @MODES
 def test_stop_and_close_keeps_the_window_responsive_then_closes(qtbot, window, tmp_path, separate, monkeypatch):
     answers = Answers("stop")
@@ -69,7 +67,7 @@ def test_stop_and_close_keeps_the_window_responsive_then_closes(qtbot, window, t
     window.request_close()  # impatient: no second question, no second stop
     assert answers.asked == 1
 
-    with qtbot.waitSignal(window.closed, timeout=60_000):
+    with qtbot.waitSignal(window.closed, timeout=PROCESS_WAIT_MS):
         pass
     assert not window.isVisible()
     assert not window.controller.running and window.controller.spare is None
@@ -80,7 +78,7 @@ def test_stop_and_close_keeps_the_window_responsive_then_closes(qtbot, window, t
     assert state["step"] >= 1
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(300)
 @MODES
 def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, separate, monkeypatch):
     answers = Answers("cancel")
@@ -90,25 +88,26 @@ def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, separate, 
     assert answers.asked == 1
     assert window.isVisible() and window.controller.running and not window.controller.stopping
     points = loss_points(window)
-    qtbot.waitUntil(lambda: loss_points(window) > points, timeout=20_000)  # still training
+    qtbot.waitUntil(lambda: loss_points(window) > points, timeout=PROCESS_WAIT_MS)  # still training
     assert find(window, "stopButton").isEnabled()
 
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=PROCESS_WAIT_MS):
         click(qtbot, window, "stopButton")
     assert find(window, "startButton").isEnabled()  # a cancelled close leaves nothing behind
     assert window.request_close() is True  # nothing runs: no question
     assert answers.asked == 1
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(300)
 @MODES
 def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, window, tmp_path, separate,
                                                                          monkeypatch):
     monkeypatch.setattr(window, "ask_close_mid_run", Answers("keep"))
     start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=600)  # seconds: still running when paused
     find(window, "pauseButton").click()  # a paused run would never end with the window gone
-    qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=30_000)  # a busy machine delays the child
-    with qtbot.waitSignal(window.closed, timeout=60_000):
+    # a busy machine delays the child
+    qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=PROCESS_WAIT_MS)
+    with qtbot.waitSignal(window.closed, timeout=PROCESS_WAIT_MS):
         assert window.request_close() is False
         assert not window.isVisible()  # closed for the user at once
         assert window.controller.running and not window.controller.stopping

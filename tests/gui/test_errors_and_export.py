@@ -7,14 +7,14 @@ import os
 import signal
 
 import pytest
-from gui_helpers import click, find, finish_run, loss_points, quick_run, set_field
+from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, finish_run, loss_points, quick_run, set_field
 
 from core.engine.checkpoints import load_checkpoint
 from core.engine.events import RunEnded
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
+@pytest.mark.timeout(300)
+@MODES
 def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window, tmp_path, separate):
     quick_run(window, tmp_path / "run", samples=256, batch_size=64, separate_process=separate)
     set_field(window, "gradAccumEdit", 64)  # more micro-batches than an epoch has: the trainer refuses
@@ -31,12 +31,13 @@ def test_setup_error_from_the_engine_is_shown_and_the_app_recovers(qtbot, window
     assert "completed" in window.statusBarWidget.message.text().lower()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, window, tmp_path):
     """An out-of-memory kill (SIGKILL) of the training process ends the run, not the window."""
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     pid = window.controller.run.process.processId()
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
@@ -52,7 +53,8 @@ def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, windo
     assert "completed" in window.statusBarWidget.message.text().lower()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window, tmp_path, monkeypatch):
     """A child stuck in a device op (here: frozen with SIGSTOP) is interrupted, then killed, after the grace."""
     import app.run.process_run
@@ -60,7 +62,7 @@ def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window
     monkeypatch.setattr(app.run.process_run, "STOP_GRACE_MS", 300)
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     os.kill(window.controller.run.process.processId(), signal.SIGSTOP)
     with qtbot.waitSignal(window.controller.runningChanged, timeout=20_000,
                           check_params_cb=lambda running: not running):
@@ -72,7 +74,8 @@ def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window
     qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_relative_output_folder_means_the_same_in_a_separate_process(qtbot, window, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     quick_run(window, "runs/relative", max_steps=10, separate_process=True)
@@ -82,8 +85,8 @@ def test_relative_output_folder_means_the_same_in_a_separate_process(qtbot, wind
     assert os.path.samefile(window.last_checkpoint, tmp_path / "runs" / "relative" / "checkpoint.pt")
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
+@pytest.mark.timeout(300)
+@MODES
 def test_a_second_run_into_the_same_folder_keeps_the_first_checkpoint(qtbot, window, tmp_path, separate):
     quick_run(window, tmp_path / "run", max_steps=5, separate_process=separate)
     finish_run(qtbot, window)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gui_helpers import click, find, loss_points, quick_run, set_field
+from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, loss_points, quick_run, set_field
 from PySide6.QtCore import Qt
 
 from core.config import RunConfig
@@ -367,18 +367,18 @@ def test_a_torn_evaluation_json_is_named_not_taken_for_no_report(qtbot, dialog, 
     assert tab.report is None and tab.evaluateButton.isEnabled()  # Evaluate writes a whole one again
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("separate", [False, True], ids=["thread", "separate-process"])
+@pytest.mark.timeout(300)
+@MODES
 def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path, separate):
     window.set_runs_root(str(runs))
     quick_run(window, tmp_path / "training", max_steps=1_000_000, samples=8192, separate_process=separate)
     set_field(window, "checkpointIntervalEdit", 20)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: loss_points(window) >= 2, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 2, timeout=PROCESS_WAIT_MS)
 
     history = window.show_history()  # the History's Try it… opens the preview on the selected run
     panel = history.panel
-    qtbot.waitUntil(lambda: "sentiment" in panel.visible_names(), timeout=20_000)
+    qtbot.waitUntil(lambda: "sentiment" in panel.visible_names(), timeout=PROCESS_WAIT_MS)
     panel.select_names("sentiment")
     button = find(panel, "historyPreviewButton")
     assert button.isEnabled()
@@ -393,11 +393,11 @@ def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path,
 
     # the training run itself (outside the runs root): its last checkpoint, read beside the writer
     training = tmp_path / "training"
-    qtbot.waitUntil(lambda: (training / "checkpoint.pt").is_file(), timeout=30_000)
+    qtbot.waitUntil(lambda: (training / "checkpoint.pt").is_file(), timeout=PROCESS_WAIT_MS)
     view.whichCombo.setCurrentIndex(view.whichCombo.findData("last"))
     tiny = open_run(qtbot, view, training, "tiny")
     assert view.predictor.checkpoint == training / "checkpoint.pt"
-    qtbot.waitUntil(lambda: tiny.probabilities is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: tiny.probabilities is not None, timeout=PROCESS_WAIT_MS)
     assert window.controller.running
 
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,

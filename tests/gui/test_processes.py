@@ -9,6 +9,8 @@ from gui_helpers import click, find, finish_run, loss_points, quick_run, set_fie
 
 from core.engine.checkpoints import load_checkpoint
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.timeout(120)
 def test_two_process_run_streams_loss_and_completes(qtbot, window, tmp_path):

@@ -9,14 +9,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from gui_helpers import click, find, finish_run, loss_points, quick_run
+from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, finish_run, loss_points, quick_run
 from PySide6.QtCore import QThread
 
 from core.engine.checkpoints import load_checkpoint
 from core.engine.events import RunPaused, RunResumed
-
-
-MODES = pytest.mark.parametrize("separate", [True, False], ids=["separate-process", "thread"])
 
 
 def process_gone(pid: int) -> bool:
@@ -27,7 +24,7 @@ def process_gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(300)
 @MODES
 def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp_path, separate):
     out_dir = tmp_path / "run"
@@ -38,7 +35,7 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
     assert window.controller.separate_process is separate
     assert find(window, "pauseButton").isEnabled()
 
-    qtbot.waitUntil(lambda: loss_points(window) >= 3, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 3, timeout=PROCESS_WAIT_MS)
     qtbot.waitUntil(lambda: find(window, "progressBar").value() > 0, timeout=5000)  # refreshed at 4 Hz
     assert "step" in window.statusBarWidget.steps.text()
     assert window.statusBarWidget.dtypes.text() == "autocast float32 · params float32"
@@ -59,9 +56,9 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
     resumed = next(e for e in events if isinstance(e, RunResumed))
     assert resumed.step == paused.step  # no step was taken while paused
     assert resumed.paused_seconds > 0
-    qtbot.waitUntil(lambda: loss_points(window) > paused_points + 2, timeout=20_000)
+    qtbot.waitUntil(lambda: loss_points(window) > paused_points + 2, timeout=PROCESS_WAIT_MS)
 
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000) as stopped:
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=PROCESS_WAIT_MS) as stopped:
         click(qtbot, window, "stopButton")
         assert "stopping" in window.statusBarWidget.message.text().lower()
         assert not find(window, "stopButton").isEnabled()
@@ -93,12 +90,12 @@ def test_completed_run_then_a_second_run_reuses_the_window(qtbot, window, tmp_pa
     assert (tmp_path / "b" / "checkpoint.pt").is_file()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 @MODES
 def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tmp_path, separate):
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=separate)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     running_threads = [t for t in window.findChildren(QThread)]
     pid = window.controller.run.process.processId() if separate else None
     window.close()
@@ -109,24 +106,25 @@ def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tm
     assert (tmp_path / "run" / "checkpoint.pt").is_file()  # stopping writes a checkpoint
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)
 @MODES
 def test_closing_while_paused_still_stops(qtbot, window, tmp_path, separate):
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=separate)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     click(qtbot, window, "pauseButton")
     window.close()
     assert not window.controller.running
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot, make_window, tmp_path):
     window = make_window(prestart_runs=True)
     spare = window.controller.spare
     assert spare is not None, "no training process was started ahead of time"
-    qtbot.waitUntil(lambda: spare.warm, timeout=30_000)  # engine loaded, waiting for settings
+    qtbot.waitUntil(lambda: spare.warm, timeout=PROCESS_WAIT_MS)  # engine loaded, waiting for settings
 
     quick_run(window, tmp_path / "run", max_steps=20, separate_process=True)
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
@@ -151,7 +149,7 @@ def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot
     pid = again.process.processId()
     quick_run(window, tmp_path / "long", max_steps=1_000_000, samples=8192)
     click(qtbot, window, "startButton")  # takes the new spare; closing mid-run must not start another
-    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     window.close()
     assert window.controller.spare is None and not window.controller.running
     assert process_gone(pid), "the training process outlived the window"

@@ -105,6 +105,7 @@ def test_history_lists_filters_and_loads_settings(qtbot, window, runs_root):
     assert not panel.resumeButton.isEnabled()  # no checkpoint of its own
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_cli_run_finished_while_open_appears_after_refresh(qtbot, window, runs_root):
     panel = open_history(qtbot, window)

@@ -54,6 +54,7 @@ def test_an_empty_output_folder_runs_under_the_chosen_root_and_the_history_follo
     assert panel.root == runs_root_in_tmp and window.window_settings.runs_root() == ""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_gui_run_and_a_cli_run_under_one_root_at_the_same_time(qtbot, window, runs_root_in_tmp):
     quick_run(window, "", max_steps=1_000_000, log_interval=10, separate_process=False)

@@ -11,6 +11,8 @@ from gui_helpers import click, quick_run
 
 from app.panels.tuning_sweep import run_on_choices
 
+pytestmark = pytest.mark.slow
+
 
 def test_run_on_offers_one_at_a_time_then_the_gpus_then_the_cpu():
     devices = [SimpleNamespace(id="cpu", type="cpu"), SimpleNamespace(id="cuda:0", type="cuda"),

@@ -32,7 +32,8 @@ def test_double_clicking_start_starts_one_run(qtbot, window, tmp_path):
     assert (tmp_path / "run-2").exists() is False  # only the one run wrote anything
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_training_program_that_cannot_start_keeps_its_error_on_screen(qtbot, window, tmp_path, monkeypatch):
     monkeypatch.setattr(app.run.process_run, "spare_command", lambda: [str(tmp_path / "no-such-python")])
     quick_run(window, tmp_path / "run", max_steps=10, separate_process=True)

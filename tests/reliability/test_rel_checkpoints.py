@@ -348,6 +348,7 @@ def test_a_resume_with_other_parameter_groups_starts_the_optimizer_fresh(tmp_pat
 # ------------------------------------------------------------------ end to end
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_hostile_checkpoints_with_one_line_and_exit_2(tmp_path, saved):
     data = bytearray(saved.read_bytes())
     data[len(data) // 2] ^= 0x10

@@ -123,6 +123,7 @@ def test_a_full_disk_before_the_start_is_bad_input_naming_the_file(tmp_path, mon
     assert str(caught.value) == f"out_dir: could not write {tmp_path / 'run' / 'config.toml'}: {ENOSPC}"
 
 
+@pytest.mark.slow
 def test_the_cli_exits_1_with_one_line_when_the_disk_fills_mid_run(tmp_path):
     """The whole path through the CLI: a summary line naming the file, no traceback."""
     script = (

@@ -18,7 +18,7 @@ from core.engine.checkpoints import load_checkpoint
 from core.engine.run_folder import is_in_use
 from core.files import read_jsonl
 
-pytestmark = [pytest.mark.reliability, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.reliability, pytest.mark.timeout(180)]
 
 KILLS = 5
 TRAIN = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device", "cpu", "--precision", "fp32",

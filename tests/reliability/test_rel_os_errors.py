@@ -45,6 +45,7 @@ def test_out_with_a_name_too_long_or_not_utf8(tmp_path, capsys):
     assert not os.path.exists(bad)
 
 
+@pytest.mark.slow
 def test_out_not_utf8_from_the_real_command_line(tmp_path):
     result = subprocess.run([os.fsencode(sys.executable), b"-m", b"core.cli", b"train", b"--max-steps", b"2",
                              b"--out", os.fsencode(str(tmp_path)) + b"/r\xe9sultats"],

@@ -18,6 +18,7 @@ from core.errors import ConfigError
 pytestmark = pytest.mark.reliability
 
 
+@pytest.mark.slow
 def test_the_folder_claim_knows_the_run_files_by_their_names_and_needs_no_torch():
     import subprocess
     import sys
@@ -51,6 +52,7 @@ while not os.path.exists(done):  # hold the claim until every process has claime
 """
 
 
+@pytest.mark.slow
 def test_processes_claiming_one_folder_at_the_same_instant_each_get_their_own(tmp_path):
     import subprocess
     import sys

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 
 def start_run(out, *extra):

@@ -15,7 +15,7 @@ import pytest
 from core.cli.main import main
 from core.cli.torchrun import torchrun_command, usable_cpu_cores
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 
 def test_more_cpu_processes_than_cores_are_refused(tmp_path, capsys):
