@@ -1,7 +1,7 @@
 """`amp-console export`: each format of each task's model reloads and computes what the trained model computes;
 the torch.export program and its serve.py run in a fresh Python that cannot import this project; serve.py's
 pure-Python tokenizer gives core's ids; bf16 weights make a smaller file with a bounded difference; bad input
-is one line and leaves nothing behind; README's standalone script runs as printed."""
+is one line and leaves nothing behind; the standalone script in docs/runs.md runs as printed."""
 
 from __future__ import annotations
 
@@ -422,7 +422,7 @@ def test_onnx_without_its_packages_names_the_extra(runs, tmp_path, capsys, monke
 
 
 def readme_snippet() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "runs.md").read_text(encoding="utf-8")
     section = text.split("## Export for serving", 1)[1].split("\n## ", 1)[0]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
