@@ -231,7 +231,7 @@ class MainWindow(QMainWindow):
     def save_settings(self) -> None:
         self.window_settings.save(self)
 
-    # ------------------------------------------------------------------ tune before you train
+    # ------------------------------------------------------------------ device tools (tune, compare, inspect)
     def _tool_dialog(self, attribute: str, make):
         """The tool dialog kept in `attribute`, made on first use by `make()`, with its setting refreshed."""
         if not self.engine_ready:
@@ -325,9 +325,9 @@ class MainWindow(QMainWindow):
         return [d.windowTitle() for d in self._tool_dialogs() if d.job.running]
 
     def tool_blocked(self, device: str) -> str:
-        """Why a tool may not run on `device` now ('' when it may): a training run is using that device, and the
-        two would compete for it (a finder's measurements would be wrong, and on a GPU it could run the run out
-        of memory). 'auto' counts as every device."""
+        """Why a tool may not run on `device` now ('' when it may): another tool is working, or a training run is
+        using that device, and the two would compete for it (a tool's measurements would be wrong, and on a GPU
+        it could run the run out of memory). 'auto' counts as every device."""
         working = self.busy_tools()  # the asking tool is not running yet: these are others
         if working:
             return (f"{', '.join(working)} is measuring on the device; two tools at once would each measure the "
