@@ -73,7 +73,7 @@ def test_a_run_with_auto_threads_reports_its_choice_and_uses_it(tiny_config, rec
         torch.set_num_threads(before)
     assert [n for n in notes if n.startswith("threads: ")] == [
         f"threads: 1 of {cores} core{'s' if cores > 1 else ''} (auto: light steps, "
-        f"{recorder.of('RunStarted')[0].param_count:,} parameters x {tiny_config().batch_size * 10:,} batch values; "
+        f"{recorder.of(RunStarted)[0].param_count:,} parameters x {tiny_config().batch_size * 10:,} batch values; "
         f"set --threads to choose)"]
 
 
