@@ -65,10 +65,11 @@ class MainWindow(QMainWindow):
         # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.
         self.pending_resume: str | None = None
         self._history_pool: ThreadPoolExecutor | None = None
+        self.historyDialog = None
+        # The device tools (app.panels.tool_dialog's ToolDialogs: one at a time, never beside a run on the same
+        # device): created on first use.
         self.compareDialog = None
         self.inspectorDialog = None
-        self.historyDialog = None
-        # Tune before you train (app.panels.tuning, app.panels.sweep): created on first use.
         self.lrFinderDialog = None
         self.batchFinderDialog = None
         self.summaryDialog = None
@@ -230,35 +231,7 @@ class MainWindow(QMainWindow):
     def save_settings(self) -> None:
         self.window_settings.save(self)
 
-    # ------------------------------------------------------------------ precision lab
-    def show_compare(self):
-        """The Compare precisions view (created on first use, after the engine is loaded)."""
-        if not self.engine_ready:
-            return None
-        if self.compareDialog is None:
-            from app.panels.compare import CompareDialog
-
-            self.compareDialog = CompareDialog(self.setupPanel.config, self.devices_for_run, self)
-            self.compareDialog.trainRequested.connect(self.train_with_precision)
-        self.compareDialog.refresh_setting()
-        self.compareDialog.show()
-        self.compareDialog.raise_()
-        return self.compareDialog
-
-    def show_inspector(self):
-        """The dtype inspector (created on first use)."""
-        if not self.engine_ready:
-            return None
-        if self.inspectorDialog is None:
-            from app.panels.inspector import InspectorDialog
-
-            self.inspectorDialog = InspectorDialog(self.setupPanel.config, self.devices_for_run, self)
-        self.inspectorDialog.refresh_setting()
-        self.inspectorDialog.show()
-        self.inspectorDialog.raise_()
-        return self.inspectorDialog
-
-    # ------------------------------------------------------------------ tune before you train
+    # ------------------------------------------------------------------ device tools (tune, compare, inspect)
     def _tool_dialog(self, attribute: str, make):
         """The tool dialog kept in `attribute`, made on first use by `make()`, with its setting refreshed."""
         if not self.engine_ready:
@@ -310,6 +283,26 @@ class MainWindow(QMainWindow):
             dialog.start()
         return dialog
 
+    def show_compare(self):
+        """Compare precisions; its "Train with this" starts a run in the recommended mode."""
+        def make():
+            from app.panels.compare import CompareDialog
+
+            dialog = CompareDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
+            dialog.trainRequested.connect(self.train_with_precision)
+            return dialog
+
+        return self._tool_dialog("compareDialog", make)
+
+    def show_inspector(self):
+        """The dtype inspector."""
+        def make():
+            from app.panels.inspector import InspectorDialog
+
+            return InspectorDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
+
+        return self._tool_dialog("inspectorDialog", make)
+
     def show_sweep(self):
         """The sweep dialog: trials are ordinary runs under the runs root."""
         def make():
@@ -324,17 +317,17 @@ class MainWindow(QMainWindow):
         return self._tool_dialog("sweepDialog", make)
 
     def _tool_dialogs(self) -> list:
-        return [d for d in (self.lrFinderDialog, self.batchFinderDialog, self.summaryDialog, self.sweepDialog)
-                if d is not None]
+        return [d for d in (self.lrFinderDialog, self.batchFinderDialog, self.summaryDialog, self.sweepDialog,
+                            self.compareDialog, self.inspectorDialog) if d is not None]
 
     def busy_tools(self) -> list[str]:
         """The titles of the tools working right now."""
         return [d.windowTitle() for d in self._tool_dialogs() if d.job.running]
 
     def tool_blocked(self, device: str) -> str:
-        """Why a tool may not run on `device` now ('' when it may): a training run is using that device, and the
-        two would compete for it (a finder's measurements would be wrong, and on a GPU it could run the run out
-        of memory). 'auto' counts as every device."""
+        """Why a tool may not run on `device` now ('' when it may): another tool is working, or a training run is
+        using that device, and the two would compete for it (a tool's measurements would be wrong, and on a GPU
+        it could run the run out of memory). 'auto' counts as every device."""
         working = self.busy_tools()  # the asking tool is not running yet: these are others
         if working:
             return (f"{', '.join(working)} is measuring on the device; two tools at once would each measure the "
@@ -759,7 +752,7 @@ class MainWindow(QMainWindow):
         self.jobs.shutdown()
         if self._history_pool is not None:
             self._history_pool.shutdown(wait=True, cancel_futures=True)
-        for dialog in (self.compareDialog, self.inspectorDialog, self.previewDialog, *self._tool_dialogs()):
+        for dialog in (self.previewDialog, *self._tool_dialogs()):
             if dialog is not None:
                 dialog.shutdown()
         if self.historyDialog is not None:
@@ -791,8 +784,7 @@ class MainWindow(QMainWindow):
                 self.controller.resume()  # a hidden window could never resume it
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
             self.save_settings()
-            for dialog in (self.compareDialog, self.inspectorDialog, self.historyDialog, self.previewDialog,
-                           *self._tool_dialogs()):
+            for dialog in (self.historyDialog, self.previewDialog, *self._tool_dialogs()):
                 if dialog is not None:
                     dialog.hide()
             self.hide()

@@ -22,8 +22,9 @@ class Recorder:
     def __call__(self, event: Event) -> None:
         self.events.append(event)
 
-    def of(self, name: str) -> list:
-        return [e for e in self.events if type(e).__name__ == name]
+    def of(self, kind: type) -> list:
+        """The events of class `kind` (`recorder.of(StepMetrics)`), in order."""
+        return [e for e in self.events if isinstance(e, kind)]
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ from torch import nn
 
 from core.config import RunConfig
 from core.engine import compiling
+from core.engine.events import RunStarted, StepMetrics
 from core.engine.trainer import Trainer
 from core.tasks import create_task
 
@@ -76,9 +77,9 @@ def test_a_recommender_run_trains_the_same_with_it(tmp_path, recorder):
     assert plain.status == checkpointed.status == "completed"
     assert all(compiling.is_checkpointed(block) for block in trainer.raw_model.blocks)
     assert "activation checkpointing: 2 blocks (CausalBlock) recompute their activations in the backward pass" in \
-        recorder.of("RunStarted")[0].notes
-    a = [e.loss for e in plain_events if type(e).__name__ == "StepMetrics"]
-    b = [e.loss for e in recorder.of("StepMetrics")]
+        recorder.of(RunStarted)[0].notes
+    a = [e.loss for e in plain_events if isinstance(e, StepMetrics)]
+    b = [e.loss for e in recorder.of(StepMetrics)]
     assert len(a) == len(b) == 2 and b == pytest.approx(a, rel=1e-5)
     assert checkpointed.metrics == pytest.approx(plain.metrics, rel=1e-4)
 
@@ -87,7 +88,7 @@ def test_a_task_without_blocks_trains_without_it_and_says_so(tmp_path, recorder)
     _, ended = run(tmp_path, recorder, "tiny", "tiny", activation_checkpointing=True)
     assert ended.status == "completed"
     assert ("activation checkpointing: task tiny names no blocks to checkpoint (a task's checkpointed_blocks(model) "
-            "or the model's checkpointed_blocks()); training without it") in recorder.of("RunStarted")[0].notes
+            "or the model's checkpointed_blocks()); training without it") in recorder.of(RunStarted)[0].notes
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.*")  # torch.compile's imports (torch.jit.script_method)

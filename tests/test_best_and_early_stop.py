@@ -12,7 +12,7 @@ import torch
 from core.config import RunConfig
 from core.engine.checkpoints import load_checkpoint, save_checkpoint
 from core.engine.early_stopping import BestTracker
-from core.engine.events import CheckpointSaved, event_from_dict, event_to_dict
+from core.engine.events import CheckpointSaved, EvalMetrics, RunStarted, event_from_dict, event_to_dict
 from core.engine.trainer import Trainer, train
 from core.errors import ConfigError
 from tests.conftest import Recorder
@@ -22,7 +22,7 @@ BUMPY = {"optimizer": "sgd", "lr": 3.0, "eval_interval": 5, "threads": 1}
 
 
 def val_curve(recorder) -> dict[int, float]:
-    return {e.step: e.metrics["accuracy"] for e in recorder.of("EvalMetrics") if e.split == "val"}
+    return {e.step: e.metrics["accuracy"] for e in recorder.of(EvalMetrics) if e.split == "val"}
 
 
 def best_step(curve: dict[int, float]) -> int:
@@ -35,7 +35,7 @@ def test_best_pt_holds_the_best_steps_weights_and_metric(tiny_config, recorder):
 
     def sink(event):
         recorder(event)
-        if type(event).__name__ == "EvalMetrics":  # the weights that were evaluated
+        if isinstance(event, EvalMetrics):  # the weights that were evaluated
             snapshots[event.step] = {k: v.clone() for k, v in trainer.raw_model.state_dict().items()}
 
     cfg = tiny_config(max_steps=40, **BUMPY)
@@ -51,14 +51,14 @@ def test_best_pt_holds_the_best_steps_weights_and_metric(tiny_config, recorder):
     for name, tensor in saved["model"].items():
         assert torch.equal(tensor, snapshots[best][name]), name
     assert load_checkpoint(os.path.join(cfg.out_dir, "checkpoint.pt"))["step"] == 40  # checkpoint.pt: the last
-    bests = [e for e in recorder.of("CheckpointSaved") if e.kind == "best"]
+    bests = [e for e in recorder.of(CheckpointSaved) if e.kind == "best"]
     assert bests[-1].step == best and bests[-1].metric == "accuracy"
     assert bests[-1].value == pytest.approx(curve[best]) and bests[-1].rank == 1
     assert all(e.path.endswith("best.pt") for e in bests)
     # best.pt is rewritten only on an improvement
     improving = [s for s in sorted(curve) if all(curve[s] > curve[t] for t in curve if t < s)]
     assert [e.step for e in bests] == improving
-    lasts = [e for e in recorder.of("CheckpointSaved") if e.kind == "last"]
+    lasts = [e for e in recorder.of(CheckpointSaved) if e.kind == "last"]
     assert [e.path for e in lasts] == [os.path.join(cfg.out_dir, "checkpoint.pt")]
 
 
@@ -78,13 +78,13 @@ def test_early_stop_ends_the_run_completed_with_the_reason(tiny_config, recorder
 def test_min_delta_and_min_mode_on_the_loss(tiny_config, recorder):
     cfg = tiny_config(max_steps=40, monitor="loss", early_stop_min_delta=0.05, **BUMPY)
     train(cfg, sink=recorder)
-    losses = {e.step: e.metrics["loss"] for e in recorder.of("EvalMetrics")}
+    losses = {e.step: e.metrics["loss"] for e in recorder.of(EvalMetrics)}
     expected, best = [], math.inf
     for step in sorted(losses):
         if losses[step] < best - 0.05:
             expected.append(step)
             best = losses[step]
-    bests = [e for e in recorder.of("CheckpointSaved") if e.kind == "best"]
+    bests = [e for e in recorder.of(CheckpointSaved) if e.kind == "best"]
     assert [e.step for e in bests] == expected and bests[0].metric == "loss"
 
 
@@ -106,7 +106,7 @@ def test_keep_best_zero_writes_no_best_checkpoint(tiny_config, recorder):
     cfg = tiny_config(max_steps=20, keep_best=0, **BUMPY)
     assert train(cfg, sink=recorder).status == "completed"
     assert not [f for f in os.listdir(cfg.out_dir) if f.startswith("best")]
-    assert all(e.kind == "last" for e in recorder.of("CheckpointSaved"))
+    assert all(e.kind == "last" for e in recorder.of(CheckpointSaved))
 
 
 def test_resume_keeps_the_tracker_and_best_pt_resumes(tiny_config, recorder):
@@ -129,7 +129,7 @@ def test_resume_keeps_the_tracker_and_best_pt_resumes(tiny_config, recorder):
     again = Recorder()
     ended = train(cfg.replace(max_steps=40, out_dir=cfg.out_dir + "-b"), sink=again,
                   resume_from=os.path.join(cfg.out_dir, "best.pt"))
-    assert ended.status == "completed" and again.of("RunStarted")[0].start_step == best
+    assert ended.status == "completed" and again.of(RunStarted)[0].start_step == best
 
 
 def test_a_checkpoint_without_tracker_state_resumes_fresh(tiny_config, tmp_path):

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from core.engine import checkpoints as ckpt
-from core.files import atomic_write_bytes
 from core.engine.control import RunControl
-from core.errors import CheckpointError
+from core.engine.events import RunStarted, StepMetrics
 from core.engine.trainer import train
+from core.errors import CheckpointError
+from core.files import atomic_write_bytes
 
 
 def test_atomic_write_survives_a_crash_mid_write(tmp_path, monkeypatch):
@@ -98,12 +99,12 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, tiny_conf
               "optimizer": "adamw", "task_options": {"samples": 2048}, "batch_size": 32, "grad_accum": 2,
               "weight_decay": 0.01}
     straight = train(tiny_config(out_dir=str(tmp_path / "a"), **common), sink=recorder)
-    straight_losses = [s.loss for s in recorder.of("StepMetrics")]
+    straight_losses = [s.loss for s in recorder.of(StepMetrics)]
 
     control, first_losses = RunControl(), []
 
     def stop_at_15(event):
-        if type(event).__name__ == "StepMetrics":
+        if isinstance(event, StepMetrics):
             first_losses.append(event.loss)
             if event.step == 15:
                 control.stop()
@@ -112,7 +113,7 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, tiny_conf
     assert part.status == "stopped" and part.step == 15
     resumed_losses = []
     rest = train(tiny_config(out_dir=str(tmp_path / "b"), **common), resume_from=part.checkpoint,
-                 sink=lambda e: resumed_losses.append(e.loss) if type(e).__name__ == "StepMetrics" else None)
+                 sink=lambda e: resumed_losses.append(e.loss) if isinstance(e, StepMetrics) else None)
     assert rest.status == "completed" and rest.step == 40
     assert first_losses + resumed_losses == straight_losses  # exact, not approximately
     a = ckpt.load_checkpoint(straight.checkpoint)["model"]
@@ -148,7 +149,7 @@ MODES = ("fp32", "bf16", "fp16")
 
 def checkpoint_notes(recorder) -> list[str]:
     """The run's notes about its checkpoint (leaving out others, such as the thread count chosen)."""
-    return [n for n in recorder.of("RunStarted")[0].notes if not n.startswith("threads:")]
+    return [n for n in recorder.of(RunStarted)[0].notes if not n.startswith("threads:")]
 
 
 @pytest.mark.parametrize(("first", "then"), [(a, b) for a in MODES for b in MODES if a != b])
@@ -181,7 +182,7 @@ def test_resume_in_the_same_mode_keeps_the_scaler_state_and_says_nothing(tiny_co
     train(tiny_config(precision="fp16", max_steps=5, log_interval=1), devices=[CPU_WITH_FP16],
           resume_from=part.checkpoint, sink=recorder)
     assert checkpoint_notes(recorder) == []
-    assert recorder.of("StepMetrics")[0].grad_scale == saved["scale"]
+    assert recorder.of(StepMetrics)[0].grad_scale == saved["scale"]
 
 
 def test_a_checkpoint_with_one_optimizer_group_resumes_into_decay_groups(tiny_config, monkeypatch):

@@ -3,6 +3,7 @@ lines every --progress-every seconds, besides the first log and the end; the ETA
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -75,6 +76,21 @@ def test_lines_are_throttled_and_the_end_is_always_printed():
                       samples_per_second=None))
     assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/1000", "step 100/1000"]
     assert format_duration(3725) == "1h02m" and format_duration(59.6) == "1m00s" and format_duration(7) == "7s"
+
+
+def test_a_step_is_the_engines_step_metrics_not_any_class_of_that_name():
+    """The CLI's sinks dispatch on the engine's event classes: an object of another module's class that is also
+    called StepMetrics (with the same fields) is no step of this run, and draws no progress line."""
+    impostor = type("StepMetrics", (), {})()
+    vars(impostor).update(dataclasses.asdict(step(10, elapsed=1.0)))
+    out = Lines()
+    reporter = ProgressReporter(enabled=True, live=False, every=0.0, stream=out)
+    reporter(started())
+    reporter(impostor)
+    reporter(step(20, elapsed=2.0))
+    reporter(RunEnded(status="stopped", message="", step=20, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
+                      samples_per_second=None))
+    assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 20/1000"]
 
 
 class FakeBar:

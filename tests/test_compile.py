@@ -16,6 +16,7 @@ import torch
 from core.config import RunConfig
 from core.engine import compiling
 from core.engine.checkpoints import export_checkpoint, load_checkpoint
+from core.engine.events import EvalMetrics, RunStarted, StepMetrics
 from core.engine.trainer import Trainer
 
 # torch.compile imports parts of torch that warn of their own deprecations (torch.jit.script_method); the
@@ -55,14 +56,14 @@ def test_compiled_training_matches_eager_without_recompiling(tmp_path, recorder,
     assert trainer.steps_per_epoch == 12 and trainer.step == 24  # the short 13th batch is not trained on
     assert close(step_losses(tmp_path / "eager"), step_losses(tmp_path / "compiled"))
     assert compiled.metrics["accuracy"] == pytest.approx(eager.metrics["accuracy"], abs=0.006)  # one row of 200
-    assert len(recorder.of("EvalMetrics")) == 2
-    notes = recorder.of("RunStarted")[0].notes
+    assert len(recorder.of(EvalMetrics)) == 2
+    notes = recorder.of(RunStarted)[0].notes
     line = next(n for n in notes if n.startswith("compile: "))
     assert trainer.compile_seconds is not None, line
     assert f"in {trainer.compile_seconds:.1f} s" in line and trainer.compile_seconds > 0
     assert compiling.frames_compiled() == trainer.compile_frames  # steady state, evaluations included: none
     # The first window is timed after the compile: its samples/s is not dragged down by tens of seconds.
-    first = recorder.of("StepMetrics")[0]
+    first = recorder.of(StepMetrics)[0]
     assert first.elapsed_seconds < trainer.compile_seconds
 
 
@@ -101,7 +102,7 @@ def test_a_failing_compiler_falls_back_to_eager_with_one_line(tmp_path, recorder
     assert ended.status == "completed"
     assert trainer.compile_seconds is None
     assert trainer.model is trainer.raw_model  # the plain module, not a wrapper that would fail again
-    line = next(n for n in recorder.of("RunStarted")[0].notes if n.startswith("compile: "))
+    line = next(n for n in recorder.of(RunStarted)[0].notes if n.startswith("compile: "))
     assert line.startswith("compile: torch.compile failed (") and line.endswith("; running eager")
     assert "No working C++ compiler" in line and "\n" not in line and "second line" not in line
     assert step_losses(tmp_path / "fallback") == step_losses(tmp_path / "eager")
@@ -115,7 +116,7 @@ def test_a_missing_cxx_compiler_falls_back_to_eager(tmp_path, recorder, monkeypa
     with inductor.patch({"cpp.cxx": (str(tmp_path / "no-such-g++"),), "fx_graph_cache": False}):
         trainer, ended = run(tmp_path, "no-cxx", recorder, max_steps=8, compile=True)
     assert ended.status == "completed" and trainer.compile_seconds is None
-    line = next(n for n in recorder.of("RunStarted")[0].notes if n.startswith("compile: "))
+    line = next(n for n in recorder.of(RunStarted)[0].notes if n.startswith("compile: "))
     assert line == (f"compile: torch.compile failed (InvalidCxxCompiler: No working C++ compiler found in "
                     f"torch._inductor.config.cpp.cxx: ('{tmp_path / 'no-such-g++'}',)); running eager")
 

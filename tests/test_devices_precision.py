@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from core.devices import DeviceInfo, cpu_info, device_info, list_devices
-from core.errors import DeviceError, PrecisionError
+from core.engine.events import RunStarted, StepMetrics
 from core.engine.precision import resolve_precision
 from core.engine.trainer import train
+from core.errors import DeviceError, PrecisionError
 
 FAKE_GPU = DeviceInfo(id="cuda:0", type="cuda", name="Fake T4", memory_total=16 * 2**30, capability="7.5",
                       fp16=True, tensor_cores=True, precisions=("fp32", "fp16"),
@@ -91,7 +92,7 @@ def test_autocast_dtype_observed_inside_forward(tiny_config, recorder, mode, exp
     assert out_dtype == expected
     assert param_dtype == torch.float32  # parameters stay fp32
     assert autocast_on is (mode == "bf16")
-    started = recorder.of("RunStarted")[0]
+    started = recorder.of(RunStarted)[0]
     assert started.autocast_dtype == str(expected).removeprefix("torch.")
     assert started.scaler is False
 
@@ -112,9 +113,9 @@ def test_scaler_is_on_only_for_fp16():
 def test_fp16_run_reports_scale_and_float16_autocast(tiny_config, recorder):
     ended = train(tiny_config(precision="fp16", max_steps=10), sink=recorder, devices=[CPU_WITH_FP16])
     assert ended.status == "completed"
-    started = recorder.of("RunStarted")[0]
+    started = recorder.of(RunStarted)[0]
     assert (started.autocast_dtype, started.param_dtype, started.scaler) == ("float16", "float32", True)
-    steps = recorder.of("StepMetrics")
+    steps = recorder.of(StepMetrics)
     assert steps and all(s.grad_scale is not None and s.grad_scale > 0 for s in steps)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from core.config import RunConfig
 from core.engine.early_stopping import BestTracker
+from core.engine.events import CheckpointSaved, EvalMetrics
 from core.engine.trainer import train
 from core.errors import ConfigError
 
@@ -73,25 +74,25 @@ def test_off_by_default_nan_does_not_stop_and_patience_is_unchanged():
 def test_a_threshold_the_first_evaluation_is_past_ends_the_run_there(tiny_config, recorder):
     cfg = tiny_config(max_steps=40, monitor="loss", early_stop_divergence=0.01, **FAST)
     ended = train(cfg, sink=recorder)
-    evals = [e for e in recorder.of("EvalMetrics") if e.split == "val"]
+    evals = [e for e in recorder.of(EvalMetrics) if e.split == "val"]
     assert ended.status == "completed" and ended.step == 5 == evals[0].step
     loss = evals[0].metrics["loss"]
     assert loss > 0.01
     assert ended.message == f"val loss {loss:.4g} is worse than the divergence threshold 0.01 at step 5"
-    assert [e.step for e in recorder.of("CheckpointSaved") if e.kind == "last"] == [5]
+    assert [e.step for e in recorder.of(CheckpointSaved) if e.kind == "last"] == [5]
 
 
 def test_a_threshold_never_reached_changes_nothing(tiny_config, recorder):
     cfg = tiny_config(max_steps=20, monitor="loss", early_stop_divergence=1e6, keep_best=0, **FAST)
     ended = train(cfg, sink=recorder)
     assert ended.status == "completed" and ended.message == "completed 20 steps"
-    assert [e.step for e in recorder.of("EvalMetrics")] == [5, 10, 15, 20]
+    assert [e.step for e in recorder.of(EvalMetrics)] == [5, 10, 15, 20]
 
 
 def test_max_mode_on_the_run_stops_at_the_first_evaluation_below(tiny_config, recorder):
     cfg = tiny_config(max_steps=40, early_stop_divergence=0.99, optimizer="sgd", lr=3.0, **FAST)
     ended = train(cfg, sink=recorder)
-    curve = {e.step: e.metrics["accuracy"] for e in recorder.of("EvalMetrics")}
+    curve = {e.step: e.metrics["accuracy"] for e in recorder.of(EvalMetrics)}
     below = [step for step in sorted(curve) if curve[step] < 0.99]
     assert below, "the tiny curve should dip under 0.99 at some evaluation"
     assert ended.step == below[0] == max(curve)
@@ -114,7 +115,7 @@ def test_a_nan_validation_metric_ends_the_run(tiny_config, recorder, monkeypatch
     # the task's primary metric (accuracy, max mode) is monitored: no probe evaluation before the run
     cfg = tiny_config(max_steps=40, early_stop_divergence=0.01, **FAST)
     ended = train(cfg, sink=recorder)
-    first = recorder.of("EvalMetrics")[0].metrics["accuracy"]
+    first = recorder.of(EvalMetrics)[0].metrics["accuracy"]
     assert ended.status == "completed" and ended.step == 10
     assert ended.message == f"val accuracy is nan (not a finite number) at step 10; best {first:.4g} at step 5"
 
@@ -125,7 +126,7 @@ def test_with_evaluations_at_epoch_ends_it_works_as_patience_does(tiny_config, r
     cfg = tiny_config(epochs=3, monitor="loss", early_stop_divergence=0.01, threads=1)
     assert cfg.eval_interval == 0 and not cfg.errors()
     ended = train(cfg, sink=recorder)
-    first = recorder.of("EvalMetrics")[0]
+    first = recorder.of(EvalMetrics)[0]
     assert ended.status == "completed" and ended.step == first.step < ended.step * 3
     assert "worse than the divergence threshold 0.01" in ended.message
 
@@ -169,7 +170,7 @@ def _diverge_on_each_rank(rank: int, out: str) -> dict:
                              optimizer="sgd", lr=3.0, early_stop_divergence=0.99, **FAST)
     seen = []
     ended = Trainer(cfg, sink=seen.append, dist_ctx=DistContext.from_env()).run()
-    curve = {e.step: e.metrics["accuracy"] for e in seen if type(e).__name__ == "EvalMetrics" and e.split == "val"}
+    curve = {e.step: e.metrics["accuracy"] for e in seen if isinstance(e, EvalMetrics) and e.split == "val"}
     return {"status": ended.status, "step": ended.step, "message": ended.message, "curve": curve}
 
 

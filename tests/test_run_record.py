@@ -25,7 +25,7 @@ def test_run_json_from_start_to_completion(tiny_config, tmp_path):
     seen = []
 
     def sink(event):  # the record is written before listeners hear the event
-        if type(event).__name__ == "RunStarted":
+        if isinstance(event, RunStarted):
             seen.append(record(tmp_path / "run"))
 
     ended = train(tiny_config(max_steps=20, checkpoint_interval=10, threads=1), sink=sink)

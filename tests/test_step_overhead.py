@@ -56,7 +56,7 @@ def test_without_clipping_the_step_never_calls_clip_grad_norm(tiny_config, recor
     monkeypatch.setattr(trainer_module, "NORM_SECONDS", 0.0)  # every logged step measures its norm
     ended = train(tiny_config(max_steps=12, log_interval=1, eval_interval=0), sink=recorder)
     assert ended.status == "completed"
-    norms = [s.grad_norm for s in recorder.of("StepMetrics")]
+    norms = [s.grad_norm for s in recorder.of(StepMetrics)]
     assert len(norms) == 12 and all(n is not None and n > 0 for n in norms)
 
 
@@ -66,7 +66,7 @@ def test_a_fast_logged_step_measures_the_norm_at_most_every_norm_seconds(tiny_co
     on the last step; the logged steps between report none. Clipping computes it every step: always reported."""
     monkeypatch.setattr(trainer_module, "NORM_SECONDS", 1e9)
     train(tiny_config(max_steps=9, log_interval=2, eval_interval=0, grad_clip=clip), sink=recorder)
-    steps = recorder.of("StepMetrics")
+    steps = recorder.of(StepMetrics)
     assert [s.step for s in steps] == [2, 4, 6, 8, 9]
     measured = [s.step for s in steps if s.grad_norm is not None]
     assert measured == ([2, 4, 6, 8, 9] if clip else [2, 9])
@@ -76,7 +76,7 @@ def test_a_fast_logged_step_measures_the_norm_at_most_every_norm_seconds(tiny_co
 def test_the_last_step_reports_its_own_gradient_norm(tiny_config, recorder):
     """A run whose length is not a multiple of the log interval measures the norm of its last step too."""
     train(tiny_config(max_steps=7, log_interval=5), sink=recorder)
-    steps = recorder.of("StepMetrics")
+    steps = recorder.of(StepMetrics)
     assert [s.step for s in steps] == [5, 7]
     assert steps[0].grad_norm != steps[1].grad_norm
 
@@ -289,9 +289,9 @@ def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
     logged = [s for s in steps if s % log_interval == 0 or s == 29]
     evaluated = [s for s in steps if s < 29 and (s % eval_interval == 0 if eval_interval else s % per_epoch == 0)]
     checkpointed = [s for s in steps if s < 29 and checkpoint_interval and s % checkpoint_interval == 0]
-    assert [e.step for e in recorder.of("StepMetrics")] == logged
-    assert [e.step for e in recorder.of("EvalMetrics") if e.split == "val"][:len(evaluated)] == evaluated
-    assert [e.step for e in recorder.of("CheckpointSaved")][:len(checkpointed)] == checkpointed
+    assert [e.step for e in recorder.of(StepMetrics)] == logged
+    assert [e.step for e in recorder.of(EvalMetrics) if e.split == "val"][:len(evaluated)] == evaluated
+    assert [e.step for e in recorder.of(CheckpointSaved)][:len(checkpointed)] == checkpointed
 
 
 def test_run_control_says_when_anything_was_asked_for():
@@ -316,15 +316,15 @@ def test_a_pause_asked_for_between_steps_is_taken_at_the_next_step(tiny_config, 
 
     def sink(event):
         recorder(event)
-        if type(event).__name__ == "StepMetrics" and event.step == 10:
+        if isinstance(event, StepMetrics) and event.step == 10:
             control.pause()
-        if type(event).__name__ == "RunPaused":
+        if isinstance(event, RunPaused):
             control.resume()
 
     ended = train(tiny_config(max_steps=30, log_interval=5, eval_interval=0, checkpoint_minutes=0), sink=sink,
                   control=control)
     assert ended.status == "completed" and ended.step == 30
-    assert [(e.step) for e in recorder.of("RunPaused")] == [10] and [e.step for e in recorder.of("RunResumed")] == [10]
+    assert [(e.step) for e in recorder.of(RunPaused)] == [10] and [e.step for e in recorder.of(RunResumed)] == [10]
 
 
 @pytest.mark.parametrize("precision, schedule", [("fp32", "constant"), ("bf16", "cosine")])

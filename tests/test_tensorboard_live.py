@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from core.config import RunConfig
+from core.engine.events import StepMetrics
 from core.errors import ConfigError
 
 MISSING = "tensorboard: needs the optional tensorboardX package: pip install 'amp-console[tensorboard]'"
@@ -126,7 +127,7 @@ def test_a_stopped_run_closes_its_files_with_every_point_written(tiny_config, re
 
     def sink(event):
         recorder(event)
-        if type(event).__name__ == "StepMetrics" and event.step == 10:
+        if isinstance(event, StepMetrics) and event.step == 10:
             control.stop()
 
     cfg = tiny_config(max_steps=200, tensorboard=True, threads=1)
@@ -134,7 +135,7 @@ def test_a_stopped_run_closes_its_files_with_every_point_written(tiny_config, re
     assert trainer.run().status == "stopped"
     assert trainer.events.tensorboard is None
     live = points(reader.scalars(reader.read_events(tmp_path / "run" / "tensorboard")))
-    assert [step for step, _ in live["train/loss"]] == [e.step for e in recorder.of("StepMetrics")]
+    assert [step for step, _ in live["train/loss"]] == [e.step for e in recorder.of(StepMetrics)]
 
 
 def test_a_failed_run_closes_its_files_with_every_point_written(tiny_config, recorder, reader, tmp_path,
@@ -151,4 +152,4 @@ def test_a_failed_run_closes_its_files_with_every_point_written(tiny_config, rec
     assert trainer.run().status == "failed"
     assert trainer.events.tensorboard is None
     live = points(reader.scalars(reader.read_events(tmp_path / "run" / "tensorboard")))
-    assert [step for step, _ in live["train/loss"]] == [5, 10, 15] == [e.step for e in recorder.of("StepMetrics")]
+    assert [step for step, _ in live["train/loss"]] == [5, 10, 15] == [e.step for e in recorder.of(StepMetrics)]

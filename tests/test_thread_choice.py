@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from core.engine.events import RunStarted
 from core.engine.threads import LIGHT_STEP_WORK, choose_threads
 
 BIG = 5 * LIGHT_STEP_WORK  # parameters: heavy steps even at one batch value
@@ -66,13 +67,13 @@ def test_a_run_with_auto_threads_reports_its_choice_and_uses_it(tiny_config, rec
     before = torch.get_num_threads()
     try:
         train(tiny_config(max_steps=2, threads=0), sink=recorder)
-        notes = recorder.of("RunStarted")[0].notes
+        notes = recorder.of(RunStarted)[0].notes
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
     assert [n for n in notes if n.startswith("threads: ")] == [
         f"threads: 1 of {cores} core{'s' if cores > 1 else ''} (auto: light steps, "
-        f"{recorder.of('RunStarted')[0].param_count:,} parameters x {tiny_config().batch_size * 10:,} batch values; "
+        f"{recorder.of(RunStarted)[0].param_count:,} parameters x {tiny_config().batch_size * 10:,} batch values; "
         f"set --threads to choose)"]
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from core.config import FIELD_SPECS, RunConfig
 from core.engine import trainer as trainer_module
+from core.engine.events import CheckpointSaved
 from core.engine.trainer import Trainer, train
 from core.errors import ConfigError
 
@@ -20,7 +21,7 @@ def clock_of_steps(monkeypatch, seconds_per_step: float) -> dict:
 
 
 def steps_saved(recorder) -> list[int]:
-    return [e.step for e in recorder.of("CheckpointSaved") if e.kind == "last"]  # not the best-metric saves
+    return [e.step for e in recorder.of(CheckpointSaved) if e.kind == "last"]  # not the best-metric saves
 
 
 def test_a_checkpoint_is_written_each_time_the_minutes_pass(tiny_config, recorder, monkeypatch):
@@ -70,7 +71,7 @@ def _timed_checkpoints_on_two_ranks(rank: int, out: str) -> dict:
     module.monotonic = (lambda: holder["t"].step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
     trainer = Trainer(RunConfig.for_task("tiny", device="cpu", precision="fp32", batch_size=16, max_steps=20,
                                          log_interval=5, checkpoint_minutes=1, threads=1, out_dir=out),
-                      sink=lambda e: saved.append(e.step) if type(e).__name__ == "CheckpointSaved" else None,
+                      sink=lambda e: saved.append(e.step) if isinstance(e, CheckpointSaved) else None,
                       dist_ctx=DistContext.from_env())
     holder["t"] = trainer
     ended = trainer.run()

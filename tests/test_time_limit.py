@@ -14,6 +14,7 @@ import pytest
 from core.cli.main import build_parser
 from core.config import FIELD_SPECS, RunConfig
 from core.engine import trainer as trainer_module
+from core.engine.events import CheckpointSaved
 from core.engine.trainer import Trainer
 from core.errors import ConfigError
 
@@ -37,7 +38,7 @@ def test_the_run_completes_at_the_budget_with_test_metrics_and_a_checkpoint(monk
     assert ended.status == "completed" and ended.step == 12
     assert ended.message == "time limit of 2 min reached at step 12 of 500; evaluated, tested and saved as at the end"
     assert ended.test_metrics and ended.metrics  # as a finished run: tested
-    assert [e.step for e in recorder.of("CheckpointSaved") if e.kind == "last"] == [12]
+    assert [e.step for e in recorder.of(CheckpointSaved) if e.kind == "last"] == [12]
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["status"] == "completed" and record["steps"] == 12
 

@@ -8,10 +8,13 @@ import threading
 import pytest
 import torch
 
+from core.devices import cpu_info
 from core.engine.checkpoints import load_checkpoint
 from core.engine.control import RunControl
-from core.engine.events import RunPaused, RunResumed, StepMetrics, event_from_dict, event_to_dict
-from core.devices import cpu_info
+from core.engine.events import (
+    CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics, event_from_dict,
+    event_to_dict,
+)
 from core.engine.trainer import Trainer, train
 from tests.test_devices_precision import CPU_WITH_FP16
 
@@ -35,15 +38,15 @@ def test_tiny_task_learns_far_above_chance(tiny_config, recorder):
     ended = train(tiny_config(epochs=3), sink=recorder)
     assert ended.status == "completed"
     assert ended.metrics["accuracy"] > 0.85  # chance is ~0.5, the planted ceiling 0.95
-    losses = [s.loss for s in recorder.of("StepMetrics")]
+    losses = [s.loss for s in recorder.of(StepMetrics)]
     assert losses[-1] < losses[0] * 0.6
-    assert recorder.of("RunStarted")[0].ceiling == {"accuracy": pytest.approx(0.95)}
-    assert [type(e).__name__ for e in recorder.events][-2:] == ["CheckpointSaved", "RunEnded"]
+    assert recorder.of(RunStarted)[0].ceiling == {"accuracy": pytest.approx(0.95)}
+    assert [type(e) for e in recorder.events][-2:] == [CheckpointSaved, RunEnded]
 
 
 def test_events_come_at_the_log_interval(tiny_config, recorder):
     train(tiny_config(max_steps=40, log_interval=10), sink=recorder)
-    assert [s.step for s in recorder.of("StepMetrics")] == [10, 20, 30, 40]
+    assert [s.step for s in recorder.of(StepMetrics)] == [10, 20, 30, 40]
 
 
 def test_stop_from_another_thread_takes_effect_within_one_step(tiny_config, recorder):
@@ -53,7 +56,7 @@ def test_stop_from_another_thread_takes_effect_within_one_step(tiny_config, reco
 
     def sink(event):
         recorder(event)
-        if type(event).__name__ == "StepMetrics" and event.step == 20:
+        if isinstance(event, StepMetrics) and event.step == 20:
             at_step_20.set()
             assert asked.wait(30), "the test thread never asked to stop"
 
@@ -148,7 +151,7 @@ def test_fp16_overflow_step_is_skipped_counted_and_training_continues(tiny_confi
     ended = train(tiny_config(precision="fp16", max_steps=30, log_interval=5), sink=recorder, devices=[CPU_WITH_FP16])
     assert ended.status == "completed"
     assert ended.skipped_steps == 1
-    steps = recorder.of("StepMetrics")
+    steps = recorder.of(StepMetrics)
     assert steps[0].skipped_steps == 0 and steps[1].skipped_steps == 1
     assert steps[1].grad_scale == steps[0].grad_scale / 2  # the scaler backed off once
     assert all(s.loss == s.loss and s.loss < float("inf") for s in steps)  # overflow kept out of the mean
@@ -156,7 +159,7 @@ def test_fp16_overflow_step_is_skipped_counted_and_training_continues(tiny_confi
 
 def test_grad_clipping_reports_the_unclipped_norm(tiny_config, recorder):
     train(tiny_config(max_steps=10, grad_clip=1e-3, log_interval=5), sink=recorder)
-    norms = [s.grad_norm for s in recorder.of("StepMetrics")]
+    norms = [s.grad_norm for s in recorder.of(StepMetrics)]
     assert all(n is not None and n > 1e-3 for n in norms)  # measured before clipping
 
 
@@ -214,7 +217,7 @@ def test_overflow_hooks_name_the_module_that_produced_inf(tiny_config, recorder,
     monkeypatch.setattr(torch.nn.Linear, "forward", hidden_layer_overflows)
     ended = train(tiny_config(precision="fp16", max_steps=15, log_interval=5, eval_interval=10**6),
                   sink=recorder, devices=[CPU_WITH_FP16])
-    steps = recorder.of("StepMetrics")
+    steps = recorder.of(StepMetrics)
     assert ended.status == "completed" and ended.skipped_steps == 2
     assert steps[0].nonfinite_source is None  # first overflow: hooks were not armed yet (hot loop stays free)
     assert steps[1].nonfinite_source == "fc1"  # step 8's overflow traced to the module that produced it
@@ -226,11 +229,11 @@ def test_token_tasks_report_tokens_per_second_and_test_metrics(tmp_path, recorde
 
     cfg = RunConfig.for_task("recommender", device="cpu", max_steps=4, log_interval=2, out_dir=str(tmp_path), threads=1)
     ended = train(cfg, sink=recorder)
-    started = recorder.of("RunStarted")[0]
+    started = recorder.of(RunStarted)[0]
     assert started.tokens_key == "seq" and started.baseline and started.ceiling
-    steps = recorder.of("StepMetrics")
+    steps = recorder.of(StepMetrics)
     assert all(s.tokens_per_second and s.tokens_per_second > s.samples_per_second for s in steps)
-    assert [e.split for e in recorder.of("EvalMetrics")][-2:] == ["val", "test"]
+    assert [e.split for e in recorder.of(EvalMetrics)][-2:] == ["val", "test"]
     assert set(ended.test_metrics) == set(ended.metrics)
 
 
@@ -241,12 +244,12 @@ def test_skipped_step_count_survives_a_resume(tiny_config, recorder, monkeypatch
     resumed = train(tiny_config(precision="fp16", max_steps=20, log_interval=5), devices=[CPU_WITH_FP16],
                     resume_from=first.checkpoint, sink=recorder)
     assert resumed.skipped_steps == 1
-    assert [s.skipped_steps for s in recorder.of("StepMetrics")] == [1, 1]
+    assert [s.skipped_steps for s in recorder.of(StepMetrics)] == [1, 1]
 
 
 def test_grad_norm_is_reported_without_clipping_too(tiny_config, recorder):
     train(tiny_config(max_steps=10, log_interval=5), sink=recorder)
-    assert all(s.grad_norm is not None and s.grad_norm > 0 for s in recorder.of("StepMetrics"))
+    assert all(s.grad_norm is not None and s.grad_norm > 0 for s in recorder.of(StepMetrics))
 
 
 def test_a_stop_keeps_the_training_even_with_no_checkpoints_planned(tiny_config, recorder):
@@ -261,5 +264,5 @@ def test_a_stop_keeps_the_training_even_with_no_checkpoints_planned(tiny_config,
     ended = train(tiny_config(max_steps=1000, log_interval=5, checkpoint_interval=0, checkpoint_minutes=0),
                   sink=sink, control=control)
     assert ended.status == "stopped" and ended.step == 15
-    assert [e.step for e in recorder.of("CheckpointSaved")] == [15]
+    assert [e.step for e in recorder.of(CheckpointSaved)] == [15]
     assert load_checkpoint(ended.checkpoint)["step"] == 15

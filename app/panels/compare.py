@@ -1,7 +1,8 @@
-"""Compare precisions: core.lab.precision_sweep.run_sweep for the form's task, options and device, off the GUI thread.
+"""Compare precisions: core.lab.precision_sweep.run_sweep for the form's task, options and device, a ToolDialog.
 
-Shows progress inside each mode ("bf16: window 2/4, step 40/80"), the per-mode table, bar charts of samples/s (with speedup labels) and peak memory, core's
-recommendation, and a button that trains with the recommended mode.
+Shows progress inside each mode ("bf16: window 2/4, step 40/80"), the per-mode table, bar charts of samples/s
+(with speedup labels) and peak memory, core's recommendation, and a button that trains with the recommended
+mode. Like every tool it refuses a device a run or another tool is using: it measures speed and memory.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QCheckBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton, QSpinBox,
-    QSplitter,
-    QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QCheckBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QSplitter, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-from app.run.jobs import BackgroundJob
 from app.panels.bars import BarChart
+from app.panels.tool_dialog import ToolDialog
+from app.panels.tuning import make_table
 from core.precision_modes import PRECISION_MODES
 
 COLUMNS = ("Mode", "Status", "Step (ms)", "Samples/s", "Tokens/s", "Peak memory (MiB)", "Speedup", "Memory ×",
@@ -43,29 +43,24 @@ def sweep_job(config, modes, steps, repeats, devices):
     return run
 
 
-class CompareDialog(QDialog):
-    """Non-modal; `configProvider()` returns the form's RunConfig, `trainRequested(mode)` starts a run."""
+class CompareDialog(ToolDialog):
+    """Non-modal; `config_provider()` returns the form's RunConfig, `trainRequested(mode)` starts a run."""
 
     trainRequested = Signal(str)
 
-    def __init__(self, config_provider, devices_provider, parent=None):
-        super().__init__(parent)
-        self.setObjectName("compareDialog")
-        self.setWindowTitle("Compare precisions")
-        self.resize(1100, 680)
-        self._config_provider = config_provider
-        self._devices_provider = devices_provider
-        self.result = None
-        self._windows_done, self._windows_per_mode = 0, 0
-        self.job = BackgroundJob("sweepThread", self)
-        self.job.progress.connect(self._on_progress)
-        self.job.succeeded.connect(self._on_result)
-        self.job.failed.connect(self._on_failed)
-        self.job.runningChanged.connect(self._update_buttons)
+    TITLE = "Compare precisions"
+    NAME = "compare"
+    RUN_TEXT = "Measure"
+    IDLE_TEXT = "Press Measure to time every selected mode on this task and device."
+    STOPPING_TEXT = "Stopping after the current mode…"
 
-        self.setting = QLabel(objectName="compareSetting", wordWrap=True)
+    def __init__(self, *args, **kwargs):
+        self._windows_done, self._windows_per_mode = 0, 0
+        super().__init__(*args, **kwargs)
+        self.resize(1100, 680)
+
+    def _build_controls(self, controls: QHBoxLayout) -> None:
         self.modeChecks = {}
-        controls = QHBoxLayout()
         controls.addWidget(QLabel("Modes:"))
         for mode in PRECISION_MODES:
             check = QCheckBox(mode, objectName=f"{mode}Check", checked=True)
@@ -89,22 +84,10 @@ class CompareDialog(QDialog):
                                     "choice. Fix it when something else shares the CPU, so the advice does not "
                                     "rest on thread contention. The count used is shown per mode.")
         controls.addWidget(self.threadsEdit)
-        controls.addStretch(1)
-        self.runButton = QPushButton("Measure", objectName="compareRunButton")
-        self.stopButton = QPushButton("Stop", objectName="compareStopButton")
-        self.runButton.clicked.connect(self.start)
-        self.stopButton.clicked.connect(self.stop)
-        controls.addWidget(self.runButton)
-        controls.addWidget(self.stopButton)
 
-        self.table = QTableWidget(0, len(COLUMNS), objectName="compareTable")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+    def _build(self, layout: QVBoxLayout) -> None:
+        self.progressBar.setFormat("%v of %m windows")
+        self.table = make_table(COLUMNS, "compareTable")
         self.throughputChart = BarChart("Throughput", "Samples/s", objectName="throughputBars")
         self.memoryChart = BarChart("Peak memory", "MiB", objectName="memoryBars")
         charts = QWidget()
@@ -117,11 +100,6 @@ class CompareDialog(QDialog):
         splitter.addWidget(charts)
         splitter.setSizes([220, 360])
 
-        self.statusLabel = QLabel("Press Measure to time every selected mode on this task and device.",
-                                  objectName="compareStatus", wordWrap=True)
-        self.progressBar = QProgressBar(objectName="compareProgress")
-        self.progressBar.setFormat("%v of %m windows")
-        self.progressBar.setVisible(False)
         self.recommendation = QLabel(objectName="recommendation", wordWrap=True)
         self.recommendation.setProperty("role", "heading")
         self.trainButton = QPushButton("Train with this", objectName="trainWithButton")
@@ -130,15 +108,8 @@ class CompareDialog(QDialog):
         bottom = QHBoxLayout()
         bottom.addWidget(self.recommendation, 1)
         bottom.addWidget(self.trainButton)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.setting)
-        layout.addLayout(controls)
-        layout.addWidget(self.statusLabel)
-        layout.addWidget(self.progressBar)
         layout.addWidget(splitter, 1)
         layout.addLayout(bottom)
-        self._update_buttons()
 
     # ------------------------------------------------------------------ running
     def refresh_setting(self) -> None:
@@ -154,40 +125,18 @@ class CompareDialog(QDialog):
     def selected_modes(self) -> list[str]:
         return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
 
-    def start(self) -> bool:
-        if self.job.running:
-            return False
-        self.refresh_setting()
-        try:
-            config = self._config_provider().validate()
-        except Exception as exc:  # noqa: BLE001
-            self._on_failed(f"Fix the run setup first: {exc}", "", "")
-            return False
-        self.result = None
+    def _job(self, config):
         self.table.setRowCount(0)
         self.throughputChart.clear()
         self.memoryChart.clear()
         self.recommendation.setText("")
-        self.statusLabel.setText("Starting…")
-        config = config.replace(threads=self.threadsEdit.value())
         modes = self.selected_modes()
         windows = WARMUP_WINDOWS + self.repeatsEdit.value()
         self._windows_done, self._windows_per_mode = 0, windows
         self.progressBar.setRange(0, max(1, len(modes) * windows))  # skipped modes jump ahead when they end
         self.progressBar.setValue(0)
-        self.progressBar.setVisible(True)
-        self.job.start(sweep_job(config, modes, self.stepsEdit.value(), self.repeatsEdit.value(),
-                                  self._devices_provider()))
-        return True
-
-    def stop(self) -> None:
-        if self.job.running:
-            self.job.stop()
-            self.statusLabel.setText("Stopping after the current mode…")
-            self._update_buttons()
-
-    def shutdown(self) -> None:
-        self.job.shutdown()
+        return sweep_job(config.replace(threads=self.threadsEdit.value()), modes, self.stepsEdit.value(),
+                         self.repeatsEdit.value(), self._devices_provider())
 
     def _on_progress(self, progress) -> None:
         which = f"mode {progress.index + 1} of {progress.total}"
@@ -201,7 +150,6 @@ class CompareDialog(QDialog):
             self._add_row(progress.row)
 
     def _on_result(self, result) -> None:
-        self.result = result
         self.table.setRowCount(0)
         for row in result.rows:
             self._add_row(row)
@@ -219,13 +167,6 @@ class CompareDialog(QDialog):
         self.statusLabel.setText(f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
                                  f"{result.repeats} windows of {result.steps} steps after "
                                  f"{result.warmup_steps} warm-up steps, batch {result.batch_size}{threads}.")
-        self.progressBar.setVisible(False)
-        self._update_buttons()
-
-    def _on_failed(self, message: str, _field: str, details: str) -> None:
-        self.progressBar.setVisible(False)
-        self.statusLabel.setText(f"<span style='color:#d0453c'>{message}</span>")
-        self.statusLabel.setToolTip(details)
 
     def _add_row(self, row) -> None:
         index = self.table.rowCount()
@@ -251,16 +192,10 @@ class CompareDialog(QDialog):
         if self.result is not None and self.result.recommended:
             self.trainRequested.emit(self.result.recommended)
 
-    def _update_buttons(self, *_args) -> None:
-        running = self.job.running
-        self.runButton.setEnabled(not running)
-        self.stopButton.setEnabled(running and not self.job.stopping)
-        self.trainButton.setEnabled(not running and self.result is not None and bool(self.result.recommended))
-        for mode, check in self.modeChecks.items():
-            check.setEnabled(mode != "fp32" and not running)
-        for edit in (self.stepsEdit, self.repeatsEdit, self.threadsEdit):
-            edit.setEnabled(not running)
+    def _inputs(self):
+        return [self.stepsEdit, self.repeatsEdit, self.threadsEdit] + [
+            check for mode, check in self.modeChecks.items() if mode != "fp32"]  # fp32 stays: the baseline
 
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        self.job.shutdown()  # closing the view ends its measurement: no thread outlives it
-        super().closeEvent(event)
+    def _update_use(self) -> None:
+        self.trainButton.setEnabled(not self.job.running and self.result is not None
+                                    and bool(self.result.recommended))

@@ -1,4 +1,4 @@
-"""Dtype inspector: core.lab.dtype_inspector.inspect_dtypes off the GUI thread, shown as a tree of modules.
+"""Dtype inspector: core.lab.dtype_inspector.inspect_dtypes (a ToolDialog), shown as a tree of modules.
 
 Rows autocast kept in float32 (while it computes in a lower precision) are highlighted; the "Why float32"
 column names the autocast rule that kept each op in float32 (per PyTorch's autocast op reference), and the
@@ -10,11 +10,10 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSplitter, QTextBrowser, QTreeWidget,
-    QTreeWidgetItem, QVBoxLayout,
+    QComboBox, QHBoxLayout, QHeaderView, QLabel, QSplitter, QTextBrowser, QTreeWidget, QTreeWidgetItem, QVBoxLayout,
 )
 
-from app.run.jobs import BackgroundJob
+from app.panels.tool_dialog import ToolDialog
 from core.precision_modes import PRECISION_MODES
 
 COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Why float32", "Ops (dtype they ran in)")
@@ -36,41 +35,35 @@ def inspect_job(config, devices):
     return run
 
 
-class InspectorDialog(QDialog):
+class InspectorDialog(ToolDialog):
     """Non-modal. `config_provider()` gives the form's RunConfig; the precision picker here overrides it."""
 
-    def __init__(self, config_provider, devices_provider, parent=None):
-        super().__init__(parent)
-        self.setObjectName("inspectorDialog")
-        self.setWindowTitle("Dtype inspector")
-        self.resize(1100, 620)
-        self._config_provider = config_provider
-        self._devices_provider = devices_provider
-        self.result = None
+    TITLE = "Dtype inspector"
+    NAME = "inspector"
+    RUN_TEXT = "Inspect"
+    IDLE_TEXT = "Choose a precision and press Inspect."
+    STOPPABLE = False  # one forward and backward pass
+
+    def __init__(self, *args, **kwargs):
         self._reasons: dict[str, str] = {}
         self._rows: dict = {}
-        self.job = BackgroundJob("inspectThread", self)
-        self.job.succeeded.connect(self._on_result)
-        self.job.failed.connect(self._on_failed)
-        self.job.runningChanged.connect(self._update_buttons)
+        super().__init__(*args, **kwargs)
+        self.resize(1100, 620)
+        self.runButton.setToolTip("Run one forward and backward pass with hooks recording every module's dtypes")
 
-        self.setting = QLabel(objectName="inspectorSetting", wordWrap=True)
+    def _build_controls(self, controls: QHBoxLayout) -> None:
         self.precisionCombo = QComboBox(objectName="inspectPrecisionCombo")
         for mode in PRECISION_MODES:
             self.precisionCombo.addItem(mode, mode)
-        self.runButton = QPushButton("Inspect", objectName="inspectButton")
-        self.runButton.setToolTip("Run one forward and backward pass with hooks recording every module's dtypes")
-        self.runButton.clicked.connect(self.start)
-        controls = QHBoxLayout()
         controls.addWidget(QLabel("Precision:"))
         controls.addWidget(self.precisionCombo)
-        controls.addWidget(self.runButton)
-        controls.addStretch(1)
         legend = QLabel("■ highlighted: autocast kept this module in float32 (why: per PyTorch's autocast op "
                         "reference)", objectName="inspectorLegend")
         legend.setStyleSheet("color: #c98a12;")
         controls.addWidget(legend)
 
+    def _build(self, layout: QVBoxLayout) -> None:
+        self.progressBar.setRange(0, 0)  # no steps to count: a busy bar while the pass runs
         self.tree = QTreeWidget(objectName="dtypeTree")
         self.tree.setHeaderLabels(COLUMNS)
         self.tree.setAlternatingRowColors(True)
@@ -83,18 +76,11 @@ class InspectorDialog(QDialog):
         self.tree.currentItemChanged.connect(self._show_details)
         self.details = QTextBrowser(objectName="inspectorDetails")  # scrolls when a module ran many ops
         self.details.setPlaceholderText("Select a module to see its ops and why each ran in its dtype.")
-        self.summary = QLabel("Choose a precision and press Inspect.", objectName="inspectorSummary",
-                              wordWrap=True)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.tree)
         splitter.addWidget(self.details)
         splitter.setSizes([420, 160])
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.setting)
-        layout.addLayout(controls)
         layout.addWidget(splitter, 1)
-        layout.addWidget(self.summary)
-        self._update_buttons()
 
     def refresh_setting(self) -> None:
         try:
@@ -104,26 +90,27 @@ class InspectorDialog(QDialog):
             return
         self.setting.setText(f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step "
                              f"(forward, loss, backward) with hooks on every module")
-        if not self.job.running and self.result is None and config.precision in PRECISION_MODES:
-            self.precisionCombo.setCurrentIndex(self.precisionCombo.findData(config.precision))
 
-    def start(self) -> bool:
-        if self.job.running:
-            return False
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        """Until the first inspection the picker follows the form's precision (start() leaves it alone)."""
+        super().showEvent(event)
         try:
-            config = self._config_provider().replace(precision=self.precisionCombo.currentData()).validate()
-        except Exception as exc:  # noqa: BLE001
-            self._on_failed(f"Fix the run setup first: {exc}", "", "")
-            return False
-        self.summary.setText(f"Inspecting {config.task} in {config.precision}…")
-        self.job.start(inspect_job(config, self._devices_provider()))
-        return True
+            precision = self._config_provider().precision
+        except Exception:  # noqa: BLE001 (refresh_setting says what is wrong)
+            return
+        if not self.job.running and self.result is None and precision in PRECISION_MODES:
+            self.precisionCombo.setCurrentIndex(self.precisionCombo.findData(precision))
 
-    def shutdown(self) -> None:
-        self.job.shutdown()
+    def _config(self):
+        return self._config_provider().replace(precision=self.precisionCombo.currentData()).validate()
+
+    def _job(self, config):
+        return inspect_job(config, self._devices_provider())
+
+    def _inputs(self):
+        return [self.precisionCombo]
 
     def _on_result(self, result) -> None:
-        self.result = result
         self._reasons = result.reasons()
         self._rows = {row.name: row for row in result.rows}
         self.tree.clear()
@@ -159,7 +146,7 @@ class InspectorDialog(QDialog):
         self.tree.setColumnWidth(WHY_COLUMN, min(self.tree.columnWidth(WHY_COLUMN), 260))  # full text in the tooltip
         kept = result.kept_fp32()
         compute = result.autocast_dtype or "float32 (autocast off)"
-        self.summary.setText(f"{result.task} in {result.precision} on {result.device}: autocast computes in "
+        self.statusLabel.setText(f"{result.task} in {result.precision} on {result.device}: autocast computes in "
                              f"{compute}; loss dtype {result.loss_dtype}; {len(kept)} module(s) kept in float32"
                              + (f": {', '.join(kept)}" if kept else "") + ".")
 
@@ -181,10 +168,6 @@ class InspectorDialog(QDialog):
             text += f"<br><b>{reason}</b> ({ops}): {self._reasons.get(reason, '')}"
         self.details.setHtml(text)
 
-    def _on_failed(self, message: str, _field: str, details: str) -> None:
-        self.summary.setText(f"<span style='color:#d0453c'>{message}</span>")
-        self.summary.setToolTip(details)
-
     def find_item(self, name: str) -> QTreeWidgetItem | None:
         for item in self._all_items():
             if item.data(0, 256) == name:
@@ -197,11 +180,3 @@ class InspectorDialog(QDialog):
             item = stack.pop()
             yield item
             stack.extend(item.child(i) for i in range(item.childCount()))
-
-    def _update_buttons(self, *_args) -> None:
-        self.runButton.setEnabled(not self.job.running)
-        self.precisionCombo.setEnabled(not self.job.running)
-
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        self.job.shutdown()
-        super().closeEvent(event)

@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
     QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QStackedWidget, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from app.panels.tuning import ERROR_COLOUR, NumericItem, make_table
+from app.panels.tool_dialog import ERROR_COLOUR
+from app.panels.tuning import NumericItem, make_table
 from app.run.jobs import BackgroundJob, JobRunner
 
 DEBOUNCE_MS = 250  # an edit waits this long for the next one before the model is asked

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.bars import BarChart
-from app.panels.tuning import ToolDialog, NumericItem, make_table, size
+from app.panels.tool_dialog import ToolDialog
+from app.panels.tuning import NumericItem, make_table, size
 
 MODE_COLUMNS = ("Mode", "Largest batch", "Peak memory", "Budget", "Samples/s", "Batch ×fp32", "Speed ×fp32",
                 "Trials", "Note")

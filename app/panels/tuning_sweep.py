@@ -18,10 +18,11 @@ from pathlib import Path
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton, QSpinBox,
-    QTableView, QVBoxLayout,
+    QTableView,
 )
 
-from app.panels.tuning import ToolDialog, size
+from app.panels.tool_dialog import ToolDialog
+from app.panels.tuning import size
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 FIXED_COLUMNS = ("status", "best", "samples_per_second", "peak_memory_bytes", "wall_seconds", "steps")

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams, signal_name
 from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, tomllib
+from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics, event_to_dict
 from core.errors import AmpConsoleError, ConfigError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
 
-if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast
+if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
     from core.engine.control import RunControl
-    from core.engine.events import Event, RunEnded, RunStarted
 
 _TYPES = {f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")}  # lr, checkpoint_minutes...
 _SWITCHES = {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "bool")}  # --tensorboard / --no-...
@@ -254,18 +254,16 @@ class EventLines:
         self._written_at = float("-inf")
 
     def __call__(self, event: Event) -> None:
-        if type(event).__name__ == "StepMetrics":
+        if type(event) is StepMetrics:  # the event of every logged step: its own short path
             self._queued.append(event)
             now = time.monotonic()
             if now - self._written_at < LINE_SECONDS and (self.total is None or event.step < self.total):
                 return
             self._written_at = now
         else:
-            if type(event).__name__ == "RunStarted":
+            if isinstance(event, RunStarted):
                 self.total = event.total_steps
             self._queued.append(event)
-        from core.engine.events import event_to_dict
-
         queued, self._queued = self._queued, []
         self.stream.write("".join([self.encode(event_to_dict(each)) + "\n" for each in queued]))
         self.stream.flush()
@@ -291,7 +289,7 @@ class ProgressReporter:
     def __call__(self, event: Event) -> None:
         if not self.enabled:
             return
-        if type(event).__name__ == "StepMetrics":  # the event of every logged step: its own short path
+        if type(event) is StepMetrics:  # the event of every logged step: its own short path
             self._last_step = event
             if self.progress is not None:  # the bar redraws 10 times a second: updating it more often is waste
                 if (now := time.monotonic()) - self._drawn_at >= BAR_SECONDS or event.step >= self.total:
@@ -300,8 +298,6 @@ class ProgressReporter:
             elif not self.live and (self._last_line is None or time.monotonic() - self._last_line >= self.every):
                 self._line(event)
             return
-        from core.engine.events import EvalMetrics, RunEnded, RunResumed, RunStarted
-
         if isinstance(event, RunStarted):
             self.total, self.start_step = event.total_steps, event.start_step
             if self.live:
@@ -451,7 +447,6 @@ def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
 
 def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     from core.engine.control import RunControl
-    from core.engine.events import RunStarted
 
     notes: list[str] = []
     if args.config_stdin:

@@ -1,8 +1,8 @@
 """Turn errors raised mid-run into messages a user can act on (device mismatch, out of memory, ...).
 
 Device mismatches get the most care: torch's message names two devices but not *what* is on the wrong one.
-The doctor finds it: a parameter, buffer or plain tensor attribute of a module, a batch field, or (when all of
-those are fine) the module whose forward created the stray tensor, found by walking the traceback.
+explain_device_mismatch finds it: a parameter, buffer or plain tensor attribute of a module, a batch field, or
+(when all of those are fine) the module whose forward created the stray tensor, found by walking the traceback.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The precision lab in the window: Compare precisions (sweep off the GUI thread) and the dtype inspector."""
+"""The precision lab in the window: Compare precisions (sweep off the GUI thread) and the dtype inspector, device
+tools like the tuning ones: one at a time, never beside a run on the same device."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def test_inspector_shows_bfloat16_linear_outputs_and_float32_loss_under_bf16(qtb
     set_field(dialog, "inspectPrecisionCombo", "bf16")
     with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
-        click(qtbot, dialog, "inspectButton")
-    assert dialog.result is not None, dialog.summary.text()
+        click(qtbot, dialog, "inspectorRunButton")
+    assert dialog.result is not None, dialog.statusLabel.text()
     linear = dialog.find_item("fc1")
     assert linear is not None and linear.text(1) == "Linear"
     assert linear.text(3) == "bfloat16"
@@ -65,7 +66,7 @@ def test_inspector_shows_bfloat16_linear_outputs_and_float32_loss_under_bf16(qtb
     loss = dialog.find_item("task.loss")
     assert loss.text(3) == "float32"
     assert loss.background(0).color().alpha() > 0  # highlighted: autocast kept it in float32
-    assert "kept in float32" in dialog.summary.text()
+    assert "kept in float32" in dialog.statusLabel.text()
 
 
 @pytest.mark.timeout(120)
@@ -76,7 +77,7 @@ def test_inspector_says_why_float32_and_shows_the_ops_in_full(qtbot, window, tmp
     set_field(dialog, "inspectPrecisionCombo", "bf16")
     with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
-        click(qtbot, dialog, "inspectButton")
+        click(qtbot, dialog, "inspectorRunButton")
     from app.panels.inspector import OPS_COLUMN, WHY_COLUMN
 
     loss = dialog.find_item("task.loss")
@@ -117,3 +118,71 @@ def test_compare_shows_progress_inside_a_mode_and_uses_the_threads_setting(qtbot
     assert bar[-1] == dialog.progressBar.maximum() == 3  # 1 warm-up + 2 timed windows of one mode
     assert dialog.result.threads == 1 and dialog.table.item(0, 10).text() == "1"
     assert "1 CPU thread" in dialog.statusLabel.text()
+
+
+def _long_compare(window):
+    """Compare precisions set to measure for minutes (its Stop ends the measuring process at once)."""
+    dialog = window.show_compare()
+    for mode in ("tf32", "fp16", "bf16"):
+        find(dialog, f"{mode}Check").setChecked(False)
+    find(dialog, "sweepStepsEdit").setValue(10_000)
+    find(dialog, "sweepRepeatsEdit").setValue(50)
+    return dialog
+
+
+@pytest.mark.timeout(90)
+def test_compare_refuses_the_device_a_run_is_training_on(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", max_steps=100_000, epochs=1000, separate_process=False)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
+        click(qtbot, window, "startButton")
+    dialog = _long_compare(window)
+    click(qtbot, dialog, "compareRunButton")
+    assert not dialog.job.running
+    assert "training run is using cpu" in dialog.statusLabel.text()
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
+        window.stop_run()
+
+
+@pytest.mark.timeout(90)
+def test_while_compare_measures_the_start_button_and_the_other_tools_wait(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run")
+    dialog = _long_compare(window)
+    click(qtbot, dialog, "compareRunButton")
+    assert dialog.job.running
+    assert not window.startButton.isEnabled() and "Compare precisions" in window.startButton.toolTip()
+    finder = window.show_lr_finder()
+    assert not finder.start() and "Compare precisions is measuring" in finder.statusLabel.text()
+    inspector = window.show_inspector()
+    click(qtbot, inspector, "inspectorRunButton")
+    assert not inspector.job.running and "Compare precisions is measuring" in inspector.statusLabel.text()
+    click(qtbot, dialog, "compareStopButton")
+    qtbot.waitUntil(lambda: not dialog.job.running, timeout=30_000)
+    assert window.startButton.isEnabled()
+
+
+@pytest.mark.timeout(90)
+def test_compare_waits_for_another_tool_on_the_device(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run")
+    finder = window.show_lr_finder()
+    find(finder, "lrStepsEdit").setValue(100_000)
+    click(qtbot, finder, "lrFinderRunButton")
+    dialog = _long_compare(window)
+    click(qtbot, dialog, "compareRunButton")
+    assert not dialog.job.running and "LR finder is measuring" in dialog.statusLabel.text()
+    finder.stop()
+    qtbot.waitUntil(lambda: not finder.job.running, timeout=30_000)
+
+
+@pytest.mark.timeout(60)
+def test_the_window_waits_for_the_inspector_while_it_inspects(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run")
+    dialog = window.show_inspector()
+    assert not find(dialog, "inspectorStopButton").isVisible()  # one pass: nothing to interrupt
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
+                          check_params_cb=lambda running: not running):
+        click(qtbot, dialog, "inspectorRunButton")
+        assert not window.startButton.isEnabled() and "Dtype inspector" in window.startButton.toolTip()
+        finder = window.show_lr_finder()
+        assert not finder.start() and "Dtype inspector is measuring" in finder.statusLabel.text()
+    assert dialog.result is not None, dialog.statusLabel.text()
+    assert window.startButton.isEnabled()

@@ -18,6 +18,7 @@ import torch
 
 from core.config import RunConfig
 from core.engine import checkpoints as ckpt
+from core.engine.events import RunStarted
 from core.engine.trainer import Trainer, train
 from core.errors import CheckpointError
 
@@ -81,7 +82,7 @@ def resume_refused(path: Path, tmp_path: Path, pattern: str, **overrides) -> str
 
 def checkpoint_notes(recorder) -> list[str]:
     """The run's notes about its checkpoint (leaving out others, such as the thread count chosen)."""
-    return [n for n in recorder.of("RunStarted")[0].notes if not n.startswith("threads:")]
+    return [n for n in recorder.of(RunStarted)[0].notes if not n.startswith("threads:")]
 
 
 # ------------------------------------------------------------------ integrity
@@ -322,7 +323,7 @@ def test_a_resume_with_another_optimizer_starts_its_state_fresh(tmp_path, first,
     rest = train(config(tmp_path / "a", optimizer=then, max_steps=7), resume_from=part.checkpoint, sink=recorder)
     assert rest.status == "completed" and rest.step == 7, rest.message
     assert checkpoint_notes(recorder) == [f"optimizer changed from {first} to {then}: {RESUMED}"]
-    assert recorder.of("RunStarted")[0].start_step == 3
+    assert recorder.of(RunStarted)[0].start_step == 3
     saved = ckpt.load_checkpoint(rest.checkpoint)
     keys = {"sgd": {"momentum_buffer"}, "adam": {"step", "exp_avg", "exp_avg_sq"}}[then.removesuffix("w")]
     assert all(set(entry) == keys for entry in saved["optimizer"]["state"].values())

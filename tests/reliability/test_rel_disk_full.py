@@ -15,6 +15,7 @@ import pytest
 from core.config import RunConfig
 from core.engine import reporting
 from core.engine.checkpoints import load_checkpoint
+from core.engine.events import CheckpointSaved, RunEnded
 from core.engine.trainer import Trainer, train
 from core.errors import ConfigError
 from core.files import read_jsonl
@@ -97,7 +98,7 @@ def test_a_full_disk_while_appending_metrics_fails_the_run_in_one_line(tmp_path,
     assert ended.status == "failed"
     # Lines: RunStarted, StepMetrics 5, CheckpointSaved 5, StepMetrics 10; the 5th (CheckpointSaved 10) fails.
     assert ended.message == f"could not write {metrics}: {ENOSPC}; the previous checkpoint (step 10) is kept"
-    assert recorder.of("RunEnded") == [ended]  # the listener still hears the end
+    assert recorder.of(RunEnded) == [ended]  # the listener still hears the end
     assert len(read_jsonl(metrics)) == 4  # the torn fifth line is skipped by readers
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 10
 
@@ -105,7 +106,7 @@ def test_a_full_disk_while_appending_metrics_fails_the_run_in_one_line(tmp_path,
 def test_a_run_folder_removed_mid_run_fails_the_run_instead_of_writing_nowhere(tmp_path, recorder):
     def sink(event):
         recorder(event)
-        if type(event).__name__ == "CheckpointSaved" and event.step == 5:
+        if isinstance(event, CheckpointSaved) and event.step == 5:
             shutil.rmtree(tmp_path / "run")
 
     ended = train(tiny(tmp_path / "run", max_steps=30), sink=sink)

@@ -11,6 +11,7 @@ import pytest
 from core.config import RunConfig
 from core.engine import trainer as trainer_module
 from core.engine.checkpoints import load_checkpoint
+from core.engine.events import RunStarted
 from core.engine.run_folder import LOCK_FILE, claim_run_folder, is_in_use
 from core.engine.trainer import Trainer, train
 from core.errors import ConfigError
@@ -114,7 +115,7 @@ def test_a_live_runs_folder_is_never_shared_and_is_released_at_the_end(tmp_path,
     finally:
         held.release()
     assert ended.checkpoint == str(tmp_path / "run-2" / "checkpoint.pt")
-    assert recorder.of("RunStarted")[0].notes == [
+    assert recorder.of(RunStarted)[0].notes == [
         f"{tmp_path / 'run'} holds an earlier run, which is kept: this run writes to {tmp_path / 'run-2'}"]
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
@@ -123,7 +124,7 @@ def test_the_folder_is_locked_while_the_run_runs(tmp_path):
     seen = []
 
     def sink(event):
-        if type(event).__name__ == "RunStarted":
+        if isinstance(event, RunStarted):
             seen.append(is_in_use(tmp_path / "run"))
 
     train(tiny(tmp_path / "run", max_steps=2), sink=sink)

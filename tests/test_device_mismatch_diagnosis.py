@@ -1,4 +1,5 @@
-"""Device-mismatch doctor: a deliberately misplaced tensor (on the meta device) is named with both devices."""
+"""Device-mismatch diagnosis (core.engine.diagnosis): a deliberately misplaced tensor (on the meta device) is named
+with both devices, in the trainer's failure, the pre-flight placement check and the CLI's one-line error."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def test_cli_inspect_exits_2_with_one_line_naming_both_devices(bad_tasks, capsys
     assert "meta" in err and "cpu" in err and "mask" in err
 
 
-def test_cli_train_exits_1_with_the_doctor_message(bad_tasks, capsys, tmp_path):
+def test_cli_train_exits_1_with_the_diagnosis(bad_tasks, capsys, tmp_path):
     code = main(["train", "--task", "misplaced_batch", "--device", "cpu", "--precision", "fp32", "--max-steps", "2",
                  "--out", str(tmp_path)])
     assert code == 1

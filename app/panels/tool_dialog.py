@@ -1,0 +1,171 @@
+"""ToolDialog: what every device tool shares (the LR and batch-size finders, the model summary, the sweep,
+Compare precisions, the dtype inspector), each a non-modal dialog.
+
+A tool is a plain core function run with the form's current settings on a BackgroundJob: the window never
+blocks, Stop asks the function to stop between steps, and closing the dialog (or the window) stops the work and
+joins its thread. A tool does not start while a training run or another tool uses the device: both would
+compete for it (on a GPU one could run the other out of memory), and every figure a tool measures (speed, peak
+memory) would be wrong. `busy_provider(device)` says why, or '' when it may run; the window asks every tool's
+`job.running` for the other direction (its Start button, and the other tools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+
+from app.panels.editors import format_number
+from app.run.jobs import BackgroundJob
+
+ERROR_COLOUR = "#d0453c"
+
+
+class ToolDialog(QDialog):
+    """What every tool shares: the setting line, Run/Stop, a status line, a progress bar and the job.
+
+    Subclasses build their controls and view in `_build(layout)`, return the background function from
+    `_job(config)` (or None to refuse, after saying why), and handle `_on_progress`, `_on_result`.
+    A tool whose work is too short to interrupt sets STOPPABLE = False: it has no Stop button.
+    """
+
+    TITLE = ""
+    NAME = ""
+    RUN_TEXT = "Run"
+    IDLE_TEXT = ""
+    STOPPING_TEXT = "Stopping…"
+    STOPPABLE = True
+
+    def __init__(self, config_provider: Callable, devices_provider: Callable,
+                 busy_provider: Callable[[str], str] | None = None, parent=None):
+        super().__init__(parent)
+        self.setObjectName(f"{self.NAME}Dialog")
+        self.setWindowTitle(self.TITLE)
+        self._config_provider = config_provider
+        self._devices_provider = devices_provider
+        self._busy_provider = busy_provider or (lambda _device: "")
+        self.result = None
+        self.job = BackgroundJob(f"{self.NAME}Thread", self)
+        self.job.progress.connect(self._on_progress)
+        self.job.succeeded.connect(self._succeeded)
+        self.job.failed.connect(self._on_failed)
+        self.job.runningChanged.connect(self._update_buttons)
+
+        self.setting = QLabel(objectName=f"{self.NAME}Setting", wordWrap=True)
+        self.runButton = QPushButton(self.RUN_TEXT, objectName=f"{self.NAME}RunButton")
+        self.stopButton = QPushButton("Stop", objectName=f"{self.NAME}StopButton")
+        self.runButton.setDefault(True)
+        self.runButton.clicked.connect(self.start)
+        self.stopButton.clicked.connect(self.stop)
+        self.stopButton.setVisible(self.STOPPABLE)
+        self.statusLabel = QLabel(self.IDLE_TEXT, objectName=f"{self.NAME}Status", wordWrap=True)
+        self.progressBar = QProgressBar(objectName=f"{self.NAME}Progress")
+        self.progressBar.setVisible(False)
+        self.controls = QHBoxLayout()
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.setting)
+        layout.addLayout(self.controls)
+        self._build_controls(self.controls)
+        self.controls.addStretch(1)
+        self.controls.addWidget(self.runButton)
+        self.controls.addWidget(self.stopButton)
+        layout.addWidget(self.statusLabel)
+        layout.addWidget(self.progressBar)
+        self._build(layout)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ for subclasses
+    def _build_controls(self, controls: QHBoxLayout) -> None:
+        pass
+
+    def _build(self, layout: QVBoxLayout) -> None:
+        pass
+
+    def _job(self, config):
+        raise NotImplementedError
+
+    def _on_progress(self, progress) -> None:
+        pass
+
+    def _on_result(self, result) -> None:
+        pass
+
+    def _inputs(self) -> list[QWidget]:
+        """Editors that are disabled while the tool runs."""
+        return []
+
+    def _config(self):
+        """The validated settings the tool runs with: the form's (a tool with its own pickers overrides them)."""
+        return self._config_provider().validate()
+
+    # ------------------------------------------------------------------ running
+    def refresh_setting(self) -> None:
+        try:
+            config = self._config_provider()
+        except Exception as exc:  # noqa: BLE001 (a half-typed form: say so, run nothing)
+            self.setting.setText(f"The run setup is not valid yet: {exc}")
+            return
+        options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
+        self.setting.setText(f"Task <b>{config.task}</b> ({options}), {config.optimizer}, batch "
+                             f"{config.batch_size}, lr {format_number(config.lr)}, device <b>{config.device}</b>, "
+                             f"precision <b>{config.precision}</b>, seed {config.seed}")
+
+    def start(self) -> bool:
+        """Run the tool with the form's settings; False (and the reason in the status line) if it can't."""
+        if self.job.running:
+            return False
+        self.refresh_setting()
+        try:
+            config = self._config()
+        except Exception as exc:  # noqa: BLE001
+            self._on_failed(f"Fix the run setup first: {exc}", "", "")
+            return False
+        busy = self._busy_provider(config.device)
+        if busy:
+            self._on_failed(busy, "", "")
+            return False
+        fn = self._job(config)
+        if fn is None:
+            return False
+        self.result = None
+        self.statusLabel.setToolTip("")
+        self.statusLabel.setText("Starting…")
+        self.progressBar.setVisible(True)
+        self.job.start(fn)
+        return True
+
+    def stop(self) -> None:
+        if self.job.running:
+            self.job.stop()
+            self.statusLabel.setText(self.STOPPING_TEXT)
+            self._update_buttons()
+
+    def shutdown(self) -> None:
+        """Stop the work and join its thread (the window calls this when it closes)."""
+        self.job.shutdown()
+
+    def _succeeded(self, result) -> None:
+        self.result = result
+        self.progressBar.setVisible(False)
+        self._on_result(result)
+        self._update_buttons()
+
+    def _on_failed(self, message: str, _field: str, details: str) -> None:
+        self.progressBar.setVisible(False)
+        self.statusLabel.setText(f"<span style='color:{ERROR_COLOUR}'>{message}</span>")
+        self.statusLabel.setToolTip(details)
+
+    def _update_buttons(self, *_args) -> None:
+        running = self.job.running
+        self.runButton.setEnabled(not running)
+        self.stopButton.setEnabled(running and not self.job.stopping)
+        for widget in self._inputs():
+            widget.setEnabled(not running)
+        self._update_use()
+
+    def _update_use(self) -> None:
+        pass
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.job.shutdown()  # closing the view ends its work: no thread outlives it
+        super().closeEvent(event)
