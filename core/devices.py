@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from core.errors import DeviceError
+from core.text import size
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class DeviceInfo:
         """One human line: name, memory, capability."""
         parts = [self.name]
         if self.memory_total:
-            parts.append(f"{self.memory_total / 2**30:.1f} GiB")
+            parts.append(size(self.memory_total))
         if self.capability:
             parts.append(f"sm {self.capability}")
         return ", ".join(parts)

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
 
 from app.panels.editors import ScientificSpinBox, format_number
 from app.run.jobs import BackgroundJob
-from core.cli.format import count
-from core.cli.format import size as _size
+from core.text import count
+from core.text import size as _size
 
 ERROR_COLOUR = "#d0453c"
 RAW_COLOUR = "#9aa5b5"

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from core.errors import ConfigError, DataError
+from core.text import first_line
 
 HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split into ids
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
@@ -187,7 +188,7 @@ class InputReader:
                 self.schema = pa.schema([(n, pa.string()) for n in names])
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{path}: cannot be read as {'Parquet' if self.parquet else 'CSV'}: "
-                            f"{_one_line(exc)}") from None
+                            f"{first_line(exc)}") from None
         except UnicodeDecodeError as exc:  # pyarrow decodes the column names itself
             raise DataError(f"{path}: line 1: a column name is not UTF-8 text (byte {exc.object[exc.start]:#04x}): "
                             f"save the file as UTF-8") from None
@@ -258,7 +259,7 @@ class InputReader:
                 return
             except (pa.ArrowException, OSError) as exc:  # a damaged page: one line, and nothing written
                 raise DataError(f"{self.path}: cannot be read as Parquet after row {first - 1:,}: "
-                                f"{_one_line(exc)}") from None
+                                f"{first_line(exc)}") from None
             lines = np.arange(first, first + batch.num_rows, dtype=np.int64)
             first += batch.num_rows
             yield _text_only(batch, lines, [])
@@ -311,7 +312,7 @@ class InputReader:
                 yield (pa.RecordBatch.from_pylist([], schema=pa.schema([(c, pa.string()) for c in self.needed])),
                        np.zeros(0, dtype=np.int64), problems)
         except pa.ArrowInvalid as exc:
-            raise DataError(f"{self.path}: cannot be read as CSV: {_one_line(exc)}") from None
+            raise DataError(f"{self.path}: cannot be read as CSV: {first_line(exc)}") from None
 
 
 def _delimiter(path: Path) -> str:
@@ -421,11 +422,6 @@ def _line_breaks(values):
 def _shown_names(names: list[str]) -> str:
     text = ", ".join(names[:12]) + (f" (+{len(names) - 12} more)" if len(names) > 12 else "")
     return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _shown(value) -> str:
@@ -1058,7 +1054,7 @@ class AtomicTableWriter:
             self.__exit__()
             if isinstance(exc, (pa.ArrowException, OSError)):
                 raise DataError(f"{self.out}: cannot write {self.kind.upper()} with columns {self.schema.names}: "
-                                f"{_one_line(exc)}") from None
+                                f"{first_line(exc)}") from None
             raise
         return self
 

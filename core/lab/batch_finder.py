@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.config import RunConfig
 from core.errors import ConfigError, DeviceError
+from core.text import size
 
 if TYPE_CHECKING:
     from core.devices import DeviceInfo
@@ -169,8 +170,8 @@ class BatchFinderProgress:
             return f"{self.mode}: setting up the model and data"
         if self.phase == "trial" and self.trial is not None:
             t = self.trial
-            peak = _size(t.peak_bytes)
-            budget = f" of {_size(self.budget_bytes)}" if self.budget_bytes else ""
+            peak = size(t.peak_bytes)
+            budget = f" of {size(self.budget_bytes)}" if self.budget_bytes else ""
             what = {PREDICTED_OVER: f"predicted {peak}{budget}, not run", OOM: "out of memory (recovered)"}.get(
                 t.status, f"peak {peak}{budget}")
             speed = f", {t.samples_per_second:,.0f} samples/s" if t.samples_per_second else ""
@@ -187,15 +188,6 @@ class BatchFinderProgress:
 
 
 ProgressCallback = Callable[[BatchFinderProgress], None]
-
-
-def _size(value: int | None) -> str:
-    if not value:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value} B"
 
 
 # ----------------------------------------------------------------------------- settings and the search (no torch)
@@ -320,7 +312,7 @@ class FakeProbe:
 
     def __init__(self, limit_bytes: int, per_sample_bytes: int, fixed_bytes: int = 0):
         self.limit_bytes, self.per_sample_bytes, self.fixed_bytes = limit_bytes, per_sample_bytes, fixed_bytes
-        self.source = f"a fake device of {_size(limit_bytes)} ({per_sample_bytes:,} bytes per sample)"
+        self.source = f"a fake device of {size(limit_bytes)} ({per_sample_bytes:,} bytes per sample)"
         self.batch = 0
         self.begun: list[int] = []
         self.released = 0
@@ -681,7 +673,7 @@ def find_batch_sizes(config: RunConfig, modes: Sequence[str] | None = None, *, m
         notes.append("CPU figures are an estimate: the process's RSS growth against the RAM available when each "
                      "mode started; other programs can take that RAM later")
     if limit_bytes:
-        notes.append(f"limit set to {_size(limit_bytes)} instead of the device's")
+        notes.append(f"limit set to {size(limit_bytes)} instead of the device's")
     if compiled:
         notes.append("batch sizes were tried eager (compile is off here: each size tried would be a recompile); "
                      "compiled training usually keeps fewer activations, so these sizes err on the safe side")
