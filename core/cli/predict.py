@@ -29,11 +29,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from core.errors import ConfigError, DataError
+from core.files import new_temp_file
 from core.text import first_line
 
 HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split into ids
@@ -1040,11 +1040,8 @@ class AtomicTableWriter:
 
         folder = self.out.parent if str(self.out.parent) else Path(".")
         folder.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=folder)
+        fd, self._tmp = new_temp_file(folder, f".{self.out.name}.")  # a saved file's usual permissions
         os.close(fd)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(self._tmp, 0o666 & ~mask)
         try:  # `with` calls no __exit__ when __enter__ fails: the temporary file is removed here
             if self.kind == "csv":
                 self._writer = pacsv.CSVWriter(self._tmp, self.schema)

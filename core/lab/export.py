@@ -37,7 +37,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ import torch
 from torch import nn
 
 from core.errors import CheckpointError, ConfigError
+from core.files import new_temp_folder
 from core.text import first_line, size
 
 FORMATS = ("program", "onnx", "safetensors")
@@ -258,9 +258,8 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         expected32 = reference(sample)
     made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]  # removed on failure
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    staging = Path(new_temp_folder(out.parent, f".{out.name}."))  # a folder's usual permissions, unlike mkdtemp
     try:
-        os.chmod(staging, 0o777 & ~_umask())
         serving = _serving(loaded, dtype, fmt)
         with torch.no_grad():
             expected = serving(sample)
@@ -601,12 +600,6 @@ def _json_safe(value):
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _onnx_cause(exc: BaseException) -> str:
