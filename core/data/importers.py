@@ -200,16 +200,11 @@ def _same_features(tables: list[pa.Table], prefix: str) -> list[pa.Table]:
     return out
 
 
-def _norm(name: str) -> str:
-    """A column name as aliases compare it: lower case, without "_", "-" and spaces."""
-    return re.sub(r"[\s_-]+", "", str(name)).lower()
-
-
 def _known_names(columns: list[Column], options: ReadOptions) -> set[str]:
     """Normalised names that mark line 1 as a header: the expected names, their aliases, the mapped names."""
-    known = {_norm(c.name) for c in columns}
+    known = {formats.normalise_name(c.name) for c in columns}
     known.update(alias for c in columns for alias in ALIASES.get(c.name, ()))
-    known.update(_norm(v) for v in options.columns.values() if not str(v).strip().isdigit())
+    known.update(formats.normalise_name(v) for v in options.columns.values() if not str(v).strip().isdigit())
     return known
 
 
@@ -219,7 +214,7 @@ def _line1_is_data(records: list[list[str]], known: set[str]) -> bool:
     sampled lines are all numbers it holds a number too (with at least one such column). A file of one line
     is data when every field of it is a number."""
     first = records[0]
-    if any(_norm(f) in known for f in first):
+    if any(formats.normalise_name(f) in known for f in first):
         return False
     rest = [r for r in records[1:] if len(r) == len(first)]
     if not rest:
@@ -250,7 +245,7 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
             raise DataError(f"{src}: column mapping {key}={_shorten(str(target), 40)}: this task reads no column "
                             f"{_shorten(key, 40)!r} (it reads {', '.join(expected)})")
     positions: dict[str, int] = {}
-    normed = [_norm(n) for n in names]
+    normed = [formats.normalise_name(n) for n in names]
     for col in columns:
         target = str(options.columns.get(col.name, "")).strip()
         if not target:
@@ -262,7 +257,7 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
                 raise DataError(f"{src}: {where}{mapping}: the file has {len(names)} columns (positions count from 1)")
         else:
             hits = [i for i, n in enumerate(names) if n == target] or \
-                   [i for i, n in enumerate(normed) if n == _norm(target)]
+                   [i for i, n in enumerate(normed) if n == formats.normalise_name(target)]
             if not hits:
                 raise DataError(f"{src}: {where}{mapping}: no column {_shorten(target, 40)!r} "
                                 f"({_found_columns(names, src)})")
@@ -275,7 +270,7 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
         if col.name in names and names.index(col.name) not in taken:
             positions[col.name] = names.index(col.name)
             continue
-        aliases = {_norm(col.name), *ALIASES.get(col.name, ())}
+        aliases = {formats.normalise_name(col.name), *ALIASES.get(col.name, ())}
         hits = [i for i, n in enumerate(normed) if i not in taken and n in aliases]
         if len(hits) == 1:
             positions[col.name] = hits[0]
@@ -306,7 +301,7 @@ def _read_source(file: Path, columns: list[Column], prefix: str | None,
     if suffix in (".parquet", ".pq"):
         src, table = _Source(file, "parquet"), _read_parquet(file)
     else:
-        _refuse_binary(file)
+        formats.refuse_binary(file)
         if suffix in formats.JSON_SUFFIXES:
             src, table = _Source(file, "json"), formats.read_jsonl(file)
         elif wants_query and (suffix in formats.SVMLIGHT_SUFFIXES or formats.looks_svmlight(file)):
@@ -345,7 +340,7 @@ def _read_delimited(file: Path, columns: list[Column], prefix: str | None,
     """A delimited text file: the delimiter (given, else sniffed), header or not, id columns read as text."""
     known = _known_names(columns, options)
     delimiter = formats.normalise_delimiter(options.delimiter)
-    src = _Source(file, "csv", delimiter=delimiter or formats.sniff_delimiter(file, known, _norm),
+    src = _Source(file, "csv", delimiter=delimiter or formats.sniff_delimiter(file, known),
                   sniffed=not delimiter)
     sample = formats.sample_records(file, src.delimiter)
     if not sample:
@@ -393,18 +388,6 @@ def _shorten(text: str, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _refuse_binary(file: Path) -> None:
-    """DataError when the start of a CSV file holds NUL bytes: binary data or UTF-16 text, not UTF-8 CSV."""
-    with open(file, "rb") as handle:
-        head = handle.read(1 << 16)
-    at = head.find(b"\0")
-    if at >= 0:
-        before = head[:at]
-        line, column = before.count(b"\n") + 1, at - (before.rfind(b"\n") + 1) + 1
-        raise DataError(f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
-                        "UTF-16 text, not a UTF-8 CSV file")
-
-
 def _is_prefixed(name: str, prefix: str) -> bool:
     return name.startswith(prefix) and name[len(prefix):].isdigit()
 
@@ -422,13 +405,13 @@ def _read_csv(src: _Source, text_columns: list[str] = (), column_names: list[str
     except pa.ArrowInvalid as exc:
         text = str(exc)
         if "UTF8" in text or "UTF-8" in text:
-            raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8") from None
+            raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8") from None
         if "Empty CSV file" in text:
             raise DataError(f"{file}: empty file (line 1: no header)") from None
         raise DataError(f"{file}: {_csv_parse_problem(src, text, column_names)}") from None
     if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
         # pyarrow reads a column holding invalid UTF-8 as bytes rather than failing: report the first bad byte.
-        raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8")
+        raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8")
     return table
 
 
@@ -482,26 +465,6 @@ def _read_parquet(file: Path) -> pa.Table:
         raise DataError(f"{file}: not a readable Parquet file: {reason}") from None
 
 
-def _utf8_error_position(file: Path) -> str:
-    """'line L, column C' of the first byte that is not UTF-8 (error path only: reads the file in chunks)."""
-    line, chunk_size, carry = 1, 1 << 24, b""
-    with open(file, "rb") as handle:
-        while chunk := handle.read(chunk_size):
-            data = carry + chunk
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if exc.start < len(data) - 4 or len(chunk) < chunk_size:  # not a character cut by the chunk
-                    before = data[: exc.start]
-                    column = exc.start - (before.rfind(b"\n") + 1) + 1
-                    lines = line + before.count(b"\n")
-                    return f"line {lines}, column {column} (byte)"
-            cut = data.rfind(b"\n") + 1 if b"\n" in data else 0
-            line += data[:cut].count(b"\n")
-            carry = data[cut:]
-    return "somewhere"
-
-
 def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, str]:
     """Index and text of the first value where `ok` is false (or null)."""
     bad = np.flatnonzero(~pc.fill_null(ok, False).to_numpy(zero_copy_only=False))
@@ -533,9 +496,6 @@ def _missing_value(file: _Source, col: Column, index: int) -> DataError:
                          "a value is needed")
     what = "the field is empty" if file.kind == "csv" else "the value is missing (null)"
     return DataError(f"{file}: {_place(file, col, index)}: {what}; a value is needed")
-
-
-_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
 def _convert(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -571,7 +531,7 @@ def _convert(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedA
         return _floats_as(file, col, values)
     # Strings where numbers belong: locate the first one that does not parse.
     text = pc.cast(values, pa.string())
-    ok = pc.match_substring_regex(text, _NUMBER if kind != "int" else r"^\s*[-+]?\d+\s*$")
+    ok = pc.match_substring_regex(text, formats.NUMBER if kind != "int" else formats.INTEGER)
     if pc.all(pc.fill_null(ok, False)).as_py():
         return _floats_as(file, col, pc.cast(pc.utf8_trim_whitespace(text), pa.float64()), text)
     expected = {"int": "a whole number", "float": "a number", "number": "a number or a date-time"}[kind]

@@ -1,9 +1,9 @@
 """Claiming a run folder: one run writes to a folder at a time, from before its first file to its end.
 
 A fresh run takes the folder it was given, or when that holds an earlier run (or a live run holds it) the first
-free `folder-2`, `folder-3`, ... beside it. The claim is atomic: a live run holds an exclusive lock (core.files.try_lock) on
-`.run.lock` inside its folder for as long as it runs, and only the process that gets that lock may use the
-folder, so two runs started at the same instant into the same `--out` end up in two folders. The operating
+free `folder-2`, `folder-3`, ... beside it. The claim is atomic: a live run holds an exclusive lock
+(core.files.try_lock) on `.run.lock` inside its folder for as long as it runs, and only the process that gets
+that lock may use the folder, so two runs started at the same instant into the same `--out` end up in two folders. The operating
 system drops the lock when the process ends, however it ends (SIGKILL included), so a lock that can be taken
 means no run is writing there. A resume into its own folder continues there, unless a live run holds it.
 
