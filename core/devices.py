@@ -93,20 +93,41 @@ def cpu_bf16_support(flags: set[str]) -> tuple[bool, str]:
     return False, "bf16 emulated (no AMX or avx512_bf16): expect it slower than fp32"
 
 
-def _total_ram() -> int | None:
+def total_ram() -> int | None:
+    """The host's physical memory in bytes (psutil); None where it cannot be told."""
+    import psutil
+
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
+        return int(psutil.virtual_memory().total)
+    except (OSError, psutil.Error):
+        return None
+
+
+def available_ram() -> int | None:
+    """The host's memory available to a new allocation without swapping, in bytes (psutil: MemAvailable on
+    Linux); None where it cannot be told."""
+    import psutil
+
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, psutil.Error):
+        return None
+
+
+def resident_set() -> int | None:
+    """This process's resident set in bytes (psutil); None where it cannot be told."""
+    import psutil
+
+    try:
+        return int(psutil.Process().memory_info().rss)
+    except (OSError, psutil.Error):
         return None
 
 
 def _physical_cores() -> int | None:
-    try:
-        import psutil
+    import psutil
 
-        return psutil.cpu_count(logical=False)
-    except ImportError:
-        return None
+    return psutil.cpu_count(logical=False)
 
 
 def cpu_info() -> DeviceInfo:
@@ -117,7 +138,7 @@ def cpu_info() -> DeviceInfo:
         id="cpu",
         type="cpu",
         name=_cpu_model_name(),
-        memory_total=_total_ram(),
+        memory_total=total_ram(),
         bf16=True,
         bf16_fast=bf16_fast,
         details={
@@ -204,7 +225,7 @@ def _mps_info() -> DeviceInfo:
     if not bf16:
         unsupported["bf16"] = "this macOS/torch build has no bfloat16 on MPS: use fp16"
     return DeviceInfo(
-        id="mps", type="mps", name="Apple Metal (MPS)", memory_total=_total_ram(),
+        id="mps", type="mps", name="Apple Metal (MPS)", memory_total=total_ram(),
         bf16=bf16, bf16_fast=bf16, fp16=True, precisions=tuple(precisions), unsupported=unsupported,
     )
 
@@ -282,8 +303,4 @@ def memory_in_use(device: torch.device) -> int | None:
         return int(torch.xpu.max_memory_allocated(device))
     if device.type == "mps":
         return int(torch.mps.current_allocated_memory())
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+    return resident_set()

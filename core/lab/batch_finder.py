@@ -18,7 +18,7 @@ Memory (one `MemoryProbe` per device kind):
   model and data were ready. An out-of-memory trial is caught, its gradients, optimizer state and GradScaler are
   dropped, the cache emptied, and the search goes on with a smaller batch.
 - CPU: an ESTIMATE. The growth of the process's resident set during the trial (VmHWM, reset per trial through
-  /proc/self/clear_refs) above its size when the mode was ready, against MemAvailable (/proc/meminfo) at that
+  /proc/self/clear_refs) above its size when the mode was ready, against MemAvailable (psutil) at that
   moment. To stay safe a CPU trial larger than every trial so far is first predicted from the measured ones
   (a line through the two largest; proportional with one) and not run when the prediction passes the budget.
   The first trial (the start batch) is run unpredicted: start from a batch you could train with.
@@ -397,12 +397,13 @@ class CpuProbe:
         self.base = 0
 
     def limit(self) -> int:
+        from core.devices import available_ram
+
         self.release()
         self.base = _current_rss()
-        available = _available_ram()
+        available = available_ram()
         if available is None:
-            raise DeviceError("fit-batch on the CPU needs the available RAM (/proc/meminfo or psutil); "
-                              "neither is readable here")
+            raise DeviceError("fit-batch on the CPU needs the available RAM, which psutil cannot read here")
         return available
 
     def begin_trial(self, batch: int) -> None:
@@ -447,7 +448,9 @@ def _read_status_kib(key: str) -> int | None:
 
 
 def _current_rss() -> int:
-    value = _read_status_kib("VmRSS")
+    from core.devices import resident_set
+
+    value = resident_set()
     return value if value is not None else _peak_rss()
 
 
@@ -459,22 +462,6 @@ def _peak_rss() -> int:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def _available_ram() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        return None
 
 
 def _malloc_trim() -> None:

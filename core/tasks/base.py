@@ -239,12 +239,9 @@ def free_bytes(device: torch.device) -> int | None:
 
         return cuda_free_memory(device.index if device.index is not None else torch.cuda.current_device())
     if device.type in ("cpu", "mps"):
-        try:
-            import psutil
+        from core.devices import available_ram
 
-            return int(psutil.virtual_memory().available)
-        except (ImportError, OSError):
-            return None
+        return available_ram()
     return None
 
 
