@@ -203,7 +203,9 @@ def check_utf8_path(path: str | os.PathLike, field: str) -> None:
                                  f"another path") from None
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a path of this st_mode is, as messages name it: "a file", "a folder", "a named pipe (FIFO)",
+    "a device", "a socket" or "a special file"."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -212,7 +214,7 @@ def _file_kind(mode: int) -> str:
         return "a device"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "a file" if stat.S_ISREG(mode) else "not a regular file"
+    return "a file" if stat.S_ISREG(mode) else "a special file"
 
 
 def _cause(exc: OSError) -> str:
@@ -239,7 +241,7 @@ def check_regular_file(path: str | os.PathLike, field: str, what: str = "file",
             raise ConfigError(field, f"{name}: cannot read the folder: permission denied")
         return
     if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(field, f"{name}: is {_file_kind(info.st_mode)}, not a {what}")
+        raise ConfigError(field, f"{name}: is {file_kind(info.st_mode)}, not a {what}")
     if not os.access(path, os.R_OK):
         raise ConfigError(field, f"{name}: cannot read the {what}: permission denied")
 
@@ -261,7 +263,7 @@ def check_writable_folder(path: str | os.PathLike, field: str = "out_dir") -> No
         raise ConfigError(field, f"{name}: cannot use {shown_path(existing)}: {_cause(exc)}") from None
     if not stat.S_ISDIR(info.st_mode):
         where = "is" if existing == folder else f"is under {shown_path(existing)}, which is"
-        raise ConfigError(field, f"{name}: {where} {_file_kind(info.st_mode)}, not a folder")
+        raise ConfigError(field, f"{name}: {where} {file_kind(info.st_mode)}, not a folder")
     try:
         name_max = os.pathconf(existing, "PC_NAME_MAX")
         path_max = os.pathconf(existing, "PC_PATH_MAX")

@@ -36,6 +36,7 @@ import torch
 
 from core.data import formats
 from core.errors import DataError
+from core.files import file_kind
 
 SUFFIXES = (".csv", ".parquet", ".pq")  # what write_table writes (and `amp data generate --out` takes)
 READ_SUFFIXES = (".csv", ".parquet", ".pq", *formats.DELIMITED_SUFFIXES[1:], *formats.JSON_SUFFIXES,
@@ -123,15 +124,7 @@ def _not_regular(path: Path) -> str | None:
     """What `path` is when it is not a regular file ("a named pipe (FIFO)", "a device", ...), from its
     status alone: opening a FIFO would wait for a writer forever."""
     mode = path.stat().st_mode
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 @dataclass
