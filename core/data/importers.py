@@ -37,6 +37,7 @@ import torch
 from core.data import formats
 from core.errors import DataError
 from core.files import file_kind
+from core.text import first_line
 
 SUFFIXES = (".csv", ".parquet", ".pq")  # what write_table writes (and `amp data generate --out` takes)
 READ_SUFFIXES = (".csv", ".parquet", ".pq", *formats.DELIMITED_SUFFIXES[1:], *formats.JSON_SUFFIXES,
@@ -235,15 +236,15 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
     where = "line 1: " if src.kind == "csv" else ""
     for key, target in options.columns.items():
         if key not in expected:
-            raise DataError(f"{src}: column mapping {key}={_shorten(str(target), 40)}: this task reads no column "
-                            f"{_shorten(key, 40)!r} (it reads {', '.join(expected)})")
+            raise DataError(f"{src}: column mapping {key}={formats.shorten(str(target), 40)}: this task reads no "
+                            f"column {formats.shorten(key, 40)!r} (it reads {', '.join(expected)})")
     positions: dict[str, int] = {}
     normed = [formats.normalise_name(n) for n in names]
     for col in columns:
         target = str(options.columns.get(col.name, "")).strip()
         if not target:
             continue
-        mapping = f"column mapping {col.name}={_shorten(target, 40)}"
+        mapping = f"column mapping {col.name}={formats.shorten(target, 40)}"
         if target.isdigit():
             index = int(target) - 1
             if not 0 <= index < len(names):
@@ -252,7 +253,7 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
             hits = [i for i, n in enumerate(names) if n == target] or \
                    [i for i, n in enumerate(normed) if n == formats.normalise_name(target)]
             if not hits:
-                raise DataError(f"{src}: {where}{mapping}: no column {_shorten(target, 40)!r} "
+                raise DataError(f"{src}: {where}{mapping}: no column {formats.shorten(target, 40)!r} "
                                 f"({_found_columns(names, src)})")
             index = hits[0]
         positions[col.name] = index
@@ -269,14 +270,14 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
             positions[col.name] = hits[0]
         elif len(hits) > 1 and col.required:
             raise DataError(f"{src}: {where}missing column {col.name!r}; "
-                            f"{_shorten(', '.join(names[i] for i in hits))} could each be it: "
+                            f"{formats.shorten(', '.join(names[i] for i in hits), MAX_SHOWN)} could each be it: "
                             f"choose one with --column {col.name}=NAME")
     src.positions, src.names = positions, list(names)
     for name, index in positions.items():
         if names[index] == name:
             src.shown[name] = repr(name)
         elif src.header:
-            src.shown[name] = f"{_shorten(names[index], 40)!r} ({name})"
+            src.shown[name] = f"{formats.shorten(names[index], 40)!r} ({name})"
         else:
             src.shown[name] = f"{index + 1} ({name})"
     return positions
@@ -351,7 +352,7 @@ def _converted(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.Chunke
     try:
         return _convert(file, col, values)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        reason = _shorten((str(exc).splitlines() or [""])[0].split(":")[0], 60)
+        reason = formats.shorten(first_line(str(exc)).split(":")[0], 60)
         raise DataError(f"{file}: column {col.name!r}: cannot read its {values.type} values as "
                         f"{col.kind} values ({reason})") from None
 
@@ -361,10 +362,11 @@ def _found_columns(names: list[str], src: _Source | None = None) -> str:
     a hint when they look like a header cut by another separator, else nothing of the file's content."""
     if src is not None and not src.header:
         return (f"line 1 holds data, not a header, so its {len(names)} columns are taken by position as "
-                f"{_shorten(', '.join(names), 60)}; add a header line or map columns with --column NAME=POSITION")
+                f"{formats.shorten(', '.join(names), 60)}; add a header line or map columns with "
+                "--column NAME=POSITION")
     used = src.delimiter if src is not None else ","
     if len(names) > 1 and all(_HEADER_NAME.match(n) for n in names):  # one "name" is as likely a secret
-        return "found: " + _shorten(", ".join(names))
+        return "found: " + formats.shorten(", ".join(names), MAX_SHOWN)
     if len(names) == 1:
         for sep in ("::", ";", "\t", "|", ","):
             parts = names[0].split(sep)
@@ -375,10 +377,6 @@ def _found_columns(names: list[str], src: _Source | None = None) -> str:
                 return (f"line 1 seems separated by {formats.describe(sep)}, but {how} delimiter was "
                         f"{formats.describe(used)}: set --delimiter {formats.flag(sep)}")
     return "line 1 does not look like a header of column names"
-
-
-def _shorten(text: str, limit: int = MAX_SHOWN) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_prefixed(name: str, prefix: str) -> bool:
@@ -432,7 +430,7 @@ def _csv_parse_problem(src: _Source, text: str, column_names: list[str] | None =
         return (f"{where}cannot parse CSV: {got} fields where {line1} {expected} "
                 f"(a field holding {sep}{quote or ' cannot be read'})")
     reason = text.splitlines()[0].removeprefix("CSV parse error: ").split(":")[0]
-    return f"cannot parse CSV: {_shorten(reason, 60)}"
+    return f"cannot parse CSV: {formats.shorten(reason, 60)}"
 
 
 def csv_line(file: Path, index: int, delimiter: str = ",", header: bool = True) -> int:
@@ -454,7 +452,7 @@ def _read_parquet(file: Path) -> pa.Table:
             if names.count(name) > 1:
                 raise DataError(f"{file}: column {name!r} appears {names.count(name)} times; "
                                 "column names must be unique") from None
-        reason = _shorten((str(exc).splitlines() or [""])[0], 120)
+        reason = formats.shorten(first_line(str(exc)), 120)
         raise DataError(f"{file}: not a readable Parquet file: {reason}") from None
 
 
@@ -474,7 +472,7 @@ def _place(file: _Source, col: Column, index: int) -> str:
 
 
 def _fail_value(file: _Source, col: Column, index: int, value: str, expected: str) -> DataError:
-    return DataError(f"{file}: {_place(file, col, index)}: {_shorten(value, 40)!r} is not {expected}")
+    return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(value, 40)!r} is not {expected}")
 
 
 def _missing_value(file: _Source, col: Column, index: int) -> DataError:
@@ -485,7 +483,7 @@ def _missing_value(file: _Source, col: Column, index: int) -> DataError:
         position = file.positions.get(col.name, file.names.index(col.name) if col.name in file.names else None)
         raw = fields[position] if position is not None and position < len(fields) else ""
     if raw.strip():
-        return DataError(f"{file}: {_place(file, col, index)}: {_shorten(raw, 40)!r} marks a missing value; "
+        return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(raw, 40)!r} marks a missing value; "
                          "a value is needed")
     what = "the field is empty" if file.kind == "csv" else "the value is missing (null)"
     return DataError(f"{file}: {_place(file, col, index)}: {what}; a value is needed")
