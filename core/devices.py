@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import sys
 import threading
 from dataclasses import asdict, dataclass, field
 
@@ -122,6 +123,20 @@ def resident_set() -> int | None:
         return int(psutil.Process().memory_info().rss)
     except (OSError, psutil.Error):
         return None
+
+
+def peak_resident_set() -> int | None:
+    """This process's resident-set high-water mark in bytes: ru_maxrss (KiB on Linux, bytes on macOS), psutil's
+    peak working set on Windows; None where neither is known."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        import psutil
+
+        peak = getattr(psutil.Process().memory_info(), "peak_wset", None)
+        return int(peak) if peak is not None else None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _physical_cores() -> int | None:

@@ -458,10 +458,9 @@ def _peak_rss() -> int:
     value = _read_status_kib("VmHWM")
     if value is not None:
         return value
-    import resource
+    from core.devices import peak_resident_set
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+    return peak_resident_set() or 0
 
 
 def _malloc_trim() -> None:
