@@ -9,17 +9,7 @@ from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QSizePolicy, QStatusBar, QStyle, QStyleOption
 
 from core.engine.events import RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m {seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
+from core.text import elapsed
 
 
 def _set_role(label: QLabel, role: str) -> None:
@@ -171,8 +161,8 @@ class RunStatusBar(QStatusBar):
             self.progress.setValue(min(event.step, self._total))
             self._show_steps(event.step, None)
             took = self.training_seconds(event)
-            self.eta.setText(f"took {format_duration(took)}")
-            self.eta.setToolTip(f"{format_duration(took)} of training; pauses are not counted")
+            self.eta.setText(f"took {elapsed(took)}")
+            self.eta.setToolTip(f"{elapsed(took)} of training; pauses are not counted")
 
     def training_seconds(self, ended: RunEnded) -> float:
         """The run's time without its pauses: RunEnded.elapsed_seconds is wall time since the run started. A run
@@ -210,4 +200,4 @@ class RunStatusBar(QStatusBar):
 
     def _show_steps(self, step: int, eta: float | None) -> None:
         self.steps.setText(f"step {step:,}/{self._total:,}")
-        self.eta.setText(f"ETA {format_duration(eta)}" if eta is not None else "ETA –")
+        self.eta.setText(f"ETA {elapsed(eta)}" if eta is not None else "ETA –")

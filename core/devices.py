@@ -9,12 +9,14 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import sys
 import threading
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from core.errors import DeviceError
+from core.text import size
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class DeviceInfo:
         """One human line: name, memory, capability."""
         parts = [self.name]
         if self.memory_total:
-            parts.append(f"{self.memory_total / 2**30:.1f} GiB")
+            parts.append(size(self.memory_total))
         if self.capability:
             parts.append(f"sm {self.capability}")
         return ", ".join(parts)
@@ -92,20 +94,55 @@ def cpu_bf16_support(flags: set[str]) -> tuple[bool, str]:
     return False, "bf16 emulated (no AMX or avx512_bf16): expect it slower than fp32"
 
 
-def _total_ram() -> int | None:
+def total_ram() -> int | None:
+    """The host's physical memory in bytes (psutil); None where it cannot be told."""
+    import psutil
+
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
+        return int(psutil.virtual_memory().total)
+    except (OSError, psutil.Error):
         return None
+
+
+def available_ram() -> int | None:
+    """The host's memory available to a new allocation without swapping, in bytes (psutil: MemAvailable on
+    Linux); None where it cannot be told."""
+    import psutil
+
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, psutil.Error):
+        return None
+
+
+def resident_set() -> int | None:
+    """This process's resident set in bytes (psutil); None where it cannot be told."""
+    import psutil
+
+    try:
+        return int(psutil.Process().memory_info().rss)
+    except (OSError, psutil.Error):
+        return None
+
+
+def peak_resident_set() -> int | None:
+    """This process's resident-set high-water mark in bytes: ru_maxrss (KiB on Linux, bytes on macOS), psutil's
+    peak working set on Windows; None where neither is known."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        import psutil
+
+        peak = getattr(psutil.Process().memory_info(), "peak_wset", None)
+        return int(peak) if peak is not None else None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 def _physical_cores() -> int | None:
-    try:
-        import psutil
+    import psutil
 
-        return psutil.cpu_count(logical=False)
-    except ImportError:
-        return None
+    return psutil.cpu_count(logical=False)
 
 
 def cpu_info() -> DeviceInfo:
@@ -116,7 +153,7 @@ def cpu_info() -> DeviceInfo:
         id="cpu",
         type="cpu",
         name=_cpu_model_name(),
-        memory_total=_total_ram(),
+        memory_total=total_ram(),
         bf16=True,
         bf16_fast=bf16_fast,
         details={
@@ -203,7 +240,7 @@ def _mps_info() -> DeviceInfo:
     if not bf16:
         unsupported["bf16"] = "this macOS/torch build has no bfloat16 on MPS: use fp16"
     return DeviceInfo(
-        id="mps", type="mps", name="Apple Metal (MPS)", memory_total=_total_ram(),
+        id="mps", type="mps", name="Apple Metal (MPS)", memory_total=total_ram(),
         bf16=bf16, bf16_fast=bf16, fp16=True, precisions=tuple(precisions), unsupported=unsupported,
     )
 
@@ -281,8 +318,4 @@ def memory_in_use(device: torch.device) -> int | None:
         return int(torch.xpu.max_memory_allocated(device))
     if device.type == "mps":
         return int(torch.mps.current_allocated_memory())
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+    return resident_set()

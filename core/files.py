@@ -1,25 +1,39 @@
-"""Atomic file writes: a temp file in the same folder, fsync, rename, so a crash never leaves half a file.
+"""Atomic file writes (a temp file in the same folder, fsync, rename, so a crash never leaves half a file),
+temp files and folders with the usual permissions, lock files, and path checks before a run.
 
-A shared leaf of the engine (see docs/ARCHITECTURE.md): config, checkpoints and run folders write through it.
+A shared leaf of the engine (see docs/ARCHITECTURE.md): config, checkpoints, run folders, sweeps, exports and
+predictions write through it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+try:
+    import msvcrt
+except ImportError:  # POSIX
+    msvcrt = None
+
+CAN_LOCK = fcntl is not None or msvcrt is not None  # False: no lock primitive (see try_lock)
+_HELD_ERRNOS = {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, getattr(errno, "EDEADLK", errno.EACCES)}
+_LOCK_OFFSET = 1 << 30  # msvcrt locks this byte, far past the lock file's text, so that readers of it still read
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
     """Write `payload` to `path` via a temp file in the same folder, fsync, rename: never a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = new_temp_file(path.parent, f".{path.name}.")
     try:
-        # mkstemp creates 0600; a saved file gets the usual permissions (0666 less the umask), like open() gives.
-        os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
@@ -47,10 +61,96 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+# ----------------------------------------------------------------- temp files with the usual permissions
+# tempfile.mkstemp/mkdtemp create 0600/0700; a saved file should get what open() and mkdir() give (0666/0777
+# less the umask). Reading the umask means setting it (os.umask), which races with other threads creating
+# files meanwhile (they would get the wrong mode), so the kernel applies it instead: the name is made here and
+# created with the full mode.
+
+def _temp_name(folder: Path, prefix: str, suffix: str) -> str:
+    return os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+
+
+def new_temp_file(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """(fd, path) of a new, empty file `prefix<random>suffix` in `folder`, opened for reading and writing,
+    with the permissions open() gives (0666 less the umask). Never reads or changes the process's umask."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        path = _temp_name(Path(folder), prefix, suffix)
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(folder))
+
+
+def new_temp_folder(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> str:
+    """The path of a new, empty folder `prefix<random>suffix` in `folder`, with the permissions mkdir() gives
+    (0777 less the umask). Never reads or changes the process's umask."""
+    for _ in range(100):
+        path = _temp_name(Path(folder), prefix, suffix)
+        try:
+            os.mkdir(path, 0o777)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(folder))
+
+
+# ----------------------------------------------------------------- lock files
+# An exclusive lock on a lock file says "a live process owns this": the system drops it when the process ends,
+# however it ends. POSIX: flock. Windows: msvcrt.locking on one byte past the file's text (byte-range locks are
+# mandatory there, so the text stays readable). With neither (no known platform) nothing is locked: try_lock
+# always succeeds and lock_is_held is always False; CAN_LOCK tells callers so.
+
+def _lock(fd: int, shared: bool = False) -> bool:
+    """Take the lock on `fd` without waiting: True, or False when another process holds it (OSError else)."""
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        elif msvcrt is not None:
+            os.lseek(fd, _LOCK_OFFSET, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except OSError as exc:
+        if isinstance(exc, BlockingIOError) or exc.errno in _HELD_ERRNOS:
+            return False
+        raise
+    return True
+
+
+def try_lock(path: str | os.PathLike) -> int | None:
+    """Open `path` (created, with open()'s permissions, if missing) and take an exclusive lock on it without
+    waiting: the open fd, which holds the lock until it is closed or the process ends; None when another
+    process holds it. OSError when the file cannot be opened or locked for another reason."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        if _lock(fd):
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
+
+
+def lock_is_held(path: str | os.PathLike) -> bool:
+    """Whether a live process holds the lock on `path` (taken by try_lock). Reading only: creates nothing,
+    and False for a missing or unreadable file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        if not _lock(fd, shared=True):
+            return True
+        if fcntl is None and msvcrt is not None:
+            os.lseek(fd, _LOCK_OFFSET, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    except OSError:
+        return True  # cannot be locked for another reason: taken as held, so nothing is reused by mistake
+    finally:
+        os.close(fd)
+    return False
 
 
 def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
@@ -103,7 +203,9 @@ def check_utf8_path(path: str | os.PathLike, field: str) -> None:
                                  f"another path") from None
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a path of this st_mode is, as messages name it: "a file", "a folder", "a named pipe (FIFO)",
+    "a device", "a socket" or "a special file"."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -112,7 +214,7 @@ def _file_kind(mode: int) -> str:
         return "a device"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "a file" if stat.S_ISREG(mode) else "not a regular file"
+    return "a file" if stat.S_ISREG(mode) else "a special file"
 
 
 def _cause(exc: OSError) -> str:
@@ -139,7 +241,7 @@ def check_regular_file(path: str | os.PathLike, field: str, what: str = "file",
             raise ConfigError(field, f"{name}: cannot read the folder: permission denied")
         return
     if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(field, f"{name}: is {_file_kind(info.st_mode)}, not a {what}")
+        raise ConfigError(field, f"{name}: is {file_kind(info.st_mode)}, not a {what}")
     if not os.access(path, os.R_OK):
         raise ConfigError(field, f"{name}: cannot read the {what}: permission denied")
 
@@ -161,7 +263,7 @@ def check_writable_folder(path: str | os.PathLike, field: str = "out_dir") -> No
         raise ConfigError(field, f"{name}: cannot use {shown_path(existing)}: {_cause(exc)}") from None
     if not stat.S_ISDIR(info.st_mode):
         where = "is" if existing == folder else f"is under {shown_path(existing)}, which is"
-        raise ConfigError(field, f"{name}: {where} {_file_kind(info.st_mode)}, not a folder")
+        raise ConfigError(field, f"{name}: {where} {file_kind(info.st_mode)}, not a folder")
     try:
         name_max = os.pathconf(existing, "PC_NAME_MAX")
         path_max = os.pathconf(existing, "PC_PATH_MAX")

@@ -8,7 +8,7 @@ import pytest
 from core.config import FIELD_SPECS, RunConfig
 from core.engine import trainer as trainer_module
 from core.engine.events import CheckpointSaved
-from core.engine.trainer import Trainer, train
+from core.engine.trainer import Trainer
 from core.errors import ConfigError
 
 

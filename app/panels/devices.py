@@ -8,15 +8,16 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout
 
 from app.assets import icon
+from core.text import size
 
 
-def _gib(value: int | None) -> str:
-    return f"{value / 2**30:.1f} GiB" if value else "memory unknown"
+def _memory(value: int | None) -> str:
+    return size(value) if value else "memory unknown"
 
 
 def describe_device(info) -> tuple[str, str]:
     """(two-line label, tooltip) for a core.devices.DeviceInfo."""
-    facts = [_gib(info.memory_total)]
+    facts = [_memory(info.memory_total)]
     if info.capability:
         facts.append(f"sm {info.capability}")
     if info.type == "cpu":
@@ -24,9 +25,9 @@ def describe_device(info) -> tuple[str, str]:
         if threads:
             facts.append(f"{threads} threads")
     label = f"{info.id}  ·  {info.name}\n{' · '.join(facts)}  ·  {', '.join(info.precisions)}"
-    lines = [f"<b>{info.name}</b> ({info.id})", f"Memory: {_gib(info.memory_total)}"]
+    lines = [f"<b>{info.name}</b> ({info.id})", f"Memory: {_memory(info.memory_total)}"]
     if info.memory_free:
-        lines.append(f"Free: {_gib(info.memory_free)}")
+        lines.append(f"Free: {_memory(info.memory_free)}")
     if info.capability:
         lines.append(f"Compute capability: {info.capability}")
     lines.append(f"Tensor cores: {'yes' if info.tensor_cores else 'no'}")

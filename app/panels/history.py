@@ -32,9 +32,9 @@ from PySide6.QtWidgets import (
 from app.panels.run_compare import RunCompare
 from app.run.jobs import JobRunner
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.cli.format import duration as _wall
 from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
 from core.files import read_jsonl
+from core.text import duration
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
 COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started", "note")
@@ -62,7 +62,7 @@ def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:
     note = " ".join(str(run.get("note") or "").split())  # one line in the table (the tooltip has it all)
     texts = (str(run.get("name") or "-"), str(run.get("task") or "-"), str(run.get("status") or "-"),
              str(run.get("precision") or "-"), str(run.get("device") or "-"), steps_text, best_text,
-             _wall(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-", note)
+             duration(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-", note)
     # one type per column, so Qt compares them natively (a Python lessThan costs seconds at 10,000 rows)
     numeric_best = float(best_value) if isinstance(best_value, (int, float)) else float("inf")
     wall = run.get("wall_seconds")

@@ -360,7 +360,6 @@ class PlotsPanel(QWidget):
     def _add_legend(self, plot: str) -> None:
         """A legend in its own row under the plot's x axis, entries side by side in as many columns as the
         plot's width holds: it never covers a curve, a ceiling line or a marker, whatever the data does."""
-        import pyqtgraph as pg
 
         item = self.plots[plot].getPlotItem()
         text = self.palette().color(QPalette.ColorRole.Text)

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from core.precision_modes import PRECISION_CHOICES
+from core.text import count as count_text
 
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
                    "batch_size", "grad_accum", "epochs", "max_steps", "time_limit_minutes")
@@ -58,14 +59,6 @@ def label_for(name: str) -> str:
 
 def option_label(name: str) -> str:
     return name.replace("_", " ").capitalize()
-
-
-def format_count(count: int) -> str:
-    if count >= 1_000_000:
-        return f"{count / 1e6:.2f} M"
-    if count >= 10_000:
-        return f"{count / 1e3:.1f} k"
-    return f"{count:,}"
 
 
 class RunSetupPanel(QWidget):
@@ -447,7 +440,7 @@ class RunSetupPanel(QWidget):
         except AmpConsoleError:
             self.paramCount.setText("– (fix the options below)")
             return
-        self.paramCount.setText(f"{format_count(count)} trainable parameters")
+        self.paramCount.setText(f"{count_text(count)} trainable parameters")
 
     # ------------------------------------------------------------------ validation
     def mark_engine_error(self, field: str, message: str) -> None:

@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
 
 from app.panels.editors import ScientificSpinBox, format_number
 from app.panels.tool_dialog import ToolDialog
-from core.cli.format import count
-from core.cli.format import size as _size
+from core.text import count
+from core.text import size as _size
 
 RAW_COLOUR = "#9aa5b5"
 SMOOTH_COLOUR = "#3b6fd8"

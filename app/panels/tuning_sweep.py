@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from app.panels.tool_dialog import ToolDialog
 from app.panels.tuning import size
+from core.text import duration
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 FIXED_COLUMNS = ("status", "best", "samples_per_second", "peak_memory_bytes", "wall_seconds", "steps")
@@ -33,14 +34,8 @@ RANDOM_HINT = "One axis per line, a range or choices:\nlr = 1e-4 : 1e-2 : log\nb
 
 
 def _wall(seconds) -> str:
-    if not isinstance(seconds, (int, float)):
-        return "–"
-    seconds = float(seconds)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    text = duration(seconds)
+    return "–" if text == "-" else text  # the window's mark for unknown
 
 
 def _value_text(value) -> str:

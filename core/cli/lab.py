@@ -92,7 +92,7 @@ class ProgressLines:
 
     def __call__(self, update) -> None:
         elapsed = time.perf_counter() - self.started
-        text = f"bench [{update.index + 1}/{update.total}] {update.describe()} ({_clock(elapsed)})"
+        text = f"bench [{update.index + 1}/{update.total}] {update.describe()} ({fmt.duration(elapsed)})"
         if update.phase == "setup" and update.threads:
             text += f", {update.threads} CPU thread{'s' if update.threads != 1 else ''}"
         if self.live and update.phase in ("setup", "window"):
@@ -102,11 +102,6 @@ class ProgressLines:
             self.stream.write(("\r\x1b[2K" if self._open else "") + text + "\n")
             self._open = False
         self.stream.flush()
-
-
-def _clock(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes}:{seconds:02d}"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -27,13 +27,13 @@ an existing --out is replaced only on success, and nothing half-written is ever 
 from __future__ import annotations
 
 import os
-import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from core.errors import ConfigError, DataError
+from core.files import new_temp_file
+from core.text import first_line
 
 HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split into ids
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
@@ -152,10 +152,6 @@ def resolve_target(target: str, which: str | None, runs_dir: str | None) -> tupl
 
 # ---- reading -----------------------------------------------------------------------------------------------------
 
-def _norm(name: str) -> str:
-    return "".join(ch for ch in str(name).lower() if ch not in "_- ")
-
-
 class InputReader:
     """Batches of the input's needed columns, with each row's line number (CSV: the file's line where the row
     starts; Parquet: its 1-based row) and the rows the CSV parser had to skip (a wrong number of values)."""
@@ -165,45 +161,49 @@ class InputReader:
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
+        from core.data import formats
+
         self.path, self.batch_rows = path, batch_rows
         self.parquet = path.suffix.lower() != ".csv"
         self.unit = "row" if self.parquet else "line"
         self.needed: list[str] = []
+        self.delimiter = ","
         if not self.parquet:
-            from core.data.importers import _refuse_binary
-
-            _refuse_binary(path)  # a checkpoint or a UTF-16 export named .csv: said so, not parsed into junk
-        self.delimiter = "," if self.parquet else _delimiter(path)
+            formats.refuse_binary(path)  # a checkpoint or a UTF-16 export named .csv: said so, not parsed into junk
+            self.delimiter = formats.sniff_delimiter(path, _known_names())  # as training's importer sniffs it
         try:
             if self.parquet:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
             else:
-                with pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 16, use_threads=False),
-                                    parse_options=pacsv.ParseOptions(delimiter=self.delimiter,
-                                                                     newlines_in_values=True, ignore_empty_lines=False,
-                                                                     invalid_row_handler=lambda row: "skip")) as r:
+                with formats.delimited_source(path, self.delimiter) as (source, separation), pacsv.open_csv(
+                        source, read_options=pacsv.ReadOptions(block_size=1 << 16, use_threads=False),
+                        parse_options=pacsv.ParseOptions(**separation, newlines_in_values=True,
+                                                         ignore_empty_lines=False,
+                                                         invalid_row_handler=lambda row: "skip")) as r:
                     names = r.schema.names
                 self.schema = pa.schema([(n, pa.string()) for n in names])
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{path}: cannot be read as {'Parquet' if self.parquet else 'CSV'}: "
-                            f"{_one_line(exc)}") from None
+                            f"{first_line(exc)}") from None
         except UnicodeDecodeError as exc:  # pyarrow decodes the column names itself
             raise DataError(f"{path}: line 1: a column name is not UTF-8 text (byte {exc.object[exc.start]:#04x}): "
                             f"save the file as UTF-8") from None
         self.columns = list(self.schema.names)
         if not self.columns or (len(self.columns) == 1 and not self.columns[0]):
             raise DataError(f"{path}: no header line (the first line names the columns)")
-        if not self.parquet and all(re.match(NUMBER, name) for name in self.columns):
+        if not self.parquet and all(formats.is_number(name) for name in self.columns):
             # a file without a header: its first row would be read as the column names and silently lost
             raise DataError(f"{path}: line 1 holds numbers ({_shown_names(self.columns)}), not column names: "
                             f"add a header line naming the columns")
 
     def find(self, name: str, aliases: tuple = ()) -> str | None:
         """The file's column for `name`: the same name (case, '_', '-' and spaces aside), else one alias."""
-        wanted = [_norm(name), *aliases]
+        from core.data.formats import normalise_name
+
+        wanted = [normalise_name(name), *aliases]
         for key in wanted:
-            found = [c for c in self.columns if _norm(c) == key]
+            found = [c for c in self.columns if normalise_name(c) == key]
             if found:
                 return found[0]
         return None
@@ -258,7 +258,7 @@ class InputReader:
                 return
             except (pa.ArrowException, OSError) as exc:  # a damaged page: one line, and nothing written
                 raise DataError(f"{self.path}: cannot be read as Parquet after row {first - 1:,}: "
-                                f"{_one_line(exc)}") from None
+                                f"{first_line(exc)}") from None
             lines = np.arange(first, first + batch.num_rows, dtype=np.int64)
             first += batch.num_rows
             yield _text_only(batch, lines, [])
@@ -268,6 +268,8 @@ class InputReader:
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.csv as pacsv
+
+        from core.data import formats
 
         skipped: list = []  # (record number, line breaks inside it, values found, values expected) per bad record
 
@@ -282,8 +284,6 @@ class InputReader:
         # breaks inside quoted values are counted in every column, read or not.
         unique = len(set(self.columns)) == len(self.columns)
         options = dict(read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
-                       parse_options=pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True,
-                                                        ignore_empty_lines=False, invalid_row_handler=invalid),
                        convert_options=pacsv.ConvertOptions(
                            column_types={c: pa.binary() for c in self.columns},
                            include_columns=[] if unique else self.needed, strings_can_be_null=True,
@@ -291,38 +291,39 @@ class InputReader:
         record = 1  # the last record (header = 1) placed so far: the next batch's rows come after it
         extra_lines = 0  # line breaks inside quoted values of the records placed so far
         try:
-            reader = pacsv.open_csv(self.path, **options)
-            for batch in reader:
-                n = batch.num_rows
-                blank = np.ones(n, dtype=bool)
-                breaks = np.zeros(n, dtype=np.int64)
-                for column in batch.columns:
-                    blank &= column.is_null().to_numpy(zero_copy_only=False)
-                    breaks += _line_breaks(column)
-                names = batch.schema.names
-                batch = pa.RecordBatch.from_arrays(
-                    [pc.fill_null(batch.column(names.index(c)), b"") for c in self.needed], names=self.needed)
-                lines, problems, record, extra_lines = _place_records(n, breaks, skipped, record, extra_lines)
-                if blank.any():  # blank lines: counted, not rows
-                    batch, lines = batch.filter(pa.array(~blank)), lines[~blank]
-                yield _text_only(batch, lines, problems)
+            with formats.delimited_source(self.path, self.delimiter) as (source, separation):
+                reader = pacsv.open_csv(source, parse_options=pacsv.ParseOptions(
+                    **separation, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=invalid),
+                    **options)
+                for batch in reader:
+                    n = batch.num_rows
+                    blank = np.ones(n, dtype=bool)
+                    breaks = np.zeros(n, dtype=np.int64)
+                    for column in batch.columns:
+                        blank &= column.is_null().to_numpy(zero_copy_only=False)
+                        breaks += _line_breaks(column)
+                    names = batch.schema.names
+                    batch = pa.RecordBatch.from_arrays(
+                        [pc.fill_null(batch.column(names.index(c)), b"") for c in self.needed], names=self.needed)
+                    lines, problems, record, extra_lines = _place_records(n, breaks, skipped, record, extra_lines)
+                    if blank.any():  # blank lines: counted, not rows
+                        batch, lines = batch.filter(pa.array(~blank)), lines[~blank]
+                    yield _text_only(batch, lines, problems)
             _, problems, _, _ = _place_records(0, np.zeros(0, np.int64), skipped, record, extra_lines)
             if problems:  # bad records after the last good one
                 yield (pa.RecordBatch.from_pylist([], schema=pa.schema([(c, pa.string()) for c in self.needed])),
                        np.zeros(0, dtype=np.int64), problems)
         except pa.ArrowInvalid as exc:
-            raise DataError(f"{self.path}: cannot be read as CSV: {_one_line(exc)}") from None
+            raise DataError(f"{self.path}: cannot be read as CSV: {first_line(exc)}") from None
 
 
-def _delimiter(path: Path) -> str:
-    """The CSV's delimiter: a comma, unless its header line has none but tabs, semicolons or pipes (a TSV or a
-    spreadsheet's export named .csv, which training's importer sniffs and reads too)."""
-    with open(path, "rb") as handle:
-        first = handle.readline(1 << 20).decode("utf-8", errors="replace")
-    if "," in first:
-        return ","
-    found = [sep for sep in ("\t", ";", "|") if sep in first]
-    return found[0] if len(found) == 1 else ","
+def _known_names() -> set[str]:
+    """Normalised column names that mark a delimiter's line 1 as a header: every task's input columns and their
+    aliases (what training's importer looks for when it sniffs a delimiter)."""
+    from core.data.formats import normalise_name
+    from core.data.importers import ALIASES
+
+    return {normalise_name(name) for name in (*ALIASES, "history")} | {a for v in ALIASES.values() for a in v}
 
 
 def _binary_as_text(batch):
@@ -423,11 +424,6 @@ def _shown_names(names: list[str]) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def _shown(value) -> str:
     text = str(value)
     return repr(text if len(text) <= SHOWN else text[:SHOWN] + "...")
@@ -435,7 +431,6 @@ def _shown(value) -> str:
 
 # ---- values and bad rows ------------------------------------------------------------------------------------------
 
-NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"  # what the importers read as a number
 
 
 class Checks:
@@ -468,6 +463,8 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from core.data import formats
+
     t = values.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         try:  # the common case, numbers only: one cast (a NaN or inf is caught as not finite below)
@@ -479,7 +476,7 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some value is not a number: find which
             empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), True)
             empty = empty.to_numpy(zero_copy_only=False)
-            ok = np.array(pc.fill_null(pc.match_substring_regex(values, NUMBER), False).to_numpy(
+            ok = np.array(pc.fill_null(pc.match_substring_regex(values, formats.NUMBER), False).to_numpy(
                 zero_copy_only=False))
             cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(values), "0")
             out = np.array(pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False))  # writable
@@ -662,7 +659,6 @@ class SentimentScorer(Scorer):
     def score(self, batch, lines, report):
         import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         text = batch.column(self.text)
         if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
@@ -690,7 +686,9 @@ class TinyScorer(Scorer):
             if all(found):
                 break
         else:
-            rest = [c for c in reader.columns if _norm(c) not in ("label", "y", "line", "row", "id")]
+            from core.data.formats import normalise_name
+
+            rest = [c for c in reader.columns if normalise_name(c) not in ("label", "y", "line", "row", "id")]
             if len(rest) != width:
                 raise DataError(f"{reader.path}: the tiny model reads {width} numeric columns (x1..x{width}, "
                                 f"f1..f{width}, or exactly {width} columns); the file's columns: "
@@ -734,8 +732,11 @@ class RankingScorer(Scorer):
         if missing:
             raise DataError(f"{reader.path}: no column {missing[0]!r} (the ranking model reads {width} features, "
                             f"f1..f{width}); the file's columns: {_shown_names(reader.columns)}")
-        more = [c for c in reader.columns if _norm(c).startswith("f") and _norm(c)[1:].isdigit()
-                and int(_norm(c)[1:]) > width]
+        from core.data.formats import normalise_name
+
+        named = [normalise_name(c) for c in reader.columns]
+        more = [c for c, n in zip(reader.columns, named)
+                if n.startswith("f") and n[1:].isdigit() and int(n[1:]) > width]
         if more:
             raise DataError(f"{reader.path}: the ranking model reads {width} features (f1..f{width}) but the file "
                             f"also has {_shown_names(more)}: a model trained on other features?")
@@ -1044,11 +1045,8 @@ class AtomicTableWriter:
 
         folder = self.out.parent if str(self.out.parent) else Path(".")
         folder.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.out.name}.", suffix=".tmp", dir=folder)
+        fd, self._tmp = new_temp_file(folder, f".{self.out.name}.")  # a saved file's usual permissions
         os.close(fd)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(self._tmp, 0o666 & ~mask)
         try:  # `with` calls no __exit__ when __enter__ fails: the temporary file is removed here
             if self.kind == "csv":
                 self._writer = pacsv.CSVWriter(self._tmp, self.schema)
@@ -1058,7 +1056,7 @@ class AtomicTableWriter:
             self.__exit__()
             if isinstance(exc, (pa.ArrowException, OSError)):
                 raise DataError(f"{self.out}: cannot write {self.kind.upper()} with columns {self.schema.names}: "
-                                f"{_one_line(exc)}") from None
+                                f"{first_line(exc)}") from None
             raise
         return self
 

@@ -17,6 +17,7 @@ from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, 
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics, event_to_dict
 from core.errors import AmpConsoleError, ConfigError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
+from core.text import elapsed
 
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
     from core.engine.control import RunControl
@@ -226,16 +227,6 @@ def check_paths(config: RunConfig) -> None:
             check_regular_file(path, name, "data file", allow_folder=True)
 
 
-def format_duration(seconds: float) -> str:
-    """3m48s, 1h02m, 12s: short and log-friendly."""
-    seconds = max(0, int(round(seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
-
-
 BAR_SECONDS = 0.1  # the live bar takes a step's figures at most this often (rich redraws it at 10 Hz)
 LINE_SECONDS = 0.1  # --events: step events go out at most this often, queued in between
 
@@ -328,11 +319,11 @@ class ProgressReporter:
         total = max(self.total, 1)
         text = f"step {event.step}/{self.total} ({100 * event.step // total}%) epoch {event.epoch} loss {event.loss:.4f}"
         text += "".join(f" val_{name} {value:.4f}" for name, value in self.metrics.items())
-        text += f" | {event.samples_per_second:,.0f} samples/s | elapsed {format_duration(event.elapsed_seconds)}"
+        text += f" | {event.samples_per_second:,.0f} samples/s | elapsed {elapsed(event.elapsed_seconds)}"
         active = max(event.elapsed_seconds - self.paused_seconds, 0.0)
         done = event.step - self.start_step
         if done > 0 and event.step < self.total:
-            text += f", ETA {format_duration(active / done * (self.total - event.step))}"
+            text += f", ETA {elapsed(active / done * (self.total - event.step))}"
         return text
 
     def _line(self, event) -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from core.cli import format as fmt
-from core.cli.lab import _clock, _common, config_from_lab_args
+from core.cli.lab import _common, config_from_lab_args
 from core.errors import ConfigError
 from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP  # torch-free
 
@@ -81,7 +81,7 @@ class TrialLines:
         self.started = time.perf_counter()
 
     def __call__(self, update) -> None:
-        elapsed = _clock(time.perf_counter() - self.started)
+        elapsed = fmt.duration(time.perf_counter() - self.started)
         self.stream.write(f"fit-batch [{update.index + 1}/{update.total}] {update.describe()} ({elapsed})\n")
         self.stream.flush()
 

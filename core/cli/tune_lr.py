@@ -15,7 +15,7 @@ import sys
 import time
 
 from core.cli import format as fmt
-from core.cli.lab import _clock, _common, config_from_lab_args
+from core.cli.lab import _common, config_from_lab_args
 from core.errors import ConfigError
 
 # The defaults of core.lab.lr_finder, repeated here so `--help` does not import the lab (a test checks they agree).
@@ -65,7 +65,7 @@ class StepLines:
         self._open = False
 
     def __call__(self, update) -> None:
-        text = f"lr-find {update.describe()} ({_clock(time.perf_counter() - self.started)})"
+        text = f"lr-find {update.describe()} ({fmt.duration(time.perf_counter() - self.started)})"
         if update.phase == "step" and self.live:
             self.stream.write(f"\r\x1b[2K{text}")
             self._open = True

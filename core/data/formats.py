@@ -10,12 +10,16 @@
 
 The happy path never loops over rows in Python; the error path may (it locates the first bad line). Messages
 name the file and the line and echo at most one bad token, truncated.
+
+The reading rules every reader of user files shares (the importer and the predict CLI): what a number is
+(NUMBER), how column names compare (normalise_name), how a delimiter is sniffed (sniff_delimiter).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from contextlib import contextmanager
 import json
 import re
 import sys
@@ -40,12 +44,20 @@ NAMED_DELIMITERS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "p
 SAMPLE_BYTES = 1 << 16
 MAX_LINE_BYTES = 1 << 24  # line 1 is read to its end up to this size
 SAMPLE_RECORDS = 50
-_NUMBER = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"  # what a reader reads as a number (pyarrow regex too)
+INTEGER = r"^\s*[-+]?\d+\s*$"  # what a reader reads as a whole number
+_NUMBER = re.compile(NUMBER)
 _SVM_FIRST = re.compile(rb"^\s*[-+]?[0-9.]+(?:[eE][-+]?\d+)?\s+qid:", re.MULTILINE)
 
 
 def is_number(text: str) -> bool:
+    """Whether `text` reads as a number (NUMBER): '3', '-0.5', '.5', '1e-3', with blanks around."""
     return bool(_NUMBER.match(text))
+
+
+def normalise_name(name: str) -> str:
+    """A column name as readers compare it (with aliases too): lower case, without blanks, "_" and "-"."""
+    return re.sub(r"[\s_-]+", "", str(name)).lower()
 
 
 def shorten(text: str, limit: int) -> str:
@@ -71,6 +83,38 @@ def describe(delimiter: str) -> str:
 def flag(delimiter: str) -> str:
     """The --delimiter value that selects `delimiter`."""
     return "'\\t'" if delimiter == "\t" else repr(delimiter)
+
+
+def refuse_binary(file: Path) -> None:
+    """DataError when the start of a CSV file holds NUL bytes: binary data or UTF-16 text, not UTF-8 CSV."""
+    with open(file, "rb") as handle:
+        head = handle.read(1 << 16)
+    at = head.find(b"\0")
+    if at >= 0:
+        before = head[:at]
+        line, column = before.count(b"\n") + 1, at - (before.rfind(b"\n") + 1) + 1
+        raise DataError(f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
+                        "UTF-16 text, not a UTF-8 CSV file")
+
+
+def utf8_error_position(file: Path) -> str:
+    """'line L, column C' of the first byte that is not UTF-8 (error path only: reads the file in chunks)."""
+    line, chunk_size, carry = 1, 1 << 24, b""
+    with open(file, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            data = carry + chunk
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if exc.start < len(data) - 4 or len(chunk) < chunk_size:  # not a character cut by the chunk
+                    before = data[: exc.start]
+                    column = exc.start - (before.rfind(b"\n") + 1) + 1
+                    lines = line + before.count(b"\n")
+                    return f"line {lines}, column {column} (byte)"
+            cut = data.rfind(b"\n") + 1 if b"\n" in data else 0
+            line += data[:cut].count(b"\n")
+            carry = data[cut:]
+    return "somewhere"
 
 
 class _Translating(io.RawIOBase):
@@ -132,16 +176,24 @@ def read_delimited(file: Path, delimiter: str, column_names: list[str] | None = 
     while True:
         read = pacsv.ReadOptions(column_names=column_names, use_threads=threads, block_size=block)
         try:
-            if len(delimiter) == 1:
-                return pacsv.read_csv(file, read_options=read, convert_options=convert,
-                                      parse_options=pacsv.ParseOptions(delimiter=delimiter, **parse))
-            with _Translating(file, delimiter) as stream:
-                return pacsv.read_csv(stream, read_options=read, convert_options=convert,
-                                      parse_options=pacsv.ParseOptions(delimiter=SEP, quote_char=False, **parse))
+            with delimited_source(file, delimiter) as (source, separation):
+                return pacsv.read_csv(source, read_options=read, convert_options=convert,
+                                      parse_options=pacsv.ParseOptions(**separation, **parse))
         except pa.ArrowInvalid as exc:
             if "straddl" not in str(exc) or block >= 1 << 30:
                 raise
             block *= 16  # a row longer than the block (a long review): larger blocks
+
+
+@contextmanager
+def delimited_source(file: Path, delimiter: str):
+    """(source, ParseOptions arguments) for pyarrow's CSV readers of `file` separated by `delimiter`: the file and
+    the delimiter when it is one character; else the file streamed with the delimiter read as SEP, unquoted."""
+    if len(delimiter) == 1:
+        yield file, {"delimiter": delimiter}
+        return
+    with _Translating(file, delimiter) as stream:
+        yield stream, {"delimiter": SEP, "quote_char": False}
 
 
 def _lines(handle, delimiter: str):
@@ -182,10 +234,10 @@ def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS) -> l
     return out
 
 
-def sniff_delimiter(file: Path, known: set[str], normalise) -> str:
+def sniff_delimiter(file: Path, known: set[str]) -> str:
     """The delimiter of a text file, from its first lines: among the candidates that split every sampled line
     into the same number (> 1) of fields, the one whose line 1 names most of the `known` column names
-    (normalised by `normalise`), then the suffix's own (tabs for .tsv, '::' for .dat), then the candidate order
+    (compared by normalise_name), then the suffix's own (tabs for .tsv, '::' for .dat), then the candidate order
     (:: tab , ; |). When none splits consistently: the one splitting most lines alike; else the suffix's."""
     suffix = file.suffix.lower()
     preferred = SUFFIX_DELIMITER.get(suffix, ",")
@@ -206,7 +258,7 @@ def sniff_delimiter(file: Path, known: set[str], normalise) -> str:
         if mode < 2:
             continue
         alike = counts.count(mode) / len(counts)
-        named = sum(normalise(f) in known for f in records[0])
+        named = sum(normalise_name(f) in known for f in records[0])
         scored.append((alike == 1.0, named, delimiter == preferred, alike, -rank, delimiter))
     if not scored:
         return preferred if preferred != "::" else ","
@@ -373,9 +425,7 @@ def _svm_block(file: Path, part: bytes, first_line: int):
     try:
         lines.validate(full=True)
     except pa.ArrowInvalid:
-        from core.data.importers import _utf8_error_position
-
-        raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8") from None
+        raise DataError(f"{file}: {utf8_error_position(file)}: text is not valid UTF-8") from None
     colons = np.diff(np.searchsorted(np.flatnonzero(raw == 58), offsets))  # per line
     spaced = part.replace(b":", b" ")  # same length: the line offsets hold
     trimmed = pc.ascii_trim_whitespace(

@@ -36,6 +36,8 @@ import torch
 
 from core.data import formats
 from core.errors import DataError
+from core.files import file_kind
+from core.text import first_line
 
 SUFFIXES = (".csv", ".parquet", ".pq")  # what write_table writes (and `amp data generate --out` takes)
 READ_SUFFIXES = (".csv", ".parquet", ".pq", *formats.DELIMITED_SUFFIXES[1:], *formats.JSON_SUFFIXES,
@@ -123,15 +125,7 @@ def _not_regular(path: Path) -> str | None:
     """What `path` is when it is not a regular file ("a named pipe (FIFO)", "a device", ...), from its
     status alone: opening a FIFO would wait for a writer forever."""
     mode = path.stat().st_mode
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 @dataclass
@@ -200,16 +194,11 @@ def _same_features(tables: list[pa.Table], prefix: str) -> list[pa.Table]:
     return out
 
 
-def _norm(name: str) -> str:
-    """A column name as aliases compare it: lower case, without "_", "-" and spaces."""
-    return re.sub(r"[\s_-]+", "", str(name)).lower()
-
-
 def _known_names(columns: list[Column], options: ReadOptions) -> set[str]:
     """Normalised names that mark line 1 as a header: the expected names, their aliases, the mapped names."""
-    known = {_norm(c.name) for c in columns}
+    known = {formats.normalise_name(c.name) for c in columns}
     known.update(alias for c in columns for alias in ALIASES.get(c.name, ()))
-    known.update(_norm(v) for v in options.columns.values() if not str(v).strip().isdigit())
+    known.update(formats.normalise_name(v) for v in options.columns.values() if not str(v).strip().isdigit())
     return known
 
 
@@ -219,7 +208,7 @@ def _line1_is_data(records: list[list[str]], known: set[str]) -> bool:
     sampled lines are all numbers it holds a number too (with at least one such column). A file of one line
     is data when every field of it is a number."""
     first = records[0]
-    if any(_norm(f) in known for f in first):
+    if any(formats.normalise_name(f) in known for f in first):
         return False
     rest = [r for r in records[1:] if len(r) == len(first)]
     if not rest:
@@ -247,24 +236,24 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
     where = "line 1: " if src.kind == "csv" else ""
     for key, target in options.columns.items():
         if key not in expected:
-            raise DataError(f"{src}: column mapping {key}={_shorten(str(target), 40)}: this task reads no column "
-                            f"{_shorten(key, 40)!r} (it reads {', '.join(expected)})")
+            raise DataError(f"{src}: column mapping {key}={formats.shorten(str(target), 40)}: this task reads no "
+                            f"column {formats.shorten(key, 40)!r} (it reads {', '.join(expected)})")
     positions: dict[str, int] = {}
-    normed = [_norm(n) for n in names]
+    normed = [formats.normalise_name(n) for n in names]
     for col in columns:
         target = str(options.columns.get(col.name, "")).strip()
         if not target:
             continue
-        mapping = f"column mapping {col.name}={_shorten(target, 40)}"
+        mapping = f"column mapping {col.name}={formats.shorten(target, 40)}"
         if target.isdigit():
             index = int(target) - 1
             if not 0 <= index < len(names):
                 raise DataError(f"{src}: {where}{mapping}: the file has {len(names)} columns (positions count from 1)")
         else:
             hits = [i for i, n in enumerate(names) if n == target] or \
-                   [i for i, n in enumerate(normed) if n == _norm(target)]
+                   [i for i, n in enumerate(normed) if n == formats.normalise_name(target)]
             if not hits:
-                raise DataError(f"{src}: {where}{mapping}: no column {_shorten(target, 40)!r} "
+                raise DataError(f"{src}: {where}{mapping}: no column {formats.shorten(target, 40)!r} "
                                 f"({_found_columns(names, src)})")
             index = hits[0]
         positions[col.name] = index
@@ -275,20 +264,20 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
         if col.name in names and names.index(col.name) not in taken:
             positions[col.name] = names.index(col.name)
             continue
-        aliases = {_norm(col.name), *ALIASES.get(col.name, ())}
+        aliases = {formats.normalise_name(col.name), *ALIASES.get(col.name, ())}
         hits = [i for i, n in enumerate(normed) if i not in taken and n in aliases]
         if len(hits) == 1:
             positions[col.name] = hits[0]
         elif len(hits) > 1 and col.required:
             raise DataError(f"{src}: {where}missing column {col.name!r}; "
-                            f"{_shorten(', '.join(names[i] for i in hits))} could each be it: "
+                            f"{formats.shorten(', '.join(names[i] for i in hits), MAX_SHOWN)} could each be it: "
                             f"choose one with --column {col.name}=NAME")
     src.positions, src.names = positions, list(names)
     for name, index in positions.items():
         if names[index] == name:
             src.shown[name] = repr(name)
         elif src.header:
-            src.shown[name] = f"{_shorten(names[index], 40)!r} ({name})"
+            src.shown[name] = f"{formats.shorten(names[index], 40)!r} ({name})"
         else:
             src.shown[name] = f"{index + 1} ({name})"
     return positions
@@ -306,7 +295,7 @@ def _read_source(file: Path, columns: list[Column], prefix: str | None,
     if suffix in (".parquet", ".pq"):
         src, table = _Source(file, "parquet"), _read_parquet(file)
     else:
-        _refuse_binary(file)
+        formats.refuse_binary(file)
         if suffix in formats.JSON_SUFFIXES:
             src, table = _Source(file, "json"), formats.read_jsonl(file)
         elif wants_query and (suffix in formats.SVMLIGHT_SUFFIXES or formats.looks_svmlight(file)):
@@ -345,7 +334,7 @@ def _read_delimited(file: Path, columns: list[Column], prefix: str | None,
     """A delimited text file: the delimiter (given, else sniffed), header or not, id columns read as text."""
     known = _known_names(columns, options)
     delimiter = formats.normalise_delimiter(options.delimiter)
-    src = _Source(file, "csv", delimiter=delimiter or formats.sniff_delimiter(file, known, _norm),
+    src = _Source(file, "csv", delimiter=delimiter or formats.sniff_delimiter(file, known),
                   sniffed=not delimiter)
     sample = formats.sample_records(file, src.delimiter)
     if not sample:
@@ -363,7 +352,7 @@ def _converted(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.Chunke
     try:
         return _convert(file, col, values)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        reason = _shorten((str(exc).splitlines() or [""])[0].split(":")[0], 60)
+        reason = formats.shorten(first_line(str(exc)).split(":")[0], 60)
         raise DataError(f"{file}: column {col.name!r}: cannot read its {values.type} values as "
                         f"{col.kind} values ({reason})") from None
 
@@ -373,10 +362,11 @@ def _found_columns(names: list[str], src: _Source | None = None) -> str:
     a hint when they look like a header cut by another separator, else nothing of the file's content."""
     if src is not None and not src.header:
         return (f"line 1 holds data, not a header, so its {len(names)} columns are taken by position as "
-                f"{_shorten(', '.join(names), 60)}; add a header line or map columns with --column NAME=POSITION")
+                f"{formats.shorten(', '.join(names), 60)}; add a header line or map columns with "
+                "--column NAME=POSITION")
     used = src.delimiter if src is not None else ","
     if len(names) > 1 and all(_HEADER_NAME.match(n) for n in names):  # one "name" is as likely a secret
-        return "found: " + _shorten(", ".join(names))
+        return "found: " + formats.shorten(", ".join(names), MAX_SHOWN)
     if len(names) == 1:
         for sep in ("::", ";", "\t", "|", ","):
             parts = names[0].split(sep)
@@ -387,22 +377,6 @@ def _found_columns(names: list[str], src: _Source | None = None) -> str:
                 return (f"line 1 seems separated by {formats.describe(sep)}, but {how} delimiter was "
                         f"{formats.describe(used)}: set --delimiter {formats.flag(sep)}")
     return "line 1 does not look like a header of column names"
-
-
-def _shorten(text: str, limit: int = MAX_SHOWN) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _refuse_binary(file: Path) -> None:
-    """DataError when the start of a CSV file holds NUL bytes: binary data or UTF-16 text, not UTF-8 CSV."""
-    with open(file, "rb") as handle:
-        head = handle.read(1 << 16)
-    at = head.find(b"\0")
-    if at >= 0:
-        before = head[:at]
-        line, column = before.count(b"\n") + 1, at - (before.rfind(b"\n") + 1) + 1
-        raise DataError(f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
-                        "UTF-16 text, not a UTF-8 CSV file")
 
 
 def _is_prefixed(name: str, prefix: str) -> bool:
@@ -422,13 +396,13 @@ def _read_csv(src: _Source, text_columns: list[str] = (), column_names: list[str
     except pa.ArrowInvalid as exc:
         text = str(exc)
         if "UTF8" in text or "UTF-8" in text:
-            raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8") from None
+            raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8") from None
         if "Empty CSV file" in text:
             raise DataError(f"{file}: empty file (line 1: no header)") from None
         raise DataError(f"{file}: {_csv_parse_problem(src, text, column_names)}") from None
     if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
         # pyarrow reads a column holding invalid UTF-8 as bytes rather than failing: report the first bad byte.
-        raise DataError(f"{file}: {_utf8_error_position(file)}: text is not valid UTF-8")
+        raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8")
     return table
 
 
@@ -456,7 +430,7 @@ def _csv_parse_problem(src: _Source, text: str, column_names: list[str] | None =
         return (f"{where}cannot parse CSV: {got} fields where {line1} {expected} "
                 f"(a field holding {sep}{quote or ' cannot be read'})")
     reason = text.splitlines()[0].removeprefix("CSV parse error: ").split(":")[0]
-    return f"cannot parse CSV: {_shorten(reason, 60)}"
+    return f"cannot parse CSV: {formats.shorten(reason, 60)}"
 
 
 def csv_line(file: Path, index: int, delimiter: str = ",", header: bool = True) -> int:
@@ -478,28 +452,8 @@ def _read_parquet(file: Path) -> pa.Table:
             if names.count(name) > 1:
                 raise DataError(f"{file}: column {name!r} appears {names.count(name)} times; "
                                 "column names must be unique") from None
-        reason = _shorten((str(exc).splitlines() or [""])[0], 120)
+        reason = formats.shorten(first_line(str(exc)), 120)
         raise DataError(f"{file}: not a readable Parquet file: {reason}") from None
-
-
-def _utf8_error_position(file: Path) -> str:
-    """'line L, column C' of the first byte that is not UTF-8 (error path only: reads the file in chunks)."""
-    line, chunk_size, carry = 1, 1 << 24, b""
-    with open(file, "rb") as handle:
-        while chunk := handle.read(chunk_size):
-            data = carry + chunk
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if exc.start < len(data) - 4 or len(chunk) < chunk_size:  # not a character cut by the chunk
-                    before = data[: exc.start]
-                    column = exc.start - (before.rfind(b"\n") + 1) + 1
-                    lines = line + before.count(b"\n")
-                    return f"line {lines}, column {column} (byte)"
-            cut = data.rfind(b"\n") + 1 if b"\n" in data else 0
-            line += data[:cut].count(b"\n")
-            carry = data[cut:]
-    return "somewhere"
 
 
 def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, str]:
@@ -518,7 +472,7 @@ def _place(file: _Source, col: Column, index: int) -> str:
 
 
 def _fail_value(file: _Source, col: Column, index: int, value: str, expected: str) -> DataError:
-    return DataError(f"{file}: {_place(file, col, index)}: {_shorten(value, 40)!r} is not {expected}")
+    return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(value, 40)!r} is not {expected}")
 
 
 def _missing_value(file: _Source, col: Column, index: int) -> DataError:
@@ -529,13 +483,10 @@ def _missing_value(file: _Source, col: Column, index: int) -> DataError:
         position = file.positions.get(col.name, file.names.index(col.name) if col.name in file.names else None)
         raw = fields[position] if position is not None and position < len(fields) else ""
     if raw.strip():
-        return DataError(f"{file}: {_place(file, col, index)}: {_shorten(raw, 40)!r} marks a missing value; "
+        return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(raw, 40)!r} marks a missing value; "
                          "a value is needed")
     what = "the field is empty" if file.kind == "csv" else "the value is missing (null)"
     return DataError(f"{file}: {_place(file, col, index)}: {what}; a value is needed")
-
-
-_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
 def _convert(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -571,7 +522,7 @@ def _convert(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedA
         return _floats_as(file, col, values)
     # Strings where numbers belong: locate the first one that does not parse.
     text = pc.cast(values, pa.string())
-    ok = pc.match_substring_regex(text, _NUMBER if kind != "int" else r"^\s*[-+]?\d+\s*$")
+    ok = pc.match_substring_regex(text, formats.NUMBER if kind != "int" else formats.INTEGER)
     if pc.all(pc.fill_null(ok, False)).as_py():
         return _floats_as(file, col, pc.cast(pc.utf8_trim_whitespace(text), pa.float64()), text)
     expected = {"int": "a whole number", "float": "a number", "number": "a number or a date-time"}[kind]

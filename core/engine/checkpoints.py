@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import pickle
 import platform
 import random
@@ -26,6 +25,7 @@ import torch
 
 from core.errors import CheckpointError
 from core.files import atomic_write_bytes
+from core.text import first_line
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE  # noqa: F401  (a run folder's files)
 
 FORMAT_VERSION = 1
@@ -77,7 +77,7 @@ def restore_rng(state: dict) -> str | None:
             torch.cuda.set_rng_state_all(cuda)
     except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
         restore_rng(before)  # all or nothing
-        return f"rng: {_one_line(exc)}"
+        return f"rng: {first_line(exc)}"
     return None
 
 
@@ -145,7 +145,7 @@ def load_checkpoint(path: str | Path) -> dict:
             f"(only tensors and plain containers are loaded){_unsafe_global(exc)}"
         ) from None
     except Exception as exc:  # torch.load raises many types on garbage (IndexError, KeyError...): all mean corrupt
-        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): {_one_line(exc)}") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): {first_line(exc)}") from None
     if not isinstance(state, dict) or "format_version" not in state:
         raise CheckpointError(f"{path}: not an AMP Console checkpoint (no format_version)")
     if type(state["format_version"]) is not int or state["format_version"] != FORMAT_VERSION:
@@ -198,7 +198,7 @@ _CHUNK = 1 << 22
 
 
 def _corrupted(path: Path, exc: BaseException) -> CheckpointError:
-    text = _one_line(exc)
+    text = first_line(exc)
     crc = re.fullmatch(r"Bad CRC-32 for file '(.+)'", text)
     detail = f"CRC mismatch in {_member(crc.group(1))}" if crc else f"damaged zip structure: {text}"
     return CheckpointError(f"{path}: checkpoint is corrupted ({detail}); it cannot be trusted")
@@ -308,7 +308,7 @@ def _check_config(state: dict, source: str, bad) -> None:
     except ConfigError as exc:
         raise CheckpointError(f"{source}: bad checkpoint: config.{exc}") from None
     except (TypeError, ValueError) as exc:  # a non-string key, a value RunConfig cannot take
-        raise CheckpointError(f"{source}: bad checkpoint: config: {_one_line(exc)}") from None
+        raise CheckpointError(f"{source}: bad checkpoint: config: {first_line(exc)}") from None
     if config.get("task", state["task"]) != state["task"]:
         raise bad("config.task", f"the checkpoint's task {state['task']!r}", config["task"])
 
@@ -431,7 +431,7 @@ def rebuild_model(state: dict, source: str | Path):
         model = task.build_model(state.get("data_info") or {})
     except (TypeError, ValueError, KeyError, RuntimeError, ConfigError) as exc:
         raise CheckpointError(f"{source}: bad checkpoint: data_info does not fit task {state['task']!r}: "
-                              f"{_one_line(exc)}") from None
+                              f"{first_line(exc)}") from None
     load_model_state(model, state["model"], str(source))
     return task, model
 
@@ -468,8 +468,3 @@ def _unsafe_global(exc: BaseException) -> str:
 def _short(items: list[str], limit: int = 5) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from core.errors import DeviceError
+from core.text import first_line
 
 _DEVICE = r"(cpu|meta|mps|cuda(?::\d+)?|xpu(?::\d+)?|hpu(?::\d+)?)"
 # torch words the same mistake differently per op and version; each pattern captures the two devices.
@@ -186,6 +187,5 @@ def explain_exception(exc: BaseException, trainer=None) -> str:
         return (f"another process of this {dist.world_size}-process run died or lost its connection{step}; "
                 f"the run ended. Resume from the last checkpoint ({saved})")
     if isinstance(exc, RuntimeError) and ("CUDA error" in text or "device-side" in text):
-        return f"the device failed{step} (it may have vanished or reset): {text.splitlines()[0]}"
-    first_line = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}{step}: {first_line}"
+        return f"the device failed{step} (it may have vanished or reset): {first_line(text)}"
+    return f"{type(exc).__name__}{step}: {first_line(text)}"

@@ -1,9 +1,9 @@
 """Claiming a run folder: one run writes to a folder at a time, from before its first file to its end.
 
 A fresh run takes the folder it was given, or when that holds an earlier run (or a live run holds it) the first
-free `folder-2`, `folder-3`, ... beside it. The claim is atomic: a live run holds an exclusive `flock` on
-`.run.lock` inside its folder for as long as it runs, and only the process that gets that lock may use the
-folder, so two runs started at the same instant into the same `--out` end up in two folders. The operating
+free `folder-2`, `folder-3`, ... beside it. The claim is atomic: a live run holds an exclusive lock
+(core.files.try_lock) on `.run.lock` inside its folder for as long as it runs, and only the process that gets
+that lock may use the folder, so two runs started at the same instant into the same `--out` end up in two folders. The operating
 system drops the lock when the process ends, however it ends (SIGKILL included), so a lock that can be taken
 means no run is writing there. A resume into its own folder continues there, unless a live run holds it.
 
@@ -16,17 +16,12 @@ HELD_ENV, so rank 0 writes there without claiming it again.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from pathlib import Path
 
 from core.errors import ConfigError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on POSIX: the folder is still claimed by creating it
-    fcntl = None
+from core.files import CAN_LOCK, lock_is_held, try_lock
 
 LOCK_FILE = ".run.lock"
 # A run folder's files, as core.engine.checkpoints names them (spelled here so that claiming needs no torch).
@@ -117,23 +112,6 @@ def is_in_use(folder: str | os.PathLike) -> bool:
     return lock_is_held(Path(folder) / LOCK_FILE)
 
 
-def lock_is_held(lock_path: str | os.PathLike) -> bool:
-    """Whether a live process holds the flock on `lock_path` (a run's or a sweep's lock file). Reading only."""
-    if fcntl is None:
-        return False
-    try:
-        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def claim_run_folder(requested: str | os.PathLike, resume_from: str | os.PathLike | None = None) -> ClaimedFolder:
     """Claim the folder a run writes to (see the module doc): `requested`, or the first free sibling
     `requested-2`, `-3`, ... when it holds an earlier run or a live run holds it. A run resumed from the
@@ -176,19 +154,13 @@ def _try_claim(folder: Path, requested: Path, keep_run: bool) -> ClaimedFolder |
     created = _make_folder(folder)
     lock_path = folder / LOCK_FILE
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = try_lock(lock_path)
     except OSError as exc:
-        raise ConfigError("out_dir", f"could not use {folder}: could not create {lock_path.name} in it: "
+        raise ConfigError("out_dir", f"could not use {folder}: could not create or lock {lock_path.name} in it: "
                                      f"{describe_os_error(exc)}") from None
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None  # a live run holds it
-            raise ConfigError("out_dir", f"could not lock {lock_path}: {describe_os_error(exc)}") from None
-    elif not created and not keep_run:
+    if fd is None:
+        return None  # a live run holds it
+    if not CAN_LOCK and not created and not keep_run:  # no lock to tell: only a folder this call made is ours
         os.close(fd)
         return None
     if not keep_run and holds_a_run(folder):  # a run wrote its first files between our check and the lock

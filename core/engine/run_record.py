@@ -40,17 +40,12 @@ TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.j
 
 
 def user_data_dir() -> Path:
-    """This user's data folder for the console: $XDG_DATA_HOME (or ~/.local/share)/amp-console on Linux,
-    ~/Library/Application Support/amp-console on macOS, %LOCALAPPDATA%\\amp-console on Windows."""
-    home = Path.home()
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = home / "Library" / "Application Support"
-    else:
-        xdg = os.environ.get("XDG_DATA_HOME", "")
-        base = Path(xdg) if os.path.isabs(xdg) else home / ".local" / "share"  # the spec ignores relative paths
-    return base / "amp-console"
+    """This user's data folder for the console, as platformdirs knows it: $XDG_DATA_HOME (or ~/.local/share)
+    /amp-console on Linux, ~/Library/Application Support/amp-console on macOS, %LOCALAPPDATA%\\amp-console on
+    Windows."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("amp-console", appauthor=False))
 
 
 def runs_root(explicit: str | os.PathLike | None = None) -> Path:

@@ -18,7 +18,7 @@ Memory (one `MemoryProbe` per device kind):
   model and data were ready. An out-of-memory trial is caught, its gradients, optimizer state and GradScaler are
   dropped, the cache emptied, and the search goes on with a smaller batch.
 - CPU: an ESTIMATE. The growth of the process's resident set during the trial (VmHWM, reset per trial through
-  /proc/self/clear_refs) above its size when the mode was ready, against MemAvailable (/proc/meminfo) at that
+  /proc/self/clear_refs) above its size when the mode was ready, against MemAvailable (psutil) at that
   moment. To stay safe a CPU trial larger than every trial so far is first predicted from the measured ones
   (a line through the two largest; proportional with one) and not run when the prediction passes the budget.
   The first trial (the start batch) is run unpredicted: start from a batch you could train with.
@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.config import RunConfig
 from core.errors import ConfigError, DeviceError
+from core.text import size
 
 if TYPE_CHECKING:
     from core.devices import DeviceInfo
@@ -169,8 +170,8 @@ class BatchFinderProgress:
             return f"{self.mode}: setting up the model and data"
         if self.phase == "trial" and self.trial is not None:
             t = self.trial
-            peak = _size(t.peak_bytes)
-            budget = f" of {_size(self.budget_bytes)}" if self.budget_bytes else ""
+            peak = size(t.peak_bytes)
+            budget = f" of {size(self.budget_bytes)}" if self.budget_bytes else ""
             what = {PREDICTED_OVER: f"predicted {peak}{budget}, not run", OOM: "out of memory (recovered)"}.get(
                 t.status, f"peak {peak}{budget}")
             speed = f", {t.samples_per_second:,.0f} samples/s" if t.samples_per_second else ""
@@ -187,15 +188,6 @@ class BatchFinderProgress:
 
 
 ProgressCallback = Callable[[BatchFinderProgress], None]
-
-
-def _size(value: int | None) -> str:
-    if not value:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value} B"
 
 
 # ----------------------------------------------------------------------------- settings and the search (no torch)
@@ -320,7 +312,7 @@ class FakeProbe:
 
     def __init__(self, limit_bytes: int, per_sample_bytes: int, fixed_bytes: int = 0):
         self.limit_bytes, self.per_sample_bytes, self.fixed_bytes = limit_bytes, per_sample_bytes, fixed_bytes
-        self.source = f"a fake device of {_size(limit_bytes)} ({per_sample_bytes:,} bytes per sample)"
+        self.source = f"a fake device of {size(limit_bytes)} ({per_sample_bytes:,} bytes per sample)"
         self.batch = 0
         self.begun: list[int] = []
         self.released = 0
@@ -405,12 +397,13 @@ class CpuProbe:
         self.base = 0
 
     def limit(self) -> int:
+        from core.devices import available_ram
+
         self.release()
         self.base = _current_rss()
-        available = _available_ram()
+        available = available_ram()
         if available is None:
-            raise DeviceError("fit-batch on the CPU needs the available RAM (/proc/meminfo or psutil); "
-                              "neither is readable here")
+            raise DeviceError("fit-batch on the CPU needs the available RAM, which psutil cannot read here")
         return available
 
     def begin_trial(self, batch: int) -> None:
@@ -455,7 +448,9 @@ def _read_status_kib(key: str) -> int | None:
 
 
 def _current_rss() -> int:
-    value = _read_status_kib("VmRSS")
+    from core.devices import resident_set
+
+    value = resident_set()
     return value if value is not None else _peak_rss()
 
 
@@ -463,26 +458,9 @@ def _peak_rss() -> int:
     value = _read_status_kib("VmHWM")
     if value is not None:
         return value
-    import resource
+    from core.devices import peak_resident_set
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def _available_ram() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        return None
+    return peak_resident_set() or 0
 
 
 def _malloc_trim() -> None:
@@ -681,7 +659,7 @@ def find_batch_sizes(config: RunConfig, modes: Sequence[str] | None = None, *, m
         notes.append("CPU figures are an estimate: the process's RSS growth against the RAM available when each "
                      "mode started; other programs can take that RAM later")
     if limit_bytes:
-        notes.append(f"limit set to {_size(limit_bytes)} instead of the device's")
+        notes.append(f"limit set to {size(limit_bytes)} instead of the device's")
     if compiled:
         notes.append("batch sizes were tried eager (compile is off here: each size tried would be a recompile); "
                      "compiled training usually keeps fewer activations, so these sizes err on the safe side")

@@ -23,7 +23,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,8 @@ import torch
 from torch import nn
 
 from core.errors import CheckpointError, ConfigError
+from core.files import new_temp_folder
+from core.text import first_line, size
 
 FORMATS = ("program", "onnx", "safetensors")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -79,11 +80,11 @@ class ExportResult:
     def summary(self) -> str:
         """One line: where, what, and the verification figure."""
         text = (f"exported {self.task} (step {self.step:,}) as {self.format} {self.dtype} to {self.folder}: "
-                f"{MODEL_FILES[self.format]} {_size(self.size_bytes)}; verified by reloading it on a sample "
+                f"{MODEL_FILES[self.format]} {size(self.size_bytes)}; verified by reloading it on a sample "
                 f"batch {tuple(self.sample_shape)}: max abs difference {self.max_abs_diff:.2e} (tolerance "
                 f"{self.tolerance:.0e})")
         if self.fp32_size_bytes is not None and self.dtype_diff is not None:
-            text += (f"; {self.dtype} vs fp32: {_size(self.size_bytes)} vs {_size(self.fp32_size_bytes)}, "
+            text += (f"; {self.dtype} vs fp32: {size(self.size_bytes)} vs {size(self.fp32_size_bytes)}, "
                      f"outputs differ by at most {self.dtype_diff:.2e}")
         return text
 
@@ -257,9 +258,8 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         expected32 = reference(sample)
     made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]  # removed on failure
     out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    staging = Path(new_temp_folder(out.parent, f".{out.name}."))  # a folder's usual permissions, unlike mkdtemp
     try:
-        os.chmod(staging, 0o777 & ~_umask())
         serving = _serving(loaded, dtype, fmt)
         with torch.no_grad():
             expected = serving(sample)
@@ -269,7 +269,7 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
             got = _reload_outputs(loaded, staging, fmt, dtype, sample)
         except Exception as exc:  # noqa: BLE001 - a loader's failure is the export's, in one line
             raise CheckpointError(f"{checkpoint}: the written {MODEL_FILES[fmt]} could not be loaded back: "
-                                  f"{_one_line(exc)}; nothing was written") from None
+                                  f"{first_line(exc)}; nothing was written") from None
         diff = _max_abs(got, expected)
         # Reduced precision run by another runtime (ONNX Runtime) rounds differently: a few units of its epsilon.
         rounding = 4 * torch.finfo(DTYPES[dtype]).eps if dtype != "fp32" and fmt == "onnx" else TOLERANCE
@@ -403,7 +403,7 @@ def _write_model(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folde
             torch.export.save(program, buffer)
         except Exception as exc:  # noqa: BLE001 - torch.export raises many types; one line for the user
             raise CheckpointError(f"{loaded.path}: torch.export could not export the {task} model: "
-                                  f"{_one_line(exc)}") from None
+                                  f"{first_line(exc)}") from None
         _write(folder / MODEL_FILES[fmt], buffer.getvalue())
         return [MODEL_FILES[fmt]]
     if fmt == "onnx":
@@ -602,17 +602,6 @@ def _json_safe(value):
     return value
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def _onnx_cause(exc: BaseException) -> str:
     """The exporter's own summary line ("No ONNX function found for ...") rather than its banner."""
     import re
@@ -621,15 +610,7 @@ def _onnx_cause(exc: BaseException) -> str:
     for number, line in enumerate(lines):
         if line.startswith("## Exception summary") and number + 1 < len(lines):
             return lines[number + 1].split(">: ", 1)[-1][:300]
-    return _one_line(exc)
-
-
-def _size(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"
+    return first_line(exc)
 
 
 SERVE_PY = r'''"""Serve an AMP Console export: `load(folder).predict(...)`, with the standard library and torch only

@@ -39,6 +39,7 @@ from core.errors import DeviceError
 from core.lab.dtype_inspector import LOSS_ROW
 from core.lab.precision_sweep import requested_modes
 from core.tasks import create_task
+from core.text import first_line
 
 DEFAULT_MODES = ("fp32", "bf16", "fp16")
 ROOT_NAME = "(model)"
@@ -307,7 +308,7 @@ def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: P
                     loss = task.loss(model, batch)
             plan.make_scaler().scale(loss).backward()
     except torch.OutOfMemoryError as exc:
-        return ModeTotals(mode=plan.mode, status="failed", reason=f"out of memory: {str(exc).splitlines()[0]}")
+        return ModeTotals(mode=plan.mode, status="failed", reason=f"out of memory: {first_line(exc)}")
     except RuntimeError as exc:  # user code put tensors on two devices: say which, as one line
         message = explain_device_mismatch(exc, model, batch, device)
         if message is None:

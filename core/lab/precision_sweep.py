@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import torch
 
 from core.config import RunConfig
 from core.engine.control import RunControl
-from core.devices import DeviceInfo, collect_garbage, device_info, list_devices
+from core.devices import DeviceInfo, collect_garbage, device_info, list_devices, peak_resident_set
 from core.precision_modes import PRECISION_MODES
 from core.errors import PrecisionError
 from core.engine.events import RunEnded, RunStarted, StepMetrics
@@ -160,12 +159,6 @@ ProgressCallback = Callable[[SweepProgress], None]
 WindowCallback = Callable[[str, int, int, int, int, "float | None", "int | None"], None]
 
 
-def peak_rss_bytes() -> int:
-    """This process's RSS high-water mark (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
 def tokens_per_sample(split: dict[str, torch.Tensor], tokens_key: str | None) -> float | None:
     """Mean non-padding entries (padding id 0) per sample of `split[tokens_key]`; None for tasks without tokens."""
     if not tokens_key or tokens_key not in split:
@@ -235,7 +228,7 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     if facts["tokens"] is not None:
         row.tokens_per_second = row.samples_per_second * facts["tokens"]
     last = seen[-1]
-    row.peak_memory_bytes = last.memory_bytes if trainer.device.type != "cpu" else peak_rss_bytes()
+    row.peak_memory_bytes = last.memory_bytes if trainer.device.type != "cpu" else peak_resident_set()
     row.loss = last.loss
     row.skipped_steps = last.skipped_steps
     return row

@@ -57,17 +57,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.config import FIELD_SPECS, RunConfig
-from core.engine.run_folder import lock_is_held
 from core.engine.run_record import (
     load_record, lower_is_better, now_iso, primary_metric, read_run, runs_root,
 )
 from core.errors import ConfigError
-from core.files import atomic_write_bytes
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no lock, one sweep process per folder is up to the user
-    fcntl = None
+from core.files import atomic_write_bytes, lock_is_held, try_lock
 
 if TYPE_CHECKING:
     from core.engine.control import RunControl
@@ -186,7 +180,7 @@ def parse_value(text: str, kind: type, flag: str) -> Any:
     """A value typed as `kind` (int, float, bool, str) from the command line; ConfigError naming `flag`."""
     raw = text.strip()
     if not raw:
-        raise ConfigError(flag, f"an empty value in the list; give values separated by commas")
+        raise ConfigError(flag, "an empty value in the list; give values separated by commas")
     try:
         if kind is bool:
             if raw.lower() not in ("true", "false"):
@@ -526,19 +520,13 @@ class _SweepLock:
         self.fd: int | None = None
 
     def __enter__(self) -> _SweepLock:
-        if fcntl is None:
-            return self
         try:
-            self.fd = os.open(self.folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.fd = try_lock(self.folder / LOCK_FILE)
         except OSError as exc:
-            if self.fd is not None:
-                os.close(self.fd)
-                self.fd = None
-            if isinstance(exc, BlockingIOError) or exc.errno in (11, 35, 13):
-                raise ConfigError("sweep", f"{self.folder}: another process is running this sweep; wait for it "
-                                           f"to end (or stop it) before resuming it") from None
             raise ConfigError("sweep", f"could not lock {self.folder / LOCK_FILE}: {exc.strerror or exc}") from None
+        if self.fd is None:
+            raise ConfigError("sweep", f"{self.folder}: another process is running this sweep; wait for it "
+                                       f"to end (or stop it) before resuming it")
         return self
 
     def __exit__(self, *exc) -> None:

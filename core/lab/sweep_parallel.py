@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.text import first_line
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STOP_GRACE_SECONDS = 60.0  # after "stop": this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
@@ -344,9 +345,9 @@ def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
     ended = child.ended
     if ended is not None:
         status = ended.status if ended.status in ("completed", "stopped", "failed") else "failed"
-        return status, _one_line(ended.message)
+        return status, first_line(ended.message)
     if child.setup_error is not None:
-        return "failed", _one_line(child.setup_error)
+        return "failed", first_line(child.setup_error)
     if code < 0:  # a signal ended it before it could report
         name = _signal_text(-code)
         if child.stop_sent_at is not None:
@@ -360,10 +361,7 @@ def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
         return "stopped", f"the training process was stopped by {_signal_text(code - 128)}"
     tail = [line for line in child.stderr_tail if not line.startswith("amp-console: ")] or list(child.stderr_tail)
     if tail:
-        return "failed", _one_line(tail[-1])
+        return "failed", first_line(tail[-1])
     return "failed", f"the training process exited with code {code} without reporting why"
 
 
-def _one_line(text: str) -> str:
-    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
-    return lines[0] if lines else ""

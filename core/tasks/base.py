@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 from core.data.batching import split_length
 from core.data.splits import DataSource
 from core.tasks.options import TaskOption  # noqa: F401  (one class; re-exported for task modules)
+from core.text import size
 
 # Bytes per trainable parameter while training: float32 weights and gradients, plus the optimizer's state
 # (Adam/AdamW: two float32 moments; SGD: one momentum buffer).
@@ -178,8 +179,8 @@ class Task(ABC):
                          else "use a smaller model or a device with more memory")
                 what = "to train" if where == device else "to build in host memory"
                 raise ConfigError(f"task_options.{culprits[0][0]}" if culprits else "task_options",
-                                  f"the model would have {params:,} parameters (~{_bytes_text(bytes_needed)} "
-                                  f"{what}) but {where} has {_bytes_text(free)} free: {lower}")
+                                  f"the model would have {params:,} parameters (~{size(bytes_needed)} "
+                                  f"{what}) but {where} has {size(free)} free: {lower}")
         return need
 
     def check_synthetic_size(self, need: int, options: tuple[str, ...]) -> None:
@@ -193,7 +194,7 @@ class Task(ABC):
             options = tuple(n for n in options if self.opts[n] > defaults[n]) or options  # the raised ones
             named = " or ".join(f"{name} ({self.opts[name]:,})" for name in options)
             raise ConfigError(f"task_options.{options[0]}", f"the synthetic data would take over "
-                                                            f"{_bytes_text(need)} but cpu has {_bytes_text(free)} "
+                                                            f"{size(need)} but cpu has {size(free)} "
                                                             f"free: lower task option {named}")
 
     def _size_culprits(self, info: dict, params: int) -> list[tuple[str, Any]]:
@@ -238,22 +239,10 @@ def free_bytes(device: torch.device) -> int | None:
 
         return cuda_free_memory(device.index if device.index is not None else torch.cuda.current_device())
     if device.type in ("cpu", "mps"):
-        try:
-            import psutil
+        from core.devices import available_ram
 
-            return int(psutil.virtual_memory().available)
-        except (ImportError, OSError):
-            return None
+        return available_ram()
     return None
-
-
-def _bytes_text(count: float) -> str:
-    """1536 -> '1.5 KiB'; GiB and up keep one decimal below 10 (3.9 TiB), none above (21 GiB)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if count < 1024 or unit == "PiB":
-            return f"{count:.1f} {unit}" if count < 10 and unit != "B" else f"{count:.0f} {unit}"
-        count /= 1024
-    return f"{count:.0f} PiB"
 
 
 def iter_slices(split: dict[str, torch.Tensor], batch_size: int):

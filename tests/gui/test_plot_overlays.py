@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import Signal
 
 import app.file_actions
 from app.file_actions import checkpoint_choices

@@ -1,0 +1,65 @@
+"""How the engine writes quantities and errors as text, in one convention for the CLI, messages and the window.
+
+Bytes in binary units ('12.3 MiB'), counts in thousands and millions ('1.05 M'), wall times as a clock
+('12:05'), elapsed times and ETAs as '3m48s', an exception as its first line. A shared leaf (see
+docs/ARCHITECTURE.md): it imports nothing of the project, so every layer can use it.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def count(value: float | None) -> str:
+    """1234 -> '1,234'; 1048576 -> '1.05 M'; 2.5e9 -> '2.5 G'; '-' when unknown."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    magnitude = abs(value)
+    for unit, scale in (("G", 1e9), ("M", 1e6)):
+        if magnitude >= scale:
+            return f"{value / scale:.3g} {unit}" if magnitude < 100 * scale else f"{value / scale:,.0f} {unit}"
+    if float(value).is_integer() or magnitude >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def size(value: float | None) -> str:
+    """Bytes in binary units: '512 B', '12.3 KiB', '312 MiB', '1.25 GiB' ... PiB; '-' when unknown or zero."""
+    if not value:
+        return "-"
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            scaled = value / scale
+            return f"{scaled:.3g} {unit}" if scaled < 100 else f"{scaled:,.0f} {unit}"
+    return f"{value:.0f} B"
+
+
+def duration(seconds) -> str:
+    """A wall time: '0.1 s', '12:05' or '1:02:03'; '-' when unknown."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not math.isfinite(seconds):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def elapsed(seconds: float) -> str:
+    """An elapsed time or an ETA in a progress line: '7s', '3m48s', '1h02m' (whole seconds, never negative)."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def first_line(error: BaseException | str | None) -> str:
+    """The first non-blank line of an exception's message (or of a text), stripped: what a one-line report
+    shows. An exception with no message reads as its type's name; an empty text as ''."""
+    for line in str(error if error is not None else "").splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__ if isinstance(error, BaseException) else ""
