@@ -12,6 +12,11 @@ import torch
 from core.config import RunConfig
 from core.engine.events import Event
 
+# CLI tables are laid out for the terminal's COLUMNS, or 100 columns when piped: tests see the piped layout in
+# every process, whatever the developer's terminal (pytest-xdist's workers get COLUMNS=80 from their launcher).
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 
 class Recorder:
     """A sink that keeps every event, with helpers to pick them by type."""

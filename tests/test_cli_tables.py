@@ -66,6 +66,7 @@ def test_bench_progress_per_mode_and_window_and_threads(monkeypatch, capsys):
     assert data["threads"] == 1 and all(r["threads"] == 1 for r in data["rows"])
 
 
+@pytest.mark.slow
 def test_isolated_bench_relays_window_progress():
     from core.config import RunConfig
     from core.lab.precision_sweep import run_sweep

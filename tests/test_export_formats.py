@@ -221,6 +221,7 @@ REVIEWS = ["Clear and useful, not boring at all.", "I didn't like it: confusing;
            "Great lesson", "", "Café au lait — pas mal; NOT WORTH IT"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("task", list(SMALL))
@@ -447,6 +448,7 @@ def test_the_readme_script_runs_as_printed(runs, tmp_path):
     assert float(out[-1].split()[-1].strip("[]")) == pytest.approx(float(expected), abs=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", list(SMALL))
 def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_path, task):

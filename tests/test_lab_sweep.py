@@ -10,6 +10,7 @@ from core.errors import PrecisionError
 from core.lab.precision_sweep import SweepRow, measure_mode, recommend, requested_modes, run_sweep, tokens_per_sample
 
 
+@pytest.mark.slow
 def test_cpu_sweep_has_every_cpu_mode_with_sane_ratios():
     updates = []
     result = run_sweep(RunConfig.for_task("tiny", device="cpu"), steps=5, repeats=2, progress=updates.append)
@@ -71,6 +72,7 @@ def test_tokens_per_sample_counts_non_padding_entries():
     assert tokens_per_sample(split, None) is None
 
 
+@pytest.mark.slow
 def test_stop_kills_an_isolated_measurement_at_once(tmp_path):
     import threading
     import time

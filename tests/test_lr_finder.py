@@ -186,6 +186,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, flag):
     assert len(err.strip().splitlines()) == 1 and flag in err
 
 
+@pytest.mark.slow
 def test_help_does_not_import_torch():
     from tests.test_cli_startup import heavy_modules_after
 

@@ -170,19 +170,10 @@ def _resume_values(args: argparse.Namespace, user: dict) -> tuple[dict, list[str
     values["out_dir"] = user.get("out_dir") or str(Path(args.resume).parent)
     changed = [f"{k} {saved[k]!r} -> {values[k]!r}" for k in values if k != "out_dir" and values[k] != saved[k]]
     notes = [f"resuming {name} with changed settings: {', '.join(changed)}"] if changed else []
+    from core.engine.run_state import check_resume_target
+
     check_resume_target(RunConfig.from_dict(values), state, name)
     return values, notes
-
-
-def check_resume_target(config: RunConfig, state: dict, name: str) -> None:
-    """Refuse a resume whose end is already behind the checkpoint (it would 'complete' without a step)."""
-    step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
-    if config.max_steps and step >= config.max_steps:
-        raise ConfigError("max_steps", f"checkpoint {name} is at step {step}, so max steps {config.max_steps} is "
-                                       f"already reached: give a larger value to train on")
-    if not config.max_steps and epoch >= config.epochs:
-        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step}), so {config.epochs} "
-                                    f"epochs are already reached: give more epochs (or max steps) to train on")
 
 
 def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
@@ -452,6 +443,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         check_paths(config)
         if args.resume:
             from core.engine import checkpoints
+            from core.engine.run_state import check_resume_target
 
             check_regular_file(args.resume, "resume", "checkpoint file")
             check_resume_target(config, checkpoints.load_checkpoint(args.resume), shown_path(args.resume))

@@ -21,7 +21,7 @@ import torch
 from core.engine import checkpoints as ckpt
 from core.engine.distributed import DistContext, all_gather_bytes
 from core.engine.optimizers import regroup_one_group_state, state_misfit
-from core.errors import CheckpointError
+from core.errors import CheckpointError, ConfigError
 
 
 def seed_everything(seed: int) -> None:
@@ -72,6 +72,18 @@ def capture(trainer, rng: list[dict]) -> dict:
     if len(rng) > 1:
         state["rng_per_rank"] = rng
     return state
+
+
+def check_resume_target(config, state: dict, name: str) -> None:
+    """Refuse a resume whose end is already behind the checkpoint (it would 'complete' without a step): a
+    ConfigError naming max_steps or epochs, in every way a run starts (the CLI, the window's thread or process)."""
+    step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
+    if config.max_steps and step >= config.max_steps:
+        raise ConfigError("max_steps", f"checkpoint {name} is at step {step}, so max steps {config.max_steps} is "
+                                       f"already reached: give a larger value to train on")
+    if not config.max_steps and epoch >= config.epochs:
+        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step}), so {config.epochs} "
+                                    f"epochs are already reached: give more epochs (or max steps) to train on")
 
 
 def restore(trainer, state: dict, source: str) -> None:

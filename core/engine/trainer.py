@@ -125,6 +125,8 @@ class Trainer:
             raise CheckpointError(
                 f"{self.resume_from}: checkpoint is for task {resume_state['task']!r}, this run is {cfg.task!r}"
             )
+        if resume_state is not None:
+            run_state.check_resume_target(cfg, resume_state, str(self.resume_from))
         if cfg.threads:
             apply_threads(cfg.threads)  # as given, before the data is built
         init_process_group(self.dist, self.device)

@@ -8,6 +8,7 @@ from gui_helpers import click, find, quick_run, set_field
 from PySide6.QtWidgets import QPushButton
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", max_steps=30, log_interval=5)
@@ -94,6 +95,7 @@ def test_inspector_says_why_float32_and_shows_the_ops_in_full(qtbot, window, tmp
     assert "autocast op reference" in find(dialog, "inspectorLegend").text()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_compare_shows_progress_inside_a_mode_and_uses_the_threads_setting(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", max_steps=30, log_interval=5)

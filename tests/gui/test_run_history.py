@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gui_helpers import find
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QVBoxLayout
 
@@ -151,6 +152,7 @@ def test_overlay_of_two_runs_draws_two_curves_with_legend_entries(qtbot, window,
 
 @pytest.mark.timeout(120)
 def test_resume_from_history_continues_the_run(qtbot, window, runs_root):
+    find(window, "separateProcessCheck").setChecked(False)  # resumes on a thread: not a process-boundary test
     panel = open_history(qtbot, window)
     panel.select_names("bf16-run")
     panel.resumeButton.click()
