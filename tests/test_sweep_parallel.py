@@ -26,10 +26,12 @@ from core.lab.sweep_parallel import _Child, _outcome, child_env, device_slots, p
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-# Long enough (about 2 s of steps each) that two trials running at once overlap by more than run.json's
-# one-second clock resolution; threads left at auto, so the sweep shares the cores out.
-FAST = ["--task", "tiny", "--device", "cpu", "--precision", "fp32", "--max-steps", "2000",
-        "--set", "log_interval=50", "--set", "eval_interval=500", "-o", "samples=512"]
+# Trials long enough (several seconds of steps each) that two running at once overlap by more than run.json's
+# one-second clock resolution even when one child loads torch seconds after the other on a busy machine;
+# threads left at auto, so the sweep shares the cores out.
+STEPS = 8000
+FAST = ["--task", "tiny", "--device", "cpu", "--precision", "fp32", "--max-steps", str(STEPS),
+        "--set", "log_interval=200", "--set", "eval_interval=2000", "-o", "samples=512"]
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
@@ -53,6 +55,7 @@ def overlapping_pairs(records: list[dict]) -> list[tuple[str, str]]:
     return pairs
 
 
+@pytest.mark.default_threads  # the trainer's automatic thread choice is what it checks
 def test_a_2x2_grid_on_two_cpu_slots_makes_four_runs_that_overlap(tmp_path, capsys):
     root = tmp_path / "runs"
     code, out, err = cli(capsys, "sweep", *FAST, "--runs-dir", str(root), "--grid", "lr=1e-3,3e-3",
@@ -65,7 +68,7 @@ def test_a_2x2_grid_on_two_cpu_slots_makes_four_runs_that_overlap(tmp_path, caps
     assert sorted(r["name"] for r in runs) == [
         f"{folder.name}/trial-01-lr=0.001-batch_size=32", f"{folder.name}/trial-02-lr=0.001-batch_size=64",
         f"{folder.name}/trial-03-lr=0.003-batch_size=32", f"{folder.name}/trial-04-lr=0.003-batch_size=64"]
-    assert {r["status"] for r in runs} == {"completed"} and {r["steps"] for r in runs} == {2000}
+    assert {r["status"] for r in runs} == {"completed"} and {r["steps"] for r in runs} == {STEPS}
     rows = result["trials"]
     assert len(rows) == 4 and {r["status"] for r in rows} == {"completed"} and {r["device"] for r in rows} == {"cpu"}
     data = load_sweep(folder)
@@ -149,7 +152,7 @@ def test_stop_mid_sweep_then_resume_on_other_devices_continues_the_stopped_trial
 def test_sigterm_stops_every_running_trial_with_a_checkpoint(tmp_path):
     root = tmp_path / "runs"
     env = {**os.environ, "AMP_CONSOLE_RUNS_DIR": str(root)}
-    args = [a for a in FAST if a not in ("2000", "--max-steps")]
+    args = [a for a in FAST if a not in (str(STEPS), "--max-steps")]
     proc = subprocess.Popen([sys.executable, "-m", "core.cli", "sweep", *args, "--max-steps", "1000000",
                              "--grid", "lr=1e-3,3e-3,1e-2", "--devices", "cpu,cpu", "--progress-every", "1000"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

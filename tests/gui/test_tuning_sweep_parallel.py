@@ -33,6 +33,7 @@ def _sweep(tmp_path, window, max_steps: int):
     return dialog
 
 
+@pytest.mark.default_threads  # the trainer's automatic thread choice is what it checks
 @pytest.mark.timeout(240)
 def test_two_trials_at_once_on_the_cpu_fill_the_table(qtbot, window, tmp_path):
     dialog = _sweep(tmp_path, window, max_steps=300)
