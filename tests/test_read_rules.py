@@ -53,6 +53,7 @@ def test_one_rule_for_numbers_and_names():
     assert formats.normalise_name("User\tID") == formats.normalise_name("user-id") == "userid"
 
 
+@pytest.mark.slow
 def test_formats_works_without_the_importer(tmp_path):
     """formats sits below the importer: its error paths too run with core.data.importers unimportable."""
     bad = tmp_path / "bad.svm"

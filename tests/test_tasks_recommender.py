@@ -151,7 +151,7 @@ def test_checkpoint_and_export_keep_the_files_own_item_ids_and_resume_checks_the
     synthetic = Trainer(RunConfig.for_task("recommender", task_options={**options, "items": 100}, device="cpu",
                                            max_steps=2, batch_size=16, out_dir=str(tmp_path / "synthetic"))).run()
     with pytest.raises(CheckpointError, match="not trained on this data's item_ids"):
-        Trainer(config.replace(out_dir=str(tmp_path / "run4")), resume_from=synthetic.checkpoint).run()
+        Trainer(config.replace(out_dir=str(tmp_path / "run4"), max_steps=4), resume_from=synthetic.checkpoint).run()
     same = RunConfig.for_task("recommender", task_options=options, data=str(data), device="cpu", max_steps=4,
                               batch_size=16, out_dir=str(tmp_path / "run3"))
     assert Trainer(same, resume_from=ended.checkpoint).run().status == "completed"
