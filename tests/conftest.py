@@ -10,6 +10,8 @@ import torch
 from core.config import RunConfig
 from core.engine.events import Event
 
+pytest_plugins = ["trained_runs"]  # the session's shared trained runs (tests/trained_runs.py)
+
 
 class Recorder:
     """A sink that keeps every event, with helpers to pick them by type."""

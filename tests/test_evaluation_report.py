@@ -20,13 +20,13 @@ from core.errors import DataError
 from core.lab.evaluate import evaluate_checkpoint
 from core.lab.evaluation_report import REPORT_FILE, evaluation_report, load_report, write_report
 
+# This module's own recommender: a catalogue of 200 lessons (the sampled protocol ranks against 100 negatives
+# drawn outside the user's history, which the shared run's ten lessons cannot give) and synthetic histories of
+# many lengths (several history buckets).
 RECOMMENDER = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40, "d_model": 16,
                "layers": 1, "heads": 2}
-RANKING = {"queries": 600, "docs": 16, "features": 8}
 # docs 200: queries of up to 600 candidates exceed the 256-candidate lists: in its val split a query spans rows
 RANKING_LONG = {"queries": 80, "docs": 200, "features": 4}
-SENTIMENT = {"reviews": 4000, "buckets": 4096}
-
 
 
 def trained(folder, task: str, options: dict, steps: int = 40):
@@ -37,20 +37,18 @@ def trained(folder, task: str, options: dict, steps: int = 40):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """One small trained run per task (module-wide: each test only reads them)."""
+def runs(tmp_path_factory, trained_runs):
+    """The shared tiny, sentiment and ranking runs, and this module's recommender (test_cli_report writes its
+    report into its folder) and ranking_long: each test only reads them."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("report-runs")
     try:
-        made = {"tiny": trained(root / "tiny", "tiny", {}),
-                "sentiment": trained(root / "sentiment", "sentiment", SENTIMENT, steps=80),
-                "recommender": trained(root / "recommender", "recommender", RECOMMENDER),
-                "ranking": trained(root / "ranking", "ranking", RANKING),
+        made = {"recommender": trained(root / "recommender", "recommender", RECOMMENDER),
                 "ranking_long": trained(root / "ranking_long", "ranking", RANKING_LONG, steps=10)}
     finally:
         torch.set_num_threads(threads)
-    return made
+    return {**{task: trained_runs[task].ended for task in ("tiny", "sentiment", "ranking")}, **made}
 
 
 def series(report: dict, metric: str) -> dict[str, list[float]]:

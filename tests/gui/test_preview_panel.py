@@ -12,29 +12,15 @@ import pytest
 from gui_helpers import click, find, loss_points, quick_run, set_field
 from PySide6.QtCore import Qt
 
-from core.config import RunConfig
-from core.engine.trainer import train
+from trained_runs import LESSONS  # the shared recommender's lesson ids
 
 SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")  # a folder: save a screenshot of each task's page there
 
-OPTIONS = {
-    "sentiment": ({"reviews": 3000, "buckets": 4096}, 120),
-    "recommender": ({"items": 200, "track_len": 10, "interactions": 5000, "mean_len": 20, "max_len": 20,
-                     "d_model": 16, "layers": 1}, 30),
-    "ranking": ({"queries": 200, "docs": 12, "features": 8, "hidden": 16}, 30),
-    "tiny": ({"samples": 512}, 30),
-}
 
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    """A runs root holding one small trained run of each task (trained once for the module, in seconds)."""
-    root = tmp_path_factory.mktemp("preview-runs")
-    for task, (options, steps) in OPTIONS.items():
-        ended = train(RunConfig.for_task(task, task_options=options, device="cpu", max_steps=steps, threads=1,
-                                         out_dir=str(root / task)))
-        assert ended.status == "completed", ended.message
-    return root
+@pytest.fixture
+def runs(trained_runs) -> Path:
+    """A runs root holding one small trained run of each task (the session's shared runs: read only)."""
+    return trained_runs.root
 
 
 @pytest.fixture
@@ -134,11 +120,11 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     assert marks == ["seen" if s else "" for s in unfiltered.seen]
 
     page.historyEdit.clear()
-    qtbot.keyClicks(page.historyEdit, "3, 17, 42, no-such-lesson, 999999")  # typed ids; unknown ones are named
+    typed_ids = [LESSONS[1], LESSONS[5], LESSONS[8], "no-such-lesson", 999999]
+    qtbot.keyClicks(page.historyEdit, ", ".join(map(str, typed_ids)))  # typed ids; unknown ones are named
     assert page.userCombo.currentIndex() == -1  # no longer user 1's history
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999],
-                    timeout=20_000)
-    typed = reference.recommend([3, 17, 42, "no-such-lesson", 999999], exclude_seen=False)
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == typed_ids, timeout=20_000)
+    typed = reference.recommend(typed_ids, exclude_seen=False)
     assert page.result.items == typed.items and page.result.unknown == typed.unknown
     assert "no-such-lesson" in page.infoLabel.text() and "999999" in page.infoLabel.text()
     shot(dialog, "recommender")
@@ -167,9 +153,10 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
     assert float(row["p_positive"]) == pytest.approx(page.score, abs=1e-6)
 
     page = open_run(qtbot, dialog, runs / "recommender", "recommender")
-    page.historyEdit.setText("3 17 42 5")
-    qtbot.waitUntil(lambda: page.asked == ([3, 17, 42, 5], True), timeout=20_000)
-    rows = predict_cli(runs / "recommender", "history", "3 17 42 5")
+    history = [LESSONS[1], LESSONS[5], LESSONS[8], LESSONS[2]]
+    page.historyEdit.setText(" ".join(map(str, history)))
+    qtbot.waitUntil(lambda: page.asked == (history, True), timeout=20_000)
+    rows = predict_cli(runs / "recommender", "history", " ".join(map(str, history)))
     assert [int(r["item_id"]) for r in rows] == page.result.items
     assert [float(r["score"]) for r in rows] == pytest.approx(page.result.scores, abs=1e-5)
 
@@ -185,9 +172,9 @@ def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, m
     page = open_run(qtbot, dialog, runs / "recommender", "recommender")
     assert "No examples from the run's data: /data/lessons.csv: no such file" in dialog.statusLabel.text()
     assert page.userCombo.count() == 0
-    page.historyEdit.setText("5 6 7")
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [5, 6, 7], timeout=20_000)
-    assert page.result.items == predictor(runs, "recommender").recommend([5, 6, 7]).items
+    page.historyEdit.setText(f"{LESSONS[5]} {LESSONS[6]} {LESSONS[7]}")
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == LESSONS[5:8], timeout=20_000)
+    assert page.result.items == predictor(runs, "recommender").recommend(LESSONS[5:8]).items
 
 
 def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
@@ -325,13 +312,10 @@ def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
     assert dialog.stack.currentWidget() is dialog.pages["ranking"]
 
 
-def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, runs, tmp_path):
-    import shutil
-
+def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, trained_runs, tmp_path):
     from core.lab.evaluation_report import load_report
 
-    folder = tmp_path / "sentiment-copy"  # a copy: the report is written into the run folder
-    shutil.copytree(runs / "sentiment", folder)
+    folder = trained_runs["sentiment"].copy_to(tmp_path)  # a copy: the report is written into the run folder
     open_run(qtbot, dialog, folder, "sentiment")
     tab = dialog.evaluation
     dialog.tabs.setCurrentWidget(tab)
@@ -353,11 +337,8 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, runs,
     assert "This report measured best.pt; Evaluate measures checkpoint.pt" in tab.infoLabel.text()
 
 
-def test_a_torn_evaluation_json_is_named_not_taken_for_no_report(qtbot, dialog, runs, tmp_path):
-    import shutil
-
-    folder = tmp_path / "tiny-copy"
-    shutil.copytree(runs / "tiny", folder)
+def test_a_torn_evaluation_json_is_named_not_taken_for_no_report(qtbot, dialog, trained_runs, tmp_path):
+    folder = trained_runs["tiny"].copy_to(tmp_path)
     (folder / "evaluation.json").write_text('{"task": "tiny", "metrics": {', encoding="utf-8")
     open_run(qtbot, dialog, folder, "tiny")
     tab = dialog.evaluation
