@@ -19,7 +19,7 @@ from core.engine.trainer import train
 from core.lab.predict import load_predictor
 from trained_runs import LESSONS, TASK_OPTIONS
 
-TRACK = [str(i) for i in LESSONS]  # the recommender file's lessons, as a file writes them
+TRACK = [str(i) for i in LESSONS]  # the recommender file's lessons
 FEATURES = TASK_OPTIONS["ranking"]["features"]
 
 
@@ -54,11 +54,6 @@ def ranking_run(trained_runs):
 @pytest.fixture
 def tiny_run(trained_runs):
     return trained_runs["tiny"].ended
-
-
-def ids(items) -> list[str]:
-    """Lesson ids as a file writes them (the Predictor answers the numbers of a file of numeric ids)."""
-    return [str(i) for i in items]
 
 
 def _rows(path) -> list[dict]:
@@ -109,9 +104,9 @@ def test_recommender_histories_give_the_predictors_top_k_in_lesson_ids(capsys, t
     expected = load_predictor(recommender_run.checkpoint).recommend_many(histories, k=4)
     for i, answer in enumerate(expected):
         mine = [r for r in rows if r["user_id"] == f"u{i}"]
-        assert [r["item_id"] for r in mine] == ids(answer.items) and [int(r["rank"]) for r in mine] == [1, 2, 3, 4]
+        assert [r["item_id"] for r in mine] == answer.items and [int(r["rank"]) for r in mine] == [1, 2, 3, 4]
         assert [float(r["score"]) for r in mine] == pytest.approx(answer.scores, abs=1e-5)
-        assert not set(ids(answer.items)) & set(histories[i])
+        assert not set(answer.items) & set(histories[i])
     source.write_text("history\n5006 5009\n")
     code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out,
                        "--include-seen", "--k", 10)
@@ -140,7 +135,7 @@ def test_interactions_are_grouped_per_user_by_time(capsys, tmp_path, recommender
         history = [i for user, i, _ in sorted(events, key=lambda e: e[2]) if user == f"u{u}"]
         answer = predictor.recommend(history[-8:], k=3)
         mine = [j for j, user in enumerate(table["user_id"]) if user == f"u{u}"]
-        assert ids(table["item_id"][j] for j in mine) == ids(answer.items)
+        assert [table["item_id"][j] for j in mine] == answer.items
         assert [table["score"][j] for j in mine] == pytest.approx(answer.scores, abs=1e-5)
     assert "u9" not in table["user_id"] and "6 users scored, 2 skipped" in stdout
 
@@ -412,11 +407,11 @@ def test_parquet_lists_categoricals_and_bytes_are_read_as_ids(capsys, tmp_path, 
     expected = load_predictor(recommender_run.checkpoint).recommend_many([histories[0], histories[4]], k=3)
     rows = _rows(out)
     assert [r["user_id"] for r in rows] == ["a"] * 3 + ["e"] * 3
-    assert [r["item_id"] for r in rows] == ids(expected[0].items + expected[1].items)
+    assert [r["item_id"] for r in rows] == expected[0].items + expected[1].items
     pq.write_table(pa.table({"user_id": pa.array([b"u1"], pa.binary()), "history": ["5006 5009"]}), source)
     code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
     assert code == 0, err
-    assert [r["item_id"] for r in _rows(out)] == ids(expected[0].items) and _rows(out)[0]["user_id"] == "u1"
+    assert [r["item_id"] for r in _rows(out)] == expected[0].items and _rows(out)[0]["user_id"] == "u1"
     pq.write_table(pa.table({"text": pa.array([{"x": 1}])}), source)
     code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
     assert code == 2 and "column 'text' holds struct<x: int64> values, not text" in err.strip().splitlines()[-1]
@@ -433,11 +428,11 @@ def test_interactions_with_iso_date_times_are_ordered_by_them(capsys, tmp_path, 
     code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
     assert code == 0, err
     assert "line 6: timestamp '2024-02-30' is not a number or a date-time" in err and "2 users scored" in stdout
-    expected = load_predictor(recommender_run.checkpoint).recommend_many([["5015", "5009", "5006"], ["5003", "5024"]],
-                                                                         3)
+    histories = [["5015", "5009", "5006"], ["5003", "5024"]]
+    expected = load_predictor(recommender_run.checkpoint).recommend_many(histories, 3)
     rows = _rows(out)
-    assert [r["item_id"] for r in rows if r["user_id"] == "u1"] == ids(expected[0].items)
-    assert [r["item_id"] for r in rows if r["user_id"] == "u2"] == ids(expected[1].items)
+    assert [r["item_id"] for r in rows if r["user_id"] == "u1"] == expected[0].items
+    assert [r["item_id"] for r in rows if r["user_id"] == "u2"] == expected[1].items
 
 
 def test_parquet_text_numbers_with_a_null_and_a_word_are_bad_rows(capsys, tmp_path, tiny_run):
@@ -488,7 +483,7 @@ def test_a_history_written_as_a_list_with_commas_is_read_whole(capsys, tmp_path,
     expected = load_predictor(recommender_run.checkpoint).recommend(["5006", "5009", "5012"], k=3).items
     rows = _rows(out)
     for user in ("u1", "u2", "u3"):
-        assert [r["item_id"] for r in rows if r["user_id"] == user] == ids(expected)
+        assert [r["item_id"] for r in rows if r["user_id"] == user] == expected
 
 
 def test_a_damaged_parquet_page_is_one_line_and_nothing_is_written(capsys, tmp_path, sentiment_run):
@@ -522,7 +517,7 @@ def test_interactions_exclude_lessons_seen_before_the_models_window(capsys, tmp_
         expected = predictor.recommend_many(histories, k=10, exclude_seen=not flags)
         for user, answer in zip(("u1", "u2"), expected):
             mine = [r for r in rows if r["user_id"] == user]
-            assert [r["item_id"] for r in mine] == ids(answer.items)
+            assert [r["item_id"] for r in mine] == answer.items
             assert [float(r["score"]) for r in mine] == pytest.approx(answer.scores, abs=1e-5)
             if flags:
                 assert [r["seen"] == "true" for r in mine] == answer.seen

@@ -24,7 +24,7 @@ from trained_runs import LESSONS, TASK_OPTIONS
 SENTIMENT_OPTIONS = dict(TASK_OPTIONS["sentiment"])
 RECOMMENDER_OPTIONS = dict(TASK_OPTIONS["recommender"])
 RANKING_OPTIONS = dict(TASK_OPTIONS["ranking"])
-TRACK = LESSONS  # the recommender file's lessons: each user walks this cycle
+TRACK = [str(i) for i in LESSONS]  # the recommender file's lessons, as text: each user walks this cycle
 
 
 def _train(out, task: str, **settings):
@@ -80,10 +80,14 @@ def test_sentiment_is_the_models_softmax_on_the_tasks_own_tokens(sentiment_run):
     assert predictor.sentiment(texts) == pytest.approx(expected.tolist(), abs=1e-6)
 
 
-def test_a_trained_model_tells_positive_from_negative(sentiment_run):
+def test_a_trained_model_tells_positive_from_negative(tmp_path):
     from core.data.reviews import generate_reviews
 
-    predictor = load_predictor(sentiment_run.checkpoint)
+    # A run of its own: the quality bar needs more reviews and steps than the shared run has, and plain token
+    # counts (the shared run's tfidf weighting, which its export must carry, stays under 0.7 here).
+    ended = _train(tmp_path / "run", "sentiment", max_steps=225,
+                   task_options={"reviews": 6000, "buckets": 1 << 14, "max_tokens": 64})
+    predictor = load_predictor(ended.checkpoint)
     good, bad = predictor.sentiment(["The lesson was great, clear and really helpful. Excellent examples!",
                                      "The lesson was boring, confusing and useless. Outdated slides."])
     assert good > 0.5 > bad
@@ -118,16 +122,16 @@ def test_recommend_answers_in_the_files_own_lesson_ids(recommender_run):
 
 def test_seen_lessons_are_excluded_or_marked_and_unknown_ids_reported(recommender_run):
     predictor = load_predictor(recommender_run.checkpoint, "last")
-    history = [TRACK[7], "nope", TRACK[8], 9999]
+    history = [TRACK[7], "nope", TRACK[8], "9999"]
     excluded = predictor.recommend(history, k=10)
-    assert excluded.unknown == ["nope", 9999]
+    assert excluded.unknown == ["nope", "9999"]
     assert len(excluded.items) == 8 and not {TRACK[7], TRACK[8]} & set(excluded.items)  # 10 lessons, 2 seen
     kept = predictor.recommend(history, k=10, exclude_seen=False)
     assert sorted(kept.items) == sorted(TRACK)
     assert [item in (TRACK[7], TRACK[8]) for item in kept.items] == kept.seen
     assert kept.items[0] == TRACK[9]
     model = _model(recommender_run.checkpoint, "recommender", RECOMMENDER_OPTIONS)
-    vocabulary = load_checkpoint(recommender_run.checkpoint)["vocabulary"]["item_id"].tolist()
+    vocabulary = load_checkpoint(recommender_run.checkpoint)["vocabulary"]["item_id"]
     seq = torch.tensor([[0] * 6 + [vocabulary.index(TRACK[7]) + 1, vocabulary.index(TRACK[8]) + 1]])
     with torch.no_grad():
         scores = model.scores(model(seq)[:, -1])[0]
@@ -152,7 +156,7 @@ def test_example_users_are_the_files_users_in_time_order(recommender_run, clicks
     users = predictor.example_users(limit=3)
     rows = [line.split(",") for line in clicks.read_text().splitlines()[1:]]
     assert [u for u, _ in users] == ["u0", "u1", "u2"]
-    assert users[1][1] == [int(item) for user, item, _ in rows if user == "u1"]
+    assert users[1][1] == [item for user, item, _ in rows if user == "u1"]
 
 
 def test_synthetic_recommender_ids_are_zero_based(tmp_path):

@@ -1,6 +1,7 @@
-"""One small trained run of each task, trained once per test session and shared, read-only, by the tests that
-use a trained model (predict, the Predictor, export, the evaluation report and view, the preview panel,
-evaluate). Under pytest-xdist each worker is a session of its own and trains its own set.
+"""One small trained run of each task (and the recommender once more on its synthetic data), trained once per
+test session and shared, read-only, by the tests that use a trained model (predict, the Predictor, export, the
+evaluation report and view, the preview panel, evaluate). Under pytest-xdist each worker is a session of its
+own and trains its own set.
 
 A test that writes into a run folder (an evaluation.json, a deleted best.pt) works on `run.copy_to(tmp_path)`;
 the session checks at its end that nothing in the shared folders changed, so test order never matters."""
@@ -32,6 +33,11 @@ TASK_OPTIONS = {
     "recommender": {"d_model": 16, "layers": 1, "heads": 2, "max_len": 8, "dropout": 0.0},
     "ranking": {"queries": 200, "docs": 10, "features": 8, "hidden": 16},
 }
+# The recommender once more, on its synthetic data ("recommender-synthetic"): ids 0..n-1 (no vocabulary: the ids
+# are numbers), a catalogue of 200 lessons (more than the 100 negatives of the sampled protocol) and histories
+# of many lengths (several history buckets in a report).
+SYNTHETIC_RECOMMENDER = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40,
+                         "d_model": 16, "layers": 1, "heads": 2}
 # tiny: evaluated at step 20 and 40, so its best.pt is a real choice; the others: enough steps for the
 # sentiment words' signs and the recommender's cycle to be learnt.
 SETTINGS = {
@@ -39,6 +45,7 @@ SETTINGS = {
     "sentiment": {"max_steps": 150},
     "recommender": {"max_steps": 60, "batch_size": 16},
     "ranking": {"max_steps": 20},
+    "recommender-synthetic": {"max_steps": 40},
 }
 
 
@@ -56,17 +63,17 @@ class TrainedRun:
 
     def copy_to(self, tmp_path: Path) -> Path:
         """A copy of the run folder under `tmp_path`, for a test that writes into it."""
-        return Path(shutil.copytree(self.folder, Path(tmp_path) / f"{self.task}-copy"))
+        return Path(shutil.copytree(self.folder, Path(tmp_path) / f"{self.folder.name}-copy"))
 
 
 @dataclass(frozen=True)
 class TrainedRuns:
-    root: Path  # a runs root holding exactly the four run folders, named by task
+    root: Path  # a runs root holding exactly the run folders, named as the runs are
     data: MappingProxyType  # data files the runs were trained on: "recommender" -> the interactions CSV
-    runs: MappingProxyType  # task -> TrainedRun
+    runs: MappingProxyType  # "tiny", "sentiment", "recommender", "ranking", "recommender-synthetic" -> TrainedRun
 
-    def __getitem__(self, task: str) -> TrainedRun:
-        return self.runs[task]
+    def __getitem__(self, name: str) -> TrainedRun:
+        return self.runs[name]
 
 
 def write_interactions(path: Path) -> Path:
@@ -85,7 +92,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture(scope="session")
 def trained_runs(tmp_path_factory) -> TrainedRuns:
-    """The four runs, trained on one thread on the CPU (a few seconds in all)."""
+    """The runs, trained on one thread on the CPU (a few seconds in all)."""
     from core.engine.run_record import RUNS_DIR_ENV
     from core.engine.trainer import train
 
@@ -99,12 +106,14 @@ def trained_runs(tmp_path_factory) -> TrainedRuns:
     with pytest.MonkeyPatch.context() as patch:  # session fixtures run before the per-test runs root
         patch.setenv(RUNS_DIR_ENV, str(base / "runs-root"))
         try:
-            for task, options in TASK_OPTIONS.items():
-                extra = {"data": str(interactions)} if task == "recommender" else {}
+            planned = {task: (task, options) for task, options in TASK_OPTIONS.items()}
+            planned["recommender-synthetic"] = ("recommender", SYNTHETIC_RECOMMENDER)
+            for name, (task, options) in planned.items():
+                extra = {"data": str(interactions)} if name == "recommender" else {}
                 ended = train(RunConfig.for_task(task, device="cpu", threads=1, task_options=dict(options),
-                                                 out_dir=str(root / task), **SETTINGS[task], **extra))
+                                                 out_dir=str(root / name), **SETTINGS[name], **extra))
                 assert ended.status == "completed", ended.message
-                runs[task] = TrainedRun(task, root / task, ended, MappingProxyType(dict(options)))
+                runs[name] = TrainedRun(task, root / name, ended, MappingProxyType(dict(options)))
         finally:
             torch.set_num_threads(threads)
     before = snapshot(base)

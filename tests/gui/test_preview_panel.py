@@ -12,14 +12,13 @@ import pytest
 from gui_helpers import click, find, loss_points, quick_run, set_field
 from PySide6.QtCore import Qt
 
-from trained_runs import LESSONS  # the shared recommender's lesson ids
-
 SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")  # a folder: save a screenshot of each task's page there
+RECOMMENDER = "recommender-synthetic"  # the shared recommender of synthetic ids 0..n-1: typed ids are numbers
 
 
 @pytest.fixture
 def runs(trained_runs) -> Path:
-    """A runs root holding one small trained run of each task (the session's shared runs: read only)."""
+    """The session's shared runs root (read only): a small trained run of each task, and the synthetic recommender."""
     return trained_runs.root
 
 
@@ -99,8 +98,8 @@ def test_sentiment_scores_as_you_type(qtbot, dialog, runs):
 
 
 def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
-    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
-    reference = predictor(runs, "recommender")
+    page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
+    reference = predictor(runs, RECOMMENDER)
     users = reference.example_users(200)
     assert page.userCombo.count() == len(users) > 1
     qtbot.waitUntil(lambda: page.result is not None, timeout=20_000)
@@ -120,11 +119,11 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     assert marks == ["seen" if s else "" for s in unfiltered.seen]
 
     page.historyEdit.clear()
-    typed_ids = [LESSONS[1], LESSONS[5], LESSONS[8], "no-such-lesson", 999999]
-    qtbot.keyClicks(page.historyEdit, ", ".join(map(str, typed_ids)))  # typed ids; unknown ones are named
+    qtbot.keyClicks(page.historyEdit, "3, 17, 42, no-such-lesson, 999999")  # typed ids; unknown ones are named
     assert page.userCombo.currentIndex() == -1  # no longer user 1's history
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == typed_ids, timeout=20_000)
-    typed = reference.recommend(typed_ids, exclude_seen=False)
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999],
+                    timeout=20_000)
+    typed = reference.recommend([3, 17, 42, "no-such-lesson", 999999], exclude_seen=False)
     assert page.result.items == typed.items and page.result.unknown == typed.unknown
     assert "no-such-lesson" in page.infoLabel.text() and "999999" in page.infoLabel.text()
     shot(dialog, "recommender")
@@ -152,11 +151,10 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
     [row] = predict_cli(runs / "sentiment", "text", f'"{text}"')
     assert float(row["p_positive"]) == pytest.approx(page.score, abs=1e-6)
 
-    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
-    history = [LESSONS[1], LESSONS[5], LESSONS[8], LESSONS[2]]
-    page.historyEdit.setText(" ".join(map(str, history)))
-    qtbot.waitUntil(lambda: page.asked == (history, True), timeout=20_000)
-    rows = predict_cli(runs / "recommender", "history", " ".join(map(str, history)))
+    page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
+    page.historyEdit.setText("3 17 42 5")
+    qtbot.waitUntil(lambda: page.asked == ([3, 17, 42, 5], True), timeout=20_000)
+    rows = predict_cli(runs / RECOMMENDER, "history", "3 17 42 5")
     assert [int(r["item_id"]) for r in rows] == page.result.items
     assert [float(r["score"]) for r in rows] == pytest.approx(page.result.scores, abs=1e-5)
 
@@ -169,12 +167,12 @@ def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, m
         raise DataError("/data/lessons.csv: no such file")
 
     monkeypatch.setattr(predict.Predictor, "example_users", gone)
-    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
+    page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
     assert "No examples from the run's data: /data/lessons.csv: no such file" in dialog.statusLabel.text()
     assert page.userCombo.count() == 0
-    page.historyEdit.setText(f"{LESSONS[5]} {LESSONS[6]} {LESSONS[7]}")
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == LESSONS[5:8], timeout=20_000)
-    assert page.result.items == predictor(runs, "recommender").recommend(LESSONS[5:8]).items
+    page.historyEdit.setText("5 6 7")
+    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [5, 6, 7], timeout=20_000)
+    assert page.result.items == predictor(runs, RECOMMENDER).recommend([5, 6, 7]).items
 
 
 def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
