@@ -54,7 +54,6 @@ class TrainedRun:
     task: str
     folder: Path  # the run's output folder: checkpoint.pt, best.pt, run.json, ...
     ended: RunEnded
-    options: MappingProxyType  # the task options it was trained with
 
     @property
     def checkpoint(self) -> Path:
@@ -113,7 +112,7 @@ def trained_runs(tmp_path_factory) -> TrainedRuns:
                 ended = train(RunConfig.for_task(task, device="cpu", threads=1, task_options=dict(options),
                                                  out_dir=str(root / name), **SETTINGS[name], **extra))
                 assert ended.status == "completed", ended.message
-                runs[name] = TrainedRun(task, root / name, ended, MappingProxyType(dict(options)))
+                runs[name] = TrainedRun(task, root / name, ended)
         finally:
             torch.set_num_threads(threads)
     before = snapshot(base)
