@@ -12,6 +12,8 @@ import torch
 from core.config import RunConfig
 from core.engine.events import Event
 
+pytest_plugins = ["trained_runs"]  # the session's shared trained runs (tests/trained_runs.py)
+
 # CLI tables are laid out for the terminal's COLUMNS, or 100 columns when piped: tests see the piped layout in
 # every process, whatever the developer's terminal (pytest-xdist's workers get COLUMNS=80 from their launcher).
 for _name in ("COLUMNS", "LINES"):

@@ -22,11 +22,8 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def tiny_run(tmp_path):
-    ended = train(RunConfig.for_task("tiny", device="cpu", max_steps=40, eval_interval=20, threads=1,
-                                     out_dir=str(tmp_path / "tiny")))
-    assert ended.status == "completed"
-    return ended
+def tiny_run(trained_runs):
+    return trained_runs["tiny"].ended
 
 
 def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run):
@@ -34,9 +31,9 @@ def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run):
     assert code == 0
     result = json.loads(out.strip().splitlines()[-1])
     assert result["metrics"] == pytest.approx(tiny_run.metrics, abs=1e-9)
-    assert result["step"] == 40 and result["split"] == "val" and result["precision"] == "fp32"
+    assert result["step"] == tiny_run.step and result["split"] == "val" and result["precision"] == "fp32"
     code, out, _ = cli(capsys, "evaluate", str(tiny_run.checkpoint).rsplit("/", 1)[0], "--split", "val")
-    assert code == 0 and "tiny checkpoint at step 40" in out and "val  accuracy" in out
+    assert code == 0 and f"tiny checkpoint at step {tiny_run.step}" in out and "val  accuracy" in out
     assert "(baseline" in out  # the val rows carry the task's references
 
 

@@ -20,37 +20,25 @@ from core.errors import DataError
 from core.lab.evaluate import evaluate_checkpoint
 from core.lab.evaluation_report import REPORT_FILE, evaluation_report, load_report, write_report
 
-RECOMMENDER = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40, "d_model": 16,
-               "layers": 1, "heads": 2}
-RANKING = {"queries": 600, "docs": 16, "features": 8}
 # docs 200: queries of up to 600 candidates exceed the 256-candidate lists: in its val split a query spans rows
 RANKING_LONG = {"queries": 80, "docs": 200, "features": 4}
-SENTIMENT = {"reviews": 4000, "buckets": 4096}
-
-
-
-def trained(folder, task: str, options: dict, steps: int = 40):
-    ended = train(RunConfig.for_task(task, device="cpu", max_steps=steps, threads=1, task_options=options,
-                                     eval_interval=0, out_dir=str(folder)))
-    assert ended.status == "completed", ended.message
-    return ended
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """One small trained run per task (module-wide: each test only reads them)."""
+def runs(trained_runs, tmp_path_factory):
+    """The shared runs (the recommender's synthetic one: the sampled protocol ranks against 100 negatives, more
+    than the file run's ten lessons, and its histories fill several buckets), and this module's ranking_long
+    (queries longer than a list, which no other test needs): each test only reads them."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("report-runs")
     try:
-        made = {"tiny": trained(root / "tiny", "tiny", {}),
-                "sentiment": trained(root / "sentiment", "sentiment", SENTIMENT, steps=80),
-                "recommender": trained(root / "recommender", "recommender", RECOMMENDER),
-                "ranking": trained(root / "ranking", "ranking", RANKING),
-                "ranking_long": trained(root / "ranking_long", "ranking", RANKING_LONG, steps=10)}
+        long = train(RunConfig.for_task("ranking", device="cpu", max_steps=10, threads=1, task_options=RANKING_LONG,
+                                        eval_interval=0, out_dir=str(tmp_path_factory.mktemp("ranking_long"))))
     finally:
         torch.set_num_threads(threads)
-    return made
+    assert long.status == "completed", long.message
+    shared = {task: trained_runs[task].ended for task in ("tiny", "sentiment", "ranking")}
+    return {**shared, "recommender": trained_runs["recommender-synthetic"].ended, "ranking_long": long}
 
 
 def series(report: dict, metric: str) -> dict[str, list[float]]:
@@ -232,9 +220,8 @@ def test_a_damaged_report_reads_as_none_or_one_line(tmp_path, text, line):
     assert load_report(tmp_path) is None
 
 
-def test_cli_report_prints_tables_and_writes_the_file(runs, capsys):
-    folder = os.path.dirname(runs["recommender"].checkpoint)
-    Path(folder, REPORT_FILE).unlink(missing_ok=True)
+def test_cli_report_prints_tables_and_writes_the_file(trained_runs, tmp_path, capsys):
+    folder = str(trained_runs["recommender-synthetic"].copy_to(tmp_path))  # a copy: the report is written into it
     code = main(["evaluate", folder, "--report"])
     out = capsys.readouterr().out
     assert code == 0

@@ -18,22 +18,13 @@ import pytest
 import torch
 
 from core.cli.main import main
-from core.config import RunConfig
 from core.engine.checkpoints import load_checkpoint, load_model_state
-from core.engine.trainer import train
 from core.lab.export import SERVE_PY, export_model
 from core.tasks import create_task
+from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = {
-    "tiny": {},
-    # tfidf: the sublinear tf weighting (duplicate counts) is part of what the export must carry
-    "sentiment": {"dim": 8, "hidden": 8, "buckets": 1024, "max_tokens": 24, "reviews": 400, "weighting": "tfidf"},
-    "recommender": {"d_model": 16, "layers": 1, "heads": 2, "max_len": 8, "items": 60, "interactions": 2000},
-    "ranking": {"hidden": 8, "layers": 2, "queries": 40, "docs": 5, "features": 4},
-}
 FORMATS = ("program", "onnx", "safetensors")
-LESSONS = [5000 + 3 * k for k in range(40)]  # the recommender's own lesson ids (not 0..n-1)
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
@@ -42,31 +33,10 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """A checkpoint of each task after a few steps (the recommender on a file of its own lesson ids)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("export-runs")
-    data = root / "interactions.csv"
-    gen = torch.Generator().manual_seed(3)
-    rows = ["user_id,item_id,timestamp"]
-    for user in range(60):
-        start = int(torch.randint(0, len(LESSONS), (1,), generator=gen))
-        for t in range(8):
-            rows.append(f"u{user},{LESSONS[(start + t) % len(LESSONS)]},{t}")
-    data.write_text("\n".join(rows) + "\n")
-    checkpoints = {}
-    try:
-        for task, options in SMALL.items():
-            extra = {"data": str(data), "batch_size": 16} if task == "recommender" else {}
-            ended = train(RunConfig.for_task(task, device="cpu", max_steps=8, threads=1, task_options=options,
-                                             out_dir=str(root / task), **extra))
-            assert ended.status == "completed"
-            checkpoints[task] = Path(ended.checkpoint)
-    finally:
-        torch.set_num_threads(threads)
-    return checkpoints
+@pytest.fixture
+def runs(trained_runs) -> dict[str, Path]:
+    """The last checkpoint of each task's shared run (the recommender trained on a file of its own lesson ids)."""
+    return {task: trained_runs[task].checkpoint for task in TASK_OPTIONS}
 
 
 def trained_model(checkpoint: Path):
@@ -140,8 +110,8 @@ def reload(folder: Path, fmt: str, checkpoint: Path, x: torch.Tensor) -> torch.T
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("task", list(SMALL))
-def test_each_format_reloads_and_matches_the_model(runs, tmp_path, task, fmt):
+@pytest.mark.parametrize("task", list(TASK_OPTIONS))
+def test_each_format_reloads_and_matches_the_model(runs, trained_runs, tmp_path, task, fmt):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
     out = tmp_path / "export"
@@ -155,7 +125,8 @@ def test_each_format_reloads_and_matches_the_model(runs, tmp_path, task, fmt):
     assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no temp folder left beside it
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["task"] == task and manifest["file"] == model_file and manifest["dtype"] == "fp32"
-    assert manifest["step"] == 8 and manifest["inputs"][0]["name"] and manifest["outputs"][0]["dtype"] == "float32"
+    assert manifest["step"] == trained_runs[task].ended.step
+    assert manifest["inputs"][0]["name"] and manifest["outputs"][0]["dtype"] == "float32"
     x = inputs_for(runs[task])
     with torch.no_grad():
         got, expected = reload(out, fmt, runs[task], x), model_outputs(runs[task], x)
@@ -165,17 +136,19 @@ def test_each_format_reloads_and_matches_the_model(runs, tmp_path, task, fmt):
 
 def test_manifests_carry_what_serving_needs(runs, tmp_path):
     serving = {}
-    for task in SMALL:
+    for task in TASK_OPTIONS:
         export_model(runs[task], tmp_path / task, "program")
         serving[task] = json.loads((tmp_path / task / "manifest.json").read_text())["serving"]
     assert serving["tiny"]["features"] == 10
     tokenizer = serving["sentiment"]["tokenizer"]
-    assert (tokenizer["buckets"], tokenizer["max_tokens"], tokenizer["negation_scope"]) == (1024, 24, 3)
+    options = TASK_OPTIONS["sentiment"]
+    assert (tokenizer["buckets"], tokenizer["max_tokens"], tokenizer["negation_scope"]) == (options["buckets"],
+                                                                                           options["max_tokens"], 3)
     assert "CRC32" in tokenizer["recipe"] and "not" in tokenizer["negators"]
     rec = serving["recommender"]
     assert rec["max_len"] == 8 and rec["padding"].startswith("left")
     assert sorted(rec["vocabulary"]) == [str(i) for i in LESSONS] and len(rec["vocabulary"]) == rec["n_items"]
-    assert serving["ranking"]["feature_order"] == ["f1", "f2", "f3", "f4"]
+    assert serving["ranking"]["feature_order"] == [f"f{i + 1}" for i in range(TASK_OPTIONS["ranking"]["features"])]
     assert "inside the model" in serving["ranking"]["normalization"]
 
 
@@ -224,7 +197,7 @@ REVIEWS = ["Clear and useful, not boring at all.", "I didn't like it: confusing;
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("task", list(SMALL))
+@pytest.mark.parametrize("task", list(TASK_OPTIONS))
 def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, task, fmt):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
@@ -249,7 +222,9 @@ def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, tas
         vocabulary = state["vocabulary"]["item_id"]
         vocabulary = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
         # ids as the file had them (text), or as numbers: the same lessons
-        histories = [[LESSONS[3], LESSONS[4], LESSONS[5]], [str(i) for i in LESSONS[:20]], [str(LESSONS[7])]]
+        # (the second is longer than the model's window)
+        histories = [[LESSONS[3], LESSONS[4], LESSONS[5]], [str(LESSONS[t % 4]) for t in range(12)],
+                     [str(LESSONS[7])]]
         answer = served(tmp_path, folder, histories, k=5)
         max_len = model.positions.num_embeddings
         for history, top in zip(histories, answer):
@@ -265,7 +240,7 @@ def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, tas
             assert torch.tensor([s for _l, s in top]) == pytest.approx(best.values, abs=1e-4)
         return
     else:
-        x = torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(1)) * 3
+        x = torch.randn(2, 4, TASK_OPTIONS["ranking"]["features"], generator=torch.Generator().manual_seed(1)) * 3
         got = torch.tensor(served(tmp_path, folder, x.tolist()))
         flat = torch.tensor(served(tmp_path, folder, x[0].tolist()))  # (N, F): one query's candidates
         with torch.no_grad():
@@ -352,18 +327,16 @@ def test_bf16_weights_make_a_smaller_file_with_a_bounded_difference(runs, tmp_pa
     assert code == 0 and "bf16 vs fp32" in out and "max abs difference" in out
 
 
-def test_the_cli_resolves_runs_and_prints_the_verification(runs, tmp_path, capsys):
+def test_the_cli_resolves_runs_and_prints_the_verification(runs, trained_runs, tmp_path, capsys):
     code, out, err = cli(capsys, "export", runs["tiny"].parent, "--out", tmp_path / "t", "--last")
     assert code == 0, err
-    assert "exported tiny (step 8) as program fp32" in out and "max abs difference" in out
+    assert f"exported tiny (step {trained_runs['tiny'].ended.step}) as program fp32" in out
+    assert "max abs difference" in out
     assert (tmp_path / "t" / "model.pt2").is_file()
 
 
-def test_a_run_exports_its_best_checkpoint_by_default_and_its_last_when_it_kept_none(runs, tmp_path, capsys):
-    import shutil
-
-    run = tmp_path / "run"
-    shutil.copytree(runs["tiny"].parent, run)
+def test_a_run_exports_its_best_checkpoint_by_default_and_its_last_when_it_kept_none(trained_runs, tmp_path, capsys):
+    run = trained_runs["tiny"].copy_to(tmp_path)  # a copy: the test deletes its best.pt
     assert (run / "best.pt").is_file()
     code, _out, err = cli(capsys, "export", run, "--out", tmp_path / "a")
     assert code == 0, err
@@ -450,7 +423,7 @@ def test_the_readme_script_runs_as_printed(runs, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("task", list(SMALL))
+@pytest.mark.parametrize("task", list(TASK_OPTIONS))
 def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_path, task):
     """core.lab.predict's Predictor (behind `amp-console predict` and the preview panel) and the exported program
     served by serve.py in a fresh Python give the same answers for the same inputs."""
@@ -466,7 +439,7 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_pa
     elif task == "sentiment":
         assert served(tmp_path, folder, REVIEWS) == pytest.approx(predictor.sentiment(REVIEWS), abs=1e-5)
     elif task == "recommender":
-        histories = [[str(i) for i in LESSONS[2:9]], [str(LESSONS[30])], [str(i) for i in LESSONS[::3]],
+        histories = [[str(i) for i in LESSONS[2:5]], [str(LESSONS[7])], [str(i) for i in LESSONS[::3]],
                      ["no-such-lesson", "-1"]]  # nothing known: no answer from either
         answers = served(tmp_path, folder, histories, k=6)
         assert answers[-1] == []
@@ -474,7 +447,8 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_pa
             assert [str(lesson) for lesson, _s in ours] == [str(lesson) for lesson in theirs.items]
             assert [s for _l, s in ours] == pytest.approx(theirs.scores, abs=1e-4)
     else:
-        x = (torch.randn(7, 4, generator=torch.Generator().manual_seed(2)) * 3).numpy()
+        width = TASK_OPTIONS["ranking"]["features"]
+        x = (torch.randn(7, width, generator=torch.Generator().manual_seed(2)) * 3).numpy()
         assert served(tmp_path, folder, x.tolist()) == pytest.approx(predictor.rank(x).tolist(), abs=1e-5)
 
 
@@ -509,7 +483,7 @@ print(json.dumps(answers))
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("task", list(SMALL))
+@pytest.mark.parametrize("task", list(TASK_OPTIONS))
 def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, task):
     folder = tmp_path / "export"
     export_model(runs[task], folder, "safetensors")
@@ -522,7 +496,7 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, t
                      text=[[f"{a} {b}"], {"k": 3}], commas=[[[f"[{a}, {b}]"]], {"k": 3}], flat=[[[a, b]], {"k": 3}],
                      k0=[[[[a]]], {"k": 0}])
     else:
-        width = 10 if task == "tiny" else SMALL["ranking"]["features"]
+        width = 10 if task == "tiny" else TASK_OPTIONS["ranking"]["features"]
         calls.update(batch=[[[[0.5] * width]], {}], one=[[[0.5] * width], {}],
                      short=[[[[0.5] * (width - 1)]], {}])
     got = json.loads(run_fresh(EDGE_CALLS, tmp_path, str(folder), json.dumps(calls)))

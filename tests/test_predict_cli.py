@@ -17,8 +17,10 @@ from core.cli.main import main
 from core.config import RunConfig
 from core.engine.trainer import train
 from core.lab.predict import load_predictor
+from trained_runs import LESSONS, TASK_OPTIONS
 
-TRACK = [f"L{n}" for n in range(10, 20)]
+TRACK = [str(i) for i in LESSONS]  # the recommender file's lessons
+FEATURES = TASK_OPTIONS["ranking"]["features"]
 
 
 def cli(capsys, *argv) -> tuple[int, str, str]:
@@ -34,46 +36,31 @@ def _train(out, task: str, **settings):
     return ended
 
 
-@pytest.fixture(scope="module")
-def sentiment_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("sentiment"), "sentiment", max_steps=30,
-                  task_options={"reviews": 2000, "buckets": 1 << 14})
+@pytest.fixture
+def sentiment_run(trained_runs):
+    return trained_runs["sentiment"].ended
 
 
-@pytest.fixture(scope="module")
-def clicks(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    lines = ["user_id,item_id,timestamp"]
-    for user in range(40):
-        start = int(rng.integers(0, len(TRACK)))
-        lines += [f"u{user},{TRACK[(start + t) % len(TRACK)]},{1000 + t}" for t in range(12)]
-    path = tmp_path_factory.mktemp("clicks") / "clicks.csv"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+@pytest.fixture
+def recommender_run(trained_runs):
+    return trained_runs["recommender"].ended
 
 
-@pytest.fixture(scope="module")
-def recommender_run(tmp_path_factory, clicks):
-    return _train(tmp_path_factory.mktemp("recommender"), "recommender", data=str(clicks), max_steps=30,
-                  batch_size=16, task_options={"d_model": 16, "max_len": 8})
+@pytest.fixture
+def ranking_run(trained_runs):
+    return trained_runs["ranking"].ended
 
 
-@pytest.fixture(scope="module")
-def ranking_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("ranking"), "ranking", max_steps=10,
-                  task_options={"queries": 100, "docs": 8, "features": 6})
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("tiny"), "tiny", max_steps=20)
+@pytest.fixture
+def tiny_run(trained_runs):
+    return trained_runs["tiny"].ended
 
 
 def _rows(path) -> list[dict]:
     return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
-def _ranking_file(path, rows: int, features: int = 6, seed: int = 0) -> tuple[list[str], np.ndarray]:
+def _ranking_file(path, rows: int, features: int = FEATURES, seed: int = 0) -> tuple[list[str], np.ndarray]:
     rng = np.random.default_rng(seed)
     x = rng.lognormal(1.0, 1.0, (rows, features)).astype(np.float32)
     lines = ["query_id,doc_id,label," + ",".join(f"f{i + 1}" for i in range(features))]
@@ -105,7 +92,7 @@ def test_sentiment_scores_equal_the_predictors_with_the_files_line_numbers(capsy
 
 
 def test_recommender_histories_give_the_predictors_top_k_in_lesson_ids(capsys, tmp_path, recommender_run):
-    histories = [["L12", "L13", "L14"], ["L19", "gone", "L10"], [TRACK[t % 6] for t in range(20)]]
+    histories = [["5006", "5009", "5012"], ["5027", "gone", "5000"], [TRACK[t % 6] for t in range(20)]]
     source = tmp_path / "histories.csv"
     source.write_text("user_id,history\n" + "".join(f"u{i},{' '.join(h)}\n" for i, h in enumerate(histories)))
     out = tmp_path / "top.csv"
@@ -120,12 +107,12 @@ def test_recommender_histories_give_the_predictors_top_k_in_lesson_ids(capsys, t
         assert [r["item_id"] for r in mine] == answer.items and [int(r["rank"]) for r in mine] == [1, 2, 3, 4]
         assert [float(r["score"]) for r in mine] == pytest.approx(answer.scores, abs=1e-5)
         assert not set(answer.items) & set(histories[i])
-    source.write_text("history\nL12 L13\n")
+    source.write_text("history\n5006 5009\n")
     code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out,
                        "--include-seen", "--k", 10)
     rows = _rows(out)
     assert code == 0 and rows[0].keys() == {"line", "rank", "item_id", "score", "seen"} and len(rows) == 10
-    assert {r["item_id"] for r in rows if r["seen"] == "true"} == {"L12", "L13"}
+    assert {r["item_id"] for r in rows if r["seen"] == "true"} == {"5006", "5009"}
 
 
 def test_interactions_are_grouped_per_user_by_time(capsys, tmp_path, recommender_run):
@@ -133,7 +120,7 @@ def test_interactions_are_grouped_per_user_by_time(capsys, tmp_path, recommender
     events = [(f"u{u}", TRACK[(u + t) % 10], 5000 + 10 * t) for u in range(6) for t in range(u + 3)]
     shuffled = [events[i] for i in rng.permutation(len(events))]  # not sorted by user or time
     lines = ["user_id,item_id,timestamp"] + [f"{u},{i},{t}" for u, i, t in shuffled]
-    lines += ["u0,unknown-lesson,99999", "u1,L10,not-a-time", "u9,nope,1"]
+    lines += ["u0,unknown-lesson,99999", "u1,5000,not-a-time", "u9,nope,1"]
     source = tmp_path / "clicks.csv"
     source.write_text("\n".join(lines) + "\n")
     out = tmp_path / "top.parquet"
@@ -155,10 +142,10 @@ def test_interactions_are_grouped_per_user_by_time(capsys, tmp_path, recommender
 
 def test_ranking_parquet_in_and_out_keeps_ids_and_copies_labels(capsys, tmp_path, ranking_run):
     rng = np.random.default_rng(1)
-    x = rng.lognormal(1.0, 1.0, (50, 6)).astype(np.float32)
+    x = rng.lognormal(1.0, 1.0, (50, FEATURES)).astype(np.float32)
     columns = {"query_id": np.repeat(np.arange(10), 5), "doc_id": np.arange(50) + 1000,
                "label": np.arange(50) % 3}
-    columns.update({f"f{i + 1}": x[:, i] for i in range(6)})
+    columns.update({f"f{i + 1}": x[:, i] for i in range(FEATURES)})
     pq.write_table(pa.table(columns), tmp_path / "candidates.parquet")
     out = tmp_path / "scores.parquet"
     code, stdout, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "candidates.parquet",
@@ -203,8 +190,10 @@ def test_bad_rows_are_skipped_and_reported_by_line(capsys, tmp_path, ranking_run
                             "--batch-size", 7)
     assert code == 0, err
     reported = [line for line in err.splitlines() if line.startswith("line ")]
-    assert reported == ["line 9: f3 'abc' is not a number", "line 21: 8 values, the header has 9 columns",
-                        "line 34: query_id is empty", "line 48: 10 values, the header has 9 columns"]
+    assert reported == ["line 9: f3 'abc' is not a number",
+                        f"line 21: {FEATURES + 2} values, the header has {FEATURES + 3} columns",
+                        "line 34: query_id is empty",
+                        f"line 48: {FEATURES + 4} values, the header has {FEATURES + 3} columns"]
     assert "56 candidates scored, 4 skipped" in stdout
     rows = _rows(out)
     good = [r for r in range(60) if r + 2 not in (9, 21, 34, 48)]
@@ -232,8 +221,9 @@ def test_strict_makes_the_first_bad_row_an_error_and_writes_nothing(capsys, tmp_
     out.write_text("the previous predictions\n")
     code, stdout, err = cli(capsys, "predict", ranking_run.checkpoint, "--input", tmp_path / "c.csv", "--out", out,
                             "--strict")
-    assert code == 2 and err.strip().splitlines()[-1] == (f"amp-console: error: {tmp_path / 'c.csv'}: line 13: f6 "
-                                                          "'1e400x' is not a number (--strict: nothing written)")
+    assert code == 2 and err.strip().splitlines()[-1] == (f"amp-console: error: {tmp_path / 'c.csv'}: line 13: "
+                                                          f"f{FEATURES} '1e400x' is not a number (--strict: "
+                                                          "nothing written)")
     assert not [line for line in err.splitlines() if line.startswith("line ")]  # the error is the report
     assert out.read_text() == "the previous predictions\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "scores.csv"]  # no temporary file left
@@ -348,7 +338,7 @@ def _train_in_root(task: str, **settings):
 
 def test_parquet_nulls_are_empty_rows_not_a_crash(capsys, tmp_path, recommender_run, sentiment_run):
     source = tmp_path / "h.parquet"
-    pq.write_table(pa.table({"user_id": ["u1", "u2", "u3"], "history": ["L12 L13", None, "L14"]}), source)
+    pq.write_table(pa.table({"user_id": ["u1", "u2", "u3"], "history": ["5006 5009", None, "5012"]}), source)
     code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out",
                             tmp_path / "o.csv", "--k", 2)
     assert code == 0, err
@@ -405,7 +395,7 @@ def test_bytes_that_are_not_utf8_cost_their_row_not_the_file(capsys, tmp_path, s
 
 
 def test_parquet_lists_categoricals_and_bytes_are_read_as_ids(capsys, tmp_path, recommender_run, sentiment_run):
-    histories = [["L12", "L13"], [], None, ["gone"], ["L14", "L15", "L16"]]
+    histories = [["5006", "5009"], [], None, ["gone"], ["5012", "5015", "5018"]]
     source = tmp_path / "h.parquet"
     pq.write_table(pa.table({"user_id": pa.array(["a", "b", "c", "d", "e"]).dictionary_encode(),
                              "history": pa.array(histories, pa.list_(pa.string()))}), source)
@@ -418,7 +408,7 @@ def test_parquet_lists_categoricals_and_bytes_are_read_as_ids(capsys, tmp_path, 
     rows = _rows(out)
     assert [r["user_id"] for r in rows] == ["a"] * 3 + ["e"] * 3
     assert [r["item_id"] for r in rows] == expected[0].items + expected[1].items
-    pq.write_table(pa.table({"user_id": pa.array([b"u1"], pa.binary()), "history": ["L12 L13"]}), source)
+    pq.write_table(pa.table({"user_id": pa.array([b"u1"], pa.binary()), "history": ["5006 5009"]}), source)
     code, _, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
     assert code == 0, err
     assert [r["item_id"] for r in _rows(out)] == expected[0].items and _rows(out)[0]["user_id"] == "u1"
@@ -430,15 +420,16 @@ def test_parquet_lists_categoricals_and_bytes_are_read_as_ids(capsys, tmp_path, 
 
 def test_interactions_with_iso_date_times_are_ordered_by_them(capsys, tmp_path, recommender_run):
     # the training importer reads a timestamp column of date-times: predict reads the same file
-    events = [("u1", "L12", "2024-03-02T10:00:00Z"), ("u1", "L15", "2024-03-01"), ("u2", "L11", "2024-03-01 08:00"),
-              ("u1", "L13", "2024-03-02 09:59:59"), ("u2", "L17", "2024-02-30"), ("u2", "L18", "2024-03-01 09:00")]
+    events = [("u1", "5006", "2024-03-02T10:00:00Z"), ("u1", "5015", "2024-03-01"), ("u2", "5003", "2024-03-01 08:00"),
+              ("u1", "5009", "2024-03-02 09:59:59"), ("u2", "5021", "2024-02-30"), ("u2", "5024", "2024-03-01 09:00")]
     source = tmp_path / "clicks.csv"
     source.write_text("user_id,item_id,timestamp\n" + "".join(f"{u},{i},{t}\n" for u, i, t in events))
     out = tmp_path / "top.csv"
     code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
     assert code == 0, err
     assert "line 6: timestamp '2024-02-30' is not a number or a date-time" in err and "2 users scored" in stdout
-    expected = load_predictor(recommender_run.checkpoint).recommend_many([["L15", "L13", "L12"], ["L11", "L18"]], 3)
+    histories = [["5015", "5009", "5006"], ["5003", "5024"]]
+    expected = load_predictor(recommender_run.checkpoint).recommend_many(histories, 3)
     rows = _rows(out)
     assert [r["item_id"] for r in rows if r["user_id"] == "u1"] == expected[0].items
     assert [r["item_id"] for r in rows if r["user_id"] == "u2"] == expected[1].items
@@ -483,13 +474,13 @@ def test_a_needed_column_named_twice_is_a_one_line_error(capsys, tmp_path, senti
 
 def test_a_history_written_as_a_list_with_commas_is_read_whole(capsys, tmp_path, recommender_run):
     source = tmp_path / "h.csv"
-    source.write_text('user_id,history\nu1,"[L12, L13, L14]"\nu2,"L12,L13,L14"\nu3,L12 L13 L14\nu4,[]\n')
+    source.write_text('user_id,history\nu1,"[5006, 5009, 5012]"\nu2,"5006,5009,5012"\nu3,5006 5009 5012\nu4,[]\n')
     out = tmp_path / "o.csv"
     code, stdout, err = cli(capsys, "predict", recommender_run.checkpoint, "--input", source, "--out", out, "--k", 3)
     assert code == 0, err
     assert "line 5: history is empty" in err and "3 users scored, 1 skipped" in stdout
-    assert "does not know" not in stdout  # "L12," is L12
-    expected = load_predictor(recommender_run.checkpoint).recommend(["L12", "L13", "L14"], k=3).items
+    assert "does not know" not in stdout  # "5006," is 5006
+    expected = load_predictor(recommender_run.checkpoint).recommend(["5006", "5009", "5012"], k=3).items
     rows = _rows(out)
     for user in ("u1", "u2", "u3"):
         assert [r["item_id"] for r in rows if r["user_id"] == user] == expected
@@ -510,12 +501,12 @@ def test_a_damaged_parquet_page_is_one_line_and_nothing_is_written(capsys, tmp_p
 
 
 def test_interactions_exclude_lessons_seen_before_the_models_window(capsys, tmp_path, recommender_run):
-    # max_len is 8: u1 saw 12 lessons, 10 of them distinct (L12 and L13 twice, long ago)
-    long = ["L12", "L13", "L10", "L11", "L12", "L13", "L14", "L15", "L16", "L17", "L18", "L19"]
-    events = [("u1", item, 100 + t) for t, item in enumerate(long)] + [("u2", "L14", 5), ("u2", "L15", 6)]
+    # max_len is 8: u1 saw 12 lessons, 10 of them distinct (5006 and 5009 twice, long ago)
+    long = ["5006", "5009", "5000", "5003", "5006", "5009", "5012", "5015", "5018", "5021", "5024", "5027"]
+    events = [("u1", item, 100 + t) for t, item in enumerate(long)] + [("u2", "5012", 5), ("u2", "5015", 6)]
     source = tmp_path / "clicks.csv"
     source.write_text("user_id,item_id,timestamp\n" + "".join(f"{u},{i},{t}\n" for u, i, t in reversed(events)))
-    histories = [long, ["L14", "L15"]]
+    histories = [long, ["5012", "5015"]]
     predictor = load_predictor(recommender_run.checkpoint)
     out = tmp_path / "top.csv"
     for flags in ([], ["--include-seen"]):

@@ -40,7 +40,7 @@ def test_child_processes_need_the_slow_marker_and_failures_are_named_at_once(tmp
     folder.mkdir()
     shutil.copy(TESTS / "conftest.py", folder / "conftest.py")
     (folder / "test_cases.py").write_text(CASES)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}  # conftest loads trained_runs
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist",
                            "-o", "addopts=--strict-markers", "-o", "markers=slow", str(folder)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

@@ -7,40 +7,20 @@ import copy
 import json
 
 import pytest
-import torch
 
 from app.panels.evaluation_view import EvaluationView, headline
-from core.config import RunConfig
-from core.engine.trainer import train
 from core.lab.evaluation_report import evaluation_report, load_report, write_report
 
-OPTIONS = {
-    "tiny": ({}, 30),
-    "sentiment": ({"reviews": 2000, "buckets": 4096}, 40),
-    "recommender": ({"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40,
-                     "d_model": 16, "layers": 1, "heads": 2}, 30),
-    "ranking": ({"queries": 600, "docs": 16, "features": 8}, 30),
-}
 EXPECTED = {"tiny": ["confusion"], "sentiment": ["roc", "confusion", "histogram"],
             "recommender": ["curves", "buckets"], "ranking": ["curves", "buckets"]}
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    """One real report per task, from a few steps of training (module-wide: the tests only read them)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("evaluation-view")
-    made = {}
-    try:
-        for task, (options, steps) in OPTIONS.items():
-            ended = train(RunConfig.for_task(task, device="cpu", max_steps=steps, threads=1, eval_interval=0,
-                                             task_options=options, out_dir=str(root / task)))
-            assert ended.status == "completed", ended.message
-            made[task] = evaluation_report(ended.checkpoint)
-    finally:
-        torch.set_num_threads(threads)
-    return made
+def reports(trained_runs):
+    """One real report per task, of the shared runs (module-wide: the tests only read them); the recommender's
+    of its synthetic run (a catalogue of 200 lessons for its curves)."""
+    name = {"recommender": "recommender-synthetic"}
+    return {task: evaluation_report(trained_runs[name.get(task, task)].checkpoint) for task in EXPECTED}
 
 
 @pytest.fixture
@@ -53,7 +33,7 @@ def view(qtbot):
     return widget
 
 
-@pytest.mark.parametrize("task", list(OPTIONS))
+@pytest.mark.parametrize("task", list(EXPECTED))
 def test_each_tasks_report_is_drawn(view, reports, task, tmp_path):
     report = reports[task]
     view.show_report(report)
@@ -120,7 +100,7 @@ def broken_variants(report: dict) -> list[dict]:
     return variants
 
 
-@pytest.mark.parametrize("task", list(OPTIONS))
+@pytest.mark.parametrize("task", list(EXPECTED))
 def test_partial_and_damaged_reports_never_raise(view, reports, task):
     for variant in broken_variants(reports[task]):
         view.show_report(variant)

@@ -12,29 +12,14 @@ import pytest
 from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, loss_points, quick_run, set_field
 from PySide6.QtCore import Qt
 
-from core.config import RunConfig
-from core.engine.trainer import train
-
 SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")  # a folder: save a screenshot of each task's page there
-
-OPTIONS = {
-    "sentiment": ({"reviews": 3000, "buckets": 4096}, 120),
-    "recommender": ({"items": 200, "track_len": 10, "interactions": 5000, "mean_len": 20, "max_len": 20,
-                     "d_model": 16, "layers": 1}, 30),
-    "ranking": ({"queries": 200, "docs": 12, "features": 8, "hidden": 16}, 30),
-    "tiny": ({"samples": 512}, 30),
-}
+RECOMMENDER = "recommender-synthetic"  # the shared recommender of synthetic ids 0..n-1: typed ids are numbers
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    """A runs root holding one small trained run of each task (trained once for the module, in seconds)."""
-    root = tmp_path_factory.mktemp("preview-runs")
-    for task, (options, steps) in OPTIONS.items():
-        ended = train(RunConfig.for_task(task, task_options=options, device="cpu", max_steps=steps, threads=1,
-                                         out_dir=str(root / task)))
-        assert ended.status == "completed", ended.message
-    return root
+@pytest.fixture
+def runs(trained_runs) -> Path:
+    """The session's shared runs root (read only): a small trained run of each task, and the synthetic recommender."""
+    return trained_runs.root
 
 
 @pytest.fixture
@@ -113,8 +98,8 @@ def test_sentiment_scores_as_you_type(qtbot, dialog, runs):
 
 
 def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
-    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
-    reference = predictor(runs, "recommender")
+    page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
+    reference = predictor(runs, RECOMMENDER)
     users = reference.example_users(200)
     assert page.userCombo.count() == len(users) > 1
     qtbot.waitUntil(lambda: page.result is not None, timeout=20_000)
@@ -166,10 +151,10 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
     [row] = predict_cli(runs / "sentiment", "text", f'"{text}"')
     assert float(row["p_positive"]) == pytest.approx(page.score, abs=1e-6)
 
-    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
+    page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
     page.historyEdit.setText("3 17 42 5")
     qtbot.waitUntil(lambda: page.asked == ([3, 17, 42, 5], True), timeout=20_000)
-    rows = predict_cli(runs / "recommender", "history", "3 17 42 5")
+    rows = predict_cli(runs / RECOMMENDER, "history", "3 17 42 5")
     assert [int(r["item_id"]) for r in rows] == page.result.items
     assert [float(r["score"]) for r in rows] == pytest.approx(page.result.scores, abs=1e-5)
 
@@ -182,12 +167,12 @@ def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, m
         raise DataError("/data/lessons.csv: no such file")
 
     monkeypatch.setattr(predict.Predictor, "example_users", gone)
-    page = open_run(qtbot, dialog, runs / "recommender", "recommender")
+    page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
     assert "No examples from the run's data: /data/lessons.csv: no such file" in dialog.statusLabel.text()
     assert page.userCombo.count() == 0
     page.historyEdit.setText("5 6 7")
     qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [5, 6, 7], timeout=20_000)
-    assert page.result.items == predictor(runs, "recommender").recommend([5, 6, 7]).items
+    assert page.result.items == predictor(runs, RECOMMENDER).recommend([5, 6, 7]).items
 
 
 def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
@@ -325,13 +310,10 @@ def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
     assert dialog.stack.currentWidget() is dialog.pages["ranking"]
 
 
-def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, runs, tmp_path):
-    import shutil
-
+def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, trained_runs, tmp_path):
     from core.lab.evaluation_report import load_report
 
-    folder = tmp_path / "sentiment-copy"  # a copy: the report is written into the run folder
-    shutil.copytree(runs / "sentiment", folder)
+    folder = trained_runs["sentiment"].copy_to(tmp_path)  # a copy: the report is written into the run folder
     open_run(qtbot, dialog, folder, "sentiment")
     tab = dialog.evaluation
     dialog.tabs.setCurrentWidget(tab)
@@ -353,11 +335,8 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, runs,
     assert "This report measured best.pt; Evaluate measures checkpoint.pt" in tab.infoLabel.text()
 
 
-def test_a_torn_evaluation_json_is_named_not_taken_for_no_report(qtbot, dialog, runs, tmp_path):
-    import shutil
-
-    folder = tmp_path / "tiny-copy"
-    shutil.copytree(runs / "tiny", folder)
+def test_a_torn_evaluation_json_is_named_not_taken_for_no_report(qtbot, dialog, trained_runs, tmp_path):
+    folder = trained_runs["tiny"].copy_to(tmp_path)
     (folder / "evaluation.json").write_text('{"task": "tiny", "metrics": {', encoding="utf-8")
     open_run(qtbot, dialog, folder, "tiny")
     tab = dialog.evaluation
