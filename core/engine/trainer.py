@@ -105,6 +105,9 @@ class Trainer:
         ended = None
         try:
             self.setup()
+            if self.resume_from:  # here, not in setup(): evaluate and export rebuild finished runs with setup()
+                run_state.check_resume_target(self.cfg, {"step": self.step, "epoch": self.epoch},
+                                              str(self.resume_from))
             with matmul_precision(self.plan):
                 ended = self._train_and_finish()
         finally:
@@ -125,8 +128,6 @@ class Trainer:
             raise CheckpointError(
                 f"{self.resume_from}: checkpoint is for task {resume_state['task']!r}, this run is {cfg.task!r}"
             )
-        if resume_state is not None:
-            run_state.check_resume_target(cfg, resume_state, str(self.resume_from))
         if cfg.threads:
             apply_threads(cfg.threads)  # as given, before the data is built
         init_process_group(self.dist, self.device)

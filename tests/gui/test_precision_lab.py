@@ -145,6 +145,7 @@ def test_compare_refuses_the_device_a_run_is_training_on(qtbot, window, tmp_path
         window.stop_run()
 
 
+@pytest.mark.slow  # Compare measures each mode in a process of its own
 @pytest.mark.timeout(90)
 def test_while_compare_measures_the_start_button_and_the_other_tools_wait(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
