@@ -43,7 +43,7 @@ class Answers:
 def start_long_run(qtbot, window, out_dir, separate, max_steps=1_000_000):
     quick_run(window, out_dir, max_steps=max_steps, samples=8192, separate_process=separate)
     click(qtbot, window, "startButton")
-    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
 
 
 @pytest.mark.timeout(300)
@@ -103,7 +103,8 @@ def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, separate, 
 def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, window, tmp_path, separate,
                                                                          monkeypatch):
     monkeypatch.setattr(window, "ask_close_mid_run", Answers("keep"))
-    start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=600)  # seconds: still running when paused
+    # Long enough (seconds of steps) to be still running when the pause arrives, short enough to end soon after.
+    start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=20_000)
     find(window, "pauseButton").click()  # a paused run would never end with the window gone
     # a busy machine delays the child
     qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=PROCESS_WAIT_MS)
@@ -113,7 +114,7 @@ def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, w
         assert window.controller.running and not window.controller.stopping
     assert not window.controller.running and window.controller.spare is None
     state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert state["step"] == 600  # the run went to its end
+    assert state["step"] == 20_000  # the run went to its end
 
 
 @pytest.mark.timeout(60)
