@@ -310,6 +310,54 @@ def test_run_control_says_when_anything_was_asked_for():
     assert control.requested and control.stop_requested  # a stop stays asked for
 
 
+def test_a_stop_asked_for_while_another_thread_resumes_is_never_lost():
+    """resume() reads whether a stop is pending and then writes `requested`: a stop() from another thread in
+    between must still be asked for afterwards (the trainer looks at nothing else while `requested` is
+    False). The stop is sent at exactly that moment: from inside resume's read of the stop event."""
+    import threading
+
+    from core.engine.control import RunControl
+
+    stopper_done = threading.Event()
+
+    class StopArrivesMidRead(threading.Event):
+        """The stop event; the resuming thread's read of it lets a stop() in from another thread first."""
+
+        def __init__(self, control):
+            super().__init__()
+            self.control, self.armed, self.stopper = control, False, None
+
+        def is_set(self):
+            value = super().is_set()
+            if self.armed and threading.current_thread() is resumer:
+                self.armed = False
+                self.stopper = threading.Thread(target=lambda: (self.control.stop(), stopper_done.set()))
+                self.stopper.start()
+                # Without a lock stop() finishes at once; with one it waits for resume to finish (so does this).
+                stopper_done.wait(timeout=0.5)
+            return value
+
+    control = RunControl()
+    control._stop = event = StopArrivesMidRead(control)
+    control.pause()
+    event.armed = True
+    resumer = threading.Thread(target=control.resume)
+    resumer.start()
+    resumer.join()
+    assert event.stopper is not None, "resume() did not read the stop event"
+    event.stopper.join()
+    assert control.stop_requested and control.requested and not control.paused
+
+
+def test_a_pause_after_a_stop_does_not_hold_the_stopping_run():
+    from core.engine.control import RunControl
+
+    control = RunControl()
+    control.stop()
+    control.pause()
+    assert control.requested and control.stop_requested and not control.paused
+
+
 def test_a_pause_asked_for_between_steps_is_taken_at_the_next_step(tiny_config, recorder):
     from core.engine.control import RunControl
 
