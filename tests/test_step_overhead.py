@@ -194,17 +194,20 @@ def test_the_quick_read_of_an_interval_is_the_folded_one(losses):
 
 
 def test_the_step_works_for_callers_that_drive_it_after_setup(tiny_config):
-    """core.lab (lr_finder, batch_finder) call setup() and then _optimizer_step themselves."""
+    """core.lab (lr_finder, batch_finder) call setup() and then train_step themselves, with their own sums."""
     trainer = Trainer(tiny_config(max_steps=5, log_interval=1))
     trainer.setup()
     try:
-        trainer._sums = StepAccumulator(trainer.device, count_only_finite=False)
+        sums = StepAccumulator(trainer.device, count_only_finite=False)
         order = trainer.batches.order(0)
         before = [p.detach().clone() for p in trainer._params]
-        trainer._optimizer_step(order, 0)
-        assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0
+        trainer.train_step(order, 0, sums)
+        assert trainer.grad_norm is None  # not asked for
         assert any(not torch.equal(p, b) for p, b in zip(trainer._params, before, strict=True))
-        assert trainer._sums.read(trainer.dist).loss > 0
+        assert sums.read(trainer.dist).loss > 0
+        trainer.train_step(order, 1, sums, measure_norm=True)
+        assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0
+        assert trainer.step == 0  # the caller counts its steps
     finally:
         trainer.cleanup()
 
