@@ -281,7 +281,7 @@ def test_a_failed_write_of_queued_step_lines_is_reported_like_any_other(tmp_path
                          [(3, 5, 7, 256), (1, 0, 0, 512), (10, 0, 4, 700), (4, 6, 0, 1000)])
 def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
         tiny_config, recorder, log_interval, eval_interval, checkpoint_interval, batch_size):
-    """train() calls _after_step only on the steps known to need it (_next_due, or an epoch's end): the events
+    """train() calls _after_step only on the steps known to need it (core.engine.due): the events
     fall on the same steps as when every step was looked at."""
     cfg = tiny_config(max_steps=29, log_interval=log_interval, eval_interval=eval_interval,
                       checkpoint_interval=checkpoint_interval, batch_size=batch_size, keep_best=0)
@@ -296,6 +296,30 @@ def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
     assert [e.step for e in recorder.of("StepMetrics")] == logged
     assert [e.step for e in recorder.of("EvalMetrics") if e.split == "val"][:len(evaluated)] == evaluated
     assert [e.step for e in recorder.of("CheckpointSaved")][:len(checkpointed)] == checkpointed
+
+
+@pytest.mark.parametrize("log_interval, eval_interval, checkpoint_interval, per_epoch, total",
+                         [(3, 5, 7, 4, 29), (1, 0, 0, 6, 13), (10, 0, 4, 5, 40), (4, 6, 0, 1, 9), (7, 0, 0, 30, 12)])
+def test_next_due_names_every_step_with_work_and_what_it_does(tiny_config, log_interval, eval_interval,
+                                                              checkpoint_interval, per_epoch, total):
+    """Walking next_due from step 0 visits exactly the steps whose intervals, epoch end or the run's end say so,
+    with the flags the modulo tests give there."""
+    from core.engine.due import Due, next_due
+
+    cfg = tiny_config(log_interval=log_interval, eval_interval=eval_interval, checkpoint_interval=checkpoint_interval)
+    expected = []
+    for s in range(1, total + 1):
+        last, epoch_end = s == total, s % per_epoch == 0
+        due = Due(s, s % log_interval == 0 or last,
+                  not last and (s % eval_interval == 0 if eval_interval else epoch_end),
+                  not last and bool(checkpoint_interval) and s % checkpoint_interval == 0, epoch_end, last)
+        if due.log or due.evaluate or due.checkpoint or epoch_end or last:
+            expected.append(due)
+    walked, step = [], 0
+    while step < total:
+        walked.append(next_due(step, cfg, per_epoch, total))
+        step = walked[-1].step
+    assert walked == expected
 
 
 def test_run_control_says_when_anything_was_asked_for():

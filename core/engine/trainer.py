@@ -15,7 +15,6 @@ import time
 import traceback
 from pathlib import Path
 from time import monotonic
-from typing import NamedTuple
 
 import torch
 
@@ -31,6 +30,7 @@ from core.engine.distributed import (
     RUN_NOTE_ENV, DistContext, StopAgreement, broadcast_ints, dead_ranks, destroy_process_group, gather_peers,
     init_process_group, is_peer_failure,
 )
+from core.engine.due import Due, next_due
 from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
 from core.engine.early_stopping import BestTracker, resolve_mode
 from core.engine.evaluation import evaluate_split
@@ -46,7 +46,7 @@ from core.engine.threads import apply_threads, choose_threads, machine_facts
 from core.errors import CheckpointError, ConfigError
 from core.tasks import create_task
 
-__all__ = ["Due", "RunFailed", "Sink", "Trainer", "gradient_norm", "seed_everything", "train"]
+__all__ = ["RunFailed", "Sink", "Trainer", "gradient_norm", "seed_everything", "train"]
 
 NORM_SECONDS = 0.1  # a logged step measures the gradient norm at most this often without clipping or fp16
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: the step enters it when there is nothing to enter
@@ -59,18 +59,6 @@ def gradient_norm(params: list[torch.Tensor]) -> torch.Tensor:
     if not grads:
         return torch.zeros(()) if not params else torch.zeros((), device=params[0].device)
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-
-
-class Due(NamedTuple):
-    """The next step after which train() has more to do than step, and what (see Trainer._next_due): the
-    intervals' modulo tests made once for that step instead of on every step."""
-
-    step: int
-    log: bool  # StepMetrics, and the step itself measures the gradient norm (see Trainer._norm_wanted)
-    evaluate: bool  # by eval_interval, or at an epoch's end when it is 0; never the last step (the end evaluates)
-    checkpoint: bool  # by checkpoint_interval; never the last step (the end saves)
-    epoch_end: bool
-    last: bool  # total_steps
 
 
 class Trainer:
@@ -241,8 +229,8 @@ class Trainer:
         step is kept to a few comparisons: in one process the stop/pause request and the two wall clocks (the
         timed checkpoint, the time limit) are one attribute read and one clock read, the full checks running only
         when either says so; and the next step that logs, evaluates, checkpoints or ends an epoch is known in
-        advance with what it does (`_next_due`), so the other steps skip _after_step. Under DDP the ranks' stop
-        agreement runs before every step."""
+        advance with what it does (`core.engine.due`), so the other steps skip _after_step. Under DDP the ranks'
+        stop agreement runs before every step."""
         self._saved_at = self._training_since = monotonic()
         stop = StopAgreement(self.control, self.dist, self.device, self.cfg.log_interval, self.step,
                              save_due=self._checkpoint_time_due, time_up=self._time_limit_due)
@@ -250,7 +238,7 @@ class Trainer:
         control, clock, accum, body = self.control, self.clock, self.cfg.grad_accum, self._step_body
         check_every_step = self.dist.enabled or not isinstance(control, RunControl)
         clocks_due = self._clocks_due()
-        due = self._next_due(self.step)
+        due = next_due(self.step, self.cfg, self.steps_per_epoch, self.total_steps)
         while self.step < self.total_steps:
             order = self.batches.order(self.epoch)
             for index in range(self.step % self.steps_per_epoch, self.steps_per_epoch):
@@ -276,23 +264,10 @@ class Trainer:
                         return "completed", self._early_stop
                     if due.last:
                         break
-                    due = self._next_due(self.step)
+                    due = next_due(self.step, self.cfg, self.steps_per_epoch, self.total_steps)
             if self.step % self.steps_per_epoch == 0:
                 self.epoch += 1
         return "completed", f"completed {self.step:,} steps"
-
-    def _next_due(self, step: int) -> Due:
-        """The first step after `step` that logs, evaluates, checkpoints (by their intervals), ends an epoch or is
-        the last, with what it does: what _after_step and the step's gradient norm read."""
-        cfg, per_epoch, total = self.cfg, self.steps_per_epoch, self.total_steps
-        due = min(total, (step // per_epoch + 1) * per_epoch)
-        for every in (cfg.log_interval, cfg.eval_interval, cfg.checkpoint_interval):
-            if every:
-                due = min(due, (step // every + 1) * every)
-        last, epoch_end = due >= total, due % per_epoch == 0
-        evaluate = not last and (due % cfg.eval_interval == 0 if cfg.eval_interval else epoch_end)
-        checkpoint = not last and cfg.checkpoint_interval > 0 and due % cfg.checkpoint_interval == 0
-        return Due(due, last or due % cfg.log_interval == 0, evaluate, checkpoint, epoch_end, last)
 
     def _norm_wanted(self, last: bool) -> bool:
         """Whether the logged step about to run measures its gradient norm without clipping or fp16 (which
