@@ -326,8 +326,8 @@ def interleaved(args, batch_size: int, log_interval: int, optimizer: str) -> dic
     original = trainer._after_step
     mark = [0.0]
 
-    def after_step(epoch_done: bool) -> None:
-        original(epoch_done)
+    def after_step(due) -> None:
+        original(due)
         if trainer.step % chunk:
             return
         now = time.perf_counter()

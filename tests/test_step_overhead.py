@@ -193,17 +193,20 @@ def test_the_quick_read_of_an_interval_is_the_folded_one(losses):
 
 
 def test_the_step_works_for_callers_that_drive_it_after_setup(tiny_config):
-    """core.lab (lr_finder, batch_finder) call setup() and then _optimizer_step themselves."""
+    """core.lab (lr_finder, batch_finder) call setup() and then train_step themselves, with their own sums."""
     trainer = Trainer(tiny_config(max_steps=5, log_interval=1))
     trainer.setup()
     try:
-        trainer._sums = StepAccumulator(trainer.device, count_only_finite=False)
+        sums = StepAccumulator(trainer.device, count_only_finite=False)
         order = trainer.batches.order(0)
         before = [p.detach().clone() for p in trainer._params]
-        trainer._optimizer_step(order, 0)
-        assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0
+        trainer.train_step(order, 0, sums)
+        assert trainer.grad_norm is None  # not asked for
         assert any(not torch.equal(p, b) for p, b in zip(trainer._params, before, strict=True))
-        assert trainer._sums.read(trainer.dist).loss > 0
+        assert sums.read(trainer.dist).loss > 0
+        trainer.train_step(order, 1, sums, measure_norm=True)
+        assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0
+        assert trainer.step == 0  # the caller counts its steps
     finally:
         trainer.cleanup()
 
@@ -277,7 +280,7 @@ def test_a_failed_write_of_queued_step_lines_is_reported_like_any_other(tmp_path
                          [(3, 5, 7, 256), (1, 0, 0, 512), (10, 0, 4, 700), (4, 6, 0, 1000)])
 def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
         tiny_config, recorder, log_interval, eval_interval, checkpoint_interval, batch_size):
-    """train() calls _after_step only on the steps known to need it (_next_due, or an epoch's end): the events
+    """train() calls _after_step only on the steps known to need it (core.engine.due): the events
     fall on the same steps as when every step was looked at."""
     cfg = tiny_config(max_steps=29, log_interval=log_interval, eval_interval=eval_interval,
                       checkpoint_interval=checkpoint_interval, batch_size=batch_size, keep_best=0)
@@ -294,6 +297,30 @@ def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
     assert [e.step for e in recorder.of(CheckpointSaved)][:len(checkpointed)] == checkpointed
 
 
+@pytest.mark.parametrize("log_interval, eval_interval, checkpoint_interval, per_epoch, total",
+                         [(3, 5, 7, 4, 29), (1, 0, 0, 6, 13), (10, 0, 4, 5, 40), (4, 6, 0, 1, 9), (7, 0, 0, 30, 12)])
+def test_next_due_names_every_step_with_work_and_what_it_does(tiny_config, log_interval, eval_interval,
+                                                              checkpoint_interval, per_epoch, total):
+    """Walking next_due from step 0 visits exactly the steps whose intervals, epoch end or the run's end say so,
+    with the flags the modulo tests give there."""
+    from core.engine.due import Due, next_due
+
+    cfg = tiny_config(log_interval=log_interval, eval_interval=eval_interval, checkpoint_interval=checkpoint_interval)
+    expected = []
+    for s in range(1, total + 1):
+        last, epoch_end = s == total, s % per_epoch == 0
+        due = Due(s, s % log_interval == 0 or last,
+                  not last and (s % eval_interval == 0 if eval_interval else epoch_end),
+                  not last and bool(checkpoint_interval) and s % checkpoint_interval == 0, epoch_end, last)
+        if due.log or due.evaluate or due.checkpoint or epoch_end or last:
+            expected.append(due)
+    walked, step = [], 0
+    while step < total:
+        walked.append(next_due(step, cfg, per_epoch, total))
+        step = walked[-1].step
+    assert walked == expected
+
+
 def test_run_control_says_when_anything_was_asked_for():
     from core.engine.control import RunControl
 
@@ -307,6 +334,54 @@ def test_run_control_says_when_anything_was_asked_for():
     control.stop()
     control.resume()
     assert control.requested and control.stop_requested  # a stop stays asked for
+
+
+def test_a_stop_asked_for_while_another_thread_resumes_is_never_lost():
+    """resume() reads whether a stop is pending and then writes `requested`: a stop() from another thread in
+    between must still be asked for afterwards (the trainer looks at nothing else while `requested` is
+    False). The stop is sent at exactly that moment: from inside resume's read of the stop event."""
+    import threading
+
+    from core.engine.control import RunControl
+
+    stopper_done = threading.Event()
+
+    class StopArrivesMidRead(threading.Event):
+        """The stop event; the resuming thread's read of it lets a stop() in from another thread first."""
+
+        def __init__(self, control):
+            super().__init__()
+            self.control, self.armed, self.stopper = control, False, None
+
+        def is_set(self):
+            value = super().is_set()
+            if self.armed and threading.current_thread() is resumer:
+                self.armed = False
+                self.stopper = threading.Thread(target=lambda: (self.control.stop(), stopper_done.set()))
+                self.stopper.start()
+                # Without a lock stop() finishes at once; with one it waits for resume to finish (so does this).
+                stopper_done.wait(timeout=0.5)
+            return value
+
+    control = RunControl()
+    control._stop = event = StopArrivesMidRead(control)
+    control.pause()
+    event.armed = True
+    resumer = threading.Thread(target=control.resume)
+    resumer.start()
+    resumer.join()
+    assert event.stopper is not None, "resume() did not read the stop event"
+    event.stopper.join()
+    assert control.stop_requested and control.requested and not control.paused
+
+
+def test_a_pause_after_a_stop_does_not_hold_the_stopping_run():
+    from core.engine.control import RunControl
+
+    control = RunControl()
+    control.stop()
+    control.pause()
+    assert control.requested and control.stop_requested and not control.paused
 
 
 def test_a_pause_asked_for_between_steps_is_taken_at_the_next_step(tiny_config, recorder):

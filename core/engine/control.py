@@ -6,9 +6,14 @@ import threading
 
 
 class RunControl:
-    """Stop and pause requests, checked by the trainer between optimizer steps."""
+    """Stop and pause requests, checked by the trainer between optimizer steps.
+
+    The requests change under one lock, so `requested` always agrees with the two events whatever threads ask
+    at once (a stop that lands in the middle of a resume stays asked for); the trainer reads `requested` once
+    per step without the lock: a plain attribute, written whole."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._running = threading.Event()  # cleared while paused
         self._running.set()
@@ -18,17 +23,22 @@ class RunControl:
 
     def stop(self) -> None:
         """Ask the run to stop after the current optimizer step (it writes a final checkpoint)."""
-        self._stop.set()
-        self._running.set()  # a paused run must wake up to stop
-        self.requested = True
+        with self._lock:
+            self._stop.set()
+            self._running.set()  # a paused run must wake up to stop
+            self.requested = True
 
     def pause(self) -> None:
-        self._running.clear()
-        self.requested = True
+        """Ask the run to wait before its next optimizer step; a run asked to stop stops instead."""
+        with self._lock:
+            if not self._stop.is_set():
+                self._running.clear()
+            self.requested = True
 
     def resume(self) -> None:
-        self._running.set()
-        self.requested = self._stop.is_set()
+        with self._lock:
+            self._running.set()
+            self.requested = self._stop.is_set()
 
     @property
     def stop_requested(self) -> bool:

@@ -30,6 +30,7 @@ from core.engine.distributed import (
     RUN_NOTE_ENV, DistContext, StopAgreement, broadcast_ints, dead_ranks, destroy_process_group, gather_peers,
     init_process_group, is_peer_failure,
 )
+from core.engine.due import Due, next_due
 from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
 from core.engine.early_stopping import BestTracker, resolve_mode
 from core.engine.evaluation import evaluate_split
@@ -87,7 +88,7 @@ class Trainer:
         self.test_metrics: dict = {}
         self.last_loss: float | None = None
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
-        self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _optimizer_step)
+        self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
         self.saved_checkpoint: str | None = None
         self._last_eval_step = -1
         self._saved_at = monotonic()  # when the latest checkpoint was written (or training started)
@@ -167,6 +168,7 @@ class Trainer:
         self.model.train()
         self._watch = NonFiniteWatch(model)
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips
+        self._choose_step_body()
 
     def _claim_folder(self) -> None:
         """Rank 0 claims the run folder before anything is written: the one given, or a free sibling when it
@@ -229,24 +231,20 @@ class Trainer:
         Between two steps of a small model there are a few hundred microseconds, so the bookkeeping around the
         step is kept to a few comparisons: in one process the stop/pause request and the two wall clocks (the
         timed checkpoint, the time limit) are one attribute read and one clock read, the full checks running only
-        when either says so; and the steps that log, evaluate or checkpoint are known in advance (`_next_due`),
-        so the other steps skip _after_step. Under DDP the ranks' stop agreement runs before every step."""
+        when either says so; and the next step that logs, evaluates, checkpoints or ends an epoch is known in
+        advance with what it does (`core.engine.due`), so the other steps skip _after_step. Under DDP the ranks'
+        stop agreement runs before every step."""
         self._saved_at = self._training_since = monotonic()
         stop = StopAgreement(self.control, self.dist, self.device, self.cfg.log_interval, self.step,
                              save_due=self._checkpoint_time_due, time_up=self._time_limit_due)
-        self._sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
-        control, clock, accum = self.control, self.clock, self.cfg.grad_accum
+        self._sums = sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
+        control, clock, accum, body = self.control, self.clock, self.cfg.grad_accum, self._step_body
         check_every_step = self.dist.enabled or not isinstance(control, RunControl)
-        cfg, plan = self.cfg, self.plan
-        plain = (accum == 1 and not self.dist.enabled and not plan.use_scaler and cfg.grad_clip <= 0
-                 and self.task.tokens_key is None)
-        optimizer_step = self._plain_step if plain else self._optimizer_step
         clocks_due = self._clocks_due()
-        due = self._next_due(self.step)
+        due = next_due(self.step, self.cfg, self.steps_per_epoch, self.total_steps)
         while self.step < self.total_steps:
             order = self.batches.order(self.epoch)
-            per_epoch = self.steps_per_epoch
-            for index in range(self.step % per_epoch, per_epoch):
+            for index in range(self.step % self.steps_per_epoch, self.steps_per_epoch):
                 if check_every_step or control.requested or monotonic() >= clocks_due:
                     if control.paused:
                         self._pause()
@@ -259,29 +257,32 @@ class Trainer:
                         self.save_checkpoint()
                         clock.leave_out(side_work_started)
                     clocks_due = self._clocks_due()
-                optimizer_step(order, index * accum)
+                measure_norm = self.step + 1 == due.step and due.log and self._norm_wanted(due.last)
+                body(order, index * accum, sums, measure_norm)
                 self.step += 1
                 clock.interval_steps += 1
-                if self.step >= due or index + 1 == per_epoch:
-                    self._after_step(index + 1 == per_epoch)
+                if self.step == due.step:
+                    self._after_step(due)
                     if self._early_stop:
                         return "completed", self._early_stop
-                    if self.step >= self.total_steps:
+                    if due.last:
                         break
-                    due = self._next_due(self.step)
-            if self.step % per_epoch == 0:
+                    due = next_due(self.step, self.cfg, self.steps_per_epoch, self.total_steps)
+            if self.step % self.steps_per_epoch == 0:
                 self.epoch += 1
         return "completed", f"completed {self.step:,} steps"
 
-    def _next_due(self, step: int) -> int:
-        """The first step after `step` that logs, evaluates (by eval_interval) or checkpoints (by
-        checkpoint_interval), or the last; an epoch's end (evaluated when eval_interval is 0) is checked apart."""
-        cfg = self.cfg
-        due = self.total_steps
-        for every in (cfg.log_interval, cfg.eval_interval, cfg.checkpoint_interval):
-            if every:
-                due = min(due, (step // every + 1) * every)
-        return due
+    def _norm_wanted(self, last: bool) -> bool:
+        """Whether the logged step about to run measures its gradient norm without clipping or fp16 (which
+        compute it on every step anyway): at most every NORM_SECONDS, and on the last step. At a log interval of
+        1 a small model's steps take a few hundred microseconds and the norm's ops a tenth of that; a plot
+        gains nothing from more than ten a second. A logged step without a measured norm reports none."""
+        now = monotonic()
+        if last or now - self._norm_at >= NORM_SECONDS:
+            self._norm_at = now
+            return True
+        self.grad_norm = None  # clipping and fp16 set it again in the step
+        return False
 
     def _clocks_due(self) -> float:
         """The monotonic time at which the timed checkpoint or the time limit is next due (inf when neither is
@@ -293,13 +294,32 @@ class Trainer:
             due = min(due, self._training_since + self.cfg.time_limit_minutes * 60)
         return due
 
-    def _optimizer_step(self, order: torch.Tensor, first_micro: int) -> None:
+    def train_step(self, order: torch.Tensor, index: int, sums: StepAccumulator, measure_norm: bool = False) -> None:
+        """One optimizer step on the `index`-th step of an epoch (its grad_accum micro-batches of `order`, an
+        `EpochBatches.order`), as train() runs each step: forward, backward, unscale and clip when set, optimizer
+        and scheduler step. Adds the losses (and fp16 overflows, token counts) to `sums`, read back with one sync
+        when the caller wants them; `measure_norm` also measures `grad_norm` without clipping or fp16. No host
+        sync. For callers that drive the steps themselves after setup() (core.lab's LR and batch finders):
+        `step`, logging, evaluation and checkpoints are left to them."""
+        self._step_body(order, index * self.cfg.grad_accum, sums, measure_norm)
+
+    def _choose_step_body(self) -> None:
+        """_plain_step where the run is the usual case it covers, else the general _optimizer_step."""
+        plan, cfg = self.plan, self.cfg
+        plain = (cfg.grad_accum == 1 and not self.dist.enabled and not plan.use_scaler and cfg.grad_clip <= 0
+                 and self.task.tokens_key is None)
+        self._step_body = self._plain_step if plain else self._optimizer_step
+
+    def _optimizer_step(self, order: torch.Tensor, first_micro: int, sums: StepAccumulator,
+                        measure_norm: bool) -> None:
         """One optimizer step: accumulate micro-batches, unscale, clip, step, update. No host sync.
 
         Runs thousands of times a second on a small model, so it does only what the step needs: no context
         objects it does not use, no pass-through GradScaler calls when the scaler is off, and the gradient
-        norm only where it is used (see below)."""
-        cfg, plan, sums, task = self.cfg, self.plan, self._sums, self.task
+        norm only where it is used: to clip, in fp16 to count overflows, and where `measure_norm` asks for it
+        (see _norm_wanted). Without clipping it is measured, not applied: clip_grad_norm_ with an infinite max
+        norm would still multiply every gradient by 1."""
+        cfg, plan, task = self.cfg, self.plan, self.task
         accum = cfg.grad_accum
         scaler = self.scaler if self.scaler.is_enabled() else None
         tokens_key = task.tokens_key
@@ -320,21 +340,8 @@ class Trainer:
             sums.add_loss(loss)
             if self._watch.armed:
                 self._watch.flag_loss(loss)
-        # The norm is needed to clip, and in fp16 to count overflows; otherwise it is only measured on the
-        # steps that are logged, so plain fp32/bf16 steps pay nothing for it, and on those at most every
-        # NORM_SECONDS (always on the last): at a log interval of 1 a small model's steps take a few hundred
-        # microseconds and the norm's ops a tenth of that; a plot gains nothing from more than ten a second.
-        # A logged step without a measured norm reports none. Without clipping it is measured, not applied:
-        # clip_grad_norm_ with an infinite max norm would still multiply every gradient by 1.
-        step = self.step + 1
-        logged = step % cfg.log_interval == 0 or step >= self.total_steps
         clip = cfg.grad_clip
-        measure = logged and (step >= self.total_steps or monotonic() - self._norm_at >= NORM_SECONDS)
-        if logged and not measure and not (plan.use_scaler or clip > 0):
-            self.grad_norm = None
-        elif plan.use_scaler or clip > 0 or measure:
-            if measure:
-                self._norm_at = monotonic()
+        if plan.use_scaler or clip > 0 or measure_norm:
             if scaler is not None:
                 scaler.unscale_(self.optimizer)  # unscale BEFORE clipping: clip the true gradient norm
             if clip > 0:
@@ -352,45 +359,38 @@ class Trainer:
         if self.scheduler is not None:
             self.scheduler.step()
 
-    def _plain_step(self, order: torch.Tensor, first_micro: int) -> None:
+    def _plain_step(self, order: torch.Tensor, first_micro: int, sums: StepAccumulator, measure_norm: bool) -> None:
         """_optimizer_step for the usual case (one process, one micro-batch, no GradScaler, clipping or token
         count), without the branches and calls that case never takes: what is left is what a hand-written loop
-        does, plus the loss kept for the log and the gradient norm on logged steps (as _optimizer_step measures
-        it). tests/test_step_overhead.py checks that both give the same weights and the same events."""
+        does, plus the loss kept for the log and the gradient norm where asked for. On the tiny task at batch 256
+        that is 1.5-2% more samples/s than the general step (benchmarks/loop_overhead.py --concurrent, at log
+        intervals 10 and 1). tests/test_step_overhead.py checks that both give the same weights and events."""
         batch = self.batches.batch(order, first_micro)
-        autocast_dtype = self.plan.autocast_dtype
-        if autocast_dtype is None:
+        if self.plan.autocast_dtype is None:
             loss = self.task.loss(self.model, batch)
         else:
             with self.plan.autocast():  # forward + loss only
                 loss = self.task.loss(self.model, batch)
         loss.backward()
-        self._sums.add_loss(loss.detach())
-        step = self.step + 1
-        if step % self.cfg.log_interval == 0 or step >= self.total_steps:
-            if step >= self.total_steps or monotonic() - self._norm_at >= NORM_SECONDS:
-                self._norm_at = monotonic()
-                self.grad_norm = gradient_norm(self._params)
-            else:
-                self.grad_norm = None
+        sums.add_loss(loss.detach())
+        if measure_norm:
+            self.grad_norm = gradient_norm(self._params)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None:
             self.scheduler.step()
 
-    def _after_step(self, epoch_done: bool) -> None:
-        cfg = self.cfg
-        last = self.step >= self.total_steps
-        if self.step % cfg.log_interval == 0 or last:
+    def _after_step(self, due: Due) -> None:
+        """The work `due` names for the step just taken: the log, and the evaluation and checkpoint (left out of
+        the training time)."""
+        if due.log:
             self._log()
-        due_eval = (cfg.eval_interval and self.step % cfg.eval_interval == 0) or (not cfg.eval_interval and epoch_done)
-        due_checkpoint = cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0
-        if last or not (due_eval or due_checkpoint):
+        if not (due.evaluate or due.checkpoint):
             return
         side_work_started = time.perf_counter()
-        if due_eval:
+        if due.evaluate:
             self.evaluate()
-        if due_checkpoint:
+        if due.checkpoint:
             self.save_checkpoint()
         self.clock.leave_out(side_work_started)  # throughput counts training time only
 

@@ -577,28 +577,26 @@ class TrainerWork:
 
         t = self.trainer
         t.batches = EpochBatches(self.train_split, batch, t.cfg.seed, t.device)
-        t._sums = StepAccumulator(t.device, count_only_finite=t.plan.use_scaler)  # the step adds its losses here
-        order, per_epoch = t.batches.order(0), t.batches.batches_per_epoch
+        sums = StepAccumulator(t.device, count_only_finite=t.plan.use_scaler)  # the steps add their losses here
+        order, per_epoch = t.batches.order(0), t.batches.batches_per_epoch  # one micro-batch per step
         with matmul_precision(t.plan):
             began = time.perf_counter()
-            t._optimizer_step(order, 0)
+            t.train_step(order, 0, sums)
             timed = self.steps - 1
             if timed:  # the first step is warm-up: the optimizer allocates its state there
                 self.probe.synchronize()
                 began = time.perf_counter()
                 for step in range(1, self.steps):
-                    t._optimizer_step(order, step % per_epoch)
+                    t.train_step(order, step % per_epoch, sums)
             self.probe.synchronize()
             seconds = time.perf_counter() - began
             if self.eval_rows:
                 evaluate_split(t.task, t.raw_model, self.val, batch, DistContext(), t.plan.autocast)
-        t._sums = None
         return seconds, batch * max(1, timed)
 
     def recover(self) -> None:
         """Drop gradients, the optimizer's state (possibly half-built) and the GradScaler's per-step state."""
         t = self.trainer
-        t._sums = None
         t.optimizer.zero_grad(set_to_none=True)
         t.optimizer.state.clear()
         t.scaler = t.plan.make_scaler()

@@ -346,9 +346,8 @@ def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: fl
 def _run_range(trainer, accumulator_class, schedule: list[float], diverge_factor: float, smoothing: float,
                control: RunControl, progress: ProgressCallback | None):
     """The steps of the range test on a set-up Trainer. Returns (lrs, losses, skipped_lrs, stopped, steps_run)."""
-    sums = accumulator_class(trainer.device, count_only_finite=trainer.plan.use_scaler)
-    trainer._sums = sums  # the trainer's optimizer step adds its losses (and fp16 overflows) here
-    accum, per_epoch = trainer.cfg.grad_accum, trainer.steps_per_epoch
+    sums = accumulator_class(trainer.device, count_only_finite=trainer.plan.use_scaler)  # the steps' losses
+    per_epoch = trainer.steps_per_epoch
     grace = max(3, int(len(schedule) * SKIP_FRACTION))  # the ratio test waits for a few points
     skip_limit = max(5, grace)  # this many skipped steps in a row after the curve started: the gradients overflow
     lrs, losses, skipped_lrs = [], [], []
@@ -366,7 +365,7 @@ def _run_range(trainer, accumulator_class, schedule: list[float], diverge_factor
             epoch += 1
         for group in trainer.optimizer.param_groups:
             group["lr"] = lr
-        trainer._optimizer_step(order, index * accum)
+        trainer.train_step(order, index, sums)
         steps_run += 1
         readout = sums.read(trainer.dist)  # the one host sync of the step: its loss (and fp16 overflow)
         loss = readout.loss

@@ -1,0 +1,33 @@
+"""Which steps of a run have more to do than step, and what: log, evaluate, checkpoint (by their intervals), end
+an epoch, end the run. Worked out once per such step (Trainer.train asks for the next one after each), so the
+steps between pay one comparison and the steps that are due read flags instead of redoing the modulo tests."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from core.config import RunConfig
+
+
+class Due(NamedTuple):
+    """The next step after which the loop has more to do than step, and what."""
+
+    step: int
+    log: bool  # StepMetrics; the step itself measures the gradient norm for it (see Trainer._norm_wanted)
+    evaluate: bool  # by eval_interval, or at an epoch's end when it is 0; never the last step (the end evaluates)
+    checkpoint: bool  # by checkpoint_interval; never the last step (the end saves)
+    epoch_end: bool
+    last: bool  # total_steps
+
+
+def next_due(step: int, cfg: RunConfig, steps_per_epoch: int, total_steps: int) -> Due:
+    """The first step after `step` that logs, evaluates, checkpoints, ends an epoch or is the last (total_steps),
+    with what it does."""
+    due = min(total_steps, (step // steps_per_epoch + 1) * steps_per_epoch)
+    for every in (cfg.log_interval, cfg.eval_interval, cfg.checkpoint_interval):
+        if every:
+            due = min(due, (step // every + 1) * every)
+    last, epoch_end = due >= total_steps, due % steps_per_epoch == 0
+    evaluate = not last and (due % cfg.eval_interval == 0 if cfg.eval_interval else epoch_end)
+    checkpoint = not last and cfg.checkpoint_interval > 0 and due % cfg.checkpoint_interval == 0
+    return Due(due, last or due % cfg.log_interval == 0, evaluate, checkpoint, epoch_end, last)
