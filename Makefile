@@ -14,11 +14,11 @@ APT_PACKAGES := libgl1 libegl1 libxkbcommon0 libglib2.0-0 libfontconfig1 libdbus
 # pytest's settings for both suites: the 15 slowest tests at the end, each failure named as it happens
 # (tests/conftest.py) and again in the summary (-ra in pyproject.toml).
 PYTEST := QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
-# The fast tests run in 2 processes (pytest-xdist) where the machine has 2 cores or more; PYTEST_WORKERS=0
-# runs them in one. The slow ones (child processes, torchrun, compile) start processes of their own, so they
-# run one at a time after them.
+# Tests run in 2 processes (pytest-xdist, --dist worksteal) where the machine has 2 cores or more: it pays on
+# 2 cores (benchmarks/README.md, "The test suite"). PYTEST_WORKERS=0 runs them in one process; the suite
+# passes either way.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -ge 2 ] && echo 2 || echo 0)
-XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS),)
+XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist worksteal,)
 
 run: install
 	$(BIN)/amp-console
@@ -33,14 +33,11 @@ test-fast: install
 test: install
 	@echo "== the whole test suite: about 10 minutes on 2 idle cores, longer on a busy machine"
 	@failed=""; \
-	echo "== 1/4 the fast tests"; \
-	$(PYTEST) $(XDIST) -m "not xvfb and not slow" || failed="$$failed fast-tests"; \
-	echo "== 2/4 the slow tests (child processes, torchrun, compile), one at a time"; \
-	$(PYTEST) -p no:xdist -m "slow and not xvfb" || failed="$$failed slow-tests"; \
-	echo "== 3/4 import layers (import-linter, contracts in pyproject.toml)"; \
+	$(PYTEST) $(XDIST) -m "not xvfb" || failed="$$failed pytest"; \
+	echo "== import layers (import-linter, contracts in pyproject.toml)"; \
 	$(BIN)/lint-imports || failed="$$failed lint-imports"; \
 	if command -v xvfb-run >/dev/null 2>&1; then \
-	  echo "== 4/4 smoke test in a real X window (xvfb-run, QT_QPA_PLATFORM=xcb)"; \
+	  echo "== smoke test in a real X window (xvfb-run, QT_QPA_PLATFORM=xcb)"; \
 	  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/python -m pytest -q -p no:xdist -m xvfb tests/gui \
 	    || [ $$? -eq 5 ] || failed="$$failed xvfb"; \
 	else echo "xvfb-run not found: skipping the real-window smoke test"; fi; \
