@@ -93,12 +93,6 @@ def child_processes_are_slow(request, monkeypatch):
                     "@pytest.mark.slow", pytrace=False)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Slow tests first (each group in its usual order): under pytest-xdist the long ones start early and the
-    short ones fill the gaps, so no worker is left alone on a long test at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # not an xdist worker
         config.pluginmanager.register(LiveFailures(config), "live-failures")
