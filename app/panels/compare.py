@@ -112,15 +112,11 @@ class CompareDialog(ToolDialog):
         layout.addLayout(bottom)
 
     # ------------------------------------------------------------------ running
-    def refresh_setting(self) -> None:
-        try:
-            config = self._config_provider()
-        except Exception as exc:  # noqa: BLE001 (a half-typed form: say so, measure nothing)
-            self.setting.setText(f"The run setup is not valid yet: {exc}")
-            return
+    def setting_text(self, config) -> str:
+        """Compare measures every precision mode itself: the line names the task, batch, device and seed."""
         options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
-        self.setting.setText(f"Task <b>{config.task}</b> ({options}), batch {config.batch_size}, "
-                             f"device <b>{config.device}</b>, seed {config.seed}")
+        return (f"Task <b>{config.task}</b> ({options}), batch {config.batch_size}, device <b>{config.device}</b>, "
+                f"seed {config.seed}")
 
     def selected_modes(self) -> list[str]:
         return [mode for mode, check in self.modeChecks.items() if check.isChecked()]

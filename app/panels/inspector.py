@@ -82,14 +82,9 @@ class InspectorDialog(ToolDialog):
         splitter.setSizes([420, 160])
         layout.addWidget(splitter, 1)
 
-    def refresh_setting(self) -> None:
-        try:
-            config = self._config_provider()
-        except Exception as exc:  # noqa: BLE001
-            self.setting.setText(f"The run setup is not valid yet: {exc}")
-            return
-        self.setting.setText(f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step "
-                             f"(forward, loss, backward) with hooks on every module")
+    def setting_text(self, config) -> str:
+        return (f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step (forward, loss, backward) "
+                f"with hooks on every module")
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
         """Until the first inspection the picker follows the form's precision (start() leaves it alone)."""

@@ -105,10 +105,14 @@ class ToolDialog(QDialog):
         except Exception as exc:  # noqa: BLE001 (a half-typed form: say so, run nothing)
             self.setting.setText(f"The run setup is not valid yet: {exc}")
             return
+        self.setting.setText(self.setting_text(config))
+
+    def setting_text(self, config) -> str:
+        """The line above the tool naming what it will run: the settings that matter to it."""
         options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
-        self.setting.setText(f"Task <b>{config.task}</b> ({options}), {config.optimizer}, batch "
-                             f"{config.batch_size}, lr {format_number(config.lr)}, device <b>{config.device}</b>, "
-                             f"precision <b>{config.precision}</b>, seed {config.seed}")
+        return (f"Task <b>{config.task}</b> ({options}), {config.optimizer}, batch {config.batch_size}, "
+                f"lr {format_number(config.lr)}, device <b>{config.device}</b>, precision <b>{config.precision}</b>, "
+                f"seed {config.seed}")
 
     def start(self) -> bool:
         """Run the tool with the form's settings; False (and the reason in the status line) if it can't."""
