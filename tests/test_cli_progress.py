@@ -164,3 +164,20 @@ def test_event_lines_queue_step_events_and_send_the_rest_at_once(monkeypatch):
     lines(step(8, elapsed=0.8))
     lines(step(50, elapsed=5.0))
     assert sent()[-2:] == [("StepMetrics", 8), ("StepMetrics", 50)]  # the last step at once
+
+
+def test_the_last_steps_line_waits_for_the_final_evaluation():
+    """However the throttle falls, the line of the last step is printed at the run's end, after the final
+    evaluation, so it carries the val metrics (printed at once, it came out without them now and then)."""
+    out = Lines()
+    reporter = ProgressReporter(enabled=True, live=False, every=0.0, stream=out)
+    reporter(started(total=20))
+    reporter(step(10, elapsed=1.0))
+    reporter(step(20, elapsed=2.0))
+    assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/20"]
+    reporter(EvalMetrics(step=20, epoch=1, split="val", metrics={"accuracy": 0.9}))
+    reporter(RunEnded(status="completed", message="", step=20, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
+                      samples_per_second=None))
+    lines = out.text.splitlines()
+    assert [line.split(" (")[0] for line in lines] == ["step 10/20", "step 20/20"]
+    assert "val_accuracy 0.9000" in lines[-1]

@@ -277,8 +277,9 @@ class ProgressReporter:
                 if (now := time.monotonic()) - self._drawn_at >= BAR_SECONDS or event.step >= self.total:
                     self._drawn_at = now
                     self._draw(event)
-            elif not self.live and (self._last_line is None or time.monotonic() - self._last_line >= self.every):
-                self._line(event)
+            elif not self.live and event.step < self.total and (
+                    self._last_line is None or time.monotonic() - self._last_line >= self.every):
+                self._line(event)  # the last step's line waits for RunEnded: it carries the final evaluation
             return
         if isinstance(event, RunStarted):
             self.total, self.start_step = event.total_steps, event.start_step
