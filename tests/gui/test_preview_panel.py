@@ -320,7 +320,8 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, train
     qtbot.waitUntil(lambda: "No evaluation report" in tab.infoLabel.text(), timeout=20_000)
     assert tab.report is None and tab.evaluateButton.isEnabled()
     click(qtbot, tab, "previewEvaluateButton")
-    qtbot.waitUntil(lambda: tab.report is not None, timeout=60_000)
+    # the report arrives before the job's end relabels the button: wait for both
+    qtbot.waitUntil(lambda: tab.report is not None and tab.evaluateButton.text() == "Evaluate again", timeout=60_000)
     saved = load_report(folder)
     assert saved is not None and saved["checkpoint"] == str(dialog.predictor.checkpoint)
     assert tab.report["metrics"] == saved["metrics"] and "roc" in tab.view.sections
