@@ -21,11 +21,6 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.fixture
-def tiny_run(trained_runs):
-    return trained_runs["tiny"].ended
-
-
 def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run):
     code, out, _ = cli(capsys, "evaluate", tiny_run.checkpoint, "--split", "val", "--json")
     assert code == 0

@@ -36,26 +36,6 @@ def _train(out, task: str, **settings):
     return ended
 
 
-@pytest.fixture
-def sentiment_run(trained_runs):
-    return trained_runs["sentiment"].ended
-
-
-@pytest.fixture
-def recommender_run(trained_runs):
-    return trained_runs["recommender"].ended
-
-
-@pytest.fixture
-def ranking_run(trained_runs):
-    return trained_runs["ranking"].ended
-
-
-@pytest.fixture
-def tiny_run(trained_runs):
-    return trained_runs["tiny"].ended
-
-
 def _rows(path) -> list[dict]:
     return list(csv.DictReader(io.StringIO(path.read_text())))
 

@@ -35,28 +35,8 @@ def _train(out, task: str, **settings):
 
 
 @pytest.fixture
-def sentiment_run(trained_runs):
-    return trained_runs["sentiment"].ended
-
-
-@pytest.fixture
 def clicks(trained_runs):
     return trained_runs.data["recommender"]
-
-
-@pytest.fixture
-def recommender_run(trained_runs):
-    return trained_runs["recommender"].ended
-
-
-@pytest.fixture
-def ranking_run(trained_runs):
-    return trained_runs["ranking"].ended
-
-
-@pytest.fixture
-def tiny_run(trained_runs):
-    return trained_runs["tiny"].ended
 
 
 def _model(checkpoint, task: str, options: dict):

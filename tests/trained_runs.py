@@ -118,3 +118,27 @@ def trained_runs(tmp_path_factory) -> TrainedRuns:
     before = snapshot(base)
     yield TrainedRuns(root, MappingProxyType({"recommender": interactions}), MappingProxyType(runs))
     assert snapshot(base) == before, "a test wrote into the shared trained runs: copy the run first (copy_to)"
+
+
+@pytest.fixture
+def tiny_run(trained_runs):
+    """The shared tiny run's RunEnded (read-only: copy the folder before writing into it)."""
+    return trained_runs["tiny"].ended
+
+
+@pytest.fixture
+def sentiment_run(trained_runs):
+    """The shared sentiment run's RunEnded (read-only: copy the folder before writing into it)."""
+    return trained_runs["sentiment"].ended
+
+
+@pytest.fixture
+def recommender_run(trained_runs):
+    """The shared recommender run's RunEnded (read-only: copy the folder before writing into it)."""
+    return trained_runs["recommender"].ended
+
+
+@pytest.fixture
+def ranking_run(trained_runs):
+    """The shared ranking run's RunEnded (read-only: copy the folder before writing into it)."""
+    return trained_runs["ranking"].ended
