@@ -14,6 +14,8 @@ import secrets
 import stat
 from pathlib import Path
 
+from core.text import first_line
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -174,6 +176,107 @@ def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
     except FileNotFoundError:
         return []
     return records
+
+
+# ----------------------------------------------------------------- record files read from disk
+# run.json, note.txt, evaluation.json, sweep.json, manifest.json and metrics lines come from folders anyone may
+# have edited, copied or crafted. Their readers go through here: a regular file (never a FIFO or a device, which
+# would block or never end), not a link, of bounded size, valid UTF-8 JSON of bounded depth. Anything else is one
+# UnreadableFile whose text is the reason, so that one bad record costs that record and nothing else.
+
+RECORD_LIMIT = 16 * 2**20  # bytes: far above any record the engine writes (run.json is a few KiB)
+JSON_DEPTH_LIMIT = 64
+
+
+class UnreadableFile(ValueError):
+    """A record file that can't be read as one; str() is the one-line reason, naming the file."""
+
+
+def is_inside(root: str | os.PathLike, path: str | os.PathLike) -> bool:
+    """True when `path`, with every link resolved, is `root` (links resolved too) or lies under it: what
+    deleting, writing or loading under a root checks first, whatever links, `..` or absolute paths it holds."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, opened without following a link in its last part
+    and without blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    from core.text import size
+
+    name = shown_path(Path(path).name)
+    flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise UnreadableFile(f"{name} is a symbolic link, not a file") from None
+        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnreadableFile(f"{name} is {file_kind(info.st_mode)}, not a file")
+        if info.st_size > limit:
+            raise UnreadableFile(f"{name} is {size(info.st_size)}, more than a record may be ({size(limit)})")
+        chunks, total = [], 0
+        while total <= limit:
+            try:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            except OSError as exc:
+                raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:  # it grew while being read
+            raise UnreadableFile(f"{name} is more than a record may be ({size(limit)})")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _depth_exceeds(value, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
+
+def parse_json(payload: bytes, name: str, depth_limit: int = JSON_DEPTH_LIMIT):
+    """`payload` as JSON (UTF-8, nested at most `depth_limit` deep), or UnreadableFile naming `name`."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnreadableFile(f"{name} is not UTF-8 text") from None
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise UnreadableFile(f"{name} is nested more than {depth_limit} deep") from None
+    except ValueError as exc:
+        raise UnreadableFile(f"{name} is not valid JSON ({first_line(exc)})") from None
+    if _depth_exceeds(value, depth_limit):
+        raise UnreadableFile(f"{name} is nested more than {depth_limit} deep")
+    return value
+
+
+def read_json_record(path: str | os.PathLike, limit: int = RECORD_LIMIT, depth_limit: int = JSON_DEPTH_LIMIT) -> dict:
+    """A JSON object read from a regular file (read_regular's rules, parse_json's limits); FileNotFoundError
+    when missing, UnreadableFile when it is anything but a JSON object."""
+    name = shown_path(Path(path).name)
+    value = parse_json(read_regular(path, limit), name, depth_limit)
+    if not isinstance(value, dict):
+        raise UnreadableFile(f"{name} holds {type(value).__name__}, not a JSON object")
+    return value
 
 
 # ----------------------------------------------------------------- path checks before a run

@@ -63,3 +63,28 @@ def first_line(error: BaseException | str | None) -> str:
         if line.strip():
             return line.strip()
     return type(error).__name__ if isinstance(error, BaseException) else ""
+
+
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text, keep_newlines: bool = False) -> str:
+    """`text` safe to print on a terminal or show in a table cell: control characters (ESC and the rest of C0,
+    DEL, C1) and bidirectional overrides appear as escapes (`\\x1b`, `\\u202e`) instead of moving the cursor,
+    setting a title or reordering what follows. Anything read from a file passes through here before it is
+    printed. `keep_newlines`: keep line breaks (a note of several lines); else they show as `\\n`."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if keep_newlines and ch == "\n":
+            out.append(ch)
+        elif code < 0x20 or 0x7F <= code < 0xA0:
+            out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r"}.get(ch, f"\\x{code:02x}"))
+        elif ch in _BIDI_CONTROLS:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
