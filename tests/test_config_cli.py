@@ -69,16 +69,21 @@ def test_train_json_summary_and_files(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
-def test_resume_continues_from_the_checkpoint(tmp_path):
+def train_json(capsys, *args) -> dict:
+    """`amp-console train ... --json` in this process: its exit status must be 0; its summary line and stderr."""
+    code = main(["train", *args, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return {**json.loads(captured.out.strip().splitlines()[-1]), "stderr": captured.err}
+
+
+def test_resume_continues_from_the_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
-    assert run_cli("train", "--max-steps", "10", "--out", str(out), "--device", "cpu").returncode == 0
-    result = run_cli("train", "--resume", str(out / "checkpoint.pt"), "--max-steps", "25", "--json")
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert result.returncode == 0 and summary["steps"] == 25 and summary["checkpoint"] == str(out / "checkpoint.pt")
+    train_json(capsys, "--max-steps", "10", "--out", str(out), "--device", "cpu")
+    summary = train_json(capsys, "--resume", str(out / "checkpoint.pt"), "--max-steps", "25")
+    assert summary["steps"] == 25 and summary["checkpoint"] == str(out / "checkpoint.pt")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "named"),
     [(["--lr", "50"], "--lr"), (["--lr", "abc"], "--lr"), (["--batch-size", "-3"], "--batch-size"),
@@ -87,11 +92,24 @@ def test_resume_continues_from_the_checkpoint(tmp_path):
      (["--resume", "missing.pt"], "missing.pt"), (["--config", "absent.toml"], "absent.toml"),
      (["--data", "nowhere.csv"], "--data"), (["--optimizer", "lion"], "--optimizer")],
 )
-def test_bad_input_exits_2_with_one_line_naming_it(tmp_path, args, named):
-    result = run_cli("train", "--max-steps", "2", "--out", str(tmp_path / "o"), *args, cwd=tmp_path)
+def test_bad_input_exits_2_with_one_line_naming_it(tmp_path, monkeypatch, capsys, args, named):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(["train", "--max-steps", "2", "--out", str(tmp_path / "o"), *args])
+    except SystemExit as stop:  # argparse's own refusals end the process the same way
+        code = stop.code
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0] and "Traceback" not in lines[0]
+
+
+@pytest.mark.slow
+def test_bad_input_from_a_real_process_is_exit_2_and_one_line(tmp_path):
+    """The same rule across the process boundary: the exit status and stderr a shell or the window sees."""
+    result = run_cli("train", "--max-steps", "2", "--out", str(tmp_path / "o"), "--lr", "abc", cwd=tmp_path)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and named in lines[0] and "Traceback" not in result.stderr
+    assert len(lines) == 1 and "--lr" in lines[0] and "Traceback" not in result.stderr
 
 
 def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
@@ -218,38 +236,32 @@ def test_config_stdin_closed_or_bad_settings(tmp_path, stdin, code, named):
         assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
-def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path):
+def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path, monkeypatch, capsys):
     """Same output folder twice: the second run writes beside it and says where; resuming writes in place."""
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "runs" / "latest"
-    first = run_cli("train", "--max-steps", "3", "--out-dir", str(out), "--json", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
+    train_json(capsys, "--max-steps", "3", "--out-dir", str(out))
     before = (out / "checkpoint.pt").read_bytes()
 
-    second = run_cli("train", "--max-steps", "5", "--out-dir", str(out), "--json", cwd=tmp_path)
-    assert second.returncode == 0, second.stderr
-    assert f"{out} holds an earlier run, which is kept: this run writes to {out}-2" in second.stderr
+    second = train_json(capsys, "--max-steps", "5", "--out-dir", str(out))
+    assert f"{out} holds an earlier run, which is kept: this run writes to {out}-2" in second["stderr"]
     assert (out / "checkpoint.pt").read_bytes() == before
-    assert json.loads(second.stdout.strip().splitlines()[-1])["checkpoint"] == str(out.parent / "latest-2" /
-                                                                                   "checkpoint.pt")
+    assert second["checkpoint"] == str(out.parent / "latest-2" / "checkpoint.pt")
 
-    third = run_cli("train", "--max-steps", "2", "--out-dir", str(out), "--json", cwd=tmp_path)
-    assert third.returncode == 0, third.stderr
-    assert json.loads(third.stdout.strip().splitlines()[-1])["checkpoint"].endswith("latest-3/checkpoint.pt")
+    third = train_json(capsys, "--max-steps", "2", "--out-dir", str(out))
+    assert third["checkpoint"].endswith("latest-3/checkpoint.pt")
 
-    resumed = run_cli("train", "--resume", str(out / "checkpoint.pt"), "--max-steps", "6", "--json", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "holds an earlier run" not in resumed.stderr
-    assert json.loads(resumed.stdout.strip().splitlines()[-1])["checkpoint"] == str(out / "checkpoint.pt")
+    resumed = train_json(capsys, "--resume", str(out / "checkpoint.pt"), "--max-steps", "6")
+    assert "holds an earlier run" not in resumed["stderr"]
+    assert resumed["checkpoint"] == str(out / "checkpoint.pt")
 
     # Resuming a copy kept elsewhere writes beside the copy (the folder it was given), never into the folder
     # recorded inside the file.
     copy = tmp_path / "kept" / "kept.pt"
     copy.parent.mkdir()
     copy.write_bytes((out.parent / "latest-2" / "checkpoint.pt").read_bytes())
-    again = run_cli("train", "--resume", str(copy), "--max-steps", "7", "--json", cwd=tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout.strip().splitlines()[-1])["checkpoint"] == str(copy.parent / "checkpoint.pt")
+    again = train_json(capsys, "--resume", str(copy), "--max-steps", "7")
+    assert again["checkpoint"] == str(copy.parent / "checkpoint.pt")
 
 
 def make_checkpoint(tmp_path, capsys, *flags) -> str:
