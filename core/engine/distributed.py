@@ -202,6 +202,30 @@ def dead_ranks(peers: list[tuple[str, int]]) -> list[int]:
     return [rank for rank, (host, pid) in enumerate(peers) if host == here and not _process_alive(pid)]
 
 
+def dead_peers(peers: list[tuple[str, int]], own_rank: int, wait: float = 2.0) -> list[int]:
+    """The other ranks whose process has ended, looked for during up to `wait` seconds: a killed peer's sockets
+    close a moment before its process is gone."""
+    dead, waited_from = [], time.perf_counter()
+    while peers:
+        dead = [rank for rank in dead_ranks(peers) if rank != own_rank]
+        if dead or time.perf_counter() - waited_from > wait:
+            break
+        time.sleep(0.05)
+    return dead
+
+
+def wrap_ddp(model: torch.nn.Module, context: DistContext, device: torch.device) -> torch.nn.Module:
+    """`model` in DistributedDataParallel when the run is distributed, else itself."""
+    if not context.enabled:
+        return model
+    ids = [device.index] if device.type == "cuda" else None
+    # Buffers are re-sent from rank 0 before every forward only when training changes them (batch-norm
+    # statistics): the tasks' buffers (feature normalisation, term weights: megabytes) are fixed at setup and
+    # identical on every rank, so sending them each step would only cost bandwidth.
+    changing = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=changing)
+
+
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -22,7 +22,10 @@ decide alike. The tracker's state goes into every checkpoint (`best_tracker`), s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from core.errors import ConfigError
 
 STATE_KEY = "best_tracker"
 BEST_FILE = "best.pt"
@@ -158,3 +161,27 @@ def _state_problem(state) -> str | None:
                 and "/" not in entry["file"] and "\\" not in entry["file"] and entry["file"].endswith(".pt")):
             return "ranked holds an entry that is not a value, step and file name"
     return None
+
+
+def tracker_for(cfg, primary_metric: str, metric_names: Callable[[], list[str]]) -> BestTracker | None:
+    """The tracker of a run's monitored metric, when best checkpoints or early stopping are on, else None.
+
+    The task's own primary metric needs no check; a metric the user named (`cfg.monitor`) must be one of
+    `metric_names()`, what the task reports on a few validation rows, so a wrong name is refused before the run
+    starts. A model that cannot even evaluate is left to fail in the run, where the failure is diagnosed
+    (core.engine.diagnosis), not here as a traceback.
+    """
+    if cfg.keep_best == 0 and cfg.early_stop_patience == 0 and cfg.early_stop_divergence == 0:
+        return None
+    metric = cfg.monitor or primary_metric
+    try:
+        names = metric_names() if cfg.monitor else [metric]
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001
+        names = [metric]
+    if metric not in names:
+        what = f"no validation metric {metric!r}" if cfg.monitor else f"no {metric!r} (its primary metric)"
+        raise ConfigError("monitor", f"task {cfg.task} reports {what}; its validation metrics: {', '.join(names)}")
+    return BestTracker(metric, resolve_mode(metric, cfg.monitor_mode), cfg.early_stop_min_delta,
+                       cfg.keep_best, cfg.early_stop_patience, cfg.early_stop_divergence)

@@ -22,17 +22,24 @@ from core.config import RunConfig
 from core.data.batching import EpochBatches, place_split, split_length
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
-from core.engine import compiling
-from core.engine import run_state
+from core.engine import compiling, run_state
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    RUN_NOTE_ENV, DistContext, StopAgreement, broadcast_ints, dead_ranks, destroy_process_group, gather_peers,
-    init_process_group, is_peer_failure,
+    RUN_NOTE_ENV,
+    DistContext,
+    StopAgreement,
+    broadcast_ints,
+    dead_peers,
+    destroy_process_group,
+    gather_peers,
+    init_process_group,
+    is_peer_failure,
+    wrap_ddp,
 )
 from core.engine.due import Due, next_due
 from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
-from core.engine.early_stopping import BestTracker, resolve_mode
+from core.engine.early_stopping import BestTracker, tracker_for
 from core.engine.evaluation import evaluate_split
 from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunPaused, RunResumed
 from core.engine.optimizers import build_optimizer, build_scheduler
@@ -164,7 +171,7 @@ class Trainer:
                 note = self.tracker.load_state_dict(resume_state.get(TRACKER_KEY))
                 self.notes.extend([note] if note else [])
         # Activation checkpointing and torch.compile (its first pass timed here, before the clock starts), then DDP.
-        self.model = self._wrap_ddp(compiling.prepare(self, model))
+        self.model = wrap_ddp(compiling.prepare(self, model), self.dist, self.device)
         self.model.train()
         self._watch = NonFiniteWatch(model)
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips
@@ -438,28 +445,9 @@ class Trainer:
         return metrics
 
     def _make_tracker(self) -> BestTracker | None:
-        """The tracker of the monitored metric, when best checkpoints or early stopping are on. The metric must
-        be one the task reports on validation: its names are learnt by evaluating a few validation rows here
-        (this process alone, no collective), so a wrong name is refused before the run starts."""
-        cfg = self.cfg
-        if cfg.keep_best == 0 and cfg.early_stop_patience == 0 and cfg.early_stop_divergence == 0:
-            return None
-        metric = cfg.monitor or self.task.primary_metric
-        # The task's own primary metric needs no check; a metric the user named is checked against what a few
-        # validation rows report. A model that cannot even evaluate is left to fail in the run, where the
-        # failure is diagnosed (core.engine.diagnosis), not here as a traceback.
-        try:
-            names = self._metric_names() if cfg.monitor else [metric]
-        except ConfigError:
-            raise
-        except Exception:  # noqa: BLE001
-            names = [metric]
-        if metric not in names:
-            what = f"no validation metric {metric!r}" if cfg.monitor else f"no {metric!r} (its primary metric)"
-            raise ConfigError("monitor", f"task {cfg.task} reports {what}; its validation metrics: "
-                                         f"{', '.join(names)}")
-        return BestTracker(metric, resolve_mode(metric, cfg.monitor_mode), cfg.early_stop_min_delta,
-                           cfg.keep_best, cfg.early_stop_patience, cfg.early_stop_divergence)
+        """The tracker of the monitored metric (see early_stopping.tracker_for); a metric the user named is
+        checked against what a few validation rows report, evaluated here (this process alone, no collective)."""
+        return tracker_for(self.cfg, self.task.primary_metric, self._metric_names)
 
     def _metric_names(self) -> list[str]:
         val = self.data.val
@@ -530,12 +518,7 @@ class Trainer:
         """A DDP peer died or lost its connection: rank 0 saves its own state (the ranks' replicas are identical
         after every completed step, and a step a peer died in has not changed the weights) if it can, and says
         which rank went away."""
-        dead, waited_from = [], time.perf_counter()
-        while self._peers:  # a killed peer's sockets close a moment before its process is gone: look for 2 s
-            dead = [rank for rank in dead_ranks(self._peers) if rank != self.dist.rank]
-            if dead or time.perf_counter() - waited_from > 2.0:
-                break
-            time.sleep(0.05)
+        dead = dead_peers(self._peers, self.dist.rank)
         who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
                f"another process of this {self.dist.world_size}-process run")
         text = f"{who} died or lost its connection at step {self.step}; the run ended"
@@ -596,16 +579,6 @@ class Trainer:
             return False
         size = sum(t.numel() * t.element_size() for t in self.data.train.values())
         return size > (self.device_info.memory_free or 0) // 2
-
-    def _wrap_ddp(self, model: torch.nn.Module) -> torch.nn.Module:
-        if not self.dist.enabled:
-            return model
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        # Buffers are re-sent from rank 0 before every forward only when training changes them (batch-norm
-        # statistics): the tasks' buffers (feature normalisation, term weights: megabytes) are fixed at setup and
-        # identical on every rank, so sending them each step would only cost bandwidth.
-        changing = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=changing)
 
     def _pause(self) -> None:
         """Wait between steps while paused; listeners learn when the pause took effect and when it ended."""
