@@ -2,8 +2,8 @@
 
 pyqtgraph's auto-range rescans every curve's data and, whenever the range moves (every frame while a run
 grows), regenerates both axes' ticks and labels in Python. On the GUI thread that Python competes with the
-trainer for the GIL. Instead the x range is the run's whole span (known from RunStarted) and the y range only
-moves when data leaves it, or when the data fills less than a third of it; the extremes come from
+trainer for the GIL. Instead the x range grows with the run in a few steps per decade (x_end_for), up to the
+run's planned total, and the y range only moves when data leaves it, or when the data fills less than a third of it; the extremes come from
 `Series.ymin/ymax`, which are kept on append (no buffer scans).
 
 A range belongs to one run: `reset()` (on every RunStarted) forgets the previous run's range, a manual zoom
@@ -68,12 +68,18 @@ class StableRange:
         return self.lo, self.hi
 
 
-def nice_x_end(step: int) -> int:
-    """An x range end for a run of unknown length: grows in 1-2-5 steps so it moves rarely."""
-    end = 10
-    while end < step:
-        for factor in (2, 2.5, 2):
-            end = int(end * factor)
-            if end >= step:
-                break
+X_STEPS = (1.0, 1.5, 2.0, 3.0, 5.0, 7.5)  # x range ends per decade: 10, 15, 20, 30, 50, 75, 100, ...
+X_HEADROOM = 1.1  # the range ends at least this far past the newest step when it moves
+
+
+def x_end_for(step: int, total_steps: int = 0) -> int:
+    """The end of the x range when the newest point is at `step`: the first of 10, 15, 20, 30, 50, 75, 100, ...
+    at least `X_HEADROOM` times past it, so the curves fill most of the plot from the first steps on and the range
+    moves a few times per decade (each move re-lays the axis out). Never past a known `total_steps`, and the
+    whole run once the end would come within a fifth of it."""
+    want = max(10.0, step * X_HEADROOM)
+    decade = 10 ** max(1, math.floor(math.log10(want)))
+    end = next((int(decade * f) for f in (*X_STEPS, 10.0) if decade * f >= want), int(decade * 10))
+    if total_steps > 0 and end >= 0.8 * total_steps:
+        return total_steps
     return end

@@ -23,7 +23,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QPalette, QTextOption
 from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, QWidget
 
-from app.plot_ranges import StableRange, nice_x_end
+from app.plot_ranges import StableRange, x_end_for
 from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics, event_from_dict
 
@@ -308,8 +308,10 @@ class PlotsPanel(QWidget):
         pg.setConfigOptions(antialias=False, background=palette.color(QPalette.ColorRole.Base),
                             foreground=palette.color(QPalette.ColorRole.Text))
         self._placeholder.hide()
+        from app.plot_axes import SpacedAxis, StepAxis
+
         for key, name, title, (ylabel, units), scale, (row, column, span) in PLOT_SPECS:
-            widget = pg.PlotWidget()
+            widget = pg.PlotWidget(axisItems={"bottom": StepAxis("bottom"), "left": SpacedAxis("left")})
             widget.setObjectName(name)
             item = widget.getPlotItem()
             item.setTitle(title, size="10pt")
@@ -610,13 +612,13 @@ class PlotsPanel(QWidget):
             elif "memory" not in self._unmeasured and not len(self._series.get("memory", ())):
                 self._unmeasured.add("memory")
                 self._dirty.add("memory")
-            if step > self._x_end and not self._total_steps:
-                self._set_x_end(nice_x_end(step))
+            if step >= self._x_end and x_end_for(step, self._total_steps) != self._x_end:
+                self._set_x_end(x_end_for(step, self._total_steps))
         elif isinstance(event, RunStarted):
             self._scaler_on = bool(event.scaler)
             self._total_steps = event.total_steps
             self._x_start = self._run_start = event.start_step
-            self._x_end = event.total_steps or nice_x_end(event.start_step + 1)
+            self._x_end = x_end_for(event.start_step + 1, event.total_steps)
             self._waiting = WAITING
             self.clear()
             if self.plots:
@@ -715,8 +717,8 @@ class PlotsPanel(QWidget):
             values, present = memory
             self.extend_series("memory", steps[present], values[present] / 2**20)
         top = int(steps.max())
-        if top > self._x_end and not self._total_steps:
-            self._set_x_end(nice_x_end(top))
+        if top >= self._x_end and x_end_for(top, self._total_steps) != self._x_end:
+            self._set_x_end(x_end_for(top, self._total_steps))
 
     def show_history(self, records, until_step: int | None = None) -> None:
         """Draw a resumed run's earlier metrics (the records of its metrics.jsonl, see `history_points`) as the

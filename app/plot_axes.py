@@ -1,0 +1,74 @@
+"""The live plots' axes: labels spaced so that they never run together, and short step labels (50k, 1.5M).
+
+pyqtgraph always draws its major tick level's labels, and it picks at least two intervals whatever the axis's
+length: on a narrow plot with steps in the hundreds of thousands "50000100000150000" is one unreadable run of
+digits. `StepAxis` writes labels the way the rest of the window writes counts and widens the major spacing
+(1, 2, 2.5, 5, 10 times a power of ten) until the widest label fits its share of the axis with a gap of a few pixels. Imports pyqtgraph: import it
+once the window is showing (as PlotsPanel.build does).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+
+LABEL_GAP = 5  # pixels between two labels at least
+
+
+def step_label(value: float) -> str:
+    """A tick label for a step count: '0', '750', '1.5k', '50k', '1.2M'."""
+    magnitude = abs(value)
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if magnitude >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.4g}"
+
+
+def _next_spacing(spacing: float) -> float:
+    exponent = math.floor(math.log10(spacing))
+    mantissa = spacing / 10**exponent
+    for step in (2.0, 2.5, 5.0, 10.0):
+        if step > mantissa * (1 + 1e-9):
+            return step * 10**exponent
+    return 20.0 * 10**exponent
+
+
+class SpacedAxis(pg.AxisItem):
+    """An axis whose major labels never run together: on a horizontal axis each gets its width plus a gap, on
+    a vertical one its height plus a gap (a short plot at the window's minimum size)."""
+
+    def labels_for(self, values, scale, spacing) -> list[str]:
+        return super().tickStrings(values, scale, spacing)
+
+    def tickSpacing(self, minVal, maxVal, size):
+        levels = super().tickSpacing(minVal, maxVal, size)
+        span = abs(maxVal - minVal)
+        if not levels or span == 0 or size <= 0 or (self.logMode and self.orientation not in ("left", "right")):
+            return levels
+        metrics = pg.QtGui.QFontMetrics(self.style.get("tickFont") or self.font())
+        if self.orientation in ("left", "right"):
+            widest = metrics.height()
+        else:
+            ends = self.labels_for([minVal, maxVal, (minVal + maxVal) / 2], 1.0, levels[0][0])
+            widest = max(metrics.horizontalAdvance(text) for text in ends)
+        spacing = levels[0][0]
+        while spacing * size / span < widest + LABEL_GAP and spacing < span:
+            # a log axis's values are decades: its labels stay on whole powers of ten
+            spacing = math.floor(spacing) + 1.0 if self.logMode else _next_spacing(spacing)
+        if spacing == levels[0][0]:
+            return levels
+        minor = [level for level in levels[1:] if level[0] < spacing]
+        return [(spacing, 0), *minor[:1]]
+
+
+class StepAxis(SpacedAxis):
+    """A bottom axis of optimizer steps, labelled 50k, 1.5M."""
+
+    def labels_for(self, values, scale, spacing) -> list[str]:
+        return [step_label(v * scale) for v in values]
+
+    def tickStrings(self, values, scale, spacing):
+        if self.logMode:
+            return super().tickStrings(values, scale, spacing)
+        return self.labels_for(values, scale, spacing)
