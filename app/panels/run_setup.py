@@ -20,8 +20,12 @@ from core.text import count as count_text
 
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
                    "batch_size", "grad_accum", "epochs", "max_steps", "time_limit_minutes")
-OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir", "data", "val_data",
-                 "test_data", "delimiter", "columns")
+OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir")
+DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns")  # in the Task group, under the model's options
+# What an empty field means, short enough to fit the editor (the label's tooltip has the whole help).
+PLACEHOLDERS = {"data": "synthetic data", "val_data": "from the data file", "test_data": "from the data file",
+                "delimiter": "sniffed from each file", "columns": "the task's names", "out_dir": "new, in the runs root"}
+SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data")  # with a browse button
 PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
@@ -195,13 +199,14 @@ class RunSetupPanel(QWidget):
 
         defaults = RunConfig()
         # Fields core adds later (not named in the two groups) land in the second group, in spec order.
-        known = set(TRAINING_FIELDS) | set(OUTPUT_FIELDS) | set(OWN_WIDGETS) | set(PRECISION_FIELDS)
+        known = set(TRAINING_FIELDS) | set(OUTPUT_FIELDS) | set(DATA_FIELDS) | set(OWN_WIDGETS) | set(PRECISION_FIELDS)
         extra = tuple(name for name in field_specs if name not in known and hasattr(defaults, name))
         output = tuple(n for n in OUTPUT_FIELDS if n in field_specs)
         output = output[:4] + extra + output[4:]
         training = tuple(n for n in TRAINING_FIELDS if n in field_specs)
         speed = tuple(n for n in PRECISION_FIELDS if n in field_specs)
-        for form, names in ((self._training_form, training), (self._output_form, output),
+        data = tuple(n for n in DATA_FIELDS if n in field_specs)
+        for form, names in ((self._task_form, data), (self._training_form, training), (self._output_form, output),
                             (self._precision_form, speed)):
             for name in names:
                 spec = field_specs[name]
@@ -212,10 +217,17 @@ class RunSetupPanel(QWidget):
                                              lambda _=False, n=name: self._browse(n))
                 if name in FIELD_TOOLS:
                     self._add_tool_button(editor, name)
+                if name in PLACEHOLDERS and hasattr(editor.input, "setPlaceholderText"):
+                    editor.input.setPlaceholderText(PLACEHOLDERS[name])
                 row = FieldRow(editor)
                 editor.changed.connect(self._on_field_changed)
                 self._rows[name] = row
                 form.addRow(form_label(label_for(name), spec.help), row)
+        self._synthetic_note = QLabel(SYNTHETIC_NOTE, objectName="syntheticNote", wordWrap=True)
+        self._synthetic_note.setProperty("role", "hint")
+        self._task_form.addRow("", self._synthetic_note)
+        if "data" in self._rows:
+            self._rows["data"].editor.changed.connect(self._show_synthetic_options)
         self.taskCombo.blockSignals(True)
         for name, cls in self._tasks.items():
             self.taskCombo.addItem(name, name)
@@ -225,7 +237,7 @@ class RunSetupPanel(QWidget):
             compile_input = self._rows["compile"].editor.input
             compile_input.toggled.connect(self._rows["compile_mode"].editor.input.setEnabled)
             self._rows["compile_mode"].editor.input.setEnabled(compile_input.isChecked())
-        self._align_labels([label_for(name) for name in training + output + speed]
+        self._align_labels([label_for(name) for name in data + training + output + speed]
                            + [option_label(option.name) for cls in self._tasks.values() for option in cls.options])
         self.setEnabled(True)
         self.set_config(defaults)
@@ -258,15 +270,17 @@ class RunSetupPanel(QWidget):
     def _update_tab_order(self) -> None:
         """Tab walks the form top to bottom: task options are rebuilt after the other rows exist, and Qt's
         default order (creation order) would visit them last."""
+        def inputs(row: FieldRow) -> list[QWidget]:
+            extra = [row.editor.browse, getattr(row.editor, "tool", None)]
+            return [row.editor.input, *(widget for widget in extra if widget is not None)]
+
+        options = self._task_option_specs()
         chain = [self.taskCombo]
-        chain += [row.editor.input for row in self._option_rows.values()]
+        chain += [self._option_rows[o.name].editor.input for o in options if not o.synthetic]
+        chain += [w for name in DATA_FIELDS if name in self._rows for w in inputs(self._rows[name])]
+        chain += [self._option_rows[o.name].editor.input for o in options if o.synthetic]
         chain += [self.precisionCombo, self.processesEdit, self.separateProcessCheck]
-        for row in self._rows.values():
-            chain.append(row.editor.input)
-            if row.editor.browse is not None:
-                chain.append(row.editor.browse)
-            if getattr(row.editor, "tool", None) is not None:
-                chain.append(row.editor.tool)
+        chain += [w for name, row in self._rows.items() if name not in DATA_FIELDS for w in inputs(row)]
         for first, second in zip(chain, chain[1:]):
             QWidget.setTabOrder(first, second)
 
@@ -399,9 +413,15 @@ class RunSetupPanel(QWidget):
                     self._rows[name].editor.set_value(value)
         self._on_field_changed()
 
+    def _task_option_specs(self) -> tuple:
+        task_cls = self._tasks.get(self.taskCombo.currentData())
+        return tuple(o for o in (task_cls.options if task_cls else ()) if o.name in self._option_rows)
+
     def _rebuild_task_options(self) -> None:
-        while self._task_form.rowCount() > self._fixed_task_rows:
-            self._task_form.removeRow(self._fixed_task_rows)
+        """The task's options in the Task group: those of the model right under the task, then the data
+        source, then the options that only shape its synthetic data (shown while no data file is chosen)."""
+        for row in self._option_rows.values():
+            self._task_form.removeRow(row)
         self._option_rows.clear()
         task = self.taskCombo.currentData()
         task_cls = self._tasks.get(task)
@@ -409,6 +429,7 @@ class RunSetupPanel(QWidget):
             return
         self.taskDescription.setText(task_cls.description)
         saved = self._option_values.get(task, {})
+        model_row = self._fixed_task_rows
         for option in task_cls.options:
             kind = type(option.default)
             editor = Editor(f"task_options.{option.name}", kind, option.help, option.minimum, option.maximum,
@@ -417,10 +438,26 @@ class RunSetupPanel(QWidget):
             editor.changed.connect(self._on_option_changed)
             row = FieldRow(editor)
             self._option_rows[option.name] = row
-            self._task_form.addRow(form_label(option_label(option.name), option.help, self._label_width), row)
+            label = form_label(option_label(option.name), option.help, self._label_width)
+            if option.synthetic:
+                self._task_form.addRow(label, row)
+            else:
+                self._task_form.insertRow(model_row, label, row)
+                model_row += 1
+        self._show_synthetic_options()
         self._update_param_count()
         if self._rows:
             self._update_tab_order()
+
+    def _show_synthetic_options(self) -> None:
+        """The synthetic-data options, with their note, only while no data file is chosen."""
+        data_row = self._rows.get("data")
+        synthetic = [o.name for o in self._task_option_specs() if o.synthetic]
+        visible = data_row is None or not str(data_row.editor.value() or "").strip()
+        for name in synthetic:
+            self._task_form.setRowVisible(self._option_rows[name], visible)
+        if hasattr(self, "_synthetic_note"):
+            self._task_form.setRowVisible(self._synthetic_note, visible and bool(synthetic))
 
     def _on_option_changed(self) -> None:
         task = self.taskCombo.currentData()

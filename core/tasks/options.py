@@ -21,6 +21,7 @@ class TaskOption:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
+    synthetic: bool = False  # shapes only the task's generated data: no effect when a data file is given
 
     def error(self, value: Any) -> str | None:
         """Why `value` is not allowed for this option, or None."""

@@ -482,10 +482,11 @@ class RankingTask(Task):
                                             "quantile (each column's rank mapped to a normal quantile), asinh "
                                             "(robust centre and scale, signed log), standard, or none",
                    choices=("asinh", "quantile", "standard", "none")),  # NORMALIZE, as a literal (see catalog)
-        TaskOption("queries", 4000, "synthetic: queries", 20, 100_000_000),
-        TaskOption("docs", 20, "synthetic: candidate lessons per query, on average", 2, 10_000),
-        TaskOption("features", 136, "synthetic: features per (query, lesson)", 2, 4096),
-        TaskOption("noise", 0.5, "synthetic: label noise (std, relative to the relevance's std)", 0.0, 10.0),
+        TaskOption("queries", 4000, "synthetic: queries", 20, 100_000_000, synthetic=True),
+        TaskOption("docs", 20, "synthetic: candidate lessons per query, on average", 2, 10_000, synthetic=True),
+        TaskOption("features", 136, "synthetic: features per (query, lesson)", 2, 4096, synthetic=True),
+        TaskOption("noise", 0.5, "synthetic: label noise (std, relative to the relevance's std)", 0.0, 10.0,
+                   synthetic=True),
     )
     # Chosen by measurement against LightGBM's lambdarank on LETOR-shaped synthetic data (quick data, 3 seeds,
     # benchmarks/quality_ranking.py; NDCG@10 relative to these defaults): normalize standard -0.026, none

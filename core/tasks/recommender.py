@@ -248,11 +248,13 @@ class RecommenderTask(Task):
         TaskOption("dropout", 0.1, "dropout on embeddings, attention and feed-forward", 0.0, 0.9),
         TaskOption("loss", "full", "full softmax over the catalogue, or sampled softmax", choices=("full", "sampled")),
         TaskOption("sampled_negatives", 1024, "negatives shared by a batch for the sampled softmax", 1, 1_000_000),
-        TaskOption("items", 1000, "synthetic: catalogue size (a multiple of track_len)", 10, 10_000_000),
-        TaskOption("track_len", 20, "synthetic: lessons per track", 2, 100_000),
-        TaskOption("follow", 0.7, "synthetic: probability the next lesson follows the track", 0.3, 0.99),
-        TaskOption("interactions", 100_000, "synthetic: interactions generated", 1000, 1_000_000_000),
-        TaskOption("mean_len", 50, "synthetic: mean interactions per user", 4, 100_000),
+        TaskOption("items", 1000, "synthetic: catalogue size (a multiple of track_len)", 10, 10_000_000,
+                   synthetic=True),
+        TaskOption("track_len", 20, "synthetic: lessons per track", 2, 100_000, synthetic=True),
+        TaskOption("follow", 0.7, "synthetic: probability the next lesson follows the track", 0.3, 0.99,
+                   synthetic=True),
+        TaskOption("interactions", 100_000, "synthetic: interactions generated", 1000, 1_000_000_000, synthetic=True),
+        TaskOption("mean_len", 50, "synthetic: mean interactions per user", 4, 100_000, synthetic=True),
     )
     defaults = {"lr": 3e-3, "batch_size": 128, "epochs": 6, "optimizer": "adamw", "weight_decay": 0.0}
     primary_metric = "ndcg@10_full_filtered"

@@ -40,7 +40,7 @@ class TinyClassifierTask(Task):
     description = "TinyClassifier (Linear 10->16, ReLU, Linear 16->2) on synthetic points: the teaching task"
     options = (
         TaskOption("hidden", 16, "hidden units", 1, 4096),
-        TaskOption("samples", 8192, "synthetic samples (80% train, 20% validation)", 64, 100_000_000),
+        TaskOption("samples", 8192, "synthetic samples (80% train, 20% validation)", 64, 100_000_000, synthetic=True),
         TaskOption("label_noise", 0.05, "fraction of labels flipped (ceiling accuracy = 1 - this)", 0.0, 0.5),
     )
     defaults = {"lr": 1e-2, "batch_size": 64, "epochs": 5, "optimizer": "adamw"}

@@ -99,3 +99,52 @@ def test_form_screenshot(qtbot, window, tmp_path):
     panel = window.setupPanel
     qtbot.waitUntil(lambda: error.isVisible() and panel.height() >= panel.sizeHint().height(), timeout=5000)
     window.setupPanel.grab().save(os.environ["AMP_FORM_SCREENSHOT"])
+
+
+def _group_of(widget) -> str:
+    from PySide6.QtWidgets import QGroupBox
+
+    while widget is not None and not isinstance(widget, QGroupBox):
+        widget = widget.parentWidget()
+    return widget.title() if widget is not None else ""
+
+
+def test_the_data_source_sits_in_the_task_group_and_synthetic_options_show_only_without_it(qtbot, window, tmp_path):
+    files = _data_files(tmp_path)
+    set_field(window, "taskCombo", "ranking")
+    for name in ("dataEdit", "valDataEdit", "testDataEdit", "delimiterEdit", "columnsEdit"):
+        assert _group_of(find(window, name)) == "Task", name
+    form = window.setupPanel._task_form
+    rows = {name: form.getWidgetPosition(window.setupPanel._option_rows[name])[0] for name in ("hidden", "queries")}
+    data_row = form.getWidgetPosition(window.setupPanel._rows["data"])[0]
+    assert rows["hidden"] < data_row < rows["queries"]  # the model's options, the data, then synthetic-only ones
+    note = find(window, "syntheticNote")
+    options = window.setupPanel._option_rows
+    synthetic = [options[name] for name in ("queries", "docs", "features", "noise")]
+    qtbot.waitUntil(lambda: options["hidden"].isVisible(), timeout=5000)  # rows added to a shown form show next
+    assert note.isVisible() and all(row.isVisible() for row in synthetic)
+
+    set_field(window, "dataEdit", files["train"])
+    qtbot.waitUntil(lambda: not note.isVisible(), timeout=5000)
+    assert not any(row.isVisible() for row in synthetic)
+    assert options["hidden"].isVisible()  # the model's options stay
+
+    set_field(window, "taskCombo", "recommender")  # another task, its own synthetic options hidden too
+    qtbot.waitUntil(lambda: options["d_model"].isVisible(), timeout=5000)
+    assert not options["items"].isVisible()
+    set_field(window, "dataEdit", "")
+    qtbot.waitUntil(lambda: options["items"].isVisible(), timeout=5000)
+    assert note.isVisible()
+
+
+def test_placeholders_fit_their_fields_at_the_default_window_size(qtbot, window):
+    from PySide6.QtWidgets import QLineEdit
+
+    window.resize(1400, 860)
+    qtbot.waitUntil(lambda: window.setupPanel.width() > 0, timeout=5000)
+    for name in ("dataEdit", "valDataEdit", "testDataEdit", "delimiterEdit", "columnsEdit", "outDirEdit"):
+        edit = find(window, name, QLineEdit)
+        text = edit.placeholderText()
+        assert text, name
+        room = edit.contentsRect().width() - 8  # the line edit's own text margins
+        assert edit.fontMetrics().horizontalAdvance(text) <= room, f"{name}: {text!r} is clipped at {room} px"
