@@ -10,7 +10,9 @@ the data's own lesson ids, feature vectors, points).
 Formats:
 - `program`: `torch.export` (`model.pt2`, loaded by `torch.export.load(path).module()`, plain torch), chosen
   over TorchScript (in maintenance mode upstream); the batch dimension is dynamic (`torch.export.Dim`), as is
-  the candidate dimension of ranking.
+  the candidate dimension of ranking. A program is code: serve.py and the verification load it through
+  core.lab.program_archive's checks (no pickle, guard code or Python shape expression), so it is saved
+  without example inputs (a torch.save pickle).
 - `onnx`: `torch.onnx.export(dynamo=True)` (`model.onnx`), checked with onnxruntime; needs the `onnx` extra.
 - `safetensors`: today's `export_checkpoint` files (`model.pt`, `model.safetensors`, `model.json`): the
   weights by state_dict name; serve.py reads them without the safetensors package and computes each task's
@@ -257,9 +259,10 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
     with torch.no_grad():
         expected32 = reference(sample)
     made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]  # removed on failure
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(new_temp_folder(out.parent, f".{out.name}."))  # a folder's usual permissions, unlike mkdtemp
+    staging = None
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(new_temp_folder(out.parent, f".{out.name}."))  # a folder's usual permissions, unlike mkdtemp
         serving = _serving(loaded, dtype, fmt)
         with torch.no_grad():
             expected = serving(sample)
@@ -304,17 +307,29 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
             staging.rmdir()
         else:
             os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as exc:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
         for folder in made:  # the folders made for it, innermost first, if still empty
             try:
                 folder.rmdir()
             except OSError:
                 break
+        if isinstance(exc, OSError):  # a full disk (ENOSPC, EDQUOT), a read-only or vanished folder: one line
+            raise _write_error(out, exc) from None
         raise
     return ExportResult(fmt, out, sorted(files), loaded.state["task"], loaded.state["step"], dtype, size, diff,
                         tolerance, int(sample.shape[0]), fp32_size, dtype_diff, time.perf_counter() - began,
                         sample_shape=list(sample.shape))
+
+
+def _write_error(out: Path, exc: OSError) -> ConfigError:
+    from core.engine.run_folder import describe_os_error
+    from core.files import shown_path
+
+    where = f" ({shown_path(exc.filename)})" if exc.filename else ""
+    return ConfigError("out", f"{shown_path(out)}: could not write the export{where}: {describe_os_error(exc)}; "
+                              f"nothing was written")
 
 
 def require_onnx() -> None:
@@ -329,11 +344,11 @@ def require_onnx() -> None:
 def _check_destination(out: Path) -> None:
     from core.files import check_writable_folder
 
+    check_writable_folder(out, "out")  # first: a name too long for the file system fails every stat below
     if out.exists() and not out.is_dir():
         raise ConfigError("out", f"{out}: exists and is not a folder (the export is a folder)")
     if out.is_dir() and any(out.iterdir()):
         raise ConfigError("out", f"{out}: the folder exists and is not empty: choose another --out")
-    check_writable_folder(out.parent, "out")
 
 
 def _serving(loaded: Loaded, dtype: str, fmt: str) -> nn.Module:
@@ -399,6 +414,7 @@ def _write_model(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folde
         try:
             program = torch.export.export(serving, (sample,), dynamic_shapes={name_arg(serving): _dynamic_shapes(task)},
                                           strict=False)
+            program.example_inputs = None  # saved, they would be a torch.save pickle, which a loader refuses
             buffer = io.BytesIO()
             torch.export.save(program, buffer)
         except Exception as exc:  # noqa: BLE001 - torch.export raises many types; one line for the user
@@ -461,7 +477,9 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
     """The sample's outputs from the files just written, loaded back as a server would."""
     path = folder / MODEL_FILES[fmt]
     if fmt == "program":
-        module = torch.export.load(str(path)).module()
+        from core.lab.program_archive import load_program
+
+        module = load_program(path)  # the checks serve.py makes: what is written passes them
         with torch.no_grad():
             return module(sample)
     if fmt == "onnx":
@@ -494,6 +512,15 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- the manifest
+# What loading each format runs: data may come from anyone, a program only from someone whose code you would run.
+FORMAT_SAFETY = {
+    "program": ("code", ("a torch.export program is code: torch.export.load rebuilds and runs Python from it; "
+                         "serve.py refuses one holding pickles or Python source before loading it, but load "
+                         "programs only from people whose code you would run")),
+    "onnx": ("data", "an ONNX graph of standard operators run by onnxruntime: data, no Python runs from it"),
+    "safetensors": ("data", ("raw tensors by name that serve.py computes in plain torch: data, no Python runs "
+                             "from it (model.pt beside it is a checkpoint, read only with weights_only=True)")),
+}
 INPUT_NAMES = {"tiny": "x", "sentiment": "tokens", "recommender": "seq", "ranking": "features"}
 OUTPUT_NAMES = {"tiny": "probabilities", "sentiment": "p_positive", "recommender": "scores", "ranking": "scores"}
 
@@ -516,8 +543,9 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
         "dtype": dtype, "trained_versions": state["versions"], "versions": versions,
         "source_checkpoint": str(loaded.path),
     }
+    manifest["format_kind"], manifest["safety"] = FORMAT_SAFETY[fmt]
     if fmt == "program":
-        manifest["load"] = "torch.export.load('model.pt2').module()(input)"
+        manifest["load"] = "serve.load_program('model.pt2')(input): checked, then torch.export.load(...).module()"
     elif fmt == "onnx":
         manifest["load"] = "onnxruntime.InferenceSession('model.onnx').run(None, {input name: array})"
     else:
@@ -623,6 +651,10 @@ model computes and what it needs.
     model.predict([[12, 7, 40]], k=10)                        # recommender: top-k (lesson id, score), seen excluded
     model.predict([[0.1] * 136])                              # ranking: a score per feature vector
     model.predict([[0.0] * 10])                               # tiny: class probabilities per point
+
+A torch.export program (model.pt2) is code: `load_program` checks it (check_program, at the end of this file)
+for pickles and Python source before torch.export.load reads it. A model file that is not a plain name beside
+manifest.json (`..`, an absolute path, a link) is refused too.
 """
 
 from __future__ import annotations
@@ -634,26 +666,28 @@ import unicodedata
 import zlib
 from pathlib import Path
 
-__all__ = ["load", "Served", "hashed_tokens", "words"]
+__all__ = ["load", "Served", "hashed_tokens", "words", "load_program", "check_program", "UnsafeExport"]
 
 
 def load(folder):
-    """The export in `folder` (its manifest.json and model file), ready to predict."""
+    """The export in `folder` (its manifest.json and model file), ready to predict. UnsafeExport (one line)
+    for a model file outside the folder or a program holding pickles or Python source (see check_program)."""
     return Served(folder)
 
 
 class Served:
     def __init__(self, folder):
         self.folder = Path(folder)
-        self.manifest = json.loads((self.folder / "manifest.json").read_text(encoding="utf-8"))
+        with open_regular(self.folder / "manifest.json") as f:
+            self.manifest = json.loads(f.read().decode("utf-8"))
         self.task = self.manifest["task"]
         self.serving = self.manifest.get("serving", {})
-        path = self.folder / self.manifest["file"]
-        if path.suffix == ".pt2":
+        path = Path(model_file(self.folder, self.manifest.get("file")))  # a plain name beside the manifest
+        if path.suffix == ".pt2":  # code: checked for pickles and Python source before torch loads it
             import torch
 
             self._torch = torch
-            self._module = torch.export.load(str(path)).module()
+            self._module = load_program(path)
             self._session = None
         elif path.suffix == ".onnx":
             import onnxruntime
@@ -993,3 +1027,17 @@ def hashed_tokens(texts, buckets, max_tokens, negation_scope=0):
     """(rows, max_tokens) bucket ids of unigrams and bigrams, 0 = padding, as lists of ints."""
     return [_row_ids(text, buckets, max_tokens, negation_scope) for text in texts]
 '''
+
+
+def _archive_checks() -> str:
+    """core.lab.program_archive below its marker line: the one copy of the program checks, which every serve.py
+    carries (it cannot import this project)."""
+    import inspect
+
+    from core.lab import program_archive
+
+    return inspect.getsource(program_archive).split(ARCHIVE_CHECKS_MARKER, 1)[1].split("\n", 1)[1]
+
+
+ARCHIVE_CHECKS_MARKER = "# ---- serve.py carries everything below this line"
+SERVE_PY += "\n\n" + _archive_checks()
