@@ -165,6 +165,8 @@ class CompareDialog(ToolDialog):
                                  f"{result.warmup_steps} warm-up steps, batch {result.batch_size}{threads}.")
 
     def _add_row(self, row) -> None:
+        from core.lab.precision_sweep import noise_note
+
         index = self.table.rowCount()
         self.table.insertRow(index)
         memory = row.peak_memory_bytes / 2**20 if row.peak_memory_bytes else None
@@ -172,7 +174,9 @@ class CompareDialog(ToolDialog):
                  _fmt(row.tokens_per_second, ",.0f"), _fmt(memory, ",.0f"), _fmt(row.speedup, ".2f", "×"),
                  _fmt(row.memory_ratio, ".2f", "×"), _fmt(row.loss, ".4f"), _fmt(row.loss_delta, "+.4f"),
                  _fmt(row.threads, "d"),
-                 row.reason or (f"{row.skipped_steps} skipped steps" if row.skipped_steps else ""))
+                 "; ".join(note for note in (row.reason, noise_note(row),
+                                             f"{row.skipped_steps} skipped steps" if row.skipped_steps else "")
+                           if note))
         for column, text in enumerate(cells):
             item = QTableWidgetItem(text)
             if 2 <= column <= 10:

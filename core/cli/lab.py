@@ -137,6 +137,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def print_sweep(result) -> None:
     """The sweep as a table that fits the terminal, then the notes, skipped modes and the recommendation."""
+    from core.lab.precision_sweep import noise_note
+
     tokens = any(r.tokens_per_second for r in result.rows)
     threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
     title = (f"{result.task} on {result.device} ({result.device_name}), batch {result.batch_size}{threads}: "
@@ -161,10 +163,8 @@ def print_sweep(result) -> None:
             notes.append(f"{r.label}: {r.reason}")
         if r.skipped_steps:
             notes.append(f"{r.label}: {r.skipped_steps} steps skipped (fp16 overflow)")
-        if r.step_ms_windows and max(r.step_ms_windows) > 1.5 * min(r.step_ms_windows):
-            # Windows this far apart mean something else shared the device: the ratios are rough.
-            notes.append(f"{r.label}: noisy, windows took {min(r.step_ms_windows):.2f}-{max(r.step_ms_windows):.2f} "
-                         f"ms/step (something else shared the device?)")
+        if noise_note(r):  # something else shared the device: the ratios are rough
+            notes.append(f"{r.label}: {noise_note(r)}")
         cells = [r.label, r.compute_dtype, fmt.number(r.step_ms, ".2f"), fmt.count(r.samples_per_second)]
         cells += [fmt.count(r.tokens_per_second)] if tokens else []
         cells += [fmt.size(r.peak_memory_bytes), fmt.number(r.speedup, ".2f", "x"),

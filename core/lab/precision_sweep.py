@@ -51,6 +51,9 @@ LOSS_REL_TOLERANCE = 0.05
 LOSS_ABS_TOLERANCE = 0.02
 # A lower precision must beat fp32 by more than timing noise to be worth its numerical risk.
 MIN_SPEEDUP = 1.05
+# A mode whose slowest timed window took this many times its fastest was measured while something else shared
+# the device: its figures are rough (bench and the Compare dialog say "noisy").
+NOISE_SPREAD = 1.5
 
 
 @dataclass
@@ -347,7 +350,9 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
         if progress:
             progress(SweepProgress(label, index, len(order), "done", row))
     compare_to_fp32(rows)
-    best, why = recommended_row(rows)
+    speed_note = str(info.details.get("bf16_speed", "")) if info.type == "cpu" else ""
+    slower = {"bf16": speed_note} if speed_note.startswith("bf16 emulated") else {}  # devices' own expectation
+    best, why = recommended_row(rows, slower)
     recommended = best.mode if best else None
     memory = ("CUDA max_memory_allocated" if info.type == "cuda" else
               "peak RSS of a fresh process" if isolate and info.type == "cpu" else "peak memory in a shared process")
@@ -411,16 +416,47 @@ def recommend(rows: list[SweepRow]) -> tuple[str | None, str]:
     return (best.mode if best else None), why
 
 
-def recommended_row(rows: list[SweepRow]) -> tuple[SweepRow | None, str]:
-    """The fastest row whose loss tracks the reference's, with a one-line reason."""
+def noise_note(row: SweepRow) -> str:
+    """'noisy, windows took 1.20-3.40 ms/step (...)' when the row's timed windows spread more than NOISE_SPREAD
+    times, else ''."""
+    windows = row.step_ms_windows
+    if len(windows) < 2 or max(windows) <= NOISE_SPREAD * min(windows):
+        return ""
+    return (f"noisy, windows took {min(windows):.2f}-{max(windows):.2f} ms/step (something else shared the "
+            f"device?)")
+
+
+def holds_up(row: SweepRow, base: SweepRow) -> bool:
+    """Whether `row` beats `base` beyond timing noise: its slowest timed window was faster than the reference's
+    fastest (the same batch in both, so ms/step compare directly)."""
+    if not row.step_ms_windows or not base.step_ms_windows:
+        return (row.speedup or 0.0) >= MIN_SPEEDUP
+    return max(row.step_ms_windows) * MIN_SPEEDUP <= min(base.step_ms_windows)
+
+
+def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None = None
+                    ) -> tuple[SweepRow | None, str]:
+    """The fastest row whose loss tracks the reference's and whose speedup holds up beyond timing noise (see
+    holds_up), with a one-line reason. `expected_slower`: modes the device's own note expects slower (bf16
+    emulated on a CPU), by that note; one of them is recommended only from a measurement that is not noisy."""
     base = reference_row(rows)
     if base is None:
         return None, "fp32 could not be measured, so there is nothing to compare against"
-    healthy = [r for r in rows if r.status == "ok" and (r is base or (loss_matches(r, base.loss)
-                                                                      and (r.speedup or 0.0) >= MIN_SPEEDUP))]
-    best = max(healthy, key=lambda r: r.samples_per_second or 0.0)
+    expected_slower = expected_slower or {}
+    faster = [r for r in rows if r is not base and r.status == "ok" and loss_matches(r, base.loss)
+              and (r.speedup or 0.0) >= MIN_SPEEDUP]
+    held = [r for r in faster if holds_up(r, base) and not (r.mode in expected_slower and (noise_note(r)
+                                                                                          or noise_note(base)))]
+    best = max(held, key=lambda r: r.samples_per_second or 0.0) if held else base
     reference = reference_label(rows)
     if best is base:
+        doubtful = max(faster, key=lambda r: r.samples_per_second or 0.0) if faster else None
+        if doubtful is not None:
+            noisy = " (noisy windows)" if noise_note(doubtful) or noise_note(base) else ""
+            note = f"; the device expects it slower ({expected_slower[doubtful.mode]})" if (
+                doubtful.mode in expected_slower) else ""
+            return base, (f"{doubtful.label} measured {doubtful.speedup:.2f}x {reference}'s samples/s, but its timed "
+                          f"windows overlap {reference}'s{noisy}{note}: measure again on an idle device")
         if len({(r.compiled, r.checkpointed) for r in rows}) > 1:
             return base, f"nothing was faster than {reference} with the same loss on this device"
         return base, "no lower-precision mode was faster than fp32 with the same loss on this device"
