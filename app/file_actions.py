@@ -9,6 +9,7 @@ loads tensors. Errors are core's CheckpointError/ConfigError messages, shown in 
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -30,6 +31,9 @@ SERVING_FILTERS = {
 }
 SERVING_SUFFIXES = (".pt2", ".onnx", ".safetensors", ".pt", ".json")
 BEST_NAME = re.compile(r"best(?:-step(\d+))?\.pt")  # core.engine.early_stopping: best.pt, best-step<N>.pt
+RUN_NAME = re.compile(r"\d{8}-\d{6}-")  # core.engine.run_record.new_run_folder: <date>-<time>-<task>-<precision>
+OTHER_LABEL = "Another checkpoint…"
+OTHER = object()  # choose_checkpoint's answer for OTHER_LABEL
 
 
 def checkpoint_choices(source: str) -> list[tuple[str, str]]:
@@ -77,6 +81,13 @@ def checkpoint_choices(source: str) -> list[tuple[str, str]]:
     if not path.is_dir() and str(path) not in {c[1] for c in choices}:
         choices.insert(0, (path.name, str(path)))
     return choices
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def _load_checkpoint_config(path: str) -> dict:
@@ -267,43 +278,72 @@ class FileActions:
             name = f"model-{n}"
         return str(folder / name), created
 
-    def choose_checkpoint(self, choices: list[tuple[str, str]], preferred: str | None = None) -> str | None:
+    def choose_checkpoint(self, choices: list[tuple[str, str]], preferred: str | None = None,
+                          other: bool = False) -> str | None:
         """Ask which of `choices` [(label, path)] to export (the `preferred` path selected at first); None when
-        the user cancels. One choice is taken without asking."""
-        if len(choices) == 1:
+        the user cancels. One choice is taken without asking, unless `other` adds "Another checkpoint…" (which
+        returns OTHER)."""
+        if len(choices) == 1 and not other:
             return choices[0][1]
-        labels = [label for label, _path in choices]
+        labels = [label for label, _path in choices] + ([OTHER_LABEL] if other else [])
         current = next((i for i, (_label, path) in enumerate(choices) if path == preferred), 0)
         folder = Path(choices[0][1]).resolve().parent.name
+        question = ("has a best checkpoint as well as its last one" if len(choices) > 1 else
+                    "is the latest run")
         label, ok = QInputDialog.getItem(self.window, "Export checkpoint",
-                                         f"The run {folder} has a best checkpoint as well as its last one.\n"
-                                         "Which one to export?", labels, current, False)
+                                         f"The run {folder} {question}.\nWhich one to export?", labels, current,
+                                         False)
         if not ok or label not in labels:
             return None
-        return choices[labels.index(label)][1]
+        return OTHER if label == OTHER_LABEL else choices[labels.index(label)][1]
+
+    def latest_run_checkpoint(self) -> str | None:
+        """The newest run folder under the runs root that holds a checkpoint: run folders are named by the time
+        they started (core.engine.run_record.new_run_folder), so the name says which is newest without reading
+        any run (a runs root of 10,000 runs costs one directory listing). None when there is none."""
+        try:
+            names = sorted((entry.name for entry in os.scandir(self.window.runs_root())
+                            if RUN_NAME.match(entry.name) and entry.is_dir(follow_symlinks=False)), reverse=True)
+        except OSError:
+            return None
+        for name in names[:50]:  # a sweep folder or a run that never saved: look at the next one
+            folder = self.window.runs_root() / name
+            if (folder / "checkpoint.pt").is_file() or any(BEST_NAME.fullmatch(f) for f in _names(folder)):
+                return str(folder)
+        return None
 
     def ask_export(self, source: str | None = None) -> None:
-        """File → Export…: export `source` (a checkpoint or a run folder; by default the current or last run's
-        checkpoint, else one the user picks). When its run also kept a best checkpoint, first ask which one
-        (last or best); then ask where to write the files. The run history's Export connects here."""
+        """File → Export…: export `source` (a checkpoint or a run folder). Without one: the current run, else the
+        latest run under the runs root, with its best checkpoint offered first (as the history's Export… does)
+        and "Another checkpoint…" to pick a file; a file chooser only when there is no run at all. Then ask where
+        to write the files. The run history's Export connects here."""
+        offered = source is None
         source = source or self.window.last_checkpoint
         if not source or not Path(source).exists():
-            source, _ = QFileDialog.getOpenFileName(self.window, "Checkpoint to export",
-                                                    self._checkpoint_folder_hint(),
-                                                    "Checkpoints (*.pt);;All files (*)")
+            source = self.latest_run_checkpoint()
+        if not source:
+            source = self._pick_checkpoint()
+            offered = False
             if not source:
                 return
         choices = checkpoint_choices(source)
         if not choices:
             self.window.show_error(f"No checkpoint to export in {source}")
             return
-        source = self.choose_checkpoint(choices, preferred=str(Path(source).expanduser()))
+        best = next((path for label, path in choices if label.startswith("Best")), None)
+        preferred = best if offered and best else str(Path(source).expanduser())
+        source = self.choose_checkpoint(choices, preferred=preferred, other=offered)
+        if source == OTHER:
+            source = self._pick_checkpoint()
+            if source:
+                choices = checkpoint_choices(source)
+                source = self.choose_checkpoint(choices, preferred=str(Path(source).expanduser())) if choices else None
         if not source:
             return
         default, created = self.export_default(source)
+        run_name = Path(source).resolve().parent.name
         destination, chosen_filter = QFileDialog.getSaveFileName(
-            self.window, f"Export {Path(source).name} of {Path(source).resolve().parent.name} "
-            "(file type: checkpoint files, or a folder to serve it from)", default,
+            self.window, f"Export {Path(source).name} of {run_name}", default,
             ";;".join([CHECKPOINT_FILTER, *SERVING_FILTERS]))
         fmt = SERVING_FILTERS.get(chosen_filter)  # None: today's checkpoint files
         chosen = None
@@ -320,5 +360,10 @@ class FileActions:
             self.export_serving(source, str(chosen), fmt)
         elif chosen is not None:
             self.export(source, str(chosen))
+
+    def _pick_checkpoint(self) -> str:
+        source, _ = QFileDialog.getOpenFileName(self.window, "Checkpoint to export", self._checkpoint_folder_hint(),
+                                                "Checkpoints (*.pt);;All files (*)")
+        return source
 
     _ask_export = ask_export  # the menu's name before the run history could pass a checkpoint

@@ -185,9 +185,9 @@ def test_long_overlays_are_decimated_and_clipped(qtbot, panel):
 # ---------------------------------------------------------------------------------------------- export
 
 
-def run_folder(tmp_path, best_files=("best.pt",), run_json=True):
-    folder = tmp_path / "run-a"
-    folder.mkdir()
+def run_folder(tmp_path, best_files=("best.pt",), run_json=True, name="run-a"):
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
     (folder / "checkpoint.pt").write_bytes(b"last")
     for name in best_files:
         (folder / name).write_bytes(b"best")
@@ -222,18 +222,26 @@ class FakeDialogs:
     def __init__(self, pick: int | None = 1):
         self.pick = pick  # which item getItem answers (None: cancel)
         self.items: list[list[str]] = []
+        self.current: list[int] = []  # the item each question had selected at first
         self.saved: list[str] = []
+        self.opened: list[str] = []  # answers for getOpenFileName, taken in turn (none left: no file asked)
+        self.captions: list[str] = []
 
     def getItem(self, parent, title, label, items, current=0, editable=True):  # noqa: N802 (Qt's name)
         self.items.append(list(items))
-        return (items[self.pick], True) if self.pick is not None else ("", False)
+        self.current.append(current)
+        pick = self.pick.pop(0) if isinstance(self.pick, list) else self.pick  # a list: one answer per question
+        pick = current if pick == "current" else pick
+        return (items[pick], True) if pick is not None else ("", False)
 
     def getSaveFileName(self, parent, caption, directory, filter_=""):  # noqa: N802
         self.saved.append(directory)
+        self.captions.append(caption)
         return directory, filter_
 
     def getOpenFileName(self, *args, **kwargs):  # noqa: N802
-        raise AssertionError("no checkpoint should be asked for")
+        assert self.opened, "no checkpoint should be asked for"
+        return self.opened.pop(0), ""
 
 
 @pytest.fixture
@@ -255,7 +263,7 @@ def test_export_asks_last_or_best_then_exports_the_choice(qtbot, window, tmp_pat
     folder = run_folder(tmp_path)
     window.last_checkpoint = str(folder / "checkpoint.pt")
     window.file_actions.export_action.trigger()
-    assert dialogs.items == [["Last (step 300)", "Best (step 200, val_acc 0.91)"]]
+    assert dialogs.items == [["Last (step 300)", "Best (step 200, val_acc 0.91)", "Another checkpoint…"]]
     assert exports == [(str(folder / "best.pt"), str(folder / "export" / "model"))]
 
     dialogs.pick = 0
@@ -265,6 +273,28 @@ def test_export_asks_last_or_best_then_exports_the_choice(qtbot, window, tmp_pat
     dialogs.pick = None  # cancelled: nothing exported, no export folder left behind
     window.file_actions.ask_export()
     assert len(exports) == 2
+
+
+def test_a_fresh_window_offers_the_latest_run_and_its_best_checkpoint_first(qtbot, window, tmp_path, dialogs,
+                                                                           exports, monkeypatch):
+    root = tmp_path / "runs"
+    older = run_folder(root, name="20261101-100000-tiny-fp32")
+    latest = run_folder(root, name="20261201-093000-tiny-bf16")
+    (root / "20261202-080000-sweep-tiny").mkdir()  # a sweep folder: no checkpoint of its own
+    monkeypatch.setattr(window, "runs_root", lambda: root)
+    assert window.last_checkpoint is None
+    dialogs.pick = "current"
+    window.file_actions.export_action.trigger()  # no file chooser first: the latest run is offered
+    assert dialogs.items == [["Last (step 300)", "Best (step 200, val_acc 0.91)", "Another checkpoint…"]]
+    assert dialogs.current == [1]  # its best checkpoint selected, as the history's Export… does
+    assert exports == [(str(latest / "best.pt"), str(latest / "export" / "model"))]
+    assert dialogs.captions[-1] == f"Export best.pt of {latest.name}" and len(dialogs.captions[-1]) < 60
+
+    dialogs.pick = [2, 0]  # Another checkpoint…: a file chooser, then that run's own choices (its last)
+    dialogs.opened = [str(older / "checkpoint.pt")]
+    window.file_actions.export_action.trigger()
+    assert exports[-1][0] == str(older / "checkpoint.pt")
+    assert dialogs.items[-1] == ["Last (step 300)", "Best (step 200, val_acc 0.91)"]
 
 
 def test_export_without_a_best_checkpoint_asks_nothing(qtbot, window, tmp_path, dialogs, exports):
