@@ -66,6 +66,9 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("batch_size", "samples per micro-batch (per process)", 1, 1_048_576, step=1),
         FieldSpec("epochs", "passes over the training data (used when max_steps is 0)", 0, 100_000, step=1),
         FieldSpec("max_steps", "optimizer steps to run; 0 = run `epochs` epochs", 0, 1_000_000_000, step=100),
+        FieldSpec("min_steps", "when the length is in epochs (max_steps 0): at least this many optimizer steps, in "
+                               "whole epochs, so that a small data file still trains; 0 = exactly `epochs`",
+                  0, 1_000_000_000, step=100),
         FieldSpec("schedule", "learning-rate schedule", choices=SCHEDULES),
         FieldSpec("warmup_steps", "linear warm-up steps for the cosine schedule", 0, 1_000_000_000, step=10),
         FieldSpec("grad_clip", "clip the gradient norm to this value; 0 = off", 0.0, 1e6, step=0.1),
@@ -133,6 +136,7 @@ class RunConfig:
     batch_size: int = 64
     epochs: int = 5
     max_steps: int = 0
+    min_steps: int = 200
     schedule: str = "constant"
     warmup_steps: int = 0
     grad_clip: float = 0.0

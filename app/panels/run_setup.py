@@ -19,7 +19,7 @@ from core.precision_modes import PRECISION_CHOICES
 from core.text import count as count_text
 
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
-                   "batch_size", "grad_accum", "epochs", "max_steps", "time_limit_minutes")
+                   "batch_size", "grad_accum", "epochs", "max_steps", "min_steps", "time_limit_minutes")
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir")
 DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns")  # in the Task group, under the model's options
 # What an empty field means, short enough to fit the editor (the label's tooltip has the whole help).
@@ -31,7 +31,7 @@ PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # sp
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
-          "max_steps": "Max steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",
+          "max_steps": "Max steps", "min_steps": "Min steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",
           "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
           "checkpoint_minutes": "Checkpoint every (min)", "time_limit_minutes": "Time limit (min)",
           "threads": "CPU threads", "out_dir": "Output folder", "data": "Data file", "tensorboard": "TensorBoard",

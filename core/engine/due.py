@@ -31,3 +31,17 @@ def next_due(step: int, cfg: RunConfig, steps_per_epoch: int, total_steps: int) 
     evaluate = not last and (due % cfg.eval_interval == 0 if cfg.eval_interval else epoch_end)
     checkpoint = not last and cfg.checkpoint_interval > 0 and due % cfg.checkpoint_interval == 0
     return Due(due, last or due % cfg.log_interval == 0, evaluate, checkpoint, epoch_end, last)
+
+
+def planned_steps(cfg: RunConfig, steps_per_epoch: int) -> tuple[int, str | None]:
+    """The run's length in optimizer steps, and a note when `min_steps` stretched it: `max_steps` when set, else
+    `epochs` epochs, or the fewest whole epochs that reach `min_steps` (a file of 600 rows is 7 steps an epoch)."""
+    if cfg.max_steps:
+        return cfg.max_steps, None
+    steps = cfg.epochs * steps_per_epoch
+    if steps >= cfg.min_steps:
+        return steps, None
+    epochs = -(-cfg.min_steps // steps_per_epoch)
+    return epochs * steps_per_epoch, (f"{steps_per_epoch:,} optimizer steps an epoch: {epochs:,} epochs instead of "
+                                      f"{cfg.epochs:,}, to train at least min_steps {cfg.min_steps:,} steps "
+                                      f"(min_steps 0 runs exactly {cfg.epochs:,})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -300,7 +301,27 @@ def resident_set_size() -> int | None:
         return None
 
 
+FEW_STEPS = 100  # a run this short that ends near its baseline has barely trained
+
+
+def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | None) -> str:
+    """'val accuracy 0.517 is near its baseline 0.500 after only 14 optimizer steps: ...' when a completed run
+    of fewer than FEW_STEPS steps ends with its primary metric within 2 points (or 5%) of the task's baseline,
+    else ''. The model has barely trained: a summary should say so, and what to change."""
+    value, base = metrics.get(primary), baseline.get(primary)
+    numbers = [v for v in (value, base) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    if steps >= FEW_STEPS or len(numbers) < 2:
+        return ""
+    if abs(value - base) > max(0.02, 0.05 * abs(base)):
+        return ""
+    return (f"val {primary} {value:.3f} is near its baseline {base:.3f} after only {steps:,} optimizer steps: the "
+            f"model has barely trained; train longer (more epochs, max_steps or min_steps)")
+
+
 def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded:
+    if status == "completed" and trainer.step >= getattr(trainer, "total_steps", float("inf")):  # its planned length
+        note = barely_trained(trainer.step, trainer.last_metrics, trainer.data.baseline, trainer.task.primary_metric)
+        message = f"{message}; {note}" if note else message
     return RunEnded(
         status=status, message=message, step=trainer.step, epoch=trainer.display_epoch(),
         final_loss=trainer.last_loss, metrics=dict(trainer.last_metrics), checkpoint=trainer.saved_checkpoint,

@@ -26,18 +26,10 @@ from core.engine import compiling, run_state
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    RUN_NOTE_ENV,
-    DistContext,
-    StopAgreement,
-    broadcast_ints,
-    dead_peers,
-    destroy_process_group,
-    gather_peers,
-    init_process_group,
-    is_peer_failure,
-    wrap_ddp,
+    RUN_NOTE_ENV, DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
+    init_process_group, is_peer_failure, wrap_ddp,
 )
-from core.engine.due import Due, next_due
+from core.engine.due import Due, next_due, planned_steps
 from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
 from core.engine.early_stopping import BestTracker, tracker_for
 from core.engine.evaluation import evaluate_split
@@ -161,7 +153,8 @@ class Trainer:
         if self.steps_per_epoch == 0:
             raise ConfigError("grad_accum", f"{cfg.grad_accum} micro-batches per step exceed the "
                                             f"{self.batches.batches_per_epoch} batches of an epoch")
-        self.total_steps = cfg.max_steps or cfg.epochs * self.steps_per_epoch
+        self.total_steps, stretched = planned_steps(cfg, self.steps_per_epoch)
+        self.notes += [stretched] if stretched and self.dist.is_main else []
         self.optimizer = build_optimizer(model, cfg, self.device)
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.scaler = self.plan.make_scaler()

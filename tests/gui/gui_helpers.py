@@ -36,7 +36,7 @@ def set_field(window: QWidget, name: str, value) -> None:
 
 
 def quick_run(window: QWidget, out_dir, *, max_steps: int = 0, epochs: int = 1, log_interval: int = 5,
-              samples: int = 2048, batch_size: int = 32, separate_process: bool = False) -> None:
+              samples: int = 2048, batch_size: int = 32, separate_process: bool = False, min_steps: int = 0) -> None:
     """A tiny-task form that trains in about a second (or forever-ish with a large max_steps).
 
     `separate_process`: tick or clear "Train in a separate process". Tests train on a thread unless they are
@@ -50,6 +50,7 @@ def quick_run(window: QWidget, out_dir, *, max_steps: int = 0, epochs: int = 1, 
     set_field(window, "batchSizeEdit", batch_size)
     set_field(window, "epochsEdit", epochs)
     set_field(window, "maxStepsEdit", max_steps)
+    set_field(window, "minStepsEdit", min_steps)  # exactly `epochs` epochs: a run of the size the test asks for
     set_field(window, "logIntervalEdit", log_interval)
     set_field(window, "outDirEdit", str(out_dir))
 
