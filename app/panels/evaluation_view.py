@@ -8,10 +8,17 @@ it. The headline numbers sit in a label above. A section that is missing or malf
 evaluation.json) is left out, or replaced by one line saying so: the view never raises on a report.
 `clear(message)` empties it with a line of text (e.g. "Evaluating…" while a worker computes the report).
 pyqtgraph is imported when the first plot is built.
+
+Drawing takes bounded time whatever the report holds: the view draws a BoundedReport
+(app.panels.evaluation_limits: at most so many metrics, plots, lines, points, classes and buckets, with
+"… and M more" for the rest). Callers cut the report down on their worker (`bounded_report`) and hand the
+result over; a plain dict given to `show_report` is cut down there. Texts from the report are shown as text
+(escaped), never as markup.
 """
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable
 
@@ -21,6 +28,9 @@ from PySide6.QtWidgets import (
     QAbstractItemView, QGridLayout, QHeaderView, QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout,
     QWidget,
 )
+
+from app.panels.evaluation_limits import BoundedReport, bounded_report, finite, short_text
+from core.text import printable
 
 SERIES_COLOURS = ("#3b6fd8", "#c98a12", "#8e44ad", "#2e9b57", "#d0453c", "#16a2b8", "#6a7a90", "#fb5607")
 CLASS_COLOURS = ("#d0453c", "#2e9b57", "#3b6fd8", "#c98a12")  # negative / positive (class 0 / class 1), ...
@@ -37,11 +47,7 @@ END_LABEL_ROOM = 9  # pixels between 0 (or 1) and the plot's edge: half a label'
 CELL_HEIGHT = 64  # pixels: a confusion-matrix row (two lines of text and room around them)
 
 
-def _number(value) -> float | None:
-    """A finite float, or None (a missing, null or non-numeric entry of a report)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+_number = finite  # a finite float, or None (a missing, null or non-numeric entry of a report)
 
 
 def _numbers(values) -> list[float]:
@@ -59,32 +65,39 @@ def _list(value) -> list:
     return value if isinstance(value, list) else []
 
 
+def _shown(value) -> str:
+    """A text from the report as rich text shows it: printable, short, escaped."""
+    return html.escape(printable(short_text(value if isinstance(value, str) else str(value))), quote=False)
+
+
 def _figure(value) -> str:
     number = _number(value)
     return "–" if number is None else f"{number:.4f}"
 
 
-def headline(report: dict) -> str:
+def headline(report: dict, more_metrics: int = 0) -> str:
     """The line above the plots: what was measured (task, split, step, rows, precision, device) and the
-    metrics, the primary one first and bold (rich text)."""
+    metrics, the primary one first and bold (rich text); `more_metrics`: how many were left out."""
     metrics = _dict(report.get("metrics"))
     primary = report.get("primary_metric")
     names = sorted(metrics, key=lambda name: name != primary)
-    figures = [(f"<b>{name} {_figure(metrics[name])}</b>" if name == primary else f"{name} {_figure(metrics[name])}")
-               for name in names]
+    figures = [(f"<b>{_shown(name)} {_figure(metrics[name])}</b>" if name == primary
+                else f"{_shown(name)} {_figure(metrics[name])}") for name in names]
+    if more_metrics:
+        figures.append(f"… and {more_metrics:,} more")
     auc = _number(_dict(report.get("roc")).get("auc"))
     if auc is not None and not any("auc" in name for name in metrics):
         figures.append(f"ROC AUC {auc:.4f}")
-    what = [str(report.get("task") or "?")]
+    what = [_shown(report.get("task") or "?")]
     if report.get("split"):
-        what.append(f"{report['split']} split")
+        what.append(f"{_shown(report['split'])} split")
     if isinstance(report.get("step"), int):
         what.append(f"step {report['step']:,}")
     if isinstance(report.get("rows"), int):
         what.append(f"{report['rows']:,} rows")
     if report.get("precision"):
-        where = f" on {report['device']}" if report.get("device") else ""
-        what.append(f"{report['precision']}{where}")
+        where = f" on {_shown(report['device'])}" if report.get("device") else ""
+        what.append(f"{_shown(report['precision'])}{where}")
     return " · ".join(what) + ("<br>" + " · ".join(figures) if figures else "")
 
 
@@ -105,6 +118,11 @@ class EvaluationView(QWidget):
         self.message.setWordWrap(True)
         self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.message.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.leftOut = QLabel()  # "… and M more" of what a large report holds beyond what is drawn
+        self.leftOut.setObjectName("evaluationLeftOut")
+        self.leftOut.setTextFormat(Qt.TextFormat.PlainText)
+        self.leftOut.setWordWrap(True)
+        self.leftOut.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         self.body = QWidget()
         self.grid = QGridLayout(self.body)
         self.grid.setContentsMargins(0, 0, 0, 0)
@@ -113,6 +131,7 @@ class EvaluationView(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.headline)
         layout.addWidget(self.message)
+        layout.addWidget(self.leftOut)
         layout.addWidget(self.body, 1)
         self.sections: list[str] = []
         self.problems: list[str] = []
@@ -126,18 +145,25 @@ class EvaluationView(QWidget):
         self._empty_body()
         self.headline.clear()
         self.headline.hide()
+        self.leftOut.clear()
+        self.leftOut.hide()
         self.message.setText(message)
         self.message.show()
 
-    def show_report(self, report: dict) -> None:
+    def show_report(self, report: dict | BoundedReport) -> None:
         """Draw `report`'s sections (what it lacks is left out; what is malformed is one line under the
-        headline); a report with nothing to draw says so."""
+        headline); a report with nothing to draw says so. A dict is cut down here (see the module doc)."""
         self._empty_body()
-        if not isinstance(report, dict):
+        bounded = bounded_report(report) if isinstance(report, (dict, BoundedReport)) else None
+        if bounded is None or not isinstance(bounded.report, dict):
             self.clear("This evaluation report cannot be read.")
             return
-        self.headline.setText(headline(report))
+        report = bounded.report
+        self.headline.setText(headline(report, bounded.more.get("metrics", 0)))
         self.headline.show()
+        left_out = bounded.left_out()
+        self.leftOut.setText("Drawn in part: " + "; ".join(left_out) + "." if left_out else "")
+        self.leftOut.setVisible(bool(left_out))
         builders: list[tuple[str, Callable[[dict], QWidget | None], int]] = [
             ("roc", self._roc, 1), ("confusion", self._confusion, 1), ("curves", self._curves, 1),
             ("buckets", self._buckets, 1), ("histogram", self._histogram, 2)]
@@ -148,7 +174,8 @@ class EvaluationView(QWidget):
             try:
                 widgets = build(report)
             except Exception as exc:  # noqa: BLE001 - an edited or older file: say so, draw the rest
-                self.problems.append(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0])
+                self.problems.append(short_text(printable(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0]),
+                                                200))
                 continue
             widgets = widgets if isinstance(widgets, list) else [widgets] if widgets is not None else []
             if widgets:
@@ -204,9 +231,9 @@ class EvaluationView(QWidget):
         widget.setMinimumHeight(PLOT_HEIGHT)
         widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         item = widget.getPlotItem()
-        item.setTitle(title, size="10pt")
-        item.setLabel("bottom", x_label)
-        item.setLabel("left", y_label)
+        item.setTitle(_shown(title), size="10pt")  # pyqtgraph shows these as rich text
+        item.setLabel("bottom", _shown(x_label))
+        item.setLabel("left", _shown(y_label))
         item.showGrid(x=True, y=True, alpha=0.15)
         item.setMenuEnabled(False)
         item.hideButtons()
@@ -292,7 +319,11 @@ class EvaluationView(QWidget):
         if not labels or len(matrix) != len(labels) or any(len(_list(row)) != len(labels) for row in matrix):
             raise ValueError("the confusion matrix is not square with one row per label")
         counts = [[int(_number(c) or 0) for c in row] for row in matrix]
-        total = sum(map(sum, counts))
+        # a confusion matrix cut down to its first classes still gives each cell's share of the whole row
+        row_totals = [int(_number(t) or 0) for t in _list(confusion.get("row_totals"))]
+        if len(row_totals) != len(counts):
+            row_totals = [sum(row) for row in counts]
+        total = int(_number(confusion.get("total")) or 0) or sum(map(sum, counts))
         box = QWidget()
         box.setObjectName("evaluation_confusion")
         layout = QVBoxLayout(box)
@@ -311,7 +342,7 @@ class EvaluationView(QWidget):
         table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         base = self.palette().color(QPalette.ColorRole.Base)
         for r, row in enumerate(counts):
-            row_total = sum(row)
+            row_total = row_totals[r]
             for c, count in enumerate(row):
                 share = count / row_total if row_total else 0.0
                 cell = QTableWidgetItem(f"{count:,}\n{100 * share:.1f}%")
@@ -366,7 +397,7 @@ class EvaluationView(QWidget):
                        "faint": pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine)}.get(
                     emphasis, pg.mkPen(colour, width=2))
                 item.plot(ks[: len(values)], values, pen=pen, connect="finite",
-                          name=str(s.get("label") or s.get("name") or f"series {number + 1}"))
+                          name=_shown(s.get("label") or s.get("name") or f"series {number + 1}"))
                 drawn += 1
             if not drawn:
                 continue
@@ -425,12 +456,13 @@ class EvaluationView(QWidget):
             bars = pg.BarGraphItem(x=[x for x, _ in shown], height=[h for _, h in shown], width=width * 0.9,
                                    brush=pg.mkBrush(colour), pen=pg.mkPen(colour.name(), width=1))
             item.addItem(bars)
-            legend.addItem(bars, str(s.get("label") or s["name"]))
+            legend.addItem(bars, _shown(s.get("label") or s["name"]))
         self._fit_legend(legend, -(-len(chart) // 4))
         ticks = []
         for i, r in enumerate(rows):
             count = _number(r.get("count"))
-            ticks.append((i, f"{r.get('label', '?')}" + (f"\n{int(count):,} {unit}" if count is not None else "")))
+            ticks.append((i, short_text(printable(r.get("label", "?")), 24)
+                          + (f"\n{int(count):,} {unit}" if count is not None else "")))
         axis = item.getAxis("bottom")
         axis.setTicks([ticks, []])
         axis.setHeight(52)
@@ -459,7 +491,7 @@ class EvaluationView(QWidget):
             bars = pg.BarGraphItem(x=xs, height=[0.0 if math.isnan(c) else c for c in counts], width=width * 0.9,
                                    brush=pg.mkBrush(colour), pen=None)
             item.addItem(bars)
-            legend.addItem(bars, f"actual {s.get('name', number)}")
+            legend.addItem(bars, f"actual {_shown(s.get('name', number))}")
         self._fit_legend(legend, 1)
         item.setXRange(edges[0], edges[-1], padding=0.02)
         item.setMouseEnabled(x=False, y=False)

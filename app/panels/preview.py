@@ -15,6 +15,7 @@ file, a checkpoint of a task with no preview) are one line in the panel, never a
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 from app.panels.tool_dialog import ERROR_COLOUR
 from app.panels.tuning import NumericItem, make_table
 from app.run.jobs import BackgroundJob, JobRunner
+from core.text import printable
 
 DEBOUNCE_MS = 250  # an edit waits this long for the next one before the model is asked
 TOP_K = 10
@@ -707,10 +709,11 @@ class EvaluationTab(QWidget):
         serial, folder = self._serial, self.folder
         self.view.clear("Reading the evaluation report…")
 
-        def read():
+        def read():  # the read and the cutting down (a crafted file can hold millions of points) off the GUI thread
+            from app.panels.evaluation_limits import bounded_report
             from core.lab.evaluation_report import load_report
 
-            return load_report(folder, strict=True)  # a torn file: its name and line, not "no report"
+            return bounded_report(load_report(folder, strict=True))  # a torn file: named, not "no report"
 
         self.reads.submit(read, lambda report: self._read(serial, report),
                           lambda message, _details: self._read_failed(serial, message))
@@ -730,18 +733,21 @@ class EvaluationTab(QWidget):
         if serial == self._serial:
             self.view.clear(f"Could not read the evaluation report: {message}")
 
-    def _show(self, report: dict) -> None:
-        self.report = report
+    def _show(self, bounded) -> None:
+        """Show a BoundedReport (app.panels.evaluation_limits), cut down on the worker."""
+        self.report = report = bounded.report
         measured = Path(str(report.get("checkpoint") or "?")).name
         step = report.get("step")
         about = f"{measured}" + (f", step {step:,}" if isinstance(step, int) else "")
-        text = f"evaluation.json: {about}, {report.get('split', '?')} split, {report.get('created', '')}"
+        text = html.escape(printable(f"evaluation.json: {about}, {report.get('split', '?')} split, "
+                                     f"{report.get('created', '')}"), quote=False)
         same = self.checkpoint is not None and measured == self.checkpoint.name
         if not same and self.checkpoint is not None:
-            text += (f"<br><span style='color:{MUTED_COLOUR}'>This report measured {measured}; Evaluate "
+            shown = html.escape(printable(measured), quote=False)
+            text += (f"<br><span style='color:{MUTED_COLOUR}'>This report measured {shown}; Evaluate "
                      f"measures {self.checkpoint.name}.</span>")
         self.infoLabel.setText(text)
-        self.view.show_report(report)
+        self.view.show_report(bounded)
 
     def evaluate(self) -> None:
         """Measure the loaded checkpoint (on the preview's device) and save the report in its run folder."""
@@ -751,16 +757,17 @@ class EvaluationTab(QWidget):
         self._evaluating = self._serial
 
         def run(_progress, _control):
+            from app.panels.evaluation_limits import bounded_report
             from core.lab.evaluation_report import evaluation_report, write_report
 
             report = evaluation_report(checkpoint, device=device)
             write_report(report, folder)
-            return report
+            return bounded_report(report)  # a large test split's ROC: cut down here, not on the GUI thread
 
         self.view.clear(f"Evaluating {self.checkpoint.name} on {device}…")
         self.job.start(run)
 
-    def _evaluated(self, report: dict) -> None:
+    def _evaluated(self, report) -> None:
         if self._evaluating == self._serial:
             self._show(report)
 

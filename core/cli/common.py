@@ -81,6 +81,24 @@ class StopBeforeStart(BaseException):
         super().__init__(signal_name(signum))
 
 
+def end_with_parent(parent_pid: int) -> None:
+    """Stop (as SIGTERM does) when process `parent_pid`, the program that started this one, ends, however it
+    ends. Linux: the kernel sends SIGTERM at the parent's death (PR_SET_PDEATHSIG; it fires when the parent's
+    *thread* that started this process ends, so the parent starts it from a thread that outlives it). Then a
+    parent already gone before that was set is caught by comparing the parent's id. Elsewhere (and as well)
+    the program's end closes our stdin, which --control-stdin reads as a stop. Call it inside StopSignals."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # no prctl to call: stdin's end of input still stops the run
+            return
+    if hasattr(os, "getppid") and os.getppid() != parent_pid:  # gone already (we were re-parented)
+        signal.raise_signal(signal.SIGTERM)
+
+
 class StopSignals:
     """SIGINT (Ctrl+C), SIGTERM and SIGHUP all stop a run the same way: `control.stop()`, after which the run
     writes its checkpoint, reports RunEnded and prints its summary. A repeated signal while stopping prints

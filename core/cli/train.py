@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams, signal_name
+from core.cli.common import StopBeforeStart, StopSignals, end_with_parent, safe_standard_streams, signal_name
 from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, tomllib
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics, event_to_dict
 from core.errors import AmpConsoleError, ConfigError
@@ -55,6 +55,9 @@ def register(sub) -> None:
                    help="print every event as one JSON line on stdout as it happens (for other programs)")
     p.add_argument("--control-stdin", action="store_true",
                    help="read 'pause', 'resume' and 'stop' lines from stdin (for programs driving this run)")
+    p.add_argument("--end-with-parent", type=int, default=None, metavar="PID",
+                   help="stop with a checkpoint when process PID (the program that started this run) ends, "
+                        "however it ends")
     p.add_argument("--config-stdin", action="store_true",
                    help="load the engine, print {\"ready\": true} (with --events), then read the settings as one "
                         "JSON line on stdin: {\"config\": {...}, \"resume\": null}; lets a program start the "
@@ -393,6 +396,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP; with a checkpoint), 130 when a 'stop' line did."""
     with safe_standard_streams(), StopSignals(distributed=bool(os.environ.get("WORLD_SIZE"))) as signals:
         try:
+            if args.end_with_parent is not None:
+                end_with_parent(args.end_with_parent)
             return _train(args, signals)
         except AmpConsoleError as exc:
             if args.events:  # a program driving this run gets the field to mark, not just the stderr line

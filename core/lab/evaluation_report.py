@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from core.errors import DataError
-from core.files import atomic_write_bytes
+from core.files import UnreadableFile, atomic_write_bytes, parse_json, read_regular, shown_path
 
 REPORT_FILE = "evaluation.json"
 REPORT_VERSION = 1
@@ -92,25 +92,36 @@ def write_report(report: dict, folder: str | Path) -> Path:
 
 def load_report(folder: str | Path, strict: bool = False) -> dict | None:
     """The report saved in `folder` (its evaluation.json), or None when there is none. A file that is not a
-    JSON object (torn, edited, from elsewhere) is None too, or with `strict` a DataError naming the file and
-    line; an older report may lack sections: readers take what is there."""
+    JSON object (torn, edited, from elsewhere; a FIFO, a link, larger than a record may be or nested too
+    deep: core.files' record rules) is None too, or with `strict` a DataError naming the file and why (the
+    line, for JSON that does not parse); an older report may lack sections: readers take what is there."""
     path = Path(folder) / REPORT_FILE
+    payload = None
     try:
-        text = path.read_text(encoding="utf-8")
+        payload = read_regular(path)
+        report = parse_json(payload, REPORT_FILE)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnreadableFile as exc:
         if strict:
-            raise DataError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
-        return None
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if strict:
-            raise DataError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+            raise DataError(_unreadable(path, exc, payload)) from None
         return None
     if not isinstance(report, dict):
         if strict:
-            raise DataError(f"{path}: line 1: not an evaluation report (expected a JSON object)")
+            raise DataError(f"{shown_path(path)}: line 1: not an evaluation report (expected a JSON object)")
         return None
     return report
+
+
+def _unreadable(path: Path, exc: UnreadableFile, payload: bytes | None) -> str:
+    """One line: the file's path and why it can't be read; the line of the first error in JSON that does not
+    parse (found again here, on this rare path only)."""
+    if payload is not None:
+        try:
+            json.loads(payload.decode("utf-8"))
+        except json.JSONDecodeError as err:
+            return f"{shown_path(path)}: line {err.lineno}: not valid JSON ({err.msg})"
+        except (UnicodeDecodeError, RecursionError, ValueError):
+            pass
+    text = str(exc)
+    return shown_path(path) + text[len(REPORT_FILE):] if text.startswith(REPORT_FILE) else f"{shown_path(path)}: {text}"

@@ -62,14 +62,13 @@ from core.engine.run_record import (
 )
 from core.errors import ConfigError
 from core.files import atomic_write_bytes, lock_is_held, try_lock
+from core.lab.sweep_file import KIND, SWEEP_FILE, finished_run, read_sweep
 
 if TYPE_CHECKING:
     from core.engine.control import RunControl
 
-SWEEP_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"
 SWEEP_VERSION = 1
-KIND = "amp-console-sweep"
 MAX_TRIALS = 1000
 NOT_SWEPT = ("task", "out_dir", "task_options")  # the task decides the options; out_dir is the trial's folder
 DONE = ("completed", "failed")  # states a resume skips
@@ -395,16 +394,7 @@ def write_sweep(folder: str | os.PathLike, data: dict) -> None:
 
 
 def _raw_sweep(folder: Path) -> dict:
-    path = folder / SWEEP_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("sweep", f"{folder}: not a sweep folder (no {SWEEP_FILE})") from None
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError("sweep", f"{path}: cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-    if not isinstance(data, dict) or data.get("kind") != KIND or not isinstance(data.get("trials"), list):
-        raise ConfigError("sweep", f"{path}: not an amp-console sweep file")
-    return data
+    return read_sweep(folder)  # a checked record: every trial's folder lies inside the sweep's
 
 
 def sweep_in_use(folder: str | os.PathLike) -> bool:
@@ -572,6 +562,8 @@ def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] 
         for trial in data["trials"]:
             if trial.get("status") == "running":
                 trial["status"] = "interrupted"
+            if trial.get("status") not in DONE:
+                _note_finished(folder, trial)
         trials = data["trials"]
         total = len(trials)
         to_run = [t for t in trials if t.get("status") not in DONE or retry_failed and t.get("status") == "failed"]
@@ -597,6 +589,20 @@ def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] 
         counts[trial["status"]] = counts.get(trial["status"], 0) + 1
     emit(SweepEnded(str(folder), data["status"], counts))
     return SweepResult(folder, data["status"], counts, sweep_table(folder))
+
+
+def _note_finished(folder: Path, trial: dict) -> None:
+    """A trial whose run had completed before the sweep could record it (the sweep process was killed): it
+    counts as completed with its run's figures, instead of being resumed past its end (which fails)."""
+    trial_folder = folder / trial["folder"]
+    record = load_record(trial_folder)
+    if not finished_run(record, _checkpoint_of(trial_folder) is not None):
+        return
+    said = record.get("status") == "completed"
+    trial.update(status="completed", run_id=record.get("id") or trial.get("run_id"),
+                 ended=record.get("end_time") if said and isinstance(record.get("end_time"), str) else now_iso(),
+                 message="" if said else "its run reached its last step and saved its checkpoint; the end was "
+                                         "not recorded")
 
 
 def begin_trial(folder: Path, data: dict, trial: dict, total: int, emit, device: str | None = None):

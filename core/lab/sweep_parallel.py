@@ -3,8 +3,11 @@
 Each trial is a normal run in its own child process, `python -m core.cli train --events --control-stdin
 --config-stdin` (what the window's separate-process runs use): the trial's settings go to the child as one
 JSON line on stdin with the slot's device, the child prints every trainer event as a JSON line on stdout, and
-"stop" on its stdin stops it after its step with a checkpoint (closing its stdin does the same, so a sweep
-process that dies leaves no child training unattended). A slot takes the next pending trial as soon as its
+"stop" on its stdin stops it after its step with a checkpoint. A sweep process that dies, even by kill -9,
+leaves no child training unattended: its end closes the children's stdin, which they read as a stop, and on
+Linux the kernel sends each child SIGTERM as well (`train --end-with-parent`, PR_SET_PDEATHSIG: it fires when
+the starting *thread* ends, and the thread that starts the children is the one that runs the sweep and waits
+for all of them before it returns). A slot takes the next pending trial as soon as its
 trial ends. Only this (the parent) process writes sweep.json, from one thread: the children's output is read
 on a thread per pipe and handed over through a queue, so the table cannot be torn by two trials ending at once.
 
@@ -50,8 +53,10 @@ _DISTRIBUTED_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MAS
 
 
 def child_command() -> list[str]:
-    """A training process that waits for its settings on stdin and streams its events on stdout."""
-    return [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin"]
+    """A training process that waits for its settings on stdin and streams its events on stdout, and stops
+    with a checkpoint when this process ends, however it ends (killed included: see the module doc)."""
+    return [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin",
+            "--end-with-parent", str(os.getpid())]
 
 
 def parse_devices(spec, flag: str = "--devices") -> list[str]:

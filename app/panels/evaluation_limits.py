@@ -1,0 +1,213 @@
+"""An evaluation report cut down to what the window draws in bounded time (no Qt: run it on a worker).
+
+A report comes from a file anyone may have edited or crafted (evaluation.json), or from a large test split
+(a ROC curve of a million rows has a million points). `bounded_report(report)` returns a BoundedReport: a copy
+with the same sections and shapes (so the view draws it as it draws any report) holding at most
+
+- MAX_METRICS metrics in the headline (the primary one first) and MAX_FIGURES classification figures,
+- MAX_CURVES curve plots of MAX_SERIES lines each, and ROC and curves of at most MAX_POINTS points (every n-th
+  point, the last one kept: the curves are monotone or smooth in k),
+- MAX_CLASSES rows and columns of the confusion matrix (the shares still of the whole row: `row_totals`, and
+  `total`, of the whole matrix),
+- MAX_BUCKETS bucket rows with MAX_BAR_SERIES bars each, MAX_BINS histogram bins (adjacent bins merged),
+- texts of at most MAX_TEXT characters,
+
+and `more`: what was left out, {"metrics": 99_988, "classes": 480, ...}, which the view says as "… and M more".
+The cost is bounded by the caps except where a figure needs the whole (the confusion matrix's row totals), and
+the file read before it is bounded by core.files' record limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MAX_METRICS = 12
+MAX_FIGURES = 12
+MAX_CURVES = 4
+MAX_SERIES = 8
+MAX_POINTS = 2000
+MAX_CLASSES = 20
+MAX_BUCKETS = 40
+MAX_BAR_SERIES = 8
+MAX_BINS = 200
+MAX_HISTOGRAM_SERIES = 4
+MAX_TEXT = 80
+TEXT_FIELDS = ("task", "split", "precision", "device", "checkpoint", "created", "primary_metric")
+LEFT_OUT = {"metrics": "metrics", "figures": "classification figures", "curves": "curve plots",
+            "series": "lines", "classes": "classes", "buckets": "buckets", "bars": "bar series",
+            "histogram series": "histogram series"}
+
+
+@dataclass
+class BoundedReport:
+    report: dict  # the sections, cut down
+    more: dict = field(default_factory=dict)  # what was left out: {"metrics": n, ...}
+
+    def left_out(self) -> list[str]:
+        """'… and 99,988 more metrics', one line per kind of thing left out (none for metrics: the headline
+        says those)."""
+        return [f"… and {count:,} more {LEFT_OUT.get(kind, kind)}" for kind, count in self.more.items()
+                if count and kind != "metrics"]
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def short_text(value, keep: int = MAX_TEXT) -> str:
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= keep else text[: keep - 1] + "…"
+
+
+def finite(value) -> float | None:
+    """A finite float, or None (a missing, null or non-numeric entry, or a number no float holds)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of thousands of digits
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _number(value) -> float:
+    return finite(value) or 0.0
+
+
+def every_nth(values: list, limit: int = MAX_POINTS) -> list:
+    """At most `limit` of `values`, evenly spaced, the first and the last kept (lists of one length give
+    the same positions: a curve's ks and its values stay paired)."""
+    count = len(values)
+    if count <= limit:
+        return values
+    step = -(-(count - 1) // (limit - 2))
+    picked = values[::step]
+    if (count - 1) % step:
+        picked.append(values[-1])
+    return picked
+
+
+class _Bounder:
+    def __init__(self):
+        self.more: dict = {}
+
+    def cap(self, kind: str, items, limit: int):
+        left = len(items) - limit
+        if left > 0:
+            self.more[kind] = self.more.get(kind, 0) + left
+            return items[:limit] if isinstance(items, list) else dict(list(items.items())[:limit])
+        return items
+
+    def report(self, report: dict) -> dict:
+        out = {}
+        for key, value in report.items():
+            if key in TEXT_FIELDS and isinstance(value, str):
+                out[key] = short_text(value, 400)
+            elif key in ("roc", "confusion", "curves", "buckets", "histogram", "metrics", "classification"):
+                continue
+            elif isinstance(value, (int, float, bool)) or value is None:
+                out[key] = value
+        primary = report.get("primary_metric")
+        metrics = _dict(report.get("metrics"))
+        if len(metrics) > MAX_METRICS:  # the primary metric first, then the file's order
+            keys = ([primary] if primary in metrics else []) + [k for k in metrics if k != primary]
+            metrics = {k: metrics[k] for k in keys}
+        out["metrics"] = {short_text(k): v for k, v in self.cap("metrics", metrics, MAX_METRICS).items()}
+        if "classification" in report:
+            out["classification"] = {short_text(k): v for k, v in
+                                     self.cap("figures", _dict(report["classification"]), MAX_FIGURES).items()}
+        for name in ("roc", "confusion", "curves", "buckets", "histogram"):
+            if name in report:
+                section = report[name]
+                out[name] = getattr(self, name)(section) if isinstance(section, (dict, list)) else section
+        return out
+
+    def roc(self, roc):
+        roc = _dict(roc)
+        fpr, tpr = _list(roc.get("fpr")), _list(roc.get("tpr"))
+        if len(fpr) != len(tpr):  # drawn as nothing, as before: keep it small
+            return {**roc, "fpr": fpr[:2], "tpr": tpr[:1]}
+        return {"auc": roc.get("auc"), "threshold": roc.get("threshold"), "fpr": every_nth(fpr),
+                "tpr": every_nth(tpr)}
+
+    def confusion(self, confusion):
+        confusion = _dict(confusion)
+        labels, matrix = _list(confusion.get("labels")), _list(confusion.get("matrix"))
+        if len(labels) <= MAX_CLASSES:
+            return {"labels": [short_text(x) for x in labels], "matrix": matrix}
+        if len(matrix) != len(labels) or any(len(_list(row)) != len(labels) for row in matrix):
+            return {"labels": labels[:1], "matrix": []}  # not square: the view's one line says so
+        totals = [sum(_number(c) for c in row) for row in matrix]
+        self.more["classes"] = len(labels) - MAX_CLASSES
+        return {"labels": [short_text(x) for x in labels[:MAX_CLASSES]],
+                "matrix": [row[:MAX_CLASSES] for row in matrix[:MAX_CLASSES]],
+                "row_totals": totals[:MAX_CLASSES], "total": sum(totals)}
+
+    def curves(self, curves):
+        kept = []
+        for curve in self.cap("curves", _list(curves), MAX_CURVES):
+            curve = _dict(curve)
+            ks = _list(curve.get("ks"))
+            series = self.cap("series", _list(curve.get("series")), MAX_SERIES)
+            kept.append({"title": short_text(curve.get("title") or ""), "y_label": short_text(curve.get("y_label") or ""),
+                         "ks": every_nth(ks), "series": [self._line(s, len(ks)) for s in series]})
+        return kept
+
+    @staticmethod
+    def _line(series, points: int) -> dict:
+        series = _dict(series)
+        values = _list(series.get("values"))[:points]
+        if values and len(values) < points:  # the missing end as gaps, so the same positions are picked
+            values = values + [None] * (points - len(values))
+        return {"name": short_text(series.get("name") or ""), "label": short_text(series.get("label") or ""),
+                "emphasis": series.get("emphasis"), "values": every_nth(values)}
+
+    def buckets(self, buckets):
+        buckets = _dict(buckets)
+        rows = [_dict(r) for r in self.cap("buckets", _list(buckets.get("rows")), MAX_BUCKETS)]
+        chart = [_dict(s) for s in _list(buckets.get("series")) if _dict(s).get("name")]
+        if not chart:  # an older report: every value the buckets carry
+            chart = [{"name": n} for n in dict.fromkeys(n for r in rows for n in _dict(r.get("values")))]
+        chart = self.cap("bars", chart, MAX_BAR_SERIES)
+        names = [s["name"] for s in chart]
+        return {**{k: short_text(v) for k, v in buckets.items() if k in ("title", "by", "unit") and v},
+                "series": [{"name": s["name"], "label": short_text(s.get("label") or ""), "curve": s.get("curve")}
+                           for s in chart],
+                "rows": [{"label": short_text(r.get("label", "?"), 24), "count": r.get("count"),
+                          "values": {n: _dict(r.get("values")).get(n) for n in names if isinstance(n, str)}}
+                         for r in rows]}
+
+    def histogram(self, histogram):
+        histogram = _dict(histogram)
+        edges = _list(histogram.get("edges"))
+        series = [_dict(s) for s in self.cap("histogram series", _list(histogram.get("series")),
+                                             MAX_HISTOGRAM_SERIES)]
+        bins = len(edges) - 1
+        out = {"title": short_text(histogram.get("title") or "")}
+        if bins <= MAX_BINS:
+            return {**out, "edges": edges, "series": [{"name": short_text(s.get("name", "")),
+                                                      "counts": _list(s.get("counts"))[:max(bins, 0)]}
+                                                     for s in series]}
+        group = -(-bins // MAX_BINS)  # adjacent bins merged, `group` at a time
+        merged_edges = edges[::group] if bins % group == 0 else [*edges[::group], edges[-1]]
+        return {**out, "edges": merged_edges,
+                "series": [{"name": short_text(s.get("name", "")),
+                            "counts": [sum(_number(c) for c in counts[i:i + group])
+                                       for i in range(0, bins, group)]}
+                           for s in series for counts in [_list(s.get("counts"))[:bins]]]}
+
+
+def bounded_report(report) -> BoundedReport | None:
+    """`report` cut down to what the view draws in bounded time (see the module doc); None stays None, and
+    anything that is not a dict is passed on for the view to say it cannot be read."""
+    if report is None or isinstance(report, BoundedReport):
+        return report
+    if not isinstance(report, dict):
+        return BoundedReport(report)  # type: ignore[arg-type]
+    bounder = _Bounder()
+    return BoundedReport(bounder.report(report), bounder.more)
