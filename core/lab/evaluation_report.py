@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from core.errors import DataError
-from core.files import atomic_write_bytes
+from core.files import UnreadableFile, atomic_write_bytes, read_regular
 
 REPORT_FILE = "evaluation.json"
 REPORT_VERSION = 1
@@ -95,19 +95,23 @@ def load_report(folder: str | Path, strict: bool = False) -> dict | None:
     JSON object (torn, edited, from elsewhere) is None too, or with `strict` a DataError naming the file and
     line; an older report may lack sections: readers take what is there."""
     path = Path(folder) / REPORT_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # a regular file of bounded size (never a link, a FIFO or a device: core.files.read_regular)
+        text = read_regular(path).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (UnreadableFile, UnicodeDecodeError) as exc:
         if strict:
-            raise DataError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+            raise DataError(f"{path}: cannot read it ({exc})") from None
         return None
     try:
         report = json.loads(text)
     except json.JSONDecodeError as exc:
         if strict:
             raise DataError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+        return None
+    except RecursionError:
+        if strict:
+            raise DataError(f"{path}: nested too deep to be an evaluation report") from None
         return None
     if not isinstance(report, dict):
         if strict:
