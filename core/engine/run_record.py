@@ -498,7 +498,10 @@ def _summary_from_metrics(folder: Path) -> dict | None:
         last = _json_line(raw)
         if last is not None:
             break
-    stat_time = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
+    try:
+        stat_time = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # a time stamp past what datetime holds
+        stat_time = None
     ended = last if last and last.get("event") == "RunEnded" else None
     checkpoint = folder / CHECKPOINT_FILE
     return {

@@ -303,3 +303,21 @@ def test_the_claim_removes_only_the_runs_own_temp_files(tmp_path):
     claimed.release()
     assert claimed.path == folder and claimed.removed == sorted(ours)
     assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp")) == sorted(theirs)
+
+
+def test_any_field_of_any_type_is_a_listed_run_never_a_traceback(root, capsys, monkeypatch):
+    from core.cli.runs import compare_rows
+
+    monkeypatch.setenv("COLUMNS", "200")
+    folder = root / "good"
+    original = json.loads((folder / "run.json").read_text())
+    for field in sorted(set(original) | {"peak_memory_bytes", "versions", "resumed_at", "device_name"}):
+        for value in (5, 1.5, "nan", [1], {"a": 1}, True):
+            (folder / "run.json").write_text(json.dumps({**original, field: value}))
+            run = read_run(folder)
+            assert run["name"] == "good" and (run["status"] == "unreadable") == ("unreadable" in run)
+            json.dumps(run)
+            compare_rows([run, read_run(root / "other")])
+            for argv in (("list",), ("show", "good")):
+                code, _, err = cli(capsys, "runs", "--runs-dir", str(root), *argv)
+                assert code == 0 and not err, (field, value, argv, err)
