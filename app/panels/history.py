@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 
 from app.panels.run_compare import RunCompare
 from app.run.jobs import JobRunner
-from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine import run_record
+from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
 from core.files import read_jsonl
 from core.text import duration, printable

@@ -619,7 +619,7 @@ def delete_run(root: str | os.PathLike, folder: str | os.PathLike) -> None:
     base = Path(os.path.abspath(root))
     parts = path.relative_to(base).parts
     try:
-        if sys.version_info >= (3, 11) and getattr(shutil, "_use_fd_functions", False) and _NO_LINK:
+        if sys.version_info >= (3, 11) and getattr(shutil.rmtree, "avoids_symlink_attacks", False) and _NO_LINK:
             fds = [os.open(base, os.O_RDONLY | _DIRECTORY)]
             try:
                 for part in parts[:-1]:

@@ -80,6 +80,9 @@ def test_core_delete_run_refuses_anything_but_a_real_folder_strictly_under_the_r
     linked_root.symlink_to(root)
     delete_run(linked_root, linked_root / "other")
     assert not (root / "other").exists() and (root / "good").is_dir()
+    trial = fake_run(root / "sweep", "trial-1", "5eeb000001")  # a sweep's trial, two folders down
+    delete_run(root, trial)
+    assert not trial.exists() and (root / "sweep").is_dir()
 
 
 def test_runs_delete_that_the_system_refuses_is_one_line(root, capsys, monkeypatch):
@@ -138,7 +141,7 @@ def test_one_malformed_run_json_costs_only_that_run(root, capsys, case):
     json.dumps(run)  # what the history caches: JSON
     code, out, err = cli(capsys, "runs", "--runs-dir", str(root), "list")
     assert code == 0 and not err
-    assert "good" in out and "other" in out and f"bad: unreadable: " in out and reason in out.replace("\n", "")
+    assert "good" in out and "other" in out and "bad: unreadable: " in out and reason in out.replace("\n", "")
     code, out, _ = cli(capsys, "runs", "--runs-dir", str(root), "show", "bad")
     assert code == 0 and "unreadable: " in out and reason in " ".join(out.split())
     code, out, _ = cli(capsys, "runs", "--runs-dir", str(root), "compare", "good", "other")
