@@ -219,7 +219,6 @@ def is_inside(root: str | os.PathLike, path: str | os.PathLike) -> bool:
 def _open_regular_fd(path: str | os.PathLike) -> int:
     """An fd on the regular file `path`, opened without following a link in its last part and without
     blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
-    name = shown_path(Path(path).name)
     flags = os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
@@ -227,17 +226,21 @@ def _open_regular_fd(path: str | os.PathLike) -> int:
         raise
     except OSError as exc:
         if exc.errno == errno.ELOOP or os.path.islink(path):
-            raise UnreadableFile(f"{name} is a symbolic link, not a file") from None
-        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
+            raise UnreadableFile(f"{_file_name(path)} is a symbolic link, not a file") from None
+        raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
     try:
         mode = os.fstat(fd).st_mode
     except OSError as exc:
         os.close(fd)
-        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
+        raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise UnreadableFile(f"{name} is {file_kind(mode)}, not a file")
+        raise UnreadableFile(f"{_file_name(path)} is {file_kind(mode)}, not a file")
     return fd
+
+
+def _file_name(path) -> str:
+    return shown_path(os.path.basename(os.fspath(path)))
 
 
 def open_regular(path: str | os.PathLike):
@@ -252,8 +255,8 @@ def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
     and without blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
     from core.text import size
 
-    name = shown_path(Path(path).name)
     fd = _open_regular_fd(path)
+    name = _file_name(path)
     try:
         info = os.fstat(fd)
         if info.st_size > limit:

@@ -305,56 +305,54 @@ def _kind(value) -> str:
         type(value), type(value).__name__)
 
 
-def _field_problem(name: str, value, want: str) -> str | None:
-    """None when `value` is None or of the kind `want` names ("text", "whole", "number", "object", "list")."""
-    if value is None:
-        return None
-    ok = {"text": isinstance(value, str), "whole": type(value) is int,
-          "number": type(value) in (int, float) or (isinstance(value, str) and value in _NOT_FINITE),
-          "object": isinstance(value, dict), "list": isinstance(value, list)}[want]
-    if ok:
-        return None
-    wanted = {"text": "text", "whole": "a whole number", "number": "a number", "object": "an object",
-              "list": "a list"}[want]
+_KINDS = {  # what a field may hold besides null: (the check, how a message names it)
+    "text": (lambda v: type(v) is str, "text"),
+    "whole": (lambda v: type(v) is int, "a whole number"),
+    "number": (lambda v: type(v) in (int, float) or (type(v) is str and v in _NOT_FINITE), "a number"),
+    "object": (lambda v: type(v) is dict, "an object"),
+    "list": (lambda v: type(v) is list, "a list"),
+}
+_RECORD_FIELDS = ([(k, "text") for k in _TEXT_FIELDS] + [(k, "whole") for k in _WHOLE_FIELDS]
+                  + [(k, "number") for k in _NUMBER_FIELDS]
+                  + [(k, "object") for k in ("metrics", "test_metrics", "best", "checkpoints", "config", "versions")]
+                  + [(k, "list") for k in ("notes", "resumed_at")])
+
+
+def _bad(value, want: str) -> bool:
+    """Whether `value` is neither None nor of the kind `want` names (a key of _KINDS)."""
+    return value is not None and not _KINDS[want][0](value)
+
+
+def _problem(name: str, value, want: str) -> str:
     shown = name if len(name) <= 60 else name[:57] + "..."
-    return f"{shown} is {_kind(value)}, not {wanted}"
+    return f"{shown} is {_kind(value)}, not {_KINDS[want][1]}"
 
 
 def record_problem(data: dict) -> str | None:
     """Why `data` (run.json, or a summary from metrics.jsonl) can't be shown as a run: the first field the
     history (runs list/show/compare, the window, evaluate --best, a resume's RunRecord) uses that has the wrong
     type, as "steps is text, not a whole number"; None when every one is right. Missing fields are fine."""
-    checks = ([(k, data.get(k), "text") for k in _TEXT_FIELDS] + [(k, data.get(k), "whole") for k in _WHOLE_FIELDS]
-              + [(k, data.get(k), "number") for k in _NUMBER_FIELDS]
-              + [(k, data.get(k), "object") for k in ("metrics", "test_metrics", "best", "checkpoints", "config",
-                                                      "versions")]
-              + [(k, data.get(k), "list") for k in ("notes", "resumed_at")])
-    for name, value, want in checks:
-        problem = _field_problem(name, value, want)
-        if problem:
-            return problem
+    for name, want in _RECORD_FIELDS:
+        if _bad(data.get(name), want):
+            return _problem(name, data[name], want)
     for field in ("metrics", "test_metrics"):
         for name, value in (data.get(field) or {}).items():
-            problem = _field_problem(f"{field}.{name}", value, "number")
-            if problem:
-                return problem
+            if _bad(value, "number"):
+                return _problem(f"{field}.{name}", value, "number")
     best = data.get("best") or {}
     for name, want in (("name", "text"), ("value", "number"), ("step", "whole")):
-        problem = _field_problem(f"best.{name}", best.get(name), want)
-        if problem:
-            return problem
+        if _bad(best.get(name), want):
+            return _problem(f"best.{name}", best[name], want)
     for which, entry in (data.get("checkpoints") or {}).items():
-        problem = _field_problem(f"checkpoints.{which}", entry, "object")
-        if problem or entry is None:
-            return problem or f"checkpoints.{which} is null, not an object"
+        if type(entry) is not dict:
+            return _problem(f"checkpoints.{which}", entry, "object") if entry is not None else \
+                f"checkpoints.{which} is null, not an object"
         for name, want in (("path", "text"), ("step", "whole"), ("rank", "whole")):
-            problem = _field_problem(f"checkpoints.{which}.{name}", entry.get(name), want)
-            if problem:
-                return problem
+            if _bad(entry.get(name), want):
+                return _problem(f"checkpoints.{which}.{name}", entry[name], want)
     for i, note in enumerate(data.get("notes") or []):
-        problem = _field_problem(f"notes[{i}]", note, "text")
-        if problem:
-            return problem
+        if type(note) is not str:
+            return _problem(f"notes[{i}]", note, "text")
     return None
 
 
