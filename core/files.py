@@ -27,6 +27,8 @@ except ImportError:  # POSIX
 
 CAN_LOCK = fcntl is not None or msvcrt is not None  # False: no lock primitive (see try_lock)
 _HELD_ERRNOS = {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, getattr(errno, "EDEADLK", errno.EACCES)}
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0)  # open() refuses a link as the last part of the path
+_NO_WAIT = getattr(os, "O_NONBLOCK", 0)  # open() of a FIFO returns at once instead of waiting for a writer
 _LOCK_OFFSET = 1 << 30  # msvcrt locks this byte, far past the lock file's text, so that readers of it still read
 
 
@@ -124,8 +126,12 @@ def try_lock(path: str | os.PathLike) -> int | None:
     """Open `path` (created, with open()'s permissions, if missing) and take an exclusive lock on it without
     waiting: the open fd, which holds the lock until it is closed or the process ends; None when another
     process holds it. OSError when the file cannot be opened or locked for another reason."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    # Never through a link, and never a FIFO or device (a run's lock is a plain file; lock_is_held skips others).
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{shown_path(Path(path).name)} is {file_kind(mode)}, not a file")
         if _lock(fd):
             return fd
     except BaseException:
@@ -137,12 +143,15 @@ def try_lock(path: str | os.PathLike) -> int | None:
 
 def lock_is_held(path: str | os.PathLike) -> bool:
     """Whether a live process holds the lock on `path` (taken by try_lock). Reading only: creates nothing,
-    and False for a missing or unreadable file."""
+    and False for a missing or unreadable file, a link, a FIFO or a device (never waits on one: try_lock
+    takes only plain files)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         if not _lock(fd, shared=True):
             return True
         if fcntl is None and msvcrt is not None:
@@ -160,21 +169,28 @@ def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
 
     A run killed mid-write or a full disk can leave half a line at the end of metrics.jsonl; every reader of run
     files goes through here so that such a file still reads. A missing file reads as no records. `offset`: read
-    from that byte on (what a run appended to a file that held earlier records).
+    from that byte on (what a run appended to a file that held earlier records). The file is opened as
+    open_regular does (UnreadableFile for a link, a FIFO or a device); a line over RECORD_LIMIT bytes, or
+    nested too deep to parse, is skipped like a torn one.
     """
     records: list[dict] = []
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            for raw in f:
-                try:
-                    record = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError):
-                    continue
-                if isinstance(record, dict):
-                    records.append(record)
+        f = open_regular(path)
     except FileNotFoundError:
         return []
+    with f:
+        f.seek(offset)
+        while raw := f.readline(RECORD_LIMIT + 1):
+            if len(raw) > RECORD_LIMIT:  # skip the rest of an oversized line
+                while raw and not raw.endswith(b"\n"):
+                    raw = f.readline(RECORD_LIMIT)
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                continue
+            if isinstance(record, dict):
+                records.append(record)
     return records
 
 
@@ -200,26 +216,49 @@ def is_inside(root: str | os.PathLike, path: str | os.PathLike) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
-def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes, opened without following a link in its last part
-    and without blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
-    from core.text import size
-
-    name = shown_path(Path(path).name)
-    flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
-             | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+def _open_regular_fd(path: str | os.PathLike) -> int:
+    """An fd on the regular file `path`, opened without following a link in its last part and without
+    blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    flags = os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
         if exc.errno == errno.ELOOP or os.path.islink(path):
-            raise UnreadableFile(f"{name} is a symbolic link, not a file") from None
-        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
+            raise UnreadableFile(f"{_file_name(path)} is a symbolic link, not a file") from None
+        raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnreadableFile(f"{_file_name(path)} is {file_kind(mode)}, not a file")
+    return fd
+
+
+def _file_name(path) -> str:
+    return shown_path(os.path.basename(os.fspath(path)))
+
+
+def open_regular(path: str | os.PathLike):
+    """`path` opened for reading in binary ("rb"), when it is a regular file (never a link, a FIFO or a
+    device): for a record file too big to read at once (metrics.jsonl), read a line or a block at a time.
+    FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    return os.fdopen(_open_regular_fd(path), "rb")
+
+
+def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, opened without following a link in its last part
+    and without blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    from core.text import size
+
+    fd = _open_regular_fd(path)
+    name = _file_name(path)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnreadableFile(f"{name} is {file_kind(info.st_mode)}, not a file")
         if info.st_size > limit:
             raise UnreadableFile(f"{name} is {size(info.st_size)}, more than a record may be ({size(limit)})")
         chunks, total = [], 0

@@ -8,11 +8,16 @@ docs/ARCHITECTURE.md): it imports nothing of the project, so every layer can use
 from __future__ import annotations
 
 import math
+import numbers
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy scalars too
 
 
 def count(value: float | None) -> str:
-    """1234 -> '1,234'; 1048576 -> '1.05 M'; 2.5e9 -> '2.5 G'; '-' when unknown."""
-    if value is None or not math.isfinite(value):
+    """1234 -> '1,234'; 1048576 -> '1.05 M'; 2.5e9 -> '2.5 G'; '-' when unknown (or not a number)."""
+    if not _is_number(value) or not math.isfinite(value):
         return "-"
     magnitude = abs(value)
     for unit, scale in (("G", 1e9), ("M", 1e6)):
@@ -24,8 +29,9 @@ def count(value: float | None) -> str:
 
 
 def size(value: float | None) -> str:
-    """Bytes in binary units: '512 B', '12.3 KiB', '312 MiB', '1.25 GiB' ... PiB; '-' when unknown or zero."""
-    if not value:
+    """Bytes in binary units: '512 B', '12.3 KiB', '312 MiB', '1.25 GiB' ... PiB; '-' when unknown or zero
+    (or not a number)."""
+    if not _is_number(value) or not value or not math.isfinite(value):
         return "-"
     for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if value >= scale:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,10 +30,11 @@ from PySide6.QtWidgets import (
 
 from app.panels.run_compare import RunCompare
 from app.run.jobs import JobRunner
+from core.engine import run_record
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
 from core.files import read_jsonl
-from core.text import duration
+from core.text import duration, printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
 COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started", "note")
@@ -60,9 +60,11 @@ def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:
                                             and isinstance(steps, int) else f"{steps}")
     start = run.get("start_time") or ""
     note = " ".join(str(run.get("note") or "").split())  # one line in the table (the tooltip has it all)
-    texts = (str(run.get("name") or "-"), str(run.get("task") or "-"), str(run.get("status") or "-"),
-             str(run.get("precision") or "-"), str(run.get("device") or "-"), steps_text, best_text,
-             duration(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-", note)
+    status = f"unreadable: {run['unreadable']}" if run.get("unreadable") else str(run.get("status") or "-")
+    texts = tuple(printable(t) for t in (  # read from the run's files: control characters shown as escapes
+        str(run.get("name") or "-"), str(run.get("task") or "-"), status,
+        str(run.get("precision") or "-"), str(run.get("device") or "-"), steps_text, best_text,
+        duration(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-", note))
     # one type per column, so Qt compares them natively (a Python lessThan costs seconds at 10,000 rows)
     numeric_best = float(best_value) if isinstance(best_value, (int, float)) else float("inf")
     wall = run.get("wall_seconds")
@@ -153,7 +155,7 @@ class RunsModel(QAbstractTableModel):
             return index.row()
         if role == Qt.ItemDataRole.ToolTipRole:
             run = self._runs[index.row()]
-            message = run.get("message") or ""
+            message = run.get("message") or (f"unreadable: {run['unreadable']}" if run.get("unreadable") else "")
             if index.column() == NOTE_COLUMN and run.get("note"):
                 return str(run["note"])
             return f"{run.get('folder')}\nid {run.get('id')}" + (f"\n{message}" if message else "")
@@ -202,11 +204,10 @@ def overlay_label(run: dict) -> str:
     return name if precision in re.split(r"[-_ /.]", name) else f"{name} · {precision}"
 
 
-def delete_run(folder: str) -> str:
-    """Delete a run folder as `amp-console runs delete` does: never one a live run holds."""
-    if is_in_use(folder):
-        raise RuntimeError(f"{folder} is in use by a running run; stop it first")
-    shutil.rmtree(folder)
+def delete_run(folder: str, root: str | os.PathLike) -> str:
+    """Delete a run folder of the runs root `root` as `amp-console runs delete` does (run_record.delete_run:
+    never outside the root, never through a link, never one a live run holds); RunDeleteError says why not."""
+    run_record.delete_run(root, folder)
     return folder
 
 
@@ -716,13 +717,13 @@ class HistoryPanel(QWidget):
         names = ", ".join(str(r.get("name")) for r in runs)
         if not self._confirm(f"Delete {len(runs)} run folder(s) and everything in them?\n{names}"):
             return
-        folders = [str(r["folder"]) for r in runs]
+        folders, root = [str(r["folder"]) for r in runs], self.root
 
         def done(deleted) -> None:
             self.statusLabel.setText(f"Deleted {len(deleted)} run folder(s)")
             self.refresh()
 
-        self.jobs.submit(lambda: [delete_run(f) for f in folders], done,
+        self.jobs.submit(lambda: [delete_run(f, root) for f in folders], done,
                          lambda message, _d: (self.statusLabel.setText(f"Delete failed: {message}"), self.refresh()))
 
     def overlay(self) -> None:

@@ -67,15 +67,22 @@ def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
 
 def _run_checkpoint(folder: Path, best: bool) -> Path:
     from core.engine.run_folder import CHECKPOINT_FILE
-    from core.engine.run_record import load_record
+    from core.engine.run_record import read_record
+    from core.files import UnreadableFile
+    from core.text import printable
 
     if not best:
         if (folder / CHECKPOINT_FILE).is_file():
             return folder / CHECKPOINT_FILE
         raise ConfigError("checkpoint", f"{folder}: no {CHECKPOINT_FILE} in this folder")
-    entries = [v for k, v in ((load_record(folder) or {}).get("checkpoints") or {}).items()
-               if k != "last" and isinstance(v, dict) and v.get("path")]
-    ranked = sorted(entries, key=lambda e: e.get("rank", 1))
+    try:  # run.json's kept checkpoints (types checked: ranks are whole numbers or absent)
+        record, unreadable = read_record(folder), ""
+    except FileNotFoundError:
+        record, unreadable = {}, ""
+    except UnreadableFile as exc:
+        record, unreadable = {}, f"; its {printable(exc)}"
+    entries = [v for k, v in (record.get("checkpoints") or {}).items() if k != "last" and v.get("path")]
+    ranked = sorted(entries, key=lambda e: e.get("rank") if isinstance(e.get("rank"), int) else 1)
     for entry in ranked:
         candidate = folder / Path(entry["path"]).name
         if candidate.is_file():
@@ -83,7 +90,7 @@ def _run_checkpoint(folder: Path, best: bool) -> Path:
     if (folder / "best.pt").is_file():
         return folder / "best.pt"
     raise ConfigError("checkpoint", f"{folder}: no best checkpoint (the run kept none: --keep-best 0, or it "
-                                    f"never evaluated)")
+                                    f"never evaluated{unreadable})")
 
 
 def cmd_evaluate(args) -> int:

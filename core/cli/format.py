@@ -9,10 +9,11 @@ into a narrow cell.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import sys
 
-from core.text import count, duration, size  # the quantities in core.text's convention, as fmt.count etc.
+from core.text import count, duration, printable, size  # the quantities in core.text's convention, as fmt.count etc.
 
 __all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "setting", "size", "table"]
 
@@ -25,9 +26,12 @@ def exact(value: int | None) -> str:
 
 
 def number(value: float | None, spec: str = ".4g", suffix: str = "") -> str:
-    """A float in `spec`, '-' when missing or not finite (a NaN loss prints as 'nan')."""
+    """A float in `spec`, '-' when missing or not finite (a NaN loss prints as 'nan'). Text (run.json keeps
+    a NaN as "nan") prints as itself, made printable."""
     if value is None:
         return "-"
+    if not isinstance(value, numbers.Real):
+        return printable(value)
     if isinstance(value, float) and math.isnan(value):
         return "nan"
     return f"{value:{spec}}{suffix}"
@@ -50,15 +54,26 @@ def console(stderr: bool = False):
     width = None
     if not stream.isatty() and not os.environ.get("COLUMNS", "").isdigit():
         width = PIPED_WIDTH
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    # No markup or emoji codes: a run's task or note read from its files prints as written ("[/]" is no tag).
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False, markup=False, emoji=False)
 
 
 def table(title: str | None = None, **kwargs):
-    """A compact rich table: a header line, no boxes between cells (readable when copied into a log)."""
+    """A compact rich table: a header line, no boxes between cells (readable when copied into a log). Text
+    cells and headers pass through core.text.printable (they often come from a run's files): an escape
+    sequence in them shows as `\\x1b`, never reaches the terminal."""
     from rich import box
     from rich.table import Table
+
+    class PrintableTable(Table):
+        def add_column(self, header="", *args, **kw):
+            super().add_column(printable(header, keep_newlines=True) if isinstance(header, str) else header,
+                               *args, **kw)
+
+        def add_row(self, *cells, **kw):
+            super().add_row(*(printable(c, keep_newlines=True) if isinstance(c, str) else c for c in cells), **kw)
 
     kwargs.setdefault("box", box.SIMPLE_HEAD)
     kwargs.setdefault("pad_edge", False)
     kwargs.setdefault("title_justify", "left")
-    return Table(title=title, **kwargs)
+    return PrintableTable(title=printable(title) if isinstance(title, str) else title, **kwargs)

@@ -4,6 +4,10 @@ Each run folder's `run.json` (core.engine.run_record) is its summary; a folder f
 from the first and last lines of its metrics.jsonl. A run's note is its note.txt (run_record.write_note). A run
 is named by its id, a unique prefix of it (like git), or its folder name. `compare_rows` is the one definition
 of what `runs compare` and the window's compare table show. No torch is imported here.
+
+Everything printed that was read from a run's files passes through core.text.printable (fmt.table's cells do
+it themselves): a task, note or metric name can't move the cursor or retitle the terminal. A run whose files
+can't be read is listed as "unreadable" with its reason (core.engine.run_record.read_run).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +22,17 @@ from pathlib import Path
 from core.cli import format as fmt
 from core.cli.common import fail_bad_input
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
-from core.files import read_jsonl
+from core.engine.run_record import (
+    RUNS_DIR_ENV,
+    RunDeleteError,
+    check_deletable,
+    delete_run,
+    find_runs,
+    runs_root,
+    write_note,
+)
+from core.files import UnreadableFile, read_jsonl
+from core.text import printable
 
 
 class RunNotFound(Exception):
@@ -43,11 +55,16 @@ def resolve(runs: list[dict], key: str, root: Path) -> dict:
         return exact[0]
     matches = exact or [r for r in runs if str(r.get("id", "")).startswith(key)]
     if not matches:
-        raise RunNotFound(f"runs: no run '{key}' in {_shown_root(root)}")
+        raise RunNotFound(printable(f"runs: no run '{key}' in {_shown_root(root)}"))
     if len(matches) > 1:
-        names = ", ".join(f"{r.get('id')} ({r.get('name')})" for r in matches)
-        raise RunNotFound(f"runs: '{key}' is ambiguous: {names}")
+        names = ", ".join(_named(r) for r in matches)
+        raise RunNotFound(printable(f"runs: '{key}' is ambiguous: {names}"))
     return matches[0]
+
+
+def _named(run: dict) -> str:
+    """'a1b2c3d4e5 (20261201-023712-tiny-fp32)', printable."""
+    return printable(f"{run.get('id')} ({run.get('name')})")
 
 
 def resolve_all(args) -> list[dict]:
@@ -87,6 +104,11 @@ def _precision(run: dict) -> str:
     return str(run.get("precision") or "-")
 
 
+def _unreadable_lines(runs: list[dict]) -> list[str]:
+    """One line per run whose files can't be read: its name and why (under the table: a sentence)."""
+    return [printable(f"{r.get('name')}: unreadable: {r['unreadable']}") for r in runs if r.get("unreadable")]
+
+
 def cmd_list(args) -> int:
     root = runs_dir(args)
     runs = find_runs(root)
@@ -112,7 +134,10 @@ def cmd_list(args) -> int:
         table.add_row(str(r.get("id", "-"))[:8], str(r.get("name")), str(r.get("task") or "-"),
                       str(r.get("status") or "-"), _precision(r), str(r.get("device") or "-"), _steps(r),
                       _best(r), _wall(r.get("wall_seconds")), _start(r, year=False))
-    fmt.console().print(table)
+    console = fmt.console()
+    console.print(table)
+    for line in _unreadable_lines(runs):
+        console.print(line, soft_wrap=True)
     return 0
 
 
@@ -127,6 +152,16 @@ def cmd_show(args) -> int:
     run = resolve(find_runs(root), args.id, root)
     if args.json:
         print(json.dumps(run, indent=2, default=str))
+        return 0
+    if run.get("unreadable"):
+        rows = [("id", run.get("id")), ("name", run.get("name")), ("folder", run.get("folder")),
+                ("status", f"unreadable: {run['unreadable']}"), ("note", _note(run))]
+        table = fmt.table(None, show_header=False, show_edge=False)
+        table.add_column("field", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        for key, value in rows:
+            table.add_row(key, str(value if value is not None else "-"))
+        fmt.console().print(table)
         return 0
     versions = run.get("versions") or {}
     checkpoints = run.get("checkpoints") or {}
@@ -147,7 +182,7 @@ def cmd_show(args) -> int:
     ]
     rows += [(f"checkpoint ({k})", (v or {}).get("path", "-")) for k, v in checkpoints.items()]
     rows.append(("message", run.get("message") or "-"))
-    rows.append(("note", run.get("note") or "-"))
+    rows.append(("note", _note(run)))
     table = fmt.table(None, show_header=False, show_edge=False)
     table.add_column("field", no_wrap=True)
     table.add_column("value", overflow="fold")
@@ -157,10 +192,17 @@ def cmd_show(args) -> int:
     console.print(table)
     config = run.get("config") or {}
     if config:
-        console.print("config: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in config.items()), soft_wrap=True)
+        console.print(printable("config: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in config.items())),
+                      soft_wrap=True)
     for note in run.get("notes") or []:  # the engine's notes on the run (the user's note is in the table)
-        console.print(f"engine note: {note}", soft_wrap=True)
+        console.print(printable(f"engine note: {note}"), soft_wrap=True)
     return 0
+
+
+def _note(run: dict) -> str:
+    if run.get("note_unreadable"):
+        return f"unreadable: {run['note_unreadable']}"
+    return run.get("note") or "-"
 
 
 def cmd_note(args) -> int:
@@ -168,14 +210,18 @@ def cmd_note(args) -> int:
     run = resolve(find_runs(root), args.id, root)
     if args.text is None:
         if run.get("note"):
-            print(run["note"])
+            print(printable(run["note"], keep_newlines=True))
+        elif run.get("note_unreadable"):
+            return fail_bad_input(printable(f"runs note: the note of {_named(run)} is unreadable: "
+                                            f"{run['note_unreadable']}"))
         return 0
     try:
         note = write_note(run["folder"], args.text)
+    except ValueError as exc:
+        return fail_bad_input(f"runs note: {exc}; nothing was written")
     except OSError as exc:
-        return fail_bad_input(f"runs note: could not write the note of {run.get('id')} ({run.get('name')}): "
-                              f"{exc.strerror or exc}")
-    print(f"{'set the note of' if note else 'cleared the note of'} {run.get('id')} ({run.get('name')})")
+        return fail_bad_input(f"runs note: could not write the note of {_named(run)}: {exc.strerror or exc}")
+    print(f"{'set the note of' if note else 'cleared the note of'} {_named(run)}")
     return 0
 
 
@@ -226,13 +272,13 @@ def compare_rows(runs: list[dict]) -> list[CompareRow]:
     rows += [(f"test {m}", [fmt.number((r.get("test_metrics") or {}).get(m)) for r in runs]) for m in test_names]
     rows += [("wall time", [_wall(r.get("wall_seconds")) for r in runs]), ("steps", [_steps(r) for r in runs]),
              ("status", [r.get("status") for r in runs]), ("note", [r.get("note") or "-" for r in runs])]
-    out = []
+    out = []  # labels and texts printable: metric names, notes and config values come from the runs' files
     for label, values in rows:
-        texts = tuple(str(v if v is not None and v != "" else "-") for v in values)
-        out.append(CompareRow(label, texts, len(set(texts)) > 1))
+        texts = tuple(printable(v if v is not None and v != "" else "-") for v in values)
+        out.append(CompareRow(printable(label), texts, len(set(texts)) > 1))
     for key, values in _differing_config(runs).items():
-        texts = tuple(fmt.setting(v) if v is not None else "-" for v in values)
-        out.append(CompareRow(f"config {key}", texts, True, config=True))
+        texts = tuple(printable(fmt.setting(v)) if v is not None else "-" for v in values)
+        out.append(CompareRow(printable(f"config {key}"), texts, True, config=True))
     return out
 
 
@@ -253,7 +299,7 @@ def cmd_compare(args) -> int:
     table = fmt.table(None)
     table.add_column("", no_wrap=True)
     for r in runs:
-        table.add_column(f"{str(r.get('id'))[:8]}\n{r.get('name')}", overflow="fold")
+        table.add_column(f"{printable(str(r.get('id'))[:8])}\n{printable(r.get('name'))}", overflow="fold")
     for row in rows:  # the rows where the runs differ in bold
         table.add_row(row.label, *row.values, style="bold" if row.differs else None)
     fmt.console().print(table)
@@ -292,7 +338,10 @@ def export_rows(folder: Path) -> tuple[list[str], list[dict]]:
 def cmd_export(args) -> int:
     root = runs_dir(args)
     run = resolve(find_runs(root), args.id, root)
-    columns, rows = export_rows(Path(run["folder"]))
+    try:
+        columns, rows = export_rows(Path(run["folder"]))
+    except UnreadableFile as exc:
+        return fail_bad_input(printable(f"runs export: cannot read the metrics of {_named(run)}: {exc}"))
     try:
         out = sys.stdout if args.csv == "-" else open(args.csv, "w", encoding="utf-8", newline="")
     except OSError as exc:
@@ -305,16 +354,22 @@ def cmd_export(args) -> int:
         if out is not sys.stdout:
             out.close()
     if args.csv != "-":
-        print(f"wrote {len(rows)} rows of run {run.get('id')} ({run.get('name')}) to {args.csv}")
+        print(f"wrote {len(rows)} rows of run {_named(run)} to {printable(args.csv)}")
     return 0
 
 
 def cmd_delete(args) -> int:
+    root = runs_dir(args)
     runs = resolve_all(args)
     for run in runs:
         if is_in_use(run["folder"]):
-            return fail_bad_input(f"runs delete: run {run.get('id')} ({run.get('name')}) is running; stop it first")
-    names = ", ".join(f"{r.get('id')} ({r.get('name')})" for r in runs)
+            return fail_bad_input(f"runs delete: run {_named(run)} is running; stop it first")
+    try:
+        for run in runs:  # every one checked before any is deleted (delete_run checks again)
+            check_deletable(root, run["folder"])
+    except RunDeleteError as exc:
+        return fail_bad_input(printable(f"runs delete: {exc}"))
+    names = ", ".join(_named(r) for r in runs)
     if not args.yes:
         if not sys.stdin.isatty():
             return fail_bad_input(f"runs delete: add --yes to delete {names} (no terminal to ask on)")
@@ -323,8 +378,11 @@ def cmd_delete(args) -> int:
             print("nothing deleted")
             return 1
     for run in runs:
-        shutil.rmtree(run["folder"])
-        print(f"deleted {run.get('id')} ({run['folder']})")
+        try:
+            delete_run(root, run["folder"])
+        except RunDeleteError as exc:
+            return fail_bad_input(printable(f"runs delete: {exc}"))
+        print(printable(f"deleted {run.get('id')} ({run['folder']})"))
     return 0
 
 
@@ -336,8 +394,11 @@ def cmd_tensorboard(args) -> int:
         return fail_bad_input(f"runs tensorboard: TensorBoard export is not available ({exc})")
     out = Path(args.out)
     for run in runs:
-        path = export_run(Path(run["folder"]), out / str(run.get("name", run.get("id"))).replace("/", "_"))
-        print(f"{run.get('id')} ({run.get('name')}) -> {path}")
+        try:
+            path = export_run(Path(run["folder"]), out / str(run.get("name", run.get("id"))).replace("/", "_"))
+        except UnreadableFile as exc:
+            return fail_bad_input(printable(f"runs tensorboard: cannot read the metrics of {_named(run)}: {exc}"))
+        print(printable(f"{_named(run)} -> {path}"))
     print(f"open with: tensorboard --logdir {out}")
     return 0
 
@@ -376,7 +437,7 @@ def register(sub) -> None:
     p = add("list", cmd_list, "the runs, newest first (start times in UTC)")
     p.add_argument("--json", action="store_true", help="print a JSON list of the runs' records")
     p.add_argument("--task", help="only runs of this task")
-    p.add_argument("--status", choices=("running", "completed", "stopped", "failed", "interrupted"),
+    p.add_argument("--status", choices=("running", "completed", "stopped", "failed", "interrupted", "unreadable"),
                    help="only runs with this status")
     p = add("show", cmd_show, "one run in full")
     p.add_argument("id", metavar="ID", help="run id, unique id prefix, or folder name")

@@ -7,8 +7,9 @@ that lock may use the folder, so two runs started at the same instant into the s
 system drops the lock when the process ends, however it ends (SIGKILL included), so a lock that can be taken
 means no run is writing there. A resume into its own folder continues there, unless a live run holds it.
 
-At claim time, temp files that atomic writes (core.files) left behind when a process was killed mid-write
-(`.checkpoint.pt.<random>.tmp`) are removed: no live run can own them, since we hold the lock.
+At claim time, temp files that atomic writes (core.files) of the run's own files left behind when a process
+was killed mid-write (`.checkpoint.pt.<random>.tmp`) are removed: no live run can own them, since we hold the
+lock. Any other temp file (another program's, or an export written into the folder) is left alone.
 
 The torchrun launcher claims the folder in its own process (it outlives the ranks) and tells rank 0 through
 HELD_ENV, so rank 0 writes there without claiming it again.
@@ -21,7 +22,7 @@ import re
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.files import CAN_LOCK, lock_is_held, try_lock
+from core.files import CAN_LOCK, lock_is_held, read_regular, try_lock
 
 LOCK_FILE = ".run.lock"
 # A run folder's files, as core.engine.checkpoints names them (spelled here so that claiming needs no torch).
@@ -29,7 +30,12 @@ CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 HELD_ENV = "AMP_CONSOLE_RUN_FOLDER"  # the folder a torchrun launcher claimed for its ranks (rank 0 writes there)
 MAX_SIBLINGS = 10_000
-_TEMP_FILE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")  # what core.files.atomic_write_bytes names its temp files
+# The files a run writes atomically (checkpoints, early_stopping's best files, the config, run_record's run.json and
+# note.txt, evaluation_report's evaluation.json), spelled here so that claiming needs no torch.
+RUN_FILES = (CHECKPOINT_FILE, "best.pt", "config.toml", "run.json", "note.txt", "evaluation.json")
+# core.files.atomic_write_bytes names a temp file `.{name}.<random>.tmp`: only those of RUN_FILES (and best-step<N>.pt)
+_OWN_NAMES = "|".join(map(re.escape, RUN_FILES))
+_TEMP_FILE = re.compile(rf"^\.(?:{_OWN_NAMES}|best-step\d+\.pt)\.[A-Za-z0-9_]+\.tmp$")
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -102,8 +108,8 @@ def holds_a_run(folder: Path) -> bool:
 def lock_holder(folder: Path) -> int | None:
     """The process id a live run wrote into `folder`'s lock file, if it can be read."""
     try:
-        return int((Path(folder) / LOCK_FILE).read_text(encoding="ascii").split()[0])
-    except (OSError, ValueError, IndexError):
+        return int(read_regular(Path(folder) / LOCK_FILE, limit=64).split()[0])
+    except (OSError, ValueError, IndexError):  # UnreadableFile is a ValueError
         return None
 
 

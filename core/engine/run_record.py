@@ -12,14 +12,23 @@ older folder with metrics.jsonl but no run.json is summarised from its first and
 The user's free-text note on a run lives in its own file, `note.txt` (write_note / read_note), never in
 run.json: the running engine rewrites run.json, so a note saved during a run would be lost. read_run adds it as
 "note" ('' when there is none).
+
+A run folder is anyone's to edit, copy or craft: every file here is read as core.files' record readers read
+(a regular file, never a link, a FIFO or a device; bounded size and depth) and run.json's fields are checked
+for type (record_problem), so one bad folder reads as one "unreadable" run and every other run still lists.
+delete_run is the one way a run folder is deleted (`runs delete`, the window): never outside the runs root,
+never through a link.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
 import secrets
+import shutil
+import stat
 import sys
 import time
 from datetime import datetime, timezone
@@ -27,7 +36,17 @@ from pathlib import Path
 
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
-from core.files import atomic_write_bytes
+from core.files import (
+    UnreadableFile,
+    atomic_write_bytes,
+    file_kind,
+    is_inside,
+    open_regular,
+    parse_json,
+    read_json_record,
+    read_regular,
+    shown_path,
+)
 
 RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs root (see runs_root)
 
@@ -37,6 +56,8 @@ NOTE_MAX_BYTES = 64 * 1024  # a longer note.txt is read up to this many bytes
 RECORD_VERSION = 1
 WRITE_SECONDS = 2.0  # evaluations and best checkpoints reach run.json at most this late (see the module doc)
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
+_NO_LINK = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def user_data_dir() -> Path:
@@ -252,27 +273,110 @@ class RunRecord:
 
 
 def load_record(folder: str | os.PathLike) -> dict | None:
-    """run.json as written, or None when it is missing or unreadable."""
+    """run.json as written, or None when it is missing or unreadable (read_record's rules)."""
     try:
-        data = json.loads((Path(folder) / RECORD_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        return read_record(folder)
+    except (OSError, UnreadableFile):
         return None
-    return data if isinstance(data, dict) else None
+
+
+def read_record(folder: str | os.PathLike) -> dict:
+    """run.json, read as core.files.read_json_record does (a regular file, bounded size and depth) and with
+    the fields the history uses of the right type (record_problem). FileNotFoundError when missing,
+    UnreadableFile (the one-line reason) for anything else."""
+    data = read_json_record(Path(folder) / RECORD_FILE)
+    problem = record_problem(data)
+    if problem:
+        raise UnreadableFile(f"{RECORD_FILE}: {problem}")
+    return data
+
+
+_TEXT_FIELDS = ("id", "task", "status", "device", "device_name", "precision", "autocast_dtype", "start_time",
+                "end_time", "message")
+_WHOLE_FIELDS = ("version", "steps", "total_steps", "start_step", "peak_memory_bytes")
+_NUMBER_FIELDS = ("wall_seconds", "final_loss", "samples_per_second")
+_NOT_FINITE = ("nan", "inf", "-inf")  # how _finite writes a float JSON has no spelling for
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    return {str: "text", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__)
+
+
+_KINDS = {  # what a field may hold besides null: (the check, how a message names it)
+    "text": (lambda v: type(v) is str, "text"),
+    "whole": (lambda v: type(v) is int, "a whole number"),
+    "number": (lambda v: type(v) in (int, float) or (type(v) is str and v in _NOT_FINITE), "a number"),
+    "object": (lambda v: type(v) is dict, "an object"),
+    "list": (lambda v: type(v) is list, "a list"),
+}
+_RECORD_FIELDS = ([(k, "text") for k in _TEXT_FIELDS] + [(k, "whole") for k in _WHOLE_FIELDS]
+                  + [(k, "number") for k in _NUMBER_FIELDS]
+                  + [(k, "object") for k in ("metrics", "test_metrics", "best", "checkpoints", "config", "versions")]
+                  + [(k, "list") for k in ("notes", "resumed_at")])
+
+
+def _bad(value, want: str) -> bool:
+    """Whether `value` is neither None nor of the kind `want` names (a key of _KINDS)."""
+    return value is not None and not _KINDS[want][0](value)
+
+
+def _problem(name: str, value, want: str) -> str:
+    shown = name if len(name) <= 60 else name[:57] + "..."
+    return f"{shown} is {_kind(value)}, not {_KINDS[want][1]}"
+
+
+def record_problem(data: dict) -> str | None:
+    """Why `data` (run.json, or a summary from metrics.jsonl) can't be shown as a run: the first field the
+    history (runs list/show/compare, the window, evaluate --best, a resume's RunRecord) uses that has the wrong
+    type, as "steps is text, not a whole number"; None when every one is right. Missing fields are fine."""
+    for name, want in _RECORD_FIELDS:
+        if _bad(data.get(name), want):
+            return _problem(name, data[name], want)
+    for field in ("metrics", "test_metrics"):
+        for name, value in (data.get(field) or {}).items():
+            if _bad(value, "number"):
+                return _problem(f"{field}.{name}", value, "number")
+    best = data.get("best") or {}
+    for name, want in (("name", "text"), ("value", "number"), ("step", "whole")):
+        if _bad(best.get(name), want):
+            return _problem(f"best.{name}", best[name], want)
+    for which, entry in (data.get("checkpoints") or {}).items():
+        if type(entry) is not dict:
+            return _problem(f"checkpoints.{which}", entry, "object") if entry is not None else \
+                f"checkpoints.{which} is null, not an object"
+        for name, want in (("path", "text"), ("step", "whole"), ("rank", "whole")):
+            if _bad(entry.get(name), want):
+                return _problem(f"checkpoints.{which}.{name}", entry[name], want)
+    for i, note in enumerate(data.get("notes") or []):
+        if type(note) is not str:
+            return _problem(f"notes[{i}]", note, "text")
+    return None
 
 
 def read_note(folder: str | os.PathLike) -> str:
     """The user's note on the run in `folder` ('' when it has none or note.txt cannot be read)."""
+    return _read_note(Path(folder))[0]
+
+
+def _read_note(folder: Path) -> tuple[str, str | None]:
+    """(the note, None), ('', None) when there is none, ('', reason) when note.txt can't be read (a link, a
+    FIFO, ...): read as core.files.read_regular does, the first NOTE_MAX_BYTES of it."""
     try:
-        with open(Path(folder) / NOTE_FILE, "rb") as f:
-            raw = f.read(NOTE_MAX_BYTES)
-    except OSError:
-        return ""
-    return raw.decode("utf-8", errors="replace").strip()
+        raw = read_regular(folder / NOTE_FILE)
+    except FileNotFoundError:
+        return "", None
+    except UnreadableFile as exc:
+        return "", str(exc)
+    return raw[:NOTE_MAX_BYTES].decode("utf-8", errors="replace").strip(), None
 
 
 def write_note(folder: str | os.PathLike, text: str) -> str:
     """Set the note on the run in `folder` (atomically; surrounding blanks stripped); an empty text clears it.
-    Returns the note as stored. Raises OSError (e.g. the folder is gone or read-only)."""
+    Returns the note as stored. Raises OSError (e.g. the folder is gone or read-only), ValueError when `text`
+    is not valid Unicode (bytes a command line could not decode)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(2, "no such run folder", str(folder))
@@ -284,38 +388,106 @@ def write_note(folder: str | os.PathLike, text: str) -> str:
         except FileNotFoundError:
             pass
         return ""
-    atomic_write_bytes(path, (text + "\n").encode("utf-8"))
+    try:
+        payload = (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the note is not valid UTF-8 text (check the terminal's encoding)") from None
+    atomic_write_bytes(path, payload)
     return text
 
 
 def read_run(folder: str | os.PathLike) -> dict | None:
     """A run folder's summary: run.json, with 'running' read as 'interrupted' when no live run holds the
     folder; for an older folder without run.json, a summary from metrics.jsonl's first and last lines. None
-    when the folder holds no run. "note" is the user's note (note.txt, see write_note)."""
+    when the folder holds no run. "note" is the user's note (note.txt, see write_note).
+
+    Never raises: a run.json (or metrics.jsonl) that can't be read, or whose fields have the wrong type, reads
+    as a run with status "unreadable" and "unreadable" the one-line reason (its id kept when it has one); a
+    note.txt that can't be read as note '' and "note_unreadable" the reason. The dict is JSON-serialisable."""
     folder = Path(folder)
-    data = load_record(folder)
+    try:
+        data = _record_or_summary(folder)
+        if data is not None:
+            data.pop("unreadable", None)  # said by this reader only, never by the file
+            data.pop("note_unreadable", None)
+    except _Unreadable as exc:
+        data = {"version": 0, "id": exc.ident or _folder_id(folder), "status": "unreadable",
+                "unreadable": exc.reason}
     if data is None:
-        data = _summary_from_metrics(folder)
-        if data is None:
-            return None
+        return None
     data["name"] = folder.name
     data["folder"] = str(folder)
-    data["note"] = read_note(folder)
+    data["note"], problem = _read_note(folder)
+    if problem:
+        data["note_unreadable"] = problem
     if data.get("status") == "running" and not is_in_use(folder):
         data["status"] = "interrupted"
     return data
 
 
+class _Unreadable(Exception):
+    def __init__(self, reason: str, ident=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.ident = ident if isinstance(ident, str) and ident else None
+
+
+def _exists(path: Path) -> bool:
+    """Whether something (a file, a link, a FIFO...) is at `path`; False when it or its folder can't be seen."""
+    try:
+        os.lstat(path)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _record_or_summary(folder: Path) -> dict | None:
+    """run.json checked, else the summary from metrics.jsonl, else None; _Unreadable when one is there but
+    can't be read or has a field of the wrong type."""
+    path = folder / RECORD_FILE
+    if _exists(path):
+        try:
+            data = read_json_record(path)
+        except FileNotFoundError:  # gone since: a run being deleted
+            return None
+        except UnreadableFile as exc:
+            raise _Unreadable(str(exc)) from None
+        problem = record_problem(data)
+        if problem:
+            raise _Unreadable(f"{RECORD_FILE}: {problem}", data.get("id"))
+        return data
+    data = _summary_from_metrics(folder)
+    if data is not None:
+        problem = record_problem(data)
+        if problem:
+            raise _Unreadable(f"{METRICS_FILE}: {problem}", data.get("id"))
+    return data
+
+
+def _folder_id(folder: Path, salt: bytes = b"") -> str:
+    """A stable id for a folder without a readable id: derived from its path (and `salt`), never written."""
+    import hashlib
+
+    return hashlib.sha1(os.fsencode(os.path.abspath(folder)) + salt).hexdigest()[:10]
+
+
 def _summary_from_metrics(folder: Path) -> dict | None:
     path = folder / METRICS_FILE
+    if not _exists(path):
+        return None
     try:
-        with open(path, "rb") as f:
-            first = f.readline()
+        with open_regular(path) as f:
+            first = f.readline(TAIL_BYTES)
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - TAIL_BYTES))
-            tail = f.read().split(b"\n")
-    except OSError:
+            tail = f.read(TAIL_BYTES).split(b"\n")
+            mtime = os.fstat(f.fileno()).st_mtime
+    except FileNotFoundError:
         return None
+    except UnreadableFile as exc:
+        raise _Unreadable(str(exc)) from None
+    except OSError as exc:
+        raise _Unreadable(f"cannot read {METRICS_FILE}: {exc.strerror or type(exc).__name__}") from None
     start = _json_line(first)
     if start is None or start.get("event") != "RunStarted":
         return None
@@ -324,15 +496,14 @@ def _summary_from_metrics(folder: Path) -> dict | None:
         last = _json_line(raw)
         if last is not None:
             break
-    stat_time = datetime.fromtimestamp(os.path.getmtime(path), timezone.utc).isoformat(timespec="seconds")
+    try:
+        stat_time = datetime.fromtimestamp(mtime, timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # a time stamp past what datetime holds
+        stat_time = None
     ended = last if last and last.get("event") == "RunEnded" else None
-    # A stable id for a folder without run.json: derived from its path and first line, never written.
-    import hashlib
-
-    ident = hashlib.sha1(os.fsencode(os.path.abspath(folder)) + first).hexdigest()[:10]
     checkpoint = folder / CHECKPOINT_FILE
     return {
-        "version": 0, "id": ident, "task": start.get("task"),
+        "version": 0, "id": _folder_id(folder, first), "task": start.get("task"),
         "status": ended.get("status") if ended else "running",
         "device": start.get("device"), "precision": start.get("precision"),
         "autocast_dtype": start.get("autocast_dtype"), "versions": {},
@@ -351,18 +522,31 @@ def _summary_from_metrics(folder: Path) -> dict | None:
 
 def _json_line(raw: bytes) -> dict | None:
     try:
-        value = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        value = parse_json(raw, METRICS_FILE)
+    except UnreadableFile:
         return None
     return value if isinstance(value, dict) else None
 
 
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _newest_first(run: dict) -> str:
+    when = run.get("start_time") or run.get("end_time")
+    return when if isinstance(when, str) else ""
+
+
 def find_runs(root: str | os.PathLike) -> list[dict]:
-    """Every run under `root` (its subfolders, and their subfolders), newest first."""
+    """Every run under `root` (its subfolders, and their subfolders), newest first. Never raises: a run that
+    can't be read is listed as read_run describes it."""
     root = Path(root)
     runs = []
     try:
-        children = sorted(p for p in root.iterdir() if p.is_dir())
+        children = sorted(p for p in root.iterdir() if _is_folder(p))
     except OSError:
         return []
     for child in children:
@@ -379,5 +563,73 @@ def find_runs(root: str | os.PathLike) -> list[dict]:
             if run is not None:
                 run["name"] = f"{child.name}/{folder.name}"
                 runs.append(run)
-    runs.sort(key=lambda r: (r.get("start_time") or r.get("end_time") or ""), reverse=True)
+    runs.sort(key=_newest_first, reverse=True)
     return runs
+
+
+# ----------------------------------------------------------------- deleting a run
+
+class RunDeleteError(Exception):
+    """A run folder that is not deleted (or not wholly): str() is the one-line reason."""
+
+
+def check_deletable(root: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """`folder` as an absolute path when it may be deleted as a run of the runs root `root`: a real folder
+    strictly under `root`, reached without a link (the root itself may be one), that no live run holds.
+    RunDeleteError says why not."""
+    shown = shown_path(folder)
+    base, path = Path(os.path.abspath(root)), Path(os.path.abspath(folder))
+    try:
+        parts = path.relative_to(base).parts
+    except ValueError:
+        parts = ()
+    outside = RunDeleteError(f"{shown} is not a folder under the runs root {shown_path(root)}: not deleted")
+    if not parts or ".." in parts:
+        raise outside
+    current = base
+    for part in parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            raise RunDeleteError(f"{shown}: no such run folder (deleted already?)") from None
+        except OSError as exc:
+            raise RunDeleteError(f"cannot delete {shown}: {exc.strerror or type(exc).__name__}") from None
+        if stat.S_ISLNK(mode):
+            which = shown if current == path else f"{shown}: {shown_path(current)}"
+            raise RunDeleteError(f"{which} is a symbolic link; only real run folders under the runs root are "
+                                 f"deleted (remove the link itself if you meant it)")
+        if not stat.S_ISDIR(mode):
+            raise RunDeleteError(f"{shown} is {file_kind(mode)}, not a run folder: not deleted")
+    if not is_inside(base, path):
+        raise outside
+    if is_in_use(path):
+        raise RunDeleteError(f"{shown} is in use by a running run; stop it first")
+    return path
+
+
+def delete_run(root: str | os.PathLike, folder: str | os.PathLike) -> None:
+    """Delete the run folder `folder` of the runs root `root` and everything in it, after check_deletable.
+    The folder is reached from the root one folder at a time without following a link, and links inside it are
+    removed, never followed (shutil.rmtree's descriptor-based walk), so nothing outside the root is touched even
+    if a part of the path is swapped for a link meanwhile. An OS error is a RunDeleteError (one line)."""
+    path = check_deletable(root, folder)
+    base = Path(os.path.abspath(root))
+    parts = path.relative_to(base).parts
+    try:
+        if sys.version_info >= (3, 11) and getattr(shutil.rmtree, "avoids_symlink_attacks", False) and _NO_LINK:
+            fds = [os.open(base, os.O_RDONLY | _DIRECTORY)]
+            try:
+                for part in parts[:-1]:
+                    fds.append(os.open(part, os.O_RDONLY | _DIRECTORY | _NO_LINK, dir_fd=fds[-1]))
+                shutil.rmtree(parts[-1], dir_fd=fds[-1])
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        else:
+            shutil.rmtree(path)
+    except OSError as exc:
+        hint = "; check its permissions" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+        raise RunDeleteError(f"could not delete {shown_path(folder)}: {exc.strerror or type(exc).__name__}"
+                             f"{hint}") from None
+

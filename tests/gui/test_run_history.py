@@ -175,6 +175,7 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
 
     from app.panels.history import delete_run
     from core.engine.run_folder import claim_run_folder
+    from core.engine.run_record import RunDeleteError
 
     claim = claim_run_folder(runs_root / "bf16-run", resume_from=runs_root / "bf16-run" / "checkpoint.pt")
     try:  # a live run holds the folder (its run.json may not say so yet): never deleted
@@ -182,8 +183,8 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
         assert not panel.deleteButton.isEnabled()
         panel.delete()
         assert "stop it first" in panel.statusLabel.text()
-        with pytest.raises(RuntimeError, match="stop it first"):
-            delete_run(str(runs_root / "bf16-run"))
+        with pytest.raises(RunDeleteError, match="stop it first"):
+            delete_run(str(runs_root / "bf16-run"), runs_root)
         assert (runs_root / "bf16-run" / "checkpoint.pt").exists()
     finally:
         claim.release()

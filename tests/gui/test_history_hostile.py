@@ -1,0 +1,89 @@
+"""The window's run history over hostile run folders: a malformed or FIFO run.json is one row saying
+"unreadable: <reason>" and every other run still shows; Delete never leaves the runs root through a link."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.test_runs_cli import fake_run
+
+STATUS_COLUMN = 2
+
+
+def shown_panel(qtbot, root: Path, rows: int):
+    from app.panels.history import HistoryPanel
+
+    panel = HistoryPanel(lambda: root)
+    qtbot.addWidget(panel)
+    panel.resize(1100, 560)
+    panel.show()
+    qtbot.waitUntil(lambda: not panel.busy and panel.model.rowCount() == rows, timeout=30_000)
+    return panel
+
+
+def cell(panel, name: str, column: int) -> str:
+    row = next(r for r in range(panel.proxy.rowCount()) if panel.proxy.index(r, 0).data() == name)
+    return panel.proxy.index(row, column).data()
+
+
+@pytest.mark.timeout(60)
+def test_a_malformed_or_fifo_run_json_is_one_unreadable_row(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    fake_run(root, "good", "a1b2c3d4e5", start="2026-01-02T10:00:00+00:00")
+    bad = fake_run(root, "bad", "bad0000001", start="2026-01-03T10:00:00+00:00")
+    record = json.loads((bad / "run.json").read_text())
+    (bad / "run.json").write_text(json.dumps({**record, "start_time": 5, "task": "tiny\x1b[2J"}))
+    fifo = root / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "run.json")
+    panel = shown_panel(qtbot, root, rows=3)
+    assert cell(panel, "good", STATUS_COLUMN) == "completed"
+    assert cell(panel, "bad", STATUS_COLUMN) == "unreadable: run.json: start_time is a number, not text"
+    assert cell(panel, "fifo", STATUS_COLUMN) == "unreadable: run.json is a named pipe (FIFO), not a file"
+    assert "3 run(s)" in panel.statusLabel.text()
+
+
+@pytest.mark.timeout(60)
+def test_delete_never_leaves_the_runs_root_through_a_link(qtbot, tmp_path, monkeypatch):
+    from app.panels.history import delete_run
+
+    root = tmp_path / "runs"
+    fake_run(root, "good", "a1b2c3d4e5")
+    victim = fake_run(tmp_path / "elsewhere", "victim", "0000dead00")
+    (root / "ext").symlink_to(tmp_path / "elsewhere")
+    panel = shown_panel(qtbot, root, rows=2)
+    panel._confirm = lambda text: True
+    said = []  # the status line's texts (the rescan after a failed delete replaces the message)
+    set_text = panel.statusLabel.setText
+    monkeypatch.setattr(panel.statusLabel, "setText", lambda text: (said.append(text), set_text(text)))
+    panel.select_names("ext/victim")
+    panel.delete()
+    qtbot.waitUntil(lambda: any("Delete failed" in text for text in said), timeout=30_000)
+    assert any("ext is a symbolic link" in text for text in said)
+    assert (victim / "run.json").is_file()
+    with pytest.raises(Exception, match="not a folder under the runs root"):
+        delete_run(str(victim), root)
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    panel.select_names("good")
+    panel.delete()
+    qtbot.waitUntil(lambda: "good" not in panel.visible_names() and not panel.busy, timeout=30_000)
+    assert not (root / "good").exists() and (victim / "run.json").is_file()
+    panel.watcher.blockSignals(True)  # the deletions' change notices would scan again after the test
+    panel.shutdown()
+
+
+def test_a_row_is_drawn_for_any_field_of_any_type(tmp_path):
+    from app.panels.history import row_cells
+    from core.engine.run_record import read_run
+
+    folder = fake_run(tmp_path / "runs", "run", "a1b2c3d4e5")
+    original = json.loads((folder / "run.json").read_text())
+    for field in original:
+        for value in (5, 1.5, "nan", [1], {"a": 1}, True, "\x1b[2J"):
+            (folder / "run.json").write_text(json.dumps({**original, field: value}))
+            texts, _keys = row_cells(read_run(folder))
+            assert all("\x1b" not in text for text in texts), (field, value)
