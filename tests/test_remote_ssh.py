@@ -2,19 +2,14 @@
 started detached there, followed from its start and live across a killed connection, paused, resumed and
 stopped through its folder's control channel; a torn last line; a 2-process run; and the one-line failures.
 
-The session's sshd listens on 127.0.0.1 only, with its own host key and a user key in a temp folder; the
-client's ssh config names that key and a known_hosts holding the host key, so host key checking stays on.
-The host runs this checkout's amp-console through Host.command (the prefix a user with a venv there gives)."""
+The session's sshd (tests/local_sshd.py) listens on 127.0.0.1 only, with its own host and user keys; host key
+checking stays on. The host runs this checkout's amp-console through Host.command (the prefix a user with a
+venv there gives)."""
 
 from __future__ import annotations
 
-import getpass
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -29,10 +24,10 @@ from core.engine.events import ControlAcknowledged, RunEnded, RunPaused, RunResu
 from core.files import read_jsonl, try_lock
 from core.remote.client import FollowNote, RemoteFollower, control_remote, host_devices, start_remote_run, upload
 from core.remote.ssh import Host, RemoteError
+from tests.local_sshd import NoSshd, start_sshd
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 WAIT = 180.0  # seconds: a wait that includes a child's start (torch imports) on a busy machine
 
 
@@ -42,17 +37,10 @@ class SshServer:
     dest: str
     closed_dest: str  # the same machine on a port nothing listens on
     runs: Path  # the host's runs root
+    prefix: str  # how the host runs this checkout's amp-console
 
     def host(self, command: str | None = None) -> Host:
-        prefix = (f"cd {ROOT} && env PYTHONPATH={ROOT} OMP_NUM_THREADS=1 AMP_CONSOLE_RUNS_DIR={self.runs} "
-                  f"{sys.executable} -m core.cli")
-        return Host(self.dest, command=command or prefix, ssh_options=("-F", str(self.config)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return Host(self.dest, command=command or self.prefix, ssh_options=("-F", str(self.config)))
 
 
 def wait_for(condition, what: str, timeout: float = WAIT):
@@ -67,44 +55,15 @@ def wait_for(condition, what: str, timeout: float = WAIT):
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory):
-    daemon = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
-    keygen = shutil.which("ssh-keygen")
-    if daemon is None or keygen is None or shutil.which("ssh") is None:
-        pytest.skip("no sshd, ssh or ssh-keygen on this machine (apt install openssh-server openssh-client)")
-    if os.geteuid() == 0 and not os.path.isdir("/run/sshd"):  # sshd run as root wants its privsep folder
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    tmp = tmp_path_factory.mktemp("sshd")
-    for key in ("host_key", "user_key"):
-        subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / key)], check=True)
-    (tmp / "authorized_keys").write_text((tmp / "user_key.pub").read_text())
-    port, closed = free_port(), free_port()
-    (tmp / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp / 'host_key'}\n"
-        f"AuthorizedKeysFile {tmp / 'authorized_keys'}\nPasswordAuthentication no\n"
-        f"KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\nUsePAM no\n"
-        f"PidFile {tmp / 'sshd.pid'}\nPermitRootLogin prohibit-password\nAllowTcpForwarding no\n"
-        f"X11Forwarding no\nLogLevel ERROR\n")
-    (tmp / "known_hosts").write_text(f"[127.0.0.1]:{port} {(tmp / 'host_key.pub').read_text()}")
-    user = getpass.getuser()
-    common = (f"  HostName 127.0.0.1\n  User {user}\n  IdentityFile {tmp / 'user_key'}\n  IdentitiesOnly yes\n"
-              f"  UserKnownHostsFile {tmp / 'known_hosts'}\n  GlobalKnownHostsFile /dev/null\n"
-              f"  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
-    (tmp / "ssh_config").write_text(f"Host amp-test\n  Port {port}\n{common}Host amp-closed\n  Port {closed}\n{common}")
-    log = open(tmp / "sshd.log", "wb")  # noqa: SIM115 (open for the session)
-    process = subprocess.Popen([daemon, "-D", "-f", str(tmp / "sshd_config"), "-e"], stdout=log, stderr=log)
     try:
-        def listening() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"sshd exited: {(tmp / 'sshd.log').read_text()}")
-            with socket.socket() as s:
-                return s.connect_ex(("127.0.0.1", port)) == 0
-
-        wait_for(listening, "sshd to listen", timeout=30)
-        yield SshServer(tmp / "ssh_config", "amp-test", "amp-closed", tmp / "runs")
+        server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    except NoSshd as exc:
+        pytest.skip(str(exc))
+    runs = server.folder / "runs"
+    try:
+        yield SshServer(server.config, server.dest, server.closed_dest, runs, server.remote_command(runs))
     finally:
-        process.terminate()
-        process.wait(30)
-        log.close()
+        server.stop()
 
 
 def tiny(**overrides) -> RunConfig:
