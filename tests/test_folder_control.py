@@ -176,3 +176,26 @@ def test_unknown_events_are_skipped_by_readers():
     assert event_or_none({"event": "FromTheFuture", "x": 1}) is None
     assert event_or_none({"event": "RunPaused", "step": 3, "extra": 1}) is None
     assert event_or_none({"event": "RunPaused", "step": 3}) == RunPaused(step=3)
+
+
+def test_watch_shows_a_finished_run_here_and_ends_with_its_summary(trained_runs, capsys):
+    from core.cli.main import main
+
+    assert main(["watch", "tiny", "--runs-dir", str(trained_runs.root), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "run completed on cpu" in captured.out and json.loads(captured.out.splitlines()[-1])["status"] == "completed"
+    assert "step " in captured.err  # the train command's progress lines
+    assert main(["control", str(trained_runs["tiny"].folder), "stop", "--timeout", "1"]) == 2
+    assert "no live run holds" in capsys.readouterr().err
+
+
+def test_watch_of_a_run_killed_without_a_word_fails_in_one_line(tmp_path, capsys):
+    from core.cli.main import main
+
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(json.dumps({"event": "RunPaused", "step": 5}) + "\n")
+    (folder / "train.log").write_text("amp-console: error: --data: x.csv: no such data file\n")
+    assert main(["watch", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert "paused at step 5" in err and err.strip().endswith("no such data file")
