@@ -7,7 +7,8 @@ TORCH_SPEC ?= torch==2.13.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.installed
 APT_PACKAGES := libgl1 libegl1 libxkbcommon0 libglib2.0-0 libfontconfig1 libdbus-1-3 \
-                xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
+                xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 \
+                openssh-server openssh-client
 
 .PHONY: run test test-fast sysdeps install bench lint clean
 
@@ -43,7 +44,8 @@ test: install
 	else echo "xvfb-run not found: skipping the real-window smoke test"; fi; \
 	if [ -n "$$failed" ]; then echo "== FAILED:$$failed"; exit 1; fi; echo "== all steps passed"
 
-# Qt's shared libraries (offscreen and X11). Installs only what is missing; needs root or sudo.
+# Qt's shared libraries (offscreen and X11), and OpenSSH (tests/test_remote_ssh.py starts an sshd on 127.0.0.1).
+# Installs only what is missing; needs root or sudo.
 sysdeps:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \

@@ -81,6 +81,19 @@ class RunResumed:
 
 
 @dataclass(frozen=True)
+class ControlAcknowledged:
+    """A control request read from the run folder (core.engine.folder_control): `request` is its file name,
+    `seq` its number, `verb` pause | resume | stop. `accepted`: it was applied and its RunPaused, RunResumed or
+    RunEnded follows; otherwise `note` says why nothing follows (refused, or nothing to do)."""
+
+    seq: int
+    verb: str
+    request: str
+    accepted: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class RunEnded:
     status: str  # completed | stopped | failed
     message: str
@@ -96,7 +109,8 @@ class RunEnded:
     details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
 
 
-Event = RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunPaused | RunResumed | RunEnded
+Event = (RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunPaused | RunResumed | ControlAcknowledged
+         | RunEnded)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -120,7 +134,7 @@ def event_to_dict(event: Event) -> dict:
 
 
 EVENT_TYPES = {cls.__name__: cls for cls in (RunStarted, StepMetrics, EvalMetrics, CheckpointSaved, RunPaused,
-                                              RunResumed, RunEnded)}
+                                              RunResumed, ControlAcknowledged, RunEnded)}
 
 
 def event_from_dict(data: dict) -> Event:
@@ -128,3 +142,12 @@ def event_from_dict(data: dict) -> Event:
     data = dict(data)
     cls = EVENT_TYPES[data.pop("event")]
     return cls(**data)
+
+
+def event_or_none(data: dict) -> Event | None:
+    """`event_from_dict`, or None for a record that is no event this version knows (a newer writer's event, a
+    line of another program): readers of files and streams skip those."""
+    try:
+        return event_from_dict(data)
+    except (KeyError, TypeError, ValueError):
+        return None

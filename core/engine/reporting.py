@@ -9,15 +9,16 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from core.config import TENSORBOARD_MISSING
 from core.devices import memory_in_use
+from core.engine.events import Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from core.engine.run_folder import describe_os_error
 from core.engine.run_record import RunRecord
-from core.engine.events import Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from core.engine.step_metrics import IntervalReadout
 from core.engine.tensorboard_live import TENSORBOARD_FOLDER, LiveTensorBoard
 from core.errors import ConfigError
@@ -40,7 +41,11 @@ class EventLog:
 
     A write that fails (disk full, the folder removed or made read-only) never raises here: the file is given
     up, `failure` names the path and the cause in one line, and the events still reach the sink; the trainer
-    reads `failure` and ends the run. A torn last line is what core.files.read_jsonl skips."""
+    reads `failure` and ends the run. A torn last line is what core.files.read_jsonl skips.
+
+    Opened with the run's RunControl, it also watches the run folder's control channel for as long as it is
+    open (core.engine.folder_control): that thread's acknowledgements are emitted here too, so `emit` takes a
+    lock (uncontended but for those: ~0.1 us, at log steps only)."""
 
     def __init__(self, is_main: bool):
         self.is_main = is_main
@@ -53,10 +58,14 @@ class EventLog:
         self.tensorboard_failure: str | None = None
         self._flushed_at = float("-inf")  # when a StepMetrics line was last flushed (the first one goes at once)
         self._queued: list[StepMetrics] = []  # StepMetrics not yet written (see emit)
+        self._lock = threading.Lock()  # the trainer's thread and the control channel's emit (see the class doc)
+        self.channel = None  # core.engine.folder_control.FolderControl while open with a control
 
-    def open(self, path: Path, tensorboard: bool = False) -> None:
+    def open(self, path: Path, tensorboard: bool = False, control=None, sink: Sink | None = None) -> None:
         """Open metrics.jsonl (and run.json) at `path`; with `tensorboard`, event files beside it too. Without
-        tensorboardX that is a ConfigError, raised before anything is opened (the run has not started)."""
+        tensorboardX that is a ConfigError, raised before anything is opened (the run has not started). With
+        `control` (the run's RunControl), requests in the folder's control channel steer it, acknowledged
+        through `sink` like every event."""
         live = None
         if tensorboard:
             try:
@@ -73,6 +82,10 @@ class EventLog:
             self.record = RunRecord(self.path.parent)
         except Exception as exc:  # run.json is a summary: the run goes on without it
             self._record_failed(exc)
+        if control is not None and self.is_main:
+            from core.engine.folder_control import FolderControl
+
+            self.channel = FolderControl(self.path.parent, control, lambda ack: self.emit(ack, sink)).start()
 
     def emit(self, event: Event, sink: Sink | None) -> None:
         """Write `event` (see the class doc) and hand it to the sink. A StepMetrics is only queued here: the
@@ -82,18 +95,19 @@ class EventLog:
         work has pushed the encoder out of the CPU's caches; what reaches the disk and when is as before."""
         if not self.is_main:
             return
-        if type(event) is StepMetrics:
-            queued = self._queued
-            queued.append(event)
-            if (now := time.monotonic()) - self._flushed_at >= FLUSH_SECONDS:
-                self._flushed_at = now
-                self._write_queued(flush=True)
-        else:
-            if self._queued:
-                self._write_queued(flush=False)
-            self._write(event, flush=True)
-        if sink is not None:
-            sink(event)
+        with self._lock:
+            if type(event) is StepMetrics:
+                queued = self._queued
+                queued.append(event)
+                if (now := time.monotonic()) - self._flushed_at >= FLUSH_SECONDS:
+                    self._flushed_at = now
+                    self._write_queued(flush=True)
+            else:
+                if self._queued:
+                    self._write_queued(flush=False)
+                self._write(event, flush=True)
+            if sink is not None:
+                sink(event)
 
     def _write_queued(self, flush: bool) -> None:
         """The queued StepMetrics, in order: one write of their lines, then run.json and TensorBoard."""
@@ -178,6 +192,9 @@ class EventLog:
             return True
 
     def close(self) -> None:
+        if self.channel is not None:  # no acknowledgement after the run has ended
+            self.channel.close()
+            self.channel = None
         if self._queued:
             self._write_queued(flush=False)
         if self.tensorboard is not None:  # flushed and closed however the run ended

@@ -221,7 +221,7 @@ class Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.cfg.save_toml(path)
             path = self.out_dir / ckpt.METRICS_FILE
-            self.events.open(path, tensorboard=self.cfg.tensorboard)
+            self.events.open(path, tensorboard=self.cfg.tensorboard, control=self.control, sink=self.sink)
         except OSError as exc:
             raise ConfigError("out_dir", f"could not write {path}: {describe_os_error(exc)}") from None
 

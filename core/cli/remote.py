@@ -1,0 +1,247 @@
+"""`amp-console watch`, `control` and `remote`: follow and steer any run, here or on a host over ssh; and
+`agent`, the host side those commands reach (core.remote.agent), not meant to be typed.
+
+    amp-console watch RUN | HOST:PATH             progress from the run's start, live, until it ends
+    amp-console control RUN | HOST:PATH pause|resume|stop [--timeout 30]
+    amp-console remote devices HOST               the host's devices and amp-console version
+    amp-console remote start HOST --config FILE.toml [--data FILE --upload] [--nproc N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from core.errors import ConfigError
+from core.text import printable
+
+
+def _ssh_flags(parser) -> None:
+    group = parser.add_argument_group("remote runs (HOST:PATH)")
+    group.add_argument("--remote-command", metavar="CMD", default=None,
+                       help="how the host runs amp-console, e.g. '~/venv/bin/amp-console' (default: "
+                            "$AMP_CONSOLE_REMOTE_COMMAND, else amp-console)")
+    group.add_argument("--ssh-config", metavar="FILE", default=None, help="an ssh config file (ssh -F FILE)")
+    group.add_argument("--ssh-option", metavar="OPTION", action="append", default=[],
+                       help="an ssh option (ssh -o OPTION), repeatable")
+    parser.add_argument("--runs-dir", metavar="DIR", default=None,
+                        help="the runs root a run id or name is looked for in (default: $AMP_CONSOLE_RUNS_DIR, "
+                             "else your data folder)")
+
+
+def host_of(dest: str, args: argparse.Namespace):
+    from core.remote.ssh import Host
+
+    options: list[str] = []
+    if args.ssh_config:
+        options += ["-F", args.ssh_config]
+    for option in args.ssh_option:
+        options += ["-o", option]
+    command = (args.remote_command or "").strip()
+    return Host(dest, command, tuple(options)) if command else Host(dest, ssh_options=tuple(options))
+
+
+def register(sub) -> None:
+    watch = sub.add_parser("watch", help="follow a run's progress, here or on a host over ssh, until it ends",
+                           description="Shows a run from its start, then live, until it ends, with the usual "
+                                       "summary. RUN: a run folder, a run's id or name under the runs root, or "
+                                       "HOST:PATH on a machine reached with ssh (PATH: a folder, or a run's id "
+                                       "or name under the host's runs root). Exit code 0 when the run completed "
+                                       "or was stopped, 1 when it failed or ended without a word (killed).")
+    watch.add_argument("target", metavar="RUN")
+    watch.add_argument("--offset", type=int, default=0, metavar="BYTES",
+                       help="start at this byte of metrics.jsonl instead of its start")
+    watch.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                       help="off a terminal: one progress line this often (default 10)")
+    watch.add_argument("--json", action="store_true", help="last stdout line: the run's JSON summary")
+    _ssh_flags(watch)
+    watch.set_defaults(handler=cmd_watch)
+
+    control = sub.add_parser("control", help="pause, resume or stop a run through its folder, here or over ssh",
+                             description="Writes the request into the run folder's control channel and waits "
+                                         "for the run to acknowledge it and do it (see docs/remote.md).")
+    control.add_argument("target", metavar="RUN")
+    control.add_argument("verb", choices=("pause", "resume", "stop"))
+    control.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                         help="how long to wait for the acknowledgement and its outcome (default 30)")
+    _ssh_flags(control)
+    control.set_defaults(handler=cmd_control)
+
+    remote = sub.add_parser("remote", help="a host reached with ssh: its devices; start a run there")
+    ops = remote.add_subparsers(dest="op", required=True, metavar="OP")
+    devices = ops.add_parser("devices", help="the host's devices and its amp-console version")
+    devices.add_argument("host", metavar="HOST")
+    devices.add_argument("--json", action="store_true")
+    _ssh_flags(devices)
+    devices.set_defaults(handler=cmd_remote_devices)
+    start = ops.add_parser("start", help="start a run detached on the host; prints HOST:FOLDER for watch/control")
+    start.add_argument("host", metavar="HOST")
+    start.add_argument("--config", metavar="FILE.toml", required=True, help="the run's settings (a local file)")
+    start.add_argument("--data", metavar="PATH", default=None, help="the data file (a path on the host, or with "
+                                                                    "--upload a local file copied there)")
+    start.add_argument("--upload", action="store_true",
+                       help="copy the local data file(s) to the host first (skipped when it has the same sha256)")
+    start.add_argument("--nproc", type=int, default=None, metavar="N", help="DDP processes on the host")
+    start.add_argument("--watch", action="store_true", help="then watch it (Ctrl+C leaves it running)")
+    _ssh_flags(start)
+    start.set_defaults(handler=cmd_remote_start, offset=0, progress_every=10.0, json=False)
+
+    agent = sub.add_parser("agent", help=argparse.SUPPRESS)
+    agent.add_argument("--client-version", default=None)
+    agent.add_argument("--runs-dir", default=None)
+    agent_ops = agent.add_subparsers(dest="op", required=True)
+    agent_ops.add_parser("info")
+    agent_ops.add_parser("start")
+    follow = agent_ops.add_parser("follow")
+    follow.add_argument("folder")
+    follow.add_argument("--offset", type=int, default=0)
+    ctl = agent_ops.add_parser("control")
+    ctl.add_argument("folder")
+    ctl.add_argument("verb", choices=("pause", "resume", "stop"))
+    ctl.add_argument("--timeout", type=float, default=30.0)
+    put = agent_ops.add_parser("put")
+    put.add_argument("--sha256", required=True)
+    put.add_argument("--size", type=int, required=True)
+    put.add_argument("--name", required=True)
+    put.add_argument("--check", action="store_true")
+    agent.set_defaults(handler=cmd_agent)
+
+
+# ----------------------------------------------------------------------------------------------- watch
+def _follower(target: str, args: argparse.Namespace):
+    from core.remote.client import follow_run
+    from core.remote.ssh import parse_target
+
+    remote = parse_target(target) if not os.path.exists(target) else None
+    host = host_of(remote[0], args) if remote else None
+    return follow_run(target, offset=args.offset, host=host, runs_dir=args.runs_dir)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from core.cli.train import ProgressReporter, print_summary, summary_json
+    from core.engine.events import ControlAcknowledged, RunEnded, RunPaused, RunResumed, RunStarted, event_or_none
+    from core.remote.client import FollowNote
+
+    if args.progress_every <= 0:
+        raise ConfigError("progress_every", f"{args.progress_every:g} is not a number of seconds above 0")
+    follower = _follower(args.target, args)
+    reporter = ProgressReporter(enabled=True, every=args.progress_every)
+    started = ended = None
+
+    def say(text: str) -> None:
+        sys.stderr.write(f"amp-console: {text}\n")
+        sys.stderr.flush()
+
+    try:
+        for item in follower:
+            if isinstance(item, FollowNote):
+                say(item.text)
+                continue
+            event = event_or_none(item.record)
+            if event is None:
+                continue
+            reporter(event)
+            match event:
+                case RunStarted():
+                    started, ended = event, None
+                case ControlAcknowledged():
+                    say(f"{event.verb} requested (request {event.seq}): acknowledged"
+                        + (f", {event.note}" if event.note else ""))
+                case RunPaused():
+                    say(f"paused at step {event.step}")
+                case RunResumed():
+                    say(f"resumed at step {event.step} after {event.paused_seconds:.1f} s paused")
+                case RunEnded():
+                    ended = event
+    except KeyboardInterrupt:
+        follower.close()
+        say(f"stopped watching at byte {follower.offset} (the run goes on; `watch --offset {follower.offset}` "
+            f"picks up there)")
+        return 130
+    if ended is None or follower.status != "ended":
+        why = f": {follower.note}" if follower.note else ""
+        say(f"the run ended without a word (killed, or it never started){why}")
+        return 1
+    print_summary(ended, started, sys.stdout)
+    if args.json:
+        print(json.dumps(summary_json(ended, started)), flush=True)
+    return 1 if ended.status == "failed" else 0
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    from core.remote.client import control_remote
+    from core.remote.ssh import parse_target
+
+    remote = parse_target(args.target) if not os.path.exists(args.target) else None
+    if remote is not None:
+        result = control_remote(host_of(remote[0], args), remote[1], args.verb, timeout=args.timeout)
+    else:
+        from core.engine.folder_control import send_control
+        from core.remote.agent import find_run_folder
+
+        result = send_control(find_run_folder(args.target, args.runs_dir), args.verb, timeout=args.timeout)
+    print(result.message, flush=True)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- remote
+def cmd_remote_devices(args: argparse.Namespace) -> int:
+    from core.cli.main import print_devices
+    from core.remote.client import host_devices
+
+    info = host_devices(host_of(args.host, args))
+    if args.json:
+        print(json.dumps({"host": info.dest, "version": info.version, "runs_root": info.runs_root,
+                          "devices": [d.to_dict() for d in info.devices]}, indent=2))
+        return 0
+    print(f"{printable(info.dest)} ({printable(info.hostname)}): amp-console {printable(info.version)}, "
+          f"runs under {printable(info.runs_root)}")
+    print_devices(info.devices)
+    return 0
+
+
+def cmd_remote_start(args: argparse.Namespace) -> int:
+    from core.cli.train import read_config_file
+    from core.config import RunConfig
+    from core.remote.client import start_remote_run
+
+    values = read_config_file(args.config)
+    if args.data:
+        values["data"] = args.data
+    config = RunConfig.from_dict(values, source=args.config).validate()
+    fields = [name for name in ("data", "val_data", "test_data") if getattr(config, name)] if args.upload else []
+    host = host_of(args.host, args)
+    run = start_remote_run(host, config, upload_fields=fields, nproc=args.nproc,
+                           on_progress=lambda text: sys.stderr.write(f"amp-console: {text}\n"))
+    print(run.target, flush=True)
+    if not args.watch:
+        return 0
+    args.target = run.target
+    return cmd_watch(args)
+
+
+# ----------------------------------------------------------------------------------------------- agent
+def cmd_agent(args: argparse.Namespace) -> int:
+    from core.remote import agent
+
+    agent.check_version(args.client_version)
+    if args.op == "info":
+        agent.print_json(agent.info())
+    elif args.op == "start":
+        try:
+            request = json.loads(sys.stdin.buffer.read() or b"{}")
+        except ValueError as exc:
+            raise agent.AgentError(f"the start request is not JSON ({exc})") from None
+        if not isinstance(request, dict):
+            raise agent.AgentError("the start request is not a JSON object")
+        request.setdefault("runs_dir", args.runs_dir)
+        agent.print_json(agent.start(request))
+    elif args.op == "follow":
+        agent.follow(agent.find_run_folder(args.folder, args.runs_dir), args.offset, sys.stdout.buffer)
+    elif args.op == "control":
+        agent.print_json(agent.control(agent.find_run_folder(args.folder, args.runs_dir), args.verb, args.timeout))
+    elif args.op == "put":
+        agent.print_json(agent.put(args.sha256, args.size, args.name, sys.stdin.buffer, args.check, args.runs_dir))
+    return 0

@@ -1,0 +1,10 @@
+"""Runs on other machines over plain ssh: start one detached on a host, follow its metrics.jsonl, steer it
+through its folder's control channel. Above the engine, below the CLI; no Qt (the window uses the same calls
+on a worker thread). See docs/remote.md.
+
+    Host(dest, command="amp-console", ssh_options=())      how to reach a host and run amp-console there
+    host_devices(host) -> HostInfo                          its version, devices and runs root
+    start_remote_run(host, config, ...) -> RemoteRun        a detached `amp-console train`; .folder on the host
+    follow_remote(host, folder, offset) -> RemoteFollower   iterate: FollowLine (record, offset) / FollowNote
+    control_remote(host, folder, verb) -> ControlResult     pause | resume | stop, acknowledged
+"""

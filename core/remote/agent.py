@@ -1,0 +1,248 @@
+"""The host side of remote runs: what `amp-console agent ...` does on the machine a client reaches with ssh.
+
+Each operation reads its arguments (and a JSON request or a file on stdin) and answers on stdout: one JSON
+object, or for `follow` a stream of metrics.jsonl lines. Errors are one line on stderr and exit code 2, as for
+every command. Nothing here opens a port or keeps a process besides the run it starts.
+
+    info                            {"version", "protocol", "devices": [...], "runs_root", "host"}
+    start        (request on stdin) {"folder", "pid", "log"}: `amp-console train` detached, its folder claimed
+    follow FOLDER --offset N        metrics.jsonl's complete lines from byte N, as written, until the run ends;
+                                    `#offset N` when idle (a heartbeat, and where the stream stands), `#end STATUS`
+    control FOLDER VERB             {"request", "seq", "verb", "acknowledged", "outcome", "message"}
+    put --sha256 H --size N --name  (the file on stdin) {"path"}: kept under <runs root>/.uploads/H/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from core import __version__
+from core.errors import AmpConsoleError
+from core.files import new_temp_file, shown_path
+from core.text import first_line, printable
+
+PROTOCOL = 1
+HEARTBEAT_SECONDS = 2.0  # `follow` says `#offset N` this often when the run writes nothing (a paused run)
+START_SECONDS = 300.0  # a started run must claim its folder within this (it imports torch first)
+UPLOADS = ".uploads"
+LOG_FILE = "train.log"
+LAUNCH_FILE = "launch.toml"
+FILE_FIELDS = ("data", "val_data", "test_data")
+
+
+class AgentError(AmpConsoleError):
+    pass
+
+
+def check_version(client: str | None) -> None:
+    if client and client != __version__:
+        raise AgentError(f"this host runs amp-console {__version__}, the caller {client}: install the same version "
+                         f"on both (pip install amp-console=={client} here, or {__version__} there)")
+
+
+def info() -> dict:
+    from core.devices import list_devices
+    from core.engine.run_record import runs_root
+
+    return {"version": __version__, "protocol": PROTOCOL, "host": socket.gethostname(),
+            "runs_root": str(runs_root()), "devices": [d.to_dict() for d in list_devices(free_memory=True)]}
+
+
+def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
+    """A run folder from what a user typed: a folder path, or a run's id, folder name or unique id prefix under
+    the runs root. AgentError (one line) when it names none."""
+    from core.engine.run_record import find_runs, runs_root
+
+    path = Path(os.path.expanduser(text))
+    if path.is_dir():
+        return path
+    root = runs_root(runs_dir)
+    if not path.is_absolute() and (root / path).is_dir():
+        return root / path
+    runs = find_runs(root)
+    matches = [r for r in runs if text in (r.get("id"), r.get("name"))] or [
+        r for r in runs if str(r.get("id", "")).startswith(text)]
+    if len(matches) == 1 and matches[0].get("folder"):
+        return Path(matches[0]["folder"])
+    if len(matches) > 1:
+        raise AgentError(f"'{printable(text)}' names {len(matches)} runs under {shown_path(root)}: give more of its id")
+    raise AgentError(f"no run folder or run '{printable(text)}' (under {shown_path(root)})")
+
+
+# ----------------------------------------------------------------------------------------------- start
+def start(request: dict) -> dict:
+    """Start `amp-console train` detached (its own session, stdin from /dev/null, output in the folder's
+    train.log): it survives the ssh connection. Returns once the run holds its folder."""
+    from core.config import RunConfig
+    from core.engine.run_folder import holds_a_run, is_in_use
+    from core.engine.run_record import new_run_folder, runs_root
+
+    values = request.get("config")
+    if not isinstance(values, dict):
+        raise AgentError("the start request has no \"config\" object")
+    config = RunConfig.from_dict(values, source="the start request").validate()
+    for name in FILE_FIELDS:  # the run's own working folder is not the caller's: paths are made absolute here
+        if getattr(config, name):
+            config = config.replace(**{name: os.path.abspath(os.path.expanduser(getattr(config, name)))})
+    resume = request.get("resume")
+    resume = os.path.abspath(os.path.expanduser(resume)) if resume else None
+    if str(config.out_dir).strip():
+        folder = Path(os.path.abspath(os.path.expanduser(config.out_dir)))
+        if is_in_use(folder):
+            raise AgentError(f"{shown_path(folder)}: a live run is writing there")
+        resuming_here = resume is not None and Path(resume).parent == folder
+        if holds_a_run(folder) and not resuming_here:
+            raise AgentError(f"{shown_path(folder)} holds a run already: choose another folder, or none for a new "
+                             f"one under the runs root")
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        folder = _new_folder(new_run_folder(runs_root(request.get("runs_dir")), config.task, config.precision))
+    config = config.replace(out_dir=str(folder))
+    launch = folder / LAUNCH_FILE
+    config.save_toml(launch)
+    argv = [sys.executable, "-m", "core.cli", "train", "--config", str(launch), "--out", str(folder)]
+    if resume:
+        argv += ["--resume", resume]
+    if request.get("nproc"):
+        argv += ["--nproc", str(int(request["nproc"]))]
+    log_path = folder / LOG_FILE
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + float(request.get("start_seconds") or START_SECONDS)
+    while not is_in_use(folder):
+        if process.poll() is not None:
+            raise AgentError(f"the run did not start: {log_tail(log_path) or f'exit code {process.returncode}'}")
+        if time.monotonic() > deadline:
+            raise AgentError(f"the run has not claimed {shown_path(folder)} after {START_SECONDS:g} s; see "
+                             f"{shown_path(log_path)}")
+        time.sleep(0.05)
+    process.returncode = 0  # not waited for here: it outlives this process (no "still running" warning)
+    return {"folder": str(folder), "pid": process.pid, "log": str(log_path)}
+
+
+def _new_folder(base: Path) -> Path:
+    """`base`, or `base-2`, `base-3`... whichever this call creates first (never one that exists)."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for number in range(1, 10_000):
+        candidate = base if number == 1 else base.with_name(f"{base.name}-{number}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise AgentError(f"no free run folder beside {shown_path(base)}")
+
+
+def log_tail(path: Path) -> str:
+    """The last meaningful line of a run's train.log (its one-line error, when setup failed)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not set(line.strip()) <= {"*"}]
+    return printable(first_line(lines[-1])) if lines else ""
+
+
+# ----------------------------------------------------------------------------------------------- follow
+def follow(folder: Path, offset: int, out, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+    """Write metrics.jsonl's complete lines from `offset` to `out` (binary) as the run writes them; see the
+    module doc. Returns when the run is over or the reader has gone (a broken pipe)."""
+    from core.engine.follow import MetricsFollower
+
+    if not folder.is_dir():
+        raise AgentError(f"{shown_path(folder)}: no such run folder")
+    follower = MetricsFollower(folder, offset)
+    try:
+        out.write(b"#offset %d\n" % offset)  # the stream is up
+        out.flush()
+        for line in follower.lines(idle_seconds=heartbeat):
+            if line is None:
+                out.write(b"#offset %d\n" % follower.offset)
+                out.flush()
+                continue
+            out.write(line.raw + b"\n")
+            if line.offset == follower.offset:  # the last line read for now: send what was read
+                out.flush()
+        note = log_tail(folder / LOG_FILE) if follower.status == "gone" else ""
+        out.write(b"#offset %d\n#end %s\t%s\n" % (follower.offset, follower.status.encode(), note.encode()))
+        out.flush()
+    except BrokenPipeError:  # the client went away (its connection dropped): nothing more to do
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no flush error at exit)
+        except OSError:
+            pass
+    finally:
+        follower.close()
+
+
+# ----------------------------------------------------------------------------------------------- control
+def control(folder: Path, verb: str, timeout: float) -> dict:
+    from core.engine.events import event_to_dict
+    from core.engine.folder_control import ControlError, send_control
+
+    try:
+        result = send_control(folder, verb, timeout=timeout)
+    except ControlError as exc:
+        raise AgentError(str(exc)) from None
+    return {"request": result.request.name, "seq": result.request.seq, "verb": verb,
+            "acknowledged": event_to_dict(result.acknowledged) if result.acknowledged else None,
+            "outcome": event_to_dict(result.outcome) if result.outcome else None, "message": result.message}
+
+
+# ----------------------------------------------------------------------------------------------- put
+def upload_path(sha256: str, name: str, runs_dir: str | None = None) -> Path:
+    from core.engine.run_record import runs_root
+
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise AgentError(f"{printable(sha256)!r} is not a sha256 in hex")
+    base = os.path.basename(name.replace("\\", "/"))
+    if not base or base.startswith("."):
+        raise AgentError(f"{printable(name)!r} is not a file name to keep an upload under")
+    return runs_root(runs_dir) / UPLOADS / sha256 / base
+
+
+def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: str | None = None) -> dict:
+    """Keep the file on `stream` under the uploads folder by its sha256 (checked); a file already kept there
+    with that size is not sent again (`check_only`: only say whether it is)."""
+    path = upload_path(sha256, name, runs_dir)
+    if path.is_file() and path.stat().st_size == size:
+        return {"path": str(path), "stored": False}
+    if check_only:
+        return {"path": None, "stored": False}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = new_temp_file(path.parent, f".{path.name}.")
+    digest, total = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            while chunk := stream.read(1 << 20):
+                digest.update(chunk)
+                total += len(chunk)
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        if total != size or digest.hexdigest() != sha256:
+            raise AgentError(f"the upload of {printable(name)} arrived damaged ({total} of {size} bytes, or another "
+                             f"sha256): send it again")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return {"path": str(path), "stored": True}
+
+
+def print_json(value: dict) -> None:
+    sys.stdout.write(json.dumps(value) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,321 @@
+"""Starting, following and steering runs on another machine over ssh (the desktop side; see core.remote.agent
+for the host side). Plain Python for the CLI and the window alike: calls that return, and a follower to iterate
+on a worker thread and close from any thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from core import __version__
+from core.devices import DeviceInfo
+from core.engine.events import ControlAcknowledged, event_or_none
+from core.engine.folder_control import ControlRequest, ControlResult
+from core.engine.follow import FollowLine
+from core.errors import ConfigError
+from core.remote import ssh
+from core.remote.ssh import Host, RemoteError
+from core.text import printable
+
+FILE_FIELDS = ("data", "val_data", "test_data")
+BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between reconnections; the last repeats
+GIVE_UP_SECONDS = 600.0  # a follower stops trying after this long without a connection
+SILENCE_SECONDS = 15.0  # no byte (not even a heartbeat, every 2 s) for this long: the connection is dead
+
+
+def _agent(host: Host, args: list[str], payload: bytes | None = None, timeout: float = 120.0) -> dict:
+    out = ssh.run(host, ["--client-version", __version__, *args], payload=payload, timeout=timeout)
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    raise RemoteError(f"{host.dest}: `amp-console agent {args[0]}` gave no answer; is `{host.command}` amp-console?")
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    dest: str
+    version: str
+    devices: list[DeviceInfo]
+    runs_root: str  # on the host
+    hostname: str
+
+
+def host_devices(host: Host, timeout: float = 120.0) -> HostInfo:
+    """The host's devices (what `amp-console devices` lists there), its amp-console version and runs root.
+    RemoteError, one line, when it is unreachable, has no amp-console or another version."""
+    data = _agent(host, ["info"], timeout=timeout)
+    devices = [DeviceInfo(**(d | {"precisions": tuple(d.get("precisions", ()))})) for d in data.get("devices", [])]
+    return HostInfo(host.dest, str(data.get("version")), devices, str(data.get("runs_root")), str(data.get("host")))
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    host: Host
+    folder: str  # the run folder on the host
+    pid: int  # the run's process there (the torchrun launcher under --nproc)
+    log: str  # its train.log there: setup errors, warnings
+
+    @property
+    def target(self) -> str:
+        return f"{self.host.dest}:{self.folder}"
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def upload(host: Host, local: str | os.PathLike, timeout: float = 3600.0) -> str:
+    """Copy a local file to the host's uploads folder (through ssh's stdin) unless a file with the same sha256
+    is there already; its path on the host."""
+    path = Path(local)
+    if not path.is_file():
+        raise ConfigError("data", f"{path}: no such local file to copy to {host.dest} (folders are not copied: "
+                                  f"copy them there and give their path on the host)")
+    sha, size = sha256_of(path), path.stat().st_size
+    args = ["put", "--sha256", sha, "--size", str(size), "--name", path.name]
+    kept = _agent(host, [*args, "--check"]).get("path")
+    if kept:
+        return str(kept)
+    return str(_agent(host, args, payload=path.read_bytes(), timeout=timeout)["path"])
+
+
+def start_remote_run(host: Host, config, upload_fields: Iterable[str] = (), resume: str | None = None,
+                     nproc: int | None = None, runs_dir: str | None = None,
+                     on_progress: Callable[[str], None] | None = None) -> RemoteRun:
+    """Start `amp-console train` with `config` (a RunConfig or its dict) detached on the host, in a new run
+    folder under the host's runs root (or config's out_dir there), and return once the run holds it.
+    `upload_fields`: the settings among data, val_data, test_data whose values are local files, copied to the
+    host first (skipped when it has the same sha256); the others are paths on the host. `resume`: a checkpoint
+    path on the host. `nproc`: DDP processes there."""
+    values = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+    for name in upload_fields:
+        if name not in FILE_FIELDS:
+            raise ConfigError(name, f"{name} is not a data file setting ({', '.join(FILE_FIELDS)})")
+        if values.get(name):
+            if on_progress:
+                on_progress(f"copying {values[name]} to {host.dest} (skipped if it is there already)")
+            values[name] = upload(host, values[name])
+    request = {"config": values, "resume": resume, "nproc": nproc, "runs_dir": runs_dir}
+    if on_progress:
+        on_progress(f"starting the run on {host.dest}")
+    data = _agent(host, ["start"], payload=json.dumps(request).encode("utf-8"), timeout=600.0)
+    return RemoteRun(host, str(data["folder"]), int(data["pid"]), str(data["log"]))
+
+
+def control_remote(host: Host, folder: str, verb: str, timeout: float = 30.0) -> ControlResult:
+    """`pause`, `resume` or `stop` the run in `folder` on the host, waiting up to `timeout` s for its
+    acknowledgement and outcome (see core.engine.folder_control.send_control)."""
+    data = _agent(host, ["control", folder, verb, "--timeout", str(timeout)], timeout=timeout + 60.0)
+    ack = event_or_none(data["acknowledged"]) if data.get("acknowledged") else None
+    outcome = event_or_none(data["outcome"]) if data.get("outcome") else None
+    request = ControlRequest(PurePosixPath(folder), int(data.get("seq") or 0), verb, str(data.get("request")))
+    return ControlResult(request, ack if isinstance(ack, ControlAcknowledged) else None, outcome,
+                         printable(str(data.get("message", ""))))
+
+
+# ----------------------------------------------------------------------------------------------- follow
+@dataclass(frozen=True)
+class FollowNote:
+    """The connection's state for the user: lost (and when it is tried again), or back."""
+
+    text: str
+    connected: bool
+
+
+class RemoteFollower:
+    """metrics.jsonl of a run on a host, from byte `offset`, as the host's `agent follow` streams it: iterate to
+    get each line (a core.engine.follow.FollowLine, with the offset to resume from) and FollowNotes when the
+    connection drops and comes back. A dropped connection is tried again with back-off from the end of the last
+    complete line, so no line is lost or repeated. Iteration ends when the run is over (`status` "ended" or
+    "gone", `note` the host's last log line for a run that never wrote RunEnded) or `close()` is called from
+    another thread ("stopped"). RemoteError when the host can't be reached at all, has no amp-console, or no
+    connection came back for `give_up_after` seconds."""
+
+    def __init__(self, host: Host, folder: str, offset: int = 0, backoff: tuple[float, ...] = BACKOFF_SECONDS,
+                 give_up_after: float = GIVE_UP_SECONDS, silence: float = SILENCE_SECONDS):
+        self.host = host
+        self.folder = folder
+        self.offset = offset
+        self.backoff = backoff
+        self.give_up_after = give_up_after
+        self.silence = silence
+        self.status = "running"
+        self.note = ""
+        self.connections = 0  # how many times a stream was established
+        self._closed = threading.Event()
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def ssh_pid(self) -> int | None:
+        """The current ssh client's process id (None between connections)."""
+        process = self._process
+        return process.pid if process is not None else None
+
+    def close(self) -> None:
+        """End the iteration from any thread (the current connection is closed)."""
+        self._closed.set()
+        self._kill()
+
+    def _kill(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            try:
+                process.kill()
+            except OSError:
+                pass
+
+    def __iter__(self) -> Iterator[FollowLine | FollowNote]:
+        attempt, lost_since = 0, None
+        while not self._closed.is_set():
+            args = ["--client-version", __version__, "follow", self.folder, "--offset", str(self.offset)]
+            try:
+                process = self._process = subprocess.Popen(self.host.argv(args, keepalive=True),
+                                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                           stderr=subprocess.PIPE)
+            except OSError as exc:
+                raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
+            try:
+                streamed = yield from self._stream(process)
+            finally:
+                self._kill()
+                stderr = process.stderr.read().decode("utf-8", "replace") if process.stderr else ""
+                process.wait()
+                for pipe in (process.stdout, process.stderr):
+                    pipe.close()
+                self._process = None
+            if self.status != "running" or self._closed.is_set():
+                if self._closed.is_set() and self.status == "running":
+                    self.status = "stopped"
+                return
+            code = process.returncode
+            if streamed:
+                attempt, lost_since = 0, None
+            elif code not in (255, None) and code >= 0:  # the host answered: no amp-console, a bad folder...
+                raise ssh.failure(self.host, code, stderr)
+            elif self.connections == 0:  # never reached: a wrong host, no key, sshd down
+                raise ssh.failure(self.host, 255 if code is None or code < 0 else code, stderr)
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > self.give_up_after:
+                raise RemoteError(f"{self.host.dest}: no connection for {self.give_up_after:g} s; the run goes on "
+                                  f"there: watch it again later from byte {self.offset}")
+            delay = self.backoff[min(attempt, len(self.backoff) - 1)]
+            attempt += 1
+            reason = [line for line in stderr.splitlines() if line.strip()]
+            why = printable(reason[-1].strip()) if reason else "the connection closed"
+            yield FollowNote(f"connection to {self.host.dest} lost ({why}); trying again in {delay:g} s", False)
+            if self._closed.wait(delay):
+                self.status = "stopped"
+                return
+
+    def _stream(self, process: subprocess.Popen) -> Iterator[FollowLine | FollowNote]:
+        """One connection's lines; returns whether the stream came up (its first `#offset`)."""
+        lines: queue.Queue = queue.Queue()
+
+        def read() -> None:
+            for raw in process.stdout:
+                lines.put(raw)
+            lines.put(None)
+
+        threading.Thread(target=read, name="remote-follow", daemon=True).start()
+        up = False
+        while True:
+            try:
+                raw = lines.get(timeout=self.silence)
+            except queue.Empty:  # not even a heartbeat: the connection is dead without having said so
+                self._kill()
+                return up
+            if raw is None or not raw.endswith(b"\n"):  # the end, or a line cut by a dropped connection
+                return up
+            if raw.startswith(b"#"):
+                word, _, rest = raw[1:].rstrip(b"\n").partition(b" ")
+                if word == b"offset":
+                    self.offset = int(rest)
+                    if not up:
+                        up = True
+                        self.connections += 1
+                        if self.connections > 1:
+                            yield FollowNote(f"connection to {self.host.dest} back; following from byte "
+                                             f"{self.offset}", True)
+                elif word == b"end":
+                    status, _, note = rest.decode("utf-8", "replace").partition("\t")
+                    self.status, self.note = status or "ended", printable(note.strip())
+                    return up
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            self.offset += len(raw)
+            if isinstance(record, dict):
+                yield FollowLine(record, raw.rstrip(b"\n"), self.offset)
+
+
+def follow_remote(host: Host, folder: str, offset: int = 0, **options) -> RemoteFollower:
+    """A RemoteFollower of the run in `folder` on the host from byte `offset` (iterate it; close() ends it)."""
+    return RemoteFollower(host, folder, offset, **options)
+
+
+
+class LocalFollower:
+    """The same interface for a run folder on this machine: iterate for FollowLines, close() from any thread."""
+
+    def __init__(self, folder: str | os.PathLike, offset: int = 0):
+        from core.engine.follow import MetricsFollower
+
+        self.follower = MetricsFollower(folder, offset)
+        self.folder = str(folder)
+        self.note = ""
+        self._stop = threading.Event()
+
+    @property
+    def status(self) -> str:
+        return self.follower.status
+
+    @property
+    def offset(self) -> int:
+        return self.follower.offset
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def __iter__(self) -> Iterator[FollowLine]:
+        for line in self.follower.lines(stop=self._stop):
+            if line is not None:
+                yield line
+        if self.follower.status == "gone":
+            from core.remote.agent import LOG_FILE, log_tail
+
+            self.note = log_tail(Path(self.folder) / LOG_FILE)
+
+
+def follow_run(target: str, offset: int = 0, host: Host | None = None, runs_dir: str | None = None):
+    """A follower of a run named by `target`: `host:path` (over ssh; `host` gives the command and ssh options
+    to use for it), a run folder here, or a run's id or name under the runs root. LocalFollower or
+    RemoteFollower; both iterate FollowLines and close() from any thread."""
+    remote = ssh.parse_target(target) if not os.path.exists(target) else None
+    if remote is not None:
+        dest, path = remote
+        reach = Host(dest, host.command, host.ssh_options, host.connect_timeout) if host else Host(dest)
+        return RemoteFollower(reach, path, offset)
+    from core.remote.agent import AgentError, find_run_folder
+
+    try:
+        return LocalFollower(find_run_folder(target, runs_dir), offset)
+    except AgentError as exc:
+        raise RemoteError(str(exc)) from None
