@@ -19,7 +19,8 @@ import torch
 
 from core.cli.main import main
 from core.engine.checkpoints import load_checkpoint, load_model_state
-from core.lab.export import SERVE_PY, export_model
+from core.lab import serve
+from core.lab.export import export_model
 from core.tasks import create_task
 from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
 
@@ -265,14 +266,10 @@ CORPUS = [
 
 @pytest.mark.parametrize("buckets, max_tokens, scope", [(1 << 19, 256, 3), (1024, 24, 0), (97, 7, 1),
                                                         (1 << 16, 64, 10)])
-def test_serve_tokenizer_gives_cores_ids(tmp_path, buckets, max_tokens, scope):
+def test_serve_tokenizer_gives_cores_ids(buckets, max_tokens, scope):
     from core.data.reviews import generate_reviews
     from core.data.tokenizer import hashed_tokens
 
-    (tmp_path / "serve.py").write_text(SERVE_PY, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("serve_under_test", tmp_path / "serve.py")
-    serve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(serve)
     texts = CORPUS + [" ".join(CORPUS)] + generate_reviews(200, 4).text.to_pylist()
     expected = hashed_tokens(pa.array(texts), buckets, max_tokens, scope).tolist()
     got = serve.hashed_tokens(texts, buckets, max_tokens, scope)
@@ -281,7 +278,7 @@ def test_serve_tokenizer_gives_cores_ids(tmp_path, buckets, max_tokens, scope):
     assert sum(any(row) for row in got) > len(texts) - 3  # real ids, not all padding
 
 
-def test_serve_tokenizer_gives_cores_ids_on_random_unicode(tmp_path):
+def test_serve_tokenizer_gives_cores_ids_on_random_unicode():
     """Random texts of words, negators, punctuation and any character this Python's Unicode database knows
     (arrow's may be newer: characters unassigned here are left out, see serve.py)."""
     import random
@@ -289,10 +286,6 @@ def test_serve_tokenizer_gives_cores_ids_on_random_unicode(tmp_path):
 
     from core.data.tokenizer import hashed_tokens
 
-    (tmp_path / "serve.py").write_text(SERVE_PY, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("serve_fuzzed", tmp_path / "serve.py")
-    serve = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(serve)
     rng = random.Random(0)
     pieces = list("abcXYZ '’.,;:!?()[]{}\"“”…|-_/\t\n0123") + ["not", "n't", "never", "İ", "Σ", "ß", "ﬁ", "é",
                                                                    "e\u0301", "½", "Ⅻ", "👍", "日本", "ǅ", "\u00a0"]
