@@ -91,7 +91,7 @@ def cmd_predict(args) -> int:
     # partial output is removed on the way out; a repeated one while unwinding is ignored.
     with safe_standard_streams(), StopSignals(announce=False) as signals:
         try:
-            return _predict(args)
+            return _predict(args, signals)
         except StopBeforeStart as exc:
             sys.stderr.write(f"amp-console: {signal_name(exc.signum)}: predict stopped; nothing written to "
                              f"{printable(args.out)}\n")
@@ -101,7 +101,10 @@ def cmd_predict(args) -> int:
             return 1
 
 
-def _predict(args) -> int:
+def _predict(args, signals) -> int:
+    from types import SimpleNamespace
+
+    from core.cli.common import stop_signals_held
     from core.files import check_regular_file, check_utf8_path, check_writable_folder
     from core.lab.predict import load_predictor
     from core.lab.predict_output import AtomicTableWriter, clear_abandoned
@@ -148,7 +151,9 @@ def _predict(args) -> int:
             progress.update(scorer.scored, report.count)
         for table in scorer.finish(report):
             writer.write(table)
-        writer.commit()
+        with stop_signals_held():  # once renamed into place the output stands: a later signal stops nothing
+            writer.commit()
+            signals.started(SimpleNamespace(stop=lambda: None))
     seconds = time.perf_counter() - began
     report.close()
     progress.done()

@@ -152,6 +152,23 @@ def test_a_stop_signal_mid_write_removes_the_partial_output(tmp_path, sentiment_
     assert partials(tmp_path) == [] and not out.exists()
 
 
+def test_a_stop_signal_once_the_output_is_in_place_stops_nothing(capsys, tmp_path, sentiment_run, monkeypatch):
+    from core.files import PartialFile
+
+    real = PartialFile.commit
+
+    def commit(self):  # SIGTERM the moment the finished file has its name
+        real(self)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(PartialFile, "commit", commit)
+    out = tmp_path / "scores.csv"
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"),
+                            "--out", out)
+    assert code == 0 and "300 reviews scored" in stdout and "nothing written" not in err
+    assert len(rows_of(out)) == 300 and partials(tmp_path) == []
+
+
 @pytest.mark.slow
 def test_after_kill_9_the_next_predict_removes_the_partial_output(capsys, tmp_path, sentiment_run):
     out = tmp_path / "scores.csv"
