@@ -1,5 +1,6 @@
 """Atomic file writes (a temp file in the same folder, fsync, rename, so a crash never leaves half a file),
-temp files and folders with the usual permissions, lock files, and path checks before a run.
+streamed writes' partial files (removed once their writer is gone), temp files and folders with the usual
+permissions, lock files, files opened only when regular, and path checks before a run.
 
 A shared leaf of the engine (see docs/ARCHITECTURE.md): config, checkpoints, run folders, sweeps, exports and
 predictions write through it.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -99,6 +101,93 @@ def new_temp_folder(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp"
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(folder))
+
+
+# ----------------------------------------------------------------- partial files of streamed writes
+# A writer that streams (pyarrow's CSV and Parquet writers, a table at a time) writes `.<name>.<random>.tmp`
+# beside its target and renames it when complete. A stop signal removes it; SIGKILL or a power cut cannot, so
+# the writer holds a lock on it for its life (flock: the system drops it however the process ends) and the
+# next writer to the same target removes those no lock is held on. On Windows nothing is locked (a byte lock
+# there is mandatory and would stop the writer's own writes): a file still open cannot be removed there.
+
+def _partial_pattern(name: str):
+    return re.compile(rf"^\.{re.escape(name)}\.[0-9a-f]{{12}}\.tmp$")  # new_temp_file's name for `.<name>.`
+
+
+class PartialFile:
+    """The temporary file a streamed write to `target` goes to: `.<name>.<random>.tmp` in the same folder, with
+    open()'s permissions, locked while its writer lives. `path`: where to write (the caller's writer opens it);
+    commit() fsyncs it and renames it over `target`; leaving the `with` block without commit() (an error, a
+    stop signal) removes it. OSError from the file system (a full disk) comes through as it is."""
+
+    def __init__(self, target: str | os.PathLike):
+        self.target = Path(target)
+        self.path: str | None = None
+        self._fd: int | None = None
+
+    def __enter__(self):
+        folder = self.target.parent if str(self.target.parent) else Path(".")
+        folder.mkdir(parents=True, exist_ok=True)
+        self._fd, self.path = new_temp_file(folder, f".{self.target.name}.")
+        try:
+            if fcntl is not None:  # never held elsewhere: the name is new
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def commit(self) -> None:
+        """fsync the written file and rename it over the target (then the folder's entry is fsynced)."""
+        os.fsync(self._fd)  # the writer's data, whichever descriptor wrote it
+        if fcntl is None:  # Windows renames no open file; POSIX keeps the lock until the name is gone
+            self._release()
+        os.replace(self.path, self.target)
+        self.path = None
+        _fsync_dir(self.target.parent if str(self.target.parent) else Path("."))
+        self._release()
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __exit__(self, *exc) -> None:
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.path = None
+        self._release()
+
+
+def remove_abandoned_partials(target: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """Remove the partial files (PartialFile's) of earlier writes to `target` whose writer is gone: no lock is
+    held on them. Returns (names removed, names kept because they could not be removed). A live writer's
+    partial file is never touched (its lock is held; on Windows, an open file cannot be removed)."""
+    target = Path(target)
+    folder = target.parent if str(target.parent) else Path(".")
+    pattern = _partial_pattern(target.name)
+    removed: list[str] = []
+    kept: list[str] = []
+    try:
+        names = sorted(n for n in os.listdir(folder) if pattern.match(n))
+    except OSError:
+        return removed, kept
+    for name in names:
+        path = folder / name
+        try:
+            # one that cannot be opened to probe its lock may be another user's live write: left alone
+            if not stat.S_ISREG(os.lstat(path).st_mode) or not os.access(path, os.R_OK) or lock_is_held(path):
+                continue
+            os.unlink(path)
+            removed.append(name)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            kept.append(name)
+    return removed, kept
 
 
 # ----------------------------------------------------------------- lock files
@@ -276,6 +365,30 @@ def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def open_regular(path: str | os.PathLike):
+    """`path` open for reading (binary, unbuffered), refused with UnreadableFile unless it is a regular file
+    once open: the open never blocks on a named pipe, and a device (/dev/zero never ends) is not read. Links
+    are followed. FileNotFoundError when it is missing."""
+    name = shown_path(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile(f"{name} is {file_kind(mode)}, not a file")
+        if fcntl is not None and flags & getattr(os, "O_NONBLOCK", 0):  # reads of a file then block as usual
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _depth_exceeds(value, limit: int) -> bool:

@@ -77,7 +77,7 @@ def test_atomic_writes_never_open_a_window_for_another_threads_files(tmp_path, m
 def test_the_prediction_writer_gets_a_saved_files_permissions(tmp_path, mask_027):
     import pyarrow as pa
 
-    from core.cli.predict import AtomicTableWriter
+    from core.lab.predict_output import AtomicTableWriter
 
     schema = pa.schema([("line", pa.int64())])
     with AtomicTableWriter(tmp_path / "out.csv", schema) as writer:
@@ -161,3 +161,30 @@ def test_a_run_folder_and_a_sweep_lock_alike(tmp_path):
     assert not sweep_in_use(sweep)
     claimed.release()
     assert not is_in_use(tmp_path / "run")
+
+
+def test_a_partial_file_is_locked_while_written_and_only_abandoned_ones_are_removed(tmp_path, mask_027):
+    target = tmp_path / "scores.csv"
+    abandoned = tmp_path / ".scores.csv.00112233aabb.tmp"  # a killed writer's: nothing holds it
+    abandoned.write_bytes(b"half")
+    with files.PartialFile(target) as live:
+        assert files.lock_is_held(live.path) and _mode(live.path) == 0o640
+        assert files.remove_abandoned_partials(target) == ([abandoned.name], [])
+        with open(live.path, "wb") as f:
+            f.write(b"line\n2\n")
+        live.commit()
+    assert target.read_bytes() == b"line\n2\n" and sorted(p.name for p in tmp_path.iterdir()) == ["scores.csv"]
+    with files.PartialFile(target) as left:  # leaving without commit removes it
+        path = left.path
+    assert not os.path.exists(path) and mask_027 == []
+
+
+def test_open_regular_refuses_a_fifo_or_a_device_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "pipe.csv")
+    with pytest.raises(files.UnreadableFile, match="pipe.csv is a named pipe"):
+        files.open_regular(tmp_path / "pipe.csv")
+    with pytest.raises(files.UnreadableFile, match="is a device, not a file"):
+        files.open_regular(os.devnull)
+    (tmp_path / "rows.csv").write_bytes(b"a\n")
+    with files.open_regular(tmp_path / "rows.csv") as f:
+        assert f.read() == b"a\n"

@@ -158,6 +158,21 @@ class StopSignals:
             self.control.stop()
 
 
+@contextlib.contextmanager
+def stop_signals_held():
+    """Stop signals that arrive inside the block wait until it ends (POSIX; elsewhere they do not wait): a step
+    that must not be cut in two, like renaming a finished file into place and saying so."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    previous = mask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, previous)
+
+
 class SafeStream:
     """stdout/stderr that never crash the run: once a write fails (EIO after a dropped ssh session, EPIPE when
     the reader went away, ENOSPC on a full disk for a log file), the descriptor is pointed at /dev/null and

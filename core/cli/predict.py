@@ -9,39 +9,46 @@ file in the task's own input format (core.lab.predict's Predictor does the scori
 - tiny: 10 numeric columns (x1..x10, f1..f10, or exactly 10 columns) -> line, p0, p1, predicted.
 
 The input is read a block at a time (pyarrow's streaming CSV reader, which reads up to 32 blocks of BLOCK_BYTES
-ahead; a Parquet file's row batches, a row group at a time), so memory stays bounded whatever the file's size
+ahead, through core.data.csv_guard's RowGuard; a Parquet file's row batches, a row group at a time), so memory
+stays bounded whatever the file's size
 (the interactions format holds users x max_len lessons, and the distinct (user, lesson) pairs, so that a lesson
 seen before the window is excluded too). CSV columns
 are read as bytes and converted per batch, so one bad value costs its row, not its block: a bad row (empty
 text, bytes that are not UTF-8, a value that is not a number, a wrong number of values, a history with no lesson
-the model knows) is
+the model knows, a NUL byte, a CSV row over ROW_BYTES, which is skipped as it streams by, never held) is
 skipped and reported on stderr by line ("line 17: f3 'abc' is not a number": the first 20, then a count), or,
 with --strict, is a one-line error (exit 2). Line numbers are the file's lines (the header is line 1; a quoted
 value spanning lines is counted in full, in any column; blank lines are counted, and skipped without a report);
 a Parquet file's are its 1-based rows.
 
-The output (CSV or Parquet, by its suffix) is written to a temporary file beside it and renamed when complete:
-an existing --out is replaced only on success, and nothing half-written is ever left. No torch at import time.
+Nothing of the file is printed unless line 1 reads as a header of the columns predict reads (_plausible_header),
+and what is printed has its control characters escaped (core.text.printable).
+
+The output (CSV or Parquet, by its suffix) is written to a partial file beside it and renamed when complete
+(core.lab.predict_output): an existing --out is replaced only on success. A full disk is one line (exit 1); a
+stop signal (SIGINT, SIGTERM, SIGHUP) unwinds the command and removes the partial file (exit 128 + n); one left
+by a predict killed with SIGKILL is removed by the next predict to the same --out. No torch at import time.
 """
 
 from __future__ import annotations
 
-import os
+import functools
+import re
 import sys
 import time
 from pathlib import Path
 
 from core.errors import ConfigError, DataError
-from core.files import new_temp_file
-from core.text import first_line
+from core.lab.predict_output import OUT_SUFFIXES
+from core.text import first_line, printable
 
 HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split into ids
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
 BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
+ROW_BYTES = 1 << 20  # a CSV row longer than this (or half a block) is a bad row, skipped without being held
 DEFAULT_BATCH = 4096
 MAX_BATCH = 1 << 24
 PROGRESS_SECONDS = 5.0  # off a terminal: a progress line this often
-OUT_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 SHOWN = 40  # characters of a bad value shown
 
 
@@ -75,8 +82,32 @@ def register(sub) -> None:
 # ---- the command -------------------------------------------------------------------------------------------------
 
 def cmd_predict(args) -> int:
+    """Exit codes: 0 written, 1 the output could not be written (a full disk), 2 bad input, 128 + the signal's
+    number when SIGINT, SIGTERM or SIGHUP stopped it (the partial output removed, nothing written)."""
+    from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams, signal_name
+    from core.lab.predict_output import WriteFailed
+
+    # Any stop signal unwinds the command from wherever it is (a StopBeforeStart raised by the handler), so the
+    # partial output is removed on the way out; a repeated one while unwinding is ignored.
+    with safe_standard_streams(), StopSignals(announce=False) as signals:
+        try:
+            return _predict(args, signals)
+        except StopBeforeStart as exc:
+            sys.stderr.write(f"amp-console: {signal_name(exc.signum)}: predict stopped; nothing written to "
+                             f"{printable(args.out)}\n")
+            return signals.exit_code
+        except WriteFailed as exc:
+            sys.stderr.write(f"amp-console: error: {exc}\n")
+            return 1
+
+
+def _predict(args, signals) -> int:
+    from types import SimpleNamespace
+
+    from core.cli.common import stop_signals_held
     from core.files import check_regular_file, check_utf8_path, check_writable_folder
     from core.lab.predict import load_predictor
+    from core.lab.predict_output import AtomicTableWriter, clear_abandoned
 
     source, out = Path(args.input).expanduser(), Path(args.out).expanduser()
     if args.batch_size < 1:
@@ -85,17 +116,21 @@ def cmd_predict(args) -> int:
         raise ConfigError("batch_size", f"{args.batch_size}: score at most {MAX_BATCH:,} rows at a time")
     if args.k < 1:
         raise ConfigError("--k", f"{args.k}: ask for at least 1 recommendation")
-    check_regular_file(source, "--input", "input file")
+    check_regular_file(source, "--input", "input file")  # a FIFO or a device is refused, never opened
     if source.suffix.lower() not in OUT_SUFFIXES:
         raise ConfigError("--input", f"{source}: use a .csv or .parquet file")
     if out.suffix.lower() not in OUT_SUFFIXES:
         raise ConfigError("--out", f"{out}: use a .csv or .parquet file name")
     check_utf8_path(out, "--out")
     if out.exists() and not out.is_file():
-        raise ConfigError("--out", f"{out}: is a folder, not a file")
+        from core.files import file_kind
+
+        raise ConfigError("--out", f"{out}: is {file_kind(out.stat().st_mode)}, not a file")
     check_writable_folder(out.parent if str(out.parent) else Path("."), "--out")
     if out.resolve() == source.resolve():
         raise ConfigError("--out", f"{out}: is the input file; write the predictions elsewhere")
+    for note in clear_abandoned(out):
+        sys.stderr.write(f"note: {note}\n")
     checkpoint, which = resolve_target(args.target, args.which, args.runs_dir)
     predictor = load_predictor(checkpoint, which, device=args.device)
     for note in predictor.notes:
@@ -116,7 +151,9 @@ def cmd_predict(args) -> int:
             progress.update(scorer.scored, report.count)
         for table in scorer.finish(report):
             writer.write(table)
-        writer.commit()
+        with stop_signals_held():  # once renamed into place the output stands: a later signal stops nothing
+            writer.commit()
+            signals.started(SimpleNamespace(stop=lambda: None))
     seconds = time.perf_counter() - began
     report.close()
     progress.done()
@@ -168,16 +205,16 @@ class InputReader:
         self.unit = "row" if self.parquet else "line"
         self.needed: list[str] = []
         self.delimiter = ","
+        self._open().close()  # the first open: a FIFO or a device put in the file's place is refused, not read
         if not self.parquet:
-            formats.refuse_binary(path)  # a checkpoint or a UTF-16 export named .csv: said so, not parsed into junk
             self.delimiter = formats.sniff_delimiter(path, _known_names())  # as training's importer sniffs it
         try:
             if self.parquet:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
             else:
-                with formats.delimited_source(path, self.delimiter) as (source, separation), pacsv.open_csv(
-                        source, read_options=pacsv.ReadOptions(block_size=1 << 16, use_threads=False),
+                with self._csv_source() as (source, separation), pacsv.open_csv(
+                        source, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
                         parse_options=pacsv.ParseOptions(**separation, newlines_in_values=True,
                                                          ignore_empty_lines=False,
                                                          invalid_row_handler=lambda row: "skip")) as r:
@@ -185,7 +222,7 @@ class InputReader:
                 self.schema = pa.schema([(n, pa.string()) for n in names])
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"{path}: cannot be read as {'Parquet' if self.parquet else 'CSV'}: "
-                            f"{first_line(exc)}") from None
+                            f"{_arrow_reason(exc)}") from None
         except UnicodeDecodeError as exc:  # pyarrow decodes the column names itself
             raise DataError(f"{path}: line 1: a column name is not UTF-8 text (byte {exc.object[exc.start]:#04x}): "
                             f"save the file as UTF-8") from None
@@ -194,8 +231,42 @@ class InputReader:
             raise DataError(f"{path}: no header line (the first line names the columns)")
         if not self.parquet and all(formats.is_number(name) for name in self.columns):
             # a file without a header: its first row would be read as the column names and silently lost
-            raise DataError(f"{path}: line 1 holds numbers ({_shown_names(self.columns)}), not column names: "
-                            f"add a header line naming the columns")
+            raise DataError(f"{path}: line 1 holds numbers, not column names: add a header line naming the "
+                            f"columns")
+        self.header_shown = _plausible_header(self.columns)  # else nothing of line 1 is ever printed
+
+    def _open(self):
+        """The file, opened only if it is a regular file once open (core.files.open_regular)."""
+        from core.files import UnreadableFile, open_regular
+
+        try:
+            return open_regular(self.path)
+        except FileNotFoundError:
+            raise ConfigError("--input", f"{self.path}: no such input file") from None
+        except UnreadableFile as exc:
+            raise ConfigError("--input", str(exc)) from None
+
+    def _csv_source(self):
+        """(stream, ParseOptions arguments) for pyarrow's CSV reader: the file through a RowGuard, so that a
+        row over ROW_BYTES or holding a NUL byte costs that row (core.data.csv_guard)."""
+        from core.data.csv_guard import guarded_source
+
+        return guarded_source(self.path, self.delimiter, min(ROW_BYTES, BLOCK_BYTES // 2), lambda _: self._open())
+
+    def columns_note(self) -> str:
+        """The file's columns for a message, or why they are not shown (line 1 reads as no header)."""
+        if self.header_shown:
+            return f"the file's columns: {_shown_names(self.columns)}"
+        return f"{'its columns name' if self.parquet else 'line 1 names'} none of the columns predict reads, so " \
+               f"they are not shown"
+
+    def shown(self, column: str) -> str:
+        """How messages name one of the file's columns: its name when line 1 is a header, else its position."""
+        from core.data.formats import normalise_name
+
+        if self.header_shown or _is_known(normalise_name(column)):
+            return printable(column)
+        return f"column {self.columns.index(column) + 1}"
 
     def find(self, name: str, aliases: tuple = ()) -> str | None:
         """The file's column for `name`: the same name (case, '_', '-' and spaces aside), else one alias."""
@@ -213,8 +284,7 @@ class InputReader:
 
         column = self.find(name, ALIASES.get(name, ()))
         if column is None:
-            raise DataError(f"{self.path}: no column {name!r} ({why}); the file's columns: "
-                            f"{_shown_names(self.columns)}")
+            raise DataError(f"{self.path}: no column {name!r} ({why}); {self.columns_note()}")
         return column
 
     def id_type(self, name: str):
@@ -228,7 +298,7 @@ class InputReader:
         if pa.types.is_binary(t) or pa.types.is_large_binary(t):
             return pa.large_string() if pa.types.is_large_binary(t) else pa.string()
         if pa.types.is_nested(t) or pa.types.is_null(t):
-            raise DataError(f"{self.path}: column {name!r} holds {t} values, not ids")
+            raise DataError(f"{self.path}: column {self.shown(name)!r} holds {t} values, not ids")
         return t
 
     def use(self, columns: list[str]) -> None:
@@ -236,8 +306,9 @@ class InputReader:
         for name in self.needed:  # which of two same-named columns is meant cannot be known
             where = [str(i + 1) for i, c in enumerate(self.columns) if c == name]
             if len(where) > 1:
-                raise DataError(f"{self.path}: {'line 1: ' if not self.parquet else ''}the column {name!r} "
-                                f"appears {len(where)} times (columns {', '.join(where)}): rename all but one")
+                raise DataError(f"{self.path}: {'line 1: ' if not self.parquet else ''}the column "
+                                f"{self.shown(name)!r} appears {len(where)} times (columns {', '.join(where)}): "
+                                f"rename all but one")
 
     def __iter__(self):
         if self.parquet:
@@ -269,13 +340,14 @@ class InputReader:
         import pyarrow.compute as pc
         import pyarrow.csv as pacsv
 
-        from core.data import formats
+        from core.data.csv_guard import reason
 
-        skipped: list = []  # (record number, line breaks inside it, values found, values expected) per bad record
+        skipped: list = []  # (record number, line breaks inside it, why) per record the parser skips
 
         def invalid(row) -> str:
-            skipped.append((int(row.number or 0), (row.text or "").count("\n"), row.actual_columns,
-                            row.expected_columns))
+            text = row.text or ""
+            why = reason(text) or f"{row.actual_columns} values, the header has {row.expected_columns} columns"
+            skipped.append((int(row.number or 0), text.count("\n"), why))
             return "skip"
 
         # Every column is read (as bytes, made text per batch: a value that is not UTF-8 costs its row, not the
@@ -291,7 +363,7 @@ class InputReader:
         record = 1  # the last record (header = 1) placed so far: the next batch's rows come after it
         extra_lines = 0  # line breaks inside quoted values of the records placed so far
         try:
-            with formats.delimited_source(self.path, self.delimiter) as (source, separation):
+            with self._csv_source() as (source, separation):
                 reader = pacsv.open_csv(source, parse_options=pacsv.ParseOptions(
                     **separation, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=invalid),
                     **options)
@@ -314,16 +386,18 @@ class InputReader:
                 yield (pa.RecordBatch.from_pylist([], schema=pa.schema([(c, pa.string()) for c in self.needed])),
                        np.zeros(0, dtype=np.int64), problems)
         except pa.ArrowInvalid as exc:
-            raise DataError(f"{self.path}: cannot be read as CSV: {first_line(exc)}") from None
+            raise DataError(f"{self.path}: cannot be read as CSV: {_arrow_reason(exc)}") from None
 
 
-def _known_names() -> set[str]:
+@functools.cache
+def _known_names() -> frozenset[str]:
     """Normalised column names that mark a delimiter's line 1 as a header: every task's input columns and their
     aliases (what training's importer looks for when it sniffs a delimiter)."""
     from core.data.formats import normalise_name
     from core.data.importers import ALIASES
 
-    return {normalise_name(name) for name in (*ALIASES, "history")} | {a for v in ALIASES.values() for a in v}
+    names = {normalise_name(name) for name in (*ALIASES, "history")}
+    return frozenset(names | {a for v in ALIASES.values() for a in v})
 
 
 def _binary_as_text(batch):
@@ -384,7 +458,7 @@ def open_input(path: Path, batch_rows: int) -> InputReader:
 
 def _place_records(n: int, breaks, skipped: list, record: int, extra_lines: int):
     """Line numbers of a batch's `n` good rows and of the skipped records (the CSV parser's bad ones, as
-    (record number, line breaks inside, values found, values expected)) that come before its last good row;
+    (record number, line breaks inside, why)) that come before its last good row;
     later skipped records stay in `skipped` for the next batch (a parser may read ahead). Records are numbered
     from the header (1); a record's line adds the line breaks inside the quoted values of every record before
     it. Returns (lines, problems, the last record placed, line breaks placed so far)."""
@@ -406,7 +480,7 @@ def _place_records(n: int, breaks, skipped: list, record: int, extra_lines: int)
     before = np.cumsum(all_breaks[order]) - all_breaks[order]
     lines = np.empty_like(all_numbers)
     lines[order] = all_numbers[order] + extra_lines + before
-    problems = [(int(lines[n + j]), f"{s[2]} values, the header has {s[3]} columns") for j, s in enumerate(here)]
+    problems = [(int(lines[n + j]), s[2]) for j, s in enumerate(here)]
     if len(all_numbers):
         record = int(all_numbers.max())
     return lines[:n], problems, record, extra_lines + int(all_breaks.sum())
@@ -420,13 +494,32 @@ def _line_breaks(values):
 
 
 def _shown_names(names: list[str]) -> str:
-    text = ", ".join(names[:12]) + (f" (+{len(names) - 12} more)" if len(names) > 12 else "")
+    text = ", ".join(printable(n) for n in names[:12]) + (f" (+{len(names) - 12} more)" if len(names) > 12 else "")
     return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _shown(value) -> str:
     text = str(value)
-    return repr(text if len(text) <= SHOWN else text[:SHOWN] + "...")
+    return printable(repr(text if len(text) <= SHOWN else text[:SHOWN] + "..."))
+
+
+def _is_known(normalised: str) -> bool:
+    """Whether a column name (normalise_name'd) is one some task's predict reads, or an alias of one."""
+    return normalised in _known_names() or re.fullmatch(r"[xf]\d+", normalised) is not None
+
+
+def _plausible_header(names: list[str]) -> bool:
+    """Whether line 1 (a Parquet file's column names) reads as a header of the columns predict reads: every
+    name shaped like a column name and one of them a known column. Only then may a message show it: a file
+    the user can read but should not publish (a link to /etc/shadow) has its line 1 printed nowhere."""
+    from core.data.formats import looks_like_column_name, normalise_name
+
+    return all(looks_like_column_name(n) for n in names) and any(_is_known(normalise_name(n)) for n in names)
+
+
+def _arrow_reason(exc: BaseException) -> str:
+    """pyarrow's error as a message may show it: without the row it quotes, control characters escaped."""
+    return printable(re.sub(r"(Expected \d+ columns, got \d+):.*", r"\1", first_line(exc)))
 
 
 # ---- values and bad rows ------------------------------------------------------------------------------------------
@@ -571,7 +664,7 @@ class BadRows:
     def add(self, entries: list[tuple[int | str, str]]) -> None:
         """(line, why) pairs, in line order."""
         for where, why in entries:
-            text = f"{self.unit} {where}: {why}" if isinstance(where, int) else f"{where}: {why}"
+            text = printable(f"{self.unit} {where}: {why}" if isinstance(where, int) else f"{where}: {why}")
             if self.strict:
                 where = f"{self.source}: " if self.source else ""
                 raise DataError(f"{where}{text} (--strict: nothing written)")
@@ -691,8 +784,7 @@ class TinyScorer(Scorer):
             rest = [c for c in reader.columns if normalise_name(c) not in ("label", "y", "line", "row", "id")]
             if len(rest) != width:
                 raise DataError(f"{reader.path}: the tiny model reads {width} numeric columns (x1..x{width}, "
-                                f"f1..f{width}, or exactly {width} columns); the file's columns: "
-                                f"{_shown_names(reader.columns)}")
+                                f"f1..f{width}, or exactly {width} columns); {reader.columns_note()}")
             found = rest
         self.features = found
         reader.use(found)
@@ -704,8 +796,8 @@ class TinyScorer(Scorer):
         import pyarrow as pa
 
         checks = Checks(batch.num_rows)
-        x = np.stack([numbers(batch.column(c), c, checks) for c in self.features], axis=1) if batch.num_rows \
-            else np.zeros((0, len(self.features)), np.float32)
+        x = np.stack([numbers(batch.column(c), self.reader.shown(c), checks) for c in self.features], axis=1) \
+            if batch.num_rows else np.zeros((0, len(self.features)), np.float32)
         good = self._good(batch, lines, checks, report)
         for rows in self._slices(good):
             p = self.predictor.classify(x[rows])
@@ -731,7 +823,7 @@ class RankingScorer(Scorer):
         missing = [f"f{i}" for i, c in enumerate(features, 1) if c is None]
         if missing:
             raise DataError(f"{reader.path}: no column {missing[0]!r} (the ranking model reads {width} features, "
-                            f"f1..f{width}); the file's columns: {_shown_names(reader.columns)}")
+                            f"f1..f{width}); {reader.columns_note()}")
         from core.data.formats import normalise_name
 
         named = [normalise_name(c) for c in reader.columns]
@@ -1026,72 +1118,7 @@ SCORERS = {"sentiment": SentimentScorer, "recommender": RecommenderScorer, "rank
            "tiny": TinyScorer}
 
 
-# ---- writing and progress ----------------------------------------------------------------------------------------
-
-class AtomicTableWriter:
-    """Tables appended to a temporary file beside `out` (CSV or Parquet by its suffix), fsynced and renamed over
-    `out` by commit(); leaving the `with` block without commit (an error, --strict, Ctrl+C) removes it."""
-
-    def __init__(self, out: Path, schema):
-        self.out, self.schema = Path(out), schema
-        self.kind = OUT_SUFFIXES[self.out.suffix.lower()]
-        self._writer = None
-        self._tmp: str | None = None
-
-    def __enter__(self):
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-        import pyarrow.parquet as pq
-
-        folder = self.out.parent if str(self.out.parent) else Path(".")
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = new_temp_file(folder, f".{self.out.name}.")  # a saved file's usual permissions
-        os.close(fd)
-        try:  # `with` calls no __exit__ when __enter__ fails: the temporary file is removed here
-            if self.kind == "csv":
-                self._writer = pacsv.CSVWriter(self._tmp, self.schema)
-            else:
-                self._writer = pq.ParquetWriter(self._tmp, self.schema)
-        except BaseException as exc:
-            self.__exit__()
-            if isinstance(exc, (pa.ArrowException, OSError)):
-                raise DataError(f"{self.out}: cannot write {self.kind.upper()} with columns {self.schema.names}: "
-                                f"{first_line(exc)}") from None
-            raise
-        return self
-
-    def write(self, table) -> None:
-        if table.num_rows:
-            self._writer.write_table(table)
-
-    def commit(self) -> None:
-        self._writer.close()
-        self._writer = None
-        with open(self._tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(self._tmp, self.out)
-        self._tmp = None
-        try:
-            fd = os.open(self.out.parent if str(self.out.parent) else ".", os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
-
-    def __exit__(self, *exc) -> None:
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except Exception:  # noqa: BLE001 - the file is removed anyway
-                pass
-        if self._tmp is not None:
-            try:
-                os.unlink(self._tmp)
-            except FileNotFoundError:
-                pass
-
+# ---- progress ----------------------------------------------------------------------------------------
 
 class Progress:
     """On a terminal one line rewritten in place; otherwise a line every `every` seconds (log-friendly)."""

@@ -47,12 +47,19 @@ SAMPLE_RECORDS = 50
 NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"  # what a reader reads as a number (pyarrow regex too)
 INTEGER = r"^\s*[-+]?\d+\s*$"  # what a reader reads as a whole number
 _NUMBER = re.compile(NUMBER)
+_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .()#%+-]{0,39}$")
 _SVM_FIRST = re.compile(rb"^\s*[-+]?[0-9.]+(?:[eE][-+]?\d+)?\s+qid:", re.MULTILINE)
 
 
 def is_number(text: str) -> bool:
     """Whether `text` reads as a number (NUMBER): '3', '-0.5', '.5', '1e-3', with blanks around."""
     return bool(_NUMBER.match(text))
+
+
+def looks_like_column_name(name: str) -> bool:
+    """Whether `name` is shaped like a column name (a letter or '_' first, then up to 39 letters, digits,
+    blanks or `_ .()#%+-`): a line 1 whose fields all are may be shown as a header; other text may be a secret."""
+    return bool(_COLUMN_NAME.match(name))
 
 
 def normalise_name(name: str) -> str:

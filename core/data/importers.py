@@ -61,7 +61,6 @@ HEADERLESS_LAYOUTS = {
 }
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # models train in float32: a larger feature is an inf there
 MAX_SHOWN = 80  # characters of file content (header names, one bad value) an error message may show
-_HEADER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .()#%+-]{0,39}$")
 
 
 @dataclass(frozen=True)
@@ -365,12 +364,13 @@ def _found_columns(names: list[str], src: _Source | None = None) -> str:
                 f"{formats.shorten(', '.join(names), 60)}; add a header line or map columns with "
                 "--column NAME=POSITION")
     used = src.delimiter if src is not None else ","
-    if len(names) > 1 and all(_HEADER_NAME.match(n) for n in names):  # one "name" is as likely a secret
+    # one "name" is as likely a secret
+    if len(names) > 1 and all(formats.looks_like_column_name(n) for n in names):
         return "found: " + formats.shorten(", ".join(names), MAX_SHOWN)
     if len(names) == 1:
         for sep in ("::", ";", "\t", "|", ","):
             parts = names[0].split(sep)
-            if sep != used and len(parts) > 1 and all(_HEADER_NAME.match(p.strip()) for p in parts):
+            if sep != used and len(parts) > 1 and all(formats.looks_like_column_name(p.strip()) for p in parts):
                 if src is None or src.kind != "csv":
                     return f"line 1 seems separated by {formats.describe(sep)}"
                 how = "the sniffed" if src.sniffed else "the given"

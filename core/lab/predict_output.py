@@ -1,0 +1,103 @@
+"""Where `predict` writes: a CSV or Parquet file that appears only when complete.
+
+Tables are appended to a partial file beside --out (core.files.PartialFile: `.<name>.<random>.tmp`, locked
+while this process lives), which is fsynced and renamed over --out on commit. Leaving the `with` block
+without commit (an error, --strict, a stop signal) removes it; a partial file whose writer was killed
+(SIGKILL, a power cut) is removed by the next predict to the same --out. A file system error while writing (a
+full disk) is one WriteFailed line naming --out, and nothing is left behind. No torch, no pyarrow at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from pathlib import Path
+
+from core.errors import AmpConsoleError, DataError
+from core.files import PartialFile, remove_abandoned_partials, shown_path
+from core.text import first_line
+
+OUT_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_CAUSES = {errno.ENOSPC: "disk full", getattr(errno, "EDQUOT", -1): "disk quota exceeded",
+           errno.EROFS: "read-only file system", errno.EIO: "input/output error"}
+
+
+class WriteFailed(AmpConsoleError):
+    """The predictions could not be written (the disk, not the input): one line naming the file."""
+
+
+def write_failure(out: Path, exc: OSError) -> WriteFailed:
+    """'<out>: could not write the predictions: disk full (No space left on device); nothing was written'."""
+    cause = _CAUSES.get(exc.errno or 0)
+    detail = os.strerror(exc.errno) if exc.errno else first_line(exc)
+    reason = f"{cause} ({detail})" if cause and detail else cause or detail
+    return WriteFailed(f"{shown_path(out)}: could not write the predictions: {reason}; nothing was written")
+
+
+def clear_abandoned(out: Path) -> list[str]:
+    """Notes on the partial files of earlier predicts to `out` that were killed: removed (or, when they
+    cannot be, named). A live predict's is never touched."""
+    removed, kept = remove_abandoned_partials(out)
+    notes = [f"removed {shown_path(name)}, the partial output of an earlier predict that did not finish"
+             for name in removed]
+    notes += [f"{shown_path(name)} beside {shown_path(out.name)} is the partial output of an earlier predict "
+              f"that did not finish, and could not be removed" for name in kept]
+    return notes
+
+
+class AtomicTableWriter:
+    """Tables appended to a partial file beside `out` (CSV or Parquet by its suffix), renamed over `out` by
+    commit(); leaving the `with` block without commit removes it. OSError -> WriteFailed."""
+
+    def __init__(self, out: Path, schema):
+        self.out, self.schema = Path(out), schema
+        self.kind = OUT_SUFFIXES[self.out.suffix.lower()]
+        self._writer = None
+        self._partial = PartialFile(self.out)
+
+    def __enter__(self):
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        try:
+            self._partial.__enter__()
+        except OSError as exc:
+            raise write_failure(self.out, exc) from None
+        try:  # `with` calls no __exit__ when __enter__ fails: the partial file is removed here
+            if self.kind == "csv":
+                self._writer = pacsv.CSVWriter(self._partial.path, self.schema)
+            else:
+                self._writer = pq.ParquetWriter(self._partial.path, self.schema)
+        except BaseException as exc:
+            self.__exit__()
+            if isinstance(exc, OSError) and exc.errno:
+                raise write_failure(self.out, exc) from None
+            if isinstance(exc, (pa.ArrowException, OSError)):
+                raise DataError(f"{self.out}: cannot write {self.kind.upper()} with columns {self.schema.names}: "
+                                f"{first_line(exc)}") from None
+            raise
+        return self
+
+    def write(self, table) -> None:
+        if table.num_rows:
+            try:
+                self._writer.write_table(table)
+            except OSError as exc:
+                raise write_failure(self.out, exc) from None
+
+    def commit(self) -> None:
+        try:
+            self._writer.close()
+            self._writer = None
+            self._partial.commit()
+        except OSError as exc:
+            raise write_failure(self.out, exc) from None
+
+    def __exit__(self, *exc) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(Exception):  # the file is removed anyway (a full disk fails the close too)
+                self._writer.close()
+            self._writer = None
+        self._partial.__exit__()

@@ -1,0 +1,410 @@
+"""`amp-console predict` under hostile files and faults: a full disk or a stop signal mid-write, kill -9, a row
+longer than the CSV reader's block or holding a NUL byte, a link to a file that must not be echoed, a FIFO or a
+device as --input. Each ends in one line (or costs one bad row), and no partial output is left beside --out."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from core.cli.main import main
+from core.lab.predict import load_predictor
+
+pytestmark = pytest.mark.reliability
+
+ROOT = Path(__file__).resolve().parents[2]
+ENOSPC = os.strerror(errno.ENOSPC)
+
+
+def cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def partials(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def reviews(path: Path, rows: int = 300) -> Path:
+    path.write_text("text,label\n" + "".join(f"review {i} was clear and helpful,1\n" for i in range(rows)))
+    return path
+
+
+def rows_of(path: Path) -> list[dict]:
+    return pacsv.read_csv(path).to_pylist()
+
+
+# ---- a full disk -----------------------------------------------------------------------------------------------
+
+def test_a_full_disk_at_the_last_write_is_one_line_and_keeps_the_old_output(capsys, tmp_path, sentiment_run,
+                                                                             monkeypatch):
+    import core.files
+
+    out = tmp_path / "out" / "scores.csv"
+    out.parent.mkdir()
+    out.write_text("the previous predictions\n")
+    real = os.fsync
+
+    def fsync(fd):  # the fsync before the rename: the disk is full (as test_rel_disk_full simulates it)
+        if ".scores.csv." in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, ENOSPC)
+        return real(fd)
+
+    monkeypatch.setattr(core.files.os, "fsync", fsync)
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"),
+                            "--out", out)
+    assert code == 1 and stdout == ""
+    assert err.splitlines()[-1] == (f"amp-console: error: {out}: could not write the predictions: disk full "
+                                    f"({ENOSPC}); nothing was written")
+    assert "Traceback" not in err
+    assert out.read_text() == "the previous predictions\n" and partials(out.parent) == []
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_full_disk_mid_write_is_one_line_and_leaves_nothing(capsys, tmp_path, sentiment_run, monkeypatch, suffix):
+    written = []
+
+    def filling(base):
+        class Filling(base):  # the second table finds the disk full, as pyarrow's own writes report it
+            def write_table(self, table, *args, **kwargs):
+                if written:
+                    raise OSError(errno.ENOSPC, f"Error writing bytes to file. Detail: [errno 28] {ENOSPC}")
+                written.append(table.num_rows)
+                return super().write_table(table, *args, **kwargs)
+        return Filling
+
+    monkeypatch.setattr(pacsv, "CSVWriter", filling(pacsv.CSVWriter))
+    monkeypatch.setattr(pq, "ParquetWriter", filling(pq.ParquetWriter))
+    out = tmp_path / f"scores{suffix}"
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"), "--out",
+                       out, "--batch-size", 50)
+    assert code == 1 and written == [50]
+    assert err.splitlines()[-1] == (f"amp-console: error: {out}: could not write the predictions: disk full "
+                                    f"({ENOSPC}); nothing was written")
+    assert not out.exists() and partials(tmp_path) == []
+
+
+# ---- a stop signal, kill -9 ------------------------------------------------------------------------------------
+
+# predict in a child whose CSV writer pauses after its first table: the partial output then holds rows
+PAUSING_WRITER = """
+import pathlib, sys, time
+import pyarrow.csv as pacsv
+
+class Pausing(pacsv.CSVWriter):
+    def write_table(self, table, *args, **kwargs):
+        super().write_table(table, *args, **kwargs)
+        pathlib.Path(sys.argv[1]).touch()
+        time.sleep(600)
+
+pacsv.CSVWriter = Pausing
+from core.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def start_paused_predict(tmp_path, checkpoint, out) -> subprocess.Popen:
+    marker = tmp_path / "writing"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", PAUSING_WRITER, str(marker), "predict", str(checkpoint),
+                                "--input", str(reviews(tmp_path / "r.csv")), "--out", str(out), "--batch-size", "50"],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"predict did not start writing: {process.communicate()[1].decode()}")
+        time.sleep(0.05)
+    return process
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_mid_write_removes_the_partial_output(tmp_path, sentiment_run, sig):
+    out = tmp_path / "scores.csv"
+    process = start_paused_predict(tmp_path, sentiment_run.checkpoint, out)
+    try:
+        assert len(partials(tmp_path)) == 1  # `.scores.csv.<random>.tmp`, rows in it
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + sig, stderr.decode()
+    name = signal.Signals(sig).name
+    assert stderr.decode().splitlines()[-1] == f"amp-console: {name}: predict stopped; nothing written to {out}"
+    assert b"Traceback" not in stderr
+    assert partials(tmp_path) == [] and not out.exists()
+
+
+def test_a_stop_signal_once_the_output_is_in_place_stops_nothing(capsys, tmp_path, sentiment_run, monkeypatch):
+    from core.files import PartialFile
+
+    real = PartialFile.commit
+
+    def commit(self):  # SIGTERM the moment the finished file has its name
+        real(self)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(PartialFile, "commit", commit)
+    out = tmp_path / "scores.csv"
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"),
+                            "--out", out)
+    assert code == 0 and "300 reviews scored" in stdout and "nothing written" not in err
+    assert len(rows_of(out)) == 300 and partials(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_after_kill_9_the_next_predict_removes_the_partial_output(capsys, tmp_path, sentiment_run):
+    out = tmp_path / "scores.csv"
+    process = start_paused_predict(tmp_path, sentiment_run.checkpoint, out)
+    process.kill()  # SIGKILL: nothing runs in the child, the partial output stays
+    process.communicate(timeout=60)
+    [left] = partials(tmp_path)
+    assert re.fullmatch(r"\.scores\.csv\.[0-9a-f]{12}\.tmp", left)
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out", out)
+    assert code == 0, err
+    assert f"note: removed {left}, the partial output of an earlier predict that did not finish" in err
+    assert partials(tmp_path) == [] and len(rows_of(out)) == 300
+
+
+def test_only_a_partial_output_no_live_predict_holds_is_removed(capsys, tmp_path, tiny_run):
+    from core.files import PartialFile
+
+    out = tmp_path / "scores.csv"
+    stale = tmp_path / ".scores.csv.0123456789ab.tmp"  # a killed predict's: no lock held on it
+    stale.write_text("line,p0\n2,0.5\n")
+    other = tmp_path / ".other.csv.0123456789ab.tmp"  # another output's: not this predict's business
+    other.write_text("x\n")
+    source = tmp_path / "p.csv"
+    source.write_text(",".join(f"x{i}" for i in range(1, 11)) + "\n" + ",".join(["0.5"] * 10) + "\n")
+    with PartialFile(out) as live:  # another predict to the same --out, still writing
+        code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", source, "--out", out)
+        assert code == 0, err
+        assert Path(live.path).exists() and not stale.exists() and other.exists()
+        assert err.count("note: removed") == 1 and stale.name in err
+    assert partials(tmp_path) == [other.name]
+
+
+# ---- rows too long for the reader's block, NUL bytes -------------------------------------------------------------
+
+def test_a_field_longer_than_the_block_costs_its_row_and_the_rest_are_scored(capsys, tmp_path, sentiment_run):
+    wide = "good " * 40_000  # 200 KB: longer than a block of the header's first read, not than a row may be
+    huge = "great\n" * 3 + "boring " * 1_500_000  # 10 MB over four lines: more than a row may be
+    texts = [wide] + [f"clear lesson {i}" for i in range(40)] + [huge] + [f"useless lesson {i}" for i in range(40)]
+    source = tmp_path / "r.csv"
+    source.write_text("text,label\n" + "".join(f'"{t}",1\n' for t in texts))
+    out = tmp_path / "o.csv"
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
+    assert code == 0, err
+    assert [line for line in err.splitlines() if line.startswith("line ")] == [
+        "line 43: the row is 10 MiB, more than a row may be (1 MiB)"]
+    assert "81 reviews scored, 1 skipped" in stdout
+    rows = rows_of(out)
+    assert [r["line"] for r in rows] == [2, *range(3, 43), *range(47, 87)]  # the 10 MB row spans lines 43-46
+    kept = [t for t in texts if t is not huge]
+    assert [r["p_positive"] for r in rows] == pytest.approx(load_predictor(sentiment_run.checkpoint).sentiment(kept),
+                                                            abs=1e-12)
+
+
+def test_a_nul_byte_costs_its_row(capsys, tmp_path, sentiment_run):
+    body = [b"fine lesson\x00,1", b"clear lesson,1"] + [b"helpful lesson %d of the whole course,1" % i
+                                                         for i in range(3000)]
+    body[2000] = b'"two\nlines \x00 of it",1'  # past the first 64 KiB, and a quoted line break: line 2002-2003
+    (tmp_path / "r.csv").write_bytes(b"text,label\n" + b"\n".join(body) + b"\n")
+    out = tmp_path / "o.csv"
+    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out", out)
+    assert code == 0, err
+    assert [line for line in err.splitlines() if line.startswith("line ")] == [
+        "line 2: a NUL byte: binary data, not text", "line 2002: a NUL byte: binary data, not text"]
+    assert "3,000 reviews scored, 2 skipped" in stdout
+    lines = [r["line"] for r in rows_of(out)]
+    assert lines[:2] == [3, 4] and lines[-1] == 3004 and len(lines) == 3000
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out", out,
+                       "--strict")
+    assert code == 2 and "line 2: a NUL byte: binary data, not text (--strict: nothing written)" in err
+
+
+def _records(data: bytes) -> list[tuple[int, int, int]]:
+    """(start, line end's start, end) of each record as pyarrow's CSV parser splits `data` (one character at a
+    time: a quote opens only at a value's start, "" inside is a quote, \\n, \\r\\n or \\r end a record)."""
+    records, start, state, i = [], 0, "start", 0
+    while i < len(data):
+        c = data[i:i + 1]
+        if state == "start" and c == b'"':
+            state, i = "quoted", i + 1
+            continue
+        if state in ("start", "plain"):
+            state = "plain"
+            if c == b",":
+                state = "start"
+            elif c in (b"\n", b"\r"):
+                end = i + 2 if data[i:i + 2] == b"\r\n" else i + 1
+                records.append((start, i, end))
+                start, state = end, "start"
+                i = end
+                continue
+            i += 1
+            continue
+        if c == b'"':
+            if data[i + 1:i + 2] == b'"':
+                i += 2
+                continue
+            state = "plain"
+        i += 1
+    if start < len(data):
+        records.append((start, len(data), len(data)))
+    return records
+
+
+def _parse(data: bytes, block: int = 1 << 20) -> int:
+    """pyarrow's count of the records after the header of `data` (rows, blank ones too, and invalid ones)."""
+    invalid = []
+    reader = pacsv.open_csv(io.BytesIO(data), read_options=pacsv.ReadOptions(block_size=block, use_threads=False),
+                            parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False,
+                                                             invalid_row_handler=lambda r: invalid.append(1) or "skip"),
+                            convert_options=pacsv.ConvertOptions(column_types={"h1": pa.binary(), "h2": pa.binary()}))
+    return reader.read_all().num_rows + len(invalid)
+
+
+def test_the_row_guard_splits_records_as_pyarrow_does(monkeypatch):
+    from core.data import csv_guard
+
+    rng = random.Random(7)
+    pieces = [b"a", b"b", b",", b'"', b"\n", b"\r", b"\r\n", b'""', b'"a"', b',"', b"\0"]
+    weights = [6, 6, 3, 2, 2, 1, 1, 1, 1, 1, 0.3]
+    for case in range(600):
+        data = b"h1,h2\n" + b"".join(rng.choices(pieces, weights, k=rng.randint(0, 150)))
+        limit = rng.choice([8, 16, 40, 1 << 20])
+        monkeypatch.setattr(csv_guard, "CHUNK", rng.choice([1, 3, 8, 64, 1 << 20]))
+        records = _records(data)
+        if b"\0" not in data:  # the reference splits as pyarrow does
+            assert 1 + _parse(data) == len(records), data
+        guard = csv_guard.RowGuard(io.BytesIO(data), ",", quoting=True, limit=limit)
+        got = guard.read()
+        expected = data[:records[0][2]]
+        for start, term, end in records[1:]:
+            text = data[start:term]
+            if len(text) > limit or b"\0" in text:
+                expected += guard._marked(len(text), text.count(b"\n"), b"\0" in text) + data[term:end]
+            else:
+                expected += data[start:end]
+        assert got == expected, (case, data, limit)
+        assert 1 + _parse(got, block=2 * limit + 16) == len(records)  # no record straddles a block of 2 x limit
+
+
+def test_a_row_over_the_limit_is_never_held(monkeypatch):
+    from core.data.csv_guard import RowGuard, reason
+
+    class Endless(io.RawIOBase):  # a 64 MB value in a row of a file that is never in memory whole
+        def __init__(self):
+            self.parts = [b"text,label\n", b'"'] + [b"x" * (1 << 16)] * 1024 + [b'",1\n', b"short,1\n"]
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            if not self.parts:
+                return 0
+            part = self.parts.pop(0)
+            buffer[:len(part)] = part
+            return len(part)
+
+    tracemalloc.start()
+    try:
+        guard = RowGuard(io.BufferedReader(Endless(), 1 << 16), ",", quoting=True, limit=1 << 20)
+        out = b""
+        while chunk := guard.read(1 << 20):
+            out += chunk
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out == b'text,label\n"\0L67108868:1048576"\nshort,1\n'  # the row's bytes: the value, quotes, ",1"
+    assert reason('"\0L67108868:1048576"') == "the row is 64 MiB, more than a row may be (1 MiB)"
+    assert peak < 16 << 20
+
+
+# ---- what the file's content may print --------------------------------------------------------------------------
+
+SECRET = "root:$6$rounds=5000$s3cr3tSalt$HashOfTheRootPassword:19000:0:99999:7:::"
+
+
+def test_a_link_to_a_file_that_must_not_be_published_never_echoes_its_first_line(capsys, tmp_path, tiny_run,
+                                                                                    sentiment_run):
+    private = tmp_path / "private"
+    private.write_text(SECRET + "\ndaemon:*:19000:0:99999:7:::\n")
+    link = tmp_path / "rows.csv"
+    link.symlink_to(private)
+    for run in (tiny_run, sentiment_run):
+        code, _, err = cli(capsys, "predict", run.checkpoint, "--input", link, "--out", tmp_path / "o.csv")
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "s3cr3t" not in err and "HashOfTheRoot" not in err and "none of the columns predict reads" in err
+    private.write_text("4111111111111111,2025\n1,2\n")  # numbers: a card and its year, no header
+    code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", link, "--out", tmp_path / "o.csv")
+    assert code == 2 and "line 1 holds numbers, not column names" in err and "4111" not in err
+    private.write_text("text,label\ngood,1\n")  # a header of the expected columns is named
+    code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", link, "--out", tmp_path / "o.csv")
+    assert code == 2 and "the file's columns: text, label" in err
+
+
+def test_control_sequences_from_the_file_never_reach_the_terminal(capsys, tmp_path, tiny_run, sentiment_run):
+    names = [f"x{i}" for i in range(1, 10)] + ["\x1b]0;owned\x07\x1b[2J"]  # ten columns, the last one's name
+    source = tmp_path / "p.csv"  # a terminal title and a screen clear
+    source.write_text(",".join(names) + "\n" + ",".join(["0.5"] * 9 + ["abc"]) + "\n" + ",".join(["0.5"] * 10) + "\n")
+    code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", source, "--out", tmp_path / "o.csv")
+    assert code == 0, err
+    assert "line 2: column 10 'abc' is not a number" in err and "\x1b" not in err and "\x07" not in err
+    source.write_text("review\u202e,label\ngood,1\n\x1b[31mred,\x1b[0m\n")  # a bidi override, escapes in values
+    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", tmp_path / "o.csv")
+    assert "\x1b" not in err and "\u202e" not in err
+
+
+# ---- a FIFO, a device ------------------------------------------------------------------------------------------
+
+def _ends_without_hanging(capsys, argv, fifo: Path | None = None) -> tuple[int, str]:
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(main([str(a) for a in argv])), daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():  # unblock the reader so the thread ends, then fail
+        with open(fifo, "wb"):
+            pass
+        thread.join(10)
+        pytest.fail(f"predict blocked opening {fifo}")
+    return result[0], capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_fifo_or_a_device_as_input_is_refused_without_hanging(capsys, tmp_path, tiny_run, monkeypatch):
+    fifo = tmp_path / "rows.csv"
+    os.mkfifo(fifo)
+    zeros = tmp_path / "zeros.csv"
+    zeros.symlink_to("/dev/zero")
+    for source, kind in ((fifo, "a named pipe (FIFO)"), (zeros, "a device")):
+        code, err = _ends_without_hanging(capsys, ["predict", tiny_run.checkpoint, "--input", source, "--out",
+                                                   tmp_path / "o.csv"], fifo)
+        assert code == 2 and err.strip() == f"amp-console: error: --input: {source}: is {kind}, not a input file"
+    import core.files
+
+    # the FIFO put in the file's place after the check: the open itself refuses it
+    monkeypatch.setattr(core.files, "check_regular_file", lambda *args, **kwargs: None)
+    for source, kind in ((fifo, "a named pipe (FIFO)"), (zeros, "a device")):
+        code, err = _ends_without_hanging(capsys, ["predict", tiny_run.checkpoint, "--input", source, "--out",
+                                                   tmp_path / "o.csv"], fifo)
+        assert code == 2 and err.strip() == f"amp-console: error: --input: {source} is {kind}, not a file"
+    assert not (tmp_path / "o.csv").exists() and partials(tmp_path) == []
