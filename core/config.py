@@ -44,7 +44,7 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("task", "model + data + loss + metrics (see `amp-console tasks`)"),
         FieldSpec("data", "data file (CSV/TSV, Parquet, svmlight, JSON lines) or folder to train on, split into "
                           "train/validation/test by its 'split' column, a folder's train.* / val.* / test.* files "
-                          "or val_data / test_data, else by the task; empty = the task's synthetic data"),
+                          "or val_data / test_data, else by the task; empty = synthetic data (the task's own)"),
         FieldSpec("val_data", "validation data file or folder, used as given (data is then the training data; "
                               "without test_data there is no test split); empty = from data (its 'split' column, "
                               "its folder's val.* / vali.* / dev.* file, else the task's own split)"),
@@ -87,8 +87,8 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("threads", "CPU threads torch uses inside an op; 0 = auto (1 for light steps or a busy "
                              "machine, else the free cores; the choice is reported when the run starts)",
                   0, 1024, step=1),
-        FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl; empty = a new folder "
-                             "under the runs root"),
+        FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl; empty = in the runs root "
+                             "(a new folder under it, named by date, task and precision)"),
         FieldSpec("monitor", "validation metric that picks the best checkpoints and early stopping; empty = the "
                              "task's primary metric (e.g. accuracy, ndcg@10_full_filtered), or 'loss' for the validation loss"),
         FieldSpec("monitor_mode", "whether a higher (max) or lower (min) monitored value is better; auto = min "

@@ -259,9 +259,9 @@ class Editor(QWidget):
             widget.valueChanged.connect(self.changed)
         else:
             widget = QLineEdit()
-            widget.setPlaceholderText(help_clause(help_text, "empty"))  # what leaving it empty means
-            if kind is dict:  # a mapping typed as NAME=VALUE pairs
-                widget.setPlaceholderText("name=file name, … (empty: " + help_clause(help_text, "empty") + ")")
+            # What leaving it empty means, as the help says (for a mapping typed as NAME=VALUE pairs, the label's
+            # tooltip gives the form): short enough to fit the field.
+            widget.setPlaceholderText(help_clause(help_text, "empty"))
             widget.textChanged.connect(self.changed)
         return widget
 

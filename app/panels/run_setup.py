@@ -22,9 +22,6 @@ TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "w
                    "batch_size", "grad_accum", "epochs", "max_steps", "min_steps", "time_limit_minutes")
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir")
 DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns")  # in the Task group, under the model's options
-# What an empty field means, short enough to fit the editor (the label's tooltip has the whole help).
-PLACEHOLDERS = {"data": "synthetic data", "val_data": "from the data file", "test_data": "from the data file",
-                "delimiter": "sniffed from each file", "columns": "the task's names", "out_dir": "new, in the runs root"}
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data")  # with a browse button
 PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
@@ -217,8 +214,6 @@ class RunSetupPanel(QWidget):
                                              lambda _=False, n=name: self._browse(n))
                 if name in FIELD_TOOLS:
                     self._add_tool_button(editor, name)
-                if name in PLACEHOLDERS and hasattr(editor.input, "setPlaceholderText"):
-                    editor.input.setPlaceholderText(PLACEHOLDERS[name])
                 row = FieldRow(editor)
                 editor.changed.connect(self._on_field_changed)
                 self._rows[name] = row

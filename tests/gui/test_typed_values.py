@@ -190,7 +190,7 @@ def test_what_zero_and_empty_mean_is_shown_from_the_help(qtbot, ready):
     type_into(qtbot, window, "gradClipEdit", "1.5")
     assert window.setupPanel.config().grad_clip == 1.5
     assert "empty" in FIELD_SPECS["data"].help
-    assert find(window, "dataEdit").placeholderText() == "the task's synthetic data"
+    assert find(window, "dataEdit").placeholderText() == "synthetic data"
 
 
 @pytest.mark.timeout(60)
