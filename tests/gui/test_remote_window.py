@@ -7,6 +7,8 @@ No ssh call may come from the GUI thread: every test records the ssh processes s
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass
@@ -93,7 +95,7 @@ def test_a_run_on_a_host_started_watched_attached_and_stopped_from_the_window(qt
     find(dialog, "hostDestEdit").setText(sshd.dest)
     find(dialog, "hostCommandEdit").setText(sshd.prefix)
     click(qtbot, dialog, "addHostOkButton")
-    qtbot.waitUntil(lambda: panel.host_devices(sshd.dest), timeout=WAIT)
+    qtbot.waitUntil(lambda: bool(panel.host_devices(sshd.dest)), timeout=WAIT)
     labels = [panel.list.item(row).text() for row in range(panel.list.count())]
     assert any(label.startswith(f"{sshd.dest}  ·  ") and "amp-console" in label for label in labels), labels
     assert window.window_settings.hosts() == [{"dest": sshd.dest, "command": sshd.prefix}]
@@ -126,7 +128,7 @@ def test_a_run_on_a_host_started_watched_attached_and_stopped_from_the_window(qt
 
     # Another window: the host is listed again, and the run is attached from its start, then live.
     second = make_window()
-    qtbot.waitUntil(lambda: second.devicesPanel.host_devices(sshd.dest), timeout=WAIT)
+    qtbot.waitUntil(lambda: bool(second.devicesPanel.host_devices(sshd.dest)), timeout=WAIT)
     attach = second.remote.show_attach()
     assert find(attach, "attachTargetCombo").currentText() == run.target  # the recent run is offered
     click(qtbot, attach, "attachOkButton")
@@ -134,6 +136,15 @@ def test_a_run_on_a_host_started_watched_attached_and_stopped_from_the_window(qt
     curve = steps(second)
     assert np.all(np.diff(curve) > 0), "a step shown twice or out of order"
     assert set(seen) <= set(curve), "the attached curve lacks points the first window had"
+
+    # A dropped connection: said in the status bar, tried again, and the curve goes on with no gap or repeat.
+    os.kill(second.controller.run._follower.ssh_pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: f"connection to {sshd.dest} lost" in log_text(second), timeout=WAIT)
+    qtbot.waitUntil(lambda: f"connection to {sshd.dest} back" in log_text(second), timeout=WAIT)
+    before = len(steps(second))
+    qtbot.waitUntil(lambda: len(steps(second)) > before + 3, timeout=WAIT)
+    curve = steps(second)
+    assert np.all(np.diff(curve) > 0) and np.all(np.diff(curve) == curve[1] - curve[0]), "a gap or a repeat"
 
     click(qtbot, second, "stopButton")
     qtbot.waitUntil(lambda: not second.controller.running, timeout=WAIT)
