@@ -50,7 +50,7 @@ def describe_host(entry) -> tuple[str, str]:
                  f"Command: {entry.command or 'amp-console'}"))
     if entry.state == "asking":
         return f"{entry.dest}  ·  asking for its devices…", f"<b>{entry.dest}</b>: ssh {entry.dest} …"
-    return f"{entry.dest}: {entry.error}", f"<b>{entry.dest}</b> unreachable<br>{entry.error}"
+    return f"{entry.dest}  ·  unreachable", f"<b>{entry.dest}</b> unreachable<br>{entry.error}"
 
 
 MAX_ROWS = 7  # the list grows with its rows up to this many, then scrolls
@@ -73,6 +73,8 @@ class DevicesPanel(QGroupBox):
         self.list = QListWidget(objectName="deviceList")
         self.list.setIconSize(QSize(22, 22))
         self.list.setAlternatingRowColors(False)
+        self.list.setWordWrap(True)  # a host's one-line error wraps rather than scrolling sideways
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setMinimumHeight(50)
         self.list.currentRowChanged.connect(self._on_row_changed)
         self.refreshButton = QToolButton(objectName="refreshDevicesButton")
@@ -171,6 +173,9 @@ class DevicesPanel(QGroupBox):
         height = sum(heights[:MAX_ROWS]) if heights else 40
         self.list.setFixedHeight(height + 2 * self.list.frameWidth() + 4)
         self._update_host_buttons()
+        problems = [entry.error for entry in self.hosts.entries() if entry.state == "unreachable"]
+        self.hostProblem.setText("\n".join(problems))  # each the RemoteError's one line
+        self.hostProblem.setVisible(bool(problems))
         if self._chosen and self._chosen[0] is not None and row < 0:  # the chosen host's device went away
             local = next((d.id for d in self._devices), None)
             if local is not None:
@@ -237,11 +242,9 @@ class DevicesPanel(QGroupBox):
     def add_host(self, dest: str, command: str = "") -> None:
         try:
             self.hosts.add(dest, command)
-        except ValueError as exc:
+        except ValueError as exc:  # the dialog checks first: this is for callers that don't
             self.hostProblem.setText(str(exc))
             self.hostProblem.show()
-            return
-        self.hostProblem.hide()
 
     def remove_selected_host(self) -> None:
         row = self.list.currentRow()

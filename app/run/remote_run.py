@@ -177,6 +177,9 @@ class RemoteRun(RunHandle):
                 self._ended = True
                 self._paused = False
         self.event.emit(item)
+        if isinstance(item, RunStarted) and self.host is not None:  # after the window's own "Running …"
+            self.notice.emit(f"Running {item.task} on {self.where} ({item.device}) in {item.precision}; it goes on "
+                             f"there if this window closes.", "")
 
     @Slot(object)
     def _on_followed(self, result) -> None:

@@ -201,10 +201,13 @@ def test_a_host_that_cannot_be_reached_is_one_line_and_blocks_nothing(qtbot, mak
     qtbot.waitUntil(lambda: panel.hosts.entry("nowhere.invalid").state == "unreachable", timeout=WAIT)
     heading = next(panel.list.item(row).text() for row in range(panel.list.count())
                    if panel.list.item(row).text().startswith("nowhere.invalid"))
-    assert heading.startswith("nowhere.invalid: nowhere.invalid is unreachable over ssh (") and "\n" not in heading
+    assert heading == "nowhere.invalid  ·  unreachable"
+    problem = find(panel, "hostProblem").text()
+    assert problem.startswith("nowhere.invalid is unreachable over ssh (") and "\n" not in problem
     panel.list.setCurrentRow(next(row for row in range(panel.list.count())
                                   if panel.list.item(row).text().startswith("nowhere.invalid")))
     click_tool = find(panel, "removeHostButton")
     assert click_tool.isEnabled()
     click_tool.click()
     assert panel.hosts.entries() == [] and window.window_settings.hosts() == []
+    assert find(panel, "hostProblem").isHidden()
