@@ -43,7 +43,7 @@ def describe_device(info) -> tuple[str, str]:
 
 def describe_host(entry) -> tuple[str, str]:
     """(one-line label, tooltip) for a host's heading row: what it is, that it is being asked, or why not."""
-    if entry.state == "ready":
+    if entry.info is not None and entry.state != "unreachable":
         info = entry.info
         return (f"{entry.dest}  ·  {info.hostname}  ·  amp-console {info.version}",
                 (f"<b>{entry.dest}</b> over ssh<br>Runs root there: {info.runs_root}<br>"
@@ -129,13 +129,16 @@ class DevicesPanel(QGroupBox):
 
     def set_devices(self, devices: list, keep: str | None = None) -> None:
         self._devices = list(devices)
+        accelerators = sum(1 for d in self._devices if d.type != "cpu")
+        self.summary.setText(f"{len(self._devices)} device(s), {accelerators} accelerator(s)")
+        if self._chosen is not None and self._chosen[0] is not None and keep is None:
+            self._show_rows()  # a host's device stays chosen
+            return
         ids = [d.id for d in self._devices]
         if keep not in ids:
             keep = next((d.id for d in self._devices if d.type != "cpu"), ids[0] if ids else None)
         self._chosen = (None, keep) if keep is not None else None
         self._show_rows()
-        accelerators = sum(1 for d in self._devices if d.type != "cpu")
-        self.summary.setText(f"{len(self._devices)} device(s), {accelerators} accelerator(s)")
         if keep is not None:
             self.select(keep)
 
@@ -144,7 +147,7 @@ class DevicesPanel(QGroupBox):
         rows: list[tuple[str | None, object]] = [(None, info) for info in self._devices]
         for entry in self.hosts.entries():
             rows.append((entry.dest, None))
-            if entry.state == "ready":
+            if entry.info is not None and entry.state != "unreachable":  # asked again: the last answer stays
                 rows.extend((entry.dest, info) for info in entry.info.devices)
         self._rows = rows
         self.list.blockSignals(True)

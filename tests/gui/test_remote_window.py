@@ -114,6 +114,8 @@ def test_a_run_on_a_host_started_watched_attached_and_stopped_from_the_window(qt
     click(qtbot, window, "pauseButton")
     qtbot.waitUntil(lambda: "Paused at step" in status(window), timeout=WAIT)
     assert window.controller.paused and find(window, "pauseButton").text() == "Resume"
+    qtbot.waitUntil(lambda: "pause requested (request 1): acknowledged; paused at step" in log_text(window),
+                    timeout=WAIT)
     paused_points = loss_points(window)
     click(qtbot, window, "pauseButton")
     qtbot.waitUntil(lambda: "resumed at step" in log_text(window) and loss_points(window) > paused_points + 2,
