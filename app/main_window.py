@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 
 from app.assets import icon
 from app.file_actions import FileActions
+from app.panels.attach import RemoteActions
 from app.panels.devices import DevicesPanel
 from app.panels.log import LogPanel
 from app.panels.plots import PlotsPanel
@@ -84,6 +85,7 @@ class MainWindow(QMainWindow):
         self._close_deadline.timeout.connect(self._finish_close)
         self._build_widgets()
         self.file_actions = FileActions(self)
+        self.remote = RemoteActions(self)  # hosts, Start on a host, File → Attach to run…
         self._build_menus()
         self.controller.event.connect(self._on_event)
         self.controller.setupFailed.connect(self._on_setup_failed)
@@ -154,6 +156,7 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self.historyAction = QAction("Run &history…", self, shortcut="Ctrl+H", triggered=self.show_history)
         file_menu.addAction(self.historyAction)
+        self.remote.add_to_menu(file_menu)
         file_menu.addSeparator()
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.request_close)
@@ -208,6 +211,7 @@ class MainWindow(QMainWindow):
             self.devicesPanel.set_provider(list_devices)
         self.setupPanel.populate(TASKS, FIELD_SPECS)
         self.devicesPanel.refresh()
+        self.remote.load_hosts()
         self.plotsPanel.build()
         self.window_settings.restore_run_setup(self)
         self.engine_ready = True
@@ -489,6 +493,8 @@ class MainWindow(QMainWindow):
             self.show_message(f"{', '.join(self.busy_tools())} is working on the device; stop it or let it finish "
                               "first.", "status-warn")
             return False
+        if self.devicesPanel.current_host() is not None:  # a host's device: the run is started there
+            return self.remote.start_run(resume_from)
         from core.engine.run_record import resolve_out_dir
 
         config = resolve_out_dir(self.setupPanel.config(), self.runs_root())  # empty form field: a new folder
@@ -565,6 +571,7 @@ class MainWindow(QMainWindow):
             action.setEnabled(self.engine_ready)
         self._update_title()
         self.file_actions.update_enabled(running=running, busy=self.jobs.busy)
+        self.remote.update_enabled(running)
 
     # ------------------------------------------------------------------ events
     def _update_title(self) -> None:
@@ -643,8 +650,9 @@ class MainWindow(QMainWindow):
 
     def _on_device_selected(self, info) -> None:
         self.setupPanel.set_device(info)
-        if info.type == "cuda":
-            self.setupPanel.set_process_limit(sum(1 for d in self.devicesPanel.devices if d.type == "cuda"))
+        if info.type == "cuda":  # the selected device's machine: this one or a host
+            devices = self.devicesPanel.host_devices(self.devicesPanel.current_host())
+            self.setupPanel.set_process_limit(sum(1 for d in devices if d.type == "cuda"))
         else:
             self.setupPanel.set_process_limit(os.cpu_count() or 1)
         self.statusBarWidget.set_device(info)
@@ -740,16 +748,17 @@ class MainWindow(QMainWindow):
             if self._close_state == "stopping":
                 self.show_message(STOPPING_TO_CLOSE, "status-warn")
             return
-        if interactive and self.controller.running:
+        if interactive and self.controller.running and not self.controller.detached:  # a detached run goes on
             event.ignore()
             self._close_mid_run()
             return
-        if self.controller.running:  # a programmatic close, or the stop ran out of time: stop and join now
+        if self.controller.running and not self.controller.detached:  # a programmatic close, or the stop ran out of time: stop and join now
             self.show_message("Stopping the run before closing…", "status-warn")
             self.statusBarWidget.message.repaint()
         self._close_deadline.stop()
         self.controller.shutdown()  # stop + join: no thread outlives the window
         self.jobs.shutdown()
+        self.remote.shutdown()
         if self._history_pool is not None:
             self._history_pool.shutdown(wait=True, cancel_futures=True)
         for dialog in (self.previewDialog, *self._tool_dialogs()):

@@ -19,6 +19,9 @@ SEPARATE_PROCESS_KEY = "run/separateProcess"
 GEOMETRY_KEY = "window/geometry"
 RUNS_ROOT_KEY = "history/runsRoot"  # the runs root chosen in the run history (empty: the default)
 SPLITTER_KEYS = ("window/mainSplitter", "window/rightSplitter")
+HOSTS_KEY = "remote/hosts"  # JSON: [{"dest", "command"}], the hosts of the devices panel; never a password or key
+RECENT_RUNS_KEY = "remote/recentRuns"  # JSON: the runs last started on a host or attached, newest first
+RECENT_RUNS = 10
 DEFAULT_SIZE = (1400, 860)
 
 
@@ -202,6 +205,37 @@ class WindowSettings:
                 splitter.setSizes(sizes)
                 notes.append(f"ignored the saved {key}: not a splitter layout this version can read")
         self._log(window, notes)
+
+    # ------------------------------------------------------------------ hosts and the runs attached
+    def _json_list(self, key: str) -> list:
+        """A saved JSON list ([] for nothing saved, or anything else: a bad value costs the list, never the
+        window)."""
+        value = self._value(key, [])
+        try:
+            data = json.loads(value) if isinstance(value, str) and value else []
+        except ValueError:
+            return []
+        return data if isinstance(data, list) else []
+
+    def hosts(self) -> list[dict]:
+        """The saved hosts: dest and command of each (text only; other entries are skipped)."""
+        return [{"dest": item["dest"], "command": str(item.get("command") or "")} for item in self._json_list(HOSTS_KEY)
+                if isinstance(item, dict) and isinstance(item.get("dest"), str) and item["dest"].strip()
+                and isinstance(item.get("command", ""), (str, type(None)))]
+
+    def set_hosts(self, hosts: list[dict]) -> None:
+        kept = [{"dest": str(h["dest"]), "command": str(h.get("command") or "")} for h in hosts]
+        self.store.setValue(HOSTS_KEY, json.dumps(kept))
+        self.store.sync()
+
+    def recent_runs(self) -> list[str]:
+        """HOST:FOLDER (or a folder) of the runs last started on a host or attached, newest first."""
+        return [item for item in self._json_list(RECENT_RUNS_KEY) if isinstance(item, str) and item.strip()]
+
+    def add_recent_run(self, target: str) -> None:
+        runs = [target, *(item for item in self.recent_runs() if item != target)][:RECENT_RUNS]
+        self.store.setValue(RECENT_RUNS_KEY, json.dumps(runs))
+        self.store.sync()
 
     def runs_root(self) -> str:
         """The runs root the user chose in the window ('' for the default: $AMP_CONSOLE_RUNS_DIR or the

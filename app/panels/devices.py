@@ -1,4 +1,5 @@
-"""Devices panel: every device core.devices reports, what it is and which precision modes it can run."""
+"""Devices panel: every device core.devices reports, what it is and which precision modes it can run; then each
+host added with "Add host…" (app.panels.hosts) under its name, with its devices listed the same way."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout
 
 from app.assets import icon
+from app.panels.hosts import AddHostDialog, HostList
 from core.text import size
 
 
@@ -39,18 +41,40 @@ def describe_device(info) -> tuple[str, str]:
     return label, "<br>".join(lines)
 
 
+def describe_host(entry) -> tuple[str, str]:
+    """(one-line label, tooltip) for a host's heading row: what it is, that it is being asked, or why not."""
+    if entry.info is not None and entry.state != "unreachable":
+        info = entry.info
+        return (f"{entry.dest}  ·  {info.hostname}  ·  amp-console {info.version}",
+                (f"<b>{entry.dest}</b> over ssh<br>Runs root there: {info.runs_root}<br>"
+                 f"Command: {entry.command or 'amp-console'}"))
+    if entry.state == "asking":
+        return f"{entry.dest}  ·  asking for its devices…", f"<b>{entry.dest}</b>: ssh {entry.dest} …"
+    return f"{entry.dest}  ·  unreachable", f"<b>{entry.dest}</b> unreachable<br>{entry.error}"
+
+
+MAX_ROWS = 7  # the list grows with its rows up to this many, then scrolls
+
+
 class DevicesPanel(QGroupBox):
-    """List of devices; selecting one emits `deviceSelected(DeviceInfo)`."""
+    """List of devices, this machine's then each host's; selecting one emits `deviceSelected(DeviceInfo)`.
+    `current_host()` says which host the selected device is on (None: this machine)."""
 
     deviceSelected = Signal(object)
 
     def __init__(self, parent=None):
         super().__init__("Devices", parent)
-        self._devices: list = []
+        self._devices: list = []  # this machine's
+        self._rows: list[tuple[str | None, object]] = []  # per list row: (host dest or None, DeviceInfo or None)
+        self._chosen: tuple[str | None, str] | None = None  # (host, device id) of the selected device
+        self.hosts = HostList(self)
+        self.hosts.changed.connect(self._show_rows)
         self._provider: Callable[[], list] | None = None
         self.list = QListWidget(objectName="deviceList")
         self.list.setIconSize(QSize(22, 22))
         self.list.setAlternatingRowColors(False)
+        self.list.setWordWrap(True)  # a host's one-line error wraps rather than scrolling sideways
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setMinimumHeight(50)
         self.list.currentRowChanged.connect(self._on_row_changed)
         self.refreshButton = QToolButton(objectName="refreshDevicesButton")
@@ -59,12 +83,25 @@ class DevicesPanel(QGroupBox):
         self.refreshButton.clicked.connect(self.refresh)
         self.summary = QLabel("Detecting devices…", objectName="deviceSummary")
         self.summary.setProperty("role", "hint")
+        self.addHostButton = QToolButton(objectName="addHostButton", text="Add host…")
+        self.addHostButton.setToolTip("Train on another machine over ssh: list its devices here")
+        self.addHostButton.clicked.connect(self.ask_add_host)
+        self.removeHostButton = QToolButton(objectName="removeHostButton", text="Remove host")
+        self.removeHostButton.setToolTip("Forget the selected host (its runs go on there)")
+        self.removeHostButton.clicked.connect(self.remove_selected_host)
+        self.removeHostButton.setEnabled(False)
+        self.hostProblem = QLabel(objectName="hostProblem", wordWrap=True)
+        self.hostProblem.setProperty("role", "error")
+        self.hostProblem.hide()
         header = QHBoxLayout()
         header.addWidget(self.summary, 1)
+        header.addWidget(self.addHostButton)
+        header.addWidget(self.removeHostButton)
         header.addWidget(self.refreshButton)
         layout = QVBoxLayout(self)
         layout.addLayout(header)
         layout.addWidget(self.list)
+        layout.addWidget(self.hostProblem)
 
     @property
     def devices(self) -> list:
@@ -75,7 +112,9 @@ class DevicesPanel(QGroupBox):
         self._provider = provider
 
     def refresh(self) -> None:
-        """Detect devices again. A detection that fails keeps the list as it was and says why in one line."""
+        """Detect devices again (and ask the hosts again). A detection that fails keeps the list as it was and
+        says why in one line."""
+        self.hosts.ask_all()
         if self._provider is None:
             return
         try:
@@ -90,43 +129,127 @@ class DevicesPanel(QGroupBox):
 
     def set_devices(self, devices: list, keep: str | None = None) -> None:
         self._devices = list(devices)
-        self.list.blockSignals(True)
-        self.list.clear()
-        for info in self._devices:
-            label, tooltip = describe_device(info)
-            item = QListWidgetItem(icon("cpu" if info.type == "cpu" else "gpu"), label)
-            item.setToolTip(tooltip)
-            item.setData(Qt.ItemDataRole.UserRole, info.id)
-            self.list.addItem(item)
-        self.list.blockSignals(False)
-        # As tall as its rows (up to four), so one CPU doesn't leave a tall empty box.
-        rows = max(1, min(len(self._devices), 4))
-        row_height = self.list.sizeHintForRow(0) if self._devices else 40
-        self.list.setFixedHeight(rows * row_height + 2 * self.list.frameWidth() + 4)
         accelerators = sum(1 for d in self._devices if d.type != "cpu")
         self.summary.setText(f"{len(self._devices)} device(s), {accelerators} accelerator(s)")
+        if self._chosen is not None and self._chosen[0] is not None and keep is None:
+            self._show_rows()  # a host's device stays chosen
+            return
         ids = [d.id for d in self._devices]
         if keep not in ids:
             keep = next((d.id for d in self._devices if d.type != "cpu"), ids[0] if ids else None)
+        self._chosen = (None, keep) if keep is not None else None
+        self._show_rows()
         if keep is not None:
             self.select(keep)
 
-    def select(self, device_id: str) -> None:
-        for row, info in enumerate(self._devices):
-            if info.id == device_id:
-                if self.list.currentRow() == row:
-                    self.deviceSelected.emit(info)
-                self.list.setCurrentRow(row)
-                return
+    def _show_rows(self) -> None:
+        """This machine's devices, then each host's heading and devices; the chosen device stays selected."""
+        rows: list[tuple[str | None, object]] = [(None, info) for info in self._devices]
+        for entry in self.hosts.entries():
+            rows.append((entry.dest, None))
+            if entry.info is not None and entry.state != "unreachable":  # asked again: the last answer stays
+                rows.extend((entry.dest, info) for info in entry.info.devices)
+        self._rows = rows
+        self.list.blockSignals(True)
+        self.list.clear()
+        heights = []
+        for dest, info in rows:
+            if info is None:
+                entry = self.hosts.entry(dest)
+                label, tooltip = describe_host(entry)
+                item = QListWidgetItem(label)
+                font = item.font()
+                font.setBold(True)
+                item.setFont(font)
+            else:
+                label, tooltip = describe_device(info)
+                item = QListWidgetItem(icon("cpu" if info.type == "cpu" else "gpu"), label)
+            item.setToolTip(tooltip)
+            item.setData(Qt.ItemDataRole.UserRole, info.id if info is not None else dest)
+            self.list.addItem(item)
+            heights.append(self.list.sizeHintForRow(self.list.count() - 1))
+        row = self._row_of(*self._chosen) if self._chosen else -1
+        if row >= 0:
+            self.list.setCurrentRow(row)
+        self.list.blockSignals(False)
+        # As tall as its rows (up to MAX_ROWS), so one CPU doesn't leave a tall empty box.
+        height = sum(heights[:MAX_ROWS]) if heights else 40
+        self.list.setFixedHeight(height + 2 * self.list.frameWidth() + 4)
+        self._update_host_buttons()
+        problems = [entry.error for entry in self.hosts.entries() if entry.state == "unreachable"]
+        self.hostProblem.setText("\n".join(problems))  # each the RemoteError's one line
+        self.hostProblem.setVisible(bool(problems))
+        if self._chosen and self._chosen[0] is not None and row < 0:  # the chosen host's device went away
+            local = next((d.id for d in self._devices), None)
+            if local is not None:
+                self.select(local)
+
+    def _row_of(self, dest: str | None, device_id: str | None) -> int:
+        for row, (host, info) in enumerate(self._rows):
+            if host == dest and info is not None and info.id == device_id:
+                return row
+        return -1
+
+    def select(self, device_id: str, host: str | None = None) -> None:
+        """Select a device of this machine, or of `host`."""
+        row = self._row_of(host, device_id)
+        if row < 0:
+            return
+        if self.list.currentRow() == row:
+            self._on_row_changed(row)
+        self.list.setCurrentRow(row)
 
     def current(self):
-        row = self.list.currentRow()
-        return self._devices[row] if 0 <= row < len(self._devices) else None
+        """The selected device (this machine's or a host's)."""
+        if self._chosen is None:
+            return None
+        row = self._row_of(*self._chosen)
+        return self._rows[row][1] if row >= 0 else None
 
     def current_id(self) -> str | None:
         info = self.current()
-        return info.id if info is not None else None
+        return info.id if info is not None and self._chosen[0] is None else None
+
+    def current_host(self) -> str | None:
+        """The host of the selected device (None: this machine)."""
+        return self._chosen[0] if self._chosen is not None and self.current() is not None else None
+
+    def host_devices(self, dest: str | None) -> list:
+        """The devices of `dest` (None: this machine's)."""
+        if dest is None:
+            return list(self._devices)
+        entry = self.hosts.entry(dest)
+        return list(entry.info.devices) if entry is not None and entry.state == "ready" else []
 
     def _on_row_changed(self, row: int) -> None:
-        if 0 <= row < len(self._devices):
-            self.deviceSelected.emit(self._devices[row])
+        self._update_host_buttons()
+        if 0 <= row < len(self._rows):
+            dest, info = self._rows[row]
+            if info is not None:
+                self._chosen = (dest, info.id)
+                self.deviceSelected.emit(info)
+
+    def _update_host_buttons(self) -> None:
+        row = self.list.currentRow()
+        self.removeHostButton.setEnabled(0 <= row < len(self._rows) and self._rows[row][0] is not None)
+
+    # ------------------------------------------------------------------ hosts
+    def ask_add_host(self) -> AddHostDialog:
+        """The Add host dialog (window-modal, not blocking); its host is added when accepted."""
+        dialog = AddHostDialog(self.window())
+        dialog.hostChosen.connect(self.add_host)
+        dialog.finished.connect(dialog.deleteLater)
+        dialog.open()
+        return dialog
+
+    def add_host(self, dest: str, command: str = "") -> None:
+        try:
+            self.hosts.add(dest, command)
+        except ValueError as exc:  # the dialog checks first: this is for callers that don't
+            self.hostProblem.setText(str(exc))
+            self.hostProblem.show()
+
+    def remove_selected_host(self) -> None:
+        row = self.list.currentRow()
+        if 0 <= row < len(self._rows) and self._rows[row][0] is not None:
+            self.hosts.remove(self._rows[row][0])

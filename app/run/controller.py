@@ -1,6 +1,7 @@
 """RunController: the one training run at a time, and a clean join when it ends or the window closes.
 
-It holds a RunHandle (ThreadRun or ProcessRun, chosen at start) and forwards its signals; every control call
+It holds a RunHandle (ThreadRun, ProcessRun or RemoteRun, chosen at start; RemoteRun for a host's device
+or a run attached by folder or HOST:PATH) and forwards its signals; every control call
 goes to the handle without asking which kind it is. It also keeps one training process started ahead of
 time (a "spare": torch imported, waiting for its settings), so a separate-process run starts at once.
 """
@@ -11,6 +12,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.run.handle import RunHandle
 from app.run.process_run import ProcessRun
+from app.run.remote_run import RemoteRun
 from app.run.thread_run import ThreadRun
 
 
@@ -26,6 +28,7 @@ class RunController(QObject):
 
     event = Signal(object)
     setupFailed = Signal(str, str, str)
+    notice = Signal(str, str)
     runningChanged = Signal(bool)
 
     def __init__(self, parent: QObject | None = None):
@@ -53,6 +56,11 @@ class RunController(QObject):
         return isinstance(self._run, ProcessRun)
 
     @property
+    def detached(self) -> bool:
+        """The run goes on without the window (a host's run, an attached one): closing just lets go of it."""
+        return self._run is not None and self._run.detached
+
+    @property
     def can_pause(self) -> bool:
         return self._run is not None and self._run.can_pause
 
@@ -65,21 +73,36 @@ class RunController(QObject):
         return self._run is not None and self._run.stopping
 
     def start(self, config, resume_from: str | None = None, devices: list | None = None,
-              processes: int = 1, separate_process: bool = False) -> None:
-        """`separate_process` or several processes: a child process (torchrun for several; rank 0's events).
-        Otherwise the trainer on a QThread, with `devices` (the window's list) to resolve the device."""
+              processes: int = 1, separate_process: bool = False, host=None) -> None:
+        """`host` (a core.remote Host): a detached run there, followed (RemoteRun). `separate_process` or
+        several processes: a child process (torchrun for several; rank 0's events). Otherwise the trainer on a
+        QThread, with `devices` (the window's list) to resolve the device."""
         if self.running:
             raise RuntimeError("a run is already in progress")
-        if processes > 1 or separate_process:
+        if host is not None:
+            run = RemoteRun(self, host=host, processes=processes)
+        elif processes > 1 or separate_process:
             run = self._take_spare() if processes == 1 else None
             run = run or ProcessRun(self, processes=processes)
         else:
             run = ThreadRun(self, devices=devices)
+        self._adopt(run, lambda: run.start(config, resume_from))
+
+    def attach(self, target: str, host=None) -> None:
+        """Follow the run named by `target` (a run folder here, or HOST:PATH with `host` saying how to reach it)
+        from its start, then live; pause, resume and stop go through its folder's control channel."""
+        if self.running:
+            raise RuntimeError("a run is already in progress")
+        run = RemoteRun(self, host=host)
+        self._adopt(run, lambda: run.attach(target))
+
+    def _adopt(self, run: RunHandle, begin) -> None:
         run.event.connect(self.event)
         run.setupFailed.connect(self.setupFailed)
+        run.notice.connect(self.notice)
         run.finished.connect(self._on_run_finished)
         self._run = run
-        run.start(config, resume_from)
+        begin()
         if self._run is run:  # not already over (a program that failed to start ends it at once)
             self.runningChanged.emit(True)
 
@@ -116,6 +139,7 @@ class RunController(QObject):
         # A finished run must never reach the next run's listeners.
         _disconnect(run.event, self.event)
         _disconnect(run.setupFailed, self.setupFailed)
+        _disconnect(run.notice, self.notice)
         run.deleteLater()
         self.runningChanged.emit(False)
 

@@ -16,14 +16,19 @@ class RunHandle(QObject):
       RunEnded), the same objects whichever kind of run produced them;
     - `setupFailed(message, field, details)`: bad input found before the run started (`field`: the
       RunConfig field to mark, '' if none); no RunEnded follows;
-    - `finished()`: the run is over and its thread or process is gone (joined), emitted exactly once.
+    - `finished()`: the run is over and its thread or process is gone (joined), emitted exactly once;
+    - `notice(text, role)`: what the user should know that is no engine event (a run on a host: its folder there,
+      a lost connection, a control request's answer); `role` a status role ('status-warn', 'status-error') or
+      'log' for the log only.
     """
 
     event = Signal(object)
     setupFailed = Signal(str, str, str)
     finished = Signal()
+    notice = Signal(str, str)
 
     processes = 1  # >1: a DDP run under torchrun
+    detached = False  # True: the run lives on its own (on a host, or another program's); shutdown() lets go of it
 
     def start(self, config, resume_from: str | None = None) -> None:
         """Train `config` (a core RunConfig), continuing from the checkpoint `resume_from` if given."""
@@ -59,5 +64,6 @@ class RunHandle(QObject):
         raise NotImplementedError
 
     def shutdown(self) -> None:
-        """Stop and block until the run's thread or process has exited (the window is closing)."""
+        """Stop and block until the run's thread or process has exited (the window is closing). A detached run
+        is not stopped: the window stops following it and it goes on."""
         raise NotImplementedError
