@@ -422,7 +422,7 @@ class MainWindow(QMainWindow):
             from app.panels.preview import PreviewDialog
 
             self.previewDialog = PreviewDialog(
-                self.runs_root, lambda: [d.id for d in self.devicesPanel.devices()], self)
+                self.runs_root, lambda: [d.id for d in self.devicesPanel.devices], self)
         if folder:
             self.previewDialog.select_run(folder)
         self.previewDialog.show()

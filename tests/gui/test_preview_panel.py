@@ -399,3 +399,14 @@ def test_try_a_model_waits_for_the_engine(qtbot, settings, cpu_devices):
     window.previewAction.trigger()
     assert window.previewDialog is not None and window.previewDialog.isVisible()
     qtbot.waitUntil(lambda: not window.previewDialog.scans.busy, timeout=20_000)
+
+
+@pytest.mark.timeout(60)
+def test_try_a_model_offers_the_windows_own_devices(qtbot, make_window, cpu_devices):
+    import dataclasses
+
+    gpu = dataclasses.replace(cpu_devices[0], id="cuda:0", type="cuda", name="Fake GPU")
+    window = make_window(devices=[*cpu_devices, gpu])
+    view = window.show_preview()
+    combo = view.deviceCombo
+    assert [combo.itemText(i) for i in range(combo.count())] == ["cpu", "cuda:0"]
