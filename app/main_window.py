@@ -77,6 +77,8 @@ class MainWindow(QMainWindow):
         self.previewDialog = None  # Try a model (app.panels.preview): created on first use
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
         self._run_title = ""
+        self._run_folder = ""  # the running run's folder (as RunStarted says, once it has)
+        self._kept_run = None  # app.keep_training.KeptRun, after "Keep training"
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
         self._user_close = False
         self._close_now = False
@@ -509,6 +511,7 @@ class MainWindow(QMainWindow):
                          if resume_from else None)
         self._resuming = resume_from or None
         self._run_title = f"{config.task} → {config.out_dir}"
+        self._run_folder = config.out_dir
         self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
                               processes=processes, separate_process=separate)
         self._update_buttons()
@@ -601,6 +604,7 @@ class MainWindow(QMainWindow):
     def _on_event(self, event) -> None:
         self.plotsPanel.handle_event(event)
         if isinstance(event, RunStarted):
+            self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
             self._show_history(event)
         self.logPanel.handle_event(event)
         if isinstance(event, StepMetrics):
@@ -758,6 +762,8 @@ class MainWindow(QMainWindow):
         if self.historyDialog is not None:
             self.historyDialog.panel.shutdown()
         self.save_settings()
+        if self._kept_run is not None:
+            self._kept_run.close()
         self._close_state = "closed"
         super().closeEvent(event)
         self.closed.emit()
@@ -783,6 +789,7 @@ class MainWindow(QMainWindow):
             if self.controller.paused:
                 self.controller.resume()  # a hidden window could never resume it
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
+            self._announce_kept_run()
             self.save_settings()
             for dialog in (self.historyDialog, self.previewDialog, *self._tool_dialogs()):
                 if dialog is not None:
@@ -796,6 +803,14 @@ class MainWindow(QMainWindow):
         self.logPanel.log("Stopping the run to close the window.")
         self._update_buttons()
         self._close_deadline.start(CLOSE_TIMEOUT_MS)
+
+    def _announce_kept_run(self) -> None:
+        """The window hides: a notification and a line on stderr say where the run goes on and how to stop it."""
+        from app.keep_training import KeptRun
+
+        thread_run = not self.controller.separate_process
+        self._kept_run = KeptRun(self, stop_run=self.controller.stop if thread_run else None)
+        self._kept_run.announce(self._run_folder, self.controller.stop_pid, icon=self.windowIcon())
 
     def _finish_close(self) -> None:
         """The run has ended (or did not stop in time): close for good."""
