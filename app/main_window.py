@@ -28,6 +28,7 @@ from core.files import read_jsonl
 
 
 
+APP_NAME = "AMP Console"
 STOPPING_TO_CLOSE = "Stopping the run before closing: finishing the current step and writing a checkpoint…"
 CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process run has been killed by then)
 
@@ -43,7 +44,7 @@ class MainWindow(QMainWindow):
                  prestart_runs: bool = True):
         super().__init__(parent)
         self.prestart_runs = prestart_runs
-        self.setWindowTitle("AMP Console")
+        self.setWindowTitle(APP_NAME)
         self.setWindowIcon(icon("app"))
         self.settings = settings if settings is not None else QSettings()
         self.window_settings = WindowSettings(self.settings)
@@ -76,7 +77,7 @@ class MainWindow(QMainWindow):
         self.sweepDialog = None
         self.previewDialog = None  # Try a model (app.panels.preview): created on first use
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
-        self._run_title = ""
+        self.settings_name = ""  # the settings file last opened or saved, shown in the title
         self._run_folder = ""  # the running run's folder (as RunStarted says, once it has)
         self._kept_run = None  # app.keep_training.KeptRun, after "Keep training"
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
@@ -454,6 +455,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"Could not load the run's settings: {exc}")
             return
         self.show_message(f"Loaded the settings of the run in {config.get('out_dir', '?')}")
+        self.set_settings_name(Path(str(config.get("out_dir") or "")).name)
 
     def _log_evaluation(self, result: dict) -> None:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
@@ -510,7 +512,6 @@ class MainWindow(QMainWindow):
         self._history = (self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE)
                          if resume_from else None)
         self._resuming = resume_from or None
-        self._run_title = f"{config.task} → {config.out_dir}"
         self._run_folder = config.out_dir
         self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
                               processes=processes, separate_process=separate)
@@ -580,9 +581,16 @@ class MainWindow(QMainWindow):
             state = "paused"
         else:
             state = "training"
-        title = f"AMP Console — {state} {self._run_title}" if state else "AMP Console"
+        # A short name then the app's, once: Qt appends the application display name to a title not ending in it.
+        name = f"{Path(self._run_folder).name} ({state})" if state else self.settings_name
+        title = f"{name} — {APP_NAME}" if name else APP_NAME
         if self.windowTitle() != title:
             self.setWindowTitle(title)
+
+    def set_settings_name(self, name: str) -> None:
+        """The settings in the form came from (or were saved as) `name`: a file's stem, a preset, a run."""
+        self.settings_name = name
+        self._update_title()
 
     def _history_reader(self) -> ThreadPoolExecutor:
         if self._history_pool is None:
@@ -605,6 +613,7 @@ class MainWindow(QMainWindow):
         self.plotsPanel.handle_event(event)
         if isinstance(event, RunStarted):
             self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
+            self._update_title()
             self._show_history(event)
         self.logPanel.handle_event(event)
         if isinstance(event, StepMetrics):
