@@ -636,7 +636,7 @@ class PlotsPanel(QWidget):
                 if key is not None and isinstance(value, (int, float)) and math.isfinite(value):
                     self._append(key, event.step, value)
         elif isinstance(event, RunEnded):
-            self._waiting = f"No points: the run {event.status} at step {event.step}"
+            self._waiting = f"No points: the run {event.status} at step {event.step:,}"
             if self.plots:
                 self._show_notes()
 

@@ -309,10 +309,11 @@ class ProgressReporter:
                              info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
 
     def format_line(self, event) -> str:
-        """`step 1200/5000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
+        """`step 1,200/5,000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
         ETA 3m48s`; the ETA leaves paused time out."""
         total = max(self.total, 1)
-        text = f"step {event.step}/{self.total} ({100 * event.step // total}%) epoch {event.epoch} loss {event.loss:.4f}"
+        text = (f"step {event.step:,}/{self.total:,} ({100 * event.step // total}%) epoch {event.epoch} "
+                f"loss {event.loss:.4f}")
         text += "".join(f" val_{name} {value:.4f}" for name, value in self.metrics.items())
         text += f" | {event.samples_per_second:,.0f} samples/s | elapsed {elapsed(event.elapsed_seconds)}"
         active = max(event.elapsed_seconds - self.paused_seconds, 0.0)
@@ -367,7 +368,7 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     if ended.samples_per_second:
         print(f"  throughput {ended.samples_per_second:,.0f} samples/s", file=stream)
     if ended.skipped_steps:
-        print(f"  fp16 overflow: {ended.skipped_steps} steps skipped by GradScaler", file=stream)
+        print(f"  fp16 overflow: {ended.skipped_steps:,} steps skipped by GradScaler", file=stream)
     if ended.checkpoint:
         print(f"  checkpoint {ended.checkpoint}", file=stream)
 

@@ -249,7 +249,7 @@ class Trainer:
                     if control.paused:
                         self._pause()
                     if stop(self.step):
-                        return "stopped", f"stopped at step {self.step}"
+                        return "stopped", f"stopped at step {self.step:,}"
                     if stop.out_of_time:
                         return "completed", self._time_limit_message()
                     if stop.save and self._saved_step != self.step:  # checkpoint_minutes have passed
@@ -504,7 +504,7 @@ class Trainer:
     def _kept(self) -> str:
         """What is left to resume from after a failed write."""
         if self.saved_checkpoint and os.path.exists(self.saved_checkpoint):
-            return f"the previous checkpoint (step {self._saved_checkpoint_step}) is kept"
+            return f"the previous checkpoint (step {self._saved_checkpoint_step:,}) is kept"
         return "no checkpoint of this run had been saved yet"
 
     def _peer_failed(self) -> str:
@@ -514,15 +514,15 @@ class Trainer:
         dead = dead_peers(self._peers, self.dist.rank)
         who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
                f"another process of this {self.dist.world_size}-process run")
-        text = f"{who} died or lost its connection at step {self.step}; the run ended"
+        text = f"{who} died or lost its connection at step {self.step:,}; the run ended"
         if not self.dist.is_main:
             return f"{text} (rank 0 saves the checkpoint)"
         try:
             saved = self._write_checkpoint([ckpt.capture_rng()])  # no collective: this rank's RNG alone
         except Exception as exc:  # noqa: BLE001 (a failed rescue must not hide the failure itself)
             reason = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
-            return f"{text}. The state at step {self.step} could not be saved ({reason})"
-        return f"{text}. Its state at step {self.step} is saved: resume from {saved}"
+            return f"{text}. The state at step {self.step:,} could not be saved ({reason})"
+        return f"{text}. Its state at step {self.step:,} is saved: resume from {saved}"
 
     def state_dict(self) -> dict:
         """This rank's resumable state as plain containers and tensors (see core.engine.run_state)."""
