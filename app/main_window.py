@@ -495,7 +495,8 @@ class MainWindow(QMainWindow):
             return False
         from core.engine.run_record import resolve_out_dir
 
-        config = resolve_out_dir(self.setupPanel.config(), self.runs_root())  # empty form field: a new folder
+        # An empty folder field: a new folder under the runs root, named by the precision that runs (bf16, not auto).
+        config = resolve_out_dir(self.setupPanel.config(), self.runs_root(), self.setupPanel.mode_that_runs())
         self._run_device = config.device
         self.save_settings()
         self.plotsPanel.clear()

@@ -201,9 +201,24 @@ def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
     config = RunConfig.from_dict(values).validate()
     from core.engine.run_record import resolve_out_dir
 
-    config = resolve_out_dir(config, getattr(args, "runs_dir", None))
+    config = resolve_out_dir(config, getattr(args, "runs_dir", None), precision=mode_that_runs(config))
     check_paths(config)
     return config, notes
+
+
+def mode_that_runs(config: RunConfig) -> str | None:
+    """The precision a new run folder is named by: what `auto` resolves to on the run's device (None when no
+    folder is to be named, or the device is not here: the trainer reports that)."""
+    if config.precision != "auto" or str(config.out_dir).strip():
+        return None
+    from core.devices import device_info
+    from core.engine.precision import auto_mode
+    from core.errors import DeviceError
+
+    try:
+        return auto_mode(device_info(config.device))
+    except DeviceError:
+        return None
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
