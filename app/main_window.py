@@ -617,6 +617,8 @@ class MainWindow(QMainWindow):
             self._update_title()
             self._show_history(event)
         self.logPanel.handle_event(event)
+        if isinstance(event, RunStarted) and self.plotsPanel.overlay_note():
+            self.logPanel.log(self.plotsPanel.overlay_note())  # why other runs' curves are under this one
         if isinstance(event, StepMetrics):
             if event.nonfinite_source:  # rare, and the next report would overwrite where the inf came from
                 self.statusBarWidget.handle_event(event)
