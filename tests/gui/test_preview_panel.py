@@ -333,6 +333,7 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, train
     qtbot.waitUntil(lambda: tab.report is not None and tab.evaluateButton.text() == "Evaluate again", timeout=60_000)
     saved = load_report(folder)
     assert saved is not None and saved["checkpoint"] == str(dialog.predictor.checkpoint)
+    qtbot.waitUntil(lambda: tab.view.done, timeout=20_000)  # drawn a section per turn of the event loop
     assert tab.report["metrics"] == saved["metrics"] and "roc" in tab.view.sections
     assert "best.pt" in tab.infoLabel.text() and tab.evaluateButton.text() == "Evaluate again"
     shot(dialog, "evaluation")
