@@ -15,6 +15,7 @@ Goal: no slice over 50 ms (a plot widget costs ~20 ms to build on an idle deskto
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -81,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         slices.append(clock.nsecsElapsed() / 1e6)
 
     EvaluationView._draw_next = timed
-    results = []
-    for _ in range(args.repeats):
+    def one_repeat() -> dict:
         ticks: list[float] = []
         beat = QTimer(interval=1)
         beat.timeout.connect(lambda: ticks.append(time.perf_counter()))
@@ -101,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         app.exec()
         beat.stop()
         view.drawn.disconnect()
-        gaps = [(b - a) * 1000 for a, b in zip(ticks, ticks[1:])]
-        results.append({"call_ms": call[0], "longest_turn_ms": max(gaps), "longest_slice_ms": max(slices),
-                        "sections": len(slices) - 1, "sections_drawn": list(view.sections)})
+        gaps = [(b - a) * 1000 for a, b in itertools.pairwise(ticks)]
+        return {"call_ms": call[0], "longest_turn_ms": max(gaps), "longest_slice_ms": max(slices),
+                "sections": len(slices) - 1, "sections_drawn": list(view.sections)}
+
+    results = [one_repeat() for _ in range(args.repeats)]
     warm = results[1:] or results
     summary = {"first": results[0], "longest_turn_ms": max(r["longest_turn_ms"] for r in warm),
                "median_longest_turn_ms": statistics.median(r["longest_turn_ms"] for r in warm),
