@@ -159,6 +159,7 @@ class FileActions:
             return False
         self.window.apply_config(config)
         self.window.show_message(f"Loaded settings from {path}")
+        self.window.set_settings_name(Path(path).stem)
         return True
 
     def load_toml_text(self, text: str, name: str) -> bool:
@@ -176,6 +177,7 @@ class FileActions:
             self.window.show_error(f"Could not save settings: {exc}")
             return False
         self.window.show_message(f"Saved settings to {path}")
+        self.window.set_settings_name(Path(path).stem)
         return True
 
     def _ask_open(self) -> None:

@@ -29,6 +29,7 @@ from core.files import read_jsonl
 
 
 
+APP_NAME = "AMP Console"
 STOPPING_TO_CLOSE = "Stopping the run before closing: finishing the current step and writing a checkpoint…"
 CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process run has been killed by then)
 
@@ -44,7 +45,7 @@ class MainWindow(QMainWindow):
                  prestart_runs: bool = True):
         super().__init__(parent)
         self.prestart_runs = prestart_runs
-        self.setWindowTitle("AMP Console")
+        self.setWindowTitle(APP_NAME)
         self.setWindowIcon(icon("app"))
         self.settings = settings if settings is not None else QSettings()
         self.window_settings = WindowSettings(self.settings)
@@ -77,7 +78,9 @@ class MainWindow(QMainWindow):
         self.sweepDialog = None
         self.previewDialog = None  # Try a model (app.panels.preview): created on first use
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
-        self._run_title = ""
+        self.settings_name = ""  # the settings file last opened or saved, shown in the title
+        self._run_folder = ""  # the running run's folder (as RunStarted says, once it has)
+        self._kept_run = None  # app.keep_training.KeptRun, after "Keep training"
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
         self._user_close = False
         self._close_now = False
@@ -456,6 +459,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"Could not load the run's settings: {exc}")
             return
         self.show_message(f"Loaded the settings of the run in {config.get('out_dir', '?')}")
+        self.set_settings_name(Path(str(config.get("out_dir") or "")).name)
 
     def _log_evaluation(self, result: dict) -> None:
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
@@ -497,7 +501,8 @@ class MainWindow(QMainWindow):
             return self.remote.start_run(resume_from)
         from core.engine.run_record import resolve_out_dir
 
-        config = resolve_out_dir(self.setupPanel.config(), self.runs_root())  # empty form field: a new folder
+        # An empty folder field: a new folder under the runs root, named by the precision that runs (bf16, not auto).
+        config = resolve_out_dir(self.setupPanel.config(), self.runs_root(), self.setupPanel.mode_that_runs())
         self._run_device = config.device
         self.save_settings()
         self.plotsPanel.clear()
@@ -514,7 +519,7 @@ class MainWindow(QMainWindow):
         self._history = (self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE)
                          if resume_from else None)
         self._resuming = resume_from or None
-        self._run_title = f"{config.task} → {config.out_dir}"
+        self._run_folder = config.out_dir
         self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
                               processes=processes, separate_process=separate)
         self._update_buttons()
@@ -584,9 +589,16 @@ class MainWindow(QMainWindow):
             state = "paused"
         else:
             state = "training"
-        title = f"AMP Console — {state} {self._run_title}" if state else "AMP Console"
+        # A short name then the app's, once: Qt appends the application display name to a title not ending in it.
+        name = f"{Path(self._run_folder).name} ({state})" if state else self.settings_name
+        title = f"{name} — {APP_NAME}" if name else APP_NAME
         if self.windowTitle() != title:
             self.setWindowTitle(title)
+
+    def set_settings_name(self, name: str) -> None:
+        """The settings in the form came from (or were saved as) `name`: a file's stem, a preset, a run."""
+        self.settings_name = name
+        self._update_title()
 
     def _history_reader(self) -> ThreadPoolExecutor:
         if self._history_pool is None:
@@ -608,8 +620,12 @@ class MainWindow(QMainWindow):
     def _on_event(self, event) -> None:
         self.plotsPanel.handle_event(event)
         if isinstance(event, RunStarted):
+            self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
+            self._update_title()
             self._show_history(event)
         self.logPanel.handle_event(event)
+        if isinstance(event, RunStarted) and self.plotsPanel.overlay_note():
+            self.logPanel.log(self.plotsPanel.overlay_note())  # why other runs' curves are under this one
         if isinstance(event, StepMetrics):
             if event.nonfinite_source:  # rare, and the next report would overwrite where the inf came from
                 self.statusBarWidget.handle_event(event)
@@ -767,6 +783,8 @@ class MainWindow(QMainWindow):
         if self.historyDialog is not None:
             self.historyDialog.panel.shutdown()
         self.save_settings()
+        if self._kept_run is not None:
+            self._kept_run.close()
         self._close_state = "closed"
         super().closeEvent(event)
         self.closed.emit()
@@ -792,6 +810,7 @@ class MainWindow(QMainWindow):
             if self.controller.paused:
                 self.controller.resume()  # a hidden window could never resume it
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
+            self._announce_kept_run()
             self.save_settings()
             for dialog in (self.historyDialog, self.previewDialog, *self._tool_dialogs()):
                 if dialog is not None:
@@ -805,6 +824,14 @@ class MainWindow(QMainWindow):
         self.logPanel.log("Stopping the run to close the window.")
         self._update_buttons()
         self._close_deadline.start(CLOSE_TIMEOUT_MS)
+
+    def _announce_kept_run(self) -> None:
+        """The window hides: a notification and a line on stderr say where the run goes on and how to stop it."""
+        from app.keep_training import KeptRun
+
+        thread_run = not self.controller.separate_process
+        self._kept_run = KeptRun(self, stop_run=self.controller.stop if thread_run else None)
+        self._kept_run.announce(self._run_folder, self.controller.stop_pid, icon=self.windowIcon())
 
     def _finish_close(self) -> None:
         """The run has ended (or did not stop in time): close for good."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtCore import QByteArray, QDataStream, QPoint, QRect, QSettings, Qt
+from PySide6.QtGui import QGuiApplication
 
 CONFIG_KEY = "run/config"
 PROCESSES_KEY = "run/processes"
@@ -23,6 +24,46 @@ HOSTS_KEY = "remote/hosts"  # JSON: [{"dest", "command"}], the hosts of the devi
 RECENT_RUNS_KEY = "remote/recentRuns"  # JSON: the runs last started on a host or attached, newest first
 RECENT_RUNS = 10
 DEFAULT_SIZE = (1400, 860)
+GEOMETRY_MAGIC = 0x1D9D0CB  # what QWidget.saveGeometry() writes first
+GEOMETRY_VERSION = 3  # the newest layout of that record Qt 6 reads
+
+
+def saved_geometry(data: QByteArray) -> tuple[QRect, bool] | None:
+    """(the normal geometry, maximised) stored in a QWidget.saveGeometry() record; None when it is not one."""
+    stream = QDataStream(data)
+    stream.setVersion(QDataStream.Version.Qt_4_0)
+    if data.size() < 8 or stream.readUInt32() != GEOMETRY_MAGIC or stream.readUInt16() > GEOMETRY_VERSION:
+        return None
+    stream.readUInt16()  # minor version
+    frame, normal = QRect(), QRect()
+    stream >> frame
+    stream >> normal
+    stream.readInt32()  # screen number
+    maximised = bool(stream.readUInt8())
+    if stream.status() != QDataStream.Status.Ok or normal.isEmpty():
+        return None
+    return normal, maximised
+
+
+def fit_geometry(window, data: QByteArray) -> bool:
+    """A geometry this version saved, on another screen (Qt's restoreGeometry refuses a record saved on a screen
+    of another width, or at another scale): its size and place fitted to the window's screen. False when `data`
+    is no geometry record."""
+    saved = saved_geometry(data)
+    if saved is None:
+        return False
+    rect, maximised = saved
+    screen = window.screen() or QGuiApplication.primaryScreen()
+    area = screen.availableGeometry() if screen is not None else rect
+    size = rect.size().boundedTo(area.size())
+    window.resize(size)
+    place = rect.topLeft()
+    if not area.contains(QRect(place, size)):
+        place = area.center() - QPoint(size.width() // 2, size.height() // 2)
+    window.move(place)
+    if maximised:
+        window.setWindowState(window.windowState() | Qt.WindowState.WindowMaximized)
+    return True
 
 
 def _shown(value, limit: int = 60) -> str:
@@ -186,12 +227,13 @@ class WindowSettings:
         self._log(window, notes)
 
     def restore_geometry(self, window) -> None:
-        """Size, position and splitters; a saved state Qt rejects is ignored (the default layout stays)."""
+        """Size, position and splitters; a geometry saved on another screen is fitted to this one, a saved
+        state Qt cannot read is ignored (the default layout stays)."""
         notes: list[str] = []
         geometry = self._bytes(GEOMETRY_KEY, notes)
         restored = False
         if geometry is not None:
-            restored = bool(window.restoreGeometry(geometry))
+            restored = bool(window.restoreGeometry(geometry)) or fit_geometry(window, geometry)
             if not restored:
                 notes.append(f"ignored the saved {GEOMETRY_KEY}: not a window geometry this version can read")
         if not restored:

@@ -30,11 +30,12 @@ def count(value: float | None) -> str:
 
 def size(value: float | None) -> str:
     """Bytes in binary units: '512 B', '12.3 KiB', '312 MiB', '1.25 GiB' ... PiB; '-' when unknown or zero
-    (or not a number)."""
+    (or not a number). Three digits at most below PiB: a value just short of the next unit reads in it
+    ('0.986 MiB', not '1,010 KiB')."""
     if not _is_number(value) or not value or not math.isfinite(value):
         return "-"
     for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
+        if value >= scale * 999.5 / 1024:
             scaled = value / scale
             return f"{scaled:.3g} {unit}" if scaled < 100 else f"{scaled:,.0f} {unit}"
     return f"{value:.0f} B"

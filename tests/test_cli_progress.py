@@ -59,7 +59,7 @@ def test_the_eta_leaves_paused_time_out():
     reporter(EvalMetrics(step=200, epoch=2, split="val", metrics={"acc": 0.91}))
     reporter(RunResumed(step=250, paused_seconds=600.0))
     reporter(step(400, elapsed=660.0))  # 200 steps in 60 s of training: 600 steps to go take 3 minutes
-    assert out.text == ("step 400/1000 (40%) epoch 5 loss 0.5000 val_acc 0.9100 | 3,412 samples/s | elapsed 11m00s, "
+    assert out.text == ("step 400/1,000 (40%) epoch 5 loss 0.5000 val_acc 0.9100 | 3,412 samples/s | elapsed 11m00s, "
                         "ETA 3m00s\n")
     reporter(RunEnded(status="completed", message="", step=400, epoch=5, final_loss=0.5, metrics={}, checkpoint=None,
                       samples_per_second=None))
@@ -74,7 +74,7 @@ def test_lines_are_throttled_and_the_end_is_always_printed():
         reporter(step(n, elapsed=n / 10))
     reporter(RunEnded(status="stopped", message="", step=100, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
                       samples_per_second=None))
-    assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/1000", "step 100/1000"]
+    assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/1,000", "step 100/1,000"]
 
 
 def test_a_step_is_the_engines_step_metrics_not_any_class_of_that_name():
@@ -89,7 +89,7 @@ def test_a_step_is_the_engines_step_metrics_not_any_class_of_that_name():
     reporter(step(20, elapsed=2.0))
     reporter(RunEnded(status="stopped", message="", step=20, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
                       samples_per_second=None))
-    assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 20/1000"]
+    assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 20/1,000"]
 
 
 class FakeBar:

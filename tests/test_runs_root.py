@@ -68,6 +68,25 @@ def test_the_library_trainer_puts_a_run_without_folder_under_the_root(runs_root_
     assert Path(result.checkpoint).parent == Path(run["folder"])
 
 
+def test_a_new_folder_is_named_by_the_precision_that_runs_not_auto(runs_root_in_tmp, tmp_path):
+    """`auto` is resolved for the device before the folder is named: the library trainer, `train` and
+    resolve_out_dir given the mode all name it ...-tiny-fp32 on the CPU."""
+    from core.cli.main import build_parser
+    from core.cli.train import config_and_notes
+    from core.engine.trainer import train
+
+    config = RunConfig.for_task("tiny", device="cpu", precision="auto", max_steps=2, log_interval=1)
+    result = train(config)
+    [run] = find_runs(runs_root_in_tmp)
+    assert run["name"].endswith("-tiny-fp32") and run["precision"] == "fp32", run["name"]
+    assert Path(result.checkpoint).parent == Path(run["folder"])
+    named = resolve_out_dir(RunConfig.for_task("tiny", precision="auto"), tmp_path, precision="bf16")
+    assert named.out_dir.endswith("-tiny-bf16") and named.precision == "auto"  # the setting itself is kept
+    args = build_parser().parse_args(["train", "--task", "tiny", "--device", "cpu", "--precision", "auto"])
+    cli_config, _notes = config_and_notes(args)
+    assert cli_config.out_dir.endswith("-tiny-fp32") and Path(cli_config.out_dir).parent == runs_root_in_tmp
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_cli_train_without_out_is_listed_by_runs_list_and_runs_dir_moves_both(runs_root_in_tmp, tmp_path, capsys):

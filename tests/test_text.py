@@ -16,6 +16,13 @@ def test_bytes_are_binary_units_with_three_figures():
     assert text.size(None) == "-" and text.size(0) == "-"
 
 
+def test_a_size_just_short_of_the_next_unit_reads_in_it():
+    """Three figures at most: '0.986 MiB', never '1,010 KiB' (nor 1.01e+03 KiB)."""
+    assert text.size(1010 * 2**10) == "0.986 MiB" and text.size(1034 * 2**10) == "1.01 MiB"
+    assert text.size(2**20 - 512) == "1 MiB" and text.size(999) == "999 B" and text.size(1000) == "0.977 KiB"
+    assert text.size(1020 * 2**30) == "0.996 TiB"
+
+
 def test_counts_and_wall_times():
     assert text.count(1_048_576) == "1.05 M" and text.count(12_345) == "12,345" and text.count(2.5e9) == "2.5 G"
     assert text.count(None) == "-" and text.count(float("inf")) == "-"

@@ -252,6 +252,19 @@ def test_grad_norm_is_reported_without_clipping_too(tiny_config, recorder):
     assert all(s.grad_norm is not None and s.grad_norm > 0 for s in recorder.of(StepMetrics))
 
 
+def test_the_stop_message_writes_the_step_with_thousands_separators(tiny_config):
+    """'stopped at step 1,200' beside the status bar's 'step 1,200/5,000': one way to write a count."""
+    control = RunControl()
+
+    def sink(event):
+        if isinstance(event, StepMetrics) and event.step >= 1200:
+            control.stop()
+
+    ended = train(tiny_config(max_steps=5000, log_interval=100, eval_interval=0, checkpoint_interval=0),
+                  sink=sink, control=control)
+    assert ended.status == "stopped" and ended.message == f"stopped at step {ended.step:,}" and "," in ended.message
+
+
 def test_a_stop_keeps_the_training_even_with_no_checkpoints_planned(tiny_config, recorder):
     """checkpoint_interval 0 and checkpoint_minutes 0: a stop still ends with a checkpoint at its step."""
     control = RunControl()

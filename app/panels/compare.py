@@ -161,8 +161,8 @@ class CompareDialog(ToolDialog):
         self.recommendation.setText(f"Recommended: {result.recommended or '–'} ({why})")
         threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
         self.statusLabel.setText(f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
-                                 f"{result.repeats} windows of {result.steps} steps after "
-                                 f"{result.warmup_steps} warm-up steps, batch {result.batch_size}{threads}.")
+                                 f"{result.repeats} windows of {result.steps:,} steps after "
+                                 f"{result.warmup_steps:,} warm-up steps, batch {result.batch_size:,}{threads}.")
 
     def _add_row(self, row) -> None:
         from core.lab.precision_sweep import noise_note
@@ -175,7 +175,7 @@ class CompareDialog(ToolDialog):
                  _fmt(row.memory_ratio, ".2f", "×"), _fmt(row.loss, ".4f"), _fmt(row.loss_delta, "+.4f"),
                  _fmt(row.threads, "d"),
                  "; ".join(note for note in (row.reason, noise_note(row),
-                                             f"{row.skipped_steps} skipped steps" if row.skipped_steps else "")
+                                             f"{row.skipped_steps:,} skipped steps" if row.skipped_steps else "")
                            if note))
         for column, text in enumerate(cells):
             item = QTableWidgetItem(text)

@@ -9,6 +9,11 @@ evaluation.json) is left out, or replaced by one line saying so: the view never 
 `clear(message)` empties it with a line of text (e.g. "Evaluating…" while a worker computes the report).
 pyqtgraph is imported when the first plot is built.
 
+A report is drawn a section (one plot, or the confusion grid) per turn of the event loop: a plot widget costs
+some tens of milliseconds to build and lay out, and a large report's seven or eight of them in one go held the
+window's thread for a quarter of a second. `done` is False until the last is placed (then `drawn` is emitted);
+a newer show_report or clear drops what an earlier one had left to draw.
+
 Drawing takes bounded time whatever the report holds: the view draws a BoundedReport
 (app.panels.evaluation_limits: at most so many metrics, plots, lines, points, classes and buckets, with
 "… and M more" for the rest). Callers cut the report down on their worker (`bounded_report`) and hand the
@@ -20,9 +25,12 @@ from __future__ import annotations
 
 import html
 import math
+from collections import deque
 from collections.abc import Callable
+from functools import partial
 
-from PySide6.QtCore import Qt
+import numpy as np
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView, QGridLayout, QHeaderView, QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout,
@@ -45,6 +53,9 @@ FEW_UNIT_TICKS = [(v / 2, f"{v / 2:.1f}") for v in range(3)]  # on a short axis,
 SHORT_AXIS = 170  # pixels
 END_LABEL_ROOM = 9  # pixels between 0 (or 1) and the plot's edge: half a label's height and a little
 CELL_HEIGHT = 64  # pixels: a confusion-matrix row (two lines of text and room around them)
+# Between two sections: a timer of 1 ms, not 0 (a chain of zero timers could hold back the window's other
+# timers, the live plots' redraw among them, until it ended; measured with a heartbeat timer)
+TURN_MS = 1
 
 
 _number = finite  # a finite float, or None (a missing, null or non-numeric entry of a report)
@@ -54,7 +65,18 @@ def _numbers(values) -> list[float]:
     """A list of floats from a report's list, NaN where an entry is missing (pyqtgraph leaves a gap)."""
     if not isinstance(values, list):
         return []
+    if all(type(v) in _PLAIN_NUMBERS for v in values):  # the usual case: converted in one go (a curve of 2,000
+        try:                                            # points a line took 7 ms a line one number at a time)
+            array = np.array(values, dtype=np.float64)
+        except OverflowError:  # an integer no float holds: one at a time below
+            pass
+        else:
+            array[~np.isfinite(array)] = np.nan
+            return array.tolist()
     return [math.nan if (v := _number(x)) is None else v for x in values]
+
+
+_PLAIN_NUMBERS = (float, int)  # not bool (a subclass of int, but no number in a report)
 
 
 def _dict(value) -> dict:
@@ -102,11 +124,20 @@ def headline(report: dict, more_metrics: int = 0) -> str:
 
 
 class EvaluationView(QWidget):
-    """The report's plots. `show_report(report)` draws it, `clear(message)` empties the view; `sections` names
-    what is drawn (for tests and for a caller that wants to know whether anything was)."""
+    """The report's plots. `show_report(report)` draws it (a section per event-loop turn: see the module doc),
+    `clear(message)` empties the view; `sections` names what is drawn (for tests and for a caller that wants to
+    know whether anything was), complete once `done`."""
+
+    drawn = Signal()  # the report given to show_report is drawn whole
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.done = True
+        self._chain = 0  # which show_report the pending section belongs to: an older one's is dropped
+        self._pending: deque = deque()  # (section, build, span) still to draw
+        self._report: dict = {}
+        self._holders: list[QWidget | None] = []  # a placeholder per planned cell, None once drawn
+        self._drawn: list[tuple[QWidget, int]] = []  # each widget drawn, in order, and its span
         self.setObjectName("evaluationView")
         self.headline = QLabel()
         self.headline.setObjectName("evaluationHeadline")
@@ -152,7 +183,8 @@ class EvaluationView(QWidget):
 
     def show_report(self, report: dict | BoundedReport) -> None:
         """Draw `report`'s sections (what it lacks is left out; what is malformed is one line under the
-        headline); a report with nothing to draw says so. A dict is cut down here (see the module doc)."""
+        headline); a report with nothing to draw says so. A dict is cut down here (see the module doc). The
+        headline is set at once, the sections a turn of the event loop each, until `done`."""
         self._empty_body()
         bounded = bounded_report(report) if isinstance(report, (dict, BoundedReport)) else None
         if bounded is None or not isinstance(bounded.report, dict):
@@ -164,36 +196,79 @@ class EvaluationView(QWidget):
         left_out = bounded.left_out()
         self.leftOut.setText("Drawn in part: " + "; ".join(left_out) + "." if left_out else "")
         self.leftOut.setVisible(bool(left_out))
+        self.message.hide()
         builders: list[tuple[str, Callable[[dict], QWidget | None], int]] = [
-            ("roc", self._roc, 1), ("confusion", self._confusion, 1), ("curves", self._curves, 1),
+            ("roc", self._roc, 1), ("confusion", self._confusion, 1), ("curves", None, 1),
             ("buckets", self._buckets, 1), ("histogram", self._histogram, 2)]
-        placed: list[tuple[QWidget, int]] = []
         for name, build, span in builders:
             if report.get(name) in (None, {}, []):
                 continue
-            try:
-                widgets = build(report)
-            except Exception as exc:  # noqa: BLE001 - an edited or older file: say so, draw the rest
-                self.problems.append(short_text(printable(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0]),
-                                                200))
-                continue
-            widgets = widgets if isinstance(widgets, list) else [widgets] if widgets is not None else []
-            if widgets:
+            if name == "curves":  # a plot per curve, each a turn of its own
+                self._pending += [(name, partial(self._curve, index, curve), span)
+                                  for index, curve in enumerate(_list(report.get(name)))]
+            else:
+                self._pending.append((name, build, span))
+        # A placeholder holds each planned cell, so the grid is laid out once: a widget put in its place later
+        # does not move the others (each of which would lay out and paint again on every turn).
+        self._holders = []
+        for (_name, _build, span), (row, column, columns) in zip(self._pending, self._cells(
+                [span for _n, _b, span in self._pending]), strict=True):
+            holder = QWidget()
+            holder.setMinimumHeight(PLOT_HEIGHT)
+            holder.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+            self.grid.addWidget(holder, row, column, 1, columns)
+            self.grid.setRowStretch(row, 1)
+            self._holders.append(holder)
+        self._report, self.done = report, False
+        chain = self._chain
+        QTimer.singleShot(TURN_MS, lambda: self._draw_next(chain))
+
+    def _draw_next(self, chain: int) -> None:
+        """One section of the report show_report was given, then the next on the next turn of the event loop."""
+        if chain != self._chain:  # a newer show_report or clear came first
+            return
+        if not self._pending:
+            self._finish()
+            return
+        name, build, span = self._pending.popleft()
+        index = len(self._holders) - len(self._pending) - 1
+        holder = self._holders[index]
+        try:
+            widget = build(self._report)
+        except Exception as exc:  # noqa: BLE001 - an edited or older file: say so, draw the rest
+            self.problems.append(short_text(printable(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0]), 200))
+            widget = None
+        if widget is not None:
+            if name not in self.sections:
                 self.sections.append(name)
-                placed += [(w, span) for w in widgets]
-        self._place(placed)
+            self.grid.replaceWidget(holder, widget)
+            self._drawn.append((widget, span))
+            self._holders[index] = None
+            holder.hide()
+            holder.deleteLater()
+        QTimer.singleShot(TURN_MS, lambda: self._draw_next(chain))
+
+    def _finish(self) -> None:
+        left = [holder for holder in self._holders if holder is not None]
+        if left:  # a section had nothing to draw: the others close ranks
+            self._relayout(left)
+        self._holders = []
         if self.problems:
             self.message.setText("Some of this report could not be drawn (" + "; ".join(self.problems) + ").")
             self.message.show()
-        elif not placed:
+        elif not self.sections:
             self.message.setText("This evaluation report has no plots (written by an older version?): "
                                  "evaluate the run again for them.")
             self.message.show()
-        else:
-            self.message.hide()
+        self._report, self.done = {}, True
+        self.drawn.emit()
 
     # ------------------------------------------------------------------ layout
     def _empty_body(self) -> None:
+        self._chain += 1  # what an earlier show_report had left to draw is dropped
+        self._pending.clear()
+        self._report, self.done = {}, True
+        self._holders, self._drawn = [], []  # the planned cells' placeholders; the widgets drawn in order
         while self.grid.count():
             item = self.grid.takeAt(0)
             widget = item.widget()
@@ -204,29 +279,46 @@ class EvaluationView(QWidget):
         self.sections, self.problems, self.plots = [], [], {}
         self.confusion_table = None
 
-    def _place(self, placed: list[tuple[QWidget, int]]) -> None:
-        """Two columns, in order; a widget spanning 2 takes a row of its own (a lone last one spans too)."""
-        row = column = 0
-        for index, (widget, span) in enumerate(placed):
-            last = index == len(placed) - 1
-            if span == 2 or (last and column == 0 and len(placed) > 1 and len(placed) % 2 == 1):
+    @staticmethod
+    def _cells(spans: list[int]) -> list[tuple[int, int, int]]:
+        """(row, column, columns) of each widget: two columns, in order; a widget spanning 2 takes a row of its
+        own, and so does a lone last one."""
+        cells, row, column = [], 0, 0
+        for index, span in enumerate(spans):
+            last = index == len(spans) - 1
+            if span == 2 or (last and column == 0 and len(spans) > 1):
                 if column:
                     row, column = row + 1, 0
-                self.grid.addWidget(widget, row, 0, 1, 2)
+                cells.append((row, 0, 2))
                 row += 1
                 continue
-            self.grid.addWidget(widget, row, column)
+            cells.append((row, column, 1))
             column += 1
             if column == 2:
                 row, column = row + 1, 0
-        for r in range(self.grid.rowCount()):
-            self.grid.setRowStretch(r, 1)
+        return cells
+
+    def _relayout(self, holders: list[QWidget]) -> None:
+        """The drawn widgets in the cells of as many: the placeholders `holders` of what drew nothing go."""
+        for holder in holders:
+            self.grid.removeWidget(holder)
+            holder.hide()
+            holder.deleteLater()
+        for widget, _span in self._drawn:
+            self.grid.removeWidget(widget)
+        for row in range(self.grid.rowCount()):
+            self.grid.setRowStretch(row, 0)
+        cells = self._cells([span for _widget, span in self._drawn])
+        for (widget, _span), (row, column, columns) in zip(self._drawn, cells, strict=True):
+            self.grid.addWidget(widget, row, column, 1, columns)
+            self.grid.setRowStretch(row, 1)
 
     def _plot(self, key: str, title: str, x_label: str, y_label: str):
         import pyqtgraph as pg
 
         palette = self.palette()
-        widget = pg.PlotWidget(background=palette.color(QPalette.ColorRole.Base))
+        # no context menu (built eagerly otherwise: a quarter of the widget's cost)
+        widget = pg.PlotWidget(background=palette.color(QPalette.ColorRole.Base), enableMenu=False)
         widget.setObjectName(f"evaluation_{key}")
         widget.setMinimumHeight(PLOT_HEIGHT)
         widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -372,47 +464,50 @@ class EvaluationView(QWidget):
         self.confusion_table = table
         return box
 
-    def _curves(self, report: dict):
+    def _curve(self, index: int, curve, _report: dict):
+        """The plot of the report's `index`-th curve by k (one labelled line per series), or None."""
         import pyqtgraph as pg
 
-        widgets = []
-        for index, curve in enumerate(_list(report.get("curves"))):
-            curve = _dict(curve)
-            ks = _numbers(curve.get("ks"))
-            series = [_dict(s) for s in _list(curve.get("series"))]
-            if not ks or not series:
+        curve = _dict(curve)
+        ks = _numbers(curve.get("ks"))
+        series = [_dict(s) for s in _list(curve.get("series"))]
+        if not ks or not series:
+            return None
+        y_label = str(curve.get("y_label") or "value")
+        widget = self._plot(f"curve{index}", str(curve.get("title") or y_label), "k (top of the ranking)", y_label)
+        item = widget.getPlotItem()
+        legend = self._legend(widget, 1)
+        drawn, shown = 0, []
+        for number, s in enumerate(series):
+            values = _numbers(s.get("values"))[: len(ks)]
+            if not values:
                 continue
-            y_label = str(curve.get("y_label") or "value")
-            widget = self._plot(f"curve{index}", str(curve.get("title") or y_label), "k (top of the ranking)", y_label)
-            item = widget.getPlotItem()
-            legend = self._legend(widget, 1)
-            drawn = 0
-            for number, s in enumerate(series):
-                values = _numbers(s.get("values"))[: len(ks)]
-                if not values:
-                    continue
-                emphasis = s.get("emphasis") or ("main" if number == 0 else "normal")
-                colour = SERIES_COLOURS[number % len(SERIES_COLOURS)]
-                pen = {"main": pg.mkPen(colour, width=3),
-                       "faint": pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine)}.get(
-                    emphasis, pg.mkPen(colour, width=2))
-                item.plot(ks[: len(values)], values, pen=pen, connect="finite",
-                          name=_shown(s.get("label") or s.get("name") or f"series {number + 1}"))
-                drawn += 1
-            if not drawn:
-                continue
-            self._fit_legend(legend, drawn)
-            item.setXRange(min(ks), max(ks), padding=0.02)
-            if self._within_unit(series):
-                self._unit_axis(item, "left")
-            item.setMouseEnabled(x=False, y=False)
-            widgets.append(widget)
-        return widgets
+            shown += values
+            emphasis = s.get("emphasis") or ("main" if number == 0 else "normal")
+            colour = SERIES_COLOURS[number % len(SERIES_COLOURS)]
+            pen = {"main": pg.mkPen(colour, width=3),
+                   "faint": pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine)}.get(
+                emphasis, pg.mkPen(colour, width=2))
+            item.plot(ks[: len(values)], values, pen=pen, connect="finite",
+                      name=_shown(s.get("label") or s.get("name") or f"series {number + 1}"))
+            drawn += 1
+        if not drawn:
+            del self.plots[f"curve{index}"]
+            widget.deleteLater()
+            return None
+        self._fit_legend(legend, drawn)
+        item.setXRange(min(ks), max(ks), padding=0.02)
+        if self._within_unit(shown):
+            self._unit_axis(item, "left")
+        item.setMouseEnabled(x=False, y=False)
+        return widget
 
     @staticmethod
-    def _within_unit(series: list[dict]) -> bool:
-        values = [v for s in series for v in _numbers(s.get("values")) if not math.isnan(v)]
-        return bool(values) and min(values) >= 0 and max(values) <= 1
+    def _within_unit(values: list[float]) -> bool:
+        """Whether the finite `values` (NaN for a gap) all lie in 0..1."""
+        array = np.asarray(values, dtype=np.float64)
+        array = array[~np.isnan(array)]
+        return bool(array.size) and float(array.min()) >= 0 and float(array.max()) <= 1
 
     def _buckets(self, report: dict):
         import pyqtgraph as pg

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.tool_dialog import ToolDialog
-from core.precision_modes import PRECISION_MODES
+from core.precision_modes import MIXED_MODES, PRECISION_MODES, best_mixed_mode
 
 COLUMNS = ("Module", "Type", "Input", "Output", "Parameters", "Gradients", "Why float32", "Ops (dtype they ran in)")
 WHY_COLUMN, OPS_COLUMN = 6, 7
@@ -87,14 +87,25 @@ class InspectorDialog(ToolDialog):
                 f"with hooks on every module")
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        """Until the first inspection the picker follows the form's precision (start() leaves it alone)."""
+        """Until the first inspection the picker follows the form: its precision when that is a mixed mode,
+        else the device's best mixed mode (fp32 and tf32 have no autocast to inspect)."""
         super().showEvent(event)
         try:
-            precision = self._config_provider().precision
+            config = self._config_provider()
         except Exception:  # noqa: BLE001 (refresh_setting says what is wrong)
             return
-        if not self.job.running and self.result is None and precision in PRECISION_MODES:
-            self.precisionCombo.setCurrentIndex(self.precisionCombo.findData(precision))
+        if not self.job.running and self.result is None:
+            mode = config.precision if config.precision in MIXED_MODES else self._best_mixed_mode(config.device)
+            self.precisionCombo.setCurrentIndex(self.precisionCombo.findData(mode))
+
+    def _best_mixed_mode(self, device: str) -> str:
+        from core.devices import device_info, list_devices
+        from core.errors import DeviceError
+
+        try:
+            return best_mixed_mode(device_info(device, self._devices_provider() or list_devices()).precisions)
+        except DeviceError:  # not here (any more): the inspection says so
+            return "fp32"
 
     def _config(self):
         return self._config_provider().replace(precision=self.precisionCombo.currentData()).validate()

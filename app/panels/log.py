@@ -46,7 +46,7 @@ class LogPanel(QPlainTextEdit):
             self._skipped = 0
             if not self.document().isEmpty():
                 self.appendPlainText("")  # a blank line between runs
-            verb = f"resumed at step {event.start_step}" if event.start_step else "started"
+            verb = f"resumed at step {event.start_step:,}" if event.start_step else "started"
             self.log(f"Run {verb}: task {event.task} on {event.device} ({event.device_name}), {event.precision} "
                      f"(autocast {event.autocast_dtype}, params {event.param_dtype}, "
                      f"GradScaler {'on' if event.scaler else 'off'}), {event.param_count:,} parameters, "

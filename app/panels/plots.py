@@ -23,6 +23,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QPalette, QTextOption
 from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, QWidget
 
+from app.plot_legend import LEGEND_ROW, FittedLegend
 from app.plot_ranges import StableRange, x_end_for
 from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics, event_from_dict
@@ -57,7 +58,6 @@ MARKER_BUDGET = 512
 # benchmarks/overlay_redraw.py, and a plot a few hundred pixels wide shows no more. Its validation points get a
 # dot each only when there are at most MARKER_BUDGET of them (sparse evaluations); denser ones are a line.
 OVERLAY_BUDGET = 1024
-LEGEND_ROW = 18  # pixels: one row of legend entries under a plot
 # A line curve this short or shorter is checked for points with no finite neighbour (a one-point run, a value
 # between two gaps): a line draws nothing there, so the curve gets a dot on each point until it is longer.
 FEW_POINTS = 64
@@ -274,6 +274,7 @@ class PlotsPanel(QWidget):
         self._curve_plot: dict[str, str] = {}
         self._ranges: dict[str, StableRange] = {}
         self._legends: dict = {}
+        self._fitted: dict[str, FittedLegend] = {}  # plot: its legend kept whole (app.plot_legend)
         self._notes: dict = {}
         self._dots: set[str] = set()  # line curves currently drawn with a dot on each point (few points)
         self._metric_colours: dict[str, str] = {}
@@ -291,6 +292,7 @@ class PlotsPanel(QWidget):
         self._timer.timeout.connect(self.redraw)
         self.redraws = 0  # how many curve updates were drawn (the benchmark reads it)
         self._overlays: list = []  # (plot key, curve, label) of other runs drawn for comparison
+        self._overlaid_runs = 0  # how many runs those curves are of
         self._overlay_y: dict[str, tuple[float, float]] = {}  # plot: the finite y extremes of its overlays
         self._overlay_x: tuple[float, float] | None = None  # the steps the overlays span
 
@@ -376,18 +378,24 @@ class PlotsPanel(QWidget):
         item.legend = legend  # PlotItem.plot(name=...) adds its entry, removeItem takes it out
         item.getViewBox().sigResized.connect(lambda *_a: self._update_legend(plot))
         self._legends[plot] = legend
+        self._fitted[plot] = FittedLegend(legend)
 
     def _update_legend(self, plot: str) -> None:
-        """As many columns as fit the plot's width (at least one): a narrow plot gets more rows, never a
-        legend wider than itself (which would squeeze the view)."""
-        legend = self._legends.get(plot)
-        if legend is None or not legend.items:
+        """As many columns as fit the plot's width (at least one), overlaid runs' labels wrapped to it, and rows
+        for part of the plot's height only: never a legend wider than the plot or running off its bottom."""
+        fitted = self._fitted.get(plot)
+        if fitted is None:
             return
-        widest = max(sample.boundingRect().width() + label.itemRect().width() for sample, label in legend.items)
-        available = self.plots[plot].getPlotItem().getViewBox().width()
-        columns = max(1, min(len(legend.items), int(available // (widest + 10))))
-        if columns != legend.columnCount:
-            legend.setColumnCount(columns)
+        overlays = [(curve, label) for p, curve, label in self._overlays if p == plot]
+        fitted.fit(overlays, self.plots[plot].getPlotItem().getViewBox().width(), self.plots[plot].height())
+
+    def overlay_note(self) -> str:
+        """What a new run's log says while other runs stay drawn under it ('' when none are)."""
+        runs = self._overlaid_runs
+        if not runs:
+            return ""
+        return (f"{runs} run{'s' if runs != 1 else ''} overlaid on the plots, kept under this run "
+                "(Run history → Clear overlays removes them)")
 
     def _add_note(self, key: str, item) -> None:
         """A line of text in the middle of the plot's view, saying why it is empty."""
@@ -636,7 +644,7 @@ class PlotsPanel(QWidget):
                 if key is not None and isinstance(value, (int, float)) and math.isfinite(value):
                     self._append(key, event.step, value)
         elif isinstance(event, RunEnded):
-            self._waiting = f"No points: the run {event.status} at step {event.step}"
+            self._waiting = f"No points: the run {event.status} at step {event.step:,}"
             if self.plots:
                 self._show_notes()
 
@@ -851,6 +859,7 @@ class PlotsPanel(QWidget):
             if len(ex):
                 self._add_overlay("eval", ex, ey, f"{label} · {metric}", pen,
                                   symbol="o" if len(ex) <= MARKER_BUDGET else None)
+            self._overlaid_runs += bool(len(x) or len(ex))
         for plot in {p for p, _c, _l in self._overlays}:
             self._update_legend(plot)
         self._fit_overlay_plots()
@@ -862,7 +871,8 @@ class PlotsPanel(QWidget):
         order = np.argsort(x, kind="stable") if len(x) > 1 and (np.diff(x) < 0).any() else None
         series.extend(x if order is None else x[order], y if order is None else y[order])
         item = self.plots[plot].getPlotItem()
-        curve = item.plot(series.x, series.y, name=label, pen=pen, symbol=symbol, symbolSize=5, symbolPen=None,
+        # no name: its legend entry is FittedLegend's (wrapped, or one of the '… and N more')
+        curve = item.plot(series.x, series.y, pen=pen, symbol=symbol, symbolSize=5, symbolPen=None,
                           symbolBrush=pen.color() if symbol else None, connect="finite")
         curve.setDownsampling(ds=1, auto=False)  # decimated above, as the live curves are
         curve.setClipToView(True)  # a zoom draws only what is in view
@@ -893,6 +903,7 @@ class PlotsPanel(QWidget):
         """Remove every overlaid run (curves and legend entries), and fit the loss and validation plots to the run
         on show again (their default range when there is none)."""
         overlays, self._overlays = self._overlays, []
+        self._overlaid_runs = 0
         plots = {p for p, _c, _l in overlays}
         for plot, curve, _label in overlays:
             self.plots[plot].getPlotItem().removeItem(curve)

@@ -540,12 +540,13 @@ class TinyPage(_Page):
         self.inputs: list[QDoubleSpinBox] = []
         grid = QGridLayout()
         for i in range(self.FEATURES):
+            column = f"x{i + 1}"  # the column names `amp-console predict` reads for the tiny task: x1..x10
             box = QDoubleSpinBox(objectName=f"previewTinyInput{i}", decimals=4, minimum=-1e6, maximum=1e6,
                                  singleStep=0.1)
             box.setKeyboardTracking(True)
             box.valueChanged.connect(self.debounce.start)
             self.inputs.append(box)
-            grid.addWidget(QLabel(f"x{i}"), i // 5 * 2, i % 5)
+            grid.addWidget(QLabel(column, objectName=f"previewTinyLabel{i}"), i // 5 * 2, i % 5)
             grid.addWidget(box, i // 5 * 2 + 1, i % 5)
         self.sampleButton = QPushButton("Sample", objectName="previewTinySampleButton", clicked=self.sample)
         self.sampleButton.setToolTip("Fill the fields with a point from the run's data (the next one each click)")

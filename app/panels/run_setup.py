@@ -386,6 +386,13 @@ class RunSetupPanel(QWidget):
             plan = resolve_precision(mode, self._device)
             self.precisionNote.setText(plan.describe())
 
+    def mode_that_runs(self) -> str:
+        """The precision a run of this form trains in: `auto` resolved for the selected device."""
+        from core.engine.precision import auto_mode
+
+        mode = self.precisionCombo.currentData() or "auto"
+        return auto_mode(self._device) if mode == "auto" and self._device is not None else mode
+
     def set_precision(self, mode: str) -> None:
         """Select `mode` in the precision picker (e.g. the mode a precision sweep recommended)."""
         self._set_precision(mode)

@@ -236,7 +236,7 @@ class LRFinderDialog(ToolDialog):
             self.plot.getPlotItem().setXRange(math.log10(result.lrs[0]), math.log10(result.lrs[-1]), padding=0.02)
         end = f"stopped early: {result.stopped_early}" if result.stopped_early else "ran the whole range"
         notes = "; ".join(result.notes)
-        self.statusLabel.setText(f"{result.steps_run} steps in {result.seconds:.1f} s on {result.device} "
+        self.statusLabel.setText(f"{result.steps_run:,} steps in {result.seconds:.1f} s on {result.device} "
                                  f"({result.device_name}) in {result.precision}, batch {result.batch_size}, "
                                  f"{result.optimizer}; {end}." + (f" {notes}." if notes else ""))
         self._show_suggestion()

@@ -214,7 +214,7 @@ class BatchFinderDialog(ToolDialog):
         self.comparison.setText("; ".join(sentences + unfit) + "." if sentences or unfit else
                                 "No comparison with fp32 (fp32 was not searched).")
         notes = "; ".join(result.notes)
-        self.sourceLabel.setText(f"Memory: {result.memory_source}. Margin {result.margin:.0%}, {result.steps} steps "
+        self.sourceLabel.setText(f"Memory: {result.memory_source}. Margin {result.margin:.0%}, {result.steps:,} steps "
                                  f"and an evaluation pass of {result.eval_rows:,} rows per trial."
                                  + (f" {notes[:1].upper() + notes[1:]}." if notes else ""))
         self.statusLabel.setText(f"Searched {len(result.modes)} mode(s) on {result.device} ({result.device_name}) "

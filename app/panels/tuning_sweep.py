@@ -29,8 +29,11 @@ SORT_ROLE = Qt.ItemDataRole.UserRole
 FIXED_COLUMNS = ("status", "best", "samples_per_second", "peak_memory_bytes", "wall_seconds", "steps")
 HEADERS = {"status": "Status", "device": "Device", "samples_per_second": "Samples/s",
            "peak_memory_bytes": "Peak memory", "wall_seconds": "Wall time", "steps": "Steps"}
-GRID_HINT = "One axis per line:\nlr = 1e-3, 3e-3\nbatch_size = 32, 64"
-RANDOM_HINT = "One axis per line, a range or choices:\nlr = 1e-4 : 1e-2 : log\nbatch_size = 32, 64, 128"
+# Placeholders (setPlaceholderText: greyed, gone at the first key) that read as instructions, not as a spec:
+# Run stays disabled until the axes typed are one.
+GRID_HINT = "Type one axis per line, for example:\n    lr = 1e-3, 3e-3\n    batch_size = 32, 64"
+RANDOM_HINT = ("Type one axis per line, a range or choices, for example:\n    lr = 1e-4 : 1e-2 : log\n"
+               "    batch_size = 32, 64, 128")
 
 
 def _wall(seconds) -> str:
@@ -209,6 +212,7 @@ class SweepDialog(ToolDialog):
         self._totals: dict[int, int] = {}
         self._ended = 0
         self._finished: set[int] = set()  # trials whose line says how they ended
+        self._why_not = "Type the axes to sweep."  # why Run is disabled ('' when the axes plan a sweep)
         super().__init__(config_provider, devices_provider, busy_provider, parent)
         self.resize(1100, 640)
 
@@ -345,8 +349,13 @@ class SweepDialog(ToolDialog):
     def set_axes(self, *lines: str) -> None:
         self.axesEdit.setPlainText("\n".join(lines))
 
+    def refresh_setting(self) -> None:
+        super().refresh_setting()
+        self.preview()  # the form may have changed what the axes plan
+
     def preview(self) -> None:
-        """Say what Run would do (or what is wrong with the axes), without running anything."""
+        """Say what Run would do (or what is wrong with the axes), without running anything; Run is enabled
+        only when the axes plan a sweep."""
         if not hasattr(self, "planLabel"):
             return
         from core.errors import AmpConsoleError
@@ -355,13 +364,14 @@ class SweepDialog(ToolDialog):
             base = self._config_provider().validate()
             _grid, _ranges, trials = plan(base, self.axesEdit.toPlainText().splitlines(), self.method(),
                                           self.samplesEdit.value(), self.seedEdit.value())
-        except AmpConsoleError as exc:
-            self.planLabel.setText(f"<span style='color:#d0453c'>{exc}</span>" if self.axesEdit.toPlainText().strip()
-                                   else "Type the axes to sweep.")
+        except Exception as exc:  # noqa: BLE001 (AmpConsoleError: the axes or the form; else a half-typed form)
+            typed = self.axesEdit.toPlainText().strip() or not isinstance(exc, AmpConsoleError)
+            self._why_not = str(exc) if typed else "Type the axes to sweep."
+            self.planLabel.setText(f"<span style='color:#d0453c'>{exc}</span>" if typed else self._why_not)
+            self._update_buttons()
             return
-        except Exception as exc:  # noqa: BLE001 (a half-typed form)
-            self.planLabel.setText(f"<span style='color:#d0453c'>{exc}</span>")
-            return
+        self._why_not = ""
+        self._update_buttons()
         shown = "; ".join(" ".join(f"{k.removeprefix('option.')}={_value_text(v)}" for k, v in t.params.items())
                           for t in trials[:4]) + ("; …" if len(trials) > 4 else "")
         self.planLabel.setText(f"<b>{len(trials)} trial{'s' if len(trials) != 1 else ''}</b>, each "
@@ -492,6 +502,12 @@ class SweepDialog(ToolDialog):
         """The texts of column `key` ('trial', a parameter, or a FIXED_COLUMNS name) in the shown order."""
         column = self.model.columns().index(key)
         return [self.proxy.index(row, column).data() for row in range(self.proxy.rowCount())]
+
+    def _update_buttons(self, *args) -> None:
+        super()._update_buttons(*args)
+        why_not = getattr(self, "_why_not", "")
+        self.runButton.setEnabled(self.runButton.isEnabled() and not why_not)
+        self.runButton.setToolTip(why_not or "Run every trial of the plan")
 
     def _update_use(self) -> None:
         if not hasattr(self, "historyButton"):

@@ -8,6 +8,8 @@ time (a "spare": torch imported, waiting for its settings), so a separate-proces
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.run.handle import RunHandle
@@ -59,6 +61,14 @@ class RunController(QObject):
     def detached(self) -> bool:
         """The run goes on without the window (a host's run, an attached one): closing just lets go of it."""
         return self._run is not None and self._run.detached
+
+    @property
+    def stop_pid(self) -> int:
+        """The process a SIGTERM stops gracefully: the child training process (or torchrun's launcher), else
+        this one (the window's thread run; see app.keep_training)."""
+        if isinstance(self._run, ProcessRun):
+            return int(self._run.process.processId())
+        return os.getpid()
 
     @property
     def can_pause(self) -> bool:

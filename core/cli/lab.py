@@ -125,7 +125,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                                                  ("activation checkpointing", args.checkpointing_rows))
                     if setting != "off")
     sys.stderr.write(f"bench: {config.task} in {', '.join(modes)}{extra}; per mode 1 warm-up + {args.repeats} timed "
-                     f"windows of {args.steps} steps\n")
+                     f"windows of {args.steps:,} steps\n")
     result = run_sweep(config, modes, steps=args.steps, repeats=args.repeats, isolate=args.isolate,
                        progress=ProgressLines(), compile_options=compiles, checkpointing_options=checkpoints)
     if args.json:
@@ -142,7 +142,7 @@ def print_sweep(result) -> None:
     tokens = any(r.tokens_per_second for r in result.rows)
     threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
     title = (f"{result.task} on {result.device} ({result.device_name}), batch {result.batch_size}{threads}: "
-             f"median of {result.repeats} x {result.steps} steps after {result.warmup_steps} warm-up")
+             f"median of {result.repeats} x {result.steps:,} steps after {result.warmup_steps:,} warm-up")
     table = fmt.table(title)
     columns = ["mode", "compute", "ms/step", "samples/s"] + (["tokens/s"] if tokens else []) + [
         "peak mem", "speed", "mem", "loss", "Δ loss"]
@@ -162,7 +162,7 @@ def print_sweep(result) -> None:
         if r.reason:  # measured, with a remark: a compile that fell back to eager, a task without blocks
             notes.append(f"{r.label}: {r.reason}")
         if r.skipped_steps:
-            notes.append(f"{r.label}: {r.skipped_steps} steps skipped (fp16 overflow)")
+            notes.append(f"{r.label}: {r.skipped_steps:,} steps skipped (fp16 overflow)")
         if noise_note(r):  # something else shared the device: the ratios are rough
             notes.append(f"{r.label}: {noise_note(r)}")
         cells = [r.label, r.compute_dtype, fmt.number(r.step_ms, ".2f"), fmt.count(r.samples_per_second)]

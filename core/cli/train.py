@@ -201,9 +201,24 @@ def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
     config = RunConfig.from_dict(values).validate()
     from core.engine.run_record import resolve_out_dir
 
-    config = resolve_out_dir(config, getattr(args, "runs_dir", None))
+    config = resolve_out_dir(config, getattr(args, "runs_dir", None), precision=mode_that_runs(config))
     check_paths(config)
     return config, notes
+
+
+def mode_that_runs(config: RunConfig) -> str | None:
+    """The precision a new run folder is named by: what `auto` resolves to on the run's device (None when no
+    folder is to be named, or the device is not here: the trainer reports that)."""
+    if config.precision != "auto" or str(config.out_dir).strip():
+        return None
+    from core.devices import device_info
+    from core.engine.precision import auto_mode
+    from core.errors import DeviceError
+
+    try:
+        return auto_mode(device_info(config.device))
+    except DeviceError:
+        return None
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -309,10 +324,11 @@ class ProgressReporter:
                              info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
 
     def format_line(self, event) -> str:
-        """`step 1200/5000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
+        """`step 1,200/5,000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
         ETA 3m48s`; the ETA leaves paused time out."""
         total = max(self.total, 1)
-        text = f"step {event.step}/{self.total} ({100 * event.step // total}%) epoch {event.epoch} loss {event.loss:.4f}"
+        text = (f"step {event.step:,}/{self.total:,} ({100 * event.step // total}%) epoch {event.epoch} "
+                f"loss {event.loss:.4f}")
         text += "".join(f" val_{name} {value:.4f}" for name, value in self.metrics.items())
         text += f" | {event.samples_per_second:,.0f} samples/s | elapsed {elapsed(event.elapsed_seconds)}"
         active = max(event.elapsed_seconds - self.paused_seconds, 0.0)
@@ -367,7 +383,7 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     if ended.samples_per_second:
         print(f"  throughput {ended.samples_per_second:,.0f} samples/s", file=stream)
     if ended.skipped_steps:
-        print(f"  fp16 overflow: {ended.skipped_steps} steps skipped by GradScaler", file=stream)
+        print(f"  fp16 overflow: {ended.skipped_steps:,} steps skipped by GradScaler", file=stream)
     if ended.checkpoint:
         print(f"  checkpoint {ended.checkpoint}", file=stream)
 

@@ -107,7 +107,7 @@ def cmd_fit_batch(args: argparse.Namespace) -> int:
     if args.max_batch is not None and start > args.max_batch:
         raise ConfigError("--start", f"the first batch ({start:,}) is above --max-batch ({args.max_batch:,})")
     sys.stderr.write(f"fit-batch: {config.task} in {', '.join(modes)} from batch {start:,}; each trial "
-                     f"{args.steps} steps + an evaluation pass, {args.margin:.0%} headroom; a fresh model, "
+                     f"{args.steps:,} steps + an evaluation pass, {args.margin:.0%} headroom; a fresh model, "
                      f"nothing is saved\n")
     try:
         result = find_batch_sizes(config, modes, margin=args.margin, steps=args.steps, tolerance=args.tolerance,
@@ -131,7 +131,7 @@ def print_result(result, command: str | None) -> None:
     """One table of trials per searched mode, each mode's answer, the comparisons and the command."""
     console = fmt.console()
     estimate = " (estimate)" if result.estimate else ""
-    console.print(f"{result.task} on {result.device} ({result.device_name}): each trial {result.steps} steps + "
+    console.print(f"{result.task} on {result.device} ({result.device_name}): each trial {result.steps:,} steps + "
                   f"evaluation of {result.eval_rows:,} rows; margin {result.margin:.0%}, cap {result.max_batch:,}")
     console.print(f"memory{estimate}: {result.memory_source}")
     lines = []

@@ -92,7 +92,7 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
 
     devices = list_devices()
     resolve_precision(config.precision, device_info(config.device, devices))  # a mode the device lacks: exit 2 now
-    sys.stderr.write(f"lr-find: {config.task}, {args.steps} steps from lr {args.start_lr:g} to {args.end_lr:g} "
+    sys.stderr.write(f"lr-find: {config.task}, {args.steps:,} steps from lr {args.start_lr:g} to {args.end_lr:g} "
                      f"({config.optimizer}, batch {config.batch_size}); a fresh model, nothing is saved\n")
     result = find_lr(config, start_lr=args.start_lr, end_lr=args.end_lr, steps=args.steps,
                      diverge_factor=args.diverge_factor, smoothing=args.smoothing, method=args.method,
@@ -175,7 +175,7 @@ def print_result(result, command: str | None, csv_path: str | None) -> None:
         previous = i
     console.print(table)
     console.print(f"ended: {result.stopped_early or 'ran the whole range'} "
-                  f"({result.steps_run} steps, {fmt.duration(result.seconds)})")
+                  f"({result.steps_run:,} steps, {fmt.duration(result.seconds)})")
     for note in result.notes:
         console.print(note)
     for name, pick in result.suggestions.items():

@@ -214,7 +214,7 @@ class SweepLines:
                     reporter(event.event)
             case TrialEnded():
                 best = event.best or {}
-                score = (f", {best.get('name')} {fmt.number(best.get('value'))} at step {best.get('step')}"
+                score = (f", {best.get('name')} {fmt.number(best.get('value'))} at step {fmt.exact(best.get('step'))}"
                          if best.get("value") is not None else "")
                 wall = f", {fmt.duration(event.wall_seconds)}" if event.wall_seconds is not None else ""
                 message = f" ({event.message})" if event.status != "completed" and event.message else ""

@@ -55,7 +55,7 @@ class EpochBatches:
         self.batches_per_epoch = rows // (batch_size * world_size)
         if self.batches_per_epoch == 0:
             procs = f" x {world_size} processes" if world_size > 1 else ""
-            raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows} training samples")
+            raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows:,} training samples")
         self._on_host = next(iter(split.values())).device != device
         staged = self._on_host if staged is None else staged  # forced on: its logic tested where data is local
         self.staging = HostStaging(split, batch_size, device) if staged else None

@@ -109,11 +109,11 @@ def check_health(plan, model: nn.Module, loss: float, new_skips: int, scale: flo
         bad = first_nonfinite_parameter(model)
         where = f" (parameter {bad} is now non-finite)" if bad else ""
         raise RunFailed(
-            f"loss became {loss} in {plan.mode} between steps {step - interval_steps} and {step}{where}; the last "
+            f"loss became {loss} in {plan.mode} between steps {step - interval_steps:,} and {step:,}{where}; the last "
             f"good checkpoint is kept. Try a lower lr (now {lr:g}) or grad_clip"
         )
     if plan.use_scaler and new_skips >= interval_steps and scale is not None and scale < 2.0**-14:
         raise RunFailed(
-            f"fp16: every step since step {step - interval_steps} overflowed and the loss scale fell to {scale:g}; "
+            f"fp16: every step since step {step - interval_steps:,} overflowed and the loss scale fell to {scale:g}; "
             f"the model diverged. Try bf16, a lower lr or grad_clip"
         )

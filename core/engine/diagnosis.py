@@ -169,7 +169,7 @@ def _trainer_batch(trainer) -> dict | None:
 
 def explain_exception(exc: BaseException, trainer=None) -> str:
     """One paragraph naming what went wrong and how to fix it."""
-    step = f" at step {trainer.step}" if trainer is not None else ""
+    step = f" at step {trainer.step:,}" if trainer is not None else ""
     text = str(exc).strip()
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():
         batch = f" (now {trainer.cfg.batch_size})" if trainer is not None else ""

@@ -86,11 +86,12 @@ def new_run_folder(root: str | os.PathLike, task: str, precision: str, when: dat
     return Path(root) / f"{when:%Y%m%d-%H%M%S}-{safe}"
 
 
-def resolve_out_dir(config, root: str | os.PathLike | None = None):
-    """`config` with an output folder: its own, or a new folder under the runs root (see runs_root)."""
+def resolve_out_dir(config, root: str | os.PathLike | None = None, precision: str | None = None):
+    """`config` with an output folder: its own, or a new folder under the runs root (see runs_root), named by
+    `precision`, the mode that runs (what `auto` resolves to on the run's device), else config.precision."""
     if str(config.out_dir).strip():
         return config
-    return config.replace(out_dir=str(new_run_folder(runs_root(root), config.task, config.precision)))
+    return config.replace(out_dir=str(new_run_folder(runs_root(root), config.task, precision or config.precision)))
 
 
 def now_iso() -> str:

@@ -79,10 +79,10 @@ def check_resume_target(config, state: dict, name: str) -> None:
     ConfigError naming max_steps or epochs, in every way a run starts (the CLI, the window's thread or process)."""
     step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
     if config.max_steps and step >= config.max_steps:
-        raise ConfigError("max_steps", f"checkpoint {name} is at step {step}, so max steps {config.max_steps} is "
+        raise ConfigError("max_steps", f"checkpoint {name} is at step {step:,}, so max steps {config.max_steps:,} is "
                                        f"already reached: give a larger value to train on")
     if not config.max_steps and epoch >= config.epochs:
-        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step}), so {config.epochs} "
+        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step:,}), so {config.epochs} "
                                     f"epochs are already reached: give more epochs (or max steps) to train on")
 
 
@@ -172,7 +172,7 @@ def follow_schedule(trainer, step: int, saved_config: dict) -> list[str]:
     saved_schedule, schedule = saved_config.get("schedule"), trainer.cfg.schedule
     if saved_schedule and saved_schedule != schedule:
         notes.append(f"schedule changed from {saved_schedule} to {schedule}: the learning rate follows the "
-                     f"{schedule} schedule from step {step}")
+                     f"{schedule} schedule from step {step:,}")
     return notes
 
 

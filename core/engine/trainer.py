@@ -70,7 +70,7 @@ class Trainer:
     def __init__(self, config: RunConfig, sink: Sink | None = None, control: RunControl | None = None,
                  resume_from: str | Path | None = None, dist_ctx: DistContext | None = None,
                  devices: list[DeviceInfo] | None = None):
-        self.cfg = config = resolve_out_dir(config)  # no output folder: a new one under the runs root
+        self.cfg = config  # no output folder: setup names one under the runs root by the mode that runs
         self.sink = sink
         self.control = control or RunControl()
         self.resume_from = Path(resume_from) if resume_from else None
@@ -116,13 +116,12 @@ class Trainer:
 
     def setup(self) -> None:
         """Validate, pick the device once, build task, data, model, optimizer, scheduler and scaler."""
-        cfg = self.cfg.validate()
-        self._claim_folder()
-        cfg = self.cfg
-        self.task = create_task(cfg.task, cfg.task_options)
+        self.cfg.validate()
+        self.task = create_task(self.cfg.task, self.cfg.task_options)
         self.device_info = self._device_info()
         self.device = torch_device(self.device_info)
-        self.plan = resolve_precision(cfg.precision, self.device_info)
+        self.plan = resolve_precision(self.cfg.precision, self.device_info)
+        cfg = self._claim_folder()  # after the plan: a new folder is named by the mode that runs (bf16, not auto)
         resume_state = ckpt.load_checkpoint(self.resume_from) if self.resume_from else None
         if resume_state is not None and resume_state["task"] != cfg.task:
             raise CheckpointError(
@@ -170,19 +169,21 @@ class Trainer:
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips
         self._choose_step_body()
 
-    def _claim_folder(self) -> None:
-        """Rank 0 claims the run folder before anything is written: the one given, or a free sibling when it
-        holds an earlier (or a live) run; under torchrun the launcher has claimed it already."""
-        if not self.dist.is_main or self.folder is not None:
-            return
+    def _claim_folder(self) -> RunConfig:
+        """Rank 0 claims the run folder before anything is written: the one given (none: a new one under the runs
+        root), or a free sibling when it holds an earlier (or a live) run. Returns the config with its folder."""
+        self.cfg = resolve_out_dir(self.cfg, precision=self.plan.mode)
+        self._set_out_dir(Path(self.cfg.out_dir))
         held = os.environ.get(HELD_ENV)
-        if self.dist.enabled and held and os.path.abspath(held) == os.path.abspath(self.cfg.out_dir):
-            return  # the launcher holds it for the whole run
+        launcher_holds = self.dist.enabled and held and os.path.abspath(held) == os.path.abspath(self.cfg.out_dir)
+        if not self.dist.is_main or self.folder is not None or launcher_holds:
+            return self.cfg  # another rank's to claim, claimed already, or torchrun's launcher holds it for the run
         self.folder = claim_run_folder(self.cfg.out_dir, self.resume_from)
         if self.folder.note:
             self.notes.append(self.folder.note)
             self.cfg = self.cfg.replace(out_dir=str(self.folder.path))
         self._set_out_dir(self.folder.path)
+        return self.cfg
 
     def _set_out_dir(self, folder: Path) -> None:
         self.out_dir = folder
@@ -249,7 +250,7 @@ class Trainer:
                     if control.paused:
                         self._pause()
                     if stop(self.step):
-                        return "stopped", f"stopped at step {self.step}"
+                        return "stopped", f"stopped at step {self.step:,}"
                     if stop.out_of_time:
                         return "completed", self._time_limit_message()
                     if stop.save and self._saved_step != self.step:  # checkpoint_minutes have passed
@@ -381,8 +382,7 @@ class Trainer:
             self.scheduler.step()
 
     def _after_step(self, due: Due) -> None:
-        """The work `due` names for the step just taken: the log, and the evaluation and checkpoint (left out of
-        the training time)."""
+        """The work `due` names for the step just taken: the log, the evaluation and checkpoint (not timed)."""
         if due.log:
             self._log()
         if not (due.evaluate or due.checkpoint):
@@ -504,7 +504,7 @@ class Trainer:
     def _kept(self) -> str:
         """What is left to resume from after a failed write."""
         if self.saved_checkpoint and os.path.exists(self.saved_checkpoint):
-            return f"the previous checkpoint (step {self._saved_checkpoint_step}) is kept"
+            return f"the previous checkpoint (step {self._saved_checkpoint_step:,}) is kept"
         return "no checkpoint of this run had been saved yet"
 
     def _peer_failed(self) -> str:
@@ -514,15 +514,15 @@ class Trainer:
         dead = dead_peers(self._peers, self.dist.rank)
         who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
                f"another process of this {self.dist.world_size}-process run")
-        text = f"{who} died or lost its connection at step {self.step}; the run ended"
+        text = f"{who} died or lost its connection at step {self.step:,}; the run ended"
         if not self.dist.is_main:
             return f"{text} (rank 0 saves the checkpoint)"
         try:
             saved = self._write_checkpoint([ckpt.capture_rng()])  # no collective: this rank's RNG alone
         except Exception as exc:  # noqa: BLE001 (a failed rescue must not hide the failure itself)
             reason = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
-            return f"{text}. The state at step {self.step} could not be saved ({reason})"
-        return f"{text}. Its state at step {self.step} is saved: resume from {saved}"
+            return f"{text}. The state at step {self.step:,} could not be saved ({reason})"
+        return f"{text}. Its state at step {self.step:,} is saved: resume from {saved}"
 
     def state_dict(self) -> dict:
         """This rank's resumable state as plain containers and tensors (see core.engine.run_state)."""

@@ -134,14 +134,14 @@ class LRFinderProgress:
             return "setting up a fresh model and the data"
         if self.phase == "step":
             if self.loss is None:
-                return f"step {self.step}/{self.steps}, lr {self.lr:.2e}: skipped (fp16 gradient overflow)"
+                return f"step {self.step:,}/{self.steps:,}, lr {self.lr:.2e}: skipped (fp16 gradient overflow)"
             smoothed = f" (smoothed {self.smoothed:.4g})" if self.smoothed is not None else ""
-            return f"step {self.step}/{self.steps}, lr {self.lr:.2e}, loss {self.loss:.4g}{smoothed}"
+            return f"step {self.step:,}/{self.steps:,}, lr {self.lr:.2e}, loss {self.loss:.4g}{smoothed}"
         result = self.result
         if result is None:
             return "done"
         end = f"stopped early: {result.stopped_early}" if result.stopped_early else "ran the whole range"
-        return f"done: {result.steps_run} steps in {result.seconds:.1f} s, {end}"
+        return f"done: {result.steps_run:,} steps in {result.seconds:.1f} s, {end}"
 
 
 ProgressCallback = Callable[[LRFinderProgress], None]

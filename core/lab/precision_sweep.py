@@ -150,7 +150,7 @@ class SweepProgress:
         if self.phase == "window":
             kind = " (warm-up)" if self.window <= self.warmup_windows else ""
             speed = f", {self.step_ms:.2f} ms/step" if self.step_ms is not None else ""
-            return f"{self.mode}: window {self.window}/{self.windows}{kind}, step {self.step}/{self.steps}{speed}"
+            return f"{self.mode}: window {self.window}/{self.windows}{kind}, step {self.step:,}/{self.steps:,}{speed}"
         row = self.row
         if row is None or row.status != "ok":
             return f"{self.mode}: {row.status if row else 'done'}" + (f" ({row.reason})" if row and row.reason else "")
@@ -222,7 +222,7 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     row.reason = "; ".join(note for note in started.notes if (cfg.compile and "torch.compile failed" in note) or
                            (cfg.activation_checkpointing and "names no blocks" in note))
     if ended.status == "failed" or len(seen) < windows:
-        row.status, row.reason = "failed", ended.message or f"ended {ended.status} after {ended.step} steps"
+        row.status, row.reason = "failed", ended.message or f"ended {ended.status} after {ended.step:,} steps"
         return row
     timed = seen[warmup_windows:]
     row.step_ms_windows = [1000.0 * samples_per_step / e.samples_per_second for e in timed]

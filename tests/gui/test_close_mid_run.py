@@ -169,3 +169,41 @@ def test_the_question_box_itself(qtbot, window, tmp_path):
         window.grab().save(os.path.join(os.environ["AMP_CONSOLE_SCREENSHOTS"], "closed-window.png"))
         (tmp_path / "close-question.png").replace(os.path.join(os.environ["AMP_CONSOLE_SCREENSHOTS"],
                                                                "close-question.png"))
+
+
+@pytest.mark.timeout(300)
+@MODES
+def test_keep_training_says_where_the_run_goes_on_and_sigterm_stops_it(qtbot, window, tmp_path, separate,
+                                                                       monkeypatch, capsys):
+    """The hidden window's run is not lost from sight: a tray notification (where there is a tray) and one line
+    on stderr with the run folder, the command that shows it and the pid a SIGTERM stops gracefully."""
+    from PySide6.QtWidgets import QSystemTrayIcon
+
+    shown = []
+    monkeypatch.setattr(QSystemTrayIcon, "isSystemTrayAvailable", staticmethod(lambda: True))
+    monkeypatch.setattr(QSystemTrayIcon, "showMessage", lambda self, title, text, *args: shown.append((title, text)))
+    monkeypatch.setattr(window, "ask_close_mid_run", Answers("keep"))
+    start_long_run(qtbot, window, tmp_path / "run", separate)
+    pid = window.controller.run.process.processId() if separate else os.getpid()
+    capsys.readouterr()
+    with qtbot.waitSignal(window.closed, timeout=PROCESS_WAIT_MS):
+        assert window.request_close() is False
+        assert not window.isVisible() and window.controller.running
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1
+        line = lines[0]
+        assert str(tmp_path / "run") in line
+        assert f"amp-console runs show run --runs-dir {tmp_path}" in line
+        assert f"kill -TERM {pid}" in line
+        assert len(shown) == 1 and "run" in shown[0][1] and f"kill -TERM {pid}" in shown[0][1]
+        if not separate:  # this process's SIGTERM is the window's Stop while the run goes on without it
+            import signal
+
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
+        os.kill(pid, 15)
+    assert not window.controller.running
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")  # stopped with its checkpoint, before its end
+    assert 1 <= state["step"] < 1_000_000
+    import signal
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handed back once the window has closed

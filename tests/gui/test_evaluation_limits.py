@@ -78,12 +78,14 @@ def assert_drawn_capped(view: EvaluationView, points: int = POINTS) -> None:
         assert part in left, left
 
 
-def test_a_hostile_report_is_drawn_capped(view):
+def test_a_hostile_report_is_drawn_capped(qtbot, view):
     report = hostile(roc_points=POINTS)
     view.show_report(report)
+    qtbot.waitUntil(lambda: view.done, timeout=10_000)  # a section per turn of the event loop
     assert view.sections == ["roc", "confusion", "curves", "buckets", "histogram"] and view.problems == []
     assert_drawn_capped(view)
     view.show_report({"task": "tiny", "metrics": {"accuracy": 0.9}})  # a small one after it: nothing left over
+    qtbot.waitUntil(lambda: view.done, timeout=10_000)
     assert view.leftOut.isHidden() and "… and" not in view.headline.text()
 
 
@@ -135,7 +137,7 @@ def test_the_tab_reads_and_cuts_down_a_hostile_report_on_a_worker(qtbot, tmp_pat
         assert "load" in threads and tab.report is None
     finally:
         gate.set()
-    qtbot.waitUntil(lambda: tab.report is not None, timeout=60_000)
+    qtbot.waitUntil(lambda: tab.report is not None and tab.view.done, timeout=60_000)
     main = threading.main_thread()
     assert threads["load"] is not main and threads["bound"] is not main
     assert len(tab.report["metrics"]) == limits.MAX_METRICS

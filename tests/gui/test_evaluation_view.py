@@ -33,10 +33,16 @@ def view(qtbot):
     return widget
 
 
-@pytest.mark.parametrize("task", list(EXPECTED))
-def test_each_tasks_report_is_drawn(view, reports, task, tmp_path):
-    report = reports[task]
+def show(qtbot, view, report) -> None:
+    """show_report, then the turns of the event loop it draws the sections in."""
     view.show_report(report)
+    qtbot.waitUntil(lambda: view.done, timeout=10_000)
+
+
+@pytest.mark.parametrize("task", list(EXPECTED))
+def test_each_tasks_report_is_drawn(qtbot, view, reports, task, tmp_path):
+    report = reports[task]
+    show(qtbot, view, report)
     assert view.sections == EXPECTED[task] and view.problems == []
     assert view.message.isHidden() and not view.headline.isHidden()
     primary = report["primary_metric"]
@@ -68,8 +74,8 @@ def test_each_tasks_report_is_drawn(view, reports, task, tmp_path):
     assert view.grab().save(str(shot)) and shot.stat().st_size > 5000
 
 
-def test_bars_share_the_colour_of_their_curve(view, reports):
-    view.show_report(reports["recommender"])
+def test_bars_share_the_colour_of_their_curve(qtbot, view, reports):
+    show(qtbot, view, reports["recommender"])
     lines = {c.name(): c.opts["pen"].color().name()
              for c in view.plots["curve0"].getPlotItem().listDataItems()}
     bars = [i for i in view.plots["buckets"].getPlotItem().items if type(i).__name__ == "BarGraphItem"]
@@ -101,38 +107,87 @@ def broken_variants(report: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("task", list(EXPECTED))
-def test_partial_and_damaged_reports_never_raise(view, reports, task):
+def test_partial_and_damaged_reports_never_raise(qtbot, view, reports, task):
     for variant in broken_variants(reports[task]):
-        view.show_report(variant)
+        show(qtbot, view, variant)
         assert view.sections or not view.message.isHidden()  # drawn, or a line says why not
-    view.show_report({"task": "ranking", "metrics": {"ndcg@10": 0.7}})
+    show(qtbot, view, {"task": "ranking", "metrics": {"ndcg@10": 0.7}})
     assert view.sections == [] and "no plots" in view.message.text()
     assert "ndcg@10 0.7000" in view.headline.text()
 
 
-def test_a_malformed_section_is_one_line_and_the_rest_is_drawn(view, reports):
+def test_a_malformed_section_is_one_line_and_the_rest_is_drawn(qtbot, view, reports):
     report = copy.deepcopy(reports["sentiment"])
     report["confusion"]["matrix"] = [[1, 2, 3]]
-    view.show_report(report)
+    show(qtbot, view, report)
     assert view.sections == ["roc", "histogram"] and len(view.problems) == 1
     assert "confusion" in view.message.text() and "\n" not in view.message.text()
 
 
-def test_clear_shows_the_message_and_nothing_else(view, reports):
-    view.show_report(reports["recommender"])
+def test_clear_shows_the_message_and_nothing_else(qtbot, view, reports):
+    show(qtbot, view, reports["recommender"])
     view.clear("Evaluating on the test split…")
     assert view.sections == [] and view.plots == {} and view.grid.count() == 0
     assert view.message.text() == "Evaluating on the test split…" and view.headline.isHidden()
-    view.show_report("not a report")  # a caller passing something else gets a message, not an exception
+    show(qtbot, view, "not a report")  # a caller passing something else gets a message, not an exception
     assert "cannot be read" in view.message.text()
 
 
-def test_a_saved_report_round_trips_into_the_view(view, reports, tmp_path):
+def test_a_saved_report_round_trips_into_the_view(qtbot, view, reports, tmp_path):
     write_report(reports["ranking"], tmp_path)
-    view.show_report(load_report(tmp_path))
+    show(qtbot, view, load_report(tmp_path))
     assert view.sections == ["curves", "buckets"]
     (tmp_path / "evaluation.json").write_text('{"task": "ranking", "curves": [')  # torn
     assert load_report(tmp_path) is None
+
+
+def test_sections_are_drawn_one_per_turn_and_a_newer_report_drops_the_rest(qtbot, view, reports, monkeypatch):
+    """A plot widget costs some tens of milliseconds: a large report is drawn a section per turn of the event
+    loop (the window's thread answers in between), and a newer show_report (or clear) drops what an earlier one
+    had left to draw."""
+    added = []
+    draw_next = EvaluationView._draw_next
+
+    def counting(self, chain):
+        before = len(self.plots) + (self.confusion_table is not None)
+        draw_next(self, chain)
+        added.append(len(self.plots) + (self.confusion_table is not None) - before)
+
+    monkeypatch.setattr(EvaluationView, "_draw_next", counting)
+    view.show_report(reports["sentiment"])
+    assert not view.done and view.plots == {} and view.confusion_table is None  # nothing built in the call
+    qtbot.waitUntil(lambda: view.done, timeout=10_000)
+    assert view.sections == EXPECTED["sentiment"] and max(added) == 1 and sum(added) == 3
+
+    drawn = []
+    view.drawn.connect(lambda: drawn.append(list(view.sections)))
+    view.show_report(reports["recommender"])  # four curve plots and the buckets' to come...
+    qtbot.waitUntil(lambda: len(view.plots) >= 1, timeout=10_000)
+    view.show_report(reports["tiny"])  # ...dropped for this one
+    qtbot.waitUntil(lambda: view.done, timeout=10_000)
+    qtbot.wait(50)  # turns the dropped chain would have drawn in
+    assert view.sections == ["confusion"] and view.plots == {} and drawn == [["confusion"]]
+    assert view.grid.count() == 1
+
+    view.show_report(reports["recommender"])
+    view.clear("Evaluating…")
+    qtbot.wait(50)
+    assert view.done and view.plots == {} and view.grid.count() == 0 and drawn == [["confusion"]]
+
+
+def test_a_lone_last_plot_spans_both_columns_and_empty_sections_leave_no_gap(qtbot, view, reports):
+    report = copy.deepcopy(reports["recommender"])
+    show(qtbot, view, report)
+    widgets = [view.grid.itemAt(i).widget() for i in range(view.grid.count())]
+    assert len(widgets) == len(report["curves"]) + 1
+    spans = [view.grid.getItemPosition(view.grid.indexOf(w))[3] for w in widgets]
+    assert spans == ([1] * (len(widgets) - 1) + [2] if len(widgets) % 2 else [1] * len(widgets))
+    report["curves"][0]["series"] = []  # a curve with nothing to draw: the others close ranks
+    show(qtbot, view, report)
+    widgets = [view.grid.itemAt(i).widget() for i in range(view.grid.count())]
+    assert len(widgets) == len(report["curves"]) and "curve0" not in view.plots
+    cells = sorted(view.grid.getItemPosition(view.grid.indexOf(w))[:2] for w in widgets)
+    assert cells[:2] == [(0, 0), (0, 1)]
 
 
 def test_headline_without_fields():

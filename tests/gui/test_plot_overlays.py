@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
+from gui_helpers import finish_run, quick_run
 from PySide6.QtCore import Signal
 
 import app.file_actions
@@ -333,3 +335,50 @@ def test_screenshot_of_two_overlays_and_a_live_run(qtbot, panel, tmp_path):
     path = os.environ.get("AMP_OVERLAY_SCREENSHOT") or str(tmp_path / "overlay.png")
     assert panel.grab().save(path)
     assert panel.note("loss") == "" and panel.note("eval") == ""
+
+
+def test_legends_stay_whole_with_many_long_overlays(qtbot, panel, tmp_path):
+    """Every legend entry is inside its plot (long labels wrap to the width, no row runs off the bottom) and
+    the plot keeps its view: the overlaid runs that don't fit are one '… and N more' entry."""
+    names = [f"baseline-with-a-rather-long-name-{i} · fp16" for i in range(8)]
+    panel.overlay_runs([(name, records(100, 3.0 - i * 0.1, 0.5, every=20)) for i, name in enumerate(names)])
+    start(panel, total_steps=100)
+    for n in range(1, 41):
+        step(panel, n, 2.0 / n ** 0.5)
+    panel.handle_event(EvalMetrics(step=20, epoch=0, split="val", metrics={"accuracy": 0.6}))
+    panel.redraw()
+    qtbot.wait(20)
+
+    def bare(text: str) -> str:
+        return re.sub(r"<br>|\s", "", text)
+
+    for plot in ("loss", "eval"):
+        widget = panel.plots[plot]
+        legend = panel._legends[plot]
+        for _sample, label in legend.items:
+            rect = label.mapRectToScene(label.item.boundingRect())  # the text as drawn
+            assert rect.left() >= 0 and rect.right() <= widget.width(), (plot, label.text, rect, widget.width())
+            assert rect.bottom() <= widget.height(), (plot, label.text, rect, widget.height())
+        assert widget.getPlotItem().getViewBox().height() >= 60, plot  # the legend never squeezes the curves away
+        overlays = panel.overlay_labels(plot)
+        shown = [bare(label.text) for sample, label in legend.items
+                 if any(sample.item is curve for p, curve, _l in panel._overlays if p == plot)]
+        assert shown == [bare(text) for text in overlays[:len(shown)]]  # whole labels, in order
+        more = [bare(label.text) for _s, label in legend.items if label.text.startswith("…")]
+        hidden = len(overlays) - len(shown)
+        assert more == ([bare(f"… and {hidden} more overlaid runs (Run history)")] if hidden else [])
+    assert panel._fitted["eval"].hidden > 0  # the narrow plot could not list all eight
+    path = os.environ.get("AMP_OVERLAY_SCREENSHOT_MANY") or str(tmp_path / "overlays-many.png")
+    assert panel.grab().save(path)
+
+
+@pytest.mark.timeout(60)
+def test_a_new_run_under_overlays_says_they_are_kept_and_how_to_clear_them(qtbot, window, tmp_path):
+    window.plotsPanel.overlay_runs([("fp32-run · fp32", records(40, 3.0, 0.5)),
+                                    ("old-run · fp16", records(20, 1.5, 0.6, precision="fp16"))])
+    quick_run(window, tmp_path / "run", max_steps=5)
+    finish_run(qtbot, window)
+    log = window.logPanel.toPlainText()
+    assert "2 runs overlaid on the plots, kept under this run (Run history → Clear overlays removes them)" in log
+    window.plotsPanel.clear_overlays()
+    assert window.plotsPanel.overlay_note() == ""

@@ -189,3 +189,42 @@ def test_the_window_waits_for_the_inspector_while_it_inspects(qtbot, window, tmp
         assert not finder.start() and "Dtype inspector is measuring" in finder.statusLabel.text()
     assert dialog.result is not None, dialog.statusLabel.text()
     assert window.startButton.isEnabled()
+
+
+@pytest.mark.parametrize(("precision", "device", "expected"), [
+    ("auto", "ampere", "bf16"),  # bf16 where the device has it
+    ("fp32", "ampere", "bf16"),  # fp32 and tf32 have no autocast to inspect
+    ("tf32", "ampere", "bf16"),
+    ("fp16", "ampere", "fp16"),  # the form's own mixed mode
+    ("auto", "t4", "fp16"),  # CUDA without bf16
+    ("bf16", "cpu-bf16", "bf16"),
+    ("auto", "cpu-bf16", "bf16"),
+    ("auto", "cpu-fp32", "fp32"),  # nothing mixed to look at
+])
+def test_the_inspector_opens_at_a_mixed_mode(qtbot, precision, device, expected):
+    import dataclasses
+
+    from app.panels.inspector import InspectorDialog
+    from core.config import RunConfig
+    from core.devices import cpu_info
+    from tests.test_devices_precision import FAKE_AMPERE, FAKE_GPU
+
+    cpu = cpu_info()
+    devices = {"ampere": [cpu, FAKE_AMPERE], "t4": [cpu, FAKE_GPU],
+               "cpu-bf16": [dataclasses.replace(cpu, precisions=("fp32", "bf16"))],
+               "cpu-fp32": [dataclasses.replace(cpu, precisions=("fp32",))]}[device]
+    config = RunConfig.for_task("tiny", device=devices[-1].id, precision=precision)
+    dialog = InspectorDialog(lambda: config, lambda: devices)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert find(dialog, "inspectPrecisionCombo").currentData() == expected
+
+
+@pytest.mark.timeout(60)
+def test_the_inspector_from_the_window_opens_at_the_devices_mixed_mode(qtbot, window, tmp_path):
+    from core.devices import cpu_info
+    from core.precision_modes import best_mixed_mode
+
+    quick_run(window, tmp_path / "run")  # the form's precision: auto
+    dialog = window.show_inspector()
+    assert find(dialog, "inspectPrecisionCombo").currentData() == best_mixed_mode(cpu_info().precisions)

@@ -151,6 +151,15 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
     [row] = predict_cli(runs / "sentiment", "text", f'"{text}"')
     assert float(row["p_positive"]) == pytest.approx(page.score, abs=1e-6)
 
+    page = open_run(qtbot, dialog, runs / "tiny", "tiny")  # its fields are named as predict's columns: x1..x10
+    names = [find(page, f"previewTinyLabel{i}").text() for i in range(len(page.inputs))]
+    assert names == [f"x{n}" for n in range(1, 11)]
+    qtbot.waitUntil(lambda: page.probabilities is not None and page.asked == pytest.approx(page.values()),
+                    timeout=20_000)
+    values = page.values()
+    [row] = predict_cli(runs / "tiny", ",".join(reversed(names)), ",".join(map(str, reversed(values))))
+    assert [float(row["p0"]), float(row["p1"])] == pytest.approx(page.probabilities, abs=1e-5)
+
     page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
     page.historyEdit.setText("3 17 42 5")
     qtbot.waitUntil(lambda: page.asked == ([3, 17, 42, 5], True), timeout=20_000)
@@ -324,6 +333,7 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, train
     qtbot.waitUntil(lambda: tab.report is not None and tab.evaluateButton.text() == "Evaluate again", timeout=60_000)
     saved = load_report(folder)
     assert saved is not None and saved["checkpoint"] == str(dialog.predictor.checkpoint)
+    qtbot.waitUntil(lambda: tab.view.done, timeout=20_000)  # drawn a section per turn of the event loop
     assert tab.report["metrics"] == saved["metrics"] and "roc" in tab.view.sections
     assert "best.pt" in tab.infoLabel.text() and tab.evaluateButton.text() == "Evaluate again"
     shot(dialog, "evaluation")

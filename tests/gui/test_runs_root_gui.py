@@ -45,7 +45,8 @@ def test_an_empty_output_folder_runs_under_the_chosen_root_and_the_history_follo
     assert find(window, "outDirEdit").placeholderText()  # says what empty means
     finish_run(qtbot, window)
     [run] = find_runs(chosen)
-    assert run["status"] == "completed" and run["name"].endswith("-tiny-auto")  # the form's precision
+    # named by the precision that ran (the form's auto on the CPU), not by the form's "auto"
+    assert run["status"] == "completed" and run["name"].endswith("-tiny-fp32") and run["precision"] == "fp32"
     assert Path(window.last_checkpoint).parent == Path(run["folder"])
     qtbot.waitUntil(lambda: run["name"] in panel.visible_names(), timeout=30_000)
 
@@ -72,7 +73,7 @@ def test_a_gui_run_and_a_cli_run_under_one_root_at_the_same_time(qtbot, window, 
     runs = find_runs(runs_root_in_tmp)
     assert len(runs) == 2 and len({r["folder"] for r in runs}) == 2 and len({r["id"] for r in runs}) == 2
     cli_run = next(r for r in runs if r["name"].endswith("-tiny-bf16"))
-    gui_run = next(r for r in runs if r["name"].endswith("-tiny-auto"))
+    gui_run = next(r for r in runs if r["name"].endswith("-tiny-fp32"))  # the form's auto, resolved for the CPU
     assert cli_run["status"] == "completed" and cli_run["steps"] == 30
     assert gui_run["status"] == "stopped" and gui_run["steps"] > 0
     for run in runs:  # each record is whole JSON, describing its own folder

@@ -4,6 +4,7 @@ one longer"."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from gui_helpers import click, find, quick_run
@@ -83,3 +84,29 @@ def test_the_best_column_is_named_before_any_trial_says_its_metric():
     assert model.headerData(best, Qt.Orientation.Horizontal) == "Best metric"
     model.set_rows([{"index": 1, "params": {"lr": 0.01}, "status": "completed", "best": 0.9}], "accuracy")
     assert model.headerData(model.columns().index("best"), Qt.Orientation.Horizontal) == "Best accuracy"
+
+
+@pytest.mark.timeout(60)
+def test_the_axes_start_empty_under_a_placeholder_and_run_waits_for_a_valid_spec(qtbot, window, tmp_path):
+    """The example in the editor is a placeholder (greyed, not text a Run would take), and Run is disabled, with
+    the reason as its tooltip, until the axes plan a sweep."""
+    from app.panels.tuning_sweep import plan
+    from core.errors import ConfigError
+
+    quick_run(window, tmp_path / "run", max_steps=8, samples=512)
+    dialog = window.show_sweep()
+    editor, run = find(dialog, "sweepAxesEdit"), find(dialog, "sweepRunButton")
+    assert editor.toPlainText() == "" and "for example" in editor.placeholderText()
+    with pytest.raises(ConfigError):  # the placeholder is no spec: typed as it is, Run would refuse it
+        plan(window.setupPanel.config(), editor.placeholderText().splitlines(), "grid", 1, 0)
+    assert not run.isEnabled() and run.toolTip() == "Type the axes to sweep."
+    dialog.set_axes("lr = ")
+    assert not run.isEnabled() and "lr" in run.toolTip()
+    dialog.set_axes("lr = 1e-3, 3e-3")
+    assert run.isEnabled() and "2 trials" in dialog.planLabel.text()
+    find(dialog, "sweepMethodCombo").setCurrentIndex(1)  # random: the same spec draws from the choices
+    assert run.isEnabled() and "for example" in editor.placeholderText()
+    dialog.set_axes("")
+    assert not run.isEnabled()
+    if os.environ.get("AMP_SWEEP_SCREENSHOT"):
+        dialog.grab().save(os.environ["AMP_SWEEP_SCREENSHOT"])

@@ -20,12 +20,12 @@ def test_double_clicking_start_starts_one_run(qtbot, window, tmp_path):
     assert window.start_run() is False  # F5 again, or the menu's Start: nothing new
     window.startAction.trigger()
     assert window.controller.run is run
-    assert window.windowTitle().startswith("AMP Console — training tiny")
+    assert window.windowTitle() == "run (training) — AMP Console"  # the run's folder name, not its path
     assert not window.refreshAction.isEnabled()  # a new device list would change the running run's device
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
         click(qtbot, window, "stopButton")
-        assert window.windowTitle().startswith("AMP Console — stopping")
+        assert window.windowTitle() == "run (stopping) — AMP Console"
         assert window.start_run() is False  # starting while the stop is in progress
     assert window.windowTitle() == "AMP Console"
     assert window.refreshAction.isEnabled()
@@ -43,6 +43,28 @@ def test_a_training_program_that_cannot_start_keeps_its_error_on_screen(qtbot, w
     assert "no-such-python" in message
     assert find(window, "startButton").isEnabled()
     assert window.windowTitle() == "AMP Console"
+
+
+@pytest.mark.timeout(60)
+def test_the_title_names_the_settings_or_the_run_briefly_and_the_app_once(qtbot, window, tmp_path):
+    """'<name> — AMP Console': Qt appends the application display name to a title that does not end with it, so
+    a title ending otherwise read 'AMP Console — … — AMP Console' in the task bar; a full path never fits."""
+    assert window.windowTitle() == "AMP Console"
+    deep = tmp_path / "some" / "deep" / "folder"
+    deep.mkdir(parents=True)
+    window.file_actions.save_toml(str(deep / "my-settings.toml"))
+    assert window.windowTitle() == "my-settings — AMP Console"
+    assert window.file_actions.load_toml(str(deep / "my-settings.toml"))
+    assert window.windowTitle() == "my-settings — AMP Console"
+    quick_run(window, deep / "a-run", max_steps=1_000_000, samples=8192)
+    click(qtbot, window, "startButton")
+    title = window.windowTitle()
+    assert title == "a-run (training) — AMP Console"
+    assert title.count("AMP Console") == 1 and str(tmp_path) not in title
+    qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=30_000)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
+        click(qtbot, window, "stopButton")
+    assert window.windowTitle() == "my-settings — AMP Console"
 
 
 @pytest.mark.timeout(60)

@@ -1,0 +1,89 @@
+"""A run that keeps training after the user closed its window ("Keep training").
+
+The window is gone, so the user is told where the run went on and how to reach it: a notification where a
+system tray is available, and one line on stderr naming the run folder, the command that shows it and the pid
+a SIGTERM stops gracefully (a child training process stops on it with its checkpoint; a run on this process's
+thread is stopped by the handler installed here, the way Stop does).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QSystemTrayIcon
+
+from core.text import printable
+
+TRAY_MESSAGE_MS = 10_000
+HEARTBEAT_MS = 250  # Python runs a signal handler only when the GUI thread runs Python: wake it this often
+
+
+def watch_command(folder: Path, default_root: Path) -> str:
+    """`amp-console runs show NAME`, with --runs-dir when the run is not under the CLI's default runs root."""
+    command = f"amp-console runs show {shlex.quote(folder.name)}"
+    if os.path.abspath(folder.parent) != os.path.abspath(default_root):
+        command += f" --runs-dir {shlex.quote(str(folder.parent))}"
+    return command
+
+
+def notice_line(folder: str | os.PathLike, pid: int, default_root: Path) -> str:
+    folder = Path(os.path.abspath(folder))
+    return printable(f"amp-console: the window closed and the run goes on in {folder}; watch it with "
+                     f"`{watch_command(folder, default_root)}`, stop it (checkpoint first) with `kill -TERM {pid}`")
+
+
+class KeptRun(QObject):
+    """Says a kept run goes on; `stop_run` is called (on the GUI thread) when this process gets SIGTERM, for a
+    run trained on a thread of this process. `close()` takes everything back (the window has closed)."""
+
+    def __init__(self, parent: QObject, stop_run=None):
+        super().__init__(parent)
+        self.tray: QSystemTrayIcon | None = None
+        self._stop_run = stop_run
+        self._previous = None  # the SIGTERM handler before ours, while ours is installed
+        self._installed = False
+        self._heartbeat = QTimer(self, interval=HEARTBEAT_MS)
+        self._heartbeat.timeout.connect(lambda: None)
+
+    def announce(self, folder: str | os.PathLike, pid: int, icon=None) -> str:
+        from core.engine.run_record import runs_root
+
+        line = notice_line(folder, pid, runs_root())
+        print(line, file=sys.stderr, flush=True)
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            self.tray = QSystemTrayIcon(self)
+            if icon is not None:
+                self.tray.setIcon(icon)
+            self.tray.setToolTip(printable(f"AMP Console: training in {Path(folder).name}"))
+            self.tray.show()
+            self.tray.showMessage("AMP Console: the run goes on", printable(
+                f"Training in {Path(folder).name}. It writes its checkpoint at the end; to stop it sooner: "
+                f"kill -TERM {pid}"), QSystemTrayIcon.MessageIcon.Information, TRAY_MESSAGE_MS)
+        if self._stop_run is not None and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._installed = True
+            self._heartbeat.start()
+        return line
+
+    def _on_sigterm(self, _signum, _frame) -> None:
+        self._restore()  # a second SIGTERM does what it did before
+        QTimer.singleShot(0, self._stop_run)
+
+    def _restore(self) -> None:
+        self._heartbeat.stop()
+        if self._installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
+            self._installed, self._previous = False, None
+
+    def close(self) -> None:
+        self._restore()
+        if self.tray is not None:
+            self.tray.hide()
+            self.tray.deleteLater()
+            self.tray = None
