@@ -27,16 +27,16 @@ def write(path, text: str):
     return path
 
 
-def rank_file(path, queries: int, seed: int = 0, sizes_suffix: str | None = ".query") -> list[int]:
+def rank_file(path, queries: int, seed: int = 0, sizes_suffix: str | None = ".query", dense: bool = False) -> list[int]:
     """LightGBM's lambdarank example layout: `label index:value ...` lines without qid:, the query sizes (one
-    per line) in PATH.query (or PATH.group, XGBoost's name) beside it."""
+    per line) in PATH.query (or PATH.group, XGBoost's name) beside it; `dense`: every index on every line."""
     rng = np.random.default_rng(seed)
     lines, sizes = [], []
     for _ in range(queries):
         sizes.append(int(rng.integers(3, 7)))
         for _ in range(sizes[-1]):
             x = rng.random(4)
-            lines.append(f"{int(x[0] * 3)} " + " ".join(f"{k + 1}:{v:.3f}" for k, v in enumerate(x) if v > 0.3))
+            lines.append(f"{int(x[0] * 3)} " + " ".join(f"{k + 1}:{v:.3f}" for k, v in enumerate(x) if dense or v > 0.3))
     write(path, "\n".join(lines) + "\n")
     if sizes_suffix:
         write(path.with_name(path.name + sizes_suffix), "\n".join(map(str, sizes)) + "\n")
@@ -78,6 +78,25 @@ def test_the_sizes_make_the_queries(tmp_path):
     assert table.column("query_id").to_pylist() == [q for q, n in enumerate(sizes) for _ in range(n)]
     assert table.column("doc_id").to_pylist()[:2] == ["1", "2"]  # the line numbers, as with qid:
     assert len(notes) == 1 and "5 queries from rank.train.query" in notes[0]
+
+
+@pytest.mark.parametrize("dense", [False, True])  # the general path, and the fast one for regular lines
+def test_lines_without_qid_read_in_blocks_as_the_same_lines_with_qid(tmp_path, dense):
+    from core.data import svmlight
+
+    sizes = rank_file(tmp_path / "rank.train", 60, dense=dense)
+    qids = [q for q, n in enumerate(sizes) for _ in range(n)]
+    lines = (tmp_path / "rank.train").read_text().splitlines()
+    write(tmp_path / "with.svm", "".join(f"{line.replace(' ', f' qid:{q} ', 1)}\n" for q, line in zip(qids, lines)))
+    plain, plain_lines = svmlight.read_svmlight(tmp_path / "rank.train", block=97, with_qid=False)  # many blocks
+    with_qid, _ = svmlight.read_svmlight(tmp_path / "with.svm")
+    assert plain.drop_columns(["query_id"]).equals(with_qid.drop_columns(["query_id"]).combine_chunks())
+    assert plain_lines.tolist() == list(range(1, len(lines) + 1))
+    table = read_table(tmp_path / "rank.train", RANKING_COLUMNS, "f")
+    assert table.column("query_id").to_pylist() == qids
+    write(tmp_path / "rank.train", "\n".join([*lines[:2], lines[2] + " 7"]) + "\n")
+    message = one_line_error(lambda: read_table(tmp_path / "rank.train", RANKING_COLUMNS, "f"))
+    assert message == f"{tmp_path / 'rank.train'}: line 3: '7' is not <index>:<value>"
 
 
 def test_query_file_names_the_sizes_anywhere(tmp_path, capsys):

@@ -208,7 +208,11 @@ class _Blanks(io.RawIOBase):
                 raise DataError(f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
                                 "separated by whitespace; remove it")
             self._line += lines.count(b"\n")
-            self._out += _WS_RUN_B.sub(SEP.encode(), _WS_EDGE_B.sub(b"", lines))
+            if any(blanks in lines for blanks in (b"\t", b"  ", b"\n ", b" \n", b" \r")) or \
+                    lines.startswith(b" ") or lines.endswith(b" "):
+                self._out += _WS_RUN_B.sub(SEP.encode(), _WS_EDGE_B.sub(b"", lines))
+            else:  # single spaces between fields only (SASRec's files): one C-speed replace
+                self._out += lines.replace(b" ", SEP.encode())
         out, self._out = self._out[:want], self._out[want:]
         return out
 

@@ -25,23 +25,22 @@ from core.text import printable
 
 QUERY_SUFFIXES = (".query", ".group")  # LightGBM's, XGBoost's: the query sizes of the file they extend
 QUERY_FILE_LIMIT = 1 << 30
-_AFTER_LABEL = re.compile(rb"(?m)^([ \t]*[^ \t\r\n]+)")  # a line's first token (the label)
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _svm_problem(text: str) -> str | None:
+def _svm_problem(text: str, with_qid: bool = True) -> str | None:
     """What is wrong with one svmlight line (comment already allowed), or None (error path only)."""
     tokens = text.split("#", 1)[0].split()
     if not tokens:
         return None
     if not formats.is_number(tokens[0]):
         return f"{formats.shorten(tokens[0], 40)!r} is not a label (a number) at the start of the line"
-    if len(tokens) < 2 or not re.fullmatch(r"qid:[-+]?\d+", tokens[1]):
+    if with_qid and (len(tokens) < 2 or not re.fullmatch(r"qid:[-+]?\d+", tokens[1])):
         shown = formats.shorten(tokens[1], 40) if len(tokens) > 1 else ""
         return f"{shown!r} is not qid:<id> (the query's whole number, after the label)"
-    for token in tokens[2:]:
+    for token in tokens[2 if with_qid else 1:]:
         match = re.fullmatch(r"(\d+):(\S+)", token)
         if not match or not formats.is_number(match.group(2)) and match.group(2).lower() not in ("nan", "inf", "-inf"):
             return f"{formats.shorten(token, 40)!r} is not <index>:<value>"
@@ -82,10 +81,11 @@ def _strip_comments(part: bytes) -> bytes:
     return raw[keep].tobytes()
 
 
-def _svm_dense(part: bytes, first_line: int):
+def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
     """The fast path for a block of regular lines (MSLR-WEB10K, Yahoo, Istella: every line has the same
     indices in the same order, single spaces): pyarrow's multi-threaded CSV parser reads the block with ':' as
-    a space and fixed column types. None when the block is not that regular (the general path then reads it)."""
+    a space and fixed column types. None when the block is not that regular (the general path then reads it).
+    Without `with_qid`, the lines hold no qid: (its query ids are then 0)."""
     raw = np.frombuffer(part, np.uint8)
     ends = np.flatnonzero(raw == 10)
     starts = np.r_[0, ends + 1]
@@ -96,7 +96,8 @@ def _svm_dense(part: bytes, first_line: int):
         return None
     line1 = part[starts[data[0]]:ends[data[0]]].rstrip(b"\r")
     fields = line1.replace(b":", b" ").split(b" ")
-    if len(fields) < 3 or len(fields) % 2 == 0 or fields[1] != b"qid":
+    first = 3 if with_qid else 1  # the token of the first index
+    if len(fields) < 3 or len(fields) % 2 == 0 or (with_qid and fields[1] != b"qid"):
         return None
     for byte in (32, 58):  # every data line must hold as many spaces and colons as line 1 (one pass each)
         at = np.flatnonzero(raw == byte)  # per line: counted between one data line's start and the next's
@@ -104,8 +105,9 @@ def _svm_dense(part: bytes, first_line: int):
         if (per_line != per_line[0]).any():
             return None
     names = [f"c{i}" for i in range(len(fields))]
-    types = {n: pa.float64() if i == 0 or (i >= 4 and i % 2 == 0) else pa.int64() for i, n in enumerate(names)}
-    types["c1"] = pa.string()
+    types = {n: pa.float64() if i == 0 or (i > first and (i - first) % 2) else pa.int64() for i, n in enumerate(names)}
+    if with_qid:
+        types["c1"] = pa.string()
     try:
         table = pacsv.read_csv(pa.BufferReader(part.replace(b":", b" ")),
                                read_options=pacsv.ReadOptions(column_names=names),
@@ -114,11 +116,11 @@ def _svm_dense(part: bytes, first_line: int):
                                                                     strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != len(data) or not pc.all(pc.equal(table.column(1), "qid")).as_py():
+    if table.num_rows != len(data) or (with_qid and not pc.all(pc.equal(table.column(1), "qid")).as_py()):
         return None
     features: dict[int, np.ndarray] = {}
     pairs = []
-    for i in range(3, len(fields), 2):
+    for i in range(first, len(fields), 2):
         index, value = table.column(i).to_numpy(), table.column(i + 1).to_numpy()
         if not len(index) or index.min() < 1 or not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX:
             return None  # the general path names the bad token
@@ -133,18 +135,17 @@ def _svm_dense(part: bytes, first_line: int):
         for index, value in pairs:
             dense[index - 1, rows] = value
         features = {int(k): dense[k - 1] for k in np.unique(np.concatenate([index for index, _ in pairs]))}
-    return first_line + data, table.column(0).combine_chunks(), table.column(2).combine_chunks(), features
+    qid = table.column(2).combine_chunks() if with_qid else pa.array(np.zeros(table.num_rows, np.int64))
+    return first_line + data, table.column(0).combine_chunks(), qid, features
 
 
-def _svm_block(file: Path, part: bytes, first_line: int, qid: bool = True):
+def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
     """Parse whole lines `part` (line `first_line` first) -> (line numbers, labels (float64), qids (int64),
     {feature index: float32 values}) of its data lines; DataError naming the line of the first malformed one.
-    Without `qid`, the lines hold none: each reads as if 'qid:0' followed its label (the sizes file numbers the
-    queries), so both kinds share one parser."""
+    Without `with_qid`, the lines hold no qid: (`label index:value ...`; their query ids are 0 here, the sizes
+    file numbers the queries): the same parse, the pairs starting one token after the label."""
     part = _strip_comments(part)
-    if not qid:
-        part = _AFTER_LABEL.sub(rb"\1 qid:0", part)
-    fast = _svm_dense(part, first_line)
+    fast = _svm_dense(part, first_line, with_qid)
     if fast is not None:
         return fast
     raw = np.frombuffer(part, np.uint8)
@@ -172,27 +173,28 @@ def _svm_block(file: Path, part: bytes, first_line: int, qid: bool = True):
         rows = data if bad_rows is None else bad_rows
         for row in rows:  # the first line Python finds wrong (error path only)
             text = part[offsets[row]:offsets[row + 1]].decode("utf-8", errors="replace")
-            problem = _svm_problem(text)
+            problem = _svm_problem(text, with_qid)
             if problem:
                 return DataError(f"{file}: line {first_line + int(row)}: {problem}")
         row = int(rows[0]) if len(rows) else 0
-        return DataError(f"{file}: line {first_line + row}: not an svmlight line "
-                         "('<label> qid:<id> <index>:<value> ...')")
+        shape = "<label> qid:<id> <index>:<value> ..." if with_qid else "<label> <index>:<value> ..."
+        return DataError(f"{file}: line {first_line + row}: not an svmlight line ('{shape}')")
 
-    shape_ok = (n_tok >= 3) & (n_tok % 2 == 1) & (colons[data] == (n_tok - 1) // 2)
+    first = 3 if with_qid else 1  # the token of each line's first index
+    shape_ok = (n_tok >= first) & (n_tok % 2 == 1) & (colons[data] == (n_tok - 1) // 2)
     if not shape_ok.all():
         raise fail(data[~shape_ok][:1])
-    keyword = pc.take(flat, pa.array(starts + 1))
-    if not pc.all(pc.equal(keyword, "qid")).as_py():
+    if with_qid and not pc.all(pc.equal(pc.take(flat, pa.array(starts + 1)), "qid")).as_py():
         raise fail()
     try:
-        qid = pc.cast(pc.take(flat, pa.array(starts + 2)), pa.int64())
+        qid = pc.cast(pc.take(flat, pa.array(starts + 2)), pa.int64()) if with_qid else \
+            pa.array(np.zeros(len(data), np.int64))
         labels = pc.cast(pc.take(flat, pa.array(starts)), pa.float64())
     except pa.ArrowInvalid:
         raise fail() from None
-    pairs = (n_tok - 3) // 2  # line i's pair j is at token starts[i] + 3 + 2j; g = before[i] + j overall
+    pairs = (n_tok - first) // 2  # line i's pair j is at token starts[i] + first + 2j; g = before[i] + j overall
     before = np.cumsum(pairs) - pairs
-    index_at = np.repeat(starts + 3 - 2 * before, pairs) + 2 * np.arange(int(pairs.sum()), dtype=np.int64)
+    index_at = np.repeat(starts + first - 2 * before, pairs) + 2 * np.arange(int(pairs.sum()), dtype=np.int64)
     try:
         index = pc.cast(pc.take(flat, pa.array(index_at)), pa.int32()).to_numpy()
         value = pc.cast(pc.take(flat, pa.array(index_at + 1)), pa.float64()).to_numpy()
@@ -208,11 +210,11 @@ def _svm_block(file: Path, part: bytes, first_line: int, qid: bool = True):
     return first_line + data, labels, qid, {int(k): dense[k - 1] for k in present}
 
 
-def read_svmlight(file: Path, block: int = 1 << 25, qid: bool = True) -> tuple[pa.Table, np.ndarray]:
+def read_svmlight(file: Path, block: int = 1 << 25, with_qid: bool = True) -> tuple[pa.Table, np.ndarray]:
     """An svmlight / LETOR file -> (table of query_id, doc_id (the line number, as text), label (float64; the
     importer checks it), f1..fN float32 (N: the largest index in the file; a missing entry is 0), the line
     number of each row). Reads `block` bytes at a time: memory is the dense features plus about a block.
-    `qid` False: lines without qid: (query_id is then 0 everywhere; see read_ranking_file)."""
+    `with_qid` False: lines without qid: (query_id is then 0 everywhere; see read_ranking_file)."""
     lines, labels, qids, blocks = [], [], [], []
     line, carry = 1, b""
     with open(file, "rb") as handle:
@@ -228,7 +230,7 @@ def read_svmlight(file: Path, block: int = 1 << 25, qid: bool = True) -> tuple[p
             else:
                 part, carry = buf, b""
             if part.strip():
-                at, label, qid, features = _svm_block(file, part, line, qid)
+                at, label, qid, features = _svm_block(file, part, line, with_qid)
                 lines.append(at)
                 labels.append(label)
                 qids.append(qid)
@@ -303,7 +305,7 @@ def read_ranking_file(file: Path, query_file: str = "") -> tuple[pa.Table, np.nd
                         f"{file.name}.query (or .group) beside it, one query's row count per line, or name "
                         "that file with --query-file (setting query_file), or add qid:<id> after each label")
     sizes = read_query_sizes(sizes_file)
-    table, lines = read_svmlight(file, qid=False)
+    table, lines = read_svmlight(file, with_qid=False)
     if int(sizes.sum()) != table.num_rows:
         raise DataError(f"{sizes_file}: its {len(sizes):,} query sizes add up to {int(sizes.sum()):,} rows, but "
                         f"{file} has {table.num_rows:,} data rows; the sizes must count every row once, in order")
