@@ -23,6 +23,8 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "onecycle")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MONITOR_MODES = ("auto", "max", "min")
+# How data files are read: auto (by suffix, then content) or one format for every file (core.data.formats.FORMAT_NAMES)
+DATA_FORMATS = ("auto", "delimited", "json", "svmlight", "label_text", "parquet")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 
 
@@ -52,10 +54,17 @@ FIELD_SPECS: dict[str, FieldSpec] = {
                                "val_data, validation is 10% of the training data, or each user's last training "
                                "event for the recommender); empty = from data (as val_data), none when only "
                                "val_data is given"),
-        FieldSpec("delimiter", "field separator of the data files: , ; | \\t (a tab) or any short text; empty = "
-                               "sniffed from each file"),
+        FieldSpec("delimiter", "field separator of the data files: , ; | \\t (a tab), \\s+ (runs of spaces or tabs) "
+                               "or any short text; empty = sniffed from each file"),
         FieldSpec("columns", "the data files' column names where they differ from the task's: expected name = the "
                              "file's name, e.g. user_id=userId, item_id=movieId; empty = the task's names"),
+        FieldSpec("data_format", "how the data files are read: auto (by suffix; a file of another suffix by its "
+                                 "content), delimited (text with a delimiter), json (JSON lines), svmlight, "
+                                 "label_text (a label, a blank, then the text on each line: SST-2, fastText's "
+                                 "__label__pos) or parquet", choices=DATA_FORMATS),
+        FieldSpec("query_file", "query sizes of an svmlight data file without qid: (one whole number per line: the "
+                                "rows of each query, in order); empty = the file's .query or .group beside it, "
+                                "as LightGBM and XGBoost name it"),
         FieldSpec("device", "auto, cpu, cuda:N, mps or xpu:N"),
         FieldSpec("precision", "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto", choices=PRECISION_CHOICES),
         FieldSpec("optimizer", "sgd (with momentum), adam or adamw", choices=OPTIMIZERS),
@@ -127,6 +136,8 @@ class RunConfig:
     test_data: str = ""
     delimiter: str = ""
     columns: dict = field(default_factory=dict)
+    data_format: str = "auto"
+    query_file: str = ""
     device: str = "auto"
     precision: str = "auto"
     optimizer: str = "adamw"
@@ -292,13 +303,15 @@ def field_errors(cfg: RunConfig) -> dict[str, str]:
                                              f"threshold the monitored metric must not cross, or 0 for off")
     if cfg.tensorboard and not tensorboardx_installed():
         problems["tensorboard"] = TENSORBOARD_MISSING
-    for name in ("data", "val_data", "test_data"):
+    for name in ("data", "val_data", "test_data", "query_file"):
         path = getattr(cfg, name)
         if path and not Path(path).exists():
             problems[name] = f"{path}: no such file or folder"
     if (cfg.val_data or cfg.test_data) and not cfg.data:
         problems.setdefault("data", "val_data / test_data are given: set data to the training data too")
-    if any(c in cfg.delimiter for c in "\n\r\"") or len(cfg.delimiter) > 8:
+    if cfg.query_file and not cfg.data:
+        problems.setdefault("query_file", "gives the queries of the data file: set data too (or leave it empty)")
+    if any(c in cfg.delimiter for c in "\n\r\"") or len(cfg.delimiter) > 10:
         problems["delimiter"] = (f"{cfg.delimiter!r} cannot separate fields: use one short separator such as "
                                  f"',' ';' '|' or '\\t' (or leave it empty to sniff)")
     if message := columns_error(cfg.columns):

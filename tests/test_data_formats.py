@@ -215,14 +215,14 @@ def test_svmlight_with_comments_and_missing_indices_gives_exact_dense_features(t
 
 
 def test_svmlight_in_blocks_and_through_the_ranking_task(tmp_path):
-    from core.data import formats
+    from core.data import svmlight
 
     rng = np.random.default_rng(0)
     lines = [f"{rng.integers(0, 3)} qid:{i // 10} " + " ".join(f"{k}:{rng.normal():.4f}" for k in range(1, 7))
              for i in range(400)]
     path = write(tmp_path, "data.svm", "\n".join(lines) + "\n")
-    whole, _ = formats.read_svmlight(path)
-    blocked, row_lines = formats.read_svmlight(path, block=997)  # many blocks, lines cut at their ends
+    whole, _ = svmlight.read_svmlight(path)
+    blocked, row_lines = svmlight.read_svmlight(path, block=997)  # many blocks, lines cut at their ends
     assert whole.equals(blocked.combine_chunks()) and row_lines[-1] == 400
     data = create_task("ranking").load_data(str(path), 0)
     assert data.info["features"] == 6
@@ -314,7 +314,7 @@ def _reference_svmlight(text: str) -> tuple[list, list, np.ndarray]:
 
 @pytest.mark.parametrize("shape", ["same indices", "same count", "ragged"])
 def test_svmlight_fast_and_general_paths_match_a_plain_reading(tmp_path, shape):
-    from core.data import formats
+    from core.data import svmlight
 
     rng = np.random.default_rng(1)
     lines = []
@@ -326,9 +326,9 @@ def test_svmlight_fast_and_general_paths_match_a_plain_reading(tmp_path, shape):
         lines.append(f"{rng.integers(0, 5)} qid:{i // 7} {body}{comment}")
     text = "\r\n".join(lines) + "\r\n"
     path = write(tmp_path, "mixed.txt", text)
-    part = formats._strip_comments(path.read_bytes())
-    assert (formats._svm_dense(part, 1) is not None) == (shape != "ragged")  # which path this case exercises
-    table, row_lines = formats.read_svmlight(path, block=4096)
+    part = svmlight._strip_comments(path.read_bytes())
+    assert (svmlight._svm_dense(part, 1) is not None) == (shape != "ragged")  # which path this case exercises
+    table, row_lines = svmlight.read_svmlight(path, block=4096)
     qids, labels, dense = _reference_svmlight(text)
     assert table.column("query_id").to_pylist() == qids and table.column("label").to_pylist() == labels
     got = np.stack([table.column(f"f{k}").to_numpy() for k in range(1, dense.shape[1] + 1)], axis=1)

@@ -95,8 +95,9 @@ def test_too_little_data_is_a_data_error(tmp_path, task, text, expected):
 
 
 def test_unsupported_or_missing_paths(tmp_path):
-    with pytest.raises(DataError, match="unsupported file type .xlsx"):
-        read_table(write(tmp_path, "x.xlsx", "a\n1\n"), [])
+    xlsx = write(tmp_path, "x.xlsx", b"PK\x03\x04\x14\x00\x06\x00" + bytes(range(256)))  # a zip: binary
+    with pytest.raises(DataError, match=r"x.xlsx: line 1, column 6 \(byte\): a NUL byte; this is binary data"):
+        read_table(xlsx, [])
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match="holds no .csv or .parquet"):
         read_table(tmp_path / "empty", [])

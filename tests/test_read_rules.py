@@ -55,12 +55,13 @@ def test_one_rule_for_numbers_and_names():
 
 @pytest.mark.slow
 def test_formats_works_without_the_importer(tmp_path):
-    """formats sits below the importer: its error paths too run with core.data.importers unimportable."""
+    """formats and svmlight sit below the importer: their error paths too run with core.data.importers
+    unimportable."""
     bad = tmp_path / "bad.svm"
     bad.write_bytes(b"1 qid:1 1:0.5\n0 qid:1 1:0.\xe95\n")
     code = ("import sys; sys.modules['core.data.importers'] = None\n"
-            "from pathlib import Path\nfrom core.data import formats\nfrom core.errors import DataError\n"
-            f"try:\n    formats.read_svmlight(Path({str(bad)!r}))\nexcept DataError as exc:\n    print(exc)\n")
+            "from pathlib import Path\nfrom core.data import svmlight\nfrom core.errors import DataError\n"
+            f"try:\n    svmlight.read_svmlight(Path({str(bad)!r}))\nexcept DataError as exc:\n    print(exc)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{bad}: line 2, column 13 (byte): text is not valid UTF-8"

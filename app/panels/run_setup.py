@@ -21,9 +21,10 @@ from core.text import count as count_text
 TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
                    "batch_size", "grad_accum", "epochs", "max_steps", "min_steps", "time_limit_minutes")
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir")
-DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns")  # in the Task group, under the model's options
+DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns", "data_format",
+               "query_file")  # in the Task group, under the model's options
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
-PATH_FIELDS = ("out_dir", "data", "val_data", "test_data")  # with a browse button
+PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
 PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
 OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
@@ -33,6 +34,7 @@ LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Gr
           "checkpoint_minutes": "Checkpoint every (min)", "time_limit_minutes": "Time limit (min)",
           "threads": "CPU threads", "out_dir": "Output folder", "data": "Data file", "tensorboard": "TensorBoard",
           "val_data": "Validation data", "test_data": "Test data", "compile": "torch.compile",
+          "data_format": "Data format", "query_file": "Query sizes file",
           "compile_mode": "Compile mode", "activation_checkpointing": "Activation ckpt"}
 # Tools beside a field (name -> object name, tooltip): each button emits toolRequested(name).
 FIELD_TOOLS = {
@@ -521,6 +523,9 @@ class RunSetupPanel(QWidget):
         row = self._rows[name]
         if name == "out_dir":
             path = QFileDialog.getExistingDirectory(self, "Output folder", row.editor.value())
+        elif name == "query_file":
+            path, _ = QFileDialog.getOpenFileName(self, label_for(name), "",
+                                                  "Query sizes (*.query *.group);;All files (*)")
         else:
             from core.data.importers import READ_SUFFIXES
 

@@ -70,12 +70,12 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_train)
 
 
-DATA_FLAG_FIELDS = ("val_data", "test_data", "delimiter", "columns")  # added by add_data_flags
+DATA_FLAG_FIELDS = ("val_data", "test_data", "delimiter", "columns", "data_format", "query_file")  # add_data_flags
 
 
 def add_data_flags(parser) -> None:
-    """--val-data, --test-data, --delimiter and --column KEY=NAME (repeatable): the data settings besides
-    --data, for every command that reads a run's data; data_flag_values reads them back."""
+    """--val-data, --test-data, --delimiter, --column KEY=NAME (repeatable), --data-format and --query-file: the
+    data settings besides --data, for every command that reads a run's data; data_flag_values reads them back."""
     for name in ("val_data", "test_data"):
         parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar="PATH",
                             help=FIELD_SPECS[name].help.replace("%", "%%"))
@@ -84,11 +84,15 @@ def add_data_flags(parser) -> None:
     parser.add_argument("--column", action="append", default=[], metavar="KEY=NAME", dest="column_pairs",
                         help="the file's name NAME for the expected column KEY, e.g. --column user_id=userId "
                              "(repeatable; merges into the setting `columns`)")
+    parser.add_argument("--data-format", dest="data_format", default=None, choices=FIELD_SPECS["data_format"].choices,
+                        help=FIELD_SPECS["data_format"].help)
+    parser.add_argument("--query-file", dest="query_file", default=None, metavar="PATH",
+                        help=FIELD_SPECS["query_file"].help)
 
 
 def data_flag_values(args: argparse.Namespace) -> dict:
     """The data settings add_data_flags' flags set (only those given); `columns` holds the --column pairs."""
-    values = {name: getattr(args, name) for name in ("val_data", "test_data", "delimiter")
+    values = {name: getattr(args, name) for name in ("val_data", "test_data", "delimiter", "data_format", "query_file")
               if getattr(args, name, None) is not None}
     pairs = getattr(args, "column_pairs", None) or []
     if pairs:
@@ -229,11 +233,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def check_paths(config: RunConfig) -> None:
     """Refuse paths the run could not use, before it starts: each message names the path and the cause."""
     check_writable_folder(config.out_dir, "out_dir")
-    for name in ("data", "val_data", "test_data"):
+    for name in ("data", "val_data", "test_data", "query_file"):
         path = getattr(config, name)
         if path:
             check_utf8_path(path, name)
-            check_regular_file(path, name, "data file", allow_folder=True)
+            check_regular_file(path, name, "data file" if name != "query_file" else "query sizes file",
+                               allow_folder=name != "query_file")
 
 
 BAR_SECONDS = 0.1  # the live bar takes a step's figures at most this often (rich redraws it at 10 Hz)

@@ -1,18 +1,23 @@
 """The text formats public data sets come in, read into pyarrow tables for the importer (core.data.importers).
 
 - Delimited text (.csv .tsv .txt .dat .data): the delimiter is sniffed from the first lines (comma, tab, semicolon,
-  pipe, or MovieLens' two-character "::"), quoted fields respected; a delimiter of more than one character is
-  translated to one unused control character while pyarrow streams the file (no quoting then, as in
-  MovieLens' .dat files), so a 10M-row file is never held as Python strings.
-- svmlight / LETOR ranking files (`label qid:Q idx:val ... # comment`, MSLR-WEB10K, Yahoo, Istella, LETOR 4.0),
-  parsed in blocks with numpy and pyarrow string kernels into dense float32 features f1..fN.
+  pipe, MovieLens' two-character "::", or runs of blanks: WHITESPACE), quoted fields respected; a delimiter of
+  more than one character (and WHITESPACE) is translated to one unused control character while pyarrow
+  streams the file (no quoting then, as in MovieLens' .dat files), so a 10M-row file is never held as Python
+  strings.
 - JSON lines (.jsonl .ndjson, and .json holding one object per line) via pyarrow.json.
+- `label text` lines (SST-2's `1 a great movie`, fastText's `__label__pos a great movie`): read_label_text.
+- svmlight / LETOR files are read by core.data.svmlight; what they look like (svmlight_kind) is told here.
+
+A file whose suffix says nothing is recognised by its content (sniff_format), and one that matches nothing
+gets unrecognised()'s message: what was tried, and line 1 only when it reads as plain text (line_preview).
 
 The happy path never loops over rows in Python; the error path may (it locates the first bad line). Messages
 name the file and the line and echo at most one bad token, truncated.
 
 The reading rules every reader of user files shares (the importer and the predict CLI): what a number is
-(NUMBER), how column names compare (normalise_name), how a delimiter is sniffed (sniff_delimiter).
+(NUMBER), how column names compare (normalise_name), how a delimiter is sniffed (sniff_delimiter), what a file
+holds when its suffix does not say (sniff_format).
 """
 
 from __future__ import annotations
@@ -32,15 +37,17 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from core.errors import ConfigError, DataError
+from core.text import printable
 
 DELIMITED_SUFFIXES = (".csv", ".tsv", ".txt", ".dat", ".data")
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
 SVMLIGHT_SUFFIXES = (".svm", ".svmlight", ".libsvm", ".letor")
-CANDIDATES = ("::", "\t", ",", ";", "|")  # sniffed delimiters, in order of preference on a tie
+WHITESPACE = "\\s+"  # the delimiter "one or more spaces or tabs" (as typed: the regex), blanks at line ends ignored
+CANDIDATES = ("::", "\t", ",", ";", "|", WHITESPACE)  # sniffed delimiters, in order of preference on a tie
 SUFFIX_DELIMITER = {".tsv": "\t", ".dat": "::"}  # preferred on a tie; else ","
 SEP = "\x1f"  # what a multi-character delimiter becomes while pyarrow reads the file (ASCII unit separator)
 NAMED_DELIMITERS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " ",
-                    "colons": "::"}
+                    "colons": "::", "whitespace": WHITESPACE, "blanks": WHITESPACE}
 SAMPLE_BYTES = 1 << 16
 MAX_LINE_BYTES = 1 << 24  # line 1 is read to its end up to this size
 SAMPLE_RECORDS = 50
@@ -48,7 +55,15 @@ NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"  # what a reader reads
 INTEGER = r"^\s*[-+]?\d+\s*$"  # what a reader reads as a whole number
 _NUMBER = re.compile(NUMBER)
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_ .()#%+-]{0,39}$")
-_SVM_FIRST = re.compile(rb"^\s*[-+]?[0-9.]+(?:[eE][-+]?\d+)?\s+qid:", re.MULTILINE)
+_SVM_LABEL = rb"^\s*[-+]?[0-9.]+(?:[eE][-+]?\d+)?"
+_SVM_QID = re.compile(_SVM_LABEL + rb"\s+qid:")
+_SVM_PLAIN = re.compile(_SVM_LABEL + rb"(?:\s+\d+:\S+)+\s*$")  # `label idx:val ...`, no qid:
+_WS_RUN, _WS_EDGE = re.compile(r"[ \t]+"), re.compile(r"^[ \t]+|[ \t]+(?=\r?\n?$)")
+_WS_RUN_B, _WS_EDGE_B = re.compile(rb"[ \t]+"), re.compile(rb"(?m)^[ \t]+|[ \t]+(?=\r?$)")
+LABEL_PREFIX = "__label__"  # fastText's, before each label
+LABEL_TEXT_SHARE = 0.9  # of the sampled lines (line 1 among them) that must read `label text`
+FORMAT_NAMES = {"delimited": "delimited text", "json": "JSON lines", "svmlight": "svmlight / LETOR",
+                "label_text": "label text lines", "parquet": "Parquet"}
 
 
 def is_number(text: str) -> bool:
@@ -83,17 +98,17 @@ def normalise_delimiter(text: str) -> str:
 
 
 def describe(delimiter: str) -> str:
-    """How a message names a delimiter: tabs, ',' ..."""
-    return "tabs" if delimiter == "\t" else repr(delimiter)
+    """How a message names a delimiter: tabs, whitespace, ',' ..."""
+    return {"\t": "tabs", WHITESPACE: "whitespace"}.get(delimiter, repr(delimiter))
 
 
 def flag(delimiter: str) -> str:
     """The --delimiter value that selects `delimiter`."""
-    return "'\\t'" if delimiter == "\t" else repr(delimiter)
+    return {"\t": "'\\t'", WHITESPACE: "'\\s+'"}.get(delimiter, repr(delimiter))
 
 
-def refuse_binary(file: Path) -> None:
-    """DataError when the start of a CSV file holds NUL bytes: binary data or UTF-16 text, not UTF-8 CSV."""
+def refuse_binary(file: Path, expected: str = "a UTF-8 CSV file") -> None:
+    """DataError when the start of a text file holds NUL bytes: binary data or UTF-16 text, not `expected`."""
     with open(file, "rb") as handle:
         head = handle.read(1 << 16)
     at = head.find(b"\0")
@@ -101,7 +116,7 @@ def refuse_binary(file: Path) -> None:
         before = head[:at]
         line, column = before.count(b"\n") + 1, at - (before.rfind(b"\n") + 1) + 1
         raise DataError(f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
-                        "UTF-16 text, not a UTF-8 CSV file")
+                        f"UTF-16 text, not {expected}")
 
 
 def utf8_error_position(file: Path) -> str:
@@ -173,6 +188,51 @@ class _Translating(io.RawIOBase):
         super().close()
 
 
+class _Blanks(io.RawIOBase):
+    """A binary file separated by runs of blanks (WHITESPACE) read as SEP-separated: each line's leading and
+    trailing blanks dropped, each run between fields one SEP. Whole lines are translated at a time (a line cut
+    by a read waits for its end), so the translation streams like _Translating's."""
+
+    def __init__(self, file: Path):
+        super().__init__()
+        self._handle = open(file, "rb")  # noqa: SIM115 - closed by close()
+        self._pending, self._out, self._line, self._done = b"", b"", 1, False
+        self.file = file
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = size if size and size > 0 else sys.maxsize
+        while len(self._out) < want and not self._done:
+            chunk = self._handle.read(1 << 20)
+            data = self._pending + chunk
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            lines, self._pending, self._done = data[:cut], data[cut:], not chunk
+            at = lines.find(SEP.encode())
+            if at >= 0:
+                line = self._line + lines.count(b"\n", 0, at)
+                raise DataError(f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
+                                "separated by whitespace; remove it")
+            self._line += lines.count(b"\n")
+            if any(blanks in lines for blanks in (b"\t", b"  ", b"\n ", b" \n", b" \r")) or \
+                    lines.startswith(b" ") or lines.endswith(b" "):
+                self._out += _WS_RUN_B.sub(SEP.encode(), _WS_EDGE_B.sub(b"", lines))
+            else:  # single spaces between fields only (SASRec's files): one C-speed replace
+                self._out += lines.replace(b" ", SEP.encode())
+        out, self._out = self._out[:want], self._out[want:]
+        return out
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
 def read_delimited(file: Path, delimiter: str, column_names: list[str] | None = None,
                    column_types: dict | None = None, **parse) -> pa.Table:
     """pyarrow's CSV reader for `file` separated by `delimiter` (any length); `column_names` for a file without
@@ -199,14 +259,14 @@ def delimited_source(file: Path, delimiter: str):
     if len(delimiter) == 1:
         yield file, {"delimiter": delimiter}
         return
-    with _Translating(file, delimiter) as stream:
+    with (_Blanks(file) if delimiter == WHITESPACE else _Translating(file, delimiter)) as stream:
         yield stream, {"delimiter": SEP, "quote_char": False}
 
 
 def _lines(handle, delimiter: str):
     """Lines of a text handle with a multi-character delimiter translated (error path and samples)."""
     for line in handle:
-        yield line.replace(delimiter, SEP)
+        yield _WS_RUN.sub(SEP, _WS_EDGE.sub("", line)) if delimiter == WHITESPACE else line.replace(delimiter, SEP)
 
 
 def _reader(handle, delimiter: str):
@@ -241,11 +301,13 @@ def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS) -> l
     return out
 
 
-def sniff_delimiter(file: Path, known: set[str]) -> str:
+def sniff_delimiter(file: Path, known: set[str], strict: bool = False) -> str:
     """The delimiter of a text file, from its first lines: among the candidates that split every sampled line
     into the same number (> 1) of fields, the one whose line 1 names most of the `known` column names
     (compared by normalise_name), then the suffix's own (tabs for .tsv, '::' for .dat), then the candidate order
-    (:: tab , ; |). When none splits consistently: the one splitting most lines alike; else the suffix's."""
+    (:: tab , ; |); WHITESPACE only when none of those splits every line alike and it splits two or more lines
+    alike (it splits any text into words, so it is the last resort). When nothing splits consistently: the one splitting most lines
+    alike; else the suffix's; `strict`: "" then (the file is not delimited text)."""
     suffix = file.suffix.lower()
     preferred = SUFFIX_DELIMITER.get(suffix, ",")
     with open(file, "rb") as handle:
@@ -255,18 +317,23 @@ def sniff_delimiter(file: Path, known: set[str]) -> str:
     text = head.decode("utf-8", errors="replace")
     scored = []
     for rank, delimiter in enumerate(CANDIDATES):
-        if delimiter not in text:
+        if delimiter == WHITESPACE:
+            if (scored and max(scored)[0]) or not (" " in text or "\t" in text):
+                break
+        elif delimiter not in text:
             continue
         records = sample_records(file, delimiter)
         if not records:
             continue
         counts = [len(r) for r in records]
         mode = max(set(counts), key=counts.count)
-        if mode < 2:
-            continue
+        if mode < 2 or (delimiter == WHITESPACE and (counts.count(mode) < len(counts) or len(counts) < 2)):
+            continue  # blanks split one line of prose into "columns" too: two lines at least, all alike
         alike = counts.count(mode) / len(counts)
         named = sum(normalise_name(f) in known for f in records[0])
         scored.append((alike == 1.0, named, delimiter == preferred, alike, -rank, delimiter))
+    if strict:
+        return max(scored)[-1] if scored and max(scored)[0] else ""
     if not scored:
         return preferred if preferred != "::" else ","
     return max(scored)[-1]
@@ -293,233 +360,6 @@ def record_at(file: Path, delimiter: str, header: bool, index: int) -> tuple[int
     finally:
         csv.field_size_limit(limit)
     return index + 1 + header, []
-
-
-# ---- svmlight / LETOR ---------------------------------------------------------------------------------------
-
-def looks_svmlight(file: Path) -> bool:
-    """Whether the first data line of `file` reads `<label> qid:...` (comment and blank lines skipped)."""
-    with open(file, "rb") as handle:
-        head = handle.read(SAMPLE_BYTES)
-    for line in head.splitlines():
-        body = line.split(b"#", 1)[0].strip()
-        if body:
-            return bool(_SVM_FIRST.match(body))
-    return False
-
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def _svm_problem(text: str) -> str | None:
-    """What is wrong with one svmlight line (comment already allowed), or None (error path only)."""
-    tokens = text.split("#", 1)[0].split()
-    if not tokens:
-        return None
-    if not is_number(tokens[0]):
-        return f"{shorten(tokens[0], 40)!r} is not a label (a number) at the start of the line"
-    if len(tokens) < 2 or not re.fullmatch(r"qid:[-+]?\d+", tokens[1]):
-        shown = shorten(tokens[1], 40) if len(tokens) > 1 else ""
-        return f"{shown!r} is not qid:<id> (the query's whole number, after the label)"
-    for token in tokens[2:]:
-        match = re.fullmatch(r"(\d+):(\S+)", token)
-        if not match or not is_number(match.group(2)) and match.group(2).lower() not in ("nan", "inf", "-inf"):
-            return f"{shorten(token, 40)!r} is not <index>:<value>"
-        if int(match.group(1)) < 1:
-            return f"{shorten(token, 40)!r}: feature indices start at 1"
-        value = float(match.group(2))
-        if not np.isfinite(value):
-            return f"{shorten(token, 40)!r} is not a finite number"
-        if abs(value) > FLOAT32_MAX:
-            return f"{shorten(token, 40)!r} is not a number that fits in float32"
-    return None
-
-
-def _strip_comments(part: bytes) -> bytes:
-    """`part` without its comments: from each line's first '#' (and the blanks before it) to the line's end;
-    newlines stay, so line numbers do too. Vectorised (numpy), a few passes over the bytes."""
-    if b"#" not in part:
-        return part
-    raw = np.frombuffer(part, np.uint8)
-    hashes = np.flatnonzero(raw == 35)
-    newlines = np.flatnonzero(raw == 10)
-    line = np.searchsorted(newlines, hashes)
-    first = np.r_[True, line[1:] != line[:-1]]
-    starts, line = hashes[first].copy(), line[first]
-    ends = np.where(line < len(newlines), newlines[np.minimum(line, max(len(newlines) - 1, 0))], len(raw))
-    ends = np.where((ends > 0) & (raw[np.maximum(ends - 1, 0)] == 13), ends - 1, ends)  # a '\r' ends the line
-    ends = np.where(ends < starts, starts, ends)
-    for _ in range(64):  # the blanks before '#' go too: a line's fields end where its comment starts
-        back = (starts > 0) & np.isin(raw[np.maximum(starts - 1, 0)], (32, 9))
-        if not back.any():
-            break
-        starts[back] -= 1
-    delta = np.zeros(len(raw) + 1, np.int32)
-    np.add.at(delta, starts, 1)
-    np.add.at(delta, ends, -1)
-    keep = np.cumsum(delta[:-1]) == 0
-    keep |= raw == 13  # a '\r' before the newline stays: pyarrow and the tokenizer treat it as the line's end
-    return raw[keep].tobytes()
-
-
-def _svm_dense(part: bytes, first_line: int):
-    """The fast path for a block of regular lines (MSLR-WEB10K, Yahoo, Istella: every line has the same
-    indices in the same order, single spaces): pyarrow's multi-threaded CSV parser reads the block with ':' as
-    a space and fixed column types. None when the block is not that regular (the general path then reads it)."""
-    raw = np.frombuffer(part, np.uint8)
-    ends = np.flatnonzero(raw == 10)
-    starts = np.r_[0, ends + 1]
-    ends = np.r_[ends, len(raw)]
-    length = ends - starts - (raw[np.maximum(ends - 1, 0)] == 13)
-    data = np.flatnonzero(length > 0)
-    if not len(data):
-        return None
-    line1 = part[starts[data[0]]:ends[data[0]]].rstrip(b"\r")
-    fields = line1.replace(b":", b" ").split(b" ")
-    if len(fields) < 3 or len(fields) % 2 == 0 or fields[1] != b"qid":
-        return None
-    for byte in (32, 58):  # every data line must hold as many spaces and colons as line 1 (one pass each)
-        at = np.flatnonzero(raw == byte)  # per line: counted between one data line's start and the next's
-        per_line = np.diff(np.searchsorted(at, np.r_[starts[data], len(raw)]))
-        if (per_line != per_line[0]).any():
-            return None
-    names = [f"c{i}" for i in range(len(fields))]
-    types = {n: pa.float64() if i == 0 or (i >= 4 and i % 2 == 0) else pa.int64() for i, n in enumerate(names)}
-    types["c1"] = pa.string()
-    try:
-        table = pacsv.read_csv(pa.BufferReader(part.replace(b":", b" ")),
-                               read_options=pacsv.ReadOptions(column_names=names),
-                               parse_options=pacsv.ParseOptions(delimiter=" ", quote_char=False),
-                               convert_options=pacsv.ConvertOptions(column_types=types, null_values=[],
-                                                                    strings_can_be_null=False))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
-    if table.num_rows != len(data) or not pc.all(pc.equal(table.column(1), "qid")).as_py():
-        return None
-    features: dict[int, np.ndarray] = {}
-    pairs = []
-    for i in range(3, len(fields), 2):
-        index, value = table.column(i).to_numpy(), table.column(i + 1).to_numpy()
-        if not len(index) or index.min() < 1 or not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX:
-            return None  # the general path names the bad token
-        pairs.append((index, value))
-    if all(index[0] == index.min() == index.max() for index, _ in pairs) and \
-            len({int(index[0]) for index, _ in pairs}) == len(pairs):  # the same indices on every line
-        features = {int(index[0]): value.astype(np.float32) for index, value in pairs}
-    elif pairs:  # as many entries on every line, different indices: scatter them
-        width = max(int(index.max()) for index, _ in pairs)
-        dense = np.zeros((width, table.num_rows), np.float32)
-        rows = np.arange(table.num_rows)
-        for index, value in pairs:
-            dense[index - 1, rows] = value
-        features = {int(k): dense[k - 1] for k in np.unique(np.concatenate([index for index, _ in pairs]))}
-    return first_line + data, table.column(0).combine_chunks(), table.column(2).combine_chunks(), features
-
-
-def _svm_block(file: Path, part: bytes, first_line: int):
-    """Parse whole lines `part` (line `first_line` first) -> (line numbers, labels (float64), qids (int64),
-    {feature index: float32 values}) of its data lines; DataError naming the line of the first malformed one."""
-    part = _strip_comments(part)
-    fast = _svm_dense(part, first_line)
-    if fast is not None:
-        return fast
-    raw = np.frombuffer(part, np.uint8)
-    ends = np.flatnonzero(raw == 10) + 1
-    if not part.endswith(b"\n"):
-        ends = np.append(ends, len(part))
-    offsets = np.concatenate([[0], ends]).astype(np.int32)
-    lines = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.tobytes()), pa.py_buffer(part))
-    try:
-        lines.validate(full=True)
-    except pa.ArrowInvalid:
-        raise DataError(f"{file}: {utf8_error_position(file)}: text is not valid UTF-8") from None
-    colons = np.diff(np.searchsorted(np.flatnonzero(raw == 58), offsets))  # per line
-    spaced = part.replace(b":", b" ")  # same length: the line offsets hold
-    trimmed = pc.ascii_trim_whitespace(
-        pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.tobytes()), pa.py_buffer(spaced)))
-    tokens = pc.ascii_split_whitespace(trimmed)  # a blank line: one empty token
-    flat = tokens.values
-    offs = tokens.offsets.to_numpy().astype(np.int64)
-    counts = np.diff(offs)
-    data = np.flatnonzero(pc.binary_length(trimmed).to_numpy() > 0)
-    starts, n_tok = offs[:-1][data], counts[data]
-
-    def fail(bad_rows: np.ndarray | None = None):
-        rows = data if bad_rows is None else bad_rows
-        for row in rows:  # the first line Python finds wrong (error path only)
-            text = part[offsets[row]:offsets[row + 1]].decode("utf-8", errors="replace")
-            problem = _svm_problem(text)
-            if problem:
-                return DataError(f"{file}: line {first_line + int(row)}: {problem}")
-        row = int(rows[0]) if len(rows) else 0
-        return DataError(f"{file}: line {first_line + row}: not an svmlight line "
-                         "('<label> qid:<id> <index>:<value> ...')")
-
-    shape_ok = (n_tok >= 3) & (n_tok % 2 == 1) & (colons[data] == (n_tok - 1) // 2)
-    if not shape_ok.all():
-        raise fail(data[~shape_ok][:1])
-    keyword = pc.take(flat, pa.array(starts + 1))
-    if not pc.all(pc.equal(keyword, "qid")).as_py():
-        raise fail()
-    try:
-        qid = pc.cast(pc.take(flat, pa.array(starts + 2)), pa.int64())
-        labels = pc.cast(pc.take(flat, pa.array(starts)), pa.float64())
-    except pa.ArrowInvalid:
-        raise fail() from None
-    pairs = (n_tok - 3) // 2  # line i's pair j is at token starts[i] + 3 + 2j; g = before[i] + j overall
-    before = np.cumsum(pairs) - pairs
-    index_at = np.repeat(starts + 3 - 2 * before, pairs) + 2 * np.arange(int(pairs.sum()), dtype=np.int64)
-    try:
-        index = pc.cast(pc.take(flat, pa.array(index_at)), pa.int32()).to_numpy()
-        value = pc.cast(pc.take(flat, pa.array(index_at + 1)), pa.float64()).to_numpy()
-    except pa.ArrowInvalid:
-        raise fail() from None
-    if len(index) and (index.min() < 1 or not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX):
-        raise fail()
-    row_of = np.repeat(np.arange(len(data)), pairs)
-    width = int(index.max()) if len(index) else 0
-    dense = np.zeros((width, len(data)), np.float32)
-    dense[index - 1, row_of] = value  # feature-major: each feature a contiguous column
-    present = np.unique(index)
-    return first_line + data, labels, qid, {int(k): dense[k - 1] for k in present}
-
-
-def read_svmlight(file: Path, block: int = 1 << 25) -> tuple[pa.Table, np.ndarray]:
-    """An svmlight / LETOR file -> (table of query_id, doc_id (the line number, as text), label (float64; the
-    importer checks it), f1..fN float32 (N: the largest index in the file; a missing entry is 0), the line
-    number of each row). Reads `block` bytes at a time: memory is the dense features plus about a block."""
-    lines, labels, qids, blocks = [], [], [], []
-    line, carry = 1, b""
-    with open(file, "rb") as handle:
-        while True:
-            chunk = handle.read(block)
-            buf = carry + chunk
-            if chunk:
-                cut = buf.rfind(b"\n") + 1
-                if cut == 0:
-                    carry = buf
-                    continue
-                part, carry = buf[:cut], buf[cut:]
-            else:
-                part, carry = buf, b""
-            if part.strip():
-                at, label, qid, features = _svm_block(file, part, line)
-                lines.append(at)
-                labels.append(label)
-                qids.append(qid)
-                blocks.append(features)
-            line += part.count(b"\n")
-            if not chunk:
-                break
-    row_lines = np.concatenate(lines) if lines else np.zeros(0, np.int64)
-    width = max((max(b, default=0) for b in blocks), default=0)
-    columns = {"query_id": pa.chunked_array(qids, pa.int64()),
-               "doc_id": pa.chunked_array([pa.array(row_lines).cast(pa.string())]),
-               "label": pa.chunked_array(labels, pa.float64())}
-    zeros = [np.zeros(len(at), np.float32) for at in lines]
-    for k in range(1, width + 1):
-        columns[f"f{k}"] = pa.chunked_array([pa.array(b.get(k, z)) for b, z in zip(blocks, zeros)], pa.float32())
-    return pa.table(columns), row_lines
 
 
 # ---- JSON lines ---------------------------------------------------------------------------------------------
@@ -594,3 +434,123 @@ def is_json_lines(file: Path) -> bool:
     with open(file, "rb") as handle:
         start = handle.read(SAMPLE_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     return start == b"{"
+
+
+# ---- by content: svmlight, label text, files whose suffix says nothing -------------------------------------------
+
+def _head(file: Path) -> bytes:
+    """The first SAMPLE_BYTES of `file`, cut after its last whole line (all of it when the file is shorter)."""
+    with open(file, "rb") as handle:
+        head = handle.read(SAMPLE_BYTES)
+        complete = not handle.read(1)
+    return head if complete or b"\n" not in head else head[: head.rfind(b"\n") + 1]
+
+
+def _data_lines(file: Path) -> list[bytes]:
+    """The sampled non-blank lines of `file` (a UTF-8 BOM dropped), stripped."""
+    head = _head(file).removeprefix(b"\xef\xbb\xbf")
+    return [line.strip() for line in head.splitlines() if line.strip()][:SAMPLE_RECORDS]
+
+
+def svmlight_kind(file: Path) -> str | None:
+    """What the first data line of `file` reads as (comment and blank lines skipped): "qid" for `<label>
+    qid:<id> ...`, "plain" for `<label> <index>:<value> ...` without qid: (LightGBM's rank.train), else None."""
+    for line in _head(file).splitlines():
+        body = line.split(b"#", 1)[0].strip()
+        if body:
+            return "qid" if _SVM_QID.match(body) else "plain" if _SVM_PLAIN.match(body) else None
+    return None
+
+
+def label_token(line: str) -> str | None:
+    """The label a `label text` line starts with, lower-cased and without fastText's __label__ prefix; None when
+    the line is not a first token, a blank, then text."""
+    parts = line.strip().split(None, 1)
+    if len(parts) < 2:
+        return None
+    return parts[0].lower().removeprefix(LABEL_PREFIX)
+
+
+def looks_label_text(file: Path, labels=None) -> bool:
+    """Whether `file` holds `label text` lines: line 1 and at least LABEL_TEXT_SHARE of the sampled lines start
+    with a label from `labels` (lower-cased; None: any token prefixed __label__), then a blank, then text."""
+    lines = [line.decode("utf-8", errors="replace") for line in _data_lines(file)]
+    if not lines:
+        return False
+
+    def is_label(line: str) -> bool:
+        token = label_token(line)
+        if labels is None:
+            return token is not None and line.lstrip().lower().startswith(LABEL_PREFIX)
+        return token is not None and token in labels
+
+    return is_label(lines[0]) and sum(map(is_label, lines)) >= LABEL_TEXT_SHARE * len(lines)
+
+
+_LABEL_LINE = r"^[ \t]*(?:__label__)?(?P<label>[^ \t]+)[ \t]+(?P<text>.*?)[ \t\r]*$"
+
+
+def read_label_text(file: Path) -> pa.Table:
+    """A `label text` file -> table of label (the first token, fastText's __label__ removed; the importer checks
+    it against the task's labels) and text (the rest of the line, its blanks at the ends dropped); blank lines
+    skipped (json_line finds a row's line). DataError naming the line that is not `label text`."""
+    try:  # one column: SEP never separates text
+        lines = read_delimited(file, SEP, ["line"], {"line": pa.string()}, quote_char=False).column(0)
+    except pa.ArrowInvalid as exc:
+        if "UTF8" in str(exc) or "UTF-8" in str(exc):
+            raise DataError(f"{file}: {utf8_error_position(file)}: text is not valid UTF-8") from None
+        raise DataError(f"{file}: a line holds a control character (unit separator, 0x1f); remove it") from None
+    lines = lines.filter(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0))
+    parts = pc.extract_regex(lines, _LABEL_LINE)
+    if parts.null_count:
+        index = int(np.flatnonzero(parts.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"{file}: line {json_line(file, index)}: not a 'label text' line (a label such as 1 or "
+                        "__label__pos, a blank, then the text)")
+    return pa.table({"label": pc.struct_field(parts, "label"), "text": pc.struct_field(parts, "text")})
+
+
+def sniff_format(file: Path, known: set[str] = frozenset(), labels=None) -> tuple[str, str] | None:
+    """What a text file whose suffix says nothing holds, by its content: ("json", ""), ("svmlight", ""),
+    ("label_text", "") (`labels` as looks_label_text: None for fastText's __label__ lines only) or
+    ("delimited", its delimiter: one that splits every sampled line alike, see sniff_delimiter); None when
+    nothing fits (unrecognised says so). Reusable by any reader of user files."""
+    lines = _data_lines(file)
+    if not lines:
+        return None
+    if lines[0][:1] in (b"{", b"["):
+        return "json", ""
+    if svmlight_kind(file):
+        return "svmlight", ""
+    if looks_label_text(file, labels):
+        return "label_text", ""
+    delimiter = sniff_delimiter(file, known, strict=True)
+    return ("delimited", delimiter) if delimiter else None
+
+
+_PLAIN_WORD = re.compile(r"^(?:[-+]?\d+(?:\.\d+)?|[A-Za-z][A-Za-z_.'-]{0,29}\d{0,3})$")
+
+
+def line_preview(file: Path, limit: int = 80) -> str | None:
+    """Line 1 of `file` for a message, printable and at most `limit` characters, when it reads as plain text or
+    a header: valid UTF-8 without control characters but tabs, two or more words, each a number or letters
+    (a few digits at the end allowed: f1, col2). None otherwise, so binary data, a key, a password or a token
+    (letters and digits mixed, long runs) is never echoed."""
+    lines = _data_lines(file)
+    try:
+        text = lines[0].decode("utf-8") if lines else ""
+    except UnicodeDecodeError:
+        return None
+    words = [w.strip("\"'()[],;:!?") for w in re.split(r"[\s,;|]+", text) if w.strip("\"'()[],;:!?")]
+    if not text.replace("\t", " ").isprintable() or len(words) < 2 or not all(map(_PLAIN_WORD.match, words)):
+        return None
+    return printable(shorten(text, limit))
+
+
+def unrecognised(file: Path, tried: tuple[str, ...] = ("delimited", "json", "svmlight", "label_text")) -> str:
+    """The message for a file that none of `tried` (FORMAT_NAMES' keys) reads: what was tried, what line 1 looks
+    like (line_preview, else only that it is not plain text) and how to say the format."""
+    preview = line_preview(file)
+    line1 = f"line 1 reads {preview!r}" if preview is not None else "line 1 does not read as plain text"
+    names = [FORMAT_NAMES[k] + (" (no delimiter splits its lines alike)" if k == "delimited" else "") for k in tried]
+    return (f"{file}: not a format this reads; tried {', '.join(names)}; {line1}; give the format with "
+            "--data-format, or use a .csv, .parquet, .jsonl or .svm file")

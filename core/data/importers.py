@@ -1,8 +1,11 @@
 """Read users' data files (or a folder of them) with pyarrow, with errors that name file, line, column.
 
 Formats (READ_SUFFIXES): delimited text (.csv .tsv .txt .dat .data; the delimiter sniffed unless ReadOptions
-gives one, MovieLens' "::" included), Parquet, JSON lines, and svmlight / LETOR for ranking (recognised by
-content); core.data.formats reads the text ones. Columns are found by ReadOptions.columns (a name or a 1-based
+gives one, MovieLens' "::" and runs of blanks included), Parquet, JSON lines, svmlight / LETOR for ranking (with
+qid:, or with a query-sizes file beside it; core.data.svmlight) and `label text` lines for a caller that reads
+text and a label (both recognised by content); a file of any other suffix is read by what its content is
+(core.data.formats.sniff_format), and ReadOptions.data_format names the format outright. core.data.formats reads
+the text ones; core.data.conversion checks the values. Columns are found by ReadOptions.columns (a name or a 1-based
 position), else by the expected name, else by its one alias present (ALIASES); a file whose line 1 is data
 (_line1_is_data) has its columns taken by position (_positional_names, HEADERLESS_LAYOUTS).
 
@@ -34,10 +37,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import torch
 
-from core.data import formats
-from core.errors import DataError
+from core.data import formats, svmlight
+from core.data.conversion import convert
+from core.errors import ConfigError, DataError
 from core.files import file_kind
-from core.text import first_line
+from core.text import first_line, printable
 
 SUFFIXES = (".csv", ".parquet", ".pq")  # what write_table writes (and `amp data generate --out` takes)
 READ_SUFFIXES = (".csv", ".parquet", ".pq", *formats.DELIMITED_SUFFIXES[1:], *formats.JSON_SUFFIXES,
@@ -57,9 +61,11 @@ ALIASES = {
 # caller's columns in order (then the prefix columns, e.g. f1, f2, ...); a layout listed here for the caller's
 # required columns applies instead to a file with exactly that many columns ("rating" is read, then ignored).
 HEADERLESS_LAYOUTS = {
-    ("user_id", "item_id", "timestamp"): ("user_id", "item_id", "rating", "timestamp"),  # MovieLens ratings
+    ("user_id", "item_id", "timestamp"): (("user_id", "item_id", "rating", "timestamp"),),  # MovieLens ratings
+    ("user_id", "item_id"): (("user_id", "item_id", "rating"),  # file order (SASRec's `user item rating`)
+                             ("user_id", "item_id", "rating", "timestamp")),
 }
-FLOAT32_MAX = float(np.finfo(np.float32).max)  # models train in float32: a larger feature is an inf there
+PARQUET_SUFFIXES = (".parquet", ".pq")
 MAX_SHOWN = 80  # characters of file content (header names, one bad value) an error message may show
 
 
@@ -78,6 +84,7 @@ class Column:
     choices: tuple[str, ...] | None = None  # for "label": allowed values (compared lower-cased, trimmed)
     minimum: float | None = None  # for "int" / "float": smallest allowed value
     why: str = ""  # said after a value below `minimum`, e.g. what the values mean
+    hint: str = ""  # said when the column is missing: another way to do without it
 
 
 @dataclass(frozen=True)
@@ -86,10 +93,14 @@ class ReadOptions:
 
     delimiter: "" sniffs it from the file; otherwise the separator itself ("," "\\t" ";" "|" "::" ...).
     columns: expected column name -> the file's name for it (e.g. {"user_id": "userId"}).
+    data_format: "auto" (by suffix, then content) or one of formats.FORMAT_NAMES, for every file read.
+    query_file: the query sizes of an svmlight file without qid: (one file; else its .query / .group beside it).
     """
 
     delimiter: str = ""
     columns: Mapping[str, str] = field(default_factory=dict)
+    data_format: str = "auto"
+    query_file: str = ""
 
 
 def data_files(path: str | Path) -> list[Path]:
@@ -110,9 +121,7 @@ def data_files(path: str | Path) -> list[Path]:
     kind = _not_regular(file)
     if kind:
         raise DataError(f"{file}: {kind}, not a regular file; use a .csv or .parquet file or a folder of them")
-    if path.suffix.lower() not in READ_SUFFIXES:
-        raise DataError(f"{file}: unsupported file type {path.suffix or '(none)'}; use {', '.join(READ_SUFFIXES)}")
-    return [file]
+    return [file]  # any suffix: a file READ_SUFFIXES does not know is read by its content
 
 
 def _real(path: Path) -> Path:
@@ -133,7 +142,7 @@ class _Source:
     as a string and a path (messages say f"{file}: ...")."""
 
     file: Path
-    kind: str  # "csv" (delimited text, any delimiter), "parquet", "json" (JSON lines) or "svmlight"
+    kind: str  # "csv" (delimited text, any delimiter), "parquet", "json", "svmlight" or "label_text"
     delimiter: str = ","
     header: bool = True
     sniffed: bool = False
@@ -152,23 +161,28 @@ class _Source:
         """The line (1-based, as an editor counts) where data row `index` is (error path)."""
         if self.row_lines is not None:
             return int(self.row_lines[index])
-        if self.kind == "json":
+        if self.kind in ("json", "label_text"):  # a row per non-blank line
             return formats.json_line(self.file, index)
         return formats.record_at(self.file, self.delimiter, self.header, index)[0]
 
 
 def read_table(path: str | Path, columns: list[Column], prefix_columns: str | None = None,
-               options: ReadOptions | None = None) -> pa.Table:
+               options: ReadOptions | None = None, notes: list[str] | None = None) -> pa.Table:
     """Read `path` (file or folder) into one table holding `columns` (plus every column whose name starts
     with `prefix_columns`, e.g. "f" for ranking features), checked and converted. `options`: the delimiter
     (else sniffed) and column mapping (else the expected names, then ALIASES); see the module docstring.
 
     Raises DataError naming the file and the line or column for: empty files, missing columns,
-    values of the wrong type, text that is not UTF-8.
+    values of the wrong type, text that is not UTF-8. `notes` gets a line for the run's log per file read by
+    its content or with a query-sizes file (what it was read as).
     """
     options = options or ReadOptions()
     files = data_files(path)
-    read = [_read_source(file, columns, prefix_columns, options) for file in files]
+    if options.query_file and len(files) > 1:
+        raise DataError(f"{path}: query_file {options.query_file} gives the query sizes of one file, and this "
+                        f"folder holds {len(files)}: put each file's sizes beside it as FILE.query instead")
+    notes = [] if notes is None else notes
+    read = [_read_source(file, columns, prefix_columns, options, notes) for file in files]
     tables = [table for table, _ in read]
     if len(tables) == 1:
         return tables[0]
@@ -219,8 +233,9 @@ def _line1_is_data(records: list[list[str]], known: set[str]) -> bool:
 def _positional_names(columns: list[Column], prefix: str | None, count: int) -> list[str]:
     """Names for the `count` columns of a header-less file: a HEADERLESS_LAYOUTS entry of that length for the
     required columns, else the expected columns in order; then prefix columns (f1, f2, ...) or column<N>."""
-    layout = HEADERLESS_LAYOUTS.get(tuple(c.name for c in columns if c.required))
-    names = list(layout) if layout and len(layout) == count else [c.name for c in columns][:count]
+    layouts = HEADERLESS_LAYOUTS.get(tuple(c.name for c in columns if c.required), ())
+    layout = next((layout for layout in layouts if len(layout) == count), None)
+    names = list(layout) if layout else [c.name for c in columns][:count]
     k = 0
     while len(names) < count:
         k += 1
@@ -282,30 +297,37 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
     return positions
 
 
-def _read_source(file: Path, columns: list[Column], prefix: str | None,
-                 options: ReadOptions) -> tuple[pa.Table, _Source]:
+def _read_source(file: Path, columns: list[Column], prefix: str | None, options: ReadOptions,
+                 notes: list[str]) -> tuple[pa.Table, _Source]:
     kind = _not_regular(file)  # a folder's entry may have changed since it was listed
     if kind:
         raise DataError(f"{file}: {kind}, not a regular file")
     if file.stat().st_size == 0:
         raise DataError(f"{file}: empty file (line 1: no header)")
-    suffix = file.suffix.lower()
-    wants_query = any(c.name == "query_id" for c in columns)
-    if suffix in (".parquet", ".pq"):
+    shape, delimiter, how = _format_of(file, columns, options)
+    said = [how] if how else []  # for the run's log: how the file was read, when it is not the usual way
+    if shape == "parquet":
         src, table = _Source(file, "parquet"), _read_parquet(file)
-    else:
-        formats.refuse_binary(file)
-        if suffix in formats.JSON_SUFFIXES:
-            src, table = _Source(file, "json"), formats.read_jsonl(file)
-        elif wants_query and (suffix in formats.SVMLIGHT_SUFFIXES or formats.looks_svmlight(file)):
-            table, lines = formats.read_svmlight(file)
-            src = _Source(file, "svmlight", row_lines=lines)
-            options = ReadOptions()  # its columns are fixed: query_id, doc_id, label, f1..fN
-        elif suffix in formats.SVMLIGHT_SUFFIXES:
+    elif shape == "json":
+        src, table = _Source(file, "json"), formats.read_jsonl(file)
+    elif shape == "svmlight":
+        if not any(c.name == "query_id" for c in columns):
             raise DataError(f"{file}: an svmlight file holds ranking data (label qid:<id> <index>:<value> ...); "
                             f"this task reads {', '.join(c.name for c in columns)}")
-        else:
-            src, table = _read_delimited(file, columns, prefix, options)
+        table, lines, queries = svmlight.read_ranking_file(file, options.query_file)
+        said += [queries] if queries else []
+        src = _Source(file, "svmlight", row_lines=lines)
+        options = ReadOptions()  # its columns are fixed: query_id, doc_id, label, f1..fN
+    elif shape == "label_text":
+        if not {"label", "text"} <= {c.name for c in columns}:
+            raise DataError(f"{file}: 'label text' lines hold a label and a text (sentiment data); this task "
+                            f"reads {', '.join(c.name for c in columns)}")
+        src, table = _Source(file, "label_text"), formats.read_label_text(file)
+        options = ReadOptions()  # its columns are fixed: label, text
+    else:
+        src, table = _read_delimited(file, columns, prefix, options, delimiter)
+    if said:
+        notes.append(f"{printable(file.name)}: {'; '.join(said)}")
     names = table.schema.names
     positions = _resolve(src, names, columns, options)
     used = {names[i] for i in positions.values()} | {n for n in names if prefix and _is_prefixed(n, prefix)}
@@ -317,23 +339,63 @@ def _read_source(file: Path, columns: list[Column], prefix: str | None,
     for col in columns:
         if col.required and col.name not in positions:
             where = "line 1: " if src.kind == "csv" else ""
-            raise DataError(f"{file}: {where}missing column {col.name!r} ({_found_columns(names, src)})")
+            hint = f"; {col.hint}" if col.hint else ""
+            raise DataError(f"{file}: {where}missing column {col.name!r} ({_found_columns(names, src)}){hint}")
     if table.num_rows == 0:
         raise DataError(f"{file}: empty file (a header at line 1 but no data rows)")
     taken = set(positions.values())
     extra = sorted((n for i, n in enumerate(names) if prefix and i not in taken and _is_prefixed(n, prefix)),
                    key=_natural_key)
-    out = {c.name: _converted(src, c, table.column(positions[c.name])) for c in columns if c.name in positions}
-    out.update({n: _converted(src, Column(n, "float"), table.column(n)) for n in extra})
+    out = {c.name: convert(src, c, table.column(positions[c.name])) for c in columns if c.name in positions}
+    out.update({n: convert(src, Column(n, "float"), table.column(n)) for n in extra})
     return pa.table(out), src
 
 
-def _read_delimited(file: Path, columns: list[Column], prefix: str | None,
-                    options: ReadOptions) -> tuple[_Source, pa.Table]:
-    """A delimited text file: the delimiter (given, else sniffed), header or not, id columns read as text."""
+def _format_of(file: Path, columns: list[Column], options: ReadOptions) -> tuple[str, str, str]:
+    """(format, delimiter sniffed on the way or "", what to note when it was found by content) of `file`:
+    options.data_format when it names one, else by the suffix (svmlight and `label text` lines by content in a
+    delimited-text file, for a task that reads them), else by content (formats.sniff_format). DataError for a
+    file that reads as nothing."""
+    shape, suffix = options.data_format or "auto", file.suffix.lower()
+    known = suffix in READ_SUFFIXES
+    if shape not in ("auto", *formats.FORMAT_NAMES):
+        raise ConfigError("data_format", f"{shape!r} is not one of auto, {', '.join(formats.FORMAT_NAMES)}")
+    if shape == "parquet" or (shape == "auto" and suffix in PARQUET_SUFFIXES):
+        return "parquet", "", ""
+    if shape != "auto":
+        formats.refuse_binary(file, f"a UTF-8 text file ({formats.FORMAT_NAMES[shape]})")
+        return shape, "", ""
+    formats.refuse_binary(file, "a UTF-8 CSV file" if known else "a text data file (delimited, JSON lines, "
+                                                                  "svmlight or label text)")
+    labelled = next((c.choices for c in columns if c.name == "label" and c.choices), None)
+    labels = labelled if labelled and any(c.name == "text" for c in columns) and not options.delimiter else ()
+    if suffix in formats.JSON_SUFFIXES:
+        return "json", "", ""
+    if suffix in formats.SVMLIGHT_SUFFIXES:
+        return "svmlight", "", ""
+    if known:
+        if any(c.name == "query_id" for c in columns) and formats.svmlight_kind(file):
+            return "svmlight", "", ""
+        if labels and formats.looks_label_text(file, labels):
+            return "label_text", "", f"read as {formats.FORMAT_NAMES['label_text']} (by content)"
+        return "delimited", "", ""
+    found = formats.sniff_format(file, _known_names(columns, options), labels or None)
+    if found is None and options.delimiter:  # the delimiter given says how
+        return "delimited", "", "read as delimited text (by the delimiter given)"
+    if found is None:
+        raise DataError(formats.unrecognised(file))
+    shape, delimiter = found
+    sep = f" separated by {formats.describe(delimiter)}" if delimiter and not options.delimiter else ""
+    return shape, "" if options.delimiter else delimiter, f"read as {formats.FORMAT_NAMES[shape]}{sep} (by content)"
+
+
+def _read_delimited(file: Path, columns: list[Column], prefix: str | None, options: ReadOptions,
+                    sniffed: str = "") -> tuple[_Source, pa.Table]:
+    """A delimited text file: the delimiter (given, else `sniffed` or sniffed here), header or not, id columns
+    read as text."""
     known = _known_names(columns, options)
     delimiter = formats.normalise_delimiter(options.delimiter)
-    src = _Source(file, "csv", delimiter=delimiter or formats.sniff_delimiter(file, known),
+    src = _Source(file, "csv", delimiter=delimiter or sniffed or formats.sniff_delimiter(file, known),
                   sniffed=not delimiter)
     sample = formats.sample_records(file, src.delimiter)
     if not sample:
@@ -344,16 +406,6 @@ def _read_delimited(file: Path, columns: list[Column], prefix: str | None,
     text_columns = [names[positions[c.name]] for c in columns if c.kind == "id" and c.name in positions]
     table = _read_csv(src, text_columns, None if src.header else names)
     return src, table
-
-
-def _converted(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """_convert, with any conversion pyarrow refuses (e.g. an unsigned 64-bit id past int64) as a DataError."""
-    try:
-        return _convert(file, col, values)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        reason = formats.shorten(first_line(str(exc)).split(":")[0], 60)
-        raise DataError(f"{file}: column {col.name!r}: cannot read its {values.type} values as "
-                        f"{col.kind} values ({reason})") from None
 
 
 def _found_columns(names: list[str], src: _Source | None = None) -> str:
@@ -454,126 +506,6 @@ def _read_parquet(file: Path) -> pa.Table:
                                 "column names must be unique") from None
         reason = formats.shorten(first_line(str(exc)), 120)
         raise DataError(f"{file}: not a readable Parquet file: {reason}") from None
-
-
-def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, str]:
-    """Index and text of the first value where `ok` is false (or null)."""
-    bad = np.flatnonzero(~pc.fill_null(ok, False).to_numpy(zero_copy_only=False))
-    index = int(bad[0])
-    return index, str(values[index].as_py())
-
-
-def _place(file: _Source, col: Column, index: int) -> str:
-    """'line L, column 'c'' for a text file (the line a user sees), 'row R, column 'c'' for Parquet."""
-    shown = file.shown.get(col.name, repr(col.name))
-    if file.kind != "parquet":
-        return f"line {file.line(index)}, column {shown}"
-    return f"row {index + 1}, column {shown}"
-
-
-def _fail_value(file: _Source, col: Column, index: int, value: str, expected: str) -> DataError:
-    return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(value, 40)!r} is not {expected}")
-
-
-def _missing_value(file: _Source, col: Column, index: int) -> DataError:
-    """The first null of a column: an empty field, or a marker pyarrow reads as missing ('NA', 'nan', 'null')."""
-    raw = ""
-    if file.kind == "csv":  # error path: the field as the text the file holds
-        _, fields = formats.record_at(file.file, file.delimiter, file.header, index)
-        position = file.positions.get(col.name, file.names.index(col.name) if col.name in file.names else None)
-        raw = fields[position] if position is not None and position < len(fields) else ""
-    if raw.strip():
-        return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(raw, 40)!r} marks a missing value; "
-                         "a value is needed")
-    what = "the field is empty" if file.kind == "csv" else "the value is missing (null)"
-    return DataError(f"{file}: {_place(file, col, index)}: {what}; a value is needed")
-
-
-def _convert(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """`values` as the column's kind, or DataError at the first value that does not fit."""
-    kind, t = col.kind, values.type
-    null_count = values.null_count
-    if null_count and kind != "text":
-        raise _missing_value(file, col, int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]))
-    if kind == "label" and col.choices is not None:
-        return _check_choices(file, col, values)
-    if kind == "id" and (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        ok = pc.not_equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0)
-        if not pc.all(ok).as_py():
-            raise _missing_value(file, col, _first_bad_row(values, ok)[0])
-    if kind in ("id", "label"):
-        return values
-    if kind == "text":
-        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-            try:
-                return pc.cast(values, pa.string())
-            except pa.ArrowInvalid:
-                raise DataError(f"{file}: column {col.name!r}: text is not valid UTF-8") from None
-        return pc.fill_null(values, "")
-    if pa.types.is_timestamp(t) or pa.types.is_date(t):
-        if kind == "number":  # datetimes become seconds: only their order matters to the tasks
-            return pc.cast(pc.cast(values, pa.timestamp("s")), pa.int64())
-        raise _fail_value(file, col, 0, str(values[0].as_py()), f"a number ({kind})")
-    if pa.types.is_boolean(t):
-        return _check_range(file, col, pc.cast(values, pa.int64() if kind != "float" else pa.float64()))
-    if pa.types.is_integer(t):
-        return _check_range(file, col, pc.cast(values, pa.float64() if kind == "float" else pa.int64()))
-    if pa.types.is_floating(t):
-        return _floats_as(file, col, values)
-    # Strings where numbers belong: locate the first one that does not parse.
-    text = pc.cast(values, pa.string())
-    ok = pc.match_substring_regex(text, formats.NUMBER if kind != "int" else formats.INTEGER)
-    if pc.all(pc.fill_null(ok, False)).as_py():
-        return _floats_as(file, col, pc.cast(pc.utf8_trim_whitespace(text), pa.float64()), text)
-    expected = {"int": "a whole number", "float": "a number", "number": "a number or a date-time"}[kind]
-    raise _fail_value(file, col, *_first_bad_row(text, ok), expected)
-
-
-def _floats_as(file: _Source, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
-    """float64 `values` as the column's kind: finite (and within float32 for features, whole and within
-    int64's exact range for ints), else DataError at the first value that is not. `text`: the values as the
-    file writes them, for the message."""
-    shown = values if text is None else text
-    finite = pc.is_finite(values)
-    if not pc.all(pc.fill_null(finite, False)).as_py():
-        raise _fail_value(file, col, *_first_bad_row(shown, finite), "a finite number")
-    if col.kind == "int":
-        ok = pc.and_(pc.equal(pc.floor(values), values), pc.less_equal(pc.abs(values), 2.0**53))
-        if not pc.all(ok).as_py():
-            index, value = _first_bad_row(shown, ok)
-            whole = pc.equal(pc.floor(values), values)[index].as_py()
-            raise _fail_value(file, col, index, value, "a whole number" if not whole else
-                              "a whole number of a usable size (at most 2**53)")
-        return _check_range(file, col, pc.cast(values, pa.int64()))
-    if col.kind == "float":
-        ok = pc.less_equal(pc.abs(values), FLOAT32_MAX)
-        if not pc.all(ok).as_py():
-            raise _fail_value(file, col, *_first_bad_row(shown, ok),
-                              f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)")
-        if values.type == pa.float32() and col.minimum is None:
-            return values  # features: float32 is what the models train on (svmlight reads them so)
-    return _check_range(file, col, pc.cast(values, pa.float64()))
-
-
-def _check_range(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """`values`, or DataError at the first one below col.minimum."""
-    if col.minimum is not None:
-        ok = pc.greater_equal(values, col.minimum)
-        if not pc.all(ok).as_py():
-            index, value = _first_bad_row(values, ok)
-            expected = f"at least {col.minimum:g}" + (f"; {col.why}" if col.why else "")
-            raise _fail_value(file, col, index, value, expected)
-    return values
-
-
-def _check_choices(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Values as lower-cased trimmed strings, all within col.choices; else DataError at the first other."""
-    text = pc.utf8_lower(pc.utf8_trim_whitespace(pc.cast(values, pa.string())))
-    ok = pc.is_in(text, value_set=pa.array(col.choices))
-    if not pc.all(pc.fill_null(ok, False)).as_py():
-        index, value = _first_bad_row(values, ok)
-        raise _fail_value(file, col, index, value, f"a known value ({', '.join(col.choices)})")
-    return text
 
 
 def require_rows(path: str, split: dict, what: str, need: str) -> None:

@@ -24,8 +24,12 @@ import pyarrow.compute as pc
 
 from core.data.importers import Column, ReadOptions, contiguous_ids, encode_ids, id_vocabulary, read_table
 
-INTERACTION_COLUMNS = [Column("user_id", "id"), Column("item_id", "id"), Column("timestamp", "number"),
+FILE_ORDER_HINT = ("if each user's lines are in time order (SASRec's `user item` files), say so with -o "
+                   "file_order=true (the recommender's option File order)")
+INTERACTION_COLUMNS = [Column("user_id", "id"), Column("item_id", "id"), Column("timestamp", "number", hint=FILE_ORDER_HINT),
                        Column("event", "label", required=False, choices=("click", "complete"))]
+# file_order: the lines' order is the time order; a timestamp column, if any, is not read
+FILE_ORDER_COLUMNS = [c for c in INTERACTION_COLUMNS if c.name != "timestamp"]
 
 
 def group_lengths(user: np.ndarray) -> np.ndarray:
@@ -132,9 +136,10 @@ def read_interactions(path: str, options: ReadOptions | None = None) -> dict[str
 
 
 def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
-    """Interaction tables (one per split) -> per split: user codes and item ids 1..n sorted by user then time,
-    codes shared by all the tables (a user or lesson id means the same in every split); plus, under every
-    split, n_items, n_users and `item_ids` (the file's own item ids in code order)."""
+    """Interaction tables (one per split) -> per split: user codes and item ids 1..n sorted by user then time
+    (a table without a timestamp column: its row order is the time order), codes shared by all the tables (a
+    user or lesson id means the same in every split); plus, under every split, n_items, n_users and `item_ids`
+    (the file's own item ids in code order)."""
     names = list(tables)
     sizes = [tables[n].num_rows for n in names]
     users = _same_type([tables[n].column("user_id") for n in names])
@@ -146,8 +151,10 @@ def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
     shared = {"n_items": len(raw_items), "n_users": n_users, "item_ids": id_vocabulary(raw_items)}
     for k, name in enumerate(names):
         u, i = user[bounds[k]:bounds[k + 1]], item[bounds[k]:bounds[k + 1]]
-        timestamp = tables[name].column("timestamp").to_numpy()
-        order = np.lexsort((timestamp, u))  # stable: equal timestamps keep file order
+        if "timestamp" in tables[name].column_names:
+            order = np.lexsort((tables[name].column("timestamp").to_numpy(), u))  # stable: ties keep file order
+        else:
+            order = np.argsort(u, kind="stable")  # file order within each user
         out[name] = {"user": u[order], "item": i[order], **shared}
     return out
 

@@ -19,7 +19,7 @@ these the data is one table and the task splits it as it always has (random 80/1
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -50,14 +50,16 @@ class DataSource:
     @classmethod
     def from_config(cls, cfg) -> DataSource:
         return cls(cfg.data, getattr(cfg, "val_data", ""), getattr(cfg, "test_data", ""),
-                   ReadOptions(getattr(cfg, "delimiter", ""), dict(getattr(cfg, "columns", {}) or {})))
+                   ReadOptions(getattr(cfg, "delimiter", ""), dict(getattr(cfg, "columns", {}) or {}),
+                               getattr(cfg, "data_format", "auto"), getattr(cfg, "query_file", "")))
 
     def for_path(self, data_path: str) -> DataSource:
         """This source for `data_path` (what load_data was called with): unchanged when it is this source's
-        own data; another file keeps only the read options (it is split on its own)."""
+        own data; another file keeps only the read options (it is split on its own; the query file was the
+        data's)."""
         if data_path == self.data:
             return self
-        return DataSource(data_path, options=self.options)
+        return DataSource(data_path, options=replace(self.options, query_file=""))
 
 
 def folder_splits(folder: str | Path) -> dict[str, Path] | None:
@@ -130,15 +132,18 @@ def read_splits(source: DataSource, columns: list[Column], prefix_columns: str |
     given = given_files(source)
     if given is not None:
         files, how = given
-        tables = {split: read_table(path, columns, prefix_columns, options=source.options)
-                  for split, path in files.items()}
-        return SplitTables(tables, dict(files), [_given_note(tables, how, carved)])
+        notes: list[str] = []
+        others = replace(source.options, query_file="")  # the query file gives the training data's queries
+        tables = {split: read_table(path, columns, prefix_columns, source.options if split == "train" else others,
+                                    notes) for split, path in files.items()}
+        return SplitTables(tables, dict(files), notes + [_given_note(tables, how, carved)])
     wanted = list(columns)
     if _names_split_column(source):  # asked for only then: a header-less file's columns are taken by position
         wanted.append(Column(SPLIT_COLUMN, "label", required=False, choices=tuple(SPLIT_WORDS)))
-    table = read_table(source.data, wanted, prefix_columns, options=source.options)
+    notes = []
+    table = read_table(source.data, wanted, prefix_columns, source.options, notes)
     if SPLIT_COLUMN not in table.column_names:
-        return SplitTables({"all": table}, {"all": source.data}, [])
+        return SplitTables({"all": table}, {"all": source.data}, notes)
     marks = table.column(SPLIT_COLUMN)  # lower-cased and checked by the importer (a bad value names its line)
     table = table.drop_columns([SPLIT_COLUMN])
     tables = {}
@@ -151,7 +156,8 @@ def read_splits(source: DataSource, columns: list[Column], prefix_columns: str |
         raise DataError(f"{source.data}: column {SPLIT_COLUMN!r} marks no row 'train': the training rows are "
                         f"needed")
     origins = {name: f"{source.data} ({SPLIT_COLUMN} {name})" for name in tables}
-    return SplitTables(tables, origins, [_given_note(tables, f"the {SPLIT_COLUMN!r} column of {source.data}", carved)])
+    return SplitTables(tables, origins, notes + [_given_note(tables, f"the {SPLIT_COLUMN!r} column of {source.data}",
+                                                             carved)])
 
 
 def _names_split_column(source: DataSource) -> bool:
@@ -168,7 +174,7 @@ def _names_split_column(source: DataSource) -> bool:
             names = pq.read_schema(file).names
         else:
             with open(file, "rb") as f:
-                names = re.split(r"[,;\t|:]", f.readline(1 << 16).decode("utf-8", "replace"))
+                names = re.split(r"[,;\t|: ]", f.readline(1 << 16).decode("utf-8", "replace"))
     except (OSError, pa.ArrowException):
         return False  # the read itself reports the file's problem
     return target.lower() in {name.strip().strip("\"'{}[] ").lower() for name in names}

@@ -111,7 +111,7 @@ def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | 
     changes: dict = {"keep_best": 0, "early_stop_patience": 0, "early_stop_divergence": 0.0, "tensorboard": False,
                      "checkpoint_interval": 0, "checkpoint_minutes": 0.0}
     if data is not None:
-        changes.update(data=data, val_data="", test_data="")  # the run's given splits belong to its own data
+        changes.update(data=data, val_data="", test_data="", query_file="")  # these belong to the run's own data
     changes.update(data_settings or {})
     if device:
         changes["device"] = device

@@ -33,7 +33,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from core.data.importers import require_rows
-from core.data.sequences import INTERACTION_COLUMNS, encode_interactions, given_sequence_splits, sequence_splits
+from core.data.sequences import (
+    FILE_ORDER_COLUMNS,
+    INTERACTION_COLUMNS,
+    encode_interactions,
+    given_sequence_splits,
+    sequence_splits,
+)
 from core.data.splits import read_splits
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
@@ -248,6 +254,9 @@ class RecommenderTask(Task):
         TaskOption("dropout", 0.1, "dropout on embeddings, attention and feed-forward", 0.0, 0.9),
         TaskOption("loss", "full", "full softmax over the catalogue, or sampled softmax", choices=("full", "sampled")),
         TaskOption("sampled_negatives", 1024, "negatives shared by a batch for the sampled softmax", 1, 1_000_000),
+        TaskOption("file_order", False, "a data file's lines are in time order: each user's history is their lines "
+                                        "top to bottom, and no timestamp column is read (SASRec's `user item` "
+                                        "files)"),
         TaskOption("items", 1000, "synthetic: catalogue size (a multiple of track_len)", 10, 10_000_000,
                    synthetic=True),
         TaskOption("track_len", 20, "synthetic: lessons per track", 2, 100_000, synthetic=True),
@@ -266,7 +275,8 @@ class RecommenderTask(Task):
         notes: list[str] = []
         read = None
         if data_path:
-            read = read_splits(self.data_source(data_path), INTERACTION_COLUMNS,
+            columns = FILE_ORDER_COLUMNS if o["file_order"] else INTERACTION_COLUMNS
+            read = read_splits(self.data_source(data_path), columns,
                                carved="each user's last training event (users with 2 or more)")
             parts = encode_interactions(read.tables)
             raw = parts["train" if read.given else "all"]
@@ -274,6 +284,8 @@ class RecommenderTask(Task):
             vocabulary = {"item_id": raw["item_ids"]}  # the model's item k is item_ids[k - 1]; 0 is padding
             ceiling: dict = {}
             notes = list(read.notes)
+            if o["file_order"]:
+                notes.append("recommender: each user's history is their lines in file order (file_order)")
         else:
             # user, item and time per interaction, then the (input, target) windows: int64 each
             self.check_synthetic_size(o["interactions"] * 8 * 5 + o["items"] * 8, ("interactions", "items"))

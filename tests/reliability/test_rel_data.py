@@ -234,3 +234,58 @@ def test_a_huge_query_loads_and_trains_in_bounded_memory(tmp_path):
     assert all(np.isfinite(v) for v in ended.metrics.values())
     growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak_before
     assert growth < 600 * 2**20, f"peak memory grew by {growth / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("name,content,said", [
+    ("blob.bin", bytes(range(1, 256)) * 4, "line 1 does not read as plain text"),
+    ("key.txt.asc", f"{SECRET} and more words\nsecond line\n", "line 1 does not read as plain text"),
+    ("screen.out", "\x1b[2J\x1b]0;title\x07 cleared words\nmore words here too\n", "line 1 does not read as plain"),
+    ("zeros.bin", b"PK\x03\x04\x00\x00" + bytes(100), "a NUL byte; this is binary data or UTF-16 text, not a text"),
+])
+def test_a_file_of_another_suffix_never_echoes_binary_or_a_secret(tmp_path, name, content, said):
+    message = load_error(write(tmp_path, name, content), "sentiment")
+    assert said in message and SECRET not in message and message.isprintable()
+    assert "\x1b" not in message and "title" not in message
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_query_sizes_from_a_fifo_are_refused_unopened(tmp_path):
+    from core.data.importers import ReadOptions, read_table
+    from core.tasks.ranking import RANKING_COLUMNS
+
+    data = write(tmp_path, "rank.train", "1 1:0.5\n0 1:0.25\n")
+    os.mkfifo(tmp_path / "rank.train.query")  # beside it: not a file, so not taken
+    assert "no query sizes" in load_error(data)
+    result: list = []
+
+    def attempt():
+        try:
+            read_table(data, RANKING_COLUMNS, "f", ReadOptions(query_file=str(tmp_path / "rank.train.query")))
+        except AmpConsoleError as exc:
+            result.append(str(exc))
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():
+        with open(tmp_path / "rank.train.query", "wb"):
+            pass
+        pytest.fail("the FIFO was opened")
+    assert result and result[0].startswith(f"{tmp_path / 'rank.train.query'}: cannot read the query sizes")
+
+
+def test_hostile_query_sizes_and_label_text_lines(tmp_path):
+    write(tmp_path, "rank.train.query", f"2\n\x1b[31m{SECRET * 3}\n")
+    message = load_error(write(tmp_path, "rank.train", "1 1:0.5\n0 1:0.25\n"))
+    assert message.startswith(f"{tmp_path / 'rank.train.query'}: line 2: '\\x1b[31m") and "\x1b" not in message
+    assert SECRET * 2 not in message  # the bad line shown truncated
+    message = load_error(write(tmp_path, "reviews.txt", "1 fine\n0 poor\x1f film\n"), "sentiment")
+    assert message == f"{tmp_path / 'reviews.txt'}: a line holds a control character (unit separator, 0x1f); remove it"
+    from core.data.importers import ReadOptions, read_table
+    from core.data.sequences import FILE_ORDER_COLUMNS
+
+    seq = write(tmp_path, "seq.txt", "1 2\n1 3\n2  4\x1f 5\n")
+    with pytest.raises(DataError) as err:
+        read_table(seq, FILE_ORDER_COLUMNS, options=ReadOptions(delimiter="\\s+"))
+    assert str(err.value) == (f"{seq}: line 3: a control character (unit separator, 0x1f) in a file separated by "
+                              "whitespace; remove it")
