@@ -402,7 +402,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         try:
             if args.end_with_parent is not None:
                 end_with_parent(args.end_with_parent)
-            return requeue_if_warned(signals.signum, _train(args, signals))
+            code = _train(args, signals)
+            return requeue_if_warned(signals.signum, code)
         except AmpConsoleError as exc:
             if distributed:
                 from core.cli.elastic import record_failure
