@@ -468,13 +468,11 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     else:
         restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
         config, notes = config_and_notes(args)
-        if restart is not None:
-            notes.append(elastic.restart_note(restart, args.resume))
     if wants_launcher(args) and not os.environ.get("WORLD_SIZE"):
         from core.cli.torchrun import launch_torchrun
 
         plan = node_plan(args)
-        for note in notes:
+        for note in notes + ([elastic.restart_note(restart, args.resume)] if restart else []):
             sys.stderr.write(f"amp-console: {note}\n")
         return launch_torchrun(plan, args.argv + (["--resume", args.resume] if restart else []), config,
                                resume_from=args.resume, signals=signals, control_stdin=args.control_stdin)
@@ -506,7 +504,9 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         signals.started(control)
     folder = elastic.claim_for_rank0()  # a multi-node run's folder, once the nodes have met
     trainer = Trainer(config, sink=sink, control=control, resume_from=args.resume, dist_ctx=dist_ctx)
-    trainer.restart = restart if dist_ctx.is_main else None  # reported with RunStarted, kept in run.json
+    if restart is not None and dist_ctx.is_main:  # reported with RunStarted (metrics.jsonl), kept in run.json
+        trainer.restart = restart
+        trainer.notes.append(elastic.restart_note(restart, args.resume))
     try:
         ended = trainer.run()
     finally:

@@ -66,7 +66,20 @@ def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: 
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = datetime.timedelta(seconds=timeout_seconds) if timeout_seconds is not None else None
-    dist.init_process_group(backend=backend, timeout=timeout)
+    dist.init_process_group(backend=backend, timeout=timeout, **_attempt_store(ctx))
+
+
+def _attempt_store(ctx: DistContext) -> dict:
+    """Under torchrun's shared agent store, a store of this attempt's own keys. torchrun keeps one store server
+    for every restart (TCP store sharing), and without a prefix a restarted rank reads its peers' addresses of
+    the attempt before and connects to ranks that are gone (gloo's connectFullMesh waits out its timeout)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), ctx.world_size,
+                           is_master=False, timeout=datetime.timedelta(minutes=30))
+    return {"store": dist.PrefixStore(f"/amp-console/attempt_{attempt}", client), "rank": ctx.rank,
+            "world_size": ctx.world_size}
 
 
 def destroy_process_group(agree: bool = False, timeout_seconds: float = 30.0) -> None:
