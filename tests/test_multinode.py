@@ -49,7 +49,7 @@ def steps(out: Path) -> list[tuple[int, float]]:
 
 
 @pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes per node need two cores")
-def test_two_nodes_of_two_train_like_one_node_of_four(tmp_path):
+def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_path):
     port = free_port()
     nodes = [train("--batch-size", "8", "--max-steps", "12", "--nnodes", "2", "--nproc-per-node", "2",
                    "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
@@ -58,13 +58,14 @@ def test_two_nodes_of_two_train_like_one_node_of_four(tmp_path):
     assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
     assert "node 0 of 2, 2 processes each: rendezvous 'two-nodes' at 127.0.0.1:" in results[0][2]
     assert "this node listens on lo (127.0.0.1) only" in results[0][2]
-    code, _, err = finish(train("--batch-size", "8", "--max-steps", "12", "--nproc", "4", "--out",
-                                str(tmp_path / "four"), env={**ENV}))
+    # The reference: one process at the same global batch (4 x 8). One node of 4 CPU processes would need 4 cores.
+    code, _, err = finish(train("--batch-size", "32", "--max-steps", "12", "--out", str(tmp_path / "one")))
     assert code == 0, err
-    two, four = steps(tmp_path / "two"), steps(tmp_path / "four")
-    assert [s for s, _ in two] == [s for s, _ in four] == list(range(1, 13))
-    # Same 4 ranks, same per-rank batches: only the all-reduce's summation order may differ (relative 1e-5).
-    assert all(abs(a - b) <= 1e-5 * max(1.0, abs(a)) for (_, a), (_, b) in zip(two, four, strict=True)), (two, four)
+    two, one = steps(tmp_path / "two"), steps(tmp_path / "one")
+    assert [s for s, _ in two] == [s for s, _ in one] == list(range(1, 13))
+    # DDP's usual tolerance: only the gradient all-reduce's summation order differs, amplified a little by Adam
+    # (relative 1e-4, as tests/test_distributed.py's 2-process check).
+    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(a)) for (_, a), (_, b) in zip(two, one, strict=True)), (two, one)
     # Global rank 0 alone wrote the run; every rank's stderr has its log.
     assert sorted(p.name for p in (tmp_path / "two" / "ranks").iterdir()) == [f"rank-{r}.log" for r in range(4)]
     assert len([e for e in read_jsonl(tmp_path / "two" / "metrics.jsonl") if e["event"] == "RunStarted"]) == 1
