@@ -33,7 +33,8 @@ def flag_name(field: str) -> str:
     return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
-CLI_ONLY_FLAGS = ("nproc", "resume")  # flags that are not RunConfig fields but name themselves in errors
+CLI_ONLY_FLAGS = ("nproc", "resume", "nnodes", "nproc_per_node", "node_rank", "rdzv_endpoint", "rdzv_id",
+                  "rdzv_timeout", "max_restarts", "nodes", "gpus_per_node")  # flags that are not RunConfig fields but name themselves in errors
 
 
 def describe_config_error(exc: ConfigError) -> str:
@@ -109,8 +110,9 @@ class StopSignals:
     goes on to its first stop agreement). Use as a context manager: the previous handlers come back after.
     """
 
-    def __init__(self, control=None, distributed: bool = False, announce: bool = True):
+    def __init__(self, control=None, distributed: bool = False, announce: bool = True, extra: tuple = ()):
         self.control = control
+        self.signals = STOP_SIGNALS + tuple(extra)  # extra: e.g. SLURM's warning signal inside a job
         self.distributed = distributed
         self.announce = announce
         self.signum: int | None = None  # the first stop signal received
@@ -119,7 +121,7 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         try:
-            for sig in STOP_SIGNALS:
+            for sig in self.signals:
                 self._previous[sig] = signal.signal(sig, self._handle)
         except ValueError:  # not the main thread: leave signals to whoever owns it
             pass

@@ -1,21 +1,47 @@
-"""torchrun with every TCP store it hosts bound to 127.0.0.1 (`python -m core.cli.loopback_torchrun ARGS`).
+"""torchrun with every TCP store it hosts bound to one address (`python -m core.cli.loopback_torchrun ARGS`),
+and its failures said in one line.
 
 torch's TCPStore server listens on all network interfaces whatever host it is given, so a single-machine run
-under plain torchrun would accept connections from the network on its rendezvous ports. TCPStore does accept a
-socket that is already listening (`master_listen_fd`): this wrapper gives it one bound to 127.0.0.1 whenever the
-agent hosts a store for a loopback address, then runs torchrun's own main unchanged. Used by core.cli.torchrun
-for one-machine runs; multi-machine runs use torchrun directly.
+under plain torchrun would accept connections from the network on its rendezvous ports, and a multi-machine run
+on every interface. TCPStore does accept a socket that is already listening (`master_listen_fd`): this wrapper
+gives it one bound to the store's own host address (127.0.0.1 for loopback names) whenever the agent hosts a
+store, then runs torchrun's own main unchanged. When another agent on this machine already hosts the store (two
+nodes on one machine), the bind fails and the rendezvous backend connects to it instead, as torchrun does.
+
+A failed run ends with torchelastic's own root cause (its first failure, by time: ChildFailedError) as one line
+naming the node, the rank and the cause, written to stderr and to the file named by FAILURE_FILE_ENV, where the
+launcher (core.cli.torchrun) reads it for its last line. A rendezvous that times out says so the same way.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import sys
 
 LOOPBACK = ("127.0.0.1", "localhost")
+FAILURE_FILE_ENV = "AMP_CONSOLE_FAILURE_FILE"
+RDZV_HINT_ENV = "AMP_CONSOLE_RDZV_HINT"  # what the launcher says about a rendezvous that never completed
 
 
-def _loopback_stores() -> None:
+def _bind_address(host_name: str) -> str | None:
+    """The local address a store for `host_name` listens on, or None to leave it to torch."""
+    if host_name in LOOPBACK:
+        return "127.0.0.1"
+    try:
+        address = socket.gethostbyname(host_name)
+    except OSError:
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))  # an address of this machine?
+    except OSError:
+        return None
+    return address
+
+
+def _bound_stores() -> None:
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
 
@@ -24,10 +50,17 @@ def _loopback_stores() -> None:
 
     def tcp_store(host_name, port, *args, **kwargs):
         is_master = kwargs.get("is_master", args[1] if len(args) > 1 else False)
-        if is_master and host_name in LOOPBACK and kwargs.get("master_listen_fd") is None:
+        address = _bind_address(host_name) if is_master and kwargs.get("master_listen_fd") is None else None
+        if address is not None:
             server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            server.bind(("127.0.0.1", int(port)))
+            try:
+                server.bind((address, int(port)))
+            except OSError as exc:
+                server.close()
+                if exc.errno == errno.EADDRINUSE:  # another agent here hosts it: the backend connects instead
+                    raise RuntimeError(f"{address}:{port} is in use") from exc
+                raise
             server.listen(4096)
             listening.append(server)
             kwargs["master_listen_fd"] = server.fileno()
@@ -38,11 +71,54 @@ def _loopback_stores() -> None:
     c10d_rendezvous_backend.TCPStore = tcp_store  # the rendezvous backend imported the class itself
 
 
-def main(argv: list[str] | None = None) -> None:
-    _loopback_stores()
-    from torch.distributed.run import main as torchrun_main
+def failure_line(exc) -> str:
+    """torchelastic's root cause (the first failure of this node's workers) as one line."""
+    from core.text import printable
 
-    torchrun_main(sys.argv[1:] if argv is None else argv)
+    rank, failure = exc.get_first_failure()
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    message = printable(str(message or "")).strip().splitlines()
+    if message and message[0].startswith("To enable traceback"):
+        message = []
+    if failure.exitcode is not None and failure.exitcode < 0:
+        how = f"was killed by {failure.signal_name()}"
+    else:
+        how = f"exited with code {failure.exitcode}"
+    cause = message[-1] if message else "it said nothing (killed, or it died before it could write why)"
+    return (f"rank {rank} (local rank {failure.local_rank}) on node {socket.gethostname()} failed first: {how}; "
+            f"{cause.removeprefix('RankFailed: ')}")
+
+
+def _report(line: str) -> None:
+    sys.stderr.write(f"amp-console: {line}\n")
+    sys.stderr.flush()
+    path = os.environ.get(FAILURE_FILE_ENV)
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    _bound_stores()
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.run import parse_args, run
+
+    try:
+        run(parse_args(sys.argv[1:] if argv is None else argv))
+    except ChildFailedError as exc:
+        _report(failure_line(exc))
+        raise SystemExit(1) from None
+    except RendezvousError as exc:
+        hint = os.environ.get(RDZV_HINT_ENV, "")
+        _report(f"the nodes did not meet ({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''})"
+                f"{'; ' + hint if hint else ''}")
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

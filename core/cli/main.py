@@ -15,22 +15,23 @@ import sys
 from core.cli import data as data_commands
 from core.cli import evaluate as evaluate_commands
 from core.cli import export as export_commands
+from core.cli import format as fmt
 from core.cli import lab as lab_commands
 from core.cli import predict as predict_commands
 from core.cli import remote as remote_commands
 from core.cli import runs as runs_commands
+from core.cli import slurm as slurm_commands
 from core.cli import train as train_commands
 from core.cli import tune_batch as fit_batch_commands
 from core.cli import tune_lr as lr_find_commands
 from core.cli import tune_summary as summary_commands
 from core.cli import tune_sweep as sweep_commands
-from core.cli import format as fmt
 from core.cli.common import OneLineParser, describe_config_error, fail_bad_input
 from core.errors import AmpConsoleError, ConfigError
 
 COMMAND_MODULES = (train_commands, lab_commands, data_commands, runs_commands, summary_commands, lr_find_commands,
                    sweep_commands, fit_batch_commands, evaluate_commands, predict_commands, export_commands,
-                   remote_commands)
+                   remote_commands, slurm_commands)
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

@@ -1,26 +1,34 @@
-"""`amp-console train --nproc N`: the same config on N local processes under PyTorch's own launcher (torchrun).
+"""`amp-console train --nproc N` (or `--nnodes N --nproc-per-node K --rdzv-endpoint HOST:PORT` on every node,
+core.cli.nodes): the same config on many processes under PyTorch's own launcher (torchrun).
 
 Each process runs `python -m core.cli train ...` with torchrun's RANK/WORLD_SIZE/LOCAL_RANK; the trainer
-wraps the model in DDP, rank 0 reports and writes checkpoints. torchrun ends every process when one dies.
+wraps the model in DDP, global rank 0 reports and writes the run folder, every rank's stderr also goes to
+`<run>/ranks/rank-<R>.log` (core.cli.elastic). torchrun ends every process when one dies, and with
+`--max-restarts R` starts them again; a restarted worker resumes from the run folder's checkpoint. A failure
+ends with torchelastic's root cause in one line (node, rank, cause; core.cli.loopback_torchrun).
 
 Stopping: torchrun runs in its own session, so a terminal's Ctrl+C or hang-up reaches only this launcher. The
 launcher holds rank 0's stdin (a pipe, `--control-stdin`): a stop signal becomes a `stop` line there, the ranks
 agree on it at their next stop agreement, rank 0 writes the checkpoint, and the launcher waits for all of it
 before it exits (128 + the signal's number). If the launcher itself is killed, the pipe closes, which rank 0
-also reads as a stop. The rendezvous store listens on 127.0.0.1 only.
+also reads as a stop. On one machine the rendezvous store listens on 127.0.0.1 only; over several, on the
+address the node reaches the endpoint by (core.cli.nodes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.cli.nodes import AUTO_RESUME_ENV, NodePlan, multi_node_command, network_env, strip_node_flags
 from core.errors import ConfigError
 from core.files import read_jsonl
 
@@ -31,19 +39,6 @@ if TYPE_CHECKING:
 LOCALHOST = "127.0.0.1"
 
 
-def strip_nproc(argv: list[str]) -> list[str]:
-    """The train arguments without --nproc N / --nproc=N (the children must not launch again)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--nproc":
-            skip = True
-        elif not arg.startswith("--nproc="):
-            out.append(arg)
-    return out
-
-
 def free_local_port() -> int:
     """A TCP port free on 127.0.0.1 right now (for the rendezvous store)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -51,14 +46,14 @@ def free_local_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None) -> list[str]:
+def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None, max_restarts: int = 0) -> list[str]:
     """The torchrun command line for a single-node run of `train_argv`: its rendezvous on 127.0.0.1, and through
     core.cli.loopback_torchrun every store torchrun hosts listening on 127.0.0.1 only (--standalone, or plain
     torchrun, would listen on every interface)."""
     port = port or free_local_port()
     return [sys.executable, "-m", "core.cli.loopback_torchrun", "--nnodes=1", f"--nproc-per-node={nproc}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={LOCALHOST}:{port}", f"--rdzv-id=amp-{uuid.uuid4().hex[:12]}",
-            f"--local-addr={LOCALHOST}", f"--master-addr={LOCALHOST}", "--max-restarts=0",
+            f"--local-addr={LOCALHOST}", f"--master-addr={LOCALHOST}", f"--max-restarts={max_restarts}",
             "-m", "core.cli", *train_argv]
 
 
@@ -126,31 +121,55 @@ def relay_control_lines(stream, control: RankControl) -> threading.Thread:
     return thread
 
 
-def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from: str | None = None,
+def launch_torchrun(plan: NodePlan, argv: list[str], config: RunConfig, resume_from: str | None = None,
                     signals: StopSignals | None = None, control_stdin: bool = False) -> int:
     """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 128 + signal number
-    when a signal stopped it, 130 when a 'stop' line did)."""
-    from core.engine.run_folder import METRICS_FILE
+    when a signal stopped it, 130 when a 'stop' line did). A multi-node run claims no folder here: the nodes start
+    at different moments, so global rank 0 claims it once they have met (core.cli.elastic)."""
+    from core.cli.elastic import RANK0_CLAIMS_ENV, RANK_LOGS_DIR, RANK_LOGS_ENV
+    from core.cli.loopback_torchrun import FAILURE_FILE_ENV, RDZV_HINT_ENV
     from core.engine.distributed import RUN_NOTE_ENV
-    from core.engine.run_folder import HELD_ENV, claim_run_folder
+    from core.engine.run_folder import HELD_ENV, METRICS_FILE, claim_run_folder, holds_a_run
+    from core.files import new_temp_file
 
-    check_nproc(nproc, config)
-    train_argv = strip_nproc(argv)
+    check_nproc(plan.nproc_per_node, config)
+    train_argv = strip_node_flags(argv)
     if "--control-stdin" not in train_argv:
         train_argv.append("--control-stdin")
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(nproc, config)))
-    with claim_run_folder(config.out_dir, resume_from) as folder:  # held here for the whole run (see run_folder)
+    env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(plan.nproc_per_node, config)))
+    env[AUTO_RESUME_ENV] = "1"  # a worker torchrun restarts resumes from the run folder's checkpoint
+    env.update(network_env(plan))
+    if plan.multi_node:
+        sys.stderr.write(f"amp-console: {plan.describe()}\n")
+        env[RDZV_HINT_ENV] = (f"{plan.nnodes} nodes were expected at {plan.endpoint} within {plan.rdzv_timeout:g} s "
+                              f"(--rdzv-timeout): start the same command on every node, with the same "
+                              f"--rdzv-endpoint and --rdzv-id {plan.rdzv_id}")
+        out = Path(config.out_dir)
+        if holds_a_run(out) and not (resume_from and Path(resume_from).parent.resolve() == out.resolve()):
+            raise ConfigError("out_dir", f"{out} holds an earlier run: a multi-node run needs a new folder (every "
+                                         f"node is given the same one), or --resume {out / 'checkpoint.pt'}")
+        folder = _Unclaimed(out)
+        env[RANK0_CLAIMS_ENV] = str(out)
+    else:
+        folder = claim_run_folder(config.out_dir, resume_from)  # held here for the whole run (see run_folder)
+    failure_fd, failure_file = new_temp_file(tempfile.gettempdir(), prefix="amp-console-failure-")
+    os.close(failure_fd)
+    failure_file = Path(failure_file)
+    env[FAILURE_FILE_ENV] = str(failure_file)
+    with folder:
         out_dir = folder.path
         env[HELD_ENV] = str(out_dir)
+        env[RANK_LOGS_ENV] = str(out_dir / RANK_LOGS_DIR)
         if folder.note:  # decided here, so rank 0 writes where this launcher reads
             sys.stderr.write(f"amp-console: {folder.note}\n")
             env[RUN_NOTE_ENV] = folder.note  # rank 0 reports it with RunStarted, e.g. to the window's log
         train_argv += ["--out-dir", str(out_dir)]
         events = out_dir / METRICS_FILE
         offset = events.stat().st_size if events.exists() else 0
-        process = subprocess.Popen(torchrun_command(nproc, train_argv), start_new_session=True, env=env,
-                                   stdin=subprocess.PIPE)
+        command = (multi_node_command(plan, sys.executable, train_argv) if plan.multi_node else
+                   torchrun_command(plan.nproc_per_node, train_argv, max_restarts=plan.max_restarts))
+        process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.PIPE)
         control = RankControl(process.stdin.fileno())
         if signals is not None:
             signals.started(control)  # from now on a signal is a 'stop' line to rank 0
@@ -163,14 +182,42 @@ def launch_torchrun(nproc: int, argv: list[str], config: RunConfig, resume_from:
                 process.stdin.close()
             except OSError:
                 pass
+    root_cause = _read_and_remove(failure_file)
     status = last_run_status(events, offset)
-    if status == "stopped":
+    if status == "stopped" or (status is None and code == 0 and signals is not None and signals.signum):
         return signals.exit_code if signals is not None else 130
-    if code != 0 or status != "completed":
-        sys.stderr.write(f"amp-console: the {nproc}-process run failed (torchrun exit code {code}"
-                         f"{', run status ' + status if status else ', a process died'}); see the messages above\n")
-        return 1
-    return 0
+    if code == 0 and (status == "completed" or (status is None and plan.multi_node)):
+        return 0  # a node without rank 0 (and no shared run folder) has no events to read: torchrun's word
+    where = f"the {plan.world_size}-process run failed" if plan.multi_node else f"the {plan.nproc_per_node}-process run failed"
+    why = f"torchrun exit code {code}{', run status ' + status if status else ', a process died'}"
+    detail = f": {root_cause}" if root_cause else "; see the messages above"
+    sys.stderr.write(f"amp-console: {where} ({why}){detail}; each rank's log: {out_dir / RANK_LOGS_DIR}\n")
+    return 1
+
+
+class _Unclaimed:
+    """A multi-node run's folder, as the launcher sees it: global rank 0 claims it once the nodes have met."""
+
+    note = None
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> _Unclaimed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _read_and_remove(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return text
 
 
 def last_run_status(events: Path, offset: int) -> str | None:

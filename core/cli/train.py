@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.cli.common import StopBeforeStart, StopSignals, end_with_parent, safe_standard_streams, signal_name
+from core.cli.nodes import add_node_flags, node_plan, wants_launcher
 from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, tomllib
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics, event_to_dict
 from core.errors import AmpConsoleError, ConfigError
@@ -65,8 +67,7 @@ def register(sub) -> None:
     p.add_argument("--progress-every", type=_seconds, default=30.0, metavar="SECONDS",
                    help="when stderr is not a terminal (nohup, a log file, a batch job): one progress line this "
                         "often, besides the first and the last (default 30)")
-    p.add_argument("--nproc", type=int, default=None, metavar="N",
-                   help="run N processes on this machine with DDP (launches torchrun --standalone)")
+    add_node_flags(p)  # --nproc, and --nnodes ... for several machines (core.cli.nodes)
     p.set_defaults(handler=cmd_train)
 
 
@@ -415,19 +416,27 @@ def follow_control_lines(stream, control: RunControl) -> threading.Thread:
 def cmd_train(args: argparse.Namespace) -> int:
     """Exit codes: 0 completed, 1 failed, 2 bad input, 128 + signal number when a signal stopped the run
     (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP; with a checkpoint), 130 when a 'stop' line did."""
-    with safe_standard_streams(), StopSignals(distributed=bool(os.environ.get("WORLD_SIZE"))) as signals:
+    from core.cli.slurm import job_signals, requeue_if_warned
+
+    distributed = bool(os.environ.get("WORLD_SIZE"))
+    with safe_standard_streams(), StopSignals(distributed=distributed, extra=job_signals()) as signals:
         try:
             if args.end_with_parent is not None:
                 end_with_parent(args.end_with_parent)
-            return _train(args, signals)
+            code = _train(args, signals)
+            return requeue_if_warned(signals.signum, code)
         except AmpConsoleError as exc:
+            if distributed:
+                from core.cli.elastic import record_failure
+
+                record_failure(str(exc))
             if args.events:  # a program driving this run gets the field to mark, not just the stderr line
                 print(json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", "")}), flush=True)
             raise
         except StopBeforeStart as exc:
             sys.stderr.write(f"amp-console: {signal_name(exc.signum)} before the run started: stopped, "
                              f"nothing was written\n")
-            return signals.exit_code
+            return requeue_if_warned(signals.signum, signals.exit_code)
 
 
 def warm_up_engine() -> None:
@@ -455,11 +464,14 @@ def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
 
 
 def _train(args: argparse.Namespace, signals: StopSignals) -> int:
+    from core.cli import elastic
     from core.engine.control import RunControl
 
     notes: list[str] = []
+    elastic.tee_stderr()  # a torchrun worker's stderr also goes to <run>/ranks/rank-<R>.log
+    restart = None
     if args.config_stdin:
-        if args.nproc is not None or os.environ.get("WORLD_SIZE"):
+        if wants_launcher(args) or os.environ.get("WORLD_SIZE"):
             raise ConfigError("config", "--config-stdin starts one process; it cannot be combined with --nproc")
         warm_up_engine()
         if args.events:
@@ -475,14 +487,16 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
             check_regular_file(args.resume, "resume", "checkpoint file")
             check_resume_target(config, checkpoints.load_checkpoint(args.resume), shown_path(args.resume))
     else:
+        restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
         config, notes = config_and_notes(args)
-    if args.nproc is not None and not os.environ.get("WORLD_SIZE"):
+    if wants_launcher(args) and not os.environ.get("WORLD_SIZE"):
         from core.cli.torchrun import launch_torchrun
 
-        for note in notes:
+        plan = node_plan(args)
+        for note in notes + ([elastic.restart_note(restart, args.resume)] if restart else []):
             sys.stderr.write(f"amp-console: {note}\n")
-        return launch_torchrun(args.nproc, args.argv, config, resume_from=args.resume, signals=signals,
-                               control_stdin=args.control_stdin)
+        return launch_torchrun(plan, args.argv + (["--resume", args.resume] if restart else []), config,
+                               resume_from=args.resume, signals=signals, control_stdin=args.control_stdin)
     from core.engine.distributed import DistContext
     from core.engine.trainer import Trainer
 
@@ -509,7 +523,18 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         follow_control_lines(sys.stdin, control)
     if dist_ctx.enabled:  # every rank goes on to the first stop agreement; rank 0 decides
         signals.started(control)
-    ended = Trainer(config, sink=sink, control=control, resume_from=args.resume, dist_ctx=dist_ctx).run()
+    folder = elastic.claim_for_rank0()  # a multi-node run's folder, once the nodes have met
+    trainer = Trainer(config, sink=sink, control=control, resume_from=args.resume, dist_ctx=dist_ctx)
+    if restart is not None and dist_ctx.is_main:  # reported with RunStarted (metrics.jsonl), kept in run.json
+        trainer.restart = restart
+        trainer.notes.append(elastic.restart_note(restart, args.resume))
+    try:
+        ended = trainer.run()
+    finally:
+        if folder is not None:
+            folder.release()
+    if dist_ctx.enabled and ended.status == "failed":
+        elastic.record_failure(f"rank {dist_ctx.rank} on node {socket.gethostname()}: {ended.message}")
     if dist_ctx.is_main:
         print_summary(ended, seen.get("started"), sys.stderr if (args.json or args.events) else sys.stdout)
         if ended.status == "failed" and ended.details:

@@ -16,6 +16,17 @@ import torch
 import torch.distributed as dist
 
 STOP_AGREE_SECONDS = 0.5  # DDP ranks agree on a stop request about this often (see StopAgreement)
+TEST_EXIT_ENV = "AMP_CONSOLE_TEST_EXIT"  # tests: "RANK:STEP" makes that rank exit at that step, first attempt only
+
+
+def test_exit_step(rank: int) -> int | None:
+    """The step at which this rank exits at once (os._exit(1)) to test restarts: from TEST_EXIT_ENV, and only
+    before torchrun has restarted the workers."""
+    wanted = os.environ.get(TEST_EXIT_ENV, "")
+    if not wanted or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0"):
+        return None
+    which, _, step = wanted.partition(":")
+    return int(step) if which.strip() == str(rank) and step.strip().isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,20 @@ def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: 
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     timeout = datetime.timedelta(seconds=timeout_seconds) if timeout_seconds is not None else None
-    dist.init_process_group(backend=backend, timeout=timeout)
+    dist.init_process_group(backend=backend, timeout=timeout, **_attempt_store(ctx))
+
+
+def _attempt_store(ctx: DistContext) -> dict:
+    """Under torchrun's shared agent store, a store of this attempt's own keys. torchrun keeps one store server
+    for every restart (TCP store sharing), and without a prefix a restarted rank reads its peers' addresses of
+    the attempt before and connects to ranks that are gone (gloo's connectFullMesh waits out its timeout)."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), ctx.world_size,
+                           is_master=False, timeout=datetime.timedelta(minutes=30))
+    return {"store": dist.PrefixStore(f"/amp-console/attempt_{attempt}", client), "rank": ctx.rank,
+            "world_size": ctx.world_size}
 
 
 def destroy_process_group(agree: bool = False, timeout_seconds: float = 30.0) -> None:
@@ -118,8 +142,11 @@ class StopAgreement:
         self.out_of_time = False  # the ranks agreed that the time limit is reached: end the run as done
         self._next = first_step  # the step of the next agreement
         self._last: tuple[float, int] | None = None  # (when, step) of the last one
+        self._exit_at = test_exit_step(ctx.rank)
 
     def __call__(self, step: int) -> bool:
+        if step == self._exit_at:
+            os._exit(1)
         if not self.dist.enabled:
             self.save = self.save_due()
             self.out_of_time = self.time_up()

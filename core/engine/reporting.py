@@ -277,6 +277,7 @@ def run_started(trainer) -> RunStarted:
         steps_per_epoch=trainer.steps_per_epoch, start_step=trainer.step, config=trainer.cfg.to_dict(),
         ceiling=dict(trainer.data.ceiling), baseline=dict(trainer.data.baseline),
         tokens_key=trainer.task.tokens_key, notes=list(trainer.notes),
+        restart={**restart, "step": trainer.step} if (restart := getattr(trainer, "restart", None)) else {},
     )
 
 

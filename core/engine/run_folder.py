@@ -118,13 +118,15 @@ def is_in_use(folder: str | os.PathLike) -> bool:
     return lock_is_held(Path(folder) / LOCK_FILE)
 
 
-def claim_run_folder(requested: str | os.PathLike, resume_from: str | os.PathLike | None = None) -> ClaimedFolder:
+def claim_run_folder(requested: str | os.PathLike, resume_from: str | os.PathLike | None = None,
+                     keep: bool = False) -> ClaimedFolder:
     """Claim the folder a run writes to (see the module doc): `requested`, or the first free sibling
     `requested-2`, `-3`, ... when it holds an earlier run or a live run holds it. A run resumed from the
     checkpoint in `requested` itself continues there; if a live run holds that folder the resume is refused.
+    `keep`: continue in `requested` as a resume does (a multi-node run's rank 0: its launchers checked the folder).
     Problems with the path (no permission, a file in the way, ...) are ConfigErrors naming it and the cause."""
     requested = Path(requested)
-    if resume_from is not None and _same_path(Path(resume_from).parent, requested):
+    if keep or (resume_from is not None and _same_path(Path(resume_from).parent, requested)):
         claimed = _try_claim(requested, requested, keep_run=True)
         if claimed is None:
             holder = lock_holder(requested)

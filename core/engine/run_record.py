@@ -223,6 +223,9 @@ class RunRecord:
             "versions": _versions(),
             "start_time": earlier.get("start_time") or now_iso(),
             "resumed_at": list(earlier.get("resumed_at") or []) + ([now_iso()] if earlier else []),
+            # restarts by torchrun or a requeued SLURM job: count, by, step, reason, last_step, at
+            "restarts": list(earlier.get("restarts") or []) + ([{**event.restart, "at": now_iso()}]
+                                                               if getattr(event, "restart", None) else []),
             "end_time": None,
             "wall_seconds": earlier.get("wall_seconds") or 0.0,
             "steps": event.start_step,

@@ -1,0 +1,191 @@
+"""Several nodes on the CPU (gloo, 127.0.0.1 only): two agents as two nodes train like one agent with as many
+processes; a rank that dies restarts from its checkpoint under --max-restarts; a node that never joins ends the
+run within the rendezvous timeout; SIGUSR1 inside a (fake) SLURM job checkpoints, requeues and resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.cli.torchrun import usable_cpu_cores
+from core.files import read_jsonl
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+COMMON = ["--task", "tiny", "--device", "cpu", "--threads", "1", "--seed", "3", "-o", "samples=1024",
+          "--log-interval", "1", "--eval-interval", "1000000"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def train(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "core.cli", "train", *COMMON, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env or ENV, **kwargs)
+
+
+def finish(process: subprocess.Popen, timeout: float = 200) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    return process.returncode, out, err
+
+
+def steps(out: Path) -> list[tuple[int, float]]:
+    return [(e["step"], e["loss"]) for e in read_jsonl(out / "metrics.jsonl") if e["event"] == "StepMetrics"]
+
+
+@pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes per node need two cores")
+def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_path):
+    port = free_port()
+    nodes = [train("--batch-size", "8", "--max-steps", "12", "--nnodes", "2", "--nproc-per-node", "2",
+                   "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
+                   "--rdzv-timeout", "120", "--out", str(tmp_path / "two")) for rank in (0, 1)]
+    results = [finish(node) for node in nodes]
+    assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
+    assert "node 0 of 2, 2 processes each: rendezvous 'two-nodes' at 127.0.0.1:" in results[0][2]
+    assert "this node listens on lo (127.0.0.1) only" in results[0][2]
+    # The reference: one process at the same global batch (4 x 8). One node of 4 CPU processes would need 4 cores.
+    code, _, err = finish(train("--batch-size", "32", "--max-steps", "12", "--out", str(tmp_path / "one")))
+    assert code == 0, err
+    two, one = steps(tmp_path / "two"), steps(tmp_path / "one")
+    assert [s for s, _ in two] == [s for s, _ in one] == list(range(1, 13))
+    # DDP's usual tolerance: only the gradient all-reduce's summation order differs, amplified a little by Adam
+    # (relative 1e-4, as tests/test_distributed.py's 2-process check).
+    assert all(abs(a - b) <= 1e-4 * max(1.0, abs(a)) for (_, a), (_, b) in zip(two, one, strict=True)), (two, one)
+    # Global rank 0 alone wrote the run; every rank's stderr has its log.
+    assert sorted(p.name for p in (tmp_path / "two" / "ranks").iterdir()) == [f"rank-{r}.log" for r in range(4)]
+    assert len([e for e in read_jsonl(tmp_path / "two" / "metrics.jsonl") if e["event"] == "RunStarted"]) == 1
+
+
+def listening_addresses(pid: int) -> list[tuple[str, int]]:
+    import psutil
+
+    found = []
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            found += [c.laddr[:2] for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+@pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
+def test_a_killed_rank_restarts_and_resumes_from_its_checkpoint(tmp_path):
+    """Rank 1 exits at step 23 on the first attempt; --max-restarts 1 restarts both ranks, which resume from
+    the last checkpoint (every 5 steps, or rank 0's rescue at the failure): no step is trained twice beyond
+    one checkpoint interval, and run.json counts the restart."""
+    out = tmp_path / "run"
+    process = train("--batch-size", "8", "--max-steps", "40", "--checkpoint-interval", "5", "--nproc", "2",
+                    "--max-restarts", "1", "--out", str(out), env={**ENV, "AMP_CONSOLE_TEST_EXIT": "1:23"})
+    listening, deadline = [], time.monotonic() + 150
+    while not listening and process.poll() is None and time.monotonic() < deadline:
+        if (out / "metrics.jsonl").exists() and '"StepMetrics"' in (out / "metrics.jsonl").read_text():
+            listening = listening_addresses(process.pid)
+        time.sleep(0.05)
+    code, _, err = finish(process)
+    assert code == 0, err
+    # A single-node run, restarts included, listens on loopback only (torchrun's stores, gloo).
+    assert listening and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+    events = read_jsonl(out / "metrics.jsonl")
+    starts = [i for i, e in enumerate(events) if e["event"] == "RunStarted"]
+    assert len(starts) == 2
+    first = [e["step"] for e in events[:starts[1]] if e["event"] == "StepMetrics"]
+    second = [e["step"] for e in events[starts[1]:] if e["event"] == "StepMetrics"]
+    resumed_at = events[starts[1]]["start_step"]
+    assert max(first) >= 22 and second == list(range(resumed_at + 1, 41))
+    assert max(first) - resumed_at <= 5  # at most one checkpoint interval trained twice
+    restart = events[starts[1]]["restart"]
+    assert restart["count"] == 1 and restart["by"] == "torchrun" and restart["step"] == resumed_at
+    assert any(n.startswith("restart 1 (torchrun --max-restarts): resumed from") for n in events[starts[1]]["notes"])
+    record = json.loads((out / "run.json").read_text())
+    assert record["status"] == "completed" and [r["step"] for r in record["restarts"]] == [resumed_at]
+    assert "rank 1" in (out / "ranks" / "rank-1.log").read_text()
+
+
+@pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
+def test_a_failed_rank_is_named_with_its_node_and_root_cause(tmp_path):
+    out = tmp_path / "run"
+    code, _, err = finish(train("--batch-size", "8", "--max-steps", "40", "--nproc", "2", "--out", str(out),
+                                env={**ENV, "AMP_CONSOLE_TEST_EXIT": "1:5"}))
+    assert code == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("amp-console: the 2-process run failed (torchrun exit code 1"), last
+    assert f"rank 1 (local rank 1) on node {socket.gethostname()} failed first: exited with code 1" in last
+    assert f"each rank's log: {out / 'ranks'}" in last
+
+
+def test_a_node_that_never_joins_ends_the_run_within_the_rendezvous_timeout(tmp_path):
+    process = train("--max-steps", "5", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "0",
+                    "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "alone", "--rdzv-timeout", "5",
+                    "--out", str(tmp_path / "run"))
+    code, _, err = finish(process, timeout=120)
+    assert code == 1
+    assert "amp-console: the nodes did not meet (RendezvousTimeoutError" in err
+    assert "2 nodes were expected at 127.0.0.1:" in err and "within 5 s (--rdzv-timeout)" in err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def fake_slurm(tmp_path: Path, restart: int) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
+    scontrol.chmod(0o755)
+    return {**ENV, "PATH": f"{bin_dir}{os.pathsep}{ENV['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
+            "SLURM_NODEID": "0", "SLURM_RESTART_COUNT": str(restart)}
+
+
+def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
+    out = tmp_path / "rec-4242"
+    process = train("--batch-size", "16", "--max-steps", "100000000", "--out", str(out), "--json",
+                    env=fake_slurm(tmp_path, 0))
+    deadline = time.monotonic() + 100
+    while not ((out / "metrics.jsonl").exists() and '"StepMetrics"' in (out / "metrics.jsonl").read_text()):
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    process.send_signal(signal.SIGUSR1)
+    code, stdout, err = finish(process)
+    assert code == 128 + signal.SIGUSR1, err
+    assert (tmp_path / "scontrol.calls").read_text() == "requeue 4242\n"
+    assert "SLURM job 4242 requeued" in err
+    stopped = json.loads(stdout.strip().splitlines()[-1])
+    assert stopped["status"] == "stopped" and stopped["checkpoint"] == str(out / "checkpoint.pt")
+
+    code, stdout, err = finish(train("--batch-size", "16", "--max-steps", str(stopped["steps"] + 3), "--out",
+                                     str(out), "--json", env=fake_slurm(tmp_path, 1)))
+    assert code == 0, err
+    assert json.loads(stdout.strip().splitlines()[-1])["steps"] == stopped["steps"] + 3
+    started = [e for e in read_jsonl(out / "metrics.jsonl") if e["event"] == "RunStarted"]
+    assert len(started) == 2 and started[1]["start_step"] == stopped["steps"]
+    assert started[1]["restart"]["by"] == "slurm" and "stopped" in started[1]["restart"]["reason"]
+    assert (tmp_path / "scontrol.calls").read_text() == "requeue 4242\n"  # a completed run requeues nothing
+
+
+def test_the_sbatch_script_meets_at_the_first_node_and_asks_for_the_warning_and_requeue(tmp_path, capsys):
+    from core.cli.main import main
+
+    assert main(["slurm", "--config", "rec.toml", "--nodes", "2", "--gpus-per-node", "8", "--time", "12:00:00",
+                 "--partition", "gpu", "--account", "ml", "--job-name", "rec", "--runs-dir", "/shared/runs"]) == 0
+    script = capsys.readouterr().out
+    for line in ("#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8", "#SBATCH --time=12:00:00",
+                 "#SBATCH --partition=gpu", "#SBATCH --account=ml", "#SBATCH --signal=USR1@90", "#SBATCH --requeue",
+                 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'):
+        assert line in script.splitlines(), line
+    assert '--rdzv-endpoint "$head_node:29500"' in script and '--rdzv-id "$SLURM_JOB_ID"' in script
+    assert "--nproc-per-node 8" in script and 'run_dir=/shared/runs/rec-"$SLURM_JOB_ID"' in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
