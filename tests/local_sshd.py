@@ -41,8 +41,20 @@ class LocalSshd:
                 f"{sys.executable} -m core.cli")
 
     def stop(self) -> None:
+        """Stop sshd, and end every run still going that was started through it: a remote run is detached
+        from ssh by design (it outlives the connection), so a test that failed midway would leave it training
+        for ever. Such a run names its folder, under this sshd's folder, on its command line."""
+        import psutil
+
         self.process.terminate()
         self.process.wait(30)
+        mine = str(self.folder)
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                if any(mine in part for part in process.info["cmdline"] or ()):
+                    process.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
 
 
 def start_sshd(folder: Path, timeout: float = 30.0) -> LocalSshd:
