@@ -177,6 +177,8 @@ def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, m
 
     monkeypatch.setattr(predict.Predictor, "example_users", gone)
     page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
+    # the examples are asked for off the GUI thread after the page opens: their failure lands a moment later
+    qtbot.waitUntil(lambda: "No examples from the run's data" in dialog.statusLabel.text(), timeout=20_000)
     assert "No examples from the run's data: /data/lessons.csv: no such file" in dialog.statusLabel.text()
     assert page.userCombo.count() == 0
     page.historyEdit.setText("5 6 7")
