@@ -358,26 +358,8 @@ def _json_line(raw: bytes) -> dict | None:
 
 
 def find_runs(root: str | os.PathLike) -> list[dict]:
-    """Every run under `root` (its subfolders, and their subfolders), newest first."""
-    root = Path(root)
-    runs = []
-    try:
-        children = sorted(p for p in root.iterdir() if p.is_dir())
-    except OSError:
-        return []
-    for child in children:
-        run = read_run(child)
-        if run is not None:
-            runs.append(run)
-            continue
-        try:
-            nested = sorted(p.parent for p in child.glob(f"*/{RECORD_FILE}"))
-        except OSError:
-            nested = []
-        for folder in nested:
-            run = read_run(folder)
-            if run is not None:
-                run["name"] = f"{child.name}/{folder.name}"
-                runs.append(run)
-    runs.sort(key=lambda r: (r.get("start_time") or r.get("end_time") or ""), reverse=True)
-    return runs
+    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, through
+    the runs root's index (core.engine.run_index: only changed folders are read again)."""
+    from core.engine.run_index import indexed_runs  # it imports this module
+
+    return indexed_runs(root)

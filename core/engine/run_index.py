@@ -1,0 +1,435 @@
+"""The run history's index: `<runs root>/.history.sqlite`, a cache of what read_run returns for each run folder
+(stdlib sqlite3, torch-free). The run folders stay the truth; the index only saves reading them again.
+
+Each row is keyed by the folder's name under the root ("sweep/trial" for a run one level down) and a signature:
+the stat (inode, size, mtime, mode) of the folder itself and of the files read_run reads (run.json, note.txt,
+metrics.jsonl). An atomic write renames a new file into the folder (new inode, the folder's mtime moves), an
+append grows metrics.jsonl: a folder whose signature differs is read again, so a warm listing is one listdir,
+four stats per run and one query. A row is not trusted when a file of it changed within RACY_SECONDS of the
+stat (a second change inside one timestamp tick with the same size would look unchanged), nor when read_run
+called the record unreadable (the cause may go without a stat changing): those are read again next time. A
+"running" or "interrupted" run is checked against its lock each time it is listed (a run killed with SIGKILL
+changes no file).
+
+The index never breaks the history: a missing, corrupt, locked or unwritable index file means a scan without it,
+and a corrupt one is replaced when the root is writable. The file is created only in a root that holds a run.
+WAL mode, so readers never wait for a writer; each call opens its own connection and writes its changes in one
+short transaction, so two processes or threads may list (and refresh) at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+
+from core.engine.run_folder import METRICS_FILE, is_in_use
+from core.engine.run_record import NOTE_FILE, RECORD_FILE, read_run
+
+INDEX_FILE = ".history.sqlite"
+SCHEMA = 1
+RACY_SECONDS = 3  # a file changed this recently is read again next time (coarse timestamps: FAT's are 2 s)
+BUSY_SECONDS = 1.0  # how long a write waits for another process's; past it the changes are not saved this time
+SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in a run folder (run.json first)
+# a record's nested parts that a list of runs does not show: stored apart (see indexed_runs' `brief`)
+BULKY = ("config", "versions", "checkpoints", "metrics", "test_metrics", "notes", "resumed_at")
+_LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
+_reader_version: str | None = None
+
+
+def indexed_runs(root: str | os.PathLike, brief: bool = False) -> list[dict]:
+    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, from the
+    index where a folder is unchanged (see the module doc). `brief`: a run from the index has None for the
+    parts a list of runs does not show (BULKY: its config, metrics, checkpoints...), which are most of a
+    record's JSON to parse."""
+    runs, _index = _refresh(Path(root), parts="brief" if brief else "full")
+    return _newest_first(runs)
+
+
+def runs_named(root: str | os.PathLike, keys) -> list[dict]:
+    """The runs under `root` that any of `keys` could name: an id equal to it or starting with it, or a name
+    equal to it (core.cli.runs.resolve picks among them). Each folder is checked as for indexed_runs, but only
+    the matching records are parsed."""
+    keys = [str(k) for k in keys]
+    runs, _index = _refresh(Path(root), parts=None, keys=keys)
+    return _newest_first(runs)
+
+
+# ---- the scan ------------------------------------------------------------------------------------------------------
+
+def _refresh(root: Path, parts: str | None, keys: list[str] | None = None) -> tuple[list[tuple[str, dict]], Path]:
+    """(key, run) for every run under `root` (only those `keys` may name when given), the index brought up to
+    date on the way when it can be. `parts`: what of the stored records to read with the signatures ("full",
+    "brief"; None: nothing, the matches of `keys` are read afterwards)."""
+    index = root / INDEX_FILE
+    db, writable = _open(index)
+    try:
+        cached = _cached(db, parts)
+    except sqlite3.DatabaseError as exc:
+        _close(db)
+        db, cached = None, {}
+        if writable and not isinstance(exc, sqlite3.OperationalError):  # damaged: the next listing starts anew
+            _remove(index)
+    try:
+        found, fresh, rows, gone = _scan(root, cached)
+        if (rows or gone) and db is None and found and not _exists(index):
+            db, writable = _open(index, create=True)
+        if (rows or gone) and writable:
+            _save(db, rows, gone)
+        return _select(db, root, found, fresh, cached, keys, full=parts != "brief"), index
+    finally:
+        _close(db)
+
+
+def _scan(root: Path, cached: dict):
+    """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
+    to write and the keys gone. `cached`: key -> (sig, nested, record) from the index."""
+    scan = _Scan(cached)
+    try:
+        with os.scandir(root) as entries:
+            children = sorted(e.name for e in entries if _is_dir(e))
+    except OSError:
+        return scan.found, scan.fresh, scan.rows, set()
+    base = str(root)
+    for name in children:
+        folder = os.path.join(base, name)
+        nested = scan.visit(name, folder, top=True)
+        for sub in nested:  # a folder that is no run itself, e.g. a sweep's: its subfolders with a run.json
+            scan.visit(f"{name}/{sub}", os.path.join(folder, sub), top=False)
+    return scan.found, scan.fresh, scan.rows, set(cached) - scan.seen
+
+
+class _Scan:
+    def __init__(self, cached: dict):
+        self.cached = cached
+        self.racy = time.time_ns() - RACY_SECONDS * 1_000_000_000
+        self.found: list[str] = []
+        self.fresh: dict[str, dict] = {}
+        self.rows: list[tuple] = []
+        self.seen: set[str] = set()
+
+    def visit(self, key: str, folder: str, top: bool) -> list[str]:
+        """Take in the folder `key`: a run (from the index when its signature matches, else read), or, at the
+        top level, a folder that is none: the subfolders to look into (one level down only those with a
+        run.json count, as they always have)."""
+        sig, trusted, has_record = _signature(folder, self.racy)
+        if not top and not has_record:
+            return []
+        self.seen.add(key)
+        hit = self.cached.get(key)
+        if trusted and hit is not None and hit[0] == sig:
+            if hit[1] is None:
+                self.found.append(key)
+                return []
+            return json.loads(hit[1]) if top else []
+        run = read_run(folder)
+        if run is None:
+            nested = _subfolders(folder) if top else []
+            self.rows.append(_row(key, sig if trusted else "", None, nested))
+            return nested
+        if not top:
+            run["name"] = key
+        self.found.append(key)
+        self.fresh[key] = run
+        # a record read_run could not read, or built from metrics.jsonl beside a run.json, is read again
+        # next time (what made it so may go without a stat changing)
+        odd = run.get("unreadable") or (has_record and run.get("from_metrics"))
+        self.rows.append(_row(key, sig if trusted and not odd else "", run, None))
+        return []
+
+
+def _signature(folder: str, racy_ns: int) -> tuple[str, bool, bool]:
+    """(the folder's signature, whether it can be trusted, whether run.json is there). The folder's own stat
+    is part of it when run.json is not there (read_run then looks for checkpoint.pt; a sweep's folder lists
+    its trials): with one, an atomic write of it is seen by its own inode. Any error but a missing file makes
+    the signature untrusted: the folder is read again next time."""
+    prefix = folder + os.sep
+    parts = []
+    trusted = True
+    for name in SIGNED_FILES:
+        try:
+            info = os.stat(prefix + name, follow_symlinks=False)
+        except FileNotFoundError:
+            parts.append("-")
+            continue
+        except OSError:
+            return "", False, True
+        if info.st_mtime_ns > racy_ns:
+            trusted = False
+        parts.append(f"{info.st_ino}.{info.st_size}.{info.st_mtime_ns}.{info.st_mode}")
+    has_record = parts[0] != "-"
+    if not has_record:
+        try:
+            info = os.stat(folder)  # through a link to it: read_run reads through it too
+        except OSError:
+            return "", False, False
+        if info.st_mtime_ns > racy_ns:
+            trusted = False
+        parts.append(f"d{info.st_ino}.{info.st_mtime_ns}.{info.st_mode}")
+    return "|".join(parts), trusted, has_record
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _subfolders(folder: str) -> list[str]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(e.name for e in entries if _is_dir(e))
+    except OSError:
+        return []
+
+
+def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tuple:
+    if run is None:
+        return key, sig, None, None, json.dumps(nested or []), None, None
+    ident = run.get("id")
+    # the brief keeps every key in its place (None for the bulky ones), so the full record reads back in order
+    brief = {k: None if k in BULKY else v for k, v in run.items()}
+    bulk = {k: run[k] for k in BULKY if k in run}
+    return (key, sig, None if ident is None else str(ident), str(run.get("name") or key), None,
+            json.dumps(brief, default=str), json.dumps(bulk, default=str))
+
+
+def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: list[str] | None, full: bool):
+    """(key, run) of the runs found (those `keys` may name when given): fresh ones as read, the others parsed
+    from the index, their folder as this root spells it and a live status checked against the lock."""
+    if keys is None:
+        wanted = found
+        stored = {k: cached[k][2:] for k in found if k not in fresh}
+    else:
+        stored = _named(db, keys, set(found) - set(fresh)) if db is not None else {}
+        wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k], keys))]
+    parsed = iter(_parse([stored[k] for k in wanted if k not in fresh], full))  # in `wanted`'s order
+    base = str(root)
+    out = []
+    for key in wanted:
+        if key in fresh:
+            out.append((key, fresh[key]))
+            continue
+        folder = os.path.join(base, *key.split("/"))
+        run = next(parsed)
+        if not isinstance(run, dict):  # a row damaged inside a sound file: the folder read instead
+            run = read_run(folder)
+            if run is None:
+                continue
+            if "/" in key:
+                run["name"] = key
+        else:
+            run["folder"] = folder
+            if run.get("status") in _LIVE:
+                run["status"] = "running" if is_in_use(folder) else "interrupted"
+        out.append((key, run))
+    return out
+
+
+def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
+    """The stored records (brief, bulk), parsed: all briefs as one JSON array and, when `full`, all bulks as
+    another, merged (much faster than one loads per record); None for a record that does not parse."""
+    briefs = _parse_all([brief for brief, _bulk in stored])
+    if full:
+        bulks = _parse_all([bulk for _brief, bulk in stored])
+        for i, bulk in enumerate(bulks):
+            if isinstance(briefs[i], dict) and isinstance(bulk, dict):
+                briefs[i].update(bulk)
+            else:
+                briefs[i] = None
+    return briefs
+
+
+def _parse_all(texts: list) -> list:
+    try:
+        return json.loads("[" + ",".join(texts) + "]")
+    except (TypeError, ValueError):
+        return [_loads(t) for t in texts]
+
+
+def _loads(text):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _names(run: dict, keys: list[str]) -> bool:
+    ident = str(run.get("id", ""))
+    return any(run.get("name") == k or ident == k or ident.startswith(k) for k in keys)
+
+
+def _newest_first(runs: list[tuple[str, dict]]) -> list[dict]:
+    ordered = [run for _key, run in runs]  # folder order: ties keep it
+    ordered.sort(key=lambda r: (r.get("start_time") or r.get("end_time") or ""), reverse=True)
+    return ordered
+
+
+# ---- the file ------------------------------------------------------------------------------------------------------
+
+def _exists(index: Path) -> bool:
+    try:
+        os.stat(index, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _open(index: Path, create: bool = False) -> tuple[sqlite3.Connection | None, bool]:
+    """(a connection to the index, schema checked, whether it may be written); None when there is none to use
+    (missing and not `create`, not a regular file, unreadable). A damaged file is removed (and made anew when
+    `create`); a locked or read-only one is read as it is."""
+    try:
+        info = os.stat(index, follow_symlinks=False)
+    except FileNotFoundError:
+        if not create:
+            return None, False
+    except OSError:
+        return None, False
+    else:
+        if not stat.S_ISREG(info.st_mode):  # a link or a folder in its place: left alone, scanned without
+            return None, False
+    uri = Path(os.path.abspath(index)).as_uri() + ("?mode=rwc" if create else "?mode=rw")
+    db = None
+    try:
+        db = sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
+        _prepare(db)
+        return db, True
+    except sqlite3.OperationalError:
+        _close(db)
+        return _open_read_only(index), False
+    except sqlite3.DatabaseError:
+        _close(db)
+        _remove(index)
+        return _open(index, create=True) if create else (None, False)
+
+
+def _open_read_only(index: Path) -> sqlite3.Connection | None:
+    """The index of a root this user cannot write, or one another process holds locked: read as it is on
+    disk. Its rows are checked against the folders like any other, so a stale one is only read again."""
+    db = None
+    try:
+        db = sqlite3.connect(Path(os.path.abspath(index)).as_uri() + "?mode=ro&immutable=1", uri=True,
+                             isolation_level=None)
+        if _stored_version(db) != _version():
+            db.close()
+            return None
+        return db
+    except sqlite3.DatabaseError:
+        _close(db)
+        return None
+
+
+def _prepare(db: sqlite3.Connection) -> None:
+    """WAL mode and the tables; rows written by another reader version are dropped (what read_run returns may
+    have changed with the code)."""
+    try:
+        if db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() == "wal":
+            db.execute("PRAGMA synchronous=NORMAL")  # a cache: a commit lost to a power cut is only read again
+    except sqlite3.OperationalError:
+        pass  # a file system without shared memory: the default journal works too
+    db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+    db.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, "
+               "nested TEXT, brief TEXT, bulk TEXT)")
+    if _stored_version(db) != _version():
+        with _transaction(db):
+            db.execute("DELETE FROM runs")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
+
+
+def _stored_version(db: sqlite3.Connection) -> str | None:
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'reader'").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    return row[0] if row else None
+
+
+def _version() -> str:
+    """The schema and the code that makes the rows (this module and run_record, by content)."""
+    global _reader_version
+    if _reader_version is None:
+        digest = hashlib.sha1(str(SCHEMA).encode())
+        for module in (__file__, Path(__file__).with_name("run_record.py")):
+            try:
+                digest.update(Path(module).read_bytes())
+            except OSError:
+                digest.update(str(module).encode())
+        _reader_version = digest.hexdigest()[:16]
+    return _reader_version
+
+
+def _cached(db, parts: str | None) -> dict[str, tuple]:
+    """key -> (sig, nested, brief, bulk) of every row; brief and bulk None unless `parts` asks for them."""
+    if db is None:
+        return {}
+    columns = {"full": "brief, bulk", "brief": "brief, NULL", None: "NULL, NULL"}[parts]
+    return {row[0]: row[1:] for row in db.execute(f"SELECT key, sig, nested, {columns} FROM runs")}
+
+
+def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str, str]]:
+    """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
+    whose name equals one."""
+    out = {}
+    query = ("SELECT key, brief, bulk FROM runs WHERE nested IS NULL AND "
+             "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)")
+    for k in keys:
+        try:
+            rows = db.execute(query, (k,)).fetchall()
+        except sqlite3.DatabaseError:
+            return out
+        out.update((key, (brief, bulk)) for key, brief, bulk in rows if key in candidates)
+    return out
+
+
+def _save(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
+    """Write what changed in one transaction; a locked or read-only index keeps its rows (read again next
+    time)."""
+    try:
+        with _transaction(db):
+            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
+    except sqlite3.DatabaseError:
+        pass
+
+
+class _transaction:
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind, _value, _tb):
+        if kind is None:
+            self.db.execute("COMMIT")
+        else:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.DatabaseError:
+                pass
+        return False
+
+
+def _close(db) -> None:
+    if db is not None:
+        try:
+            db.close()
+        except sqlite3.Error:
+            pass
+
+
+def _remove(index: Path) -> None:
+    """A damaged index and its journal files, so that the next listing makes a new one."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{index}{suffix}")
+        except OSError:
+            pass
