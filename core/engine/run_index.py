@@ -37,6 +37,7 @@ BUSY_SECONDS = 1.0  # how long a write waits for another process's; past it the 
 SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in a run folder (run.json first)
 # a record's nested parts that a list of runs does not show: stored apart (see indexed_runs' `brief`)
 BULKY = ("config", "versions", "checkpoints", "metrics", "test_metrics", "notes", "resumed_at")
+PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout (~5 ms), a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
 _reader_version: str | None = None
 
@@ -48,6 +49,23 @@ def indexed_runs(root: str | os.PathLike, brief: bool = False) -> list[dict]:
     record's JSON to parse."""
     runs, _index = _refresh(Path(root), parts="brief" if brief else "full")
     return _newest_first(runs)
+
+
+def indexed_records(root: str | os.PathLike) -> list[tuple[dict, str]]:
+    """Every run under `root`, newest first, as (its brief record, its BULKY parts as JSON text): for a list
+    that holds thousands of runs (the window's history), which parses the bulky parts only of the runs it
+    opens (full_record) and keeps far fewer objects for the garbage collector to walk."""
+    runs, _index = _refresh(Path(root), parts="split")
+    return _newest_first(runs)
+
+
+def full_record(brief: dict, bulk: str) -> dict:
+    """The whole record from indexed_records' pair (brief left as it is)."""
+    run = dict(brief)
+    parts = _loads(bulk)
+    if isinstance(parts, dict):
+        run.update(parts)
+    return run
 
 
 def runs_named(root: str | os.PathLike, keys) -> list[dict]:
@@ -80,7 +98,7 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None) -> tu
             db, writable = _open(index, create=True)
         if (rows or gone) and writable:
             _save(db, rows, gone)
-        return _select(db, root, found, fresh, cached, keys, full=parts != "brief"), index
+        return _select(db, root, found, fresh, cached, keys, parts), index
     finally:
         _close(db)
 
@@ -126,19 +144,24 @@ class _Scan:
                 self.found.append(key)
                 return []
             return json.loads(hit[1]) if top else []
+        # only a row that can be trusted is written: the others are read again anyway (a live run's folder,
+        # which changes at every scan, never costs a write, nor an event to the window's watcher on the root)
         run = read_run(folder)
         if run is None:
             nested = _subfolders(folder) if top else []
-            self.rows.append(_row(key, sig if trusted else "", None, nested))
+            if trusted:
+                self.rows.append(_row(key, sig, None, nested))
             return nested
         if not top:
             run["name"] = key
         self.found.append(key)
-        self.fresh[key] = run
         # a record read_run could not read, or built from metrics.jsonl beside a run.json, is read again
         # next time (what made it so may go without a stat changing)
         odd = run.get("unreadable") or (has_record and run.get("from_metrics"))
-        self.rows.append(_row(key, sig if trusted and not odd else "", run, None))
+        stored = _row(key, sig, run, None)
+        if trusted and not odd:
+            self.rows.append(stored)
+        self.fresh[key] = (run, stored[6])  # and its bulky parts as JSON
         return []
 
 
@@ -193,42 +216,52 @@ def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tupl
         return key, sig, None, None, json.dumps(nested or []), None, None
     ident = run.get("id")
     # the brief keeps every key in its place (None for the bulky ones), so the full record reads back in order
-    brief = {k: None if k in BULKY else v for k, v in run.items()}
     bulk = {k: run[k] for k in BULKY if k in run}
     return (key, sig, None if ident is None else str(ident), str(run.get("name") or key), None,
-            json.dumps(brief, default=str), json.dumps(bulk, default=str))
+            json.dumps(_brief(run), default=str), json.dumps(bulk, default=str))
 
 
-def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: list[str] | None, full: bool):
+def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: list[str] | None,
+            parts: str | None) -> list[tuple[str, dict | tuple[dict, str]]]:
     """(key, run) of the runs found (those `keys` may name when given): fresh ones as read, the others parsed
-    from the index, their folder as this root spells it and a live status checked against the lock."""
+    from the index, their folder as this root spells it and a live status checked against the lock. With
+    parts "split", each run is (brief, bulk JSON) instead."""
     if keys is None:
         wanted = found
         stored = {k: cached[k][2:] for k in found if k not in fresh}
     else:
         stored = _named(db, keys, set(found) - set(fresh)) if db is not None else {}
-        wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k], keys))]
-    parsed = iter(_parse([stored[k] for k in wanted if k not in fresh], full))  # in `wanted`'s order
+        wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k][0], keys))]
+    from_index = [stored[k] for k in wanted if k not in fresh]
+    parsed = iter(_parse(from_index, full=parts in ("full", None)))  # in `wanted`'s order
+    bulks = iter([bulk for _brief, bulk in from_index])
     base = str(root)
     out = []
     for key in wanted:
         if key in fresh:
-            out.append((key, fresh[key]))
+            run, bulk = fresh[key]
+            out.append((key, (_brief(run), bulk) if parts == "split" else run))
             continue
         folder = os.path.join(base, *key.split("/"))
-        run = next(parsed)
+        run, bulk = next(parsed), next(bulks)
         if not isinstance(run, dict):  # a row damaged inside a sound file: the folder read instead
             run = read_run(folder)
             if run is None:
                 continue
             if "/" in key:
                 run["name"] = key
+            if parts == "split":
+                run, bulk = _brief(run), json.dumps({k: run[k] for k in BULKY if k in run}, default=str)
         else:
             run["folder"] = folder
             if run.get("status") in _LIVE:
                 run["status"] = "running" if is_in_use(folder) else "interrupted"
-        out.append((key, run))
+        out.append((key, (run, bulk) if parts == "split" else run))
     return out
+
+
+def _brief(run: dict) -> dict:
+    return {k: None if k in BULKY else v for k, v in run.items()}
 
 
 def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
@@ -246,10 +279,14 @@ def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
 
 
 def _parse_all(texts: list) -> list:
-    try:
-        return json.loads("[" + ",".join(texts) + "]")
-    except (TypeError, ValueError):
-        return [_loads(t) for t in texts]
+    out: list = []
+    for i in range(0, len(texts), PARSE_CHUNK):
+        chunk = texts[i:i + PARSE_CHUNK]
+        try:
+            out += json.loads("[" + ",".join(chunk) + "]")
+        except (TypeError, ValueError):
+            out += [_loads(t) for t in chunk]
+    return out
 
 
 def _loads(text):
@@ -264,9 +301,14 @@ def _names(run: dict, keys: list[str]) -> bool:
     return any(run.get("name") == k or ident == k or ident.startswith(k) for k in keys)
 
 
-def _newest_first(runs: list[tuple[str, dict]]) -> list[dict]:
+def _newest_first(runs: list[tuple[str, dict | tuple]]) -> list:
     ordered = [run for _key, run in runs]  # folder order: ties keep it
-    ordered.sort(key=lambda r: (r.get("start_time") or r.get("end_time") or ""), reverse=True)
+
+    def started(item) -> str:
+        run = item[0] if isinstance(item, tuple) else item
+        return run.get("start_time") or run.get("end_time") or ""
+
+    ordered.sort(key=started, reverse=True)
     return ordered
 
 
@@ -326,20 +368,17 @@ def _open_read_only(index: Path) -> sqlite3.Connection | None:
 
 
 def _prepare(db: sqlite3.Connection) -> None:
-    """WAL mode and the tables; rows written by another reader version are dropped (what read_run returns may
-    have changed with the code)."""
-    try:
-        if db.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower() == "wal":
-            db.execute("PRAGMA synchronous=NORMAL")  # a cache: a commit lost to a power cut is only read again
-    except sqlite3.OperationalError:
-        pass  # a file system without shared memory: the default journal works too
-    db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-    db.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, "
-               "nested TEXT, brief TEXT, bulk TEXT)")
-    if _stored_version(db) != _version():
-        with _transaction(db):
-            db.execute("DELETE FROM runs")
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
+    """The tables, made anew when the file is new or another version of the code wrote it (what read_run
+    returns may have changed with the code)."""
+    db.execute("PRAGMA synchronous=NORMAL")  # a cache: a commit lost to a power cut is only read again
+    if _stored_version(db) == _version():
+        return
+    with _transaction(db):
+        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("DROP TABLE IF EXISTS runs")
+        db.execute("CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
+                   "brief TEXT, bulk TEXT)")
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
 
 
 def _stored_version(db: sqlite3.Connection) -> str | None:
@@ -370,7 +409,7 @@ def _cached(db, parts: str | None) -> dict[str, tuple]:
     """key -> (sig, nested, brief, bulk) of every row; brief and bulk None unless `parts` asks for them."""
     if db is None:
         return {}
-    columns = {"full": "brief, bulk", "brief": "brief, NULL", None: "NULL, NULL"}[parts]
+    columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", None: "NULL, NULL"}[parts]
     return {row[0]: row[1:] for row in db.execute(f"SELECT key, sig, nested, {columns} FROM runs")}
 
 
