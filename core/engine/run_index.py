@@ -98,7 +98,10 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None) -> tu
             db, writable = _open(index, create=True)
         if (rows or gone) and writable:
             _save(db, rows, gone)
-        return _select(db, root, found, fresh, cached, keys, parts), index
+        runs, repaired = _select(db, root, found, fresh, cached, keys, parts)
+        if repaired and writable:
+            _save(db, repaired, set())
+        return runs, index
     finally:
         _close(db)
 
@@ -222,10 +225,11 @@ def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tupl
 
 
 def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: list[str] | None,
-            parts: str | None) -> list[tuple[str, dict | tuple[dict, str]]]:
+            parts: str | None) -> tuple[list[tuple[str, dict | tuple[dict, str]]], list[tuple]]:
     """(key, run) of the runs found (those `keys` may name when given): fresh ones as read, the others parsed
     from the index, their folder as this root spells it and a live status checked against the lock. With
-    parts "split", each run is (brief, bulk JSON) instead."""
+    parts "split", each run is (brief, bulk JSON) instead. Also the rows to write again: a record in the
+    index that does not parse is read from its folder."""
     if keys is None:
         wanted = found
         stored = {k: cached[k][2:] for k in found if k not in fresh}
@@ -237,6 +241,7 @@ def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: l
     bulks = iter([bulk for _brief, bulk in from_index])
     base = str(root)
     out = []
+    repaired = []
     for key in wanted:
         if key in fresh:
             run, bulk = fresh[key]
@@ -250,6 +255,9 @@ def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: l
                 continue
             if "/" in key:
                 run["name"] = key
+            sig = cached.get(key, ("",))[0]
+            if sig and not run.get("unreadable"):
+                repaired.append(_row(key, sig, run, None))
             if parts == "split":
                 run, bulk = _brief(run), json.dumps({k: run[k] for k in BULKY if k in run}, default=str)
         else:
@@ -257,7 +265,7 @@ def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: l
             if run.get("status") in _LIVE:
                 run["status"] = "running" if is_in_use(folder) else "interrupted"
         out.append((key, (run, bulk) if parts == "split" else run))
-    return out
+    return out, repaired
 
 
 def _brief(run: dict) -> dict:
@@ -375,6 +383,8 @@ def _prepare(db: sqlite3.Connection) -> None:
         return
     with _transaction(db):
         db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        if _stored_version(db) == _version():
+            return  # another process made them meanwhile
         db.execute("DROP TABLE IF EXISTS runs")
         db.execute("CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
                    "brief TEXT, bulk TEXT)")
