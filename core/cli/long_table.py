@@ -1,8 +1,9 @@
-"""A table of thousands of rows (`runs list`), laid out as format.table lays out a compact rich table with no
-edges: the columns two spaces apart, each as wide as its widest cell, a bold header and a rule under it; when
-that is wider than the console, the widest wrappable columns give way first and their cells wrap onto more
-lines (at spaces, long words folded). rich takes ~2 ms a row for this; here a row costs a few microseconds, so
-10,000 runs print in a fraction of a second.
+"""A table of thousands of rows (`runs list`), laid out as a compact rich table with no edges
+(format.table(show_edge=False, padding=(0, 1, 0, 0))): columns two spaces apart, each as wide as its widest
+cell, a bold header and a rule; when that is wider than the console, rich's own rules narrow the columns
+(the widest wrappable ones first, then all evenly) and cells wrap at spaces, long words folded, no_wrap cells
+and lines cut. The same text down to a 60-column console (tests/test_cli_tables.py); rich takes ~2 ms a
+row for it, this a few microseconds, so 10,000 runs print in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -36,21 +37,23 @@ class LongTable:
         self.rows.append(tuple(texts))
 
     def widths(self, width: int) -> list[int]:
-        """Each column's width: its widest cell, then the widest wrappable ones narrowed until the table fits
-        `width` (or none can give more)."""
+        """Each column's width as rich lays it out: its widest cell (or min_width); when that is wider than
+        `width`, the widest wrappable columns give way first, down to the next widest (rich's
+        Table._collapse_widths), then, as a last resort, every column evenly (none below its min_width)."""
+        pads = [1] * (len(self.columns) - 1) + [0]  # each cell's right padding; none at the table's edge
         widths = [cell_len(c.name) for c in self.columns]
         for row in self.rows:
             for i, text in enumerate(row):
                 widths[i] = max(widths[i], len(text) if text.isascii() else cell_len(text))
-        excess = sum(widths) + 2 * (len(widths) - 1) - width
-        while excess > 0:
-            shrinkable = [i for i, c in enumerate(self.columns) if not c.no_wrap and widths[i] > c.min_width]
-            if not shrinkable:
-                break
-            widest = max(shrinkable, key=lambda i: widths[i])
-            widths[widest] -= 1
-            excess -= 1
-        return widths
+        floors = [c.min_width + p for c, p in zip(self.columns, pads)]
+        padded = [max(w + p, f) for w, p, f in zip(widths, pads, floors)]
+        room = width - (len(padded) - 1)  # the column separators
+        if sum(padded) > room:
+            padded = _collapse(padded, [not c.no_wrap for c in self.columns], room)
+            if sum(padded) > room:
+                padded = _ratio_reduce(sum(padded) - room, [1] * len(padded), padded, padded)
+            padded = [max(w, f) for w, f in zip(padded, floors)]
+        return [max(0, w - p) for w, p in zip(padded, pads)]
 
     def lines(self, width: int) -> tuple[str, str, list[str]]:
         """(the header, the rule, the body's lines)."""
@@ -67,7 +70,8 @@ class LongTable:
             if all(n <= w for n, w in zip(lengths, widths)):
                 body.append(template.format(*row) if ascii_row else self._line(row, widths, rights, template))
                 continue
-            cells = [_wrap(t, w) if n > w else [t] for t, n, w in zip(row, lengths, widths)]
+            cells = [([t[:_cut(t, w)]] if c.no_wrap else _wrap(t, w)) if n > w else [t]
+                     for t, n, w, c in zip(row, lengths, widths, self.columns)]
             for k in range(max(map(len, cells))):
                 body.append(self._line([c[k] if k < len(c) else "" for c in cells], widths, rights, template))
         return header, rule, body
@@ -83,9 +87,12 @@ class LongTable:
         return "  ".join(parts)
 
     def print(self, console) -> None:
-        header, rule, body = self.lines(console.width)
-        console.print(header, style="table.header", markup=False, highlight=False)
-        console.print(rule, markup=False, highlight=False)
+        width = console.width
+        header, rule, body = self.lines(width)
+        console.print(header, style="table.header", markup=False, highlight=False, no_wrap=True, overflow="crop")
+        console.print(rule, markup=False, highlight=False, no_wrap=True, overflow="crop")
+        if sum(self.widths(width)) + 2 * (len(self.columns) - 1) > width:  # wider than the console: cut, as rich
+            body = [line[:_cut(line, width)] for line in body]
         console.file.write("".join(line + "\n" for line in body))
         console.file.flush()
 
@@ -145,3 +152,34 @@ def _cut(word: str, width: int) -> int:
         if used > width:
             return max(1, i)
     return len(word)
+
+
+def _collapse(widths: list[int], wrappable: list[bool], room: int) -> list[int]:
+    """rich's Table._collapse_widths: the widest wrappable columns narrowed together, down to the next
+    widest, until the widths fit `room` (or the wrappable ones are all as wide)."""
+    excess = sum(widths) - room
+    while any(wrappable) and excess > 0:
+        widest = max(w for w, ok in zip(widths, wrappable) if ok)
+        second = max(w if ok and w != widest else 0 for w, ok in zip(widths, wrappable))
+        ratios = [1 if ok and w == widest else 0 for w, ok in zip(widths, wrappable)]
+        if not any(ratios) or widest == second:
+            break
+        widths = _ratio_reduce(excess, ratios, [min(excess, widest - second)] * len(widths), widths)
+        excess = sum(widths) - room
+    return widths
+
+
+def _ratio_reduce(total: int, ratios: list[int], maximums: list[int], values: list[int]) -> list[int]:
+    """rich's ratio_reduce: `total` taken from `values` in proportion to `ratios`, each at most its maximum."""
+    ratios = [r if m else 0 for r, m in zip(ratios, maximums)]
+    left, weight = total, sum(ratios)
+    out = []
+    for ratio, maximum, value in zip(ratios, maximums, values):
+        if ratio and weight > 0:
+            taken = min(maximum, round(ratio * left / weight))
+            out.append(value - taken)
+            left -= taken
+            weight -= ratio
+        else:
+            out.append(value)
+    return out
