@@ -69,6 +69,7 @@ class RunsModel(QAbstractTableModel):
         self._runs: list[dict] = []  # brief records (see the module doc)
         self._bulks: list[str | None] = []
         self._rows: list[tuple] = []  # (texts, sort keys, filter text) of each run
+        self._hay: list[str] = []  # the filter texts alone
         self._shown: list[int] = []  # positions in _runs of the rows the filter lets through
         self._words: list[str] = []
         self._sorted: tuple | None = None  # (column, order) of the last sort, kept across scans
@@ -78,6 +79,7 @@ class RunsModel(QAbstractTableModel):
         prepared = runs if isinstance(runs, Prepared) else prepare(runs, self.cells, self.filtered)
         self.beginResetModel()
         self._runs, self._bulks, self._rows = list(prepared.runs), list(prepared.bulks), list(prepared.rows)
+        self._hay = [r[2] for r in self._rows]
         self.fingerprints = list(prepared.fingerprints)
         if self._sorted is not None:
             self._order(*self._sorted)
@@ -89,18 +91,22 @@ class RunsModel(QAbstractTableModel):
         words = text.lower().split()
         if words == self._words:
             return
+        # a key typed at the end narrows the filter: only the rows shown now can still match
+        narrower = all(any(old in new for new in words) for old in self._words)
         self._words = words
-        shown = self._matching()
+        shown = self._matching(self._shown if narrower else None)
         if shown != self._shown:
             self.beginResetModel()
             self._shown = shown
             self.endResetModel()
 
-    def _matching(self) -> list[int]:
-        words = self._words
-        if not words:
-            return list(range(len(self._rows)))
-        return [i for i, r in enumerate(self._rows) if all(w in r[2] for w in words)]
+    def _matching(self, among: list[int] | None = None) -> list[int]:
+        """The positions of the rows whose filter text holds every word (of those `among`, when given)."""
+        hay = self._hay
+        rows = range(len(hay)) if among is None else among
+        for word in self._words:
+            rows = [i for i in rows if word in hay[i]]
+        return list(rows)
 
     def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
         """Sort every row by its keys (the filter keeps its rows); selections follow their rows."""
@@ -126,6 +132,7 @@ class RunsModel(QAbstractTableModel):
         self._runs = [self._runs[i] for i in order_]
         self._bulks = [self._bulks[i] for i in order_]
         self._rows = [rows[i] for i in order_]
+        self._hay = [self._hay[i] for i in order_]
         return {was: now for now, was in enumerate(order_)}
 
     def haystack(self, row: int) -> str:
@@ -139,6 +146,7 @@ class RunsModel(QAbstractTableModel):
                 continue
             run["note"] = note
             self._rows[p] = prepared_row(run, self.cells, self.filtered)
+            self._hay[p] = self._rows[p][2]
             self.fingerprints = [fingerprint(run) if f[0] == folder else f for f in self.fingerprints]
             shown = self._matching()
             if shown != self._shown:

@@ -41,10 +41,7 @@ class LongTable:
         `width`, the widest wrappable columns give way first, down to the next widest (rich's
         Table._collapse_widths), then, as a last resort, every column evenly (none below its min_width)."""
         pads = [1] * (len(self.columns) - 1) + [0]  # each cell's right padding; none at the table's edge
-        widths = [cell_len(c.name) for c in self.columns]
-        for row in self.rows:
-            for i, text in enumerate(row):
-                widths[i] = max(widths[i], len(text) if text.isascii() else cell_len(text))
+        widths = [max(cell_len(c.name), _widest(column)) for c, column in zip(self.columns, self._by_column())]
         floors = [c.min_width + p for c, p in zip(self.columns, pads)]
         padded = [max(w + p, f) for w, p, f in zip(widths, pads, floors)]
         room = width - (len(padded) - 1)  # the column separators
@@ -55,26 +52,34 @@ class LongTable:
             padded = [max(w, f) for w, f in zip(padded, floors)]
         return [max(0, w - p) for w, p in zip(padded, pads)]
 
-    def lines(self, width: int) -> tuple[str, str, list[str]]:
-        """(the header, the rule, the body's lines)."""
+    def _by_column(self) -> list[tuple[str, ...]]:
+        return list(zip(*self.rows)) if self.rows else [() for _ in self.columns]
+
+    def lines(self, width: int) -> tuple[str, str, list[str], list[int]]:
+        """(the header, the rule, the body's lines, the column widths)."""
         widths = self.widths(width)
         rights = [c.justify == "right" for c in self.columns]
-        # one str.format per line of plain text (the common case); other lines padded by their cell width
+        # one str.format per line of plain text that fits (the common case); the rows with a cell too wide or
+        # not plain ASCII, found a column at a time, are laid out cell by cell
         template = "  ".join(f"{{:{'>' if r else '<'}{w}}}" for w, r in zip(widths, rights))
         header = self._line([c.name for c in self.columns], widths, rights, template)
         rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
+        special: set[int] = set()
+        for column, w in zip(self._by_column(), widths):
+            if not "".join(column).isascii():
+                special.update(i for i, t in enumerate(column) if not t.isascii())
+            if _widest(column) > w:
+                special.update(i for i, t in enumerate(column) if len(t) > w or (not t.isascii() and cell_len(t) > w))
         body: list[str] = []
-        for row in self.rows:
-            ascii_row = "".join(row).isascii()
-            lengths = [len(t) for t in row] if ascii_row else [cell_len(t) for t in row]
-            if all(n <= w for n, w in zip(lengths, widths)):
-                body.append(template.format(*row) if ascii_row else self._line(row, widths, rights, template))
+        for i, row in enumerate(self.rows):
+            if i not in special:
+                body.append(template.format(*row))
                 continue
-            cells = [([t[:_cut(t, w)]] if c.no_wrap else _wrap(t, w)) if n > w else [t]
-                     for t, n, w, c in zip(row, lengths, widths, self.columns)]
+            cells = [([t[:_cut(t, w)]] if c.no_wrap else _wrap(t, w)) if _cells(t) > w else [t]
+                     for t, w, c in zip(row, widths, self.columns)]
             for k in range(max(map(len, cells))):
                 body.append(self._line([c[k] if k < len(c) else "" for c in cells], widths, rights, template))
-        return header, rule, body
+        return header, rule, body, widths
 
     @staticmethod
     def _line(texts, widths, rights, template) -> str:
@@ -88,13 +93,27 @@ class LongTable:
 
     def print(self, console) -> None:
         width = console.width
-        header, rule, body = self.lines(width)
+        header, rule, body, widths = self.lines(width)
         console.print(header, style="table.header", markup=False, highlight=False, no_wrap=True, overflow="crop")
         console.print(rule, markup=False, highlight=False, no_wrap=True, overflow="crop")
-        if sum(self.widths(width)) + 2 * (len(self.columns) - 1) > width:  # wider than the console: cut, as rich
-            body = [line[:_cut(line, width)] for line in body]
+        if sum(widths) + 2 * (len(self.columns) - 1) > width:  # wider than the console: cut, as rich does
+            body = [line if len(line) <= width else line[:width] if line.isascii() else line[:_cut(line, width)]
+                    for line in body]
         console.file.write("".join(line + "\n" for line in body))
         console.file.flush()
+
+
+def _cells(text: str) -> int:
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def _widest(texts) -> int:
+    """The widest of `texts` in cells (plain ASCII: its length)."""
+    if not texts:
+        return 0
+    if "".join(texts).isascii():
+        return max(map(len, texts))
+    return max(map(cell_len, texts))
 
 
 def _wrap(text: str, width: int) -> list[str]:

@@ -43,7 +43,7 @@ def open_panel(qtbot, root: Path, request):
 
 @pytest.mark.timeout(300)
 def test_thousands_of_runs_open_list_filter_and_sort(qtbot, big_root, monkeypatch, request):
-    import app.panels.history as history
+    from app.panels import history
     from core.engine import run_index
 
     gui = threading.current_thread()
