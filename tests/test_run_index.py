@@ -314,6 +314,30 @@ def test_one_run_is_found_by_id_prefix_or_name_without_reading_the_others(tmp_pa
     assert reads == ["run-new"]  # the new folder only, once
 
 
+def test_a_lookup_checks_only_the_folders_that_could_match_unless_it_finds_none(tmp_path, reads, monkeypatch):
+    root = make_root(tmp_path)
+    for i in range(30):
+        make_run(root, f"more-{i:02d}", f"ee{i:08d}")
+    age(root)
+    indexed_runs(root)
+    checked: list[str] = []
+    real_signature = run_index._signature
+
+    def signature(folder, racy):
+        checked.append(Path(folder).name)
+        return real_signature(folder, racy)
+
+    monkeypatch.setattr(run_index, "_signature", signature)
+    assert [r["name"] for r in runs_named(root, ["03aa"])] == ["run-3"]
+    assert sorted(checked) == ["empty", "run-3", "sweep", "trial-1", "trial-2"]  # and no other run's folder
+    record = json.loads((root / "run-4" / "run.json").read_text())
+    atomic_write_bytes(root / "run-4" / "run.json", json.dumps({**record, "id": "abcabc0004"}).encode())
+    age(root / "run-4")
+    reads.clear()
+    assert [r["name"] for r in runs_named(root, ["abcabc"])] == ["run-4"]  # its indexed id was another
+    assert reads == ["run-4"]
+
+
 def test_runs_show_and_compare_resolve_ids_through_the_index(tmp_path, capsys):
     from core.cli.main import main
 

@@ -2,19 +2,23 @@
 (stdlib sqlite3, torch-free). The run folders stay the truth; the index only saves reading them again.
 
 Each row is keyed by the folder's name under the root ("sweep/trial" for a run one level down) and a signature:
-the stat (inode, size, mtime, mode) of the folder itself and of the files read_run reads (run.json, note.txt,
-metrics.jsonl). An atomic write renames a new file into the folder (new inode, the folder's mtime moves), an
-append grows metrics.jsonl: a folder whose signature differs is read again, so a warm listing is one listdir,
-four stats per run and one query. A row is not trusted when a file of it changed within RACY_SECONDS of the
-stat (a second change inside one timestamp tick with the same size would look unchanged), nor when read_run
-called the record unreadable (the cause may go without a stat changing): those are read again next time. A
-"running" or "interrupted" run is checked against its lock each time it is listed (a run killed with SIGKILL
-changes no file).
+the lstat (inode, size, mtime, mode) of the files read_run reads (SIGNED_FILES: run.json, note.txt,
+metrics.jsonl), and of the folder itself when it has no run.json (read_run then looks for checkpoint.pt; a
+sweep's folder lists its trials). An atomic write renames a new file in (a new inode), an append grows
+metrics.jsonl: a folder whose signature differs is read again, so a warm listing is one listdir, three stats
+per run and one query. A folder changed within RACY_SECONDS of the stat is read again at every listing and
+not written (a second change inside one timestamp tick, same size, would look unchanged; a live run's folder
+so never costs a write), nor is a record read_run calls unreadable (its cause may go without a stat changing).
+A "running" or "interrupted" run is checked against its lock each time it is listed (a run killed with SIGKILL
+changes no file). A record is stored as a brief part (BULKY parts None) and the bulky parts as JSON, so a list
+of runs parses only what it shows (indexed_runs(brief=True), indexed_records).
 
-The index never breaks the history: a missing, corrupt, locked or unwritable index file means a scan without it,
-and a corrupt one is replaced when the root is writable. The file is created only in a root that holds a run.
-WAL mode, so readers never wait for a writer; each call opens its own connection and writes its changes in one
-short transaction, so two processes or threads may list (and refresh) at once.
+The index never breaks the history: a missing, corrupt, locked or unwritable index file means a listing
+without it (a locked or read-only one is read as it is on disk, its rows checked like any other), and a
+corrupt one is made anew when the root is writable; the file is made only in a root that holds a run, never
+through a link. Each call opens its own connection and writes what changed in one short transaction (a
+rollback journal: a read makes no file, so the window's watcher on the root sees no event), so two processes
+or threads may list at once. Rows written by another version of this code are dropped.
 """
 
 from __future__ import annotations
@@ -70,19 +74,26 @@ def full_record(brief: dict, bulk: str) -> dict:
 
 def runs_named(root: str | os.PathLike, keys) -> list[dict]:
     """The runs under `root` that any of `keys` could name: an id equal to it or starting with it, or a name
-    equal to it (core.cli.runs.resolve picks among them). Each folder is checked as for indexed_runs, but only
-    the matching records are parsed."""
+    equal to it (core.cli.runs.resolve picks among them). Only the folders that could hold one are checked:
+    those whose indexed record matches, those the index does not know yet and those that hold no run of their
+    own (a sweep's, for its trials); when that finds no run for a key, every folder is checked, as for
+    indexed_runs. Only the matching records are parsed."""
     keys = [str(k) for k in keys]
-    runs, _index = _refresh(Path(root), parts=None, keys=keys)
+    runs, _index = _refresh(Path(root), parts=None, keys=keys, quick=True)
+    matched = [k for k in keys if any(_names(run, [k]) for _key, run in runs)]
+    if len(matched) < len(keys):  # a run whose id changed in its folder since it was indexed, say
+        runs, _index = _refresh(Path(root), parts=None, keys=keys)
     return _newest_first(runs)
 
 
 # ---- the scan ------------------------------------------------------------------------------------------------------
 
-def _refresh(root: Path, parts: str | None, keys: list[str] | None = None) -> tuple[list[tuple[str, dict]], Path]:
+def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
+             quick: bool = False) -> tuple[list[tuple[str, dict]], Path]:
     """(key, run) for every run under `root` (only those `keys` may name when given), the index brought up to
     date on the way when it can be. `parts`: what of the stored records to read with the signatures ("full",
-    "brief"; None: nothing, the matches of `keys` are read afterwards)."""
+    "brief"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
+    that could hold a match are looked at (see runs_named)."""
     index = root / INDEX_FILE
     db, writable = _open(index)
     try:
@@ -93,7 +104,11 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None) -> tu
         if writable and not isinstance(exc, sqlite3.OperationalError):  # damaged: the next listing starts anew
             _remove(index)
     try:
-        found, fresh, rows, gone = _scan(root, cached)
+        only = None
+        if quick and db is not None:
+            tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached))]}
+            only = {k for k, (_sig, nested, *_rest) in cached.items() if nested is None and k not in tops}
+        found, fresh, rows, gone = _scan(root, cached, skip=only)
         if (rows or gone) and db is None and found and not _exists(index):
             db, writable = _open(index, create=True)
         if (rows or gone) and writable:
@@ -106,22 +121,25 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None) -> tu
         _close(db)
 
 
-def _scan(root: Path, cached: dict):
+def _scan(root: Path, cached: dict, skip: set[str] | None = None):
     """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
-    to write and the keys gone. `cached`: key -> (sig, nested, record) from the index."""
+    to write and the keys gone. `cached`: key -> (sig, nested, record) from the index. `skip`: folders not to
+    look at (nothing is then gone)."""
     scan = _Scan(cached)
     try:
         with os.scandir(root) as entries:
             children = sorted(e.name for e in entries if _is_dir(e))
     except OSError:
         return scan.found, scan.fresh, scan.rows, set()
+    if skip:
+        children = [name for name in children if name not in skip]
     base = str(root)
     for name in children:
         folder = os.path.join(base, name)
         nested = scan.visit(name, folder, top=True)
         for sub in nested:  # a folder that is no run itself, e.g. a sweep's: its subfolders with a run.json
             scan.visit(f"{name}/{sub}", os.path.join(folder, sub), top=False)
-    return scan.found, scan.fresh, scan.rows, set(cached) - scan.seen
+    return scan.found, scan.fresh, scan.rows, set() if skip else set(cached) - scan.seen
 
 
 class _Scan:
