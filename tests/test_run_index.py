@@ -113,8 +113,9 @@ def test_the_index_is_built_from_the_folders_and_reused_while_they_are_unchanged
     reads.clear()
     assert indexed_runs(root) == expected  # warm: nothing read again
     assert indexed_runs(root, brief=True)[0]["config"] is None
-    pairs = indexed_records(root)
-    assert [full_record(brief, bulk) for brief, bulk in pairs] == expected
+    briefs, bulks = indexed_records(root)
+    assert [full_record(brief, bulk) for brief, bulk in zip(briefs, bulks)] == expected
+    assert all(brief["config"] is None for brief in briefs)
     alias = tmp_path / "alias"
     alias.symlink_to(root)  # the same root spelled otherwise: the same index, each folder as spelled now
     assert [r["folder"] for r in indexed_runs(alias)] == [r["folder"] for r in scanned(alias)]

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.run_compare import RunCompare
-from app.panels.runs_model import Prepared, RunsFilter, RunsModel, fingerprint, prepare, prepared_row
+from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
 from app.run.jobs import JobRunner
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import indexed_records
@@ -283,7 +283,8 @@ class HistoryPanel(QWidget):
         serial = self._scan_serial
         self.refreshButton.setEnabled(False)
         # the rows' texts are made in the job too: at 10,000 runs that is a stall the GUI thread never sees
-        self.jobs.submit(lambda: prepare(indexed_records(root), row_cells, FILTERED),
+        sort = self.model.sorted_by
+        self.jobs.submit(lambda: prepare(indexed_records(root), row_cells, FILTERED, sort),
                          lambda prepared: self._scanned(prepared, serial), self._scan_failed)
 
     def _scanned(self, prepared: Prepared, serial: int | None = None) -> None:
@@ -296,8 +297,7 @@ class HistoryPanel(QWidget):
             for i, run in enumerate(runs):  # a scan that started before the note was on disk: show the saved note
                 if run.get("folder") == folder:
                     run["note"] = note
-                    prepared.rows[i] = prepared_row(run, row_cells, FILTERED)
-                    prepared.fingerprints[i] = fingerprint(run)
+                    prepared.update(i, row_cells, FILTERED)
         # the periodic rescan stays cheap: at most ~5% of one core, however big the folder
         self._auto.setInterval(max(AUTO_REFRESH_MS, int(20_000 * (time.monotonic() - self._scan_started))))
         self.refreshButton.setEnabled(True)

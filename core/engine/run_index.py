@@ -51,16 +51,15 @@ def indexed_runs(root: str | os.PathLike, brief: bool = False) -> list[dict]:
     index where a folder is unchanged (see the module doc). `brief`: a run from the index has None for the
     parts a list of runs does not show (BULKY: its config, metrics, checkpoints...), which are most of a
     record's JSON to parse."""
-    runs, _index = _refresh(Path(root), parts="brief" if brief else "full")
-    return _newest_first(runs)
+    runs, _bulks = _refresh(Path(root), parts="brief" if brief else "full")
+    return runs
 
 
-def indexed_records(root: str | os.PathLike) -> list[tuple[dict, str]]:
-    """Every run under `root`, newest first, as (its brief record, its BULKY parts as JSON text): for a list
-    that holds thousands of runs (the window's history), which parses the bulky parts only of the runs it
-    opens (full_record) and keeps far fewer objects for the garbage collector to walk."""
-    runs, _index = _refresh(Path(root), parts="split")
-    return _newest_first(runs)
+def indexed_records(root: str | os.PathLike) -> tuple[list[dict], list[str]]:
+    """Every run under `root`, newest first, as two lists: its brief record and its BULKY parts as JSON text.
+    For a list that holds thousands of runs (the window's history): it parses the bulky parts only of the
+    runs it opens (full_record), and keeps far fewer objects for the garbage collector to walk."""
+    return _refresh(Path(root), parts="split")
 
 
 def full_record(brief: dict, bulk: str) -> dict:
@@ -79,53 +78,53 @@ def runs_named(root: str | os.PathLike, keys) -> list[dict]:
     own (a sweep's, for its trials); when that finds no run for a key, every folder is checked, as for
     indexed_runs. Only the matching records are parsed."""
     keys = [str(k) for k in keys]
-    runs, _index = _refresh(Path(root), parts=None, keys=keys, quick=True)
-    matched = [k for k in keys if any(_names(run, [k]) for _key, run in runs)]
+    runs, _bulks = _refresh(Path(root), parts=None, keys=keys, quick=True)
+    matched = [k for k in keys if any(_names(run, [k]) for run in runs)]
     if len(matched) < len(keys):  # a run whose id changed in its folder since it was indexed, say
-        runs, _index = _refresh(Path(root), parts=None, keys=keys)
-    return _newest_first(runs)
+        runs, _bulks = _refresh(Path(root), parts=None, keys=keys)
+    return runs
 
 
 # ---- the scan ------------------------------------------------------------------------------------------------------
 
 def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
-             quick: bool = False) -> tuple[list[tuple[str, dict]], Path]:
-    """(key, run) for every run under `root` (only those `keys` may name when given), the index brought up to
-    date on the way when it can be. `parts`: what of the stored records to read with the signatures ("full",
+             quick: bool = False) -> tuple[list[dict], list]:
+    """Every run under `root` (only those `keys` may name when given), newest first, and with parts "split"
+    their bulky parts as JSON (the runs then brief); the index brought up to date on the way when it can be. `parts`: what of the stored records to read with the signatures ("full",
     "brief"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
     that could hold a match are looked at (see runs_named)."""
     index = root / INDEX_FILE
     db, writable = _open(index)
     try:
-        cached = _cached(db, parts)
+        cached = _Cache(db, parts)
     except sqlite3.DatabaseError as exc:
         _close(db)
-        db, cached = None, {}
+        db, cached = None, _Cache(None, None)
         if writable and not isinstance(exc, sqlite3.OperationalError):  # damaged: the next listing starts anew
             _remove(index)
     try:
         only = None
         if quick and db is not None:
-            tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached))]}
-            only = {k for k, (_sig, nested, *_rest) in cached.items() if nested is None and k not in tops}
-        found, fresh, rows, gone = _scan(root, cached, skip=only)
+            tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
+            only = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
+        found, fresh, rows, gone = _scan(root, cached, skip=only, split=parts == "split")
         if (rows or gone) and db is None and found and not _exists(index):
             db, writable = _open(index, create=True)
         if (rows or gone) and writable:
             _save(db, rows, gone)
-        runs, repaired = _select(db, root, found, fresh, cached, keys, parts)
+        runs, bulks, repaired = _select(db, root, found, fresh, cached, keys, parts)
         if repaired and writable:
             _save(db, repaired, set())
-        return runs, index
+        return _newest_first(runs, bulks)
     finally:
         _close(db)
 
 
-def _scan(root: Path, cached: dict, skip: set[str] | None = None):
+def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool = False):
     """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
     to write and the keys gone. `cached`: key -> (sig, nested, record) from the index. `skip`: folders not to
-    look at (nothing is then gone)."""
-    scan = _Scan(cached)
+    look at (nothing is then gone). `split`: a run read afresh is kept brief (see _select)."""
+    scan = _Scan(cached, split)
     try:
         with os.scandir(root) as entries:
             children = sorted(e.name for e in entries if _is_dir(e))
@@ -139,12 +138,12 @@ def _scan(root: Path, cached: dict, skip: set[str] | None = None):
         nested = scan.visit(name, folder, top=True)
         for sub in nested:  # a folder that is no run itself, e.g. a sweep's: its subfolders with a run.json
             scan.visit(f"{name}/{sub}", os.path.join(folder, sub), top=False)
-    return scan.found, scan.fresh, scan.rows, set() if skip else set(cached) - scan.seen
+    return scan.found, scan.fresh, scan.rows, set() if skip else set(cached.sig) - scan.seen
 
 
 class _Scan:
-    def __init__(self, cached: dict):
-        self.cached = cached
+    def __init__(self, cached: _Cache, split: bool = False):
+        self.cached, self.split = cached, split
         self.racy = time.time_ns() - RACY_SECONDS * 1_000_000_000
         self.found: list[str] = []
         self.fresh: dict[str, dict] = {}
@@ -159,12 +158,12 @@ class _Scan:
         if not top and not has_record:
             return []
         self.seen.add(key)
-        hit = self.cached.get(key)
-        if trusted and hit is not None and hit[0] == sig:
-            if hit[1] is None:
+        if trusted and self.cached.sig.get(key) == sig:
+            nested = self.cached.nested[key]
+            if nested is None:
                 self.found.append(key)
                 return []
-            return json.loads(hit[1]) if top else []
+            return json.loads(nested) if top else []
         # only a row that can be trusted is written: the others are read again anyway (a live run's folder,
         # which changes at every scan, never costs a write, nor an event to the window's watcher on the root)
         run = read_run(folder)
@@ -182,7 +181,9 @@ class _Scan:
         stored = _row(key, sig, run, None)
         if trusted and not odd:
             self.rows.append(stored)
-        self.fresh[key] = (run, stored[6])  # and its bulky parts as JSON
+        # and its bulky parts as JSON; brief at once when that is all that is kept (at 10,000 runs read afresh,
+        # whole records are millions of objects for the garbage collector to walk meanwhile)
+        self.fresh[key] = (_brief(run) if self.split else run, stored[6])
         return []
 
 
@@ -242,48 +243,49 @@ def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tupl
             json.dumps(_brief(run), default=str), json.dumps(bulk, default=str))
 
 
-def _select(db, root: Path, found: list[str], fresh: dict, cached: dict, keys: list[str] | None,
-            parts: str | None) -> tuple[list[tuple[str, dict | tuple[dict, str]]], list[tuple]]:
-    """(key, run) of the runs found (those `keys` may name when given): fresh ones as read, the others parsed
-    from the index, their folder as this root spells it and a live status checked against the lock. With
-    parts "split", each run is (brief, bulk JSON) instead. Also the rows to write again: a record in the
-    index that does not parse is read from its folder."""
+def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys: list[str] | None,
+            parts: str | None) -> tuple[list[dict], list, list[tuple]]:
+    """The runs and (parts "split": the runs brief) bulky parts of the runs found (those `keys` may name
+    when given): fresh ones as read, the others parsed from the index, their folder as this root spells it
+    and a live status checked against the lock. Also the rows to write again: a record in the index that
+    does not parse is read from its folder. Lists, not pairs: the fewer objects, the less garbage to walk."""
     if keys is None:
         wanted = found
-        stored = {k: cached[k][2:] for k in found if k not in fresh}
+        stored = {k: (cached.brief[k], cached.bulk[k]) for k in found if k not in fresh}
     else:
         stored = _named(db, keys, set(found) - set(fresh)) if db is not None else {}
         wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k][0], keys))]
     from_index = [stored[k] for k in wanted if k not in fresh]
     parsed = iter(_parse(from_index, full=parts in ("full", None)))  # in `wanted`'s order
-    bulks = iter([bulk for _brief, bulk in from_index])
+    stored_bulks = iter([bulk for _brief, bulk in from_index])
+    del stored, from_index
+    split = parts == "split"
     base = str(root)
-    out = []
-    repaired = []
+    runs, bulks, repaired = [], [], []
     for key in wanted:
         if key in fresh:
             run, bulk = fresh[key]
-            out.append((key, (_brief(run), bulk) if parts == "split" else run))
-            continue
-        folder = os.path.join(base, *key.split("/"))
-        run, bulk = next(parsed), next(bulks)
-        if not isinstance(run, dict):  # a row damaged inside a sound file: the folder read instead
-            run = read_run(folder)
-            if run is None:
-                continue
-            if "/" in key:
-                run["name"] = key
-            sig = cached.get(key, ("",))[0]
-            if sig and not run.get("unreadable"):
-                repaired.append(_row(key, sig, run, None))
-            if parts == "split":
-                run, bulk = _brief(run), json.dumps({k: run[k] for k in BULKY if k in run}, default=str)
         else:
-            run["folder"] = folder
-            if run.get("status") in _LIVE:
-                run["status"] = "running" if is_in_use(folder) else "interrupted"
-        out.append((key, (run, bulk) if parts == "split" else run))
-    return out, repaired
+            folder = os.path.join(base, *key.split("/"))
+            run, bulk = next(parsed), next(stored_bulks)
+            if not isinstance(run, dict):  # a row damaged inside a sound file: the folder read instead
+                run = read_run(folder)
+                if run is None:
+                    continue
+                if "/" in key:
+                    run["name"] = key
+                sig = cached.sig.get(key)
+                if sig and not run.get("unreadable"):
+                    repaired.append(_row(key, sig, run, None))
+                if split:
+                    run, bulk = _brief(run), json.dumps({k: run[k] for k in BULKY if k in run}, default=str)
+            else:
+                run["folder"] = folder
+                if run.get("status") in _LIVE:
+                    run["status"] = "running" if is_in_use(folder) else "interrupted"
+        runs.append(run)
+        bulks.append(bulk if split else None)
+    return runs, bulks, repaired
 
 
 def _brief(run: dict) -> dict:
@@ -327,15 +329,11 @@ def _names(run: dict, keys: list[str]) -> bool:
     return any(run.get("name") == k or ident == k or ident.startswith(k) for k in keys)
 
 
-def _newest_first(runs: list[tuple[str, dict | tuple]]) -> list:
-    ordered = [run for _key, run in runs]  # folder order: ties keep it
-
-    def started(item) -> str:
-        run = item[0] if isinstance(item, tuple) else item
-        return run.get("start_time") or run.get("end_time") or ""
-
-    ordered.sort(key=started, reverse=True)
-    return ordered
+def _newest_first(runs: list[dict], bulks: list) -> tuple[list[dict], list]:
+    """Both lists newest first (by start time, else end time); ties keep the folder order."""
+    order = sorted(range(len(runs)), key=lambda i: runs[i].get("start_time") or runs[i].get("end_time") or "",
+                   reverse=True)
+    return [runs[i] for i in order], [bulks[i] for i in order]
 
 
 # ---- the file ------------------------------------------------------------------------------------------------------
@@ -433,12 +431,20 @@ def _version() -> str:
     return _reader_version
 
 
-def _cached(db, parts: str | None) -> dict[str, tuple]:
-    """key -> (sig, nested, brief, bulk) of every row; brief and bulk None unless `parts` asks for them."""
-    if db is None:
-        return {}
-    columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", None: "NULL, NULL"}[parts]
-    return {row[0]: row[1:] for row in db.execute(f"SELECT key, sig, nested, {columns} FROM runs")}
+class _Cache:
+    """The index's rows, a dict per column (key -> value): no object per row for the garbage collector."""
+
+    def __init__(self, db, parts: str | None):
+        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "brief")."""
+        self.sig: dict[str, str] = {}
+        self.nested: dict[str, str | None] = {}
+        self.brief: dict[str, str | None] = {}
+        self.bulk: dict[str, str | None] = {}
+        if db is None:
+            return
+        columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", None: "NULL, NULL"}[parts]
+        for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM runs"):
+            self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk
 
 
 def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str, str]]:
