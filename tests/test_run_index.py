@@ -194,6 +194,7 @@ def test_a_corrupt_index_is_ignored_and_rebuilt(tmp_path, damage):
         indexed_runs(root)
         with sqlite3.connect(index) as db:
             db.execute("UPDATE runs SET brief = '{\"torn', bulk = 'x' WHERE key = 'run-2'")
+            db.execute("UPDATE runs SET nested = '[\"tri' WHERE key = 'sweep'")
     assert indexed_runs(root) == expected
     assert indexed_runs(root) == expected
     assert sorted(rows(root)) == sorted(r["name"] for r in expected)

@@ -91,9 +91,10 @@ def runs_named(root: str | os.PathLike, keys) -> list[dict]:
 
 def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
              quick: bool = False) -> tuple[list[dict], list]:
-    """Every run under `root` (only those `keys` may name when given), newest first, and with parts "split"
-    their bulky parts as JSON (the runs then brief); the index brought up to date on the way when it can be. `parts`: what of the stored records to read with the signatures ("full",
-    "brief"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
+    """Every run under `root` (only those `keys` may name when given), newest first, and their bulky parts as
+    JSON when `parts` is "split" (the runs then brief; else a list of None); the index brought up to date on
+    the way when it can be. `parts`: what of the stored records to read with the signatures ("full", "brief",
+    "split"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
     that could hold a match are looked at (see runs_named)."""
     index = root / INDEX_FILE
     db, writable = _open(index)
@@ -105,11 +106,11 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
         if writable and not isinstance(exc, sqlite3.OperationalError):  # damaged: the next listing starts anew
             _remove(index)
     try:
-        only = None
-        if quick and db is not None:
+        skip = None
+        if quick and db is not None:  # the indexed runs that cannot match: not looked at
             tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
-            only = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
-        found, fresh, rows, gone = _scan(root, cached, skip=only, split=parts == "split")
+            skip = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
+        found, fresh, rows, gone = _scan(root, cached, skip=skip, split=parts == "split")
         if (rows or gone) and db is None and found and not _exists(index):
             db, writable = _open(index, create=True)
         if (rows or gone) and writable:
@@ -124,8 +125,8 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
 
 def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool = False):
     """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
-    to write and the keys gone. `cached`: key -> (sig, nested, record) from the index. `skip`: folders not to
-    look at (nothing is then gone). `split`: a run read afresh is kept brief (see _select)."""
+    to write and the keys gone. `cached`: the index's rows. `skip`: folders not to look at (nothing is then
+    gone). `split`: a run read afresh is kept brief (see _select)."""
     scan = _Scan(cached, split)
     try:
         with os.scandir(root) as entries:
@@ -165,7 +166,10 @@ class _Scan:
             if nested is None:
                 self.found.append(key)
                 return []
-            return json.loads(nested) if top else []
+            names = _loads(nested)
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                return names if top else []
+            # a damaged row: the folder is read below, as a new one
         # only a row that can be trusted is written: the others are read again anyway (a live run's folder,
         # which changes at every scan, never costs a write, nor an event to the window's watcher on the root)
         run = read_run(folder)
