@@ -65,19 +65,28 @@ class LongTable:
         header = self._line([c.name for c in self.columns], widths, rights, template)
         rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
         special: set[int] = set()
-        for column, w in zip(self._by_column(), widths):
+        too_wide = []  # the columns with a cell wider than the column
+        for c, (column, w) in enumerate(zip(self._by_column(), widths)):
             if not "".join(column).isascii():
                 special.update(i for i, t in enumerate(column) if not t.isascii())
             if _widest(column) > w:
+                too_wide.append(c)
                 special.update(i for i, t in enumerate(column) if len(t) > w or (not t.isascii() and cell_len(t) > w))
         body: list[str] = []
         for i, row in enumerate(self.rows):
             if i not in special:
                 body.append(template.format(*row))
                 continue
-            cells = [([t[:_cut(t, w)]] if c.no_wrap else _wrap(t, w)) if _cells(t) > w else [t]
-                     for t, w, c in zip(row, widths, self.columns)]
-            for k in range(max(map(len, cells))):
+            cells = [[t] for t in row]
+            for c in too_wide:
+                text, w = row[c], widths[c]
+                if _cells(text) > w:
+                    cells[c] = [text[:_cut(text, w)]] if self.columns[c].no_wrap else _wrap(text, w)
+            height = max(len(cells[c]) for c in too_wide) if too_wide else 1
+            if height == 1:
+                body.append(self._line([c[0] for c in cells], widths, rights, template))
+                continue
+            for k in range(height):
                 body.append(self._line([c[k] if k < len(c) else "" for c in cells], widths, rights, template))
         return header, rule, body, widths
 
