@@ -34,7 +34,7 @@ def test_the_generated_root_is_what_the_engine_leaves(tmp_path):
 @pytest.mark.timeout(300)
 def test_the_benchmark_measures_every_figure(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_history.py"), "--runs", "30", "--json",
-                          "--repeat", "1"],
+                          "--repeat", "1"], check=False,
                          cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,13 +1,14 @@
 """The run history's table model: thousands of runs, sorted and filtered without a stall on the GUI thread.
 
-Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (`prepare`, in the scan
-job, with the panel's `cells` function, sorted as the table is); the GUI thread only swaps them in. A run is held as its brief record
-and its bulky parts (config, metrics, checkpoints...) as JSON text (core.engine.run_index.indexed_records),
-parsed only when the run is asked for (`run(row)`): 10,000 full records are a million objects that every
-full garbage collection walks. Sorting is one sorted() over the
-keys (a proxy's per-comparison data() calls cost seconds at 10,000 rows) and filtering is one pass over the
-rows' filter texts and a model reset (a QSortFilterProxyModel calls Python once per row per keystroke). The view
-sees the model through RunsFilter, an identity proxy that hands sort and filter requests down.
+Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (`prepare`, in the
+scan job, with the panel's `cells` function, sorted as the table is); the GUI thread only swaps them in. A
+run is held as its brief record and its bulky parts (config, metrics, checkpoints...) as JSON text
+(core.engine.run_index.indexed_records), parsed only when the run is asked for (`run(row)`): 10,000 full
+records are a million objects that every full garbage collection walks. Sorting is one sorted() over a
+column's keys (a proxy's per-comparison data() calls cost seconds at 10,000 rows) and filtering is one pass
+over the rows' filter texts (only the rows shown, when a key typed narrows it) and a model reset (a
+QSortFilterProxyModel calls Python once per row per keystroke). The view sees the model through RunsFilter,
+an identity proxy that hands sort and filter requests down.
 """
 
 from __future__ import annotations
