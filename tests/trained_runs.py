@@ -86,7 +86,10 @@ def write_interactions(path: Path) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+    """Every file's size and time, every folder's name, but the runs root's index (.history.sqlite: a cache
+    that listing the runs may write, core.engine.run_index; so the folder's own time may change too)."""
+    return {str(p.relative_to(root)): (0, 0) if p.is_dir() else (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if not p.name.startswith(".history.sqlite")}
 
 
 @pytest.fixture(scope="session")

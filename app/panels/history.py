@@ -1,4 +1,4 @@
-"""Run history: every run under the runs folder (core.engine.run_record.find_runs) in a sortable, filterable
+"""Run history: every run under the runs folder (core.engine.run_index) in a sortable, filterable
 table, with actions on the selected runs: load their settings, resume or export (from the last or the best
 checkpoint), reveal the folder, delete, overlay their curves on the plots, compare them side by side
 (app.panels.run_compare, under the table), and edit the selected run's note (note.txt in its folder, written off
@@ -8,7 +8,8 @@ The panel knows nothing of the window: it emits requests (loadSettingsRequested,
 exportRequested, overlayRequested, clearOverlaysRequested) that main_window wires. Scanning the folder, reading metrics.jsonl and
 deleting run folders happen off the GUI thread (app.run.jobs.JobRunner). The table refreshes on Refresh, when
 it is shown, when a run folder appears or goes (a file-system watcher on the runs folder) and, while it is
-visible, every few seconds (a cheap scan of run.json files: a CLI run that finished meanwhile shows up).
+visible, every few seconds (the runs root's index: only changed folders are read; a CLI run that finished
+meanwhile shows up). The rows (app.panels.runs_model) are made in the scan job; a row's texts are row_cells'.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import (
-    QAbstractTableModel, QFileSystemWatcher, QModelIndex, QSortFilterProxyModel, Qt, QTimer, QUrl, Signal,
-)
+from PySide6.QtCore import QFileSystemWatcher, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QMessageBox, QPlainTextEdit,
@@ -29,10 +28,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.run_compare import RunCompare
+from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
 from app.run.jobs import JobRunner
 from core.engine import run_record
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
+from core.engine.run_index import indexed_records
+from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
 from core.files import read_jsonl
 from core.text import duration, printable
 
@@ -40,8 +41,6 @@ AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _
 COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started", "note")
 NOTE_COLUMN = 9
 FILTERED = (0, 1, 2, 3, 8, NOTE_COLUMN)  # the filter box matches name, task, status, precision, start, note
-SORT_ROLE = Qt.ItemDataRole.UserRole
-RUN_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 def _number(value) -> str:
@@ -74,119 +73,13 @@ def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:
     return texts, keys
 
 
-class RunsModel(QAbstractTableModel):
-    """The runs as rows (texts and sort keys computed once per scan)."""
+def row_tooltip(run: dict, column: int) -> str:
+    """A row's tooltip: the note in full on the note column, else the folder, id and the run's message."""
+    message = run.get("message") or (f"unreadable: {run['unreadable']}" if run.get("unreadable") else "")
+    if column == NOTE_COLUMN and run.get("note"):
+        return str(run["note"])
+    return f"{run.get('folder')}\nid {run.get('id')}" + (f"\n{message}" if message else "")
 
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self._runs: list[dict] = []
-        self._rows: list[tuple[tuple[str, ...], tuple]] = []
-        self._haystacks: list[str] = []
-        self._sorted: tuple | None = None  # (column, order) of the last sort, kept across scans
-
-    def set_runs(self, runs: list[dict]) -> None:
-        self.beginResetModel()
-        self._runs = list(runs)
-        self._rows = [row_cells(r) for r in self._runs]
-        self._haystacks = [" ".join(texts[c] for c in FILTERED).lower() for texts, _keys in self._rows]
-        self.endResetModel()
-        if self._sorted is not None:
-            self.sort(*self._sorted)
-
-    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
-        """Sort the rows by their keys in Python (one sorted() call: a proxy's per-comparison data() calls
-        cost seconds at 10,000 rows)."""
-        if not 0 <= column < len(COLUMNS):
-            return
-        self._sorted = (column, order)
-        if not self._rows:
-            return
-        self.layoutAboutToBeChanged.emit()
-        old = self.persistentIndexList()
-        order_ = sorted(range(len(self._rows)), key=lambda i: self._rows[i][1][column],
-                        reverse=order == Qt.SortOrder.DescendingOrder)
-        where = {was: now for now, was in enumerate(order_)}
-        self._runs = [self._runs[i] for i in order_]
-        self._rows = [self._rows[i] for i in order_]
-        self._haystacks = [self._haystacks[i] for i in order_]
-        self.changePersistentIndexList(old, [self.index(where[i.row()], i.column()) for i in old])
-        self.layoutChanged.emit()
-
-    def haystack(self, row: int) -> str:
-        """What the filter box searches in this row: name, task, status, precision, note, lower case."""
-        return self._haystacks[row]
-
-    def set_note(self, folder: str, note: str) -> None:
-        """A note saved from the panel: that row's note and filter text now, without waiting for a scan."""
-        for row, run in enumerate(self._runs):
-            if run.get("folder") == folder:
-                run["note"] = note
-                self._rows[row] = row_cells(run)
-                self._haystacks[row] = " ".join(self._rows[row][0][c] for c in FILTERED).lower()
-                self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
-
-    def run(self, row: int) -> dict:
-        return self._runs[row]
-
-    @property
-    def runs(self) -> list[dict]:
-        return list(self._runs)
-
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
-        return None
-
-    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        texts, keys = self._rows[index.row()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return texts[index.column()]
-        if role == SORT_ROLE:
-            return keys[index.column()]
-        if role == RUN_ROLE:
-            return index.row()
-        if role == Qt.ItemDataRole.ToolTipRole:
-            run = self._runs[index.row()]
-            message = run.get("message") or (f"unreadable: {run['unreadable']}" if run.get("unreadable") else "")
-            if index.column() == NOTE_COLUMN and run.get("note"):
-                return str(run["note"])
-            return f"{run.get('folder')}\nid {run.get('id')}" + (f"\n{message}" if message else "")
-        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in (5, 7):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        return None
-
-
-class RunsFilter(QSortFilterProxyModel):
-    """Sorting is the model's (RunsModel.sort); every word of the filter text must appear in name, task, status,
-    precision or note."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setSortRole(SORT_ROLE)
-        self._words: list[str] = []
-
-    def set_text(self, text: str) -> None:
-        self.beginFilterChange()
-        self._words = text.lower().split()
-        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
-
-    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
-        """The model sorts itself (fast); the proxy keeps its order and only filters."""
-        self.sourceModel().sort(column, order)
-
-    def filterAcceptsRow(self, row, parent) -> bool:  # noqa: N802 (Qt override)
-        if not self._words:
-            return True
-        haystack = self.sourceModel().haystack(row)
-        return all(word in haystack for word in self._words)
 
 
 _DATED = re.compile(r"^(\d{8})-(\d{2})(\d{2})(\d{2})-(.+)$")  # core.engine.run_record.new_run_folder's names
@@ -239,8 +132,9 @@ class HistoryPanel(QWidget):
         self._note_folder: str | None = None  # the run whose note is in the editor
         self._note_loaded = ""  # its note as last read or saved: the editor is 'edited' when it differs
         self._syncing = False  # a rescan is replacing the rows: the selection is not the user's
-        self.model = RunsModel(self)
+        self.model = RunsModel(COLUMNS, row_cells, FILTERED, row_tooltip, right_aligned=(5, 7), parent=self)
         self.proxy = RunsFilter(self)
+        self._sized_for: Path | None = None  # the root the columns were last sized for
         self.proxy.setSourceModel(self.model)
         self.watcher = QFileSystemWatcher(self)
         self.watcher.directoryChanged.connect(lambda _path: self._soon.start())
@@ -281,7 +175,9 @@ class HistoryPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # sized from each column's longest text once per root (_size_columns): ResizeToContents measures 1,000
+        # rows at every change, a filter keystroke included
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.selectionModel().selectionChanged.connect(lambda *_a: self._update_buttons())
         self.table.doubleClicked.connect(lambda _i: self.load_settings())
@@ -387,33 +283,35 @@ class HistoryPanel(QWidget):
         self._scan_serial += 1
         serial = self._scan_serial
         self.refreshButton.setEnabled(False)
-        self.jobs.submit(lambda: find_runs(root), lambda runs: self._scanned(runs, serial), self._scan_failed)
+        # the rows' texts are made in the job too: at 10,000 runs that is a stall the GUI thread never sees
+        sort = self.model.sorted_by
+        self.jobs.submit(lambda: prepare(indexed_records(root), row_cells, FILTERED, sort),
+                         lambda prepared: self._scanned(prepared, serial), self._scan_failed)
 
-    def _scanned(self, runs: list[dict], serial: int | None = None) -> None:
+    def _scanned(self, prepared: Prepared, serial: int | None = None) -> None:
         self._scanning = False
+        runs = prepared.runs
         for folder, (note, written_before) in list(self._saved_notes.items()):
             if written_before is not None and serial is not None and serial > written_before:
                 del self._saved_notes[folder]  # this scan started after the note was on disk: it read it
                 continue
-            for run in runs:  # a scan that started before the note was on disk: show the saved note
+            for i, run in enumerate(runs):  # a scan that started before the note was on disk: show the saved note
                 if run.get("folder") == folder:
                     run["note"] = note
+                    prepared.update(i, row_cells, FILTERED)
         # the periodic rescan stays cheap: at most ~5% of one core, however big the folder
         self._auto.setInterval(max(AUTO_REFRESH_MS, int(20_000 * (time.monotonic() - self._scan_started))))
         self.refreshButton.setEnabled(True)
         selected = {r.get("folder") for r in self.selected_runs()}
-
-        def shown(rows):
-            return [(r.get("folder"), r.get("status"), r.get("steps"), r.get("wall_seconds"), r.get("note"))
-                    for r in rows]
-
-        if shown(runs) != shown(self.model.runs):
+        if prepared.fingerprints != self.model.fingerprints:
             self._syncing = True  # the selection comes and goes: not a reason to reload the note editor
             try:
-                self.model.set_runs(runs)
+                self.model.set_runs(prepared)
                 self._select_folders(selected)
             finally:
                 self._syncing = False
+            if runs and self._sized_for != self.root:
+                self._size_columns(prepared.longest)
         self.statusLabel.setText(f"{len(runs)} run(s)" if runs else f"No runs in {self.root} yet")
         self._update_buttons()
         self.scanned.emit(len(runs))
@@ -443,8 +341,24 @@ class HistoryPanel(QWidget):
 
     # ------------------------------------------------------------------ selection
     def _filter(self, text: str) -> None:
-        self.proxy.set_text(text)
+        """Filter the rows as the text is typed (RunsModel.set_filter: one pass over the rows); the selected
+        rows still shown stay selected."""
+        selected = {r.get("folder") for r in self.selected_runs()}
+        self._syncing = True
+        try:
+            self.proxy.set_text(text)
+            self._select_folders(selected)
+        finally:
+            self._syncing = False
         self._update_buttons()
+
+    def _size_columns(self, longest: list[str]) -> None:
+        """Each column as wide as its header or its longest text (the user may resize them after)."""
+        header = self.table.horizontalHeader()
+        metrics = self.table.fontMetrics()
+        for column, text in enumerate(longest):
+            header.resizeSection(column, max(header.sectionSizeHint(column), metrics.horizontalAdvance(text) + 14))
+        self._sized_for = self.root
 
     def visible_names(self) -> list[str]:
         return [self.proxy.index(r, 0).data() for r in range(self.proxy.rowCount())]
@@ -462,10 +376,11 @@ class HistoryPanel(QWidget):
                 self.table.selectionModel().select(self.proxy.index(row, 0), flags)
 
     def _select_folders(self, folders: set) -> None:
-        flags = (self.table.selectionModel().SelectionFlag.Select | self.table.selectionModel().SelectionFlag.Rows)
-        for row in range(self.proxy.rowCount()):
-            if self.model.run(self.proxy.mapToSource(self.proxy.index(row, 0)).row()).get("folder") in folders:
-                self.table.selectionModel().select(self.proxy.index(row, 0), flags)
+        if not folders:
+            return
+        selection = self.proxy.selection_of(self.model.rows_of(folders))
+        model = self.table.selectionModel()
+        model.select(selection, model.SelectionFlag.Select | model.SelectionFlag.Rows)
 
     def _update_buttons(self) -> None:
         if self._syncing:

@@ -51,12 +51,12 @@ def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
         return path
     if path.is_dir():
         return _run_checkpoint(path, best)
-    from core.cli.runs import RunNotFound, resolve
-    from core.engine.run_record import find_runs, runs_root
+    from core.cli.runs import RunNotFound, find_run
+    from core.engine.run_record import runs_root
 
     root = runs_root(runs_dir)
     try:
-        run = resolve(find_runs(root), target, root)
+        run = find_run(root, target)
     except RunNotFound as exc:
         raise ConfigError("checkpoint", f"{target}: no such checkpoint file or run folder, and "
                                         f"{str(exc).removeprefix('runs: ')}") from None

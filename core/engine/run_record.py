@@ -532,43 +532,12 @@ def _json_line(raw: bytes) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _is_folder(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
-
-
-def _newest_first(run: dict) -> str:
-    when = run.get("start_time") or run.get("end_time")
-    return when if isinstance(when, str) else ""
-
-
 def find_runs(root: str | os.PathLike) -> list[dict]:
-    """Every run under `root` (its subfolders, and their subfolders), newest first. Never raises: a run that
-    can't be read is listed as read_run describes it."""
-    root = Path(root)
-    runs = []
-    try:
-        children = sorted(p for p in root.iterdir() if _is_folder(p))
-    except OSError:
-        return []
-    for child in children:
-        run = read_run(child)
-        if run is not None:
-            runs.append(run)
-            continue
-        try:
-            nested = sorted(p.parent for p in child.glob(f"*/{RECORD_FILE}"))
-        except OSError:
-            nested = []
-        for folder in nested:
-            run = read_run(folder)
-            if run is not None:
-                run["name"] = f"{child.name}/{folder.name}"
-                runs.append(run)
-    runs.sort(key=_newest_first, reverse=True)
-    return runs
+    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, through
+    the runs root's index (core.engine.run_index: only changed folders are read again)."""
+    from core.engine.run_index import indexed_runs  # it imports this module
+
+    return indexed_runs(root)
 
 
 # ----------------------------------------------------------------- deleting a run

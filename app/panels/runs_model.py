@@ -1,0 +1,253 @@
+"""The run history's table model: thousands of runs, sorted and filtered without a stall on the GUI thread.
+
+Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (`prepare`, in the
+scan job, with the panel's `cells` function, sorted as the table is); the GUI thread only swaps them in. A
+run is held as its brief record and its bulky parts (config, metrics, checkpoints...) as JSON text
+(core.engine.run_index.indexed_records), parsed only when the run is asked for (`run(row)`): 10,000 full
+records are a million objects that every full garbage collection walks. Sorting is one sorted() over a
+column's keys (a proxy's per-comparison data() calls cost seconds at 10,000 rows) and filtering is one pass
+over the rows' filter texts (only the rows shown, when a key typed narrows it) and a model reset (a
+QSortFilterProxyModel calls Python once per row per keystroke). The view sees the model through RunsFilter,
+an identity proxy that hands sort and filter requests down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from PySide6.QtCore import QAbstractTableModel, QIdentityProxyModel, QItemSelection, QModelIndex, Qt
+
+from core.engine.run_index import full_record
+
+SORT_ROLE = Qt.ItemDataRole.UserRole
+RUN_ROLE = Qt.ItemDataRole.UserRole + 1
+_SEP = "\x1f"  # between a row's texts, kept as one string (an object the garbage collector never walks)
+
+
+def fingerprint(run: dict) -> str:
+    """What a rescan compares to tell whether a run's row changed."""
+    return repr((run.get("folder"), run.get("status"), run.get("steps"), run.get("wall_seconds"), run.get("note")))
+
+
+@dataclass
+class Prepared:
+    """A scan's runs (brief records) and their bulky parts (JSON text, or None when the record is whole), with
+    each row's texts (one string), filter text and fingerprint, the sort keys a column at a time, each
+    column's longest text (to size the columns by) and the sort they are in. Few objects per run: the window
+    collects garbage on the GUI thread, and every new object is walked once."""
+
+    runs: list[dict]
+    bulks: list[str | None]
+    texts: list[str]
+    hay: list[str]
+    fingerprints: list[str]
+    keys: list[list]
+    longest: list[str]
+    sorted: tuple | None = None
+
+    def update(self, i: int, cells: Callable, filtered: tuple[int, ...]) -> None:
+        """Row i again, after its run changed."""
+        texts, keys = cells(self.runs[i])
+        self.texts[i], self.hay[i] = _SEP.join(texts), _haystack(texts, filtered)
+        self.fingerprints[i] = fingerprint(self.runs[i])
+        for column, key in zip(self.keys, keys):
+            column[i] = key
+
+    def order(self, column: int, order) -> list[int]:
+        """Sort everything by a column's keys (stable); returns the old positions in the new order."""
+        new = sorted(range(len(self.runs)), key=self.keys[column].__getitem__,
+                     reverse=order == Qt.SortOrder.DescendingOrder)
+        for name in ("runs", "bulks", "texts", "hay", "fingerprints"):
+            values = getattr(self, name)
+            setattr(self, name, [values[i] for i in new])
+        self.keys = [[keys[i] for i in new] for keys in self.keys]
+        self.sorted = (column, order)
+        return new
+
+
+def prepare(records, cells: Callable, filtered: tuple[int, ...], sort: tuple | None = None) -> Prepared:
+    """The rows of `records` (run_index.indexed_records' (briefs, bulks), or a list of whole run dicts):
+    `cells(run)` gives (texts, sort keys); the filter text is the `filtered` columns' texts, lower case;
+    sorted by `sort` ((column, order)) when given. Runs in the scan job, off the GUI thread; a row's tuples
+    are dropped as soon as they are read."""
+    runs, bulks = records if isinstance(records, tuple) else (list(records), [None] * len(records))
+    texts_, hay, keys_, longest = [], [], [], []
+    for run in runs:
+        texts, keys = cells(run)
+        if not keys_:
+            keys_ = [[] for _ in keys]
+            longest = list(texts)
+        texts_.append(_SEP.join(texts))
+        hay.append(_haystack(texts, filtered))
+        for column, key in zip(keys_, keys):
+            column.append(key)
+        for c, text in enumerate(texts):
+            if len(text) > len(longest[c]):
+                longest[c] = text
+    prepared = Prepared(list(runs), list(bulks), texts_, hay, [fingerprint(r) for r in runs], keys_, longest)
+    if sort is not None and runs:
+        prepared.order(*sort)
+    return prepared
+
+
+def _haystack(texts, filtered: tuple[int, ...]) -> str:
+    return " ".join(texts[c] for c in filtered).lower()
+
+
+class RunsModel(QAbstractTableModel):
+    """The runs as rows: all of them in sort order, and the positions of those the filter shows."""
+
+    def __init__(self, columns: tuple[str, ...], cells: Callable, filtered: tuple[int, ...],
+                 tooltip: Callable[[dict, int], str | None], right_aligned: tuple[int, ...] = (), parent=None):
+        super().__init__(parent)
+        self.columns, self.cells, self.filtered = columns, cells, filtered
+        self._tooltip, self._right = tooltip, right_aligned
+        self._all = prepare([], cells, filtered)  # every run (brief records, see the module doc), in sort order
+        self._shown: list[int] = []  # positions in it of the rows the filter lets through
+        self._words: list[str] = []
+        self._sorted: tuple | None = None  # (column, order) of the last sort, kept across scans
+
+    @property
+    def sorted_by(self) -> tuple | None:
+        """(column, order) the rows are sorted by: a scan job prepares its rows so (see prepare)."""
+        return self._sorted
+
+    @property
+    def fingerprints(self) -> list[str]:
+        return self._all.fingerprints
+
+    def set_runs(self, runs: list[dict] | Prepared) -> None:
+        prepared = runs if isinstance(runs, Prepared) else prepare(runs, self.cells, self.filtered)
+        self.beginResetModel()
+        self._all = prepared
+        if self._sorted is not None and prepared.sorted != self._sorted and prepared.runs:
+            prepared.order(*self._sorted)
+        self._shown = self._matching()
+        self.endResetModel()
+
+    def set_filter(self, text: str) -> None:
+        """Show only the rows whose filter text holds every word of `text` (a reset when that changes them)."""
+        words = text.lower().split()
+        if words == self._words:
+            return
+        # a key typed at the end narrows the filter: only the rows shown now can still match
+        narrower = all(any(old in new for new in words) for old in self._words)
+        self._words = words
+        shown = self._matching(self._shown if narrower else None)
+        if shown != self._shown:
+            self.beginResetModel()
+            self._shown = shown
+            self.endResetModel()
+
+    def _matching(self, among: list[int] | None = None) -> list[int]:
+        """The positions of the rows whose filter text holds every word (of those `among`, when given)."""
+        hay = self._all.hay
+        rows = range(len(hay)) if among is None else among
+        for word in self._words:
+            rows = [i for i in rows if word in hay[i]]
+        return list(rows)
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        """Sort every row by its keys (the filter keeps its rows); selections follow their rows."""
+        if not 0 <= column < len(self.columns):
+            return
+        self._sorted = (column, order)
+        if not self._all.runs:
+            return
+        self.layoutAboutToBeChanged.emit()
+        old = self.persistentIndexList()
+        before = [self._shown[i.row()] for i in old]
+        new = self._all.order(column, order)
+        where = {was: now for now, was in enumerate(new)}
+        self._shown = self._matching()
+        shown_at = {p: r for r, p in enumerate(self._shown)}
+        self.changePersistentIndexList(old, [self.index(shown_at[where[p]], i.column()) for p, i in zip(before, old)])
+        self.layoutChanged.emit()
+
+    def haystack(self, row: int) -> str:
+        """What the filter box searches in this row (lower case)."""
+        return self._all.hay[self._shown[row]]
+
+    def set_note(self, folder: str, note: str) -> None:
+        """A note saved from the panel: that row's note and filter text now, without waiting for a scan."""
+        for p, run in enumerate(self._all.runs):
+            if run.get("folder") != folder:
+                continue
+            run["note"] = note
+            self._all.update(p, self.cells, self.filtered)
+            shown = self._matching()
+            if shown != self._shown:
+                self.beginResetModel()
+                self._shown = shown
+                self.endResetModel()
+            elif p in self._shown:
+                r = self._shown.index(p)
+                self.dataChanged.emit(self.index(r, 0), self.index(r, len(self.columns) - 1))
+
+    def rows_of(self, folders: set) -> list[int]:
+        """The shown rows of the runs in these folders."""
+        runs = self._all.runs
+        return [r for r, p in enumerate(self._shown) if runs[p].get("folder") in folders]
+
+    def run(self, row: int) -> dict:
+        """The whole record of the run in this (shown) row: a new dict each time."""
+        p = self._shown[row]
+        brief, bulk = self._all.runs[p], self._all.bulks[p]
+        return full_record(brief, bulk) if bulk is not None else dict(brief)
+
+    @property
+    def runs(self) -> list[dict]:
+        """Every run, filtered out or not, in the table's order: brief records (their bulky parts None)."""
+        return list(self._all.runs)
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
+        return 0 if parent.isValid() else len(self._shown)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.columns)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return self.columns[section]
+        return None
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        p = self._shown[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._all.texts[p].split(_SEP)[index.column()]
+        if role == SORT_ROLE:
+            return self._all.keys[index.column()][p]
+        if role == RUN_ROLE:
+            return index.row()
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(self._all.runs[p], index.column())
+        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in self._right:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+class RunsFilter(QIdentityProxyModel):
+    """What the table view shows: RunsModel as it is; sorting and the filter text are handed to it."""
+
+    def set_text(self, text: str) -> None:
+        self.sourceModel().set_filter(text)
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        self.sourceModel().sort(column, order)
+
+    def selection_of(self, rows: list[int]) -> QItemSelection:
+        """These rows (the source model's) as one selection of whole rows, consecutive ones as one range."""
+        selection = QItemSelection()
+        last = self.columnCount() - 1
+        start = previous = None
+        for r in [*sorted(rows), None]:
+            if start is not None and (r is None or r != previous + 1):
+                selection.select(self.index(start, 0), self.index(previous, last))
+                start = None
+            if r is not None and start is None:
+                start = r
+            previous = r
+        return selection

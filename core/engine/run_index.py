@@ -1,0 +1,517 @@
+"""The run history's index: `<runs root>/.history.sqlite`, a cache of what read_run returns for each run folder
+(stdlib sqlite3, torch-free). The run folders stay the truth; the index only saves reading them again.
+
+Each row is keyed by the folder's name under the root ("sweep/trial" for a run one level down) and a signature:
+the lstat (inode, size, mtime, mode) of the files read_run reads (SIGNED_FILES: run.json, note.txt,
+metrics.jsonl), and of the folder itself when it has no run.json (read_run then looks for checkpoint.pt; a
+sweep's folder lists its trials). An atomic write renames a new file in (a new inode), an append grows
+metrics.jsonl: a folder whose signature differs is read again, so a warm listing is one listdir, three stats
+per run and one query. A folder changed within RACY_SECONDS of the stat is read again at every listing and
+not written (a second change inside one timestamp tick, same size, would look unchanged; a live run's folder
+so never costs a write), nor is a record read_run calls unreadable (its cause may go without a stat changing).
+A "running" or "interrupted" run is checked against its lock each time it is listed (a run killed with SIGKILL
+changes no file). A record is stored as a brief part (BULKY parts None) and the bulky parts as JSON, so a list
+of runs parses only what it shows (indexed_runs(brief=True), indexed_records).
+
+The index never breaks the history: a missing, corrupt, locked or unwritable index file means a listing
+without it (a locked or read-only one is read as it is on disk, its rows checked like any other), and a
+corrupt one is made anew when the root is writable; the file is made only in a root that holds a run, never
+through a link. Each call opens its own connection and writes what changed in one short transaction (a
+rollback journal: a read makes no file, so the window's watcher on the root sees no event), so two processes
+or threads may list at once. Rows written by another version of this code are dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+
+from core.engine.run_folder import METRICS_FILE, is_in_use
+from core.engine.run_record import NOTE_FILE, RECORD_FILE, read_run
+
+INDEX_FILE = ".history.sqlite"
+SCHEMA = 1
+RACY_SECONDS = 3  # a file changed this recently is read again next time (coarse timestamps: FAT's are 2 s)
+BUSY_SECONDS = 1.0  # how long a write waits for another process's; past it the changes are not saved this time
+SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in a run folder (run.json first)
+# a record's nested parts that a list of runs does not show: stored apart (see indexed_runs' `brief`)
+BULKY = ("config", "versions", "checkpoints", "metrics", "test_metrics", "notes", "resumed_at")
+PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout (~5 ms), a window's thread waits
+_LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
+_reader_version: str | None = None
+# compact, and no check for cycles (a record read from JSON has none): ~15% off building the index
+_ENCODE = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=False).encode
+
+
+def indexed_runs(root: str | os.PathLike, brief: bool = False) -> list[dict]:
+    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, from the
+    index where a folder is unchanged (see the module doc). `brief`: a run from the index has None for the
+    parts a list of runs does not show (BULKY: its config, metrics, checkpoints...), which are most of a
+    record's JSON to parse."""
+    runs, _bulks = _refresh(Path(root), parts="brief" if brief else "full")
+    return runs
+
+
+def indexed_records(root: str | os.PathLike) -> tuple[list[dict], list[str]]:
+    """Every run under `root`, newest first, as two lists: its brief record and its BULKY parts as JSON text.
+    For a list that holds thousands of runs (the window's history): it parses the bulky parts only of the
+    runs it opens (full_record), and keeps far fewer objects for the garbage collector to walk."""
+    return _refresh(Path(root), parts="split")
+
+
+def full_record(brief: dict, bulk: str) -> dict:
+    """The whole record from indexed_records' pair (brief left as it is)."""
+    run = dict(brief)
+    parts = _loads(bulk)
+    if isinstance(parts, dict):
+        run.update(parts)
+    return run
+
+
+def runs_named(root: str | os.PathLike, keys) -> list[dict]:
+    """The runs under `root` that any of `keys` could name: an id equal to it or starting with it, or a name
+    equal to it (core.cli.runs.resolve picks among them). Only the folders that could hold one are checked:
+    those whose indexed record matches, those the index does not know yet and those that hold no run of their
+    own (a sweep's, for its trials); when that finds no run for a key, every folder is checked, as for
+    indexed_runs. Only the matching records are parsed."""
+    keys = [str(k) for k in keys]
+    runs, _bulks = _refresh(Path(root), parts=None, keys=keys, quick=True)
+    matched = [k for k in keys if any(_names(run, [k]) for run in runs)]
+    if len(matched) < len(keys):  # a run whose id changed in its folder since it was indexed, say
+        runs, _bulks = _refresh(Path(root), parts=None, keys=keys)
+    return runs
+
+
+# ---- the scan ------------------------------------------------------------------------------------------------------
+
+def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
+             quick: bool = False) -> tuple[list[dict], list]:
+    """Every run under `root` (only those `keys` may name when given), newest first, and their bulky parts as
+    JSON when `parts` is "split" (the runs then brief; else a list of None); the index brought up to date on
+    the way when it can be. `parts`: what of the stored records to read with the signatures ("full", "brief",
+    "split"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
+    that could hold a match are looked at (see runs_named)."""
+    index = root / INDEX_FILE
+    db, writable = _open(index)
+    try:
+        cached = _Cache(db, parts)
+    except sqlite3.DatabaseError as exc:
+        _close(db)
+        db, cached = None, _Cache(None, None)
+        if writable and not isinstance(exc, sqlite3.OperationalError):  # damaged: the next listing starts anew
+            _remove(index)
+    try:
+        skip = None
+        if quick and db is not None:  # the indexed runs that cannot match: not looked at
+            tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
+            skip = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
+        found, fresh, rows, gone = _scan(root, cached, skip=skip, split=parts == "split")
+        if (rows or gone) and db is None and found and not _exists(index):
+            db, writable = _open(index, create=True)
+        if (rows or gone) and writable:
+            _save(db, rows, gone)
+        runs, bulks, repaired = _select(db, root, found, fresh, cached, keys, parts)
+        if repaired and writable:
+            _save(db, repaired, set())
+        return _newest_first(runs, bulks)
+    finally:
+        _close(db)
+
+
+def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool = False):
+    """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
+    to write and the keys gone. `cached`: the index's rows. `skip`: folders not to look at (nothing is then
+    gone). `split`: a run read afresh is kept brief (see _select)."""
+    scan = _Scan(cached, split)
+    try:
+        with os.scandir(root) as entries:
+            children = sorted(e.name for e in entries if _is_dir(e))
+    except OSError:
+        return scan.found, scan.fresh, scan.rows, set()
+    if skip:
+        children = [name for name in children if name not in skip]
+    base = str(root)
+    for name in children:
+        folder = os.path.join(base, name)
+        nested = scan.visit(name, folder, top=True)
+        for sub in nested:  # a folder that is no run itself, e.g. a sweep's: its subfolders with a run.json
+            scan.visit(f"{name}/{sub}", os.path.join(folder, sub), top=False)
+    return scan.found, scan.fresh, scan.rows, set() if skip else set(cached.sig) - scan.seen
+
+
+class _Scan:
+    def __init__(self, cached: _Cache, split: bool = False):
+        self.cached, self.split = cached, split
+        self.racy = time.time_ns() - RACY_SECONDS * 1_000_000_000
+        self.found: list[str] = []
+        self.fresh: dict[str, dict] = {}
+        self.rows: list[tuple] = []
+        self.seen: set[str] = set()
+
+    def visit(self, key: str, folder: str, top: bool) -> list[str]:
+        """Take in the folder `key`: a run (from the index when its signature matches, else read), or, at the
+        top level, a folder that is none: the subfolders to look into (one level down only those with a
+        run.json count, as they always have)."""
+        sig, trusted, has_record = _signature(folder, self.racy)
+        if not top and not has_record:
+            return []
+        self.seen.add(key)
+        if trusted and self.cached.sig.get(key) == sig:
+            nested = self.cached.nested[key]
+            if nested is None:
+                self.found.append(key)
+                return []
+            names = _loads(nested)
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                return names if top else []
+            # a damaged row: the folder is read below, as a new one
+        # only a row that can be trusted is written: the others are read again anyway (a live run's folder,
+        # which changes at every scan, never costs a write, nor an event to the window's watcher on the root)
+        run = read_run(folder)
+        if run is None:
+            nested = _subfolders(folder) if top else []
+            if trusted:
+                self.rows.append(_row(key, sig, None, nested))
+            return nested
+        if not top:
+            run["name"] = key
+        self.found.append(key)
+        # a record read_run could not read, or built from metrics.jsonl beside a run.json, is read again
+        # next time (what made it so may go without a stat changing)
+        odd = run.get("unreadable") or (has_record and run.get("from_metrics"))
+        stored = _row(key, sig, run, None)
+        if trusted and not odd:
+            self.rows.append(stored)
+        # and its bulky parts as JSON; brief at once when that is all that is kept (at 10,000 runs read afresh,
+        # whole records are millions of objects for the garbage collector to walk meanwhile)
+        self.fresh[key] = (_brief(run) if self.split else run, stored[6])
+        return []
+
+
+def _signature(folder: str, racy_ns: int) -> tuple[str, bool, bool]:
+    """(the folder's signature, whether it can be trusted, whether run.json is there). The folder's own stat
+    is part of it when run.json is not there (read_run then looks for checkpoint.pt; a sweep's folder lists
+    its trials): with one, an atomic write of it is seen by its own inode. Any error but a missing file makes
+    the signature untrusted: the folder is read again next time."""
+    prefix = folder + os.sep
+    parts = []
+    trusted = True
+    for name in SIGNED_FILES:
+        try:
+            info = os.stat(prefix + name, follow_symlinks=False)
+        except FileNotFoundError:
+            parts.append("-")
+            continue
+        except OSError:
+            return "", False, True
+        if info.st_mtime_ns > racy_ns:
+            trusted = False
+        parts.append(f"{info.st_ino}.{info.st_size}.{info.st_mtime_ns}.{info.st_mode}")
+    has_record = parts[0] != "-"
+    if not has_record:
+        try:
+            info = os.stat(folder)  # through a link to it: read_run reads through it too
+        except OSError:
+            return "", False, False
+        if info.st_mtime_ns > racy_ns:
+            trusted = False
+        parts.append(f"d{info.st_ino}.{info.st_mtime_ns}.{info.st_mode}")
+    return "|".join(parts), trusted, has_record
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _subfolders(folder: str) -> list[str]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(e.name for e in entries if _is_dir(e))
+    except OSError:
+        return []
+
+
+def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tuple:
+    if run is None:
+        return key, sig, None, None, _ENCODE(nested or []), None, None
+    ident = run.get("id")
+    # the brief keeps every key in its place (None for the bulky ones), so the full record reads back in order
+    bulk = {k: run[k] for k in BULKY if k in run}
+    return (key, sig, None if ident is None else str(ident), str(run.get("name") or key), None,
+            _ENCODE(_brief(run)), _ENCODE(bulk))
+
+
+def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys: list[str] | None,
+            parts: str | None) -> tuple[list[dict], list, list[tuple]]:
+    """The runs and (parts "split": the runs brief) bulky parts of the runs found (those `keys` may name
+    when given): fresh ones as read, the others parsed from the index, their folder as this root spells it
+    and a live status checked against the lock. Also the rows to write again: a record in the index that
+    does not parse is read from its folder. Lists, not pairs: the fewer objects, the less garbage to walk."""
+    if keys is None:
+        wanted = found
+        stored = {k: (cached.brief[k], cached.bulk[k]) for k in found if k not in fresh}
+    else:
+        stored = _named(db, keys, set(found) - set(fresh)) if db is not None else {}
+        wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k][0], keys))]
+    from_index = [stored[k] for k in wanted if k not in fresh]
+    parsed = iter(_parse(from_index, full=parts in ("full", None)))  # in `wanted`'s order
+    stored_bulks = iter([bulk for _brief, bulk in from_index])
+    del stored, from_index
+    split = parts == "split"
+    base = str(root)
+    runs, bulks, repaired = [], [], []
+    for key in wanted:
+        if key in fresh:
+            run, bulk = fresh[key]
+        else:
+            folder = os.path.join(base, *key.split("/"))
+            run, bulk = next(parsed), next(stored_bulks)
+            if not isinstance(run, dict):  # a row damaged inside a sound file: the folder read instead
+                run = read_run(folder)
+                if run is None:
+                    continue
+                if "/" in key:
+                    run["name"] = key
+                sig = cached.sig.get(key)
+                if sig and not run.get("unreadable"):
+                    repaired.append(_row(key, sig, run, None))
+                if split:
+                    run, bulk = _brief(run), _ENCODE({k: run[k] for k in BULKY if k in run})
+            else:
+                run["folder"] = folder
+                if run.get("status") in _LIVE:
+                    run["status"] = "running" if is_in_use(folder) else "interrupted"
+        runs.append(run)
+        bulks.append(bulk if split else None)
+    return runs, bulks, repaired
+
+
+def _brief(run: dict) -> dict:
+    return {k: None if k in BULKY else v for k, v in run.items()}
+
+
+def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
+    """The stored records (brief, bulk), parsed: all briefs as one JSON array and, when `full`, all bulks as
+    another, merged (much faster than one loads per record); None for a record that does not parse."""
+    briefs = _parse_all([brief for brief, _bulk in stored])
+    if full:
+        bulks = _parse_all([bulk for _brief, bulk in stored])
+        for i, bulk in enumerate(bulks):
+            if isinstance(briefs[i], dict) and isinstance(bulk, dict):
+                briefs[i].update(bulk)
+            else:
+                briefs[i] = None
+    return briefs
+
+
+def _parse_all(texts: list) -> list:
+    out: list = []
+    for i in range(0, len(texts), PARSE_CHUNK):
+        chunk = texts[i:i + PARSE_CHUNK]
+        try:
+            out += json.loads("[" + ",".join(chunk) + "]")
+        except (TypeError, ValueError):
+            out += [_loads(t) for t in chunk]
+    return out
+
+
+def _loads(text):
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _names(run: dict, keys: list[str]) -> bool:
+    ident = str(run.get("id", ""))
+    return any(run.get("name") == k or ident == k or ident.startswith(k) for k in keys)
+
+
+def _newest_first(runs: list[dict], bulks: list) -> tuple[list[dict], list]:
+    """Both lists newest first (by start time, else end time); ties keep the folder order."""
+    def when(run: dict) -> str:  # text only: a record of any type sorts (an unreadable one last)
+        value = run.get("start_time") or run.get("end_time")
+        return value if isinstance(value, str) else ""
+
+    order = sorted(range(len(runs)), key=lambda i: when(runs[i]), reverse=True)
+    return [runs[i] for i in order], [bulks[i] for i in order]
+
+
+# ---- the file ------------------------------------------------------------------------------------------------------
+
+def _exists(index: Path) -> bool:
+    try:
+        os.stat(index, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def _open(index: Path, create: bool = False) -> tuple[sqlite3.Connection | None, bool]:
+    """(a connection to the index, schema checked, whether it may be written); None when there is none to use
+    (missing and not `create`, not a regular file, unreadable). A damaged file is removed (and made anew when
+    `create`); a locked or read-only one is read as it is."""
+    try:
+        info = os.stat(index, follow_symlinks=False)
+    except FileNotFoundError:
+        if not create:
+            return None, False
+    except OSError:
+        return None, False
+    else:
+        if not stat.S_ISREG(info.st_mode):  # a link or a folder in its place: left alone, scanned without
+            return None, False
+    uri = Path(os.path.abspath(index)).as_uri() + ("?mode=rwc" if create else "?mode=rw")
+    db = None
+    try:
+        db = sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
+        _prepare(db)
+        return db, True
+    except sqlite3.OperationalError:
+        _close(db)
+        return _open_read_only(index), False
+    except sqlite3.DatabaseError:
+        _close(db)
+        _remove(index)
+        return _open(index, create=True) if create else (None, False)
+
+
+def _open_read_only(index: Path) -> sqlite3.Connection | None:
+    """The index of a root this user cannot write, or one another process holds locked: read as it is on
+    disk. Its rows are checked against the folders like any other, so a stale one is only read again."""
+    db = None
+    try:
+        db = sqlite3.connect(Path(os.path.abspath(index)).as_uri() + "?mode=ro&immutable=1", uri=True,
+                             isolation_level=None)
+        if _stored_version(db) != _version():
+            db.close()
+            return None
+        return db
+    except sqlite3.DatabaseError:
+        _close(db)
+        return None
+
+
+def _prepare(db: sqlite3.Connection) -> None:
+    """The tables, made anew when the file is new or another version of the code wrote it (what read_run
+    returns may have changed with the code)."""
+    db.execute("PRAGMA synchronous=NORMAL")  # a cache: a commit lost to a power cut is only read again
+    if _stored_version(db) == _version():
+        return
+    with _transaction(db):
+        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        if _stored_version(db) == _version():
+            return  # another process made them meanwhile
+        db.execute("DROP TABLE IF EXISTS runs")
+        db.execute("CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
+                   "brief TEXT, bulk TEXT)")
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
+
+
+def _stored_version(db: sqlite3.Connection) -> str | None:
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'reader'").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    return row[0] if row else None
+
+
+def _version() -> str:
+    """The schema and the code that makes the rows (this module and run_record, by content)."""
+    global _reader_version
+    if _reader_version is None:
+        digest = hashlib.sha1(str(SCHEMA).encode())
+        for module in (__file__, Path(__file__).with_name("run_record.py")):
+            try:
+                digest.update(Path(module).read_bytes())
+            except OSError:
+                digest.update(str(module).encode())
+        _reader_version = digest.hexdigest()[:16]
+    return _reader_version
+
+
+class _Cache:
+    """The index's rows, a dict per column (key -> value): no object per row for the garbage collector."""
+
+    def __init__(self, db, parts: str | None):
+        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "brief")."""
+        self.sig: dict[str, str] = {}
+        self.nested: dict[str, str | None] = {}
+        self.brief: dict[str, str | None] = {}
+        self.bulk: dict[str, str | None] = {}
+        if db is None:
+            return
+        columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", None: "NULL, NULL"}[parts]
+        for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM runs"):
+            self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk
+
+
+def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str, str]]:
+    """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
+    whose name equals one."""
+    out = {}
+    query = ("SELECT key, brief, bulk FROM runs WHERE nested IS NULL AND "
+             "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)")
+    for k in keys:
+        try:
+            rows = db.execute(query, (k,)).fetchall()
+        except sqlite3.DatabaseError:
+            return out
+        out.update((key, (brief, bulk)) for key, brief, bulk in rows if key in candidates)
+    return out
+
+
+def _save(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
+    """Write what changed in one transaction; a locked or read-only index keeps its rows (read again next
+    time)."""
+    try:
+        with _transaction(db):
+            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
+    except sqlite3.DatabaseError:
+        pass
+
+
+class _transaction:
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind, _value, _tb):
+        if kind is None:
+            self.db.execute("COMMIT")
+        else:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.DatabaseError:
+                pass
+        return False
+
+
+def _close(db) -> None:
+    if db is not None:
+        try:
+            db.close()
+        except sqlite3.Error:
+            pass
+
+
+def _remove(index: Path) -> None:
+    """A damaged index and its journal files, so that the next listing makes a new one."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{index}{suffix}")
+        except OSError:
+            pass

@@ -1,0 +1,120 @@
+"""The run history over a big runs root (2,000 runs as the engine writes them, from benchmarks/run_history.py):
+it opens and lists every run, scanning and making the rows off the GUI thread; the filter shows exactly the
+matching runs at each keystroke and keeps the selection of those still shown; sorting and a change on disk
+(read through the runs root's index) show up. How long it stalls the GUI thread is the benchmark's to say."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from core.engine.run_index import INDEX_FILE, indexed_runs
+from core.engine.run_record import write_note
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+RUNS = 2_000
+
+
+@pytest.fixture(scope="module")
+def big_root(tmp_path_factory):
+    from run_history import make_runs
+
+    root = tmp_path_factory.mktemp("history") / "runs"
+    make_runs(root, RUNS)
+    return root
+
+
+def open_panel(qtbot, root: Path, request):
+    from app.panels.history import HistoryPanel
+
+    panel = HistoryPanel(lambda: root)
+    qtbot.addWidget(panel)
+    request.addfinalizer(panel.shutdown)  # a rescan (the timer's) may be under way: waited for
+    panel.resize(1100, 480)
+    panel.show()
+    qtbot.waitUntil(lambda: not panel.busy and panel.model.rowCount() > 0, timeout=120_000)
+    return panel
+
+
+@pytest.mark.timeout(300)
+def test_thousands_of_runs_open_list_filter_and_sort(qtbot, big_root, monkeypatch, request):
+    from app.panels import history
+    from core.engine import run_index
+
+    gui = threading.current_thread()
+    where: set[str] = set()
+    real_read, real_cells = run_index.read_run, history.row_cells
+
+    def read_run(folder):
+        where.add("gui" if threading.current_thread() is gui else "job")
+        return real_read(folder)
+
+    def row_cells(run):
+        where.add("gui" if threading.current_thread() is gui else "job")
+        return real_cells(run)
+
+    monkeypatch.setattr(run_index, "read_run", read_run)
+    monkeypatch.setattr(history, "row_cells", row_cells)
+    panel = open_panel(qtbot, big_root, request)
+    assert where == {"job"}  # the folders read and the rows made off the GUI thread
+    assert panel.proxy.rowCount() == RUNS and panel.statusLabel.text() == f"{RUNS} run(s)"
+    runs = indexed_runs(big_root)
+    assert {r["name"] for r in panel.model.runs} == {r["name"] for r in runs}
+    assert (big_root / INDEX_FILE).is_file()
+    newest = max(runs, key=lambda r: r["start_time"])
+    assert panel.proxy.index(0, 0).data() == newest["name"]  # newest first
+
+    wanted = {r["name"] for r in runs if r["precision"] == "bf16" and r["status"] == "completed"}
+    target = sorted(wanted)[len(wanted) // 2]
+    panel.select_names(target)
+    assert [r["name"] for r in panel.selected_runs()] == [target]
+    assert panel.selected_runs()[0]["config"]["precision"] == "bf16"  # the whole record, config included
+    text = "bf16 completed"
+    for i in range(1, len(text) + 1):  # typed a key at a time
+        panel.filterEdit.setText(text[:i])
+        shown = set(panel.visible_names())
+        assert shown == {r["name"] for r in runs if all(w in panel_haystack(r) for w in text[:i].split())}
+        assert [r["name"] for r in panel.selected_runs()] == [target]
+    assert set(panel.visible_names()) == wanted and panel.loadButton.isEnabled()
+    panel.filterEdit.setText("bf16 completed no-such-run")
+    assert panel.visible_names() == [] and panel.selected_runs() == []
+    panel.filterEdit.clear()
+    assert panel.proxy.rowCount() == RUNS
+
+    panel.table.sortByColumn(5, Qt.SortOrder.AscendingOrder)  # steps
+    steps = [panel.model.run(r)["steps"] for r in range(0, RUNS, 97)]
+    assert steps == sorted(steps)
+    panel.filterEdit.setText("failed")
+    assert panel.proxy.rowCount() == sum(r["status"] == "failed" for r in runs)
+    steps = [panel.model.run(r)["steps"] for r in range(panel.proxy.rowCount())]
+    assert steps == sorted(steps)  # filtered rows keep the sort
+
+
+def panel_haystack(run: dict) -> str:
+    from app.panels.history import FILTERED, row_cells
+
+    texts, _keys = row_cells(run)
+    return " ".join(texts[c] for c in FILTERED).lower()
+
+
+@pytest.mark.timeout(300)
+def test_a_change_on_disk_shows_after_a_rescan_through_the_index(qtbot, tmp_path, request):
+    from run_history import make_runs
+
+    root = tmp_path / "runs"
+    make_runs(root, 300)
+    panel = open_panel(qtbot, root, request)
+    assert panel.proxy.rowCount() == 300
+    name = panel.visible_names()[10]
+    folder = next(r["folder"] for r in panel.model.runs if r["name"] == name)
+    write_note(folder, "the one with the odd loss curve")
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    with qtbot.waitSignal(panel.scanned, timeout=60_000):
+        panel.refresh()
+    panel.filterEdit.setText("odd loss")
+    assert panel.visible_names() == [name]
