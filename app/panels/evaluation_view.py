@@ -221,7 +221,7 @@ class EvaluationView(QWidget):
             self._holders.append(holder)
         self._report, self.done = report, False
         chain = self._chain
-        QTimer.singleShot(TURN_MS, lambda: self._draw_next(chain))
+        QTimer.singleShot(TURN_MS, self, lambda: self._draw_next(chain))  # dropped with the view
 
     def _draw_next(self, chain: int) -> None:
         """One section of the report show_report was given, then the next on the next turn of the event loop."""
@@ -246,7 +246,7 @@ class EvaluationView(QWidget):
             self._holders[index] = None
             holder.hide()
             holder.deleteLater()
-        QTimer.singleShot(TURN_MS, lambda: self._draw_next(chain))
+        QTimer.singleShot(TURN_MS, self, lambda: self._draw_next(chain))  # dropped with the view
 
     def _finish(self) -> None:
         left = [holder for holder in self._holders if holder is not None]
