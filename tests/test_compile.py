@@ -31,7 +31,7 @@ TINY = {"device": "cpu", "precision": "fp32", "log_interval": 4, "task_options":
 
 
 def run(tmp_path, name, recorder=None, resume=None, **overrides) -> tuple[Trainer, object]:
-    cfg = RunConfig.for_task("tiny", **{**TINY, "out_dir": str(tmp_path / name), **overrides})
+    cfg = RunConfig.for_task("tiny", **{**TINY, "min_steps": 0, "out_dir": str(tmp_path / name), **overrides})
     trainer = Trainer(cfg, sink=recorder, resume_from=resume)
     return trainer, trainer.run()
 

@@ -162,17 +162,26 @@ class StopSignals:
 
 @contextlib.contextmanager
 def stop_signals_held():
-    """Stop signals that arrive inside the block wait until it ends (POSIX; elsewhere they do not wait): a step
-    that must not be cut in two, like renaming a finished file into place and saying so."""
-    mask = getattr(signal, "pthread_sigmask", None)
-    if mask is None:
+    """Stop signals that arrive inside the block wait until it ends: a step that must not be cut in two, like
+    renaming a finished file into place and saying so. The Python handlers are swapped for a recorder (Python
+    runs every handler on the main thread, whichever thread the kernel gave the signal to; a thread's signal
+    mask would hold it only for that thread), and what was recorded is raised again at the end."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = mask(signal.SIG_BLOCK, STOP_SIGNALS)
+    caught: list[int] = []
+    previous = {}
+    for number in STOP_SIGNALS:
+        previous[number] = signal.signal(number, lambda received, _frame: caught.append(received))
     try:
         yield
     finally:
-        mask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        for number in caught:
+            signal.raise_signal(number)
 
 
 class SafeStream:
