@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -125,3 +126,32 @@ def tiny_config(tmp_path):
 
     return make
 
+
+
+WATCHDOG_GRACE_S = 60  # after pytest-timeout's own limit
+
+
+def item_timeout(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+        if value is not None:
+            return float(value)
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The last resort behind pytest-timeout. Its thread method needs the GIL to fire, so a process deadlocked
+    with the GIL held (a thread holding it waits for a lock that another thread holds while it waits for the
+    GIL) would never end and CI would stall for hours. faulthandler's watchdog is a C thread: past the limit
+    plus a grace it prints every thread's stack and ends the process (xdist names the test, starts a new
+    worker, and the suite goes on, red)."""
+    limit = item_timeout(item)
+    if limit > 0:
+        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        if limit > 0:
+            faulthandler.cancel_dump_traceback_later()

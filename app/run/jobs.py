@@ -210,4 +210,5 @@ class GuiThreadGarbageCollector(QObject):
         self._timer.stop()
         GuiThreadGarbageCollector._active -= 1
         if GuiThreadGarbageCollector._active == 0 and GuiThreadGarbageCollector._was_enabled:
+            gc.collect()  # here, on the GUI thread: the garbage made meanwhile must not wait for a worker's turn
             gc.enable()

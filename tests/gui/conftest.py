@@ -27,6 +27,22 @@ def isolated_settings(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def garbage_collected_on_the_gui_thread(request, qapp):
+    """Every GUI test runs under the window's garbage policy (app.run.jobs.GuiThreadGarbageCollector), not
+    only those that open a MainWindow: a dialog or panel tested alone runs its jobs on worker threads too, and
+    an automatic collection there that finalizes an earlier test's Qt objects deadlocks the process (the
+    worker holds a Qt mutex and waits for the GIL the GUI thread holds while it waits for that mutex)."""
+    if request.node.get_closest_marker("own_gc_policy"):
+        yield
+        return
+    from app.run.jobs import GuiThreadGarbageCollector
+
+    collector = GuiThreadGarbageCollector(qapp, interval_ms=250)
+    yield
+    collector.stop()  # collects on this thread, then automatic collection is back for the engine tests
+
+
+@pytest.fixture(autouse=True)
 def no_leaked_qthreads(monkeypatch):
     """Fail any test that leaves a QThread running (after pytest-qt has closed its widgets)."""
     started: list[weakref.ref] = []
