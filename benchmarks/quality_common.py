@@ -20,12 +20,14 @@ def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overr
     `checkpoint`: "last" = the run's own end-of-run test metrics (its final weights); "best" = the test metrics
     of its best-on-validation checkpoint (the task's primary metric, kept by default: keep_best 1), found and
     measured as `amp-console evaluate RUN --best` does - the fair match for a baseline that early-stops on the
-    same validation split. The seconds are training's either way."""
+    same validation split; "both" = the last weights' test metrics with the run summary's `best` (the best
+    checkpoint's test metrics, core.engine.small_validation), `best_step`, `last_step` and `advice` (which to use).
+    The seconds are training's either way."""
     from core.config import RunConfig
     from core.engine.trainer import train
 
-    if checkpoint not in ("last", "best"):
-        raise ValueError(f"checkpoint: {checkpoint!r} is not last or best")
+    if checkpoint not in ("last", "best", "both"):
+        raise ValueError(f"checkpoint: {checkpoint!r} is not last, best or both")
     with tempfile.TemporaryDirectory(prefix=f"quality-{task}-") as folder:
         config = RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32", seed=seed,
                                     threads=threads, out_dir=folder, **overrides)
@@ -34,6 +36,10 @@ def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overr
             raise RuntimeError(f"engine run {ended.status}: {ended.message}")
         if checkpoint == "last":
             return ended.test_metrics, ended.elapsed_seconds
+        if checkpoint == "both":
+            best = ended.best_test_metrics if ended.best_step is not None else ended.test_metrics  # no best kept
+            return {**ended.test_metrics, "best": dict(best), "best_step": ended.best_step, "last_step": ended.step,
+                    "advice": ended.checkpoint_advice}, ended.elapsed_seconds
         from core.cli.evaluate import find_checkpoint
         from core.lab.evaluate import evaluate_checkpoint
 

@@ -5,11 +5,13 @@ varying size), split 80/10/10 by query exactly as `amp-console train --task rank
 load_data, same seed). The engine trains through its public API (core.engine.trainer.train with a RunConfig,
 the task's defaults); LGBMRanker(objective="lambdarank") trains on the same training queries with early
 stopping on the same validation queries. Each side is chosen on the validation queries alike: LightGBM keeps
-its best iteration, the engine its best-on-validation checkpoint (best.pt, kept by default), measured on the
-test queries as `amp-console evaluate RUN --best` measures it (--last: the run's final weights instead, its
-own end-of-run test metrics). Both are scored on the same test queries by the task's own
-evaluation code (the booster is wrapped as a model), so NDCG@10 is computed identically. Prints mean +-
-standard error of each, and the paired difference (engine - LightGBM) with its standard error and wins.
+its best iteration, the engine its best-on-validation checkpoint (best.pt, kept by default; --last: the run's
+final weights instead). Both are scored on the same test queries by the task's own evaluation code (the booster
+is wrapped as a model), so NDCG@10 is computed identically. Prints mean +- standard error of each, and the paired
+difference (engine - LightGBM) with its standard error and wins. The engine's run reports the test metrics of
+both its best checkpoint and its last weights (its summary, core.engine.small_validation): both are printed, with
+their paired difference and the weights the run's summary advised (the last ones when the validation queries
+are too few to choose by: fewer than 50).
 
     python benchmarks/quality_ranking.py [--seeds 5] [--quick] [--threads 1] [--last] [-o key=value ...]
 
@@ -97,12 +99,11 @@ def test_ceiling(task, options: dict, seed: int) -> float:
     return task._report(test["relevance"], test)[METRIC]
 
 
-def engine_metrics(options: dict, seed: int, threads: int, overrides: dict,
-                   checkpoint: str = "best") -> tuple[dict[str, float], float]:
+def engine_metrics(options: dict, seed: int, threads: int, overrides: dict) -> tuple[dict, float]:
     """Test metrics of the engine trained as `amp-console train --task ranking` would (the task's defaults,
-    then `overrides`): of its best-on-validation checkpoint ("best", as `evaluate --best`) or of its final
-    weights ("last"); and its training seconds."""
-    return engine_test_metrics("ranking", options, seed, threads, overrides, checkpoint)
+    then `overrides`): its final weights' with its best-on-validation checkpoint's under "best", the steps and
+    the run's advice (see engine_test_metrics' "both"); and its training seconds."""
+    return engine_test_metrics("ranking", options, seed, threads, overrides, "both")
 
 
 def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dict | None = None,
@@ -121,8 +122,11 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
         data = task.load_data("", seed)  # the very split the engine's run makes (same options, same seed)
         lgb, trees = lightgbm_metrics(task, data, seed, threads)
         lgb_seconds = time.perf_counter() - started
-        eng, eng_seconds = engine_metrics(options, seed, threads, overrides, checkpoint)
-        row = {"seed": seed, "engine": eng[METRIC], "lightgbm": lgb[METRIC],
+        eng, eng_seconds = engine_metrics(options, seed, threads, overrides)
+        best, last = eng["best"][METRIC], eng[METRIC]
+        row = {"seed": seed, "engine": best if checkpoint == "best" else last, "engine_best": best,
+               "engine_last": last, "advised": "last" if eng["advice"].startswith("use the last") else "best",
+               "lightgbm": lgb[METRIC],
                "ceiling": test_ceiling(task, options, seed),
                "random": data.baseline[METRIC], "trees": trees, "best_step": eng.get("best_step"),
                "last_step": eng.get("last_step"),
@@ -130,7 +134,8 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
                "lightgbm_s": round(lgb_seconds, 1)}
         rows.append(row)
         if verbose:
-            print(f"seed {seed}: engine {row['engine']:.4f}  lightgbm {row['lightgbm']:.4f}  "
+            print(f"seed {seed}: engine {row['engine']:.4f} (best {best:.4f}, last {last:.4f}, advised "
+                  f"{row['advised']})  lightgbm {row['lightgbm']:.4f}  "
                   f"diff {row['engine'] - row['lightgbm']:+.4f}  (ceiling {row['ceiling']:.4f}, random "
                   f"{row['random']:.4f}; {trees} trees, {_epoch(row)}; {eng_seconds:.0f} s / {lgb_seconds:.0f} s)",
                   flush=True)
@@ -138,8 +143,11 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
     summary = {"task": "ranking", "metric": METRIC, "baseline": "LightGBM LGBMRanker(lambdarank)",
                "engine_checkpoint": checkpoint, "seeds": seeds, "data": options, "engine_overrides": overrides,
                "rows": rows}
-    for key in ("engine", "lightgbm", "ceiling"):
+    for key in ("engine", "engine_best", "engine_last", "lightgbm", "ceiling"):
         summary[key], summary[f"{key}_se"] = mean_se([r[key] for r in rows])
+    summary["best_minus_last"], summary["best_minus_last_se"] = mean_se([r["engine_best"] - r["engine_last"]
+                                                                         for r in rows])
+    summary["advised_last"] = sum(r["advised"] == "last" for r in rows)
     summary["diff"], summary["diff_se"] = mean_se(diffs)
     summary["wins"] = int(sum(d > 0 for d in diffs))
     summary["beats_baseline"] = bool(summary["diff"] > 2 * summary["diff_se"] and summary["diff"] > 0)
@@ -153,7 +161,11 @@ def _epoch(row: dict) -> str:
 def report(summary: dict) -> str:
     s = summary
     return (f"ranking {s['metric']} over {s['seeds']} seeds (mean +- s.e.):\n"
-            f"  engine    {s['engine']:.4f} +- {s['engine_se']:.4f}\n"
+            f"  engine    {s['engine']:.4f} +- {s['engine_se']:.4f}  ({s['engine_checkpoint']} weights)\n"
+            f"    best    {s['engine_best']:.4f} +- {s['engine_best_se']:.4f}  (best-on-validation checkpoint)\n"
+            f"    last    {s['engine_last']:.4f} +- {s['engine_last_se']:.4f}  (final weights); best - last "
+            f"{s['best_minus_last']:+.4f} +- {s['best_minus_last_se']:.4f}, the run advised the last weights in "
+            f"{s['advised_last']} of {s['seeds']}\n"
             f"  lightgbm  {s['lightgbm']:.4f} +- {s['lightgbm_se']:.4f}\n"
             f"  ceiling   {s['ceiling']:.4f} +- {s['ceiling_se']:.4f}\n"
             f"  paired difference (engine - lightgbm) {s['diff']:+.4f} +- {s['diff_se']:.4f}, engine wins "

@@ -80,5 +80,10 @@ class LogPanel(QPlainTextEdit):
         elif isinstance(event, RunEnded):
             level = "error" if event.status == "failed" else "info"
             self.log(f"Run {event.status}: {event.message}", level)
+            if event.best_test_metrics and event.best_step != event.step:  # the last weights' test line came before
+                self.log(f"test of the best checkpoint (step {event.best_step:,}): "
+                         f"{_metrics_text(event.best_test_metrics)}")
+            if event.checkpoint_advice:
+                self.log(event.checkpoint_advice, "note")
             if event.details:
                 self.log(event.details.rstrip(), level)

@@ -107,6 +107,9 @@ class RunEnded:
     elapsed_seconds: float = 0.0
     skipped_steps: int = 0
     test_metrics: dict = field(default_factory=dict)  # held-out test split, evaluated once at completion
+    best_test_metrics: dict = field(default_factory=dict)  # the best checkpoint's, beside the last weights' above
+    best_step: int | None = None  # the best checkpoint's step, when the summary compares it with the last weights
+    checkpoint_advice: str = ""  # which of the two to use, and why (core.engine.small_validation)
     details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
 
 

@@ -337,6 +337,7 @@ def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | Non
 
 
 def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded:
+    best = getattr(trainer, "best_and_last", None)  # core.engine.small_validation.BestAndLast
     if status == "completed" and trainer.step >= getattr(trainer, "total_steps", float("inf")):  # its planned length
         note = barely_trained(trainer.step, trainer.last_metrics, trainer.data.baseline, trainer.task.primary_metric)
         message = f"{message}; {note}" if note else message
@@ -346,4 +347,6 @@ def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded
         samples_per_second=trainer.clock.samples_per_second,
         elapsed_seconds=time.perf_counter() - trainer.clock.started, skipped_steps=trainer.skipped_steps,
         test_metrics=dict(trainer.test_metrics), details=details,
+        best_test_metrics=dict(best.metrics) if best else {}, best_step=best.step if best else None,
+        checkpoint_advice=best.advice if best else "",
     )

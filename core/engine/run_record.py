@@ -269,6 +269,9 @@ class RunRecord:
             samples_per_second=event.samples_per_second, test_metrics=dict(event.test_metrics or {}))
         if event.final_loss is not None:
             self.data["final_loss"] = event.final_loss
+        if event.checkpoint_advice and self.data.get("best"):  # its test metrics beside test_metrics (the last's)
+            self.data["best"].update(test_metrics=dict(event.best_test_metrics), test_step=event.best_step,
+                                     advice=event.checkpoint_advice)
         if event.metrics:
             self.data["metrics"] = dict(event.metrics)
         if event.checkpoint:

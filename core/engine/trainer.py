@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import struct
 import time
 import traceback
 from pathlib import Path
@@ -22,7 +23,7 @@ from core.config import RunConfig
 from core.data.batching import EpochBatches, place_split, split_length
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
-from core.engine import compiling, run_state
+from core.engine import compiling, run_state, small_validation
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
@@ -201,6 +202,7 @@ class Trainer:
             if status == "completed" and self.test is not None:
                 self.test_metrics = self.evaluate("test")
             self.save_checkpoint()
+            self.best_and_last = small_validation.best_and_last(self, status)  # the best weights on test too
         except RunFailed as exc:
             return self._end("failed", str(exc))
         except OSError as exc:  # a file of the run could not be written: one line naming it and the cause
@@ -426,21 +428,21 @@ class Trainer:
     def evaluate(self, split: str = "val") -> dict:
         """Metrics on the validation (or test) split, computed by every rank together (see
         core.engine.evaluation); rank 0 reports them."""
-        if split == "val":
-            self._last_eval_step = self.step
         metrics = evaluate_split(self.task, self.raw_model, self.val if split == "val" else self.test,
                                  self.cfg.batch_size, self.dist, self.plan.autocast)
         if split == "val":
-            self.last_metrics = metrics
+            self._last_eval_step, self.last_metrics = self.step, metrics
         self._emit(EvalMetrics(step=self.step, epoch=self.display_epoch(), split=split, metrics=metrics))
         if split == "val" and self.tracker is not None:
             self._track(metrics)
         return metrics
 
     def _make_tracker(self) -> BestTracker | None:
-        """The tracker of the monitored metric (see early_stopping.tracker_for); a metric the user named is
-        checked against what a few validation rows report, evaluated here (this process alone, no collective)."""
-        return tracker_for(self.cfg, self.task.primary_metric, self._metric_names)
+        """The tracker of the monitored metric (see early_stopping.tracker_for; a metric the user named is checked on
+        a few validation rows, evaluated here alone), noting a validation split too small to choose by."""
+        tracker = tracker_for(self.cfg, self.task.primary_metric, self._metric_names)
+        self.notes.extend(small_validation.start_notes(self.task, self.data, tracker) if self.dist.is_main else [])
+        return tracker
 
     def _metric_names(self) -> list[str]:
         val = self.data.val
@@ -454,8 +456,6 @@ class Trainer:
         """Count a validation evaluation: save the best checkpoints it earns, and decide on early stopping.
         Under DDP every rank takes rank 0's value (the metrics are all-reduced already; this also covers tasks
         that evaluate on each rank alone), so the ranks save and stop alike."""
-        import struct
-
         tracker = self.tracker
         value = metrics.get(tracker.metric)
         value = float("nan") if not isinstance(value, (int, float)) else float(value)

@@ -67,6 +67,9 @@ class Task(ABC):
     # Extra unit counted in throughput, e.g. "tokens" for sequence models: key of the batch tensor whose
     # non-padding entries are counted. None = samples only.
     tokens_key: ClassVar[str | None] = None
+    # What a validation metric averages over (rows, queries, users): core.engine.small_validation counts them
+    # with validation_units to tell whether the split is large enough to choose the best checkpoint by.
+    validation_unit: ClassVar[str] = "rows"
 
     def __init__(self, options: dict | None = None):
         from core.errors import ConfigError
@@ -141,6 +144,10 @@ class Task(ABC):
         the values to chart [{name, label, curve: the curves' series of the same colour}]}. Called like
         evaluate (no_grad, autocast, eval mode) on one process; {} when the task has no report."""
         return {}
+
+    def validation_units(self, split: dict[str, torch.Tensor]) -> int:
+        """How many `validation_unit`s the metrics of `split` average over: its rows, unless the task says."""
+        return split_length(split)
 
     @classmethod
     def shares_evaluation(cls) -> bool:

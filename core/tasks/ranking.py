@@ -508,6 +508,7 @@ class RankingTask(Task):
     # 10-13: 200 validation queries pick an epoch by noise once training plateaus).
     defaults = {"lr": 3e-3, "batch_size": 16, "epochs": 5, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "ndcg@10"
+    validation_unit = "queries"
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
@@ -548,6 +549,14 @@ class RankingTask(Task):
             train.pop("qid")  # training needs only the lists
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
                         notes=notes)
+
+    def validation_units(self, split: dict[str, torch.Tensor]) -> int:
+        """The queries with a relevant candidate: those the metrics average over (a query spread over several
+        lists counted once)."""
+        relevant = (split["label"] > 0).any(dim=1)
+        if "qid" in split:
+            return int(torch.unique(split["qid"][relevant]).numel())
+        return int(relevant.sum())
 
     @staticmethod
     def _report(scores: torch.Tensor, split: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -268,6 +268,7 @@ class RecommenderTask(Task):
     defaults = {"lr": 3e-3, "batch_size": 128, "epochs": 6, "optimizer": "adamw", "weight_decay": 0.0}
     primary_metric = "ndcg@10_full_filtered"
     tokens_key = "seq"
+    validation_unit = "users"  # one evaluation row per user
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts

@@ -1,0 +1,143 @@
+"""Whether the validation split is large enough to choose the best checkpoint by, and the best and the last
+weights compared on the test split at the end of a run.
+
+The monitored metric is a mean over the validation split's units (rows, queries, users: what the task's
+`validation_unit` names), so its standard error is about sigma / sqrt(n) for a per-unit spread sigma. Choosing
+the best of many evaluations is only worth it when that error is below what the checkpoints of a late run
+differ by, a few points: with TARGET_SE = 0.5 / sqrt(200) ~ 0.035,
+
+- rows (accuracy, AUC): a 0/1 outcome per row has sigma <= 0.5 (the largest spread of a value in [0, 1]),
+  so 200 rows;
+- users (a recommender's HR@k / NDCG@k of one held-out item each): 0 or a value in [0.29, 1] per user, sigma
+  up to 0.5, so 200 users;
+- queries (NDCG@k of a graded list): sigma ~ 0.25 per query (MSLR-style data; 0.1 to 0.2 on the synthetic
+  ranking data), so 50 queries.
+
+Below that the "best" checkpoint is largely the luckiest evaluation: with 25 validation queries it was on
+average worse on test than the last weights. The run says so as it starts (a RunStarted note), and its summary
+gives the test metrics of both with the weights to use. The advice never follows the test figures: choosing by
+the test split would make its figure optimistic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from core.engine import checkpoints as ckpt
+from core.engine.distributed import broadcast_ints
+from core.engine.evaluation import evaluate_split
+from core.errors import CheckpointError
+
+TARGET_SE = 0.5 / math.sqrt(200)
+SPREAD = {"rows": 0.5, "users": 0.5, "queries": 0.25}  # per-unit standard deviation of the metric (see above)
+
+
+def units_needed(unit: str) -> int:
+    """Validation units for the metric's standard error to be at most TARGET_SE: 200 rows or users, 50 queries."""
+    return round((SPREAD.get(unit, 0.5) / TARGET_SE) ** 2)
+
+
+@dataclass(frozen=True)
+class ValidationSize:
+    count: int
+    unit: str  # rows | queries | users
+
+    @property
+    def needed(self) -> int:
+        return units_needed(self.unit)
+
+    @property
+    def too_small(self) -> bool:
+        return self.count < self.needed
+
+    def describe(self) -> str:
+        return f"{self.count:,} validation {self.unit}"
+
+
+def validation_size(task, val: dict[str, torch.Tensor]) -> ValidationSize:
+    return ValidationSize(int(task.validation_units(val)), task.validation_unit)
+
+
+def start_notes(task, data, tracker) -> list[str]:
+    """The note a run starts with when its validation split is too small to choose the best checkpoint (or when
+    to stop early) by the monitored metric; [] otherwise, and when neither is chosen by it."""
+    chosen = [what for what, on in (("the best checkpoint", tracker and tracker.keep > 0),
+                                    ("when to stop early", tracker and tracker.patience > 0)) if on]
+    size = validation_size(task, data.val)
+    if not chosen or not size.too_small:
+        return []
+    se = SPREAD.get(size.unit, 0.5) / math.sqrt(max(size.count, 1))
+    then = ("the summary compares the best and the last weights on the test split" if data.test
+            else "prefer the last weights (checkpoint.pt), or give a larger validation split")
+    note = (f"{size.describe()} are too few to choose {' and '.join(chosen)} by val {tracker.metric}: its "
+            f"standard error there is about {se:.2g}, as much as checkpoints differ by ({size.needed:,} or more "
+            f"keep it under {TARGET_SE:.2g}), so the choice may follow noise rather than quality; {then}")
+    return [note]
+
+
+@dataclass(frozen=True)
+class BestAndLast:
+    """The best checkpoint's step and test metrics ({} without a test split or when it could not be read), and
+    which weights to use."""
+
+    step: int | None
+    metrics: dict
+    advice: str
+
+
+def best_and_last(trainer, status: str) -> BestAndLast | None:
+    """At the end of a completed run with a best checkpoint: its test metrics beside the last weights' (already
+    in trainer.test_metrics) and the advice. The best weights are loaded into the model for the evaluation (rank
+    0 reads the file, the other ranks get them by broadcast) and the last ones put back. None when there is
+    nothing to compare (no best checkpoint, a run that did not complete, no test split and a validation split
+    large enough)."""
+    tracker = trainer.tracker
+    if status != "completed" or tracker is None or not tracker.ranked:
+        return None
+    best = tracker.ranked[0]
+    size = validation_size(trainer.task, trainer.data.val)
+    if trainer.test is None and not size.too_small:
+        return None  # nothing to report beside the best checkpoint itself
+    if best["step"] == trainer.step:
+        return BestAndLast(best["step"], dict(trainer.test_metrics), f"the best checkpoint ({best['file']}) is "
+                                                                    f"the last weights (step {trainer.step:,})")
+    metrics = _test_best(trainer, trainer.out_dir / best["file"]) if trainer.test is not None else {}
+    chosen = f"{best['file']}, step {best['step']:,}, val {tracker.metric} {best['value']:.4g}"
+    if size.too_small:
+        advice = (f"use the last weights (checkpoint.pt, step {trainer.step:,}): {size.describe()} are too few to "
+                  f"choose a checkpoint by {tracker.metric} ({size.needed:,} or more), so the best one ({chosen}) "
+                  f"may be the luckiest evaluation rather than the best model")
+    else:
+        advice = f"use the best checkpoint ({chosen}): chosen on {size.describe()}"
+    if trainer.test is not None and not metrics:
+        advice += f"; {best['file']} could not be read for its test metrics"
+    return BestAndLast(best["step"], metrics, advice)
+
+
+def _test_best(trainer, path) -> dict:
+    """The test metrics of the weights in `path`, computed by every rank together; {} when rank 0 cannot read
+    the file (every rank learns it, so none waits in a collective alone)."""
+    model, dist = trainer.raw_model, trainer.dist
+    last = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
+    loaded = 1
+    if dist.is_main:
+        try:
+            ckpt.load_model_state(model, ckpt.load_checkpoint(path)["model"], str(path))
+        except (CheckpointError, OSError):
+            loaded = 0
+    if dist.enabled:
+        loaded = broadcast_ints([loaded], dist, trainer.device)[0]
+        if loaded:
+            import torch.distributed
+
+            for tensor in model.state_dict().values():
+                torch.distributed.broadcast(tensor, src=0)
+    try:
+        if not loaded:
+            return {}
+        return evaluate_split(trainer.task, model, trainer.test, trainer.cfg.batch_size, dist, trainer.plan.autocast)
+    finally:
+        model.load_state_dict(last)
