@@ -138,3 +138,25 @@ def test_an_unreadable_best_checkpoint_leaves_the_last_weights_and_says_so(tmp_p
     last = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["model"]  # this module's name: not the patched one
     for name, tensor in trainer.raw_model.state_dict().items():
         assert torch.equal(tensor, last[name]), name
+
+
+def _ddp_ranking_run(rank: int, out: str) -> dict:
+    from core.engine.distributed import DistContext
+
+    trainer = Trainer(ranking(out, queries=200), dist_ctx=DistContext.from_env())
+    ended = trainer.run()
+    return {"status": ended.status, "best_step": ended.best_step, "best": ended.best_test_metrics,
+            "last": ended.test_metrics, "advice": ended.checkpoint_advice}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_under_ddp_every_rank_evaluates_the_best_weights_rank_0_read(tmp_path):
+    from tests.test_distributed import run_ranks
+
+    zero, one = run_ranks(_ddp_ranking_run, str(tmp_path / "ddp"))
+    assert zero["status"] == one["status"] == "completed"
+    assert zero["best_step"] is not None and zero["advice"].startswith("use the last weights")
+    best = evaluate_checkpoint(tmp_path / "ddp" / "best.pt", split="test")
+    assert best.step == zero["best_step"] and zero["best"] == pytest.approx(best.metrics, rel=1e-5)
+    assert zero["best"] != zero["last"]  # the best weights were evaluated, not the last ones again
