@@ -462,9 +462,16 @@ class MainWindow(QMainWindow):
         self.set_settings_name(Path(str(config.get("out_dir") or "")).name)
 
     def _log_evaluation(self, result: dict) -> None:
+        """The history evaluated a checkpoint (its report saved in its run folder): logged, and the Model
+        preview's Evaluation tab reads the report again when it shows that run."""
+        from core.lab.evaluation_report import report_folder
+
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
         self.logPanel.log(f"Evaluated {result['checkpoint']} (step {result['step']:,}) on the {result['split']} "
                           f"split: {metrics}")
+        tab = self.previewDialog.evaluation if self.previewDialog is not None else None
+        if tab is not None and tab.folder == report_folder(result["checkpoint"]) and not tab.job.running:
+            tab.set_checkpoint(tab.checkpoint, tab.device)
 
     def _resume_from_history(self, checkpoint: str) -> None:
         if self.controller.running or self.jobs.busy:
