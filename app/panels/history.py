@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QPushButton, QSizePolicy, QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget,
 )
 
-from app.panels.run_compare import RunCompare
+from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
 from app.run.jobs import JobRunner
@@ -523,8 +523,7 @@ class HistoryPanel(QWidget):
             self.compareView.show()
             window = self.window()
             if window is not self and window.height() < 760:  # room for the table and the comparison
-                screen = window.screen().availableGeometry() if window.screen() else None
-                window.resize(window.width(), min(760, screen.height()) if screen else 760)
+                grow_on_screen(window, 760)
             total = max(self.splitter.height(), 400)
             self.splitter.setSizes([total * 9 // 20, total * 11 // 20])
 
