@@ -34,6 +34,14 @@ STOPPING_TO_CLOSE = "Stopping the run before closing: finishing the current step
 CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process run has been killed by then)
 
 
+class MarginSplitter(QSplitter):
+    """A splitter whose minimum size counts its contents margins (QSplitter's leaves them out: at the window's
+    minimum size the margins around the plots took their room and cut the right column)."""
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt override)
+        return super().minimumSizeHint().grownBy(self.contentsMargins())
+
+
 class MainWindow(QMainWindow):
     """AMP Console's window. `devices` injects a device list (tests); `settings` a QSettings store;
     `prestart_runs`: keep a training process loaded ahead of time so separate-process runs start at once."""
@@ -135,7 +143,7 @@ class MainWindow(QMainWindow):
         left_layout.addLayout(buttons)
         left.setMinimumWidth(360)
 
-        self.rightSplitter = QSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
+        self.rightSplitter = MarginSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
         self.rightSplitter.addWidget(self.plotsPanel)
         self.rightSplitter.addWidget(self.logPanel)
         self.rightSplitter.setStretchFactor(0, 4)
@@ -462,9 +470,16 @@ class MainWindow(QMainWindow):
         self.set_settings_name(Path(str(config.get("out_dir") or "")).name)
 
     def _log_evaluation(self, result: dict) -> None:
+        """The history evaluated a checkpoint (its report saved in its run folder): logged, and the Model
+        preview's Evaluation tab reads the report again when it shows that run."""
+        from core.lab.evaluation_report import report_folder
+
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
         self.logPanel.log(f"Evaluated {result['checkpoint']} (step {result['step']:,}) on the {result['split']} "
                           f"split: {metrics}")
+        tab = self.previewDialog.evaluation if self.previewDialog is not None else None
+        if tab is not None and tab.folder == report_folder(result["checkpoint"]) and not tab.job.running:
+            tab.set_checkpoint(tab.checkpoint, tab.device)
 
     def _resume_from_history(self, checkpoint: str) -> None:
         if self.controller.running or self.jobs.busy:

@@ -125,3 +125,72 @@ def test_runs_list_table_lays_out_as_the_rich_table_did(width):
             table.print(console)
         outputs.append(console.file.getvalue())
     assert outputs[1] == outputs[0]
+
+
+LISTED_RUNS = [  # name, task, status, precision, device, steps, total, best metric, value, wall seconds
+    ("20261201-023712-recommender-bf16", "recommender", "completed", "bf16", "cuda:0", 12000, 12000,
+     "hr@10_full_filtered", 0.4321, 3725.0),
+    ("20261202-101500-sentiment-fp32", "sentiment", "stopped", "fp32", "cpu", 1611, 200000, "accuracy", 0.9123, 75.0),
+    ("20261203-090000-tiny-fp16", "tiny", "failed", "fp16", "cpu", 5, 100, "accuracy", None, 2.0),
+    ("my baseline", "ranking", "interrupted", "fp32", "cpu", 300, 400, "ndcg@10", 0.812345, 12.5),
+]
+
+
+@pytest.fixture
+def listed_root(tmp_path):
+    for i, (name, task, status, precision, device, steps, total, metric, value, wall) in enumerate(LISTED_RUNS):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps({
+            "id": f"{i}a1b2c3d4e5", "name": name, "task": task, "status": status, "device": device,
+            "precision": precision, "start_time": f"2026-12-0{i + 1}T10:00:00+00:00", "wall_seconds": wall,
+            "steps": steps, "total_steps": total, "config": {},
+            "best": {"name": metric, "value": value, "step": steps} if value is not None else {}}))
+    return tmp_path
+
+
+@pytest.mark.parametrize("width", [80, 90, 100, 110, 120])
+def test_runs_list_never_breaks_a_name_and_columns_give_way_in_order(listed_root, width, monkeypatch, capsys):
+    """In an ordinary terminal each run is one line (or two where a best metric wraps at its space), each name
+    whole; the columns that don't fit are left out, least useful first, and said so under the table."""
+    from core.cli.runs import LIST_COLUMNS
+
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["runs", "list", "--runs-dir", str(listed_root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= width
+    for name, *_ in LISTED_RUNS:
+        assert sum(name in line for line in lines) == 1, (name, lines)
+    header = lines[0].split()
+    order = [name for name, _ in sorted(LIST_COLUMNS, key=lambda c: c[1].get("drop") or 99)]
+    left_out = [name for name, _ in LIST_COLUMNS if name not in header]
+    assert set(left_out) == set(order[:len(left_out)])  # none kept while one that gives way earlier went
+    assert {"id", "name", "status", "best"} <= set(header)
+    if width >= 100:
+        assert "started" in header
+    if width >= 120:
+        assert {"steps", "wall"} <= set(header)
+    if left_out:
+        note = " ".join(lines[-2:])
+        assert f"left out to fit {width} columns: {', '.join(left_out)}" in note
+    body = [line for line in lines[2:] if line[:9].rstrip().endswith("a1b2c3d")]
+    assert [line.split()[0] for line in body] == ["3a1b2c3d", "2a1b2c3d", "1a1b2c3d", "0a1b2c3d"]
+
+
+def test_a_whole_column_is_never_cut_even_when_nothing_else_fits():
+    import io
+
+    from rich.console import Console
+
+    from core.cli.long_table import LongTable
+
+    table = LongTable()
+    table.add_column("id", no_wrap=True)
+    table.add_column("name", whole=True)
+    table.add_column("status", no_wrap=True, drop=1)
+    table.add_row("a1b2c3d4", "20261201-023712-a-very-long-run-name-for-a-narrow-terminal", "completed")
+    console = Console(file=io.StringIO(), width=40, color_system=None, highlight=False, soft_wrap=False)
+    table.print(console)
+    out = console.file.getvalue()
+    assert "a1b2c3d4  20261201-023712-a-very-long-run-name-for-a-narrow-terminal\n" in out
+    assert table.left_out(40) == ["status"] and table.left_out(200) == []

@@ -43,7 +43,7 @@ def test_a_stopped_run_gets_test_metrics_by_its_id_and_best(capsys, tmp_path, ru
                                      threads=1), sink=stop_at, control=control)
     assert ended.status == "stopped" and not ended.test_metrics
     run_id = json.loads((runs_root_in_tmp.glob("*/run.json").__next__()).read_text())["id"]
-    code, out, _ = cli(capsys, "evaluate", run_id[:6], "--json")
+    code, out, _ = cli(capsys, "evaluate", run_id[:6], "--last", "--json")
     assert code == 0
     result = json.loads(out.strip().splitlines()[-1])
     assert result["split"] == "test" and set(result["metrics"]) >= {"accuracy", "loss"}
@@ -66,6 +66,35 @@ def test_another_data_file(capsys, tmp_path):
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result["data"] == str(data) and 0.0 <= result["metrics"]["accuracy"] <= 1.0
+
+
+def test_a_run_is_measured_at_its_best_checkpoint_and_the_split_named_is_the_one_measured(capsys, trained_runs):
+    """As predict, export and the preview choose: the best checkpoint unless --last asks; tiny's data has no
+    test split, so the line on stderr names val, as the result does."""
+    from core.cli.evaluate import find_checkpoint
+
+    tiny = trained_runs["tiny"]
+    folder = str(tiny.folder)
+    code, out, err = cli(capsys, "evaluate", folder, "--json")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and result["checkpoint"] == str(find_checkpoint(folder, True, None)) and result["split"] == "val"
+    assert "on the val split (the data has no test split)" in err and "test split" not in err.replace("no test", "")
+    code, out, err = cli(capsys, "evaluate", folder, "--last", "--split", "val", "--json")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and result["checkpoint"] == str(tiny.checkpoint) and result["step"] == tiny.ended.step
+    assert "on the val split…" in err
+
+
+def test_a_run_without_a_best_checkpoint_is_measured_at_its_last_and_says_so(capsys, tmp_path, trained_runs):
+    from core.cli.evaluate import find_checkpoint
+
+    folder = trained_runs["tiny"].copy_to(tmp_path)
+    find_checkpoint(str(folder), True, None).unlink()
+    code, out, err = cli(capsys, "evaluate", str(folder), "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["checkpoint"] == str(folder / "checkpoint.pt")
+    assert "the run kept no best checkpoint: evaluating its last" in err
+    code, _, err = cli(capsys, "evaluate", str(folder), "--best")
+    assert code == 2 and "no best checkpoint" in err
 
 
 @pytest.mark.parametrize("argv, message", [

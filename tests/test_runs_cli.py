@@ -99,6 +99,41 @@ def test_compare_shows_metrics_and_the_config_that_differs(runs_root, capsys):
                                                                                            "config precision"]
 
 
+def test_compare_goes_by_the_values_the_runs_resolved(tmp_path, capsys):
+    """A window run (task options left at their defaults: saved as {}, device and precision auto) and a CLI run
+    naming the values they resolved to (every option, the device and precision) did the same: nothing differs
+    but what really does."""
+    from core.config import RunConfig
+    from core.engine.trainer import train
+
+    root = tmp_path / "runs"
+    train(RunConfig(task="tiny", max_steps=6, threads=1, out_dir=str(root / "window")))
+    ran = json.loads((root / "window" / "run.json").read_text())  # what auto resolved to on this machine
+    code = main(["train", "--task", "tiny", "--device", ran["device"], "--precision", ran["precision"],
+                 "--max-steps", "6", "--threads", "1", "-o", "hidden=16", "-o", "samples=8192", "-o", "label_noise=0.05",
+                 "--lr", "0.02", "--out-dir", str(root / "cli")])
+    assert code == 0
+    saved = [json.loads((root / n / "run.json").read_text())["config"] for n in ("window", "cli")]
+    assert saved[0]["task_options"] == {} and saved[0]["device"] == "auto" and saved[0]["precision"] == "auto"
+    assert saved[1]["task_options"] == {"hidden": 16, "samples": 8192, "label_noise": 0.05}
+    capsys.readouterr()
+    code, out, _ = cli(capsys, "runs", "compare", "window", "cli", "--runs-dir", str(root), "--json")
+    assert code == 0 and json.loads(out)["config_differs"] == {"lr": [0.01, 0.02]}
+    code, out, _ = cli(capsys, "runs", "compare", "window", "cli", "--runs-dir", str(root))
+    assert "config lr" in out and "config device" not in out and "task_options" not in out
+    assert "config precision" not in out
+
+
+def test_compare_names_each_task_option_that_differs(runs_root, capsys):
+    for name, options in (("rec-bf16", {}), ("tiny", {"hidden": 32})):
+        record = json.loads((runs_root / name / "run.json").read_text())
+        record["config"]["task_options"] = options
+        (runs_root / name / "run.json").write_text(json.dumps(record))
+    code, out, _ = cli(capsys, "runs", "compare", "rec-bf16", "tiny", "--runs-dir", str(runs_root), "--json")
+    differs = json.loads(out)["config_differs"]
+    assert code == 0 and differs["task_options.hidden"] == [16, 32] and "task_options.samples" not in differs
+
+
 def test_note_sets_prints_and_clears_a_runs_note(runs_root, capsys):
     code, out, _ = cli(capsys, "runs", "note", "a1b", "bf16 baseline, lr 0.02", "--runs-dir", str(runs_root))
     assert code == 0 and "set the note of a1b2c3d4e5 (rec-bf16)" in out

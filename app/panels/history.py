@@ -27,7 +27,8 @@ from PySide6.QtWidgets import (
     QPushButton, QSizePolicy, QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget,
 )
 
-from app.panels.run_compare import RunCompare
+from app.panels.run_compare import RunCompare, grow_on_screen
+from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
 from app.run.jobs import JobRunner
 from core.engine import run_record
@@ -110,7 +111,7 @@ class HistoryPanel(QWidget):
     loadSettingsRequested = Signal(dict)  # the run's config
     resumeRequested = Signal(str)  # a checkpoint path (the run's last or best)
     exportRequested = Signal(str)  # a checkpoint path to export (the run's best or last)
-    evaluated = Signal(dict)  # core.lab.evaluate.Evaluation.to_dict() of a checkpoint measured on its test split
+    evaluated = Signal(dict)  # the evaluation report (core.lab.evaluation_report) of a checkpoint measured
     previewRequested = Signal(str)  # a run folder to try in the Model preview (its best, else last, checkpoint)
     overlayRequested = Signal(list)  # [(label, plots.OverlayPoints parsed from metrics.jsonl, metric name or None)]
     clearOverlaysRequested = Signal()
@@ -132,6 +133,7 @@ class HistoryPanel(QWidget):
         self._note_folder: str | None = None  # the run whose note is in the editor
         self._note_loaded = ""  # its note as last read or saved: the editor is 'edited' when it differs
         self._syncing = False  # a rescan is replacing the rows: the selection is not the user's
+        self._evaluating: str | None = None  # the run folder being evaluated (one at a time)
         self.model = RunsModel(COLUMNS, row_cells, FILTERED, row_tooltip, right_aligned=(5, 7), parent=self)
         self.proxy = RunsFilter(self)
         self._sized_for: Path | None = None  # the root the columns were last sized for
@@ -198,7 +200,9 @@ class HistoryPanel(QWidget):
         self.evaluateLastAction = self.evaluateMenu.addAction("The last checkpoint", lambda: self.evaluate("last"))
         self.evaluateButton = self._split_button("Evaluate", "historyEvaluateButton", lambda: self.evaluate())
         self.evaluateButton.setToolTip("Measure the selected run's best (or last) checkpoint on its test split, "
-                                       "e.g. a stopped run, which has no test metrics (as `amp-console evaluate`)")
+                                       "e.g. a stopped run, which has no test metrics; the result shows under "
+                                       "the table and in the Model preview's Evaluation tab (as `amp-console "
+                                       "evaluate --report`)")
         self.previewButton = QPushButton("Try it…", objectName="historyPreviewButton", clicked=self.preview)
         self.previewButton.setToolTip("Try the selected run's model in the Model preview: type a review, pick a "
                                       "user or a query (a run still training: its last checkpoint)")
@@ -246,6 +250,8 @@ class HistoryPanel(QWidget):
         upper_layout.setContentsMargins(0, 0, 0, 0)
         upper_layout.addWidget(self.table, 1)
         upper_layout.addLayout(note_row)
+        self.evaluationLine = EvaluationLine(self)
+        upper_layout.addWidget(self.evaluationLine)
         upper_layout.addLayout(actions)
         self.splitter = QSplitter(Qt.Orientation.Vertical, objectName="historySplitter")
         self.splitter.setChildrenCollapsible(False)
@@ -392,7 +398,7 @@ class HistoryPanel(QWidget):
         self.loadButton.setEnabled(one and bool(runs[0].get("config")))
         self.resumeButton.setEnabled(one and (last or best) is not None and runs[0].get("status") != "running")
         self.exportButton.setEnabled(one and (last or best) is not None)
-        self.evaluateButton.setEnabled(one and (last or best) is not None and not self.jobs.busy)
+        self.evaluateButton.setEnabled(one and (last or best) is not None and self._evaluating is None)
         self.previewButton.setEnabled(one and (last or best) is not None)
         if one:
             self.resumeLastAction.setText(f"From the last checkpoint{self._describe(runs[0], 'last')}")
@@ -416,6 +422,7 @@ class HistoryPanel(QWidget):
         self.compareButton.setEnabled(len(runs) >= 2)
         self.overlayButton.setEnabled(bool(runs))
         self._sync_note_editor(runs[0] if one else None)
+        self.evaluationLine.show_for(runs[0].get("folder") if one else None)
 
     @staticmethod
     def _live(run: dict) -> bool:
@@ -516,8 +523,7 @@ class HistoryPanel(QWidget):
             self.compareView.show()
             window = self.window()
             if window is not self and window.height() < 760:  # room for the table and the comparison
-                screen = window.screen().availableGeometry() if window.screen() else None
-                window.resize(window.width(), min(760, screen.height()) if screen else 760)
+                grow_on_screen(window, 760)
             total = max(self.splitter.height(), 400)
             self.splitter.setSizes([total * 9 // 20, total * 11 // 20])
 
@@ -574,22 +580,20 @@ class HistoryPanel(QWidget):
 
     def evaluate(self, which: str | None = None) -> None:
         """Measure the selected run's best (or last) checkpoint on its test split (val for a task without
-        one), off the GUI thread (core.lab.evaluate); the metrics go to the status line and out as `evaluated`."""
+        one), off the GUI thread (app.panels.run_evaluation.measure); the result shows under the table and in
+        the status line, and goes out as `evaluated`. One evaluation at a time."""
         runs = self.selected_runs()
-        if len(runs) != 1:
+        if len(runs) != 1 or self._evaluating is not None:
             return
         checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
             self.statusLabel.setText(f"{runs[0].get('name')}: no checkpoint to evaluate")
             return
-        name = runs[0].get("name")
-
-        def work():
-            from core.lab.evaluate import evaluate_checkpoint
-
-            return evaluate_checkpoint(checkpoint, None).to_dict()  # its test split, else (tiny) val
+        name, folder = runs[0].get("name"), str(runs[0]["folder"])
 
         def done(result: dict) -> None:
+            self._evaluating = None
+            self.evaluationLine.finished(folder, result)
             metrics = " · ".join(f"{k} {v:.4g}" for k, v in result["metrics"].items())
             self.statusLabel.setText(f"{name}, {Path(checkpoint).name} (step {result['step']:,}), "
                                      f"{result['split']} split: {metrics}")
@@ -597,11 +601,15 @@ class HistoryPanel(QWidget):
             self.evaluated.emit(result)
 
         def failed(message: str, _details: str) -> None:
+            self._evaluating = None
+            self.evaluationLine.failed(folder, message)
             self.statusLabel.setText(f"Could not evaluate {name}: {message}")
             self._update_buttons()
 
+        self._evaluating = folder
+        self.evaluationLine.started(folder, checkpoint)
         self.statusLabel.setText(f"Evaluating {name} ({Path(checkpoint).name})…")
-        self.jobs.submit(work, done, failed)
+        self.jobs.submit(lambda: measure(checkpoint), done, failed)
         self._update_buttons()
 
     def preview(self) -> None:

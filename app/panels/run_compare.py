@@ -21,6 +21,22 @@ DIFFERS_BRUSH = QBrush(QColor(255, 190, 0, 70))  # a translucent amber: readable
 DIFFERS_ROLE = Qt.ItemDataRole.UserRole + 10  # True on the cells of a differing row
 
 
+def grow_on_screen(window: QWidget, height: int) -> None:
+    """`window` made `height` tall, or as tall as its screen's free area holds with the window's frame (title bar
+    and borders) counted, and moved up where its frame would run past the area's bottom: the history grown
+    for a comparison stays whole on a 1000-pixel screen."""
+    screen = window.screen()
+    if screen is None:
+        window.resize(window.width(), height)
+        return
+    area = screen.availableGeometry()
+    frame = window.frameGeometry().height() - window.geometry().height()
+    window.resize(window.width(), max(window.minimumHeight(), min(height, area.height() - frame)))
+    outer = window.frameGeometry()
+    if outer.bottom() > area.bottom():
+        window.move(outer.left(), max(area.top(), area.bottom() + 1 - outer.height()))
+
+
 class RunCompare(QWidget):
     """The comparison of the runs given to set_runs (a snapshot: Compare again to refresh it)."""
 

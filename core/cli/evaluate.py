@@ -1,7 +1,8 @@
 """`amp-console evaluate RUN_OR_CHECKPOINT`: a checkpoint's metrics on its run's test (or val) split, or on
 another data file (core.lab.evaluate). RUN_OR_CHECKPOINT is a checkpoint file, a run folder, or a run id /
-unique id prefix / folder name under the runs root (as `amp-console runs` names runs); for a run, its last
-checkpoint, or its best with --best. No torch at import time.
+unique id prefix / folder name under the runs root (as `amp-console runs` names runs); for a run, its best
+checkpoint (its last when it kept none), as `predict`, `export` and the preview choose, or as --best/--last
+asks. No torch at import time.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def register(sub) -> None:
                    help="a checkpoint file, a run folder, or a run id / unique prefix / folder name")
     p.add_argument("--split", choices=("test", "val"), default=None,
                    help="which split (default: test, or val when the data has no test split)")
-    p.add_argument("--best", action="store_true", help="a run's best checkpoint instead of its last")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
+    which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
     p.add_argument("--data", metavar="FILE", help="measure on this data file (or folder) instead of the run's own, "
                                                   "split on its own (its split column or train/val/test files, "
                                                   "else the task's split); a run trained on given splits "
@@ -65,6 +68,23 @@ def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
     return _run_checkpoint(Path(run["folder"]), best)
 
 
+def chosen_checkpoint(target: str, best: bool, last: bool, runs_dir: str | None, doing: str) -> Path:
+    """The checkpoint a command works on: a file as it is; a run's best checkpoint, or its last with `last`.
+    With neither asked for, the best when the run kept one, else its last, said on stderr ("note: ... `doing`
+    its last"): what predict, export and the preview choose."""
+    if best or last or Path(target).expanduser().is_file():
+        return find_checkpoint(target, best, runs_dir)
+    try:
+        return find_checkpoint(target, True, runs_dir)
+    except ConfigError as exc:
+        if "no best checkpoint" not in str(exc):
+            raise
+    last_checkpoint = find_checkpoint(target, False, runs_dir)  # a folder with neither: its one-line error
+    sys.stderr.write(f"note: the run kept no best checkpoint: {doing} its last (--best needs validation "
+                     f"metrics; --last to choose it)\n")
+    return last_checkpoint
+
+
 def _run_checkpoint(folder: Path, best: bool) -> Path:
     from core.engine.run_folder import CHECKPOINT_FILE
     from core.engine.run_record import read_record
@@ -99,17 +119,26 @@ def cmd_evaluate(args) -> int:
     if args.report and (args.data or data_flag_values(args)):
         raise ConfigError("report", "--report measures the run's own split (its evaluation.json): leave out "
                                     "--data and the data flags")
-    checkpoint = find_checkpoint(args.target, args.best, args.runs_dir)
-    sys.stderr.write(f"evaluating {checkpoint} on the {args.split or 'test'} split…\n")
+    checkpoint = chosen_checkpoint(args.target, args.best, args.last, args.runs_dir, "evaluating")
+    announce = _announcer(checkpoint, args.split)
     if args.report:
-        return _report(args, checkpoint)
+        return _report(args, checkpoint, announce)
     result = evaluate_checkpoint(checkpoint, args.split, data=args.data, device=args.device,
-                                 batch_size=args.batch_size, data_settings=data_flag_values(args))
+                                 batch_size=args.batch_size, data_settings=data_flag_values(args), announce=announce)
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
     _print_metrics(result.to_dict(), checkpoint)
     return 0
+
+
+def _announcer(checkpoint: Path, asked: str | None):
+    """The stderr line naming the split measured, said once the rebuilt run has chosen it (without --split:
+    test when the data has one, else val)."""
+    def announce(split: str) -> None:
+        why = " (the data has no test split)" if asked is None and split != "test" else ""
+        sys.stderr.write(f"evaluating {checkpoint} on the {split} split{why}…\n")
+    return announce
 
 
 def _print_metrics(result: dict, checkpoint: Path) -> None:
@@ -136,11 +165,12 @@ def _value(value) -> str:
 TABLE_KS = (1, 5, 10, 20, 50)  # the report's curves in the terminal: these k (those the curve has)
 
 
-def _report(args, checkpoint: Path) -> int:
+def _report(args, checkpoint: Path, announce) -> int:
     """--report: the report computed and written beside the checkpoint, then printed (or its JSON)."""
     from core.lab.evaluation_report import evaluation_report, report_folder, write_report
 
-    report = evaluation_report(checkpoint, args.split, device=args.device, batch_size=args.batch_size)
+    report = evaluation_report(checkpoint, args.split, device=args.device, batch_size=args.batch_size,
+                               announce=announce)
     path = write_report(report, report_folder(checkpoint))
     if args.json:
         print(json.dumps(report))

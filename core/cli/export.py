@@ -62,21 +62,7 @@ def cmd_export(args) -> int:
 
 
 def export_source(target: str, best: bool, last: bool, runs_dir: str | None):
-    """The checkpoint to export: a file as it is; a run's best checkpoint, or its last with --last. Without
-    either, what is worth shipping: the best when the run kept one, else its last (as `predict` and the
-    preview choose), said on stderr."""
-    from pathlib import Path
+    """The checkpoint to export: core.cli.evaluate.chosen_checkpoint (a run's best by default, else its last)."""
+    from core.cli.evaluate import chosen_checkpoint
 
-    from core.cli.evaluate import find_checkpoint
-    from core.errors import ConfigError
-
-    if best or last or Path(target).expanduser().is_file():
-        return find_checkpoint(target, best, runs_dir)
-    try:
-        return find_checkpoint(target, True, runs_dir)
-    except ConfigError as exc:
-        if "no best checkpoint" not in str(exc):
-            raise
-    sys.stderr.write("note: the run kept no best checkpoint: exporting its last (--best needs validation "
-                     "metrics; --last to choose it)\n")
-    return find_checkpoint(target, False, runs_dir)
+    return chosen_checkpoint(target, best, last, runs_dir, "exporting")

@@ -4,6 +4,11 @@ cell, a bold header and a rule; when that is wider than the console, rich's own 
 (the widest wrappable ones first, then all evenly) and cells wrap at spaces, long words folded, no_wrap cells
 and lines cut. The same text down to a 60-column console (tests/test_cli_tables.py); rich takes ~2 ms a
 row for it, this a few microseconds, so 10,000 runs print in a fraction of a second.
+
+Beyond rich: a column may be `whole` (never wrapped, folded or cut: a run's name, which a user copies) and may
+give way (`drop`, lowest first). When the table is too wide, the wrappable columns first wrap at spaces (never
+inside a word), then the columns that give way are left out, one at a time, before any text would be broken;
+`left_out(width)` names them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ class _Column:
     justify: str = "left"
     no_wrap: bool = False
     min_width: int = 1
+    whole: bool = False  # never wrapped, folded or cut
+    drop: int | None = None  # the order it gives way in when the table is too wide (lowest first; None: never)
 
 
 class LongTable:
@@ -31,11 +38,42 @@ class LongTable:
         self.rows: list[tuple[str, ...]] = []
 
     def add_column(self, name: str, justify: str = "left", no_wrap: bool = False, min_width: int | None = None,
-                   overflow: str = "fold") -> None:
-        self.columns.append(_Column(printable(name), justify, no_wrap, max(1, min_width or 1)))
+                   overflow: str = "fold", whole: bool = False, drop: int | None = None) -> None:
+        self.columns.append(_Column(printable(name), justify, no_wrap or whole, max(1, min_width or 1), whole, drop))
 
     def add_row(self, *texts: str) -> None:
         self.rows.append(tuple(printable(text) for text in texts))  # text from run files: never control sequences
+
+    def kept(self, width: int) -> list[int]:
+        """The columns shown at `width`: all when they fit with the wrappable ones wrapped at spaces, else
+        without the columns that give way (lowest `drop` first), as few left out as fit."""
+        kept = list(range(len(self.columns)))
+        droppable = sorted((c.drop, i) for i, c in enumerate(self.columns) if c.drop is not None)
+        if not droppable:
+            return kept
+        natural, words = self._stats()
+        if sum(natural) + 2 * (len(kept) - 1) <= width:  # the common case: no word counted
+            return kept
+        words = words()
+        while droppable and sum(words[i] for i in kept) + 2 * (len(kept) - 1) > width:
+            kept.remove(droppable.pop(0)[1])
+        return kept
+
+    def left_out(self, width: int) -> list[str]:
+        """The names of the columns not shown at `width`."""
+        kept = set(self.kept(width))
+        return [c.name for i, c in enumerate(self.columns) if i not in kept]
+
+    def _stats(self):
+        """(each column's natural width, a function giving each one's narrowest: a wrappable column as wide as
+        its longest word), header and min_width counted; for this table's rows."""
+        by_column = self._by_column()
+        natural = [max(cell_len(c.name), _widest(texts), c.min_width) for c, texts in zip(self.columns, by_column)]
+
+        def words() -> list[int]:
+            return [n if c.no_wrap else max(cell_len(c.name), _longest_word(texts), c.min_width)
+                    for c, texts, n in zip(self.columns, by_column, natural)]
+        return natural, words
 
     def widths(self, width: int) -> list[int]:
         """Each column's width as rich lays it out: its widest cell (or min_width); when that is wider than
@@ -47,8 +85,15 @@ class LongTable:
         padded = [max(w + p, f) for w, p, f in zip(widths, pads, floors)]
         room = width - (len(padded) - 1)  # the column separators
         if sum(padded) > room:
-            padded = _collapse(padded, [not c.no_wrap for c in self.columns], room)
-            if sum(padded) > room:
+            words = [max(cell_len(c.name), _longest_word(texts)) + p if not c.no_wrap else w
+                     for c, texts, p, w in zip(self.columns, self._by_column(), pads, padded)]
+            collapsed = _collapse(padded, [not c.no_wrap for c in self.columns], room)
+            if any(c.whole or c.drop is not None for c in self.columns) and sum(words) <= room:
+                collapsed = [max(w, f) for w, f in zip(collapsed, words)]  # wrapped at spaces, no word broken
+                if sum(collapsed) > room:  # the floors took back room: narrow the others again, to their floors
+                    collapsed = _settle(collapsed, words, room)
+            padded = collapsed
+            if sum(padded) > room and not any(c.whole for c in self.columns):  # else wider than the console
                 padded = _ratio_reduce(sum(padded) - room, [1] * len(padded), padded, padded)
             padded = [max(w, f) for w, f in zip(padded, floors)]
         return [max(0, w - p) for w, p in zip(padded, pads)]
@@ -57,7 +102,13 @@ class LongTable:
         return list(zip(*self.rows)) if self.rows else [() for _ in self.columns]
 
     def lines(self, width: int) -> tuple[str, str, list[str], list[int]]:
-        """(the header, the rule, the body's lines, the column widths)."""
+        """(the header, the rule, the body's lines, the column widths) of the columns kept at `width`."""
+        kept = self.kept(width)
+        if len(kept) < len(self.columns):
+            shown = LongTable()
+            shown.columns = [self.columns[i] for i in kept]
+            shown.rows = [tuple(row[i] for i in kept) for row in self.rows]
+            return shown.lines(width)
         widths = self.widths(width)
         rights = [c.justify == "right" for c in self.columns]
         # one str.format per line of plain text that fits (the common case); the rows with a cell too wide or
@@ -104,9 +155,11 @@ class LongTable:
     def print(self, console) -> None:
         width = console.width
         header, rule, body, widths = self.lines(width)
-        console.print(header, style="table.header", markup=False, highlight=False, no_wrap=True, overflow="crop")
-        console.print(rule, markup=False, highlight=False, no_wrap=True, overflow="crop")
-        if sum(widths) + 2 * (len(self.columns) - 1) > width:  # wider than the console: cut, as rich does
+        whole = any(self.columns[i].whole for i in self.kept(width))  # a line is never cut through such a column
+        console.print(header, style="table.header", markup=False, highlight=False, no_wrap=True,
+                      overflow="ignore" if whole else "crop")
+        console.print(rule, markup=False, highlight=False, no_wrap=True, overflow="ignore" if whole else "crop")
+        if not whole and sum(widths) + 2 * (len(widths) - 1) > width:  # wider than the console: cut, as rich does
             body = [line if len(line) <= width else line[:width] if line.isascii() else line[:_cut(line, width)]
                     for line in body]
         console.file.write("".join(line + "\n" for line in body))
@@ -124,6 +177,25 @@ def _widest(texts) -> int:
     if "".join(texts).isascii():
         return max(map(len, texts))
     return max(map(cell_len, texts))
+
+
+def _longest_word(texts) -> int:
+    """The widest word (split at spaces) of `texts`, in cells."""
+    return max((_cells(word) for text in texts for word in text.split(" ")), default=0)
+
+
+def _settle(widths: list[int], floors: list[int], room: int) -> list[int]:
+    """`widths` narrowed towards `floors`, the widest above its floor first, until they fit `room`."""
+    widths = list(widths)
+    excess = sum(widths) - room
+    while excess > 0:
+        above = [i for i, (w, f) in enumerate(zip(widths, floors)) if w > f]
+        if not above:
+            break
+        i = max(above, key=lambda k: widths[k])
+        widths[i] -= 1
+        excess -= 1
+    return widths
 
 
 def _wrap(text: str, width: int) -> list[str]:

@@ -116,6 +116,18 @@ def _unreadable_lines(runs: list[dict]) -> list[str]:
     return [printable(f"{r.get('name')}: unreadable: {r['unreadable']}") for r in runs if r.get("unreadable")]
 
 
+# `runs list`'s columns. A name is never broken (it is copied into `runs show`, `evaluate`, ...); when the
+# terminal is narrow, the columns give way in `drop` order: what a dated name already says (its precision,
+# task, start) or what matters least for telling runs apart goes first, the status last.
+LIST_COLUMNS = (("id", {"no_wrap": True}), ("name", {"whole": True}),
+                ("task", {"min_width": 6, "drop": 3}), ("status", {"no_wrap": True, "drop": 8}),
+                ("precision", {"no_wrap": True, "drop": 2}), ("device", {"no_wrap": True, "drop": 1}),
+                ("steps", {"justify": "right", "no_wrap": True, "drop": 5}),
+                ("best", {"min_width": 8, "drop": 7}),
+                ("wall", {"justify": "right", "no_wrap": True, "drop": 4}),
+                ("started", {"no_wrap": True, "drop": 6}))
+
+
 def cmd_list(args) -> int:
     root = runs_dir(args)
     runs = find_runs(root) if args.json else indexed_runs(root, brief=True)  # the table needs no config
@@ -129,13 +141,8 @@ def cmd_list(args) -> int:
     if not runs:
         print(f"no runs in {_shown_root(root)}")
         return 0
-    table = LongTable()  # 10 columns in 100, 2 spaces apart; thousands of rows (rich takes ~2 ms a row)
-    for name, kwargs in (("id", {"no_wrap": True}), ("name", {"overflow": "fold", "min_width": 8}),
-                         ("task", {"overflow": "fold", "min_width": 6}), ("status", {"no_wrap": True}),
-                         ("precision", {"no_wrap": True}), ("device", {"no_wrap": True}),
-                         ("steps", {"justify": "right", "no_wrap": True}),
-                         ("best", {"overflow": "fold", "min_width": 8}),
-                         ("wall", {"justify": "right", "no_wrap": True}), ("started", {"no_wrap": True})):
+    table = LongTable()  # thousands of rows (rich takes ~2 ms a row); 2 spaces apart
+    for name, kwargs in LIST_COLUMNS:
         table.add_column(name, **kwargs)
     for r in runs:
         table.add_row(str(r.get("id", "-"))[:8], str(r.get("name")), str(r.get("task") or "-"),
@@ -143,6 +150,10 @@ def cmd_list(args) -> int:
                       _best(r), _wall(r.get("wall_seconds")), _start(r, year=False))
     console = fmt.console()
     table.print(console)
+    left_out = table.left_out(console.width)
+    if left_out:
+        console.print(f"(left out to fit {console.width} columns: {', '.join(left_out)}; `runs show ID` has "
+                      f"them)", highlight=False)
     for line in _unreadable_lines(runs):
         console.print(line, soft_wrap=True)
     return 0
@@ -232,8 +243,35 @@ def cmd_note(args) -> int:
     return 0
 
 
+def resolved_config(run: dict) -> dict:
+    """A run's settings as the run resolved them, to compare runs by what they did rather than by how they were
+    asked for: every setting (a record's missing one at RunConfig's default), the task's options with its
+    defaults filled in (one key each, `task_options.NAME`: a window run saves only those changed, a CLI run
+    all), and `auto` device and precision as the run's record says they resolved (its device and precision)."""
+    import dataclasses
+
+    from core.config import RunConfig
+    from core.tasks import option_values
+
+    config = dict(run.get("config") or {})
+    resolved = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(RunConfig)}
+    resolved.update(config)
+    options = resolved.pop("task_options")
+    task = str(resolved.get("task") or run.get("task") or "")
+    if isinstance(options, dict):
+        resolved.update({f"task_options.{k}": v for k, v in option_values(task, options).items()})
+    else:  # not a mapping (a damaged record): compared as it is
+        resolved["task_options"] = options
+    for key in ("device", "precision"):
+        if resolved.get(key) in ("auto", "", None) and run.get(key):
+            resolved[key] = run[key]
+    return resolved
+
+
 def _differing_config(runs: list[dict]) -> dict[str, list]:
-    configs = [r.get("config") or {} for r in runs]
+    """The settings (resolved_config's, out_dir aside) whose resolved values differ between `runs`."""
+    configs = [resolved_config(r) for r in runs]
     keys = sorted({k for c in configs for k in c if k != "out_dir"})
     return {k: [c.get(k) for c in configs] for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str)
                                                                for c in configs}) > 1}

@@ -144,12 +144,9 @@ def read_config_file(path: str) -> dict:
 
 def _option_values(task: str, options: dict) -> dict:
     """A task's options with its defaults filled in, to compare two option sets by what they build."""
-    from core.tasks import get_task_class
+    from core.tasks import option_values
 
-    try:
-        return {opt.name: opt.default for opt in get_task_class(task).options} | dict(options)
-    except Exception:  # noqa: BLE001 (an unknown task is reported by validation, with its name)
-        return dict(options)
+    return option_values(task, options)
 
 
 def _resume_values(args: argparse.Namespace, user: dict) -> tuple[dict, list[str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,14 +46,16 @@ class Evaluation:
 
 def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data: str | None = None,
                         device: str | None = None, batch_size: int | None = None, devices=None,
-                        data_settings: dict | None = None) -> Evaluation:
+                        data_settings: dict | None = None, announce: Callable[[str], None] | None = None
+                        ) -> Evaluation:
     """The metrics of `checkpoint`'s model on `split` ("test" or "val"; None: test when the task's data has
     one, else val) of its run's data (or of `data`). A run trained on given splits is measured on its given
     test (or validation) file, as its saved settings name it. `data` replaces the run's data with a file
     split on its own (its folder's files, its split column, else the task's split), unless `data_settings`
-    (val_data, test_data, delimiter, columns) gives its splits or read options too."""
+    (val_data, test_data, delimiter, columns) gives its splits or read options too. `announce`, if given, is
+    called with the split chosen ("test" or "val") before it is measured."""
     with rebuilt_run(checkpoint, split, data=data, device=device, batch_size=batch_size, devices=devices,
-                     data_settings=data_settings) as run:
+                     data_settings=data_settings, announce=announce) as run:
         return run.evaluation(run.metrics())
 
 
@@ -93,7 +95,8 @@ class RebuiltRun:
 @contextmanager
 def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | None = None,
                 device: str | None = None, batch_size: int | None = None, devices=None,
-                data_settings: dict | None = None) -> Iterator[RebuiltRun]:
+                data_settings: dict | None = None, announce: Callable[[str], None] | None = None
+                ) -> Iterator[RebuiltRun]:
     """`checkpoint`'s run set up again in a throwaway folder (see the module doc), with the checkpoint's
     weights, on the split evaluate_checkpoint measures (same arguments); cleaned up on leaving."""
     import torch  # noqa: F401  (the engine's dependency, loaded when a checkpoint is evaluated)
@@ -127,6 +130,8 @@ def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | 
             if not rows:
                 raise ConfigError("split", f"task {config.task} has no {split} split in "
                                            f"{trainer.cfg.data or 'its synthetic data'}")
+            if announce is not None:
+                announce(split)
             yield RebuiltRun(trainer=trainer, path=path, split=split, rows=rows, began=began)
         finally:
             trainer.cleanup()

@@ -26,10 +26,11 @@ REPORT_VERSION = 1
 
 
 def evaluation_report(checkpoint: str | Path, split: str | None = None, device: str | None = None,
-                      batch_size: int | None = None, devices=None) -> dict:
+                      batch_size: int | None = None, devices=None, announce=None) -> dict:
     """The report of `checkpoint`'s model on `split` ("test" or "val"; None: test when the data has one, else
     val) of its run's data: who and where (checkpoint, run folder, task, split, step, device, precision), how
-    many rows, evaluate's metrics with the task's baseline and ceiling, and the task's sections."""
+    many rows, evaluate's metrics with the task's baseline and ceiling, and the task's sections. `announce`, if
+    given, is called with the split chosen before it is measured."""
     import torch
 
     from core.data.batching import split_length
@@ -37,7 +38,8 @@ def evaluation_report(checkpoint: str | Path, split: str | None = None, device: 
     from core.engine.run_record import RECORD_FILE
     from core.lab.evaluate import rebuilt_run
 
-    with rebuilt_run(checkpoint, split, device=device, batch_size=batch_size, devices=devices) as run:
+    with rebuilt_run(checkpoint, split, device=device, batch_size=batch_size, devices=devices,
+                     announce=announce) as run:
         metrics = run.metrics()
         t = run.trainer
         model = t.raw_model

@@ -78,6 +78,14 @@ def get_task_info(name: str) -> TaskInfo:
     return task_infos()[name]
 
 
+def option_values(name: str, options: dict) -> dict:
+    """Task `name`'s options with its defaults filled in (no torch): what two option sets build, to compare
+    them; `options` as they are for an unknown task."""
+    if name not in _REGISTRY:
+        return dict(options)
+    return {opt.name: opt.default for opt in task_infos()[name].options} | dict(options)
+
+
 def get_task_class(name: str) -> type[Task]:
     """The Task class called `name` (from `TASKS`, so a task added there at run time is found too);
     ConfigError naming the known tasks otherwise."""
@@ -106,4 +114,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskInfo", "TaskOption", "create_task", "get_task_class",
-           "get_task_info", "task_infos", "unknown_task_message"]
+           "get_task_info", "option_values", "task_infos", "unknown_task_message"]

@@ -410,13 +410,31 @@ def test_overlay_labels_are_short_enough_for_a_legend_row():
 
 @pytest.mark.timeout(120)
 def test_evaluate_a_stopped_run_from_the_history(qtbot, window, runs_root):
-    """bf16-run was stopped at step 10: Evaluate measures its best checkpoint (tiny has no test split: on val)."""
+    """bf16-run was stopped at step 10: Evaluate measures its best checkpoint (tiny has no test split: on val).
+    The result shows beside the run in the history (not only in the window's log), Evaluate is on again as
+    soon as it is in, and the Model preview's Evaluation tab, open on that run, shows the same report."""
     panel = open_history(qtbot, window)
+    preview = window.show_preview(str(runs_root / "bf16-run"))
+    tab = preview.evaluation
+    qtbot.waitUntil(lambda: "No evaluation report" in tab.infoLabel.text(), timeout=30_000)
+    window.historyDialog.raise_()
     panel.select_names("bf16-run")
-    assert panel.evaluateButton.isEnabled()
+    assert panel.evaluateButton.isEnabled() and panel.evaluationLine.isHidden()
     with qtbot.waitSignal(panel.evaluated, timeout=60_000) as caught:
         panel.evaluateButton.click()
+        assert not panel.evaluateButton.isEnabled() and "Evaluating best.pt" in panel.evaluationLine.text()
     result = caught.args[0]
     assert result["split"] == "val" and result["checkpoint"].endswith("best.pt") and result["step"] <= 10
+    assert panel.evaluateButton.isEnabled()  # at once, not after the next click elsewhere
+    line = panel.evaluationLine
+    assert not line.isHidden() and "best.pt" in line.text() and "val split" in line.text()
+    assert f"accuracy {result['metrics']['accuracy']:.4f}" in line.text()
     assert "val split" in panel.statusLabel.text() and "accuracy" in panel.statusLabel.text()
     assert "Evaluated" in window.logPanel.toPlainText() and "on the val split" in window.logPanel.toPlainText()
+    panel.select_names("fp32-run")  # the line belongs to the run it measured
+    assert line.isHidden() and panel.evaluateButton.isEnabled()
+    panel.select_names("bf16-run")
+    assert not line.isHidden() and "best.pt" in line.text()
+
+    qtbot.waitUntil(lambda: tab.report is not None, timeout=30_000)
+    assert tab.report["metrics"] == result["metrics"] and "best.pt" in tab.infoLabel.text()
