@@ -6,7 +6,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout, QMainWindow, QMessageBox, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
@@ -32,6 +32,29 @@ from core.files import read_jsonl
 APP_NAME = "AMP Console"
 STOPPING_TO_CLOSE = "Stopping the run before closing: finishing the current step and writing a checkpoint…"
 CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process run has been killed by then)
+
+
+class WidthFittingScroll(QScrollArea):
+    """A vertical-only scroll area that is never narrower than its content's minimum width: with the horizontal
+    bar off, a narrower viewport would cut the form's right edge (fields, buttons, wrapped text) off."""
+
+    def setWidget(self, widget) -> None:  # noqa: N802 (Qt override)
+        super().setWidget(widget)
+        widget.installEventFilter(self)  # its layout changes (a task's options, the device list): hint again
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt override)
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()
+        return super().eventFilter(watched, event)
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt override)
+        hint = super().minimumSizeHint()
+        content = self.widget()
+        if content is None:
+            return hint
+        width = (content.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
+                 + 2 * self.frameWidth())
+        return hint.expandedTo(QSize(width, 0))
 
 
 class MarginSplitter(QSplitter):
@@ -133,7 +156,8 @@ class MainWindow(QMainWindow):
         form_layout.setContentsMargins(0, 0, 6, 0)
         form_layout.addWidget(self.devicesPanel)
         form_layout.addWidget(self.setupPanel, 1)
-        scroll = QScrollArea(objectName="setupScroll", widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
+        scroll = WidthFittingScroll(objectName="setupScroll", widgetResizable=True,
+                                    frameShape=QScrollArea.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(form_holder)
         left = QWidget()
@@ -141,7 +165,6 @@ class MainWindow(QMainWindow):
         left_layout.setContentsMargins(8, 8, 4, 8)
         left_layout.addWidget(scroll, 1)
         left_layout.addLayout(buttons)
-        left.setMinimumWidth(360)
 
         self.rightSplitter = MarginSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
         self.rightSplitter.addWidget(self.plotsPanel)

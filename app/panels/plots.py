@@ -25,6 +25,7 @@ from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, Q
 
 from app.plot_legend import LEGEND_ROW, FittedLegend
 from app.plot_ranges import StableRange, x_end_for
+from app.plot_title import FittedTitle
 from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics, event_from_dict
 
@@ -275,6 +276,7 @@ class PlotsPanel(QWidget):
         self._ranges: dict[str, StableRange] = {}
         self._legends: dict = {}
         self._fitted: dict[str, FittedLegend] = {}  # plot: its legend kept whole (app.plot_legend)
+        self._titles: dict[str, FittedTitle] = {}  # plot: its title, elided to fit (app.plot_title)
         self._notes: dict = {}
         self._dots: set[str] = set()  # line curves currently drawn with a dot on each point (few points)
         self._metric_colours: dict[str, str] = {}
@@ -296,6 +298,10 @@ class PlotsPanel(QWidget):
         self._overlay_y: dict[str, tuple[float, float]] = {}  # plot: the finite y extremes of its overlays
         self._overlay_x: tuple[float, float] | None = None  # the steps the overlays span
 
+    def title(self, key: str) -> str:
+        """A plot's whole title (the plot shows it elided when narrow)."""
+        return self._titles[key].text
+
     @property
     def ready(self) -> bool:
         return bool(self.plots)
@@ -316,7 +322,7 @@ class PlotsPanel(QWidget):
             widget = pg.PlotWidget(axisItems={"bottom": StepAxis("bottom"), "left": SpacedAxis("left")})
             widget.setObjectName(name)
             item = widget.getPlotItem()
-            item.setTitle(title, size="10pt")
+            self._titles[key] = FittedTitle(widget, title)
             item.setLabel("bottom", "Optimizer step")
             item.setLabel("left", ylabel, units=units)
             for axis in ("left", "bottom"):
@@ -445,14 +451,13 @@ class PlotsPanel(QWidget):
         self._ranges[key].manual = True
 
     def _show_scaler_state(self, scaler_on: bool | None) -> None:
-        item = self.plots["scale"].getPlotItem()
         if scaler_on is None:
-            item.setTitle("Loss scale (fp16 runs)", size="10pt")
+            self._titles["scale"].set("Loss scale (fp16 runs)")
         elif scaler_on:
             skipped = f" · {self._skipped} skipped" if self._skipped else ""
-            item.setTitle(f"Loss scale{skipped}", size="10pt")
+            self._titles["scale"].set(f"Loss scale{skipped}")
         else:
-            item.setTitle("Loss scale: off (fp16 only)", size="10pt")
+            self._titles["scale"].set("Loss scale: off (fp16 only)")
 
     def _metric_colour(self, name: str) -> str:
         """One colour per metric name for the run: its validation curve, test marker and ceiling line."""
@@ -633,7 +638,7 @@ class PlotsPanel(QWidget):
                 self._show_scaler_state(self._scaler_on)
                 self._show_ceiling(getattr(event, "ceiling", {}) or {})
                 device = str(event.device).split(":")[0]
-                self.plots["memory"].getPlotItem().setTitle(MEMORY_TITLES.get(device, "Device memory"), size="10pt")
+                self._titles["memory"].set(MEMORY_TITLES.get(device, "Device memory"))
                 self._show_notes()
         elif isinstance(event, CheckpointSaved):
             if event.kind == "best" and event.rank in (None, 1) and event.metric and event.value is not None:

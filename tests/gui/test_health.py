@@ -45,7 +45,7 @@ def test_fp16_overflow_is_marked_counted_and_traced(qtbot, make_window, tmp_path
     assert health.text() == "2 skipped steps · inf/NaN first from fc1"
     log = window.logPanel.toPlainText()
     assert "fp16 overflow" in log and "inf/NaN first produced by fc1" in log
-    assert "skipped" in plots.plots["scale"].getPlotItem().titleLabel.text
+    assert "skipped" in plots.title("scale")
 
 
 @pytest.mark.timeout(60)
@@ -65,4 +65,4 @@ def test_grad_norm_is_plotted_without_clipping_too(qtbot, window, tmp_path):
     set_field(window, "gradClipEdit", 0.0)
     finish_run(qtbot, window)
     assert len(window.plotsPanel.series("grad_norm")) == 2  # measured on every logged step
-    assert window.plotsPanel.plots["grad_norm"].getPlotItem().titleLabel.text.startswith("Gradient norm (pre-clip)")
+    assert window.plotsPanel.title("grad_norm").startswith("Gradient norm (pre-clip)")

@@ -110,8 +110,8 @@ def test_bulk_ingest_draws_what_the_events_draw(qtbot, panel):
         assert (other.ymin, other.ymax) == pytest.approx((series.ymin, series.ymax), rel=1e-12), key
     assert bulk.skipped_steps == panel.skipped_steps == len(SKIP_STEPS)
     assert bulk._x_end == panel._x_end >= STEPS  # grown from 10 as the steps came
-    title = panel.plots["scale"].getPlotItem().titleLabel.text
-    assert bulk.plots["scale"].getPlotItem().titleLabel.text == title and "3 skipped" in title
+    title = panel.title("scale")
+    assert bulk.title("scale") == title and "3 skipped" in title
 
 
 def test_extend_steps_leaves_out_none_values(qtbot, panel):

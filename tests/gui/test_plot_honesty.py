@@ -157,7 +157,7 @@ def test_empty_plots_say_why(panel):
     panel.redraw()
     assert panel.note("loss") == "" and panel.note("lr") == ""
     assert panel.note("memory") == NOT_MEASURED
-    assert panel.plots["memory"].getPlotItem().titleLabel.text == "Process memory (resident)"
+    assert panel.title("memory") == "Process memory (resident)"
     panel.handle_event(ended("completed", 10))
     panel.redraw()
     assert panel.note("scale") == SCALER_OFF  # still the reason once an fp32 run has ended, not "no points"
@@ -167,7 +167,7 @@ def test_empty_plots_say_why(panel):
     panel.redraw()
     for plot in panel.plots:
         assert panel.note(plot) == "No points: the run failed at step 0", plot
-    assert panel.plots["memory"].getPlotItem().titleLabel.text == "GPU memory (peak allocated)"
+    assert panel.title("memory") == "GPU memory (peak allocated)"
 
 
 def test_quantities_keep_zero_in_view_and_decades_turn_log(panel):

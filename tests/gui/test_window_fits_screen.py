@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QRect
+from PySide6.QtWidgets import QScrollArea
 
 SHOTS = os.environ.get("AMP_FIT_SHOTS", "")  # a folder: save the screenshots there
 
@@ -30,6 +31,15 @@ def test_at_the_minimum_size_every_plot_is_whole(qtbot, window):
         assert plot.width() >= plot.minimumWidth() and plot.height() >= plot.minimumHeight(), key
         where = QRect(plot.mapTo(window, plot.rect().topLeft()), plot.size())
         assert shown.contains(where), (key, where, shown)  # the right column too: nothing cut at the edge
+    for key, plot in panel.plots.items():  # each title on one line inside its plot, the whole one in the tooltip
+        item = plot.getPlotItem()
+        column = plot.width() - item.getAxis("left").width()  # the title's column: right of the left axis
+        assert item.titleLabel.item.boundingRect().width() <= column + 0.5, (key, item.titleLabel.text)
+        shown, whole = item.titleLabel.text, panel.title(key)
+        assert shown == whole or (shown.endswith("…") and plot.toolTip() == whole), (key, shown, whole)
+    scroll = window.findChild(QScrollArea, "setupScroll")  # the left column: its form is not cut either
+    assert scroll.viewport().width() >= scroll.widget().minimumSizeHint().width()
+    assert scroll.widget().width() <= scroll.viewport().width()
     shot(window, "window-minimum")
 
 

@@ -34,14 +34,14 @@ def restored_size(window) -> tuple[int, int]:
 
 
 def test_a_saved_geometry_comes_back_in_the_next_window(qtbot, make_window, settings):
-    saved_by(qtbot, make_window, settings, 1100, 640)
+    saved_by(qtbot, make_window, settings, 1240, 640)
     again = make_window(settings_store=QSettings(settings.fileName(), QSettings.Format.IniFormat))
     assert restored_size(again) == (max(again.minimumWidth(), 800), 640)
     assert not settings_notes(again)
 
 
 def test_a_geometry_saved_on_another_screen_is_fitted_here_without_a_false_alarm(qtbot, make_window, settings):
-    geometry = saved_by(qtbot, make_window, settings, 1100, 640)
+    geometry = saved_by(qtbot, make_window, settings, 1240, 640)
     data = bytearray(geometry.data())
     screen = struct.unpack_from(">i", data, SCREEN_WIDTH_AT)[0]
     struct.pack_into(">i", data, SCREEN_WIDTH_AT, screen * 3)  # a screen three times as wide saved it
