@@ -139,7 +139,24 @@ def utf8_error_position(file: Path) -> str:
     return "somewhere"
 
 
-class _Translating(io.RawIOBase):
+class _Rewriting(io.RawIOBase):
+    """A binary file read through a rewrite of its bytes: subclasses open `_handle` and define read(); pyarrow's
+    CSV reader pulls blocks through readinto()."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
+class _Translating(_Rewriting):
     """A binary file whose multi-character delimiter reads as SEP: pyarrow's CSV reader pulls blocks from it,
     so the translation streams (a delimiter cut by a block boundary is completed from the next block)."""
 
@@ -150,9 +167,6 @@ class _Translating(io.RawIOBase):
         self._carry = b""
         self._line = 1
         self.file = file
-
-    def readable(self) -> bool:
-        return True
 
     def read(self, size: int = -1) -> bytes:
         want = size if size and size > 0 else -1
@@ -178,17 +192,8 @@ class _Translating(io.RawIOBase):
         self._line += out.count(b"\n")
         return out
 
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
-    def close(self) -> None:
-        self._handle.close()
-        super().close()
-
-
-class _Blanks(io.RawIOBase):
+class _Blanks(_Rewriting):
     """A binary file separated by runs of blanks (WHITESPACE) read as SEP-separated: each line's leading and
     trailing blanks dropped, each run between fields one SEP. Whole lines are translated at a time (a line cut
     by a read waits for its end), so the translation streams like _Translating's."""
@@ -198,9 +203,6 @@ class _Blanks(io.RawIOBase):
         self._handle = open(file, "rb")  # noqa: SIM115 - closed by close()
         self._pending, self._out, self._line, self._done = b"", b"", 1, False
         self.file = file
-
-    def readable(self) -> bool:
-        return True
 
     def read(self, size: int = -1) -> bytes:
         want = size if size and size > 0 else sys.maxsize
@@ -222,15 +224,6 @@ class _Blanks(io.RawIOBase):
                 self._out += lines.replace(b" ", SEP.encode())
         out, self._out = self._out[:want], self._out[want:]
         return out
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        self._handle.close()
-        super().close()
 
 
 def read_delimited(file: Path, delimiter: str, column_names: list[str] | None = None,
