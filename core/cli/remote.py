@@ -287,8 +287,8 @@ def cmd_remote_fetch(args: argparse.Namespace) -> int:
     if live and fetched.sent:
         sys.stderr.write("\n")
     kept = f", {len(fetched.kept)} already here" if fetched.kept else ""
-    sys.stderr.write(f"amp-console: fetched {len(fetched.sent)} file(s) ({size(fetched.bytes_sent) if fetched.sent else '0 B'})"
-                     f"{kept}\n")
+    sent = size(fetched.bytes_sent) if fetched.bytes_sent else "0 B"
+    sys.stderr.write(f"amp-console: fetched {len(fetched.sent)} file(s) ({sent}){kept}\n")
     print(fetched.folder, flush=True)
     return 0
 

@@ -38,7 +38,7 @@ UPLOADS = ".uploads"
 LOG_FILE = "train.log"
 LAUNCH_FILE = "launch.toml"
 FILE_FIELDS = ("data", "val_data", "test_data")
-RUN_FILES = ("run.json", "metrics.jsonl", "note.txt", "evaluation.json")  # what `fetch` sends of a run, with its checkpoint
+RUN_FILES = ("run.json", "metrics.jsonl", "note.txt", "evaluation.json")  # what `fetch` sends besides a checkpoint
 REPLY_LIMIT = 64 * 1024  # bytes: the client's {"send": [...]} line
 
 
