@@ -298,7 +298,7 @@ def listed_run(dest: str, value, local_root: str | os.PathLike, index: int = 0) 
     checkpoints' paths in the copy (which holds them once fetched)."""
     if not isinstance(value, dict):
         return _refused(dest, local_root, index, f"the host's record is {type(value).__name__}, not an object")
-    run = dict(value)
+    run = {k: v for k, v in value.items() if k != "host_row"}  # what only this side says
     name, folder = run.get("name"), run.get("folder")
     problem = name_problem(name)
     if problem is None and not (isinstance(folder, str) and PurePosixPath(folder).is_absolute()):

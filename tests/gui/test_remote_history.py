@@ -27,8 +27,8 @@ def row(panel, name: str) -> dict | None:
 
 
 @pytest.mark.slow
-def test_a_hosts_runs_in_the_history_compared_and_tried_from_a_fetched_copy(qtbot, make_window, settings, sshd,
-                                                                           trained_runs, monkeypatch):
+def test_a_hosts_runs_in_the_history_compared_and_tried_from_a_fetched_copy(
+        qtbot, make_window, settings, sshd, trained_runs, monkeypatch):  # noqa: F811 (sshd: the fixture)
     monkeypatch.setattr(hosts, "SSH_OPTIONS", ("-F", str(sshd.config)))
     tiny = trained_runs["tiny"]
     shutil.copytree(tiny.folder, sshd.runs / "host-tiny")
