@@ -431,6 +431,7 @@ class MainWindow(QMainWindow):
             dialog.setWindowTitle("Run history")
             dialog.resize(1100, 480)
             panel = HistoryPanel(self.runs_root, dialog)
+            panel.remoteRuns.set_hosts(self.devicesPanel.hosts)  # the hosts' runs listed too
             QVBoxLayout(dialog).addWidget(panel)
             dialog.panel = panel
             panel.loadSettingsRequested.connect(self._load_run_settings)

@@ -332,10 +332,10 @@ def _file_name(path) -> str:
     return shown_path(os.path.basename(os.fspath(path)))
 
 
-def open_regular(path: str | os.PathLike):
+def open_regular_no_link(path: str | os.PathLike):
     """`path` opened for reading in binary ("rb"), when it is a regular file (never a link, a FIFO or a
-    device): for a record file too big to read at once (metrics.jsonl), read a line or a block at a time.
-    FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    device): for a file too big to read at once (metrics.jsonl, a checkpoint sent to another machine), read a
+    line or a block at a time. FileNotFoundError when it is missing, UnreadableFile for anything else."""
     return os.fdopen(_open_regular_fd(path), "rb")
 
 

@@ -188,3 +188,17 @@ def test_open_regular_refuses_a_fifo_or_a_device_without_blocking(tmp_path):
     (tmp_path / "rows.csv").write_bytes(b"a\n")
     with files.open_regular(tmp_path / "rows.csv") as f:
         assert f.read() == b"a\n"
+
+
+def test_open_regular_no_link_refuses_a_link_a_fifo_or_a_device(tmp_path):
+    (tmp_path / "best.pt").write_bytes(b"weights")
+    (tmp_path / "linked.pt").symlink_to(tmp_path / "best.pt")
+    with pytest.raises(files.UnreadableFile, match="linked.pt is a symbolic link, not a file"):
+        files.open_regular_no_link(tmp_path / "linked.pt")
+    os.mkfifo(tmp_path / "pipe.pt")
+    with pytest.raises(files.UnreadableFile, match="pipe.pt is a named pipe"):
+        files.open_regular_no_link(tmp_path / "pipe.pt")
+    with pytest.raises(files.UnreadableFile, match="is a device, not a file"):
+        files.open_regular_no_link(os.devnull)
+    with files.open_regular_no_link(tmp_path / "best.pt") as f:
+        assert f.read() == b"weights"

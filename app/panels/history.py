@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QPushButton, QSizePolicy, QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget,
 )
 
+from app.panels.remote_history import RemoteHistory, with_remote_rows
 from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
@@ -125,6 +126,7 @@ class HistoryPanel(QWidget):
         self._confirm = confirm or self._ask
         self.root: Path | None = None
         self.jobs = JobRunner(self)
+        self.remoteRuns = RemoteHistory(self)  # the hosts' runs as rows (app.panels.remote_history)
         self._scanning = False
         self._scan_started = 0.0
         self._rescan = False
@@ -291,7 +293,9 @@ class HistoryPanel(QWidget):
         self.refreshButton.setEnabled(False)
         # the rows' texts are made in the job too: at 10,000 runs that is a stall the GUI thread never sees
         sort = self.model.sorted_by
-        self.jobs.submit(lambda: prepare(indexed_records(root), row_cells, FILTERED, sort),
+        extra = self.remoteRuns.rows()
+        self.jobs.submit(lambda: prepare(with_remote_rows(indexed_records(root), extra), row_cells, FILTERED,
+                                         sort),
                          lambda prepared: self._scanned(prepared, serial), self._scan_failed)
 
     def _scanned(self, prepared: Prepared, serial: int | None = None) -> None:
@@ -343,6 +347,7 @@ class HistoryPanel(QWidget):
     def shutdown(self) -> None:
         self._auto.stop()
         self._soon.stop()
+        self.remoteRuns.shutdown()
         self.jobs.shutdown()
 
     # ------------------------------------------------------------------ selection
@@ -423,6 +428,7 @@ class HistoryPanel(QWidget):
         self.overlayButton.setEnabled(bool(runs))
         self._sync_note_editor(runs[0] if one else None)
         self.evaluationLine.show_for(runs[0].get("folder") if one else None)
+        self.remoteRuns.update_buttons(runs)
 
     @staticmethod
     def _live(run: dict) -> bool:
@@ -570,7 +576,7 @@ class HistoryPanel(QWidget):
     def export(self, which: str | None = None) -> None:
         """Ask to export the selected run's best (or last) checkpoint; None: the best when there is one."""
         runs = self.selected_runs()
-        if len(runs) != 1:
+        if len(runs) != 1 or self.remoteRuns.fetch_first(runs, lambda: self.export(which)):
             return
         checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
@@ -583,7 +589,8 @@ class HistoryPanel(QWidget):
         one), off the GUI thread (app.panels.run_evaluation.measure); the result shows under the table and in
         the status line, and goes out as `evaluated`. One evaluation at a time."""
         runs = self.selected_runs()
-        if len(runs) != 1 or self._evaluating is not None:
+        if len(runs) != 1 or self._evaluating is not None \
+                or self.remoteRuns.fetch_first(runs, lambda: self.evaluate(which)):
             return
         checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
@@ -615,7 +622,8 @@ class HistoryPanel(QWidget):
     def preview(self) -> None:
         """Ask to try the selected run's model (the window opens the Model preview on it)."""
         runs = self.selected_runs()
-        if len(runs) == 1 and self._preferred_checkpoint(runs[0]) is not None:
+        if len(runs) == 1 and not self.remoteRuns.fetch_first(runs, self.preview) \
+                and self._preferred_checkpoint(runs[0]) is not None:
             self.previewRequested.emit(str(runs[0]["folder"]))
 
     def reveal(self) -> None:
@@ -652,7 +660,7 @@ class HistoryPanel(QWidget):
     def overlay(self) -> None:
         """Read the selected runs' metrics.jsonl off the GUI thread, then ask for them to be overlaid."""
         runs = self.selected_runs()
-        if not runs:
+        if not runs or self.remoteRuns.fetch_first(runs, self.overlay, checkpoint=False):
             return
         wanted = [(overlay_label(r), Path(r["folder"]) / METRICS_FILE, (r.get("best") or {}).get("name"))
                   for r in runs]

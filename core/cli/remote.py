@@ -5,6 +5,8 @@
     amp-console control RUN | HOST:PATH pause|resume|stop [--timeout 30]
     amp-console remote devices HOST               the host's devices and amp-console version
     amp-console remote start HOST --config FILE.toml [--data FILE --upload] [--nproc N]
+    amp-console remote runs HOST                  the runs under the host's runs root, as `runs list`
+    amp-console remote fetch HOST:RUN             a run's files and best checkpoint copied under the runs root
 """
 
 from __future__ import annotations
@@ -88,6 +90,23 @@ def register(sub) -> None:
     _ssh_flags(start)
     start.set_defaults(handler=cmd_remote_start, offset=0, progress_every=10.0, json=False)
 
+    runs = ops.add_parser("runs", help="the runs under the host's runs root (as `runs list` there)")
+    runs.add_argument("host", metavar="HOST")
+    runs.add_argument("--json", action="store_true", help="print a JSON list of the runs' records")
+    _ssh_flags(runs)
+    runs.set_defaults(handler=cmd_remote_runs)
+    fetch = ops.add_parser("fetch", help="copy a host's run (its files and best checkpoint) under the runs root",
+                           description="Copies run.json, metrics.jsonl, note.txt, evaluation.json and the best "
+                                       "checkpoint (else the last) of a run on a host into <runs root>/.hosts/"
+                                       "HOST/RUN/ here, for evaluate, export, predict and the window's preview; "
+                                       "files already there with the same sha256 are not sent again. Prints the "
+                                       "local folder; progress on stderr.")
+    fetch.add_argument("target", metavar="HOST:RUN", help="RUN: a folder on the host, or a run's name or id "
+                                                          "under the host's runs root")
+    fetch.add_argument("--no-checkpoint", action="store_true", help="only the run's small files")
+    _ssh_flags(fetch)
+    fetch.set_defaults(handler=cmd_remote_fetch)
+
     agent = sub.add_parser("agent", help=argparse.SUPPRESS)
     agent.add_argument("--client-version", default=None)
     agent.add_argument("--runs-dir", default=None)
@@ -106,6 +125,10 @@ def register(sub) -> None:
     put.add_argument("--size", type=int, required=True)
     put.add_argument("--name", required=True)
     put.add_argument("--check", action="store_true")
+    agent_ops.add_parser("runs")
+    send = agent_ops.add_parser("fetch")
+    send.add_argument("folder")
+    send.add_argument("--checkpoint", action="store_true")
     agent.set_defaults(handler=cmd_agent)
 
 
@@ -222,6 +245,54 @@ def cmd_remote_start(args: argparse.Namespace) -> int:
     return cmd_watch(args)
 
 
+def cmd_remote_runs(args: argparse.Namespace) -> int:
+    from core.cli.runs import print_run_table, runs_dir
+    from core.remote.fetch import list_host_runs
+
+    listed = list_host_runs(host_of(args.host, args), runs_dir(args))
+    if args.json:
+        print(json.dumps(listed.runs, indent=2, default=str))
+    elif not listed.runs:
+        print(f"no runs in {listed.root} on {printable(listed.dest)}")
+    else:
+        print_run_table(listed.runs)
+    return 0
+
+
+def cmd_remote_fetch(args: argparse.Namespace) -> int:
+    from core.cli.runs import runs_dir
+    from core.remote.fetch import fetch_run
+    from core.remote.ssh import parse_target
+    from core.text import size
+
+    remote = parse_target(args.target)
+    if remote is None or not remote[1]:
+        raise ConfigError("target", f"{printable(args.target)}: give HOST:RUN (a run's folder, name or id on the "
+                                    f"host)")
+    live = sys.stderr.isatty()
+    shown = {"name": None, "tenth": -1}
+
+    def progress(done: int, total: int, name: str) -> None:
+        tenth = 10 * done // total if total else 10
+        if live:
+            sys.stderr.write(f"\ramp-console: fetching {name}: {size(done) if done else '0 B'} of {size(total)} "
+                             f"({100 * done // total if total else 100}%)\x1b[K")
+        elif name != shown["name"] or tenth != shown["tenth"]:
+            sys.stderr.write(f"amp-console: fetching {name}: {size(done) if done else '0 B'} of {size(total)}\n")
+        shown.update(name=name, tenth=tenth)
+        sys.stderr.flush()
+
+    fetched = fetch_run(host_of(remote[0], args), remote[1], runs_dir(args), checkpoint=not args.no_checkpoint,
+                        on_progress=progress)
+    if live and fetched.sent:
+        sys.stderr.write("\n")
+    kept = f", {len(fetched.kept)} already here" if fetched.kept else ""
+    sent = size(fetched.bytes_sent) if fetched.bytes_sent else "0 B"
+    sys.stderr.write(f"amp-console: fetched {len(fetched.sent)} file(s) ({sent}){kept}\n")
+    print(fetched.folder, flush=True)
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------- agent
 def cmd_agent(args: argparse.Namespace) -> int:
     from core.remote import agent
@@ -242,6 +313,11 @@ def cmd_agent(args: argparse.Namespace) -> int:
         agent.follow(agent.find_run_folder(args.folder, args.runs_dir), args.offset, sys.stdout.buffer)
     elif args.op == "control":
         agent.print_json(agent.control(agent.find_run_folder(args.folder, args.runs_dir), args.verb, args.timeout))
+    elif args.op == "runs":
+        agent.runs(sys.stdout.buffer, args.runs_dir)
+    elif args.op == "fetch":
+        agent.fetch(agent.find_run_folder(args.folder, args.runs_dir), args.checkpoint, sys.stdin.buffer,
+                    sys.stdout.buffer, args.runs_dir)
     elif args.op == "put":
         agent.print_json(agent.put(args.sha256, args.size, args.name, sys.stdin.buffer, args.check, args.runs_dir))
     return 0

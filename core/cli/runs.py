@@ -141,6 +141,12 @@ def cmd_list(args) -> int:
     if not runs:
         print(f"no runs in {_shown_root(root)}")
         return 0
+    print_run_table(runs)
+    return 0
+
+
+def print_run_table(runs: list[dict]) -> None:
+    """`runs list`'s table of `runs` (brief records will do), and a line under it per unreadable run."""
     table = LongTable()  # thousands of rows (rich takes ~2 ms a row); 2 spaces apart
     for name, kwargs in LIST_COLUMNS:
         table.add_column(name, **kwargs)
@@ -156,7 +162,6 @@ def cmd_list(args) -> int:
                       f"them)", highlight=False)
     for line in _unreadable_lines(runs):
         console.print(line, soft_wrap=True)
-    return 0
 
 
 def _metrics_text(metrics: dict | None) -> str:

@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from core.errors import ConfigError
+from core.errors import CheckpointError, ConfigError
 from core.files import CAN_LOCK, lock_is_held, read_regular, try_lock
 
 LOCK_FILE = ".run.lock"
@@ -214,3 +214,29 @@ def _remove_temp_files(folder: Path) -> list[str]:
             except OSError:
                 pass
     return sorted(removed)
+
+
+def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
+    """The checkpoint of the run in `folder`: "best": its best-ranked kept checkpoint (run.json's list, else
+    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt. Torch-free: a host asked
+    for a run's best checkpoint names it without loading anything."""
+    from core.engine.early_stopping import BEST_FILE
+    from core.engine.run_record import load_record
+
+    folder = Path(folder)
+    last = folder / CHECKPOINT_FILE
+    if which == "best":
+        entries = [v for key, v in ((load_record(folder) or {}).get("checkpoints") or {}).items()
+                   if key != "last" and isinstance(v, dict) and v.get("path")]
+        for entry in sorted(entries, key=lambda e: e.get("rank", 1) if isinstance(e.get("rank", 1), int) else 1):
+            candidate = folder / Path(str(entry["path"])).name
+            if candidate.is_file():
+                return candidate, []
+        if (folder / BEST_FILE).is_file():
+            return folder / BEST_FILE, []
+        if last.is_file():
+            return last, [f"{folder}: the run kept no best checkpoint; using its last one ({CHECKPOINT_FILE})"]
+        raise CheckpointError(f"{folder}: no checkpoint in this folder (neither {BEST_FILE} nor {CHECKPOINT_FILE})")
+    if last.is_file():
+        return last, []
+    raise CheckpointError(f"{folder}: no {CHECKPOINT_FILE} in this folder")

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from core.engine.run_folder import run_checkpoint
 from core.errors import CheckpointError, ConfigError, DataError
 
 TASK_OF_METHOD = {"sentiment": "sentiment", "explain": "sentiment", "recommend": "recommender",
@@ -423,31 +424,6 @@ def split_history(text: str) -> list[str]:
 def _whole(ids: pa.Array) -> pa.Array:
     """Ids with a whole number written as a float ("12.0", "12.") written as an integer ("12")."""
     return pc.replace_substring_regex(ids, r"^([-+]?\d+)\.0*$", r"\1")
-
-
-def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
-    """The checkpoint of the run in `folder`: "best": its best-ranked kept checkpoint (run.json's list, else
-    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt."""
-    from core.engine.early_stopping import BEST_FILE
-    from core.engine.run_folder import CHECKPOINT_FILE
-    from core.engine.run_record import load_record
-
-    last = folder / CHECKPOINT_FILE
-    if which == "best":
-        entries = [v for key, v in ((load_record(folder) or {}).get("checkpoints") or {}).items()
-                   if key != "last" and isinstance(v, dict) and v.get("path")]
-        for entry in sorted(entries, key=lambda e: e.get("rank", 1) if isinstance(e.get("rank", 1), int) else 1):
-            candidate = folder / Path(str(entry["path"])).name
-            if candidate.is_file():
-                return candidate, []
-        if (folder / BEST_FILE).is_file():
-            return folder / BEST_FILE, []
-        if last.is_file():
-            return last, [f"{folder}: the run kept no best checkpoint; using its last one ({CHECKPOINT_FILE})"]
-        raise CheckpointError(f"{folder}: no checkpoint in this folder (neither {BEST_FILE} nor {CHECKPOINT_FILE})")
-    if last.is_file():
-        return last, []
-    raise CheckpointError(f"{folder}: no {CHECKPOINT_FILE} in this folder")
 
 
 def load_predictor(source: str | Path, which: str = "best", device: str | None = None) -> Predictor:

@@ -7,4 +7,6 @@ on a worker thread). See docs/remote.md.
     start_remote_run(host, config, ...) -> RemoteRun        a detached `amp-console train`; .folder on the host
     follow_remote(host, folder, offset) -> RemoteFollower   iterate: FollowLine (record, offset) / FollowNote
     control_remote(host, folder, verb) -> ControlResult     pause | resume | stop, acknowledged
+    fetch.list_host_runs(host, local_root) -> HostRuns      the host's runs, as the history's rows
+    fetch.fetch_run(host, folder, local_root) -> FetchedRun a run and its best checkpoint, copied here
 """

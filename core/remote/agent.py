@@ -10,6 +10,9 @@ every command. Nothing here opens a port or keeps a process besides the run it s
                                     `#offset N` when idle (a heartbeat, and where the stream stands), `#end STATUS`
     control FOLDER VERB             {"request", "seq", "verb", "acknowledged", "outcome", "message"}
     put --sha256 H --size N --name  (the file on stdin) {"path"}: kept under <runs root>/.uploads/H/
+    runs                            one {"run": record} line per run under the runs root, then {"root", "runs"}
+    fetch FOLDER [--checkpoint]     {"folder", "name", "files": [{"name", "size", "sha256"}]}, then reads
+                                    {"send": [names]} on stdin and writes those files' bytes, in that order
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from core import __version__
 from core.errors import AmpConsoleError
-from core.files import new_temp_file, shown_path
+from core.files import UnreadableFile, new_temp_file, open_regular_no_link, parse_json, shown_path
 from core.text import first_line, printable
 
 PROTOCOL = 1
@@ -35,6 +38,8 @@ UPLOADS = ".uploads"
 LOG_FILE = "train.log"
 LAUNCH_FILE = "launch.toml"
 FILE_FIELDS = ("data", "val_data", "test_data")
+RUN_FILES = ("run.json", "metrics.jsonl", "note.txt", "evaluation.json")  # what `fetch` sends besides a checkpoint
+REPLY_LIMIT = 64 * 1024  # bytes: the client's {"send": [...]} line
 
 
 class AgentError(AmpConsoleError):
@@ -241,6 +246,106 @@ def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: s
             pass
         raise
     return {"path": str(path), "stored": True}
+
+
+# ----------------------------------------------------------------------------------------------- runs, fetch
+def runs(out, runs_dir: str | None = None) -> None:
+    """The runs under the runs root as this machine's history reads them (core.engine.run_record.find_runs:
+    each record bounded and checked, a run.json that can't be read one "unreadable" run), newest first: one
+    line `{"run": record}` each, then `{"root", "runs"}` (how many)."""
+    from core.engine.run_record import find_runs, runs_root
+
+    root = runs_root(runs_dir)
+    records = find_runs(root) if root.is_dir() else []
+    try:
+        for record in records:
+            out.write(json.dumps({"run": record}, default=str).encode("utf-8") + b"\n")
+        out.write(json.dumps({"root": str(root), "runs": len(records)}).encode("utf-8") + b"\n")
+        out.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+
+
+def _sha256_of_open(f, size: int) -> str:
+    digest, left = hashlib.sha256(), size
+    while left > 0:
+        chunk = f.read(min(1 << 20, left))
+        if not chunk:
+            break
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.hexdigest()
+
+
+def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None = None) -> None:
+    """A run's files for a copy on the caller's machine (see the module doc): RUN_FILES that are there and,
+    `with_checkpoint`, its best checkpoint, else its last (core.engine.run_folder.run_checkpoint). Each is a
+    regular file in the folder, opened without following a link (a link is refused, one line), hashed and
+    sent from that same open file: a file the run replaces meanwhile is sent as it was hashed, metrics.jsonl
+    up to the size it had. The caller answers on `reply` which files to send (those it lacks)."""
+    from core.engine.run_folder import run_checkpoint
+    from core.engine.run_record import runs_root
+    from core.errors import CheckpointError
+
+    if not folder.is_dir():
+        raise AgentError(f"{shown_path(folder)}: no such run folder")
+    names = list(RUN_FILES)
+    if with_checkpoint:
+        try:
+            checkpoint, _notes = run_checkpoint(folder, "best")
+        except CheckpointError as exc:
+            raise AgentError(str(exc)) from None
+        if checkpoint.name not in names:
+            names.append(checkpoint.name)
+    opened: list[tuple[dict, object]] = []
+    try:
+        for name in names:
+            try:
+                f = open_regular_no_link(folder / name)
+            except FileNotFoundError:
+                continue
+            except UnreadableFile as exc:
+                raise AgentError(f"{shown_path(folder)}: {exc}: not sent") from None
+            size = os.fstat(f.fileno()).st_size
+            opened.append(({"name": name, "size": size, "sha256": _sha256_of_open(f, size)}, f))
+        try:
+            name = folder.resolve().relative_to(runs_root(runs_dir).resolve()).as_posix()
+        except ValueError:  # a folder outside the runs root: its own name
+            name = folder.name
+        files = [entry for entry, _f in opened]
+        out.write(json.dumps({"folder": str(folder), "name": name, "files": files}).encode("utf-8") + b"\n")
+        out.flush()
+        raw = reply.readline(REPLY_LIMIT)
+        try:
+            answer = parse_json(raw, "the fetch reply") if raw.strip() else {}
+        except UnreadableFile as exc:
+            raise AgentError(str(exc)) from None
+        asked = answer.get("send") if isinstance(answer, dict) else None
+        wanted = {n for n in asked if isinstance(n, str)} if isinstance(asked, list) else set()
+        for entry, f in opened:
+            if entry["name"] not in wanted:
+                continue
+            f.seek(0)
+            left = entry["size"]
+            while left > 0:
+                chunk = f.read(min(1 << 20, left))
+                if not chunk:  # it shrank since: the caller sees it short and says so
+                    break
+                out.write(chunk)
+                left -= len(chunk)
+        out.flush()
+    except BrokenPipeError:  # the caller went away (stopped, or its connection dropped)
+        _quiet_stdout()
+    finally:
+        for _entry, f in opened:
+            f.close()
+
+
+def _quiet_stdout() -> None:
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no flush error at exit)
+    except OSError:
+        pass
 
 
 def print_json(value: dict) -> None:

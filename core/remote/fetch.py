@@ -1,0 +1,443 @@
+"""A host's runs in this machine's history: the runs under its runs root, as the host's own history reads them
+(`agent runs`), and one run's small files and best checkpoint fetched into a copy under the local runs root,
+`<runs root>/.hosts/<host>/<run name>/`, where the checkpoint loaders (weights_only), evaluate, export and the
+window's preview read it as any run folder. The copy's files keep the host's bytes; a file whose size and
+sha256 match the host's is not sent again.
+
+The host's answer is read as a run folder someone else wrote: each record bounded (size, depth) and its fields
+checked (core.engine.run_record.record_problem), so one bad record is one "unreadable" run and the others list;
+a run's name must be a relative path of plain parts (no `..`, no absolute path, no hidden part), a file name a
+plain name of the run's files, sizes and sha256s of their kind. Every write stays inside the copy's folder,
+reached without a link (is_inside, each part checked), through a temp file renamed into place once its sha256
+is the host's. A refused answer is one RemoteError line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from core import __version__
+from core.engine.run_record import record_problem
+from core.files import RECORD_LIMIT, UnreadableFile, file_kind, is_inside, new_temp_file, parse_json, shown_path
+from core.remote import ssh
+from core.remote.agent import RUN_FILES
+from core.remote.ssh import Host, RemoteError
+from core.text import printable, size
+
+CACHE_FOLDER = ".hosts"  # under the local runs root: the copies of hosts' runs (the local history skips it)
+SILENCE_SECONDS = 60.0  # an answer that sends nothing for this long is given up
+CHUNK = 1 << 20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MAX_NAME = 255
+
+
+@dataclass(frozen=True)
+class HostRuns:
+    dest: str
+    root: str  # the host's runs root
+    runs: list[dict]  # read_run's records, checked, named HOST:NAME, "folder" the local copy's (see listed_run)
+
+
+@dataclass(frozen=True)
+class FetchedRun:
+    dest: str
+    remote_folder: str  # on the host
+    folder: Path  # the local copy
+    checkpoint: Path | None  # the fetched checkpoint in it (None when asked without one)
+    sent: list[str] = field(default_factory=list)  # the files transferred
+    kept: list[str] = field(default_factory=list)  # those the copy held already (same size and sha256)
+    bytes_sent: int = 0
+
+
+# ----------------------------------------------------------------------------------------------- names
+def _plain(part: str) -> bool:
+    """A plain file or folder name: not empty, not hidden (nor `.` or `..`), no separator or control character."""
+    return (0 < len(part) <= MAX_NAME and not part.startswith(".") and not any(c in part for c in "/\\:\0")
+            and printable(part) == part)
+
+
+def host_folder(dest: str) -> str:
+    """The folder name a host's copies go under: its destination with anything but letters, digits and
+    `@._-` as `_` (never hidden, never `..`)."""
+    name = re.sub(r"[^A-Za-z0-9@._-]", "_", dest)[:MAX_NAME]
+    return name if _plain(name) else "_" + name
+
+
+def name_problem(name) -> str | None:
+    """Why `name`, a run's name from a host, can't name a folder under the copies: None when it is one or two
+    plain parts ("run", "sweep/trial")."""
+    if not isinstance(name, str) or not name:
+        return f"the run name {printable(repr(name))} is not text"
+    shown = printable(repr(name if len(name) <= 80 else name[:77] + "..."))
+    if name.startswith("/") or "\\" in name or (len(name) > 1 and name[1] == ":"):
+        return f"the run name {shown} is an absolute path, not a folder under the host's runs root"
+    parts = name.split("/")
+    if ".." in parts:
+        return f"the run name {shown} holds '..', not a folder under the host's runs root"
+    if len(parts) > 2 or not all(_plain(part) for part in parts):
+        return f"the run name {shown} is not a folder under the host's runs root (one or two plain names)"
+    return None
+
+
+def file_problem(name) -> str | None:
+    """Why `name`, a file the host offers, can't be a file of the copy: one of the run's files (RUN_FILES) or a
+    checkpoint (`*.pt`), a plain name."""
+    if not isinstance(name, str) or not name:
+        return f"the file name {printable(repr(name))} is not text"
+    shown = printable(repr(name if len(name) <= 80 else name[:77] + "..."))
+    if "/" in name or "\\" in name:
+        kind = "an absolute path" if name.startswith(("/", "\\")) else "a path"
+        return f"the file name {shown} is {kind}, not a file of the run folder"
+    if name not in RUN_FILES and not (name.endswith(".pt") and _plain(name)):
+        return f"the file name {shown} is not one of a run's files (run.json, metrics.jsonl, a .pt checkpoint...)"
+    return None
+
+
+def copies_root(local_root: str | os.PathLike, dest: str) -> Path:
+    """`<local runs root>/.hosts/<host>`: where a host's runs are copied."""
+    return Path(os.path.abspath(local_root)) / CACHE_FOLDER / host_folder(dest)
+
+
+def copy_folder(local_root: str | os.PathLike, dest: str, name: str) -> Path:
+    """The folder a host's run `name` is copied to (not created); RemoteError for a name that can't be one."""
+    problem = name_problem(name)
+    if problem:
+        raise RemoteError(f"{dest}: refused the host's answer: {problem}")
+    return copies_root(local_root, dest).joinpath(*name.split("/"))
+
+
+def _make_folder(local_root: str | os.PathLike, dest: str, name: str) -> Path:
+    """copy_folder, made: each part under the runs root a real folder (never a link: the runs root itself may
+    be one) and the result inside `.hosts`."""
+    base = Path(os.path.abspath(local_root))
+    target = copy_folder(base, dest, name)
+    base.mkdir(parents=True, exist_ok=True)
+    current = base
+    for part in target.relative_to(base).parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            try:
+                current.mkdir()
+            except FileExistsError:  # made meanwhile: checked as any other
+                mode = os.lstat(current).st_mode
+            else:
+                continue
+        except OSError as exc:
+            raise RemoteError(f"cannot make {shown_path(current)}: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(mode):
+            raise RemoteError(f"{shown_path(current)} is a symbolic link: copies of a host's runs are kept in real "
+                              f"folders under the runs root only (remove the link)")
+        if not stat.S_ISDIR(mode):
+            raise RemoteError(f"{shown_path(current)} is {file_kind(mode)}, not a folder: move it away to fetch "
+                              f"{dest}'s runs")
+    if not is_inside(base / CACHE_FOLDER, target):
+        raise RemoteError(f"{shown_path(target)} is not inside {shown_path(base / CACHE_FOLDER)}: not fetched")
+    return target
+
+
+# ----------------------------------------------------------------------------------------------- the call
+class _Call:
+    """One agent call whose answer is read as a stream. The call is killed when `stop()` says so or when
+    nothing arrives for `silence` seconds; stderr is drained on a thread (a chatty host can't block it)."""
+
+    def __init__(self, host: Host, args: list[str], stop: Callable[[], bool] | None, silence: float):
+        self.host, self.silence = host, silence
+        try:
+            self.process = subprocess.Popen(host.argv(["--client-version", __version__, *args]),
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
+        self.stopped = self.silent = False
+        self._last = time.monotonic()
+        self._done = threading.Event()
+        self._stderr: list[bytes] = []
+        self._drain = threading.Thread(target=lambda: self._stderr.append(self.process.stderr.read()), daemon=True)
+        self._drain.start()
+        threading.Thread(target=self._watch, args=(stop,), daemon=True, name="remote-fetch-watch").start()
+
+    def _watch(self, stop) -> None:
+        while not self._done.wait(0.1):
+            if stop is not None and stop():
+                self.stopped = True
+            elif time.monotonic() - self._last > self.silence:
+                self.silent = True
+            else:
+                continue
+            self._kill()
+            return
+
+    def _kill(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.process.kill()
+            except OSError:
+                pass
+
+    def readline(self, limit: int) -> bytes:
+        line = self.process.stdout.readline(limit)
+        self._last = time.monotonic()
+        return line
+
+    def read(self, n: int) -> bytes:
+        chunk = self.process.stdout.read1(n)
+        self._last = time.monotonic()
+        return chunk
+
+    def send(self, data: bytes) -> None:
+        """Write `data` to the host's stdin and close it (the host may have gone: that shows when reading)."""
+        try:
+            if data:
+                self.process.stdin.write(data)
+            self.process.stdin.close()
+        except OSError:
+            pass
+
+    def problem(self) -> RemoteError | None:
+        """Why the answer stopped, once it has: stopped, silent, or the host's one-line failure."""
+        if self.stopped:
+            return RemoteError(f"{self.host.dest}: stopped")
+        if self.silent:
+            return RemoteError(f"{self.host.dest}: no answer for {self.silence:g} s; check the host's load and "
+                               f"network")
+        try:
+            code = self.process.wait(self.silence)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            code = self.process.wait()
+        self._drain.join(5)
+        if code != 0:
+            return ssh.failure(self.host, code, b"".join(self._stderr).decode("utf-8", "replace"))
+        return None
+
+    def close(self) -> None:
+        self._done.set()
+        self.send(b"")
+        try:
+            self.process.wait(self.silence)
+        except subprocess.TimeoutExpired:  # it keeps talking after its answer: what was read was checked
+            self._kill()
+            self.process.wait()
+        self._drain.join(5)
+        for pipe in (self.process.stdout, self.process.stderr):
+            pipe.close()
+
+
+def _answer_lines(call: _Call, what: str):
+    """The JSON object lines of an answer, each bounded (RECORD_LIMIT) and parsed (parse_json's depth limit):
+    (the object, None), or (None, the one-line reason) for a line that is none. Other lines (a login banner
+    from the host's shell start-up files) are skipped."""
+    while True:
+        raw = call.readline(RECORD_LIMIT + 1)
+        if not raw:
+            return
+        if not raw.endswith(b"\n") and len(raw) > RECORD_LIMIT:
+            while raw and not raw.endswith(b"\n"):  # the rest of the long line
+                raw = call.readline(RECORD_LIMIT + 1)
+            yield None, f"{what} is more than {size(RECORD_LIMIT)}"
+            continue
+        if not raw.lstrip().startswith(b"{"):
+            continue
+        try:
+            yield parse_json(raw, what), None
+        except UnreadableFile as exc:
+            yield None, str(exc)
+
+
+# ----------------------------------------------------------------------------------------------- runs
+def list_host_runs(host: Host, local_root: str | os.PathLike, stop: Callable[[], bool] | None = None,
+                   silence: float = SILENCE_SECONDS) -> HostRuns:
+    """The runs under the host's runs root (newest first), each a record as this machine's history holds it
+    (listed_run). RemoteError, one line, when the host can't be reached, has no amp-console or another
+    version, or did not answer as an agent does."""
+    call = _Call(host, ["runs"], stop, silence)
+    runs: list[dict] = []
+    summary = None
+    try:
+        call.send(b"")
+        for value, problem in _answer_lines(call, f"{host.dest}'s record"):
+            if isinstance(value, dict) and "run" in value:
+                runs.append(listed_run(host.dest, value["run"], local_root, len(runs)))
+            elif isinstance(value, dict) and "root" in value:
+                summary = value
+            else:
+                runs.append(_refused(host.dest, local_root, len(runs), problem or "a record that is not a run"))
+        failed = call.problem()
+    finally:
+        call.close()
+    if failed is not None:
+        raise failed
+    if summary is None:
+        raise RemoteError(f"{host.dest}: `amp-console agent runs` gave no answer; is `{host.command}` amp-console?")
+    return HostRuns(host.dest, printable(str(summary.get("root"))), runs)
+
+
+def _refused(dest: str, local_root, index: int, reason: str, name=None) -> dict:
+    """The row of a host's record that can't be shown: unreadable, with the one-line reason."""
+    shown = printable(name) if isinstance(name, str) and name else f"(run {index + 1})"
+    return {"version": 0, "id": f"{dest}:{index}", "status": "unreadable", "unreadable": f"refused: {reason}",
+            "name": f"{dest}:{shown}", "host": dest, "note": "",
+            "folder": str(copies_root(local_root, dest) / f".refused-{index}")}
+
+
+def listed_run(dest: str, value, local_root: str | os.PathLike, index: int = 0) -> dict:
+    """A host's run record as a row of this machine's history: checked as a local record (record_problem; a
+    bad one is "unreadable"), named `HOST:NAME`, "folder" the local copy's folder (copy_folder), "host",
+    "remote_name", "remote_folder" (on the host), "remote_checkpoints" (whether the host kept any) and its
+    checkpoints' paths in the copy (which holds them once fetched)."""
+    if not isinstance(value, dict):
+        return _refused(dest, local_root, index, f"the host's record is {type(value).__name__}, not an object")
+    run = {k: v for k, v in value.items() if k != "host_row"}  # what only this side says
+    name, folder = run.get("name"), run.get("folder")
+    problem = name_problem(name)
+    if problem is None and not (isinstance(folder, str) and PurePosixPath(folder).is_absolute()):
+        problem = f"the run folder {printable(repr(folder))} is not an absolute path on the host"
+    if problem is None:
+        problem = record_problem(run)
+        if problem is None and not all(isinstance(run.get(k, ""), str) for k in ("unreadable", "note")):
+            problem = "unreadable or note is not text"
+    if problem:
+        return _refused(dest, local_root, index, problem, name)
+    copy = copy_folder(local_root, dest, name)
+    checkpoints = {}
+    for which, entry in (run.get("checkpoints") or {}).items():
+        base = PurePosixPath(str(entry.get("path") or "")).name
+        if file_problem(base) is None and base.endswith(".pt"):
+            checkpoints[which] = dict(entry, path=str(copy / base))
+    run.update(name=f"{dest}:{name}", folder=str(copy), host=dest, remote_name=name, remote_folder=folder,
+               checkpoints=checkpoints, remote_checkpoints=bool(checkpoints))
+    return run
+
+
+# ----------------------------------------------------------------------------------------------- fetch
+def _manifest(dest: str, value) -> tuple[str, list[dict]]:
+    """(the run's name, its files) from the host's first line, checked; RemoteError (one line) when refused."""
+    def refuse(why: str) -> RemoteError:
+        return RemoteError(f"{dest}: refused the host's answer: {why}")
+
+    if not isinstance(value, dict) or not isinstance(value.get("files"), list):
+        raise refuse("it names no files")
+    name = value.get("name")
+    problem = name_problem(name)
+    if problem:
+        raise refuse(problem)
+    files, seen = [], set()
+    for entry in value["files"]:
+        if not isinstance(entry, dict):
+            raise refuse("a file entry is not an object")
+        problem = file_problem(entry.get("name"))
+        length, digest = entry.get("size"), entry.get("sha256")
+        if problem:
+            raise refuse(problem)
+        if type(length) is not int or length < 0 or not (isinstance(digest, str) and _SHA256.match(digest)):
+            raise refuse(f"{printable(entry['name'])} has no size or sha256 of the right kind")
+        if entry["name"] in seen:
+            raise refuse(f"{printable(entry['name'])} is named twice")
+        seen.add(entry["name"])
+        files.append({"name": entry["name"], "size": length, "sha256": digest})
+    return name, files
+
+
+def _sha256(path: Path) -> str | None:
+    """The sha256 of the regular file at `path` (None when it is missing, a link or anything else)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+    except OSError:
+        return None
+
+
+def _same(path: Path, entry: dict) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == entry["size"] and _sha256(path) == entry["sha256"]
+
+
+def fetch_run(host: Host, folder: str, local_root: str | os.PathLike, checkpoint: bool = True,
+              on_progress: Callable[[int, int, str], None] | None = None, stop: Callable[[], bool] | None = None,
+              silence: float = SILENCE_SECONDS) -> FetchedRun:
+    """Copy the run in `folder` on the host (a folder, or a run's name or id under the host's runs root) into
+    `<local_root>/.hosts/<host>/<its name>/`: run.json, metrics.jsonl, note.txt, evaluation.json and, with
+    `checkpoint`, its best checkpoint (else its last). Files whose size and sha256 match the copy's are not sent;
+    `on_progress(bytes done, bytes to send, file name)` as the others arrive. A checkpoint of the copy the host
+    no longer names (a best replaced by a better one) is removed. `stop()` true ends the transfer (RemoteError)."""
+    dest = host.dest
+    call = _Call(host, ["fetch", folder, *(["--checkpoint"] if checkpoint else [])], stop, silence)
+    sent, kept, done, tmp = [], [], 0, None
+    try:
+        value, problem = next(_answer_lines(call, f"{dest}'s answer"), (None, None))
+        if value is None:
+            failed = call.problem()
+            raise failed or RemoteError(f"{dest}: refused the host's answer: {problem}" if problem else
+                                        f"{dest}: `amp-console agent fetch` gave no answer; is `{host.command}` "
+                                        f"amp-console?")
+        name, files = _manifest(dest, value)
+        target = _make_folder(local_root, dest, name)
+        wanted = []
+        for entry in files:
+            (kept if _same(target / entry["name"], entry) else wanted).append(entry)
+        call.send((json.dumps({"send": [e["name"] for e in wanted]}) + "\n").encode("utf-8"))
+        total = sum(e["size"] for e in wanted)
+        if on_progress:
+            on_progress(0, total, wanted[0]["name"] if wanted else "")
+        for entry in wanted:
+            fd, tmp = new_temp_file(target, f".{entry['name']}.")
+            digest, left = hashlib.sha256(), entry["size"]
+            with os.fdopen(fd, "wb") as out:
+                while left > 0:
+                    chunk = call.read(min(CHUNK, left))
+                    if not chunk:
+                        failed = call.problem()
+                        raise failed or RemoteError(
+                            f"{dest}: {printable(entry['name'])} was cut off at {size(entry['size'] - left)} of "
+                            f"{size(entry['size'])} (it changed on the host meanwhile?); fetch it again")
+                    digest.update(chunk)
+                    out.write(chunk)
+                    left -= len(chunk)
+                    done += len(chunk)
+                    if on_progress:
+                        on_progress(done, total, entry["name"])
+                out.flush()
+                os.fsync(out.fileno())
+            if digest.hexdigest() != entry["sha256"]:
+                raise RemoteError(f"{dest}: {printable(entry['name'])} arrived damaged (another sha256 than the "
+                                  f"host's); fetch it again")
+            os.replace(tmp, target / entry["name"])
+            tmp = None
+            sent.append(entry["name"])
+        failed = call.problem()
+        if failed is not None:
+            raise failed
+    finally:
+        call.close()
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    names = {e["name"] for e in files}
+    held = next((e["name"] for e in files if e["name"].endswith(".pt")), None)
+    if checkpoint:
+        for stale in target.glob("*.pt"):
+            if stale.name not in names and stat.S_ISREG(os.lstat(stale).st_mode):
+                stale.unlink()
+    return FetchedRun(dest, str(value.get("folder") or folder), target,
+                      target / held if checkpoint and held else None, sent, [e["name"] for e in kept], done)
