@@ -259,12 +259,12 @@ def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
     A run killed mid-write or a full disk can leave half a line at the end of metrics.jsonl; every reader of run
     files goes through here so that such a file still reads. A missing file reads as no records. `offset`: read
     from that byte on (what a run appended to a file that held earlier records). The file is opened as
-    open_regular does (UnreadableFile for a link, a FIFO or a device); a line over RECORD_LIMIT bytes, or
+    open_regular_no_link does (UnreadableFile for a link, a FIFO or a device); a line over RECORD_LIMIT bytes, or
     nested too deep to parse, is skipped like a torn one.
     """
     records: list[dict] = []
     try:
-        f = open_regular(path)
+        f = open_regular_no_link(path)
     except FileNotFoundError:
         return []
     with f:

@@ -83,3 +83,15 @@ def test_printable_escapes_control_sequences_and_keeps_the_rest():
     assert printable("two\nlines\tx") == "two\\nlines\\tx"
     assert printable("two\nlines", keep_newlines=True) == "two\nlines"
     assert printable(3.5) == "3.5"
+
+
+def test_read_jsonl_refuses_a_link_as_its_doc_says(tmp_path):
+    from core.files import UnreadableFile, read_jsonl
+
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_text('{"event": "RunStarted"}\n')
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").symlink_to(outside)
+    with pytest.raises(UnreadableFile):
+        read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert read_jsonl(outside) == [{"event": "RunStarted"}]
