@@ -1,12 +1,12 @@
 """Deployable exports of a checkpoint: a folder a serving process loads without this project's code.
 
 `export_model(checkpoint, out, fmt, dtype)` writes `out/` holding the model file, `manifest.json` (task, step,
-metrics, config, precision, versions, the model's input and output names, shapes and dtypes, and what serving
-needs around the model: the recommender's lesson-id vocabulary and window, the sentiment tokenizer's settings
-and hashing recipe, the ranking feature order) and `serve.py`, a copy of core/lab/serve.py: a standalone module
-(stdlib + torch, and onnxruntime for ONNX) whose `load(folder).predict(...)` takes the task's own inputs (review
-texts, histories in the data's own lesson ids, feature vectors, points), and a command line (CSV or JSON lines
-in, predictions out; an HTTP server).
+metrics, config, precision, versions, and the task's part: the model's input and output names, shapes and
+dtypes, and what serving needs around the model, e.g. the recommender's lesson-id vocabulary and window, the
+sentiment tokenizer's settings and hashing recipe, the ranking feature order) and `serve.py`, a copy of
+core/lab/serve.py: a standalone module (stdlib + torch, and onnxruntime for ONNX) whose `load(folder).predict(...)`
+takes the task's own inputs (review texts, histories in the data's own lesson ids, feature vectors, points), and
+a command line (CSV or JSON lines in, predictions out; an HTTP server).
 
 Formats:
 - `program`: `torch.export` (`model.pt2`, loaded by `torch.export.load(path).module()`, plain torch), chosen
@@ -19,18 +19,21 @@ Formats:
   weights by state_dict name; serve.py reads them without the safetensors package and computes each task's
   forward pass in plain torch (float32), so this too serves without the project.
 
-The exported module computes what serving wants, not the training logits: tiny x (B, F) -> class
-probabilities (B, C); sentiment hashed token ids (B, T) -> P(positive) (B,); recommender left-padded model item
-ids (B, max_len) -> scores over the catalogue (B, n_items), column j = model id j + 1; ranking raw features
-(B, N, F) -> scores (B, N), the fitted normalisation inside.
+Everything task-specific is the task's serving part (core.tasks.serving, `Task.serving()`), declared beside
+its training code; no code here branches on a task. The exported module computes what serving wants, not the
+training logits (e.g. tiny x (B, F) -> class probabilities (B, C); ranking raw features (B, N, F) -> scores
+(B, N), the fitted normalisation inside); the serving part also gives the sample inputs, the dynamic
+dimensions, the input and output names, the manifest's task fields and the part of the model a reduced dtype
+casts.
 
 Every export is verified before it is kept: the written file is loaded back (torch.export.load, onnxruntime,
-or the safetensors weights into a rebuilt model) and run on a sample batch (the task's own synthetic reviews
-for sentiment, inputs of the right shape and range otherwise); the largest absolute difference from the
-trained model is reported, and above the tolerance the export fails. Files are written to a temporary folder
-beside `out` and renamed into place only once verified, so a failed export leaves nothing behind.
-`dtype` bf16/fp16 casts the weights (inputs and outputs stay as they were: float32 scores); the file size and
-the output difference against the fp32 model are reported.
+or the safetensors weights into a rebuilt model) and run on a sample batch (the serving part's sample inputs:
+the task's own synthetic reviews for sentiment, inputs of the right shape and range otherwise); the largest
+absolute difference from the trained model is reported, and above the tolerance the export fails. Files are
+written to a temporary folder beside `out` and renamed into place only once verified, so a failed export
+leaves nothing behind. `dtype` bf16/fp16 casts the weights (the serving part's `weights`; inputs and outputs
+stay as they were: float32 scores); the file size and the output difference against the fp32 model are
+reported.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -50,6 +55,9 @@ from torch import nn
 from core.errors import CheckpointError, ConfigError
 from core.files import new_temp_folder
 from core.text import first_line, size
+
+if TYPE_CHECKING:
+    from core.tasks.serving import TaskServing
 
 FORMATS = ("program", "onnx", "safetensors")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -99,120 +107,6 @@ class ExportResult:
                 "seconds": self.seconds, "sample_shape": self.sample_shape}
 
 
-# ---------------------------------------------------------------------------------------------- serving modules
-class TinyServing(nn.Module):
-    """x (B, F) float32 -> class probabilities (B, C) float32."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = self.model.fc1.weight.dtype
-        return torch.softmax(self.model(x.to(dtype)).float(), dim=-1)
-
-
-class SentimentServing(nn.Module):
-    """Hashed token ids (B, T) int64 -> P(positive) (B,) float32. `onnx_friendly` counts a row's duplicate ids
-    (sublinear tf weighting) by comparing ids pairwise, (B, T, T), as ONNX has no searchsorted."""
-
-    def __init__(self, model: nn.Module, onnx_friendly: bool = False):
-        super().__init__()
-        self.model = model
-        self.onnx_friendly = onnx_friendly
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        model = self.model
-        if not (self.onnx_friendly and model.sublinear):
-            return torch.softmax(model(tokens).float(), dim=-1)[:, 1]
-        weights = model.bucket_weight[tokens]
-        counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).to(weights.dtype)
-        weights = weights * (1 + torch.log(counts)) / counts
-        pooled = model.bag(tokens, per_sample_weights=weights.to(model.bag.weight.dtype))
-        if model.pooling == "mean":
-            norm = weights.sum(1)
-        elif model.pooling == "sqrt":
-            norm = (weights > 0).sum(1).float().sqrt()
-        elif model.pooling == "l2":
-            norm = weights.square().sum(1).sqrt()
-        else:
-            norm = torch.ones_like(weights[:, 0])
-        logits = model.head(pooled / norm.clamp(min=1e-6).unsqueeze(1).to(pooled.dtype))
-        return torch.softmax(logits.float(), dim=-1)[:, 1]
-
-
-class RecommenderServing(nn.Module):
-    """Left-padded model item ids (B, max_len) int64 -> scores over the catalogue (B, n_items) float32; column
-    j is model id j + 1 (0 is padding)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, seq: torch.Tensor) -> torch.Tensor:
-        hidden = self.model(seq)[:, -1]
-        return self.model.scores(hidden).float()
-
-
-class RankingServing(nn.Module):
-    """Raw features (B, N, F) float32 -> scores (B, N) float32; the model's fitted normaliser is inside and
-    stays float32 whatever the weights' dtype (its quantile knots would not survive bf16)."""
-
-    def __init__(self, model: nn.Module, onnx_friendly: bool = False):
-        super().__init__()
-        self.model = model
-        self.onnx_friendly = onnx_friendly
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        norm = self.model.norm
-        if self.onnx_friendly and hasattr(norm, "knots"):
-            y = (_quantile_gauss_portable(features.float(), norm.knots) - norm.mean) / norm.std
-        else:
-            y = norm(features.float())
-        dtype = self.model.net[0].weight.dtype
-        return self.model.net(y.to(dtype)).squeeze(-1).float()
-
-
-def _quantile_gauss_portable(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
-    """core.tasks.ranking.quantile_gauss with ops ONNX has: searchsorted as counts of comparisons (serving
-    batches are small: (B*N, F, K) booleans), ndtri as sqrt(2) erfinv(2u - 1) by Giles' single-precision
-    approximation (ONNX has Erf but no Erfinv). The verification compares it with the original."""
-    k = knots.shape[1]
-    flat = x.reshape(-1, x.shape[-1]).unsqueeze(-1)  # (R, F, 1)
-    lo = (knots.unsqueeze(0) < flat).sum(-1)  # first knot >= x, as searchsorted(left)
-    hi = (knots.unsqueeze(0) <= flat).sum(-1)  # first knot > x, as searchsorted(right)
-    x2 = flat.squeeze(-1)
-    table = knots.unsqueeze(0).expand(x2.shape[0], -1, -1)
-    below = table.gather(2, (lo - 1).clamp(0, k - 1).unsqueeze(-1)).squeeze(-1)
-    above = table.gather(2, lo.clamp(0, k - 1).unsqueeze(-1)).squeeze(-1)
-    between = (lo - 1).float() + (x2 - below) / (above - below).clamp(min=1e-30)
-    position = torch.where(hi > lo, (lo + hi - 1).float() / 2, between).clamp(0, k - 1)
-    u = (position + 0.5) / k
-    z = math.sqrt(2.0) * _erfinv(2 * u - 1)
-    return z.reshape(x.shape)
-
-
-def _erfinv(y: torch.Tensor) -> torch.Tensor:
-    """Inverse error function, M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
-    single precision (relative error ~4e-7 inside (-1, 1))."""
-    w = -torch.log((1.0 - y) * (1.0 + y))
-    w1 = w - 2.5
-    p1 = torch.full_like(y, 2.81022636e-08)
-    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
-              0.246640727, 1.50140941):
-        p1 = c + p1 * w1
-    w2 = torch.sqrt(w.clamp(min=5.0)) - 3.0
-    p2 = torch.full_like(y, -0.000200214257)
-    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
-              1.00167406, 2.83297682):
-        p2 = c + p2 * w2
-    return torch.where(w < 5.0, p1, p2) * y
-
-
-SERVING = {"tiny": TinyServing, "sentiment": SentimentServing, "recommender": RecommenderServing,
-           "ranking": RankingServing}
-
-
 # ---------------------------------------------------------------------------------------------- the export
 @dataclass
 class Loaded:
@@ -223,13 +117,20 @@ class Loaded:
     model: nn.Module
     path: Path
 
+    @cached_property
+    def serving(self) -> TaskServing:
+        """The task's serving part (core.tasks.serving)."""
+        return self.task.serving()
+
 
 def load_trained(checkpoint: str | Path) -> Loaded:
     """The checkpoint's model, rebuilt from its settings and weights (load_checkpoint: weights_only)."""
     from core.engine.checkpoints import load_checkpoint, rebuild_model
+    from core.tasks import TASKS
 
     state = load_checkpoint(checkpoint)
-    if state["task"] not in SERVING:
+    task_class = TASKS.get(state["task"])
+    if task_class is None or task_class.serving_class() is None:
         raise CheckpointError(f"{checkpoint}: task {state['task']!r} has no serving export")
     task, model = rebuild_model(state, checkpoint)
     return Loaded(state, task, model.eval(), Path(checkpoint))
@@ -353,68 +254,30 @@ def _check_destination(out: Path) -> None:
 
 
 def _serving(loaded: Loaded, dtype: str, fmt: str) -> nn.Module:
-    """The task's serving module over a copy of the model cast to `dtype` (ranking keeps its normaliser fp32)."""
+    """The task's serving module over a copy of the model, the part its serving names cast to `dtype`."""
     import copy
 
+    serving = loaded.serving
     model = copy.deepcopy(loaded.model)
     target = DTYPES[dtype]
     if target != torch.float32:
-        if loaded.state["task"] == "ranking":
-            model.net.to(target)
-        else:
-            model.to(target)
-    task = loaded.state["task"]
-    if task in ("ranking", "sentiment"):
-        return SERVING[task](model, onnx_friendly=fmt == "onnx").eval()
-    return SERVING[task](model).eval()
+        serving.weights(model).to(target)
+    return serving.module(model, fmt).eval()
 
 
 def sample_inputs(loaded: Loaded, rows: int = SAMPLE_ROWS, seed: int = 0) -> torch.Tensor:
-    """A batch of the serving module's input: the task's own synthetic reviews (hashed as the run hashed
-    them) for sentiment; for the others, inputs of the right shape and range (histories of varied length,
-    features spread over the normaliser's knots or statistics)."""
-    task, model, opts = loaded.state["task"], loaded.model, loaded.task.opts
-    gen = torch.Generator().manual_seed(seed)
-    if task == "tiny":
-        return torch.randn(rows, model.fc1.in_features, generator=gen)
-    if task == "sentiment":
-        from core.data.reviews import generate_reviews
-        from core.data.tokenizer import hashed_tokens
-
-        text = generate_reviews(rows, seed).text
-        return hashed_tokens(text, model.bag.num_embeddings, opts["max_tokens"], opts["negation_scope"]).long()
-    if task == "recommender":
-        n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
-        seq = torch.randint(1, n_items + 1, (rows, max_len), generator=gen)
-        lengths = torch.randint(1, max_len + 1, (rows,), generator=gen)
-        pad = torch.arange(max_len).unsqueeze(0) < (max_len - lengths).unsqueeze(1)
-        return seq.masked_fill(pad, 0)
-    norm = model.norm  # ranking: (rows // 4 queries, 6 candidates, F)
-    features = norm.mean.shape[0]
-    shape = (max(rows // 4, 2), 6, features)
-    if hasattr(norm, "knots"):
-        k = norm.knots.shape[1]
-        pick = torch.randint(0, k, shape, generator=gen)
-        base = norm.knots.t()[pick, torch.arange(features)]
-        return base + 0.01 * torch.randn(shape, generator=gen) * norm.knots.std(1)
-    return norm.center + norm.scale * torch.randn(shape, generator=gen)
-
-
-def _dynamic_shapes(task: str) -> dict:
-    batch = torch.export.Dim("batch", min=1, max=1 << 20)
-    if task == "ranking":
-        return {0: batch, 1: torch.export.Dim("candidates", min=1, max=1 << 20)}
-    return {0: batch}
+    """A batch of the serving module's input, as the task's serving makes it (e.g. the task's own synthetic
+    reviews hashed as the run hashed them; inputs of the right shape and range)."""
+    return loaded.serving.sample_inputs(loaded.model, rows, seed)
 
 
 def _write_model(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, fmt: str,
                  dtype: str) -> list[str]:
     task = loaded.state["task"]
-    name = INPUT_NAMES[task]
+    dynamic = {name_arg(serving): loaded.serving.dynamic_shapes()}
     if fmt == "program":
         try:
-            program = torch.export.export(serving, (sample,), dynamic_shapes={name_arg(serving): _dynamic_shapes(task)},
-                                          strict=False)
+            program = torch.export.export(serving, (sample,), dynamic_shapes=dynamic, strict=False)
             program.example_inputs = None  # saved, they would be a torch.save pickle, which a loader refuses
             buffer = io.BytesIO()
             torch.export.save(program, buffer)
@@ -424,7 +287,7 @@ def _write_model(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folde
         _write(folder / MODEL_FILES[fmt], buffer.getvalue())
         return [MODEL_FILES[fmt]]
     if fmt == "onnx":
-        return _write_onnx(loaded, serving, sample, folder, task, name)
+        return _write_onnx(loaded, serving, sample, folder, dynamic)
     return _write_safetensors(loaded, serving, folder, dtype)
 
 
@@ -435,8 +298,7 @@ def name_arg(serving: nn.Module) -> str:
     return next(iter(inspect.signature(serving.forward).parameters))
 
 
-def _write_onnx(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, task: str,
-                name: str) -> list[str]:
+def _write_onnx(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, dynamic: dict) -> list[str]:
     import contextlib
     import logging
     import warnings
@@ -448,14 +310,13 @@ def _write_onnx(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder
             warnings.simplefilter("ignore")
             for logger in ("torch.onnx", "onnxscript", "onnx_ir"):
                 logging.getLogger(logger).setLevel(logging.ERROR)
-            program = torch.onnx.export(serving, (sample,), dynamo=True, input_names=[name],
-                                        output_names=[OUTPUT_NAMES[task]],
-                                        dynamic_shapes={name_arg(serving): _dynamic_shapes(task)},
+            program = torch.onnx.export(serving, (sample,), dynamo=True, input_names=[loaded.serving.input_name],
+                                        output_names=[loaded.serving.output_name], dynamic_shapes=dynamic,
                                         optimize=True, verbose=False)
             program.save(str(path), external_data=False)
     except Exception as exc:  # noqa: BLE001 - the exporter raises many types; one line for the user
         path.unlink(missing_ok=True)
-        raise CheckpointError(f"{loaded.path}: the ONNX exporter could not export the {task} model: "
+        raise CheckpointError(f"{loaded.path}: the ONNX exporter could not export the {loaded.state['task']} model: "
                               f"{_onnx_cause(exc)}") from None
     return [MODEL_FILES["onnx"]]
 
@@ -488,7 +349,7 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        result = session.run(None, {INPUT_NAMES[loaded.state["task"]]: sample.numpy()})[0]
+        result = session.run(None, {loaded.serving.input_name: sample.numpy()})[0]
         return torch.from_numpy(np.asarray(result))
     from safetensors.torch import load_file
 
@@ -498,10 +359,9 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
     weights = load_file(str(path))
     target = DTYPES[dtype]
     if target != torch.float32:  # built in the file's dtype so nothing is rounded twice
-        (model.net if loaded.state["task"] == "ranking" else model).to(target)
+        loaded.serving.weights(model).to(target)
     load_model_state(model, weights, str(path))
-    rebuilt = Loaded(loaded.state, loaded.task, model.eval(), path)
-    serving = SERVING[loaded.state["task"]](rebuilt.model).eval()
+    serving = loaded.serving.module(model.eval(), fmt).eval()
     with torch.no_grad():
         return serving(sample)
 
@@ -522,15 +382,13 @@ FORMAT_SAFETY = {
     "safetensors": ("data", ("raw tensors by name that serve.py computes in plain torch: data, no Python runs "
                              "from it (model.pt beside it is a checkpoint, read only with weights_only=True)")),
 }
-INPUT_NAMES = {"tiny": "x", "sentiment": "tokens", "recommender": "seq", "ranking": "features"}
-OUTPUT_NAMES = {"tiny": "probabilities", "sentiment": "p_positive", "recommender": "scores", "ranking": "scores"}
 
 
 def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -> dict:
     """Everything serving needs to know about the export (see the module doc), as plain JSON values."""
     from core.engine.checkpoints import library_versions
 
-    state, model, task, opts = loaded.state, loaded.model, loaded.state["task"], loaded.task.opts
+    state, model = loaded.state, loaded.model
     versions = dict(library_versions())
     if fmt == "onnx":
         import onnx
@@ -538,7 +396,7 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
 
         versions.update(onnx=onnx.__version__, onnxruntime=onnxruntime.__version__)
     manifest = {
-        "format": fmt, "file": MODEL_FILES[fmt], "task": task, "task_options": dict(opts),
+        "format": fmt, "file": MODEL_FILES[fmt], "task": state["task"], "task_options": dict(loaded.task.opts),
         "step": state["step"], "epoch": state["epoch"],
         "metrics": state["metrics"], "config": state["config"], "precision": state.get("precision") or {},
         "dtype": dtype, "trained_versions": state["versions"], "versions": versions,
@@ -552,65 +410,8 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
     else:
         manifest["load"] = ("model.safetensors: the weights by state_dict name; serve.py computes the model from "
                             "them in plain torch (model.pt is the full checkpoint, model.json its manifest)")
-    name, out = INPUT_NAMES[task], OUTPUT_NAMES[task]
-    if task == "tiny":
-        features, classes = model.fc1.in_features, model.fc2.out_features
-        manifest["inputs"] = [{"name": name, "shape": ["batch", features], "dtype": "float32"}]
-        manifest["outputs"] = [{"name": out, "shape": ["batch", classes], "dtype": "float32",
-                                "meaning": "class probabilities (softmax), column c = class c"}]
-        manifest["serving"] = {"features": features, "classes": classes}
-    elif task == "sentiment":
-        length = int(sample.shape[1])
-        manifest["inputs"] = [{"name": name, "shape": ["batch", length], "dtype": "int64",
-                               "meaning": "hashed token ids (see serving.tokenizer), 0 = padding"}]
-        manifest["outputs"] = [{"name": out, "shape": ["batch"], "dtype": "float32",
-                                "meaning": "P(positive review)"}]
-        manifest["serving"] = {"tokenizer": {
-            "buckets": int(model.bag.num_embeddings), "max_tokens": int(opts["max_tokens"]),
-            "negation_scope": int(opts["negation_scope"]), "recipe": TOKENIZER_RECIPE,
-            "negators": sorted(_negators()), "negated_salt": 0x2545F491,
-            "bigram_mix": {"a": 0x9E3779B1, "b": 0x85EBCA77, "xor": 0xB5}}}
-    elif task == "recommender":
-        n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
-        vocabulary = (state.get("vocabulary") or {}).get("item_id")
-        if vocabulary is None:  # synthetic data: the data's item i is the model's i + 1
-            ids, source = list(range(n_items)), "synthetic data: lesson ids 0..n-1"
-        else:
-            ids = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
-            source = "the training data's lesson ids"
-        manifest["inputs"] = [{"name": name, "shape": ["batch", max_len], "dtype": "int64",
-                               "meaning": "model item ids of the history, oldest first, left-padded with 0"}]
-        manifest["outputs"] = [{"name": out, "shape": ["batch", n_items], "dtype": "float32",
-                                "meaning": "next-lesson scores; column j is model id j + 1"}]
-        manifest["serving"] = {"max_len": max_len, "padding": "left, id 0", "n_items": n_items,
-                               "vocabulary": ids, "vocabulary_source": source,
-                               "vocabulary_meaning": "model id k (k >= 1) is lesson vocabulary[k - 1]; 0 is padding"}
-    else:
-        features = int(model.norm.mean.shape[0])
-        method = opts["normalize"]
-        manifest["inputs"] = [{"name": name, "shape": ["batch", "candidates", features], "dtype": "float32",
-                               "meaning": "raw (un-normalised) features of each query's candidates"}]
-        manifest["outputs"] = [{"name": out, "shape": ["batch", "candidates"], "dtype": "float32",
-                                "meaning": "relevance scores: rank a query's candidates by descending score"}]
-        manifest["serving"] = {"features": features, "feature_order": [f"f{i + 1}" for i in range(features)],
-                               "normalization": f"{method}, fit on the training split; inside the model: give raw "
-                                                "features"}
+    manifest.update(loaded.serving.manifest(model, state, sample))  # inputs, outputs, serving
     return manifest
-
-
-TOKENIZER_RECIPE = (
-    "NFKC-normalise, lower-case (per code point), replace U+2019 with an apostrophe; with negation_scope > 0 "
-    "each run of .,;:!?()[]{}\"“”… becomes a clause boundary; words are runs of Unicode letters, numbers, "
-    "marks, '_' and apostrophes, quotes stripped from their ends; a negator (negators, or a word ending in "
-    "n't) negates the next negation_scope words of its clause (unigram hash xor negated_salt); hash = CRC32 "
-    "of the UTF-8 word; row = [w0, w1, w0w1, w2, w1w2, ...] truncated to max_tokens, padded with 0; unigram id "
-    "= hash % (buckets - 1) + 1; bigram id = (((h1 * a + h2 * b) mod 2^64) xor xor) % (buckets - 1) + 1")
-
-
-def _negators() -> frozenset:
-    from core.data.tokenizer import NEGATORS
-
-    return NEGATORS
 
 
 # ---------------------------------------------------------------------------------------------- helpers

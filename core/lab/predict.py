@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -33,9 +35,9 @@ import torch
 from core.engine.run_folder import run_checkpoint
 from core.errors import CheckpointError, ConfigError, DataError
 
-TASK_OF_METHOD = {"sentiment": "sentiment", "explain": "sentiment", "recommend": "recommender",
-                  "recommend_many": "recommender", "example_users": "recommender", "rank": "ranking",
-                  "example_queries": "ranking", "classify": "tiny", "example_inputs": "tiny"}
+if TYPE_CHECKING:
+    from core.tasks.serving import ServingShape
+
 SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
 RANK_ROWS = 65536  # candidates scored at a time
 RECOMMEND_ROWS = 256  # histories scored at a time (the transformer's activations grow with it; no faster at 1024
@@ -92,29 +94,40 @@ class Predictor:
         self._id_strings: pa.Array | None = None  # the same ids as strings, to look inputs up in
         self._whole_strings: pa.Array | None = None  # the same, a whole number written as 12.0 as 12
 
-    # ---- what the model reads -------------------------------------------------------------------------------
+    # ---- what the model reads (the task's serving part, core.tasks.serving) ---------------------------------
+    @cached_property
+    def shape(self) -> ServingShape:
+        """What the model reads: catalogue size, history window, feature count (0 where the task has none)."""
+        from core.tasks.serving import ServingShape
+
+        serving = self.task_object.serving()
+        return serving.shape(self.model) if serving is not None else ServingShape()
+
     @property
     def n_items(self) -> int:
         """recommender: the catalogue size."""
-        return int(self.model.items.num_embeddings - 1) if self.task == "recommender" else 0
+        return self.shape.n_items
 
     @property
     def max_len(self) -> int:
         """recommender: the longest history the model reads (its last max_len known lessons)."""
-        return int(self.model.positions.num_embeddings) if self.task == "recommender" else 0
+        return self.shape.max_len
 
     @property
     def n_features(self) -> int:
         """ranking: feature columns (f1..fN, in this order); tiny: 10."""
-        if self.task == "ranking":
-            return int(self.model.norm.mean.shape[0])
-        return int(self.model.fc1.in_features) if self.task == "tiny" else 0
+        return self.shape.n_features
 
     def _need(self, method: str) -> None:
-        wanted = TASK_OF_METHOD[method]
-        if self.task != wanted:
-            raise ConfigError("task", f"{self.checkpoint} is a {self.task} model: {method} needs a {wanted} "
-                                      f"checkpoint")
+        """A ConfigError unless this task's serving answers `method`, naming the task that does."""
+        serving = self.task_object.serving_class()
+        if serving is not None and method in serving.answers:
+            return
+        from core.tasks import TASKS
+
+        wanted = next((name for name, cls in TASKS.items()
+                       if (other := cls.serving_class()) is not None and method in other.answers), "another")
+        raise ConfigError("task", f"{self.checkpoint} is a {self.task} model: {method} needs a {wanted} checkpoint")
 
     # ---- sentiment -------------------------------------------------------------------------------------------
     def sentiment(self, texts: list[str]) -> list[float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -15,6 +15,9 @@ from core.data.batching import split_length
 from core.data.splits import DataSource
 from core.tasks.options import TaskOption  # noqa: F401  (one class; re-exported for task modules)
 from core.text import size
+
+if TYPE_CHECKING:
+    from core.tasks.serving import TaskServing
 
 # Bytes per trainable parameter while training: float32 weights and gradients, plus the optimizer's state
 # (Adam/AdamW: two float32 moments; SGD: one momentum buffer).
@@ -144,6 +147,17 @@ class Task(ABC):
         the values to chart [{name, label, curve: the curves' series of the same colour}]}. Called like
         evaluate (no_grad, autocast, eval mode) on one process; {} when the task has no report."""
         return {}
+
+    @classmethod
+    def serving_class(cls) -> type[TaskServing] | None:
+        """The serving part of this task (core.tasks.serving: the deployable module, its sample inputs, names
+        and manifest, what the predictor reads), declared beside the task; None: the task is not served."""
+        return None
+
+    def serving(self) -> TaskServing | None:
+        """The serving part for these options (see serving_class)."""
+        cls = self.serving_class()
+        return cls(self) if cls is not None else None
 
     def validation_units(self, split: dict[str, torch.Tensor]) -> int:
         """How many `validation_unit`s the metrics of `split` average over: its rows, unless the task says."""

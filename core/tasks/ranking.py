@@ -15,12 +15,13 @@ standard; none), held as model buffers so checkpoints, resumes and exported weig
 column maps to 0; NaN or infinite features are refused (the importer names the line, fit_normalizer the
 column), not imputed.
 
-Loss (option `loss`): LambdaLoss NDCG-Loss2++ (pairs weighted by the NDCG their order is worth; the
-default), ApproxNDCG, listwise softmax cross-entropy against the gain distribution (2^label - 1) of each
-query, or pairwise RankNet; all in float32 under autocast, padding masked. Metrics per query, averaged over
-queries with at least one relevant (label > 0) lesson: NDCG@10 (gain 2^label - 1) and MRR of the first
-relevant lesson. Baseline: random order (mean over 5 seeded shuffles). Ceiling (synthetic data): ranking
-by the hidden noiseless relevance, on the same split.
+Loss (option `loss`, core.tasks.ranking_losses): LambdaLoss NDCG-Loss2++ (pairs weighted by the NDCG their
+order is worth; the default), ApproxNDCG, listwise softmax cross-entropy against the gain distribution
+(2^label - 1) of each query, or pairwise RankNet; all in float32 under autocast, padding masked. Metrics per
+query, averaged over queries with at least one relevant (label > 0) lesson: NDCG@10 (gain 2^label - 1) and MRR
+of the first relevant lesson. Baseline: random order (mean over 5 seeded shuffles). Ceiling (synthetic data):
+ranking by the hidden noiseless relevance, on the same split. The task's serving part is
+core.tasks.ranking_serving.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from core.data.importers import Column, ReadOptions, contiguous_ids, read_table, require_rows
 from core.data.splits import SPLITS, SplitTables, carve, read_splits
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
+from core.tasks.ranking_losses import LOSSES
+from core.tasks.serving import TaskServing
 
 TOP_K = 10
 RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"),
@@ -182,89 +184,6 @@ def ranking_metrics(scores: torch.Tensor, label: torch.Tensor,
     first = torch.where(relevant.any(1), relevant.float().argmax(1), 0)
     rr = 1.0 / (first.float() + 1.0)
     return (ndcg * has_relevant).sum(), (rr * has_relevant).sum(), has_relevant.sum()
-
-
-def listwise_softmax_loss(scores: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy between softmax(scores) and the query's normalised gains; queries with no gain skip."""
-    valid = label >= 0
-    log_p = F.log_softmax(scores.float().masked_fill(~valid, float("-inf")), dim=1)
-    gains = (2.0 ** label.clamp(min=0).float() - 1.0) * valid
-    total = gains.sum(1, keepdim=True)
-    per_query = -(gains / total.clamp(min=1e-12) * log_p.masked_fill(~valid, 0.0)).sum(1)
-    used = (total.squeeze(1) > 0).float()
-    return (per_query * used).sum() / used.sum().clamp(min=1.0)
-
-
-def ranknet_loss(scores: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-    """Mean logistic loss over all pairs (i, j) of a query with label_i > label_j (padding never pairs)."""
-    scores = scores.float()
-    better = (label.unsqueeze(2) > label.unsqueeze(1)) & (label.unsqueeze(1) >= 0)
-    margin = scores.unsqueeze(2) - scores.unsqueeze(1)
-    pair_loss = F.softplus(-margin) * better
-    return pair_loss.sum() / better.sum().clamp(min=1)
-
-
-def _gains(label: torch.Tensor) -> torch.Tensor:
-    return (2.0 ** label.clamp(min=0).float() - 1.0) * (label >= 0)
-
-
-def _ideal_dcg(gains: torch.Tensor) -> torch.Tensor:
-    ideal = gains.sort(dim=1, descending=True).values
-    discount = 1.0 / torch.log2(torch.arange(gains.shape[1], device=gains.device, dtype=torch.float32) + 2.0)
-    return (ideal * discount).sum(1)
-
-
-LAMBDA_MU = 10.0  # weight of NDCG-Loss2's term in NDCG-Loss2++ (Wang et al. 2018; allRank's default)
-
-
-def lambda_loss(scores: torch.Tensor, label: torch.Tensor, mu: float = LAMBDA_MU) -> torch.Tensor:
-    """LambdaLoss NDCG-Loss2++ (Wang et al., CIKM 2018): the logistic loss of every pair label_i > label_j of a
-    query, weighted by how much NDCG their order is worth at the current ranking (ranks by the detached
-    scores): |G_i - G_j| x (|1/D(r_i) - 1/D(r_j)| + mu |1/D(|r_i - r_j|) - 1/D(|r_i - r_j| + 1)|), G = gain /
-    ideal DCG, D(r) = log2(1 + r), r 1-based. Summed per query, averaged over queries with a relevant
-    candidate. Float32 whatever the autocast; padding (label -1) neither pairs nor takes a rank above a real
-    candidate."""
-    with torch.autocast(scores.device.type, enabled=False):
-        scores = scores.float()
-        valid = label >= 0
-        gains = _gains(label)
-        idcg = _ideal_dcg(gains)
-        g = gains / idcg.clamp(min=1e-12).unsqueeze(1)
-        order = scores.detach().masked_fill(~valid, float("-inf")).argsort(dim=1, descending=True)
-        positions = torch.arange(1, label.shape[1] + 1, device=label.device).expand_as(order)
-        rank = torch.empty_like(order).scatter_(1, order, positions).float()  # 1-based
-        inv_d = 1.0 / torch.log2(1.0 + rank)
-        gap = (rank.unsqueeze(2) - rank.unsqueeze(1)).abs().clamp(min=1.0)
-        delta = 1.0 / torch.log2(1.0 + gap) - 1.0 / torch.log2(2.0 + gap)
-        weight = (g.unsqueeze(2) - g.unsqueeze(1)).abs() * (
-            (inv_d.unsqueeze(2) - inv_d.unsqueeze(1)).abs() + mu * delta)
-        better = (label.unsqueeze(2) > label.unsqueeze(1)) & valid.unsqueeze(1)
-        margin = scores.unsqueeze(2) - scores.unsqueeze(1)
-        pair = torch.where(better, F.softplus(-margin) * weight, 0.0)
-        used = (idcg > 0).float()
-        return pair.sum() / used.sum().clamp(min=1.0)
-
-
-def approx_ndcg_loss(scores: torch.Tensor, label: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """ApproxNDCG (Qin et al. 2010): 1 - NDCG with each rank replaced by a smooth one, 1 + sum over the
-    other real candidates j of sigmoid(alpha (s_j - s_i)); averaged over queries with a relevant candidate.
-    Float32 whatever the autocast; padding neither ranks nor counts."""
-    with torch.autocast(scores.device.type, enabled=False):
-        scores = scores.float()
-        valid = label >= 0
-        gains = _gains(label)
-        idcg = _ideal_dcg(gains)
-        above = torch.sigmoid(alpha * (scores.unsqueeze(1) - scores.unsqueeze(2)))  # [q, i, j]: j above i
-        above = above * valid.unsqueeze(1).float()
-        rank = 1.0 + above.sum(2) - 0.5 * valid.float()  # the diagonal term (j = i) is sigmoid(0)
-        dcg = (gains / torch.log2(1.0 + rank)).sum(1)
-        used = idcg > 0
-        per_query = 1.0 - dcg / idcg.clamp(min=1e-12)
-        return (per_query * used).sum() / used.sum().clamp(min=1)
-
-
-LOSSES = {"listwise": listwise_softmax_loss, "ranknet": ranknet_loss, "lambda": lambda_loss,
-          "approxndcg": approx_ndcg_loss}
 
 
 MAX_LIST = 256  # candidates per list at most: the RankNet loss holds batch x W x W pairs
@@ -509,6 +428,12 @@ class RankingTask(Task):
     defaults = {"lr": 3e-3, "batch_size": 16, "epochs": 5, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "ndcg@10"
     validation_unit = "queries"
+
+    @classmethod
+    def serving_class(cls) -> type[TaskServing]:
+        from core.tasks.ranking_serving import RankingTaskServing
+
+        return RankingTaskServing
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts

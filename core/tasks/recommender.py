@@ -44,6 +44,7 @@ from core.data.splits import read_splits
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
+from core.tasks.serving import ServingShape, TaskServing
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
@@ -270,6 +271,10 @@ class RecommenderTask(Task):
     tokens_key = "seq"
     validation_unit = "users"  # one evaluation row per user
 
+    @classmethod
+    def serving_class(cls) -> type[TaskServing]:
+        return RecommenderTaskServing
+
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
         vocabulary: dict = {}
@@ -443,3 +448,56 @@ def _unwrap(model: nn.Module) -> nn.Module:
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
 
+
+
+# ---------------------------------------------------------------------------------------------- serving
+class RecommenderServing(nn.Module):
+    """Left-padded model item ids (B, max_len) int64 -> scores over the catalogue (B, n_items) float32; column
+    j is model id j + 1 (0 is padding)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, seq: torch.Tensor) -> torch.Tensor:
+        hidden = self.model(seq)[:, -1]
+        return self.model.scores(hidden).float()
+
+
+class RecommenderTaskServing(TaskServing):
+    """Histories of model item ids in (the manifest's vocabulary maps the data's lesson ids to them), scores
+    over the catalogue out."""
+
+    input_name, output_name = "seq", "scores"
+    answers = ("recommend", "recommend_many", "example_users")
+
+    def module(self, model: nn.Module, fmt: str) -> nn.Module:
+        return RecommenderServing(model)
+
+    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+        """Histories of varied length, left-padded."""
+        gen = torch.Generator().manual_seed(seed)
+        n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
+        seq = torch.randint(1, n_items + 1, (rows, max_len), generator=gen)
+        lengths = torch.randint(1, max_len + 1, (rows,), generator=gen)
+        pad = torch.arange(max_len).unsqueeze(0) < (max_len - lengths).unsqueeze(1)
+        return seq.masked_fill(pad, 0)
+
+    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+        n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
+        vocabulary = (state.get("vocabulary") or {}).get("item_id")
+        if vocabulary is None:  # synthetic data: the data's item i is the model's i + 1
+            ids, source = list(range(n_items)), "synthetic data: lesson ids 0..n-1"
+        else:
+            ids = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
+            source = "the training data's lesson ids"
+        return {"inputs": [{"name": self.input_name, "shape": ["batch", max_len], "dtype": "int64",
+                            "meaning": "model item ids of the history, oldest first, left-padded with 0"}],
+                "outputs": [{"name": self.output_name, "shape": ["batch", n_items], "dtype": "float32",
+                             "meaning": "next-lesson scores; column j is model id j + 1"}],
+                "serving": {"max_len": max_len, "padding": "left, id 0", "n_items": n_items,
+                            "vocabulary": ids, "vocabulary_source": source,
+                            "vocabulary_meaning": "model id k (k >= 1) is lesson vocabulary[k - 1]; 0 is padding"}}
+
+    def shape(self, model: nn.Module) -> ServingShape:
+        return ServingShape(n_items=int(model.items.num_embeddings - 1), max_len=int(model.positions.num_embeddings))

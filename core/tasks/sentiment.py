@@ -30,8 +30,9 @@ from torch.nn import functional as F
 from core.data.importers import Column, ReadOptions, read_table, require_rows
 from core.data.reviews import generate_reviews
 from core.data.splits import carve, read_splits
-from core.data.tokenizer import hashed_tokens
+from core.data.tokenizer import NEGATORS, hashed_tokens
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
+from core.tasks.serving import TaskServing
 
 POSITIVE_LABELS = ("1", "positive", "pos", "true")
 NEGATIVE_LABELS = ("0", "negative", "neg", "false")
@@ -222,6 +223,10 @@ class SentimentTask(Task):
     primary_metric = "accuracy"
     tokens_key = "tokens"  # throughput can count hashed words + bigrams (non-zero ids), not just reviews
 
+    @classmethod
+    def serving_class(cls) -> type[TaskServing]:
+        return SentimentTaskServing
+
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
         notes: list[str] = []
@@ -353,3 +358,70 @@ class SentimentTask(Task):
                           "observed_rate": [pos / c if c else None for pos, c in zip(by_class[1].tolist(),
                                                                                      count.tolist())]},
         }
+
+
+# ---------------------------------------------------------------------------------------------- serving
+class SentimentServing(nn.Module):
+    """Hashed token ids (B, T) int64 -> P(positive) (B,) float32. `onnx_friendly` counts a row's duplicate ids
+    (sublinear tf weighting) by comparing ids pairwise, (B, T, T), as ONNX has no searchsorted."""
+
+    def __init__(self, model: nn.Module, onnx_friendly: bool = False):
+        super().__init__()
+        self.model = model
+        self.onnx_friendly = onnx_friendly
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        model = self.model
+        if not (self.onnx_friendly and model.sublinear):
+            return torch.softmax(model(tokens).float(), dim=-1)[:, 1]
+        weights = model.bucket_weight[tokens]
+        counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).to(weights.dtype)
+        weights = weights * (1 + torch.log(counts)) / counts
+        pooled = model.bag(tokens, per_sample_weights=weights.to(model.bag.weight.dtype))
+        if model.pooling == "mean":
+            norm = weights.sum(1)
+        elif model.pooling == "sqrt":
+            norm = (weights > 0).sum(1).float().sqrt()
+        elif model.pooling == "l2":
+            norm = weights.square().sum(1).sqrt()
+        else:
+            norm = torch.ones_like(weights[:, 0])
+        logits = model.head(pooled / norm.clamp(min=1e-6).unsqueeze(1).to(pooled.dtype))
+        return torch.softmax(logits.float(), dim=-1)[:, 1]
+
+
+TOKENIZER_RECIPE = (
+    "NFKC-normalise, lower-case (per code point), replace U+2019 with an apostrophe; with negation_scope > 0 "
+    "each run of .,;:!?()[]{}\"“”… becomes a clause boundary; words are runs of Unicode letters, numbers, "
+    "marks, '_' and apostrophes, quotes stripped from their ends; a negator (negators, or a word ending in "
+    "n't) negates the next negation_scope words of its clause (unigram hash xor negated_salt); hash = CRC32 "
+    "of the UTF-8 word; row = [w0, w1, w0w1, w2, w1w2, ...] truncated to max_tokens, padded with 0; unigram id "
+    "= hash % (buckets - 1) + 1; bigram id = (((h1 * a + h2 * b) mod 2^64) xor xor) % (buckets - 1) + 1")
+
+
+class SentimentTaskServing(TaskServing):
+    """Review texts, hashed as the run hashed its data (the recipe in the manifest), in; P(positive) out."""
+
+    input_name, output_name = "tokens", "p_positive"
+    answers = ("sentiment", "sentiment_array", "explain")
+
+    def module(self, model: nn.Module, fmt: str) -> nn.Module:
+        return SentimentServing(model, onnx_friendly=fmt == "onnx")
+
+    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+        """The task's own synthetic reviews, hashed as the run hashes them."""
+        text = generate_reviews(rows, seed).text
+        return hashed_tokens(text, model.bag.num_embeddings, self.opts["max_tokens"],
+                             self.opts["negation_scope"]).long()
+
+    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+        opts = self.opts
+        return {"inputs": [{"name": self.input_name, "shape": ["batch", int(sample.shape[1])], "dtype": "int64",
+                            "meaning": "hashed token ids (see serving.tokenizer), 0 = padding"}],
+                "outputs": [{"name": self.output_name, "shape": ["batch"], "dtype": "float32",
+                             "meaning": "P(positive review)"}],
+                "serving": {"tokenizer": {
+                    "buckets": int(model.bag.num_embeddings), "max_tokens": int(opts["max_tokens"]),
+                    "negation_scope": int(opts["negation_scope"]), "recipe": TOKENIZER_RECIPE,
+                    "negators": sorted(NEGATORS), "negated_salt": 0x2545F491,
+                    "bigram_mix": {"a": 0x9E3779B1, "b": 0x85EBCA77, "xor": 0xB5}}}}

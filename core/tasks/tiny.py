@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from core.errors import ConfigError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
+from core.tasks.serving import ServingShape, TaskServing
 
 
 class TinyClassifier(nn.Module):
@@ -45,6 +46,10 @@ class TinyClassifierTask(Task):
     )
     defaults = {"lr": 1e-2, "batch_size": 64, "epochs": 5, "optimizer": "adamw"}
     primary_metric = "accuracy"
+
+    @classmethod
+    def serving_class(cls) -> type[TaskServing]:
+        return TinyTaskServing
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         if data_path:
@@ -89,3 +94,39 @@ class TinyClassifierTask(Task):
         n = max(int(split["y"].shape[0]), 1)
         correct = sum(confusion["matrix"][c][c] for c in range(len(confusion["labels"])))
         return {"confusion": confusion, "classification": {"accuracy": correct / n}}
+
+
+# ---------------------------------------------------------------------------------------------- serving
+class TinyServing(nn.Module):
+    """x (B, F) float32 -> class probabilities (B, C) float32."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = self.model.fc1.weight.dtype
+        return torch.softmax(self.model(x.to(dtype)).float(), dim=-1)
+
+
+class TinyTaskServing(TaskServing):
+    """Points in, class probabilities out."""
+
+    input_name, output_name = "x", "probabilities"
+    answers = ("classify", "example_inputs")
+
+    def module(self, model: nn.Module, fmt: str) -> nn.Module:
+        return TinyServing(model)
+
+    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+        return torch.randn(rows, model.fc1.in_features, generator=torch.Generator().manual_seed(seed))
+
+    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+        features, classes = model.fc1.in_features, model.fc2.out_features
+        return {"inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
+                "outputs": [{"name": self.output_name, "shape": ["batch", classes], "dtype": "float32",
+                             "meaning": "class probabilities (softmax), column c = class c"}],
+                "serving": {"features": features, "classes": classes}}
+
+    def shape(self, model: nn.Module) -> ServingShape:
+        return ServingShape(n_features=int(model.fc1.in_features))

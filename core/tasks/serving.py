@@ -1,0 +1,76 @@
+"""The serving part of the task API: what a trained model of a task is once deployed.
+
+A task names its serving with `Task.serving_class()` (None: the task has no serving export), declared beside
+its training code. `Task.serving()` is an instance for the task's options; for a trained model it gives:
+
+- `module(model, fmt)`: the deployable nn.Module, computing what serving wants (class probabilities, scores),
+  not the training logits; core.lab.export writes it as a torch.export program or ONNX (`fmt`), or the
+  weights of the model it holds as `module.model` as safetensors;
+- `weights(model)`: the part of the model an export in a reduced dtype casts (the rest stays float32);
+- `sample_inputs(model, rows, seed)`: a batch of the module's one input, the export's verification batch;
+- `input_name`, `output_name`, and `dynamic_dims`: the input's dimensions that vary, in order (batch first);
+- `manifest(model, state, sample)`: the manifest's task part: `inputs`, `outputs` and `serving`;
+- `shape(model)`: the facts the predictor reads (catalogue size, history window, feature count);
+- `answers`: the Predictor methods (core.lab.predict) that take this task's inputs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from core.tasks.base import Task
+
+DIM_MAX = 1 << 20  # the largest size of a dynamic dimension an exported program accepts
+
+
+@dataclass(frozen=True)
+class ServingShape:
+    """What a trained model reads, as the predictor needs it; 0 where the task has no such thing."""
+
+    n_items: int = 0  # the catalogue size (scores over items 1..n_items)
+    max_len: int = 0  # the longest history the model reads
+    n_features: int = 0  # numbers per input row
+
+
+class TaskServing(ABC):
+    """The serving part of one task (see the module doc); `self.opts` are the task's options."""
+
+    input_name: ClassVar[str]
+    output_name: ClassVar[str]
+    dynamic_dims: ClassVar[tuple[str, ...]] = ("batch",)
+    answers: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, task: Task):
+        self.task = task
+        self.opts = task.opts
+
+    @abstractmethod
+    def module(self, model: nn.Module, fmt: str) -> nn.Module:
+        """The deployable module over `model` (held as its `model` attribute) for export format `fmt`."""
+
+    def weights(self, model: nn.Module) -> nn.Module:
+        """The part of `model` cast to an export's reduced dtype: all of it unless the task says."""
+        return model
+
+    @abstractmethod
+    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+        """A batch of about `rows` inputs of the deployable module, of the right shape and range."""
+
+    def dynamic_shapes(self) -> dict:
+        """torch.export's dynamic shapes of the input: each of `dynamic_dims`, 1..DIM_MAX."""
+        return {axis: torch.export.Dim(name, min=1, max=DIM_MAX) for axis, name in enumerate(self.dynamic_dims)}
+
+    @abstractmethod
+    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+        """The manifest's task part, plain JSON values: `inputs` and `outputs` (lists of {name, shape, dtype,
+        meaning}) and `serving` (what a server needs around the model). `state`: the checkpoint's."""
+
+    def shape(self, model: nn.Module) -> ServingShape:
+        """The facts about `model` the predictor reads."""
+        return ServingShape()

@@ -1,0 +1,86 @@
+"""No code outside the tasks branches on a task's name: what differs between tasks is each task's to say
+(its Task class, its serving part: core.tasks.serving), so a new task needs no edit elsewhere.
+
+A module's syntax tree is searched for a built-in task's name used to choose: compared (`task == "tiny"`,
+`task in ("ranking", "sentiment")`), matched (`case "ranking":`), or a table's key (`{"tiny": ...}`,
+`TABLE["recommender"]`). Docstrings, messages and arguments (`predictor._need("sentiment")`, a method's name)
+do not count. core/tasks (the tasks and the catalogue that lists them) and tests may name tasks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from core.tasks import TASK_NAMES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Still to clean, each to ask the task instead: the standalone serve.py (stdlib + torch only: it cannot import
+# the tasks, so its per-task serving must travel in the export), `predict`'s per-task file scorers, `data
+# generate`'s per-task generators and the preview panel's per-task pages.
+REMAINDER = ("core/lab/serve.py", "core/cli/predict.py", "core/cli/data.py", "app/panels/preview.py")
+
+
+def _names_a_task(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in TASK_NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_task(element) for element in node.elts)
+    return False
+
+
+def task_name_switches(source: str) -> list[str]:
+    """'line N: what' for each place `source` chooses by a built-in task's name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(_names_a_task(n) for n in (node.left, *node.comparators)):
+            found.append(f"line {node.lineno}: compared with a task's name")
+        elif isinstance(node, ast.Dict) and any(k is not None and _names_a_task(k) for k in node.keys):
+            found.append(f"line {node.lineno}: a table keyed by task names")
+        elif isinstance(node, ast.Subscript) and _names_a_task(node.slice):
+            found.append(f"line {node.lineno}: looked up by a task's name")
+        elif isinstance(node, ast.MatchValue) and _names_a_task(node.value):
+            found.append(f"line {node.lineno}: matched against a task's name")
+    return found
+
+
+def _modules() -> list[str]:
+    """Every module of core/ and app/ outside core/tasks, as a path from the repository's root."""
+    paths = [*(ROOT / "core").rglob("*.py"), *(ROOT / "app").rglob("*.py")]
+    return sorted(p.relative_to(ROOT).as_posix() for p in paths
+                  if not p.relative_to(ROOT).as_posix().startswith("core/tasks/"))
+
+
+def test_the_scan_finds_each_way_of_choosing_by_a_task_name():
+    assert len(task_name_switches('if task == "tiny":\n    pass')) == 1
+    assert len(task_name_switches('ok = task in ("ranking", "sentiment")')) == 1
+    assert len(task_name_switches('x = "recommender" != state["task"]')) == 1
+    assert len(task_name_switches('NAMES = {"tiny": "x", "ranking": "features"}')) == 1
+    assert len(task_name_switches('name = NAMES["sentiment"]')) == 1
+    assert len(task_name_switches('match task:\n    case "ranking":\n        pass')) == 1
+    allowed = ('"""A tiny model; ranking and sentiment."""\n'
+               'predictor._need("sentiment")\n'
+               'raise ValueError("needs a ranking checkpoint")\n'
+               'if task == other:\n    pass\n'
+               'x = {"rows": 1}["rows"]\n')
+    assert task_name_switches(allowed) == []
+
+
+def test_no_module_outside_the_tasks_switches_on_a_task_name():
+    found = {module: switches for module in _modules() if module not in REMAINDER
+             if (switches := task_name_switches((ROOT / module).read_text(encoding="utf-8")))}
+    assert not found, "choosing by a task's name (ask the task: its Task class or serving part): " + "; ".join(
+        f"{module} {', '.join(switches)}" for module, switches in found.items())
+
+
+def test_the_modules_still_to_clean_are_listed_honestly():
+    for module in REMAINDER:
+        assert (ROOT / module).is_file(), f"{module} is gone: take it off REMAINDER"
+        assert task_name_switches((ROOT / module).read_text(encoding="utf-8")), (
+            f"{module} no longer names a task: take it off REMAINDER so it stays clean")
+
+
+def test_export_and_predict_are_among_the_clean():
+    clean = set(_modules()) - set(REMAINDER)
+    assert {"core/lab/export.py", "core/lab/predict.py"} <= clean

@@ -1,0 +1,41 @@
+"""The serving part of the task API (core.tasks.serving): each built-in task declares one, its deployable module
+takes its sample inputs and answers in the shape its manifest says, and the Predictor methods it answers exist."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.lab.predict import Predictor
+from core.tasks import TASKS
+from core.tasks.serving import ServingShape, TaskServing
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_each_task_serves_its_sample_inputs_in_the_shape_its_manifest_says(name):
+    task = TASKS[name]()
+    serving = task.serving()
+    assert isinstance(serving, TaskServing) and serving.dynamic_dims[0] == "batch"
+    torch.manual_seed(0)
+    model = task.build_model({}).eval()
+    sample = serving.sample_inputs(model, 8, 0)
+    with torch.no_grad():
+        got = serving.module(model, "program").eval()(sample)
+    manifest = serving.manifest(model, {"vocabulary": {}}, sample)
+    (given,), (answer,) = manifest["inputs"], manifest["outputs"]
+    assert (given["name"], answer["name"]) == (serving.input_name, serving.output_name)
+    sizes = dict(zip(serving.dynamic_dims, sample.shape))
+    assert [sizes.get(d, d) for d in given["shape"]] == list(sample.shape)
+    assert [sizes.get(d, d) for d in answer["shape"]] == list(got.shape)
+    assert str(sample.dtype).removeprefix("torch.") == given["dtype"] and got.dtype == torch.float32
+    assert set(serving.dynamic_shapes()) == set(range(len(serving.dynamic_dims)))
+    assert isinstance(serving.shape(model), ServingShape)
+
+
+def test_each_predictor_method_is_answered_by_one_task():
+    owners: dict[str, list[str]] = {}
+    for name, cls in TASKS.items():
+        for method in cls.serving_class().answers:
+            owners.setdefault(method, []).append(name)
+    assert all(callable(getattr(Predictor, method, None)) for method in owners), owners
+    assert all(len(tasks) == 1 for tasks in owners.values()), owners
