@@ -199,12 +199,13 @@ class FolderControl:
 
     def _answer(self, seq: int, verb: str, name: str, accepted: bool, note: str, suffix: str = ".done",
                 apply: Callable[[], None] | None = None) -> ControlAcknowledged:
-        """Acknowledge first, then apply: the acknowledgement comes before the event the request leads to."""
+        """Acknowledge, mark the file done, then apply: the acknowledgement comes before the event the request
+        leads to, and a stop's file is done before the run can end (and close this watcher) because of it."""
         ack = ControlAcknowledged(seq=seq, verb=verb, request=name, accepted=accepted, note=note)
         self.acknowledge(ack)
+        self._rename(self.folder / name, suffix)
         if apply is not None:
             apply()
-        self._rename(self.folder / name, suffix)
         return ack
 
     @staticmethod
