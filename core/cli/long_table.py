@@ -66,29 +66,38 @@ class LongTable:
         header = self._line([c.name for c in self.columns], widths, rights, template)
         rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
         special: set[int] = set()
+        wide: set[int] = set()  # the rows with a character wider than one cell, or no ASCII
         too_wide = []  # the columns with a cell wider than the column
         for c, (column, w) in enumerate(zip(self._by_column(), widths)):
             if not "".join(column).isascii():
-                special.update(i for i, t in enumerate(column) if not t.isascii())
+                wide.update(i for i, t in enumerate(column) if not t.isascii())
             if _widest(column) > w:
                 too_wide.append(c)
                 special.update(i for i, t in enumerate(column) if len(t) > w or (not t.isascii() and cell_len(t) > w))
+        special |= wide
+        line = template.format
+        pieces_of: list[dict] = [{} for _ in self.columns]  # a column's text -> its lines (texts repeat)
         body: list[str] = []
         for i, row in enumerate(self.rows):
             if i not in special:
-                body.append(template.format(*row))
+                body.append(line(*row))
                 continue
-            cells = [[t] for t in row]
+            lines = [list(row)]
             for c in too_wide:
-                text, w = row[c], widths[c]
-                if _cells(text) > w:
-                    cells[c] = [text[:_cut(text, w)]] if self.columns[c].no_wrap else _wrap(text, w)
-            height = max(len(cells[c]) for c in too_wide) if too_wide else 1
-            if height == 1:
-                body.append(self._line([c[0] for c in cells], widths, rights, template))
-                continue
-            for k in range(height):
-                body.append(self._line([c[k] if k < len(c) else "" for c in cells], widths, rights, template))
+                text = row[c]
+                pieces = pieces_of[c].get(text)
+                if pieces is None:
+                    w = widths[c]
+                    pieces = [text] if _cells(text) <= w else [text[:_cut(text, w)]] if self.columns[c].no_wrap \
+                        else _wrap(text, w)
+                    pieces_of[c][text] = pieces
+                lines[0][c] = pieces[0]
+                for k in range(1, len(pieces)):
+                    if k == len(lines):
+                        lines.append([""] * len(row))
+                    lines[k][c] = pieces[k]
+            for texts in lines:
+                body.append(self._line(texts, widths, rights, template) if i in wide else line(*texts))
         return header, rule, body, widths
 
     @staticmethod
@@ -107,10 +116,25 @@ class LongTable:
         console.print(header, style="table.header", markup=False, highlight=False, no_wrap=True, overflow="crop")
         console.print(rule, markup=False, highlight=False, no_wrap=True, overflow="crop")
         if sum(widths) + 2 * (len(self.columns) - 1) > width:  # wider than the console: cut, as rich does
-            body = [line if len(line) <= width else line[:width] if line.isascii() else line[:_cut(line, width)]
-                    for line in body]
+            body = [_crop(line, width) for line in body]
         console.file.write("".join(line + "\n" for line in body))
         console.file.flush()
+
+    def text(self, width: int) -> str:
+        """What print() writes to a console of `width` columns that shows no styles (format.plain_width),
+        without one."""
+        header, rule, body, widths = self.lines(width)
+        lines = [header, rule, *body]
+        if sum(widths) + 2 * (len(self.columns) - 1) > width:
+            lines = [_crop(line, width) for line in lines]
+        return "".join(line + "\n" for line in lines)
+
+
+def _crop(line: str, width: int) -> str:
+    """The first `width` cells of `line`, as rich's crop cuts it."""
+    if line.isascii():
+        return line[:width]
+    return line[:_cut(line, width)] if cell_len(line) > width else line
 
 
 def _cells(text: str) -> int:

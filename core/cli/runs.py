@@ -23,7 +23,7 @@ from core.cli import format as fmt
 from core.cli.common import fail_bad_input
 from core.cli.long_table import LongTable
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_index import indexed_runs, runs_named
+from core.engine.run_index import listed_runs, runs_named
 from core.engine.run_record import (
     RUNS_DIR_ENV,
     RunDeleteError,
@@ -118,7 +118,7 @@ def _unreadable_lines(runs: list[dict]) -> list[str]:
 
 def cmd_list(args) -> int:
     root = runs_dir(args)
-    runs = find_runs(root) if args.json else indexed_runs(root, brief=True)  # the table needs no config
+    runs = find_runs(root) if args.json else listed_runs(root)  # the table: a few fields of each run
     if args.task:
         runs = [r for r in runs if r.get("task") == args.task]
     if args.status:
@@ -141,6 +141,11 @@ def cmd_list(args) -> int:
         table.add_row(str(r.get("id", "-"))[:8], str(r.get("name")), str(r.get("task") or "-"),
                       str(r.get("status") or "-"), _precision(r), str(r.get("device") or "-"), _steps(r),
                       _best(r), _wall(r.get("wall_seconds")), _start(r, year=False))
+    width = fmt.plain_width()
+    if width is not None:  # not a terminal: plain text, without rich's console
+        sys.stdout.write(table.text(width) + "".join(line + "\n" for line in _unreadable_lines(runs)))
+        sys.stdout.flush()
+        return 0
     console = fmt.console()
     table.print(console)
     for line in _unreadable_lines(runs):
