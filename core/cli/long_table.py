@@ -35,7 +35,11 @@ class LongTable:
         self.columns.append(_Column(printable(name), justify, no_wrap, max(1, min_width or 1)))
 
     def add_row(self, *texts: str) -> None:
-        self.rows.append(tuple(printable(text) for text in texts))  # text from run files: never control sequences
+        try:  # text from run files: never control sequences (one check for a row of plain text)
+            plain = "".join(texts).isprintable()
+        except TypeError:
+            plain = False
+        self.rows.append(texts if plain else tuple(printable(text) for text in texts))
 
     def widths(self, width: int) -> list[int]:
         """Each column's width as rich lays it out: its widest cell (or min_width); when that is wider than
@@ -65,40 +69,55 @@ class LongTable:
         template = "  ".join(f"{{:{'>' if r else '<'}{w}}}" for w, r in zip(widths, rights))
         header = self._line([c.name for c in self.columns], widths, rights, template)
         rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
-        special: set[int] = set()
+        columns = self._by_column()
         wide: set[int] = set()  # the rows with a character wider than one cell, or no ASCII
         too_wide = []  # the columns with a cell wider than the column
-        for c, (column, w) in enumerate(zip(self._by_column(), widths)):
+        for c, (column, w) in enumerate(zip(columns, widths)):
             if not "".join(column).isascii():
                 wide.update(i for i, t in enumerate(column) if not t.isascii())
             if _widest(column) > w:
                 too_wide.append(c)
-                special.update(i for i, t in enumerate(column) if len(t) > w or (not t.isascii() and cell_len(t) > w))
-        special |= wide
         line = template.format
-        pieces_of: list[dict] = [{} for _ in self.columns]  # a column's text -> its lines (texts repeat)
+        if not too_wide and not wide:
+            return header, rule, list(map(line, *columns)) if self.rows else [], widths
+        # a column at a time: each cell's lines (texts repeat: a cache per column); then every row's first line
+        # in one pass, and the further lines of the rows that wrap, only their wrapped columns filled in
+        pieces_of = [self._pieces(columns[c], widths[c], self.columns[c].no_wrap) for c in too_wide]
+        firsts = list(columns)
+        for c, pieces in zip(too_wide, pieces_of):
+            firsts[c] = [p[0] for p in pieces]
+        heights = [max(h) for h in zip(*[map(len, pieces) for pieces in pieces_of])] if too_wide else []
+        more = "  ".join(f"{{:{'>' if rights[c] else '<'}{widths[c]}}}" if c in too_wide else " " * widths[c]
+                         for c in range(len(widths))).format
         body: list[str] = []
-        for i, row in enumerate(self.rows):
-            if i not in special:
-                body.append(line(*row))
+        for i, first in enumerate(map(line, *firsts)):
+            height = heights[i] if too_wide else 1
+            if i in wide:
+                texts = [column[i] for column in firsts]
+                body.append(self._line(texts, widths, rights, template))
+                for k in range(1, height):
+                    for c, pieces in zip(too_wide, pieces_of):
+                        texts[c] = pieces[i][k] if k < len(pieces[i]) else ""
+                    body.append(self._line([t if c in too_wide else "" for c, t in enumerate(texts)], widths,
+                                           rights, template))
                 continue
-            lines = [list(row)]
-            for c in too_wide:
-                text = row[c]
-                pieces = pieces_of[c].get(text)
-                if pieces is None:
-                    w = widths[c]
-                    pieces = [text] if _cells(text) <= w else [text[:_cut(text, w)]] if self.columns[c].no_wrap \
-                        else _wrap(text, w)
-                    pieces_of[c][text] = pieces
-                lines[0][c] = pieces[0]
-                for k in range(1, len(pieces)):
-                    if k == len(lines):
-                        lines.append([""] * len(row))
-                    lines[k][c] = pieces[k]
-            for texts in lines:
-                body.append(self._line(texts, widths, rights, template) if i in wide else line(*texts))
+            body.append(first)
+            for k in range(1, height):
+                body.append(more(*[p[i][k] if k < len(p[i]) else "" for p in pieces_of]))
         return header, rule, body, widths
+
+    @staticmethod
+    def _pieces(column: tuple[str, ...], width: int, no_wrap: bool) -> list[tuple[str, ...]]:
+        """Each cell's lines in a column `width` cells wide: wrapped (cut when `no_wrap`)."""
+        cache: dict[str, tuple[str, ...]] = {}
+        out = []
+        for text in column:
+            pieces = cache.get(text)
+            if pieces is None:
+                pieces = cache[text] = (text,) if _cells(text) <= width else (text[:_cut(text, width)],) \
+                    if no_wrap else tuple(_wrap(text, width))
+            out.append(pieces)
+        return out
 
     @staticmethod
     def _line(texts, widths, rights, template) -> str:
@@ -126,8 +145,10 @@ class LongTable:
         header, rule, body, widths = self.lines(width)
         lines = [header, rule, *body]
         if sum(widths) + 2 * (len(self.columns) - 1) > width:
-            lines = [_crop(line, width) for line in lines]
-        return "".join(line + "\n" for line in lines)
+            lines = [line[:width] for line in lines] if "".join(body).isascii() and header.isascii() else \
+                [_crop(line, width) for line in lines]
+            lines[1] = _crop(rule, width)
+        return "\n".join(lines) + "\n"
 
 
 def _crop(line: str, width: int) -> str:

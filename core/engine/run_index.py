@@ -147,9 +147,9 @@ def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool 
         return scan.found, scan.fresh, scan.rows, set()
     if skip:
         children = [name for name in children if name not in skip]
-    base = str(root)
+    prefix = os.path.join(str(root), "")
     for name in children:
-        folder = os.path.join(base, name)
+        folder = prefix + name
         nested = scan.visit(name, folder, top=True)
         for sub in nested:  # a folder that is no run itself, e.g. a sweep's: its subfolders with a run.json
             scan.visit(f"{name}/{sub}", os.path.join(folder, sub), top=False)
