@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import sys
 from dataclasses import dataclass
@@ -117,6 +118,16 @@ def _unreadable_lines(runs: list[dict]) -> list[str]:
 
 
 def cmd_list(args) -> int:
+    enabled = gc.isenabled()
+    gc.disable()  # thousands of records and rows made and all kept to the end: a collection would only walk them
+    try:
+        return _list(args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _list(args) -> int:
     root = runs_dir(args)
     runs = find_runs(root) if args.json else listed_runs(root)  # the table: a few fields of each run
     if args.task:
@@ -138,7 +149,7 @@ def cmd_list(args) -> int:
                          ("wall", {"justify": "right", "no_wrap": True}), ("started", {"no_wrap": True})):
         table.add_column(name, **kwargs)
     for r in runs:
-        table.add_row(str(r.get("id", "-"))[:8], str(r.get("name")), str(r.get("task") or "-"),
+        table.add_row(str(r.get("id") or "-")[:8], str(r.get("name")), str(r.get("task") or "-"),
                       str(r.get("status") or "-"), _precision(r), str(r.get("device") or "-"), _steps(r),
                       _best(r), _wall(r.get("wall_seconds")), _start(r, year=False))
     width = fmt.plain_width()
