@@ -225,13 +225,14 @@ def test_a_corrupt_index_is_ignored_and_rebuilt(tmp_path, damage):
     else:  # a sound file with a record that does not parse
         indexed_runs(root)
         with sqlite3.connect(index) as db:
-            db.execute("UPDATE runs SET brief = '{\"torn', bulk = 'x' WHERE key = 'run-2'")
+            db.execute("UPDATE runs SET brief = '{\"torn' WHERE key = 'run-2'")
+            db.execute("UPDATE bulks SET bulk = 'x' WHERE key = 'run-2'")
             db.execute("UPDATE runs SET nested = '[\"tri' WHERE key = 'sweep'")
     assert indexed_runs(root) == expected
     assert indexed_runs(root) == expected
     assert sorted(rows(root)) == sorted(r["name"] for r in expected)
     with sqlite3.connect(index) as db:
-        for brief, bulk in db.execute("SELECT brief, bulk FROM runs WHERE nested IS NULL"):
+        for brief, bulk in db.execute("SELECT brief, bulk FROM runs JOIN bulks USING (key) WHERE nested IS NULL"):
             assert isinstance(json.loads(brief), dict) and isinstance(json.loads(bulk), dict)
 
 

@@ -37,7 +37,7 @@ from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_record import NOTE_FILE, RECORD_FILE, read_run
 
 INDEX_FILE = ".history.sqlite"
-SCHEMA = 2
+SCHEMA = 3
 RACY_SECONDS = 3  # a file changed this recently is read again next time (coarse timestamps: FAT's are 2 s)
 BUSY_SECONDS = 1.0  # how long a write waits for another process's; past it the changes are not saved this time
 SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in a run folder (run.json first)
@@ -442,8 +442,11 @@ def _prepare(db: sqlite3.Connection) -> None:
         if _stored_version(db) == _version():
             return  # another process made them meanwhile
         db.execute("DROP TABLE IF EXISTS runs")
+        db.execute("DROP TABLE IF EXISTS bulks")
+        # the bulky parts in a table of their own: a listing reads only the short rows (a quarter of the file)
         db.execute("CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
-                   "brief TEXT, bulk TEXT, listed TEXT)")
+                   "brief TEXT, listed TEXT)")
+        db.execute("CREATE TABLE bulks (key TEXT PRIMARY KEY, bulk TEXT)")
         db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
 
 
@@ -485,7 +488,8 @@ class _Cache:
             return
         columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", "listed": "listed, NULL",
                    None: "NULL, NULL"}[parts]
-        for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM runs"):
+        tables = "runs LEFT JOIN bulks USING (key)" if parts in ("full", "split") else "runs"
+        for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM {tables}"):
             self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk
 
 
@@ -493,7 +497,7 @@ def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str, st
     """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
     whose name equals one."""
     out = {}
-    query = ("SELECT key, brief, bulk FROM runs WHERE nested IS NULL AND "
+    query = ("SELECT key, brief, bulk FROM runs LEFT JOIN bulks USING (key) WHERE nested IS NULL AND "
              "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)")
     for k in keys:
         try:
@@ -509,8 +513,12 @@ def _save(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
     time)."""
     try:
         with _transaction(db):
-            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(key, sig, ident, name, nested, brief, listed)
+                            for key, sig, ident, name, nested, brief, _bulk, listed in rows])
+            db.executemany("INSERT OR REPLACE INTO bulks VALUES (?, ?)", [(row[0], row[6]) for row in rows])
             db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
+            db.executemany("DELETE FROM bulks WHERE key = ?", [(k,) for k in gone])
     except sqlite3.DatabaseError:
         pass
 
