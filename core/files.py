@@ -16,7 +16,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from core.text import first_line
+from core.text import first_line, size
 
 try:
     import fcntl
@@ -305,12 +305,19 @@ def is_inside(root: str | os.PathLike, path: str | os.PathLike) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
+_READ_FLAGS = os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
 def _open_regular_fd(path: str | os.PathLike) -> int:
     """An fd on the regular file `path`, opened without following a link in its last part and without
     blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
-    flags = os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    return _open_regular(path)[0]
+
+
+def _open_regular(path: str | os.PathLike) -> tuple[int, os.stat_result]:
+    """_open_regular_fd's fd and the file's stat."""
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -318,14 +325,14 @@ def _open_regular_fd(path: str | os.PathLike) -> int:
             raise UnreadableFile(f"{_file_name(path)} is a symbolic link, not a file") from None
         raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
     try:
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
     except OSError as exc:
         os.close(fd)
         raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UnreadableFile(f"{_file_name(path)} is {file_kind(mode)}, not a file")
-    return fd
+        raise UnreadableFile(f"{_file_name(path)} is {file_kind(info.st_mode)}, not a file")
+    return fd, info
 
 
 def _file_name(path) -> str:
@@ -342,26 +349,24 @@ def open_regular_no_link(path: str | os.PathLike):
 def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
     """The bytes of a regular file of at most `limit` bytes, opened without following a link in its last part
     and without blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
-    from core.text import size
-
-    fd = _open_regular_fd(path)
-    name = _file_name(path)
+    fd, info = _open_regular(path)
     try:
-        info = os.fstat(fd)
         if info.st_size > limit:
-            raise UnreadableFile(f"{name} is {size(info.st_size)}, more than a record may be ({size(limit)})")
+            raise UnreadableFile(f"{_file_name(path)} is {size(info.st_size)}, more than a record may be "
+                                 f"({size(limit)})")
         chunks, total = [], 0
         while total <= limit:
+            asked = min(max(info.st_size + 1, 1 << 16), 1 << 20, limit + 1 - total)
             try:
-                chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+                chunk = os.read(fd, asked)
             except OSError as exc:
-                raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
-            if not chunk:
-                break
+                raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
             chunks.append(chunk)
             total += len(chunk)
+            if len(chunk) < asked:  # a regular file reads short only at its end: no read just to see that
+                break
         if total > limit:  # it grew while being read
-            raise UnreadableFile(f"{name} is more than a record may be ({size(limit)})")
+            raise UnreadableFile(f"{_file_name(path)} is more than a record may be ({size(limit)})")
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -392,15 +397,18 @@ def open_regular(path: str | os.PathLike):
 
 
 def _depth_exceeds(value, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
+    """Whether anything in `value` lies deeper than `limit` (the value itself at depth 1), a level at a time."""
+    level, depth = [value], 1
+    while level:
         if depth > limit:
             return True
-        if isinstance(item, dict):
-            stack.extend((child, depth + 1) for child in item.values())
-        elif isinstance(item, list):
-            stack.extend((child, depth + 1) for child in item)
+        deeper: list = []
+        for item in level:
+            if isinstance(item, dict):
+                deeper.extend(item.values())
+            elif isinstance(item, list):
+                deeper.extend(item)
+        level, depth = deeper, depth + 1
     return False
 
 
@@ -416,7 +424,9 @@ def parse_json(payload: bytes, name: str, depth_limit: int = JSON_DEPTH_LIMIT):
         raise UnreadableFile(f"{name} is nested more than {depth_limit} deep") from None
     except ValueError as exc:
         raise UnreadableFile(f"{name} is not valid JSON ({first_line(exc)})") from None
-    if _depth_exceeds(value, depth_limit):
+    # fewer brackets in the text than the limit (those in strings count too) cannot nest that deep: the walk
+    # is skipped for nearly every record, and it is most of what reading one costs
+    if text.count("{") + text.count("[") >= depth_limit and _depth_exceeds(value, depth_limit):
         raise UnreadableFile(f"{name} is nested more than {depth_limit} deep")
     return value
 
@@ -424,7 +434,7 @@ def parse_json(payload: bytes, name: str, depth_limit: int = JSON_DEPTH_LIMIT):
 def read_json_record(path: str | os.PathLike, limit: int = RECORD_LIMIT, depth_limit: int = JSON_DEPTH_LIMIT) -> dict:
     """A JSON object read from a regular file (read_regular's rules, parse_json's limits); FileNotFoundError
     when missing, UnreadableFile when it is anything but a JSON object."""
-    name = shown_path(Path(path).name)
+    name = _file_name(path)
     value = parse_json(read_regular(path, limit), name, depth_limit)
     if not isinstance(value, dict):
         raise UnreadableFile(f"{name} holds {type(value).__name__}, not a JSON object")

@@ -39,6 +39,30 @@ def test_help_does_not_import_torch(command):
     assert heavy_modules_after(code) == []
 
 
+def test_each_command_is_listed_with_the_module_that_registers_it():
+    import argparse
+    import importlib
+
+    from core.cli.main import COMMANDS
+
+    for name, commands in COMMANDS.items():
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"core.cli.{name}").register(sub)
+        assert tuple(sub.choices) == commands, name
+
+
+@pytest.mark.slow
+def test_runs_list_imports_no_other_commands_module(tmp_path):
+    from core.cli.main import COMMANDS
+
+    code = ("import contextlib, io\nfrom core.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            f"    assert main(['runs', '--runs-dir', {str(tmp_path)!r}, 'list']) == 0\n"
+            f"others = [n for n in {sorted(COMMANDS)!r} if n != 'runs' and 'core.cli.' + n in sys.modules]\n"
+            "assert not others, others")
+    assert heavy_modules_after(code) == []
+
+
 @pytest.mark.slow
 def test_launcher_help_does_not_import_torch_or_qt():
     code = ("import contextlib, io\nfrom app.launcher import main\n"

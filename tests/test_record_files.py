@@ -63,6 +63,22 @@ def test_bad_json_is_one_reason(tmp_path, payload, reason):
     assert "run.json" in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_the_depth_limit_holds_exactly_whatever_the_brackets_in_strings(tmp_path):
+    from core.files import parse_json
+
+    def nested(depth: int, leaf) -> dict:  # `depth` objects, the innermost holding `leaf` (at depth + 1)
+        value = leaf
+        for _ in range(depth):
+            value = {"k": value}
+        return value
+
+    for depth, leaf in ((63, 1), (63, {}), (63, []), (4, "[[[[{{{{" * 20)):  # the leaf at 64: not too deep
+        assert parse_json(json.dumps(nested(depth, leaf)).encode(), "run.json") == nested(depth, leaf)
+    for depth, leaf in ((64, 1), (64, {}), (63, [1]), (63, {"k": None})):
+        with pytest.raises(UnreadableFile, match="nested more than 64 deep"):
+            parse_json(json.dumps(nested(depth, leaf)).encode(), "run.json")
+
+
 def test_is_inside_sees_through_links_and_dotdot(tmp_path):
     root = tmp_path / "runs"
     (root / "a").mkdir(parents=True)

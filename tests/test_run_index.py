@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from core.engine import run_index
-from core.engine.run_index import INDEX_FILE, full_record, indexed_records, indexed_runs, runs_named
+from core.engine.run_index import (
+    INDEX_FILE,
+    LISTED,
+    full_record,
+    indexed_records,
+    indexed_runs,
+    listed_runs,
+    runs_named,
+)
 from core.engine.run_record import read_run, write_note
 from core.files import atomic_write_bytes, try_lock
 
@@ -181,6 +189,30 @@ def test_a_running_run_from_the_index_reads_as_interrupted_once_no_process_holds
     reads.clear()
     assert status() == "interrupted" and reads == []
     assert status(brief=True) == "interrupted"
+    assert next(r["status"] for r in listed_runs(root) if r["name"] == "live") == "interrupted"
+
+
+def listed(runs: list[dict]) -> list[dict]:
+    return [{**{k: r.get(k) for k in LISTED}, "folder": r["folder"]} for r in runs]
+
+
+def test_the_listed_fields_are_those_of_the_whole_records_cold_warm_or_damaged(tmp_path, reads):
+    root = make_root(tmp_path)
+    (root / "bad").mkdir()
+    (root / "bad" / "run.json").write_text('{"id": 5}')  # unreadable: listed afresh every time
+    expected = listed(scanned(root))
+    assert any(r["unreadable"] for r in expected) and any(r["name"] == "sweep/trial-1" for r in expected)
+    assert listed_runs(root) == expected  # cold: read from the folders
+    reads.clear()
+    assert listed_runs(root) == expected and reads == ["bad"]  # warm: from the index
+    with sqlite3.connect(root / INDEX_FILE) as db:
+        db.execute("UPDATE runs SET listed = '[\"torn' WHERE key = 'run-2'")
+        db.execute("UPDATE runs SET listed = '[1, 2]' WHERE key = 'run-3'")
+    reads.clear()
+    assert listed_runs(root) == expected and sorted(reads) == ["bad", "run-2", "run-3"]
+    reads.clear()
+    assert listed_runs(root) == expected and reads == ["bad"]  # repaired
+    assert listed(indexed_runs(root)) == expected
 
 
 @pytest.mark.parametrize("damage", ["garbage", "bad row"])
@@ -193,13 +225,14 @@ def test_a_corrupt_index_is_ignored_and_rebuilt(tmp_path, damage):
     else:  # a sound file with a record that does not parse
         indexed_runs(root)
         with sqlite3.connect(index) as db:
-            db.execute("UPDATE runs SET brief = '{\"torn', bulk = 'x' WHERE key = 'run-2'")
+            db.execute("UPDATE runs SET brief = '{\"torn' WHERE key = 'run-2'")
+            db.execute("UPDATE bulks SET bulk = 'x' WHERE key = 'run-2'")
             db.execute("UPDATE runs SET nested = '[\"tri' WHERE key = 'sweep'")
     assert indexed_runs(root) == expected
     assert indexed_runs(root) == expected
     assert sorted(rows(root)) == sorted(r["name"] for r in expected)
     with sqlite3.connect(index) as db:
-        for brief, bulk in db.execute("SELECT brief, bulk FROM runs WHERE nested IS NULL"):
+        for brief, bulk in db.execute("SELECT brief, bulk FROM runs JOIN bulks USING (key) WHERE nested IS NULL"):
             assert isinstance(json.loads(brief), dict) and isinstance(json.loads(bulk), dict)
 
 

@@ -73,6 +73,18 @@ def test_list_newest_first_with_filters_and_json(runs_root, capsys, monkeypatch)
     assert code == 0 and json.loads(out) == []
 
 
+def test_a_run_without_an_id_or_a_task_lists_dashes_cold_or_warm(runs_root, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    folder = runs_root / "tiny"
+    record = json.loads((folder / "run.json").read_text())
+    del record["id"], record["task"]
+    (folder / "run.json").write_text(json.dumps(record))
+    for _ in range(2):  # read from the folder, then from the index
+        code, out, _ = cli(capsys, "runs", "list", "--runs-dir", str(runs_root))
+        row = next(cells for cells in map(str.split, out.splitlines()) if cells[1:2] == ["tiny"])
+        assert code == 0 and row[:3] == ["-", "tiny", "-"] and "None" not in out
+
+
 def test_ids_by_prefix_or_folder_name_and_one_line_errors(runs_root, capsys):
     code, out, _ = cli(capsys, "runs", "show", "a1b", "--runs-dir", str(runs_root), "--json")
     assert code == 0 and json.loads(out)["name"] == "rec-bf16"

@@ -33,10 +33,10 @@ from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
 from app.run.jobs import JobRunner
 from core.engine import run_record
-from core.engine.run_folder import METRICS_FILE, is_in_use
+from core.engine.run_folder import METRICS_FILE, is_in_use, recorded_checkpoint
 from core.engine.run_index import indexed_records
 from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
-from core.files import read_jsonl
+from core.files import UnreadableFile, read_jsonl
 from core.text import duration, printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
@@ -79,8 +79,8 @@ def row_tooltip(run: dict, column: int) -> str:
     """A row's tooltip: the note in full on the note column, else the folder, id and the run's message."""
     message = run.get("message") or (f"unreadable: {run['unreadable']}" if run.get("unreadable") else "")
     if column == NOTE_COLUMN and run.get("note"):
-        return str(run["note"])
-    return f"{run.get('folder')}\nid {run.get('id')}" + (f"\n{message}" if message else "")
+        return printable(run["note"], keep_newlines=True)
+    return "\n".join(printable(t) for t in (run.get("folder"), f"id {run.get('id')}", message) if t)
 
 
 
@@ -90,13 +90,27 @@ _DATED = re.compile(r"^(\d{8})-(\d{2})(\d{2})(\d{2})-(.+)$")  # core.engine.run_
 def overlay_label(run: dict) -> str:
     """A run's legend entry on the plots: short enough for a legend row. A dated folder name
     (20261201-023712-tiny-bf16) reads "tiny-bf16 02:37"; the precision is added when the name lacks it."""
-    name = str(run.get("name") or "?")
+    name = printable(run.get("name") or "?")
     dated = _DATED.match(name.rsplit("/", 1)[-1])
     if dated:
         prefix = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
         name = f"{prefix}{dated.group(5)} {dated.group(2)}:{dated.group(3)}"
     precision = str(run.get("precision") or "?")
     return name if precision in re.split(r"[-_ /.]", name) else f"{name} · {precision}"
+
+
+def checkpoint_of(run: dict, which: str = "last") -> tuple[str | None, str | None]:
+    """(the path of the run's last or best checkpoint, None) from run.json's checkpoints, kept inside the run
+    folder (run_folder.recorded_checkpoint); (None, None) when it is not on disk, (None, why) when refused."""
+    path = ((run.get("checkpoints") or {}).get(which) or {}).get("path")
+    if not path or not isinstance(path, str):
+        return None, None
+    try:
+        return str(recorded_checkpoint(run["folder"], path)), None
+    except FileNotFoundError:
+        return None, None
+    except (UnreadableFile, OSError) as exc:
+        return None, f"{printable(run.get('name') or '?')}: {exc}"
 
 
 def delete_run(folder: str, root: str | os.PathLike) -> str:
@@ -136,6 +150,8 @@ class HistoryPanel(QWidget):
         self._note_loaded = ""  # its note as last read or saved: the editor is 'edited' when it differs
         self._syncing = False  # a rescan is replacing the rows: the selection is not the user's
         self._evaluating: str | None = None  # the run folder being evaluated (one at a time)
+        self._notice = ""  # an action's message, kept on the status line until the selection changes
+        self._scan_text = ""  # the last scan's count (or why it failed), after the notice
         self.model = RunsModel(COLUMNS, row_cells, FILTERED, row_tooltip, right_aligned=(5, 7), parent=self)
         self.proxy = RunsFilter(self)
         self._sized_for: Path | None = None  # the root the columns were last sized for
@@ -183,7 +199,7 @@ class HistoryPanel(QWidget):
         # rows at every change, a filter keystroke included
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.selectionModel().selectionChanged.connect(lambda *_a: self._update_buttons())
+        self.table.selectionModel().selectionChanged.connect(lambda *_a: self._selection_changed())
         self.table.doubleClicked.connect(lambda _i: self.load_settings())
 
         self.loadButton = QPushButton("Load settings", objectName="historyLoadButton", clicked=self.load_settings)
@@ -322,7 +338,8 @@ class HistoryPanel(QWidget):
                 self._syncing = False
             if runs and self._sized_for != self.root:
                 self._size_columns(prepared.longest)
-        self.statusLabel.setText(f"{len(runs)} run(s)" if runs else f"No runs in {self.root} yet")
+        self._scan_text = f"{len(runs)} run(s)" if runs else f"No runs in {self.root} yet"
+        self._show_status()
         self._update_buttons()
         self.scanned.emit(len(runs))
         if self._rescan:
@@ -332,7 +349,8 @@ class HistoryPanel(QWidget):
     def _scan_failed(self, message: str, _details: str) -> None:
         self._scanning = False
         self.refreshButton.setEnabled(True)
-        self.statusLabel.setText(f"Could not read {self.root}: {message}")
+        self._scan_text = f"Could not read {self.root}: {message}"
+        self._show_status()
         self.scanned.emit(self.model.rowCount())
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
@@ -398,8 +416,10 @@ class HistoryPanel(QWidget):
             return
         runs = self.selected_runs()
         one = len(runs) == 1
-        last = self._checkpoint(runs[0]) if one else None
-        best = self._checkpoint(runs[0], "best") if one else None
+        last, refused_last = checkpoint_of(runs[0]) if one else (None, None)
+        best, refused_best = checkpoint_of(runs[0], "best") if one else (None, None)
+        if (refused_last or refused_best) and not self._notice:
+            self._say(refused_last or refused_best)
         self.loadButton.setEnabled(one and bool(runs[0].get("config")))
         self.resumeButton.setEnabled(one and (last or best) is not None and runs[0].get("status") != "running")
         self.exportButton.setEnabled(one and (last or best) is not None)
@@ -430,6 +450,21 @@ class HistoryPanel(QWidget):
         self.evaluationLine.show_for(runs[0].get("folder") if one else None)
         self.remoteRuns.update_buttons(runs)
 
+    def _selection_changed(self) -> None:
+        if not self._syncing:
+            self._notice = ""  # the message was about what was selected before
+            self._show_status()
+        self._update_buttons()
+
+    def _say(self, text: str) -> None:
+        """An action's message on the status line (printable: it names runs), kept there until the selection
+        changes or another comes; a rescan's count follows it."""
+        self._notice = printable(text)
+        self._show_status()
+
+    def _show_status(self) -> None:
+        self.statusLabel.setText("  ·  ".join(t for t in (self._notice, printable(self._scan_text)) if t))
+
     @staticmethod
     def _live(run: dict) -> bool:
         """A live run holds the folder (checked now: the scan may be seconds old)."""
@@ -437,14 +472,8 @@ class HistoryPanel(QWidget):
 
     @staticmethod
     def _checkpoint(run: dict, which: str = "last") -> str | None:
-        """The path of the run's last or best checkpoint (run.json's checkpoints), None when it is not on disk."""
-        path = ((run.get("checkpoints") or {}).get(which) or {}).get("path")
-        if not path:
-            return None
-        path = Path(path)
-        if not path.is_absolute():
-            path = Path(run["folder"]) / path.name
-        return str(path) if path.is_file() else None
+        """The path of the run's last or best checkpoint (checkpoint_of), None when there is none to use."""
+        return checkpoint_of(run, which)[0]
 
     @staticmethod
     def _describe(run: dict, which: str) -> str:
@@ -455,14 +484,14 @@ class HistoryPanel(QWidget):
         best = run.get("best") or {}
         if which == "best" and best.get("value") is not None and (step is None or best.get("step") == step):
             parts.append(f"{best.get('name')} {_number(best['value'])}")
-        return f" ({', '.join(parts)})" if parts else ""
+        return printable(f" ({', '.join(parts)})") if parts else ""
 
     # ------------------------------------------------------------------ the note
     def _sync_note_editor(self, run: dict | None) -> None:
         """Show the selected run's note, unless the user is editing that run's note (a rescan keeps the edit).
         A note edited but not saved when the selection moves to another run is saved first, never dropped."""
         folder = run.get("folder") if run else None
-        note = str((run or {}).get("note") or "")
+        note = printable((run or {}).get("note") or "", keep_newlines=True)  # read from note.txt
         self.noteEdit.setEnabled(folder is not None)
         if folder == self._note_folder and (self.note_edited or note == self._note_loaded):
             self._update_note_button()
@@ -502,7 +531,7 @@ class HistoryPanel(QWidget):
         def saved(note: str) -> None:
             if self._saved_notes.get(folder, [None])[0] == text:
                 self._saved_notes[folder][1] = self._scan_serial  # a scan started after now reads it from disk
-            self.statusLabel.setText(f"Saved the note of {name}" if note else f"Removed the note of {name}")
+            self._say(f"Saved the note of {name}" if note else f"Removed the note of {name}")
 
         def failed(message: str, _details: str) -> None:
             if self._saved_notes.get(folder, [None])[0] == text:
@@ -511,7 +540,7 @@ class HistoryPanel(QWidget):
                 else:
                     self._saved_notes[folder] = previous
                 self.model.set_note(folder, before)  # the table shows what is on disk again
-            self.statusLabel.setText(f"Could not save the note of {name}: {message}")
+            self._say(f"Could not save the note of {name}: {message}")
             if self._note_folder == folder and self.noteEdit.toPlainText().strip() == text:
                 self._note_loaded = None  # still edited: Save stays on to try again
                 self._update_note_button()
@@ -565,7 +594,7 @@ class HistoryPanel(QWidget):
             return
         checkpoint = self._checkpoint(runs[0], which)
         if checkpoint is None:
-            self.statusLabel.setText(f"{runs[0].get('name')}: no {which} checkpoint to resume from")
+            self._say(f"{runs[0].get('name')}: no {which} checkpoint to resume from")
             return
         self.resumeRequested.emit(checkpoint)
 
@@ -580,7 +609,7 @@ class HistoryPanel(QWidget):
             return
         checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
-            self.statusLabel.setText(f"{runs[0].get('name')}: no {which or ''} checkpoint to export".replace("  ", " "))
+            self._say(f"{runs[0].get('name')}: no {which or ''} checkpoint to export".replace("  ", " "))
             return
         self.exportRequested.emit(checkpoint)
 
@@ -594,7 +623,7 @@ class HistoryPanel(QWidget):
             return
         checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
-            self.statusLabel.setText(f"{runs[0].get('name')}: no checkpoint to evaluate")
+            self._say(f"{runs[0].get('name')}: no checkpoint to evaluate")
             return
         name, folder = runs[0].get("name"), str(runs[0]["folder"])
 
@@ -602,20 +631,19 @@ class HistoryPanel(QWidget):
             self._evaluating = None
             self.evaluationLine.finished(folder, result)
             metrics = " · ".join(f"{k} {v:.4g}" for k, v in result["metrics"].items())
-            self.statusLabel.setText(f"{name}, {Path(checkpoint).name} (step {result['step']:,}), "
-                                     f"{result['split']} split: {metrics}")
+            self._say(f"{name}, {Path(checkpoint).name} (step {result['step']:,}), {result['split']} split: {metrics}")
             self._update_buttons()
             self.evaluated.emit(result)
 
         def failed(message: str, _details: str) -> None:
             self._evaluating = None
             self.evaluationLine.failed(folder, message)
-            self.statusLabel.setText(f"Could not evaluate {name}: {message}")
+            self._say(f"Could not evaluate {name}: {message}")
             self._update_buttons()
 
         self._evaluating = folder
         self.evaluationLine.started(folder, checkpoint)
-        self.statusLabel.setText(f"Evaluating {name} ({Path(checkpoint).name})…")
+        self._say(f"Evaluating {name} ({Path(checkpoint).name})…")
         self.jobs.submit(lambda: measure(checkpoint), done, failed)
         self._update_buttons()
 
@@ -643,19 +671,19 @@ class HistoryPanel(QWidget):
             return
         running = [r for r in runs if self._live(r)]
         if running:
-            self.statusLabel.setText(f"{running[0].get('name')} is running; stop it first")
+            self._say(f"{running[0].get('name')} is running; stop it first")
             return
-        names = ", ".join(str(r.get("name")) for r in runs)
+        names = ", ".join(printable(r.get("name")) for r in runs)
         if not self._confirm(f"Delete {len(runs)} run folder(s) and everything in them?\n{names}"):
             return
         folders, root = [str(r["folder"]) for r in runs], self.root
 
         def done(deleted) -> None:
-            self.statusLabel.setText(f"Deleted {len(deleted)} run folder(s)")
+            self._say(f"Deleted {len(deleted)} run folder(s)")
             self.refresh()
 
         self.jobs.submit(lambda: [delete_run(f, root) for f in folders], done,
-                         lambda message, _d: (self.statusLabel.setText(f"Delete failed: {message}"), self.refresh()))
+                         lambda message, _d: (self._say(f"Delete failed: {message}"), self.refresh()))
 
     def overlay(self) -> None:
         """Read the selected runs' metrics.jsonl off the GUI thread, then ask for them to be overlaid."""
@@ -670,10 +698,10 @@ class HistoryPanel(QWidget):
 
             return [(label, overlay_points(read_jsonl(path), metric), metric) for label, path, metric in wanted]
 
-        self.statusLabel.setText(f"Reading the metrics of {len(runs)} run(s)…")
+        self._say(f"Reading the metrics of {len(runs)} run(s)…")
         self.jobs.submit(read, self._overlay_read,
-                         lambda message, _d: self.statusLabel.setText(f"Could not read metrics: {message}"))
+                         lambda message, _d: self._say(f"Could not read metrics: {message}"))
 
     def _overlay_read(self, runs: list) -> None:
-        self.statusLabel.setText(f"Overlaid {len(runs)} run(s) on the plots")
+        self._say(f"Overlaid {len(runs)} run(s) on the plots")
         self.overlayRequested.emit(runs)

@@ -15,7 +15,8 @@ import sys
 
 from core.text import count, duration, printable, size  # the quantities in core.text's convention, as fmt.count etc.
 
-__all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "setting", "size", "table"]
+__all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "plain_width", "setting", "size",
+           "table"]
 
 PIPED_WIDTH = 100  # the layout width when stdout is not a terminal and COLUMNS is not set
 
@@ -44,6 +45,22 @@ def setting(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
+def plain_width(stream=None) -> int | None:
+    """The width a console on `stream` (stdout) would lay text out for when it would show no styles: not a
+    terminal, and neither FORCE_COLOR nor TTY_COMPATIBLE=1 asks rich for them (COLUMNS, else PIPED_WIDTH).
+    None when it would: then only a console writes it right. Plain output needs no rich (~50 ms to import)."""
+    stream = sys.stdout if stream is None else stream
+    if os.name == "nt" or os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
+        return None
+    try:
+        if stream.isatty():
+            return None
+    except (AttributeError, ValueError):  # no isatty, or closed: rich calls that no terminal too
+        pass
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() else PIPED_WIDTH
 
 
 def console(stderr: bool = False):

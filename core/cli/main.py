@@ -3,35 +3,35 @@
 Exit codes: 0 completed, 1 the run failed, 2 bad input (one line on stderr naming what is wrong),
 128 + the signal's number when a signal stopped the run after writing its checkpoint (130 Ctrl+C/SIGINT or a
 `stop` control line, 143 SIGTERM, 129 SIGHUP). Each command module has `register(subparsers)`; the
-parser calls `args.handler(args)`.
+parser calls `args.handler(args)`. A command named on the command line imports only its own module (COMMANDS):
+`runs list` never loads what `train` or `predict` need.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
-from core.cli import data as data_commands
-from core.cli import evaluate as evaluate_commands
-from core.cli import export as export_commands
 from core.cli import format as fmt
-from core.cli import lab as lab_commands
-from core.cli import predict as predict_commands
-from core.cli import remote as remote_commands
-from core.cli import runs as runs_commands
-from core.cli import slurm as slurm_commands
-from core.cli import train as train_commands
-from core.cli import tune_batch as fit_batch_commands
-from core.cli import tune_lr as lr_find_commands
-from core.cli import tune_summary as summary_commands
-from core.cli import tune_sweep as sweep_commands
 from core.cli.common import OneLineParser, describe_config_error, fail_bad_input
 from core.errors import AmpConsoleError, ConfigError
 
-COMMAND_MODULES = (train_commands, lab_commands, data_commands, runs_commands, summary_commands, lr_find_commands,
-                   sweep_commands, fit_batch_commands, evaluate_commands, predict_commands, export_commands,
-                   remote_commands, slurm_commands)
+# The command modules (core.cli.<name>), in the order --help lists their commands, and the commands each
+# registers (tests/test_cli_startup.py checks this against their register()).
+COMMANDS = {
+    "train": ("train",), "lab": ("bench", "inspect"), "data": ("data",), "runs": ("runs",),
+    "tune_summary": ("summary",), "tune_lr": ("lr-find",), "tune_sweep": ("sweep",), "tune_batch": ("fit-batch",),
+    "evaluate": ("evaluate",), "predict": ("predict",), "export": ("export",),
+    "remote": ("watch", "control", "remote", "agent"), "slurm": ("slurm",),
+}
+
+
+def command_modules(command: str | None = None) -> list:
+    """The command modules, imported: every one, or only the one that registers `command` when it is known."""
+    names = [n for n, commands in COMMANDS.items() if command in commands] or list(COMMANDS)
+    return [importlib.import_module(f"core.cli.{name}") for name in names]
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -157,7 +157,8 @@ def print_task(info, parameters: int) -> None:
         console.print(f"Example: amp-console train --task {info.name} -o {o.name}={o.default}", highlight=False)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; `command`: of that one only (and devices, tasks) when it is known."""
     parser = OneLineParser(
         prog="amp-console", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="AMP Console: mixed-precision training with PyTorch, headless.\n"
@@ -178,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("name", nargs="?", metavar="NAME", help="one task to describe (e.g. recommender)")
     tasks.add_argument("--json", action="store_true", help="print JSON (a list, or one object for NAME)")
     tasks.set_defaults(handler=cmd_tasks)
-    for module in COMMAND_MODULES:
+    for module in command_modules(command):
         module.register(sub)
     return parser
 
@@ -186,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse and run one command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     args.argv = argv
     try:
         return args.handler(args)

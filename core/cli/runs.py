@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import sys
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from core.cli import format as fmt
 from core.cli.common import fail_bad_input
 from core.cli.long_table import LongTable
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_index import indexed_runs, runs_named
+from core.engine.run_index import listed_runs, runs_named
 from core.engine.run_record import (
     RUNS_DIR_ENV,
     RunDeleteError,
@@ -129,8 +130,18 @@ LIST_COLUMNS = (("id", {"no_wrap": True}), ("name", {"whole": True}),
 
 
 def cmd_list(args) -> int:
+    enabled = gc.isenabled()
+    gc.disable()  # thousands of records and rows made and all kept to the end: a collection would only walk them
+    try:
+        return _list(args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _list(args) -> int:
     root = runs_dir(args)
-    runs = find_runs(root) if args.json else indexed_runs(root, brief=True)  # the table needs no config
+    runs = find_runs(root) if args.json else listed_runs(root)  # the table: a few fields of each run
     if args.task:
         runs = [r for r in runs if r.get("task") == args.task]
     if args.status:
@@ -151,17 +162,36 @@ def print_run_table(runs: list[dict]) -> None:
     for name, kwargs in LIST_COLUMNS:
         table.add_column(name, **kwargs)
     for r in runs:
-        table.add_row(str(r.get("id", "-"))[:8], str(r.get("name")), str(r.get("task") or "-"),
+        table.add_row(str(r.get("id") or "-")[:8], str(r.get("name")), str(r.get("task") or "-"),
                       str(r.get("status") or "-"), _precision(r), str(r.get("device") or "-"), _steps(r),
                       _best(r), _wall(r.get("wall_seconds")), _start(r, year=False))
+    width = fmt.plain_width()
+    if width is not None:  # not a terminal: plain text, without rich's console (wrapped as it would)
+        left_out = table.left_out(width)
+        note = ""
+        if left_out:  # rare: rich wraps this one line, exactly as the console path shows it
+            import io
+
+            from rich.console import Console
+
+            text = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, soft_wrap=False,
+                           markup=False, emoji=False)
+            text.print(_left_out_note(width, left_out), highlight=False)
+            note = text.file.getvalue()
+        sys.stdout.write(table.text(width) + note + "".join(line + "\n" for line in _unreadable_lines(runs)))
+        sys.stdout.flush()
+        return 0
     console = fmt.console()
     table.print(console)
     left_out = table.left_out(console.width)
     if left_out:
-        console.print(f"(left out to fit {console.width} columns: {', '.join(left_out)}; `runs show ID` has "
-                      f"them)", highlight=False)
+        console.print(_left_out_note(console.width, left_out), highlight=False)
     for line in _unreadable_lines(runs):
         console.print(line, soft_wrap=True)
+
+
+def _left_out_note(width: int, left_out: list[str]) -> str:
+    return f"(left out to fit {width} columns: {', '.join(left_out)}; `runs show ID` has them)"
 
 
 def _metrics_text(metrics: dict | None) -> str:

@@ -22,7 +22,8 @@ import re
 from pathlib import Path
 
 from core.errors import CheckpointError, ConfigError
-from core.files import CAN_LOCK, lock_is_held, read_regular, try_lock
+from core.files import CAN_LOCK, UnreadableFile, is_inside, lock_is_held, read_regular, shown_path, try_lock
+from core.text import printable
 
 LOCK_FILE = ".run.lock"
 # A run folder's files, as core.engine.checkpoints names them (spelled here so that claiming needs no torch).
@@ -116,6 +117,29 @@ def lock_holder(folder: Path) -> int | None:
 def is_in_use(folder: str | os.PathLike) -> bool:
     """Whether a live run holds `folder` (its lock cannot be taken). Reading only: creates nothing."""
     return lock_is_held(Path(folder) / LOCK_FILE)
+
+
+def recorded_checkpoint(folder: str | os.PathLike, recorded: str) -> Path:
+    """The checkpoint file run.json records as `recorded`, never outside the run folder `folder`, whatever
+    run.json holds: a path inside the folder as written; for an absolute path elsewhere (the folder was moved or
+    copied), the file of that name in the folder. FileNotFoundError when there is no such file; UnreadableFile
+    (one line) for a `..`, an absolute path elsewhere with no file of its name here, or a link out of the folder."""
+    folder = Path(folder)
+    path = Path(recorded)
+    shown = printable(shown_path(recorded))
+    if ".." in path.parts or "\x00" in recorded:
+        raise UnreadableFile(f"run.json's checkpoint {shown} is not a path inside the run folder: not used")
+    if path.is_absolute() and not is_inside(folder, path):
+        path = folder / path.name
+        if not os.path.lexists(path):
+            raise UnreadableFile(f"run.json's checkpoint {shown} lies outside the run folder: not used")
+    elif not path.is_absolute():
+        path = folder / path
+    if not is_inside(folder, path):
+        raise UnreadableFile(f"run.json's checkpoint {shown} leads out of the run folder (a link?): not used")
+    if not path.is_file():
+        raise FileNotFoundError(str(path))
+    return path
 
 
 def claim_run_folder(requested: str | os.PathLike, resume_from: str | os.PathLike | None = None,

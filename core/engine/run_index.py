@@ -2,16 +2,18 @@
 (stdlib sqlite3, torch-free). The run folders stay the truth; the index only saves reading them again.
 
 Each row is keyed by the folder's name under the root ("sweep/trial" for a run one level down) and a signature:
-the lstat (inode, size, mtime, mode) of the files read_run reads (SIGNED_FILES: run.json, note.txt,
-metrics.jsonl), and of the folder itself when it has no run.json (read_run then looks for checkpoint.pt; a
-sweep's folder lists its trials). An atomic write renames a new file in (a new inode), an append grows
-metrics.jsonl: a folder whose signature differs is read again, so a warm listing is one listdir, three stats
-per run and one query. A folder changed within RACY_SECONDS of the stat is read again at every listing and
-not written (a second change inside one timestamp tick, same size, would look unchanged; a live run's folder
-so never costs a write), nor is a record read_run calls unreadable (its cause may go without a stat changing).
+the lstat (inode, size, mtime, mode) of the files read_run reads (SIGNED_FILES: run.json and note.txt, and
+metrics.jsonl when there is no run.json), and of the folder itself when it has no run.json (read_run then
+looks for checkpoint.pt; a sweep's folder lists its trials). An atomic write renames a new file in (a new
+inode), an append grows metrics.jsonl: a folder whose signature differs is read again, so a warm listing is
+one listdir, two stats per run and one query. A folder changed within RACY_SECONDS of the stat is read again
+at every listing and not written (a second change inside one timestamp tick, same size, would look unchanged;
+a live run's folder so never costs a write), nor is a record read_run calls unreadable (its cause may go
+without a stat changing).
 A "running" or "interrupted" run is checked against its lock each time it is listed (a run killed with SIGKILL
 changes no file). A record is stored as a brief part (BULKY parts None) and the bulky parts as JSON, so a list
-of runs parses only what it shows (indexed_runs(brief=True), indexed_records).
+of runs parses only what it shows (indexed_runs(brief=True), indexed_records); and the LISTED fields again as a
+short array, which is all `runs list` parses (listed_runs).
 
 The index never breaks the history: a missing, corrupt, locked or unwritable index file means a listing
 without it (a locked or read-only one is read as it is on disk, its rows checked like any other), and a
@@ -35,12 +37,15 @@ from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_record import NOTE_FILE, RECORD_FILE, read_run
 
 INDEX_FILE = ".history.sqlite"
-SCHEMA = 1
+SCHEMA = 3
 RACY_SECONDS = 3  # a file changed this recently is read again next time (coarse timestamps: FAT's are 2 s)
 BUSY_SECONDS = 1.0  # how long a write waits for another process's; past it the changes are not saved this time
 SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in a run folder (run.json first)
 # a record's nested parts that a list of runs does not show: stored apart (see indexed_runs' `brief`)
 BULKY = ("config", "versions", "checkpoints", "metrics", "test_metrics", "notes", "resumed_at")
+# what `runs list` shows of a run (and sorts by): stored apart as a JSON array, a fraction of the brief to parse
+LISTED = ("id", "name", "task", "status", "precision", "device", "steps", "total_steps", "best", "wall_seconds",
+          "start_time", "end_time", "unreadable")
 PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout (~5 ms), a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
 _reader_version: str | None = None
@@ -54,6 +59,13 @@ def indexed_runs(root: str | os.PathLike, brief: bool = False) -> list[dict]:
     parts a list of runs does not show (BULKY: its config, metrics, checkpoints...), which are most of a
     record's JSON to parse."""
     runs, _bulks = _refresh(Path(root), parts="brief" if brief else "full")
+    return runs
+
+
+def listed_runs(root: str | os.PathLike) -> list[dict]:
+    """Every run under `root`, newest first, as its LISTED fields (None when it has no such field) and its
+    folder: what a list of thousands of runs shows, parsed from a short array per run."""
+    runs, _bulks = _refresh(Path(root), parts="listed")
     return runs
 
 
@@ -94,7 +106,7 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
     """Every run under `root` (only those `keys` may name when given), newest first, and their bulky parts as
     JSON when `parts` is "split" (the runs then brief; else a list of None); the index brought up to date on
     the way when it can be. `parts`: what of the stored records to read with the signatures ("full", "brief",
-    "split"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
+    "split", "listed"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
     that could hold a match are looked at (see runs_named)."""
     index = root / INDEX_FILE
     db, writable = _open(index)
@@ -110,7 +122,7 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
         if quick and db is not None:  # the indexed runs that cannot match: not looked at
             tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
             skip = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
-        found, fresh, rows, gone = _scan(root, cached, skip=skip, split=parts == "split")
+        found, fresh, rows, gone = _scan(root, cached, skip=skip, split=parts == "split", listed=parts == "listed")
         if (rows or gone) and db is None and found and not _exists(index):
             db, writable = _open(index, create=True)
         if (rows or gone) and writable:
@@ -123,11 +135,11 @@ def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
         _close(db)
 
 
-def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool = False):
+def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool = False, listed: bool = False):
     """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
     to write and the keys gone. `cached`: the index's rows. `skip`: folders not to look at (nothing is then
-    gone). `split`: a run read afresh is kept brief (see _select)."""
-    scan = _Scan(cached, split)
+    gone). `split`: a run read afresh is kept brief (see _select); `listed`: as its LISTED fields."""
+    scan = _Scan(cached, split, listed)
     try:
         with os.scandir(root) as entries:
             children = sorted(e.name for e in entries if _is_dir(e))
@@ -135,9 +147,9 @@ def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool 
         return scan.found, scan.fresh, scan.rows, set()
     if skip:
         children = [name for name in children if name not in skip]
-    base = str(root)
+    prefix = os.path.join(str(root), "")
     for name in children:
-        folder = os.path.join(base, name)
+        folder = prefix + name
         nested = scan.visit(name, folder, top=True)
         for sub in nested:  # a folder that is no run itself, e.g. a sweep's: its subfolders with a run.json
             scan.visit(f"{name}/{sub}", os.path.join(folder, sub), top=False)
@@ -145,8 +157,8 @@ def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool 
 
 
 class _Scan:
-    def __init__(self, cached: _Cache, split: bool = False):
-        self.cached, self.split = cached, split
+    def __init__(self, cached: _Cache, split: bool = False, listed: bool = False):
+        self.cached, self.split, self.listed = cached, split, listed
         self.racy = time.time_ns() - RACY_SECONDS * 1_000_000_000
         self.found: list[str] = []
         self.fresh: dict[str, dict] = {}
@@ -189,7 +201,8 @@ class _Scan:
             self.rows.append(stored)
         # and its bulky parts as JSON; brief at once when that is all that is kept (at 10,000 runs read afresh,
         # whole records are millions of objects for the garbage collector to walk meanwhile)
-        self.fresh[key] = (_brief(run) if self.split else run, stored[6])
+        kept = _listed(run) if self.listed else _brief(run) if self.split else run
+        self.fresh[key] = (kept, stored[6])
         return []
 
 
@@ -202,6 +215,8 @@ def _signature(folder: str, racy_ns: int) -> tuple[str, bool, bool]:
     parts = []
     trusted = True
     for name in SIGNED_FILES:
+        if name == METRICS_FILE and parts[0] != "-":
+            break  # read_run reads metrics.jsonl only when there is no run.json
         try:
             info = os.stat(prefix + name, follow_symlinks=False)
         except FileNotFoundError:
@@ -241,12 +256,12 @@ def _subfolders(folder: str) -> list[str]:
 
 def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tuple:
     if run is None:
-        return key, sig, None, None, _ENCODE(nested or []), None, None
+        return key, sig, None, None, _ENCODE(nested or []), None, None, None
     ident = run.get("id")
     # the brief keeps every key in its place (None for the bulky ones), so the full record reads back in order
     bulk = {k: run[k] for k in BULKY if k in run}
     return (key, sig, None if ident is None else str(ident), str(run.get("name") or key), None,
-            _ENCODE(_brief(run)), _ENCODE(bulk))
+            _ENCODE(_brief(run)), _ENCODE(bulk), _ENCODE([run.get(k) for k in LISTED]))
 
 
 def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys: list[str] | None,
@@ -262,17 +277,19 @@ def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys:
         stored = _named(db, keys, set(found) - set(fresh)) if db is not None else {}
         wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k][0], keys))]
     from_index = [stored[k] for k in wanted if k not in fresh]
-    parsed = iter(_parse(from_index, full=parts in ("full", None)))  # in `wanted`'s order
+    parsed = iter(_parse_listed([brief for brief, _bulk in from_index]) if parts == "listed"
+                  else _parse(from_index, full=parts in ("full", None)))  # in `wanted`'s order
     stored_bulks = iter([bulk for _brief, bulk in from_index])
     del stored, from_index
     split = parts == "split"
     base = str(root)
+    prefix = os.path.join(base, "")
     runs, bulks, repaired = [], [], []
     for key in wanted:
         if key in fresh:
             run, bulk = fresh[key]
         else:
-            folder = os.path.join(base, *key.split("/"))
+            folder = prefix + key if "/" not in key else os.path.join(base, *key.split("/"))
             run, bulk = next(parsed), next(stored_bulks)
             if not isinstance(run, dict):  # a row damaged inside a sound file: the folder read instead
                 run = read_run(folder)
@@ -285,6 +302,8 @@ def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys:
                     repaired.append(_row(key, sig, run, None))
                 if split:
                     run, bulk = _brief(run), _ENCODE({k: run[k] for k in BULKY if k in run})
+                elif parts == "listed":
+                    run = _listed(run)
             else:
                 run["folder"] = folder
                 if run.get("status") in _LIVE:
@@ -296,6 +315,18 @@ def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys:
 
 def _brief(run: dict) -> dict:
     return {k: None if k in BULKY else v for k, v in run.items()}
+
+
+def _listed(run: dict) -> dict:
+    listed = {k: run.get(k) for k in LISTED}
+    listed["folder"] = run.get("folder")
+    return listed
+
+
+def _parse_listed(texts: list) -> list:
+    """The stored LISTED arrays as dicts; None for one that does not parse as such."""
+    return [dict(zip(LISTED, values)) if type(values) is list and len(values) == len(LISTED) else None
+            for values in _parse_all(texts)]
 
 
 def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
@@ -411,8 +442,11 @@ def _prepare(db: sqlite3.Connection) -> None:
         if _stored_version(db) == _version():
             return  # another process made them meanwhile
         db.execute("DROP TABLE IF EXISTS runs")
+        db.execute("DROP TABLE IF EXISTS bulks")
+        # the bulky parts in a table of their own: a listing reads only the short rows (a quarter of the file)
         db.execute("CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
-                   "brief TEXT, bulk TEXT)")
+                   "brief TEXT, listed TEXT)")
+        db.execute("CREATE TABLE bulks (key TEXT PRIMARY KEY, bulk TEXT)")
         db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
 
 
@@ -444,15 +478,18 @@ class _Cache:
     """The index's rows, a dict per column (key -> value): no object per row for the garbage collector."""
 
     def __init__(self, db, parts: str | None):
-        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "brief")."""
+        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "brief"; "listed":
+        the LISTED array as the brief)."""
         self.sig: dict[str, str] = {}
         self.nested: dict[str, str | None] = {}
         self.brief: dict[str, str | None] = {}
         self.bulk: dict[str, str | None] = {}
         if db is None:
             return
-        columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", None: "NULL, NULL"}[parts]
-        for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM runs"):
+        columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", "listed": "listed, NULL",
+                   None: "NULL, NULL"}[parts]
+        tables = "runs LEFT JOIN bulks USING (key)" if parts in ("full", "split") else "runs"
+        for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM {tables}"):
             self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk
 
 
@@ -460,7 +497,7 @@ def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str, st
     """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
     whose name equals one."""
     out = {}
-    query = ("SELECT key, brief, bulk FROM runs WHERE nested IS NULL AND "
+    query = ("SELECT key, brief, bulk FROM runs LEFT JOIN bulks USING (key) WHERE nested IS NULL AND "
              "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)")
     for k in keys:
         try:
@@ -476,8 +513,12 @@ def _save(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
     time)."""
     try:
         with _transaction(db):
-            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [(key, sig, ident, name, nested, brief, listed)
+                            for key, sig, ident, name, nested, brief, _bulk, listed in rows])
+            db.executemany("INSERT OR REPLACE INTO bulks VALUES (?, ?)", [(row[0], row[6]) for row in rows])
             db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
+            db.executemany("DELETE FROM bulks WHERE key = ?", [(k,) for k in gone])
     except sqlite3.DatabaseError:
         pass
 

@@ -325,9 +325,14 @@ _RECORD_FIELDS = ([(k, "text") for k in _TEXT_FIELDS] + [(k, "whole") for k in _
                   + [(k, "list") for k in ("notes", "resumed_at")])
 
 
+_PLAIN = {"text": (str,), "whole": (int,), "number": (int, float), "object": (dict,), "list": (list,)}
+# each field with the types that pass at a glance (a record has thousands of fields to check in a cold listing)
+_FIELD_CHECKS = [(name, _PLAIN[want], want) for name, want in _RECORD_FIELDS]
+
+
 def _bad(value, want: str) -> bool:
     """Whether `value` is neither None nor of the kind `want` names (a key of _KINDS)."""
-    return value is not None and not _KINDS[want][0](value)
+    return value is not None and type(value) not in _PLAIN[want] and not _KINDS[want][0](value)
 
 
 def _problem(name: str, value, want: str) -> str:
@@ -339,9 +344,11 @@ def record_problem(data: dict) -> str | None:
     """Why `data` (run.json, or a summary from metrics.jsonl) can't be shown as a run: the first field the
     history (runs list/show/compare, the window, evaluate --best, a resume's RunRecord) uses that has the wrong
     type, as "steps is text, not a whole number"; None when every one is right. Missing fields are fine."""
-    for name, want in _RECORD_FIELDS:
-        if _bad(data.get(name), want):
-            return _problem(name, data[name], want)
+    get = data.get
+    for name, plain, want in _FIELD_CHECKS:
+        value = get(name)
+        if value is not None and type(value) not in plain and not _KINDS[want][0](value):
+            return _problem(name, value, want)
     for field in ("metrics", "test_metrics"):
         for name, value in (data.get(field) or {}).items():
             if _bad(value, "number"):
@@ -368,11 +375,11 @@ def read_note(folder: str | os.PathLike) -> str:
     return _read_note(Path(folder))[0]
 
 
-def _read_note(folder: Path) -> tuple[str, str | None]:
+def _read_note(folder: str | os.PathLike) -> tuple[str, str | None]:
     """(the note, None), ('', None) when there is none, ('', reason) when note.txt can't be read (a link, a
     FIFO, ...): read as core.files.read_regular does, the first NOTE_MAX_BYTES of it."""
     try:
-        raw = read_regular(folder / NOTE_FILE)
+        raw = read_regular(os.path.join(folder, NOTE_FILE))
     except FileNotFoundError:
         return "", None
     except UnreadableFile as exc:
@@ -412,8 +419,9 @@ def read_run(folder: str | os.PathLike) -> dict | None:
     as a run with status "unreadable" and "unreadable" the one-line reason (its id kept when it has one); a
     note.txt that can't be read as note '' and "note_unreadable" the reason. The dict is JSON-serialisable."""
     folder = Path(folder)
+    base = str(folder)  # string paths below: a cold listing reads thousands of folders
     try:
-        data = _record_or_summary(folder)
+        data = _record_or_summary(folder, base)
         if data is not None:
             data.pop("unreadable", None)  # said by this reader only, never by the file
             data.pop("note_unreadable", None)
@@ -423,8 +431,8 @@ def read_run(folder: str | os.PathLike) -> dict | None:
     if data is None:
         return None
     data["name"] = folder.name
-    data["folder"] = str(folder)
-    data["note"], problem = _read_note(folder)
+    data["folder"] = base
+    data["note"], problem = _read_note(base)
     if problem:
         data["note_unreadable"] = problem
     if data.get("status") == "running" and not is_in_use(folder):
@@ -448,21 +456,29 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def _record_or_summary(folder: Path) -> dict | None:
+def _record_or_summary(folder: Path, base: str) -> dict | None:
     """run.json checked, else the summary from metrics.jsonl, else None; _Unreadable when one is there but
-    can't be read or has a field of the wrong type."""
-    path = folder / RECORD_FILE
-    if _exists(path):
-        try:
-            data = read_json_record(path)
-        except FileNotFoundError:  # gone since: a run being deleted
-            return None
-        except UnreadableFile as exc:
-            raise _Unreadable(str(exc)) from None
+    can't be read or has a field of the wrong type. `base`: the folder as a string."""
+    path = os.path.join(base, RECORD_FILE)
+    try:
+        data = read_json_record(path)
+    except FileNotFoundError:
+        data = None
+    except UnreadableFile as exc:
+        if not _exists(path):  # nothing there to read (the folder can't be searched, say): no run.json
+            return _summary_or_none(folder)
+        raise _Unreadable(str(exc)) from None
+    except (OSError, ValueError):  # a name that can't be opened at all
+        return None
+    if data is not None:
         problem = record_problem(data)
         if problem:
             raise _Unreadable(f"{RECORD_FILE}: {problem}", data.get("id"))
         return data
+    return _summary_or_none(folder)
+
+
+def _summary_or_none(folder: Path) -> dict | None:
     data = _summary_from_metrics(folder)
     if data is not None:
         problem = record_problem(data)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 
 from tests.test_runs_cli import fake_run
 
@@ -57,7 +58,7 @@ def test_delete_never_leaves_the_runs_root_through_a_link(qtbot, tmp_path, monke
     (root / "ext").symlink_to(tmp_path / "elsewhere")
     panel = shown_panel(qtbot, root, rows=2)
     panel._confirm = lambda text: True
-    said = []  # the status line's texts (the rescan after a failed delete replaces the message)
+    said = []  # every text the status line showed
     set_text = panel.statusLabel.setText
     monkeypatch.setattr(panel.statusLabel, "setText", lambda text: (said.append(text), set_text(text)))
     panel.select_names("ext/victim")
@@ -87,3 +88,88 @@ def test_a_row_is_drawn_for_any_field_of_any_type(tmp_path):
             (folder / "run.json").write_text(json.dumps({**original, field: value}))
             texts, _keys = row_cells(read_run(folder))
             assert all("\x1b" not in text for text in texts), (field, value)
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_run_json_names_outside_the_run_folder_is_refused_in_one_line(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    good = fake_run(root, "good", "a1b2c3d4e5", start="2026-01-02T10:00:00+00:00")
+    (good / "checkpoint.pt").write_bytes(b"ours")
+    hostile = fake_run(root, "hostile", "bad0000001")
+    (good / "best.pt").write_bytes(b"another run's")
+    record = json.loads((hostile / "run.json").read_text())
+    record["checkpoints"] = {"last": {"path": "/etc/passwd", "step": 3}, "best": {"path": "../good/best.pt"}}
+    (hostile / "run.json").write_text(json.dumps(record))
+    panel = shown_panel(qtbot, root, rows=2)
+    asked = []
+    panel.resumeRequested.connect(asked.append)
+    panel.exportRequested.connect(asked.append)
+    panel.select_names("hostile")
+    status = panel.statusLabel.text()
+    assert "hostile: run.json's checkpoint /etc/passwd lies outside the run folder: not used" in status
+    assert "\n" not in status and "2 run(s)" in status
+    assert not panel.resumeButton.isEnabled() and not panel.exportButton.isEnabled()
+    panel.resume("last")
+    panel.resume("best")
+    panel.export()
+    assert asked == []
+    panel.select_names("good")  # the rest of the history still works
+    assert panel.resumeButton.isEnabled() and "outside" not in panel.statusLabel.text()
+    panel.resume("last")
+    assert asked == [str(good / "checkpoint.pt")]
+    panel.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_delete_stays_on_the_status_line_after_the_rescan(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    fake_run(root, "good", "a1b2c3d4e5")
+    fake_run(tmp_path / "elsewhere", "victim", "0000dead00")
+    (root / "ext").symlink_to(tmp_path / "elsewhere")
+    panel = shown_panel(qtbot, root, rows=2)
+    panel._confirm = lambda text: True
+    scans = []
+    panel.scanned.connect(scans.append)
+    panel.select_names("ext/victim")
+    panel.delete()
+    qtbot.waitUntil(lambda: bool(scans) and not panel.busy, timeout=30_000)  # the rescan after the failed delete
+    status = panel.statusLabel.text()
+    assert status.startswith("Delete failed: ") and "ext is a symbolic link" in status and "2 run(s)" in status
+    panel.refresh()  # and any later one, until the user selects something else
+    qtbot.waitUntil(lambda: len(scans) >= 2 and not panel.busy, timeout=30_000)
+    assert panel.statusLabel.text() == status
+    panel.select_names("good")
+    assert panel.statusLabel.text() == "2 run(s)"
+    panel.watcher.blockSignals(True)
+    panel.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_names_and_notes_from_files_are_shown_as_text_not_control_sequences(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    hostile = "run\x1b]0;owned\x07\u202egnp.exe"
+    folder = fake_run(root, hostile, "a1b2c3d4e5")  # the run's name is its folder's
+    (folder / "checkpoint.pt").write_bytes(b"ours")
+    (folder / "best.pt").write_bytes(b"ours too")
+    record = json.loads((folder / "run.json").read_text())
+    record.update(best={"name": f"acc{hostile}", "value": 0.5, "step": 7},
+                  checkpoints={"last": {"path": str(folder / "checkpoint.pt"), "step": 9},
+                               "best": {"path": str(folder / "best.pt"), "step": 7}})
+    (folder / "run.json").write_text(json.dumps(record))
+    (folder / "note.txt").write_text(f"first line{hostile}\nsecond\u2066 line")
+    panel = shown_panel(qtbot, root, rows=1)
+    panel.table.selectRow(0)
+    qtbot.waitUntil(lambda: panel.noteEdit.isEnabled(), timeout=10_000)
+    confirmed = []
+    panel._confirm = lambda text: (confirmed.append(text), False)[1]
+    panel.delete()
+    panel.resume("missing")  # a status message naming the run
+    shown = [a.text() for m in (panel.resumeMenu, panel.exportMenu, panel.evaluateMenu) for a in m.actions()]
+    shown += [panel.statusLabel.text(), panel.noteEdit.toPlainText(), *confirmed]
+    shown += [panel.model.index(0, c).data(Qt.ItemDataRole.ToolTipRole) for c in (0, 9)]
+    assert "\\x1b]0;owned\\x07\\u202egnp.exe" in panel.statusLabel.text()
+    assert "\\u202e" in " ".join(shown[:6]) and "second\\u2066 line" in panel.noteEdit.toPlainText()
+    for text in shown:
+        assert not any(ch in text for ch in "\x1b\x07\u202e\u2066"), text
+    assert panel.noteSaveButton.isEnabled() is False  # shown as text is not an edit
+    panel.shutdown()

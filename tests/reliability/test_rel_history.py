@@ -324,3 +324,47 @@ def test_any_field_of_any_type_is_a_listed_run_never_a_traceback(root, capsys, m
             for argv in (("list",), ("show", "good")):
                 code, _, err = cli(capsys, "runs", "--runs-dir", str(root), *argv)
                 assert code == 0 and not err, (field, value, argv, err)
+
+
+# ---------------------------------------------------------------------- checkpoints run.json names
+
+def test_a_checkpoint_path_in_run_json_never_leads_out_of_the_run_folder(root, tmp_path):
+    from core.engine.run_folder import recorded_checkpoint
+    from core.files import UnreadableFile
+
+    folder = root / "good"
+    (folder / "checkpoint.pt").write_bytes(b"ours")
+    (root / "other" / "best.pt").write_bytes(b"another run's")
+    secret = tmp_path / "secret.pt"
+    secret.write_bytes(b"not a run's")
+    (folder / "linked.pt").symlink_to(secret)
+    assert recorded_checkpoint(folder, str(folder / "checkpoint.pt")) == folder / "checkpoint.pt"
+    assert recorded_checkpoint(folder, "checkpoint.pt") == folder / "checkpoint.pt"
+    # a folder moved or copied: run.json still names the old place; the file of that name here is the one
+    assert recorded_checkpoint(folder, "/old/runs/good/checkpoint.pt") == folder / "checkpoint.pt"
+    for hostile in ("/etc/passwd", "../other/best.pt", str(folder / ".." / "other" / "best.pt"), str(secret),
+                    "linked.pt", str(folder / "linked.pt"), "check\x00point.pt"):
+        with pytest.raises(UnreadableFile) as refused:
+            recorded_checkpoint(folder, hostile)
+        assert "\n" not in str(refused.value) and "not used" in str(refused.value), hostile
+    with pytest.raises(FileNotFoundError):
+        recorded_checkpoint(folder, "best.pt")
+
+
+def test_the_windows_history_uses_no_checkpoint_outside_the_run_folder(root):
+    from app.panels.history import checkpoint_of
+    from core.engine.run_record import read_run
+
+    (root / "good" / "checkpoint.pt").write_bytes(b"ours")
+    (root / "other" / "best.pt").write_bytes(b"another run's")
+    record = json.loads((root / "good" / "run.json").read_text())
+    record["checkpoints"] = {"last": {"path": "/etc/passwd", "step": 3}, "best": {"path": "../other/best.pt"}}
+    (root / "good" / "run.json").write_text(json.dumps(record))
+    run = read_run(root / "good")
+    for which, shown in (("last", "/etc/passwd"), ("best", "../other/best.pt")):
+        path, refused = checkpoint_of(run, which)
+        assert path is None and refused.startswith(f"good: run.json's checkpoint {shown} ") and "\n" not in refused
+    other = read_run(root / "other")  # fake_run's own record: its checkpoint.pt, not there yet
+    assert checkpoint_of(other, "last") == (None, None)
+    (root / "other" / "checkpoint.pt").write_bytes(b"theirs")
+    assert checkpoint_of(other, "last") == (str(root / "other" / "checkpoint.pt"), None)
