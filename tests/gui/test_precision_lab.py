@@ -38,6 +38,7 @@ def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, wind
     assert "completed" in window.statusBarWidget.message.text().lower()
 
 
+@pytest.mark.slow  # the sweep may have started its first mode's process before the window closes
 @pytest.mark.timeout(60)
 def test_closing_the_window_mid_sweep_joins_its_thread(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
