@@ -106,7 +106,11 @@ class BagClassifier(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Padded bucket ids (B, T) -> class logits (B, 2)."""
-        weights = self.token_weights(tokens)
+        return self.logits(tokens, self.token_weights(tokens))
+
+    def logits(self, tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Class logits (B, 2) of tokens (B, T) pooled with per-token `weights` (B, T) (token_weights, or the
+        export's ONNX-friendly spelling of them)."""
         pooled = self.bag(tokens, per_sample_weights=weights.to(self.bag.weight.dtype))
         if self.pooling == "mean":
             norm = weights.sum(1)
@@ -377,17 +381,7 @@ class SentimentServing(nn.Module):
         weights = model.bucket_weight[tokens]
         counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).to(weights.dtype)
         weights = weights * (1 + torch.log(counts)) / counts
-        pooled = model.bag(tokens, per_sample_weights=weights.to(model.bag.weight.dtype))
-        if model.pooling == "mean":
-            norm = weights.sum(1)
-        elif model.pooling == "sqrt":
-            norm = (weights > 0).sum(1).float().sqrt()
-        elif model.pooling == "l2":
-            norm = weights.square().sum(1).sqrt()
-        else:
-            norm = torch.ones_like(weights[:, 0])
-        logits = model.head(pooled / norm.clamp(min=1e-6).unsqueeze(1).to(pooled.dtype))
-        return torch.softmax(logits.float(), dim=-1)[:, 1]
+        return torch.softmax(model.logits(tokens, weights).float(), dim=-1)[:, 1]
 
 
 TOKENIZER_RECIPE = (
