@@ -97,6 +97,26 @@ def child_processes_are_slow(request, monkeypatch):
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # not an xdist worker
         config.pluginmanager.register(LiveFailures(config), "live-failures")
+    global _WATCHDOG_OUT
+    _WATCHDOG_OUT = _real_stderr(config)
+
+
+_WATCHDOG_OUT = None  # where the watchdog writes: set in pytest_configure
+
+
+def _real_stderr(config):
+    """The process's own stderr, not the file that pytest's fd capture puts in its place while a test runs:
+    what is written there during a test is lost if the process ends, and under xdist only the worker's
+    own stderr reaches the controller's terminal. A copy of the descriptor pytest saved when it started
+    capturing (no public API names it), or sys.__stderr__ without capture."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    saved = getattr(getattr(getattr(capture, "_global_capturing", None), "err", None), "targetfd_save", None)
+    if isinstance(saved, int):
+        try:
+            return os.fdopen(os.dup(saved), "w", buffering=1)
+        except OSError:
+            pass
+    return sys.__stderr__
 
 
 @pytest.fixture(autouse=True)
@@ -142,14 +162,16 @@ def item_timeout(item) -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """The last resort behind pytest-timeout. Its thread method needs the GIL to fire, so a process deadlocked
-    with the GIL held (a thread holding it waits for a lock that another thread holds while it waits for the
-    GIL) would never end and CI would stall for hours. faulthandler's watchdog is a C thread: past the limit
-    plus a grace it prints every thread's stack and ends the process (xdist names the test, starts a new
-    worker, and the suite goes on, red)."""
+    """The last resort behind pytest-timeout. Its signal method fails a test that overruns as an ordinary,
+    named failure, but only once the main thread runs Python again (and inside a Qt slot pytest-qt catches
+    it): a test stuck in C code, or a process deadlocked with the GIL held (a thread holding it waits for a
+    lock that another thread holds while it waits for the GIL), would never end and CI would stall for hours.
+    faulthandler's watchdog is a C thread: past the limit plus a grace it prints every thread's stack to the
+    process's real stderr and ends the process (xdist names the test, starts a new worker, and the suite goes
+    on, red)."""
     limit = item_timeout(item)
     if limit > 0:
-        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=sys.__stderr__)
+        faulthandler.dump_traceback_later(limit + WATCHDOG_GRACE_S, exit=True, file=_WATCHDOG_OUT or sys.__stderr__)
     try:
         yield
     finally:
