@@ -104,6 +104,14 @@ def pytest_configure(config):
 _WATCHDOG_OUT = None  # where the watchdog writes: set in pytest_configure
 
 
+def pytest_unconfigure(config):
+    global _WATCHDOG_OUT
+    faulthandler.cancel_dump_traceback_later()
+    if _WATCHDOG_OUT is not None and _WATCHDOG_OUT is not sys.__stderr__:
+        _WATCHDOG_OUT.close()
+    _WATCHDOG_OUT = None
+
+
 def _real_stderr(config):
     """The process's own stderr, not the file that pytest's fd capture puts in its place while a test runs:
     what is written there during a test is lost if the process ends, and under xdist only the worker's
