@@ -128,7 +128,7 @@ def start_run(panel, points: int) -> None:
 
 
 def measure(app, args) -> dict:
-    from app.panels import plots
+    from app import plot_points as plots
 
     runs = [(f"run-{i:02d} · {PRECISIONS[i % len(PRECISIONS)]}", run_records(i, args.points, args.eval_every))
             for i in range(args.runs)]

@@ -128,7 +128,7 @@ class HistoryPanel(QWidget):
     exportRequested = Signal(str)  # a checkpoint path to export (the run's best or last)
     evaluated = Signal(dict)  # the evaluation report (core.lab.evaluation_report) of a checkpoint measured
     previewRequested = Signal(str)  # a run folder to try in the Model preview (its best, else last, checkpoint)
-    overlayRequested = Signal(list)  # [(label, plots.OverlayPoints parsed from metrics.jsonl, metric name or None)]
+    overlayRequested = Signal(list)  # [(label, app.plot_points.OverlayPoints parsed from metrics.jsonl, metric name or None)]
     clearOverlaysRequested = Signal()
     scanned = Signal(int)  # rows after a scan
     rootChosen = Signal(str)  # the user moved the runs root ('' = back to the default)
@@ -694,7 +694,7 @@ class HistoryPanel(QWidget):
                   for r in runs]
 
         def read():  # parsed here too: reading 10 runs of 10,000 steps is half the cost of overlaying them
-            from app.panels.plots import overlay_points
+            from app.plot_points import overlay_points
 
             return [(label, overlay_points(read_jsonl(path), metric), metric) for label, path, metric in wanted]
 

@@ -12,11 +12,7 @@ pyqtgraph is imported when the plots are built, after the window is on screen.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from itertools import compress, repeat
-from operator import itemgetter, methodcaller
-from typing import NamedTuple
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer
@@ -26,8 +22,9 @@ from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, Q
 from app.plot_legend import LEGEND_ROW, FittedLegend
 from app.plot_ranges import StableRange, x_end_for
 from app.plot_title import FittedTitle
+from app.plot_points import VAL_SPLIT, OverlayPoints, history_points, overlay_points
 from app.series import DEFAULT_BUDGET, Series, SmoothedSeries
-from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics, event_from_dict
+from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 
 REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trainer for the GIL
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
@@ -64,7 +61,6 @@ OVERLAY_BUDGET = 1024
 FEW_POINTS = 64
 # Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
 MAY_HOLD_NAN = ("grad_norm", "eval:", "split:")
-VAL_SPLIT = "val"  # EvalMetrics of this split are the curves; other splits (test) are markers at their step
 SPLIT_SYMBOL = "star"
 NO_RUN = "No run yet"
 WAITING = "Waiting for the first logged step"
@@ -76,167 +72,6 @@ MEMORY_TITLES = {"cuda": "GPU memory (peak allocated)", "xpu": "XPU memory (peak
 
 
 STEP_COLUMNS = ("loss", "samples_per_second", "lr", "grad_norm", "grad_scale", "skipped_steps", "memory_bytes")
-
-
-def history_points(records, until_step: int | None = None) -> tuple[list[dict], list[EvalMetrics], int | None]:
-    """What a run's metrics.jsonl leaves for the plots: its StepMetrics (as dicts, in step order), its
-    EvalMetrics and the step its first segment started at (None when there is nothing to draw).
-
-    The file may hold several segments, each opened by a RunStarted: a run resumed (once or more) appends to
-    its folder's file. A segment that resumed from step s replaces everything an earlier segment logged after
-    s (it restarted from an earlier checkpoint: the later segment wins, so there is no zig-zag), and with
-    `until_step` (the step the run now on show resumes from) nothing after it is kept either. Records may be
-    dicts (core.files.read_jsonl) or events; a record that is not an event the plots draw is skipped.
-    """
-    steps: list[dict] = []
-    evals: list[EvalMetrics] = []
-    first: int | None = None
-
-    def cut(at: int) -> None:
-        while steps and steps[-1]["step"] > at:
-            steps.pop()
-        evals[:] = [e for e in evals if e.step <= at]
-
-    for record in records:
-        if not isinstance(record, dict):
-            record = {"event": type(record).__name__, **dataclasses.asdict(record)}
-        kind = record.get("event")
-        try:
-            if kind == "StepMetrics":
-                step = int(record["step"])
-                if steps and step <= steps[-1]["step"]:  # a segment without its RunStarted (torn file)
-                    cut(step - 1)
-                steps.append(record)
-            elif kind == "EvalMetrics":
-                evals.append(event_from_dict(record))
-            elif kind == "RunStarted":
-                start = int(record["start_step"])
-                cut(start)
-                first = start if first is None else min(first, start)
-        except (KeyError, TypeError, ValueError):
-            continue
-    if until_step is not None:
-        cut(until_step)
-    if not steps and not evals:
-        return [], [], None
-    if first is None:  # no RunStarted kept: the first point's step
-        first = min([*(s["step"] for s in steps[:1]), *(e.step for e in evals[:1])])
-    return steps, evals, int(first)
-
-
-_get_event = methodcaller("get", "event")  # a record without one is skipped
-
-
-class OverlayPoints(NamedTuple):
-    """An overlaid run's curves (overlay_points): its loss, and its validation metric `metric`."""
-
-    x: np.ndarray
-    y: np.ndarray
-    metric: str | None
-    ex: np.ndarray
-    ey: np.ndarray
-
-
-
-def overlay_points(records, metric: str | None = None):
-    """What an overlaid run draws, from its metrics.jsonl records: (loss steps, losses, metric name, validation
-    steps, metric values), numpy arrays (a None loss is NaN, a gap); the metric is `metric`, else the first one of
-    the run's first validation (None, with empty arrays, when it has none).
-
-    The same segments as `history_points` (a resumed segment replaces what an earlier one logged after its start
-    step). Overlaying ten runs of 10,000 steps reads 200,000 records or more on the GUI thread, where building
-    each record's event (or even a Python loop over them) took longer than drawing them, so a file no later
-    segment cuts into (the usual one: steps increasing, each RunStarted at or after everything logged before it)
-    is read column by column with C-level map/compress; any other (or a malformed record) goes through the
-    record-by-record loop of `_overlay_points_sequential`.
-    """
-    if not isinstance(records, list) or not all(map(isinstance, records, repeat(dict))):
-        records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)}
-                   for r in records]
-    try:
-        kinds = np.array(list(map(_get_event, records)), dtype=object)
-        is_step, is_eval, is_start = (kinds == "StepMetrics", kinds == "EvalMetrics", kinds == "RunStarted")
-        steps = list(compress(records, is_step.tolist()))
-        evals = list(compress(records, is_eval.tolist()))
-        x = np.fromiter(map(itemgetter("step"), steps), dtype=np.float64, count=len(steps))
-        starts = np.flatnonzero(is_start)
-        # a RunStarted before anything was logged cuts nothing (the usual file: one, on its first line)
-        late_start = len(starts) and starts[-1] > np.flatnonzero(is_step | is_eval)[:1].min(initial=len(records))
-        if late_start or (len(x) > 1 and (np.diff(x) <= 0).any()):
-            drawn = is_step | is_eval | is_start
-            at = np.empty(len(records))
-            at[is_step] = x
-            at[is_eval] = np.fromiter(map(itemgetter("step"), evals), dtype=np.float64, count=len(evals))
-            at[is_start] = [r["start_step"] for r in compress(records, is_start.tolist())]
-            at, is_start = at[drawn], is_start[drawn]
-            # the highest step logged before each record: a RunStarted below it cuts the earlier segment
-            logged = np.maximum.accumulate(np.where(is_start, -np.inf, at))
-            before = np.concatenate([[-np.inf], logged[:-1]])
-            if (np.diff(x) <= 0).any() or (at[is_start] < before[is_start]).any():
-                return _overlay_points_sequential(records, metric)
-        y = np.array(list(map(itemgetter("loss"), steps)), dtype=np.float64)  # None: NaN
-        val = [split == VAL_SPLIT for split in map(methodcaller("get", "split"), evals)]
-        evals = list(compress(evals, val))
-        metrics = list(map(itemgetter("metrics"), evals))
-        if metric is None:
-            metric = next((name for m in metrics for name in m), None)
-        if metric is None or not metrics:
-            return OverlayPoints(x, y, metric, np.empty(0), np.empty(0))
-        values = list(map(methodcaller("get", metric), metrics))
-        ex = np.fromiter(map(itemgetter("step"), evals), dtype=np.float64, count=len(evals))
-        if None in values:  # an evaluation without this metric: no point there
-            kept = [v is not None for v in values]
-            ex, values = ex[np.array(kept, dtype=bool)], list(compress(values, kept))
-        if not all(map(isinstance, values, repeat((int, float)))):
-            return _overlay_points_sequential(records, metric)
-        return OverlayPoints(x, y, metric, ex, np.array(values, dtype=np.float64))
-    except (KeyError, TypeError, ValueError, AttributeError):  # a malformed record: the loop skips it
-        return _overlay_points_sequential(records, metric)
-
-
-def _metric_points(evals: list, metric: str | None):
-    """(metric, steps, values) of the validation `evals` [(step, metrics)]; metric None: the first one named."""
-    if metric is None:
-        metric = next((name for _step, metrics in evals for name in metrics), None)
-    points = [(step, metrics[metric]) for step, metrics in evals
-              if isinstance(metrics.get(metric), (int, float))] if metric is not None else []
-    ex = np.array([p[0] for p in points], dtype=np.float64)
-    return metric, ex, np.array([p[1] for p in points], dtype=np.float64)
-
-
-def _overlay_points_sequential(records, metric: str | None):
-    """`overlay_points` one record at a time, cutting segments as `history_points` does."""
-    sx: list[int] = []
-    sy: list[float] = []
-    evals: list[tuple[int, dict]] = []  # validation only: (step, metrics)
-
-    def cut(at: int) -> None:
-        while sx and sx[-1] > at:
-            sx.pop()
-            sy.pop()
-        evals[:] = [e for e in evals if e[0] <= at]
-
-    for record in records:
-        kind = record.get("event")
-        try:
-            if kind == "StepMetrics":
-                step = int(record["step"])
-                loss = record.get("loss")
-                loss = math.nan if loss is None else float(loss)
-                if sx and step <= sx[-1]:  # a segment without its RunStarted (torn file)
-                    cut(step - 1)
-                sx.append(step)
-                sy.append(loss)
-            elif kind == "EvalMetrics":
-                step = int(record["step"])
-                if record.get("split") == VAL_SPLIT and isinstance(record.get("metrics"), dict):
-                    evals.append((step, record["metrics"]))
-            elif kind == "RunStarted":
-                cut(int(record["start_step"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return OverlayPoints(np.array(sx, dtype=np.float64), np.array(sy, dtype=np.float64),
-                         *_metric_points(evals, metric))
 
 
 def _row_legend_class():

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.panels.plots import PlotsPanel, history_points
+from app.panels.plots import PlotsPanel
+from app.plot_points import history_points
 from core.engine.run_folder import METRICS_FILE
 from core.engine.events import CheckpointSaved, EvalMetrics, RunStarted, StepMetrics
 from core.engine.trainer import train

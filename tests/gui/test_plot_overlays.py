@@ -15,8 +15,8 @@ from PySide6.QtCore import Signal
 
 import app.file_actions
 from app.file_actions import checkpoint_choices
-from app.panels.plots import (LOSS_COLOUR, METRIC_COLOURS, OVERLAY_COLOURS, OverlayPoints, PlotsPanel,
-                              history_points, overlay_points)
+from app.panels.plots import LOSS_COLOUR, METRIC_COLOURS, OVERLAY_COLOURS, PlotsPanel
+from app.plot_points import OverlayPoints, history_points, overlay_points
 from core.engine.events import EvalMetrics, RunStarted, StepMetrics
 
 
