@@ -140,7 +140,7 @@ def test_example_users_are_the_files_users_in_time_order(recommender_run, clicks
 
 
 def test_synthetic_recommender_ids_are_zero_based(tmp_path):
-    ended = _train(tmp_path / "run", "recommender", max_steps=3, batch_size=16,
+    _train(tmp_path / "run", "recommender", max_steps=3, batch_size=16,
                    task_options={"items": 40, "track_len": 10, "interactions": 2000, "mean_len": 20, "max_len": 8,
                                  "d_model": 16})
     predictor = load_predictor(tmp_path / "run")
