@@ -77,7 +77,7 @@ def test_atomic_writes_never_open_a_window_for_another_threads_files(tmp_path, m
 def test_the_prediction_writer_gets_a_saved_files_permissions(tmp_path, mask_027):
     import pyarrow as pa
 
-    from core.lab.predict_output import AtomicTableWriter
+    from core.runs.predict_output import AtomicTableWriter
 
     schema = pa.schema([("line", pa.int64())])
     with AtomicTableWriter(tmp_path / "out.csv", schema) as writer:

@@ -156,9 +156,9 @@ def test_tiny_points_get_the_predictors_class_probabilities(capsys, tmp_path, ti
 # ---- bad rows ---------------------------------------------------------------------------------------------------
 
 def test_bad_rows_are_skipped_and_reported_by_line(capsys, tmp_path, ranking_run, monkeypatch):
-    import core.cli.predict as predict
+    import core.runs.file_input as file_input
 
-    monkeypatch.setattr(predict, "BLOCK_BYTES", 512)  # many CSV blocks: line numbers must carry across them
+    monkeypatch.setattr(file_input, "BLOCK_BYTES", 512)  # many CSV blocks: line numbers must carry across them
     lines, x = _ranking_file(tmp_path / "c.csv", 60)
     lines[8] = lines[8].replace(lines[8].split(",")[5], "abc", 1)  # f3 of file line 9
     lines[20] = ",".join(lines[20].split(",")[:-1])  # one value short: file line 21
@@ -256,9 +256,9 @@ def test_a_run_folder_uses_its_best_checkpoint(capsys, tmp_path, tiny_run):
 
 
 def test_line_numbers_count_quoted_line_breaks_across_blocks(capsys, tmp_path, sentiment_run, monkeypatch):
-    import core.cli.predict as predict
+    import core.runs.file_input as file_input
 
-    monkeypatch.setattr(predict, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(file_input, "BLOCK_BYTES", 256)
     rows, expected_lines, line = [], [], 2
     for i in range(40):
         text = f"review {i} " + ("spans\nthree\nlines" if i % 7 == 3 else "on one line")
@@ -279,7 +279,7 @@ def test_line_numbers_count_quoted_line_breaks_across_blocks(capsys, tmp_path, s
 
 
 def test_progress_off_a_terminal_is_plain_lines():
-    from core.cli.predict import Progress
+    from core.runs.file_predict import Progress
 
     stream = io.StringIO()  # not a terminal
     progress = Progress(every=0.0, stream=stream)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.predict import InputReader
+from core.runs.file_input import InputReader
 from core.data import formats
 from core.data.importers import read_table
 from core.data.sequences import INTERACTION_COLUMNS

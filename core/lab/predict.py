@@ -1,5 +1,5 @@
 """Use a trained model: `load_predictor(run or checkpoint)` gives a Predictor that answers in the data's own
-terms, shared by `amp-console predict` (core.cli.predict), the window's preview panel and the export checks.
+terms, shared by `amp-console predict` (core.runs.file_predict), the window's preview panel and the export checks.
 
 - sentiment: P(positive) of review texts, tokenized exactly as the run's task tokenizes its data
   (SentimentTask._tokens: the same hashing, negation scope and max_tokens), and `explain`: the words whose

@@ -1,5 +1,5 @@
 """The ranking task's serving part (core.tasks.serving): raw candidate features in, a score per candidate out,
-the model's fitted normaliser inside the deployable module."""
+the model's fitted normaliser inside the deployable module; and its file scorer for `predict`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 import torch
 from torch import nn
 
-from core.tasks.serving import ServingShape, TaskServing
+from core.errors import DataError
+from core.tasks.serving import FileScorer, ServingShape, TaskServing
 
 
 class RankingServing(nn.Module):
@@ -66,12 +67,78 @@ def _erfinv(y: torch.Tensor) -> torch.Tensor:
     return torch.where(w < 5.0, p1, p2) * y
 
 
+class RankingFileScorer(FileScorer):
+    """`predict` over a file of candidates: query_id, doc_id, f1..fN (label optional, copied) -> query_id,
+    doc_id, score (, label)."""
+
+    unit = "candidates"
+    input_columns = ("query_id", "doc_id", "label")
+    column_pattern = r"f\d+"
+
+    def __init__(self, predictor, reader, options):
+        import pyarrow as pa
+
+        from core.data.formats import normalise_name
+        from core.data.row_checks import shown_names
+
+        super().__init__(predictor, reader, options)
+        why = "a ranking model scores candidates given as query_id, doc_id, f1..fN"
+        self.query = reader.require("query_id", why)
+        self.doc = reader.require("doc_id", why)
+        self.label = reader.find("label")
+        width = predictor.n_features
+        features = [reader.find(f"f{i}") for i in range(1, width + 1)]
+        missing = [f"f{i}" for i, c in enumerate(features, 1) if c is None]
+        if missing:
+            raise DataError(f"{reader.path}: no column {missing[0]!r} (the ranking model reads {width} features, "
+                            f"f1..f{width}); {reader.columns_note()}")
+        named = [normalise_name(c) for c in reader.columns]
+        more = [c for c, n in zip(reader.columns, named)
+                if n.startswith("f") and n[1:].isdigit() and int(n[1:]) > width]
+        if more:
+            raise DataError(f"{reader.path}: the ranking model reads {width} features (f1..f{width}) but the file "
+                            f"also has {shown_names(more)}: a model trained on other features?")
+        self.features = features
+        reader.use([self.query, self.doc, *features, *([self.label] if self.label else [])])
+        types = {name: reader.id_type(name) for name in (self.query, self.doc)}
+        fields = [("query_id", types[self.query]), ("doc_id", types[self.doc]), ("score", pa.float32())]
+        self.schema = pa.schema(fields + ([("label", pa.int64())] if self.label else []))
+
+    def score(self, batch, lines, report):
+        import numpy as np
+        import pyarrow as pa
+
+        from core.data.row_checks import Checks, ids, numbers
+
+        checks = Checks(batch.num_rows)
+        query, doc = ids(batch.column(self.query), self.query, checks), ids(batch.column(self.doc), self.doc, checks)
+        x = np.stack([numbers(batch.column(c), c, checks) for c in self.features], axis=1) if batch.num_rows \
+            else np.zeros((0, len(self.features)), np.float32)
+        label = None
+        if self.label:  # copied when it is a whole number, else left empty (the model does not read it)
+            ignored = Checks(batch.num_rows)
+            values = numbers(batch.column(self.label), self.label, ignored, dtype="float64")
+            # a whole number within int64 (1e30 would wrap to -2**63): others are left empty
+            whole = ~ignored.bad & (values == np.round(values)) & (np.abs(values) < 2.0 ** 63)
+            label = pa.array(np.where(whole, values, 0).astype(np.int64), mask=~whole)
+        good = self._good(batch, lines, checks, report)
+        for rows in self._slices(good):
+            taken = pa.array(rows)
+            columns = {"query_id": query.take(taken), "doc_id": doc.take(taken),
+                       "score": pa.array(self.predictor.rank(x[rows]))}
+            if label is not None:
+                columns["label"] = label.take(taken)
+            self.scored += len(rows)
+            yield pa.table(columns, schema=self.schema)
+
+
 class RankingTaskServing(TaskServing):
     """Each query's candidates as raw features in (any number of candidates), their scores out."""
 
     input_name, output_name = "features", "scores"
     dynamic_dims = ("batch", "candidates")
     answers = ("rank", "example_queries")
+    file_scorer = RankingFileScorer
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RankingServing(model, onnx_friendly=fmt == "onnx")

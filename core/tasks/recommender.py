@@ -44,6 +44,7 @@ from core.data.splits import read_splits
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
+from core.tasks.recommender_files import RecommenderFileScorer
 from core.tasks.serving import ServingShape, TaskServing
 
 TOP_K = 10
@@ -470,6 +471,7 @@ class RecommenderTaskServing(TaskServing):
 
     input_name, output_name = "seq", "scores"
     answers = ("recommend", "recommend_many", "example_users")
+    file_scorer = RecommenderFileScorer
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RecommenderServing(model)

@@ -29,10 +29,11 @@ from torch.nn import functional as F
 
 from core.data.importers import Column, ReadOptions, read_table, require_rows
 from core.data.reviews import generate_reviews
+from core.data.row_checks import Checks, as_text, ids
 from core.data.splits import carve, read_splits
 from core.data.tokenizer import NEGATORS, hashed_tokens
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
-from core.tasks.serving import TaskServing
+from core.tasks.serving import FileScorer, TaskServing
 
 POSITIVE_LABELS = ("1", "positive", "pos", "true")
 NEGATIVE_LABELS = ("0", "negative", "neg", "false")
@@ -393,11 +394,40 @@ TOKENIZER_RECIPE = (
     "= hash % (buckets - 1) + 1; bigram id = (((h1 * a + h2 * b) mod 2^64) xor xor) % (buckets - 1) + 1")
 
 
+class SentimentFileScorer(FileScorer):
+    """`predict` over a file of reviews: a `text` column (a `label` column is ignored) -> line, p_positive,
+    predicted (positive/negative)."""
+
+    unit = "reviews"
+    input_columns = ("text", "label")
+
+    def __init__(self, predictor, reader, options):
+        super().__init__(predictor, reader, options)
+        self.text = reader.require("text", "a sentiment model reads reviews from a `text` column")
+        reader.use([self.text])
+        self.schema = pa.schema([(self.line_column, pa.int64()), ("p_positive", pa.float64()),
+                                 ("predicted", pa.string())])
+
+    def score(self, batch, lines, report):
+        text = batch.column(self.text)
+        if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
+            text = as_text(text, self.text, self.reader.path)
+        checks = Checks(batch.num_rows)
+        ids(text, self.text, checks)
+        good = self._good(batch, lines, checks, report)
+        for rows in self._slices(good):
+            p = self.predictor.sentiment_array(text.take(pa.array(rows)))
+            self.scored += len(rows)
+            yield pa.table({self.line_column: pa.array(lines[rows]), "p_positive": pa.array(p),
+                            "predicted": pa.array(np.where(p >= 0.5, "positive", "negative"))}, schema=self.schema)
+
+
 class SentimentTaskServing(TaskServing):
     """Review texts, hashed as the run hashed its data (the recipe in the manifest), in; P(positive) out."""
 
     input_name, output_name = "tokens", "p_positive"
     answers = ("sentiment", "sentiment_array", "explain")
+    file_scorer = SentimentFileScorer
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return SentimentServing(model, onnx_friendly=fmt == "onnx")

@@ -11,14 +11,17 @@ its training code. `Task.serving()` is an instance for the task's options; for a
 - `input_name`, `output_name`, and `dynamic_dims`: the input's dimensions that vary, in order (batch first);
 - `manifest(model, state, sample)`: the manifest's task part: `inputs`, `outputs` and `serving`;
 - `shape(model)`: the facts the predictor reads (catalogue size, history window, feature count);
-- `answers`: the Predictor methods (core.lab.predict) that take this task's inputs.
+- `answers`: the Predictor methods (core.lab.predict) that take this task's inputs;
+- `file_scorer`: the FileScorer class `amp-console predict` scores a file with (core.runs.file_predict): the
+  columns it reads (`input_columns`, `column_pattern`), the output table's columns (`schema`, set from the
+  file it reads) and `score`, a batch of rows in, output tables out.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -45,6 +48,7 @@ class TaskServing(ABC):
     output_name: ClassVar[str]
     dynamic_dims: ClassVar[tuple[str, ...]] = ("batch",)
     answers: ClassVar[tuple[str, ...]] = ()
+    file_scorer: ClassVar[type[FileScorer] | None] = None  # None: `predict` does not score files of this task
 
     def __init__(self, task: Task):
         self.task = task
@@ -74,3 +78,51 @@ class TaskServing(ABC):
     def shape(self, model: nn.Module) -> ServingShape:
         """The facts about `model` the predictor reads."""
         return ServingShape()
+
+
+class FileScorer:
+    """How `predict` scores a file for one task: built for the file's reader (it finds its columns with
+    `reader.find`/`require`, says which it reads with `reader.use`, and sets `schema`, the output's columns),
+    then given the file's batches: `score(batch, lines, report)` yields output tables for a batch of rows (their
+    file lines in `lines`), reporting the bad ones to `report` through `_good`; `finish(report)` yields what is
+    left once the file is read. `options` holds `batch_size` (rows scored at a time) and the task's own
+    options of the command (`k`, `include_seen`...).
+
+    `input_columns` (and `column_pattern`, a regular expression over normalised names) are the columns this
+    task's files may name: a file whose line 1 names one of some task's is read as having a header."""
+
+    unit: ClassVar[str] = "rows"  # what `scored` counts
+    input_columns: ClassVar[tuple[str, ...]] = ()
+    column_pattern: ClassVar[str | None] = None
+    schema: Any = None  # the output table's pyarrow schema
+
+    def __init__(self, predictor, reader, options):
+        self.predictor, self.reader, self.options = predictor, reader, options
+        self.scored = 0  # output units (reviews, users, candidates, points) scored
+        self.rows_in = 0  # input rows read (bad ones included)
+        self.line_column = reader.unit  # "line" (CSV) or "row" (Parquet)
+
+    def describe(self) -> str:
+        return f"reading {self.reader.path}"
+
+    def notes(self) -> list[str]:
+        return []
+
+    def score(self, batch, lines, report):
+        raise NotImplementedError
+
+    def finish(self, report):
+        return []
+
+    def _good(self, batch, lines, checks, report):
+        """Report the batch's bad rows (core.data.row_checks.Checks); the good rows' indices."""
+        import numpy as np
+
+        self.rows_in += batch.num_rows
+        report.add_checks(checks, lines)
+        return np.flatnonzero(~checks.bad)
+
+    def _slices(self, good):
+        step = self.options.batch_size
+        for start in range(0, len(good), step):
+            yield good[start:start + step]
