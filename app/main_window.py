@@ -22,6 +22,7 @@ from app.panels.run_setup import RunSetupPanel
 from app.run.controller import RunController
 from app.run.jobs import GuiThreadGarbageCollector, JobRunner
 from app.status import RunStatusBar
+from app.tool_actions import ToolActions
 from app.window_settings import WindowSettings
 from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
 from core.engine.run_folder import METRICS_FILE
@@ -99,14 +100,6 @@ class MainWindow(QMainWindow):
         self.pending_resume: str | None = None
         self._history_pool: ThreadPoolExecutor | None = None
         self.historyDialog = None
-        # The device tools (app.panels.tool_dialog's ToolDialogs: one at a time, never beside a run on the same
-        # device): created on first use.
-        self.compareDialog = None
-        self.inspectorDialog = None
-        self.lrFinderDialog = None
-        self.batchFinderDialog = None
-        self.summaryDialog = None
-        self.sweepDialog = None
         self.previewDialog = None  # Try a model (app.panels.preview): created on first use
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
         self.settings_name = ""  # the settings file last opened or saved, shown in the title
@@ -119,6 +112,7 @@ class MainWindow(QMainWindow):
         self._close_deadline.timeout.connect(self._finish_close)
         self._build_widgets()
         self.file_actions = FileActions(self)
+        self.tools = ToolActions(self)  # compare, inspect, the finders, the summary, the sweep
         self.remote = RemoteActions(self)  # hosts, Start on a host, File → Attach to run…
         self._build_menus()
         self.controller.event.connect(self._on_event)
@@ -182,7 +176,7 @@ class MainWindow(QMainWindow):
 
         self.devicesPanel.deviceSelected.connect(self._on_device_selected)
         self.setupPanel.validityChanged.connect(lambda _valid: self._update_buttons())
-        self.setupPanel.toolRequested.connect(self._on_field_tool)
+        self.setupPanel.toolRequested.connect(lambda field: self.tools.show_for_field(field))
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -207,20 +201,8 @@ class MainWindow(QMainWindow):
         run_menu.addAction(self.refreshAction)
 
         precision_menu = self.menuBar().addMenu("&Precision")
-        self.compareAction = QAction("&Compare precisions…", self, shortcut="Ctrl+Shift+C",
-                                     triggered=self.show_compare)
-        self.inspectAction = QAction("&Inspect dtypes…", self, shortcut="Ctrl+Shift+I", triggered=self.show_inspector)
-        precision_menu.addAction(self.compareAction)
-        precision_menu.addAction(self.inspectAction)
-
         tools_menu = self.menuBar().addMenu("&Tools")
-        self.lrFinderAction = QAction("&LR finder…", self, shortcut="Ctrl+Shift+L", triggered=self.show_lr_finder)
-        self.batchFinderAction = QAction("&Batch-size finder…", self, shortcut="Ctrl+Shift+B",
-                                         triggered=self.show_batch_finder)
-        self.summaryAction = QAction("Model &summary…", self, shortcut="Ctrl+Shift+M", triggered=self.show_summary)
-        self.sweepAction = QAction("S&weep…", self, shortcut="Ctrl+Shift+W", triggered=self.show_sweep)
-        for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction):
-            tools_menu.addAction(action)
+        self.tools.add_to_menus(precision_menu, tools_menu)
         tools_menu.addSeparator()
         self.previewAction = QAction("&Try a model…", self, shortcut="Ctrl+Shift+P",
                                      triggered=lambda: self.show_preview())
@@ -269,129 +251,6 @@ class MainWindow(QMainWindow):
     def save_settings(self) -> None:
         self.window_settings.save(self)
 
-    # ------------------------------------------------------------------ device tools (tune, compare, inspect)
-    def _tool_dialog(self, attribute: str, make):
-        """The tool dialog kept in `attribute`, made on first use by `make()`, with its setting refreshed."""
-        if not self.engine_ready:
-            return None
-        dialog = getattr(self, attribute)
-        if dialog is None:
-            dialog = make()
-            dialog.job.runningChanged.connect(lambda _running: self._update_buttons())
-            setattr(self, attribute, dialog)
-        dialog.refresh_setting()
-        dialog.show()
-        dialog.raise_()
-        dialog.activateWindow()
-        return dialog
-
-    def show_lr_finder(self):
-        """The LR finder; its "Use this LR" fills the form's learning rate."""
-        def make():
-            from app.panels.tuning import LRFinderDialog
-
-            dialog = LRFinderDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
-            dialog.lrChosen.connect(lambda lr: self._fill_field("lr", lr, "learning rate"))
-            return dialog
-
-        return self._tool_dialog("lrFinderDialog", make)
-
-    def show_batch_finder(self):
-        """The batch-size finder; its "Use batch N" fills the form's batch size."""
-        def make():
-            from app.panels.tuning_batch import BatchFinderDialog
-
-            dialog = BatchFinderDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
-            dialog.batchChosen.connect(lambda batch: self._fill_field("batch_size", batch, "batch size"))
-            return dialog
-
-        return self._tool_dialog("batchFinderDialog", make)
-
-    def show_summary(self):
-        """The model summary; it measures at once when opened the first time."""
-        first = self.summaryDialog is None
-
-        def make():
-            from app.panels.tuning import SummaryDialog
-
-            return SummaryDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
-
-        dialog = self._tool_dialog("summaryDialog", make)
-        if dialog is not None and first:
-            dialog.start()
-        return dialog
-
-    def show_compare(self):
-        """Compare precisions; its "Train with this" starts a run in the recommended mode."""
-        def make():
-            from app.panels.compare import CompareDialog
-
-            dialog = CompareDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
-            dialog.trainRequested.connect(self.train_with_precision)
-            return dialog
-
-        return self._tool_dialog("compareDialog", make)
-
-    def show_inspector(self):
-        """The dtype inspector."""
-        def make():
-            from app.panels.inspector import InspectorDialog
-
-            return InspectorDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self)
-
-        return self._tool_dialog("inspectorDialog", make)
-
-    def show_sweep(self):
-        """The sweep dialog: trials are ordinary runs under the runs root."""
-        def make():
-            from app.panels.tuning_sweep import SweepDialog
-
-            dialog = SweepDialog(self.setupPanel.config, self.devices_for_run, self.tool_blocked, self.runs_root,
-                                 self)
-            dialog.openInHistory.connect(self.show_run_in_history)
-            dialog.trainLongerRequested.connect(self.train_trial_longer)
-            return dialog
-
-        return self._tool_dialog("sweepDialog", make)
-
-    def _tool_dialogs(self) -> list:
-        return [d for d in (self.lrFinderDialog, self.batchFinderDialog, self.summaryDialog, self.sweepDialog,
-                            self.compareDialog, self.inspectorDialog) if d is not None]
-
-    def busy_tools(self) -> list[str]:
-        """The titles of the tools working right now."""
-        return [d.windowTitle() for d in self._tool_dialogs() if d.job.running]
-
-    def tool_blocked(self, device: str) -> str:
-        """Why a tool may not run on `device` now ('' when it may): another tool is working, or a training run is
-        using that device, and the two would compete for it (a tool's measurements would be wrong, and on a GPU
-        it could run the run out of memory). 'auto' counts as every device."""
-        working = self.busy_tools()  # the asking tool is not running yet: these are others
-        if working:
-            return (f"{', '.join(working)} is measuring on the device; two tools at once would each measure the "
-                    "other. Let it finish or stop it first.")
-        if not self.controller.running:
-            return ""
-        run_device = self._run_device or "auto"
-        if "auto" not in (device, run_device) and device != run_device:
-            return ""
-        return (f"A training run is using {run_device}; a tool on the same device would compete with it for the "
-                "device (slowing the run, and measuring the sharing, not the model). Stop the run or wait for "
-                "it to end, then run the tool.")
-
-    def _on_field_tool(self, field: str) -> None:
-        if field == "lr":
-            self.show_lr_finder()
-        elif field == "batch_size":
-            self.show_batch_finder()
-
-    def _fill_field(self, field: str, value, what: str) -> None:
-        if self.controller.running:
-            self.show_message(f"A run is in progress; the {what} stays as it is until it ends.", "status-warn")
-            return
-        self.setupPanel.set_field(field, value)
-        self.show_message(f"The {what} is now {value}.", "status-ok")
-
     def show_run_in_history(self, name: str) -> None:
         """Open the run history with the run `name` (as the history lists it, e.g. 'sweep/trial') selected."""
         dialog = self.show_history()
@@ -411,7 +270,7 @@ class MainWindow(QMainWindow):
 
     def train_trial_longer(self, config, checkpoint: str) -> bool:
         """Resume a sweep trial's `checkpoint` with `config` (its settings, trained longer) put into the form."""
-        if self.controller.running or self.jobs.busy or self.busy_tools():
+        if self.controller.running or self.jobs.busy or self.tools.busy_tools():
             self.show_message("A run or a tool is in progress; stop it first.", "status-warn")
             return False
         self.apply_config(config)
@@ -532,9 +391,9 @@ class MainWindow(QMainWindow):
         resume_from = resume_from or self.pending_resume
         if self.controller.running or not self.engine_ready or not self.setupPanel.validate():
             return False
-        if self.busy_tools():  # a resume bypasses the Start button: the same rule
-            self.show_message(f"{', '.join(self.busy_tools())} is working on the device; stop it or let it finish "
-                              "first.", "status-warn")
+        if self.tools.busy_tools():  # a resume bypasses the Start button: the same rule
+            self.show_message(f"{', '.join(self.tools.busy_tools())} is working on the device; stop it or let it "
+                              "finish first.", "status-warn")
             return False
         if self.devicesPanel.current_host() is not None:  # a host's device: the run is started there
             return self.remote.start_run(resume_from)
@@ -585,7 +444,7 @@ class MainWindow(QMainWindow):
     def _update_buttons(self) -> None:
         running = self.controller.running
         stopping = running and self.controller.stopping
-        tools = self.busy_tools()
+        tools = self.tools.busy_tools()
         can_start = (self.engine_ready and not running and not self.jobs.busy and self._close_state is None
                      and self.setupPanel.is_valid() and not tools)
         self.startButton.setEnabled(can_start)
@@ -608,11 +467,8 @@ class MainWindow(QMainWindow):
         self.setupPanel.setEnabled(self.engine_ready and not running)
         self.devicesPanel.setEnabled(not running)
         self.refreshAction.setEnabled(self.engine_ready and not running)  # a new list would change the run's device
-        self.compareAction.setEnabled(self.engine_ready)
-        self.inspectAction.setEnabled(self.engine_ready)
-        for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction,
-                       self.previewAction):
-            action.setEnabled(self.engine_ready)
+        self.tools.update_enabled(self.engine_ready)
+        self.previewAction.setEnabled(self.engine_ready)
         self._update_title()
         self.file_actions.update_enabled(running=running, busy=self.jobs.busy)
         self.remote.update_enabled(running)
@@ -680,7 +536,8 @@ class MainWindow(QMainWindow):
                 self.pending_resume = None
                 self._update_buttons()
                 self.show_message(f"Running {event.task} on {event.device} in {event.precision}.")
-            case CheckpointSaved(kind="last"):  # the latest state; best-metric copies are logged, not exported by default
+            # the latest state; best-metric copies are logged, not exported by default
+            case CheckpointSaved(kind="last"):
                 self.last_checkpoint = event.path
             case RunPaused() if self.controller.paused:
                 self.show_message(f"Paused at step {event.step:,}: the run waits between steps. Press Resume to "
@@ -807,7 +664,8 @@ class MainWindow(QMainWindow):
             event.ignore()
             self._close_mid_run()
             return
-        if self.controller.running and not self.controller.detached:  # a programmatic close, or the stop ran out of time: stop and join now
+        # a programmatic close, or the stop ran out of time: stop and join now
+        if self.controller.running and not self.controller.detached:
             self.show_message("Stopping the run before closing…", "status-warn")
             self.statusBarWidget.message.repaint()
         self._close_deadline.stop()
@@ -816,7 +674,7 @@ class MainWindow(QMainWindow):
         self.remote.shutdown()
         if self._history_pool is not None:
             self._history_pool.shutdown(wait=True, cancel_futures=True)
-        for dialog in (self.previewDialog, *self._tool_dialogs()):
+        for dialog in (self.previewDialog, *self.tools.dialogs()):
             if dialog is not None:
                 dialog.shutdown()
         if self.historyDialog is not None:
@@ -851,7 +709,7 @@ class MainWindow(QMainWindow):
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
             self._announce_kept_run()
             self.save_settings()
-            for dialog in (self.historyDialog, self.previewDialog, *self._tool_dialogs()):
+            for dialog in (self.historyDialog, self.previewDialog, *self.tools.dialogs()):
                 if dialog is not None:
                     dialog.hide()
             self.hide()

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QPushButton
 @pytest.mark.timeout(120)
 def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", max_steps=30, log_interval=5)
-    dialog = window.show_compare()
+    dialog = window.tools.show_compare()
     qtbot.waitExposed(dialog)
     for mode in ("tf32", "fp16"):
         find(dialog, f"{mode}Check").setChecked(False)
@@ -42,7 +42,7 @@ def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, wind
 @pytest.mark.timeout(60)
 def test_closing_the_window_mid_sweep_joins_its_thread(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    dialog = window.show_compare()
+    dialog = window.tools.show_compare()
     find(dialog, "sweepStepsEdit").setValue(5)
     find(dialog, "sweepRepeatsEdit").setValue(1)
     click(qtbot, dialog, "compareRunButton")
@@ -54,7 +54,7 @@ def test_closing_the_window_mid_sweep_joins_its_thread(qtbot, window, tmp_path):
 @pytest.mark.timeout(60)
 def test_inspector_shows_bfloat16_linear_outputs_and_float32_loss_under_bf16(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    dialog = window.show_inspector()
+    dialog = window.tools.show_inspector()
     qtbot.waitExposed(dialog)
     set_field(dialog, "inspectPrecisionCombo", "bf16")
     with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
@@ -74,7 +74,7 @@ def test_inspector_shows_bfloat16_linear_outputs_and_float32_loss_under_bf16(qtb
 @pytest.mark.timeout(120)
 def test_inspector_says_why_float32_and_shows_the_ops_in_full(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    dialog = window.show_inspector()
+    dialog = window.tools.show_inspector()
     qtbot.waitExposed(dialog)
     set_field(dialog, "inspectPrecisionCombo", "bf16")
     with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
@@ -100,7 +100,7 @@ def test_inspector_says_why_float32_and_shows_the_ops_in_full(qtbot, window, tmp
 @pytest.mark.timeout(120)
 def test_compare_shows_progress_inside_a_mode_and_uses_the_threads_setting(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", max_steps=30, log_interval=5)
-    dialog = window.show_compare()
+    dialog = window.tools.show_compare()
     qtbot.waitExposed(dialog)
     for mode in ("tf32", "fp16", "bf16"):
         find(dialog, f"{mode}Check").setChecked(False)
@@ -125,7 +125,7 @@ def test_compare_shows_progress_inside_a_mode_and_uses_the_threads_setting(qtbot
 
 def _long_compare(window):
     """Compare precisions set to measure for minutes (its Stop ends the measuring process at once)."""
-    dialog = window.show_compare()
+    dialog = window.tools.show_compare()
     for mode in ("tf32", "fp16", "bf16"):
         find(dialog, f"{mode}Check").setChecked(False)
     find(dialog, "sweepStepsEdit").setValue(10_000)
@@ -154,9 +154,9 @@ def test_while_compare_measures_the_start_button_and_the_other_tools_wait(qtbot,
     click(qtbot, dialog, "compareRunButton")
     assert dialog.job.running
     assert not window.startButton.isEnabled() and "Compare precisions" in window.startButton.toolTip()
-    finder = window.show_lr_finder()
+    finder = window.tools.show_lr_finder()
     assert not finder.start() and "Compare precisions is measuring" in finder.statusLabel.text()
-    inspector = window.show_inspector()
+    inspector = window.tools.show_inspector()
     click(qtbot, inspector, "inspectorRunButton")
     assert not inspector.job.running and "Compare precisions is measuring" in inspector.statusLabel.text()
     click(qtbot, dialog, "compareStopButton")
@@ -167,7 +167,7 @@ def test_while_compare_measures_the_start_button_and_the_other_tools_wait(qtbot,
 @pytest.mark.timeout(90)
 def test_compare_waits_for_another_tool_on_the_device(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    finder = window.show_lr_finder()
+    finder = window.tools.show_lr_finder()
     find(finder, "lrStepsEdit").setValue(100_000)
     click(qtbot, finder, "lrFinderRunButton")
     dialog = _long_compare(window)
@@ -180,13 +180,13 @@ def test_compare_waits_for_another_tool_on_the_device(qtbot, window, tmp_path):
 @pytest.mark.timeout(60)
 def test_the_window_waits_for_the_inspector_while_it_inspects(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    dialog = window.show_inspector()
+    dialog = window.tools.show_inspector()
     assert not find(dialog, "inspectorStopButton").isVisible()  # one pass: nothing to interrupt
     with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
                           check_params_cb=lambda running: not running):
         click(qtbot, dialog, "inspectorRunButton")
         assert not window.startButton.isEnabled() and "Dtype inspector" in window.startButton.toolTip()
-        finder = window.show_lr_finder()
+        finder = window.tools.show_lr_finder()
         assert not finder.start() and "Dtype inspector is measuring" in finder.statusLabel.text()
     assert dialog.result is not None, dialog.statusLabel.text()
     assert window.startButton.isEnabled()
@@ -227,5 +227,5 @@ def test_the_inspector_from_the_window_opens_at_the_devices_mixed_mode(qtbot, wi
     from core.precision_modes import best_mixed_mode
 
     quick_run(window, tmp_path / "run")  # the form's precision: auto
-    dialog = window.show_inspector()
+    dialog = window.tools.show_inspector()
     assert find(dialog, "inspectPrecisionCombo").currentData() == best_mixed_mode(cpu_info().precisions)

@@ -176,8 +176,8 @@ def test_every_precision_list_is_the_one_in_core(window):
 
     combo = find(window, "precisionCombo")
     assert [combo.itemData(i) for i in range(combo.count())] == list(PRECISION_CHOICES)
-    assert list(window.show_compare().modeChecks) == list(PRECISION_MODES)
-    inspect = window.show_inspector().precisionCombo
+    assert list(window.tools.show_compare().modeChecks) == list(PRECISION_MODES)
+    inspect = window.tools.show_inspector().precisionCombo
     assert [inspect.itemData(i) for i in range(inspect.count())] == list(PRECISION_MODES)
     assert tuple(FIELD_SPECS["precision"].choices) == PRECISION_CHOICES
     assert requested_modes(None) == list(PRECISION_MODES)

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QToolButton
 def test_batch_finder_with_a_small_max_batch_fills_the_batch_size_field(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", batch_size=16)
     qtbot.mouseClick(find(window, "batchFindButton", QToolButton), Qt.MouseButton.LeftButton)
-    dialog = window.batchFinderDialog
+    dialog = window.tools.batchFinderDialog
     assert dialog is not None and dialog.isVisible() and not dialog.isModal()
     find(dialog, "batchFp16Check").setChecked(False)  # the CPU has no fp16
     find(dialog, "batchMaxEdit").setValue(64)
@@ -37,7 +37,7 @@ def test_batch_finder_with_a_small_max_batch_fills_the_batch_size_field(qtbot, w
 @pytest.mark.timeout(90)
 def test_closing_the_window_mid_search_stops_it_and_joins_its_thread(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", batch_size=16)
-    dialog = window.show_batch_finder()
+    dialog = window.tools.show_batch_finder()
     find(dialog, "batchStepsEdit").setValue(50)
     with qtbot.waitSignal(dialog.job.progress, timeout=60_000, check_params_cb=lambda p: p.phase == "trial"):
         click(qtbot, dialog, "batchFinderRunButton")

@@ -20,7 +20,7 @@ def _finish(qtbot, dialog, timeout=90_000):
 def test_lr_finder_suggests_picks_on_click_and_fills_the_lr_field(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
     qtbot.mouseClick(find(window, "lrFindButton", QToolButton), Qt.MouseButton.LeftButton)
-    dialog = window.lrFinderDialog
+    dialog = window.tools.lrFinderDialog
     assert dialog is not None and dialog.isVisible() and not dialog.isModal()
     assert "tiny" in dialog.setting.text()
     dialog.startLrEdit.setValue(1e-5)
@@ -71,7 +71,7 @@ def test_lr_finder_suggests_picks_on_click_and_fills_the_lr_field(qtbot, window,
 @pytest.mark.timeout(90)
 def test_closing_the_lr_finder_mid_test_stops_and_joins_its_thread(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    dialog = window.show_lr_finder()
+    dialog = window.tools.show_lr_finder()
     find(dialog, "lrStepsEdit").setValue(100_000)
     with qtbot.waitSignal(dialog.job.progress, timeout=60_000,
                           check_params_cb=lambda p: p.phase == "step"):
@@ -89,7 +89,7 @@ def test_a_tool_refuses_the_device_a_run_is_training_on(qtbot, window, tmp_path)
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
         click(qtbot, window, "startButton")
     assert not find(window, "lrFindButton", QToolButton).isEnabled()  # the form is locked while a run trains
-    dialog = window.show_lr_finder()
+    dialog = window.tools.show_lr_finder()
     assert not dialog.start()
     assert "training run is using" in dialog.statusLabel.text() and not dialog.job.running
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
@@ -99,10 +99,10 @@ def test_a_tool_refuses_the_device_a_run_is_training_on(qtbot, window, tmp_path)
 @pytest.mark.timeout(90)
 def test_one_tool_at_a_time(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    finder = window.show_lr_finder()
+    finder = window.tools.show_lr_finder()
     find(finder, "lrStepsEdit").setValue(100_000)
     click(qtbot, finder, "lrFinderRunButton")
-    batch = window.show_batch_finder()
+    batch = window.tools.show_batch_finder()
     assert not batch.start()
     assert "LR finder is measuring" in batch.statusLabel.text()
     finder.stop()

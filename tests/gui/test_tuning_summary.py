@@ -9,7 +9,7 @@ from gui_helpers import quick_run
 @pytest.mark.timeout(90)
 def test_summary_lists_every_layer_and_totals_match_the_parameter_count(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    dialog = window.show_summary()  # measures at once the first time
+    dialog = window.tools.show_summary()  # measures at once the first time
     assert dialog.job.running
     qtbot.waitUntil(lambda: not dialog.job.running, timeout=60_000)
     result = dialog.result
@@ -36,10 +36,10 @@ def test_summary_lists_every_layer_and_totals_match_the_parameter_count(qtbot, w
 @pytest.mark.timeout(60)
 def test_the_summary_menu_action_opens_one_dialog_and_stop_leaves_no_thread(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run")
-    window.summaryAction.trigger()
-    dialog = window.summaryDialog
+    window.tools.summaryAction.trigger()
+    dialog = window.tools.summaryDialog
     assert dialog is not None and dialog.isVisible()
     dialog.stop()
     qtbot.waitUntil(lambda: not dialog.job.running, timeout=30_000)
-    window.summaryAction.trigger()
-    assert window.summaryDialog is dialog  # one dialog, shown again
+    window.tools.summaryAction.trigger()
+    assert window.tools.summaryDialog is dialog  # one dialog, shown again

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 def test_a_2x2_sweep_fills_the_table_opens_a_trial_in_history_and_trains_it_longer(qtbot, window, tmp_path):
     window.set_runs_root(str(tmp_path / "runs"))
     quick_run(window, tmp_path / "run", max_steps=8, log_interval=4, samples=512, separate_process=False)
-    dialog = window.show_sweep()
+    dialog = window.tools.show_sweep()
     assert dialog is not None and not dialog.isModal()
     dialog.set_axes("lr = 1e-3, 3e-3", "batch_size = 16, 32")
     assert "4 trials" in dialog.planLabel.text()
@@ -60,7 +60,7 @@ def test_a_2x2_sweep_fills_the_table_opens_a_trial_in_history_and_trains_it_long
 def test_closing_the_sweep_mid_trial_stops_it_and_joins_its_thread(qtbot, window, tmp_path):
     window.set_runs_root(str(tmp_path / "runs"))
     quick_run(window, tmp_path / "run", max_steps=100_000, log_interval=5, separate_process=False)
-    dialog = window.show_sweep()
+    dialog = window.tools.show_sweep()
     dialog.set_axes("lr = 1e-3, 3e-3")
     from core.lab.sweep import TrialEvent
 
@@ -94,7 +94,7 @@ def test_the_axes_start_empty_under_a_placeholder_and_run_waits_for_a_valid_spec
     from core.errors import ConfigError
 
     quick_run(window, tmp_path / "run", max_steps=8, samples=512)
-    dialog = window.show_sweep()
+    dialog = window.tools.show_sweep()
     editor, run = find(dialog, "sweepAxesEdit"), find(dialog, "sweepRunButton")
     assert editor.toPlainText() == "" and "for example" in editor.placeholderText()
     with pytest.raises(ConfigError):  # the placeholder is no spec: typed as it is, Run would refuse it

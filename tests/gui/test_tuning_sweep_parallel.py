@@ -27,7 +27,7 @@ def test_run_on_offers_one_at_a_time_then_the_gpus_then_the_cpu():
 def _sweep(tmp_path, window, max_steps: int):
     window.set_runs_root(str(tmp_path / "runs"))
     quick_run(window, tmp_path / "run", max_steps=max_steps, log_interval=10, samples=512, separate_process=False)
-    dialog = window.show_sweep()
+    dialog = window.tools.show_sweep()
     assert dialog.runOnCombo.currentData() is None  # the default: one trial at a time, as before
     dialog.set_run_on(["cpu", "cpu"])
     return dialog

@@ -102,8 +102,8 @@ def test_precision_tools_wait_for_the_engine(qtbot, settings, cpu_devices):
 
     window = MainWindow(settings=settings, devices=cpu_devices, prestart_runs=False)
     qtbot.addWidget(window)
-    assert not window.compareAction.isEnabled() and not window.inspectAction.isEnabled()
+    assert not window.tools.compareAction.isEnabled() and not window.tools.inspectAction.isEnabled()
     assert not window.refreshAction.isEnabled()
     window.load_engine()
-    assert window.compareAction.isEnabled() and window.inspectAction.isEnabled()
+    assert window.tools.compareAction.isEnabled() and window.tools.inspectAction.isEnabled()
     assert window.refreshAction.isEnabled()
