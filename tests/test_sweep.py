@@ -19,9 +19,20 @@ from core.engine.run_record import find_runs, load_record
 from core.errors import ConfigError
 from core.lab import sweep as sweep_lab
 from core.lab.sweep import (
-    SweepEnded, SweepStarted, TrialEnded, TrialEvent, TrialStarted, create_sweep, grid_axis, load_sweep, plan_trials,
-    range_axis, run_sweep, sweep_table,
+    SweepEnded,
+    SweepStarted,
+    TrialEnded,
+    TrialEvent,
+    TrialStarted,
+    create_sweep,
+    grid_axis,
+    load_sweep,
+    plan_trials,
+    range_axis,
+    run_sweep,
+    sweep_table,
 )
+from core.lab.sweep import runner as sweep_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--task", "tiny", "--device", "cpu", "--precision", "fp32", "--threads", "1", "--max-steps", "20",
@@ -178,14 +189,14 @@ def test_a_random_sweep_with_a_seed_is_reproducible(capsys):
 
 
 def test_a_failing_trial_is_recorded_and_the_rest_run(tmp_path, capsys, monkeypatch):
-    real = sweep_lab._run_trial
+    real = sweep_runner._run_trial
 
     def flaky(config, sink, control, resume_from):
         if config.lr == 3e-3:
             raise RuntimeError("the device fell over")
         return real(config, sink, control, resume_from)
 
-    monkeypatch.setattr(sweep_lab, "_run_trial", flaky)
+    monkeypatch.setattr(sweep_runner, "_run_trial", flaky)
     root = tmp_path / "runs"
     code, out, err = cli(capsys, "sweep", *FAST, "--runs-dir", str(root), "--grid", "lr=1e-3,3e-3,1e-2")
     assert code == 1
@@ -201,7 +212,7 @@ def test_a_failing_trial_is_recorded_and_the_rest_run(tmp_path, capsys, monkeypa
     code, out, err = cli(capsys, "sweep", "--resume", str(folder))
     assert "sweep: 0 of 3 trials to run" in err and code == 1
     # --retry-failed runs it again (the cause is gone): a fresh folder beside the failed run
-    monkeypatch.setattr(sweep_lab, "_run_trial", real)
+    monkeypatch.setattr(sweep_runner, "_run_trial", real)
     code, out, err = cli(capsys, "sweep", "--resume", str(folder), "--retry-failed")
     assert code == 0 and "sweep: 1 of 3 trials to run" in err, err
     data = load_sweep(folder)

@@ -1,4 +1,4 @@
-"""Sweeps N trials at a time (`amp-console sweep --devices cpu,cpu`, core.lab.sweep_parallel): each trial is a
+"""Sweeps N trials at a time (`amp-console sweep --devices cpu,cpu`, core.lab.sweep.parallel): each trial is a
 normal run in its own training process, trials really overlap, a failing trial leaves the others running, a stop
 checkpoints every running trial and `--resume` (on other devices) continues them from their steps."""
 
@@ -21,7 +21,7 @@ from core.engine.events import RunEnded, StepMetrics
 from core.engine.run_record import find_runs, load_record
 from core.errors import ConfigError
 from core.lab.sweep import TrialEvent, TrialStarted, create_sweep, grid_axis, load_sweep, plan_trials, run_sweep
-from core.lab.sweep_parallel import _Child, _outcome, child_env, device_slots, parse_devices
+from core.lab.sweep.parallel import _Child, _outcome, child_env, device_slots, parse_devices
 
 pytestmark = pytest.mark.slow
 
@@ -209,7 +209,7 @@ def test_a_missing_accelerator_is_refused_before_the_sweep_starts(tmp_path, caps
 def test_thread_sharing_for_n_trials(monkeypatch):
     from core.engine.threads import choose_threads
 
-    monkeypatch.setattr("core.lab.sweep_parallel.cpu_count", lambda: 8)
+    monkeypatch.setattr("core.lab.sweep.parallel.cpu_count", lambda: 8)
     env = child_env(2, base={"OMP_NUM_THREADS": "8", "WORLD_SIZE": "4"})
     assert env["LOCAL_WORLD_SIZE"] == "2" and env["OMP_NUM_THREADS"] == "4" and "WORLD_SIZE" not in env
     assert "LOCAL_WORLD_SIZE" not in child_env(1, base={})  # one trial at a time: the machine is its own

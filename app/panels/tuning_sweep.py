@@ -1,7 +1,7 @@
 """The sweep dialog: a small grid or random hyperparameter sweep over the form's settings (core.lab.sweep), each
 trial an ordinary run under the runs root, run one after another on a BackgroundJob, or ("Run on") N at a time on
 N devices the window detected (two GPUs, or two trials on the CPU), each trial in its own training process
-(core.lab.sweep_parallel; the job's thread only waits on them, the GUI thread does no torch work). Stop stops
+(core.lab.sweep.parallel; the job's thread only waits on them, the GUI thread does no torch work). Stop stops
 every running trial with a checkpoint.
 
 Axes are typed one per line, as the CLI's flags take them: `lr = 1e-3, 3e-3` (grid values, or random choices)

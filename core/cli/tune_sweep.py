@@ -2,7 +2,7 @@
 
 Each trial is a normal run in the history, in the sweep's folder under the runs root: one after another in
 this process, or with --devices cuda:0,cuda:1 (or --parallel N) N at a time, each in its own training process
-(core.lab.sweep_parallel). Progress goes to stderr
+(core.lab.sweep.parallel). Progress goes to stderr
 (a line as each trial starts and ends, the trainer's progress in between); stdout gets the result table sorted
 by the best value of the monitored metric, the best trial with `runs show` and a "train it longer" command.
 With --json the last stdout line is one JSON object and the table is not printed. Bad input (a grid value, a
@@ -243,7 +243,7 @@ def device_slots(args: argparse.Namespace, base_device: str, last: list | None =
     """The device of each parallel slot from --devices / --parallel, else (a resume) the slots the sweep last
     ran on; None: one trial at a time, in-process. A listed accelerator that is not here is refused before
     anything runs."""
-    from core.lab.sweep_parallel import device_slots as deal, parse_devices
+    from core.lab.sweep.parallel import device_slots as deal, parse_devices
 
     if args.devices is None and args.parallel is None:
         if not last:

@@ -1,4 +1,4 @@
-"""Reading a sweep's sweep.json (core.lab.sweep): a record file anyone may have edited, copied or crafted.
+"""Reading a sweep's sweep.json (core.lab.sweep.folder): a record file anyone may have edited, copied or crafted.
 
 `read_sweep(folder)` reads it with core.files' record rules (a regular file of bounded size and depth) and
 checks the fields the sweep acts on, so that a bad file is one ConfigError line and never a trial trained

@@ -1,4 +1,4 @@
-"""Sweep trials N at a time: one training process per device slot (core.lab.sweep.run_sweep with `devices`).
+"""Sweep trials N at a time: one training process per device slot (core.lab.sweep.runner.run_sweep with `devices`).
 
 Each trial is a normal run in its own child process, `python -m core.cli train --events --control-stdin
 --config-stdin` (what the window's separate-process runs use): the trial's settings go to the child as one
@@ -44,7 +44,7 @@ from pathlib import Path
 from core.errors import ConfigError
 from core.text import first_line
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding core/
 STOP_GRACE_SECONDS = 60.0  # after "stop": this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
 STDERR_LINES = 40
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
@@ -203,13 +203,13 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
                  stop_grace: float | None = None, prestart: bool = True) -> None:
     """Run `to_run` (trial dicts of `data`, in order) on `slots` (a device each), at most one trial per slot,
     until all have run or control.stop() is called (then every running trial is told to stop and waited for).
-    Called by core.lab.sweep.run_sweep with the sweep locked; sweep.json is written here, on this thread only.
+    Called by core.lab.sweep.runner.run_sweep with the sweep locked; sweep.json is written here, on this thread only.
 
     `prestart`: while trials train, start as many spare processes as trials are still pending (at most one
     per trial running); a spare loads torch and the engine, then waits for its settings, so the next trial on
     a freed slot begins at once instead of after the few seconds that loading takes."""
     from core.engine.events import RunEnded, RunStarted, event_from_dict
-    from core.lab.sweep import TrialEvent, begin_trial, end_trial, note_trial_folder
+    from core.lab.sweep.trials import TrialEvent, begin_trial, end_trial, note_trial_folder
 
     grace = STOP_GRACE_SECONDS if stop_grace is None else stop_grace
     inbox: queue.Queue = queue.Queue()
