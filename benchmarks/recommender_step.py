@@ -24,10 +24,11 @@ spread of the per-round ratios (10th-90th percentile), and each side's mean loss
     python benchmarks/recommender_step.py [--seconds 20] [--repeats 3] [--threads 1] [--cpu N]
         [--batch-size 128] [--options d_model=64,layers=2] [--json]
     python benchmarks/recommender_step.py --quick          # a smoke test: a few steps of each, one repeat
-    python benchmarks/recommender_step.py --profile        # torch.profiler of the engine's steps, top ops
+    python benchmarks/recommender_step.py --parts          # also the loss and the model alone, each side's
+    python benchmarks/recommender_step.py --profile        # torch.profiler of both sides' steps, top ops
 
 --json: the last stdout line is {"rows": [{"repeat", "engine", "reference", "ratio", "low", "high", ...}],
-"ratio": median, ...}.
+"ratio": median, "parts": {"loss": {...}, "model": {...}} (with --parts)}.
 """
 
 from __future__ import annotations
@@ -289,6 +290,52 @@ def profile_engine(args) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_top))
 
 
+# ----------------------------------------------------------------------------------------------- parts
+def parts(args) -> dict:
+    """The two halves of a step alone, engine's against reference's, ABBA a call at a time: the loss (forward
+    and backward over a batch's real positions: core.tasks.chunked_loss against `F.cross_entropy` of the
+    scores) and the model (forward and backward of the task's SASRec against the reference's, from a batch of
+    the training windows). Returns reference time / engine time for each (above 1: the engine's is faster)."""
+    import torch
+    from torch.nn import functional as F
+
+    from core.tasks import create_task
+    from core.tasks.chunked_loss import chunked_softmax_cross_entropy
+
+    torch.set_num_threads(args.threads)
+    task = create_task("recommender", dict(args.task_options))
+    data = task.load_data("", 0)
+    o = task.opts
+    torch.manual_seed(0)
+    batch = {k: v[torch.randperm(v.shape[0])[:args.batch_size]] for k, v in data.train.items()}
+    seq, real = batch["seq"], int((batch["target"] > 0).sum())
+    n_items = data.info["n_items"]
+    hidden = torch.randn(real, o["d_model"], requires_grad=True)
+    table = torch.randn(n_items, o["d_model"], requires_grad=True)
+    target = torch.randint(0, n_items, (real,))
+    engine_model = task.build_model(data.info).train()
+    reference = reference_model(n_items, o["d_model"], o["layers"], o["heads"], o["max_len"], o["dropout"]).train()
+    sides = {"loss": (lambda: chunked_softmax_cross_entropy(hidden, table, target).backward(),
+                      lambda: F.cross_entropy(hidden @ table.t(), target).backward()),
+             "model": (lambda: engine_model(seq).sum().backward(), lambda: reference(seq).sum().backward())}
+    out = {}
+    for name, (engine, ref) in sides.items():
+        times: dict = {engine: [], ref: []}
+        for f in (engine, ref, engine, ref):  # warm-up
+            f()
+        for _ in range(args.parts_rounds):
+            for f in (engine, ref, ref, engine):
+                began = time.perf_counter()
+                f()
+                times[f].append(time.perf_counter() - began)
+        out[name] = {"engine_ms": 1e3 * statistics.median(times[engine]),
+                     "reference_ms": 1e3 * statistics.median(times[ref]),
+                     "reference_over_engine": sum(times[ref]) / sum(times[engine])}
+        print(f"  {name:<6} engine {out[name]['engine_ms']:7.1f} ms  reference {out[name]['reference_ms']:7.1f} ms "
+              f"(medians)  reference / engine {out[name]['reference_over_engine']:.3f}", flush=True)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- main
 def _options(text: str) -> dict:
     out = {}
@@ -312,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke test: short windows, one repeat")
     parser.add_argument("--profile", action="store_true", help="torch.profiler of the engine's steps instead")
     parser.add_argument("--profile-steps", type=int, default=20)
+    parser.add_argument("--parts", action="store_true", help="also time the loss and the model alone, each side's")
+    parser.add_argument("--parts-rounds", type=int, default=30)
     parser.add_argument("--profile-top", type=int, default=30)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -347,9 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine / reference positions per second: median {ratio:.3f} over {len(rows)} repeats "
           f"[{min(r['ratio'] for r in rows):.3f}-{max(r['ratio'] for r in rows):.3f}]; load (1 min) "
           f"{min(load):.2f}-{max(load):.2f} on {os.cpu_count()} cpus", flush=True)
+    halves = None
+    if args.parts:
+        print(f"the halves of a step alone (ABBA, {args.parts_rounds} rounds):", flush=True)
+        halves = parts(args)
     if args.json:
         print(json.dumps({"batch_size": args.batch_size, "options": args.task_options, "threads": args.threads,
-                          "ratio": ratio, "rows": rows}))
+                          "ratio": ratio, "rows": rows, **({"parts": halves} if halves else {})}))
     return 0
 
 
