@@ -358,11 +358,10 @@ class RecommenderTask(Task):
     def drop_padding(self, hidden: torch.Tensor, target: torch.Tensor,
                      rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """hidden (N, d) and 0-based targets (N,) of a batch of `rows` training rows -> the real positions
-        first, and the overflow flag; unchanged (flag None) before load_data. On the CPU just the real
-        positions (flag None). Elsewhere in a buffer of the most real positions any `rows` training rows
-        hold (see loss_position_bounds), unchanged when that bound saves nothing: counting them there would
-        wait for the device, and a random batch's real positions are fewer than the bound (on the default
-        synthetic data 72% of its positions, and the bound is the whole batch)."""
+        first, and the overflow flag; unchanged (flag None) before load_data. On the CPU (count_on_host) just
+        the real positions, flag None: a random batch holds fewer than the bound, often far fewer. Elsewhere
+        in a buffer of the most real positions any `rows` training rows hold (see loss_position_bounds), as
+        counting them would wait for the device; unchanged when that bound saves nothing."""
         bounds = getattr(self, "loss_bounds", None)
         if bounds is None:
             return hidden, target, None
