@@ -351,10 +351,6 @@ class RecommenderTask(Task):
             loss = loss + torch.where(overflow, float("nan"), 0.0)  # quietly smaller loss; no host sync
         return loss
 
-    # Whether the real positions are counted and picked exactly: None is where the batch is on the host (the
-    # CPU), whose count waits for no device; elsewhere the host's bound sizes the buffer (see drop_padding).
-    count_on_host: bool | None = None
-
     def drop_padding(self, hidden: torch.Tensor, target: torch.Tensor,
                      rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """hidden (N, d) and 0-based targets (N,) of a batch of `rows` training rows -> the real positions
@@ -375,6 +371,10 @@ class RecommenderTask(Task):
         if bound >= target.shape[0]:
             return hidden, target, None
         return compact_positions(hidden, target, bound)
+
+    # Whether the real positions are counted and picked exactly: None is where the batch is on the host (the
+    # CPU), whose count waits for no device; elsewhere the host's bound sizes the buffer (see drop_padding).
+    count_on_host: bool | None = None
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Softmax over the true next item and negatives shared across the batch (uniform, so no logQ term);
