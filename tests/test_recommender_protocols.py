@@ -158,9 +158,13 @@ def test_compacted_positions_give_the_padded_loss_and_gradients_over_several_chu
     assert compact_positions(hidden, targets, real - 1)[2]  # a bound too small is flagged
 
 
+@pytest.mark.parametrize("count_on_host", [True, False], ids=["exact", "bound"])
 @pytest.mark.parametrize("loss", ["full", "sampled"])
-def test_task_loss_without_padding_equals_the_padded_loss(loss):
+def test_task_loss_without_padding_equals_the_padded_loss(loss, count_on_host):
+    """Both ways of dropping padding (the exact count on the CPU, the host's bound elsewhere) give the loss
+    and gradients of the padded batch."""
     task = create_task("recommender", {**PADDED, "loss": loss, "sampled_negatives": 50, "dropout": 0.0})
+    task.count_on_host = count_on_host
     data = task.load_data("", 0)
     batch = {k: v[5:37] for k, v in data.train.items()}
     rows, width = batch["seq"].shape
@@ -184,8 +188,30 @@ def test_task_loss_without_padding_equals_the_padded_loss(loss):
         torch.testing.assert_close(got_grads[name], want_grads[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_on_the_cpu_the_loss_runs_over_just_the_real_positions(monkeypatch):
+    """By default, on the CPU (where counting waits for nothing), the full softmax sees the real positions only,
+    not the host's bound (here the whole batch: its fullest rows are full)."""
+    from core.tasks import recommender
+
+    task = create_task("recommender", PADDED)
+    data = task.load_data("", 0)
+    model = task.build_model(data.info)
+    batch = {k: v[:32] for k, v in data.train.items()}
+    seen, original = [], recommender.chunked_softmax_cross_entropy
+
+    def spy(hidden, table, targets, *a, **k):
+        seen.append((hidden.shape[0], int((targets >= 0).sum())))
+        return original(hidden, table, targets, *a, **k)
+
+    monkeypatch.setattr(recommender, "chunked_softmax_cross_entropy", spy)
+    task.loss(model, batch).backward()
+    real = int((batch["target"] > 0).sum())
+    assert seen == [(real, real)] and real < batch["target"].numel()
+
+
 def test_a_batch_fuller_than_the_bound_gives_nan_not_a_quietly_smaller_loss():
     task = create_task("recommender", PADDED)
+    task.count_on_host = False  # the bound, as on an accelerator (on the CPU the count is exact)
     data = task.load_data("", 0)
     model = task.build_model(data.info)
     full = {"seq": torch.randint(1, 201, (4, 40)), "target": torch.randint(1, 201, (4, 40))}
@@ -195,10 +221,12 @@ def test_a_batch_fuller_than_the_bound_gives_nan_not_a_quietly_smaller_loss():
 
 
 def test_the_loss_reads_nothing_back_from_the_device(monkeypatch):
-    """The bound comes from the host; compaction is fixed-size: no .item(), bool() or int() of a tensor."""
+    """Where the batch is not on the host, the bound comes from the host and compaction is fixed-size: no
+    .item(), bool() or int() of a tensor."""
     import core
 
     task = create_task("recommender", PADDED)
+    task.count_on_host = False  # as on an accelerator
     data = task.load_data("", 0)
     model = task.build_model(data.info)
     batch = {k: v[:32] for k, v in data.train.items()}

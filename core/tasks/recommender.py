@@ -4,9 +4,10 @@ Model: item + learned position embeddings, pre-norm blocks (causal self-attentio
 a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss: full softmax
 cross-entropy over the catalogue (computed a chunk of positions at a time, see core.tasks.chunked_loss), or a
 sampled softmax (shared uniform negatives) for large catalogues. Padded positions are dropped before either
-loss: the real positions are moved to the front of a buffer sized by a bound the host knows (the most real
-positions any `batch_size` training rows hold, from the row lengths at load time), so a step never waits on
-the device to count them, and the loss is the same as over the padded batch.
+loss: on the CPU, where counting them waits for nothing, just the real positions are kept; on an accelerator
+they are moved to the front of a buffer sized by a bound the host knows (the most real positions any
+`batch_size` training rows hold, from the row lengths at load time), so a step never waits on the device to
+count them. Either way the loss is the same as over the padded batch.
 
 Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the held-out item, three ways:
 
@@ -354,16 +355,27 @@ class RecommenderTask(Task):
     def drop_padding(self, hidden: torch.Tensor, target: torch.Tensor,
                      rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """hidden (N, d) and 0-based targets (N,) of a batch of `rows` training rows -> the real positions
-        first, in a buffer of the most real positions any `rows` training rows hold (see
-        loss_position_bounds), and the overflow flag; unchanged (flag None) before load_data or when the
-        bound saves nothing."""
+        first, and the overflow flag; unchanged (flag None) before load_data. On the CPU (count_on_host) just
+        the real positions, flag None: a random batch holds fewer than the bound, often far fewer. Elsewhere
+        in a buffer of the most real positions any `rows` training rows hold (see loss_position_bounds), as
+        counting them would wait for the device; unchanged when that bound saves nothing."""
         bounds = getattr(self, "loss_bounds", None)
-        if bounds is None or rows >= len(bounds):
+        if bounds is None:
+            return hidden, target, None
+        exact = self.count_on_host if self.count_on_host is not None else hidden.device.type == "cpu"
+        if exact:
+            real = (target >= 0).nonzero().squeeze(1)
+            return hidden.index_select(0, real), target.index_select(0, real), None
+        if rows >= len(bounds):
             return hidden, target, None
         bound = int(bounds[rows])  # numpy, on the host: no device sync
         if bound >= target.shape[0]:
             return hidden, target, None
         return compact_positions(hidden, target, bound)
+
+    # Whether the real positions are counted and picked exactly: None is where the batch is on the host (the
+    # CPU), whose count waits for no device; elsewhere the host's bound sizes the buffer (see drop_padding).
+    count_on_host: bool | None = None
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Softmax over the true next item and negatives shared across the batch (uniform, so no logQ term);
