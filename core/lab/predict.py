@@ -9,7 +9,9 @@ terms, shared by `amp-console predict` (core.runs.file_predict), the window's pr
   (or marked), ids the model does not know reported and dropped before scoring;
 - ranking: a score per candidate from its raw features (the model's ScoringMLP normalises them itself, with
   the statistics fit on the run's training split and saved as buffers);
-- tiny: class probabilities of 10-number points.
+- tiny: class probabilities of 10-number points;
+- the window's Model preview: `preview_answer` and its kin answer one input of the kind the task's serving
+  declares (core.tasks.serving.PreviewSpec), through the methods above.
 
 The model is rebuilt from the checkpoint alone (task options, data_info and vocabulary, as export_checkpoint
 does), loaded through core.engine.checkpoints.load_checkpoint (weights_only, CRC, structure, finite weights).
@@ -36,7 +38,7 @@ from core.engine.run_folder import run_checkpoint
 from core.errors import CheckpointError, ConfigError, DataError
 
 if TYPE_CHECKING:
-    from core.tasks.serving import ServingShape
+    from core.tasks.serving import PreviewSpec, ServingShape
 
 SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
 RANK_ROWS = 65536  # candidates scored at a time
@@ -128,6 +130,58 @@ class Predictor:
         wanted = next((name for name, cls in TASKS.items()
                        if (other := cls.serving_class()) is not None and method in other.answers), "another")
         raise ConfigError("task", f"{self.checkpoint} is a {self.task} model: {method} needs a {wanted} checkpoint")
+
+    # ---- the Model preview: one input of the kind the task's serving declares (core.tasks.serving.PreviewSpec)
+    @cached_property
+    def preview(self) -> PreviewSpec | None:
+        """What the window's preview shows for this task (None: no preview page)."""
+        serving = self.task_object.serving_class()
+        return None if serving is None else serving.preview
+
+    def _preview_spec(self) -> PreviewSpec:
+        if self.preview is None:
+            raise ConfigError("task", f"{self.checkpoint}: the {self.task} task declares no preview")
+        return self.preview
+
+    def preview_examples(self) -> list:
+        """Examples of the preview's input from the run's data (see PreviewSpec); [] when the task has none."""
+        spec = self._preview_spec()
+        if spec.examples is None:
+            return []
+        return list(getattr(self, spec.examples)(spec.example_limit))
+
+    def preview_answer(self, value, **options):
+        """The answer to one input of the preview's input kind, as plain values of its output kind: a float
+        (score), a list of floats (class_probabilities; ranked_list over feature_rows: a score per row) or the
+        answer method's own object (ranked_list over an id_sequence: a Recommendation of spec.top_k)."""
+        spec = self._preview_spec()
+        answer = getattr(self, spec.answer)
+        kind = spec.input_kind
+        if kind == "text":
+            out = answer([str(value)], **options)[0]
+        elif kind == "feature_row":
+            out = answer(np.asarray([value], dtype=np.float32), **options)[0]
+        elif kind == "feature_rows":
+            out = answer(np.asarray(value, dtype=np.float32), **options)
+        else:  # id_sequence
+            out = answer(list(value), k=spec.top_k, **options)
+        if spec.output_kind == "score":
+            return float(out)
+        if isinstance(out, np.ndarray):
+            return [float(v) for v in out]
+        return out
+
+    def preview_explain(self, text: str) -> list[tuple[str, float]]:
+        """text: (word, effect) of the words that moved the answer most (the spec's `explain` method)."""
+        spec = self._preview_spec()
+        if spec.explain is None:
+            return []
+        return [(str(w), float(e)) for w, e in getattr(self, spec.explain)(text)]
+
+    def preview_quality(self, labels_in_order) -> tuple[str, float | None] | None:
+        """ranked_list: (name, value) of the order shown against its true labels (TaskServing.preview_quality)."""
+        serving = self.task_object.serving()
+        return None if serving is None else serving.preview_quality(labels_in_order)
 
     # ---- sentiment -------------------------------------------------------------------------------------------
     def sentiment(self, texts: list[str]) -> list[float]:

@@ -186,6 +186,17 @@ def ranking_metrics(scores: torch.Tensor, label: torch.Tensor,
     return (ndcg * has_relevant).sum(), (rr * has_relevant).sum(), has_relevant.sum()
 
 
+def ndcg_at(labels_in_order, k: int = TOP_K) -> float | None:
+    """NDCG@k of one list of true labels in the order shown (ranking_metrics, as evaluation counts it: gain
+    2^label - 1); None when no candidate is relevant (every order is as good as any other)."""
+    label = torch.as_tensor(np.asarray(labels_in_order, dtype=np.float64), dtype=torch.float32)[None, :]
+    if label.shape[1] == 0:
+        return None
+    shown = -torch.arange(label.shape[1], dtype=torch.float32)[None, :]  # descending: the order shown
+    ndcg, _rr, relevant = ranking_metrics(shown, label, k)
+    return float(ndcg) if int(relevant) else None
+
+
 MAX_LIST = 256  # candidates per list at most: the RankNet loss holds batch x W x W pairs
 PADDING_BUDGET = 4  # padded cells per real candidate, at most
 

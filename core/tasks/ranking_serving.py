@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from core.errors import DataError
-from core.tasks.serving import FileScorer, ServingShape, TaskServing
+from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
 
 
 class RankingServing(nn.Module):
@@ -139,6 +139,15 @@ class RankingTaskServing(TaskServing):
     dynamic_dims = ("batch", "candidates")
     answers = ("rank", "example_queries")
     file_scorer = RankingFileScorer
+    preview = PreviewSpec("feature_rows", "ranked_list", answer="rank", examples="example_queries", noun="query",
+                          item="lesson", top_k=10)
+
+    def preview_quality(self, labels_in_order) -> tuple[str, float | None]:
+        """NDCG@k of the candidates in the order shown, as the task's evaluation measures it."""
+        from core.tasks.ranking import ndcg_at
+
+        k = self.preview.top_k
+        return f"NDCG@{k}", ndcg_at(labels_in_order, k)
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RankingServing(model, onnx_friendly=fmt == "onnx")

@@ -46,7 +46,7 @@ from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
 from core.tasks.recommender_files import RecommenderFileScorer
-from core.tasks.serving import ServingShape, TaskServing
+from core.tasks.serving import PreviewSpec, ServingShape, TaskServing
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
@@ -484,6 +484,8 @@ class RecommenderTaskServing(TaskServing):
     input_name, output_name = "seq", "scores"
     answers = ("recommend", "recommend_many", "example_users")
     file_scorer = RecommenderFileScorer
+    preview = PreviewSpec("id_sequence", "ranked_list", answer="recommend", examples="example_users", noun="user",
+                          item="lesson", hint="or type lesson ids, oldest first: 3, 17, 42", top_k=10)
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RecommenderServing(model)

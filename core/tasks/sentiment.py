@@ -33,7 +33,7 @@ from core.data.row_checks import Checks, as_text, ids
 from core.data.splits import carve, read_splits
 from core.data.tokenizer import NEGATORS, hashed_tokens
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
-from core.tasks.serving import FileScorer, TaskServing
+from core.tasks.serving import FileScorer, PreviewSpec, TaskServing
 
 POSITIVE_LABELS = ("1", "positive", "pos", "true")
 NEGATIVE_LABELS = ("0", "negative", "neg", "false")
@@ -428,6 +428,9 @@ class SentimentTaskServing(TaskServing):
     input_name, output_name = "tokens", "p_positive"
     answers = ("sentiment", "sentiment_array", "explain")
     file_scorer = SentimentFileScorer
+    preview = PreviewSpec("text", "score", answer="sentiment", explain="explain", noun="review",
+                          hint="Type a review, e.g. 'clear explanations, but the pace was far too slow'",
+                          label="P(positive)", classes=("negative", "positive"))
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return SentimentServing(model, onnx_friendly=fmt == "onnx")

@@ -15,6 +15,8 @@ its training code. `Task.serving()` is an instance for the task's options; for a
 - `file_scorer`: the FileScorer class `amp-console predict` scores a file with (core.runs.file_predict): the
   columns it reads (`input_columns`, `column_pattern`), the output table's columns (`schema`, set from the
   file it reads) and `score`, a batch of rows in, output tables out.
+- `preview`: what the window's Model preview shows (a PreviewSpec: the kind of input and of output, from which
+  the window builds the page), and `preview_quality`: how good an order of known labels is (a ranked list).
 """
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ class TaskServing(ABC):
         """The facts about `model` the predictor reads."""
         return ServingShape()
 
+    # ---- the Model preview (PreviewSpec below; core.lab.predict's Predictor.preview_*) -------------------
+    preview: ClassVar[PreviewSpec | None] = None  # None: the window has no preview page for this task
+
+    def preview_quality(self, labels_in_order) -> tuple[str, float | None] | None:
+        """ranked_list: (the measure's name, its value) of candidates in the order shown, given their true
+        labels (value None: every order is as good); None when the task has no such measure."""
+        return None
+
 
 class FileScorer:
     """How `predict` scores a file for one task: built for the file's reader (it finds its columns with
@@ -126,3 +136,51 @@ class FileScorer:
         step = self.options.batch_size
         for start in range(0, len(good), step):
             yield good[start:start + step]
+
+
+# ============================================================================== the Model preview
+PREVIEW_INPUTS = ("text", "feature_row", "feature_rows", "id_sequence")
+PREVIEW_OUTPUTS = ("class_probabilities", "score", "ranked_list")
+
+
+@dataclass(frozen=True)
+class PreviewSpec:
+    """What the window's Model preview shows for a task, as data: the page is built from the kinds, so a task
+    that declares one has a working preview without GUI code of its own.
+
+    input_kind (PREVIEW_INPUTS), what one input is and the examples of it (`examples`, a Predictor method
+    taking a limit) look like:
+      text          a text typed in; no examples
+      feature_row   `n_features` numbers, fields named `column_prefix` 1..N (as predict reads them); examples:
+                    an (n, F) array of rows
+      feature_rows  a group of rows scored together (a query's candidates), picked from the examples:
+                    objects with `query_id`, `doc_ids`, `features` (n, F) and `labels` (n,) or None
+      id_sequence   ids in order (a history), typed or picked: examples are (owner id, [ids])
+    output_kind (PREVIEW_OUTPUTS), what Predictor.preview_answer gives for one input:
+      score               one number in [0, 1] (`label` names it; `classes`: the verdicts below / from 0.5)
+      class_probabilities one probability per class (`classes` names them)
+      ranked_list         feature_rows: a score per row, ranked by the page (true labels beside, measured by
+                          TaskServing.preview_quality); id_sequence: a Recommendation (top_k items, scores,
+                          seen marks, unknown ids)
+    `answer`, `examples` and `explain` (text: the words that moved the answer most) are Predictor methods the
+    task's `answers` lists; the words (`noun`, `item`, `hint`) are what the page says.
+    """
+
+    input_kind: str
+    output_kind: str
+    answer: str
+    examples: str | None = None
+    example_limit: int = 200
+    explain: str | None = None
+    noun: str = "input"  # one input (or an example's owner): "review", "user", "query"
+    item: str = "item"  # a ranked list's entry: "lesson"
+    hint: str = ""  # the input field's placeholder
+    label: str = "score"  # score: the number's name
+    classes: tuple[str, ...] = ()
+    column_prefix: str = "x"  # feature_row: the fields' names
+    top_k: int = 10  # ranked_list: the entries asked for (id_sequence) or measured (feature_rows)
+
+    def __post_init__(self):
+        if self.input_kind not in PREVIEW_INPUTS or self.output_kind not in PREVIEW_OUTPUTS:
+            raise ValueError(f"preview kinds {self.input_kind!r} -> {self.output_kind!r}: the inputs are "
+                             f"{', '.join(PREVIEW_INPUTS)}; the outputs {', '.join(PREVIEW_OUTPUTS)}")

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from core.errors import ConfigError, DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
-from core.tasks.serving import FileScorer, ServingShape, TaskServing
+from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
 
 
 class TinyClassifier(nn.Module):
@@ -162,6 +162,9 @@ class TinyTaskServing(TaskServing):
     input_name, output_name = "x", "probabilities"
     answers = ("classify", "example_inputs")
     file_scorer = TinyFileScorer
+    preview = PreviewSpec("feature_row", "class_probabilities", answer="classify", examples="example_inputs",
+                          example_limit=20, noun="point", column_prefix="x",  # predict's columns: x1..x10
+                          classes=("class 0", "class 1"))
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return TinyServing(model)

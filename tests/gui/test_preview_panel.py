@@ -187,7 +187,7 @@ def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, m
 
 
 def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
-    from app.panels.preview import ndcg_at
+    from core.tasks.ranking import ndcg_at  # the preview's measure is the task's own (its serving says)
 
     page = open_run(qtbot, dialog, runs / "ranking", "ranking")
     reference = predictor(runs, "ranking")
@@ -205,8 +205,8 @@ def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
         assert [page.table.item(r, 1).text() for r in range(len(order))] == [str(query.doc_ids[i]) for i in order]
         labels = [page.table.item(r, 3).text() for r in range(len(order))]
         assert labels == [str(int(query.labels[i])) for i in order]
-        assert page.ndcg == pytest.approx(ndcg_at(query.labels[order]))
-    assert f"{page.ndcg:.3f}" in page.infoLabel.text()
+        assert page.measure_name == "NDCG@10" and page.measure == pytest.approx(ndcg_at(query.labels[order]))
+    assert f"{page.measure:.3f}" in page.infoLabel.text()
     page.queryCombo.setCurrentIndex(0)
     qtbot.waitUntil(lambda: page.table.rowCount() == len(queries[0].doc_ids), timeout=20_000)
     shot(dialog, "ranking")

@@ -1,0 +1,365 @@
+"""Try a trained model: the Model preview dialog (Tools > Try a model…, or Try it… in the run history).
+
+Pick a run under the runs root (or browse to a checkpoint file), its best or last checkpoint and a device; the
+checkpoint loads as a core.lab.predict.Predictor and its task's page is built from the kinds of input and
+output its serving part declares (core.tasks.serving.PreviewSpec; pages.py: a page per input kind, widgets.py:
+a view per output kind): a review scored as you type (with the words that pushed it most), a user's next ten
+lessons, a query's candidates re-ranked next to their true labels, class probabilities for ten numbers. No task
+is named here: a new task that declares its kinds gets a working page. A run still training can be previewed:
+its last checkpoint is a finished file (checkpoints are written atomically), and the preview runs beside it.
+
+The model never runs on the GUI thread. Loading and every prediction is a plain function run by a
+PredictionQueue (queue.py): one BackgroundJob at a time, and per kind of request only the newest waits its
+turn, so typing never builds a backlog (each edit restarts a 250 ms timer before anything is asked); a result
+that a newer request has overtaken is dropped, and a load drops everything asked of the model before it.
+Errors (a corrupted file, a checkpoint of a task with no preview) are one line in the panel, never a dialog of
+their own. The Evaluation tab (evaluation_tab.py) shows the checkpoint's evaluation report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QPushButton, QStackedWidget, QTabWidget, QVBoxLayout,
+)
+
+from app.panels.preview.evaluation_tab import EvaluationTab
+from app.panels.preview.pages import PAGES, Page, page_class
+from app.panels.preview.queue import PredictionQueue
+from app.panels.preview.widgets import fmt, parse_ids
+from app.panels.tool_dialog import ERROR_COLOUR
+from app.run.jobs import JobRunner
+
+__all__ = ["EvaluationTab", "PAGES", "PredictionQueue", "PreviewDialog", "describe_predictor", "load_for_preview",
+           "parse_ids"]
+
+
+def describe_predictor(predictor) -> str:
+    """'<b>sentiment</b> · best.pt, step 400 (epoch 2) · accuracy 0.91 · cpu': the header over the pages."""
+    from core.engine.run_record import primary_metric
+
+    metrics = dict(getattr(predictor, "metrics", None) or {})
+    config = dict(getattr(predictor, "config", None) or {})
+    name = config.get("monitor") or primary_metric(predictor.task)
+    shown = [(name, metrics[name])] if name in metrics else list(metrics.items())[:2]
+    parts = [f"<b>{predictor.task}</b>", f"{Path(predictor.checkpoint).name}, step {predictor.step:,} "
+                                         f"(epoch {predictor.epoch})"]
+    if shown:
+        parts.append(", ".join(f"{k} {fmt(v)}" for k, v in shown))
+    parts.append(str(predictor.device))
+    return " · ".join(parts)
+
+
+# ============================================================================== the dialog
+class PreviewDialog(QDialog):
+    """The Model preview: a run (or a checkpoint file), best or last, a device; then the task's page.
+
+    `runs_root()` gives the folder whose runs are offered; `devices()` the device ids to offer (cpu first).
+    """
+
+    def __init__(self, runs_root: Callable[[], Path], devices: Callable[[], list[str]] | None = None,
+                 parent=None):
+        super().__init__(parent)
+        self.setObjectName("previewDialog")
+        self.setWindowTitle("Model preview")
+        self.resize(1040, 720)  # the evaluation plots need the room
+        self._runs_root = runs_root
+        self._devices = devices or (lambda: ["cpu"])
+        self.predictor = None
+        self.runs: list[dict] = []
+        self.files: list[str] = []  # checkpoint files browsed to, offered after the runs
+        self.outside: list[str] = []  # run folders outside the runs root asked for by select_run
+        self._wanted: str | None = None  # a run folder to select once the scan is in
+        self.source: str | None = None  # what is loaded (or loading)
+        self._note = ""  # what the status line says about the loaded checkpoint (its notes)
+        self.queue = PredictionQueue(self)
+        self.queue.finished.connect(self._finished)
+        self.queue.failed.connect(self._failed)
+        self.scans = JobRunner(self)
+
+        self.runCombo = QComboBox(objectName="previewRunCombo")
+        self.runCombo.setMinimumWidth(320)
+        self.runCombo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.runCombo.activated.connect(lambda _i: self.load())
+        self.refreshButton = QPushButton("Refresh", objectName="previewRefreshButton", clicked=self.refresh)
+        self.browseButton = QPushButton("Browse…", objectName="previewBrowseButton", clicked=self.browse)
+        self.browseButton.setToolTip("Preview a checkpoint file (.pt) from anywhere")
+        self.whichCombo = QComboBox(objectName="previewWhichCombo")
+        self.whichCombo.addItem("Best checkpoint", "best")
+        self.whichCombo.addItem("Last checkpoint", "last")
+        self.whichCombo.setToolTip("The run's best checkpoint (its last when it kept no best), or its last")
+        self.whichCombo.activated.connect(lambda _i: self.load())
+        self.deviceCombo = QComboBox(objectName="previewDeviceCombo")
+        self.deviceCombo.setToolTip("Where the model runs; one request at a time is quick on the CPU, which also "
+                                    "leaves an accelerator to a run that is training")
+        self.deviceCombo.activated.connect(lambda _i: self.load())
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Run"))
+        top.addWidget(self.runCombo, 1)
+        top.addWidget(self.refreshButton)
+        top.addWidget(self.browseButton)
+        top.addWidget(self.whichCombo)
+        top.addWidget(QLabel("Device"))
+        top.addWidget(self.deviceCombo)
+
+        self.header = QLabel("Pick a run to try its model.", objectName="previewHeader", wordWrap=True)
+        self.header.setTextFormat(Qt.TextFormat.RichText)
+        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.statusLabel = QLabel(objectName="previewStatus", wordWrap=True)
+        self.statusLabel.setTextFormat(Qt.TextFormat.RichText)
+
+        self.stack = QStackedWidget(objectName="previewStack")
+        self.messageLabel = QLabel("Pick a run (or Browse… for a checkpoint file) to try its model here.",
+                                   objectName="previewMessage", wordWrap=True)
+        self.messageLabel.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.messageLabel.setTextFormat(Qt.TextFormat.RichText)
+        self.stack.addWidget(self.messageLabel)
+        self.pages: dict[str, Page] = {}  # task -> its page, built on its first load from its PreviewSpec
+        self.tabs = QTabWidget(objectName="previewTabs")
+        self.tabs.addTab(self.stack, "Try it")
+        self.evaluation = EvaluationTab(self)
+        self.tabs.addTab(self.evaluation, "Evaluation")
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.header)
+        layout.addWidget(self.tabs, 1)
+        layout.addWidget(self.statusLabel)
+        self.refresh_devices()
+
+    # ------------------------------------------------------------------ choices
+    def refresh_devices(self) -> None:
+        keep = self.deviceCombo.currentText() or "cpu"
+        try:
+            ids = [str(d) for d in self._devices()] or ["cpu"]
+        except Exception:  # noqa: BLE001 (device detection failing leaves the CPU)
+            ids = ["cpu"]
+        if "cpu" not in ids:
+            ids.insert(0, "cpu")
+        self.deviceCombo.clear()
+        self.deviceCombo.addItems(ids)
+        self.deviceCombo.setCurrentText(keep if keep in ids else "cpu")
+
+    def refresh(self) -> None:
+        """Scan the runs root again (off the GUI thread); the current choice is kept."""
+        root = self._runs_root()
+
+        def scan():
+            from core.engine.run_record import find_runs
+
+            return [r for r in find_runs(root) if r.get("checkpoints")]
+
+        self.refreshButton.setEnabled(False)
+        self.scans.submit(scan, self._scanned, self._scan_failed)
+
+    def _scanned(self, runs: list[dict]) -> None:
+        self.refreshButton.setEnabled(True)
+        keep = self._wanted or self.current_source()
+        self.runs = runs
+        self.runCombo.blockSignals(True)
+        self.runCombo.clear()
+        for run in runs:
+            status = run.get("status") or "?"
+            self.runCombo.addItem(f"{run.get('name')} · {run.get('task')} · {status}", run.get("folder"))
+        if self._wanted and self.runCombo.findData(self._wanted) < 0 and self._wanted not in self.outside:
+            self.outside.append(self._wanted)  # a run outside the runs root (Try it… on it): offered from now on
+        for folder in self.outside:
+            if self.runCombo.findData(folder) < 0:
+                self.runCombo.addItem(f"{Path(folder).name} · {folder}", folder)
+        for path in self.files:
+            self._add_file_item(path)
+        index = self.runCombo.findData(keep) if keep else -1
+        self.runCombo.setCurrentIndex(index if index >= 0 else (0 if self.runCombo.count() else -1))
+        self.runCombo.blockSignals(False)
+        if keep and index < 0 and self.runCombo.count():  # what was shown is gone (deleted): show what is picked
+            self._wanted = None
+            self.load()
+            return
+        if not self.runCombo.count():
+            self._message(f"No run with a checkpoint under {self._runs_root()}. Train one, or Browse… for a "
+                          "checkpoint file.")
+            return
+        if self._wanted is not None or self.source is None:
+            self._wanted = None
+            self.load()
+
+    def _scan_failed(self, message: str, _details: str) -> None:
+        self.refreshButton.setEnabled(True)
+        self._message(f"Could not list the runs: {message}")
+
+    def current_source(self) -> str | None:
+        data = self.runCombo.currentData()
+        return str(data) if data else None
+
+    def select_run(self, folder: str) -> None:
+        """Show `folder`'s run (the History's Try it…): selected and loaded once the list is scanned."""
+        self._wanted = str(folder)
+        self.refresh()
+
+    def open_file(self, path: str) -> None:
+        path = str(path)
+        if path not in self.files:
+            self.files.append(path)
+        index = self.runCombo.findData(path)
+        if index < 0:
+            self._add_file_item(path)
+            index = self.runCombo.count() - 1
+        self.runCombo.setCurrentIndex(index)
+        self.load()
+
+    def _add_file_item(self, path: str) -> None:
+        self.runCombo.addItem(f"file: {Path(path).name} ({Path(path).parent.name})", path)
+        self.runCombo.setItemData(self.runCombo.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
+
+    def browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Checkpoint to preview", str(self._runs_root()),
+                                              "Checkpoints (*.pt);;All files (*)")
+        if path:
+            self.open_file(path)
+
+    # ------------------------------------------------------------------ loading
+    def load(self) -> None:
+        """Load the chosen checkpoint (a newer choice supersedes a load still running)."""
+        source = self.current_source()
+        if not source:
+            return
+        which = self.whichCombo.currentData() or "best"
+        device = self.deviceCombo.currentText() or "cpu"
+        self.whichCombo.setEnabled(Path(source).is_dir() or not Path(source).suffix)
+        self.source = source
+        self.predictor = None
+        self._note = ""
+        for page in self.pages.values():
+            page.debounce.stop()
+            page.predictor = None
+        self.header.setText(f"Loading {Path(source).name} ({which}) on {device}…")
+        self.statusLabel.setText("")
+        self.queue.submit("load", lambda: load_for_preview(source, which, device), supersede=True)
+
+    def _page(self, predictor) -> Page | None:
+        """The page for the predictor's task, built from the kinds its serving declares (again when they
+        changed); None when it declares none this window shows."""
+        spec = predictor.preview
+        page = self.pages.get(predictor.task)
+        if page is not None and page.spec == spec:
+            return page
+        cls = None if spec is None else page_class(spec)
+        if cls is None:
+            return None
+        if page is not None:
+            self.stack.removeWidget(page)
+            page.debounce.stop()
+            page.deleteLater()
+        page = cls(spec, f"preview{predictor.task.capitalize()}", self._submit, self)
+        page.setObjectName(f"preview{predictor.task.capitalize()}Page")
+        self.pages[predictor.task] = page
+        self.stack.addWidget(page)
+        return page
+
+    def _loaded(self, result) -> None:
+        predictor, examples, note = result
+        page = self._page(predictor)
+        if page is None:
+            spec = predictor.preview
+            said = ("its serving part declares no preview" if spec is None else
+                    f"no page shows {spec.input_kind} -> {spec.output_kind}")
+            self._message(f"No preview for the {predictor.task!r} task ({said}; the pages take "
+                          f"{', '.join(PAGES)}).")
+            return
+        self.predictor = predictor
+        self.header.setText(describe_predictor(predictor))
+        self.header.setToolTip(str(predictor.checkpoint))
+        self.stack.setCurrentWidget(page)
+        self.evaluation.set_checkpoint(predictor.checkpoint, self.deviceCombo.currentText() or "cpu")
+        notes = list(getattr(predictor, "notes", None) or [])  # e.g. no best kept yet: its last checkpoint
+        self._note = " ".join(notes + ([note] if note else []))
+        self.statusLabel.setText(self._note)
+        page.set_predictor(predictor, examples)
+
+    def _message(self, text: str, error: bool = True) -> None:
+        self.predictor = None
+        self.evaluation.set_checkpoint(None)
+        self.messageLabel.setText(f"<span style='color:{ERROR_COLOUR}'>{text}</span>" if error else text)
+        self.stack.setCurrentWidget(self.messageLabel)
+        if error:
+            self.header.setText(f"<span style='color:{ERROR_COLOUR}'>Nothing loaded</span>")
+
+    # ------------------------------------------------------------------ requests and results
+    def _submit(self, kind: str, fn: Callable[[], object]) -> None:
+        self.statusLabel.setText(self._note)  # a new request: an earlier request's error no longer stands
+        self.queue.submit(kind, fn)
+
+    def _page_for(self, kind: str) -> Page | None:
+        if self.predictor is None:
+            return None
+        page = self.pages.get(self.predictor.task)
+        return page if page is not None and kind in page.KINDS else None
+
+    def _finished(self, kind: str, result) -> None:
+        if kind == "load":
+            self._loaded(result)
+            return
+        page = self._page_for(kind)
+        if page is not None:
+            page.show_result(kind, result)
+
+    def _failed(self, kind: str, message: str, details: str) -> None:
+        if kind == "load":
+            self._message(message)  # core's one line names the file
+            self.statusLabel.setToolTip(details)
+            return
+        page = self._page_for(kind)
+        if page is not None:
+            page.show_error(kind, message)
+        self.statusLabel.setText(f"<span style='color:{ERROR_COLOUR}'>{message}</span>")
+        self.statusLabel.setToolTip(details)
+
+    # ------------------------------------------------------------------ lifetime
+    @property
+    def busy(self) -> bool:
+        return not self.queue.idle
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().showEvent(event)
+        self.refresh_devices()
+        if not self.scans.busy and self._wanted is None:
+            self.refresh()  # runs started or deleted since it was last open
+        if self.predictor is None and self.source and self._wanted is None:
+            self.load()  # its load was dropped when the view closed
+
+    def shutdown(self) -> None:
+        """Join the worker threads (the window calls this when it closes)."""
+        for page in self.pages.values():
+            page.debounce.stop()
+        self.queue.shutdown()
+        self.scans.shutdown()
+        self.evaluation.shutdown()
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        """Closing drops what was asked; what is running (one request, a scan, an evaluation that will be
+        saved) finishes on its own thread without blocking the window, which joins them all when it closes
+        (shutdown). Opened again, the view loads its checkpoint again if that load was dropped."""
+        for page in self.pages.values():
+            page.debounce.stop()
+        self.queue.cancel()
+        super().closeEvent(event)
+
+
+def load_for_preview(source: str, which: str, device: str):
+    """(predictor, its examples for the pickers, a note): run on the queue's worker. Examples come from the
+    run's data (Predictor.preview_examples); when that cannot be read (a data file moved since), the model still
+    loads and the note says why the pickers are empty (typed ids and numbers still work)."""
+    from core.errors import AmpConsoleError
+    from core.lab.predict import load_predictor
+
+    predictor = load_predictor(source, which=which, device=device)
+    examples, note = None, ""
+    try:
+        if predictor.preview is not None:
+            examples = predictor.preview_examples()
+    except (AmpConsoleError, OSError) as exc:
+        note = f"No examples from the run's data: {exc}"
+    return predictor, examples, note

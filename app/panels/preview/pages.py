@@ -1,0 +1,463 @@
+"""The preview's pages, one per kind of input a task's serving declares (core.tasks.serving.PreviewSpec), each
+showing its declared kind of output with a view of app.panels.preview.widgets: no task is named here, so a new
+task that declares its kinds gets a working page.
+
+- text: type a text; its score or class probabilities, and (spec.explain) the words that moved it most;
+- feature_row: numbers in fields named as `predict` reads them, or a sample from the run's data;
+- feature_rows: a group of rows picked from the run's data (a query's candidates), ranked by the model's score
+  beside their true labels and the task's measure of that order;
+- id_sequence: ids typed or an example's (a user's history), the model's top entries after them.
+
+A page asks through `submit(kind, fn)`: `fn` runs on the dialog's worker (the Predictor's preview_* methods),
+its result comes back to `show_result`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
+    QVBoxLayout, QWidget,
+)
+
+from app.panels.preview.widgets import (
+    DOWN_COLOUR, MUTED_COLOUR, UP_COLOUR, ClassesView, RankedListView, ScoreView, brush, coloured, fmt, parse_ids,
+    searchable,
+)
+from app.panels.tuning import NumericItem, make_table
+
+DEBOUNCE_MS = 250  # an edit waits this long for the next one before the model is asked
+BAR_CHARS = 24  # the longest effect bar, in block characters
+EXPLAIN_MAX_CHARS = 20_000  # a longer text (a pasted essay) is scored, but not explained word by word
+SHOWN_UNKNOWN = 12  # unknown ids named at most
+
+
+class Page(QWidget):
+    """A page for one task's PreviewSpec: `set_predictor` when a checkpoint has loaded, `request` asks the
+    dialog's queue. `name` prefixes the widgets' object names."""
+
+    KINDS: tuple[str, ...] = ("answer",)  # the kinds of request whose results it shows
+    OUTPUTS: tuple[str, ...] = ()  # the output kinds it can show
+
+    def __init__(self, spec, name: str, submit: Callable[[str, Callable[[], object]], None], parent=None):
+        super().__init__(parent)
+        self.spec = spec
+        self.name = name
+        self.predictor = None
+        self._submit = submit
+        self.debounce = QTimer(self, singleShot=True, interval=DEBOUNCE_MS)
+        self.debounce.timeout.connect(self.request)
+
+    def set_predictor(self, predictor, examples) -> None:
+        self.predictor = predictor
+
+    def request(self) -> None:
+        raise NotImplementedError
+
+    def show_result(self, kind: str, result) -> None:
+        raise NotImplementedError
+
+    def show_error(self, kind: str, message: str) -> None:
+        raise NotImplementedError
+
+
+class _OneAnswerPage(Page):
+    """A page whose input gets one answer: a score (ScoreView) or class probabilities (ClassesView)."""
+
+    OUTPUTS = ("score", "class_probabilities")
+
+    def __init__(self, spec, name, submit, parent=None):
+        super().__init__(spec, name, submit, parent)
+        self.answer = None  # the last answer shown (a float, or a list of probabilities)
+        self.output = (ScoreView if spec.output_kind == "score" else ClassesView)(spec, name, self)
+
+    @property
+    def score(self) -> float | None:
+        return self.answer if self.spec.output_kind == "score" else None
+
+    @property
+    def probabilities(self) -> list[float] | None:
+        return self.answer if self.spec.output_kind == "class_probabilities" else None
+
+    @property
+    def bar(self):
+        return self.output.bar
+
+    @property
+    def scoreLabel(self):  # noqa: N802 (named as the other widgets)
+        return self.output.label
+
+    @property
+    def labels(self):
+        return self.output.labels
+
+    def _show_answer(self, value) -> None:
+        self.answer = value
+        self.output.show_value(value)
+
+    def show_error(self, kind: str, message: str) -> None:
+        self.output.show_error(message)
+
+
+class TextPage(_OneAnswerPage):
+    """input_kind "text": type a text, scored as you type, with the words that moved it most."""
+
+    KINDS = ("answer", "explain")
+
+    def __init__(self, spec, name, submit, parent=None):
+        super().__init__(spec, name, submit, parent)
+        self.scored_text: str | None = None  # the text `answer` is for
+        self.words: list[tuple[str, float]] = []
+        self.explained_text: str | None = None  # the text `words` explains
+        self.edit = QPlainTextEdit(objectName=f"preview{spec.noun.capitalize()}Edit")
+        self.edit.setPlaceholderText(spec.hint or f"Type a {spec.noun}")
+        self.edit.setTabChangesFocus(True)
+        self.edit.textChanged.connect(self.debounce.start)
+        self.words_table = make_table(("Word", "Effect", ""), f"{name}WordsTable")
+        self.words_table.setSortingEnabled(False)
+        self.words_table.horizontalHeaderItem(1).setToolTip(f"{spec.label} with the word minus {spec.label} "
+                                                            f"without it: + pushed it up")
+        self.wordsLabel = QLabel(self._words_text(), objectName=f"{name}WordsLabel", wordWrap=True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.edit, 1)
+        layout.addWidget(self.output)
+        if spec.explain:
+            layout.addWidget(self.wordsLabel)
+            layout.addWidget(self.words_table, 3)
+        else:
+            self.wordsLabel.hide()
+            self.words_table.hide()
+
+    def _words_text(self) -> str:
+        label = self.spec.label
+        return f"Words that pushed it most ({label} with the word minus {label} without it):"
+
+    def set_predictor(self, predictor, examples) -> None:
+        super().set_predictor(predictor, examples)
+        self.request()
+
+    def request(self) -> None:
+        self.debounce.stop()
+        predictor, text = self.predictor, self.edit.toPlainText()
+        if predictor is None:
+            return
+        if not text.strip():
+            self.answer, self.scored_text, self.words, self.explained_text = None, text, [], text
+            if isinstance(self.output, ScoreView):
+                self.output.clear(f"type a {self.spec.noun}")
+            self.words_table.setRowCount(0)
+            return
+        self._submit("answer", lambda: (text, predictor.preview_answer(text)))
+        if not self.spec.explain:
+            self.words, self.explained_text = [], text
+            return
+        if len(text) > EXPLAIN_MAX_CHARS:  # one model pass per distinct word, each over the whole text
+            self.words, self.explained_text = [], text
+            self.words_table.setRowCount(0)
+            self.wordsLabel.setText(f"The {self.spec.noun} is over {EXPLAIN_MAX_CHARS:,} characters: scored, but "
+                                    "not explained word by word.")
+            return
+        self.wordsLabel.setText(self._words_text())
+        self._submit("explain", lambda: (text, predictor.preview_explain(text)))
+
+    def show_result(self, kind: str, result) -> None:
+        text, value = result
+        if text != self.edit.toPlainText():
+            return  # typed on since: the newer request is on its way
+        if kind == "answer":
+            self.scored_text = text
+            self._show_answer(value)
+            return
+        self.words, self.explained_text = value, text
+        self.words_table.setRowCount(len(value))
+        largest = max((abs(e) for _w, e in value), default=0.0) or 1.0
+        for row, (word, effect) in enumerate(value):
+            up = effect >= 0
+            colour = UP_COLOUR if up else DOWN_COLOUR
+            cells = (NumericItem(f"{'▲' if up else '▼'} {word}", None, right=False),
+                     NumericItem(f"{effect:+.3f}", effect),
+                     NumericItem("█" * max(1, round(BAR_CHARS * abs(effect) / largest)), None, right=False))
+            for column, item in enumerate(cells):
+                item.setForeground(brush(colour))
+                self.words_table.setItem(row, column, item)
+
+
+class FeatureRowPage(_OneAnswerPage):
+    """input_kind "feature_row": a field per number (named as `predict` reads the columns), or a sample."""
+
+    def __init__(self, spec, name, submit, parent=None):
+        super().__init__(spec, name, submit, parent)
+        self.samples: list = []
+        self._next_sample = 0
+        self.asked: list[float] | None = None  # the numbers `answer` is for
+        self.inputs: list[QDoubleSpinBox] = []
+        self.fields = QGridLayout()
+        self.sampleButton = QPushButton("Sample", objectName=f"{name}SampleButton", clicked=self.sample)
+        self.sampleButton.setToolTip("Fill the fields with a point from the run's data (the next one each click)")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.sampleButton)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(self.fields)
+        layout.addLayout(buttons)
+        layout.addWidget(self.output)
+        layout.addStretch(1)
+
+    def _build_fields(self, count: int) -> None:
+        """A field per number the model reads, five to a row, each under its column's name."""
+        if count == len(self.inputs):
+            return
+        while self.fields.count():
+            self.fields.takeAt(0).widget().deleteLater()
+        self.inputs = []
+        for i in range(count):
+            box = QDoubleSpinBox(objectName=f"{self.name}Input{i}", decimals=4, minimum=-1e6, maximum=1e6,
+                                 singleStep=0.1)
+            box.setKeyboardTracking(True)
+            box.valueChanged.connect(self.debounce.start)
+            self.inputs.append(box)
+            label = QLabel(f"{self.spec.column_prefix}{i + 1}", objectName=f"{self.name}Label{i}")
+            self.fields.addWidget(label, i // 5 * 2, i % 5)
+            self.fields.addWidget(box, i // 5 * 2 + 1, i % 5)
+
+    def set_predictor(self, predictor, examples) -> None:
+        super().set_predictor(predictor, examples)
+        self._build_fields(predictor.n_features)
+        self.samples = [[float(v) for v in row] for row in (examples if examples is not None else [])]
+        self._next_sample = 0
+        self.sampleButton.setEnabled(bool(self.samples))
+        if self.samples:
+            self.sample()
+        else:
+            self.request()
+
+    def values(self) -> list[float]:
+        return [box.value() for box in self.inputs]
+
+    def sample(self) -> None:
+        if not self.samples:
+            return
+        row = self.samples[self._next_sample % len(self.samples)]
+        self._next_sample += 1
+        for box, value in zip(self.inputs, row):
+            box.blockSignals(True)
+            box.setValue(value)
+            box.blockSignals(False)
+        self.request()
+
+    def request(self) -> None:
+        self.debounce.stop()
+        predictor = self.predictor
+        if predictor is None:
+            return
+        x = self.values()
+        self._submit("answer", lambda: (x, predictor.preview_answer(x)))
+
+    def show_result(self, kind: str, result) -> None:
+        self.asked, value = result
+        self._show_answer(value)
+
+
+class FeatureRowsPage(Page):
+    """input_kind "feature_rows": a group of rows from the run's data (a query's candidates), ranked by the
+    model's score, true labels alongside and the task's measure of the order (TaskServing.preview_quality)."""
+
+    OUTPUTS = ("ranked_list",)
+
+    def __init__(self, spec, name, submit, parent=None):
+        super().__init__(spec, name, submit, parent)
+        self.queries: list = []
+        self.order: list[int] = []  # rows as shown (by score, highest first)
+        self.scores: list[float] = []  # the model's score per row, in the group's own order
+        self.measure: float | None = None  # the task's measure of the order shown (None: none, or no labels)
+        self.measure_name: str | None = None
+        self.queryCombo = QComboBox(objectName=f"preview{spec.noun.capitalize()}Combo")
+        searchable(self.queryCombo, f"search a {spec.noun} id")
+        self.queryCombo.setMinimumWidth(260)
+        self.queryCombo.currentIndexChanged.connect(lambda _i: self.request())
+        self.output = RankedListView(spec, "True label", name, self)
+        self.table, self.infoLabel = self.output.table, self.output.infoLabel
+        top = QHBoxLayout()
+        top.addWidget(QLabel(spec.noun.capitalize()))
+        top.addWidget(self.queryCombo)
+        top.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.output, 1)
+
+    def set_predictor(self, predictor, examples) -> None:
+        super().set_predictor(predictor, examples)
+        self.queries = list(examples or [])
+        self.queryCombo.blockSignals(True)
+        self.queryCombo.clear()
+        for query in self.queries:
+            self.queryCombo.addItem(f"{self.spec.noun} {query.query_id} · {len(query.doc_ids)} candidates")
+        self.queryCombo.blockSignals(False)
+        if self.queries:
+            self.queryCombo.setCurrentIndex(0)
+        self.request()
+
+    def request(self) -> None:
+        self.debounce.stop()
+        index = self.queryCombo.currentIndex()
+        predictor = self.predictor
+        if predictor is None or not 0 <= index < len(self.queries):
+            self.table.setRowCount(0)
+            self.infoLabel.setText(f"No {self.spec.noun} to pick in this run's data." if predictor is not None else "")
+            return
+        query = self.queries[index]
+
+        def run():
+            scores = predictor.preview_answer(query.features)
+            order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep the data's order
+            quality = None
+            if query.labels is not None:
+                quality = predictor.preview_quality([float(query.labels[i]) for i in order])
+            return index, scores, order, quality
+
+        self._submit("answer", run)
+
+    def show_result(self, kind: str, result) -> None:
+        index, scores, order, quality = result
+        if index != self.queryCombo.currentIndex():
+            return
+        query = self.queries[index]
+        labels = None if query.labels is None else [float(x) for x in query.labels]
+        self.scores, self.order = scores, order
+        rows = []
+        for i in order:
+            label = "" if labels is None else fmt(labels[i]).removesuffix(".0")
+            colour = UP_COLOUR if labels is not None and labels[i] > 0 else None
+            rows.append((query.doc_ids[i], scores[i], label, None if labels is None else labels[i], colour))
+        self.output.show_rows(rows)
+        self.measure_name, self.measure = quality if quality is not None else (None, None)
+        said = f"{len(scores)} candidates by the model's score"
+        if labels is None:
+            self.infoLabel.setText(f"{said} (no true labels for this {self.spec.noun})")
+        elif quality is None:
+            self.infoLabel.setText(said)
+        elif self.measure is None:
+            self.infoLabel.setText(f"{said} · every candidate has label 0: any order is as good")
+        else:
+            self.infoLabel.setText(f"{said} · {self.measure_name} of this order {self.measure:.3f} "
+                                   "(1 = the true labels' own order)")
+
+    def show_error(self, kind: str, message: str) -> None:
+        self.output.show_error(message)
+
+
+class IdSequencePage(Page):
+    """input_kind "id_sequence": an example's ids (a user's history) or ids typed, the model's top entries
+    after them, in the data's own ids (seen ones left out or marked, unknown ones named)."""
+
+    OUTPUTS = ("ranked_list",)
+
+    def __init__(self, spec, name, submit, parent=None):
+        super().__init__(spec, name, submit, parent)
+        self.users: list[tuple[object, list]] = []
+        self.id_type: type = int
+        self.result = None  # the last answer shown (core.lab.predict.Recommendation)
+        self.asked: tuple[list, bool] | None = None  # the (ids, exclude_seen) it answers
+        noun, item = spec.noun, spec.item
+        self.userCombo = QComboBox(objectName=f"preview{noun.capitalize()}Combo")
+        searchable(self.userCombo, f"search a {noun} id")
+        self.userCombo.setMinimumWidth(220)
+        self.userCombo.currentIndexChanged.connect(self._user_chosen)
+        self.historyEdit = QLineEdit(objectName="previewHistoryEdit")
+        self.historyEdit.setPlaceholderText(spec.hint or f"or type {item} ids, oldest first")
+        self.historyEdit.setClearButtonEnabled(True)
+        self.historyEdit.textChanged.connect(self.debounce.start)
+        self.historyEdit.textEdited.connect(self._history_edited)
+        self.excludeCheck = QCheckBox(f"Exclude {item}s already seen", objectName="previewExcludeSeenCheck")
+        self.excludeCheck.setChecked(True)
+        self.excludeCheck.toggled.connect(self.request)
+        self.output = RankedListView(spec, "Seen", name, self)
+        self.table, self.infoLabel = self.output.table, self.output.infoLabel
+        top = QHBoxLayout()
+        top.addWidget(QLabel(noun.capitalize()))
+        top.addWidget(self.userCombo)
+        top.addWidget(QLabel("History"))
+        top.addWidget(self.historyEdit, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.excludeCheck)
+        layout.addWidget(self.output, 1)
+
+    def set_predictor(self, predictor, examples) -> None:
+        super().set_predictor(predictor, examples)
+        self.users = list(examples or [])
+        first = next((h[0] for _u, h in self.users if len(h)), None)
+        self.id_type = str if isinstance(first, str) else int
+        self.userCombo.blockSignals(True)
+        self.userCombo.clear()
+        for user, history in self.users:
+            self.userCombo.addItem(f"{self.spec.noun} {user} · {len(history)} {self.spec.item}s")
+        self.userCombo.blockSignals(False)
+        if self.users:
+            self.userCombo.setCurrentIndex(0)
+            self._user_chosen(0)
+        else:
+            self.request()
+
+    def select_user(self, index: int) -> None:
+        self.userCombo.setCurrentIndex(index)
+
+    def _user_chosen(self, index: int) -> None:
+        if 0 <= index < len(self.users):
+            self.historyEdit.setText(", ".join(str(i) for i in self.users[index][1]))
+            self.request()
+
+    def _history_edited(self, _text: str) -> None:
+        """Typed ids are no longer the picked example's: the picker says so by showing none."""
+        index = self.userCombo.currentIndex()
+        if 0 <= index < len(self.users) and self.history() != list(self.users[index][1]):
+            self.userCombo.blockSignals(True)
+            self.userCombo.setCurrentIndex(-1)
+            self.userCombo.blockSignals(False)
+
+    def history(self) -> list:
+        return parse_ids(self.historyEdit.text(), self.id_type)
+
+    def request(self) -> None:
+        self.debounce.stop()
+        predictor = self.predictor
+        if predictor is None:
+            return
+        history, exclude = self.history(), self.excludeCheck.isChecked()
+        self._submit("answer", lambda: ((history, exclude), predictor.preview_answer(history, exclude_seen=exclude)))
+
+    def show_result(self, kind: str, result) -> None:
+        self.asked, rec = result
+        self.result = rec
+        self.output.show_rows([(item, score, "seen" if seen else "", None, MUTED_COLOUR if seen else None)
+                               for item, score, seen in zip(rec.items, rec.scores, rec.seen)])
+        history, exclude = self.asked
+        item = self.spec.item
+        parts = [f"Top {len(rec.items)} next {item}s after {len(history) - len(rec.unknown)} known {item}(s)"
+                 + (", already seen ones left out" if exclude else ", already seen ones marked")]
+        if rec.unknown:
+            shown = ", ".join(str(u) for u in rec.unknown[:SHOWN_UNKNOWN])
+            shown += " …" if len(rec.unknown) > SHOWN_UNKNOWN else ""
+            parts.append(coloured(f"not in the model's {item}s (ignored): {shown}", DOWN_COLOUR))
+        self.infoLabel.setText("<br>".join(parts))
+
+    def show_error(self, kind: str, message: str) -> None:
+        self.output.show_error(message)
+
+
+# the page for each input kind (core.tasks.serving.PREVIEW_INPUTS); a page says which output kinds it shows
+PAGES = {"text": TextPage, "feature_row": FeatureRowPage, "feature_rows": FeatureRowsPage,
+         "id_sequence": IdSequencePage}
+
+
+def page_class(spec) -> type[Page] | None:
+    """The page for a PreviewSpec's kinds; None when no page shows that pair."""
+    cls = PAGES.get(spec.input_kind)
+    return cls if cls is not None and spec.output_kind in cls.OUTPUTS else None
+

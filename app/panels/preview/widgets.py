@@ -1,0 +1,189 @@
+"""The preview pages' parts: colours, bars, tables, pickers, and one view per output kind (a score, class
+probabilities, a ranked list), built from a task's PreviewSpec (core.tasks.serving) with no task named."""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox, QCompleter, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget,
+)
+
+from app.panels.tool_dialog import ERROR_COLOUR
+from app.panels.tuning import NumericItem, make_table
+
+UP_COLOUR = "#2e9b57"
+DOWN_COLOUR = "#d0453c"
+MUTED_COLOUR = "#8a8f98"
+
+
+# ============================================================================== plain helpers (no Qt)
+def parse_ids(text: str, like: type | None = int) -> list:
+    """Ids typed as '3, 17 42' -> [3, 17, 42]. Ids are ints when the run's ids are ints and the token is one,
+    else the text itself (the model names what it does not know)."""
+    tokens = [t for t in re.split(r"[\s,;]+", text.strip()) if t]
+    if like is str:
+        return tokens
+    ids = []
+    for token in tokens:
+        try:
+            ids.append(int(token))
+        except ValueError:
+            ids.append(token)
+    return ids
+
+
+def fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def coloured(text: str, colour: str) -> str:
+    return f"<span style='color:{colour}'>{text}</span>"
+
+
+# ============================================================================== small widgets
+def bar(name: str) -> QProgressBar:
+    widget = QProgressBar(objectName=name)
+    widget.setRange(0, 1000)
+    widget.setTextVisible(False)
+    widget.setFixedHeight(14)
+    return widget
+
+
+def set_bar(widget: QProgressBar, value: float, colour: str) -> None:
+    widget.setValue(round(max(0.0, min(1.0, value)) * 1000))
+    widget.setStyleSheet(f"QProgressBar::chunk {{ background: {colour}; }}")
+
+
+def brush(colour: str):
+    from PySide6.QtGui import QBrush, QColor
+
+    return QBrush(QColor(colour))
+
+
+def fixed_columns(table) -> None:
+    """Columns as wide as their contents (at least 80 px), none stretched: a score and its label stay side by
+    side instead of across the dialog."""
+    table.setSortingEnabled(False)
+    header = table.horizontalHeader()
+    header.setStretchLastSection(False)
+    header.setMinimumSectionSize(80)
+
+
+def searchable(combo: QComboBox, placeholder: str) -> None:
+    """An editable combo whose typed text filters its items (anywhere in the text, any case)."""
+    combo.setEditable(True)
+    combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+    combo.lineEdit().setPlaceholderText(placeholder)
+    completer = combo.completer()
+    completer.setFilterMode(Qt.MatchFlag.MatchContains)
+    completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+    completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+
+
+# ============================================================================== one view per output kind
+class ScoreView(QWidget):
+    """output_kind "score": the number (spec.label) as a bar, its value and its verdict (spec.classes: below
+    and from 0.5)."""
+
+    def __init__(self, spec, name: str, parent=None):
+        super().__init__(parent)
+        self.spec = spec
+        self.bar = bar(f"{name}Bar")
+        self.label = QLabel("–", objectName=f"{name}Score")
+        self.label.setMinimumWidth(150)
+        self.label.setTextFormat(Qt.TextFormat.RichText)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel(spec.label))
+        row.addWidget(self.bar, 1)
+        row.addWidget(self.label)
+
+    def clear(self, text: str) -> None:
+        self.bar.setValue(0)
+        self.label.setText(coloured(text, MUTED_COLOUR))
+
+    def show_value(self, value: float) -> None:
+        up = value >= 0.5
+        colour = UP_COLOUR if up else DOWN_COLOUR
+        set_bar(self.bar, value, colour)
+        verdicts = tuple(self.spec.classes) or ("low", "high")
+        self.label.setText(f"<b>{value:.3f}</b> {coloured(verdicts[-1] if up else verdicts[0], colour)}")
+
+    def show_error(self, message: str) -> None:
+        self.label.setText(coloured("failed", ERROR_COLOUR))
+        self.label.setToolTip(message)
+
+
+class ClassesView(QWidget):
+    """output_kind "class_probabilities": a bar and a number per class (spec.classes), the likeliest in colour,
+    and what the model says."""
+
+    def __init__(self, spec, name: str, parent=None):
+        super().__init__(parent)
+        self.classes = tuple(spec.classes) or ("class 0", "class 1")
+        self.bars: list[QProgressBar] = []
+        self.labels: list[QLabel] = []
+        grid = QGridLayout()
+        grid.setContentsMargins(0, 0, 0, 0)
+        for c, class_name in enumerate(self.classes):
+            widget = bar(f"{name}Class{c}Bar")
+            label = QLabel("–", objectName=f"{name}Class{c}Label")
+            label.setMinimumWidth(60)
+            grid.addWidget(QLabel(class_name), c, 0)
+            grid.addWidget(widget, c, 1)
+            grid.addWidget(label, c, 2)
+            self.bars.append(widget)
+            self.labels.append(label)
+        self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(grid)
+        layout.addWidget(self.infoLabel)
+
+    def show_value(self, probabilities: list[float]) -> None:
+        top = max(range(len(probabilities)), key=lambda c: probabilities[c])
+        for c, (widget, label) in enumerate(zip(self.bars, self.labels)):
+            p = probabilities[c] if c < len(probabilities) else 0.0
+            set_bar(widget, p, UP_COLOUR if c == top else MUTED_COLOUR)
+            label.setText(f"{p:.3f}")
+        said = self.classes[top] if top < len(self.classes) else f"class {top}"
+        self.infoLabel.setText(f"The model says {said}.")
+
+    def show_error(self, message: str) -> None:
+        self.infoLabel.setText(coloured(message, ERROR_COLOUR))
+
+
+class RankedListView(QWidget):
+    """output_kind "ranked_list": a table of entries by the model's score, highest first (rank, entry, score and
+    a last column the input kind names: a seen mark, a true label), and a line about the list."""
+
+    def __init__(self, spec, last_column: str, name: str, parent=None):
+        super().__init__(parent)
+        self.table = make_table(("Rank", spec.item.capitalize(), "Score", last_column), f"{name}Table")
+        fixed_columns(self.table)
+        self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
+        self.infoLabel.setTextFormat(Qt.TextFormat.RichText)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.infoLabel)
+        layout.addWidget(self.table, 1)
+
+    def show_rows(self, rows) -> None:
+        """rows: (entry, score, last cell's text, its sort value or None, colour or None) in rank order."""
+        self.table.setRowCount(len(rows))
+        for row, (entry, score, last, last_value, colour) in enumerate(rows):
+            cells = (NumericItem(str(row + 1), row + 1), NumericItem(str(entry), None, right=False),
+                     NumericItem(f"{score:.4f}", float(score)),
+                     NumericItem(last, last_value, right=last_value is not None))
+            for column, cell in enumerate(cells):
+                if colour is not None and (column == 3 or colour == MUTED_COLOUR):
+                    cell.setForeground(brush(colour))
+                self.table.setItem(row, column, cell)
+
+    def show_error(self, message: str) -> None:
+        self.table.setRowCount(0)
+        self.infoLabel.setText(coloured(message, ERROR_COLOUR))
