@@ -4,18 +4,17 @@ checkpoint), reveal the folder, delete, overlay their curves on the plots, compa
 (app.panels.run_compare, under the table), and edit the selected run's note (note.txt in its folder, written off
 the GUI thread; the periodic rescan never overwrites a note being edited).
 
-The panel knows nothing of the window: it emits requests (loadSettingsRequested, resumeRequested,
-exportRequested, overlayRequested, clearOverlaysRequested) that main_window wires. Scanning the folder, reading metrics.jsonl and
-deleting run folders happen off the GUI thread (app.run.jobs.JobRunner). The table refreshes on Refresh, when
-it is shown, when a run folder appears or goes (a file-system watcher on the runs folder) and, while it is
-visible, every few seconds (the runs root's index: only changed folders are read; a CLI run that finished
-meanwhile shows up). The rows (app.panels.runs_model) are made in the scan job; a row's texts are row_cells'.
+The panel knows nothing of the window: it emits requests (loadSettingsRequested, resumeRequested, exportRequested,
+overlayRequested, clearOverlaysRequested) that main_window wires. Scanning the folder, reading metrics.jsonl and
+deleting run folders happen off the GUI thread (app.run.jobs.JobRunner). The table refreshes on Refresh, when it
+is shown, when a run folder appears or goes (a file-system watcher on the runs folder) and, while it is visible,
+every few seconds (the runs root's index: only changed folders are read; a CLI run that finished meanwhile shows
+up). The rows (app.panels.runs_model) are made in the scan job; a row's texts are row_cells'.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,96 +22,45 @@ from pathlib import Path
 from PySide6.QtCore import QFileSystemWatcher, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QMenu, QMessageBox, QPlainTextEdit,
-    QPushButton, QSizePolicy, QSplitter, QTableView, QToolButton, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QSplitter,
+    QTableView,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.panels.remote_history import RemoteHistory, with_remote_rows
 from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
+from app.panels.run_rows import (
+    COLUMNS,
+    FILTERED,
+    checkpoint_of,
+    describe_checkpoint,
+    overlay_label,
+    row_cells,
+    row_tooltip,
+)
 from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
 from app.run.jobs import JobRunner
 from core.engine import run_record
-from core.engine.run_folder import METRICS_FILE, is_in_use, recorded_checkpoint
+from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import indexed_records
 from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
-from core.files import UnreadableFile, read_jsonl
-from core.text import duration, printable
+from core.files import read_jsonl
+from core.text import printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
-COLUMNS = ("name", "task", "status", "precision", "device", "steps", "best", "wall time", "started", "note")
-NOTE_COLUMN = 9
-FILTERED = (0, 1, 2, 3, 8, NOTE_COLUMN)  # the filter box matches name, task, status, precision, start, note
-
-
-def _number(value) -> str:
-    if not isinstance(value, (int, float)):
-        return str(value)
-    return f"{value:.4g}"
-
-
-def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:
-    """(the texts shown, the sort keys) of one run's row."""
-    best = run.get("best") or {}
-    best_value = best.get("value")
-    best_text = f"{best.get('name')} {_number(best_value)}" if best_value is not None else "-"
-    steps, total = run.get("steps"), run.get("total_steps")
-    steps_text = "-" if steps is None else (f"{steps:,}/{total:,}" if isinstance(total, int) and total
-                                            and isinstance(steps, int) else f"{steps}")
-    start = run.get("start_time") or ""
-    note = " ".join(str(run.get("note") or "").split())  # one line in the table (the tooltip has it all)
-    status = f"unreadable: {run['unreadable']}" if run.get("unreadable") else str(run.get("status") or "-")
-    texts = tuple(printable(t) for t in (  # read from the run's files: control characters shown as escapes
-        str(run.get("name") or "-"), str(run.get("task") or "-"), status,
-        str(run.get("precision") or "-"), str(run.get("device") or "-"), steps_text, best_text,
-        duration(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-", note))
-    # one type per column, so Qt compares them natively (a Python lessThan costs seconds at 10,000 rows)
-    numeric_best = float(best_value) if isinstance(best_value, (int, float)) else float("inf")
-    wall = run.get("wall_seconds")
-    keys = (texts[0].lower(), texts[1], texts[2], texts[3], texts[4],
-            int(steps) if isinstance(steps, (int, float)) else -1, numeric_best,
-            float(wall) if isinstance(wall, (int, float)) else -1.0, start, note.lower())
-    return texts, keys
-
-
-def row_tooltip(run: dict, column: int) -> str:
-    """A row's tooltip: the note in full on the note column, else the folder, id and the run's message."""
-    message = run.get("message") or (f"unreadable: {run['unreadable']}" if run.get("unreadable") else "")
-    if column == NOTE_COLUMN and run.get("note"):
-        return printable(run["note"], keep_newlines=True)
-    return "\n".join(printable(t) for t in (run.get("folder"), f"id {run.get('id')}", message) if t)
-
-
-
-_DATED = re.compile(r"^(\d{8})-(\d{2})(\d{2})(\d{2})-(.+)$")  # core.engine.run_record.new_run_folder's names
-
-
-def overlay_label(run: dict) -> str:
-    """A run's legend entry on the plots: short enough for a legend row. A dated folder name
-    (20261201-023712-tiny-bf16) reads "tiny-bf16 02:37"; the precision is added when the name lacks it."""
-    name = printable(run.get("name") or "?")
-    dated = _DATED.match(name.rsplit("/", 1)[-1])
-    if dated:
-        prefix = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
-        name = f"{prefix}{dated.group(5)} {dated.group(2)}:{dated.group(3)}"
-    precision = str(run.get("precision") or "?")
-    return name if precision in re.split(r"[-_ /.]", name) else f"{name} · {precision}"
-
-
-def checkpoint_of(run: dict, which: str = "last") -> tuple[str | None, str | None]:
-    """(the path of the run's last or best checkpoint, None) from run.json's checkpoints, kept inside the run
-    folder (run_folder.recorded_checkpoint); (None, None) when it is not on disk, (None, why) when refused."""
-    path = ((run.get("checkpoints") or {}).get(which) or {}).get("path")
-    if not path or not isinstance(path, str):
-        return None, None
-    try:
-        return str(recorded_checkpoint(run["folder"], path)), None
-    except FileNotFoundError:
-        return None, None
-    except (UnreadableFile, OSError) as exc:
-        return None, f"{printable(run.get('name') or '?')}: {exc}"
-
-
 def delete_run(folder: str, root: str | os.PathLike) -> str:
     """Delete a run folder of the runs root `root` as `amp-console runs delete` does (run_record.delete_run:
     never outside the root, never through a link, never one a live run holds); RunDeleteError says why not."""
@@ -128,7 +76,8 @@ class HistoryPanel(QWidget):
     exportRequested = Signal(str)  # a checkpoint path to export (the run's best or last)
     evaluated = Signal(dict)  # the evaluation report (core.lab.evaluation_report) of a checkpoint measured
     previewRequested = Signal(str)  # a run folder to try in the Model preview (its best, else last, checkpoint)
-    overlayRequested = Signal(list)  # [(label, app.plot_points.OverlayPoints parsed from metrics.jsonl, metric name or None)]
+    # [(label, app.plot_points.OverlayPoints parsed from metrics.jsonl, metric name or None)]
+    overlayRequested = Signal(list)
     clearOverlaysRequested = Signal()
     scanned = Signal(int)  # rows after a scan
     rootChosen = Signal(str)  # the user moved the runs root ('' = back to the default)
@@ -145,7 +94,8 @@ class HistoryPanel(QWidget):
         self._scan_started = 0.0
         self._rescan = False
         self._scan_serial = 0  # counts scans started (a note saved is shown until a later scan reads it)
-        self._saved_notes: dict[str, list] = {}  # folder -> [note, serial of the last scan started before it was on disk (None: being written)]
+        # folder -> [note, serial of the last scan started before it was on disk (None: being written)]
+        self._saved_notes: dict[str, list] = {}
         self._note_folder: str | None = None  # the run whose note is in the editor
         self._note_loaded = ""  # its note as last read or saved: the editor is 'edited' when it differs
         self._syncing = False  # a rescan is replacing the rows: the selection is not the user's
@@ -170,8 +120,8 @@ class HistoryPanel(QWidget):
                                    "this list shows (the CLI uses --runs-dir or $" + RUNS_DIR_ENV + ")")
         self.rootDefaultButton = QPushButton("Default", objectName="historyRootDefaultButton",
                                              clicked=lambda: self.rootChosen.emit(""))
-        self.rootDefaultButton.setToolTip(f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else "
-                                          f"{runs_root(None) if not os.environ.get(RUNS_DIR_ENV) else 'your data folder'}")
+        default = runs_root(None) if not os.environ.get(RUNS_DIR_ENV) else "your data folder"
+        self.rootDefaultButton.setToolTip(f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else {default}")
         root_row = QHBoxLayout()
         root_row.addWidget(self.rootLabel, 1)
         root_row.addWidget(self.rootButton)
@@ -426,12 +376,12 @@ class HistoryPanel(QWidget):
         self.evaluateButton.setEnabled(one and (last or best) is not None and self._evaluating is None)
         self.previewButton.setEnabled(one and (last or best) is not None)
         if one:
-            self.resumeLastAction.setText(f"From the last checkpoint{self._describe(runs[0], 'last')}")
-            self.resumeBestAction.setText(f"From the best checkpoint{self._describe(runs[0], 'best')}")
-            self.exportBestAction.setText(f"The best checkpoint{self._describe(runs[0], 'best')}")
-            self.exportLastAction.setText(f"The last checkpoint{self._describe(runs[0], 'last')}")
-            self.evaluateBestAction.setText(f"The best checkpoint{self._describe(runs[0], 'best')}")
-            self.evaluateLastAction.setText(f"The last checkpoint{self._describe(runs[0], 'last')}")
+            self.resumeLastAction.setText(f"From the last checkpoint{describe_checkpoint(runs[0], 'last')}")
+            self.resumeBestAction.setText(f"From the best checkpoint{describe_checkpoint(runs[0], 'best')}")
+            self.exportBestAction.setText(f"The best checkpoint{describe_checkpoint(runs[0], 'best')}")
+            self.exportLastAction.setText(f"The last checkpoint{describe_checkpoint(runs[0], 'last')}")
+            self.evaluateBestAction.setText(f"The best checkpoint{describe_checkpoint(runs[0], 'best')}")
+            self.evaluateLastAction.setText(f"The last checkpoint{describe_checkpoint(runs[0], 'last')}")
         for action, path in ((self.resumeLastAction, last), (self.resumeBestAction, best),
                              (self.exportLastAction, last), (self.exportBestAction, best),
                              (self.evaluateLastAction, last), (self.evaluateBestAction, best)):
@@ -474,17 +424,6 @@ class HistoryPanel(QWidget):
     def _checkpoint(run: dict, which: str = "last") -> str | None:
         """The path of the run's last or best checkpoint (checkpoint_of), None when there is none to use."""
         return checkpoint_of(run, which)[0]
-
-    @staticmethod
-    def _describe(run: dict, which: str) -> str:
-        """' (step 20, accuracy 0.91)' for a menu entry: the checkpoint's step and, for the best, its value."""
-        entry = (run.get("checkpoints") or {}).get(which) or {}
-        step = entry.get("step")
-        parts = [f"step {step:,}"] if isinstance(step, int) else []
-        best = run.get("best") or {}
-        if which == "best" and best.get("value") is not None and (step is None or best.get("step") == step):
-            parts.append(f"{best.get('name')} {_number(best['value'])}")
-        return printable(f" ({', '.join(parts)})") if parts else ""
 
     # ------------------------------------------------------------------ the note
     def _sync_note_editor(self, run: dict | None) -> None:

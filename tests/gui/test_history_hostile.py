@@ -78,7 +78,7 @@ def test_delete_never_leaves_the_runs_root_through_a_link(qtbot, tmp_path, monke
 
 
 def test_a_row_is_drawn_for_any_field_of_any_type(tmp_path):
-    from app.panels.history import row_cells
+    from app.panels.run_rows import row_cells
     from core.engine.run_record import read_run
 
     folder = fake_run(tmp_path / "runs", "run", "a1b2c3d4e5")

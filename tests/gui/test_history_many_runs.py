@@ -96,7 +96,7 @@ def test_thousands_of_runs_open_list_filter_and_sort(qtbot, big_root, monkeypatc
 
 
 def panel_haystack(run: dict) -> str:
-    from app.panels.history import FILTERED, row_cells
+    from app.panels.run_rows import FILTERED, row_cells
 
     texts, _keys = row_cells(run)
     return " ".join(texts[c] for c in FILTERED).lower()

@@ -222,7 +222,7 @@ def fake_history(qtbot, root: Path, *, best_step: int | None = 60, dialog=None):
 
 
 def note_cell(panel, name: str) -> str:
-    from app.panels.history import NOTE_COLUMN
+    from app.panels.run_rows import NOTE_COLUMN
 
     row = next(r for r in range(panel.proxy.rowCount()) if panel.proxy.index(r, 0).data() == name)
     return panel.proxy.index(row, NOTE_COLUMN).data()
@@ -400,7 +400,7 @@ def test_a_scan_that_read_the_folder_before_the_note_was_written_does_not_undo_i
 
 
 def test_overlay_labels_are_short_enough_for_a_legend_row():
-    from app.panels.history import overlay_label
+    from app.panels.run_rows import overlay_label
 
     assert overlay_label({"name": "20261201-023712-recommender-bf16", "precision": "bf16"}) == "recommender-bf16 02:37"
     assert overlay_label({"name": "sweep/20261201-023712-tiny-auto", "precision": "fp32"}) == \

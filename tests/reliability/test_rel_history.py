@@ -352,7 +352,7 @@ def test_a_checkpoint_path_in_run_json_never_leads_out_of_the_run_folder(root, t
 
 
 def test_the_windows_history_uses_no_checkpoint_outside_the_run_folder(root):
-    from app.panels.history import checkpoint_of
+    from app.panels.run_rows import checkpoint_of
     from core.engine.run_record import read_run
 
     (root / "good" / "checkpoint.pt").write_bytes(b"ours")
