@@ -53,7 +53,7 @@ from app.panels.run_rows import (
 )
 from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
 from app.run.jobs import JobRunner
-from core.engine import run_record
+from core.engine import run_delete
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import indexed_records
 from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
@@ -62,9 +62,9 @@ from core.text import printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
 def delete_run(folder: str, root: str | os.PathLike) -> str:
-    """Delete a run folder of the runs root `root` as `amp-console runs delete` does (run_record.delete_run:
+    """Delete a run folder of the runs root `root` as `amp-console runs delete` does (run_delete.delete_run:
     never outside the root, never through a link, never one a live run holds); RunDeleteError says why not."""
-    run_record.delete_run(root, folder)
+    run_delete.delete_run(root, folder)
     return folder
 
 

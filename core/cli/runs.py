@@ -23,17 +23,10 @@ from pathlib import Path
 from core.cli import format as fmt
 from core.cli.common import fail_bad_input
 from core.cli.long_table import LongTable
+from core.engine.run_delete import RunDeleteError, check_deletable, delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import listed_runs, runs_named
-from core.engine.run_record import (
-    RUNS_DIR_ENV,
-    RunDeleteError,
-    check_deletable,
-    delete_run,
-    find_runs,
-    runs_root,
-    write_note,
-)
+from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
 from core.files import UnreadableFile, read_jsonl
 from core.text import printable
 

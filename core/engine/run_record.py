@@ -2,12 +2,13 @@
 
 RunRecord turns the run's events into one small JSON object, written atomically (core.files) at RunStarted, at
 each last-checkpoint save and at RunEnded; validation metrics and best checkpoints, which can come every few
-steps, are written at most every WRITE_SECONDS (the next event after that interval writes what is pending), so
-an atomic write with its fsyncs never becomes a per-epoch cost of a small model. It holds: id (stable across resumes into the same folder), task,
-status, device, precision, versions, times, steps, final loss and metrics, the best value of the task's primary
-metric, the checkpoints, the config. `read_run(folder)` reads it back for `amp-console runs`: a record that says
-"running" while no live run holds the folder (core.engine.run_folder.is_in_use) reads as "interrupted". An
-older folder with metrics.jsonl but no run.json is summarised from its first and last lines only.
+steps, are written at most every WRITE_SECONDS (the next event after that interval writes what is pending), so an
+atomic write with its fsyncs never becomes a per-epoch cost of a small model. It holds: id (stable across resumes
+into the same folder), task, status, device, precision, versions, times, steps, final loss and metrics, the best
+value of the task's primary metric, the checkpoints, the config. `read_run(folder)` reads it back for `amp-console
+runs`: a record that says "running" while no live run holds the folder (core.engine.run_folder.is_in_use) reads as
+"interrupted". An older folder with metrics.jsonl but no run.json is summarised from its first and last lines
+only.
 
 The user's free-text note on a run lives in its own file, `note.txt` (write_note / read_note), never in
 run.json: the running engine rewrites run.json, so a note saved during a run would be lost. read_run adds it as
@@ -16,19 +17,15 @@ run.json: the running engine rewrites run.json, so a note saved during a run wou
 A run folder is anyone's to edit, copy or craft: every file here is read as core.files' record readers read
 (a regular file, never a link, a FIFO or a device; bounded size and depth) and run.json's fields are checked
 for type (record_problem), so one bad folder reads as one "unreadable" run and every other run still lists.
-delete_run is the one way a run folder is deleted (`runs delete`, the window): never outside the runs root,
-never through a link.
+Deleting a run folder is core.engine.run_delete's.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import platform
 import secrets
-import shutil
-import stat
 import sys
 import time
 from datetime import datetime, timezone
@@ -39,13 +36,10 @@ from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
 from core.files import (
     UnreadableFile,
     atomic_write_bytes,
-    file_kind,
-    is_inside,
     open_regular,
     parse_json,
     read_json_record,
     read_regular,
-    shown_path,
 )
 
 RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs root (see runs_root)
@@ -56,8 +50,6 @@ NOTE_MAX_BYTES = 64 * 1024  # a longer note.txt is read up to this many bytes
 RECORD_VERSION = 1
 WRITE_SECONDS = 2.0  # evaluations and best checkpoints reach run.json at most this late (see the module doc)
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
-_NO_LINK = getattr(os, "O_NOFOLLOW", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def user_data_dir() -> Path:
@@ -557,71 +549,3 @@ def find_runs(root: str | os.PathLike) -> list[dict]:
     from core.engine.run_index import indexed_runs  # it imports this module
 
     return indexed_runs(root)
-
-
-# ----------------------------------------------------------------- deleting a run
-
-class RunDeleteError(Exception):
-    """A run folder that is not deleted (or not wholly): str() is the one-line reason."""
-
-
-def check_deletable(root: str | os.PathLike, folder: str | os.PathLike) -> Path:
-    """`folder` as an absolute path when it may be deleted as a run of the runs root `root`: a real folder
-    strictly under `root`, reached without a link (the root itself may be one), that no live run holds.
-    RunDeleteError says why not."""
-    shown = shown_path(folder)
-    base, path = Path(os.path.abspath(root)), Path(os.path.abspath(folder))
-    try:
-        parts = path.relative_to(base).parts
-    except ValueError:
-        parts = ()
-    outside = RunDeleteError(f"{shown} is not a folder under the runs root {shown_path(root)}: not deleted")
-    if not parts or ".." in parts:
-        raise outside
-    current = base
-    for part in parts:
-        current = current / part
-        try:
-            mode = os.lstat(current).st_mode
-        except FileNotFoundError:
-            raise RunDeleteError(f"{shown}: no such run folder (deleted already?)") from None
-        except OSError as exc:
-            raise RunDeleteError(f"cannot delete {shown}: {exc.strerror or type(exc).__name__}") from None
-        if stat.S_ISLNK(mode):
-            which = shown if current == path else f"{shown}: {shown_path(current)}"
-            raise RunDeleteError(f"{which} is a symbolic link; only real run folders under the runs root are "
-                                 f"deleted (remove the link itself if you meant it)")
-        if not stat.S_ISDIR(mode):
-            raise RunDeleteError(f"{shown} is {file_kind(mode)}, not a run folder: not deleted")
-    if not is_inside(base, path):
-        raise outside
-    if is_in_use(path):
-        raise RunDeleteError(f"{shown} is in use by a running run; stop it first")
-    return path
-
-
-def delete_run(root: str | os.PathLike, folder: str | os.PathLike) -> None:
-    """Delete the run folder `folder` of the runs root `root` and everything in it, after check_deletable.
-    The folder is reached from the root one folder at a time without following a link, and links inside it are
-    removed, never followed (shutil.rmtree's descriptor-based walk), so nothing outside the root is touched even
-    if a part of the path is swapped for a link meanwhile. An OS error is a RunDeleteError (one line)."""
-    path = check_deletable(root, folder)
-    base = Path(os.path.abspath(root))
-    parts = path.relative_to(base).parts
-    try:
-        if sys.version_info >= (3, 11) and getattr(shutil.rmtree, "avoids_symlink_attacks", False) and _NO_LINK:
-            fds = [os.open(base, os.O_RDONLY | _DIRECTORY)]
-            try:
-                for part in parts[:-1]:
-                    fds.append(os.open(part, os.O_RDONLY | _DIRECTORY | _NO_LINK, dir_fd=fds[-1]))
-                shutil.rmtree(parts[-1], dir_fd=fds[-1])
-            finally:
-                for fd in fds:
-                    os.close(fd)
-        else:
-            shutil.rmtree(path)
-    except OSError as exc:
-        hint = "; check its permissions" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
-        raise RunDeleteError(f"could not delete {shown_path(folder)}: {exc.strerror or type(exc).__name__}"
-                             f"{hint}") from None
-

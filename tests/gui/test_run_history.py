@@ -174,8 +174,8 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
     assert not (runs_root / "crashed").exists()
 
     from app.panels.history import delete_run
+    from core.engine.run_delete import RunDeleteError
     from core.engine.run_folder import claim_run_folder
-    from core.engine.run_record import RunDeleteError
 
     claim = claim_run_folder(runs_root / "bf16-run", resume_from=runs_root / "bf16-run" / "checkpoint.pt")
     try:  # a live run holds the folder (its run.json may not say so yet): never deleted

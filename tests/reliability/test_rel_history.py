@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from core.cli.main import main
-from core.engine.run_record import RunDeleteError, delete_run, find_runs, read_run
+from core.engine.run_delete import RunDeleteError, delete_run
+from core.engine.run_record import find_runs, read_run
 from tests.test_runs_cli import fake_run
 
 pytestmark = pytest.mark.reliability
