@@ -15,7 +15,8 @@ from PySide6.QtCore import Signal
 
 import app.file_actions
 from app.file_actions import checkpoint_choices
-from app.panels.plots import LOSS_COLOUR, METRIC_COLOURS, OVERLAY_COLOURS, PlotsPanel
+from app.panels.plot_overlays import OVERLAY_COLOURS
+from app.panels.plots import LOSS_COLOUR, METRIC_COLOURS, PlotsPanel
 from app.plot_points import OverlayPoints, history_points, overlay_points
 from core.engine.events import EvalMetrics, RunStarted, StepMetrics
 
