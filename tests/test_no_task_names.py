@@ -16,10 +16,9 @@ from core.tasks import TASK_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Still to clean, each to ask the task instead: the standalone serve.py (stdlib + torch only: it cannot import
-# the tasks, so its per-task serving must travel in the export), `data generate`'s per-task generators and the
-# preview panel's per-task pages.
-REMAINDER = ("core/lab/serve.py", "core/cli/data.py", "app/panels/preview.py")
+# Still to clean, each to ask the task instead: `data generate`'s per-task generators and the preview panel's
+# per-task pages.
+REMAINDER = ("core/cli/data.py", "app/panels/preview.py")
 
 
 def _names_a_task(node: ast.AST) -> bool:

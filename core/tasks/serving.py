@@ -15,6 +15,14 @@ its training code. `Task.serving()` is an instance for the task's options; for a
 - `file_scorer`: the FileScorer class `amp-console predict` scores a file with (core.runs.file_predict): the
   columns it reads (`input_columns`, `column_pattern`), the output table's columns (`schema`, set from the
   file it reads) and `score`, a batch of rows in, output tables out.
+
+What the export's standalone serve.py (core/lab/serve.py, stdlib + torch, it imports nothing of this project)
+does for the task travels in the export as a module of its own:
+
+- `standalone`: the file name of the task's serving module for serve.py, beside the serving part's own module
+  (core/tasks/<task>_standalone.py): standard library and torch only, `forward`, `ALIASES` and `Serving` as
+  serve.py's module doc says; `amp-console export` copies it into the export folder under that name and names
+  it in the manifest (`serving_module`); `standalone_source()` is its bytes.
 """
 
 from __future__ import annotations
@@ -78,6 +86,16 @@ class TaskServing(ABC):
     def shape(self, model: nn.Module) -> ServingShape:
         """The facts about `model` the predictor reads."""
         return ServingShape()
+
+    # ---- the export's serve.py: the task's standalone serving module (see the module doc)
+    standalone: ClassVar[str]  # its file name, beside the module of the serving part's class
+
+    def standalone_source(self) -> bytes:
+        """The task's serving module for serve.py, byte for byte (it imports nothing of this project)."""
+        import inspect
+        from pathlib import Path
+
+        return Path(inspect.getfile(type(self))).with_name(self.standalone).read_bytes()
 
 
 class FileScorer:
