@@ -72,10 +72,11 @@ import sys
 import types
 from pathlib import Path
 
-__all__ = ["IncompleteExport", "Rows", "RowError", "Served", "UnsafeExport", "check_program", "load",
-           "load_module", "load_program", "main"]
+__all__ = ["KIT", "IncompleteExport", "RowError", "Rows", "Served", "UnsafeExport", "check_program", "is_loopback",
+           "load", "load_module", "load_program", "main", "parse_json", "serve_csv", "serve_http", "serve_json_lines",
+           "serving_module"]
 
-HERE = Path(__file__).resolve().parent  # serve_http.py and serve_program.py lie beside this file
+HERE = Path(__file__).resolve().parent  # serve_http.py, serve_lines.py and serve_program.py lie beside this file
 
 
 def load(folder):
@@ -155,7 +156,7 @@ def serving_module(folder, manifest):
     name = manifest.get("serving_module")
     if name is None:  # written before the task's serving code travelled with the export
         name = f"{manifest.get('task')}_standalone.py"
-        if not os.path.lexists(os.path.join(folder, name)):
+        if _MODULE_NAME.fullmatch(name) and not os.path.lexists(os.path.join(folder, name)):
             raise IncompleteExport(
                 f"{folder}: the export holds no serving module (its manifest.json names none: it was written "
                 f"before the task's serving code travelled with the export): serve it with the serve.py in that "
