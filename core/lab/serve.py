@@ -52,7 +52,9 @@ answer), `columns` (the answer's), `predict(inputs, k)` (a non-empty list of the
 answer each), `row_input(values)` (a row's values by normal name: the model's input, kit.RowError for a bad
 row), `answer(result)` (one result as the answer's dict) and, where a CSV row is not one answer,
 `csv_columns(copied)` and `csv_rows(line, answer, columns)`. `kit` is this module's helpers for it: RowError,
-number, numbers, finite, kind, is_list, mlp.
+number, numbers, finite, kind, is_list, mlp. The module is code, as this file is: serving a folder, with
+`--export FOLDER` too, runs its serving module, so serve only folders whose .py files you would run (the
+manifest's format_kind, data or code, is about the model file).
 
 An export whose manifest names no serving module was written before the task's serving code travelled with it:
 its own serve.py (the one in its folder) serves it. This serve.py serves it too when the folder holds the task's
