@@ -21,7 +21,7 @@ from core.cli.main import main
 from core.engine.checkpoints import load_checkpoint, load_model_state
 from core.lab import serve
 from core.lab.export import export_model
-from core.tasks import create_task
+from core.tasks import create_task, sentiment_standalone
 from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -272,7 +272,7 @@ def test_serve_tokenizer_gives_cores_ids(buckets, max_tokens, scope):
 
     texts = CORPUS + [" ".join(CORPUS)] + generate_reviews(200, 4).text.to_pylist()
     expected = hashed_tokens(pa.array(texts), buckets, max_tokens, scope).tolist()
-    got = serve.hashed_tokens(texts, buckets, max_tokens, scope)
+    got = sentiment_standalone.hashed_tokens(texts, buckets, max_tokens, scope)
     mismatched = [t for t, a, b in zip(texts, got, expected) if a != b]
     assert not mismatched, mismatched[:3]
     assert sum(any(row) for row in got) > len(texts) - 3  # real ids, not all padding
@@ -280,7 +280,7 @@ def test_serve_tokenizer_gives_cores_ids(buckets, max_tokens, scope):
 
 def test_serve_tokenizer_gives_cores_ids_on_random_unicode():
     """Random texts of words, negators, punctuation and any character this Python's Unicode database knows
-    (arrow's may be newer: characters unassigned here are left out, see serve.py)."""
+    (arrow's may be newer: characters unassigned here are left out, see sentiment_standalone.py)."""
     import random
     import unicodedata
 
@@ -297,7 +297,7 @@ def test_serve_tokenizer_gives_cores_ids_on_random_unicode():
             texts.append(text)
     for scope in (0, 3):
         expected = hashed_tokens(pa.array(texts), 1 << 19, 48, scope).tolist()
-        got = serve.hashed_tokens(texts, 1 << 19, 48, scope)
+        got = sentiment_standalone.hashed_tokens(texts, 1 << 19, 48, scope)
         assert [t for t, a, b in zip(texts, got, expected) if a != b][:3] == []
 
 
@@ -520,7 +520,8 @@ def test_out_dot_fills_the_empty_current_folder(runs, tmp_path, capsys, monkeypa
     assert code == 0, err
     assert f"to {here}:" in out  # named, not "."
     assert sorted(p.name for p in here.iterdir()) == ["manifest.json", "model.json", "model.pt", "model.safetensors",
-                                                      "serve.py"]
+                                                      "serve.py", "serve_http.py", "serve_lines.py",
+                                                      "serve_program.py", "tiny_standalone.py"]
     assert not [p for p in tmp_path.iterdir() if p.name != "here"]  # no staging folder left beside it
 
 

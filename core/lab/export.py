@@ -6,7 +6,9 @@ dtypes, and what serving needs around the model, e.g. the recommender's lesson-i
 sentiment tokenizer's settings and hashing recipe, the ranking feature order) and `serve.py`, a copy of
 core/lab/serve.py: a standalone module (stdlib + torch, and onnxruntime for ONNX) whose `load(folder).predict(...)`
 takes the task's own inputs (review texts, histories in the data's own lesson ids, feature vectors, points), and
-a command line (CSV or JSON lines in, predictions out; an HTTP server).
+a command line (CSV or JSON lines in, predictions out; an HTTP server). Beside it lie its task-free parts
+(SERVE_PARTS, from core/lab) and the task's serving module (the serving part's `standalone`, e.g.
+core/tasks/sentiment_standalone.py), which the manifest names (`serving_module`) and serve.py loads.
 
 Formats:
 - `program`: `torch.export` (`model.pt2`, loaded by `torch.export.load(path).module()`, plain torch), chosen
@@ -200,8 +202,10 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         # (an AUC of a one-class split) is null
         _write(staging / "manifest.json", json.dumps(_json_safe(manifest), indent=2, default=str,
                                                      allow_nan=False).encode("utf-8"))
-        _write(staging / "serve.py", serve_py())
-        files += ["manifest.json", "serve.py"]
+        served = serve_files(loaded.serving)
+        for name, payload in served.items():
+            _write(staging / name, payload)
+        files += ["manifest.json", *served]
         size = (staging / MODEL_FILES[fmt]).stat().st_size
         if out.is_dir():  # an empty folder (checked above), perhaps the current one: filled, each file renamed in
             for entry in sorted(staging.iterdir()):
@@ -411,6 +415,7 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
         manifest["load"] = ("model.safetensors: the weights by state_dict name; serve.py computes the model from "
                             "them in plain torch (model.pt is the full checkpoint, model.json its manifest)")
     manifest.update(loaded.serving.manifest(model, state, sample))  # inputs, outputs, serving
+    manifest["serving_module"] = loaded.serving.standalone  # the task's part of serve.py, beside it
     return manifest
 
 
@@ -443,8 +448,23 @@ def _onnx_cause(exc: BaseException) -> str:
     return first_line(exc)
 
 
+# serve.py's own parts, each a file beside it in core/lab and in every export (serve.py loads them by name)
+SERVE_PARTS = ("serve_http.py", "serve_lines.py", "serve_program.py")
+
+
 def serve_py() -> bytes:
     """serve.py as every export carries it: core/lab/serve.py, byte for byte (it imports nothing of this project)."""
     from importlib.resources import files
 
     return files("core.lab").joinpath("serve.py").read_bytes()
+
+
+def serve_files(serving: TaskServing) -> dict[str, bytes]:
+    """File name -> bytes of what serves an export without this project: serve.py, its parts (SERVE_PARTS) and
+    the task's serving module (`serving.standalone`), each copied byte for byte."""
+    from importlib.resources import files
+
+    out = {"serve.py": serve_py()}
+    out.update((name, files("core.lab").joinpath(name).read_bytes()) for name in SERVE_PARTS)
+    out[serving.standalone] = serving.standalone_source()
+    return out

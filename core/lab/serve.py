@@ -32,15 +32,34 @@ batch), answered by a list; blank lines are skipped. A bad line (not JSON, a mis
 a finite number, a line over --max-request-bytes) is answered by one line {"line": N, "error": "..."} (CSV input:
 reported on stderr) and the lines around it are answered as usual.
 
-The HTTP server (http.server, a thread per connection, one prediction at a time) listens on loopback unless
-another address is named (then it warns: there is no authentication or TLS). A body over --max-request-bytes is
-refused (413) before it is read, a connection silent for --timeout seconds is closed, and every error is one line
-of JSON {"error": "..."} with its status (400, 404, 405, 408, 411, 413, 500): no traceback reaches a client, and no
-request stops the server.
+The HTTP server (serve_http.py beside this file, http.server, a thread per connection, one prediction at a time)
+listens on loopback unless another address is named (then it warns: there is no authentication or TLS). A body
+over --max-request-bytes is refused (413) before it is read, a connection silent for --timeout seconds is
+closed, and every error is one line of JSON {"error": "..."} with its status (400, 404, 405, 408, 411, 413,
+500): no traceback reaches a client, and no request stops the server.
 
-A torch.export program (model.pt2) is code: `load_program` checks it (check_program) for pickles and Python
-source before torch.export.load reads it. A model file that is not a plain name beside manifest.json (`..`, an
-absolute path, a link) is refused too.
+A torch.export program (model.pt2) is code: `load_program` checks it (check_program, serve_program.py beside
+this file) for pickles and Python source before torch.export.load reads it. A model file that is not a plain
+name beside manifest.json (`..`, an absolute path, a link) is refused too.
+
+What differs between tasks is the task's serving module, a file in the export folder named by the manifest's
+`serving_module` (a plain `name.py`, a regular file, read as source: no pickle), standard library and torch
+only, written beside the task's training code (core/tasks/<task>_standalone.py) and copied by `amp-console
+export`. It holds `forward(weights, options, kit)`, the model computed in plain torch over the safetensors
+weights, a callable (tensor in, tensor out); `ALIASES`, other names of its row columns ({normal name: (alias,
+...)}); and `Serving(served, kit)`, built once the model is loaded, with `copied` (row columns copied to the
+answer), `columns` (the answer's), `predict(inputs, k)` (a non-empty list of the task's own inputs: one
+answer each), `row_input(values)` (a row's values by normal name: the model's input, kit.RowError for a bad
+row), `answer(result)` (one result as the answer's dict) and, where a CSV row is not one answer,
+`csv_columns(copied)` and `csv_rows(line, answer, columns)`. `kit` is this module's helpers for it: RowError,
+number, numbers, finite, kind, is_list, mlp. The module is code, as this file is: serving a folder, with
+`--export FOLDER` too, runs its serving module, so serve only folders whose .py files you would run (the
+manifest's format_kind, data or code, is about the model file).
+
+An export whose manifest names no serving module was written before the task's serving code travelled with it:
+its own serve.py (the one in its folder) serves it. This serve.py serves it too when the folder holds the task's
+module under the name `amp-console export` gives it (<task>_standalone.py, copied from core/tasks), and
+otherwise says in one line what is missing (IncompleteExport).
 """
 
 from __future__ import annotations
@@ -48,22 +67,24 @@ from __future__ import annotations
 import functools
 import json
 import math
-import operator
 import os
 import re
 import stat
 import sys
-import unicodedata
-import zipfile
-import zlib
+import types
 from pathlib import Path
 
-__all__ = ["Served", "UnsafeExport", "check_program", "hashed_tokens", "load", "load_program", "main", "words"]
+__all__ = ["KIT", "IncompleteExport", "RowError", "Rows", "Served", "UnsafeExport", "check_program", "is_loopback",
+           "load", "load_module", "load_program", "main", "parse_json", "serve_csv", "serve_http", "serve_json_lines",
+           "serving_module"]
+
+HERE = Path(__file__).resolve().parent  # serve_http.py, serve_lines.py and serve_program.py lie beside this file
 
 
 def load(folder):
-    """The export in `folder` (its manifest.json and model file), ready to predict. UnsafeExport (one line)
-    for a model file outside the folder or a program holding pickles or Python source (see check_program)."""
+    """The export in `folder` (its manifest.json, serving module and model file), ready to predict.
+    UnsafeExport (one line) for a file outside the folder or a program holding pickles or Python source (see
+    check_program); IncompleteExport (one line) for an export without its serving module."""
     return Served(folder)
 
 
@@ -74,6 +95,8 @@ class Served:
             self.manifest = json.loads(f.read().decode("utf-8"))
         self.task = self.manifest["task"]
         self.serving = self.manifest.get("serving", {})
+        part = serving_module(self.folder, self.manifest)
+        self.aliases = dict(getattr(part, "ALIASES", {}))
         path = Path(model_file(self.folder, self.manifest.get("file")))  # a plain name beside the manifest
         if path.suffix == ".pt2":  # code: checked for pickles and Python source before torch loads it
             import torch
@@ -90,15 +113,9 @@ class Served:
             import torch
 
             self._torch = torch
-            self._module = _Rebuilt(self.task, read_safetensors(path), self.manifest["task_options"])
+            self._module = part.forward(read_safetensors(path), self.manifest["task_options"], KIT)
             self._session = None
-        if self.task == "recommender":
-            vocabulary = self.serving["vocabulary"]
-            # looked up by text, so 5000 and "5000" name the same lesson (ids read from a file are text)
-            self._model_id = {str(lesson): k + 1 for k, lesson in enumerate(vocabulary)}
-            for k, lesson in enumerate(vocabulary):  # 12.0 is lesson 12 too (unless "12.0" is an id itself)
-                self._model_id.setdefault(_lesson_key(lesson), k + 1)
-            self._lesson = vocabulary
+        self.part = part.Serving(self, KIT)  # the task's inputs and answers
 
     def run(self, rows, dtype):
         """The exported model on `rows` (nested lists shaped as manifest["inputs"]): nested lists back."""
@@ -119,74 +136,35 @@ class Served:
         """The task's answer for a batch of its own inputs (see the module doc), one answer per input. A single
         input is a batch of one: one text; one history (a list of lesson ids, or a string of ids separated by
         spaces, as `amp-console predict` reads them); one point or one candidate's features (a list of
-        numbers). An empty batch answers []."""
+        numbers). An empty batch answers []. `k`: the answers per input, for a task that ranks (recommender)."""
         if isinstance(inputs, (str, bytes)):
             inputs = [inputs]
         inputs = list(inputs)
         if not inputs:
             return []
-        if self.task == "tiny":
-            points = _numbers([inputs] if not _is_list(inputs[0]) else inputs, self._width(), "point")
-            return self.run(points, "float32")
-        if self.task == "sentiment":
-            bad = [i for i, text in enumerate(inputs) if not isinstance(text, str)]
-            if bad:
-                raise TypeError(f"input {bad[0]}: a review is a string, not {type(inputs[bad[0]]).__name__}")
-            t = self.serving["tokenizer"]
-            ids = hashed_tokens(inputs, t["buckets"], t["max_tokens"], t["negation_scope"])
-            return self.run(ids, "int64")
-        if self.task == "recommender":
-            given = k
-            try:  # any integer (numpy's too), not a bool or a float
-                k = operator.index(k) if not isinstance(k, bool) else None
-            except TypeError:
-                k = None
-            if k is None or k < 1:
-                raise ValueError(f"k={given!r}: ask for at least 1 recommendation (a whole number)")
-            if not any(_is_list(h) or isinstance(h, str) for h in inputs):  # one history of ids
-                inputs = [inputs]
-            return self._recommend([_split_history(h) if isinstance(h, str) else list(h) for h in inputs], k)
-        if self.task == "ranking":
-            if not _is_list(inputs[0]):  # one candidate's features: one query of one candidate
-                inputs = [inputs]
-            if not _is_list(inputs[0][0]):  # (N, F): one query's N candidates
-                return self.run([_numbers(inputs, self._width(), "candidate")], "float32")[0]
-            queries = [_numbers(q, self._width(), f"query {i}: candidate") for i, q in enumerate(inputs)]
-            if len({len(q) for q in queries}) > 1:
-                raise ValueError("the queries of one batch need the same number of candidates (or predict each "
-                                 "query on its own)")
-            return self.run(queries, "float32")
-        raise ValueError(f"unknown task {self.task!r}")
+        return self.part.predict(inputs, k)
 
-    def _width(self):
+    def width(self):
         """The numbers per point / candidate the model takes (the input's last dimension)."""
         return self.manifest["inputs"][0]["shape"][-1]
 
-    def _recommend(self, histories, k):
-        max_len = self.serving["max_len"]
-        batch, seen = [], []
-        for history in histories:
-            known = (self._model_id.get(_lesson_key(i)) for i in history)
-            ids = [k for k in known if k is not None]  # lessons the model never saw in training: skipped
-            window = ids[-max_len:]
-            batch.append([0] * (max_len - len(window)) + window)
-            seen.append(set(ids))
-        scores = self.run_array(batch, "int64")
-        k = min(k, scores.shape[1])
-        for row, used in enumerate(seen):  # every lesson of the history is excluded, not just the window's
-            scores[row, [j - 1 for j in used]] = float("-inf")
-        if self._module is not None:
-            values, order = scores.topk(k, dim=1)
-        else:
-            order = (-scores).argsort(axis=1, kind="stable")[:, :k]
-            values = scores[[[r] for r in range(len(order))], order]
-        out = []
-        for used, row_values, row_order in zip(seen, values.tolist(), order.tolist()):
-            # no lesson of the history is known: nothing to go on (as amp-console predict answers), not the
-            # model's guess for an empty history
-            out.append([(self._lesson[j], v) for j, v in zip(row_order, row_values) if v != float("-inf")]
-                       if used else [])
-        return out
+
+class IncompleteExport(ValueError):
+    """An export folder without a file its manifest needs (its serving module); str() says what to do."""
+
+
+def serving_module(folder, manifest):
+    """The task's serving module of the export in `folder` (see the module doc), as its manifest names it."""
+    name = manifest.get("serving_module")
+    if name is None:  # written before the task's serving code travelled with the export
+        name = f"{manifest.get('task')}_standalone.py"
+        if _MODULE_NAME.fullmatch(name) and not os.path.lexists(os.path.join(folder, name)):
+            raise IncompleteExport(
+                f"{folder}: the export holds no serving module (its manifest.json names none: it was written "
+                f"before the task's serving code travelled with the export): serve it with the serve.py in that "
+                f"folder, copy {ascii(name)[1:-1]} into it from AMP Console's core/tasks, or export the checkpoint "
+                f"again")
+    return load_module(folder, name, "serving module")
 
 
 def _is_list(value):
@@ -205,22 +183,17 @@ def _numbers(rows, width, what):
     return out
 
 
-def _split_history(text):
-    """A history written as text: ids separated by spaces or commas, brackets around them ignored
-    ("12 7 40", "12,7,40", "[12, 7, 40]"), as `amp-console predict` reads its history column."""
-    return [part for part in re.split(r"[\s,]+", text.strip(" \t\r\n[](),")) if part]
+def _mlp(weights, x, prefix):
+    """x through the Linear layers `prefix`0, `prefix`1, ... of a state dict, ReLU between them."""
+    import torch.nn.functional as F
 
-
-def _lesson_key(lesson):
-    """A lesson id as the vocabulary is looked up: its text, a whole number written as a float (12.0, "12.0",
-    from a float column) as the integer."""
-    if isinstance(lesson, float) and lesson.is_integer():
-        return str(int(lesson))
-    text = str(lesson).strip()
-    return _WHOLE.sub(r"\1", text)
-
-
-_WHOLE = re.compile(r"^([-+]?\d+)\.0*$")
+    index = sorted({int(k[len(prefix):].split(".")[0]) for k in weights if k.startswith(prefix)})
+    layers = [(weights[f"{prefix}{i}.weight"], weights[f"{prefix}{i}.bias"]) for i in index]
+    for number, (weight, bias) in enumerate(layers):
+        x = F.linear(x, weight, bias)
+        if number < len(layers) - 1:
+            x = F.relu(x)
+    return x
 
 
 def read_safetensors(path):
@@ -247,199 +220,8 @@ def read_safetensors(path):
     return tensors
 
 
-class _Rebuilt:
-    """The exported computation of each task written out in plain torch over a state dict (the same
-    functions as amp-console's models, eval mode)."""
 
-    def __init__(self, task, weights, options):
-        self.task, self.w, self.o = task, weights, options
-
-    def _linears(self, prefix):
-        index = sorted({int(k[len(prefix):].split(".")[0]) for k in self.w if k.startswith(prefix)})
-        return [(self.w[f"{prefix}{i}.weight"], self.w[f"{prefix}{i}.bias"]) for i in index]
-
-    def _mlp(self, x, prefix):
-        import torch.nn.functional as F
-
-        layers = self._linears(prefix)
-        for number, (weight, bias) in enumerate(layers):
-            x = F.linear(x, weight, bias)
-            if number < len(layers) - 1:
-                x = F.relu(x)
-        return x
-
-    def __call__(self, x):
-        return getattr(self, "_" + self.task)(x)
-
-    def _tiny(self, x):
-        import torch.nn.functional as F
-
-        w = self.w
-        hidden = F.relu(F.linear(x.float(), w["fc1.weight"], w["fc1.bias"]))
-        return F.linear(hidden, w["fc2.weight"], w["fc2.bias"]).softmax(-1)
-
-    def _sentiment(self, tokens):
-        import torch
-        import torch.nn.functional as F
-
-        w, o = self.w, self.o
-        weights = w["bucket_weight"][tokens]
-        if o["weighting"] == "tfidf":  # sublinear tf, shared out over a row's copies of an id
-            counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).float()
-            weights = weights * (1 + torch.log(counts)) / counts
-        pooled = F.embedding_bag(tokens, w["bag.weight"], mode="sum", per_sample_weights=weights, padding_idx=0)
-        pooling = o["pooling"]
-        if pooling == "mean":
-            norm = weights.sum(1)
-        elif pooling == "sqrt":
-            norm = (weights > 0).sum(1).float().sqrt()
-        elif pooling == "l2":
-            norm = weights.square().sum(1).sqrt()
-        else:
-            norm = torch.ones_like(weights[:, 0])
-        return self._mlp(pooled / norm.clamp(min=1e-6).unsqueeze(1), "head.").softmax(-1)[:, 1]
-
-    def _recommender(self, seq):
-        import torch.nn.functional as F
-
-        w, heads = self.w, self.o["heads"]
-        items = w["items.weight"]
-        b, length = seq.shape
-        d = items.shape[1]
-        x = items[seq] * d ** 0.5 + w["positions.weight"][:length]
-        timeline = (seq > 0).unsqueeze(-1).float()
-        x = x * timeline
-        blocks = sorted({int(k.split(".")[1]) for k in w if k.startswith("blocks.")})
-        for i in blocks:
-            p = f"blocks.{i}."
-            h = F.layer_norm(x, (d,), w[p + "norm1.weight"], w[p + "norm1.bias"])
-            q, k, v = F.linear(h, w[p + "qkv.weight"], w[p + "qkv.bias"]).view(b, length, 3, heads, d // heads) \
-                .permute(2, 0, 3, 1, 4)
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + F.linear(attn.transpose(1, 2).reshape(b, length, d), w[p + "proj.weight"], w[p + "proj.bias"])
-            h = F.layer_norm(x, (d,), w[p + "norm2.weight"], w[p + "norm2.bias"])
-            h = F.linear(F.gelu(F.linear(h, w[p + "ffn.0.weight"], w[p + "ffn.0.bias"])), w[p + "ffn.2.weight"],
-                         w[p + "ffn.2.bias"])
-            x = (x + h) * timeline
-        x = F.layer_norm(x, (d,), w["norm.weight"], w["norm.bias"])
-        return x[:, -1] @ items[1:].t()
-
-    def _ranking(self, x):
-        import torch
-
-        w = self.w
-        x = x.float()
-        if "norm.knots" in w:
-            knots = w["norm.knots"]
-            k = knots.shape[1]
-            flat = x.reshape(-1, x.shape[-1]).t().contiguous()
-            lo = torch.searchsorted(knots, flat)
-            hi = torch.searchsorted(knots, flat, right=True)
-            below = knots.gather(1, (lo - 1).clamp(0, k - 1))
-            above = knots.gather(1, lo.clamp(0, k - 1))
-            between = (lo - 1).float() + (flat - below) / (above - below).clamp(min=1e-30)
-            position = torch.where(hi > lo, (lo + hi - 1).float() / 2, between).clamp(0, k - 1)
-            y = torch.special.ndtri((position + 0.5) / k).t().reshape(x.shape)
-        else:
-            y = (x - w["norm.center"]) / w["norm.scale"]
-            y = torch.where(w["norm.curve"] > 0, torch.asinh(y), y)
-        y = (y - w["norm.mean"]) / w["norm.std"]
-        return self._mlp(y, "net.").squeeze(-1)
-
-
-# The tokenizer the model was trained with (core/data/tokenizer.py), in pure Python: identical ids for text
-# whose characters this Python's Unicode database knows (unicodedata.unidata_version: 14.0 on Python 3.11);
-# characters assigned by a later Unicode version than the one there may be split or normalised differently.
-CLAUSE_END = re.compile(r"[.,;:!?()\[\]{}\"“”…]+")
-BOUNDARY = "|"
-NEGATORS = frozenset({"not", "no", "never", "nor", "neither", "without", "cannot", "hardly", "nothing", "none"})
-NEGATED_SALT = 0x2545F491
-MASK64 = (1 << 64) - 1
-
-
-def _lower(text):
-    """Per-code-point (simple) lower-casing, as Arrow's utf8_lower: no final-sigma rule, U+0130 -> 'i'."""
-    out = []
-    for c in text:
-        low = c.lower()
-        out.append(low if len(low) == 1 else ("i" if c == "\u0130" else low))
-    return "".join(out)
-
-
-def _is_word_char(c, boundaries):
-    return unicodedata.category(c)[0] in "LNM" or c in "_'" or (boundaries and c == BOUNDARY)
-
-
-def words(text, boundaries=False):
-    """A text's normalised, lower-cased words; with `boundaries`, clause ends as BOUNDARY entries."""
-    text = _lower(unicodedata.normalize("NFKC", text)).replace("\u2019", "'")
-    if boundaries:
-        text = CLAUSE_END.sub(f" {BOUNDARY} ", text)
-    out, current = [], []
-    for c in text + " ":
-        if _is_word_char(c, boundaries):
-            current.append(c)
-        elif current:
-            word = "".join(current).strip("'")
-            if word:
-                out.append(word)
-            current = []
-    return out
-
-
-def _row_ids(text, buckets, max_tokens, negation_scope):
-    ws = words(text, boundaries=negation_scope > 0)
-    last_negator = last_stop = -1
-    kept, negated = [], []
-    for i, w in enumerate(ws):
-        boundary = negation_scope > 0 and w == BOUNDARY
-        if boundary or i == 0:
-            last_stop = i
-        if w in NEGATORS or w.endswith("n't"):
-            last_negator = i
-        gap = i - last_negator
-        if not boundary:
-            kept.append(zlib.crc32(w.encode("utf-8")))
-            negated.append(negation_scope > 0 and last_negator >= 0 and last_negator >= last_stop
-                           and 1 <= gap <= negation_scope)
-    spread = buckets - 1
-    row = [0] * max_tokens
-    for p, h in enumerate(kept):
-        slot = max(2 * p - 1, 0)
-        if slot >= max_tokens:
-            break
-        row[slot] = ((h ^ NEGATED_SALT) if negated[p] else h) % spread + 1
-        if p > 0 and 2 * p < max_tokens:
-            mixed = ((kept[p - 1] * 0x9E3779B1 + h * 0x85EBCA77) & MASK64) ^ 0xB5
-            row[2 * p] = mixed % spread + 1
-    return row
-
-
-def hashed_tokens(texts, buckets, max_tokens, negation_scope=0):
-    """(rows, max_tokens) bucket ids of unigrams and bigrams, 0 = padding, as lists of ints."""
-    return [_row_ids(text, buckets, max_tokens, negation_scope) for text in texts]
-
-# ---------------------------------------------------------------------------------------------- program checks
-PT2_MEMBERS_LIMIT = 10_000
-PT2_JSON_LIMIT = 64 * 2**20  # bytes of one JSON member (a graph of this project's models is well under 1 MiB)
-PT2_TEXT_MEMBERS = {"archive_format": r"pt2", "archive_version": r"\d{1,9}", "byteorder": r"little|big",
-                    ".data/version": r"\d{1,9}\s*", ".data/serialization_id": r"[A-Za-z0-9]{1,128}"}
-_PT2_NAME = re.compile(r"[A-Za-z0-9_.-]{1,200}(?:/[A-Za-z0-9_.-]{1,200}){0,16}")
-_PT2_PLAIN = re.compile(r"[A-Za-z0-9_]{1,200}")
-# sympy's srepr of shape expressions: Symbol('s77', positive=True, integer=True), Mul(Integer(2), ...)
-_EXPR_TOKEN = re.compile(r"\s+|[A-Za-z][A-Za-z0-9_]*|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|'[A-Za-z0-9_]*'"
-                         r"|==|!=|<=|>=|\*\*|[-+*/%(),=<>]")
-_EXPR_CALLS = frozenset((
-    "Symbol", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Max", "Min", "Mod", "Abs", "Eq", "Ne", "Lt",
-    "Le", "Gt", "Ge", "StrictLessThan", "StrictGreaterThan", "LessThan", "GreaterThan", "Equality", "Unequality",
-    "And", "Or", "Not", "Piecewise", "ExprCondPair", "floor", "ceiling",
-    # torch.utils._sympy.functions, as torch's deserializer names them
-    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv", "LShift",
-    "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv", "IsNonOverlappingAndDenseIndicator",
-    "TruncToFloat", "TruncToInt", "RoundToInt", "RoundDecimal", "ToFloat", "Identity"))
-_PT2_HINT = "refused before torch.export.load, which would run it (re-export it, or use --format safetensors)"
-
-
+# ---------------------------------------------------------------------------------------------- the files
 class UnsafeExport(ValueError):
     """An export this loader will not open; str() is the one-line reason."""
 
@@ -490,185 +272,50 @@ def load_program(path):
         return torch.export.load(f).module()
 
 
-def _is_pickle(head):
-    """A pickle of protocol 2 and later starts with the PROTO opcode; torch.save writes a zip holding one."""
-    return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head.startswith(b"PK\x03\x04")
-
-
 def check_program(file, label="model.pt2"):
     """Refuse (UnsafeExport, one line) a torch.export archive holding what torch.export.load would run as
-    Python: a pickle (legacy weights or constants, a tensor marked use_pickle, opaque or custom objects, example
-    inputs, a pickle's bytes under any name), guard code, a shape expression beyond sympy constructors; or a
-    member torch.export.save does not write, an odd or duplicate member name, a link. Only small members are
-    read (raw tensors never are); nothing is extracted. `file`: a path or a seekable binary file; `label`:
-    the name messages give it."""
-
-    def refuse(member, why):
-        raise UnsafeExport(f"{label}: {member} {why}; {_PT2_HINT}")
-
+    Python: a pickle, guard code, a shape expression beyond sympy constructors, or a member torch.export.save
+    does not write (serve_program.py beside this file says what is checked). `file`: a path or a seekable binary
+    file; `label`: the name messages give it."""
+    checks = _companion("serve_program.py")
     try:
-        archive = zipfile.ZipFile(file)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise UnsafeExport(f"{label} is not a torch.export program (not a readable zip archive: {exc})") from None
-    with archive:
-        members = _members(archive, label, refuse)
-
-        def read(member, limit):
-            if members[member].file_size > limit:
-                refuse(member, f"is {members[member].file_size:,} bytes, more than it may be ({limit:,})")
-            try:
-                with archive.open(members[member]) as f:
-                    payload = f.read(limit + 1)
-            except Exception as exc:  # noqa: BLE001 - zipfile, zlib and the OS each raise their own
-                refuse(member, f"cannot be read ({type(exc).__name__})")
-            if _is_pickle(payload[:4]):
-                refuse(member, "is a pickle (Python code runs when it is loaded)")
-            if len(payload) > limit:
-                refuse(member, f"is more than it may be ({limit:,} bytes)")
-            return payload
-
-        def read_json(member):
-            try:
-                value = json.loads(read(member, PT2_JSON_LIMIT).decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                refuse(member, "is not valid JSON")
-            if not isinstance(value, dict):
-                refuse(member, "is not a JSON object")
-            return value
-
-        for member, pattern in PT2_TEXT_MEMBERS.items():
-            if member in members and not re.fullmatch(pattern, read(member, 256).decode("ascii", "replace")):
-                refuse(member, "does not hold what torch.export.save writes there")
-        if "archive_format" not in members or "archive_version" not in members:
-            raise UnsafeExport(f"{label} is not a torch.export program (no archive_format or archive_version)")
-        models = [m[7:-5] for m in members if m.startswith("models/") and m.endswith(".json")]
-        if not models:
-            raise UnsafeExport(f"{label} is not a torch.export program (no models/*.json)")
-        allowed, raw = set(PT2_TEXT_MEMBERS), set()
-        for model in models:
-            graph = f"models/{model}.json"
-            if not _PT2_PLAIN.fullmatch(model):
-                refuse(graph, "is not a plain model name")
-            allowed.add(graph)
-            _check_graph(read_json(graph), lambda why, graph=graph: refuse(graph, why))
-            for folder, kind, prefix in (("data/weights/", "weights", ""), ("data/constants/", "constants", "tensor_")):
-                if f"{folder}{model}.pt" in members:
-                    refuse(f"{folder}{model}.pt", f"is a pickle (the legacy {kind} layout, unpickled when loaded)")
-                config = f"{folder}{model}_{kind}_config.json"
-                if config not in members:
-                    refuse(config, "is missing")
-                allowed.add(config)
-                entries = read_json(config).get("config")
-                if not isinstance(entries, dict):
-                    refuse(config, "has no config object")
-                for fqn, meta in entries.items():
-                    what = f"{config} ({ascii(fqn)[:60]})"
-                    if not isinstance(meta, dict):
-                        refuse(what, "is not an object")
-                    if meta.get("use_pickle") is not False:
-                        refuse(what, "marks a tensor use_pickle (stored as a pickle, unpickled when loaded)")
-                    path_name = meta.get("path_name")
-                    if (not isinstance(path_name, str) or not _PT2_PLAIN.fullmatch(path_name)
-                            or not path_name.startswith(prefix) or not isinstance(meta.get("tensor_meta"), dict)):
-                        refuse(what, f"names {ascii(path_name)[:60]}, not a raw tensor member")
-                    if folder + path_name not in members:
-                        refuse(what, f"names {path_name}, which is not in the archive")
-                    raw.add(folder + path_name)  # read by torch as bytes, never unpickled: any content is fine
-            sample = f"data/sample_inputs/{model}.pt"
-            if sample in members and members[sample].file_size:
-                _refuse_pickle_head(archive, members[sample], refuse)
-                refuse(sample, "holds example inputs saved with torch.save (a pickle)")
-            allowed.add(sample)
-        for member in members:
-            if member not in allowed and member not in raw:
-                _refuse_pickle_head(archive, members[member], refuse)
-                refuse(member, "is not part of a program export (raw tensors, JSON and version text are)")
+        checks.check_program(file, label)
+    except checks.Refused as exc:
+        raise UnsafeExport(str(exc)) from None
 
 
-def _members(archive, label, refuse):
-    """inner name -> ZipInfo of an archive's members, refusing odd names, links, duplicates, more than one root."""
-    infos = archive.infolist()
-    if len(infos) > PT2_MEMBERS_LIMIT:
-        raise UnsafeExport(f"{label} holds {len(infos):,} members, more than a program export has: refused")
-    members, root = {}, None
-    for info in infos:
-        name = info.filename
-        parts = name.split("/")
-        if not _PT2_NAME.fullmatch(name) or "." in parts or ".." in parts or len(parts) < 2:
-            refuse(ascii(name)[:80], "is not a plain member name (a folder, `..` or an absolute path)")
-        if stat.S_ISLNK(info.external_attr >> 16):
-            refuse(name, "is a symbolic link")
-        if info.flag_bits & 0x1:
-            refuse(name, "is encrypted")
-        root = parts[0] if root is None else root
-        if parts[0] != root:
-            refuse(name, f"lies outside the archive's root folder {root}/")
-        inner = name[len(root) + 1:]
-        if inner in members:
-            refuse(name, "appears twice in the zip (readers may disagree on which one is meant)")
-        members[inner] = info
-    return members
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,100}\.py")
 
 
-def _refuse_pickle_head(archive, info, refuse):
-    """Refuse a member whose first bytes are a pickle's (named as one, whatever else is wrong with it)."""
-    try:
-        with archive.open(info) as f:
-            head = f.read(4)
-    except Exception:  # noqa: BLE001 - unreadable: refused as not part of an export just after
-        return
-    if _is_pickle(head):
-        refuse(info.filename.split("/", 1)[-1], "is a pickle (Python code runs when it is loaded)")
+def load_module(folder, name, what="module"):
+    """The Python module in the file `name` of `folder`, read as source and run as a fresh module (nothing is
+    unpickled, nothing is put in sys.modules): a plain `name.py` (no folder part), a regular file and not a
+    link; UnsafeExport otherwise, IncompleteExport when the folder has no such file."""
+    if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+        raise UnsafeExport(f"manifest.json: the {what} {ascii(name)[:80]} is not a module file name in the export "
+                           f"folder: refused (it lies beside manifest.json)")
+    path = os.path.join(folder, name)
+    if not os.path.lexists(path):
+        raise IncompleteExport(f"{folder}: no {name} (the {what} serve.py needs)")
+    with open_regular(path) as f:
+        source = f.read()
+    module = types.ModuleType(f"amp_export_{name[:-3]}")
+    module.__file__ = os.path.abspath(path)
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - the export's own source
+    return module
 
 
-def _check_graph(graph, refuse):
-    """The graph JSON's Python: no guard code, and shape expressions of sympy constructors only."""
-    if graph.get("guards_code"):
-        refuse("holds guards_code (Python source run by .module())")
-    stack = [graph]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key == "expr_str":
-                    _check_expression(item, refuse)
-                else:
-                    stack.append(item)
-        elif isinstance(value, list):
-            stack.extend(value)
-
-
-def _check_expression(text, refuse):
-    """A shape expression as sympy.sympify (eval) reads it: numbers, 'names', operators, keyword arguments and
-    calls of known sympy constructors; no attribute access, subscript, other call, or quote of anything else."""
-    if not isinstance(text, str) or len(text) > 10_000:
-        refuse("holds a shape expression that is not a short string")
-    tokens = [t for t in _EXPR_TOKEN.findall(text) if not t.isspace()]
-    if "".join(tokens) != "".join(text.split()):
-        refuse(f"holds the shape expression {ascii(text)[:60]}, which is not a sympy expression of numbers and names")
-    before = None
-    for token in tokens:
-        if token == "(" and before is not None and (before == ")" or before[0] in "'0123456789"
-                                                    or (before[0].isalpha() and before not in _EXPR_CALLS)):
-            refuse(f"calls {before}(...) in a shape expression (only sympy constructors may be called)")
-        before = token
+@functools.lru_cache(maxsize=None)
+def _companion(name):
+    """serve.py's own part in the file `name` beside it (loaded on first use: --help needs none)."""
+    return load_module(HERE, name, "part of serve.py")
 
 
 # ---------------------------------------------------------------------------------------------- the command line
 MAX_REQUEST_BYTES = 1 << 20  # a JSON line, a CSV field or an HTTP body
 REQUEST_TIMEOUT = 30.0  # seconds an HTTP connection may stay silent (and a body may take to arrive)
-CHUNK_ROWS = 512  # rows of a file predicted at a time
-REPORTED = 20  # bad CSV lines reported one by one on stderr; the rest are counted
-_DRAIN_LIMIT = 16 << 20  # bytes of a refused body read and dropped, so that the client sees the 413
 _FLOAT32_MAX = 3.4028234663852886e38
-_ESCAPED = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as errors="surrogateescape" reads it
 _NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
-# amp-console predict's column aliases (core.data.importers.ALIASES), compared as _normal names
-_ALIASES = {"text": ("sentence", "review", "reviewtext", "content"),
-            "history": ("histories", "lessons", "items", "sequence"),
-            "userid": ("user", "uid"), "queryid": ("qid", "query"), "docid": ("did",)}
-_CANONICAL = {alias: name for name, aliases in _ALIASES.items() for alias in aliases}
-_COPIED = {"sentiment": (), "tiny": (), "ranking": ("query_id", "doc_id", "label"), "recommender": ("user_id",)}
 
 
 class RowError(ValueError):
@@ -722,15 +369,14 @@ def parse_json(text):
 
 class Rows:
     """The task's rows (dicts of column -> value: a JSON object, or a CSV row under its header) as the model's
-    inputs, and its answers as dicts (see the module doc)."""
+    inputs, and its answers as dicts (see the module doc); what is the task's, its serving module says."""
 
     def __init__(self, served, k=10):
         self.served, self.task, self.k = served, served.task, k
-        self.width = served._width() if self.task in ("tiny", "ranking") else None
-        classes = (served.manifest.get("serving") or {}).get("classes", 2)
-        self.answer_columns = {"sentiment": ["p_positive", "predicted"], "recommender": ["items", "scores"],
-                               "ranking": ["score"],
-                               "tiny": [f"p{c}" for c in range(classes)] + ["predicted"]}[self.task]
+        self.part = served.part
+        self.answer_columns = list(self.part.columns)
+        self.aliases = {_normal(name): tuple(aliases) for name, aliases in served.aliases.items()}
+        self.canonical = {alias: name for name, aliases in self.aliases.items() for alias in aliases}
 
     def answer(self, rows):
         """One answer per row, in order: a dict, or a RowError for a row the model cannot take."""
@@ -742,10 +388,9 @@ class Rows:
             except RowError as exc:
                 out[i] = exc
         if good:
-            kwargs = {"k": self.k} if self.task == "recommender" else {}
-            results = self.served.predict([x for x, _copied in inputs], **kwargs)
+            results = self.served.predict([x for x, _copied in inputs], k=self.k)
             for i, (_x, copied), result in zip(good, inputs, results):
-                out[i] = {**copied, **self._shape(result)}
+                out[i] = {**copied, **self.part.answer(result)}
         return out
 
     def _input(self, row):
@@ -757,55 +402,32 @@ class Rows:
             if len(key) > 64:  # no column's name: not worth a place in _normal's cache
                 continue
             name = _normal(key)
-            if name in _CANONICAL:
-                values.setdefault(_CANONICAL[name], value)  # the column's own name wins over an alias
+            if name in self.canonical:
+                values.setdefault(self.canonical[name], value)  # the column's own name wins over an alias
             else:
                 values[name] = value
         copied = {}
-        for name in _COPIED[self.task]:
+        for name in self.part.copied:
             value = values.get(_normal(name))
             if value is not None and not isinstance(value, (str, int, float)):
                 raise RowError(f"{name} is {_kind(value)}, not an id")
             if value is not None:
                 copied[name] = value
-        if self.task == "sentiment":
-            text = values.get("text")
-            if not isinstance(text, str):
-                raise RowError("no text column" if text is None else f"text is {_kind(text)}, not a string")
-            if not text.strip():
-                raise RowError("text is empty")
-            return text, copied
-        if self.task == "recommender":
-            return _history(values.get("history")), copied
-        prefix = "f" if self.task == "ranking" or ("f1" in values and "x1" not in values) else "x"
-        return [_number(values, f"{prefix}{i}") for i in range(1, self.width + 1)], copied
-
-    def _shape(self, result):
-        if self.task == "sentiment":
-            return {"p_positive": _finite(result), "predicted": "positive" if result >= 0.5 else "negative"}
-        if self.task == "recommender":
-            return {"items": [lesson for lesson, _score in result], "scores": [_finite(s) for _l, s in result]}
-        if self.task == "ranking":
-            return {"score": _finite(result)}
-        answer = {f"p{c}": _finite(p) for c, p in enumerate(result)}
-        answer["predicted"] = max(range(len(result)), key=result.__getitem__)
-        return answer
+        return self.part.row_input(values), copied
 
     def csv_columns(self, header):
         """The CSV output's columns for an input with `header`."""
         present = {_normal(name) for name in header}
-        copied = [name for name in _COPIED[self.task] if _normal(name) in present
-                  or set(_ALIASES.get(_normal(name), ())) & present]
-        if self.task == "recommender":
-            return ["line", *copied, "rank", "item_id", "score"]
+        copied = [name for name in self.part.copied if _normal(name) in present
+                  or set(self.aliases.get(_normal(name), ())) & present]
+        if hasattr(self.part, "csv_columns"):
+            return self.part.csv_columns(copied)
         return ["line", *copied, *self.answer_columns]
 
     def csv_rows(self, line, answer, columns):
-        if self.task != "recommender":
-            return [[line if c == "line" else answer.get(c, "") for c in columns]]
-        head = [line] + [answer.get(c, "") for c in columns[1:-3]]
-        return [head + [rank, item, score] for rank, (item, score) in
-                enumerate(zip(answer["items"], answer["scores"]), 1)]
+        if hasattr(self.part, "csv_rows"):
+            return self.part.csv_rows(line, answer, columns)
+        return [[line if c == "line" else answer.get(c, "") for c in columns]]
 
 
 def _finite(value):
@@ -835,24 +457,6 @@ def _number(values, name):
     return number
 
 
-def _history(value):
-    """A recommender row's lesson ids: text split as predict splits its history column, or a JSON list."""
-    if value is None:
-        raise RowError("no history column (lesson ids separated by spaces)")
-    if isinstance(value, str):
-        ids = _split_history(value)
-    elif isinstance(value, list):
-        bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (str, int, float))]
-        if bad:
-            raise RowError(f"history holds {_kind(bad[0])}, not a lesson id")
-        ids = value
-    else:
-        raise RowError(f"history is {_kind(value)}: give lesson ids separated by spaces, or a list")
-    if not ids:
-        raise RowError("history is empty")
-    return ids
-
-
 def _requests(document):
     """(rows, batch) of a JSON document: an object is one row, a list of objects a batch."""
     if isinstance(document, dict):
@@ -870,345 +474,29 @@ def _collect(answers, batch):
     return answers if batch else answers[0]
 
 
-def answer_documents(rows, documents):
-    """The answer to each (line, JSON document or RowError): its JSON value or a RowError. The rows of all of
-    them are predicted together; when the model fails on that, each document is tried on its own, so that only
-    the one it fails on is lost."""
-    answers, requests = {}, {}
-    for n, document in documents:
-        try:
-            if isinstance(document, RowError):
-                raise document
-            requests[n] = _requests(document)
-        except RowError as exc:
-            answers[n] = exc
-    try:
-        results = iter(rows.answer([row for batch, _b in requests.values() for row in batch]))
-    except Exception as exc:  # noqa: BLE001 - the model's failure is one line for its request
-        if len(requests) > 1:
-            return [answer_documents(rows, [(n, d)])[0] for n, d in documents]
-        results, failure = None, RowError(f"the model failed: {_line(exc)}")
-    for n, (batch, is_batch) in requests.items():
-        answers[n] = failure if results is None else _collect([next(results) for _ in batch], is_batch)
-    return [answers[n] for n, _d in documents]
-
-
-def _read_lines(stream, limit):
-    """(line number, bytes or RowError) of each line of a binary stream; a line over `limit` bytes is skipped
-    (read in pieces, never held) and reported."""
-    number = 0
-    while True:
-        raw = stream.readline(limit + 1)
-        if not raw:
-            return
-        number += 1
-        if len(raw) > limit and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):
-                raw = stream.readline(1 << 16)
-            yield number, RowError(f"more than {limit:,} bytes (--max-request-bytes)")
-            continue
-        yield number, raw
-
-
-def _document(number, raw):
-    """The JSON document of a line (None for a blank one), or RowError."""
-    if isinstance(raw, RowError):
-        return raw
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return RowError("not UTF-8 text")
-    text = text.lstrip("\ufeff") if number == 1 else text
-    if not text.strip():
-        return None
-    try:
-        return parse_json(text)
-    except RowError as exc:
-        return exc
-
-
 def serve_json_lines(rows, stream, out, limit, one_at_a_time):
     """Answer each JSON line of the binary `stream` with a JSON line on `out`, an error as {"line": N, "error"};
-    `one_at_a_time`: each as soon as its line is read (stdin), else up to CHUNK_ROWS rows predicted together."""
-    pending, size = [], 0
-
-    def flush():
-        for (n, _d), answer in zip(pending, answer_documents(rows, pending)):
-            if isinstance(answer, RowError):
-                answer = {"line": n, "error": str(answer)}
-            out.write(json.dumps(answer, allow_nan=False) + "\n")
-        out.flush()
-        pending.clear()
-
-    for number, raw in _read_lines(stream, limit):
-        document = _document(number, raw)
-        if document is None:
-            continue
-        pending.append((number, document))
-        size += len(document) if isinstance(document, list) else 1
-        if one_at_a_time or size >= CHUNK_ROWS:
-            flush()
-            size = 0
-    flush()
+    `one_at_a_time`: each as soon as its line is read (stdin), else some rows predicted together (serve_lines.py,
+    beside this file)."""
+    _companion("serve_lines.py").serve_json_lines(KIT, rows, stream, out, limit, one_at_a_time)
 
 
 def serve_csv(rows, path, out, err, limit):
     """Answer each row of the CSV file `path` (a header line, then rows) with CSV rows on `out`; a bad line is
-    reported on `err` (the first REPORTED, then a count). Returns the number of bad lines."""
-    import csv
+    reported on `err` (serve_lines.py, beside this file). Returns the number of bad lines."""
+    return _companion("serve_lines.py").serve_csv(KIT, rows, path, out, err, limit)
 
-    csv.field_size_limit(limit)
-    bad = 0
-
-    def report(line, why):
-        nonlocal bad
-        bad += 1
-        if bad <= REPORTED:
-            err.write(f"line {line}: {why}\n")
-
-    with open(path, newline="", encoding="utf-8", errors="surrogateescape") as f:
-        reader = csv.reader(f)
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise RowError(f"{path}: the file is empty (the first line names the columns)") from None
-        except csv.Error as exc:
-            raise RowError(f"{path}: line 1 cannot be read as CSV: {_line(exc)}") from None
-        header[:1] = [header[0].lstrip("\ufeff")] if header else []
-        if all(_NUMBER.fullmatch(name) for name in header):
-            raise RowError(f"{path}: line 1 holds numbers, not column names: add a header line naming the columns")
-        columns = rows.csv_columns(header)
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        chunk = []
-
-        def flush():
-            for (line, _row), answer in zip(chunk, answer_documents(rows, chunk)):
-                if isinstance(answer, RowError):
-                    report(line, answer)
-                else:
-                    writer.writerows(rows.csv_rows(line, answer, columns))
-            chunk.clear()
-
-        while True:
-            line = reader.line_num + 1
-            try:
-                values = next(reader)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                values = RowError(f"cannot be read as CSV: {_line(exc)}")
-            if not values:  # a blank line
-                continue
-            if isinstance(values, RowError):
-                chunk.append((line, values))  # reported in order with the rows around it
-            elif len(values) != len(header):
-                chunk.append((line, RowError(f"{len(values)} values, the header has {len(header)} columns")))
-            elif any(_ESCAPED.search(value) for value in values):
-                chunk.append((line, RowError("not UTF-8 text")))
-            else:
-                chunk.append((line, dict(zip(header, values))))
-            if len(chunk) >= CHUNK_ROWS:
-                flush()
-        flush()
-    if bad > REPORTED:
-        err.write(f"... and {bad - REPORTED:,} more bad lines (skipped)\n")
-    return bad
 
 
 def serve_http(rows, address, limit, timeout, quiet=False, err=None):
     """Serve POST /predict and GET /health on `address` ("HOST:PORT", "PORT", "[::1]:PORT") until interrupted;
-    the log on `err` (stderr)."""
-    import http.server
-    import socket
-    import socketserver
-    import threading
-    import time
-    from urllib.parse import urlsplit
-
-    err = err or sys.stderr
-    host, port = _address(address)
-    lock = threading.Lock()  # one prediction at a time: the model's threads are the CPU's, not the clients'
-    health = {"status": "ok", "task": rows.task, "format": rows.served.manifest.get("format"),
-              "step": rows.served.manifest.get("step")}
-    routes = {"/predict": "POST", "/health": "GET"}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        default_request_version = "HTTP/1.0"  # a garbled request line is answered with a status line too
-
-        def version_string(self):
-            return "amp-console-serve"
-
-        def finish(self):
-            """Read what the client sent that no one read (a refused body) before the connection closes:
-            closing over unread bytes resets it, which can destroy the answer before the client reads it."""
-            super().finish()
-            try:
-                self.connection.setblocking(False)
-                left = _DRAIN_LIMIT
-                while left > 0:
-                    piece = self.connection.recv(1 << 16)
-                    if not piece:
-                        break
-                    left -= len(piece)
-            except OSError:
-                pass
-
-        def setup(self):
-            self.timeout = timeout  # StreamRequestHandler sets it on the socket: every read waits this long at most
-            super().setup()
-
-        def do_GET(self):
-            self._route()
-
-        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_GET
-
-        def _route(self):
-            path = urlsplit(self.path).path
-            method = routes.get(path)
-            if method is None:
-                return self._reply(404, {"error": f"no such path {_shown(path)}: POST /predict or GET /health"})
-            if self.command != method:
-                return self._reply(405, {"error": f"{path} takes {method}, not {_shown(self.command)[1:-1]}"},
-                                   Allow=method)
-            if path == "/health":
-                return self._reply(200, health)
-            try:
-                document = parse_json(self._body())
-                with lock:
-                    answer = _collect(rows.answer(_requests(document)[0]), isinstance(document, list))
-                if isinstance(answer, RowError):
-                    raise answer
-            except _Refused as exc:
-                return self._reply(exc.status, {"error": str(exc)}, close=True)
-            except RowError as exc:
-                return self._reply(400, {"error": str(exc)})
-            except Exception as exc:  # noqa: BLE001 - the model's failure: one line to the client and the log
-                self.log_error("the model failed: %s", _line(exc))
-                return self._reply(500, {"error": f"the model failed: {_line(exc)}"})
-            self._reply(200, answer)
-
-        def _body(self):
-            """The request body as text: refused (_Refused) without a Content-Length, over the limit, not
-            arriving in time, or cut short."""
-            if self.headers.get("Transfer-Encoding"):
-                raise _Refused(411, "send the body with a Content-Length (chunked bodies are not read)")
-            lengths = self.headers.get_all("Content-Length") or []
-            if not lengths:
-                raise _Refused(411, "POST /predict needs a Content-Length")
-            if len(lengths) > 1 or not re.fullmatch(r"\s*\d{1,19}\s*", lengths[0]):
-                raise _Refused(400, f"Content-Length {_shown(', '.join(lengths))} is not one number of bytes")
-            length = int(lengths[0])
-            if length > limit:
-                self._drain(length)
-                raise _Refused(413, f"the body is {length:,} bytes, more than {limit:,} (--max-request-bytes)")
-            deadline, data = time.monotonic() + timeout, bytearray()
-            while len(data) < length:
-                try:
-                    piece = self.rfile.read1(min(1 << 16, length - len(data)))
-                except TimeoutError:
-                    piece = None
-                if piece is None or time.monotonic() > deadline:
-                    raise _Refused(408, f"the body did not arrive within {timeout:g} s")
-                if not piece:
-                    raise _Refused(400, f"the body ended after {len(data):,} of its {length:,} bytes "
-                                        f"(Content-Length)")
-                data += piece
-            try:
-                return data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise RowError("the body is not UTF-8 text") from None
-
-        def _drain(self, length):
-            """Read and drop a refused body (up to _DRAIN_LIMIT, while it keeps coming): a client that sends it
-            all before reading then gets the 413, not a reset connection."""
-            left = length if length <= _DRAIN_LIMIT else 0
-            try:
-                while left > 0:
-                    piece = self.rfile.read1(min(1 << 16, left))
-                    if not piece:
-                        break
-                    left -= len(piece)
-            except OSError:
-                pass
-
-        def _reply(self, status, value, close=False, **headers):
-            body = (json.dumps(value, allow_nan=False) + "\n").encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            for name, text in headers.items():
-                self.send_header(name, text)
-            if close:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def send_error(self, code, message=None, explain=None):
-            """http.server's own refusals (a malformed request line, headers too long, ...) as JSON too."""
-            try:
-                self._reply(code, {"error": _line(message or self.responses.get(code, ("refused",))[0])},
-                            close=True)
-            except OSError:
-                self.close_connection = True
-
-        def log_message(self, format, *args):
-            if not quiet:
-                err.write(_line(f"{self.address_string()} - {format % args}") + "\n")
-
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-        def server_bind(self):  # HTTPServer's would look the host name up (socket.getfqdn): no need, and slow
-            socketserver.TCPServer.server_bind(self)
-            self.server_name, self.server_port = host, self.server_address[1]
-
-        def handle_error(self, request, client_address):
-            err.write(_line(f"serve.py: {client_address[0]}: {sys.exc_info()[1]!r}") + "\n")
-
-    try:
-        server = Server((host, port), Handler)
-    except OSError as exc:
-        raise RowError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    shown = f"[{host}]" if ":" in host else host
-    if not is_loopback(host):
-        err.write(f"serve.py: warning: listening on {shown}, not loopback: anyone who can reach this port can use "
-                  f"the model (no authentication, no TLS)\n")
-    err.write(f"serve.py: serving the {rows.task} model on http://{shown}:{server.server_address[1]} "
-              f"(POST /predict, GET /health; Ctrl-C stops)\n")
-    err.flush()
-    with server:
-        server.serve_forever(poll_interval=0.5)
-
-
-class _Refused(Exception):
-    """A request refused before its body is read, with its HTTP status."""
-
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
+    the log on `err` (stderr). The server is serve_http.py's, beside this file."""
+    _companion("serve_http.py").serve_http(KIT, rows, address, limit, timeout, quiet, err)
 
 
 def is_loopback(host):
     """Whether `host` names this machine's loopback only (127.0.0.0/8, ::1, localhost)."""
-    import ipaddress
-
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _address(text):
-    """(host, port) of "HOST:PORT", "[IPV6]:PORT" or "PORT" (on 127.0.0.1)."""
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or int(port) > 65535:
-        raise RowError(f"--http {_shown(text)[1:-1]}: give HOST:PORT, e.g. 127.0.0.1:8000")
-    return host, int(port)
+    return _companion("serve_http.py").is_loopback(host)
 
 
 def main(argv=None):
@@ -1277,6 +565,12 @@ def main(argv=None):
 def _fail(message):
     sys.stderr.write(f"serve.py: {message}\n")
     return 2
+
+
+# what a task's serving module (see the module doc) and serve_http.py are given of this module
+KIT = types.SimpleNamespace(RowError=RowError, number=_number, numbers=_numbers, finite=_finite, kind=_kind,
+                            is_list=_is_list, mlp=_mlp, parse_json=parse_json, requests=_requests,
+                            collect=_collect, line=_line, shown=_shown, NUMBER=_NUMBER)
 
 
 if __name__ == "__main__":

@@ -136,6 +136,7 @@ class RankingTaskServing(TaskServing):
     """Each query's candidates as raw features in (any number of candidates), their scores out."""
 
     input_name, output_name = "features", "scores"
+    standalone = "ranking_standalone.py"  # serve.py's part for the task (core.tasks.serving)
     dynamic_dims = ("batch", "candidates")
     answers = ("rank", "example_queries")
     file_scorer = RankingFileScorer

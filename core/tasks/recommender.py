@@ -482,6 +482,7 @@ class RecommenderTaskServing(TaskServing):
     over the catalogue out."""
 
     input_name, output_name = "seq", "scores"
+    standalone = "recommender_standalone.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("recommend", "recommend_many", "example_users")
     file_scorer = RecommenderFileScorer
     preview = PreviewSpec("id_sequence", "ranked_list", answer="recommend", examples="example_users", noun="user",

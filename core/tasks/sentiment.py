@@ -426,6 +426,7 @@ class SentimentTaskServing(TaskServing):
     """Review texts, hashed as the run hashed its data (the recipe in the manifest), in; P(positive) out."""
 
     input_name, output_name = "tokens", "p_positive"
+    standalone = "sentiment_standalone.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("sentiment", "sentiment_array", "explain")
     file_scorer = SentimentFileScorer
     preview = PreviewSpec("text", "score", answer="sentiment", explain="explain", noun="review",

@@ -17,6 +17,14 @@ its training code. `Task.serving()` is an instance for the task's options; for a
   file it reads) and `score`, a batch of rows in, output tables out.
 - `preview`: what the window's Model preview shows (a PreviewSpec: the kind of input and of output, from which
   the window builds the page), and `preview_quality`: how good an order of known labels is (a ranked list).
+
+What the export's standalone serve.py (core/lab/serve.py, stdlib + torch, it imports nothing of this project)
+does for the task travels in the export as a module of its own:
+
+- `standalone`: the file name of the task's serving module for serve.py, beside the serving part's own module
+  (core/tasks/<task>_standalone.py): standard library and torch only, `forward`, `ALIASES` and `Serving` as
+  serve.py's module doc says; `amp-console export` copies it into the export folder under that name and names
+  it in the manifest (`serving_module`); `standalone_source()` is its bytes.
 """
 
 from __future__ import annotations
@@ -88,6 +96,16 @@ class TaskServing(ABC):
         """ranked_list: (the measure's name, its value) of candidates in the order shown, given their true
         labels (value None: every order is as good); None when the task has no such measure."""
         return None
+
+    # ---- the export's serve.py: the task's standalone serving module (see the module doc)
+    standalone: ClassVar[str]  # its file name, beside the module of the serving part's class
+
+    def standalone_source(self) -> bytes:
+        """The task's serving module for serve.py, byte for byte (it imports nothing of this project)."""
+        import inspect
+        from pathlib import Path
+
+        return Path(inspect.getfile(type(self))).with_name(self.standalone).read_bytes()
 
 
 class FileScorer:

@@ -160,6 +160,7 @@ class TinyTaskServing(TaskServing):
     """Points in, class probabilities out."""
 
     input_name, output_name = "x", "probabilities"
+    standalone = "tiny_standalone.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("classify", "example_inputs")
     file_scorer = TinyFileScorer
     preview = PreviewSpec("feature_row", "class_probabilities", answer="classify", examples="example_inputs",

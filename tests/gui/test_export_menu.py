@@ -63,7 +63,8 @@ def test_export_as_a_program_shows_the_verification_in_the_status_bar(qtbot, win
     assert status(window).startswith("Exported tiny") and "as program fp32" in status(window)
     assert dialogs.filters[0] == CHECKPOINT_FILTER and set(SERVING_FILTERS) <= set(dialogs.filters)
     folder = tmp_path / "a" / "export" / "model"
-    assert {p.name for p in folder.iterdir()} == {"model.pt2", "manifest.json", "serve.py"}
+    assert {p.name for p in folder.iterdir()} == {"model.pt2", "manifest.json", "serve.py", "serve_http.py", "serve_lines.py",
+                                                "serve_program.py", "tiny_standalone.py"}
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["task"] == "tiny" and manifest["verification"]["max_abs_diff"] <= manifest["verification"]["tolerance"]
     program = torch.export.load(str(folder / "model.pt2")).module()

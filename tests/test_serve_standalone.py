@@ -1,0 +1,293 @@
+"""What the standalone serve.py is made of: its task-free parts beside it (core/lab/serve_*.py) and each task's
+serving module (core/tasks/<task>_standalone.py), real modules imported and tested here directly; an export
+carries them all, byte for byte, and its manifest names the task's; serve.py loads that module by a plain file
+name inside the export folder only. Exports written before the task's module travelled with them
+(tests/fixtures/old_exports, made by the export of that time) are served by their own serve.py as they were, and
+by today's serve.py the same once the task's module lies beside them; without it, today's serve.py says in one
+line what is missing."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.lab import serve
+from core.lab.export import SERVE_PARTS, export_model, serve_files
+from core.tasks import TASKS
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD = ROOT / "tests" / "fixtures" / "old_exports"
+OLD_EXPORTS = sorted(p.name.removesuffix(".answers.json") for p in OLD.glob("*.answers.json"))
+
+
+def standalone(name):
+    """The task's serving module for serve.py, imported as the project's module it is."""
+    serving = TASKS[name]().serving()
+    module = importlib.import_module(f"{type(serving).__module__.rsplit('.', 1)[0]}.{serving.standalone[:-3]}")
+    assert Path(module.__file__).name == serving.standalone
+    return module
+
+
+def imported(path: Path) -> set[str]:
+    """The top-level packages a module imports (relative imports refused: it lies alone in an export)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}: a relative import"
+            names.add(node.module.split(".")[0])
+    return names
+
+
+# ---- what travels -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("part", SERVE_PARTS)
+def test_serve_parts_import_only_the_standard_library(part):
+    assert imported(ROOT / "core" / "lab" / part) <= set(sys.stdlib_module_names)
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_each_task_has_a_standalone_serving_module_of_stdlib_and_torch(name):
+    serving = TASKS[name]().serving()
+    module = standalone(name)
+    assert serving.standalone_source() == Path(module.__file__).read_bytes()
+    assert imported(Path(module.__file__)) - set(sys.stdlib_module_names) <= {"torch"}
+    assert callable(module.forward) and isinstance(module.ALIASES, dict)
+    for member in ("copied", "columns", "predict", "row_input", "answer"):
+        assert hasattr(module.Serving, member) or member == "columns", (name, member)
+
+
+def test_an_export_carries_serve_py_its_parts_and_the_tasks_module(trained_runs, tmp_path):
+    folder = tmp_path / "export"
+    result = export_model(trained_runs["tiny"].checkpoint, folder, "safetensors")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["serving_module"] == "tiny_standalone.py"
+    for name, payload in serve_files(TASKS["tiny"]().serving()).items():
+        assert (folder / name).read_bytes() == payload and name in result.files
+    assert (folder / "tiny_standalone.py").read_bytes() == (ROOT / "core/tasks/tiny_standalone.py").read_bytes()
+    assert serve.load(folder).predict([[0.5] * 10])[0] == pytest.approx([0.5, 0.5], abs=0.5)
+
+
+# ---- each task's module on its own --------------------------------------------------------------------------------
+
+class FakeServed:
+    """What a task's Serving reads of serve.py's Served: the manifest, the input's width and the model's run."""
+
+    def __init__(self, manifest, model):
+        self.manifest, self.model = manifest, model
+
+    def width(self):
+        return self.manifest["inputs"][0]["shape"][-1]
+
+    def run_array(self, rows, dtype):
+        with torch.no_grad():
+            return self.model(torch.tensor(rows, dtype=getattr(torch, dtype)))
+
+    def run(self, rows, dtype):
+        return self.run_array(rows, dtype).tolist()
+
+
+def task_and_model(name, **options):
+    task = TASKS[name](**options) if options else TASKS[name]()
+    torch.manual_seed(0)
+    return task, task.build_model({}).eval()
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_each_forward_over_the_weights_is_the_served_module(name):
+    """forward(weights, options, kit), serve.py's computation of a safetensors export, gives what the task's
+    serving module gives on the export's sample inputs."""
+    task, model = task_and_model(name)
+    serving = task.serving()
+    sample = serving.sample_inputs(model, 8, 0)
+    weights = {k: v.detach().float() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        want = serving.module(model, "safetensors").eval()(sample)
+        got = standalone(name).forward(weights, dict(task.opts), serve.KIT)(sample)
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+
+
+def manifest_of(name):
+    task, model = task_and_model(name)
+    serving = task.serving()
+    sample = serving.sample_inputs(model, 4, 0)
+    state = {"vocabulary": {"items": [str(5000 + 3 * k) for k in range(model.items.num_embeddings - 1)]}} \
+        if name == "recommender" else {"vocabulary": {}}
+    manifest = serving.manifest(model, state, sample)
+    return manifest, serving.module(model, "program").eval()
+
+
+def test_tiny_reads_x_or_f_columns_and_answers_probabilities():
+    manifest, model = manifest_of("tiny")
+    part = standalone("tiny").Serving(FakeServed(manifest, model), serve.KIT)
+    width = manifest["inputs"][0]["shape"][-1]
+    xs = part.row_input({f"x{i}": float(i) for i in range(1, width + 1)})
+    fs = part.row_input({f"f{i}": float(i) for i in range(1, width + 1)})
+    assert xs == fs == [float(i) for i in range(1, width + 1)]
+    with pytest.raises(serve.RowError, match="no x2 column"):
+        part.row_input({"x1": 1.0})
+    (one,) = part.predict(xs, 10)  # one point alone is a batch of one
+    assert part.predict([xs], 10) == [one]
+    answer = part.answer(one)
+    assert set(answer) == set(part.columns) and answer["predicted"] == max(range(len(one)), key=one.__getitem__)
+    with pytest.raises(ValueError, match=f"point 0: 1 numbers, the model takes {width}"):
+        part.predict([[1.0]], 10)
+
+
+def test_ranking_scores_one_candidate_one_query_or_queries_of_one_size():
+    manifest, model = manifest_of("ranking")
+    part = standalone("ranking").Serving(FakeServed(manifest, model), serve.KIT)
+    width = manifest["inputs"][0]["shape"][-1]
+    a, b = [0.1] * width, [0.9] * width
+    assert len(part.predict(a, 10)) == 1 and len(part.predict([a, b], 10)) == 2
+    assert part.predict([[a, b], [b, a]], 10)[0] == pytest.approx(part.predict([a, b], 10), abs=1e-6)
+    with pytest.raises(ValueError, match="the same number of candidates"):
+        part.predict([[a, b], [a]], 10)
+    assert part.copied == ("query_id", "doc_id", "label") and part.answer(0.5) == {"score": 0.5}
+
+
+def test_sentiment_reads_a_text_and_hashes_it_as_the_manifest_says():
+    manifest, model = manifest_of("sentiment")
+    module = standalone("sentiment")
+    part = module.Serving(FakeServed(manifest, model), serve.KIT)
+    for values, error in [({}, "no text column"), ({"text": 3}, "text is a number, not a string"),
+                          ({"text": "  "}, "text is empty")]:
+        with pytest.raises(serve.RowError, match=error):
+            part.row_input(values)
+    (p,) = part.predict(["Great lesson"], 10)
+    t = manifest["serving"]["tokenizer"]
+    ids = module.hashed_tokens(["Great lesson"], t["buckets"], t["max_tokens"], t["negation_scope"])
+    assert p == pytest.approx(model(torch.tensor(ids)).item(), abs=1e-6)
+    assert part.answer(0.75) == {"p_positive": 0.75, "predicted": "positive"}
+    with pytest.raises(TypeError, match="input 1: a review is a string"):
+        part.predict(["fine", None], 10)
+
+
+def test_recommender_maps_lesson_ids_and_excludes_the_history():
+    manifest, model = manifest_of("recommender")
+    module = standalone("recommender")
+    part = module.Serving(FakeServed(manifest, model), serve.KIT)
+    lessons = manifest["serving"]["vocabulary"]
+    assert module.split_history("[12, 7 40]") == ["12", "7", "40"]
+    assert module.lesson_key(12.0) == module.lesson_key("12.0") == "12"
+    (top,) = part.predict([[lessons[0], lessons[1]]], 3)
+    assert len(top) == 3 and not {lessons[0], lessons[1]} & {lesson for lesson, _s in top}
+    assert part.predict([[float(lessons[0]), f"{lessons[1]}.0"]], 3) == [top]  # 5000.0 is lesson 5000
+    assert part.predict([["nobody knows this one"]], 3) == [[]]  # no known lesson: nothing to go on
+    with pytest.raises(ValueError, match="k=0: ask for at least 1"):
+        part.predict([[lessons[0]]], 0)
+    with pytest.raises(serve.RowError, match="history is empty"):
+        part.row_input({"history": ""})
+    answer = part.answer(top)
+    columns = part.csv_columns(["user_id"])
+    rows = part.csv_rows(7, {"user_id": "u", **answer}, columns)
+    assert columns == ["line", "user_id", "rank", "item_id", "score"]
+    assert [r[:3] for r in rows] == [[7, "u", 1], [7, "u", 2], [7, "u", 3]]
+
+
+# ---- the serving module is found inside the export folder only ----------------------------------------------------
+
+def export_copy(tmp_path, name="tiny-safetensors"):
+    folder = Path(shutil.copytree(OLD / name, tmp_path / name))
+    task = json.loads((folder / "manifest.json").read_text())["task"]
+    for file, payload in serve_files(TASKS[task]().serving()).items():
+        (folder / file).write_bytes(payload)
+    return folder
+
+
+@pytest.mark.parametrize("named", ["../tiny_standalone.py", "/tmp/tiny_standalone.py", "tiny_standalone",
+                                   "tiny standalone.py", "sub/tiny_standalone.py", "..", 7])
+def test_a_serving_module_outside_the_folder_is_refused(tmp_path, named):
+    folder = export_copy(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "serving_module": named}))
+    with pytest.raises(serve.UnsafeExport, match="is not a module file name in the export folder") as caught:
+        serve.load(folder)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_serving_module_that_is_a_link_or_missing_is_refused(tmp_path):
+    folder = export_copy(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "serving_module": "tiny_standalone.py"}))
+    elsewhere = tmp_path / "tiny_standalone.py"
+    os.replace(folder / "tiny_standalone.py", elsewhere)
+    with pytest.raises(serve.IncompleteExport, match="no tiny_standalone.py"):
+        serve.load(folder)
+    (folder / "tiny_standalone.py").symlink_to(elsewhere)
+    with pytest.raises(serve.UnsafeExport, match="a link is refused"):
+        serve.load(folder)
+
+
+# ---- exports written before the task's module travelled with them -------------------------------------------------
+
+def recorded(name):
+    return json.loads((OLD / f"{name}.answers.json").read_text())
+
+
+def answers_of(module, folder, record):
+    """What serve.py `module` answers for the recorded inputs and rows, as JSON values."""
+    served = module.load(folder)
+    predicted = served.predict(record["predict"]["inputs"], **record["predict"]["kwargs"])
+    rows = module.Rows(served, record["rows"]["k"])
+    answers = [str(a) if isinstance(a, module.RowError) else a for a in rows.answer(record["rows"]["rows"])]
+    columns = rows.csv_columns(list(record["rows"]["rows"][0]))
+    return json.loads(json.dumps([predicted, answers, columns]))
+
+
+def want(record):
+    return [record["predict"]["answers"], record["rows"]["answers"], record["rows"]["csv_columns"]]
+
+
+def alike(got, wanted):
+    """JSON values alike, floats to 1e-5 (recorded on another machine, whose kernels may round differently)."""
+    if isinstance(wanted, float):
+        return got == pytest.approx(wanted, abs=1e-5)
+    if isinstance(wanted, list):
+        return isinstance(got, list) and len(got) == len(wanted) and all(map(alike, got, wanted))
+    if isinstance(wanted, dict):
+        return isinstance(got, dict) and got.keys() == wanted.keys() and all(alike(got[k], wanted[k]) for k in got)
+    return got == wanted
+
+
+def old_serve(name):
+    """The old export's own serve.py, imported from its folder."""
+    spec = importlib.util.spec_from_file_location(f"old_serve_{name.replace('-', '_')}", OLD / name / "serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", OLD_EXPORTS)
+def test_an_old_exports_own_serve_py_still_serves_it(name):
+    assert alike(answers_of(old_serve(name), OLD / name, recorded(name)), want(recorded(name)))
+
+
+@pytest.mark.parametrize("name", OLD_EXPORTS)
+def test_todays_serve_py_says_in_one_line_what_an_old_export_lacks(name):
+    with pytest.raises(serve.IncompleteExport) as caught:
+        serve.load(OLD / name)
+    message = str(caught.value)
+    task = json.loads((OLD / name / "manifest.json").read_text())["task"]
+    assert "\n" not in message and f"{task}_standalone.py" in message and "serve.py in that folder" in message
+
+
+@pytest.mark.parametrize("name", OLD_EXPORTS)
+def test_todays_serve_py_serves_an_old_export_the_same_with_the_tasks_module_beside_it(tmp_path, name):
+    """The old manifest names no serving module: today's serve.py takes the one export names <task>_standalone.py
+    and answers exactly as the old serve.py did."""
+    folder = export_copy(tmp_path, name)
+    assert "serving_module" not in json.loads((folder / "manifest.json").read_text())
+    got = answers_of(serve, folder, recorded(name))
+    assert got == answers_of(old_serve(name), OLD / name, recorded(name))  # the same computation, bit for bit
+    assert alike(got, want(recorded(name)))
