@@ -195,14 +195,23 @@ def test_recommender_maps_lesson_ids_and_excludes_the_history():
     assert [r[:3] for r in rows] == [[7, "u", 1], [7, "u", 2], [7, "u", 3]]
 
 
-# ---- the serving module is found inside the export folder only ----------------------------------------------------
+# ---- the serving module is run from beside serve.py only ---------------------------------------------------------
 
 def export_copy(tmp_path, name="tiny-safetensors"):
+    """A copy of an old export with today's serve.py, its parts and the task's module written into it."""
     folder = Path(shutil.copytree(OLD / name, tmp_path / name))
     task = json.loads((folder / "manifest.json").read_text())["task"]
     for file, payload in serve_files(TASKS[task]().serving()).items():
         (folder / file).write_bytes(payload)
     return folder
+
+
+def own_serve(folder: Path):
+    """The serve.py in `folder`, imported from there (as `python serve.py` in the export runs it)."""
+    spec = importlib.util.spec_from_file_location(f"serve_in_{abs(hash(str(folder)))}", folder / "serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.parametrize("named", ["../tiny_standalone.py", "/tmp/tiny_standalone.py", "tiny_standalone",
@@ -211,22 +220,42 @@ def test_a_serving_module_outside_the_folder_is_refused(tmp_path, named):
     folder = export_copy(tmp_path)
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps({**manifest, "serving_module": named}))
-    with pytest.raises(serve.UnsafeExport, match="is not a module file name in the export folder") as caught:
-        serve.load(folder)
-    assert "\n" not in str(caught.value)
+    for module in (serve, own_serve(folder)):
+        with pytest.raises(module.UnsafeExport, match="is not a module file name in the export folder") as caught:
+            module.load(folder)
+        assert "\n" not in str(caught.value)
 
 
 def test_a_serving_module_that_is_a_link_or_missing_is_refused(tmp_path):
     folder = export_copy(tmp_path)
+    own = own_serve(folder)
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps({**manifest, "serving_module": "tiny_standalone.py"}))
     elsewhere = tmp_path / "tiny_standalone.py"
     os.replace(folder / "tiny_standalone.py", elsewhere)
-    with pytest.raises(serve.IncompleteExport, match="no tiny_standalone.py"):
-        serve.load(folder)
+    with pytest.raises(own.IncompleteExport, match="tiny_standalone.py is not beside this serve.py"):
+        own.load(folder)
     (folder / "tiny_standalone.py").symlink_to(elsewhere)
-    with pytest.raises(serve.UnsafeExport, match="a link is refused"):
-        serve.load(folder)
+    with pytest.raises(own.UnsafeExport, match="a link is refused"):
+        own.load(folder)
+
+
+def test_serving_another_folder_never_runs_that_folders_code(tmp_path):
+    """serve.py pointed at another export (`--export FOLDER`) runs the serving module beside itself, never the
+    one in that folder: a planted module is not run, and a folder of another task is said to need its own
+    serve.py."""
+    mine = export_copy(tmp_path / "mine")
+    theirs = export_copy(tmp_path / "theirs")
+    marker = tmp_path / "ran"
+    (theirs / "tiny_standalone.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('planted')\n")
+    own = own_serve(mine)
+    served = own.load(theirs)
+    assert not marker.exists()
+    assert served.predict([[0.0] * 10])  # answered by the module beside serve.py
+    other = export_copy(tmp_path / "other", "ranking-safetensors")
+    with pytest.raises(own.IncompleteExport, match="ranking_standalone.py is not beside this serve.py") as caught:
+        own.load(other)
+    assert "\n" not in str(caught.value) and "serve.py in that folder" in str(caught.value)
 
 
 # ---- exports written before the task's module travelled with them -------------------------------------------------
@@ -274,9 +303,16 @@ def test_an_old_exports_own_serve_py_still_serves_it(name):
 
 
 @pytest.mark.parametrize("name", OLD_EXPORTS)
-def test_todays_serve_py_says_in_one_line_what_an_old_export_lacks(name):
-    with pytest.raises(serve.IncompleteExport) as caught:
-        serve.load(OLD / name)
+def test_todays_serve_py_says_in_one_line_what_an_old_export_lacks(tmp_path, name):
+    """A serve.py copied without the old export's task module beside it (another task's export, say)."""
+    lone = tmp_path / "serve-alone"
+    lone.mkdir()
+    for file, payload in serve_files(TASKS["tiny"]().serving()).items():
+        if not file.endswith("_standalone.py"):
+            (lone / file).write_bytes(payload)
+    module = own_serve(lone)
+    with pytest.raises(module.IncompleteExport) as caught:
+        module.load(OLD / name)
     message = str(caught.value)
     task = json.loads((OLD / name / "manifest.json").read_text())["task"]
     assert "\n" not in message and f"{task}_standalone.py" in message and "serve.py in that folder" in message
@@ -288,6 +324,12 @@ def test_todays_serve_py_serves_an_old_export_the_same_with_the_tasks_module_bes
     and answers exactly as the old serve.py did."""
     folder = export_copy(tmp_path, name)
     assert "serving_module" not in json.loads((folder / "manifest.json").read_text())
-    got = answers_of(serve, folder, recorded(name))
+    got = answers_of(own_serve(folder), folder, recorded(name))
     assert got == answers_of(old_serve(name), OLD / name, recorded(name))  # the same computation, bit for bit
     assert alike(got, want(recorded(name)))
+
+
+@pytest.mark.parametrize("name", OLD_EXPORTS)
+def test_the_projects_serve_py_serves_an_old_export_with_the_tasks_module_of_the_project(name):
+    """The project's own serve.py finds each task's module where it is written (core/tasks)."""
+    assert answers_of(serve, OLD / name, recorded(name)) == answers_of(old_serve(name), OLD / name, recorded(name))

@@ -52,14 +52,14 @@ answer), `columns` (the answer's), `predict(inputs, k)` (a non-empty list of the
 answer each), `row_input(values)` (a row's values by normal name: the model's input, kit.RowError for a bad
 row), `answer(result)` (one result as the answer's dict) and, where a CSV row is not one answer,
 `csv_columns(copied)` and `csv_rows(line, answer, columns)`. `kit` is this module's helpers for it: RowError,
-number, numbers, finite, kind, is_list, mlp. The module is code, as this file is: serving a folder, with
-`--export FOLDER` too, runs its serving module, so serve only folders whose .py files you would run (the
-manifest's format_kind, data or code, is about the model file).
+number, numbers, finite, kind, is_list, mlp. The module is code, as this file is, so it is run from beside
+this file only (the export's own serve.py finds its own): serving another folder (`--export FOLDER`) never runs
+that folder's .py files, and a folder of another task is served by its own serve.py.
 
 An export whose manifest names no serving module was written before the task's serving code travelled with it:
-its own serve.py (the one in its folder) serves it. This serve.py serves it too when the folder holds the task's
-module under the name `amp-console export` gives it (<task>_standalone.py, copied from core/tasks), and
-otherwise says in one line what is missing (IncompleteExport).
+its own serve.py (the one in its folder) serves it. This serve.py serves it too when the task's module lies
+beside it under the name `amp-console export` gives it (<task>_standalone.py), and otherwise says in one line
+what is missing (IncompleteExport).
 """
 
 from __future__ import annotations
@@ -154,17 +154,33 @@ class IncompleteExport(ValueError):
 
 
 def serving_module(folder, manifest):
-    """The task's serving module of the export in `folder` (see the module doc), as its manifest names it."""
+    """The task's serving module of the export in `folder`, as its manifest names it (see the module doc), run
+    from beside this serve.py only: never from another folder it is pointed at, whose .py files nobody asked to
+    run (the project's own copy of this file also looks in the project's core/tasks, where the modules are
+    written). IncompleteExport (one line) when it is not there."""
     name = manifest.get("serving_module")
-    if name is None:  # written before the task's serving code travelled with the export
+    old = name is None  # written before the task's serving code travelled with the export
+    if old:
         name = f"{manifest.get('task')}_standalone.py"
-        if _MODULE_NAME.fullmatch(name) and not os.path.lexists(os.path.join(folder, name)):
-            raise IncompleteExport(
-                f"{folder}: the export holds no serving module (its manifest.json names none: it was written "
-                f"before the task's serving code travelled with the export): serve it with the serve.py in that "
-                f"folder, copy {ascii(name)[1:-1]} into it from AMP Console's core/tasks, or export the checkpoint "
-                f"again")
-    return load_module(folder, name, "serving module")
+    if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
+        raise UnsafeExport(f"manifest.json: the serving module {ascii(name)[:80]} is not a module file name in the "
+                           f"export folder: refused (it lies beside manifest.json)")
+    for place in _module_places():
+        if os.path.lexists(os.path.join(place, name)):
+            return load_module(place, name, "serving module")
+    why = (" (its manifest.json names none: it was written before the task's serving code travelled with the "
+           "export)" if old else "")
+    raise IncompleteExport(f"{folder}: its serving module {name} is not beside this serve.py{why}: serve it with "
+                           f"the serve.py in that folder, or export the checkpoint again")
+
+
+def _module_places():
+    """Where serving modules are run from: this file's folder, and in the project's own tree its core/tasks."""
+    places = [str(HERE)]
+    tasks = HERE.parent / "tasks"
+    if HERE.name == "lab" and HERE.parent.name == "core" and (tasks / "serving.py").is_file():
+        places.append(str(tasks))
+    return places
 
 
 def _is_list(value):
