@@ -76,13 +76,12 @@ def memory_one(checkpointed: bool) -> dict:
     import gc
 
     gc.collect()
-    from core.lab.batch_finder import _current_rss, _peak_rss, _reset_peak_rss
+    from core.devices import PeakMemory
 
-    _reset_peak_rss()  # the peak (VmHWM) from here: set-up (data generation) peaks do not count
-    before = _current_rss()
-    loss = task.loss(model, batch)
-    loss.backward()
-    peak = _peak_rss()
+    with PeakMemory(torch.device("cpu")) as meter:  # the peak (VmHWM) from here: set-up peaks do not count
+        loss = task.loss(model, batch)
+        loss.backward()
+    before, peak = meter.reading.start_bytes, meter.reading.peak_bytes
     return {"checkpointed": checkpointed, "rss_before": before, "peak": peak, "growth": peak - before,
             "loss": float(loss)}
 

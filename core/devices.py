@@ -6,6 +6,7 @@ For each device the precision modes it supports, and for the others the reason w
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import platform
@@ -319,3 +320,166 @@ def memory_in_use(device: torch.device) -> int | None:
     if device.type == "mps":
         return int(torch.mps.current_allocated_memory())
     return resident_set()
+
+
+# ----------------------------------------------------------------------------- peak memory
+@dataclass(frozen=True)
+class PeakReading:
+    """What `PeakMemory.read` saw on its device since the last reset (None where the device cannot tell)."""
+
+    peak_bytes: int | None  # CUDA/XPU: the allocator's peak allocated; CPU: the resident set's high-water mark
+    start_bytes: int | None  # in use at the reset: allocated (CUDA/XPU), the resident set (CPU)
+    reserved_bytes: int | None = None  # CUDA/XPU: the caching allocator's peak reserved (what the device gave it)
+
+    @property
+    def growth_bytes(self) -> int | None:
+        """The peak above what was in use at the reset (at least 0)."""
+        if self.peak_bytes is None or self.start_bytes is None:
+            return None
+        return max(0, self.peak_bytes - self.start_bytes)
+
+
+class PeakMemory:
+    """The high-water mark of memory on one torch.device between `reset()` and `read()`, the one way the lab
+    tools measure peak memory.
+
+    - CUDA (ROCm included) and XPU: the caching allocator's statistics; `reset` synchronises, notes what is
+      allocated and resets the peak (reset_peak_memory_stats); `read` synchronises and reads
+      max_memory_allocated (`peak_bytes`) and max_memory_reserved (`reserved_bytes`). The figures are absolute:
+      the model, optimizer state and data already on the device count; `growth_bytes` is the peak above the start.
+    - CPU: the process's resident set. Where Linux lets a process reset its high-water mark (/proc/self/clear_refs
+      "5", then VmHWM) `reset` does, and the peak is the resident set's high-water mark since; elsewhere
+      (`resettable` False: macOS, Windows, old kernels) the peak is ru_maxrss / the peak working set since the
+      process started, never reset, so never below the truth (measure in a fresh process where that matters).
+    - MPS (and any other kind): torch keeps no peak statistics; `measurable` is False and `read` gives None.
+
+    Nothing touches the device before the first call. `with PeakMemory(device) as meter:` resets on entry and, when
+    the block ends without an exception, leaves the reading in `meter.reading`. Reading synchronises the device:
+    call it around a measurement, never per step of a training loop.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.kind = self.device.type
+        self.allocator = self.kind in ("cuda", "xpu")  # a caching allocator with peak statistics
+        self.resettable = self.kind == "cpu" and _can_reset_peak_rss()
+        self.measurable = self.allocator or self.kind == "cpu"
+        self.reading: PeakReading | None = None
+        self._start: int | None = None
+        if self.allocator:
+            self.source = f"{self.kind.upper()} allocator peak (max_memory_allocated)"
+        elif self.kind == "cpu":
+            self.source = ("peak RSS (VmHWM, reset)" if self.resettable else
+                           "peak RSS of the process (ru_maxrss, never reset)")
+        else:
+            self.source = f"none: torch keeps no peak-memory statistics on {self.kind}"
+
+    def _api(self):
+        """torch.cuda / torch.xpu / torch.mps for this device, or None (the CPU, kinds torch has no module for)."""
+        return getattr(torch, self.kind, None) if self.kind != "cpu" else None
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (nothing to wait for on the CPU)."""
+        api = self._api()
+        if self.allocator:
+            api.synchronize(self.device)
+        elif api is not None and hasattr(api, "synchronize"):
+            api.synchronize()  # MPS: one queue, no device argument
+
+    def in_use(self) -> int | None:
+        """Bytes in use now: allocated (CUDA/XPU/MPS), the resident set (CPU)."""
+        if self.allocator:
+            return int(self._api().memory_allocated(self.device))
+        if self.kind == "cpu":
+            current = resident_set()
+            return current if current is not None else _peak_rss()
+        api = self._api()
+        return int(api.current_allocated_memory()) if hasattr(api, "current_allocated_memory") else None
+
+    def reset(self) -> None:
+        """Start a new peak from what is in use now."""
+        self.synchronize()
+        if self.allocator:
+            self._start = self.in_use()
+            self._api().reset_peak_memory_stats(self.device)
+        elif self.kind == "cpu":
+            if self.resettable:
+                _reset_peak_rss()
+            self._start = self.in_use()
+        self.reading = None
+
+    def read(self) -> PeakReading:
+        """The peak since the last reset (since the process started where it was never reset)."""
+        self.synchronize()
+        if self.allocator:
+            api = self._api()
+            return PeakReading(int(api.max_memory_allocated(self.device)), self._start,
+                               int(api.max_memory_reserved(self.device)))
+        if self.kind == "cpu":
+            return PeakReading(_peak_rss(), self._start)
+        return PeakReading(None, None)
+
+    def release(self) -> None:
+        """Free what the last measurement left, so the next starts from the same place: a full collection (main
+        thread only, see collect_garbage), then the allocator's cached blocks (CUDA/XPU/MPS) or glibc's free
+        heap pages (CPU)."""
+        collect_garbage()
+        api = self._api()
+        if api is not None and hasattr(api, "empty_cache"):
+            self.synchronize()
+            api.empty_cache()
+        elif self.kind == "cpu":
+            _malloc_trim()
+
+    def __enter__(self) -> PeakMemory:
+        self.reset()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.reading = self.read()
+
+
+@functools.cache
+def _can_reset_peak_rss() -> bool:
+    """Whether this process can reset its resident set's high-water mark (asked once: asking resets it)."""
+    try:
+        _reset_peak_rss()
+        return _read_status_bytes("VmHWM") is not None
+    except OSError:
+        return False
+
+
+def _reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:  # "5": reset the peak RSS (Linux >= 4.0)
+        f.write("5")
+
+
+def _read_status_bytes(key: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _peak_rss() -> int:
+    value = _read_status_bytes("VmHWM")
+    if value is not None:
+        return value
+    return peak_resident_set() or 0
+
+
+def _malloc_trim() -> None:
+    """Hand freed heap pages back to the OS (glibc), so the next measurement's RSS starts from the same place."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -345,7 +345,7 @@ def summary_job(config, modes, batch_size, devices):
 
 LAYER_COLUMNS = ("Layer", "Type", "Parameters", "Trainable", "Weights", "Gradients", "Optimizer state")
 TOTAL_ROWS = ("Parameters", "Trainable", "Weights (fp32)", "Gradients (fp32)", "Optimizer state", "Activations",
-              "Activations vs fp32", "Total (training step)", "Total vs fp32", "CUDA peak", "Compute dtype")
+              "Activations vs fp32", "Total (training step)", "Total vs fp32", "Allocator peak", "Compute dtype")
 
 
 class SummaryDialog(ToolDialog):
@@ -503,7 +503,8 @@ class SummaryDialog(ToolDialog):
                     "Activations vs fp32": (f"{m.activation_ratio:.2f}×" if m.activation_ratio else "–", None),
                     "Total (training step)": (size(m.total_bytes), m.total_bytes),
                     "Total vs fp32": (f"{m.total_ratio:.2f}×" if m.total_ratio else "–", None),
-                    "CUDA peak": (size(m.cuda_peak_bytes) if m.cuda_peak_bytes is not None else "–", None),
+                    "Allocator peak": (size(m.allocator_peak_bytes) if m.allocator_peak_bytes is not None else "–",
+                                       None),
                     "Compute dtype": (m.compute_dtype or "–", None),
                 }
                 text, value = values[label]

@@ -29,7 +29,7 @@ def register(sub) -> None:
         "summary", help="per-layer parameters and training memory, activations per precision mode",
         description="Build the task's model and list, per layer, its parameters, whether they train, and the "
                     "bytes of their weights, gradients and optimizer state; then run one forward + backward "
-                    "per precision mode and report the activation memory (tensors saved for backward; on CUDA "
+                    "per precision mode and report the activation memory (tensors saved for backward; on CUDA/XPU "
                     "also the allocator's peak) and each mode's total side by side.")
     _common(summary)
     summary.add_argument("--precisions", default=DEFAULT_PRECISIONS,
@@ -95,8 +95,8 @@ def print_summary(result, depth: int = 2) -> None:
                   "them; (+N): N modules below the row, counted in it")
     console.print(f"activations: {result.activation_source}, one batch of {result.batch_size} in train mode "
                   f"(weights and the batch itself left out; autocast's weight copies included)")
-    if base is not None and base.cuda_peak_bytes is not None:
-        console.print("CUDA peak: max_memory_allocated during the step above what was allocated before it "
+    if base is not None and base.allocator_peak_bytes is not None:
+        console.print("allocator peak: max_memory_allocated during the step above what was allocated before it "
                       "(adds gradients and temporaries)")
 
 
@@ -147,8 +147,8 @@ def totals_table(result):
     table.add_row("optimizer state", *cells(lambda m: fmt.size(m.optimizer_bytes)))
     table.add_row("activations", *cells(lambda m: fmt.size(m.activation_bytes)))
     table.add_row("  vs fp32", *cells(lambda m: fmt.number(m.activation_ratio, ".2f", "×")))
-    if any(m.cuda_peak_bytes is not None for m in result.modes):
-        table.add_row("CUDA peak", *cells(lambda m: fmt.size(m.cuda_peak_bytes)))
+    if any(m.allocator_peak_bytes is not None for m in result.modes):
+        table.add_row("allocator peak", *cells(lambda m: fmt.size(m.allocator_peak_bytes)))
     table.add_row("total", *cells(lambda m: fmt.size(m.total_bytes)), style="bold")
     table.add_row("  vs fp32", *cells(lambda m: fmt.number(m.total_ratio, ".2f", "×")))
     return table

@@ -17,8 +17,9 @@ trainer runs it. The primary figure, on every device, is the bytes of the tensor
 (torch.autograd.graph.saved_tensors_hooks), deduplicated by storage and leaving out the parameters and the
 batch themselves: what a step holds between forward and backward. It includes the lower-precision copies of
 weights autocast saves for backward, and is attributed to the innermost module running when the tensor was
-saved (`task.loss` for the task's loss outside any module). On CUDA the allocator's peak above what was
-allocated before the step (max_memory_allocated) is reported as well: it adds gradients and temporaries.
+saved (`task.loss` for the task's loss outside any module). On CUDA and XPU the allocator's peak above what was
+allocated before the step (core.devices.PeakMemory: max_memory_allocated) is reported as well: it adds gradients
+and temporaries.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 
 from core.config import RunConfig
-from core.devices import DeviceInfo, collect_garbage, device_info, list_devices, torch_device
+from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
 from core.engine.control import RunControl
 from core.engine.diagnosis import explain_device_mismatch
 from core.engine.precision import PrecisionPlan, matmul_precision, resolve_precision
@@ -104,7 +105,7 @@ class ModeTotals:
     grad_bytes: int = 0  # float32 in every mode
     optimizer_bytes: int = 0
     activation_bytes: int | None = None  # saved for backward (the primary figure, every device)
-    cuda_peak_bytes: int | None = None  # CUDA only: allocator peak during the step above its start
+    allocator_peak_bytes: int | None = None  # CUDA/XPU: the allocator's peak during the step above its start
     total_bytes: int | None = None  # params + grads + optimizer state + activations
     activation_ratio: float | None = None  # against fp32's
     total_ratio: float | None = None  # against fp32's
@@ -290,16 +291,13 @@ def _storage_keys(tensors) -> set[int]:
 def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: PrecisionPlan,
                  device: torch.device, rows: dict[nn.Module, LayerRow], loss_row: LayerRow, seed: int) -> ModeTotals:
     """One forward (under `plan`'s autocast) + backward of `task.loss(model, batch)`: the bytes saved for
-    backward (recorded per module into `rows`), and on CUDA the allocator's peak above its start."""
+    backward (recorded per module into `rows`), and on CUDA/XPU the allocator's peak above its start."""
     exclude = _storage_keys(list(model.parameters()) + list(model.buffers()) + list(batch.values()))
     model.zero_grad(set_to_none=True)
-    cuda = device.type == "cuda"
-    if cuda:
-        collect_garbage()
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        start = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
+    peak = PeakMemory(device)
+    if peak.allocator:  # elsewhere the saved tensors are the figure: a process's RSS peak is not the step's
+        peak.release()
+        peak.reset()
     torch.manual_seed(seed)  # the same dropout masks and sampled negatives in every mode
     try:
         with matmul_precision(plan):
@@ -316,9 +314,9 @@ def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: P
         raise DeviceError(message) from exc
     totals = ModeTotals(mode=plan.mode, status="ok", compute_dtype=plan.compute_dtype_name,
                         activation_bytes=meter.total)
-    if cuda:
-        torch.cuda.synchronize(device)
-        totals.cuda_peak_bytes = int(torch.cuda.max_memory_allocated(device) - start)
+    if peak.allocator:
+        reading = peak.read()
+        totals.allocator_peak_bytes = reading.peak_bytes - reading.start_bytes
     del loss
     model.zero_grad(set_to_none=True)
     return totals

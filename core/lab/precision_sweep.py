@@ -18,9 +18,11 @@ measured), so a row reads e.g. "bf16 + compile: 2.1x fp32 eager".
 Threads: `config.threads` as the trainer applies it (0 = the engine's automatic choice); every row records the
 count torch really used, so a comparison never rests on a silent thread setting.
 
-Peak memory: on CUDA `max_memory_allocated` after `reset_peak_memory_stats` once setup is done. On the CPU the
-peak RSS (ru_maxrss) of a fresh subprocess per mode (`python -m core.lab.precision_sweep --one-mode ...`), because a
-process's RSS high-water mark never goes down, so modes measured in one process would inherit each other's peak.
+Peak memory (core.devices.PeakMemory, reset once setup is done and read after the last window): on CUDA/XPU the
+allocator's `max_memory_allocated`; on the CPU the peak RSS (VmHWM, reset where Linux allows it, else ru_maxrss
+since the process started); none on MPS, where torch keeps no peak statistics. The CPU measures each mode in a
+fresh subprocess by default (`python -m core.lab.precision_sweep --one-mode ...`): where the peak cannot be reset
+modes measured in one process would inherit each other's, and a fresh process starts every mode from the same heap.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import torch
 
 from core.config import RunConfig
 from core.engine.control import RunControl
-from core.devices import DeviceInfo, collect_garbage, device_info, list_devices, peak_resident_set
+from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
 from core.precision_modes import PRECISION_MODES
 from core.errors import PrecisionError
 from core.engine.events import RunEnded, RunStarted, StepMetrics
@@ -174,8 +176,8 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
                  devices: list[DeviceInfo] | None = None, on_window: WindowCallback | None = None) -> SweepRow:
     """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process.
 
-    Returns the median step time over the timed windows, throughput, peak memory (CUDA: since setup; CPU:
-    this process's peak RSS) and the mean training loss of the last window. `on_window` hears when setup is
+    Returns the median step time over the timed windows, throughput, peak memory from setup to the last window
+    (PeakMemory: see the module's docstring) and the mean training loss of the last window. `on_window` hears when setup is
     done and after every window (see WindowCallback).
     """
     from core.engine.trainer import Trainer
@@ -198,14 +200,14 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
                 facts["started"] = event
                 facts["tokens"] = tokens_per_sample(trainer.data.train, trainer.task.tokens_key)
                 facts["threads"] = torch.get_num_threads()  # what the trainer's setup left in effect
-                if trainer.device.type == "cuda":
-                    torch.cuda.synchronize(trainer.device)
-                    torch.cuda.reset_peak_memory_stats(trainer.device)
+                facts["meter"] = PeakMemory(trainer.device)
+                facts["meter"].reset()
                 if on_window:
                     on_window("setup", 0, windows, 0, total_steps, None, facts["threads"])
             elif isinstance(event, StepMetrics):
                 seen.append(event)
                 if len(seen) == windows:
+                    facts["peak"] = facts["meter"].read().peak_bytes
                     control.stop()
                 if on_window:
                     step_ms = 1000.0 * samples_per_step / event.samples_per_second if event.samples_per_second else None
@@ -231,7 +233,7 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     if facts["tokens"] is not None:
         row.tokens_per_second = row.samples_per_second * facts["tokens"]
     last = seen[-1]
-    row.peak_memory_bytes = last.memory_bytes if trainer.device.type != "cpu" else peak_resident_set()
+    row.peak_memory_bytes = facts.get("peak")
     row.loss = last.loss
     row.skipped_steps = last.skipped_steps
     return row
@@ -239,7 +241,7 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
 
 def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int, warmup_windows: int,
                           control: RunControl | None = None, on_window: WindowCallback | None = None) -> SweepRow:
-    """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone.
+    """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone, on any platform.
 
     The process reports its windows as JSON lines on stdout, relayed to `on_window` as they come. A stop
     request on `control` ends the measuring process at once (the row is reported as stopped).
@@ -307,7 +309,7 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
     activation_checkpointing, e.g. [False, True] for both (default: the config's own); a row per combination.
 
     `isolate` runs each mode in a fresh subprocess (default: on the CPU, where peak memory is the process's
-    RSS). `progress` gets a SweepProgress before and after each mode; `control.stop()` ends the sweep: at once
+    peak RSS). `progress` gets a SweepProgress before and after each mode; `control.stop()` ends the sweep: at once
     for an isolated mode (its process is killed), else after the current mode; the rest are reported skipped.
     """
     config = config.validate()
@@ -354,8 +356,7 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
     slower = {"bf16": speed_note} if speed_note.startswith("bf16 emulated") else {}  # devices' own expectation
     best, why = recommended_row(rows, slower)
     recommended = best.mode if best else None
-    memory = ("CUDA max_memory_allocated" if info.type == "cuda" else
-              "peak RSS of a fresh process" if isolate and info.type == "cpu" else "peak memory in a shared process")
+    memory = memory_source(PeakMemory(torch_device(info)), isolate)
     threads = next((r.threads for r in rows if r.status == "ok" and r.threads), None)
     return SweepResult(task=config.task, task_options=dict(config.task_options), device=info.id,
                        device_name=info.name, batch_size=config.batch_size, steps=steps, repeats=repeats,
@@ -364,11 +365,20 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
                        reference=reference_label(rows), recommended_label=best.label if best else None)
 
 
+def memory_source(meter: PeakMemory, isolate: bool) -> str:
+    """One line: what a sweep's peak memory is ('CUDA allocator peak (max_memory_allocated) since each mode's
+    setup')."""
+    if not meter.measurable:
+        return meter.source
+    where = "; a fresh process per mode" if isolate else ""
+    if meter.kind == "cpu" and not meter.resettable:
+        return meter.source + (where or "; the modes share this process's peak")
+    return f"{meter.source} since each mode's setup{where}"
+
+
 def _release_device_memory(info: DeviceInfo) -> None:
     """Free the previous mode's cached blocks so the next one starts from the same allocator state."""
-    collect_garbage()
-    if info.type == "cuda":
-        torch.cuda.empty_cache()
+    PeakMemory(torch_device(info)).release()
 
 
 def reference_row(rows: list[SweepRow]) -> SweepRow | None:
