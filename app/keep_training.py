@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer
-from PySide6.QtWidgets import QSystemTrayIcon
+from PySide6.QtWidgets import QMessageBox, QSystemTrayIcon
 
 from core.text import printable
 
@@ -87,3 +87,26 @@ class KeptRun(QObject):
             self.tray.hide()
             self.tray.deleteLater()
             self.tray = None
+
+
+def ask_close_mid_run(parent) -> str:
+    """The question when the user closes the window while a run trains: 'stop', 'keep' (this module's
+    Keep training) or 'cancel'."""
+    box = QMessageBox(QMessageBox.Icon.Question, "AMP Console", "A run is still training. Close the window?",
+                      QMessageBox.StandardButton.NoButton, parent)
+    box.setObjectName("closeQuestion")
+    box.setInformativeText(
+        "Stop and close: the run stops after its current step, writes its checkpoint, then the window "
+        "closes.\n\nKeep training: the window closes now; the run goes on to its end, writes its checkpoint, "
+        "and AMP Console then exits.")
+    stop = box.addButton("Stop and close", QMessageBox.ButtonRole.AcceptRole)
+    keep = box.addButton("Keep training", QMessageBox.ButtonRole.ActionRole)
+    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+    stop.setObjectName("stopAndCloseButton")
+    keep.setObjectName("keepTrainingButton")
+    box.setDefaultButton(stop)
+    box.setEscapeButton(cancel)
+    box.exec()
+    clicked = box.clickedButton()
+    box.deleteLater()
+    return "stop" if clicked is stop else "keep" if clicked is keep else "cancel"

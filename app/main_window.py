@@ -6,64 +6,28 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QHBoxLayout, QMainWindow, QMessageBox, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget,
+    QMainWindow,
+    QMessageBox,
+    QVBoxLayout,
 )
 
 from app.assets import icon
 from app.file_actions import FileActions
 from app.panels.attach import RemoteActions
-from app.panels.devices import DevicesPanel
-from app.panels.log import LogPanel
-from app.panels.plots import PlotsPanel
-from app.panels.run_setup import RunSetupPanel
 from app.run.controller import RunController
 from app.run.jobs import GuiThreadGarbageCollector, JobRunner
-from app.status import RunStatusBar
 from app.tool_actions import ToolActions
+from app.window_layout import build_menus, build_widgets
 from app.window_settings import WindowSettings
 from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
 from core.engine.run_folder import METRICS_FILE
 from core.files import read_jsonl
 
-
-
 APP_NAME = "AMP Console"
 STOPPING_TO_CLOSE = "Stopping the run before closing: finishing the current step and writing a checkpoint…"
 CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process run has been killed by then)
-
-
-class WidthFittingScroll(QScrollArea):
-    """A vertical-only scroll area that is never narrower than its content's minimum width: with the horizontal
-    bar off, a narrower viewport would cut the form's right edge (fields, buttons, wrapped text) off."""
-
-    def setWidget(self, widget) -> None:  # noqa: N802 (Qt override)
-        super().setWidget(widget)
-        widget.installEventFilter(self)  # its layout changes (a task's options, the device list): hint again
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt override)
-        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
-            self.updateGeometry()
-        return super().eventFilter(watched, event)
-
-    def minimumSizeHint(self):  # noqa: N802 (Qt override)
-        hint = super().minimumSizeHint()
-        content = self.widget()
-        if content is None:
-            return hint
-        width = (content.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
-                 + 2 * self.frameWidth())
-        return hint.expandedTo(QSize(width, 0))
-
-
-class MarginSplitter(QSplitter):
-    """A splitter whose minimum size counts its contents margins (QSplitter's leaves them out: at the window's
-    minimum size the margins around the plots took their room and cut the right column)."""
-
-    def minimumSizeHint(self):  # noqa: N802 (Qt override)
-        return super().minimumSizeHint().grownBy(self.contentsMargins())
 
 
 class MainWindow(QMainWindow):
@@ -110,11 +74,11 @@ class MainWindow(QMainWindow):
         self._close_now = False
         self._close_deadline = QTimer(self, singleShot=True)
         self._close_deadline.timeout.connect(self._finish_close)
-        self._build_widgets()
+        build_widgets(self)
         self.file_actions = FileActions(self)
         self.tools = ToolActions(self)  # compare, inspect, the finders, the summary, the sweep
         self.remote = RemoteActions(self)  # hosts, Start on a host, File → Attach to run…
-        self._build_menus()
+        build_menus(self)
         self.controller.event.connect(self._on_event)
         self.controller.setupFailed.connect(self._on_setup_failed)
         self.controller.runningChanged.connect(self._on_running_changed)
@@ -123,94 +87,6 @@ class MainWindow(QMainWindow):
         self._update_buttons()
 
     # ------------------------------------------------------------------ layout
-    def _build_widgets(self) -> None:
-        self.devicesPanel = DevicesPanel()
-        self.setupPanel = RunSetupPanel()
-        self.plotsPanel = PlotsPanel()
-        self.logPanel = LogPanel()
-        self.statusBarWidget = RunStatusBar()
-        self.setStatusBar(self.statusBarWidget)
-        self.statusBarWidget.detailsRequested.connect(self.show_error_details)
-
-        self.startButton = QPushButton(icon("start"), "Start", objectName="startButton")
-        self.pauseButton = QPushButton(icon("pause"), "Pause", objectName="pauseButton")
-        self.stopButton = QPushButton(icon("stop"), "Stop", objectName="stopButton")
-        self.startButton.setToolTip("Start training with these settings (F5)")
-        self.pauseButton.setToolTip("Pause after the current step, or resume (F6)")
-        self.stopButton.setToolTip("Stop after the current step and write a checkpoint (Shift+F5)")
-        self.startButton.clicked.connect(self.start_run)
-        self.pauseButton.clicked.connect(self.toggle_pause)
-        self.stopButton.clicked.connect(self.stop_run)
-        buttons = QHBoxLayout()
-        for button in (self.startButton, self.pauseButton, self.stopButton):
-            buttons.addWidget(button)
-
-        form_holder = QWidget()
-        form_layout = QVBoxLayout(form_holder)
-        form_layout.setContentsMargins(0, 0, 6, 0)
-        form_layout.addWidget(self.devicesPanel)
-        form_layout.addWidget(self.setupPanel, 1)
-        scroll = WidthFittingScroll(objectName="setupScroll", widgetResizable=True,
-                                    frameShape=QScrollArea.Shape.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setWidget(form_holder)
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(8, 8, 4, 8)
-        left_layout.addWidget(scroll, 1)
-        left_layout.addLayout(buttons)
-
-        self.rightSplitter = MarginSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
-        self.rightSplitter.addWidget(self.plotsPanel)
-        self.rightSplitter.addWidget(self.logPanel)
-        self.rightSplitter.setStretchFactor(0, 4)
-        self.rightSplitter.setStretchFactor(1, 1)
-        self.mainSplitter = QSplitter(Qt.Orientation.Horizontal, objectName="mainSplitter")
-        self.mainSplitter.addWidget(left)
-        self.mainSplitter.addWidget(self.rightSplitter)
-        self.mainSplitter.setStretchFactor(1, 1)
-        self.mainSplitter.setSizes([400, 1000])
-        self.rightSplitter.setSizes([620, 150])
-        self.rightSplitter.setContentsMargins(0, 8, 8, 0)
-        self.setCentralWidget(self.mainSplitter)
-
-        self.devicesPanel.deviceSelected.connect(self._on_device_selected)
-        self.setupPanel.validityChanged.connect(lambda _valid: self._update_buttons())
-        self.setupPanel.toolRequested.connect(lambda field: self.tools.show_for_field(field))
-
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        self.file_actions.add_to_menu(file_menu)
-        file_menu.addSeparator()
-        self.historyAction = QAction("Run &history…", self, shortcut="Ctrl+H", triggered=self.show_history)
-        file_menu.addAction(self.historyAction)
-        self.remote.add_to_menu(file_menu)
-        file_menu.addSeparator()
-        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.request_close)
-        file_menu.addAction(quit_action)
-
-        run_menu = self.menuBar().addMenu("&Run")
-        self.startAction = QAction(icon("start"), "&Start", self, shortcut="F5", triggered=self.start_run)
-        self.pauseAction = QAction(icon("pause"), "&Pause / Resume", self, shortcut="F6", triggered=self.toggle_pause)
-        self.stopAction = QAction(icon("stop"), "S&top", self, shortcut="Shift+F5", triggered=self.stop_run)
-        for action in (self.startAction, self.pauseAction, self.stopAction):
-            run_menu.addAction(action)
-        run_menu.addSeparator()
-        self.refreshAction = QAction(icon("refresh"), "&Refresh devices", self, triggered=self.devicesPanel.refresh)
-        run_menu.addAction(self.refreshAction)
-
-        precision_menu = self.menuBar().addMenu("&Precision")
-        tools_menu = self.menuBar().addMenu("&Tools")
-        self.tools.add_to_menus(precision_menu, tools_menu)
-        tools_menu.addSeparator()
-        self.previewAction = QAction("&Try a model…", self, shortcut="Ctrl+Shift+P",
-                                     triggered=lambda: self.show_preview())
-        tools_menu.addAction(self.previewAction)
-
-        help_menu = self.menuBar().addMenu("&Help")
-        help_menu.addAction(QAction("&About AMP Console", self, triggered=self._about))
-
     # ------------------------------------------------------------------ engine
     def load_engine(self) -> None:
         """Import core (torch) and pyqtgraph, list devices, build the form and plots, restore last settings."""
@@ -617,11 +493,6 @@ class MainWindow(QMainWindow):
         box.open()
         box.raise_()
 
-    def _about(self) -> None:
-        QMessageBox.about(self, "About AMP Console",
-                          "<b>AMP Console</b><br>Device-agnostic mixed-precision training for PyTorch, "
-                          "with live plots.")
-
     # ------------------------------------------------------------------ closing
     def request_close(self) -> bool:
         """A close the user asked for (File > Quit; the title bar's button arrives as a spontaneous close event):
@@ -634,24 +505,9 @@ class MainWindow(QMainWindow):
 
     def ask_close_mid_run(self) -> str:
         """The question when the user closes the window while a run trains: 'stop', 'keep' or 'cancel'."""
-        box = QMessageBox(QMessageBox.Icon.Question, "AMP Console", "A run is still training. Close the window?",
-                          QMessageBox.StandardButton.NoButton, self)
-        box.setObjectName("closeQuestion")
-        box.setInformativeText(
-            "Stop and close: the run stops after its current step, writes its checkpoint, then the window "
-            "closes.\n\nKeep training: the window closes now; the run goes on to its end, writes its checkpoint, "
-            "and AMP Console then exits.")
-        stop = box.addButton("Stop and close", QMessageBox.ButtonRole.AcceptRole)
-        keep = box.addButton("Keep training", QMessageBox.ButtonRole.ActionRole)
-        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
-        stop.setObjectName("stopAndCloseButton")
-        keep.setObjectName("keepTrainingButton")
-        box.setDefaultButton(stop)
-        box.setEscapeButton(cancel)
-        box.exec()
-        clicked = box.clickedButton()
-        box.deleteLater()
-        return "stop" if clicked is stop else "keep" if clicked is keep else "cancel"
+        from app.keep_training import ask_close_mid_run
+
+        return ask_close_mid_run(self)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         interactive = (event.spontaneous() or self._user_close) and not self._close_now

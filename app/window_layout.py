@@ -1,0 +1,143 @@
+"""How the main window is laid out: its panels, buttons and splitters, and its menus. The window's behaviour
+(runs, tools, closing) stays in app.main_window; this builds what it shows and connects it to its slots."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QHBoxLayout, QMessageBox, QPushButton, QScrollArea, QSplitter, QVBoxLayout, QWidget
+
+from app.assets import icon
+from app.panels.devices import DevicesPanel
+from app.panels.log import LogPanel
+from app.panels.plots import PlotsPanel
+from app.panels.run_setup import RunSetupPanel
+from app.status import RunStatusBar
+
+
+class WidthFittingScroll(QScrollArea):
+    """A vertical-only scroll area that is never narrower than its content's minimum width: with the horizontal
+    bar off, a narrower viewport would cut the form's right edge (fields, buttons, wrapped text) off."""
+
+    def setWidget(self, widget) -> None:  # noqa: N802 (Qt override)
+        super().setWidget(widget)
+        widget.installEventFilter(self)  # its layout changes (a task's options, the device list): hint again
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt override)
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()
+        return super().eventFilter(watched, event)
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt override)
+        hint = super().minimumSizeHint()
+        content = self.widget()
+        if content is None:
+            return hint
+        width = (content.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
+                 + 2 * self.frameWidth())
+        return hint.expandedTo(QSize(width, 0))
+
+
+class MarginSplitter(QSplitter):
+    """A splitter whose minimum size counts its contents margins (QSplitter's leaves them out: at the window's
+    minimum size the margins around the plots took their room and cut the right column)."""
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt override)
+        return super().minimumSizeHint().grownBy(self.contentsMargins())
+
+
+
+def build_widgets(window) -> None:
+    """The window's panels, buttons, splitters and status bar, wired to the window's slots."""
+    window.devicesPanel = DevicesPanel()
+    window.setupPanel = RunSetupPanel()
+    window.plotsPanel = PlotsPanel()
+    window.logPanel = LogPanel()
+    window.statusBarWidget = RunStatusBar()
+    window.setStatusBar(window.statusBarWidget)
+    window.statusBarWidget.detailsRequested.connect(window.show_error_details)
+
+    window.startButton = QPushButton(icon("start"), "Start", objectName="startButton")
+    window.pauseButton = QPushButton(icon("pause"), "Pause", objectName="pauseButton")
+    window.stopButton = QPushButton(icon("stop"), "Stop", objectName="stopButton")
+    window.startButton.setToolTip("Start training with these settings (F5)")
+    window.pauseButton.setToolTip("Pause after the current step, or resume (F6)")
+    window.stopButton.setToolTip("Stop after the current step and write a checkpoint (Shift+F5)")
+    window.startButton.clicked.connect(window.start_run)
+    window.pauseButton.clicked.connect(window.toggle_pause)
+    window.stopButton.clicked.connect(window.stop_run)
+    buttons = QHBoxLayout()
+    for button in (window.startButton, window.pauseButton, window.stopButton):
+        buttons.addWidget(button)
+
+    form_holder = QWidget()
+    form_layout = QVBoxLayout(form_holder)
+    form_layout.setContentsMargins(0, 0, 6, 0)
+    form_layout.addWidget(window.devicesPanel)
+    form_layout.addWidget(window.setupPanel, 1)
+    scroll = WidthFittingScroll(objectName="setupScroll", widgetResizable=True,
+                                frameShape=QScrollArea.Shape.NoFrame)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    scroll.setWidget(form_holder)
+    left = QWidget()
+    left_layout = QVBoxLayout(left)
+    left_layout.setContentsMargins(8, 8, 4, 8)
+    left_layout.addWidget(scroll, 1)
+    left_layout.addLayout(buttons)
+
+    window.rightSplitter = MarginSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
+    window.rightSplitter.addWidget(window.plotsPanel)
+    window.rightSplitter.addWidget(window.logPanel)
+    window.rightSplitter.setStretchFactor(0, 4)
+    window.rightSplitter.setStretchFactor(1, 1)
+    window.mainSplitter = QSplitter(Qt.Orientation.Horizontal, objectName="mainSplitter")
+    window.mainSplitter.addWidget(left)
+    window.mainSplitter.addWidget(window.rightSplitter)
+    window.mainSplitter.setStretchFactor(1, 1)
+    window.mainSplitter.setSizes([400, 1000])
+    window.rightSplitter.setSizes([620, 150])
+    window.rightSplitter.setContentsMargins(0, 8, 8, 0)
+    window.setCentralWidget(window.mainSplitter)
+
+    window.devicesPanel.deviceSelected.connect(window._on_device_selected)
+    window.setupPanel.validityChanged.connect(lambda _valid: window._update_buttons())
+    window.setupPanel.toolRequested.connect(lambda field: window.tools.show_for_field(field))
+
+def build_menus(window) -> None:
+    """The menu bar: File (with the file, history and remote actions), Run, Precision and Tools, Help."""
+    file_menu = window.menuBar().addMenu("&File")
+    window.file_actions.add_to_menu(file_menu)
+    file_menu.addSeparator()
+    window.historyAction = QAction("Run &history…", window, shortcut="Ctrl+H", triggered=window.show_history)
+    file_menu.addAction(window.historyAction)
+    window.remote.add_to_menu(file_menu)
+    file_menu.addSeparator()
+    quit_action = QAction("&Quit", window, shortcut=QKeySequence.StandardKey.Quit)
+    quit_action.triggered.connect(window.request_close)
+    file_menu.addAction(quit_action)
+
+    run_menu = window.menuBar().addMenu("&Run")
+    window.startAction = QAction(icon("start"), "&Start", window, shortcut="F5", triggered=window.start_run)
+    window.pauseAction = QAction(icon("pause"), "&Pause / Resume", window, shortcut="F6", triggered=window.toggle_pause)
+    window.stopAction = QAction(icon("stop"), "S&top", window, shortcut="Shift+F5", triggered=window.stop_run)
+    for action in (window.startAction, window.pauseAction, window.stopAction):
+        run_menu.addAction(action)
+    run_menu.addSeparator()
+    window.refreshAction = QAction(icon("refresh"), "&Refresh devices", window, triggered=window.devicesPanel.refresh)
+    run_menu.addAction(window.refreshAction)
+
+    precision_menu = window.menuBar().addMenu("&Precision")
+    tools_menu = window.menuBar().addMenu("&Tools")
+    window.tools.add_to_menus(precision_menu, tools_menu)
+    tools_menu.addSeparator()
+    window.previewAction = QAction("&Try a model…", window, shortcut="Ctrl+Shift+P",
+                                 triggered=lambda: window.show_preview())
+    tools_menu.addAction(window.previewAction)
+
+    help_menu = window.menuBar().addMenu("&Help")
+    help_menu.addAction(QAction("&About AMP Console", window, triggered=lambda: show_about(window)))
+
+
+def show_about(window) -> None:
+    QMessageBox.about(window, "About AMP Console",
+                      "<b>AMP Console</b><br>Device-agnostic mixed-precision training for PyTorch, with live plots.")
