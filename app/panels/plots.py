@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QPalette, QTextOption
-from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QSizePolicy, QWidget
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QGraphicsItem, QGridLayout, QLabel, QWidget
 
+from app.panels.plot_notes import NO_RUN, WAITING, PlotLabelling
 from app.panels.plot_overlays import MARKER_BUDGET, OverlayPlotting
-from app.plot_legend import LEGEND_ROW, FittedLegend
+from app.plot_legend import FittedLegend
 from app.plot_points import VAL_SPLIT, history_points
 from app.plot_ranges import StableRange, x_end_for
 from app.plot_title import FittedTitle
@@ -50,11 +51,6 @@ FEW_POINTS = 64
 # Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
 MAY_HOLD_NAN = ("grad_norm", "eval:", "split:")
 SPLIT_SYMBOL = "star"
-NO_RUN = "No run yet"
-WAITING = "Waiting for the first logged step"
-WAITING_EVAL = "Metrics appear after the first evaluation"
-SCALER_OFF = "Off: GradScaler runs with fp16 only"
-NOT_MEASURED = "Not measured on this device"
 MEMORY_TITLES = {"cuda": "GPU memory (peak allocated)", "xpu": "XPU memory (peak allocated)",
                  "mps": "MPS memory (allocated)", "cpu": "Process memory (resident)"}
 
@@ -62,25 +58,9 @@ MEMORY_TITLES = {"cuda": "GPU memory (peak allocated)", "xpu": "XPU memory (peak
 STEP_COLUMNS = ("loss", "samples_per_second", "lr", "grad_norm", "grad_scale", "skipped_steps", "memory_bytes")
 
 
-def _row_legend_class():
-    """pyqtgraph's LegendItem, laid out by its plot's layout (a row under the x axis) instead of floating over
-    the view: a new entry asks the layout for room rather than moving the legend to the plot's corner."""
-    import pyqtgraph as pg
-
-    global _RowLegend
-    if _RowLegend is None:
-        class RowLegend(pg.LegendItem):
-            def updateSize(self):
-                self.updateGeometry()
-
-        _RowLegend = RowLegend
-    return _RowLegend
 
 
-_RowLegend = None
-
-
-class PlotsPanel(OverlayPlotting, QWidget):
+class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
     """A grid of seven plots; `handle_event` takes core events, the timer draws."""
 
     def __init__(self, parent=None):
@@ -189,86 +169,6 @@ class PlotsPanel(OverlayPlotting, QWidget):
         self._show_scaler_state(None)
         self._show_notes()
         self._timer.start()
-
-    def _add_legend(self, plot: str) -> None:
-        """A legend in its own row under the plot's x axis, entries side by side in as many columns as the
-        plot's width holds: it never covers a curve, a ceiling line or a marker, whatever the data does."""
-
-        item = self.plots[plot].getPlotItem()
-        text = self.palette().color(QPalette.ColorRole.Text)
-        legend = _row_legend_class()(colCount=1, frame=False, labelTextSize="8pt", horSpacing=10,
-                                     labelTextColor=text)
-        legend.setMinimumHeight(LEGEND_ROW)  # the row is there before the first entry: the view does not jump
-        # its width is the view's (the entries are fitted to it), never what its entries ask for
-        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        legend.setMinimumWidth(0)
-        legend.setPreferredWidth(0)
-        item.layout.addItem(legend, 4, 1)
-        item.legend = legend  # PlotItem.plot(name=...) adds its entry, removeItem takes it out
-        item.getViewBox().sigResized.connect(lambda *_a: self._update_legend(plot))
-        self._legends[plot] = legend
-        self._fitted[plot] = FittedLegend(legend)
-
-    def _update_legend(self, plot: str) -> None:
-        """As many columns as fit the plot's width (at least one), overlaid runs' labels wrapped to it, and rows
-        for part of the plot's height only: never a legend wider than the plot or running off its bottom."""
-        fitted = self._fitted.get(plot)
-        if fitted is None:
-            return
-        overlays = [(curve, label) for p, curve, label in self._overlays if p == plot]
-        fitted.fit(overlays, self.plots[plot].getPlotItem().getViewBox().width(), self.plots[plot].height())
-
-    def overlay_note(self) -> str:
-        """What a new run's log says while other runs stay drawn under it ('' when none are)."""
-        runs = self._overlaid_runs
-        if not runs:
-            return ""
-        return (f"{runs} run{'s' if runs != 1 else ''} overlaid on the plots, kept under this run "
-                "(Run history → Clear overlays removes them)")
-
-    def _add_note(self, key: str, item) -> None:
-        """A line of text in the middle of the plot's view, saying why it is empty."""
-        import pyqtgraph as pg
-
-        view = item.getViewBox()
-        colour = self.palette().color(QPalette.ColorRole.PlaceholderText)
-        note = pg.TextItem("", color=colour, anchor=(0.5, 0.5))
-        note.textItem.document().setDefaultTextOption(QTextOption(Qt.AlignmentFlag.AlignHCenter))
-        note.setParentItem(view)  # in the view's own (pixel) coordinates: stays put whatever the range
-
-        def place(*_args) -> None:  # centred, and wrapped to the view so a narrow plot doesn't clip it
-            note.setTextWidth(max(60.0, view.rect().width() - 16))
-            note.setPos(view.rect().center())
-
-        view.sigResized.connect(place)
-        place()
-        self._notes[key] = note
-
-    def note(self, plot: str) -> str:
-        """What an empty plot says ('' once it has data)."""
-        note = self._notes.get(plot)
-        return note.textItem.toPlainText() if note is not None and note.isVisible() else ""
-
-    def _show_notes(self) -> None:
-        """Set each plot's note from what it holds: nothing when it has a point to draw."""
-        filled = {p for k, p in self._curve_plot.items() if len(self._series[k])}
-        filled |= {p for p, _curve, _label in self._overlays}  # another run's curves are drawn there
-        for plot, note in self._notes.items():
-            if plot in filled:
-                if note.isVisible():  # TextItem.setVisible costs ~0.1 ms even when nothing changes
-                    note.setVisible(False)
-                continue
-            text = self._waiting
-            if plot == "eval" and self._waiting == WAITING:
-                text = WAITING_EVAL
-            elif plot == "scale" and self._waiting != NO_RUN and not self._scaler_on:  # also once it has ended
-                text = SCALER_OFF
-            elif plot in self._unmeasured:
-                text = NOT_MEASURED
-            if note.textItem.toPlainText() != text:  # a redraw (4 a second) repaints nothing unchanged
-                note.setText(text)
-            if note.isVisible() != bool(text):
-                note.setVisible(bool(text))
 
     def _user_moved(self, key: str) -> None:
         self._ranges[key].manual = True

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from app.panels.plots import NOT_MEASURED, NO_RUN, SCALER_OFF, WAITING, WAITING_EVAL, PlotsPanel
+from app.panels.plot_notes import NO_RUN, NOT_MEASURED, SCALER_OFF, WAITING, WAITING_EVAL
+from app.panels.plots import PlotsPanel
 from core.engine.events import EvalMetrics, RunEnded, RunStarted, StepMetrics
 
 
