@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from app.panels.remote_history import RemoteHistory, with_remote_rows
 from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
+from app.panels.run_note import RunNoteEditing
 from app.panels.run_rows import (
     COLUMNS,
     FILTERED,
@@ -56,7 +57,7 @@ from app.run.jobs import JobRunner
 from core.engine import run_delete
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import indexed_records
-from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
+from core.engine.run_record import RUNS_DIR_ENV, runs_root
 from core.files import read_jsonl
 from core.text import printable
 
@@ -68,7 +69,7 @@ def delete_run(folder: str, root: str | os.PathLike) -> str:
     return folder
 
 
-class HistoryPanel(QWidget):
+class HistoryPanel(RunNoteEditing, QWidget):
     """The run history table and its actions. `root` gives the runs folder (called at each scan)."""
 
     loadSettingsRequested = Signal(dict)  # the run's config
@@ -424,67 +425,6 @@ class HistoryPanel(QWidget):
     def _checkpoint(run: dict, which: str = "last") -> str | None:
         """The path of the run's last or best checkpoint (checkpoint_of), None when there is none to use."""
         return checkpoint_of(run, which)[0]
-
-    # ------------------------------------------------------------------ the note
-    def _sync_note_editor(self, run: dict | None) -> None:
-        """Show the selected run's note, unless the user is editing that run's note (a rescan keeps the edit).
-        A note edited but not saved when the selection moves to another run is saved first, never dropped."""
-        folder = run.get("folder") if run else None
-        note = printable((run or {}).get("note") or "", keep_newlines=True)  # read from note.txt
-        self.noteEdit.setEnabled(folder is not None)
-        if folder == self._note_folder and (self.note_edited or note == self._note_loaded):
-            self._update_note_button()
-            return
-        if folder != self._note_folder and self.note_edited:
-            self.save_note()
-        self._note_folder, self._note_loaded = folder, note
-        self.noteEdit.blockSignals(True)
-        self.noteEdit.setPlainText(note)
-        self.noteEdit.blockSignals(False)
-        self._update_note_button()
-
-    @property
-    def note_edited(self) -> bool:
-        return self._note_folder is not None and self.noteEdit.toPlainText().strip() != self._note_loaded
-
-    def _note_edited(self) -> None:
-        self._update_note_button()
-
-    def _update_note_button(self) -> None:
-        self.noteSaveButton.setEnabled(self.note_edited)
-
-    def save_note(self) -> None:
-        """Write the editor's note to the run's note.txt off the GUI thread; shown in the table at once."""
-        folder = self._note_folder
-        if folder is None or not self.note_edited:
-            return
-        text = self.noteEdit.toPlainText().strip()
-        name = Path(folder).name
-        self._note_loaded = text
-        self._update_note_button()
-        previous = self._saved_notes.get(folder)
-        before = next((str(r.get("note") or "") for r in self.model.runs if r.get("folder") == folder), "")
-        self._saved_notes[folder] = [text, None]  # being written: scans show this note
-        self.model.set_note(folder, text)
-
-        def saved(note: str) -> None:
-            if self._saved_notes.get(folder, [None])[0] == text:
-                self._saved_notes[folder][1] = self._scan_serial  # a scan started after now reads it from disk
-            self._say(f"Saved the note of {name}" if note else f"Removed the note of {name}")
-
-        def failed(message: str, _details: str) -> None:
-            if self._saved_notes.get(folder, [None])[0] == text:
-                if previous is None:
-                    del self._saved_notes[folder]
-                else:
-                    self._saved_notes[folder] = previous
-                self.model.set_note(folder, before)  # the table shows what is on disk again
-            self._say(f"Could not save the note of {name}: {message}")
-            if self._note_folder == folder and self.noteEdit.toPlainText().strip() == text:
-                self._note_loaded = None  # still edited: Save stays on to try again
-                self._update_note_button()
-
-        self.jobs.submit(lambda: write_note(folder, text), saved, failed)
 
     # ------------------------------------------------------------------ compare
     def compare_selected(self) -> None:

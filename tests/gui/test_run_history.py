@@ -311,7 +311,7 @@ def test_an_unsaved_note_is_saved_when_the_selection_moves_to_another_run(qtbot,
 
 @pytest.mark.timeout(60)
 def test_a_note_that_cannot_be_written_is_one_status_line_and_stays_in_the_editor(qtbot, tmp_path, monkeypatch):
-    import app.panels.history as history
+    import app.panels.run_note as run_note
 
     root = tmp_path / "runs"
     panel = fake_history(qtbot, root)
@@ -319,7 +319,7 @@ def test_a_note_that_cannot_be_written_is_one_status_line_and_stays_in_the_edito
     def refuse(folder, text):
         raise PermissionError(13, "Permission denied", str(folder))
 
-    monkeypatch.setattr(history, "write_note", refuse)
+    monkeypatch.setattr(run_note, "write_note", refuse)
     panel.select_names("fp32-run")
     panel.noteEdit.setPlainText("will not fit")
     panel.save_note()
@@ -372,7 +372,7 @@ def test_resume_and_export_from_the_best_or_the_last_checkpoint(qtbot, tmp_path)
 def test_a_scan_that_read_the_folder_before_the_note_was_written_does_not_undo_it(qtbot, tmp_path, monkeypatch):
     import threading
 
-    import app.panels.history as history
+    import app.panels.run_note as run_note
     from core.engine.run_record import write_note
 
     root = tmp_path / "runs"
@@ -383,7 +383,7 @@ def test_a_scan_that_read_the_folder_before_the_note_was_written_does_not_undo_i
         assert release.wait(20)
         return write_note(folder, text)
 
-    monkeypatch.setattr(history, "write_note", slow_write)
+    monkeypatch.setattr(run_note, "write_note", slow_write)
     panel.select_names("fp32-run")
     panel.noteEdit.setFocus()
     panel.noteEdit.setPlainText("slow disk")
