@@ -194,11 +194,13 @@ def test_a_batch_fuller_than_the_bound_gives_nan_not_a_quietly_smaller_loss():
     assert torch.isnan(task.loss(model, full))
 
 
-def test_the_loss_reads_nothing_back_from_the_device(monkeypatch):
-    """The bound comes from the host; compaction is fixed-size: no .item(), bool() or int() of a tensor."""
+@pytest.mark.parametrize("loss", ["auto", "sampled"])
+def test_the_loss_reads_nothing_back_from_the_device(monkeypatch, loss):
+    """The bound comes from the host; compaction is fixed-size: no .item(), bool() or int() of a tensor; auto's
+    choice reads the catalogue's size from the model's shape."""
     import core
 
-    task = create_task("recommender", PADDED)
+    task = create_task("recommender", {**PADDED, "loss": loss, "sampled_negatives": 50})
     data = task.load_data("", 0)
     model = task.build_model(data.info)
     batch = {k: v[:32] for k, v in data.train.items()}

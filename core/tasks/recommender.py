@@ -1,12 +1,15 @@
 """Lesson recommender: a SASRec-style causal transformer over each user's lesson sequence.
 
 Model: item + learned position embeddings, pre-norm blocks (causal self-attention, GELU feed-forward),
-a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss: full softmax
+a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss (`loss`): full softmax
 cross-entropy over the catalogue (computed a chunk of positions at a time, see core.tasks.chunked_loss), or a
-sampled softmax (shared uniform negatives) for large catalogues. Padded positions are dropped before either
-loss: the real positions are moved to the front of a buffer sized by a bound the host knows (the most real
-positions any `batch_size` training rows hold, from the row lengths at load time), so a step never waits on
-the device to count them, and the loss is the same as over the padded batch.
+sampled softmax (shared uniform negatives), whose step does not grow with the catalogue beyond the embedding
+table's own gradient and optimizer update; `auto`, the default, is the sampled softmax above SAMPLED_LOSS_ABOVE
+lessons and the full one otherwise, and says which in the run's notes. Either way evaluation ranks the whole
+catalogue. Padded positions are dropped before either loss: the real positions are moved to the front of a
+buffer sized by a bound the host knows (the most real positions any `batch_size` training rows hold, from the
+row lengths at load time), so a step never waits on the device to count them, and the loss is the same as
+over the padded batch.
 
 Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the held-out item, three ways:
 
