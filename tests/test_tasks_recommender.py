@@ -124,6 +124,7 @@ def test_the_run_says_what_loss_auto_chose_and_a_config_naming_full_trains_as_be
     names full, as one written before auto existed does, trains without it."""
     from core.engine.events import RunStarted
     from core.engine.run_record import read_run
+    from core.tasks.recommender import SAMPLED_LOSS_ABOVE
 
     events = []
     config = RunConfig.from_dict({"task": "recommender", "task_options": {**SMALL, "loss": loss}, "device": "cpu",
@@ -132,7 +133,7 @@ def test_the_run_says_what_loss_auto_chose_and_a_config_naming_full_trains_as_be
     assert ended.status == "completed", ended.message
     said = [n for n in next(e for e in events if isinstance(e, RunStarted)).notes if "loss=auto" in n]
     assert said == ([f"recommender: loss=auto trains with the full softmax: {SMALL['items']:,} lessons is at most "
-                     "20,000; loss=sampled for the sampled softmax"] if loss == "auto" else [])
+                     f"{SAMPLED_LOSS_ABOVE:,}; loss=sampled for the sampled softmax"] if loss == "auto" else [])
     assert [n for n in read_run(tmp_path)["notes"] if "loss=auto" in n] == said
 
 

@@ -247,7 +247,7 @@ def loss_position_bounds(target: torch.Tensor) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(real)]).astype(np.int64)
 
 
-SAMPLED_LOSS_ABOVE = 20_000
+SAMPLED_LOSS_ABOVE = 10_000
 """loss=auto trains a catalogue of more lessons than this with the sampled softmax, a smaller one with the full
 softmax: the size above which the sampled loss's quicker steps buy the better model in the same wall time
 (benchmarks/README.md, Large catalogues). The `loss` option's help names the same figure."""
@@ -280,7 +280,7 @@ class RecommenderTask(Task):
         TaskOption("max_len", 50, "longest history the model reads (training window length)", 2, 4096),
         TaskOption("dropout", 0.1, "dropout on embeddings, attention and feed-forward", 0.0, 0.9),
         TaskOption("loss", "auto", "full softmax over the catalogue, sampled softmax (shared negatives), or auto: "
-                                   "sampled above 20,000 lessons, else full (the run's log says which)",
+                                   "sampled above 10,000 lessons, else full (the run's log says which)",
                    choices=("auto", "full", "sampled")),
         TaskOption("sampled_negatives", 1024, "negatives shared by a batch for the sampled softmax", 1, 1_000_000),
         TaskOption("file_order", False, "a data file's lines are in time order: each user's history is their lines "
@@ -397,8 +397,8 @@ class RecommenderTask(Task):
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Softmax over the true next item and negatives shared across the batch, drawn uniformly (a logQ
-        correction would be one constant on every negative, so there is none); a negative equal to the true
-        item (an accidental hit) is masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
+        correction would add the same log(n / K) to every negative; there is none); a negative equal to the
+        true item (an accidental hit) is masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
         n_items = model.items.num_embeddings - 1
         negatives = torch.randint(1, n_items + 1, (self.opts["sampled_negatives"],), device=target.device)
         # One gather of the targets' and the negatives' rows: its backward is one scatter into the table.
