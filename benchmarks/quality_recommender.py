@@ -17,6 +17,16 @@ chunked loss, backward, AdamW) timed alternately with the loss over every positi
 old way) and with padded positions dropped first (the task's way), same batches; medians and their ratio.
 
     python benchmarks/quality_recommender.py [--seeds 3] [--quick] [--threads 1] [-o key=value ...]
+
+`--losses`: instead, the full softmax against the sampled one at equal wall time. For each seed, one run of
+each loss (`-o loss=full`, `-o loss=sampled`; which goes first alternates by seed) through the engine as
+`amp-console train` runs it, on a larger catalogue of the same synthetic tracks (LOSS_DATA, `-o` over it),
+training for `--minutes` of wall time (`time_limit_minutes`: the run then evaluates and tests as at its end;
+epochs enough never to end first, no evaluation before the end, so both spend the time on training steps).
+Prints each run's steps and test NDCG@10 / HR@10 (the whole catalogue, seen items removed), the mean +-
+standard error of each loss, the ratio sampled / full of the means and the paired per-seed ratio.
+
+    python benchmarks/quality_recommender.py --losses [--seeds 3] [--minutes 1] [--threads 1] [-o key=value ...]
 """
 
 from __future__ import annotations
@@ -177,6 +187,74 @@ def run(seeds: int = 3, quick: bool = False, threads: int = 1, task_options: dic
     return summary
 
 
+LOSSES = ("full", "sampled")
+# The loss comparison: a catalogue where the full softmax is most of a step (20,000 lessons, ~10 events each).
+LOSS_DATA = {"items": 20_000, "interactions": 200_000, "mean_len": 50, "max_len": 50}
+
+
+def timed_run(options: dict, seed: int, threads: int, minutes: float) -> dict:
+    """One engine run of `options` for `minutes` of training wall time: its steps, seconds and test metrics."""
+    import tempfile
+
+    from core.config import RunConfig
+    from core.engine.trainer import train
+
+    with tempfile.TemporaryDirectory(prefix="quality-recommender-loss-") as folder:
+        config = RunConfig.for_task("recommender", task_options=options, device="cpu", precision="fp32", seed=seed,
+                                    threads=threads, out_dir=folder, epochs=100_000, time_limit_minutes=minutes,
+                                    eval_interval=1_000_000_000, checkpoint_minutes=0.0)
+        ended = train(config)
+    if ended.status != "completed":
+        raise RuntimeError(f"engine run {ended.status}: {ended.message}")
+    return {"steps": ended.step, "seconds": ended.elapsed_seconds,
+            **{metric: ended.test_metrics[metric] for metric in METRICS}}
+
+
+def loss_comparison(seeds: int = 3, minutes: float = 1.0, threads: int = 1, task_options: dict | None = None,
+                    verbose: bool = True) -> dict:
+    """Full vs sampled softmax at equal training wall time on `seeds` seeds: per-run steps and test metrics,
+    means +- standard errors, the ratio sampled / full of the means and the paired per-seed ratios."""
+    torch.set_num_threads(threads)
+    options = {**LOSS_DATA, **(task_options or {})}
+    rows = []
+    for seed in range(seeds):
+        row = {"seed": seed}
+        for loss in (LOSSES if seed % 2 == 0 else LOSSES[::-1]):
+            result = timed_run({**options, "loss": loss}, seed, threads, minutes)
+            row.update({f"{loss}:{k}": v for k, v in result.items()})
+        rows.append(row)
+        if verbose:
+            print(f"seed {seed}: ndcg@10_full_filtered " + "  ".join(
+                f"{loss} {row[f'{loss}:{METRICS[0]}']:.4f} ({row[f'{loss}:steps']:,} steps)" for loss in LOSSES),
+                flush=True)
+    summary = {"task": "recommender", "comparison": "losses", "metrics": METRICS, "seeds": seeds,
+               "minutes": minutes, "data": options, "rows": rows}
+    for metric in (*METRICS, "steps"):
+        for loss in LOSSES:
+            summary[f"{loss}:{metric}"] = mean_se([r[f"{loss}:{metric}"] for r in rows])
+        summary[f"ratio:{metric}"] = summary[f"sampled:{metric}"][0] / max(summary[f"full:{metric}"][0], 1e-12)
+        summary[f"paired_ratio:{metric}"] = mean_se([r[f"sampled:{metric}"] / max(r[f"full:{metric}"], 1e-12)
+                                                     for r in rows])
+    return summary
+
+
+def loss_report(summary: dict) -> str:
+    s = summary
+    data = s["data"]
+    lines = [f"recommender, full vs sampled softmax at {s['minutes']:g} min of training each, {s['seeds']} seeds, "
+             f"{data['items']:,} lessons, {data['interactions']:,} interactions; test users, whole catalogue, "
+             f"seen removed (mean +- s.e.):"]
+    for metric in (*s["metrics"], "steps"):
+        full, sampled = s[f"full:{metric}"], s[f"sampled:{metric}"]
+        paired = s[f"paired_ratio:{metric}"]
+        lines.append(f"  {metric:<22} full {full[0]:.4f} +- {full[1]:.4f}   sampled {sampled[0]:.4f} +- "
+                     f"{sampled[1]:.4f}   sampled / full {s[f'ratio:{metric}']:.2f} (paired {paired[0]:.2f} +- "
+                     f"{paired[1]:.2f})" if metric != "steps" else
+                     f"  {'steps':<22} full {full[0]:,.0f}   sampled {sampled[0]:,.0f}   sampled / full "
+                     f"{s['ratio:steps']:.1f}")
+    return "\n".join(lines)
+
+
 def report(summary: dict) -> str:
     s = summary
     lines = [f"recommender over {s['seeds']} seeds, {s['protocol']} (mean +- s.e.):"]
@@ -209,10 +287,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="task option for the data or the model (e.g. interactions=200000, d_model=128)")
     parser.add_argument("-s", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="engine setting over the task's defaults (e.g. epochs=10, lr=0.001)")
+    parser.add_argument("--losses", action="store_true", help="instead: full vs sampled softmax at equal wall time")
+    parser.add_argument("--minutes", type=float, default=1.0, help="--losses: training wall time of each run")
     parser.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     args = parser.parse_args(argv)
     options = parse_pairs(args.options)
     settings = parse_pairs(args.settings)
+    if args.losses:
+        summary = loss_comparison(args.seeds, args.minutes, args.threads, options)
+        print(loss_report(summary))
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=2))
+        return 0
     summary = run(args.seeds, args.quick, args.threads, options, settings, timing=not args.no_timing)
     print(report(summary))
     if args.json:

@@ -119,7 +119,7 @@ def test_tasks_name_shows_options_help_defaults_and_ranges(capsys):
     assert main(["tasks", "recommender"]) == 0
     out = capsys.readouterr().out
     assert "d_model" in out and "embedding / hidden width" in out and "8 to 4,096" in out
-    assert "full | sampled" in out and "trainable parameters" in out and "1,000 to 1,000,000,000" in out
+    assert "auto | full | sampled" in out and "trainable parameters" in out and "1,000 to 1,000,000,000" in out
 
 
 def test_tasks_name_json_has_the_parameter_count(capsys):

@@ -220,12 +220,13 @@ def test_a_batch_fuller_than_the_bound_gives_nan_not_a_quietly_smaller_loss():
     assert torch.isnan(task.loss(model, full))
 
 
-def test_the_loss_reads_nothing_back_from_the_device(monkeypatch):
+@pytest.mark.parametrize("loss", ["auto", "sampled"])
+def test_the_loss_reads_nothing_back_from_the_device(monkeypatch, loss):
     """Where the batch is not on the host, the bound comes from the host and compaction is fixed-size: no
-    .item(), bool() or int() of a tensor."""
+    .item(), bool() or int() of a tensor; auto's choice reads the catalogue's size from the model's shape."""
     import core
 
-    task = create_task("recommender", PADDED)
+    task = create_task("recommender", {**PADDED, "loss": loss, "sampled_negatives": 50})
     task.count_on_host = False  # as on an accelerator
     data = task.load_data("", 0)
     model = task.build_model(data.info)

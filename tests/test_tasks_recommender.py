@@ -83,6 +83,72 @@ def test_sampled_softmax_loss_is_finite_and_trains():
     assert torch.isfinite(loss) and model.items.weight.grad is not None
 
 
+def test_loss_auto_is_the_full_softmax_up_to_the_threshold_and_the_sampled_one_above():
+    from core.tasks.options import TaskOption
+    from core.tasks.recommender import SAMPLED_LOSS_ABOVE, RecommenderTask, chosen_loss
+
+    assert chosen_loss("auto", SAMPLED_LOSS_ABOVE) == "full"
+    assert chosen_loss("auto", SAMPLED_LOSS_ABOVE + 1) == "sampled"
+    assert chosen_loss("full", 10 * SAMPLED_LOSS_ABOVE) == "full" and chosen_loss("sampled", 10) == "sampled"
+    option: TaskOption = next(o for o in RecommenderTask.options if o.name == "loss")
+    assert option.default == "auto" and f"{SAMPLED_LOSS_ABOVE:,} lessons" in option.help
+
+
+@pytest.mark.parametrize("above", [False, True])
+def test_loss_auto_trains_with_the_loss_its_note_names(monkeypatch, above):
+    """The same model and batch: auto's loss is the named loss's value, and the note says which it is."""
+    from core.tasks import recommender
+
+    if above:  # the threshold just under this catalogue, rather than a catalogue above the real one
+        monkeypatch.setattr(recommender, "SAMPLED_LOSS_ABOVE", SMALL["items"] - 1)
+    chosen = "sampled" if above else "full"
+    values = {}
+    for loss in ("auto", chosen, {"full": "sampled", "sampled": "full"}[chosen]):
+        task = create_task("recommender", {**SMALL, "loss": loss, "sampled_negatives": 64, "dropout": 0.0})
+        data = task.load_data("", 0)
+        torch.manual_seed(0)
+        model = task.build_model(data.info)
+        torch.manual_seed(1)  # the same negatives for both sampled values
+        values[loss] = float(task.loss(model, {k: v[:16] for k, v in data.train.items()}).detach())
+        notes = [n for n in data.notes if "loss=auto" in n]
+        assert len(notes) == (loss == "auto")
+        if loss == "auto":
+            assert f"trains with the {chosen} softmax" in notes[0] and f"{SMALL['items']:,} lessons" in notes[0]
+    other = next(k for k in values if k not in ("auto", chosen))
+    assert values["auto"] == pytest.approx(values[chosen]) and values["auto"] != pytest.approx(values[other])
+
+
+@pytest.mark.parametrize("loss", ["auto", "full"])
+def test_the_run_says_what_loss_auto_chose_and_a_config_naming_full_trains_as_before(tmp_path, loss):
+    """loss=auto's choice is a note of the run (RunStarted, run.json: `runs show` prints it); a config that
+    names full, as one written before auto existed does, trains without it."""
+    from core.engine.events import RunStarted
+    from core.engine.run_record import read_run
+    from core.tasks.recommender import SAMPLED_LOSS_ABOVE
+
+    events = []
+    config = RunConfig.from_dict({"task": "recommender", "task_options": {**SMALL, "loss": loss}, "device": "cpu",
+                                  "max_steps": 3, "batch_size": 16, "out_dir": str(tmp_path)})
+    ended = train(config, sink=events.append)
+    assert ended.status == "completed", ended.message
+    said = [n for n in next(e for e in events if isinstance(e, RunStarted)).notes if "loss=auto" in n]
+    assert said == ([f"recommender: loss=auto trains with the full softmax: {SMALL['items']:,} lessons is at most "
+                     f"{SAMPLED_LOSS_ABOVE:,}; loss=sampled for the sampled softmax"] if loss == "auto" else [])
+    assert [n for n in read_run(tmp_path)["notes"] if "loss=auto" in n] == said
+
+
+def test_a_small_sampled_run_trains_and_its_loss_falls(tmp_path):
+    from core.engine.events import StepMetrics
+
+    events = []
+    config = RunConfig.for_task("recommender", task_options={**SMALL, "loss": "sampled", "sampled_negatives": 64},
+                                device="cpu", max_steps=40, log_interval=5, out_dir=str(tmp_path))
+    ended = train(config, sink=events.append)
+    assert ended.status == "completed", ended.message
+    losses = [e.loss for e in events if isinstance(e, StepMetrics)]
+    assert len(losses) >= 4 and losses[-1] < 0.8 * losses[0], losses
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_default_hyperparameters_beat_popularity(tmp_path, precision):
     task = create_task("recommender", SMALL)

@@ -1,13 +1,16 @@
 """Lesson recommender: a SASRec-style causal transformer over each user's lesson sequence.
 
 Model: item + learned position embeddings, pre-norm blocks (causal self-attention, GELU feed-forward),
-a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss: full softmax
+a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss (`loss`): full softmax
 cross-entropy over the catalogue (computed a chunk of positions at a time, see core.tasks.chunked_loss), or a
-sampled softmax (shared uniform negatives) for large catalogues. Padded positions are dropped before either
-loss: on the CPU, where counting them waits for nothing, just the real positions are kept; on an accelerator
-they are moved to the front of a buffer sized by a bound the host knows (the most real positions any
-`batch_size` training rows hold, from the row lengths at load time), so a step never waits on the device to
-count them. Either way the loss is the same as over the padded batch.
+sampled softmax (shared uniform negatives), whose step does not grow with the catalogue beyond the embedding
+table's own gradient and optimizer update; `auto`, the default, is the sampled softmax above SAMPLED_LOSS_ABOVE
+lessons and the full one otherwise, and says which in the run's notes. Either way evaluation ranks the whole
+catalogue. Padded positions are dropped before either loss: on the CPU, where counting them waits for nothing,
+just the real positions are kept; on an accelerator they are moved to the front of a buffer sized by a bound
+the host knows (the most real positions any `batch_size` training rows hold, from the row lengths at load
+time), so a step never waits on the device to count them. Either way the loss is the same as over the padded
+batch.
 
 Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the held-out item, three ways:
 
@@ -246,6 +249,29 @@ def loss_position_bounds(target: torch.Tensor) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(real)]).astype(np.int64)
 
 
+SAMPLED_LOSS_ABOVE = 10_000
+"""loss=auto trains a catalogue of more lessons than this with the sampled softmax, a smaller one with the full
+softmax: the size above which the sampled loss's quicker steps buy the better model in the same wall time
+(benchmarks/README.md, Large catalogues). The `loss` option's help names the same figure."""
+
+
+def chosen_loss(loss: str, n_items: int) -> str:
+    """The loss a run trains with: `loss` when it names one, and for "auto" the sampled softmax above
+    SAMPLED_LOSS_ABOVE lessons, the full softmax otherwise."""
+    if loss != "auto":
+        return loss
+    return "sampled" if n_items > SAMPLED_LOSS_ABOVE else "full"
+
+
+def auto_loss_note(n_items: int, negatives: int) -> str:
+    """The run's log line saying what loss=auto chose for a catalogue of `n_items` lessons, and why."""
+    if chosen_loss("auto", n_items) == "sampled":
+        return (f"recommender: loss=auto trains with the sampled softmax ({negatives:,} shared negatives): "
+                f"{n_items:,} lessons is more than {SAMPLED_LOSS_ABOVE:,}; loss=full for the full softmax")
+    return (f"recommender: loss=auto trains with the full softmax: {n_items:,} lessons is at most "
+            f"{SAMPLED_LOSS_ABOVE:,}; loss=sampled for the sampled softmax")
+
+
 class RecommenderTask(Task):
     name = "recommender"
     description = "Lesson recommender: SASRec-style causal transformer, next-lesson prediction (HR/NDCG@10)"
@@ -255,7 +281,9 @@ class RecommenderTask(Task):
         TaskOption("heads", 2, "attention heads (must divide d_model)", 1, 64),
         TaskOption("max_len", 50, "longest history the model reads (training window length)", 2, 4096),
         TaskOption("dropout", 0.1, "dropout on embeddings, attention and feed-forward", 0.0, 0.9),
-        TaskOption("loss", "full", "full softmax over the catalogue, or sampled softmax", choices=("full", "sampled")),
+        TaskOption("loss", "auto", "full softmax over the catalogue, sampled softmax (shared negatives), or auto: "
+                                   "sampled above 10,000 lessons, else full (the run's log says which)",
+                   choices=("auto", "full", "sampled")),
         TaskOption("sampled_negatives", 1024, "negatives shared by a batch for the sampled softmax", 1, 1_000_000),
         TaskOption("file_order", False, "a data file's lines are in time order: each user's history is their lines "
                                         "top to bottom, and no timestamp column is read (SASRec's `user item` "
@@ -325,6 +353,8 @@ class RecommenderTask(Task):
         counts = torch.bincount(train["target"].flatten(), minlength=n_items + 1)[1:].double()
         baseline = ranking_report(lambda b: counts.float().expand(b["target"].shape[0], -1), val,
                                   score_rows(n_items, 4096), self.history)
+        if o["loss"] == "auto":  # said once, as the run starts (TaskData.notes)
+            notes.append(auto_loss_note(int(n_items), o["sampled_negatives"]))
         info = {"n_items": int(n_items), "users_evaluated": int(val["target"].shape[0]),
                 "interactions": int(interactions)}
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
@@ -343,11 +373,12 @@ class RecommenderTask(Task):
         hidden = model(batch["seq"]).flatten(0, 1)
         target = batch["target"].flatten() - 1  # -1: padding
         hidden, target, overflow = self.drop_padding(hidden, target, batch["seq"].shape[0])
-        if self.opts["loss"] == "full":  # scores against the whole catalogue, a chunk of positions at a time
-            table = _unwrap(model).items.weight[1:]  # what SASRec.scores multiplies by
-            loss = chunked_softmax_cross_entropy(hidden, table, target)
+        sasrec = _unwrap(model)
+        if chosen_loss(self.opts["loss"], sasrec.items.num_embeddings - 1) == "full":
+            # scores against the whole catalogue, a chunk of positions at a time
+            loss = chunked_softmax_cross_entropy(hidden, sasrec.items.weight[1:], target)  # SASRec.scores' table
         else:
-            loss = self._sampled_softmax(_unwrap(model), hidden, target + 1)
+            loss = self._sampled_softmax(sasrec, hidden, target + 1)
         if overflow is not None:  # a batch fuller than the bound (not from this training split): NaN, not a
             loss = loss + torch.where(overflow, float("nan"), 0.0)  # quietly smaller loss; no host sync
         return loss
@@ -378,13 +409,15 @@ class RecommenderTask(Task):
     count_on_host: bool | None = None
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Softmax over the true next item and negatives shared across the batch (uniform, so no logQ term);
-        a negative equal to the true item is masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
+        """Softmax over the true next item and negatives shared across the batch, drawn uniformly (a logQ
+        correction would add the same log(n / K) to every negative; there is none); a negative equal to the
+        true item (an accidental hit) is masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
         n_items = model.items.num_embeddings - 1
         negatives = torch.randint(1, n_items + 1, (self.opts["sampled_negatives"],), device=target.device)
-        table = model.items.weight
-        positive = (hidden * table[target]).sum(-1, keepdim=True)
-        negative = hidden @ table[negatives].t()
+        # One gather of the targets' and the negatives' rows: its backward is one scatter into the table.
+        rows = model.items.weight[torch.cat([target, negatives])]
+        positive = (hidden * rows[:target.shape[0]]).sum(-1, keepdim=True)
+        negative = hidden @ rows[target.shape[0]:].t()
         negative = negative.masked_fill(negatives == target.unsqueeze(-1), float("-inf"))
         logits = torch.cat([positive, negative], dim=-1).float()
         per_position = F.cross_entropy(logits, torch.zeros_like(target), reduction="none")
