@@ -19,7 +19,6 @@ import torch
 
 from core.cli.main import main
 from core.engine.checkpoints import load_checkpoint, load_model_state
-from core.lab import serve
 from core.lab.export import export_model
 from core.tasks import create_task, sentiment_standalone
 from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
