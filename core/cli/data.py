@@ -16,7 +16,13 @@ if TYPE_CHECKING:
 # The file formats `data generate` writes (core.data.importers reads the same; it imports pyarrow and torch,
 # so `--help` does not import it). tests/test_cli_startup.py checks the two lists agree.
 OUTPUT_SUFFIXES = (".csv", ".parquet", ".pq")
-GENERATED_TASKS = ("recommender", "ranking", "sentiment")
+
+
+def generated_tasks() -> tuple[str, ...]:
+    """The tasks whose synthetic data `data generate` writes (Task.synthetic_file, read without torch)."""
+    from core.tasks import task_infos
+
+    return tuple(name for name, info in task_infos().items() if info.synthetic_file)
 
 
 def register(sub) -> None:
@@ -26,7 +32,7 @@ def register(sub) -> None:
     data = sub.add_parser("data", help="synthetic data files in each task's format")
     commands = data.add_subparsers(dest="data_command", required=True, parser_class=OneLineParser)
     gen = commands.add_parser("generate", help="write a task's synthetic data as CSV or Parquet")
-    gen.add_argument("--task", required=True, choices=GENERATED_TASKS, help="whose data format to write")
+    gen.add_argument("--task", required=True, choices=generated_tasks(), help="whose data format to write")
     gen.add_argument("--rows", required=True, type=int, help="rows: interactions, (query, doc) pairs or reviews")
     gen.add_argument("--out", required=True, metavar="FILE", help="output file: .csv, or .parquet (.pq)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the planted structure and the draws")
@@ -37,21 +43,7 @@ def synthetic_table(task: str, rows: int, seed: int) -> "pa.Table":
     """`rows` rows of `task`'s synthetic data (default task options) as a table in its file format."""
     from core.tasks import create_task
 
-    opts = create_task(task).opts
-    if task == "recommender":
-        from core.data.synthetic import generate_interactions, interactions_table, make_track_chain
-
-        chain = make_track_chain(opts["items"], opts["track_len"], opts["follow"], 1.0, seed)
-        return interactions_table(generate_interactions(chain, rows, opts["mean_len"], seed))
-    if task == "ranking":
-        from core.data.synthetic import generate_ranking, ranking_table
-
-        docs = opts["docs"]
-        table = ranking_table(generate_ranking(-(-rows // docs), docs, opts["features"], opts["noise"], seed))
-        return table.slice(0, rows)
-    from core.data.reviews import generate_reviews, reviews_table
-
-    return reviews_table(generate_reviews(rows, seed))
+    return create_task(task).synthetic_table(rows, seed)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -43,9 +43,11 @@ def _task_classes() -> dict[str, type[Task]]:
 
 
 def _info_from_class(cls: type[Task]) -> TaskInfo:
-    options = tuple(TaskOption(o.name, o.default, o.help, o.minimum, o.maximum, o.choices, o.synthetic) for o in cls.options)
+    options = tuple(TaskOption(o.name, o.default, o.help, o.minimum, o.maximum, o.choices, o.synthetic)
+                    for o in cls.options)
     return TaskInfo(name=cls.name, description=cls.description, options=options,
-                    defaults=dict(cls.defaults), primary_metric=cls.primary_metric, tokens_key=cls.tokens_key)
+                    defaults=dict(cls.defaults), primary_metric=cls.primary_metric, tokens_key=cls.tokens_key,
+                    synthetic_file=cls.synthetic_file)
 
 
 def task_infos() -> dict[str, TaskInfo]:

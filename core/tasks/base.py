@@ -73,6 +73,9 @@ class Task(ABC):
     # What a validation metric averages over (rows, queries, users): core.engine.small_validation counts them
     # with validation_units to tell whether the split is large enough to choose the best checkpoint by.
     validation_unit: ClassVar[str] = "rows"
+    # `amp-console data generate` writes this task's synthetic data in the file format users supply
+    # (synthetic_table); a literal, so the CLI lists these tasks without importing torch (core.tasks.catalog).
+    synthetic_file: ClassVar[bool] = False
 
     def __init__(self, options: dict | None = None):
         from core.errors import ConfigError
@@ -112,6 +115,11 @@ class Task(ABC):
             elif (message := known[key].error(value)) is not None:
                 problems[f"task_options.{key}"] = message
         return problems
+
+    def synthetic_table(self, rows: int, seed: int):
+        """`rows` rows of this task's synthetic data (its options) as a pyarrow Table in its file format, the
+        one `load_data` reads back (`data generate`; only where `synthetic_file` is set)."""
+        raise NotImplementedError(f"{self.name} writes no synthetic data file")
 
     @abstractmethod
     def load_data(self, data_path: str, seed: int) -> TaskData:

@@ -1,10 +1,11 @@
 """Read a task's description, options and defaults from its module's source, without running it (no torch).
 
-Task modules import torch (their models are nn.Modules), which costs about a second; listing the tasks must
-not. Their class attributes (`name`, `description`, `options = (TaskOption(...), ...)`, `defaults = {...}`,
-`primary_metric`, `tokens_key`) are plain literals, so they are read from the module's syntax tree. A class
-whose attributes are not literals (or that inherits from another task) gets `None` here, and the registry
-imports it instead: slower, never wrong. tests/test_cli_startup.py checks both ways agree for every task.
+Task modules import torch (their models are nn.Modules), which costs about a second; listing the tasks must not.
+Their class attributes (`name`, `description`, `options = (TaskOption(...), ...)`, `defaults = {...}`,
+`primary_metric`, `tokens_key`, `synthetic_file`) are plain literals, so they are read from the module's syntax
+tree. A class whose attributes are not literals (or that inherits from another task) gets `None` here, and the
+registry imports it instead: slower, never wrong. tests/test_cli_startup.py checks both ways agree for every
+task.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from core.tasks.options import TaskInfo, TaskOption
 
-_ATTRIBUTES = ("name", "description", "options", "defaults", "primary_metric", "tokens_key")
+_ATTRIBUTES = ("name", "description", "options", "defaults", "primary_metric", "tokens_key", "synthetic_file")
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.LShift: operator.lshift}
 

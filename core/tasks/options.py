@@ -61,6 +61,7 @@ class TaskInfo:
     defaults: dict = field(default_factory=dict)
     primary_metric: str = "loss"
     tokens_key: str | None = None
+    synthetic_file: bool = False  # `data generate` writes its synthetic data as a file (Task.synthetic_table)
 
     def option(self, name: str) -> TaskOption | None:
         return next((o for o in self.options if o.name == name), None)

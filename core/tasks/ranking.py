@@ -439,6 +439,17 @@ class RankingTask(Task):
     defaults = {"lr": 3e-3, "batch_size": 16, "epochs": 5, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "ndcg@10"
     validation_unit = "queries"
+    synthetic_file = True
+
+    def synthetic_table(self, rows: int, seed: int):
+        """`rows` (query, document) pairs, whole queries of `docs` documents cut to `rows`, in the ranking file
+        format."""
+        from core.data.synthetic import generate_ranking, ranking_table
+
+        docs = self.opts["docs"]
+        table = ranking_table(generate_ranking(-(-rows // docs), docs, self.opts["features"], self.opts["noise"], seed))
+        return table.slice(0, rows)
+
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:

@@ -300,6 +300,16 @@ class RecommenderTask(Task):
     primary_metric = "ndcg@10_full_filtered"
     tokens_key = "seq"
     validation_unit = "users"  # one evaluation row per user
+    synthetic_file = True
+
+    def synthetic_table(self, rows: int, seed: int):
+        """`rows` interactions of the planted lesson tracks, in the interactions file format."""
+        from core.data.synthetic import generate_interactions, interactions_table, make_track_chain
+
+        o = self.opts
+        chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
+        return interactions_table(generate_interactions(chain, rows, o["mean_len"], seed))
+
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:

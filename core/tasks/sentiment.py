@@ -227,6 +227,14 @@ class SentimentTask(Task):
     defaults = {"lr": 1e-2, "batch_size": 64, "epochs": 2, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "accuracy"
     tokens_key = "tokens"  # throughput can count hashed words + bigrams (non-zero ids), not just reviews
+    synthetic_file = True
+
+    def synthetic_table(self, rows: int, seed: int):
+        """`rows` synthetic reviews with their labels, in the reviews file format."""
+        from core.data.reviews import generate_reviews, reviews_table
+
+        return reviews_table(generate_reviews(rows, seed))
+
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:

@@ -26,7 +26,8 @@ class TinyClassifier(nn.Module):
         return self.fc2(self.relu(self.fc1(x)))
 
 
-def make_tiny_data(samples: int, label_noise: float, seed: int, features: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+def make_tiny_data(samples: int, label_noise: float, seed: int,
+                   features: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
     """Vectorised synthetic classification data with a planted linear boundary and label noise."""
     gen = torch.Generator().manual_seed(seed)
     direction = torch.randn(features, generator=gen)
