@@ -1,8 +1,9 @@
 """How the engine writes quantities and errors as text, in one convention for the CLI, messages and the window.
 
-Bytes in binary units ('12.3 MiB'), counts in thousands and millions ('1.05 M'), wall times as a clock
-('12:05'), elapsed times and ETAs as '3m48s', an exception as its first line. A shared leaf (see
-docs/ARCHITECTURE.md): it imports nothing of the project, so every layer can use it.
+Bytes in binary units ('12.3 MiB'), counts in thousands and millions ('1.05 M'), exact integers ('1,048,576'),
+figures ('0.9134') and settings as a user types them, wall times as a clock ('12:05'), elapsed times and ETAs as
+'3m48s', an exception as its first line. A shared leaf (see docs/ARCHITECTURE.md): it imports nothing of the
+project, so every layer can use it.
 """
 
 from __future__ import annotations
@@ -95,3 +96,29 @@ def printable(text, keep_newlines: bool = False) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def exact(value: int | None) -> str:
+    """An exact integer with thousands separators: 1048576 -> '1,048,576'."""
+    return "-" if value is None else f"{value:,}"
+
+
+def number(value: float | None, spec: str = ".4g", suffix: str = "") -> str:
+    """A float in `spec`, '-' when missing or not finite (a NaN loss prints as 'nan'). Text (run.json keeps
+    a NaN as "nan") prints as itself, made printable."""
+    if value is None:
+        return "-"
+    if not isinstance(value, numbers.Real):
+        return printable(value)
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return f"{value:{spec}}{suffix}"
+
+
+def setting(value) -> str:
+    """A default or limit as a user types it: 65536 -> '65,536', 0.003 -> '0.003', 'full' -> 'full'."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:g}" if abs(value) < 1e6 else f"{value:,.0f}"

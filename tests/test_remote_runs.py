@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.cli.runs import compare_rows
+from core.runs.compare import compare_rows
 from core.engine.checkpoints import load_checkpoint
 from core.engine.run_record import read_run
 from core.remote.fetch import fetch_run, list_host_runs

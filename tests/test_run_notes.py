@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from core.cli.runs import compare_rows
+from core.runs.compare import compare_rows
 from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics
 from core.engine.run_record import NOTE_FILE, RunRecord, read_note, read_run, write_note
 

@@ -10,11 +10,18 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QGuiApplication
 from PySide6.QtWidgets import (
-    QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
     QWidget,
 )
 
-from core.cli.runs import CompareRow, compare_rows
+from core.runs.compare import CompareRow, compare_rows
 
 DIFFERS_MARK = "≠ "  # before a differing row's name: the highlight is not colour alone
 DIFFERS_BRUSH = QBrush(QColor(255, 190, 0, 70))  # a translucent amber: readable on light and dark palettes

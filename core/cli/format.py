@@ -2,49 +2,21 @@
 
 Numbers: counts as '1.05 M', exact integers with thousands separators, bytes as '12.3 MiB' (core.text, shared
 with the engine's messages and the window); never '1.04858e+06'. Tables: rich tables sized to the terminal
-(COLUMNS is respected); piped or redirected output is laid out for 100 columns, so logs and files read well. Sentences (reasons, notes) go under a table, not
-into a narrow cell.
+(COLUMNS is respected); piped or redirected output is laid out for 100 columns, so logs and files read well.
+Sentences (reasons, notes) go under a table, not into a narrow cell.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import sys
 
-from core.text import count, duration, printable, size  # the quantities in core.text's convention, as fmt.count etc.
+from core.text import count, duration, exact, number, printable, setting, size  # core.text's, as fmt.count etc.
 
 __all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "plain_width", "setting", "size",
            "table"]
 
 PIPED_WIDTH = 100  # the layout width when stdout is not a terminal and COLUMNS is not set
-
-
-def exact(value: int | None) -> str:
-    """An exact integer with thousands separators: 1048576 -> '1,048,576'."""
-    return "-" if value is None else f"{value:,}"
-
-
-def number(value: float | None, spec: str = ".4g", suffix: str = "") -> str:
-    """A float in `spec`, '-' when missing or not finite (a NaN loss prints as 'nan'). Text (run.json keeps
-    a NaN as "nan") prints as itself, made printable."""
-    if value is None:
-        return "-"
-    if not isinstance(value, numbers.Real):
-        return printable(value)
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
-    return f"{value:{spec}}{suffix}"
-
-
-def setting(value) -> str:
-    """A default or limit as a user types it: 65536 -> '65,536', 0.003 -> '0.003', 'full' -> 'full'."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:g}" if abs(value) < 1e6 else f"{value:,.0f}"
 
 
 def plain_width(stream=None) -> int | None:

@@ -2,8 +2,8 @@
 
 Each run folder's `run.json` (core.engine.run_record) is its summary; a folder from before run.json is read
 from the first and last lines of its metrics.jsonl. A run's note is its note.txt (run_record.write_note). A run
-is named by its id, a unique prefix of it (like git), or its folder name. `compare_rows` is the one definition
-of what `runs compare` and the window's compare table show. No torch is imported here.
+is named by its id, a unique prefix of it (like git), or its folder name. `compare_rows` (core.runs.compare) is the
+one definition of what `runs compare` and the window's compare table show. No torch is imported here.
 
 Everything printed that was read from a run's files passes through core.text.printable (fmt.table's cells do
 it themselves): a task, note or metric name can't move the cursor or retitle the terminal. A run whose files
@@ -17,7 +17,6 @@ import csv
 import gc
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from core.cli import format as fmt
@@ -28,6 +27,7 @@ from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import listed_runs, runs_named
 from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
 from core.files import UnreadableFile, read_jsonl
+from core.runs.compare import best_text, compare_rows, differing_config, precision_text, steps_text
 from core.text import printable
 
 
@@ -75,13 +75,6 @@ def resolve_all(args) -> list[dict]:
     return [resolve(candidates, key, root) for key in args.ids]
 
 
-def _best(run: dict) -> str:
-    best = run.get("best") or {}
-    if best.get("value") is None:
-        return "-"
-    return f"{best.get('name')} {fmt.number(best['value'])}"
-
-
 _wall = fmt.duration  # one wall-time format for the CLI and the history panel
 
 
@@ -92,17 +85,6 @@ def _start(run: dict, year: bool = True) -> str:
         return text
     text = text.replace("T", " ")[:16]
     return text if year else text[5:]
-
-
-def _steps(run: dict) -> str:
-    steps, total = run.get("steps"), run.get("total_steps")
-    if steps is None:
-        return "-"
-    return f"{fmt.exact(steps)}/{fmt.exact(total)}" if total else fmt.exact(steps)
-
-
-def _precision(run: dict) -> str:
-    return str(run.get("precision") or "-")
 
 
 def _unreadable_lines(runs: list[dict]) -> list[str]:
@@ -156,8 +138,8 @@ def print_run_table(runs: list[dict]) -> None:
         table.add_column(name, **kwargs)
     for r in runs:
         table.add_row(str(r.get("id") or "-")[:8], str(r.get("name")), str(r.get("task") or "-"),
-                      str(r.get("status") or "-"), _precision(r), str(r.get("device") or "-"), _steps(r),
-                      _best(r), _wall(r.get("wall_seconds")), _start(r, year=False))
+                      str(r.get("status") or "-"), precision_text(r), str(r.get("device") or "-"), steps_text(r),
+                      best_text(r), _wall(r.get("wall_seconds")), _start(r, year=False))
     width = fmt.plain_width()
     if width is not None:  # not a terminal: plain text, without rich's console (wrapped as it would)
         left_out = table.left_out(width)
@@ -216,13 +198,13 @@ def cmd_show(args) -> int:
         ("task", run.get("task")), ("status", run.get("status")),
         ("device", " ".join(str(x) for x in (run.get("device"), f"({run['device_name']})"
                                              if run.get("device_name") else "") if x)),
-        ("precision", f"{_precision(run)} (autocast {run.get('autocast_dtype') or '-'})"),
+        ("precision", f"{precision_text(run)} (autocast {run.get('autocast_dtype') or '-'})"),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v) or "-"),
         ("started", run.get("start_time") or "-"), ("ended", run.get("end_time") or "-"),
-        ("wall time", _wall(run.get("wall_seconds"))), ("steps", _steps(run)),
+        ("wall time", _wall(run.get("wall_seconds"))), ("steps", steps_text(run)),
         ("final loss", fmt.number(run.get("final_loss"))),
         ("samples/s", fmt.count(run.get("samples_per_second"))),
-        ("best", _best(run) + (f" at step {fmt.exact(run['best']['step'])}"
+        ("best", best_text(run) + (f" at step {fmt.exact(run['best']['step'])}"
                                if (run.get("best") or {}).get("step") is not None else "")),
         ("val metrics", _metrics_text(run.get("metrics"))), ("test metrics", _metrics_text(run.get("test_metrics"))),
     ]
@@ -271,93 +253,9 @@ def cmd_note(args) -> int:
     return 0
 
 
-def resolved_config(run: dict) -> dict:
-    """A run's settings as the run resolved them, to compare runs by what they did rather than by how they were
-    asked for: every setting (a record's missing one at RunConfig's default), the task's options with its
-    defaults filled in (one key each, `task_options.NAME`: a window run saves only those changed, a CLI run
-    all), and `auto` device and precision as the run's record says they resolved (its device and precision)."""
-    import dataclasses
-
-    from core.config import RunConfig
-    from core.tasks import option_values
-
-    config = dict(run.get("config") or {})
-    resolved = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                for f in dataclasses.fields(RunConfig)}
-    resolved.update(config)
-    options = resolved.pop("task_options")
-    task = str(resolved.get("task") or run.get("task") or "")
-    if isinstance(options, dict):
-        resolved.update({f"task_options.{k}": v for k, v in option_values(task, options).items()})
-    else:  # not a mapping (a damaged record): compared as it is
-        resolved["task_options"] = options
-    for key in ("device", "precision"):
-        if resolved.get(key) in ("auto", "", None) and run.get(key):
-            resolved[key] = run[key]
-    return resolved
-
-
-def _differing_config(runs: list[dict]) -> dict[str, list]:
-    """The settings (resolved_config's, out_dir aside) whose resolved values differ between `runs`."""
-    configs = [resolved_config(r) for r in runs]
-    keys = sorted({k for c in configs for k in c if k != "out_dir"})
-    return {k: [c.get(k) for c in configs] for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str)
-                                                               for c in configs}) > 1}
-
-
-@dataclass(frozen=True)
-class CompareRow:
-    """One row of a comparison: its label, one text per run, whether the runs differ on it, and whether it is
-    a config field (those are listed only when they differ)."""
-
-    label: str
-    values: tuple[str, ...]
-    differs: bool
-    config: bool = False
-
-
-def _precision_and_autocast(run: dict) -> str:
-    dtype = run.get("autocast_dtype")
-    return f"{_precision(run)} (autocast {dtype})" if dtype else _precision(run)
-
-
-def _best_at(run: dict) -> str:
-    step = (run.get("best") or {}).get("step")
-    best = _best(run)
-    return best + (f" at step {fmt.exact(step)}" if best != "-" and step is not None else "")
-
-
-def compare_rows(runs: list[dict]) -> list[CompareRow]:
-    """What `runs compare` and the window's compare table show of `runs` (one column each): task, precision and
-    autocast dtype, device, samples/s, peak memory, best metric and its step, final loss and metrics, wall
-    time, steps, status, note, then every config field that differs (out_dir aside). A row differs when its
-    texts do (a config row always does)."""
-    metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
-    test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
-    rows: list[tuple[str, list]] = [
-        ("task", [r.get("task") for r in runs]), ("precision", [_precision_and_autocast(r) for r in runs]),
-        ("device", [r.get("device") for r in runs]),
-        ("samples/s", [fmt.count(r.get("samples_per_second")) for r in runs]),
-        ("peak memory", [fmt.size(r.get("peak_memory_bytes")) for r in runs]),
-        ("best", [_best_at(r) for r in runs]),
-        ("final loss", [fmt.number(r.get("final_loss")) for r in runs])]
-    rows += [(f"val {m}", [fmt.number((r.get("metrics") or {}).get(m)) for r in runs]) for m in metric_names]
-    rows += [(f"test {m}", [fmt.number((r.get("test_metrics") or {}).get(m)) for r in runs]) for m in test_names]
-    rows += [("wall time", [_wall(r.get("wall_seconds")) for r in runs]), ("steps", [_steps(r) for r in runs]),
-             ("status", [r.get("status") for r in runs]), ("note", [r.get("note") or "-" for r in runs])]
-    out = []  # labels and texts printable: metric names, notes and config values come from the runs' files
-    for label, values in rows:
-        texts = tuple(printable(v if v is not None and v != "" else "-") for v in values)
-        out.append(CompareRow(printable(label), texts, len(set(texts)) > 1))
-    for key, values in _differing_config(runs).items():
-        texts = tuple(printable(fmt.setting(v)) if v is not None else "-" for v in values)
-        out.append(CompareRow(printable(f"config {key}"), texts, True, config=True))
-    return out
-
-
 def cmd_compare(args) -> int:
     runs = resolve_all(args)
-    differing = _differing_config(runs)
+    differing = differing_config(runs)
     rows = compare_rows(runs)
     if args.json:
         print(json.dumps({"runs": [{k: r.get(k) for k in ("id", "name", "task", "precision", "autocast_dtype",

@@ -310,7 +310,7 @@ def test_the_claim_removes_only_the_runs_own_temp_files(tmp_path):
 
 
 def test_any_field_of_any_type_is_a_listed_run_never_a_traceback(root, capsys, monkeypatch):
-    from core.cli.runs import compare_rows
+    from core.runs.compare import compare_rows
 
     monkeypatch.setenv("COLUMNS", "200")
     folder = root / "good"

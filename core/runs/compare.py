@@ -1,0 +1,114 @@
+"""Comparing runs: `compare_rows` is the one definition of what `amp-console runs compare` and the window's
+compare table show of a few runs side by side (their figures, then every setting whose resolved value differs),
+from their run.json records (core.engine.run_record.read_run). Plain text, no torch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from core.text import count, duration, exact, number, printable, setting, size
+
+
+def best_text(run: dict) -> str:
+    """'accuracy 0.91': the run's best value of its primary metric, '-' without one."""
+    best = run.get("best") or {}
+    if best.get("value") is None:
+        return "-"
+    return f"{best.get('name')} {number(best['value'])}"
+
+
+def steps_text(run: dict) -> str:
+    """'1,200/2,000': steps taken of the total."""
+    steps, total = run.get("steps"), run.get("total_steps")
+    if steps is None:
+        return "-"
+    return f"{exact(steps)}/{exact(total)}" if total else exact(steps)
+
+
+def precision_text(run: dict) -> str:
+    return str(run.get("precision") or "-")
+
+
+def resolved_config(run: dict) -> dict:
+    """A run's settings as the run resolved them, to compare runs by what they did rather than by how they were
+    asked for: every setting (a record's missing one at RunConfig's default), the task's options with its
+    defaults filled in (one key each, `task_options.NAME`: a window run saves only those changed, a CLI run
+    all), and `auto` device and precision as the run's record says they resolved (its device and precision)."""
+    import dataclasses
+
+    from core.config import RunConfig
+    from core.tasks import option_values
+
+    config = dict(run.get("config") or {})
+    resolved = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(RunConfig)}
+    resolved.update(config)
+    options = resolved.pop("task_options")
+    task = str(resolved.get("task") or run.get("task") or "")
+    if isinstance(options, dict):
+        resolved.update({f"task_options.{k}": v for k, v in option_values(task, options).items()})
+    else:  # not a mapping (a damaged record): compared as it is
+        resolved["task_options"] = options
+    for key in ("device", "precision"):
+        if resolved.get(key) in ("auto", "", None) and run.get(key):
+            resolved[key] = run[key]
+    return resolved
+
+
+def differing_config(runs: list[dict]) -> dict[str, list]:
+    """The settings (resolved_config's, out_dir aside) whose resolved values differ between `runs`."""
+    configs = [resolved_config(r) for r in runs]
+    keys = sorted({k for c in configs for k in c if k != "out_dir"})
+    return {k: [c.get(k) for c in configs] for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str)
+                                                               for c in configs}) > 1}
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One row of a comparison: its label, one text per run, whether the runs differ on it, and whether it is
+    a config field (those are listed only when they differ)."""
+
+    label: str
+    values: tuple[str, ...]
+    differs: bool
+    config: bool = False
+
+
+def _precision_and_autocast(run: dict) -> str:
+    dtype = run.get("autocast_dtype")
+    return f"{precision_text(run)} (autocast {dtype})" if dtype else precision_text(run)
+
+
+def _best_at(run: dict) -> str:
+    step = (run.get("best") or {}).get("step")
+    best = best_text(run)
+    return best + (f" at step {exact(step)}" if best != "-" and step is not None else "")
+
+
+def compare_rows(runs: list[dict]) -> list[CompareRow]:
+    """What `runs compare` and the window's compare table show of `runs` (one column each): task, precision and
+    autocast dtype, device, samples/s, peak memory, best metric and its step, final loss and metrics, wall
+    time, steps, status, note, then every config field that differs (out_dir aside). A row differs when its
+    texts do (a config row always does)."""
+    metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
+    test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
+    rows: list[tuple[str, list]] = [
+        ("task", [r.get("task") for r in runs]), ("precision", [_precision_and_autocast(r) for r in runs]),
+        ("device", [r.get("device") for r in runs]),
+        ("samples/s", [count(r.get("samples_per_second")) for r in runs]),
+        ("peak memory", [size(r.get("peak_memory_bytes")) for r in runs]),
+        ("best", [_best_at(r) for r in runs]),
+        ("final loss", [number(r.get("final_loss")) for r in runs])]
+    rows += [(f"val {m}", [number((r.get("metrics") or {}).get(m)) for r in runs]) for m in metric_names]
+    rows += [(f"test {m}", [number((r.get("test_metrics") or {}).get(m)) for r in runs]) for m in test_names]
+    rows += [("wall time", [duration(r.get("wall_seconds")) for r in runs]), ("steps", [steps_text(r) for r in runs]),
+             ("status", [r.get("status") for r in runs]), ("note", [r.get("note") or "-" for r in runs])]
+    out = []  # labels and texts printable: metric names, notes and config values come from the runs' files
+    for label, values in rows:
+        texts = tuple(printable(v if v is not None and v != "" else "-") for v in values)
+        out.append(CompareRow(printable(label), texts, len(set(texts)) > 1))
+    for key, values in differing_config(runs).items():
+        texts = tuple(printable(setting(v)) if v is not None else "-" for v in values)
+        out.append(CompareRow(printable(f"config {key}"), texts, True, config=True))
+    return out
