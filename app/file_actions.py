@@ -1,7 +1,7 @@
 """File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint.
 
 Export writes today's checkpoint files (.pt, .safetensors, .json) or, chosen by the save dialog's file type, a
-serving folder (core.lab.export: a torch.export program, ONNX or safetensors, with manifest.json and serve.py),
+serving folder (core.runs.export: a torch.export program, ONNX or safetensors, with manifest.json and serve.py),
 whose verification line (the max abs difference against the trained model) ends in the status bar.
 Reading or writing checkpoints runs on a short-lived background thread (JobRunner): the GUI thread never
 loads tensors. Errors are core's CheckpointError/ConfigError messages, shown in the window.
@@ -22,7 +22,7 @@ from app.assets import icon
 
 EXPORT_SUFFIXES = (".pt", ".safetensors", ".json")  # what export_checkpoint writes
 # The save dialog's file types: today's checkpoint files (the first, the default), then the serving folders of
-# core.lab.export (filter -> format). A name typed with one of these suffixes names the same folder.
+# core.runs.export (filter -> format). A name typed with one of these suffixes names the same folder.
 CHECKPOINT_FILTER = "Checkpoint files: .pt, .safetensors and .json (*.pt *.safetensors)"
 SERVING_FILTERS = {
     "Serving folder: torch.export program, plain torch (*.pt2)": "program",
@@ -110,8 +110,8 @@ def _export(source: str, destination: str) -> tuple[str, ...]:
 
 
 def _export_serving(source: str, destination: str, fmt: str) -> str:
-    """core.lab.export's export, verified; its one-line summary (with the max abs difference)."""
-    from core.lab.export import export_model
+    """core.runs.export's export, verified; its one-line summary (with the max abs difference)."""
+    from core.runs.export import export_model
 
     return export_model(source, destination, fmt).summary()
 
@@ -228,7 +228,7 @@ class FileActions:
                            lambda message, details: window.show_error(f"Export failed: {message}", details))
 
     def export_serving(self, source: str, destination: str, fmt: str) -> None:
-        """Write the serving folder `destination` as `fmt` (core.lab.export: verified by reloading) off the GUI
+        """Write the serving folder `destination` as `fmt` (core.runs.export: verified by reloading) off the GUI
         thread; the verification line goes to the status bar and the log."""
         window = self.window
         window.show_message(f"Exporting {source} as {fmt} (then loading it back to verify)…")

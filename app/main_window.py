@@ -231,7 +231,7 @@ class MainWindow(QMainWindow):
     def _log_evaluation(self, result: dict) -> None:
         """The history evaluated a checkpoint (its report saved in its run folder): logged, and the Model
         preview's Evaluation tab reads the report again when it shows that run."""
-        from core.lab.evaluation_report import report_folder
+        from core.runs.evaluation_report import report_folder
 
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
         self.logPanel.log(f"Evaluated {result['checkpoint']} (step {result['step']:,}) on the {result['split']} "

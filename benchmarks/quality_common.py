@@ -41,7 +41,7 @@ def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overr
             return {**ended.test_metrics, "best": dict(best), "best_step": ended.best_step, "last_step": ended.step,
                     "advice": ended.checkpoint_advice}, ended.elapsed_seconds
         from core.cli.evaluate import find_checkpoint
-        from core.lab.evaluate import evaluate_checkpoint
+        from core.runs.evaluate import evaluate_checkpoint
 
         best = evaluate_checkpoint(find_checkpoint(folder, best=True, runs_dir=None), split="test")
         return {**best.metrics, "best_step": best.step, "last_step": ended.step}, ended.elapsed_seconds

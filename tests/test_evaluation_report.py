@@ -1,4 +1,4 @@
-"""The evaluation report (core.lab.evaluation_report, `amp-console evaluate --report`): at k = 10 its curves are
+"""The evaluation report (core.runs.evaluation_report, `amp-console evaluate --report`): at k = 10 its curves are
 the task's own metrics, curves are monotone where they must be, buckets add up, the ROC curve runs from (0, 0) to
 (1, 1) with the task's AUC, evaluation.json is written atomically and reads back (a damaged one never raises
 unless asked)."""
@@ -17,8 +17,8 @@ from core.cli.main import main
 from core.config import RunConfig
 from core.engine.trainer import train
 from core.errors import DataError
-from core.lab.evaluate import evaluate_checkpoint
-from core.lab.evaluation_report import REPORT_FILE, evaluation_report, load_report, write_report
+from core.runs.evaluate import evaluate_checkpoint
+from core.runs.evaluation_report import REPORT_FILE, evaluation_report, load_report, write_report
 
 # docs 200: queries of up to 600 candidates exceed the 256-candidate lists: in its val split a query spans rows
 RANKING_LONG = {"queries": 80, "docs": 200, "features": 4}

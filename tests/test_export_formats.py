@@ -16,12 +16,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import torch
+from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
 
 from core.cli.main import main
 from core.engine.checkpoints import load_checkpoint, load_model_state
-from core.lab.export import export_model
+from core.runs.export import export_model
 from core.tasks import create_task, sentiment_standalone
-from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS = ("program", "onnx", "safetensors")
@@ -157,7 +157,7 @@ import json, os, sys
 # This project is installed editable in the venv: drop its import hook and the repository from the path,
 # so that only torch (and onnxruntime) can serve.
 sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
-sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".", "core", "lab", "export.py"))]
+sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".", "core", "runs", "export.py"))]
 for name in ("core", "app"):
     try:
         __import__(name)
@@ -417,9 +417,9 @@ def test_the_readme_script_runs_as_printed(runs, tmp_path):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
 def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_path, task):
-    """core.lab.predict's Predictor (behind `amp-console predict` and the preview panel) and the exported program
+    """core.runs.predict's Predictor (behind `amp-console predict` and the preview panel) and the exported program
     served by serve.py in a fresh Python give the same answers for the same inputs."""
-    from core.lab.predict import load_predictor
+    from core.runs.predict import load_predictor
 
     folder = tmp_path / "export"
     export_model(runs[task], folder, "program")
@@ -445,7 +445,7 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_pa
 
 
 def test_an_export_that_does_not_verify_leaves_nothing(runs, tmp_path, monkeypatch):
-    import core.lab.export as export
+    import core.runs.export as export
 
     monkeypatch.setattr(export, "TOLERANCE", -1.0)  # no difference is small enough
     with pytest.raises(export.CheckpointError, match="does not reproduce the model: max abs difference"):
@@ -525,7 +525,7 @@ def test_out_dot_fills_the_empty_current_folder(runs, tmp_path, capsys, monkeypa
 
 
 def test_a_nan_metric_is_null_in_a_strict_json_manifest(runs, tmp_path, monkeypatch):
-    import core.lab.export as export
+    import core.runs.export as export
 
     original = export.load_trained
 

@@ -14,7 +14,7 @@ from core.cli.main import main
 from core.config import RunConfig, parse_columns
 from core.engine.trainer import train
 from core.errors import ConfigError, DataError
-from core.lab.evaluate import evaluate_checkpoint
+from core.runs.evaluate import evaluate_checkpoint
 from core.tasks import create_task
 
 SMALL_SENTIMENT = {"buckets": 4096, "dim": 8, "hidden": 0}
@@ -268,8 +268,8 @@ def test_cli_flags_set_the_data_settings_and_resume_keeps_them(tmp_path, capsys)
     assert saved.columns == {"text": "review", "label": "stars"}
     assert json.loads(out.strip().splitlines()[-1])["test_metrics"]
 
-    from core.cli.train import config_and_notes
     from core.cli.main import build_parser
+    from core.cli.train import config_and_notes
 
     args = build_parser().parse_args(["train", "--resume", str(tmp_path / "run" / "checkpoint.pt"),
                                       "--max-steps", "4", "--column", "user_id=uid"])

@@ -73,8 +73,8 @@ def test_no_module_outside_the_tasks_switches_on_a_task_name():
 def test_the_modules_that_served_each_task_its_own_way_are_scanned():
     """Export, predict, the standalone serve.py and `data generate` each once chose by a task's name: they are
     among the modules the scan reads (a move that took one out of core/ or app/ would hide it)."""
-    assert {"core/lab/export.py", "core/lab/predict.py", "core/cli/predict.py", "core/runs/file_predict.py",
-            "core/runs/file_input.py", "core/lab/serve.py", "core/cli/data.py"} <= set(_modules())
+    assert {"core/runs/export.py", "core/runs/predict.py", "core/cli/predict.py", "core/runs/file_predict.py",
+            "core/runs/file_input.py", "core/runs/serve.py", "core/cli/data.py"} <= set(_modules())
 
 
 def test_the_preview_package_is_scanned_and_clean():

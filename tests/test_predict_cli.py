@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from trained_runs import LESSONS, TASK_OPTIONS
 
 from core.cli.main import main
 from core.config import RunConfig
 from core.engine.trainer import train
-from core.lab.predict import load_predictor
-from trained_runs import LESSONS, TASK_OPTIONS
+from core.runs.predict import load_predictor
 
 TRACK = [str(i) for i in LESSONS]  # the recommender file's lessons
 FEATURES = TASK_OPTIONS["ranking"]["features"]

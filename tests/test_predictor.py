@@ -1,4 +1,4 @@
-"""The Predictor (core.lab.predict): a trained run's model answering in the data's own terms, with the same
+"""The Predictor (core.runs.predict): a trained run's model answering in the data's own terms, with the same
 numbers the model gives on the task's own inputs: sentiment P(positive) and word effects, the recommender's
 top-k in the file's lesson ids, ranking scores from raw features, tiny's class probabilities; wrong-task calls
 and bad checkpoints as one-line errors."""
@@ -12,14 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from trained_runs import LESSONS, TASK_OPTIONS
 
 from core.config import RunConfig
 from core.engine.checkpoints import load_checkpoint, load_model_state
 from core.engine.trainer import train
 from core.errors import CheckpointError, ConfigError, DataError
-from core.lab.predict import Recommendation, load_predictor
+from core.runs.predict import Recommendation, load_predictor
 from core.tasks import create_task
-from trained_runs import LESSONS, TASK_OPTIONS
 
 SENTIMENT_OPTIONS = dict(TASK_OPTIONS["sentiment"])
 RECOMMENDER_OPTIONS = dict(TASK_OPTIONS["recommender"])
@@ -157,7 +157,7 @@ def test_synthetic_recommender_ids_are_zero_based(tmp_path):
 # ---- ranking ---------------------------------------------------------------------------------------------------
 
 def test_rank_is_the_model_on_raw_features_and_reproduces_the_runs_test_metrics(ranking_run):
-    from core.tasks.ranking import ranking_metrics, pad_queries
+    from core.tasks.ranking import pad_queries, ranking_metrics
 
     predictor = load_predictor(ranking_run.checkpoint, "last")
     queries = predictor.example_queries(limit=10_000)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from core.runs.compare import compare_rows
 from core.engine.checkpoints import load_checkpoint
 from core.engine.run_record import read_run
 from core.remote.fetch import fetch_run, list_host_runs
+from core.runs.compare import compare_rows
 from tests.test_remote_ssh import sshd  # noqa: F401 (the session's sshd, a fixture)
 
 pytestmark = pytest.mark.slow
@@ -74,7 +74,7 @@ def test_a_run_is_fetched_with_progress_and_a_second_fetch_sends_nothing(sshd, t
 
     state = load_checkpoint(fetched.checkpoint)  # the safe loader (weights_only), on the copy
     assert state["step"] == load_checkpoint(tiny / "best.pt")["step"]
-    from core.lab.predict import load_predictor
+    from core.runs.predict import load_predictor
 
     assert load_predictor(copy).checkpoint == copy / "best.pt"  # the copy is a run folder like any other
 

@@ -211,7 +211,7 @@ def test_tensorboard_without_the_exporter_is_one_line_or_writes(runs_root, tmp_p
     code, out, err = cli(capsys, "runs", "tensorboard", "rec-bf16", "--out", str(tmp_path / "tb"),
                          "--runs-dir", str(runs_root))
     try:
-        import core.lab.tensorboard_export  # noqa: F401  (another change adds it)
+        import core.runs.tensorboard_export  # noqa: F401  (another change adds it)
     except ImportError:
         assert code == 2 and err.count("\n") == 1 and "not available" in err
     else:

@@ -1,4 +1,4 @@
-"""serve.py, the standalone module every export carries (core/lab/serve.py, copied byte for byte): it imports
+"""serve.py, the standalone module every export carries (core/runs/serve.py, copied byte for byte): it imports
 nothing of this project; its command line answers a CSV file, JSON lines on stdin and HTTP requests for each
 task, a bad line or request costs only itself (one line of JSON or stderr, never a traceback), and the HTTP
 server refuses hostile requests (a body over the limit, malformed or nested JSON, NaN, wrong types, cut-short
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from trained_runs import LESSONS, TASK_OPTIONS
 
-from core.lab import program_archive, serve
-from core.lab.export import export_model, serve_py
+from core.runs import program_archive, serve
+from core.runs.export import export_model, serve_py
 
 K = 3  # the recommender's lessons per history
 DEADLINE = 180.0  # seconds a child process may take to load torch and the export on a busy machine
@@ -50,7 +50,7 @@ def exports(trained_runs, tmp_path_factory):
 def test_every_export_carries_the_module_byte_for_byte(exports):
     folder = exports("tiny")
     module_file = Path(serve.__file__)
-    assert module_file == Path(__file__).resolve().parents[1] / "core" / "lab" / "serve.py"
+    assert module_file == Path(__file__).resolve().parents[1] / "core" / "runs" / "serve.py"
     assert (folder / "serve.py").read_bytes() == module_file.read_bytes() == serve_py()
     # one copy of the program checks: the project's are serve.py's
     assert program_archive.check_program is serve.check_program
@@ -72,7 +72,7 @@ def test_the_module_imports_only_the_standard_library_and_torch():
 def test_the_module_is_package_data_of_core_lab():
     from importlib.resources import files
 
-    assert files("core.lab").joinpath("serve.py").is_file()
+    assert files("core.runs").joinpath("serve.py").is_file()
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
     assert re.search(r'include = \[[^\]]*"core\*"', text)  # core.lab's .py files ship in the wheel
 

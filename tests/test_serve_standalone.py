@@ -1,4 +1,4 @@
-"""What the standalone serve.py is made of: its task-free parts beside it (core/lab/serve_*.py) and each task's
+"""What the standalone serve.py is made of: its task-free parts beside it (core/runs/serve_*.py) and each task's
 serving module (core/tasks/<task>_standalone.py), real modules imported and tested here directly; an export
 carries them all, byte for byte, and its manifest names the task's; serve.py loads that module by a plain file
 name inside the export folder only. Exports written before the task's module travelled with them
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.lab import serve
-from core.lab.export import SERVE_PARTS, export_model, serve_files
+from core.runs import serve
+from core.runs.export import SERVE_PARTS, export_model, serve_files
 from core.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def imported(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("part", SERVE_PARTS)
 def test_serve_parts_import_only_the_standard_library(part):
-    assert imported(ROOT / "core" / "lab" / part) <= set(sys.stdlib_module_names)
+    assert imported(ROOT / "core" / "runs" / part) <= set(sys.stdlib_module_names)
 
 
 @pytest.mark.parametrize("name", list(TASKS))

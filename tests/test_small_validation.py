@@ -14,7 +14,7 @@ from core.config import RunConfig
 from core.engine.checkpoints import load_checkpoint
 from core.engine.events import RunStarted
 from core.engine.trainer import Trainer
-from core.lab.evaluate import evaluate_checkpoint
+from core.runs.evaluate import evaluate_checkpoint
 from core.tasks import create_task
 
 TOO_FEW = "are too few to choose the best checkpoint"

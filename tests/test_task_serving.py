@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.lab.predict import Predictor
+from core.runs.predict import Predictor
 from core.tasks import TASKS
 from core.tasks.serving import ServingShape, TaskServing
 

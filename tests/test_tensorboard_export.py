@@ -23,8 +23,7 @@ from core.engine.events import EvalMetrics, RunStarted, StepMetrics, event_to_di
 from core.engine.trainer import train  # noqa: E402
 from core.errors import AmpConsoleError, DataError  # noqa: E402
 from core.files import read_jsonl  # noqa: E402
-from core.lab.tensorboard_export import MISSING_MESSAGE, export_run  # noqa: E402
-
+from core.runs.tensorboard_export import MISSING_MESSAGE, export_run  # noqa: E402
 
 TEXT_TAG = "run/summary/text_summary"  # tensorboardX appends /text_summary to add_text's tag
 

@@ -71,7 +71,7 @@ def points(found: dict) -> dict:
 
 def test_a_run_writes_the_scalars_the_export_writes(tiny_config, recorder, reader, tmp_path):
     from core.engine.trainer import Trainer
-    from core.lab.tensorboard_export import export_run
+    from core.runs.tensorboard_export import export_run
 
     cfg = tiny_config(max_steps=20, eval_interval=10, tensorboard=True, threads=1)
     trainer = Trainer(cfg, sink=recorder)
@@ -94,7 +94,7 @@ def test_a_run_resumed_in_place_hides_what_came_after_its_checkpoint(tiny_config
     from tensorboardX.proto.event_pb2 import SessionLog
 
     from core.engine.trainer import train
-    from core.lab.tensorboard_export import export_run
+    from core.runs.tensorboard_export import export_run
 
     cfg = tiny_config(max_steps=10, eval_interval=5, tensorboard=True, threads=1)
     train(cfg)

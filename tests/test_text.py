@@ -46,7 +46,7 @@ def test_the_engine_the_lab_and_the_cli_write_bytes_alike():
     from core.cli import format as fmt
     from core.devices import DeviceInfo
     from core.lab.batch_finder import FakeProbe
-    from core.lab.export import ExportResult
+    from core.runs.export import ExportResult
 
     value = 7 * 2**30 + 2**29  # 7.5 GiB
     assert fmt.size(value) == text.size(value) == "7.5 GiB"

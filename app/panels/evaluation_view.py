@@ -1,4 +1,4 @@
-"""A run's evaluation report, drawn (core.lab.evaluation_report's dict, or its evaluation.json).
+"""A run's evaluation report, drawn (core.runs.evaluation_report's dict, or its evaluation.json).
 
 `EvaluationView.show_report(report)` draws whichever sections the report has, without knowing the task (see
 core.tasks.base.Task.report): a ROC curve with the chance diagonal, a confusion-matrix grid (counts and the
@@ -33,7 +33,14 @@ import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import (
-    QAbstractItemView, QGridLayout, QHeaderView, QLabel, QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QAbstractItemView,
+    QGridLayout,
+    QHeaderView,
+    QLabel,
+    QSizePolicy,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
     QWidget,
 )
 

@@ -75,7 +75,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
     loadSettingsRequested = Signal(dict)  # the run's config
     resumeRequested = Signal(str)  # a checkpoint path (the run's last or best)
     exportRequested = Signal(str)  # a checkpoint path to export (the run's best or last)
-    evaluated = Signal(dict)  # the evaluation report (core.lab.evaluation_report) of a checkpoint measured
+    evaluated = Signal(dict)  # the evaluation report (core.runs.evaluation_report) of a checkpoint measured
     previewRequested = Signal(str)  # a run folder to try in the Model preview (its best, else last, checkpoint)
     # [(label, app.plot_points.OverlayPoints parsed from metrics.jsonl, metric name or None)]
     overlayRequested = Signal(list)

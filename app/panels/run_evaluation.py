@@ -1,6 +1,6 @@
 """The history's Evaluate: a run's checkpoint measured off the GUI thread and the result shown beside the run.
 
-`measure` computes the evaluation report (core.lab.evaluation_report: evaluate's metrics and the task's
+`measure` computes the evaluation report (core.runs.evaluation_report: evaluate's metrics and the task's
 sections, on the test split, or val when the data has none) and saves it as evaluation.json in the run folder,
 so the Model preview's Evaluation tab shows it too. `EvaluationLine` is the line under the history's table that
 shows the selected run's latest result (or "Evaluating…"), kept per run folder for the session.
@@ -18,7 +18,7 @@ from core.text import printable
 
 def measure(checkpoint: str) -> dict:
     """The report of `checkpoint` (see the module doc), written beside it; runs on a worker thread."""
-    from core.lab.evaluation_report import evaluation_report, report_folder, write_report
+    from core.runs.evaluation_report import evaluation_report, report_folder, write_report
 
     report = evaluation_report(checkpoint, None)
     write_report(report, report_folder(checkpoint))

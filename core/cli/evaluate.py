@@ -1,5 +1,5 @@
 """`amp-console evaluate RUN_OR_CHECKPOINT`: a checkpoint's metrics on its run's test (or val) split, or on
-another data file (core.lab.evaluate). RUN_OR_CHECKPOINT is a checkpoint file, a run folder, or a run id /
+another data file (core.runs.evaluate). RUN_OR_CHECKPOINT is a checkpoint file, a run folder, or a run id /
 unique id prefix / folder name under the runs root (as `amp-console runs` names runs); for a run, its best
 checkpoint (its last when it kept none), as `predict`, `export` and the preview choose, or as --best/--last
 asks. No torch at import time.
@@ -114,7 +114,7 @@ def _run_checkpoint(folder: Path, best: bool) -> Path:
 
 
 def cmd_evaluate(args) -> int:
-    from core.lab.evaluate import evaluate_checkpoint
+    from core.runs.evaluate import evaluate_checkpoint
 
     if args.report and (args.data or data_flag_values(args)):
         raise ConfigError("report", "--report measures the run's own split (its evaluation.json): leave out "
@@ -167,7 +167,7 @@ TABLE_KS = (1, 5, 10, 20, 50)  # the report's curves in the terminal: these k (t
 
 def _report(args, checkpoint: Path, announce) -> int:
     """--report: the report computed and written beside the checkpoint, then printed (or its JSON)."""
-    from core.lab.evaluation_report import evaluation_report, report_folder, write_report
+    from core.runs.evaluation_report import evaluation_report, report_folder, write_report
 
     report = evaluation_report(checkpoint, args.split, device=args.device, batch_size=args.batch_size,
                                announce=announce)

@@ -1,5 +1,5 @@
 """`amp-console export RUN_OR_CHECKPOINT --format program|onnx|safetensors --out FOLDER`: a deployable export
-(core.lab.export): the model file, manifest.json and a standalone serve.py in FOLDER, verified by reloading it
+(core.runs.export): the model file, manifest.json and a standalone serve.py in FOLDER, verified by reloading it
 and comparing its outputs with the trained model's (the max abs difference is printed). RUN_OR_CHECKPOINT is
 resolved as `evaluate` resolves it (a checkpoint file, a run folder, or a run id); for a run, its best checkpoint
 by default (its last when it kept none), as `predict` and the preview choose. No torch at import time.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-FORMATS = ("program", "onnx", "safetensors")  # core.lab.export.FORMATS (not imported here: it loads torch)
+FORMATS = ("program", "onnx", "safetensors")  # core.runs.export.FORMATS (not imported here: it loads torch)
 DTYPES = ("fp32", "bf16", "fp16")
 
 
@@ -48,7 +48,7 @@ def cmd_export(args) -> int:
         raise ConfigError("format", f"{args.format!r} is not an export format: choose {', '.join(FORMATS)}")
     if args.dtype not in DTYPES:
         raise ConfigError("dtype", f"{args.dtype!r} is not an export dtype: choose {', '.join(DTYPES)}")
-    from core.lab.export import export_model
+    from core.runs.export import export_model
 
     checkpoint = export_source(args.target, args.best, args.last, args.runs_dir)
     sys.stderr.write(f"exporting {checkpoint} as {args.format} ({args.dtype})…\n")

@@ -80,8 +80,8 @@ def _predict(args, signals) -> int:
     from types import SimpleNamespace
 
     from core.cli.common import stop_signals_held
-    from core.lab.predict import load_predictor
     from core.runs.file_predict import FilePrediction, PredictRequest, check_request
+    from core.runs.predict import load_predictor
 
     request = PredictRequest(source=Path(args.input).expanduser(), out=Path(args.out).expanduser(),
                              batch_size=args.batch_size, k=args.k, include_seen=args.include_seen,

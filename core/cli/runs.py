@@ -360,7 +360,7 @@ def cmd_delete(args) -> int:
 def cmd_tensorboard(args) -> int:
     runs = resolve_all(args)
     try:
-        from core.lab.tensorboard_export import export_run
+        from core.runs.tensorboard_export import export_run
     except ImportError as exc:
         return fail_bad_input(f"runs tensorboard: TensorBoard export is not available ({exc})")
     out = Path(args.out)

@@ -1,5 +1,5 @@
 """TensorBoard event files written as a run goes (RunConfig.tensorboard), and the tag mapping they share with
-`runs tensorboard` (core.lab.tensorboard_export), so the live files and an export cannot drift apart.
+`runs tensorboard` (core.runs.tensorboard_export), so the live files and an export cannot drift apart.
 
 Rank 0's EventLog hands each event, as the dict metrics.jsonl holds, to a `LiveTensorBoard`, which writes into
 <run folder>/tensorboard with tensorboardX (the optional extra `amp-console[tensorboard]`):

@@ -1,5 +1,5 @@
 """A trained model's predictions for a whole file in its task's input format (`amp-console predict`; the
-Predictor of core.lab.predict scores, the task's file scorer reads its columns: core.tasks.serving.FileScorer,
+Predictor of core.runs.predict scores, the task's file scorer reads its columns: core.tasks.serving.FileScorer,
 declared beside each task's serving part).
 
 `check_request` refuses bad settings and paths before a model is loaded; `FilePrediction(predictor, request)`

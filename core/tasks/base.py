@@ -147,7 +147,7 @@ class Task(ABC):
         raise NotImplementedError(f"task {self.name} implements evaluate_parts but not metrics")
 
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
-        """The evaluation report's task part (core.lab.evaluation_report): plain, JSON-ready values for plots,
+        """The evaluation report's task part (core.runs.evaluation_report): plain, JSON-ready values for plots,
         as sections the window draws without knowing the task: `confusion` {labels, matrix (rows: true class,
         columns: predicted)}, `roc` {fpr, tpr, threshold, auc}, `histogram` {edges, series: [{name, counts}]},
         `curves` (a list of {title, y_label, ks, series: [{name, label, values, emphasis: main|normal|faint}]}),

@@ -1,4 +1,4 @@
-"""The ranking task's part of an export's serve.py (core/lab/serve.py): each query's candidates as raw features
+"""The ranking task's part of an export's serve.py (core/runs/serve.py): each query's candidates as raw features
 in, a score per candidate out (the fitted normalisation inside the model). Copied into every ranking export
 beside serve.py, which loads it by the manifest's `serving_module`; standard library and torch only (it imports
 nothing of AMP Console). The interface is serve.py's (see its module doc): `forward(weights, options, kit)` and

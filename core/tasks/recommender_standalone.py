@@ -1,4 +1,4 @@
-"""The recommender's part of an export's serve.py (core/lab/serve.py): histories in the data's own lesson ids in,
+"""The recommender's part of an export's serve.py (core/runs/serve.py): histories in the data's own lesson ids in,
 the top-k lessons out, those of the history excluded. Copied into every recommender export beside serve.py, which
 loads it by the manifest's `serving_module`; standard library and torch only (it imports nothing of AMP
 Console). The interface is serve.py's (see its module doc): `forward(weights, options, kit)` and

@@ -1,4 +1,4 @@
-"""The sentiment task's part of an export's serve.py (core/lab/serve.py): review texts in, P(positive) out, the
+"""The sentiment task's part of an export's serve.py (core/runs/serve.py): review texts in, P(positive) out, the
 texts hashed as the run hashed them. Copied into every sentiment export beside serve.py, which loads it by the
 manifest's `serving_module`; standard library and torch only (it imports nothing of AMP Console). The interface
 is serve.py's (see its module doc): `forward(weights, options, kit)` and `Serving(served, kit)`.

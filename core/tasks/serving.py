@@ -4,21 +4,21 @@ A task names its serving with `Task.serving_class()` (None: the task has no serv
 its training code. `Task.serving()` is an instance for the task's options; for a trained model it gives:
 
 - `module(model, fmt)`: the deployable nn.Module, computing what serving wants (class probabilities, scores),
-  not the training logits; core.lab.export writes it as a torch.export program or ONNX (`fmt`), or the
+  not the training logits; core.runs.export writes it as a torch.export program or ONNX (`fmt`), or the
   weights of the model it holds as `module.model` as safetensors;
 - `weights(model)`: the part of the model an export in a reduced dtype casts (the rest stays float32);
 - `sample_inputs(model, rows, seed)`: a batch of the module's one input, the export's verification batch;
 - `input_name`, `output_name`, and `dynamic_dims`: the input's dimensions that vary, in order (batch first);
 - `manifest(model, state, sample)`: the manifest's task part: `inputs`, `outputs` and `serving`;
 - `shape(model)`: the facts the predictor reads (catalogue size, history window, feature count);
-- `answers`: the Predictor methods (core.lab.predict) that take this task's inputs;
+- `answers`: the Predictor methods (core.runs.predict) that take this task's inputs;
 - `file_scorer`: the FileScorer class `amp-console predict` scores a file with (core.runs.file_predict): the
   columns it reads (`input_columns`, `column_pattern`), the output table's columns (`schema`, set from the
   file it reads) and `score`, a batch of rows in, output tables out.
 - `preview`: what the window's Model preview shows (a PreviewSpec: the kind of input and of output, from which
   the window builds the page), and `preview_quality`: how good an order of known labels is (a ranked list).
 
-What the export's standalone serve.py (core/lab/serve.py, stdlib + torch, it imports nothing of this project)
+What the export's standalone serve.py (core/runs/serve.py, stdlib + torch, it imports nothing of this project)
 does for the task travels in the export as a module of its own:
 
 - `standalone`: the file name of the task's serving module for serve.py, beside the serving part's own module
@@ -89,7 +89,7 @@ class TaskServing(ABC):
         """The facts about `model` the predictor reads."""
         return ServingShape()
 
-    # ---- the Model preview (PreviewSpec below; core.lab.predict's Predictor.preview_*) -------------------
+    # ---- the Model preview (PreviewSpec below; core.runs.predict's Predictor.preview_*) -------------------
     preview: ClassVar[PreviewSpec | None] = None  # None: the window has no preview page for this task
 
     def preview_quality(self, labels_in_order) -> tuple[str, float | None] | None:

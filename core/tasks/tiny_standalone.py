@@ -1,4 +1,4 @@
-"""The tiny task's part of an export's serve.py (core/lab/serve.py): points in, class probabilities out.
+"""The tiny task's part of an export's serve.py (core/runs/serve.py): points in, class probabilities out.
 Copied into every tiny export beside serve.py, which loads it by the manifest's `serving_module`; standard
 library and torch only (it imports nothing of AMP Console). The interface is serve.py's (see its module doc):
 `forward(weights, options, kit)` and `Serving(served, kit)`.

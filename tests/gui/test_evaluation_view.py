@@ -1,4 +1,4 @@
-"""The evaluation view draws each task's real report (core.lab.evaluation_report) as plots and a confusion grid,
+"""The evaluation view draws each task's real report (core.runs.evaluation_report) as plots and a confusion grid,
 copes with older, partial and damaged reports without raising, and clears to a message."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from app.panels.evaluation_view import EvaluationView, headline
-from core.lab.evaluation_report import evaluation_report, load_report, write_report
+from core.runs.evaluation_report import evaluation_report, load_report, write_report
 
 EXPECTED = {"tiny": ["confusion"], "sentiment": ["roc", "confusion", "histogram"],
             "recommender": ["curves", "buckets"], "ranking": ["curves", "buckets"]}

@@ -1,4 +1,4 @@
-"""The Model preview (Tools > Try a model…): each task's page shows exactly what core.lab.predict's Predictor
+"""The Model preview (Tools > Try a model…): each task's page shows exactly what core.runs.predict's Predictor
 says for the same input (the predict CLI is checked against the same Predictor), computed off the GUI thread;
 a corrupt checkpoint is a message in the panel; and it works while a run is training in the window."""
 
@@ -35,7 +35,7 @@ def dialog(qtbot, runs):
 
 
 def predictor(runs: Path, task: str):
-    from core.lab.predict import load_predictor
+    from core.runs.predict import load_predictor
 
     return load_predictor(runs / task, which="best", device="cpu")
 
@@ -170,7 +170,7 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
 
 def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, monkeypatch):
     from core.errors import DataError
-    from core.lab import predict
+    from core.runs import predict
 
     def gone(self, limit=200):
         raise DataError("/data/lessons.csv: no such file")
@@ -322,7 +322,7 @@ def test_a_newer_choice_supersedes_a_load_in_flight(qtbot, dialog, runs):
 
 
 def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, trained_runs, tmp_path):
-    from core.lab.evaluation_report import load_report
+    from core.runs.evaluation_report import load_report
 
     folder = trained_runs["sentiment"].copy_to(tmp_path)  # a copy: the report is written into the run folder
     open_run(qtbot, dialog, folder, "sentiment")

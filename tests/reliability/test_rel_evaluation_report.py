@@ -10,7 +10,7 @@ import pytest
 
 from core.errors import DataError
 from core.files import RECORD_LIMIT
-from core.lab.evaluation_report import REPORT_FILE, load_report
+from core.runs.evaluation_report import REPORT_FILE, load_report
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(60)]
 

@@ -20,8 +20,8 @@ import pytest
 
 from core.cli.main import main
 from core.errors import ConfigError
-from core.lab.export import export_model
-from core.lab.program_archive import UnsafeExport, check_program
+from core.runs.export import export_model
+from core.runs.program_archive import UnsafeExport, check_program
 
 pytestmark = pytest.mark.reliability
 

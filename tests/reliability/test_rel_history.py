@@ -226,7 +226,7 @@ def test_a_fifo_or_a_device_in_a_run_folder_never_hangs_the_history(root, capsys
 def test_a_fifo_or_a_device_as_evaluation_json_or_metrics_is_refused_at_once(root, capsys, kind):
     from core.errors import DataError
     from core.files import UnreadableFile, read_jsonl
-    from core.lab.evaluation_report import load_report
+    from core.runs.evaluation_report import load_report
 
     _plant(root / "good", "evaluation.json", kind)
     assert load_report(root / "good") is None
@@ -293,7 +293,7 @@ def test_escape_sequences_in_a_runs_files_never_reach_the_terminal(root, capsys,
 def test_the_claim_removes_only_the_runs_own_temp_files(tmp_path):
     from core.engine import early_stopping, run_record
     from core.engine.run_folder import RUN_FILES, claim_run_folder
-    from core.lab import evaluation_report
+    from core.runs import evaluation_report
 
     assert {run_record.RECORD_FILE, run_record.NOTE_FILE, early_stopping.BEST_FILE,
             evaluation_report.REPORT_FILE} <= set(RUN_FILES)

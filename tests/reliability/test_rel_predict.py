@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.cli.main import main
-from core.lab.predict import load_predictor
+from core.runs.predict import load_predictor
 
 pytestmark = pytest.mark.reliability
 

@@ -1,7 +1,7 @@
 """Try a trained model: the Model preview dialog (Tools > Try a model…, or Try it… in the run history).
 
 Pick a run under the runs root (or browse to a checkpoint file), its best or last checkpoint and a device; the
-checkpoint loads as a core.lab.predict.Predictor and its task's page is built from the kinds of input and
+checkpoint loads as a core.runs.predict.Predictor and its task's page is built from the kinds of input and
 output its serving part declares (core.tasks.serving.PreviewSpec; pages.py: a page per input kind, widgets.py:
 a view per output kind): a review scored as you type (with the words that pushed it most), a user's next ten
 lessons, a query's candidates re-ranked next to their true labels, class probabilities for ten numbers. No task
@@ -23,7 +23,15 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QPushButton, QStackedWidget, QTabWidget, QVBoxLayout,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QStackedWidget,
+    QTabWidget,
+    QVBoxLayout,
 )
 
 from app.panels.preview.evaluation_tab import EvaluationTab
@@ -353,7 +361,7 @@ def load_for_preview(source: str, which: str, device: str):
     run's data (Predictor.preview_examples); when that cannot be read (a data file moved since), the model still
     loads and the note says why the pickers are empty (typed ids and numbers still work)."""
     from core.errors import AmpConsoleError
-    from core.lab.predict import load_predictor
+    from core.runs.predict import load_predictor
 
     predictor = load_predictor(source, which=which, device=device)
     examples, note = None, ""

@@ -15,7 +15,7 @@ from core.text import printable
 
 class EvaluationTab(QWidget):
     """The loaded checkpoint's evaluation report: the evaluation.json in its run folder when there is one,
-    else Evaluate measures it (core.lab.evaluation_report on its test split, on a worker of its own, so the
+    else Evaluate measures it (core.runs.evaluation_report on its test split, on a worker of its own, so the
     Try it page stays quick meanwhile) and writes it there, as `amp-console evaluate --report` does."""
 
     def __init__(self, parent=None):
@@ -54,7 +54,7 @@ class EvaluationTab(QWidget):
 
     @property
     def folder(self) -> Path | None:
-        from core.lab.evaluation_report import report_folder
+        from core.runs.evaluation_report import report_folder
 
         return None if self.checkpoint is None else report_folder(self.checkpoint)
 
@@ -75,7 +75,7 @@ class EvaluationTab(QWidget):
 
         def read():  # the read and the cutting down (a crafted file can hold millions of points) off the GUI thread
             from app.panels.evaluation_limits import bounded_report
-            from core.lab.evaluation_report import load_report
+            from core.runs.evaluation_report import load_report
 
             return bounded_report(load_report(folder, strict=True))  # a torn file: named, not "no report"
 
@@ -122,7 +122,7 @@ class EvaluationTab(QWidget):
 
         def run(_progress, _control):
             from app.panels.evaluation_limits import bounded_report
-            from core.lab.evaluation_report import evaluation_report, write_report
+            from core.runs.evaluation_report import evaluation_report, write_report
 
             report = evaluation_report(checkpoint, device=device)
             write_report(report, folder)

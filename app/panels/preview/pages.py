@@ -18,12 +18,30 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
-    QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.panels.preview.widgets import (
-    DOWN_COLOUR, MUTED_COLOUR, UP_COLOUR, ClassesView, RankedListView, ScoreView, brush, coloured, fmt, parse_ids,
+    DOWN_COLOUR,
+    MUTED_COLOUR,
+    UP_COLOUR,
+    ClassesView,
+    RankedListView,
+    ScoreView,
+    brush,
+    coloured,
+    fmt,
+    parse_ids,
     searchable,
 )
 from app.panels.tuning import NumericItem, make_table
@@ -361,7 +379,7 @@ class IdSequencePage(Page):
         super().__init__(spec, name, submit, parent)
         self.users: list[tuple[object, list]] = []
         self.id_type: type = int
-        self.result = None  # the last answer shown (core.lab.predict.Recommendation)
+        self.result = None  # the last answer shown (core.runs.predict.Recommendation)
         self.asked: tuple[list, bool] | None = None  # the (ids, exclude_seen) it answers
         noun, item = spec.noun, spec.item
         self.userCombo = QComboBox(objectName=f"preview{noun.capitalize()}Combo")

@@ -1,7 +1,7 @@
 """serve.py's checks of a torch.export program (model.pt2) before torch.export.load reads it: what would run as
 Python (a pickle, guard code, a shape expression beyond sympy constructors) is refused, and so is anything
 torch.export.save does not write. Standard library only; it travels beside serve.py in every export, which loads
-it for a program export; core.lab.program_archive names these checks for the project (through serve.py).
+it for a program export; core.runs.program_archive names these checks for the project (through serve.py).
 """
 
 from __future__ import annotations

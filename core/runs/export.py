@@ -4,17 +4,17 @@
 metrics, config, precision, versions, and the task's part: the model's input and output names, shapes and
 dtypes, and what serving needs around the model, e.g. the recommender's lesson-id vocabulary and window, the
 sentiment tokenizer's settings and hashing recipe, the ranking feature order) and `serve.py`, a copy of
-core/lab/serve.py: a standalone module (stdlib + torch, and onnxruntime for ONNX) whose `load(folder).predict(...)`
+core/runs/serve.py: a standalone module (stdlib + torch, and onnxruntime for ONNX) whose `load(folder).predict(...)`
 takes the task's own inputs (review texts, histories in the data's own lesson ids, feature vectors, points), and
 a command line (CSV or JSON lines in, predictions out; an HTTP server). Beside it lie its task-free parts
-(SERVE_PARTS, from core/lab) and the task's serving module (the serving part's `standalone`, e.g.
+(SERVE_PARTS, from core/runs) and the task's serving module (the serving part's `standalone`, e.g.
 core/tasks/sentiment_standalone.py), which the manifest names (`serving_module`) and serve.py loads.
 
 Formats:
 - `program`: `torch.export` (`model.pt2`, loaded by `torch.export.load(path).module()`, plain torch), chosen
   over TorchScript (in maintenance mode upstream); the batch dimension is dynamic (`torch.export.Dim`), as is
   the candidate dimension of ranking. A program is code: serve.py and the verification load it through
-  serve.py's checks (core.lab.program_archive: no pickle, guard code or Python shape expression), so it is
+  serve.py's checks (core.runs.program_archive: no pickle, guard code or Python shape expression), so it is
   saved without example inputs (a torch.save pickle).
 - `onnx`: `torch.onnx.export(dynamo=True)` (`model.onnx`), checked with onnxruntime; needs the `onnx` extra.
 - `safetensors`: today's `export_checkpoint` files (`model.pt`, `model.safetensors`, `model.json`): the
@@ -343,7 +343,7 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
     """The sample's outputs from the files just written, loaded back as a server would."""
     path = folder / MODEL_FILES[fmt]
     if fmt == "program":
-        from core.lab.program_archive import load_program
+        from core.runs.program_archive import load_program
 
         module = load_program(path)  # the checks serve.py makes: what is written passes them
         with torch.no_grad():
@@ -448,15 +448,15 @@ def _onnx_cause(exc: BaseException) -> str:
     return first_line(exc)
 
 
-# serve.py's own parts, each a file beside it in core/lab and in every export (serve.py loads them by name)
+# serve.py's own parts, each a file beside it in core/runs and in every export (serve.py loads them by name)
 SERVE_PARTS = ("serve_http.py", "serve_lines.py", "serve_program.py")
 
 
 def serve_py() -> bytes:
-    """serve.py as every export carries it: core/lab/serve.py, byte for byte (it imports nothing of this project)."""
+    """serve.py as every export carries it: core/runs/serve.py, byte for byte (it imports nothing of this project)."""
     from importlib.resources import files
 
-    return files("core.lab").joinpath("serve.py").read_bytes()
+    return files("core.runs").joinpath("serve.py").read_bytes()
 
 
 def serve_files(serving: TaskServing) -> dict[str, bytes]:
@@ -465,6 +465,6 @@ def serve_files(serving: TaskServing) -> dict[str, bytes]:
     from importlib.resources import files
 
     out = {"serve.py": serve_py()}
-    out.update((name, files("core.lab").joinpath(name).read_bytes()) for name in SERVE_PARTS)
+    out.update((name, files("core.runs").joinpath(name).read_bytes()) for name in SERVE_PARTS)
     out[serving.standalone] = serving.standalone_source()
     return out

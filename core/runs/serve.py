@@ -1,5 +1,5 @@
 """Serve an AMP Console export with the standard library and torch only (onnxruntime and numpy for model.onnx).
-`amp-console export` copies this file (core/lab/serve.py, which imports nothing of the project) into every export;
+`amp-console export` copies this file (core/runs/serve.py, which imports nothing of the project) into every export;
 manifest.json beside it says what the model computes and what it needs.
 
 From Python, `load(folder).predict(...)` takes the task's own inputs:
@@ -178,7 +178,7 @@ def _module_places():
     """Where serving modules are run from: this file's folder, and in the project's own tree its core/tasks."""
     places = [str(HERE)]
     tasks = HERE.parent / "tasks"
-    if HERE.name == "lab" and HERE.parent.name == "core" and (tasks / "serving.py").is_file():
+    if HERE.name == "runs" and HERE.parent.name == "core" and (tasks / "serving.py").is_file():
         places.append(str(tasks))
     return places
 

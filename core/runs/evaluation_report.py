@@ -1,6 +1,6 @@
 """A checkpoint's evaluation report: evaluate's metrics plus what the window plots, written as `evaluation.json`.
 
-`evaluation_report(checkpoint)` rebuilds the run exactly as `evaluate` does (core.lab.evaluate.rebuilt_run: the
+`evaluation_report(checkpoint)` rebuilds the run exactly as `evaluate` does (core.runs.evaluate.rebuilt_run: the
 checkpoint's own settings in a throwaway folder, the same split, the device and precision the run trained in),
 measures the task's metrics, then asks the task for its report (Task.report: confusion matrix and ROC curve,
 HR@k / NDCG@k curves by protocol, NDCG@k by query size, ...), computed from the same scores and ranks as the
@@ -36,7 +36,7 @@ def evaluation_report(checkpoint: str | Path, split: str | None = None, device: 
     from core.data.batching import split_length
     from core.engine.precision import matmul_precision
     from core.engine.run_record import RECORD_FILE
-    from core.lab.evaluate import rebuilt_run
+    from core.runs.evaluate import rebuilt_run
 
     with rebuilt_run(checkpoint, split, device=device, batch_size=batch_size, devices=devices,
                      announce=announce) as run:

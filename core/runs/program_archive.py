@@ -20,22 +20,22 @@ sample inputs. Any other member is refused, and so is one whose bytes are a pick
 torch.save archive whatever its name. The zip is only listed and its small members read (bounded): nothing is
 extracted; names with `..`, absolute or odd names, duplicates and links are refused.
 
-The checks are written once, in core/lab/serve_program.py, which every export carries beside its serve.py
-(core/lab/serve.py, standard library only, it imports nothing of this project) and serve.py loads for a
+The checks are written once, in core/runs/serve_program.py, which every export carries beside its serve.py
+(core/runs/serve.py, standard library only, it imports nothing of this project) and serve.py loads for a
 program; this module names serve.py's for the project:
-core.lab.export checks each program it writes with the same code before verifying it.
+core.runs.export checks each program it writes with the same code before verifying it.
 """
 
 from __future__ import annotations
 
-from core.lab.serve import (
+from core.runs.serve import (
     UnsafeExport,
     check_program,
     load_program,
     model_file,
     open_regular,
 )
-from core.lab.serve_program import PT2_JSON_LIMIT, PT2_MEMBERS_LIMIT
+from core.runs.serve_program import PT2_JSON_LIMIT, PT2_MEMBERS_LIMIT
 
 __all__ = ["PT2_JSON_LIMIT", "PT2_MEMBERS_LIMIT", "UnsafeExport", "check_program", "load_program", "model_file",
            "open_regular"]
