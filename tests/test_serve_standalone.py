@@ -290,8 +290,9 @@ def alike(got, wanted):
 
 
 def old_serve(name):
-    """The old export's own serve.py, imported from its folder."""
-    spec = importlib.util.spec_from_file_location(f"old_serve_{name.replace('-', '_')}", OLD / name / "serve.py")
+    """The old export's own serve.py (every old export carried the same file, kept once as old_exports/serve.py:
+    it held all its code, so where it lies does not matter)."""
+    spec = importlib.util.spec_from_file_location(f"old_serve_{name.replace('-', '_')}", OLD / "serve.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
