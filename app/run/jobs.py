@@ -6,9 +6,11 @@ Qt-free `RunControl` (stop, pause), so it knows nothing of Qt and is tested with
 Its progress, result and error come back as queued signals on the GUI thread.
 
 Known traps handled here once: `done` quits the thread with a direct connection (so a GUI thread blocked in
-`wait()` cannot deadlock); the worker object is deleted in its thread as it exits; the QThread is joined
-(`wait()`) before it is deleted, because `finished` fires before the OS thread has exited; and a finished
-job's signals are disconnected, so it can never reach the next job's listeners.
+`wait()` cannot deadlock); the QThread is joined (`wait()`) before it is deleted, because `finished` fires
+before the OS thread has exited; the worker object is deleted on the GUI thread once its thread has been
+joined, never in its own thread as it exits (there its Python wrapper's clean-up waits for the GIL inside
+~QObject, which holds Qt's signal locks, while the GUI thread may hold the GIL and want one of those locks:
+a hang); and a finished job's signals are disconnected, so it can never reach the next job's listeners.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 
+import shiboken6
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from core.engine.control import RunControl
@@ -92,7 +95,6 @@ class BackgroundJob(QObject):
         worker.moveToThread(thread)
         thread.started.connect(worker.run)
         worker.done.connect(thread.quit, Qt.ConnectionType.DirectConnection)
-        thread.finished.connect(worker.deleteLater)
         worker.progress.connect(self.progress)
         worker.succeeded.connect(self.succeeded)
         worker.failed.connect(self.failed)
@@ -127,6 +129,8 @@ class BackgroundJob(QObject):
                 signal.disconnect(slot)
             except (RuntimeError, TypeError):  # the worker may already be gone
                 pass
+        if shiboken6.isValid(worker):
+            shiboken6.delete(worker)  # here, on the GUI thread, its thread joined (see the module doc)
         self.runningChanged.emit(False)
 
 

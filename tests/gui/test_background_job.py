@@ -1,0 +1,37 @@
+"""app.run.jobs: a job's worker object is deleted on the GUI thread once its thread has been joined, never in
+its own thread as it exits (there the wrapper's clean-up takes the GIL inside ~QObject, which holds Qt's
+signal locks: with the GUI thread holding the GIL and wanting one of those locks, both wait for ever)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.run.jobs import BackgroundJob, JobRunner
+
+
+@pytest.mark.timeout(60)
+def test_a_jobs_worker_is_deleted_on_the_gui_thread_after_its_thread_is_joined(qtbot):
+    gui = threading.get_ident()
+    deleted_on: list[int] = []
+    job = BackgroundJob("testJob")
+    job.start(lambda _progress, _control: threading.get_ident())
+    job._worker.destroyed.connect(lambda *_a: deleted_on.append(threading.get_ident()),
+                                  Qt.ConnectionType.DirectConnection)
+    with qtbot.waitSignal(job.runningChanged, timeout=30_000, check_params_cb=lambda running: not running):
+        pass
+    qtbot.waitUntil(lambda: bool(deleted_on), timeout=10_000)
+    assert deleted_on == [gui]
+    assert not job.running
+
+
+@pytest.mark.timeout(60)
+def test_many_short_jobs_each_answer_once_and_leave_nothing_running(qtbot):
+    runner = JobRunner()
+    answers: list[int] = []
+    for n in range(20):
+        runner.submit(lambda n=n: n * n, answers.append, lambda message, details: answers.append(-1))
+    qtbot.waitUntil(lambda: not runner.busy, timeout=30_000)
+    assert sorted(answers) == [n * n for n in range(20)]
