@@ -131,10 +131,11 @@ def test_the_tab_reads_and_cuts_down_a_hostile_report_on_a_worker(qtbot, tmp_pat
     try:
         tab.set_checkpoint(folder / "best.pt")
         assert tab.report is None and "Reading" in tab.view.message.text()
+        qtbot.waitUntil(lambda: "load" in threads, timeout=30_000)  # the read has begun, on its worker
         answered = []
         QTimer.singleShot(0, lambda: answered.append(True))
         qtbot.waitUntil(lambda: bool(answered), timeout=10_000)  # the window's thread is free while it reads
-        assert "load" in threads and tab.report is None
+        assert tab.report is None
     finally:
         gate.set()
     qtbot.waitUntil(lambda: tab.report is not None and tab.view.done, timeout=60_000)
