@@ -4,6 +4,9 @@ device without peak statistics; and the three tools read it."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import pytest
 import torch
 
@@ -11,6 +14,19 @@ import core.devices as devices
 from core.devices import PeakMemory
 
 MIB = 2**20
+
+
+@contextlib.contextmanager
+def no_collection():
+    """No automatic garbage collection meanwhile: freeing an earlier test's tensors in the middle of a measurement
+    would lower the resident set under the block being measured (the start is read before it)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _touch(mib: int) -> torch.Tensor:
@@ -21,10 +37,11 @@ def _touch(mib: int) -> torch.Tensor:
 def test_cpu_peak_counts_a_block_allocated_and_freed_inside_the_measurement():
     meter = PeakMemory(torch.device("cpu"))
     assert meter.measurable and not meter.allocator and "peak RSS" in meter.source
-    meter.release()
-    with meter:
-        block = _touch(64)
-        del block  # freed before the read: the peak still holds it
+    with no_collection():
+        meter.release()
+        with meter:
+            block = _touch(64)
+            del block  # freed before the read: the peak still holds it
     reading = meter.reading
     assert reading.start_bytes > 0 and reading.peak_bytes >= reading.start_bytes
     assert reading.growth_bytes >= 60 * MIB
@@ -34,14 +51,16 @@ def test_cpu_reset_starts_a_new_peak_where_linux_allows_it():
     meter = PeakMemory(torch.device("cpu"))
     if not meter.resettable:
         pytest.skip("this system cannot reset the resident set's high-water mark (/proc/self/clear_refs)")
-    with meter:
-        block = _touch(96)
-    del block
-    first = meter.reading.growth_bytes
-    meter.release()
-    with meter:  # the 96 MiB peak above is behind the reset
-        small = _touch(1)
-    del small
+    with no_collection():
+        meter.release()
+        with meter:
+            block = _touch(96)
+        del block
+        first = meter.reading.growth_bytes
+        meter.release()
+        with meter:  # the 96 MiB peak above is behind the reset
+            small = _touch(1)
+        del small
     assert first >= 90 * MIB and meter.reading.growth_bytes < 48 * MIB
     assert "VmHWM, reset" in meter.source
 
