@@ -43,7 +43,10 @@ class FieldSpec:
 FIELD_SPECS: dict[str, FieldSpec] = {
     spec.name: spec
     for spec in (
-        FieldSpec("task", "model + data + loss + metrics (see `amp-console tasks`)"),
+        FieldSpec("task", "model + data + loss + metrics (see `amp-console tasks`), or a task file: "
+                          "path/to/my_task.py:MyTask or package.module:MyTask (docs/tasks.md)"),
+        FieldSpec("task_file", "where a task that is not built in is defined (path/to/file.py:Class or "
+                               "package.module:Class); set from the task; loading it runs its code"),
         FieldSpec("data", "data file (CSV/TSV, Parquet, svmlight, JSON lines) or folder to train on, split into "
                           "train/validation/test by its 'split' column, a folder's train.* / val.* / test.* files "
                           "or val_data / test_data, else by the task; empty = synthetic data (the task's own)"),
@@ -101,7 +104,8 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("monitor", "validation metric that picks the best checkpoints and early stopping; empty = the "
                              "task's primary metric (e.g. accuracy, ndcg@10_full_filtered), or 'loss' for the validation loss"),
         FieldSpec("monitor_mode", "whether a higher (max) or lower (min) monitored value is better; auto = min "
-                                  "for names containing 'loss', else max", choices=MONITOR_MODES),
+                                  "for losses and errors (names containing loss, error, mse, mae or perplexity), "
+                                  "else max", choices=MONITOR_MODES),
         FieldSpec("keep_best", "best checkpoints kept besides checkpoint.pt (the last): 1 = best.pt, k > 1 = "
                                "best-1.pt (the best) to best-k.pt, ranked; 0 = none", 0, 100, step=1),
         FieldSpec("early_stop_patience", "end the run (completed) after this many evaluations without an "
@@ -130,6 +134,7 @@ class RunConfig:
     """Everything a run needs. Build with `RunConfig.for_task(name)` to start from the task's defaults."""
 
     task: str = "tiny"
+    task_file: str = ""  # a user task's reference (core.tasks.user_tasks); "" for a built-in task
     task_options: dict = field(default_factory=dict)
     data: str = ""
     val_data: str = ""
@@ -174,9 +179,20 @@ class RunConfig:
     @classmethod
     def for_task(cls, task: str, **overrides: Any) -> RunConfig:
         """A config with the task's default hyperparameters, then `overrides`."""
-        from core.tasks import get_task_class
+        from core.tasks import get_task_class, task_source
 
-        values = dict(get_task_class(task).defaults)
+        task_class = get_task_class(task)
+        values = dict(task_class.defaults)
+        fixed = [k for k in values if k in ("task", "task_file", "task_options")]
+        try:
+            if fixed:
+                raise ConfigError(fixed[0], "is set by the task's choice, not by its defaults")
+            cls.from_dict(values, source=f"task {task!r}'s defaults")
+        except ConfigError as exc:
+            where = f" ({task_source(task)})" if task_source(task) else ""
+            raise ConfigError("task", f"{task_class.__name__}.defaults{where}: {exc}") from None
+        if task_source(task):
+            values["task_file"] = task_source(task)
         values.update(overrides)
         return cls.from_dict({"task": task, **values})
 
@@ -277,7 +293,7 @@ def tensorboardx_installed() -> bool:
 
 def field_errors(cfg: RunConfig) -> dict[str, str]:
     """Validate every field of `cfg`; field name -> message."""
-    from core.tasks import TASKS, unknown_task_message
+    from core.tasks import get_task_class
 
     problems: dict[str, str] = {}
     for name, spec in FIELD_SPECS.items():
@@ -286,10 +302,12 @@ def field_errors(cfg: RunConfig) -> dict[str, str]:
             problems[name] = f"{value!r} is not one of {', '.join(spec.choices)}"
         elif spec.minimum is not None and not (spec.minimum <= value <= spec.maximum):
             problems[name] = f"{value!r} is out of range: must be {_range_text(spec)}"
-    if cfg.task not in TASKS:
-        problems["task"] = unknown_task_message(cfg.task)
+    try:
+        task_class = get_task_class(cfg.task, cfg.task_file)
+    except ConfigError as exc:
+        problems["task"] = str(exc).split(": ", 1)[-1]
     else:
-        problems.update(TASKS[cfg.task].option_errors(cfg.task_options))
+        problems.update(task_class.option_errors(cfg.task_options))
     if not _DEVICE_RE.match(cfg.device.strip().lower()):
         problems["device"] = f"{cfg.device!r} is not a device; use auto, cpu, cuda:N, mps or xpu:N"
     if cfg.max_steps == 0 and cfg.epochs == 0:

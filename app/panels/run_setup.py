@@ -26,7 +26,7 @@ DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns", "data_fo
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
 PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
-OWN_WIDGETS = ("task", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
+OWN_WIDGETS = ("task", "task_file", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
           "max_steps": "Max steps", "min_steps": "Min steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",

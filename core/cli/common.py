@@ -244,3 +244,25 @@ def safe_standard_streams():
         yield
     finally:
         sys.stdout, sys.stderr = saved
+
+
+def add_task_file_flag(parser) -> None:
+    """--task REFERENCE for a command that reads a run or checkpoint: the file of its task when it is not a
+    built-in one (a checkpoint names its task; its file is not loaded from there: docs/tasks.md)."""
+    parser.add_argument("--task", metavar="FILE.py:CLASS", default=None,
+                        help="the task file of a run whose task is not built in (path/to/my_task.py:MyTask or "
+                             "package.module:MyTask); loading it runs its code")
+
+
+def load_task_argument(args) -> None:
+    """Load the user task --task names (FILE.py:Class, package.module:Class), when it names one: the command
+    then sees the task's name in args.task (and its reference in args.task_file, where the command has one)."""
+    value = getattr(args, "task", None)
+    from core.tasks.user_tasks import is_reference
+
+    if isinstance(value, str) and is_reference(value):
+        from core.tasks import add_task, task_source
+
+        args.task = add_task(value).name
+        if hasattr(args, "task_file"):
+            args.task_file = task_source(args.task)

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from core.cli.common import add_task_file_flag
 from core.cli.train import add_data_flags, data_flag_values
 from core.errors import ConfigError
 
@@ -40,6 +41,7 @@ def register(sub) -> None:
                         "history length or query size) on the run's own split, written as evaluation.json in "
                         "the run folder; with --json the report is the JSON printed")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    add_task_file_flag(p)
     p.set_defaults(handler=cmd_evaluate)
 
 

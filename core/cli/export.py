@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
+from core.cli.common import add_task_file_flag
+
 FORMATS = ("program", "onnx", "safetensors")  # core.runs.export.FORMATS (not imported here: it loads torch)
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -37,6 +39,7 @@ def register(sub) -> None:
                         "and the output difference against fp32 are reported")
     p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    add_task_file_flag(p)
     p.set_defaults(handler=cmd_export)
 
 

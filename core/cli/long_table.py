@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.cells import cell_len
+
 from core.text import printable
 
 

@@ -15,7 +15,13 @@ import json
 import sys
 
 from core.cli import format as fmt
-from core.cli.common import OneLineParser, describe_config_error, fail_bad_input
+from core.cli.common import (
+    OneLineParser,
+    add_task_file_flag,
+    describe_config_error,
+    fail_bad_input,
+    load_task_argument,
+)
 from core.errors import AmpConsoleError, ConfigError
 
 # The command modules (core.cli.<name>), in the order --help lists their commands, and the commands each
@@ -102,7 +108,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     infos = list(task_infos().values())
     if args.json:
         print(json.dumps([{"name": i.name, "description": i.description, "primary_metric": i.primary_metric,
-                           "options": _option_rows(i), "defaults": dict(i.defaults)} for i in infos], indent=2))
+                           "options": _option_rows(i), "defaults": dict(i.defaults), "source": i.source or None}
+                          for i in infos], indent=2))
         return 0
     console = fmt.console()
     for info in infos:
@@ -136,6 +143,8 @@ def _print_task_head(console, info, parameters: int | None = None) -> None:
         lines.append(f"model: {fmt.count(parameters)}{exact} trainable parameters with the default options")
     lines.append("training defaults: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in info.defaults.items()))
     lines.append(f"primary metric: {info.primary_metric}")
+    if info.source:
+        lines.append(f"from {info.source} (a task file: loading it runs its code)")
     console.print(Text(info.name, style="bold"))
     for line in lines:  # wrapped lines keep the indent
         console.print(Padding(Text(line), (0, 0, 0, 2), expand=False))
@@ -178,6 +187,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                        "With NAME: that task in full, with its model's parameter count.")
     tasks.add_argument("name", nargs="?", metavar="NAME", help="one task to describe (e.g. recommender)")
     tasks.add_argument("--json", action="store_true", help="print JSON (a list, or one object for NAME)")
+    add_task_file_flag(tasks)
     tasks.set_defaults(handler=cmd_tasks)
     for module in command_modules(command):
         module.register(sub)
@@ -190,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv[0] if argv else None).parse_args(argv)
     args.argv = argv
     try:
+        load_task_argument(args)  # --task FILE.py:Class: the user's task, loaded because they named it
         return args.handler(args)
     except ConfigError as exc:
         return fail_bad_input(describe_config_error(exc))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from core.cli.common import add_task_file_flag
 from core.errors import ConfigError
 from core.runs.file_predict import DEFAULT_BATCH
 from core.text import printable
@@ -50,6 +51,7 @@ def register(sub) -> None:
                                                                          f"{DEFAULT_BATCH})")
     p.add_argument("--strict", action="store_true", help="the first bad row is an error (exit 2), nothing written")
     p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
+    add_task_file_flag(p)
     p.set_defaults(handler=cmd_predict, which=None)
 
 

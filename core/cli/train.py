@@ -181,6 +181,22 @@ def _resume_values(args: argparse.Namespace, user: dict) -> tuple[dict, list[str
     return values, notes
 
 
+def _load_user_task(user: dict) -> None:
+    """Load the user task the command line or the config file names (--task FILE.py:Class, --task-file, a
+    config's task_file): what the user gave, so its code runs. A resumed run's checkpoint only names its."""
+    from core.tasks import add_task, load_config_task, task_source
+    from core.tasks.user_tasks import is_reference
+
+    if is_reference(user.get("task")):
+        user["task"] = add_task(user["task"]).name
+        user["task_file"] = task_source(user["task"])
+    elif user.get("task_file") and "task" not in user:
+        user["task"] = add_task(user["task_file"]).name
+        user["task_file"] = task_source(user["task"])
+    else:
+        load_config_task(user)
+
+
 def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
     """Task defaults < --resume checkpoint's config < --config file < explicit flags; notes to print.
 
@@ -194,6 +210,7 @@ def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
     user.update(flags)
     if args.task_options:
         user["task_options"] = {**user.get("task_options", {}), **dict(map(parse_option, args.task_options))}
+    _load_user_task(user)
     notes: list[str] = []
     if args.resume:
         values, notes = _resume_values(args, user)
@@ -469,6 +486,9 @@ def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
         raise ConfigError("config", f"the settings line on stdin is not {{\"config\": {{...}}}} JSON ({exc})")
     if not isinstance(values, dict) or not (resume is None or isinstance(resume, str)):
         raise ConfigError("config", "the settings line on stdin needs a \"config\" object and a \"resume\" path")
+    from core.tasks import load_config_task
+
+    load_config_task(values)  # the driving program (the window) names the user task it was given
     return RunConfig.from_dict(values, source="stdin").validate(), resume
 
 

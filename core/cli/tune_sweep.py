@@ -243,7 +243,8 @@ def device_slots(args: argparse.Namespace, base_device: str, last: list | None =
     """The device of each parallel slot from --devices / --parallel, else (a resume) the slots the sweep last
     ran on; None: one trial at a time, in-process. A listed accelerator that is not here is refused before
     anything runs."""
-    from core.lab.sweep.parallel import device_slots as deal, parse_devices
+    from core.lab.sweep.parallel import device_slots as deal
+    from core.lab.sweep.parallel import parse_devices
 
     if args.devices is None and args.parallel is None:
         if not last:

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE  # noqa: F401  (a run folder's files)
 from core.errors import CheckpointError
 from core.files import atomic_write_bytes
 from core.text import first_line
-from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE  # noqa: F401  (a run folder's files)
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "task", "model", "optimizer", "scheduler", "scaler", "step", "epoch",
@@ -303,10 +303,15 @@ def _check_config(state: dict, source: str, bad) -> None:
     if not isinstance(config, dict):
         raise bad("config", "a dict of settings", config)
     try:
-        RunConfig.from_dict(config, source="the checkpoint")
-        get_task_class(config.get("task", state["task"]))
+        saved = RunConfig.from_dict(config, source="the checkpoint")
     except ConfigError as exc:
         raise CheckpointError(f"{source}: bad checkpoint: config.{exc}") from None
+    except (TypeError, ValueError) as exc:  # a non-string key, a value RunConfig cannot take
+        raise CheckpointError(f"{source}: bad checkpoint: config: {first_line(exc)}") from None
+    try:
+        get_task_class(config.get("task", state["task"]), saved.task_file)
+    except ConfigError as exc:  # a task this process does not know (a user task not loaded, a removed one)
+        raise CheckpointError(f"{source}: {exc}") from None
     except (TypeError, ValueError) as exc:  # a non-string key, a value RunConfig cannot take
         raise CheckpointError(f"{source}: bad checkpoint: config: {first_line(exc)}") from None
     if config.get("task", state["task"]) != state["task"]:

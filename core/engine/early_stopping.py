@@ -31,11 +31,17 @@ STATE_KEY = "best_tracker"
 BEST_FILE = "best.pt"
 
 
+# A metric whose name holds one of these is better lower (monitor_mode auto); any other, higher.
+LOWER_IS_BETTER_WORDS = ("loss", "error", "mse", "mae", "perplexity")
+
+
 def resolve_mode(metric: str, mode: str) -> str:
-    """'max' or 'min': auto is min for names containing 'loss', else max."""
+    """'max' or 'min': auto is min for names of losses and errors (LOWER_IS_BETTER_WORDS: loss, rmse, mae...),
+    else max. The one rule of the best checkpoint, early stopping, the history and the sweep."""
     if mode in ("max", "min"):
         return mode
-    return "min" if "loss" in metric.lower() else "max"
+    name = metric.lower()
+    return "min" if any(word in name for word in LOWER_IS_BETTER_WORDS) else "max"
 
 
 def format_value(value: float) -> str:

@@ -105,10 +105,9 @@ def primary_metric(task: str) -> str | None:
 
 def lower_is_better(metric: str, mode: str = "auto") -> bool:
     """min/max as configured (RunConfig.monitor_mode); auto: lower for losses and errors."""
-    if mode in ("min", "max"):
-        return mode == "min"
-    name = metric.lower()
-    return any(word in name for word in ("loss", "error", "mse", "mae", "perplexity"))
+    from core.engine.early_stopping import resolve_mode
+
+    return resolve_mode(metric, mode) == "min"
 
 
 def _versions() -> dict:

@@ -4,12 +4,20 @@
 importing torch: it reads the task modules' class attributes (core.tasks.catalog). `TASKS`, `get_task_class`
 and `create_task` import the task modules (and torch) on first use.
 
-To add a task, see docs/ARCHITECTURE.md ("Where to add things"): add it to `_REGISTRY` and `_task_classes`.
+Besides the built-in tasks (`_REGISTRY`), tasks defined outside this package (core.tasks.user_tasks: a task
+file, a module, an installed package's entry point) join the registry: `add_task(reference)` loads one (this
+runs its code) and `remember_task(reference)` lists one without running it, loading it when it is first used.
+Installed entry points are listed the same way. A run's config names a user task's reference (`task_file`)
+so another process can load it; nothing here loads one because a run folder or a checkpoint names it.
+
+To add a built-in task, see docs/ARCHITECTURE.md ("Where to add things"): add it to `_REGISTRY` and
+`_task_classes`. A user's task: docs/tasks.md.
 """
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,9 +34,13 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "ranking": ("ranking.py", "RankingTask"),
     "recommender": ("recommender.py", "RecommenderTask"),
 }
-TASK_NAMES: tuple[str, ...] = tuple(_REGISTRY)
+TASK_NAMES: tuple[str, ...] = tuple(_REGISTRY)  # the built-in tasks; task_names() adds the users'
 
 _infos: dict[str, TaskInfo] | None = None
+_references: dict[str, str] = {}  # a user task's name -> its reference (added, remembered or installed)
+_loaded: dict[str, type[Task]] = {}  # the user tasks loaded in this process
+_broken: dict[str, str] = {}  # reference -> why it cannot be loaded (it disables that task only)
+_installed_read = False
 
 
 def _task_classes() -> dict[str, type[Task]]:
@@ -39,7 +51,7 @@ def _task_classes() -> dict[str, type[Task]]:
     from core.tasks.tiny import TinyClassifierTask
 
     classes = {cls.name: cls for cls in (TinyClassifierTask, SentimentTask, RankingTask, RecommenderTask)}
-    return {name: classes[name] for name in TASK_NAMES}
+    return {name: classes[name] for name in TASK_NAMES} | _loaded
 
 
 def _info_from_class(cls: type[Task]) -> TaskInfo:
@@ -51,7 +63,9 @@ def _info_from_class(cls: type[Task]) -> TaskInfo:
 
 
 def task_infos() -> dict[str, TaskInfo]:
-    """name -> TaskInfo for every registered task, read without importing torch where the source allows."""
+    """name -> TaskInfo for every task (built-in first, then the users'), read without importing torch or
+    running a user task's code where the source allows (a user task whose source cannot be read so is left out
+    until it is loaded; task_errors() says why)."""
     global _infos
     if _infos is None:
         from core.tasks.catalog import read_task_info
@@ -63,38 +77,168 @@ def task_infos() -> dict[str, TaskInfo]:
             infos = {name: info if info is not None and info.name == name else _info_from_class(classes[name])
                      for name, info in infos.items()}
         _infos = infos
-    return _infos
+    _read_installed()
+    users = {}
+    for name, reference in _references.items():
+        if name in _loaded:
+            users[name] = replace(_info_from_class(_loaded[name]), source=reference)
+        elif (info := _source_info(reference)) is not None and info.name == name:
+            users[name] = replace(info, source=reference)
+    return _infos | users
 
 
-def unknown_task_message(name: str) -> str:
-    """"unknown task 'recomender' (did you mean 'recommender'?); choose one of tiny, ..."."""
-    close = difflib.get_close_matches(name, TASK_NAMES, n=1, cutoff=0.6)
+def task_names() -> tuple[str, ...]:
+    """Every task's name: the built-in ones, then the users' (added, remembered or installed)."""
+    _read_installed()
+    return TASK_NAMES + tuple(n for n in _references if n not in _REGISTRY)
+
+
+def task_source(name: str) -> str:
+    """Where user task `name` is defined (its reference: "path/to/file.py:Class", "package.module:Class");
+    "" for a built-in or unknown task."""
+    return "" if name in _REGISTRY else _references.get(name, "")
+
+
+def task_errors() -> dict[str, str]:
+    """reference -> why that user task cannot be loaded, for every one tried in this process."""
+    return dict(_broken)
+
+
+def add_task(reference: str) -> type[Task]:
+    """Load the user task `reference` names (this runs its code: see core.tasks.user_tasks), register it, and
+    return its class. A task loaded before from the same reference is returned as it is; TaskFileError when it
+    cannot be loaded or its name is taken by a built-in or another file's task."""
+    from core.tasks.user_tasks import TaskFileError, canonical_reference, load_task
+
+    reference = canonical_reference(reference)
+    for name, cls in _loaded.items():
+        if _references.get(name) == reference:
+            return cls
+    try:
+        cls = load_task(reference)
+        if cls.name in _REGISTRY:
+            raise TaskFileError(reference, f"its name {cls.name!r} is a built-in task's: give the task another name")
+        if cls.name in _loaded and _references.get(cls.name) != reference:
+            raise TaskFileError(reference, f"task {cls.name!r} is already loaded from {_references[cls.name]}: "
+                                           f"give this one another name")
+    except TaskFileError as exc:
+        _broken[reference] = str(exc).split(": ", 1)[-1]
+        raise
+    _broken.pop(reference, None)
+    for name, known in list(_references.items()):
+        if known == reference and name != cls.name:  # remembered under a name the file no longer has
+            del _references[name]
+    _references[cls.name] = reference
+    _loaded[cls.name] = cls
+    if "TASKS" in globals():
+        globals()["TASKS"][cls.name] = cls
+    return cls
+
+
+def remember_task(reference: str) -> TaskInfo | None:
+    """List the user task `reference` names without running its code (its options are read from its source,
+    core.tasks.catalog); it is loaded when first used. None when its source cannot be read so (then add_task
+    loads it to know it)."""
+    from core.tasks.user_tasks import TaskFileError, canonical_reference
+
+    try:
+        reference = canonical_reference(reference)
+    except TaskFileError:
+        return None
+    info = _source_info(reference)
+    if info is not None and info.name not in _REGISTRY and info.name not in _loaded:
+        _references[info.name] = reference
+    return info
+
+
+def _source_info(reference: str) -> TaskInfo | None:
+    """The TaskInfo of a user task read from its source text (nothing is run); None when it cannot be."""
+    from core.tasks.catalog import find_task_class, read_task_info
+    from core.tasks.user_tasks import TaskFileError, module_source_file, split_reference
+
+    try:
+        kind, target, class_name = split_reference(reference)
+    except TaskFileError:
+        return None
+    path = Path(target).expanduser() if kind == "file" else module_source_file(target)
+    if path is None or not path.is_file():
+        return None
+    class_name = class_name or find_task_class(path)
+    return read_task_info(path, class_name) if class_name else None
+
+
+def _read_installed() -> None:
+    """Note the tasks installed packages declare (entry points: metadata only, nothing imported), once."""
+    global _installed_read
+    if _installed_read:
+        return
+    _installed_read = True
+    from core.tasks.user_tasks import installed_tasks
+
+    for name, reference in installed_tasks().items():
+        if name not in _REGISTRY:
+            _references.setdefault(name, reference)
+
+
+def unknown_task_message(name: str, task_file: str = "") -> str:
+    """"unknown task 'recomender' (did you mean 'recommender'?); choose one of tiny, ..."; for a user task whose
+    reference is known (`task_file`, a run's saved one), how to load it."""
+    if task_file:
+        return (f"task {name!r} is defined in {task_file}, which is not loaded here (a task file runs code, so it "
+                f"is never loaded because a run or a checkpoint names it): give it with --task {task_file}, or add "
+                f"it in the window (File > Add task...)")
+    names = task_names()
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown task {name!r}{hint}; choose one of {', '.join(TASK_NAMES)}"
+    return f"unknown task {name!r}{hint}; choose one of {', '.join(names)} (or a task file: --task FILE.py:Class)"
 
 
 def get_task_info(name: str) -> TaskInfo:
-    """The TaskInfo of task `name` (no torch); ConfigError naming the known tasks otherwise."""
-    if name not in _REGISTRY:
-        raise ConfigError("task", unknown_task_message(name))
-    return task_infos()[name]
+    """The TaskInfo of task `name` (no torch, no user code where its source allows); ConfigError naming the
+    known tasks otherwise."""
+    infos = task_infos()
+    if name in infos:
+        return infos[name]
+    if name in _references:
+        return _info_from_class(get_task_class(name))
+    raise ConfigError("task", unknown_task_message(name))
 
 
 def option_values(name: str, options: dict) -> dict:
     """Task `name`'s options with its defaults filled in (no torch): what two option sets build, to compare
     them; `options` as they are for an unknown task."""
-    if name not in _REGISTRY:
+    info = task_infos().get(name)
+    if info is None:
         return dict(options)
-    return {opt.name: opt.default for opt in task_infos()[name].options} | dict(options)
+    return {opt.name: opt.default for opt in info.options} | dict(options)
 
 
-def get_task_class(name: str) -> type[Task]:
-    """The Task class called `name` (from `TASKS`, so a task added there at run time is found too);
-    ConfigError naming the known tasks otherwise."""
+def get_task_class(name: str, task_file: str = "") -> type[Task]:
+    """The Task class called `name` (from `TASKS`, so a task added there at run time is found too); a user
+    task listed but not yet loaded (remembered, or installed) is loaded now (TaskFileError when it cannot be).
+    ConfigError naming the known tasks otherwise (and, for a user task whose reference a run saved,
+    `task_file`, how to load it: it is not loaded from there)."""
     classes = __getattr__("TASKS") if "TASKS" not in globals() else globals()["TASKS"]
     if name not in classes:
-        raise ConfigError("task", unknown_task_message(name))
+        _read_installed()
+        if name in _references and name not in _REGISTRY:
+            return add_task(_references[name])
+        raise ConfigError("task", unknown_task_message(name, task_file))
     return classes[name]
+
+
+def load_config_task(values: dict) -> None:
+    """Load the user task a config that was handed over names (its `task_file`), unless it is loaded: for the
+    settings a user or the window gives `train` (a config file, the settings line on stdin), never for a run
+    folder's or a checkpoint's. ConfigError when the file's task is not the config's `task`."""
+    name, reference = values.get("task"), values.get("task_file")
+    if not reference or not isinstance(reference, str) or not isinstance(name, str):
+        return
+    if name in _loaded and task_source(name):
+        return
+    cls = add_task(reference)
+    if cls.name != name:
+        raise ConfigError("task_file", f"{reference} defines task {cls.name!r}, not the config's {name!r}")
 
 
 def create_task(name: str, options: dict | None = None) -> Task:
@@ -115,5 +259,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskInfo", "TaskOption", "create_task", "get_task_class",
-           "get_task_info", "option_values", "task_infos", "unknown_task_message"]
+__all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskInfo", "TaskOption", "add_task", "create_task",
+           "get_task_class", "get_task_info", "load_config_task", "option_values", "remember_task", "task_errors",
+           "task_infos", "task_names", "task_source", "unknown_task_message"]

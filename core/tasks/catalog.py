@@ -47,11 +47,22 @@ def _value(node: ast.AST):
     raise _NotLiteral
 
 
+def find_task_class(source: Path | str) -> str | None:
+    """The name of the one class in the module at `source` that derives from Task directly; None when there is
+    none or more than one (or the file cannot be read)."""
+    try:
+        tree = ast.parse(Path(source).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    found = [n.name for n in tree.body if isinstance(n, ast.ClassDef) and [ast.unparse(b) for b in n.bases] == ["Task"]]
+    return found[0] if len(found) == 1 else None
+
+
 def read_task_info(source: Path | str, class_name: str) -> TaskInfo | None:
     """The TaskInfo of class `class_name` in the module at `source`; None when it is not plain literals."""
     try:
         tree = ast.parse(Path(source).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     if cls is None or [ast.unparse(b) for b in cls.bases] != ["Task"]:

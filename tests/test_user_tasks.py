@@ -1,0 +1,184 @@
+"""A task from outside the project (tests/fixtures/user_tasks/regression_task.py, one module): loaded by
+reference from the CLI (--task FILE.py:Class), trained, evaluated and resumed; listed without running it;
+never loaded because a run folder or a checkpoint names it; each kind of bad task file named in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import core.tasks as registry
+from core.cli.main import main
+from core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
+REFERENCE = f"{TASK_FILE}:RegressionTask"
+MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').touch()\n"  # proof that the file ran
+
+
+@pytest.fixture(autouse=True)
+def clean_registry():
+    """Each test starts and ends with the built-in tasks only (the registry is one per process)."""
+    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
+    yield
+    for name in set(registry._loaded) - set(saved[1]):
+        registry.__getattr__("TASKS").pop(name, None)
+    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
+        store.clear()
+        store.update(old)
+    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
+        del sys.modules[name]
+
+
+def marked_copy(tmp_path: Path) -> Path:
+    """The regression task in tmp_path, writing <file>.ran when its code runs."""
+    path = tmp_path / "my_task.py"
+    path.write_text(TASK_FILE.read_text() + MARKER)
+    return path
+
+
+def run_main(argv, capsys) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_train_evaluate_and_resume_a_task_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, out, err = run_main(["train", "--task", REFERENCE, "--max-steps", "200", "--eval-interval", "50",
+                               "-o", "samples=512", "--out", run, "--json"], capsys)
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "completed"
+    assert summary["metrics"]["rmse"] < 1.0  # y has variance `features` (8): the model learnt it
+    record = json.loads((run / "run.json").read_text())
+    assert record["task"] == "regression"
+    assert record["config"]["task_file"] == REFERENCE  # absolute: a run started elsewhere finds it
+    # rmse is lower-better: the best checkpoint is the lowest validation rmse, not the first
+    assert summary["best_step"] == max(summary["best_step"], 50)
+    code, out, err = run_main(["evaluate", run, "--task", REFERENCE, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["metrics"]["rmse"] < 1.0
+    code, out, err = run_main(["train", "--resume", run / "checkpoint.pt", "--task", REFERENCE, "--max-steps", "220",
+                               "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["steps"] == 220
+
+
+def test_a_config_file_names_its_task_file(tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text(f'task = "regression"\ntask_file = "{REFERENCE}"\nmax_steps = 10\n'
+                      f'out_dir = "{tmp_path / "run"}"\n[task_options]\nsamples = 256\n')
+    code, out, err = run_main(["train", "--config", config, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["steps"] == 10
+
+
+def test_listing_a_task_file_runs_none_of_its_code(tmp_path):
+    path = marked_copy(tmp_path)
+    info = registry.remember_task(f"{path}:RegressionTask")
+    assert info is not None and info.name == "regression"
+    assert [o.name for o in info.options] == ["features", "hidden", "samples", "noise"]
+    assert registry.task_infos()["regression"].source == f"{path.resolve()}:RegressionTask"
+    assert "regression" in registry.task_names()
+    assert not path.with_suffix(".ran").exists()
+    assert registry.get_task_class("regression").name == "regression"  # used: loaded now
+    assert path.with_suffix(".ran").exists()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_never_loads_its_task_file(tmp_path, capsys):
+    """A fresh process given only the run: it says how to give the task file, and the file's code never ran."""
+    path = marked_copy(tmp_path)
+    run = tmp_path / "run"
+    code, _out, err = run_main(["train", "--task", f"{path}:RegressionTask", "--max-steps", "10", "-o",
+                                "samples=256", "--out", run], capsys)
+    assert code == 0, err
+    path.with_suffix(".ran").unlink()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "core.cli", "evaluate", str(run)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert "task 'regression' is defined in" in line and f"--task {path.resolve()}:RegressionTask" in line
+    assert not path.with_suffix(".ran").exists()
+    done = subprocess.run([sys.executable, "-m", "core.cli", "evaluate", str(run), "--task", f"{path}:RegressionTask",
+                           "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "rmse" in json.loads(done.stdout.strip().splitlines()[-1])["metrics"]
+
+
+BAD_TASKS = {
+    "syntax": ("class RegressionTask(Task)\n    pass\n", "syntax error at line"),
+    "raises": ("x = 1 / 0\n", "importing it raised ZeroDivisionError: division by zero (line"),
+    "no_loss": (None, "does not define loss"),
+    "builtin_name": ("RegressionTask.name = 'tiny'\n", "is a built-in task's"),
+    "bad_name": ("RegressionTask.name = 'My Task!'\n", "must be a short lower-case name"),
+    "bad_options": ("RegressionTask.options = ('hidden',)\n", "options must be a tuple of TaskOption"),
+    "no_class": (None, "defines no 'Missing'"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_TASKS))
+def test_a_bad_task_file_is_named_in_one_line(tmp_path, capsys, kind):
+    source, expected = BAD_TASKS[kind]
+    text = TASK_FILE.read_text()
+    class_name = "RegressionTask"
+    if kind == "syntax":
+        text = "from core.tasks.base import Task\n" + source
+    elif kind == "no_loss":
+        text = text.replace("    def loss(", "    def not_the_loss(")
+    elif kind == "no_class":
+        class_name = "Missing"
+    else:
+        text += "\n" + textwrap.dedent(source)
+    path = tmp_path / "bad_task.py"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        registry.add_task(f"{path}:{class_name}")
+    assert expected in str(caught.value) and str(path) in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert registry.task_errors()[f"{path.resolve()}:{class_name}"]  # it disables itself only
+    assert registry.get_task_class("tiny").name == "tiny"
+    code, _out, err = run_main(["train", "--task", f"{path}:{class_name}", "--max-steps", "1"], capsys)
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+
+
+def test_defaults_that_are_not_settings(tmp_path, capsys):
+    path = tmp_path / "bad_defaults.py"
+    path.write_text(TASK_FILE.read_text() + "\nRegressionTask.defaults = {'learning_rate': 1}\n")
+    code, _out, err = run_main(["train", "--task", f"{path}:RegressionTask", "--max-steps", "1"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "RegressionTask.defaults" in err and "learning_rate: unknown setting" in err
+
+
+def test_a_reference_to_nothing(tmp_path, capsys):
+    code, _out, err = run_main(["train", "--task", f"{tmp_path}/nope.py:Task"], capsys)
+    assert code == 2 and "no such file" in err
+    code, _out, err = run_main(["train", "--task", "no_such_package.tasks:MyTask"], capsys)
+    assert code == 2 and "no module named 'no_such_package'" in err
+
+
+def test_an_installed_entry_point_is_listed_without_importing_it(tmp_path, monkeypatch):
+    package = tmp_path / "my_tasks_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pathlib import Path as _P\n_P(__file__).with_name('init.ran').touch()\n")
+    (package / "regression.py").write_text(TASK_FILE.read_text() + MARKER)
+    info = tmp_path / "my_tasks_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-tasks-pkg\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[amp_console.tasks]\nregression = my_tasks_pkg.regression:RegressionTask\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_installed_read", False)
+    listed = registry.task_infos()["regression"]
+    assert listed.source == "my_tasks_pkg.regression:RegressionTask" and listed.primary_metric == "rmse"
+    assert not (package / "init.ran").exists() and not (package / "regression.ran").exists()
+    assert registry.create_task("regression", {"hidden": 4}).parameter_count() == 8 * 4 + 4 + 4 + 1
+    assert (package / "regression.ran").exists()
