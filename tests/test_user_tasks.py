@@ -61,8 +61,9 @@ def test_train_evaluate_and_resume_a_task_file(tmp_path, capsys):
     record = json.loads((run / "run.json").read_text())
     assert record["task"] == "regression"
     assert record["config"]["task_file"] == REFERENCE  # absolute: a run started elsewhere finds it
-    # rmse is lower-better: the best checkpoint is the lowest validation rmse, not the first
-    assert summary["best_step"] == max(summary["best_step"], 50)
+    # rmse is lower-better: the best checkpoint is the last evaluation's here (rmse falls as it learns), not the
+    # first (a higher-better reading of rmse picked step 50)
+    assert summary["best_step"] == 200
     code, out, err = run_main(["evaluate", run, "--task", REFERENCE, "--json"], capsys)
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["metrics"]["rmse"] < 1.0
@@ -182,3 +183,13 @@ def test_an_installed_entry_point_is_listed_without_importing_it(tmp_path, monke
     assert not (package / "init.ran").exists() and not (package / "regression.ran").exists()
     assert registry.create_task("regression", {"hidden": 4}).parameter_count() == 8 * 4 + 4 + 4 + 1
     assert (package / "regression.ran").exists()
+
+
+@pytest.mark.parametrize("metric, mode", [("rmse", "min"), ("val_mae", "min"), ("loss", "min"), ("error_rate", "min"),
+                                          ("perplexity", "min"), ("accuracy", "max"), ("ndcg@10", "max")])
+def test_one_rule_says_which_way_is_better(metric, mode):
+    from core.engine.early_stopping import resolve_mode
+    from core.engine.run_record import lower_is_better
+
+    assert resolve_mode(metric, "auto") == mode
+    assert lower_is_better(metric) == (mode == "min")
