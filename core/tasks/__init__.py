@@ -47,7 +47,7 @@ def _info_from_class(cls: type[Task]) -> TaskInfo:
                     for o in cls.options)
     return TaskInfo(name=cls.name, description=cls.description, options=options,
                     defaults=dict(cls.defaults), primary_metric=cls.primary_metric, tokens_key=cls.tokens_key,
-                    synthetic_file=cls.synthetic_file)
+                    synthetic_file=cls.synthetic_file, saved_defaults=dict(cls.saved_defaults))
 
 
 def task_infos() -> dict[str, TaskInfo]:
@@ -88,6 +88,30 @@ def option_values(name: str, options: dict) -> dict:
     return {opt.name: opt.default for opt in task_infos()[name].options} | dict(options)
 
 
+def saved_options(name: str, options: dict) -> dict:
+    """A run's saved task `options` as the run trained with them (no torch): an option the saved config lacks
+    that the task names in `saved_defaults` (one added, or whose default changed, since such configs were
+    saved) takes the default it had then, not today's; the others are left to today's defaults. `options`
+    as they are for an unknown task."""
+    if name not in _REGISTRY:
+        return dict(options)
+    return {**task_infos()[name].saved_defaults, **options}
+
+
+def saved_config(config):
+    """A saved run's config (a dict: a checkpoint's, run.json's) with its task options as the run trained with
+    them (saved_options): what every reader of a saved run builds its task from, so that resuming, evaluating
+    or exporting an earlier run does what it did. Anything that is not such a dict is returned as it is
+    (its readers say what is wrong with it)."""
+    if not isinstance(config, dict) or not isinstance(config.get("task"), str):
+        return config
+    options = config.get("task_options", {})
+    if not isinstance(options, dict):
+        return config
+    upgraded = saved_options(config["task"], options)
+    return config if upgraded == options else {**config, "task_options": upgraded}
+
+
 def get_task_class(name: str) -> type[Task]:
     """The Task class called `name` (from `TASKS`, so a task added there at run time is found too);
     ConfigError naming the known tasks otherwise."""
@@ -116,4 +140,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskInfo", "TaskOption", "create_task", "get_task_class",
-           "get_task_info", "option_values", "task_infos", "unknown_task_message"]
+           "get_task_info", "option_values", "saved_config", "saved_options", "task_infos", "unknown_task_message"]

@@ -62,6 +62,7 @@ class TaskInfo:
     primary_metric: str = "loss"
     tokens_key: str | None = None
     synthetic_file: bool = False  # `data generate` writes its synthetic data as a file (Task.synthetic_table)
+    saved_defaults: dict = field(default_factory=dict)  # Task.saved_defaults: what a saved config without the key ran
 
     def option(self, name: str) -> TaskOption | None:
         return next((o for o in self.options if o.name == name), None)
