@@ -130,7 +130,8 @@ def save_checkpoint(path: Path, state: dict) -> Path:
 
 def load_checkpoint(path: str | Path) -> dict:
     """Load a checkpoint with weights_only=True after checking its integrity (every zip member's CRC), then
-    check its structure and that its weights are finite; CheckpointError names what is wrong, in one line."""
+    check its structure and that its weights are finite; CheckpointError names what is wrong, in one line.
+    Its config's task options are the ones its run trained with (core.tasks.saved_config)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
@@ -156,6 +157,9 @@ def load_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
     check_structure(state, str(path))
     check_finite(state, str(path))
+    from core.tasks import saved_config
+
+    state["config"] = saved_config(state["config"])  # options saved before their default changed: as trained
     return state
 
 

@@ -286,6 +286,16 @@ def read_record(folder: str | os.PathLike) -> dict:
     problem = record_problem(data)
     if problem:
         raise UnreadableFile(f"{RECORD_FILE}: {problem}")
+    return _as_trained(data)
+
+
+def _as_trained(data: dict) -> dict:
+    """A record whose config's task options are the ones its run trained with (core.tasks.saved_config: an
+    option saved before its default changed reads as the default it had)."""
+    from core.tasks import saved_config
+
+    if "config" in data:
+        data["config"] = saved_config(data["config"])
     return data
 
 
@@ -404,7 +414,8 @@ def write_note(folder: str | os.PathLike, text: str) -> str:
 def read_run(folder: str | os.PathLike) -> dict | None:
     """A run folder's summary: run.json, with 'running' read as 'interrupted' when no live run holds the
     folder; for an older folder without run.json, a summary from metrics.jsonl's first and last lines. None
-    when the folder holds no run. "note" is the user's note (note.txt, see write_note).
+    when the folder holds no run. "note" is the user's note (note.txt, see write_note). Its config's task
+    options are the ones the run trained with (core.tasks.saved_config).
 
     Never raises: a run.json (or metrics.jsonl) that can't be read, or whose fields have the wrong type, reads
     as a run with status "unreadable" and "unreadable" the one-line reason (its id kept when it has one); a
@@ -414,6 +425,7 @@ def read_run(folder: str | os.PathLike) -> dict | None:
     try:
         data = _record_or_summary(folder, base)
         if data is not None:
+            _as_trained(data)
             data.pop("unreadable", None)  # said by this reader only, never by the file
             data.pop("note_unreadable", None)
     except _Unreadable as exc:

@@ -86,6 +86,39 @@ def check_resume_target(config, state: dict, name: str) -> None:
                                     f"epochs are already reached: give more epochs (or max steps) to train on")
 
 
+def resumed_config(config, state: dict | None, source: str) -> tuple:
+    """(config, notes) of a run resuming checkpoint `state` (None: not resuming; `config` as it is): refused
+    (CheckpointError) when the checkpoint is another task's. A task option this run leaves at `auto` keeps the
+    value the checkpoint's run trained with when that names one (its saved config: load_checkpoint reads an
+    option saved before its default changed as the default it had), so a resumed run trains as it did,
+    whatever `auto` would choose today; the note says so."""
+    if state is None:
+        return config, []
+    if state["task"] != config.task:
+        raise CheckpointError(f"{source}: checkpoint is for task {state['task']!r}, this run is {config.task!r}")
+    from core.tasks import option_values, saved_options
+
+    current = option_values(config.task, config.task_options)
+    saved = saved_options(config.task, state["config"].get("task_options") or {})
+    kept = {k: v for k, v in saved.items() if current.get(k) == "auto" and v != "auto"}
+    if not kept:
+        return config, []
+    said = ", ".join(f"{k}={v}" for k, v in kept.items())
+    note = f"resuming {source}: task option {said} as its run trained (not auto, which chooses afresh)"
+    return config.replace(task_options={**config.task_options, **kept}), [note]
+
+
+def settled_config(config, task, info: dict):
+    """`config` with the task options that `task` leaves to the data (Task.settled_options: an `auto`) named
+    by what they chose for the data `info` describes, in `task` too: what the run's config.toml, run.json and
+    checkpoints record, so that resuming it trains the same way."""
+    settled = task.settled_options(info)
+    if not settled:
+        return config
+    task.opts.update(settled)
+    return config.replace(task_options={**config.task_options, **settled})
+
+
 def restore(trainer, state: dict, source: str) -> None:
     """Load `state` (from checkpoints.load_checkpoint, so its structure is checked) into a set-up Trainer
     (strict model keys); CheckpointError names what does not fit. What a user should know (another

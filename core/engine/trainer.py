@@ -43,7 +43,7 @@ from core.engine.run_record import resolve_out_dir
 from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
-from core.errors import CheckpointError, ConfigError
+from core.errors import ConfigError
 from core.tasks import create_task
 
 __all__ = ["RunFailed", "Sink", "Trainer", "gradient_norm", "seed_everything", "train"]
@@ -118,22 +118,21 @@ class Trainer:
     def setup(self) -> None:
         """Validate, pick the device once, build task, data, model, optimizer, scheduler and scaler."""
         self.cfg.validate()
+        resume_state = ckpt.load_checkpoint(self.resume_from) if self.resume_from else None
+        self.cfg, kept = run_state.resumed_config(self.cfg, resume_state, str(self.resume_from))  # its task, loss
+        self.notes.extend(kept)
         self.task = create_task(self.cfg.task, self.cfg.task_options)
         self.device_info = self._device_info()
         self.device = torch_device(self.device_info)
         self.plan = resolve_precision(self.cfg.precision, self.device_info)
         cfg = self._claim_folder()  # after the plan: a new folder is named by the mode that runs (bf16, not auto)
-        resume_state = ckpt.load_checkpoint(self.resume_from) if self.resume_from else None
-        if resume_state is not None and resume_state["task"] != cfg.task:
-            raise CheckpointError(
-                f"{self.resume_from}: checkpoint is for task {resume_state['task']!r}, this run is {cfg.task!r}"
-            )
         if cfg.threads:
             apply_threads(cfg.threads)  # as given, before the data is built
         init_process_group(self.dist, self.device)
         self._peers = gather_peers(self.dist, self.device)
         seed_everything(cfg.seed)
         self.data = self.task.use_config(cfg).load_data(cfg.data, cfg.seed)  # given splits, read options
+        self.cfg = cfg = run_state.settled_config(cfg, self.task, self.data.info)  # what loss=auto chose, saved
         self.notes.extend(self.data.notes)  # e.g. long ranking queries trained as shorter lists
         # Refuse a model that cannot fit before allocating it (counted on the meta device), naming the option.
         self.task.check_fits(self.data.info, self.device, cfg.optimizer,

@@ -59,7 +59,7 @@ def _info_from_class(cls: type[Task]) -> TaskInfo:
                     for o in cls.options)
     return TaskInfo(name=cls.name, description=cls.description, options=options,
                     defaults=dict(cls.defaults), primary_metric=cls.primary_metric, tokens_key=cls.tokens_key,
-                    synthetic_file=cls.synthetic_file)
+                    synthetic_file=cls.synthetic_file, saved_defaults=dict(cls.saved_defaults))
 
 
 def task_infos() -> dict[str, TaskInfo]:
@@ -213,6 +213,31 @@ def option_values(name: str, options: dict) -> dict:
     return {opt.name: opt.default for opt in info.options} | dict(options)
 
 
+def saved_options(name: str, options: dict) -> dict:
+    """A run's saved task `options` as the run trained with them (no torch): an option the saved config lacks
+    that the task names in `saved_defaults` (one added, or whose default changed, since such configs were
+    saved) takes the default it had then, not today's; the others are left to today's defaults. `options`
+    as they are for an unknown task."""
+    info = task_infos().get(name)
+    if info is None:
+        return dict(options)
+    return {**info.saved_defaults, **options}
+
+
+def saved_config(config):
+    """A saved run's config (a dict: a checkpoint's, run.json's) with its task options as the run trained with
+    them (saved_options): what every reader of a saved run builds its task from, so that resuming, evaluating
+    or exporting an earlier run does what it did. Anything that is not such a dict is returned as it is
+    (its readers say what is wrong with it)."""
+    if not isinstance(config, dict) or not isinstance(config.get("task"), str):
+        return config
+    options = config.get("task_options", {})
+    if not isinstance(options, dict):
+        return config
+    upgraded = saved_options(config["task"], options)
+    return config if upgraded == options else {**config, "task_options": upgraded}
+
+
 def get_task_class(name: str, task_file: str = "") -> type[Task]:
     """The Task class called `name` (from `TASKS`, so a task added there at run time is found too); a user
     task listed but not yet loaded (remembered, or installed) is loaded now (TaskFileError when it cannot be).
@@ -260,5 +285,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskInfo", "TaskOption", "add_task", "create_task",
-           "get_task_class", "get_task_info", "load_config_task", "option_values", "remember_task", "task_errors",
-           "task_infos", "task_names", "task_source", "unknown_task_message"]
+           "get_task_class", "get_task_info", "load_config_task", "option_values", "remember_task", "saved_config",
+           "saved_options", "task_errors", "task_infos", "task_names", "task_source", "unknown_task_message"]

@@ -76,6 +76,10 @@ class Task(ABC):
     # `amp-console data generate` writes this task's synthetic data in the file format users supply
     # (synthetic_table); a literal, so the CLI lists these tasks without importing torch (core.tasks.catalog).
     synthetic_file: ClassVar[bool] = False
+    # Option -> the default a run saved without that option trained with, where it differs from today's (an
+    # option added, or whose default changed, since): a saved config lacking the key resumes, evaluates and
+    # exports as it trained (core.tasks.saved_options). A literal, read without importing torch (catalog).
+    saved_defaults: ClassVar[dict] = {}
 
     def __init__(self, options: dict | None = None):
         from core.errors import ConfigError
@@ -115,6 +119,13 @@ class Task(ABC):
             elif (message := known[key].error(value)) is not None:
                 problems[f"task_options.{key}"] = message
         return problems
+
+    def settled_options(self, info: dict) -> dict:
+        """Options this run leaves for the data to decide (an `auto`), as what they chose for the data described
+        by `info` (TaskData.info): name -> value, {} when none. The trainer records them in the run's config
+        (config.toml, run.json, checkpoints), so that a resumed run trains as it started, whatever a later
+        version's `auto` would choose."""
+        return {}
 
     def synthetic_table(self, rows: int, seed: int):
         """`rows` rows of this task's synthetic data (its options) as a pyarrow Table in its file format, the

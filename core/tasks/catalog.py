@@ -2,8 +2,8 @@
 
 Task modules import torch (their models are nn.Modules), which costs about a second; listing the tasks must not.
 Their class attributes (`name`, `description`, `options = (TaskOption(...), ...)`, `defaults = {...}`,
-`primary_metric`, `tokens_key`, `synthetic_file`) are plain literals, so they are read from the module's syntax
-tree. A class whose attributes are not literals (or that inherits from another task) gets `None` here, and the
+`primary_metric`, `tokens_key`, `synthetic_file`, `saved_defaults`) are plain literals, so they are read from the
+module's syntax tree. A class whose attributes are not literals (or that inherits from another task) gets `None` here, and the
 registry imports it instead: slower, never wrong. tests/test_cli_startup.py checks both ways agree for every
 task.
 """
@@ -16,7 +16,8 @@ from pathlib import Path
 
 from core.tasks.options import TaskInfo, TaskOption
 
-_ATTRIBUTES = ("name", "description", "options", "defaults", "primary_metric", "tokens_key", "synthetic_file")
+_ATTRIBUTES = ("name", "description", "options", "defaults", "primary_metric", "tokens_key", "synthetic_file",
+               "saved_defaults")
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.LShift: operator.lshift}
 

@@ -63,6 +63,7 @@ class TaskInfo:
     tokens_key: str | None = None
     synthetic_file: bool = False  # `data generate` writes its synthetic data as a file (Task.synthetic_table)
     source: str = ""  # a user task's reference (core.tasks.user_tasks); "" for a built-in one
+    saved_defaults: dict = field(default_factory=dict)  # Task.saved_defaults: what a saved config without the key ran
 
     def option(self, name: str) -> TaskOption | None:
         return next((o for o in self.options if o.name == name), None)

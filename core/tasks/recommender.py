@@ -5,8 +5,9 @@ a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss
 cross-entropy over the catalogue (computed a chunk of positions at a time, see core.tasks.chunked_loss), or a
 sampled softmax (shared uniform negatives), whose step does not grow with the catalogue beyond the embedding
 table's own gradient and optimizer update; `auto`, the default, is the sampled softmax above SAMPLED_LOSS_ABOVE
-lessons and the full one otherwise, and says which in the run's notes. Either way evaluation ranks the whole
-catalogue. Padded positions are dropped before either loss: on the CPU, where counting them waits for nothing,
+lessons and the full one otherwise, and says which in the run's notes; the run's config records the loss auto
+chose (settled_options), so a resumed run keeps it, and a run saved without the option (from before auto) is
+read as the full softmax it trained with (saved_defaults). Either way evaluation ranks the whole catalogue. Padded positions are dropped before either loss: on the CPU, where counting them waits for nothing,
 just the real positions are kept; on an accelerator they are moved to the front of a buffer sized by a bound
 the host knows (the most real positions any `batch_size` training rows hold, from the row lengths at load
 time), so a step never waits on the device to count them. Either way the loss is the same as over the padded
@@ -297,6 +298,7 @@ class RecommenderTask(Task):
         TaskOption("mean_len", 50, "synthetic: mean interactions per user", 4, 100_000, synthetic=True),
     )
     defaults = {"lr": 3e-3, "batch_size": 128, "epochs": 6, "optimizer": "adamw", "weight_decay": 0.0}
+    saved_defaults = {"loss": "full"}  # runs saved before loss=auto was the default trained with the full softmax
     primary_metric = "ndcg@10_full_filtered"
     tokens_key = "seq"
     validation_unit = "users"  # one evaluation row per user
@@ -369,6 +371,12 @@ class RecommenderTask(Task):
                 "interactions": int(interactions)}
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
                         vocabulary=vocabulary, notes=notes)
+
+    def settled_options(self, info: dict) -> dict:
+        """loss=auto as the loss it chose for this catalogue (the run's config records it; see Task)."""
+        if self.opts["loss"] != "auto":
+            return {}
+        return {"loss": chosen_loss("auto", int(info.get("n_items", self.opts["items"])))}
 
     def build_model(self, info: dict) -> nn.Module:
         o = self.opts
