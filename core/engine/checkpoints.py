@@ -314,8 +314,10 @@ def _check_config(state: dict, source: str, bad) -> None:
         raise CheckpointError(f"{source}: bad checkpoint: config: {first_line(exc)}") from None
     try:
         get_task_class(config.get("task", state["task"]), saved.task_file)
-    except ConfigError as exc:  # a task this process does not know (a user task not loaded, a removed one)
-        raise CheckpointError(f"{source}: {exc}") from None
+    except ConfigError as exc:
+        if saved.task_file:  # a user task this process has not loaded: how to give it, not "bad"
+            raise CheckpointError(f"{source}: {exc}") from None
+        raise CheckpointError(f"{source}: bad checkpoint: config.{exc}") from None
     except (TypeError, ValueError) as exc:  # a non-string key, a value RunConfig cannot take
         raise CheckpointError(f"{source}: bad checkpoint: config: {first_line(exc)}") from None
     if config.get("task", state["task"]) != state["task"]:
