@@ -23,6 +23,7 @@ a worker thread while another thread holds the predictor.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -98,11 +99,32 @@ class Predictor:
 
     # ---- what the model reads (the task's serving part, core.tasks.serving) ---------------------------------
     @cached_property
+    def serving(self):
+        """The task's serving part (core.tasks.serving.TaskServing); None when the task is not served."""
+        return self.task_object.serving()
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while the model computes (a serving part's answers take it too)."""
+        return self._lock
+
+    def __getattr__(self, name: str):
+        """An answer the task's serving part defines itself (a name in its `answers` that is a method of it,
+        called with this predictor first), e.g. FeatureServing's predict_rows."""
+        if name.startswith("_") or "task_object" not in self.__dict__:
+            raise AttributeError(name)
+        serving = self.serving
+        method = getattr(type(serving), name, None) if serving is not None else None
+        if name not in getattr(serving, "answers", ()) or not callable(method):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return functools.partial(getattr(serving, name), self)
+
+    @cached_property
     def shape(self) -> ServingShape:
         """What the model reads: catalogue size, history window, feature count (0 where the task has none)."""
         from core.tasks.serving import ServingShape
 
-        serving = self.task_object.serving()
+        serving = self.serving
         return serving.shape(self.model) if serving is not None else ServingShape()
 
     @property
@@ -180,7 +202,7 @@ class Predictor:
 
     def preview_quality(self, labels_in_order) -> tuple[str, float | None] | None:
         """ranked_list: (name, value) of the order shown against its true labels (TaskServing.preview_quality)."""
-        serving = self.task_object.serving()
+        serving = self.serving
         return None if serving is None else serving.preview_quality(labels_in_order)
 
     # ---- sentiment -------------------------------------------------------------------------------------------
@@ -388,6 +410,11 @@ class Predictor:
                 chunk = torch.from_numpy(x[start:start + RANK_ROWS]).to(self.device)
                 out[start:start + len(chunk)] = self.model(chunk).float().to(HOST).numpy()
         return out
+
+    def rows(self, values, what: str) -> np.ndarray:
+        """`values` as an (n, n_features) float32 array of finite numbers (one row alone is a batch of one);
+        DataError naming the first row and number that is not."""
+        return self._matrix(values, what)
 
     def _matrix(self, values, what: str) -> np.ndarray:
         try:

@@ -21,8 +21,9 @@ its training code. `Task.serving()` is an instance for the task's options; for a
 What the export's standalone serve.py (core/runs/serve.py, stdlib + torch, it imports nothing of this project)
 does for the task travels in the export as a module of its own:
 
-- `standalone`: the file name of the task's serving module for serve.py, beside the serving part's own module
-  (core/tasks/<task>_standalone.py): standard library and torch only, `forward`, `ALIASES` and `Serving` as
+- `standalone`: the file name of the task's serving module for serve.py, beside the module of the class that
+  names it (core/tasks/<task>_standalone.py; core/tasks/feature_standalone.py for FeatureServing and its
+  subclasses, wherever they are written): standard library and torch only, `forward`, `ALIASES` and `Serving` as
   serve.py's module doc says; `amp-console export` copies it into the export folder under that name and names
   it in the manifest (`serving_module`); `standalone_source()` is its bytes.
 """
@@ -105,7 +106,8 @@ class TaskServing(ABC):
         import inspect
         from pathlib import Path
 
-        return Path(inspect.getfile(type(self))).with_name(self.standalone).read_bytes()
+        owner = next(cls for cls in type(self).__mro__ if "standalone" in vars(cls))  # a subclass elsewhere
+        return Path(inspect.getfile(owner)).with_name(self.standalone).read_bytes()
 
 
 class FileScorer:
@@ -158,7 +160,7 @@ class FileScorer:
 
 # ============================================================================== the Model preview
 PREVIEW_INPUTS = ("text", "feature_row", "feature_rows", "id_sequence")
-PREVIEW_OUTPUTS = ("class_probabilities", "score", "ranked_list")
+PREVIEW_OUTPUTS = ("class_probabilities", "score", "values", "ranked_list")
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,8 @@ class PreviewSpec:
     output_kind (PREVIEW_OUTPUTS), what Predictor.preview_answer gives for one input:
       score               one number in [0, 1] (`label` names it; `classes`: the verdicts below / from 0.5)
       class_probabilities one probability per class (`classes` names them)
+      values              the model's numbers (a regression's prediction): `names` names them (default: `label`
+                          for one, label1..labelN for more)
       ranked_list         feature_rows: a score per row, ranked by the page (true labels beside, measured by
                           TaskServing.preview_quality); id_sequence: a Recommendation (top_k items, scores,
                           seen marks, unknown ids)
@@ -196,6 +200,7 @@ class PreviewSpec:
     label: str = "score"  # score: the number's name
     classes: tuple[str, ...] = ()
     column_prefix: str = "x"  # feature_row: the fields' names
+    names: tuple[str, ...] = ()  # values: each number's name
     top_k: int = 10  # ranked_list: the entries asked for (id_sequence) or measured (feature_rows)
 
     def __post_init__(self):

@@ -38,6 +38,7 @@ from app.panels.preview.widgets import (
     ClassesView,
     RankedListView,
     ScoreView,
+    ValuesView,
     brush,
     coloured,
     fmt,
@@ -82,14 +83,16 @@ class Page(QWidget):
 
 
 class _OneAnswerPage(Page):
-    """A page whose input gets one answer: a score (ScoreView) or class probabilities (ClassesView)."""
+    """A page whose input gets one answer: a score (ScoreView), class probabilities (ClassesView) or the model's
+    numbers (ValuesView)."""
 
-    OUTPUTS = ("score", "class_probabilities")
+    OUTPUTS = ("score", "class_probabilities", "values")
+    VIEWS = {"score": ScoreView, "class_probabilities": ClassesView, "values": ValuesView}
 
     def __init__(self, spec, name, submit, parent=None):
         super().__init__(spec, name, submit, parent)
-        self.answer = None  # the last answer shown (a float, or a list of probabilities)
-        self.output = (ScoreView if spec.output_kind == "score" else ClassesView)(spec, name, self)
+        self.answer = None  # the last answer shown (a float, or a list of probabilities or numbers)
+        self.output = self.VIEWS[spec.output_kind](spec, name, self)
 
     @property
     def score(self) -> float | None:

@@ -157,6 +157,51 @@ class ClassesView(QWidget):
         self.infoLabel.setText(coloured(message, ERROR_COLOUR))
 
 
+class ValuesView(QWidget):
+    """output_kind "values": each of the model's numbers under its name (spec.names; spec.label for one,
+    label1..labelN for more), in bold."""
+
+    def __init__(self, spec, name: str, parent=None):
+        super().__init__(parent)
+        self.spec, self.name = spec, name
+        self.names: list[QLabel] = []
+        self.labels: list[QLabel] = []
+        self.grid = QGridLayout()
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(self.grid)
+        layout.addWidget(self.infoLabel)
+
+    def _name(self, i: int, count: int) -> str:
+        if i < len(self.spec.names):
+            return self.spec.names[i]
+        return self.spec.label if count == 1 else f"{self.spec.label}{i + 1}"
+
+    def show_value(self, values: list[float]) -> None:
+        if len(values) != len(self.labels):  # a row per number, built for the model's outputs
+            while self.grid.count():
+                self.grid.takeAt(0).widget().deleteLater()
+            self.names, self.labels = [], []
+            for i in range(len(values)):
+                title = QLabel(self._name(i, len(values)), objectName=f"{self.name}Value{i}Name")
+                label = QLabel("–", objectName=f"{self.name}Value{i}Label")
+                label.setTextFormat(Qt.TextFormat.RichText)
+                label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+                self.grid.addWidget(title, i, 0)
+                self.grid.addWidget(label, i, 1, Qt.AlignmentFlag.AlignLeft)
+                self.names.append(title)
+                self.labels.append(label)
+            self.grid.setColumnStretch(1, 1)
+        for label, value in zip(self.labels, values):
+            label.setText(f"<b>{fmt(value)}</b>")
+        self.infoLabel.setText("")
+
+    def show_error(self, message: str) -> None:
+        self.infoLabel.setText(coloured(message, ERROR_COLOUR))
+
+
 class RankedListView(QWidget):
     """output_kind "ranked_list": a table of entries by the model's score, highest first (rank, entry, score and
     a last column the input kind names: a seen mark, a true label), and a line about the list."""

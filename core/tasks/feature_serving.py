@@ -1,0 +1,192 @@
+"""A serving part for any task whose model reads a row of numbers: x (B, F) float32 -> y (B, O) float32.
+
+A task whose model takes a batch of feature rows (a regression, a classifier over measurements) is served by
+naming this class from its `serving_class()`, or a subclass that sets what differs, with no code of its own:
+
+    @classmethod
+    def serving_class(cls):
+        from core.tasks.feature_serving import FeatureServing
+        return FeatureServing
+
+It gives the task everything core.tasks.serving's TaskServing names: an export (torch.export program, ONNX, or
+safetensors weights) of the model's outputs (`probabilities = True`: softmax over them, a classifier's), sample
+inputs, the manifest, `amp-console predict` over a file of rows (x1..xF, f1..fF, or exactly F numeric columns ->
+one column per output), the Predictor's answers (`predict_rows`, `example_rows`: rows of the run's validation
+data) and the window's Model preview (a field per number; the outputs named as predict names them).
+
+What a subclass may set: `output_names` (the output columns, default y for one output, y1..yO for more; p0..pC-1
+with `probabilities`), `probabilities`, `preview` (a PreviewSpec: its words, `classes` for probabilities), and
+`features(model)` when the model's first nn.Linear does not say how many numbers it reads.
+
+serve.py serves the program and ONNX exports through feature_standalone.py (beside this module). A safetensors
+export holds the weights only: serve.py computes the built-in tasks' models from their weights in plain torch,
+but it has no code for a task's own model, so it says so and names the formats it serves.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from core.errors import DataError
+from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
+
+
+class FeatureModule(nn.Module):
+    """x (B, F) float32 -> (B, O) float32: the model's outputs (a 1-D output is one column), as probabilities
+    (softmax) when `probabilities`; the input is cast to the model's dtype (an export in a reduced dtype)."""
+
+    def __init__(self, model: nn.Module, probabilities: bool):
+        super().__init__()
+        self.model = model
+        self.probabilities = probabilities
+        self.dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(x.to(self.dtype)).float()
+        if out.dim() == 1:
+            out = out.unsqueeze(-1)
+        return torch.softmax(out, dim=-1) if self.probabilities else out
+
+
+def first_linear_inputs(model: nn.Module) -> int:
+    """The input width of `model`'s first nn.Linear (0 when it has none)."""
+    return next((int(m.in_features) for m in model.modules() if isinstance(m, nn.Linear)), 0)
+
+
+class FeatureFileScorer(FileScorer):
+    """`predict` over a file of rows: F numeric columns (x1..xF, f1..fF, or exactly F columns) -> line, the
+    output columns (and `predicted`, the likeliest class, for probabilities)."""
+
+    unit = "rows"
+    column_pattern = r"[xf]\d+"
+
+    def __init__(self, predictor, reader, options):
+        import pyarrow as pa
+
+        super().__init__(predictor, reader, options)
+        width = predictor.n_features
+        for prefix in ("x", "f"):
+            found = [reader.find(f"{prefix}{i}") for i in range(1, width + 1)]
+            if all(found):
+                break
+        else:
+            from core.data.formats import normalise_name
+
+            rest = [c for c in reader.columns if normalise_name(c) not in ("label", "y", "line", "row", "id")]
+            if len(rest) != width:
+                raise DataError(f"{reader.path}: the {predictor.task} model reads {width} numeric columns "
+                                f"(x1..x{width}, f1..f{width}, or exactly {width} columns); {reader.columns_note()}")
+            found = rest
+        self.features = found
+        reader.use(found)
+        self.names, self.probabilities = self.outputs()
+        fields = [(self.line_column, pa.int64())] + [(name, pa.float32()) for name in self.names]
+        if self.probabilities:
+            fields.append(("predicted", pa.int64()))
+        self.schema = pa.schema(fields)
+
+    def outputs(self) -> tuple[list[str], bool]:
+        """The output columns' names, and whether they are class probabilities."""
+        serving = self.predictor.serving
+        return serving.output_columns(self.predictor.model), serving.probabilities
+
+    def answer(self, x):
+        """(n, O) float32 outputs of (n, F) rows."""
+        return self.predictor.predict_rows(x)
+
+    def score(self, batch, lines, report):
+        import numpy as np
+        import pyarrow as pa
+
+        from core.data.row_checks import Checks, numbers
+
+        checks = Checks(batch.num_rows)
+        x = np.stack([numbers(batch.column(c), self.reader.shown(c), checks) for c in self.features], axis=1) \
+            if batch.num_rows else np.zeros((0, len(self.features)), np.float32)
+        good = self._good(batch, lines, checks, report)
+        for rows in self._slices(good):
+            y = self.answer(x[rows])
+            self.scored += len(rows)
+            columns = {self.line_column: pa.array(lines[rows])}
+            columns.update((name, pa.array(y[:, i])) for i, name in enumerate(self.names))
+            if self.probabilities:
+                columns["predicted"] = pa.array(y.argmax(1).astype(np.int64))
+            yield pa.table(columns, schema=self.schema)
+
+
+class FeatureServing(TaskServing):
+    """Feature rows in, the model's outputs (or class probabilities) out; see the module doc."""
+
+    input_name, output_name = "x", "y"
+    probabilities: ClassVar[bool] = False  # softmax over the outputs: class probabilities
+    output_names: ClassVar[tuple[str, ...]] = ()  # () -> y (one output), y1..yO; p0..pC-1 for probabilities
+    standalone = "feature_standalone.py"  # serve.py's part (core.tasks.serving), beside this module
+    answers = ("predict_rows", "example_rows")
+    file_scorer = FeatureFileScorer
+    preview = PreviewSpec("feature_row", "values", answer="predict_rows", examples="example_rows", noun="row",
+                          column_prefix="x", label="y")
+
+    # ---- what the model reads and gives
+    def features(self, model: nn.Module) -> int:
+        """The numbers per input row: the first nn.Linear's inputs, else the task's `features` option."""
+        width = first_linear_inputs(model) or int(self.opts.get("features", 0) or 0)
+        if width <= 0:
+            raise DataError(f"the {self.task.name} model's input width is unknown: its serving part "
+                            f"(FeatureServing) reads it from the model's first nn.Linear; define features(model)")
+        return width
+
+    def output_columns(self, model: nn.Module) -> list[str]:
+        """The outputs' names, one per column of the module's output (worked out by running one zero row)."""
+        if self.output_names:
+            return list(self.output_names)
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                width = FeatureModule(model, False)(torch.zeros(1, self.features(model), device=device)).shape[-1]
+        finally:
+            model.train(was_training)
+        if self.probabilities:
+            return [f"p{c}" for c in range(width)]
+        return ["y"] if width == 1 else [f"y{i}" for i in range(1, width + 1)]
+
+    def module(self, model: nn.Module, fmt: str) -> nn.Module:
+        return FeatureModule(model, self.probabilities)
+
+    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+        return torch.randn(rows, self.features(model), generator=torch.Generator().manual_seed(seed))
+
+    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+        features, names = self.features(model), self.output_columns(model)
+        meaning = ("class probabilities (softmax), column c = class c" if self.probabilities
+                   else "the model's outputs, column i = " + ", ".join(names))
+        return {"inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
+                "outputs": [{"name": self.output_name, "shape": ["batch", len(names)], "dtype": "float32",
+                             "meaning": meaning}],
+                "serving": {"features": features, "outputs": names, "probabilities": self.probabilities}}
+
+    def shape(self, model: nn.Module) -> ServingShape:
+        return ServingShape(n_features=self.features(model))
+
+    # ---- the Predictor's answers (core.runs.predict: called with the predictor first)
+    def predict_rows(self, predictor, x):
+        """(n, F) rows (or one row) -> (n, O) float32 outputs, as the export computes them."""
+        x = predictor.rows(x, "x")
+        with predictor.lock, torch.inference_mode():
+            out = FeatureModule(predictor.model, self.probabilities)(torch.from_numpy(x).to(predictor.device))
+            return out.to("cpu").numpy()
+
+    def example_rows(self, predictor, limit: int = 200):
+        """The first `limit` rows of the run's validation data (its test data when it has none), as float32."""
+        import numpy as np
+
+        data = self.task.load_data(str(predictor.config.get("data") or ""), int(predictor.config.get("seed", 0)))
+        split = data.val if data.val else data.test
+        x = (split or {}).get("x")
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            return np.zeros((0, predictor.n_features), np.float32)
+        return x[:limit].float().numpy()
