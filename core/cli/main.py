@@ -207,6 +207,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="first steps:\n"
                "  amp-console devices                       what this machine can run\n"
                "  amp-console tasks recommender             a task's options, defaults and ranges\n"
+               "  amp-console tasks new my_task             a task file of your own to start from\n"
                "  amp-console bench --task tiny             time fp32/tf32/fp16/bf16 and get a recommendation\n"
                "  amp-console train --task tiny --precision bf16\n"
                "`amp-console COMMAND --help` explains each command.")
