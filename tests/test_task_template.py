@@ -220,6 +220,32 @@ def test_a_folder_without_write_permission(tmp_path, capsys):
     assert f"{folder / 'x.py'}: cannot write in {folder}" in line
 
 
+def test_a_folder_it_cannot_write_in(tmp_path, capsys, monkeypatch):
+    import core.tasks.new_task as new_task
+
+    def refused(folder, prefix, suffix=".tmp"):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(new_task, "new_temp_file", refused)
+    line = one_line_error(*run_main(["tasks", "new", "x", "--out", tmp_path], capsys)[::2])
+    assert f"tasks new: {tmp_path / 'x.py'}: cannot write in {tmp_path}: Permission denied" in line
+
+
+def test_a_file_system_without_hard_links(tmp_path, capsys, monkeypatch):
+    """The file is then created with O_EXCL (which never follows a link either): the same rules, the same text."""
+    import errno
+
+    def no_links(src, dst, **kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    code, _out, err = run_main(["tasks", "new", "x", "--out", tmp_path], capsys)
+    assert code == 0, err
+    assert (tmp_path / "x.py").read_text() == task_file_text("x") and os.listdir(tmp_path) == ["x.py"]
+    line = one_line_error(*run_main(["tasks", "new", "x", "--out", tmp_path], capsys)[::2])
+    assert "x.py: already exists (a file)" in line
+
+
 @pytest.mark.slow
 def test_the_real_cli_writes_and_trains_it(tmp_path):
     """`python -m core.cli`, as a user runs it: tasks new, then train in bf16 from the folder it is in."""

@@ -101,7 +101,7 @@ def create_file(path: Path, payload: bytes) -> None:
                 f.write(payload)
                 f.flush()
                 os.fsync(f.fileno())
-            os.link(tmp, path, follow_symlinks=False)  # EEXIST when anything is there, a dangling link included
+            os.link(tmp, path)  # EEXIST when any entry is at `path`, a link to nothing included; none is followed
         except FileExistsError:
             _refuse_existing(path)
             raise ConfigError("out", f"{shown}: already exists; it is never overwritten") from None
