@@ -89,9 +89,15 @@ def _option_rows(info) -> list[dict]:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    """`tasks`: every task with its options (no torch); `tasks NAME`: one task in full, with its size."""
+    """`tasks`: every task with its options (no torch); `tasks NAME`: one task in full, with its size;
+    `tasks new NAME`: a task file to start from."""
     from core.tasks import get_task_info, task_infos
 
+    if args.name == "new":
+        return cmd_tasks_new(args)
+    if args.new_name is not None or args.out is not None:
+        what = f"'{args.new_name}'" if args.new_name is not None else "--out"
+        return fail_bad_input(f"tasks: {what} goes with `tasks new NAME [--out PATH]` only")
     if args.name is not None:
         try:
             info = get_task_info(args.name)
@@ -117,6 +123,32 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         console.print(_options_table(info, indent=2))
     console.print("Set an option with -o NAME=VALUE (train, bench, inspect); "
                   "`amp-console tasks NAME` shows one task with its parameter count.")
+    return 0
+
+
+def cmd_tasks_new(args: argparse.Namespace) -> int:
+    """`tasks new NAME [--out PATH]`: write the commented task file to start from, then say how to train it."""
+    import shlex
+
+    from core.tasks.new_task import NAME_RULE, write_task_file
+
+    if args.new_name is None:
+        return fail_bad_input(f"tasks new: name the task: amp-console tasks new NAME ({NAME_RULE})")
+    if args.json or args.task is not None:
+        return fail_bad_input(f"tasks new: {'--json' if args.json else '--task'} does not go with `tasks new`")
+    try:
+        written = write_task_file(args.new_name, args.out)
+    except ConfigError as exc:
+        return fail_bad_input(f"tasks new: {str(exc).split(': ', 1)[1]}")
+    file = shlex.quote(str(written.path))
+    run = shlex.quote(str(written.path.parent / "runs" / written.task_name))
+    print(f"wrote {written.path}: task {written.task_name!r} ({written.class_name}), a classifier of synthetic "
+          f"points that trains as it is; its comments say what to change for your model and data.")
+    print("next:")
+    for line in (f"amp-console tasks {written.task_name} --task {file}",
+                 f"amp-console train --task {file} --precision bf16 --out {run}",
+                 f"amp-console evaluate {run} --task {file}"):
+        print(f"  {line}")
     return 0
 
 
@@ -175,6 +207,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="first steps:\n"
                "  amp-console devices                       what this machine can run\n"
                "  amp-console tasks recommender             a task's options, defaults and ranges\n"
+               "  amp-console tasks new my_task             a task file of your own to start from\n"
                "  amp-console bench --task tiny             time fp32/tf32/fp16/bf16 and get a recommendation\n"
                "  amp-console train --task tiny --precision bf16\n"
                "`amp-console COMMAND --help` explains each command.")
@@ -182,11 +215,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     devices = sub.add_parser("devices", help="list devices and the precision modes each supports")
     devices.add_argument("--json", action="store_true", help="print a JSON list")
     devices.set_defaults(handler=cmd_devices)
-    tasks = sub.add_parser("tasks", help="list the tasks (models + data) you can train and their options",
+    tasks = sub.add_parser("tasks", help="list the tasks (models + data) you can train and their options; "
+                                         "`tasks new NAME` writes a task file of your own to start from",
+                           usage="amp-console tasks [NAME] [--json] [--task FILE.py:CLASS]\n"
+                                 "       amp-console tasks new NAME [--out PATH]",
                            description="Without NAME: every task with its options, defaults and ranges. "
-                                       "With NAME: that task in full, with its model's parameter count.")
-    tasks.add_argument("name", nargs="?", metavar="NAME", help="one task to describe (e.g. recommender)")
+                                       "With NAME: that task in full, with its model's parameter count. "
+                                       "`tasks new NAME`: write NAME.py (or --out PATH), a commented task file "
+                                       "that trains as it is, to change into your own model and data "
+                                       "(docs/tasks.md); it never overwrites a file. (`new` is the command "
+                                       "here, never a task's name.)")
+    tasks.add_argument("name", nargs="?", metavar="NAME", help="one task to describe (e.g. recommender), or new")
+    tasks.add_argument("new_name", nargs="?", metavar="NEW_NAME", help=argparse.SUPPRESS)
     tasks.add_argument("--json", action="store_true", help="print JSON (a list, or one object for NAME)")
+    tasks.add_argument("--out", metavar="PATH", default=None,
+                       help="with `tasks new NAME`: the file to write (default ./NAME.py; a folder: NAME.py in it)")
     add_task_file_flag(tasks)
     tasks.set_defaults(handler=cmd_tasks)
     for module in command_modules(command):

@@ -1,0 +1,163 @@
+"""`amp-console tasks new NAME`: a task file to start from, written from core/tasks/template.py.
+
+The template is a real task module (linted, imported and trained by the tests); its text from the docstring on
+is copied with its class, name and file name replaced by NAME's. The file is created atomically and only where
+nothing is: written in full to a temporary file beside it, then hard-linked to its name, which fails when any
+entry is there (a file, a folder, a symbolic link even to nothing: a link is never followed or replaced).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ConfigError
+from core.files import new_temp_file, shown_path
+
+TEMPLATE = Path(__file__).with_name("template.py")
+NAME_RULE = "letters, digits and _, starting with a letter, at most 40 characters, e.g. my_task"
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,39}$")
+
+
+@dataclass(frozen=True)
+class NewTaskFile:
+    """What `write_task_file` wrote: the file, the task's name in it and its class."""
+
+    path: Path
+    task_name: str
+    class_name: str
+
+
+def task_names(name: str) -> tuple[str, str]:
+    """(the task's name, its class name) for NAME: my_task -> ("my_task", "MyTask"); digits -> ("digits",
+    "DigitsTask"). ConfigError("name", ...) for a NAME that is not one, or is a built-in task's."""
+    from core.tasks import TASK_NAMES
+
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ConfigError("name", f"{name!r} is not a task name: use {NAME_RULE}")
+    task_name = name.lower()
+    if task_name in TASK_NAMES:
+        raise ConfigError("name", f"{name!r} is a built-in task's name: pick another")
+    camel = "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+    class_name = camel if camel.lower().endswith("task") and camel != "Task" else camel + "Task"
+    return task_name, class_name
+
+
+def template_source() -> str:
+    """The template module's text as a task file has it: without its leading comment lines."""
+    lines = TEMPLATE.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    return "".join(lines[start:])
+
+
+def task_file_text(name: str, file_name: str | None = None) -> str:
+    """The task file for NAME: the template with TemplateTask, "template" and template.py renamed."""
+    task_name, class_name = task_names(name)
+    text = template_source().replace("template.py", file_name or f"{name}.py")
+    text = text.replace("TemplateTask", class_name)
+    return re.sub(r"\btemplate\b", task_name, text)
+
+
+def target_path(name: str, out: str | os.PathLike | None = None) -> Path:
+    """Where `tasks new NAME [--out PATH]` writes: ./NAME.py, PATH, or NAME.py inside PATH when it is a
+    folder. ConfigError("out", ...) for a path that cannot be one."""
+    path = Path(os.fspath(out)) if out is not None and os.fspath(out) != "" else Path(f"{name}.py")
+    if out is not None and os.path.isdir(path) and not os.path.islink(path):
+        path = path / f"{name}.py"
+    shown = shown_path(path)
+    if path.suffix != ".py":
+        raise ConfigError("out", f"{shown}: a task file's name ends in .py")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ConfigError("out", f"{shown}: its folder {shown_path(folder)} {what}")
+    return path
+
+
+def write_task_file(name: str, out: str | os.PathLike | None = None) -> NewTaskFile:
+    """Write the task file for NAME (see target_path) and return what was written. Nothing that is there is
+    overwritten or followed: ConfigError("out", ...) names the path and what is in the way."""
+    task_name, class_name = task_names(name)
+    path = target_path(name, out)
+    text = task_file_text(name, path.name)
+    create_file(path, text.encode("utf-8"))
+    return NewTaskFile(path, task_name, class_name)
+
+
+def create_file(path: Path, payload: bytes) -> None:
+    """`path` created holding `payload`, complete or not at all, and only where no entry of that name is."""
+    shown = shown_path(path)
+    _refuse_existing(path)
+    try:
+        fd, tmp = new_temp_file(path.parent, f".{path.name}.")
+    except OSError as exc:
+        raise ConfigError("out", f"{shown}: cannot write in {shown_path(path.parent)}: {_cause(exc)}") from None
+    try:
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)  # EEXIST when any entry is at `path`, a link to nothing included; none is followed
+        except FileExistsError:
+            _refuse_existing(path)
+            raise ConfigError("out", f"{shown}: already exists; it is never overwritten") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise ConfigError("out", f"{shown}: cannot write it: {_cause(exc)}") from None
+            _create_without_link(path, payload)  # a file system without hard links
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+    _fsync_folder(path.parent)
+
+
+def _create_without_link(path: Path, payload: bytes) -> None:
+    """O_CREAT | O_EXCL (never follows a link, fails on any entry there); removed again if the write fails."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileExistsError:
+        _refuse_existing(path)
+        raise ConfigError("out", f"{shown_path(path)}: already exists; it is never overwritten") from None
+    except OSError as exc:
+        raise ConfigError("out", f"{shown_path(path)}: cannot write it: {_cause(exc)}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(path)
+        raise
+
+
+def _refuse_existing(path: Path) -> None:
+    shown = shown_path(path)
+    if os.path.islink(path):
+        raise ConfigError("out", f"{shown}: is a symbolic link; a task file is never written through one")
+    if os.path.lexists(path):
+        what = "a folder" if os.path.isdir(path) else "a file"
+        raise ConfigError("out", f"{shown}: already exists ({what}); it is never overwritten")
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _cause(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
