@@ -20,6 +20,7 @@ from pathlib import Path
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox
 
+LABEL_CHARACTERS = 48  # a broken file's entry in the picker, cut to this (its tooltip has all of it)
 PENDING = "file:"  # the picker's key of a task listed but not loaded: PENDING + its reference
 RUNS_CODE = ("Loading a task runs its Python code in this window's process (and in every run that trains it), "
              "with your permissions. Load only files you trust.")
@@ -79,8 +80,9 @@ class TaskActions:
                                              f"{about}{reference}\nLoaded (its code runs) when you pick it.")
 
     def _list_broken(self, reference: str, problem: str) -> None:
-        self.window.setupPanel.list_task(PENDING + reference, f"{short_name(reference)}: cannot be used",
-                                         f"{reference}: {problem}", enabled=False)
+        label = f"{short_name(reference)}: {problem}"  # disabled items show no tooltip on every platform
+        label = label if len(label) <= LABEL_CHARACTERS else label[: LABEL_CHARACTERS - 1] + "…"
+        self.window.setupPanel.list_task(PENDING + reference, label, f"{reference}: {problem}", enabled=False)
 
     # ------------------------------------------------------------------ adding
     def _start_folder(self) -> str:

@@ -197,7 +197,8 @@ def unknown_task_message(name: str, task_file: str = "") -> str:
     reference is known (`task_file`, a run's saved one), how to load it."""
     if task_file:
         return (f"task {name!r} is defined in {task_file}, which is not loaded here (a task file runs code, so it "
-                f"is never loaded because a run or a checkpoint names it): give it with --task {task_file}")
+                f"is never loaded because a run or a checkpoint names it): give it with --task {task_file}, or add "
+                f"it in the window (File > Add task...)")
     names = task_names()
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

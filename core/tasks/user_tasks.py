@@ -8,8 +8,8 @@ A task reference names one Task class:
   my_task = "package.module:MyTask"`): listed by its name, loaded when it is used.
 
 Loading a task runs its code, so nothing here loads one implicitly: `load_task(reference)` is called for a
-reference the user gave (the CLI's --task, a config handed to `train` that names its `task_file`), and
-listing the installed ones reads their packages' metadata and source text only
+reference the user gave (the CLI's --task, the window's File > Add task..., a config handed to `train` that
+names its `task_file`), and listing the installed ones reads their packages' metadata and source text only
 (core.tasks.catalog), never importing them. A run folder or a checkpoint only names its task and where it came
 from: resuming or using it asks for the reference when the task is not loaded.
 

@@ -175,7 +175,7 @@ def test_a_task_file_is_remembered_and_listed_without_running_it(qtbot, make_win
     text, enabled, tooltip = entries[PENDING + reference]
     assert text == "regression (my_task.py)" and enabled and "when you pick it" in tooltip
     text, enabled, tooltip = entries[PENDING + gone]
-    assert text == "gone.py: cannot be used" and not enabled and "no such file" in tooltip
+    assert text == "gone.py: no such file" and not enabled and "no such file" in tooltip
     assert not path.with_suffix(".ran").exists()  # listed from its source: nothing ran at start-up
     assert second.setupPanel.taskCombo.currentData() == "tiny"
     assert "pick it in the task list" in second.logPanel.toPlainText()
