@@ -223,6 +223,7 @@ def test_why_a_task_file_cannot_be_listed(tmp_path):
     assert source_problem(str(broken)).startswith("syntax error at line 1")
     path = marked_copy(tmp_path)
     assert source_problem(str(path)) == ""
-    path.write_text(path.read_text() + "\n\nclass Other(Task):\n    name = 'other'\n")
-    assert task_class_names(path) == ["RegressionTask", "Other"]
+    path.write_text(path.read_text() + "\n\nclass Other(Task):\n    name = 'other'\n\n\n"
+                    "class Wider(RegressionTask):\n    name = 'wider'\n")
+    assert task_class_names(path) == ["RegressionTask", "Other", "Wider"]
     assert not path.with_suffix(".ran").exists()

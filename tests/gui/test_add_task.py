@@ -186,3 +186,42 @@ def test_a_task_file_is_remembered_and_listed_without_running_it(qtbot, make_win
     assert path.with_suffix(".ran").exists() and not dialogs.asked[1:]  # asked once, in the first window
     assert find(second, "hiddenOptionEdit").value() == 12  # the form it was saved with
     assert combo.findData(PENDING + reference) < 0 and not combo_entries(second)[PENDING + gone][1]
+
+
+@pytest.mark.timeout(120)
+def test_a_file_with_several_tasks_asks_which(qtbot, window, tmp_path, dialogs, monkeypatch):
+    from PySide6.QtWidgets import QInputDialog
+
+    path = task_file(tmp_path, "two_tasks.py")
+    path.write_text(path.read_text() + "\n\nclass WideTask(RegressionTask):\n    name = 'wide'\n"
+                    "    description = 'the regression task, wider'\n")
+    offered = []
+    monkeypatch.setattr(QInputDialog, "getItem",
+                        lambda _parent, _title, _label, items, *a, **k: offered.append(items) or ("WideTask", True))
+    add_task(qtbot, window, dialogs, path)
+    assert offered == [["RegressionTask", "WideTask"]]
+    combo = window.setupPanel.taskCombo
+    assert combo.currentData() == "wide" and "regression" not in combo_entries(window)
+    assert json.loads(window.settings.value(USER_TASKS_KEY)) == [f"{path.resolve()}:WideTask"]
+
+
+@pytest.mark.timeout(120)
+def test_a_task_from_a_module(qtbot, window, tmp_path, dialogs, monkeypatch):
+    from PySide6.QtWidgets import QInputDialog
+
+    package = tmp_path / "my_window_tasks"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "regression.py").write_text(TASK_FILE.read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    typed = iter(["no_such_package.tasks:MyTask", "my_window_tasks.regression:RegressionTask"])
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: (next(typed), True))
+    window.task_actions.add_module_action.trigger()
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=60_000)
+    assert "no module named 'no_such_package'" in window.statusBarWidget.message.text()
+    window.task_actions.add_module_action.trigger()
+    qtbot.waitUntil(lambda: window.setupPanel.taskCombo.currentData() == "regression", timeout=60_000)
+    assert window.setupPanel.taskCombo.currentText() == "regression (my_window_tasks.regression)"
+    assert len(dialogs.asked) == 2
+    sys.modules.pop("my_window_tasks.regression", None)
+    sys.modules.pop("my_window_tasks", None)
