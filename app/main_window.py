@@ -18,6 +18,7 @@ from app.file_actions import FileActions
 from app.panels.attach import RemoteActions
 from app.run.controller import RunController
 from app.run.jobs import GuiThreadGarbageCollector, JobRunner
+from app.task_actions import TaskActions
 from app.tool_actions import ToolActions
 from app.window_layout import build_menus, build_widgets
 from app.window_settings import WindowSettings
@@ -76,6 +77,7 @@ class MainWindow(QMainWindow):
         self._close_deadline.timeout.connect(self._finish_close)
         build_widgets(self)
         self.file_actions = FileActions(self)
+        self.task_actions = TaskActions(self)  # File → Add task…: the user's task files
         self.tools = ToolActions(self)  # compare, inspect, the finders, the summary, the sweep
         self.remote = RemoteActions(self)  # hosts, Start on a host, File → Attach to run…
         build_menus(self)
@@ -86,7 +88,6 @@ class MainWindow(QMainWindow):
         self.window_settings.restore_geometry(self)
         self._update_buttons()
 
-    # ------------------------------------------------------------------ layout
     # ------------------------------------------------------------------ engine
     def load_engine(self) -> None:
         """Import core (torch) and pyqtgraph, list devices, build the form and plots, restore last settings."""
@@ -102,6 +103,7 @@ class MainWindow(QMainWindow):
 
             self.devicesPanel.set_provider(list_devices)
         self.setupPanel.populate(TASKS, FIELD_SPECS)
+        self.task_actions.list_remembered()  # from their source: no user code runs at start-up
         self.devicesPanel.refresh()
         self.remote.load_hosts()
         self.plotsPanel.build()
@@ -347,6 +349,7 @@ class MainWindow(QMainWindow):
         self.previewAction.setEnabled(self.engine_ready)
         self._update_title()
         self.file_actions.update_enabled(running=running, busy=self.jobs.busy)
+        self.task_actions.update_enabled(running)
         self.remote.update_enabled(running)
 
     # ------------------------------------------------------------------ events

@@ -108,6 +108,8 @@ def build_menus(window) -> None:
     file_menu = window.menuBar().addMenu("&File")
     window.file_actions.add_to_menu(file_menu)
     file_menu.addSeparator()
+    window.task_actions.add_to_menu(file_menu)
+    file_menu.addSeparator()
     window.historyAction = QAction("Run &history…", window, shortcut="Ctrl+H", triggered=window.show_history)
     file_menu.addAction(window.historyAction)
     window.remote.add_to_menu(file_menu)

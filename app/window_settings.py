@@ -23,6 +23,7 @@ SPLITTER_KEYS = ("window/mainSplitter", "window/rightSplitter")
 HOSTS_KEY = "remote/hosts"  # JSON: [{"dest", "command"}], the hosts of the devices panel; never a password or key
 RECENT_RUNS_KEY = "remote/recentRuns"  # JSON: the runs last started on a host or attached, newest first
 RECENT_RUNS = 10
+USER_TASKS_KEY = "tasks/files"  # JSON: the references of the task files added with File → Add task…
 DEFAULT_SIZE = (1400, 860)
 GEOMETRY_MAGIC = 0x1D9D0CB  # what QWidget.saveGeometry() writes first
 GEOMETRY_VERSION = 3  # the newest layout of that record Qt 6 reads
@@ -137,6 +138,8 @@ class WindowSettings:
 
     def __init__(self, store: QSettings):
         self.store = store
+        self.deferred: dict | None = None  # the saved form of a task file not loaded yet (see restore_run_setup)
+        self._form_then: dict | None = None  # the form shown meanwhile: saving it again keeps the deferred one
 
     # ------------------------------------------------------------------ reading, defensively
     def _value(self, key: str, notes: list[str]):
@@ -218,12 +221,36 @@ class WindowSettings:
         notes: list[str] = []
         try:
             data = self._saved_config_dict(notes)
+            if data is not None and self._is_unloaded_task_file(data.get("task")):
+                # Its code runs only when the user picks it: the saved form comes back then (restore_deferred).
+                self.deferred, data = data, None
+                window.logPanel.log(f"The last settings were for the task {self.deferred['task']!r} (a task "
+                                    "file): pick it in the task list to load it and get them back.")
             if data is not None:
                 window.apply_config(config_from_saved(data, notes))
         except Exception as exc:  # noqa: BLE001 - whatever was saved, the window comes up with the defaults
             notes.append(f"ignored the saved run settings ({type(exc).__name__}: {exc}); using the defaults")
         window.setupPanel.set_execution(self._int(PROCESSES_KEY, 1, notes),
                                         self._bool(SEPARATE_PROCESS_KEY, True, notes))
+        if self.deferred is not None:
+            self._form_then = self._config_to_save(window)
+        self._log(window, notes)
+
+    @staticmethod
+    def _is_unloaded_task_file(task) -> bool:
+        from core.tasks import TASKS, task_source
+
+        return isinstance(task, str) and task not in TASKS and bool(task_source(task))
+
+    def restore_deferred(self, window, task: str) -> None:
+        """The form saved with task file `task`, kept aside at start-up, now that the task is loaded."""
+        if self.deferred is None or self.deferred.get("task") != task:
+            return
+        data, self.deferred, notes = self.deferred, None, []
+        try:
+            window.apply_config(config_from_saved(data, notes))
+        except Exception as exc:  # noqa: BLE001 - a bad saved form costs the form, never the window
+            notes.append(f"ignored the saved run settings ({type(exc).__name__}: {exc})")
         self._log(window, notes)
 
     def restore_geometry(self, window) -> None:
@@ -279,6 +306,15 @@ class WindowSettings:
         self.store.setValue(RECENT_RUNS_KEY, json.dumps(runs))
         self.store.sync()
 
+    def user_tasks(self) -> list[str]:
+        """The references of the task files added in the window (text only), in the order they were added."""
+        return list(dict.fromkeys(item for item in self._json_list(USER_TASKS_KEY)
+                                  if isinstance(item, str) and item.strip()))
+
+    def set_user_tasks(self, references: list[str]) -> None:
+        self.store.setValue(USER_TASKS_KEY, json.dumps(list(dict.fromkeys(references))))
+        self.store.sync()
+
     def runs_root(self) -> str:
         """The runs root the user chose in the window ('' for the default: $AMP_CONSOLE_RUNS_DIR or the
         user's data folder). A value that is not text is ignored."""
@@ -330,6 +366,10 @@ class WindowSettings:
                 data = self._config_to_save(window)
             except Exception:  # noqa: BLE001 - saving must never break closing the window; the last save stays
                 data = None
+            if self.deferred is not None and data == self._form_then:
+                data = None  # the form untouched since start-up: the saved task file's form stays saved
+            elif self.deferred is not None:
+                self.deferred = None  # the user moved on: picking that task later starts from its defaults
             if data is not None:
                 self.store.setValue(CONFIG_KEY, json.dumps(data))
             self.store.setValue(PROCESSES_KEY, window.setupPanel.processes())

@@ -193,3 +193,37 @@ def test_one_rule_says_which_way_is_better(metric, mode):
 
     assert resolve_mode(metric, "auto") == mode
     assert lower_is_better(metric) == (mode == "min")
+
+
+def test_a_remembered_task_is_read_once_until_its_file_changes(tmp_path, monkeypatch):
+    import core.tasks.catalog as catalog
+
+    path = marked_copy(tmp_path)
+    reads = []
+    real = catalog.read_task_info
+    monkeypatch.setattr(catalog, "read_task_info", lambda *a: reads.append(a) or real(*a))
+    registry.remember_task(f"{path}:RegressionTask")
+    for _ in range(3):
+        assert registry.task_infos()["regression"].description.startswith("an MLP")
+    assert len(reads) == 1
+    path.write_text(path.read_text().replace("an MLP fitting", "a network fitting"))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000_000))
+    assert registry.task_infos()["regression"].description.startswith("a network fitting")
+    assert len(reads) == 2
+    assert not path.with_suffix(".ran").exists()
+
+
+def test_why_a_task_file_cannot_be_listed(tmp_path):
+    from core.tasks.catalog import task_class_names
+    from core.tasks.user_tasks import source_problem
+
+    assert source_problem(f"{tmp_path}/gone.py:Task") == "no such file"
+    broken = tmp_path / "broken.py"
+    broken.write_text("class A(Task)\n    pass\n")
+    assert source_problem(str(broken)).startswith("syntax error at line 1")
+    path = marked_copy(tmp_path)
+    assert source_problem(str(path)) == ""
+    path.write_text(path.read_text() + "\n\nclass Other(Task):\n    name = 'other'\n\n\n"
+                    "class Wider(RegressionTask):\n    name = 'wider'\n")
+    assert task_class_names(path) == ["RegressionTask", "Other", "Wider"]
+    assert not path.with_suffix(".ran").exists()

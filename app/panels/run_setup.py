@@ -71,10 +71,12 @@ class RunSetupPanel(QWidget):
     changed = Signal()
     executionChanged = Signal()  # processes or isolation (app settings, not RunConfig fields)
     toolRequested = Signal(str)  # a "Find…" button beside a field (FIELD_TOOLS): the field's name
+    unloadedTaskChosen = Signal(str)  # a task listed with list_task (not loaded) was picked: its key
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self._tasks: dict = {}
+        self._shown_task = ""  # the task whose options the form shows (the picker goes back to it, see list_task)
         self._device = None
         self._rows: dict[str, FieldRow] = {}
         self._option_rows: dict[str, FieldRow] = {}
@@ -307,6 +309,9 @@ class RunSetupPanel(QWidget):
 
             values["delimiter"] = delimiter_value(values["delimiter"])  # '\t' typed: a tab
         values["task"] = self.taskCombo.currentData() or ""
+        from core.tasks import task_source
+
+        values["task_file"] = task_source(values["task"])  # a user task's file: a child process loads it
         values["task_options"] = {name: row.editor.value() for name, row in self._option_rows.items()}
         values["precision"] = self.precisionCombo.currentData()
         values["device"] = self._device.id if self._device is not None else "auto"
@@ -408,7 +413,42 @@ class RunSetupPanel(QWidget):
         self._on_field_changed()
 
     # ------------------------------------------------------------------ task
+    def add_task(self, cls, label: str = "", key: str = "") -> None:
+        """Offer task class `cls` in the picker (labelled `label`, else its name), in place of the entry
+        listed as `key` (list_task) if there is one; its options get editors when it is picked."""
+        self._tasks[cls.name] = cls
+        index = self.taskCombo.findData(key) if key else -1
+        index = index if index >= 0 else self.taskCombo.findData(cls.name)
+        if index < 0:
+            self.taskCombo.addItem("", None)
+            index = self.taskCombo.count() - 1
+        self.taskCombo.setItemText(index, label or cls.name)
+        self.taskCombo.setItemData(index, cls.name)
+        self.taskCombo.setItemData(index, cls.description, Qt.ItemDataRole.ToolTipRole)
+        self.taskCombo.model().item(index).setEnabled(True)
+        self._align_labels([option_label(option.name) for option in cls.options])
+
+    def list_task(self, key: str, label: str, tooltip: str, enabled: bool = True) -> None:
+        """List a task that is not loaded (a remembered task file) as `key`: picking it emits
+        unloadedTaskChosen(key) and the picker stays on the task shown until add_task brings the class; a
+        disabled entry (a file that cannot be used) says why in its tooltip."""
+        index = self.taskCombo.findData(key)
+        if index < 0:
+            self.taskCombo.addItem(label, key)
+            index = self.taskCombo.count() - 1
+        self.taskCombo.setItemText(index, label)
+        self.taskCombo.setItemData(index, tooltip, Qt.ItemDataRole.ToolTipRole)
+        self.taskCombo.model().item(index).setEnabled(enabled)
+
     def _on_task_changed(self) -> None:
+        chosen = self.taskCombo.currentData()
+        if chosen not in self._tasks and self._tasks:  # listed, not loaded: the window loads it off this thread
+            self.taskCombo.blockSignals(True)
+            self.taskCombo.setCurrentIndex(max(self.taskCombo.findData(self._shown_task), 0))
+            self.taskCombo.blockSignals(False)
+            if not self._loading and chosen:
+                self.unloadedTaskChosen.emit(chosen)
+            return
         self._rebuild_task_options()
         if not self._loading:
             task_cls = self._tasks.get(self.taskCombo.currentData())
@@ -431,6 +471,7 @@ class RunSetupPanel(QWidget):
         task_cls = self._tasks.get(task)
         if task_cls is None:
             return
+        self._shown_task = task
         self.taskDescription.setText(task_cls.description)
         saved = self._option_values.get(task, {})
         model_row = self._fixed_task_rows

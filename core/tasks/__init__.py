@@ -40,6 +40,7 @@ _infos: dict[str, TaskInfo] | None = None
 _references: dict[str, str] = {}  # a user task's name -> its reference (added, remembered or installed)
 _loaded: dict[str, type[Task]] = {}  # the user tasks loaded in this process
 _broken: dict[str, str] = {}  # reference -> why it cannot be loaded (it disables that task only)
+_source_infos: dict[str, tuple[tuple, TaskInfo | None]] = {}  # reference -> ((file, mtime, size), its info)
 _installed_read = False
 
 
@@ -152,7 +153,8 @@ def remember_task(reference: str) -> TaskInfo | None:
 
 
 def _source_info(reference: str) -> TaskInfo | None:
-    """The TaskInfo of a user task read from its source text (nothing is run); None when it cannot be."""
+    """The TaskInfo of a user task read from its source text (nothing is run); None when it cannot be. Read
+    once per reference while its file's modification time and size stay the same."""
     from core.tasks.catalog import find_task_class, read_task_info
     from core.tasks.user_tasks import TaskFileError, module_source_file, split_reference
 
@@ -161,10 +163,20 @@ def _source_info(reference: str) -> TaskInfo | None:
     except TaskFileError:
         return None
     path = Path(target).expanduser() if kind == "file" else module_source_file(target)
-    if path is None or not path.is_file():
+    try:
+        stat = path.stat() if path is not None else None
+    except OSError:
+        stat = None
+    if stat is None or not path.is_file():
         return None
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    cached = _source_infos.get(reference)
+    if cached is not None and cached[0] == key:
+        return cached[1]
     class_name = class_name or find_task_class(path)
-    return read_task_info(path, class_name) if class_name else None
+    info = read_task_info(path, class_name) if class_name else None
+    _source_infos[reference] = (key, info)
+    return info
 
 
 def _read_installed() -> None:
@@ -185,7 +197,8 @@ def unknown_task_message(name: str, task_file: str = "") -> str:
     reference is known (`task_file`, a run's saved one), how to load it."""
     if task_file:
         return (f"task {name!r} is defined in {task_file}, which is not loaded here (a task file runs code, so it "
-                f"is never loaded because a run or a checkpoint names it): give it with --task {task_file}")
+                f"is never loaded because a run or a checkpoint names it): give it with --task {task_file}, or add "
+                f"it in the window (File > Add task...)")
     names = task_names()
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -3,9 +3,9 @@
 Task modules import torch (their models are nn.Modules), which costs about a second; listing the tasks must not.
 Their class attributes (`name`, `description`, `options = (TaskOption(...), ...)`, `defaults = {...}`,
 `primary_metric`, `tokens_key`, `synthetic_file`, `saved_defaults`) are plain literals, so they are read from the
-module's syntax tree. A class whose attributes are not literals (or that inherits from another task) gets `None` here, and the
-registry imports it instead: slower, never wrong. tests/test_cli_startup.py checks both ways agree for every
-task.
+module's syntax tree. A class whose attributes are not literals (or that inherits from another task) gets `None`
+here, and the registry imports it instead: slower, never wrong. tests/test_cli_startup.py checks both ways agree
+for every task.
 """
 
 from __future__ import annotations
@@ -48,14 +48,29 @@ def _value(node: ast.AST):
     raise _NotLiteral
 
 
-def find_task_class(source: Path | str) -> str | None:
-    """The name of the one class in the module at `source` that derives from Task directly; None when there is
-    none or more than one (or the file cannot be read)."""
+def _classes(source: Path | str) -> list[ast.ClassDef]:
     try:
         tree = ast.parse(Path(source).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return None
-    found = [n.name for n in tree.body if isinstance(n, ast.ClassDef) and [ast.unparse(b) for b in n.bases] == ["Task"]]
+        return []
+    return [n for n in tree.body if isinstance(n, ast.ClassDef)]
+
+
+def task_class_names(source: Path | str) -> list[str]:
+    """The names of the classes in the module at `source` that derive from Task, directly or from such a class
+    of the same file, in file order ([] when there is none or the file cannot be read): what a file offers,
+    read without running it."""
+    found: list[str] = []
+    for node in _classes(source):
+        if any(ast.unparse(b) in ("Task", *found) for b in node.bases):
+            found.append(node.name)
+    return found
+
+
+def find_task_class(source: Path | str) -> str | None:
+    """The name of the one class in the module at `source` that derives from Task directly; None when there is
+    none or more than one (or the file cannot be read)."""
+    found = [n.name for n in _classes(source) if [ast.unparse(b) for b in n.bases] == ["Task"]]
     return found[0] if len(found) == 1 else None
 
 

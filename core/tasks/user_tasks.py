@@ -8,8 +8,8 @@ A task reference names one Task class:
   my_task = "package.module:MyTask"`): listed by its name, loaded when it is used.
 
 Loading a task runs its code, so nothing here loads one implicitly: `load_task(reference)` is called for a
-reference the user gave (the CLI's --task, a config handed to `train` that names its `task_file`), and
-listing the installed ones reads their packages' metadata and source text only
+reference the user gave (the CLI's --task, the window's File > Add task..., a config handed to `train` that
+names its `task_file`), and listing the installed ones reads their packages' metadata and source text only
 (core.tasks.catalog), never importing them. A run folder or a checkpoint only names its task and where it came
 from: resuming or using it asks for the reference when the task is not loaded.
 
@@ -21,6 +21,7 @@ metrics) happen before a run's first step (core.tasks.task_checks).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import inspect
@@ -236,6 +237,31 @@ def installed_tasks() -> dict[str, str]:
         if NAME_RE.match(point.name) and point.name not in found and ":" in point.value:
             found[point.name] = point.value.replace(" ", "")
     return found
+
+
+def source_problem(reference: str) -> str:
+    """Why the source of the task `reference` names cannot be read, found without running it: "no such file",
+    its syntax error, ...; "" when it can be read (its task may still fail to load: only loading says)."""
+    try:
+        kind, target, _class_name = split_reference(reference)
+    except TaskFileError as exc:
+        return str(exc).split(": ", 1)[-1]
+    path = Path(target).expanduser() if kind == "file" else module_source_file(target)
+    if path is None:
+        return f"no module named {target!r} on the import path"
+    try:
+        source = path.read_bytes()
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    try:
+        compile(source, str(path), "exec", dont_inherit=True, flags=ast.PyCF_ONLY_AST)
+    except SyntaxError as exc:
+        return _import_failure(exc, path)
+    except ValueError as exc:  # null bytes
+        return f"not Python source: {exc}"
+    return ""
 
 
 def module_source_file(module: str) -> Path | None:

@@ -1,0 +1,193 @@
+"""File → Add task…: a user's task (core.tasks.user_tasks: a task file, or a module's class) joins the task picker.
+
+Loading a task runs its code, so the window asks first, once per file (a file added before, or remembered
+from an earlier session, is not asked again), and the load runs on a JobRunner thread (importing user code,
+and torch with it, can take seconds); the class is then registered on the GUI thread (core.tasks.add_task finds
+the module already imported and runs nothing again). A task that cannot be used is its one-line
+TaskFileError in the status bar and the log; the window goes on. A file with several Task classes: the user
+picks one (add the file again for another).
+
+The references added are remembered (app.window_settings). At the next start they are listed in the picker
+from their source text (core.tasks.remember_task: nothing runs), and a remembered task is loaded, off the GUI
+thread, when the user picks it. One whose file is gone or does not parse is listed disabled, with why; one
+that fails when it is loaded is then listed so too. The others are unaffected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox
+
+LABEL_CHARACTERS = 48  # a broken file's entry in the picker, cut to this (its tooltip has all of it)
+PENDING = "file:"  # the picker's key of a task listed but not loaded: PENDING + its reference
+RUNS_CODE = ("Loading a task runs its Python code in this window's process (and in every run that trains it), "
+             "with your permissions. Load only files you trust.")
+
+
+def short_name(reference: str) -> str:
+    """What the picker shows of where a task comes from: its file's name, or its module."""
+    from core.tasks.user_tasks import TaskFileError, split_reference
+
+    try:
+        kind, target, _class_name = split_reference(reference)
+    except TaskFileError:
+        return reference
+    return Path(target).name if kind == "file" else target
+
+
+class TaskActions:
+    """File → Add task… and Add task from a module…, bound to a MainWindow, and the task files it remembers."""
+
+    def __init__(self, window):
+        self.window = window
+        self.add_action = QAction("Add &task…", window, triggered=self.ask_add)
+        self.add_action.setToolTip("Add a task of your own from its Python file (docs/tasks.md)")
+        self.add_module_action = QAction("Add task from a &module…", window, triggered=self.ask_add_module)
+        self._accepted: set[str] = set()  # references whose code the user agreed to run
+        self._loading: set[str] = set()
+        window.setupPanel.unloadedTaskChosen.connect(self._load_listed)
+
+    def add_to_menu(self, menu) -> None:
+        menu.addAction(self.add_action)
+        menu.addAction(self.add_module_action)
+
+    def update_enabled(self, running: bool) -> None:
+        for action in (self.add_action, self.add_module_action):
+            action.setEnabled(self.window.engine_ready and not running)
+
+    # ------------------------------------------------------------------ start-up: listed, never run
+    def list_remembered(self) -> None:
+        """The task files remembered from earlier sessions, in the picker: read from their source (nothing runs)."""
+        from core.tasks import TASK_NAMES, remember_task
+        from core.tasks.user_tasks import source_problem
+
+        for reference in self.window.window_settings.user_tasks():
+            self._accepted.add(reference)
+            info = remember_task(reference)
+            if info is not None and info.name in TASK_NAMES:
+                problem = f"its name {info.name!r} is a built-in task's"
+            else:
+                problem = source_problem(reference) if info is None else ""
+            if problem:
+                self._list_broken(reference, problem)
+                self.window.logPanel.log(f"Task file {reference}: {problem}", "warning")
+                continue
+            name = info.name if info is not None else "a task"
+            about = f"{info.description}\n" if info is not None else ""
+            self.window.setupPanel.list_task(PENDING + reference, f"{name} ({short_name(reference)})",
+                                             f"{about}{reference}\nLoaded (its code runs) when you pick it.")
+
+    def _list_broken(self, reference: str, problem: str) -> None:
+        label = f"{short_name(reference)}: {problem}"  # disabled items show no tooltip on every platform
+        label = label if len(label) <= LABEL_CHARACTERS else label[: LABEL_CHARACTERS - 1] + "…"
+        self.window.setupPanel.list_task(PENDING + reference, label, f"{reference}: {problem}", enabled=False)
+
+    # ------------------------------------------------------------------ adding
+    def _start_folder(self) -> str:
+        """Where the file dialog opens: the folder of the task file added last ('' before any)."""
+        from core.tasks.user_tasks import TaskFileError, split_reference
+
+        for reference in reversed(self.window.window_settings.user_tasks()):
+            try:
+                kind, target, _class_name = split_reference(reference)
+            except TaskFileError:
+                continue
+            if kind == "file" and Path(target).parent.is_dir():
+                return str(Path(target).parent)
+        return ""
+
+    def ask_add(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self.window, "Add task", self._start_folder(),
+                                              "Python task files (*.py);;All files (*)")
+        if path:
+            self.add_file(path)
+
+    def ask_add_module(self) -> None:
+        text, ok = QInputDialog.getText(self.window, "Add task from a module",
+                                        "The task's module and class, importable here (package.module:ClassName):",
+                                        QLineEdit.EchoMode.Normal, "")
+        if ok and text.strip():
+            self.add(text.strip())
+
+    def add_file(self, path: str) -> bool:
+        """Add the task in the file `path`; of a file with several Task classes, the one the user picks."""
+        from core.tasks.catalog import task_class_names
+
+        classes = task_class_names(path)  # read from its source: nothing runs yet
+        reference = f"{path}:{classes[0]}" if len(classes) == 1 else path
+        if len(classes) > 1:
+            name, ok = QInputDialog.getItem(self.window, "Add task", f"{Path(path).name} defines {len(classes)} "
+                                            "tasks. Which one to add? (Add the file again for another.)", classes,
+                                            0, False)
+            if not ok:
+                return False
+            reference = f"{path}:{name}"
+        return self.add(reference)
+
+    def add(self, reference: str) -> bool:
+        """Load the task `reference` names, once the user agrees to run its code; False when it is not tried."""
+        from core.tasks.user_tasks import TaskFileError, canonical_reference
+
+        try:
+            reference = canonical_reference(reference)
+        except TaskFileError as exc:
+            self.window.show_error(f"Could not add the task: {exc}")
+            return False
+        if reference not in self._accepted and not self.confirm(reference):
+            self.window.show_message("The task was not added: its code did not run.")
+            return False
+        self._accepted.add(reference)
+        self._load(reference)
+        return True
+
+    def confirm(self, reference: str) -> bool:
+        """Whether the user agrees to run the code of `reference` (asked once per file)."""
+        answer = QMessageBox.question(self.window, "Add task", f"{RUNS_CODE}\n\n{reference}\n\nLoad it?",
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                                      QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Yes
+
+    # ------------------------------------------------------------------ loading, off the GUI thread
+    def _load_listed(self, key: str) -> None:
+        """The user picked a remembered task: load it now."""
+        if key.startswith(PENDING):
+            self._load(key.removeprefix(PENDING))
+
+    def _load(self, reference: str) -> None:
+        from core.tasks.user_tasks import load_task
+
+        if reference in self._loading:
+            return
+        self._loading.add(reference)
+        self.window.show_message(f"Loading the task in {reference} (running its code)…")
+        self.window.jobs.submit(lambda: load_task(reference), lambda _cls: self._loaded(reference),
+                                lambda message, details: self._failed(reference, message, details))
+
+    def _loaded(self, reference: str) -> None:
+        from core.tasks import add_task
+        from core.tasks.user_tasks import TaskFileError
+
+        self._loading.discard(reference)
+        try:
+            cls = add_task(reference)  # its module was imported on the worker: checked and registered, not rerun
+        except TaskFileError as exc:  # e.g. its name is another loaded file's task's
+            self._failed(reference, str(exc), "")
+            return
+        window, panel = self.window, self.window.setupPanel
+        panel.add_task(cls, f"{cls.name} ({short_name(reference)})", key=PENDING + reference)
+        remembered = window.window_settings.user_tasks()
+        if reference not in remembered:
+            window.window_settings.set_user_tasks([*remembered, reference])
+        if not window.controller.running:
+            panel.taskCombo.setCurrentIndex(panel.taskCombo.findData(cls.name))
+            window.window_settings.restore_deferred(window, cls.name)
+        window.show_message(f"Task {cls.name!r} is ready: {cls.description}", "status-ok")
+        window.logPanel.log(f"Loaded the task {cls.name!r} from {reference}")
+
+    def _failed(self, reference: str, message: str, details: str) -> None:
+        self._loading.discard(reference)
+        self.window.show_error(f"Could not load the task: {message}", details)
+        if reference in self.window.window_settings.user_tasks():  # a remembered one: listed as broken
+            self._list_broken(reference, message.removeprefix(f"{reference}: "))
