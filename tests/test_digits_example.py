@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -36,7 +37,7 @@ def clean_registry():
 def test_the_docstring_states_the_floor_tested_here():
     text = EXAMPLE.read_text()
     assert re.search(rf"floor of {FLOOR}\b", text)
-    assert "SERVING" in text and "def serving_class" not in text  # its serving part's place, left empty
+    assert "SERVING" in text and "def serving_class" in text
 
 
 def test_the_model_is_built_from_the_data_info():
@@ -65,3 +66,28 @@ def test_it_trains_to_the_stated_accuracy_in_bf16(tmp_path, capsys):
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["metrics"]["accuracy"] == pytest.approx(
         summary["test_metrics"]["accuracy"])
+
+    # served: the Predictor (what predict and the preview use) and an export's serve.py read a digit as its 64
+    # pixels, row by row, and answer the ten probabilities the model gives
+    from core.runs.predict import load_predictor
+
+    predictor = load_predictor(run, which="last")
+    assert predictor.n_features == 64 and predictor.preview.classes == tuple("0123456789")
+    test = registry.create_task("digits").load_data("", seed=0).test
+    rows = test["x"][:50].reshape(50, 64).numpy()
+    p = predictor.predict_rows(rows)
+    assert p.shape == (50, 10) and p.sum(1) == pytest.approx([1.0] * 50, abs=1e-5)
+    assert (p.argmax(1) == test["y"][:50].numpy()).mean() >= 0.9
+    assert predictor.preview_answer(predictor.preview_examples()[0]) == pytest.approx(
+        predictor.predict_rows(predictor.example_rows(1))[0].tolist(), abs=1e-6)
+    export = tmp_path / "export"
+    assert main(["export", str(run), "--last", "--task", str(EXAMPLE), "--out", str(export)]) == 0
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serve_digits", export / "serve.py")
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    served = serve.load(export)
+    assert np.asarray(served.predict(rows[:5].tolist())) == pytest.approx(p[:5], abs=1e-5)
+    answer = serve.Rows(served).answer([{f"x{i + 1}": float(v) for i, v in enumerate(rows[0])}])[0]
+    assert answer["predicted"] == int(p[0].argmax()) and answer["p3"] == pytest.approx(float(p[0, 3]), abs=1e-5)

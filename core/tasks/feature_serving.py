@@ -15,8 +15,9 @@ one column per output), the Predictor's answers (`predict_rows`, `example_rows`:
 data) and the window's Model preview (a field per number; the outputs named as predict names them).
 
 What a subclass may set: `output_names` (the output columns, default y for one output, y1..yO for more; p0..pC-1
-with `probabilities`), `probabilities`, `preview` (a PreviewSpec: its words, `classes` for probabilities), and
-`features(model)` when the model's first nn.Linear does not say how many numbers it reads.
+with `probabilities`), `probabilities`, `input_shape` (what the model reads of a row: (1, 8, 8) for an 8 x 8
+image, its pixels row by row), `preview` (a PreviewSpec: its words, `classes` for probabilities, `field_columns`),
+and `features(model)` when neither `input_shape` nor the model's first nn.Linear says how many numbers it reads.
 
 serve.py serves the program and ONNX exports through feature_standalone.py (beside this module). A safetensors
 export holds the weights only: serve.py computes the built-in tasks' models from their weights in plain torch,
@@ -25,6 +26,7 @@ but it has no code for a task's own model, so it says so and names the formats i
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
@@ -36,15 +38,19 @@ from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServin
 
 class FeatureModule(nn.Module):
     """x (B, F) float32 -> (B, O) float32: the model's outputs (a 1-D output is one column), as probabilities
-    (softmax) when `probabilities`; the input is cast to the model's dtype (an export in a reduced dtype)."""
+    (softmax) when `probabilities`; the input is cast to the model's dtype (an export in a reduced dtype) and,
+    given `input_shape`, each row is reshaped to it (an image's pixels, row by row)."""
 
-    def __init__(self, model: nn.Module, probabilities: bool):
+    def __init__(self, model: nn.Module, probabilities: bool, input_shape: tuple[int, ...] = ()):
         super().__init__()
         self.model = model
         self.probabilities = probabilities
+        self.input_shape = tuple(int(v) for v in input_shape)
         self.dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.input_shape:
+            x = x.reshape(x.shape[0], *self.input_shape)
         out = self.model(x.to(self.dtype)).float()
         if out.dim() == 1:
             out = out.unsqueeze(-1)
@@ -123,6 +129,7 @@ class FeatureServing(TaskServing):
     input_name, output_name = "x", "y"
     probabilities: ClassVar[bool] = False  # softmax over the outputs: class probabilities
     output_names: ClassVar[tuple[str, ...]] = ()  # () -> y (one output), y1..yO; p0..pC-1 for probabilities
+    input_shape: ClassVar[tuple[int, ...]] = ()  # what the model reads of one row, e.g. (1, 8, 8): () as it is
     standalone = "feature_standalone.py"  # serve.py's part (core.tasks.serving), beside this module
     answers = ("predict_rows", "example_rows")
     file_scorer = FeatureFileScorer
@@ -131,7 +138,10 @@ class FeatureServing(TaskServing):
 
     # ---- what the model reads and gives
     def features(self, model: nn.Module) -> int:
-        """The numbers per input row: the first nn.Linear's inputs, else the task's `features` option."""
+        """The numbers per input row: those of `input_shape`, else the first nn.Linear's inputs, else the task's
+        `features` option."""
+        if self.input_shape:
+            return math.prod(self.input_shape)
         width = first_linear_inputs(model) or int(self.opts.get("features", 0) or 0)
         if width <= 0:
             raise DataError(f"the {self.task.name} model's input width is unknown: its serving part "
@@ -147,7 +157,7 @@ class FeatureServing(TaskServing):
         model.eval()
         try:
             with torch.no_grad():
-                width = FeatureModule(model, False)(torch.zeros(1, self.features(model), device=device)).shape[-1]
+                width = self.module(model, "program")(torch.zeros(1, self.features(model), device=device)).shape[-1]
         finally:
             model.train(was_training)
         if self.probabilities:
@@ -155,7 +165,7 @@ class FeatureServing(TaskServing):
         return ["y"] if width == 1 else [f"y{i}" for i in range(1, width + 1)]
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
-        return FeatureModule(model, self.probabilities)
+        return FeatureModule(model, self.probabilities, self.input_shape)
 
     def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
         return torch.randn(rows, self.features(model), generator=torch.Generator().manual_seed(seed))
@@ -177,7 +187,7 @@ class FeatureServing(TaskServing):
         """(n, F) rows (or one row) -> (n, O) float32 outputs, as the export computes them."""
         x = predictor.rows(x, "x")
         with predictor.lock, torch.inference_mode():
-            out = FeatureModule(predictor.model, self.probabilities)(torch.from_numpy(x).to(predictor.device))
+            out = self.module(predictor.model, "program")(torch.from_numpy(x).to(predictor.device))
             return out.to("cpu").numpy()
 
     def example_rows(self, predictor, limit: int = 200):
@@ -187,6 +197,6 @@ class FeatureServing(TaskServing):
         data = self.task.load_data(str(predictor.config.get("data") or ""), int(predictor.config.get("seed", 0)))
         split = data.val if data.val else data.test
         x = (split or {}).get("x")
-        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x[0].numel() != predictor.n_features:
             return np.zeros((0, predictor.n_features), np.float32)
-        return x[:limit].float().numpy()
+        return x[:limit].reshape(min(limit, len(x)), -1).float().numpy()  # an image: its pixels, row by row

@@ -200,6 +200,7 @@ class PreviewSpec:
     label: str = "score"  # score: the number's name
     classes: tuple[str, ...] = ()
     column_prefix: str = "x"  # feature_row: the fields' names
+    field_columns: int = 5  # feature_row: fields to a row (8 shows an 8 x 8 image's pixels as they lie)
     names: tuple[str, ...] = ()  # values: each number's name
     top_k: int = 10  # ranked_list: the entries asked for (id_sequence) or measured (feature_rows)
 

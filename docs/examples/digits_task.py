@@ -13,7 +13,12 @@ test accuracy of 0.983 in bf16 (--seed 0, 1 and 2: 0.978, 0.989, 0.981) and 0.98
     amp-console train --task docs/examples/digits_task.py --precision bf16 --seed 0 --out runs/digits-0
     amp-console evaluate runs/digits-0 --last --task docs/examples/digits_task.py
 
-tests/test_digits_example.py trains it and checks its test accuracy against a floor of 0.95.
+Served with the project's serving part for rows of numbers (core.tasks.feature_serving, DigitsServing below):
+`amp-console predict RUN --task docs/examples/digits_task.py --input digits.csv --out p.csv` (columns x1..x64),
+`amp-console export RUN --task docs/examples/digits_task.py --out export` (then `python export/serve.py ...`),
+and the window's Model preview (an 8 x 8 grid of pixel fields, Sample picks a validation digit).
+
+tests/test_digits_example.py trains it, checks its test accuracy against a floor of 0.95, and exports it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from torch.nn import functional as F
 
 from core.errors import ConfigError, DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
+from core.tasks.feature_serving import FeatureServing
+from core.tasks.serving import PreviewSpec
 
 SPLIT_SEED = 0  # the one shuffle that makes the split: the same train / validation / test digits for every run
 
@@ -107,7 +114,19 @@ class DigitsTask(Task):
         return {"confusion": confusion_section(split["y"], torch.cat(predicted), [str(d) for d in range(classes)])}
 
     # ------------------------------------------------------------------------------------------ SERVING
-    # The serving part goes here: `serving_class()` returning a core.tasks.serving.TaskServing, which is what
-    # `predict`, `export` (serve.py) and the Model preview use. This task declares none, so it trains and
-    # evaluates only. Its input is one row of 64 pixel values (an 8 x 8 image, 0..16 as load_digits gives
-    # them), the shape a serving part for feature rows reads.
+    @classmethod
+    def serving_class(cls):
+        """What `predict`, `export` (and its serve.py) and the window's Model preview use: DigitsServing."""
+        return DigitsServing
+
+
+class DigitsServing(FeatureServing):
+    """One digit is a row of 64 numbers, its 8 x 8 pixels row by row, scaled to 0..1 as the model reads them
+    (load_digits' 0..16 divided by 16), columns x1..x64; the answer is the ten digits' probabilities p0..p9 and
+    the likeliest (`predicted`). The preview shows the pixels as an 8 x 8 grid of fields and picks digits of
+    the validation split (Sample)."""
+
+    probabilities = True
+    input_shape = (1, 8, 8)
+    preview = PreviewSpec("feature_row", "class_probabilities", answer="predict_rows", examples="example_rows",
+                          noun="digit", column_prefix="x", field_columns=8, classes=tuple(str(d) for d in range(10)))

@@ -229,7 +229,7 @@ class FeatureRowPage(_OneAnswerPage):
         layout.addStretch(1)
 
     def _build_fields(self, count: int) -> None:
-        """A field per number the model reads, five to a row, each under its column's name."""
+        """A field per number the model reads, spec.field_columns to a row, each under its column's name."""
         if count == len(self.inputs):
             return
         while self.fields.count():
@@ -242,8 +242,9 @@ class FeatureRowPage(_OneAnswerPage):
             box.valueChanged.connect(self.debounce.start)
             self.inputs.append(box)
             label = QLabel(f"{self.spec.column_prefix}{i + 1}", objectName=f"{self.name}Label{i}")
-            self.fields.addWidget(label, i // 5 * 2, i % 5)
-            self.fields.addWidget(box, i // 5 * 2 + 1, i % 5)
+            per_row = max(1, self.spec.field_columns)
+            self.fields.addWidget(label, i // per_row * 2, i % per_row)
+            self.fields.addWidget(box, i // per_row * 2 + 1, i % per_row)
 
     def set_predictor(self, predictor, examples) -> None:
         super().set_predictor(predictor, examples)
