@@ -148,7 +148,7 @@ def _print_metrics(result: dict, checkpoint: Path) -> None:
     from core.cli import format as fmt
 
     split = result["split"]
-    where = f"{result['split_data'] or result['data']}" if result["data"] else "its synthetic data"
+    where = f"{result['split_data'] or result['data']}" if result["data"] else "the task's own data (no --data)"
     compute = f" (autocast {result['autocast_dtype']})" if result["autocast_dtype"] else ""
     print(f"{result['task']} checkpoint at step {result['step']:,} ({checkpoint}), {split} split of {where}, "
           f"on {result['device']} in {result['precision']}{compute}: {fmt.duration(result['seconds'])}")

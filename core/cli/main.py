@@ -195,7 +195,8 @@ def print_task(info, parameters: int) -> None:
     console.print(_options_table(info, indent=2))
     if info.options:
         o = info.options[0]
-        console.print(f"Example: amp-console train --task {info.name} -o {o.name}={o.default}", highlight=False)
+        task = info.source or info.name  # a user task is named by its reference
+        console.print(f"Example: amp-console train --task {task} -o {o.name}={o.default}", highlight=False)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -129,7 +129,7 @@ def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | 
             rows = trainer.test if split == "test" else trainer.val
             if not rows:
                 raise ConfigError("split", f"task {config.task} has no {split} split in "
-                                           f"{trainer.cfg.data or 'its synthetic data'}")
+                                           f"{trainer.cfg.data or 'its own data'}")
             if announce is not None:
                 announce(split)
             yield RebuiltRun(trainer=trainer, path=path, split=split, rows=rows, began=began)
