@@ -51,10 +51,11 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new entry in `folder` durable (best effort: a file system without it is left as is)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -144,7 +145,7 @@ class PartialFile:
             self._release()
         os.replace(self.path, self.target)
         self.path = None
-        _fsync_dir(self.target.parent if str(self.target.parent) else Path("."))
+        fsync_dir(self.target.parent if str(self.target.parent) else Path("."))
         self._release()
 
     def _release(self) -> None:

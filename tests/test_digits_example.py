@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from task_registry import restored_task_registry
 
 import core.tasks as registry
 from core.cli.main import main
@@ -23,15 +23,9 @@ FLOOR = 0.95  # the docstring states it; seeds 0-2 measure 0.978-0.989 in bf16
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    yield
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
-    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
-        del sys.modules[name]
+    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
+    with restored_task_registry():
+        yield
 
 
 def test_the_docstring_states_the_floor_tested_here():

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from task_registry import restored_task_registry
 
 import core.tasks as registry
 from core.cli.main import main
@@ -27,18 +28,13 @@ FEATURES = 8  # the task's default `features`
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A trained regression run (the registry restored to the built-ins afterwards)."""
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    root = tmp_path_factory.mktemp("fifth")
-    code = main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "120", "--runs-dir", str(root / "runs"),
-                 "--seed", "3"])
-    assert code == 0
-    (folder,) = (root / "runs").iterdir()
-    yield folder
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
+    with restored_task_registry():
+        root = tmp_path_factory.mktemp("fifth")
+        code = main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "120", "--runs-dir",
+                     str(root / "runs"), "--seed", "3"])
+        assert code == 0
+        (folder,) = (root / "runs").iterdir()
+        yield folder
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from task_registry import restored_task_registry
 
 import core.tasks as registry
 from core.cli.main import main
@@ -25,16 +26,9 @@ MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').tou
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    """Each test starts and ends with the built-in tasks only (the registry is one per process)."""
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    yield
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
-    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
-        del sys.modules[name]
+    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
+    with restored_task_registry():
+        yield
 
 
 def marked_copy(tmp_path: Path) -> Path:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.files import new_temp_file, shown_path
+from core.files import fsync_dir, new_temp_file, shown_path
 
 TEMPLATE = Path(__file__).with_name("template.py")
 NAME_RULE = "letters, digits and _, starting with a letter, at most 40 characters, e.g. my_task"
@@ -114,7 +114,7 @@ def create_file(path: Path, payload: bytes) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-    _fsync_folder(path.parent)
+    fsync_dir(path.parent)
 
 
 def _create_without_link(path: Path, payload: bytes) -> None:
@@ -144,19 +144,6 @@ def _refuse_existing(path: Path) -> None:
     if os.path.lexists(path):
         what = "a folder" if os.path.isdir(path) else "a file"
         raise ConfigError("out", f"{shown}: already exists ({what}); it is never overwritten")
-
-
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _cause(exc: OSError) -> str:

@@ -10,9 +10,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from core.errors import ConfigError, DataError
+from core.errors import ConfigError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
-from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
+from core.tasks.feature_serving import FeatureFileScorer
+from core.tasks.serving import PreviewSpec, ServingShape, TaskServing
 
 
 class TinyClassifier(nn.Module):
@@ -110,51 +111,17 @@ class TinyServing(nn.Module):
         return torch.softmax(self.model(x.to(dtype)).float(), dim=-1)
 
 
-class TinyFileScorer(FileScorer):
+class TinyFileScorer(FeatureFileScorer):
     """`predict` over a file of points: 10 numeric columns (x1..x10, f1..f10, or exactly 10 columns) -> line,
     p0, p1, predicted."""
 
     unit = "points"
-    column_pattern = r"[xf]\d+"
 
-    def __init__(self, predictor, reader, options):
-        import pyarrow as pa
+    def outputs(self) -> tuple[list[str], bool]:
+        return ["p0", "p1"], True
 
-        super().__init__(predictor, reader, options)
-        width = predictor.n_features
-        for prefix in ("x", "f"):
-            found = [reader.find(f"{prefix}{i}") for i in range(1, width + 1)]
-            if all(found):
-                break
-        else:
-            from core.data.formats import normalise_name
-
-            rest = [c for c in reader.columns if normalise_name(c) not in ("label", "y", "line", "row", "id")]
-            if len(rest) != width:
-                raise DataError(f"{reader.path}: the tiny model reads {width} numeric columns (x1..x{width}, "
-                                f"f1..f{width}, or exactly {width} columns); {reader.columns_note()}")
-            found = rest
-        self.features = found
-        reader.use(found)
-        self.schema = pa.schema([(self.line_column, pa.int64()), ("p0", pa.float32()), ("p1", pa.float32()),
-                                 ("predicted", pa.int64())])
-
-    def score(self, batch, lines, report):
-        import numpy as np
-        import pyarrow as pa
-
-        from core.data.row_checks import Checks, numbers
-
-        checks = Checks(batch.num_rows)
-        x = np.stack([numbers(batch.column(c), self.reader.shown(c), checks) for c in self.features], axis=1) \
-            if batch.num_rows else np.zeros((0, len(self.features)), np.float32)
-        good = self._good(batch, lines, checks, report)
-        for rows in self._slices(good):
-            p = self.predictor.classify(x[rows])
-            self.scored += len(rows)
-            yield pa.table({self.line_column: pa.array(lines[rows]), "p0": pa.array(p[:, 0]),
-                            "p1": pa.array(p[:, 1]), "predicted": pa.array(p.argmax(1).astype(np.int64))},
-                           schema=self.schema)
+    def answer(self, x):
+        return self.predictor.classify(x)
 
 
 class TinyTaskServing(TaskServing):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from gui_helpers import PROCESS_WAIT_MS, find, finish_run, set_field
 from PySide6.QtWidgets import QFileDialog, QMessageBox
+from task_registry import restore, restored_task_registry
 
-import core.tasks as registry
 from app.task_actions import PENDING
 from app.window_settings import USER_TASKS_KEY
 
@@ -21,24 +21,10 @@ TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
 MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').touch()\n"  # proof that the file ran
 
 
-def forget_user_tasks(saved=((), (), ())) -> None:
-    """The registry as a fresh process has it (only `saved`'s tasks): it is one per process."""
-    references, loaded, broken = (dict(s) for s in saved)
-    for name in set(registry._loaded) - set(loaded):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), (references, loaded, broken)):
-        store.clear()
-        store.update(old)
-    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
-        del sys.modules[name]
-
-
 @pytest.fixture(autouse=True)
 def clean_registry():
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    forget_user_tasks(saved)
-    yield
-    forget_user_tasks(saved)
+    with restored_task_registry():
+        yield
 
 
 @pytest.fixture
@@ -167,7 +153,7 @@ def test_a_task_file_is_remembered_and_listed_without_running_it(qtbot, make_win
     reference = f"{path.resolve()}:RegressionTask"
     gone = f"{tmp_path / 'gone.py'}:GoneTask"
     settings.setValue(USER_TASKS_KEY, json.dumps([reference, gone]))
-    forget_user_tasks()  # as a new process
+    restore(((), (), ()))  # as a new process: no user task loaded or remembered
     path.with_suffix(".ran").unlink()
 
     second = make_window()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from task_registry import restored_task_registry
 
-import core.tasks as registry
 from core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,15 +20,10 @@ SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")
 
 @pytest.fixture
 def regression_run(tmp_path):
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    assert main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "40", "--runs-dir",
-                 str(tmp_path / "runs")]) == 0
-    yield tmp_path / "runs"
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
+    with restored_task_registry():
+        assert main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "40", "--runs-dir",
+                     str(tmp_path / "runs")]) == 0
+        yield tmp_path / "runs"
 
 
 def test_a_user_tasks_preview_shows_its_value(qtbot, regression_run):
