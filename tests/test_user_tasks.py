@@ -280,3 +280,31 @@ def test_a_task_file_trains_under_ddp(tmp_path, capfd):
     assert summary["status"] == "completed" and summary["steps"] == 20
     record = json.loads((run / "run.json").read_text())
     assert record["config"]["task_file"] == REFERENCE and record["task"] == "regression"
+
+
+@pytest.fixture
+def installed_package(tmp_path, monkeypatch):
+    """tests/fixtures/user_tasks/pkg installed onto a folder on sys.path (its dist-info names the entry point)."""
+    from tests.installed_tasks import install_task_package
+
+    package = install_task_package(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(registry, "_installed_read", False)
+    yield package
+    for name in [m for m in sys.modules if m == "amp_example_tasks" or m.startswith("amp_example_tasks.")]:
+        del sys.modules[name]
+
+
+def test_an_installed_package_task_is_listed_by_the_cli_then_trained(installed_package, tmp_path, capsys):
+    code, out, err = run_main(["tasks"], capsys)
+    assert code == 0, err
+    assert "wave" in out and "an MLP fitting y = sin(3x)" in out
+    assert "from amp_example_tasks.wave:WaveTask (an installed package's entry point: loading it runs" in out
+    assert not list(installed_package.glob("*.ran"))  # listed from its metadata and source: nothing imported
+    code, out, err = run_main(["train", "--task", "wave", "--max-steps", "10", "--out", tmp_path / "run", "--json"],
+                              capsys)
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["task"] == "wave" and record["config"]["task_file"] == "amp_example_tasks.wave:WaveTask"
+    assert (installed_package / "wave.ran").exists()
