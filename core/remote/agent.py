@@ -127,6 +127,8 @@ def start(request: dict) -> dict:
     launch = folder / LAUNCH_FILE
     config.save_toml(launch)
     argv = [sys.executable, "-m", "core.cli", "train", "--config", str(launch), "--out", str(folder)]
+    if config.task_file:  # a user task (its copy in the folder, or a module's class): loaded by the run itself
+        argv += ["--task", config.task_file]
     if resume:
         argv += ["--resume", resume]
     if request.get("nproc"):
