@@ -78,6 +78,27 @@ class TaskActions:
             about = f"{info.description}\n" if info is not None else ""
             self.window.setupPanel.list_task(PENDING + reference, f"{name} ({short_name(reference)})",
                                              f"{about}{reference}\nLoaded (its code runs) when you pick it.")
+        self.list_installed()
+
+    def list_installed(self) -> None:
+        """The tasks installed packages declare (entry points in amp_console.tasks), in the picker: read from the
+        packages' metadata and source (nothing is imported); one is loaded, off the GUI thread, when picked. An
+        installed package is code of this Python environment, so it is not asked about as a file is."""
+        from core.tasks import TASK_NAMES, task_infos
+        from core.tasks.user_tasks import installed_tasks
+
+        infos = task_infos()
+        for name, reference in installed_tasks().items():
+            info = infos.get(name)
+            if name in TASK_NAMES or info is None or info.source != reference:  # a file of that name is listed
+                continue
+            panel = self.window.setupPanel
+            if panel.taskCombo.findData(PENDING + reference) >= 0 or panel.taskCombo.findData(name) >= 0:
+                continue
+            self._accepted.add(reference)
+            panel.list_task(PENDING + reference, f"{name} ({short_name(reference)})",
+                            f"{info.description}\n{reference}, an installed package's task\n"
+                            f"Loaded (its code runs) when you pick it.")
 
     def _list_broken(self, reference: str, problem: str) -> None:
         label = f"{short_name(reference)}: {problem}"  # disabled items show no tooltip on every platform
@@ -178,7 +199,9 @@ class TaskActions:
         window, panel = self.window, self.window.setupPanel
         panel.add_task(cls, f"{cls.name} ({short_name(reference)})", key=PENDING + reference)
         remembered = window.window_settings.user_tasks()
-        if reference not in remembered:
+        from core.tasks.user_tasks import installed_tasks
+
+        if reference not in remembered and reference not in installed_tasks().values():  # installed: listed anyway
             window.window_settings.set_user_tasks([*remembered, reference])
         if not window.controller.running:
             panel.taskCombo.setCurrentIndex(panel.taskCombo.findData(cls.name))

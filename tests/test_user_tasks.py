@@ -221,3 +221,84 @@ def test_why_a_task_file_cannot_be_listed(tmp_path):
                     "class Wider(RegressionTask):\n    name = 'wider'\n")
     assert task_class_names(path) == ["RegressionTask", "Other", "Wider"]
     assert not path.with_suffix(".ran").exists()
+
+
+def forget_loaded_tasks() -> None:
+    """As a new process: no user task loaded or listed (the autouse fixture restores the registry after)."""
+    for name in list(registry._loaded):
+        registry.__getattr__("TASKS").pop(name, None)
+    registry._loaded.clear()
+    registry._references.clear()
+
+
+def test_lr_find_on_a_task_file_suggests_a_command_that_names_the_file(capsys):
+    code, out, err = run_main(["lr-find", "--task", REFERENCE, "--device", "cpu", "--steps", "25", "-o",
+                               "samples=256", "--json"], capsys)
+    assert code in (0, 1), err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert "lr-find: regression" in err and len(result["lrs"]) >= 2
+    if code == 0:  # a suggestion: the command to use it loads the same file
+        assert f"--task {REFERENCE}" in result["train_command"] and "-o samples=256" in result["train_command"]
+
+
+def test_runs_compare_two_runs_of_a_task_file(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "runs"
+    for name, hidden in (("a", 32), ("b", 8)):
+        code, _out, err = run_main(["train", "--task", REFERENCE, "--max-steps", "10", "-o", "samples=256", "-o",
+                                    f"hidden={hidden}", "--out", root / name], capsys)
+        assert code == 0, err
+    forget_loaded_tasks()
+    path = marked_copy(tmp_path)  # the runs name their file; comparing them reads its source, runs none of it
+    for name in ("a", "b"):
+        record = json.loads((root / name / "run.json").read_text())
+        record["config"]["task_file"] = f"{path.resolve()}:RegressionTask"
+        if name == "a":
+            record["config"]["task_options"].pop("hidden")  # saved as the window saves: the changed options only
+        (root / name / "run.json").write_text(json.dumps(record))
+    code, out, err = run_main(["runs", "compare", "--runs-dir", root, "a", "b", "--json"], capsys)
+    assert code == 0, err
+    compared = json.loads(out)
+    assert compared["config_differs"] == {"task_options.hidden": [32, 8]}  # a's default read from the file
+    assert [r["task"] for r in compared["runs"]] == ["regression", "regression"]
+    assert not path.with_suffix(".ran").exists() and "regression" not in registry._loaded
+
+
+@pytest.mark.slow
+def test_a_task_file_trains_under_ddp(tmp_path, capfd):
+    """--nproc 2: every process loads the file itself; one run, its record naming the file."""
+    run = tmp_path / "run"
+    code, out, err = run_main(["train", "--task", REFERENCE, "--nproc", "2", "--device", "cpu", "--max-steps", "20",
+                               "-o", "samples=256", "--out", run, "--json"], capfd)  # the ranks' own output too
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["steps"] == 20
+    record = json.loads((run / "run.json").read_text())
+    assert record["config"]["task_file"] == REFERENCE and record["task"] == "regression"
+
+
+@pytest.fixture
+def installed_package(tmp_path, monkeypatch):
+    """tests/fixtures/user_tasks/pkg installed onto a folder on sys.path (its dist-info names the entry point)."""
+    from tests.installed_tasks import install_task_package
+
+    package = install_task_package(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(registry, "_installed_read", False)
+    yield package
+    for name in [m for m in sys.modules if m == "amp_example_tasks" or m.startswith("amp_example_tasks.")]:
+        del sys.modules[name]
+
+
+def test_an_installed_package_task_is_listed_by_the_cli_then_trained(installed_package, tmp_path, capsys):
+    code, out, err = run_main(["tasks"], capsys)
+    assert code == 0, err
+    assert "wave" in out and "an MLP fitting y = sin(3x)" in out
+    assert "from amp_example_tasks.wave:WaveTask (an installed package's entry point: loading it runs" in out
+    assert not list(installed_package.glob("*.ran"))  # listed from its metadata and source: nothing imported
+    code, out, err = run_main(["train", "--task", "wave", "--max-steps", "10", "--out", tmp_path / "run", "--json"],
+                              capsys)
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["task"] == "wave" and record["config"]["task_file"] == "amp_example_tasks.wave:WaveTask"
+    assert (installed_package / "wave.ran").exists()

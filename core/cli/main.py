@@ -176,7 +176,9 @@ def _print_task_head(console, info, parameters: int | None = None) -> None:
     lines.append("training defaults: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in info.defaults.items()))
     lines.append(f"primary metric: {info.primary_metric}")
     if info.source:
-        lines.append(f"from {info.source} (a task file: loading it runs its code)")
+        from core.tasks.user_tasks import source_kind
+
+        lines.append(f"from {info.source} ({source_kind(info.source)}: loading it runs its code)")
     console.print(Text(info.name, style="bold"))
     for line in lines:  # wrapped lines keep the indent
         console.print(Padding(Text(line), (0, 0, 0, 2), expand=False))

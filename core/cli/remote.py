@@ -80,7 +80,13 @@ def register(sub) -> None:
     devices.set_defaults(handler=cmd_remote_devices)
     start = ops.add_parser("start", help="start a run detached on the host; prints HOST:FOLDER for watch/control")
     start.add_argument("host", metavar="HOST")
-    start.add_argument("--config", metavar="FILE.toml", required=True, help="the run's settings (a local file)")
+    start.add_argument("--config", metavar="FILE.toml", default=None,
+                       help="the run's settings (a local file; default: the task's defaults)")
+    start.add_argument("--task", dest="remote_task", metavar="FILE.py:CLASS", default=None,  # not loaded here
+                       help="the task: a built-in task's name, or a task file here (copied into the run's folder "
+                            "on the host) or package.module:Class (installed on the host)")
+    start.add_argument("--option", "-o", dest="task_options", metavar="KEY=VALUE", action="append", default=[],
+                       help="task option (repeatable)")
     start.add_argument("--data", metavar="PATH", default=None, help="the data file (a path on the host, or with "
                                                                     "--upload a local file copied there)")
     start.add_argument("--upload", action="store_true",
@@ -226,16 +232,20 @@ def cmd_remote_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_remote_start(args: argparse.Namespace) -> int:
-    from core.cli.train import read_config_file
-    from core.config import RunConfig
+    from core.cli.train import parse_option, read_config_file
     from core.remote.client import start_remote_run
 
-    values = read_config_file(args.config)
+    values = read_config_file(args.config) if args.config else {}
     if args.data:
         values["data"] = args.data
-    config = RunConfig.from_dict(values, source=args.config).validate()
-    fields = [name for name in ("data", "val_data", "test_data") if getattr(config, name)] if args.upload else []
+    if args.remote_task:
+        values.pop("task_file", None)
+        values["task"] = args.remote_task
+    if args.task_options:
+        values["task_options"] = {**values.get("task_options", {}), **dict(map(parse_option, args.task_options))}
     host = host_of(args.host, args)
+    config = _config_for_host(values, host.dest, args.config or "the command line", args.upload)
+    fields = [name for name in ("data", "val_data", "test_data") if getattr(config, name)] if args.upload else []
     run = start_remote_run(host, config, upload_fields=fields, nproc=args.nproc,
                            on_progress=lambda text: sys.stderr.write(f"amp-console: {text}\n"))
     print(run.target, flush=True)
@@ -243,6 +253,38 @@ def cmd_remote_start(args: argparse.Namespace) -> int:
         return 0
     args.target = run.target
     return cmd_watch(args)
+
+
+def _config_for_host(values: dict, dest: str, source: str, upload: bool):
+    """The RunConfig `remote start` sends: the task's defaults under `values`. A user task (`task` =
+    FILE.py:Class or package.module:Class, or a config's `task_file`) is named from its source here and none of
+    its code runs here: the host loads it (a task file is copied there). Checked as far as this machine can: a
+    user task (its options too) and, without --upload, the data files (paths on the host) are checked there."""
+    from core.config import RunConfig
+    from core.remote.task_file import task_for_host
+    from core.tasks import get_task_info
+    from core.tasks.user_tasks import canonical_reference, is_reference
+
+    task = values.get("task", RunConfig.task)
+    reference = task if is_reference(task) else values.get("task_file", "")
+    if reference:
+        reference = canonical_reference(reference)
+        name, defaults = task_for_host(reference, "" if is_reference(task) else task, dest)
+        values = {**defaults, **values, "task": name, "task_file": reference}
+    else:
+        values = {**get_task_info(task).defaults, **values}
+    config = RunConfig.from_dict(values, source=source)
+    problems = config.errors()
+    if reference:
+        problems.pop("task", None)
+    if not upload:
+        for name in ("data", "val_data", "test_data"):
+            if problems.get(name, "").endswith(": no such file or folder"):
+                problems.pop(name)
+    if problems:
+        name, message = next(iter(problems.items()))
+        raise ConfigError(name, message)
+    return config
 
 
 def cmd_remote_runs(args: argparse.Namespace) -> int:

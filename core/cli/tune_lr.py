@@ -135,7 +135,9 @@ def train_command(args: argparse.Namespace, config, lr: float | None, precision:
     """The `amp-console train` command with the settings the test ran with and `lr` (None without a suggestion)."""
     if lr is None:
         return None
-    parts = ["amp-console", "train", "--task", config.task]
+    from core.tasks import task_source
+
+    parts = ["amp-console", "train", "--task", task_source(config.task) or config.task]  # a user task: its file
     if args.device != "auto":
         parts += ["--device", args.device]
     parts += ["--precision", precision]

@@ -5,7 +5,8 @@ object, or for `follow` a stream of metrics.jsonl lines. Errors are one line on 
 every command. Nothing here opens a port or keeps a process besides the run it starts.
 
     info                            {"version", "protocol", "devices": [...], "runs_root", "host"}
-    start        (request on stdin) {"folder", "pid", "log"}: `amp-console train` detached, its folder claimed
+    start        (request on stdin) {"folder", "pid", "log", "task_file"}: `amp-console train` detached, its
+                                    folder claimed; a task file the request carries is written into the folder
     follow FOLDER --offset N        metrics.jsonl's complete lines from byte N, as written, until the run ends;
                                     `#offset N` when idle (a heartbeat, and where the stream stands), `#end STATUS`
     control FOLDER VERB             {"request", "seq", "verb", "acknowledged", "outcome", "message"}
@@ -88,11 +89,19 @@ def start(request: dict) -> dict:
     from core.config import RunConfig
     from core.engine.run_folder import holds_a_run, is_in_use
     from core.engine.run_record import new_run_folder, runs_root
+    from core.errors import ConfigError
+    from core.remote.task_file import place_task_file
 
     values = request.get("config")
     if not isinstance(values, dict):
         raise AgentError("the start request has no \"config\" object")
-    config = RunConfig.from_dict(values, source="the start request").validate()
+    config = RunConfig.from_dict(values, source="the start request")
+    problems = config.errors()
+    if config.task_file:  # a user task: the run loads it (its copy, below) and says what is wrong with it
+        problems.pop("task", None)
+    if problems:
+        name, message = next(iter(problems.items()))
+        raise ConfigError(name, message)
     for name in FILE_FIELDS:  # the run's own working folder is not the caller's: paths are made absolute here
         if getattr(config, name):
             config = config.replace(**{name: os.path.abspath(os.path.expanduser(getattr(config, name)))})
@@ -110,9 +119,16 @@ def start(request: dict) -> dict:
     else:
         folder = _new_folder(new_run_folder(runs_root(request.get("runs_dir")), config.task, config.precision))
     config = config.replace(out_dir=str(folder))
+    if request.get("task_file") is not None:  # the caller's task file, sent along: the run loads this copy
+        try:
+            config = config.replace(task_file=place_task_file(folder, request["task_file"]))
+        except ValueError as exc:
+            raise AgentError(f"the task file was not copied: {exc}") from None
     launch = folder / LAUNCH_FILE
     config.save_toml(launch)
     argv = [sys.executable, "-m", "core.cli", "train", "--config", str(launch), "--out", str(folder)]
+    if config.task_file:  # a user task (its copy in the folder, or a module's class): loaded by the run itself
+        argv += ["--task", config.task_file]
     if resume:
         argv += ["--resume", resume]
     if request.get("nproc"):
@@ -130,7 +146,7 @@ def start(request: dict) -> dict:
                              f"{shown_path(log_path)}")
         time.sleep(0.05)
     process.returncode = 0  # not waited for here: it outlives this process (no "still running" warning)
-    return {"folder": str(folder), "pid": process.pid, "log": str(log_path)}
+    return {"folder": str(folder), "pid": process.pid, "log": str(log_path), "task_file": config.task_file}
 
 
 def _new_folder(base: Path) -> Path:

@@ -66,6 +66,7 @@ class RemoteRun:
     folder: str  # the run folder on the host
     pid: int  # the run's process there (the torchrun launcher under --nproc)
     log: str  # its train.log there: setup errors, warnings
+    task_file: str = ""  # a user task's reference the run was given there (its copy in the folder), else ""
 
     @property
     def target(self) -> str:
@@ -102,8 +103,13 @@ def start_remote_run(host: Host, config, upload_fields: Iterable[str] = (), resu
     folder under the host's runs root (or config's out_dir there), and return once the run holds it.
     `upload_fields`: the settings among data, val_data, test_data whose values are local files, copied to the
     host first (skipped when it has the same sha256); the others are paths on the host. `resume`: a checkpoint
-    path on the host. `nproc`: DDP processes there."""
+    path on the host. `nproc`: DDP processes there. A config naming a task file (task_file) sends that file
+    along: the host writes it into the run's folder and the run loads that copy (core.remote.task_file); a
+    module's class (package.module:Class) is passed as it is and must be installed on the host."""
+    from core.remote.task_file import task_payload
+
     values = dict(config.to_dict() if hasattr(config, "to_dict") else config)
+    task_file, task_note = task_payload(values["task_file"], host.dest) if values.get("task_file") else (None, "")
     for name in upload_fields:
         if name not in FILE_FIELDS:
             raise ConfigError(name, f"{name} is not a data file setting ({', '.join(FILE_FIELDS)})")
@@ -112,10 +118,14 @@ def start_remote_run(host: Host, config, upload_fields: Iterable[str] = (), resu
                 on_progress(f"copying {values[name]} to {host.dest} (skipped if it is there already)")
             values[name] = upload(host, values[name])
     request = {"config": values, "resume": resume, "nproc": nproc, "runs_dir": runs_dir}
+    if task_file is not None:
+        request["task_file"] = task_file
     if on_progress:
+        if task_note:
+            on_progress(task_note)
         on_progress(f"starting the run on {host.dest}")
     data = _agent(host, ["start"], payload=json.dumps(request).encode("utf-8"), timeout=600.0)
-    return RemoteRun(host, str(data["folder"]), int(data["pid"]), str(data["log"]))
+    return RemoteRun(host, str(data["folder"]), int(data["pid"]), str(data["log"]), str(data.get("task_file") or ""))
 
 
 def control_remote(host: Host, folder: str, verb: str, timeout: float = 30.0) -> ControlResult:

@@ -47,7 +47,8 @@ def resolved_config(run: dict) -> dict:
     options = resolved.pop("task_options")
     task = str(resolved.get("task") or run.get("task") or "")
     if isinstance(options, dict):
-        resolved.update({f"task_options.{k}": v for k, v in option_values(task, options).items()})
+        task_file = str(resolved.get("task_file") or "")  # a user task's defaults: read from its source
+        resolved.update({f"task_options.{k}": v for k, v in option_values(task, options, task_file).items()})
     else:  # not a mapping (a damaged record): compared as it is
         resolved["task_options"] = options
     for key in ("device", "precision"):

@@ -216,10 +216,14 @@ def get_task_info(name: str) -> TaskInfo:
     raise ConfigError("task", unknown_task_message(name))
 
 
-def option_values(name: str, options: dict) -> dict:
+def option_values(name: str, options: dict, task_file: str = "") -> dict:
     """Task `name`'s options with its defaults filled in (no torch): what two option sets build, to compare
-    them; `options` as they are for an unknown task."""
+    them. A user task not listed here is read from `task_file` (a run's saved reference) when its source names
+    that task: read, never run, and not listed because of it. `options` as they are for an unknown task."""
     info = task_infos().get(name)
+    if info is None and task_file and isinstance(task_file, str):
+        info = _source_info(task_file)
+        info = info if info is not None and info.name == name else None
     if info is None:
         return dict(options)
     return {opt.name: opt.default for opt in info.options} | dict(options)

@@ -239,6 +239,17 @@ def installed_tasks() -> dict[str, str]:
     return found
 
 
+def source_kind(reference: str) -> str:
+    """What `reference` is, for a listing: "a task file", "an installed package's entry point", "a module"."""
+    try:
+        kind = split_reference(reference)[0]
+    except TaskFileError:
+        return "a task reference"
+    if kind == "file":
+        return "a task file"
+    return "an installed package's entry point" if reference in installed_tasks().values() else "a module"
+
+
 def source_problem(reference: str) -> str:
     """Why the source of the task `reference` names cannot be read, found without running it: "no such file",
     its syntax error, ...; "" when it can be read (its task may still fail to load: only loading says)."""
