@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from task_registry import restore, snapshot
 
 import core.tasks as registry
 from core.cli.main import main
@@ -28,13 +29,9 @@ MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').tou
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
+    saved = snapshot()
     yield
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
+    restore(saved)
 
 
 def flags(sshd) -> list[str]:  # noqa: F811 (the fixture's value)

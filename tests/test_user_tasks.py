@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from task_registry import restored_task_registry
+from task_registry import restore, restored_task_registry
 
 import core.tasks as registry
 from core.cli.main import main
@@ -225,10 +225,7 @@ def test_why_a_task_file_cannot_be_listed(tmp_path):
 
 def forget_loaded_tasks() -> None:
     """As a new process: no user task loaded or listed (the autouse fixture restores the registry after)."""
-    for name in list(registry._loaded):
-        registry.__getattr__("TASKS").pop(name, None)
-    registry._loaded.clear()
-    registry._references.clear()
+    restore(({}, {}, dict(registry._broken)))
 
 
 def test_lr_find_on_a_task_file_suggests_a_command_that_names_the_file(capsys):

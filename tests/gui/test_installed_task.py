@@ -10,6 +10,7 @@ import sys
 import pytest
 from gui_helpers import find, finish_run, set_field
 from PySide6.QtWidgets import QMessageBox
+from task_registry import restore, snapshot
 
 import core.tasks as registry
 from app.task_actions import PENDING
@@ -22,18 +23,14 @@ REFERENCE = "amp_example_tasks.wave:WaveTask"
 @pytest.fixture
 def installed(tmp_path, monkeypatch):
     """The fixture package installed onto a folder on sys.path; the registry as a fresh process has it."""
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
+    saved = snapshot()
     package = install_task_package(tmp_path / "site")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setattr(registry, "_installed_read", False)
     asked: list = []
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a) or QMessageBox.StandardButton.Yes)
     yield package, asked
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
+    restore(saved)
     for name in [m for m in sys.modules if m == "amp_example_tasks" or m.startswith("amp_example_tasks.")]:
         del sys.modules[name]
 

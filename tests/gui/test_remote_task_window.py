@@ -5,13 +5,12 @@ and the window follows it to its end."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QMessageBox
+from task_registry import restore, snapshot
 
-import core.tasks as registry
 from app.panels import hosts
 from tests.gui.gui_helpers import PROCESS_WAIT_MS, click, find, set_field
 from tests.gui.test_remote_window import (  # noqa: F401 (fixtures: the module's sshd, ssh never on the GUI thread)
@@ -26,16 +25,10 @@ WAIT = PROCESS_WAIT_MS
 
 @pytest.fixture(autouse=True)
 def clean_registry(monkeypatch):
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
+    saved = snapshot()
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     yield
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
-    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
-        del sys.modules[name]
+    restore(saved)
 
 
 @pytest.mark.slow
