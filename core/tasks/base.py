@@ -286,7 +286,12 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def iter_slices(split: dict[str, torch.Tensor], batch_size: int):
-    """Contiguous evaluation batches over a split (no shuffling, no per-sample Python)."""
+    """Contiguous evaluation batches over a split (no shuffling, no per-sample Python). A split that is a
+    Dataset (core.data.loaders.DatasetSplit) gives its DataLoader's batches of `batch_size` rows, on the
+    device, each row once."""
+    if not isinstance(split, dict):
+        yield from split.batches(batch_size)
+        return
     n = split_length(split)
     for start in range(0, n, batch_size):
         yield {key: value[start : start + batch_size] for key, value in split.items()}
