@@ -23,6 +23,7 @@ exactly. Batches go to the device with `.to(device, non_blocking=True)` (from pi
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -98,6 +99,20 @@ def to_device(batch: Mapping, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
+def start(loader: DataLoader) -> Iterator:
+    """iter(loader), its worker processes started with sys.stdin set aside. A forked worker first closes its
+    copy of sys.stdin (multiprocessing's bootstrap); when another thread of this process is reading stdin at
+    that moment (the reader of --control-stdin, as the window and torchrun drive a run), the copy's lock is held
+    and the worker would wait forever. Without a sys.stdin the worker skips that close."""
+    if loader.num_workers == 0:
+        return iter(loader)
+    stdin, sys.stdin = sys.stdin, None
+    try:
+        return iter(loader)
+    finally:
+        sys.stdin = stdin
+
+
 class ResumableSampler(DistributedSampler):
     """DistributedSampler (shuffled, seeded, one shard per rank, the uneven tail dropped) that can start an
     epoch `skip` indices in: the indices of the batches a resumed epoch has already trained on are never
@@ -164,7 +179,7 @@ class LoaderBatches:
         try:
             batch = next(iterator)
         except StopIteration:  # a stream that ended before the epoch's batches: its next pass goes on with it
-            iterator = order.iterator = iter(self.loader)
+            iterator = order.iterator = start(self.loader)
             batch = next(iterator, None)
             if batch is None:
                 raise DataError(f"{self.what}: its IterableDataset yielded no full batch of "
@@ -181,7 +196,7 @@ class LoaderBatches:
             self.sampler.skip = index * self.batch_size
         # The workers' seed: a function of (seed, epoch, rank), not a draw from the run's random streams.
         self.generator.manual_seed((self.seed * 1_000_003 + order.epoch) * 1_009 + self.rank)
-        order.iterator = iter(self.loader)
+        order.iterator = start(self.loader)
         return order.iterator
 
     def resume_notes(self, step: int, steps_per_epoch: int) -> list[str]:
@@ -233,7 +248,7 @@ class DatasetSplit:
         generator = torch.Generator().manual_seed(EVAL_SEED)
         loader = DataLoader(self.dataset, batch_size=max(1, batch_size), shuffle=False, drop_last=False,
                             generator=generator, **self.settings.kwargs(persistent=False))
-        for batch in loader:
+        for batch in start(loader):
             check_item(batch, self.what)
             yield to_device(batch, self.device)
 

@@ -8,6 +8,8 @@ sliced on the device): nothing here runs per step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch.utils.data import IterableDataset
 
@@ -78,8 +80,9 @@ def values_per_sample(train) -> int:
     if isinstance(train, IterableDataset):
         return 1
     if is_dataset(train):
-        item = train[0]
-        return max((v.numel() for v in item.values() if isinstance(v, torch.Tensor)), default=1)
+        item = train[0]  # not a dict: place_data says so
+        values = item.values() if isinstance(item, Mapping) else ()
+        return max((v.numel() for v in values if isinstance(v, torch.Tensor)), default=1)
     return max((t[0].numel() for t in train.values() if t.dim() and len(t)), default=1)
 
 
