@@ -28,7 +28,10 @@ MARGIN_BYTES = 256 * 2**20  # activations, the allocator's slack, the framework 
 
 @dataclass
 class TaskData:
-    """Train / validation (/ test) splits as dicts of equally long tensors, plus facts about the data.
+    """Train / validation (/ test) splits as dicts of equally long tensors, plus facts about the data. A split
+    may instead be a torch.utils.data Dataset (items: dicts of tensors) or an IterableDataset with a __len__:
+    the engine then batches it through a DataLoader (core.data.loaders; docs/tasks.md, "Data that does not fit
+    in memory").
 
     `info` carries what the model needs to know (e.g. catalogue size; plain values, saved in checkpoints)
     and `ceiling`, the best metric values
