@@ -628,22 +628,22 @@ def section_profile(ctx: dict) -> dict:
 @contextlib.contextmanager
 def host_resident_data(staged: bool, made: list):
     """Trainers built inside keep their training data on the host (as they do when it exceeds half the free
-    GPU memory, see Trainer._keep_on_host) and batch it through HostStaging (`staged`) or plain gathers and
-    copies. Forced here, in this process only; every EpochBatches made is appended to `made`."""
-    from core.engine import trainer as trainer_module
+    GPU memory, see core.engine.data_setup.keep_on_host) and batch it through HostStaging (`staged`) or plain
+    gathers and copies. Forced here, in this process only; every EpochBatches made is appended to `made`."""
+    from core.engine import data_setup
 
-    keep, batches = trainer_module.Trainer._keep_on_host, trainer_module.EpochBatches
+    keep, batches = data_setup.keep_on_host, data_setup.EpochBatches
 
     def make(*args, **kwargs):
         made.append(batches(*args, **{**kwargs, "staged": staged}))
         return made[-1]
 
-    trainer_module.Trainer._keep_on_host = lambda self: True
-    trainer_module.EpochBatches = make
+    data_setup.keep_on_host = lambda trainer: True
+    data_setup.EpochBatches = make
     try:
         yield
     finally:
-        trainer_module.Trainer._keep_on_host, trainer_module.EpochBatches = keep, batches
+        data_setup.keep_on_host, data_setup.EpochBatches = keep, batches
 
 
 def section_datapath(ctx: dict) -> dict:

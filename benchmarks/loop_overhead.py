@@ -19,6 +19,13 @@ with its spread, and the load.
     python benchmarks/loop_overhead.py --interleaved ...    # also: engine loop and reference in one process, ABBA
     python benchmarks/loop_overhead.py --profile --batch-sizes 256 --log-intervals 1   # cProfile of the engine
     python benchmarks/loop_overhead.py --baseline /tmp/base   # also the engine of another checkout, interleaved
+    python benchmarks/loop_overhead.py --dataset [--workers 0,2] [--samples 65536] ...   # a Dataset task instead
+
+--dataset: the engine trains a user's task whose data is a map-style Dataset (the regression task of
+tests/fixtures/user_tasks/dataset_task.py) through its DataLoader, against the minimal loop over a
+`DataLoader(train, batch_size, shuffle=True, drop_last=True)` with the engine's loader settings (--workers, 2
+batches prefetched per worker, persistent workers, no pinning on the CPU), the same model, AdamW settings,
+batch size and threads; as above, separate fresh processes, ABAB, neither side evaluating, the median ratio.
 
 On a shared or virtual machine the speed of the same loop drifts by tens of percent within a second, so separate
 runs a few seconds apart give ratios spread over +-20% even pinned to one CPU. Two modes cancel the drift:
@@ -140,6 +147,108 @@ def run_reference(args, batch_size: int, steps: int, log_interval: int, optimize
            "--threads", str(args.threads), "--optimizer", optimizer, *(["--no-eval"] if args.no_eval else [])]
     return _last_json(subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args),
                                      preexec_fn=_pin(args)).stdout)
+
+
+# ----------------------------------------------------------------------------------------------- dataset
+DATASET_TASK = f"{ROOT / 'tests' / 'fixtures' / 'user_tasks' / 'dataset_task.py'}:RegressionDatasetTask"
+
+
+def dataset_reference_rate(batch_size: int, steps: int, log_interval: int, threads: int, workers: int,
+                           samples: int, seed: int = 0) -> dict:
+    """The hand-written loop over the Dataset task's DataLoader (run in its own process by `--dataset-reference`):
+    reshuffled every epoch, the loss summed on the device and read once per log interval, timed from before the
+    first batch (the workers' start) to a final sync, as the engine's clock runs."""
+    import dataclasses
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from core.config import RunConfig
+    from core.tasks.user_tasks import load_task
+
+    torch.set_num_threads(threads)
+    task_class = load_task(DATASET_TASK)
+    settings = {**dataclasses.asdict(RunConfig()), **task_class.defaults}
+    task = task_class({"samples": samples})
+    torch.manual_seed(seed)
+    data = task.load_data("", seed)
+    torch.manual_seed(seed)
+    model = task.build_model(data.info).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
+    extra = {"persistent_workers": True, "prefetch_factor": 2} if workers else {}
+    loader = DataLoader(data.train, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
+                        **extra)
+    running, losses, step = torch.zeros(()), [], 0
+    start = time.perf_counter()
+    while step < steps:
+        for batch in loader:
+            loss = task.loss(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            running += loss.detach()
+            step += 1
+            if step % log_interval == 0:
+                losses.append(running.item() / log_interval)
+                running.zero_()
+            if step == steps:
+                break
+    float(running)
+    seconds = time.perf_counter() - start
+    return {"samples_per_second": steps * batch_size / seconds, "seconds": seconds, "last_loss": losses[-1]}
+
+
+def measure_dataset(args, folder: Path, batch_sizes: list[int], intervals: list[int]) -> list[dict]:
+    """Engine (the CLI on the Dataset task) against dataset_reference_rate, per (workers, batch size, interval)."""
+    print(f"dataset task {DATASET_TASK.rsplit('/', 1)[-1]} ({args.samples:,} rows)  threads {args.threads}  "
+          f"repeats {args.repeats}  window ~{args.seconds:g} s  "
+          f"{'pinned to cpu %d' % args.cpu if args.cpu >= 0 else 'not pinned'}  load {os.getloadavg()[0]:.2f}",
+          flush=True)
+
+    def reference(workers: int, batch_size: int, steps: int, interval: int) -> dict:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--dataset-reference", "--workers", str(workers),
+               "--samples", str(args.samples), "--batch-sizes", str(batch_size), "--log-intervals", str(interval),
+               "--steps", str(steps), "--threads", str(args.threads)]
+        return _last_json(subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args),
+                                         preexec_fn=_pin(args)).stdout)
+
+    def engine(workers: int, batch_size: int, steps: int, interval: int, out: Path) -> dict:
+        cmd = [sys.executable, "-m", "core.cli", "train", "--task", DATASET_TASK, "-o", f"samples={args.samples}",
+               "--batch-size", str(batch_size), "--max-steps", str(steps), "--log-interval", str(interval),
+               "--threads", str(args.threads), "--num-workers", str(workers), "--device", "cpu", "--precision",
+               "fp32", "--out", str(out), "--json", "--eval-interval", "1000000000", "--keep-best", "0"]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env(args), preexec_fn=_pin(args))
+        if done.returncode:
+            raise SystemExit(f"engine failed ({done.returncode}): {done.stderr[-2000:]}")
+        return _last_json(done.stdout)
+
+    rows = []
+    for workers in [int(w) for w in args.workers.split(",")]:
+        for batch_size in batch_sizes:
+            for interval in intervals:
+                steps = args.steps
+                if not steps:
+                    probe = reference(workers, batch_size, 300, interval)
+                    steps = max(interval, int(args.seconds / (probe["seconds"] / 300)) // interval * interval)
+                ref, eng = [], []
+                for repeat in range(args.repeats):
+                    sides = ("reference", "engine") if repeat % 2 == 0 else ("engine", "reference")
+                    for side in sides:
+                        if side == "reference":
+                            ref.append(reference(workers, batch_size, steps, interval)["samples_per_second"])
+                        else:
+                            out = folder / f"dataset-w{workers}-b{batch_size}-l{interval}-{repeat}"
+                            eng.append(engine(workers, batch_size, steps, interval, out)["samples_per_second"])
+                ratios = [e / r for e, r in zip(eng, ref, strict=True)]
+                row = {"workers": workers, "batch_size": batch_size, "log_interval": interval, "steps": steps,
+                       "reference": statistics.median(ref), "engine": statistics.median(eng),
+                       "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
+                       "reference_runs": ref, "engine_runs": eng}
+                rows.append(row)
+                print(f"  workers {workers}  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  "
+                      f"reference {row['reference']:>9,.0f}/s  engine {row['engine']:>9,.0f}/s  ratio "
+                      f"{row['ratio']:.3f} [{row['low']:.3f}-{row['high']:.3f}]", flush=True)
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------- engine
@@ -432,6 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent-only", action="store_true", help="only the concurrent figures")
     parser.add_argument("--reference-until-stopped", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--chunk-seconds", type=float, default=0.1)
+    parser.add_argument("--dataset", action="store_true",
+                        help="only the Dataset task through a DataLoader against a loop over the same DataLoader")
+    parser.add_argument("--workers", default="0,2", help="--dataset: the DataLoader's worker counts to measure")
+    parser.add_argument("--samples", type=int, default=65_536, help="--dataset: the task's rows (80%% train)")
+    parser.add_argument("--dataset-reference", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile-top", type=int, default=25)
     args = parser.parse_args(argv)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -440,6 +554,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu is None:
         args.cpu = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else -1
 
+    if args.dataset_reference:
+        print(json.dumps(dataset_reference_rate(batch_sizes[0], args.steps, intervals[0], args.threads,
+                                                int(args.workers.split(",")[0]), args.samples)))
+        return 0
+    if args.dataset:
+        folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
+        try:
+            rows = measure_dataset(args, folder, batch_sizes, intervals)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if args.json:
+            print(json.dumps({"task": DATASET_TASK, "threads": args.threads, "dataset": rows}))
+        return 0
     if args.reference_until_stopped:
         reference_until_stopped(args.task, batch_sizes[0], intervals[0], args.threads, optimizer, lr, momentum,
                                 weight_decay)

@@ -23,6 +23,7 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "onecycle")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MONITOR_MODES = ("auto", "max", "min")
+PIN_MEMORY = ("auto", "on", "off")
 # How data files are read: auto (by suffix, then content) or one format for every file (core.data.formats.FORMAT_NAMES)
 DATA_FORMATS = ("auto", "delimited", "json", "svmlight", "label_text", "parquet")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
@@ -99,6 +100,16 @@ FIELD_SPECS: dict[str, FieldSpec] = {
         FieldSpec("threads", "CPU threads torch uses inside an op; 0 = auto (1 for light steps or a busy "
                              "machine, else the free cores; the choice is reported when the run starts)",
                   0, 1024, step=1),
+        FieldSpec("num_workers", "DataLoader worker processes for a task whose data is a torch Dataset "
+                                 "(docs/tasks.md); 0 = batches are loaded in the training process; a task whose "
+                                 "data is tensors does not use it", 0, 256, step=1),
+        FieldSpec("pin_memory", "DataLoader batches in page-locked host memory, so the copy to a GPU is "
+                                "asynchronous (a Dataset task): auto = on when the device is CUDA",
+                  choices=PIN_MEMORY),
+        FieldSpec("persistent_workers", "keep the DataLoader's worker processes from one epoch to the next instead "
+                                        "of starting them again (a Dataset task, num_workers above 0)"),
+        FieldSpec("prefetch_factor", "batches each DataLoader worker prepares ahead (a Dataset task, num_workers "
+                                     "above 0)", 1, 1024, step=1),
         FieldSpec("out_dir", "folder for checkpoint.pt, config.toml and metrics.jsonl; empty = in the runs root "
                              "(a new folder under it, named by date, task and precision)"),
         FieldSpec("monitor", "validation metric that picks the best checkpoints and early stopping; empty = the "
@@ -164,6 +175,10 @@ class RunConfig:
     checkpoint_minutes: float = 10.0
     time_limit_minutes: float = 0.0
     threads: int = 0
+    num_workers: int = 2  # the DataLoader's, for a task whose data is a Dataset (core.data.loaders)
+    pin_memory: str = "auto"
+    persistent_workers: bool = True
+    prefetch_factor: int = 2
     out_dir: str = ""  # empty: a new folder under the runs root (core.engine.run_record.resolve_out_dir)
     monitor: str = ""
     monitor_mode: str = "auto"

@@ -55,3 +55,15 @@ def test_every_mode_runs_and_reports_its_rows(tmp_path):
     (paired,) = result["concurrent"]
     assert paired["steps"] == 40 and paired["engine"] > 0 and paired["reference"] > 0
     assert paired["ratio"] == pytest.approx(paired["engine"] / paired["reference"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_the_dataset_mode_reports_engine_against_a_loop_over_the_same_dataloader():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "loop_overhead.py"), "--dataset", "--workers", "0",
+         "--samples", "2048", "--batch-sizes", "32", "--log-intervals", "5", "--steps", "30", "--repeats", "2",
+         "--json"], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(done.stdout.strip().splitlines()[-1])["dataset"]
+    assert (row["workers"], row["batch_size"], row["steps"]) == (0, 32, 30)
+    assert len(row["engine_runs"]) == len(row["reference_runs"]) == 2 and row["ratio"] > 0

@@ -19,7 +19,9 @@ from core.errors import ConfigError
 
 
 def split_length(split: dict[str, torch.Tensor]) -> int:
-    """Number of rows of a split (all its tensors share the first dimension)."""
+    """Number of rows of a split (all its tensors share the first dimension; a Dataset split: its length)."""
+    if not isinstance(split, dict):
+        return len(split)
     return next(iter(split.values())).shape[0]
 
 
@@ -68,6 +70,10 @@ class EpochBatches:
         used = self.batches_per_epoch * self.batch_size * self.world_size
         grid = perm[:used].view(self.batches_per_epoch, self.world_size, self.batch_size)[:, self.rank]
         return grid.contiguous().to(next(iter(self.split.values())).device)
+
+    def resume_notes(self, step: int, steps_per_epoch: int) -> list[str]:
+        """Nothing to say: a resumed run replays its epoch's order from the step it stopped at."""
+        return []
 
     def batch(self, order: torch.Tensor, index: int) -> dict[str, torch.Tensor]:
         """Batch `index` of an epoch order: a gather on the device, or from the host through HostStaging."""

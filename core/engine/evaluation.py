@@ -4,7 +4,8 @@ Each rank evaluates a contiguous 1/N slice of the split; the sums a task reports
 per-row values (e.g. the scores ROC AUC ranks) all-gathered in rank order, so every rank ends with the metrics
 one process computes on the whole split, and no rank waits in a collective while another evaluates alone
 (which a long evaluation would turn into a process-group timeout). A task that only implements `evaluate`
-is run on the whole split by every rank: the same figures, without the speed-up.
+is run on the whole split by every rank: the same figures, without the speed-up; so is a Dataset split that
+cannot be shared out (a stream that does not shard itself, see core.data.loaders).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from core.engine.distributed import DistContext, all_gather_rows, all_reduce_sum
 from core.tasks.base import EvalParts, Task
 
 
-def rank_slice(split: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor]:
-    """Rank `rank`'s contiguous share of a split's rows (sizes differ by at most one; views, no copies)."""
+def rank_slice(split: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor] | None:
+    """Rank `rank`'s contiguous share of a split's rows (sizes differ by at most one; views, no copies). A
+    Dataset split gives its share (core.data.loaders.DatasetSplit.share), None where it cannot be shared."""
+    if not isinstance(split, dict):
+        return split.share(rank, world_size)
     rows = split_length(split)
     start, end = rows * rank // world_size, rows * (rank + 1) // world_size
     return {key: value[start:end] for key, value in split.items()}
@@ -31,9 +35,10 @@ def evaluate_split(task: Task, model: torch.nn.Module, split: dict[str, torch.Te
     model.eval()
     try:
         with torch.no_grad(), autocast():
-            if not dist.enabled or not task.shares_evaluation():
+            share = rank_slice(split, dist.rank, dist.world_size) if dist.enabled and task.shares_evaluation() else None
+            if share is None:
                 return task.evaluate(model, split, batch_size)
-            parts = task.evaluate_parts(model, rank_slice(split, dist.rank, dist.world_size), batch_size)
+            parts = task.evaluate_parts(model, share, batch_size)
         whole = EvalParts(sums=all_reduce_sums(parts.sums, dist),
                           values={name: all_gather_rows(values, dist) for name, values in sorted(parts.values.items())})
         return task.metrics(whole)

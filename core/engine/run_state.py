@@ -136,6 +136,7 @@ def restore(trainer, state: dict, source: str) -> None:
     trainer.epoch = int(state["epoch"])
     trainer.skipped_steps = int(state.get("skipped_steps", 0))
     trainer.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
+    trainer.notes.extend(trainer.batches.resume_notes(trainer.step, trainer.steps_per_epoch))  # a stream restarts
     trainer.notes.extend(restore_rng(state, trainer.dist))
 
 

@@ -20,10 +20,9 @@ from time import monotonic
 import torch
 
 from core.config import RunConfig
-from core.data.batching import EpochBatches, place_split, split_length
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
-from core.engine import compiling, run_state, small_validation
+from core.engine import compiling, data_setup, run_state, small_validation
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
@@ -144,10 +143,7 @@ class Trainer:
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if not cfg.threads:
             self._choose_threads()
-        train = place_split(self.data.train, self.device, keep_on_host=self._keep_on_host())
-        self.val = place_split(self.data.val, self.device, keep_on_host=False)
-        self.test = place_split(self.data.test, self.device, keep_on_host=False) if self.data.test else None
-        self.batches = EpochBatches(train, cfg.batch_size, cfg.seed, self.device, self.dist.rank, self.dist.world_size)
+        self.val, self.test, self.batches = data_setup.place_data(self)  # tensors, or Datasets behind a DataLoader
         self.steps_per_epoch = self.batches.batches_per_epoch // cfg.grad_accum
         if self.steps_per_epoch == 0:
             raise ConfigError("grad_accum", f"{cfg.grad_accum} micro-batches per step exceed the "
@@ -444,9 +440,7 @@ class Trainer:
         return tracker
 
     def _metric_names(self) -> list[str]:
-        val = self.data.val
-        rows = min(split_length(val), 8)
-        probe = {key: value[:rows].to(self.device) for key, value in val.items()}
+        probe = data_setup.probe_split(self.data.val, 8, self.device)
         metrics = evaluate_split(self.task, self.raw_model, probe, self.cfg.batch_size, DistContext(),
                                  self.plan.autocast)
         return list(metrics)
@@ -531,6 +525,7 @@ class Trainer:
         if hasattr(self, "_watch"):
             self._watch.disarm()
         self.events.close()
+        data_setup.release(self)  # a DataLoader's workers
         if self.folder is not None:  # a run that never started leaves no empty folder behind
             self.folder.release(remove_if_unused=not hasattr(self, "clock"))
         if self.dist.enabled:
@@ -548,7 +543,7 @@ class Trainer:
         core.engine.threads) and say why with RunStarted."""
         cores, load = machine_facts()
         processes = int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size))  # ranks on this machine
-        per_sample = max((t[0].numel() for t in self.data.train.values() if t.dim() and len(t)), default=1)
+        per_sample = data_setup.values_per_sample(self.data.train)
         choice = choose_threads(0, self.param_count, cores, load, processes, os.environ.get("OMP_NUM_THREADS"),
                                 batch_values=self.cfg.batch_size * per_sample)
         apply_threads(choice.threads)
@@ -564,13 +559,6 @@ class Trainer:
         if info.type == "cuda" and info.memory_free is None:  # this run's GPU only (see list_devices)
             info = dataclasses.replace(info, memory_free=cuda_free_memory(torch.device(info.id).index or 0))
         return info
-
-    def _keep_on_host(self) -> bool:
-        """Training data that would take over half the free GPU memory stays pinned on the host."""
-        if self.device.type != "cuda":
-            return False
-        size = sum(t.numel() * t.element_size() for t in self.data.train.values())
-        return size > (self.device_info.memory_free or 0) // 2
 
     def _pause(self) -> None:
         """Wait between steps while paused; listeners learn when the pause took effect and when it ended."""

@@ -28,7 +28,10 @@ MARGIN_BYTES = 256 * 2**20  # activations, the allocator's slack, the framework 
 
 @dataclass
 class TaskData:
-    """Train / validation (/ test) splits as dicts of equally long tensors, plus facts about the data.
+    """Train / validation (/ test) splits as dicts of equally long tensors, plus facts about the data. A split
+    may instead be a torch.utils.data Dataset (items: dicts of tensors) or an IterableDataset with a __len__:
+    the engine then batches it through a DataLoader (core.data.loaders; docs/tasks.md, "Data that does not fit
+    in memory").
 
     `info` carries what the model needs to know (e.g. catalogue size; plain values, saved in checkpoints)
     and `ceiling`, the best metric values
@@ -286,7 +289,12 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def iter_slices(split: dict[str, torch.Tensor], batch_size: int):
-    """Contiguous evaluation batches over a split (no shuffling, no per-sample Python)."""
+    """Contiguous evaluation batches over a split (no shuffling, no per-sample Python). A split that is a
+    Dataset (core.data.loaders.DatasetSplit) gives its DataLoader's batches of `batch_size` rows, on the
+    device, each row once."""
+    if not isinstance(split, dict):
+        yield from split.batches(batch_size)
+        return
     n = split_length(split)
     for start in range(0, n, batch_size):
         yield {key: value[start : start + batch_size] for key, value in split.items()}

@@ -1,0 +1,270 @@
+"""Batches from a torch.utils.data Dataset through a DataLoader: a task's data that does not fit in memory.
+
+A split of `TaskData` may be a map-style `Dataset` (`__len__`, and `__getitem__(i)` returning a dict of tensors,
+or of numbers / numpy arrays, which the default collate stacks) or an `IterableDataset` with a `__len__` (the
+samples one pass yields, over all processes and workers together). Training draws from `LoaderBatches`, which
+the trainer uses as it uses `EpochBatches` (`order(epoch)`, `batch(order, index)`, `batches_per_epoch`);
+evaluation gets a `DatasetSplit`: iterating it (or `core.tasks.base.iter_slices`) gives its batches on the
+device, each row once, in order.
+
+A map-style training split is sampled by a `DistributedSampler` (shuffled, seeded by the run's seed, a new
+order each epoch by `set_epoch`, its own shard per DDP rank, the last uneven rows dropped), whose order is a
+function of (seed, epoch): a resumed run skips the indices of the batches its epoch has already trained on,
+without loading them, and goes on with exactly the batches it would have had. An IterableDataset is a stream:
+a resumed run starts it again (the run's notes say so). A stream that does not split itself across the
+DataLoader's workers and the DDP ranks (torch.utils.data.get_worker_info(), the rank) is read whole by each of
+them; such a dataset says it does with `shards = True`, and the run starts with a warning otherwise.
+
+The DataLoader's own random seed for its workers comes from a generator of its own, seeded per epoch, so
+drawing batches never moves the run's global random streams (dropout, sampling), and a resume continues them
+exactly. Batches go to the device with `.to(device, non_blocking=True)` (from pinned memory with pin_memory).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, Subset
+
+from core.errors import ConfigError, DataError
+
+EVAL_SEED = 20_011  # the evaluation loaders' worker seed: fixed, so an evaluation draws nothing of the run's
+
+
+def is_dataset(split) -> bool:
+    """Whether a TaskData split is a torch Dataset (else it is a dict of tensors)."""
+    return isinstance(split, Dataset)
+
+
+def shards_itself(dataset) -> bool:
+    """Whether an IterableDataset says it splits its stream across workers and ranks (`shards = True`)."""
+    return bool(getattr(dataset, "shards", False))
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The run's DataLoader settings, resolved for its device (see RunConfig's num_workers ... prefetch_factor)."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int = 2
+
+    @classmethod
+    def from_config(cls, cfg, device: torch.device) -> LoaderSettings:
+        pin = cfg.pin_memory == "on" or (cfg.pin_memory == "auto" and device.type == "cuda")
+        return cls(cfg.num_workers, pin and device.type != "cpu", cfg.persistent_workers and cfg.num_workers > 0,
+                   cfg.prefetch_factor)
+
+    def kwargs(self, persistent: bool = True) -> dict:
+        """DataLoader keyword arguments; `persistent` False: workers end with each pass (evaluation)."""
+        extra = {}
+        if self.num_workers > 0:
+            extra = {"prefetch_factor": self.prefetch_factor,
+                     "persistent_workers": persistent and self.persistent_workers}
+        return {"num_workers": self.num_workers, "pin_memory": self.pin_memory, **extra}
+
+
+def check_dataset(dataset, what: str) -> int:
+    """The number of rows of a Dataset split (`what`: e.g. "task regression_ds's train split"); DataError for
+    one that has none, has no length or whose items are not dicts."""
+    kind = "IterableDataset" if isinstance(dataset, IterableDataset) else "Dataset"
+    try:
+        rows = len(dataset)
+    except TypeError:
+        raise DataError(f"{what} is an {kind} ({type(dataset).__name__}) without __len__: give it one (the "
+                        f"samples one pass yields, over all processes and workers), so epochs can be "
+                        f"counted") from None
+    if rows <= 0:
+        raise DataError(f"{what} ({type(dataset).__name__}) is empty")
+    if kind == "Dataset":
+        check_item(dataset[0], what)
+    return rows
+
+
+def check_item(item, what: str) -> None:
+    """A Dataset's item (or a collated batch) must be a dict: the task's loss reads batch['name']."""
+    if not isinstance(item, Mapping):
+        raise DataError(f"{what}: an item is a {type(item).__name__}, not a dict of tensors; return "
+                        f"{{'x': ..., 'y': ...}} from __getitem__ (or __iter__): the task's loss reads the batch "
+                        f"by name")
+
+
+def to_device(batch: Mapping, device: torch.device) -> dict:
+    """A collated batch on `device` (tensors copied non-blocking; other values as they are)."""
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def start(loader: DataLoader) -> Iterator:
+    """iter(loader), its worker processes started with sys.stdin set aside. A forked worker first closes its
+    copy of sys.stdin (multiprocessing's bootstrap); when another thread of this process is reading stdin at
+    that moment (the reader of --control-stdin, as the window and torchrun drive a run), the copy's lock is held
+    and the worker would wait forever. Without a sys.stdin the worker skips that close."""
+    if loader.num_workers == 0:
+        return iter(loader)
+    stdin, sys.stdin = sys.stdin, None
+    try:
+        return iter(loader)
+    finally:
+        sys.stdin = stdin
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler (shuffled, seeded, one shard per rank, the uneven tail dropped) that can start an
+    epoch `skip` indices in: the indices of the batches a resumed epoch has already trained on are never
+    loaded."""
+
+    skip = 0
+
+    def __iter__(self):
+        indices = super().__iter__()
+        return itertools.islice(indices, self.skip, None) if self.skip else indices
+
+    def __len__(self) -> int:
+        return super().__len__() - self.skip
+
+
+class _Epoch:
+    """One epoch's pass of a LoaderBatches: its DataLoader iterator, started at the first batch asked for."""
+
+    __slots__ = ("epoch", "iterator", "next")
+
+    def __init__(self, epoch: int):
+        self.epoch, self.iterator, self.next = epoch, None, -1
+
+
+class LoaderBatches:
+    """Training batches of one rank from a Dataset through a DataLoader, for the trainer's loop (the interface of
+    core.data.batching.EpochBatches): `order(epoch)` is the epoch's pass, `batch(order, index)` its next batch
+    on the device. Every batch is full (`drop_last`): the same shapes every step."""
+
+    def __init__(self, dataset, batch_size: int, seed: int, device: torch.device, rank: int = 0,
+                 world_size: int = 1, settings: LoaderSettings | None = None, what: str = "the train split"):
+        self.split = dataset
+        self.batch_size, self.seed, self.device = batch_size, seed, device
+        self.rank, self.world_size = rank, world_size
+        self.settings = settings or LoaderSettings()
+        self.what = what
+        self.iterable = isinstance(dataset, IterableDataset)
+        rows = check_dataset(dataset, what)
+        self.sampler = None
+        if not self.iterable:
+            self.sampler = ResumableSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
+                                            drop_last=True)
+        per_rank = rows // world_size
+        self.batches_per_epoch = per_rank // batch_size
+        if self.batches_per_epoch == 0:
+            procs = f" x {world_size} processes" if world_size > 1 else ""
+            raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows:,} training samples")
+        self.generator = torch.Generator()
+        self.loader = DataLoader(dataset, batch_size=batch_size, sampler=self.sampler, drop_last=True,
+                                 generator=self.generator, **self.settings.kwargs())
+        self._checked = not self.iterable  # a map-style item is checked above, a stream's first batch below
+
+    def order(self, epoch: int) -> _Epoch:
+        """Epoch `epoch`'s pass (its iterator starts at the first batch asked of it)."""
+        return _Epoch(epoch)
+
+    def batch(self, order: _Epoch, index: int) -> dict[str, torch.Tensor]:
+        """Batch `index` of the epoch, on the device. Asked in sequence, each is the DataLoader's next; another
+        index (a resumed run's first) starts the epoch's pass there: the sampler skips the batches before it (a
+        stream starts again)."""
+        iterator = order.iterator
+        if iterator is None or index != order.next:
+            iterator = self._start(order, index)
+        try:
+            batch = next(iterator)
+        except StopIteration:  # a stream that ended before the epoch's batches: its next pass goes on with it
+            iterator = order.iterator = start(self.loader)
+            batch = next(iterator, None)
+            if batch is None:
+                raise DataError(f"{self.what}: its IterableDataset yielded no full batch of "
+                                f"{self.batch_size}") from None
+        order.next = index + 1
+        if not self._checked:
+            check_item(batch, self.what)
+            self._checked = True
+        return to_device(batch, self.device)
+
+    def _start(self, order: _Epoch, index: int) -> Iterator:
+        if self.sampler is not None:
+            self.sampler.set_epoch(order.epoch)
+            self.sampler.skip = index * self.batch_size
+        # The workers' seed: a function of (seed, epoch, rank), not a draw from the run's random streams.
+        self.generator.manual_seed((self.seed * 1_000_003 + order.epoch) * 1_009 + self.rank)
+        order.iterator = start(self.loader)
+        return order.iterator
+
+    def resume_notes(self, step: int, steps_per_epoch: int) -> list[str]:
+        """What resuming at optimizer step `step` means for this data (the run's notes)."""
+        if not self.iterable:
+            return []
+        within = step % steps_per_epoch
+        where = (f"the rest of epoch {step // steps_per_epoch + 1} ({steps_per_epoch - within:,} steps) is drawn "
+                 f"from the start of its stream" if within else "the stream starts its next pass, as each epoch does")
+        return [f"resuming at step {step:,}: {self.what} is an IterableDataset, which cannot be positioned, so it "
+                f"restarts: {where}"]
+
+    def close(self) -> None:
+        """End the DataLoader's persistent workers now (not when the garbage collector gets to them)."""
+        iterator = getattr(self.loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        self.loader._iterator = None
+
+
+class DatasetSplit:
+    """An evaluation split held as a Dataset: iterating it gives its batches of `batch_size` rows on the
+    device, each row once, in order (`batches(n)`: of n rows). `share(rank, world_size)` is a DDP rank's part
+    (contiguous rows of a map-style Dataset; a stream that shards itself gives its own part), or None when
+    the split cannot be shared out (every rank then evaluates all of it). A stream that does not shard itself
+    is read in the evaluating process alone (no workers), so each row counts once."""
+
+    def __init__(self, dataset, batch_size: int, device: torch.device, settings: LoaderSettings | None = None,
+                 what: str = "the validation split", rows: int | None = None):
+        self.dataset, self.batch_size, self.device = dataset, batch_size, device
+        self.settings = settings or LoaderSettings()
+        self.what = what
+        self.iterable = isinstance(dataset, IterableDataset)
+        self.rows = check_dataset(dataset, what) if rows is None else rows
+        if self.iterable and not shards_itself(dataset):
+            self.settings = LoaderSettings(pin_memory=self.settings.pin_memory)
+        self._shares: dict = {}
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return self.batches(self.batch_size)
+
+    def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        generator = torch.Generator().manual_seed(EVAL_SEED)
+        loader = DataLoader(self.dataset, batch_size=max(1, batch_size), shuffle=False, drop_last=False,
+                            generator=generator, **self.settings.kwargs(persistent=False))
+        for batch in start(loader):
+            check_item(batch, self.what)
+            yield to_device(batch, self.device)
+
+    def share(self, rank: int, world_size: int) -> DatasetSplit | None:
+        if self.iterable:
+            return self if shards_itself(self.dataset) else None
+        if (rank, world_size) not in self._shares:
+            start, end = self.rows * rank // world_size, self.rows * (rank + 1) // world_size
+            self._shares[(rank, world_size)] = DatasetSplit(Subset(self.dataset, range(start, end)), self.batch_size,
+                                                            self.device, self.settings, self.what, rows=end - start)
+        return self._shares[(rank, world_size)]
+
+    def head(self, rows: int) -> DatasetSplit:
+        """Its first `rows` rows (read in this process), e.g. to learn the metrics' names on a few rows."""
+        if self.iterable:
+            items = list(itertools.islice(iter(self.dataset), rows))
+        else:
+            items = Subset(self.dataset, range(min(rows, self.rows)))
+        return DatasetSplit(items, self.batch_size, self.device, what=self.what, rows=len(items))

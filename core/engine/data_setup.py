@@ -1,0 +1,101 @@
+"""The trainer's data, placed: tensor splits on the device (or pinned on the host), Dataset splits behind a
+DataLoader (core.data.loaders), and the notes a run starts with about them. See docs/tasks.md ("Data that does
+not fit in memory") and docs/ARCHITECTURE.md.
+
+A split that is a dict of tensors takes exactly the path it always has (EpochBatches' seeded permutation,
+sliced on the device): nothing here runs per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch.utils.data import IterableDataset
+
+from core.data.batching import EpochBatches, place_split, split_length
+from core.data.loaders import DatasetSplit, LoaderBatches, LoaderSettings, is_dataset, shards_itself
+
+
+def place_data(trainer) -> tuple:
+    """(val, test, batches) of a set-up trainer's `data`: test is None when the task has no test split; the
+    notes about unsharded streams go to `trainer.notes` (rank 0)."""
+    data, cfg, device, dist = trainer.data, trainer.cfg, trainer.device, trainer.dist
+    settings = LoaderSettings.from_config(cfg, device)
+    task = trainer.task.name
+
+    def evaluation(split, name: str):
+        if is_dataset(split):
+            return DatasetSplit(split, cfg.batch_size, device, settings, f"task {task}'s {name} split")
+        return place_split(split, device, keep_on_host=False)
+
+    if is_dataset(data.train):
+        batches = LoaderBatches(data.train, cfg.batch_size, cfg.seed, device, dist.rank, dist.world_size,
+                                settings, f"task {task}'s train split")
+    else:
+        train = place_split(data.train, device, keep_on_host=keep_on_host(trainer))
+        batches = EpochBatches(train, cfg.batch_size, cfg.seed, device, dist.rank, dist.world_size)
+    val = evaluation(data.val, "validation")
+    test = None if data.test is None or (not is_dataset(data.test) and not data.test) else evaluation(data.test, "test")
+    if dist.is_main:
+        trainer.notes.extend(stream_warnings(data, task, settings.num_workers, dist.world_size))
+    return val, test, batches
+
+
+def stream_warnings(data, task: str, workers: int, world_size: int) -> list[str]:
+    """A warning for each IterableDataset split that does not say it shards itself (`shards = True`) where more
+    than one reader would read it: every DataLoader worker and every rank then yields the whole stream."""
+    readers = max(workers, 1) * world_size
+    warnings = []
+    for name, split in (("train", data.train), ("validation", data.val), ("test", data.test)):
+        if not isinstance(split, IterableDataset) or shards_itself(split):
+            continue
+        if name == "train" and readers > 1:
+            who = " and ".join(([f"{workers} DataLoader worker{'s' if workers > 1 else ''}"] if workers else [])
+                               + ([f"{world_size} processes"] if world_size > 1 else []))
+            warnings.append(
+                f"warning: task {task}'s train split, an IterableDataset ({type(split).__name__}), does not say it "
+                f"shards itself (shards = True): with {who} each of them reads the whole stream, so every sample "
+                f"is trained on {readers} times an epoch; split it by torch.utils.data.get_worker_info() and the "
+                f"rank, and set shards = True (docs/tasks.md)")
+        elif name != "train" and world_size > 1:
+            warnings.append(
+                f"task {task}'s {name} split, an IterableDataset ({type(split).__name__}) that does not shard "
+                f"itself (shards = True), is evaluated whole by each of the {world_size} processes, without "
+                f"DataLoader workers")
+    return warnings
+
+
+def keep_on_host(trainer) -> bool:
+    """Training tensors that would take over half the free GPU memory stay pinned on the host."""
+    if trainer.device.type != "cuda":
+        return False
+    size = sum(t.numel() * t.element_size() for t in trainer.data.train.values())
+    return size > (trainer.device_info.memory_free or 0) // 2
+
+
+def values_per_sample(train) -> int:
+    """The numbers in one training sample's largest tensor (for the thread choice): a map-style Dataset's first
+    item; 1 for a stream (not read ahead of training)."""
+    if isinstance(train, IterableDataset):
+        return 1
+    if is_dataset(train):
+        item = train[0]  # not a dict: place_data says so
+        values = item.values() if isinstance(item, Mapping) else ()
+        return max((v.numel() for v in values if isinstance(v, torch.Tensor)), default=1)
+    return max((t[0].numel() for t in train.values() if t.dim() and len(t)), default=1)
+
+
+def probe_split(val, rows: int, device: torch.device):
+    """The first `rows` rows of the validation split on `device` (to learn the names of the metrics)."""
+    if is_dataset(val):
+        return DatasetSplit(val, 1, device, what="the validation split").head(rows)
+    rows = min(split_length(val), rows)
+    return {key: value[:rows].to(device) for key, value in val.items()}
+
+
+def release(trainer) -> None:
+    """End a DataLoader's persistent workers with the run."""
+    close = getattr(getattr(trainer, "batches", None), "close", None)
+    if close is not None:
+        close()
