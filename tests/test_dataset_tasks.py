@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from task_registry import restored_task_registry
 
-import core.tasks as registry
 from core.cli.main import main
 from core.config import RunConfig
 from core.data.loaders import DatasetSplit, LoaderBatches, LoaderSettings
@@ -29,16 +29,9 @@ STREAM = f"{TASK_FILE}:RegressionStreamTask"
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    """Each test starts and ends with the built-in tasks only (the registry is one per process)."""
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    yield
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
-    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
-        del sys.modules[name]
+    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
+    with restored_task_registry():
+        yield
 
 
 def run_main(argv, capsys) -> tuple[int, str, str]:

@@ -195,7 +195,15 @@ class FeatureServing(TaskServing):
         import numpy as np
 
         data = self.task.load_data(str(predictor.config.get("data") or ""), int(predictor.config.get("seed", 0)))
-        split = data.val if data.val else data.test
+        split = data.val if data.val is not None and len(data.val) else data.test
+        if split is not None and not isinstance(split, dict):  # a Dataset: its first `limit` items' x
+            import itertools
+
+            from torch.utils.data import IterableDataset
+
+            stream = iter(split) if isinstance(split, IterableDataset) else (split[i] for i in range(len(split)))
+            items = [item.get("x") for item in itertools.islice(stream, limit) if isinstance(item, dict)]
+            split = {"x": torch.stack(items)} if items and all(isinstance(x, torch.Tensor) for x in items) else {}
         x = (split or {}).get("x")
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or x[0].numel() != predictor.n_features:
             return np.zeros((0, predictor.n_features), np.float32)
