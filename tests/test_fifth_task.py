@@ -132,3 +132,20 @@ def test_a_safetensors_export_says_what_serves_it(run, tmp_path):
     assert main(["export", str(run), "--task", REFERENCE, "--format", "safetensors", "--out", str(out)]) == 0
     with pytest.raises(ValueError, match="--format program or --format onnx"):
         own_serve(out).load(out)
+
+
+@pytest.mark.parametrize("class_name", ["RegressionDatasetTask", "RegressionStreamTask"])
+def test_examples_come_from_a_dataset_split_too(class_name):
+    from core.tasks.feature_serving import FeatureServing
+
+    with restored_task_registry():
+        cls = registry.add_task(f"{ROOT / 'tests' / 'fixtures' / 'user_tasks' / 'dataset_task.py'}:{class_name}")
+        task = cls({o.name: o.default for o in cls.options})
+
+        class Run:  # what example_rows reads of a predictor
+            config, n_features = {"seed": 0}, FEATURES
+
+        rows = FeatureServing(task).example_rows(Run, 5)
+        val = task.load_data("", 0).val
+        first = next(iter(val)) if isinstance(val, torch.utils.data.IterableDataset) else val[0]
+        assert rows.shape == (5, FEATURES) and rows[0] == pytest.approx(first["x"].numpy())
