@@ -27,7 +27,7 @@ from core.engine import compiling, run_state, small_validation
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    RUN_NOTE_ENV, DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
+    DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
     init_process_group, is_peer_failure, wrap_ddp,
 )
 from core.engine.due import Due, next_due, planned_steps
@@ -38,7 +38,7 @@ from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, Ru
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_started, step_metrics
-from core.engine.run_folder import HELD_ENV, ClaimedFolder, claim_run_folder, describe_os_error
+from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_record import resolve_out_dir
 from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
