@@ -198,3 +198,42 @@ def test_unknown_task_is_one_line_with_a_suggestion(capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "did you mean 'recommender'" in err and "tiny, sentiment, ranking, recommender" in err
+
+
+LAUNCH_PROBE = r"""
+import contextlib, io, json, subprocess, sys
+from core.cli.main import main
+
+class Started(Exception):
+    pass
+
+def popen(command, *args, **kwargs):
+    raise Started(json.dumps({"torch": "torch" in sys.modules, "command": command}))
+
+subprocess.Popen = popen
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            results.append({"code": main(argv), "err": err.getvalue()})
+        except Started as exc:
+            results.append(json.loads(str(exc)))
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_a_cpu_launch_leaves_torch_to_its_workers(tmp_path, capsys):
+    """`train --nproc 2 --device cpu` starts torchrun without importing torch (seconds before the first rank
+    starts), and still refuses a bad task option as a one-process run does."""
+    bad = ["train", "--task", "tiny", "--device", "cpu", "-o", "hiden=3", "--out", str(tmp_path / "bad")]
+    launch = ["train", "--task", "recommender", "--device", "cpu", "--nproc", "2", "--out", str(tmp_path / "run")]
+    code = subprocess.run([sys.executable, "-c", LAUNCH_PROBE, json.dumps([launch, bad + ["--nproc", "2"]])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert code.returncode == 0, code.stderr
+    started, refused = json.loads(code.stdout.strip().splitlines()[-1])
+    assert "core.cli.loopback_torchrun" in started["command"] and started["torch"] is False
+    assert main(bad) == 2
+    assert refused == {"code": 2, "err": capsys.readouterr().err}
+    assert "tiny has no option 'hiden' (did you mean 'hidden'?)" in refused["err"]
