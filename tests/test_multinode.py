@@ -129,6 +129,29 @@ def test_a_failed_rank_is_named_with_its_node_and_root_cause(tmp_path):
     assert f"each rank's log: {out / 'ranks'}" in last
 
 
+def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it_in_the_same_second():
+    """torchelastic dates failures in whole seconds: rank 0, which reports rank 1's death (and saved the
+    checkpoint), often fails in the same second as rank 1 and may be listed first."""
+    from types import SimpleNamespace
+
+    from core.cli.loopback_torchrun import failure_line, root_failure
+
+    def failure(local_rank, timestamp, message=""):
+        return SimpleNamespace(local_rank=local_rank, timestamp=timestamp, exitcode=1, message=message,
+                               signal_name=lambda: "")
+
+    told = {"message": "RankFailed: rank 0 on node n: rank 1 of this 2-process run died or lost its connection at "
+                       "step 5; the run ended"}
+    same_second = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 100)})
+    assert root_failure(same_second)[0] == 1
+    assert failure_line(same_second).startswith("rank 1 (local rank 1) on node ")
+    later = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 101)})
+    assert root_failure(later)[0] == 0  # otherwise torchelastic's order: the first by time
+    by_themselves = SimpleNamespace(failures={0: failure(0, 100, {"message": "RankFailed: disk full"}),
+                                              1: failure(1, 100)})
+    assert root_failure(by_themselves)[0] == 0
+
+
 def test_a_node_that_never_joins_ends_the_run_within_the_rendezvous_timeout(tmp_path):
     process = train("--max-steps", "5", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "0",
                     "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "alone", "--rdzv-timeout", "5",

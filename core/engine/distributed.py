@@ -264,6 +264,7 @@ def _process_alive(pid: int) -> bool:
         return True
 
 
+PEER_LOST = "died or lost its connection"  # in the message of a rank that ended because another rank went away
 _PEER_FAILURE_TEXT = ("Connection reset", "Connection closed", "Broken pipe", "Connection refused")
 
 

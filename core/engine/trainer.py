@@ -27,7 +27,7 @@ from core.engine import compiling, run_state, small_validation
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
+    PEER_LOST, DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
     init_process_group, is_peer_failure, wrap_ddp,
 )
 from core.engine.due import Due, next_due, planned_steps
@@ -513,7 +513,7 @@ class Trainer:
         dead = dead_peers(self._peers, self.dist.rank)
         who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
                f"another process of this {self.dist.world_size}-process run")
-        text = f"{who} died or lost its connection at step {self.step:,}; the run ended"
+        text = f"{who} {PEER_LOST} at step {self.step:,}; the run ended"
         if not self.dist.is_main:
             return f"{text} (rank 0 saves the checkpoint)"
         try:
