@@ -27,14 +27,25 @@ def cli(*args, **kwargs):
                           text=True, timeout=200, **kwargs)
 
 
+def one_process(capsys, *args) -> subprocess.CompletedProcess:
+    """`train` in this process (a single-process run needs no process of its own): code, stdout and stderr as
+    cli() gives them."""
+    from core.cli.main import main
+
+    capsys.readouterr()
+    code = main(["train", *COMMON, *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 def losses(out: Path) -> list[float]:
     events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [e["loss"] for e in events if e["event"] == "StepMetrics"]
 
 
-def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
+def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path, capsys):
     """2 ranks x batch 32 == 1 rank x batch 64: same samples per step, DDP averages the two half-batch grads."""
-    one = cli("--batch-size", "64", "--max-steps", "40", "--out", str(tmp_path / "one"))
+    one = one_process(capsys, "--batch-size", "64", "--max-steps", "40", "--out", str(tmp_path / "one"))
     two = cli("--batch-size", "32", "--max-steps", "40", "--nproc", "2", "--out", str(tmp_path / "two"), "--json")
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
@@ -46,8 +57,8 @@ def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
     assert summary["status"] == "completed" and summary["steps"] == 40
 
     # The 2-process checkpoint (unwrapped model) resumes in a single process.
-    resumed = cli("--resume", str(tmp_path / "two" / "checkpoint.pt"), "--batch-size", "64", "--max-steps", "50",
-                  "--out", str(tmp_path / "resumed"), "--json")
+    resumed = one_process(capsys, "--resume", str(tmp_path / "two" / "checkpoint.pt"), "--batch-size", "64",
+                          "--max-steps", "50", "--out", str(tmp_path / "resumed"), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 50
     assert ("resumed a checkpoint of 2 processes on 1: the random streams (dropout, sampling) of rank 1 are not "
@@ -143,7 +154,7 @@ def test_a_second_ddp_run_into_the_same_folder_keeps_the_first(tmp_path):
                                                                                    "checkpoint.pt")
 
 
-def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
+def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, capsys):
     out = tmp_path / "run"
     process = start_long_run(out)
     try:
@@ -171,8 +182,8 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
 
     assert load_checkpoint(out / "checkpoint.pt")["step"] == step > 0
     assert took < 90
-    resumed = cli("--resume", str(out / "checkpoint.pt"), "--batch-size", "16", "--max-steps", str(step + 5),
-                  "--json")
+    resumed = one_process(capsys, "--resume", str(out / "checkpoint.pt"), "--batch-size", "16", "--max-steps",
+                          str(step + 5), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == step + 5
     print(f"run ended {took:.1f} s after rank 1 was killed, with a checkpoint at step {step} that resumed")
