@@ -300,22 +300,44 @@ def same_rng(a, b) -> bool:
     return (a[0] == b[0]).all() and a[1] == b[1]
 
 
-def test_every_ranks_rng_state_round_trips_and_a_ddp_resume_is_exact(tmp_path):
+def _three_runs_of_each_rank(rank: int, root: str, ports: list[int]) -> dict:
+    """3 steps, their resume to 6, and 6 steps straight, one after the other in the same two processes (a new
+    process group for each, on a port of its own): what the test compares, read by rank 0 between the runs
+    (the resume overwrites the first run's checkpoint)."""
     from core.engine.checkpoints import load_checkpoint
 
-    part = run_ranks(_train_and_report_rng, str(tmp_path / "part"), 3, None)
+    def phase(port: int, *args) -> dict:
+        os.environ["MASTER_PORT"] = str(port)
+        return _train_and_report_rng(rank, *args)
+
+    part = phase(ports[0], f"{root}/part", 3, None)
+    saved = load_checkpoint(f"{root}/part/checkpoint.pt") if rank == 0 else None
+    if saved is not None:
+        part["saved"] = {"ranks": len(saved["rng_per_rank"]), "differ": not torch.equal(
+            saved["rng_per_rank"][0]["torch"], saved["rng_per_rank"][1]["torch"])}
+    rest = phase(ports[1], f"{root}/part", 6, f"{root}/part/checkpoint.pt")
+    straight = phase(ports[2], f"{root}/straight", 6, None)
+    if rank == 0:
+        a, b = load_checkpoint(straight["checkpoint"])["model"], load_checkpoint(rest["checkpoint"])["model"]
+        straight["same_model"] = all(torch.equal(a[k], b[k]) for k in a)
+    return {"part": part, "rest": rest, "straight": straight}
+
+
+def test_every_ranks_rng_state_round_trips_and_a_ddp_resume_is_exact(tmp_path):
+    ports = []
+    for _ in range(3):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    runs = run_ranks(_three_runs_of_each_rank, str(tmp_path), ports)
+    part, rest = [r["part"] for r in runs], [r["rest"] for r in runs]
     assert [r["status"] for r in part] == ["completed"] * 2
-    state = load_checkpoint(part[0]["checkpoint"])
-    assert len(state["rng_per_rank"]) == 2
-    assert not torch.equal(state["rng_per_rank"][0]["torch"], state["rng_per_rank"][1]["torch"])
-    rest = run_ranks(_train_and_report_rng, str(tmp_path / "part"), 6, part[0]["checkpoint"])
+    assert part[0]["saved"] == {"ranks": 2, "differ": True}
     for saved, resumed in zip(part, rest, strict=True):  # each rank continues its own streams
         assert same_rng(saved["at_end"], resumed["after_setup"])
     assert rest[0]["notes"] == [] and rest[0]["step"] == 6
-    straight = run_ranks(_train_and_report_rng, str(tmp_path / "straight"), 6, None)
-    a = load_checkpoint(straight[0]["checkpoint"])["model"]
-    b = load_checkpoint(rest[0]["checkpoint"])["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise: dropout and negatives replayed on both ranks
+    assert runs[0]["straight"]["step"] == 6
+    assert runs[0]["straight"]["same_model"]  # bitwise: dropout and negatives replayed on both ranks
 
 
 def test_a_checkpoint_of_one_process_resumes_on_two(tmp_path):
