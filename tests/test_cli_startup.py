@@ -24,19 +24,83 @@ def heavy_modules_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], ["data", "generate"], ["train"], ["runs"], ["runs", "list"], ["runs", "tensorboard"],
-                 ["lr-find"], ["summary"], ["fit-batch"], ["sweep"], ["evaluate"])
+# Each command runs in a fork of one fresh interpreter that has imported only the entry points (core.cli.main,
+# app.launcher; neither imports a command's module): as if each had a fresh interpreter of its own.
+HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], ["data", "generate"], ["train"],
+                 ["runs"], ["runs", "list"], ["runs", "tensorboard"], ["lr-find"], ["summary"], ["fit-batch"],
+                 ["sweep"], ["evaluate"])
+HELP_SHOWS = {"lr-find": "--diverge-factor", "summary": "--precisions", "sweep": "usage: amp-console sweep",
+              "fit-batch": "usage: amp-console fit-batch"}  # besides "usage: amp-console"
+
+
+def _help_name(command: list[str]) -> str:
+    return " ".join(command + ["--help"])
+
+
+PROBE = r"""
+import contextlib, io, json, os, sys
+
+def run(module, argv):
+    main = __import__(module, fromlist=["main"]).main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    return {"code": code, "out": out.getvalue(), "err": err.getvalue(),
+            "heavy": [m for m in HEAVY if m in sys.modules],
+            "commands": sorted(m for m in sys.modules if m.startswith("core.cli.") and m[9:] in COMMANDS),
+            "qt": any(m.startswith("PySide6") for m in sys.modules)}
+
+plan = json.loads(sys.argv[1])
+for module in {module for _, module, _ in plan}:  # what every command imports first: shared by the forks
+    __import__(module)
+results = {}
+for name, module, argv in plan:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one command, its result on the pipe
+        os.close(read)
+        try:
+            result = run(module, argv)
+        except BaseException as exc:
+            result = {"code": "crashed", "err": repr(exc), "out": "", "heavy": [], "commands": [], "qt": False}
+        with os.fdopen(write, "w") as pipe:
+            pipe.write(json.dumps(result))
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        results[name] = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def startup(tmp_path_factory):
+    """What each command of the probe printed and left imported (one interpreter for them all)."""
+    from core.cli.main import COMMANDS
+
+    runs = tmp_path_factory.mktemp("runs")
+    plan = [["runs list", "core.cli.main", ["runs", "--runs-dir", str(runs), "list"]],
+            ["launcher --help", "app.launcher", ["--help"]],
+            ["tasks", "core.cli.main", ["tasks"]]]
+    plan += [[_help_name(c), "core.cli.main", c + ["--help"]] for c in HELP_COMMANDS]
+    code = f"HEAVY = {HEAVY!r}\nCOMMANDS = {sorted(COMMANDS)!r}\n{PROBE}"
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(plan)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", HELP_COMMANDS, ids=lambda c: " ".join(c) or "top")
-def test_help_does_not_import_torch(command):
-    code = ("import contextlib, io\nfrom core.cli.main import main\n"
-            f"with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-            f"    try:\n        main({command + ['--help']!r})\n    except SystemExit as exc:\n"
-            f"        assert exc.code == 0, exc.code\n"
-            f"assert 'usage: amp-console' in out.getvalue()")
-    assert heavy_modules_after(code) == []
+def test_help_does_not_import_torch(startup, command):
+    result = startup[_help_name(command)]
+    assert result["code"] == 0, result["err"]
+    assert "usage: amp-console" in result["out"] and HELP_SHOWS.get(" ".join(command), "") in result["out"]
+    assert result["heavy"] == []
 
 
 def test_each_command_is_listed_with_the_module_that_registers_it():
@@ -52,32 +116,25 @@ def test_each_command_is_listed_with_the_module_that_registers_it():
 
 
 @pytest.mark.slow
-def test_runs_list_imports_no_other_commands_module(tmp_path):
-    from core.cli.main import COMMANDS
-
-    code = ("import contextlib, io\nfrom core.cli.main import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-            f"    assert main(['runs', '--runs-dir', {str(tmp_path)!r}, 'list']) == 0\n"
-            f"others = [n for n in {sorted(COMMANDS)!r} if n != 'runs' and 'core.cli.' + n in sys.modules]\n"
-            "assert not others, others")
-    assert heavy_modules_after(code) == []
+def test_runs_list_imports_no_other_commands_module(startup):
+    result = startup["runs list"]
+    assert result["code"] == 0, result["err"]
+    assert result["commands"] == ["core.cli.runs"] and result["heavy"] == []
 
 
 @pytest.mark.slow
-def test_launcher_help_does_not_import_torch_or_qt():
-    code = ("import contextlib, io\nfrom app.launcher import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
-            "assert not any(m.startswith('PySide6') for m in sys.modules)")
-    assert heavy_modules_after(code) == []
+def test_launcher_help_does_not_import_torch_or_qt(startup):
+    result = startup["launcher --help"]
+    assert result["code"] == 0 and "usage:" in result["out"], result["err"]
+    assert not result["qt"] and result["heavy"] == []
 
 
 @pytest.mark.slow
-def test_tasks_listing_does_not_import_torch():
-    code = ("import contextlib, io\nfrom core.cli.main import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()) as out:\n    assert main(['tasks']) == 0\n"
-            "assert 'recommender' in out.getvalue() and 'd_model' in out.getvalue()")
-    assert heavy_modules_after(code) == []
+def test_tasks_listing_does_not_import_torch(startup):
+    result = startup["tasks"]
+    assert result["code"] == 0, result["err"]
+    assert "recommender" in result["out"] and "d_model" in result["out"]
+    assert result["heavy"] == []
 
 
 def test_task_infos_read_from_source_match_the_classes():
@@ -141,3 +198,42 @@ def test_unknown_task_is_one_line_with_a_suggestion(capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert "did you mean 'recommender'" in err and "tiny, sentiment, ranking, recommender" in err
+
+
+LAUNCH_PROBE = r"""
+import contextlib, io, json, subprocess, sys
+from core.cli.main import main
+
+class Started(Exception):
+    pass
+
+def popen(command, *args, **kwargs):
+    raise Started(json.dumps({"torch": "torch" in sys.modules, "command": command}))
+
+subprocess.Popen = popen
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            results.append({"code": main(argv), "err": err.getvalue()})
+        except Started as exc:
+            results.append(json.loads(str(exc)))
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_a_cpu_launch_leaves_torch_to_its_workers(tmp_path, capsys):
+    """`train --nproc 2 --device cpu` starts torchrun without importing torch (seconds before the first rank
+    starts), and still refuses a bad task option as a one-process run does."""
+    bad = ["train", "--task", "tiny", "--device", "cpu", "-o", "hiden=3", "--out", str(tmp_path / "bad")]
+    launch = ["train", "--task", "recommender", "--device", "cpu", "--nproc", "2", "--out", str(tmp_path / "run")]
+    code = subprocess.run([sys.executable, "-c", LAUNCH_PROBE, json.dumps([launch, bad + ["--nproc", "2"]])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert code.returncode == 0, code.stderr
+    started, refused = json.loads(code.stdout.strip().splitlines()[-1])
+    assert "core.cli.loopback_torchrun" in started["command"] and started["torch"] is False
+    assert main(bad) == 2
+    assert refused == {"code": 2, "err": capsys.readouterr().err}
+    assert "tiny has no option 'hiden' (did you mean 'hidden'?)" in refused["err"]

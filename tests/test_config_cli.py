@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -121,11 +122,9 @@ def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["status"] == "failed"
 
 
-@pytest.mark.slow
-def test_devices_json_lists_the_cpu():
-    result = run_cli("devices", "--json")
-    assert result.returncode == 0
-    devices = json.loads(result.stdout)
+def test_devices_json_lists_the_cpu(capsys):
+    assert main(["devices", "--json"]) == 0
+    devices = json.loads(capsys.readouterr().out)
     assert devices[0]["id"] == "cpu" and "fp16" in devices[0]["unsupported"]
 
 
@@ -190,16 +189,16 @@ def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
     assert process.returncode == 130
 
 
-@pytest.mark.slow
-def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path):
+def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path, capsys):
     """A program driving `train --events` gets the field to mark, besides the one stderr line and exit 2."""
-    result = run_cli("train", "--max-steps", "2", "--out", str(tmp_path / "o"), "--events", "-o", "samples=256",
-                     "--batch-size", "64", "--grad-accum", "64", cwd=tmp_path)
-    assert result.returncode == 2
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    code = main(["train", "--max-steps", "2", "--out", str(tmp_path / "o"), "--events", "-o", "samples=256",
+                 "--batch-size", "64", "--grad-accum", "64"])
+    assert code == 2
+    out, err = capsys.readouterr()
+    report = json.loads(out.strip().splitlines()[-1])
     assert report["field"] == "grad_accum"
     assert report["setup_error"].startswith("grad_accum: ") and "exceed" in report["setup_error"]
-    assert len(result.stderr.strip().splitlines()) == 1
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.slow
@@ -223,17 +222,17 @@ def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("stdin", "code", "named"), [("", 0, None), ("not json\n", 2, "settings line"),
                                                       ('{"config": {"lr": -1}}\n', 2, "lr")])
-def test_config_stdin_closed_or_bad_settings(tmp_path, stdin, code, named):
-    result = subprocess.run([sys.executable, "-m", "core.cli", "train", "--config-stdin"], input=stdin,
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert result.returncode == code
+def test_config_stdin_closed_or_bad_settings(tmp_path, monkeypatch, capsys, stdin, code, named):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    assert main(["train", "--config-stdin"]) == code
+    err = capsys.readouterr().err
     if named:
-        last = result.stderr.strip().splitlines()[-1]
-        assert last.startswith("amp-console: error: ") and named in last, result.stderr
-        assert "Traceback" not in result.stderr
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("amp-console: error: ") and named in last, err
+        assert "Traceback" not in err
 
 
 def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path, monkeypatch, capsys):

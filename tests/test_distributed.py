@@ -27,14 +27,25 @@ def cli(*args, **kwargs):
                           text=True, timeout=200, **kwargs)
 
 
+def one_process(capsys, *args) -> subprocess.CompletedProcess:
+    """`train` in this process (a single-process run needs no process of its own): code, stdout and stderr as
+    cli() gives them."""
+    from core.cli.main import main
+
+    capsys.readouterr()
+    code = main(["train", *COMMON, *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 def losses(out: Path) -> list[float]:
     events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return [e["loss"] for e in events if e["event"] == "StepMetrics"]
 
 
-def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
+def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path, capsys):
     """2 ranks x batch 32 == 1 rank x batch 64: same samples per step, DDP averages the two half-batch grads."""
-    one = cli("--batch-size", "64", "--max-steps", "40", "--out", str(tmp_path / "one"))
+    one = one_process(capsys, "--batch-size", "64", "--max-steps", "40", "--out", str(tmp_path / "one"))
     two = cli("--batch-size", "32", "--max-steps", "40", "--nproc", "2", "--out", str(tmp_path / "two"), "--json")
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
@@ -46,8 +57,8 @@ def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path):
     assert summary["status"] == "completed" and summary["steps"] == 40
 
     # The 2-process checkpoint (unwrapped model) resumes in a single process.
-    resumed = cli("--resume", str(tmp_path / "two" / "checkpoint.pt"), "--batch-size", "64", "--max-steps", "50",
-                  "--out", str(tmp_path / "resumed"), "--json")
+    resumed = one_process(capsys, "--resume", str(tmp_path / "two" / "checkpoint.pt"), "--batch-size", "64",
+                          "--max-steps", "50", "--out", str(tmp_path / "resumed"), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 50
     assert ("resumed a checkpoint of 2 processes on 1: the random streams (dropout, sampling) of rank 1 are not "
@@ -143,7 +154,7 @@ def test_a_second_ddp_run_into_the_same_folder_keeps_the_first(tmp_path):
                                                                                    "checkpoint.pt")
 
 
-def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
+def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, capsys):
     out = tmp_path / "run"
     process = start_long_run(out)
     try:
@@ -171,8 +182,8 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path):
 
     assert load_checkpoint(out / "checkpoint.pt")["step"] == step > 0
     assert took < 90
-    resumed = cli("--resume", str(out / "checkpoint.pt"), "--batch-size", "16", "--max-steps", str(step + 5),
-                  "--json")
+    resumed = one_process(capsys, "--resume", str(out / "checkpoint.pt"), "--batch-size", "16", "--max-steps",
+                          str(step + 5), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == step + 5
     print(f"run ended {took:.1f} s after rank 1 was killed, with a checkpoint at step {step} that resumed")
@@ -289,22 +300,44 @@ def same_rng(a, b) -> bool:
     return (a[0] == b[0]).all() and a[1] == b[1]
 
 
-def test_every_ranks_rng_state_round_trips_and_a_ddp_resume_is_exact(tmp_path):
+def _three_runs_of_each_rank(rank: int, root: str, ports: list[int]) -> dict:
+    """3 steps, their resume to 6, and 6 steps straight, one after the other in the same two processes (a new
+    process group for each, on a port of its own): what the test compares, read by rank 0 between the runs
+    (the resume overwrites the first run's checkpoint)."""
     from core.engine.checkpoints import load_checkpoint
 
-    part = run_ranks(_train_and_report_rng, str(tmp_path / "part"), 3, None)
+    def phase(port: int, *args) -> dict:
+        os.environ["MASTER_PORT"] = str(port)
+        return _train_and_report_rng(rank, *args)
+
+    part = phase(ports[0], f"{root}/part", 3, None)
+    saved = load_checkpoint(f"{root}/part/checkpoint.pt") if rank == 0 else None
+    if saved is not None:
+        part["saved"] = {"ranks": len(saved["rng_per_rank"]), "differ": not torch.equal(
+            saved["rng_per_rank"][0]["torch"], saved["rng_per_rank"][1]["torch"])}
+    rest = phase(ports[1], f"{root}/part", 6, f"{root}/part/checkpoint.pt")
+    straight = phase(ports[2], f"{root}/straight", 6, None)
+    if rank == 0:
+        a, b = load_checkpoint(straight["checkpoint"])["model"], load_checkpoint(rest["checkpoint"])["model"]
+        straight["same_model"] = all(torch.equal(a[k], b[k]) for k in a)
+    return {"part": part, "rest": rest, "straight": straight}
+
+
+def test_every_ranks_rng_state_round_trips_and_a_ddp_resume_is_exact(tmp_path):
+    ports = []
+    for _ in range(3):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    runs = run_ranks(_three_runs_of_each_rank, str(tmp_path), ports)
+    part, rest = [r["part"] for r in runs], [r["rest"] for r in runs]
     assert [r["status"] for r in part] == ["completed"] * 2
-    state = load_checkpoint(part[0]["checkpoint"])
-    assert len(state["rng_per_rank"]) == 2
-    assert not torch.equal(state["rng_per_rank"][0]["torch"], state["rng_per_rank"][1]["torch"])
-    rest = run_ranks(_train_and_report_rng, str(tmp_path / "part"), 6, part[0]["checkpoint"])
+    assert part[0]["saved"] == {"ranks": 2, "differ": True}
     for saved, resumed in zip(part, rest, strict=True):  # each rank continues its own streams
         assert same_rng(saved["at_end"], resumed["after_setup"])
     assert rest[0]["notes"] == [] and rest[0]["step"] == 6
-    straight = run_ranks(_train_and_report_rng, str(tmp_path / "straight"), 6, None)
-    a = load_checkpoint(straight[0]["checkpoint"])["model"]
-    b = load_checkpoint(rest[0]["checkpoint"])["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise: dropout and negatives replayed on both ranks
+    assert runs[0]["straight"]["step"] == 6
+    assert runs[0]["straight"]["same_model"]  # bitwise: dropout and negatives replayed on both ranks
 
 
 def test_a_checkpoint_of_one_process_resumes_on_two(tmp_path):

@@ -184,15 +184,3 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, flag):
     assert main(["lr-find", "--task", "tiny", "--device", "cpu", *argv]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and flag in err
-
-
-@pytest.mark.slow
-def test_help_does_not_import_torch():
-    from tests.test_cli_startup import heavy_modules_after
-
-    code = ("import contextlib, io\nfrom core.cli.main import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-            "    try:\n        main(['lr-find', '--help'])\n    except SystemExit as exc:\n"
-            "        assert exc.code == 0, exc.code\n"
-            "assert '--diverge-factor' in out.getvalue()")
-    assert heavy_modules_after(code) == []

@@ -49,7 +49,7 @@ def steps(out: Path) -> list[tuple[int, float]]:
 
 
 @pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes per node need two cores")
-def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_path):
+def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_path, capsys):
     port = free_port()
     nodes = [train("--batch-size", "8", "--max-steps", "12", "--nnodes", "2", "--nproc-per-node", "2",
                    "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
@@ -58,9 +58,12 @@ def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_pa
     assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
     assert "node 0 of 2, 2 processes each: rendezvous 'two-nodes' at 127.0.0.1:" in results[0][2]
     assert "this node listens on lo (127.0.0.1) only" in results[0][2]
-    # The reference: one process at the same global batch (4 x 8). One node of 4 CPU processes would need 4 cores.
-    code, _, err = finish(train("--batch-size", "32", "--max-steps", "12", "--out", str(tmp_path / "one")))
-    assert code == 0, err
+    # The reference: one process (this one) at the same global batch (4 x 8). One node of 4 CPU processes would
+    # need 4 cores.
+    from core.cli.main import main
+
+    code = main(["train", *COMMON, "--batch-size", "32", "--max-steps", "12", "--out", str(tmp_path / "one")])
+    assert code == 0, capsys.readouterr().err
     two, one = steps(tmp_path / "two"), steps(tmp_path / "one")
     assert [s for s, _ in two] == [s for s, _ in one] == list(range(1, 13))
     # DDP's usual tolerance: only the gradient all-reduce's summation order differs, amplified a little by Adam
@@ -127,6 +130,29 @@ def test_a_failed_rank_is_named_with_its_node_and_root_cause(tmp_path):
     assert last.startswith("amp-console: the 2-process run failed (torchrun exit code 1"), last
     assert f"rank 1 (local rank 1) on node {socket.gethostname()} failed first: exited with code 1" in last
     assert f"each rank's log: {out / 'ranks'}" in last
+
+
+def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it_in_the_same_second():
+    """torchelastic dates failures in whole seconds: rank 0, which reports rank 1's death (and saved the
+    checkpoint), often fails in the same second as rank 1 and may be listed first."""
+    from types import SimpleNamespace
+
+    from core.cli.loopback_torchrun import failure_line, root_failure
+
+    def failure(local_rank, timestamp, message=""):
+        return SimpleNamespace(local_rank=local_rank, timestamp=timestamp, exitcode=1, message=message,
+                               signal_name=lambda: "")
+
+    told = {"message": "RankFailed: rank 0 on node n: rank 1 of this 2-process run died or lost its connection at "
+                       "step 5; the run ended"}
+    same_second = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 100)})
+    assert root_failure(same_second)[0] == 1
+    assert failure_line(same_second).startswith("rank 1 (local rank 1) on node ")
+    later = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 101)})
+    assert root_failure(later)[0] == 0  # otherwise torchelastic's order: the first by time
+    by_themselves = SimpleNamespace(failures={0: failure(0, 100, {"message": "RankFailed: disk full"}),
+                                              1: failure(1, 100)})
+    assert root_failure(by_themselves)[0] == 0
 
 
 def test_a_node_that_never_joins_ends_the_run_within_the_rendezvous_timeout(tmp_path):

@@ -173,6 +173,17 @@ def run_serve(folder: Path, *args, stdin: bytes = b"", cwd: Path) -> subprocess.
                           cwd=cwd, env=fresh_env(), capture_output=True, timeout=DEADLINE)
 
 
+def serve_here(folder: Path, *args, stdin: bytes = b"", capsys, monkeypatch) -> subprocess.CompletedProcess:
+    """serve.py's command line in this process (`main`, the same module byte for byte), as run_serve reports a
+    child's: the script in a child process of its own is test_help_and_usage_errors_are_one_line's and the HTTP
+    tests'."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
+    capsys.readouterr()
+    code = serve.main([*map(str, args), "--export", str(folder)])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out.encode(), out.err.encode())
+
+
 def good_rows(task):
     """Three rows of the task's input columns, as JSON objects."""
     if task == "tiny":
@@ -208,10 +219,9 @@ def expected(served, task, row):
     return {"query_id": row["query_id"], "doc_id": row["doc_id"], "score": score}
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_csv_and_json_lines_are_answered_with_a_bad_line_among_good_ones(exports, tmp_path, task):
+def test_csv_and_json_lines_are_answered_with_a_bad_line_among_good_ones(exports, tmp_path, task, capsys,
+                                                                          monkeypatch):
     folder = exports(task)
     served = serve.load(folder)
     rows = good_rows(task)
@@ -226,7 +236,7 @@ def test_csv_and_json_lines_are_answered_with_a_bad_line_among_good_ones(exports
         writer = csv.writer(f)
         writer.writerows([header, [rows[0][c] for c in header], [bad[c] for c in header], []])
         writer.writerows([[row[c] for c in header] for row in rows[1:]])
-    done = run_serve(folder, path, "--k", K, cwd=tmp_path)
+    done = serve_here(folder, path, "--k", K, capsys=capsys, monkeypatch=monkeypatch)
     err = done.stderr.decode()
     assert done.returncode == 0 and "Traceback" not in err, err
     reported = err.splitlines()
@@ -248,7 +258,7 @@ def test_csv_and_json_lines_are_answered_with_a_bad_line_among_good_ones(exports
 
     # JSON lines on stdin: one answer line per line, the bad one answered with its error
     stdin = "\n".join([json.dumps(rows[0]), json.dumps(bad), "", json.dumps(rows[1:]), "{oops", "[]"]) + "\n"
-    done = run_serve(folder, "-", "--k", K, stdin=stdin.encode(), cwd=tmp_path)
+    done = serve_here(folder, "-", "--k", K, stdin=stdin.encode(), capsys=capsys, monkeypatch=monkeypatch)
     assert done.returncode == 0 and done.stderr.decode() == "", done.stderr.decode()
     got = [json.loads(line) for line in done.stdout.decode().splitlines()]
     assert len(got) == 5

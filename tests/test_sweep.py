@@ -1,7 +1,7 @@
 """Sweeps (core.lab.sweep, `amp-console sweep`): a 2x2 grid gives four runs in the history and a sorted table;
 a bad value fails before any trial; a stopped sweep resumes only what is left (the stopped trial from its
-checkpoint); a seeded random sweep is reproducible; a failing trial is recorded and the rest run; `--help`
-loads no torch."""
+checkpoint); a seeded random sweep is reproducible; a failing trial is recorded and the rest run (that `--help` loads no
+torch: tests/test_cli_startup.py)."""
 
 from __future__ import annotations
 
@@ -243,19 +243,6 @@ def test_resume_and_show_refuse_what_is_not_a_sweep(tmp_path, capsys):
     assert code == 2 and "leave out --grid" in err
     with pytest.raises(ConfigError, match="--sort"):
         sweep_lab.sort_rows([{"index": 1, "params": {"lr": 0.1}}], sort="wal")
-
-
-@pytest.mark.slow
-def test_sweep_help_does_not_import_torch():
-    code = ("import contextlib, io, sys, json\nfrom core.cli.main import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-            "    try:\n        main(['sweep', '--help'])\n    except SystemExit as exc:\n"
-            "        assert exc.code == 0, exc.code\n"
-            "assert 'usage: amp-console sweep' in out.getvalue()\n"
-            "print(json.dumps([m for m in ('torch', 'pyarrow', 'numpy') if m in sys.modules]))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
 @pytest.mark.slow

@@ -71,15 +71,28 @@ def _bound_stores() -> None:
     c10d_rendezvous_backend.TCPStore = tcp_store  # the rendezvous backend imported the class itself
 
 
-def failure_line(exc) -> str:
-    """torchelastic's root cause (the first failure of this node's workers) as one line."""
-    from core.text import printable
-
-    rank, failure = exc.get_first_failure()
+def _message(failure) -> str:
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
-    message = printable(str(message or "")).strip().splitlines()
+    return str(message or "")
+
+
+def root_failure(exc) -> tuple[int, object]:
+    """The rank whose failure ended the run, and that failure: torchelastic's first failure by time, where a
+    rank that only reports another's loss (core.engine.distributed.PEER_LOST) comes after one that failed in the
+    same second. The timestamps are whole seconds, and a rank that dies takes its peers down within one, often."""
+    from core.engine.distributed import PEER_LOST
+
+    return min(exc.failures.items(), key=lambda item: (item[1].timestamp, PEER_LOST in _message(item[1])))
+
+
+def failure_line(exc) -> str:
+    """The root cause (root_failure) of this node's workers' failure as one line."""
+    from core.text import printable
+
+    rank, failure = root_failure(exc)
+    message = printable(_message(failure)).strip().splitlines()
     if message and message[0].startswith("To enable traceback"):
         message = []
     if failure.exitcode is not None and failure.exitcode < 0:

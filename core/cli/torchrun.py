@@ -57,6 +57,31 @@ def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None,
             "-m", "core.cli", *train_argv]
 
 
+@contextlib.contextmanager
+def tasks_from_the_catalog():
+    """While the launcher builds and checks a new run's settings, a built-in task is looked up in its catalog
+    entry (core.tasks.task_infos: the class attributes read from source) rather than imported: the launcher
+    never builds a model, and importing the task modules imports torch, seconds that only the workers need.
+    The same defaults and option checks (core.tasks.options); a user's task, or task classes already imported,
+    are looked up as usual."""
+    import core.tasks as tasks
+
+    real = tasks.get_task_class
+
+    def lookup(name: str, task_file: str = ""):
+        if name not in tasks.TASK_NAMES or "TASKS" in vars(tasks) or tasks.task_source(name):
+            return real(name, task_file)
+        info = tasks.task_infos()[name]
+        return type(name, (), {"name": name, "options": info.options, "defaults": dict(info.defaults),
+                               "option_errors": staticmethod(info.option_errors)})
+
+    tasks.get_task_class = lookup
+    try:
+        yield
+    finally:
+        tasks.get_task_class = real
+
+
 def usable_cpu_cores() -> int:
     """The cores this process may run on (its affinity mask, e.g. a container's or a batch job's share)."""
     try:
@@ -68,11 +93,9 @@ def usable_cpu_cores() -> int:
 def check_nproc(nproc: int, config: RunConfig) -> None:
     """Refuse process counts the chosen device can't serve: one GPU per process on CUDA, one core per process
     on the CPU."""
-    from core.devices import list_devices
-
     if nproc < 1:
         raise ConfigError("nproc", f"{nproc} is not a process count: use 1 or more")
-    gpus = sum(1 for d in list_devices() if d.type == "cuda")
+    gpus = cuda_gpus() if config.device.startswith("cuda") or config.device == "auto" else 0
     wants_gpu = config.device.startswith("cuda") or (config.device == "auto" and gpus > 0)
     if wants_gpu and nproc > gpus:
         raise ConfigError("nproc", f"{nproc} processes need {nproc} CUDA GPUs, this machine has {gpus}; "
@@ -81,6 +104,14 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
     if not wants_gpu and nproc > cores:
         raise ConfigError("nproc", f"{nproc} CPU processes need at least {nproc} cores, this process may use "
                                    f"{cores}; use --nproc {cores} or fewer")
+
+
+def cuda_gpus() -> int:
+    """The CUDA GPUs here (imports torch: asked only when the run may use one, so that a CPU launch leaves
+    torch to its workers)."""
+    from core.devices import list_devices
+
+    return sum(1 for d in list_devices() if d.type == "cuda")
 
 
 def threads_per_rank(nproc: int, config: RunConfig) -> int:
@@ -128,8 +159,7 @@ def launch_torchrun(plan: NodePlan, argv: list[str], config: RunConfig, resume_f
     at different moments, so global rank 0 claims it once they have met (core.cli.elastic)."""
     from core.cli.elastic import RANK0_CLAIMS_ENV, RANK_LOGS_DIR, RANK_LOGS_ENV
     from core.cli.loopback_torchrun import FAILURE_FILE_ENV, RDZV_HINT_ENV
-    from core.engine.distributed import RUN_NOTE_ENV
-    from core.engine.run_folder import HELD_ENV, METRICS_FILE, claim_run_folder, holds_a_run
+    from core.engine.run_folder import HELD_ENV, METRICS_FILE, RUN_NOTE_ENV, claim_run_folder, holds_a_run
     from core.files import new_temp_file
 
     check_nproc(plan.nproc_per_node, config)

@@ -517,7 +517,13 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
             check_resume_target(config, checkpoints.load_checkpoint(args.resume), shown_path(args.resume))
     else:
         restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
-        config, notes = config_and_notes(args)
+        if wants_launcher(args) and not os.environ.get("WORLD_SIZE") and not args.resume:
+            from core.cli.torchrun import tasks_from_the_catalog
+
+            with tasks_from_the_catalog():  # the launcher leaves torch to its workers
+                config, notes = config_and_notes(args)
+        else:
+            config, notes = config_and_notes(args)
     if wants_launcher(args) and not os.environ.get("WORLD_SIZE"):
         from core.cli.torchrun import launch_torchrun
 

@@ -54,9 +54,6 @@ class DistContext:
         return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-RUN_NOTE_ENV = "AMP_CONSOLE_RUN_NOTE"  # a note from the torchrun launcher that rank 0 reports with RunStarted
-
-
 def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: float | None = None) -> None:
     """NCCL for CUDA ranks, gloo otherwise. The collectives' timeout is torch's default for the backend
     (torch.distributed.constants: 30 minutes for gloo, 10 for NCCL) unless `timeout_seconds` is given: it
@@ -267,6 +264,7 @@ def _process_alive(pid: int) -> bool:
         return True
 
 
+PEER_LOST = "died or lost its connection"  # in the message of a rank that ended because another rank went away
 _PEER_FAILURE_TEXT = ("Connection reset", "Connection closed", "Broken pipe", "Connection refused")
 
 

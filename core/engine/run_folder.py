@@ -30,6 +30,7 @@ LOCK_FILE = ".run.lock"
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 HELD_ENV = "AMP_CONSOLE_RUN_FOLDER"  # the folder a torchrun launcher claimed for its ranks (rank 0 writes there)
+RUN_NOTE_ENV = "AMP_CONSOLE_RUN_NOTE"  # a note from the torchrun launcher that rank 0 reports with RunStarted
 MAX_SIBLINGS = 10_000
 # The files a run writes atomically (checkpoints, early_stopping's best files, the config, run_record's run.json and
 # note.txt, evaluation_report's evaluation.json), spelled here so that claiming needs no torch.

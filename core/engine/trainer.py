@@ -26,7 +26,7 @@ from core.engine import compiling, data_setup, run_state, small_validation
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    RUN_NOTE_ENV, DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
+    PEER_LOST, DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
     init_process_group, is_peer_failure, wrap_ddp,
 )
 from core.engine.due import Due, next_due, planned_steps
@@ -37,7 +37,7 @@ from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, Ru
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_started, step_metrics
-from core.engine.run_folder import HELD_ENV, ClaimedFolder, claim_run_folder, describe_os_error
+from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_record import resolve_out_dir
 from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
@@ -507,7 +507,7 @@ class Trainer:
         dead = dead_peers(self._peers, self.dist.rank)
         who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
                f"another process of this {self.dist.world_size}-process run")
-        text = f"{who} died or lost its connection at step {self.step:,}; the run ended"
+        text = f"{who} {PEER_LOST} at step {self.step:,}; the run ended"
         if not self.dist.is_main:
             return f"{text} (rank 0 saves the checkpoint)"
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -13,7 +12,7 @@ from torch.overrides import TorchFunctionMode
 
 from core.data.batching import split_length
 from core.data.splits import DataSource
-from core.tasks.options import TaskOption  # noqa: F401  (one class; re-exported for task modules)
+from core.tasks.options import TaskOption, option_errors  # noqa: F401  (TaskOption: re-exported for task modules)
 from core.text import size
 
 if TYPE_CHECKING:
@@ -108,20 +107,8 @@ class Task(ABC):
 
     @classmethod
     def option_errors(cls, options: dict) -> dict[str, str]:
-        """task_options.<name> -> message, for every unknown or invalid option. An unknown name's message
-        stands on its own: "tiny has no option 'hiden' (did you mean 'hidden'?); its options: hidden, ..."."""
-        known = {opt.name: opt for opt in cls.options}
-        problems = {}
-        for key, value in options.items():
-            if key not in known:
-                allowed = ", ".join(known) or "none"
-                close = [n for n in known if n.lower() == str(key).lower()]
-                close = close or difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                problems[f"task_options.{key}"] = f"{cls.name} has no option {key!r}{hint}; its options: {allowed}"
-            elif (message := known[key].error(value)) is not None:
-                problems[f"task_options.{key}"] = message
-        return problems
+        """task_options.<name> -> message, for every unknown or invalid option (core.tasks.options)."""
+        return option_errors(cls.name, cls.options, options)
 
     def settled_options(self, info: dict) -> dict:
         """Options this run leaves for the data to decide (an `auto`), as what they chose for the data described

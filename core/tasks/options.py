@@ -7,6 +7,7 @@ core.tasks.catalog); the Task classes themselves are imported only when a task i
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,24 @@ class TaskOption:
         return ""
 
 
+def option_errors(task: str, options: tuple[TaskOption, ...], values: dict) -> dict[str, str]:
+    """task_options.<name> -> message, for every unknown or invalid value among `values` for task `task`'s
+    `options`. An unknown name's message stands on its own: "tiny has no option 'hiden' (did you mean
+    'hidden'?); its options: hidden, ..."."""
+    known = {opt.name: opt for opt in options}
+    problems = {}
+    for key, value in values.items():
+        if key not in known:
+            allowed = ", ".join(known) or "none"
+            close = [n for n in known if n.lower() == str(key).lower()]
+            close = close or difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems[f"task_options.{key}"] = f"{task} has no option {key!r}{hint}; its options: {allowed}"
+        elif (message := known[key].error(value)) is not None:
+            problems[f"task_options.{key}"] = message
+    return problems
+
+
 def _number(value: float) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
@@ -67,3 +86,7 @@ class TaskInfo:
 
     def option(self, name: str) -> TaskOption | None:
         return next((o for o in self.options if o.name == name), None)
+
+    def option_errors(self, values: dict) -> dict[str, str]:
+        """What Task.option_errors says of `values`, without the Task class."""
+        return option_errors(self.name, self.options, values)

@@ -103,8 +103,9 @@ def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, separate, 
 def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, window, tmp_path, separate,
                                                                          monkeypatch):
     monkeypatch.setattr(window, "ask_close_mid_run", Answers("keep"))
-    # Long enough (seconds of steps) to be still running when the pause arrives, short enough to end soon after.
-    start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=20_000)
+    # Long enough (seconds of steps: hundreds a second) to be still running when the pause arrives, a few steps
+    # after the first point is drawn; short enough to end soon after the window lets it go on.
+    start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=4_000)
     find(window, "pauseButton").click()  # a paused run would never end with the window gone
     # a busy machine delays the child
     qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=PROCESS_WAIT_MS)
@@ -114,7 +115,7 @@ def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, w
         assert window.controller.running and not window.controller.stopping
     assert not window.controller.running and window.controller.spare is None
     state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert state["step"] == 20_000  # the run went to its end
+    assert state["step"] == 4_000  # the run went to its end
 
 
 @pytest.mark.timeout(60)
