@@ -206,7 +206,7 @@ def check_metrics(task: Task, metrics, method: str) -> None:
                                      f"strings")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fix = " (use float(...) or .item())" if isinstance(value, torch.Tensor) else ""
-            raise _bad(task, method, f"returned {name!r}: {_got(value)}: expected a number{fix}")
+            raise _bad(task, method, f"returned {name!r} as {_got(value)}: expected a number{fix}")
 
 
 def check_parts(task: Task, parts) -> None:
