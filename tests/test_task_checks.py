@@ -38,7 +38,8 @@ def clean_registry():
 def broken_task(tmp_path: Path, body: str, name: str = "broken_task.py") -> Path:
     """The regression task's file with `class Broken(RegressionTask)` (named 'broken') and `body` below it."""
     path = tmp_path / name
-    subclass = "\n\nclass Broken(RegressionTask):\n    name = 'broken'\n\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    subclass = "\n\nclass Broken(RegressionTask):\n    name = 'broken'\n\n"
+    subclass += textwrap.indent(textwrap.dedent(body), "    ")
     path.write_text(TASK_FILE.read_text() + subclass)
     return path
 

@@ -183,7 +183,8 @@ def check_loss(task: Task, loss) -> None:
         hint = {"NoneType": "; does it end with `return loss`?",
                 "float": "; return the tensor itself, not loss.item() or float(loss)",
                 "int": "; return the tensor itself, not a number",
-                "dict": "; return the loss itself (e.g. out['loss'])"}.get(type(loss).__name__, "")
+                "dict": "; return the loss itself (e.g. out['loss'])",
+                "tuple": "; return the loss alone (keep other outputs for evaluate)"}.get(type(loss).__name__, "")
         raise _bad(task, "loss", f"returned {_got(loss)}: expected a scalar tensor (0-dim) that requires grad{hint}")
     if loss.dim() != 0:
         raise _bad(task, "loss", f"returned a tensor of shape {tuple(loss.shape)}: expected a scalar (a 0-dim "
