@@ -30,3 +30,12 @@ class DataError(AmpConsoleError):
 
 class CheckpointError(AmpConsoleError):
     """A checkpoint that cannot be loaded safely or does not fit the run."""
+
+
+class UserCodeError(AmpConsoleError):
+    """The user's own code (a task file's load_data, build_model, ...) raised while a run was set up: one line
+    naming the exception and the user's file:line; `details` holds the traceback."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details

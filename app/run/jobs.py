@@ -48,7 +48,7 @@ class _Worker(QObject):
         try:
             result = self._fn(self.progress.emit, self._control)
         except AmpConsoleError as exc:  # bad input: the message names what is wrong
-            self.failed.emit(str(exc), getattr(exc, "field", "") or "", "")
+            self.failed.emit(str(exc), getattr(exc, "field", "") or "", getattr(exc, "details", ""))  # user code
         except Exception as exc:  # anything else reaches the user as a message, never kills the window
             message, details = describe_unexpected(exc)
             self.failed.emit(message, "", details)

@@ -92,6 +92,7 @@ class ProcessRun(RunHandle):
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
         self.ended_status: str | None = None
         self.setup_error: tuple[str, str] | None = None  # (message, field) from the child's setup_error line
+        self.setup_details = ""
         self._started = False  # RunStarted seen: a later death is a failed run, not a setup error
         self._last_step = 0
         self._last_epoch = 0
@@ -255,6 +256,7 @@ class ProcessRun(RunHandle):
                 continue
             if "setup_error" in data:  # bad input found before the run started (the child exits 2)
                 self.setup_error = (str(data["setup_error"]), str(data.get("field") or ""))
+                self.setup_details = str(data.get("details") or "")  # the traceback of the user's code that raised
                 continue
             if "event" not in data:  # the --json summary line
                 continue
@@ -314,7 +316,8 @@ class ProcessRun(RunHandle):
                 message = self.stderr_tail[-1]
             else:
                 message = f"the training process exited with code {exit_code} without reporting why"
-            details = "" if self.setup_error is not None and not crashed else "\n".join(self.stderr_tail)
+            details = (self.setup_details if self.setup_error is not None and not crashed
+                       else "\n".join(self.stderr_tail))
             if self._started:
                 self._end_as_failed(message, details)  # it died mid-run: a failed run, not a setup error
             else:

@@ -17,7 +17,7 @@ from core.cli.common import StopBeforeStart, StopSignals, end_with_parent, safe_
 from core.cli.nodes import add_node_flags, node_plan, wants_launcher
 from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, tomllib
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics, event_to_dict
-from core.errors import AmpConsoleError, ConfigError
+from core.errors import AmpConsoleError, ConfigError, UserCodeError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
 from core.text import elapsed
 
@@ -456,13 +456,28 @@ def cmd_train(args: argparse.Namespace) -> int:
                 from core.cli.elastic import record_failure
 
                 record_failure(str(exc))
+            details = getattr(exc, "details", "")  # a UserCodeError's traceback
             if args.events:  # a program driving this run gets the field to mark, not just the stderr line
-                print(json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", "")}), flush=True)
+                print(json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", ""), "details": details}),
+                      flush=True)
+            if isinstance(exc, UserCodeError):  # the user's code raised: their line and frames; the run failed
+                sys.stderr.write(f"amp-console: error: {exc}\n")
+                print_user_frames(details)
+                return 1
             raise
         except StopBeforeStart as exc:
             sys.stderr.write(f"amp-console: {signal_name(exc.signum)} before the run started: stopped, "
                              f"nothing was written\n")
             return requeue_if_warned(signals.signum, signals.exit_code)
+
+
+def print_user_frames(details: str) -> None:
+    """The frames of the user's own code in a traceback, to stderr (the whole one is in the details)."""
+    from core.tasks.task_checks import user_frames_text
+
+    frames = user_frames_text(details)
+    if frames:
+        sys.stderr.write(f"Traceback, your code's frames:\n{frames}\n")
 
 
 def warm_up_engine() -> None:
@@ -574,6 +589,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         print_summary(ended, seen.get("started"), sys.stderr if (args.json or args.events) else sys.stdout)
         if ended.status == "failed" and ended.details:
             sys.stderr.write(f"run failed: {ended.message}\n")
+            print_user_frames(ended.details)
         if args.json:
             print(json.dumps(summary_json(ended, seen.get("started"))), flush=True)
         sys.stdout.flush()

@@ -188,4 +188,6 @@ def explain_exception(exc: BaseException, trainer=None) -> str:
                 f"the run ended. Resume from the last checkpoint ({saved})")
     if isinstance(exc, RuntimeError) and ("CUDA error" in text or "device-side" in text):
         return f"the device failed{step} (it may have vanished or reset): {first_line(text)}"
-    return f"{type(exc).__name__}{step}: {first_line(text)}"
+    from core.tasks.task_checks import raised_at
+
+    return f"{type(exc).__name__}{step}: {first_line(text) or '(no message)'}{raised_at(exc)}"

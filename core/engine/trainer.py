@@ -43,7 +43,7 @@ from core.engine.run_state import seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
 from core.errors import ConfigError
-from core.tasks import create_task
+from core.tasks import create_task, task_checks
 
 __all__ = ["RunFailed", "Sink", "Trainer", "gradient_norm", "seed_everything", "train"]
 
@@ -104,7 +104,7 @@ class Trainer:
         process group is left whatever happens, a failed setup included."""
         ended = None
         try:
-            self.setup()
+            task_checks.set_up_checked(self)  # setup(); the task's own errors in one line, its returns checked
             if self.resume_from:  # here, not in setup(): evaluate and export rebuild finished runs with setup()
                 run_state.check_resume_target(self.cfg, {"step": self.step, "epoch": self.epoch},
                                               str(self.resume_from))
@@ -130,14 +130,14 @@ class Trainer:
         init_process_group(self.dist, self.device)
         self._peers = gather_peers(self.dist, self.device)
         seed_everything(cfg.seed)
-        self.data = self.task.use_config(cfg).load_data(cfg.data, cfg.seed)  # given splits, read options
+        self.data = task_checks.checked_data(self.task, self.task.use_config(cfg).load_data(cfg.data, cfg.seed))
         self.cfg = cfg = run_state.settled_config(cfg, self.task, self.data.info)  # what loss=auto chose, saved
         self.notes.extend(self.data.notes)  # e.g. long ranking queries trained as shorter lists
         # Refuse a model that cannot fit before allocating it (counted on the meta device), naming the option.
         self.task.check_fits(self.data.info, self.device, cfg.optimizer,
                              available=self.device_info.memory_free if self.device.type == "cuda" else None)
         seed_everything(cfg.seed)  # the same initial model on every rank
-        self.raw_model = model = self.task.build_model(self.data.info).to(self.device)
+        self.raw_model = model = task_checks.built_model(self.task, self.data.info).to(self.device)
         self.tracker = self._make_tracker()  # before the per-rank seeds: its probe draws nothing that stays
         seed_everything(cfg.seed + self.dist.rank)  # each rank's own dropout and sampling (see run_state)
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -182,6 +182,10 @@ class Task(ABC):
         meta device, so nothing is allocated whatever the size."""
         with torch.device("meta"), _SkipMetaInit():
             model = self.build_model(info or {})
+        if not isinstance(model, nn.Module):
+            from core.tasks.task_checks import checked_model
+
+            checked_model(self, model)  # one line naming what came back
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
     def check_fits(self, info: dict, device: torch.device | str, optimizer: str = "adamw",

@@ -1,0 +1,276 @@
+"""What a task's methods return, checked once before a run's first step, and the user's own frames of an exception.
+
+A task's code is the user's (a task file, core.tasks.user_tasks): a wrong return (a loss of shape (64, 1), a
+float, None; metrics that are not numbers; splits of unequal length; a model that is not a Module) would
+otherwise surface as an error deep in the engine, far from the line to fix. So the trainer checks:
+
+- `checked_data` / `checked_model`: what load_data and build_model return, for every task (free: no tensor is
+  computed);
+- `check_outputs`: a user task's loss on one small real batch (the first rows of the training split, on the
+  run's device, under the run's autocast) and its metrics on a few validation rows, after setup and before
+  RunStarted, so nothing is added to the step. The forward leaves the model and the random state as they were.
+
+Each problem is a TaskOutputError: one line naming the task, the method, what was expected and what came back.
+An exception raised inside the checked call is not judged here: the run's own first step (or evaluation)
+raises it again, and the run ends as failed with it (core.engine.diagnosis names the user's frame). An exception
+of the task's code while the run is set up (load_data, build_model) is a UserCodeError: one line with the
+exception and the user's file:line, and the traceback as `details`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sysconfig
+import traceback
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from core.errors import AmpConsoleError, UserCodeError
+from core.tasks.base import EvalParts, Task, TaskData
+from core.text import first_line
+
+PROBE_ROWS = 8  # validation rows the metrics check evaluates
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
+
+
+class TaskOutputError(AmpConsoleError):
+    """A task method returned something the engine cannot use (one line: task, method, expected, got)."""
+
+
+# ------------------------------------------------------------------ whose code a frame is
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs |= {str(Path(torch.__file__).parent), str(Path(__file__).resolve().parents[1]),  # core/
+             str(Path(__file__).resolve().parents[2] / "app")}
+    return tuple(str(Path(d).resolve()) + "/" for d in dirs if d)
+
+
+_LIBRARY = _library_dirs()
+
+
+def is_user_file(filename: str) -> bool:
+    """Whether a traceback's file is the user's (a task file, their own modules): not the project's core/ or app/,
+    not torch, not the standard library or installed packages, not generated code ('<string>')."""
+    if filename.startswith("<"):
+        return False
+    try:
+        resolved = str(Path(filename).resolve())
+    except OSError:
+        return False
+    return not resolved.startswith(_LIBRARY)
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of the user's code in `exc`'s traceback (where their code raised, or called what did)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
+    return frames[-1] if frames else None
+
+
+def where(frame: traceback.FrameSummary) -> str:
+    return f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+
+
+def raised_at(exc: BaseException) -> str:
+    """' (raised at my_task.py:12 in loss)' for an exception of the user's code, '' for anyone else's."""
+    frame = user_frame(exc)
+    return f" (raised at {where(frame)})" if frame is not None else ""
+
+
+def user_frames_text(details: str) -> str:
+    """The user's frames of a formatted traceback (RunEnded.details), as the traceback prints them: its
+    'File ..., line ..., in ...' lines and the source under each; '' when it holds none."""
+    kept: list[str] = []
+    keeping = False
+    for line in details.splitlines():
+        match = _FRAME.match(line)
+        if match:
+            keeping = is_user_file(match["file"])
+        elif not line.startswith("    "):
+            keeping = False  # 'Traceback ...', the exception's own line, 'The above exception ...'
+        if keeping:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+@contextlib.contextmanager
+def user_code_errors(context: str = " while the run was set up"):
+    """An exception raised by the user's code inside the block becomes a UserCodeError (one line, the traceback
+    as details); the project's own errors and exceptions without a user frame pass unchanged."""
+    try:
+        yield
+    except AmpConsoleError:
+        raise
+    except Exception as exc:
+        if user_frame(exc) is None:
+            raise
+        details = "".join(traceback.format_exception(exc))
+        raise UserCodeError(f"{type(exc).__name__}{context}: {first_line(str(exc)) or '(no message)'}"
+                            f"{raised_at(exc)}", details) from exc
+
+
+# ------------------------------------------------------------------ what came back
+def _got(value) -> str:
+    """What came back, in a few words."""
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {str(value.dtype).removeprefix('torch.')}"
+    if isinstance(value, dict):
+        keys = ", ".join(repr(k) for k in list(value)[:5]) + (", ..." if len(value) > 5 else "")
+        return f"a dict (keys {keys})" if value else "an empty dict"
+    if isinstance(value, (bool, int, float)):
+        return f"a {type(value).__name__} ({value!r})"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__module__}.{type(value).__qualname__}".replace("a builtins.", "a ")
+
+
+def _bad(task: Task, method: str, text: str) -> TaskOutputError:
+    return TaskOutputError(f"{task.name}.{method} {text}")
+
+
+def checked_data(task: Task, data) -> TaskData:
+    """`data`, what `task.load_data` returned, if it is a TaskData whose splits are dicts of equally long tensors."""
+    if not isinstance(data, TaskData):
+        raise _bad(task, "load_data", f"returned {_got(data)}: expected a TaskData(train=..., val=..., test=...) "
+                                      f"(core.tasks.base)")
+    for split in ("train", "val", "test"):
+        tensors = getattr(data, split)
+        if tensors is None and split == "test":
+            continue
+        if not isinstance(tensors, dict) or not tensors:
+            raise _bad(task, "load_data", f"returned a TaskData whose {split} split is {_got(tensors)}: expected "
+                                          f"a dict of tensors (e.g. {{'x': ..., 'y': ...}})")
+        rows = {}
+        for key, value in tensors.items():
+            if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                raise _bad(task, "load_data", f"returned a {split} split whose {key!r} is {_got(value)}: expected "
+                                              f"a tensor with one row per example")
+            rows[key] = value.shape[0]
+        if len(set(rows.values())) > 1:
+            listed = ", ".join(f"{k!r} {n:,}" for k, n in rows.items())
+            raise _bad(task, "load_data", f"returned a {split} split of unequal lengths ({listed} rows): every "
+                                          f"tensor of a split needs one row per example")
+    return data
+
+
+def built_model(task: Task, info: dict) -> nn.Module:
+    """`task.build_model(info)`, checked."""
+    return checked_model(task, task.build_model(info))
+
+
+def set_up_checked(trainer) -> None:
+    """`trainer.setup()`, an exception of the task's own code in it as a UserCodeError, then `check_outputs`."""
+    with user_code_errors():
+        trainer.setup()
+    check_outputs(trainer)
+
+
+def checked_model(task: Task, model) -> nn.Module:
+    """`model`, what `task.build_model` returned, if it is an nn.Module."""
+    if not isinstance(model, nn.Module):
+        raise _bad(task, "build_model", f"returned {_got(model)}: expected a torch.nn.Module")
+    return model
+
+
+def check_loss(task: Task, loss) -> None:
+    """A scalar floating tensor that requires grad, else TaskOutputError saying what came back."""
+    if not isinstance(loss, torch.Tensor):
+        hint = {"NoneType": "; does it end with `return loss`?",
+                "float": "; return the tensor itself, not loss.item() or float(loss)",
+                "int": "; return the tensor itself, not a number",
+                "dict": "; return the loss itself (e.g. out['loss'])",
+                "tuple": "; return the loss alone (keep other outputs for evaluate)"}.get(type(loss).__name__, "")
+        raise _bad(task, "loss", f"returned {_got(loss)}: expected a scalar tensor (0-dim) that requires grad{hint}")
+    if loss.dim() != 0:
+        raise _bad(task, "loss", f"returned a tensor of shape {tuple(loss.shape)}: expected a scalar (a 0-dim "
+                                 f"tensor); reduce it, e.g. .mean()")
+    if not loss.is_floating_point():
+        raise _bad(task, "loss", f"returned a tensor of dtype {str(loss.dtype).removeprefix('torch.')}: expected a "
+                                 f"floating-point scalar computed from the model's output")
+    if not loss.requires_grad:
+        raise _bad(task, "loss", "returned a tensor that does not require grad: expected the loss computed from "
+                                 "the model's output (not under torch.no_grad(), detached, or rebuilt from numbers)")
+
+
+def check_metrics(task: Task, metrics, method: str) -> None:
+    """A dict of str -> number (int or float), else TaskOutputError naming what came back."""
+    if not isinstance(metrics, dict):
+        raise _bad(task, method, f"returned {_got(metrics)}: expected a dict of metric name -> number")
+    for name, value in metrics.items():
+        if not isinstance(name, str):
+            raise _bad(task, method, f"returned a metric named {name!r} ({type(name).__name__}): metric names are "
+                                     f"strings")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fix = " (use float(...) or .item())" if isinstance(value, torch.Tensor) else ""
+            raise _bad(task, method, f"returned {name!r} as {_got(value)}: expected a number{fix}")
+
+
+def check_parts(task: Task, parts) -> None:
+    """EvalParts of scalar sums (tensors), else TaskOutputError."""
+    if not isinstance(parts, EvalParts):
+        raise _bad(task, "evaluate_parts", f"returned {_got(parts)}: expected EvalParts(sums={{name: tensor}}, "
+                                           f"values={{...}}) (core.tasks.base)")
+    for kind in ("sums", "values"):
+        for name, value in getattr(parts, kind).items():
+            if not isinstance(value, torch.Tensor):
+                raise _bad(task, "evaluate_parts", f"returned {kind}[{name!r}] as {_got(value)}: expected a tensor "
+                                                   f"(sums add up over slices of a split)")
+
+
+# ------------------------------------------------------------------ once, before the first step
+def is_user_task(task: Task) -> bool:
+    """A task defined outside the project's core.tasks (a task file, a test's or a package's class)."""
+    return not type(task).__module__.startswith("core.")
+
+
+def check_outputs(trainer) -> None:
+    """A user task's loss on one batch of the run's training data and its metrics on a few validation rows,
+    once, after `trainer.setup()`. Leaves the model's buffers and the random state as they were."""
+    task = trainer.task
+    if not is_user_task(task):
+        return
+    model, device = trainer.raw_model, trainer.device
+    devices = [device] if device.type == "cuda" else []
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}  # e.g. BatchNorm's running stats
+    with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
+        try:
+            rows = min(trainer.cfg.batch_size, len(next(iter(trainer.data.train.values()))))
+            batch = {k: v[:rows].to(device) for k, v in trainer.data.train.items()}
+            with torch.enable_grad(), trainer.plan.autocast():
+                loss = task.loss(model, batch)
+            check_loss(task, loss)
+            del loss, batch
+            _check_evaluation(task, trainer)
+        except TaskOutputError:
+            raise
+        except Exception:  # noqa: BLE001 (the run's own step or evaluation raises it again, as a failed run)
+            pass
+        finally:
+            with torch.no_grad():
+                for name, value in model.named_buffers():
+                    if name in buffers and value.shape == buffers[name].shape:
+                        value.copy_(buffers[name])
+
+
+def _check_evaluation(task: Task, trainer) -> None:
+    model = trainer.raw_model
+    val = trainer.data.val
+    rows = min(PROBE_ROWS, len(next(iter(val.values()))))
+    probe = {key: value[:rows].to(trainer.device) for key, value in val.items()}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), trainer.plan.autocast():
+            if task.shares_evaluation():
+                parts = task.evaluate_parts(model, probe, trainer.cfg.batch_size)
+                check_parts(task, parts)
+                check_metrics(task, task.metrics(parts), "metrics")
+            else:
+                check_metrics(task, task.evaluate(model, probe, trainer.cfg.batch_size), "evaluate")
+    finally:
+        model.train(was_training)

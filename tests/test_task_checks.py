@@ -1,0 +1,210 @@
+"""A user task's returns checked before the first step (core.tasks.task_checks), and its exceptions named at the
+user's own file and line: each kind of bad return is one line naming the task, the method, what was expected and
+what came back, and nothing trains; an exception of the user's code mid-run fails the run with its traceback.
+
+Each task here is the fixture's RegressionTask (tests/fixtures/user_tasks/regression_task.py) in a file of
+tmp_path, with one method broken by a subclass, trained in-process through `amp-console train`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import core.tasks as registry
+from core.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
+
+
+@pytest.fixture(autouse=True)
+def clean_registry():
+    """Each test starts and ends with the built-in tasks only (the registry is one per process)."""
+    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
+    yield
+    for name in set(registry._loaded) - set(saved[1]):
+        registry.__getattr__("TASKS").pop(name, None)
+    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
+        store.clear()
+        store.update(old)
+    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
+        del sys.modules[name]
+
+
+def broken_task(tmp_path: Path, body: str, name: str = "broken_task.py") -> Path:
+    """The regression task's file with `class Broken(RegressionTask)` (named 'broken') and `body` below it."""
+    path = tmp_path / name
+    subclass = "\n\nclass Broken(RegressionTask):\n    name = 'broken'\n\n"
+    subclass += textwrap.indent(textwrap.dedent(body), "    ")
+    path.write_text(TASK_FILE.read_text() + subclass)
+    return path
+
+
+def train(tmp_path: Path, path: Path, capsys, *extra) -> tuple[int, str, str]:
+    argv = ["train", "--task", f"{path}:Broken", "--max-steps", "8", "--eval-interval", "4", "-o", "samples=256",
+            "--batch-size", "64", "--out", str(tmp_path / "run"), *extra]
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+BAD_RETURNS = {
+    "loss_not_scalar": ("""
+        def loss(self, model, batch):
+            return (model(batch["x"]) - batch["y"][:, None]) ** 2
+        """, "broken.loss returned a tensor of shape (64, 1): expected a scalar (a 0-dim tensor); reduce it, "
+             "e.g. .mean()"),
+    "loss_float": ("""
+        def loss(self, model, batch):
+            return super().loss(model, batch).item()
+        """, "broken.loss returned a float ("),
+    "loss_none": ("""
+        def loss(self, model, batch):
+            super().loss(model, batch)
+        """, "broken.loss returned None: expected a scalar tensor"),
+    "loss_dict": ("""
+        def loss(self, model, batch):
+            return {"loss": super().loss(model, batch)}
+        """, "broken.loss returned a dict (keys 'loss'): expected a scalar tensor"),
+    "loss_without_grad": ("""
+        def loss(self, model, batch):
+            return super().loss(model, batch).detach()
+        """, "broken.loss returned a tensor that does not require grad"),
+    "metrics_not_a_dict": ("""
+        def metrics(self, parts):
+            return [super().metrics(parts)["rmse"]]
+        """, "broken.metrics returned a list of 1: expected a dict of metric name -> number"),
+    "metrics_not_a_number": ("""
+        def metrics(self, parts):
+            return {"rmse": parts.sums["squares"].sqrt()}
+        """, "broken.metrics returned 'rmse' as a tensor of shape () and dtype float64: expected a number "
+             "(use float(...) or .item())"),
+    "evaluate_not_a_dict": ("""
+        def evaluate(self, model, split, batch_size):
+            return 0.5
+
+        evaluate_parts = Task.evaluate_parts
+        """, "broken.evaluate returned a float (0.5): expected a dict of metric name -> number"),
+    "evaluate_parts_not_parts": ("""
+        def evaluate_parts(self, model, split, batch_size):
+            return {"squares": 1.0}
+        """, "broken.evaluate_parts returned a dict (keys 'squares'): expected EvalParts("),
+    "splits_of_unequal_length": ("""
+        def load_data(self, data_path, seed):
+            data = super().load_data(data_path, seed)
+            data.val["y"] = data.val["y"][:-3]
+            return data
+        """, "broken.load_data returned a val split of unequal lengths ('x' 26, 'y' 23 rows)"),
+    "load_data_not_task_data": ("""
+        def load_data(self, data_path, seed):
+            data = super().load_data(data_path, seed)
+            return {"train": data.train, "val": data.val}
+        """, "broken.load_data returned a dict (keys 'train', 'val'): expected a TaskData("),
+    "split_not_tensors": ("""
+        def load_data(self, data_path, seed):
+            data = super().load_data(data_path, seed)
+            data.train["x"] = data.train["x"].tolist()
+            return data
+        """, "broken.load_data returned a train split whose 'x' is a list of 204: expected a tensor"),
+    "build_model_not_a_module": ("""
+        def build_model(self, info):
+            layer = super().build_model(info)
+            return lambda x: layer(x)
+        """, "broken.build_model returned a function: expected a torch.nn.Module"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_RETURNS))
+def test_a_bad_return_is_one_line_before_anything_trains(tmp_path, capsys, kind):
+    body, expected = BAD_RETURNS[kind]
+    code, out, err = train(tmp_path, broken_task(tmp_path, body), capsys)
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"amp-console: error: {err.strip().split('error: ', 1)[1]}"]  # one line
+    assert expected in err, err
+    assert "threads:" not in err and out == ""  # RunStarted never came: its notes are not printed
+    assert not (tmp_path / "run").exists()  # a run that never started leaves no folder behind
+
+
+def test_the_check_leaves_training_as_it_was(tmp_path, capsys, monkeypatch):
+    """The checked forward (dropout, BatchNorm) changes neither the weights' path nor the random state."""
+    import core.tasks.task_checks as checks
+
+    path = broken_task(tmp_path, """
+        def build_model(self, info):
+            return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Dropout(0.3), nn.ReLU(), nn.Linear(16, 1))
+        """)
+    runs = []
+    for check in (True, False):
+        if not check:
+            monkeypatch.setattr(checks, "check_outputs", lambda trainer: None)
+        code, out, err = train(tmp_path / str(check), path, capsys, "--json")
+        assert code == 0, err
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    assert runs[0]["final_loss"] == runs[1]["final_loss"] and runs[0]["metrics"] == runs[1]["metrics"]
+
+
+def test_an_exception_mid_run_fails_the_run_with_the_users_frames(tmp_path, capsys):
+    path = broken_task(tmp_path, """
+        steps = 0
+
+        def loss(self, model, batch):
+            if torch.is_grad_enabled() and model.training:
+                type(self).steps += 1
+            if type(self).steps == 7:  # the check's forward and steps 1 to 5 pass: the one after step 5 raises
+                raise ValueError("a row of the batch is bad")
+            return super().loss(model, batch)
+        """)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "a row of the batch" in text)
+    code, out, err = train(tmp_path, path, capsys, "--json")
+    assert code == 1, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "failed"
+    message = f"ValueError at step 5: a row of the batch is bad (raised at broken_task.py:{line} in loss)"
+    assert f"run failed: {message}" in err
+    frames = err.split("run failed: ", 1)[1].splitlines()[1:]
+    assert frames[0] == "Traceback, your code's frames:"
+    assert f'  File "{path}", line {line}, in loss' in frames
+    assert not any("core/engine" in text for text in frames)  # the user's frames only
+    ended = [json.loads(text) for text in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert ended["event"] == "RunEnded" and ended["message"] == message
+    assert f'File "{path}", line {line}, in loss' in ended["details"] and "trainer.py" in ended["details"]
+
+
+def test_an_exception_while_setting_up_names_the_users_line(tmp_path, capsys):
+    path = broken_task(tmp_path, """
+        def load_data(self, data_path, seed):
+            columns = {"x": 1}
+            return columns["y"]
+        """)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if 'columns["y"]' in text)
+    code, out, err = train(tmp_path, path, capsys)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert lines[0] == (f"amp-console: error: KeyError while the run was set up: 'y' (raised at broken_task.py:{line} "
+                        f"in load_data)")
+    assert lines[1] == "Traceback, your code's frames:" and lines[2] == f'  File "{path}", line {line}, in load_data'
+    assert not (tmp_path / "run").exists()
+
+
+def test_built_in_tasks_are_not_run_by_the_check(monkeypatch):
+    """The loss and metrics checks run a user task's code only: a built-in's first step is its own."""
+    from core.tasks.task_checks import is_user_task
+
+    assert not is_user_task(registry.create_task("tiny"))
+    registry.add_task(f"{TASK_FILE}:RegressionTask")
+    assert is_user_task(registry.create_task("regression"))
+
+
+def test_user_frames_are_the_users_files_only():
+    from core.tasks.task_checks import is_user_file
+
+    assert is_user_file(str(TASK_FILE)) and is_user_file("/home/me/my_task.py")
+    assert not is_user_file(str(ROOT / "core" / "engine" / "trainer.py"))
+    assert not is_user_file(json.__file__) and not is_user_file("<string>")
+    import torch
+
+    assert not is_user_file(torch.nn.modules.module.__file__)
