@@ -8,11 +8,11 @@ tmp_path, with one method broken by a subclass, trained in-process through `amp-
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from task_registry import restored_task_registry
 
 import core.tasks as registry
 from core.cli.main import main
@@ -23,16 +23,9 @@ TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    """Each test starts and ends with the built-in tasks only (the registry is one per process)."""
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    yield
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
-    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
-        del sys.modules[name]
+    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
+    with restored_task_registry():
+        yield
 
 
 def broken_task(tmp_path: Path, body: str, name: str = "broken_task.py") -> Path:
@@ -208,3 +201,14 @@ def test_user_frames_are_the_users_files_only():
     import torch
 
     assert not is_user_file(torch.nn.modules.module.__file__)
+
+
+@pytest.mark.parametrize("base", ["RegressionDatasetTask", "RegressionStreamTask"])
+def test_a_dataset_tasks_loss_is_checked_on_its_first_items(tmp_path, capsys, base):
+    source = ROOT / "tests" / "fixtures" / "user_tasks" / "dataset_task.py"
+    path = tmp_path / "broken_ds.py"
+    path.write_text(source.read_text() + f"\n\nclass Broken({base}):\n    name = 'broken'\n\n"
+                    "    def loss(self, model, batch):\n"
+                    "        return (model(batch['x']).squeeze(-1) - batch['y']) ** 2\n")
+    code, out, err = train(tmp_path, path, capsys, "--num-workers", "0")
+    assert code == 2 and "broken.loss returned a tensor of shape (64,): expected a scalar" in err, err

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from core.errors import AmpConsoleError, UserCodeError
 from core.tasks.base import EvalParts, Task, TaskData
@@ -142,9 +143,11 @@ def checked_data(task: Task, data) -> TaskData:
         tensors = getattr(data, split)
         if tensors is None and split == "test":
             continue
+        if isinstance(tensors, Dataset):  # drawn through a DataLoader: its items are checked as they are read
+            continue
         if not isinstance(tensors, dict) or not tensors:
             raise _bad(task, "load_data", f"returned a TaskData whose {split} split is {_got(tensors)}: expected "
-                                          f"a dict of tensors (e.g. {{'x': ..., 'y': ...}})")
+                                          f"a dict of tensors (e.g. {{'x': ..., 'y': ...}}) or a torch Dataset")
         rows = {}
         for key, value in tensors.items():
             if not isinstance(value, torch.Tensor) or value.dim() == 0:
@@ -239,8 +242,7 @@ def check_outputs(trainer) -> None:
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}  # e.g. BatchNorm's running stats
     with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
         try:
-            rows = min(trainer.cfg.batch_size, len(next(iter(trainer.data.train.values()))))
-            batch = {k: v[:rows].to(device) for k, v in trainer.data.train.items()}
+            batch = first_rows(trainer.data.train, trainer.cfg.batch_size, device)
             with torch.enable_grad(), trainer.plan.autocast():
                 loss = task.loss(model, batch)
             check_loss(task, loss)
@@ -257,11 +259,23 @@ def check_outputs(trainer) -> None:
                         value.copy_(buffers[name])
 
 
+def first_rows(split, rows: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The first `rows` examples of a split (a dict of tensors, or a Dataset's items collated) on `device`."""
+    if isinstance(split, dict):
+        rows = min(rows, len(next(iter(split.values()))))
+        return {key: value[:rows].to(device) for key, value in split.items()}
+    import itertools
+
+    from torch.utils.data import IterableDataset, default_collate
+
+    items = iter(split) if isinstance(split, IterableDataset) else (split[i] for i in range(min(rows, len(split))))
+    batch = default_collate(list(itertools.islice(items, rows)))
+    return {key: value.to(device) for key, value in batch.items()}
+
+
 def _check_evaluation(task: Task, trainer) -> None:
     model = trainer.raw_model
-    val = trainer.data.val
-    rows = min(PROBE_ROWS, len(next(iter(val.values()))))
-    probe = {key: value[:rows].to(trainer.device) for key, value in val.items()}
+    probe = first_rows(trainer.data.val, PROBE_ROWS, trainer.device)
     was_training = model.training
     model.eval()
     try:

@@ -5,15 +5,13 @@ a thread of the window's process and in a separate training process."""
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, finish_run, set_field
 from PySide6.QtWidgets import QMessageBox
-
-import core.tasks as registry
+from task_registry import restored_task_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
@@ -37,16 +35,9 @@ def load_data(self, data_path, seed):
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    """The registry as the test found it, user tasks' modules forgotten (it is one per process)."""
-    saved = (dict(registry._references), dict(registry._loaded), dict(registry._broken))
-    yield
-    for name in set(registry._loaded) - set(saved[1]):
-        registry.__getattr__("TASKS").pop(name, None)
-    for store, old in zip((registry._references, registry._loaded, registry._broken), saved):
-        store.clear()
-        store.update(old)
-    for name in [m for m in sys.modules if m.startswith("amp_console_user_task_")]:
-        del sys.modules[name]
+    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
+    with restored_task_registry():
+        yield
 
 
 def add_broken_task(qtbot, window, monkeypatch, tmp_path: Path, body: str) -> tuple[Path, int]:
