@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, Subset
 
+from core.data.batching import split_length
 from core.errors import ConfigError, DataError
 
 EVAL_SEED = 20_011  # the evaluation loaders' worker seed: fixed, so an evaluation draws nothing of the run's
@@ -268,3 +269,25 @@ class DatasetSplit:
         else:
             items = Subset(self.dataset, range(min(rows, self.rows)))
         return DatasetSplit(items, self.batch_size, self.device, what=self.what, rows=len(items))
+
+
+def first_rows(split, rows: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The first `rows` examples of a split as one batch dict on `device`: a dict of tensors sliced, a Dataset's
+    first items collated (a stream's first items read in this process)."""
+    if isinstance(split, Mapping):
+        rows = min(rows, split_length(split))
+        return {key: value[:rows].to(device) for key, value in split.items()}
+    from torch.utils.data import default_collate
+
+    items = iter(split) if isinstance(split, IterableDataset) else (split[i] for i in range(min(rows, len(split))))
+    batch = default_collate(list(itertools.islice(items, rows)))
+    check_item(batch, "a Dataset split")
+    return to_device(batch, device)
+
+
+def probe(split, rows: int, device: torch.device):
+    """The first `rows` rows of an evaluation split as evaluation gets them (a dict of tensors, or a
+    DatasetSplit of its first rows), on `device`: to learn or check a task's metrics on a few rows."""
+    if is_dataset(split):
+        return DatasetSplit(split, 1, device, what="the validation split").head(rows)
+    return first_rows(split, rows, device)

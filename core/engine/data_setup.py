@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import torch
 from torch.utils.data import IterableDataset
 
-from core.data.batching import EpochBatches, place_split, split_length
+from core.data.batching import EpochBatches, place_split
 from core.data.loaders import DatasetSplit, LoaderBatches, LoaderSettings, is_dataset, shards_itself
 
 
@@ -84,14 +84,6 @@ def values_per_sample(train) -> int:
         values = item.values() if isinstance(item, Mapping) else ()
         return max((v.numel() for v in values if isinstance(v, torch.Tensor)), default=1)
     return max((t[0].numel() for t in train.values() if t.dim() and len(t)), default=1)
-
-
-def probe_split(val, rows: int, device: torch.device):
-    """The first `rows` rows of the validation split on `device` (to learn the names of the metrics)."""
-    if is_dataset(val):
-        return DatasetSplit(val, 1, device, what="the validation split").head(rows)
-    rows = min(split_length(val), rows)
-    return {key: value[:rows].to(device) for key, value in val.items()}
 
 
 def release(trainer) -> None:

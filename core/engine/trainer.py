@@ -20,6 +20,7 @@ from time import monotonic
 import torch
 
 from core.config import RunConfig
+from core.data import loaders
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
 from core.engine import compiling, data_setup, run_state, small_validation
@@ -440,7 +441,7 @@ class Trainer:
         return tracker
 
     def _metric_names(self) -> list[str]:
-        probe = data_setup.probe_split(self.data.val, 8, self.device)
+        probe = loaders.probe(self.data.val, 8, self.device)
         metrics = evaluate_split(self.task, self.raw_model, probe, self.cfg.batch_size, DistContext(),
                                  self.plan.autocast)
         return list(metrics)

@@ -196,14 +196,10 @@ class FeatureServing(TaskServing):
 
         data = self.task.load_data(str(predictor.config.get("data") or ""), int(predictor.config.get("seed", 0)))
         split = data.val if data.val is not None and len(data.val) else data.test
-        if split is not None and not isinstance(split, dict):  # a Dataset: its first `limit` items' x
-            import itertools
+        if split is not None and not isinstance(split, dict):  # a Dataset: its first `limit` items
+            from core.data.loaders import first_rows
 
-            from torch.utils.data import IterableDataset
-
-            stream = iter(split) if isinstance(split, IterableDataset) else (split[i] for i in range(len(split)))
-            items = [item.get("x") for item in itertools.islice(stream, limit) if isinstance(item, dict)]
-            split = {"x": torch.stack(items)} if items and all(isinstance(x, torch.Tensor) for x in items) else {}
+            split = first_rows(split, limit, torch.device("cpu"))
         x = (split or {}).get("x")
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or x[0].numel() != predictor.n_features:
             return np.zeros((0, predictor.n_features), np.float32)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from core.data import loaders
 from core.errors import AmpConsoleError, UserCodeError
 from core.tasks.base import EvalParts, Task, TaskData
 from core.text import first_line
@@ -242,7 +243,7 @@ def check_outputs(trainer) -> None:
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}  # e.g. BatchNorm's running stats
     with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
         try:
-            batch = first_rows(trainer.data.train, trainer.cfg.batch_size, device)
+            batch = loaders.first_rows(trainer.data.train, trainer.cfg.batch_size, device)  # as a step gets it
             with torch.enable_grad(), trainer.plan.autocast():
                 loss = task.loss(model, batch)
             check_loss(task, loss)
@@ -259,23 +260,9 @@ def check_outputs(trainer) -> None:
                         value.copy_(buffers[name])
 
 
-def first_rows(split, rows: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """The first `rows` examples of a split (a dict of tensors, or a Dataset's items collated) on `device`."""
-    if isinstance(split, dict):
-        rows = min(rows, len(next(iter(split.values()))))
-        return {key: value[:rows].to(device) for key, value in split.items()}
-    import itertools
-
-    from torch.utils.data import IterableDataset, default_collate
-
-    items = iter(split) if isinstance(split, IterableDataset) else (split[i] for i in range(min(rows, len(split))))
-    batch = default_collate(list(itertools.islice(items, rows)))
-    return {key: value.to(device) for key, value in batch.items()}
-
-
 def _check_evaluation(task: Task, trainer) -> None:
     model = trainer.raw_model
-    probe = first_rows(trainer.data.val, PROBE_ROWS, trainer.device)
+    probe = loaders.probe(trainer.data.val, PROBE_ROWS, trainer.device)  # as evaluation gets the split
     was_training = model.training
     model.eval()
     try:
