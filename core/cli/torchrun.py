@@ -57,31 +57,6 @@ def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None,
             "-m", "core.cli", *train_argv]
 
 
-@contextlib.contextmanager
-def tasks_from_the_catalog():
-    """While the launcher builds and checks a new run's settings, a built-in task is looked up in its catalog
-    entry (core.tasks.task_infos: the class attributes read from source) rather than imported: the launcher
-    never builds a model, and importing the task modules imports torch, seconds that only the workers need.
-    The same defaults and option checks (core.tasks.options); a user's task, or task classes already imported,
-    are looked up as usual."""
-    import core.tasks as tasks
-
-    real = tasks.get_task_class
-
-    def lookup(name: str, task_file: str = ""):
-        if name not in tasks.TASK_NAMES or "TASKS" in vars(tasks) or tasks.task_source(name):
-            return real(name, task_file)
-        info = tasks.task_infos()[name]
-        return type(name, (), {"name": name, "options": info.options, "defaults": dict(info.defaults),
-                               "option_errors": staticmethod(info.option_errors)})
-
-    tasks.get_task_class = lookup
-    try:
-        yield
-    finally:
-        tasks.get_task_class = real
-
-
 def usable_cpu_cores() -> int:
     """The cores this process may run on (its affinity mask, e.g. a container's or a batch job's share)."""
     try:

@@ -533,9 +533,9 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     else:
         restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
         if wants_launcher(args) and not os.environ.get("WORLD_SIZE") and not args.resume:
-            from core.cli.torchrun import tasks_from_the_catalog
+            from core.tasks import catalog_classes
 
-            with tasks_from_the_catalog():  # the launcher leaves torch to its workers
+            with catalog_classes():  # the launcher leaves torch to its workers
                 config, notes = config_and_notes(args)
         else:
             config, notes = config_and_notes(args)

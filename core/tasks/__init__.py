@@ -16,6 +16,7 @@ To add a built-in task, see docs/ARCHITECTURE.md ("Where to add things"): add it
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from dataclasses import replace
 from pathlib import Path
@@ -254,11 +255,37 @@ def saved_config(config):
     return config if upgraded == options else {**config, "task_options": upgraded}
 
 
+_catalog_lookups = 0  # > 0 inside catalog_classes()
+
+
+@contextlib.contextmanager
+def catalog_classes():
+    """Within: a built-in task not imported yet is answered by get_task_class from its catalogue entry (its
+    name, options, defaults and option checks, read from source: no torch) rather than imported. For code
+    that only builds and checks settings (the --nproc launcher, which leaves torch to its workers); a user's
+    task, or task classes already imported, are looked up as usual."""
+    global _catalog_lookups
+    _catalog_lookups += 1
+    try:
+        yield
+    finally:
+        _catalog_lookups -= 1
+
+
+def _catalog_class(name: str) -> type:
+    info = task_infos()[name]
+    return type(name, (), {"name": name, "options": info.options, "defaults": dict(info.defaults),
+                           "option_errors": staticmethod(info.option_errors)})
+
+
 def get_task_class(name: str, task_file: str = "") -> type[Task]:
     """The Task class called `name` (from `TASKS`, so a task added there at run time is found too); a user
     task listed but not yet loaded (remembered, or installed) is loaded now (TaskFileError when it cannot be).
     ConfigError naming the known tasks otherwise (and, for a user task whose reference a run saved,
-    `task_file`, how to load it: it is not loaded from there)."""
+    `task_file`, how to load it: it is not loaded from there). Inside catalog_classes(), a built-in task not
+    imported yet is its catalogue entry."""
+    if _catalog_lookups and name in _REGISTRY and "TASKS" not in globals():
+        return _catalog_class(name)
     classes = __getattr__("TASKS") if "TASKS" not in globals() else globals()["TASKS"]
     if name not in classes:
         _read_installed()
