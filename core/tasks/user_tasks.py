@@ -96,7 +96,7 @@ def load_task(reference: str) -> type[Task]:
 
 
 def _import_file(reference: str, target: str):
-    from core.files import check_regular_file
+    from core.files import check_regular_file, shown_path
 
     path = Path(target).expanduser()
     if not path.exists():
@@ -104,7 +104,8 @@ def _import_file(reference: str, target: str):
     try:
         check_regular_file(path, "task", "task file")
     except ConfigError as exc:
-        raise TaskFileError(reference, str(exc).split(": ", 1)[-1]) from None
+        said = str(exc).split(": ", 1)[-1]  # "<path>: is a named pipe (FIFO), not a task file"
+        raise TaskFileError(reference, said.removeprefix(f"{shown_path(path)}: ")) from None
     if path.suffix != ".py":
         raise TaskFileError(reference, "a task file is Python source: its name ends in .py")
     path = path.resolve()
