@@ -9,7 +9,20 @@ import threading
 import pytest
 from PySide6.QtCore import Qt
 
-from app.run.jobs import BackgroundJob, JobRunner
+from app.run.jobs import BackgroundJob, GuiThreadGarbageCollector, JobRunner
+
+
+@pytest.fixture(autouse=True)
+def collector_on_the_gui_thread(qtbot):
+    """As a window does while it is up: Python's cyclic collector runs on the GUI thread only. Without it, a
+    collection that starts in a job's thread can finalize Qt objects there (app.run.jobs says why that must
+    not happen): these tests create jobs with no window around them."""
+    from PySide6.QtCore import QObject
+
+    owner = QObject()
+    collector = GuiThreadGarbageCollector(owner)
+    yield
+    collector.stop()
 
 
 @pytest.mark.timeout(60)
