@@ -88,6 +88,21 @@ def test_listing_a_task_file_runs_none_of_its_code(tmp_path):
     assert path.with_suffix(".ran").exists()
 
 
+def test_a_forgotten_task_is_unlisted_and_can_be_added_again(tmp_path):
+    path = marked_copy(tmp_path)
+    reference = f"{path.resolve()}:RegressionTask"
+    cls = registry.add_task(reference)
+    path.with_suffix(".ran").unlink()
+    assert registry.forget_task(f"{path}:RegressionTask") == ("regression",)
+    assert "regression" not in registry.task_names() and "regression" not in registry.task_infos()
+    assert "regression" not in registry.TASKS and registry.task_source("regression") == ""
+    with pytest.raises(ConfigError, match="unknown task 'regression'"):
+        registry.get_task_class("regression")
+    assert registry.add_task(reference) is cls  # its module stays imported: registered again, not run again
+    assert not path.with_suffix(".ran").exists() and registry.TASKS["regression"] is cls
+    assert registry.forget_task(f"{tmp_path / 'gone.py'}:GoneTask") == ()
+
+
 @pytest.mark.slow
 def test_a_checkpoint_never_loads_its_task_file(tmp_path, capsys):
     """A fresh process given only the run: it says how to give the task file, and the file's code never ran."""

@@ -7,8 +7,9 @@ and `create_task` import the task modules (and torch) on first use.
 Besides the built-in tasks (`_REGISTRY`), tasks defined outside this package (core.tasks.user_tasks: a task
 file, a module, an installed package's entry point) join the registry: `add_task(reference)` loads one (this
 runs its code) and `remember_task(reference)` lists one without running it, loading it when it is first used.
-Installed entry points are listed the same way. A run's config names a user task's reference (`task_file`)
-so another process can load it; nothing here loads one because a run folder or a checkpoint names it.
+Installed entry points are listed the same way; `forget_task(reference)` unlists an added or remembered one.
+A run's config names a user task's reference (`task_file`) so another process can load it; nothing here loads
+one because a run folder or a checkpoint names it.
 
 To add a built-in task, see docs/ARCHITECTURE.md ("Where to add things"): add it to `_REGISTRY` and
 `_task_classes`. A user's task: docs/tasks.md.
@@ -135,6 +136,25 @@ def add_task(reference: str) -> type[Task]:
     if "TASKS" in globals():
         globals()["TASKS"][cls.name] = cls
     return cls
+
+
+def forget_task(reference: str) -> tuple[str, ...]:
+    """Unlist the user task `reference` names (added or remembered) in this process: task_names(), task_infos()
+    and get_task_class no longer know it, and a run or checkpoint of it asks for its reference again. Its
+    module stays imported, so adding the reference again registers the same class without running its code
+    again. Returns the names it was listed under."""
+    from core.tasks.user_tasks import TaskFileError, canonical_reference
+
+    with contextlib.suppress(TaskFileError):
+        reference = canonical_reference(reference)
+    names = tuple(name for name, known in _references.items() if known == reference)
+    for name in names:
+        del _references[name]
+        if _loaded.pop(name, None) is not None and "TASKS" in globals():
+            globals()["TASKS"].pop(name, None)
+    _broken.pop(reference, None)
+    _source_infos.pop(reference, None)
+    return names
 
 
 def remember_task(reference: str) -> TaskInfo | None:
@@ -328,5 +348,6 @@ def __getattr__(name: str):
 
 
 __all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskInfo", "TaskOption", "add_task", "create_task",
-           "get_task_class", "get_task_info", "load_config_task", "option_values", "remember_task", "saved_config",
-           "saved_options", "task_errors", "task_infos", "task_names", "task_source", "unknown_task_message"]
+           "forget_task", "get_task_class", "get_task_info", "load_config_task", "option_values", "remember_task",
+           "saved_config", "saved_options", "task_errors", "task_infos", "task_names", "task_source",
+           "unknown_task_message"]
