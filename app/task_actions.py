@@ -11,6 +11,9 @@ The references added are remembered (app.window_settings). At the next start the
 from their source text (core.tasks.remember_task: nothing runs), and a remembered task is loaded, off the GUI
 thread, when the user picks it. One whose file is gone or does not parse is listed disabled, with why; one
 that fails when it is loaded is then listed so too. The others are unaffected.
+
+File → Remove task… forgets one of the remembered references (a broken one too): it leaves the picker and the
+settings, and nothing of it runs. An installed package's tasks are not remembered, so they are not offered.
 """
 
 from __future__ import annotations
@@ -38,13 +41,16 @@ def short_name(reference: str) -> str:
 
 
 class TaskActions:
-    """File → Add task… and Add task from a module…, bound to a MainWindow, and the task files it remembers."""
+    """File → Add task…, Add task from a module… and Remove task…, bound to a MainWindow, and the task files it
+    remembers."""
 
     def __init__(self, window):
         self.window = window
         self.add_action = QAction("Add &task…", window, triggered=self.ask_add)
         self.add_action.setToolTip("Add a task of your own from its Python file (docs/tasks.md)")
         self.add_module_action = QAction("Add task from a &module…", window, triggered=self.ask_add_module)
+        self.remove_action = QAction("Remo&ve task…", window, triggered=self.ask_remove)
+        self.remove_action.setToolTip("Take a task you added out of the task list, for this and later sessions")
         self._accepted: set[str] = set()  # references whose code the user agreed to run
         self._loading: set[str] = set()
         window.setupPanel.unloadedTaskChosen.connect(self._load_listed)
@@ -52,9 +58,10 @@ class TaskActions:
     def add_to_menu(self, menu) -> None:
         menu.addAction(self.add_action)
         menu.addAction(self.add_module_action)
+        menu.addAction(self.remove_action)
 
     def update_enabled(self, running: bool) -> None:
-        for action in (self.add_action, self.add_module_action):
+        for action in (self.add_action, self.add_module_action, self.remove_action):
             action.setEnabled(self.window.engine_ready and not running)
 
     # ------------------------------------------------------------------ start-up: listed, never run
@@ -170,6 +177,58 @@ class TaskActions:
                                       QMessageBox.StandardButton.Cancel)
         return answer == QMessageBox.StandardButton.Yes
 
+    # ------------------------------------------------------------------ removing: nothing runs
+    def ask_remove(self) -> None:
+        """The user picks one of the remembered tasks (files and modules, those that cannot be used too) to
+        forget."""
+        remembered = self.window.window_settings.user_tasks()
+        if not remembered:
+            self.window.show_message("No task of yours is listed: File → Add task… adds one. An installed "
+                                     "package's tasks are listed while the package is installed.")
+            return
+        entries = {self._removal_text(reference): reference for reference in remembered}
+        choice, ok = QInputDialog.getItem(
+            self.window, "Remove task", "Which task to take out of the task list? It is not listed at the next "
+            "start either; its file stays as it is (File → Add task… adds it again).\nAn installed package's "
+            "tasks are not offered here: they are listed while the package is installed.", list(entries), 0, False)
+        if ok and choice in entries:
+            self.forget(entries[choice])
+
+    def _removal_text(self, reference: str) -> str:
+        """A remembered task in the Remove task list: its entry in the picker, then its reference."""
+        from core.tasks import task_names, task_source
+        from core.tasks.user_tasks import TaskFileError, canonical_reference
+
+        combo = self.window.setupPanel.taskCombo
+        try:
+            canonical = canonical_reference(reference)
+        except TaskFileError:
+            canonical = reference
+        keys = [PENDING + reference] + [name for name in task_names() if task_source(name) == canonical]
+        index = next((i for key in keys if (i := combo.findData(key)) >= 0), -1)
+        return f"{combo.itemText(index)} — {reference}" if index >= 0 else reference
+
+    def forget(self, reference: str) -> None:
+        """Take the remembered task `reference` out of the picker (to a built-in task if it was picked), the
+        registry and the remembered settings; adding it again later is a new File → Add task…."""
+        from core.tasks import TASK_NAMES, forget_task
+
+        window, panel, settings = self.window, self.window.setupPanel, self.window.window_settings
+        if window.controller.running:
+            return
+        names = forget_task(reference)
+        fallback = next((name for name in TASK_NAMES if panel.taskCombo.findData(name) >= 0), "")
+        panel.remove_task([PENDING + reference, *names], fallback)
+        settings.set_user_tasks([known for known in settings.user_tasks() if known != reference])
+        deferred = settings.deferred  # the saved form of a task not loaded yet: no longer to come back
+        if deferred is not None and (deferred.get("task") in names or deferred.get("task_file") == reference):
+            settings.deferred = None
+        self._accepted.discard(reference)  # added again: asked again
+        self._loading.discard(reference)  # a load under way is dropped when it ends
+        what = f"the task {names[0]!r}" if names else short_name(reference)
+        window.show_message(f"Removed {what} from the task list.")
+        window.logPanel.log(f"Removed the task {reference} from the task list (not listed at the next start)")
+
     # ------------------------------------------------------------------ loading, off the GUI thread
     def _load_listed(self, key: str) -> None:
         """The user picked a remembered task: load it now."""
@@ -184,12 +243,14 @@ class TaskActions:
         self._loading.add(reference)
         self.window.show_message(f"Loading the task in {reference} (running its code)…")
         self.window.jobs.submit(lambda: load_task(reference), lambda _cls: self._loaded(reference),
-                                lambda message, details: self._failed(reference, message, details))
+                                lambda message, details: self._load_failed(reference, message, details))
 
     def _loaded(self, reference: str) -> None:
         from core.tasks import add_task
         from core.tasks.user_tasks import TaskFileError
 
+        if reference not in self._loading:  # removed while it loaded
+            return
         self._loading.discard(reference)
         try:
             cls = add_task(reference)  # its module was imported on the worker: checked and registered, not rerun
@@ -208,6 +269,10 @@ class TaskActions:
             window.window_settings.restore_deferred(window, cls.name)
         window.show_message(f"Task {cls.name!r} is ready: {cls.description}", "status-ok")
         window.logPanel.log(f"Loaded the task {cls.name!r} from {reference}")
+
+    def _load_failed(self, reference: str, message: str, details: str) -> None:
+        if reference in self._loading:  # else removed while it loaded
+            self._failed(reference, message, details)
 
     def _failed(self, reference: str, message: str, details: str) -> None:
         self._loading.discard(reference)

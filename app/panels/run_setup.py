@@ -440,6 +440,19 @@ class RunSetupPanel(QWidget):
         self.taskCombo.setItemData(index, tooltip, Qt.ItemDataRole.ToolTipRole)
         self.taskCombo.model().item(index).setEnabled(enabled)
 
+    def remove_task(self, keys, fallback: str) -> None:
+        """Take the entries listed or added as `keys` (list_task keys, task names) out of the picker; when the
+        task shown is one of them, the picker moves to task `fallback` first (its form, as picking it would)."""
+        if self.taskCombo.currentData() in keys:
+            self.taskCombo.setCurrentIndex(self.taskCombo.findData(fallback))
+        self.taskCombo.blockSignals(True)  # the entries after a removed one move up: the task shown stays
+        for key in keys:
+            while (index := self.taskCombo.findData(key)) >= 0:
+                self.taskCombo.removeItem(index)
+            self._tasks.pop(key, None)
+            self._option_values.pop(key, None)
+        self.taskCombo.blockSignals(False)
+
     def _on_task_changed(self) -> None:
         chosen = self.taskCombo.currentData()
         if chosen not in self._tasks and self._tasks:  # listed, not loaded: the window loads it off this thread

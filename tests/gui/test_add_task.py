@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gui_helpers import PROCESS_WAIT_MS, find, finish_run, set_field
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from gui_helpers import PROCESS_WAIT_MS, click, find, finish_run, quick_run, set_field
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 from task_registry import restore, restored_task_registry
 
 from app.task_actions import PENDING
@@ -211,3 +211,134 @@ def test_a_task_from_a_module(qtbot, window, tmp_path, dialogs, monkeypatch):
     assert len(dialogs.asked) == 2
     sys.modules.pop("my_window_tasks.regression", None)
     sys.modules.pop("my_window_tasks", None)
+
+
+@pytest.fixture
+def removal(monkeypatch):
+    """File → Remove task…'s list: what it offered is recorded, and it answers the entry that contains
+    `removal.pick` (Cancel when that is '')."""
+    from PySide6.QtWidgets import QInputDialog
+
+    class Removal:
+        pick = ""
+        offered: list = []
+
+    answers = Removal()
+    answers.offered = []
+
+    def get_item(_parent, _title, _label, items, *args, **kwargs):
+        answers.offered.append(list(items))
+        chosen = [item for item in items if answers.pick and answers.pick in item]
+        return (chosen[0], True) if len(chosen) == 1 else ("", False)
+
+    monkeypatch.setattr(QInputDialog, "getItem", get_item)
+    return answers
+
+
+@pytest.mark.timeout(120)
+def test_a_remembered_broken_task_is_removed_for_good(qtbot, make_window, settings, tmp_path, dialogs, removal):
+    path = task_file(tmp_path)
+    reference = f"{path.resolve()}:RegressionTask"
+    gone = f"{tmp_path / 'gone.py'}:GoneTask"
+    settings.setValue(USER_TASKS_KEY, json.dumps([gone, reference]))
+    first = make_window()
+    combo = first.setupPanel.taskCombo
+    combo.setCurrentIndex(combo.findData(PENDING + reference))  # loaded: after the broken entry in the picker
+    qtbot.waitUntil(lambda: combo.currentData() == "regression", timeout=60_000)
+    set_field(first, "hiddenOptionEdit", 12)
+    set_field(first, "epochsEdit", 3)
+
+    removal.pick = gone
+    first.task_actions.remove_action.trigger()
+    assert removal.offered == [[f"gone.py: no such file — {gone}", f"regression (my_task.py) — {reference}"]]
+    assert PENDING + gone not in combo_entries(first)
+    assert json.loads(settings.value(USER_TASKS_KEY)) == [reference]
+    assert combo.currentData() == "regression"  # the entries after it moved up: the task and its form stay
+    assert find(first, "hiddenOptionEdit").value() == 12 and find(first, "epochsEdit").value() == 3
+    assert "Removed gone.py from the task list" in first.statusBarWidget.message.text()
+    first.close()
+    restore(((), (), ()))  # as a new process: no user task loaded or remembered
+
+    second = make_window()
+    entries = combo_entries(second)
+    assert PENDING + gone not in entries and entries[PENDING + reference][1]
+    assert "gone.py" not in second.logPanel.toPlainText()
+    removal.pick = ""  # cancelled: nothing changes
+    second.task_actions.remove_action.trigger()
+    assert removal.offered[1] == [f"regression (my_task.py) — {reference}"]
+    assert json.loads(settings.value(USER_TASKS_KEY)) == [reference] and PENDING + reference in combo_entries(second)
+
+
+@pytest.mark.timeout(120)
+def test_a_loaded_task_removed_while_picked_leaves_the_picker_on_a_built_in_and_can_be_added_again(
+        qtbot, window, tmp_path, dialogs, removal):
+    from core.tasks import task_names, task_source
+
+    window.task_actions.remove_action.trigger()  # nothing remembered yet: nothing to offer
+    assert removal.offered == [] and "No task of yours is listed" in window.statusBarWidget.message.text()
+    path = task_file(tmp_path)
+    reference = f"{path.resolve()}:RegressionTask"
+    add_task(qtbot, window, dialogs, path)
+    combo = window.setupPanel.taskCombo
+    assert combo.currentData() == "regression"
+
+    removal.pick = reference
+    window.task_actions.remove_action.trigger()
+    assert removal.offered == [[f"regression (my_task.py) — {reference}"]]
+    assert combo.currentData() == "tiny" and "regression" not in combo_entries(window)
+    assert window.findChild(QWidget, "featuresOptionEdit") is None  # the form is the built-in task's
+    assert find(window, "taskDescription").text() == window.setupPanel._tasks["tiny"].description
+    assert find(window, "startButton").isEnabled()
+    assert json.loads(window.settings.value(USER_TASKS_KEY)) == []
+    assert "regression" not in task_names() and task_source("regression") == ""
+    assert "Removed the task 'regression'" in window.statusBarWidget.message.text()
+
+    path.with_suffix(".ran").unlink()
+    add_task(qtbot, window, dialogs, path)  # added again: asked again, and the same class comes back
+    assert len(dialogs.asked) == 2 and combo.currentData() == "regression"
+    assert not path.with_suffix(".ran").exists()  # its module is the one loaded before: its code ran once
+    assert find(window, "paramCount").text() == "321 trainable parameters"
+    assert json.loads(window.settings.value(USER_TASKS_KEY)) == [reference]
+    assert task_source("regression") == reference
+
+
+@pytest.mark.timeout(120)
+def test_removing_a_task_waits_for_the_run(qtbot, window, tmp_path, dialogs, removal):
+    add_task(qtbot, window, dialogs, task_file(tmp_path))
+    actions = (window.task_actions.add_action, window.task_actions.add_module_action,
+               window.task_actions.remove_action)
+    assert all(action.isEnabled() for action in actions)
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=False)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
+        click(qtbot, window, "startButton")
+    assert not any(action.isEnabled() for action in actions)
+    removal.pick = "my_task.py"
+    window.task_actions.remove_action.trigger()  # disabled: nothing is asked
+    assert removal.offered == [] and "regression" in combo_entries(window)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
+        click(qtbot, window, "stopButton")
+    assert all(action.isEnabled() for action in actions)
+
+
+@pytest.mark.timeout(120)
+def test_removing_the_task_the_last_settings_were_for_starts_the_next_session_on_a_built_in(
+        qtbot, make_window, settings, tmp_path, dialogs, removal):
+    path = task_file(tmp_path)
+    first = make_window()
+    add_task(qtbot, first, dialogs, path)
+    set_field(first, "hiddenOptionEdit", 12)
+    first.close()  # its settings are the task file's
+    restore(((), (), ()))
+
+    second = make_window()
+    assert "pick it in the task list" in second.logPanel.toPlainText()
+    removal.pick = "my_task.py"
+    second.task_actions.remove_action.trigger()
+    assert second.setupPanel.taskCombo.currentData() == "tiny"
+    second.close()  # the form untouched: the built-in task's is saved, not the removed task's kept
+    restore(((), (), ()))
+
+    third = make_window()
+    assert third.setupPanel.taskCombo.currentData() == "tiny" and "regression" not in combo_entries(third)
+    log = third.logPanel.toPlainText()
+    assert "regression" not in log and "ignored" not in log, log
