@@ -1,6 +1,7 @@
 """docs/examples/digits_task.py, the worked example of a user task: a small CNN on scikit-learn's bundled 8x8
-digits, trained with its defaults in bf16 through the CLI, reaches the test accuracy its docstring promises a
-floor for; its data info carries the input's shape and the classes, and the model is built from them."""
+digits, trained with its defaults in bf16 through the CLI (the session's `digits_run`, tests/trained_runs.py),
+reaches the test accuracy its docstring promises a floor for; its data info carries the input's shape and the
+classes, and the model is built from them. tests/gui/test_preview_drawing.py draws digits for the same run."""
 
 from __future__ import annotations
 
@@ -46,12 +47,8 @@ def test_the_model_is_built_from_the_data_info():
     assert torch.equal(task.load_data("", seed=7).test["y"], data.test["y"])  # one split for every seed
 
 
-def test_it_trains_to_the_stated_accuracy_in_bf16(tmp_path, capsys):
-    run = tmp_path / "digits"
-    code = main(["train", "--task", str(EXAMPLE), "--precision", "bf16", "--seed", "0", "--out", str(run), "--json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    summary = json.loads(out.strip().splitlines()[-1])
+def test_it_trains_to_the_stated_accuracy_in_bf16(tmp_path, capsys, digits_run):
+    run, summary = digits_run.folder, digits_run.summary  # trained once a session (tests/trained_runs.py)
     assert summary["status"] == "completed" and summary["precision"] == "bf16"
     assert summary["test_metrics"]["accuracy"] >= FLOOR, summary["test_metrics"]
     assert summary["best_test_metrics"]["accuracy"] >= FLOOR, summary["best_test_metrics"]

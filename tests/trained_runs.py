@@ -1,7 +1,8 @@
 """One small trained run of each task (and the recommender once more on its synthetic data), trained once per
 test session and shared, read-only, by the tests that use a trained model (predict, the Predictor, export, the
 evaluation report and view, the preview panel, evaluate). Under pytest-xdist each worker is a session of its
-own and trains its own set.
+own and trains its own set. `digits_run` is the worked example of a user task (docs/examples/digits_task.py)
+trained as its docstring says, for the tests that read a trained digits model.
 
 A test that writes into a run folder (an evaluation.json, a deleted best.pt) works on `run.copy_to(tmp_path)`;
 the session checks at its end that nothing in the shared folders changed, so test order never matters."""
@@ -121,6 +122,44 @@ def trained_runs(tmp_path_factory) -> TrainedRuns:
     before = snapshot(base)
     yield TrainedRuns(root, MappingProxyType({"recommender": interactions}), MappingProxyType(runs))
     assert snapshot(base) == before, "a test wrote into the shared trained runs: copy the run first (copy_to)"
+
+
+DIGITS_EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "digits_task.py"
+
+
+@dataclass(frozen=True)
+class DigitsRun:
+    root: Path  # a runs root holding the one run folder
+    folder: Path
+    summary: dict  # what `train --json` said last
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory) -> DigitsRun:
+    """docs/examples/digits_task.py trained through the CLI as its docstring says (bf16, --seed 0, its defaults:
+    about 10 s on one CPU thread). The task is registered only while it trains: a test that loads the run adds
+    the task file itself (within tests/task_registry.py's restored_task_registry)."""
+    import contextlib
+    import io
+    import json
+
+    from task_registry import restored_task_registry
+
+    from core.cli.main import main
+    from core.engine.run_record import RUNS_DIR_ENV
+
+    base = tmp_path_factory.mktemp("digits-run")
+    folder = base / "runs" / "digits"
+    said = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, restored_task_registry(), contextlib.redirect_stdout(said):
+        patch.setenv(RUNS_DIR_ENV, str(tmp_path_factory.mktemp("digits-runs-root")))
+        code = main(["train", "--task", str(DIGITS_EXAMPLE), "--precision", "bf16", "--seed", "0",
+                     "--out", str(folder), "--json"])
+    assert code == 0, said.getvalue()
+    summary = json.loads(said.getvalue().strip().splitlines()[-1])
+    before = snapshot(base)
+    yield DigitsRun(base / "runs", folder, summary)
+    assert snapshot(base) == before, "a test wrote into the shared digits run: copy the run folder first"
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ data) and the window's Model preview (a field per number; the outputs named as p
 
 What a subclass may set: `output_names` (the output columns, default y for one output, y1..yO for more; p0..pC-1
 with `probabilities`), `probabilities`, `input_shape` (what the model reads of a row: (1, 8, 8) for an 8 x 8
-image, its pixels row by row), `preview` (a PreviewSpec: its words, `classes` for probabilities, `field_columns`),
-and `features(model)` when neither `input_shape` nor the model's first nn.Linear says how many numbers it reads.
+image, its pixels row by row), `preview` (a PreviewSpec: its words, `classes` for probabilities, `field_columns`,
+`image` and `pixel_range` for a drawing pad of an image's pixels), and `features(model)` when neither
+`input_shape` nor the model's first nn.Linear says how many numbers it reads.
 
 serve.py serves the program and ONNX exports through feature_standalone.py (beside this module). A safetensors
 export holds the weights only: serve.py computes the built-in tasks' models from their weights in plain torch,

@@ -30,6 +30,7 @@ does for the task travels in the export as a module of its own:
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -172,7 +173,9 @@ class PreviewSpec:
     taking a limit) look like:
       text          a text typed in; no examples
       feature_row   `n_features` numbers, fields named `column_prefix` 1..N (as predict reads them); examples:
-                    an (n, F) array of rows
+                    an (n, F) array of rows. With `image` (height, width) the row is a grey image's pixels, row
+                    by row: the page also shows a drawing pad of them, blank pixels `pixel_range[0]`, fully
+                    inked ones `pixel_range[1]`
       feature_rows  a group of rows scored together (a query's candidates), picked from the examples:
                     objects with `query_id`, `doc_ids`, `features` (n, F) and `labels` (n,) or None
       id_sequence   ids in order (a history), typed or picked: examples are (owner id, [ids])
@@ -200,7 +203,9 @@ class PreviewSpec:
     label: str = "score"  # score: the number's name
     classes: tuple[str, ...] = ()
     column_prefix: str = "x"  # feature_row: the fields' names
-    field_columns: int = 5  # feature_row: fields to a row (8 shows an 8 x 8 image's pixels as they lie)
+    field_columns: int = 5  # feature_row: fields to a row (an `image` has its width to a row)
+    image: tuple[int, ...] = ()  # feature_row: (height, width) when the row is a grey image's pixels, row by row
+    pixel_range: tuple[float, float] = (0.0, 1.0)  # image: the value of a blank pixel, then of a fully inked one
     names: tuple[str, ...] = ()  # values: each number's name
     top_k: int = 10  # ranked_list: the entries asked for (id_sequence) or measured (feature_rows)
 
@@ -208,3 +213,18 @@ class PreviewSpec:
         if self.input_kind not in PREVIEW_INPUTS or self.output_kind not in PREVIEW_OUTPUTS:
             raise ValueError(f"preview kinds {self.input_kind!r} -> {self.output_kind!r}: the inputs are "
                              f"{', '.join(PREVIEW_INPUTS)}; the outputs {', '.join(PREVIEW_OUTPUTS)}")
+        if self.image:
+            if self.input_kind != "feature_row":
+                raise ValueError(f"preview image {self.image!r}: only a feature_row input is drawn, not "
+                                 f"{self.input_kind!r}")
+            if len(self.image) != 2 or not all(isinstance(v, int) and v > 0 for v in self.image):
+                raise ValueError(f"preview image {self.image!r}: give (height, width), two positive whole numbers")
+        if len(self.pixel_range) != 2 or not all(math.isfinite(v) for v in self.pixel_range) \
+                or self.pixel_range[0] == self.pixel_range[1]:
+            raise ValueError(f"preview pixel_range {self.pixel_range!r}: give (blank, inked), two different "
+                             f"finite numbers")
+
+    @property
+    def pixels(self) -> int:
+        """The numbers of one `image` (0 without one)."""
+        return self.image[0] * self.image[1] if self.image else 0

@@ -16,7 +16,8 @@ test accuracy of 0.983 in bf16 (--seed 0, 1 and 2: 0.978, 0.989, 0.981) and 0.98
 Served with the project's serving part for rows of numbers (core.tasks.feature_serving, DigitsServing below):
 `amp-console predict RUN --task docs/examples/digits_task.py --input digits.csv --out p.csv` (columns x1..x64),
 `amp-console export RUN --task docs/examples/digits_task.py --out export` (then `python export/serve.py ...`),
-and the window's Model preview (an 8 x 8 grid of pixel fields, Sample picks a validation digit).
+and the window's Model preview (draw a digit on an 8 x 8 pad, or Sample a validation digit; the pixels also
+show as an 8 x 8 grid of fields).
 
 tests/test_digits_example.py trains it, checks its test accuracy against a floor of 0.95, and exports it.
 """
@@ -123,10 +124,11 @@ class DigitsTask(Task):
 class DigitsServing(FeatureServing):
     """One digit is a row of 64 numbers, its 8 x 8 pixels row by row, scaled to 0..1 as the model reads them
     (load_digits' 0..16 divided by 16), columns x1..x64; the answer is the ten digits' probabilities p0..p9 and
-    the likeliest (`predicted`). The preview shows the pixels as an 8 x 8 grid of fields and picks digits of
-    the validation split (Sample)."""
+    the likeliest (`predicted`). The preview shows the pixels on a drawing pad (`image`: 8 x 8, blank 0, fully
+    inked 1) beside an 8 x 8 grid of fields, and picks digits of the validation split (Sample)."""
 
     probabilities = True
     input_shape = (1, 8, 8)
     preview = PreviewSpec("feature_row", "class_probabilities", answer="predict_rows", examples="example_rows",
-                          noun="digit", column_prefix="x", field_columns=8, classes=tuple(str(d) for d in range(10)))
+                          noun="digit", column_prefix="x", image=(8, 8), pixel_range=(0.0, 1.0),
+                          classes=tuple(str(d) for d in range(10)))

@@ -3,8 +3,9 @@
 Pick a run under the runs root (or browse to a checkpoint file), its best or last checkpoint and a device; the
 checkpoint loads as a core.runs.predict.Predictor and its task's page is built from the kinds of input and
 output its serving part declares (core.tasks.serving.PreviewSpec; pages.py: a page per input kind, widgets.py:
-a view per output kind): a review scored as you type (with the words that pushed it most), a user's next ten
-lessons, a query's candidates re-ranked next to their true labels, class probabilities for ten numbers. No task
+a view per output kind, drawing.py: the pad an image's pixels are drawn on): a review scored as you type (with
+the words that pushed it most), a user's next ten lessons, a query's candidates re-ranked next to their true
+labels, class probabilities for ten numbers or for a digit drawn with the mouse. No task
 is named here: a new task that declares its kinds gets a working page. A run still training can be previewed:
 its last checkpoint is a finished file (checkpoints are written atomically), and the preview runs beside it.
 

@@ -3,7 +3,8 @@ showing its declared kind of output with a view of app.panels.preview.widgets: n
 task that declares its kinds gets a working page.
 
 - text: type a text; its score or class probabilities, and (spec.explain) the words that moved it most;
-- feature_row: numbers in fields named as `predict` reads them, or a sample from the run's data;
+- feature_row: numbers in fields named as `predict` reads them, or a sample from the run's data; an image's
+  pixels (spec.image) are also drawn on a pad (drawing.py);
 - feature_rows: a group of rows picked from the run's data (a query's candidates), ranked by the model's score
   beside their true labels and the task's measure of that order;
 - id_sequence: ids typed or an example's (a user's history), the model's top entries after them.
@@ -207,7 +208,9 @@ class TextPage(_OneAnswerPage):
 
 
 class FeatureRowPage(_OneAnswerPage):
-    """input_kind "feature_row": a field per number (named as `predict` reads the columns), or a sample."""
+    """input_kind "feature_row": a field per number (named as `predict` reads the columns), or a sample; with
+    spec.image, a drawing pad of the pixels beside them (app.panels.preview.drawing): drawing sets the fields,
+    a sample or a typed field shows on the pad."""
 
     def __init__(self, spec, name, submit, parent=None):
         super().__init__(spec, name, submit, parent)
@@ -218,33 +221,52 @@ class FeatureRowPage(_OneAnswerPage):
         self.fields = QGridLayout()
         self.sampleButton = QPushButton("Sample", objectName=f"{name}SampleButton", clicked=self.sample)
         self.sampleButton.setToolTip("Fill the fields with a point from the run's data (the next one each click)")
+        self.drawing = None  # spec.image: the pad, shown when the model reads that many pixels
+        top = QHBoxLayout()
+        if spec.image:
+            from app.panels.preview.drawing import DrawingPanel
+
+            self.drawing = DrawingPanel(spec, name, self)
+            self.drawing.drawn.connect(self._drawn)
+            top.addWidget(self.drawing)
+        top.addLayout(self.fields, 1)
         buttons = QHBoxLayout()
         buttons.addWidget(self.sampleButton)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(self.fields)
+        layout.addLayout(top)
         layout.addLayout(buttons)
         layout.addWidget(self.output)
         layout.addStretch(1)
 
+    @property
+    def pad_shown(self) -> bool:
+        """Whether the fields are the pad's pixels (spec.image, and the model reads that many numbers)."""
+        return self.drawing is not None and len(self.inputs) == self.spec.pixels
+
     def _build_fields(self, count: int) -> None:
-        """A field per number the model reads, spec.field_columns to a row, each under its column's name."""
+        """A field per number the model reads, spec.field_columns to a row (an image's width: its pixels as
+        they lie, each in spec.pixel_range), each under its column's name."""
         if count == len(self.inputs):
             return
         while self.fields.count():
             self.fields.takeAt(0).widget().deleteLater()
         self.inputs = []
+        image = self.drawing is not None and count == self.spec.pixels
+        low, high = sorted(self.spec.pixel_range) if image else (-1e6, 1e6)
+        per_row = self.spec.image[1] if image else max(1, self.spec.field_columns)
         for i in range(count):
-            box = QDoubleSpinBox(objectName=f"{self.name}Input{i}", decimals=4, minimum=-1e6, maximum=1e6,
-                                 singleStep=0.1)
+            box = QDoubleSpinBox(objectName=f"{self.name}Input{i}", decimals=4, minimum=low, maximum=high,
+                                 singleStep=0.1 if not image else (high - low) / 16)
             box.setKeyboardTracking(True)
-            box.valueChanged.connect(self.debounce.start)
+            box.valueChanged.connect(self._edited)
             self.inputs.append(box)
             label = QLabel(f"{self.spec.column_prefix}{i + 1}", objectName=f"{self.name}Label{i}")
-            per_row = max(1, self.spec.field_columns)
             self.fields.addWidget(label, i // per_row * 2, i % per_row)
             self.fields.addWidget(box, i // per_row * 2 + 1, i % per_row)
+        if self.drawing is not None:
+            self.drawing.setVisible(image)
 
     def set_predictor(self, predictor, examples) -> None:
         super().set_predictor(predictor, examples)
@@ -255,20 +277,40 @@ class FeatureRowPage(_OneAnswerPage):
         if self.samples:
             self.sample()
         else:
+            self._show_pixels()
             self.request()
 
     def values(self) -> list[float]:
         return [box.value() for box in self.inputs]
+
+    def _set_values(self, values) -> None:
+        for box, value in zip(self.inputs, values):
+            box.blockSignals(True)
+            box.setValue(value)
+            box.blockSignals(False)
+
+    def _show_pixels(self) -> None:
+        if self.pad_shown:
+            self.drawing.set_values(self.values())
+
+    def _edited(self) -> None:
+        """A field typed in: the pad shows it, the model is asked once the typing pauses."""
+        self._show_pixels()
+        self.debounce.start()
+
+    def _drawn(self) -> None:
+        """Drawn on the pad: its pixels are the fields' values, asked once the drawing pauses."""
+        if self.pad_shown:
+            self._set_values(self.drawing.values())
+            self.debounce.start()
 
     def sample(self) -> None:
         if not self.samples:
             return
         row = self.samples[self._next_sample % len(self.samples)]
         self._next_sample += 1
-        for box, value in zip(self.inputs, row):
-            box.blockSignals(True)
-            box.setValue(value)
-            box.blockSignals(False)
+        self._set_values(row)
+        self._show_pixels()
         self.request()
 
     def request(self) -> None:
