@@ -284,3 +284,72 @@ def test_export_without_the_tasks_data_exports_and_says_the_check_was_not_done(t
     assert ("note: task broken's loss and metrics were not checked: its data could not be loaded "
             "(FileNotFoundError: rows.csv)") in err
     assert (tmp_path / "export" / "manifest.json").is_file()
+
+
+def lab_tools():
+    """Each lab tool, called in-process on a config (small sizes, the CPU)."""
+    from core.lab.batch_finder import FakeProbe, find_batch_sizes
+    from core.lab.dtype_inspector import inspect_dtypes
+    from core.lab.lr_finder import find_lr
+    from core.lab.model_summary import summarize
+    from core.lab.precision_sweep import run_sweep
+
+    return {
+        "batch finder": lambda cfg: find_batch_sizes(cfg, ["fp32"], probe=FakeProbe(10**9, 1), steps=1, max_batch=64),
+        "model summary": lambda cfg: summarize(cfg, modes=["fp32"]),
+        "dtype inspector": lambda cfg: inspect_dtypes(cfg),
+        "precision sweep": lambda cfg: run_sweep(cfg, ["fp32"], steps=1, repeats=1, isolate=False),
+        "lr finder": lambda cfg: find_lr(cfg, steps=5),
+    }
+
+
+@pytest.mark.parametrize("tool", ["batch finder", "model summary", "dtype inspector", "precision sweep",
+                                  "lr finder"])
+@pytest.mark.parametrize("kind", list(TOGGLED))
+def test_the_lab_tools_check_the_tasks_returns_first(tmp_path, monkeypatch, tool, kind):
+    from core.config import RunConfig
+    from core.tasks.task_checks import TaskOutputError
+
+    body, expected = TOGGLED[kind]
+    monkeypatch.setenv("BROKEN_RETURNS", "1")
+    name = registry.add_task(f"{broken_task(tmp_path, body)}:Broken").name
+    cfg = RunConfig.for_task(name, device="cpu", task_options={"samples": 256}).validate()
+    with pytest.raises(TaskOutputError) as raised:
+        lab_tools()[tool](cfg)
+    assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize("tool, context", [("model summary", "in the model summary"),
+                                           ("dtype inspector", "in the dtype inspector"),
+                                           ("batch finder", "while the run was set up")])
+def test_an_exception_of_the_tasks_code_in_a_lab_tool_names_the_users_line(tmp_path, tool, context):
+    from core.config import RunConfig
+    from core.errors import UserCodeError
+
+    path = broken_task(tmp_path, """
+        def load_data(self, data_path, seed):
+            columns = {"x": 1}
+            return columns["y"]
+        """)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if 'columns["y"]' in text)
+    name = registry.add_task(f"{path}:Broken").name
+    with pytest.raises(UserCodeError) as raised:
+        lab_tools()[tool](RunConfig.for_task(name, device="cpu").validate())
+    assert str(raised.value) == f"KeyError {context}: 'y' (raised at broken_task.py:{line} in load_data)"
+    assert 'columns["y"]' in raised.value.details
+
+
+@pytest.mark.slow
+def test_an_isolated_sweep_mode_raises_the_tasks_one_line_in_the_sweeps_process(tmp_path, monkeypatch):
+    from core.config import RunConfig
+    from core.lab.precision_sweep import run_sweep
+    from core.tasks.task_checks import TaskOutputError
+
+    body, expected = TOGGLED["loss"]
+    monkeypatch.setenv("BROKEN_RETURNS", "1")
+    path = broken_task(tmp_path, body)
+    name = registry.add_task(f"{path}:Broken").name
+    cfg = RunConfig.for_task(name, device="cpu", task_options={"samples": 256}).validate()
+    with pytest.raises(TaskOutputError) as raised:
+        run_sweep(cfg, ["fp32"], steps=1, repeats=1, isolate=True)
+    assert str(raised.value) == expected
