@@ -64,12 +64,16 @@ def test_recommendation_ignores_fast_modes_whose_loss_drifts():
     assert mode == "bf16" and "2.50x" in why
 
 
-def test_tokens_per_sample_counts_non_padding_entries():
-    import torch
+def test_tokens_per_sample_is_the_trainers_count_of_the_windows_batches():
+    from core.engine.events import StepMetrics
 
-    split = {"seq": torch.tensor([[0, 0, 3, 4], [1, 2, 3, 4]])}
-    assert tokens_per_sample(split, "seq") == 3.0
-    assert tokens_per_sample(split, None) is None
+    def window(samples_per_second, tokens_per_second):
+        return StepMetrics(step=1, epoch=1, loss=1.0, lr=0.1, samples_per_second=samples_per_second, grad_scale=None,
+                           grad_norm=None, skipped_steps=0, memory_bytes=None, elapsed_seconds=1.0,
+                           tokens_per_second=tokens_per_second)
+
+    assert tokens_per_sample([window(100.0, 300.0), window(50.0, 200.0)]) == 3.5  # 3 and 4 tokens a sample
+    assert tokens_per_sample([window(100.0, None)]) is None  # a task without a tokens_key
 
 
 @pytest.mark.slow

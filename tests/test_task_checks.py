@@ -1,6 +1,7 @@
 """A user task's returns checked before the first step (core.tasks.task_checks), and its exceptions named at the
 user's own file and line: each kind of bad return is one line naming the task, the method, what was expected and
 what came back, and nothing trains; an exception of the user's code mid-run fails the run with its traceback.
+`evaluate`, `export` and the lab tools run the same checks before they start, with the same lines.
 
 Each task here is the fixture's RegressionTask (tests/fixtures/user_tasks/regression_task.py) in a file of
 tmp_path, with one method broken by a subclass, trained in-process through `amp-console train`."""
@@ -212,3 +213,143 @@ def test_a_dataset_tasks_loss_is_checked_on_its_first_items(tmp_path, capsys, ba
                     "        return (model(batch['x']).squeeze(-1) - batch['y']) ** 2\n")
     code, out, err = train(tmp_path, path, capsys, "--num-workers", "0")
     assert code == 2 and "broken.loss returned a tensor of shape (64,): expected a scalar" in err, err
+
+
+# ------------------------------------------------------------------ evaluate, export and the lab tools check too
+TOGGLED = {  # a return that goes wrong once BROKEN_RETURNS is set: a run trains the task, then the tool gets it
+    "loss": ("""
+        def loss(self, model, batch):
+            import os
+            value = super().loss(model, batch)
+            return value.unsqueeze(0).expand(batch["y"].shape[0], 1) if os.environ.get("BROKEN_RETURNS") else value
+        """, "broken.loss returned a tensor of shape (64, 1): expected a scalar (a 0-dim tensor); reduce it, "
+             "e.g. .mean()"),
+    "metrics": ("""
+        def metrics(self, parts):
+            import os
+            if os.environ.get("BROKEN_RETURNS"):
+                return {"rmse": parts.sums["squares"].sqrt()}
+            return super().metrics(parts)
+        """, "broken.metrics returned 'rmse' as a tensor of shape () and dtype float64: expected a number "
+             "(use float(...) or .item())"),
+}
+
+
+def trained_then_broken(tmp_path: Path, capsys, monkeypatch, kind: str) -> tuple[Path, str]:
+    """A run of the toggled task trained as it is, then BROKEN_RETURNS set: (its checkpoint, the expected line)."""
+    body, expected = TOGGLED[kind]
+    path = broken_task(tmp_path, body)
+    code, _, err = train(tmp_path, path, capsys, "--keep-best", "0")
+    assert code == 0, err
+    monkeypatch.setenv("BROKEN_RETURNS", "1")
+    return tmp_path / "run" / "checkpoint.pt", expected
+
+
+@pytest.mark.parametrize("kind", list(TOGGLED))
+def test_evaluate_checks_the_tasks_returns_first(tmp_path, capsys, monkeypatch, kind):
+    checkpoint, expected = trained_then_broken(tmp_path, capsys, monkeypatch, kind)
+    code = main(["evaluate", str(checkpoint), "--task", f"{tmp_path / 'broken_task.py'}:Broken", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [f"amp-console: error: {expected}"]
+
+
+@pytest.mark.parametrize("kind", list(TOGGLED))
+def test_export_checks_the_tasks_returns_first_and_writes_nothing(tmp_path, capsys, monkeypatch, kind):
+    checkpoint, expected = trained_then_broken(tmp_path, capsys, monkeypatch, kind)
+    code = main(["export", str(checkpoint), "--task", f"{tmp_path / 'broken_task.py'}:Broken", "--format",
+                 "safetensors", "--out", str(tmp_path / "export")])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.strip().splitlines()[-1] == f"amp-console: error: {expected}"
+    assert sum(line.startswith("amp-console: error") for line in err.splitlines()) == 1
+    assert not (tmp_path / "export").exists()
+
+
+def test_export_without_the_tasks_data_exports_and_says_the_check_was_not_done(tmp_path, capsys, monkeypatch):
+    path = broken_task(tmp_path, """
+        def load_data(self, data_path, seed):
+            import os
+            if os.environ.get("DATA_GONE"):
+                raise FileNotFoundError("rows.csv")
+            return super().load_data(data_path, seed)
+        """)
+    code, _, err = train(tmp_path, path, capsys, "--keep-best", "0")
+    assert code == 0, err
+    monkeypatch.setenv("DATA_GONE", "1")
+    code = main(["export", str(tmp_path / "run" / "checkpoint.pt"), "--task", f"{path}:Broken", "--format",
+                 "safetensors", "--out", str(tmp_path / "export")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert ("note: task broken's loss and metrics were not checked: its data could not be loaded "
+            "(FileNotFoundError: rows.csv)") in err
+    assert (tmp_path / "export" / "manifest.json").is_file()
+
+
+def lab_tools():
+    """Each lab tool, called in-process on a config (small sizes, the CPU)."""
+    from core.lab.batch_finder import FakeProbe, find_batch_sizes
+    from core.lab.dtype_inspector import inspect_dtypes
+    from core.lab.lr_finder import find_lr
+    from core.lab.model_summary import summarize
+    from core.lab.precision_sweep import run_sweep
+
+    return {
+        "batch finder": lambda cfg: find_batch_sizes(cfg, ["fp32"], probe=FakeProbe(10**9, 1), steps=1, max_batch=64),
+        "model summary": lambda cfg: summarize(cfg, modes=["fp32"]),
+        "dtype inspector": lambda cfg: inspect_dtypes(cfg),
+        "precision sweep": lambda cfg: run_sweep(cfg, ["fp32"], steps=1, repeats=1, isolate=False),
+        "lr finder": lambda cfg: find_lr(cfg, steps=5),
+    }
+
+
+@pytest.mark.parametrize("tool", ["batch finder", "model summary", "dtype inspector", "precision sweep",
+                                  "lr finder"])
+@pytest.mark.parametrize("kind", list(TOGGLED))
+def test_the_lab_tools_check_the_tasks_returns_first(tmp_path, monkeypatch, tool, kind):
+    from core.config import RunConfig
+    from core.tasks.task_checks import TaskOutputError
+
+    body, expected = TOGGLED[kind]
+    monkeypatch.setenv("BROKEN_RETURNS", "1")
+    name = registry.add_task(f"{broken_task(tmp_path, body)}:Broken").name
+    cfg = RunConfig.for_task(name, device="cpu", task_options={"samples": 256}).validate()
+    with pytest.raises(TaskOutputError) as raised:
+        lab_tools()[tool](cfg)
+    assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize("tool, context", [("model summary", "in the model summary"),
+                                           ("dtype inspector", "in the dtype inspector"),
+                                           ("batch finder", "while the run was set up")])
+def test_an_exception_of_the_tasks_code_in_a_lab_tool_names_the_users_line(tmp_path, tool, context):
+    from core.config import RunConfig
+    from core.errors import UserCodeError
+
+    path = broken_task(tmp_path, """
+        def load_data(self, data_path, seed):
+            columns = {"x": 1}
+            return columns["y"]
+        """)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if 'columns["y"]' in text)
+    name = registry.add_task(f"{path}:Broken").name
+    with pytest.raises(UserCodeError) as raised:
+        lab_tools()[tool](RunConfig.for_task(name, device="cpu").validate())
+    assert str(raised.value) == f"KeyError {context}: 'y' (raised at broken_task.py:{line} in load_data)"
+    assert 'columns["y"]' in raised.value.details
+
+
+@pytest.mark.slow
+def test_an_isolated_sweep_mode_raises_the_tasks_one_line_in_the_sweeps_process(tmp_path, monkeypatch):
+    from core.config import RunConfig
+    from core.lab.precision_sweep import run_sweep
+    from core.tasks.task_checks import TaskOutputError
+
+    body, expected = TOGGLED["loss"]
+    monkeypatch.setenv("BROKEN_RETURNS", "1")
+    path = broken_task(tmp_path, body)
+    name = registry.add_task(f"{path}:Broken").name
+    cfg = RunConfig.for_task(name, device="cpu", task_options={"samples": 256}).validate()
+    with pytest.raises(TaskOutputError) as raised:
+        run_sweep(cfg, ["fp32"], steps=1, repeats=1, isolate=True)
+    assert str(raised.value) == expected

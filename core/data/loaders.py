@@ -262,6 +262,10 @@ class DatasetSplit:
                                                             self.device, self.settings, self.what, rows=end - start)
         return self._shares[(rank, world_size)]
 
+    def batched(self, batch_size: int) -> DatasetSplit:
+        """The same rows, iterated in batches of `batch_size` (e.g. a batch-size finder's trial)."""
+        return DatasetSplit(self.dataset, batch_size, self.device, self.settings, self.what, rows=self.rows)
+
     def head(self, rows: int) -> DatasetSplit:
         """Its first `rows` rows (read in this process), e.g. to learn the metrics' names on a few rows."""
         if self.iterable:
@@ -283,6 +287,14 @@ def first_rows(split, rows: int, device: torch.device) -> dict[str, torch.Tensor
     batch = default_collate(list(itertools.islice(items, rows)))
     check_item(batch, "a Dataset split")
     return to_device(batch, device)
+
+
+def batch_rows(batch: Mapping) -> int:
+    """The rows of a batch dict: its first tensor's (a collated batch may also hold lists, e.g. of strings)."""
+    for value in batch.values():
+        if isinstance(value, torch.Tensor) and value.dim():
+            return int(value.shape[0])
+    return len(next(iter(batch.values()), ()))
 
 
 def probe(split, rows: int, device: torch.device):

@@ -27,13 +27,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from core.config import RunConfig
-from core.engine.diagnosis import explain_device_mismatch
+from core.data.loaders import first_rows
 from core.devices import DeviceInfo, device_info, list_devices, torch_device
-from core.errors import DeviceError
+from core.engine.diagnosis import explain_device_mismatch
 from core.engine.precision import matmul_precision, resolve_precision
+from core.engine.run_state import seed_everything
+from core.errors import DeviceError
 from core.tasks import create_task
+from core.tasks.task_checks import build_checked, check_returns, load_checked, user_code_errors
 
 LOSS_ROW = "task.loss"
+_CONTEXT = " in the dtype inspector"  # an exception of the task's code: 'KeyError in the dtype inspector: ...'
 
 # Ops that only reshape, alias or detach: they carry their input's dtype and would drown the real compute ops.
 _LAYOUT_OPS = {
@@ -247,8 +251,20 @@ class _OpRecorder(TorchDispatchMode):
         return out
 
 
-def _first_batch(split: dict[str, torch.Tensor], batch_size: int, device: torch.device) -> dict[str, torch.Tensor]:
-    return {key: value[:batch_size].to(device) for key, value in split.items()}
+def _step(task, model, batch: dict, plan, device: torch.device, recorder: _OpRecorder) -> torch.Tensor:
+    """The recorded forward (under autocast) and backward; a device mismatch of the task's code as one line."""
+    try:
+        with matmul_precision(plan), recorder:
+            with plan.autocast():  # forward + loss only, as in the training step
+                loss = task.loss(model, batch)
+            recorder.forward = False
+            plan.make_scaler().scale(loss).backward()
+    except RuntimeError as exc:  # user code put tensors on two devices: say which, as one line
+        message = explain_device_mismatch(exc, model, batch, device)
+        if message is None:
+            raise
+        raise DeviceError(message) from exc
+    return loss
 
 
 def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, batch_size: int | None = None
@@ -256,19 +272,23 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
     """Build the task of `config` like the trainer does and run one forward + backward in its precision.
 
     `batch_size` (default: the config's, at most 64) keeps the inspection cheap: dtypes do not depend on it.
-    Errors raised by the task's code propagate (e.g. a device mismatch: see core.engine.diagnosis).
+    The batch is the training split's first rows (a Dataset's first items collated). A user task's returns are
+    checked first, as before a run's first step (core.tasks.task_checks); an exception of the task's code is a
+    UserCodeError naming its file:line, a device mismatch a DeviceError (see core.engine.diagnosis).
     """
     cfg = config.validate()
     info = device_info(cfg.device, devices if devices is not None else list_devices())
     device = torch_device(info)
     plan = resolve_precision(cfg.precision, info)
     task = create_task(cfg.task, cfg.task_options)
-    torch.manual_seed(cfg.seed)
-    data = task.use_config(cfg).load_data(cfg.data, cfg.seed)
-    torch.manual_seed(cfg.seed)
-    model = task.build_model(data.info).to(device)
+    seed_everything(cfg.seed)
+    data = load_checked(task, cfg, _CONTEXT)
+    seed_everything(cfg.seed)
+    model = build_checked(task, data.info, _CONTEXT).to(device)
     model.train()
-    batch = _first_batch(data.train, batch_size or min(cfg.batch_size, 64), device)
+    size = batch_size or min(cfg.batch_size, 64)
+    check_returns(task, model, data, device, plan.autocast, size)  # as a run checks them before its first step
+    batch = first_rows(data.train, size, device)  # a Dataset's first items collated, as a batch of the run
 
     names = {module: name or "(model)" for name, module in model.named_modules()}
     rows = {module: ModuleDtypes(name=names[module], type=type(module).__name__,
@@ -298,16 +318,8 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
         handles.append(module.register_forward_hook(post_hook, with_kwargs=True))
     recorder = _OpRecorder(stack, loss_row, low_precision, device.type)
     try:
-        with matmul_precision(plan), recorder:
-            with plan.autocast():  # forward + loss only, as in the training step
-                loss = task.loss(model, batch)
-            recorder.forward = False
-            plan.make_scaler().scale(loss).backward()
-    except RuntimeError as exc:  # user code put tensors on two devices: say which, as one line
-        message = explain_device_mismatch(exc, model, batch, device)
-        if message is None:
-            raise
-        raise DeviceError(message) from exc
+        with user_code_errors(_CONTEXT):
+            loss = _step(task, model, batch, plan, device, recorder)
     finally:
         for handle in handles:
             handle.remove()

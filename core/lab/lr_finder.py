@@ -295,6 +295,7 @@ def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: fl
     from core.engine.step_metrics import StepAccumulator
     from core.engine.trainer import Trainer
     from core.lab.precision_sweep import _release_device_memory
+    from core.tasks.task_checks import set_up_checked
 
     control = control or RunControl()
     began = time.perf_counter()
@@ -309,7 +310,7 @@ def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: fl
                              compile=False)
         trainer = Trainer(cfg, control=control, devices=devices)
         try:
-            trainer.setup()
+            set_up_checked(trainer)  # a user task's loss and metrics returns checked, as a run does
             setup_seconds = time.perf_counter() - began
             with matmul_precision(trainer.plan):
                 curve = _run_range(trainer, StepAccumulator, lr_schedule(start_lr, end_lr, steps), diverge_factor,

@@ -13,7 +13,8 @@ shape plus a float32 step counter; SGD with momentum one momentum buffer; SGD wi
 These are exactly the tensors torch's optimizers keep after their first step (a test checks).
 
 Activations, per mode: one forward (under that mode's autocast) + backward of one training batch, as the
-trainer runs it. The primary figure, on every device, is the bytes of the tensors autograd saves for backward
+trainer runs it: the split's first rows (a Dataset's first items collated, core.data.loaders.first_rows). The
+primary figure, on every device, is the bytes of the tensors autograd saves for backward
 (torch.autograd.graph.saved_tensors_hooks), deduplicated by storage and leaving out the parameters and the
 batch themselves: what a step holds between forward and backward. It includes the lower-precision copies of
 weights autocast saves for backward, and is attributed to the innermost module running when the tensor was
@@ -32,19 +33,23 @@ import torch
 from torch import nn
 
 from core.config import RunConfig
+from core.data.loaders import batch_rows, first_rows
 from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
 from core.engine.control import RunControl
 from core.engine.diagnosis import explain_device_mismatch
 from core.engine.precision import PrecisionPlan, matmul_precision, resolve_precision
+from core.engine.run_state import seed_everything
 from core.errors import DeviceError
 from core.lab.dtype_inspector import LOSS_ROW
 from core.lab.precision_sweep import requested_modes
 from core.tasks import create_task
+from core.tasks.task_checks import build_checked, check_returns, load_checked, user_code_errors
 from core.text import first_line
 
 DEFAULT_MODES = ("fp32", "bf16", "fp16")
 ROOT_NAME = "(model)"
 SAVED_TENSORS_SOURCE = "tensors saved for backward (saved_tensors_hooks), deduplicated by storage"
+_CONTEXT = " in the model summary"  # an exception of the task's code: 'KeyError in the model summary: ...'
 
 
 @dataclass
@@ -292,7 +297,8 @@ def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: P
                  device: torch.device, rows: dict[nn.Module, LayerRow], loss_row: LayerRow, seed: int) -> ModeTotals:
     """One forward (under `plan`'s autocast) + backward of `task.loss(model, batch)`: the bytes saved for
     backward (recorded per module into `rows`), and on CUDA/XPU the allocator's peak above its start."""
-    exclude = _storage_keys(list(model.parameters()) + list(model.buffers()) + list(batch.values()))
+    inputs = [value for value in batch.values() if isinstance(value, torch.Tensor)]
+    exclude = _storage_keys(list(model.parameters()) + list(model.buffers()) + inputs)
     model.zero_grad(set_to_none=True)
     peak = PeakMemory(device)
     if peak.allocator:  # elsewhere the saved tensors are the figure: a process's RSS peak is not the step's
@@ -338,18 +344,19 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
     info = device_info(cfg.device, devices if devices is not None else list_devices())
     device = torch_device(info)
     task = create_task(cfg.task, cfg.task_options)
-    torch.manual_seed(cfg.seed)
-    data = task.use_config(cfg).load_data(cfg.data, cfg.seed)
+    seed_everything(cfg.seed)
+    data = load_checked(task, cfg, _CONTEXT)
     task.check_fits(data.info, device, cfg.optimizer,
                     available=info.memory_free if device.type == "cuda" else None)
-    torch.manual_seed(cfg.seed)
-    model = task.build_model(data.info).to(device)
+    seed_everything(cfg.seed)
+    model = build_checked(task, data.info, _CONTEXT).to(device)
     model.train()
+    size = batch_size or cfg.batch_size
+    check_returns(task, model, data, device, batch_size=size)  # as a run checks them before its first step
     rows_list = parameter_rows(model, cfg.optimizer, cfg.momentum)
     rows = dict(zip((m for _n, m in model.named_modules()), rows_list, strict=True))
     loss_row = LayerRow(name=LOSS_ROW, type="loss", depth=0, own=Figures(), total=Figures())
-    size = batch_size or cfg.batch_size
-    batch = {key: value[:size].to(device) for key, value in data.train.items()}
+    batch = first_rows(data.train, size, device)  # a Dataset's first items collated, as a batch of the run
     root = Figures()
     for row in rows_list:
         root.add(row.own)
@@ -363,8 +370,9 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
         else:
             if progress:
                 progress(SummaryProgress(mode, index, len(order), "running"))
-            totals = measure_mode(task, model, batch, resolve_precision(mode, info), device, rows, loss_row,
-                                  cfg.seed)
+            with user_code_errors(_CONTEXT):
+                totals = measure_mode(task, model, batch, resolve_precision(mode, info), device, rows, loss_row,
+                                      cfg.seed)
         totals.param_bytes = root.param_bytes  # float32 in every mode: the same in every column
         totals.grad_bytes = root.grad_bytes
         totals.optimizer_bytes = root.optimizer_bytes
@@ -379,7 +387,7 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
     parameters = sum(p.numel() for p in model.parameters())
     assert root.parameters == parameters, (root.parameters, parameters)  # each parameter counted exactly once
     return ModelSummary(task=cfg.task, task_options=dict(cfg.task_options), device=info.id, device_name=info.name,
-                        device_type=device.type, batch_size=int(next(iter(batch.values())).shape[0]),
+                        device_type=device.type, batch_size=batch_rows(batch),
                         optimizer=cfg.optimizer, momentum=cfg.momentum, precision=cfg.precision,
                         parameters=root.parameters, trainable_parameters=root.trainable_parameters,
                         param_bytes=root.param_bytes, grad_bytes=root.grad_bytes,

@@ -23,6 +23,11 @@ allocator's `max_memory_allocated`; on the CPU the peak RSS (VmHWM, reset where 
 since the process started); none on MPS, where torch keeps no peak statistics. The CPU measures each mode in a
 fresh subprocess by default (`python -m core.lab.precision_sweep --one-mode ...`): where the peak cannot be reset
 modes measured in one process would inherit each other's, and a fresh process starts every mode from the same heap.
+
+A user task's returns are checked before a mode's first step, as a run checks them (core.tasks.task_checks): a
+bad return (or an exception of the task's code while it is set up) stops the sweep with its one line, raised in
+the sweep's process whether the mode ran there or in a process of its own. The token count (a task with a
+`tokens_key`) is the trainer's, of the batches the timed windows trained on, tensors or a Dataset's alike.
 """
 
 from __future__ import annotations
@@ -42,11 +47,11 @@ from pathlib import Path
 import torch
 
 from core.config import RunConfig
-from core.engine.control import RunControl
 from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
-from core.precision_modes import PRECISION_MODES
-from core.errors import PrecisionError
+from core.engine.control import RunControl
 from core.engine.events import RunEnded, RunStarted, StepMetrics
+from core.errors import AmpConsoleError, PrecisionError, UserCodeError
+from core.precision_modes import PRECISION_MODES
 
 # Losses within this relative (or absolute) distance of fp32's after the same steps count as "the same".
 LOSS_REL_TOLERANCE = 0.05
@@ -164,12 +169,12 @@ ProgressCallback = Callable[[SweepProgress], None]
 WindowCallback = Callable[[str, int, int, int, int, "float | None", "int | None"], None]
 
 
-def tokens_per_sample(split: dict[str, torch.Tensor], tokens_key: str | None) -> float | None:
-    """Mean non-padding entries (padding id 0) per sample of `split[tokens_key]`; None for tasks without tokens."""
-    if not tokens_key or tokens_key not in split:
-        return None
-    values = split[tokens_key]
-    return float((values != 0).sum().item()) / max(1, values.shape[0])
+def tokens_per_sample(windows: list[StepMetrics]) -> float | None:
+    """Mean non-padding tokens per sample of the batches the windows trained on, as the trainer counted them
+    (StepMetrics.tokens_per_second over samples_per_second, the same seconds); None for tasks without tokens."""
+    ratios = [e.tokens_per_second / e.samples_per_second for e in windows
+              if e.tokens_per_second is not None and e.samples_per_second]
+    return statistics.fmean(ratios) if ratios else None
 
 
 def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, warmup_windows: int = 1,
@@ -177,8 +182,8 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process.
 
     Returns the median step time over the timed windows, throughput, peak memory from setup to the last window
-    (PeakMemory: see the module's docstring) and the mean training loss of the last window. `on_window` hears when setup is
-    done and after every window (see WindowCallback).
+    (PeakMemory: see the module's docstring) and the mean training loss of the last window. `on_window` hears when
+    setup is done and after every window (see WindowCallback).
     """
     from core.engine.trainer import Trainer
 
@@ -198,7 +203,6 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
         def sink(event) -> None:
             if isinstance(event, RunStarted):
                 facts["started"] = event
-                facts["tokens"] = tokens_per_sample(trainer.data.train, trainer.task.tokens_key)
                 facts["threads"] = torch.get_num_threads()  # what the trainer's setup left in effect
                 facts["meter"] = PeakMemory(trainer.device)
                 facts["meter"].reset()
@@ -230,8 +234,9 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     row.step_ms_windows = [1000.0 * samples_per_step / e.samples_per_second for e in timed]
     row.step_ms = statistics.median(row.step_ms_windows)
     row.samples_per_second = 1000.0 * samples_per_step / row.step_ms
-    if facts["tokens"] is not None:
-        row.tokens_per_second = row.samples_per_second * facts["tokens"]
+    tokens = tokens_per_sample(timed)  # counted from the batches the timed windows trained on
+    if tokens is not None:
+        row.tokens_per_second = row.samples_per_second * tokens
     last = seen[-1]
     row.peak_memory_bytes = facts.get("peak")
     row.loss = last.loss
@@ -251,10 +256,12 @@ def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int
     package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-m", "core.lab.precision_sweep", "--one-mode", mode, "--config-json", json.dumps(config.to_dict()),
-               "--steps", str(steps), "--repeats", str(repeats), "--warmup-windows", str(warmup_windows)]
+    command = [sys.executable, "-m", "core.lab.precision_sweep", "--one-mode", mode,
+               "--config-json", json.dumps(config.to_dict()), "--steps", str(steps), "--repeats", str(repeats),
+               "--warmup-windows", str(warmup_windows)]
     lines: list[str] = []
     errors: list[str] = []
+    refused: list[dict] = []  # the task's returns or code refused before the mode started (its one line)
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
 
         def read_stdout() -> None:
@@ -262,6 +269,8 @@ def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int
                 if line.startswith('{"window": '):
                     if on_window:
                         on_window(*json.loads(line)["window"])
+                elif line.startswith('{"task_error": '):
+                    refused.append(json.loads(line)["task_error"])
                 elif line.strip():
                     lines.append(line.strip())
 
@@ -282,11 +291,32 @@ def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int
                     return SweepRow(mode=mode, status="skipped", reason="sweep stopped")
         for reader in readers:
             reader.join()
+    if refused:
+        raise_task_error(refused[-1])
     stderr = "".join(errors)
     if proc.returncode != 0 or not lines:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         return SweepRow(mode=mode, status="failed", reason=f"measuring process exited {proc.returncode}: {last}")
     return SweepRow(**json.loads(lines[-1]))
+
+
+def task_error(exc: AmpConsoleError) -> dict | None:
+    """What a measuring process reports of a task refused before its mode started (a bad return, an exception
+    of the task's code while set up), for `raise_task_error` in the sweep's process; None for other errors."""
+    from core.tasks.task_checks import TaskOutputError
+
+    if not isinstance(exc, (TaskOutputError, UserCodeError)):
+        return None
+    return {"kind": type(exc).__name__, "message": str(exc), "details": getattr(exc, "details", "")}
+
+
+def raise_task_error(error: dict) -> None:
+    """The error `task_error` described, raised again: the sweep stops with the task's one line, as a run would."""
+    from core.tasks.task_checks import TaskOutputError
+
+    if error.get("kind") == "UserCodeError":
+        raise UserCodeError(str(error.get("message", "")), str(error.get("details", "")))
+    raise TaskOutputError(str(error.get("message", "")))
 
 
 def requested_modes(modes: list[str] | tuple[str, ...] | None) -> list[str]:
@@ -484,12 +514,23 @@ def _one_mode_main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, required=True)
     parser.add_argument("--warmup-windows", type=int, default=1)
     args = parser.parse_args(argv)
-    config = RunConfig.from_dict(json.loads(args.config_json))
+    values = json.loads(args.config_json)
+    from core.tasks import load_config_task
+
+    load_config_task(values)  # a user task: its file, which the sweep's process was given (as a run's process is)
+    config = RunConfig.from_dict(values)
 
     def report(*window) -> None:  # relayed by measure_mode_isolated as it comes
         print(json.dumps({"window": list(window)}), flush=True)
 
-    row = measure_mode(config, args.one_mode, args.steps, args.repeats, args.warmup_windows, on_window=report)
+    try:
+        row = measure_mode(config, args.one_mode, args.steps, args.repeats, args.warmup_windows, on_window=report)
+    except AmpConsoleError as exc:
+        error = task_error(exc)
+        if error is None:
+            raise
+        print(json.dumps({"task_error": error}), flush=True)
+        return 2
     print(json.dumps(dataclasses.asdict(row)))
     return 0
 

@@ -5,7 +5,9 @@ has no test metrics; this gives them, and `--data` measures the model on another
 
 Nothing is written where the checkpoint lives: the run is rebuilt in a throwaway folder (the checkpoint's own
 folder may belong to a live run). The checkpoint is loaded with the engine's checks (weights_only, CRC,
-structure, finite values), like a resume.
+structure, finite values), like a resume. A user task's returns are checked first, as a run checks them before
+its first step (core.tasks.task_checks): a loss that is not a scalar, metrics that are not a dict of numbers,
+are one line naming the method.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | 
 
     from core.engine import checkpoints as ckpt
     from core.engine.trainer import Trainer
+    from core.tasks.task_checks import set_up_checked
 
     if split not in ("test", "val", None):
         raise ConfigError("split", f"{split!r}: choose test or val")
@@ -123,7 +126,7 @@ def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | 
     with tempfile.TemporaryDirectory(prefix="amp-evaluate-") as out_dir:
         trainer = Trainer(config.replace(out_dir=out_dir, **changes), resume_from=path, devices=devices)
         try:
-            trainer.setup()
+            set_up_checked(trainer)  # a user task's loss and metrics returns checked, as before a run's first step
             if split is None:
                 split = "test" if trainer.test else "val"
             rows = trainer.test if split == "test" else trainer.val

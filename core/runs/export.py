@@ -28,6 +28,9 @@ training logits (e.g. tiny x (B, F) -> class probabilities (B, C); ranking raw f
 dimensions, the input and output names, the manifest's task fields and the part of the model a reduced dtype
 casts.
 
+A user task's loss and metrics returns are checked first on its run's data, as a run checks them before its
+first step (core.tasks.task_checks): a bad return is one line and nothing is written.
+
 Every export is verified before it is kept: the written file is loaded back (torch.export.load, onnxruntime,
 or the safetensors weights into a rebuilt model) and run on a sample batch (the serving part's sample inputs:
 the task's own synthetic reviews for sentiment, inputs of the right shape and range otherwise); the largest
@@ -138,6 +141,29 @@ def load_trained(checkpoint: str | Path) -> Loaded:
     return Loaded(state, task, model.eval(), Path(checkpoint))
 
 
+def check_task_returns(loaded: Loaded, say) -> None:
+    """A user task's loss and metrics returns checked on its run's data, as a run checks them before its first
+    step (core.tasks.task_checks.check_returns; on the CPU, in float32, the model's weights the checkpoint's):
+    a bad return is its one-line TaskOutputError and nothing is exported. Data that cannot be loaded here (moved,
+    or its loader raises) leaves the check undone, said through `say`: the export itself does not need it."""
+    from core.config import RunConfig
+    from core.tasks.task_checks import check_returns, checked_data, is_user_task
+
+    task = loaded.task
+    if not is_user_task(task):
+        return
+    try:
+        cfg = RunConfig.from_dict(loaded.state["config"], source=str(loaded.path))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            data = task.use_config(cfg).load_data(cfg.data, cfg.seed)
+    except Exception as exc:  # noqa: BLE001 - the export goes on without the check, and says so
+        say(f"note: task {task.name}'s loss and metrics were not checked: its data could not be loaded "
+            f"({type(exc).__name__}: {first_line(exc)})")
+        return
+    check_returns(task, loaded.model, checked_data(task, data), torch.device("cpu"), batch_size=cfg.batch_size)
+
+
 def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", dtype: str = "fp32",
                  progress=None) -> ExportResult:
     """Write and verify the export of `checkpoint` as `fmt` into the folder `out` (see the module doc).
@@ -158,6 +184,7 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
     _check_destination(out)
     loaded = load_trained(checkpoint)
     say(f"loaded {loaded.state['task']} checkpoint at step {loaded.state['step']:,} from {checkpoint}")
+    check_task_returns(loaded, say)
     sample = sample_inputs(loaded)
     reference = _serving(loaded, "fp32", fmt)
     with torch.no_grad():

@@ -10,6 +10,11 @@ otherwise surface as an error deep in the engine, far from the line to fix. So t
   run's device, under the run's autocast) and its metrics on a few validation rows, after setup and before
   RunStarted, so nothing is added to the step. The forward leaves the model and the random state as they were.
 
+The same checks run before the other places that run a task's code on its data: `evaluate` (and the evaluation
+report), `export`, and the lab tools (the precision sweep, the LR and batch-size finders, the model summary and
+the dtype inspector): a set-up Trainer through `set_up_checked`, the others through `check_returns` (with
+`load_checked` / `build_checked` for the data and model they build themselves).
+
 Each problem is a TaskOutputError: one line naming the task, the method, what was expected and what came back.
 An exception raised inside the checked call is not judged here: the run's own first step (or evaluation)
 raises it again, and the run ends as failed with it (core.engine.diagnosis names the user's frame). An exception
@@ -23,6 +28,7 @@ import contextlib
 import re
 import sysconfig
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -233,25 +239,33 @@ def is_user_task(task: Task) -> bool:
 
 
 def check_outputs(trainer) -> None:
-    """A user task's loss on one batch of the run's training data and its metrics on a few validation rows,
-    once, after `trainer.setup()`. Leaves the model's buffers and the random state as they were."""
-    task = trainer.task
+    """`check_returns` on a set-up Trainer: its task, model, data, device, autocast and batch size."""
+    check_returns(trainer.task, trainer.raw_model, trainer.data, trainer.device, trainer.plan.autocast,
+                  trainer.cfg.batch_size)
+
+
+def check_returns(task: Task, model: nn.Module, data: TaskData, device: torch.device,
+                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                  batch_size: int = 64) -> None:
+    """A user task's loss on one batch of its first training rows (`batch_size` of them, on `device`, under
+    `autocast()`, with grad) and its metrics on PROBE_ROWS validation rows, once: what the trainer, `evaluate`,
+    `export` and the lab tools run before they start. Leaves the model's buffers, its train/eval mode and the
+    random state as they were; an exception of the task's code here is left to the caller's own use of it."""
     if not is_user_task(task):
         return
-    model, device = trainer.raw_model, trainer.device
     devices = [device] if device.type == "cuda" else []
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}  # e.g. BatchNorm's running stats
     with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
         try:
-            batch = loaders.first_rows(trainer.data.train, trainer.cfg.batch_size, device)  # as a step gets it
-            with torch.enable_grad(), trainer.plan.autocast():
+            batch = loaders.first_rows(data.train, batch_size, device)  # as a step gets it
+            with torch.enable_grad(), autocast():
                 loss = task.loss(model, batch)
             check_loss(task, loss)
             del loss, batch
-            _check_evaluation(task, trainer)
+            _check_evaluation(task, model, data.val, device, autocast, batch_size)
         except TaskOutputError:
             raise
-        except Exception:  # noqa: BLE001 (the run's own step or evaluation raises it again, as a failed run)
+        except Exception:  # noqa: BLE001 (the caller's own step or evaluation raises it again)
             pass
         finally:
             with torch.no_grad():
@@ -260,18 +274,31 @@ def check_outputs(trainer) -> None:
                         value.copy_(buffers[name])
 
 
-def _check_evaluation(task: Task, trainer) -> None:
-    model = trainer.raw_model
-    probe = loaders.probe(trainer.data.val, PROBE_ROWS, trainer.device)  # as evaluation gets the split
+def _check_evaluation(task: Task, model: nn.Module, val, device: torch.device, autocast, batch_size: int) -> None:
+    probe = loaders.probe(val, PROBE_ROWS, device)  # as evaluation gets the split
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), trainer.plan.autocast():
+        with torch.no_grad(), autocast():
             if task.shares_evaluation():
-                parts = task.evaluate_parts(model, probe, trainer.cfg.batch_size)
+                parts = task.evaluate_parts(model, probe, batch_size)
                 check_parts(task, parts)
                 check_metrics(task, task.metrics(parts), "metrics")
             else:
-                check_metrics(task, task.evaluate(model, probe, trainer.cfg.batch_size), "evaluate")
+                check_metrics(task, task.evaluate(model, probe, batch_size), "evaluate")
     finally:
         model.train(was_training)
+
+
+def load_checked(task: Task, cfg, context: str = " while the run was set up") -> TaskData:
+    """`task.load_data` as the trainer calls it (`cfg`, a RunConfig, applied), checked: for the tools that build a
+    task's data themselves (the model summary, the dtype inspector, export's checks), seeded by the caller as
+    the trainer seeds it. An exception of the task's own code is a UserCodeError (`context`: when it was)."""
+    with user_code_errors(context):
+        return checked_data(task, task.use_config(cfg).load_data(cfg.data, cfg.seed))
+
+
+def build_checked(task: Task, info: dict, context: str = " while the run was set up") -> nn.Module:
+    """`task.build_model(info)`, checked, an exception of the task's own code a UserCodeError."""
+    with user_code_errors(context):
+        return built_model(task, info)

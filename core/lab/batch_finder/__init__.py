@@ -26,6 +26,11 @@ Memory (one `MemoryProbe` per device kind, over core.devices.PeakMemory):
 - `FakeProbe` for tests and demos: a limit in bytes and a cost per sample; it raises `FakeOutOfMemoryError`
   when a trial would pass the limit.
 
+A task whose splits are torch Datasets is tried as it trains: each trial draws its steps' batches through a
+DataLoader of the batch tried (core.data.loaders.LoaderBatches, with the run's loader settings) and evaluates
+the validation split's first `eval_rows` rows as evaluation gets them (a DatasetSplit). A user task's loss and
+metrics returns are checked before each mode's first trial (core.tasks.task_checks), as a run checks them.
+
 samples/s: the trial's optimizer steps after the first (the first is warm-up: the optimizer allocates its
 state there) timed between two device syncs, one before and one at the end; with steps = 1 the one step.
 

@@ -27,41 +27,65 @@ if TYPE_CHECKING:
 
 class TrainerWork:
     """Trials on a set-up Trainer: `steps` of the trainer's own optimizer step at the batch, then one evaluation
-    pass of the validation split (the first `eval_rows` rows) in batches of that size."""
+    pass of the validation split (the first `eval_rows` rows) in batches of that size. A Dataset split is drawn
+    as the run draws it: a DataLoader of the batch tried (core.data.loaders.LoaderBatches, the run's loader
+    settings), and the validation split's first rows as evaluation gets them (DatasetSplit)."""
 
     def __init__(self, trainer, steps: int, probe: MemoryProbe, eval_rows: int | None = None):
         from core.data.batching import split_length
+        from core.data.loaders import is_dataset
 
         self.trainer, self.steps, self.probe = trainer, steps, probe
         self.train_split = trainer.batches.split
+        self.loader = trainer.batches if is_dataset(self.train_split) else None  # a Dataset's LoaderBatches
         rows = split_length(trainer.val)
         self.eval_rows = rows if eval_rows is None else min(rows, eval_rows)
-        self.val = {key: value[:self.eval_rows] for key, value in trainer.val.items()}
+        if isinstance(trainer.val, dict):
+            self.val = {key: value[:self.eval_rows] for key, value in trainer.val.items()}
+        else:  # a DatasetSplit: all of it as it is, or its first rows
+            self.val = trainer.val if self.eval_rows == rows else trainer.val.head(self.eval_rows)
+
+    def _batches(self, batch: int):
+        """The trainer's training batches at `batch` rows: EpochBatches of its tensors, or a DataLoader."""
+        t = self.trainer
+        if self.loader is None:
+            from core.data.batching import EpochBatches
+
+            return EpochBatches(self.train_split, batch, t.cfg.seed, t.device)
+        from core.data.loaders import LoaderBatches
+
+        return LoaderBatches(self.train_split, batch, t.cfg.seed, t.device, settings=self.loader.settings,
+                             what=self.loader.what)
 
     def run(self, batch: int) -> tuple[float, int]:
-        from core.data.batching import EpochBatches
         from core.engine.distributed import DistContext
         from core.engine.evaluation import evaluate_split
         from core.engine.precision import matmul_precision
         from core.engine.step_metrics import StepAccumulator
 
         t = self.trainer
-        t.batches = EpochBatches(self.train_split, batch, t.cfg.seed, t.device)
-        sums = StepAccumulator(t.device, count_only_finite=t.plan.use_scaler)  # the steps add their losses here
-        order, per_epoch = t.batches.order(0), t.batches.batches_per_epoch  # one micro-batch per step
-        with matmul_precision(t.plan):
-            began = time.perf_counter()
-            t.train_step(order, 0, sums)
-            timed = self.steps - 1
-            if timed:  # the first step is warm-up: the optimizer allocates its state there
-                self.probe.synchronize()
+        t.batches = self._batches(batch)
+        try:
+            sums = StepAccumulator(t.device, count_only_finite=t.plan.use_scaler)  # the steps add their losses here
+            order, per_epoch = t.batches.order(0), t.batches.batches_per_epoch  # one micro-batch per step
+            with matmul_precision(t.plan):
                 began = time.perf_counter()
-                for step in range(1, self.steps):
-                    t.train_step(order, step % per_epoch, sums)
-            self.probe.synchronize()
-            seconds = time.perf_counter() - began
-            if self.eval_rows:
-                evaluate_split(t.task, t.raw_model, self.val, batch, DistContext(), t.plan.autocast)
+                t.train_step(order, 0, sums)
+                timed = self.steps - 1
+                if timed:  # the first step is warm-up: the optimizer allocates its state there
+                    self.probe.synchronize()
+                    began = time.perf_counter()
+                    for step in range(1, self.steps):
+                        t.train_step(order, step % per_epoch, sums)
+                self.probe.synchronize()
+                seconds = time.perf_counter() - began
+                if self.eval_rows:
+                    val = self.val if isinstance(self.val, dict) else self.val.batched(batch)
+                    evaluate_split(t.task, t.raw_model, val, batch, DistContext(), t.plan.autocast)
+        finally:
+            close = getattr(t.batches, "close", None)  # a DataLoader's workers end with the trial
+            if close is not None:
+                close()
         return seconds, batch * max(1, timed)
 
     def recover(self) -> None:
@@ -143,6 +167,7 @@ def _search_one_mode(trainer_class, config: RunConfig, info: DeviceInfo, mode: s
                      eval_rows: int | None, limit_bytes: int | None, probe: MemoryProbe, devices, progress, control,
                      facts: dict) -> ModeResult:
     from core.data.batching import split_length
+    from core.tasks.task_checks import set_up_checked
 
     failed = ""
     with tempfile.TemporaryDirectory(prefix="amp-fit-batch-") as out_dir:
@@ -155,7 +180,7 @@ def _search_one_mode(trainer_class, config: RunConfig, info: DeviceInfo, mode: s
         work = None
         try:
             try:
-                trainer.setup()
+                set_up_checked(trainer)  # a user task's loss and metrics returns checked, as a run does
             except ConfigError as exc:
                 if exc.field == "batch_size":  # the start batch exceeds the training rows
                     raise ConfigError("start", str(exc).split(": ", 1)[1]) from None
