@@ -83,6 +83,11 @@ BAD_RETURNS = {
 
         evaluate_parts = Task.evaluate_parts
         """, "broken.evaluate returned a float (0.5): expected a dict of metric name -> number"),
+    "metrics_without_the_primary_metric": ("""
+        def metrics(self, parts):
+            return {"mse": super().metrics(parts)["rmse"] ** 2}
+        """, "broken.metrics returned the metrics 'mse', without the task's primary_metric 'rmse' (set "
+             "primary_metric to one of them, or return it)"),
     "evaluate_parts_not_parts": ("""
         def evaluate_parts(self, model, split, batch_size):
             return {"squares": 1.0}

@@ -220,6 +220,15 @@ def check_metrics(task: Task, metrics, method: str) -> None:
             raise _bad(task, method, f"returned {name!r} as {_got(value)}: expected a number{fix}")
 
 
+def check_primary(task: Task, metrics: dict, method: str) -> None:
+    """The task's primary_metric among the metrics, else TaskOutputError: the best checkpoints, early stopping
+    and the runs table choose by it."""
+    if task.primary_metric not in metrics:
+        names = ", ".join(map(repr, metrics)) or "none"
+        raise _bad(task, method, f"returned the metrics {names}, without the task's primary_metric "
+                                 f"{task.primary_metric!r} (set primary_metric to one of them, or return it)")
+
+
 def check_parts(task: Task, parts) -> None:
     """EvalParts of scalar sums (tensors), else TaskOutputError."""
     if not isinstance(parts, EvalParts):
@@ -283,9 +292,11 @@ def _check_evaluation(task: Task, model: nn.Module, val, device: torch.device, a
             if task.shares_evaluation():
                 parts = task.evaluate_parts(model, probe, batch_size)
                 check_parts(task, parts)
-                check_metrics(task, task.metrics(parts), "metrics")
+                method, metrics = "metrics", task.metrics(parts)
             else:
-                check_metrics(task, task.evaluate(model, probe, batch_size), "evaluate")
+                method, metrics = "evaluate", task.evaluate(model, probe, batch_size)
+            check_metrics(task, metrics, method)
+            check_primary(task, metrics, method)
     finally:
         model.train(was_training)
 
