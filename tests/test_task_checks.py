@@ -209,6 +209,32 @@ def test_user_frames_are_the_users_files_only():
     assert not is_user_file(torch.nn.modules.module.__file__)
 
 
+def test_an_installed_tasks_package_is_user_code_among_the_installed_packages(tmp_path, monkeypatch):
+    """A task loaded by its module from site-packages (an entry point's package): its frames are the user's, the
+    other installed packages' are not."""
+    import sys
+
+    from core.tasks import task_checks, user_tasks
+    from tests.installed_tasks import install_task_package
+
+    site = tmp_path / "site-packages"
+    package = install_task_package(site)
+    other = site / "other_pkg.py"
+    other.write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(task_checks, "_LIBRARY", (*task_checks._LIBRARY, f"{site.resolve()}/"))
+    monkeypatch.setattr(user_tasks, "USER_CODE_ROOTS", set())
+    module_file = str(package / "wave.py")
+    assert not task_checks.is_user_file(module_file)  # installed, and not a task's package yet
+    try:
+        user_tasks.load_task("amp_example_tasks.wave:WaveTask")
+        assert task_checks.is_user_file(module_file) and task_checks.is_user_file(str(package / "__init__.py"))
+        assert not task_checks.is_user_file(str(other)) and not task_checks.is_user_file(json.__file__)
+    finally:
+        for name in [m for m in sys.modules if m == "amp_example_tasks" or m.startswith("amp_example_tasks.")]:
+            del sys.modules[name]
+
+
 @pytest.mark.parametrize("base", ["RegressionDatasetTask", "RegressionStreamTask"])
 def test_a_dataset_tasks_loss_is_checked_on_its_first_items(tmp_path, capsys, base):
     source = ROOT / "tests" / "fixtures" / "user_tasks" / "dataset_task.py"

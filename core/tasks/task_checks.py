@@ -61,14 +61,19 @@ _LIBRARY = _library_dirs()
 
 
 def is_user_file(filename: str) -> bool:
-    """Whether a traceback's file is the user's (a task file, their own modules): not the project's core/ or app/,
-    not torch, not the standard library or installed packages, not generated code ('<string>')."""
+    """Whether a traceback's file is the user's (a task file, their own modules, the package of a task loaded by
+    its module, core.tasks.user_tasks.USER_CODE_ROOTS, installed or not): not the project's core/ or app/, not
+    torch, not the standard library or other installed packages, not generated code ('<string>')."""
+    from core.tasks.user_tasks import USER_CODE_ROOTS
+
     if filename.startswith("<"):
         return False
     try:
         resolved = str(Path(filename).resolve())
     except OSError:
         return False
+    if any(resolved.startswith(root) if root.endswith("/") else resolved == root for root in USER_CODE_ROOTS):
+        return True
     return not resolved.startswith(_LIBRARY)
 
 

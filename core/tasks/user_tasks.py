@@ -42,6 +42,9 @@ MODULE_PREFIX = "amp_console_user_task"  # sys.modules name of a task file: <pre
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")  # a task's name: what configs, run folders and lists show
 _MODULE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _CLASS_RE = re.compile(r"^[A-Za-z_]\w*$")
+# Where the task modules imported by reference live (a package's folder, or a module's file), resolved: a
+# traceback's frames there are the user's, even inside site-packages (core.tasks.task_checks.is_user_file).
+USER_CODE_ROOTS: set[str] = set()
 
 
 class TaskFileError(ConfigError):
@@ -130,7 +133,7 @@ def _import_file(reference: str, target: str):
 
 def _import_module(reference: str, target: str):
     try:
-        return importlib.import_module(target)
+        module = importlib.import_module(target)
     except ModuleNotFoundError as exc:
         if exc.name and (target == exc.name or target.startswith(exc.name + ".")):
             raise TaskFileError(reference, f"no module named {exc.name!r} here (is its package installed, or "
@@ -140,6 +143,12 @@ def _import_module(reference: str, target: str):
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise TaskFileError(reference, _import_failure(exc, None)) from exc
+    top = sys.modules.get(target.split(".", 1)[0])
+    where = getattr(top, "__file__", None)
+    if where:  # a package's frames are its folder's, a lone module's its file's
+        root = Path(where).resolve()
+        USER_CODE_ROOTS.add(str(root.parent) + "/" if root.name == "__init__.py" else str(root))
+    return module
 
 
 def _import_failure(exc: BaseException, path: Path | None) -> str:
