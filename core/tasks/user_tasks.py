@@ -25,6 +25,7 @@ import ast
 import hashlib
 import importlib
 import inspect
+import pickle
 import re
 import sys
 import traceback
@@ -128,7 +129,30 @@ def _import_file(reference: str, target: str):
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise TaskFileError(reference, _import_failure(exc, path)) from exc
+    _shareable_with_processes(module, path)
     return module
+
+
+def _shareable_with_processes(module, path: Path) -> None:
+    """Let the task file's objects travel to a process that is started rather than forked (spawn or forkserver:
+    macOS, Windows, Linux from Python 3.14), e.g. a DataLoader worker given the file's Dataset. The file's module
+    name is this process's own (MODULE_PREFIX...), which the new process cannot import, so each class the file
+    defines is pickled there as (the file's path, its pickle), and the file is imported before it is rebuilt."""
+    from multiprocessing.reduction import ForkingPickler
+
+    def reduce(obj):
+        return _rebuilt_in_process, (str(path), pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+    for value in vars(module).values():
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            ForkingPickler.register(value, reduce)
+
+
+def _rebuilt_in_process(path: str, payload: bytes):
+    """A task file's object in a process started for it: the file imported first (as this process's task file,
+    under the same module name), then the object unpickled (its pickle, from the process that started this one)."""
+    _import_file(path, path)
+    return pickle.loads(payload)  # noqa: S301 - written by the parent process of this one, not read from a file
 
 
 def _import_module(reference: str, target: str):
