@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from task_registry import restored_task_registry
@@ -46,13 +47,14 @@ def one_line_error(code: int, err: str) -> str:
     return lines[0]
 
 
-def test_the_written_file_trains_in_bf16_resumes_and_evaluates(tmp_path, capsys):
+def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_and_predicts(tmp_path, capsys):
     code, out, err = run_main(["tasks", "new", "my_points", "--out", tmp_path], capsys)
     assert code == 0, err
     path = tmp_path / "my_points.py"
     assert path.is_file()
     assert f"amp-console train --task {path} --precision bf16" in out  # the next commands, ready to paste
     assert f"amp-console tasks my_points --task {path}" in out
+    assert f"amp-console export {tmp_path / 'runs' / 'my_points'} --task {path}" in out
 
     code, out, err = run_main(["tasks", "my_points", "--task", path, "--json"], capsys)
     assert code == 0, err
@@ -79,6 +81,51 @@ def test_the_written_file_trains_in_bf16_resumes_and_evaluates(tmp_path, capsys)
     code, out, err = run_main(["evaluate", run, "--task", path, "--json"], capsys)
     assert code == 0, err
     assert last_json(out)["metrics"]["accuracy"] > 0.5
+
+    code, out, err = run_main(["lr-find", "--task", path, "--precision", "bf16", "--device", "cpu", "--steps", "25",
+                               "-o", "samples=1024", "--json"], capsys)
+    assert code in (0, 1), err  # 1: no suggestion from the curve, which the result says
+    found = last_json(out)
+    assert "lr-find: my_points" in err and len(found["lrs"]) >= 5
+    if code == 0:
+        assert f"--task {path}" in found["train_command"]
+
+    # Its serving part (PointsServing, FeatureServing's): an export that its own serve.py answers, and predict.
+    export = tmp_path / "export"
+    code, out, err = run_main(["export", run, "--last", "--task", path, "--out", export], capsys)
+    assert code == 0, err
+    manifest = json.loads((export / "manifest.json").read_text())
+    assert manifest["task"] == "my_points" and manifest["step"] == 80
+    assert manifest["serving"] == {"features": 16, "outputs": ["p0", "p1", "p2", "p3"], "probabilities": True}
+    assert manifest["verification"]["max_abs_diff"] <= manifest["verification"]["tolerance"]
+    from core.runs.predict import load_predictor
+
+    predictor = load_predictor(run, which="last")
+    points = predictor.example_rows(3)
+    (tmp_path / "points.csv").write_text(",".join(f"x{i}" for i in range(1, 17)) + "\n" + "".join(
+        ",".join(f"{v:.6f}" for v in row) + "\n" for row in points))
+    code, out, err = run_main(["predict", run, "--last", "--task", path, "--input", tmp_path / "points.csv",
+                               "--out", tmp_path / "scored.csv"], capsys)
+    assert code == 0, err
+    import pyarrow.csv as pacsv
+
+    scored = pacsv.read_csv(tmp_path / "scored.csv").to_pydict()
+    rounded = np.asarray([[float(f"{v:.6f}") for v in row] for row in points], np.float32)
+    expected = predictor.predict_rows(rounded)
+    assert scored["line"] == [2, 3, 4] and scored["predicted"] == expected.argmax(1).tolist()
+    assert np.asarray([scored[f"p{c}"] for c in range(4)]).T == pytest.approx(expected, abs=1e-5)
+    served = serve_module(export).load(export)  # serve.py needs no task file: the program is the model
+    assert np.asarray(served.predict(rounded.tolist())) == pytest.approx(expected, abs=1e-5)
+
+
+def serve_module(folder: Path):
+    """An export's own serve.py, imported from its folder."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"serve_template_{folder.name}", folder / "serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_file_is_the_template_renamed(tmp_path, capsys):
@@ -241,7 +288,9 @@ def test_a_file_system_without_hard_links(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_the_real_cli_writes_and_trains_it(tmp_path):
-    """`python -m core.cli`, as a user runs it: tasks new, then train in bf16 from the folder it is in."""
+    """`python -m core.cli`, as a user runs it: tasks new, then train in bf16 from the folder it is in, on one
+    process and on two (--nproc 2: each rank loads the file named relative to that folder), and export the DDP
+    run."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def cli(*argv):
@@ -261,3 +310,17 @@ def test_the_real_cli_writes_and_trains_it(tmp_path):
     done = cli("evaluate", "runs/starter", "--task", "starter.py", "--json")
     assert done.returncode == 0, done.stderr
     assert "accuracy" in last_json(done.stdout)["metrics"]
+
+    done = cli("train", "--task", "starter.py", "--precision", "bf16", "--nproc", "2", "--device", "cpu",
+               "--max-steps", "20", "-o", "samples=512", "--out", "runs/ddp", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = last_json(done.stdout)
+    assert summary["status"] == "completed" and summary["steps"] == 20 and summary["precision"] == "bf16"
+    record = json.loads((tmp_path / "runs" / "ddp" / "run.json").read_text())
+    assert record["config"]["task_file"] == str((tmp_path / "starter.py").resolve())
+    state = torch.load(tmp_path / "runs" / "ddp" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert len(state["rng_per_rank"]) == 2  # trained on two processes
+    done = cli("export", "runs/ddp", "--task", "starter.py", "--out", "runs/ddp/export")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "runs" / "ddp" / "export" / "manifest.json").read_text())
+    assert manifest["task"] == "starter" and manifest["serving"]["probabilities"] is True

@@ -141,13 +141,15 @@ def cmd_tasks_new(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return fail_bad_input(f"tasks new: {str(exc).split(': ', 1)[1]}")
     file = shlex.quote(str(written.path))
-    run = shlex.quote(str(written.path.parent / "runs" / written.task_name))
+    run_folder = written.path.parent / "runs" / written.task_name
+    run, export = shlex.quote(str(run_folder)), shlex.quote(str(run_folder / "export"))
     print(f"wrote {written.path}: task {written.task_name!r} ({written.class_name}), a classifier of synthetic "
           f"points that trains as it is; its comments say what to change for your model and data.")
     print("next:")
     for line in (f"amp-console tasks {written.task_name} --task {file}",
                  f"amp-console train --task {file} --precision bf16 --out {run}",
-                 f"amp-console evaluate {run} --task {file}"):
+                 f"amp-console evaluate {run} --task {file}",
+                 f"amp-console export {run} --task {file} --out {export}"):
         print(f"  {line}")
     return 0
 

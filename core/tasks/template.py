@@ -8,13 +8,16 @@ runs anywhere. Every method below says what the engine expects of it; change loa
 build_model for your model, and keep the rest until you need to change it. docs/tasks.md tells the rest.
 
 Its options, read without running this file; a run in bf16 (or --precision auto); your CSV file (load_data
-says what it holds); more steps from the last checkpoint; the test metrics of the trained run:
+says what it holds); more steps from the last checkpoint; the test metrics of the trained run; the model's
+class probabilities for a CSV file of points (columns x1..xF); an export that serve.py serves:
 
     amp-console tasks template --task template.py
     amp-console train --task template.py --precision bf16 --out runs/template
     amp-console train --task template.py --data my_points.csv
     amp-console train --resume runs/template/checkpoint.pt --task template.py --max-steps 400
     amp-console evaluate runs/template --task template.py
+    amp-console predict runs/template --task template.py --input points.csv --out scored.csv
+    amp-console export runs/template --task template.py --out runs/template/export
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from torch.nn import functional as F
 
 from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
+from core.tasks.feature_serving import FeatureServing
+from core.tasks.serving import PreviewSpec
 
 
 class TemplateTask(Task):
@@ -134,7 +139,22 @@ class TemplateTask(Task):
         labels = [f"class {c}" for c in range(classes)]
         return {"confusion": confusion_section(split["y"], torch.cat(predicted), labels)}
 
-    # A task file has no serving part yet (export, predict and the Model preview are for the built-in tasks).
+    @classmethod
+    def serving_class(cls):
+        """What `amp-console predict`, `export` (and its serve.py) and the window's Model preview use:
+        PointsServing, below. Keep it while your model reads a row of numbers; docs/tasks.md says what to write
+        for other inputs."""
+        return PointsServing
+
+
+class PointsServing(FeatureServing):
+    """A point is a row of `features` numbers, columns x1..xF as the model reads them (predict's input file, the
+    preview's fields, filled from the validation split by Sample); the answer is each class's probability (p0,
+    p1, ...: softmax over the model's outputs) and the likeliest (`predicted`)."""
+
+    probabilities = True
+    preview = PreviewSpec("feature_row", "class_probabilities", answer="predict_rows", examples="example_rows",
+                          noun="point", column_prefix="x")
 
 
 def make_points(samples: int, features: int, classes: int, spread: float, seed: int):

@@ -66,6 +66,31 @@ def test_a_new_tasks_text_page_shows_its_classes(qtbot):
     assert page.output.infoLabel.text() == "The model says history."
 
 
+def test_unnamed_classes_get_a_row_each_for_the_models_answer(qtbot):
+    """A classifier whose number of classes is an option (the `tasks new` template's): no `classes` in its
+    spec, so the rows are the answer's: three here, class 0 .. class 2, built again for a model of another size."""
+    from PySide6.QtWidgets import QLabel
+
+    spec = PreviewSpec("feature_row", "class_probabilities", answer="predict_rows", examples="rows", noun="point")
+    page, _predictor = build(qtbot, spec, n_features=3)
+    page.show()
+    qtbot.waitExposed(page)
+    assert page.probabilities == [0.1, 0.7, 0.2]
+    assert [label.text() for label in page.labels] == ["0.100", "0.700", "0.200"]
+
+    def names():
+        return [label.text() for label in page.findChildren(QLabel) if label.objectName().endswith("Name")
+                and label.isVisible()]
+
+    qtbot.waitUntil(lambda: names() == ["class 0", "class 1", "class 2"])  # the 2 rows built before: gone
+    assert all(b.isVisible() for b in page.output.bars)
+    assert page.output.infoLabel.text() == "The model says class 1."
+    page.output.show_value([0.6, 0.4])  # built again: the rows before are gone from the page
+    assert [label.text() for label in page.labels] == ["0.600", "0.400"] and len(page.output.bars) == 2
+    qtbot.waitUntil(lambda: names() == ["class 0", "class 1"])
+    assert page.output.infoLabel.text() == "The model says class 0."
+
+
 def test_a_new_tasks_feature_row_page_shows_its_score(qtbot):
     spec = PreviewSpec("feature_row", "score", answer="risk", examples="rows", column_prefix="f", label="P(late)",
                        classes=("on time", "late"))

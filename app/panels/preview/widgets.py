@@ -120,31 +120,44 @@ class ScoreView(QWidget):
 
 class ClassesView(QWidget):
     """output_kind "class_probabilities": a bar and a number per class (spec.classes), the likeliest in colour,
-    and what the model says."""
+    and what the model says. Without spec.classes (a model whose number of classes is set by its options or its
+    data) the rows are built for the model's answer: class 0, class 1, ..."""
 
     def __init__(self, spec, name: str, parent=None):
         super().__init__(parent)
-        self.classes = tuple(spec.classes) or ("class 0", "class 1")
+        self.name = name
+        self.named = bool(spec.classes)
+        self.classes: tuple[str, ...] = ()
         self.bars: list[QProgressBar] = []
         self.labels: list[QLabel] = []
-        grid = QGridLayout()
-        grid.setContentsMargins(0, 0, 0, 0)
-        for c, class_name in enumerate(self.classes):
-            widget = bar(f"{name}Class{c}Bar")
-            label = QLabel("–", objectName=f"{name}Class{c}Label")
-            label.setMinimumWidth(60)
-            grid.addWidget(QLabel(class_name), c, 0)
-            grid.addWidget(widget, c, 1)
-            grid.addWidget(label, c, 2)
-            self.bars.append(widget)
-            self.labels.append(label)
+        self.grid = QGridLayout()
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self._build(tuple(spec.classes) or ("class 0", "class 1"))
         self.infoLabel = QLabel(objectName=f"{name}Info", wordWrap=True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(grid)
+        layout.addLayout(self.grid)
         layout.addWidget(self.infoLabel)
 
+    def _build(self, classes: tuple[str, ...]) -> None:
+        while self.grid.count():
+            old = self.grid.takeAt(0).widget()
+            old.hide()
+            old.deleteLater()
+        self.classes, self.bars, self.labels = classes, [], []
+        for c, class_name in enumerate(classes):
+            widget = bar(f"{self.name}Class{c}Bar")
+            label = QLabel("–", objectName=f"{self.name}Class{c}Label")
+            label.setMinimumWidth(60)
+            self.grid.addWidget(QLabel(class_name, objectName=f"{self.name}Class{c}Name"), c, 0)
+            self.grid.addWidget(widget, c, 1)
+            self.grid.addWidget(label, c, 2)
+            self.bars.append(widget)
+            self.labels.append(label)
+
     def show_value(self, probabilities: list[float]) -> None:
+        if not self.named and len(probabilities) != len(self.bars):
+            self._build(tuple(f"class {c}" for c in range(len(probabilities))))
         top = max(range(len(probabilities)), key=lambda c: probabilities[c])
         for c, (widget, label) in enumerate(zip(self.bars, self.labels)):
             p = probabilities[c] if c < len(probabilities) else 0.0
