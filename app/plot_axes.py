@@ -1,4 +1,4 @@
-"""The live plots' axes: labels spaced so that they never run together, and short step labels (50k, 1.5M).
+"""The live plots' axes: labels spaced so that they never run together, and short count labels (50k, 1.5M).
 
 pyqtgraph always draws its major tick level's labels, and it picks at least two intervals whatever the axis's
 length: on a narrow plot with steps in the hundreds of thousands "50000100000150000" is one unreadable run of
@@ -62,8 +62,9 @@ class SpacedAxis(pg.AxisItem):
         return [(spacing, 0), *minor[:1]]
 
 
-class StepAxis(SpacedAxis):
-    """A bottom axis of optimizer steps, labelled 50k, 1.5M."""
+class CountAxis(SpacedAxis):
+    """An axis of counts, labelled 750, 50k, 1.5M: short enough that the labels of a narrow plot (samples/s in
+    the tens of thousands) fit beside the axis's title."""
 
     def labels_for(self, values, scale, spacing) -> list[str]:
         return [step_label(v * scale) for v in values]
@@ -72,3 +73,7 @@ class StepAxis(SpacedAxis):
         if self.logMode:
             return super().tickStrings(values, scale, spacing)
         return self.labels_for(values, scale, spacing)
+
+
+class StepAxis(CountAxis):
+    """A bottom axis of optimizer steps, labelled 50k, 1.5M."""

@@ -56,6 +56,14 @@ MEMORY_TITLES = {"cuda": "GPU memory (peak allocated)", "xpu": "XPU memory (peak
 
 
 STEP_COLUMNS = ("loss", "samples_per_second", "lr", "grad_norm", "grad_scale", "skipped_steps", "memory_bytes")
+END_MARGIN_PX = 10  # room beyond the last step, so the best checkpoint's ring (17 px) and a test star show whole
+
+
+def _end_margin(widget) -> float:
+    """The room after the x range's last step, a fraction of the range: END_MARGIN_PX of `widget`'s width (2% to
+    8%; 5% before it is laid out)."""
+    width = widget.getPlotItem().getViewBox().width()
+    return min(0.08, max(0.02, END_MARGIN_PX / width)) if width > 0 else 0.05
 
 
 
@@ -119,10 +127,11 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         pg.setConfigOptions(antialias=False, background=palette.color(QPalette.ColorRole.Base),
                             foreground=palette.color(QPalette.ColorRole.Text))
         self._placeholder.hide()
-        from app.plot_axes import SpacedAxis, StepAxis
+        from app.plot_axes import CountAxis, SpacedAxis, StepAxis
 
         for key, name, title, (ylabel, units), scale, (row, column, span) in PLOT_SPECS:
-            widget = pg.PlotWidget(axisItems={"bottom": StepAxis("bottom"), "left": SpacedAxis("left")})
+            left = CountAxis("left") if key == "throughput" else SpacedAxis("left")  # samples/s: 12k, not 12000
+            widget = pg.PlotWidget(axisItems={"bottom": StepAxis("bottom"), "left": left})
             widget.setObjectName(name)
             item = widget.getPlotItem()
             self._titles[key] = FittedTitle(widget, title)
@@ -130,7 +139,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             item.setLabel("left", ylabel, units=units)
             for axis in ("left", "bottom"):
                 axis_item = item.getAxis(axis)
-                axis_item.enableAutoSIPrefix(key == "throughput" and axis == "left")
+                axis_item.enableAutoSIPrefix(False)
                 # Axes (with their grid lines and tick labels) are the costliest part of a redraw and rarely
                 # change: Qt keeps them as a pixmap and re-renders only when the range moves, so live
                 # curve updates stop replaying text and grid under the GIL the trainer needs.
@@ -257,7 +266,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             marker = pg.ScatterPlotItem(size=17, symbol="o", pen=pg.mkPen(colour, width=2), brush=None)
             marker.setZValue(10)
             self.plots["eval"].getPlotItem().addItem(marker)
-            self._legends["eval"].addItem(marker, f"best checkpoint ({metric})")
+            self._legends["eval"].addItem(marker, f"best ({metric})")  # the ring: best.pt
             self._best_marker = marker
             self._update_legend("eval")
         marker.setData([step], [value])
@@ -382,9 +391,11 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
 
     def _set_x_end(self, end: int) -> None:
         self._x_end = max(end, self._x_start + 1)
+        end = max((_end_margin(widget) for widget in self.plots.values()), default=0.02)  # one for every plot
         for key, widget in self.plots.items():
             if not self._ranges[key].manual:
-                widget.getPlotItem().setXRange(*self._x_range(key), padding=0.02)
+                lo, hi = self._x_range(key)
+                widget.getPlotItem().setXRange(lo - 0.02 * (hi - lo), hi + end * (hi - lo), padding=0)
 
     def _append(self, key: str, step: int, value: float | None) -> None:
         series = self._series.get(key)

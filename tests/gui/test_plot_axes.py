@@ -50,7 +50,8 @@ def test_the_x_range_follows_the_steps_not_the_planned_total(window, qtbot):
     assert all(x_range(panel, key)[1] == pytest.approx(hi) for key in panel.plots)
 
     panel.handle_event(step(170_000))
-    assert x_range(panel)[1] == pytest.approx(200_000, rel=0.03)  # near the end: the planned total, no more
+    # Near the end: the planned total and room for the end's markers (8% at most), no more.
+    assert 200_000 <= x_range(panel)[1] <= 200_000 * 1.08
 
 
 def test_a_zoom_by_the_user_is_kept_as_the_run_grows(window):
