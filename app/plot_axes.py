@@ -2,9 +2,10 @@
 
 pyqtgraph always draws its major tick level's labels, and it picks at least two intervals whatever the axis's
 length: on a narrow plot with steps in the hundreds of thousands "50000100000150000" is one unreadable run of
-digits. `StepAxis` writes labels the way the rest of the window writes counts and widens the major spacing
-(1, 2, 2.5, 5, 10 times a power of ten) until the widest label fits its share of the axis with a gap of a few pixels. Imports pyqtgraph: import it
-once the window is showing (as PlotsPanel.build does).
+digits. `CountAxis` (the steps' `StepAxis`, the throughput's left axis) writes labels the way the rest of the
+window writes counts, and `SpacedAxis` widens the major spacing (1, 2, 2.5, 5, 10 times a power of ten) until
+the widest label fits its share of the axis with a gap of a few pixels. Imports pyqtgraph: import it once the
+window is showing (as PlotsPanel.build does).
 """
 
 from __future__ import annotations
