@@ -157,12 +157,12 @@ def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it_in_th
 
 def test_a_node_that_never_joins_ends_the_run_within_the_rendezvous_timeout(tmp_path):
     process = train("--max-steps", "5", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "0",
-                    "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "alone", "--rdzv-timeout", "5",
+                    "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "alone", "--rdzv-timeout", "2",
                     "--out", str(tmp_path / "run"))
     code, _, err = finish(process, timeout=120)
     assert code == 1
     assert "amp-console: the nodes did not meet (RendezvousTimeoutError" in err
-    assert "2 nodes were expected at 127.0.0.1:" in err and "within 5 s (--rdzv-timeout)" in err
+    assert "2 nodes were expected at 127.0.0.1:" in err and "within 2 s (--rdzv-timeout)" in err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
@@ -176,7 +176,9 @@ def fake_slurm(tmp_path: Path, restart: int) -> dict:
             "SLURM_NODEID": "0", "SLURM_RESTART_COUNT": str(restart)}
 
 
-def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path):
+def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path, monkeypatch, capsys):
+    """The warned job in a process of its own (a real SIGUSR1); the requeued job's command in this process, in
+    the job's environment."""
     out = tmp_path / "rec-4242"
     process = train("--batch-size", "16", "--max-steps", "100000000", "--out", str(out), "--json",
                     env=fake_slurm(tmp_path, 0))
@@ -192,8 +194,15 @@ def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resume
     stopped = json.loads(stdout.strip().splitlines()[-1])
     assert stopped["status"] == "stopped" and stopped["checkpoint"] == str(out / "checkpoint.pt")
 
-    code, stdout, err = finish(train("--batch-size", "16", "--max-steps", str(stopped["steps"] + 3), "--out",
-                                     str(out), "--json", env=fake_slurm(tmp_path, 1)))
+    from core.cli.main import main
+
+    requeued = fake_slurm(tmp_path, 1)
+    for name in ("PATH", "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NODEID", "SLURM_RESTART_COUNT", "OMP_NUM_THREADS"):
+        monkeypatch.setenv(name, requeued[name])
+    capsys.readouterr()
+    code = main(["train", *COMMON, "--batch-size", "16", "--max-steps", str(stopped["steps"] + 3), "--out",
+                 str(out), "--json"])
+    stdout, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(stdout.strip().splitlines()[-1])["steps"] == stopped["steps"] + 3
     started = [e for e in read_jsonl(out / "metrics.jsonl") if e["event"] == "RunStarted"]
