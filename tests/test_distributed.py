@@ -1,6 +1,6 @@
-"""DDP on CPU (gloo, 2 processes): under torchrun (equivalence, resume, a second run into a folder, a stop
-from rank 0, a dying rank), and
-Trainers in 2 spawned processes (per-rank randomness, RNG states in checkpoints, shared evaluation, teardown)."""
+"""DDP on CPU (gloo, 2 processes): under torchrun (equivalence, resume, a second run into a used folder, a stop
+from rank 0, a dying rank), and Trainers in 2 fresh processes (run_ranks: per-rank randomness, RNG states in
+checkpoints, shared evaluation, teardown)."""
 
 from __future__ import annotations
 
