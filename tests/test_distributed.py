@@ -171,7 +171,11 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, caps
     finally:
         process.kill()
     assert process.returncode == 1
-    assert "2-process run failed" in stderr.strip().splitlines()[-1]
+    # The launcher's last line: torchelastic's root cause, the rank that died (not rank 0, which reported it)
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("amp-console: the 2-process run failed (torchrun exit code 1"), last
+    assert f"rank 1 (local rank 1) on node {socket.gethostname()} failed first: was killed by SIGKILL" in last, last
+    assert f"each rank's log: {out / 'ranks'}" in last
     events = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     ended = [e for e in events if e["event"] == "RunEnded"][-1]
     step = ended["step"]
