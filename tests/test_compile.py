@@ -7,8 +7,6 @@ few seconds (inductor's on-disk cache). Tiny models and few steps keep this file
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -121,18 +119,29 @@ def test_a_missing_cxx_compiler_falls_back_to_eager(tmp_path, recorder, monkeypa
                     f"torch._inductor.config.cpp.cxx: ('{tmp_path / 'no-such-g++'}',)); running eager")
 
 
-def test_ddp_with_compile_matches_one_eager_process(tmp_path, capsys):
-    """2 gloo processes, each compiling its replica before DDP wraps it: the losses of one eager process (this
-    one) at the same global batch (as tests/test_distributed checks for eager DDP)."""
-    from core.cli.main import main
+def ddp_config(out: str, **overrides) -> RunConfig:
+    return RunConfig.for_task("tiny", **{**TINY, "seed": 3, "max_steps": 12, "out_dir": out, **overrides})
 
-    common = ["train", "--task", "tiny", "--device", "cpu", "--log-interval", "4", "--seed", "3", "-o", "samples=1000",
-              "--max-steps", "12"]
-    assert main([*common, "--batch-size", "64", "--out", str(tmp_path / "one")]) == 0, capsys.readouterr().err
-    two = subprocess.run([sys.executable, "-m", "core.cli", *common, "--batch-size", "32", "--nproc", "2", "--compile",
-                          "--out", str(tmp_path / "two")], capture_output=True, text=True, timeout=250)
-    assert two.returncode == 0, two.stderr
-    assert "compile: compiled (mode default) in" in two.stderr + two.stdout
+
+def _compiled_on_each_rank(rank: int, out: str) -> dict:
+    from core.engine.distributed import DistContext
+
+    trainer = Trainer(ddp_config(out, batch_size=32, compile=True), dist_ctx=DistContext.from_env())
+    ended = trainer.run()
+    return {"status": ended.status, "compile_seconds": trainer.compile_seconds, "notes": list(trainer.notes)}
+
+
+def test_ddp_with_compile_matches_one_eager_process(tmp_path):
+    """2 gloo processes (tests/test_distributed.run_ranks), each compiling its replica before DDP wraps it: the
+    losses of one eager process (this one) at the same global batch (as tests/test_distributed checks for eager
+    DDP)."""
+    from tests.test_distributed import run_ranks
+
+    assert Trainer(ddp_config(str(tmp_path / "one"), batch_size=64)).run().status == "completed"
+    zero, one = run_ranks(_compiled_on_each_rank, str(tmp_path / "two"), timeout=250)
+    assert zero["status"] == one["status"] == "completed"
+    assert zero["compile_seconds"] is not None and one["compile_seconds"] is not None  # each rank compiled
+    assert any(note.startswith("compile: compiled (mode default) in") for note in zero["notes"]), zero["notes"]
     assert close(step_losses(tmp_path / "one"), step_losses(tmp_path / "two"))
 
 

@@ -216,12 +216,31 @@ def test_under_ddp_each_rank_trains_on_its_own_shard(tmp_path, capfd, monkeypatc
     for rank in (0, 1):
         assert len(rows[rank]) == len(set(rows[rank])) == 384, rank  # each of its rows once
     assert not set(rows[0]) & set(rows[1])  # and none of the other rank's
-    monkeypatch.delenv("DATASET_TASK_SEEN")
-    code, out, err = run_main(["train", "--task", STREAM, "-o", "samples=1024", "-o", "shards=0", "--batch-size", 32,
-                               "--max-steps", 6, "--num-workers", 0, "--nproc", 2, "--device", "cpu",
-                               "--out", tmp_path / "stream", "--json"], capfd)
-    assert code == 0, err
-    assert "with 2 processes each of them reads the whole stream, so every sample is trained on 2 times" in err
+
+
+def _stream_on_each_rank(rank: int, out: str) -> dict:
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
+    from core.tasks import add_task
+
+    cfg = RunConfig.for_task(add_task(STREAM).name, task_options={"samples": 1024, "shards": 0}, device="cpu",
+                             precision="fp32", batch_size=32, max_steps=6, num_workers=0, threads=1, out_dir=out)
+    trainer = Trainer(cfg, dist_ctx=DistContext.from_env())
+    ended = trainer.run()
+    return {"status": ended.status, "notes": list(trainer.notes)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_under_ddp_a_stream_that_does_not_shard_itself_is_warned_about(tmp_path):
+    """Two Trainers in one gloo group (tests/test_distributed.run_ranks): each rank reads the whole stream."""
+    from tests.test_distributed import run_ranks
+
+    zero, one = run_ranks(_stream_on_each_rank, str(tmp_path / "stream"))
+    assert zero["status"] == one["status"] == "completed"
+    warned = [note for note in zero["notes"] if note.startswith("warning: ")]
+    assert len(warned) == 1 and ("with 2 processes each of them reads the whole stream, so every sample is trained "
+                                 "on 2 times") in warned[0], zero["notes"]
 
 
 @pytest.mark.slow

@@ -1,8 +1,11 @@
-"""DDP on CPU (gloo, 2 processes): under torchrun (equivalence, resume, stop from rank 0, a dying rank), and
-Trainers in 2 spawned processes (per-rank randomness, RNG states in checkpoints, shared evaluation, teardown)."""
+"""DDP on CPU (gloo, 2 processes): under torchrun (equivalence, resume, a second run into a used folder, a stop
+from rank 0, a dying rank), and Trainers in 2 fresh processes (run_ranks: per-rank randomness, RNG states in
+checkpoints, shared evaluation, teardown)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -12,6 +15,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -43,26 +47,61 @@ def losses(out: Path) -> list[float]:
     return [e["loss"] for e in events if e["event"] == "StepMetrics"]
 
 
-def test_two_processes_match_one_process_at_the_same_global_batch(tmp_path, capsys):
-    """2 ranks x batch 32 == 1 rank x batch 64: same samples per step, DDP averages the two half-batch grads."""
-    one = one_process(capsys, "--batch-size", "64", "--max-steps", "40", "--out", str(tmp_path / "one"))
-    two = cli("--batch-size", "32", "--max-steps", "40", "--nproc", "2", "--out", str(tmp_path / "two"), "--json")
-    assert one.returncode == 0, one.stderr
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> SimpleNamespace:
+    """One process at batch 64 (in this process) and then 2 processes at batch 32 (torchrun), 40 steps each, the
+    2-process run given the first one's folder: the reference of the equivalence test, and a folder holding an
+    earlier run for the second-run test. Read-only for the tests. Set up as tests/conftest.py sets up a test: one
+    thread, the runs root in a temporary folder."""
+    from core.cli.main import main
+    from core.engine.run_record import RUNS_DIR_ENV
+
+    root = tmp_path_factory.mktemp("pair")
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OMP_NUM_THREADS", "1")
+        env.setenv(RUNS_DIR_ENV, str(tmp_path_factory.mktemp("runs-root")))
+        torch.set_num_threads(1)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+                code = main(["train", *COMMON, "--batch-size", "64", "--max-steps", "40", "--out", str(root / "one")])
+        finally:
+            torch.set_num_threads(threads)
+        assert code == 0, err.getvalue()
+        first_checkpoint = (root / "one" / "checkpoint.pt").read_bytes()
+        two = cli("--batch-size", "32", "--max-steps", "40", "--nproc", "2", "--out-dir", str(root / "one"), "--json")
     assert two.returncode == 0, two.stderr
-    a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
+    return SimpleNamespace(one=root / "one", two=root / "one-2", run=two, first_checkpoint=first_checkpoint)
+
+
+def test_two_processes_match_one_process_at_the_same_global_batch(pair, tmp_path, capsys):
+    """2 ranks x batch 32 == 1 rank x batch 64: same samples per step, DDP averages the two half-batch grads."""
+    a, b = losses(pair.one), losses(pair.two)
     assert len(a) == len(b) == 8
     # Tolerance: only float summation order differs (gradient all-reduce), amplified a little by Adam.
     assert all(abs(x - y) <= 1e-4 * max(1.0, abs(x)) for x, y in zip(a, b, strict=True)), (a, b)
-    summary = json.loads(two.stdout.strip().splitlines()[-1])
+    summary = json.loads(pair.run.stdout.strip().splitlines()[-1])
     assert summary["status"] == "completed" and summary["steps"] == 40
 
     # The 2-process checkpoint (unwrapped model) resumes in a single process.
-    resumed = one_process(capsys, "--resume", str(tmp_path / "two" / "checkpoint.pt"), "--batch-size", "64",
+    resumed = one_process(capsys, "--resume", str(pair.two / "checkpoint.pt"), "--batch-size", "64",
                           "--max-steps", "50", "--out", str(tmp_path / "resumed"), "--json")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 50
     assert ("resumed a checkpoint of 2 processes on 1: the random streams (dropout, sampling) of rank 1 are not "
             "used") in resumed.stderr
+
+
+def test_a_second_ddp_run_into_the_same_folder_keeps_the_first(pair):
+    """The launcher claims the next free folder and rank 0 writes there (the launcher reads its events there)."""
+    out, second = pair.one, pair.run
+    assert "this run writes to" in second.stderr
+    assert (out / "checkpoint.pt").read_bytes() == pair.first_checkpoint
+    started = [json.loads(x) for x in (pair.two / "metrics.jsonl").read_text().splitlines()
+               if '"RunStarted"' in x][-1]
+    assert [note for note in started["notes"] if not note.startswith("threads: ")] == [
+        f"{out} holds an earlier run, which is kept: this run writes to {pair.two}"]
+    assert json.loads(second.stdout.strip().splitlines()[-1])["checkpoint"] == str(pair.two / "checkpoint.pt")
 
 
 def start_long_run(out: Path, *extra: str) -> subprocess.Popen:
@@ -92,27 +131,10 @@ def worker(process: subprocess.Popen, rank: int) -> psutil.Process:
     raise AssertionError(f"rank {rank} not found")
 
 
-@pytest.mark.parametrize("asked", ["rank 0", "launcher"])
-def test_a_stop_reaches_every_rank_and_writes_a_checkpoint(tmp_path, asked):
-    """SIGINT to rank 0 alone, or to the launcher (a terminal's Ctrl+C, the GUI's stop signal)."""
-    out = tmp_path / "run"
-    process = start_long_run(out)
-    try:
-        wait_for_steps(out, process)
-        os.kill(worker(process, 0).pid if asked == "rank 0" else process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        process.kill()
-    assert process.returncode == 130, stderr
-    ended = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"RunEnded"' in x][-1]
-    assert ended["status"] == "stopped"
-    from core.engine.checkpoints import load_checkpoint
-
-    assert load_checkpoint(out / "checkpoint.pt")["step"] == ended["step"]
-
-
 def test_a_stop_lands_soon_even_when_logs_are_far_apart(tmp_path):
-    """Ranks agree on a stop about twice a second, not only at log boundaries (here 10^6 steps apart)."""
+    """SIGINT to rank 0 alone: the stop reaches every rank, which agree on it about twice a second, not only at
+    log boundaries (here 10^6 steps apart), and rank 0 writes the checkpoint. A stop signal to the launcher:
+    tests/reliability/test_rel_torchrun_launcher.py."""
     out = tmp_path / "run"
     process = start_long_run(out, "--log-interval", "1000000", "--checkpoint-interval", "50")
     try:
@@ -137,23 +159,6 @@ def test_a_stop_lands_soon_even_when_logs_are_far_apart(tmp_path):
     print(f"stopped {took:.1f} s after the request, at step {ended['step']}")
 
 
-def test_a_second_ddp_run_into_the_same_folder_keeps_the_first(tmp_path):
-    out = tmp_path / "run"
-    first = cli("--batch-size", "16", "--max-steps", "4", "--nproc", "2", "--out-dir", str(out))
-    assert first.returncode == 0, first.stderr
-    before = (out / "checkpoint.pt").read_bytes()
-    second = cli("--batch-size", "16", "--max-steps", "6", "--nproc", "2", "--out-dir", str(out), "--json")
-    assert second.returncode == 0, second.stderr  # the launcher reads rank 0's events where rank 0 wrote them
-    assert "this run writes to" in second.stderr
-    assert (out / "checkpoint.pt").read_bytes() == before
-    started = [json.loads(x) for x in (tmp_path / "run-2" / "metrics.jsonl").read_text().splitlines()
-               if '"RunStarted"' in x][-1]
-    assert [note for note in started["notes"] if not note.startswith("threads: ")] == [
-        f"{out} holds an earlier run, which is kept: this run writes to {tmp_path / 'run-2'}"]
-    assert json.loads(second.stdout.strip().splitlines()[-1])["checkpoint"] == str(tmp_path / "run-2" /
-                                                                                   "checkpoint.pt")
-
-
 def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, capsys):
     out = tmp_path / "run"
     process = start_long_run(out)
@@ -166,7 +171,11 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, caps
     finally:
         process.kill()
     assert process.returncode == 1
-    assert "2-process run failed" in stderr.strip().splitlines()[-1]
+    # The launcher's last line: torchelastic's root cause, the rank that died (not rank 0, which reported it)
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("amp-console: the 2-process run failed (torchrun exit code 1"), last
+    assert f"rank 1 (local rank 1) on node {socket.gethostname()} failed first: was killed by SIGKILL" in last, last
+    assert f"each rank's log: {out / 'ranks'}" in last
     events = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     ended = [e for e in events if e["event"] == "RunEnded"][-1]
     step = ended["step"]
@@ -190,18 +199,27 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, caps
 
 
 # ----------------------------------------------------------------- Trainers in 2 spawned processes
+# Modules the server of the rank processes imports once (see run_ranks): torch's import is most of a process's
+# start-up, and the first optimizer imports torch._dynamo. Nothing of this project: a fresh process imports it.
+PRELOADED = ["torch", "torch.distributed", "torch._dynamo"]
+
+
 def run_ranks(fn, *args, world_size: int = 2, timeout: float = 150) -> list:
     """`fn(rank, *args)` in `world_size` fresh processes that share one gloo group (env://); results by rank.
-    Results must pickle without shared memory: plain values, lists, numpy arrays."""
+    Results must pickle without shared memory: plain values, lists, numpy arrays. The processes are forked from
+    multiprocessing's fork server, which has imported PRELOADED once for this test process (no thread runs in it
+    when it forks), and they get this process's environment, as spawned ones would."""
     import multiprocessing
 
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOADED)  # read when the server starts: the first call in this process
     queue = context.Queue()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    processes = [context.Process(target=_rank_main, args=(fn, rank, world_size, port, queue, args), daemon=True)
-                 for rank in range(world_size)]
+    environ = dict(os.environ)
+    processes = [context.Process(target=_rank_main, args=(fn, rank, world_size, port, queue, args, environ),
+                                 daemon=True) for rank in range(world_size)]
     for process in processes:
         process.start()
     results = {}
@@ -218,7 +236,9 @@ def run_ranks(fn, *args, world_size: int = 2, timeout: float = 150) -> list:
     return [results[rank] for rank in range(world_size)]
 
 
-def _rank_main(fn, rank: int, world_size: int, port: int, queue, args) -> None:
+def _rank_main(fn, rank: int, world_size: int, port: int, queue, args, environ: dict) -> None:
+    os.environ.clear()
+    os.environ.update(environ)  # the test's, not the fork server's (it started in an earlier test)
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                        "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)})
     import torch

@@ -239,10 +239,16 @@ TRAIN = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device"
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_path):
+def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_path, capsys):
+    """The run killed is a process of its own; the listings, the resume and the export run in this process."""
     root = tmp_path / "runs"
     out = root / "killed"
-    runs = [sys.executable, "-m", "core.cli", "runs", "list", "--json", "--runs-dir", str(root)]
+
+    def listed() -> list[dict]:
+        code, text, err = cli(capsys, "runs", "list", "--json", "--runs-dir", str(root))
+        assert code == 0, err
+        return json.loads(text)
+
     process = subprocess.Popen([*TRAIN, "--max-steps", "1000000", "--out", str(out)], cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -251,29 +257,25 @@ def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_pa
             assert process.poll() is None, process.stderr.read()
             assert time.monotonic() < end
             time.sleep(0.05)
-        listed = json.loads(subprocess.run(runs, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout)
-        assert [r["status"] for r in listed] == ["running"]
+        assert [r["status"] for r in listed()] == ["running"]
         os.kill(process.pid, signal.SIGKILL)
         process.wait(30)
     finally:
         if process.poll() is None:
             process.kill()
         process.stderr.close()
-    listed = json.loads(subprocess.run(runs, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout)
-    assert [r["status"] for r in listed] == ["interrupted"]
-    assert listed[0]["wall_seconds"] > 0  # as of its last checkpoint
-    run_id, recorded = listed[0]["id"], listed[0]["checkpoints"]["last"]["step"]
-    assert listed[0]["steps"] >= recorded > 0
+    runs = listed()
+    assert [r["status"] for r in runs] == ["interrupted"]
+    assert runs[0]["wall_seconds"] > 0  # as of its last checkpoint
+    run_id, recorded = runs[0]["id"], runs[0]["checkpoints"]["last"]["step"]
+    assert runs[0]["steps"] >= recorded > 0
     # A kill between writing checkpoint.pt and updating run.json leaves the record one checkpoint behind
     saved = torch.load(out / "checkpoint.pt", weights_only=True)["step"]
     assert saved >= recorded
-    resumed = subprocess.run([*TRAIN, "--max-steps", str(saved + 5), "--resume",
-                              str(out / "checkpoint.pt")], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert resumed.returncode == 0, resumed.stderr
-    listed = json.loads(subprocess.run(runs, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout)
-    assert [(r["id"], r["status"]) for r in listed] == [(run_id, "completed")]
-    exported = subprocess.run([sys.executable, "-m", "core.cli", "runs", "export", run_id[:6], "--csv", "-",
-                               "--runs-dir", str(root)], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    rows = list(csv.DictReader(exported.stdout.splitlines()))
-    assert exported.returncode == 0 and rows and all(r["loss"] for r in rows if r["lr"])
+    code, _, err = cli(capsys, *TRAIN[3:], "--max-steps", str(saved + 5), "--resume", str(out / "checkpoint.pt"))
+    assert code == 0, err
+    assert [(r["id"], r["status"]) for r in listed()] == [(run_id, "completed")]
+    code, exported, err = cli(capsys, "runs", "export", run_id[:6], "--csv", "-", "--runs-dir", str(root))
+    rows = list(csv.DictReader(exported.splitlines()))
+    assert code == 0 and rows and all(r["loss"] for r in rows if r["lr"]), err
     assert int(rows[-1]["step"]) == saved + 5

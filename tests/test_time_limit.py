@@ -5,9 +5,6 @@ clock decides and the ranks agree at their stop agreement."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +14,6 @@ from core.engine import trainer as trainer_module
 from core.engine.events import CheckpointSaved
 from core.engine.trainer import Trainer
 from core.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def clock_of_steps(monkeypatch, seconds_per_step: float) -> dict:
@@ -52,17 +47,34 @@ def test_no_limit_by_default_and_validated():
     assert args.time_limit_minutes == 90.0
 
 
+def _time_limit_on_two_ranks(rank: int, out: str) -> dict:
+    from core.engine import trainer as module
+    from core.engine.distributed import DistContext
+
+    holder = {}
+    # Only rank 0's clock runs (a step is 10 s): rank 1's says no time passed, so if it decided alone it would
+    # train on while rank 0 ended, and rank 0 would wait for it in a collective.
+    module.monotonic = (lambda: holder["t"].step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
+    trainer = Trainer(RunConfig.for_task("tiny", device="cpu", precision="fp32", batch_size=16, max_steps=1_000_000,
+                                         log_interval=5, time_limit_minutes=2, checkpoint_minutes=0, threads=1,
+                                         out_dir=out), dist_ctx=DistContext.from_env())
+    holder["t"] = trainer
+    ended = trainer.run()
+    return {"status": ended.status, "step": ended.step, "message": ended.message}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_under_ddp_rank_0s_clock_ends_both_ranks_at_one_step(tmp_path):
     """Two ranks: rank 0's clock decides and the decision travels in the ranks' stop agreement, so both end at
     the same step (a rank ending alone would leave the other waiting in a collective) and the run completes."""
-    out = tmp_path / "ddp"
-    done = subprocess.run([sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device", "cpu",
-                           "--nproc", "2", "--max-steps", "1000000", "--batch-size", "16", "--threads", "1",
-                           "--time-limit", "0.05", "--out", str(out), "--json"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=200)
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "completed" and "time limit of 0.05 min reached" in summary["message"]
-    assert 0 < summary["steps"] < 1_000_000
+    from tests.test_distributed import run_ranks
+
+    zero, one = run_ranks(_time_limit_on_two_ranks, str(tmp_path / "ddp"))
+    assert zero["status"] == one["status"] == "completed"
+    # The budget is spent at step 12; the ranks end at the agreement that sees it (at least every log interval).
+    assert zero["step"] == one["step"] and 12 <= zero["step"] < 1_000_000
+    assert zero["message"] == one["message"] == (f"time limit of 2 min reached at step {zero['step']} of 1,000,000; "
+                                                 f"evaluated, tested and saved as at the end")
+    record = json.loads((tmp_path / "ddp" / "run.json").read_text())
+    assert record["status"] == "completed" and record["steps"] == zero["step"]

@@ -3,7 +3,9 @@ summary, exit 128 + signal number, never a traceback (also when stderr went away
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -95,6 +97,21 @@ def test_a_repeated_signal_says_already_stopping_and_stops_once(capfd):
     assert "SIGTERM: stopping after this step" in err and "already stopping (SIGINT)" in err
 
 
+def wait_for_stderr_gone(process, seconds=60):
+    """Until the process's stderr is /dev/null (Linux's /proc shows it; elsewhere half a second, 2 progress lines)."""
+    fd = f"/proc/{process.pid}/fd/2"
+    if not os.path.exists(fd):
+        time.sleep(0.5)
+        return
+    deadline = time.monotonic() + seconds
+    while True:
+        with contextlib.suppress(OSError):  # a process that ended has no fd 2: the assertion says so
+            if os.readlink(fd) == os.devnull:
+                return
+        assert time.monotonic() < deadline and process.poll() is None, "no write to the closed stderr failed"
+        time.sleep(0.02)
+
+
 def test_hang_up_with_stderr_gone_still_saves_and_reports(tmp_path):
     """After a dropped ssh session writes to the terminal fail; the run must still stop cleanly."""
     out = tmp_path / "run"
@@ -102,7 +119,9 @@ def test_hang_up_with_stderr_gone_still_saves_and_reports(tmp_path):
     try:
         wait_for_steps(process, out)
         process.stderr.close()  # progress lines and the stop message now fail with EPIPE
-        time.sleep(0.5)  # a progress line is due every 0.2 s: at least one write fails before the signal
+        # A progress line is due every 0.2 s: the first that fails points the run's stderr at /dev/null
+        # (core.cli.common.SafeStream), so at least one write has failed before the signal.
+        wait_for_stderr_gone(process)
         process.send_signal(signal.SIGHUP)
         stdout = process.stdout.read()
         process.wait(timeout=60)

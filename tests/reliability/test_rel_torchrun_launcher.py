@@ -1,6 +1,6 @@
 """The `--nproc` launcher: a stop signal reaches the ranks through rank 0's stdin and the launcher waits for
-their checkpoint (exit 128 + signum, no torchrun traceback or OMP banner); process counts beyond the machine are
-refused in one line; every socket the run listens on is bound to 127.0.0.1."""
+their checkpoint (exit 128 + the first signal's number, no torchrun traceback or OMP banner); process counts
+beyond the machine are refused in one line; every socket the run listens on is bound to 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -50,7 +50,9 @@ def listening_addresses(pid: int) -> list[tuple[str, int]]:
 
 
 @pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
-def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path):
+def test_a_stop_signal_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path):
+    """SIGINT (a terminal's Ctrl+C; the window signals the run's process group so), then SIGTERM while the ranks
+    are stopping: they go on stopping, rank 0 writes the checkpoint, and the launcher exits 128 + SIGINT."""
     import torch
 
     from core.files import read_jsonl
@@ -65,18 +67,19 @@ def test_sigterm_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_path):
             assert time.monotonic() < deadline and process.poll() is None, "the ranks did not start"
             time.sleep(0.1)
         listening = listening_addresses(process.pid)
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGINT)
         time.sleep(0.2)
         process.send_signal(signal.SIGTERM)  # a second one while the ranks are stopping: they go on stopping
         stdout, stderr = process.communicate(timeout=100)
     finally:
         process.kill()
-    assert process.returncode == 143, stderr
+    assert process.returncode == 130, stderr
     # torchrun's agent hosts two stores and each rank a gloo listener: every one on loopback only
     assert len(listening) >= 3 and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["status"] == "stopped"
+    ended = read_jsonl(out / "metrics.jsonl")[-1]
+    assert ended["event"] == "RunEnded" and ended["status"] == "stopped" and ended["step"] == summary["steps"]
     assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == summary["steps"]
-    assert read_jsonl(out / "metrics.jsonl")[-1]["status"] == "stopped"
     assert "Traceback" not in stderr and "OMP_NUM_THREADS" not in stderr and "death signal" not in stderr, stderr
-    assert "already stopping" in stderr
+    assert "SIGINT: stopping after this step" in stderr and "already stopping (SIGTERM)" in stderr, stderr
