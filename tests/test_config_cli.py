@@ -53,12 +53,19 @@ def run_cli(*args, cwd=None):
                           timeout=120)
 
 
-@pytest.mark.slow
-def test_train_json_summary_and_files(tmp_path):
+def train_json(capsys, *args) -> dict:
+    """`amp-console train ... --json` in this process: its exit status must be 0; its summary line and stderr."""
+    code = main(["train", *args, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return {**json.loads(captured.out.strip().splitlines()[-1]), "stderr": captured.err}
+
+
+def test_train_json_summary_and_files(tmp_path, capsys):
+    """`train --json` in this process (its exit status, stdout and stderr across a real process boundary are
+    test_bad_input_from_a_real_process_is_exit_2_and_one_line's and the signal tests')."""
     out = tmp_path / "run"
-    result = run_cli("train", "--task", "tiny", "--max-steps", "30", "--out", str(out), "--json", "--device", "cpu")
-    assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    summary = train_json(capsys, "--task", "tiny", "--max-steps", "30", "--out", str(out), "--device", "cpu")
     for key in ("status", "steps", "epochs", "final_loss", "metrics", "device", "precision", "autocast_dtype",
                 "checkpoint", "samples_per_second"):
         assert key in summary
@@ -67,15 +74,7 @@ def test_train_json_summary_and_files(tmp_path):
     assert (out / "checkpoint.pt").is_file() and (out / "config.toml").is_file()
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["event"] == "RunStarted" and lines[-1]["event"] == "RunEnded"
-    assert "Traceback" not in result.stderr
-
-
-def train_json(capsys, *args) -> dict:
-    """`amp-console train ... --json` in this process: its exit status must be 0; its summary line and stderr."""
-    code = main(["train", *args, "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return {**json.loads(captured.out.strip().splitlines()[-1]), "stderr": captured.err}
+    assert "Traceback" not in summary["stderr"]
 
 
 def test_resume_continues_from_the_checkpoint(tmp_path, capsys):

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import torch
+from fresh_python import FreshPython
 from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
 
 from core.cli.main import main
@@ -111,18 +109,18 @@ def reload(folder: Path, fmt: str, checkpoint: Path, x: torch.Tensor) -> torch.T
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_each_format_reloads_and_matches_the_model(runs, trained_runs, tmp_path, task, fmt):
+def test_each_format_reloads_and_matches_the_model(runs, trained_runs, trained_exports, task, fmt):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
-    out = tmp_path / "export"
-    result = export_model(runs[task], out, fmt)
+    export = trained_exports(task, fmt)  # export_model(runs[task], a new folder, fmt), once per session
+    out, result = export.folder, export.result
     assert result.max_abs_diff <= result.tolerance and result.rows > 0
     names = {p.name for p in out.iterdir()}
     model_file = {"program": "model.pt2", "onnx": "model.onnx", "safetensors": "model.safetensors"}[fmt]
     assert {model_file, "manifest.json", "serve.py"} <= names
     if fmt == "safetensors":
         assert {"model.pt", "model.json"} <= names  # today's export_checkpoint files too
-    assert [p.name for p in tmp_path.iterdir()] == ["export"]  # no temp folder left beside it
+    assert [p.name for p in out.parent.iterdir()] == ["export"]  # no temp folder left beside it
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["task"] == task and manifest["file"] == model_file and manifest["dtype"] == "fp32"
     assert manifest["step"] == trained_runs[task].ended.step
@@ -134,11 +132,11 @@ def test_each_format_reloads_and_matches_the_model(runs, trained_runs, tmp_path,
     assert float((got - expected).abs().max()) <= 1e-4 * max(1.0, float(expected.abs().max()))
 
 
-def test_manifests_carry_what_serving_needs(runs, tmp_path):
+def test_manifests_carry_what_serving_needs(trained_exports):
     serving = {}
     for task in TASK_OPTIONS:
-        export_model(runs[task], tmp_path / task, "program")
-        serving[task] = json.loads((tmp_path / task / "manifest.json").read_text())["serving"]
+        manifest = trained_exports(task, "program").folder / "manifest.json"
+        serving[task] = json.loads(manifest.read_text())["serving"]
     assert serving["tiny"]["features"] == 10
     tokenizer = serving["sentiment"]["tokenizer"]
     options = TASK_OPTIONS["sentiment"]
@@ -152,27 +150,16 @@ def test_manifests_carry_what_serving_needs(runs, tmp_path):
     assert "inside the model" in serving["ranking"]["normalization"]
 
 
-FRESH_PRELUDE = """
-import json, os, sys
-# This project is installed editable in the venv: drop its import hook and the repository from the path,
-# so that only torch (and onnxruntime) can serve.
-sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
-sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p or ".", "core", "runs", "export.py"))]
-for name in ("core", "app"):
-    try:
-        __import__(name)
-    except ImportError:
-        pass
-    else:
-        raise SystemExit(f"{name} is importable: the test would prove nothing")
-"""
+@pytest.fixture(scope="module")
+def fresh_python(tmp_path_factory):
+    server = FreshPython(tmp_path_factory.mktemp("fresh-python"))
+    yield server
+    server.close()
 
 
-def run_fresh(code: str, cwd: Path, *args: str) -> str:
-    """`code` in a fresh, isolated Python (-I, no PYTHONPATH, cwd outside the repository); its stdout."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    done = subprocess.run([sys.executable, "-I", "-c", FRESH_PRELUDE + code, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=180)
+def run_fresh(fresh_python: FreshPython, code: str, cwd: Path, *args: str) -> str:
+    """`code` in a fresh, isolated Python (tests/fresh_python.py); its stdout."""
+    done = fresh_python.run(code, cwd, *args)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -186,8 +173,9 @@ print(json.dumps(model.predict(json.loads(sys.argv[2]), **json.loads(sys.argv[3]
 """
 
 
-def served(tmp_path: Path, folder: Path, inputs, **kwargs):
-    return json.loads(run_fresh(SERVE_CALL, tmp_path, str(folder), json.dumps(inputs), json.dumps(kwargs)))
+def served(fresh_python: FreshPython, tmp_path: Path, folder: Path, inputs, **kwargs):
+    return json.loads(run_fresh(fresh_python, SERVE_CALL, tmp_path, str(folder), json.dumps(inputs),
+                                json.dumps(kwargs)))
 
 
 REVIEWS = ["Clear and useful, not boring at all.", "I didn't like it: confusing; never again!",
@@ -198,22 +186,22 @@ REVIEWS = ["Clear and useful, not boring at all.", "I didn't like it: confusing;
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, task, fmt):
+def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, trained_exports, fresh_python, tmp_path, task,
+                                                           fmt):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
-    folder = tmp_path / "export"
-    export_model(runs[task], folder, fmt)
+    folder = trained_exports(task, fmt).folder
     state, core_task, model = trained_model(runs[task])
     tol = 1e-4
     if task == "tiny":
         x = torch.randn(3, 10, generator=torch.Generator().manual_seed(1))
-        got = torch.tensor(served(tmp_path, folder, x.tolist()))
+        got = torch.tensor(served(fresh_python, tmp_path, folder, x.tolist()))
         with torch.no_grad():
             expected = torch.softmax(model(x), -1)
     elif task == "sentiment":
         from core.data.tokenizer import hashed_tokens
 
-        got = torch.tensor(served(tmp_path, folder, REVIEWS))
+        got = torch.tensor(served(fresh_python, tmp_path, folder, REVIEWS))
         o = core_task.opts
         with torch.no_grad():
             tokens = hashed_tokens(pa.array(REVIEWS), o["buckets"], o["max_tokens"], o["negation_scope"])
@@ -225,7 +213,7 @@ def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, tas
         # (the second is longer than the model's window)
         histories = [[LESSONS[3], LESSONS[4], LESSONS[5]], [str(LESSONS[t % 4]) for t in range(12)],
                      [str(LESSONS[7])]]
-        answer = served(tmp_path, folder, histories, k=5)
+        answer = served(fresh_python, tmp_path, folder, histories, k=5)
         max_len = model.positions.num_embeddings
         for history, top in zip(histories, answer):
             history = [str(i) for i in history]
@@ -241,8 +229,8 @@ def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, tmp_path, tas
         return
     else:
         x = torch.randn(2, 4, TASK_OPTIONS["ranking"]["features"], generator=torch.Generator().manual_seed(1)) * 3
-        got = torch.tensor(served(tmp_path, folder, x.tolist()))
-        flat = torch.tensor(served(tmp_path, folder, x[0].tolist()))  # (N, F): one query's candidates
+        got = torch.tensor(served(fresh_python, tmp_path, folder, x.tolist()))
+        flat = torch.tensor(served(fresh_python, tmp_path, folder, x[0].tolist()))  # (N, F): one query's candidates
         with torch.no_grad():
             expected = model(x)
         assert flat == pytest.approx(expected[0], abs=tol)
@@ -395,11 +383,11 @@ def readme_snippet() -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_the_readme_script_runs_as_printed(runs, tmp_path):
+def test_the_readme_script_runs_as_printed(runs, trained_exports, fresh_python):
     snippet = readme_snippet()
     assert len(snippet.strip().splitlines()) <= 10
-    export_model(runs["sentiment"], tmp_path / "model-export", "program")
-    out = run_fresh(snippet, tmp_path, "model-export").strip().splitlines()
+    folder = trained_exports("sentiment", "program").folder  # what `amp-console export --out` wrote
+    out = run_fresh(fresh_python, snippet, folder.parent, folder.name).strip().splitlines()
     # The script prints the task, then P(positive) of its review
     assert out[0].startswith("sentiment")
     _state, task, model = trained_model(runs["sentiment"])
@@ -416,24 +404,24 @@ def test_the_readme_script_runs_as_printed(runs, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_path, task):
+def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, trained_exports, fresh_python, tmp_path,
+                                                                  task):
     """core.runs.predict's Predictor (behind `amp-console predict` and the preview panel) and the exported program
     served by serve.py in a fresh Python give the same answers for the same inputs."""
     from core.runs.predict import load_predictor
 
-    folder = tmp_path / "export"
-    export_model(runs[task], folder, "program")
+    folder = trained_exports(task, "program").folder
     predictor = load_predictor(runs[task], "last")
     if task == "tiny":
         x = torch.randn(4, 10, generator=torch.Generator().manual_seed(2)).numpy()
-        got = torch.tensor(served(tmp_path, folder, x.tolist()))
+        got = torch.tensor(served(fresh_python, tmp_path, folder, x.tolist()))
         assert torch.allclose(got, torch.from_numpy(predictor.classify(x)), atol=1e-5)
     elif task == "sentiment":
-        assert served(tmp_path, folder, REVIEWS) == pytest.approx(predictor.sentiment(REVIEWS), abs=1e-5)
+        assert served(fresh_python, tmp_path, folder, REVIEWS) == pytest.approx(predictor.sentiment(REVIEWS), abs=1e-5)
     elif task == "recommender":
         histories = [[str(i) for i in LESSONS[2:5]], [str(LESSONS[7])], [str(i) for i in LESSONS[::3]],
                      ["no-such-lesson", "-1"]]  # nothing known: no answer from either
-        answers = served(tmp_path, folder, histories, k=6)
+        answers = served(fresh_python, tmp_path, folder, histories, k=6)
         assert answers[-1] == []
         for ours, theirs in zip(answers, predictor.recommend_many(histories, k=6)):
             assert [str(lesson) for lesson, _s in ours] == [str(lesson) for lesson in theirs.items]
@@ -441,7 +429,7 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, tmp_pa
     else:
         width = TASK_OPTIONS["ranking"]["features"]
         x = (torch.randn(7, width, generator=torch.Generator().manual_seed(2)) * 3).numpy()
-        assert served(tmp_path, folder, x.tolist()) == pytest.approx(predictor.rank(x).tolist(), abs=1e-5)
+        assert served(fresh_python, tmp_path, folder, x.tolist()) == pytest.approx(predictor.rank(x).tolist(), abs=1e-5)
 
 
 def test_an_export_that_does_not_verify_leaves_nothing(runs, tmp_path, monkeypatch):
@@ -476,9 +464,8 @@ print(json.dumps(answers))
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, task):
-    folder = tmp_path / "export"
-    export_model(runs[task], folder, "safetensors")
+def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(trained_exports, fresh_python, tmp_path, task):
+    folder = trained_exports(task, "safetensors").folder
     calls = {"empty": [[[]], {}]}
     if task == "sentiment":
         calls.update(batch=[[["Great lesson"]], {}], one=[["Great lesson"], {}], none=[[[None]], {}])
@@ -491,7 +478,7 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, t
         width = 10 if task == "tiny" else TASK_OPTIONS["ranking"]["features"]
         calls.update(batch=[[[[0.5] * width]], {}], one=[[[0.5] * width], {}],
                      short=[[[[0.5] * (width - 1)]], {}])
-    got = json.loads(run_fresh(EDGE_CALLS, tmp_path, str(folder), json.dumps(calls)))
+    got = json.loads(run_fresh(fresh_python, EDGE_CALLS, tmp_path, str(folder), json.dumps(calls)))
     assert got["empty"] == []
     if task == "sentiment":
         assert len(got["batch"]) == 1 and got["one"] == got["batch"]  # one text, not one score per character
@@ -503,7 +490,7 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(runs, tmp_path, t
         assert got["k0"].startswith("error: k=0: ask for at least 1")
         numpy_k = ("import numpy\n"
                    "print(json.dumps(serve.load(folder).predict(json.loads(sys.argv[2]), k=numpy.int64(3))))")
-        same = run_fresh(SERVE_IMPORT + numpy_k, tmp_path, str(folder), json.dumps([[a, b]]))
+        same = run_fresh(fresh_python, SERVE_IMPORT + numpy_k, tmp_path, str(folder), json.dumps([[a, b]]))
         assert json.loads(same) == got["batch"]  # numpy's integers are integers
     else:
         assert len(got["batch"]) == 1 and got["one"] == got["batch"]

@@ -25,24 +25,16 @@ import pytest
 from trained_runs import LESSONS, TASK_OPTIONS
 
 from core.runs import program_archive, serve
-from core.runs.export import export_model, serve_py
+from core.runs.export import serve_py
 
 K = 3  # the recommender's lessons per history
 DEADLINE = 180.0  # seconds a child process may take to load torch and the export on a busy machine
 
 
 @pytest.fixture(scope="module")
-def exports(trained_runs, tmp_path_factory):
-    """task -> the program export of its shared run (read-only), exported on first use."""
-    made = {}
-
-    def export(task):
-        if task not in made:
-            made[task] = tmp_path_factory.mktemp("exports") / task
-            export_model(trained_runs[task].checkpoint, made[task], "program")
-        return made[task]
-
-    return export
+def exports(trained_exports):
+    """task -> the program export of its shared run (read-only: tests/trained_runs.py's trained_exports)."""
+    return lambda task: trained_exports(task, "program").folder
 
 
 # ---- the module ---------------------------------------------------------------------------------------------------
@@ -192,7 +184,8 @@ def good_rows(task):
         return [{"text": t} for t in ("Clear and useful, not boring at all.", "I didn't like it: confusing",
                                       "Great lesson")]
     if task == "recommender":
-        return [{"user_id": "u1", "history": f"{LESSONS[3]} {LESSONS[4]}"}, {"user_id": "u2", "history": str(LESSONS[7])},
+        return [{"user_id": "u1", "history": f"{LESSONS[3]} {LESSONS[4]}"},
+                {"user_id": "u2", "history": str(LESSONS[7])},
                 {"user_id": "u3", "history": f"{LESSONS[0]},{LESSONS[5]},{LESSONS[1]}"}]
     width = TASK_OPTIONS["ranking"]["features"]
     return [{"query_id": "q1", "doc_id": f"d{j}", **{f"f{i}": (i * j) % 5 - 1.5 for i in range(1, width + 1)}}
@@ -374,13 +367,27 @@ HOSTILE = {
 @pytest.mark.reliability
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("task", list(HOSTILE))
-def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(exports, tmp_path, task):
-    folder = exports(task)
+def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(trained_exports, tmp_path, task):
+    # the weights, served in plain torch: the server starts without torch.export's imports (seconds); the HTTP
+    # layer is the same for every format
+    folder = trained_exports(task, "safetensors").folder
     case = HOSTILE[task]
     served = serve.load(folder)
     server = Server(folder, tmp_path, "--timeout", 5)
+    stalled: dict = {}
+
+    def stall():
+        try:
+            stalled["answer"] = server.raw(b"POST /predict HTTP/1.1\r\nContent-Length: 100\r\n\r\n{", close_write=False)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the test's thread
+            stalled["error"] = exc
+
     try:
         assert server.healthy()
+        # a client that stops sending mid-body: answered once the timeout (5 s) passes, not held forever, and
+        # meanwhile the requests below are answered (a connection has a thread of its own)
+        client = threading.Thread(target=stall, daemon=True)
+        client.start()
         status, _h, body = server.request("POST", "/predict", json.dumps(case["good"]))
         assert status == 200
         same(body, expected(served, task, case["good"]))
@@ -421,8 +428,11 @@ def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(exports,
         refused(*server.raw(b"POST /predict HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
                 411, "chunked")
         refused(*server.raw(b"\x16\x03\x01 not http at all\r\n\r\n"), 400)
-        # a client that stops sending mid-body: answered once the timeout (5 s) passes, not held forever
-        refused(*server.raw(b"POST /predict HTTP/1.1\r\nContent-Length: 100\r\n\r\n{", close_write=False), 408)
+        client.join(timeout=120)
+        assert not client.is_alive(), "the stalled client got no answer"
+        if "error" in stalled:
+            raise stalled["error"]
+        refused(*stalled["answer"], 408, "did not arrive within 5 s")
         status, _h, body = server.request("POST", "/predict", json.dumps(case["good"]))
         assert status == 200 and server.process.poll() is None
     finally:

@@ -124,6 +124,36 @@ def trained_runs(tmp_path_factory) -> TrainedRuns:
     assert snapshot(base) == before, "a test wrote into the shared trained runs: copy the run first (copy_to)"
 
 
+@dataclass(frozen=True)
+class TrainedExport:
+    folder: Path  # what `export_model(run.checkpoint, folder, fmt)` wrote: the only entry of its parent folder
+    result: object  # its core.runs.export.ExportResult
+
+
+@pytest.fixture(scope="session")
+def trained_exports(trained_runs, tmp_path_factory):
+    """`trained_exports(task, fmt)`: the `fmt` export (fp32) of the shared run's last checkpoint, made on first
+    use and shared, read-only (a Python that imports its serve.py must not write bytecode beside it: -B). The
+    session checks at its end that nothing in the export folders changed."""
+    from core.runs.export import export_model
+
+    base = tmp_path_factory.mktemp("trained-exports")
+    made: dict[tuple[str, str], TrainedExport] = {}
+    written: dict[tuple[str, str], dict] = {}
+
+    def exported(task: str, fmt: str) -> TrainedExport:
+        if (task, fmt) not in made:
+            folder = base / f"{task}-{fmt}" / "export"
+            result = export_model(trained_runs[task].checkpoint, folder, fmt)
+            made[task, fmt] = TrainedExport(folder, result)
+            written[task, fmt] = snapshot(folder.parent)
+        return made[task, fmt]
+
+    yield exported
+    changed = [f"{task}-{fmt}" for (task, fmt), before in written.items() if snapshot(base / f"{task}-{fmt}") != before]
+    assert not changed, f"a test wrote into the shared exports {changed}: export a copy of its own"
+
+
 DIGITS_EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "digits_task.py"
 
 

@@ -14,6 +14,23 @@ MODES = pytest.mark.parametrize("separate", [pytest.param(True, marks=pytest.mar
 PROCESS_WAIT_MS = 180_000
 
 
+def run_form(qtbot):
+    """The run form alone (app.panels.run_setup.RunSetupPanel), filled with core's tasks and fields and shown as
+    the window fills it: for what the form does by itself, without building a window (plots, menus, devices)."""
+    from app.panels.run_setup import RunSetupPanel
+    from core.config import FIELD_SPECS
+    from core.devices import cpu_info
+    from core.tasks import TASKS
+
+    form = RunSetupPanel()
+    qtbot.addWidget(form)
+    form.populate(TASKS, FIELD_SPECS)
+    form.set_device(cpu_info())
+    form.show()
+    qtbot.waitExposed(form)
+    return form
+
+
 def find(window: QWidget, name: str, kind=QWidget):
     widget = window.findChild(kind, name)
     assert widget is not None, f"no widget named {name!r}"

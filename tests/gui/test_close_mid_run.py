@@ -2,7 +2,9 @@
 
 "Stop and close" stops the run (checkpoint written) while the window keeps painting, then closes; "Keep
 training" hides the window at once and closes it when the run has ended; "Cancel" keeps everything as it was.
-Each runs with a separate training process (the app's default) and on a QThread of the window's process.
+What crosses the process boundary runs with a separate training process (the app's default) and on a QThread of
+the window's process: Stop and close (the process ends with the window) and Keep training's SIGTERM (the
+process's own handler stops it). The rest is the window's and runs on a thread.
 """
 
 from __future__ import annotations
@@ -79,11 +81,10 @@ def test_stop_and_close_keeps_the_window_responsive_then_closes(qtbot, window, t
 
 
 @pytest.mark.timeout(300)
-@MODES
-def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, separate, monkeypatch):
+def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, monkeypatch):
     answers = Answers("cancel")
     monkeypatch.setattr(window, "ask_close_mid_run", answers)
-    start_long_run(qtbot, window, tmp_path / "run", separate)
+    start_long_run(qtbot, window, tmp_path / "run", separate=False)
     assert window.request_close() is False
     assert answers.asked == 1
     assert window.isVisible() and window.controller.running and not window.controller.stopping
@@ -99,13 +100,11 @@ def test_cancel_keeps_the_window_and_the_run(qtbot, window, tmp_path, separate, 
 
 
 @pytest.mark.timeout(300)
-@MODES
-def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, window, tmp_path, separate,
-                                                                         monkeypatch):
+def test_keep_training_hides_the_window_and_closes_it_when_the_run_ends(qtbot, window, tmp_path, monkeypatch):
     monkeypatch.setattr(window, "ask_close_mid_run", Answers("keep"))
     # Long enough (seconds of steps: hundreds a second) to be still running when the pause arrives, a few steps
     # after the first point is drawn; short enough to end soon after the window lets it go on.
-    start_long_run(qtbot, window, tmp_path / "run", separate, max_steps=4_000)
+    start_long_run(qtbot, window, tmp_path / "run", separate=False, max_steps=4_000)
     find(window, "pauseButton").click()  # a paused run would never end with the window gone
     # a busy machine delays the child
     qtbot.waitUntil(lambda: "Paused" in window.statusBarWidget.message.text(), timeout=PROCESS_WAIT_MS)

@@ -86,9 +86,10 @@ def test_relative_output_folder_means_the_same_in_a_separate_process(qtbot, wind
 
 
 @pytest.mark.timeout(300)
-@MODES
-def test_a_second_run_into_the_same_folder_keeps_the_first_checkpoint(qtbot, window, tmp_path, separate):
-    quick_run(window, tmp_path / "run", max_steps=5, separate_process=separate)
+def test_a_second_run_into_the_same_folder_keeps_the_first_checkpoint(qtbot, window, tmp_path):
+    """The engine's rule, on a thread (the separate process's run resolves its folder as the relative folder
+    test shows)."""
+    quick_run(window, tmp_path / "run", max_steps=5)
     finish_run(qtbot, window)
     first = (tmp_path / "run" / "checkpoint.pt").read_bytes()
     finish_run(qtbot, window)  # the same form again

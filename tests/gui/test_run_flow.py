@@ -1,7 +1,7 @@
 """The full training flow through the real widgets: Start, live loss, Pause, Resume, Stop, checkpoint.
 
-The flow and the close-mid-run tests run twice: in a separate process (the app's default) and on a QThread
-of the window's process.
+The flow runs twice: in a separate process (the app's default) and on a QThread of the window's process. Closing
+mid-run runs on a thread; closing a paused run in a separate process is the prestarted process test's end.
 """
 
 from __future__ import annotations
@@ -91,25 +91,20 @@ def test_completed_run_then_a_second_run_reuses_the_window(qtbot, window, tmp_pa
 
 
 @pytest.mark.timeout(300)
-@MODES
-def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tmp_path, separate):
-    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=separate)
+def test_closing_the_window_mid_run_stops_and_joins_the_thread(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     running_threads = [t for t in window.findChildren(QThread)]
-    pid = window.controller.run.process.processId() if separate else None
     window.close()
     assert not window.controller.running
     assert all(not t.isRunning() for t in running_threads)
-    if separate:
-        assert process_gone(pid), "the training process outlived the window"
     assert (tmp_path / "run" / "checkpoint.pt").is_file()  # stopping writes a checkpoint
 
 
 @pytest.mark.timeout(300)
-@MODES
-def test_closing_while_paused_still_stops(qtbot, window, tmp_path, separate):
-    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=separate)
+def test_closing_while_paused_still_stops(qtbot, window, tmp_path):
+    quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     click(qtbot, window, "pauseButton")
@@ -121,6 +116,8 @@ def test_closing_while_paused_still_stops(qtbot, window, tmp_path, separate):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot, make_window, tmp_path):
+    """A spare process takes the next run and another is prepared; closing the window while the run of a spare
+    is paused stops it (checkpoint written), ends the process and starts no other."""
     window = make_window(prestart_runs=True)
     spare = window.controller.spare
     assert spare is not None, "no training process was started ahead of time"
@@ -147,9 +144,17 @@ def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot
     again = window.controller.spare
     assert again is not None
     pid = again.process.processId()
-    quick_run(window, tmp_path / "long", max_steps=1_000_000, samples=8192)
+    quick_run(window, tmp_path / "long", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")  # takes the new spare; closing mid-run must not start another
+    assert window.controller.run is again
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
+    events = []
+    window.controller.event.connect(events.append)
+    click(qtbot, window, "pauseButton")
+    qtbot.waitUntil(lambda: any(isinstance(e, RunPaused) for e in events), timeout=PROCESS_WAIT_MS)
+    running_threads = [t for t in window.findChildren(QThread)]
     window.close()
     assert window.controller.spare is None and not window.controller.running
+    assert all(not t.isRunning() for t in running_threads)
     assert process_gone(pid), "the training process outlived the window"
+    assert (tmp_path / "long" / "checkpoint.pt").is_file()  # stopping a paused run writes a checkpoint

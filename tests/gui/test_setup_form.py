@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gui_helpers import find, quick_run, set_field
+from gui_helpers import find, quick_run, run_form, set_field
 from PySide6.QtCore import Qt
 
 from core.config import RunConfig
@@ -17,6 +17,12 @@ def fake_devices() -> list[DeviceInfo]:
                      fp16=True, tensor_cores=True, precisions=("fp32", "fp16"),
                      unsupported={"bf16": "bf16 needs compute capability 8.0", "tf32": "TF32 needs 8.0"})
     return [cpu, gpu]
+
+
+@pytest.fixture
+def form(qtbot):
+    """The run form alone, for what it does by itself (the window's wiring is the other tests')."""
+    return run_form(qtbot)
 
 
 def precision_item(window, mode: str):
@@ -73,23 +79,23 @@ def test_invalid_field_blocks_start_with_cores_message(qtbot, window, tmp_path):
 
 
 @pytest.mark.timeout(30)
-def test_task_options_update_the_parameter_count(qtbot, window):
-    set_field(window, "taskCombo", "tiny")
-    set_field(window, "hiddenOptionEdit", 16)
-    assert find(window, "paramCount").text().startswith("210 ")  # 10*16+16 + 16*2+2
-    set_field(window, "hiddenOptionEdit", 32)
-    assert find(window, "paramCount").text().startswith("418 ")
+def test_task_options_update_the_parameter_count(qtbot, form):
+    set_field(form, "taskCombo", "tiny")
+    set_field(form, "hiddenOptionEdit", 16)
+    assert find(form, "paramCount").text().startswith("210 ")  # 10*16+16 + 16*2+2
+    set_field(form, "hiddenOptionEdit", 32)
+    assert find(form, "paramCount").text().startswith("418 ")
 
 
 @pytest.mark.timeout(30)
-def test_every_registered_task_is_offered(window):
+def test_every_registered_task_is_offered(form):
     from core.tasks import TASKS
 
-    combo = find(window, "taskCombo")
+    combo = find(form, "taskCombo")
     assert [combo.itemData(i) for i in range(combo.count())] == list(TASKS)
     for index in range(combo.count()):
         combo.setCurrentIndex(index)  # each task's options form builds and counts parameters
-        assert "trainable parameters" in find(window, "paramCount").text()
+        assert "trainable parameters" in find(form, "paramCount").text()
 
 
 @pytest.mark.timeout(30)
@@ -146,8 +152,8 @@ def test_widgets_have_stable_names(window):
 
 
 @pytest.mark.timeout(30)
-def test_scientific_spin_box_steps_in_decades(window):
-    lr = find(window, "lrEdit")
+def test_scientific_spin_box_steps_in_decades(form):
+    lr = find(form, "lrEdit")
     lr.setValue(1e-3)
     lr.stepBy(10)
     assert lr.value() == pytest.approx(1e-2, rel=1e-2)
@@ -157,17 +163,16 @@ def test_scientific_spin_box_steps_in_decades(window):
 
 
 @pytest.mark.timeout(30)
-def test_every_run_config_field_has_an_editor(window):
-    from core.config import FIELD_SPECS
-
+def test_every_run_config_field_has_an_editor(form):
     from app.panels.editors import camel
     from app.panels.run_setup import OWN_WIDGETS
+    from core.config import FIELD_SPECS
 
     assert set(OWN_WIDGETS) == {"task", "task_file", "device", "precision"}
     for name in FIELD_SPECS:
         if name in OWN_WIDGETS:
             continue  # task picker (it sets the task and where a user's task is), devices panel, precision combo
-        find(window, f"{camel(name)}Edit")
+        find(form, f"{camel(name)}Edit")
 
 
 def test_every_precision_list_is_the_one_in_core(window):
@@ -200,9 +205,9 @@ def test_a_failing_device_detection_keeps_the_window_usable(qtbot, window):
     assert window.setupPanel.isEnabled()
 
 
-def test_compile_and_activation_checkpointing_sit_with_precision_and_fill_the_config(qtbot, window):
-    panel = window.setupPanel
-    precision_group = find(window, "precisionCombo").parentWidget()
+def test_compile_and_activation_checkpointing_sit_with_precision_and_fill_the_config(qtbot, form):
+    panel = form
+    precision_group = find(form, "precisionCombo").parentWidget()
     rows = {name: panel._rows[name] for name in ("compile", "compile_mode", "activation_checkpointing")}
     assert all(row.parentWidget() is precision_group for row in rows.values())  # beside the mode, not the output
     compile_box, mode_combo = rows["compile"].editor.input, rows["compile_mode"].editor.input

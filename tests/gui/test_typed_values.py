@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gui_helpers import find, quick_run
+from gui_helpers import find, quick_run, run_form
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
@@ -28,6 +28,12 @@ def engine_message(**changes) -> str:
     """Core's message for one bad setting of the tiny task's defaults."""
     (name,) = changes
     return RunConfig.for_task("tiny").replace(**changes).errors()[name]
+
+
+@pytest.fixture
+def form(qtbot):
+    """The run form alone, for what it does by itself (Start and the saved settings are the window's)."""
+    return run_form(qtbot)
 
 
 @pytest.fixture
@@ -155,8 +161,8 @@ def test_an_invalid_typed_value_does_not_replace_the_saved_one(qtbot, ready):
 
 
 @pytest.mark.timeout(60)
-def test_the_wheel_over_an_unfocused_field_changes_nothing(qtbot, ready):
-    window = ready
+def test_the_wheel_over_an_unfocused_field_changes_nothing(qtbot, form):
+    window = form
     batch = find(window, "batchSizeEdit")
     before = batch.value()
     find(window, "taskCombo").setFocus()
@@ -168,8 +174,8 @@ def test_the_wheel_over_an_unfocused_field_changes_nothing(qtbot, ready):
 
 
 @pytest.mark.timeout(60)
-def test_tab_walks_the_form_top_to_bottom(qtbot, ready):
-    window = ready
+def test_tab_walks_the_form_top_to_bottom(qtbot, form):
+    window = form
     combo = find(window, "taskCombo")
     window.activateWindow()
     combo.setFocus()
@@ -180,26 +186,27 @@ def test_tab_walks_the_form_top_to_bottom(qtbot, ready):
 
 
 @pytest.mark.timeout(60)
-def test_what_zero_and_empty_mean_is_shown_from_the_help(qtbot, ready):
+def test_what_zero_and_empty_mean_is_shown_from_the_help(qtbot, form):
     from core.config import FIELD_SPECS
 
-    window = ready
+    window = form
     type_into(qtbot, window, "gradClipEdit", "0")
     assert find(window, "gradClipEdit").text() == "0 (off)"  # FieldSpec help: "...; 0 = off"
-    assert window.setupPanel.config().grad_clip == 0.0
+    assert form.config().grad_clip == 0.0
     type_into(qtbot, window, "gradClipEdit", "1.5")
-    assert window.setupPanel.config().grad_clip == 1.5
+    assert form.config().grad_clip == 1.5
     assert "empty" in FIELD_SPECS["data"].help
     assert find(window, "dataEdit").placeholderText() == "synthetic data"
 
 
 @pytest.mark.timeout(60)
-def test_labels_line_up_and_carry_the_help(window):
+def test_labels_line_up_and_carry_the_help(form):
     from PySide6.QtWidgets import QLabel
 
     from core.config import FIELD_SPECS
 
-    labels = [label for label in window.setupPanel.findChildren(QLabel) if label.property("formLabel")]
+    window = form
+    labels = [label for label in form.findChildren(QLabel) if label.property("formLabel")]
     assert len({label.minimumWidth() for label in labels}) == 1
     assert all(label.minimumWidth() >= label.sizeHint().width() for label in labels)
     by_text = {label.text(): label for label in labels}
