@@ -56,8 +56,7 @@ class MainWindow(QMainWindow):
         self._status_timer = QTimer(self, singleShot=True, interval=250)
         self._status_timer.timeout.connect(self._flush_status)
         self.jobs = JobRunner(self)
-        # cyclic garbage is collected on this (the GUI) thread while the window is up: see the class doc
-        self._garbage_collector = GuiThreadGarbageCollector(self)
+        self._garbage_collector = GuiThreadGarbageCollector(self)  # collects on the GUI thread: see its doc
         self.closed.connect(self._garbage_collector.stop)
         self._history: Future | None = None  # a resumed run's earlier metrics, being read
         self._resuming: str | None = None  # the checkpoint the run being started resumes
@@ -109,6 +108,7 @@ class MainWindow(QMainWindow):
         self.plotsPanel.build()
         self.window_settings.restore_run_setup(self)
         self.engine_ready = True
+        self._garbage_collector.freeze_loaded()  # torch and the engine are imported now
         self.setupPanel.changed.connect(self._save_config_soon)
         self.setupPanel.executionChanged.connect(self._save_config_soon)
         self.setupPanel.executionChanged.connect(self._keep_spare_process)
