@@ -25,7 +25,9 @@ def test_collection_moves_to_the_gui_thread_while_a_window_is_up(qtbot, make_win
         def __del__(self):
             collected.append(True)
 
-    for _ in range(gc.get_threshold()[0] + 1):  # enough allocations to pass generation 0's threshold
+    # Allocations pass generation 0's threshold however many older objects are freed meanwhile (the count is
+    # allocations less deallocations, and it starts at 0 once the window has frozen what was loaded).
+    for _ in range(3 * gc.get_threshold()[0]):
         Cycle()
     qtbot.waitUntil(lambda: bool(collected), timeout=10_000)  # the window's timer collected them
     window.close()
@@ -52,9 +54,10 @@ def test_garbage_is_collected_on_the_gui_thread_while_a_worker_allocates(qtbot, 
 
     Holder()
 
-    def allocate() -> None:
-        keep = [[i] for i in range(20 * gc.get_threshold()[0])]  # passes generation 0's threshold many times
-        del keep
+    kept: list = []
+
+    def allocate() -> None:  # passes generation 0's threshold many times, and stays above it until the test ends
+        kept.append([[i] for i in range(20 * gc.get_threshold()[0])])
 
     worker = threading.Thread(target=allocate, name="worker-allocating")
     worker.start()
