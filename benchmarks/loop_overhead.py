@@ -341,20 +341,20 @@ def concurrent(args, batch_size: int, steps: int, log_interval: int, optimizer: 
                "--max-steps", str(steps), "--log-interval", str(log_interval), "--threads", str(args.threads),
                "--optimizer", optimizer, "--device", "cpu", "--precision", "fp32", "--out", str(out), "--events",
                "--json", "--eval-interval", "1000000000", "--keep-best", "0"]
-        engine = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
-                                  env=_env(args), preexec_fn=_pin(args))
         first = last = None
         summary = None
-        for line in engine.stdout:
-            arrived = time.monotonic()
-            record = json.loads(line)
-            if record.get("event") == "StepMetrics":
-                if first is None:
-                    first = (arrived - record["elapsed_seconds"], record["step"])
-                last = (arrived, record["step"])
-            elif "event" not in record:
-                summary = record
-        if engine.wait() or summary is None or first is None:
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                              env=_env(args), preexec_fn=_pin(args)) as engine:
+            for line in engine.stdout:
+                arrived = time.monotonic()
+                record = json.loads(line)
+                if record.get("event") == "StepMetrics":
+                    if first is None:
+                        first = (arrived - record["elapsed_seconds"], record["step"])
+                    last = (arrived, record["step"])
+                elif "event" not in record:
+                    summary = record
+        if engine.returncode or summary is None or first is None:
             raise SystemExit(f"engine failed ({engine.returncode})")
     finally:
         reference.send_signal(subprocess.signal.SIGTERM)

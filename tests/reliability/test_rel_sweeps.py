@@ -67,10 +67,12 @@ def test_kill_9_of_a_parallel_sweep_ends_every_trial_process(tmp_path, stdin_hel
         pytest.skip("the parent-death signal and /proc are Linux's")
     root = tmp_path / "runs"
     env = {**os.environ, "AMP_CONSOLE_RUNS_DIR": str(root)}
+    # Three trials on two slots: two train, and the pending one's spare process (started while they train) is
+    # among the children that must end too.
     proc = subprocess.Popen(
         [sys.executable, "-m", "core.cli", "sweep", "--task", "tiny", "--device", "cpu", "--precision", "fp32",
          "--threads", "1", "--max-steps", "1000000", "--set", "log_interval=100", "--set", "eval_interval=100000",
-         "-o", "samples=512", "--grid", "lr=1e-3,3e-3,1e-2,3e-2", "--parallel", "2", "--progress-every", "1000"],
+         "-o", "samples=512", "--grid", "lr=1e-3,3e-3,1e-2", "--parallel", "2", "--progress-every", "1000"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     held: list[int] = []
     children: list[psutil.Process] = []
@@ -129,7 +131,8 @@ def _run_json_says_running(folder: Path) -> None:
 def test_a_resume_counts_a_trial_whose_run_completed_as_completed(tmp_path, capsys, run_json):
     folder = new_sweep(tmp_path)
     run_sweep(folder)
-    before = {t["index"]: (load_record(folder / t["folder"])["id"], t["attempts"]) for t in load_sweep(folder)["trials"]}
+    before = {t["index"]: (load_record(folder / t["folder"])["id"], t["attempts"])
+              for t in load_sweep(folder)["trials"]}
     edit_sweep(folder, _killed_before_the_sweep_recorded_the_end)
     if run_json == "final-checkpoint-only":
         for trial in load_sweep(folder)["trials"]:
@@ -186,7 +189,8 @@ def test_a_trial_folder_outside_the_sweep_is_refused_in_one_line(tmp_path, capsy
     (lambda d: d["trials"][0].__setitem__("params", ["lr", 1]), "trial 1: params is not an object"),
     (lambda d: d["trials"][0].__setitem__("params", {"max_steps": 10 ** 9}), "trial 1: params is not an object"),
     (lambda d: d["trials"][1].__setitem__("index", "2"), "trial 2 has no whole-number index"),
-    (lambda d: d["trials"][1].__setitem__("status", "\x1b]0;owned\x07"), "trial 2: status \\x1b]0;owned\\x07 is not one of"),
+    (lambda d: d["trials"][1].__setitem__("status", "\x1b]0;owned\x07"),
+     "trial 2: status \\x1b]0;owned\\x07 is not one of"),
     (lambda d: d["trials"][0].__setitem__("folder", None), "trial 1: folder None is not a folder name"),
     (lambda d: d["trials"][0].__setitem__("attempts", "many"), "trial 1: attempts is not a whole number"),
     (lambda d: d.__setitem__("axes", {"key": "lr"}), "axes is not a list"),
