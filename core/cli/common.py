@@ -145,6 +145,13 @@ class StopSignals:
     def exit_code(self) -> int:
         return signal_exit_code(self.signum)
 
+    def check_not_stopped(self) -> None:
+        """StopBeforeStart if a stop signal came before the run started. The handler raises it where the signal
+        lands, but code there may swallow it (torch's start-up, importing numpy, discards the error and goes
+        on): call this after such code, before waiting on anything."""
+        if self.signum is not None and not self.running and not self.distributed:
+            raise StopBeforeStart(self.signum)
+
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
             if self.announce:

@@ -518,6 +518,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         if wants_launcher(args) or os.environ.get("WORLD_SIZE"):
             raise ConfigError("config", "--config-stdin starts one process; it cannot be combined with --nproc")
         warm_up_engine()
+        signals.check_not_stopped()  # a signal during torch's import may have been swallowed there
         if args.events:
             print(json.dumps({"ready": True}), flush=True)
         config, args.resume = read_config_line(sys.stdin)

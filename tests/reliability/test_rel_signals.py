@@ -3,6 +3,7 @@ summary, exit 128 + signal number, never a traceback (also when stderr went away
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -95,6 +96,39 @@ def test_a_repeated_signal_says_already_stopping_and_stops_once(capfd):
     err = capfd.readouterr().err
     assert control.stops == 1 and handler.exit_code == 143
     assert "SIGTERM: stopping after this step" in err and "already stopping (SIGINT)" in err
+
+
+def test_a_stop_swallowed_before_the_start_is_raised_again_before_waiting(monkeypatch):
+    """A signal while torch starts up raises StopBeforeStart inside torch's import, which discards it and goes
+    on; a spare process would then wait on stdin for settings forever. check_not_stopped raises it again, and
+    the spare path (train --config-stdin) calls it after warming up, before it reads stdin."""
+    import io
+
+    from core.cli import train
+    from core.cli.common import StopBeforeStart, StopSignals
+
+    handler = StopSignals()
+    handler.check_not_stopped()  # no signal: nothing
+    with contextlib.suppress(StopBeforeStart):  # as torch's import swallowed it
+        handler._handle(signal.SIGTERM, None)
+    with pytest.raises(StopBeforeStart) as caught:
+        handler.check_not_stopped()
+    assert caught.value.signum == signal.SIGTERM
+
+    read: list = []
+
+    def swallowed_during_warm_up():
+        with contextlib.suppress(StopBeforeStart):
+            handler._handle(signal.SIGTERM, None)
+
+    monkeypatch.setattr(train, "warm_up_engine", swallowed_during_warm_up)
+    monkeypatch.setattr(train, "read_config_line", lambda stream: read.append(stream) or (None, None))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    handler = StopSignals()
+    with pytest.raises(StopBeforeStart):
+        train._train(argparse.Namespace(config_stdin=True, events=False), handler)
+    assert not read  # stopped before it waited for settings
 
 
 def wait_for_stderr_gone(process, seconds=60):
