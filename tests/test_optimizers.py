@@ -165,3 +165,36 @@ def test_optimizer_state_follows_each_parameter_across_one_and_two_groups(tmp_pa
                 assert torch.equal(trainer.optimizer.state[param]["exp_avg"], moments["exp_avg"]), names[id(param)]
     finally:
         trainer.cleanup()
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam", "adamw"])
+def test_the_cpu_optimizer_is_fused_and_makes_torchs_default_update(kind):
+    """One fused kernel per step on the CPU (torch's default there loops over the parameters), with the same
+    update as the default, GradScaler's inf skip included: a step whose gradients overflowed changes nothing."""
+    torch.manual_seed(0)
+    models = [torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)) for _ in "ab"]
+    models[1].load_state_dict(models[0].state_dict())
+    cfg = RunConfig.for_task("tiny", optimizer=kind, lr=0.05, weight_decay=0.01)
+    fused = build_optimizer(models[0], cfg, torch.device("cpu"))
+    assert all(group["fused"] for group in fused.param_groups)
+    extra = {"momentum": cfg.momentum} if kind == "sgd" else {}
+    default = type(fused)(parameter_groups(models[1], cfg.weight_decay), lr=cfg.lr, **extra)
+    assert not any(group["fused"] for group in default.param_groups)
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0 ** 10) for _ in "ab"]
+    x, y = torch.randn(64, 10), torch.randint(0, 2, (64,))
+    for step in range(6):
+        for model, optimizer, scaler in zip(models, (fused, default), scalers):
+            optimizer.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            scaler.scale(loss * (float("inf") if step == 3 else 1.0)).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            before = [p.detach().clone() for p in model.parameters()]
+            scaler.step(optimizer)
+            scaler.update()
+            if step == 3:  # the overflowed step is skipped and the scale halves
+                assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+                assert scaler.get_scale() == 2.0 ** 9
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
