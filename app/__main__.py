@@ -1,5 +1,6 @@
 import sys
 
 from app.main import run_app
+from core.process import exit_process
 
-sys.exit(run_app(sys.argv[1:]))
+exit_process(run_app(sys.argv[1:]))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
+from core.process import exit_process
+
 _GUI_FLAGS = ("--gui", "--measure-startup")
 
 
@@ -28,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     return run_app([a for a in argv if a != "--gui"])
 
 
+def console() -> None:
+    """The `amp-console` script: `main`, then the process's quick exit (core.process.exit_process)."""
+    exit_process(main())
+
+
 def _has_display() -> bool:
     """Whether Qt has somewhere to show the window: on Linux an X or Wayland display or an explicit platform
     (e.g. offscreen); elsewhere (Windows, macOS) there always is one."""
@@ -37,4 +44,4 @@ def _has_display() -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

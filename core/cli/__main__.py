@@ -1,8 +1,7 @@
 """`python -m core.cli ...`: the same commands as `amp-console` without the GUI."""
 
-import sys
-
 from core.cli.main import main
+from core.process import exit_process
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -20,6 +20,8 @@ import os
 import socket
 import sys
 
+from core.process import exit_process
+
 LOOPBACK = ("127.0.0.1", "localhost")
 FAILURE_FILE_ENV = "AMP_CONSOLE_FAILURE_FILE"
 RDZV_HINT_ENV = "AMP_CONSOLE_RDZV_HINT"  # what the launcher says about a rendezvous that never completed
@@ -136,3 +138,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)

@@ -52,6 +52,7 @@ from core.engine.control import RunControl
 from core.engine.events import RunEnded, RunStarted, StepMetrics
 from core.errors import AmpConsoleError, PrecisionError, UserCodeError
 from core.precision_modes import PRECISION_MODES
+from core.process import exit_process
 
 # Losses within this relative (or absolute) distance of fp32's after the same steps count as "the same".
 LOSS_REL_TOLERANCE = 0.05
@@ -536,4 +537,4 @@ def _one_mode_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_one_mode_main(sys.argv[1:]))
+    exit_process(_one_mode_main(sys.argv[1:]))
