@@ -2,13 +2,14 @@
 
 Each catalogue size runs in a fresh process (peak memory is the process's own): the task's synthetic data
 (`items` lessons, `interactions` events) is loaded as `amp-console train` loads it, popularity baseline
-included; then `--steps` training steps (forward, the task's loss, backward, AdamW) of each of `--loss`
-(`full`: the softmax over the whole catalogue, chunked; `sampled`: the sampled softmax over the task's shared
-negatives), one model, the losses taking turns step by step on the same batches, each timed after a warm-up
-step of its own; then one evaluation of the validation users under the three protocols (the same for every
-loss: it ranks the whole catalogue). Per loss: the median step time, real positions per second, and a step's
-time over (real positions x catalogue), flat when the cost grows only linearly with the catalogue; with both
-losses, the full softmax's step time over the sampled one's, measured side by side.
+included; then `--steps` training steps (forward, the task's loss, backward, the engine's AdamW as
+`amp-console train` builds it) of each of `--loss` (`full`: the softmax over the whole catalogue, chunked;
+`sampled`: the sampled softmax over the task's shared negatives), one model, the losses taking turns step by
+step on the same batches, each timed after a warm-up step of its own; then one evaluation of the validation
+users under the three protocols (the same for every loss: it ranks the whole catalogue). Per loss: the median
+step time, real positions per second, and a step's time over (real positions x catalogue), flat when the cost
+grows only linearly with the catalogue; with both losses, the full softmax's step time over the sampled one's,
+measured side by side.
 
   train ns / (position x item)   a step's time over (real positions in the batch x catalogue)
   eval ns / (user x item)        the evaluation's time over (validation users x catalogue)
@@ -43,19 +44,24 @@ def measure(items: int, steps: int, batch_size: int, interactions: int, max_len:
     import numpy as np
     import torch
 
+    from core.config import RunConfig
     from core.data.batching import EpochBatches
+    from core.engine.optimizers import build_optimizer
     from core.tasks import create_task
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    task = create_task("recommender", {"items": items, "interactions": interactions, "max_len": max_len,
-                                       "loss": losses[0], "sampled_negatives": negatives})
+    options = {"items": items, "interactions": interactions, "max_len": max_len, "loss": losses[0],
+               "sampled_negatives": negatives}
+    task = create_task("recommender", options)
     start = time.perf_counter()
     data = task.load_data("", 0)
     load_seconds = time.perf_counter() - start
     model = task.build_model(data.info)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batches = EpochBatches(data.train, batch_size, 0, torch.device("cpu"))
+    device = torch.device("cpu")
+    # the optimizer `amp-console train` builds for the task (its AdamW, its weight-decay groups, fused)
+    optimizer = build_optimizer(model, RunConfig.for_task("recommender", task_options=options, device="cpu"), device)
+    batches = EpochBatches(data.train, batch_size, 0, device)
     order = batches.order(0)
     seconds: dict[str, list[float]] = {loss: [] for loss in losses}
     positions: dict[str, int] = dict.fromkeys(losses, 0)
