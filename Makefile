@@ -26,13 +26,13 @@ run: install
 
 # Everything but the slow tests: what to run while working.
 test-fast: install
-	@echo "== the fast tests (not slow): about 4 minutes on 2 idle cores"
+	@echo "== the fast tests (not slow): about 3 minutes on 2 idle cores"
 	$(PYTEST) $(XDIST) -m "not xvfb and not slow"
 
 # Every test, then the import layers and the real-window smoke test. A failed step does not skip the ones
 # after it; the target fails if any step failed.
 test: install
-	@echo "== the whole test suite: about 11 minutes on 2 idle cores, longer on a busy machine"
+	@echo "== the whole test suite: about 9 minutes on 2 idle cores, longer on a busy machine"
 	@failed=""; \
 	$(PYTEST) $(XDIST) -m "not xvfb" || failed="$$failed pytest"; \
 	echo "== import layers (import-linter, contracts in pyproject.toml)"; \
