@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from task_registry import restored_task_registry
 
 from core.config import RunConfig
 from core.engine.events import Event
@@ -136,6 +137,14 @@ def runs_root_in_tmp(tmp_path_factory, monkeypatch):
     root = tmp_path_factory.mktemp("runs-root")
     monkeypatch.setenv(RUNS_DIR_ENV, str(root))
     return root
+
+
+@pytest.fixture(autouse=True)
+def restored_tasks():
+    """Every test starts and ends with the tasks the process had: the task registry is one per process, and a
+    user task one test loads is not left to the next."""
+    with restored_task_registry():
+        yield
 
 
 @pytest.fixture

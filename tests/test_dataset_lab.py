@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from task_registry import restored_task_registry
 
 import core.tasks as registry
 from core.config import RunConfig
@@ -22,13 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "user_tasks"
 DATASET_FILE = FIXTURES / "dataset_task.py"
 KINDS = ["RegressionDatasetTask", "RegressionStreamTask"]
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
-    with restored_task_registry():
-        yield
 
 
 def config(reference: str, **values) -> RunConfig:

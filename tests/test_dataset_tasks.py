@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from task_registry import restored_task_registry
 
 from core.cli.main import main
 from core.config import RunConfig
@@ -25,13 +24,6 @@ TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "dataset_task.py"
 sys.path.insert(0, str(TASK_FILE.parent))  # its Dataset classes, for the tests of the parts
 MAP_STYLE = f"{TASK_FILE}:RegressionDatasetTask"
 STREAM = f"{TASK_FILE}:RegressionStreamTask"
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
-    with restored_task_registry():
-        yield
 
 
 def run_main(argv, capsys) -> tuple[int, str, str]:

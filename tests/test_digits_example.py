@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from task_registry import restored_task_registry
 
 import core.tasks as registry
 from core.cli.main import main
@@ -20,13 +19,6 @@ from core.cli.main import main
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "digits_task.py"
 FLOOR = 0.95  # the docstring states it; seeds 0-2 measure 0.978-0.989 in bf16
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
-    with restored_task_registry():
-        yield
 
 
 def test_the_docstring_states_the_floor_tested_here():

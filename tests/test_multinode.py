@@ -17,6 +17,7 @@ import pytest
 
 from core.cli.torchrun import usable_cpu_cores
 from core.files import read_jsonl
+from tests.listening import listening_addresses
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -72,19 +73,6 @@ def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_pa
     # Global rank 0 alone wrote the run; every rank's stderr has its log.
     assert sorted(p.name for p in (tmp_path / "two" / "ranks").iterdir()) == [f"rank-{r}.log" for r in range(4)]
     assert len([e for e in read_jsonl(tmp_path / "two" / "metrics.jsonl") if e["event"] == "RunStarted"]) == 1
-
-
-def listening_addresses(pid: int) -> list[tuple[str, int]]:
-    import psutil
-
-    found = []
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            found += [c.laddr[:2] for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return found
 
 
 @pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")

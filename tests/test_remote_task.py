@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from task_registry import restore, snapshot
 
 import core.tasks as registry
 from core.cli.main import main
@@ -25,13 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
 MODULE = "tests.fixtures.user_tasks.regression_task:RegressionTask"  # importable here and on the host (PYTHONPATH)
 MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').touch()\n"  # proof that the file ran
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    saved = snapshot()
-    yield
-    restore(saved)
 
 
 def flags(sshd) -> list[str]:  # noqa: F811 (the fixture's value)

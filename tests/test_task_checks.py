@@ -13,20 +13,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from task_registry import restored_task_registry
 
 import core.tasks as registry
 from core.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
-    with restored_task_registry():
-        yield
 
 
 def broken_task(tmp_path: Path, body: str, name: str = "broken_task.py") -> Path:

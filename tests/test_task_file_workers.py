@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from task_registry import restored_task_registry
 from torch.utils.data import DataLoader
 
 import core.tasks as registry
@@ -21,10 +20,9 @@ TASK_FILE = Path(__file__).resolve().parent / "fixtures" / "user_tasks" / "datas
 
 @pytest.fixture
 def data():
-    with restored_task_registry():
-        registry.add_task(f"{TASK_FILE}:RegressionDatasetTask")
-        registry.add_task(f"{TASK_FILE}:RegressionStreamTask")
-        yield {name: registry.create_task(name).load_data("", 0) for name in ("regression_ds", "regression_stream")}
+    registry.add_task(f"{TASK_FILE}:RegressionDatasetTask")
+    registry.add_task(f"{TASK_FILE}:RegressionStreamTask")
+    yield {name: registry.create_task(name).load_data("", 0) for name in ("regression_ds", "regression_stream")}
 
 
 def test_a_task_files_map_style_dataset_loads_in_a_started_worker(data):

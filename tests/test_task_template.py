@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from task_registry import restored_task_registry
 
 from core.cli.main import main
 from core.errors import DataError
@@ -21,13 +20,6 @@ from core.tasks.new_task import task_file_text, task_names, template_source
 from core.tasks.user_tasks import check_task_class
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
-    with restored_task_registry():
-        yield
 
 
 def run_main(argv, capsys) -> tuple[int, str, str]:

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from task_registry import restore, restored_task_registry
+from task_registry import restore
 
 import core.tasks as registry
 from core.cli.main import main
@@ -22,13 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
 REFERENCE = f"{TASK_FILE}:RegressionTask"
 MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').touch()\n"  # proof that the file ran
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
-    with restored_task_registry():
-        yield
 
 
 def marked_copy(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gui_helpers import PROCESS_WAIT_MS, click, find, finish_run, quick_run, set_field
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
-from task_registry import restore, restored_task_registry
+from task_registry import restore
 
 from app.task_actions import PENDING
 from app.window_settings import USER_TASKS_KEY
@@ -19,12 +19,6 @@ from app.window_settings import USER_TASKS_KEY
 ROOT = Path(__file__).resolve().parents[2]
 TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
 MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').touch()\n"  # proof that the file ran
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    with restored_task_registry():
-        yield
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtTest import QTest
-from task_registry import restored_task_registry
 from trained_runs import DIGITS_EXAMPLE
 
 from app.panels.preview.drawing import BRUSH_CORE, BRUSH_EDGE
@@ -202,32 +201,31 @@ def test_a_drawn_digit_reaches_the_digits_model(qtbot, digits_run):
     from app.panels.preview import PreviewDialog
     from core.runs.predict import load_predictor
 
-    with restored_task_registry():
-        registry.add_task(str(DIGITS_EXAMPLE))
-        view = PreviewDialog(lambda: digits_run.root)
-        qtbot.addWidget(view)
-        view.show()
-        qtbot.waitExposed(view)
-        try:
-            view.select_run(str(digits_run.folder))
-            qtbot.waitUntil(lambda: view.predictor is not None and view.predictor.task == "digits", timeout=60_000)
-            page = view.pages["digits"]
-            qtbot.waitUntil(lambda: page.probabilities is not None, timeout=30_000)
-            reference = load_predictor(digits_run.folder)
-            first = reference.example_rows(1)[0]
-            assert page.pad_shown and page.values() == pytest.approx(first.tolist(), abs=1e-4)  # the first digit
-            assert page.drawing.values() == pytest.approx(first.tolist(), abs=1e-4)  # painted on the pad
+    registry.add_task(str(DIGITS_EXAMPLE))
+    view = PreviewDialog(lambda: digits_run.root)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitExposed(view)
+    try:
+        view.select_run(str(digits_run.folder))
+        qtbot.waitUntil(lambda: view.predictor is not None and view.predictor.task == "digits", timeout=60_000)
+        page = view.pages["digits"]
+        qtbot.waitUntil(lambda: page.probabilities is not None, timeout=30_000)
+        reference = load_predictor(digits_run.folder)
+        first = reference.example_rows(1)[0]
+        assert page.pad_shown and page.values() == pytest.approx(first.tolist(), abs=1e-4)  # the first digit
+        assert page.drawing.values() == pytest.approx(first.tolist(), abs=1e-4)  # painted on the pad
 
-            qtbot.mouseClick(page.drawing.clearButton, Qt.MouseButton.LeftButton)
-            drag(page.drawing.pad, [(4.5, 0.8), (4.5, 4.0), (4.4, 7.2)])  # a 1, down column 4
-            drawn = page.values()
-            assert max(drawn) > 0.9
-            qtbot.waitUntil(lambda: page.asked == drawn, timeout=30_000)
-            expected = reference.predict_rows(np.asarray([drawn], np.float32))[0]
-            assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
-            assert int(np.argmax(expected)) == 1 and page.output.infoLabel.text() == "The model says 1."
-            if SHOTS:
-                Path(SHOTS).mkdir(parents=True, exist_ok=True)
-                view.grab().save(str(Path(SHOTS) / "preview_digits_drawn.png"))
-        finally:
-            view.shutdown()
+        qtbot.mouseClick(page.drawing.clearButton, Qt.MouseButton.LeftButton)
+        drag(page.drawing.pad, [(4.5, 0.8), (4.5, 4.0), (4.4, 7.2)])  # a 1, down column 4
+        drawn = page.values()
+        assert max(drawn) > 0.9
+        qtbot.waitUntil(lambda: page.asked == drawn, timeout=30_000)
+        expected = reference.predict_rows(np.asarray([drawn], np.float32))[0]
+        assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
+        assert int(np.argmax(expected)) == 1 and page.output.infoLabel.text() == "The model says 1."
+        if SHOTS:
+            Path(SHOTS).mkdir(parents=True, exist_ok=True)
+            view.grab().save(str(Path(SHOTS) / "preview_digits_drawn.png"))
+    finally:
+        view.shutdown()

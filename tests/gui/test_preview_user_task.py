@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from task_registry import restored_task_registry
 
 from core.cli.main import main
 
@@ -20,10 +19,9 @@ SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")
 
 @pytest.fixture
 def regression_run(tmp_path):
-    with restored_task_registry():
-        assert main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "40", "--runs-dir",
-                     str(tmp_path / "runs")]) == 0
-        yield tmp_path / "runs"
+    assert main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "40", "--runs-dir",
+                 str(tmp_path / "runs")]) == 0
+    yield tmp_path / "runs"
 
 
 def test_a_user_tasks_preview_shows_its_value(qtbot, regression_run):

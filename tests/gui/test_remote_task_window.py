@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QMessageBox
-from task_registry import restore, snapshot
 
 from app.panels import hosts
 from tests.gui.gui_helpers import PROCESS_WAIT_MS, click, find, set_field
@@ -24,11 +23,8 @@ WAIT = PROCESS_WAIT_MS
 
 
 @pytest.fixture(autouse=True)
-def clean_registry(monkeypatch):
-    saved = snapshot()
+def yes_to_every_question(monkeypatch):
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
-    yield
-    restore(saved)
 
 
 @pytest.mark.slow

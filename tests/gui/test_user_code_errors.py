@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, finish_run, set_field
 from PySide6.QtWidgets import QMessageBox
-from task_registry import restored_task_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
@@ -31,13 +30,6 @@ def load_data(self, data_path, seed):
     columns = {"x": 1}
     return columns["y"]
 """
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    """Each test starts and ends with the tasks the process had (the registry is one per process)."""
-    with restored_task_registry():
-        yield
 
 
 def add_broken_task(qtbot, window, monkeypatch, tmp_path: Path, body: str) -> tuple[Path, int]:

@@ -19,7 +19,6 @@ import pytest
 from gui_helpers import click, find, finish_run, loss_points, set_field
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QToolButton
-from task_registry import restored_task_registry
 from test_add_task import add_task
 
 from app.file_actions import SERVING_FILTERS
@@ -28,12 +27,6 @@ from core.engine.checkpoints import load_checkpoint
 
 SHOTS = os.environ.get("AMP_JOURNEY_SHOTS", "")
 PROGRAM = next(text for text, fmt in SERVING_FILTERS.items() if fmt == "program")
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    with restored_task_registry():
-        yield
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 
 from core.cli.main import main
 from core.cli.torchrun import torchrun_command, usable_cpu_cores
+from tests.listening import listening_addresses
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
@@ -33,20 +34,6 @@ def test_the_rendezvous_is_on_localhost():
     command = torchrun_command(2, ["train"], port=29555)
     assert "--standalone" not in command
     assert {"--rdzv-endpoint=127.0.0.1:29555", "--local-addr=127.0.0.1", "--nnodes=1"} <= set(command)
-
-
-def listening_addresses(pid: int) -> list[tuple[str, int]]:
-    """(ip, port) of every listening TCP socket of the process `pid` and its descendants."""
-    import psutil
-
-    found = []
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            found += [c.laddr[:2] for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return found
 
 
 @pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
