@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_in_process import cli
 
-from core.cli.main import main
 from core.config import RunConfig
 from core.data.loaders import DatasetSplit, LoaderBatches, LoaderSettings
 from core.errors import ConfigError
@@ -24,12 +24,6 @@ TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "dataset_task.py"
 sys.path.insert(0, str(TASK_FILE.parent))  # its Dataset classes, for the tests of the parts
 MAP_STYLE = f"{TASK_FILE}:RegressionDatasetTask"
 STREAM = f"{TASK_FILE}:RegressionStreamTask"
-
-
-def run_main(argv, capsys) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def summary(out: str) -> dict:
@@ -96,30 +90,30 @@ def test_the_loader_settings_are_run_settings_with_ranges():
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_map_style_dataset_trains_evaluates_and_resumes(tmp_path, capsys, workers):
     run = tmp_path / "run"
-    code, out, err = run_main(["train", "--task", MAP_STYLE, "--max-steps", "100", "--eval-interval", "50",
-                               "-o", "samples=1024", "--num-workers", workers, "--out", run, "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--task", MAP_STYLE, "--max-steps", "100", "--eval-interval", "50",
+                         "-o", "samples=1024", "--num-workers", workers, "--out", run, "--json")
     assert code == 0, err
     trained = summary(out)
     assert trained["status"] == "completed" and trained["metrics"]["rmse"] < 1.5  # untrained: about 2.8
-    code, out, err = run_main(["evaluate", run, "--task", MAP_STYLE, "--json"], capsys)
+    code, out, err = cli(capsys, "evaluate", run, "--task", MAP_STYLE, "--json")
     assert code == 0, err
     assert summary(out)["metrics"]["rmse"] == pytest.approx(trained["test_metrics"]["rmse"], rel=1e-5)
-    code, out, err = run_main(["train", "--resume", run / "checkpoint.pt", "--task", MAP_STYLE,
-                               "--max-steps", "130", "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--resume", run / "checkpoint.pt", "--task", MAP_STYLE,
+                         "--max-steps", "130", "--json")
     assert code == 0, err
     assert summary(out)["steps"] == 130 and "restarts" not in err
 
 
 def test_a_run_resumed_mid_epoch_ends_with_the_weights_of_one_not_interrupted(tmp_path, capsys):
     common = ["--task", MAP_STYLE, "-o", "samples=1024", "--keep-best", "0", "--seed", "5"]
-    code, _, err = run_main(["train", *common, "--max-steps", "40", "--num-workers", "0",
-                             "--out", tmp_path / "straight"], capsys)
+    code, _, err = cli(capsys, "train", *common, "--max-steps", "40", "--num-workers", "0",
+                       "--out", tmp_path / "straight")
     assert code == 0, err
-    code, _, err = run_main(["train", *common, "--max-steps", "30", "--num-workers", "2",  # 12 steps an epoch
-                             "--out", tmp_path / "stopped"], capsys)
+    code, _, err = cli(capsys, "train", *common, "--max-steps", "30", "--num-workers", "2",  # 12 steps an epoch
+                       "--out", tmp_path / "stopped")
     assert code == 0, err
-    code, _, err = run_main(["train", "--resume", tmp_path / "stopped" / "checkpoint.pt", "--task", MAP_STYLE,
-                             "--max-steps", "40"], capsys)
+    code, _, err = cli(capsys, "train", "--resume", tmp_path / "stopped" / "checkpoint.pt", "--task", MAP_STYLE,
+                       "--max-steps", "40")
     assert code == 0, err
     straight, resumed = weights(tmp_path / "straight"), weights(tmp_path / "stopped")
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
@@ -127,15 +121,15 @@ def test_a_run_resumed_mid_epoch_ends_with_the_weights_of_one_not_interrupted(tm
 
 def test_an_iterable_dataset_trains_and_a_resume_restarts_its_stream(tmp_path, capsys):
     run = tmp_path / "run"
-    code, out, err = run_main(["train", "--task", STREAM, "-o", "samples=1024", "-o", "shards=1", "--num-workers", 2,
-                               "--max-steps", "100", "--out", run, "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--task", STREAM, "-o", "samples=1024", "-o", "shards=1", "--num-workers", 2,
+                         "--max-steps", "100", "--out", run, "--json")
     assert code == 0, err
     assert summary(out)["metrics"]["rmse"] < 1.5 and "warning" not in err  # it shards itself
-    code, out, err = run_main(["evaluate", run, "--task", STREAM, "--json"], capsys)
+    code, out, err = cli(capsys, "evaluate", run, "--task", STREAM, "--json")
     assert code == 0, err
     assert summary(out)["metrics"]["rmse"] < 1.5
-    code, out, err = run_main(["train", "--resume", run / "checkpoint.pt", "--task", STREAM, "--max-steps", "110",
-                               "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--resume", run / "checkpoint.pt", "--task", STREAM, "--max-steps", "110",
+                         "--json")
     assert code == 0, err
     assert summary(out)["steps"] == 110
     # 819 training rows, 2 workers of 410 and 409: 6 full batches each, so 12 steps an epoch; step 100 is in the 9th
@@ -145,12 +139,12 @@ def test_an_iterable_dataset_trains_and_a_resume_restarts_its_stream(tmp_path, c
 
 def test_a_stream_that_does_not_shard_itself_is_warned_about(tmp_path, capsys):
     args = ["train", "--task", STREAM, "-o", "samples=512", "-o", "shards=0", "--max-steps", "10", "--json"]
-    code, out, err = run_main([*args, "--num-workers", 2, "--out", tmp_path / "two"], capsys)
+    code, out, err = cli(capsys, *args, "--num-workers", 2, "--out", tmp_path / "two")
     assert code == 0, err
     assert ("warning: task regression_stream's train split, an IterableDataset (RowStream), does not say it shards "
             "itself (shards = True): with 2 DataLoader workers each of them reads the whole stream, so every sample "
             "is trained on 2 times an epoch") in err
-    code, out, err = run_main([*args, "--num-workers", 0, "--out", tmp_path / "none"], capsys)
+    code, out, err = cli(capsys, *args, "--num-workers", 0, "--out", tmp_path / "none")
     assert code == 0, err
     assert "warning" not in err  # one reader: nothing is read twice
 
@@ -182,8 +176,7 @@ def test_a_dataset_whose_items_are_not_dicts_is_one_line(tmp_path, capsys):
                 data.train = TensorDataset(data.train.x, data.train.y)
                 return data
         """))
-    code, _, err = run_main(["train", "--task", f"{path}:TupleTask", "--max-steps", "5", "--out", tmp_path / "r"],
-                            capsys)
+    code, _, err = cli(capsys, "train", "--task", f"{path}:TupleTask", "--max-steps", "5", "--out", tmp_path / "r")
     assert code != 0
     assert ("task tuples's train split: an item is a tuple, not a dict of tensors; return {'x': ..., 'y': ...} "
             "from __getitem__") in err
@@ -198,9 +191,9 @@ def test_under_ddp_each_rank_trains_on_its_own_shard(tmp_path, capfd, monkeypatc
     seen.mkdir()
     monkeypatch.setenv("DATASET_TASK_SEEN", str(seen))
     # 819 training rows over 2 ranks at batch 32: 12 steps an epoch, 384 rows per rank; one epoch here
-    code, out, err = run_main(["train", "--task", MAP_STYLE, "-o", "samples=1024", "--batch-size", 32,
-                               "--max-steps", 12, "--num-workers", 1, "--nproc", 2, "--device", "cpu",
-                               "--out", tmp_path / "run", "--json"], capfd)
+    code, out, err = cli(capfd, "train", "--task", MAP_STYLE, "-o", "samples=1024", "--batch-size", 32,
+                         "--max-steps", 12, "--num-workers", 1, "--nproc", 2, "--device", "cpu",
+                         "--out", tmp_path / "run", "--json")
     assert code == 0, err
     assert summary(out)["status"] == "completed"
     rows = {rank: [int(line) for f in seen.glob(f"rank{rank}-*.txt") for line in f.read_text().split()]

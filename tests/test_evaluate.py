@@ -7,18 +7,12 @@ import json
 import random
 
 import pytest
+from cli_in_process import cli
 
-from core.cli.main import main
 from core.config import RunConfig
 from core.engine.control import RunControl
 from core.engine.events import StepMetrics
 from core.engine.trainer import train
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run):

@@ -13,22 +13,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import torch
+from cli_in_process import cli
 from fresh_python import FreshPython
 from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson ids (not 0..n-1)
 
-from core.cli.main import main
 from core.engine.checkpoints import load_checkpoint, load_model_state
 from core.runs.export import export_model
 from core.tasks import create_task, sentiment_standalone
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS = ("program", "onnx", "safetensors")
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

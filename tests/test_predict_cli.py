@@ -12,21 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from cli_in_process import cli
 from trained_runs import LESSONS, TASK_OPTIONS
 
-from core.cli.main import main
 from core.config import RunConfig
 from core.engine.trainer import train
 from core.runs.predict import load_predictor
 
 TRACK = [str(i) for i in LESSONS]  # the recommender file's lessons
 FEATURES = TASK_OPTIONS["ranking"]["features"]
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _train(out, task: str, **settings):

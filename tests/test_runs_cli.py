@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_in_process import cli
 
 from core.cli.main import main
 from core.engine.run_folder import claim_run_folder
@@ -49,12 +50,6 @@ def runs_root(tmp_path):
     fake_run(root, "tiny", "a1f0e9d8c7", start="2026-01-01T10:00:00+00:00")
     fake_run(root, "other", "ffee001122", status="failed", start="2026-01-03T10:00:00+00:00")
     return root
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_list_newest_first_with_filters_and_json(runs_root, capsys, monkeypatch):

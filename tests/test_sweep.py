@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli
 
-from core.cli.main import main
 from core.config import RunConfig
 from core.engine.events import StepMetrics
 from core.engine.run_record import find_runs, load_record
@@ -43,12 +43,6 @@ def fast_base(**changes) -> RunConfig:
     values = {"device": "cpu", "precision": "fp32", "threads": 1, "max_steps": 20, "log_interval": 5,
               "eval_interval": 10, "task_options": {"samples": 512}}
     return RunConfig.for_task("tiny", **{**values, **changes})
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_two_by_two_grid_makes_four_runs_in_the_history_and_a_table(tmp_path, capsys):

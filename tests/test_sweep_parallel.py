@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli
 
-from core.cli.main import main
 from core.config import RunConfig
 from core.engine.control import RunControl
 from core.engine.events import RunEnded, StepMetrics
@@ -31,12 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 STEPS = 2000
 FAST = ["--task", "tiny", "--device", "cpu", "--precision", "fp32", "--max-steps", str(STEPS),
         "--set", "log_interval=100", "--set", "eval_interval=2000", "-o", "samples=512"]
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def interleaved_trials(err: str) -> list[tuple[int, int]]:

@@ -13,19 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_in_process import cli
 
-from core.cli.main import main
 from core.errors import DataError
 from core.tasks.new_task import task_file_text, task_names, template_source
 from core.tasks.user_tasks import check_task_class
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_main(argv, capsys) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def last_json(out: str) -> dict:
@@ -40,7 +34,7 @@ def one_line_error(code: int, err: str) -> str:
 
 
 def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_and_predicts(tmp_path, capsys):
-    code, out, err = run_main(["tasks", "new", "my_points", "--out", tmp_path], capsys)
+    code, out, err = cli(capsys, "tasks", "new", "my_points", "--out", tmp_path)
     assert code == 0, err
     path = tmp_path / "my_points.py"
     assert path.is_file()
@@ -48,15 +42,15 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
     assert f"amp-console tasks my_points --task {path}" in out
     assert f"amp-console export {tmp_path / 'runs' / 'my_points'} --task {path}" in out
 
-    code, out, err = run_main(["tasks", "my_points", "--task", path, "--json"], capsys)
+    code, out, err = cli(capsys, "tasks", "my_points", "--task", path, "--json")
     assert code == 0, err
     listed = json.loads(out)
     assert listed["name"] == "my_points" and listed["primary_metric"] == "accuracy"
     assert listed["parameters"] == (16 * 64 + 64) + (64 * 64 + 64) + (64 * 4 + 4)  # built from the options
 
     run = tmp_path / "run"
-    code, out, err = run_main(["train", "--task", path, "--precision", "bf16", "--max-steps", "60",
-                               "--eval-interval", "20", "-o", "samples=1024", "--out", run, "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--task", path, "--precision", "bf16", "--max-steps", "60",
+                         "--eval-interval", "20", "-o", "samples=1024", "--out", run, "--json")
     assert code == 0, err
     summary = last_json(out)
     assert summary["status"] == "completed" and summary["precision"] == "bf16"
@@ -65,17 +59,17 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
     record = json.loads((run / "run.json").read_text())
     assert record["task"] == "my_points" and record["config"]["task_file"] == str(path.resolve())
 
-    code, out, err = run_main(["train", "--resume", run / "checkpoint.pt", "--task", path, "--max-steps", "80",
-                               "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--resume", run / "checkpoint.pt", "--task", path, "--max-steps", "80",
+                         "--json")
     assert code == 0, err
     assert last_json(out)["steps"] == 80
 
-    code, out, err = run_main(["evaluate", run, "--task", path, "--json"], capsys)
+    code, out, err = cli(capsys, "evaluate", run, "--task", path, "--json")
     assert code == 0, err
     assert last_json(out)["metrics"]["accuracy"] > 0.5
 
-    code, out, err = run_main(["lr-find", "--task", path, "--precision", "bf16", "--device", "cpu", "--steps", "25",
-                               "-o", "samples=1024", "--json"], capsys)
+    code, out, err = cli(capsys, "lr-find", "--task", path, "--precision", "bf16", "--device", "cpu", "--steps", "25",
+                         "-o", "samples=1024", "--json")
     assert code in (0, 1), err  # 1: no suggestion from the curve, which the result says
     found = last_json(out)
     assert "lr-find: my_points" in err and len(found["lrs"]) >= 5
@@ -84,7 +78,7 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
 
     # Its serving part (PointsServing, FeatureServing's): an export that its own serve.py answers, and predict.
     export = tmp_path / "export"
-    code, out, err = run_main(["export", run, "--last", "--task", path, "--out", export], capsys)
+    code, out, err = cli(capsys, "export", run, "--last", "--task", path, "--out", export)
     assert code == 0, err
     manifest = json.loads((export / "manifest.json").read_text())
     assert manifest["task"] == "my_points" and manifest["step"] == 80
@@ -96,8 +90,8 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
     points = predictor.example_rows(3)
     (tmp_path / "points.csv").write_text(",".join(f"x{i}" for i in range(1, 17)) + "\n" + "".join(
         ",".join(f"{v:.6f}" for v in row) + "\n" for row in points))
-    code, out, err = run_main(["predict", run, "--last", "--task", path, "--input", tmp_path / "points.csv",
-                               "--out", tmp_path / "scored.csv"], capsys)
+    code, out, err = cli(capsys, "predict", run, "--last", "--task", path, "--input", tmp_path / "points.csv",
+                         "--out", tmp_path / "scored.csv")
     assert code == 0, err
     import pyarrow.csv as pacsv
 
@@ -121,7 +115,7 @@ def serve_module(folder: Path):
 
 
 def test_the_file_is_the_template_renamed(tmp_path, capsys):
-    code, _out, err = run_main(["tasks", "new", "Digits_v2", "--out", tmp_path / "mine.py"], capsys)
+    code, _out, err = cli(capsys, "tasks", "new", "Digits_v2", "--out", tmp_path / "mine.py")
     assert code == 0, err
     text = (tmp_path / "mine.py").read_text()
     assert text == task_file_text("Digits_v2", "mine.py")
@@ -170,7 +164,7 @@ def test_the_template_reads_a_csv_file(tmp_path):
     ("tiny", "'tiny' is a built-in task's name: pick another"),
 ])
 def test_a_bad_name_is_one_line(tmp_path, capsys, name, expected):
-    code, _out, err = run_main(["tasks", "new", name, "--out", tmp_path], capsys)
+    code, _out, err = cli(capsys, "tasks", "new", name, "--out", tmp_path)
     line = one_line_error(code, err)
     assert line.startswith("amp-console: error: tasks new: ") and expected in line
     assert os.listdir(tmp_path) == []
@@ -184,12 +178,12 @@ def test_names_and_classes():
 
 
 def test_no_name_and_misplaced_flags(capsys):
-    line = one_line_error(*run_main(["tasks", "new"], capsys)[::2])
+    line = one_line_error(*cli(capsys, "tasks", "new")[::2])
     assert "tasks new: name the task: amp-console tasks new NAME" in line
-    assert "--json does not go with" in one_line_error(*run_main(["tasks", "new", "x", "--json"], capsys)[::2])
-    assert "'extra' goes with `tasks new NAME" in one_line_error(*run_main(["tasks", "tiny", "extra"], capsys)[::2])
-    assert "--out goes with" in one_line_error(*run_main(["tasks", "tiny", "--out", "x.py"], capsys)[::2])
-    code, out, err = run_main(["tasks", "tiny", "--json"], capsys)  # `tasks NAME` is as it was
+    assert "--json does not go with" in one_line_error(*cli(capsys, "tasks", "new", "x", "--json")[::2])
+    assert "'extra' goes with `tasks new NAME" in one_line_error(*cli(capsys, "tasks", "tiny", "extra")[::2])
+    assert "--out goes with" in one_line_error(*cli(capsys, "tasks", "tiny", "--out", "x.py")[::2])
+    code, out, err = cli(capsys, "tasks", "tiny", "--json")  # `tasks NAME` is as it was
     assert code == 0 and json.loads(out)["name"] == "tiny", err
 
 
@@ -197,10 +191,10 @@ def test_an_existing_file_is_never_overwritten(tmp_path, capsys):
     mine = tmp_path / "my_points.py"
     mine.write_text("# mine\n")
     for out in (mine, tmp_path):  # the file itself, or its folder
-        line = one_line_error(*run_main(["tasks", "new", "my_points", "--out", out], capsys)[::2])
+        line = one_line_error(*cli(capsys, "tasks", "new", "my_points", "--out", out)[::2])
         assert f"tasks new: {mine}: already exists (a file); it is never overwritten" in line
     (tmp_path / "sub.py").mkdir()
-    line = one_line_error(*run_main(["tasks", "new", "sub", "--out", tmp_path], capsys)[::2])
+    line = one_line_error(*cli(capsys, "tasks", "new", "sub", "--out", tmp_path)[::2])
     assert f"{tmp_path / 'sub.py'}: already exists (a folder)" in line
     assert mine.read_text() == "# mine\n"
     assert sorted(os.listdir(tmp_path)) == ["my_points.py", "sub.py"]
@@ -208,11 +202,11 @@ def test_an_existing_file_is_never_overwritten(tmp_path, capsys):
 
 def test_the_default_path_is_in_the_working_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_main(["tasks", "new", "here"], capsys)
+    code, out, err = cli(capsys, "tasks", "new", "here")
     assert code == 0, err
     assert (tmp_path / "here.py").is_file() and out.startswith("wrote here.py: task 'here' (HereTask)")
     assert "amp-console train --task here.py --precision bf16 --out runs/here" in out
-    line = one_line_error(*run_main(["tasks", "new", "here"], capsys)[::2])
+    line = one_line_error(*cli(capsys, "tasks", "new", "here")[::2])
     assert "here.py: already exists" in line
 
 
@@ -225,7 +219,7 @@ def test_a_symbolic_link_is_never_followed(tmp_path, capsys):
     to_file = tmp_path / "to_file.py"
     to_file.symlink_to(target)
     for link in (dangling, to_file):
-        line = one_line_error(*run_main(["tasks", "new", "x", "--out", link], capsys)[::2])
+        line = one_line_error(*cli(capsys, "tasks", "new", "x", "--out", link)[::2])
         assert f"tasks new: {link}: is a symbolic link; a task file is never written through one" in line
     assert not (tmp_path / "elsewhere.py").exists() and target.read_text() == "# kept\n"
     assert dangling.is_symlink() and to_file.is_symlink()
@@ -239,7 +233,7 @@ def test_a_path_that_cannot_be_one(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     cases[tmp_path / "file" / "x.py"] = f"its folder {tmp_path / 'file'} is not a folder"
     for out, expected in cases.items():
-        line = one_line_error(*run_main(["tasks", "new", "x", "--out", out], capsys)[::2])
+        line = one_line_error(*cli(capsys, "tasks", "new", "x", "--out", out)[::2])
         assert f"tasks new: {out}: {expected}" in line, line
     assert sorted(os.listdir(tmp_path)) == ["file"]
 
@@ -248,7 +242,7 @@ def test_a_path_that_cannot_be_one(tmp_path, capsys):
 def test_a_folder_without_write_permission(tmp_path, capsys):
     folder = tmp_path / "ro"
     folder.mkdir(mode=0o555)
-    line = one_line_error(*run_main(["tasks", "new", "x", "--out", folder], capsys)[::2])
+    line = one_line_error(*cli(capsys, "tasks", "new", "x", "--out", folder)[::2])
     assert f"{folder / 'x.py'}: cannot write in {folder}" in line
 
 
@@ -259,7 +253,7 @@ def test_a_folder_it_cannot_write_in(tmp_path, capsys, monkeypatch):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(new_task, "new_temp_file", refused)
-    line = one_line_error(*run_main(["tasks", "new", "x", "--out", tmp_path], capsys)[::2])
+    line = one_line_error(*cli(capsys, "tasks", "new", "x", "--out", tmp_path)[::2])
     assert f"tasks new: {tmp_path / 'x.py'}: cannot write in {tmp_path}: Permission denied" in line
 
 
@@ -271,10 +265,10 @@ def test_a_file_system_without_hard_links(tmp_path, capsys, monkeypatch):
         raise OSError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(os, "link", no_links)
-    code, _out, err = run_main(["tasks", "new", "x", "--out", tmp_path], capsys)
+    code, _out, err = cli(capsys, "tasks", "new", "x", "--out", tmp_path)
     assert code == 0, err
     assert (tmp_path / "x.py").read_text() == task_file_text("x") and os.listdir(tmp_path) == ["x.py"]
-    line = one_line_error(*run_main(["tasks", "new", "x", "--out", tmp_path], capsys)[::2])
+    line = one_line_error(*cli(capsys, "tasks", "new", "x", "--out", tmp_path)[::2])
     assert "x.py: already exists (a file)" in line
 
 

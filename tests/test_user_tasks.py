@@ -12,10 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli
 from task_registry import restore
 
 import core.tasks as registry
-from core.cli.main import main
 from core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,16 +31,10 @@ def marked_copy(tmp_path: Path) -> Path:
     return path
 
 
-def run_main(argv, capsys) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_train_evaluate_and_resume_a_task_file(tmp_path, capsys):
     run = tmp_path / "run"
-    code, out, err = run_main(["train", "--task", REFERENCE, "--max-steps", "200", "--eval-interval", "50",
-                               "-o", "samples=512", "--out", run, "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--task", REFERENCE, "--max-steps", "200", "--eval-interval", "50",
+                         "-o", "samples=512", "--out", run, "--json")
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "completed"
@@ -51,11 +45,11 @@ def test_train_evaluate_and_resume_a_task_file(tmp_path, capsys):
     # rmse is lower-better: the best checkpoint is the last evaluation's here (rmse falls as it learns), not the
     # first (a higher-better reading of rmse picked step 50)
     assert summary["best_step"] == 200
-    code, out, err = run_main(["evaluate", run, "--task", REFERENCE, "--json"], capsys)
+    code, out, err = cli(capsys, "evaluate", run, "--task", REFERENCE, "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["metrics"]["rmse"] < 1.0
-    code, out, err = run_main(["train", "--resume", run / "checkpoint.pt", "--task", REFERENCE, "--max-steps", "220",
-                               "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--resume", run / "checkpoint.pt", "--task", REFERENCE, "--max-steps", "220",
+                         "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["steps"] == 220
 
@@ -64,7 +58,7 @@ def test_a_config_file_names_its_task_file(tmp_path, capsys):
     config = tmp_path / "run.toml"
     config.write_text(f'task = "regression"\ntask_file = "{REFERENCE}"\nmax_steps = 10\n'
                       f'out_dir = "{tmp_path / "run"}"\n[task_options]\nsamples = 256\n')
-    code, out, err = run_main(["train", "--config", config, "--json"], capsys)
+    code, out, err = cli(capsys, "train", "--config", config, "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["steps"] == 10
 
@@ -101,8 +95,8 @@ def test_a_checkpoint_never_loads_its_task_file(tmp_path, capsys):
     """A fresh process given only the run: it says how to give the task file, and the file's code never ran."""
     path = marked_copy(tmp_path)
     run = tmp_path / "run"
-    code, _out, err = run_main(["train", "--task", f"{path}:RegressionTask", "--max-steps", "10", "-o",
-                                "samples=256", "--out", run], capsys)
+    code, _out, err = cli(capsys, "train", "--task", f"{path}:RegressionTask", "--max-steps", "10", "-o",
+                          "samples=256", "--out", run)
     assert code == 0, err
     path.with_suffix(".ran").unlink()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -150,22 +144,22 @@ def test_a_bad_task_file_is_named_in_one_line(tmp_path, capsys, kind):
     assert "\n" not in str(caught.value)
     assert registry.task_errors()[f"{path.resolve()}:{class_name}"]  # it disables itself only
     assert registry.get_task_class("tiny").name == "tiny"
-    code, _out, err = run_main(["train", "--task", f"{path}:{class_name}", "--max-steps", "1"], capsys)
+    code, _out, err = cli(capsys, "train", "--task", f"{path}:{class_name}", "--max-steps", "1")
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
 
 
 def test_defaults_that_are_not_settings(tmp_path, capsys):
     path = tmp_path / "bad_defaults.py"
     path.write_text(TASK_FILE.read_text() + "\nRegressionTask.defaults = {'learning_rate': 1}\n")
-    code, _out, err = run_main(["train", "--task", f"{path}:RegressionTask", "--max-steps", "1"], capsys)
+    code, _out, err = cli(capsys, "train", "--task", f"{path}:RegressionTask", "--max-steps", "1")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "RegressionTask.defaults" in err and "learning_rate: unknown setting" in err
 
 
 def test_a_reference_to_nothing(tmp_path, capsys):
-    code, _out, err = run_main(["train", "--task", f"{tmp_path}/nope.py:Task"], capsys)
+    code, _out, err = cli(capsys, "train", "--task", f"{tmp_path}/nope.py:Task")
     assert code == 2 and "no such file" in err
-    code, _out, err = run_main(["train", "--task", "no_such_package.tasks:MyTask"], capsys)
+    code, _out, err = cli(capsys, "train", "--task", "no_such_package.tasks:MyTask")
     assert code == 2 and "no module named 'no_such_package'" in err
 
 
@@ -237,8 +231,8 @@ def forget_loaded_tasks() -> None:
 
 
 def test_lr_find_on_a_task_file_suggests_a_command_that_names_the_file(capsys):
-    code, out, err = run_main(["lr-find", "--task", REFERENCE, "--device", "cpu", "--steps", "25", "-o",
-                               "samples=256", "--json"], capsys)
+    code, out, err = cli(capsys, "lr-find", "--task", REFERENCE, "--device", "cpu", "--steps", "25", "-o",
+                         "samples=256", "--json")
     assert code in (0, 1), err
     result = json.loads(out.strip().splitlines()[-1])
     assert "lr-find: regression" in err and len(result["lrs"]) >= 2
@@ -249,8 +243,8 @@ def test_lr_find_on_a_task_file_suggests_a_command_that_names_the_file(capsys):
 def test_runs_compare_two_runs_of_a_task_file(tmp_path, capsys, monkeypatch):
     root = tmp_path / "runs"
     for name, hidden in (("a", 32), ("b", 8)):
-        code, _out, err = run_main(["train", "--task", REFERENCE, "--max-steps", "10", "-o", "samples=256", "-o",
-                                    f"hidden={hidden}", "--out", root / name], capsys)
+        code, _out, err = cli(capsys, "train", "--task", REFERENCE, "--max-steps", "10", "-o", "samples=256", "-o",
+                              f"hidden={hidden}", "--out", root / name)
         assert code == 0, err
     forget_loaded_tasks()
     path = marked_copy(tmp_path)  # the runs name their file; comparing them reads its source, runs none of it
@@ -260,7 +254,7 @@ def test_runs_compare_two_runs_of_a_task_file(tmp_path, capsys, monkeypatch):
         if name == "a":
             record["config"]["task_options"].pop("hidden")  # saved as the window saves: the changed options only
         (root / name / "run.json").write_text(json.dumps(record))
-    code, out, err = run_main(["runs", "compare", "--runs-dir", root, "a", "b", "--json"], capsys)
+    code, out, err = cli(capsys, "runs", "compare", "--runs-dir", root, "a", "b", "--json")
     assert code == 0, err
     compared = json.loads(out)
     assert compared["config_differs"] == {"task_options.hidden": [32, 8]}  # a's default read from the file
@@ -272,8 +266,8 @@ def test_runs_compare_two_runs_of_a_task_file(tmp_path, capsys, monkeypatch):
 def test_a_task_file_trains_under_ddp(tmp_path, capfd):
     """--nproc 2: every process loads the file itself; one run, its record naming the file."""
     run = tmp_path / "run"
-    code, out, err = run_main(["train", "--task", REFERENCE, "--nproc", "2", "--device", "cpu", "--max-steps", "20",
-                               "-o", "samples=256", "--out", run, "--json"], capfd)  # the ranks' own output too
+    code, out, err = cli(capfd, "train", "--task", REFERENCE, "--nproc", "2", "--device", "cpu", "--max-steps", "20",
+                         "-o", "samples=256", "--out", run, "--json")  # the ranks' own output too
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "completed" and summary["steps"] == 20
@@ -295,13 +289,12 @@ def installed_package(tmp_path, monkeypatch):
 
 
 def test_an_installed_package_task_is_listed_by_the_cli_then_trained(installed_package, tmp_path, capsys):
-    code, out, err = run_main(["tasks"], capsys)
+    code, out, err = cli(capsys, "tasks")
     assert code == 0, err
     assert "wave" in out and "an MLP fitting y = sin(3x)" in out
     assert "from amp_example_tasks.wave:WaveTask (an installed package's entry point: loading it runs" in out
     assert not list(installed_package.glob("*.ran"))  # listed from its metadata and source: nothing imported
-    code, out, err = run_main(["train", "--task", "wave", "--max-steps", "10", "--out", tmp_path / "run", "--json"],
-                              capsys)
+    code, out, err = cli(capsys, "train", "--task", "wave", "--max-steps", "10", "--out", tmp_path / "run", "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
     record = json.loads((tmp_path / "run" / "run.json").read_text())

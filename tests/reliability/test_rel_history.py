@@ -12,19 +12,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli
 
-from core.cli.main import main
 from core.engine.run_delete import RunDeleteError, delete_run
 from core.engine.run_record import find_runs, read_run
 from tests.test_runs_cli import fake_run
 
 pytestmark = pytest.mark.reliability
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line_error(err: str) -> str:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from cli_in_process import cli
 
 from core.cli.main import main
 from core.runs.predict import load_predictor
@@ -29,12 +30,6 @@ pytestmark = pytest.mark.reliability
 
 ROOT = Path(__file__).resolve().parents[2]
 ENOSPC = os.strerror(errno.ENOSPC)
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def partials(folder: Path) -> list[str]:
