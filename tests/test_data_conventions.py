@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from cli_in_process import cli
 
-from core.cli.main import main
 from core.config import DATA_FORMATS, RunConfig
 from core.data import formats
 from core.data.importers import ReadOptions, read_table
@@ -44,8 +44,7 @@ def rank_file(path, queries: int, seed: int = 0, sizes_suffix: str | None = ".qu
 
 
 def train_cli(capsys, *args: str) -> tuple[dict, str]:
-    code = main(["train", *args, *TRAIN])
-    out, err = capsys.readouterr()
+    code, out, err = cli(capsys, "train", *args, *TRAIN)
     assert code == 0, err
     return json.loads(out.strip().splitlines()[-1]), err
 

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_in_process import cli
 
 import core.tasks as registry
 from core.cli.main import main
@@ -33,9 +34,7 @@ def broken_task(tmp_path: Path, body: str, name: str = "broken_task.py") -> Path
 def train(tmp_path: Path, path: Path, capsys, *extra) -> tuple[int, str, str]:
     argv = ["train", "--task", f"{path}:Broken", "--max-steps", "8", "--eval-interval", "4", "-o", "samples=256",
             "--batch-size", "64", "--out", str(tmp_path / "run"), *extra]
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    return cli(capsys, *argv)
 
 
 BAD_RETURNS = {
