@@ -29,14 +29,12 @@ test-fast: install
 	@echo "== the fast tests (not slow): about 3 minutes on 2 idle cores"
 	$(PYTEST) $(XDIST) -m "not xvfb and not slow"
 
-# Every test, then the import layers and the real-window smoke test. A failed step does not skip the ones
+# Every test, then the real-window smoke test. A failed step does not skip the ones
 # after it; the target fails if any step failed.
 test: install
 	@echo "== the whole test suite: about 9 minutes on 2 idle cores, longer on a busy machine"
 	@failed=""; \
 	$(PYTEST) $(XDIST) -m "not xvfb" || failed="$$failed pytest"; \
-	echo "== import layers (import-linter, contracts in pyproject.toml)"; \
-	$(BIN)/lint-imports || failed="$$failed lint-imports"; \
 	if command -v xvfb-run >/dev/null 2>&1; then \
 	  echo "== smoke test in a real X window (xvfb-run, QT_QPA_PLATFORM=xcb)"; \
 	  QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" $(BIN)/python -m pytest -q -p no:xdist -m xvfb tests/gui \
@@ -65,6 +63,15 @@ $(STAMP): pyproject.toml Makefile
 	PIP_CONSTRAINT=$(VENV)/constraints.txt $(BIN)/pip install -q -e ".[test]"
 	@$(BIN)/python -c "import torch; print('installed: torch', torch.__version__)"
 	touch $(STAMP)
+
+# ruff (lint and format), the import contracts (layers, no circles) and mypy on core/: CI runs it before the tests.
+lint: install
+	@failed=""; \
+	echo "== ruff check"; $(BIN)/ruff check . || failed="$$failed ruff-check"; \
+	echo "== ruff format --check"; $(BIN)/ruff format --check . || failed="$$failed ruff-format"; \
+	echo "== import contracts (import-linter)"; $(BIN)/lint-imports || failed="$$failed lint-imports"; \
+	echo "== mypy (core/)"; $(BIN)/mypy || failed="$$failed mypy"; \
+	if [ -n "$$failed" ]; then echo "== lint FAILED:$$failed"; exit 1; fi; echo "== lint passed"
 
 bench: install
 	$(BIN)/python benchmarks/loop_overhead.py

@@ -27,8 +27,11 @@ def icon(name: str) -> QIcon:
 def presets() -> dict[str, str]:
     """Preset name -> TOML text, for the File > Presets menu."""
     folder = _resource("presets")
-    return {entry.name.removesuffix(".toml"): entry.read_text(encoding="utf-8")
-            for entry in sorted(folder.iterdir(), key=lambda e: e.name) if entry.name.endswith(".toml")}
+    return {
+        entry.name.removesuffix(".toml"): entry.read_text(encoding="utf-8")
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".toml")
+    }
 
 
 def is_dark() -> bool:
@@ -42,13 +45,20 @@ def dark_palette() -> QPalette:
     """A Fusion dark palette, for platforms whose theme reports dark but hands Qt a light palette."""
     palette = QPalette()
     colours = {
-        QPalette.ColorRole.Window: "#2b2d31", QPalette.ColorRole.WindowText: "#e6e6e6",
-        QPalette.ColorRole.Base: "#1f2023", QPalette.ColorRole.AlternateBase: "#2b2d31",
-        QPalette.ColorRole.Text: "#e6e6e6", QPalette.ColorRole.Button: "#35373c",
-        QPalette.ColorRole.ButtonText: "#e6e6e6", QPalette.ColorRole.Highlight: "#3b6fd8",
-        QPalette.ColorRole.HighlightedText: "#ffffff", QPalette.ColorRole.ToolTipBase: "#35373c",
-        QPalette.ColorRole.ToolTipText: "#e6e6e6", QPalette.ColorRole.PlaceholderText: "#9a9ca3",
-        QPalette.ColorRole.Mid: "#4a4d54", QPalette.ColorRole.Link: "#7aa2f7",
+        QPalette.ColorRole.Window: "#2b2d31",
+        QPalette.ColorRole.WindowText: "#e6e6e6",
+        QPalette.ColorRole.Base: "#1f2023",
+        QPalette.ColorRole.AlternateBase: "#2b2d31",
+        QPalette.ColorRole.Text: "#e6e6e6",
+        QPalette.ColorRole.Button: "#35373c",
+        QPalette.ColorRole.ButtonText: "#e6e6e6",
+        QPalette.ColorRole.Highlight: "#3b6fd8",
+        QPalette.ColorRole.HighlightedText: "#ffffff",
+        QPalette.ColorRole.ToolTipBase: "#35373c",
+        QPalette.ColorRole.ToolTipText: "#e6e6e6",
+        QPalette.ColorRole.PlaceholderText: "#9a9ca3",
+        QPalette.ColorRole.Mid: "#4a4d54",
+        QPalette.ColorRole.Link: "#7aa2f7",
     }
     for role, colour in colours.items():
         palette.setColor(role, QColor(colour))

@@ -53,7 +53,11 @@ def checkpoint_choices(source: str) -> list[tuple[str, str]]:
 
     def step_of(which: str, file: Path) -> int | None:
         entry = checkpoints.get(which)
-        if isinstance(entry, dict) and isinstance(entry.get("step"), int) and Path(str(entry.get("path"))).name == file.name:
+        if (
+            isinstance(entry, dict)
+            and isinstance(entry.get("step"), int)
+            and Path(str(entry.get("path"))).name == file.name
+        ):
             return entry["step"]
         match = BEST_NAME.fullmatch(file.name)
         return int(match.group(1)) if match and match.group(1) else None
@@ -70,7 +74,11 @@ def checkpoint_choices(source: str) -> list[tuple[str, str]]:
         bests = [f for f in folder.iterdir() if BEST_NAME.fullmatch(f.name) and f.is_file()]
     except OSError:
         pass
-    named = Path(str((checkpoints.get("best") or {}).get("path", ""))).name if isinstance(checkpoints.get("best"), dict) else ""
+    named = (
+        Path(str((checkpoints.get("best") or {}).get("path", ""))).name
+        if isinstance(checkpoints.get("best"), dict)
+        else ""
+    )
     bests.sort(key=lambda f: (f.name != named, -(step_of("best", f) or 0)))  # run.json's best first, then latest
     for file in bests:
         step = step_of("best", file)
@@ -99,8 +107,9 @@ def _load_checkpoint_config(path: str) -> dict:
     except AmpConsoleError:
         raise
     except Exception as exc:  # torch.load raises e.g. IndexError for some non-checkpoint files
-        raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt): "
-                              f"{type(exc).__name__}: {exc}") from None
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated or corrupt): {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _export(source: str, destination: str) -> tuple[str, ...]:
@@ -121,14 +130,18 @@ class FileActions:
 
     def __init__(self, window):
         self.window = window
-        self.open_action = QAction(icon("open"), "&Open settings…", window, shortcut=QKeySequence.StandardKey.Open,
-                                   triggered=self._ask_open)
-        self.save_action = QAction(icon("save"), "&Save settings as…", window, shortcut=QKeySequence.StandardKey.Save,
-                                   triggered=self._ask_save)
-        self.resume_action = QAction(icon("resume"), "&Resume from checkpoint…", window, shortcut="Ctrl+R",
-                                     triggered=self._ask_resume)
-        self.export_action = QAction(icon("export"), "&Export checkpoint…", window, shortcut="Ctrl+E",
-                                     triggered=lambda: self.ask_export())
+        self.open_action = QAction(
+            icon("open"), "&Open settings…", window, shortcut=QKeySequence.StandardKey.Open, triggered=self._ask_open
+        )
+        self.save_action = QAction(
+            icon("save"), "&Save settings as…", window, shortcut=QKeySequence.StandardKey.Save, triggered=self._ask_save
+        )
+        self.resume_action = QAction(
+            icon("resume"), "&Resume from checkpoint…", window, shortcut="Ctrl+R", triggered=self._ask_resume
+        )
+        self.export_action = QAction(
+            icon("export"), "&Export checkpoint…", window, shortcut="Ctrl+E", triggered=lambda: self.ask_export()
+        )
         self.presets_menu = QMenu("&Presets", window)
         for name, text in assets.presets().items():
             self.presets_menu.addAction(name, lambda t=text, n=name: self.load_toml_text(t, n))
@@ -211,8 +224,11 @@ class FileActions:
                 problems = "; ".join(f"{k}: {v}" for k, v in window.setupPanel.errors().items())
                 window.show_error(f"Cannot resume from {path}: {problems or 'a run is in progress'}")
 
-        window.jobs.submit(lambda: _load_checkpoint_config(path), loaded,
-                           lambda message, details: window.show_error(f"Cannot resume: {message}", details))
+        window.jobs.submit(
+            lambda: _load_checkpoint_config(path),
+            loaded,
+            lambda message, details: window.show_error(f"Cannot resume: {message}", details),
+        )
 
     def export(self, source: str, destination: str) -> None:
         """Write <destination>.pt, .safetensors and .json (core.engine.checkpoints.export_checkpoint) off the GUI thread."""
@@ -220,12 +236,16 @@ class FileActions:
         window.show_message(f"Exporting {source}…")
 
         def done(paths: tuple[str, ...]) -> None:
-            window.show_message(f"Exported to {', '.join(Path(p).name for p in paths)} in {Path(paths[0]).parent}",
-                                "status-ok")
+            window.show_message(
+                f"Exported to {', '.join(Path(p).name for p in paths)} in {Path(paths[0]).parent}", "status-ok"
+            )
             window.logPanel.log("Exported: " + ", ".join(paths))
 
-        window.jobs.submit(lambda: _export(source, destination), done,
-                           lambda message, details: window.show_error(f"Export failed: {message}", details))
+        window.jobs.submit(
+            lambda: _export(source, destination),
+            done,
+            lambda message, details: window.show_error(f"Export failed: {message}", details),
+        )
 
     def export_serving(self, source: str, destination: str, fmt: str) -> None:
         """Write the serving folder `destination` as `fmt` (core.runs.export: verified by reloading) off the GUI
@@ -238,13 +258,17 @@ class FileActions:
             window.show_message(line, "status-ok")
             window.logPanel.log(line)
 
-        window.jobs.submit(lambda: _export_serving(source, destination, fmt), done,
-                           lambda message, details: window.show_error(f"Export failed: {message}", details))
+        window.jobs.submit(
+            lambda: _export_serving(source, destination, fmt),
+            done,
+            lambda message, details: window.show_error(f"Export failed: {message}", details),
+        )
 
     def _ask_resume(self) -> None:
         start = str(Path(self.window.last_checkpoint).parent) if self.window.last_checkpoint else ""
-        path, _ = QFileDialog.getOpenFileName(self.window, "Resume from checkpoint", start,
-                                              "Checkpoints (*.pt);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self.window, "Resume from checkpoint", start, "Checkpoints (*.pt);;All files (*)"
+        )
         if path:
             self.resume(path)
 
@@ -254,7 +278,7 @@ class FileActions:
         try:
             out_dir = self.window.setupPanel.config().out_dir
             folder = Path(out_dir).expanduser().resolve() if out_dir else self.window.runs_root()
-        except Exception:  # noqa: BLE001 - an invalid form only loses the hint
+        except Exception:
             return ""
         for candidate in (folder, folder.parent):
             if candidate.is_dir():
@@ -280,8 +304,9 @@ class FileActions:
             name = f"model-{n}"
         return str(folder / name), created
 
-    def choose_checkpoint(self, choices: list[tuple[str, str]], preferred: str | None = None,
-                          other: bool = False) -> str | None:
+    def choose_checkpoint(
+        self, choices: list[tuple[str, str]], preferred: str | None = None, other: bool = False
+    ) -> str | None:
         """Ask which of `choices` [(label, path)] to export (the `preferred` path selected at first); None when
         the user cancels. One choice is taken without asking, unless `other` adds "Another checkpoint…" (which
         returns OTHER)."""
@@ -290,11 +315,15 @@ class FileActions:
         labels = [label for label, _path in choices] + ([OTHER_LABEL] if other else [])
         current = next((i for i, (_label, path) in enumerate(choices) if path == preferred), 0)
         folder = Path(choices[0][1]).resolve().parent.name
-        question = ("has a best checkpoint as well as its last one" if len(choices) > 1 else
-                    "is the latest run")
-        label, ok = QInputDialog.getItem(self.window, "Export checkpoint",
-                                         f"The run {folder} {question}.\nWhich one to export?", labels, current,
-                                         False)
+        question = "has a best checkpoint as well as its last one" if len(choices) > 1 else "is the latest run"
+        label, ok = QInputDialog.getItem(
+            self.window,
+            "Export checkpoint",
+            f"The run {folder} {question}.\nWhich one to export?",
+            labels,
+            current,
+            False,
+        )
         if not ok or label not in labels:
             return None
         return OTHER if label == OTHER_LABEL else choices[labels.index(label)][1]
@@ -304,8 +333,14 @@ class FileActions:
         they started (core.engine.run_record.new_run_folder), so the name says which is newest without reading
         any run (a runs root of 10,000 runs costs one directory listing). None when there is none."""
         try:
-            names = sorted((entry.name for entry in os.scandir(self.window.runs_root())
-                            if RUN_NAME.match(entry.name) and entry.is_dir(follow_symlinks=False)), reverse=True)
+            names = sorted(
+                (
+                    entry.name
+                    for entry in os.scandir(self.window.runs_root())
+                    if RUN_NAME.match(entry.name) and entry.is_dir(follow_symlinks=False)
+                ),
+                reverse=True,
+            )
         except OSError:
             return None
         for name in names[:50]:  # a sweep folder or a run that never saved: look at the next one
@@ -345,8 +380,11 @@ class FileActions:
         default, created = self.export_default(source)
         run_name = Path(source).resolve().parent.name
         destination, chosen_filter = QFileDialog.getSaveFileName(
-            self.window, f"Export {Path(source).name} of {run_name}", default,
-            ";;".join([CHECKPOINT_FILTER, *SERVING_FILTERS]))
+            self.window,
+            f"Export {Path(source).name} of {run_name}",
+            default,
+            ";;".join([CHECKPOINT_FILTER, *SERVING_FILTERS]),
+        )
         fmt = SERVING_FILTERS.get(chosen_filter)  # None: today's checkpoint files
         chosen = None
         if destination:
@@ -364,8 +402,9 @@ class FileActions:
             self.export(source, str(chosen))
 
     def _pick_checkpoint(self) -> str:
-        source, _ = QFileDialog.getOpenFileName(self.window, "Checkpoint to export", self._checkpoint_folder_hint(),
-                                                "Checkpoints (*.pt);;All files (*)")
+        source, _ = QFileDialog.getOpenFileName(
+            self.window, "Checkpoint to export", self._checkpoint_folder_hint(), "Checkpoints (*.pt);;All files (*)"
+        )
         return source
 
     _ask_export = ask_export  # the menu's name before the run history could pass a checkpoint

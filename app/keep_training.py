@@ -34,8 +34,10 @@ def watch_command(folder: Path, default_root: Path) -> str:
 
 def notice_line(folder: str | os.PathLike, pid: int, default_root: Path) -> str:
     folder = Path(os.path.abspath(folder))
-    return printable(f"amp-console: the window closed and the run goes on in {folder}; watch it with "
-                     f"`{watch_command(folder, default_root)}`, stop it (checkpoint first) with `kill -TERM {pid}`")
+    return printable(
+        f"amp-console: the window closed and the run goes on in {folder}; watch it with "
+        f"`{watch_command(folder, default_root)}`, stop it (checkpoint first) with `kill -TERM {pid}`"
+    )
 
 
 class KeptRun(QObject):
@@ -62,9 +64,15 @@ class KeptRun(QObject):
                 self.tray.setIcon(icon)
             self.tray.setToolTip(printable(f"AMP Console: training in {Path(folder).name}"))
             self.tray.show()
-            self.tray.showMessage("AMP Console: the run goes on", printable(
-                f"Training in {Path(folder).name}. It writes its checkpoint at the end; to stop it sooner: "
-                f"kill -TERM {pid}"), QSystemTrayIcon.MessageIcon.Information, TRAY_MESSAGE_MS)
+            self.tray.showMessage(
+                "AMP Console: the run goes on",
+                printable(
+                    f"Training in {Path(folder).name}. It writes its checkpoint at the end; to stop it sooner: "
+                    f"kill -TERM {pid}"
+                ),
+                QSystemTrayIcon.MessageIcon.Information,
+                TRAY_MESSAGE_MS,
+            )
         if self._stop_run is not None and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
             self._installed = True
@@ -92,13 +100,19 @@ class KeptRun(QObject):
 def ask_close_mid_run(parent) -> str:
     """The question when the user closes the window while a run trains: 'stop', 'keep' (this module's
     Keep training) or 'cancel'."""
-    box = QMessageBox(QMessageBox.Icon.Question, "AMP Console", "A run is still training. Close the window?",
-                      QMessageBox.StandardButton.NoButton, parent)
+    box = QMessageBox(
+        QMessageBox.Icon.Question,
+        "AMP Console",
+        "A run is still training. Close the window?",
+        QMessageBox.StandardButton.NoButton,
+        parent,
+    )
     box.setObjectName("closeQuestion")
     box.setInformativeText(
         "Stop and close: the run stops after its current step, writes its checkpoint, then the window "
         "closes.\n\nKeep training: the window closes now; the run goes on to its end, writes its checkpoint, "
-        "and AMP Console then exits.")
+        "and AMP Console then exits."
+    )
     stop = box.addButton("Stop and close", QMessageBox.ButtonRole.AcceptRole)
     keep = box.addButton("Keep training", QMessageBox.ButtonRole.ActionRole)
     cancel = box.addButton(QMessageBox.StandardButton.Cancel)

@@ -21,9 +21,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return cli_main(argv)
     if not _has_display():
-        sys.stderr.write("amp-console: error: no display to open the window on (DISPLAY, WAYLAND_DISPLAY and "
-                         "QT_QPA_PLATFORM are unset); run a command instead, e.g. amp-console train "
-                         "(amp-console --help), or set QT_QPA_PLATFORM=offscreen\n")
+        sys.stderr.write(
+            "amp-console: error: no display to open the window on (DISPLAY, WAYLAND_DISPLAY and "
+            "QT_QPA_PLATFORM are unset); run a command instead, e.g. amp-console train "
+            "(amp-console --help), or set QT_QPA_PLATFORM=offscreen\n"
+        )
         return 2
     from app.main import run_app
 

@@ -21,7 +21,7 @@ def _process_age_seconds() -> float | None:
         import psutil
 
         return time.time() - psutil.Process(os.getpid()).create_time()
-    except Exception:  # noqa: BLE001 - a measurement aid only
+    except Exception:
         return None
 
 
@@ -57,7 +57,7 @@ def run_app(argv: list[str] | None = None) -> int:
     timings: dict[str, float] = {}
 
     class FirstPaint(QObject):
-        def eventFilter(self, obj, event):  # noqa: N802 (Qt override)
+        def eventFilter(self, obj, event):
             if event.type() == QEvent.Type.Paint and "window" not in timings:
                 timings["window"] = time.perf_counter() - _T0
                 timings["window_process"] = _process_age_seconds() or float("nan")
@@ -75,9 +75,11 @@ def run_app(argv: list[str] | None = None) -> int:
             window.file_actions.load_toml(args.config)
         if args.measure_startup:
             age = _process_age_seconds() or float("nan")
-            print(f"time-to-window {timings['window_process']:.2f} s after process start "
-                  f"({timings['window']:.2f} s after importing app.main); "
-                  f"engine ready {age:.2f} s after process start ({timings['ready']:.2f} s)")
+            print(
+                f"time-to-window {timings['window_process']:.2f} s after process start "
+                f"({timings['window']:.2f} s after importing app.main); "
+                f"engine ready {age:.2f} s after process start ({timings['ready']:.2f} s)"
+            )
             window.close()
 
     painter_watch = FirstPaint(window)
@@ -90,6 +92,6 @@ def run_app(argv: list[str] | None = None) -> int:
 
 
 def _import_engine() -> None:
-    import core.devices  # noqa: F401  (torch)
+    import core.devices
+    import core.engine.trainer
     import core.tasks  # noqa: F401
-    import core.engine.trainer  # noqa: F401

@@ -38,8 +38,9 @@ class MainWindow(QMainWindow):
     engineLoaded = Signal()
     closed = Signal()  # the window has closed for good (also after a run kept training with the window hidden)
 
-    def __init__(self, settings: QSettings | None = None, devices: list | None = None, parent=None,
-                 prestart_runs: bool = True):
+    def __init__(
+        self, settings: QSettings | None = None, devices: list | None = None, parent=None, prestart_runs: bool = True
+    ):
         super().__init__(parent)
         self.prestart_runs = prestart_runs
         self.setWindowTitle(APP_NAME)
@@ -193,8 +194,7 @@ class MainWindow(QMainWindow):
         if self.previewDialog is None:
             from app.panels.preview import PreviewDialog
 
-            self.previewDialog = PreviewDialog(
-                self.runs_root, lambda: [d.id for d in self.devicesPanel.devices], self)
+            self.previewDialog = PreviewDialog(self.runs_root, lambda: [d.id for d in self.devicesPanel.devices], self)
         if folder:
             self.previewDialog.select_run(folder)
         self.previewDialog.show()
@@ -236,8 +236,9 @@ class MainWindow(QMainWindow):
         from core.runs.evaluation_report import report_folder
 
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-        self.logPanel.log(f"Evaluated {result['checkpoint']} (step {result['step']:,}) on the {result['split']} "
-                          f"split: {metrics}")
+        self.logPanel.log(
+            f"Evaluated {result['checkpoint']} (step {result['step']:,}) on the {result['split']} split: {metrics}"
+        )
         tab = self.previewDialog.evaluation if self.previewDialog is not None else None
         if tab is not None and tab.folder == report_folder(result["checkpoint"]) and not tab.job.running:
             tab.set_checkpoint(tab.checkpoint, tab.device)
@@ -270,8 +271,10 @@ class MainWindow(QMainWindow):
         if self.controller.running or not self.engine_ready or not self.setupPanel.validate():
             return False
         if self.tools.busy_tools():  # a resume bypasses the Start button: the same rule
-            self.show_message(f"{', '.join(self.tools.busy_tools())} is working on the device; stop it or let it "
-                              "finish first.", "status-warn")
+            self.show_message(
+                f"{', '.join(self.tools.busy_tools())} is working on the device; stop it or let it finish first.",
+                "status-warn",
+            )
             return False
         if self.devicesPanel.current_host() is not None:  # a host's device: the run is started there
             return self.remote.start_run(resume_from)
@@ -292,12 +295,18 @@ class MainWindow(QMainWindow):
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         # A resumed run's earlier curve comes from its checkpoint folder's metrics.jsonl, read while the run
         # sets up (off the GUI thread) and drawn when its RunStarted arrives.
-        self._history = (self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE)
-                         if resume_from else None)
+        self._history = (
+            self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE) if resume_from else None
+        )
         self._resuming = resume_from or None
         self._run_folder = config.out_dir
-        self.controller.start(config, resume_from=resume_from or None, devices=self.devices_for_run(),
-                              processes=processes, separate_process=separate)
+        self.controller.start(
+            config,
+            resume_from=resume_from or None,
+            devices=self.devices_for_run(),
+            processes=processes,
+            separate_process=separate,
+        )
         self._update_buttons()
         return True
 
@@ -323,14 +332,19 @@ class MainWindow(QMainWindow):
         running = self.controller.running
         stopping = running and self.controller.stopping
         tools = self.tools.busy_tools()
-        can_start = (self.engine_ready and not running and not self.jobs.busy and self._close_state is None
-                     and self.setupPanel.is_valid() and not tools)
+        can_start = (
+            self.engine_ready
+            and not running
+            and not self.jobs.busy
+            and self._close_state is None
+            and self.setupPanel.is_valid()
+            and not tools
+        )
         self.startButton.setEnabled(can_start)
         self.startButton.setText("Resume" if self.pending_resume else "Start")
         problems = self.setupPanel.problem_summary() if self.engine_ready and not running else ""
         if tools and not problems:
-            problems = (f"{', '.join(tools)} is working on the device; stop it or let it finish before starting a "
-                        "run")
+            problems = f"{', '.join(tools)} is working on the device; stop it or let it finish before starting a run"
         self.startButton.setToolTip(problems or "Start training with these settings (F5)")
         self.startAction.setEnabled(can_start)
         can_pause = running and not stopping and self.controller.can_pause  # DDP ranks can't pause together
@@ -419,8 +433,10 @@ class MainWindow(QMainWindow):
             case CheckpointSaved(kind="last"):
                 self.last_checkpoint = event.path
             case RunPaused() if self.controller.paused:
-                self.show_message(f"Paused at step {event.step:,}: the run waits between steps. Press Resume to "
-                                  "continue.", "status-warn")
+                self.show_message(
+                    f"Paused at step {event.step:,}: the run waits between steps. Press Resume to continue.",
+                    "status-warn",
+                )
             case RunEnded():
                 self._on_run_ended(event)
 
@@ -468,8 +484,12 @@ class MainWindow(QMainWindow):
     def _keep_spare_process(self) -> None:
         """Keep one training process loaded for the next run while separate one-process runs are chosen (it
         costs a few hundred MB of memory and no CPU while it waits); none otherwise."""
-        wanted = (self.prestart_runs and self.engine_ready and self.setupPanel.processes() == 1
-                  and self.setupPanel.separate_process())
+        wanted = (
+            self.prestart_runs
+            and self.engine_ready
+            and self.setupPanel.processes() == 1
+            and self.setupPanel.separate_process()
+        )
         if not wanted:
             self.controller.discard_spare()
         elif not self.controller.running:
@@ -488,8 +508,9 @@ class MainWindow(QMainWindow):
     def show_error_details(self) -> None:
         box = self.findChild(QMessageBox, "errorDetails")
         if box is None:  # one box: a second click shows the same one, not a pile of them
-            box = QMessageBox(QMessageBox.Icon.Critical, "AMP Console: error", "", QMessageBox.StandardButton.Close,
-                              self)
+            box = QMessageBox(
+                QMessageBox.Icon.Critical, "AMP Console: error", "", QMessageBox.StandardButton.Close, self
+            )
             box.setObjectName("errorDetails")
         box.setText(self._error_message)
         box.setDetailedText(self._error_details)
@@ -512,7 +533,7 @@ class MainWindow(QMainWindow):
 
         return ask_close_mid_run(self)
 
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def closeEvent(self, event) -> None:
         interactive = (event.spontaneous() or self._user_close) and not self._close_now
         if interactive and self._close_state is not None:
             event.ignore()  # already asking or stopping: one question, one stop

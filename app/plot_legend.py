@@ -38,7 +38,7 @@ def wrap(text: str, width: float, metrics: QFontMetricsF) -> list[str]:
 
 def rows_height(lines: list[int], columns: int) -> int:
     """Pixels for entries of these line counts laid out `columns` to a row."""
-    return sum(max(lines[i:i + columns]) for i in range(0, len(lines), columns)) * LEGEND_ROW
+    return sum(max(lines[i : i + columns]) for i in range(0, len(lines), columns)) * LEGEND_ROW
 
 
 class FittedLegend:
@@ -73,19 +73,28 @@ class FittedLegend:
         room = width - left - right  # a row: sample, spacing, label for each entry, spacing between entries
         text_width = max(40.0, room - sample - spacing - LABEL_PAD)
         texts = [wrap(label, text_width, self._metrics) for _c, label in overlays]
-        more = [wrap(f"… and {n} more overlaid run{'s' if n != 1 else ''} (Run history)", text_width, self._metrics)
-                for n in range(len(overlays) + 1)]
+        more = [
+            wrap(f"… and {n} more overlaid run{'s' if n != 1 else ''} (Run history)", text_width, self._metrics)
+            for n in range(len(overlays) + 1)
+        ]
         widths = [label.itemRect().width() for _s, label in own] + [self._label_width(t) for t in texts]
         columns = max(1, len(widths))
-        while columns > 1 and sum(sample + spacing + max(widths[j::columns]) for j in range(columns)) \
-                + (columns - 1) * spacing > room:  # a grid: each column as wide as its widest label
+        while (
+            columns > 1
+            and sum(sample + spacing + max(widths[j::columns]) for j in range(columns)) + (columns - 1) * spacing > room
+        ):  # a grid: each column as wide as its widest label
             columns -= 1
         budget = max(LEGEND_ROW * 2, height * LEGEND_SHARE)
         lines = [1] * len(own) + [len(t) for t in texts]
         shown = len(overlays)
-        while shown > 0 and rows_height(lines[:len(own) + shown] + ([len(more[len(overlays) - shown])]
-                                                                    if shown < len(overlays) else []),
-                                        columns) > budget:
+        while (
+            shown > 0
+            and rows_height(
+                lines[: len(own) + shown] + ([len(more[len(overlays) - shown])] if shown < len(overlays) else []),
+                columns,
+            )
+            > budget
+        ):
             shown -= 1
         hidden = len(overlays) - shown
         html_texts = tuple("<br>".join(map(html.escape, t)) for t in texts[:shown])

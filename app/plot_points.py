@@ -77,7 +77,6 @@ class OverlayPoints(NamedTuple):
     ey: np.ndarray
 
 
-
 def overlay_points(records, metric: str | None = None):
     """What an overlaid run draws, from its metrics.jsonl records: (loss steps, losses, metric name, validation
     steps, metric values), numpy arrays (a None loss is NaN, a gap); the metric is `metric`, else the first one of
@@ -91,8 +90,7 @@ def overlay_points(records, metric: str | None = None):
     record-by-record loop of `_overlay_points_sequential`.
     """
     if not isinstance(records, list) or not all(map(isinstance, records, repeat(dict))):
-        records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)}
-                   for r in records]
+        records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)} for r in records]
     try:
         kinds = np.array(list(map(_get_event, records)), dtype=object)
         is_step, is_eval, is_start = (kinds == "StepMetrics", kinds == "EvalMetrics", kinds == "RunStarted")
@@ -138,8 +136,11 @@ def _metric_points(evals: list, metric: str | None):
     """(metric, steps, values) of the validation `evals` [(step, metrics)]; metric None: the first one named."""
     if metric is None:
         metric = next((name for _step, metrics in evals for name in metrics), None)
-    points = [(step, metrics[metric]) for step, metrics in evals
-              if isinstance(metrics.get(metric), (int, float))] if metric is not None else []
+    points = (
+        [(step, metrics[metric]) for step, metrics in evals if isinstance(metrics.get(metric), (int, float))]
+        if metric is not None
+        else []
+    )
     ex = np.array([p[0] for p in points], dtype=np.float64)
     return metric, ex, np.array([p[1] for p in points], dtype=np.float64)
 
@@ -175,5 +176,4 @@ def _overlay_points_sequential(records, metric: str | None):
                 cut(int(record["start_step"]))
         except (KeyError, TypeError, ValueError):
             continue
-    return OverlayPoints(np.array(sx, dtype=np.float64), np.array(sy, dtype=np.float64),
-                         *_metric_points(evals, metric))
+    return OverlayPoints(np.array(sx, dtype=np.float64), np.array(sy, dtype=np.float64), *_metric_points(evals, metric))

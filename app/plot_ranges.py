@@ -28,8 +28,13 @@ class StableRange:
     whose noise would look like swings on a range that starts just under the data).
     """
 
-    def __init__(self, log: bool = False, auto_log: bool = False, zero_based: bool = False,
-                 default: tuple[float, float] | None = None):
+    def __init__(
+        self,
+        log: bool = False,
+        auto_log: bool = False,
+        zero_based: bool = False,
+        default: tuple[float, float] | None = None,
+    ):
         self.initial_log = log
         self.auto_log = auto_log
         self.zero_based = zero_based

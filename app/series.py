@@ -114,7 +114,7 @@ class Series:
                 self.ymax = y
         if self._n == self._keep + self._chunk:
             self._fold(self._x[: self._chunk], self._y[: self._chunk])
-            self._new_raw(self._x[self._chunk: self._n], self._y[self._chunk: self._n])
+            self._new_raw(self._x[self._chunk : self._n], self._y[self._chunk : self._n])
 
     def extend(self, xs, ys) -> None:
         """Append many points (numpy arrays or sequences; None in `ys` is a gap): the same result as appending
@@ -134,7 +134,7 @@ class Series:
         self._count += len(xs)
         self._drawn = None
         for start in range(0, len(xs), _PIECE):
-            self._ingest(xs[start: start + _PIECE], ys[start: start + _PIECE])
+            self._ingest(xs[start : start + _PIECE], ys[start : start + _PIECE])
 
     def _ingest(self, xs: np.ndarray, ys: np.ndarray) -> None:
         total = self._n + len(xs)
@@ -143,8 +143,8 @@ class Series:
         if not folded:
             if total > len(self._x):
                 self._grow(total)
-            self._x[self._n: total] = xs
-            self._y[self._n: total] = ys
+            self._x[self._n : total] = xs
+            self._y[self._n : total] = ys
             self._n = total
             return
         all_x = np.concatenate([self._x[: self._n], xs])
@@ -302,7 +302,7 @@ class SmoothedSeries(Series):
         if len(xs) != len(ys):
             raise ValueError(f"extend got {len(xs)} x values and {len(ys)} y values")
         for start in range(0, len(xs), _PIECE):
-            self._extend_smoothed(xs[start: start + _PIECE], ys[start: start + _PIECE])
+            self._extend_smoothed(xs[start : start + _PIECE], ys[start : start + _PIECE])
 
     def _extend_smoothed(self, xs: np.ndarray, ys: np.ndarray) -> None:
         finite = np.isfinite(ys)

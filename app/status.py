@@ -24,8 +24,16 @@ class ElidedLabel(QLabel):
     text in its tooltip. Its minimum width is `min_chars` characters whatever the text (`text()` is the full
     text); its preferred width is the text's, up to `max_chars` characters."""
 
-    def __init__(self, text: str = "", parent=None, *, objectName: str = "", min_chars: int = 8,  # noqa: N803
-                 max_chars: int = 0, elide: Qt.TextElideMode = Qt.TextElideMode.ElideRight):
+    def __init__(
+        self,
+        text: str = "",
+        parent=None,
+        *,
+        objectName: str = "",
+        min_chars: int = 8,
+        max_chars: int = 0,
+        elide: Qt.TextElideMode = Qt.TextElideMode.ElideRight,
+    ):
         super().__init__(parent)
         if objectName:
             self.setObjectName(objectName)
@@ -36,7 +44,7 @@ class ElidedLabel(QLabel):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.setText(text)
 
-    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+    def setText(self, text: str) -> None:
         text = " ".join(str(text).split())  # one line: an engine message may hold newlines
         if text == self._full:
             return
@@ -55,27 +63,36 @@ class ElidedLabel(QLabel):
     def _char_width(self, chars: int) -> int:
         return self.fontMetrics().horizontalAdvance("x" * chars)
 
-    def sizeHint(self) -> QSize:  # noqa: N802
+    def sizeHint(self) -> QSize:
         width = self.fontMetrics().horizontalAdvance(self._full)
         if self._max_chars:
             width = min(width, self._char_width(self._max_chars))
         margins = self.contentsMargins()
-        return QSize(max(width, self._char_width(self._min_chars)) + margins.left() + margins.right() + 2,
-                     super().minimumSizeHint().height())
+        return QSize(
+            max(width, self._char_width(self._min_chars)) + margins.left() + margins.right() + 2,
+            super().minimumSizeHint().height(),
+        )
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
+    def minimumSizeHint(self) -> QSize:
         margins = self.contentsMargins()
-        return QSize(self._char_width(self._min_chars) + margins.left() + margins.right(),
-                     super().minimumSizeHint().height())
+        return QSize(
+            self._char_width(self._min_chars) + margins.left() + margins.right(), super().minimumSizeHint().height()
+        )
 
-    def paintEvent(self, _event) -> None:  # noqa: N802
+    def paintEvent(self, _event) -> None:
         painter = QPainter(self)
         option = QStyleOption()
         option.initFrom(self)
         self.style().drawPrimitive(QStyle.PrimitiveElement.PE_Widget, option, painter, self)
-        self.style().drawItemText(painter, self.contentsRect(), int(Qt.AlignmentFlag.AlignVCenter |
-                                  Qt.AlignmentFlag.AlignLeft), self.palette(), self.isEnabled(),
-                                  self.displayed_text(), self.foregroundRole())
+        self.style().drawItemText(
+            painter,
+            self.contentsRect(),
+            int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft),
+            self.palette(),
+            self.isEnabled(),
+            self.displayed_text(),
+            self.foregroundRole(),
+        )
 
 
 class RunStatusBar(QStatusBar):
@@ -182,8 +199,10 @@ class RunStatusBar(QStatusBar):
         text = f"{skipped:,} skipped step{'s' if skipped != 1 else ''}{where}"
         if self.health.text() != text:
             self.health.setText(text)
-            self.health.setToolTip(f"{text}\n\nGradScaler skipped these optimizer steps because their gradients "
-                                   "overflowed (inf/NaN) and lowered the loss scale; a few early on are normal.")
+            self.health.setToolTip(
+                f"{text}\n\nGradScaler skipped these optimizer steps because their gradients "
+                "overflowed (inf/NaN) and lowered the loss scale; a few early on are normal."
+            )
             _set_role(self.health, "status-warn")
             self.health.show()
 

@@ -25,8 +25,10 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox
 
 LABEL_CHARACTERS = 48  # a broken file's entry in the picker, cut to this (its tooltip has all of it)
 PENDING = "file:"  # the picker's key of a task listed but not loaded: PENDING + its reference
-RUNS_CODE = ("Loading a task runs its Python code in this window's process (and in every run that trains it), "
-             "with your permissions. Load only files you trust.")
+RUNS_CODE = (
+    "Loading a task runs its Python code in this window's process (and in every run that trains it), "
+    "with your permissions. Load only files you trust."
+)
 
 
 def short_name(reference: str) -> str:
@@ -83,8 +85,11 @@ class TaskActions:
                 continue
             name = info.name if info is not None else "a task"
             about = f"{info.description}\n" if info is not None else ""
-            self.window.setupPanel.list_task(PENDING + reference, f"{name} ({short_name(reference)})",
-                                             f"{about}{reference}\nLoaded (its code runs) when you pick it.")
+            self.window.setupPanel.list_task(
+                PENDING + reference,
+                f"{name} ({short_name(reference)})",
+                f"{about}{reference}\nLoaded (its code runs) when you pick it.",
+            )
         self.list_installed()
 
     def list_installed(self) -> None:
@@ -103,9 +108,12 @@ class TaskActions:
             if panel.taskCombo.findData(PENDING + reference) >= 0 or panel.taskCombo.findData(name) >= 0:
                 continue
             self._accepted.add(reference)
-            panel.list_task(PENDING + reference, f"{name} ({short_name(reference)})",
-                            f"{info.description}\n{reference}, an installed package's task\n"
-                            f"Loaded (its code runs) when you pick it.")
+            panel.list_task(
+                PENDING + reference,
+                f"{name} ({short_name(reference)})",
+                f"{info.description}\n{reference}, an installed package's task\n"
+                f"Loaded (its code runs) when you pick it.",
+            )
 
     def _list_broken(self, reference: str, problem: str) -> None:
         label = f"{short_name(reference)}: {problem}"  # disabled items show no tooltip on every platform
@@ -127,15 +135,20 @@ class TaskActions:
         return ""
 
     def ask_add(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.window, "Add task", self._start_folder(),
-                                              "Python task files (*.py);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self.window, "Add task", self._start_folder(), "Python task files (*.py);;All files (*)"
+        )
         if path:
             self.add_file(path)
 
     def ask_add_module(self) -> None:
-        text, ok = QInputDialog.getText(self.window, "Add task from a module",
-                                        "The task's module and class, importable here (package.module:ClassName):",
-                                        QLineEdit.EchoMode.Normal, "")
+        text, ok = QInputDialog.getText(
+            self.window,
+            "Add task from a module",
+            "The task's module and class, importable here (package.module:ClassName):",
+            QLineEdit.EchoMode.Normal,
+            "",
+        )
         if ok and text.strip():
             self.add(text.strip())
 
@@ -146,9 +159,14 @@ class TaskActions:
         classes = task_class_names(path)  # read from its source: nothing runs yet
         reference = f"{path}:{classes[0]}" if len(classes) == 1 else path
         if len(classes) > 1:
-            name, ok = QInputDialog.getItem(self.window, "Add task", f"{Path(path).name} defines {len(classes)} "
-                                            "tasks. Which one to add? (Add the file again for another.)", classes,
-                                            0, False)
+            name, ok = QInputDialog.getItem(
+                self.window,
+                "Add task",
+                f"{Path(path).name} defines {len(classes)} tasks. Which one to add? (Add the file again for another.)",
+                classes,
+                0,
+                False,
+            )
             if not ok:
                 return False
             reference = f"{path}:{name}"
@@ -172,9 +190,13 @@ class TaskActions:
 
     def confirm(self, reference: str) -> bool:
         """Whether the user agrees to run the code of `reference` (asked once per file)."""
-        answer = QMessageBox.question(self.window, "Add task", f"{RUNS_CODE}\n\n{reference}\n\nLoad it?",
-                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-                                      QMessageBox.StandardButton.Cancel)
+        answer = QMessageBox.question(
+            self.window,
+            "Add task",
+            f"{RUNS_CODE}\n\n{reference}\n\nLoad it?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel,
+        )
         return answer == QMessageBox.StandardButton.Yes
 
     # ------------------------------------------------------------------ removing: nothing runs
@@ -183,14 +205,22 @@ class TaskActions:
         forget."""
         remembered = self.window.window_settings.user_tasks()
         if not remembered:
-            self.window.show_message("No task of yours is listed: File → Add task… adds one. An installed "
-                                     "package's tasks are listed while the package is installed.")
+            self.window.show_message(
+                "No task of yours is listed: File → Add task… adds one. An installed "
+                "package's tasks are listed while the package is installed."
+            )
             return
         entries = {self._removal_text(reference): reference for reference in remembered}
         choice, ok = QInputDialog.getItem(
-            self.window, "Remove task", "Which task to take out of the task list? It is not listed at the next "
+            self.window,
+            "Remove task",
+            "Which task to take out of the task list? It is not listed at the next "
             "start either; its file stays as it is (File → Add task… adds it again).\nAn installed package's "
-            "tasks are not offered here: they are listed while the package is installed.", list(entries), 0, False)
+            "tasks are not offered here: they are listed while the package is installed.",
+            list(entries),
+            0,
+            False,
+        )
         if ok and choice in entries:
             self.forget(entries[choice])
 
@@ -242,8 +272,11 @@ class TaskActions:
             return
         self._loading.add(reference)
         self.window.show_message(f"Loading the task in {reference} (running its code)…")
-        self.window.jobs.submit(lambda: load_task(reference), lambda _cls: self._loaded(reference),
-                                lambda message, details: self._load_failed(reference, message, details))
+        self.window.jobs.submit(
+            lambda: load_task(reference),
+            lambda _cls: self._loaded(reference),
+            lambda message, details: self._load_failed(reference, message, details),
+        )
 
     def _loaded(self, reference: str) -> None:
         from core.tasks import add_task

@@ -23,23 +23,30 @@ class ToolActions:
 
     def add_to_menus(self, precision_menu, tools_menu) -> None:
         window = self.window
-        self.compareAction = QAction("&Compare precisions…", window, shortcut="Ctrl+Shift+C",
-                                     triggered=self.show_compare)
-        self.inspectAction = QAction("&Inspect dtypes…", window, shortcut="Ctrl+Shift+I",
-                                     triggered=self.show_inspector)
+        self.compareAction = QAction(
+            "&Compare precisions…", window, shortcut="Ctrl+Shift+C", triggered=self.show_compare
+        )
+        self.inspectAction = QAction("&Inspect dtypes…", window, shortcut="Ctrl+Shift+I", triggered=self.show_inspector)
         precision_menu.addAction(self.compareAction)
         precision_menu.addAction(self.inspectAction)
         self.lrFinderAction = QAction("&LR finder…", window, shortcut="Ctrl+Shift+L", triggered=self.show_lr_finder)
-        self.batchFinderAction = QAction("&Batch-size finder…", window, shortcut="Ctrl+Shift+B",
-                                         triggered=self.show_batch_finder)
+        self.batchFinderAction = QAction(
+            "&Batch-size finder…", window, shortcut="Ctrl+Shift+B", triggered=self.show_batch_finder
+        )
         self.summaryAction = QAction("Model &summary…", window, shortcut="Ctrl+Shift+M", triggered=self.show_summary)
         self.sweepAction = QAction("S&weep…", window, shortcut="Ctrl+Shift+W", triggered=self.show_sweep)
         for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction):
             tools_menu.addAction(action)
 
     def update_enabled(self, engine_ready: bool) -> None:
-        for action in (self.compareAction, self.inspectAction, self.lrFinderAction, self.batchFinderAction,
-                       self.summaryAction, self.sweepAction):
+        for action in (
+            self.compareAction,
+            self.inspectAction,
+            self.lrFinderAction,
+            self.batchFinderAction,
+            self.summaryAction,
+            self.sweepAction,
+        ):
             action.setEnabled(engine_ready)
 
     def _inputs(self) -> tuple:
@@ -63,6 +70,7 @@ class ToolActions:
 
     def show_lr_finder(self):
         """The LR finder; its "Use this LR" fills the form's learning rate."""
+
         def make():
             from app.panels.tuning import LRFinderDialog
 
@@ -74,6 +82,7 @@ class ToolActions:
 
     def show_batch_finder(self):
         """The batch-size finder; its "Use batch N" fills the form's batch size."""
+
         def make():
             from app.panels.tuning_batch import BatchFinderDialog
 
@@ -99,6 +108,7 @@ class ToolActions:
 
     def show_compare(self):
         """Compare precisions; its "Train with this" starts a run in the recommended mode."""
+
         def make():
             from app.panels.compare import CompareDialog
 
@@ -110,6 +120,7 @@ class ToolActions:
 
     def show_inspector(self):
         """The dtype inspector."""
+
         def make():
             from app.panels.inspector import InspectorDialog
 
@@ -119,6 +130,7 @@ class ToolActions:
 
     def show_sweep(self):
         """The sweep dialog: trials are ordinary runs under the runs root."""
+
         def make():
             from app.panels.tuning_sweep import SweepDialog
 
@@ -131,8 +143,18 @@ class ToolActions:
 
     def dialogs(self) -> list:
         """The tool dialogs made so far."""
-        return [d for d in (self.lrFinderDialog, self.batchFinderDialog, self.summaryDialog, self.sweepDialog,
-                            self.compareDialog, self.inspectorDialog) if d is not None]
+        return [
+            d
+            for d in (
+                self.lrFinderDialog,
+                self.batchFinderDialog,
+                self.summaryDialog,
+                self.sweepDialog,
+                self.compareDialog,
+                self.inspectorDialog,
+            )
+            if d is not None
+        ]
 
     def busy_tools(self) -> list[str]:
         """The titles of the tools working right now."""
@@ -144,16 +166,20 @@ class ToolActions:
         it could run the run out of memory). 'auto' counts as every device."""
         working = self.busy_tools()  # the asking tool is not running yet: these are others
         if working:
-            return (f"{', '.join(working)} is measuring on the device; two tools at once would each measure the "
-                    "other. Let it finish or stop it first.")
+            return (
+                f"{', '.join(working)} is measuring on the device; two tools at once would each measure the "
+                "other. Let it finish or stop it first."
+            )
         if not self.window.controller.running:
             return ""
         run_device = self.window._run_device or "auto"
         if "auto" not in (device, run_device) and device != run_device:
             return ""
-        return (f"A training run is using {run_device}; a tool on the same device would compete with it for the "
-                "device (slowing the run, and measuring the sharing, not the model). Stop the run or wait for "
-                "it to end, then run the tool.")
+        return (
+            f"A training run is using {run_device}; a tool on the same device would compete with it for the "
+            "device (slowing the run, and measuring the sharing, not the model). Stop the run or wait for "
+            "it to end, then run the tool."
+        )
 
     def show_for_field(self, field: str) -> None:
         """A field's Find… button: the LR finder beside the learning rate, the batch finder beside the batch."""

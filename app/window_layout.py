@@ -19,22 +19,21 @@ class WidthFittingScroll(QScrollArea):
     """A vertical-only scroll area that is never narrower than its content's minimum width: with the horizontal
     bar off, a narrower viewport would cut the form's right edge (fields, buttons, wrapped text) off."""
 
-    def setWidget(self, widget) -> None:  # noqa: N802 (Qt override)
+    def setWidget(self, widget) -> None:
         super().setWidget(widget)
         widget.installEventFilter(self)  # its layout changes (a task's options, the device list): hint again
 
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt override)
+    def eventFilter(self, watched, event) -> bool:
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()
         return super().eventFilter(watched, event)
 
-    def minimumSizeHint(self):  # noqa: N802 (Qt override)
+    def minimumSizeHint(self):
         hint = super().minimumSizeHint()
         content = self.widget()
         if content is None:
             return hint
-        width = (content.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width()
-                 + 2 * self.frameWidth())
+        width = content.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth()
         return hint.expandedTo(QSize(width, 0))
 
 
@@ -42,9 +41,8 @@ class MarginSplitter(QSplitter):
     """A splitter whose minimum size counts its contents margins (QSplitter's leaves them out: at the window's
     minimum size the margins around the plots took their room and cut the right column)."""
 
-    def minimumSizeHint(self):  # noqa: N802 (Qt override)
+    def minimumSizeHint(self):
         return super().minimumSizeHint().grownBy(self.contentsMargins())
-
 
 
 def build_widgets(window) -> None:
@@ -75,8 +73,7 @@ def build_widgets(window) -> None:
     form_layout.setContentsMargins(0, 0, 6, 0)
     form_layout.addWidget(window.devicesPanel)
     form_layout.addWidget(window.setupPanel, 1)
-    scroll = WidthFittingScroll(objectName="setupScroll", widgetResizable=True,
-                                frameShape=QScrollArea.Shape.NoFrame)
+    scroll = WidthFittingScroll(objectName="setupScroll", widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame)
     scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
     scroll.setWidget(form_holder)
     left = QWidget()
@@ -102,6 +99,7 @@ def build_widgets(window) -> None:
     window.devicesPanel.deviceSelected.connect(window._on_device_selected)
     window.setupPanel.validityChanged.connect(lambda _valid: window._update_buttons())
     window.setupPanel.toolRequested.connect(lambda field: window.tools.show_for_field(field))
+
 
 def build_menus(window) -> None:
     """The menu bar: File (with the file, history and remote actions), Run, Precision and Tools, Help."""
@@ -132,8 +130,9 @@ def build_menus(window) -> None:
     tools_menu = window.menuBar().addMenu("&Tools")
     window.tools.add_to_menus(precision_menu, tools_menu)
     tools_menu.addSeparator()
-    window.previewAction = QAction("&Try a model…", window, shortcut="Ctrl+Shift+P",
-                                 triggered=lambda: window.show_preview())
+    window.previewAction = QAction(
+        "&Try a model…", window, shortcut="Ctrl+Shift+P", triggered=lambda: window.show_preview()
+    )
     tools_menu.addAction(window.previewAction)
 
     help_menu = window.menuBar().addMenu("&Help")
@@ -141,5 +140,8 @@ def build_menus(window) -> None:
 
 
 def show_about(window) -> None:
-    QMessageBox.about(window, "About AMP Console",
-                      "<b>AMP Console</b><br>Device-agnostic mixed-precision training for PyTorch, with live plots.")
+    QMessageBox.about(
+        window,
+        "About AMP Console",
+        "<b>AMP Console</b><br>Device-agnostic mixed-precision training for PyTorch, with live plots.",
+    )

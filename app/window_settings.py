@@ -123,8 +123,11 @@ def config_from_saved(data: dict, notes: list[str]):
 
     # Range and cross-field checks (core's messages): a saved value core rejects goes back to the default.
     for _ in range(len(known)):
-        problems = {key: message for key, message in config.errors().items()
-                    if key in known and getattr(config, key) != getattr(base, key)}
+        problems = {
+            key: message
+            for key, message in config.errors().items()
+            if key in known and getattr(config, key) != getattr(base, key)
+        }
         if not problems:
             break
         key, message = next(iter(problems.items()))
@@ -145,7 +148,7 @@ class WindowSettings:
     def _value(self, key: str, notes: list[str]):
         try:
             return self.store.value(key)
-        except Exception as exc:  # noqa: BLE001 - a value QSettings itself cannot read
+        except Exception as exc:
             notes.append(f"could not read the saved {key}: {exc}")
             return None
 
@@ -205,8 +208,9 @@ class WindowSettings:
             notes.append(f"ignored the saved run settings: not valid JSON ({exc}); using the defaults")
             return None
         if not isinstance(data, dict):
-            notes.append(f"ignored the saved run settings: not a table of settings ({_shown(data, 40)}); "
-                         "using the defaults")
+            notes.append(
+                f"ignored the saved run settings: not a table of settings ({_shown(data, 40)}); using the defaults"
+            )
             return None
         return data
 
@@ -224,14 +228,17 @@ class WindowSettings:
             if data is not None and self._is_unloaded_task_file(data.get("task")):
                 # Its code runs only when the user picks it: the saved form comes back then (restore_deferred).
                 self.deferred, data = data, None
-                window.logPanel.log(f"The last settings were for the task {self.deferred['task']!r} (a task "
-                                    "file): pick it in the task list to load it and get them back.")
+                window.logPanel.log(
+                    f"The last settings were for the task {self.deferred['task']!r} (a task "
+                    "file): pick it in the task list to load it and get them back."
+                )
             if data is not None:
                 window.apply_config(config_from_saved(data, notes))
-        except Exception as exc:  # noqa: BLE001 - whatever was saved, the window comes up with the defaults
+        except Exception as exc:
             notes.append(f"ignored the saved run settings ({type(exc).__name__}: {exc}); using the defaults")
-        window.setupPanel.set_execution(self._int(PROCESSES_KEY, 1, notes),
-                                        self._bool(SEPARATE_PROCESS_KEY, True, notes))
+        window.setupPanel.set_execution(
+            self._int(PROCESSES_KEY, 1, notes), self._bool(SEPARATE_PROCESS_KEY, True, notes)
+        )
         if self.deferred is not None:
             self._form_then = self._config_to_save(window)
         self._log(window, notes)
@@ -249,7 +256,7 @@ class WindowSettings:
         data, self.deferred, notes = self.deferred, None, []
         try:
             window.apply_config(config_from_saved(data, notes))
-        except Exception as exc:  # noqa: BLE001 - a bad saved form costs the form, never the window
+        except Exception as exc:
             notes.append(f"ignored the saved run settings ({type(exc).__name__}: {exc})")
         self._log(window, notes)
 
@@ -288,9 +295,14 @@ class WindowSettings:
 
     def hosts(self) -> list[dict]:
         """The saved hosts: dest and command of each (text only; other entries are skipped)."""
-        return [{"dest": item["dest"], "command": str(item.get("command") or "")} for item in self._json_list(HOSTS_KEY)
-                if isinstance(item, dict) and isinstance(item.get("dest"), str) and item["dest"].strip()
-                and isinstance(item.get("command", ""), (str, type(None)))]
+        return [
+            {"dest": item["dest"], "command": str(item.get("command") or "")}
+            for item in self._json_list(HOSTS_KEY)
+            if isinstance(item, dict)
+            and isinstance(item.get("dest"), str)
+            and item["dest"].strip()
+            and isinstance(item.get("command", ""), (str, type(None)))
+        ]
 
     def set_hosts(self, hosts: list[dict]) -> None:
         kept = [{"dest": str(h["dest"]), "command": str(h.get("command") or "")} for h in hosts]
@@ -308,8 +320,9 @@ class WindowSettings:
 
     def user_tasks(self) -> list[str]:
         """The references of the task files added in the window (text only), in the order they were added."""
-        return list(dict.fromkeys(item for item in self._json_list(USER_TASKS_KEY)
-                                  if isinstance(item, str) and item.strip()))
+        return list(
+            dict.fromkeys(item for item in self._json_list(USER_TASKS_KEY) if isinstance(item, str) and item.strip())
+        )
 
     def set_user_tasks(self, references: list[str]) -> None:
         self.store.setValue(USER_TASKS_KEY, json.dumps(list(dict.fromkeys(references))))
@@ -364,7 +377,7 @@ class WindowSettings:
         if window.engine_ready:
             try:
                 data = self._config_to_save(window)
-            except Exception:  # noqa: BLE001 - saving must never break closing the window; the last save stays
+            except Exception:
                 data = None
             if self.deferred is not None and data == self._form_then:
                 data = None  # the form untouched since start-up: the saved task file's form stays saved

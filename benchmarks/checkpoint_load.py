@@ -24,10 +24,20 @@ from core.engine import checkpoints as ckpt
 def big_checkpoint(path: Path, megabytes: int) -> Path:
     tensors = max(1, megabytes // 4)  # 1024 x 1024 fp32 = 4 MiB each
     model = {f"layer{i}.weight": torch.randn(1024, 1024) for i in range(tensors)}
-    state = {"format_version": ckpt.FORMAT_VERSION, "task": "tiny", "model": model,
-             "optimizer": {"state": {}, "param_groups": [{"params": list(range(tensors)), "lr": 0.1}]},
-             "scheduler": None, "scaler": {}, "step": 1, "epoch": 0, "rng": ckpt.capture_rng(),
-             "config": RunConfig.for_task("tiny").to_dict(), "metrics": {}, "versions": ckpt.library_versions()}
+    state = {
+        "format_version": ckpt.FORMAT_VERSION,
+        "task": "tiny",
+        "model": model,
+        "optimizer": {"state": {}, "param_groups": [{"params": list(range(tensors)), "lr": 0.1}]},
+        "scheduler": None,
+        "scaler": {},
+        "step": 1,
+        "epoch": 0,
+        "rng": ckpt.capture_rng(),
+        "config": RunConfig.for_task("tiny").to_dict(),
+        "metrics": {},
+        "versions": ckpt.library_versions(),
+    }
     return ckpt.save_checkpoint(path, state)
 
 
@@ -40,8 +50,7 @@ def main() -> None:
         path = big_checkpoint(Path(folder) / "checkpoint.pt", args.mb)
         print(f"{path.stat().st_size / 2**20:.0f} MiB, torch {torch.__version__}, {torch.get_num_threads()} threads")
         loaded = ckpt.load_checkpoint(path)  # warm the page cache and the imports
-        times: dict[str, list[float]] = {"torch.load": [], "CRC check": [], "finite check": [],
-                                         "load_checkpoint": []}
+        times: dict[str, list[float]] = {"torch.load": [], "CRC check": [], "finite check": [], "load_checkpoint": []}
         for _ in range(args.repeat):
             del loaded
             gc.collect()
@@ -57,7 +66,7 @@ def main() -> None:
             del loaded
             gc.collect()
             start = time.perf_counter()
-            loaded = ckpt.load_checkpoint(path)
+            ckpt.load_checkpoint(path)
             times["load_checkpoint"].append(time.perf_counter() - start)
         for name, values in times.items():
             print(f"{name:16s} best {min(values) * 1000:6.0f} ms   median {statistics.median(values) * 1000:6.0f} ms")

@@ -28,33 +28,61 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MEMORY_OPTIONS = {"d_model": 256, "layers": 4, "heads": 4, "max_len": 200, "interactions": 40_000, "items": 1000,
-                  "mean_len": 200, "dropout": 0.1}
+MEMORY_OPTIONS = {
+    "d_model": 256,
+    "layers": 4,
+    "heads": 4,
+    "max_len": 200,
+    "interactions": 40_000,
+    "items": 1000,
+    "mean_len": 200,
+    "dropout": 0.1,
+}
 MEMORY_BATCH = 64
 
 
-def speed_rows(tasks: list[str], precisions: list[str], steps: dict[str, int], repeats: int, threads: int,
-               mode: str, options: dict[str, dict]) -> list[dict]:
+def speed_rows(
+    tasks: list[str],
+    precisions: list[str],
+    steps: dict[str, int],
+    repeats: int,
+    threads: int,
+    mode: str,
+    options: dict[str, dict],
+) -> list[dict]:
     from core.config import RunConfig
     from core.lab.precision_sweep import run_sweep
 
     rows = []
     for task in tasks:
-        config = RunConfig.for_task(task, device="cpu", threads=threads, compile_mode=mode,
-                                    task_options=options.get(task, {}))
+        config = RunConfig.for_task(
+            task, device="cpu", threads=threads, compile_mode=mode, task_options=options.get(task, {})
+        )
 
         def progress(update, task=task) -> None:
             if update.phase in ("running", "done"):
                 sys.stderr.write(f"{task}: {update.describe()}\n")
                 sys.stderr.flush()
 
-        result = run_sweep(config, precisions, steps=steps[task], repeats=repeats, compile_options=[False, True],
-                           progress=progress)
+        result = run_sweep(
+            config, precisions, steps=steps[task], repeats=repeats, compile_options=[False, True], progress=progress
+        )
         for r in result.rows:
-            rows.append({"task": task, "row": r.label, "status": r.status, "reason": r.reason,
-                         "ms_per_step": r.step_ms, "samples_per_second": r.samples_per_second,
-                         "speedup": r.speedup, "compile_seconds": r.compile_seconds, "loss": r.loss,
-                         "threads": r.threads, "reference": result.reference})
+            rows.append(
+                {
+                    "task": task,
+                    "row": r.label,
+                    "status": r.status,
+                    "reason": r.reason,
+                    "ms_per_step": r.step_ms,
+                    "samples_per_second": r.samples_per_second,
+                    "speedup": r.speedup,
+                    "compile_seconds": r.compile_seconds,
+                    "loss": r.loss,
+                    "threads": r.threads,
+                    "reference": result.reference,
+                }
+            )
     return rows
 
 
@@ -82,15 +110,21 @@ def memory_one(checkpointed: bool) -> dict:
         loss = task.loss(model, batch)
         loss.backward()
     before, peak = meter.reading.start_bytes, meter.reading.peak_bytes
-    return {"checkpointed": checkpointed, "rss_before": before, "peak": peak, "growth": peak - before,
-            "loss": float(loss)}
+    return {
+        "checkpointed": checkpointed,
+        "rss_before": before,
+        "peak": peak,
+        "growth": peak - before,
+        "loss": float(loss),
+    }
 
 
 def memory_rows() -> list[dict]:
     rows = []
     for flag in ("0", "1"):
-        out = subprocess.run([sys.executable, __file__, "--memory-one", flag], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--memory-one", flag], capture_output=True, text=True, check=True
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return rows
 
@@ -99,9 +133,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="tiny,recommender")
     parser.add_argument("--precisions", default="fp32,bf16")
-    parser.add_argument("--steps", default="tiny=1000,recommender=10",
-                        help="optimizer steps per timed window, per task (TASK=N,...) or for all (N); pick them so "
-                             "a window lasts seconds")
+    parser.add_argument(
+        "--steps",
+        default="tiny=1000,recommender=10",
+        help="optimizer steps per timed window, per task (TASK=N,...) or for all (N); pick them so "
+        "a window lasts seconds",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--compile-mode", default="default")
@@ -124,8 +161,13 @@ def main(argv: list[str]) -> int:
         steps = {task: int(n) for task, n in (item.split("=") for item in args.steps.split(","))}
     else:
         steps = dict.fromkeys(tasks, int(args.steps))
-    speed = [] if args.memory_only else speed_rows(tasks, args.precisions.split(","), steps, args.repeats,
-                                                   args.threads, args.compile_mode, options)
+    speed = (
+        []
+        if args.memory_only
+        else speed_rows(
+            tasks, args.precisions.split(","), steps, args.repeats, args.threads, args.compile_mode, options
+        )
+    )
     memory = memory_rows() if args.memory or args.memory_only else []
     if args.json:
         print(json.dumps({"speed": speed, "memory": memory}))
@@ -138,8 +180,10 @@ def main(argv: list[str]) -> int:
                 continue
             speedup = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
             compiled = f"{r['compile_seconds']:.1f} s" if r["compile_seconds"] is not None else "-"
-            print(f"{r['task']:<12} {r['row']:<24} {r['ms_per_step']:>9.2f} {r['samples_per_second']:>10,.0f} "
-                  f"{speedup:>14} {compiled:>9}" + (f"  ({r['reason']})" if r["reason"] else ""))
+            print(
+                f"{r['task']:<12} {r['row']:<24} {r['ms_per_step']:>9.2f} {r['samples_per_second']:>10,.0f} "
+                f"{speedup:>14} {compiled:>9}" + (f"  ({r['reason']})" if r["reason"] else "")
+            )
         threads = sorted({r["threads"] for r in speed if r["threads"]})
         print(f"CPU threads: {', '.join(map(str, threads)) or '?'}")
     if memory:

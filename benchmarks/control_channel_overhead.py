@@ -31,9 +31,20 @@ def window(steps: int, channel: bool, folder: Path, batch_size: int, log_interva
     if not channel:
         folder_control.FolderControl.start = lambda self: self  # constructed, never polling
     try:
-        config = RunConfig.for_task("tiny", device="cpu", precision="fp32", threads=1, batch_size=batch_size,
-                                    log_interval=log_interval, max_steps=steps, min_steps=0, eval_interval=10**9,
-                                    checkpoint_interval=10**9, keep_best=0, out_dir=str(folder))
+        config = RunConfig.for_task(
+            "tiny",
+            device="cpu",
+            precision="fp32",
+            threads=1,
+            batch_size=batch_size,
+            log_interval=log_interval,
+            max_steps=steps,
+            min_steps=0,
+            eval_interval=10**9,
+            checkpoint_interval=10**9,
+            keep_best=0,
+            out_dir=str(folder),
+        )
         started, cpu = time.perf_counter(), time.process_time()
         ended = train(config, sink=lambda event: None, control=RunControl())
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -65,23 +76,38 @@ def main() -> int:
                 rate, cpu_rate = window(args.steps, channel, Path(tmp) / f"w{n}", args.batch_size, args.log_interval)
                 rates[channel].append(rate)
                 cpu_rates[channel].append(cpu_rate)
-                print(f"window {n:2d}  channel {'on ' if channel else 'off'}  {rate:9.1f} steps/s  "
-                      f"{cpu_rate:9.1f} steps per CPU second", flush=True)
+                print(
+                    f"window {n:2d}  channel {'on ' if channel else 'off'}  {rate:9.1f} steps/s  "
+                    f"{cpu_rate:9.1f} steps per CPU second",
+                    flush=True,
+                )
     pairs = [on / off for on, off in zip(rates[True], rates[False])]
     cpu_pairs = [on / off for on, off in zip(cpu_rates[True], cpu_rates[False])]
-    result = {"steps": args.steps, "rounds": args.rounds, "batch_size": args.batch_size,
-              "log_interval": args.log_interval, "on": statistics.median(rates[True]),
-              "off": statistics.median(rates[False]), "ratio": statistics.median(pairs),
-              "ratio_low": min(pairs), "ratio_high": max(pairs),
-              "spread_off": (max(rates[False]) - min(rates[False])) / statistics.median(rates[False]),
-              "cpu_ratio": statistics.median(cpu_pairs), "cpu_ratio_low": min(cpu_pairs),
-              "cpu_ratio_high": max(cpu_pairs),
-              "cpu_spread_off": (max(cpu_rates[False]) - min(cpu_rates[False])) / statistics.median(cpu_rates[False])}
-    print(f"on/off steps/s: median ratio {result['ratio']:.3f} (pairs {result['ratio_low']:.3f}-"
-          f"{result['ratio_high']:.3f}); the channel-off windows alone vary by {result['spread_off']:.1%}")
-    print(f"per CPU second (less sensitive to other processes): median ratio {result['cpu_ratio']:.3f} (pairs "
-          f"{result['cpu_ratio_low']:.3f}-{result['cpu_ratio_high']:.3f}); channel-off windows vary by "
-          f"{result['cpu_spread_off']:.1%}")
+    result = {
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "batch_size": args.batch_size,
+        "log_interval": args.log_interval,
+        "on": statistics.median(rates[True]),
+        "off": statistics.median(rates[False]),
+        "ratio": statistics.median(pairs),
+        "ratio_low": min(pairs),
+        "ratio_high": max(pairs),
+        "spread_off": (max(rates[False]) - min(rates[False])) / statistics.median(rates[False]),
+        "cpu_ratio": statistics.median(cpu_pairs),
+        "cpu_ratio_low": min(cpu_pairs),
+        "cpu_ratio_high": max(cpu_pairs),
+        "cpu_spread_off": (max(cpu_rates[False]) - min(cpu_rates[False])) / statistics.median(cpu_rates[False]),
+    }
+    print(
+        f"on/off steps/s: median ratio {result['ratio']:.3f} (pairs {result['ratio_low']:.3f}-"
+        f"{result['ratio_high']:.3f}); the channel-off windows alone vary by {result['spread_off']:.1%}"
+    )
+    print(
+        f"per CPU second (less sensitive to other processes): median ratio {result['cpu_ratio']:.3f} (pairs "
+        f"{result['cpu_ratio_low']:.3f}-{result['cpu_ratio_high']:.3f}); channel-off windows vary by "
+        f"{result['cpu_spread_off']:.1%}"
+    )
     if args.json:
         print(json.dumps(result))
     return 0

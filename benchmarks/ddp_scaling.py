@@ -16,14 +16,35 @@ import sys
 import tempfile
 
 
-def run(task: str, nproc: int, batch: int, steps: int, options: list[str], device: str = "cpu",
-        precision: str = "fp32") -> float:
+def run(
+    task: str, nproc: int, batch: int, steps: int, options: list[str], device: str = "cpu", precision: str = "fp32"
+) -> float:
     """Samples/s of one `amp-console train` run on `nproc` processes (batch is per process)."""
     out = tempfile.mkdtemp(prefix="amp-ddp-")
-    command = [sys.executable, "-m", "core.cli", "train", "--task", task, "--device", device, "--precision", precision,
-               "--batch-size",
-               str(batch), "--max-steps", str(steps), "--log-interval", "10", "--eval-interval", "1000000000",
-               "--out", out, "--json", *[f"-o{o}" for o in options]]
+    command = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        "--task",
+        task,
+        "--device",
+        device,
+        "--precision",
+        precision,
+        "--batch-size",
+        str(batch),
+        "--max-steps",
+        str(steps),
+        "--log-interval",
+        "10",
+        "--eval-interval",
+        "1000000000",
+        "--out",
+        out,
+        "--json",
+        *[f"-o{o}" for o in options],
+    ]
     if nproc > 1:
         command += ["--nproc", str(nproc)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
@@ -52,8 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {args.nproc} processes {m:>12,.0f} samples/s  (runs: {', '.join(f'{x:,.0f}' for x in multi)})")
     print(f"  ratio {args.nproc}-process / 1-process = {m / s:.2f}")
     if args.json:
-        print(json.dumps({"task": args.task, "nproc": args.nproc, "global_batch": args.global_batch,
-                          "single_samples_per_second": s, "multi_samples_per_second": m, "ratio": m / s}))
+        print(
+            json.dumps(
+                {
+                    "task": args.task,
+                    "nproc": args.nproc,
+                    "global_batch": args.global_batch,
+                    "single_samples_per_second": s,
+                    "multi_samples_per_second": m,
+                    "ratio": m / s,
+                }
+            )
+        )
     return 0
 
 

@@ -33,23 +33,47 @@ GOAL_MS = 50.0
 def large_report() -> dict:
     points = 2_000
     ks = list(range(1, points + 1))
-    curves = [{"title": f"curve {c}", "y_label": "hit rate", "ks": ks,
-               "series": [{"name": f"s{s}", "label": f"series {s}", "values": [min(1.0, (k / points) ** 0.5 - s / 100)
-                                                                              for k in ks]} for s in range(8)]}
-              for c in range(4)]
+    curves = [
+        {
+            "title": f"curve {c}",
+            "y_label": "hit rate",
+            "ks": ks,
+            "series": [
+                {
+                    "name": f"s{s}",
+                    "label": f"series {s}",
+                    "values": [min(1.0, (k / points) ** 0.5 - s / 100) for k in ks],
+                }
+                for s in range(8)
+            ],
+        }
+        for c in range(4)
+    ]
     classes = 20
     return {
-        "task": "benchmark", "split": "test", "primary_metric": "accuracy",
+        "task": "benchmark",
+        "split": "test",
+        "primary_metric": "accuracy",
         "metrics": {"accuracy": 0.75, **{f"m{i}": 0.5 for i in range(11)}},
-        "roc": {"fpr": [i / points for i in range(points)], "tpr": [(i / points) ** 0.5 for i in range(points)],
-                "auc": 0.66},
-        "confusion": {"labels": [str(i) for i in range(classes)],
-                      "matrix": [[5 if r == c else 1 for c in range(classes)] for r in range(classes)]},
+        "roc": {
+            "fpr": [i / points for i in range(points)],
+            "tpr": [(i / points) ** 0.5 for i in range(points)],
+            "auc": 0.66,
+        },
+        "confusion": {
+            "labels": [str(i) for i in range(classes)],
+            "matrix": [[5 if r == c else 1 for c in range(classes)] for r in range(classes)],
+        },
         "curves": curves,
-        "buckets": {"title": "by size", "rows": [{"label": str(i), "count": 10, "values": {"s0": 0.5}}
-                                                 for i in range(40)], "series": [{"name": "s0"}]},
-        "histogram": {"edges": [i / 200 for i in range(201)],
-                      "series": [{"name": "0", "counts": [10] * 200}, {"name": "1", "counts": [5] * 200}]},
+        "buckets": {
+            "title": "by size",
+            "rows": [{"label": str(i), "count": 10, "values": {"s0": 0.5}} for i in range(40)],
+            "series": [{"name": "s0"}],
+        },
+        "histogram": {
+            "edges": [i / 200 for i in range(201)],
+            "series": [{"name": "0", "counts": [10] * 200}, {"name": "1", "counts": [5] * 200}],
+        },
     }
 
 
@@ -82,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         slices.append(clock.nsecsElapsed() / 1e6)
 
     EvaluationView._draw_next = timed
+
     def one_repeat() -> dict:
         ticks: list[float] = []
         beat = QTimer(interval=1)
@@ -102,23 +127,34 @@ def main(argv: list[str] | None = None) -> int:
         beat.stop()
         view.drawn.disconnect()
         gaps = [(b - a) * 1000 for a, b in itertools.pairwise(ticks)]
-        return {"call_ms": call[0], "longest_turn_ms": max(gaps), "longest_slice_ms": max(slices),
-                "sections": len(slices) - 1, "sections_drawn": list(view.sections)}
+        return {
+            "call_ms": call[0],
+            "longest_turn_ms": max(gaps),
+            "longest_slice_ms": max(slices),
+            "sections": len(slices) - 1,
+            "sections_drawn": list(view.sections),
+        }
 
     results = [one_repeat() for _ in range(args.repeats)]
     warm = results[1:] or results
-    summary = {"first": results[0], "longest_turn_ms": max(r["longest_turn_ms"] for r in warm),
-               "median_longest_turn_ms": statistics.median(r["longest_turn_ms"] for r in warm),
-               "longest_slice_ms": max(r["longest_slice_ms"] for r in warm), "goal_ms": GOAL_MS,
-               "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
+    summary = {
+        "first": results[0],
+        "longest_turn_ms": max(r["longest_turn_ms"] for r in warm),
+        "median_longest_turn_ms": statistics.median(r["longest_turn_ms"] for r in warm),
+        "longest_slice_ms": max(r["longest_slice_ms"] for r in warm),
+        "goal_ms": GOAL_MS,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
     if args.json:
         print(json.dumps({"repeats": results, **summary}, indent=2))
     else:
         first = results[0]
         print(f"first (cold): show_report {first['call_ms']:.1f} ms, longest turn {first['longest_turn_ms']:.1f} ms")
-        print(f"warm: longest turn {summary['longest_turn_ms']:.1f} ms (median {summary['median_longest_turn_ms']:.1f}),"
-              f" longest section slice {summary['longest_slice_ms']:.1f} ms over {warm[0]['sections']} sections;"
-              f" goal <= {GOAL_MS:.0f} ms; load average {summary['load_average']}")
+        print(
+            f"warm: longest turn {summary['longest_turn_ms']:.1f} ms (median {summary['median_longest_turn_ms']:.1f}),"
+            f" longest section slice {summary['longest_slice_ms']:.1f} ms over {warm[0]['sections']} sections;"
+            f" goal <= {GOAL_MS:.0f} ms; load average {summary['load_average']}"
+        )
     return 0
 
 

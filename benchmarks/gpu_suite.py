@@ -45,18 +45,44 @@ from core.engine.events import EvalMetrics, StepMetrics
 from core.engine.optimizers import build_optimizer
 from core.engine.precision import matmul_precision, resolve_precision
 from core.lab.precision_sweep import (
-    SweepResult, SweepRow, compare_to_fp32, measure_mode, measure_mode_isolated, recommended_row, reference_label,
+    SweepResult,
+    SweepRow,
+    compare_to_fp32,
+    measure_mode,
+    measure_mode_isolated,
+    recommended_row,
+    reference_label,
 )
 from core.precision_modes import PRECISION_MODES
 from core.tasks import TASKS, create_task
 
 # The size the issue asks for: big enough that matmuls dominate and AMP's gain shows.
-FULL_RECOMMENDER = {"d_model": 512, "layers": 4, "heads": 8, "max_len": 200, "items": 50_000,
-                    "interactions": 400_000, "mean_len": 200}
-QUICK_RECOMMENDER = {"d_model": 32, "layers": 1, "heads": 2, "max_len": 20, "items": 200,
-                     "interactions": 5_000, "mean_len": 20}
-TARGETS = {"bf16_speedup_min": 2.0, "bf16_memory_ratio_max": 0.6, "engine_over_minimal_min": 0.97,
-           "bf16_mfu_min": 0.45, "quality_noise_se": 2.0, "staged_over_device_min": 0.95}
+FULL_RECOMMENDER = {
+    "d_model": 512,
+    "layers": 4,
+    "heads": 8,
+    "max_len": 200,
+    "items": 50_000,
+    "interactions": 400_000,
+    "mean_len": 200,
+}
+QUICK_RECOMMENDER = {
+    "d_model": 32,
+    "layers": 1,
+    "heads": 2,
+    "max_len": 20,
+    "items": 200,
+    "interactions": 5_000,
+    "mean_len": 20,
+}
+TARGETS = {
+    "bf16_speedup_min": 2.0,
+    "bf16_memory_ratio_max": 0.6,
+    "engine_over_minimal_min": 0.97,
+    "bf16_mfu_min": 0.45,
+    "quality_noise_se": 2.0,
+    "staged_over_device_min": 0.95,
+}
 # Seconds a first torch.compile is assumed to take before one has been measured in this process.
 COMPILE_GUESS_S = {"inductor": 60.0, "aot_eager": 10.0, "eager": 5.0}
 QUALITY_METRICS = ("hr@10_full_filtered", "hr@10_full_unfiltered")  # the first one the task reports is used
@@ -79,10 +105,12 @@ def suite_config(device: str, quick: bool) -> RunConfig:
     """The recommender at the suite's size (or the tiny task when the recommender is not registered)."""
     if "recommender" in TASKS:
         options = QUICK_RECOMMENDER if quick else FULL_RECOMMENDER
-        return RunConfig.for_task("recommender", device=device, task_options=dict(options),
-                                  batch_size=32 if quick else 256)
-    return RunConfig.for_task("tiny", device=device, task_options={} if quick else {"hidden": 4096},
-                              batch_size=64 if quick else 4096)
+        return RunConfig.for_task(
+            "recommender", device=device, task_options=dict(options), batch_size=32 if quick else 256
+        )
+    return RunConfig.for_task(
+        "tiny", device=device, task_options={} if quick else {"hidden": 4096}, batch_size=64 if quick else 4096
+    )
 
 
 # ----------------------------------------------------------------- process-wide set-up
@@ -96,8 +124,7 @@ def shared_task_data(task_name: str):
     cache: dict = {}
 
     def load_data(self, data_path: str, seed: int):
-        key = (json.dumps(self.opts, sort_keys=True, default=str), data_path, seed,
-               repr(getattr(self, "source", None)))
+        key = (json.dumps(self.opts, sort_keys=True, default=str), data_path, seed, repr(getattr(self, "source", None)))
         if key not in cache:
             before = dict(self.__dict__)
             data = original(self, data_path, seed)
@@ -152,8 +179,14 @@ def row_label(mode: str, compiled: bool = False, checkpointed: bool = False) -> 
 
 def find_row(ctx: dict, mode: str, compiled: bool = False, checkpointed: bool = False) -> SweepRow | None:
     """The measured ('ok') row of this variant, or None."""
-    return next((r for r in ctx["rows"] if r.status == "ok" and r.mode == mode and r.compiled == compiled
-                 and r.checkpointed == checkpointed), None)
+    return next(
+        (
+            r
+            for r in ctx["rows"]
+            if r.status == "ok" and r.mode == mode and r.compiled == compiled and r.checkpointed == checkpointed
+        ),
+        None,
+    )
 
 
 def estimate_row_s(ctx: dict, mode: str, compiled: bool) -> float:
@@ -200,12 +233,23 @@ def sweep_result(ctx: dict) -> SweepResult:
     best, why = recommended_row(rows)
     info, config = ctx["info"], ctx["config"]
     memory = "CUDA max_memory_allocated" if info.type == "cuda" else "peak RSS of a fresh process (eager rows)"
-    return SweepResult(task=config.task, task_options=dict(config.task_options), device=info.id,
-                       device_name=info.name, batch_size=config.batch_size, steps=ctx["steps"],
-                       repeats=ctx["repeats"], warmup_steps=ctx["steps"], memory_source=memory, rows=rows,
-                       recommended=best.mode if best else None, recommendation=why,
-                       threads=next((r.threads for r in rows if r.status == "ok" and r.threads), None),
-                       reference=reference_label(rows), recommended_label=best.label if best else None)
+    return SweepResult(
+        task=config.task,
+        task_options=dict(config.task_options),
+        device=info.id,
+        device_name=info.name,
+        batch_size=config.batch_size,
+        steps=ctx["steps"],
+        repeats=ctx["repeats"],
+        warmup_steps=ctx["steps"],
+        memory_source=memory,
+        rows=rows,
+        recommended=best.mode if best else None,
+        recommendation=why,
+        threads=next((r.threads for r in rows if r.status == "ok" and r.threads), None),
+        reference=reference_label(rows),
+        recommended_label=best.label if best else None,
+    )
 
 
 def sweep_dict(ctx: dict) -> dict:
@@ -218,9 +262,13 @@ def sweep_dict(ctx: dict) -> dict:
 
 
 def section_devices(ctx: dict) -> dict:
-    return {"devices": [d.to_dict() for d in list_devices(free_memory=True)], "torch": torch.__version__,
-            "cuda": torch.version.cuda, "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            "compile_backend": ctx["backend"]}
+    return {
+        "devices": [d.to_dict() for d in list_devices(free_memory=True)],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "compile_backend": ctx["backend"],
+    }
 
 
 def rows_measured(variants: list[tuple[str, bool, bool]], ctx: dict) -> dict:
@@ -244,8 +292,9 @@ def section_compile_fp32(ctx: dict) -> dict:
 
 
 # ----------------------------------------------------------------- engine vs a minimal loop
-def minimal_loop(config: RunConfig, mode: str, steps: int, repeats: int, compiled: bool = False,
-                 threads: int | None = None) -> dict:
+def minimal_loop(
+    config: RunConfig, mode: str, steps: int, repeats: int, compiled: bool = False, threads: int | None = None
+) -> dict:
     """The same task, model, optimizer and precision in the shortest correct hand-written loop.
 
     No events, no metric accumulation, no stop checks: one sync per window, exactly like the engine's
@@ -282,7 +331,7 @@ def minimal_loop(config: RunConfig, mode: str, steps: int, repeats: int, compile
                 start = time.perf_counter()
                 for step in range(steps):
                     index = (window * steps + step) % per_epoch
-                    rows_of_batch = perm[index * config.batch_size:(index + 1) * config.batch_size]
+                    rows_of_batch = perm[index * config.batch_size : (index + 1) * config.batch_size]
                     batch = {k: v[rows_of_batch] for k, v in train.items()}
                     with plan.autocast():
                         loss = task.loss(net, batch)
@@ -297,8 +346,13 @@ def minimal_loop(config: RunConfig, mode: str, steps: int, repeats: int, compile
         del net, model, optimizer, train
         release(device)
     step_s = statistics.median(windows[1:])
-    return {"step_ms": 1000 * step_s, "samples_per_second": config.batch_size / step_s, "compiled": compiled,
-            "warmup_window_s": windows[0] * steps, "threads": threads or previous_threads}
+    return {
+        "step_ms": 1000 * step_s,
+        "samples_per_second": config.batch_size / step_s,
+        "compiled": compiled,
+        "warmup_window_s": windows[0] * steps,
+        "threads": threads or previous_threads,
+    }
 
 
 def best_low_precision(ctx: dict) -> str:
@@ -307,10 +361,17 @@ def best_low_precision(ctx: dict) -> str:
 
 
 def overhead_figures(engine: SweepRow, minimal: dict, mode: str, compiled: bool, source: str) -> dict:
-    return {"mode": mode, "compiled": compiled, "engine_samples_per_second": engine.samples_per_second,
-            "minimal_samples_per_second": minimal["samples_per_second"], "engine_step_ms": engine.step_ms,
-            "minimal_step_ms": minimal["step_ms"], "engine_over_minimal": engine.samples_per_second /
-            minimal["samples_per_second"], "engine_source": source, "threads": minimal["threads"]}
+    return {
+        "mode": mode,
+        "compiled": compiled,
+        "engine_samples_per_second": engine.samples_per_second,
+        "minimal_samples_per_second": minimal["samples_per_second"],
+        "engine_step_ms": engine.step_ms,
+        "minimal_step_ms": minimal["step_ms"],
+        "engine_over_minimal": engine.samples_per_second / minimal["samples_per_second"],
+        "engine_source": source,
+        "threads": minimal["threads"],
+    }
 
 
 def section_overhead(ctx: dict) -> dict:
@@ -381,7 +442,7 @@ def step_flops(config: RunConfig, mode: str) -> float:
     task = create_task(config.task, config.task_options)
     data = task.load_data(config.data, config.seed)
     model = task.build_model(data.info).to(device).train()
-    batch = {k: v[:config.batch_size].to(device) for k, v in data.train.items()}
+    batch = {k: v[: config.batch_size].to(device) for k, v in data.train.items()}
     counter = FlopCounterMode(display=False)
     with counter:
         with plan.autocast():
@@ -397,8 +458,12 @@ def section_mfu(ctx: dict) -> dict:
     ceiling = matmul_ceiling(ctx["device"], ctx["quick"])
     flops = step_flops(ctx["config"], mode)
     release(ctx["device"])
-    return {"mode": mode, "matmul_ceiling_flops": ceiling["flops_per_second"], "matmul_n": ceiling["n"],
-            "flops_per_step": flops}
+    return {
+        "mode": mode,
+        "matmul_ceiling_flops": ceiling["flops_per_second"],
+        "matmul_n": ceiling["n"],
+        "flops_per_step": flops,
+    }
 
 
 def mfu_by_row(report: dict) -> dict:
@@ -439,24 +504,45 @@ def short_run(config: RunConfig, mode: str, steps: int, log_interval: int) -> di
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="amp-suite-") as out:
-        cfg = config.replace(precision=mode, max_steps=steps, log_interval=log_interval,
-                             eval_interval=1_000_000_000, checkpoint_interval=0, keep_best=0, out_dir=out)
+        cfg = config.replace(
+            precision=mode,
+            max_steps=steps,
+            log_interval=log_interval,
+            eval_interval=1_000_000_000,
+            checkpoint_interval=0,
+            keep_best=0,
+            out_dir=out,
+        )
         trainer = Trainer(cfg, sink=sink, control=RunControl())
         ended = trainer.run()
     users = split_length(trainer.data.val) if hasattr(trainer, "data") else None
     del trainer
     release(torch_device(info))
     losses = [e.loss for e in seen]
-    healthy = (ended.status == "completed" and bool(losses) and all(math.isfinite(x) for x in losses)
-               and losses[-1] < losses[0])
+    healthy = (
+        ended.status == "completed"
+        and bool(losses)
+        and all(math.isfinite(x) for x in losses)
+        and losses[-1] < losses[0]
+    )
     metrics = evaluations[-1].metrics if evaluations else {}
     name = quality_metric(metrics)
-    return {"mode": mode, "status": "ok" if healthy else "diverged", "message": ended.message, "steps": ended.step,
-            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-            "skipped_steps": ended.skipped_steps, "grad_scale": seen[-1].grad_scale if seen else None,
-            "grad_norm": seen[-1].grad_norm if seen else None, "val_metrics": metrics, "quality_metric": name,
-            "quality": metrics.get(name) if name else None, "users_evaluated": users,
-            "wall_seconds": time.perf_counter() - started}
+    return {
+        "mode": mode,
+        "status": "ok" if healthy else "diverged",
+        "message": ended.message,
+        "steps": ended.step,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "skipped_steps": ended.skipped_steps,
+        "grad_scale": seen[-1].grad_scale if seen else None,
+        "grad_norm": seen[-1].grad_norm if seen else None,
+        "val_metrics": metrics,
+        "quality_metric": name,
+        "quality": metrics.get(name) if name else None,
+        "users_evaluated": users,
+        "wall_seconds": time.perf_counter() - started,
+    }
 
 
 def quality_check(bf16: dict, fp32: dict) -> dict | None:
@@ -473,8 +559,16 @@ def quality_check(bf16: dict, fp32: dict) -> dict | None:
     se = math.sqrt(max(p * (1 - p), 0.0) / users) if users else float("nan")
     diff = bf16["quality"] - fp32["quality"]
     noise = TARGETS["quality_noise_se"] * se
-    return {"metric": fp32["quality_metric"], "bf16": bf16["quality"], "fp32": fp32["quality"], "diff": diff,
-            "users": users, "standard_error": se, "noise": noise, "within_noise": abs(diff) <= noise}
+    return {
+        "metric": fp32["quality_metric"],
+        "bf16": bf16["quality"],
+        "fp32": fp32["quality"],
+        "diff": diff,
+        "users": users,
+        "standard_error": se,
+        "noise": noise,
+        "within_noise": abs(diff) <= noise,
+    }
 
 
 def section_training(ctx: dict) -> dict:
@@ -495,10 +589,24 @@ def section_training(ctx: dict) -> dict:
 # ----------------------------------------------------------------- profile
 LOSS_LABEL = "suite::chunked_loss"
 PROFILE_CATEGORIES = ("attention", "matmuls", "chunked loss", "optimizer", "layer norm", "other")
-_ATTENTION = ("scaleddotproduct", "flashattention", "efficientattention", "cudnnattention", "fmha", "flashfwd",
-              "flashbwd")
-_MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-            "aten::_addmmactivation")
+_ATTENTION = (
+    "scaleddotproduct",
+    "flashattention",
+    "efficientattention",
+    "cudnnattention",
+    "fmha",
+    "flashfwd",
+    "flashbwd",
+)
+_MATMULS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::_addmmactivation",
+)
 
 
 @contextlib.contextmanager
@@ -557,7 +665,7 @@ def profile_breakdown(events, on_device: bool) -> dict:
     for event in events:
         if getattr(event, "is_async", False) or str(getattr(event, "device_type", "")).split(".")[-1] != "CPU":
             continue
-        us = (sum(k.duration for k in event.kernels) if on_device else event.self_cpu_time_total)
+        us = sum(k.duration for k in event.kernels) if on_device else event.self_cpu_time_total
         if us <= 0:
             continue
         category = categorise(event)
@@ -573,10 +681,16 @@ def profile_breakdown(events, on_device: bool) -> dict:
     top = ranked[:10]
     # Which kernels each category ran (e.g. flash attention, fused AdamW): the 3 costliest ops of each.
     ops_by_category = {c: [name for name, (_, _, category) in ranked if category == c][:3] for c in by_category}
-    return {"total_us": total, "share": share, "chunked_loss_matmul_share": loss_matmuls / total if total else 0.0,
-            "ops_by_category": ops_by_category,
-            "top_ops": [{"op": name, "share": us / total if total else 0.0, "us": us, "calls": calls,
-                         "category": category} for name, (us, calls, category) in top]}
+    return {
+        "total_us": total,
+        "share": share,
+        "chunked_loss_matmul_share": loss_matmuls / total if total else 0.0,
+        "ops_by_category": ops_by_category,
+        "top_ops": [
+            {"op": name, "share": us / total if total else 0.0, "us": us, "calls": calls, "category": category}
+            for name, (us, calls, category) in top
+        ],
+    }
 
 
 def section_profile(ctx: dict) -> dict:
@@ -607,8 +721,15 @@ def section_profile(ctx: dict) -> dict:
                 control.stop()
 
     with tempfile.TemporaryDirectory(prefix="amp-suite-") as out, labelled_chunked_loss():
-        cfg = ctx["config"].replace(precision=mode, max_steps=2 * steps + 1, log_interval=steps,
-                                    eval_interval=1_000_000_000, checkpoint_interval=0, keep_best=0, out_dir=out)
+        cfg = ctx["config"].replace(
+            precision=mode,
+            max_steps=2 * steps + 1,
+            log_interval=steps,
+            eval_interval=1_000_000_000,
+            checkpoint_interval=0,
+            keep_best=0,
+            out_dir=out,
+        )
         try:
             ended = Trainer(cfg, sink=sink, control=control).run()
         finally:
@@ -619,9 +740,14 @@ def section_profile(ctx: dict) -> dict:
         raise RuntimeError(f"the profiled run ended early: {ended.status} {ended.message}")
     breakdown = profile_breakdown(prof.events(), on_device)
     wall_us = state["wall_s"] * 1e6
-    return {"mode": mode, "steps": steps, "time": "CUDA kernel time" if on_device else "CPU self time",
-            "wall_ms_per_step": state["wall_s"] * 1000 / steps,
-            "device_busy": breakdown["total_us"] / wall_us if on_device and wall_us else None, **breakdown}
+    return {
+        "mode": mode,
+        "steps": steps,
+        "time": "CUDA kernel time" if on_device else "CPU self time",
+        "wall_ms_per_step": state["wall_s"] * 1000 / steps,
+        "device_busy": breakdown["total_us"] / wall_us if on_device and wall_us else None,
+        **breakdown,
+    }
 
 
 # ----------------------------------------------------------------- host data path
@@ -662,9 +788,12 @@ def section_datapath(ctx: dict) -> dict:
         if row.status != "ok":
             raise RuntimeError(f"{name}: {row.reason}")
         batches = made[-1] if made else None
-        out[name] = {"samples_per_second": row.samples_per_second, "step_ms": row.step_ms,
-                     "data_on_host": bool(batches and batches._on_host),
-                     "staging": bool(batches and batches.staging is not None) if batches else False}
+        out[name] = {
+            "samples_per_second": row.samples_per_second,
+            "step_ms": row.step_ms,
+            "data_on_host": bool(batches and batches._on_host),
+            "staging": bool(batches and batches.staging is not None) if batches else False,
+        }
     base = out["device"]["samples_per_second"]
     out["staged_over_device"] = out["host_staged"]["samples_per_second"] / base
     out["plain_over_device"] = out["host_plain"]["samples_per_second"] / base
@@ -694,16 +823,32 @@ def section_ddp(ctx: dict) -> dict:
     batch = cfg.batch_size - cfg.batch_size % count
     single = train_rate(cfg.task, 1, batch, steps, options, device="cuda", precision="bf16")
     multi = train_rate(cfg.task, count, batch // count, steps, options, device="cuda", precision="bf16")
-    return {"status": "ok", "gpus": count, "global_batch": batch, "precision": "bf16",
-            "single_samples_per_second": single, "multi_samples_per_second": multi,
-            "scaling": multi / single, "efficiency": multi / single / count}
+    return {
+        "status": "ok",
+        "gpus": count,
+        "global_batch": batch,
+        "precision": "bf16",
+        "single_samples_per_second": single,
+        "multi_samples_per_second": multi,
+        "scaling": multi / single,
+        "efficiency": multi / single / count,
+    }
 
 
 # Must-have figures first; the expensive extras (compiles) after, skipped when the budget is spent.
-SECTIONS = (("devices", section_devices), ("sweep", section_sweep), ("mfu", section_mfu),
-            ("training", section_training), ("overhead", section_overhead), ("profile", section_profile),
-            ("datapath", section_datapath), ("compile", section_compile), ("sweep_more", section_sweep_more),
-            ("compile_fp32", section_compile_fp32), ("ddp", section_ddp))
+SECTIONS = (
+    ("devices", section_devices),
+    ("sweep", section_sweep),
+    ("mfu", section_mfu),
+    ("training", section_training),
+    ("overhead", section_overhead),
+    ("profile", section_profile),
+    ("datapath", section_datapath),
+    ("compile", section_compile),
+    ("sweep_more", section_sweep_more),
+    ("compile_fp32", section_compile_fp32),
+    ("ddp", section_ddp),
+)
 
 
 def section_estimate_s(name: str, ctx: dict) -> float:
@@ -718,8 +863,10 @@ def derive(report: dict) -> dict:
     ratio counts, the best bf16 memory."""
     s = report["sections"]
     rows = {r["label"]: r for r in s.get("sweep", {}).get("rows", []) if r["status"] == "ok"}
-    out: dict = {"speedup_vs_fp32_eager": {label: r["speedup"] for label, r in rows.items()},
-                 "mfu_by_row": mfu_by_row(report)}
+    out: dict = {
+        "speedup_vs_fp32_eager": {label: r["speedup"] for label, r in rows.items()},
+        "mfu_by_row": mfu_by_row(report),
+    }
     if out["mfu_by_row"]:
         best = max(out["mfu_by_row"], key=lambda label: out["mfu_by_row"][label]["mfu"])
         out["mfu_best"] = {"row": best, **out["mfu_by_row"][best]}
@@ -728,13 +875,19 @@ def derive(report: dict) -> dict:
         best = min(memory, key=lambda r: r["memory_ratio"])
         out["bf16_memory_best"] = {"row": best["label"], "memory_ratio": best["memory_ratio"]}
     eager, compiled = s.get("overhead"), (s.get("compile") or {}).get("overhead")
-    compile_faster = ("bf16" in rows and "bf16 + compile" in rows
-                      and rows["bf16 + compile"]["samples_per_second"] > rows["bf16"]["samples_per_second"])
+    compile_faster = (
+        "bf16" in rows
+        and "bf16 + compile" in rows
+        and rows["bf16 + compile"]["samples_per_second"] > rows["bf16"]["samples_per_second"]
+    )
     if compiled and compile_faster:
         out["overhead"] = {**compiled, "why": "compile on both sides (bf16 + compile measured faster than eager)"}
     elif eager:
-        why = ("eager on both sides (compile was not faster)" if "bf16 + compile" in rows
-               else "eager on both sides (compile not measured)")
+        why = (
+            "eager on both sides (compile was not faster)"
+            if "bf16 + compile" in rows
+            else "eager on both sides (compile not measured)"
+        )
         out["overhead"] = {**eager, "why": why}
     return out
 
@@ -748,22 +901,52 @@ def check_targets(report: dict, is_cuda: bool) -> list[dict]:
     quality = (s.get("training") or {}).get("quality") or {}
     datapath = s.get("datapath", {})
     checks = [
-        ("bf16 samples/s >= 2x fp32", bf16.get("speedup"), lambda v: v >= TARGETS["bf16_speedup_min"],
-         "bf16 eager vs fp32 eager"),
-        ("bf16 peak memory <= 0.6x fp32", memory.get("memory_ratio"),
-         lambda v: v <= TARGETS["bf16_memory_ratio_max"], f"best: {memory.get('row', '-')}"),
-        ("bf16 MFU >= 45% of matmul ceiling", mfu.get("mfu"), lambda v: v >= TARGETS["bf16_mfu_min"],
-         f"best: {mfu.get('row', '-')}"),
-        ("engine / minimal loop >= 0.97", overhead.get("engine_over_minimal"),
-         lambda v: v >= TARGETS["engine_over_minimal_min"], overhead.get("why", "-")),
-        ("bf16 val HR@10 within noise of fp32", quality.get("diff"), lambda v: abs(v) <= quality["noise"],
-         f"|diff| <= {quality['noise']:.4f} (2 s.e., {quality['users']} users)" if quality else "-"),
-        ("host data: staged >= 0.95x on device", datapath.get("staged_over_device"),
-         lambda v: v >= TARGETS["staged_over_device_min"], "copy hidden" if datapath.get("copy_hidden") else "-"),
+        (
+            "bf16 samples/s >= 2x fp32",
+            bf16.get("speedup"),
+            lambda v: v >= TARGETS["bf16_speedup_min"],
+            "bf16 eager vs fp32 eager",
+        ),
+        (
+            "bf16 peak memory <= 0.6x fp32",
+            memory.get("memory_ratio"),
+            lambda v: v <= TARGETS["bf16_memory_ratio_max"],
+            f"best: {memory.get('row', '-')}",
+        ),
+        (
+            "bf16 MFU >= 45% of matmul ceiling",
+            mfu.get("mfu"),
+            lambda v: v >= TARGETS["bf16_mfu_min"],
+            f"best: {mfu.get('row', '-')}",
+        ),
+        (
+            "engine / minimal loop >= 0.97",
+            overhead.get("engine_over_minimal"),
+            lambda v: v >= TARGETS["engine_over_minimal_min"],
+            overhead.get("why", "-"),
+        ),
+        (
+            "bf16 val HR@10 within noise of fp32",
+            quality.get("diff"),
+            lambda v: abs(v) <= quality["noise"],
+            f"|diff| <= {quality['noise']:.4f} (2 s.e., {quality['users']} users)" if quality else "-",
+        ),
+        (
+            "host data: staged >= 0.95x on device",
+            datapath.get("staged_over_device"),
+            lambda v: v >= TARGETS["staged_over_device_min"],
+            "copy hidden" if datapath.get("copy_hidden") else "-",
+        ),
     ]
-    return [{"target": name, "value": value, "detail": detail,
-             "result": "n/a" if value is None or not is_cuda else ("PASS" if ok(value) else "FAIL")}
-            for name, value, ok, detail in checks]
+    return [
+        {
+            "target": name,
+            "value": value,
+            "detail": detail,
+            "result": "n/a" if value is None or not is_cuda else ("PASS" if ok(value) else "FAIL"),
+        }
+        for name, value, ok, detail in checks
+    ]
 
 
 def _x(value) -> str:
@@ -777,9 +960,11 @@ def _gib(value) -> str:
 def print_table(report: dict) -> None:
     """The short summary, printed last."""
     s, d = report["sections"], report.get("summary", {})
-    print(f"\n== GPU suite: {report['device']} ({report['device_name']}), torch {torch.__version__}, "
-          f"{report['elapsed_s']:.0f} s, compile backend {report.get('compile_backend')}; "
-          f"report {report['report_path']}")
+    print(
+        f"\n== GPU suite: {report['device']} ({report['device_name']}), torch {torch.__version__}, "
+        f"{report['elapsed_s']:.0f} s, compile backend {report.get('compile_backend')}; "
+        f"report {report['report_path']}"
+    )
     for row in s.get("sweep", {}).get("rows", []):
         label = row.get("label", row["mode"])
         if row["status"] != "ok":
@@ -787,51 +972,75 @@ def print_table(report: dict) -> None:
             continue
         extra = f"  compiled in {row['compile_seconds']:.1f} s" if row.get("compile_seconds") else ""
         extra += f"  ({row['reason'][:60]})" if row.get("reason") else ""
-        print(f"  sweep {label:<17} {row['step_ms']:8.2f} ms/step {row['samples_per_second']:>9,.0f} samples/s "
-              f"{_gib(row['peak_memory_bytes'])}  {_x(row['speedup'])}  mem {_x(row['memory_ratio'])}  "
-              f"loss {row['loss']:.4f}{extra}")
+        print(
+            f"  sweep {label:<17} {row['step_ms']:8.2f} ms/step {row['samples_per_second']:>9,.0f} samples/s "
+            f"{_gib(row['peak_memory_bytes'])}  {_x(row['speedup'])}  mem {_x(row['memory_ratio'])}  "
+            f"loss {row['loss']:.4f}{extra}"
+        )
     speedups = d.get("speedup_vs_fp32_eager", {})
     if speedups:
-        print("  vs fp32 eager: " + ", ".join(f"{label} {x:.2f}x" for label, x in speedups.items()
-                                             if x and label != "fp32"))
+        print(
+            "  vs fp32 eager: "
+            + ", ".join(f"{label} {x:.2f}x" for label, x in speedups.items() if x and label != "fp32")
+        )
     if "mfu" in s:
         m = s["mfu"]
-        figures = ", ".join(f"{label} {100 * v['mfu']:.1f}% ({v['achieved_flops'] / 1e12:.1f} TFLOP/s)"
-                            for label, v in d.get("mfu_by_row", {}).items())
-        print(f"  MFU of a measured {m['matmul_ceiling_flops'] / 1e12:.1f} TFLOP/s bf16 matmul ceiling "
-              f"({m['flops_per_step'] / 1e12:.3f} TFLOP/step): {figures or '-'}")
+        figures = ", ".join(
+            f"{label} {100 * v['mfu']:.1f}% ({v['achieved_flops'] / 1e12:.1f} TFLOP/s)"
+            for label, v in d.get("mfu_by_row", {}).items()
+        )
+        print(
+            f"  MFU of a measured {m['matmul_ceiling_flops'] / 1e12:.1f} TFLOP/s bf16 matmul ceiling "
+            f"({m['flops_per_step'] / 1e12:.3f} TFLOP/step): {figures or '-'}"
+        )
     for name, o in (("eager", s.get("overhead")), ("compiled", (s.get("compile") or {}).get("overhead"))):
         if o:
-            print(f"  overhead ({o['mode']}, {name}): engine {o['engine_samples_per_second']:,.0f} / minimal "
-                  f"{o['minimal_samples_per_second']:,.0f} samples/s = {o['engine_over_minimal']:.3f}")
+            print(
+                f"  overhead ({o['mode']}, {name}): engine {o['engine_samples_per_second']:,.0f} / minimal "
+                f"{o['minimal_samples_per_second']:,.0f} samples/s = {o['engine_over_minimal']:.3f}"
+            )
     if "profile" in s:
         p = s["profile"]
         busy = f", device busy {100 * p['device_busy']:.0f}%" if p.get("device_busy") else ""
         shares = " | ".join(f"{k} {100 * v:.0f}%" for k, v in p["share"].items())
-        print(f"  profile ({p['mode']}, {p['time']}, {p['steps']} steps, {p['wall_ms_per_step']:.1f} ms/step{busy}): "
-              f"{shares} (loss matmuls {100 * p['chunked_loss_matmul_share']:.0f}%)")
+        print(
+            f"  profile ({p['mode']}, {p['time']}, {p['steps']} steps, {p['wall_ms_per_step']:.1f} ms/step{busy}): "
+            f"{shares} (loss matmuls {100 * p['chunked_loss_matmul_share']:.0f}%)"
+        )
         print("  top ops: " + ", ".join(f"{t['op']} {100 * t['share']:.0f}%" for t in p["top_ops"][:6]))
-        print("  ops: " + "; ".join(f"{c} {', '.join(ops[:2])}" for c, ops in p["ops_by_category"].items()
-                                    if ops and c in ("attention", "optimizer", "chunked loss")))
+        print(
+            "  ops: "
+            + "; ".join(
+                f"{c} {', '.join(ops[:2])}"
+                for c, ops in p["ops_by_category"].items()
+                if ops and c in ("attention", "optimizer", "chunked loss")
+            )
+        )
     if "datapath" in s:
         p = s["datapath"]
-        print(f"  datapath ({p['mode']}): device {p['device']['samples_per_second']:,.0f} | host staged "
-              f"{p['host_staged']['samples_per_second']:,.0f} ({p['staged_over_device']:.2f}x"
-              f"{', copy hidden' if p['copy_hidden'] else ''}) | host plain {p['host_plain']['samples_per_second']:,.0f}"
-              f" ({p['plain_over_device']:.2f}x) samples/s; {p['batch_bytes'] / 2**20:.2f} MiB/batch")
+        print(
+            f"  datapath ({p['mode']}): device {p['device']['samples_per_second']:,.0f} | host staged "
+            f"{p['host_staged']['samples_per_second']:,.0f} ({p['staged_over_device']:.2f}x"
+            f"{', copy hidden' if p['copy_hidden'] else ''}) | host plain {p['host_plain']['samples_per_second']:,.0f}"
+            f" ({p['plain_over_device']:.2f}x) samples/s; {p['batch_bytes'] / 2**20:.2f} MiB/batch"
+        )
     training = s.get("training", {})
     for mode, run in training.get("runs", {}).items():
         if run["status"] == "skipped":
             print(f"  train {mode}: skipped: {run['reason'][:70]}")
         else:
             quality = f", val {run['quality_metric']} {run['quality']:.4f}" if run.get("quality") is not None else ""
-            print(f"  train {mode}: {run['status']}, {run['steps']} steps, loss {run['first_loss']:.4f} -> "
-                  f"{run['last_loss']:.4f}, {run['skipped_steps']} skipped steps{quality}")
+            print(
+                f"  train {mode}: {run['status']}, {run['steps']} steps, loss {run['first_loss']:.4f} -> "
+                f"{run['last_loss']:.4f}, {run['skipped_steps']} skipped steps{quality}"
+            )
     ddp = s.get("ddp", {})
     if ddp.get("status") == "ok":
-        print(f"  DDP {ddp['gpus']} GPUs (bf16, global batch {ddp['global_batch']}): "
-              f"{ddp['multi_samples_per_second']:,.0f} vs {ddp['single_samples_per_second']:,.0f} samples/s = "
-              f"{ddp['scaling']:.2f}x ({100 * ddp['efficiency']:.0f}% efficiency)")
+        print(
+            f"  DDP {ddp['gpus']} GPUs (bf16, global batch {ddp['global_batch']}): "
+            f"{ddp['multi_samples_per_second']:,.0f} vs {ddp['single_samples_per_second']:,.0f} samples/s = "
+            f"{ddp['scaling']:.2f}x ({100 * ddp['efficiency']:.0f}% efficiency)"
+        )
     for name, reason in report.get("skipped", {}).items():
         print(f"  {name}: skipped ({reason})")
     for name, error in report["errors"].items():
@@ -851,26 +1060,56 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the suite itself")
-    parser.add_argument("--out", default="runs/gpu_suite.json",
-                        help="where to write the JSON report (runs/ is git-ignored)")
-    parser.add_argument("--budget-s", type=float, default=270.0,
-                        help="skip sections and rows that would not finish within this many seconds")
-    parser.add_argument("--compile-backend", choices=("inductor", "aot_eager", "eager"), default=None,
-                        help="torch.compile backend (default inductor; 'eager' for --quick off CUDA: it captures "
-                             "the graphs without building kernels, a smoke test of the compile paths)")
+    parser.add_argument(
+        "--out", default="runs/gpu_suite.json", help="where to write the JSON report (runs/ is git-ignored)"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=270.0,
+        help="skip sections and rows that would not finish within this many seconds",
+    )
+    parser.add_argument(
+        "--compile-backend",
+        choices=("inductor", "aot_eager", "eager"),
+        default=None,
+        help="torch.compile backend (default inductor; 'eager' for --quick off CUDA: it captures "
+        "the graphs without building kernels, a smoke test of the compile paths)",
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
     info = device_info(args.device)
     config = suite_config(info.id, args.quick)
     backend = args.compile_backend or ("eager" if args.quick and info.type != "cuda" else "inductor")
-    ctx = {"config": config, "info": info, "device": torch_device(info), "quick": args.quick,
-           "steps": 5 if args.quick else 10, "repeats": 2 if args.quick else 3, "isolate": info.type == "cpu",
-           "rows": [], "row_seconds": {}, "compile_s": [], "backend": backend, "budget_s": args.budget_s,
-           "began": began}
+    ctx = {
+        "config": config,
+        "info": info,
+        "device": torch_device(info),
+        "quick": args.quick,
+        "steps": 5 if args.quick else 10,
+        "repeats": 2 if args.quick else 3,
+        "isolate": info.type == "cpu",
+        "rows": [],
+        "row_seconds": {},
+        "compile_s": [],
+        "backend": backend,
+        "budget_s": args.budget_s,
+        "began": began,
+    }
     out = Path(args.out)
-    report = {"device": info.id, "device_name": info.name, "config": config.to_dict(), "quick": args.quick,
-              "compile_backend": backend, "budget_s": args.budget_s, "sections": {}, "errors": {}, "skipped": {},
-              "seconds": {}, "report_path": args.out}
+    report = {
+        "device": info.id,
+        "device_name": info.name,
+        "config": config.to_dict(),
+        "quick": args.quick,
+        "compile_backend": backend,
+        "budget_s": args.budget_s,
+        "sections": {},
+        "errors": {},
+        "skipped": {},
+        "seconds": {},
+        "report_path": args.out,
+    }
     with shared_task_data(config.task), compile_backend(backend):
         for name, run in SECTIONS:
             need = section_estimate_s(name, ctx)

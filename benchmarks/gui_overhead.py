@@ -44,11 +44,27 @@ def make_config(out_dir: Path, steps: int, threads: int, case: str = "worst"):
     from core.config import RunConfig
 
     if case == "realistic":
-        return RunConfig.for_task("recommender", max_steps=steps, eval_interval=0, device="cpu", precision="fp32",
-                                  threads=threads, out_dir=str(out_dir))
+        return RunConfig.for_task(
+            "recommender",
+            max_steps=steps,
+            eval_interval=0,
+            device="cpu",
+            precision="fp32",
+            threads=threads,
+            out_dir=str(out_dir),
+        )
     return RunConfig.for_task(
-        "tiny", task_options={"hidden": 512, "samples": 65_536}, batch_size=256, max_steps=steps,
-        log_interval=10, eval_interval=0, device="cpu", precision="fp32", threads=threads, out_dir=str(out_dir))
+        "tiny",
+        task_options={"hidden": 512, "samples": 65_536},
+        batch_size=256,
+        max_steps=steps,
+        log_interval=10,
+        eval_interval=0,
+        device="cpu",
+        precision="fp32",
+        threads=threads,
+        out_dir=str(out_dir),
+    )
 
 
 def run_headless(config) -> float:
@@ -134,13 +150,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2000, help="optimizer steps per worst-case run (0 skips it)")
-    parser.add_argument("--realistic-steps", type=int, default=100,
-                        help="optimizer steps per realistic (recommender) run (0 skips it)")
-    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                        help="torch intra-op threads for both runs (default: all cores but one, which the UI "
-                             "needs: a UI thread on a core of the trainer's OpenMP team stalls the whole team)")
-    parser.add_argument("--start-latency", action="store_true",
-                        help="also time Start -> first step report: thread, new process, prestarted process")
+    parser.add_argument(
+        "--realistic-steps", type=int, default=100, help="optimizer steps per realistic (recommender) run (0 skips it)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) - 1),
+        help="torch intra-op threads for both runs (default: all cores but one, which the UI "
+        "needs: a UI thread on a core of the trainer's OpenMP team stalls the whole team)",
+    )
+    parser.add_argument(
+        "--start-latency",
+        action="store_true",
+        help="also time Start -> first step report: thread, new process, prestarted process",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -149,7 +173,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.assets import apply_theme
     from app.main_window import MainWindow
-
     from core.devices import cpu_info
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -177,21 +200,31 @@ def main(argv: list[str] | None = None) -> int:
     for mode, seconds in latency.items():
         print(f"Start -> first step report, {mode}: median {seconds:.2f} s")
 
-    names = {"worst": "worst case (tiny, ~1 ms Python-bound steps)",
-             "realistic": "realistic (default recommender task)"}
+    names = {
+        "worst": "worst case (tiny, ~1 ms Python-bound steps)",
+        "realistic": "realistic (default recommender task)",
+    }
     for case, by_mode in results.items():
-        print(f"{names[case]}: headless median {by_mode['headless']:,.0f} samples/s "
-              f"({args.repeats} interleaved repeats, {by_mode['seconds']:.0f} s)")
+        print(
+            f"{names[case]}: headless median {by_mode['headless']:,.0f} samples/s "
+            f"({args.repeats} interleaved repeats, {by_mode['seconds']:.0f} s)"
+        )
         for mode, label in MODES.items():
             r = by_mode[mode]
-            print(f"  GUI, {label}: median {r['gui']:,.0f} samples/s; throughput ratio GUI/headless "
-                  f"{r['ratio']:.3f} (target >= 0.95)")
-            print(f"    UI event-loop latency: p50 {r['p50']:.1f} ms, p99 {r['p99']:.1f} ms, max {r['max']:.1f} ms "
-                  f"over {r['ticks']} ticks (target p99 <= 50 ms)")
+            print(
+                f"  GUI, {label}: median {r['gui']:,.0f} samples/s; throughput ratio GUI/headless "
+                f"{r['ratio']:.3f} (target >= 0.95)"
+            )
+            print(
+                f"    UI event-loop latency: p50 {r['p50']:.1f} ms, p99 {r['p99']:.1f} ms, max {r['max']:.1f} ms "
+                f"over {r['ticks']} ticks (target p99 <= 50 ms)"
+            )
     if args.json:
         default = [by_mode["separate"] for by_mode in results.values()]
-        summary = {"throughput_ratio": round(min(r["ratio"] for r in default), 4) if default else None,
-                   "ui_latency_p99_ms": round(max(r["p99"] for r in default), 2) if default else None}
+        summary = {
+            "throughput_ratio": round(min(r["ratio"] for r in default), 4) if default else None,
+            "ui_latency_p99_ms": round(max(r["p99"] for r in default), 2) if default else None,
+        }
         for case, by_mode in results.items():
             prefix = "worst_case" if case == "worst" else "realistic"
             for mode in MODES:
@@ -208,8 +241,9 @@ def start_latency(app, window, root: Path, tries: int = 3) -> dict[str, float]:
 
     from core.config import RunConfig
 
-    config = RunConfig.for_task("tiny", max_steps=5, log_interval=1, eval_interval=0, device="cpu",
-                                out_dir=str(root / "latency"))
+    config = RunConfig.for_task(
+        "tiny", max_steps=5, log_interval=1, eval_interval=0, device="cpu", out_dir=str(root / "latency")
+    )
     times: dict[str, list[float]] = {"thread": [], "new process": [], "prestarted process": []}
     for _ in range(tries):
         for mode in times:
@@ -260,7 +294,7 @@ def measure(app, window, config, repeats: int, quiet: bool, label: str) -> dict:
     kinds = ["headless", *MODES]
     started = time.perf_counter()
     for repeat in range(repeats):
-        order = kinds[repeat % len(kinds):] + kinds[:repeat % len(kinds)]  # rotate: no kind always first
+        order = kinds[repeat % len(kinds) :] + kinds[: repeat % len(kinds)]  # rotate: no kind always first
         for kind in order:
             if kind == "headless":
                 speeds[kind].append(run_headless(config))
@@ -273,8 +307,14 @@ def measure(app, window, config, repeats: int, quiet: bool, label: str) -> dict:
     for mode in MODES:
         lateness = probes[mode].lateness_ms
         gui = statistics.median(speeds[mode])
-        result[mode] = {"gui": gui, "ratio": gui / headless, "p50": percentile(lateness, 50),
-                        "p99": percentile(lateness, 99), "max": max(lateness), "ticks": len(lateness)}
+        result[mode] = {
+            "gui": gui,
+            "ratio": gui / headless,
+            "p50": percentile(lateness, 50),
+            "p99": percentile(lateness, 99),
+            "max": max(lateness),
+            "ticks": len(lateness),
+        }
     return result
 
 

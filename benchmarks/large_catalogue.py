@@ -38,8 +38,17 @@ sys.path.insert(0, str(ROOT))
 LOSSES = ("full", "sampled")
 
 
-def measure(items: int, steps: int, batch_size: int, interactions: int, max_len: int, threads: int,
-            losses: tuple[str, ...], negatives: int, evaluate: bool = True) -> dict:
+def measure(
+    items: int,
+    steps: int,
+    batch_size: int,
+    interactions: int,
+    max_len: int,
+    threads: int,
+    losses: tuple[str, ...],
+    negatives: int,
+    evaluate: bool = True,
+) -> dict:
     """One catalogue size, in this process: every loss of `losses` on one model, taking turns step by step."""
     import numpy as np
     import torch
@@ -51,8 +60,13 @@ def measure(items: int, steps: int, batch_size: int, interactions: int, max_len:
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    options = {"items": items, "interactions": interactions, "max_len": max_len, "loss": losses[0],
-               "sampled_negatives": negatives}
+    options = {
+        "items": items,
+        "interactions": interactions,
+        "max_len": max_len,
+        "loss": losses[0],
+        "sampled_negatives": negatives,
+    }
     task = create_task("recommender", options)
     start = time.perf_counter()
     data = task.load_data("", 0)
@@ -83,10 +97,19 @@ def measure(items: int, steps: int, batch_size: int, interactions: int, max_len:
     for loss_name in losses:
         step = float(np.median(seconds[loss_name]))
         mean_positions = positions[loss_name] / steps
-        per_loss[loss_name] = {"step_ms": 1e3 * step, "positions_per_second": mean_positions / step,
-                               "train_ns_per_position_item": 1e9 * step / max(1.0, mean_positions * items)}
-    row = {"items": items, "load_seconds": load_seconds, "losses": per_loss, "batch_size": batch_size,
-           "negatives": negatives, "steps": steps}
+        per_loss[loss_name] = {
+            "step_ms": 1e3 * step,
+            "positions_per_second": mean_positions / step,
+            "train_ns_per_position_item": 1e9 * step / max(1.0, mean_positions * items),
+        }
+    row = {
+        "items": items,
+        "load_seconds": load_seconds,
+        "losses": per_loss,
+        "batch_size": batch_size,
+        "negatives": negatives,
+        "steps": steps,
+    }
     if "full" in per_loss and "sampled" in per_loss:
         row["full_over_sampled"] = per_loss["full"]["step_ms"] / per_loss["sampled"]["step_ms"]
     if evaluate:
@@ -96,9 +119,14 @@ def measure(items: int, steps: int, batch_size: int, interactions: int, max_len:
             metrics = task.evaluate(model, data.val, 512)
         eval_seconds = time.perf_counter() - begin
         users = int(data.val["target"].shape[0])
-        row.update({"eval_seconds": eval_seconds, "eval_users": users,
-                    "eval_ns_per_user_item": 1e9 * eval_seconds / max(1, users * items),
-                    "hr@10_full_filtered": metrics.get("hr@10_full_filtered")})
+        row.update(
+            {
+                "eval_seconds": eval_seconds,
+                "eval_users": users,
+                "eval_ns_per_user_item": 1e9 * eval_seconds / max(1, users * items),
+                "hr@10_full_filtered": metrics.get("hr@10_full_filtered"),
+            }
+        )
     row["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     return row
 
@@ -107,13 +135,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", default="10000,100000,1000000", help="catalogue sizes, comma-separated")
     parser.add_argument("--loss", default=",".join(LOSSES), help="losses to time, comma-separated: full, sampled")
-    parser.add_argument("--steps", type=int, default=3, help="timed training steps per loss and size (after one "
-                                                             "warm-up each)")
+    parser.add_argument(
+        "--steps", type=int, default=3, help="timed training steps per loss and size (after one warm-up each)"
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--negatives", type=int, default=1024, help="the sampled softmax's shared negatives")
     parser.add_argument("--interactions", type=int, default=100_000)
     parser.add_argument("--max-len", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (1: a busy machine makes more threads wait on each other, per op)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads (1: a busy machine makes more threads wait on each other, per op)",
+    )
     parser.add_argument("--no-eval", action="store_true", help="skip the evaluation (the same for every loss)")
     parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line at the end")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: measure one size, print JSON
@@ -122,35 +156,83 @@ def main(argv: list[str] | None = None) -> int:
     if not losses or any(loss not in LOSSES for loss in losses):
         parser.error(f"--loss: comma-separated names among {', '.join(LOSSES)}")
     if args.one:
-        print(json.dumps(measure(args.one, args.steps, args.batch_size, args.interactions, args.max_len,
-                                 args.threads, losses, args.negatives, not args.no_eval)))
+        print(
+            json.dumps(
+                measure(
+                    args.one,
+                    args.steps,
+                    args.batch_size,
+                    args.interactions,
+                    args.max_len,
+                    args.threads,
+                    losses,
+                    args.negatives,
+                    not args.no_eval,
+                )
+            )
+        )
         return 0
     rows = []
-    print(f"recommender, {args.interactions:,} interactions, batch {args.batch_size} x {args.max_len} positions, "
-          f"{args.steps} steps per loss (median; the losses take turns), sampled: {args.negatives:,} negatives, "
-          f"{args.threads} threads")
-    print(f"{'items':>10} {'loss':>8} {'step ms':>10} {'positions/s':>12} {'train ns/pos*item':>18} "
-          f"{'full/sampled':>13} {'set-up s':>9} {'eval s':>8} {'eval ns/user*item':>18} {'peak RSS GB':>12}")
+    print(
+        f"recommender, {args.interactions:,} interactions, batch {args.batch_size} x {args.max_len} positions, "
+        f"{args.steps} steps per loss (median; the losses take turns), sampled: {args.negatives:,} negatives, "
+        f"{args.threads} threads"
+    )
+    print(
+        f"{'items':>10} {'loss':>8} {'step ms':>10} {'positions/s':>12} {'train ns/pos*item':>18} "
+        f"{'full/sampled':>13} {'set-up s':>9} {'eval s':>8} {'eval ns/user*item':>18} {'peak RSS GB':>12}"
+    )
     for items in (int(x) for x in args.items.split(",")):
-        command = [sys.executable, __file__, "--one", str(items), "--steps", str(args.steps), "--batch-size",
-                   str(args.batch_size), "--interactions", str(args.interactions), "--max-len", str(args.max_len),
-                   "--threads", str(args.threads), "--loss", ",".join(losses), "--negatives", str(args.negatives)]
+        command = [
+            sys.executable,
+            __file__,
+            "--one",
+            str(items),
+            "--steps",
+            str(args.steps),
+            "--batch-size",
+            str(args.batch_size),
+            "--interactions",
+            str(args.interactions),
+            "--max-len",
+            str(args.max_len),
+            "--threads",
+            str(args.threads),
+            "--loss",
+            ",".join(losses),
+            "--negatives",
+            str(args.negatives),
+        ]
         command += ["--no-eval"] if args.no_eval else []
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            print(f"{items:>10} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+            print(
+                f"{items:>10} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+            )
             continue
         row = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append(row)
         for i, (loss_name, cost) in enumerate(row["losses"].items()):
             ratio = f"{row['full_over_sampled']:.1f}x" if i == 0 and "full_over_sampled" in row else ""
-            tail = (f"{row['load_seconds']:>9.2f} "
-                    + (f"{row['eval_seconds']:>8.2f} {row['eval_ns_per_user_item']:>18.3f} " if "eval_seconds" in row
-                       else f"{'-':>8} {'-':>18} ")
-                    + f"{row['peak_rss_gb']:>12.2f}") if i == 0 else ""
-            print(f"{f'{items:,}' if i == 0 else '':>10} {loss_name:>8} {cost['step_ms']:>10.1f} "
-                  f"{cost['positions_per_second']:>12,.0f} {cost['train_ns_per_position_item']:>18.2f} "
-                  f"{ratio:>13} {tail}", flush=True)
+            tail = (
+                (
+                    f"{row['load_seconds']:>9.2f} "
+                    + (
+                        f"{row['eval_seconds']:>8.2f} {row['eval_ns_per_user_item']:>18.3f} "
+                        if "eval_seconds" in row
+                        else f"{'-':>8} {'-':>18} "
+                    )
+                    + f"{row['peak_rss_gb']:>12.2f}"
+                )
+                if i == 0
+                else ""
+            )
+            print(
+                f"{f'{items:,}' if i == 0 else '':>10} {loss_name:>8} {cost['step_ms']:>10.1f} "
+                f"{cost['positions_per_second']:>12,.0f} {cost['train_ns_per_position_item']:>18.2f} "
+                f"{ratio:>13} {tail}",
+                flush=True,
+            )
     if args.json:
         print(json.dumps({"rows": rows}))
     return 0 if len(rows) == len(args.items.split(",")) else 1

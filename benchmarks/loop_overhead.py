@@ -64,8 +64,17 @@ class ReferenceLoop:
     `run(n)` trains n more steps (epochs carry over between calls), in local variables as a careful user's
     loop would be."""
 
-    def __init__(self, task_name: str, batch_size: int, log_interval: int, optimizer: str, lr: float,
-                 momentum: float, weight_decay: float, seed: int = 0):
+    def __init__(
+        self,
+        task_name: str,
+        batch_size: int,
+        log_interval: int,
+        optimizer: str,
+        lr: float,
+        momentum: float,
+        weight_decay: float,
+        seed: int = 0,
+    ):
         import torch
 
         from core.tasks import create_task
@@ -78,8 +87,9 @@ class ReferenceLoop:
         self.model = model = task.build_model(data.info).train()
         # The optimizer kernel the engine uses on the CPU (fused), so that the ratio is the loop's own cost.
         if optimizer == "sgd":
-            self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay,
-                                       fused=True)
+            self.opt = torch.optim.SGD(
+                model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay, fused=True
+            )
         elif optimizer == "adam":
             self.opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
         else:
@@ -115,7 +125,7 @@ class ReferenceLoop:
             count = min(self.per_epoch - first, n)
             step = self.step
             for i in range(first, first + count):
-                idx = perm[i * batch_size:(i + 1) * batch_size]
+                idx = perm[i * batch_size : (i + 1) * batch_size]
                 loss = task.loss(model, {k: v[idx] for k, v in train.items()})
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -129,9 +139,19 @@ class ReferenceLoop:
         return left_out
 
 
-def reference_rate(task_name: str, batch_size: int, steps: int, log_interval: int, threads: int,
-                   optimizer: str, lr: float, momentum: float, weight_decay: float, seed: int = 0,
-                   evaluate_every_epoch: bool = True) -> dict:
+def reference_rate(
+    task_name: str,
+    batch_size: int,
+    steps: int,
+    log_interval: int,
+    threads: int,
+    optimizer: str,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    seed: int = 0,
+    evaluate_every_epoch: bool = True,
+) -> dict:
     """The hand-written loop (run in its own process by `--reference`). Returns samples/s and seconds."""
     import torch
 
@@ -145,19 +165,36 @@ def reference_rate(task_name: str, batch_size: int, steps: int, log_interval: in
 
 
 def run_reference(args, batch_size: int, steps: int, log_interval: int, optimizer: str) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--reference", "--task", args.task,
-           "--batch-sizes", str(batch_size), "--log-intervals", str(log_interval), "--steps", str(steps),
-           "--threads", str(args.threads), "--optimizer", optimizer, *(["--no-eval"] if args.no_eval else [])]
-    return _last_json(subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args),
-                                     preexec_fn=_pin(args)).stdout)
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--reference",
+        "--task",
+        args.task,
+        "--batch-sizes",
+        str(batch_size),
+        "--log-intervals",
+        str(log_interval),
+        "--steps",
+        str(steps),
+        "--threads",
+        str(args.threads),
+        "--optimizer",
+        optimizer,
+        *(["--no-eval"] if args.no_eval else []),
+    ]
+    return _last_json(
+        subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args), preexec_fn=_pin(args)).stdout
+    )
 
 
 # ----------------------------------------------------------------------------------------------- dataset
 DATASET_TASK = f"{ROOT / 'tests' / 'fixtures' / 'user_tasks' / 'dataset_task.py'}:RegressionDatasetTask"
 
 
-def dataset_reference_rate(batch_size: int, steps: int, log_interval: int, threads: int, workers: int,
-                           samples: int, seed: int = 0) -> dict:
+def dataset_reference_rate(
+    batch_size: int, steps: int, log_interval: int, threads: int, workers: int, samples: int, seed: int = 0
+) -> dict:
     """The hand-written loop over the Dataset task's DataLoader (run in its own process by `--dataset-reference`):
     reshuffled every epoch, the loss summed on the device and read once per log interval, timed from before the
     first batch (the workers' start) to a final sync, as the engine's clock runs."""
@@ -177,11 +214,11 @@ def dataset_reference_rate(batch_size: int, steps: int, log_interval: int, threa
     data = task.load_data("", seed)
     torch.manual_seed(seed)
     model = task.build_model(data.info).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"],
-                            fused=True)  # the engine's CPU optimizer kernel
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"], fused=True
+    )  # the engine's CPU optimizer kernel
     extra = {"persistent_workers": True, "prefetch_factor": 2} if workers else {}
-    loader = DataLoader(data.train, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
-                        **extra)
+    loader = DataLoader(data.train, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers, **extra)
     running, losses, step = torch.zeros(()), [], 0
     start = time.perf_counter()
     while step < steps:
@@ -204,23 +241,69 @@ def dataset_reference_rate(batch_size: int, steps: int, log_interval: int, threa
 
 def measure_dataset(args, folder: Path, batch_sizes: list[int], intervals: list[int]) -> list[dict]:
     """Engine (the CLI on the Dataset task) against dataset_reference_rate, per (workers, batch size, interval)."""
-    print(f"dataset task {DATASET_TASK.rsplit('/', 1)[-1]} ({args.samples:,} rows)  threads {args.threads}  "
-          f"repeats {args.repeats}  window ~{args.seconds:g} s  "
-          f"{'pinned to cpu %d' % args.cpu if args.cpu >= 0 else 'not pinned'}  load {os.getloadavg()[0]:.2f}",
-          flush=True)
+    print(
+        f"dataset task {DATASET_TASK.rsplit('/', 1)[-1]} ({args.samples:,} rows)  threads {args.threads}  "
+        f"repeats {args.repeats}  window ~{args.seconds:g} s  "
+        f"{f'pinned to cpu {args.cpu}' if args.cpu >= 0 else 'not pinned'}  load {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
     def reference(workers: int, batch_size: int, steps: int, interval: int) -> dict:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--dataset-reference", "--workers", str(workers),
-               "--samples", str(args.samples), "--batch-sizes", str(batch_size), "--log-intervals", str(interval),
-               "--steps", str(steps), "--threads", str(args.threads)]
-        return _last_json(subprocess.run(cmd, capture_output=True, text=True, check=True, env=_env(args),
-                                         preexec_fn=_pin(args)).stdout)
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--dataset-reference",
+            "--workers",
+            str(workers),
+            "--samples",
+            str(args.samples),
+            "--batch-sizes",
+            str(batch_size),
+            "--log-intervals",
+            str(interval),
+            "--steps",
+            str(steps),
+            "--threads",
+            str(args.threads),
+        ]
+        return _last_json(
+            subprocess.run(
+                cmd, capture_output=True, text=True, check=True, env=_env(args), preexec_fn=_pin(args)
+            ).stdout
+        )
 
     def engine(workers: int, batch_size: int, steps: int, interval: int, out: Path) -> dict:
-        cmd = [sys.executable, "-m", "core.cli", "train", "--task", DATASET_TASK, "-o", f"samples={args.samples}",
-               "--batch-size", str(batch_size), "--max-steps", str(steps), "--log-interval", str(interval),
-               "--threads", str(args.threads), "--num-workers", str(workers), "--device", "cpu", "--precision",
-               "fp32", "--out", str(out), "--json", "--eval-interval", "1000000000", "--keep-best", "0"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "train",
+            "--task",
+            DATASET_TASK,
+            "-o",
+            f"samples={args.samples}",
+            "--batch-size",
+            str(batch_size),
+            "--max-steps",
+            str(steps),
+            "--log-interval",
+            str(interval),
+            "--threads",
+            str(args.threads),
+            "--num-workers",
+            str(workers),
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+            "--out",
+            str(out),
+            "--json",
+            "--eval-interval",
+            "1000000000",
+            "--keep-best",
+            "0",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env(args), preexec_fn=_pin(args))
         if done.returncode:
             raise SystemExit(f"engine failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -244,24 +327,59 @@ def measure_dataset(args, folder: Path, batch_sizes: list[int], intervals: list[
                             out = folder / f"dataset-w{workers}-b{batch_size}-l{interval}-{repeat}"
                             eng.append(engine(workers, batch_size, steps, interval, out)["samples_per_second"])
                 ratios = [e / r for e, r in zip(eng, ref, strict=True)]
-                row = {"workers": workers, "batch_size": batch_size, "log_interval": interval, "steps": steps,
-                       "reference": statistics.median(ref), "engine": statistics.median(eng),
-                       "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
-                       "reference_runs": ref, "engine_runs": eng}
+                row = {
+                    "workers": workers,
+                    "batch_size": batch_size,
+                    "log_interval": interval,
+                    "steps": steps,
+                    "reference": statistics.median(ref),
+                    "engine": statistics.median(eng),
+                    "ratio": statistics.median(ratios),
+                    "low": min(ratios),
+                    "high": max(ratios),
+                    "reference_runs": ref,
+                    "engine_runs": eng,
+                }
                 rows.append(row)
-                print(f"  workers {workers}  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  "
-                      f"reference {row['reference']:>9,.0f}/s  engine {row['engine']:>9,.0f}/s  ratio "
-                      f"{row['ratio']:.3f} [{row['low']:.3f}-{row['high']:.3f}]", flush=True)
+                print(
+                    f"  workers {workers}  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  "
+                    f"reference {row['reference']:>9,.0f}/s  engine {row['engine']:>9,.0f}/s  ratio "
+                    f"{row['ratio']:.3f} [{row['low']:.3f}-{row['high']:.3f}]",
+                    flush=True,
+                )
     return rows
 
 
 # ----------------------------------------------------------------------------------------------- engine
-def run_engine(args, batch_size: int, steps: int, log_interval: int, optimizer: str, out: Path,
-               root: Path = ROOT) -> dict:
-    cmd = [sys.executable, "-m", "core.cli", "train", "--task", args.task, "--batch-size", str(batch_size),
-           "--max-steps", str(steps), "--log-interval", str(log_interval), "--threads", str(args.threads),
-           "--optimizer", optimizer, "--device", "cpu", "--precision", "fp32", "--out", str(out), "--json",
-           *(["--eval-interval", "1000000000", "--keep-best", "0"] if args.no_eval else [])]
+def run_engine(
+    args, batch_size: int, steps: int, log_interval: int, optimizer: str, out: Path, root: Path = ROOT
+) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        "--task",
+        args.task,
+        "--batch-size",
+        str(batch_size),
+        "--max-steps",
+        str(steps),
+        "--log-interval",
+        str(log_interval),
+        "--threads",
+        str(args.threads),
+        "--optimizer",
+        optimizer,
+        "--device",
+        "cpu",
+        "--precision",
+        "fp32",
+        "--out",
+        str(out),
+        "--json",
+        *(["--eval-interval", "1000000000", "--keep-best", "0"] if args.no_eval else []),
+    ]
     began = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=_env(args, root), preexec_fn=_pin(args))
     if done.returncode:
@@ -303,8 +421,16 @@ def task_defaults(task: str, optimizer: str | None) -> tuple[str, float, float, 
 
 
 # ----------------------------------------------------------------------------------------------- concurrent
-def reference_until_stopped(task_name: str, batch_size: int, log_interval: int, threads: int, optimizer: str,
-                            lr: float, momentum: float, weight_decay: float) -> None:
+def reference_until_stopped(
+    task_name: str,
+    batch_size: int,
+    log_interval: int,
+    threads: int,
+    optimizer: str,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+) -> None:
     """`--reference-until-stopped`: the reference trains (no evaluation) until SIGTERM, noting (monotonic time,
     step) every log interval (at least every 10 steps), then prints the notes as one JSON line."""
     import signal
@@ -334,21 +460,71 @@ def concurrent(args, batch_size: int, steps: int, log_interval: int, optimizer: 
     system-wide monotonic clock both processes read. The engine's figure is the CLI's own samples/s. Each
     side has about half the CPU: the figures are half a lone run's, their ratio is what it compares."""
     reference = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--reference-until-stopped", "--task", args.task,
-         "--batch-sizes", str(batch_size), "--log-intervals", str(log_interval), "--threads", str(args.threads),
-         "--optimizer", optimizer], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(args),
-        preexec_fn=_pin(args))
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--reference-until-stopped",
+            "--task",
+            args.task,
+            "--batch-sizes",
+            str(batch_size),
+            "--log-intervals",
+            str(log_interval),
+            "--threads",
+            str(args.threads),
+            "--optimizer",
+            optimizer,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(args),
+        preexec_fn=_pin(args),
+    )
     try:
         if reference.stdout.readline().strip() != "ready":
             raise SystemExit(f"reference failed: {reference.stderr.read()[-2000:]}")
-        cmd = [sys.executable, "-m", "core.cli", "train", "--task", args.task, "--batch-size", str(batch_size),
-               "--max-steps", str(steps), "--log-interval", str(log_interval), "--threads", str(args.threads),
-               "--optimizer", optimizer, "--device", "cpu", "--precision", "fp32", "--out", str(out), "--events",
-               "--json", "--eval-interval", "1000000000", "--keep-best", "0"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "train",
+            "--task",
+            args.task,
+            "--batch-size",
+            str(batch_size),
+            "--max-steps",
+            str(steps),
+            "--log-interval",
+            str(log_interval),
+            "--threads",
+            str(args.threads),
+            "--optimizer",
+            optimizer,
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+            "--out",
+            str(out),
+            "--events",
+            "--json",
+            "--eval-interval",
+            "1000000000",
+            "--keep-best",
+            "0",
+        ]
         first = last = None
         summary = None
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
-                              env=_env(args), preexec_fn=_pin(args)) as engine:
+        with subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=ROOT,
+            env=_env(args),
+            preexec_fn=_pin(args),
+        ) as engine:
             for line in engine.stdout:
                 arrived = time.monotonic()
                 record = json.loads(line)
@@ -373,13 +549,19 @@ def concurrent(args, batch_size: int, steps: int, log_interval: int, optimizer: 
         raise SystemExit("the reference did not span the engine's training window")
 
     reference_rate = (reference_step_at(ended) - reference_step_at(began)) * batch_size / (ended - began)
-    return {"engine": summary["samples_per_second"], "reference": reference_rate,
-            "ratio": summary["samples_per_second"] / reference_rate}
+    return {
+        "engine": summary["samples_per_second"],
+        "reference": reference_rate,
+        "ratio": summary["samples_per_second"] / reference_rate,
+    }
 
 
 def measure_concurrent(args, folder: Path, batch_sizes: list[int], intervals: list[int], optimizer: str) -> list:
-    print(f"concurrent: the engine's CLI and the reference at once on cpu {args.cpu} (each ~half of it), "
-          f"{args.repeats} pairs per row, no evaluation, load {os.getloadavg()[0]:.2f}:", flush=True)
+    print(
+        f"concurrent: the engine's CLI and the reference at once on cpu {args.cpu} (each ~half of it), "
+        f"{args.repeats} pairs per row, no evaluation, load {os.getloadavg()[0]:.2f}:",
+        flush=True,
+    )
     rows = []
     for batch_size in batch_sizes:
         for interval in intervals:
@@ -387,18 +569,36 @@ def measure_concurrent(args, folder: Path, batch_sizes: list[int], intervals: li
             if not steps:  # a window of ~2x --seconds: each side has about half the CPU
                 probe = run_reference(args, batch_size, 400, interval, optimizer)
                 steps = max(interval, int(2 * args.seconds / (probe["seconds"] / 400)) // interval * interval)
-            pairs = [concurrent(args, batch_size, steps, interval, optimizer,
-                                folder / f"concurrent-b{batch_size}-l{interval}-{repeat}")
-                     for repeat in range(args.repeats)]
+            pairs = [
+                concurrent(
+                    args,
+                    batch_size,
+                    steps,
+                    interval,
+                    optimizer,
+                    folder / f"concurrent-b{batch_size}-l{interval}-{repeat}",
+                )
+                for repeat in range(args.repeats)
+            ]
             ratios = [pair["ratio"] for pair in pairs]
-            row = {"batch_size": batch_size, "log_interval": interval, "steps": steps,
-                   "engine": statistics.median(p["engine"] for p in pairs),
-                   "reference": statistics.median(p["reference"] for p in pairs),
-                   "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "runs": pairs}
+            row = {
+                "batch_size": batch_size,
+                "log_interval": interval,
+                "steps": steps,
+                "engine": statistics.median(p["engine"] for p in pairs),
+                "reference": statistics.median(p["reference"] for p in pairs),
+                "ratio": statistics.median(ratios),
+                "low": min(ratios),
+                "high": max(ratios),
+                "runs": pairs,
+            }
             rows.append(row)
-            print(f"  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  reference "
-                  f"{row['reference']:>9,.0f}/s  engine {row['engine']:>9,.0f}/s (CLI)  ratio {row['ratio']:.3f} "
-                  f"[{row['low']:.3f}-{row['high']:.3f}]", flush=True)
+            print(
+                f"  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  reference "
+                f"{row['reference']:>9,.0f}/s  engine {row['engine']:>9,.0f}/s (CLI)  ratio {row['ratio']:.3f} "
+                f"[{row['low']:.3f}-{row['high']:.3f}]",
+                flush=True,
+            )
     return rows
 
 
@@ -429,9 +629,19 @@ def interleaved(args, batch_size: int, log_interval: int, optimizer: str) -> dic
     rounds = max(2, int(args.seconds / (2 * chunk * per_step)))  # each side trains ~--seconds in all
     warm = 4  # engine chunks before the first timed one (the reference warmed up above)
     folder = Path(tempfile.mkdtemp(prefix="amp-interleaved-"))
-    cfg = RunConfig.for_task(args.task, batch_size=batch_size, max_steps=(warm + 2 * rounds) * chunk,
-                             log_interval=log_interval, threads=args.threads, optimizer=optimizer, device="cpu",
-                             precision="fp32", out_dir=str(folder / "run"), eval_interval=10**9, keep_best=0)
+    cfg = RunConfig.for_task(
+        args.task,
+        batch_size=batch_size,
+        max_steps=(warm + 2 * rounds) * chunk,
+        log_interval=log_interval,
+        threads=args.threads,
+        optimizer=optimizer,
+        device="cpu",
+        precision="fp32",
+        out_dir=str(folder / "run"),
+        eval_interval=10**9,
+        keep_best=0,
+    )
     reporter = ProgressReporter(enabled=True, live=False, stream=io.StringIO())
     trainer = Trainer(cfg, sink=reporter)
     engine_chunks: list[float] = []
@@ -464,14 +674,22 @@ def interleaved(args, batch_size: int, log_interval: int, optimizer: str) -> dic
         raise SystemExit(f"engine failed: {ended.message}")
     pairs = min(len(engine_chunks), len(reference_chunks)) // 2 * 2
     engine_chunks, reference_chunks = engine_chunks[:pairs], reference_chunks[:pairs]
-    rounds_ratio = sorted((reference_chunks[i] + reference_chunks[i + 1]) / (engine_chunks[i] + engine_chunks[i + 1])
-                          for i in range(0, pairs, 2))
+    rounds_ratio = sorted(
+        (reference_chunks[i] + reference_chunks[i + 1]) / (engine_chunks[i] + engine_chunks[i + 1])
+        for i in range(0, pairs, 2)
+    )
     tenth = max(0, len(rounds_ratio) // 10)
-    return {"batch_size": batch_size, "log_interval": log_interval, "chunk_steps": chunk, "rounds": pairs // 2,
-            "engine_us_per_step": 1e6 * sum(engine_chunks) / (pairs * chunk),
-            "reference_us_per_step": 1e6 * sum(reference_chunks) / (pairs * chunk),
-            "ratio": sum(reference_chunks) / sum(engine_chunks),
-            "low": rounds_ratio[tenth], "high": rounds_ratio[-1 - tenth]}
+    return {
+        "batch_size": batch_size,
+        "log_interval": log_interval,
+        "chunk_steps": chunk,
+        "rounds": pairs // 2,
+        "engine_us_per_step": 1e6 * sum(engine_chunks) / (pairs * chunk),
+        "reference_us_per_step": 1e6 * sum(reference_chunks) / (pairs * chunk),
+        "ratio": sum(reference_chunks) / sum(engine_chunks),
+        "low": rounds_ratio[tenth],
+        "high": rounds_ratio[-1 - tenth],
+    }
 
 
 # ----------------------------------------------------------------------------------------------- profile
@@ -487,9 +705,17 @@ def profile_engine(args, batch_size: int, log_interval: int, steps: int, optimiz
 
     torch.set_num_threads(args.threads)
     folder = Path(tempfile.mkdtemp(prefix="amp-prof-"))
-    cfg = RunConfig.for_task(args.task, batch_size=batch_size, max_steps=steps, log_interval=log_interval,
-                             threads=args.threads, optimizer=optimizer, device="cpu", precision="fp32",
-                             out_dir=str(folder / "run"))
+    cfg = RunConfig.for_task(
+        args.task,
+        batch_size=batch_size,
+        max_steps=steps,
+        log_interval=log_interval,
+        threads=args.threads,
+        optimizer=optimizer,
+        device="cpu",
+        precision="fp32",
+        out_dir=str(folder / "run"),
+    )
     trainer = Trainer(cfg)
     original = trainer.train
     profiler = cProfile.Profile()
@@ -506,9 +732,11 @@ def profile_engine(args, batch_size: int, log_interval: int, steps: int, optimiz
         ended = trainer.run()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"profile: batch {batch_size}  log interval {log_interval}  {steps} steps  "
-          f"{ended.samples_per_second:,.0f} samples/s  {1e6 * batch_size / ended.samples_per_second:.0f} us/step "
-          f"(under cProfile)")
+    print(
+        f"profile: batch {batch_size}  log interval {log_interval}  {steps} steps  "
+        f"{ended.samples_per_second:,.0f} samples/s  {1e6 * batch_size / ended.samples_per_second:.0f} us/step "
+        f"(under cProfile)"
+    )
     stats = pstats.Stats(profiler)
     stats.sort_stats("tottime").print_stats(args.profile_top)
 
@@ -524,29 +752,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, the same on both sides")
     parser.add_argument("--optimizer", default="", help="default: the task's default optimizer")
-    parser.add_argument("--cpu", type=int, default=None,
-                        help="the CPU both sides run on (default: the last this process may use; -1: not pinned)")
-    parser.add_argument("--baseline", type=Path, default=None,
-                        help="another checkout (e.g. `git archive HEAD~1 | tar -x -C /tmp/base`): its engine runs too, "
-                             "interleaved, for a before/after in one run")
-    parser.add_argument("--no-eval", action="store_true",
-                        help="no evaluation on either side (default: both evaluate at every epoch's end, as the "
-                             "engine does by default, and leave that time out of samples/s, as the engine does)")
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        default=None,
+        help="the CPU both sides run on (default: the last this process may use; -1: not pinned)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. `git archive HEAD~1 | tar -x -C /tmp/base`): its engine runs too, "
+        "interleaved, for a before/after in one run",
+    )
+    parser.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="no evaluation on either side (default: both evaluate at every epoch's end, as the "
+        "engine does by default, and leave that time out of samples/s, as the engine does)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help="cProfile the engine in-process instead")
-    parser.add_argument("--interleaved", action="store_true",
-                        help="also time the engine's loop against the reference in one process, taking turns every "
-                             "--chunk-seconds (ABBA): the machine's drift cancels out")
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="also time the engine's loop against the reference in one process, taking turns every "
+        "--chunk-seconds (ABBA): the machine's drift cancels out",
+    )
     parser.add_argument("--interleaved-only", action="store_true", help="only the interleaved figures")
-    parser.add_argument("--concurrent", action="store_true",
-                        help="also run the engine's CLI and the reference at once on one CPU, --repeats pairs: the "
-                             "kernel interleaves them, so the machine's drift cancels out")
+    parser.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="also run the engine's CLI and the reference at once on one CPU, --repeats pairs: the "
+        "kernel interleaves them, so the machine's drift cancels out",
+    )
     parser.add_argument("--concurrent-only", action="store_true", help="only the concurrent figures")
     parser.add_argument("--reference-until-stopped", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--chunk-seconds", type=float, default=0.1)
-    parser.add_argument("--dataset", action="store_true",
-                        help="only the Dataset task through a DataLoader against a loop over the same DataLoader")
+    parser.add_argument(
+        "--dataset",
+        action="store_true",
+        help="only the Dataset task through a DataLoader against a loop over the same DataLoader",
+    )
     parser.add_argument("--workers", default="0,2", help="--dataset: the DataLoader's worker counts to measure")
     parser.add_argument("--samples", type=int, default=65_536, help="--dataset: the task's rows (80%% train)")
     parser.add_argument("--dataset-reference", action="store_true", help=argparse.SUPPRESS)
@@ -559,8 +807,18 @@ def main(argv: list[str] | None = None) -> int:
         args.cpu = max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else -1
 
     if args.dataset_reference:
-        print(json.dumps(dataset_reference_rate(batch_sizes[0], args.steps, intervals[0], args.threads,
-                                                int(args.workers.split(",")[0]), args.samples)))
+        print(
+            json.dumps(
+                dataset_reference_rate(
+                    batch_sizes[0],
+                    args.steps,
+                    intervals[0],
+                    args.threads,
+                    int(args.workers.split(",")[0]),
+                    args.samples,
+                )
+            )
+        )
         return 0
     if args.dataset:
         folder = Path(tempfile.mkdtemp(prefix="amp-bench-"))
@@ -572,13 +830,27 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"task": DATASET_TASK, "threads": args.threads, "dataset": rows}))
         return 0
     if args.reference_until_stopped:
-        reference_until_stopped(args.task, batch_sizes[0], intervals[0], args.threads, optimizer, lr, momentum,
-                                weight_decay)
+        reference_until_stopped(
+            args.task, batch_sizes[0], intervals[0], args.threads, optimizer, lr, momentum, weight_decay
+        )
         return 0
     if args.reference:
-        print(json.dumps(reference_rate(args.task, batch_sizes[0], args.steps, intervals[0], args.threads,
-                                        optimizer, lr, momentum, weight_decay,
-                                        evaluate_every_epoch=not args.no_eval)))
+        print(
+            json.dumps(
+                reference_rate(
+                    args.task,
+                    batch_sizes[0],
+                    args.steps,
+                    intervals[0],
+                    args.threads,
+                    optimizer,
+                    lr,
+                    momentum,
+                    weight_decay,
+                    evaluate_every_epoch=not args.no_eval,
+                )
+            )
+        )
         return 0
     if args.profile:
         for batch_size in batch_sizes:
@@ -598,17 +870,23 @@ def main(argv: list[str] | None = None) -> int:
     if (args.interleaved or args.interleaved_only) and not args.concurrent_only:
         if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, {args.cpu})
-        print(f"in one process, taking turns every ~{args.chunk_seconds:g} s (ABBA), each side ~{args.seconds:g} s "
-              f"per row, no evaluation, load {os.getloadavg()[0]:.2f}:", flush=True)
+        print(
+            f"in one process, taking turns every ~{args.chunk_seconds:g} s (ABBA), each side ~{args.seconds:g} s "
+            f"per row, no evaluation, load {os.getloadavg()[0]:.2f}:",
+            flush=True,
+        )
         results["interleaved"] = []
         for batch_size in batch_sizes:
             for interval in intervals:
                 row = interleaved(args, batch_size, interval, optimizer)
                 results["interleaved"].append(row)
-                print(f"  batch {batch_size:>4}  log every {interval:>3}  {row['rounds']:>3} rounds of "
-                      f"{row['chunk_steps']} steps  reference {row['reference_us_per_step']:4.0f} us/step  engine "
-                      f"{row['engine_us_per_step']:4.0f} us/step  ratio {row['ratio']:.3f} "
-                      f"[{row['low']:.3f}-{row['high']:.3f}]", flush=True)
+                print(
+                    f"  batch {batch_size:>4}  log every {interval:>3}  {row['rounds']:>3} rounds of "
+                    f"{row['chunk_steps']} steps  reference {row['reference_us_per_step']:4.0f} us/step  engine "
+                    f"{row['engine_us_per_step']:4.0f} us/step  ratio {row['ratio']:.3f} "
+                    f"[{row['low']:.3f}-{row['high']:.3f}]",
+                    flush=True,
+                )
     if args.json:
         print(json.dumps({"task": args.task, "optimizer": optimizer, "threads": args.threads, **results}))
     return 0
@@ -617,10 +895,13 @@ def main(argv: list[str] | None = None) -> int:
 def measure(args, folder: Path, batch_sizes: list[int], intervals: list[int], optimizer: str) -> list[dict]:
     loads = [os.getloadavg()[0]]
     rows = []
-    print(f"task {args.task}  optimizer {optimizer}  threads {args.threads}  repeats {args.repeats}  "
-          f"window ~{args.seconds:g} s  cpus {os.cpu_count()}  "
-          f"{'pinned to cpu %d' % args.cpu if args.cpu >= 0 else 'not pinned'}"
-          f"  load {loads[0]:.2f}", flush=True)
+    print(
+        f"task {args.task}  optimizer {optimizer}  threads {args.threads}  repeats {args.repeats}  "
+        f"window ~{args.seconds:g} s  cpus {os.cpu_count()}  "
+        f"{f'pinned to cpu {args.cpu}' if args.cpu >= 0 else 'not pinned'}"
+        f"  load {loads[0]:.2f}",
+        flush=True,
+    )
     for batch_size in batch_sizes:
         for interval in intervals:
             steps = args.steps
@@ -633,29 +914,49 @@ def measure(args, folder: Path, batch_sizes: list[int], intervals: list[int], op
                 runs["baseline"] = []
             sides = list(runs)
             for repeat in range(args.repeats):
-                for side in sides[repeat % len(sides):] + sides[:repeat % len(sides)]:  # each side leads in turn
+                for side in sides[repeat % len(sides) :] + sides[: repeat % len(sides)]:  # each side leads in turn
                     if side == "reference":
                         rate = run_reference(args, batch_size, steps, interval, optimizer)["samples_per_second"]
                     else:
                         out = folder / f"{side}-b{batch_size}-l{interval}-{repeat}"
-                        rate = run_engine(args, batch_size, steps, interval, optimizer, out,
-                                          args.baseline.resolve() if side == "baseline" else ROOT)["samples_per_second"]
+                        rate = run_engine(
+                            args,
+                            batch_size,
+                            steps,
+                            interval,
+                            optimizer,
+                            out,
+                            args.baseline.resolve() if side == "baseline" else ROOT,
+                        )["samples_per_second"]
                     runs[side].append(rate)
                 loads.append(os.getloadavg()[0])
             ref = runs["reference"]
-            row = {"batch_size": batch_size, "log_interval": interval, "steps": steps,
-                   "reference": statistics.median(ref), "reference_runs": ref}
-            text = (f"  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  reference "
-                    f"{row['reference']:>9,.0f}/s ({1e6 * batch_size / row['reference']:4.0f} us/step)")
+            row = {
+                "batch_size": batch_size,
+                "log_interval": interval,
+                "steps": steps,
+                "reference": statistics.median(ref),
+                "reference_runs": ref,
+            }
+            text = (
+                f"  batch {batch_size:>4}  log every {interval:>3}  {steps:>6} steps  reference "
+                f"{row['reference']:>9,.0f}/s ({1e6 * batch_size / row['reference']:4.0f} us/step)"
+            )
             for side in sides[1:]:
                 ratios = [e / r for e, r in zip(runs[side], ref, strict=True)]  # each pair ran in one round
                 rate = statistics.median(runs[side])
                 row.update({side: rate, f"{side}_runs": runs[side]})
-                row.update({f"{side}_ratio" if side != "engine" else "ratio": statistics.median(ratios),
-                            f"{side}_low" if side != "engine" else "low": min(ratios),
-                            f"{side}_high" if side != "engine" else "high": max(ratios)})
-                text += (f"  {side} {rate:>9,.0f}/s ({1e6 * batch_size / rate:4.0f} us/step) ratio "
-                         f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]")
+                row.update(
+                    {
+                        f"{side}_ratio" if side != "engine" else "ratio": statistics.median(ratios),
+                        f"{side}_low" if side != "engine" else "low": min(ratios),
+                        f"{side}_high" if side != "engine" else "high": max(ratios),
+                    }
+                )
+                text += (
+                    f"  {side} {rate:>9,.0f}/s ({1e6 * batch_size / rate:4.0f} us/step) ratio "
+                    f"{statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]"
+                )
             rows.append(row)
             print(text, flush=True)
     print(f"load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cpus")

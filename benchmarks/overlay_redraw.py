@@ -35,7 +35,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 GOAL_MS = 200.0
 PANEL_SIZE = (1040, 610)  # the plots' share of the window at its default size (app.window_settings.DEFAULT_SIZE)
@@ -50,20 +50,55 @@ def run_records(index: int, points: int, eval_every: int) -> list[dict]:
     loss = np.abs(loss)
     loss[rng.random(points) < 0.001] *= 4  # rare spikes
     accuracy = 0.9 - 0.8 * np.exp(-steps / (points / 5)) + 0.02 * rng.standard_normal(points) - 0.01 * index
-    records: list[dict] = [{
-        "event": "RunStarted", "task": "mnist_mlp", "device": "cuda:0", "device_name": "GPU",
-        "precision": PRECISIONS[index % len(PRECISIONS)], "autocast_dtype": "bfloat16", "param_dtype": "float32",
-        "scaler": False, "param_count": 100_000, "total_steps": points, "steps_per_epoch": 500, "start_step": 0,
-        "config": {}, "ceiling": {}, "baseline": {}, "tokens_key": None, "notes": []}]
+    records: list[dict] = [
+        {
+            "event": "RunStarted",
+            "task": "mnist_mlp",
+            "device": "cuda:0",
+            "device_name": "GPU",
+            "precision": PRECISIONS[index % len(PRECISIONS)],
+            "autocast_dtype": "bfloat16",
+            "param_dtype": "float32",
+            "scaler": False,
+            "param_count": 100_000,
+            "total_steps": points,
+            "steps_per_epoch": 500,
+            "start_step": 0,
+            "config": {},
+            "ceiling": {},
+            "baseline": {},
+            "tokens_key": None,
+            "notes": [],
+        }
+    ]
     for i, step in enumerate(steps.tolist()):
-        records.append({
-            "event": "StepMetrics", "step": step, "epoch": step // 500, "loss": float(loss[i]), "lr": 1e-3,
-            "samples_per_second": 5000.0 + i % 97, "grad_scale": None, "grad_norm": 1.0 + (i % 13) / 13,
-            "skipped_steps": 0, "memory_bytes": 2**30, "elapsed_seconds": step * 0.01,
-            "nonfinite_source": None, "tokens_per_second": None})
+        records.append(
+            {
+                "event": "StepMetrics",
+                "step": step,
+                "epoch": step // 500,
+                "loss": float(loss[i]),
+                "lr": 1e-3,
+                "samples_per_second": 5000.0 + i % 97,
+                "grad_scale": None,
+                "grad_norm": 1.0 + (i % 13) / 13,
+                "skipped_steps": 0,
+                "memory_bytes": 2**30,
+                "elapsed_seconds": step * 0.01,
+                "nonfinite_source": None,
+                "tokens_per_second": None,
+            }
+        )
         if step % eval_every == 0:
-            records.append({"event": "EvalMetrics", "step": step, "epoch": step // 500, "split": "val",
-                            "metrics": {"accuracy": float(accuracy[i]), "loss": float(loss[i]) * 1.1}})
+            records.append(
+                {
+                    "event": "EvalMetrics",
+                    "step": step,
+                    "epoch": step // 500,
+                    "split": "val",
+                    "metrics": {"accuracy": float(accuracy[i]), "loss": float(loss[i]) * 1.1},
+                }
+            )
     return records
 
 
@@ -76,7 +111,7 @@ class PaintCounter:
         counter = self
 
         class Filter(QObject):
-            def eventFilter(self, watched, event):  # noqa: N802 (Qt override)
+            def eventFilter(self, watched, event):
                 if event.type() == QEvent.Type.Paint:
                     counter.count += 1
                 return False
@@ -121,17 +156,31 @@ def make_panel(app):
 def start_run(panel, points: int) -> None:
     from core.engine.events import RunStarted
 
-    panel.handle_event(RunStarted(
-        task="mnist_mlp", device="cuda:0", device_name="GPU", precision="bf16", autocast_dtype="bfloat16",
-        param_dtype="float32", scaler=False, param_count=100_000, total_steps=points, steps_per_epoch=500,
-        start_step=0, config={}))
+    panel.handle_event(
+        RunStarted(
+            task="mnist_mlp",
+            device="cuda:0",
+            device_name="GPU",
+            precision="bf16",
+            autocast_dtype="bfloat16",
+            param_dtype="float32",
+            scaler=False,
+            param_count=100_000,
+            total_steps=points,
+            steps_per_epoch=500,
+            start_step=0,
+            config={},
+        )
+    )
 
 
 def measure(app, args) -> dict:
     from app import plot_points as plots
 
-    runs = [(f"run-{i:02d} · {PRECISIONS[i % len(PRECISIONS)]}", run_records(i, args.points, args.eval_every))
-            for i in range(args.runs)]
+    runs = [
+        (f"run-{i:02d} · {PRECISIONS[i % len(PRECISIONS)]}", run_records(i, args.points, args.eval_every))
+        for i in range(args.runs)
+    ]
     panel = make_panel(app)
     counter = PaintCounter(panel)
     start_run(panel, args.points)
@@ -146,8 +195,9 @@ def measure(app, args) -> dict:
 
     figures["raw records, parsed here"] = timed(app, panel, lambda _r: panel.overlay_runs(runs), args.repeats, counter)
     read = [(label, plots.overlay_points(records)) for label, records in runs]  # as a reader thread could
-    figures["overlay (as the history does)"] = timed(app, panel, lambda _r: panel.overlay_runs(read), args.repeats,
-                                                 counter)
+    figures["overlay (as the history does)"] = timed(
+        app, panel, lambda _r: panel.overlay_runs(read), args.repeats, counter
+    )
     drawn = max(len(curve.xData) for _p, curve, _l in panel._overlays)
     started = time.perf_counter()
     for _label, records in runs:
@@ -194,17 +244,27 @@ def measure(app, args) -> dict:
     panel.close()
     panel.deleteLater()
     app.processEvents()
-    return {"runs": args.runs, "points": args.points, "eval_every": args.eval_every, "drawn_points": drawn,
-            "live_points": live_points, "read_records_ms": read_ms,
-            "figures": {k: {"median_ms": statistics.median(v), "max_ms": max(v)} for k, v in figures.items()}}
+    return {
+        "runs": args.runs,
+        "points": args.points,
+        "eval_every": args.eval_every,
+        "drawn_points": drawn,
+        "live_points": live_points,
+        "read_records_ms": read_ms,
+        "figures": {k: {"median_ms": statistics.median(v), "max_ms": max(v)} for k, v in figures.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="runs overlaid")
     parser.add_argument("--points", type=int, default=10_000, help="logged steps per run")
-    parser.add_argument("--eval-every", type=int, default=1,
-                        help="a validation EvalMetrics every N steps (1: as many validation points as steps)")
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=1,
+        help="a validation EvalMetrics every N steps (1: as many validation points as steps)",
+    )
     parser.add_argument("--repeats", type=int, default=7, help="timed repetitions (median and max reported)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -217,9 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     apply_theme(app)
     result = measure(app, args)
 
-    print(f"{args.runs} runs x {args.points:,} logged steps, a validation point every {args.eval_every} step(s); "
-          f"panel {PANEL_SIZE[0]}x{PANEL_SIZE[1]}; an overlaid curve draws <= {result['drawn_points']:,} points, "
-          f"a live one <= {result['live_points']:,}")
+    print(
+        f"{args.runs} runs x {args.points:,} logged steps, a validation point every {args.eval_every} step(s); "
+        f"panel {PANEL_SIZE[0]}x{PANEL_SIZE[1]}; an overlaid curve draws <= {result['drawn_points']:,} points, "
+        f"a live one <= {result['live_points']:,}"
+    )
     print("each figure: the action until the panel has painted it (events processed, plots repainted on screen)")
     print(f"{'figure':<30} {'median ms':>10} {'max ms':>10} {'goal ms':>8}  met")
     ok = True
@@ -229,12 +291,18 @@ def main(argv: list[str] | None = None) -> int:
         compared = name.startswith(("live", "resize, no", "raw records"))
         met = figure["max_ms"] <= GOAL_MS
         ok &= met or compared
-        print(f"{name:<30} {figure['median_ms']:>10.1f} {figure['max_ms']:>10.1f} "
-              f"{'-' if compared else f'{GOAL_MS:.0f}':>8}  {'' if compared else ('yes' if met else 'NO')}")
-    print(f"(parsing the {args.runs} runs' records, done off the GUI thread by the history: "
-          f"{result['read_records_ms']:.1f} ms)")
-    print(f"goal: <= {GOAL_MS:.0f} ms per redraw for 10 runs x 10,000 points (max of the repetitions): "
-          f"{'met' if ok else 'NOT met'}")
+        print(
+            f"{name:<30} {figure['median_ms']:>10.1f} {figure['max_ms']:>10.1f} "
+            f"{'-' if compared else f'{GOAL_MS:.0f}':>8}  {'' if compared else ('yes' if met else 'NO')}"
+        )
+    print(
+        f"(parsing the {args.runs} runs' records, done off the GUI thread by the history: "
+        f"{result['read_records_ms']:.1f} ms)"
+    )
+    print(
+        f"goal: <= {GOAL_MS:.0f} ms per redraw for 10 runs x 10,000 points (max of the repetitions): "
+        f"{'met' if ok else 'NOT met'}"
+    )
     if args.json:
         print(json.dumps(result))
     return 0 if ok else 1

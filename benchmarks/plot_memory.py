@@ -39,7 +39,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 MIB = 2**20
 EVAL_METRICS = ("accuracy", "f1")
@@ -71,8 +71,8 @@ class UnboundedSeries:
                 new = np.empty(capacity)
                 new[: self._n] = getattr(self, name)[: self._n]
                 setattr(self, name, new)
-        self._x[self._n: end] = xs
-        self._y[self._n: end] = ys
+        self._x[self._n : end] = xs
+        self._y[self._n : end] = ys
         self._n = end
         finite = ys[np.isfinite(ys)]
         if len(finite):
@@ -106,10 +106,22 @@ def make_panel(total_steps: int, legacy: bool):
     panel.resize(1400, 700)
     panel.show()
     panel.build()
-    panel.handle_event(RunStarted(
-        task="tiny", device="cpu", device_name="CPU", precision="fp16", autocast_dtype="float16",
-        param_dtype="float32", scaler=True, param_count=1, total_steps=total_steps, steps_per_epoch=1000,
-        start_step=0, config={}))
+    panel.handle_event(
+        RunStarted(
+            task="tiny",
+            device="cpu",
+            device_name="CPU",
+            precision="fp16",
+            autocast_dtype="float16",
+            param_dtype="float32",
+            scaler=True,
+            param_count=1,
+            total_steps=total_steps,
+            steps_per_epoch=1000,
+            start_step=0,
+            config={},
+        )
+    )
     panel.handle_event(EvalMetrics(step=1, epoch=0, split="val", metrics={m: 0.5 for m in EVAL_METRICS}))
     if legacy:  # the old buffers, and pyqtgraph's reduction as the panel used to set it
         for key in panel._series:
@@ -132,15 +144,21 @@ def block_columns(start: int, end: int) -> dict[str, np.ndarray]:
     norm[steps % 777_777 == 0] = np.inf
     skipped = (steps // 100).astype(np.int64)
     scale = 2.0 ** (16 - (steps % 100) / 50)
-    return {"steps": steps, "loss": loss, "samples_per_second": 5000 + 500 * rng.random(len(steps)),
-            "lr": 1e-3 * (1 - steps / (end + 1)), "grad_norm": norm, "grad_scale": scale,
-            "skipped_steps": skipped, "memory_bytes": 2**30 + (steps % 4096) * 2**20}
+    return {
+        "steps": steps,
+        "loss": loss,
+        "samples_per_second": 5000 + 500 * rng.random(len(steps)),
+        "lr": 1e-3 * (1 - steps / (end + 1)),
+        "grad_norm": norm,
+        "grad_scale": scale,
+        "skipped_steps": skipped,
+        "memory_bytes": 2**30 + (steps % 4096) * 2**20,
+    }
 
 
 def measure(app, steps: int, block: int, repeats: int, legacy: bool = False) -> dict:
-    from core.engine.events import StepMetrics
-
     from app.series import Series, SmoothedSeries
+    from core.engine.events import StepMetrics
 
     panel = make_panel(steps, legacy)
     app.processEvents()
@@ -167,9 +185,20 @@ def measure(app, steps: int, block: int, repeats: int, legacy: bool = False) -> 
     redraw_ms, paint_ms = [], []
     for r in range(repeats + 1):  # the first is a warm-up
         step = steps + 1 + r
-        panel.handle_event(StepMetrics(step=step, epoch=0, loss=1.0, lr=1e-4, samples_per_second=5000.0,
-                                       grad_scale=65536.0, grad_norm=1.5, skipped_steps=step // 100,
-                                       memory_bytes=2**30, elapsed_seconds=1.0))
+        panel.handle_event(
+            StepMetrics(
+                step=step,
+                epoch=0,
+                loss=1.0,
+                lr=1e-4,
+                samples_per_second=5000.0,
+                grad_scale=65536.0,
+                grad_norm=1.5,
+                skipped_steps=step // 100,
+                memory_bytes=2**30,
+                elapsed_seconds=1.0,
+            )
+        )
         panel._dirty = set(panel._curves)
         t0 = time.perf_counter()
         panel.redraw()
@@ -185,10 +214,16 @@ def measure(app, steps: int, block: int, repeats: int, legacy: bool = False) -> 
     app.processEvents()
     return {
         "behaviour": "old (unbounded, pyqtgraph peak downsampling)" if legacy else "decimated on ingest",
-        "steps": steps, "curves": len(drawn), "points_appended": sum(appended.values()),
-        "max_points_per_curve": max(drawn.values()), "series_mib": series_bytes / MIB,
-        "tracemalloc_retained_mib": (retained - before) / MIB, "tracemalloc_peak_mib": (peak - before) / MIB,
-        "ingest_s": ingest_s, "redraw_ms": statistics.median(redraw_ms), "redraw_max_ms": max(redraw_ms),
+        "steps": steps,
+        "curves": len(drawn),
+        "points_appended": sum(appended.values()),
+        "max_points_per_curve": max(drawn.values()),
+        "series_mib": series_bytes / MIB,
+        "tracemalloc_retained_mib": (retained - before) / MIB,
+        "tracemalloc_peak_mib": (peak - before) / MIB,
+        "ingest_s": ingest_s,
+        "redraw_ms": statistics.median(redraw_ms),
+        "redraw_max_ms": max(redraw_ms),
         "redraw_paint_ms": statistics.median(paint_ms),
     }
 
@@ -198,8 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10_000_000, help="logged steps fed to every curve")
     parser.add_argument("--block", type=int, default=250_000, help="steps per extend_steps call")
     parser.add_argument("--repeats", type=int, default=7, help="timed redraws (median reported)")
-    parser.add_argument("--baseline-steps", type=int, default=0,
-                        help="also measure the old unbounded series at this many steps (0: skip)")
+    parser.add_argument(
+        "--baseline-steps",
+        type=int,
+        default=0,
+        help="also measure the old unbounded series at this many steps (0: skip)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -213,21 +252,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline_steps > 0:
         rows.append(measure(app, args.baseline_steps, args.block, max(3, args.repeats // 2), legacy=True))
 
-    print(f"{'behaviour':<46} {'steps':>11} {'curves':>6} {'pts/curve':>9} {'series MiB':>10} "
-          f"{'retained':>8} {'peak':>8} {'ingest s':>8} {'redraw ms':>9} {'+paint ms':>9}")
+    print(
+        f"{'behaviour':<46} {'steps':>11} {'curves':>6} {'pts/curve':>9} {'series MiB':>10} "
+        f"{'retained':>8} {'peak':>8} {'ingest s':>8} {'redraw ms':>9} {'+paint ms':>9}"
+    )
     for r in rows:
-        print(f"{r['behaviour']:<46} {r['steps']:>11,} {r['curves']:>6} {r['max_points_per_curve']:>9,} "
-              f"{r['series_mib']:>10.2f} {r['tracemalloc_retained_mib']:>8.2f} {r['tracemalloc_peak_mib']:>8.1f} "
-              f"{r['ingest_s']:>8.1f} {r['redraw_ms']:>9.2f} {r['redraw_paint_ms']:>9.1f}")
+        print(
+            f"{r['behaviour']:<46} {r['steps']:>11,} {r['curves']:>6} {r['max_points_per_curve']:>9,} "
+            f"{r['series_mib']:>10.2f} {r['tracemalloc_retained_mib']:>8.2f} {r['tracemalloc_peak_mib']:>8.1f} "
+            f"{r['ingest_s']:>8.1f} {r['redraw_ms']:>9.2f} {r['redraw_paint_ms']:>9.1f}"
+        )
     new = rows[0]
     ok = new["series_mib"] <= 50 and new["redraw_ms"] <= 20
-    print(f"targets at {new['steps']:,} steps: series memory <= 50 MiB, redraw of every curve <= 20 ms: "
-          f"{'met' if ok else 'NOT met'}")
+    print(
+        f"targets at {new['steps']:,} steps: series memory <= 50 MiB, redraw of every curve <= 20 ms: "
+        f"{'met' if ok else 'NOT met'}"
+    )
     if args.json:
         summary = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in new.items() if k != "behaviour"}
         if len(rows) > 1:
-            summary["baseline"] = {k: (round(v, 4) if isinstance(v, float) else v)
-                                   for k, v in rows[1].items() if k != "behaviour"}
+            summary["baseline"] = {
+                k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[1].items() if k != "behaviour"
+            }
         print(json.dumps(summary))
     return 0 if ok else 1
 

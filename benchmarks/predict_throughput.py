@@ -78,8 +78,9 @@ def make_inputs(folder: Path, reviews: int, candidates: int, users: int) -> dict
     files["interactions"] = folder / "interactions.csv"
     pacsv.write_csv(pa.table({"user_id": user, "item_id": item, "timestamp": when}), files["interactions"])
     starts = np.flatnonzero(np.r_[True, np.diff(user) != 0])
-    words = pa.ListArray.from_arrays(pa.array(np.r_[starts, len(user)].astype(np.int32)),
-                                     pc.cast(pa.array(item), pa.string()))
+    words = pa.ListArray.from_arrays(
+        pa.array(np.r_[starts, len(user)].astype(np.int32)), pc.cast(pa.array(item), pa.string())
+    )
     history = pc.binary_join(words, " ")
     files["recommender"] = folder / "histories.csv"
     pacsv.write_csv(pa.table({"user_id": user[starts], "history": history}), files["recommender"])
@@ -87,8 +88,7 @@ def make_inputs(folder: Path, reviews: int, candidates: int, users: int) -> dict
 
 
 def run_predict(checkpoint: Path, source: Path, out: Path) -> dict:
-    command = [sys.executable, "-m", "core.cli", "predict", str(checkpoint), "--input", str(source),
-               "--out", str(out)]
+    command = [sys.executable, "-m", "core.cli", "predict", str(checkpoint), "--input", str(source), "--out", str(out)]
     began = time.perf_counter()
     child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(child.pid, 0)
@@ -101,10 +101,17 @@ def run_predict(checkpoint: Path, source: Path, out: Path) -> dict:
     summary = stdout.strip().splitlines()[-1]
     found = re.search(r"([\d,]+) rows/s \(([\d.]+) s\)", summary)
     rows_in = sum(1 for _ in open(source, "rb")) - 1
-    return {"input": source.name, "input_mb": source.stat().st_size / 2**20, "rows": rows_in,
-            "command_rows_per_s": float(found.group(1).replace(",", "")) if found else None,
-            "scoring_s": float(found.group(2)) if found else None, "wall_s": wall,
-            "wall_rows_per_s": rows_in / wall, "peak_rss_mb": usage.ru_maxrss / 1024, "summary": summary}
+    return {
+        "input": source.name,
+        "input_mb": source.stat().st_size / 2**20,
+        "rows": rows_in,
+        "command_rows_per_s": float(found.group(1).replace(",", "")) if found else None,
+        "scoring_s": float(found.group(2)) if found else None,
+        "wall_s": wall,
+        "wall_rows_per_s": rows_in / wall,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "summary": summary,
+    }
 
 
 def main() -> int:
@@ -118,27 +125,39 @@ def main() -> int:
         folder = Path(args.setup)
         runs = train_runs(folder)
         files = make_inputs(folder, 1_000_000 // scale, 1_000_000 // scale, 100_000 // scale)
-        (folder / "setup.json").write_text(json.dumps({"runs": {k: str(v) for k, v in runs.items()},
-                                                       "files": {k: str(v) for k, v in files.items()}}))
+        (folder / "setup.json").write_text(
+            json.dumps({"runs": {k: str(v) for k, v in runs.items()}, "files": {k: str(v) for k, v in files.items()}})
+        )
         return 0
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="amp-predict-bench-") as tmp:
         folder = Path(tmp)
         began = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--setup", tmp, *(["--quick"] if args.quick else [])], check=True,
-                       cwd=ROOT)
+        subprocess.run(
+            [sys.executable, __file__, "--setup", tmp, *(["--quick"] if args.quick else [])], check=True, cwd=ROOT
+        )
         setup = json.loads((folder / "setup.json").read_text())
         runs = {k: Path(v) for k, v in setup["runs"].items()}
         files = {k: Path(v) for k, v in setup["files"].items()}
-        print(f"set-up (3 small runs, inputs): {time.perf_counter() - began:.0f} s; load average {load:.2f} on "
-              f"{os.cpu_count()} CPUs", flush=True)
+        print(
+            f"set-up (3 small runs, inputs): {time.perf_counter() - began:.0f} s; load average {load:.2f} on "
+            f"{os.cpu_count()} CPUs",
+            flush=True,
+        )
         results = {}
-        for name, task in (("sentiment", "sentiment"), ("ranking", "ranking"), ("recommender", "recommender"),
-                           ("interactions", "recommender")):
+        for name, task in (
+            ("sentiment", "sentiment"),
+            ("ranking", "ranking"),
+            ("recommender", "recommender"),
+            ("interactions", "recommender"),
+        ):
             results[name] = result = run_predict(runs[task], files[name], folder / f"{name}.out.csv")
-            print(f"{name:<13} {result['rows']:>9,} rows ({result['input_mb']:,.0f} MB): "
-                  f"{result['command_rows_per_s']:>9,.0f} rows/s scoring, {result['wall_rows_per_s']:>9,.0f} "
-                  f"rows/s wall ({result['wall_s']:.1f} s), peak RSS {result['peak_rss_mb']:,.0f} MB", flush=True)
+            print(
+                f"{name:<13} {result['rows']:>9,} rows ({result['input_mb']:,.0f} MB): "
+                f"{result['command_rows_per_s']:>9,.0f} rows/s scoring, {result['wall_rows_per_s']:>9,.0f} "
+                f"rows/s wall ({result['wall_s']:.1f} s), peak RSS {result['peak_rss_mb']:,.0f} MB",
+                flush=True,
+            )
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     if args.json:
         print(json.dumps({"load_average": load, "cpus": os.cpu_count(), "results": results}))

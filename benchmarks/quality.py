@@ -34,10 +34,14 @@ def headline(task: str, summary: dict) -> tuple[str, float, float, int, int]:
         return f"{metric} vs {d['against']}", d["mean_se"][0], d["mean_se"][1], d["wins"], summary["seeds"]
     if task == "sentiment":
         d = summary["difference"]
-        return ("accuracy vs TF-IDF + logistic regression", d["mean"], d["se"], summary["wins"],
-                summary["seeds"])
-    return (f"{summary['metric']} vs {summary['baseline']}", summary["diff"], summary["diff_se"], summary["wins"],
-            summary["seeds"])
+        return ("accuracy vs TF-IDF + logistic regression", d["mean"], d["se"], summary["wins"], summary["seeds"])
+    return (
+        f"{summary['metric']} vs {summary['baseline']}",
+        summary["diff"],
+        summary["diff_se"],
+        summary["wins"],
+        summary["seeds"],
+    )
 
 
 def beyond(diff: float, se: float, seeds: int) -> str:
@@ -65,9 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         summaries[task] = summary
         print(module.report(summary), flush=True)
         what, diff, se, wins, seeds = headline(task, summary)
-        lines.append(f"{task:<12} {what:<58} {diff:+.4f} +- {se:.4f}  wins {wins}/{seeds}  "
-                     f"beyond 2 s.e.: {beyond(diff, se, seeds)}  "
-                     f"({time.perf_counter() - started:.0f} s)")
+        lines.append(
+            f"{task:<12} {what:<58} {diff:+.4f} +- {se:.4f}  wins {wins}/{seeds}  "
+            f"beyond 2 s.e.: {beyond(diff, se, seeds)}  "
+            f"({time.perf_counter() - started:.0f} s)"
+        )
     print("\nengine - baseline, paired over the same splits (mean +- s.e.):")
     print("\n".join(lines))
     if args.json:

@@ -12,8 +12,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overrides: dict,
-                        checkpoint: str = "last") -> tuple[dict, float]:
+def engine_test_metrics(
+    task: str, options: dict, seed: int, threads: int, overrides: dict, checkpoint: str = "last"
+) -> tuple[dict, float]:
     """Test metrics of the engine trained on `task` with the task's defaults, then `overrides` (CPU, fp32, in a
     throwaway folder), and its training seconds. A run that does not complete is an error.
 
@@ -29,8 +30,16 @@ def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overr
     if checkpoint not in ("last", "best", "both"):
         raise ValueError(f"checkpoint: {checkpoint!r} is not last, best or both")
     with tempfile.TemporaryDirectory(prefix=f"quality-{task}-") as folder:
-        config = RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32", seed=seed,
-                                    threads=threads, out_dir=folder, **overrides)
+        config = RunConfig.for_task(
+            task,
+            task_options=options,
+            device="cpu",
+            precision="fp32",
+            seed=seed,
+            threads=threads,
+            out_dir=folder,
+            **overrides,
+        )
         ended = train(config)
         if ended.status != "completed":
             raise RuntimeError(f"engine run {ended.status}: {ended.message}")
@@ -38,8 +47,13 @@ def engine_test_metrics(task: str, options: dict, seed: int, threads: int, overr
             return ended.test_metrics, ended.elapsed_seconds
         if checkpoint == "both":
             best = ended.best_test_metrics if ended.best_step is not None else ended.test_metrics  # no best kept
-            return {**ended.test_metrics, "best": dict(best), "best_step": ended.best_step, "last_step": ended.step,
-                    "advice": ended.checkpoint_advice}, ended.elapsed_seconds
+            return {
+                **ended.test_metrics,
+                "best": dict(best),
+                "best_step": ended.best_step,
+                "last_step": ended.step,
+                "advice": ended.checkpoint_advice,
+            }, ended.elapsed_seconds
         from core.cli.evaluate import find_checkpoint
         from core.runs.evaluate import evaluate_checkpoint
 

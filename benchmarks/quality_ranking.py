@@ -30,20 +30,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from quality_common import engine_test_metrics, mean_se, parse_pairs  # noqa: E402
-from torch import nn  # noqa: E402
+import numpy as np
+import torch
+from quality_common import engine_test_metrics, mean_se, parse_pairs
+from torch import nn
 
-from core.data.synthetic import generate_ranking  # noqa: E402
-from core.tasks import create_task  # noqa: E402
-from core.tasks.ranking import split_queries  # noqa: E402
+from core.data.synthetic import generate_ranking
+from core.tasks import create_task
+from core.tasks.ranking import split_queries
 
 METRIC = "ndcg@10"
 DATA = {"queries": 2000, "docs": 40, "features": 136, "noise": 0.5}  # 80,000 rows, MSLR's 136 columns
 QUICK_DATA = {"queries": 800, "docs": 30, "features": 136, "noise": 0.5}
-LIGHTGBM = {"objective": "lambdarank", "n_estimators": 500, "learning_rate": 0.05, "num_leaves": 31,
-            "min_child_samples": 20}
+LIGHTGBM = {
+    "objective": "lambdarank",
+    "n_estimators": 500,
+    "learning_rate": 0.05,
+    "num_leaves": 31,
+    "min_child_samples": 20,
+}
 EARLY_STOPPING_ROUNDS = 50
 
 
@@ -84,8 +89,15 @@ def lightgbm_metrics(task, data, seed: int, threads: int) -> tuple[dict[str, flo
     with warnings.catch_warnings():  # lightgbm 4.7 renames eval_set; older versions know only eval_set
         warnings.simplefilter("ignore", category=FutureWarning)
         warnings.simplefilter("ignore", category=DeprecationWarning)
-        ranker.fit(x, y, group=group, eval_set=[(xv, yv)], eval_group=[gv], eval_at=[10],
-                   callbacks=[lightgbm.early_stopping(EARLY_STOPPING_ROUNDS, verbose=False)])
+        ranker.fit(
+            x,
+            y,
+            group=group,
+            eval_set=[(xv, yv)],
+            eval_group=[gv],
+            eval_at=[10],
+            callbacks=[lightgbm.early_stopping(EARLY_STOPPING_ROUNDS, verbose=False)],
+        )
     with torch.no_grad():
         metrics = task.evaluate(BoosterModel(ranker), data.test, 1024)
     return metrics, int(ranker.best_iteration_ or LIGHTGBM["n_estimators"])
@@ -106,8 +118,15 @@ def engine_metrics(options: dict, seed: int, threads: int, overrides: dict) -> t
     return engine_test_metrics("ranking", options, seed, threads, overrides, "both")
 
 
-def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dict | None = None,
-        engine_overrides: dict | None = None, verbose: bool = True, checkpoint: str = "best") -> dict:
+def run(
+    seeds: int = 5,
+    quick: bool = False,
+    threads: int = 1,
+    task_options: dict | None = None,
+    engine_overrides: dict | None = None,
+    verbose: bool = True,
+    checkpoint: str = "best",
+) -> dict:
     """Engine vs LightGBM lambdarank on `seeds` seeds (0..seeds-1): per-seed NDCG@10 of both on the same
     test queries, their means +- standard errors, the paired difference +- its standard error, and wins.
     `task_options` / `engine_overrides`: changes to the data or the engine's settings (tuning only);
@@ -124,29 +143,46 @@ def run(seeds: int = 5, quick: bool = False, threads: int = 1, task_options: dic
         lgb_seconds = time.perf_counter() - started
         eng, eng_seconds = engine_metrics(options, seed, threads, overrides)
         best, last = eng["best"][METRIC], eng[METRIC]
-        row = {"seed": seed, "engine": best if checkpoint == "best" else last, "engine_best": best,
-               "engine_last": last, "advised": "last" if eng["advice"].startswith("use the last") else "best",
-               "lightgbm": lgb[METRIC],
-               "ceiling": test_ceiling(task, options, seed),
-               "random": data.baseline[METRIC], "trees": trees, "best_step": eng.get("best_step"),
-               "last_step": eng.get("last_step"),
-               "engine_s": round(eng_seconds, 1),
-               "lightgbm_s": round(lgb_seconds, 1)}
+        row = {
+            "seed": seed,
+            "engine": best if checkpoint == "best" else last,
+            "engine_best": best,
+            "engine_last": last,
+            "advised": "last" if eng["advice"].startswith("use the last") else "best",
+            "lightgbm": lgb[METRIC],
+            "ceiling": test_ceiling(task, options, seed),
+            "random": data.baseline[METRIC],
+            "trees": trees,
+            "best_step": eng.get("best_step"),
+            "last_step": eng.get("last_step"),
+            "engine_s": round(eng_seconds, 1),
+            "lightgbm_s": round(lgb_seconds, 1),
+        }
         rows.append(row)
         if verbose:
-            print(f"seed {seed}: engine {row['engine']:.4f} (best {best:.4f}, last {last:.4f}, advised "
-                  f"{row['advised']})  lightgbm {row['lightgbm']:.4f}  "
-                  f"diff {row['engine'] - row['lightgbm']:+.4f}  (ceiling {row['ceiling']:.4f}, random "
-                  f"{row['random']:.4f}; {trees} trees, {_epoch(row)}; {eng_seconds:.0f} s / {lgb_seconds:.0f} s)",
-                  flush=True)
+            print(
+                f"seed {seed}: engine {row['engine']:.4f} (best {best:.4f}, last {last:.4f}, advised "
+                f"{row['advised']})  lightgbm {row['lightgbm']:.4f}  "
+                f"diff {row['engine'] - row['lightgbm']:+.4f}  (ceiling {row['ceiling']:.4f}, random "
+                f"{row['random']:.4f}; {trees} trees, {_epoch(row)}; {eng_seconds:.0f} s / {lgb_seconds:.0f} s)",
+                flush=True,
+            )
     diffs = [r["engine"] - r["lightgbm"] for r in rows]
-    summary = {"task": "ranking", "metric": METRIC, "baseline": "LightGBM LGBMRanker(lambdarank)",
-               "engine_checkpoint": checkpoint, "seeds": seeds, "data": options, "engine_overrides": overrides,
-               "rows": rows}
+    summary = {
+        "task": "ranking",
+        "metric": METRIC,
+        "baseline": "LightGBM LGBMRanker(lambdarank)",
+        "engine_checkpoint": checkpoint,
+        "seeds": seeds,
+        "data": options,
+        "engine_overrides": overrides,
+        "rows": rows,
+    }
     for key in ("engine", "engine_best", "engine_last", "lightgbm", "ceiling"):
         summary[key], summary[f"{key}_se"] = mean_se([r[key] for r in rows])
-    summary["best_minus_last"], summary["best_minus_last_se"] = mean_se([r["engine_best"] - r["engine_last"]
-                                                                         for r in rows])
+    summary["best_minus_last"], summary["best_minus_last_se"] = mean_se(
+        [r["engine_best"] - r["engine_last"] for r in rows]
+    )
     summary["advised_last"] = sum(r["advised"] == "last" for r in rows)
     summary["diff"], summary["diff_se"] = mean_se(diffs)
     summary["wins"] = int(sum(d > 0 for d in diffs))
@@ -160,17 +196,18 @@ def _epoch(row: dict) -> str:
 
 def report(summary: dict) -> str:
     s = summary
-    return (f"ranking {s['metric']} over {s['seeds']} seeds (mean +- s.e.):\n"
-            f"  engine    {s['engine']:.4f} +- {s['engine_se']:.4f}  ({s['engine_checkpoint']} weights)\n"
-            f"    best    {s['engine_best']:.4f} +- {s['engine_best_se']:.4f}  (best-on-validation checkpoint)\n"
-            f"    last    {s['engine_last']:.4f} +- {s['engine_last_se']:.4f}  (final weights); best - last "
-            f"{s['best_minus_last']:+.4f} +- {s['best_minus_last_se']:.4f}, the run advised the last weights in "
-            f"{s['advised_last']} of {s['seeds']}\n"
-            f"  lightgbm  {s['lightgbm']:.4f} +- {s['lightgbm_se']:.4f}\n"
-            f"  ceiling   {s['ceiling']:.4f} +- {s['ceiling_se']:.4f}\n"
-            f"  paired difference (engine - lightgbm) {s['diff']:+.4f} +- {s['diff_se']:.4f}, engine wins "
-            f"{s['wins']} of {s['seeds']}; beyond 2 s.e.: {'yes' if s['beats_baseline'] else 'no'}")
-
+    return (
+        f"ranking {s['metric']} over {s['seeds']} seeds (mean +- s.e.):\n"
+        f"  engine    {s['engine']:.4f} +- {s['engine_se']:.4f}  ({s['engine_checkpoint']} weights)\n"
+        f"    best    {s['engine_best']:.4f} +- {s['engine_best_se']:.4f}  (best-on-validation checkpoint)\n"
+        f"    last    {s['engine_last']:.4f} +- {s['engine_last_se']:.4f}  (final weights); best - last "
+        f"{s['best_minus_last']:+.4f} +- {s['best_minus_last_se']:.4f}, the run advised the last weights in "
+        f"{s['advised_last']} of {s['seeds']}\n"
+        f"  lightgbm  {s['lightgbm']:.4f} +- {s['lightgbm_se']:.4f}\n"
+        f"  ceiling   {s['ceiling']:.4f} +- {s['ceiling_se']:.4f}\n"
+        f"  paired difference (engine - lightgbm) {s['diff']:+.4f} +- {s['diff_se']:.4f}, engine wins "
+        f"{s['wins']} of {s['seeds']}; beyond 2 s.e.: {'yes' if s['beats_baseline'] else 'no'}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,18 +215,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="smaller data (800 queries of ~30 candidates)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("-o", dest="options", action="append", default=[], metavar="KEY=VALUE",
-                        help="task option for the data or the model (e.g. queries=4000, hidden=128)")
-    parser.add_argument("-s", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                        help="engine setting over the task's defaults (e.g. epochs=20, lr=0.001)")
-    parser.add_argument("--last", action="store_true", help="score the engine's final weights (its end-of-run "
-                        "test metrics) instead of its best-on-validation checkpoint")
+    parser.add_argument(
+        "-o",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="task option for the data or the model (e.g. queries=4000, hidden=128)",
+    )
+    parser.add_argument(
+        "-s",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine setting over the task's defaults (e.g. epochs=20, lr=0.001)",
+    )
+    parser.add_argument(
+        "--last",
+        action="store_true",
+        help="score the engine's final weights (its end-of-run "
+        "test metrics) instead of its best-on-validation checkpoint",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the summary as JSON")
     args = parser.parse_args(argv)
     options = parse_pairs(args.options)
     settings = parse_pairs(args.settings)
-    summary = run(args.seeds, args.quick, args.threads, options, settings,
-                  checkpoint="last" if args.last else "best")
+    summary = run(args.seeds, args.quick, args.threads, options, settings, checkpoint="last" if args.last else "best")
     print(report(summary))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))

@@ -67,8 +67,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-from quality_common import engine_test_metrics, mean_se, parse_value  # noqa: E402
+import numpy as np
+from quality_common import engine_test_metrics, mean_se, parse_value
 
 C_GRID = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 FULL_REVIEWS, QUICK_REVIEWS = 20_000, 6_000
@@ -100,9 +100,9 @@ def engine_accuracy(seed: int, task_options: dict, settings: dict) -> dict:
     return {"accuracy": float(metrics["accuracy"]), "seconds": seconds}
 
 
-
-def run(seeds: int = 6, quick: bool = False, task_options: dict | None = None, settings: dict | None = None,
-        progress=print) -> dict:
+def run(
+    seeds: int = 6, quick: bool = False, task_options: dict | None = None, settings: dict | None = None, progress=print
+) -> dict:
     """Engine vs TF-IDF + LR on `seeds` seeds; returns per-seed rows and the summary (accuracies in [0, 1])."""
     import torch
 
@@ -120,49 +120,71 @@ def run(seeds: int = 6, quick: bool = False, task_options: dict | None = None, s
         ceiling = float(np.maximum(reviews.posterior[test], 1 - reviews.posterior[test]).mean())
         base = baseline_accuracy(reviews.text.to_pylist(), reviews.label, parts)
         engine = engine_accuracy(seed, options, settings or {})
-        row = {"seed": seed, "engine": engine["accuracy"], "baseline": base["accuracy"], "C": base["C"],
-               "ceiling": ceiling, "engine_seconds": engine["seconds"]}
+        row = {
+            "seed": seed,
+            "engine": engine["accuracy"],
+            "baseline": base["accuracy"],
+            "C": base["C"],
+            "ceiling": ceiling,
+            "engine_seconds": engine["seconds"],
+        }
         rows.append(row)
-        progress(f"seed {seed}: engine {row['engine']:.4f}  tfidf+lr {row['baseline']:.4f} (C={row['C']:g})  "
-                 f"diff {row['engine'] - row['baseline']:+.4f}  ceiling {ceiling:.4f}  ({engine['seconds']:.0f} s)")
+        progress(
+            f"seed {seed}: engine {row['engine']:.4f}  tfidf+lr {row['baseline']:.4f} (C={row['C']:g})  "
+            f"diff {row['engine'] - row['baseline']:+.4f}  ceiling {ceiling:.4f}  ({engine['seconds']:.0f} s)"
+        )
     engine_mean, engine_se = mean_se([r["engine"] for r in rows])
     base_mean, base_se = mean_se([r["baseline"] for r in rows])
     diff_mean, diff_se = mean_se([r["engine"] - r["baseline"] for r in rows])
     summary = {
-        "task": "sentiment", "metric": "accuracy", "seeds": seeds, "reviews": options["reviews"],
+        "task": "sentiment",
+        "metric": "accuracy",
+        "seeds": seeds,
+        "reviews": options["reviews"],
         "engine": {"mean": engine_mean, "se": engine_se},
-        "baseline": {"name": "TF-IDF (1-2-grams, sublinear, min_df 2) + logistic regression (C tuned on val)",
-                     "mean": base_mean, "se": base_se},
+        "baseline": {
+            "name": "TF-IDF (1-2-grams, sublinear, min_df 2) + logistic regression (C tuned on val)",
+            "mean": base_mean,
+            "se": base_se,
+        },
         "difference": {"mean": diff_mean, "se": diff_se},
         "wins": sum(r["engine"] > r["baseline"] for r in rows),
         "ceiling": mean_se([r["ceiling"] for r in rows])[0],
         "beats_baseline": bool(diff_mean > 2 * diff_se) if seeds > 1 else False,
-        "task_options": options, "settings": settings or {}, "rows": rows,
+        "task_options": options,
+        "settings": settings or {},
+        "rows": rows,
     }
     return summary
 
 
 def report(summary: dict) -> str:
     pct = lambda m, s: f"{100 * m:.2f} ± {100 * s:.2f}"  # noqa: E731
-    return "\n".join([
-        f"sentiment accuracy on the test split, {summary['seeds']} seeds x {summary['reviews']:,} reviews "
-        f"(mean ± standard error, %)",
-        f"  engine            {pct(summary['engine']['mean'], summary['engine']['se'])}",
-        f"  TF-IDF + LR       {pct(summary['baseline']['mean'], summary['baseline']['se'])}",
-        f"  paired difference {pct(summary['difference']['mean'], summary['difference']['se'])}   "
-        f"(engine wins {summary['wins']}/{summary['seeds']}; ahead by more than 2 SE: "
-        f"{'yes' if summary['beats_baseline'] else 'no'})",
-        f"  Bayes ceiling     {100 * summary['ceiling']:.2f}",
-    ])
-
+    return "\n".join(
+        [
+            f"sentiment accuracy on the test split, {summary['seeds']} seeds x {summary['reviews']:,} reviews "
+            f"(mean ± standard error, %)",
+            f"  engine            {pct(summary['engine']['mean'], summary['engine']['se'])}",
+            f"  TF-IDF + LR       {pct(summary['baseline']['mean'], summary['baseline']['se'])}",
+            f"  paired difference {pct(summary['difference']['mean'], summary['difference']['se'])}   "
+            f"(engine wins {summary['wins']}/{summary['seeds']}; ahead by more than 2 SE: "
+            f"{'yes' if summary['beats_baseline'] else 'no'})",
+            f"  Bayes ceiling     {100 * summary['ceiling']:.2f}",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=None, help="seeds (default 6; 5 with --quick)")
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_REVIEWS:,} reviews a seed")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a task option or run setting to change (repeatable), e.g. pooling=sqrt, lr=0.02")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a task option or run setting to change (repeatable), e.g. pooling=sqrt, lr=0.02",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as a JSON last line")
     args = parser.parse_args(argv)
     from core.tasks import get_task_class

@@ -61,13 +61,15 @@ def reference_model(n_items: int, d_model: int, layers: int, heads: int, max_len
             self.positions = nn.Embedding(max_len, d_model)
             self.drop = nn.Dropout(dropout)
             self.blocks = nn.ModuleList(
-                nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout, activation="gelu",
-                                           batch_first=True, norm_first=True) for _ in range(layers))
+                nn.TransformerEncoderLayer(
+                    d_model, heads, 4 * d_model, dropout, activation="gelu", batch_first=True, norm_first=True
+                )
+                for _ in range(layers)
+            )
             for block in self.blocks:  # dropout where the task's model has it: no extra one inside the FFN
                 block.dropout = nn.Identity()
             self.norm = nn.LayerNorm(d_model)
-            self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(max_len),
-                                 persistent=False)
+            self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(max_len), persistent=False)
             nn.init.normal_(self.items.weight, std=d_model**-0.5)  # SASRec's scale (the task's too)
             nn.init.normal_(self.positions.weight, std=0.02)
 
@@ -88,15 +90,25 @@ class ReferenceLoop:
     """The hand-written loop over the task's training windows; `run(n)` trains n more steps (epochs carry over)
     and returns the real positions those steps trained on (counted on the host from the batch order)."""
 
-    def __init__(self, train: dict, n_items: int, opts: dict, batch_size: int, lr: float, weight_decay: float,
-                 log_interval: int, seed: int = 0):
+    def __init__(
+        self,
+        train: dict,
+        n_items: int,
+        opts: dict,
+        batch_size: int,
+        lr: float,
+        weight_decay: float,
+        log_interval: int,
+        seed: int = 0,
+    ):
         import torch
 
         torch.manual_seed(seed)
         self.seq, self.target = train["seq"], train["target"]
         self.real_per_row = (self.target > 0).sum(1)
-        self.model = reference_model(n_items, opts["d_model"], opts["layers"], opts["heads"], opts["max_len"],
-                                     opts["dropout"]).train()
+        self.model = reference_model(
+            n_items, opts["d_model"], opts["layers"], opts["heads"], opts["max_len"], opts["dropout"]
+        ).train()
         # The engine's CPU optimizer kernel (fused), so that the ratio is the loop's and the task's own cost.
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay, fused=True)
         self.batch_size, self.log_interval = batch_size, log_interval
@@ -119,10 +131,10 @@ class ReferenceLoop:
             if self.index == self.per_epoch:
                 self.perm, self.index = torch.randperm(self.rows), 0
             count = min(self.per_epoch - self.index, n)
-            used = self.perm[self.index * batch_size:(self.index + count) * batch_size]
+            used = self.perm[self.index * batch_size : (self.index + count) * batch_size]
             positions += int(self.real_per_row[used].sum())  # host bookkeeping for the benchmark, not the step
             for i in range(self.index, self.index + count):
-                idx = self.perm[i * batch_size:(i + 1) * batch_size]
+                idx = self.perm[i * batch_size : (i + 1) * batch_size]
                 s, t = seq[idx], target[idx]
                 real = t > 0
                 hidden = model(s)[real]
@@ -143,9 +155,17 @@ class ReferenceLoop:
 def engine_config(args, steps: int, folder: Path):
     from core.config import RunConfig
 
-    return RunConfig.for_task("recommender", task_options=dict(args.task_options), batch_size=args.batch_size,
-                              max_steps=steps, threads=args.threads, device="cpu", out_dir=str(folder / "run"),
-                              eval_interval=10**9, keep_best=0)
+    return RunConfig.for_task(
+        "recommender",
+        task_options=dict(args.task_options),
+        batch_size=args.batch_size,
+        max_steps=steps,
+        threads=args.threads,
+        device="cpu",
+        out_dir=str(folder / "run"),
+        eval_interval=10**9,
+        keep_best=0,
+    )
 
 
 def engine_positions(trainer, first: int, last: int, real_per_row) -> int:
@@ -173,8 +193,9 @@ def interleaved(args, repeat: int) -> dict:
     task = create_task("recommender", cfg0.task_options)
     data = task.load_data("", cfg0.seed)
     opts, log_interval = dict(task.opts), cfg0.log_interval
-    reference = ReferenceLoop(data.train, data.info["n_items"], opts, args.batch_size, cfg0.lr, cfg0.weight_decay,
-                              log_interval, seed=repeat)
+    reference = ReferenceLoop(
+        data.train, data.info["n_items"], opts, args.batch_size, cfg0.lr, cfg0.weight_decay, log_interval, seed=repeat
+    )
     reference.run(3)  # warm-up
     began = time.perf_counter()
     reference.run(5)
@@ -183,8 +204,10 @@ def interleaved(args, repeat: int) -> dict:
     rounds = max(2, int(args.seconds / (2 * chunk * per_step)))
     warm = 2  # engine chunks before the first timed one
     folder = Path(tempfile.mkdtemp(prefix="amp-recstep-"))
-    trainer = Trainer(engine_config(args, (warm + 2 * rounds) * chunk + 1, folder),
-                      sink=ProgressReporter(enabled=True, live=False, stream=io.StringIO()))
+    trainer = Trainer(
+        engine_config(args, (warm + 2 * rounds) * chunk + 1, folder),
+        sink=ProgressReporter(enabled=True, live=False, stream=io.StringIO()),
+    )
     engine_chunks: list[tuple[float, int, int]] = []  # seconds, first step, last step
     reference_chunks: list[tuple[float, int]] = []  # seconds, positions
     mark = [0.0, 0]
@@ -233,16 +256,24 @@ def interleaved(args, repeat: int) -> dict:
     def rate(chunks):
         return sum(p for _, p in chunks) / sum(s for s, _ in chunks)
 
-    rounds_ratio = sorted(rate(engine[i:i + 2]) / rate(ref[i:i + 2]) for i in range(0, pairs, 2))
+    rounds_ratio = sorted(rate(engine[i : i + 2]) / rate(ref[i : i + 2]) for i in range(0, pairs, 2))
     tenth = len(rounds_ratio) // 10
-    return {"repeat": repeat, "rounds": pairs // 2, "chunk_steps": chunk,
-            "engine": rate(engine), "reference": rate(ref), "ratio": rate(engine) / rate(ref),
-            "low": rounds_ratio[tenth], "high": rounds_ratio[-1 - tenth],
-            "engine_ms_per_step": 1e3 * sum(s for s, _ in engine) / (pairs * chunk),
-            "reference_ms_per_step": 1e3 * sum(s for s, _ in ref) / (pairs * chunk),
-            "engine_loss": trainer.last_loss,  # over its last log interval
-            "reference_loss": reference.losses[-1] if reference.losses else float("nan"),
-            "steps": trainer.step, "reference_steps": reference.step}
+    return {
+        "repeat": repeat,
+        "rounds": pairs // 2,
+        "chunk_steps": chunk,
+        "engine": rate(engine),
+        "reference": rate(ref),
+        "ratio": rate(engine) / rate(ref),
+        "low": rounds_ratio[tenth],
+        "high": rounds_ratio[-1 - tenth],
+        "engine_ms_per_step": 1e3 * sum(s for s, _ in engine) / (pairs * chunk),
+        "reference_ms_per_step": 1e3 * sum(s for s, _ in ref) / (pairs * chunk),
+        "engine_loss": trainer.last_loss,  # over its last log interval
+        "reference_loss": reference.losses[-1] if reference.losses else float("nan"),
+        "steps": trainer.step,
+        "reference_steps": reference.step,
+    }
 
 
 # ----------------------------------------------------------------------------------------------- profile
@@ -282,8 +313,9 @@ def profile_engine(args) -> None:
     print(f"engine: {steps} steps")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile_top))
     data, opts, cfg = trainer.data, dict(trainer.task.opts), trainer.cfg
-    reference = ReferenceLoop(data.train, data.info["n_items"], opts, cfg.batch_size, cfg.lr, cfg.weight_decay,
-                              cfg.log_interval)
+    reference = ReferenceLoop(
+        data.train, data.info["n_items"], opts, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.log_interval
+    )
     reference.run(5)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         reference.run(steps)
@@ -308,7 +340,7 @@ def parts(args) -> dict:
     data = task.load_data("", 0)
     o = task.opts
     torch.manual_seed(0)
-    batch = {k: v[torch.randperm(v.shape[0])[:args.batch_size]] for k, v in data.train.items()}
+    batch = {k: v[torch.randperm(v.shape[0])[: args.batch_size]] for k, v in data.train.items()}
     seq, real = batch["seq"], int((batch["target"] > 0).sum())
     n_items = data.info["n_items"]
     hidden = torch.randn(real, o["d_model"], requires_grad=True)
@@ -316,9 +348,13 @@ def parts(args) -> dict:
     target = torch.randint(0, n_items, (real,))
     engine_model = task.build_model(data.info).train()
     reference = reference_model(n_items, o["d_model"], o["layers"], o["heads"], o["max_len"], o["dropout"]).train()
-    sides = {"loss": (lambda: chunked_softmax_cross_entropy(hidden, table, target).backward(),
-                      lambda: F.cross_entropy(hidden @ table.t(), target).backward()),
-             "model": (lambda: engine_model(seq).sum().backward(), lambda: reference(seq).sum().backward())}
+    sides = {
+        "loss": (
+            lambda: chunked_softmax_cross_entropy(hidden, table, target).backward(),
+            lambda: F.cross_entropy(hidden @ table.t(), target).backward(),
+        ),
+        "model": (lambda: engine_model(seq).sum().backward(), lambda: reference(seq).sum().backward()),
+    }
     out = {}
     for name, (engine, ref) in sides.items():
         times: dict = {engine: [], ref: []}
@@ -329,11 +365,16 @@ def parts(args) -> dict:
                 began = time.perf_counter()
                 f()
                 times[f].append(time.perf_counter() - began)
-        out[name] = {"engine_ms": 1e3 * statistics.median(times[engine]),
-                     "reference_ms": 1e3 * statistics.median(times[ref]),
-                     "reference_over_engine": sum(times[ref]) / sum(times[engine])}
-        print(f"  {name:<6} engine {out[name]['engine_ms']:7.1f} ms  reference {out[name]['reference_ms']:7.1f} ms "
-              f"(medians)  reference / engine {out[name]['reference_over_engine']:.3f}", flush=True)
+        out[name] = {
+            "engine_ms": 1e3 * statistics.median(times[engine]),
+            "reference_ms": 1e3 * statistics.median(times[ref]),
+            "reference_over_engine": sum(times[ref]) / sum(times[engine]),
+        }
+        print(
+            f"  {name:<6} engine {out[name]['engine_ms']:7.1f} ms  reference {out[name]['reference_ms']:7.1f} ms "
+            f"(medians)  reference / engine {out[name]['reference_over_engine']:.3f}",
+            flush=True,
+        )
     return out
 
 
@@ -342,8 +383,9 @@ def _options(text: str) -> dict:
     out = {}
     for part in filter(None, text.split(",")):
         key, _, value = part.partition("=")
-        out[key.strip()] = json.loads(value) if value.strip()[:1].isdigit() or value.strip() in ("true", "false") \
-            else value.strip()
+        out[key.strip()] = (
+            json.loads(value) if value.strip()[:1].isdigit() or value.strip() in ("true", "false") else value.strip()
+        )
     return out
 
 
@@ -353,8 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-seconds", type=float, default=0.5, help="length of one turn")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, the same on both sides")
-    parser.add_argument("--cpu", type=int, default=None,
-                        help="the CPU to run on (default: the last this process may use; -1: not pinned)")
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        default=None,
+        help="the CPU to run on (default: the last this process may use; -1: not pinned)",
+    )
     parser.add_argument("--batch-size", type=int, default=0, help="default: the task's")
     parser.add_argument("--options", default="", help="task options, e.g. d_model=128,layers=4")
     parser.add_argument("--quick", action="store_true", help="a smoke test: short windows, one repeat")
@@ -379,31 +425,52 @@ def main(argv: list[str] | None = None) -> int:
         profile_engine(args)
         return 0
     load = [os.getloadavg()[0]]
-    print(f"recommender step: batch {args.batch_size}  options {args.task_options or 'defaults'}  threads "
-          f"{args.threads}  {'cpu %d' % args.cpu if args.cpu >= 0 else 'not pinned'}  ~{args.seconds:g} s a side "
-          f"per repeat in turns of ~{args.chunk_seconds:g} s (ABBA), no evaluation  load {load[0]:.2f}", flush=True)
+    print(
+        f"recommender step: batch {args.batch_size}  options {args.task_options or 'defaults'}  threads "
+        f"{args.threads}  {f'cpu {args.cpu}' if args.cpu >= 0 else 'not pinned'}  ~{args.seconds:g} s a side "
+        f"per repeat in turns of ~{args.chunk_seconds:g} s (ABBA), no evaluation  load {load[0]:.2f}",
+        flush=True,
+    )
     rows = []
     for repeat in range(args.repeats):
         row = interleaved(args, repeat)
         rows.append(row)
         load.append(os.getloadavg()[0])
         print(f"  repeat {repeat}: {row['rounds']:>3} rounds of {row['chunk_steps']} steps", flush=True)
-        print(f"    reference  {row['reference']:>9,.0f} positions/s  {row['reference_ms_per_step']:6.1f} ms/step  "
-              f"loss {row['reference_loss']:.3f}", flush=True)
-        print(f"    engine     {row['engine']:>9,.0f} positions/s  {row['engine_ms_per_step']:6.1f} ms/step  "
-              f"loss {row['engine_loss']:.3f}  ratio {row['ratio']:.3f} [{row['low']:.3f}-{row['high']:.3f}]",
-              flush=True)
+        print(
+            f"    reference  {row['reference']:>9,.0f} positions/s  {row['reference_ms_per_step']:6.1f} ms/step  "
+            f"loss {row['reference_loss']:.3f}",
+            flush=True,
+        )
+        print(
+            f"    engine     {row['engine']:>9,.0f} positions/s  {row['engine_ms_per_step']:6.1f} ms/step  "
+            f"loss {row['engine_loss']:.3f}  ratio {row['ratio']:.3f} [{row['low']:.3f}-{row['high']:.3f}]",
+            flush=True,
+        )
     ratio = statistics.median(r["ratio"] for r in rows)
-    print(f"engine / reference positions per second: median {ratio:.3f} over {len(rows)} repeats "
-          f"[{min(r['ratio'] for r in rows):.3f}-{max(r['ratio'] for r in rows):.3f}]; load (1 min) "
-          f"{min(load):.2f}-{max(load):.2f} on {os.cpu_count()} cpus", flush=True)
+    print(
+        f"engine / reference positions per second: median {ratio:.3f} over {len(rows)} repeats "
+        f"[{min(r['ratio'] for r in rows):.3f}-{max(r['ratio'] for r in rows):.3f}]; load (1 min) "
+        f"{min(load):.2f}-{max(load):.2f} on {os.cpu_count()} cpus",
+        flush=True,
+    )
     halves = None
     if args.parts:
         print(f"the halves of a step alone (ABBA, {args.parts_rounds} rounds):", flush=True)
         halves = parts(args)
     if args.json:
-        print(json.dumps({"batch_size": args.batch_size, "options": args.task_options, "threads": args.threads,
-                          "ratio": ratio, "rows": rows, **({"parts": halves} if halves else {})}))
+        print(
+            json.dumps(
+                {
+                    "batch_size": args.batch_size,
+                    "options": args.task_options,
+                    "threads": args.threads,
+                    "ratio": ratio,
+                    "rows": rows,
+                    **({"parts": halves} if halves else {}),
+                }
+            )
+        )
     return 0
 
 

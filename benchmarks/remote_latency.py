@@ -43,8 +43,15 @@ def child(folder: str, stamps: str, log_interval: int) -> None:
         if type(event) is StepMetrics:
             noted.append((event.step, time.monotonic()))
 
-    config = RunConfig.for_task("tiny", device="cpu", precision="fp32", max_steps=100_000_000,
-                                log_interval=log_interval, out_dir=folder, threads=1)
+    config = RunConfig.for_task(
+        "tiny",
+        device="cpu",
+        precision="fp32",
+        max_steps=100_000_000,
+        log_interval=log_interval,
+        out_dir=folder,
+        threads=1,
+    )
     Trainer(config, sink=sink).run()
     Path(stamps).write_text(json.dumps(noted))
 
@@ -96,8 +103,9 @@ def main() -> int:
     sshd = start_sshd(tmp)
     folder, stamps = tmp / "run", tmp / "stamps.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    run = subprocess.Popen([sys.executable, __file__, "--child", str(folder), str(stamps), str(args.log_interval)],
-                           env=env)
+    run = subprocess.Popen(
+        [sys.executable, __file__, "--child", str(folder), str(stamps), str(args.log_interval)], env=env
+    )
     try:
         deadline = time.monotonic() + 300
         while not (is_in_use(folder) and (folder / "metrics.jsonl").exists()):
@@ -139,18 +147,31 @@ def main() -> int:
     noted = dict(json.loads(stamps.read_text()))
     latencies = [arrived[step] - noted[step] for step in arrived if step in noted]
     load = os.getloadavg()[0]
-    result = {"steps": len(latencies), "log_interval": args.log_interval,
-              "watch_p50": percentile(latencies, 0.5), "watch_p95": percentile(latencies, 0.95),
-              "watch_max": max(latencies), "ack_p50": statistics.median(acks), "ack_max": max(acks),
-              "effect_p50": statistics.median(effects), "effect_max": max(effects),
-              "control_remote_stop": stop_seconds, "stop_message": stopped.message, "load": load,
-              "cpus": os.cpu_count()}
-    print(f"step to watch over ssh (localhost, {len(latencies)} steps at log interval {args.log_interval}): "
-          f"p50 {result['watch_p50'] * 1000:.0f} ms, p95 {result['watch_p95'] * 1000:.0f} ms, "
-          f"max {result['watch_max'] * 1000:.0f} ms")
-    print(f"request to acknowledgement ({len(acks)} pause/resume): median {result['ack_p50'] * 1000:.0f} ms, "
-          f"max {result['ack_max'] * 1000:.0f} ms; to RunPaused/RunResumed: median "
-          f"{result['effect_p50'] * 1000:.0f} ms, max {result['effect_max'] * 1000:.0f} ms")
+    result = {
+        "steps": len(latencies),
+        "log_interval": args.log_interval,
+        "watch_p50": percentile(latencies, 0.5),
+        "watch_p95": percentile(latencies, 0.95),
+        "watch_max": max(latencies),
+        "ack_p50": statistics.median(acks),
+        "ack_max": max(acks),
+        "effect_p50": statistics.median(effects),
+        "effect_max": max(effects),
+        "control_remote_stop": stop_seconds,
+        "stop_message": stopped.message,
+        "load": load,
+        "cpus": os.cpu_count(),
+    }
+    print(
+        f"step to watch over ssh (localhost, {len(latencies)} steps at log interval {args.log_interval}): "
+        f"p50 {result['watch_p50'] * 1000:.0f} ms, p95 {result['watch_p95'] * 1000:.0f} ms, "
+        f"max {result['watch_max'] * 1000:.0f} ms"
+    )
+    print(
+        f"request to acknowledgement ({len(acks)} pause/resume): median {result['ack_p50'] * 1000:.0f} ms, "
+        f"max {result['ack_max'] * 1000:.0f} ms; to RunPaused/RunResumed: median "
+        f"{result['effect_p50'] * 1000:.0f} ms, max {result['effect_max'] * 1000:.0f} ms"
+    )
     print(f"control_remote stop over ssh, end to end: {stop_seconds:.2f} s ({stopped.message})")
     print(f"load average {load:.2f} on {os.cpu_count()} CPUs")
     if args.json:

@@ -57,17 +57,47 @@ def _templates() -> dict:
     for task in TASKS:
         config = RunConfig.for_task(task, device="cpu").to_dict()
         metric = get_task_info(task).primary_metric
-        started = RunStarted(task=task, device="cpu", device_name="CPU", precision="fp32", autocast_dtype="float32",
-                             param_dtype="float32", scaler=False, param_count=12_345, total_steps=STEP_LINES * 10,
-                             steps_per_epoch=100, start_step=0, config=config, notes=[])
+        started = RunStarted(
+            task=task,
+            device="cpu",
+            device_name="CPU",
+            precision="fp32",
+            autocast_dtype="float32",
+            param_dtype="float32",
+            scaler=False,
+            param_count=12_345,
+            total_steps=STEP_LINES * 10,
+            steps_per_epoch=100,
+            start_step=0,
+            config=config,
+            notes=[],
+        )
         lines = []
         for i in range(1, STEP_LINES + 1):
-            lines.append(event_to_dict(StepMetrics(
-                step=i * 10, epoch=i // 10, loss=1.0 / i, lr=1e-3, samples_per_second=12_000.0 + i,
-                grad_scale=None, grad_norm=0.5, skipped_steps=0, memory_bytes=50_000_000, elapsed_seconds=i * 0.4)))
+            lines.append(
+                event_to_dict(
+                    StepMetrics(
+                        step=i * 10,
+                        epoch=i // 10,
+                        loss=1.0 / i,
+                        lr=1e-3,
+                        samples_per_second=12_000.0 + i,
+                        grad_scale=None,
+                        grad_norm=0.5,
+                        skipped_steps=0,
+                        memory_bytes=50_000_000,
+                        elapsed_seconds=i * 0.4,
+                    )
+                )
+            )
             if i % 20 == 0:
-                lines.append(event_to_dict(EvalMetrics(step=i * 10, epoch=i // 10, split="val",
-                                                       metrics={metric: 0.5 + i / 1000, "loss": 1.0 / i})))
+                lines.append(
+                    event_to_dict(
+                        EvalMetrics(
+                            step=i * 10, epoch=i // 10, split="val", metrics={metric: 0.5 + i / 1000, "loss": 1.0 / i}
+                        )
+                    )
+                )
         body = "".join(json.dumps(line) + "\n" for line in lines)
         out[task] = (started, metric, body)
     return out
@@ -95,20 +125,32 @@ def make_runs(root: Path, n: int, now: float | None = None) -> list[str]:
             folder = root / f"{stamp}-{task}-{precision}"  # as new_run_folder names them
         folder.mkdir(parents=True)
         started, metric, body = templates[task]
-        started = replace(started, precision=precision, config={**started.config, "precision": precision,
-                                                                "seed": i, "out_dir": str(folder)})
+        started = replace(
+            started,
+            precision=precision,
+            config={**started.config, "precision": precision, "seed": i, "out_dir": str(folder)},
+        )
         record = RunRecord(folder)
         record.write = lambda: None  # written once below, without the fsyncs of an atomic write
         record.update(started)
         steps = 10 * STEP_LINES - 10 * (i % 37)  # some stopped early
         record.update(EvalMetrics(step=steps, epoch=20, split="val", metrics={metric: 0.5 + (i % 400) / 1000}))
-        record.update(CheckpointSaved(step=steps, path=str(folder / "best.pt"), kind="best", metric=metric,
-                                      value=0.7, rank=1))
+        record.update(
+            CheckpointSaved(step=steps, path=str(folder / "best.pt"), kind="best", metric=metric, value=0.7, rank=1)
+        )
         record.update(CheckpointSaved(step=steps, path=str(folder / "checkpoint.pt"), kind="last"))
         running = i % 50 == 7  # killed: run.json still says running, no process holds the folder
-        ending = RunEnded(status=ENDINGS[i % len(ENDINGS)], message="", step=steps, epoch=20, final_loss=0.01,
-                          metrics={metric: 0.7}, checkpoint=str(folder / "checkpoint.pt"),
-                          samples_per_second=12_000.0, elapsed_seconds=80.0 + i % 300)
+        ending = RunEnded(
+            status=ENDINGS[i % len(ENDINGS)],
+            message="",
+            step=steps,
+            epoch=20,
+            final_loss=0.01,
+            metrics={metric: 0.7},
+            checkpoint=str(folder / "checkpoint.pt"),
+            samples_per_second=12_000.0,
+            elapsed_seconds=80.0 + i % 300,
+        )
         if not running:
             record.update(ending)
         data = record.data
@@ -133,6 +175,7 @@ def make_runs(root: Path, n: int, now: float | None = None) -> list[str]:
 
 # ---- measuring, each in a fresh process ----------------------------------------------------------------------------
 
+
 def measure_cli(argv: list[str]) -> dict:
     """In this process: import the CLI, then time main(argv) with stdout to /dev/null."""
     t0 = time.perf_counter()
@@ -147,8 +190,13 @@ def measure_cli(argv: list[str]) -> dict:
         finally:
             sys.stdout = saved
     done = time.perf_counter()
-    return {"code": code, "import_s": round(imported - t0, 3), "work_s": round(done - imported, 3),
-            "work_cpu_s": round(time.process_time() - cpu, 3), "torch": "torch" in sys.modules}
+    return {
+        "code": code,
+        "import_s": round(imported - t0, 3),
+        "work_s": round(done - imported, 3),
+        "work_cpu_s": round(time.process_time() - cpu, 3),
+        "torch": "torch" in sys.modules,
+    }
 
 
 def measure_window(root: str) -> dict:
@@ -225,20 +273,32 @@ def measure_window(root: str) -> dict:
     collect = time.perf_counter() - t0
     collector.stop()
     panel.shutdown()
-    return {"window_open_s": round(opened, 3), "window_first_paint_ms": round(first_paint, 1),
-            "window_open_stall_ms": round(open_gap, 1), "window_open_busy_ms": round(open_cpu, 1), "rows": rows,
-            "filter_stall_ms": round(filter_gap, 1), "filter_busy_ms": round(filter_cpu, 1), "filtered_rows": filtered,
-            "full_gc_ms": round(collect * 1000, 1),
-            "cleared_rows": panel.proxy.rowCount()}
+    return {
+        "window_open_s": round(opened, 3),
+        "window_first_paint_ms": round(first_paint, 1),
+        "window_open_stall_ms": round(open_gap, 1),
+        "window_open_busy_ms": round(open_cpu, 1),
+        "rows": rows,
+        "filter_stall_ms": round(filter_gap, 1),
+        "filter_busy_ms": round(filter_cpu, 1),
+        "filtered_rows": filtered,
+        "full_gc_ms": round(collect * 1000, 1),
+        "cleared_rows": panel.proxy.rowCount(),
+    }
 
 
 def _child(*args: str) -> tuple[dict, float]:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen"), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen"),
+        "OMP_NUM_THREADS": "1",
+    }
     env.pop("COLUMNS", None)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, __file__, *args], env=env, cwd=REPO, capture_output=True, text=True,
-                         check=False, timeout=900)
+    out = subprocess.run(
+        [sys.executable, __file__, *args], env=env, cwd=REPO, capture_output=True, text=True, check=False, timeout=900
+    )
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(args)}: exit {out.returncode}: {out.stderr.strip()[-2000:]}")
@@ -295,26 +355,35 @@ def table(results: list[dict]) -> str:
             return f"{m[field]:.2f} s"
         return f"{m[field]:.0f} ms" + (f" ({m[busy]:.0f} ms)" if busy else "")
 
-    rows = [("runs", [f"{r['runs']:,}" for r in results]),
-            ("runs list, cold (no index)", [cli(r, "cold_list") for r in results]),
-            ("runs list, warm", [cli(r, "warm_list") for r in results]),
-            ("runs list --json, warm", [cli(r, "warm_list_json") for r in results]),
-            ("runs show ID", [cli(r, "show") for r in results]),
-            ("index file", [f"{r['index_mib']} MiB" for r in results]),
-            ("window: open, cold", [win(r, "window_cold", "window_open_s", "s") for r in results]),
-            ("window: first paint (any root)", [win(r, "window_cold", "window_first_paint_ms", "ms") for r in results]),
-            ("window: longest stall (GUI CPU), cold open",
-             [win(r, "window_cold", "window_open_stall_ms", "ms", "window_open_busy_ms") for r in results]),
-            ("window: open, warm", [win(r, "window_warm", "window_open_s", "s") for r in results]),
-            ("window: longest stall (GUI CPU), warm open",
-             [win(r, "window_warm", "window_open_stall_ms", "ms", "window_open_busy_ms") for r in results]),
-            ("window: longest stall (GUI CPU), filtering",
-             [win(r, "window_warm", "filter_stall_ms", "ms", "filter_busy_ms") for r in results]),
-            ("window: one full garbage collection", [win(r, "window_warm", "full_gc_ms", "ms") for r in results])]
+    rows = [
+        ("runs", [f"{r['runs']:,}" for r in results]),
+        ("runs list, cold (no index)", [cli(r, "cold_list") for r in results]),
+        ("runs list, warm", [cli(r, "warm_list") for r in results]),
+        ("runs list --json, warm", [cli(r, "warm_list_json") for r in results]),
+        ("runs show ID", [cli(r, "show") for r in results]),
+        ("index file", [f"{r['index_mib']} MiB" for r in results]),
+        ("window: open, cold", [win(r, "window_cold", "window_open_s", "s") for r in results]),
+        ("window: first paint (any root)", [win(r, "window_cold", "window_first_paint_ms", "ms") for r in results]),
+        (
+            "window: longest stall (GUI CPU), cold open",
+            [win(r, "window_cold", "window_open_stall_ms", "ms", "window_open_busy_ms") for r in results],
+        ),
+        ("window: open, warm", [win(r, "window_warm", "window_open_s", "s") for r in results]),
+        (
+            "window: longest stall (GUI CPU), warm open",
+            [win(r, "window_warm", "window_open_stall_ms", "ms", "window_open_busy_ms") for r in results],
+        ),
+        (
+            "window: longest stall (GUI CPU), filtering",
+            [win(r, "window_warm", "filter_stall_ms", "ms", "filter_busy_ms") for r in results],
+        ),
+        ("window: one full garbage collection", [win(r, "window_warm", "full_gc_ms", "ms") for r in results]),
+    ]
     width = max(len(label) for label, _ in rows)
     cells = [max(len(values[j]) for _label, values in rows) for j in range(len(results))]
-    return "\n".join(f"{label:<{width}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(values, cells))
-                     for label, values in rows)
+    return "\n".join(
+        f"{label:<{width}}  " + "  ".join(f"{v:>{w}}" for v, w in zip(values, cells)) for label, values in rows
+    )
 
 
 def main(argv=None) -> int:
@@ -341,8 +410,10 @@ def main(argv=None) -> int:
         else:
             print(f"{n:,} runs done", file=sys.stderr, flush=True)
     if not args.json:
-        print(f"CLI: the whole process (the command's own work / its CPU time), stdout to /dev/null; the quickest "
-              f"of {args.repeat}")
+        print(
+            f"CLI: the whole process (the command's own work / its CPU time), stdout to /dev/null; the quickest "
+            f"of {args.repeat}"
+        )
         print(table(results))
     return 0
 

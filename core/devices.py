@@ -241,16 +241,29 @@ def _mps_info() -> DeviceInfo:
     if not bf16:
         unsupported["bf16"] = "this macOS/torch build has no bfloat16 on MPS: use fp16"
     return DeviceInfo(
-        id="mps", type="mps", name="Apple Metal (MPS)", memory_total=total_ram(),
-        bf16=bf16, bf16_fast=bf16, fp16=True, precisions=tuple(precisions), unsupported=unsupported,
+        id="mps",
+        type="mps",
+        name="Apple Metal (MPS)",
+        memory_total=total_ram(),
+        bf16=bf16,
+        bf16_fast=bf16,
+        fp16=True,
+        precisions=tuple(precisions),
+        unsupported=unsupported,
     )
 
 
 def _xpu_info(index: int) -> DeviceInfo:
     props = torch.xpu.get_device_properties(index)
     return DeviceInfo(
-        id=f"xpu:{index}", type="xpu", name=props.name, memory_total=int(props.total_memory),
-        bf16=True, bf16_fast=True, fp16=True, precisions=("fp32", "fp16", "bf16"),
+        id=f"xpu:{index}",
+        type="xpu",
+        name=props.name,
+        memory_total=int(props.total_memory),
+        bf16=True,
+        bf16_fast=True,
+        fp16=True,
+        precisions=("fp32", "fp16", "bf16"),
         unsupported={"tf32": "TF32 is a CUDA tensor-core format; on XPU use bf16"},
     )
 
@@ -369,8 +382,9 @@ class PeakMemory:
         if self.allocator:
             self.source = f"{self.kind.upper()} allocator peak (max_memory_allocated)"
         elif self.kind == "cpu":
-            self.source = ("peak RSS (VmHWM, reset)" if self.resettable else
-                           "peak RSS of the process (ru_maxrss, never reset)")
+            self.source = (
+                "peak RSS (VmHWM, reset)" if self.resettable else "peak RSS of the process (ru_maxrss, never reset)"
+            )
         else:
             self.source = f"none: torch keeps no peak-memory statistics on {self.kind}"
 
@@ -413,8 +427,9 @@ class PeakMemory:
         self.synchronize()
         if self.allocator:
             api = self._api()
-            return PeakReading(int(api.max_memory_allocated(self.device)), self._start,
-                               int(api.max_memory_reserved(self.device)))
+            return PeakReading(
+                int(api.max_memory_allocated(self.device)), self._start, int(api.max_memory_reserved(self.device))
+            )
         if self.kind == "cpu":
             return PeakReading(_peak_rss(), self._start)
         return PeakReading(None, None)

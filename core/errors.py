@@ -39,3 +39,7 @@ class UserCodeError(AmpConsoleError):
     def __init__(self, message: str, details: str = ""):
         super().__init__(message)
         self.details = details
+
+
+class TaskOutputError(AmpConsoleError):
+    """A task method returned something the engine cannot use (one line: task, method, expected, got)."""

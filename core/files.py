@@ -74,6 +74,7 @@ def fsync_dir(folder: Path) -> None:
 # files meanwhile (they would get the wrong mode), so the kernel applies it instead: the name is made here and
 # created with the full mode.
 
+
 def _temp_name(folder: Path, prefix: str, suffix: str) -> str:
     return os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
 
@@ -110,6 +111,7 @@ def new_temp_folder(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp"
 # the writer holds a lock on it for its life (flock: the system drops it however the process ends) and the
 # next writer to the same target removes those no lock is held on. On Windows nothing is locked (a byte lock
 # there is mandatory and would stop the writer's own writes): a file still open cannot be removed there.
+
 
 def _partial_pattern(name: str):
     return re.compile(rf"^\.{re.escape(name)}\.[0-9a-f]{{12}}\.tmp$")  # new_temp_file's name for `.<name>.`
@@ -196,6 +198,7 @@ def remove_abandoned_partials(target: str | os.PathLike) -> tuple[list[str], lis
 # however it ends. POSIX: flock. Windows: msvcrt.locking on one byte past the file's text (byte-range locks are
 # mandatory there, so the text stays readable). With neither (no known platform) nothing is locked: try_lock
 # always succeeds and lock_is_held is always False; CAN_LOCK tells callers so.
+
 
 def _lock(fd: int, shared: bool = False) -> bool:
     """Take the lock on `fd` without waiting: True, or False when another process holds it (OSError else)."""
@@ -353,8 +356,9 @@ def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
     fd, info = _open_regular(path)
     try:
         if info.st_size > limit:
-            raise UnreadableFile(f"{_file_name(path)} is {size(info.st_size)}, more than a record may be "
-                                 f"({size(limit)})")
+            raise UnreadableFile(
+                f"{_file_name(path)} is {size(info.st_size)}, more than a record may be ({size(limit)})"
+            )
         chunks, total = [], 0
         while total <= limit:
             asked = min(max(info.st_size + 1, 1 << 16), 1 << 20, limit + 1 - total)
@@ -465,8 +469,9 @@ def check_utf8_path(path: str | os.PathLike, field: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        raise ConfigError(field, f"{shown_path(text)}: the name is not valid UTF-8; rename it or pick "
-                                 f"another path") from None
+        raise ConfigError(
+            field, f"{shown_path(text)}: the name is not valid UTF-8; rename it or pick another path"
+        ) from None
 
 
 def file_kind(mode: int) -> str:
@@ -487,8 +492,7 @@ def _cause(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def check_regular_file(path: str | os.PathLike, field: str, what: str = "file",
-                       allow_folder: bool = False) -> None:
+def check_regular_file(path: str | os.PathLike, field: str, what: str = "file", allow_folder: bool = False) -> None:
     """Refuse before opening: a missing path, a folder (unless `allow_folder`), a FIFO or device (reading
     one would block forever or never end), or a file this user may not read."""
     from core.errors import ConfigError
@@ -537,11 +541,15 @@ def check_writable_folder(path: str | os.PathLike, field: str = "out_dir") -> No
         name_max = path_max = None
     for part in folder.relative_to(existing).parts:
         if name_max and len(os.fsencode(part)) > name_max:
-            raise ConfigError(field, f"{_short_name(name)}: the name {_short_name(shown_path(part), 24)} is too "
-                                     f"long for the file system ({len(os.fsencode(part))} bytes, at most {name_max})")
+            raise ConfigError(
+                field,
+                f"{_short_name(name)}: the name {_short_name(shown_path(part), 24)} is too "
+                f"long for the file system ({len(os.fsencode(part))} bytes, at most {name_max})",
+            )
     if path_max and len(os.fsencode(str(folder))) + 32 > path_max:  # room for the files a run writes
-        raise ConfigError(field, f"{_short_name(name)}: the path is too long for the file system "
-                                 f"(at most {path_max} bytes)")
+        raise ConfigError(
+            field, f"{_short_name(name)}: the path is too long for the file system (at most {path_max} bytes)"
+        )
     try:
         read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
     except OSError:
@@ -554,4 +562,4 @@ def check_writable_folder(path: str | os.PathLike, field: str = "out_dir") -> No
 
 
 def _short_name(text: str, keep: int = 60) -> str:
-    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-keep // 2:]}"
+    return text if len(text) <= keep else f"{text[: keep // 2]}...{text[-keep // 2 :]}"

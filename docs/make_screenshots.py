@@ -32,8 +32,15 @@ def _precision_lab(app, window, out: Path, suffix: str, folder: Path) -> None:
     from core.config import RunConfig
     from core.devices import cpu_info
 
-    config = RunConfig.for_task("tiny", task_options={"hidden": 64, "samples": 20_000}, batch_size=64, epochs=2,
-                                lr=3e-3, log_interval=10, out_dir=str(folder / "lab"))
+    config = RunConfig.for_task(
+        "tiny",
+        task_options={"hidden": 64, "samples": 20_000},
+        batch_size=64,
+        epochs=2,
+        lr=3e-3,
+        log_interval=10,
+        out_dir=str(folder / "lab"),
+    )
     window.apply_config(config)
     dialog = window.tools.show_compare()
     dialog.resize(1150, 700)
@@ -72,8 +79,7 @@ def _precision_lab(app, window, out: Path, suffix: str, folder: Path) -> None:
     # The patched layer and the fp16-capable CPU exist only in this process: train on its thread.
     window.setupPanel.separateProcessCheck.setChecked(False)
     try:
-        window.apply_config(config.replace(precision="fp16", grad_clip=1.0, device="cpu",
-                                           out_dir=str(folder / "fp16")))
+        window.apply_config(config.replace(precision="fp16", grad_clip=1.0, device="cpu", out_dir=str(folder / "fp16")))
         if not window.start_run():
             raise SystemExit(f"the fp16 demo run did not start: {window.statusBarWidget.message.text()}")
         _wait(app, lambda: not window.controller.running, 300)
@@ -89,8 +95,14 @@ def _tuning(app, window, out: Path, suffix: str, folder: Path) -> None:
     from core.config import RunConfig
 
     window.set_runs_root(str(folder / "runs"))
-    config = RunConfig.for_task("tiny", task_options={"hidden": 64, "samples": 20_000}, batch_size=64, lr=3e-3,
-                                log_interval=10, out_dir=str(folder / "tune"))
+    config = RunConfig.for_task(
+        "tiny",
+        task_options={"hidden": 64, "samples": 20_000},
+        batch_size=64,
+        lr=3e-3,
+        log_interval=10,
+        out_dir=str(folder / "tune"),
+    )
     window.apply_config(config)
     finder = window.tools.show_lr_finder()
     finder.resize(900, 640)
@@ -135,9 +147,21 @@ def _history(app, window, out: Path, suffix: str, folder: Path) -> None:
 
     window.set_runs_root(str(folder / "runs"))
     for precision in ("fp32", "bf16"):
-        train(RunConfig.for_task("tiny", task_options={"hidden": 64, "samples": 20_000}, precision=precision,
-                                 device="cpu", batch_size=64, epochs=3, lr=3e-3, log_interval=10,
-                                 eval_interval=100, threads=1, out_dir=str(folder / "runs" / f"tiny-{precision}")))
+        train(
+            RunConfig.for_task(
+                "tiny",
+                task_options={"hidden": 64, "samples": 20_000},
+                precision=precision,
+                device="cpu",
+                batch_size=64,
+                epochs=3,
+                lr=3e-3,
+                log_interval=10,
+                eval_interval=100,
+                threads=1,
+                out_dir=str(folder / "runs" / f"tiny-{precision}"),
+            )
+        )
     dialog = window.show_history()
     panel = dialog.panel
     panel.refresh()
@@ -179,9 +203,19 @@ def main(argv: list[str] | None = None) -> int:
         window.load_engine()
         from core.config import RunConfig
 
-        window.apply_config(RunConfig.for_task(
-            "tiny", task_options={"hidden": 64, "samples": 40_000}, batch_size=64, epochs=6, lr=3e-3,
-            schedule="cosine", warmup_steps=100, log_interval=10, out_dir=str(Path(folder) / "run")))
+        window.apply_config(
+            RunConfig.for_task(
+                "tiny",
+                task_options={"hidden": 64, "samples": 40_000},
+                batch_size=64,
+                epochs=6,
+                lr=3e-3,
+                schedule="cosine",
+                warmup_steps=100,
+                log_interval=10,
+                out_dir=str(Path(folder) / "run"),
+            )
+        )
         _wait(app, lambda: False, 0.5)
         window.grab().save(str(out / f"idle{args.suffix}.png"))
         window.start_run()

@@ -91,8 +91,10 @@ def child_processes_are_slow(request, monkeypatch):
     request.node.started_processes = started
     yield
     if started and not request.node.get_closest_marker("slow"):
-        pytest.fail(f"the test started {len(started)} Python process(es) ({started[0]} ...): mark it "
-                    "@pytest.mark.slow", pytrace=False)
+        pytest.fail(
+            f"the test started {len(started)} Python process(es) ({started[0]} ...): mark it @pytest.mark.slow",
+            pytrace=False,
+        )
 
 
 def pytest_configure(config):
@@ -162,7 +164,6 @@ def tiny_config(tmp_path):
         return RunConfig.for_task("tiny", **values)
 
     return make
-
 
 
 WATCHDOG_GRACE_S = 60  # after pytest-timeout's own limit

@@ -34,7 +34,9 @@ for name in ("core", "app"):
 # each child starts from that state as a new `python -I -c PRELUDE+CODE` would, but without paying again for
 # Python, torch and what torch.export.load and onnxruntime import on first use (seconds each; third-party
 # modules only: the project stays out of reach). A child's stdout and stderr go to files its parent reads.
-FORK_SERVER = FRESH_PRELUDE + """
+FORK_SERVER = (
+    FRESH_PRELUDE
+    + """
 import importlib, tempfile, traceback
 for name in ("torch", "torch._dynamo", "torch._export.serde.serialize", "networkx", "onnxruntime"):
     try:
@@ -73,6 +75,7 @@ for line in sys.stdin:
             answer = {"returncode": os.waitstatus_to_exitcode(status), "stdout": o.read(), "stderr": e.read()}
     print(json.dumps(answer), flush=True)
 """
+)
 
 
 class FreshPython:
@@ -84,9 +87,16 @@ class FreshPython:
     def run(self, code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
         if self.process is None:
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-            self.process = subprocess.Popen([sys.executable, "-I", "-B", "-c", FORK_SERVER], cwd=self.cwd,
-                                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-c", FORK_SERVER],
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
         request = {"code": FRESH_PRELUDE + code, "cwd": str(cwd), "args": list(args)}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()

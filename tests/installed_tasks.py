@@ -6,8 +6,9 @@ ran)."""
 from __future__ import annotations
 
 import shutil
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 PACKAGE = Path(__file__).resolve().parent / "fixtures" / "user_tasks" / "pkg"
 MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').touch()\n"
@@ -24,8 +25,10 @@ def install_task_package(target: Path) -> Path:
     info = target / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    lines = [f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in points.items())
-             for group, points in project["entry-points"].items()]
+    lines = [
+        f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in points.items())
+        for group, points in project["entry-points"].items()
+    ]
     (info / "entry_points.txt").write_text("\n".join(lines))
     (info / "RECORD").write_text("")
     return installed

@@ -37,8 +37,10 @@ class LocalSshd:
 
     def remote_command(self, runs: Path) -> str:
         """How the host runs this checkout's amp-console: the prefix a user with a venv there would give."""
-        return (f"cd {ROOT} && env PYTHONPATH={ROOT} OMP_NUM_THREADS=1 AMP_CONSOLE_RUNS_DIR={runs} "
-                f"{sys.executable} -m core.cli")
+        return (
+            f"cd {ROOT} && env PYTHONPATH={ROOT} OMP_NUM_THREADS=1 AMP_CONSOLE_RUNS_DIR={runs} "
+            f"{sys.executable} -m core.cli"
+        )
 
     def stop(self) -> None:
         """Stop sshd, and end every run still going that was started through it: a remote run is detached
@@ -73,11 +75,14 @@ def start_sshd(folder: Path, timeout: float = 30.0) -> LocalSshd:
         f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPasswordAuthentication no\n"
         f"KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\nUsePAM no\n"
         f"PidFile {folder / 'sshd.pid'}\nPermitRootLogin prohibit-password\nAllowTcpForwarding no\n"
-        f"X11Forwarding no\nLogLevel ERROR\n")
+        f"X11Forwarding no\nLogLevel ERROR\n"
+    )
     (folder / "known_hosts").write_text(f"[127.0.0.1]:{port} {(folder / 'host_key.pub').read_text()}")
-    common = (f"  HostName 127.0.0.1\n  User {getpass.getuser()}\n  IdentityFile {folder / 'user_key'}\n"
-              f"  IdentitiesOnly yes\n  UserKnownHostsFile {folder / 'known_hosts'}\n"
-              f"  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
+    common = (
+        f"  HostName 127.0.0.1\n  User {getpass.getuser()}\n  IdentityFile {folder / 'user_key'}\n"
+        f"  IdentitiesOnly yes\n  UserKnownHostsFile {folder / 'known_hosts'}\n"
+        f"  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n"
+    )
     config = folder / "ssh_config"
     config.write_text(f"Host amp-test\n  Port {port}\n{common}Host amp-closed\n  Port {closed}\n{common}")
     with open(folder / "sshd.log", "wb") as log:

@@ -16,8 +16,17 @@ from core.engine.events import RunStarted, StepMetrics
 from core.engine.trainer import Trainer
 from core.tasks import create_task
 
-SMALL = {"items": 200, "track_len": 10, "interactions": 3000, "mean_len": 20, "max_len": 20, "d_model": 32,
-         "layers": 2, "heads": 2, "dropout": 0.1}
+SMALL = {
+    "items": 200,
+    "track_len": 10,
+    "interactions": 3000,
+    "mean_len": 20,
+    "max_len": 20,
+    "d_model": 32,
+    "layers": 2,
+    "heads": 2,
+    "dropout": 0.1,
+}
 
 
 def loss_and_grads(task, model, batch, seed: int = 7) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
@@ -63,8 +72,17 @@ def test_checkpointed_blocks_give_the_same_loss_and_gradients_keeping_less():
 
 
 def run(tmp_path, recorder, task: str, name: str, **overrides):
-    cfg = RunConfig.for_task(task, device="cpu", precision="fp32", log_interval=2, max_steps=4, seed=2,
-                             out_dir=str(tmp_path / name), threads=1, **overrides)
+    cfg = RunConfig.for_task(
+        task,
+        device="cpu",
+        precision="fp32",
+        log_interval=2,
+        max_steps=4,
+        seed=2,
+        out_dir=str(tmp_path / name),
+        threads=1,
+        **overrides,
+    )
     trainer = Trainer(cfg, sink=recorder.append if isinstance(recorder, list) else recorder)
     return trainer, trainer.run()
 
@@ -72,12 +90,21 @@ def run(tmp_path, recorder, task: str, name: str, **overrides):
 def test_a_recommender_run_trains_the_same_with_it(tmp_path, recorder):
     plain_events = []
     _, plain = run(tmp_path, plain_events, "recommender", "plain", task_options=SMALL, batch_size=32)
-    trainer, checkpointed = run(tmp_path, recorder, "recommender", "checkpointed", task_options=SMALL,
-                                batch_size=32, activation_checkpointing=True)
+    trainer, checkpointed = run(
+        tmp_path,
+        recorder,
+        "recommender",
+        "checkpointed",
+        task_options=SMALL,
+        batch_size=32,
+        activation_checkpointing=True,
+    )
     assert plain.status == checkpointed.status == "completed"
     assert all(compiling.is_checkpointed(block) for block in trainer.raw_model.blocks)
-    assert "activation checkpointing: 2 blocks (CausalBlock) recompute their activations in the backward pass" in \
-        recorder.of(RunStarted)[0].notes
+    assert (
+        "activation checkpointing: 2 blocks (CausalBlock) recompute their activations in the backward pass"
+        in recorder.of(RunStarted)[0].notes
+    )
     a = [e.loss for e in plain_events if isinstance(e, StepMetrics)]
     b = [e.loss for e in recorder.of(StepMetrics)]
     assert len(a) == len(b) == 2 and b == pytest.approx(a, rel=1e-5)
@@ -87,8 +114,10 @@ def test_a_recommender_run_trains_the_same_with_it(tmp_path, recorder):
 def test_a_task_without_blocks_trains_without_it_and_says_so(tmp_path, recorder):
     _, ended = run(tmp_path, recorder, "tiny", "tiny", activation_checkpointing=True)
     assert ended.status == "completed"
-    assert ("activation checkpointing: task tiny names no blocks to checkpoint (a task's checkpointed_blocks(model) "
-            "or the model's checkpointed_blocks()); training without it") in recorder.of(RunStarted)[0].notes
+    assert (
+        "activation checkpointing: task tiny names no blocks to checkpoint (a task's checkpointed_blocks(model) "
+        "or the model's checkpointed_blocks()); training without it"
+    ) in recorder.of(RunStarted)[0].notes
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.*")  # torch.compile's imports (torch.jit.script_method)

@@ -16,10 +16,19 @@ from core.config import RunConfig
 from core.engine.control import RunControl
 from core.errors import ConfigError
 from core.lab.batch_finder import (
-    FITS, OOM, OVER_MARGIN, PREDICTED_OVER, FakeOutOfMemoryError, FakeProbe, FootprintPredictor, ModeResult,
-    check_settings, compare_to_fp32, find_batch_sizes, search_mode,
+    FITS,
+    OOM,
+    OVER_MARGIN,
+    PREDICTED_OVER,
+    FakeOutOfMemoryError,
+    FakeProbe,
+    FootprintPredictor,
+    ModeResult,
+    check_settings,
+    compare_to_fp32,
+    find_batch_sizes,
+    search_mode,
 )
-
 
 
 class FakeWork:
@@ -37,8 +46,17 @@ class FakeWork:
         self.recovered += 1
 
 
-def fake_search(limit=1000, per_sample=10, fixed=100, start=8, max_batch=65_536, margin=0.1, tolerance=0.05,
-                predicts=False, control=None):
+def fake_search(
+    limit=1000,
+    per_sample=10,
+    fixed=100,
+    start=8,
+    max_batch=65_536,
+    margin=0.1,
+    tolerance=0.05,
+    predicts=False,
+    control=None,
+):
     probe = FakeProbe(limit, per_sample, fixed)
     probe.predicts = predicts
     work = FakeWork()
@@ -51,9 +69,16 @@ def test_doubling_then_bisection_converges_to_the_batch_the_limit_allows():
     # past 90 the device runs out of memory.
     result, probe, work = fake_search()
     assert [(t.batch, t.phase, t.status) for t in result.trials] == [
-        (8, "start", FITS), (16, "double", FITS), (32, "double", FITS), (64, "double", FITS),
-        (128, "double", OOM), (96, "bisect", OOM), (80, "bisect", FITS), (88, "bisect", OVER_MARGIN),
-        (84, "bisect", OVER_MARGIN)]
+        (8, "start", FITS),
+        (16, "double", FITS),
+        (32, "double", FITS),
+        (64, "double", FITS),
+        (128, "double", OOM),
+        (96, "bisect", OOM),
+        (80, "bisect", FITS),
+        (88, "bisect", OVER_MARGIN),
+        (84, "bisect", OVER_MARGIN),
+    ]
     assert result.status == "ok" and result.batch == 80 and result.first_failure == 84 and not result.capped
     assert result.limit_bytes == 1000 and result.budget_bytes == 900 and result.peak_bytes == 900
     assert result.samples_per_second == pytest.approx(80 * 2 / 0.01)
@@ -64,13 +89,16 @@ def test_doubling_then_bisection_converges_to_the_batch_the_limit_allows():
 
 
 @pytest.mark.parametrize("tolerance", [0.0, 0.05, 0.2])
-@pytest.mark.parametrize("limit,per_sample,fixed,start", [
-    (1000, 10, 100, 8), (10**9, 12_345, 10**7, 64), (5_000_000, 3, 0, 1), (2**33, 2**20, 2**30, 512), (50, 7, 1, 3)])
+@pytest.mark.parametrize(
+    "limit,per_sample,fixed,start",
+    [(1000, 10, 100, 8), (10**9, 12_345, 10**7, 64), (5_000_000, 3, 0, 1), (2**33, 2**20, 2**30, 512), (50, 7, 1, 3)],
+)
 def test_search_is_within_tolerance_of_the_exact_batch(limit, per_sample, fixed, start, tolerance):
     margin = 0.1
     exact = (int((1 - margin) * limit) - fixed) // per_sample  # the largest batch within the budget
-    result, _probe, _work = fake_search(limit, per_sample, fixed, start, max_batch=10**9, margin=margin,
-                                        tolerance=tolerance)
+    result, _probe, _work = fake_search(
+        limit, per_sample, fixed, start, max_batch=10**9, margin=margin, tolerance=tolerance
+    )
     assert result.batch is not None and result.batch <= exact
     assert exact - result.batch <= max(1, tolerance * result.batch), (result.batch, exact)
     if tolerance == 0:
@@ -97,8 +125,12 @@ def test_max_batch_caps_the_search():
 
 def test_a_start_that_does_not_fit_is_halved_then_bisected():
     result, _, work = fake_search(start=512, tolerance=0.0)
-    assert [(t.batch, t.phase) for t in result.trials][:4] == [(512, "start"), (256, "halve"), (128, "halve"),
-                                                                 (64, "halve")]
+    assert [(t.batch, t.phase) for t in result.trials][:4] == [
+        (512, "start"),
+        (256, "halve"),
+        (128, "halve"),
+        (64, "halve"),
+    ]
     assert result.batch == 80 and work.recovered >= 3
 
 
@@ -143,19 +175,29 @@ def test_stop_ends_the_search_after_the_current_trial():
 
 
 def test_comparison_sentence():
-    modes = [ModeResult("fp32", "ok", batch=100, samples_per_second=1000.0),
-             ModeResult("tf32", "skipped", reason="no"),
-             ModeResult("bf16", "ok", batch=180, samples_per_second=2100.0)]
+    modes = [
+        ModeResult("fp32", "ok", batch=100, samples_per_second=1000.0),
+        ModeResult("tf32", "skipped", reason="no"),
+        ModeResult("bf16", "ok", batch=180, samples_per_second=2100.0),
+    ]
     compare_to_fp32(modes)
     assert modes[2].comparison == "bf16 fits 1.8× the fp32 batch (180 vs 100) at 2.1× the samples/s"
     assert modes[2].batch_ratio == pytest.approx(1.8) and modes[2].speed_ratio == pytest.approx(2.1)
     assert modes[0].comparison == "" and modes[1].comparison == ""
 
 
-@pytest.mark.parametrize("kwargs,field", [({"margin": 0.95}, "margin"), ({"margin": -0.1}, "margin"),
-                                          ({"steps": 0}, "steps"), ({"tolerance": 0.7}, "tolerance"),
-                                          ({"start": 0}, "start"), ({"max_batch": 0}, "max_batch"),
-                                          ({"start": 200, "max_batch": 100}, "start")])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"margin": 0.95}, "margin"),
+        ({"margin": -0.1}, "margin"),
+        ({"steps": 0}, "steps"),
+        ({"tolerance": 0.7}, "tolerance"),
+        ({"start": 0}, "start"),
+        ({"max_batch": 0}, "max_batch"),
+        ({"start": 200, "max_batch": 100}, "start"),
+    ],
+)
 def test_bad_settings_name_the_field(kwargs, field):
     with pytest.raises(ConfigError) as info:
         check_settings(**kwargs)
@@ -175,8 +217,9 @@ def test_real_tiny_run_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its own temp folder: other runs' folders come and go
     before = leftover_folders()
     updates = []
-    result = find_batch_sizes(tiny(), ["fp32", "fp16", "bf16"], max_batch=256, steps=2, eval_rows=256,
-                              progress=updates.append)
+    result = find_batch_sizes(
+        tiny(), ["fp32", "fp16", "bf16"], max_batch=256, steps=2, eval_rows=256, progress=updates.append
+    )
     assert leftover_folders() == before
     assert result.device_type == "cpu" and result.estimate and result.notes and result.max_batch == 256
     fp32, fp16, bf16 = (result.mode(m) for m in ("fp32", "fp16", "bf16"))
@@ -197,7 +240,7 @@ def test_real_run_on_a_fake_device_recovers_the_oom_trials():
     fp32 = result.mode("fp32")
     assert fp32.batch == 80 and [t.status for t in fp32.trials].count(OOM) == 2
     first_oom = next(i for i, t in enumerate(fp32.trials) if t.status == OOM)
-    assert any(t.fits for t in fp32.trials[first_oom + 1:])  # the model trains on after the OOM trials
+    assert any(t.fits for t in fp32.trials[first_oom + 1 :])  # the model trains on after the OOM trials
 
 
 def test_an_oom_inside_a_real_step_or_the_evaluation_is_recovered(monkeypatch):
@@ -222,21 +265,37 @@ def test_an_oom_inside_a_real_step_or_the_evaluation_is_recovered(monkeypatch):
 
     monkeypatch.setattr(TinyTask, "loss", loss)
     monkeypatch.setattr(evaluation, "evaluate_split", evaluate_split)
-    result = find_batch_sizes(tiny(), ["fp32"], probe=FakeProbe(10**12, 1), steps=2, eval_rows=256,
-                              tolerance=0.0)
+    result = find_batch_sizes(tiny(), ["fp32"], probe=FakeProbe(10**12, 1), steps=2, eval_rows=256, tolerance=0.0)
     fp32 = result.mode("fp32")
     assert [(t.batch, t.status) for t in fp32.trials][:4] == [(64, FITS), (128, OOM), (96, FITS), (112, OOM)]
     assert fp32.batch == 100 and fp32.first_failure == 101
-    step_oom = find_batch_sizes(tiny(), ["fp32"], probe=FakeProbe(10**12, 1), steps=3, start=128, eval_rows=0,
-                                tolerance=0.0).mode("fp32")
+    step_oom = find_batch_sizes(
+        tiny(), ["fp32"], probe=FakeProbe(10**12, 1), steps=3, start=128, eval_rows=0, tolerance=0.0
+    ).mode("fp32")
     assert [(t.batch, t.status) for t in step_oom.trials][:3] == [(128, FITS), (256, OOM), (192, FITS)]
     assert step_oom.batch == 200
 
 
 # ----------------------------------------------------------------------------- the command
 def test_cli_json(capsys):
-    code = main(["fit-batch", "--task", "tiny", "--device", "cpu", "--precisions", "fp32,bf16", "--max-batch", "128",
-                 "--steps", "1", "--eval-rows", "64", "--json"])
+    code = main(
+        [
+            "fit-batch",
+            "--task",
+            "tiny",
+            "--device",
+            "cpu",
+            "--precisions",
+            "fp32,bf16",
+            "--max-batch",
+            "128",
+            "--steps",
+            "1",
+            "--eval-rows",
+            "64",
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0
     data = json.loads(out.strip().splitlines()[-1])
@@ -247,18 +306,45 @@ def test_cli_json(capsys):
 
 
 def test_cli_table(capsys):
-    code = main(["fit-batch", "--task", "tiny", "--device", "cpu", "--precisions", "fp32", "--start", "32",
-                 "--max-batch", "64", "--steps", "1", "--eval-rows", "64", "--limit", "8GiB"])
+    code = main(
+        [
+            "fit-batch",
+            "--task",
+            "tiny",
+            "--device",
+            "cpu",
+            "--precisions",
+            "fp32",
+            "--start",
+            "32",
+            "--max-batch",
+            "64",
+            "--steps",
+            "1",
+            "--eval-rows",
+            "64",
+            "--limit",
+            "8GiB",
+        ]
+    )
     out, _err = capsys.readouterr()
     assert code == 0
     assert "limit 8 GiB, budget 7.2 GiB" in out and "fp32: largest batch 64 (the --max-batch cap" in out
     assert "use it: amp-console train --task tiny --device cpu --precision fp32 --batch-size 64" in out
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--margin", "1.5"], "--margin"), (["--steps", "0"], "--steps"), (["--precisions", "fp99"], "--precisions"),
-    (["--limit", "lots"], "--limit"), (["--start", "200", "--max-batch", "100"], "--start"),
-    (["--tolerance", "2"], "--tolerance"), (["--eval-rows", "-1"], "--eval-rows")])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--margin", "1.5"], "--margin"),
+        (["--steps", "0"], "--steps"),
+        (["--precisions", "fp99"], "--precisions"),
+        (["--limit", "lots"], "--limit"),
+        (["--start", "200", "--max-batch", "100"], "--start"),
+        (["--tolerance", "2"], "--tolerance"),
+        (["--eval-rows", "-1"], "--eval-rows"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, flags, needle):
     code = main(["fit-batch", "--task", "tiny", "--device", "cpu", *flags])
     _out, err = capsys.readouterr()

@@ -121,14 +121,20 @@ def test_resume_keeps_the_tracker_and_best_pt_resumes(tiny_config, recorder):
     resumed = Trainer(cfg.replace(max_steps=40), resume_from=os.path.join(cfg.out_dir, "checkpoint.pt"))
     resumed.setup()
     try:
-        assert (resumed.tracker.best, resumed.tracker.best_step, resumed.tracker.since_best) == \
-            (state["best"], best, state["since_best"])
+        assert (resumed.tracker.best, resumed.tracker.best_step, resumed.tracker.since_best) == (
+            state["best"],
+            best,
+            state["since_best"],
+        )
     finally:
         resumed.cleanup()
 
     again = Recorder()
-    ended = train(cfg.replace(max_steps=40, out_dir=cfg.out_dir + "-b"), sink=again,
-                  resume_from=os.path.join(cfg.out_dir, "best.pt"))
+    ended = train(
+        cfg.replace(max_steps=40, out_dir=cfg.out_dir + "-b"),
+        sink=again,
+        resume_from=os.path.join(cfg.out_dir, "best.pt"),
+    )
     assert ended.status == "completed" and again.of(RunStarted)[0].start_step == best
 
 
@@ -160,10 +166,28 @@ def test_an_unknown_monitor_is_refused_at_setup_with_the_tasks_metrics(tiny_conf
 def test_cli_flags_come_from_the_new_fields():
     from core.cli.main import build_parser
 
-    args = build_parser().parse_args(["train", "--monitor", "loss", "--monitor-mode", "min", "--keep-best", "3",
-                                      "--early-stop-patience", "4", "--early-stop-min-delta", "0.01"])
-    assert (args.monitor, args.monitor_mode, args.keep_best, args.early_stop_patience,
-            args.early_stop_min_delta) == ("loss", "min", 3, 4, 0.01)
+    args = build_parser().parse_args(
+        [
+            "train",
+            "--monitor",
+            "loss",
+            "--monitor-mode",
+            "min",
+            "--keep-best",
+            "3",
+            "--early-stop-patience",
+            "4",
+            "--early-stop-min-delta",
+            "0.01",
+        ]
+    )
+    assert (args.monitor, args.monitor_mode, args.keep_best, args.early_stop_patience, args.early_stop_min_delta) == (
+        "loss",
+        "min",
+        3,
+        4,
+        0.01,
+    )
 
 
 def test_nan_and_inf_never_improve():
@@ -183,7 +207,6 @@ def test_checkpoint_saved_round_trips_with_its_kind():
     assert event_from_dict({"event": "CheckpointSaved", "step": 1, "path": "p"}).kind == "last"
 
 
-
 def _early_stop_on_each_rank(rank: int, out: str) -> dict:
     """Rank 1 sees a different (inverted) accuracy than rank 0: the ranks must still save and stop alike, on
     rank 0's values."""
@@ -198,14 +221,26 @@ def _early_stop_on_each_rank(rank: int, out: str) -> dict:
             return {**metrics, "accuracy": 1.0 - metrics["accuracy"]}
 
         trainer_module.evaluate_split = skewed
-    cfg = RunConfig.for_task("tiny", device="cpu", precision="fp32", out_dir=out, log_interval=5, max_steps=500,
-                             early_stop_patience=2, **BUMPY)
+    cfg = RunConfig.for_task(
+        "tiny",
+        device="cpu",
+        precision="fp32",
+        out_dir=out,
+        log_interval=5,
+        max_steps=500,
+        early_stop_patience=2,
+        **BUMPY,
+    )
     seen = []
     trainer = Trainer(cfg, sink=seen.append, dist_ctx=DistContext.from_env())
     ended = trainer.run()
-    return {"status": ended.status, "step": ended.step, "message": ended.message,
-            "best": [(e.step, e.value) for e in seen if isinstance(e, CheckpointSaved) and e.kind == "best"],
-            "tracker": trainer.tracker.state_dict()}
+    return {
+        "status": ended.status,
+        "step": ended.step,
+        "message": ended.message,
+        "best": [(e.step, e.value) for e in seen if isinstance(e, CheckpointSaved) and e.kind == "best"],
+        "tracker": trainer.tracker.state_dict(),
+    }
 
 
 @pytest.mark.timeout(240)

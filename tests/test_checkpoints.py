@@ -95,9 +95,18 @@ def test_checkpoint_is_complete_and_loads_weights_only(tiny_config):
 @pytest.mark.parametrize("schedule", ["cosine", "onecycle"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, tiny_config, recorder, schedule, precision):
-    common = {"max_steps": 40, "log_interval": 5, "schedule": schedule, "warmup_steps": 5, "precision": precision,
-              "optimizer": "adamw", "task_options": {"samples": 2048}, "batch_size": 32, "grad_accum": 2,
-              "weight_decay": 0.01}
+    common = {
+        "max_steps": 40,
+        "log_interval": 5,
+        "schedule": schedule,
+        "warmup_steps": 5,
+        "precision": precision,
+        "optimizer": "adamw",
+        "task_options": {"samples": 2048},
+        "batch_size": 32,
+        "grad_accum": 2,
+        "weight_decay": 0.01,
+    }
     straight = train(tiny_config(out_dir=str(tmp_path / "a"), **common), sink=recorder)
     straight_losses = [s.loss for s in recorder.of(StepMetrics)]
 
@@ -112,8 +121,11 @@ def test_resume_is_bitwise_identical_to_an_uninterrupted_run(tmp_path, tiny_conf
     part = train(tiny_config(out_dir=str(tmp_path / "b"), **common), sink=stop_at_15, control=control)
     assert part.status == "stopped" and part.step == 15
     resumed_losses = []
-    rest = train(tiny_config(out_dir=str(tmp_path / "b"), **common), resume_from=part.checkpoint,
-                 sink=lambda e: resumed_losses.append(e.loss) if isinstance(e, StepMetrics) else None)
+    rest = train(
+        tiny_config(out_dir=str(tmp_path / "b"), **common),
+        resume_from=part.checkpoint,
+        sink=lambda e: resumed_losses.append(e.loss) if isinstance(e, StepMetrics) else None,
+    )
     assert rest.status == "completed" and rest.step == 40
     assert first_losses + resumed_losses == straight_losses  # exact, not approximately
     a = ckpt.load_checkpoint(straight.checkpoint)["model"]
@@ -159,8 +171,9 @@ def test_resume_in_another_precision_mode(tiny_config, recorder, first, then):
 
     part = train(tiny_config(precision=first, max_steps=4), devices=[CPU_WITH_FP16])
     assert (ckpt.load_checkpoint(part.checkpoint)["scaler"] != {}) == (first == "fp16")
-    rest = train(tiny_config(precision=then, max_steps=8), devices=[CPU_WITH_FP16], resume_from=part.checkpoint,
-                 sink=recorder)
+    rest = train(
+        tiny_config(precision=then, max_steps=8), devices=[CPU_WITH_FP16], resume_from=part.checkpoint, sink=recorder
+    )
     assert rest.status == "completed" and rest.step == 8, rest.message
     article = {"fp16": "an fp16", "fp32": "an fp32", "bf16": "a bf16"}[first]
     if first == "fp16":
@@ -179,8 +192,12 @@ def test_resume_in_the_same_mode_keeps_the_scaler_state_and_says_nothing(tiny_co
 
     part = train(tiny_config(precision="fp16", max_steps=4), devices=[CPU_WITH_FP16])
     saved = ckpt.load_checkpoint(part.checkpoint)["scaler"]
-    train(tiny_config(precision="fp16", max_steps=5, log_interval=1), devices=[CPU_WITH_FP16],
-          resume_from=part.checkpoint, sink=recorder)
+    train(
+        tiny_config(precision="fp16", max_steps=5, log_interval=1),
+        devices=[CPU_WITH_FP16],
+        resume_from=part.checkpoint,
+        sink=recorder,
+    )
     assert checkpoint_notes(recorder) == []
     assert recorder.of(StepMetrics)[0].grad_scale == saved["scale"]
 
@@ -199,8 +216,9 @@ def test_a_checkpoint_with_one_optimizer_group_resumes_into_decay_groups(tiny_co
     assert len(saved["optimizer"]["param_groups"]) == 1
     from core.engine.trainer import Trainer
 
-    trainer = Trainer(tiny_config(max_steps=8, schedule="cosine", warmup_steps=2, weight_decay=0.1),
-                      resume_from=old.checkpoint)
+    trainer = Trainer(
+        tiny_config(max_steps=8, schedule="cosine", warmup_steps=2, weight_decay=0.1), resume_from=old.checkpoint
+    )
     trainer.setup()
     try:
         names = {id(p): n for n, p in trainer.raw_model.named_parameters()}
@@ -214,5 +232,9 @@ def test_a_checkpoint_with_one_optimizer_group_resumes_into_decay_groups(tiny_co
         assert trainer.scheduler.base_lrs == [trainer.cfg.lr] * 2
     finally:
         trainer.cleanup()
-    assert train(tiny_config(max_steps=8, schedule="cosine", warmup_steps=2, weight_decay=0.1),
-                 resume_from=old.checkpoint).status == "completed"
+    assert (
+        train(
+            tiny_config(max_steps=8, schedule="cosine", warmup_steps=2, weight_decay=0.1), resume_from=old.checkpoint
+        ).status
+        == "completed"
+    )

@@ -13,15 +13,39 @@ import pytest
 from core.cli.train import ProgressReporter
 from core.engine.events import EvalMetrics, RunEnded, RunResumed, RunStarted, StepMetrics
 
-LINE = re.compile(r"^step (\d+)/(\d+) \(\d+%\) epoch \d+ loss \d+\.\d{4}( val_\w+ \d+\.\d{4})* \| [\d,]+ samples/s "
-                  r"\| elapsed \w+(, ETA \w+)?$")
+LINE = re.compile(
+    r"^step (\d+)/(\d+) \(\d+%\) epoch \d+ loss \d+\.\d{4}( val_\w+ \d+\.\d{4})* \| [\d,]+ samples/s "
+    r"\| elapsed \w+(, ETA \w+)?$"
+)
 
 
 @pytest.mark.slow
 def test_a_run_logging_to_a_pipe_prints_progress_lines(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "core.cli", "train", "--max-steps", "400", "--log-interval", "5",
-                             "--batch-size", "8", "--device", "cpu", "--threads", "1", "--progress-every", "0.2",
-                             "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "train",
+            "--max-steps",
+            "400",
+            "--log-interval",
+            "5",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--progress-every",
+            "0.2",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("step ")]
     assert len(lines) >= 2 and all(LINE.match(line) for line in lines), result.stderr
@@ -31,14 +55,35 @@ def test_a_run_logging_to_a_pipe_prints_progress_lines(tmp_path):
 
 
 def started(total=1000, start=0):
-    return RunStarted(task="tiny", device="cpu", device_name="cpu", precision="fp32", autocast_dtype="float32",
-                      param_dtype="float32", scaler=False, param_count=1, total_steps=total, steps_per_epoch=100,
-                      start_step=start, config={})
+    return RunStarted(
+        task="tiny",
+        device="cpu",
+        device_name="cpu",
+        precision="fp32",
+        autocast_dtype="float32",
+        param_dtype="float32",
+        scaler=False,
+        param_count=1,
+        total_steps=total,
+        steps_per_epoch=100,
+        start_step=start,
+        config={},
+    )
 
 
 def step(n, elapsed):
-    return StepMetrics(step=n, epoch=n // 100 + 1, loss=0.5, lr=0.1, samples_per_second=3412.0, grad_scale=None,
-                       grad_norm=None, skipped_steps=0, memory_bytes=None, elapsed_seconds=elapsed)
+    return StepMetrics(
+        step=n,
+        epoch=n // 100 + 1,
+        loss=0.5,
+        lr=0.1,
+        samples_per_second=3412.0,
+        grad_scale=None,
+        grad_norm=None,
+        skipped_steps=0,
+        memory_bytes=None,
+        elapsed_seconds=elapsed,
+    )
 
 
 class Lines:
@@ -59,10 +104,21 @@ def test_the_eta_leaves_paused_time_out():
     reporter(EvalMetrics(step=200, epoch=2, split="val", metrics={"acc": 0.91}))
     reporter(RunResumed(step=250, paused_seconds=600.0))
     reporter(step(400, elapsed=660.0))  # 200 steps in 60 s of training: 600 steps to go take 3 minutes
-    assert out.text == ("step 400/1,000 (40%) epoch 5 loss 0.5000 val_acc 0.9100 | 3,412 samples/s | elapsed 11m00s, "
-                        "ETA 3m00s\n")
-    reporter(RunEnded(status="completed", message="", step=400, epoch=5, final_loss=0.5, metrics={}, checkpoint=None,
-                      samples_per_second=None))
+    assert out.text == (
+        "step 400/1,000 (40%) epoch 5 loss 0.5000 val_acc 0.9100 | 3,412 samples/s | elapsed 11m00s, ETA 3m00s\n"
+    )
+    reporter(
+        RunEnded(
+            status="completed",
+            message="",
+            step=400,
+            epoch=5,
+            final_loss=0.5,
+            metrics={},
+            checkpoint=None,
+            samples_per_second=None,
+        )
+    )
     assert out.text.count("\n") == 1  # the last step was printed already
 
 
@@ -72,8 +128,18 @@ def test_lines_are_throttled_and_the_end_is_always_printed():
     reporter(started())
     for n in range(10, 110, 10):
         reporter(step(n, elapsed=n / 10))
-    reporter(RunEnded(status="stopped", message="", step=100, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
-                      samples_per_second=None))
+    reporter(
+        RunEnded(
+            status="stopped",
+            message="",
+            step=100,
+            epoch=1,
+            final_loss=0.5,
+            metrics={},
+            checkpoint=None,
+            samples_per_second=None,
+        )
+    )
     assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/1,000", "step 100/1,000"]
 
 
@@ -87,8 +153,18 @@ def test_a_step_is_the_engines_step_metrics_not_any_class_of_that_name():
     reporter(started())
     reporter(impostor)
     reporter(step(20, elapsed=2.0))
-    reporter(RunEnded(status="stopped", message="", step=20, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
-                      samples_per_second=None))
+    reporter(
+        RunEnded(
+            status="stopped",
+            message="",
+            step=20,
+            epoch=1,
+            final_loss=0.5,
+            metrics={},
+            checkpoint=None,
+            samples_per_second=None,
+        )
+    )
     assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 20/1,000"]
 
 
@@ -124,8 +200,18 @@ def test_the_live_bar_takes_a_step_at_most_every_bar_seconds_and_always_the_last
     reporter(step(21, elapsed=0.1))
     assert [completed for completed, _ in reporter.progress.updates] == [1, 21]
     reporter(step(22, elapsed=0.1))
-    reporter(RunEnded(status="completed", message="", step=22, epoch=1, final_loss=0.5, metrics={},
-                      checkpoint=None, samples_per_second=None))
+    reporter(
+        RunEnded(
+            status="completed",
+            message="",
+            step=22,
+            epoch=1,
+            final_loss=0.5,
+            metrics={},
+            checkpoint=None,
+            samples_per_second=None,
+        )
+    )
     assert reporter.progress.updates[-1][0] == 22 and reporter.progress.stopped  # the end shows the last step
     reporter(step(1000, elapsed=1.0))
     assert reporter.progress.updates[-1][0] == 1000  # the last step of the run is drawn at once
@@ -176,8 +262,18 @@ def test_the_last_steps_line_waits_for_the_final_evaluation():
     reporter(step(20, elapsed=2.0))
     assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 10/20"]
     reporter(EvalMetrics(step=20, epoch=1, split="val", metrics={"accuracy": 0.9}))
-    reporter(RunEnded(status="completed", message="", step=20, epoch=1, final_loss=0.5, metrics={}, checkpoint=None,
-                      samples_per_second=None))
+    reporter(
+        RunEnded(
+            status="completed",
+            message="",
+            step=20,
+            epoch=1,
+            final_loss=0.5,
+            metrics={},
+            checkpoint=None,
+            samples_per_second=None,
+        )
+    )
     lines = out.text.splitlines()
     assert [line.split(" (")[0] for line in lines] == ["step 10/20", "step 20/20"]
     assert "val_accuracy 0.9000" in lines[-1]

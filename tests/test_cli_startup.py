@@ -26,11 +26,30 @@ def heavy_modules_after(code: str) -> list[str]:
 
 # Each command runs in a fork of one fresh interpreter that has imported only the entry points (core.cli.main,
 # app.launcher; neither imports a command's module): as if each had a fresh interpreter of its own.
-HELP_COMMANDS = ([], ["devices"], ["tasks"], ["bench"], ["inspect"], ["data"], ["data", "generate"], ["train"],
-                 ["runs"], ["runs", "list"], ["runs", "tensorboard"], ["lr-find"], ["summary"], ["fit-batch"],
-                 ["sweep"], ["evaluate"])
-HELP_SHOWS = {"lr-find": "--diverge-factor", "summary": "--precisions", "sweep": "usage: amp-console sweep",
-              "fit-batch": "usage: amp-console fit-batch"}  # besides "usage: amp-console"
+HELP_COMMANDS = (
+    [],
+    ["devices"],
+    ["tasks"],
+    ["bench"],
+    ["inspect"],
+    ["data"],
+    ["data", "generate"],
+    ["train"],
+    ["runs"],
+    ["runs", "list"],
+    ["runs", "tensorboard"],
+    ["lr-find"],
+    ["summary"],
+    ["fit-batch"],
+    ["sweep"],
+    ["evaluate"],
+)
+HELP_SHOWS = {
+    "lr-find": "--diverge-factor",
+    "summary": "--precisions",
+    "sweep": "usage: amp-console sweep",
+    "fit-batch": "usage: amp-console fit-batch",
+}  # besides "usage: amp-console"
 
 
 def _help_name(command: list[str]) -> str:
@@ -83,13 +102,16 @@ def startup(tmp_path_factory):
     from core.cli.main import COMMANDS
 
     runs = tmp_path_factory.mktemp("runs")
-    plan = [["runs list", "core.cli.main", ["runs", "--runs-dir", str(runs), "list"]],
-            ["launcher --help", "app.launcher", ["--help"]],
-            ["tasks", "core.cli.main", ["tasks"]]]
+    plan = [
+        ["runs list", "core.cli.main", ["runs", "--runs-dir", str(runs), "list"]],
+        ["launcher --help", "app.launcher", ["--help"]],
+        ["tasks", "core.cli.main", ["tasks"]],
+    ]
     plan += [[_help_name(c), "core.cli.main", c + ["--help"]] for c in HELP_COMMANDS]
     code = f"HEAVY = {HEAVY!r}\nCOMMANDS = {sorted(COMMANDS)!r}\n{PROBE}"
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(plan)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(plan)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -146,21 +168,30 @@ def test_task_infos_read_from_source_match_the_classes():
     for name, cls in TASKS.items():
         info = infos[name]
         assert (info.name, info.description, info.primary_metric, info.tokens_key, info.defaults) == (
-            cls.name, cls.description, cls.primary_metric, cls.tokens_key, cls.defaults)
+            cls.name,
+            cls.description,
+            cls.primary_metric,
+            cls.tokens_key,
+            cls.defaults,
+        )
         assert [(o.name, o.default, o.help, o.minimum, o.maximum, o.choices) for o in info.options] == [
-            (o.name, o.default, o.help, o.minimum, o.maximum, o.choices) for o in cls.options]
+            (o.name, o.default, o.help, o.minimum, o.maximum, o.choices) for o in cls.options
+        ]
 
 
 def test_catalog_falls_back_when_the_source_is_not_literal(tmp_path):
     from core.tasks.catalog import read_task_info
 
     module = tmp_path / "computed.py"
-    module.write_text("class ComputedTask(Task):\n    name = 'computed'\n    description = 'x'\n"
-                      "    options = tuple(make_options())\n")
+    module.write_text(
+        "class ComputedTask(Task):\n    name = 'computed'\n    description = 'x'\n    options = tuple(make_options())\n"
+    )
     assert read_task_info(module, "ComputedTask") is None
-    module.write_text("class LiteralTask(Task):\n    name = 'lit'\n    description = 'one line'\n"
-                      "    options = (TaskOption('buckets', 1 << 16, 'hash buckets', 16, 1 << 26),)\n"
-                      "    defaults = {'lr': 3e-3}\n")
+    module.write_text(
+        "class LiteralTask(Task):\n    name = 'lit'\n    description = 'one line'\n"
+        "    options = (TaskOption('buckets', 1 << 16, 'hash buckets', 16, 1 << 26),)\n"
+        "    defaults = {'lr': 3e-3}\n"
+    )
     info = read_task_info(module, "LiteralTask")
     assert info.options[0].default == 65536 and info.options[0].maximum == 2**26 and info.defaults == {"lr": 3e-3}
 
@@ -183,8 +214,14 @@ def test_tasks_name_json_has_the_parameter_count(capsys):
     assert main(["tasks", "tiny", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["name"] == "tiny" and data["parameters"] == 10 * 16 + 16 + 16 * 2 + 2
-    assert {"name": "hidden", "default": 16, "help": "hidden units", "minimum": 1, "maximum": 4096,
-            "choices": None} in data["options"]
+    assert {
+        "name": "hidden",
+        "default": 16,
+        "help": "hidden units",
+        "minimum": 1,
+        "maximum": 4096,
+        "choices": None,
+    } in data["options"]
 
 
 def test_tasks_listing_shows_option_help(capsys):
@@ -229,8 +266,13 @@ def test_a_cpu_launch_leaves_torch_to_its_workers(tmp_path, capsys):
     starts), and still refuses a bad task option as a one-process run does."""
     bad = ["train", "--task", "tiny", "--device", "cpu", "-o", "hiden=3", "--out", str(tmp_path / "bad")]
     launch = ["train", "--task", "recommender", "--device", "cpu", "--nproc", "2", "--out", str(tmp_path / "run")]
-    code = subprocess.run([sys.executable, "-c", LAUNCH_PROBE, json.dumps([launch, bad + ["--nproc", "2"]])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    code = subprocess.run(
+        [sys.executable, "-c", LAUNCH_PROBE, json.dumps([launch, bad + ["--nproc", "2"]])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert code.returncode == 0, code.stderr
     started, refused = json.loads(code.stdout.strip().splitlines()[-1])
     assert "core.cli.loopback_torchrun" in started["command"] and started["torch"] is False

@@ -10,13 +10,33 @@ from core.engine.events import RunEnded, RunStarted
 
 
 def test_test_rows_say_their_references_were_measured_on_val():
-    started = RunStarted(task="recommender", device="cpu", device_name="CPU", precision="bf16",
-                         autocast_dtype="bfloat16", param_dtype="float32", scaler=False, param_count=10,
-                         total_steps=10, steps_per_epoch=10, start_step=0, config={},
-                         ceiling={"hr@10": 0.9}, baseline={"hr@10": 0.2})
-    ended = RunEnded(status="completed", message="done", step=10, epoch=1, final_loss=0.5,
-                     metrics={"hr@10": 0.6, "loss": 1.0}, checkpoint=None, samples_per_second=None,
-                     test_metrics={"hr@10": 0.58})
+    started = RunStarted(
+        task="recommender",
+        device="cpu",
+        device_name="CPU",
+        precision="bf16",
+        autocast_dtype="bfloat16",
+        param_dtype="float32",
+        scaler=False,
+        param_count=10,
+        total_steps=10,
+        steps_per_epoch=10,
+        start_step=0,
+        config={},
+        ceiling={"hr@10": 0.9},
+        baseline={"hr@10": 0.2},
+    )
+    ended = RunEnded(
+        status="completed",
+        message="done",
+        step=10,
+        epoch=1,
+        final_loss=0.5,
+        metrics={"hr@10": 0.6, "loss": 1.0},
+        checkpoint=None,
+        samples_per_second=None,
+        test_metrics={"hr@10": 0.58},
+    )
     out = io.StringIO()
     print_summary(ended, started, out)
     lines = out.getvalue().splitlines()

@@ -10,12 +10,50 @@ import pytest
 from core.cli import format as fmt
 from core.cli.main import main
 
-BENCH = ["bench", "--task", "tiny", "--device", "cpu", "--precisions", "fp32,bf16", "--steps", "2", "--repeats", "1",
-         "--no-isolate", "--threads", "1"]
-INSPECT = ["inspect", "--task", "recommender", "--device", "cpu", "--precision", "bf16", "--batch-size", "4",
-           "-o", "layers=1", "-o", "items=100", "-o", "interactions=2000", "-o", "d_model=16", "-o", "max_len=8"]
-COMMANDS = {"devices": ["devices"], "tasks": ["tasks"], "tasks NAME": ["tasks", "sentiment"], "bench": BENCH,
-            "inspect": INSPECT}
+BENCH = [
+    "bench",
+    "--task",
+    "tiny",
+    "--device",
+    "cpu",
+    "--precisions",
+    "fp32,bf16",
+    "--steps",
+    "2",
+    "--repeats",
+    "1",
+    "--no-isolate",
+    "--threads",
+    "1",
+]
+INSPECT = [
+    "inspect",
+    "--task",
+    "recommender",
+    "--device",
+    "cpu",
+    "--precision",
+    "bf16",
+    "--batch-size",
+    "4",
+    "-o",
+    "layers=1",
+    "-o",
+    "items=100",
+    "-o",
+    "interactions=2000",
+    "-o",
+    "d_model=16",
+    "-o",
+    "max_len=8",
+]
+COMMANDS = {
+    "devices": ["devices"],
+    "tasks": ["tasks"],
+    "tasks NAME": ["tasks", "sentiment"],
+    "bench": BENCH,
+    "inspect": INSPECT,
+}
 
 
 @pytest.mark.parametrize("width", [100, 80])
@@ -72,11 +110,22 @@ def test_isolated_bench_relays_window_progress():
     from core.lab.precision_sweep import run_sweep
 
     seen = []
-    result = run_sweep(RunConfig.for_task("tiny", device="cpu", threads=1), ["fp32"], steps=2, repeats=1,
-                       isolate=True, progress=seen.append)
+    result = run_sweep(
+        RunConfig.for_task("tiny", device="cpu", threads=1),
+        ["fp32"],
+        steps=2,
+        repeats=1,
+        isolate=True,
+        progress=seen.append,
+    )
     phases = [(p.mode, p.phase, p.window) for p in seen]
-    assert phases == [("fp32", "running", 0), ("fp32", "setup", 0), ("fp32", "window", 1), ("fp32", "window", 2),
-                      ("fp32", "done", 0)]
+    assert phases == [
+        ("fp32", "running", 0),
+        ("fp32", "setup", 0),
+        ("fp32", "window", 1),
+        ("fp32", "window", 2),
+        ("fp32", "done", 0),
+    ]
     assert seen[-2].describe().startswith("fp32: window 2/2, step 4/4") and result.threads == 1
 
 
@@ -86,13 +135,25 @@ def test_bench_rejects_bad_threads_in_one_line(capsys):
     assert len(err.strip().splitlines()) == 1 and "--threads" in err
 
 
-COLUMNS_OF_RUNS_LIST = (("id", {"no_wrap": True}), ("name", {"overflow": "fold", "min_width": 8}),
-                        ("task", {"overflow": "fold", "min_width": 6}), ("status", {"no_wrap": True}),
-                        ("steps", {"justify": "right", "no_wrap": True}),
-                        ("best", {"overflow": "fold", "min_width": 8}), ("started", {"no_wrap": True}))
+COLUMNS_OF_RUNS_LIST = (
+    ("id", {"no_wrap": True}),
+    ("name", {"overflow": "fold", "min_width": 8}),
+    ("task", {"overflow": "fold", "min_width": 6}),
+    ("status", {"no_wrap": True}),
+    ("steps", {"justify": "right", "no_wrap": True}),
+    ("best", {"overflow": "fold", "min_width": 8}),
+    ("started", {"no_wrap": True}),
+)
 ROWS_OF_RUNS_LIST = [
-    ("a1b2c3d4", "20261201-023712-recommender-bf16", "recommender", "completed", "1,000/1,000", "hr@10 0.4321",
-     "12-01 02:37"),
+    (
+        "a1b2c3d4",
+        "20261201-023712-recommender-bf16",
+        "recommender",
+        "completed",
+        "1,000/1,000",
+        "hr@10 0.4321",
+        "12-01 02:37",
+    ),
     ("ffee0011", "a name with several words in it", "tiny", "failed", "5", "-", "12-02 10:00"),
     ("0123abcd", "実験-ラン-日本語の名前", "sentiment", "interrupted", "12/400", "accuracy 0.9", "-"),
     ("99999999", "x", "ranking", "stopped", "300", "ndcg@10 0.812345", "01-01 00:00"),
@@ -129,8 +190,18 @@ def test_runs_list_table_lays_out_as_the_rich_table_did(width):
 
 
 LISTED_RUNS = [  # name, task, status, precision, device, steps, total, best metric, value, wall seconds
-    ("20261201-023712-recommender-bf16", "recommender", "completed", "bf16", "cuda:0", 12000, 12000,
-     "hr@10_full_filtered", 0.4321, 3725.0),
+    (
+        "20261201-023712-recommender-bf16",
+        "recommender",
+        "completed",
+        "bf16",
+        "cuda:0",
+        12000,
+        12000,
+        "hr@10_full_filtered",
+        0.4321,
+        3725.0,
+    ),
     ("20261202-101500-sentiment-fp32", "sentiment", "stopped", "fp32", "cpu", 1611, 200000, "accuracy", 0.9123, 75.0),
     ("20261203-090000-tiny-fp16", "tiny", "failed", "fp16", "cpu", 5, 100, "accuracy", None, 2.0),
     ("my baseline", "ranking", "interrupted", "fp32", "cpu", 300, 400, "ndcg@10", 0.812345, 12.5),
@@ -142,11 +213,24 @@ def listed_root(tmp_path):
     for i, (name, task, status, precision, device, steps, total, metric, value, wall) in enumerate(LISTED_RUNS):
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "run.json").write_text(json.dumps({
-            "id": f"{i}a1b2c3d4e5", "name": name, "task": task, "status": status, "device": device,
-            "precision": precision, "start_time": f"2026-12-0{i + 1}T10:00:00+00:00", "wall_seconds": wall,
-            "steps": steps, "total_steps": total, "config": {},
-            "best": {"name": metric, "value": value, "step": steps} if value is not None else {}}))
+        (folder / "run.json").write_text(
+            json.dumps(
+                {
+                    "id": f"{i}a1b2c3d4e5",
+                    "name": name,
+                    "task": task,
+                    "status": status,
+                    "device": device,
+                    "precision": precision,
+                    "start_time": f"2026-12-0{i + 1}T10:00:00+00:00",
+                    "wall_seconds": wall,
+                    "steps": steps,
+                    "total_steps": total,
+                    "config": {},
+                    "best": {"name": metric, "value": value, "step": steps} if value is not None else {},
+                }
+            )
+        )
     return tmp_path
 
 
@@ -165,7 +249,7 @@ def test_runs_list_never_breaks_a_name_and_columns_give_way_in_order(listed_root
     header = lines[0].split()
     order = [name for name, _ in sorted(LIST_COLUMNS, key=lambda c: c[1].get("drop") or 99)]
     left_out = [name for name, _ in LIST_COLUMNS if name not in header]
-    assert set(left_out) == set(order[:len(left_out)])  # none kept while one that gives way earlier went
+    assert set(left_out) == set(order[: len(left_out)])  # none kept while one that gives way earlier went
     assert {"id", "name", "status", "best"} <= set(header)
     if width >= 100:
         assert "started" in header
@@ -218,9 +302,19 @@ def test_runs_list_piped_is_what_a_console_writes(tmp_path, monkeypatch, capsys)
         plain = capsys.readouterr().out
         with monkeypatch.context() as patched:
             patched.setattr(fmt, "plain_width", lambda stream=None: None)
-            patched.setattr(fmt, "console", lambda stderr=False, width=width: Console(
-                file=sys.stdout, width=width, color_system=None, highlight=False, soft_wrap=False, markup=False,
-                emoji=False))
+            patched.setattr(
+                fmt,
+                "console",
+                lambda stderr=False, width=width: Console(
+                    file=sys.stdout,
+                    width=width,
+                    color_system=None,
+                    highlight=False,
+                    soft_wrap=False,
+                    markup=False,
+                    emoji=False,
+                ),
+            )
             assert main(["runs", "--runs-dir", str(root), "list"]) == 0
         assert plain == capsys.readouterr().out
         assert "broken: unreadable: run.json is not valid JSON" in plain.splitlines()[-1]

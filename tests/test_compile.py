@@ -19,13 +19,22 @@ from core.engine.trainer import Trainer
 
 # torch.compile imports parts of torch that warn of their own deprecations (torch.jit.script_method); the
 # suite turns warnings into errors, which would make the compile "fail" and the run fall back to eager.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.*")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.*"),
+]
 
 # 1000 samples: 800 training rows = 12 batches of 64 and a short one of 32, which training drops; validation
 # (200 rows) is evaluated in batches of 4096, so its only batch is "short" too.
-TINY = {"device": "cpu", "precision": "fp32", "log_interval": 4, "task_options": {"samples": 1000}, "seed": 1,
-        "threads": 1}
+TINY = {
+    "device": "cpu",
+    "precision": "fp32",
+    "log_interval": 4,
+    "task_options": {"samples": 1000},
+    "seed": 1,
+    "threads": 1,
+}
 
 
 def run(tmp_path, name, recorder=None, resume=None, **overrides) -> tuple[Trainer, object]:
@@ -78,8 +87,9 @@ def test_checkpoints_resume_compiled_from_eager_and_eager_from_compiled(tmp_path
     assert weights.exists()
 
     _, to_eager = run(tmp_path, "to-eager", resume=tmp_path / "compiled" / "checkpoint.pt", max_steps=36)
-    trainer, to_compiled = run(tmp_path, "to-compiled", resume=tmp_path / "eager" / "checkpoint.pt", max_steps=36,
-                               compile=True)
+    trainer, to_compiled = run(
+        tmp_path, "to-compiled", resume=tmp_path / "eager" / "checkpoint.pt", max_steps=36, compile=True
+    )
     assert to_eager.status == to_compiled.status == "completed"
     assert trainer.compile_seconds is not None
     whole = step_losses(tmp_path / "whole")[-3:]  # steps 28, 32, 36
@@ -91,8 +101,10 @@ def test_a_failing_compiler_falls_back_to_eager_with_one_line(tmp_path, recorder
     """torch.compile raising at the first call (here: a backend that fails as a missing C++ compiler does)."""
 
     def no_compiler(gm, example_inputs):
-        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx: "
-                           "(None, 'g++')\nmore details on a second line")
+        raise RuntimeError(
+            "InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx: "
+            "(None, 'g++')\nmore details on a second line"
+        )
 
     monkeypatch.setattr(compiling, "compile_model", lambda model, mode: torch.compile(model, backend=no_compiler))
     _, eager = run(tmp_path, "eager", max_steps=12)
@@ -115,8 +127,10 @@ def test_a_missing_cxx_compiler_falls_back_to_eager(tmp_path, recorder, monkeypa
         trainer, ended = run(tmp_path, "no-cxx", recorder, max_steps=8, compile=True)
     assert ended.status == "completed" and trainer.compile_seconds is None
     line = next(n for n in recorder.of(RunStarted)[0].notes if n.startswith("compile: "))
-    assert line == (f"compile: torch.compile failed (InvalidCxxCompiler: No working C++ compiler found in "
-                    f"torch._inductor.config.cpp.cxx: ('{tmp_path / 'no-such-g++'}',)); running eager")
+    assert line == (
+        f"compile: torch.compile failed (InvalidCxxCompiler: No working C++ compiler found in "
+        f"torch._inductor.config.cpp.cxx: ('{tmp_path / 'no-such-g++'}',)); running eager"
+    )
 
 
 def ddp_config(out: str, **overrides) -> RunConfig:
@@ -164,7 +178,8 @@ def test_the_precision_sweep_measures_compiled_rows_against_fp32_eager(capsys):
     assert eager.compile_seconds is None and compiled.compile_seconds is not None, compiled.reason
     assert compiled.compile_seconds > 0
     assert eager.speedup == 1.0 and compiled.speedup == pytest.approx(
-        compiled.samples_per_second / eager.samples_per_second)
+        compiled.samples_per_second / eager.samples_per_second
+    )
     assert abs(compiled.loss - eager.loss) <= 1e-4  # the same steps: compile changes speed, not the training
     assert result.reference == "fp32 eager" and result.row("fp32", compiled=True) is compiled
     assert result.recommended == "fp32" and result.recommended_label in ("fp32", "fp32 + compile")

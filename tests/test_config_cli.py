@@ -15,8 +15,9 @@ from core.errors import ConfigError
 
 
 def test_toml_round_trip(tmp_path):
-    cfg = RunConfig.for_task("tiny", lr=0.003, schedule="cosine", warmup_steps=7, task_options={"hidden": 8},
-                             out_dir=str(tmp_path / "out"))
+    cfg = RunConfig.for_task(
+        "tiny", lr=0.003, schedule="cosine", warmup_steps=7, task_options={"hidden": 8}, out_dir=str(tmp_path / "out")
+    )
     path = tmp_path / "run.toml"
     cfg.save_toml(path)
     assert RunConfig.load_toml(path) == cfg
@@ -37,11 +38,18 @@ def test_unknown_toml_key_is_an_error_naming_it(tmp_path):
 
 @pytest.mark.parametrize(
     ("changes", "field", "text"),
-    [({"lr": 0.0}, "lr", "between 1e-07 and 10"), ({"batch_size": 0}, "batch_size", "between 1"),
-     ({"optimizer": "lion"}, "optimizer", "sgd, adam, adamw"), ({"schedule": "step"}, "schedule", "cosine"),
-     ({"device": "gpu0"}, "device", "cuda:N"), ({"epochs": 0, "max_steps": 0}, "epochs", "would do nothing"),
-     ({"grad_accum": 0}, "grad_accum", "between 1"), ({"task": "gpt"}, "task", "choose one of"),
-     ({"task_options": {"hidden": 0}}, "task_options.hidden", "between 1"), ({"data": "/nope.csv"}, "data", "no such")],
+    [
+        ({"lr": 0.0}, "lr", "between 1e-07 and 10"),
+        ({"batch_size": 0}, "batch_size", "between 1"),
+        ({"optimizer": "lion"}, "optimizer", "sgd, adam, adamw"),
+        ({"schedule": "step"}, "schedule", "cosine"),
+        ({"device": "gpu0"}, "device", "cuda:N"),
+        ({"epochs": 0, "max_steps": 0}, "epochs", "would do nothing"),
+        ({"grad_accum": 0}, "grad_accum", "between 1"),
+        ({"task": "gpt"}, "task", "choose one of"),
+        ({"task_options": {"hidden": 0}}, "task_options.hidden", "between 1"),
+        ({"data": "/nope.csv"}, "data", "no such"),
+    ],
 )
 def test_each_invalid_field_is_named_with_its_range(changes, field, text):
     errors = RunConfig.for_task("tiny").replace(**changes).errors()
@@ -49,8 +57,9 @@ def test_each_invalid_field_is_named_with_its_range(changes, field, text):
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "core.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "core.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def train_json(capsys, *args) -> dict:
@@ -66,8 +75,18 @@ def test_train_json_summary_and_files(tmp_path, capsys):
     test_bad_input_from_a_real_process_is_exit_2_and_one_line's and the signal tests')."""
     out = tmp_path / "run"
     summary = train_json(capsys, "--task", "tiny", "--max-steps", "30", "--out", str(out), "--device", "cpu")
-    for key in ("status", "steps", "epochs", "final_loss", "metrics", "device", "precision", "autocast_dtype",
-                "checkpoint", "samples_per_second"):
+    for key in (
+        "status",
+        "steps",
+        "epochs",
+        "final_loss",
+        "metrics",
+        "device",
+        "precision",
+        "autocast_dtype",
+        "checkpoint",
+        "samples_per_second",
+    ):
         assert key in summary
     assert summary["status"] == "completed" and summary["steps"] == 30 and summary["device"] == "cpu"
     assert {"accuracy", "loss"} <= set(summary["metrics"])
@@ -86,11 +105,20 @@ def test_resume_continues_from_the_checkpoint(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("args", "named"),
-    [(["--lr", "50"], "--lr"), (["--lr", "abc"], "--lr"), (["--batch-size", "-3"], "--batch-size"),
-     (["--precision", "fp16", "--device", "cpu"], "fp16"), (["--precision", "fp8"], "--precision"),
-     (["--device", "cuda:3"], "cuda:3"), (["--task", "nope"], "--task"), (["-o", "bogus=1"], "bogus"),
-     (["--resume", "missing.pt"], "missing.pt"), (["--config", "absent.toml"], "absent.toml"),
-     (["--data", "nowhere.csv"], "--data"), (["--optimizer", "lion"], "--optimizer")],
+    [
+        (["--lr", "50"], "--lr"),
+        (["--lr", "abc"], "--lr"),
+        (["--batch-size", "-3"], "--batch-size"),
+        (["--precision", "fp16", "--device", "cpu"], "fp16"),
+        (["--precision", "fp8"], "--precision"),
+        (["--device", "cuda:3"], "cuda:3"),
+        (["--task", "nope"], "--task"),
+        (["-o", "bogus=1"], "bogus"),
+        (["--resume", "missing.pt"], "missing.pt"),
+        (["--config", "absent.toml"], "absent.toml"),
+        (["--data", "nowhere.csv"], "--data"),
+        (["--optimizer", "lion"], "--optimizer"),
+    ],
 )
 def test_bad_input_exits_2_with_one_line_naming_it(tmp_path, monkeypatch, capsys, args, named):
     monkeypatch.chdir(tmp_path)
@@ -129,11 +157,13 @@ def test_devices_json_lists_the_cpu(capsys):
 
 @pytest.mark.slow
 def test_core_never_imports_qt_or_the_gui():
-    code = ("import sys, core, core.cli, core.engine.trainer, core.tasks, core.engine.checkpoints;"
-            "import pkgutil, importlib;"
-            "[importlib.import_module(m.name) for m in pkgutil.walk_packages(core.__path__, 'core.')];"
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'app', 'shiboken6')];"
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, core, core.cli, core.engine.trainer, core.tasks, core.engine.checkpoints;"
+        "import pkgutil, importlib;"
+        "[importlib.import_module(m.name) for m in pkgutil.walk_packages(core.__path__, 'core.')];"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'app', 'shiboken6')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -144,9 +174,26 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
     import time
 
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device",
-                                "cpu", "--out", str(out), "--json", "--batch-size", "8"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "train",
+            "--max-steps",
+            "100000000",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--json",
+            "--batch-size",
+            "8",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not ((out / "metrics.jsonl").exists() and "StepMetrics" in (out / "metrics.jsonl").read_text()):
@@ -165,11 +212,28 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
     """--events streams JSON lines; --control-stdin takes pause/resume/stop (how the window runs training)."""
-    command = [sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device", "cpu", "--out",
-               str(tmp_path / "run"), "--events", "--control-stdin", "--batch-size", "8", "--log-interval", "20"]
+    command = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        "--max-steps",
+        "100000000",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "run"),
+        "--events",
+        "--control-stdin",
+        "--batch-size",
+        "8",
+        "--log-interval",
+        "20",
+    ]
     kinds = []
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as process:
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
         try:
             for line in process.stdout:
                 event = json.loads(line)
@@ -190,8 +254,22 @@ def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
 
 def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path, capsys):
     """A program driving `train --events` gets the field to mark, besides the one stderr line and exit 2."""
-    code = main(["train", "--max-steps", "2", "--out", str(tmp_path / "o"), "--events", "-o", "samples=256",
-                 "--batch-size", "64", "--grad-accum", "64"])
+    code = main(
+        [
+            "train",
+            "--max-steps",
+            "2",
+            "--out",
+            str(tmp_path / "o"),
+            "--events",
+            "-o",
+            "samples=256",
+            "--batch-size",
+            "64",
+            "--grad-accum",
+            "64",
+        ]
+    )
     assert code == 2
     out, err = capsys.readouterr()
     report = json.loads(out.strip().splitlines()[-1])
@@ -205,8 +283,9 @@ def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
     """How the window starts a training process ahead of time: ready line, then one JSON settings line."""
     command = [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin"]
     config = RunConfig.for_task("tiny", max_steps=6, log_interval=2, out_dir=str(tmp_path / "run"))
-    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as process:
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
         try:
             assert json.loads(process.stdout.readline()) == {"ready": True}
             process.stdin.write(json.dumps({"config": config.to_dict(), "resume": None}) + "\n")
@@ -221,8 +300,10 @@ def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
 
 
-@pytest.mark.parametrize(("stdin", "code", "named"), [("", 0, None), ("not json\n", 2, "settings line"),
-                                                      ('{"config": {"lr": -1}}\n', 2, "lr")])
+@pytest.mark.parametrize(
+    ("stdin", "code", "named"),
+    [("", 0, None), ("not json\n", 2, "settings line"), ('{"config": {"lr": -1}}\n', 2, "lr")],
+)
 def test_config_stdin_closed_or_bad_settings(tmp_path, monkeypatch, capsys, stdin, code, named):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
@@ -263,8 +344,22 @@ def test_a_fresh_run_never_overwrites_an_earlier_runs_checkpoint(tmp_path, monke
 
 
 def make_checkpoint(tmp_path, capsys, *flags) -> str:
-    code = main(["train", "--max-steps", "4", "--out", str(tmp_path / "first"), "--device", "cpu", "--threads", "1",
-                 "--log-interval", "2", *flags])
+    code = main(
+        [
+            "train",
+            "--max-steps",
+            "4",
+            "--out",
+            str(tmp_path / "first"),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--log-interval",
+            "2",
+            *flags,
+        ]
+    )
     capsys.readouterr()
     assert code == 0
     return str(tmp_path / "first" / "checkpoint.pt")
@@ -281,10 +376,13 @@ def test_resume_never_writes_where_the_checkpoint_file_says(tmp_path, capsys):
     crafted.parent.mkdir()
     torch.save(state, crafted)
     assert main(["train", "--resume", str(crafted), "--max-steps", "6", "--json", "--threads", "1"]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["checkpoint"] == str(crafted.parent /
-                                                                                              "checkpoint.pt")
-    assert main(["train", "--resume", str(crafted), "--max-steps", "6", "--out", str(tmp_path / "mine"),
-                 "--threads", "1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["checkpoint"] == str(
+        crafted.parent / "checkpoint.pt"
+    )
+    assert (
+        main(["train", "--resume", str(crafted), "--max-steps", "6", "--out", str(tmp_path / "mine"), "--threads", "1"])
+        == 0
+    )
     assert (tmp_path / "mine" / "checkpoint.pt").is_file() and not elsewhere.exists()
 
 
@@ -300,10 +398,16 @@ def test_resume_applies_the_config_file_under_the_flags_and_names_the_changes(tm
     assert (saved.lr, saved.max_steps, saved.batch_size) == (0.003, 8, 32)
 
 
-@pytest.mark.parametrize(("extra", "named"), [
-    (["--task", "sentiment"], "--task: "), (["-o", "hidden=7"], "task_options: "),
-    (["--config", "OPTIONS"], "task_options: "), (["--max-steps", "3"], "--max-steps: "),
-    (["--max-steps", "4"], "--max-steps: ")])
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--task", "sentiment"], "--task: "),
+        (["-o", "hidden=7"], "task_options: "),
+        (["--config", "OPTIONS"], "task_options: "),
+        (["--max-steps", "3"], "--max-steps: "),
+        (["--max-steps", "4"], "--max-steps: "),
+    ],
+)
 def test_resume_refuses_another_model_or_an_end_already_reached(tmp_path, capsys, extra, named):
     checkpoint = make_checkpoint(tmp_path, capsys)
     options = tmp_path / "options.toml"
@@ -313,8 +417,9 @@ def test_resume_refuses_another_model_or_an_end_already_reached(tmp_path, capsys
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and named in lines[0], lines
     if named == "--max-steps: ":
-        assert lines[0].endswith(f"is at step 4, so max steps {extra[1]} is already reached: give a larger value "
-                                 "to train on")
+        assert lines[0].endswith(
+            f"is at step 4, so max steps {extra[1]} is already reached: give a larger value to train on"
+        )
 
 
 def test_resume_keeps_options_that_build_the_same_model(tmp_path, capsys):

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import data_scale  # noqa: E402
+import data_scale
 
-from core.data.synthetic import generate_ranking  # noqa: E402
+from core.data.synthetic import generate_ranking
 
 
 def test_generate_and_import_phases_round_trip(tmp_path):

@@ -23,8 +23,11 @@ def write(tmp_path, name: str, text: str | bytes):
 def ratings(sep: str, users: int = 30, per_user: int = 8, header: str | None = None) -> str:
     """MovieLens-style ratings: user, item, rating, timestamp."""
     lines = [header] if header else []
-    lines += [sep.join(map(str, (u + 1, 1000 + (u * 7 + k) % 50, 1 + k % 5, 978300000 + 60 * k)))
-              for u in range(users) for k in range(per_user)]
+    lines += [
+        sep.join(map(str, (u + 1, 1000 + (u * 7 + k) % 50, 1 + k % 5, 978300000 + 60 * k)))
+        for u in range(users)
+        for k in range(per_user)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -42,6 +45,7 @@ def error(call) -> str:
 
 
 # ---- delimiters ---------------------------------------------------------------------------------------------
+
 
 def test_tsv_is_sniffed(tmp_path):
     table = read_table(write(tmp_path, "reviews.tsv", reviews("\t")), REVIEW_COLUMNS)
@@ -132,6 +136,7 @@ def test_a_bad_value_in_a_headerless_double_colon_file_names_its_line(tmp_path):
 
 # ---- column mapping, aliases, header-less files ---------------------------------------------------------------
 
+
 def test_mapping_by_name_and_the_message_names_the_files_column(tmp_path):
     path = write(tmp_path, "r.csv", "who,what,when\nu1,a,10\nu1,b,later\n")
     options = ReadOptions(columns={"user_id": "who", "item_id": "what", "timestamp": "when"})
@@ -170,8 +175,9 @@ def test_two_aliases_are_ambiguous(tmp_path):
 def test_a_wrong_mapping_names_file_mapping_and_columns(tmp_path):
     path = write(tmp_path, "ratings.csv", ratings(",", header="userId,movieId,rating,timestamp"))
     message = error(lambda: read_table(path, INTERACTION_COLUMNS, options=ReadOptions(columns={"user_id": "user"})))
-    assert message == (f"{path}: line 1: column mapping user_id=user: no column 'user' "
-                       "(found: userId, movieId, rating, timestamp)")
+    assert message == (
+        f"{path}: line 1: column mapping user_id=user: no column 'user' (found: userId, movieId, rating, timestamp)"
+    )
     message = error(lambda: read_table(path, INTERACTION_COLUMNS, options=ReadOptions(columns={"user_id": "9"})))
     assert message == f"{path}: line 1: column mapping user_id=9: the file has 4 columns (positions count from 1)"
     message = error(lambda: read_table(path, INTERACTION_COLUMNS, options=ReadOptions(columns={"usr": "userId"})))
@@ -187,8 +193,9 @@ def test_headerless_file_by_position_for_ranking_gets_prefix_features(tmp_path):
 def test_a_headerless_file_short_of_columns_says_so(tmp_path):
     path = write(tmp_path, "pairs.csv", "1,2\n3,4\n")
     message = error(lambda: read_table(path, INTERACTION_COLUMNS))
-    assert "missing column 'timestamp' (line 1 holds data, not a header, so its 2 columns are taken by position" \
-        in message
+    assert (
+        "missing column 'timestamp' (line 1 holds data, not a header, so its 2 columns are taken by position" in message
+    )
 
 
 # ---- svmlight / LETOR -----------------------------------------------------------------------------------------
@@ -210,16 +217,19 @@ def test_svmlight_with_comments_and_missing_indices_gives_exact_dense_features(t
     assert table.column("label").to_pylist() == [2, 0, 1]
     features = np.stack([table.column(f"f{k}").to_numpy() for k in range(1, 6)], axis=1)
     assert features.dtype == np.float32
-    np.testing.assert_array_equal(features, np.array([[0.5, 0, -1.25, 0, 0], [0, 300, 0, 7, 0], [1, 2, 3, 4, 0.125]],
-                                                     np.float32))
+    np.testing.assert_array_equal(
+        features, np.array([[0.5, 0, -1.25, 0, 0], [0, 300, 0, 7, 0], [1, 2, 3, 4, 0.125]], np.float32)
+    )
 
 
 def test_svmlight_in_blocks_and_through_the_ranking_task(tmp_path):
     from core.data import svmlight
 
     rng = np.random.default_rng(0)
-    lines = [f"{rng.integers(0, 3)} qid:{i // 10} " + " ".join(f"{k}:{rng.normal():.4f}" for k in range(1, 7))
-             for i in range(400)]
+    lines = [
+        f"{rng.integers(0, 3)} qid:{i // 10} " + " ".join(f"{k}:{rng.normal():.4f}" for k in range(1, 7))
+        for i in range(400)
+    ]
     path = write(tmp_path, "data.svm", "\n".join(lines) + "\n")
     whole, _ = svmlight.read_svmlight(path)
     blocked, row_lines = svmlight.read_svmlight(path, block=997)  # many blocks, lines cut at their ends
@@ -228,15 +238,18 @@ def test_svmlight_in_blocks_and_through_the_ranking_task(tmp_path):
     assert data.info["features"] == 6
 
 
-@pytest.mark.parametrize("line,expected", [
-    ("1 qid:x 1:0.5", "line 3: 'qid:x' is not qid:<id>"),
-    ("1 1:0.5 2:0.1", "line 3: '1:0.5' is not qid:<id>"),
-    ("1 qid:3 1:0.5 2:abc", "line 3: '2:abc' is not <index>:<value>"),
-    ("1 qid:3 1:0.5 7", "line 3: '7' is not <index>:<value>"),
-    ("1 qid:3 0:0.5", "line 3: '0:0.5': feature indices start at 1"),
-    ("1 qid:3 1:inf", "line 3: '1:inf' is not a finite number"),
-    ("1.5 qid:3 1:0.5", "line 3, column 'label': '1.5' is not a whole number"),
-])
+@pytest.mark.parametrize(
+    "line,expected",
+    [
+        ("1 qid:x 1:0.5", "line 3: 'qid:x' is not qid:<id>"),
+        ("1 1:0.5 2:0.1", "line 3: '1:0.5' is not qid:<id>"),
+        ("1 qid:3 1:0.5 2:abc", "line 3: '2:abc' is not <index>:<value>"),
+        ("1 qid:3 1:0.5 7", "line 3: '7' is not <index>:<value>"),
+        ("1 qid:3 0:0.5", "line 3: '0:0.5': feature indices start at 1"),
+        ("1 qid:3 1:inf", "line 3: '1:inf' is not a finite number"),
+        ("1.5 qid:3 1:0.5", "line 3, column 'label': '1.5' is not a whole number"),
+    ],
+)
 def test_a_bad_svmlight_token_names_its_line(tmp_path, line, expected):
     path = write(tmp_path, "bad.txt", "0 qid:1 1:0.1\n# note\n" + line + "\n2 qid:4 1:0.3\n")
     message = error(lambda: read_table(path, RANKING_COLUMNS, prefix_columns="f"))
@@ -258,6 +271,7 @@ def test_svmlight_is_only_ranking_data(tmp_path):
 
 # ---- JSON lines -----------------------------------------------------------------------------------------------
 
+
 def test_json_lines_good(tmp_path):
     rows = "".join(f'{{"user_id": "u{i % 4}", "item_id": {i % 7}, "timestamp": {i}}}\n' for i in range(20))
     for name in ("clicks.jsonl", "clicks.ndjson", "clicks.json"):
@@ -265,14 +279,22 @@ def test_json_lines_good(tmp_path):
         assert table.num_rows == 20 and table.column("timestamp").to_pylist()[-1] == 19
 
 
-@pytest.mark.parametrize("body,expected", [
-    ('{"text": "ok", "label": 1}\n{"text": "broken", "label": 0\n', "line 2, column 30: not valid JSON"),
-    ('{"text": "ok", "label": 1}\n\n{"text": "no", "label": "x"}\n',
-     "line 3: field 'label' holds a string where line 1 holds a number"),
-    ('{"text": "ok", "label": 1}\n[1, 2]\n', "line 2: a JSON array where an object {...} is expected"),
-    ('[{"text": "ok", "label": 1}]\n', "line 1: a JSON array; use JSON lines"),
-    ('{"text": "ok", "label": 1}\n\n{"text": "no", "label": 7}\n', "line 3, column 'label': '7' is not a known value"),
-])
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ('{"text": "ok", "label": 1}\n{"text": "broken", "label": 0\n', "line 2, column 30: not valid JSON"),
+        (
+            '{"text": "ok", "label": 1}\n\n{"text": "no", "label": "x"}\n',
+            "line 3: field 'label' holds a string where line 1 holds a number",
+        ),
+        ('{"text": "ok", "label": 1}\n[1, 2]\n', "line 2: a JSON array where an object {...} is expected"),
+        ('[{"text": "ok", "label": 1}]\n', "line 1: a JSON array; use JSON lines"),
+        (
+            '{"text": "ok", "label": 1}\n\n{"text": "no", "label": 7}\n',
+            "line 3, column 'label': '7' is not a known value",
+        ),
+    ],
+)
 def test_json_lines_bad_names_the_line(tmp_path, body, expected):
     path = write(tmp_path, "reviews.jsonl", body)
     message = error(lambda: read_table(path, REVIEW_COLUMNS))
@@ -280,6 +302,7 @@ def test_json_lines_bad_names_the_line(tmp_path, body, expected):
 
 
 # ---- guarantees -------------------------------------------------------------------------------------------------
+
 
 def test_folders_list_the_new_suffixes_and_refuse_binary(tmp_path):
     for name in ("a.tsv", "b.dat", "c.jsonl", "d.txt", "e.svm", "notes.md"):
@@ -302,8 +325,13 @@ def _reference_svmlight(text: str) -> tuple[list, list, np.ndarray]:
     for line in text.splitlines():
         tokens = line.split("#", 1)[0].split()
         if tokens:
-            rows.append((int(tokens[1][4:]), float(tokens[0]), {int(k): float(v) for k, v in
-                                                                (t.split(":") for t in tokens[2:])}))
+            rows.append(
+                (
+                    int(tokens[1][4:]),
+                    float(tokens[0]),
+                    {int(k): float(v) for k, v in (t.split(":") for t in tokens[2:])},
+                )
+            )
     width = max(max(r[2], default=0) for r in rows)
     dense = np.zeros((len(rows), width), np.float32)
     for i, (_, _, features) in enumerate(rows):

@@ -24,14 +24,17 @@ def write(tmp_path, name: str, text: str | bytes):
     return path
 
 
-@pytest.mark.parametrize("content,expected", [
-    (b"", "empty file"),
-    (HEADER.encode(), "no data rows"),
-    (b"user_id,timestamp\nu1,5\n", "line 1: missing column 'item_id'"),
-    ((HEADER + "u1,a,10,click\nu1,b,yesterday,click\n").encode(), "line 3, column 'timestamp': 'yesterday'"),
-    ((HEADER + "u1,a,10,click\nu1,b,11,purchase\n").encode(), "line 3, column 'event': 'purchase'"),
-    ((HEADER + "u1,a,10,click\nu1,b,,click\n").encode(), "line 3, column 'timestamp'"),
-])
+@pytest.mark.parametrize(
+    "content,expected",
+    [
+        (b"", "empty file"),
+        (HEADER.encode(), "no data rows"),
+        (b"user_id,timestamp\nu1,5\n", "line 1: missing column 'item_id'"),
+        ((HEADER + "u1,a,10,click\nu1,b,yesterday,click\n").encode(), "line 3, column 'timestamp': 'yesterday'"),
+        ((HEADER + "u1,a,10,click\nu1,b,11,purchase\n").encode(), "line 3, column 'event': 'purchase'"),
+        ((HEADER + "u1,a,10,click\nu1,b,,click\n").encode(), "line 3, column 'timestamp'"),
+    ],
+)
 def test_interaction_file_errors_name_file_and_place(tmp_path, content, expected):
     path = write(tmp_path, "clicks.csv", content)
     with pytest.raises(DataError) as err:
@@ -40,7 +43,7 @@ def test_interaction_file_errors_name_file_and_place(tmp_path, content, expected
 
 
 def test_non_utf8_text_names_line_and_column(tmp_path):
-    path = write(tmp_path, "reviews.csv", b"text,label\n\"fine\",1\n\"caf\xe9 ok\",0\n")
+    path = write(tmp_path, "reviews.csv", b'text,label\n"fine",1\n"caf\xe9 ok",0\n')
     with pytest.raises(DataError, match=r"reviews\.csv: line 3, column 5 .*not valid UTF-8"):
         load("sentiment", path)
 
@@ -83,11 +86,14 @@ def test_folder_reads_every_file_and_blames_the_bad_one(tmp_path):
     bad.unlink()
 
 
-@pytest.mark.parametrize("task,text,expected", [
-    ("recommender", HEADER + "u1,a,1,click\nu2,b,2,click\n", "no user has the 3 interactions"),
-    ("ranking", "query_id,doc_id,label,f1\nq1,d1,1,0.5\nq1,d2,0,0.1\n", "at least 10 queries"),
-    ("sentiment", "text,label\ngood,1\nbad,0\n", "at least 10 reviews"),
-])
+@pytest.mark.parametrize(
+    "task,text,expected",
+    [
+        ("recommender", HEADER + "u1,a,1,click\nu2,b,2,click\n", "no user has the 3 interactions"),
+        ("ranking", "query_id,doc_id,label,f1\nq1,d1,1,0.5\nq1,d2,0,0.1\n", "at least 10 queries"),
+        ("sentiment", "text,label\ngood,1\nbad,0\n", "at least 10 reviews"),
+    ],
+)
 def test_too_little_data_is_a_data_error(tmp_path, task, text, expected):
     path = write(tmp_path, "small.csv", text)
     with pytest.raises(DataError, match=expected):

@@ -11,8 +11,11 @@ from core.data.batching import EpochBatches, HostStaging
 
 def split_of(rows: int = 103) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(3)
-    return {"x": torch.randn(rows, 5, generator=gen), "y": torch.randint(0, 7, (rows,), generator=gen),
-            "seq": torch.randint(0, 50, (rows, 4, 2), generator=gen)}
+    return {
+        "x": torch.randn(rows, 5, generator=gen),
+        "y": torch.randint(0, 7, (rows,), generator=gen),
+        "seq": torch.randint(0, 50, (rows, 4, 2), generator=gen),
+    }
 
 
 def pair(split, **kw):
@@ -75,7 +78,6 @@ def test_no_streams_on_the_cpu_and_buffers_are_batch_shaped():
 def test_on_cuda_the_staging_is_pinned_and_batches_match():
     split = {k: v.pin_memory() for k, v in split_of(4096).items()}
     device = torch.device("cuda")
-    direct = EpochBatches(split, 64, seed=1, device=device, staged=False)
     staged = EpochBatches(split, 64, seed=1, device=device)
     assert staged.staging is not None and staged.staging.buffers[0]["x"].is_pinned()
     order = staged.order(0)

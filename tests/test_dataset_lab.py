@@ -26,8 +26,7 @@ KINDS = ["RegressionDatasetTask", "RegressionStreamTask"]
 def config(reference: str, **values) -> RunConfig:
     """The task `reference` names, loaded, at 512 rows (409 training, 51 validation), without DataLoader workers."""
     name = registry.add_task(reference).name
-    return RunConfig.for_task(name, device="cpu", num_workers=0, task_options={"samples": 512},
-                              **values).validate()
+    return RunConfig.for_task(name, device="cpu", num_workers=0, task_options={"samples": 512}, **values).validate()
 
 
 def dataset_config(kind: str, **values) -> RunConfig:
@@ -78,15 +77,17 @@ def test_the_dtype_inspector_runs_a_batch_of_the_datasets_first_items(kind):
     expected = inspect_dtypes(tensor_config(precision="bf16"), batch_size=8)
     assert got.autocast_dtype == "bfloat16" and got.loss_dtype == "float32"
     assert got.row("0").output_dtypes == ["bfloat16"] and got.row("0").input_dtypes == ["float32"]
-    assert ([(r.name, r.output_dtypes, r.ops) for r in got.rows]
-            == [(r.name, r.output_dtypes, r.ops) for r in expected.rows])
+    assert [(r.name, r.output_dtypes, r.ops) for r in got.rows] == [
+        (r.name, r.output_dtypes, r.ops) for r in expected.rows
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_precision_sweep_counts_tokens_from_the_batches_it_trained_on(kind, tmp_path):
     path = tmp_path / "token_task.py"  # the fixture with a tokens_key: its 8 features, none 0, are 8 tokens a row
-    path.write_text(DATASET_FILE.read_text() + f"\n\nclass Tokens({kind}):\n    name = 'tokens_ds'\n"
-                                               "    tokens_key = 'x'\n")
+    path.write_text(
+        DATASET_FILE.read_text() + f"\n\nclass Tokens({kind}):\n    name = 'tokens_ds'\n    tokens_key = 'x'\n"
+    )
     result = run_sweep(config(f"{path}:Tokens"), ["fp32"], steps=2, repeats=2, isolate=False)
     fp32 = result.row("fp32")
     assert fp32.status == "ok", fp32.reason

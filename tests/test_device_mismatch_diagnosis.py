@@ -8,11 +8,17 @@ import torch
 
 from core.cli.main import main
 from core.config import RunConfig
-from core.engine.diagnosis import check_placement, explain_device_mismatch, explain_exception, find_misplaced, mismatch_devices
+from core.engine.diagnosis import (
+    check_placement,
+    explain_device_mismatch,
+    explain_exception,
+    find_misplaced,
+    mismatch_devices,
+)
+from core.engine.trainer import Trainer
 from core.errors import DeviceError
 from core.tasks import TASKS
 from core.tasks.tiny import TinyClassifier, TinyClassifierTask
-from core.engine.trainer import Trainer
 
 
 class MaskedClassifier(TinyClassifier):
@@ -65,8 +71,10 @@ def test_trainer_failure_names_the_misplaced_batch_tensor(bad_tasks, tmp_path):
 
 def test_cuda_style_message_names_module_batch_field_and_fix():
     model = TinyClassifier()  # on the CPU while the run wants cuda:0: every tensor is misplaced
-    exc = RuntimeError("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
-                       "cpu! (when checking argument for argument mat1 in method wrapper_CUDA_addmm)")
+    exc = RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and "
+        "cpu! (when checking argument for argument mat1 in method wrapper_CUDA_addmm)"
+    )
     text = explain_device_mismatch(exc, model, {"x": torch.zeros(2, 10)}, "cuda:0")
     assert "cuda:0 and on cpu" in text
     assert "parameter fc1.weight of module fc1 (Linear) is on cpu" in text
@@ -76,17 +84,28 @@ def test_cuda_style_message_names_module_batch_field_and_fix():
     assert "batch['x'].to('meta')" in only_batch[0].fix("meta")
 
 
-@pytest.mark.parametrize("text, devices", [
-    ("Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",
-     ("cuda:0", "cpu")),
-    ("Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on cuda:0 "
-     "(when checking argument in method wrapper_CUDA_addmm)", ("cpu", "cuda:0")),
-    ("Tensor on device meta is not on the expected device cpu!", ("meta", "cpu")),
-    ("Input and parameter tensors are not at the same device, found input tensor at cpu and parameter tensor at "
-     "cuda:1", ("cpu", "cuda:1")),
-    ("Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same", ("cpu", "cuda")),
-    ("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)", None),
-])
+@pytest.mark.parametrize(
+    "text, devices",
+    [
+        (
+            "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!",
+            ("cuda:0", "cpu"),
+        ),
+        (
+            "Expected all tensors to be on the same device, but got mat1 is on cpu, different from other tensors on cuda:0 "
+            "(when checking argument in method wrapper_CUDA_addmm)",
+            ("cpu", "cuda:0"),
+        ),
+        ("Tensor on device meta is not on the expected device cpu!", ("meta", "cpu")),
+        (
+            "Input and parameter tensors are not at the same device, found input tensor at cpu and parameter tensor at "
+            "cuda:1",
+            ("cpu", "cuda:1"),
+        ),
+        ("Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same", ("cpu", "cuda")),
+        ("mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)", None),
+    ],
+)
 def test_mismatch_messages_of_several_torch_ops_are_recognised(text, devices):
     assert mismatch_devices(text) == devices
 
@@ -109,8 +128,21 @@ def test_cli_inspect_exits_2_with_one_line_naming_both_devices(bad_tasks, capsys
 
 
 def test_cli_train_exits_1_with_the_diagnosis(bad_tasks, capsys, tmp_path):
-    code = main(["train", "--task", "misplaced_batch", "--device", "cpu", "--precision", "fp32", "--max-steps", "2",
-                 "--out", str(tmp_path)])
+    code = main(
+        [
+            "train",
+            "--task",
+            "misplaced_batch",
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+            "--max-steps",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 1
     out = capsys.readouterr()
     assert "batch['x']" in out.out + out.err and "meta" in out.err

@@ -14,11 +14,26 @@ from core.engine.precision import resolve_precision
 from core.engine.trainer import train
 from core.errors import DeviceError, PrecisionError
 
-FAKE_GPU = DeviceInfo(id="cuda:0", type="cuda", name="Fake T4", memory_total=16 * 2**30, capability="7.5",
-                      fp16=True, tensor_cores=True, precisions=("fp32", "fp16"),
-                      unsupported={"bf16": "needs 8.0", "tf32": "needs 8.0"})
-FAKE_AMPERE = dataclasses.replace(FAKE_GPU, name="Fake A100", capability="8.0", bf16=True, tf32=True,
-                                  precisions=("fp32", "tf32", "fp16", "bf16"), unsupported={})
+FAKE_GPU = DeviceInfo(
+    id="cuda:0",
+    type="cuda",
+    name="Fake T4",
+    memory_total=16 * 2**30,
+    capability="7.5",
+    fp16=True,
+    tensor_cores=True,
+    precisions=("fp32", "fp16"),
+    unsupported={"bf16": "needs 8.0", "tf32": "needs 8.0"},
+)
+FAKE_AMPERE = dataclasses.replace(
+    FAKE_GPU,
+    name="Fake A100",
+    capability="8.0",
+    bf16=True,
+    tf32=True,
+    precisions=("fp32", "tf32", "fp16", "bf16"),
+    unsupported={},
+)
 
 
 def test_cpu_is_listed_first_with_json_fields():
@@ -45,9 +60,13 @@ def test_auto_picks_accelerator_then_cpu():
 
 @pytest.mark.parametrize(
     ("device", "mode", "dtype", "scaler"),
-    [(FAKE_AMPERE, "auto", torch.bfloat16, False), (FAKE_GPU, "auto", torch.float16, True),
-     (FAKE_AMPERE, "fp16", torch.float16, True), (FAKE_AMPERE, "tf32", None, False),
-     (FAKE_AMPERE, "fp32", None, False)],
+    [
+        (FAKE_AMPERE, "auto", torch.bfloat16, False),
+        (FAKE_GPU, "auto", torch.float16, True),
+        (FAKE_AMPERE, "fp16", torch.float16, True),
+        (FAKE_AMPERE, "tf32", None, False),
+        (FAKE_AMPERE, "fp32", None, False),
+    ],
 )
 def test_plans_for_gpus(device, mode, dtype, scaler):
     plan = resolve_precision(mode, device)
@@ -145,15 +164,18 @@ def test_only_the_devices_command_asks_gpus_for_free_memory(monkeypatch, capsys)
     assert reported[1]["memory_free"] == 60 * 2**30
 
 
-@pytest.mark.parametrize("flags, fast, named, not_named", [
-    # The reported CPU: avx512_bf16 without AMX must not claim AMX.
-    ({"avx512f", "avx512_bf16"}, True, ["avx512_bf16"], ["AMX"]),
-    ({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}, True, ["AMX bf16 tiles", "avx512_bf16"], []),
-    ({"amx_bf16"}, False, ["emulated"], ["hardware:", "tiles"]),  # bf16 tiles need the tile unit too
-    ({"avx2", "fma"}, False, ["emulated", "slower than fp32"], ["hardware:"]),
-    ({"fp", "asimd", "bf16"}, True, ["Arm bf16"], ["AMX"]),  # aarch64's Features line
-    (set(), False, ["unknown"], ["emulated"]),
-])
+@pytest.mark.parametrize(
+    "flags, fast, named, not_named",
+    [
+        # The reported CPU: avx512_bf16 without AMX must not claim AMX.
+        ({"avx512f", "avx512_bf16"}, True, ["avx512_bf16"], ["AMX"]),
+        ({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}, True, ["AMX bf16 tiles", "avx512_bf16"], []),
+        ({"amx_bf16"}, False, ["emulated"], ["hardware:", "tiles"]),  # bf16 tiles need the tile unit too
+        ({"avx2", "fma"}, False, ["emulated", "slower than fp32"], ["hardware:"]),
+        ({"fp", "asimd", "bf16"}, True, ["Arm bf16"], ["AMX"]),  # aarch64's Features line
+        (set(), False, ["unknown"], ["emulated"]),
+    ],
+)
 def test_cpu_bf16_summary_names_only_what_the_flags_have(flags, fast, named, not_named):
     from core.devices import cpu_bf16_support
 

@@ -48,7 +48,8 @@ def test_it_trains_to_the_stated_accuracy_in_bf16(tmp_path, capsys, digits_run):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["metrics"]["accuracy"] == pytest.approx(
-        summary["test_metrics"]["accuracy"])
+        summary["test_metrics"]["accuracy"]
+    )
 
     # served: the Predictor (what predict and the preview use) and an export's serve.py read a digit as its 64
     # pixels, row by row, and answer the ten probabilities the model gives
@@ -62,7 +63,8 @@ def test_it_trains_to_the_stated_accuracy_in_bf16(tmp_path, capsys, digits_run):
     assert p.shape == (50, 10) and p.sum(1) == pytest.approx([1.0] * 50, abs=1e-5)
     assert (p.argmax(1) == test["y"][:50].numpy()).mean() >= 0.9
     assert predictor.preview_answer(predictor.preview_examples()[0]) == pytest.approx(
-        predictor.predict_rows(predictor.example_rows(1))[0].tolist(), abs=1e-6)
+        predictor.predict_rows(predictor.example_rows(1))[0].tolist(), abs=1e-6
+    )
     export = tmp_path / "export"
     assert main(["export", str(run), "--last", "--task", str(EXAMPLE), "--out", str(export)]) == 0
     import importlib.util

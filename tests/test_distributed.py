@@ -27,8 +27,13 @@ COMMON = ["--task", "tiny", "--device", "cpu", "--log-interval", "5", "--seed", 
 
 
 def cli(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "core.cli", "train", *COMMON, *args], capture_output=True,
-                          text=True, timeout=200, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "core.cli", "train", *COMMON, *args],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        **kwargs,
+    )
 
 
 def one_process(capsys, *args) -> subprocess.CompletedProcess:
@@ -84,12 +89,23 @@ def test_two_processes_match_one_process_at_the_same_global_batch(pair, tmp_path
     assert summary["status"] == "completed" and summary["steps"] == 40
 
     # The 2-process checkpoint (unwrapped model) resumes in a single process.
-    resumed = one_process(capsys, "--resume", str(pair.two / "checkpoint.pt"), "--batch-size", "64",
-                          "--max-steps", "50", "--out", str(tmp_path / "resumed"), "--json")
+    resumed = one_process(
+        capsys,
+        "--resume",
+        str(pair.two / "checkpoint.pt"),
+        "--batch-size",
+        "64",
+        "--max-steps",
+        "50",
+        "--out",
+        str(tmp_path / "resumed"),
+        "--json",
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == 50
-    assert ("resumed a checkpoint of 2 processes on 1: the random streams (dropout, sampling) of rank 1 are not "
-            "used") in resumed.stderr
+    assert (
+        "resumed a checkpoint of 2 processes on 1: the random streams (dropout, sampling) of rank 1 are not used"
+    ) in resumed.stderr
 
 
 def test_a_second_ddp_run_into_the_same_folder_keeps_the_first(pair):
@@ -97,16 +113,30 @@ def test_a_second_ddp_run_into_the_same_folder_keeps_the_first(pair):
     out, second = pair.one, pair.run
     assert "this run writes to" in second.stderr
     assert (out / "checkpoint.pt").read_bytes() == pair.first_checkpoint
-    started = [json.loads(x) for x in (pair.two / "metrics.jsonl").read_text().splitlines()
-               if '"RunStarted"' in x][-1]
+    started = [json.loads(x) for x in (pair.two / "metrics.jsonl").read_text().splitlines() if '"RunStarted"' in x][-1]
     assert [note for note in started["notes"] if not note.startswith("threads: ")] == [
-        f"{out} holds an earlier run, which is kept: this run writes to {pair.two}"]
+        f"{out} holds an earlier run, which is kept: this run writes to {pair.two}"
+    ]
     assert json.loads(second.stdout.strip().splitlines()[-1])["checkpoint"] == str(pair.two / "checkpoint.pt")
 
 
 def start_long_run(out: Path, *extra: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "core.cli", "train", *COMMON, "--batch-size", "16", "--max-steps", "1000000",
-               "--nproc", "2", "--out", str(out), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        *COMMON,
+        "--batch-size",
+        "16",
+        "--max-steps",
+        "1000000",
+        "--nproc",
+        "2",
+        "--out",
+        str(out),
+        *extra,
+    ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -181,8 +211,10 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, caps
     step = ended["step"]
     assert ended["status"] == "failed"
     # Rank 0 names the rank that died and saves its own state, which every replica shared after the last step.
-    assert ended["message"] == (f"rank 1 of this 2-process run died or lost its connection at step {step}; the run "
-                                f"ended. Its state at step {step} is saved: resume from {out / 'checkpoint.pt'}")
+    assert ended["message"] == (
+        f"rank 1 of this 2-process run died or lost its connection at step {step}; the run "
+        f"ended. Its state at step {step} is saved: resume from {out / 'checkpoint.pt'}"
+    )
     # With checkpoint_interval 0 the only last checkpoint is the one saved at the failure (a best checkpoint may
     # come before it, when the kill lands after the first epoch's evaluation: step 102 here).
     last = [e["step"] for e in events if e["event"] == "CheckpointSaved" and e.get("kind", "last") == "last"]
@@ -191,8 +223,9 @@ def test_a_killed_rank_ends_the_run_with_an_error_in_bounded_time(tmp_path, caps
 
     assert load_checkpoint(out / "checkpoint.pt")["step"] == step > 0
     assert took < 90
-    resumed = one_process(capsys, "--resume", str(out / "checkpoint.pt"), "--batch-size", "16", "--max-steps",
-                          str(step + 5), "--json")
+    resumed = one_process(
+        capsys, "--resume", str(out / "checkpoint.pt"), "--batch-size", "16", "--max-steps", str(step + 5), "--json"
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["steps"] == step + 5
     print(f"run ended {took:.1f} s after rank 1 was killed, with a checkpoint at step {step} that resumed")
@@ -218,8 +251,10 @@ def run_ranks(fn, *args, world_size: int = 2, timeout: float = 150) -> list:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     environ = dict(os.environ)
-    processes = [context.Process(target=_rank_main, args=(fn, rank, world_size, port, queue, args, environ),
-                                 daemon=True) for rank in range(world_size)]
+    processes = [
+        context.Process(target=_rank_main, args=(fn, rank, world_size, port, queue, args, environ), daemon=True)
+        for rank in range(world_size)
+    ]
     for process in processes:
         process.start()
     results = {}
@@ -239,27 +274,55 @@ def run_ranks(fn, *args, world_size: int = 2, timeout: float = 150) -> list:
 def _rank_main(fn, rank: int, world_size: int, port: int, queue, args, environ: dict) -> None:
     os.environ.clear()
     os.environ.update(environ)  # the test's, not the fork server's (it started in an earlier test)
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-                       "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)})
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+        }
+    )
     import torch
 
     torch.set_num_threads(1)
     try:
         queue.put((rank, True, fn(rank, *args)))
-    except BaseException:  # noqa: BLE001 (the parent reports it)
+    except BaseException:
         queue.put((rank, False, traceback.format_exc()))
 
 
-REC = {"items": 100, "track_len": 10, "interactions": 4000, "mean_len": 20, "max_len": 16, "d_model": 16,
-       "heads": 2, "layers": 1, "dropout": 0.5, "loss": "sampled", "sampled_negatives": 32}
+REC = {
+    "items": 100,
+    "track_len": 10,
+    "interactions": 4000,
+    "mean_len": 20,
+    "max_len": 16,
+    "d_model": 16,
+    "heads": 2,
+    "layers": 1,
+    "dropout": 0.5,
+    "loss": "sampled",
+    "sampled_negatives": 32,
+}
 
 
 def rec_config(out: str, max_steps: int, **overrides):
     from core.config import RunConfig
 
-    return RunConfig.for_task("recommender", task_options=REC, device="cpu", precision="fp32", batch_size=16,
-                              max_steps=max_steps, log_interval=2, eval_interval=0, threads=1, out_dir=out,
-                              **overrides)
+    return RunConfig.for_task(
+        "recommender",
+        task_options=REC,
+        device="cpu",
+        precision="fp32",
+        batch_size=16,
+        max_steps=max_steps,
+        log_interval=2,
+        eval_interval=0,
+        threads=1,
+        out_dir=out,
+        **overrides,
+    )
 
 
 def _randomness_of_each_rank(rank: int, out: str) -> dict:
@@ -312,8 +375,14 @@ def _train_and_report_rng(rank: int, out: str, max_steps: int, resume: str | Non
     finally:
         trainer.cleanup(ended_normally=True)
     at_end = (torch.get_rng_state().numpy().copy(), random.getstate()[1][:8])
-    return {"after_setup": after_setup, "at_end": at_end, "status": ended.status, "step": ended.step,
-            "checkpoint": ended.checkpoint, "notes": list(trainer.notes)}
+    return {
+        "after_setup": after_setup,
+        "at_end": at_end,
+        "status": ended.status,
+        "step": ended.step,
+        "checkpoint": ended.checkpoint,
+        "notes": list(trainer.notes),
+    }
 
 
 def same_rng(a, b) -> bool:
@@ -333,8 +402,10 @@ def _three_runs_of_each_rank(rank: int, root: str, ports: list[int]) -> dict:
     part = phase(ports[0], f"{root}/part", 3, None)
     saved = load_checkpoint(f"{root}/part/checkpoint.pt") if rank == 0 else None
     if saved is not None:
-        part["saved"] = {"ranks": len(saved["rng_per_rank"]), "differ": not torch.equal(
-            saved["rng_per_rank"][0]["torch"], saved["rng_per_rank"][1]["torch"])}
+        part["saved"] = {
+            "ranks": len(saved["rng_per_rank"]),
+            "differ": not torch.equal(saved["rng_per_rank"][0]["torch"], saved["rng_per_rank"][1]["torch"]),
+        }
     rest = phase(ports[1], f"{root}/part", 6, f"{root}/part/checkpoint.pt")
     straight = phase(ports[2], f"{root}/straight", 6, None)
     if rank == 0:
@@ -373,8 +444,12 @@ def test_a_checkpoint_of_one_process_resumes_on_two(tmp_path):
     fresh = torch.Generator().manual_seed(saved["config"]["seed"] + 1).get_state()
     assert (first["after_setup"][0] == fresh.numpy()).all()
     assert zero["step"] == 5
-    assert zero["notes"] == [("resumed a checkpoint of 1 process on 2: fresh random streams (dropout, sampling) "
-                              "are seeded for rank 1 from seed + rank")]
+    assert zero["notes"] == [
+        (
+            "resumed a checkpoint of 1 process on 2: fresh random streams (dropout, sampling) "
+            "are seeded for rank 1 from seed + rank"
+        )
+    ]
 
 
 EVAL_CASES = {
@@ -394,9 +469,18 @@ def _evaluate_each_task(rank: int, out: str) -> dict:
 
     results = {}
     for task, options in EVAL_CASES.items():
-        trainer = Trainer(RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32",
-                                             batch_size=8, threads=1, out_dir=f"{out}/{task}"),
-                          dist_ctx=DistContext.from_env())
+        trainer = Trainer(
+            RunConfig.for_task(
+                task,
+                task_options=options,
+                device="cpu",
+                precision="fp32",
+                batch_size=8,
+                threads=1,
+                out_dir=f"{out}/{task}",
+            ),
+            dist_ctx=DistContext.from_env(),
+        )
         trainer.setup()  # the process group stays up across tasks: no cleanup until the end
         rows, evaluate_parts = [], trainer.task.evaluate_parts
 
@@ -405,8 +489,11 @@ def _evaluate_each_task(rank: int, out: str) -> dict:
             return _parts(model, split, batch_size)
 
         trainer.task.evaluate_parts = recording
-        results[task] = {"val": trainer.evaluate(), "test": trainer.evaluate("test") if trainer.test else None,
-                         "rows": rows}
+        results[task] = {
+            "val": trainer.evaluate(),
+            "test": trainer.evaluate("test") if trainer.test else None,
+            "rows": rows,
+        }
     timeout = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu")).options._timeout
     dist.destroy_process_group()
     return {"tasks": results, "timeout_seconds": timeout.total_seconds()}
@@ -422,8 +509,17 @@ def test_evaluation_is_shared_out_and_matches_one_process(tmp_path):
     # The process group waits at least as long as torch's default (not a shorter, hand-set timeout).
     assert zero["timeout_seconds"] >= default_pg_timeout.total_seconds()
     for task, options in EVAL_CASES.items():
-        single = Trainer(RunConfig.for_task(task, task_options=options, device="cpu", precision="fp32",
-                                            batch_size=8, threads=1, out_dir=str(tmp_path / task)))
+        single = Trainer(
+            RunConfig.for_task(
+                task,
+                task_options=options,
+                device="cpu",
+                precision="fp32",
+                batch_size=8,
+                threads=1,
+                out_dir=str(tmp_path / task),
+            )
+        )
         single.setup()
         expected = {"val": single.evaluate(), "test": single.evaluate("test") if single.test else None}
         rows = [len(split) for split in (single.val, single.test) if split]
@@ -457,8 +553,10 @@ def _fail_in_load_data(rank: int, out: str) -> dict:
 
     TinyClassifierTask.load_data = failing
     try:
-        Trainer(RunConfig.for_task("tiny", device="cpu", precision="fp32", max_steps=2, out_dir=out),
-                dist_ctx=DistContext.from_env()).run()
+        Trainer(
+            RunConfig.for_task("tiny", device="cpu", precision="fp32", max_steps=2, out_dir=out),
+            dist_ctx=DistContext.from_env(),
+        ).run()
     except DataError as exc:
         seen["error"] = str(exc)
     seen["group_is_up"] = dist.is_initialized()

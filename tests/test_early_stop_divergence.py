@@ -22,8 +22,9 @@ def test_min_mode_stops_above_the_threshold_with_the_reason():
     assert not tracker.update(10.0, 200).improved and not tracker.should_stop  # at the threshold: not past it
     tracker.update(12.3, 300)
     assert tracker.should_stop
-    assert tracker.stop_message() == ("val loss 12.3 is worse than the divergence threshold 10 at step 300; "
-                                      "best 0.41 at step 100")
+    assert tracker.stop_message() == (
+        "val loss 12.3 is worse than the divergence threshold 10 at step 300; best 0.41 at step 100"
+    )
     tracker.update(50.0, 400)  # the first crossing is the one reported
     assert tracker.diverged == (12.3, 300)
 
@@ -35,8 +36,9 @@ def test_max_mode_stops_below_the_threshold():
     assert not tracker.should_stop
     tracker.update(0.2, 30)
     assert tracker.should_stop
-    assert tracker.stop_message() == ("val accuracy 0.2 is worse than the divergence threshold 0.5 at step 30; "
-                                      "best 0.7 at step 10")
+    assert tracker.stop_message() == (
+        "val accuracy 0.2 is worse than the divergence threshold 0.5 at step 30; best 0.7 at step 10"
+    )
 
 
 def test_the_first_evaluation_past_the_threshold_names_no_earlier_best():
@@ -96,8 +98,9 @@ def test_max_mode_on_the_run_stops_at_the_first_evaluation_below(tiny_config, re
     below = [step for step in sorted(curve) if curve[step] < 0.99]
     assert below, "the tiny curve should dip under 0.99 at some evaluation"
     assert ended.step == below[0] == max(curve)
-    assert ended.message.startswith(f"val accuracy {curve[below[0]]:.4g} is worse than the divergence threshold "
-                                    f"0.99 at step {below[0]}")
+    assert ended.message.startswith(
+        f"val accuracy {curve[below[0]]:.4g} is worse than the divergence threshold 0.99 at step {below[0]}"
+    )
 
 
 def test_a_nan_validation_metric_ends_the_run(tiny_config, recorder, monkeypatch):
@@ -131,8 +134,14 @@ def test_with_evaluations_at_epoch_ends_it_works_as_patience_does(tiny_config, r
     assert "worse than the divergence threshold 0.01" in ended.message
 
 
-@pytest.mark.parametrize("value, words", [(-1.0, "out of range: must be between 0 and"),
-                                          (float("nan"), "not a finite number"), (float("inf"), "not a finite number")])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        (-1.0, "out of range: must be between 0 and"),
+        (float("nan"), "not a finite number"),
+        (float("inf"), "not a finite number"),
+    ],
+)
 def test_negative_or_non_finite_thresholds_are_one_line_errors(value, words):
     cfg = RunConfig.for_task("tiny", early_stop_divergence=value)
     assert words in cfg.errors()["early_stop_divergence"]
@@ -166,8 +175,18 @@ def _diverge_on_each_rank(rank: int, out: str) -> dict:
             return {**original(*args, **kwargs), "accuracy": 1.0}
 
         trainer_module.evaluate_split = perfect
-    cfg = RunConfig.for_task("tiny", device="cpu", precision="fp32", out_dir=out, log_interval=5, max_steps=200,
-                             optimizer="sgd", lr=3.0, early_stop_divergence=0.99, **FAST)
+    cfg = RunConfig.for_task(
+        "tiny",
+        device="cpu",
+        precision="fp32",
+        out_dir=out,
+        log_interval=5,
+        max_steps=200,
+        optimizer="sgd",
+        lr=3.0,
+        early_stop_divergence=0.99,
+        **FAST,
+    )
     seen = []
     ended = Trainer(cfg, sink=seen.append, dist_ctx=DistContext.from_env()).run()
     curve = {e.step: e.metrics["accuracy"] for e in seen if isinstance(e, EvalMetrics) and e.split == "val"}

@@ -33,8 +33,11 @@ def test_a_stopped_run_gets_test_metrics_by_its_id_and_best(capsys, tmp_path, ru
         if isinstance(event, StepMetrics) and event.step >= 20:
             control.stop()
 
-    ended = train(RunConfig.for_task("sentiment", device="cpu", max_steps=200, eval_interval=10, log_interval=5,
-                                     threads=1), sink=stop_at, control=control)
+    ended = train(
+        RunConfig.for_task("sentiment", device="cpu", max_steps=200, eval_interval=10, log_interval=5, threads=1),
+        sink=stop_at,
+        control=control,
+    )
     assert ended.status == "stopped" and not ended.test_metrics
     run_id = json.loads((runs_root_in_tmp.glob("*/run.json").__next__()).read_text())["id"]
     code, out, _ = cli(capsys, "evaluate", run_id[:6], "--last", "--json")
@@ -48,11 +51,9 @@ def test_a_stopped_run_gets_test_metrics_by_its_id_and_best(capsys, tmp_path, ru
 
 
 def test_another_data_file(capsys, tmp_path):
-    ended = train(RunConfig.for_task("sentiment", device="cpu", max_steps=20, threads=1,
-                                     out_dir=str(tmp_path / "s")))
+    ended = train(RunConfig.for_task("sentiment", device="cpu", max_steps=20, threads=1, out_dir=str(tmp_path / "s")))
     rng = random.Random(0)
-    rows = [("great lesson, loved it", 1), ("boring and confusing", 0), ("clear and useful", 1),
-            ("waste of time", 0)]
+    rows = [("great lesson, loved it", 1), ("boring and confusing", 0), ("clear and useful", 1), ("waste of time", 0)]
     lines = ["text,label"] + [f'"{t}",{y}' for t, y in (rng.choice(rows) for _ in range(400))]
     data = tmp_path / "reviews.csv"
     data.write_text("\n".join(lines) + "\n")
@@ -91,11 +92,14 @@ def test_a_run_without_a_best_checkpoint_is_measured_at_its_last_and_says_so(cap
     assert code == 2 and "no best checkpoint" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["evaluate", "nope"], "nope: no such checkpoint file or run folder, and no run 'nope'"),
-    (["evaluate", "__FILE__", "--best"], "--best takes a run"),
-    (["evaluate", "__DIR__"], "no checkpoint.pt in this folder"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["evaluate", "nope"], "nope: no such checkpoint file or run folder, and no run 'nope'"),
+        (["evaluate", "__FILE__", "--best"], "--best takes a run"),
+        (["evaluate", "__DIR__"], "no checkpoint.pt in this folder"),
+    ],
+)
 def test_bad_targets_are_one_line_exit_2(capsys, tmp_path, argv, message):
     (tmp_path / "x.pt").write_bytes(b"not a checkpoint")
     argv = [a.replace("__FILE__", str(tmp_path / "x.pt")).replace("__DIR__", str(tmp_path)) for a in argv]

@@ -32,8 +32,17 @@ def runs(trained_runs, tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        long = train(RunConfig.for_task("ranking", device="cpu", max_steps=10, threads=1, task_options=RANKING_LONG,
-                                        eval_interval=0, out_dir=str(tmp_path_factory.mktemp("ranking_long"))))
+        long = train(
+            RunConfig.for_task(
+                "ranking",
+                device="cpu",
+                max_steps=10,
+                threads=1,
+                task_options=RANKING_LONG,
+                eval_interval=0,
+                out_dir=str(tmp_path_factory.mktemp("ranking_long")),
+            )
+        )
     finally:
         torch.set_num_threads(threads)
     assert long.status == "completed", long.message
@@ -206,8 +215,7 @@ def test_a_checkpoint_outside_a_run_folder_gets_its_report_next_to_it(runs, tmp_
     assert code == 0 and (loose.parent / REPORT_FILE).is_file()
 
 
-@pytest.mark.parametrize("text, line", [('{"task": "tiny", "metrics": {', 1), ("[1, 2]", 1),
-                                        ('{\n"a": 1,\n oops}', 3)])
+@pytest.mark.parametrize("text, line", [('{"task": "tiny", "metrics": {', 1), ("[1, 2]", 1), ('{\n"a": 1,\n oops}', 3)])
 def test_a_damaged_report_reads_as_none_or_one_line(tmp_path, text, line):
     (tmp_path / REPORT_FILE).write_text(text)
     assert load_report(tmp_path) is None

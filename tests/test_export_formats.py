@@ -134,8 +134,11 @@ def test_manifests_carry_what_serving_needs(trained_exports):
     assert serving["tiny"]["features"] == 10
     tokenizer = serving["sentiment"]["tokenizer"]
     options = TASK_OPTIONS["sentiment"]
-    assert (tokenizer["buckets"], tokenizer["max_tokens"], tokenizer["negation_scope"]) == (options["buckets"],
-                                                                                           options["max_tokens"], 3)
+    assert (tokenizer["buckets"], tokenizer["max_tokens"], tokenizer["negation_scope"]) == (
+        options["buckets"],
+        options["max_tokens"],
+        3,
+    )
     assert "CRC32" in tokenizer["recipe"] and "not" in tokenizer["negators"]
     rec = serving["recommender"]
     assert rec["max_len"] == 8 and rec["padding"].startswith("left")
@@ -168,20 +171,25 @@ print(json.dumps(model.predict(json.loads(sys.argv[2]), **json.loads(sys.argv[3]
 
 
 def served(fresh_python: FreshPython, tmp_path: Path, folder: Path, inputs, **kwargs):
-    return json.loads(run_fresh(fresh_python, SERVE_CALL, tmp_path, str(folder), json.dumps(inputs),
-                                json.dumps(kwargs)))
+    return json.loads(
+        run_fresh(fresh_python, SERVE_CALL, tmp_path, str(folder), json.dumps(inputs), json.dumps(kwargs))
+    )
 
 
-REVIEWS = ["Clear and useful, not boring at all.", "I didn't like it: confusing; never again!",
-           "Great lesson", "", "Café au lait — pas mal; NOT WORTH IT"]
+REVIEWS = [
+    "Clear and useful, not boring at all.",
+    "I didn't like it: confusing; never again!",
+    "Great lesson",
+    "",
+    "Café au lait — pas mal; NOT WORTH IT",
+]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, trained_exports, fresh_python, tmp_path, task,
-                                                           fmt):
+def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, trained_exports, fresh_python, tmp_path, task, fmt):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
     folder = trained_exports(task, fmt).folder
@@ -205,8 +213,7 @@ def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, trained_expor
         vocabulary = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
         # ids as the file had them (text), or as numbers: the same lessons
         # (the second is longer than the model's window)
-        histories = [[LESSONS[3], LESSONS[4], LESSONS[5]], [str(LESSONS[t % 4]) for t in range(12)],
-                     [str(LESSONS[7])]]
+        histories = [[LESSONS[3], LESSONS[4], LESSONS[5]], [str(LESSONS[t % 4]) for t in range(12)], [str(LESSONS[7])]]
         answer = served(fresh_python, tmp_path, folder, histories, k=5)
         max_len = model.positions.num_embeddings
         for history, top in zip(histories, answer):
@@ -233,20 +240,38 @@ def test_serve_py_in_a_fresh_python_gives_the_models_answers(runs, trained_expor
 
 
 CORPUS = [
-    "", "   ", "Great!", "not good", "I don't like it, but the end was fine.", "Never again... seriously",
-    "Didn’t work — at all; hardly useful (nothing new).", "'quoted' words and ''double'' quotes'",
-    "Café, naïve, façade, résumé", "ﬁne ＦＵＬＬ－ＷＩＤＴＨ ｌｅｔｔｅｒｓ", "ΟΔΟΣ ΣΟΦΙΑ σοφός", "İstanbul DİYARBAKIR",
-    "Straße STRASSE ẞ", "日本語のレビューです。とても良い！", "emoji 👍👍 rocks 10/10 and 5*", "a|b | c || d",
-    "under_score snake_case and dash-case", "no, no, NO: never not without nor neither cannot",
-    "it wasn't bad. It wasn't good either! won't, can't, shouldn't", "x" * 300,
-    "tabs\tand\nnewlines\r\nhere", "numbers 3.14 and 1,000 and ½ ² ³", "combining e\u0301 and a\u0308",
-    "«guillemets» and “curly” and \"straight\" quotes", "[brackets] {braces} (parens)",
+    "",
+    "   ",
+    "Great!",
+    "not good",
+    "I don't like it, but the end was fine.",
+    "Never again... seriously",
+    "Didn’t work — at all; hardly useful (nothing new).",
+    "'quoted' words and ''double'' quotes'",
+    "Café, naïve, façade, résumé",
+    "ﬁne ＦＵＬＬ－ＷＩＤＴＨ ｌｅｔｔｅｒｓ",
+    "ΟΔΟΣ ΣΟΦΙΑ σοφός",
+    "İstanbul DİYARBAKIR",
+    "Straße STRASSE ẞ",
+    "日本語のレビューです。とても良い！",
+    "emoji 👍👍 rocks 10/10 and 5*",
+    "a|b | c || d",
+    "under_score snake_case and dash-case",
+    "no, no, NO: never not without nor neither cannot",
+    "it wasn't bad. It wasn't good either! won't, can't, shouldn't",
+    "x" * 300,
+    "tabs\tand\nnewlines\r\nhere",
+    "numbers 3.14 and 1,000 and ½ ² ³",
+    "combining e\u0301 and a\u0308",
+    '«guillemets» and “curly” and "straight" quotes',
+    "[brackets] {braces} (parens)",
     "don't stop, not even once; never stop believing in nothing but good things",
 ]
 
 
-@pytest.mark.parametrize("buckets, max_tokens, scope", [(1 << 19, 256, 3), (1024, 24, 0), (97, 7, 1),
-                                                        (1 << 16, 64, 10)])
+@pytest.mark.parametrize(
+    "buckets, max_tokens, scope", [(1 << 19, 256, 3), (1024, 24, 0), (97, 7, 1), (1 << 16, 64, 10)]
+)
 def test_serve_tokenizer_gives_cores_ids(buckets, max_tokens, scope):
     from core.data.reviews import generate_reviews
     from core.data.tokenizer import hashed_tokens
@@ -268,12 +293,29 @@ def test_serve_tokenizer_gives_cores_ids_on_random_unicode():
     from core.data.tokenizer import hashed_tokens
 
     rng = random.Random(0)
-    pieces = list("abcXYZ '’.,;:!?()[]{}\"“”…|-_/\t\n0123") + ["not", "n't", "never", "İ", "Σ", "ß", "ﬁ", "é",
-                                                                   "e\u0301", "½", "Ⅻ", "👍", "日本", "ǅ", "\u00a0"]
+    pieces = list("abcXYZ '’.,;:!?()[]{}\"“”…|-_/\t\n0123") + [
+        "not",
+        "n't",
+        "never",
+        "İ",
+        "Σ",
+        "ß",
+        "ﬁ",
+        "é",
+        "e\u0301",
+        "½",
+        "Ⅻ",
+        "👍",
+        "日本",
+        "ǅ",
+        "\u00a0",
+    ]
     texts = []
     while len(texts) < 1500:
-        text = "".join(rng.choice(pieces) if rng.random() < 0.6 else chr(rng.randint(0x20, 0x2FFFF))
-                       for _ in range(rng.randint(0, 30)))
+        text = "".join(
+            rng.choice(pieces) if rng.random() < 0.6 else chr(rng.randint(0x20, 0x2FFFF))
+            for _ in range(rng.randint(0, 30))
+        )
         if all(not 0xD800 <= ord(c) <= 0xDFFF and unicodedata.category(c) != "Cn" for c in text):
             texts.append(text)
     for scope in (0, 3):
@@ -285,8 +327,9 @@ def test_serve_tokenizer_gives_cores_ids_on_random_unicode():
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fmt", ["program", "safetensors"])
 def test_bf16_weights_make_a_smaller_file_with_a_bounded_difference(runs, tmp_path, capsys, fmt):
-    code, out, err = cli(capsys, "export", runs["sentiment"], "--format", fmt, "--dtype", "bf16",
-                         "--out", tmp_path / "bf16", "--json")
+    code, out, err = cli(
+        capsys, "export", runs["sentiment"], "--format", fmt, "--dtype", "bf16", "--out", tmp_path / "bf16", "--json"
+    )
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     assert result["dtype"] == "bf16" and result["size_bytes"] < result["fp32_size_bytes"]
@@ -296,8 +339,9 @@ def test_bf16_weights_make_a_smaller_file_with_a_bounded_difference(runs, tmp_pa
 
         weights = load_file(str(tmp_path / "bf16" / "model.safetensors"))
         assert weights["bag.weight"].dtype == torch.bfloat16
-    code, out, err = cli(capsys, "export", runs["sentiment"], "--format", fmt, "--dtype", "bf16",
-                         "--out", tmp_path / "bf16-text")
+    code, out, err = cli(
+        capsys, "export", runs["sentiment"], "--format", fmt, "--dtype", "bf16", "--out", tmp_path / "bf16-text"
+    )
     assert code == 0 and "bf16 vs fp32" in out and "max abs difference" in out
 
 
@@ -326,7 +370,7 @@ def test_a_run_exports_its_best_checkpoint_by_default_and_its_last_when_it_kept_
 def corrupt_copy(checkpoint: Path, tmp_path: Path) -> Path:
     data = bytearray(checkpoint.read_bytes())
     middle = len(data) // 2
-    data[middle:middle + 64] = bytes(64)
+    data[middle : middle + 64] = bytes(64)
     bad = tmp_path / "corrupt.pt"
     bad.write_bytes(bytes(data))
     return bad
@@ -336,9 +380,13 @@ def corrupt_copy(checkpoint: Path, tmp_path: Path) -> Path:
 def test_bad_input_is_one_line_and_nothing_is_written(runs, tmp_path, capsys, case):
     out = tmp_path / "out" / "export"
     argv = ["export", runs["tiny"], "--out", out]
-    message = {"corrupt": "checkpoint is corrupted", "format": "'torchscript' is not an export format",
-               "dtype": "'int8' is not an export dtype", "not-empty": "exists and is not empty",
-               "onnx-bf16": "use --dtype fp16 for ONNX"}[case]
+    message = {
+        "corrupt": "checkpoint is corrupted",
+        "format": "'torchscript' is not an export format",
+        "dtype": "'int8' is not an export dtype",
+        "not-empty": "exists and is not empty",
+        "onnx-bf16": "use --dtype fp16 for ONNX",
+    }[case]
     if case == "corrupt":
         argv[1] = corrupt_copy(runs["tiny"], tmp_path)
     elif case == "format":
@@ -361,8 +409,7 @@ def test_bad_input_is_one_line_and_nothing_is_written(runs, tmp_path, capsys, ca
 
 def test_onnx_without_its_packages_names_the_extra(runs, tmp_path, capsys, monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
     code, _out, err = cli(capsys, "export", runs["tiny"], "--format", "onnx", "--out", tmp_path / "x")
     errors = [line for line in err.splitlines() if line.startswith("amp-console:")]
     assert code == 2 and len(errors) == 1 and "onnxruntime" in errors[0]
@@ -390,16 +437,18 @@ def test_the_readme_script_runs_as_printed(runs, trained_exports, fresh_python):
     review = re.search(r'hashed_tokens\(\["(.*?)"\]', snippet).group(1)
     o = task.opts
     with torch.no_grad():
-        expected = torch.softmax(model(hashed_tokens(pa.array([review]), o["buckets"], o["max_tokens"],
-                                                     o["negation_scope"])), -1)[0, 1]
+        expected = torch.softmax(
+            model(hashed_tokens(pa.array([review]), o["buckets"], o["max_tokens"], o["negation_scope"])), -1
+        )[0, 1]
     assert float(out[-1].split()[-1].strip("[]")) == pytest.approx(float(expected), abs=1e-5)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, trained_exports, fresh_python, tmp_path,
-                                                                  task):
+def test_the_exported_program_answers_as_predict_and_the_preview_do(
+    runs, trained_exports, fresh_python, tmp_path, task
+):
     """core.runs.predict's Predictor (behind `amp-console predict` and the preview panel) and the exported program
     served by serve.py in a fresh Python give the same answers for the same inputs."""
     from core.runs.predict import load_predictor
@@ -413,8 +462,12 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(runs, traine
     elif task == "sentiment":
         assert served(fresh_python, tmp_path, folder, REVIEWS) == pytest.approx(predictor.sentiment(REVIEWS), abs=1e-5)
     elif task == "recommender":
-        histories = [[str(i) for i in LESSONS[2:5]], [str(LESSONS[7])], [str(i) for i in LESSONS[::3]],
-                     ["no-such-lesson", "-1"]]  # nothing known: no answer from either
+        histories = [
+            [str(i) for i in LESSONS[2:5]],
+            [str(LESSONS[7])],
+            [str(i) for i in LESSONS[::3]],
+            ["no-such-lesson", "-1"],
+        ]  # nothing known: no answer from either
         answers = served(fresh_python, tmp_path, folder, histories, k=6)
         assert answers[-1] == []
         for ours, theirs in zip(answers, predictor.recommend_many(histories, k=6)):
@@ -465,13 +518,17 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(trained_exports, 
         calls.update(batch=[[["Great lesson"]], {}], one=[["Great lesson"], {}], none=[[[None]], {}])
     elif task == "recommender":
         a, b = LESSONS[3], LESSONS[4]
-        calls.update(batch=[[[[a, b]]], {"k": 3}], floats=[[[[float(a), f"{b}.0"]]], {"k": 3}],
-                     text=[[f"{a} {b}"], {"k": 3}], commas=[[[f"[{a}, {b}]"]], {"k": 3}], flat=[[[a, b]], {"k": 3}],
-                     k0=[[[[a]]], {"k": 0}])
+        calls.update(
+            batch=[[[[a, b]]], {"k": 3}],
+            floats=[[[[float(a), f"{b}.0"]]], {"k": 3}],
+            text=[[f"{a} {b}"], {"k": 3}],
+            commas=[[[f"[{a}, {b}]"]], {"k": 3}],
+            flat=[[[a, b]], {"k": 3}],
+            k0=[[[[a]]], {"k": 0}],
+        )
     else:
         width = 10 if task == "tiny" else TASK_OPTIONS["ranking"]["features"]
-        calls.update(batch=[[[[0.5] * width]], {}], one=[[[0.5] * width], {}],
-                     short=[[[[0.5] * (width - 1)]], {}])
+        calls.update(batch=[[[[0.5] * width]], {}], one=[[[0.5] * width], {}], short=[[[[0.5] * (width - 1)]], {}])
     got = json.loads(run_fresh(fresh_python, EDGE_CALLS, tmp_path, str(folder), json.dumps(calls)))
     assert got["empty"] == []
     if task == "sentiment":
@@ -482,8 +539,9 @@ def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(trained_exports, 
         assert got["floats"] == got["text"] == got["flat"] == got["batch"]  # 5009.0 is lesson 5009
         assert got["commas"] == got["batch"]  # "[5009, 5012]": the list as text
         assert got["k0"].startswith("error: k=0: ask for at least 1")
-        numpy_k = ("import numpy\n"
-                   "print(json.dumps(serve.load(folder).predict(json.loads(sys.argv[2]), k=numpy.int64(3))))")
+        numpy_k = (
+            "import numpy\nprint(json.dumps(serve.load(folder).predict(json.loads(sys.argv[2]), k=numpy.int64(3))))"
+        )
         same = run_fresh(fresh_python, SERVE_IMPORT + numpy_k, tmp_path, str(folder), json.dumps([[a, b]]))
         assert json.loads(same) == got["batch"]  # numpy's integers are integers
     else:
@@ -499,9 +557,17 @@ def test_out_dot_fills_the_empty_current_folder(runs, tmp_path, capsys, monkeypa
     code, out, err = cli(capsys, "export", runs["tiny"], "--out", ".", "--format", "safetensors")
     assert code == 0, err
     assert f"to {here}:" in out  # named, not "."
-    assert sorted(p.name for p in here.iterdir()) == ["manifest.json", "model.json", "model.pt", "model.safetensors",
-                                                      "serve.py", "serve_http.py", "serve_lines.py",
-                                                      "serve_program.py", "tiny_standalone.py"]
+    assert sorted(p.name for p in here.iterdir()) == [
+        "manifest.json",
+        "model.json",
+        "model.pt",
+        "model.safetensors",
+        "serve.py",
+        "serve_http.py",
+        "serve_lines.py",
+        "serve_program.py",
+        "tiny_standalone.py",
+    ]
     assert not [p for p in tmp_path.iterdir() if p.name != "here"]  # no staging folder left beside it
 
 

@@ -30,8 +30,21 @@ def run(tmp_path_factory):
     """A trained regression run (the registry restored to the built-ins afterwards)."""
     with restored_task_registry():
         root = tmp_path_factory.mktemp("fifth")
-        code = main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "120", "--runs-dir",
-                     str(root / "runs"), "--seed", "3"])
+        code = main(
+            [
+                "train",
+                "--task",
+                REFERENCE,
+                "--epochs",
+                "1",
+                "--max-steps",
+                "120",
+                "--runs-dir",
+                str(root / "runs"),
+                "--seed",
+                "3",
+            ]
+        )
         assert code == 0
         (folder,) = (root / "runs").iterdir()
         yield folder
@@ -85,8 +98,9 @@ def test_predict_scores_a_file_and_names_its_bad_row(run, predictor, tmp_path, c
     lines.insert(2, "1,2,three,4,5,6,7,8")
     (tmp_path / "rows.csv").write_text("\n".join(lines) + "\n")
     out = tmp_path / "scored.csv"
-    assert main(["predict", str(run), "--task", REFERENCE, "--input", str(tmp_path / "rows.csv"),
-                 "--out", str(out)]) == 0
+    assert (
+        main(["predict", str(run), "--task", REFERENCE, "--input", str(tmp_path / "rows.csv"), "--out", str(out)]) == 0
+    )
     err = capsys.readouterr().err
     assert "line 3" in err and "three" in err  # the bad row named; the others scored
     import pyarrow.csv as pacsv

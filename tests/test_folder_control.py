@@ -56,8 +56,12 @@ def test_pause_resume_stop_through_files_are_acknowledged_then_done(tiny_config,
     assert load_checkpoint(stopped.outcome.checkpoint)["step"] == stopped.outcome.step == result["ended"].step
     kinds = [r["event"] for r in read_jsonl(folder / "metrics.jsonl") if r["event"] != "StepMetrics"]
     acks = [r for r in read_jsonl(folder / "metrics.jsonl") if r["event"] == "ControlAcknowledged"]
-    assert [a["seq"] for a in acks] == [1, 2, 3, 4] and [a["verb"] for a in acks] == ["pause", "pause", "resume",
-                                                                                       "stop"]
+    assert [a["seq"] for a in acks] == [1, 2, 3, 4] and [a["verb"] for a in acks] == [
+        "pause",
+        "pause",
+        "resume",
+        "stop",
+    ]
     # each acknowledgement comes before what it leads to
     assert kinds.index("ControlAcknowledged") < kinds.index("RunPaused") < kinds.index("RunResumed")
     # the stop's acknowledgement, then its checkpoint and the end (an epoch's checkpoint may fall between)
@@ -71,8 +75,9 @@ def test_the_training_loop_never_reads_the_control_folder(tiny_config, tmp_path,
     """Only the watcher thread looks at the folder, a few times a second, whatever the number of steps."""
     calls = []
     real = os.listdir
-    monkeypatch.setattr(folder_control.os, "listdir",
-                        lambda path: calls.append(threading.current_thread().name) or real(path))
+    monkeypatch.setattr(
+        folder_control.os, "listdir", lambda path: calls.append(threading.current_thread().name) or real(path)
+    )
     (tmp_path / "run" / "control").mkdir(parents=True)
     started = time.monotonic()
     ended = train(tiny_config(max_steps=3000, log_interval=1))

@@ -20,8 +20,14 @@ from core.tasks import create_task
 SMALL_SENTIMENT = {"buckets": 4096, "dim": 8, "hidden": 0}
 
 
-def reviews(path: Path, n: int, flip: bool = False, split: list[str] | None = None, sep: str = ",",
-            header: tuple[str, str] = ("text", "label")) -> str:
+def reviews(
+    path: Path,
+    n: int,
+    flip: bool = False,
+    split: list[str] | None = None,
+    sep: str = ",",
+    header: tuple[str, str] = ("text", "label"),
+) -> str:
     """n reviews whose words give the label away ('great' 1, 'awful' 0), or the opposite with `flip`."""
     rows = [sep.join([*header, *(["split"] if split else [])])]
     for i in range(n):
@@ -80,11 +86,24 @@ def test_sentiment_weights_are_fit_on_the_given_training_file_only(tmp_path):
 def test_test_metrics_come_from_the_test_file(tmp_path):
     """A test file whose labels contradict the training words: a model that learned them scores high on the
     given validation file and low on the given test file."""
-    files = {"train": reviews(tmp_path / "train.csv", 64), "val": reviews(tmp_path / "val.csv", 20),
-             "test": reviews(tmp_path / "test.csv", 20, flip=True)}
-    cfg = RunConfig.for_task("sentiment", data=files["train"], val_data=files["val"], test_data=files["test"],
-                             task_options=SMALL_SENTIMENT, device="cpu", threads=1, epochs=15, batch_size=16,
-                             lr=0.05, out_dir=str(tmp_path / "run"))
+    files = {
+        "train": reviews(tmp_path / "train.csv", 64),
+        "val": reviews(tmp_path / "val.csv", 20),
+        "test": reviews(tmp_path / "test.csv", 20, flip=True),
+    }
+    cfg = RunConfig.for_task(
+        "sentiment",
+        data=files["train"],
+        val_data=files["val"],
+        test_data=files["test"],
+        task_options=SMALL_SENTIMENT,
+        device="cpu",
+        threads=1,
+        epochs=15,
+        batch_size=16,
+        lr=0.05,
+        out_dir=str(tmp_path / "run"),
+    )
     ended = train(cfg)
     assert ended.status == "completed", ended.message
     assert ended.metrics["accuracy"] == 1.0
@@ -99,8 +118,10 @@ def test_test_metrics_come_from_the_test_file(tmp_path):
 
 
 def test_ranking_files_are_split_by_query_and_ids_are_per_split(tmp_path):
-    files = {name: queries(tmp_path / f"{name}.csv", n, seed=k)
-             for k, (name, n) in enumerate((("train", 30), ("val", 5), ("test", 7)))}
+    files = {
+        name: queries(tmp_path / f"{name}.csv", n, seed=k)
+        for k, (name, n) in enumerate((("train", 30), ("val", 5), ("test", 7)))
+    }
     data = load("ranking", data=files["train"], val_data=files["val"], test_data=files["test"])
     # q0..q4 appear in all three files: each file's queries are its own
     assert tuple(split["label"].shape[0] for split in (data.train, data.val, data.test)) == (30, 5, 7)
@@ -115,8 +136,10 @@ def test_ranking_files_are_split_by_query_and_ids_are_per_split(tmp_path):
 def test_ranking_normaliser_is_fit_on_the_training_file(tmp_path):
     train_file = queries(tmp_path / "train.csv", 20)
     shifted = tmp_path / "test.csv"
-    shifted.write_text("query_id,doc_id,label,f1,f2,f3\n" + "".join(f"q{q},d{d},1,1000,1000,1000\n"
-                                                                      for q in range(3) for d in range(2)))
+    shifted.write_text(
+        "query_id,doc_id,label,f1,f2,f3\n"
+        + "".join(f"q{q},d{d},1,1000,1000,1000\n" for q in range(3) for d in range(2))
+    )
     data = load("ranking", {"normalize": "standard"}, data=train_file, test_data=str(shifted))
     assert max(data.info["normalizer"]["center"]) < 1.0  # the test file's 1000s are not in the statistics
 
@@ -141,8 +164,11 @@ def test_mslr_fold_of_svmlight_files_gives_the_splits(tmp_path):
     fold.mkdir()
     rng = np.random.default_rng(0)
     for name, n in (("train", 20), ("vali", 4), ("test", 5)):
-        lines = [f"{rng.integers(0, 3)} qid:{q} 1:{rng.random():.3f} 2:{rng.random():.3f}\n"
-                 for q in range(n) for _ in range(4)]
+        lines = [
+            f"{rng.integers(0, 3)} qid:{q} 1:{rng.random():.3f} 2:{rng.random():.3f}\n"
+            for q in range(n)
+            for _ in range(4)
+        ]
         (fold / f"{name}.txt").write_text("".join(lines))
     data = create_task("ranking").load_data(str(fold), 0)
     assert tuple(split["label"].shape[0] for split in (data.train, data.val, data.test)) == (20, 4, 5)
@@ -195,13 +221,15 @@ def interactions(path: Path, events: dict[str, list[tuple[str, int]]]) -> str:
 
 
 def test_recommender_given_files_hold_later_interactions(tmp_path):
-    train_file = interactions(tmp_path / "train.csv", {"u1": [("a", 1), ("b", 2), ("c", 3)],
-                                                        "u2": [("b", 1), ("c", 2)]})
+    train_file = interactions(
+        tmp_path / "train.csv", {"u1": [("a", 1), ("b", 2), ("c", 3)], "u2": [("b", 1), ("c", 2)]}
+    )
     val_file = interactions(tmp_path / "val.csv", {"u1": [("e", 5), ("d", 4)], "u3": [("a", 9)]})
     test_file = interactions(tmp_path / "test.csv", {"u1": [("f", 8)], "u2": [("a", 7)]})
     task = create_task("recommender", {"d_model": 8, "heads": 1, "layers": 1, "max_len": 4})
-    data = task.use_config(RunConfig(task="recommender", data=train_file, val_data=val_file,
-                                     test_data=test_file)).load_data(train_file, 0)
+    data = task.use_config(
+        RunConfig(task="recommender", data=train_file, val_data=val_file, test_data=test_file)
+    ).load_data(train_file, 0)
     names = list(data.vocabulary["item_id"])
     name = lambda code: names[int(code) - 1]  # noqa: E731
     history = task.history
@@ -232,13 +260,16 @@ def test_settings_round_trip_through_toml(tmp_path):
     assert RunConfig.load_toml(tmp_path / "inline.toml").columns == {"user_id": "userId"}
 
 
-@pytest.mark.parametrize(("settings", "field", "text"), [
-    ({"columns": {"user_id": ""}}, "columns", "non-empty"),
-    ({"columns": {"a": "x", "b": "x"}}, "columns", "mapped to 2 names"),
-    ({"val_data": "/nowhere.csv", "data": "/"}, "val_data", "/nowhere.csv: no such file or folder"),
-    ({"test_data": "/"}, "data", "set data to the training data too"),
-    ({"delimiter": '"'}, "delimiter", "cannot separate fields"),
-])
+@pytest.mark.parametrize(
+    ("settings", "field", "text"),
+    [
+        ({"columns": {"user_id": ""}}, "columns", "non-empty"),
+        ({"columns": {"a": "x", "b": "x"}}, "columns", "mapped to 2 names"),
+        ({"val_data": "/nowhere.csv", "data": "/"}, "val_data", "/nowhere.csv: no such file or folder"),
+        ({"test_data": "/"}, "data", "set data to the training data too"),
+        ({"delimiter": '"'}, "delimiter", "cannot separate fields"),
+    ],
+)
 def test_invalid_data_settings_are_named(settings, field, text):
     problems = RunConfig(**settings).errors()
     assert field in problems and text in problems[field]
@@ -252,14 +283,46 @@ def test_columns_text_parses_or_names_the_field():
 
 
 def test_cli_flags_set_the_data_settings_and_resume_keeps_them(tmp_path, capsys):
-    files = {name: reviews(tmp_path / f"{name}.csv", n, sep=";", header=("review", "stars"))
-             for name, n in (("train", 40), ("val", 8), ("test", 6))}
+    files = {
+        name: reviews(tmp_path / f"{name}.csv", n, sep=";", header=("review", "stars"))
+        for name, n in (("train", 40), ("val", 8), ("test", 6))
+    }
     settings = tmp_path / "base.toml"
     settings.write_text('columns = {text = "review"}\n')
-    code = main(["train", "--task", "sentiment", "--data", files["train"], "--val-data", files["val"],
-                 "--test-data", files["test"], "--delimiter", ";", "--column", "label=stars", "--config",
-                 str(settings), "--column", "text=review", "-o", "buckets=4096", "--max-steps", "2", "--device",
-                 "cpu", "--threads", "1", "--batch-size", "8", "--out", str(tmp_path / "run"), "--json"])
+    code = main(
+        [
+            "train",
+            "--task",
+            "sentiment",
+            "--data",
+            files["train"],
+            "--val-data",
+            files["val"],
+            "--test-data",
+            files["test"],
+            "--delimiter",
+            ";",
+            "--column",
+            "label=stars",
+            "--config",
+            str(settings),
+            "--column",
+            "text=review",
+            "-o",
+            "buckets=4096",
+            "--max-steps",
+            "2",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--batch-size",
+            "8",
+            "--out",
+            str(tmp_path / "run"),
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "given splits from the given files: train 40 rows, val 8 rows, test 6 rows" in err
@@ -271,8 +334,9 @@ def test_cli_flags_set_the_data_settings_and_resume_keeps_them(tmp_path, capsys)
     from core.cli.main import build_parser
     from core.cli.train import config_and_notes
 
-    args = build_parser().parse_args(["train", "--resume", str(tmp_path / "run" / "checkpoint.pt"),
-                                      "--max-steps", "4", "--column", "user_id=uid"])
+    args = build_parser().parse_args(
+        ["train", "--resume", str(tmp_path / "run" / "checkpoint.pt"), "--max-steps", "4", "--column", "user_id=uid"]
+    )
     config, notes = config_and_notes(args)
     assert (config.val_data, config.test_data, config.delimiter) == (files["val"], files["test"], ";")
     assert config.columns == {"text": "review", "label": "stars", "user_id": "uid"}
@@ -281,21 +345,43 @@ def test_cli_flags_set_the_data_settings_and_resume_keeps_them(tmp_path, capsys)
 
 def test_cli_refuses_bad_data_flags_in_one_line(tmp_path, capsys):
     train_file = reviews(tmp_path / "train.csv", 20)
-    code = main(["train", "--task", "sentiment", "--data", train_file, "--test-data", str(tmp_path / "no.csv"),
-                 "--out", str(tmp_path / "run")])
+    code = main(
+        [
+            "train",
+            "--task",
+            "sentiment",
+            "--data",
+            train_file,
+            "--test-data",
+            str(tmp_path / "no.csv"),
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "no.csv: no such file or folder" in lines[0], lines
-    code = main(["train", "--task", "sentiment", "--data", train_file, "--column", "user_id",
-                 "--out", str(tmp_path / "run")])
+    code = main(
+        ["train", "--task", "sentiment", "--data", train_file, "--column", "user_id", "--out", str(tmp_path / "run")]
+    )
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "'user_id' is not NAME=FILE_NAME" in lines[0], lines
 
 
 def test_evaluate_defaults_to_val_when_a_run_has_no_test_split(tmp_path, capsys):
     files = {name: reviews(tmp_path / f"{name}.csv", n) for name, n in (("train", 40), ("val", 8))}
-    ended = train(RunConfig.for_task("sentiment", data=files["train"], val_data=files["val"], device="cpu",
-                                     threads=1, max_steps=2, batch_size=8, task_options={"buckets": 4096},
-                                     out_dir=str(tmp_path / "run")))
+    ended = train(
+        RunConfig.for_task(
+            "sentiment",
+            data=files["train"],
+            val_data=files["val"],
+            device="cpu",
+            threads=1,
+            max_steps=2,
+            batch_size=8,
+            task_options={"buckets": 4096},
+            out_dir=str(tmp_path / "run"),
+        )
+    )
     assert ended.status == "completed" and not ended.test_metrics
     code, out, err = main(["evaluate", ended.checkpoint, "--json"]), *capsys.readouterr()
     assert code == 0, err

@@ -8,8 +8,26 @@ from core.cli.main import main
 
 
 def test_bench_json_lists_every_mode(capsys):
-    assert main(["bench", "--task", "tiny", "--device", "cpu", "--precisions", "fp32,bf16,fp16", "--steps", "3",
-                 "--repeats", "1", "--no-isolate", "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--task",
+                "tiny",
+                "--device",
+                "cpu",
+                "--precisions",
+                "fp32,bf16,fp16",
+                "--steps",
+                "3",
+                "--repeats",
+                "1",
+                "--no-isolate",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [r["mode"] for r in data["rows"]] == ["fp32", "bf16", "fp16"]
     assert data["rows"][1]["status"] == "ok" and data["rows"][2]["status"] == "skipped"
@@ -17,8 +35,25 @@ def test_bench_json_lists_every_mode(capsys):
 
 
 def test_bench_table(capsys):
-    assert main(["bench", "--task", "tiny", "--device", "cpu", "--precisions", "bf16", "--steps", "3",
-                 "--repeats", "1", "--no-isolate"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--task",
+                "tiny",
+                "--device",
+                "cpu",
+                "--precisions",
+                "bf16",
+                "--steps",
+                "3",
+                "--repeats",
+                "1",
+                "--no-isolate",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "samples/s" in out and "bf16" in out and "recommended:" in out and "tf32" not in out
 

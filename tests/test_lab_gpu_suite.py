@@ -13,8 +13,19 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_suite  # noqa: E402
 
-SECTIONS = {"devices", "sweep", "mfu", "training", "overhead", "profile", "datapath", "compile", "sweep_more",
-            "compile_fp32", "ddp"}
+SECTIONS = {
+    "devices",
+    "sweep",
+    "mfu",
+    "training",
+    "overhead",
+    "profile",
+    "datapath",
+    "compile",
+    "sweep_more",
+    "compile_fp32",
+    "ddp",
+}
 
 
 @pytest.mark.slow  # the eager rows are measured in fresh processes, as on any CPU
@@ -77,24 +88,65 @@ def test_quality_check_is_two_binomial_standard_errors():
 
 
 def _report(**sections) -> dict:
-    rows = [{"label": "fp32", "mode": "fp32", "status": "ok", "speedup": 1.0, "memory_ratio": 1.0,
-             "samples_per_second": 100.0, "step_ms": 100.0, "checkpointed": False, "compiled": False},
-            {"label": "bf16", "mode": "bf16", "status": "ok", "speedup": 2.5, "memory_ratio": 0.7,
-             "samples_per_second": 250.0, "step_ms": 40.0, "checkpointed": False, "compiled": False},
-            {"label": "bf16 + act. ckpt", "mode": "bf16", "status": "ok", "speedup": 2.0, "memory_ratio": 0.5,
-             "samples_per_second": 200.0, "step_ms": 50.0, "checkpointed": True, "compiled": False},
-            {"label": "bf16 + compile", "mode": "bf16", "status": "ok", "speedup": 3.0, "memory_ratio": 0.7,
-             "samples_per_second": 300.0, "step_ms": 1000 / 30, "checkpointed": False, "compiled": True}]
+    rows = [
+        {
+            "label": "fp32",
+            "mode": "fp32",
+            "status": "ok",
+            "speedup": 1.0,
+            "memory_ratio": 1.0,
+            "samples_per_second": 100.0,
+            "step_ms": 100.0,
+            "checkpointed": False,
+            "compiled": False,
+        },
+        {
+            "label": "bf16",
+            "mode": "bf16",
+            "status": "ok",
+            "speedup": 2.5,
+            "memory_ratio": 0.7,
+            "samples_per_second": 250.0,
+            "step_ms": 40.0,
+            "checkpointed": False,
+            "compiled": False,
+        },
+        {
+            "label": "bf16 + act. ckpt",
+            "mode": "bf16",
+            "status": "ok",
+            "speedup": 2.0,
+            "memory_ratio": 0.5,
+            "samples_per_second": 200.0,
+            "step_ms": 50.0,
+            "checkpointed": True,
+            "compiled": False,
+        },
+        {
+            "label": "bf16 + compile",
+            "mode": "bf16",
+            "status": "ok",
+            "speedup": 3.0,
+            "memory_ratio": 0.7,
+            "samples_per_second": 300.0,
+            "step_ms": 1000 / 30,
+            "checkpointed": False,
+            "compiled": True,
+        },
+    ]
     return {"sections": {"sweep": {"rows": rows}, **sections}}
 
 
 def test_targets_on_cuda_pick_the_best_rows_and_say_which():
     overhead = {"mode": "bf16", "compiled": False, "engine_over_minimal": 0.95}
     compiled = {"mode": "bf16", "compiled": True, "engine_over_minimal": 0.99}
-    report = _report(mfu={"mode": "bf16", "flops_per_step": 1e12, "matmul_ceiling_flops": 60e12},
-                     overhead=overhead, compile={"overhead": compiled},
-                     training={"quality": {"diff": 0.01, "noise": 0.02, "users": 2000}},
-                     datapath={"staged_over_device": 0.9, "copy_hidden": False})
+    report = _report(
+        mfu={"mode": "bf16", "flops_per_step": 1e12, "matmul_ceiling_flops": 60e12},
+        overhead=overhead,
+        compile={"overhead": compiled},
+        training={"quality": {"diff": 0.01, "noise": 0.02, "users": 2000}},
+        datapath={"staged_over_device": 0.9, "copy_hidden": False},
+    )
     report["summary"] = gpu_suite.derive(report)
     targets = {t["target"]: t for t in gpu_suite.check_targets(report, is_cuda=True)}
     memory = targets["bf16 peak memory <= 0.6x fp32"]

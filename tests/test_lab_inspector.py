@@ -36,22 +36,34 @@ def test_fp32_runs_everything_in_float32_and_flags_nothing():
 @pytest.mark.skipif("recommender" not in TASKS, reason="recommender task not registered")
 def test_transformer_task_under_bf16():
     options = {"d_model": 16, "layers": 1, "heads": 2, "max_len": 8, "items": 100, "interactions": 2000}
-    result = inspect_dtypes(RunConfig.for_task("recommender", device="cpu", precision="bf16", task_options=options),
-                            batch_size=8)
+    result = inspect_dtypes(
+        RunConfig.for_task("recommender", device="cpu", precision="bf16", task_options=options), batch_size=8
+    )
     assert result.row("blocks.0.qkv").output_dtypes == ["bfloat16"]
     assert result.loss_dtype == "float32"
     assert result.row("blocks.0.norm1").param_dtypes == ["float32"]
 
 
-@pytest.mark.parametrize("op, device, rule", [
-    ("addmm", "cuda", "lower"), ("linear", "cpu", "lower"), ("mm", "cpu", "lower"),
-    ("_softmax", "cuda", "fp32"), ("_log_softmax", "cuda", "fp32"), ("native_layer_norm", "cuda", "fp32"),
-    ("nll_loss_forward", "cpu", "fp32"), ("cat", "cpu", "promote"), ("addcmul", "cuda", "promote"),
-    # On the CPU softmax and layer norm have no autocast rule: they run in their input's dtype.
-    ("_softmax", "cpu", "none"), ("native_layer_norm", "cpu", "none"),
-    ("embedding", "cuda", "no lower-precision path"), ("native_dropout", "cpu", "no lower-precision path"),
-    ("relu", "cuda", "none"),
-])
+@pytest.mark.parametrize(
+    "op, device, rule",
+    [
+        ("addmm", "cuda", "lower"),
+        ("linear", "cpu", "lower"),
+        ("mm", "cpu", "lower"),
+        ("_softmax", "cuda", "fp32"),
+        ("_log_softmax", "cuda", "fp32"),
+        ("native_layer_norm", "cuda", "fp32"),
+        ("nll_loss_forward", "cpu", "fp32"),
+        ("cat", "cpu", "promote"),
+        ("addcmul", "cuda", "promote"),
+        # On the CPU softmax and layer norm have no autocast rule: they run in their input's dtype.
+        ("_softmax", "cpu", "none"),
+        ("native_layer_norm", "cpu", "none"),
+        ("embedding", "cuda", "no lower-precision path"),
+        ("native_dropout", "cpu", "no lower-precision path"),
+        ("relu", "cuda", "none"),
+    ],
+)
 def test_autocast_rule_per_pytorchs_op_reference(op, device, rule):
     from core.lab.dtype_inspector import autocast_rule
 
@@ -72,8 +84,9 @@ def test_why_float32_explains_inputs_and_factories():
 
 def test_inspection_says_why_each_module_ran_in_float32():
     options = {"d_model": 16, "layers": 1, "heads": 2, "max_len": 8, "items": 100, "interactions": 2000}
-    result = inspect_dtypes(RunConfig.for_task("recommender", device="cpu", precision="bf16", task_options=options),
-                            batch_size=8)
+    result = inspect_dtypes(
+        RunConfig.for_task("recommender", device="cpu", precision="bf16", task_options=options), batch_size=8
+    )
     assert result.row("items").why == {"embedding": "no lower-precision path"}
     assert result.row("blocks.0.norm1").why == {"native_layer_norm": "input float32"}  # the float32 residual
     assert set(result.row("drop").why.values()) == {"no lower-precision path"}

@@ -30,8 +30,13 @@ def test_cpu_sweep_has_every_cpu_mode_with_sane_ratios():
     assert result.recommended in ("fp32", "bf16") and result.recommendation
     assert "peak RSS" in result.memory_source and "a fresh process per mode" in result.memory_source
     assert [(u.mode, u.phase, u.window) for u in updates if u.mode == "bf16"] == [
-        ("bf16", "running", 0), ("bf16", "setup", 0), ("bf16", "window", 1), ("bf16", "window", 2),
-        ("bf16", "window", 3), ("bf16", "done", 0)]  # 1 warm-up + 2 timed windows, relayed from its process
+        ("bf16", "running", 0),
+        ("bf16", "setup", 0),
+        ("bf16", "window", 1),
+        ("bf16", "window", 2),
+        ("bf16", "window", 3),
+        ("bf16", "done", 0),
+    ]  # 1 warm-up + 2 timed windows, relayed from its process
     assert result.to_dict()["rows"][0]["mode"] == "fp32"
 
 
@@ -57,9 +62,11 @@ def test_stopping_between_modes_skips_the_rest():
 
 
 def test_recommendation_ignores_fast_modes_whose_loss_drifts():
-    rows = [SweepRow("fp32", "ok", samples_per_second=100.0, loss=1.0, speedup=1.0),
-            SweepRow("fp16", "ok", samples_per_second=400.0, loss=1.5, speedup=4.0),
-            SweepRow("bf16", "ok", samples_per_second=250.0, loss=1.01, speedup=2.5, memory_ratio=0.6)]
+    rows = [
+        SweepRow("fp32", "ok", samples_per_second=100.0, loss=1.0, speedup=1.0),
+        SweepRow("fp16", "ok", samples_per_second=400.0, loss=1.5, speedup=4.0),
+        SweepRow("bf16", "ok", samples_per_second=250.0, loss=1.01, speedup=2.5, memory_ratio=0.6),
+    ]
     mode, why = recommend(rows)
     assert mode == "bf16" and "2.50x" in why
 
@@ -68,9 +75,19 @@ def test_tokens_per_sample_is_the_trainers_count_of_the_windows_batches():
     from core.engine.events import StepMetrics
 
     def window(samples_per_second, tokens_per_second):
-        return StepMetrics(step=1, epoch=1, loss=1.0, lr=0.1, samples_per_second=samples_per_second, grad_scale=None,
-                           grad_norm=None, skipped_steps=0, memory_bytes=None, elapsed_seconds=1.0,
-                           tokens_per_second=tokens_per_second)
+        return StepMetrics(
+            step=1,
+            epoch=1,
+            loss=1.0,
+            lr=0.1,
+            samples_per_second=samples_per_second,
+            grad_scale=None,
+            grad_norm=None,
+            skipped_steps=0,
+            memory_bytes=None,
+            elapsed_seconds=1.0,
+            tokens_per_second=tokens_per_second,
+        )
 
     assert tokens_per_sample([window(100.0, 300.0), window(50.0, 200.0)]) == 3.5  # 3 and 4 tokens a sample
     assert tokens_per_sample([window(100.0, None)]) is None  # a task without a tokens_key

@@ -13,8 +13,10 @@ import pytest
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="other systems always have a display")
 def test_no_display_is_one_line_and_exit_2():
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
-    code = ("import sys\nfrom app.launcher import main\nrc = main([])\n"
-            "assert 'PySide6' not in sys.modules, 'Qt was loaded'\nsys.exit(rc)")
+    code = (
+        "import sys\nfrom app.launcher import main\nrc = main([])\n"
+        "assert 'PySide6' not in sys.modules, 'Qt was loaded'\nsys.exit(rc)"
+    )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()

@@ -16,15 +16,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-
 def test_the_reference_loop_in_chunks_is_the_same_loop(monkeypatch):
     import torch
     from loop_overhead import ReferenceLoop
 
     def losses(chunks: list[int]) -> list[float]:
         torch.manual_seed(0)
-        loop = ReferenceLoop("tiny", batch_size=2048, log_interval=2, optimizer="adamw", lr=0.01, momentum=0.9,
-                             weight_decay=0.0)
+        loop = ReferenceLoop(
+            "tiny", batch_size=2048, log_interval=2, optimizer="adamw", lr=0.01, momentum=0.9, weight_decay=0.0
+        )
         assert loop.per_epoch == 3  # so the chunks below cross epochs
         for n in chunks:
             loop.run(n)
@@ -55,8 +55,23 @@ def bench(capsys, *argv: str) -> tuple[dict, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_every_mode_runs_and_reports_its_rows(capsys):
-    result, out = bench(capsys, "--batch-sizes", "64", "--log-intervals", "2", "--steps", "4", "--repeats", "1",
-                        "--seconds", "0", "--chunk-seconds", "0", "--interleaved", "--concurrent")
+    result, out = bench(
+        capsys,
+        "--batch-sizes",
+        "64",
+        "--log-intervals",
+        "2",
+        "--steps",
+        "4",
+        "--repeats",
+        "1",
+        "--seconds",
+        "0",
+        "--chunk-seconds",
+        "0",
+        "--interleaved",
+        "--concurrent",
+    )
     (row,) = result["rows"]
     assert (row["batch_size"], row["log_interval"], row["steps"]) == (64, 2, 4) and row["ratio"] > 0
     (mixed,) = result["interleaved"]
@@ -72,8 +87,22 @@ def test_every_mode_runs_and_reports_its_rows(capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_dataset_mode_reports_engine_against_a_loop_over_the_same_dataloader(capsys):
-    result, _ = bench(capsys, "--dataset", "--workers", "0", "--samples", "2048", "--batch-sizes", "32",
-                      "--log-intervals", "5", "--steps", "5", "--repeats", "1")
+    result, _ = bench(
+        capsys,
+        "--dataset",
+        "--workers",
+        "0",
+        "--samples",
+        "2048",
+        "--batch-sizes",
+        "32",
+        "--log-intervals",
+        "5",
+        "--steps",
+        "5",
+        "--repeats",
+        "1",
+    )
     (row,) = result["dataset"]
     assert (row["workers"], row["batch_size"], row["steps"]) == (0, 32, 5)
     assert len(row["engine_runs"]) == len(row["reference_runs"]) == 1 and row["ratio"] > 0

@@ -12,11 +12,19 @@ import tempfile
 import pytest
 
 from core.cli.main import main
-from core.lab.lr_finder import (
-    DEFAULT_DIVERGE_FACTOR, DEFAULT_END_LR, DEFAULT_SMOOTHING, DEFAULT_START_LR, DEFAULT_STEPS, METHODS,
-    check_settings, lr_schedule, smooth_losses, suggest,
-)
 from core.errors import ConfigError
+from core.lab.lr_finder import (
+    DEFAULT_DIVERGE_FACTOR,
+    DEFAULT_END_LR,
+    DEFAULT_SMOOTHING,
+    DEFAULT_START_LR,
+    DEFAULT_STEPS,
+    METHODS,
+    check_settings,
+    lr_schedule,
+    smooth_losses,
+    suggest,
+)
 
 
 def synthetic_curve(steps: int = 100, spike: int = 0, noise: float = 0.0, seed: int = 0):
@@ -49,7 +57,7 @@ def test_suggestion_is_in_the_descent_despite_an_early_spike_and_noise(method, s
         s = pick(method, spike=spike, noise=noise, seed=seed)
         assert s.lr is not None, s.explanation
         # The descent runs from about 1e-4.5 to 1e-2; a spike-fooled pick would sit at the very start (1e-7).
-        assert 10 ** -4.5 <= s.lr <= 2e-2, (method, spike, noise, seed, s)
+        assert 10**-4.5 <= s.lr <= 2e-2, (method, spike, noise, seed, s)
         assert s.method == method and s.explanation.startswith(method) and f"{s.lr:.1e}" in s.explanation
 
 
@@ -74,9 +82,14 @@ def test_defaults_and_bad_settings():
     schedule = lr_schedule(1e-7, 1.0, 8)
     assert schedule[0] == 1e-7 and schedule[-1] == pytest.approx(1.0) and len(schedule) == 8
     check_settings(1e-7, 1.0, 100, 4.0, 0.05)
-    for args, field in [((1.0, 1e-7, 100, 4.0, 0.05), "start_lr"), ((0.0, 1.0, 100, 4.0, 0.05), "start_lr"),
-                        ((1e-7, float("inf"), 100, 4.0, 0.05), "end_lr"), ((1e-7, 1.0, 1, 4.0, 0.05), "steps"),
-                        ((1e-7, 1.0, 100, 1.0, 0.05), "diverge_factor"), ((1e-7, 1.0, 100, 4.0, 0.0), "smoothing")]:
+    for args, field in [
+        ((1.0, 1e-7, 100, 4.0, 0.05), "start_lr"),
+        ((0.0, 1.0, 100, 4.0, 0.05), "start_lr"),
+        ((1e-7, float("inf"), 100, 4.0, 0.05), "end_lr"),
+        ((1e-7, 1.0, 1, 4.0, 0.05), "steps"),
+        ((1e-7, 1.0, 100, 1.0, 0.05), "diverge_factor"),
+        ((1e-7, 1.0, 100, 4.0, 0.0), "smoothing"),
+    ]:
         with pytest.raises(ConfigError) as info:
             check_settings(*args)
         assert info.value.field == field
@@ -86,7 +99,12 @@ def test_cli_defaults_match_the_lab():
     from core.cli import tune_lr
 
     assert (tune_lr.START_LR, tune_lr.END_LR, tune_lr.STEPS, tune_lr.DIVERGE_FACTOR, tune_lr.SMOOTHING) == (
-        DEFAULT_START_LR, DEFAULT_END_LR, DEFAULT_STEPS, DEFAULT_DIVERGE_FACTOR, DEFAULT_SMOOTHING)
+        DEFAULT_START_LR,
+        DEFAULT_END_LR,
+        DEFAULT_STEPS,
+        DEFAULT_DIVERGE_FACTOR,
+        DEFAULT_SMOOTHING,
+    )
     assert tune_lr.METHODS == METHODS
 
 
@@ -104,8 +122,13 @@ def test_tiny_run_gives_a_finite_suggestion_in_range_and_leaves_no_files(precisi
     monkeypatch.setenv("AMP_CONSOLE_RUNS_DIR", str(tmp_path / "runs"))
     before = _temp_entries()
     seen = []
-    result = find_lr(RunConfig.for_task("tiny", device="cpu", precision=precision), start_lr=1e-5, end_lr=1.0,
-                     steps=30, progress=seen.append)
+    result = find_lr(
+        RunConfig.for_task("tiny", device="cpu", precision=precision),
+        start_lr=1e-5,
+        end_lr=1.0,
+        steps=30,
+        progress=seen.append,
+    )
     assert result.precision == precision and result.device == "cpu"
     assert result.autocast_dtype == ("bfloat16" if precision == "bf16" else None) and not result.scaler
     assert len(result.lrs) == len(result.losses) == len(result.smoothed) > 0
@@ -124,10 +147,14 @@ def test_a_large_end_lr_stops_at_divergence():
     from core.config import RunConfig
     from core.lab.lr_finder import find_lr
 
-    result = find_lr(RunConfig.for_task("tiny", device="cpu", precision="fp32", optimizer="sgd", momentum=0.9),
-                     start_lr=1e-3, end_lr=1e6, steps=60)
+    result = find_lr(
+        RunConfig.for_task("tiny", device="cpu", precision="fp32", optimizer="sgd", momentum=0.9),
+        start_lr=1e-3,
+        end_lr=1e6,
+        steps=60,
+    )
     assert result.stopped_early, result
-    assert ("4x the best" in result.stopped_early or "the loss was" in result.stopped_early)
+    assert "4x the best" in result.stopped_early or "the loss was" in result.stopped_early
     assert result.steps_run < 60 and result.lrs[-1] < 1e6
     assert all(math.isfinite(v) for v in result.losses)
 
@@ -143,16 +170,35 @@ def test_stop_request_ends_the_test_with_the_points_so_far():
         if update.phase == "step" and update.step == 8:
             control.stop()
 
-    result = find_lr(RunConfig.for_task("tiny", device="cpu", precision="fp32"), steps=30, progress=progress,
-                     control=control)
+    result = find_lr(
+        RunConfig.for_task("tiny", device="cpu", precision="fp32"), steps=30, progress=progress, control=control
+    )
     assert result.steps_run == 8 and "stopped by request" in result.stopped_early and len(result.losses) == 8
 
 
 # ----------------------------------------------------------------------------- the CLI
 def test_cli_json_is_one_object_with_the_curve(capsys, tmp_path):
     csv = tmp_path / "curve.csv"
-    code = main(["lr-find", "--task", "tiny", "--device", "cpu", "--precision", "bf16", "--steps", "25",
-                 "--start-lr", "1e-5", "--method", "steepest", "--csv", str(csv), "--json"])
+    code = main(
+        [
+            "lr-find",
+            "--task",
+            "tiny",
+            "--device",
+            "cpu",
+            "--precision",
+            "bf16",
+            "--steps",
+            "25",
+            "--start-lr",
+            "1e-5",
+            "--method",
+            "steepest",
+            "--csv",
+            str(csv),
+            "--json",
+        ]
+    )
     out, err = capsys.readouterr()
     data = json.loads(out.strip().splitlines()[-1])
     assert code == (0 if data["suggestion"]["lr"] is not None else 1)
@@ -171,15 +217,18 @@ def test_cli_table(capsys):
     assert "smoothed" in out and "suggested: valley" in out and "also: steepest" in out and "ended:" in out
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--start-lr", "1", "--end-lr", "0.1"], "--start-lr"),
-    (["--start-lr", "-1"], "--start-lr"),
-    (["--steps", "0"], "--steps"),
-    (["--diverge-factor", "0.5"], "--diverge-factor"),
-    (["--smoothing", "2"], "--smoothing"),
-    (["--precision", "fp16"], "fp16"),  # a GPU mode on the CPU
-    (["--csv", "/nonexistent-folder/curve.csv"], "--csv"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--start-lr", "1", "--end-lr", "0.1"], "--start-lr"),
+        (["--start-lr", "-1"], "--start-lr"),
+        (["--steps", "0"], "--steps"),
+        (["--diverge-factor", "0.5"], "--diverge-factor"),
+        (["--smoothing", "2"], "--smoothing"),
+        (["--precision", "fp16"], "fp16"),  # a GPU mode on the CPU
+        (["--csv", "/nonexistent-folder/curve.csv"], "--csv"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, flag):
     assert main(["lr-find", "--task", "tiny", "--device", "cpu", *argv]) == 2
     err = capsys.readouterr().err

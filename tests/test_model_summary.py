@@ -121,11 +121,19 @@ def test_bf16_saves_fewer_activation_bytes_than_fp32_on_the_recommender():
     assert 0 < bf16.activation_ratio < 1 and bf16.total_ratio < 1
     assert bf16.param_bytes == fp32.param_bytes and bf16.grad_bytes == fp32.grad_bytes  # float32 in every mode
     assert fp16.status == "skipped" and "GPU" in fp16.reason  # the CPU runs no fp16 autocast
-    assert result.row("blocks.0.qkv").total.activation_bytes["bf16"] < result.row("blocks.0.qkv").total.activation_bytes["fp32"]
+    assert (
+        result.row("blocks.0.qkv").total.activation_bytes["bf16"]
+        < result.row("blocks.0.qkv").total.activation_bytes["fp32"]
+    )
     assert result.row("blocks").total.activation_bytes["fp32"] > 0
     depth1 = result.rows_to_depth(1)
-    assert {r.depth for r in depth1} == {0, 1} and sum(r.own.parameters for r in depth1 if r.depth == 1) < result.parameters
-    assert sum(r.total.parameters for r in depth1 if r.depth == 1) + result.row(ROOT_NAME).own.parameters == result.parameters
+    assert {r.depth for r in depth1} == {0, 1} and sum(
+        r.own.parameters for r in depth1 if r.depth == 1
+    ) < result.parameters
+    assert (
+        sum(r.total.parameters for r in depth1 if r.depth == 1) + result.row(ROOT_NAME).own.parameters
+        == result.parameters
+    )
 
 
 def test_cli_json_is_the_last_line(capsys):
@@ -144,14 +152,17 @@ def test_cli_tables_fit_100_columns(capsys):
     assert max(len(line) for line in out.splitlines()) <= 100
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--depth", "-1"], "--depth"),
-    (["--precisions", "fp32,fp8"], "--precisions"),
-    (["--task", "nope"], "unknown task"),
-    (["-o", "hidden=0"], "--option hidden"),
-    (["--device", "cuda:7"], "cuda:7"),
-    (["--batch-size", "0"], "--batch-size"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--depth", "-1"], "--depth"),
+        (["--precisions", "fp32,fp8"], "--precisions"),
+        (["--task", "nope"], "unknown task"),
+        (["-o", "hidden=0"], "--option hidden"),
+        (["--device", "cuda:7"], "cuda:7"),
+        (["--batch-size", "0"], "--batch-size"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, flag):
     assert main(["summary", "--device", "cpu", *argv]) == 2
     err = capsys.readouterr().err

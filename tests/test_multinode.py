@@ -21,8 +21,22 @@ from tests.listening import listening_addresses
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-COMMON = ["--task", "tiny", "--device", "cpu", "--threads", "1", "--seed", "3", "-o", "samples=1024",
-          "--log-interval", "1", "--eval-interval", "1000000"]
+COMMON = [
+    "--task",
+    "tiny",
+    "--device",
+    "cpu",
+    "--threads",
+    "1",
+    "--seed",
+    "3",
+    "-o",
+    "samples=1024",
+    "--log-interval",
+    "1",
+    "--eval-interval",
+    "1000000",
+]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -33,8 +47,14 @@ def free_port() -> int:
 
 
 def train(*args: str, env: dict | None = None, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "core.cli", "train", *COMMON, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env or ENV, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "train", *COMMON, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env or ENV,
+        **kwargs,
+    )
 
 
 def finish(process: subprocess.Popen, timeout: float = 200) -> tuple[int, str, str]:
@@ -52,9 +72,29 @@ def steps(out: Path) -> list[tuple[int, float]]:
 @pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes per node need two cores")
 def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_path, capsys):
     port = free_port()
-    nodes = [train("--batch-size", "8", "--max-steps", "12", "--nnodes", "2", "--nproc-per-node", "2",
-                   "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
-                   "--rdzv-timeout", "120", "--out", str(tmp_path / "two")) for rank in (0, 1)]
+    nodes = [
+        train(
+            "--batch-size",
+            "8",
+            "--max-steps",
+            "12",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "two-nodes",
+            "--rdzv-timeout",
+            "120",
+            "--out",
+            str(tmp_path / "two"),
+        )
+        for rank in (0, 1)
+    ]
     results = [finish(node) for node in nodes]
     assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
     assert "node 0 of 2, 2 processes each: rendezvous 'two-nodes' at 127.0.0.1:" in results[0][2]
@@ -81,8 +121,21 @@ def test_a_killed_rank_restarts_and_resumes_from_its_checkpoint(tmp_path):
     the last checkpoint (every 5 steps, or rank 0's rescue at the failure): no step is trained twice beyond
     one checkpoint interval, and run.json counts the restart."""
     out = tmp_path / "run"
-    process = train("--batch-size", "8", "--max-steps", "40", "--checkpoint-interval", "5", "--nproc", "2",
-                    "--max-restarts", "1", "--out", str(out), env={**ENV, "AMP_CONSOLE_TEST_EXIT": "1:23"})
+    process = train(
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "40",
+        "--checkpoint-interval",
+        "5",
+        "--nproc",
+        "2",
+        "--max-restarts",
+        "1",
+        "--out",
+        str(out),
+        env={**ENV, "AMP_CONSOLE_TEST_EXIT": "1:23"},
+    )
     listening, deadline = [], time.monotonic() + 150
     while not listening and process.poll() is None and time.monotonic() < deadline:
         if (out / "metrics.jsonl").exists() and '"StepMetrics"' in (out / "metrics.jsonl").read_text():
@@ -95,8 +148,8 @@ def test_a_killed_rank_restarts_and_resumes_from_its_checkpoint(tmp_path):
     events = read_jsonl(out / "metrics.jsonl")
     starts = [i for i, e in enumerate(events) if e["event"] == "RunStarted"]
     assert len(starts) == 2
-    first = [e["step"] for e in events[:starts[1]] if e["event"] == "StepMetrics"]
-    second = [e["step"] for e in events[starts[1]:] if e["event"] == "StepMetrics"]
+    first = [e["step"] for e in events[: starts[1]] if e["event"] == "StepMetrics"]
+    second = [e["step"] for e in events[starts[1] :] if e["event"] == "StepMetrics"]
     resumed_at = events[starts[1]]["start_step"]
     assert max(first) >= 22 and second == list(range(resumed_at + 1, 41))
     assert max(first) - resumed_at <= 5  # at most one checkpoint interval trained twice
@@ -116,30 +169,53 @@ def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it_in_th
     from core.cli.loopback_torchrun import failure_line, root_failure
 
     def failure(local_rank, timestamp, message=""):
-        return SimpleNamespace(local_rank=local_rank, timestamp=timestamp, exitcode=1, message=message,
-                               signal_name=lambda: "")
+        return SimpleNamespace(
+            local_rank=local_rank, timestamp=timestamp, exitcode=1, message=message, signal_name=lambda: ""
+        )
 
-    told = {"message": "RankFailed: rank 0 on node n: rank 1 of this 2-process run died or lost its connection at "
-                       "step 5; the run ended"}
+    told = {
+        "message": "RankFailed: rank 0 on node n: rank 1 of this 2-process run died or lost its connection at "
+        "step 5; the run ended"
+    }
     same_second = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 100)})
     assert root_failure(same_second)[0] == 1
     # The line names the rank, its node and how it ended (a real run's: tests/test_distributed.py, a rank killed)
-    assert failure_line(same_second) == (f"rank 1 (local rank 1) on node {socket.gethostname()} failed first: "
-                                         f"exited with code 1; it said nothing (killed, or it died before it could "
-                                         f"write why)")
+    assert failure_line(same_second) == (
+        f"rank 1 (local rank 1) on node {socket.gethostname()} failed first: "
+        f"exited with code 1; it said nothing (killed, or it died before it could "
+        f"write why)"
+    )
     later = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 101)})
     assert root_failure(later)[0] == 0  # otherwise torchelastic's order: the first by time
-    assert failure_line(later).endswith("failed first: exited with code 1; rank 0 on node n: rank 1 of this "
-                                        "2-process run died or lost its connection at step 5; the run ended")
-    by_themselves = SimpleNamespace(failures={0: failure(0, 100, {"message": "RankFailed: disk full"}),
-                                              1: failure(1, 100)})
+    assert failure_line(later).endswith(
+        "failed first: exited with code 1; rank 0 on node n: rank 1 of this "
+        "2-process run died or lost its connection at step 5; the run ended"
+    )
+    by_themselves = SimpleNamespace(
+        failures={0: failure(0, 100, {"message": "RankFailed: disk full"}), 1: failure(1, 100)}
+    )
     assert root_failure(by_themselves)[0] == 0
 
 
 def test_a_node_that_never_joins_ends_the_run_within_the_rendezvous_timeout(tmp_path):
-    process = train("--max-steps", "5", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", "0",
-                    "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "alone", "--rdzv-timeout", "2",
-                    "--out", str(tmp_path / "run"))
+    process = train(
+        "--max-steps",
+        "5",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--node-rank",
+        "0",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "--rdzv-id",
+        "alone",
+        "--rdzv-timeout",
+        "2",
+        "--out",
+        str(tmp_path / "run"),
+    )
     code, _, err = finish(process, timeout=120)
     assert code == 1
     assert "amp-console: the nodes did not meet (RendezvousTimeoutError" in err
@@ -153,16 +229,23 @@ def fake_slurm(tmp_path: Path, restart: int) -> dict:
     scontrol = bin_dir / "scontrol"
     scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.calls"}\n')
     scontrol.chmod(0o755)
-    return {**ENV, "PATH": f"{bin_dir}{os.pathsep}{ENV['PATH']}", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
-            "SLURM_NODEID": "0", "SLURM_RESTART_COUNT": str(restart)}
+    return {
+        **ENV,
+        "PATH": f"{bin_dir}{os.pathsep}{ENV['PATH']}",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_PROCID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_RESTART_COUNT": str(restart),
+    }
 
 
 def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resumes(tmp_path, monkeypatch, capsys):
     """The warned job in a process of its own (a real SIGUSR1); the requeued job's command in this process, in
     the job's environment."""
     out = tmp_path / "rec-4242"
-    process = train("--batch-size", "16", "--max-steps", "100000000", "--out", str(out), "--json",
-                    env=fake_slurm(tmp_path, 0))
+    process = train(
+        "--batch-size", "16", "--max-steps", "100000000", "--out", str(out), "--json", env=fake_slurm(tmp_path, 0)
+    )
     deadline = time.monotonic() + 100
     while not ((out / "metrics.jsonl").exists() and '"StepMetrics"' in (out / "metrics.jsonl").read_text()):
         assert time.monotonic() < deadline and process.poll() is None, process.communicate()
@@ -181,8 +264,9 @@ def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resume
     for name in ("PATH", "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NODEID", "SLURM_RESTART_COUNT", "OMP_NUM_THREADS"):
         monkeypatch.setenv(name, requeued[name])
     capsys.readouterr()
-    code = main(["train", *COMMON, "--batch-size", "16", "--max-steps", str(stopped["steps"] + 3), "--out",
-                 str(out), "--json"])
+    code = main(
+        ["train", *COMMON, "--batch-size", "16", "--max-steps", str(stopped["steps"] + 3), "--out", str(out), "--json"]
+    )
     stdout, err = capsys.readouterr()
     assert code == 0, err
     assert json.loads(stdout.strip().splitlines()[-1])["steps"] == stopped["steps"] + 3
@@ -195,12 +279,41 @@ def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resume
 def test_the_sbatch_script_meets_at_the_first_node_and_asks_for_the_warning_and_requeue(tmp_path, capsys):
     from core.cli.main import main
 
-    assert main(["slurm", "--config", "rec.toml", "--nodes", "2", "--gpus-per-node", "8", "--time", "12:00:00",
-                 "--partition", "gpu", "--account", "ml", "--job-name", "rec", "--runs-dir", "/shared/runs"]) == 0
+    assert (
+        main(
+            [
+                "slurm",
+                "--config",
+                "rec.toml",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "8",
+                "--time",
+                "12:00:00",
+                "--partition",
+                "gpu",
+                "--account",
+                "ml",
+                "--job-name",
+                "rec",
+                "--runs-dir",
+                "/shared/runs",
+            ]
+        )
+        == 0
+    )
     script = capsys.readouterr().out
-    for line in ("#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8", "#SBATCH --time=12:00:00",
-                 "#SBATCH --partition=gpu", "#SBATCH --account=ml", "#SBATCH --signal=USR1@90", "#SBATCH --requeue",
-                 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'):
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --time=12:00:00",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=ml",
+        "#SBATCH --signal=USR1@90",
+        "#SBATCH --requeue",
+        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    ):
         assert line in script.splitlines(), line
     assert '--rdzv-endpoint "$head_node:29500"' in script and '--rdzv-id "$SLURM_JOB_ID"' in script
     assert "--nproc-per-node 8" in script and 'run_dir=/shared/runs/rec-"$SLURM_JOB_ID"' in script

@@ -17,7 +17,6 @@ from core.tasks import TASK_NAMES
 ROOT = Path(__file__).resolve().parent.parent
 
 
-
 def _names_a_task(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant):
         return isinstance(node.value, str) and node.value in TASK_NAMES
@@ -44,8 +43,9 @@ def task_name_switches(source: str) -> list[str]:
 def _modules() -> list[str]:
     """Every module of core/ and app/ outside core/tasks, as a path from the repository's root."""
     paths = [*(ROOT / "core").rglob("*.py"), *(ROOT / "app").rglob("*.py")]
-    return sorted(p.relative_to(ROOT).as_posix() for p in paths
-                  if not p.relative_to(ROOT).as_posix().startswith("core/tasks/"))
+    return sorted(
+        p.relative_to(ROOT).as_posix() for p in paths if not p.relative_to(ROOT).as_posix().startswith("core/tasks/")
+    )
 
 
 def test_the_scan_finds_each_way_of_choosing_by_a_task_name():
@@ -55,31 +55,43 @@ def test_the_scan_finds_each_way_of_choosing_by_a_task_name():
     assert len(task_name_switches('NAMES = {"tiny": "x", "ranking": "features"}')) == 1
     assert len(task_name_switches('name = NAMES["sentiment"]')) == 1
     assert len(task_name_switches('match task:\n    case "ranking":\n        pass')) == 1
-    allowed = ('"""A tiny model; ranking and sentiment."""\n'
-               'predictor._need("sentiment")\n'
-               'raise ValueError("needs a ranking checkpoint")\n'
-               'if task == other:\n    pass\n'
-               'x = {"rows": 1}["rows"]\n')
+    allowed = (
+        '"""A tiny model; ranking and sentiment."""\n'
+        'predictor._need("sentiment")\n'
+        'raise ValueError("needs a ranking checkpoint")\n'
+        "if task == other:\n    pass\n"
+        'x = {"rows": 1}["rows"]\n'
+    )
     assert task_name_switches(allowed) == []
 
 
 def test_no_module_outside_the_tasks_switches_on_a_task_name():
-    found = {module: switches for module in _modules()
-             if (switches := task_name_switches((ROOT / module).read_text(encoding="utf-8")))}
+    found = {
+        module: switches
+        for module in _modules()
+        if (switches := task_name_switches((ROOT / module).read_text(encoding="utf-8")))
+    }
     assert not found, "choosing by a task's name (ask the task: its Task class or serving part): " + "; ".join(
-        f"{module} {', '.join(switches)}" for module, switches in found.items())
+        f"{module} {', '.join(switches)}" for module, switches in found.items()
+    )
 
 
 def test_the_modules_that_served_each_task_its_own_way_are_scanned():
     """Export, predict, the standalone serve.py and `data generate` each once chose by a task's name: they are
     among the modules the scan reads (a move that took one out of core/ or app/ would hide it)."""
-    assert {"core/runs/export.py", "core/runs/predict.py", "core/cli/predict.py", "core/runs/file_predict.py",
-            "core/runs/file_input.py", "core/runs/serve.py", "core/cli/data.py"} <= set(_modules())
+    assert {
+        "core/runs/export.py",
+        "core/runs/predict.py",
+        "core/cli/predict.py",
+        "core/runs/file_predict.py",
+        "core/runs/file_input.py",
+        "core/runs/serve.py",
+        "core/cli/data.py",
+    } <= set(_modules())
 
 
 def test_the_preview_package_is_scanned_and_clean():
     """The Model preview builds its pages from the kinds a task's serving declares: every module of the
     package is scanned, none is excused."""
     preview = {m for m in _modules() if m.startswith("app/panels/preview/")}
-    assert {"app/panels/preview/__init__.py", "app/panels/preview/pages.py",
-            "app/panels/preview/widgets.py"} <= preview
+    assert {"app/panels/preview/__init__.py", "app/panels/preview/pages.py", "app/panels/preview/widgets.py"} <= preview

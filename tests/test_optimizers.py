@@ -25,8 +25,15 @@ def test_recommender_decays_linear_weights_but_not_embeddings_norms_or_biases():
     model = create_task("recommender", {"layers": 2}).build_model({"n_items": 50})
     decayed, plain = decay_split(model)
     assert decayed == {f"blocks.{i}.{name}.weight" for i in range(2) for name in ("qkv", "proj", "ffn.0", "ffn.2")}
-    assert {"items.weight", "positions.weight", "norm.weight", "norm.bias", "blocks.0.norm1.weight",
-            "blocks.0.qkv.bias", "blocks.1.ffn.2.bias"} <= plain
+    assert {
+        "items.weight",
+        "positions.weight",
+        "norm.weight",
+        "norm.bias",
+        "blocks.0.norm1.weight",
+        "blocks.0.qkv.bias",
+        "blocks.1.ffn.2.bias",
+    } <= plain
 
 
 def test_sentiment_does_not_decay_its_embedding_bag():
@@ -53,8 +60,11 @@ def test_a_step_without_gradient_shrinks_only_the_weight_matrices(optimizer):
     torch.manual_seed(0)
     model = create_task("recommender", {"layers": 1, "d_model": 8, "heads": 1}).build_model({"n_items": 20})
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = build_optimizer(model, RunConfig.for_task("tiny", optimizer=optimizer, lr=0.1, weight_decay=0.5,
-                                                    momentum=0.0), torch.device("cpu"))
+    opt = build_optimizer(
+        model,
+        RunConfig.for_task("tiny", optimizer=optimizer, lr=0.1, weight_decay=0.5, momentum=0.0),
+        torch.device("cpu"),
+    )
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     opt.step()
@@ -76,27 +86,31 @@ def test_state_misfit_names_the_parameter_and_what_is_missing_or_misshapen():
     names = {id(p): n for n, p in model.named_parameters()}
     optimizer = build_optimizer(model, RunConfig.for_task("tiny", optimizer="adamw"), torch.device("cpu"))
     sizes = [len(g["params"]) for g in optimizer.param_groups]
-    groups = [{"params": list(range(sum(sizes[:i]), sum(sizes[:i + 1])))} for i in range(len(sizes))]
+    groups = [{"params": list(range(sum(sizes[:i]), sum(sizes[: i + 1])))} for i in range(len(sizes))]
     first = optimizer.param_groups[0]["params"][0]
     entry = {"step": torch.tensor(3.0), "exp_avg": torch.zeros_like(first), "exp_avg_sq": torch.zeros_like(first)}
     assert state_misfit({"state": {0: entry}, "param_groups": groups}, optimizer, "adamw", names) is None
     lacking = {k: v for k, v in entry.items() if k != "exp_avg_sq"}
-    assert state_misfit({"state": {0: lacking}, "param_groups": groups}, optimizer, "adamw", names) == \
-        f"the state of {names[id(first)]} lacks 'exp_avg_sq', which adamw needs"
+    assert (
+        state_misfit({"state": {0: lacking}, "param_groups": groups}, optimizer, "adamw", names)
+        == f"the state of {names[id(first)]} lacks 'exp_avg_sq', which adamw needs"
+    )
     misshapen = {**entry, "exp_avg": torch.zeros(3)}
-    assert state_misfit({"state": {0: misshapen}, "param_groups": groups}, optimizer, "adamw", names) == \
-        f"the state of {names[id(first)]}: exp_avg has shape (3,), the parameter {tuple(first.shape)}"
+    assert (
+        state_misfit({"state": {0: misshapen}, "param_groups": groups}, optimizer, "adamw", names)
+        == f"the state of {names[id(first)]}: exp_avg has shape (3,), the parameter {tuple(first.shape)}"
+    )
 
 
 def test_a_fresh_optimizer_state_continues_at_the_schedules_learning_rate(tmp_path):
     """sgd -> adamw starts the optimizer state fresh, but the cosine schedule goes on from the saved step."""
     from core.engine.trainer import Trainer, train
 
-    common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "schedule": "cosine", "warmup_steps": 2,
-              "lr": 0.1}
+    common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "schedule": "cosine", "warmup_steps": 2, "lr": 0.1}
     part = train(RunConfig.for_task("tiny", optimizer="sgd", max_steps=6, **common))
-    trainer = Trainer(RunConfig.for_task("tiny", optimizer="adamw", max_steps=12, **common),
-                      resume_from=part.checkpoint)
+    trainer = Trainer(
+        RunConfig.for_task("tiny", optimizer="adamw", max_steps=12, **common), resume_from=part.checkpoint
+    )
     trainer.setup()
     try:
         assert any(n.startswith("optimizer changed from sgd to adamw: its state starts fresh") for n in trainer.notes)
@@ -116,16 +130,24 @@ def test_a_resume_with_another_schedule_or_more_steps_follows_this_runs_schedule
     common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "warmup_steps": 1, "threads": 1}
     part = train(RunConfig.for_task("tiny", schedule="onecycle", max_steps=3, **common))
     events = []
-    ended = train(RunConfig.for_task("tiny", schedule="onecycle", max_steps=6, **common), sink=events.append,
-                  resume_from=part.checkpoint)
+    ended = train(
+        RunConfig.for_task("tiny", schedule="onecycle", max_steps=6, **common),
+        sink=events.append,
+        resume_from=part.checkpoint,
+    )
     assert ended.status == "completed" and ended.step == 6, ended.message
     events = []
-    ended = train(RunConfig.for_task("tiny", schedule="cosine", max_steps=9, **common), sink=events.append,
-                  resume_from=ended.checkpoint)
+    ended = train(
+        RunConfig.for_task("tiny", schedule="cosine", max_steps=9, **common),
+        sink=events.append,
+        resume_from=ended.checkpoint,
+    )
     assert ended.status == "completed" and ended.step == 9, ended.message
     (started,) = [e for e in events if isinstance(e, RunStarted)]
-    assert "schedule changed from onecycle to cosine: the learning rate follows the cosine schedule from step 6" \
+    assert (
+        "schedule changed from onecycle to cosine: the learning rate follows the cosine schedule from step 6"
         in started.notes
+    )
 
 
 def test_without_weight_decay_one_group_holds_every_parameter_in_model_order():
@@ -144,11 +166,12 @@ def test_optimizer_state_follows_each_parameter_across_one_and_two_groups(tmp_pa
 
     common = {"device": "cpu", "out_dir": str(tmp_path / "run"), "threads": 1, "optimizer": "adamw"}
     task = {"layers": 1, "d_model": 8, "heads": 1, "items": 40, "interactions": 2000, "max_len": 8}
-    part = train(RunConfig.for_task("recommender", task_options=task, max_steps=3, weight_decay=saved_decay,
-                                    **common))
+    part = train(RunConfig.for_task("recommender", task_options=task, max_steps=3, weight_decay=saved_decay, **common))
     saved = load_checkpoint(part.checkpoint)
-    trainer = Trainer(RunConfig.for_task("recommender", task_options=task, max_steps=6, weight_decay=decay,
-                                         **common), resume_from=part.checkpoint)
+    trainer = Trainer(
+        RunConfig.for_task("recommender", task_options=task, max_steps=6, weight_decay=decay, **common),
+        resume_from=part.checkpoint,
+    )
     trainer.setup()
     try:
         assert not any("parameter groups changed" in note for note in trainer.notes), trainer.notes
@@ -180,7 +203,7 @@ def test_the_cpu_optimizer_is_fused_and_makes_torchs_default_update(kind):
     extra = {"momentum": cfg.momentum} if kind == "sgd" else {}
     default = type(fused)(parameter_groups(models[1], cfg.weight_decay), lr=cfg.lr, **extra)
     assert not any(group["fused"] for group in default.param_groups)
-    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0 ** 10) for _ in "ab"]
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**10) for _ in "ab"]
     x, y = torch.randn(64, 10), torch.randint(0, 2, (64,))
     for step in range(6):
         for model, optimizer, scaler in zip(models, (fused, default), scalers):
@@ -195,6 +218,6 @@ def test_the_cpu_optimizer_is_fused_and_makes_torchs_default_update(kind):
             scaler.update()
             if step == 3:  # the overflowed step is skipped and the scale halves
                 assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
-                assert scaler.get_scale() == 2.0 ** 9
+                assert scaler.get_scale() == 2.0**9
     for a, b in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

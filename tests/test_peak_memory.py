@@ -195,5 +195,7 @@ def test_the_three_tools_measure_through_it():
         make_probe(torch.device("meta"))
     cpu = PeakMemory(torch.device("cpu"))
     assert memory_source(cpu, isolate=True).endswith("a fresh process per mode")
-    assert memory_source(PeakMemory(torch.device("meta")), isolate=False) == "none: torch keeps no peak-memory " \
-                                                                              "statistics on meta"
+    assert (
+        memory_source(PeakMemory(torch.device("meta")), isolate=False) == "none: torch keeps no peak-memory "
+        "statistics on meta"
+    )

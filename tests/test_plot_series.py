@@ -31,7 +31,7 @@ def reference(xs: np.ndarray, ys: np.ndarray, budget: int) -> tuple[np.ndarray, 
         width *= 2
     out_x, out_y = [], []
     for start in range(0, folded, width):
-        bx, by = xs[start: min(start + width, folded)], ys[start: min(start + width, folded)]
+        bx, by = xs[start : min(start + width, folded)], ys[start : min(start + width, folded)]
         points = []
         finite = np.flatnonzero(np.isfinite(by))
         if len(finite):
@@ -46,8 +46,7 @@ def reference(xs: np.ndarray, ys: np.ndarray, budget: int) -> tuple[np.ndarray, 
         for x, y in sorted(points, key=lambda p: p[0]):
             out_x.append(x)
             out_y.append(y)
-    return (np.concatenate([out_x, xs[folded:]]).astype(float),
-            np.concatenate([out_y, ys[folded:]]).astype(float))
+    return (np.concatenate([out_x, xs[folded:]]).astype(float), np.concatenate([out_y, ys[folded:]]).astype(float))
 
 
 def noisy(n: int, seed: int = 0) -> np.ndarray:
@@ -144,7 +143,7 @@ def test_extend_draws_exactly_what_appending_one_by_one_draws(budget):
         one_by_one.append(i, y)
     start = 0
     for size in rng.integers(1, 30_000, 100):  # ragged blocks, crossing fold and merge boundaries anywhere
-        bulk.extend(np.arange(start, min(start + size, len(ys))), ys[start: start + size])
+        bulk.extend(np.arange(start, min(start + size, len(ys))), ys[start : start + size])
         start += size
         if start >= len(ys):
             break

@@ -11,8 +11,14 @@ BATCH = 64
 
 def row(mode: str, windows: list[float], loss: float = 1.0) -> SweepRow:
     step_ms = sorted(windows)[len(windows) // 2]
-    return SweepRow(mode=mode, status="ok", step_ms=step_ms, step_ms_windows=list(windows),
-                    samples_per_second=BATCH * 1000 / step_ms, loss=loss)
+    return SweepRow(
+        mode=mode,
+        status="ok",
+        step_ms=step_ms,
+        step_ms_windows=list(windows),
+        samples_per_second=BATCH * 1000 / step_ms,
+        loss=loss,
+    )
 
 
 def sweep(*rows: SweepRow) -> list[SweepRow]:

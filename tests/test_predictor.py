@@ -48,6 +48,7 @@ def _model(checkpoint, task: str, options: dict):
 
 # ---- sentiment -------------------------------------------------------------------------------------------------
 
+
 def test_sentiment_is_the_models_softmax_on_the_tasks_own_tokens(sentiment_run):
     predictor = load_predictor(sentiment_run.checkpoint)
     assert predictor.task == "sentiment" and predictor.device == torch.device("cpu")
@@ -65,11 +66,19 @@ def test_a_trained_model_tells_positive_from_negative(tmp_path):
 
     # A run of its own: the quality bar needs more reviews and steps than the shared run has, and plain token
     # counts (the shared run's tfidf weighting, which its export must carry, stays under 0.7 here).
-    ended = _train(tmp_path / "run", "sentiment", max_steps=225,
-                   task_options={"reviews": 6000, "buckets": 1 << 14, "max_tokens": 64})
+    ended = _train(
+        tmp_path / "run",
+        "sentiment",
+        max_steps=225,
+        task_options={"reviews": 6000, "buckets": 1 << 14, "max_tokens": 64},
+    )
     predictor = load_predictor(ended.checkpoint)
-    good, bad = predictor.sentiment(["The lesson was great, clear and really helpful. Excellent examples!",
-                                     "The lesson was boring, confusing and useless. Outdated slides."])
+    good, bad = predictor.sentiment(
+        [
+            "The lesson was great, clear and really helpful. Excellent examples!",
+            "The lesson was boring, confusing and useless. Outdated slides.",
+        ]
+    )
     assert good > 0.5 > bad
     reviews = generate_reviews(400, seed=12345)  # fresh reviews of the synthetic vocabulary
     p = np.array(predictor.sentiment(reviews.text.to_pylist()))
@@ -90,6 +99,7 @@ def test_explain_gives_each_words_effect_with_its_sign(sentiment_run):
 
 
 # ---- recommender -----------------------------------------------------------------------------------------------
+
 
 def test_recommend_answers_in_the_files_own_lesson_ids(recommender_run):
     predictor = load_predictor(recommender_run.checkpoint, "last")
@@ -140,9 +150,13 @@ def test_example_users_are_the_files_users_in_time_order(recommender_run, clicks
 
 
 def test_synthetic_recommender_ids_are_zero_based(tmp_path):
-    _train(tmp_path / "run", "recommender", max_steps=3, batch_size=16,
-                   task_options={"items": 40, "track_len": 10, "interactions": 2000, "mean_len": 20, "max_len": 8,
-                                 "d_model": 16})
+    _train(
+        tmp_path / "run",
+        "recommender",
+        max_steps=3,
+        batch_size=16,
+        task_options={"items": 40, "track_len": 10, "interactions": 2000, "mean_len": 20, "max_len": 8, "d_model": 16},
+    )
     predictor = load_predictor(tmp_path / "run")
     user, history = predictor.example_users(limit=1)[0]
     assert user == 0 and all(isinstance(i, int) and 0 <= i < 40 for i in history)
@@ -155,6 +169,7 @@ def test_synthetic_recommender_ids_are_zero_based(tmp_path):
 
 
 # ---- ranking ---------------------------------------------------------------------------------------------------
+
 
 def test_rank_is_the_model_on_raw_features_and_reproduces_the_runs_test_metrics(ranking_run):
     from core.tasks.ranking import pad_queries, ranking_metrics
@@ -180,6 +195,7 @@ def test_rank_is_the_model_on_raw_features_and_reproduces_the_runs_test_metrics(
 
 # ---- tiny ------------------------------------------------------------------------------------------------------
 
+
 def test_classify_gives_the_runs_validation_accuracy(tiny_run):
     from core.tasks.tiny import make_tiny_data
 
@@ -188,11 +204,12 @@ def test_classify_gives_the_runs_validation_accuracy(tiny_run):
     probabilities = predictor.classify(x)
     assert probabilities.shape == (len(x), 2) and np.allclose(probabilities.sum(1), 1.0, atol=1e-6)
     _, y = make_tiny_data(8192, 0.05, predictor.config["seed"])
-    accuracy = float((probabilities.argmax(1) == y[int(0.8 * 8192):].numpy()).mean())
+    accuracy = float((probabilities.argmax(1) == y[int(0.8 * 8192) :].numpy()).mean())
     assert accuracy == pytest.approx(tiny_run.metrics["accuracy"], abs=1e-9)
 
 
 # ---- errors, checkpoints, threads ------------------------------------------------------------------------------
+
 
 def test_another_tasks_method_is_a_config_error(tiny_run, sentiment_run):
     tiny = load_predictor(tiny_run.checkpoint)

@@ -18,7 +18,6 @@ from core.tasks.ranking_losses import LOSSES, approx_ndcg_loss, lambda_loss
 SMALL = {"queries": 300, "docs": 12, "features": 40, "hidden": 16}
 
 
-
 def _normalise(stats: dict, x: np.ndarray) -> torch.Tensor:
     norm = FeatureNormalizer(x.shape[1], QUANTILES if "knots" in stats else 0)
     for name, values in stats.items():
@@ -47,8 +46,16 @@ def test_generator_is_letor_shaped():
 @pytest.mark.parametrize("method", ["quantile", "asinh", "standard"])
 def test_normalizer_standardises_and_maps_constant_columns_to_zero(method):
     rng = np.random.default_rng(0)
-    x = np.stack([rng.lognormal(3, 2, 5000), np.full(5000, 7.5), rng.poisson(0.02, 5000),
-                  rng.normal(1e3, 1e-2, 5000), (rng.random(5000) < 0.1) * 1.0], axis=1).astype(np.float32)
+    x = np.stack(
+        [
+            rng.lognormal(3, 2, 5000),
+            np.full(5000, 7.5),
+            rng.poisson(0.02, 5000),
+            rng.normal(1e3, 1e-2, 5000),
+            (rng.random(5000) < 0.1) * 1.0,
+        ],
+        axis=1,
+    ).astype(np.float32)
     stats = fit_normalizer(x, method)
     y = _normalise(stats, x).numpy()
     assert np.isfinite(y).all()
@@ -64,8 +71,9 @@ def test_quantile_normalizer_straightens_each_columns_own_curve():
     sparse column) share the middle of their run; values beyond the training range stay at its ends."""
     rng = np.random.default_rng(1)
     z = rng.standard_normal(20000)
-    x = np.stack([np.exp(3 * z), np.logaddexp(0, 1.5 * z) * 100, 1 / (1 + np.exp(-z)), (z > 1.0) * 1.0],
-                 axis=1).astype(np.float32)
+    x = np.stack([np.exp(3 * z), np.logaddexp(0, 1.5 * z) * 100, 1 / (1 + np.exp(-z)), (z > 1.0) * 1.0], axis=1).astype(
+        np.float32
+    )
     stats = fit_normalizer(x, "quantile")
     y = _normalise(stats, x).numpy()
     for j in range(3):  # each curve undone: the values are z again, whatever the column's scale and shape
@@ -108,8 +116,9 @@ def test_checkpoint_resume_and_export_carry_the_normalizer(tmp_path, normalize):
     from core.engine.checkpoints import export_checkpoint, load_checkpoint, load_model_state
 
     options = {**SMALL, "normalize": normalize}
-    config = RunConfig.for_task("ranking", task_options=options, device="cpu", precision="fp32", max_steps=4,
-                                out_dir=str(tmp_path / "run"))
+    config = RunConfig.for_task(
+        "ranking", task_options=options, device="cpu", precision="fp32", max_steps=4, out_dir=str(tmp_path / "run")
+    )
     ended = train(config)
     assert ended.status == "completed", ended.message
     state = load_checkpoint(ended.checkpoint)
@@ -138,8 +147,9 @@ def test_checkpoint_resume_and_export_carry_the_normalizer(tmp_path, normalize):
 def test_input_dropout_drops_features_only_while_training():
     task = create_task("ranking", {**SMALL, "input_dropout": 0.5, "dropout": 0.0})
     model = task.build_model({"features": SMALL["features"]})
-    assert set(model.state_dict()) == set(create_task("ranking", SMALL).build_model(
-        {"features": SMALL["features"]}).state_dict())  # no weights: checkpoints keep their keys
+    assert set(model.state_dict()) == set(
+        create_task("ranking", SMALL).build_model({"features": SMALL["features"]}).state_dict()
+    )  # no weights: checkpoints keep their keys
     x = torch.randn(2, 6, SMALL["features"])
     model.eval()
     assert torch.equal(model(x), model(x))
@@ -199,9 +209,14 @@ def test_lambda_loss_weights_the_top_of_the_ranking():
     assert top.grad[0, 1] > low.grad[0, 11]  # the doc just above the relevant one at the top is pushed hardest
 
 
-@pytest.mark.parametrize("options,field", [({"loss": "lambdarank"}, "task_options.loss"),
-                                           ({"normalize": "zscore"}, "task_options.normalize"),
-                                           ({"normalise": "asinh"}, "task_options.normalise")])
+@pytest.mark.parametrize(
+    "options,field",
+    [
+        ({"loss": "lambdarank"}, "task_options.loss"),
+        ({"normalize": "zscore"}, "task_options.normalize"),
+        ({"normalise": "asinh"}, "task_options.normalise"),
+    ],
+)
 def test_options_are_validated_with_one_line_errors(options, field):
     with pytest.raises(ConfigError) as info:
         create_task("ranking", options)
@@ -211,7 +226,10 @@ def test_options_are_validated_with_one_line_errors(options, field):
 @pytest.mark.parametrize("normalize,loss", [("none", "listwise"), ("standard", "approxndcg"), ("asinh", "ranknet")])
 def test_every_normalisation_and_loss_trains(tmp_path, normalize, loss):
     options = {**SMALL, "normalize": normalize, "loss": loss}
-    ended = train(RunConfig.for_task("ranking", task_options=options, device="cpu", precision="bf16",
-                                     max_steps=3, out_dir=str(tmp_path)))
+    ended = train(
+        RunConfig.for_task(
+            "ranking", task_options=options, device="cpu", precision="bf16", max_steps=3, out_dir=str(tmp_path)
+        )
+    )
     assert ended.status == "completed", ended.message
     assert 0.0 < ended.metrics["ndcg@10"] <= 1.0

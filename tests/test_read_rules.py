@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core.runs.file_input import InputReader
 from core.data import formats
 from core.data.importers import read_table
 from core.data.sequences import INTERACTION_COLUMNS
+from core.runs.file_input import InputReader
 
 NAMES = ("user_id", "item_id", "timestamp")
 FILES = {
@@ -44,8 +44,11 @@ def test_predict_reads_a_file_as_training_does(tmp_path, case):
     table = read_table(path, INTERACTION_COLUMNS)
     trained = {name: [str(v) for v in table.column(name).to_pylist()] for name in NAMES}
     trained["timestamp"] = [str(int(float(v))) for v in trained["timestamp"]]
-    assert _predict_reads(path) == trained == {"user_id": ["1", "1", "2"], "item_id": ["10", "11", "10"],
-                                               "timestamp": ["100", "101", "102"]}
+    assert (
+        _predict_reads(path)
+        == trained
+        == {"user_id": ["1", "1", "2"], "item_id": ["10", "11", "10"], "timestamp": ["100", "101", "102"]}
+    )
 
 
 def test_one_rule_for_numbers_and_names():
@@ -59,9 +62,11 @@ def test_formats_works_without_the_importer(tmp_path):
     unimportable."""
     bad = tmp_path / "bad.svm"
     bad.write_bytes(b"1 qid:1 1:0.5\n0 qid:1 1:0.\xe95\n")
-    code = ("import sys; sys.modules['core.data.importers'] = None\n"
-            "from pathlib import Path\nfrom core.data import svmlight\nfrom core.errors import DataError\n"
-            f"try:\n    svmlight.read_svmlight(Path({str(bad)!r}))\nexcept DataError as exc:\n    print(exc)\n")
+    code = (
+        "import sys; sys.modules['core.data.importers'] = None\n"
+        "from pathlib import Path\nfrom core.data import svmlight\nfrom core.errors import DataError\n"
+        f"try:\n    svmlight.read_svmlight(Path({str(bad)!r}))\nexcept DataError as exc:\n    print(exc)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{bad}: line 2, column 13 (byte): text is not valid UTF-8"

@@ -5,9 +5,9 @@ it when resumed. The catalogue is small: the sampled-loss threshold is lowered u
 from __future__ import annotations
 
 import json
-import tomllib
 
 import pytest
+import tomllib
 import torch
 
 from core.config import RunConfig
@@ -17,8 +17,16 @@ from core.engine.run_record import load_record, read_run
 from core.engine.trainer import train
 from core.tasks import option_values, recommender
 
-SMALL = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 20, "max_len": 20, "d_model": 16,
-         "layers": 1, "sampled_negatives": 32}
+SMALL = {
+    "items": 200,
+    "track_len": 10,
+    "interactions": 6_000,
+    "mean_len": 20,
+    "max_len": 20,
+    "d_model": 16,
+    "layers": 1,
+    "sampled_negatives": 32,
+}
 SETTINGS = {"task": "recommender", "device": "cpu", "batch_size": 32, "log_interval": 1, "eval_interval": 0}
 
 
@@ -53,8 +61,11 @@ def _saved_options(folder) -> dict:
     state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=True)
     record = json.loads((folder / "run.json").read_text())
     toml = tomllib.loads((folder / "config.toml").read_text())
-    return {"checkpoint": state["config"]["task_options"], "run.json": record["config"]["task_options"],
-            "config.toml": toml.get("task_options", {})}
+    return {
+        "checkpoint": state["config"]["task_options"],
+        "run.json": record["config"]["task_options"],
+        "config.toml": toml.get("task_options", {}),
+    }
 
 
 def _make_old(folder) -> None:
@@ -66,8 +77,9 @@ def _make_old(folder) -> None:
     record["config"]["task_options"].pop("loss", None)
     (folder / "run.json").write_text(json.dumps(record))
     toml = (folder / "config.toml").read_text()
-    (folder / "config.toml").write_text("\n".join(line for line in toml.splitlines()
-                                                  if not line.strip().startswith("loss")) + "\n")
+    (folder / "config.toml").write_text(
+        "\n".join(line for line in toml.splitlines() if not line.strip().startswith("loss")) + "\n"
+    )
     assert all("loss" not in options for options in _saved_options(folder).values())
 
 
@@ -135,8 +147,9 @@ def test_every_reader_of_an_old_run_sees_the_full_softmax(old_run, losses, tmp_p
     assert RunConfig.from_dict(state["config"]).task_options["loss"] == "full"
     assert read_run(old_run)["config"]["task_options"]["loss"] == "full"
     assert load_record(old_run)["config"]["task_options"]["loss"] == "full"
-    config, _checkpoint = continue_config({"folder": str(old_run), "checkpoint": str(old_run / "checkpoint.pt"),
-                                           "max_steps": 3})
+    config, _checkpoint = continue_config(
+        {"folder": str(old_run), "checkpoint": str(old_run / "checkpoint.pt"), "max_steps": 3}
+    )
     assert config.task_options["loss"] == "full"
     task, model = rebuild_model(state, old_run / "checkpoint.pt")
     assert task.opts["loss"] == "full"
@@ -154,5 +167,6 @@ def test_the_old_default_is_only_for_saved_configs():
     old = {"task": "recommender", "task_options": {"d_model": 16}}
     assert saved_config(old)["task_options"] == {"d_model": 16, "loss": "full"}
     assert saved_config({"task": "recommender", "task_options": {"loss": "sampled"}})["task_options"] == {
-        "loss": "sampled"}
+        "loss": "sampled"
+    }
     assert saved_config({"task": "tiny", "task_options": {}})["task_options"] == {}

@@ -17,10 +17,17 @@ from core.tasks import create_task
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
 from core.tasks.recommender import ranking_report, remove_seen
 
-
 # Users with short histories and a long window: most training positions are padding, so the loss drops them.
-PADDED = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40, "d_model": 16,
-          "layers": 1, "heads": 2}
+PADDED = {
+    "items": 200,
+    "track_len": 10,
+    "interactions": 6_000,
+    "mean_len": 12,
+    "max_len": 40,
+    "d_model": 16,
+    "layers": 1,
+    "heads": 2,
+}
 
 
 def hand_split():
@@ -56,10 +63,10 @@ def test_sampled_negatives_exclude_everything_the_user_interacted_with():
     targets = rng.integers(1, n + 1, rows)
     neg = unseen_negatives(flat, starts, starts + lengths, targets, n, 100, seed=1).numpy()
     for r in range(rows):
-        seen = set(flat[starts[r]:starts[r] + lengths[r]].tolist()) | {int(targets[r])}
+        seen = set(flat[starts[r] : starts[r] + lengths[r]].tolist()) | {int(targets[r])}
         assert not seen & set(neg[r].tolist()) and neg[r].min() >= 1 and neg[r].max() <= n
     counts = np.bincount(neg[0], minlength=n + 1)[1:]
-    allowed = [i for i in range(1, n + 1) if i not in set(flat[:lengths[0]].tolist()) | {int(targets[0])}]
+    allowed = [i for i in range(1, n + 1) if i not in set(flat[: lengths[0]].tolist()) | {int(targets[0])}]
     assert (counts > 0).sum() >= 0.8 * min(len(allowed), 100) and counts[np.array(allowed) - 1].sum() == 100
 
 
@@ -93,8 +100,10 @@ def test_three_protocols_on_a_hand_built_scorer():
 def test_remove_seen_sets_exactly_the_history_to_minus_infinity():
     items, (_, _, test) = hand_split()
     scores = remove_seen(torch.zeros(2, 6), test, torch.from_numpy(items))
-    assert torch.isinf(scores).tolist() == [[True, True, True, True, False, False],
-                                            [False, True, False, False, False, True]]
+    assert torch.isinf(scores).tolist() == [
+        [True, True, True, True, False, False],
+        [False, True, False, False, False, True],
+    ]
 
 
 def test_evaluation_is_the_same_at_any_batch_size_and_over_slices():
@@ -106,8 +115,10 @@ def test_evaluation_is_the_same_at_any_batch_size_and_over_slices():
         whole = task.evaluate(model, data.val, 4096)
         small = task.metrics(task.evaluate_parts(model, data.val, 1))  # evaluates at least 512 rows at once
         half = data.val["target"].shape[0] // 2
-        parts = [task.evaluate_parts(model, {k: v[s] for k, v in data.val.items()}, 64)
-                 for s in (slice(0, half), slice(half, None))]
+        parts = [
+            task.evaluate_parts(model, {k: v[s] for k, v in data.val.items()}, 64)
+            for s in (slice(0, half), slice(half, None))
+        ]
     summed = task.metrics(type(parts[0])(sums={k: parts[0].sums[k] + parts[1].sums[k] for k in parts[0].sums}))
     flips = 2.0 / data.val["target"].shape[0]  # float matmuls of other shapes may swap a near-tie or two
     for name, value in whole.items():
@@ -120,14 +131,16 @@ def test_evaluation_is_the_same_at_any_batch_size_and_over_slices():
     by_one = ranking_report(exact, data.val, 1, task.history)
     assert ranking_report(exact, data.val, 7, task.history) == pytest.approx(by_one, abs=1e-8)
     assert ranking_report(exact, data.val, 100_000, task.history) == pytest.approx(by_one, abs=1e-8)
-    assert set(whole) == {f"{m}@10_{p}" for m in ("hr", "ndcg")
-                          for p in ("full_filtered", "full_unfiltered", "sampled100_unseen")}
+    assert set(whole) == {
+        f"{m}@10_{p}" for m in ("hr", "ndcg") for p in ("full_filtered", "full_unfiltered", "sampled100_unseen")
+    }
 
 
 def test_baseline_uses_the_same_protocols_and_the_ceiling_only_the_one_it_is_computed_for():
     data = create_task("recommender", PADDED).load_data("", 0)
-    assert set(data.baseline) == {f"{m}@10_{p}" for m in ("hr", "ndcg")
-                                  for p in ("full_filtered", "full_unfiltered", "sampled100_unseen")}
+    assert set(data.baseline) == {
+        f"{m}@10_{p}" for m in ("hr", "ndcg") for p in ("full_filtered", "full_unfiltered", "sampled100_unseen")
+    }
     assert set(data.ceiling) == {"hr@10_full_unfiltered", "ndcg@10_full_unfiltered"}
     assert data.baseline["hr@10_full_filtered"] >= data.baseline["hr@10_full_unfiltered"]  # fewer above
 
@@ -251,8 +264,10 @@ def test_resume_is_exact_with_the_padding_free_loss(tmp_path):
     common = dict(task_options=options, device="cpu", batch_size=16, log_interval=2, eval_interval=0)
     straight = train(RunConfig.for_task("recommender", max_steps=8, out_dir=str(tmp_path / "a"), **common))
     first = train(RunConfig.for_task("recommender", max_steps=4, out_dir=str(tmp_path / "b"), **common))
-    resumed = Trainer(RunConfig.for_task("recommender", max_steps=8, out_dir=str(tmp_path / "c"), **common),
-                      resume_from=first.checkpoint).run()
+    resumed = Trainer(
+        RunConfig.for_task("recommender", max_steps=8, out_dir=str(tmp_path / "c"), **common),
+        resume_from=first.checkpoint,
+    ).run()
     assert straight.status == resumed.status == "completed", (straight.message, resumed.message)
     assert resumed.final_loss == straight.final_loss
     assert resumed.metrics == straight.metrics

@@ -30,5 +30,11 @@ def test_quick_mode_reports_the_engine_and_the_reference(capsys):
     assert row["ratio"] == pytest.approx(row["engine"] / row["reference"])
     assert row["engine_loss"] == row["engine_loss"] and row["reference_loss"] == row["reference_loss"]  # not NaN
     assert result["batch_size"] == 16
-    assert result["options"] == {"interactions": 2000, "items": 100, "mean_len": 10, "max_len": 10, "d_model": 16,
-                                 "layers": 1}
+    assert result["options"] == {
+        "interactions": 2000,
+        "items": 100,
+        "mean_len": 10,
+        "max_len": 10,
+        "d_model": 16,
+        "layers": 1,
+    }

@@ -47,13 +47,16 @@ def test_a_file_over_the_limit_is_refused_by_its_size(tmp_path):
     assert len(read_regular(big, limit=5000)) == 5000
 
 
-@pytest.mark.parametrize("payload, reason", [
-    (b"[" * 100_000 + b"]" * 100_000, "nested more than 64 deep"),
-    (json.dumps({"a": [[[[1]]]]}).encode(), "nested more than 3 deep"),
-    (b"\xff\xfe{}", "not UTF-8"),
-    (b'{"a": ', "not valid JSON"),
-    (b"[1, 2]", "holds list, not a JSON object"),
-])
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested more than 64 deep"),
+        (json.dumps({"a": [[[[1]]]]}).encode(), "nested more than 3 deep"),
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b'{"a": ', "not valid JSON"),
+        (b"[1, 2]", "holds list, not a JSON object"),
+    ],
+)
 def test_bad_json_is_one_reason(tmp_path, payload, reason):
     path = tmp_path / "run.json"
     path.write_bytes(payload)

@@ -21,7 +21,7 @@ from tests.test_remote_ssh import sshd  # noqa: F401 (the session's sshd, a fixt
 pytestmark = pytest.mark.slow
 
 
-def host_runs(sshd, trained_runs) -> tuple[Path, Path]:  # noqa: F811 (the fixture's value)
+def host_runs(sshd, trained_runs) -> tuple[Path, Path]:
     """The host's runs root holds a copy of the trained tiny run and a run whose run.json is broken."""
     tiny = sshd.runs / "tiny-run"
     if not tiny.exists():
@@ -32,7 +32,7 @@ def host_runs(sshd, trained_runs) -> tuple[Path, Path]:  # noqa: F811 (the fixtu
     return tiny, broken
 
 
-def test_a_hosts_runs_are_listed_and_one_broken_record_hides_none(sshd, trained_runs, tmp_path):  # noqa: F811
+def test_a_hosts_runs_are_listed_and_one_broken_record_hides_none(sshd, trained_runs, tmp_path):
     tiny, _broken = host_runs(sshd, trained_runs)
     listed = list_host_runs(sshd.host(), tmp_path / "local")
     assert listed.dest == "amp-test" and listed.root == str(sshd.runs)
@@ -41,8 +41,12 @@ def test_a_hosts_runs_are_listed_and_one_broken_record_hides_none(sshd, trained_
     assert "run.json is not valid JSON" in runs["amp-test:broken-run"]["unreadable"]
     run = runs["amp-test:tiny-run"]
     here = read_run(tiny)
-    assert (run["id"], run["status"], run["steps"], run["best"]) == (here["id"], "completed", here["steps"],
-                                                                     here["best"])
+    assert (run["id"], run["status"], run["steps"], run["best"]) == (
+        here["id"],
+        "completed",
+        here["steps"],
+        here["best"],
+    )
     copy = tmp_path / "local" / ".hosts" / "amp-test" / "tiny-run"
     assert run["folder"] == str(copy) and run["remote_folder"] == str(tiny) and run["host"] == "amp-test"
     assert run["checkpoints"]["best"]["path"] == str(copy / "best.pt") and run["remote_checkpoints"]
@@ -54,7 +58,7 @@ def test_a_hosts_runs_are_listed_and_one_broken_record_hides_none(sshd, trained_
     assert not [label for label, row in rows.items() if row.differs]  # the same run, here and there
 
 
-def test_a_run_is_fetched_with_progress_and_a_second_fetch_sends_nothing(sshd, trained_runs, tmp_path):  # noqa: F811
+def test_a_run_is_fetched_with_progress_and_a_second_fetch_sends_nothing(sshd, trained_runs, tmp_path):
     tiny, _broken = host_runs(sshd, trained_runs)
     local = tmp_path / "local"
     progress: list[tuple[int, int, str]] = []
@@ -92,7 +96,7 @@ def test_a_run_is_fetched_with_progress_and_a_second_fetch_sends_nothing(sshd, t
     assert read_run(copy)["note"] == "the one to ship"
 
 
-def test_remote_runs_and_fetch_commands(sshd, trained_runs, tmp_path, capsys):  # noqa: F811
+def test_remote_runs_and_fetch_commands(sshd, trained_runs, tmp_path, capsys):
     from core.cli.main import main
 
     host_runs(sshd, trained_runs)

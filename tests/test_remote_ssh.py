@@ -86,7 +86,7 @@ class Collector:
         try:
             for item in self.follower:
                 (self.notes if isinstance(item, FollowNote) else self.lines).append(item)
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+        except BaseException as exc:
             self.error = exc
 
     def steps(self) -> list[int]:
@@ -130,8 +130,10 @@ def test_a_run_started_watched_steered_and_followed_across_a_dropped_connection(
     run = start_remote_run(host, tiny(), runs_dir=str(sshd.runs))
     folder = Path(run.folder)  # the host is this machine: its files can be checked here
     assert folder.parent == sshd.runs and run.target == f"amp-test:{run.folder}"
-    wait_for(lambda: len([r for r in read_jsonl(folder / "metrics.jsonl") if r["event"] == "StepMetrics"]) >= 3,
-             "the run's first steps")
+    wait_for(
+        lambda: len([r for r in read_jsonl(folder / "metrics.jsonl") if r["event"] == "StepMetrics"]) >= 3,
+        "the run's first steps",
+    )
     watch = Collector(RemoteFollower(host, run.folder, backoff=(0.2,)))  # from the start: history, then live
     try:
         wait_for(lambda: watch.error or watch.events("RunStarted") and len(watch.steps()) >= 5, "the watch's steps")
@@ -153,15 +155,19 @@ def test_a_run_started_watched_steered_and_followed_across_a_dropped_connection(
     assert watch.error is None and not watch.thread.is_alive() and watch.follower.status == "ended"
     assert [n.connected for n in watch.notes][:1] == [False] and watch.follower.connections >= 2
     assert isinstance(stopped.outcome, RunEnded) and stopped.outcome.status == "stopped"
-    assert stopped.message.endswith(f"stopped at step {stopped.outcome.step}, checkpoint saved "
-                                    f"({folder / 'checkpoint.pt'})")
+    assert stopped.message.endswith(
+        f"stopped at step {stopped.outcome.step}, checkpoint saved ({folder / 'checkpoint.pt'})"
+    )
     assert load_checkpoint(folder / "checkpoint.pt")["step"] == stopped.outcome.step
     # every line once, in order, across the dropped connection: what the watch got is the file
     assert [line.record for line in watch.lines] == read_jsonl(folder / "metrics.jsonl")
     assert watch.steps() == list(range(10, watch.steps()[-1] + 1, 10))
     acks = watch.events("ControlAcknowledged")
-    assert [(a["seq"], a["verb"], a["accepted"]) for a in acks] == [(1, "pause", True), (2, "resume", True),
-                                                                    (3, "stop", True)]
+    assert [(a["seq"], a["verb"], a["accepted"]) for a in acks] == [
+        (1, "pause", True),
+        (2, "resume", True),
+        (3, "stop", True),
+    ]
     assert watch.lines[-1].offset == (folder / "metrics.jsonl").stat().st_size
 
 
@@ -191,8 +197,10 @@ def test_a_two_process_run_stops_through_the_channel(sshd):
     host = sshd.host()
     run = start_remote_run(host, tiny(), nproc=2, runs_dir=str(sshd.runs))
     folder = Path(run.folder)
-    wait_for(lambda: any(r["event"] == "StepMetrics" for r in read_jsonl(folder / "metrics.jsonl")),
-             "the 2-process run's first steps")
+    wait_for(
+        lambda: any(r["event"] == "StepMetrics" for r in read_jsonl(folder / "metrics.jsonl")),
+        "the 2-process run's first steps",
+    )
     stopped = control_remote(host, run.folder, "stop", timeout=120)
     assert isinstance(stopped.outcome, RunEnded) and stopped.outcome.status == "stopped", stopped.message
     assert load_checkpoint(folder / "checkpoint.pt")["step"] == stopped.outcome.step

@@ -26,7 +26,7 @@ MODULE = "tests.fixtures.user_tasks.regression_task:RegressionTask"  # importabl
 MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').touch()\n"  # proof that the file ran
 
 
-def flags(sshd) -> list[str]:  # noqa: F811 (the fixture's value)
+def flags(sshd) -> list[str]:
     return ["--ssh-config", str(sshd.config), "--remote-command", sshd.prefix]
 
 
@@ -42,11 +42,13 @@ def started_folder(out: str) -> Path:
     return Path(target.removeprefix("amp-test:"))
 
 
-def test_a_config_naming_its_task_file_trains_on_the_host_from_a_copy(sshd, tmp_path, capsys):  # noqa: F811
+def test_a_config_naming_its_task_file_trains_on_the_host_from_a_copy(sshd, tmp_path, capsys):
     path = marked_copy(tmp_path)
     config = tmp_path / "run.toml"
-    config.write_text(f'task = "regression"\ntask_file = "{path}:RegressionTask"\ndevice = "cpu"\nmax_steps = 20\n'
-                      f'log_interval = 10\neval_interval = 10\n[task_options]\nsamples = 256\n')
+    config.write_text(
+        f'task = "regression"\ntask_file = "{path}:RegressionTask"\ndevice = "cpu"\nmax_steps = 20\n'
+        f"log_interval = 10\neval_interval = 10\n[task_options]\nsamples = 256\n"
+    )
     code = main(["remote", "start", "amp-test", "--config", str(config), "--watch", *flags(sshd)])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -61,7 +63,7 @@ def test_a_config_naming_its_task_file_trains_on_the_host_from_a_copy(sshd, tmp_
     assert not path.with_suffix(".ran").exists()  # ...and nothing of it ran here
 
 
-def test_a_module_reference_is_passed_as_it_is(sshd, tmp_path, capsys):  # noqa: F811
+def test_a_module_reference_is_passed_as_it_is(sshd, tmp_path, capsys):
     code = main(["remote", "start", "amp-test", "--task", MODULE, "-o", "samples=256", "--watch", *flags(sshd)])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -71,23 +73,23 @@ def test_a_module_reference_is_passed_as_it_is(sshd, tmp_path, capsys):  # noqa:
     assert not (folder / "task").exists()
 
 
-def test_the_window_path_sends_the_loaded_tasks_file(sshd, tmp_path):  # noqa: F811
+def test_the_window_path_sends_the_loaded_tasks_file(sshd, tmp_path):
     """What Start on a host calls: a config of a task loaded here names its file, and the file goes along."""
     path = marked_copy(tmp_path)
     registry.add_task(f"{path}:RegressionTask")
-    config = RunConfig.for_task("regression", device="cpu", max_steps=10, log_interval=5,
-                                task_options={"samples": 256})
+    config = RunConfig.for_task("regression", device="cpu", max_steps=10, log_interval=5, task_options={"samples": 256})
     notes: list[str] = []
     run = start_remote_run(sshd.host(), config, runs_dir=str(sshd.runs), on_progress=notes.append)
     copy = Path(run.folder) / "task" / "my_task.py"
     assert run.task_file == f"{copy}:RegressionTask" and notes[0].startswith("copying the task file my_task.py")
-    wait_for(lambda: any(r["event"] == "RunEnded" for r in read_jsonl(Path(run.folder) / "metrics.jsonl")),
-             "the run's end")
+    wait_for(
+        lambda: any(r["event"] == "RunEnded" for r in read_jsonl(Path(run.folder) / "metrics.jsonl")), "the run's end"
+    )
     started = next(r for r in read_jsonl(Path(run.folder) / "metrics.jsonl") if r["event"] == "RunStarted")
     assert started["config"]["task_file"] == run.task_file
 
 
-def test_what_cannot_be_started_is_one_line(sshd, tmp_path, capsys):  # noqa: F811
+def test_what_cannot_be_started_is_one_line(sshd, tmp_path, capsys):
     code = main(["remote", "start", "amp-test", "--task", f"{tmp_path}/gone.py:GoneTask", *flags(sshd)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
@@ -105,11 +107,15 @@ def test_what_cannot_be_started_is_one_line(sshd, tmp_path, capsys):  # noqa: F8
     path = marked_copy(tmp_path)
     out_dir = tmp_path / "blocked"
     (out_dir / "task" / "my_task.py").mkdir(parents=True)  # the copy cannot be written there
-    values = RunConfig(device="cpu").to_dict() | {"task": "regression", "task_file": f"{path}:RegressionTask",
-                                                   "out_dir": str(out_dir)}
+    values = RunConfig(device="cpu").to_dict() | {
+        "task": "regression",
+        "task_file": f"{path}:RegressionTask",
+        "out_dir": str(out_dir),
+    }
     with pytest.raises(RemoteError) as caught:
         start_remote_run(sshd.host(), values)
     text = str(caught.value)
-    assert "\n" not in text and text.startswith("amp-test: the task file was not copied: cannot write the task file "
-                                                "my_task.py into "), text
+    assert "\n" not in text and text.startswith(
+        "amp-test: the task file was not copied: cannot write the task file my_task.py into "
+    ), text
     assert not path.with_suffix(".ran").exists()

@@ -33,16 +33,36 @@ from core.files import atomic_write_bytes, try_lock
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make_run(root: Path, name: str, run_id: str, *, status="completed", start="2026-01-01T10:00:00+00:00",
-             steps=100) -> Path:
+def make_run(
+    root: Path, name: str, run_id: str, *, status="completed", start="2026-01-01T10:00:00+00:00", steps=100
+) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps({
-        "version": 1, "id": run_id, "name": name, "task": "tiny", "status": status, "device": "cpu",
-        "precision": "fp32", "start_time": start, "end_time": start, "wall_seconds": 12.5, "steps": steps,
-        "total_steps": 100, "best": {"name": "accuracy", "value": 0.9, "step": steps},
-        "metrics": {"accuracy": 0.9}, "test_metrics": {}, "checkpoints": {"last": {"path": "checkpoint.pt"}},
-        "config": {"task": "tiny", "lr": 0.01, "seed": 3}, "notes": ["an engine note"], "message": ""}))
+    (folder / "run.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "id": run_id,
+                "name": name,
+                "task": "tiny",
+                "status": status,
+                "device": "cpu",
+                "precision": "fp32",
+                "start_time": start,
+                "end_time": start,
+                "wall_seconds": 12.5,
+                "steps": steps,
+                "total_steps": 100,
+                "best": {"name": "accuracy", "value": 0.9, "step": steps},
+                "metrics": {"accuracy": 0.9},
+                "test_metrics": {},
+                "checkpoints": {"last": {"path": "checkpoint.pt"}},
+                "config": {"task": "tiny", "lr": 0.01, "seed": 3},
+                "notes": ["an engine note"],
+                "message": "",
+            }
+        )
+    )
     (folder / "metrics.jsonl").write_text(json.dumps({"event": "RunStarted", "task": "tiny"}) + "\n")
     return folder
 
@@ -59,8 +79,11 @@ def make_root(tmp_path: Path) -> Path:
     old = root / "old-run"
     old.mkdir()
     (old / "metrics.jsonl").write_text(
-        json.dumps({"event": "RunStarted", "task": "tiny", "precision": "fp32", "total_steps": 10}) + "\n"
-        + json.dumps({"event": "RunEnded", "status": "completed", "step": 10, "metrics": {}}) + "\n")
+        json.dumps({"event": "RunStarted", "task": "tiny", "precision": "fp32", "total_steps": 10})
+        + "\n"
+        + json.dumps({"event": "RunEnded", "status": "completed", "step": 10, "metrics": {}})
+        + "\n"
+    )
     age(root)
     return root
 
@@ -88,7 +111,7 @@ def scanned(root: Path) -> list[dict]:
             if run is not None:
                 run["name"] = f"{child.name}/{folder.name}"
                 runs.append(run)
-    runs.sort(key=lambda r: (r.get("start_time") or r.get("end_time") or ""), reverse=True)
+    runs.sort(key=lambda r: r.get("start_time") or r.get("end_time") or "", reverse=True)
     return runs
 
 
@@ -259,8 +282,11 @@ def test_an_unusable_index_still_lists(tmp_path, monkeypatch):
     indexed_runs(root)
     assert (root / INDEX_FILE).is_file()
     age(make_run(root, "run-9", "9999999999"))  # a new run, found while the index cannot be written
-    monkeypatch.setattr(run_index.sqlite3, "connect", lambda database, *a, **k: real_connect(
-        database.replace("mode=rw", "mode=ro"), *a, **k))
+    monkeypatch.setattr(
+        run_index.sqlite3,
+        "connect",
+        lambda database, *a, **k: real_connect(database.replace("mode=rw", "mode=ro"), *a, **k),
+    )
     assert indexed_runs(root) == scanned(root)
 
 
@@ -306,7 +332,7 @@ def test_threads_listing_at_once_all_see_every_run(tmp_path):
         try:
             for _ in range(3):
                 results.append(indexed_runs(root))
-        except Exception as exc:  # noqa: BLE001 (reported below)
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=listing) for _ in range(4)]
@@ -325,8 +351,10 @@ def test_two_processes_listing_at_once_both_see_every_run(tmp_path):
     age(root)
     command = [sys.executable, "-m", "core.cli", "runs", "--runs-dir", str(root), "list", "--json"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    children = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
+    children = [
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outputs = [child.communicate(timeout=120) for child in children]
     expected = sorted(r["id"] for r in scanned(root))
     for child, (out, err) in zip(children, outputs):

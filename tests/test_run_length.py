@@ -14,13 +14,16 @@ from core.engine.reporting import barely_trained
 from core.engine.trainer import train
 
 
-@pytest.mark.parametrize(("epochs", "max_steps", "min_steps", "per_epoch", "steps"), [
-    (2, 0, 200, 7, 203),        # 600 rows: 29 epochs of 7 steps, not 14 steps
-    (2, 0, 200, 500, 1000),     # a big file: the epochs asked for
-    (2, 0, 0, 7, 14),           # min_steps 0: exactly the epochs
-    (2, 50, 200, 7, 50),        # max_steps wins
-    (3, 0, 200, 100, 300),
-])
+@pytest.mark.parametrize(
+    ("epochs", "max_steps", "min_steps", "per_epoch", "steps"),
+    [
+        (2, 0, 200, 7, 203),  # 600 rows: 29 epochs of 7 steps, not 14 steps
+        (2, 0, 200, 500, 1000),  # a big file: the epochs asked for
+        (2, 0, 0, 7, 14),  # min_steps 0: exactly the epochs
+        (2, 50, 200, 7, 50),  # max_steps wins
+        (3, 0, 200, 100, 300),
+    ],
+)
 def test_planned_steps(epochs, max_steps, min_steps, per_epoch, steps):
     cfg = RunConfig(epochs=epochs, max_steps=max_steps, min_steps=min_steps)
     total, note = planned_steps(cfg, per_epoch)
@@ -45,9 +48,17 @@ def reviews(path, rows: int, seed: int = 0):
 def test_a_small_file_with_default_epochs_trains_the_minimum_and_says_why(tmp_path):
     data = reviews(tmp_path / "reviews.csv", 600)
     started = []
-    ended = train(RunConfig.for_task("sentiment", data=str(data), device="cpu", threads=1,
-                                     task_options={"buckets": 4096}, out_dir=str(tmp_path / "run")),
-                  sink=lambda e: started.append(e) if isinstance(e, RunStarted) else None)
+    ended = train(
+        RunConfig.for_task(
+            "sentiment",
+            data=str(data),
+            device="cpu",
+            threads=1,
+            task_options={"buckets": 4096},
+            out_dir=str(tmp_path / "run"),
+        ),
+        sink=lambda e: started.append(e) if isinstance(e, RunStarted) else None,
+    )
     assert ended.status == "completed"
     per_epoch = started[0].steps_per_epoch
     assert per_epoch < 20 and ended.step >= 200 and ended.step % per_epoch == 0

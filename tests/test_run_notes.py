@@ -8,21 +8,41 @@ import json
 
 import pytest
 
-from core.runs.compare import compare_rows
 from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics
 from core.engine.run_record import NOTE_FILE, RunRecord, read_note, read_run, write_note
+from core.runs.compare import compare_rows
 
 
 def started(precision="fp32", **config) -> RunStarted:
-    return RunStarted(task="tiny", device="cpu", device_name="cpu", precision=precision,
-                      autocast_dtype="bfloat16" if precision == "bf16" else "float32", param_dtype="float32",
-                      scaler=False, param_count=10, total_steps=30, steps_per_epoch=10, start_step=0,
-                      config={"task": "tiny", "precision": precision, **config})
+    return RunStarted(
+        task="tiny",
+        device="cpu",
+        device_name="cpu",
+        precision=precision,
+        autocast_dtype="bfloat16" if precision == "bf16" else "float32",
+        param_dtype="float32",
+        scaler=False,
+        param_count=10,
+        total_steps=30,
+        steps_per_epoch=10,
+        start_step=0,
+        config={"task": "tiny", "precision": precision, **config},
+    )
 
 
 def step(n: int, memory: int | None) -> StepMetrics:
-    return StepMetrics(step=n, epoch=0, loss=0.5, lr=0.01, samples_per_second=100.0, grad_scale=None,
-                       grad_norm=None, skipped_steps=0, memory_bytes=memory, elapsed_seconds=float(n))
+    return StepMetrics(
+        step=n,
+        epoch=0,
+        loss=0.5,
+        lr=0.01,
+        samples_per_second=100.0,
+        grad_scale=None,
+        grad_norm=None,
+        skipped_steps=0,
+        memory_bytes=memory,
+        elapsed_seconds=float(n),
+    )
 
 
 def test_a_note_is_its_own_file_and_survives_run_json_rewrites(tmp_path):
@@ -34,9 +54,20 @@ def test_a_note_is_its_own_file_and_survives_run_json_rewrites(tmp_path):
     assert "note" not in json.loads((tmp_path / "run.json").read_text())
     record.update(step(5, 1000))  # the engine goes on rewriting run.json
     record.update(CheckpointSaved(step=5, path=str(tmp_path / "checkpoint.pt")))
-    record.update(RunEnded(status="completed", message="", step=10, epoch=1, final_loss=0.4, metrics={},
-                           checkpoint=str(tmp_path / "checkpoint.pt"), samples_per_second=5.0, elapsed_seconds=2.0,
-                           test_metrics={}))
+    record.update(
+        RunEnded(
+            status="completed",
+            message="",
+            step=10,
+            epoch=1,
+            final_loss=0.4,
+            metrics={},
+            checkpoint=str(tmp_path / "checkpoint.pt"),
+            samples_per_second=5.0,
+            elapsed_seconds=2.0,
+            test_metrics={},
+        )
+    )
     assert read_run(tmp_path)["note"] == "first try: lr too high"
     assert read_note(tmp_path) == "first try: lr too high"
     assert write_note(tmp_path, "") == "" and not (tmp_path / NOTE_FILE).exists()
@@ -68,13 +99,26 @@ def test_run_json_keeps_the_peak_memory_across_a_resume(tmp_path):
 
 
 def run(name: str, precision: str, lr: float, note: str = "") -> dict:
-    return {"id": name * 3, "name": name, "task": "tiny", "status": "completed", "device": "cpu",
-            "precision": precision, "autocast_dtype": "bfloat16" if precision == "bf16" else "float32",
-            "samples_per_second": 1000.0, "peak_memory_bytes": 3 * 2**20, "best": {"name": "accuracy",
-                                                                                  "value": 0.9, "step": 20},
-            "final_loss": 0.25, "metrics": {"accuracy": 0.8}, "test_metrics": {}, "wall_seconds": 75.0,
-            "steps": 20, "total_steps": 20, "note": note,
-            "config": {"task": "tiny", "lr": lr, "precision": precision, "batch_size": 32, "out_dir": name}}
+    return {
+        "id": name * 3,
+        "name": name,
+        "task": "tiny",
+        "status": "completed",
+        "device": "cpu",
+        "precision": precision,
+        "autocast_dtype": "bfloat16" if precision == "bf16" else "float32",
+        "samples_per_second": 1000.0,
+        "peak_memory_bytes": 3 * 2**20,
+        "best": {"name": "accuracy", "value": 0.9, "step": 20},
+        "final_loss": 0.25,
+        "metrics": {"accuracy": 0.8},
+        "test_metrics": {},
+        "wall_seconds": 75.0,
+        "steps": 20,
+        "total_steps": 20,
+        "note": note,
+        "config": {"task": "tiny", "lr": lr, "precision": precision, "batch_size": 32, "out_dir": name},
+    }
 
 
 def test_compare_rows_mark_what_differs_and_list_only_differing_config():

@@ -67,8 +67,9 @@ def test_a_run_that_fails_after_starting_is_recorded_failed(tiny_config, tmp_pat
     from core.tasks.tiny import TinyClassifierTask
 
     original = TinyClassifierTask.loss
-    monkeypatch.setattr(TinyClassifierTask, "loss",
-                        lambda self, model, batch: original(self, model, batch) * float("inf"))
+    monkeypatch.setattr(
+        TinyClassifierTask, "loss", lambda self, model, batch: original(self, model, batch) * float("inf")
+    )
     ended = train(tiny_config(max_steps=20, threads=1))
     data = record(tmp_path / "run")
     assert ended.status == "failed" and data["status"] == "failed" and data["message"] == ended.message
@@ -105,11 +106,27 @@ def test_a_running_record_with_no_live_run_reads_as_interrupted(tmp_path):
 def test_an_older_folder_is_summarised_from_its_first_and_last_lines(tmp_path):
     folder = tmp_path / "old"
     folder.mkdir()
-    lines = [{"event": "RunStarted", "task": "tiny", "device": "cpu", "precision": "bf16", "total_steps": 50,
-              "config": {"lr": 0.1}},
-             {"event": "StepMetrics", "step": 5, "loss": 0.9},
-             {"event": "RunEnded", "status": "completed", "step": 50, "final_loss": 0.3, "metrics": {"accuracy": 0.8},
-              "elapsed_seconds": 3.0, "samples_per_second": 100.0, "message": "completed 50 steps"}]
+    lines = [
+        {
+            "event": "RunStarted",
+            "task": "tiny",
+            "device": "cpu",
+            "precision": "bf16",
+            "total_steps": 50,
+            "config": {"lr": 0.1},
+        },
+        {"event": "StepMetrics", "step": 5, "loss": 0.9},
+        {
+            "event": "RunEnded",
+            "status": "completed",
+            "step": 50,
+            "final_loss": 0.3,
+            "metrics": {"accuracy": 0.8},
+            "elapsed_seconds": 3.0,
+            "samples_per_second": 100.0,
+            "message": "completed 50 steps",
+        },
+    ]
     text = "".join(json.dumps(line) + "\n" for line in lines) + '{"event": "StepMet'  # torn last line
     (folder / "metrics.jsonl").write_text(text)
     run = read_run(folder)
@@ -126,9 +143,20 @@ class BestSaved(CheckpointSaved):  # CheckpointSaved with kind "best" (the field
 
 
 def started(**config) -> RunStarted:
-    return RunStarted(task="tiny", device="cpu", device_name="cpu", precision="bf16", autocast_dtype="bfloat16",
-                      param_dtype="float32", scaler=False, param_count=10, total_steps=30, steps_per_epoch=10,
-                      start_step=0, config={"task": "tiny", **config})
+    return RunStarted(
+        task="tiny",
+        device="cpu",
+        device_name="cpu",
+        precision="bf16",
+        autocast_dtype="bfloat16",
+        param_dtype="float32",
+        scaler=False,
+        param_count=10,
+        total_steps=30,
+        steps_per_epoch=10,
+        start_step=0,
+        config={"task": "tiny", **config},
+    )
 
 
 def test_best_follows_the_monitored_metric_and_names_the_best_checkpoint(tmp_path):
@@ -140,9 +168,20 @@ def test_best_follows_the_monitored_metric_and_names_the_best_checkpoint(tmp_pat
     rec.update(BestSaved(step=30, path=str(tmp_path / "best-2.pt"), rank=2))  # 2nd best: not named
     rec.update(CheckpointSaved(step=30, path=str(tmp_path / "checkpoint.pt")))
     rec.update(EvalMetrics(step=30, epoch=1, split="test", metrics={"loss": 0.1}))  # test split: not val
-    rec.update(RunEnded(status="completed", message="done", step=30, epoch=3, final_loss=0.35, metrics={},
-                        checkpoint=str(tmp_path / "checkpoint.pt"), samples_per_second=5.0, elapsed_seconds=2.0,
-                        test_metrics={"loss": 0.1}))
+    rec.update(
+        RunEnded(
+            status="completed",
+            message="done",
+            step=30,
+            epoch=3,
+            final_loss=0.35,
+            metrics={},
+            checkpoint=str(tmp_path / "checkpoint.pt"),
+            samples_per_second=5.0,
+            elapsed_seconds=2.0,
+            test_metrics={"loss": 0.1},
+        )
+    )
     data = record(tmp_path)
     assert data["best"] == {"name": "loss", "value": 0.3, "step": 20}
     assert data["checkpoints"]["best"] == {"path": str(tmp_path / "best.pt"), "step": 20}
@@ -163,8 +202,11 @@ def test_evaluations_reach_run_json_at_most_every_write_seconds_and_urgent_event
     monkeypatch.setattr(run_record.time, "monotonic", lambda: clock[0])
     writes = []
     real_write = run_record.atomic_write_bytes
-    monkeypatch.setattr(run_record, "atomic_write_bytes", lambda path, payload: (writes.append(json.loads(payload)),
-                                                                                 real_write(path, payload)))
+    monkeypatch.setattr(
+        run_record,
+        "atomic_write_bytes",
+        lambda path, payload: (writes.append(json.loads(payload)), real_write(path, payload)),
+    )
     rec = RunRecord(tmp_path)
     rec.update(started(monitor="loss"))
     assert len(writes) == 1  # the start: at once

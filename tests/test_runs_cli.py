@@ -22,18 +22,46 @@ from core.engine.run_folder import claim_run_folder
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def fake_run(root: Path, name: str, run_id: str, *, status="completed", precision="fp32", lr=0.01,
-             start="2026-01-01T10:00:00+00:00", best=0.8, events=()) -> Path:
+def fake_run(
+    root: Path,
+    name: str,
+    run_id: str,
+    *,
+    status="completed",
+    precision="fp32",
+    lr=0.01,
+    start="2026-01-01T10:00:00+00:00",
+    best=0.8,
+    events=(),
+) -> Path:
     folder = root / name
     folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps({
-        "id": run_id, "name": name, "task": "tiny", "status": status, "device": "cpu", "precision": precision,
-        "autocast_dtype": "bfloat16" if precision == "bf16" else "float32", "start_time": start,
-        "end_time": start, "wall_seconds": 75.0, "steps": 100, "total_steps": 100, "final_loss": 0.25,
-        "samples_per_second": 1234.0, "metrics": {"accuracy": best}, "test_metrics": {},
-        "best": {"name": "accuracy", "value": best, "step": 100},
-        "checkpoints": {"last": {"path": str(folder / "checkpoint.pt"), "step": 100}},
-        "config": {"task": "tiny", "lr": lr, "precision": precision, "out_dir": str(folder)}, "notes": []}))
+    (folder / "run.json").write_text(
+        json.dumps(
+            {
+                "id": run_id,
+                "name": name,
+                "task": "tiny",
+                "status": status,
+                "device": "cpu",
+                "precision": precision,
+                "autocast_dtype": "bfloat16" if precision == "bf16" else "float32",
+                "start_time": start,
+                "end_time": start,
+                "wall_seconds": 75.0,
+                "steps": 100,
+                "total_steps": 100,
+                "final_loss": 0.25,
+                "samples_per_second": 1234.0,
+                "metrics": {"accuracy": best},
+                "test_metrics": {},
+                "best": {"name": "accuracy", "value": best, "step": 100},
+                "checkpoints": {"last": {"path": str(folder / "checkpoint.pt"), "step": 100}},
+                "config": {"task": "tiny", "lr": lr, "precision": precision, "out_dir": str(folder)},
+                "notes": [],
+            }
+        )
+    )
     if events:
         (folder / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     return folder
@@ -42,11 +70,21 @@ def fake_run(root: Path, name: str, run_id: str, *, status="completed", precisio
 @pytest.fixture
 def runs_root(tmp_path):
     root = tmp_path / "runs"
-    fake_run(root, "rec-bf16", "a1b2c3d4e5", precision="bf16", lr=0.02, start="2026-01-02T10:00:00+00:00", best=0.9,
-             events=[{"event": "RunStarted", "task": "tiny"},
-                     {"event": "StepMetrics", "step": 5, "loss": 0.7, "lr": 0.02, "samples_per_second": 100.0},
-                     {"event": "EvalMetrics", "step": 5, "split": "val", "metrics": {"accuracy": 0.6}},
-                     {"event": "StepMetrics", "step": 10, "loss": 0.5, "lr": 0.02, "samples_per_second": 110.0}])
+    fake_run(
+        root,
+        "rec-bf16",
+        "a1b2c3d4e5",
+        precision="bf16",
+        lr=0.02,
+        start="2026-01-02T10:00:00+00:00",
+        best=0.9,
+        events=[
+            {"event": "RunStarted", "task": "tiny"},
+            {"event": "StepMetrics", "step": 5, "loss": 0.7, "lr": 0.02, "samples_per_second": 100.0},
+            {"event": "EvalMetrics", "step": 5, "split": "val", "metrics": {"accuracy": 0.6}},
+            {"event": "StepMetrics", "step": 10, "loss": 0.5, "lr": 0.02, "samples_per_second": 110.0},
+        ],
+    )
     fake_run(root, "tiny", "a1f0e9d8c7", start="2026-01-01T10:00:00+00:00")
     fake_run(root, "other", "ffee001122", status="failed", start="2026-01-03T10:00:00+00:00")
     return root
@@ -101,8 +139,10 @@ def test_compare_shows_metrics_and_the_config_that_differs(runs_root, capsys):
     assert "bf16 (autocast bfloat16)" in out and "accuracy 0.9 at step 100" in out
     rows = {row["label"]: row for row in data["rows"]}  # the rows the window's compare table shows too
     assert rows["precision"]["differs"] and not rows["task"]["differs"]
-    assert [label for label, row in rows.items() if row["label"].startswith("config ")] == ["config lr",
-                                                                                           "config precision"]
+    assert [label for label, row in rows.items() if row["label"].startswith("config ")] == [
+        "config lr",
+        "config precision",
+    ]
 
 
 def test_compare_goes_by_the_values_the_runs_resolved(tmp_path, capsys):
@@ -115,9 +155,31 @@ def test_compare_goes_by_the_values_the_runs_resolved(tmp_path, capsys):
     root = tmp_path / "runs"
     train(RunConfig(task="tiny", max_steps=6, threads=1, out_dir=str(root / "window")))
     ran = json.loads((root / "window" / "run.json").read_text())  # what auto resolved to on this machine
-    code = main(["train", "--task", "tiny", "--device", ran["device"], "--precision", ran["precision"],
-                 "--max-steps", "6", "--threads", "1", "-o", "hidden=16", "-o", "samples=8192", "-o", "label_noise=0.05",
-                 "--lr", "0.02", "--out-dir", str(root / "cli")])
+    code = main(
+        [
+            "train",
+            "--task",
+            "tiny",
+            "--device",
+            ran["device"],
+            "--precision",
+            ran["precision"],
+            "--max-steps",
+            "6",
+            "--threads",
+            "1",
+            "-o",
+            "hidden=16",
+            "-o",
+            "samples=8192",
+            "-o",
+            "label_noise=0.05",
+            "--lr",
+            "0.02",
+            "--out-dir",
+            str(root / "cli"),
+        ]
+    )
     assert code == 0
     saved = [json.loads((root / n / "run.json").read_text())["config"] for n in ("window", "cli")]
     assert saved[0]["task_options"] == {} and saved[0]["device"] == "auto" and saved[0]["precision"] == "auto"
@@ -150,8 +212,11 @@ def test_note_sets_prints_and_clears_a_runs_note(runs_root, capsys):
     code, out, _ = cli(capsys, "runs", "show", "a1b", "--runs-dir", str(runs_root))
     assert code == 0 and "bf16 baseline, lr 0.02" in out
     code, out, _ = cli(capsys, "runs", "list", "--json", "--runs-dir", str(runs_root))
-    assert {r["name"]: r["note"] for r in json.loads(out)} == {"rec-bf16": "bf16 baseline, lr 0.02", "tiny": "",
-                                                              "other": ""}
+    assert {r["name"]: r["note"] for r in json.loads(out)} == {
+        "rec-bf16": "bf16 baseline, lr 0.02",
+        "tiny": "",
+        "other": "",
+    }
     code, out, _ = cli(capsys, "runs", "compare", "a1b", "tiny", "--runs-dir", str(runs_root), "--json")
     assert [r["note"] for r in json.loads(out)["runs"]] == ["bf16 baseline, lr 0.02", ""]
     note_row = next(row for row in json.loads(out)["rows"] if row["label"] == "note")
@@ -202,8 +267,9 @@ def test_delete_asks_refuses_a_running_run_and_deletes_with_yes(runs_root, capsy
 
 
 def test_tensorboard_without_the_exporter_is_one_line_or_writes(runs_root, tmp_path, capsys):
-    code, out, err = cli(capsys, "runs", "tensorboard", "rec-bf16", "--out", str(tmp_path / "tb"),
-                         "--runs-dir", str(runs_root))
+    code, out, err = cli(
+        capsys, "runs", "tensorboard", "rec-bf16", "--out", str(tmp_path / "tb"), "--runs-dir", str(runs_root)
+    )
     try:
         import core.runs.tensorboard_export  # noqa: F401  (another change adds it)
     except ImportError:
@@ -214,21 +280,45 @@ def test_tensorboard_without_the_exporter_is_one_line_or_writes(runs_root, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [["runs", "list", "--help"], ["runs", "list", "--runs-dir", "RUNS"],
-                                  ["runs", "show", "a1b", "--runs-dir", "RUNS"]], ids=lambda a: " ".join(a[:2]))
+@pytest.mark.parametrize(
+    "argv",
+    [["runs", "list", "--help"], ["runs", "list", "--runs-dir", "RUNS"], ["runs", "show", "a1b", "--runs-dir", "RUNS"]],
+    ids=lambda a: " ".join(a[:2]),
+)
 def test_runs_commands_do_not_import_torch(argv, runs_root):
     argv = [str(runs_root) if a == "RUNS" else a for a in argv]
-    probe = ("import sys, contextlib, io\nfrom core.cli.main import main\n"
-             "with contextlib.redirect_stdout(io.StringIO()):\n"
-             f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass\n"
-             "print([m for m in ('torch', 'numpy') if m in sys.modules])")
+    probe = (
+        "import sys, contextlib, io\nfrom core.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    try:\n        main({argv!r})\n    except SystemExit:\n        pass\n"
+        "print([m for m in ('torch', 'numpy') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
 
 
-TRAIN = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device", "cpu", "--precision", "fp32",
-         "--threads", "1", "--batch-size", "32", "--log-interval", "5", "--checkpoint-interval", "5",
-         "-o", "samples=2048"]
+TRAIN = [
+    sys.executable,
+    "-m",
+    "core.cli",
+    "train",
+    "--task",
+    "tiny",
+    "--device",
+    "cpu",
+    "--precision",
+    "fp32",
+    "--threads",
+    "1",
+    "--batch-size",
+    "32",
+    "--log-interval",
+    "5",
+    "--checkpoint-interval",
+    "5",
+    "-o",
+    "samples=2048",
+]
 
 
 @pytest.mark.slow
@@ -243,8 +333,13 @@ def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_pa
         assert code == 0, err
         return json.loads(text)
 
-    process = subprocess.Popen([*TRAIN, "--max-steps", "1000000", "--out", str(out)], cwd=ROOT,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*TRAIN, "--max-steps", "1000000", "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         end = time.monotonic() + 60
         # run.json records a checkpoint just after metrics.jsonl names it: wait for the record, then kill

@@ -14,8 +14,13 @@ import pytest
 
 from core.cli.main import main
 from core.config import RunConfig
+from core.engine.run_index import find_runs
 from core.engine.run_record import (
-    RUNS_DIR_ENV, find_runs, new_run_folder, resolve_out_dir, runs_root, user_data_dir,
+    RUNS_DIR_ENV,
+    new_run_folder,
+    resolve_out_dir,
+    runs_root,
+    user_data_dir,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,14 +95,28 @@ def test_a_new_folder_is_named_by_the_precision_that_runs_not_auto(runs_root_in_
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_cli_train_without_out_is_listed_by_runs_list_and_runs_dir_moves_both(runs_root_in_tmp, tmp_path, capsys):
-    base = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--max-steps", "3", "--device", "cpu",
-            "--threads", "1", "--json"]
+    base = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        "--task",
+        "tiny",
+        "--max-steps",
+        "3",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--json",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # $AMP_CONSOLE_RUNS_DIR: the temporary root
     first = subprocess.run(base, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert first.returncode == 0, first.stderr
     elsewhere = tmp_path / "elsewhere"
-    second = subprocess.run(base + ["--runs-dir", str(elsewhere)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120, env=env)
+    second = subprocess.run(
+        base + ["--runs-dir", str(elsewhere)], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env
+    )
     assert second.returncode == 0, second.stderr
     assert not (tmp_path / "runs").exists()  # nothing lands beside where the command ran
     checkpoint = Path(json.loads(first.stdout.strip().splitlines()[-1])["checkpoint"])

@@ -18,7 +18,6 @@ from core.errors import ConfigError
 from core.tasks import create_task
 from core.tasks.sentiment import duplicate_counts, fit_bucket_weights, split_indices
 
-
 BUCKETS = 1 << 20
 
 
@@ -28,8 +27,12 @@ def ids(text: str, scope: int = 3, width: int = 16) -> list[int]:
 
 def test_words_ignore_case_punctuation_and_keep_contractions_and_unicode():
     text = pa.array(["Didn’t LIKE it, Café ﬁne!!  'Quoted' (really) won't...", None, "", "ＧＯＯＤ"])
-    assert word_lists(text).to_pylist() == [["didn't", "like", "it", "café", "fine", "quoted", "really", "won't"],
-                                            [], [], ["good"]]
+    assert word_lists(text).to_pylist() == [
+        ["didn't", "like", "it", "café", "fine", "quoted", "really", "won't"],
+        [],
+        [],
+        ["good"],
+    ]
     assert ids("DIDN'T like it") == ids("didn’t like it")  # case and the typographic apostrophe
     assert ids("Great... really!") == ids("great really")
 
@@ -49,8 +52,9 @@ def test_negated_words_get_their_own_unigram_until_the_clause_ends():
 
 
 def test_idf_and_min_df_are_fit_on_the_training_split_only():
-    task = create_task("sentiment", {"reviews": 1000, "buckets": 4096, "max_tokens": 64, "weighting": "tfidf",
-                                     "min_df": 2})
+    task = create_task(
+        "sentiment", {"reviews": 1000, "buckets": 4096, "max_tokens": 64, "weighting": "tfidf", "min_df": 2}
+    )
     data = task.load_data("", 3)
     model = task.build_model(data.info)
     train = data.train["tokens"]
@@ -71,16 +75,20 @@ def test_sublinear_term_frequency_counts_repeats_in_a_row():
     assert duplicate_counts(tokens).tolist() == [[3, 1, 3, 3, 2, 2], [1, 1, 1, 3, 3, 3]]
     model = create_task("sentiment", {"buckets": 16, "dim": 4, "hidden": 0, "weighting": "tfidf"}).build_model({})
     weights = model.token_weights(tokens)
-    assert weights[0, :4].tolist() == pytest.approx([(1 + np.log(3)) / 3, 1, (1 + np.log(3)) / 3,
-                                                     (1 + np.log(3)) / 3])
+    assert weights[0, :4].tolist() == pytest.approx([(1 + np.log(3)) / 3, 1, (1 + np.log(3)) / 3, (1 + np.log(3)) / 3])
     assert weights[:, 4:].eq(0).all() and weights[1, 3:].eq(0).all()  # padding weighs nothing
 
 
-@pytest.mark.parametrize("options,field", [
-    ({"pooling": "max"}, "task_options.pooling"), ({"weighting": "bm25"}, "task_options.weighting"),
-    ({"negation_scope": -1}, "task_options.negation_scope"), ({"token_dropout": 1.5}, "task_options.token_dropout"),
-    ({"negation": 2}, "task_options.negation"),
-])
+@pytest.mark.parametrize(
+    "options,field",
+    [
+        ({"pooling": "max"}, "task_options.pooling"),
+        ({"weighting": "bm25"}, "task_options.weighting"),
+        ({"negation_scope": -1}, "task_options.negation_scope"),
+        ({"token_dropout": 1.5}, "task_options.token_dropout"),
+        ({"negation": 2}, "task_options.negation"),
+    ],
+)
 def test_options_are_checked_with_one_line_errors(options, field):
     with pytest.raises(ConfigError) as caught:
         create_task("sentiment", options)
@@ -107,8 +115,7 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("sentiment")
     torch.set_num_threads(1)
     options = {"reviews": 6000, "buckets": 1 << 16}
-    config = RunConfig.for_task("sentiment", task_options=options, device="cpu", threads=1, epochs=3,
-                                out_dir=str(out))
+    config = RunConfig.for_task("sentiment", task_options=options, device="cpu", threads=1, epochs=3, out_dir=str(out))
     ended = train(config)
     assert ended.status == "completed", ended.message
     return config, ended

@@ -39,6 +39,7 @@ def exports(trained_exports):
 
 # ---- the module ---------------------------------------------------------------------------------------------------
 
+
 def test_every_export_carries_the_module_byte_for_byte(exports):
     folder = exports("tiny")
     module_file = Path(serve.__file__)
@@ -81,6 +82,7 @@ def same(got, want):
 
 # ---- rows and requests, in this process -------------------------------------------------------------------------
 
+
 def point(value=0.5, **changes):
     row = {f"x{i}": value for i in range(1, 11)}
     row.update(changes)
@@ -92,19 +94,22 @@ def tiny_rows(exports):
     return serve.Rows(serve.load(exports("tiny")))
 
 
-@pytest.mark.parametrize("row, error", [
-    (point(x3="abc"), "x3 'abc' is not a number"),
-    (point(x3=""), "x3 is empty"),
-    (point(x3=True), "x3 is true/false, not a number"),
-    (point(x3=[1]), "x3 is a list, not a number"),
-    (point(x3=None), "x3 is null, not a number"),
-    (point(x3=1e39), "not a finite float32 number"),
-    (point(x3=10 ** 400), "not a finite float32 number"),
-    (point(x3="inf"), "is not a number"),
-    ({k: v for k, v in point().items() if k != "x7"}, "no x7 column"),
-    ("a string", "a row is an object of column: value, not a string"),
-    ({"x" * 10_000: 1}, "no x1 column"),
-])
+@pytest.mark.parametrize(
+    "row, error",
+    [
+        (point(x3="abc"), "x3 'abc' is not a number"),
+        (point(x3=""), "x3 is empty"),
+        (point(x3=True), "x3 is true/false, not a number"),
+        (point(x3=[1]), "x3 is a list, not a number"),
+        (point(x3=None), "x3 is null, not a number"),
+        (point(x3=1e39), "not a finite float32 number"),
+        (point(x3=10**400), "not a finite float32 number"),
+        (point(x3="inf"), "is not a number"),
+        ({k: v for k, v in point().items() if k != "x7"}, "no x7 column"),
+        ("a string", "a row is an object of column: value, not a string"),
+        ({"x" * 10_000: 1}, "no x1 column"),
+    ],
+)
 def test_a_bad_row_is_named_and_the_others_answered(tiny_rows, row, error):
     good = point(0.25)
     upper = {name.upper(): value for name, value in point(0.75).items()}  # names compare as predict's do
@@ -115,11 +120,17 @@ def test_a_bad_row_is_named_and_the_others_answered(tiny_rows, row, error):
     same(answers[0], tiny_rows.answer([good])[0])
 
 
-@pytest.mark.parametrize("text, error", [
-    ('{"x1": NaN}', "NaN is not a JSON number"), ('{"x1": -Infinity}', "-Infinity is not a JSON number"),
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"), ('{"x1": ', "not JSON"), ("", "not JSON"),
-    ("1" * 5000, "not JSON"),  # more digits than int() takes
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ('{"x1": NaN}', "NaN is not a JSON number"),
+        ('{"x1": -Infinity}', "-Infinity is not a JSON number"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"x1": ', "not JSON"),
+        ("", "not JSON"),
+        ("1" * 5000, "not JSON"),  # more digits than int() takes
+    ],
+)
 def test_json_that_is_not_strict_or_too_deep_is_refused(text, error):
     with pytest.raises(serve.RowError, match=error) as caught:
         serve.parse_json(text)
@@ -127,8 +138,17 @@ def test_json_that_is_not_strict_or_too_deep_is_refused(text, error):
 
 
 def test_json_lines_answer_each_line_in_order(tiny_rows):
-    lines = [json.dumps(point(0.1)), '{"x1": ', "", json.dumps([point(0.2), point(0.3)]), "[]",
-             json.dumps([point(0.2), point(x2="?")]), "\xff", json.dumps("text"), json.dumps(point(0.4))]
+    lines = [
+        json.dumps(point(0.1)),
+        '{"x1": ',
+        "",
+        json.dumps([point(0.2), point(0.3)]),
+        "[]",
+        json.dumps([point(0.2), point(x2="?")]),
+        "\xff",
+        json.dumps("text"),
+        json.dumps(point(0.4)),
+    ]
     data = "\n".join(lines).encode("utf-8").replace("\xff".encode(), b"\xff") + b"\n" + b"{" * 2000 + b"\n"
     out = io.StringIO()
     serve.serve_json_lines(tiny_rows, io.BytesIO(data), out, limit=1000, one_at_a_time=False)
@@ -146,14 +166,25 @@ def test_json_lines_answer_each_line_in_order(tiny_rows):
     assert got[8] == {"line": 10, "error": "more than 1,000 bytes (--max-request-bytes)"}
 
 
-@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True),
-                                            ("localhost", True), ("0.0.0.0", False), ("::", False),
-                                            ("192.168.1.5", False), ("example.org", False)])
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.5", False),
+        ("example.org", False),
+    ],
+)
 def test_only_loopback_addresses_go_without_a_warning(host, loopback):
     assert serve.is_loopback(host) is loopback
 
 
 # ---- the command line, in a child process ---------------------------------------------------------------------
+
 
 def fresh_env():
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
@@ -161,8 +192,15 @@ def fresh_env():
 
 def run_serve(folder: Path, *args, stdin: bytes = b"", cwd: Path) -> subprocess.CompletedProcess:
     """`python -I FOLDER/serve.py ARGS` (no PYTHONPATH, outside the repository)."""
-    return subprocess.run([sys.executable, "-I", str(folder / "serve.py"), *map(str, args)], input=stdin, check=False,
-                          cwd=cwd, env=fresh_env(), capture_output=True, timeout=DEADLINE)
+    return subprocess.run(
+        [sys.executable, "-I", str(folder / "serve.py"), *map(str, args)],
+        input=stdin,
+        check=False,
+        cwd=cwd,
+        env=fresh_env(),
+        capture_output=True,
+        timeout=DEADLINE,
+    )
 
 
 def serve_here(folder: Path, *args, stdin: bytes = b"", capsys, monkeypatch) -> subprocess.CompletedProcess:
@@ -181,19 +219,28 @@ def good_rows(task):
     if task == "tiny":
         return [point(v) for v in (-1.0, 0.25, 2.5)]
     if task == "sentiment":
-        return [{"text": t} for t in ("Clear and useful, not boring at all.", "I didn't like it: confusing",
-                                      "Great lesson")]
+        return [
+            {"text": t} for t in ("Clear and useful, not boring at all.", "I didn't like it: confusing", "Great lesson")
+        ]
     if task == "recommender":
-        return [{"user_id": "u1", "history": f"{LESSONS[3]} {LESSONS[4]}"},
-                {"user_id": "u2", "history": str(LESSONS[7])},
-                {"user_id": "u3", "history": f"{LESSONS[0]},{LESSONS[5]},{LESSONS[1]}"}]
+        return [
+            {"user_id": "u1", "history": f"{LESSONS[3]} {LESSONS[4]}"},
+            {"user_id": "u2", "history": str(LESSONS[7])},
+            {"user_id": "u3", "history": f"{LESSONS[0]},{LESSONS[5]},{LESSONS[1]}"},
+        ]
     width = TASK_OPTIONS["ranking"]["features"]
-    return [{"query_id": "q1", "doc_id": f"d{j}", **{f"f{i}": (i * j) % 5 - 1.5 for i in range(1, width + 1)}}
-            for j in range(3)]
+    return [
+        {"query_id": "q1", "doc_id": f"d{j}", **{f"f{i}": (i * j) % 5 - 1.5 for i in range(1, width + 1)}}
+        for j in range(3)
+    ]
 
 
-BAD = {"tiny": ("x3", "abc", "x3 'abc' is not a number"), "sentiment": ("text", " ", "text is empty"),
-       "recommender": ("history", "", "history is empty"), "ranking": ("f2", "1e999", "not a finite float32")}
+BAD = {
+    "tiny": ("x3", "abc", "x3 'abc' is not a number"),
+    "sentiment": ("text", " ", "text is empty"),
+    "recommender": ("history", "", "history is empty"),
+    "ranking": ("f2", "1e999", "not a finite float32"),
+}
 
 
 def expected(served, task, row):
@@ -213,8 +260,7 @@ def expected(served, task, row):
 
 
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
-def test_csv_and_json_lines_are_answered_with_a_bad_line_among_good_ones(exports, tmp_path, task, capsys,
-                                                                          monkeypatch):
+def test_csv_and_json_lines_are_answered_with_a_bad_line_among_good_ones(exports, tmp_path, task, capsys, monkeypatch):
     folder = exports(task)
     served = serve.load(folder)
     rows = good_rows(task)
@@ -271,10 +317,13 @@ def test_help_and_usage_errors_are_one_line(tmp_path):
     out = done.stdout.decode()
     assert done.returncode == 0 and "--http HOST:PORT" in out and "python serve.py rows.csv" in out
     assert "--max-request-bytes" in out and "tiny: x1..xN" in out
-    for args, message in [((), "give INPUT"), (("rows.txt",), "give a .csv or .jsonl file"),
-                          (("missing.csv",), "missing.csv: no such file"),
-                          (("-",), "no manifest.json: name the export folder with --export FOLDER"),
-                          (("--http", "nowhere"), "no manifest.json")]:
+    for args, message in [
+        ((), "give INPUT"),
+        (("rows.txt",), "give a .csv or .jsonl file"),
+        (("missing.csv",), "missing.csv: no such file"),
+        (("-",), "no manifest.json: name the export folder with --export FOLDER"),
+        (("--http", "nowhere"), "no manifest.json"),
+    ]:
         done = run_serve(tmp_path, *args, cwd=tmp_path)
         err = done.stderr.decode()
         assert done.returncode == 2 and message in err and "Traceback" not in err, err
@@ -283,13 +332,20 @@ def test_help_and_usage_errors_are_one_line(tmp_path):
 
 # ---- HTTP ----------------------------------------------------------------------------------------------------------
 
+
 class Server:
     """serve.py --http on a port the OS picks on 127.0.0.1, its stderr read as it comes."""
 
     def __init__(self, folder: Path, cwd: Path, *args):
-        self.process = subprocess.Popen([sys.executable, "-I", str(folder / "serve.py"), "--http", "127.0.0.1:0",
-                                         *map(str, args)], cwd=cwd, env=fresh_env(), stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", str(folder / "serve.py"), "--http", "127.0.0.1:0", *map(str, args)],
+            cwd=cwd,
+            env=fresh_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: queue.Queue = queue.Queue()
         self.log: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -354,12 +410,22 @@ class Server:
 
 
 HOSTILE = {
-    "tiny": {"good": point(0.5), "string": point(x4="four"), "missing": {"x1": 1.0}, "nan": '{"x1": NaN}',
-             "infinity": json.dumps(point()).replace("0.5}", "Infinity}"), "errors": ("x4 'four' is not a number",
-                                                                                    "no x2 column")},
-    "sentiment": {"good": {"text": "Great lesson"}, "string": {"text": 5}, "missing": {"body": "Great"},
-                  "nan": '{"text": NaN}', "infinity": '[{"text": "ok"}, {"text": Infinity}]',
-                  "errors": ("text is a number, not a string", "no text column")},
+    "tiny": {
+        "good": point(0.5),
+        "string": point(x4="four"),
+        "missing": {"x1": 1.0},
+        "nan": '{"x1": NaN}',
+        "infinity": json.dumps(point()).replace("0.5}", "Infinity}"),
+        "errors": ("x4 'four' is not a number", "no x2 column"),
+    },
+    "sentiment": {
+        "good": {"text": "Great lesson"},
+        "string": {"text": 5},
+        "missing": {"body": "Great"},
+        "nan": '{"text": NaN}',
+        "infinity": '[{"text": "ok"}, {"text": Infinity}]',
+        "errors": ("text is a number, not a string", "no text column"),
+    },
 }
 
 
@@ -379,7 +445,7 @@ def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(trained_
     def stall():
         try:
             stalled["answer"] = server.raw(b"POST /predict HTTP/1.1\r\nContent-Length: 100\r\n\r\n{", close_write=False)
-        except BaseException as exc:  # noqa: BLE001 - raised again by the test's thread
+        except BaseException as exc:
             stalled["error"] = exc
 
     try:
@@ -406,8 +472,12 @@ def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(trained_
         refused(*server.request("POST", "/predict", b'{"text": ')[::2], 400, "not JSON")
         refused(*server.request("POST", "/predict", json.dumps(case["string"]))[::2], 400, string_error)
         refused(*server.request("POST", "/predict", json.dumps(case["missing"]))[::2], 400, missing_error)
-        refused(*server.request("POST", "/predict", json.dumps([case["good"], case["string"]]))[::2], 400,
-                "row 1: ", string_error)
+        refused(
+            *server.request("POST", "/predict", json.dumps([case["good"], case["string"]]))[::2],
+            400,
+            "row 1: ",
+            string_error,
+        )
         refused(*server.request("POST", "/predict", "[" * 100_000 + "]" * 100_000)[::2], 400, "nested too deeply")
         refused(*server.request("POST", "/predict", case["nan"])[::2], 400, "NaN is not a JSON number")
         refused(*server.request("POST", "/predict", case["infinity"])[::2], 400, "Infinity is not a JSON number")
@@ -420,13 +490,19 @@ def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(trained_
         assert headers["Allow"] == "POST"
         refused(status, body, 405, "/predict takes POST")
         refused(*server.request("DELETE", "/predict")[::2], 405)
-        refused(*server.raw(b"POST /predict HTTP/1.1\r\nContent-Length: 100\r\n\r\n" + b'{"x1": 1'), 400,
-                "ended after 8 of its 100 bytes")
+        refused(
+            *server.raw(b"POST /predict HTTP/1.1\r\nContent-Length: 100\r\n\r\n" + b'{"x1": 1'),
+            400,
+            "ended after 8 of its 100 bytes",
+        )
         refused(*server.raw(b"POST /predict HTTP/1.1\r\nContent-Length: ten\r\n\r\n"), 400, "Content-Length")
         refused(*server.raw(b"POST /predict HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}"), 400)
         refused(*server.raw(b"POST /predict HTTP/1.1\r\n\r\n"), 411, "Content-Length")
-        refused(*server.raw(b"POST /predict HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
-                411, "chunked")
+        refused(
+            *server.raw(b"POST /predict HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"),
+            411,
+            "chunked",
+        )
         refused(*server.raw(b"\x16\x03\x01 not http at all\r\n\r\n"), 400)
         client.join(timeout=120)
         assert not client.is_alive(), "the stalled client got no answer"

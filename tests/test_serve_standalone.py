@@ -51,6 +51,7 @@ def imported(path: Path) -> set[str]:
 
 # ---- what travels -------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("part", SERVE_PARTS)
 def test_serve_parts_import_only_the_standard_library(part):
     assert imported(ROOT / "core" / "runs" / part) <= set(sys.stdlib_module_names)
@@ -79,6 +80,7 @@ def test_an_export_carries_serve_py_its_parts_and_the_tasks_module(trained_runs,
 
 
 # ---- each task's module on its own --------------------------------------------------------------------------------
+
 
 class FakeServed:
     """What a task's Serving reads of serve.py's Served: the manifest, the input's width and the model's run."""
@@ -121,8 +123,11 @@ def manifest_of(name):
     task, model = task_and_model(name)
     serving = task.serving()
     sample = serving.sample_inputs(model, 4, 0)
-    state = {"vocabulary": {"items": [str(5000 + 3 * k) for k in range(model.items.num_embeddings - 1)]}} \
-        if name == "recommender" else {"vocabulary": {}}
+    state = (
+        {"vocabulary": {"items": [str(5000 + 3 * k) for k in range(model.items.num_embeddings - 1)]}}
+        if name == "recommender"
+        else {"vocabulary": {}}
+    )
     manifest = serving.manifest(model, state, sample)
     return manifest, serving.module(model, "program").eval()
 
@@ -160,8 +165,11 @@ def test_sentiment_reads_a_text_and_hashes_it_as_the_manifest_says():
     manifest, model = manifest_of("sentiment")
     module = standalone("sentiment")
     part = module.Serving(FakeServed(manifest, model), serve.KIT)
-    for values, error in [({}, "no text column"), ({"text": 3}, "text is a number, not a string"),
-                          ({"text": "  "}, "text is empty")]:
+    for values, error in [
+        ({}, "no text column"),
+        ({"text": 3}, "text is a number, not a string"),
+        ({"text": "  "}, "text is empty"),
+    ]:
         with pytest.raises(serve.RowError, match=error):
             part.row_input(values)
     (p,) = part.predict(["Great lesson"], 10)
@@ -197,6 +205,7 @@ def test_recommender_maps_lesson_ids_and_excludes_the_history():
 
 # ---- the serving module is run from beside serve.py only ---------------------------------------------------------
 
+
 def export_copy(tmp_path, name="tiny-safetensors"):
     """A copy of an old export with today's serve.py, its parts and the task's module written into it."""
     folder = Path(shutil.copytree(OLD / name, tmp_path / name))
@@ -214,8 +223,18 @@ def own_serve(folder: Path):
     return module
 
 
-@pytest.mark.parametrize("named", ["../tiny_standalone.py", "/tmp/tiny_standalone.py", "tiny_standalone",
-                                   "tiny standalone.py", "sub/tiny_standalone.py", "..", 7])
+@pytest.mark.parametrize(
+    "named",
+    [
+        "../tiny_standalone.py",
+        "/tmp/tiny_standalone.py",
+        "tiny_standalone",
+        "tiny standalone.py",
+        "sub/tiny_standalone.py",
+        "..",
+        7,
+    ],
+)
 def test_a_serving_module_outside_the_folder_is_refused(tmp_path, named):
     folder = export_copy(tmp_path)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -259,6 +278,7 @@ def test_serving_another_folder_never_runs_that_folders_code(tmp_path):
 
 
 # ---- exports written before the task's module travelled with them -------------------------------------------------
+
 
 def recorded(name):
     return json.loads((OLD / f"{name}.answers.json").read_text())

@@ -22,9 +22,17 @@ TOO_FEW = "are too few to choose the best checkpoint"
 
 def ranking(out_dir, queries: int) -> RunConfig:
     """A quick ranking run (80/10/10 split by query) that evaluates every 10 of its 60 steps."""
-    return RunConfig.for_task("ranking", task_options={"queries": queries, "docs": 10, "features": 8},
-                              device="cpu", precision="fp32", threads=1, out_dir=str(out_dir), max_steps=60,
-                              eval_interval=10, log_interval=10)
+    return RunConfig.for_task(
+        "ranking",
+        task_options={"queries": queries, "docs": 10, "features": 8},
+        device="cpu",
+        precision="fp32",
+        threads=1,
+        out_dir=str(out_dir),
+        max_steps=60,
+        eval_interval=10,
+        log_interval=10,
+    )
 
 
 def started_notes(recorder) -> list[str]:
@@ -37,8 +45,9 @@ def test_a_tiny_validation_split_warns_at_start_and_the_summary_gives_best_and_l
     ended = trainer.run()
     assert ended.status == "completed", ended.message
     warned = [note for note in started_notes(recorder) if TOO_FEW in note]
-    assert len(warned) == 1 and warned[0].startswith("20 validation queries are too few to choose the best "
-                                                     "checkpoint by val ndcg@10: its standard error"), warned
+    assert len(warned) == 1 and warned[0].startswith(
+        "20 validation queries are too few to choose the best checkpoint by val ndcg@10: its standard error"
+    ), warned
     assert warned[0].endswith("the summary compares the best and the last weights on the test split")
     assert ended.best_step is not None and ended.best_step < ended.step, "the best should come before the end"
 
@@ -46,8 +55,10 @@ def test_a_tiny_validation_split_warns_at_start_and_the_summary_gives_best_and_l
     assert best.step == ended.best_step
     assert ended.best_test_metrics == pytest.approx(best.metrics)
     assert set(ended.test_metrics) == set(ended.best_test_metrics) >= {"ndcg@10", "mrr"}
-    assert ended.checkpoint_advice.startswith("use the last weights (checkpoint.pt, step 60): 20 validation "
-                                              "queries are too few to choose a checkpoint by ndcg@10 (50 or more)")
+    assert ended.checkpoint_advice.startswith(
+        "use the last weights (checkpoint.pt, step 60): 20 validation "
+        "queries are too few to choose a checkpoint by ndcg@10 (50 or more)"
+    )
     last = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["model"]  # the model is left with the last weights
     for name, tensor in trainer.raw_model.state_dict().items():
         assert torch.equal(tensor, last[name]), name
@@ -56,8 +67,10 @@ def test_a_tiny_validation_split_warns_at_start_and_the_summary_gives_best_and_l
     print_summary(ended, recorder.of(RunStarted)[0], out)
     text = out.getvalue()
     line = next(line for line in text.splitlines() if "test of the best checkpoint" in line)
-    assert line.strip().startswith(f"test of the best checkpoint (step {ended.best_step}): ndcg@10 "
-                                   f"{ended.best_test_metrics['ndcg@10']:.4f} (last {ended.test_metrics['ndcg@10']:.4f})")
+    assert line.strip().startswith(
+        f"test of the best checkpoint (step {ended.best_step}): ndcg@10 "
+        f"{ended.best_test_metrics['ndcg@10']:.4f} (last {ended.test_metrics['ndcg@10']:.4f})"
+    )
     assert f"  {ended.checkpoint_advice}\n" in text
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["best"]["advice"] == ended.checkpoint_advice and record["best"]["test_step"] == ended.best_step
@@ -73,8 +86,9 @@ def test_a_large_enough_validation_split_does_not_warn_and_advises_the_best_chec
     if ended.best_step == ended.step:
         assert ended.checkpoint_advice == f"the best checkpoint (best.pt) is the last weights (step {ended.step})"
     else:
-        assert ended.checkpoint_advice.startswith(f"use the best checkpoint (best.pt, step {ended.best_step}, val "
-                                                  "ndcg@10 ")
+        assert ended.checkpoint_advice.startswith(
+            f"use the best checkpoint (best.pt, step {ended.best_step}, val ndcg@10 "
+        )
         assert ended.checkpoint_advice.endswith("): chosen on 59 validation queries")
 
 
@@ -89,8 +103,15 @@ def test_the_thresholds_keep_the_standard_error_under_a_few_points():
 
 def size_notes(out_dir, samples: int, **settings) -> list[str]:
     """The notes of a tiny-task run set up (not trained) on `samples` points, a fifth of them validating."""
-    cfg = RunConfig.for_task("tiny", device="cpu", precision="fp32", threads=1, out_dir=str(out_dir),
-                             task_options={"samples": samples}, **settings)
+    cfg = RunConfig.for_task(
+        "tiny",
+        device="cpu",
+        precision="fp32",
+        threads=1,
+        out_dir=str(out_dir),
+        task_options={"samples": samples},
+        **settings,
+    )
     trainer = Trainer(cfg)
     trainer.setup()
     try:
@@ -145,8 +166,13 @@ def _ddp_ranking_run(rank: int, out: str) -> dict:
 
     trainer = Trainer(ranking(out, queries=200), dist_ctx=DistContext.from_env())
     ended = trainer.run()
-    return {"status": ended.status, "best_step": ended.best_step, "best": ended.best_test_metrics,
-            "last": ended.test_metrics, "advice": ended.checkpoint_advice}
+    return {
+        "status": ended.status,
+        "best_step": ended.best_step,
+        "best": ended.best_test_metrics,
+        "last": ended.test_metrics,
+        "advice": ended.checkpoint_advice,
+    }
 
 
 @pytest.mark.slow

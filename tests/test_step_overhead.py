@@ -18,7 +18,14 @@ from core.engine import reporting
 from core.engine import trainer as trainer_module
 from core.engine.distributed import DistContext
 from core.engine.events import (
-    CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics, event_from_dict,
+    CheckpointSaved,
+    EvalMetrics,
+    RunEnded,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    StepMetrics,
+    event_from_dict,
     event_to_dict,
 )
 from core.engine.reporting import FLUSH_SECONDS, EventLog, resident_set_size
@@ -27,10 +34,19 @@ from core.engine.trainer import Trainer, gradient_norm, train
 from core.files import read_jsonl
 
 
-
 def step_event(step: int, **extra) -> StepMetrics:
-    values = dict(step=step, epoch=1, loss=0.5, lr=0.01, samples_per_second=100.0, grad_scale=None, grad_norm=1.0,
-                  skipped_steps=0, memory_bytes=1, elapsed_seconds=float(step))
+    values = dict(
+        step=step,
+        epoch=1,
+        loss=0.5,
+        lr=0.01,
+        samples_per_second=100.0,
+        grad_scale=None,
+        grad_norm=1.0,
+        skipped_steps=0,
+        memory_bytes=1,
+        elapsed_seconds=float(step),
+    )
     values.update(extra)
     return StepMetrics(**values)
 
@@ -83,17 +99,39 @@ def test_the_last_step_reports_its_own_gradient_norm(tiny_config, recorder):
 
 def events_of_every_kind() -> list:
     return [
-        RunStarted(task="tiny", device="cpu", device_name="cpu", precision="fp32", autocast_dtype="float32",
-                   param_dtype="float32", scaler=False, param_count=3, total_steps=10, steps_per_epoch=5,
-                   start_step=0, config={"lr": 0.1, "task_options": {"hidden": 4}}, notes=["a note"]),
+        RunStarted(
+            task="tiny",
+            device="cpu",
+            device_name="cpu",
+            precision="fp32",
+            autocast_dtype="float32",
+            param_dtype="float32",
+            scaler=False,
+            param_count=3,
+            total_steps=10,
+            steps_per_epoch=5,
+            start_step=0,
+            config={"lr": 0.1, "task_options": {"hidden": 4}},
+            notes=["a note"],
+        ),
         step_event(3, nonfinite_source="fc1", tokens_per_second=12.5, grad_scale=1024.0),
         step_event(4, loss=float("nan"), memory_bytes=None),
         EvalMetrics(step=5, epoch=1, split="val", metrics={"accuracy": 0.5}),
         CheckpointSaved(step=5, path="/x/checkpoint.pt"),
         CheckpointSaved(step=5, path="/x/best.pt", kind="best", metric="accuracy", value=0.5, rank=1),
-        RunPaused(step=6), RunResumed(step=6, paused_seconds=1.5),
-        RunEnded(status="completed", message="done", step=10, epoch=2, final_loss=0.1, metrics={"accuracy": 0.5},
-                 checkpoint=None, samples_per_second=10.0, test_metrics={"accuracy": 0.4}),
+        RunPaused(step=6),
+        RunResumed(step=6, paused_seconds=1.5),
+        RunEnded(
+            status="completed",
+            message="done",
+            step=10,
+            epoch=2,
+            final_loss=0.1,
+            metrics={"accuracy": 0.5},
+            checkpoint=None,
+            samples_per_second=10.0,
+            test_metrics={"accuracy": 0.4},
+        ),
     ]
 
 
@@ -226,7 +264,6 @@ def test_memory_is_read_at_most_every_memory_seconds_and_fresh_for_the_last_step
     assert clock.memory(cpu) == 1003 and len(reads) == 3
 
 
-
 def test_queued_step_events_reach_run_json_in_order_before_the_next_event(tmp_path, monkeypatch):
     """Step events are queued between flushes (EventLog.emit): run.json's steps, loss and peak memory still
     come from all of them, in order, by the time any other event is written."""
@@ -236,9 +273,23 @@ def test_queued_step_events_reach_run_json_in_order_before_the_next_event(tmp_pa
     log.open(tmp_path / "metrics.jsonl")
     seen = []
     try:
-        log.emit(RunStarted(task="tiny", device="cpu", device_name="cpu", precision="fp32", autocast_dtype="float32",
-                            param_dtype="float32", scaler=False, param_count=1, total_steps=10, steps_per_epoch=10,
-                            start_step=0, config={}), seen.append)
+        log.emit(
+            RunStarted(
+                task="tiny",
+                device="cpu",
+                device_name="cpu",
+                precision="fp32",
+                autocast_dtype="float32",
+                param_dtype="float32",
+                scaler=False,
+                param_count=1,
+                total_steps=10,
+                steps_per_epoch=10,
+                start_step=0,
+                config={},
+            ),
+            seen.append,
+        )
         for step, memory in zip(range(1, 6), [100, 900, 300, 200, 150], strict=True):
             log.emit(step_event(step, loss=step / 10, memory_bytes=memory), seen.append)
         assert [e.step for e in seen[1:]] == [1, 2, 3, 4, 5]  # the sink has every event at once
@@ -276,14 +327,23 @@ def test_a_failed_write_of_queued_step_lines_is_reported_like_any_other(tmp_path
     log.close()
 
 
-@pytest.mark.parametrize("log_interval, eval_interval, checkpoint_interval, batch_size",
-                         [(3, 5, 7, 256), (1, 0, 0, 512), (10, 0, 4, 700), (4, 6, 0, 1000)])
+@pytest.mark.parametrize(
+    "log_interval, eval_interval, checkpoint_interval, batch_size",
+    [(3, 5, 7, 256), (1, 0, 0, 512), (10, 0, 4, 700), (4, 6, 0, 1000)],
+)
 def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
-        tiny_config, recorder, log_interval, eval_interval, checkpoint_interval, batch_size):
+    tiny_config, recorder, log_interval, eval_interval, checkpoint_interval, batch_size
+):
     """train() calls _after_step only on the steps known to need it (core.engine.due): the events
     fall on the same steps as when every step was looked at."""
-    cfg = tiny_config(max_steps=29, log_interval=log_interval, eval_interval=eval_interval,
-                      checkpoint_interval=checkpoint_interval, batch_size=batch_size, keep_best=0)
+    cfg = tiny_config(
+        max_steps=29,
+        log_interval=log_interval,
+        eval_interval=eval_interval,
+        checkpoint_interval=checkpoint_interval,
+        batch_size=batch_size,
+        keep_best=0,
+    )
     trainer = Trainer(cfg, sink=recorder)
     ended = trainer.run()
     assert ended.status == "completed" and ended.step == 29
@@ -293,14 +353,17 @@ def test_steps_log_evaluate_and_checkpoint_exactly_where_their_intervals_say(
     evaluated = [s for s in steps if s < 29 and (s % eval_interval == 0 if eval_interval else s % per_epoch == 0)]
     checkpointed = [s for s in steps if s < 29 and checkpoint_interval and s % checkpoint_interval == 0]
     assert [e.step for e in recorder.of(StepMetrics)] == logged
-    assert [e.step for e in recorder.of(EvalMetrics) if e.split == "val"][:len(evaluated)] == evaluated
-    assert [e.step for e in recorder.of(CheckpointSaved)][:len(checkpointed)] == checkpointed
+    assert [e.step for e in recorder.of(EvalMetrics) if e.split == "val"][: len(evaluated)] == evaluated
+    assert [e.step for e in recorder.of(CheckpointSaved)][: len(checkpointed)] == checkpointed
 
 
-@pytest.mark.parametrize("log_interval, eval_interval, checkpoint_interval, per_epoch, total",
-                         [(3, 5, 7, 4, 29), (1, 0, 0, 6, 13), (10, 0, 4, 5, 40), (4, 6, 0, 1, 9), (7, 0, 0, 30, 12)])
-def test_next_due_names_every_step_with_work_and_what_it_does(tiny_config, log_interval, eval_interval,
-                                                              checkpoint_interval, per_epoch, total):
+@pytest.mark.parametrize(
+    "log_interval, eval_interval, checkpoint_interval, per_epoch, total",
+    [(3, 5, 7, 4, 29), (1, 0, 0, 6, 13), (10, 0, 4, 5, 40), (4, 6, 0, 1, 9), (7, 0, 0, 30, 12)],
+)
+def test_next_due_names_every_step_with_work_and_what_it_does(
+    tiny_config, log_interval, eval_interval, checkpoint_interval, per_epoch, total
+):
     """Walking next_due from step 0 visits exactly the steps whose intervals, epoch end or the run's end say so,
     with the flags the modulo tests give there."""
     from core.engine.due import Due, next_due
@@ -309,9 +372,14 @@ def test_next_due_names_every_step_with_work_and_what_it_does(tiny_config, log_i
     expected = []
     for s in range(1, total + 1):
         last, epoch_end = s == total, s % per_epoch == 0
-        due = Due(s, s % log_interval == 0 or last,
-                  not last and (s % eval_interval == 0 if eval_interval else epoch_end),
-                  not last and bool(checkpoint_interval) and s % checkpoint_interval == 0, epoch_end, last)
+        due = Due(
+            s,
+            s % log_interval == 0 or last,
+            not last and (s % eval_interval == 0 if eval_interval else epoch_end),
+            not last and bool(checkpoint_interval) and s % checkpoint_interval == 0,
+            epoch_end,
+            last,
+        )
         if due.log or due.evaluate or due.checkpoint or epoch_end or last:
             expected.append(due)
     walked, step = [], 0
@@ -396,8 +464,9 @@ def test_a_pause_asked_for_between_steps_is_taken_at_the_next_step(tiny_config, 
         if isinstance(event, RunPaused):
             control.resume()
 
-    ended = train(tiny_config(max_steps=30, log_interval=5, eval_interval=0, checkpoint_minutes=0), sink=sink,
-                  control=control)
+    ended = train(
+        tiny_config(max_steps=30, log_interval=5, eval_interval=0, checkpoint_minutes=0), sink=sink, control=control
+    )
     assert ended.status == "completed" and ended.step == 30
     assert [(e.step) for e in recorder.of(RunPaused)] == [10] and [e.step for e in recorder.of(RunResumed)] == [10]
 
@@ -410,8 +479,19 @@ def test_the_plain_step_trains_exactly_as_the_general_one(tiny_config, monkeypat
 
     def run(general: bool, folder: str):
         events = []
-        trainer = Trainer(tiny_config(max_steps=23, log_interval=2, eval_interval=0, keep_best=0, precision=precision,
-                                      schedule=schedule, warmup_steps=3, out_dir=folder), sink=events.append)
+        trainer = Trainer(
+            tiny_config(
+                max_steps=23,
+                log_interval=2,
+                eval_interval=0,
+                keep_best=0,
+                precision=precision,
+                schedule=schedule,
+                warmup_steps=3,
+                out_dir=folder,
+            ),
+            sink=events.append,
+        )
         calls = {"plain": 0}
         original = trainer._plain_step
 

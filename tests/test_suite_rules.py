@@ -15,7 +15,7 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
-CASES = '''
+CASES = """
 import subprocess, sys
 import pytest
 
@@ -31,7 +31,7 @@ def test_3_fails():
 
 def test_4_prints_after_the_failure():
     print("FOURTH TEST RAN")
-'''
+"""
 
 
 @pytest.mark.slow
@@ -41,9 +41,29 @@ def test_child_processes_need_the_slow_marker_and_failures_are_named_at_once(tmp
     shutil.copy(TESTS / "conftest.py", folder / "conftest.py")
     (folder / "test_cases.py").write_text(CASES)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}  # conftest loads trained_runs
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "-o", "addopts=--strict-markers", "-o", "markers=slow", str(folder)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-o",
+            "addopts=--strict-markers",
+            "-o",
+            "markers=slow",
+            str(folder),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert "test_1_starts_python_unmarked" in out and "mark it @pytest.mark.slow" in out

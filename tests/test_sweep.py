@@ -15,7 +15,8 @@ from cli_in_process import cli
 
 from core.config import RunConfig
 from core.engine.events import StepMetrics
-from core.engine.run_record import find_runs, load_record
+from core.engine.run_index import find_runs
+from core.engine.run_record import load_record
 from core.errors import ConfigError
 from core.lab import sweep as sweep_lab
 from core.lab.sweep import (
@@ -35,34 +36,73 @@ from core.lab.sweep import (
 from core.lab.sweep import runner as sweep_runner
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = ["--task", "tiny", "--device", "cpu", "--precision", "fp32", "--threads", "1", "--max-steps", "20",
-        "--set", "log_interval=5", "--set", "eval_interval=10", "-o", "samples=512"]
+FAST = [
+    "--task",
+    "tiny",
+    "--device",
+    "cpu",
+    "--precision",
+    "fp32",
+    "--threads",
+    "1",
+    "--max-steps",
+    "20",
+    "--set",
+    "log_interval=5",
+    "--set",
+    "eval_interval=10",
+    "-o",
+    "samples=512",
+]
 
 
 def fast_base(**changes) -> RunConfig:
-    values = {"device": "cpu", "precision": "fp32", "threads": 1, "max_steps": 20, "log_interval": 5,
-              "eval_interval": 10, "task_options": {"samples": 512}}
+    values = {
+        "device": "cpu",
+        "precision": "fp32",
+        "threads": 1,
+        "max_steps": 20,
+        "log_interval": 5,
+        "eval_interval": 10,
+        "task_options": {"samples": 512},
+    }
     return RunConfig.for_task("tiny", **{**values, **changes})
 
 
 def test_two_by_two_grid_makes_four_runs_in_the_history_and_a_table(tmp_path, capsys):
     root = tmp_path / "runs"
-    code, out, err = cli(capsys, "sweep", *FAST, "--runs-dir", str(root), "--grid", "lr=1e-3,3e-3",
-                         "--grid", "batch_size=32,64", "--json")
+    code, out, err = cli(
+        capsys,
+        "sweep",
+        *FAST,
+        "--runs-dir",
+        str(root),
+        "--grid",
+        "lr=1e-3,3e-3",
+        "--grid",
+        "batch_size=32,64",
+        "--json",
+    )
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     folder = Path(result["folder"])
     assert folder.parent == root and folder.name.endswith("-sweep-tiny")
     runs = find_runs(root)
     assert sorted(r["name"] for r in runs) == [
-        f"{folder.name}/trial-01-lr=0.001-batch_size=32", f"{folder.name}/trial-02-lr=0.001-batch_size=64",
-        f"{folder.name}/trial-03-lr=0.003-batch_size=32", f"{folder.name}/trial-04-lr=0.003-batch_size=64"]
+        f"{folder.name}/trial-01-lr=0.001-batch_size=32",
+        f"{folder.name}/trial-02-lr=0.001-batch_size=64",
+        f"{folder.name}/trial-03-lr=0.003-batch_size=32",
+        f"{folder.name}/trial-04-lr=0.003-batch_size=64",
+    ]
     assert {r["status"] for r in runs} == {"completed"}
     rows = result["trials"]
     assert len(rows) == 4 and result["metric"] == "accuracy" and result["mode"] == "max"
     assert [r["params"] for r in sorted(rows, key=lambda r: r["index"])] == [
-        {"lr": 0.001, "batch_size": 32}, {"lr": 0.001, "batch_size": 64},
-        {"lr": 0.003, "batch_size": 32}, {"lr": 0.003, "batch_size": 64}]
+        {"lr": 0.001, "batch_size": 32},
+        {"lr": 0.001, "batch_size": 64},
+        {"lr": 0.003, "batch_size": 32},
+        {"lr": 0.003, "batch_size": 64},
+    ]
     bests = [r["best"] for r in rows]
     assert all(isinstance(b, float) for b in bests) and bests == sorted(bests, reverse=True)
     for row in rows:  # the table's figures are run.json's
@@ -87,14 +127,17 @@ def test_two_by_two_grid_makes_four_runs_in_the_history_and_a_table(tmp_path, ca
     assert code == 0 and rows[0]["trial"] in out
 
 
-@pytest.mark.parametrize("grid, expected", [
-    (["lr=1e-3,20"], "--grid lr: trial 2 (lr=20): 20.0 is out of range"),
-    (["lrr=1e-3"], "did you mean 'lr'?"),
-    (["hidden=16,x"], "--grid hidden: 'x' is not a whole number"),
-    (["optimizer=adam,adamx"], "'adamx' is not one of sgd, adam, adamw"),
-    (["task=tiny,ranking"], "task cannot be swept"),
-    (["lr=1e-3,"], "an empty value"),
-])
+@pytest.mark.parametrize(
+    "grid, expected",
+    [
+        (["lr=1e-3,20"], "--grid lr: trial 2 (lr=20): 20.0 is out of range"),
+        (["lrr=1e-3"], "did you mean 'lr'?"),
+        (["hidden=16,x"], "--grid hidden: 'x' is not a whole number"),
+        (["optimizer=adam,adamx"], "'adamx' is not one of sgd, adam, adamw"),
+        (["task=tiny,ranking"], "task cannot be swept"),
+        (["lr=1e-3,"], "an empty value"),
+    ],
+)
 def test_a_bad_grid_value_fails_before_any_trial(tmp_path, capsys, grid, expected):
     root = tmp_path / "runs"
     args = [a for g in grid for a in ("--grid", g)]
@@ -106,11 +149,13 @@ def test_a_bad_grid_value_fails_before_any_trial(tmp_path, capsys, grid, expecte
 
 def test_bad_random_ranges_fail_before_any_trial(tmp_path, capsys):
     root = tmp_path / "runs"
-    for args, expected in ((["--random", "3", "--range", "lr=1e-2:1e-4"], "LOW must be below HIGH"),
-                           (["--random", "3", "--range", "lr=0:1e-2:log"], "a log range needs LOW above 0"),
-                           (["--random", "3"], "needs at least one --range"),
-                           (["--range", "lr=1e-4:1e-2"], "need --random N"),
-                           (["--random", "2", "--range", "lr=1:20:log"], "--range lr: trial")):
+    for args, expected in (
+        (["--random", "3", "--range", "lr=1e-2:1e-4"], "LOW must be below HIGH"),
+        (["--random", "3", "--range", "lr=0:1e-2:log"], "a log range needs LOW above 0"),
+        (["--random", "3"], "needs at least one --range"),
+        (["--range", "lr=1e-4:1e-2"], "need --random N"),
+        (["--random", "2", "--range", "lr=1:20:log"], "--range lr: trial"),
+    ):
         code, _, err = cli(capsys, "sweep", *FAST, "--runs-dir", str(root), *args)
         assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, (args, err)
     assert not root.exists() or not any(root.iterdir())
@@ -127,8 +172,12 @@ def test_stop_during_the_second_trial_then_resume_runs_only_what_is_left(tmp_pat
 
     def progress(event):
         seen.append(event)
-        if isinstance(event, TrialEvent) and event.index == 2 and isinstance(event.event, StepMetrics) \
-                and event.event.step >= 10:
+        if (
+            isinstance(event, TrialEvent)
+            and event.index == 2
+            and isinstance(event.event, StepMetrics)
+            and event.event.step >= 10
+        ):
             control.stop()
 
     result = run_sweep(folder, progress=progress, control=control)
@@ -163,8 +212,12 @@ def test_a_random_sweep_with_a_seed_is_reproducible(capsys):
     base = fast_base()
 
     def plan(seed):
-        axes = [range_axis("lr=1e-4:1e-2:log", "tiny"), range_axis("batch_size=32:256", "tiny"),
-                range_axis("hidden=8:64:log", "tiny"), range_axis("optimizer=adam,adamw,sgd", "tiny")]
+        axes = [
+            range_axis("lr=1e-4:1e-2:log", "tiny"),
+            range_axis("batch_size=32:256", "tiny"),
+            range_axis("hidden=8:64:log", "tiny"),
+            range_axis("optimizer=adam,adamw,sgd", "tiny"),
+        ]
         return [t.params for t in plan_trials(base, ranges=axes, samples=6, seed=seed)]
 
     first = plan(7)
@@ -174,8 +227,20 @@ def test_a_random_sweep_with_a_seed_is_reproducible(capsys):
         assert 32 <= params["batch_size"] <= 256 and isinstance(params["batch_size"], int)
         assert 8 <= params["hidden"] <= 64 and isinstance(params["hidden"], int)
         assert params["optimizer"] in ("adam", "adamw", "sgd")
-    args = ["sweep", *FAST, "--random", "5", "--range", "lr=1e-4:1e-2:log", "--range", "weight_decay=0:0.1",
-            "--seed", "3", "--dry-run", "--json"]
+    args = [
+        "sweep",
+        *FAST,
+        "--random",
+        "5",
+        "--range",
+        "lr=1e-4:1e-2:log",
+        "--range",
+        "weight_decay=0:0.1",
+        "--seed",
+        "3",
+        "--dry-run",
+        "--json",
+    ]
     runs = [json.loads(cli(capsys, *args)[1].strip().splitlines()[-1])["trials"] for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 5
     trial = plan_trials(base, ranges=[range_axis("hidden=8:64", "tiny")], samples=1, seed=0)[0]
@@ -248,9 +313,24 @@ def test_sigterm_stops_the_running_trial_with_a_checkpoint(tmp_path):
     root = tmp_path / "runs"
     env = {**os.environ, "AMP_CONSOLE_RUNS_DIR": str(root)}
     args = [a for a in FAST if a != "20" and a != "--max-steps"]
-    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "sweep", *args, "--grid", "max_steps=20,1000000",
-                             "--progress-every", "1000"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "sweep",
+            *args,
+            "--grid",
+            "max_steps=20,1000000",
+            "--progress-every",
+            "1000",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         for line in proc.stderr:

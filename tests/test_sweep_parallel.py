@@ -17,7 +17,8 @@ from cli_in_process import cli
 from core.config import RunConfig
 from core.engine.control import RunControl
 from core.engine.events import RunEnded, StepMetrics
-from core.engine.run_record import find_runs, load_record
+from core.engine.run_index import find_runs
+from core.engine.run_record import load_record
 from core.errors import ConfigError
 from core.lab.sweep import TrialEvent, TrialStarted, create_sweep, grid_axis, load_sweep, plan_trials, run_sweep
 from core.lab.sweep.parallel import _Child, _outcome, child_env, device_slots, parse_devices
@@ -29,34 +30,68 @@ ROOT = Path(__file__).resolve().parent.parent
 # child loads torch a second or two after the other on a busy machine; threads left at auto, so the sweep shares
 # the cores out.
 STEPS = 2000
-FAST = ["--task", "tiny", "--device", "cpu", "--precision", "fp32", "--max-steps", str(STEPS),
-        "--set", "log_interval=100", "--set", "eval_interval=2000", "-o", "samples=512"]
+FAST = [
+    "--task",
+    "tiny",
+    "--device",
+    "cpu",
+    "--precision",
+    "fp32",
+    "--max-steps",
+    str(STEPS),
+    "--set",
+    "log_interval=100",
+    "--set",
+    "eval_interval=2000",
+    "-o",
+    "samples=512",
+]
 
 
 def interleaved_trials(err: str) -> list[tuple[int, int]]:
     """Pairs of trials whose logged steps interleave in a parallel sweep's progress lines (`  [N] step ...`, written
     as the trials' events arrive): a step of one between two of the other, so both were training at once. Trials
     one after another never interleave, however quick."""
-    order = [int(line[3:line.index("]")]) for line in err.splitlines() if line.startswith("  [") and " step " in line]
+    order = [int(line[3 : line.index("]")]) for line in err.splitlines() if line.startswith("  [") and " step " in line]
     spans = {i: (order.index(i), len(order) - 1 - order[::-1].index(i)) for i in set(order)}
-    return [(a, b) for a in sorted(spans) for b in sorted(spans)
-            if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+    return [
+        (a, b)
+        for a in sorted(spans)
+        for b in sorted(spans)
+        if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+    ]
 
 
 @pytest.mark.default_threads  # the trainer's automatic thread choice is what it checks
 def test_a_2x2_grid_on_two_cpu_slots_makes_four_runs_that_overlap(tmp_path, capsys):
     root = tmp_path / "runs"
-    code, out, err = cli(capsys, "sweep", *FAST, "--runs-dir", str(root), "--grid", "lr=1e-3,3e-3",
-                         "--grid", "batch_size=32,64", "--devices", "cpu,cpu", "--json",
-                         "--progress-every", "0.001")  # a progress line at every logged step of each trial
+    code, out, err = cli(
+        capsys,
+        "sweep",
+        *FAST,
+        "--runs-dir",
+        str(root),
+        "--grid",
+        "lr=1e-3,3e-3",
+        "--grid",
+        "batch_size=32,64",
+        "--devices",
+        "cpu,cpu",
+        "--json",
+        "--progress-every",
+        "0.001",
+    )  # a progress line at every logged step of each trial
     assert code == 0, err
     result = json.loads(out.strip().splitlines()[-1])
     folder = Path(result["folder"])
     assert "4 of 4 trials to run, 2 at a time on cpu, cpu" in err
     runs = find_runs(root)
     assert sorted(r["name"] for r in runs) == [
-        f"{folder.name}/trial-01-lr=0.001-batch_size=32", f"{folder.name}/trial-02-lr=0.001-batch_size=64",
-        f"{folder.name}/trial-03-lr=0.003-batch_size=32", f"{folder.name}/trial-04-lr=0.003-batch_size=64"]
+        f"{folder.name}/trial-01-lr=0.001-batch_size=32",
+        f"{folder.name}/trial-02-lr=0.001-batch_size=64",
+        f"{folder.name}/trial-03-lr=0.003-batch_size=32",
+        f"{folder.name}/trial-04-lr=0.003-batch_size=64",
+    ]
     assert {r["status"] for r in runs} == {"completed"} and {r["steps"] for r in runs} == {STEPS}
     rows = result["trials"]
     assert len(rows) == 4 and {r["status"] for r in rows} == {"completed"} and {r["device"] for r in rows} == {"cpu"}
@@ -73,8 +108,19 @@ def test_a_2x2_grid_on_two_cpu_slots_makes_four_runs_that_overlap(tmp_path, caps
 def test_a_trial_that_fails_on_its_device_is_marked_and_the_others_run(tmp_path, capsys):
     root = tmp_path / "runs"
     # One trial per slot, started together: the fp16 one fails on the CPU while the fp32 one trains.
-    code, out, err = cli(capsys, "sweep", *FAST, "--max-steps", "200", "--runs-dir", str(root),
-                         "--grid", "precision=fp16,fp32", "--devices", "cpu,cpu")
+    code, out, err = cli(
+        capsys,
+        "sweep",
+        *FAST,
+        "--max-steps",
+        "200",
+        "--runs-dir",
+        str(root),
+        "--grid",
+        "precision=fp16,fp32",
+        "--devices",
+        "cpu,cpu",
+    )
     assert code == 1, err
     folder = next(root.iterdir())
     data = load_sweep(folder)
@@ -89,8 +135,15 @@ def test_a_trial_that_fails_on_its_device_is_marked_and_the_others_run(tmp_path,
 
 
 def test_stop_mid_sweep_then_resume_on_other_devices_continues_the_stopped_trials(tmp_path, capsys):
-    base = RunConfig.for_task("tiny", device="cpu", precision="fp32", max_steps=1500, log_interval=10,
-                              eval_interval=500, task_options={"samples": 512})
+    base = RunConfig.for_task(
+        "tiny",
+        device="cpu",
+        precision="fp32",
+        max_steps=1500,
+        log_interval=10,
+        eval_interval=500,
+        task_options={"samples": 512},
+    )
     axes = [grid_axis("lr=1e-3,3e-3,1e-2", "tiny")]
     folder = create_sweep(base, plan_trials(base, grid=axes), axes, root=tmp_path / "runs")
     control = RunControl()
@@ -143,9 +196,28 @@ def test_sigterm_stops_every_running_trial_with_a_checkpoint(tmp_path):
     root = tmp_path / "runs"
     env = {**os.environ, "AMP_CONSOLE_RUNS_DIR": str(root)}
     args = [a for a in FAST if a not in (str(STEPS), "--max-steps")]
-    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "sweep", *args, "--max-steps", "1000000",
-                             "--grid", "lr=1e-3,3e-3,1e-2", "--devices", "cpu,cpu", "--progress-every", "1000"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "sweep",
+            *args,
+            "--max-steps",
+            "1000000",
+            "--grid",
+            "lr=1e-3,3e-3,1e-2",
+            "--devices",
+            "cpu,cpu",
+            "--progress-every",
+            "1000",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         stepping = set()
@@ -173,8 +245,11 @@ def test_sigterm_stops_every_running_trial_with_a_checkpoint(tmp_path):
 def test_devices_are_checked_and_dealt_to_slots():
     assert parse_devices("cuda:0, CUDA:1") == ["cuda:0", "cuda:1"]
     assert parse_devices("cpu,cpu") == ["cpu", "cpu"] and parse_devices("cuda") == ["cuda:0"]
-    for bad, expected in (("cuda:0,", "an empty name"), ("gpu0", "'gpu0' is not a device"),
-                          ("auto", "name the devices")):
+    for bad, expected in (
+        ("cuda:0,", "an empty name"),
+        ("gpu0", "'gpu0' is not a device"),
+        ("auto", "name the devices"),
+    ):
         with pytest.raises(ConfigError, match=expected) as info:
             parse_devices(bad)
         assert info.value.field == "--devices"
@@ -190,8 +265,9 @@ def test_a_missing_accelerator_is_refused_before_the_sweep_starts(tmp_path, caps
     if torch.cuda.device_count() >= 8:
         pytest.skip("this machine has a cuda:7")
     root = tmp_path / "runs"
-    code, out, err = cli(capsys, "sweep", *FAST, "--runs-dir", str(root), "--grid", "lr=1e-3,3e-3",
-                         "--devices", "cpu,cuda:7")
+    code, out, err = cli(
+        capsys, "sweep", *FAST, "--runs-dir", str(root), "--grid", "lr=1e-3,3e-3", "--devices", "cpu,cuda:7"
+    )
     assert code == 2 and out == "" and "--devices: cuda:7 is not available here (available: cpu" in err
     assert not root.exists() or not any(root.iterdir())
 
@@ -216,8 +292,16 @@ def test_how_a_trial_process_ended_becomes_its_status():
             setattr(c, k, v)
         return c
 
-    oom = RunEnded(status="failed", message="CUDA out of memory on cuda:0\nTried to allocate 2.00 GiB", step=3,
-                   epoch=1, final_loss=None, metrics={}, checkpoint=None, samples_per_second=None)
+    oom = RunEnded(
+        status="failed",
+        message="CUDA out of memory on cuda:0\nTried to allocate 2.00 GiB",
+        step=3,
+        epoch=1,
+        final_loss=None,
+        metrics={},
+        checkpoint=None,
+        samples_per_second=None,
+    )
     assert _outcome(child(ended=oom), 1, 60) == ("failed", "CUDA out of memory on cuda:0")
     status, message = _outcome(child(started=True), -signal.SIGKILL, 60)
     assert status == "failed" and "SIGKILL" in message and "out of memory" in message

@@ -32,79 +32,134 @@ def broken_task(tmp_path: Path, body: str, name: str = "broken_task.py") -> Path
 
 
 def train(tmp_path: Path, path: Path, capsys, *extra) -> tuple[int, str, str]:
-    argv = ["train", "--task", f"{path}:Broken", "--max-steps", "8", "--eval-interval", "4", "-o", "samples=256",
-            "--batch-size", "64", "--out", str(tmp_path / "run"), *extra]
+    argv = [
+        "train",
+        "--task",
+        f"{path}:Broken",
+        "--max-steps",
+        "8",
+        "--eval-interval",
+        "4",
+        "-o",
+        "samples=256",
+        "--batch-size",
+        "64",
+        "--out",
+        str(tmp_path / "run"),
+        *extra,
+    ]
     return cli(capsys, *argv)
 
 
 BAD_RETURNS = {
-    "loss_not_scalar": ("""
+    "loss_not_scalar": (
+        """
         def loss(self, model, batch):
             return (model(batch["x"]) - batch["y"][:, None]) ** 2
-        """, "broken.loss returned a tensor of shape (64, 1): expected a scalar (a 0-dim tensor); reduce it, "
-             "e.g. .mean()"),
-    "loss_float": ("""
+        """,
+        "broken.loss returned a tensor of shape (64, 1): expected a scalar (a 0-dim tensor); reduce it, e.g. .mean()",
+    ),
+    "loss_float": (
+        """
         def loss(self, model, batch):
             return super().loss(model, batch).item()
-        """, "broken.loss returned a float ("),
-    "loss_none": ("""
+        """,
+        "broken.loss returned a float (",
+    ),
+    "loss_none": (
+        """
         def loss(self, model, batch):
             super().loss(model, batch)
-        """, "broken.loss returned None: expected a scalar tensor"),
-    "loss_dict": ("""
+        """,
+        "broken.loss returned None: expected a scalar tensor",
+    ),
+    "loss_dict": (
+        """
         def loss(self, model, batch):
             return {"loss": super().loss(model, batch)}
-        """, "broken.loss returned a dict (keys 'loss'): expected a scalar tensor"),
-    "loss_without_grad": ("""
+        """,
+        "broken.loss returned a dict (keys 'loss'): expected a scalar tensor",
+    ),
+    "loss_without_grad": (
+        """
         def loss(self, model, batch):
             return super().loss(model, batch).detach()
-        """, "broken.loss returned a tensor that does not require grad"),
-    "metrics_not_a_dict": ("""
+        """,
+        "broken.loss returned a tensor that does not require grad",
+    ),
+    "metrics_not_a_dict": (
+        """
         def metrics(self, parts):
             return [super().metrics(parts)["rmse"]]
-        """, "broken.metrics returned a list of 1: expected a dict of metric name -> number"),
-    "metrics_not_a_number": ("""
+        """,
+        "broken.metrics returned a list of 1: expected a dict of metric name -> number",
+    ),
+    "metrics_not_a_number": (
+        """
         def metrics(self, parts):
             return {"rmse": parts.sums["squares"].sqrt()}
-        """, "broken.metrics returned 'rmse' as a tensor of shape () and dtype float64: expected a number "
-             "(use float(...) or .item())"),
-    "evaluate_not_a_dict": ("""
+        """,
+        "broken.metrics returned 'rmse' as a tensor of shape () and dtype float64: expected a number "
+        "(use float(...) or .item())",
+    ),
+    "evaluate_not_a_dict": (
+        """
         def evaluate(self, model, split, batch_size):
             return 0.5
 
         evaluate_parts = Task.evaluate_parts
-        """, "broken.evaluate returned a float (0.5): expected a dict of metric name -> number"),
-    "metrics_without_the_primary_metric": ("""
+        """,
+        "broken.evaluate returned a float (0.5): expected a dict of metric name -> number",
+    ),
+    "metrics_without_the_primary_metric": (
+        """
         def metrics(self, parts):
             return {"mse": super().metrics(parts)["rmse"] ** 2}
-        """, "broken.metrics returned the metrics 'mse', without the task's primary_metric 'rmse' (set "
-             "primary_metric to one of them, or return it)"),
-    "evaluate_parts_not_parts": ("""
+        """,
+        "broken.metrics returned the metrics 'mse', without the task's primary_metric 'rmse' (set "
+        "primary_metric to one of them, or return it)",
+    ),
+    "evaluate_parts_not_parts": (
+        """
         def evaluate_parts(self, model, split, batch_size):
             return {"squares": 1.0}
-        """, "broken.evaluate_parts returned a dict (keys 'squares'): expected EvalParts("),
-    "splits_of_unequal_length": ("""
+        """,
+        "broken.evaluate_parts returned a dict (keys 'squares'): expected EvalParts(",
+    ),
+    "splits_of_unequal_length": (
+        """
         def load_data(self, data_path, seed):
             data = super().load_data(data_path, seed)
             data.val["y"] = data.val["y"][:-3]
             return data
-        """, "broken.load_data returned a val split of unequal lengths ('x' 26, 'y' 23 rows)"),
-    "load_data_not_task_data": ("""
+        """,
+        "broken.load_data returned a val split of unequal lengths ('x' 26, 'y' 23 rows)",
+    ),
+    "load_data_not_task_data": (
+        """
         def load_data(self, data_path, seed):
             data = super().load_data(data_path, seed)
             return {"train": data.train, "val": data.val}
-        """, "broken.load_data returned a dict (keys 'train', 'val'): expected a TaskData("),
-    "split_not_tensors": ("""
+        """,
+        "broken.load_data returned a dict (keys 'train', 'val'): expected a TaskData(",
+    ),
+    "split_not_tensors": (
+        """
         def load_data(self, data_path, seed):
             data = super().load_data(data_path, seed)
             data.train["x"] = data.train["x"].tolist()
             return data
-        """, "broken.load_data returned a train split whose 'x' is a list of 204: expected a tensor"),
-    "build_model_not_a_module": ("""
+        """,
+        "broken.load_data returned a train split whose 'x' is a list of 204: expected a tensor",
+    ),
+    "build_model_not_a_module": (
+        """
         def build_model(self, info):
             layer = super().build_model(info)
             return lambda x: layer(x)
-        """, "broken.build_model returned a function: expected a torch.nn.Module"),
+        """,
+        "broken.build_model returned a function: expected a torch.nn.Module",
+    ),
 }
 
 
@@ -123,10 +178,13 @@ def test_the_check_leaves_training_as_it_was(tmp_path, capsys, monkeypatch):
     """The checked forward (dropout, BatchNorm) changes neither the weights' path nor the random state."""
     import core.tasks.task_checks as checks
 
-    path = broken_task(tmp_path, """
+    path = broken_task(
+        tmp_path,
+        """
         def build_model(self, info):
             return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Dropout(0.3), nn.ReLU(), nn.Linear(16, 1))
-        """)
+        """,
+    )
     runs = []
     for check in (True, False):
         if not check:
@@ -138,7 +196,9 @@ def test_the_check_leaves_training_as_it_was(tmp_path, capsys, monkeypatch):
 
 
 def test_an_exception_mid_run_fails_the_run_with_the_users_frames(tmp_path, capsys):
-    path = broken_task(tmp_path, """
+    path = broken_task(
+        tmp_path,
+        """
         steps = 0
 
         def loss(self, model, batch):
@@ -147,7 +207,8 @@ def test_an_exception_mid_run_fails_the_run_with_the_users_frames(tmp_path, caps
             if type(self).steps == 7:  # the check's forward and steps 1 to 5 pass: the one after step 5 raises
                 raise ValueError("a row of the batch is bad")
             return super().loss(model, batch)
-        """)
+        """,
+    )
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "a row of the batch" in text)
     code, out, err = train(tmp_path, path, capsys, "--json")
     assert code == 1, err
@@ -165,17 +226,21 @@ def test_an_exception_mid_run_fails_the_run_with_the_users_frames(tmp_path, caps
 
 
 def test_an_exception_while_setting_up_names_the_users_line(tmp_path, capsys):
-    path = broken_task(tmp_path, """
+    path = broken_task(
+        tmp_path,
+        """
         def load_data(self, data_path, seed):
             columns = {"x": 1}
             return columns["y"]
-        """)
+        """,
+    )
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if 'columns["y"]' in text)
     code, out, err = train(tmp_path, path, capsys)
     assert code == 1
     lines = err.strip().splitlines()
-    assert lines[0] == (f"amp-console: error: KeyError while the run was set up: 'y' (raised at broken_task.py:{line} "
-                        f"in load_data)")
+    assert lines[0] == (
+        f"amp-console: error: KeyError while the run was set up: 'y' (raised at broken_task.py:{line} in load_data)"
+    )
     assert lines[1] == "Traceback, your code's frames:" and lines[2] == f'  File "{path}", line {line}, in load_data'
     assert not (tmp_path / "run").exists()
 
@@ -230,30 +295,37 @@ def test_an_installed_tasks_package_is_user_code_among_the_installed_packages(tm
 def test_a_dataset_tasks_loss_is_checked_on_its_first_items(tmp_path, capsys, base):
     source = ROOT / "tests" / "fixtures" / "user_tasks" / "dataset_task.py"
     path = tmp_path / "broken_ds.py"
-    path.write_text(source.read_text() + f"\n\nclass Broken({base}):\n    name = 'broken'\n\n"
-                    "    def loss(self, model, batch):\n"
-                    "        return (model(batch['x']).squeeze(-1) - batch['y']) ** 2\n")
+    path.write_text(
+        source.read_text() + f"\n\nclass Broken({base}):\n    name = 'broken'\n\n"
+        "    def loss(self, model, batch):\n"
+        "        return (model(batch['x']).squeeze(-1) - batch['y']) ** 2\n"
+    )
     code, out, err = train(tmp_path, path, capsys, "--num-workers", "0")
     assert code == 2 and "broken.loss returned a tensor of shape (64,): expected a scalar" in err, err
 
 
 # ------------------------------------------------------------------ evaluate, export and the lab tools check too
 TOGGLED = {  # a return that goes wrong once BROKEN_RETURNS is set: a run trains the task, then the tool gets it
-    "loss": ("""
+    "loss": (
+        """
         def loss(self, model, batch):
             import os
             value = super().loss(model, batch)
             return value.unsqueeze(0).expand(batch["y"].shape[0], 1) if os.environ.get("BROKEN_RETURNS") else value
-        """, "broken.loss returned a tensor of shape (64, 1): expected a scalar (a 0-dim tensor); reduce it, "
-             "e.g. .mean()"),
-    "metrics": ("""
+        """,
+        "broken.loss returned a tensor of shape (64, 1): expected a scalar (a 0-dim tensor); reduce it, e.g. .mean()",
+    ),
+    "metrics": (
+        """
         def metrics(self, parts):
             import os
             if os.environ.get("BROKEN_RETURNS"):
                 return {"rmse": parts.sums["squares"].sqrt()}
             return super().metrics(parts)
-        """, "broken.metrics returned 'rmse' as a tensor of shape () and dtype float64: expected a number "
-             "(use float(...) or .item())"),
+        """,
+        "broken.metrics returned 'rmse' as a tensor of shape () and dtype float64: expected a number "
+        "(use float(...) or .item())",
+    ),
 }
 
 
@@ -279,8 +351,18 @@ def test_evaluate_checks_the_tasks_returns_first(tmp_path, capsys, monkeypatch, 
 @pytest.mark.parametrize("kind", list(TOGGLED))
 def test_export_checks_the_tasks_returns_first_and_writes_nothing(tmp_path, capsys, monkeypatch, kind):
     checkpoint, expected = trained_then_broken(tmp_path, capsys, monkeypatch, kind)
-    code = main(["export", str(checkpoint), "--task", f"{tmp_path / 'broken_task.py'}:Broken", "--format",
-                 "safetensors", "--out", str(tmp_path / "export")])
+    code = main(
+        [
+            "export",
+            str(checkpoint),
+            "--task",
+            f"{tmp_path / 'broken_task.py'}:Broken",
+            "--format",
+            "safetensors",
+            "--out",
+            str(tmp_path / "export"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.strip().splitlines()[-1] == f"amp-console: error: {expected}"
@@ -289,22 +371,37 @@ def test_export_checks_the_tasks_returns_first_and_writes_nothing(tmp_path, caps
 
 
 def test_export_without_the_tasks_data_exports_and_says_the_check_was_not_done(tmp_path, capsys, monkeypatch):
-    path = broken_task(tmp_path, """
+    path = broken_task(
+        tmp_path,
+        """
         def load_data(self, data_path, seed):
             import os
             if os.environ.get("DATA_GONE"):
                 raise FileNotFoundError("rows.csv")
             return super().load_data(data_path, seed)
-        """)
+        """,
+    )
     code, _, err = train(tmp_path, path, capsys, "--keep-best", "0")
     assert code == 0, err
     monkeypatch.setenv("DATA_GONE", "1")
-    code = main(["export", str(tmp_path / "run" / "checkpoint.pt"), "--task", f"{path}:Broken", "--format",
-                 "safetensors", "--out", str(tmp_path / "export")])
+    code = main(
+        [
+            "export",
+            str(tmp_path / "run" / "checkpoint.pt"),
+            "--task",
+            f"{path}:Broken",
+            "--format",
+            "safetensors",
+            "--out",
+            str(tmp_path / "export"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert ("note: task broken's loss and metrics were not checked: its data could not be loaded "
-            "(FileNotFoundError: rows.csv)") in err
+    assert (
+        "note: task broken's loss and metrics were not checked: its data could not be loaded "
+        "(FileNotFoundError: rows.csv)"
+    ) in err
     assert (tmp_path / "export" / "manifest.json").is_file()
 
 
@@ -325,12 +422,11 @@ def lab_tools():
     }
 
 
-@pytest.mark.parametrize("tool", ["batch finder", "model summary", "dtype inspector", "precision sweep",
-                                  "lr finder"])
+@pytest.mark.parametrize("tool", ["batch finder", "model summary", "dtype inspector", "precision sweep", "lr finder"])
 @pytest.mark.parametrize("kind", list(TOGGLED))
 def test_the_lab_tools_check_the_tasks_returns_first(tmp_path, monkeypatch, tool, kind):
     from core.config import RunConfig
-    from core.tasks.task_checks import TaskOutputError
+    from core.errors import TaskOutputError
 
     body, expected = TOGGLED[kind]
     monkeypatch.setenv("BROKEN_RETURNS", "1")
@@ -341,18 +437,26 @@ def test_the_lab_tools_check_the_tasks_returns_first(tmp_path, monkeypatch, tool
     assert str(raised.value) == expected
 
 
-@pytest.mark.parametrize("tool, context", [("model summary", "in the model summary"),
-                                           ("dtype inspector", "in the dtype inspector"),
-                                           ("batch finder", "while the run was set up")])
+@pytest.mark.parametrize(
+    "tool, context",
+    [
+        ("model summary", "in the model summary"),
+        ("dtype inspector", "in the dtype inspector"),
+        ("batch finder", "while the run was set up"),
+    ],
+)
 def test_an_exception_of_the_tasks_code_in_a_lab_tool_names_the_users_line(tmp_path, tool, context):
     from core.config import RunConfig
     from core.errors import UserCodeError
 
-    path = broken_task(tmp_path, """
+    path = broken_task(
+        tmp_path,
+        """
         def load_data(self, data_path, seed):
             columns = {"x": 1}
             return columns["y"]
-        """)
+        """,
+    )
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if 'columns["y"]' in text)
     name = registry.add_task(f"{path}:Broken").name
     with pytest.raises(UserCodeError) as raised:
@@ -364,8 +468,8 @@ def test_an_exception_of_the_tasks_code_in_a_lab_tool_names_the_users_line(tmp_p
 @pytest.mark.slow
 def test_an_isolated_sweep_mode_raises_the_tasks_one_line_in_the_sweeps_process(tmp_path, monkeypatch):
     from core.config import RunConfig
+    from core.errors import TaskOutputError
     from core.lab.precision_sweep import run_sweep
-    from core.tasks.task_checks import TaskOutputError
 
     body, expected = TOGGLED["loss"]
     monkeypatch.setenv("BROKEN_RETURNS", "1")

@@ -49,8 +49,23 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
     assert listed["parameters"] == (16 * 64 + 64) + (64 * 64 + 64) + (64 * 4 + 4)  # built from the options
 
     run = tmp_path / "run"
-    code, out, err = cli(capsys, "train", "--task", path, "--precision", "bf16", "--max-steps", "60",
-                         "--eval-interval", "20", "-o", "samples=1024", "--out", run, "--json")
+    code, out, err = cli(
+        capsys,
+        "train",
+        "--task",
+        path,
+        "--precision",
+        "bf16",
+        "--max-steps",
+        "60",
+        "--eval-interval",
+        "20",
+        "-o",
+        "samples=1024",
+        "--out",
+        run,
+        "--json",
+    )
     assert code == 0, err
     summary = last_json(out)
     assert summary["status"] == "completed" and summary["precision"] == "bf16"
@@ -59,8 +74,9 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
     record = json.loads((run / "run.json").read_text())
     assert record["task"] == "my_points" and record["config"]["task_file"] == str(path.resolve())
 
-    code, out, err = cli(capsys, "train", "--resume", run / "checkpoint.pt", "--task", path, "--max-steps", "80",
-                         "--json")
+    code, out, err = cli(
+        capsys, "train", "--resume", run / "checkpoint.pt", "--task", path, "--max-steps", "80", "--json"
+    )
     assert code == 0, err
     assert last_json(out)["steps"] == 80
 
@@ -68,8 +84,21 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
     assert code == 0, err
     assert last_json(out)["metrics"]["accuracy"] > 0.5
 
-    code, out, err = cli(capsys, "lr-find", "--task", path, "--precision", "bf16", "--device", "cpu", "--steps", "25",
-                         "-o", "samples=1024", "--json")
+    code, out, err = cli(
+        capsys,
+        "lr-find",
+        "--task",
+        path,
+        "--precision",
+        "bf16",
+        "--device",
+        "cpu",
+        "--steps",
+        "25",
+        "-o",
+        "samples=1024",
+        "--json",
+    )
     assert code in (0, 1), err  # 1: no suggestion from the curve, which the result says
     found = last_json(out)
     assert "lr-find: my_points" in err and len(found["lrs"]) >= 5
@@ -88,10 +117,23 @@ def test_the_written_file_trains_in_bf16_resumes_evaluates_finds_its_lr_exports_
 
     predictor = load_predictor(run, which="last")
     points = predictor.example_rows(3)
-    (tmp_path / "points.csv").write_text(",".join(f"x{i}" for i in range(1, 17)) + "\n" + "".join(
-        ",".join(f"{v:.6f}" for v in row) + "\n" for row in points))
-    code, out, err = cli(capsys, "predict", run, "--last", "--task", path, "--input", tmp_path / "points.csv",
-                         "--out", tmp_path / "scored.csv")
+    (tmp_path / "points.csv").write_text(
+        ",".join(f"x{i}" for i in range(1, 17))
+        + "\n"
+        + "".join(",".join(f"{v:.6f}" for v in row) + "\n" for row in points)
+    )
+    code, out, err = cli(
+        capsys,
+        "predict",
+        run,
+        "--last",
+        "--task",
+        path,
+        "--input",
+        tmp_path / "points.csv",
+        "--out",
+        tmp_path / "scored.csv",
+    )
     assert code == 0, err
     import pyarrow.csv as pacsv
 
@@ -155,14 +197,17 @@ def test_the_template_reads_a_csv_file(tmp_path):
         TemplateTask().load_data(str(tmp_path / "bad.csv"), seed=0)
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("my task", "'my task' is not a task name: use letters, digits and _"),
-    ("1st", "'1st' is not a task name"),
-    ("my-task", "'my-task' is not a task name"),
-    ("x" * 41, "is not a task name"),
-    ("../evil", "'../evil' is not a task name"),
-    ("tiny", "'tiny' is a built-in task's name: pick another"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("my task", "'my task' is not a task name: use letters, digits and _"),
+        ("1st", "'1st' is not a task name"),
+        ("my-task", "'my-task' is not a task name"),
+        ("x" * 41, "is not a task name"),
+        ("../evil", "'../evil' is not a task name"),
+        ("tiny", "'tiny' is a built-in task's name: pick another"),
+    ],
+)
 def test_a_bad_name_is_one_line(tmp_path, capsys, name, expected):
     code, _out, err = cli(capsys, "tasks", "new", name, "--out", tmp_path)
     line = one_line_error(code, err)
@@ -280,25 +325,58 @@ def test_the_real_cli_writes_and_trains_it(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def cli(*argv):
-        return subprocess.run([sys.executable, "-m", "core.cli", *argv], capture_output=True, text=True, env=env,
-                              cwd=tmp_path, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "core.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+        )
 
     done = cli("tasks", "new", "starter")
     assert done.returncode == 0, done.stderr
-    done = cli("train", "--task", "starter.py", "--precision", "bf16", "--max-steps", "20", "-o", "samples=512",
-               "--out", "runs/starter", "--json")
+    done = cli(
+        "train",
+        "--task",
+        "starter.py",
+        "--precision",
+        "bf16",
+        "--max-steps",
+        "20",
+        "-o",
+        "samples=512",
+        "--out",
+        "runs/starter",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     assert last_json(done.stdout)["status"] == "completed"
-    done = cli("train", "--resume", "runs/starter/checkpoint.pt", "--task", "starter.py", "--max-steps", "30",
-               "--json")
+    done = cli("train", "--resume", "runs/starter/checkpoint.pt", "--task", "starter.py", "--max-steps", "30", "--json")
     assert done.returncode == 0, done.stderr
     assert last_json(done.stdout)["steps"] == 30
     done = cli("evaluate", "runs/starter", "--task", "starter.py", "--json")
     assert done.returncode == 0, done.stderr
     assert "accuracy" in last_json(done.stdout)["metrics"]
 
-    done = cli("train", "--task", "starter.py", "--precision", "bf16", "--nproc", "2", "--device", "cpu",
-               "--max-steps", "20", "-o", "samples=512", "--out", "runs/ddp", "--json")
+    done = cli(
+        "train",
+        "--task",
+        "starter.py",
+        "--precision",
+        "bf16",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--max-steps",
+        "20",
+        "-o",
+        "samples=512",
+        "--out",
+        "runs/ddp",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     summary = last_json(done.stdout)
     assert summary["status"] == "completed" and summary["steps"] == 20 and summary["precision"] == "bf16"

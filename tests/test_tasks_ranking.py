@@ -7,14 +7,12 @@ import pytest
 import torch
 
 from core.config import RunConfig
+from core.engine.trainer import train
 from core.tasks import create_task
 from core.tasks.ranking import flat_ranking_metrics, list_width, pack_queries, pad_queries, ranking_metrics
 from core.tasks.ranking_losses import listwise_softmax_loss, ranknet_loss
-from core.engine.trainer import train
 
 SMALL = {"queries": 1500, "docs": 16, "features": 8}
-
-
 
 
 def test_metrics_match_hand_computation():
@@ -65,28 +63,35 @@ def test_evaluation_of_split_queries_equals_ranking_them_whole(width):
     lists, qid = pack_queries(query, {"score": scores, "label": label}, width=width)
     assert lists["label"].shape[1] == width and len(qid) > 40
     real = lists["label"] >= 0
-    got = flat_ranking_metrics(torch.from_numpy(np.broadcast_to(qid[:, None], real.shape)[real]),
-                               torch.from_numpy(lists["score"][real]), torch.from_numpy(lists["label"][real]))
+    got = flat_ranking_metrics(
+        torch.from_numpy(np.broadcast_to(qid[:, None], real.shape)[real]),
+        torch.from_numpy(lists["score"][real]),
+        torch.from_numpy(lists["label"][real]),
+    )
     for a, b in zip(got, expected, strict=True):
         assert float(a) == pytest.approx(float(b), rel=1e-6)
     tied = torch.from_numpy(whole["score"]).round(decimals=1)  # ties: both break them by position in the query
     real = whole["label"] >= 0
     qids = np.broadcast_to(np.arange(len(whole["label"]))[:, None], real.shape)[real]
-    got = flat_ranking_metrics(torch.from_numpy(qids), tied[torch.from_numpy(real)],
-                               torch.from_numpy(whole["label"][real]))
+    got = flat_ranking_metrics(
+        torch.from_numpy(qids), tied[torch.from_numpy(real)], torch.from_numpy(whole["label"][real])
+    )
     for a, b in zip(got, ranking_metrics(tied, torch.from_numpy(whole["label"])), strict=True):
         assert float(a) == pytest.approx(float(b), rel=1e-6)
 
 
-@pytest.mark.parametrize("precision,loss", [("fp32", "lambda"), ("bf16", "lambda"), ("fp32", "listwise"),
-                                            ("fp32", "ranknet"), ("fp32", "approxndcg")])
+@pytest.mark.parametrize(
+    "precision,loss",
+    [("fp32", "lambda"), ("bf16", "lambda"), ("fp32", "listwise"), ("fp32", "ranknet"), ("fp32", "approxndcg")],
+)
 def test_default_hyperparameters_beat_random_order(tmp_path, precision, loss):
     options = {**SMALL, "loss": loss}
     data = create_task("ranking", options).load_data("", 0)
     assert data.ceiling["ndcg@10"] > data.baseline["ndcg@10"] + 0.3
     events = []
-    config = RunConfig.for_task("ranking", task_options=options, precision=precision, device="cpu",
-                                max_steps=60, out_dir=str(tmp_path))
+    config = RunConfig.for_task(
+        "ranking", task_options=options, precision=precision, device="cpu", max_steps=60, out_dir=str(tmp_path)
+    )
     ended = train(config, sink=events.append)
     assert ended.status == "completed", ended.message
     assert events[0].autocast_dtype == ("bfloat16" if precision == "bf16" else "float32")
@@ -103,8 +108,11 @@ def test_trains_from_a_parquet_file(tmp_path):
     data = create_task("ranking").load_data(str(path), 0)
     assert data.info["features"] == 136 and set(data.info) == {"features", "docs_per_query", "normalizer"}
     assert data.ceiling == {}
-    ended = train(RunConfig.for_task("ranking", data=str(path), device="cpu", max_steps=3, batch_size=8,
-                                     out_dir=str(tmp_path / "run")))
+    ended = train(
+        RunConfig.for_task(
+            "ranking", data=str(path), device="cpu", max_steps=3, batch_size=8, out_dir=str(tmp_path / "run")
+        )
+    )
     assert ended.status == "completed", ended.message
 
 

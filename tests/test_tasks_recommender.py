@@ -11,13 +11,11 @@ import torch
 from core.config import RunConfig
 from core.data.sequences import history_windows, sequence_splits, training_windows
 from core.data.synthetic import generate_interactions, make_track_chain
+from core.engine.trainer import train
 from core.tasks import create_task
 from core.tasks.recommender import rank_metrics
-from core.engine.trainer import train
 
 SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
-
-
 
 
 def test_windows_cover_every_transition_once_with_latest_window_full():
@@ -127,13 +125,27 @@ def test_the_run_says_what_loss_auto_chose_and_a_config_naming_full_trains_as_be
     from core.tasks.recommender import SAMPLED_LOSS_ABOVE
 
     events = []
-    config = RunConfig.from_dict({"task": "recommender", "task_options": {**SMALL, "loss": loss}, "device": "cpu",
-                                  "max_steps": 3, "batch_size": 16, "out_dir": str(tmp_path)})
+    config = RunConfig.from_dict(
+        {
+            "task": "recommender",
+            "task_options": {**SMALL, "loss": loss},
+            "device": "cpu",
+            "max_steps": 3,
+            "batch_size": 16,
+            "out_dir": str(tmp_path),
+        }
+    )
     ended = train(config, sink=events.append)
     assert ended.status == "completed", ended.message
     said = [n for n in next(e for e in events if isinstance(e, RunStarted)).notes if "loss=auto" in n]
-    assert said == ([f"recommender: loss=auto trains with the full softmax: {SMALL['items']:,} lessons is at most "
-                     f"{SAMPLED_LOSS_ABOVE:,}; loss=sampled for the sampled softmax"] if loss == "auto" else [])
+    assert said == (
+        [
+            f"recommender: loss=auto trains with the full softmax: {SMALL['items']:,} lessons is at most "
+            f"{SAMPLED_LOSS_ABOVE:,}; loss=sampled for the sampled softmax"
+        ]
+        if loss == "auto"
+        else []
+    )
     assert [n for n in read_run(tmp_path)["notes"] if "loss=auto" in n] == said
 
 
@@ -141,8 +153,14 @@ def test_a_small_sampled_run_trains_and_its_loss_falls(tmp_path):
     from core.engine.events import StepMetrics
 
     events = []
-    config = RunConfig.for_task("recommender", task_options={**SMALL, "loss": "sampled", "sampled_negatives": 64},
-                                device="cpu", max_steps=40, log_interval=5, out_dir=str(tmp_path))
+    config = RunConfig.for_task(
+        "recommender",
+        task_options={**SMALL, "loss": "sampled", "sampled_negatives": 64},
+        device="cpu",
+        max_steps=40,
+        log_interval=5,
+        out_dir=str(tmp_path),
+    )
     ended = train(config, sink=events.append)
     assert ended.status == "completed", ended.message
     losses = [e.loss for e in events if isinstance(e, StepMetrics)]
@@ -155,8 +173,9 @@ def test_default_hyperparameters_beat_popularity(tmp_path, precision):
     data = task.load_data("", 0)
     assert data.ceiling["hr@10_full_unfiltered"] > data.baseline["hr@10_full_unfiltered"] + 0.3
     events = []
-    config = RunConfig.for_task("recommender", task_options=SMALL, precision=precision, device="cpu",
-                                max_steps=60, out_dir=str(tmp_path))
+    config = RunConfig.for_task(
+        "recommender", task_options=SMALL, precision=precision, device="cpu", max_steps=60, out_dir=str(tmp_path)
+    )
     ended = train(config, sink=events.append)
     assert ended.status == "completed", ended.message
     assert events[0].autocast_dtype == ("bfloat16" if precision == "bf16" else "float32")
@@ -171,35 +190,53 @@ def test_default_hyperparameters_beat_popularity(tmp_path, precision):
 def test_trains_from_a_csv_file_with_raw_string_ids(tmp_path):
     path = tmp_path / "clicks.csv"
     users = np.repeat(np.arange(60), 12)
-    items = (np.arange(len(users)) % 7)
+    items = np.arange(len(users)) % 7
     lines = ["user_id,item_id,timestamp,event"] + [
-        f"u{u},lesson-{i},{1000 + t},{'click' if t % 2 else 'complete'}" for t, (u, i) in enumerate(zip(users, items))]
+        f"u{u},lesson-{i},{1000 + t},{'click' if t % 2 else 'complete'}" for t, (u, i) in enumerate(zip(users, items))
+    ]
     path.write_text("\n".join(lines) + "\n")
     task = create_task("recommender", {"d_model": 16, "max_len": 8})
     data = task.load_data(str(path), 0)
     assert data.info["n_items"] == 7 and data.val["target"].shape[0] == 60 and data.ceiling == {}
-    ended = train(RunConfig.for_task("recommender", task_options={"d_model": 16, "max_len": 8}, data=str(path),
-                                     device="cpu", max_steps=3, batch_size=16, out_dir=str(tmp_path / "run")))
+    ended = train(
+        RunConfig.for_task(
+            "recommender",
+            task_options={"d_model": 16, "max_len": 8},
+            data=str(path),
+            device="cpu",
+            max_steps=3,
+            batch_size=16,
+            out_dir=str(tmp_path / "run"),
+        )
+    )
     assert ended.status == "completed", ended.message
 
 
 def test_checkpoint_and_export_keep_the_files_own_item_ids_and_resume_checks_them(tmp_path):
     """Predictions must map back to the users' lesson ids: the vocabulary travels with the model."""
     from core.engine.checkpoints import export_checkpoint, load_checkpoint
-    from core.errors import CheckpointError
     from core.engine.trainer import Trainer
+    from core.errors import CheckpointError
 
     def write(path, names):
         users = np.repeat(np.arange(40), 10)
         lines = ["user_id,item_id,timestamp"] + [
-            f"u{u},{names[t % len(names)]},{1000 + t}" for t, u in enumerate(users)]
+            f"u{u},{names[t % len(names)]},{1000 + t}" for t, u in enumerate(users)
+        ]
         path.write_text("\n".join(lines) + "\n")
 
     data = tmp_path / "clicks.csv"
     write(data, ["intro-python", "loops", "functions", "classes", "testing"])
     options = {"d_model": 16, "max_len": 8}
-    config = RunConfig.for_task("recommender", task_options=options, data=str(data), device="cpu",
-                                max_steps=2, batch_size=16, out_dir=str(tmp_path / "run"))
+    config = RunConfig.for_task(
+        "recommender",
+        task_options=options,
+        data=str(data),
+        device="cpu",
+        max_steps=2,
+        batch_size=16,
+        out_dir=str(tmp_path / "run"),
+    )
     ended = train(config)
     assert ended.status == "completed", ended.message
     state = load_checkpoint(ended.checkpoint)  # weights_only: the id list loads without unpickling code
@@ -210,16 +247,38 @@ def test_checkpoint_and_export_keep_the_files_own_item_ids_and_resume_checks_the
 
     reordered = tmp_path / "other.csv"
     write(reordered, ["loops", "intro-python", "functions", "classes", "testing"])
-    resumed = RunConfig.for_task("recommender", task_options=options, data=str(reordered), device="cpu",
-                                 max_steps=4, batch_size=16, out_dir=str(tmp_path / "run2"))
+    resumed = RunConfig.for_task(
+        "recommender",
+        task_options=options,
+        data=str(reordered),
+        device="cpu",
+        max_steps=4,
+        batch_size=16,
+        out_dir=str(tmp_path / "run2"),
+    )
     with pytest.raises(CheckpointError, match="not the ones the checkpoint was trained on"):
         Trainer(resumed, resume_from=ended.checkpoint).run()
-    synthetic = Trainer(RunConfig.for_task("recommender", task_options={**options, "items": 100}, device="cpu",
-                                           max_steps=2, batch_size=16, out_dir=str(tmp_path / "synthetic"))).run()
+    synthetic = Trainer(
+        RunConfig.for_task(
+            "recommender",
+            task_options={**options, "items": 100},
+            device="cpu",
+            max_steps=2,
+            batch_size=16,
+            out_dir=str(tmp_path / "synthetic"),
+        )
+    ).run()
     with pytest.raises(CheckpointError, match="not trained on this data's item_ids"):
         Trainer(config.replace(out_dir=str(tmp_path / "run4"), max_steps=4), resume_from=synthetic.checkpoint).run()
-    same = RunConfig.for_task("recommender", task_options=options, data=str(data), device="cpu", max_steps=4,
-                              batch_size=16, out_dir=str(tmp_path / "run3"))
+    same = RunConfig.for_task(
+        "recommender",
+        task_options=options,
+        data=str(data),
+        device="cpu",
+        max_steps=4,
+        batch_size=16,
+        out_dir=str(tmp_path / "run3"),
+    )
     assert Trainer(same, resume_from=ended.checkpoint).run().status == "completed"
 
 
@@ -229,8 +288,9 @@ def test_parquet_integer_ids_are_a_tensor_and_csv_ids_keep_their_text(tmp_path):
 
     users = np.repeat(np.arange(30), 8)
     items = [9000 + (t * 7) % 11 for t in range(len(users))]
-    pq.write_table(pa.table({"user_id": users, "item_id": items, "timestamp": np.arange(len(users))}),
-                   tmp_path / "clicks.parquet")
+    pq.write_table(
+        pa.table({"user_id": users, "item_id": items, "timestamp": np.arange(len(users))}), tmp_path / "clicks.parquet"
+    )
     task = create_task("recommender", {"d_model": 16, "max_len": 8})
     ids = task.load_data(str(tmp_path / "clicks.parquet"), 0).vocabulary["item_id"]
     assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and len(ids) == 11

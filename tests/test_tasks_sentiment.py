@@ -17,8 +17,6 @@ from core.tasks.sentiment import roc_auc
 SMALL = {"reviews": 6000}
 
 
-
-
 def test_tokenizer_is_stable_lowercased_and_orders_bigrams():
     text = pa.array(["Not great, really!", "not GREAT really", "great not", ""])
     tokens = hashed_tokens(text, 1 << 20, 8)
@@ -47,8 +45,9 @@ def test_planted_posterior_is_calibrated():
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_default_hyperparameters_beat_the_majority_class(tmp_path, precision):
     events = []
-    config = RunConfig.for_task("sentiment", task_options=SMALL, precision=precision, device="cpu",
-                                out_dir=str(tmp_path))
+    config = RunConfig.for_task(
+        "sentiment", task_options=SMALL, precision=precision, device="cpu", out_dir=str(tmp_path)
+    )
     trainer = Trainer(config, sink=events.append)
     ended = trainer.run()
     data = trainer.data  # the run's own load: its baseline and ceiling
@@ -61,11 +60,17 @@ def test_default_hyperparameters_beat_the_majority_class(tmp_path, precision):
 
 def test_trains_from_a_csv_with_word_labels(tmp_path):
     path = tmp_path / "reviews.csv"
-    rows = ["text,label"] + [f'"a great, clear lesson {i}",positive' for i in range(40)] + [
-        f'"boring and confusing {i}",Negative' for i in range(40)]
+    rows = (
+        ["text,label"]
+        + [f'"a great, clear lesson {i}",positive' for i in range(40)]
+        + [f'"boring and confusing {i}",Negative' for i in range(40)]
+    )
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     data = create_task("sentiment").load_data(str(path), 0)
     assert data.info["positive_rate"] == pytest.approx(0.5, abs=0.1) and data.ceiling == {}
-    ended = train(RunConfig.for_task("sentiment", data=str(path), device="cpu", batch_size=8, max_steps=20,
-                                     out_dir=str(tmp_path / "run")))
+    ended = train(
+        RunConfig.for_task(
+            "sentiment", data=str(path), device="cpu", batch_size=8, max_steps=20, out_dir=str(tmp_path / "run")
+        )
+    )
     assert ended.status == "completed" and ended.metrics["accuracy"] == 1.0

@@ -15,15 +15,15 @@ import pytest
 
 pytest.importorskip("tensorboardX")
 
-from tensorboardX.proto.event_pb2 import Event  # noqa: E402
-from tensorboardX.record_writer import masked_crc32c  # noqa: E402
+from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.record_writer import masked_crc32c
 
-from core.config import RunConfig  # noqa: E402
-from core.engine.events import EvalMetrics, RunStarted, StepMetrics, event_to_dict  # noqa: E402
-from core.engine.trainer import train  # noqa: E402
-from core.errors import AmpConsoleError, DataError  # noqa: E402
-from core.files import read_jsonl  # noqa: E402
-from core.runs.tensorboard_export import MISSING_MESSAGE, export_run  # noqa: E402
+from core.config import RunConfig
+from core.engine.events import EvalMetrics, RunStarted, StepMetrics, event_to_dict
+from core.engine.trainer import train
+from core.errors import AmpConsoleError, DataError
+from core.files import read_jsonl
+from core.runs.tensorboard_export import MISSING_MESSAGE, export_run
 
 TEXT_TAG = "run/summary/text_summary"  # tensorboardX appends /text_summary to add_text's tag
 
@@ -34,12 +34,12 @@ def read_events(folder: Path) -> list[Event]:
     data = files[0].read_bytes()
     events, at = [], 0
     while at < len(data):
-        header = data[at:at + 8]
+        header = data[at : at + 8]
         (length,) = struct.unpack("<Q", header)
-        (header_crc,) = struct.unpack("<I", data[at + 8:at + 12])
+        (header_crc,) = struct.unpack("<I", data[at + 8 : at + 12])
         assert header_crc == masked_crc32c(header)
-        body = data[at + 12:at + 12 + length]
-        (body_crc,) = struct.unpack("<I", data[at + 12 + length:at + 16 + length])
+        body = data[at + 12 : at + 12 + length]
+        (body_crc,) = struct.unpack("<I", data[at + 12 + length : at + 16 + length])
         assert body_crc == masked_crc32c(body)
         event = Event()
         event.ParseFromString(body)
@@ -68,8 +68,16 @@ def close(a: float, b: float) -> bool:
 
 def test_a_real_run_reads_back_value_for_value(tmp_path):
     run = tmp_path / "run"
-    config = RunConfig.for_task("tiny", device="cpu", precision="fp32", max_steps=20, log_interval=5,
-                                eval_interval=10, threads=1, out_dir=str(run))
+    config = RunConfig.for_task(
+        "tiny",
+        device="cpu",
+        precision="fp32",
+        max_steps=20,
+        log_interval=5,
+        eval_interval=10,
+        threads=1,
+        out_dir=str(run),
+    )
     train(config)
     records = read_jsonl(run / "metrics.jsonl")
     folder = export_run(run, tmp_path / "tb")
@@ -79,8 +87,12 @@ def test_a_real_run_reads_back_value_for_value(tmp_path):
 
     steps = [r for r in records if r["event"] == "StepMetrics"]
     assert [r["step"] for r in steps] == [5, 10, 15, 20]
-    fields = {"train/loss": "loss", "train/lr": "lr", "train/samples_per_second": "samples_per_second",
-              "train/grad_norm": "grad_norm"}
+    fields = {
+        "train/loss": "loss",
+        "train/lr": "lr",
+        "train/samples_per_second": "samples_per_second",
+        "train/grad_norm": "grad_norm",
+    }
     assert steps[0]["grad_norm"] is not None and steps[-1]["grad_norm"] is not None
     for tag, key in fields.items():
         logged = [r for r in steps if r[key] is not None]  # a fast step's norm is measured 10 times a second
@@ -110,17 +122,45 @@ def test_a_real_run_reads_back_value_for_value(tmp_path):
 
 
 def started(start_step: int, **extra) -> dict:
-    return {**event_to_dict(RunStarted(
-        task="tiny", device="cpu", device_name="CPU", precision="fp16", autocast_dtype="float16",
-        param_dtype="float32", scaler=True, param_count=100, total_steps=20, steps_per_epoch=10,
-        start_step=start_step, config={"task": "tiny", "lr": 0.01, "task_options": {"hidden": 8}, "seed": None})),
-        **extra}
+    return {
+        **event_to_dict(
+            RunStarted(
+                task="tiny",
+                device="cpu",
+                device_name="CPU",
+                precision="fp16",
+                autocast_dtype="float16",
+                param_dtype="float32",
+                scaler=True,
+                param_count=100,
+                total_steps=20,
+                steps_per_epoch=10,
+                start_step=start_step,
+                config={"task": "tiny", "lr": 0.01, "task_options": {"hidden": 8}, "seed": None},
+            )
+        ),
+        **extra,
+    }
 
 
 def step(n: int, loss: float, **extra) -> dict:
-    return {**event_to_dict(StepMetrics(
-        step=n, epoch=1, loss=loss, lr=0.01, samples_per_second=100.0, grad_scale=65536.0, grad_norm=1.5,
-        skipped_steps=0, memory_bytes=3 * 2**20, elapsed_seconds=1.0)), **extra}
+    return {
+        **event_to_dict(
+            StepMetrics(
+                step=n,
+                epoch=1,
+                loss=loss,
+                lr=0.01,
+                samples_per_second=100.0,
+                grad_scale=65536.0,
+                grad_norm=1.5,
+                skipped_steps=0,
+                memory_bytes=3 * 2**20,
+                elapsed_seconds=1.0,
+            )
+        ),
+        **extra,
+    }
 
 
 def evaluated(n: int, accuracy: float, split: str = "val") -> dict:
@@ -135,14 +175,29 @@ def write_run(folder: Path, records: list[dict], tail: str = "") -> Path:
 
 def test_a_run_resumed_in_place_has_no_zigzags(tmp_path):
     # killed after step 15 with its last checkpoint at step 10, then resumed in place from step 10
-    run = write_run(tmp_path / "run", [
-        started(0), step(5, 1.0), step(10, 0.9), evaluated(10, 0.5), step(15, 0.8),
-        started(10), step(15, 0.7), step(20, 0.6), evaluated(20, 0.75), evaluated(20, 0.7, "test"),
-    ])
+    run = write_run(
+        tmp_path / "run",
+        [
+            started(0),
+            step(5, 1.0),
+            step(10, 0.9),
+            evaluated(10, 0.5),
+            step(15, 0.8),
+            started(10),
+            step(15, 0.7),
+            step(20, 0.6),
+            evaluated(20, 0.75),
+            evaluated(20, 0.7, "test"),
+        ],
+    )
     events = read_events(export_run(run, tmp_path / "tb"))
     found = scalars(events)
-    assert [(s, v) for s, v, _ in found["train/loss"]] == [(5, 1.0), (10, pytest.approx(0.9)), (15, pytest.approx(0.7)),
-                                                           (20, pytest.approx(0.6))]
+    assert [(s, v) for s, v, _ in found["train/loss"]] == [
+        (5, 1.0),
+        (10, pytest.approx(0.9)),
+        (15, pytest.approx(0.7)),
+        (20, pytest.approx(0.6)),
+    ]
     assert [(s, v) for s, v, _ in found["val/accuracy"]] == [(10, 0.5), (20, 0.75)]
     assert [(s, v) for s, v, _ in found["test/accuracy"]] == [(20, pytest.approx(0.7))]
     assert [s for s, _, _ in found["train/grad_scale"]] == [5, 10, 15, 20]
@@ -152,9 +207,11 @@ def test_a_run_resumed_in_place_has_no_zigzags(tmp_path):
 
 
 def test_a_torn_last_line_is_skipped_and_wall_times_are_kept(tmp_path):
-    run = write_run(tmp_path / "run", [started(0, time=1_700_000_000.0), step(5, 1.0, time=1_700_000_005.5),
-                                       step(10, 0.5, time=1_700_000_011.0)],
-                    tail='{"event": "StepMetrics", "step": 15, "lo')
+    run = write_run(
+        tmp_path / "run",
+        [started(0, time=1_700_000_000.0), step(5, 1.0, time=1_700_000_005.5), step(10, 0.5, time=1_700_000_011.0)],
+        tail='{"event": "StepMetrics", "step": 15, "lo',
+    )
     found = scalars(read_events(export_run(run, tmp_path / "tb")))
     assert [(s, v, t) for s, v, t in found["train/loss"]] == [(5, 1.0, 1_700_000_005.5), (10, 0.5, 1_700_000_011.0)]
 

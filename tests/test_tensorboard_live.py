@@ -138,8 +138,7 @@ def test_a_stopped_run_closes_its_files_with_every_point_written(tiny_config, re
     assert [step for step, _ in live["train/loss"]] == [e.step for e in recorder.of(StepMetrics)]
 
 
-def test_a_failed_run_closes_its_files_with_every_point_written(tiny_config, recorder, reader, tmp_path,
-                                                               monkeypatch):
+def test_a_failed_run_closes_its_files_with_every_point_written(tiny_config, recorder, reader, tmp_path, monkeypatch):
     import core.engine.trainer as trainer_module
     from core.engine.trainer import Trainer
 

@@ -52,8 +52,9 @@ def test_the_engine_the_lab_and_the_cli_write_bytes_alike():
     assert fmt.size(value) == text.size(value) == "7.5 GiB"
     assert "a fake device of 7.5 GiB" in FakeProbe(value, 1000).source
     assert DeviceInfo("cuda:0", "cuda", "GPU", memory_total=value).summary() == "GPU, 7.5 GiB"
-    result = ExportResult("program", Path("out"), [], "tiny", 10, "fp16", value, 0.0, 1e-5, 4,
-                          fp32_size_bytes=2 * value, dtype_diff=0.0)
+    result = ExportResult(
+        "program", Path("out"), [], "tiny", 10, "fp16", value, 0.0, 1e-5, 4, fp32_size_bytes=2 * value, dtype_diff=0.0
+    )
     assert "7.5 GiB vs 15 GiB" in result.summary()
 
 

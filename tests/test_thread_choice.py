@@ -19,8 +19,9 @@ def test_explicit_threads_are_used_as_given_without_a_note():
 def test_light_steps_get_one_thread():
     choice = choose_threads(0, 12_345, cores=2, load=0.0, batch_values=640)
     assert choice.threads == 1
-    assert choice.note == ("threads: 1 of 2 cores (auto: light steps, 12,345 parameters x 640 batch values; "
-                           "set --threads to choose)")
+    assert choice.note == (
+        "threads: 1 of 2 cores (auto: light steps, 12,345 parameters x 640 batch values; set --threads to choose)"
+    )
 
 
 def test_a_small_model_on_big_batches_gets_the_cores():
@@ -33,8 +34,9 @@ def test_a_small_model_on_big_batches_gets_the_cores():
 def test_a_big_model_on_an_idle_machine_gets_every_core():
     choice = choose_threads(0, BIG, cores=8, load=0.2)
     assert choice.threads == 8
-    assert choice.note == ("threads: 8 of 8 cores (auto: 250,000,000 parameters x 1 batch values; "
-                           "set --threads to choose)")
+    assert choice.note == (
+        "threads: 8 of 8 cores (auto: 250,000,000 parameters x 1 batch values; set --threads to choose)"
+    )
 
 
 def test_a_busy_machine_leaves_the_busy_cores_alone():
@@ -74,7 +76,8 @@ def test_a_run_with_auto_threads_reports_its_choice_and_uses_it(tiny_config, rec
     assert [n for n in notes if n.startswith("threads: ")] == [
         f"threads: 1 of {cores} core{'s' if cores > 1 else ''} (auto: light steps, "
         f"{recorder.of(RunStarted)[0].param_count:,} parameters x {tiny_config().batch_size * 10:,} batch values; "
-        f"set --threads to choose)"]
+        f"set --threads to choose)"
+    ]
 
 
 def test_a_lagging_load_average_is_not_taken_for_other_work(monkeypatch):

@@ -15,8 +15,9 @@ from core.errors import ConfigError
 def clock_of_steps(monkeypatch, seconds_per_step: float) -> dict:
     """The trainer's clock reads `seconds_per_step` x the current step (of the trainer in `holder['t']`)."""
     holder: dict = {}
-    monkeypatch.setattr(trainer_module, "monotonic", lambda: holder["t"].step * seconds_per_step if "t" in holder
-                        else 0.0)
+    monkeypatch.setattr(
+        trainer_module, "monotonic", lambda: holder["t"].step * seconds_per_step if "t" in holder else 0.0
+    )
     return holder
 
 
@@ -69,10 +70,21 @@ def _timed_checkpoints_on_two_ranks(rank: int, out: str) -> dict:
     # Only rank 0's clock runs (a step is 10 s): rank 1's says no time passed, so if it decided alone it would
     # never join the checkpoint's collective (gathering RNG states) and the run would hang.
     module.monotonic = (lambda: holder["t"].step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
-    trainer = Trainer(RunConfig.for_task("tiny", device="cpu", precision="fp32", batch_size=16, max_steps=20,
-                                         log_interval=5, checkpoint_minutes=1, threads=1, out_dir=out),
-                      sink=lambda e: saved.append(e.step) if isinstance(e, CheckpointSaved) else None,
-                      dist_ctx=DistContext.from_env())
+    trainer = Trainer(
+        RunConfig.for_task(
+            "tiny",
+            device="cpu",
+            precision="fp32",
+            batch_size=16,
+            max_steps=20,
+            log_interval=5,
+            checkpoint_minutes=1,
+            threads=1,
+            out_dir=out,
+        ),
+        sink=lambda e: saved.append(e.step) if isinstance(e, CheckpointSaved) else None,
+        dist_ctx=DistContext.from_env(),
+    )
     holder["t"] = trainer
     ended = trainer.run()
     return {"status": ended.status, "saved": saved}

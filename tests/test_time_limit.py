@@ -18,15 +18,24 @@ from core.errors import ConfigError
 
 def clock_of_steps(monkeypatch, seconds_per_step: float) -> dict:
     holder: dict = {}
-    monkeypatch.setattr(trainer_module, "monotonic", lambda: holder["t"].step * seconds_per_step if "t" in holder
-                        else 0.0)
+    monkeypatch.setattr(
+        trainer_module, "monotonic", lambda: holder["t"].step * seconds_per_step if "t" in holder else 0.0
+    )
     return holder
 
 
 def test_the_run_completes_at_the_budget_with_test_metrics_and_a_checkpoint(monkeypatch, recorder, tmp_path):
     holder = clock_of_steps(monkeypatch, 10.0)  # a step "takes" 10 s: 2 minutes is 12 steps
-    config = RunConfig.for_task("sentiment", device="cpu", max_steps=500, time_limit_minutes=2, threads=1,
-                                log_interval=5, checkpoint_minutes=0, out_dir=str(tmp_path / "run"))
+    config = RunConfig.for_task(
+        "sentiment",
+        device="cpu",
+        max_steps=500,
+        time_limit_minutes=2,
+        threads=1,
+        log_interval=5,
+        checkpoint_minutes=0,
+        out_dir=str(tmp_path / "run"),
+    )
     trainer = Trainer(config, sink=recorder)
     holder["t"] = trainer
     ended = trainer.run()
@@ -55,9 +64,21 @@ def _time_limit_on_two_ranks(rank: int, out: str) -> dict:
     # Only rank 0's clock runs (a step is 10 s): rank 1's says no time passed, so if it decided alone it would
     # train on while rank 0 ended, and rank 0 would wait for it in a collective.
     module.monotonic = (lambda: holder["t"].step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
-    trainer = Trainer(RunConfig.for_task("tiny", device="cpu", precision="fp32", batch_size=16, max_steps=1_000_000,
-                                         log_interval=5, time_limit_minutes=2, checkpoint_minutes=0, threads=1,
-                                         out_dir=out), dist_ctx=DistContext.from_env())
+    trainer = Trainer(
+        RunConfig.for_task(
+            "tiny",
+            device="cpu",
+            precision="fp32",
+            batch_size=16,
+            max_steps=1_000_000,
+            log_interval=5,
+            time_limit_minutes=2,
+            checkpoint_minutes=0,
+            threads=1,
+            out_dir=out,
+        ),
+        dist_ctx=DistContext.from_env(),
+    )
     holder["t"] = trainer
     ended = trainer.run()
     return {"status": ended.status, "step": ended.step, "message": ended.message}
@@ -74,7 +95,13 @@ def test_under_ddp_rank_0s_clock_ends_both_ranks_at_one_step(tmp_path):
     assert zero["status"] == one["status"] == "completed"
     # The budget is spent at step 12; the ranks end at the agreement that sees it (at least every log interval).
     assert zero["step"] == one["step"] and 12 <= zero["step"] < 1_000_000
-    assert zero["message"] == one["message"] == (f"time limit of 2 min reached at step {zero['step']} of 1,000,000; "
-                                                 f"evaluated, tested and saved as at the end")
+    assert (
+        zero["message"]
+        == one["message"]
+        == (
+            f"time limit of 2 min reached at step {zero['step']} of 1,000,000; "
+            f"evaluated, tested and saved as at the end"
+        )
+    )
     record = json.loads((tmp_path / "ddp" / "run.json").read_text())
     assert record["status"] == "completed" and record["steps"] == zero["step"]

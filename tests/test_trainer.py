@@ -12,7 +12,14 @@ from core.devices import cpu_info
 from core.engine.checkpoints import load_checkpoint
 from core.engine.control import RunControl
 from core.engine.events import (
-    CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics, event_from_dict,
+    CheckpointSaved,
+    EvalMetrics,
+    RunEnded,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    StepMetrics,
+    event_from_dict,
     event_to_dict,
 )
 from core.engine.trainer import Trainer, train
@@ -61,8 +68,11 @@ def test_stop_from_another_thread_takes_effect_within_one_step(tiny_config, reco
             assert asked.wait(30), "the test thread never asked to stop"
 
     result = {}
-    runner = threading.Thread(target=lambda: result.update(ended=train(
-        tiny_config(max_steps=100_000, log_interval=10), sink=sink, control=control)))
+    runner = threading.Thread(
+        target=lambda: result.update(
+            ended=train(tiny_config(max_steps=100_000, log_interval=10), sink=sink, control=control)
+        )
+    )
     runner.start()
     try:
         assert at_step_20.wait(60), "the run never reached step 20"
@@ -90,8 +100,9 @@ def test_pause_blocks_progress_until_resume(tiny_config):
         if isinstance(event, RunPaused):
             paused.set()
 
-    runner = threading.Thread(target=train, args=(tiny_config(max_steps=30, log_interval=10),),
-                              kwargs={"sink": sink, "control": control})
+    runner = threading.Thread(
+        target=train, args=(tiny_config(max_steps=30, log_interval=10),), kwargs={"sink": sink, "control": control}
+    )
     runner.start()
     try:
         assert paused.wait(30), "the pause never took effect"
@@ -117,8 +128,9 @@ def test_stop_wakes_a_paused_run(tiny_config):
         if isinstance(event, RunPaused):
             paused.set()
 
-    runner = threading.Thread(target=lambda: result.update(
-        end=train(tiny_config(max_steps=50), sink=sink, control=control)))
+    runner = threading.Thread(
+        target=lambda: result.update(end=train(tiny_config(max_steps=50), sink=sink, control=control))
+    )
     runner.start()
     try:
         assert paused.wait(30), "the run never reached its first step's pause"
@@ -184,7 +196,7 @@ def test_no_host_sync_inside_the_step(tiny_config, monkeypatch):
     cfg = tiny_config(max_steps=200, log_interval=100, eval_interval=0, epochs=0)
     trainer = Trainer(cfg)
     trainer.setup()
-    trainer.evaluate = lambda: {}
+    trainer.evaluate = dict
     reads["n"] = 0
     try:
         trainer._train_and_finish()
@@ -215,8 +227,11 @@ def test_overflow_hooks_name_the_module_that_produced_inf(tiny_config, recorder,
         return out
 
     monkeypatch.setattr(torch.nn.Linear, "forward", hidden_layer_overflows)
-    ended = train(tiny_config(precision="fp16", max_steps=15, log_interval=5, eval_interval=10**6),
-                  sink=recorder, devices=[CPU_WITH_FP16])
+    ended = train(
+        tiny_config(precision="fp16", max_steps=15, log_interval=5, eval_interval=10**6),
+        sink=recorder,
+        devices=[CPU_WITH_FP16],
+    )
     steps = recorder.of(StepMetrics)
     assert ended.status == "completed" and ended.skipped_steps == 2
     assert steps[0].nonfinite_source is None  # first overflow: hooks were not armed yet (hot loop stays free)
@@ -241,8 +256,12 @@ def test_skipped_step_count_survives_a_resume(tiny_config, recorder, monkeypatch
     make_loss_infinite(monkeypatch, lambda call: call == 3)
     first = train(tiny_config(precision="fp16", max_steps=10, log_interval=5), devices=[CPU_WITH_FP16])
     assert first.skipped_steps == 1
-    resumed = train(tiny_config(precision="fp16", max_steps=20, log_interval=5), devices=[CPU_WITH_FP16],
-                    resume_from=first.checkpoint, sink=recorder)
+    resumed = train(
+        tiny_config(precision="fp16", max_steps=20, log_interval=5),
+        devices=[CPU_WITH_FP16],
+        resume_from=first.checkpoint,
+        sink=recorder,
+    )
     assert resumed.skipped_steps == 1
     assert [s.skipped_steps for s in recorder.of(StepMetrics)] == [1, 1]
 
@@ -260,8 +279,11 @@ def test_the_stop_message_writes_the_step_with_thousands_separators(tiny_config)
         if isinstance(event, StepMetrics) and event.step >= 1200:
             control.stop()
 
-    ended = train(tiny_config(max_steps=5000, log_interval=100, eval_interval=0, checkpoint_interval=0),
-                  sink=sink, control=control)
+    ended = train(
+        tiny_config(max_steps=5000, log_interval=100, eval_interval=0, checkpoint_interval=0),
+        sink=sink,
+        control=control,
+    )
     assert ended.status == "stopped" and ended.message == f"stopped at step {ended.step:,}" and "," in ended.message
 
 
@@ -274,8 +296,11 @@ def test_a_stop_keeps_the_training_even_with_no_checkpoints_planned(tiny_config,
         if isinstance(event, StepMetrics) and event.step == 15:
             control.stop()  # as the CLI does on SIGTERM / SIGHUP / SIGINT
 
-    ended = train(tiny_config(max_steps=1000, log_interval=5, checkpoint_interval=0, checkpoint_minutes=0),
-                  sink=sink, control=control)
+    ended = train(
+        tiny_config(max_steps=1000, log_interval=5, checkpoint_interval=0, checkpoint_minutes=0),
+        sink=sink,
+        control=control,
+    )
     assert ended.status == "stopped" and ended.step == 15
     assert [e.step for e in recorder.of(CheckpointSaved)] == [15]
     assert load_checkpoint(ended.checkpoint)["step"] == 15

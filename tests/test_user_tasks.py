@@ -33,8 +33,21 @@ def marked_copy(tmp_path: Path) -> Path:
 
 def test_train_evaluate_and_resume_a_task_file(tmp_path, capsys):
     run = tmp_path / "run"
-    code, out, err = cli(capsys, "train", "--task", REFERENCE, "--max-steps", "200", "--eval-interval", "50",
-                         "-o", "samples=512", "--out", run, "--json")
+    code, out, err = cli(
+        capsys,
+        "train",
+        "--task",
+        REFERENCE,
+        "--max-steps",
+        "200",
+        "--eval-interval",
+        "50",
+        "-o",
+        "samples=512",
+        "--out",
+        run,
+        "--json",
+    )
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "completed"
@@ -48,16 +61,19 @@ def test_train_evaluate_and_resume_a_task_file(tmp_path, capsys):
     code, out, err = cli(capsys, "evaluate", run, "--task", REFERENCE, "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["metrics"]["rmse"] < 1.0
-    code, out, err = cli(capsys, "train", "--resume", run / "checkpoint.pt", "--task", REFERENCE, "--max-steps", "220",
-                         "--json")
+    code, out, err = cli(
+        capsys, "train", "--resume", run / "checkpoint.pt", "--task", REFERENCE, "--max-steps", "220", "--json"
+    )
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["steps"] == 220
 
 
 def test_a_config_file_names_its_task_file(tmp_path, capsys):
     config = tmp_path / "run.toml"
-    config.write_text(f'task = "regression"\ntask_file = "{REFERENCE}"\nmax_steps = 10\n'
-                      f'out_dir = "{tmp_path / "run"}"\n[task_options]\nsamples = 256\n')
+    config.write_text(
+        f'task = "regression"\ntask_file = "{REFERENCE}"\nmax_steps = 10\n'
+        f'out_dir = "{tmp_path / "run"}"\n[task_options]\nsamples = 256\n'
+    )
     code, out, err = cli(capsys, "train", "--config", config, "--json")
     assert code == 0, err
     assert json.loads(out.strip().splitlines()[-1])["steps"] == 10
@@ -95,19 +111,32 @@ def test_a_checkpoint_never_loads_its_task_file(tmp_path, capsys):
     """A fresh process given only the run: it says how to give the task file, and the file's code never ran."""
     path = marked_copy(tmp_path)
     run = tmp_path / "run"
-    code, _out, err = cli(capsys, "train", "--task", f"{path}:RegressionTask", "--max-steps", "10", "-o",
-                          "samples=256", "--out", run)
+    code, _out, err = cli(
+        capsys, "train", "--task", f"{path}:RegressionTask", "--max-steps", "10", "-o", "samples=256", "--out", run
+    )
     assert code == 0, err
     path.with_suffix(".ran").unlink()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "core.cli", "evaluate", str(run)], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "core.cli", "evaluate", str(run)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert "task 'regression' is defined in" in line and f"--task {path.resolve()}:RegressionTask" in line
     assert not path.with_suffix(".ran").exists()
-    done = subprocess.run([sys.executable, "-m", "core.cli", "evaluate", str(run), "--task", f"{path}:RegressionTask",
-                           "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "core.cli", "evaluate", str(run), "--task", f"{path}:RegressionTask", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "rmse" in json.loads(done.stdout.strip().splitlines()[-1])["metrics"]
 
@@ -181,8 +210,18 @@ def test_an_installed_entry_point_is_listed_without_importing_it(tmp_path, monke
     assert (package / "regression.ran").exists()
 
 
-@pytest.mark.parametrize("metric, mode", [("rmse", "min"), ("val_mae", "min"), ("loss", "min"), ("error_rate", "min"),
-                                          ("perplexity", "min"), ("accuracy", "max"), ("ndcg@10", "max")])
+@pytest.mark.parametrize(
+    "metric, mode",
+    [
+        ("rmse", "min"),
+        ("val_mae", "min"),
+        ("loss", "min"),
+        ("error_rate", "min"),
+        ("perplexity", "min"),
+        ("accuracy", "max"),
+        ("ndcg@10", "max"),
+    ],
+)
 def test_one_rule_says_which_way_is_better(metric, mode):
     from core.engine.early_stopping import resolve_mode
     from core.engine.run_record import lower_is_better
@@ -219,8 +258,10 @@ def test_why_a_task_file_cannot_be_listed(tmp_path):
     assert source_problem(str(broken)).startswith("syntax error at line 1")
     path = marked_copy(tmp_path)
     assert source_problem(str(path)) == ""
-    path.write_text(path.read_text() + "\n\nclass Other(Task):\n    name = 'other'\n\n\n"
-                    "class Wider(RegressionTask):\n    name = 'wider'\n")
+    path.write_text(
+        path.read_text() + "\n\nclass Other(Task):\n    name = 'other'\n\n\n"
+        "class Wider(RegressionTask):\n    name = 'wider'\n"
+    )
     assert task_class_names(path) == ["RegressionTask", "Other", "Wider"]
     assert not path.with_suffix(".ran").exists()
 
@@ -231,8 +272,9 @@ def forget_loaded_tasks() -> None:
 
 
 def test_lr_find_on_a_task_file_suggests_a_command_that_names_the_file(capsys):
-    code, out, err = cli(capsys, "lr-find", "--task", REFERENCE, "--device", "cpu", "--steps", "25", "-o",
-                         "samples=256", "--json")
+    code, out, err = cli(
+        capsys, "lr-find", "--task", REFERENCE, "--device", "cpu", "--steps", "25", "-o", "samples=256", "--json"
+    )
     assert code in (0, 1), err
     result = json.loads(out.strip().splitlines()[-1])
     assert "lr-find: regression" in err and len(result["lrs"]) >= 2
@@ -243,8 +285,20 @@ def test_lr_find_on_a_task_file_suggests_a_command_that_names_the_file(capsys):
 def test_runs_compare_two_runs_of_a_task_file(tmp_path, capsys, monkeypatch):
     root = tmp_path / "runs"
     for name, hidden in (("a", 32), ("b", 8)):
-        code, _out, err = cli(capsys, "train", "--task", REFERENCE, "--max-steps", "10", "-o", "samples=256", "-o",
-                              f"hidden={hidden}", "--out", root / name)
+        code, _out, err = cli(
+            capsys,
+            "train",
+            "--task",
+            REFERENCE,
+            "--max-steps",
+            "10",
+            "-o",
+            "samples=256",
+            "-o",
+            f"hidden={hidden}",
+            "--out",
+            root / name,
+        )
         assert code == 0, err
     forget_loaded_tasks()
     path = marked_copy(tmp_path)  # the runs name their file; comparing them reads its source, runs none of it
@@ -266,8 +320,23 @@ def test_runs_compare_two_runs_of_a_task_file(tmp_path, capsys, monkeypatch):
 def test_a_task_file_trains_under_ddp(tmp_path, capfd):
     """--nproc 2: every process loads the file itself; one run, its record naming the file."""
     run = tmp_path / "run"
-    code, out, err = cli(capfd, "train", "--task", REFERENCE, "--nproc", "2", "--device", "cpu", "--max-steps", "20",
-                         "-o", "samples=256", "--out", run, "--json")  # the ranks' own output too
+    code, out, err = cli(
+        capfd,
+        "train",
+        "--task",
+        REFERENCE,
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "--max-steps",
+        "20",
+        "-o",
+        "samples=256",
+        "--out",
+        run,
+        "--json",
+    )  # the ranks' own output too
     assert code == 0, err
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "completed" and summary["steps"] == 20

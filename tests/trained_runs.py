@@ -37,8 +37,16 @@ TASK_OPTIONS = {
 # The recommender once more, on its synthetic data ("recommender-synthetic"): ids 0..n-1 (no vocabulary: the ids
 # are numbers), a catalogue of 200 lessons (more than the 100 negatives of the sampled protocol) and histories
 # of many lengths (several history buckets in a report).
-SYNTHETIC_RECOMMENDER = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 12, "max_len": 40,
-                         "d_model": 16, "layers": 1, "heads": 2}
+SYNTHETIC_RECOMMENDER = {
+    "items": 200,
+    "track_len": 10,
+    "interactions": 6_000,
+    "mean_len": 12,
+    "max_len": 40,
+    "d_model": 16,
+    "layers": 1,
+    "heads": 2,
+}
 # tiny: evaluated at step 20 and 40, so its best.pt is a real choice; the others: enough steps for the
 # sentiment words' signs and the recommender's cycle to be learnt.
 SETTINGS = {
@@ -89,8 +97,11 @@ def write_interactions(path: Path) -> Path:
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     """Every file's size and time, every folder's name, but the runs root's index (.history.sqlite: a cache
     that listing the runs may write, core.engine.run_index; so the folder's own time may change too)."""
-    return {str(p.relative_to(root)): (0, 0) if p.is_dir() else (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if not p.name.startswith(".history.sqlite")}
+    return {
+        str(p.relative_to(root)): (0, 0) if p.is_dir() else (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if not p.name.startswith(".history.sqlite")
+    }
 
 
 @pytest.fixture(scope="session")
@@ -113,8 +124,17 @@ def trained_runs(tmp_path_factory) -> TrainedRuns:
             planned["recommender-synthetic"] = ("recommender", SYNTHETIC_RECOMMENDER)
             for name, (task, options) in planned.items():
                 extra = {"data": str(interactions)} if name == "recommender" else {}
-                ended = train(RunConfig.for_task(task, device="cpu", threads=1, task_options=dict(options),
-                                                 out_dir=str(root / name), **SETTINGS[name], **extra))
+                ended = train(
+                    RunConfig.for_task(
+                        task,
+                        device="cpu",
+                        threads=1,
+                        task_options=dict(options),
+                        out_dir=str(root / name),
+                        **SETTINGS[name],
+                        **extra,
+                    )
+                )
                 assert ended.status == "completed", ended.message
                 runs[name] = TrainedRun(task, root / name, ended)
         finally:
@@ -183,8 +203,20 @@ def digits_run(tmp_path_factory) -> DigitsRun:
     said = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, restored_task_registry(), contextlib.redirect_stdout(said):
         patch.setenv(RUNS_DIR_ENV, str(tmp_path_factory.mktemp("digits-runs-root")))
-        code = main(["train", "--task", str(DIGITS_EXAMPLE), "--precision", "bf16", "--seed", "0",
-                     "--out", str(folder), "--json"])
+        code = main(
+            [
+                "train",
+                "--task",
+                str(DIGITS_EXAMPLE),
+                "--precision",
+                "bf16",
+                "--seed",
+                "0",
+                "--out",
+                str(folder),
+                "--json",
+            ]
+        )
     assert code == 0, said.getvalue()
     summary = json.loads(said.getvalue().strip().splitlines()[-1])
     before = snapshot(base)

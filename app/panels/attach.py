@@ -14,7 +14,14 @@ import os
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
-    QComboBox, QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
 )
 
 from app.run.remote_run import RemoteRun
@@ -36,8 +43,11 @@ class AttachDialog(QDialog):
         row = QHBoxLayout()
         row.addWidget(self.targetCombo, 1)
         row.addWidget(browse)
-        hint = QLabel("The run is shown from its start, then live. Pause, Resume and Stop act on it wherever it "
-                      "runs; closing the window lets go of it and it goes on.", wordWrap=True)
+        hint = QLabel(
+            "The run is shown from its start, then live. Pause, Resume and Stop act on it wherever it "
+            "runs; closing the window lets go of it and it goes on.",
+            wordWrap=True,
+        )
         hint.setProperty("role", "hint")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.button(QDialogButtonBox.StandardButton.Ok).setObjectName("attachOkButton")
@@ -94,9 +104,12 @@ class RemoteActions:
         window = self.window
         dest = window.devicesPanel.current_host()
         if resume_from:
-            window.show_message(f"A checkpoint on this machine can't be resumed on {dest}: choose one of this "
-                                "machine's devices, or resume it there with `amp-console remote start "
-                                "--resume`.", "status-warn")
+            window.show_message(
+                f"A checkpoint on this machine can't be resumed on {dest}: choose one of this "
+                "machine's devices, or resume it there with `amp-console remote start "
+                "--resume`.",
+                "status-warn",
+            )
             return False
         config = window.setupPanel.config()
         window._run_device = f"{dest}:{config.device}"  # not this machine's: its tools stay free
@@ -105,8 +118,9 @@ class RemoteActions:
         window._history = window._resuming = None
         window._run_title = f"{config.task} on {dest}"
         window.show_message(f"Starting the run on {dest}…")
-        window.controller.start(config, processes=window.setupPanel.processes(),
-                                host=window.devicesPanel.hosts.host(dest))
+        window.controller.start(
+            config, processes=window.setupPanel.processes(), host=window.devicesPanel.hosts.host(dest)
+        )
         self._remember_when_known()
         window._update_buttons()
         return True
@@ -126,8 +140,9 @@ class RemoteActions:
 
         window = self.window
         if window.controller.running:
-            window.show_message("A run is in progress; stop it or let it end before attaching to another.",
-                                "status-warn")
+            window.show_message(
+                "A run is in progress; stop it or let it end before attaching to another.", "status-warn"
+            )
             return False
         remote = parse_target(target) if not os.path.exists(target) else None
         try:

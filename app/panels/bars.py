@@ -11,7 +11,7 @@ BAR_COLOURS = {"fp32": "#6a7a90", "tf32": "#c98a12", "fp16": "#8e44ad", "bf16": 
 class BarChart(QWidget):
     """`set_bars(names, values, labels)` draws the bars; the y axis starts at zero and has units."""
 
-    def __init__(self, title: str, units_label: str, objectName: str = "", parent=None):  # noqa: N803
+    def __init__(self, title: str, units_label: str, objectName: str = "", parent=None):
         super().__init__(parent)
         import pyqtgraph as pg
 

@@ -12,7 +12,15 @@ import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QSplitter, QTableWidgetItem, QVBoxLayout, QWidget,
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.panels.bars import BarChart
@@ -20,8 +28,20 @@ from app.panels.tool_dialog import ToolDialog
 from app.panels.tuning import make_table
 from core.precision_modes import PRECISION_MODES
 
-COLUMNS = ("Mode", "Status", "Step (ms)", "Samples/s", "Tokens/s", "Peak memory (MiB)", "Speedup", "Memory ×",
-           "Loss", "Δ loss vs fp32", "Threads", "Note")
+COLUMNS = (
+    "Mode",
+    "Status",
+    "Step (ms)",
+    "Samples/s",
+    "Tokens/s",
+    "Peak memory (MiB)",
+    "Speedup",
+    "Memory ×",
+    "Loss",
+    "Δ loss vs fp32",
+    "Threads",
+    "Note",
+)
 WARMUP_WINDOWS = 1  # run_sweep's default: one warm-up window before the timed ones
 
 
@@ -37,8 +57,9 @@ def sweep_job(config, modes, steps, repeats, devices):
     def run(progress, control):
         from core.lab.precision_sweep import run_sweep
 
-        return run_sweep(config, modes=modes, steps=steps, repeats=repeats, devices=devices,
-                         progress=progress, control=control)
+        return run_sweep(
+            config, modes=modes, steps=steps, repeats=repeats, devices=devices, progress=progress, control=control
+        )
 
     return run
 
@@ -77,12 +98,15 @@ class CompareDialog(ToolDialog):
         self.repeatsEdit.setToolTip("Timed windows per mode, after one warm-up window")
         controls.addWidget(self.repeatsEdit)
         controls.addWidget(QLabel("Threads:"))
-        self.threadsEdit = QSpinBox(objectName="sweepThreadsEdit", minimum=0, maximum=max(1, os.cpu_count() or 1),
-                                    value=0)
+        self.threadsEdit = QSpinBox(
+            objectName="sweepThreadsEdit", minimum=0, maximum=max(1, os.cpu_count() or 1), value=0
+        )
         self.threadsEdit.setSpecialValueText("auto")
-        self.threadsEdit.setToolTip("CPU threads torch uses inside an op while measuring; auto = the engine's "
-                                    "choice. Fix it when something else shares the CPU, so the advice does not "
-                                    "rest on thread contention. The count used is shown per mode.")
+        self.threadsEdit.setToolTip(
+            "CPU threads torch uses inside an op while measuring; auto = the engine's "
+            "choice. Fix it when something else shares the CPU, so the advice does not "
+            "rest on thread contention. The count used is shown per mode."
+        )
         controls.addWidget(self.threadsEdit)
 
     def _build(self, layout: QVBoxLayout) -> None:
@@ -115,8 +139,10 @@ class CompareDialog(ToolDialog):
     def setting_text(self, config) -> str:
         """Compare measures every precision mode itself: the line names the task, batch, device and seed."""
         options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
-        return (f"Task <b>{config.task}</b> ({options}), batch {config.batch_size}, device <b>{config.device}</b>, "
-                f"seed {config.seed}")
+        return (
+            f"Task <b>{config.task}</b> ({options}), batch {config.batch_size}, device <b>{config.device}</b>, "
+            f"seed {config.seed}"
+        )
 
     def selected_modes(self) -> list[str]:
         return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
@@ -131,8 +157,13 @@ class CompareDialog(ToolDialog):
         self._windows_done, self._windows_per_mode = 0, windows
         self.progressBar.setRange(0, max(1, len(modes) * windows))  # skipped modes jump ahead when they end
         self.progressBar.setValue(0)
-        return sweep_job(config.replace(threads=self.threadsEdit.value()), modes, self.stepsEdit.value(),
-                         self.repeatsEdit.value(), self._devices_provider())
+        return sweep_job(
+            config.replace(threads=self.threadsEdit.value()),
+            modes,
+            self.stepsEdit.value(),
+            self.repeatsEdit.value(),
+            self._devices_provider(),
+        )
 
     def _on_progress(self, progress) -> None:
         which = f"mode {progress.index + 1} of {progress.total}"
@@ -153,16 +184,17 @@ class CompareDialog(ToolDialog):
         labels = [f"{r.speedup:.2f}×" if r.speedup else "" for r in ok]
         self.throughputChart.set_bars([r.mode for r in ok], [r.samples_per_second or 0 for r in ok], labels)
         memory_labels = [f"{r.memory_ratio:.2f}×" if r.memory_ratio else "" for r in ok]
-        self.memoryChart.set_bars([r.mode for r in ok], [(r.peak_memory_bytes or 0) / 2**20 for r in ok],
-                                  memory_labels)
+        self.memoryChart.set_bars([r.mode for r in ok], [(r.peak_memory_bytes or 0) / 2**20 for r in ok], memory_labels)
         self.memoryChart.set_title(f"Peak memory ({result.memory_source})")
         why = result.recommendation
         why = why.split(": ", 1)[1] if why.startswith(f"{result.recommended}: ") else why
         self.recommendation.setText(f"Recommended: {result.recommended or '–'} ({why})")
         threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
-        self.statusLabel.setText(f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
-                                 f"{result.repeats} windows of {result.steps:,} steps after "
-                                 f"{result.warmup_steps:,} warm-up steps, batch {result.batch_size:,}{threads}.")
+        self.statusLabel.setText(
+            f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
+            f"{result.repeats} windows of {result.steps:,} steps after "
+            f"{result.warmup_steps:,} warm-up steps, batch {result.batch_size:,}{threads}."
+        )
 
     def _add_row(self, row) -> None:
         from core.lab.precision_sweep import noise_note
@@ -170,13 +202,28 @@ class CompareDialog(ToolDialog):
         index = self.table.rowCount()
         self.table.insertRow(index)
         memory = row.peak_memory_bytes / 2**20 if row.peak_memory_bytes else None
-        cells = (row.mode, row.status, _fmt(row.step_ms, ".2f"), _fmt(row.samples_per_second, ",.0f"),
-                 _fmt(row.tokens_per_second, ",.0f"), _fmt(memory, ",.0f"), _fmt(row.speedup, ".2f", "×"),
-                 _fmt(row.memory_ratio, ".2f", "×"), _fmt(row.loss, ".4f"), _fmt(row.loss_delta, "+.4f"),
-                 _fmt(row.threads, "d"),
-                 "; ".join(note for note in (row.reason, noise_note(row),
-                                             f"{row.skipped_steps:,} skipped steps" if row.skipped_steps else "")
-                           if note))
+        cells = (
+            row.mode,
+            row.status,
+            _fmt(row.step_ms, ".2f"),
+            _fmt(row.samples_per_second, ",.0f"),
+            _fmt(row.tokens_per_second, ",.0f"),
+            _fmt(memory, ",.0f"),
+            _fmt(row.speedup, ".2f", "×"),
+            _fmt(row.memory_ratio, ".2f", "×"),
+            _fmt(row.loss, ".4f"),
+            _fmt(row.loss_delta, "+.4f"),
+            _fmt(row.threads, "d"),
+            "; ".join(
+                note
+                for note in (
+                    row.reason,
+                    noise_note(row),
+                    f"{row.skipped_steps:,} skipped steps" if row.skipped_steps else "",
+                )
+                if note
+            ),
+        )
         for column, text in enumerate(cells):
             item = QTableWidgetItem(text)
             if 2 <= column <= 10:
@@ -194,8 +241,8 @@ class CompareDialog(ToolDialog):
 
     def _inputs(self):
         return [self.stepsEdit, self.repeatsEdit, self.threadsEdit] + [
-            check for mode, check in self.modeChecks.items() if mode != "fp32"]  # fp32 stays: the baseline
+            check for mode, check in self.modeChecks.items() if mode != "fp32"
+        ]  # fp32 stays: the baseline
 
     def _update_use(self) -> None:
-        self.trainButton.setEnabled(not self.job.running and self.result is not None
-                                    and bool(self.result.recommended))
+        self.trainButton.setEnabled(not self.job.running and self.result is not None and bool(self.result.recommended))

@@ -45,9 +45,13 @@ def describe_host(entry) -> tuple[str, str]:
     """(one-line label, tooltip) for a host's heading row: what it is, that it is being asked, or why not."""
     if entry.info is not None and entry.state != "unreachable":
         info = entry.info
-        return (f"{entry.dest}  ·  {info.hostname}  ·  amp-console {info.version}",
-                (f"<b>{entry.dest}</b> over ssh<br>Runs root there: {info.runs_root}<br>"
-                 f"Command: {entry.command or 'amp-console'}"))
+        return (
+            f"{entry.dest}  ·  {info.hostname}  ·  amp-console {info.version}",
+            (
+                f"<b>{entry.dest}</b> over ssh<br>Runs root there: {info.runs_root}<br>"
+                f"Command: {entry.command or 'amp-console'}"
+            ),
+        )
     if entry.state == "asking":
         return f"{entry.dest}  ·  asking for its devices…", f"<b>{entry.dest}</b>: ssh {entry.dest} …"
     return f"{entry.dest}  ·  unreachable", f"<b>{entry.dest}</b> unreachable<br>{entry.error}"
@@ -119,7 +123,7 @@ class DevicesPanel(QGroupBox):
             return
         try:
             devices = list(self._provider())
-        except Exception as exc:  # noqa: BLE001 - a driver or runtime error must not take the window down
+        except Exception as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.summary.setText(f"Could not detect devices: {reason}")
             self.summary.setToolTip(f"{type(exc).__name__}: {exc}")

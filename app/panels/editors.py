@@ -16,8 +16,16 @@ import re
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
-    QAbstractSpinBox, QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QToolButton,
-    QVBoxLayout, QWidget,
+    QAbstractSpinBox,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 WIDE_INT = 2**53  # every integer up to this is exact in a double
@@ -58,7 +66,7 @@ class NoWheelComboBox(QComboBox):
         super().__init__(*args, **kwargs)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
 
-    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def wheelEvent(self, event) -> None:
         if self.hasFocus():
             super().wheelEvent(event)
         else:
@@ -71,10 +79,11 @@ class NumberSpinBox(QDoubleSpinBox):
     validation (core's) decides what is allowed. `integer`: whole numbers, shown with group separators.
     `log_steps`: each step multiplies by 10**0.1 (for values spanning decades, like learning rates)."""
 
-    FACTOR = 10 ** 0.1
+    FACTOR = 10**0.1
 
-    def __init__(self, minimum=None, maximum=None, step=None, integer=False, log_steps=False, zero_meaning="",
-                 parent=None):
+    def __init__(
+        self, minimum=None, maximum=None, step=None, integer=False, log_steps=False, zero_meaning="", parent=None
+    ):
         super().__init__(parent)
         self.integer = integer
         self.zero_meaning = zero_meaning  # shown after a 0: "0 (off)"
@@ -108,7 +117,7 @@ class NumberSpinBox(QDoubleSpinBox):
         """The value, nan and inf included (`value()` can only hold finite numbers)."""
         return self._nonfinite if self._nonfinite is not None else float(self.value())
 
-    def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt override)
+    def textFromValue(self, value: float) -> str:
         if self._nonfinite is not None:
             return format_number(self._nonfinite)
         if value == 0 and self.zero_meaning:
@@ -117,7 +126,7 @@ class NumberSpinBox(QDoubleSpinBox):
             return self._typed[0]
         return format_number(value, self.integer)
 
-    def valueFromText(self, text: str) -> float:  # noqa: N802
+    def valueFromText(self, text: str) -> float:
         value = self._parse(text)
         if value is None:
             return self.value()
@@ -141,7 +150,7 @@ class NumberSpinBox(QDoubleSpinBox):
     def fixup(self, text: str) -> str:
         return text
 
-    def setValue(self, value: float) -> None:  # noqa: N802
+    def setValue(self, value: float) -> None:
         value = float(value)
         if not math.isfinite(value):
             self._nonfinite, self._typed = value, None
@@ -161,7 +170,7 @@ class NumberSpinBox(QDoubleSpinBox):
             value = min(value, self.spec_maximum)
         return value
 
-    def stepBy(self, steps: int) -> None:  # noqa: N802
+    def stepBy(self, steps: int) -> None:
         current = self.number()
         low, high = self.spec_minimum, self.spec_maximum
         if not math.isfinite(current):
@@ -179,7 +188,7 @@ class NumberSpinBox(QDoubleSpinBox):
         self.setValue(self._bounded(value))
         self.selectAll()
 
-    def stepEnabled(self):  # noqa: N802
+    def stepEnabled(self):
         if self.isReadOnly():
             return QAbstractSpinBox.StepEnabledFlag.StepNone
         current = self.value()
@@ -190,7 +199,7 @@ class NumberSpinBox(QDoubleSpinBox):
             flags |= QAbstractSpinBox.StepEnabledFlag.StepDownEnabled
         return flags
 
-    def wheelEvent(self, event) -> None:  # noqa: N802 - scrolling the form must not change settings
+    def wheelEvent(self, event) -> None:
         if self.hasFocus():
             super().wheelEvent(event)
         else:
@@ -198,16 +207,17 @@ class NumberSpinBox(QDoubleSpinBox):
 
     # -------------------------------------------------------------- as wide as the setting's numbers
     def _text_width(self) -> int:
-        samples = [format_number(v, self.integer) for v in (self.spec_minimum, self.spec_maximum, self.step)
-                   if v is not None]
+        samples = [
+            format_number(v, self.integer) for v in (self.spec_minimum, self.spec_maximum, self.step) if v is not None
+        ]
         metrics = self.fontMetrics()
         return max([metrics.horizontalAdvance(s + "  ") for s in samples] + [metrics.horizontalAdvance("0.000000")])
 
-    def sizeHint(self) -> QSize:  # noqa: N802
+    def sizeHint(self) -> QSize:
         hint = super().sizeHint()
         return QSize(max(110, self._text_width() + 40), hint.height())
 
-    def minimumSizeHint(self) -> QSize:  # noqa: N802
+    def minimumSizeHint(self) -> QSize:
         hint = super().minimumSizeHint()
         return QSize(max(80, self._text_width() + 30), hint.height())
 
@@ -224,8 +234,18 @@ class Editor(QWidget):
 
     changed = Signal()
 
-    def __init__(self, name: str, kind: type, help_text: str, minimum=None, maximum=None, step=None,
-                 choices=None, object_name: str | None = None, parent=None):
+    def __init__(
+        self,
+        name: str,
+        kind: type,
+        help_text: str,
+        minimum=None,
+        maximum=None,
+        step=None,
+        choices=None,
+        object_name: str | None = None,
+        parent=None,
+    ):
         super().__init__(parent)
         self.name = name
         self.kind = kind
@@ -248,14 +268,24 @@ class Editor(QWidget):
             widget = QCheckBox()
             widget.toggled.connect(self.changed)
         elif kind in (int, float):
-            spans_decades = (kind is float and minimum is not None and maximum is not None and minimum > 0
-                             and maximum / minimum >= 1e4)
+            spans_decades = (
+                kind is float
+                and minimum is not None
+                and maximum is not None
+                and minimum > 0
+                and maximum / minimum >= 1e4
+            )
             if spans_decades:
                 widget = ScientificSpinBox(minimum, maximum, step)
             else:
                 allows_zero = minimum is None or minimum <= 0 <= (maximum if maximum is not None else 0)
-                widget = NumberSpinBox(minimum, maximum, step, integer=kind is int,
-                                       zero_meaning=help_clause(help_text, "0") if allows_zero else "")
+                widget = NumberSpinBox(
+                    minimum,
+                    maximum,
+                    step,
+                    integer=kind is int,
+                    zero_meaning=help_clause(help_text, "0") if allows_zero else "",
+                )
             widget.valueChanged.connect(self.changed)
         else:
             widget = QLineEdit()

@@ -34,9 +34,16 @@ MAX_BINS = 200
 MAX_HISTOGRAM_SERIES = 4
 MAX_TEXT = 80
 TEXT_FIELDS = ("task", "split", "precision", "device", "checkpoint", "created", "primary_metric")
-LEFT_OUT = {"metrics": "metrics", "figures": "classification figures", "curves": "curve plots",
-            "series": "lines", "classes": "classes", "buckets": "buckets", "bars": "bar series",
-            "histogram series": "histogram series"}
+LEFT_OUT = {
+    "metrics": "metrics",
+    "figures": "classification figures",
+    "curves": "curve plots",
+    "series": "lines",
+    "classes": "classes",
+    "buckets": "buckets",
+    "bars": "bar series",
+    "histogram series": "histogram series",
+}
 
 
 @dataclass
@@ -47,8 +54,11 @@ class BoundedReport:
     def left_out(self) -> list[str]:
         """'… and 99,988 more metrics', one line per kind of thing left out (none for metrics: the headline
         says those)."""
-        return [f"… and {count:,} more {LEFT_OUT.get(kind, kind)}" for kind, count in self.more.items()
-                if count and kind != "metrics"]
+        return [
+            f"… and {count:,} more {LEFT_OUT.get(kind, kind)}"
+            for kind, count in self.more.items()
+            if count and kind != "metrics"
+        ]
 
 
 def _dict(value) -> dict:
@@ -119,8 +129,9 @@ class _Bounder:
             metrics = {k: metrics[k] for k in keys}
         out["metrics"] = {short_text(k): v for k, v in self.cap("metrics", metrics, MAX_METRICS).items()}
         if "classification" in report:
-            out["classification"] = {short_text(k): v for k, v in
-                                     self.cap("figures", _dict(report["classification"]), MAX_FIGURES).items()}
+            out["classification"] = {
+                short_text(k): v for k, v in self.cap("figures", _dict(report["classification"]), MAX_FIGURES).items()
+            }
         for name in ("roc", "confusion", "curves", "buckets", "histogram"):
             if name in report:
                 section = report[name]
@@ -132,8 +143,7 @@ class _Bounder:
         fpr, tpr = _list(roc.get("fpr")), _list(roc.get("tpr"))
         if len(fpr) != len(tpr):  # drawn as nothing, as before: keep it small
             return {**roc, "fpr": fpr[:2], "tpr": tpr[:1]}
-        return {"auc": roc.get("auc"), "threshold": roc.get("threshold"), "fpr": every_nth(fpr),
-                "tpr": every_nth(tpr)}
+        return {"auc": roc.get("auc"), "threshold": roc.get("threshold"), "fpr": every_nth(fpr), "tpr": every_nth(tpr)}
 
     def confusion(self, confusion):
         confusion = _dict(confusion)
@@ -144,9 +154,12 @@ class _Bounder:
             return {"labels": labels[:1], "matrix": []}  # not square: the view's one line says so
         totals = [sum(_number(c) for c in row) for row in matrix]
         self.more["classes"] = len(labels) - MAX_CLASSES
-        return {"labels": [short_text(x) for x in labels[:MAX_CLASSES]],
-                "matrix": [row[:MAX_CLASSES] for row in matrix[:MAX_CLASSES]],
-                "row_totals": totals[:MAX_CLASSES], "total": sum(totals)}
+        return {
+            "labels": [short_text(x) for x in labels[:MAX_CLASSES]],
+            "matrix": [row[:MAX_CLASSES] for row in matrix[:MAX_CLASSES]],
+            "row_totals": totals[:MAX_CLASSES],
+            "total": sum(totals),
+        }
 
     def curves(self, curves):
         kept = []
@@ -154,8 +167,14 @@ class _Bounder:
             curve = _dict(curve)
             ks = _list(curve.get("ks"))
             series = self.cap("series", _list(curve.get("series")), MAX_SERIES)
-            kept.append({"title": short_text(curve.get("title") or ""), "y_label": short_text(curve.get("y_label") or ""),
-                         "ks": every_nth(ks), "series": [self._line(s, len(ks)) for s in series]})
+            kept.append(
+                {
+                    "title": short_text(curve.get("title") or ""),
+                    "y_label": short_text(curve.get("y_label") or ""),
+                    "ks": every_nth(ks),
+                    "series": [self._line(s, len(ks)) for s in series],
+                }
+            )
         return kept
 
     @staticmethod
@@ -164,8 +183,12 @@ class _Bounder:
         values = _list(series.get("values"))[:points]
         if values and len(values) < points:  # the missing end as gaps, so the same positions are picked
             values = values + [None] * (points - len(values))
-        return {"name": short_text(series.get("name") or ""), "label": short_text(series.get("label") or ""),
-                "emphasis": series.get("emphasis"), "values": every_nth(values)}
+        return {
+            "name": short_text(series.get("name") or ""),
+            "label": short_text(series.get("label") or ""),
+            "emphasis": series.get("emphasis"),
+            "values": every_nth(values),
+        }
 
     def buckets(self, buckets):
         buckets = _dict(buckets)
@@ -175,31 +198,50 @@ class _Bounder:
             chart = [{"name": n} for n in dict.fromkeys(n for r in rows for n in _dict(r.get("values")))]
         chart = self.cap("bars", chart, MAX_BAR_SERIES)
         names = [s["name"] for s in chart]
-        return {**{k: short_text(v) for k, v in buckets.items() if k in ("title", "by", "unit") and v},
-                "series": [{"name": s["name"], "label": short_text(s.get("label") or ""), "curve": s.get("curve")}
-                           for s in chart],
-                "rows": [{"label": short_text(r.get("label", "?"), 24), "count": r.get("count"),
-                          "values": {n: _dict(r.get("values")).get(n) for n in names if isinstance(n, str)}}
-                         for r in rows]}
+        return {
+            **{k: short_text(v) for k, v in buckets.items() if k in ("title", "by", "unit") and v},
+            "series": [
+                {"name": s["name"], "label": short_text(s.get("label") or ""), "curve": s.get("curve")} for s in chart
+            ],
+            "rows": [
+                {
+                    "label": short_text(r.get("label", "?"), 24),
+                    "count": r.get("count"),
+                    "values": {n: _dict(r.get("values")).get(n) for n in names if isinstance(n, str)},
+                }
+                for r in rows
+            ],
+        }
 
     def histogram(self, histogram):
         histogram = _dict(histogram)
         edges = _list(histogram.get("edges"))
-        series = [_dict(s) for s in self.cap("histogram series", _list(histogram.get("series")),
-                                             MAX_HISTOGRAM_SERIES)]
+        series = [_dict(s) for s in self.cap("histogram series", _list(histogram.get("series")), MAX_HISTOGRAM_SERIES)]
         bins = len(edges) - 1
         out = {"title": short_text(histogram.get("title") or "")}
         if bins <= MAX_BINS:
-            return {**out, "edges": edges, "series": [{"name": short_text(s.get("name", "")),
-                                                      "counts": _list(s.get("counts"))[:max(bins, 0)]}
-                                                     for s in series]}
+            return {
+                **out,
+                "edges": edges,
+                "series": [
+                    {"name": short_text(s.get("name", "")), "counts": _list(s.get("counts"))[: max(bins, 0)]}
+                    for s in series
+                ],
+            }
         group = -(-bins // MAX_BINS)  # adjacent bins merged, `group` at a time
         merged_edges = edges[::group] if bins % group == 0 else [*edges[::group], edges[-1]]
-        return {**out, "edges": merged_edges,
-                "series": [{"name": short_text(s.get("name", "")),
-                            "counts": [sum(_number(c) for c in counts[i:i + group])
-                                       for i in range(0, bins, group)]}
-                           for s in series for counts in [_list(s.get("counts"))[:bins]]]}
+        return {
+            **out,
+            "edges": merged_edges,
+            "series": [
+                {
+                    "name": short_text(s.get("name", "")),
+                    "counts": [sum(_number(c) for c in counts[i : i + group]) for i in range(0, bins, group)],
+                }
+                for s in series
+                for counts in [_list(s.get("counts"))[:bins]]
+            ],
+        }
 
 
 def bounded_report(report) -> BoundedReport | None:

@@ -73,7 +73,7 @@ def _numbers(values) -> list[float]:
     if not isinstance(values, list):
         return []
     if all(type(v) in _PLAIN_NUMBERS for v in values):  # the usual case: converted in one go (a curve of 2,000
-        try:                                            # points a line took 7 ms a line one number at a time)
+        try:  # points a line took 7 ms a line one number at a time)
             array = np.array(values, dtype=np.float64)
         except OverflowError:  # an integer no float holds: one at a time below
             pass
@@ -110,8 +110,14 @@ def headline(report: dict, more_metrics: int = 0) -> str:
     metrics = _dict(report.get("metrics"))
     primary = report.get("primary_metric")
     names = sorted(metrics, key=lambda name: name != primary)
-    figures = [(f"<b>{_shown(name)} {_figure(metrics[name])}</b>" if name == primary
-                else f"{_shown(name)} {_figure(metrics[name])}") for name in names]
+    figures = [
+        (
+            f"<b>{_shown(name)} {_figure(metrics[name])}</b>"
+            if name == primary
+            else f"{_shown(name)} {_figure(metrics[name])}"
+        )
+        for name in names
+    ]
     if more_metrics:
         figures.append(f"… and {more_metrics:,} more")
     auc = _number(_dict(report.get("roc")).get("auc"))
@@ -205,21 +211,28 @@ class EvaluationView(QWidget):
         self.leftOut.setVisible(bool(left_out))
         self.message.hide()
         builders: list[tuple[str, Callable[[dict], QWidget | None], int]] = [
-            ("roc", self._roc, 1), ("confusion", self._confusion, 1), ("curves", None, 1),
-            ("buckets", self._buckets, 1), ("histogram", self._histogram, 2)]
+            ("roc", self._roc, 1),
+            ("confusion", self._confusion, 1),
+            ("curves", None, 1),
+            ("buckets", self._buckets, 1),
+            ("histogram", self._histogram, 2),
+        ]
         for name, build, span in builders:
             if report.get(name) in (None, {}, []):
                 continue
             if name == "curves":  # a plot per curve, each a turn of its own
-                self._pending += [(name, partial(self._curve, index, curve), span)
-                                  for index, curve in enumerate(_list(report.get(name)))]
+                self._pending += [
+                    (name, partial(self._curve, index, curve), span)
+                    for index, curve in enumerate(_list(report.get(name)))
+                ]
             else:
                 self._pending.append((name, build, span))
         # A placeholder holds each planned cell, so the grid is laid out once: a widget put in its place later
         # does not move the others (each of which would lay out and paint again on every turn).
         self._holders = []
-        for (_name, _build, span), (row, column, columns) in zip(self._pending, self._cells(
-                [span for _n, _b, span in self._pending]), strict=True):
+        for _item, (row, column, columns) in zip(
+            self._pending, self._cells([span for _n, _b, span in self._pending]), strict=True
+        ):
             holder = QWidget()
             holder.setMinimumHeight(PLOT_HEIGHT)
             holder.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -242,7 +255,7 @@ class EvaluationView(QWidget):
         holder = self._holders[index]
         try:
             widget = build(self._report)
-        except Exception as exc:  # noqa: BLE001 - an edited or older file: say so, draw the rest
+        except Exception as exc:
             self.problems.append(short_text(printable(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0]), 200))
             widget = None
         if widget is not None:
@@ -264,8 +277,9 @@ class EvaluationView(QWidget):
             self.message.setText("Some of this report could not be drawn (" + "; ".join(self.problems) + ").")
             self.message.show()
         elif not self.sections:
-            self.message.setText("This evaluation report has no plots (written by an older version?): "
-                                 "evaluate the run again for them.")
+            self.message.setText(
+                "This evaluation report has no plots (written by an older version?): evaluate the run again for them."
+            )
             self.message.show()
         self._report, self.done = {}, True
         self.drawn.emit()
@@ -344,8 +358,13 @@ class EvaluationView(QWidget):
         import pyqtgraph as pg
 
         item = widget.getPlotItem()
-        legend = pg.LegendItem(colCount=max(1, columns), frame=False, labelTextSize="8pt", horSpacing=12,
-                               labelTextColor=self.palette().color(QPalette.ColorRole.Text))
+        legend = pg.LegendItem(
+            colCount=max(1, columns),
+            frame=False,
+            labelTextSize="8pt",
+            horSpacing=12,
+            labelTextColor=self.palette().color(QPalette.ColorRole.Text),
+        )
         legend.updateSize = legend.updateGeometry  # laid out by the plot's layout, not floating over the view
         legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         legend.setMinimumWidth(0)
@@ -383,10 +402,19 @@ class EvaluationView(QWidget):
         item = widget.getPlotItem()
         legend = self._legend(widget, 2)
         auc = _number(roc.get("auc"))
-        item.plot([0.0, 1.0], [0.0, 1.0], pen=pg.mkPen(CHANCE_COLOUR, width=1, style=Qt.PenStyle.DashLine),
-                  name="chance (AUC 0.5)")
-        item.plot(fpr, tpr, pen=pg.mkPen(SERIES_COLOURS[0], width=2.5), connect="finite",
-                  name="model" + (f" (AUC {auc:.4f})" if auc is not None else ""))
+        item.plot(
+            [0.0, 1.0],
+            [0.0, 1.0],
+            pen=pg.mkPen(CHANCE_COLOUR, width=1, style=Qt.PenStyle.DashLine),
+            name="chance (AUC 0.5)",
+        )
+        item.plot(
+            fpr,
+            tpr,
+            pen=pg.mkPen(SERIES_COLOURS[0], width=2.5),
+            connect="finite",
+            name="model" + (f" (AUC {auc:.4f})" if auc is not None else ""),
+        )
         self._fit_legend(legend, 1)
         self._unit_axis(item, "left")
         self._unit_axis(item, "bottom")
@@ -448,10 +476,24 @@ class EvaluationView(QWidget):
                 cell.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 tint = RIGHT_COLOUR if r == c else WRONG_COLOUR
                 mix = 0.15 + 0.6 * share if count else 0.0
-                cell.setBackground(QBrush(QColor(*(round(b + (t - b) * mix) for b, t in zip(
-                    (base.red(), base.green(), base.blue()), (tint.red(), tint.green(), tint.blue()), strict=True)))))
-                cell.setToolTip(f"actual {labels[r]}, predicted {labels[c]}: {count:,} of {row_total:,} "
-                                f"({100 * share:.1f}% of the actual class, {100 * count / max(total, 1):.1f}% of all)")
+                cell.setBackground(
+                    QBrush(
+                        QColor(
+                            *(
+                                round(b + (t - b) * mix)
+                                for b, t in zip(
+                                    (base.red(), base.green(), base.blue()),
+                                    (tint.red(), tint.green(), tint.blue()),
+                                    strict=True,
+                                )
+                            )
+                        )
+                    )
+                )
+                cell.setToolTip(
+                    f"actual {labels[r]}, predicted {labels[c]}: {count:,} of {row_total:,} "
+                    f"({100 * share:.1f}% of the actual class, {100 * count / max(total, 1):.1f}% of all)"
+                )
                 table.setItem(r, c, cell)
         height = 30 + CELL_HEIGHT * len(labels)
         table.setMinimumHeight(min(height, 30 + 48 * len(labels)))
@@ -462,8 +504,9 @@ class EvaluationView(QWidget):
         figures = [f"{name} {_figure(value)}" for name, value in classification.items() if _number(value) is not None]
         threshold = _number(report.get("threshold"))
         if figures:
-            note = QLabel(("at P(positive) > 0.5: " if threshold == 0.5 else "") + ", ".join(figures)
-                          + f" · {total:,} rows")
+            note = QLabel(
+                ("at P(positive) > 0.5: " if threshold == 0.5 else "") + ", ".join(figures) + f" · {total:,} rows"
+            )
             note.setObjectName("confusionFigures")
             note.setWordWrap(True)
             layout.addWidget(note)
@@ -492,11 +535,17 @@ class EvaluationView(QWidget):
             shown += values
             emphasis = s.get("emphasis") or ("main" if number == 0 else "normal")
             colour = SERIES_COLOURS[number % len(SERIES_COLOURS)]
-            pen = {"main": pg.mkPen(colour, width=3),
-                   "faint": pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine)}.get(
-                emphasis, pg.mkPen(colour, width=2))
-            item.plot(ks[: len(values)], values, pen=pen, connect="finite",
-                      name=_shown(s.get("label") or s.get("name") or f"series {number + 1}"))
+            pen = {
+                "main": pg.mkPen(colour, width=3),
+                "faint": pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine),
+            }.get(emphasis, pg.mkPen(colour, width=2))
+            item.plot(
+                ks[: len(values)],
+                values,
+                pen=pen,
+                connect="finite",
+                name=_shown(s.get("label") or s.get("name") or f"series {number + 1}"),
+            )
             drawn += 1
         if not drawn:
             del self.plots[f"curve{index}"]
@@ -530,8 +579,9 @@ class EvaluationView(QWidget):
             return None
         unit = str(buckets.get("unit") or "rows")
         y_label = " / ".join(dict.fromkeys(str(s.get("label") or s["name"]).split(" ")[0] for s in chart))
-        widget = self._plot("buckets", str(buckets.get("title") or "By bucket"),
-                            str(buckets.get("by") or "bucket"), y_label)
+        widget = self._plot(
+            "buckets", str(buckets.get("title") or "By bucket"), str(buckets.get("by") or "bucket"), y_label
+        )
         item = widget.getPlotItem()
         legend = self._legend(widget, min(len(chart), 4))
         width = 0.8 / len(chart)
@@ -555,16 +605,26 @@ class EvaluationView(QWidget):
             if used.get(colour.name(), 0):
                 colour.setAlpha(110)
             used[colour.name()] = used.get(colour.name(), 0) + 1
-            bars = pg.BarGraphItem(x=[x for x, _ in shown], height=[h for _, h in shown], width=width * 0.9,
-                                   brush=pg.mkBrush(colour), pen=pg.mkPen(colour.name(), width=1))
+            bars = pg.BarGraphItem(
+                x=[x for x, _ in shown],
+                height=[h for _, h in shown],
+                width=width * 0.9,
+                brush=pg.mkBrush(colour),
+                pen=pg.mkPen(colour.name(), width=1),
+            )
             item.addItem(bars)
             legend.addItem(bars, _shown(s.get("label") or s["name"]))
         self._fit_legend(legend, -(-len(chart) // 4))
         ticks = []
         for i, r in enumerate(rows):
             count = _number(r.get("count"))
-            ticks.append((i, short_text(printable(r.get("label", "?")), 24)
-                          + (f"\n{int(count):,} {unit}" if count is not None else "")))
+            ticks.append(
+                (
+                    i,
+                    short_text(printable(r.get("label", "?")), 24)
+                    + (f"\n{int(count):,} {unit}" if count is not None else ""),
+                )
+            )
         axis = item.getAxis("bottom")
         axis.setTicks([ticks, []])
         axis.setHeight(52)
@@ -590,8 +650,13 @@ class EvaluationView(QWidget):
             counts = _numbers(s.get("counts"))[:bins]
             xs = [(edges[i] + edges[i + 1]) / 2 + (number - (len(series) - 1) / 2) * width for i in range(len(counts))]
             colour = CLASS_COLOURS[number % len(CLASS_COLOURS)]
-            bars = pg.BarGraphItem(x=xs, height=[0.0 if math.isnan(c) else c for c in counts], width=width * 0.9,
-                                   brush=pg.mkBrush(colour), pen=None)
+            bars = pg.BarGraphItem(
+                x=xs,
+                height=[0.0 if math.isnan(c) else c for c in counts],
+                width=width * 0.9,
+                brush=pg.mkBrush(colour),
+                pen=None,
+            )
             item.addItem(bars)
             legend.addItem(bars, f"actual {_shown(s.get('name', number))}")
         self._fit_legend(legend, 1)

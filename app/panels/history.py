@@ -62,6 +62,8 @@ from core.files import read_jsonl
 from core.text import printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
+
+
 def delete_run(folder: str, root: str | os.PathLike) -> str:
     """Delete a run folder of the runs root `root` as `amp-console runs delete` does (run_delete.delete_run:
     never outside the root, never through a link, never one a live run holds); RunDeleteError says why not."""
@@ -117,19 +119,23 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.rootLabel = QLabel(objectName="historyRootLabel")
         self.rootLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.rootButton = QPushButton("Change…", objectName="historyRootButton", clicked=self.choose_root)
-        self.rootButton.setToolTip("Move the runs root: where new runs without an output folder go and what "
-                                   "this list shows (the CLI uses --runs-dir or $" + RUNS_DIR_ENV + ")")
-        self.rootDefaultButton = QPushButton("Default", objectName="historyRootDefaultButton",
-                                             clicked=lambda: self.rootChosen.emit(""))
+        self.rootButton.setToolTip(
+            "Move the runs root: where new runs without an output folder go and what "
+            "this list shows (the CLI uses --runs-dir or $" + RUNS_DIR_ENV + ")"
+        )
+        self.rootDefaultButton = QPushButton(
+            "Default", objectName="historyRootDefaultButton", clicked=lambda: self.rootChosen.emit("")
+        )
         default = runs_root(None) if not os.environ.get(RUNS_DIR_ENV) else "your data folder"
         self.rootDefaultButton.setToolTip(f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else {default}")
         root_row = QHBoxLayout()
         root_row.addWidget(self.rootLabel, 1)
         root_row.addWidget(self.rootButton)
         root_row.addWidget(self.rootDefaultButton)
-        self.filterEdit = QLineEdit(objectName="historyFilterEdit", placeholderText="Filter: name, task, status, "
-                                                                                    "precision, date, note (e.g. bf16 "
-                                                                                    "completed 2026-12)")
+        self.filterEdit = QLineEdit(
+            objectName="historyFilterEdit",
+            placeholderText="Filter: name, task, status, precision, date, note (e.g. bf16 completed 2026-12)",
+        )
         self.filterEdit.setClearButtonEnabled(True)
         self.filterEdit.textChanged.connect(self._filter)
         self.refreshButton = QPushButton("Refresh", objectName="historyRefreshButton", clicked=self.refresh)
@@ -168,28 +174,43 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.evaluateBestAction = self.evaluateMenu.addAction("The best checkpoint", lambda: self.evaluate("best"))
         self.evaluateLastAction = self.evaluateMenu.addAction("The last checkpoint", lambda: self.evaluate("last"))
         self.evaluateButton = self._split_button("Evaluate", "historyEvaluateButton", lambda: self.evaluate())
-        self.evaluateButton.setToolTip("Measure the selected run's best (or last) checkpoint on its test split, "
-                                       "e.g. a stopped run, which has no test metrics; the result shows under "
-                                       "the table and in the Model preview's Evaluation tab (as `amp-console "
-                                       "evaluate --report`)")
+        self.evaluateButton.setToolTip(
+            "Measure the selected run's best (or last) checkpoint on its test split, "
+            "e.g. a stopped run, which has no test metrics; the result shows under "
+            "the table and in the Model preview's Evaluation tab (as `amp-console "
+            "evaluate --report`)"
+        )
         self.previewButton = QPushButton("Try it…", objectName="historyPreviewButton", clicked=self.preview)
-        self.previewButton.setToolTip("Try the selected run's model in the Model preview: type a review, pick a "
-                                      "user or a query (a run still training: its last checkpoint)")
+        self.previewButton.setToolTip(
+            "Try the selected run's model in the Model preview: type a review, pick a "
+            "user or a query (a run still training: its last checkpoint)"
+        )
         self.revealButton = QPushButton("Reveal folder", objectName="historyRevealButton", clicked=self.reveal)
         self.deleteButton = QPushButton("Delete…", objectName="historyDeleteButton", clicked=self.delete)
         self.compareButton = QPushButton("Compare", objectName="historyCompareButton", clicked=self.compare_selected)
         self.overlayButton = QPushButton("Overlay on plots", objectName="historyOverlayButton", clicked=self.overlay)
-        self.clearButton = QPushButton("Clear overlays", objectName="historyClearOverlaysButton",
-                                       clicked=lambda: self.clearOverlaysRequested.emit())
+        self.clearButton = QPushButton(
+            "Clear overlays",
+            objectName="historyClearOverlaysButton",
+            clicked=lambda: self.clearOverlaysRequested.emit(),
+        )
         self.loadButton.setToolTip("Put the selected run's settings in the form (double-click a row)")
         self.resumeButton.setToolTip("Continue the selected run from its last checkpoint (the arrow: from its best)")
-        self.exportButton.setToolTip("Export the selected run's model: its best checkpoint when it has one, else "
-                                     "its last (the arrow: choose)")
+        self.exportButton.setToolTip(
+            "Export the selected run's model: its best checkpoint when it has one, else its last (the arrow: choose)"
+        )
         self.compareButton.setToolTip("The selected runs side by side, with what differs between them highlighted")
         self.overlayButton.setToolTip("Draw the selected runs' loss and validation metric over the plots")
         actions = QHBoxLayout()
-        for button in (self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.previewButton,
-                       self.revealButton, self.deleteButton):
+        for button in (
+            self.loadButton,
+            self.resumeButton,
+            self.exportButton,
+            self.evaluateButton,
+            self.previewButton,
+            self.revealButton,
+            self.deleteButton,
+        ):
             actions.addWidget(button)
         actions.addStretch(1)
         for button in (self.compareButton, self.overlayButton, self.clearButton):
@@ -204,8 +225,12 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.noteEdit.textChanged.connect(self._note_edited)
         self.noteSaveButton = QPushButton("Save note", objectName="historyNoteSaveButton", clicked=self.save_note)
         self.noteSaveButton.setToolTip("Save the note (Ctrl+Return); an empty note removes it")
-        QShortcut(QKeySequence("Ctrl+Return"), self.noteEdit, activated=self.save_note,
-                  context=Qt.ShortcutContext.WidgetShortcut)
+        QShortcut(
+            QKeySequence("Ctrl+Return"),
+            self.noteEdit,
+            activated=self.save_note,
+            context=Qt.ShortcutContext.WidgetShortcut,
+        )
         note_row = QHBoxLayout()
         note_row.addWidget(self.noteLabel, 0, Qt.AlignmentFlag.AlignTop)
         note_row.addWidget(self.noteEdit, 1)
@@ -261,9 +286,11 @@ class HistoryPanel(RunNoteEditing, QWidget):
         # the rows' texts are made in the job too: at 10,000 runs that is a stall the GUI thread never sees
         sort = self.model.sorted_by
         extra = self.remoteRuns.rows()
-        self.jobs.submit(lambda: prepare(with_remote_rows(indexed_records(root), extra), row_cells, FILTERED,
-                                         sort),
-                         lambda prepared: self._scanned(prepared, serial), self._scan_failed)
+        self.jobs.submit(
+            lambda: prepare(with_remote_rows(indexed_records(root), extra), row_cells, FILTERED, sort),
+            lambda prepared: self._scanned(prepared, serial),
+            self._scan_failed,
+        )
 
     def _scanned(self, prepared: Prepared, serial: int | None = None) -> None:
         self._scanning = False
@@ -304,12 +331,12 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._show_status()
         self.scanned.emit(self.model.rowCount())
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         self.refresh()
         self._auto.start()
 
-    def hideEvent(self, event) -> None:  # noqa: N802
+    def hideEvent(self, event) -> None:
         self._auto.stop()
         super().hideEvent(event)
 
@@ -350,7 +377,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
     def select_names(self, *names: str) -> None:
         """Select the rows of these run names (tests, scripts)."""
         self.table.clearSelection()
-        flags = (self.table.selectionModel().SelectionFlag.Select | self.table.selectionModel().SelectionFlag.Rows)
+        flags = self.table.selectionModel().SelectionFlag.Select | self.table.selectionModel().SelectionFlag.Rows
         for row in range(self.proxy.rowCount()):
             if self.proxy.index(row, 0).data() in names:
                 self.table.selectionModel().select(self.proxy.index(row, 0), flags)
@@ -383,16 +410,27 @@ class HistoryPanel(RunNoteEditing, QWidget):
             self.exportLastAction.setText(f"The last checkpoint{describe_checkpoint(runs[0], 'last')}")
             self.evaluateBestAction.setText(f"The best checkpoint{describe_checkpoint(runs[0], 'best')}")
             self.evaluateLastAction.setText(f"The last checkpoint{describe_checkpoint(runs[0], 'last')}")
-        for action, path in ((self.resumeLastAction, last), (self.resumeBestAction, best),
-                             (self.exportLastAction, last), (self.exportBestAction, best),
-                             (self.evaluateLastAction, last), (self.evaluateBestAction, best)):
+        for action, path in (
+            (self.resumeLastAction, last),
+            (self.resumeBestAction, best),
+            (self.exportLastAction, last),
+            (self.exportBestAction, best),
+            (self.evaluateLastAction, last),
+            (self.evaluateBestAction, best),
+        ):
             action.setEnabled(path is not None)
-        for button, menu in ((self.resumeButton, self.resumeMenu), (self.exportButton, self.exportMenu),
-                             (self.evaluateButton, self.evaluateMenu)):
+        for button, menu in (
+            (self.resumeButton, self.resumeMenu),
+            (self.exportButton, self.exportMenu),
+            (self.evaluateButton, self.evaluateMenu),
+        ):
             choice = bool(last and best)  # the menu (and its arrow) only when there is a choice to make
             button.setMenu(menu if choice else None)
-            button.setPopupMode(QToolButton.ToolButtonPopupMode.MenuButtonPopup if choice
-                                else QToolButton.ToolButtonPopupMode.DelayedPopup)
+            button.setPopupMode(
+                QToolButton.ToolButtonPopupMode.MenuButtonPopup
+                if choice
+                else QToolButton.ToolButtonPopupMode.DelayedPopup
+            )
         self.revealButton.setEnabled(one)
         self.deleteButton.setEnabled(bool(runs) and not any(self._live(r) for r in runs))
         self.compareButton.setEnabled(len(runs) >= 2)
@@ -497,8 +535,11 @@ class HistoryPanel(RunNoteEditing, QWidget):
         one), off the GUI thread (app.panels.run_evaluation.measure); the result shows under the table and in
         the status line, and goes out as `evaluated`. One evaluation at a time."""
         runs = self.selected_runs()
-        if len(runs) != 1 or self._evaluating is not None \
-                or self.remoteRuns.fetch_first(runs, lambda: self.evaluate(which)):
+        if (
+            len(runs) != 1
+            or self._evaluating is not None
+            or self.remoteRuns.fetch_first(runs, lambda: self.evaluate(which))
+        ):
             return
         checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
         if checkpoint is None:
@@ -529,8 +570,11 @@ class HistoryPanel(RunNoteEditing, QWidget):
     def preview(self) -> None:
         """Ask to try the selected run's model (the window opens the Model preview on it)."""
         runs = self.selected_runs()
-        if len(runs) == 1 and not self.remoteRuns.fetch_first(runs, self.preview) \
-                and self._preferred_checkpoint(runs[0]) is not None:
+        if (
+            len(runs) == 1
+            and not self.remoteRuns.fetch_first(runs, self.preview)
+            and self._preferred_checkpoint(runs[0]) is not None
+        ):
             self.previewRequested.emit(str(runs[0]["folder"]))
 
     def reveal(self) -> None:
@@ -539,9 +583,13 @@ class HistoryPanel(RunNoteEditing, QWidget):
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(runs[0]["folder"])))
 
     def _ask(self, text: str) -> bool:
-        answer = QMessageBox.question(self, "Delete runs", text,
-                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-                                      QMessageBox.StandardButton.No)
+        answer = QMessageBox.question(
+            self,
+            "Delete runs",
+            text,
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
         return answer == QMessageBox.StandardButton.Yes
 
     def delete(self) -> None:
@@ -561,16 +609,18 @@ class HistoryPanel(RunNoteEditing, QWidget):
             self._say(f"Deleted {len(deleted)} run folder(s)")
             self.refresh()
 
-        self.jobs.submit(lambda: [delete_run(f, root) for f in folders], done,
-                         lambda message, _d: (self._say(f"Delete failed: {message}"), self.refresh()))
+        self.jobs.submit(
+            lambda: [delete_run(f, root) for f in folders],
+            done,
+            lambda message, _d: (self._say(f"Delete failed: {message}"), self.refresh()),
+        )
 
     def overlay(self) -> None:
         """Read the selected runs' metrics.jsonl off the GUI thread, then ask for them to be overlaid."""
         runs = self.selected_runs()
         if not runs or self.remoteRuns.fetch_first(runs, self.overlay, checkpoint=False):
             return
-        wanted = [(overlay_label(r), Path(r["folder"]) / METRICS_FILE, (r.get("best") or {}).get("name"))
-                  for r in runs]
+        wanted = [(overlay_label(r), Path(r["folder"]) / METRICS_FILE, (r.get("best") or {}).get("name")) for r in runs]
 
         def read():  # parsed here too: reading 10 runs of 10,000 steps is half the cost of overlaying them
             from app.plot_points import overlay_points
@@ -578,8 +628,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
             return [(label, overlay_points(read_jsonl(path), metric), metric) for label, path, metric in wanted]
 
         self._say(f"Reading the metrics of {len(runs)} run(s)…")
-        self.jobs.submit(read, self._overlay_read,
-                         lambda message, _d: self._say(f"Could not read metrics: {message}"))
+        self.jobs.submit(read, self._overlay_read, lambda message, _d: self._say(f"Could not read metrics: {message}"))
 
     def _overlay_read(self, runs: list) -> None:
         self._say(f"Overlaid {len(runs)} run(s) on the plots")

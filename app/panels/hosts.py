@@ -121,8 +121,11 @@ class HostList(QObject):
 
             return host_devices(host, timeout=ASK_SECONDS)
 
-        self.jobs.submit(ask, lambda info: self._answer(dest, number, info, ""),
-                         lambda message, _details: self._answer(dest, number, None, message))
+        self.jobs.submit(
+            ask,
+            lambda info: self._answer(dest, number, info, ""),
+            lambda message, _details: self._answer(dest, number, None, message),
+        )
         self.changed.emit()
 
     def _answer(self, dest: str, number: int, info, error: str) -> None:
@@ -147,14 +150,17 @@ class AddHostDialog(QDialog):
         super().__init__(parent, objectName="addHostDialog")
         self.setWindowTitle("Add host")
         self.destEdit = QLineEdit(objectName="hostDestEdit", placeholderText="user@host, or a Host of ~/.ssh/config")
-        self.commandEdit = QLineEdit(objectName="hostCommandEdit",
-                                     placeholderText="amp-console (e.g. ~/venv/bin/amp-console)")
+        self.commandEdit = QLineEdit(
+            objectName="hostCommandEdit", placeholderText="amp-console (e.g. ~/venv/bin/amp-console)"
+        )
         self.problem = QLabel(objectName="hostProblem", wordWrap=True)
         self.problem.setProperty("role", "error")
         self.problem.hide()
-        hint = QLabel("`ssh HOST` must work from a terminal without a password prompt (a key in your agent or "
-                      "~/.ssh/config, the host's key accepted once). Nothing but these two fields is saved.",
-                      wordWrap=True)
+        hint = QLabel(
+            "`ssh HOST` must work from a terminal without a password prompt (a key in your agent or "
+            "~/.ssh/config, the host's key accepted once). Nothing but these two fields is saved.",
+            wordWrap=True,
+        )
         hint.setProperty("role", "hint")
         form = QFormLayout()
         form.addRow("Destination:", self.destEdit)

@@ -10,7 +10,15 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
-    QComboBox, QHBoxLayout, QHeaderView, QLabel, QSplitter, QTextBrowser, QTreeWidget, QTreeWidgetItem, QVBoxLayout,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTextBrowser,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
 )
 
 from app.panels.tool_dialog import ToolDialog
@@ -57,8 +65,10 @@ class InspectorDialog(ToolDialog):
             self.precisionCombo.addItem(mode, mode)
         controls.addWidget(QLabel("Precision:"))
         controls.addWidget(self.precisionCombo)
-        legend = QLabel("■ highlighted: autocast kept this module in float32 (why: per PyTorch's autocast op "
-                        "reference)", objectName="inspectorLegend")
+        legend = QLabel(
+            "■ highlighted: autocast kept this module in float32 (why: per PyTorch's autocast op reference)",
+            objectName="inspectorLegend",
+        )
         legend.setStyleSheet("color: #c98a12;")
         controls.addWidget(legend)
 
@@ -83,16 +93,18 @@ class InspectorDialog(ToolDialog):
         layout.addWidget(splitter, 1)
 
     def setting_text(self, config) -> str:
-        return (f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step (forward, loss, backward) "
-                f"with hooks on every module")
+        return (
+            f"Task <b>{config.task}</b> on <b>{config.device}</b>: one training step (forward, loss, backward) "
+            f"with hooks on every module"
+        )
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def showEvent(self, event) -> None:
         """Until the first inspection the picker follows the form: its precision when that is a mixed mode,
         else the device's best mixed mode (fp32 and tf32 have no autocast to inspect)."""
         super().showEvent(event)
         try:
             config = self._config_provider()
-        except Exception:  # noqa: BLE001 (refresh_setting says what is wrong)
+        except Exception:
             return
         if not self.job.running and self.result is None:
             mode = config.precision if config.precision in MIXED_MODES else self._best_mixed_mode(config.device)
@@ -128,16 +140,27 @@ class InspectorDialog(ToolDialog):
             parent = items.get(parent_name) if row.name not in ("(model)", "task.loss") else None
             ops = ", ".join(f"{op} {dtype}" for op, dtype in row.ops.items())
             why = ", ".join(dict.fromkeys(row.why.values()))
-            cells = (row.name.rsplit(".", 1)[-1] if parent is not None else row.name, row.type,
-                     _join(row.input_dtypes), _join(row.output_dtypes), _join(row.param_dtypes),
-                     _join(row.grad_dtypes), why, ops or "–")
+            cells = (
+                row.name.rsplit(".", 1)[-1] if parent is not None else row.name,
+                row.type,
+                _join(row.input_dtypes),
+                _join(row.output_dtypes),
+                _join(row.param_dtypes),
+                _join(row.grad_dtypes),
+                why,
+                ops or "–",
+            )
             item = QTreeWidgetItem(parent if parent is not None else self.tree, list(cells))
             item.setData(0, 256, row.name)  # Qt.UserRole: the full module name
             item.setToolTip(0, row.name)
             item.setToolTip(OPS_COLUMN, self._ops_text(row, "\n"))
             if why:
-                item.setToolTip(WHY_COLUMN, "\n".join(f"{reason}: {self._reasons.get(reason, '')}"
-                                                       for reason in dict.fromkeys(row.why.values())))
+                item.setToolTip(
+                    WHY_COLUMN,
+                    "\n".join(
+                        f"{reason}: {self._reasons.get(reason, '')}" for reason in dict.fromkeys(row.why.values())
+                    ),
+                )
             if row.kept_fp32:
                 for column in range(len(COLUMNS)):
                     item.setBackground(column, KEPT_FP32_BRUSH)
@@ -152,14 +175,19 @@ class InspectorDialog(ToolDialog):
         self.tree.setColumnWidth(WHY_COLUMN, min(self.tree.columnWidth(WHY_COLUMN), 260))  # full text in the tooltip
         kept = result.kept_fp32()
         compute = result.autocast_dtype or "float32 (autocast off)"
-        self.statusLabel.setText(f"{result.task} in {result.precision} on {result.device}: autocast computes in "
-                             f"{compute}; loss dtype {result.loss_dtype}; {len(kept)} module(s) kept in float32"
-                             + (f": {', '.join(kept)}" if kept else "") + ".")
+        self.statusLabel.setText(
+            f"{result.task} in {result.precision} on {result.device}: autocast computes in "
+            f"{compute}; loss dtype {result.loss_dtype}; {len(kept)} module(s) kept in float32"
+            + (f": {', '.join(kept)}" if kept else "")
+            + "."
+        )
 
     @staticmethod
     def _ops_text(row, separator: str) -> str:
-        lines = [f"{op} {dtype}" + (f" ({row.why[op]})" if op in row.why and dtype == "float32" else "")
-                 for op, dtype in row.ops.items()]
+        lines = [
+            f"{op} {dtype}" + (f" ({row.why[op]})" if op in row.why and dtype == "float32" else "")
+            for op, dtype in row.ops.items()
+        ]
         if row.casts:
             lines.append(f"+{row.casts} casts inserted by autocast")
         return separator.join(lines) or "no ops of its own (its children ran them)"

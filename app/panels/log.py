@@ -8,7 +8,13 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit
 
 from core.engine.events import (
-    CheckpointSaved, EvalMetrics, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics,
+    CheckpointSaved,
+    EvalMetrics,
+    RunEnded,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    StepMetrics,
 )
 
 
@@ -47,10 +53,12 @@ class LogPanel(QPlainTextEdit):
             if not self.document().isEmpty():
                 self.appendPlainText("")  # a blank line between runs
             verb = f"resumed at step {event.start_step:,}" if event.start_step else "started"
-            self.log(f"Run {verb}: task {event.task} on {event.device} ({event.device_name}), {event.precision} "
-                     f"(autocast {event.autocast_dtype}, params {event.param_dtype}, "
-                     f"GradScaler {'on' if event.scaler else 'off'}), {event.param_count:,} parameters, "
-                     f"{event.total_steps:,} steps, writing to {event.config.get('out_dir', '')}")
+            self.log(
+                f"Run {verb}: task {event.task} on {event.device} ({event.device_name}), {event.precision} "
+                f"(autocast {event.autocast_dtype}, params {event.param_dtype}, "
+                f"GradScaler {'on' if event.scaler else 'off'}), {event.param_count:,} parameters, "
+                f"{event.total_steps:,} steps, writing to {event.config.get('out_dir', '')}"
+            )
             for note in getattr(event, "notes", []) or []:
                 self.log(note, "note")  # what the engine decided or changed for this run
         elif isinstance(event, StepMetrics):
@@ -59,14 +67,18 @@ class LogPanel(QPlainTextEdit):
             if event.skipped_steps > self._skipped or event.nonfinite_source:
                 new = event.skipped_steps - self._skipped
                 self._skipped = event.skipped_steps
-                source = (f"; inf/NaN first produced by {event.nonfinite_source}" if event.nonfinite_source
-                          else "")
+                source = f"; inf/NaN first produced by {event.nonfinite_source}" if event.nonfinite_source else ""
                 scale = f", scale now {event.grad_scale:g}" if event.grad_scale is not None else ""
-                self.log(f"step {event.step:,}: fp16 overflow, GradScaler skipped {new} step(s) "
-                         f"({self._skipped} in all{scale}){source}", "warning")
+                self.log(
+                    f"step {event.step:,}: fp16 overflow, GradScaler skipped {new} step(s) "
+                    f"({self._skipped} in all{scale}){source}",
+                    "warning",
+                )
             if self._steps_logged <= 3 or self._steps_logged % 50 == 0:
-                self.log(f"step {event.step:,}: loss {event.loss:.4g}, lr {event.lr:.3g}, "
-                         f"{event.samples_per_second:,.0f} samples/s")
+                self.log(
+                    f"step {event.step:,}: loss {event.loss:.4g}, lr {event.lr:.3g}, "
+                    f"{event.samples_per_second:,.0f} samples/s"
+                )
         elif isinstance(event, EvalMetrics):
             self.log(f"step {event.step:,} {event.split}: {_metrics_text(event.metrics)}")
         elif isinstance(event, RunPaused):
@@ -81,8 +93,9 @@ class LogPanel(QPlainTextEdit):
             level = "error" if event.status == "failed" else "info"
             self.log(f"Run {event.status}: {event.message}", level)
             if event.best_test_metrics and event.best_step != event.step:  # the last weights' test line came before
-                self.log(f"test of the best checkpoint (step {event.best_step:,}): "
-                         f"{_metrics_text(event.best_test_metrics)}")
+                self.log(
+                    f"test of the best checkpoint (step {event.best_step:,}): {_metrics_text(event.best_test_metrics)}"
+                )
             if event.checkpoint_advice:
                 self.log(event.checkpoint_advice, "note")
             if event.details:

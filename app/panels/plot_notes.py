@@ -24,6 +24,7 @@ def _row_legend_class():
 
     global _RowLegend
     if _RowLegend is None:
+
         class RowLegend(pg.LegendItem):
             def updateSize(self):
                 self.updateGeometry()
@@ -44,8 +45,7 @@ class PlotLabelling:
 
         item = self.plots[plot].getPlotItem()
         text = self.palette().color(QPalette.ColorRole.Text)
-        legend = _row_legend_class()(colCount=1, frame=False, labelTextSize="8pt", horSpacing=10,
-                                     labelTextColor=text)
+        legend = _row_legend_class()(colCount=1, frame=False, labelTextSize="8pt", horSpacing=10, labelTextColor=text)
         legend.setMinimumHeight(LEGEND_ROW)  # the row is there before the first entry: the view does not jump
         # its width is the view's (the entries are fitted to it), never what its entries ask for
         legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -71,8 +71,10 @@ class PlotLabelling:
         runs = self._overlaid_runs
         if not runs:
             return ""
-        return (f"{runs} run{'s' if runs != 1 else ''} overlaid on the plots, kept under this run "
-                "(Run history → Clear overlays removes them)")
+        return (
+            f"{runs} run{'s' if runs != 1 else ''} overlaid on the plots, kept under this run "
+            "(Run history → Clear overlays removes them)"
+        )
 
     def _add_note(self, key: str, item) -> None:
         """A line of text in the middle of the plot's view, saying why it is empty."""

@@ -15,8 +15,18 @@ from app.series import Series
 # other runs overlaid for comparison (overlay_runs): dashed, in 10 colours at least ~28 CIELAB units (Delta E 76)
 # from each other and from every live curve's colour (LOSS_COLOUR, METRIC_COLOURS), of middle lightness (seen on
 # the light and the dark palette); the first ones are the most distinct, for the usual two or three runs
-OVERLAY_COLOURS = ("#fb5607", "#8338ec", "#f72585", "#8ac926", "#606c38", "#ff99c8", "#d4a373", "#5e548e",
-                   "#a3c4bc", "#b5838d")
+OVERLAY_COLOURS = (
+    "#fb5607",
+    "#8338ec",
+    "#f72585",
+    "#8ac926",
+    "#606c38",
+    "#ff99c8",
+    "#d4a373",
+    "#5e548e",
+    "#a3c4bc",
+    "#b5838d",
+)
 # An overlaid run's curve is decimated the same way (app.series, min/max buckets), to fewer points than a live
 # curve: ten of them under the run on show must repaint (zoom, resize) within the 200 ms goal of
 # benchmarks/overlay_redraw.py, and a plot a few hundred pixels wide shows no more. Its validation points get a
@@ -51,8 +61,11 @@ class OverlayPlotting:
         labels = []
         for index, run in enumerate(runs):
             label, records = run[0], run[1]
-            points = records if isinstance(records, OverlayPoints) else \
-                overlay_points(records, run[2] if len(run) > 2 else None)
+            points = (
+                records
+                if isinstance(records, OverlayPoints)
+                else overlay_points(records, run[2] if len(run) > 2 else None)
+            )
             x, y, metric, ex, ey = points
             colour = OVERLAY_COLOURS[index % len(OVERLAY_COLOURS)]
             # a dash pattern per run as well as a colour: runs that track each other stay told apart. One pixel
@@ -63,8 +76,9 @@ class OverlayPlotting:
                 self._add_overlay("loss", x, y, label, pen)
                 labels.append(label)
             if len(ex):
-                self._add_overlay("eval", ex, ey, f"{label} · {metric}", pen,
-                                  symbol="o" if len(ex) <= MARKER_BUDGET else None)
+                self._add_overlay(
+                    "eval", ex, ey, f"{label} · {metric}", pen, symbol="o" if len(ex) <= MARKER_BUDGET else None
+                )
             self._overlaid_runs += bool(len(x) or len(ex))
         for plot in {p for p, _c, _l in self._overlays}:
             self._update_legend(plot)
@@ -78,8 +92,16 @@ class OverlayPlotting:
         series.extend(x if order is None else x[order], y if order is None else y[order])
         item = self.plots[plot].getPlotItem()
         # no name: its legend entry is FittedLegend's (wrapped, or one of the '… and N more')
-        curve = item.plot(series.x, series.y, pen=pen, symbol=symbol, symbolSize=5, symbolPen=None,
-                          symbolBrush=pen.color() if symbol else None, connect="finite")
+        curve = item.plot(
+            series.x,
+            series.y,
+            pen=pen,
+            symbol=symbol,
+            symbolSize=5,
+            symbolPen=None,
+            symbolBrush=pen.color() if symbol else None,
+            connect="finite",
+        )
         curve.setDownsampling(ds=1, auto=False)  # decimated above, as the live curves are
         curve.setClipToView(True)  # a zoom draws only what is in view
         curve.setZValue(-2)  # under the run on show

@@ -51,8 +51,12 @@ FEW_POINTS = 64
 # Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
 MAY_HOLD_NAN = ("grad_norm", "eval:", "split:")
 SPLIT_SYMBOL = "star"
-MEMORY_TITLES = {"cuda": "GPU memory (peak allocated)", "xpu": "XPU memory (peak allocated)",
-                 "mps": "MPS memory (allocated)", "cpu": "Process memory (resident)"}
+MEMORY_TITLES = {
+    "cuda": "GPU memory (peak allocated)",
+    "xpu": "XPU memory (peak allocated)",
+    "mps": "MPS memory (allocated)",
+    "cpu": "Process memory (resident)",
+}
 
 
 STEP_COLUMNS = ("loss", "samples_per_second", "lr", "grad_norm", "grad_scale", "skipped_steps", "memory_bytes")
@@ -64,8 +68,6 @@ def _end_margin(widget) -> float:
     8%; 5% before it is laid out)."""
     width = widget.getPlotItem().getViewBox().width()
     return min(0.08, max(0.02, END_MARGIN_PX / width)) if width > 0 else 0.05
-
-
 
 
 class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
@@ -124,8 +126,11 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         import pyqtgraph as pg
 
         palette = self.palette()
-        pg.setConfigOptions(antialias=False, background=palette.color(QPalette.ColorRole.Base),
-                            foreground=palette.color(QPalette.ColorRole.Text))
+        pg.setConfigOptions(
+            antialias=False,
+            background=palette.color(QPalette.ColorRole.Base),
+            foreground=palette.color(QPalette.ColorRole.Text),
+        )
         self._placeholder.hide()
         from app.plot_axes import CountAxis, SpacedAxis, StepAxis
 
@@ -207,12 +212,18 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         for line in self._ceiling_lines:
             item.removeItem(line)
         self._ceiling_lines = []
-        self._ceiling = {name: float(value) for name, value in ceiling.items()
-                         if isinstance(value, (int, float)) and math.isfinite(value)}
+        self._ceiling = {
+            name: float(value)
+            for name, value in ceiling.items()
+            if isinstance(value, (int, float)) and math.isfinite(value)
+        }
         for name, value in self._ceiling.items():
-            line = pg.InfiniteLine(pos=value, angle=0, movable=False,
-                                   pen=pg.mkPen(self._metric_colour(name), width=1,
-                                                style=pg.QtCore.Qt.PenStyle.DashLine))
+            line = pg.InfiniteLine(
+                pos=value,
+                angle=0,
+                movable=False,
+                pen=pg.mkPen(self._metric_colour(name), width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+            )
             line.setZValue(-5)  # under the curves
             item.addItem(line)
             self._ceiling_lines.append(line)
@@ -243,8 +254,9 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             self._add_curve("eval", key, None, None, symbol=SPLIT_SYMBOL, colour=colour)
             if split not in self._split_samples:
                 text = self.palette().color(QPalette.ColorRole.Text)
-                sample = pg.PlotDataItem(pen=None, symbol=SPLIT_SYMBOL, symbolSize=11, symbolPen=None,
-                                         symbolBrush=pg.mkBrush(text))
+                sample = pg.PlotDataItem(
+                    pen=None, symbol=SPLIT_SYMBOL, symbolSize=11, symbolPen=None, symbolBrush=pg.mkBrush(text)
+                )
                 self._legends["eval"].addItem(sample, split)
                 self._split_samples[split] = sample
         self._update_legend("eval")
@@ -280,13 +292,21 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._best_marker = None
         self._best = None
 
-    def _add_curve(self, plot: str, key: str, name: str | None, pen, symbol: str | None = None,
-                   colour: str | None = None):
+    def _add_curve(
+        self, plot: str, key: str, name: str | None, pen, symbol: str | None = None, colour: str | None = None
+    ):
         item = self.plots[plot].getPlotItem()
         brush = colour or (pen.color() if symbol and pen is not None else None)
-        curve = item.plot(name=name, pen=pen, symbol=symbol, symbolSize=(11 if symbol == SPLIT_SYMBOL else 9)
-                          if pen is None else 6, symbolBrush=brush, symbolPen=None,
-                          skipFiniteCheck=not key.startswith(MAY_HOLD_NAN), connect="finite")
+        curve = item.plot(
+            name=name,
+            pen=pen,
+            symbol=symbol,
+            symbolSize=(11 if symbol == SPLIT_SYMBOL else 9) if pen is None else 6,
+            symbolBrush=brush,
+            symbolPen=None,
+            skipFiniteCheck=not key.startswith(MAY_HOLD_NAN),
+            connect="finite",
+        )
         curve.setDownsampling(ds=1, auto=False)
         curve.setClipToView(True)
         if pen is None:
@@ -413,8 +433,17 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         series.extend(xs, ys)
         self._dirty.add(key)
 
-    def extend_steps(self, steps, loss, samples_per_second, lr, grad_norm=None, grad_scale=None,
-                     skipped_steps=None, memory_bytes=None) -> None:
+    def extend_steps(
+        self,
+        steps,
+        loss,
+        samples_per_second,
+        lr,
+        grad_norm=None,
+        grad_scale=None,
+        skipped_steps=None,
+        memory_bytes=None,
+    ) -> None:
         """Many StepMetrics at once, as columns (one entry per event, in step order): the same series, skipped
         markers, title and x range as `handle_event` on each event in turn, vectorised.
 

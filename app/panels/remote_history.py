@@ -45,8 +45,17 @@ def host_row(dest: str, status: str, note: str, root) -> dict:
     """The one row of a host whose runs are not shown (not answered yet, unreachable, none there)."""
     from core.remote.fetch import copies_root
 
-    return {"version": 0, "id": f"host:{dest}", "name": f"{dest}:", "status": status, "note": note,
-            "message": note, "host": dest, "host_row": True, "folder": str(copies_root(root, dest))}
+    return {
+        "version": 0,
+        "id": f"host:{dest}",
+        "name": f"{dest}:",
+        "status": status,
+        "note": note,
+        "message": note,
+        "host": dest,
+        "host_row": True,
+        "folder": str(copies_root(root, dest)),
+    }
 
 
 class RemoteHistory(QObject):
@@ -109,8 +118,11 @@ class RemoteHistory(QObject):
                 return [host_row(dest, "no runs", f"no runs in {listed.root} on {dest}", root)]
             return listed.runs
 
-        self._start(ask, lambda rows: self._answered(dest, root, rows),
-                    lambda message: self._answered(dest, root, [host_row(dest, "unreachable", message, root)]))
+        self._start(
+            ask,
+            lambda rows: self._answered(dest, root, rows),
+            lambda message: self._answered(dest, root, [host_row(dest, "unreachable", message, root)]),
+        )
 
     def _answered(self, dest: str, root, rows: list[dict]) -> None:
         self._asking.discard(dest)
@@ -118,8 +130,11 @@ class RemoteHistory(QObject):
             return
         before = self._listings.get(dest)
         self._listings[dest] = Listing(root, rows, time.monotonic())
-        if before is None or before.root != root or [fingerprint(r) for r in before.rows] != \
-                [fingerprint(r) for r in rows]:
+        if (
+            before is None
+            or before.root != root
+            or [fingerprint(r) for r in before.rows] != [fingerprint(r) for r in rows]
+        ):
             self.panel.refresh()
 
     def _start(self, fn, ok: Callable, failed: Callable, progress: Callable | None = None) -> BackgroundJob:
@@ -189,9 +204,16 @@ class RemoteHistory(QObject):
 
             done = []
             for host, folder, name in wanted:
-                done.append(fetch_run(host, folder, root, checkpoint=checkpoint,
-                                      on_progress=lambda d, t, f, name=name: progress((name, d, t, f)),
-                                      stop=lambda: control.stop_requested))
+                done.append(
+                    fetch_run(
+                        host,
+                        folder,
+                        root,
+                        checkpoint=checkpoint,
+                        on_progress=lambda d, t, f, name=name: progress((name, d, t, f)),
+                        stop=lambda: control.stop_requested,
+                    )
+                )
             return done
 
         def fetched(results) -> None:
@@ -199,8 +221,10 @@ class RemoteHistory(QObject):
             sent = sum(r.bytes_sent for r in results)
             files = sum(len(r.sent) for r in results)
             names = ", ".join(printable(name) for _h, _f, name in wanted)
-            panel.statusLabel.setText(f"Fetched {names}: {files} file(s), {size(sent) if sent else '0 B'}"
-                                      + (" (the rest was here already)" if any(r.kept for r in results) else ""))
+            panel.statusLabel.setText(
+                f"Fetched {names}: {files} file(s), {size(sent) if sent else '0 B'}"
+                + (" (the rest was here already)" if any(r.kept for r in results) else "")
+            )
             self._fetched |= folders
             if {str(r.get("folder")) for r in panel.selected_runs()} >= folders:
                 again()
@@ -220,5 +244,7 @@ class RemoteHistory(QObject):
     def _progress(self, report) -> None:
         name, done, total, file = report
         share = f" ({100 * done // total}%)" if total else ""
-        self.panel.statusLabel.setText(f"Fetching {printable(name)}: {printable(file)}, "
-                                       f"{size(done) if done else '0 B'} of {size(total) if total else '0 B'}{share}")
+        self.panel.statusLabel.setText(
+            f"Fetching {printable(name)}: {printable(file)}, "
+            f"{size(done) if done else '0 B'} of {size(total) if total else '0 B'}{share}"
+        )

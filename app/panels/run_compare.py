@@ -57,8 +57,9 @@ class RunCompare(QWidget):
         self.titleLabel = QLabel(objectName="runCompareTitle")
         self.copyButton = QPushButton("Copy as TSV", objectName="runCompareCopyButton", clicked=self.copy)
         self.copyButton.setToolTip("Copy the comparison as tab-separated text (pastes into a spreadsheet)")
-        self.closeButton = QPushButton("Close", objectName="runCompareCloseButton",
-                                       clicked=lambda: self.closeRequested.emit())
+        self.closeButton = QPushButton(
+            "Close", objectName="runCompareCloseButton", clicked=lambda: self.closeRequested.emit()
+        )
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.titleLabel, 1)
@@ -85,8 +86,10 @@ class RunCompare(QWidget):
         self.rows = compare_rows(self.runs)
         differing = sum(row.differs for row in self.rows)
         configs = sum(row.config for row in self.rows)
-        self.titleLabel.setText(f"Comparing {len(runs)} runs: {differing} of {len(self.rows)} rows differ "
-                                f"({configs} config field{'s' if configs != 1 else ''})")
+        self.titleLabel.setText(
+            f"Comparing {len(runs)} runs: {differing} of {len(self.rows)} rows differ "
+            f"({configs} config field{'s' if configs != 1 else ''})"
+        )
         table = self.table
         table.clear()
         table.setColumnCount(len(runs))
@@ -97,8 +100,7 @@ class RunCompare(QWidget):
         for row, item in enumerate(self.rows):
             label = QTableWidgetItem((DIFFERS_MARK if item.differs else "") + item.label)
             label.setToolTip("the runs differ here" if item.differs else "the same in every run")
-            label.setData(Qt.ItemDataRole.AccessibleTextRole,
-                          f"{item.label}, {'differs' if item.differs else 'same'}")
+            label.setData(Qt.ItemDataRole.AccessibleTextRole, f"{item.label}, {'differs' if item.differs else 'same'}")
             if item.differs:
                 label.setFont(bold)
             table.setVerticalHeaderItem(row, label)

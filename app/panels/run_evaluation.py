@@ -33,13 +33,15 @@ def result_text(result: dict) -> str:
     """One line: which checkpoint, at which step, on which split, and each metric (with the task's baseline
     where it has one, measured on val)."""
     baseline = result.get("baseline") or {}
-    metrics = " · ".join(f"{name} {_figure(value)}" + (f" (baseline {_figure(baseline[name])})"
-                                                       if name in baseline else "")
-                         for name, value in (result.get("metrics") or {}).items())
+    metrics = " · ".join(
+        f"{name} {_figure(value)}" + (f" (baseline {_figure(baseline[name])})" if name in baseline else "")
+        for name, value in (result.get("metrics") or {}).items()
+    )
     step = result.get("step")
     at = f", step {step:,}" if isinstance(step, int) else ""
-    return printable(f"{Path(str(result.get('checkpoint') or '?')).name}{at}, {result.get('split', '?')} split: "
-                     f"{metrics}")
+    return printable(
+        f"{Path(str(result.get('checkpoint') or '?')).name}{at}, {result.get('split', '?')} split: {metrics}"
+    )
 
 
 class EvaluationLine(QLabel):

@@ -28,21 +28,44 @@ def row_cells(run: dict) -> tuple[tuple[str, ...], tuple]:
     best_value = best.get("value")
     best_text = f"{best.get('name')} {format_number(best_value)}" if best_value is not None else "-"
     steps, total = run.get("steps"), run.get("total_steps")
-    steps_text = "-" if steps is None else (f"{steps:,}/{total:,}" if isinstance(total, int) and total
-                                            and isinstance(steps, int) else f"{steps}")
+    steps_text = (
+        "-"
+        if steps is None
+        else (f"{steps:,}/{total:,}" if isinstance(total, int) and total and isinstance(steps, int) else f"{steps}")
+    )
     start = run.get("start_time") or ""
     note = " ".join(str(run.get("note") or "").split())  # one line in the table (the tooltip has it all)
     status = f"unreadable: {run['unreadable']}" if run.get("unreadable") else str(run.get("status") or "-")
-    texts = tuple(printable(t) for t in (  # read from the run's files: control characters shown as escapes
-        str(run.get("name") or "-"), str(run.get("task") or "-"), status,
-        str(run.get("precision") or "-"), str(run.get("device") or "-"), steps_text, best_text,
-        duration(run.get("wall_seconds")), start.replace("T", " ")[:16] or "-", note))
+    texts = tuple(
+        printable(t)
+        for t in (  # read from the run's files: control characters shown as escapes
+            str(run.get("name") or "-"),
+            str(run.get("task") or "-"),
+            status,
+            str(run.get("precision") or "-"),
+            str(run.get("device") or "-"),
+            steps_text,
+            best_text,
+            duration(run.get("wall_seconds")),
+            start.replace("T", " ")[:16] or "-",
+            note,
+        )
+    )
     # one type per column, so Qt compares them natively (a Python lessThan costs seconds at 10,000 rows)
     numeric_best = float(best_value) if isinstance(best_value, (int, float)) else float("inf")
     wall = run.get("wall_seconds")
-    keys = (texts[0].lower(), texts[1], texts[2], texts[3], texts[4],
-            int(steps) if isinstance(steps, (int, float)) else -1, numeric_best,
-            float(wall) if isinstance(wall, (int, float)) else -1.0, start, note.lower())
+    keys = (
+        texts[0].lower(),
+        texts[1],
+        texts[2],
+        texts[3],
+        texts[4],
+        int(steps) if isinstance(steps, (int, float)) else -1,
+        numeric_best,
+        float(wall) if isinstance(wall, (int, float)) else -1.0,
+        start,
+        note.lower(),
+    )
     return texts, keys
 
 
@@ -52,7 +75,6 @@ def row_tooltip(run: dict, column: int) -> str:
     if column == NOTE_COLUMN and run.get("note"):
         return printable(run["note"], keep_newlines=True)
     return "\n".join(printable(t) for t in (run.get("folder"), f"id {run.get('id')}", message) if t)
-
 
 
 _DATED = re.compile(r"^(\d{8})-(\d{2})(\d{2})(\d{2})-(.+)$")  # core.engine.run_record.new_run_folder's names

@@ -11,37 +11,91 @@ import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QFileDialog, QFormLayout, QGroupBox, QLabel, QToolButton, QVBoxLayout, QWidget,
+    QCheckBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from core.precision_modes import PRECISION_CHOICES
 from core.text import count as count_text
 
-TRAINING_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps", "grad_clip",
-                   "batch_size", "grad_accum", "epochs", "max_steps", "min_steps", "time_limit_minutes")
+TRAINING_FIELDS = (
+    "optimizer",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "schedule",
+    "warmup_steps",
+    "grad_clip",
+    "batch_size",
+    "grad_accum",
+    "epochs",
+    "max_steps",
+    "min_steps",
+    "time_limit_minutes",
+)
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir")
-DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns", "data_format",
-               "query_file")  # in the Task group, under the model's options
+DATA_FIELDS = (
+    "data",
+    "val_data",
+    "test_data",
+    "delimiter",
+    "columns",
+    "data_format",
+    "query_file",
+)  # in the Task group, under the model's options
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
 PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
-OWN_WIDGETS = ("task", "task_file", "device", "precision")  # chosen with the task picker, the devices panel, precision combo
+OWN_WIDGETS = (
+    "task",
+    "task_file",
+    "device",
+    "precision",
+)  # chosen with the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
-LABELS = {"lr": "Learning rate", "grad_clip": "Gradient clip", "grad_accum": "Grad accumulation",
-          "max_steps": "Max steps", "min_steps": "Min steps", "warmup_steps": "Warm-up steps", "log_interval": "Log every (steps)",
-          "eval_interval": "Eval every (steps)", "checkpoint_interval": "Checkpoint every (steps)",
-          "checkpoint_minutes": "Checkpoint every (min)", "time_limit_minutes": "Time limit (min)",
-          "threads": "CPU threads", "out_dir": "Output folder", "data": "Data file", "tensorboard": "TensorBoard",
-          "val_data": "Validation data", "test_data": "Test data", "compile": "torch.compile",
-          "data_format": "Data format", "query_file": "Query sizes file",
-          "compile_mode": "Compile mode", "activation_checkpointing": "Activation ckpt"}
+LABELS = {
+    "lr": "Learning rate",
+    "grad_clip": "Gradient clip",
+    "grad_accum": "Grad accumulation",
+    "max_steps": "Max steps",
+    "min_steps": "Min steps",
+    "warmup_steps": "Warm-up steps",
+    "log_interval": "Log every (steps)",
+    "eval_interval": "Eval every (steps)",
+    "checkpoint_interval": "Checkpoint every (steps)",
+    "checkpoint_minutes": "Checkpoint every (min)",
+    "time_limit_minutes": "Time limit (min)",
+    "threads": "CPU threads",
+    "out_dir": "Output folder",
+    "data": "Data file",
+    "tensorboard": "TensorBoard",
+    "val_data": "Validation data",
+    "test_data": "Test data",
+    "compile": "torch.compile",
+    "data_format": "Data format",
+    "query_file": "Query sizes file",
+    "compile_mode": "Compile mode",
+    "activation_checkpointing": "Activation ckpt",
+}
 # Tools beside a field (name -> object name, tooltip): each button emits toolRequested(name).
 FIELD_TOOLS = {
-    "lr": ("lrFindButton", "LR finder: train a fresh copy of the model while the learning rate grows, and pick "
-                           "the learning rate from the loss curve (opens a window; nothing is saved)"),
-    "batch_size": ("batchFindButton", "Batch-size finder: the largest batch that fits on this device in each "
-                                      "precision mode, with its speed (opens a window)"),
+    "lr": (
+        "lrFindButton",
+        "LR finder: train a fresh copy of the model while the learning rate grows, and pick "
+        "the learning rate from the loss curve (opens a window; nothing is saved)",
+    ),
+    "batch_size": (
+        "batchFindButton",
+        "Batch-size finder: the largest batch that fits on this device in each "
+        "precision mode, with its speed (opens a window)",
+    ),
 }
 LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
 
@@ -151,9 +205,11 @@ class RunSetupPanel(QWidget):
         form.addRow("", self.precisionNote)
         form.addRow("", self._precision_error)
         self._process_limit = max(1, os.cpu_count() or 1)
-        processes_help = ("1 trains in one process. More launches torchrun with that many DDP processes (one GPU "
-                          "each on CUDA) and shows rank 0's progress here; such runs can be stopped but not "
-                          "paused.")
+        processes_help = (
+            "1 trains in one process. More launches torchrun with that many DDP processes (one GPU "
+            "each on CUDA) and shows rank 0's progress here; such runs can be stopped but not "
+            "paused."
+        )
         self._processes_row = FieldRow(Editor("processes", int, processes_help, 1, self._process_limit, 1))
         self.processesEdit = self._processes_row.editor.input
         self.processesEdit.setValue(1)
@@ -164,7 +220,8 @@ class RunSetupPanel(QWidget):
             "On: the run gets its own Python process. The window's drawing never slows the training loop, a "
             "crash or an out-of-memory kill ends the run and not the window, and device memory is released "
             "when the run ends. Off: train on a thread of this process, with the devices this window lists. "
-            "Runs on several processes are always separate.")
+            "Runs on several processes are always separate."
+        )
         form.addRow(form_label("Isolation", self.separateProcessCheck.toolTip()), self.separateProcessCheck)
         self.processesEdit.valueChanged.connect(self._on_processes_changed)
         self.processesEdit.valueChanged.connect(lambda _value: self.executionChanged.emit())
@@ -207,15 +264,20 @@ class RunSetupPanel(QWidget):
         training = tuple(n for n in TRAINING_FIELDS if n in field_specs)
         speed = tuple(n for n in PRECISION_FIELDS if n in field_specs)
         data = tuple(n for n in DATA_FIELDS if n in field_specs)
-        for form, names in ((self._task_form, data), (self._training_form, training), (self._output_form, output),
-                            (self._precision_form, speed)):
+        for form, names in (
+            (self._task_form, data),
+            (self._training_form, training),
+            (self._output_form, output),
+            (self._precision_form, speed),
+        ):
             for name in names:
                 spec = field_specs[name]
                 kind = type(getattr(defaults, name))
                 editor = Editor(name, kind, spec.help, spec.minimum, spec.maximum, spec.step, spec.choices)
                 if name in PATH_FIELDS:
-                    editor.add_browse_button(f"Choose the {label_for(name).lower()}",
-                                             lambda _=False, n=name: self._browse(n))
+                    editor.add_browse_button(
+                        f"Choose the {label_for(name).lower()}", lambda _=False, n=name: self._browse(n)
+                    )
                 if name in FIELD_TOOLS:
                     self._add_tool_button(editor, name)
                 row = FieldRow(editor)
@@ -236,8 +298,10 @@ class RunSetupPanel(QWidget):
             compile_input = self._rows["compile"].editor.input
             compile_input.toggled.connect(self._rows["compile_mode"].editor.input.setEnabled)
             self._rows["compile_mode"].editor.input.setEnabled(compile_input.isChecked())
-        self._align_labels([label_for(name) for name in data + training + output + speed]
-                           + [option_label(option.name) for cls in self._tasks.values() for option in cls.options])
+        self._align_labels(
+            [label_for(name) for name in data + training + output + speed]
+            + [option_label(option.name) for cls in self._tasks.values() for option in cls.options]
+        )
         self.setEnabled(True)
         self.set_config(defaults)
         self._update_tab_order()
@@ -269,6 +333,7 @@ class RunSetupPanel(QWidget):
     def _update_tab_order(self) -> None:
         """Tab walks the form top to bottom: task options are rebuilt after the other rows exist, and Qt's
         default order (creation order) would visit them last."""
+
         def inputs(row: FieldRow) -> list[QWidget]:
             extra = [row.editor.browse, getattr(row.editor, "tool", None)]
             return [row.editor.input, *(widget for widget in extra if widget is not None)]
@@ -340,8 +405,10 @@ class RunSetupPanel(QWidget):
             problems.setdefault(name, message)
         processes = self.processesEdit.value()
         if not (float(processes).is_integer() and 1 <= processes <= self._process_limit):
-            problems["processes"] = (f"{self.processesEdit.text()} is out of range: must be a whole number between "
-                                     f"1 and {self._process_limit} (the most this device can run)")
+            problems["processes"] = (
+                f"{self.processesEdit.text()} is out of range: must be a whole number between "
+                f"1 and {self._process_limit} (the most this device can run)"
+            )
         return problems
 
     def problem_summary(self) -> str:
@@ -356,8 +423,9 @@ class RunSetupPanel(QWidget):
             parts.append(f"{label}: {message}")
         if not parts:
             return ""
-        return f"Fix {'this setting' if len(parts) == 1 else f'these {len(parts)} settings'} to start: " + \
-            "; ".join(parts)
+        return f"Fix {'this setting' if len(parts) == 1 else f'these {len(parts)} settings'} to start: " + "; ".join(
+            parts
+        )
 
     def is_valid(self) -> bool:
         return self._valid
@@ -490,8 +558,16 @@ class RunSetupPanel(QWidget):
         model_row = self._fixed_task_rows
         for option in task_cls.options:
             kind = type(option.default)
-            editor = Editor(f"task_options.{option.name}", kind, option.help, option.minimum, option.maximum,
-                            None, option.choices, object_name=f"{option.name}OptionEdit")
+            editor = Editor(
+                f"task_options.{option.name}",
+                kind,
+                option.help,
+                option.minimum,
+                option.maximum,
+                None,
+                option.choices,
+                object_name=f"{option.name}OptionEdit",
+            )
             editor.set_value(saved.get(option.name, option.default))
             editor.changed.connect(self._on_option_changed)
             row = FieldRow(editor)
@@ -578,8 +654,9 @@ class RunSetupPanel(QWidget):
         if name == "out_dir":
             path = QFileDialog.getExistingDirectory(self, "Output folder", row.editor.value())
         elif name == "query_file":
-            path, _ = QFileDialog.getOpenFileName(self, label_for(name), "",
-                                                  "Query sizes (*.query *.group);;All files (*)")
+            path, _ = QFileDialog.getOpenFileName(
+                self, label_for(name), "", "Query sizes (*.query *.group);;All files (*)"
+            )
         else:
             from core.data.importers import READ_SUFFIXES
 

@@ -56,8 +56,9 @@ class Prepared:
 
     def order(self, column: int, order) -> list[int]:
         """Sort everything by a column's keys (stable); returns the old positions in the new order."""
-        new = sorted(range(len(self.runs)), key=self.keys[column].__getitem__,
-                     reverse=order == Qt.SortOrder.DescendingOrder)
+        new = sorted(
+            range(len(self.runs)), key=self.keys[column].__getitem__, reverse=order == Qt.SortOrder.DescendingOrder
+        )
         for name in ("runs", "bulks", "texts", "hay", "fingerprints"):
             values = getattr(self, name)
             setattr(self, name, [values[i] for i in new])
@@ -98,8 +99,15 @@ def _haystack(texts, filtered: tuple[int, ...]) -> str:
 class RunsModel(QAbstractTableModel):
     """The runs as rows: all of them in sort order, and the positions of those the filter shows."""
 
-    def __init__(self, columns: tuple[str, ...], cells: Callable, filtered: tuple[int, ...],
-                 tooltip: Callable[[dict, int], str | None], right_aligned: tuple[int, ...] = (), parent=None):
+    def __init__(
+        self,
+        columns: tuple[str, ...],
+        cells: Callable,
+        filtered: tuple[int, ...],
+        tooltip: Callable[[dict, int], str | None],
+        right_aligned: tuple[int, ...] = (),
+        parent=None,
+    ):
         super().__init__(parent)
         self.columns, self.cells, self.filtered = columns, cells, filtered
         self._tooltip, self._right = tooltip, right_aligned
@@ -201,13 +209,13 @@ class RunsModel(QAbstractTableModel):
         """Every run, filtered out or not, in the table's order: brief records (their bulky parts None)."""
         return list(self._all.runs)
 
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
+    def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._shown)
 
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.columns)
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
             return self.columns[section]
         return None

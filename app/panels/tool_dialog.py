@@ -36,8 +36,13 @@ class ToolDialog(QDialog):
     STOPPING_TEXT = "Stopping…"
     STOPPABLE = True
 
-    def __init__(self, config_provider: Callable, devices_provider: Callable,
-                 busy_provider: Callable[[str], str] | None = None, parent=None):
+    def __init__(
+        self,
+        config_provider: Callable,
+        devices_provider: Callable,
+        busy_provider: Callable[[str], str] | None = None,
+        parent=None,
+    ):
         super().__init__(parent)
         self.setObjectName(f"{self.NAME}Dialog")
         self.setWindowTitle(self.TITLE)
@@ -102,7 +107,7 @@ class ToolDialog(QDialog):
     def refresh_setting(self) -> None:
         try:
             config = self._config_provider()
-        except Exception as exc:  # noqa: BLE001 (a half-typed form: say so, run nothing)
+        except Exception as exc:
             self.setting.setText(f"The run setup is not valid yet: {exc}")
             return
         self.setting.setText(self.setting_text(config))
@@ -110,9 +115,11 @@ class ToolDialog(QDialog):
     def setting_text(self, config) -> str:
         """The line above the tool naming what it will run: the settings that matter to it."""
         options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
-        return (f"Task <b>{config.task}</b> ({options}), {config.optimizer}, batch {config.batch_size}, "
-                f"lr {format_number(config.lr)}, device <b>{config.device}</b>, precision <b>{config.precision}</b>, "
-                f"seed {config.seed}")
+        return (
+            f"Task <b>{config.task}</b> ({options}), {config.optimizer}, batch {config.batch_size}, "
+            f"lr {format_number(config.lr)}, device <b>{config.device}</b>, precision <b>{config.precision}</b>, "
+            f"seed {config.seed}"
+        )
 
     def start(self) -> bool:
         """Run the tool with the form's settings; False (and the reason in the status line) if it can't."""
@@ -121,7 +128,7 @@ class ToolDialog(QDialog):
         self.refresh_setting()
         try:
             config = self._config()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self._on_failed(f"Fix the run setup first: {exc}", "", "")
             return False
         busy = self._busy_provider(config.device)
@@ -170,6 +177,6 @@ class ToolDialog(QDialog):
     def _update_use(self) -> None:
         pass
 
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def closeEvent(self, event) -> None:
         self.job.shutdown()  # closing the view ends its work: no thread outlives it
         super().closeEvent(event)

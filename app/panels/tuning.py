@@ -14,8 +14,19 @@ import math
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
-    QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QSpinBox, QSplitter,
-    QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.panels.editors import ScientificSpinBox, format_number
@@ -87,8 +98,16 @@ def lr_job(config, start_lr, end_lr, steps, method, devices):
     def run(progress, control):
         from core.lab.lr_finder import find_lr
 
-        return find_lr(config, start_lr=start_lr, end_lr=end_lr, steps=steps, method=method, progress=progress,
-                       control=control, devices=devices)
+        return find_lr(
+            config,
+            start_lr=start_lr,
+            end_lr=end_lr,
+            steps=steps,
+            method=method,
+            progress=progress,
+            control=control,
+            devices=devices,
+        )
 
     return run
 
@@ -102,8 +121,10 @@ class LRFinderDialog(ToolDialog):
     TITLE = "LR finder"
     NAME = "lrFinder"
     RUN_TEXT = "Find"
-    IDLE_TEXT = ("Trains a fresh copy of the model for a few steps while the learning rate grows, in the form's "
-                 "precision on the form's device; nothing is saved. Press Find.")
+    IDLE_TEXT = (
+        "Trains a fresh copy of the model for a few steps while the learning rate grows, in the form's "
+        "precision on the form's device; nothing is saved. Press Find."
+    )
 
     def __init__(self, *args, **kwargs):
         self.pick: float | None = None
@@ -139,8 +160,10 @@ class LRFinderDialog(ToolDialog):
         self.methodCombo = QComboBox(objectName="lrMethodCombo")
         for method in METHODS:
             self.methodCombo.addItem(method, method)
-        self.methodCombo.setToolTip("valley: the middle of the descent to the minimum (robust; the default). "
-                                    "steepest: where the smoothed loss falls fastest.")
+        self.methodCombo.setToolTip(
+            "valley: the middle of the descent to the minimum (robust; the default). "
+            "steepest: where the smoothed loss falls fastest."
+        )
         self.methodCombo.currentIndexChanged.connect(self._method_changed)
         controls.addWidget(self.methodCombo)
 
@@ -157,13 +180,29 @@ class LRFinderDialog(ToolDialog):
         item.addLegend(offset=(-10, 10))
         self.rawCurve = item.plot([], [], pen=pg.mkPen(RAW_COLOUR, width=1), name="loss (raw)")
         self.smoothCurve = item.plot([], [], pen=pg.mkPen(SMOOTH_COLOUR, width=2), name="loss (smoothed)")
-        self.suggestionMarker = item.plot([], [], pen=None, symbol="o", symbolSize=12,
-                                          symbolBrush=pg.mkBrush(SUGGESTION_COLOUR), symbolPen=pg.mkPen("w"),
-                                          name="suggestion")
-        self.pickMarker = item.plot([], [], pen=None, symbol="x", symbolSize=14, symbolBrush=pg.mkBrush(PICK_COLOUR),
-                                    symbolPen=pg.mkPen(PICK_COLOUR, width=2), name="your pick")
-        self.pickLine = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(PICK_COLOUR, width=1,
-                                                                             style=Qt.PenStyle.DashLine))
+        self.suggestionMarker = item.plot(
+            [],
+            [],
+            pen=None,
+            symbol="o",
+            symbolSize=12,
+            symbolBrush=pg.mkBrush(SUGGESTION_COLOUR),
+            symbolPen=pg.mkPen("w"),
+            name="suggestion",
+        )
+        self.pickMarker = item.plot(
+            [],
+            [],
+            pen=None,
+            symbol="x",
+            symbolSize=14,
+            symbolBrush=pg.mkBrush(PICK_COLOUR),
+            symbolPen=pg.mkPen(PICK_COLOUR, width=2),
+            name="your pick",
+        )
+        self.pickLine = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen(PICK_COLOUR, width=1, style=Qt.PenStyle.DashLine)
+        )
         self.pickLine.setVisible(False)
         item.addItem(self.pickLine, ignoreBounds=True)
         self.plot.scene().sigMouseClicked.connect(self._plot_clicked)
@@ -236,9 +275,11 @@ class LRFinderDialog(ToolDialog):
             self.plot.getPlotItem().setXRange(math.log10(result.lrs[0]), math.log10(result.lrs[-1]), padding=0.02)
         end = f"stopped early: {result.stopped_early}" if result.stopped_early else "ran the whole range"
         notes = "; ".join(result.notes)
-        self.statusLabel.setText(f"{result.steps_run:,} steps in {result.seconds:.1f} s on {result.device} "
-                                 f"({result.device_name}) in {result.precision}, batch {result.batch_size}, "
-                                 f"{result.optimizer}; {end}." + (f" {notes}." if notes else ""))
+        self.statusLabel.setText(
+            f"{result.steps_run:,} steps in {result.seconds:.1f} s on {result.device} "
+            f"({result.device_name}) in {result.precision}, batch {result.batch_size}, "
+            f"{result.optimizer}; {end}." + (f" {notes}." if notes else "")
+        )
         self._show_suggestion()
 
     # ------------------------------------------------------------------ suggestion and pick
@@ -286,7 +327,7 @@ class LRFinderDialog(ToolDialog):
 
     def pick_at(self, view_x: float) -> float | None:
         """Pick at a plot x coordinate (log10 of the learning rate, as the log axis holds it)."""
-        return self.pick_lr(10 ** view_x)
+        return self.pick_lr(10**view_x)
 
     def reset_pick(self) -> None:
         self._show_suggestion()
@@ -313,8 +354,10 @@ class LRFinderDialog(ToolDialog):
             self.pickLine.setPos(math.log10(self.pick))
             self.pickLine.setVisible(True)
             where = "your pick" if own else "the suggestion"
-            self.pickLabel.setText(f"Picked ({where}): <b>{fmt_lr(self.pick)}</b>, smoothed loss {loss:.4g} there. "
-                                   "Click the curve to pick another learning rate.")
+            self.pickLabel.setText(
+                f"Picked ({where}): <b>{fmt_lr(self.pick)}</b>, smoothed loss {loss:.4g} there. "
+                "Click the curve to pick another learning rate."
+            )
         self._update_use()
 
     def _update_use(self) -> None:
@@ -322,8 +365,9 @@ class LRFinderDialog(ToolDialog):
         self.useButton.setEnabled(usable)
         self.useButton.setText(f"Use lr {fmt_lr(self.pick)}" if self.pick is not None else "Use this LR")
         suggestion = self.suggestion()
-        self.resetPickButton.setEnabled(usable and suggestion is not None and suggestion.lr is not None
-                                        and suggestion.index != self._pick_index)
+        self.resetPickButton.setEnabled(
+            usable and suggestion is not None and suggestion.lr is not None and suggestion.index != self._pick_index
+        )
 
     def use_pick(self) -> None:
         if self.pick is not None:
@@ -337,15 +381,27 @@ def summary_job(config, modes, batch_size, devices):
     def run(progress, control):
         from core.lab.model_summary import summarize
 
-        return summarize(config, modes=modes, batch_size=batch_size or None, devices=devices, progress=progress,
-                         control=control)
+        return summarize(
+            config, modes=modes, batch_size=batch_size or None, devices=devices, progress=progress, control=control
+        )
 
     return run
 
 
 LAYER_COLUMNS = ("Layer", "Type", "Parameters", "Trainable", "Weights", "Gradients", "Optimizer state")
-TOTAL_ROWS = ("Parameters", "Trainable", "Weights (fp32)", "Gradients (fp32)", "Optimizer state", "Activations",
-              "Activations vs fp32", "Total (training step)", "Total vs fp32", "Allocator peak", "Compute dtype")
+TOTAL_ROWS = (
+    "Parameters",
+    "Trainable",
+    "Weights (fp32)",
+    "Gradients (fp32)",
+    "Optimizer state",
+    "Activations",
+    "Activations vs fp32",
+    "Total (training step)",
+    "Total vs fp32",
+    "Allocator peak",
+    "Compute dtype",
+)
 
 
 class SummaryDialog(ToolDialog):
@@ -375,14 +431,16 @@ class SummaryDialog(ToolDialog):
         controls.addWidget(QLabel("Batch"))
         self.batchEdit = QSpinBox(objectName="summaryBatchEdit", minimum=0, maximum=1_048_576, value=0)
         self.batchEdit.setSpecialValueText("form's")
-        self.batchEdit.setToolTip("Rows of the measured batch (activations scale with it); the form's batch size "
-                                  "by default")
+        self.batchEdit.setToolTip(
+            "Rows of the measured batch (activations scale with it); the form's batch size by default"
+        )
         controls.addWidget(self.batchEdit)
         controls.addSpacing(12)
         controls.addWidget(QLabel("Depth"))
         self.depthEdit = QSpinBox(objectName="summaryDepthEdit", minimum=0, maximum=20, value=20)
-        self.depthEdit.setToolTip("Show modules down to this depth (the model is 0); a row's figures include the "
-                                  "modules below it")
+        self.depthEdit.setToolTip(
+            "Show modules down to this depth (the model is 0); a row's figures include the modules below it"
+        )
         self.depthEdit.valueChanged.connect(self._fill_layers)
         controls.addWidget(self.depthEdit)
 
@@ -441,14 +499,20 @@ class SummaryDialog(ToolDialog):
 
     def _on_result(self, result) -> None:
         frozen = f", {count(result.frozen_parameters)} frozen" if result.frozen_parameters else ""
-        self.header.setText(f"{result.task}: <b>{result.parameters:,}</b> parameters "
-                            f"({count(result.trainable_parameters)} trainable{frozen}); {result.optimizer}, "
-                            f"batch {result.batch_size} on {result.device} ({result.device_name})")
+        self.header.setText(
+            f"{result.task}: <b>{result.parameters:,}</b> parameters "
+            f"({count(result.trainable_parameters)} trainable{frozen}); {result.optimizer}, "
+            f"batch {result.batch_size} on {result.device} ({result.device_name})"
+        )
         skipped = [f"{m.mode}: {m.reason}" for m in result.modes if m.status != "ok"]
-        self.statusLabel.setText(f"Measured {len(result.measured_modes())} mode(s)."
-                                 + (f" Not measured: {'; '.join(skipped)}." if skipped else ""))
-        self.sourceLabel.setText(f"Activations: {result.activation_source}, for one batch of {result.batch_size}. "
-                                 "Weights, gradients and optimizer state are float32 in every mode.")
+        self.statusLabel.setText(
+            f"Measured {len(result.measured_modes())} mode(s)."
+            + (f" Not measured: {'; '.join(skipped)}." if skipped else "")
+        )
+        self.sourceLabel.setText(
+            f"Activations: {result.activation_source}, for one batch of {result.batch_size}. "
+            "Weights, gradients and optimizer state are float32 in every mode."
+        )
         self.depthEdit.setMaximum(max(r.depth for r in result.rows))
         self._fill_layers()
         self._fill_totals()
@@ -467,11 +531,15 @@ class SummaryDialog(ToolDialog):
         for index, row in enumerate(rows):
             t = row.total
             name = ("  " * row.depth) + row.name
-            cells = [QTableWidgetItem(name), QTableWidgetItem(row.type),
-                     NumericItem(f"{t.parameters:,}" if t.parameters else "–", t.parameters),
-                     QTableWidgetItem(row.trainable), NumericItem(size(t.param_bytes), t.param_bytes),
-                     NumericItem(size(t.grad_bytes), t.grad_bytes),
-                     NumericItem(size(t.optimizer_bytes), t.optimizer_bytes)]
+            cells = [
+                QTableWidgetItem(name),
+                QTableWidgetItem(row.type),
+                NumericItem(f"{t.parameters:,}" if t.parameters else "–", t.parameters),
+                QTableWidgetItem(row.trainable),
+                NumericItem(size(t.param_bytes), t.param_bytes),
+                NumericItem(size(t.grad_bytes), t.grad_bytes),
+                NumericItem(size(t.optimizer_bytes), t.optimizer_bytes),
+            ]
             cells += [NumericItem(size(t.activation_bytes.get(m)), t.activation_bytes.get(m)) for m in modes]
             if row.shared:
                 cells[0].setToolTip(f"Shares {', '.join(row.shared)} (counted once, at its first owner)")
@@ -503,8 +571,10 @@ class SummaryDialog(ToolDialog):
                     "Activations vs fp32": (f"{m.activation_ratio:.2f}×" if m.activation_ratio else "–", None),
                     "Total (training step)": (size(m.total_bytes), m.total_bytes),
                     "Total vs fp32": (f"{m.total_ratio:.2f}×" if m.total_ratio else "–", None),
-                    "Allocator peak": (size(m.allocator_peak_bytes) if m.allocator_peak_bytes is not None else "–",
-                                       None),
+                    "Allocator peak": (
+                        size(m.allocator_peak_bytes) if m.allocator_peak_bytes is not None else "–",
+                        None,
+                    ),
                     "Compute dtype": (m.compute_dtype or "–", None),
                 }
                 text, value = values[label]
@@ -518,4 +588,3 @@ class SummaryDialog(ToolDialog):
         """The totals table's text for `label` (a TOTAL_ROWS entry) in `mode`'s column."""
         columns = [self.totalsTable.horizontalHeaderItem(c).text() for c in range(self.totalsTable.columnCount())]
         return self.totalsTable.item(TOTAL_ROWS.index(label), columns.index(mode)).text()
-

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QDoubleSpinBox, QHBoxLayout, QLabel, QPushButton, QSpinBox, QSplitter, QTableWidgetItem, QVBoxLayout,
+    QCheckBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidgetItem,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -18,8 +26,17 @@ from app.panels.bars import BarChart
 from app.panels.tool_dialog import ToolDialog
 from app.panels.tuning import NumericItem, make_table, size
 
-MODE_COLUMNS = ("Mode", "Largest batch", "Peak memory", "Budget", "Samples/s", "Batch ×fp32", "Speed ×fp32",
-                "Trials", "Note")
+MODE_COLUMNS = (
+    "Mode",
+    "Largest batch",
+    "Peak memory",
+    "Budget",
+    "Samples/s",
+    "Batch ×fp32",
+    "Speed ×fp32",
+    "Trials",
+    "Note",
+)
 TRIAL_COLUMNS = ("Mode", "#", "Step", "Batch", "Result", "Peak memory", "Samples/s", "Seconds", "Note")
 
 
@@ -27,9 +44,18 @@ def batch_job(config, modes, margin, steps, max_batch, limit_bytes, devices, pro
     def run(progress, control):
         from core.lab.batch_finder import find_batch_sizes
 
-        return find_batch_sizes(config, modes, margin=margin, steps=steps, max_batch=max_batch or None,
-                                limit_bytes=limit_bytes or None, probe=probe, devices=devices, progress=progress,
-                                control=control)
+        return find_batch_sizes(
+            config,
+            modes,
+            margin=margin,
+            steps=steps,
+            max_batch=max_batch or None,
+            limit_bytes=limit_bytes or None,
+            probe=probe,
+            devices=devices,
+            progress=progress,
+            control=control,
+        )
 
     return run
 
@@ -42,8 +68,10 @@ class BatchFinderDialog(ToolDialog):
     TITLE = "Batch-size finder"
     NAME = "batchFinder"
     RUN_TEXT = "Find"
-    IDLE_TEXT = ("Tries growing batches (training steps and an evaluation pass each) in every selected mode, "
-                 "starting from the form's batch size, until one no longer fits within the margin. Press Find.")
+    IDLE_TEXT = (
+        "Tries growing batches (training steps and an evaluation pass each) in every selected mode, "
+        "starting from the form's batch size, until one no longer fits within the margin. Press Find."
+    )
 
     def __init__(self, *args, **kwargs):
         self.probe = None  # a core.lab.batch_finder probe to use instead of the device's (tests, demos)
@@ -62,10 +90,13 @@ class BatchFinderDialog(ToolDialog):
             controls.addWidget(check)
         controls.addSpacing(10)
         controls.addWidget(QLabel("Margin"))
-        self.marginEdit = QDoubleSpinBox(objectName="batchMarginEdit", minimum=0.0, maximum=89.0, decimals=0,
-                                         value=DEFAULT_MARGIN * 100, suffix=" %")
-        self.marginEdit.setToolTip("Headroom left below the device's memory limit: a batch fits only when its peak "
-                                   "stays under (100% − margin) of the limit")
+        self.marginEdit = QDoubleSpinBox(
+            objectName="batchMarginEdit", minimum=0.0, maximum=89.0, decimals=0, value=DEFAULT_MARGIN * 100, suffix=" %"
+        )
+        self.marginEdit.setToolTip(
+            "Headroom left below the device's memory limit: a batch fits only when its peak "
+            "stays under (100% − margin) of the limit"
+        )
         controls.addWidget(self.marginEdit)
         controls.addWidget(QLabel("Max batch"))
         self.maxBatchEdit = QSpinBox(objectName="batchMaxEdit", minimum=0, maximum=MAX_BATCH_CAP * 16, value=0)
@@ -149,8 +180,16 @@ class BatchFinderDialog(ToolDialog):
         self.progressBar.setRange(0, len(modes))
         self.progressBar.setValue(0)
         self.progressBar.setFormat("%v of %m modes")
-        return batch_job(config, modes, self.marginEdit.value() / 100, self.stepsEdit.value(), max_batch,
-                         self.limitEdit.value() * 2**20, self._devices_provider(), self.probe)
+        return batch_job(
+            config,
+            modes,
+            self.marginEdit.value() / 100,
+            self.stepsEdit.value(),
+            max_batch,
+            self.limitEdit.value() * 2**20,
+            self._devices_provider(),
+            self.probe,
+        )
 
     def _on_progress(self, progress) -> None:
         text = progress.describe()
@@ -165,11 +204,17 @@ class BatchFinderDialog(ToolDialog):
         row = table.rowCount()
         table.insertRow(row)
         speed = trial.samples_per_second
-        cells = (QTableWidgetItem(mode), NumericItem(str(number), number), QTableWidgetItem(trial.phase),
-                 NumericItem(f"{trial.batch:,}", trial.batch), QTableWidgetItem(trial.status),
-                 NumericItem(size(trial.peak_bytes), trial.peak_bytes),
-                 NumericItem(f"{speed:,.0f}" if speed else "–", speed),
-                 NumericItem(f"{trial.seconds:.2f}", trial.seconds), QTableWidgetItem(trial.note))
+        cells = (
+            QTableWidgetItem(mode),
+            NumericItem(str(number), number),
+            QTableWidgetItem(trial.phase),
+            NumericItem(f"{trial.batch:,}", trial.batch),
+            QTableWidgetItem(trial.status),
+            NumericItem(size(trial.peak_bytes), trial.peak_bytes),
+            NumericItem(f"{speed:,.0f}" if speed else "–", speed),
+            NumericItem(f"{trial.seconds:.2f}", trial.seconds),
+            QTableWidgetItem(trial.note),
+        )
         if not trial.fits:
             cells[4].setForeground(Qt.GlobalColor.red)
         for column, item in enumerate(cells):
@@ -186,14 +231,23 @@ class BatchFinderDialog(ToolDialog):
             batch = f"{m.batch:,}" + (" (cap)" if m.capped else "") if m.batch else "–"
             speed = m.samples_per_second
             note = m.reason if m.status != "ok" else ("not even batch 1 fits" if m.batch is None else "")
-            cells = (QTableWidgetItem(m.mode), NumericItem(batch, m.batch),
-                     NumericItem(size(m.peak_bytes), m.peak_bytes), NumericItem(size(m.budget_bytes), m.budget_bytes),
-                     NumericItem(f"{speed:,.0f}" if speed else "–", speed),
-                     NumericItem(f"{m.batch_ratio:.2f}×" if m.batch_ratio else ("1.00×" if m.mode == "fp32"
-                                                                               and m.batch else "–"), m.batch_ratio),
-                     NumericItem(f"{m.speed_ratio:.2f}×" if m.speed_ratio else ("1.00×" if m.mode == "fp32"
-                                                                               and m.batch else "–"), m.speed_ratio),
-                     NumericItem(str(len(m.trials)), len(m.trials)), QTableWidgetItem(note))
+            cells = (
+                QTableWidgetItem(m.mode),
+                NumericItem(batch, m.batch),
+                NumericItem(size(m.peak_bytes), m.peak_bytes),
+                NumericItem(size(m.budget_bytes), m.budget_bytes),
+                NumericItem(f"{speed:,.0f}" if speed else "–", speed),
+                NumericItem(
+                    f"{m.batch_ratio:.2f}×" if m.batch_ratio else ("1.00×" if m.mode == "fp32" and m.batch else "–"),
+                    m.batch_ratio,
+                ),
+                NumericItem(
+                    f"{m.speed_ratio:.2f}×" if m.speed_ratio else ("1.00×" if m.mode == "fp32" and m.batch else "–"),
+                    m.speed_ratio,
+                ),
+                NumericItem(str(len(m.trials)), len(m.trials)),
+                QTableWidgetItem(note),
+            )
             cells[0].setData(Qt.ItemDataRole.UserRole, m.mode)
             if note:
                 cells[-1].setToolTip(note)
@@ -207,19 +261,28 @@ class BatchFinderDialog(ToolDialog):
         sentences = result.comparisons
         best = result.best()
         if best is not None:
-            sentences = sentences + [f"fastest: {best.mode} at batch {best.batch:,} "
-                                     f"({best.samples_per_second:,.0f} samples/s)"]
-        unfit = [f"{m.mode}: {m.reason or 'not even batch 1 fits'}" for m in result.modes
-                 if m.status != "ok" or not m.batch]
-        self.comparison.setText("; ".join(sentences + unfit) + "." if sentences or unfit else
-                                "No comparison with fp32 (fp32 was not searched).")
+            sentences = sentences + [
+                f"fastest: {best.mode} at batch {best.batch:,} ({best.samples_per_second:,.0f} samples/s)"
+            ]
+        unfit = [
+            f"{m.mode}: {m.reason or 'not even batch 1 fits'}" for m in result.modes if m.status != "ok" or not m.batch
+        ]
+        self.comparison.setText(
+            "; ".join(sentences + unfit) + "."
+            if sentences or unfit
+            else "No comparison with fp32 (fp32 was not searched)."
+        )
         notes = "; ".join(result.notes)
-        self.sourceLabel.setText(f"Memory: {result.memory_source}. Margin {result.margin:.0%}, {result.steps:,} steps "
-                                 f"and an evaluation pass of {result.eval_rows:,} rows per trial."
-                                 + (f" {notes[:1].upper() + notes[1:]}." if notes else ""))
-        self.statusLabel.setText(f"Searched {len(result.modes)} mode(s) on {result.device} ({result.device_name}) "
-                                 f"in {result.seconds:.1f} s, from batch {result.start:,} up to at most "
-                                 f"{result.max_batch:,}.")
+        self.sourceLabel.setText(
+            f"Memory: {result.memory_source}. Margin {result.margin:.0%}, {result.steps:,} steps "
+            f"and an evaluation pass of {result.eval_rows:,} rows per trial."
+            + (f" {notes[:1].upper() + notes[1:]}." if notes else "")
+        )
+        self.statusLabel.setText(
+            f"Searched {len(result.modes)} mode(s) on {result.device} ({result.device_name}) "
+            f"in {result.seconds:.1f} s, from batch {result.start:,} up to at most "
+            f"{result.max_batch:,}."
+        )
         self._select_default()
 
     def _select_default(self) -> None:
@@ -229,7 +292,7 @@ class BatchFinderDialog(ToolDialog):
             return
         try:
             wanted = self._config_provider().precision
-        except Exception:  # noqa: BLE001
+        except Exception:
             wanted = ""
         best = result.best()
         names = [m.mode for m in result.modes if m.status == "ok" and m.batch]

@@ -17,7 +17,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPlainTextEdit, QPushButton, QSpinBox,
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
     QTableView,
 )
 
@@ -27,13 +34,20 @@ from core.text import duration
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 FIXED_COLUMNS = ("status", "best", "samples_per_second", "peak_memory_bytes", "wall_seconds", "steps")
-HEADERS = {"status": "Status", "device": "Device", "samples_per_second": "Samples/s",
-           "peak_memory_bytes": "Peak memory", "wall_seconds": "Wall time", "steps": "Steps"}
+HEADERS = {
+    "status": "Status",
+    "device": "Device",
+    "samples_per_second": "Samples/s",
+    "peak_memory_bytes": "Peak memory",
+    "wall_seconds": "Wall time",
+    "steps": "Steps",
+}
 # Placeholders (setPlaceholderText: greyed, gone at the first key) that read as instructions, not as a spec:
 # Run stays disabled until the axes typed are one.
 GRID_HINT = "Type one axis per line, for example:\n    lr = 1e-3, 3e-3\n    batch_size = 32, 64"
-RANDOM_HINT = ("Type one axis per line, a range or choices, for example:\n    lr = 1e-4 : 1e-2 : log\n"
-               "    batch_size = 32, 64, 128")
+RANDOM_HINT = (
+    "Type one axis per line, a range or choices, for example:\n    lr = 1e-4 : 1e-2 : log\n    batch_size = 32, 64, 128"
+)
 
 
 def _wall(seconds) -> str:
@@ -70,13 +84,13 @@ class SweepModel(QAbstractTableModel):
         fixed = [*FIXED_COLUMNS[:1], "device", *FIXED_COLUMNS[1:]] if self.by_device else list(FIXED_COLUMNS)
         return ["trial", *self.params, *fixed]
 
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt override)
+    def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.columns())
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if orientation != Qt.Orientation.Horizontal or role != Qt.ItemDataRole.DisplayRole:
             return None
         key = self.columns()[section]
@@ -118,7 +132,7 @@ class SweepModel(QAbstractTableModel):
 class SweepProxy(QSortFilterProxyModel):
     """Sorts by SORT_ROLE: numbers as numbers, blanks last."""
 
-    def lessThan(self, left, right) -> bool:  # noqa: N802 (Qt override)
+    def lessThan(self, left, right) -> bool:
         a, b = left.data(SORT_ROLE), right.data(SORT_ROLE)
         if isinstance(a, float) and isinstance(b, float):
             return a < b
@@ -160,7 +174,13 @@ def sweep_job(base, axes_lines, method, samples, seed, root, devices=None):
 
     def run(progress, control):
         from core.lab.sweep import (
-            SweepStarted, TrialEnded, TrialStarted, create_sweep, load_sweep, run_sweep, sweep_table,
+            SweepStarted,
+            TrialEnded,
+            TrialStarted,
+            create_sweep,
+            load_sweep,
+            run_sweep,
+            sweep_table,
         )
 
         grid, ranges, trials = plan(base, axes_lines, method, samples, seed)
@@ -202,8 +222,10 @@ class SweepDialog(ToolDialog):
     TITLE = "Sweep"
     NAME = "sweep"
     RUN_TEXT = "Run sweep"
-    IDLE_TEXT = ("Each trial is a normal run of the form's settings with the axes' values, in a sweep folder under "
-                 "the runs root, one after another (or several at once: Run on).")
+    IDLE_TEXT = (
+        "Each trial is a normal run of the form's settings with the axes' values, in a sweep folder under "
+        "the runs root, one after another (or several at once: Run on)."
+    )
 
     def __init__(self, config_provider, devices_provider, busy_provider=None, root_provider=None, parent=None):
         self._root_provider = root_provider or (lambda: None)
@@ -236,8 +258,10 @@ class SweepDialog(ToolDialog):
         controls.addWidget(self.seedEdit)
         controls.addWidget(QLabel("Run on"))
         self.runOnCombo = QComboBox(objectName="sweepRunOnCombo")
-        self.runOnCombo.setToolTip("One trial at a time on the form's device, or several at once: one per GPU, or "
-                                   "several on the CPU (each trial in its own process, the CPU threads shared out)")
+        self.runOnCombo.setToolTip(
+            "One trial at a time on the form's device, or several at once: one per GPU, or "
+            "several on the CPU (each trial in its own process, the CPU threads shared out)"
+        )
         controls.addWidget(self.runOnCombo)
         self.refresh_devices()
 
@@ -245,9 +269,11 @@ class SweepDialog(ToolDialog):
         axes_row = QHBoxLayout()
         self.axesEdit = QPlainTextEdit(objectName="sweepAxesEdit")
         self.axesEdit.setPlaceholderText(GRID_HINT)
-        self.axesEdit.setToolTip("One axis per line: a setting of the form (lr, batch_size, optimizer, …) or a task "
-                                 "option (hidden, …), '=', then values separated by commas; for a random sweep a "
-                                 "range LOW : HIGH, with ': log' for log-uniform and ': int' for whole numbers")
+        self.axesEdit.setToolTip(
+            "One axis per line: a setting of the form (lr, batch_size, optimizer, …) or a task "
+            "option (hidden, …), '=', then values separated by commas; for a random sweep a "
+            "range LOW : HIGH, with ': log' for log-uniform and ': int' for whole numbers"
+        )
         self.axesEdit.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 14)
         self.axesEdit.textChanged.connect(self.preview)
         axes_row.addWidget(self.axesEdit, 1)
@@ -288,8 +314,10 @@ class SweepDialog(ToolDialog):
         self.historyButton.setToolTip("Show the selected trial in the run history (double-click a row does too)")
         self.historyButton.clicked.connect(self.open_in_history)
         self.longerButton = QPushButton("Train this one longer", objectName="sweepLongerButton")
-        self.longerButton.setToolTip("Resume the selected trial from its checkpoint with twice the steps, in its "
-                                     "own folder (its settings go into the form)")
+        self.longerButton.setToolTip(
+            "Resume the selected trial from its checkpoint with twice the steps, in its "
+            "own folder (its settings go into the form)"
+        )
         self.longerButton.clicked.connect(self.train_longer)
         bottom.addWidget(self.historyButton)
         bottom.addWidget(self.longerButton)
@@ -331,7 +359,7 @@ class SweepDialog(ToolDialog):
             raise ValueError(f"{devices} is not a Run on choice here")
         self.runOnCombo.setCurrentIndex(index)
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def showEvent(self, event) -> None:
         if not self.job.running:
             self.refresh_devices()
         super().showEvent(event)
@@ -362,9 +390,14 @@ class SweepDialog(ToolDialog):
 
         try:
             base = self._config_provider().validate()
-            _grid, _ranges, trials = plan(base, self.axesEdit.toPlainText().splitlines(), self.method(),
-                                          self.samplesEdit.value(), self.seedEdit.value())
-        except Exception as exc:  # noqa: BLE001 (AmpConsoleError: the axes or the form; else a half-typed form)
+            _grid, _ranges, trials = plan(
+                base,
+                self.axesEdit.toPlainText().splitlines(),
+                self.method(),
+                self.samplesEdit.value(),
+                self.seedEdit.value(),
+            )
+        except Exception as exc:
             typed = self.axesEdit.toPlainText().strip() or not isinstance(exc, AmpConsoleError)
             self._why_not = str(exc) if typed else "Type the axes to sweep."
             self.planLabel.setText(f"<span style='color:#d0453c'>{exc}</span>" if typed else self._why_not)
@@ -372,10 +405,12 @@ class SweepDialog(ToolDialog):
             return
         self._why_not = ""
         self._update_buttons()
-        shown = "; ".join(" ".join(f"{k.removeprefix('option.')}={_value_text(v)}" for k, v in t.params.items())
-                          for t in trials[:4]) + ("; …" if len(trials) > 4 else "")
-        self.planLabel.setText(f"<b>{len(trials)} trial{'s' if len(trials) != 1 else ''}</b>, each "
-                               f"{self._length(base)}: {shown}")
+        shown = "; ".join(
+            " ".join(f"{k.removeprefix('option.')}={_value_text(v)}" for k, v in t.params.items()) for t in trials[:4]
+        ) + ("; …" if len(trials) > 4 else "")
+        self.planLabel.setText(
+            f"<b>{len(trials)} trial{'s' if len(trials) != 1 else ''}</b>, each {self._length(base)}: {shown}"
+        )
 
     @staticmethod
     def _length(base) -> str:
@@ -389,8 +424,7 @@ class SweepDialog(ToolDialog):
 
         lines = self.axesEdit.toPlainText().splitlines()
         try:
-            _grid, _ranges, trials = plan(config, lines, self.method(), self.samplesEdit.value(),
-                                          self.seedEdit.value())
+            _grid, _ranges, trials = plan(config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value())
         except AmpConsoleError as exc:
             self._on_failed(f"Fix the axes first: {exc}", "", "")
             return None
@@ -410,8 +444,9 @@ class SweepDialog(ToolDialog):
         self.progressBar.setValue(0)
         self.progressBar.setFormat("%v of %m trials")
         root = self._root_provider()
-        return sweep_job(config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root,
-                         devices=devices)
+        return sweep_job(
+            config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root, devices=devices
+        )
 
     def _on_progress(self, event) -> None:
         from core.engine.events import RunStarted, StepMetrics
@@ -432,14 +467,18 @@ class SweepDialog(ToolDialog):
                 self._totals[event.index] = started.total_steps
             case TrialEvent(event=StepMetrics() as step):
                 total = self._totals.get(event.index)
-                self._lines[event.index] = (f"Trial {event.index} ({event.name}): step {step.step:,}"
-                                            + (f"/{total:,}" if total else "") + f", loss {step.loss:.4g}")
+                self._lines[event.index] = (
+                    f"Trial {event.index} ({event.name}): step {step.step:,}"
+                    + (f"/{total:,}" if total else "")
+                    + f", loss {step.loss:.4g}"
+                )
                 self._show_lines()
             case TrialEnded():
                 self._ended += 1
                 self.progressBar.setValue(self._ended)
-                self._lines[event.index] = (f"Trial {event.index} of {event.total} ({event.name}): {event.status}"
-                                            + (f" ({event.message})" if event.message else ""))
+                self._lines[event.index] = f"Trial {event.index} of {event.total} ({event.name}): {event.status}" + (
+                    f" ({event.message})" if event.message else ""
+                )
                 self._finished.add(event.index)
                 self._show_lines()
             case SweepEnded():
@@ -465,20 +504,24 @@ class SweepDialog(ToolDialog):
             return
         try:
             mode = load_sweep(self.folder).get("mode") or "max"
-        except Exception:  # noqa: BLE001
+        except Exception:
             mode = "max"
         best = best_row(rows, mode)
         if best is not None:
             params = ", ".join(f"{k}={_value_text(v)}" for k, v in best["params"].items())
-            self.bestLabel.setText(f"Best so far: trial {best['index']} ({params}), {best['metric']} "
-                                   f"{best['best']:.4g} ({'lower' if mode == 'min' else 'higher'} is better)")
+            self.bestLabel.setText(
+                f"Best so far: trial {best['index']} ({params}), {best['metric']} "
+                f"{best['best']:.4g} ({'lower' if mode == 'min' else 'higher'} is better)"
+            )
 
     def _on_result(self, result) -> None:
         self.folder = str(result.folder)
         self._set_rows(result.rows, None)
         counts = ", ".join(f"{n} {status}" for status, n in result.counts.items())
-        self.statusLabel.setText(f"Sweep {result.status}: {counts}. Sort by any column; select a trial to open "
-                                 "it in the history or train it longer.")
+        self.statusLabel.setText(
+            f"Sweep {result.status}: {counts}. Sort by any column; select a trial to open "
+            "it in the history or train it longer."
+        )
         if self.table.selectionModel().selectedRows() == [] and self.proxy.rowCount():
             self.table.selectRow(0)
 
@@ -532,7 +575,9 @@ class SweepDialog(ToolDialog):
             self._on_failed(f"Trial {row['index']} has no checkpoint to continue from.", "", "")
             return
         config, checkpoint = planned
-        self.statusLabel.setText(f"Training trial {row['index']} longer: "
-                                 + (f"to {config.max_steps:,} steps" if config.max_steps else
-                                    f"to {config.epochs} epochs") + f", from {Path(checkpoint).name}.")
+        self.statusLabel.setText(
+            f"Training trial {row['index']} longer: "
+            + (f"to {config.max_steps:,} steps" if config.max_steps else f"to {config.epochs} epochs")
+            + f", from {Path(checkpoint).name}."
+        )
         self.trainLongerRequested.emit(config, checkpoint)

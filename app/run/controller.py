@@ -82,8 +82,15 @@ class RunController(QObject):
     def stopping(self) -> bool:
         return self._run is not None and self._run.stopping
 
-    def start(self, config, resume_from: str | None = None, devices: list | None = None,
-              processes: int = 1, separate_process: bool = False, host=None) -> None:
+    def start(
+        self,
+        config,
+        resume_from: str | None = None,
+        devices: list | None = None,
+        processes: int = 1,
+        separate_process: bool = False,
+        host=None,
+    ) -> None:
         """`host` (a core.remote Host): a detached run there, followed (RemoteRun). `separate_process` or
         several processes: a child process (torchrun for several; rank 0's events). Otherwise the trainer on a
         QThread, with `devices` (the window's list) to resolve the device."""

@@ -123,8 +123,11 @@ class BackgroundJob(QObject):
         self._thread = self._worker = None
         thread.wait()  # finished fires before the OS thread exits: join before it is deleted
         thread.deleteLater()
-        for signal, slot in ((worker.progress, self.progress), (worker.succeeded, self.succeeded),
-                             (worker.failed, self.failed)):
+        for signal, slot in (
+            (worker.progress, self.progress),
+            (worker.succeeded, self.succeeded),
+            (worker.failed, self.failed),
+        ):
             try:
                 signal.disconnect(slot)
             except (RuntimeError, TypeError):  # the worker may already be gone
@@ -148,8 +151,9 @@ class JobRunner(QObject):
     def busy(self) -> bool:
         return bool(self._jobs)
 
-    def submit(self, fn: Callable[[], object], on_success: Callable[[object], None],
-               on_failure: Callable[[str, str], None]) -> None:
+    def submit(
+        self, fn: Callable[[], object], on_success: Callable[[object], None], on_failure: Callable[[str, str], None]
+    ) -> None:
         job = BackgroundJob("jobThread", self)
         job.succeeded.connect(on_success)
         job.failed.connect(lambda message, _field, details: on_failure(message, details))

@@ -44,8 +44,19 @@ def launcher_command(config_path: str, processes: int, resume_from: str | None =
     """The command line (program first) that trains `config_path` on `processes` local DDP processes (torchrun).
 
     One-process runs use `spare_command()` and get their settings on stdin."""
-    command = [sys.executable, "-m", "core.cli", "train", "--nproc", str(processes), "--events", "--json",
-               "--control-stdin", "--config", config_path]
+    command = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        "--nproc",
+        str(processes),
+        "--events",
+        "--json",
+        "--control-stdin",
+        "--config",
+        config_path,
+    ]
     if resume_from:
         command += ["--resume", resume_from]
     return command
@@ -68,8 +79,10 @@ def describe_signal(number: int, processes: int = 1) -> str:
     who = "the training process" if processes == 1 else "the DDP launcher"
     name = signal_name(number)
     if number == getattr(signal, "SIGKILL", 9):
-        return (f"{who} was killed ({name}) before it could report; the system may have run out of memory "
-                "(try a smaller batch size). The last checkpoint on disk is kept.")
+        return (
+            f"{who} was killed ({name}) before it could report; the system may have run out of memory "
+            "(try a smaller batch size). The last checkpoint on disk is kept."
+        )
     return f"{who} crashed ({name}) before it could report. The last checkpoint on disk is kept."
 
 
@@ -276,9 +289,19 @@ class ProcessRun(RunHandle):
     def _end_as_failed(self, message: str, details: str) -> None:
         """The RunEnded the child could not send: the plots and status bar end the run as failed."""
         self.ended_status = "failed"
-        self.event.emit(RunEnded(status="failed", message=message, step=self._last_step, epoch=self._last_epoch,
-                                 final_loss=None, metrics={}, checkpoint=self._last_checkpoint,
-                                 samples_per_second=None, details=details))
+        self.event.emit(
+            RunEnded(
+                status="failed",
+                message=message,
+                step=self._last_step,
+                epoch=self._last_epoch,
+                final_loss=None,
+                metrics={},
+                checkpoint=self._last_checkpoint,
+                samples_per_second=None,
+                details=details,
+            )
+        )
 
     def _read_stderr(self) -> None:
         self._stderr_buffer += bytes(self.process.readAllStandardError())
@@ -306,8 +329,10 @@ class ProcessRun(RunHandle):
         if self.ended_status is None and (crashed or exit_code not in (0, 129, 130, 143)):
             field = ""
             if crashed and self._interrupted:
-                message = (f"the run did not stop within {self._escalate.interval() / 1000:g} s of Stop and was "
-                           f"ended ({signal_name(exit_code)}). The last checkpoint on disk is kept.")
+                message = (
+                    f"the run did not stop within {self._escalate.interval() / 1000:g} s of Stop and was "
+                    f"ended ({signal_name(exit_code)}). The last checkpoint on disk is kept."
+                )
             elif crashed:
                 message = describe_signal(exit_code, self.processes)
             elif self.setup_error is not None:
@@ -316,8 +341,9 @@ class ProcessRun(RunHandle):
                 message = self.stderr_tail[-1]
             else:
                 message = f"the training process exited with code {exit_code} without reporting why"
-            details = (self.setup_details if self.setup_error is not None and not crashed
-                       else "\n".join(self.stderr_tail))
+            details = (
+                self.setup_details if self.setup_error is not None and not crashed else "\n".join(self.stderr_tail)
+            )
             if self._started:
                 self._end_as_failed(message, details)  # it died mid-run: a failed run, not a setup error
             else:

@@ -92,8 +92,9 @@ class RemoteRun(RunHandle):
         def work(progress, control):
             from core.remote.client import follow_remote, start_remote_run
 
-            run = start_remote_run(host, config, resume=resume_from, nproc=nproc,
-                                   on_progress=lambda text: progress(_Progress(text)))
+            run = start_remote_run(
+                host, config, resume=resume_from, nproc=nproc, on_progress=lambda text: progress(_Progress(text))
+            )
             progress(_Found(run.target, run.folder, host.dest))
             return self._follow(follow_remote(host, run.folder), progress)
 
@@ -142,8 +143,11 @@ class RemoteRun(RunHandle):
             self._starting = False
             self.attached.emit(item.target)
             if self.host is not None:
-                self.notice.emit(f"Following {item.target}: the run goes on on {item.where} if this window closes "
-                                 f"(File → Attach to run… to watch it again).", "log")
+                self.notice.emit(
+                    f"Following {item.target}: the run goes on on {item.where} if this window closes "
+                    f"(File → Attach to run… to watch it again).",
+                    "log",
+                )
             else:
                 self.notice.emit(f"Following the run in {item.folder}.", "log")
             if self._stop_pending:
@@ -178,8 +182,11 @@ class RemoteRun(RunHandle):
                 self._paused = False
         self.event.emit(item)
         if isinstance(item, RunStarted) and self.host is not None:  # after the window's own "Running …"
-            self.notice.emit(f"Running {item.task} on {self.where} ({item.device}) in {item.precision}; it goes on "
-                             f"there if this window closes.", "")
+            self.notice.emit(
+                f"Running {item.task} on {self.where} ({item.device}) in {item.precision}; it goes on "
+                f"there if this window closes.",
+                "",
+            )
 
     @Slot(object)
     def _on_followed(self, result) -> None:
@@ -187,11 +194,23 @@ class RemoteRun(RunHandle):
         self.status = status
         if status == "gone" and not self._ended:  # killed, or it never wrote its end: a failed run
             self._ended = True
-            message = (f"the run's process on {self.where} went away without a word ({note})" if note else
-                       f"the run's process on {self.where} went away without a word (killed?)")
-            self.event.emit(RunEnded(status="failed", message=message, step=self._last_step, epoch=self._last_epoch,
-                                     final_loss=None, metrics={}, checkpoint=self._last_checkpoint,
-                                     samples_per_second=None))
+            message = (
+                f"the run's process on {self.where} went away without a word ({note})"
+                if note
+                else f"the run's process on {self.where} went away without a word (killed?)"
+            )
+            self.event.emit(
+                RunEnded(
+                    status="failed",
+                    message=message,
+                    step=self._last_step,
+                    epoch=self._last_epoch,
+                    final_loss=None,
+                    metrics={},
+                    checkpoint=self._last_checkpoint,
+                    samples_per_second=None,
+                )
+            )
 
     @Slot(str, str, str)
     def _on_failed(self, message: str, field: str, details: str) -> None:
@@ -264,8 +283,11 @@ class RemoteRun(RunHandle):
 
             return send_control(folder, verb, timeout=CONTROL_SECONDS)
 
-        self._controls.submit(request, lambda result: self._on_control(verb, result),
-                              lambda message, _details: self._on_control_failed(verb, message))
+        self._controls.submit(
+            request,
+            lambda result: self._on_control(verb, result),
+            lambda message, _details: self._on_control_failed(verb, message),
+        )
 
     def _on_control(self, verb: str, result) -> None:
         ack = result.acknowledged
@@ -296,8 +318,11 @@ class RemoteRun(RunHandle):
         if follower is not None:
             follower.close()
         if not self._ended and not self._finished:
-            self.notice.emit(f"The window let go of the run; it goes on on {self.where}: File → Attach to run… to "
-                             f"watch it again ({self.target or 'its folder there'}).", "status-warn")
+            self.notice.emit(
+                f"The window let go of the run; it goes on on {self.where}: File → Attach to run… to "
+                f"watch it again ({self.target or 'its folder there'}).",
+                "status-warn",
+            )
         self._job.shutdown()
         self._controls.shutdown()
         self._finish_if_done()

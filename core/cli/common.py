@@ -33,8 +33,19 @@ def flag_name(field: str) -> str:
     return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
 
 
-CLI_ONLY_FLAGS = ("nproc", "resume", "nnodes", "nproc_per_node", "node_rank", "rdzv_endpoint", "rdzv_id",
-                  "rdzv_timeout", "max_restarts", "nodes", "gpus_per_node")  # flags that are not RunConfig fields but name themselves in errors
+CLI_ONLY_FLAGS = (
+    "nproc",
+    "resume",
+    "nnodes",
+    "nproc_per_node",
+    "node_rank",
+    "rdzv_endpoint",
+    "rdzv_id",
+    "rdzv_timeout",
+    "max_restarts",
+    "nodes",
+    "gpus_per_node",
+)  # flags that are not RunConfig fields but name themselves in errors
 
 
 def describe_config_error(exc: ConfigError) -> str:
@@ -161,8 +172,9 @@ class StopSignals:
         if not self.running and not self.distributed:
             raise StopBeforeStart(signum)
         if self.announce:
-            write_stderr_now(f"\namp-console: {signal_name(signum)}: stopping after this step, then saving a "
-                             f"checkpoint...\n")
+            write_stderr_now(
+                f"\namp-console: {signal_name(signum)}: stopping after this step, then saving a checkpoint...\n"
+            )
         if self.control is not None:
             self.control.stop()
 
@@ -256,9 +268,13 @@ def safe_standard_streams():
 def add_task_file_flag(parser) -> None:
     """--task REFERENCE for a command that reads a run or checkpoint: the file of its task when it is not a
     built-in one (a checkpoint names its task; its file is not loaded from there: docs/tasks.md)."""
-    parser.add_argument("--task", metavar="FILE.py:CLASS", default=None,
-                        help="the task file of a run whose task is not built in (path/to/my_task.py:MyTask or "
-                             "package.module:MyTask); loading it runs its code")
+    parser.add_argument(
+        "--task",
+        metavar="FILE.py:CLASS",
+        default=None,
+        help="the task file of a run whose task is not built in (path/to/my_task.py:MyTask or "
+        "package.module:MyTask); loading it runs its code",
+    )
 
 
 def load_task_argument(args) -> None:

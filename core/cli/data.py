@@ -39,7 +39,7 @@ def register(sub) -> None:
     gen.set_defaults(handler=cmd_generate)
 
 
-def synthetic_table(task: str, rows: int, seed: int) -> "pa.Table":
+def synthetic_table(task: str, rows: int, seed: int) -> pa.Table:
     """`rows` rows of `task`'s synthetic data (default task options) as a table in its file format."""
     from core.tasks import create_task
 
@@ -58,6 +58,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     table = synthetic_table(args.task, args.rows, args.seed)
     path = write_table(table, args.out)
     seconds = time.perf_counter() - started
-    print(f"wrote {table.num_rows:,} {args.task} rows ({', '.join(table.column_names[:6])}"
-          f"{', ...' if table.num_columns > 6 else ''}) to {path} in {seconds:.1f} s", file=sys.stderr)
+    print(
+        f"wrote {table.num_rows:,} {args.task} rows ({', '.join(table.column_names[:6])}"
+        f"{', ...' if table.num_columns > 6 else ''}) to {path} in {seconds:.1f} s",
+        file=sys.stderr,
+    )
     return 0

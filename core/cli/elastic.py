@@ -56,7 +56,7 @@ def _out_dir(args) -> str | None:
     if getattr(args, "out_dir", None):
         return args.out_dir
     if getattr(args, "config", None):
-        from core.cli.train import read_config_file
+        from core.config import read_config_file
 
         return read_config_file(args.config).get("out_dir") or None
     return None
@@ -79,7 +79,7 @@ def previous_attempt(events: Path) -> tuple[str, int | None]:
     """How the latest start in metrics.jsonl ended (its RunEnded message), and the last step it logged."""
     records = read_jsonl(events) if events.is_file() else []
     starts = [i for i, record in enumerate(records) if record.get("event") == "RunStarted"]
-    attempt = records[starts[-1]:] if starts else records
+    attempt = records[starts[-1] :] if starts else records
     ended = [r for r in attempt if r.get("event") == "RunEnded"]
     steps = [r.get("step") for r in attempt if r.get("event") in ("StepMetrics", "CheckpointSaved")]
     last_step = max((s for s in steps if isinstance(s, int)), default=None)
@@ -90,8 +90,9 @@ def previous_attempt(events: Path) -> tuple[str, int | None]:
 
 def restart_note(restart: dict, checkpoint: str) -> str:
     how = "torchrun --max-restarts" if restart["by"] == "torchrun" else "a requeued SLURM job"
-    return (f"restart {restart['count']} ({how}): resumed from {checkpoint}; the attempt before ended "
-            f"{restart['reason']}")
+    return (
+        f"restart {restart['count']} ({how}): resumed from {checkpoint}; the attempt before ended {restart['reason']}"
+    )
 
 
 def tee_stderr() -> None:
@@ -107,9 +108,11 @@ def tee_stderr() -> None:
         from core.engine.run_record import now_iso
 
         with open(path, "a", encoding="utf-8") as log:
-            log.write(f"--- {now_iso()} rank {rank} (local rank {os.environ.get('LOCAL_RANK', '0')}) on node "
-                      f"{socket.gethostname()}, process {os.getpid()}, restart "
-                      f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}\n")
+            log.write(
+                f"--- {now_iso()} rank {rank} (local rank {os.environ.get('LOCAL_RANK', '0')}) on node "
+                f"{socket.gethostname()}, process {os.getpid()}, restart "
+                f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}\n"
+            )
         tee = shutil.which("tee")
         sys.stderr.flush()
         if tee is None:  # no tee here: the log alone

@@ -17,29 +17,46 @@ from core.errors import ConfigError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="a checkpoint's metrics on its run's test or val split (or another file)",
-                       description="Rebuild the run's task, split and model from the checkpoint's settings, load "
-                                   "its weights and measure the split, in the precision it trained in. Nothing "
-                                   "is written where the checkpoint lives.")
-    p.add_argument("target", metavar="RUN_OR_CHECKPOINT",
-                   help="a checkpoint file, a run folder, or a run id / unique prefix / folder name")
-    p.add_argument("--split", choices=("test", "val"), default=None,
-                   help="which split (default: test, or val when the data has no test split)")
+    p = sub.add_parser(
+        "evaluate",
+        help="a checkpoint's metrics on its run's test or val split (or another file)",
+        description="Rebuild the run's task, split and model from the checkpoint's settings, load "
+        "its weights and measure the split, in the precision it trained in. Nothing "
+        "is written where the checkpoint lives.",
+    )
+    p.add_argument(
+        "target",
+        metavar="RUN_OR_CHECKPOINT",
+        help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
+    )
+    p.add_argument(
+        "--split",
+        choices=("test", "val"),
+        default=None,
+        help="which split (default: test, or val when the data has no test split)",
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
     which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
-    p.add_argument("--data", metavar="FILE", help="measure on this data file (or folder) instead of the run's own, "
-                                                  "split on its own (its split column or train/val/test files, "
-                                                  "else the task's split); a run trained on given splits "
-                                                  "otherwise measures its given test file")
+    p.add_argument(
+        "--data",
+        metavar="FILE",
+        help="measure on this data file (or folder) instead of the run's own, "
+        "split on its own (its split column or train/val/test files, "
+        "else the task's split); a run trained on given splits "
+        "otherwise measures its given test file",
+    )
     add_data_flags(p)
     p.add_argument("--device", help="evaluate on this device (default: the run's setting)")
     p.add_argument("--batch-size", type=int, default=None, help="rows per evaluation batch (default: the run's)")
     p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
-    p.add_argument("--report", action="store_true",
-                   help="also the evaluation report (confusion matrix and ROC curve, HR@k / NDCG@k curves, by "
-                        "history length or query size) on the run's own split, written as evaluation.json in "
-                        "the run folder; with --json the report is the JSON printed")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="also the evaluation report (confusion matrix and ROC curve, HR@k / NDCG@k curves, by "
+        "history length or query size) on the run's own split, written as evaluation.json in "
+        "the run folder; with --json the report is the JSON printed",
+    )
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     add_task_file_flag(p)
     p.set_defaults(handler=cmd_evaluate)
@@ -63,8 +80,9 @@ def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
     try:
         run = find_run(root, target)
     except RunNotFound as exc:
-        raise ConfigError("checkpoint", f"{target}: no such checkpoint file or run folder, and "
-                                        f"{str(exc).removeprefix('runs: ')}") from None
+        raise ConfigError(
+            "checkpoint", f"{target}: no such checkpoint file or run folder, and {str(exc).removeprefix('runs: ')}"
+        ) from None
     if not best and (Path(run["folder"]) / CHECKPOINT_FILE).is_file():
         return Path(run["folder"]) / CHECKPOINT_FILE
     return _run_checkpoint(Path(run["folder"]), best)
@@ -82,8 +100,10 @@ def chosen_checkpoint(target: str, best: bool, last: bool, runs_dir: str | None,
         if "no best checkpoint" not in str(exc):
             raise
     last_checkpoint = find_checkpoint(target, False, runs_dir)  # a folder with neither: its one-line error
-    sys.stderr.write(f"note: the run kept no best checkpoint: {doing} its last (--best needs validation "
-                     f"metrics; --last to choose it)\n")
+    sys.stderr.write(
+        f"note: the run kept no best checkpoint: {doing} its last (--best needs validation "
+        f"metrics; --last to choose it)\n"
+    )
     return last_checkpoint
 
 
@@ -111,22 +131,32 @@ def _run_checkpoint(folder: Path, best: bool) -> Path:
             return candidate
     if (folder / "best.pt").is_file():
         return folder / "best.pt"
-    raise ConfigError("checkpoint", f"{folder}: no best checkpoint (the run kept none: --keep-best 0, or it "
-                                    f"never evaluated{unreadable})")
+    raise ConfigError(
+        "checkpoint",
+        f"{folder}: no best checkpoint (the run kept none: --keep-best 0, or it never evaluated{unreadable})",
+    )
 
 
 def cmd_evaluate(args) -> int:
     from core.runs.evaluate import evaluate_checkpoint
 
     if args.report and (args.data or data_flag_values(args)):
-        raise ConfigError("report", "--report measures the run's own split (its evaluation.json): leave out "
-                                    "--data and the data flags")
+        raise ConfigError(
+            "report", "--report measures the run's own split (its evaluation.json): leave out --data and the data flags"
+        )
     checkpoint = chosen_checkpoint(args.target, args.best, args.last, args.runs_dir, "evaluating")
     announce = _announcer(checkpoint, args.split)
     if args.report:
         return _report(args, checkpoint, announce)
-    result = evaluate_checkpoint(checkpoint, args.split, data=args.data, device=args.device,
-                                 batch_size=args.batch_size, data_settings=data_flag_values(args), announce=announce)
+    result = evaluate_checkpoint(
+        checkpoint,
+        args.split,
+        data=args.data,
+        device=args.device,
+        batch_size=args.batch_size,
+        data_settings=data_flag_values(args),
+        announce=announce,
+    )
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
@@ -137,9 +167,11 @@ def cmd_evaluate(args) -> int:
 def _announcer(checkpoint: Path, asked: str | None):
     """The stderr line naming the split measured, said once the rebuilt run has chosen it (without --split:
     test when the data has one, else val)."""
+
     def announce(split: str) -> None:
         why = " (the data has no test split)" if asked is None and split != "test" else ""
         sys.stderr.write(f"evaluating {checkpoint} on the {split} split{why}…\n")
+
     return announce
 
 
@@ -150,8 +182,10 @@ def _print_metrics(result: dict, checkpoint: Path) -> None:
     split = result["split"]
     where = f"{result['split_data'] or result['data']}" if result["data"] else "the task's own data (no --data)"
     compute = f" (autocast {result['autocast_dtype']})" if result["autocast_dtype"] else ""
-    print(f"{result['task']} checkpoint at step {result['step']:,} ({checkpoint}), {split} split of {where}, "
-          f"on {result['device']} in {result['precision']}{compute}: {fmt.duration(result['seconds'])}")
+    print(
+        f"{result['task']} checkpoint at step {result['step']:,} ({checkpoint}), {split} split of {where}, "
+        f"on {result['device']} in {result['precision']}{compute}: {fmt.duration(result['seconds'])}"
+    )
     on = "" if split == "val" else "on val: "
     baseline, ceiling = result["baseline"], result["ceiling"]
     for name, value in result["metrics"].items():
@@ -171,8 +205,9 @@ def _report(args, checkpoint: Path, announce) -> int:
     """--report: the report computed and written beside the checkpoint, then printed (or its JSON)."""
     from core.runs.evaluation_report import evaluation_report, report_folder, write_report
 
-    report = evaluation_report(checkpoint, args.split, device=args.device, batch_size=args.batch_size,
-                               announce=announce)
+    report = evaluation_report(
+        checkpoint, args.split, device=args.device, batch_size=args.batch_size, announce=announce
+    )
     path = write_report(report, report_folder(checkpoint))
     if args.json:
         print(json.dumps(report))
@@ -192,10 +227,15 @@ def report_lines(report: dict) -> list[str]:
     labels, matrix = confusion.get("labels") or [], confusion.get("matrix") or []
     if labels and len(matrix) == len(labels):
         width = max(8, *(len(str(label)) for label in labels))
-        lines += ["", "confusion matrix (rows: true class, columns: predicted)",
-                  " " * (width + 2) + "".join(f"{label:>{width + 2}}" for label in labels)]
-        lines += [f"  {label:<{width}}" + "".join(f"{count:>{width + 2},}" for count in row)
-                  for label, row in zip(labels, matrix, strict=False)]
+        lines += [
+            "",
+            "confusion matrix (rows: true class, columns: predicted)",
+            " " * (width + 2) + "".join(f"{label:>{width + 2}}" for label in labels),
+        ]
+        lines += [
+            f"  {label:<{width}}" + "".join(f"{count:>{width + 2},}" for count in row)
+            for label, row in zip(labels, matrix, strict=False)
+        ]
     classification = report.get("classification") or {}
     roc = report.get("roc") or {}
     figures = [f"{name} {value:.4f}" for name, value in classification.items() if isinstance(value, float)]
@@ -210,9 +250,11 @@ def report_lines(report: dict) -> list[str]:
             continue
         series = curve.get("series") or []
         width = max([len(s.get("label") or s.get("name") or "") for s in series] + [10])
-        lines += ["", f"{curve.get('title', '')}".strip(),
-                  f"  {'':<{width}}" + "".join(f"{(curve.get('metric') or '').upper() + '@' + str(k):>10}"
-                                               for k in shown)]
+        lines += [
+            "",
+            f"{curve.get('title', '')}".strip(),
+            f"  {'':<{width}}" + "".join(f"{(curve.get('metric') or '').upper() + '@' + str(k):>10}" for k in shown),
+        ]
         for s in series:
             values = s.get("values") or []
             cells = [_value(values[ks.index(k)]) if ks.index(k) < len(values) else "-" for k in shown]
@@ -222,11 +264,14 @@ def report_lines(report: dict) -> list[str]:
     if rows:  # one column per bucket (a few), one line per figure: fits 100 columns
         names = list(dict.fromkeys(name for row in rows for name in (row.get("values") or {})))
         width = max([len(n) for n in names] + [len(str(buckets.get("unit") or "count"))])
-        lines += ["", buckets.get("title") or "by bucket",
-                  f"  {'':<{width}}" + "".join(f"{row.get('label', ''):>9}" for row in rows),
-                  f"  {buckets.get('unit') or 'count':<{width}}" + "".join(f"{row.get('count', 0):>9,}"
-                                                                            for row in rows)]
+        lines += [
+            "",
+            buckets.get("title") or "by bucket",
+            f"  {'':<{width}}" + "".join(f"{row.get('label', ''):>9}" for row in rows),
+            f"  {buckets.get('unit') or 'count':<{width}}" + "".join(f"{row.get('count', 0):>9,}" for row in rows),
+        ]
         for name in names:
-            lines.append(f"  {name:<{width}}" + "".join(f"{_value((row.get('values') or {}).get(name)):>9}"
-                                                        for row in rows))
+            lines.append(
+                f"  {name:<{width}}" + "".join(f"{_value((row.get('values') or {}).get(name)):>9}" for row in rows)
+            )
     return lines

@@ -18,25 +18,39 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 def register(sub) -> None:
     """Adds the `export` command's parser to `sub`."""
-    p = sub.add_parser("export", help="a deployable export of a run's model (torch.export program, ONNX or "
-                                      "safetensors) with its manifest and a standalone serve.py",
-                       description="Write FOLDER with the model file, manifest.json (what the model takes and "
-                                   "returns, and what serving needs: the recommender's lesson ids, the sentiment "
-                                   "tokenizer, the ranking feature order) and serve.py (stdlib + torch; "
-                                   "onnxruntime for ONNX). The export is loaded back and compared with the "
-                                   "trained model on a sample batch before it is kept.")
-    p.add_argument("target", metavar="RUN_OR_CHECKPOINT",
-                   help="a checkpoint file, a run folder, or a run id / unique prefix / folder name")
-    p.add_argument("--format", default="program", metavar="FORMAT",
-                   help=f"program (torch.export .pt2, the default), onnx (needs the onnx extra) or safetensors "
-                        f"(weights, with today's checkpoint export files); one of {', '.join(FORMATS)}")
+    p = sub.add_parser(
+        "export",
+        help="a deployable export of a run's model (torch.export program, ONNX or "
+        "safetensors) with its manifest and a standalone serve.py",
+        description="Write FOLDER with the model file, manifest.json (what the model takes and "
+        "returns, and what serving needs: the recommender's lesson ids, the sentiment "
+        "tokenizer, the ranking feature order) and serve.py (stdlib + torch; "
+        "onnxruntime for ONNX). The export is loaded back and compared with the "
+        "trained model on a sample batch before it is kept.",
+    )
+    p.add_argument(
+        "target",
+        metavar="RUN_OR_CHECKPOINT",
+        help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
+    )
+    p.add_argument(
+        "--format",
+        default="program",
+        metavar="FORMAT",
+        help=f"program (torch.export .pt2, the default), onnx (needs the onnx extra) or safetensors "
+        f"(weights, with today's checkpoint export files); one of {', '.join(FORMATS)}",
+    )
     p.add_argument("--out", required=True, metavar="FOLDER", help="the folder to write (must not exist, or be empty)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
     which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
-    p.add_argument("--dtype", default="fp32", metavar="DTYPE",
-                   help="weights in fp32 (default), bf16 or fp16; inputs and outputs stay float32; the file size "
-                        "and the output difference against fp32 are reported")
+    p.add_argument(
+        "--dtype",
+        default="fp32",
+        metavar="DTYPE",
+        help="weights in fp32 (default), bf16 or fp16; inputs and outputs stay float32; the file size "
+        "and the output difference against fp32 are reported",
+    )
     p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     add_task_file_flag(p)
@@ -55,8 +69,9 @@ def cmd_export(args) -> int:
 
     checkpoint = export_source(args.target, args.best, args.last, args.runs_dir)
     sys.stderr.write(f"exporting {checkpoint} as {args.format} ({args.dtype})…\n")
-    result = export_model(checkpoint, args.out, args.format, args.dtype,
-                          progress=lambda line: sys.stderr.write(line + "\n"))
+    result = export_model(
+        checkpoint, args.out, args.format, args.dtype, progress=lambda line: sys.stderr.write(line + "\n")
+    )
     if args.json:
         print(json.dumps(result.to_dict()))
     else:

@@ -13,8 +13,7 @@ import sys
 
 from core.text import count, duration, exact, number, printable, setting, size  # core.text's, as fmt.count etc.
 
-__all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "plain_width", "setting", "size",
-           "table"]
+__all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "plain_width", "setting", "size", "table"]
 
 PIPED_WIDTH = 100  # the layout width when stdout is not a terminal and COLUMNS is not set
 
@@ -56,8 +55,9 @@ def table(title: str | None = None, **kwargs):
 
     class PrintableTable(Table):
         def add_column(self, header="", *args, **kw):
-            super().add_column(printable(header, keep_newlines=True) if isinstance(header, str) else header,
-                               *args, **kw)
+            super().add_column(
+                printable(header, keep_newlines=True) if isinstance(header, str) else header, *args, **kw
+            )
 
         def add_row(self, *cells, **kw):
             super().add_row(*(printable(c, keep_newlines=True) if isinstance(c, str) else c for c in cells), **kw)

@@ -20,36 +20,69 @@ from core.errors import ConfigError
 def register(sub) -> None:
     """Add the `bench` and `inspect` subcommands to the amp-console parser."""
     bench = sub.add_parser(
-        "bench", help="time every precision mode on a task and compare it to fp32",
+        "bench",
+        help="time every precision mode on a task and compare it to fp32",
         description="Train the task for a few windows of steps in each precision mode (same seed and data), "
-                    "report the median step time, throughput, peak memory and loss against fp32, and "
-                    "recommend a mode. Progress goes to stderr, the table to stdout.")
+        "report the median step time, throughput, peak memory and loss against fp32, and "
+        "recommend a mode. Progress goes to stderr, the table to stdout.",
+    )
     _common(bench)
-    bench.add_argument("--precisions", default="fp32,tf32,fp16,bf16",
-                       help="comma-separated modes to compare (default: all; fp32 is always measured: it is the "
-                            "reference; modes the device cannot run are listed as skipped)")
+    bench.add_argument(
+        "--precisions",
+        default="fp32,tf32,fp16,bf16",
+        help="comma-separated modes to compare (default: all; fp32 is always measured: it is the "
+        "reference; modes the device cannot run are listed as skipped)",
+    )
     bench.add_argument("--steps", type=int, default=20, help="optimizer steps per timed window (default 20)")
-    bench.add_argument("--repeats", type=int, default=3,
-                       help="timed windows per mode, after one warm-up window; the median is reported (default 3)")
-    bench.add_argument("--threads", type=int, default=0, metavar="N",
-                       help="CPU threads torch uses inside an op (default 0: the engine's automatic choice); the "
-                            "count used is printed with the results")
-    bench.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                       help="each mode in a fresh process (default: on the CPU, where memory is the peak RSS)")
-    bench.add_argument("--compile", choices=("off", "on", "both"), default="off", dest="compile_rows",
-                       help="measure each mode with torch.compile off, on, or both (a row each; default off); "
-                            "compile time is reported apart from the timed windows")
-    bench.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
-                       help="torch.compile mode of the compiled rows (default: default)")
-    bench.add_argument("--activation-checkpointing", choices=("off", "on", "both"), default="off",
-                       dest="checkpointing_rows",
-                       help="measure each mode with activation checkpointing off, on, or both (default off)")
+    bench.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed windows per mode, after one warm-up window; the median is reported (default 3)",
+    )
+    bench.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CPU threads torch uses inside an op (default 0: the engine's automatic choice); the "
+        "count used is printed with the results",
+    )
+    bench.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="each mode in a fresh process (default: on the CPU, where memory is the peak RSS)",
+    )
+    bench.add_argument(
+        "--compile",
+        choices=("off", "on", "both"),
+        default="off",
+        dest="compile_rows",
+        help="measure each mode with torch.compile off, on, or both (a row each; default off); "
+        "compile time is reported apart from the timed windows",
+    )
+    bench.add_argument(
+        "--compile-mode",
+        choices=COMPILE_MODES,
+        default="default",
+        help="torch.compile mode of the compiled rows (default: default)",
+    )
+    bench.add_argument(
+        "--activation-checkpointing",
+        choices=("off", "on", "both"),
+        default="off",
+        dest="checkpointing_rows",
+        help="measure each mode with activation checkpointing off, on, or both (default off)",
+    )
     bench.set_defaults(handler=cmd_bench)
     inspect = sub.add_parser(
-        "inspect", help="one training step: which module ran in which dtype, and why",
+        "inspect",
+        help="one training step: which module ran in which dtype, and why",
         description="Run one forward + backward pass of the task with hooks on every module and list the dtypes "
-                    "of inputs, outputs, parameters and gradients, the ops each module ran, and why autocast "
-                    "left an op in float32.")
+        "of inputs, outputs, parameters and gradients, the ops each module ran, and why autocast "
+        "left an op in float32.",
+    )
     _common(inspect)
     inspect.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
     inspect.set_defaults(handler=cmd_inspect)
@@ -60,8 +93,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda:N, mps or xpu:N (default auto)")
     parser.add_argument("--batch-size", type=int, default=None, help="samples per step (default: the task's)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
-    parser.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
-                        help="task option, e.g. -o hidden=256 (repeatable; `amp-console tasks NAME` lists them)")
+    parser.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="task_options",
+        help="task option, e.g. -o hidden=256 (repeatable; `amp-console tasks NAME` lists them)",
+    )
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 
@@ -69,8 +109,12 @@ def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> R
     """A validated RunConfig from the task's defaults and the bench/inspect flags."""
     from core.cli.train import parse_option
 
-    values = {"device": args.device, "precision": precision, "seed": args.seed,
-              "task_options": dict(map(parse_option, args.task_options))}
+    values = {
+        "device": args.device,
+        "precision": precision,
+        "seed": args.seed,
+        "task_options": dict(map(parse_option, args.task_options)),
+    }
     if args.batch_size is not None:
         values["batch_size"] = args.batch_size
     if getattr(args, "threads", None) is not None:
@@ -121,13 +165,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     config = config.replace(compile_mode=args.compile_mode)
     choices = {"off": [False], "on": [True], "both": [False, True]}
     compiles, checkpoints = choices[args.compile_rows], choices[args.checkpointing_rows]
-    extra = "".join(f"; {name} {setting}" for name, setting in (("compile", args.compile_rows),
-                                                                 ("activation checkpointing", args.checkpointing_rows))
-                    if setting != "off")
-    sys.stderr.write(f"bench: {config.task} in {', '.join(modes)}{extra}; per mode 1 warm-up + {args.repeats} timed "
-                     f"windows of {args.steps:,} steps\n")
-    result = run_sweep(config, modes, steps=args.steps, repeats=args.repeats, isolate=args.isolate,
-                       progress=ProgressLines(), compile_options=compiles, checkpointing_options=checkpoints)
+    extra = "".join(
+        f"; {name} {setting}"
+        for name, setting in (("compile", args.compile_rows), ("activation checkpointing", args.checkpointing_rows))
+        if setting != "off"
+    )
+    sys.stderr.write(
+        f"bench: {config.task} in {', '.join(modes)}{extra}; per mode 1 warm-up + {args.repeats} timed "
+        f"windows of {args.steps:,} steps\n"
+    )
+    result = run_sweep(
+        config,
+        modes,
+        steps=args.steps,
+        repeats=args.repeats,
+        isolate=args.isolate,
+        progress=ProgressLines(),
+        compile_options=compiles,
+        checkpointing_options=checkpoints,
+    )
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
@@ -141,11 +197,16 @@ def print_sweep(result) -> None:
 
     tokens = any(r.tokens_per_second for r in result.rows)
     threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
-    title = (f"{result.task} on {result.device} ({result.device_name}), batch {result.batch_size}{threads}: "
-             f"median of {result.repeats} x {result.steps:,} steps after {result.warmup_steps:,} warm-up")
+    title = (
+        f"{result.task} on {result.device} ({result.device_name}), batch {result.batch_size}{threads}: "
+        f"median of {result.repeats} x {result.steps:,} steps after {result.warmup_steps:,} warm-up"
+    )
     table = fmt.table(title)
-    columns = ["mode", "compute", "ms/step", "samples/s"] + (["tokens/s"] if tokens else []) + [
-        "peak mem", "speed", "mem", "loss", "Δ loss"]
+    columns = (
+        ["mode", "compute", "ms/step", "samples/s"]
+        + (["tokens/s"] if tokens else [])
+        + ["peak mem", "speed", "mem", "loss", "Δ loss"]
+    )
     for column in columns:
         if column == "mode":  # "bf16 + compile + act. ckpt" wraps rather than squeezing the figures
             table.add_column(column, justify="left", no_wrap=False, max_width=15)
@@ -167,8 +228,13 @@ def print_sweep(result) -> None:
             notes.append(f"{r.label}: {noise_note(r)}")
         cells = [r.label, r.compute_dtype, fmt.number(r.step_ms, ".2f"), fmt.count(r.samples_per_second)]
         cells += [fmt.count(r.tokens_per_second)] if tokens else []
-        cells += [fmt.size(r.peak_memory_bytes), fmt.number(r.speedup, ".2f", "x"),
-                  fmt.number(r.memory_ratio, ".2f", "x"), fmt.number(r.loss, ".4f"), fmt.number(r.loss_delta, "+.4f")]
+        cells += [
+            fmt.size(r.peak_memory_bytes),
+            fmt.number(r.speedup, ".2f", "x"),
+            fmt.number(r.memory_ratio, ".2f", "x"),
+            fmt.number(r.loss, ".4f"),
+            fmt.number(r.loss_delta, "+.4f"),
+        ]
         best = r.label == result.recommended_label if result.recommended_label else r.mode == result.recommended
         table.add_row(*cells, style="bold" if best else None)
     console = fmt.console()
@@ -190,14 +256,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-_SHORT_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64", "int64": "i64",
-                 "int32": "i32", "bool": "bool"}
+_SHORT_DTYPES = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "i32",
+    "bool": "bool",
+}
 
 
 # The table's short forms of the inspector's reasons (WHY_TEXT keys); the lines under the table use the long ones.
-_SHORT_WHY = {"fp32 list": "fp32 list", "promote": "promote", "no lower-precision path": "no low path",
-              "input float32": "input f32", "mixed inputs": "mixed", "new tensor": "new tensor",
-              "cast to float32": "cast", "inside a float32 op": "in f32 op"}
+_SHORT_WHY = {
+    "fp32 list": "fp32 list",
+    "promote": "promote",
+    "no lower-precision path": "no low path",
+    "input float32": "input f32",
+    "mixed inputs": "mixed",
+    "new tensor": "new tensor",
+    "cast to float32": "cast",
+    "inside a float32 op": "in f32 op",
+}
 
 
 def _dtypes(names: list[str]) -> str:
@@ -221,24 +301,36 @@ def print_inspection(result) -> None:
     table.add_column("why f32", overflow="fold")
     for r in result.rows:
         why = ", ".join(dict.fromkeys(_SHORT_WHY.get(w, w) for w in r.why.values()))
-        table.add_row("  " * r.depth + r.name, r.type, f"{_dtypes(r.input_dtypes)} → {_dtypes(r.output_dtypes)}",
-                      _dtypes(r.param_dtypes), _dtypes(r.grad_dtypes), why,
-                      style="yellow" if r.kept_fp32 or r.fp32_ops else None)
+        table.add_row(
+            "  " * r.depth + r.name,
+            r.type,
+            f"{_dtypes(r.input_dtypes)} → {_dtypes(r.output_dtypes)}",
+            _dtypes(r.param_dtypes),
+            _dtypes(r.grad_dtypes),
+            why,
+            style="yellow" if r.kept_fp32 or r.fp32_ops else None,
+        )
     console = fmt.console()
     console.print(table)
-    console.print("f32 = float32, bf16 = bfloat16, f16 = float16, i64 = int64; param/grad: the module's own "
-                  "parameters and their gradients")
+    console.print(
+        "f32 = float32, bf16 = bfloat16, f16 = float16, i64 = int64; param/grad: the module's own "
+        "parameters and their gradients"
+    )
     console.print("ops each module ran (the dtype each produced; why float32 in brackets):")
     for r in result.rows:
-        ops = [f"{name} {_SHORT_DTYPES.get(dtype, dtype)}" + (f" [{r.why[name]}]" if name in r.why and
-                                                               dtype == "float32" else "")
-               for name, dtype in r.ops.items()]
+        ops = [
+            f"{name} {_SHORT_DTYPES.get(dtype, dtype)}"
+            + (f" [{r.why[name]}]" if name in r.why and dtype == "float32" else "")
+            for name, dtype in r.ops.items()
+        ]
         if ops:
             casts = f" (+{r.casts} casts)" if r.casts else ""
             console.print(Padding(Text(f"{r.name}: {', '.join(ops)}{casts}"), (0, 0, 0, 2), expand=False))
     kept = result.kept_fp32()
-    console.print(f"loss dtype: {_SHORT_DTYPES.get(result.loss_dtype, result.loss_dtype)}; "
-                  f"kept in float32 by autocast: {', '.join(kept) or 'nothing'}")
+    console.print(
+        f"loss dtype: {_SHORT_DTYPES.get(result.loss_dtype, result.loss_dtype)}; "
+        f"kept in float32 by autocast: {', '.join(kept) or 'nothing'}"
+    )
     reasons = result.reasons()
     if reasons:
         console.print(f"why float32 (per PyTorch's autocast op reference, {result.device_type} lists):")

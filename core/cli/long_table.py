@@ -38,8 +38,16 @@ class LongTable:
         self.columns: list[_Column] = []
         self.rows: list[tuple[str, ...]] = []
 
-    def add_column(self, name: str, justify: str = "left", no_wrap: bool = False, min_width: int | None = None,
-                   overflow: str = "fold", whole: bool = False, drop: int | None = None) -> None:
+    def add_column(
+        self,
+        name: str,
+        justify: str = "left",
+        no_wrap: bool = False,
+        min_width: int | None = None,
+        overflow: str = "fold",
+        whole: bool = False,
+        drop: int | None = None,
+    ) -> None:
         self.columns.append(_Column(printable(name), justify, no_wrap or whole, max(1, min_width or 1), whole, drop))
 
     def add_row(self, *texts: str) -> None:
@@ -76,8 +84,11 @@ class LongTable:
         natural = [max(cell_len(c.name), _widest(texts), c.min_width) for c, texts in zip(self.columns, by_column)]
 
         def words() -> list[int]:
-            return [n if c.no_wrap else max(cell_len(c.name), _longest_word(texts), c.min_width)
-                    for c, texts, n in zip(self.columns, by_column, natural)]
+            return [
+                n if c.no_wrap else max(cell_len(c.name), _longest_word(texts), c.min_width)
+                for c, texts, n in zip(self.columns, by_column, natural)
+            ]
+
         return natural, words
 
     def widths(self, width: int) -> list[int]:
@@ -90,8 +101,10 @@ class LongTable:
         padded = [max(w + p, f) for w, p, f in zip(widths, pads, floors)]
         room = width - (len(padded) - 1)  # the column separators
         if sum(padded) > room:
-            words = [max(cell_len(c.name), _longest_word(texts)) + p if not c.no_wrap else w
-                     for c, texts, p, w in zip(self.columns, self._by_column(), pads, padded)]
+            words = [
+                max(cell_len(c.name), _longest_word(texts)) + p if not c.no_wrap else w
+                for c, texts, p, w in zip(self.columns, self._by_column(), pads, padded)
+            ]
             collapsed = _collapse(padded, [not c.no_wrap for c in self.columns], room)
             if any(c.whole or c.drop is not None for c in self.columns) and sum(words) <= room:
                 collapsed = [max(w, f) for w, f in zip(collapsed, words)]  # wrapped at spaces, no word broken
@@ -139,8 +152,9 @@ class LongTable:
         for c, pieces in zip(too_wide, pieces_of):
             firsts[c] = [p[0] for p in pieces]
         heights = [max(h) for h in zip(*[map(len, pieces) for pieces in pieces_of])] if too_wide else []
-        more = "  ".join(f"%{'' if rights[c] else '-'}{widths[c]}s" if c in too_wide else " " * widths[c]
-                         for c in range(len(widths))).__mod__
+        more = "  ".join(
+            f"%{'' if rights[c] else '-'}{widths[c]}s" if c in too_wide else " " * widths[c] for c in range(len(widths))
+        ).__mod__
         body: list[str] = []
         for i, first in enumerate(map(line, zip(*firsts))):
             height = heights[i] if too_wide else 1
@@ -150,8 +164,9 @@ class LongTable:
                 for k in range(1, height):
                     for c, pieces in zip(too_wide, pieces_of):
                         texts[c] = pieces[i][k] if k < len(pieces[i]) else ""
-                    body.append(self._line([t if c in too_wide else "" for c, t in enumerate(texts)], widths,
-                                           rights, template))
+                    body.append(
+                        self._line([t if c in too_wide else "" for c, t in enumerate(texts)], widths, rights, template)
+                    )
                 continue
             body.append(first)
             for k in range(1, height):
@@ -166,8 +181,13 @@ class LongTable:
         for text in column:
             pieces = cache.get(text)
             if pieces is None:
-                pieces = cache[text] = (text,) if _cells(text) <= width else (text[:_cut(text, width)],) \
-                    if no_wrap else tuple(_wrap(text, width))
+                pieces = cache[text] = (
+                    (text,)
+                    if _cells(text) <= width
+                    else (text[: _cut(text, width)],)
+                    if no_wrap
+                    else tuple(_wrap(text, width))
+                )
             out.append(pieces)
         return out
 
@@ -185,8 +205,14 @@ class LongTable:
         width = console.width
         header, rule, body, widths = self.lines(width)
         whole = any(self.columns[i].whole for i in self.kept(width))  # a line is never cut through such a column
-        console.print(header, style="table.header", markup=False, highlight=False, no_wrap=True,
-                      overflow="ignore" if whole else "crop")
+        console.print(
+            header,
+            style="table.header",
+            markup=False,
+            highlight=False,
+            no_wrap=True,
+            overflow="ignore" if whole else "crop",
+        )
         console.print(rule, markup=False, highlight=False, no_wrap=True, overflow="ignore" if whole else "crop")
         if not whole and sum(widths) + 2 * (len(widths) - 1) > width:  # wider than the console: cut, as rich does
             body = [_crop(line, width) for line in body]
@@ -200,8 +226,11 @@ class LongTable:
         lines = [header, rule, *body]
         whole = any(self.columns[i].whole for i in self.kept(width))
         if not whole and sum(widths) + 2 * (len(widths) - 1) > width:
-            lines = [line[:width] for line in lines] if "".join(body).isascii() and header.isascii() else \
-                [_crop(line, width) for line in lines]
+            lines = (
+                [line[:width] for line in lines]
+                if "".join(body).isascii() and header.isascii()
+                else [_crop(line, width) for line in lines]
+            )
             lines[1] = _crop(rule, width)
         return "\n".join(lines) + "\n"
 
@@ -210,7 +239,7 @@ def _crop(line: str, width: int) -> str:
     """The first `width` cells of `line`, as rich's crop cuts it."""
     if line.isascii():
         return line[:width]
-    return line[:_cut(line, width)] if cell_len(line) > width else line
+    return line[: _cut(line, width)] if cell_len(line) > width else line
 
 
 def _cells(text: str) -> int:

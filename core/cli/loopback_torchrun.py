@@ -102,8 +102,10 @@ def failure_line(exc) -> str:
     else:
         how = f"exited with code {failure.exitcode}"
     cause = message[-1] if message else "it said nothing (killed, or it died before it could write why)"
-    return (f"rank {rank} (local rank {failure.local_rank}) on node {socket.gethostname()} failed first: {how}; "
-            f"{cause.removeprefix('RankFailed: ')}")
+    return (
+        f"rank {rank} (local rank {failure.local_rank}) on node {socket.gethostname()} failed first: {how}; "
+        f"{cause.removeprefix('RankFailed: ')}"
+    )
 
 
 def _report(line: str) -> None:
@@ -131,8 +133,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(1) from None
     except RendezvousError as exc:
         hint = os.environ.get(RDZV_HINT_ENV, "")
-        _report(f"the nodes did not meet ({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''})"
-                f"{'; ' + hint if hint else ''}")
+        _report(
+            f"the nodes did not meet ({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''})"
+            f"{'; ' + hint if hint else ''}"
+        )
         raise SystemExit(1) from None
 
 

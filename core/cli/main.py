@@ -27,10 +27,19 @@ from core.errors import AmpConsoleError, ConfigError
 # The command modules (core.cli.<name>), in the order --help lists their commands, and the commands each
 # registers (tests/test_cli_startup.py checks this against their register()).
 COMMANDS = {
-    "train": ("train",), "lab": ("bench", "inspect"), "data": ("data",), "runs": ("runs",),
-    "tune_summary": ("summary",), "tune_lr": ("lr-find",), "tune_sweep": ("sweep",), "tune_batch": ("fit-batch",),
-    "evaluate": ("evaluate",), "predict": ("predict",), "export": ("export",),
-    "remote": ("watch", "control", "remote", "agent"), "slurm": ("slurm",),
+    "train": ("train",),
+    "lab": ("bench", "inspect"),
+    "data": ("data",),
+    "runs": ("runs",),
+    "tune_summary": ("summary",),
+    "tune_lr": ("lr-find",),
+    "tune_sweep": ("sweep",),
+    "tune_batch": ("fit-batch",),
+    "evaluate": ("evaluate",),
+    "predict": ("predict",),
+    "export": ("export",),
+    "remote": ("watch", "control", "remote", "agent"),
+    "slurm": ("slurm",),
 }
 
 
@@ -55,8 +64,11 @@ def device_notes(d) -> str:
     """The short facts of one device: CPU cores and bf16 support, GPU compute capability and free memory."""
     if d.type == "cpu":
         cores, threads = d.details.get("cores"), d.details.get("threads")
-        parts = [f"{cores} cores / {threads} threads" if cores else f"{threads} threads",
-                 f"torch uses {d.details.get('torch_threads')}", d.details.get("bf16_speed", "")]
+        parts = [
+            f"{cores} cores / {threads} threads" if cores else f"{threads} threads",
+            f"torch uses {d.details.get('torch_threads')}",
+            d.details.get("bf16_speed", ""),
+        ]
         return "; ".join(p for p in parts if p)
     parts = [f"compute capability {d.capability}" if d.capability else ""]
     if d.details.get("multiprocessors"):
@@ -84,8 +96,17 @@ def print_devices(devices) -> None:
 
 
 def _option_rows(info) -> list[dict]:
-    return [{"name": o.name, "default": o.default, "help": o.help, "minimum": o.minimum, "maximum": o.maximum,
-             "choices": list(o.choices) if o.choices else None} for o in info.options]
+    return [
+        {
+            "name": o.name,
+            "default": o.default,
+            "help": o.help,
+            "minimum": o.minimum,
+            "maximum": o.maximum,
+            "choices": list(o.choices) if o.choices else None,
+        }
+        for o in info.options
+    ]
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -105,24 +126,49 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             return fail_bad_input(f"tasks: {str(exc).split(': ', 1)[1]}")
         parameters = _parameter_count(info.name)
         if args.json:
-            print(json.dumps({"name": info.name, "description": info.description, "parameters": parameters,
-                              "primary_metric": info.primary_metric, "options": _option_rows(info),
-                              "defaults": dict(info.defaults)}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "name": info.name,
+                        "description": info.description,
+                        "parameters": parameters,
+                        "primary_metric": info.primary_metric,
+                        "options": _option_rows(info),
+                        "defaults": dict(info.defaults),
+                    },
+                    indent=2,
+                )
+            )
         else:
             print_task(info, parameters)
         return 0
     infos = list(task_infos().values())
     if args.json:
-        print(json.dumps([{"name": i.name, "description": i.description, "primary_metric": i.primary_metric,
-                           "options": _option_rows(i), "defaults": dict(i.defaults), "source": i.source or None}
-                          for i in infos], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": i.name,
+                        "description": i.description,
+                        "primary_metric": i.primary_metric,
+                        "options": _option_rows(i),
+                        "defaults": dict(i.defaults),
+                        "source": i.source or None,
+                    }
+                    for i in infos
+                ],
+                indent=2,
+            )
+        )
         return 0
     console = fmt.console()
     for info in infos:
         _print_task_head(console, info)
         console.print(_options_table(info, indent=2))
-    console.print("Set an option with -o NAME=VALUE (train, bench, inspect); "
-                  "`amp-console tasks NAME` shows one task with its parameter count.")
+    console.print(
+        "Set an option with -o NAME=VALUE (train, bench, inspect); "
+        "`amp-console tasks NAME` shows one task with its parameter count."
+    )
     return 0
 
 
@@ -143,13 +189,17 @@ def cmd_tasks_new(args: argparse.Namespace) -> int:
     file = shlex.quote(str(written.path))
     run_folder = written.path.parent / "runs" / written.task_name
     run, export = shlex.quote(str(run_folder)), shlex.quote(str(run_folder / "export"))
-    print(f"wrote {written.path}: task {written.task_name!r} ({written.class_name}), a classifier of synthetic "
-          f"points that trains as it is; its comments say what to change for your model and data.")
+    print(
+        f"wrote {written.path}: task {written.task_name!r} ({written.class_name}), a classifier of synthetic "
+        f"points that trains as it is; its comments say what to change for your model and data."
+    )
     print("next:")
-    for line in (f"amp-console tasks {written.task_name} --task {file}",
-                 f"amp-console train --task {file} --precision bf16 --out {run}",
-                 f"amp-console evaluate {run} --task {file}",
-                 f"amp-console export {run} --task {file} --out {export}"):
+    for line in (
+        f"amp-console tasks {written.task_name} --task {file}",
+        f"amp-console train --task {file} --precision bf16 --out {run}",
+        f"amp-console evaluate {run} --task {file}",
+        f"amp-console export {run} --task {file} --out {export}",
+    ):
         print(f"  {line}")
     return 0
 
@@ -206,35 +256,44 @@ def print_task(info, parameters: int) -> None:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command; `command`: of that one only (and devices, tasks) when it is known."""
     parser = OneLineParser(
-        prog="amp-console", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="amp-console",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="AMP Console: mixed-precision training with PyTorch, headless.\n"
-                    "Run `amp-console` with no command to open the window.",
+        "Run `amp-console` with no command to open the window.",
         epilog="first steps:\n"
-               "  amp-console devices                       what this machine can run\n"
-               "  amp-console tasks recommender             a task's options, defaults and ranges\n"
-               "  amp-console tasks new my_task             a task file of your own to start from\n"
-               "  amp-console bench --task tiny             time fp32/tf32/fp16/bf16 and get a recommendation\n"
-               "  amp-console train --task tiny --precision bf16\n"
-               "`amp-console COMMAND --help` explains each command.")
+        "  amp-console devices                       what this machine can run\n"
+        "  amp-console tasks recommender             a task's options, defaults and ranges\n"
+        "  amp-console tasks new my_task             a task file of your own to start from\n"
+        "  amp-console bench --task tiny             time fp32/tf32/fp16/bf16 and get a recommendation\n"
+        "  amp-console train --task tiny --precision bf16\n"
+        "`amp-console COMMAND --help` explains each command.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     devices = sub.add_parser("devices", help="list devices and the precision modes each supports")
     devices.add_argument("--json", action="store_true", help="print a JSON list")
     devices.set_defaults(handler=cmd_devices)
-    tasks = sub.add_parser("tasks", help="list the tasks (models + data) you can train and their options; "
-                                         "`tasks new NAME` writes a task file of your own to start from",
-                           usage="amp-console tasks [NAME] [--json] [--task FILE.py:CLASS]\n"
-                                 "       amp-console tasks new NAME [--out PATH]",
-                           description="Without NAME: every task with its options, defaults and ranges. "
-                                       "With NAME: that task in full, with its model's parameter count. "
-                                       "`tasks new NAME`: write NAME.py (or --out PATH), a commented task file "
-                                       "that trains as it is, to change into your own model and data "
-                                       "(docs/tasks.md); it never overwrites a file. (`new` is the command "
-                                       "here, never a task's name.)")
+    tasks = sub.add_parser(
+        "tasks",
+        help="list the tasks (models + data) you can train and their options; "
+        "`tasks new NAME` writes a task file of your own to start from",
+        usage="amp-console tasks [NAME] [--json] [--task FILE.py:CLASS]\n"
+        "       amp-console tasks new NAME [--out PATH]",
+        description="Without NAME: every task with its options, defaults and ranges. "
+        "With NAME: that task in full, with its model's parameter count. "
+        "`tasks new NAME`: write NAME.py (or --out PATH), a commented task file "
+        "that trains as it is, to change into your own model and data "
+        "(docs/tasks.md); it never overwrites a file. (`new` is the command "
+        "here, never a task's name.)",
+    )
     tasks.add_argument("name", nargs="?", metavar="NAME", help="one task to describe (e.g. recommender), or new")
     tasks.add_argument("new_name", nargs="?", metavar="NEW_NAME", help=argparse.SUPPRESS)
     tasks.add_argument("--json", action="store_true", help="print JSON (a list, or one object for NAME)")
-    tasks.add_argument("--out", metavar="PATH", default=None,
-                       help="with `tasks new NAME`: the file to write (default ./NAME.py; a folder: NAME.py in it)")
+    tasks.add_argument(
+        "--out",
+        metavar="PATH",
+        default=None,
+        help="with `tasks new NAME`: the file to write (default ./NAME.py; a folder: NAME.py in it)",
+    )
     add_task_file_flag(tasks)
     tasks.set_defaults(handler=cmd_tasks)
     for module in command_modules(command):

@@ -21,35 +21,83 @@ from core.errors import ConfigError
 DEFAULT_PORT = 29500  # torchrun's
 DEFAULT_RDZV_TIMEOUT = 600.0  # seconds the nodes wait for each other (torchrun's join_timeout default)
 AUTO_RESUME_ENV = "AMP_CONSOLE_AUTO_RESUME"  # set by the launcher: a restarted worker resumes from the run folder
-NODE_FLAGS = ("--nproc", "--nnodes", "--nproc-per-node", "--node-rank", "--rdzv-endpoint", "--rdzv-id",
-              "--rdzv-timeout", "--max-restarts", "--bind")  # the launcher's own: the workers never get them
+NODE_FLAGS = (
+    "--nproc",
+    "--nnodes",
+    "--nproc-per-node",
+    "--node-rank",
+    "--rdzv-endpoint",
+    "--rdzv-id",
+    "--rdzv-timeout",
+    "--max-restarts",
+    "--bind",
+)  # the launcher's own: the workers never get them
 
 
 def add_node_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nproc", type=int, default=None, metavar="N",
-                        help="run N processes on this machine with DDP (torchrun on 127.0.0.1)")
+    parser.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run N processes on this machine with DDP (torchrun on 127.0.0.1)",
+    )
     group = parser.add_argument_group("several machines (torchrun's c10d rendezvous; docs/distributed.md)")
-    group.add_argument("--nnodes", type=int, default=None, metavar="N",
-                       help="machines in the run; run the same command on each (with --rdzv-endpoint)")
-    group.add_argument("--nproc-per-node", type=int, default=None, metavar="K",
-                       help="processes on each machine (one per GPU); the same as --nproc on one machine")
-    group.add_argument("--node-rank", type=int, default=None, metavar="R",
-                       help="this machine's number, 0..N-1, for messages (the rendezvous assigns the ranks)")
-    group.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                       help=f"where the nodes meet: a host every node reaches (one of them), port default "
-                            f"{DEFAULT_PORT}")
-    group.add_argument("--rdzv-id", default=None, metavar="JOB",
-                       help="the run's name at the rendezvous, the same on every node (default: $SLURM_JOB_ID, "
-                            "else amp-console)")
-    group.add_argument("--rdzv-timeout", type=float, default=None, metavar="SECONDS",
-                       help=f"how long the nodes wait for each other before the run ends (default "
-                            f"{DEFAULT_RDZV_TIMEOUT:g})")
-    group.add_argument("--max-restarts", type=int, default=None, metavar="R",
-                       help="when a process fails, restart every process up to R times, resuming from the run's "
-                            "last checkpoint (default 0)")
-    group.add_argument("--bind", default=None, metavar="ADDRESS",
-                       help="the local address (or interface name) a multi-node run listens on (default: the "
-                            "interface that reaches the endpoint)")
+    group.add_argument(
+        "--nnodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="machines in the run; run the same command on each (with --rdzv-endpoint)",
+    )
+    group.add_argument(
+        "--nproc-per-node",
+        type=int,
+        default=None,
+        metavar="K",
+        help="processes on each machine (one per GPU); the same as --nproc on one machine",
+    )
+    group.add_argument(
+        "--node-rank",
+        type=int,
+        default=None,
+        metavar="R",
+        help="this machine's number, 0..N-1, for messages (the rendezvous assigns the ranks)",
+    )
+    group.add_argument(
+        "--rdzv-endpoint",
+        default=None,
+        metavar="HOST:PORT",
+        help=f"where the nodes meet: a host every node reaches (one of them), port default {DEFAULT_PORT}",
+    )
+    group.add_argument(
+        "--rdzv-id",
+        default=None,
+        metavar="JOB",
+        help="the run's name at the rendezvous, the same on every node (default: $SLURM_JOB_ID, else amp-console)",
+    )
+    group.add_argument(
+        "--rdzv-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"how long the nodes wait for each other before the run ends (default {DEFAULT_RDZV_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--max-restarts",
+        type=int,
+        default=None,
+        metavar="R",
+        help="when a process fails, restart every process up to R times, resuming from the run's "
+        "last checkpoint (default 0)",
+    )
+    group.add_argument(
+        "--bind",
+        default=None,
+        metavar="ADDRESS",
+        help="the local address (or interface name) a multi-node run listens on (default: the "
+        "interface that reaches the endpoint)",
+    )
 
 
 @dataclass(frozen=True)
@@ -77,14 +125,18 @@ class NodePlan:
     def describe(self) -> str:
         where = f"node {self.node_rank} of {self.nnodes}" if self.node_rank is not None else f"{self.nnodes} nodes"
         on = f"{self.interface} ({self.local_addr})" if self.interface else self.local_addr
-        return (f"{where}, {self.nproc_per_node} processes each: rendezvous {self.rdzv_id!r} at {self.endpoint} "
-                f"(timeout {self.rdzv_timeout:g} s); this node listens on {on} only")
+        return (
+            f"{where}, {self.nproc_per_node} processes each: rendezvous {self.rdzv_id!r} at {self.endpoint} "
+            f"(timeout {self.rdzv_timeout:g} s); this node listens on {on} only"
+        )
 
 
 def wants_launcher(args: argparse.Namespace) -> bool:
     """Whether `train` launches torchrun (any of its flags given) rather than training in this process."""
-    return any(getattr(args, name, None) is not None for name in ("nproc", "nnodes", "nproc_per_node",
-                                                                   "rdzv_endpoint", "max_restarts"))
+    return any(
+        getattr(args, name, None) is not None
+        for name in ("nproc", "nnodes", "nproc_per_node", "rdzv_endpoint", "max_restarts")
+    )
 
 
 def node_plan(args: argparse.Namespace) -> NodePlan:
@@ -113,12 +165,16 @@ def node_plan(args: argparse.Namespace) -> NodePlan:
     if nnodes == 1 and not args.rdzv_endpoint:
         return NodePlan(1, per_node, node_rank, "", rdzv_id, timeout, restarts, "127.0.0.1", None)
     if not args.rdzv_endpoint:
-        raise ConfigError("rdzv_endpoint", f"{nnodes} nodes need a meeting point: give --rdzv-endpoint HOST:PORT "
-                                           f"(one of the nodes), the same on every node")
+        raise ConfigError(
+            "rdzv_endpoint",
+            f"{nnodes} nodes need a meeting point: give --rdzv-endpoint HOST:PORT "
+            f"(one of the nodes), the same on every node",
+        )
     host, port = split_endpoint(args.rdzv_endpoint)
     local = local_address(host, port, args.bind)
-    return NodePlan(nnodes, per_node, node_rank, f"{host}:{port}", rdzv_id, timeout, restarts, local,
-                    interface_of(local))
+    return NodePlan(
+        nnodes, per_node, node_rank, f"{host}:{port}", rdzv_id, timeout, restarts, local, interface_of(local)
+    )
 
 
 def split_endpoint(text: str) -> tuple[str, int]:
@@ -157,8 +213,11 @@ def local_address(host: str, port: int, bind: str | None) -> str:
             probe.connect((host, port))  # UDP: picks the route, sends nothing
             return probe.getsockname()[0]
     except OSError as exc:
-        raise ConfigError("rdzv_endpoint", f"{host}: no route to the rendezvous host from this machine "
-                                           f"({exc.strerror or exc}); check the name, or give --bind ADDRESS") from None
+        raise ConfigError(
+            "rdzv_endpoint",
+            f"{host}: no route to the rendezvous host from this machine "
+            f"({exc.strerror or exc}); check the name, or give --bind ADDRESS",
+        ) from None
 
 
 def _interface_addresses() -> dict[str, str]:
@@ -196,10 +255,19 @@ def strip_node_flags(argv: list[str]) -> list[str]:
 
 def multi_node_command(plan: NodePlan, python: str, train_argv: list[str]) -> list[str]:
     """torchrun over several machines: c10d rendezvous at the endpoint, this node listening on its address."""
-    command = [python, "-m", "core.cli.loopback_torchrun", f"--nnodes={plan.nnodes}",
-               f"--nproc-per-node={plan.nproc_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint={plan.endpoint}",
-               f"--rdzv-id={plan.rdzv_id}", f"--rdzv-conf=join_timeout={plan.rdzv_timeout:g}",
-               f"--local-addr={plan.local_addr}", f"--max-restarts={plan.max_restarts}"]
+    command = [
+        python,
+        "-m",
+        "core.cli.loopback_torchrun",
+        f"--nnodes={plan.nnodes}",
+        f"--nproc-per-node={plan.nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={plan.endpoint}",
+        f"--rdzv-id={plan.rdzv_id}",
+        f"--rdzv-conf=join_timeout={plan.rdzv_timeout:g}",
+        f"--local-addr={plan.local_addr}",
+        f"--max-restarts={plan.max_restarts}",
+    ]
     if plan.node_rank is not None:
         command.append(f"--node-rank={plan.node_rank}")
     return [*command, "-m", "core.cli", *train_argv]

@@ -30,25 +30,39 @@ from core.text import printable
 def register(sub) -> None:
     """Adds the `predict` command's parser to `sub`."""
     p = sub.add_parser(
-        "predict", help="a trained model's predictions for a CSV/Parquet file in the task's input format",
+        "predict",
+        help="a trained model's predictions for a CSV/Parquet file in the task's input format",
         description="Score a whole file with a run's model (best checkpoint by default): reviews -> P(positive), "
-                    "user histories -> top-k lesson ids, query candidates -> scores, tiny points -> class "
-                    "probabilities. Streams the input in bounded memory; bad rows are skipped and reported by "
-                    "line (or refused with --strict); the output appears only when complete.")
-    p.add_argument("target", metavar="RUN_OR_CHECKPOINT",
-                   help="a checkpoint file, a run folder, or a run id / unique prefix / folder name")
+        "user histories -> top-k lesson ids, query candidates -> scores, tiny points -> class "
+        "probabilities. Streams the input in bounded memory; bad rows are skipped and reported by "
+        "line (or refused with --strict); the output appears only when complete.",
+    )
+    p.add_argument(
+        "target",
+        metavar="RUN_OR_CHECKPOINT",
+        help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
+    )
     p.add_argument("--input", required=True, metavar="FILE", help="the rows to score (.csv or .parquet)")
     p.add_argument("--out", required=True, metavar="FILE", help="where the predictions go (.csv or .parquet)")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--best", action="store_const", const="best", dest="which",
-                       help="the run's best checkpoint (the default; its last when it kept none)")
+    which.add_argument(
+        "--best",
+        action="store_const",
+        const="best",
+        dest="which",
+        help="the run's best checkpoint (the default; its last when it kept none)",
+    )
     which.add_argument("--last", action="store_const", const="last", dest="which", help="the run's last checkpoint")
     p.add_argument("--k", type=int, default=10, help="recommender: lessons recommended per user (default 10)")
-    p.add_argument("--include-seen", action="store_true",
-                   help="recommender: lessons already in the history may be recommended (a `seen` column says so)")
+    p.add_argument(
+        "--include-seen",
+        action="store_true",
+        help="recommender: lessons already in the history may be recommended (a `seen` column says so)",
+    )
     p.add_argument("--device", help="score on this device (default: cpu)")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH, help=f"rows scored at a time (default "
-                                                                         f"{DEFAULT_BATCH})")
+    p.add_argument(
+        "--batch-size", type=int, default=DEFAULT_BATCH, help=f"rows scored at a time (default {DEFAULT_BATCH})"
+    )
     p.add_argument("--strict", action="store_true", help="the first bad row is an error (exit 2), nothing written")
     p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
     add_task_file_flag(p)
@@ -56,6 +70,7 @@ def register(sub) -> None:
 
 
 # ---- the command -------------------------------------------------------------------------------------------------
+
 
 def cmd_predict(args) -> int:
     """Exit codes: 0 written, 1 the output could not be written (a full disk), 2 bad input, 128 + the signal's
@@ -69,8 +84,9 @@ def cmd_predict(args) -> int:
         try:
             return _predict(args, signals)
         except StopBeforeStart as exc:
-            sys.stderr.write(f"amp-console: {signal_name(exc.signum)}: predict stopped; nothing written to "
-                             f"{printable(args.out)}\n")
+            sys.stderr.write(
+                f"amp-console: {signal_name(exc.signum)}: predict stopped; nothing written to {printable(args.out)}\n"
+            )
             return signals.exit_code
         except WriteFailed as exc:
             sys.stderr.write(f"amp-console: error: {exc}\n")
@@ -85,9 +101,14 @@ def _predict(args, signals) -> int:
     from core.runs.file_predict import FilePrediction, PredictRequest, check_request
     from core.runs.predict import load_predictor
 
-    request = PredictRequest(source=Path(args.input).expanduser(), out=Path(args.out).expanduser(),
-                             batch_size=args.batch_size, k=args.k, include_seen=args.include_seen,
-                             strict=args.strict)
+    request = PredictRequest(
+        source=Path(args.input).expanduser(),
+        out=Path(args.out).expanduser(),
+        batch_size=args.batch_size,
+        k=args.k,
+        include_seen=args.include_seen,
+        strict=args.strict,
+    )
     for note in check_request(request):
         sys.stderr.write(f"note: {note}\n")
     checkpoint, which = resolve_target(args.target, args.which, args.runs_dir)
@@ -105,8 +126,10 @@ def _predict(args, signals) -> int:
 
     done = job.run(committing)
     extra = "".join(f"; {note}" for note in done.notes)
-    print(f"predict: {done.scored:,} {done.unit} scored, {done.skipped:,} skipped, {done.rows_per_second:,.0f} "
-          f"rows/s ({done.seconds:.1f} s){extra} -> {request.out}")
+    print(
+        f"predict: {done.scored:,} {done.unit} scored, {done.skipped:,} skipped, {done.rows_per_second:,.0f} "
+        f"rows/s ({done.seconds:.1f} s){extra} -> {request.out}"
+    )
     return 0
 
 
@@ -131,4 +154,3 @@ def resolve_target(target: str, which: str | None, runs_dir: str | None) -> tupl
         if "no best checkpoint" not in str(exc):
             raise
         return find_checkpoint(target, False, runs_dir).parent, "best"
-

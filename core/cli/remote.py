@@ -22,15 +22,23 @@ from core.text import printable
 
 def _ssh_flags(parser) -> None:
     group = parser.add_argument_group("remote runs (HOST:PATH)")
-    group.add_argument("--remote-command", metavar="CMD", default=None,
-                       help="how the host runs amp-console, e.g. '~/venv/bin/amp-console' (default: "
-                            "$AMP_CONSOLE_REMOTE_COMMAND, else amp-console)")
+    group.add_argument(
+        "--remote-command",
+        metavar="CMD",
+        default=None,
+        help="how the host runs amp-console, e.g. '~/venv/bin/amp-console' (default: "
+        "$AMP_CONSOLE_REMOTE_COMMAND, else amp-console)",
+    )
     group.add_argument("--ssh-config", metavar="FILE", default=None, help="an ssh config file (ssh -F FILE)")
-    group.add_argument("--ssh-option", metavar="OPTION", action="append", default=[],
-                       help="an ssh option (ssh -o OPTION), repeatable")
-    parser.add_argument("--runs-dir", metavar="DIR", default=None,
-                        help="the runs root a run id or name is looked for in (default: $AMP_CONSOLE_RUNS_DIR, "
-                             "else your data folder)")
+    group.add_argument(
+        "--ssh-option", metavar="OPTION", action="append", default=[], help="an ssh option (ssh -o OPTION), repeatable"
+    )
+    parser.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        default=None,
+        help="the runs root a run id or name is looked for in (default: $AMP_CONSOLE_RUNS_DIR, else your data folder)",
+    )
 
 
 def host_of(dest: str, args: argparse.Namespace):
@@ -46,28 +54,49 @@ def host_of(dest: str, args: argparse.Namespace):
 
 
 def register(sub) -> None:
-    watch = sub.add_parser("watch", help="follow a run's progress, here or on a host over ssh, until it ends",
-                           description="Shows a run from its start, then live, until it ends, with the usual "
-                                       "summary. RUN: a run folder, a run's id or name under the runs root, or "
-                                       "HOST:PATH on a machine reached with ssh (PATH: a folder, or a run's id "
-                                       "or name under the host's runs root). Exit code 0 when the run completed "
-                                       "or was stopped, 1 when it failed or ended without a word (killed).")
+    watch = sub.add_parser(
+        "watch",
+        help="follow a run's progress, here or on a host over ssh, until it ends",
+        description="Shows a run from its start, then live, until it ends, with the usual "
+        "summary. RUN: a run folder, a run's id or name under the runs root, or "
+        "HOST:PATH on a machine reached with ssh (PATH: a folder, or a run's id "
+        "or name under the host's runs root). Exit code 0 when the run completed "
+        "or was stopped, 1 when it failed or ended without a word (killed).",
+    )
     watch.add_argument("target", metavar="RUN")
-    watch.add_argument("--offset", type=int, default=0, metavar="BYTES",
-                       help="start at this byte of metrics.jsonl instead of its start")
-    watch.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
-                       help="off a terminal: one progress line this often (default 10)")
+    watch.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="start at this byte of metrics.jsonl instead of its start",
+    )
+    watch.add_argument(
+        "--progress-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="off a terminal: one progress line this often (default 10)",
+    )
     watch.add_argument("--json", action="store_true", help="last stdout line: the run's JSON summary")
     _ssh_flags(watch)
     watch.set_defaults(handler=cmd_watch)
 
-    control = sub.add_parser("control", help="pause, resume or stop a run through its folder, here or over ssh",
-                             description="Writes the request into the run folder's control channel and waits "
-                                         "for the run to acknowledge it and do it (see docs/remote.md).")
+    control = sub.add_parser(
+        "control",
+        help="pause, resume or stop a run through its folder, here or over ssh",
+        description="Writes the request into the run folder's control channel and waits "
+        "for the run to acknowledge it and do it (see docs/remote.md).",
+    )
     control.add_argument("target", metavar="RUN")
     control.add_argument("verb", choices=("pause", "resume", "stop"))
-    control.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                         help="how long to wait for the acknowledgement and its outcome (default 30)")
+    control.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the acknowledgement and its outcome (default 30)",
+    )
     _ssh_flags(control)
     control.set_defaults(handler=cmd_control)
 
@@ -80,17 +109,40 @@ def register(sub) -> None:
     devices.set_defaults(handler=cmd_remote_devices)
     start = ops.add_parser("start", help="start a run detached on the host; prints HOST:FOLDER for watch/control")
     start.add_argument("host", metavar="HOST")
-    start.add_argument("--config", metavar="FILE.toml", default=None,
-                       help="the run's settings (a local file; default: the task's defaults)")
-    start.add_argument("--task", dest="remote_task", metavar="FILE.py:CLASS", default=None,  # not loaded here
-                       help="the task: a built-in task's name, or a task file here (copied into the run's folder "
-                            "on the host) or package.module:Class (installed on the host)")
-    start.add_argument("--option", "-o", dest="task_options", metavar="KEY=VALUE", action="append", default=[],
-                       help="task option (repeatable)")
-    start.add_argument("--data", metavar="PATH", default=None, help="the data file (a path on the host, or with "
-                                                                    "--upload a local file copied there)")
-    start.add_argument("--upload", action="store_true",
-                       help="copy the local data file(s) to the host first (skipped when it has the same sha256)")
+    start.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        default=None,
+        help="the run's settings (a local file; default: the task's defaults)",
+    )
+    start.add_argument(
+        "--task",
+        dest="remote_task",
+        metavar="FILE.py:CLASS",
+        default=None,  # not loaded here
+        help="the task: a built-in task's name, or a task file here (copied into the run's folder "
+        "on the host) or package.module:Class (installed on the host)",
+    )
+    start.add_argument(
+        "--option",
+        "-o",
+        dest="task_options",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="task option (repeatable)",
+    )
+    start.add_argument(
+        "--data",
+        metavar="PATH",
+        default=None,
+        help="the data file (a path on the host, or with --upload a local file copied there)",
+    )
+    start.add_argument(
+        "--upload",
+        action="store_true",
+        help="copy the local data file(s) to the host first (skipped when it has the same sha256)",
+    )
     start.add_argument("--nproc", type=int, default=None, metavar="N", help="DDP processes on the host")
     start.add_argument("--watch", action="store_true", help="then watch it (Ctrl+C leaves it running)")
     _ssh_flags(start)
@@ -101,14 +153,18 @@ def register(sub) -> None:
     runs.add_argument("--json", action="store_true", help="print a JSON list of the runs' records")
     _ssh_flags(runs)
     runs.set_defaults(handler=cmd_remote_runs)
-    fetch = ops.add_parser("fetch", help="copy a host's run (its files and best checkpoint) under the runs root",
-                           description="Copies run.json, metrics.jsonl, note.txt, evaluation.json and the best "
-                                       "checkpoint (else the last) of a run on a host into <runs root>/.hosts/"
-                                       "HOST/RUN/ here, for evaluate, export, predict and the window's preview; "
-                                       "files already there with the same sha256 are not sent again. Prints the "
-                                       "local folder; progress on stderr.")
-    fetch.add_argument("target", metavar="HOST:RUN", help="RUN: a folder on the host, or a run's name or id "
-                                                          "under the host's runs root")
+    fetch = ops.add_parser(
+        "fetch",
+        help="copy a host's run (its files and best checkpoint) under the runs root",
+        description="Copies run.json, metrics.jsonl, note.txt, evaluation.json and the best "
+        "checkpoint (else the last) of a run on a host into <runs root>/.hosts/"
+        "HOST/RUN/ here, for evaluate, export, predict and the window's preview; "
+        "files already there with the same sha256 are not sent again. Prints the "
+        "local folder; progress on stderr.",
+    )
+    fetch.add_argument(
+        "target", metavar="HOST:RUN", help="RUN: a folder on the host, or a run's name or id under the host's runs root"
+    )
     fetch.add_argument("--no-checkpoint", action="store_true", help="only the run's small files")
     _ssh_flags(fetch)
     fetch.set_defaults(handler=cmd_remote_fetch)
@@ -176,8 +232,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 case RunStarted():
                     started, ended = event, None
                 case ControlAcknowledged():
-                    say(f"{event.verb} requested (request {event.seq}): acknowledged"
-                        + (f", {event.note}" if event.note else ""))
+                    say(
+                        f"{event.verb} requested (request {event.seq}): acknowledged"
+                        + (f", {event.note}" if event.note else "")
+                    )
                 case RunPaused():
                     say(f"paused at step {event.step}")
                 case RunResumed():
@@ -186,8 +244,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     ended = event
     except KeyboardInterrupt:
         follower.close()
-        say(f"stopped watching at byte {follower.offset} (the run goes on; `watch --offset {follower.offset}` "
-            f"picks up there)")
+        say(
+            f"stopped watching at byte {follower.offset} (the run goes on; `watch --offset {follower.offset}` "
+            f"picks up there)"
+        )
         return 130
     if ended is None or follower.status != "ended":
         why = f": {follower.note}" if follower.note else ""
@@ -222,17 +282,29 @@ def cmd_remote_devices(args: argparse.Namespace) -> int:
 
     info = host_devices(host_of(args.host, args))
     if args.json:
-        print(json.dumps({"host": info.dest, "version": info.version, "runs_root": info.runs_root,
-                          "devices": [d.to_dict() for d in info.devices]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "host": info.dest,
+                    "version": info.version,
+                    "runs_root": info.runs_root,
+                    "devices": [d.to_dict() for d in info.devices],
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"{printable(info.dest)} ({printable(info.hostname)}): amp-console {printable(info.version)}, "
-          f"runs under {printable(info.runs_root)}")
+    print(
+        f"{printable(info.dest)} ({printable(info.hostname)}): amp-console {printable(info.version)}, "
+        f"runs under {printable(info.runs_root)}"
+    )
     print_devices(info.devices)
     return 0
 
 
 def cmd_remote_start(args: argparse.Namespace) -> int:
-    from core.cli.train import parse_option, read_config_file
+    from core.cli.train import parse_option
+    from core.config import read_config_file
     from core.remote.client import start_remote_run
 
     values = read_config_file(args.config) if args.config else {}
@@ -246,8 +318,13 @@ def cmd_remote_start(args: argparse.Namespace) -> int:
     host = host_of(args.host, args)
     config = _config_for_host(values, host.dest, args.config or "the command line", args.upload)
     fields = [name for name in ("data", "val_data", "test_data") if getattr(config, name)] if args.upload else []
-    run = start_remote_run(host, config, upload_fields=fields, nproc=args.nproc,
-                           on_progress=lambda text: sys.stderr.write(f"amp-console: {text}\n"))
+    run = start_remote_run(
+        host,
+        config,
+        upload_fields=fields,
+        nproc=args.nproc,
+        on_progress=lambda text: sys.stderr.write(f"amp-console: {text}\n"),
+    )
     print(run.target, flush=True)
     if not args.watch:
         return 0
@@ -309,23 +386,25 @@ def cmd_remote_fetch(args: argparse.Namespace) -> int:
 
     remote = parse_target(args.target)
     if remote is None or not remote[1]:
-        raise ConfigError("target", f"{printable(args.target)}: give HOST:RUN (a run's folder, name or id on the "
-                                    f"host)")
+        raise ConfigError("target", f"{printable(args.target)}: give HOST:RUN (a run's folder, name or id on the host)")
     live = sys.stderr.isatty()
     shown = {"name": None, "tenth": -1}
 
     def progress(done: int, total: int, name: str) -> None:
         tenth = 10 * done // total if total else 10
         if live:
-            sys.stderr.write(f"\ramp-console: fetching {name}: {size(done) if done else '0 B'} of {size(total)} "
-                             f"({100 * done // total if total else 100}%)\x1b[K")
+            sys.stderr.write(
+                f"\ramp-console: fetching {name}: {size(done) if done else '0 B'} of {size(total)} "
+                f"({100 * done // total if total else 100}%)\x1b[K"
+            )
         elif name != shown["name"] or tenth != shown["tenth"]:
             sys.stderr.write(f"amp-console: fetching {name}: {size(done) if done else '0 B'} of {size(total)}\n")
         shown.update(name=name, tenth=tenth)
         sys.stderr.flush()
 
-    fetched = fetch_run(host_of(remote[0], args), remote[1], runs_dir(args), checkpoint=not args.no_checkpoint,
-                        on_progress=progress)
+    fetched = fetch_run(
+        host_of(remote[0], args), remote[1], runs_dir(args), checkpoint=not args.no_checkpoint, on_progress=progress
+    )
     if live and fetched.sent:
         sys.stderr.write("\n")
     kept = f", {len(fetched.kept)} already here" if fetched.kept else ""
@@ -358,8 +437,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
     elif args.op == "runs":
         agent.runs(sys.stdout.buffer, args.runs_dir)
     elif args.op == "fetch":
-        agent.fetch(agent.find_run_folder(args.folder, args.runs_dir), args.checkpoint, sys.stdin.buffer,
-                    sys.stdout.buffer, args.runs_dir)
+        agent.fetch(
+            agent.find_run_folder(args.folder, args.runs_dir),
+            args.checkpoint,
+            sys.stdin.buffer,
+            sys.stdout.buffer,
+            args.runs_dir,
+        )
     elif args.op == "put":
         agent.print_json(agent.put(args.sha256, args.size, args.name, sys.stdin.buffer, args.check, args.runs_dir))
     return 0

@@ -24,8 +24,8 @@ from core.cli.common import fail_bad_input
 from core.cli.long_table import LongTable
 from core.engine.run_delete import RunDeleteError, check_deletable, delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_index import listed_runs, runs_named
-from core.engine.run_record import RUNS_DIR_ENV, find_runs, runs_root, write_note
+from core.engine.run_index import find_runs, listed_runs, runs_named
+from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
 from core.files import UnreadableFile, read_jsonl
 from core.runs.compare import best_text, compare_rows, differing_config, precision_text, steps_text
 from core.text import printable
@@ -95,13 +95,18 @@ def _unreadable_lines(runs: list[dict]) -> list[str]:
 # `runs list`'s columns. A name is never broken (it is copied into `runs show`, `evaluate`, ...); when the
 # terminal is narrow, the columns give way in `drop` order: what a dated name already says (its precision,
 # task, start) or what matters least for telling runs apart goes first, the status last.
-LIST_COLUMNS = (("id", {"no_wrap": True}), ("name", {"whole": True}),
-                ("task", {"min_width": 6, "drop": 3}), ("status", {"no_wrap": True, "drop": 8}),
-                ("precision", {"no_wrap": True, "drop": 2}), ("device", {"no_wrap": True, "drop": 1}),
-                ("steps", {"justify": "right", "no_wrap": True, "drop": 5}),
-                ("best", {"min_width": 8, "drop": 7}),
-                ("wall", {"justify": "right", "no_wrap": True, "drop": 4}),
-                ("started", {"no_wrap": True, "drop": 6}))
+LIST_COLUMNS = (
+    ("id", {"no_wrap": True}),
+    ("name", {"whole": True}),
+    ("task", {"min_width": 6, "drop": 3}),
+    ("status", {"no_wrap": True, "drop": 8}),
+    ("precision", {"no_wrap": True, "drop": 2}),
+    ("device", {"no_wrap": True, "drop": 1}),
+    ("steps", {"justify": "right", "no_wrap": True, "drop": 5}),
+    ("best", {"min_width": 8, "drop": 7}),
+    ("wall", {"justify": "right", "no_wrap": True, "drop": 4}),
+    ("started", {"no_wrap": True, "drop": 6}),
+)
 
 
 def cmd_list(args) -> int:
@@ -137,9 +142,18 @@ def print_run_table(runs: list[dict]) -> None:
     for name, kwargs in LIST_COLUMNS:
         table.add_column(name, **kwargs)
     for r in runs:
-        table.add_row(str(r.get("id") or "-")[:8], str(r.get("name")), str(r.get("task") or "-"),
-                      str(r.get("status") or "-"), precision_text(r), str(r.get("device") or "-"), steps_text(r),
-                      best_text(r), _wall(r.get("wall_seconds")), _start(r, year=False))
+        table.add_row(
+            str(r.get("id") or "-")[:8],
+            str(r.get("name")),
+            str(r.get("task") or "-"),
+            str(r.get("status") or "-"),
+            precision_text(r),
+            str(r.get("device") or "-"),
+            steps_text(r),
+            best_text(r),
+            _wall(r.get("wall_seconds")),
+            _start(r, year=False),
+        )
     width = fmt.plain_width()
     if width is not None:  # not a terminal: plain text, without rich's console (wrapped as it would)
         left_out = table.left_out(width)
@@ -149,8 +163,15 @@ def print_run_table(runs: list[dict]) -> None:
 
             from rich.console import Console
 
-            text = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, soft_wrap=False,
-                           markup=False, emoji=False)
+            text = Console(
+                file=io.StringIO(),
+                width=width,
+                color_system=None,
+                highlight=False,
+                soft_wrap=False,
+                markup=False,
+                emoji=False,
+            )
             text.print(_left_out_note(width, left_out), highlight=False)
             note = text.file.getvalue()
         sys.stdout.write(table.text(width) + note + "".join(line + "\n" for line in _unreadable_lines(runs)))
@@ -182,8 +203,13 @@ def cmd_show(args) -> int:
         print(json.dumps(run, indent=2, default=str))
         return 0
     if run.get("unreadable"):
-        rows = [("id", run.get("id")), ("name", run.get("name")), ("folder", run.get("folder")),
-                ("status", f"unreadable: {run['unreadable']}"), ("note", _note(run))]
+        rows = [
+            ("id", run.get("id")),
+            ("name", run.get("name")),
+            ("folder", run.get("folder")),
+            ("status", f"unreadable: {run['unreadable']}"),
+            ("note", _note(run)),
+        ]
         table = fmt.table(None, show_header=False, show_edge=False)
         table.add_column("field", no_wrap=True)
         table.add_column("value", overflow="fold")
@@ -194,19 +220,32 @@ def cmd_show(args) -> int:
     versions = run.get("versions") or {}
     checkpoints = run.get("checkpoints") or {}
     rows = [
-        ("id", run.get("id")), ("name", run.get("name")), ("folder", run.get("folder")),
-        ("task", run.get("task")), ("status", run.get("status")),
-        ("device", " ".join(str(x) for x in (run.get("device"), f"({run['device_name']})"
-                                             if run.get("device_name") else "") if x)),
+        ("id", run.get("id")),
+        ("name", run.get("name")),
+        ("folder", run.get("folder")),
+        ("task", run.get("task")),
+        ("status", run.get("status")),
+        (
+            "device",
+            " ".join(
+                str(x) for x in (run.get("device"), f"({run['device_name']})" if run.get("device_name") else "") if x
+            ),
+        ),
         ("precision", f"{precision_text(run)} (autocast {run.get('autocast_dtype') or '-'})"),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v) or "-"),
-        ("started", run.get("start_time") or "-"), ("ended", run.get("end_time") or "-"),
-        ("wall time", _wall(run.get("wall_seconds"))), ("steps", steps_text(run)),
+        ("started", run.get("start_time") or "-"),
+        ("ended", run.get("end_time") or "-"),
+        ("wall time", _wall(run.get("wall_seconds"))),
+        ("steps", steps_text(run)),
         ("final loss", fmt.number(run.get("final_loss"))),
         ("samples/s", fmt.count(run.get("samples_per_second"))),
-        ("best", best_text(run) + (f" at step {fmt.exact(run['best']['step'])}"
-                               if (run.get("best") or {}).get("step") is not None else "")),
-        ("val metrics", _metrics_text(run.get("metrics"))), ("test metrics", _metrics_text(run.get("test_metrics"))),
+        (
+            "best",
+            best_text(run)
+            + (f" at step {fmt.exact(run['best']['step'])}" if (run.get("best") or {}).get("step") is not None else ""),
+        ),
+        ("val metrics", _metrics_text(run.get("metrics"))),
+        ("test metrics", _metrics_text(run.get("test_metrics"))),
     ]
     rows += [(f"checkpoint ({k})", (v or {}).get("path", "-")) for k, v in checkpoints.items()]
     rows.append(("message", run.get("message") or "-"))
@@ -220,8 +259,9 @@ def cmd_show(args) -> int:
     console.print(table)
     config = run.get("config") or {}
     if config:
-        console.print(printable("config: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in config.items())),
-                      soft_wrap=True)
+        console.print(
+            printable("config: " + ", ".join(f"{k}={fmt.setting(v)}" for k, v in config.items())), soft_wrap=True
+        )
     for note in run.get("notes") or []:  # the engine's notes on the run (the user's note is in the table)
         console.print(printable(f"engine note: {note}"), soft_wrap=True)
     return 0
@@ -240,8 +280,9 @@ def cmd_note(args) -> int:
         if run.get("note"):
             print(printable(run["note"], keep_newlines=True))
         elif run.get("note_unreadable"):
-            return fail_bad_input(printable(f"runs note: the note of {_named(run)} is unreadable: "
-                                            f"{run['note_unreadable']}"))
+            return fail_bad_input(
+                printable(f"runs note: the note of {_named(run)} is unreadable: {run['note_unreadable']}")
+            )
         return 0
     try:
         note = write_note(run["folder"], args.text)
@@ -258,14 +299,40 @@ def cmd_compare(args) -> int:
     differing = differing_config(runs)
     rows = compare_rows(runs)
     if args.json:
-        print(json.dumps({"runs": [{k: r.get(k) for k in ("id", "name", "task", "precision", "autocast_dtype",
-                                                           "device", "status", "samples_per_second",
-                                                           "peak_memory_bytes", "best", "metrics", "test_metrics",
-                                                           "final_loss", "wall_seconds", "steps", "note")}
-                                   for r in runs],
-                          "config_differs": differing,
-                          "rows": [{"label": row.label, "values": list(row.values), "differs": row.differs}
-                                   for row in rows]}, indent=2, default=str))
+        print(
+            json.dumps(
+                {
+                    "runs": [
+                        {
+                            k: r.get(k)
+                            for k in (
+                                "id",
+                                "name",
+                                "task",
+                                "precision",
+                                "autocast_dtype",
+                                "device",
+                                "status",
+                                "samples_per_second",
+                                "peak_memory_bytes",
+                                "best",
+                                "metrics",
+                                "test_metrics",
+                                "final_loss",
+                                "wall_seconds",
+                                "steps",
+                                "note",
+                            )
+                        }
+                        for r in runs
+                    ],
+                    "config_differs": differing,
+                    "rows": [{"label": row.label, "values": list(row.values), "differs": row.differs} for row in rows],
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return 0
     table = fmt.table(None)
     table.add_column("", no_wrap=True)
@@ -288,8 +355,16 @@ def export_rows(folder: Path) -> tuple[list[str], list[dict]]:
         kind = record.get("event")
         if kind == "StepMetrics":
             row = by_step.setdefault(record.get("step"), {"step": record.get("step")})
-            for key in ("epoch", "loss", "lr", "samples_per_second", "grad_scale", "grad_norm", "skipped_steps",
-                        "tokens_per_second"):
+            for key in (
+                "epoch",
+                "loss",
+                "lr",
+                "samples_per_second",
+                "grad_scale",
+                "grad_norm",
+                "skipped_steps",
+                "tokens_per_second",
+            ):
                 if record.get(key) is not None:
                     row[key] = record[key]
                     if key not in columns and key not in extra:
@@ -380,6 +455,7 @@ def _handle(handler):
             return handler(args)
         except RunNotFound as exc:
             return fail_bad_input(str(exc))
+
     return run
 
 
@@ -387,29 +463,41 @@ def register(sub) -> None:
     """Add the `runs` command group to the top-level subparsers."""
     from core.cli.common import OneLineParser
 
-    runs = sub.add_parser("runs", help="list, show, annotate, compare, export and delete the runs under a runs folder",
-                          description="The runs under a runs folder (each subfolder with run.json, or an older "
-                                      "one with metrics.jsonl). A run is named by its id, a unique prefix of "
-                                      "it, or its folder name.")
-    runs.add_argument("--runs-dir", metavar="DIR", default=None,
-                      help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. "
-                                 "~/.local/share/amp-console/runs)")
-    commands = runs.add_subparsers(dest="runs_command", required=True, parser_class=OneLineParser,
-                                   metavar="COMMAND")
+    runs = sub.add_parser(
+        "runs",
+        help="list, show, annotate, compare, export and delete the runs under a runs folder",
+        description="The runs under a runs folder (each subfolder with run.json, or an older "
+        "one with metrics.jsonl). A run is named by its id, a unique prefix of "
+        "it, or its folder name.",
+    )
+    runs.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        default=None,
+        help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. ~/.local/share/amp-console/runs)",
+    )
+    commands = runs.add_subparsers(dest="runs_command", required=True, parser_class=OneLineParser, metavar="COMMAND")
 
     def add(name, handler, help_text):
         parser = commands.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--runs-dir", metavar="DIR", default=argparse.SUPPRESS,
-                            help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. "
-                                 "~/.local/share/amp-console/runs)")
+        parser.add_argument(
+            "--runs-dir",
+            metavar="DIR",
+            default=argparse.SUPPRESS,
+            help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. "
+            "~/.local/share/amp-console/runs)",
+        )
         parser.set_defaults(handler=_handle(handler))
         return parser
 
     p = add("list", cmd_list, "the runs, newest first (start times in UTC)")
     p.add_argument("--json", action="store_true", help="print a JSON list of the runs' records")
     p.add_argument("--task", help="only runs of this task")
-    p.add_argument("--status", choices=("running", "completed", "stopped", "failed", "interrupted", "unreadable"),
-                   help="only runs with this status")
+    p.add_argument(
+        "--status",
+        choices=("running", "completed", "stopped", "failed", "interrupted", "unreadable"),
+        help="only runs with this status",
+    )
     p = add("show", cmd_show, "one run in full")
     p.add_argument("id", metavar="ID", help="run id, unique id prefix, or folder name")
     p.add_argument("--json", action="store_true", help="print the run's record as JSON")

@@ -51,10 +51,22 @@ def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None,
     core.cli.loopback_torchrun every store torchrun hosts listening on 127.0.0.1 only (--standalone, or plain
     torchrun, would listen on every interface)."""
     port = port or free_local_port()
-    return [sys.executable, "-m", "core.cli.loopback_torchrun", "--nnodes=1", f"--nproc-per-node={nproc}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={LOCALHOST}:{port}", f"--rdzv-id=amp-{uuid.uuid4().hex[:12]}",
-            f"--local-addr={LOCALHOST}", f"--master-addr={LOCALHOST}", f"--max-restarts={max_restarts}",
-            "-m", "core.cli", *train_argv]
+    return [
+        sys.executable,
+        "-m",
+        "core.cli.loopback_torchrun",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={LOCALHOST}:{port}",
+        f"--rdzv-id=amp-{uuid.uuid4().hex[:12]}",
+        f"--local-addr={LOCALHOST}",
+        f"--master-addr={LOCALHOST}",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        "core.cli",
+        *train_argv,
+    ]
 
 
 def usable_cpu_cores() -> int:
@@ -73,12 +85,17 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
     gpus = cuda_gpus() if config.device.startswith("cuda") or config.device == "auto" else 0
     wants_gpu = config.device.startswith("cuda") or (config.device == "auto" and gpus > 0)
     if wants_gpu and nproc > gpus:
-        raise ConfigError("nproc", f"{nproc} processes need {nproc} CUDA GPUs, this machine has {gpus}; "
-                                   f"use --nproc {gpus} or --device cpu")
+        raise ConfigError(
+            "nproc",
+            f"{nproc} processes need {nproc} CUDA GPUs, this machine has {gpus}; use --nproc {gpus} or --device cpu",
+        )
     cores = usable_cpu_cores()
     if not wants_gpu and nproc > cores:
-        raise ConfigError("nproc", f"{nproc} CPU processes need at least {nproc} cores, this process may use "
-                                   f"{cores}; use --nproc {cores} or fewer")
+        raise ConfigError(
+            "nproc",
+            f"{nproc} CPU processes need at least {nproc} cores, this process may use "
+            f"{cores}; use --nproc {cores} or fewer",
+        )
 
 
 def cuda_gpus() -> int:
@@ -127,8 +144,14 @@ def relay_control_lines(stream, control: RankControl) -> threading.Thread:
     return thread
 
 
-def launch_torchrun(plan: NodePlan, argv: list[str], config: RunConfig, resume_from: str | None = None,
-                    signals: StopSignals | None = None, control_stdin: bool = False) -> int:
+def launch_torchrun(
+    plan: NodePlan,
+    argv: list[str],
+    config: RunConfig,
+    resume_from: str | None = None,
+    signals: StopSignals | None = None,
+    control_stdin: bool = False,
+) -> int:
     """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 128 + signal number
     when a signal stopped it, 130 when a 'stop' line did). A multi-node run claims no folder here: the nodes start
     at different moments, so global rank 0 claims it once they have met (core.cli.elastic)."""
@@ -147,13 +170,18 @@ def launch_torchrun(plan: NodePlan, argv: list[str], config: RunConfig, resume_f
     env.update(network_env(plan))
     if plan.multi_node:
         sys.stderr.write(f"amp-console: {plan.describe()}\n")
-        env[RDZV_HINT_ENV] = (f"{plan.nnodes} nodes were expected at {plan.endpoint} within {plan.rdzv_timeout:g} s "
-                              f"(--rdzv-timeout): start the same command on every node, with the same "
-                              f"--rdzv-endpoint and --rdzv-id {plan.rdzv_id}")
+        env[RDZV_HINT_ENV] = (
+            f"{plan.nnodes} nodes were expected at {plan.endpoint} within {plan.rdzv_timeout:g} s "
+            f"(--rdzv-timeout): start the same command on every node, with the same "
+            f"--rdzv-endpoint and --rdzv-id {plan.rdzv_id}"
+        )
         out = Path(config.out_dir)
         if holds_a_run(out) and not (resume_from and Path(resume_from).parent.resolve() == out.resolve()):
-            raise ConfigError("out_dir", f"{out} holds an earlier run: a multi-node run needs a new folder (every "
-                                         f"node is given the same one), or --resume {out / 'checkpoint.pt'}")
+            raise ConfigError(
+                "out_dir",
+                f"{out} holds an earlier run: a multi-node run needs a new folder (every "
+                f"node is given the same one), or --resume {out / 'checkpoint.pt'}",
+            )
         folder = _Unclaimed(out)
         env[RANK0_CLAIMS_ENV] = str(out)
     else:
@@ -172,8 +200,11 @@ def launch_torchrun(plan: NodePlan, argv: list[str], config: RunConfig, resume_f
         train_argv += ["--out-dir", str(out_dir)]
         events = out_dir / METRICS_FILE
         offset = events.stat().st_size if events.exists() else 0
-        command = (multi_node_command(plan, sys.executable, train_argv) if plan.multi_node else
-                   torchrun_command(plan.nproc_per_node, train_argv, max_restarts=plan.max_restarts))
+        command = (
+            multi_node_command(plan, sys.executable, train_argv)
+            if plan.multi_node
+            else torchrun_command(plan.nproc_per_node, train_argv, max_restarts=plan.max_restarts)
+        )
         process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.PIPE)
         control = RankControl(process.stdin.fileno())
         if signals is not None:
@@ -193,7 +224,11 @@ def launch_torchrun(plan: NodePlan, argv: list[str], config: RunConfig, resume_f
         return signals.exit_code if signals is not None else 130
     if code == 0 and (status == "completed" or (status is None and plan.multi_node)):
         return 0  # a node without rank 0 (and no shared run folder) has no events to read: torchrun's word
-    where = f"the {plan.world_size}-process run failed" if plan.multi_node else f"the {plan.nproc_per_node}-process run failed"
+    where = (
+        f"the {plan.world_size}-process run failed"
+        if plan.multi_node
+        else f"the {plan.nproc_per_node}-process run failed"
+    )
     why = f"torchrun exit code {code}{', run status ' + status if status else ', a process died'}"
     detail = f": {root_cause}" if root_cause else "; see the messages above"
     sys.stderr.write(f"amp-console: {where} ({why}){detail}; each rank's log: {out_dir / RANK_LOGS_DIR}\n")

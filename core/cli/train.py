@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from core.cli.common import StopBeforeStart, StopSignals, end_with_parent, safe_standard_streams, signal_name
 from core.cli.nodes import add_node_flags, node_plan, wants_launcher
-from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, tomllib
+from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, read_config_file, tomllib
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics, event_to_dict
 from core.errors import AmpConsoleError, ConfigError, UserCodeError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
@@ -24,7 +24,9 @@ from core.text import elapsed
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
     from core.engine.control import RunControl
 
-_TYPES = {f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")}  # lr, checkpoint_minutes...
+_TYPES = {
+    f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")
+}  # lr, checkpoint_minutes...
 _SWITCHES = {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "bool")}  # --tensorboard / --no-...
 
 
@@ -45,28 +47,57 @@ def register(sub) -> None:
         p.add_argument(*flags, dest=name, type=kind, default=None, choices=spec.choices, help=spec.help)
         if name == "data":
             add_data_flags(p)
-    p.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
-                   help="task option, e.g. -o hidden=32 (repeatable; see `amp-console tasks`)")
+    p.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="task_options",
+        help="task option, e.g. -o hidden=32 (repeatable; see `amp-console tasks`)",
+    )
     p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
-    p.add_argument("--runs-dir", metavar="DIR", default=None,
-                   help="the runs root: without --out the run goes in a new folder under it (default: "
-                        "$AMP_CONSOLE_RUNS_DIR, else your data folder, e.g. ~/.local/share/amp-console/runs)")
+    p.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        default=None,
+        help="the runs root: without --out the run goes in a new folder under it (default: "
+        "$AMP_CONSOLE_RUNS_DIR, else your data folder, e.g. ~/.local/share/amp-console/runs)",
+    )
     p.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint (its config, flags override it)")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object summarising the run")
-    p.add_argument("--events", action="store_true",
-                   help="print every event as one JSON line on stdout as it happens (for other programs)")
-    p.add_argument("--control-stdin", action="store_true",
-                   help="read 'pause', 'resume' and 'stop' lines from stdin (for programs driving this run)")
-    p.add_argument("--end-with-parent", type=int, default=None, metavar="PID",
-                   help="stop with a checkpoint when process PID (the program that started this run) ends, "
-                        "however it ends")
-    p.add_argument("--config-stdin", action="store_true",
-                   help="load the engine, print {\"ready\": true} (with --events), then read the settings as one "
-                        "JSON line on stdin: {\"config\": {...}, \"resume\": null}; lets a program start the "
-                        "process ahead of time so a run begins at once")
-    p.add_argument("--progress-every", type=_seconds, default=30.0, metavar="SECONDS",
-                   help="when stderr is not a terminal (nohup, a log file, a batch job): one progress line this "
-                        "often, besides the first and the last (default 30)")
+    p.add_argument(
+        "--events",
+        action="store_true",
+        help="print every event as one JSON line on stdout as it happens (for other programs)",
+    )
+    p.add_argument(
+        "--control-stdin",
+        action="store_true",
+        help="read 'pause', 'resume' and 'stop' lines from stdin (for programs driving this run)",
+    )
+    p.add_argument(
+        "--end-with-parent",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="stop with a checkpoint when process PID (the program that started this run) ends, however it ends",
+    )
+    p.add_argument(
+        "--config-stdin",
+        action="store_true",
+        help='load the engine, print {"ready": true} (with --events), then read the settings as one '
+        'JSON line on stdin: {"config": {...}, "resume": null}; lets a program start the '
+        "process ahead of time so a run begins at once",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal (nohup, a log file, a batch job): one progress line this "
+        "often, besides the first and the last (default 30)",
+    )
     add_node_flags(p)  # --nproc, and --nnodes ... for several machines (core.cli.nodes)
     p.set_defaults(handler=cmd_train)
 
@@ -78,23 +109,49 @@ def add_data_flags(parser) -> None:
     """--val-data, --test-data, --delimiter, --column KEY=NAME (repeatable), --data-format and --query-file: the
     data settings besides --data, for every command that reads a run's data; data_flag_values reads them back."""
     for name in ("val_data", "test_data"):
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar="PATH",
-                            help=FIELD_SPECS[name].help.replace("%", "%%"))
-    parser.add_argument("--delimiter", dest="delimiter", default=None, type=delimiter_value, metavar="TEXT",
-                        help=FIELD_SPECS["delimiter"].help + " ('\\t' or tab: a tab)")
-    parser.add_argument("--column", action="append", default=[], metavar="KEY=NAME", dest="column_pairs",
-                        help="the file's name NAME for the expected column KEY, e.g. --column user_id=userId "
-                             "(repeatable; merges into the setting `columns`)")
-    parser.add_argument("--data-format", dest="data_format", default=None, choices=FIELD_SPECS["data_format"].choices,
-                        help=FIELD_SPECS["data_format"].help)
-    parser.add_argument("--query-file", dest="query_file", default=None, metavar="PATH",
-                        help=FIELD_SPECS["query_file"].help)
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=None,
+            metavar="PATH",
+            help=FIELD_SPECS[name].help.replace("%", "%%"),
+        )
+    parser.add_argument(
+        "--delimiter",
+        dest="delimiter",
+        default=None,
+        type=delimiter_value,
+        metavar="TEXT",
+        help=FIELD_SPECS["delimiter"].help + " ('\\t' or tab: a tab)",
+    )
+    parser.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="KEY=NAME",
+        dest="column_pairs",
+        help="the file's name NAME for the expected column KEY, e.g. --column user_id=userId "
+        "(repeatable; merges into the setting `columns`)",
+    )
+    parser.add_argument(
+        "--data-format",
+        dest="data_format",
+        default=None,
+        choices=FIELD_SPECS["data_format"].choices,
+        help=FIELD_SPECS["data_format"].help,
+    )
+    parser.add_argument(
+        "--query-file", dest="query_file", default=None, metavar="PATH", help=FIELD_SPECS["query_file"].help
+    )
 
 
 def data_flag_values(args: argparse.Namespace) -> dict:
     """The data settings add_data_flags' flags set (only those given); `columns` holds the --column pairs."""
-    values = {name: getattr(args, name) for name in ("val_data", "test_data", "delimiter", "data_format", "query_file")
-              if getattr(args, name, None) is not None}
+    values = {
+        name: getattr(args, name)
+        for name in ("val_data", "test_data", "delimiter", "data_format", "query_file")
+        if getattr(args, name, None) is not None
+    }
     pairs = getattr(args, "column_pairs", None) or []
     if pairs:
         values["columns"] = parse_columns(",".join(pairs), field="--column")
@@ -123,25 +180,6 @@ def parse_option(text: str) -> tuple[str, object]:
     return key.strip(), value
 
 
-def read_config_file(path: str) -> dict:
-    """The settings a TOML file sets (only those: the layers under it fill the rest), checked for unknown keys
-    and wrong types. A folder, FIFO, device or unreadable file is refused before it is opened."""
-    check_regular_file(path, "config", "config file")
-    name = shown_path(path)
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-        data = tomllib.loads(text)
-    except UnicodeDecodeError:
-        raise ConfigError("config", f"{name}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", f"{name}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError("config", f"{name}: cannot read the config file: {exc.strerror or exc}") from None
-    RunConfig.from_dict(data, source=name)  # unknown keys and wrong types, named
-    return data
-
-
 def _option_values(task: str, options: dict) -> dict:
     """A task's options with its defaults filled in, to compare two option sets by what they build."""
     from core.tasks import option_values
@@ -159,15 +197,21 @@ def _resume_values(args: argparse.Namespace, user: dict) -> tuple[dict, list[str
     name = shown_path(args.resume)
     saved = RunConfig.from_dict(dict(state["config"]), source=f"{name} (its saved settings)").to_dict()
     if "task" in user and user["task"] != saved["task"]:
-        raise ConfigError("task", f"{name} is a checkpoint of task {saved['task']!r}, not {user['task']!r}: a "
-                                  f"resumed run keeps its task (start a new run to train another)")
+        raise ConfigError(
+            "task",
+            f"{name} is a checkpoint of task {saved['task']!r}, not {user['task']!r}: a "
+            f"resumed run keeps its task (start a new run to train another)",
+        )
     if "task_options" in user:
         wanted = _option_values(saved["task"], {**saved["task_options"], **user["task_options"]})
         if wanted != _option_values(saved["task"], saved["task_options"]):
             have = _option_values(saved["task"], saved["task_options"])
             diff = ", ".join(f"{k}={have.get(k)!r}->{v!r}" for k, v in wanted.items() if have.get(k) != v)
-            raise ConfigError("task_options", f"{name}: a resumed run keeps the task options it was saved with "
-                                              f"(they decide the model's shape); asked to change {diff}")
+            raise ConfigError(
+                "task_options",
+                f"{name}: a resumed run keeps the task options it was saved with "
+                f"(they decide the model's shape); asked to change {diff}",
+            )
     values = saved | {k: v for k, v in user.items() if k not in ("task", "task_options")}
     if isinstance(user.get("columns"), dict):  # --column pairs add to the saved mapping
         values["columns"] = {**saved["columns"], **user["columns"]}
@@ -202,8 +246,13 @@ def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
 
     A resumed run writes to --out (or the config file's out_dir) if given, else beside the checkpoint."""
     user = read_config_file(args.config) if args.config else {}
-    user.update({name: getattr(args, name) for name in FIELD_SPECS if getattr(args, name, None) is not None
-                 and name not in DATA_FLAG_FIELDS})
+    user.update(
+        {
+            name: getattr(args, name)
+            for name in FIELD_SPECS
+            if getattr(args, name, None) is not None and name not in DATA_FLAG_FIELDS
+        }
+    )
     flags = data_flag_values(args)
     if "columns" in flags:  # --column pairs merge into the config file's (or, resuming, the saved) columns
         flags["columns"] = {**user.get("columns", {}), **flags["columns"]}
@@ -252,8 +301,12 @@ def check_paths(config: RunConfig) -> None:
         path = getattr(config, name)
         if path:
             check_utf8_path(path, name)
-            check_regular_file(path, name, "data file" if name != "query_file" else "query sizes file",
-                               allow_folder=name != "query_file")
+            check_regular_file(
+                path,
+                name,
+                "data file" if name != "query_file" else "query sizes file",
+                allow_folder=name != "query_file",
+            )
 
 
 BAR_SECONDS = 0.1  # the live bar takes a step's figures at most this often (rich redraws it at 10 Hz)
@@ -315,8 +368,11 @@ class ProgressReporter:
                 if (now := time.monotonic()) - self._drawn_at >= BAR_SECONDS or event.step >= self.total:
                     self._drawn_at = now
                     self._draw(event)
-            elif not self.live and event.step < self.total and (
-                    self._last_line is None or time.monotonic() - self._last_line >= self.every):
+            elif (
+                not self.live
+                and event.step < self.total
+                and (self._last_line is None or time.monotonic() - self._last_line >= self.every)
+            ):
                 self._line(event)  # the last step's line waits for RunEnded: it carries the final evaluation
             return
         if isinstance(event, RunStarted):
@@ -340,15 +396,18 @@ class ProgressReporter:
     _drawn_at = float("-inf")  # when the live bar was last updated
 
     def _draw(self, event) -> None:
-        self.progress.update(self.task_id, completed=event.step,
-                             info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s")
+        self.progress.update(
+            self.task_id, completed=event.step, info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s"
+        )
 
     def format_line(self, event) -> str:
         """`step 1,200/5,000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
         ETA 3m48s`; the ETA leaves paused time out."""
         total = max(self.total, 1)
-        text = (f"step {event.step:,}/{self.total:,} ({100 * event.step // total}%) epoch {event.epoch} "
-                f"loss {event.loss:.4f}")
+        text = (
+            f"step {event.step:,}/{self.total:,} ({100 * event.step // total}%) epoch {event.epoch} "
+            f"loss {event.loss:.4f}"
+        )
         text += "".join(f" val_{name} {value:.4f}" for name, value in self.metrics.items())
         text += f" | {event.samples_per_second:,.0f} samples/s | elapsed {elapsed(event.elapsed_seconds)}"
         active = max(event.elapsed_seconds - self.paused_seconds, 0.0)
@@ -368,21 +427,36 @@ class ProgressReporter:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.progress = Progress(TextColumn(f"{event.task} {event.precision}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-                                 console=Console(stderr=True), transient=False)
+        self.progress = Progress(
+            TextColumn(f"{event.task} {event.precision}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self.task_id = self.progress.add_task("train", total=event.total_steps, completed=event.start_step, info="")
         self.progress.start()
 
 
 def summary_json(ended: RunEnded, started: RunStarted | None) -> dict:
     return {
-        "status": ended.status, "steps": ended.step, "epochs": ended.epoch, "final_loss": ended.final_loss,
-        "metrics": ended.metrics, "test_metrics": ended.test_metrics, "device": started.device if started else None,
+        "status": ended.status,
+        "steps": ended.step,
+        "epochs": ended.epoch,
+        "final_loss": ended.final_loss,
+        "metrics": ended.metrics,
+        "test_metrics": ended.test_metrics,
+        "device": started.device if started else None,
         "precision": started.precision if started else None,
-        "autocast_dtype": started.autocast_dtype if started else None, "checkpoint": ended.checkpoint,
-        "samples_per_second": ended.samples_per_second, "skipped_steps": ended.skipped_steps,
-        "message": ended.message, "best_test_metrics": ended.best_test_metrics, "best_step": ended.best_step,
+        "autocast_dtype": started.autocast_dtype if started else None,
+        "checkpoint": ended.checkpoint,
+        "samples_per_second": ended.samples_per_second,
+        "skipped_steps": ended.skipped_steps,
+        "message": ended.message,
+        "best_test_metrics": ended.best_test_metrics,
+        "best_step": ended.best_step,
         "checkpoint_advice": ended.checkpoint_advice,
     }
 
@@ -390,8 +464,10 @@ def summary_json(ended: RunEnded, started: RunStarted | None) -> dict:
 def best_and_last_text(ended: RunEnded) -> str:
     """'ndcg@10 0.4012 (last 0.4120), mrr ...': the best checkpoint's test metrics beside the last weights'."""
     last = ended.test_metrics
-    return ", ".join(f"{name} {value:.4f}" + (f" (last {last[name]:.4f})" if name in last else "")
-                     for name, value in ended.best_test_metrics.items())
+    return ", ".join(
+        f"{name} {value:.4f}" + (f" (last {last[name]:.4f})" if name in last else "")
+        for name, value in ended.best_test_metrics.items()
+    )
 
 
 def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
@@ -458,16 +534,19 @@ def cmd_train(args: argparse.Namespace) -> int:
                 record_failure(str(exc))
             details = getattr(exc, "details", "")  # a UserCodeError's traceback
             if args.events:  # a program driving this run gets the field to mark, not just the stderr line
-                print(json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", ""), "details": details}),
-                      flush=True)
+                print(
+                    json.dumps({"setup_error": str(exc), "field": getattr(exc, "field", ""), "details": details}),
+                    flush=True,
+                )
             if isinstance(exc, UserCodeError):  # the user's code raised: their line and frames; the run failed
                 sys.stderr.write(f"amp-console: error: {exc}\n")
                 print_user_frames(details)
                 return 1
             raise
         except StopBeforeStart as exc:
-            sys.stderr.write(f"amp-console: {signal_name(exc.signum)} before the run started: stopped, "
-                             f"nothing was written\n")
+            sys.stderr.write(
+                f"amp-console: {signal_name(exc.signum)} before the run started: stopped, nothing was written\n"
+            )
             return requeue_if_warned(signals.signum, signals.exit_code)
 
 
@@ -498,9 +577,9 @@ def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
         data = json.loads(line)
         values, resume = data["config"], data.get("resume")
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError("config", f"the settings line on stdin is not {{\"config\": {{...}}}} JSON ({exc})")
+        raise ConfigError("config", f'the settings line on stdin is not {{"config": {{...}}}} JSON ({exc})') from None
     if not isinstance(values, dict) or not (resume is None or isinstance(resume, str)):
-        raise ConfigError("config", "the settings line on stdin needs a \"config\" object and a \"resume\" path")
+        raise ConfigError("config", 'the settings line on stdin needs a "config" object and a "resume" path')
     from core.tasks import load_config_task
 
     load_config_task(values)  # the driving program (the window) names the user task it was given
@@ -546,8 +625,14 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         plan = node_plan(args)
         for note in notes + ([elastic.restart_note(restart, args.resume)] if restart else []):
             sys.stderr.write(f"amp-console: {note}\n")
-        return launch_torchrun(plan, args.argv + (["--resume", args.resume] if restart else []), config,
-                               resume_from=args.resume, signals=signals, control_stdin=args.control_stdin)
+        return launch_torchrun(
+            plan,
+            args.argv + (["--resume", args.resume] if restart else []),
+            config,
+            resume_from=args.resume,
+            signals=signals,
+            control_stdin=args.control_stdin,
+        )
     from core.engine.distributed import DistContext
     from core.engine.trainer import Trainer
 

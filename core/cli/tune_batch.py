@@ -19,47 +19,99 @@ from core.cli.lab import _common, config_from_lab_args
 from core.errors import ConfigError
 from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP  # torch-free
 
-_FLAGS = {"margin": "--margin", "steps": "--steps", "tolerance": "--tolerance", "start": "--start",
-          "max_batch": "--max-batch"}
+_FLAGS = {
+    "margin": "--margin",
+    "steps": "--steps",
+    "tolerance": "--tolerance",
+    "start": "--start",
+    "max_batch": "--max-batch",
+}
 
 
 def register(sub) -> None:
     """Add the `fit-batch` subcommand to the amp-console parser."""
     p = sub.add_parser(
-        "fit-batch", help="find the largest batch that fits on the device, per precision mode",
+        "fit-batch",
+        help="find the largest batch that fits on the device, per precision mode",
         description="For each precision mode the device supports, find the largest batch that trains AND "
-                    "evaluates within (1 - margin) of the device's memory: double from the start batch while it "
-                    "fits, then bisect. Each trial runs a few optimizer steps and one evaluation pass at that "
-                    "batch on a fresh model (nothing is saved); an out-of-memory trial is caught and its memory "
-                    "released. On the CPU the figures are an estimate (the process's RSS growth against the "
-                    "available RAM), and a trial predicted to pass the budget is not run. Exit 0 with a batch, "
-                    "1 when none fits, 2 for bad input.")
+        "evaluates within (1 - margin) of the device's memory: double from the start batch while it "
+        "fits, then bisect. Each trial runs a few optimizer steps and one evaluation pass at that "
+        "batch on a fresh model (nothing is saved); an out-of-memory trial is caught and its memory "
+        "released. On the CPU the figures are an estimate (the process's RSS growth against the "
+        "available RAM), and a trial predicted to pass the budget is not run. Exit 0 with a batch, "
+        "1 when none fits, 2 for bad input.",
+    )
     _common(p)
-    p.add_argument("--precisions", default="fp32,tf32,fp16,bf16",
-                   help="comma-separated modes (default: all; fp32 is always searched: it is the reference; modes "
-                        "the device cannot run are listed as skipped)")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help=f"headroom kept below the device's limit, a fraction (default {DEFAULT_MARGIN:g}: a batch "
-                        f"fits when its peak is at most 90%% of the limit)")
-    p.add_argument("--start", type=int, default=None,
-                   help="first batch tried (default: --batch-size, else the task's batch size)")
-    p.add_argument("--max-batch", type=int, default=None,
-                   help=f"largest batch tried (default: the training rows, at most {MAX_BATCH_CAP:,})")
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
-                   help=f"optimizer steps per trial, before its evaluation pass (default {DEFAULT_STEPS}; the first "
-                        f"is warm-up, the others are timed)")
-    p.add_argument("--tolerance", "--precision-of-search", type=float, default=DEFAULT_TOLERANCE, dest="tolerance",
-                   help=f"stop bisecting when the answer is within this fraction of the largest batch, or 1 sample "
-                        f"(default {DEFAULT_TOLERANCE:g}; 0 = exact)")
-    p.add_argument("--eval-rows", type=int, default=None, metavar="N",
-                   help="rows of the validation split each trial evaluates (default: all of them, as training does)")
-    p.add_argument("--limit", default=None, metavar="SIZE",
-                   help="use this memory limit instead of the device's, e.g. 8GiB (plan for a smaller device)")
+    p.add_argument(
+        "--precisions",
+        default="fp32,tf32,fp16,bf16",
+        help="comma-separated modes (default: all; fp32 is always searched: it is the reference; modes "
+        "the device cannot run are listed as skipped)",
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help=f"headroom kept below the device's limit, a fraction (default {DEFAULT_MARGIN:g}: a batch "
+        f"fits when its peak is at most 90%% of the limit)",
+    )
+    p.add_argument(
+        "--start", type=int, default=None, help="first batch tried (default: --batch-size, else the task's batch size)"
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        help=f"largest batch tried (default: the training rows, at most {MAX_BATCH_CAP:,})",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help=f"optimizer steps per trial, before its evaluation pass (default {DEFAULT_STEPS}; the first "
+        f"is warm-up, the others are timed)",
+    )
+    p.add_argument(
+        "--tolerance",
+        "--precision-of-search",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        dest="tolerance",
+        help=f"stop bisecting when the answer is within this fraction of the largest batch, or 1 sample "
+        f"(default {DEFAULT_TOLERANCE:g}; 0 = exact)",
+    )
+    p.add_argument(
+        "--eval-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rows of the validation split each trial evaluates (default: all of them, as training does)",
+    )
+    p.add_argument(
+        "--limit",
+        default=None,
+        metavar="SIZE",
+        help="use this memory limit instead of the device's, e.g. 8GiB (plan for a smaller device)",
+    )
     p.set_defaults(handler=cmd_fit_batch)
 
 
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
-          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kb": 10**3,
+    "kib": 2**10,
+    "m": 2**20,
+    "mb": 10**6,
+    "mib": 2**20,
+    "g": 2**30,
+    "gb": 10**9,
+    "gib": 2**30,
+    "t": 2**40,
+    "tb": 10**12,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -106,13 +158,24 @@ def cmd_fit_batch(args: argparse.Namespace) -> int:
     start = args.start or config.batch_size
     if args.max_batch is not None and start > args.max_batch:
         raise ConfigError("--start", f"the first batch ({start:,}) is above --max-batch ({args.max_batch:,})")
-    sys.stderr.write(f"fit-batch: {config.task} in {', '.join(modes)} from batch {start:,}; each trial "
-                     f"{args.steps:,} steps + an evaluation pass, {args.margin:.0%} headroom; a fresh model, "
-                     f"nothing is saved\n")
+    sys.stderr.write(
+        f"fit-batch: {config.task} in {', '.join(modes)} from batch {start:,}; each trial "
+        f"{args.steps:,} steps + an evaluation pass, {args.margin:.0%} headroom; a fresh model, "
+        f"nothing is saved\n"
+    )
     try:
-        result = find_batch_sizes(config, modes, margin=args.margin, steps=args.steps, tolerance=args.tolerance,
-                                  start=start, max_batch=args.max_batch, eval_rows=args.eval_rows,
-                                  limit_bytes=limit, progress=TrialLines())
+        result = find_batch_sizes(
+            config,
+            modes,
+            margin=args.margin,
+            steps=args.steps,
+            tolerance=args.tolerance,
+            start=start,
+            max_batch=args.max_batch,
+            eval_rows=args.eval_rows,
+            limit_bytes=limit,
+            progress=TrialLines(),
+        )
     except ConfigError as exc:  # e.g. a start batch above the training rows, found when the data is loaded
         if exc.field not in _FLAGS:
             raise
@@ -131,23 +194,33 @@ def print_result(result, command: str | None) -> None:
     """One table of trials per searched mode, each mode's answer, the comparisons and the command."""
     console = fmt.console()
     estimate = " (estimate)" if result.estimate else ""
-    console.print(f"{result.task} on {result.device} ({result.device_name}): each trial {result.steps:,} steps + "
-                  f"evaluation of {result.eval_rows:,} rows; margin {result.margin:.0%}, cap {result.max_batch:,}")
+    console.print(
+        f"{result.task} on {result.device} ({result.device_name}): each trial {result.steps:,} steps + "
+        f"evaluation of {result.eval_rows:,} rows; margin {result.margin:.0%}, cap {result.max_batch:,}"
+    )
     console.print(f"memory{estimate}: {result.memory_source}")
     lines = []
     for m in result.modes:
         if m.status in ("skipped", "failed") or not m.trials:
             lines.append(f"{m.mode}: {m.status}" + (f" ({m.reason})" if m.reason else ""))
             continue
-        table = fmt.table(f"{m.mode} (compute {m.compute_dtype}): limit {fmt.size(m.limit_bytes)}, budget "
-                          f"{fmt.size(m.budget_bytes)}")
+        table = fmt.table(
+            f"{m.mode} (compute {m.compute_dtype}): limit {fmt.size(m.limit_bytes)}, budget {fmt.size(m.budget_bytes)}"
+        )
         for column in ("batch", "phase", "peak", "of budget", "result", "samples/s"):
             table.add_column(column, justify="left" if column in ("phase", "result") else "right", no_wrap=True)
         for t in m.trials:
             peak = fmt.size(t.peak_bytes) + (" (pred.)" if t.status == "predicted over" else "")
             share = _share(t.peak_bytes, m.budget_bytes)
-            table.add_row(fmt.exact(t.batch), t.phase, peak, share, t.status, fmt.count(t.samples_per_second),
-                          style="bold" if t.batch == m.batch and t.fits else None if t.fits else "dim")
+            table.add_row(
+                fmt.exact(t.batch),
+                t.phase,
+                peak,
+                share,
+                t.status,
+                fmt.count(t.samples_per_second),
+                style="bold" if t.batch == m.batch and t.fits else None if t.fits else "dim",
+            )
         console.print(table)
         lines.append(_answer(m))
     for line in lines:
@@ -176,5 +249,7 @@ def _answer(m) -> str:
         more = f" ({m.reason})" if m.reason else " (the --max-batch cap: more would fit)"
     else:
         more = f" (batch {m.first_failure:,} did not)" if m.first_failure else ""
-    return (f"{m.mode}: largest batch {m.batch:,}{more}, peak {fmt.size(m.peak_bytes)} of the "
-            f"{fmt.size(m.budget_bytes)} budget, {fmt.count(m.samples_per_second)} samples/s")
+    return (
+        f"{m.mode}: largest batch {m.batch:,}{more}, peak {fmt.size(m.peak_bytes)} of the "
+        f"{fmt.size(m.budget_bytes)} budget, {fmt.count(m.samples_per_second)} samples/s"
+    )

@@ -27,32 +27,57 @@ ROWS_AROUND = 3  # table rows on each side of the suggestion
 def register(sub) -> None:
     """Add the `lr-find` subcommand to the amp-console parser."""
     p = sub.add_parser(
-        "lr-find", help="LR range test: suggest a learning rate for a task",
+        "lr-find",
+        help="LR range test: suggest a learning rate for a task",
         description="Train a fresh copy of the task's model (nothing is saved) while the learning rate grows "
-                    "exponentially from --start-lr to --end-lr, stop when the loss diverges, and suggest a "
-                    "learning rate from the smoothed loss curve: 'valley' (the middle of its longest descent, "
-                    "robust to an early spike and noise) or 'steepest' (where it falls fastest). Exit 0 with a "
-                    "suggestion, 1 when the curve gives none, 2 for bad input.")
+        "exponentially from --start-lr to --end-lr, stop when the loss diverges, and suggest a "
+        "learning rate from the smoothed loss curve: 'valley' (the middle of its longest descent, "
+        "robust to an early spike and noise) or 'steepest' (where it falls fastest). Exit 0 with a "
+        "suggestion, 1 when the curve gives none, 2 for bad input.",
+    )
     _common(p)
     p.add_argument("--precision", default="auto", help="fp32, tf32, fp16, bf16 or auto (default auto)")
-    p.add_argument("--optimizer", default=None, choices=("sgd", "adam", "adamw"),
-                   help="optimizer to test with (default: the task's)")
+    p.add_argument(
+        "--optimizer",
+        default=None,
+        choices=("sgd", "adam", "adamw"),
+        help="optimizer to test with (default: the task's)",
+    )
     p.add_argument("--start-lr", type=float, default=START_LR, help=f"first learning rate (default {START_LR:g})")
     p.add_argument("--end-lr", type=float, default=END_LR, help=f"last learning rate (default {END_LR:g})")
-    p.add_argument("--steps", type=int, default=STEPS,
-                   help=f"optimizer steps over the range, spaced evenly in log(lr) (default {STEPS})")
-    p.add_argument("--diverge-factor", type=float, default=DIVERGE_FACTOR,
-                   help=f"stop when the smoothed loss exceeds this many times its best (default {DIVERGE_FACTOR:g})")
-    p.add_argument("--smoothing", type=float, default=SMOOTHING,
-                   help=f"EMA weight of the newest loss, 1 - beta (default {SMOOTHING:g}; fastai's beta 0.98 is 0.02)")
-    p.add_argument("--method", default="valley", choices=METHODS,
-                   help="how to pick the suggestion from the curve (default valley)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=STEPS,
+        help=f"optimizer steps over the range, spaced evenly in log(lr) (default {STEPS})",
+    )
+    p.add_argument(
+        "--diverge-factor",
+        type=float,
+        default=DIVERGE_FACTOR,
+        help=f"stop when the smoothed loss exceeds this many times its best (default {DIVERGE_FACTOR:g})",
+    )
+    p.add_argument(
+        "--smoothing",
+        type=float,
+        default=SMOOTHING,
+        help=f"EMA weight of the newest loss, 1 - beta (default {SMOOTHING:g}; fastai's beta 0.98 is 0.02)",
+    )
+    p.add_argument(
+        "--method", default="valley", choices=METHODS, help="how to pick the suggestion from the curve (default valley)"
+    )
     p.add_argument("--csv", metavar="FILE", default=None, help="also write the curve (lr, loss, smoothed) to FILE")
     p.set_defaults(handler=cmd_lr_find)
 
 
-_FLAGS = {"start_lr": "--start-lr", "end_lr": "--end-lr", "steps": "--steps", "diverge_factor": "--diverge-factor",
-          "smoothing": "--smoothing", "method": "--method"}
+_FLAGS = {
+    "start_lr": "--start-lr",
+    "end_lr": "--end-lr",
+    "steps": "--steps",
+    "diverge_factor": "--diverge-factor",
+    "smoothing": "--smoothing",
+    "method": "--method",
+}
 
 
 class StepLines:
@@ -92,11 +117,21 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
 
     devices = list_devices()
     resolve_precision(config.precision, device_info(config.device, devices))  # a mode the device lacks: exit 2 now
-    sys.stderr.write(f"lr-find: {config.task}, {args.steps:,} steps from lr {args.start_lr:g} to {args.end_lr:g} "
-                     f"({config.optimizer}, batch {config.batch_size}); a fresh model, nothing is saved\n")
-    result = find_lr(config, start_lr=args.start_lr, end_lr=args.end_lr, steps=args.steps,
-                     diverge_factor=args.diverge_factor, smoothing=args.smoothing, method=args.method,
-                     progress=StepLines(), devices=devices)
+    sys.stderr.write(
+        f"lr-find: {config.task}, {args.steps:,} steps from lr {args.start_lr:g} to {args.end_lr:g} "
+        f"({config.optimizer}, batch {config.batch_size}); a fresh model, nothing is saved\n"
+    )
+    result = find_lr(
+        config,
+        start_lr=args.start_lr,
+        end_lr=args.end_lr,
+        steps=args.steps,
+        diverge_factor=args.diverge_factor,
+        smoothing=args.smoothing,
+        method=args.method,
+        progress=StepLines(),
+        devices=devices,
+    )
     if args.csv:
         write_csv(result, args.csv)
     command = train_command(args, config, result.suggestion.lr, result.precision)
@@ -123,8 +158,9 @@ def write_csv(result, path: str) -> None:
 
     from core.files import atomic_write_bytes
 
-    lines = ["lr,loss,smoothed"] + [f"{lr!r},{loss!r},{smoothed!r}"
-                                    for lr, loss, smoothed in zip(result.lrs, result.losses, result.smoothed)]
+    lines = ["lr,loss,smoothed"] + [
+        f"{lr!r},{loss!r},{smoothed!r}" for lr, loss, smoothed in zip(result.lrs, result.losses, result.smoothed)
+    ]
     try:
         atomic_write_bytes(Path(path), ("\n".join(lines) + "\n").encode("utf-8"))
     except OSError as exc:
@@ -157,9 +193,11 @@ def print_result(result, command: str | None, csv_path: str | None) -> None:
     """A few rows of the curve around the suggestion, then the suggestion, its reason and how to use it."""
     console = fmt.console()
     compute = result.autocast_dtype or "float32"
-    console.print(f"{result.task} on {result.device} ({result.device_name}), {result.precision} (compute {compute}), "
-                  f"{result.optimizer}, batch {result.batch_size}: {len(result.lrs)} points, lr {result.start_lr:g} to "
-                  f"{result.end_lr:g}")
+    console.print(
+        f"{result.task} on {result.device} ({result.device_name}), {result.precision} (compute {compute}), "
+        f"{result.optimizer}, batch {result.batch_size}: {len(result.lrs)} points, lr {result.start_lr:g} to "
+        f"{result.end_lr:g}"
+    )
     table = fmt.table(None)
     for column in ("lr", "loss", "smoothed", ""):
         table.add_column(column, justify="right" if column else "left", no_wrap=True)
@@ -171,13 +209,19 @@ def print_result(result, command: str | None, csv_path: str | None) -> None:
         if previous is not None and i > previous + 1:
             table.add_row("…", "", "", "", style="dim")
         marks = ([picks[i]] if i in picks else []) + (["lowest"] if i == best else [])
-        table.add_row(f"{result.lrs[i]:.2e}", fmt.number(result.losses[i], ".4f"),
-                      fmt.number(result.smoothed[i], ".4f"), ", ".join(marks),
-                      style="bold" if i == result.suggestion.index else None)
+        table.add_row(
+            f"{result.lrs[i]:.2e}",
+            fmt.number(result.losses[i], ".4f"),
+            fmt.number(result.smoothed[i], ".4f"),
+            ", ".join(marks),
+            style="bold" if i == result.suggestion.index else None,
+        )
         previous = i
     console.print(table)
-    console.print(f"ended: {result.stopped_early or 'ran the whole range'} "
-                  f"({result.steps_run:,} steps, {fmt.duration(result.seconds)})")
+    console.print(
+        f"ended: {result.stopped_early or 'ran the whole range'} "
+        f"({result.steps_run:,} steps, {fmt.duration(result.seconds)})"
+    )
     for note in result.notes:
         console.print(note)
     for name, pick in result.suggestions.items():

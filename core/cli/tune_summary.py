@@ -26,20 +26,32 @@ OPTIMIZER_STATE_TEXT = {
 def register(sub) -> None:
     """Add the `summary` subcommand to the amp-console parser."""
     summary = sub.add_parser(
-        "summary", help="per-layer parameters and training memory, activations per precision mode",
+        "summary",
+        help="per-layer parameters and training memory, activations per precision mode",
         description="Build the task's model and list, per layer, its parameters, whether they train, and the "
-                    "bytes of their weights, gradients and optimizer state; then run one forward + backward "
-                    "per precision mode and report the activation memory (tensors saved for backward; on CUDA/XPU "
-                    "also the allocator's peak) and each mode's total side by side.")
+        "bytes of their weights, gradients and optimizer state; then run one forward + backward "
+        "per precision mode and report the activation memory (tensors saved for backward; on CUDA/XPU "
+        "also the allocator's peak) and each mode's total side by side.",
+    )
     _common(summary)
-    summary.add_argument("--precisions", default=DEFAULT_PRECISIONS,
-                         help=f"comma-separated modes to measure (default {DEFAULT_PRECISIONS}; fp32 is always "
-                              "measured: it is the reference; modes the device cannot run are listed as skipped)")
-    summary.add_argument("--depth", type=int, default=2,
-                         help="layers shown down to this depth (default 2; 0 = the model only); a row includes "
-                              "the children left out")
-    summary.add_argument("--optimizer", default=None, choices=("sgd", "adam", "adamw"),
-                         help="optimizer whose state is counted (default: the task's)")
+    summary.add_argument(
+        "--precisions",
+        default=DEFAULT_PRECISIONS,
+        help=f"comma-separated modes to measure (default {DEFAULT_PRECISIONS}; fp32 is always "
+        "measured: it is the reference; modes the device cannot run are listed as skipped)",
+    )
+    summary.add_argument(
+        "--depth",
+        type=int,
+        default=2,
+        help="layers shown down to this depth (default 2; 0 = the model only); a row includes the children left out",
+    )
+    summary.add_argument(
+        "--optimizer",
+        default=None,
+        choices=("sgd", "adam", "adamw"),
+        help="optimizer whose state is counted (default: the task's)",
+    )
     summary.set_defaults(handler=cmd_summary)
 
 
@@ -74,8 +86,10 @@ def print_summary(result, depth: int = 2) -> None:
     console = fmt.console()
     console.print(layer_table(result, depth))
     frozen = f", {fmt.exact(result.frozen_parameters)} frozen" if result.frozen_parameters else ""
-    console.print(f"parameters: {fmt.exact(result.parameters)} ({fmt.exact(result.trainable_parameters)} "
-                  f"trainable{frozen}) = sum(p.numel()), each shared parameter counted once")
+    console.print(
+        f"parameters: {fmt.exact(result.parameters)} ({fmt.exact(result.trainable_parameters)} "
+        f"trainable{frozen}) = sum(p.numel()), each shared parameter counted once"
+    )
     for row in result.rows:
         if row.shared:
             console.print(f"shared with an earlier layer (counted there): {', '.join(row.shared)}")
@@ -84,20 +98,31 @@ def print_summary(result, depth: int = 2) -> None:
     for m in result.modes:
         if m.status != "ok" or m.mode == "fp32" or m.activation_ratio is None:
             continue
-        console.print(f"{m.mode} activations {m.activation_ratio:.2f}× fp32, step total {m.total_ratio:.2f}× fp32"
-                      if m.total_ratio is not None else f"{m.mode} activations {m.activation_ratio:.2f}× fp32")
+        console.print(
+            f"{m.mode} activations {m.activation_ratio:.2f}× fp32, step total {m.total_ratio:.2f}× fp32"
+            if m.total_ratio is not None
+            else f"{m.mode} activations {m.activation_ratio:.2f}× fp32"
+        )
     for m in result.modes:
         if m.status != "ok":
             console.print(f"{m.mode} {m.status}: {m.reason}")
-    console.print("weights and gradients are float32 in every mode (autocast changes only what ops compute in); "
-                  f"optimizer state: {OPTIMIZER_STATE_TEXT.get(result.optimizer, result.optimizer)}")
-    console.print(f"layer activations: act {(result.measured_modes() or ['-'])[0]} in bytes, other modes as a ratio of "
-                  "them; (+N): N modules below the row, counted in it")
-    console.print(f"activations: {result.activation_source}, one batch of {result.batch_size} in train mode "
-                  f"(weights and the batch itself left out; autocast's weight copies included)")
+    console.print(
+        "weights and gradients are float32 in every mode (autocast changes only what ops compute in); "
+        f"optimizer state: {OPTIMIZER_STATE_TEXT.get(result.optimizer, result.optimizer)}"
+    )
+    console.print(
+        f"layer activations: act {(result.measured_modes() or ['-'])[0]} in bytes, other modes as a ratio of "
+        "them; (+N): N modules below the row, counted in it"
+    )
+    console.print(
+        f"activations: {result.activation_source}, one batch of {result.batch_size} in train mode "
+        f"(weights and the batch itself left out; autocast's weight copies included)"
+    )
     if base is not None and base.allocator_peak_bytes is not None:
-        console.print("allocator peak: max_memory_allocated during the step above what was allocated before it "
-                      "(adds gradients and temporaries)")
+        console.print(
+            "allocator peak: max_memory_allocated during the step above what was allocated before it "
+            "(adds gradients and temporaries)"
+        )
 
 
 def layer_table(result, depth: int):
@@ -105,8 +130,10 @@ def layer_table(result, depth: int):
     Activations: fp32's bytes, then each other measured mode as a ratio of them (narrow enough for 100 columns)."""
     modes = result.measured_modes()
     first = modes[0] if modes else None
-    table = fmt.table(f"{result.task} on {result.device} ({result.device_name}): {result.optimizer}, "
-                      f"batch {result.batch_size}", collapse_padding=True)
+    table = fmt.table(
+        f"{result.task} on {result.device} ({result.device_name}): {result.optimizer}, batch {result.batch_size}",
+        collapse_padding=True,
+    )
     table.add_column("layer", no_wrap=True, overflow="ellipsis")
     table.add_column("type", no_wrap=True, max_width=11, overflow="ellipsis")
     for column in ("params", "train", "weights", "grads", "optim"):
@@ -122,12 +149,22 @@ def layer_table(result, depth: int):
         t = row.total
         act = t.activation_bytes
         base = act.get(first) if first else None
-        ratios = [fmt.number(act.get(mode) / base, ".2f", "×") if base and act.get(mode) is not None else "-"
-                  for mode in modes[1:]]
-        table.add_row(name, row.type, fmt.count(t.parameters) if t.parameters else "-", row.trainable,
-                      fmt.size(t.param_bytes), fmt.size(t.grad_bytes), fmt.size(t.optimizer_bytes),
-                      *([fmt.size(base)] if first else []), *ratios,
-                      style="dim" if row.trainable == "no" else None)
+        ratios = [
+            fmt.number(act.get(mode) / base, ".2f", "×") if base and act.get(mode) is not None else "-"
+            for mode in modes[1:]
+        ]
+        table.add_row(
+            name,
+            row.type,
+            fmt.count(t.parameters) if t.parameters else "-",
+            row.trainable,
+            fmt.size(t.param_bytes),
+            fmt.size(t.grad_bytes),
+            fmt.size(t.optimizer_bytes),
+            *([fmt.size(base)] if first else []),
+            *ratios,
+            style="dim" if row.trainable == "no" else None,
+        )
     return table
 
 
@@ -136,8 +173,7 @@ def totals_table(result):
     table = fmt.table("one training step, per precision mode")
     table.add_column("", no_wrap=True)
     for m in result.modes:
-        table.add_column(f"{m.mode} ({m.compute_dtype})" if m.compute_dtype else m.mode, justify="right",
-                         no_wrap=True)
+        table.add_column(f"{m.mode} ({m.compute_dtype})" if m.compute_dtype else m.mode, justify="right", no_wrap=True)
 
     def cells(get) -> list[str]:
         return [get(m) if m.status == "ok" else m.status for m in result.modes]

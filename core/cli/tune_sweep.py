@@ -30,80 +30,144 @@ SHORTCUTS = ("device", "precision", "max_steps", "epochs", "threads")  # base se
 def register(sub) -> None:
     """Add the `sweep` subcommand to the amp-console parser."""
     p = sub.add_parser(
-        "sweep", help="run a small grid or random hyperparameter sweep; each trial is a run in the history",
+        "sweep",
+        help="run a small grid or random hyperparameter sweep; each trial is a run in the history",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Train one run per combination of settings, one after another (or N at a time with "
-                    "--devices), in a sweep folder under the runs root, then print a table sorted by the best "
-                    "value of the monitored metric.\n"
-                    "KEY is any setting (lr, batch_size, optimizer, weight_decay, seed...) or an option of the "
-                    "task (hidden; option.NAME when a setting has the same name). Every trial is checked before "
-                    "the first starts.",
+        "--devices), in a sweep folder under the runs root, then print a table sorted by the best "
+        "value of the monitored metric.\n"
+        "KEY is any setting (lr, batch_size, optimizer, weight_decay, seed...) or an option of the "
+        "task (hidden; option.NAME when a setting has the same name). Every trial is checked before "
+        "the first starts.",
         epilog="examples:\n"
-               "  amp-console sweep --config base.toml --grid lr=1e-3,3e-3 --grid batch_size=64,128\n"
-               "  amp-console sweep --task tiny --max-steps 200 --grid hidden=16,64 --grid seed=0,1,2\n"
-               "  amp-console sweep --task tiny --random 8 --range lr=1e-4:1e-2:log --range batch_size=32:256 "
-               "--seed 1\n"
-               "  amp-console sweep --config base.toml --grid lr=1e-3,3e-3 --grid seed=0,1 --devices cuda:0,cuda:1\n"
-               "  amp-console sweep --resume ~/.local/share/amp-console/runs/20261201-101500-sweep-tiny\n"
-               "Ctrl+C stops the running trial(s) with a checkpoint; --resume continues the sweep (with the same "
-               "--devices or others).")
+        "  amp-console sweep --config base.toml --grid lr=1e-3,3e-3 --grid batch_size=64,128\n"
+        "  amp-console sweep --task tiny --max-steps 200 --grid hidden=16,64 --grid seed=0,1,2\n"
+        "  amp-console sweep --task tiny --random 8 --range lr=1e-4:1e-2:log --range batch_size=32:256 "
+        "--seed 1\n"
+        "  amp-console sweep --config base.toml --grid lr=1e-3,3e-3 --grid seed=0,1 --devices cuda:0,cuda:1\n"
+        "  amp-console sweep --resume ~/.local/share/amp-console/runs/20261201-101500-sweep-tiny\n"
+        "Ctrl+C stops the running trial(s) with a checkpoint; --resume continues the sweep (with the same "
+        "--devices or others).",
+    )
     base = p.add_argument_group("base settings (every trial starts from these)")
     base.add_argument("--config", metavar="FILE.toml", help="settings from a TOML file, as `train --config`")
     base.add_argument("--task", default=None, help="task to train (default: the config file's, else tiny)")
     for name in SHORTCUTS:
         spec = FIELD_SPECS[name]
         kind = {"device": str, "precision": str}.get(name, int)
-        base.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None, choices=spec.choices,
-                          help=spec.help)
-    base.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
-                      help="any other setting, e.g. --set early_stop_patience=3 (repeatable)")
-    base.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
-                      help="task option for every trial, e.g. -o samples=4096 (repeatable)")
+        base.add_argument(
+            "--" + name.replace("_", "-"), dest=name, type=kind, default=None, choices=spec.choices, help=spec.help
+        )
+    base.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="settings",
+        help="any other setting, e.g. --set early_stop_patience=3 (repeatable)",
+    )
+    base.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="task_options",
+        help="task option for every trial, e.g. -o samples=4096 (repeatable)",
+    )
     what = p.add_argument_group("what to sweep")
-    what.add_argument("--grid", "-g", action="append", default=[], metavar="KEY=V1,V2,...",
-                      help="try each value (repeatable: every combination runs)")
-    what.add_argument("--random", type=int, default=None, metavar="N",
-                      help="instead of a grid: N trials drawn at random from the --range axes")
-    what.add_argument("--range", action="append", default=[], metavar="KEY=LOW:HIGH[:log][:int]",
-                      dest="ranges", help="a random axis: uniform (or log-uniform with :log) between LOW and HIGH, "
-                                          "whole numbers for whole-number settings or with :int; or KEY=V1,V2 to "
-                                          "pick among values (repeatable)")
-    what.add_argument("--seed", type=int, default=0,
-                      help="seed of the random draws (default 0; the training seed is the setting 'seed', e.g. "
-                           "--grid seed=0,1)")
+    what.add_argument(
+        "--grid",
+        "-g",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="try each value (repeatable: every combination runs)",
+    )
+    what.add_argument(
+        "--random",
+        type=int,
+        default=None,
+        metavar="N",
+        help="instead of a grid: N trials drawn at random from the --range axes",
+    )
+    what.add_argument(
+        "--range",
+        action="append",
+        default=[],
+        metavar="KEY=LOW:HIGH[:log][:int]",
+        dest="ranges",
+        help="a random axis: uniform (or log-uniform with :log) between LOW and HIGH, "
+        "whole numbers for whole-number settings or with :int; or KEY=V1,V2 to "
+        "pick among values (repeatable)",
+    )
+    what.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random draws (default 0; the training seed is the setting 'seed', e.g. --grid seed=0,1)",
+    )
     run = p.add_argument_group("running and results")
-    run.add_argument("--resume", metavar="SWEEP_FOLDER",
-                     help="continue a sweep: completed and failed trials are kept, a stopped or interrupted one "
-                          "resumes from its checkpoint, pending ones run; on the devices it last ran on unless "
-                          "--devices / --parallel say otherwise")
-    run.add_argument("--devices", metavar="DEV1,DEV2,...", default=None,
-                     help="run trials N at a time, one per listed device (cuda:0,cuda:1; cpu,cpu for two CPU "
-                          "trials at once), each in its own training process; a device takes the next trial as "
-                          "soon as its trial ends. CPU threads are shared out: each trial gets at most cores / N "
-                          "unless the settings set threads (default: one trial at a time, in this process)")
-    run.add_argument("--parallel", type=int, default=None, metavar="N",
-                     help="N trials at a time, each in its own process: on the --devices dealt round-robin, else "
-                          "all on the settings' device")
-    run.add_argument("--retry-failed", action="store_true",
-                     help="with --resume: run failed trials again too (from scratch, in a fresh folder)")
+    run.add_argument(
+        "--resume",
+        metavar="SWEEP_FOLDER",
+        help="continue a sweep: completed and failed trials are kept, a stopped or interrupted one "
+        "resumes from its checkpoint, pending ones run; on the devices it last ran on unless "
+        "--devices / --parallel say otherwise",
+    )
+    run.add_argument(
+        "--devices",
+        metavar="DEV1,DEV2,...",
+        default=None,
+        help="run trials N at a time, one per listed device (cuda:0,cuda:1; cpu,cpu for two CPU "
+        "trials at once), each in its own training process; a device takes the next trial as "
+        "soon as its trial ends. CPU threads are shared out: each trial gets at most cores / N "
+        "unless the settings set threads (default: one trial at a time, in this process)",
+    )
+    run.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N trials at a time, each in its own process: on the --devices dealt round-robin, else "
+        "all on the settings' device",
+    )
+    run.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --resume: run failed trials again too (from scratch, in a fresh folder)",
+    )
     run.add_argument("--show", metavar="SWEEP_FOLDER", help="print the result table of a sweep and exit")
     run.add_argument("--dry-run", action="store_true", help="check and list the trials, run nothing")
-    run.add_argument("--runs-dir", metavar="DIR", default=None,
-                     help="the runs root the sweep folder goes under (default: $AMP_CONSOLE_RUNS_DIR, else your "
-                          "data folder)")
-    run.add_argument("--sort", default=None, metavar="COLUMN",
-                     help="sort the table by best (default, in the metric's direction), samples_per_second, "
-                          "peak_memory_bytes, wall_seconds, steps, index, status or a swept KEY")
+    run.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        default=None,
+        help="the runs root the sweep folder goes under (default: $AMP_CONSOLE_RUNS_DIR, else your data folder)",
+    )
+    run.add_argument(
+        "--sort",
+        default=None,
+        metavar="COLUMN",
+        help="sort the table by best (default, in the metric's direction), samples_per_second, "
+        "peak_memory_bytes, wall_seconds, steps, index, status or a swept KEY",
+    )
     run.add_argument("--json", action="store_true", help="last stdout line: one JSON object (no table)")
-    run.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
-                     help="when stderr is not a terminal: a trial's progress line this often (default 30)")
+    run.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="when stderr is not a terminal: a trial's progress line this often (default 30)",
+    )
     p.set_defaults(handler=cmd_sweep)
 
 
 # ------------------------------------------------------------------------------------------ settings
 def base_config(args: argparse.Namespace) -> RunConfig:
     """Task defaults < --config file < --set and the shortcut flags < -o options, validated."""
-    from core.cli.train import parse_option, read_config_file
+    from core.cli.train import parse_option
+    from core.config import read_config_file
 
     user = read_config_file(args.config) if args.config else {}
     for text in args.settings:
@@ -159,10 +223,20 @@ def _plan(args: argparse.Namespace):
 
 
 def _check_resume_args(args: argparse.Namespace, flag: str) -> None:
-    given = [name for name, value in (("--config", args.config), ("--task", args.task), ("--grid", args.grid),
-                                      ("--random", args.random), ("--range", args.ranges), ("--set", args.settings),
-                                      ("--option", args.task_options), ("--dry-run", args.dry_run))
-             if value]
+    given = [
+        name
+        for name, value in (
+            ("--config", args.config),
+            ("--task", args.task),
+            ("--grid", args.grid),
+            ("--random", args.random),
+            ("--range", args.ranges),
+            ("--set", args.settings),
+            ("--option", args.task_options),
+            ("--dry-run", args.dry_run),
+        )
+        if value
+    ]
     given += ["--" + n.replace("_", "-") for n in SHORTCUTS if getattr(args, n) is not None]
     if given:
         raise ConfigError(flag, f"{flag} takes the sweep as it was planned; leave out {', '.join(given)}")
@@ -195,17 +269,21 @@ class SweepLines:
                 done = event.total - len(event.to_run)
                 extra = f" ({done} done before)" if done else ""
                 self.parallel = bool(event.devices)
-                where = (f", {len(event.devices)} at a time on {', '.join(event.devices)}" if self.parallel else "")
-                self._write(f"sweep: {len(event.to_run)} of {event.total} trials to run{extra}{where} in "
-                            f"{event.folder}")
+                where = f", {len(event.devices)} at a time on {', '.join(event.devices)}" if self.parallel else ""
+                self._write(
+                    f"sweep: {len(event.to_run)} of {event.total} trials to run{extra}{where} in {event.folder}"
+                )
             case TrialStarted():
                 how = f"resuming from {event.resume_from}" if event.resume_from else "starting"
                 on = f" on {event.device}" if self.parallel and event.device else ""
                 self._write(f"sweep [{event.index}/{event.total}] {event.name}: {how}{on}")
                 if self.parallel:
                     self.reporters[event.index] = ProgressReporter(
-                        enabled=True, live=False, every=self.every,
-                        stream=_Prefixed(lambda: self.stream or sys.stderr, f"  [{event.index}] "))
+                        enabled=True,
+                        live=False,
+                        every=self.every,
+                        stream=_Prefixed(lambda: self.stream or sys.stderr, f"  [{event.index}] "),
+                    )
                 else:
                     self.reporters[event.index] = ProgressReporter(enabled=True, every=self.every, stream=self.stream)
             case TrialEvent():
@@ -214,8 +292,11 @@ class SweepLines:
                     reporter(event.event)
             case TrialEnded():
                 best = event.best or {}
-                score = (f", {best.get('name')} {fmt.number(best.get('value'))} at step {fmt.exact(best.get('step'))}"
-                         if best.get("value") is not None else "")
+                score = (
+                    f", {best.get('name')} {fmt.number(best.get('value'))} at step {fmt.exact(best.get('step'))}"
+                    if best.get("value") is not None
+                    else ""
+                )
                 wall = f", {fmt.duration(event.wall_seconds)}" if event.wall_seconds is not None else ""
                 message = f" ({event.message})" if event.status != "completed" and event.message else ""
                 self._write(f"sweep [{event.index}/{event.total}] {event.name}: {event.status}{score}{wall}{message}")
@@ -266,10 +347,16 @@ def device_slots(args: argparse.Namespace, base_device: str, last: list | None =
         here = [d.id for d in list_devices()]
         missing = [d for d in wanted if d not in here]
         if missing:
-            raise ConfigError("--devices", f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
-                                           f"available here (available: {', '.join(here)})"
-                                           + ("" if args.devices is not None or args.parallel is not None else
-                                              "; the sweep last ran on them: give --devices to choose others"))
+            raise ConfigError(
+                "--devices",
+                f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not "
+                f"available here (available: {', '.join(here)})"
+                + (
+                    ""
+                    if args.devices is not None or args.parallel is not None
+                    else "; the sweep last ran on them: give --devices to choose others"
+                ),
+            )
     return slots
 
 
@@ -305,8 +392,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             return _print_plan(config, trials, args)
         from core.lab.sweep import create_sweep
 
-        folder = create_sweep(config, trials, axes, method=method, samples=args.random or 0, seed=args.seed,
-                              root=args.runs_dir)
+        folder = create_sweep(
+            config, trials, axes, method=method, samples=args.random or 0, seed=args.seed, root=args.runs_dir
+        )
     return _run(folder, args, slots)
 
 
@@ -318,8 +406,13 @@ def _run(folder: Path, args: argparse.Namespace, slots: list[str] | None = None)
         control = RunControl()
         signals.started(control)  # from now on a signal stops the running trial with a checkpoint
         try:
-            result = run_sweep(folder, progress=SweepLines(args.progress_every), control=control,
-                               retry_failed=args.retry_failed, devices=slots)
+            result = run_sweep(
+                folder,
+                progress=SweepLines(args.progress_every),
+                control=control,
+                retry_failed=args.retry_failed,
+                devices=slots,
+            )
         except StopBeforeStart as exc:  # pragma: no cover - started() above makes this unreachable
             sys.stderr.write(f"amp-console: {signal_name(exc.signum)}: stopped\n")
             return signals.exit_code
@@ -369,18 +462,31 @@ def _print_results(folder: Path, args: argparse.Namespace, status: str | None) -
     resume = shlex.join(["amp-console", "sweep", "--resume", str(folder)]) if unfinished else None
     failed = [r for r in rows if r["status"] == "failed"]
     if args.json:
-        print(json.dumps({"folder": str(folder), "status": status or data.get("status"), "task": data.get("task"),
-                          "metric": data.get("metric"), "mode": mode, "trials": rows,
-                          "best": best, "commands": {"show": show, "train_longer": longer, "resume": resume}},
-                         default=str))
+        print(
+            json.dumps(
+                {
+                    "folder": str(folder),
+                    "status": status or data.get("status"),
+                    "task": data.get("task"),
+                    "metric": data.get("metric"),
+                    "mode": mode,
+                    "trials": rows,
+                    "best": best,
+                    "commands": {"show": show, "train_longer": longer, "resume": resume},
+                },
+                default=str,
+            )
+        )
     else:
         print_table(data, rows, args.sort)
         console = fmt.console()
         for r in failed:
             console.print(f"{r['trial']}: failed: {r['message'] or 'no message'}", soft_wrap=True)
         if best:
-            console.print(f"best: {best['trial']} ({data.get('metric')} {fmt.number(best['best'])} at step "
-                          f"{best['best_step']})", soft_wrap=True)
+            console.print(
+                f"best: {best['trial']} ({data.get('metric')} {fmt.number(best['best'])} at step {best['best_step']})",
+                soft_wrap=True,
+            )
             if show:
                 console.print(f"  open it:         {show}", soft_wrap=True)
             if longer:
@@ -414,8 +520,15 @@ def print_table(data: dict, rows: list[dict], sort: str | None = None) -> None:
     table.add_column("peak mem", justify="right", no_wrap=True)
     table.add_column("wall", justify="right", no_wrap=True)
     for r in rows:
-        table.add_row(str(r["index"]), *(_value_text(r["params"].get(k)) for k in keys), r["status"],
-                      *([r.get("device") or "-"] if by_device else []), fmt.number(r["best"]),
-                      fmt.exact(r["best_step"]), fmt.count(r["samples_per_second"]), fmt.size(r["peak_memory_bytes"]),
-                      fmt.duration(r["wall_seconds"]))
+        table.add_row(
+            str(r["index"]),
+            *(_value_text(r["params"].get(k)) for k in keys),
+            r["status"],
+            *([r.get("device") or "-"] if by_device else []),
+            fmt.number(r["best"]),
+            fmt.exact(r["best_step"]),
+            fmt.count(r["samples_per_second"]),
+            fmt.size(r["peak_memory_bytes"]),
+            fmt.duration(r["wall_seconds"]),
+        )
     fmt.console().print(table)

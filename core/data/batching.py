@@ -107,8 +107,10 @@ class HostStaging:
         self.device = device
         self.engine = _copy_engine(device)
         pin = self.engine is not None
-        self.buffers = [{k: torch.empty((batch_size, *v.shape[1:]), dtype=v.dtype, pin_memory=pin)
-                         for k, v in split.items()} for _ in range(2)]
+        self.buffers = [
+            {k: torch.empty((batch_size, *v.shape[1:]), dtype=v.dtype, pin_memory=pin) for k, v in split.items()}
+            for _ in range(2)
+        ]
         self.copy_stream = self.engine.Stream(device) if pin else None
         self.events: list = [None, None]
         self.slot = 0

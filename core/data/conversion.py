@@ -1,15 +1,16 @@
-"""A read column's values as its Column's kind (core.data.importers.Column): ids, whole numbers, numbers,
+"""A read column's values as its Column's kind (Column): ids, whole numbers, numbers,
 datetimes as seconds, text, labels from a set; a DataError at the first value that does not fit, naming the
 file, the line (or Parquet row) and the column as the user's file names it.
 
 The happy path is pyarrow compute kernels over whole columns; only a failing column is searched for its first
-bad value. `file` is the importer's view of a file as read (core.data.importers._Source: its path, kind,
+bad value. `file` is the importer's view of a file as read (Source: its path, kind,
 delimiter and header, the lines of its rows and how messages name its columns).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -19,20 +20,66 @@ from core.data import formats
 from core.errors import DataError
 from core.text import first_line
 
-if TYPE_CHECKING:
-    from core.data.importers import Column, _Source
-
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # models train in float32: a larger feature is an inf there
 
 
-def convert(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+@dataclass(frozen=True)
+class Column:
+    """One expected column: its name and the kind of values it must hold.
+
+    kind: "id" (any value, mapped to contiguous ids later), "int", "float", "number" (int or float,
+    e.g. timestamps; datetimes are turned into seconds), "text" (UTF-8 strings) or "label" (any, checked
+    by the task).
+    """
+
+    name: str
+    kind: str
+    required: bool = True
+    choices: tuple[str, ...] | None = None  # for "label": allowed values (compared lower-cased, trimmed)
+    minimum: float | None = None  # for "int" / "float": smallest allowed value
+    why: str = ""  # said after a value below `minimum`, e.g. what the values mean
+    hint: str = ""  # said when the column is missing: another way to do without it
+
+
+@dataclass
+class Source:
+    """A file as read: its format, and how its data rows map to the lines a user sees (for messages). Formats
+    as a string and a path (messages say f"{file}: ...")."""
+
+    file: Path
+    kind: str  # "csv" (delimited text, any delimiter), "parquet", "json", "svmlight" or "label_text"
+    delimiter: str = ","
+    header: bool = True
+    sniffed: bool = False
+    row_lines: np.ndarray | None = None  # svmlight: the line of each row
+    shown: dict = field(default_factory=dict)  # expected column -> how a message names it
+    positions: dict = field(default_factory=dict)  # expected column -> its index in the file's columns
+    names: list = field(default_factory=list)  # the file's column names (header-less: the positional ones)
+
+    def __str__(self) -> str:
+        return str(self.file)
+
+    def __fspath__(self) -> str:
+        return str(self.file)
+
+    def line(self, index: int) -> int:
+        """The line (1-based, as an editor counts) where data row `index` is (error path)."""
+        if self.row_lines is not None:
+            return int(self.row_lines[index])
+        if self.kind in ("json", "label_text"):  # a row per non-blank line
+            return formats.json_line(self.file, index)
+        return formats.record_at(self.file, self.delimiter, self.header, index)[0]
+
+
+def convert(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """_as_kind, with any conversion pyarrow refuses (e.g. an unsigned 64-bit id past int64) as a DataError."""
     try:
         return _as_kind(file, col, values)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         reason = formats.shorten(first_line(str(exc)).split(":")[0], 60)
-        raise DataError(f"{file}: column {col.name!r}: cannot read its {values.type} values as "
-                        f"{col.kind} values ({reason})") from None
+        raise DataError(
+            f"{file}: column {col.name!r}: cannot read its {values.type} values as {col.kind} values ({reason})"
+        ) from None
 
 
 def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, str]:
@@ -42,7 +89,7 @@ def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, s
     return index, str(values[index].as_py())
 
 
-def _place(file: _Source, col: Column, index: int) -> str:
+def _place(file: Source, col: Column, index: int) -> str:
     """'line L, column 'c'' for a text file (the line a user sees), 'row R, column 'c'' for Parquet."""
     shown = file.shown.get(col.name, repr(col.name))
     if file.kind != "parquet":
@@ -50,11 +97,11 @@ def _place(file: _Source, col: Column, index: int) -> str:
     return f"row {index + 1}, column {shown}"
 
 
-def _fail_value(file: _Source, col: Column, index: int, value: str, expected: str) -> DataError:
+def _fail_value(file: Source, col: Column, index: int, value: str, expected: str) -> DataError:
     return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(value, 40)!r} is not {expected}")
 
 
-def _missing_value(file: _Source, col: Column, index: int) -> DataError:
+def _missing_value(file: Source, col: Column, index: int) -> DataError:
     """The first null of a column: an empty field, or a marker pyarrow reads as missing ('NA', 'nan', 'null')."""
     raw = ""
     if file.kind == "csv":  # error path: the field as the text the file holds
@@ -62,13 +109,14 @@ def _missing_value(file: _Source, col: Column, index: int) -> DataError:
         position = file.positions.get(col.name, file.names.index(col.name) if col.name in file.names else None)
         raw = fields[position] if position is not None and position < len(fields) else ""
     if raw.strip():
-        return DataError(f"{file}: {_place(file, col, index)}: {formats.shorten(raw, 40)!r} marks a missing value; "
-                         "a value is needed")
+        return DataError(
+            f"{file}: {_place(file, col, index)}: {formats.shorten(raw, 40)!r} marks a missing value; a value is needed"
+        )
     what = "the field is empty" if file.kind == "csv" else "the value is missing (null)"
     return DataError(f"{file}: {_place(file, col, index)}: {what}; a value is needed")
 
 
-def _as_kind(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+def _as_kind(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """`values` as the column's kind, or DataError at the first value that does not fit."""
     kind, t = col.kind, values.type
     null_count = values.null_count
@@ -108,7 +156,7 @@ def _as_kind(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedA
     raise _fail_value(file, col, *_first_bad_row(text, ok), expected)
 
 
-def _floats_as(file: _Source, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
+def _floats_as(file: Source, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
     """float64 `values` as the column's kind: finite (and within float32 for features, whole and within
     int64's exact range for ints), else DataError at the first value that is not. `text`: the values as the
     file writes them, for the message."""
@@ -121,20 +169,29 @@ def _floats_as(file: _Source, col: Column, values: pa.ChunkedArray, text: pa.Chu
         if not pc.all(ok).as_py():
             index, value = _first_bad_row(shown, ok)
             whole = pc.equal(pc.floor(values), values)[index].as_py()
-            raise _fail_value(file, col, index, value, "a whole number" if not whole else
-                              "a whole number of a usable size (at most 2**53)")
+            raise _fail_value(
+                file,
+                col,
+                index,
+                value,
+                "a whole number" if not whole else "a whole number of a usable size (at most 2**53)",
+            )
         return _check_range(file, col, pc.cast(values, pa.int64()))
     if col.kind == "float":
         ok = pc.less_equal(pc.abs(values), FLOAT32_MAX)
         if not pc.all(ok).as_py():
-            raise _fail_value(file, col, *_first_bad_row(shown, ok),
-                              f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)")
+            raise _fail_value(
+                file,
+                col,
+                *_first_bad_row(shown, ok),
+                f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)",
+            )
         if values.type == pa.float32() and col.minimum is None:
             return values  # features: float32 is what the models train on (svmlight reads them so)
     return _check_range(file, col, pc.cast(values, pa.float64()))
 
 
-def _check_range(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+def _check_range(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """`values`, or DataError at the first one below col.minimum."""
     if col.minimum is not None:
         ok = pc.greater_equal(values, col.minimum)
@@ -145,7 +202,7 @@ def _check_range(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.Chun
     return values
 
 
-def _check_choices(file: _Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
+def _check_choices(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedArray:
     """Values as lower-cased trimmed strings, all within col.choices; else DataError at the first other."""
     text = pc.utf8_lower(pc.utf8_trim_whitespace(pc.cast(values, pa.string())))
     ok = pc.is_in(text, value_set=pa.array(col.choices))

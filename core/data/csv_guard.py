@@ -55,8 +55,13 @@ def guarded_source(file: Path, delimiter: str, limit: int, opener=None):
     refuses a FIFO or a device) through a RowGuard of `limit` bytes a row."""
     with formats.delimited_source(file, delimiter) as (source, separation):
         raw = (opener or open_regular)(source) if isinstance(source, (str, os.PathLike)) else source
-        guard = RowGuard(raw, separation["delimiter"], quoting=separation.get("quote_char", '"') is not False,
-                         limit=limit, name=str(file))
+        guard = RowGuard(
+            raw,
+            separation["delimiter"],
+            quoting=separation.get("quote_char", '"') is not False,
+            limit=limit,
+            name=str(file),
+        )
         try:
             yield guard, separation
         finally:
@@ -96,7 +101,7 @@ class RowGuard(io.RawIOBase):
                 self._fill()
                 continue
             take = min(len(view) - got, len(self._out) - self._at)
-            view[got:got + take] = self._out[self._at:self._at + take]
+            view[got : got + take] = self._out[self._at : self._at + take]
             self._at += take
             got += take
         return got
@@ -263,10 +268,13 @@ class RowGuard(io.RawIOBase):
 
     def _header_fails(self, nul: bool, length: int):
         if nul:
-            raise DataError(f"{self._name}: line 1 holds a NUL byte; this is binary data or UTF-16 text, not a "
-                            f"UTF-8 CSV file")
-        raise DataError(f"{self._name}: line 1 is more than {size(self.limit)} (at least {size(length)}), too long "
-                        f"for a header of column names; is this a CSV file?")
+            raise DataError(
+                f"{self._name}: line 1 holds a NUL byte; this is binary data or UTF-16 text, not a UTF-8 CSV file"
+            )
+        raise DataError(
+            f"{self._name}: line 1 is more than {size(self.limit)} (at least {size(length)}), too long "
+            f"for a header of column names; is this a CSV file?"
+        )
 
     def _marked(self, length: int, breaks: int, nul: bool) -> bytes:
         """A record standing for a bad one: MARK and what it was, its line breaks, another number of values."""

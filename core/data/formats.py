@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import csv
 import io
-from contextlib import contextmanager
 import json
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +46,17 @@ WHITESPACE = "\\s+"  # the delimiter "one or more spaces or tabs" (as typed: the
 CANDIDATES = ("::", "\t", ",", ";", "|", WHITESPACE)  # sniffed delimiters, in order of preference on a tie
 SUFFIX_DELIMITER = {".tsv": "\t", ".dat": "::"}  # preferred on a tie; else ","
 SEP = "\x1f"  # what a multi-character delimiter becomes while pyarrow reads the file (ASCII unit separator)
-NAMED_DELIMITERS = {"\\t": "\t", "tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " ",
-                    "colons": "::", "whitespace": WHITESPACE, "blanks": WHITESPACE}
+NAMED_DELIMITERS = {
+    "\\t": "\t",
+    "tab": "\t",
+    "comma": ",",
+    "semicolon": ";",
+    "pipe": "|",
+    "space": " ",
+    "colons": "::",
+    "whitespace": WHITESPACE,
+    "blanks": WHITESPACE,
+}
 SAMPLE_BYTES = 1 << 16
 MAX_LINE_BYTES = 1 << 24  # line 1 is read to its end up to this size
 SAMPLE_RECORDS = 50
@@ -62,8 +71,13 @@ _WS_RUN, _WS_EDGE = re.compile(r"[ \t]+"), re.compile(r"^[ \t]+|[ \t]+(?=\r?\n?$
 _WS_RUN_B, _WS_EDGE_B = re.compile(rb"[ \t]+"), re.compile(rb"(?m)^[ \t]+|[ \t]+(?=\r?$)")
 LABEL_PREFIX = "__label__"  # fastText's, before each label
 LABEL_TEXT_SHARE = 0.9  # of the sampled lines (line 1 among them) that must read `label text`
-FORMAT_NAMES = {"delimited": "delimited text", "json": "JSON lines", "svmlight": "svmlight / LETOR",
-                "label_text": "label text lines", "parquet": "Parquet"}
+FORMAT_NAMES = {
+    "delimited": "delimited text",
+    "json": "JSON lines",
+    "svmlight": "svmlight / LETOR",
+    "label_text": "label text lines",
+    "parquet": "Parquet",
+}
 
 
 def is_number(text: str) -> bool:
@@ -115,8 +129,10 @@ def refuse_binary(file: Path, expected: str = "a UTF-8 CSV file") -> None:
     if at >= 0:
         before = head[:at]
         line, column = before.count(b"\n") + 1, at - (before.rfind(b"\n") + 1) + 1
-        raise DataError(f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
-                        f"UTF-16 text, not {expected}")
+        raise DataError(
+            f"{file}: line {line}, column {column} (byte): a NUL byte; this is binary data or "
+            f"UTF-16 text, not {expected}"
+        )
 
 
 def utf8_error_position(file: Path) -> str:
@@ -162,7 +178,7 @@ class _Translating(_Rewriting):
 
     def __init__(self, file: Path, delimiter: str):
         super().__init__()
-        self._handle = open(file, "rb")  # noqa: SIM115 - closed by close()
+        self._handle = open(file, "rb")
         self._from, self._to = delimiter.encode("utf-8"), SEP.encode()
         self._carry = b""
         self._line = 1
@@ -175,8 +191,10 @@ class _Translating(_Rewriting):
         at = data.find(self._to)
         if at >= 0:
             line = self._line + data.count(b"\n", 0, at)
-            raise DataError(f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
-                            f"separated by {describe(self._from.decode())}; remove it")
+            raise DataError(
+                f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
+                f"separated by {describe(self._from.decode())}; remove it"
+            )
         out = data.replace(self._from, self._to)
         while out:  # a delimiter's start at the block's end waits for the next block to complete it
             keep = next((k for k in range(len(self._from) - 1, 0, -1) if out.endswith(self._from[:k])), 0)
@@ -200,7 +218,7 @@ class _Blanks(_Rewriting):
 
     def __init__(self, file: Path):
         super().__init__()
-        self._handle = open(file, "rb")  # noqa: SIM115 - closed by close()
+        self._handle = open(file, "rb")
         self._pending, self._out, self._line, self._done = b"", b"", 1, False
         self.file = file
 
@@ -214,11 +232,16 @@ class _Blanks(_Rewriting):
             at = lines.find(SEP.encode())
             if at >= 0:
                 line = self._line + lines.count(b"\n", 0, at)
-                raise DataError(f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
-                                "separated by whitespace; remove it")
+                raise DataError(
+                    f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
+                    "separated by whitespace; remove it"
+                )
             self._line += lines.count(b"\n")
-            if any(blanks in lines for blanks in (b"\t", b"  ", b"\n ", b" \n", b" \r")) or \
-                    lines.startswith(b" ") or lines.endswith(b" "):
+            if (
+                any(blanks in lines for blanks in (b"\t", b"  ", b"\n ", b" \n", b" \r"))
+                or lines.startswith(b" ")
+                or lines.endswith(b" ")
+            ):
                 self._out += _WS_RUN_B.sub(SEP.encode(), _WS_EDGE_B.sub(b"", lines))
             else:  # single spaces between fields only (SASRec's files): one C-speed replace
                 self._out += lines.replace(b" ", SEP.encode())
@@ -226,8 +249,9 @@ class _Blanks(_Rewriting):
         return out
 
 
-def read_delimited(file: Path, delimiter: str, column_names: list[str] | None = None,
-                   column_types: dict | None = None, **parse) -> pa.Table:
+def read_delimited(
+    file: Path, delimiter: str, column_names: list[str] | None = None, column_types: dict | None = None, **parse
+) -> pa.Table:
     """pyarrow's CSV reader for `file` separated by `delimiter` (any length); `column_names` for a file without
     a header; extra ParseOptions in `parse` (e.g. invalid_row_handler, on the error path)."""
     threads = parse.pop("use_threads", True)
@@ -237,8 +261,12 @@ def read_delimited(file: Path, delimiter: str, column_names: list[str] | None = 
         read = pacsv.ReadOptions(column_names=column_names, use_threads=threads, block_size=block)
         try:
             with delimited_source(file, delimiter) as (source, separation):
-                return pacsv.read_csv(source, read_options=read, convert_options=convert,
-                                      parse_options=pacsv.ParseOptions(**separation, **parse))
+                return pacsv.read_csv(
+                    source,
+                    read_options=read,
+                    convert_options=convert,
+                    parse_options=pacsv.ParseOptions(**separation, **parse),
+                )
         except pa.ArrowInvalid as exc:
             if "straddl" not in str(exc) or block >= 1 << 30:
                 raise
@@ -252,7 +280,7 @@ def delimited_source(file: Path, delimiter: str):
     if len(delimiter) == 1:
         yield file, {"delimiter": delimiter}
         return
-    with (_Blanks(file) if delimiter == WHITESPACE else _Translating(file, delimiter)) as stream:
+    with _Blanks(file) if delimiter == WHITESPACE else _Translating(file, delimiter) as stream:
         yield stream, {"delimiter": SEP, "quote_char": False}
 
 
@@ -357,6 +385,7 @@ def record_at(file: Path, delimiter: str, header: bool, index: int) -> tuple[int
 
 # ---- JSON lines ---------------------------------------------------------------------------------------------
 
+
 def read_jsonl(file: Path) -> pa.Table:
     """A JSON lines file (one object per line) -> table; DataError naming the first bad line."""
     with open(file, "rb") as handle:
@@ -405,8 +434,10 @@ def _jsonl_problem(file: Path, reason: str) -> str:
                 kind = _kind(item)
                 first = seen.setdefault(key, (kind, number))
                 if first[0] != kind:
-                    return (f"line {number}: field {shorten(key, 40)!r} holds a {kind} where line {first[1]} "
-                            f"holds a {first[0]}")
+                    return (
+                        f"line {number}: field {shorten(key, 40)!r} holds a {kind} where line {first[1]} "
+                        f"holds a {first[0]}"
+                    )
     return f"cannot read JSON lines: {shorten(reason.splitlines()[0] if reason else '', 80)}"
 
 
@@ -430,6 +461,7 @@ def is_json_lines(file: Path) -> bool:
 
 
 # ---- by content: svmlight, label text, files whose suffix says nothing -------------------------------------------
+
 
 def _head(file: Path) -> bytes:
     """The first SAMPLE_BYTES of `file`, cut after its last whole line (all of it when the file is shorter)."""
@@ -497,8 +529,10 @@ def read_label_text(file: Path) -> pa.Table:
     parts = pc.extract_regex(lines, _LABEL_LINE)
     if parts.null_count:
         index = int(np.flatnonzero(parts.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DataError(f"{file}: line {json_line(file, index)}: not a 'label text' line (a label such as 1 or "
-                        "__label__pos, a blank, then the text)")
+        raise DataError(
+            f"{file}: line {json_line(file, index)}: not a 'label text' line (a label such as 1 or "
+            "__label__pos, a blank, then the text)"
+        )
     return pa.table({"label": pc.struct_field(parts, "label"), "text": pc.struct_field(parts, "text")})
 
 
@@ -545,5 +579,7 @@ def unrecognised(file: Path, tried: tuple[str, ...] = ("delimited", "json", "svm
     preview = line_preview(file)
     line1 = f"line 1 reads {preview!r}" if preview is not None else "line 1 does not read as plain text"
     names = [FORMAT_NAMES[k] + (" (no delimiter splits its lines alike)" if k == "delimited" else "") for k in tried]
-    return (f"{file}: not a format this reads; tried {', '.join(names)}; {line1}; give the format with "
-            "--data-format, or use a .csv, .parquet, .jsonl or .svm file")
+    return (
+        f"{file}: not a format this reads; tried {', '.join(names)}; {line1}; give the format with "
+        "--data-format, or use a .csv, .parquet, .jsonl or .svm file"
+    )

@@ -38,14 +38,20 @@ import pyarrow.parquet as pq
 import torch
 
 from core.data import formats, svmlight
-from core.data.conversion import convert
+from core.data.conversion import Column, Source, convert
 from core.errors import ConfigError, DataError
 from core.files import file_kind
 from core.text import first_line, printable
 
 SUFFIXES = (".csv", ".parquet", ".pq")  # what write_table writes (and `amp data generate --out` takes)
-READ_SUFFIXES = (".csv", ".parquet", ".pq", *formats.DELIMITED_SUFFIXES[1:], *formats.JSON_SUFFIXES,
-                 *formats.SVMLIGHT_SUFFIXES)  # what read_table reads
+READ_SUFFIXES = (
+    ".csv",
+    ".parquet",
+    ".pq",
+    *formats.DELIMITED_SUFFIXES[1:],
+    *formats.JSON_SUFFIXES,
+    *formats.SVMLIGHT_SUFFIXES,
+)  # what read_table reads
 # Common names of the expected columns, recognised when the expected name is absent and exactly one of these
 # is present (compared case-insensitively, ignoring "_", "-" and spaces).
 ALIASES = {
@@ -62,29 +68,13 @@ ALIASES = {
 # required columns applies instead to a file with exactly that many columns ("rating" is read, then ignored).
 HEADERLESS_LAYOUTS = {
     ("user_id", "item_id", "timestamp"): (("user_id", "item_id", "rating", "timestamp"),),  # MovieLens ratings
-    ("user_id", "item_id"): (("user_id", "item_id", "rating"),  # file order (SASRec's `user item rating`)
-                             ("user_id", "item_id", "rating", "timestamp")),
+    ("user_id", "item_id"): (
+        ("user_id", "item_id", "rating"),  # file order (SASRec's `user item rating`)
+        ("user_id", "item_id", "rating", "timestamp"),
+    ),
 }
 PARQUET_SUFFIXES = (".parquet", ".pq")
 MAX_SHOWN = 80  # characters of file content (header names, one bad value) an error message may show
-
-
-@dataclass(frozen=True)
-class Column:
-    """One expected column: its name and the kind of values it must hold.
-
-    kind: "id" (any value, mapped to contiguous ids later), "int", "float", "number" (int or float,
-    e.g. timestamps; datetimes are turned into seconds), "text" (UTF-8 strings) or "label" (any, checked
-    by the task).
-    """
-
-    name: str
-    kind: str
-    required: bool = True
-    choices: tuple[str, ...] | None = None  # for "label": allowed values (compared lower-cased, trimmed)
-    minimum: float | None = None  # for "int" / "float": smallest allowed value
-    why: str = ""  # said after a value below `minimum`, e.g. what the values mean
-    hint: str = ""  # said when the column is missing: another way to do without it
 
 
 @dataclass(frozen=True)
@@ -136,38 +126,13 @@ def _not_regular(path: Path) -> str | None:
     return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
-@dataclass
-class _Source:
-    """A file as read: its format, and how its data rows map to the lines a user sees (for messages). Formats
-    as a string and a path (messages say f"{file}: ...")."""
-
-    file: Path
-    kind: str  # "csv" (delimited text, any delimiter), "parquet", "json", "svmlight" or "label_text"
-    delimiter: str = ","
-    header: bool = True
-    sniffed: bool = False
-    row_lines: np.ndarray | None = None  # svmlight: the line of each row
-    shown: dict = field(default_factory=dict)  # expected column -> how a message names it
-    positions: dict = field(default_factory=dict)  # expected column -> its index in the file's columns
-    names: list = field(default_factory=list)  # the file's column names (header-less: the positional ones)
-
-    def __str__(self) -> str:
-        return str(self.file)
-
-    def __fspath__(self) -> str:
-        return str(self.file)
-
-    def line(self, index: int) -> int:
-        """The line (1-based, as an editor counts) where data row `index` is (error path)."""
-        if self.row_lines is not None:
-            return int(self.row_lines[index])
-        if self.kind in ("json", "label_text"):  # a row per non-blank line
-            return formats.json_line(self.file, index)
-        return formats.record_at(self.file, self.delimiter, self.header, index)[0]
-
-
-def read_table(path: str | Path, columns: list[Column], prefix_columns: str | None = None,
-               options: ReadOptions | None = None, notes: list[str] | None = None) -> pa.Table:
+def read_table(
+    path: str | Path,
+    columns: list[Column],
+    prefix_columns: str | None = None,
+    options: ReadOptions | None = None,
+    notes: list[str] | None = None,
+) -> pa.Table:
     """Read `path` (file or folder) into one table holding `columns` (plus every column whose name starts
     with `prefix_columns`, e.g. "f" for ranking features), checked and converted. `options`: the delimiter
     (else sniffed) and column mapping (else the expected names, then ALIASES); see the module docstring.
@@ -179,8 +144,10 @@ def read_table(path: str | Path, columns: list[Column], prefix_columns: str | No
     options = options or ReadOptions()
     files = data_files(path)
     if options.query_file and len(files) > 1:
-        raise DataError(f"{path}: query_file {options.query_file} gives the query sizes of one file, and this "
-                        f"folder holds {len(files)}: put each file's sizes beside it as FILE.query instead")
+        raise DataError(
+            f"{path}: query_file {options.query_file} gives the query sizes of one file, and this "
+            f"folder holds {len(files)}: put each file's sizes beside it as FILE.query instead"
+        )
     notes = [] if notes is None else notes
     read = [_read_source(file, columns, prefix_columns, options, notes) for file in files]
     tables = [table for table, _ in read]
@@ -243,15 +210,17 @@ def _positional_names(columns: list[Column], prefix: str | None, count: int) -> 
     return names
 
 
-def _resolve(src: _Source, names: list[str], columns: list[Column], options: ReadOptions) -> dict[str, int]:
+def _resolve(src: Source, names: list[str], columns: list[Column], options: ReadOptions) -> dict[str, int]:
     """Expected column -> its index among `names`: options.columns (a name, or a 1-based position), else the
     expected name itself, else its one alias present. DataError for a mapping that names no column."""
     expected = [c.name for c in columns]
     where = "line 1: " if src.kind == "csv" else ""
     for key, target in options.columns.items():
         if key not in expected:
-            raise DataError(f"{src}: column mapping {key}={formats.shorten(str(target), 40)}: this task reads no "
-                            f"column {formats.shorten(key, 40)!r} (it reads {', '.join(expected)})")
+            raise DataError(
+                f"{src}: column mapping {key}={formats.shorten(str(target), 40)}: this task reads no "
+                f"column {formats.shorten(key, 40)!r} (it reads {', '.join(expected)})"
+            )
     positions: dict[str, int] = {}
     normed = [formats.normalise_name(n) for n in names]
     for col in columns:
@@ -264,11 +233,13 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
             if not 0 <= index < len(names):
                 raise DataError(f"{src}: {where}{mapping}: the file has {len(names)} columns (positions count from 1)")
         else:
-            hits = [i for i, n in enumerate(names) if n == target] or \
-                   [i for i, n in enumerate(normed) if n == formats.normalise_name(target)]
+            hits = [i for i, n in enumerate(names) if n == target] or [
+                i for i, n in enumerate(normed) if n == formats.normalise_name(target)
+            ]
             if not hits:
-                raise DataError(f"{src}: {where}{mapping}: no column {formats.shorten(target, 40)!r} "
-                                f"({_found_columns(names, src)})")
+                raise DataError(
+                    f"{src}: {where}{mapping}: no column {formats.shorten(target, 40)!r} ({_found_columns(names, src)})"
+                )
             index = hits[0]
         positions[col.name] = index
     for col in columns:
@@ -283,9 +254,11 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
         if len(hits) == 1:
             positions[col.name] = hits[0]
         elif len(hits) > 1 and col.required:
-            raise DataError(f"{src}: {where}missing column {col.name!r}; "
-                            f"{formats.shorten(', '.join(names[i] for i in hits), MAX_SHOWN)} could each be it: "
-                            f"choose one with --column {col.name}=NAME")
+            raise DataError(
+                f"{src}: {where}missing column {col.name!r}; "
+                f"{formats.shorten(', '.join(names[i] for i in hits), MAX_SHOWN)} could each be it: "
+                f"choose one with --column {col.name}=NAME"
+            )
     src.positions, src.names = positions, list(names)
     for name, index in positions.items():
         if names[index] == name:
@@ -297,8 +270,9 @@ def _resolve(src: _Source, names: list[str], columns: list[Column], options: Rea
     return positions
 
 
-def _read_source(file: Path, columns: list[Column], prefix: str | None, options: ReadOptions,
-                 notes: list[str]) -> tuple[pa.Table, _Source]:
+def _read_source(
+    file: Path, columns: list[Column], prefix: str | None, options: ReadOptions, notes: list[str]
+) -> tuple[pa.Table, Source]:
     kind = _not_regular(file)  # a folder's entry may have changed since it was listed
     if kind:
         raise DataError(f"{file}: {kind}, not a regular file")
@@ -307,22 +281,26 @@ def _read_source(file: Path, columns: list[Column], prefix: str | None, options:
     shape, delimiter, how = _format_of(file, columns, options)
     said = [how] if how else []  # for the run's log: how the file was read, when it is not the usual way
     if shape == "parquet":
-        src, table = _Source(file, "parquet"), _read_parquet(file)
+        src, table = Source(file, "parquet"), _read_parquet(file)
     elif shape == "json":
-        src, table = _Source(file, "json"), formats.read_jsonl(file)
+        src, table = Source(file, "json"), formats.read_jsonl(file)
     elif shape == "svmlight":
         if not any(c.name == "query_id" for c in columns):
-            raise DataError(f"{file}: an svmlight file holds ranking data (label qid:<id> <index>:<value> ...); "
-                            f"this task reads {', '.join(c.name for c in columns)}")
+            raise DataError(
+                f"{file}: an svmlight file holds ranking data (label qid:<id> <index>:<value> ...); "
+                f"this task reads {', '.join(c.name for c in columns)}"
+            )
         table, lines, queries = svmlight.read_ranking_file(file, options.query_file)
         said += [queries] if queries else []
-        src = _Source(file, "svmlight", row_lines=lines)
+        src = Source(file, "svmlight", row_lines=lines)
         options = ReadOptions()  # its columns are fixed: query_id, doc_id, label, f1..fN
     elif shape == "label_text":
         if not {"label", "text"} <= {c.name for c in columns}:
-            raise DataError(f"{file}: 'label text' lines hold a label and a text (sentiment data); this task "
-                            f"reads {', '.join(c.name for c in columns)}")
-        src, table = _Source(file, "label_text"), formats.read_label_text(file)
+            raise DataError(
+                f"{file}: 'label text' lines hold a label and a text (sentiment data); this task "
+                f"reads {', '.join(c.name for c in columns)}"
+            )
+        src, table = Source(file, "label_text"), formats.read_label_text(file)
         options = ReadOptions()  # its columns are fixed: label, text
     else:
         src, table = _read_delimited(file, columns, prefix, options, delimiter)
@@ -344,8 +322,9 @@ def _read_source(file: Path, columns: list[Column], prefix: str | None, options:
     if table.num_rows == 0:
         raise DataError(f"{file}: empty file (a header at line 1 but no data rows)")
     taken = set(positions.values())
-    extra = sorted((n for i, n in enumerate(names) if prefix and i not in taken and _is_prefixed(n, prefix)),
-                   key=_natural_key)
+    extra = sorted(
+        (n for i, n in enumerate(names) if prefix and i not in taken and _is_prefixed(n, prefix)), key=_natural_key
+    )
     out = {c.name: convert(src, c, table.column(positions[c.name])) for c in columns if c.name in positions}
     out.update({n: convert(src, Column(n, "float"), table.column(n)) for n in extra})
     return pa.table(out), src
@@ -365,8 +344,9 @@ def _format_of(file: Path, columns: list[Column], options: ReadOptions) -> tuple
     if shape != "auto":
         formats.refuse_binary(file, f"a UTF-8 text file ({formats.FORMAT_NAMES[shape]})")
         return shape, "", ""
-    formats.refuse_binary(file, "a UTF-8 CSV file" if known else "a text data file (delimited, JSON lines, "
-                                                                  "svmlight or label text)")
+    formats.refuse_binary(
+        file, "a UTF-8 CSV file" if known else "a text data file (delimited, JSON lines, svmlight or label text)"
+    )
     labelled = next((c.choices for c in columns if c.name == "label" and c.choices), None)
     labels = labelled if labelled and any(c.name == "text" for c in columns) and not options.delimiter else ()
     if suffix in formats.JSON_SUFFIXES:
@@ -389,14 +369,16 @@ def _format_of(file: Path, columns: list[Column], options: ReadOptions) -> tuple
     return shape, "" if options.delimiter else delimiter, f"read as {formats.FORMAT_NAMES[shape]}{sep} (by content)"
 
 
-def _read_delimited(file: Path, columns: list[Column], prefix: str | None, options: ReadOptions,
-                    sniffed: str = "") -> tuple[_Source, pa.Table]:
+def _read_delimited(
+    file: Path, columns: list[Column], prefix: str | None, options: ReadOptions, sniffed: str = ""
+) -> tuple[Source, pa.Table]:
     """A delimited text file: the delimiter (given, else `sniffed` or sniffed here), header or not, id columns
     read as text."""
     known = _known_names(columns, options)
     delimiter = formats.normalise_delimiter(options.delimiter)
-    src = _Source(file, "csv", delimiter=delimiter or sniffed or formats.sniff_delimiter(file, known),
-                  sniffed=not delimiter)
+    src = Source(
+        file, "csv", delimiter=delimiter or sniffed or formats.sniff_delimiter(file, known), sniffed=not delimiter
+    )
     sample = formats.sample_records(file, src.delimiter)
     if not sample:
         raise DataError(f"{file}: empty file (line 1: no header)")
@@ -408,13 +390,15 @@ def _read_delimited(file: Path, columns: list[Column], prefix: str | None, optio
     return src, table
 
 
-def _found_columns(names: list[str], src: _Source | None = None) -> str:
+def _found_columns(names: list[str], src: Source | None = None) -> str:
     """What line 1 holds, for a missing-column message: its names when they look like a header (truncated),
     a hint when they look like a header cut by another separator, else nothing of the file's content."""
     if src is not None and not src.header:
-        return (f"line 1 holds data, not a header, so its {len(names)} columns are taken by position as "
-                f"{formats.shorten(', '.join(names), 60)}; add a header line or map columns with "
-                "--column NAME=POSITION")
+        return (
+            f"line 1 holds data, not a header, so its {len(names)} columns are taken by position as "
+            f"{formats.shorten(', '.join(names), 60)}; add a header line or map columns with "
+            "--column NAME=POSITION"
+        )
     used = src.delimiter if src is not None else ","
     # one "name" is as likely a secret
     if len(names) > 1 and all(formats.looks_like_column_name(n) for n in names):
@@ -426,25 +410,26 @@ def _found_columns(names: list[str], src: _Source | None = None) -> str:
                 if src is None or src.kind != "csv":
                     return f"line 1 seems separated by {formats.describe(sep)}"
                 how = "the sniffed" if src.sniffed else "the given"
-                return (f"line 1 seems separated by {formats.describe(sep)}, but {how} delimiter was "
-                        f"{formats.describe(used)}: set --delimiter {formats.flag(sep)}")
+                return (
+                    f"line 1 seems separated by {formats.describe(sep)}, but {how} delimiter was "
+                    f"{formats.describe(used)}: set --delimiter {formats.flag(sep)}"
+                )
     return "line 1 does not look like a header of column names"
 
 
 def _is_prefixed(name: str, prefix: str) -> bool:
-    return name.startswith(prefix) and name[len(prefix):].isdigit()
+    return name.startswith(prefix) and name[len(prefix) :].isdigit()
 
 
 def _natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def _read_csv(src: _Source, text_columns: list[str] = (), column_names: list[str] | None = None) -> pa.Table:
+def _read_csv(src: Source, text_columns: list[str] = (), column_names: list[str] | None = None) -> pa.Table:
     """pyarrow reads the delimited file `src` (its header, else `column_names`); `text_columns` stay strings."""
     file = src.file
     try:
-        table = formats.read_delimited(file, src.delimiter, column_names,
-                                       {name: pa.string() for name in text_columns})
+        table = formats.read_delimited(file, src.delimiter, column_names, {name: pa.string() for name in text_columns})
     except pa.ArrowInvalid as exc:
         text = str(exc)
         if "UTF8" in text or "UTF-8" in text:
@@ -458,7 +443,7 @@ def _read_csv(src: _Source, text_columns: list[str] = (), column_names: list[str
     return table
 
 
-def _csv_parse_problem(src: _Source, text: str, column_names: list[str] | None = None) -> str:
+def _csv_parse_problem(src: Source, text: str, column_names: list[str] | None = None) -> str:
     """Where and why a delimited file does not parse (error path only), without echoing the offending row."""
     counts = re.search(r"Expected (\d+) columns, got (\d+)", text)
     if counts:
@@ -469,8 +454,9 @@ def _csv_parse_problem(src: _Source, text: str, column_names: list[str] | None =
             return "error"
 
         try:
-            formats.read_delimited(src.file, src.delimiter, column_names, use_threads=False,
-                                   invalid_row_handler=keep_first)
+            formats.read_delimited(
+                src.file, src.delimiter, column_names, use_threads=False, invalid_row_handler=keep_first
+            )
         except (pa.ArrowInvalid, OSError, DataError):
             pass
         index = first[0].number - 1 - src.header if first and first[0].number else None
@@ -479,8 +465,10 @@ def _csv_parse_problem(src: _Source, text: str, column_names: list[str] | None =
         line1 = "the header has" if src.header else "line 1 has"
         sep = "a comma" if src.delimiter == "," else f"the delimiter {formats.describe(src.delimiter)}"
         quote = " or a quote must be quoted" if len(src.delimiter) == 1 else ""
-        return (f"{where}cannot parse CSV: {got} fields where {line1} {expected} "
-                f"(a field holding {sep}{quote or ' cannot be read'})")
+        return (
+            f"{where}cannot parse CSV: {got} fields where {line1} {expected} "
+            f"(a field holding {sep}{quote or ' cannot be read'})"
+        )
     reason = text.splitlines()[0].removeprefix("CSV parse error: ").split(":")[0]
     return f"cannot parse CSV: {formats.shorten(reason, 60)}"
 
@@ -502,8 +490,9 @@ def _read_parquet(file: Path) -> pa.Table:
             names = []
         for name in dict.fromkeys(names):
             if names.count(name) > 1:
-                raise DataError(f"{file}: column {name!r} appears {names.count(name)} times; "
-                                "column names must be unique") from None
+                raise DataError(
+                    f"{file}: column {name!r} appears {names.count(name)} times; column names must be unique"
+                ) from None
         reason = formats.shorten(first_line(str(exc)), 120)
         raise DataError(f"{file}: not a readable Parquet file: {reason}") from None
 

@@ -58,15 +58,21 @@ class LoaderSettings:
     @classmethod
     def from_config(cls, cfg, device: torch.device) -> LoaderSettings:
         pin = cfg.pin_memory == "on" or (cfg.pin_memory == "auto" and device.type == "cuda")
-        return cls(cfg.num_workers, pin and device.type != "cpu", cfg.persistent_workers and cfg.num_workers > 0,
-                   cfg.prefetch_factor)
+        return cls(
+            cfg.num_workers,
+            pin and device.type != "cpu",
+            cfg.persistent_workers and cfg.num_workers > 0,
+            cfg.prefetch_factor,
+        )
 
     def kwargs(self, persistent: bool = True) -> dict:
         """DataLoader keyword arguments; `persistent` False: workers end with each pass (evaluation)."""
         extra = {}
         if self.num_workers > 0:
-            extra = {"prefetch_factor": self.prefetch_factor,
-                     "persistent_workers": persistent and self.persistent_workers}
+            extra = {
+                "prefetch_factor": self.prefetch_factor,
+                "persistent_workers": persistent and self.persistent_workers,
+            }
         return {"num_workers": self.num_workers, "pin_memory": self.pin_memory, **extra}
 
 
@@ -77,9 +83,11 @@ def check_dataset(dataset, what: str) -> int:
     try:
         rows = len(dataset)
     except TypeError:
-        raise DataError(f"{what} is an {kind} ({type(dataset).__name__}) without __len__: give it one (the "
-                        f"samples one pass yields, over all processes and workers), so epochs can be "
-                        f"counted") from None
+        raise DataError(
+            f"{what} is an {kind} ({type(dataset).__name__}) without __len__: give it one (the "
+            f"samples one pass yields, over all processes and workers), so epochs can be "
+            f"counted"
+        ) from None
     if rows <= 0:
         raise DataError(f"{what} ({type(dataset).__name__}) is empty")
     if kind == "Dataset":
@@ -90,9 +98,11 @@ def check_dataset(dataset, what: str) -> int:
 def check_item(item, what: str) -> None:
     """A Dataset's item (or a collated batch) must be a dict: the task's loss reads batch['name']."""
     if not isinstance(item, Mapping):
-        raise DataError(f"{what}: an item is a {type(item).__name__}, not a dict of tensors; return "
-                        f"{{'x': ..., 'y': ...}} from __getitem__ (or __iter__): the task's loss reads the batch "
-                        f"by name")
+        raise DataError(
+            f"{what}: an item is a {type(item).__name__}, not a dict of tensors; return "
+            f"{{'x': ..., 'y': ...}} from __getitem__ (or __iter__): the task's loss reads the batch "
+            f"by name"
+        )
 
 
 def to_device(batch: Mapping, device: torch.device) -> dict:
@@ -143,8 +153,17 @@ class LoaderBatches:
     core.data.batching.EpochBatches): `order(epoch)` is the epoch's pass, `batch(order, index)` its next batch
     on the device. Every batch is full (`drop_last`): the same shapes every step."""
 
-    def __init__(self, dataset, batch_size: int, seed: int, device: torch.device, rank: int = 0,
-                 world_size: int = 1, settings: LoaderSettings | None = None, what: str = "the train split"):
+    def __init__(
+        self,
+        dataset,
+        batch_size: int,
+        seed: int,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
+        settings: LoaderSettings | None = None,
+        what: str = "the train split",
+    ):
         self.split = dataset
         self.batch_size, self.seed, self.device = batch_size, seed, device
         self.rank, self.world_size = rank, world_size
@@ -154,16 +173,23 @@ class LoaderBatches:
         rows = check_dataset(dataset, what)
         self.sampler = None
         if not self.iterable:
-            self.sampler = ResumableSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed,
-                                            drop_last=True)
+            self.sampler = ResumableSampler(
+                dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+            )
         per_rank = rows // world_size
         self.batches_per_epoch = per_rank // batch_size
         if self.batches_per_epoch == 0:
             procs = f" x {world_size} processes" if world_size > 1 else ""
             raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows:,} training samples")
         self.generator = torch.Generator()
-        self.loader = DataLoader(dataset, batch_size=batch_size, sampler=self.sampler, drop_last=True,
-                                 generator=self.generator, **self.settings.kwargs())
+        self.loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=self.sampler,
+            drop_last=True,
+            generator=self.generator,
+            **self.settings.kwargs(),
+        )
         self._checked = not self.iterable  # a map-style item is checked above, a stream's first batch below
 
     def order(self, epoch: int) -> _Epoch:
@@ -183,8 +209,9 @@ class LoaderBatches:
             iterator = order.iterator = start(self.loader)
             batch = next(iterator, None)
             if batch is None:
-                raise DataError(f"{self.what}: its IterableDataset yielded no full batch of "
-                                f"{self.batch_size}") from None
+                raise DataError(
+                    f"{self.what}: its IterableDataset yielded no full batch of {self.batch_size}"
+                ) from None
         order.next = index + 1
         if not self._checked:
             check_item(batch, self.what)
@@ -205,10 +232,16 @@ class LoaderBatches:
         if not self.iterable:
             return []
         within = step % steps_per_epoch
-        where = (f"the rest of epoch {step // steps_per_epoch + 1} ({steps_per_epoch - within:,} steps) is drawn "
-                 f"from the start of its stream" if within else "the stream starts its next pass, as each epoch does")
-        return [f"resuming at step {step:,}: {self.what} is an IterableDataset, which cannot be positioned, so it "
-                f"restarts: {where}"]
+        where = (
+            f"the rest of epoch {step // steps_per_epoch + 1} ({steps_per_epoch - within:,} steps) is drawn "
+            f"from the start of its stream"
+            if within
+            else "the stream starts its next pass, as each epoch does"
+        )
+        return [
+            f"resuming at step {step:,}: {self.what} is an IterableDataset, which cannot be positioned, so it "
+            f"restarts: {where}"
+        ]
 
     def close(self) -> None:
         """End the DataLoader's persistent workers now (not when the garbage collector gets to them)."""
@@ -225,8 +258,15 @@ class DatasetSplit:
     the split cannot be shared out (every rank then evaluates all of it). A stream that does not shard itself
     is read in the evaluating process alone (no workers), so each row counts once."""
 
-    def __init__(self, dataset, batch_size: int, device: torch.device, settings: LoaderSettings | None = None,
-                 what: str = "the validation split", rows: int | None = None):
+    def __init__(
+        self,
+        dataset,
+        batch_size: int,
+        device: torch.device,
+        settings: LoaderSettings | None = None,
+        what: str = "the validation split",
+        rows: int | None = None,
+    ):
         self.dataset, self.batch_size, self.device = dataset, batch_size, device
         self.settings = settings or LoaderSettings()
         self.what = what
@@ -247,8 +287,14 @@ class DatasetSplit:
 
     def batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         generator = torch.Generator().manual_seed(EVAL_SEED)
-        loader = DataLoader(self.dataset, batch_size=max(1, batch_size), shuffle=False, drop_last=False,
-                            generator=generator, **self.settings.kwargs(persistent=False))
+        loader = DataLoader(
+            self.dataset,
+            batch_size=max(1, batch_size),
+            shuffle=False,
+            drop_last=False,
+            generator=generator,
+            **self.settings.kwargs(persistent=False),
+        )
         for batch in start(loader):
             check_item(batch, self.what)
             yield to_device(batch, self.device)
@@ -258,8 +304,14 @@ class DatasetSplit:
             return self if shards_itself(self.dataset) else None
         if (rank, world_size) not in self._shares:
             start, end = self.rows * rank // world_size, self.rows * (rank + 1) // world_size
-            self._shares[(rank, world_size)] = DatasetSplit(Subset(self.dataset, range(start, end)), self.batch_size,
-                                                            self.device, self.settings, self.what, rows=end - start)
+            self._shares[(rank, world_size)] = DatasetSplit(
+                Subset(self.dataset, range(start, end)),
+                self.batch_size,
+                self.device,
+                self.settings,
+                self.what,
+                rows=end - start,
+            )
         return self._shares[(rank, world_size)]
 
     def batched(self, batch_size: int) -> DatasetSplit:

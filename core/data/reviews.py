@@ -31,22 +31,149 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-POSITIVE = ("great", "clear", "helpful", "excellent", "engaging", "useful", "fun", "inspiring", "practical",
-            "brilliant", "enjoyable", "perfect", "insightful", "friendly", "recommended")
-NEGATIVE = ("boring", "confusing", "useless", "slow", "unclear", "outdated", "frustrating", "poor", "buggy",
-            "tedious", "disappointing", "messy", "dull", "wrong", "overpriced")
-NEUTRAL = ("the", "lesson", "course", "video", "quiz", "module", "teacher", "it", "was", "this", "and", "a", "of",
-           "to", "python", "math", "section", "exercise", "examples", "content", "topic", "week", "explained",
-           "pace", "project", "notes", "chapter", "instructor", "lecture", "really", "very", "so", "but", "also",
-           "with", "for", "on", "my", "we", "in", "is", "after", "first", "second", "part", "about", "data",
-           "homework", "slides", "audio", "questions", "answers", "beginner", "advanced", "level", "time")
+POSITIVE = (
+    "great",
+    "clear",
+    "helpful",
+    "excellent",
+    "engaging",
+    "useful",
+    "fun",
+    "inspiring",
+    "practical",
+    "brilliant",
+    "enjoyable",
+    "perfect",
+    "insightful",
+    "friendly",
+    "recommended",
+)
+NEGATIVE = (
+    "boring",
+    "confusing",
+    "useless",
+    "slow",
+    "unclear",
+    "outdated",
+    "frustrating",
+    "poor",
+    "buggy",
+    "tedious",
+    "disappointing",
+    "messy",
+    "dull",
+    "wrong",
+    "overpriced",
+)
+NEUTRAL = (
+    "the",
+    "lesson",
+    "course",
+    "video",
+    "quiz",
+    "module",
+    "teacher",
+    "it",
+    "was",
+    "this",
+    "and",
+    "a",
+    "of",
+    "to",
+    "python",
+    "math",
+    "section",
+    "exercise",
+    "examples",
+    "content",
+    "topic",
+    "week",
+    "explained",
+    "pace",
+    "project",
+    "notes",
+    "chapter",
+    "instructor",
+    "lecture",
+    "really",
+    "very",
+    "so",
+    "but",
+    "also",
+    "with",
+    "for",
+    "on",
+    "my",
+    "we",
+    "in",
+    "is",
+    "after",
+    "first",
+    "second",
+    "part",
+    "about",
+    "data",
+    "homework",
+    "slides",
+    "audio",
+    "questions",
+    "answers",
+    "beginner",
+    "advanced",
+    "level",
+    "time",
+)
 NEGATOR = "not"  # the most common negator
-NEGATORS = (NEGATOR, "not", "not", "never", "didn't", "wasn't", "isn't", "doesn't", "don't", "can't", "won't",
-            "didn’t", "wasn’t", "isn’t")  # repeated entries are drawn more often
+NEGATORS = (
+    NEGATOR,
+    "not",
+    "not",
+    "never",
+    "didn't",
+    "wasn't",
+    "isn't",
+    "doesn't",
+    "don't",
+    "can't",
+    "won't",
+    "didn’t",
+    "wasn’t",
+    "isn’t",
+)  # repeated entries are drawn more often
 INTENSIFIERS = ("very", "really", "that", "so", "particularly", "too", "quite", "exactly", "overly", "at all")
 PUNCTUATION = (",", ".", "!")
-SYLLABLES = ("ba", "ce", "di", "fo", "gu", "ka", "le", "mi", "no", "pu", "ra", "se", "ti", "vo", "zu", "bra",
-             "cle", "dro", "fli", "gra", "plo", "sta", "tre", "vin", "mor", "lex", "tan", "quo", "rel", "sol")
+SYLLABLES = (
+    "ba",
+    "ce",
+    "di",
+    "fo",
+    "gu",
+    "ka",
+    "le",
+    "mi",
+    "no",
+    "pu",
+    "ra",
+    "se",
+    "ti",
+    "vo",
+    "zu",
+    "bra",
+    "cle",
+    "dro",
+    "fli",
+    "gra",
+    "plo",
+    "sta",
+    "tre",
+    "vin",
+    "mor",
+    "lex",
+    "tan",
+    "quo",
+    "rel",
+    "sol",
+)
 ZIPF_EXPONENT = 1.1
 
 
@@ -69,7 +196,7 @@ def lexicon(rare_words: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[st
     tail = [words[i] for i in order]
     if 4 * rare_words > len(tail):
         raise ValueError(f"rare_words must be at most {len(tail) // 4}")
-    pos, neg, neutral = tail[:rare_words], tail[rare_words:2 * rare_words], tail[2 * rare_words:4 * rare_words]
+    pos, neg, neutral = tail[:rare_words], tail[rare_words : 2 * rare_words], tail[2 * rare_words : 4 * rare_words]
     return NEUTRAL + tuple(neutral), POSITIVE + tuple(pos), NEGATIVE + tuple(neg)
 
 
@@ -78,9 +205,16 @@ def _zipf_draw(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
     return np.searchsorted(np.cumsum(weights / weights.sum()), rng.random(size)).clip(max=n - 1)
 
 
-def generate_reviews(rows: int, seed: int, positive_rate: float = 0.6, cue_rate: float = 0.15,
-                     agreement: float = 0.8, label_noise: float = 0.05, negation: float = 0.25,
-                     rare_words: int = 1000) -> Reviews:
+def generate_reviews(
+    rows: int,
+    seed: int,
+    positive_rate: float = 0.6,
+    cue_rate: float = 0.15,
+    agreement: float = 0.8,
+    label_noise: float = 0.05,
+    negation: float = 0.25,
+    rare_words: int = 1000,
+) -> Reviews:
     """`rows` synthetic reviews; see the module docstring for the planted structure."""
     rng = np.random.default_rng([seed, 5])
     neutral, positive, negative = lexicon(rare_words)
@@ -96,8 +230,9 @@ def generate_reviews(rows: int, seed: int, positive_rate: float = 0.6, cue_rate:
     gap = np.where(negated, (rng.random(n)[:, None] < (0.5, 0.15)).sum(1), cue & (rng.random(n) < 0.2))
     last = np.r_[row[1:] != row[:-1], True]
     # Punctuation after a phrase: 0 none, 1 ",", 2 ".", 3 "!"; every review ends with "." or "!".
-    mark = np.where(last, 2 + (rng.random(n) < 0.3), (np.searchsorted([0.08, 0.18, 0.2], rng.random(n),
-                                                                       side="right") + 1) % 4)
+    mark = np.where(
+        last, 2 + (rng.random(n) < 0.3), (np.searchsorted([0.08, 0.18, 0.2], rng.random(n), side="right") + 1) % 4
+    )
     width = negated + gap + 1 + (mark > 0)
     first = np.cumsum(width) - width
     # Vocabulary: neutral words, positive, negative, negators, intensifiers, punctuation; then all of them
@@ -112,8 +247,9 @@ def generate_reviews(rows: int, seed: int, positive_rate: float = 0.6, cue_rate:
     tokens[first[negated]] = base_neg + rng.integers(0, len(NEGATORS), int(negated.sum()))
     gap_units = np.repeat(np.arange(n), gap)
     within = np.arange(len(gap_units)) - np.repeat(np.cumsum(gap) - gap, gap)
-    tokens[first[gap_units] + negated[gap_units] + within] = base_int + rng.integers(0, len(INTENSIFIERS),
-                                                                                   len(gap_units))
+    tokens[first[gap_units] + negated[gap_units] + within] = base_int + rng.integers(
+        0, len(INTENSIFIERS), len(gap_units)
+    )
     word = np.empty(n, dtype=np.int64)  # Zipf draws only where each lexicon is used (the costly part)
     positive_cue, negative_cue = cue & (surface == 1), cue & (surface == 0)
     word[positive_cue] = n_neu + _zipf_draw(rng, int(positive_cue.sum()), n_pos)

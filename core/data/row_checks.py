@@ -68,8 +68,9 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # some value is not a number: find which
             empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), True)
             empty = empty.to_numpy(zero_copy_only=False)
-            ok = np.array(pc.fill_null(pc.match_substring_regex(values, formats.NUMBER), False).to_numpy(
-                zero_copy_only=False))
+            ok = np.array(
+                pc.fill_null(pc.match_substring_regex(values, formats.NUMBER), False).to_numpy(zero_copy_only=False)
+            )
             cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(values), "0")
             out = np.array(pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False))  # writable
             if dates:
@@ -78,8 +79,12 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
                 out[rest[parsed]] = seconds[parsed]
                 ok[rest[parsed]] = True
             checks.add(empty, lambda i: f"{name} is empty")
-            checks.add(~ok & ~empty, lambda i: f"{name} {shown_value(values[i].as_py())} is not a number" +
-                       (" or a date-time" if dates else ""))
+            checks.add(
+                ~ok & ~empty,
+                lambda i: (
+                    f"{name} {shown_value(values[i].as_py())} is not a number" + (" or a date-time" if dates else "")
+                ),
+            )
     elif pa.types.is_timestamp(t) or pa.types.is_date(t):
         out = pc.cast(pc.cast(values, pa.timestamp("s")), pa.int64()).to_numpy(zero_copy_only=False)
         out = np.asarray(out, dtype=np.float64)
@@ -94,8 +99,10 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
     with np.errstate(all="ignore"):
         cast = out.astype(dtype)
     if np.issubdtype(np.dtype(dtype), np.floating):
-        checks.add(~np.isfinite(cast) & ~checks.bad,
-                   lambda i: f"{name} {shown_value(values[i].as_py())} is not a finite {dtype} number")
+        checks.add(
+            ~np.isfinite(cast) & ~checks.bad,
+            lambda i: f"{name} {shown_value(values[i].as_py())} is not a finite {dtype} number",
+        )
     return cast
 
 
@@ -150,5 +157,3 @@ def as_text(values, name: str, path):
         return pc.cast(values, pa.string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise DataError(f"{path}: column {name!r} holds {values.type} values, not text") from None
-
-

@@ -17,17 +17,22 @@ test), so evaluation can remove already-seen items however long the history (the
 from __future__ import annotations
 
 import numpy as np
-import torch
-
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 
 from core.data.importers import Column, ReadOptions, contiguous_ids, encode_ids, id_vocabulary, read_table
 
-FILE_ORDER_HINT = ("if each user's lines are in time order (SASRec's `user item` files), say so with -o "
-                   "file_order=true (the recommender's option File order)")
-INTERACTION_COLUMNS = [Column("user_id", "id"), Column("item_id", "id"), Column("timestamp", "number", hint=FILE_ORDER_HINT),
-                       Column("event", "label", required=False, choices=("click", "complete"))]
+FILE_ORDER_HINT = (
+    "if each user's lines are in time order (SASRec's `user item` files), say so with -o "
+    "file_order=true (the recommender's option File order)"
+)
+INTERACTION_COLUMNS = [
+    Column("user_id", "id"),
+    Column("item_id", "id"),
+    Column("timestamp", "number", hint=FILE_ORDER_HINT),
+    Column("event", "label", required=False, choices=("click", "complete")),
+]
 # file_order: the lines' order is the time order; a timestamp column, if any, is not read
 FILE_ORDER_COLUMNS = [c for c in INTERACTION_COLUMNS if c.name != "timestamp"]
 
@@ -74,8 +79,9 @@ def sampled_negatives(targets: np.ndarray, n_items: int, count: int, seed: int) 
     return torch.from_numpy(draw + (draw >= targets[:, None]))
 
 
-def unseen_negatives(items: np.ndarray, starts: np.ndarray, ends: np.ndarray, targets: np.ndarray, n_items: int,
-                     count: int, seed: int) -> torch.Tensor:
+def unseen_negatives(
+    items: np.ndarray, starts: np.ndarray, ends: np.ndarray, targets: np.ndarray, n_items: int, count: int, seed: int
+) -> torch.Tensor:
     """`count` items per row drawn uniformly (with replacement) from the catalogue 1..n_items minus every item
     of items[starts:ends] (the user's interactions) and the target: shape (rows, count).
 
@@ -119,12 +125,15 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
     for back in (2, 1):  # val predicts s_{n-1}, test predicts s_n
         ends = user_end - back
         target = items[ends]
-        splits.append({"seq": history_windows(items, user_start, ends, max_len),
-                       "target": torch.from_numpy(target),
-                       "history_start": torch.from_numpy(user_start.astype(np.int64)),
-                       "history_end": torch.from_numpy(ends.astype(np.int64)),
-                       "negatives": unseen_negatives(items, user_start, user_end, target, n_items, negatives,
-                                                     seed + back)})
+        splits.append(
+            {
+                "seq": history_windows(items, user_start, ends, max_len),
+                "target": torch.from_numpy(target),
+                "history_start": torch.from_numpy(user_start.astype(np.int64)),
+                "history_end": torch.from_numpy(ends.astype(np.int64)),
+                "negatives": unseen_negatives(items, user_start, user_end, target, n_items, negatives, seed + back),
+            }
+        )
     return train, splits[0], splits[1]
 
 
@@ -150,7 +159,7 @@ def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
     out = {}
     shared = {"n_items": len(raw_items), "n_users": n_users, "item_ids": id_vocabulary(raw_items)}
     for k, name in enumerate(names):
-        u, i = user[bounds[k]:bounds[k + 1]], item[bounds[k]:bounds[k + 1]]
+        u, i = user[bounds[k] : bounds[k + 1]], item[bounds[k] : bounds[k + 1]]
         if "timestamp" in tables[name].column_names:
             order = np.lexsort((tables[name].column("timestamp").to_numpy(), u))  # stable: ties keep file order
         else:
@@ -166,8 +175,9 @@ def _same_type(columns: list[pa.ChunkedArray]) -> list[pa.Array]:
     return [chunk for c in columns for chunk in c.chunks]
 
 
-def given_sequence_splits(parts: dict[str, dict], n_items: int, max_len: int, negatives: int,
-                          seed: int) -> tuple[dict, dict, dict | None, np.ndarray, list[str]]:
+def given_sequence_splits(
+    parts: dict[str, dict], n_items: int, max_len: int, negatives: int, seed: int
+) -> tuple[dict, dict, dict | None, np.ndarray, list[str]]:
     """train / val / test from interactions given per split ("train", "val"?, "test"?: user codes and items
     sorted by user then time, codes shared), the flat item array the evaluation rows index, and notes.
 
@@ -212,11 +222,19 @@ def given_sequence_splits(parts: dict[str, dict], n_items: int, max_len: int, ne
         known = train_users[users]
         if (~known).any():
             skipped = int((~known).sum())
-            notes.append(f"recommender: {skipped:,} user{'s' if skipped > 1 else ''} of the {name} data "
-                         f"{'have' if skipped > 1 else 'has'} no training history: skipped")
+            notes.append(
+                f"recommender: {skipped:,} user{'s' if skipped > 1 else ''} of the {name} data "
+                f"{'have' if skipped > 1 else 'has'} no training history: skipped"
+            )
         users, target = users[known], part["item"][first[known]]
         starts, ends = start[users], end[users]
-        evaluated.append({"seq": history_windows(flat, starts, ends, max_len), "target": torch.from_numpy(target),
-                          "history_start": torch.from_numpy(starts), "history_end": torch.from_numpy(ends),
-                          "negatives": unseen_negatives(flat, starts, ends, target, n_items, negatives, seed + back)})
+        evaluated.append(
+            {
+                "seq": history_windows(flat, starts, ends, max_len),
+                "target": torch.from_numpy(target),
+                "history_start": torch.from_numpy(starts),
+                "history_end": torch.from_numpy(ends),
+                "negatives": unseen_negatives(flat, starts, ends, target, n_items, negatives, seed + back),
+            }
+        )
     return windows, evaluated[0], evaluated[1], flat, notes

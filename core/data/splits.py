@@ -32,8 +32,16 @@ from core.errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
 # file stems and `split` column values -> split
-SPLIT_WORDS = {"train": "train", "training": "train", "val": "val", "vali": "val", "valid": "val",
-               "validation": "val", "dev": "val", "test": "test"}
+SPLIT_WORDS = {
+    "train": "train",
+    "training": "train",
+    "val": "val",
+    "vali": "val",
+    "valid": "val",
+    "validation": "val",
+    "dev": "val",
+    "test": "test",
+}
 SPLIT_COLUMN = "split"
 CARVED_FRACTION = 0.1  # of the training data, for validation when no validation split is given
 
@@ -49,9 +57,17 @@ class DataSource:
 
     @classmethod
     def from_config(cls, cfg) -> DataSource:
-        return cls(cfg.data, getattr(cfg, "val_data", ""), getattr(cfg, "test_data", ""),
-                   ReadOptions(getattr(cfg, "delimiter", ""), dict(getattr(cfg, "columns", {}) or {}),
-                               getattr(cfg, "data_format", "auto"), getattr(cfg, "query_file", "")))
+        return cls(
+            cfg.data,
+            getattr(cfg, "val_data", ""),
+            getattr(cfg, "test_data", ""),
+            ReadOptions(
+                getattr(cfg, "delimiter", ""),
+                dict(getattr(cfg, "columns", {}) or {}),
+                getattr(cfg, "data_format", "auto"),
+                getattr(cfg, "query_file", ""),
+            ),
+        )
 
     def for_path(self, data_path: str) -> DataSource:
         """This source for `data_path` (what load_data was called with): unchanged when it is this source's
@@ -85,8 +101,10 @@ def folder_splits(folder: str | Path) -> dict[str, Path] | None:
         if len(paths) > 1:
             raise DataError(f"{folder}: {', '.join(p.name for p in paths)} are all {split} files; keep one")
     if others:
-        raise DataError(f"{folder}: holds train/validation/test files and also {', '.join(p.name for p in others)}; "
-                        f"move the other files out (or give the splits with --data, --val-data, --test-data)")
+        raise DataError(
+            f"{folder}: holds train/validation/test files and also {', '.join(p.name for p in others)}; "
+            f"move the other files out (or give the splits with --data, --val-data, --test-data)"
+        )
     return {split: paths[0] for split, paths in found.items()}
 
 
@@ -97,10 +115,16 @@ def given_files(source: DataSource) -> tuple[dict[str, str], str] | None:
         if not source.data:
             raise ConfigError("data", "val_data / test_data are given but data (the training data) is empty")
         if folder_splits(source.data) is not None:
-            raise ConfigError("data", f"{source.data} holds train/validation/test files already: give its "
-                                      f"training file as data, or leave val_data and test_data empty")
-        files = {"train": source.data} | ({"val": source.val_data} if source.val_data else {}) \
+            raise ConfigError(
+                "data",
+                f"{source.data} holds train/validation/test files already: give its "
+                f"training file as data, or leave val_data and test_data empty",
+            )
+        files = (
+            {"train": source.data}
+            | ({"val": source.val_data} if source.val_data else {})
             | ({"test": source.test_data} if source.test_data else {})
+        )
         return files, "the given files"
     if source.data:
         convention = folder_splits(source.data)
@@ -125,8 +149,12 @@ class SplitTables:
         return "all" not in self.tables
 
 
-def read_splits(source: DataSource, columns: list[Column], prefix_columns: str | None = None,
-                carved: str = f"{CARVED_FRACTION:.0%} of the training data") -> SplitTables:
+def read_splits(
+    source: DataSource,
+    columns: list[Column],
+    prefix_columns: str | None = None,
+    carved: str = f"{CARVED_FRACTION:.0%} of the training data",
+) -> SplitTables:
     """Read `source` as given splits (files, folder convention or a `split` column), or as one table.
     `carved`: what validates when no validation split is given (said in the note)."""
     given = given_files(source)
@@ -134,8 +162,10 @@ def read_splits(source: DataSource, columns: list[Column], prefix_columns: str |
         files, how = given
         notes: list[str] = []
         others = replace(source.options, query_file="")  # the query file gives the training data's queries
-        tables = {split: read_table(path, columns, prefix_columns, source.options if split == "train" else others,
-                                    notes) for split, path in files.items()}
+        tables = {
+            split: read_table(path, columns, prefix_columns, source.options if split == "train" else others, notes)
+            for split, path in files.items()
+        }
         return SplitTables(tables, dict(files), notes + [_given_note(tables, how, carved)])
     wanted = list(columns)
     if _names_split_column(source):  # asked for only then: a header-less file's columns are taken by position
@@ -153,11 +183,11 @@ def read_splits(source: DataSource, columns: list[Column], prefix_columns: str |
         if rows.num_rows:
             tables[name] = rows
     if "train" not in tables:
-        raise DataError(f"{source.data}: column {SPLIT_COLUMN!r} marks no row 'train': the training rows are "
-                        f"needed")
+        raise DataError(f"{source.data}: column {SPLIT_COLUMN!r} marks no row 'train': the training rows are needed")
     origins = {name: f"{source.data} ({SPLIT_COLUMN} {name})" for name in tables}
-    return SplitTables(tables, origins, notes + [_given_note(tables, f"the {SPLIT_COLUMN!r} column of {source.data}",
-                                                             carved)])
+    return SplitTables(
+        tables, origins, notes + [_given_note(tables, f"the {SPLIT_COLUMN!r} column of {source.data}", carved)]
+    )
 
 
 def _names_split_column(source: DataSource) -> bool:

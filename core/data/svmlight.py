@@ -40,7 +40,7 @@ def _svm_problem(text: str, with_qid: bool = True) -> str | None:
     if with_qid and (len(tokens) < 2 or not re.fullmatch(r"qid:[-+]?\d+", tokens[1])):
         shown = formats.shorten(tokens[1], 40) if len(tokens) > 1 else ""
         return f"{shown!r} is not qid:<id> (the query's whole number, after the label)"
-    for token in tokens[2 if with_qid else 1:]:
+    for token in tokens[2 if with_qid else 1 :]:
         match = re.fullmatch(r"(\d+):(\S+)", token)
         if not match or not formats.is_number(match.group(2)) and match.group(2).lower() not in ("nan", "inf", "-inf"):
             return f"{formats.shorten(token, 40)!r} is not <index>:<value>"
@@ -94,7 +94,7 @@ def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
     data = np.flatnonzero(length > 0)
     if not len(data):
         return None
-    line1 = part[starts[data[0]]:ends[data[0]]].rstrip(b"\r")
+    line1 = part[starts[data[0]] : ends[data[0]]].rstrip(b"\r")
     fields = line1.replace(b":", b" ").split(b" ")
     first = 3 if with_qid else 1  # the token of the first index
     if len(fields) < 3 or len(fields) % 2 == 0 or (with_qid and fields[1] != b"qid"):
@@ -109,11 +109,12 @@ def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
     if with_qid:
         types["c1"] = pa.string()
     try:
-        table = pacsv.read_csv(pa.BufferReader(part.replace(b":", b" ")),
-                               read_options=pacsv.ReadOptions(column_names=names),
-                               parse_options=pacsv.ParseOptions(delimiter=" ", quote_char=False),
-                               convert_options=pacsv.ConvertOptions(column_types=types, null_values=[],
-                                                                    strings_can_be_null=False))
+        table = pacsv.read_csv(
+            pa.BufferReader(part.replace(b":", b" ")),
+            read_options=pacsv.ReadOptions(column_names=names),
+            parse_options=pacsv.ParseOptions(delimiter=" ", quote_char=False),
+            convert_options=pacsv.ConvertOptions(column_types=types, null_values=[], strings_can_be_null=False),
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     if table.num_rows != len(data) or (with_qid and not pc.all(pc.equal(table.column(1), "qid")).as_py()):
@@ -125,8 +126,9 @@ def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
         if not len(index) or index.min() < 1 or not np.isfinite(value).all() or np.abs(value).max() > FLOAT32_MAX:
             return None  # the general path names the bad token
         pairs.append((index, value))
-    if all(index[0] == index.min() == index.max() for index, _ in pairs) and \
-            len({int(index[0]) for index, _ in pairs}) == len(pairs):  # the same indices on every line
+    if all(index[0] == index.min() == index.max() for index, _ in pairs) and len(
+        {int(index[0]) for index, _ in pairs}
+    ) == len(pairs):  # the same indices on every line
         features = {int(index[0]): value.astype(np.float32) for index, value in pairs}
     elif pairs:  # as many entries on every line, different indices: scatter them
         width = max(int(index.max()) for index, _ in pairs)
@@ -161,7 +163,8 @@ def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
     colons = np.diff(np.searchsorted(np.flatnonzero(raw == 58), offsets))  # per line
     spaced = part.replace(b":", b" ")  # same length: the line offsets hold
     trimmed = pc.ascii_trim_whitespace(
-        pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.tobytes()), pa.py_buffer(spaced)))
+        pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(offsets.tobytes()), pa.py_buffer(spaced))
+    )
     tokens = pc.ascii_split_whitespace(trimmed)  # a blank line: one empty token
     flat = tokens.values
     offs = tokens.offsets.to_numpy().astype(np.int64)
@@ -172,7 +175,7 @@ def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
     def fail(bad_rows: np.ndarray | None = None):
         rows = data if bad_rows is None else bad_rows
         for row in rows:  # the first line Python finds wrong (error path only)
-            text = part[offsets[row]:offsets[row + 1]].decode("utf-8", errors="replace")
+            text = part[offsets[row] : offsets[row + 1]].decode("utf-8", errors="replace")
             problem = _svm_problem(text, with_qid)
             if problem:
                 return DataError(f"{file}: line {first_line + int(row)}: {problem}")
@@ -187,8 +190,11 @@ def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
     if with_qid and not pc.all(pc.equal(pc.take(flat, pa.array(starts + 1)), "qid")).as_py():
         raise fail()
     try:
-        qid = pc.cast(pc.take(flat, pa.array(starts + 2)), pa.int64()) if with_qid else \
-            pa.array(np.zeros(len(data), np.int64))
+        qid = (
+            pc.cast(pc.take(flat, pa.array(starts + 2)), pa.int64())
+            if with_qid
+            else pa.array(np.zeros(len(data), np.int64))
+        )
         labels = pc.cast(pc.take(flat, pa.array(starts)), pa.float64())
     except pa.ArrowInvalid:
         raise fail() from None
@@ -240,9 +246,11 @@ def read_svmlight(file: Path, block: int = 1 << 25, with_qid: bool = True) -> tu
                 break
     row_lines = np.concatenate(lines) if lines else np.zeros(0, np.int64)
     width = max((max(b, default=0) for b in blocks), default=0)
-    columns = {"query_id": pa.chunked_array(qids, pa.int64()),
-               "doc_id": pa.chunked_array([pa.array(row_lines).cast(pa.string())]),
-               "label": pa.chunked_array(labels, pa.float64())}
+    columns = {
+        "query_id": pa.chunked_array(qids, pa.int64()),
+        "doc_id": pa.chunked_array([pa.array(row_lines).cast(pa.string())]),
+        "label": pa.chunked_array(labels, pa.float64()),
+    }
     zeros = [np.zeros(len(at), np.float32) for at in lines]
     for k in range(1, width + 1):
         columns[f"f{k}"] = pa.chunked_array([pa.array(b.get(k, z)) for b, z in zip(blocks, zeros)], pa.float32())
@@ -250,6 +258,7 @@ def read_svmlight(file: Path, block: int = 1 << 25, with_qid: bool = True) -> tu
 
 
 # ---- query sizes beside a file without qid: -------------------------------------------------------------------
+
 
 def query_sidecar(file: Path) -> Path | None:
     """`file`.query or `file`.group beside `file` (LightGBM's and XGBoost's names), when one is a file."""
@@ -280,10 +289,13 @@ def read_query_sizes(path: Path) -> np.ndarray:
             text = fields[0].decode("utf-8", errors="replace")
             if len(fields) > 1 or not re.fullmatch(r"\+?\d+", text) or int(text) < 1:
                 shown = formats.shorten(line.decode("utf-8", errors="replace").strip(), 40)  # repr escapes it
-                raise DataError(f"{path}: line {number}: {shown!r} is not a query size (one whole number above "
-                                "0 per line: how many consecutive rows the query holds)")
-        raise DataError(f"{path}: no query sizes (one whole number per line: how many consecutive rows each "
-                        "query holds)")
+                raise DataError(
+                    f"{path}: line {number}: {shown!r} is not a query size (one whole number above "
+                    "0 per line: how many consecutive rows the query holds)"
+                )
+        raise DataError(
+            f"{path}: no query sizes (one whole number per line: how many consecutive rows each query holds)"
+        )
     return sizes
 
 
@@ -295,20 +307,26 @@ def read_ranking_file(file: Path, query_file: str = "") -> tuple[pa.Table, np.nd
     kind = formats.svmlight_kind(file)
     if kind != "plain":
         if query_file:
-            raise DataError(f"{file}: its lines name their queries (qid:); query_file {query_file} is for "
-                            "svmlight files without qid: leave it empty")
+            raise DataError(
+                f"{file}: its lines name their queries (qid:); query_file {query_file} is for "
+                "svmlight files without qid: leave it empty"
+            )
         table, lines = read_svmlight(file)
         return table, lines, ""
     sizes_file = Path(query_file) if query_file else query_sidecar(file)
     if sizes_file is None:
-        raise DataError(f"{file}: svmlight lines without qid: and no query sizes: put them in "
-                        f"{file.name}.query (or .group) beside it, one query's row count per line, or name "
-                        "that file with --query-file (setting query_file), or add qid:<id> after each label")
+        raise DataError(
+            f"{file}: svmlight lines without qid: and no query sizes: put them in "
+            f"{file.name}.query (or .group) beside it, one query's row count per line, or name "
+            "that file with --query-file (setting query_file), or add qid:<id> after each label"
+        )
     sizes = read_query_sizes(sizes_file)
     table, lines = read_svmlight(file, with_qid=False)
     if int(sizes.sum()) != table.num_rows:
-        raise DataError(f"{sizes_file}: its {len(sizes):,} query sizes add up to {int(sizes.sum()):,} rows, but "
-                        f"{file} has {table.num_rows:,} data rows; the sizes must count every row once, in order")
+        raise DataError(
+            f"{sizes_file}: its {len(sizes):,} query sizes add up to {int(sizes.sum()):,} rows, but "
+            f"{file} has {table.num_rows:,} data rows; the sizes must count every row once, in order"
+        )
     query = pa.array(np.repeat(np.arange(len(sizes), dtype=np.int64), sizes))
     table = table.set_column(table.schema.get_field_index("query_id"), "query_id", query)
     how = "the query_file" if query_file else "beside it"

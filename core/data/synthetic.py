@@ -155,8 +155,7 @@ def interactions_table(data: dict[str, np.ndarray]):
     import pyarrow as pa
 
     events = pa.DictionaryArray.from_arrays(pa.array(data["event"]), pa.array(EVENTS))
-    return pa.table({"user_id": data["user"], "item_id": data["item"], "timestamp": data["timestamp"],
-                     "event": events})
+    return pa.table({"user_id": data["user"], "item_id": data["item"], "timestamp": data["timestamp"], "event": events})
 
 
 @dataclass
@@ -173,10 +172,29 @@ GRADE_SHARES = (0.5, 0.3, 0.13, 0.05, 0.02)  # grades 0..4, about the shares of 
 # Kinds of the columns after the first few (see _COLUMN_PLAN), with their shares: LETOR-like data is mostly
 # non-negative scores and counts on very different scales, a few flags and ratios, constant and near-constant
 # columns, query-level values and columns that carry nothing.
-_KIND_SHARES = {"score": 0.22, "count": 0.2, "lognormal": 0.1, "ratio": 0.1, "flag": 0.08, "constant": 0.08,
-                "sparse": 0.08, "noise": 0.08, "query": 0.06}
-_COLUMN_PLAN = (("score", 0), ("score", 1), ("lognormal", 2), ("count", 0), ("ratio", 3), ("length", 4),
-                ("flag", 5), ("query", 0), ("count", 1), ("sparse", 0))
+_KIND_SHARES = {
+    "score": 0.22,
+    "count": 0.2,
+    "lognormal": 0.1,
+    "ratio": 0.1,
+    "flag": 0.08,
+    "constant": 0.08,
+    "sparse": 0.08,
+    "noise": 0.08,
+    "query": 0.06,
+}
+_COLUMN_PLAN = (
+    ("score", 0),
+    ("score", 1),
+    ("lognormal", 2),
+    ("count", 0),
+    ("ratio", 3),
+    ("length", 4),
+    ("flag", 5),
+    ("query", 0),
+    ("count", 1),
+    ("sparse", 0),
+)
 
 
 def query_sizes(queries: int, docs: int, rng: np.random.Generator) -> np.ndarray:
@@ -217,8 +235,16 @@ def generate_ranking(queries: int, docs: int, n_features: int, noise: float, see
     q_len = 1.0 + rng.poisson(2.0, queries)
     q_pop = rng.lognormal(3.0, 1.5, queries)
     q_difficulty = rng.normal(0.0, 0.6, queries)
-    relevance = (u[0] + 0.6 * u[1] + 0.5 * np.tanh(u[2]) + 0.4 * u[0] * u[2] + 0.3 * u[3]
-                 - 0.8 * np.maximum(u[5] - 1.0, 0.0) + 0.15 * (q_len[query] - 3.0) * u[1] + q_difficulty[query])
+    relevance = (
+        u[0]
+        + 0.6 * u[1]
+        + 0.5 * np.tanh(u[2])
+        + 0.4 * u[0] * u[2]
+        + 0.3 * u[3]
+        - 0.8 * np.maximum(u[5] - 1.0, 0.0)
+        + 0.15 * (q_len[query] - 3.0) * u[1]
+        + q_difficulty[query]
+    )
     observed = relevance + noise * relevance.std() * rng.standard_normal(rows)
     cuts = np.quantile(observed, np.cumsum(GRADE_SHARES)[:-1])
     label = np.searchsorted(cuts, observed).astype(np.int64)

@@ -64,8 +64,7 @@ def word_hashes(words: pa.Array, negators: bool = False) -> np.ndarray | tuple[n
     return hashes, negator[indices] if len(negator) else np.zeros(0, bool)
 
 
-def negated_positions(is_negator: np.ndarray, is_boundary: np.ndarray, row_start: np.ndarray,
-                      scope: int) -> np.ndarray:
+def negated_positions(is_negator: np.ndarray, is_boundary: np.ndarray, row_start: np.ndarray, scope: int) -> np.ndarray:
     """For a flat word sequence (rows concatenated): which words lie within `scope` words after a negator of
     the same row and clause (the negator itself excluded). Vectorised running maxima, no Python loop."""
     index = np.arange(len(is_negator))
@@ -75,8 +74,9 @@ def negated_positions(is_negator: np.ndarray, is_boundary: np.ndarray, row_start
     return (last_negator >= 0) & (last_negator >= last_stop) & (gap >= 1) & (gap <= scope) & ~is_boundary
 
 
-def hashed_tokens(text: pa.ChunkedArray | pa.Array, buckets: int, max_tokens: int,
-                  negation_scope: int = 0) -> torch.Tensor:
+def hashed_tokens(
+    text: pa.ChunkedArray | pa.Array, buckets: int, max_tokens: int, negation_scope: int = 0
+) -> torch.Tensor:
     """(rows, max_tokens) int32 bucket ids 1..buckets-1 of unigrams and bigrams, 0 = padding.
 
     int32 (EmbeddingBag takes it) halves the largest tensor of a big review file."""

@@ -101,8 +101,9 @@ def first_nonfinite_parameter(model: nn.Module) -> str | None:
     return None
 
 
-def check_health(plan, model: nn.Module, loss: float, new_skips: int, scale: float | None, step: int,
-                 interval_steps: int, lr: float) -> None:
+def check_health(
+    plan, model: nn.Module, loss: float, new_skips: int, scale: float | None, step: int, interval_steps: int, lr: float
+) -> None:
     """Raise RunFailed when an interval diverged: a non-finite loss without a scaler (naming the first
     non-finite parameter), or fp16 steps that all overflowed while the loss scale collapsed."""
     if not plan.use_scaler and not math.isfinite(loss):

@@ -29,8 +29,20 @@ from core.files import atomic_write_bytes
 from core.text import first_line
 
 FORMAT_VERSION = 1
-REQUIRED_KEYS = ("format_version", "task", "model", "optimizer", "scheduler", "scaler", "step", "epoch",
-                 "rng", "config", "metrics", "versions")
+REQUIRED_KEYS = (
+    "format_version",
+    "task",
+    "model",
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "step",
+    "epoch",
+    "rng",
+    "config",
+    "metrics",
+    "versions",
+)
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -49,8 +61,12 @@ def capture_rng() -> dict:
     np_state = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "numpy": {
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
         "python": [list(random.getstate()[1]), random.getstate()[0], random.getstate()[2]],
     }
     if torch.cuda.is_available():
@@ -68,8 +84,9 @@ def restore_rng(state: dict) -> str | None:
     try:
         torch.set_rng_state(state["torch"])
         npk = state["numpy"]
-        np.random.set_state(("MT19937", npk["keys"].numpy().astype(np.uint32), npk["pos"], npk["has_gauss"],
-                             npk["cached_gaussian"]))
+        np.random.set_state(
+            ("MT19937", npk["keys"].numpy().astype(np.uint32), npk["pos"], npk["has_gauss"], npk["cached_gaussian"])
+        )
         keys, version, gauss = state["python"]
         random.setstate((version, tuple(keys), gauss))
         cuda = state.get("cuda")
@@ -96,16 +113,31 @@ def rng_problem(state) -> str | None:
     if not isinstance(npk, dict) or set(npk) != {"keys", "pos", "has_gauss", "cached_gaussian"}:
         return "rng.numpy should have keys, pos, has_gauss and cached_gaussian"
     keys = npk["keys"]
-    if not isinstance(keys, torch.Tensor) or keys.dtype != torch.int64 or tuple(keys.shape) != (624,) \
-            or bool((keys < 0).any()) or bool((keys >= 2**32).any()):
+    if (
+        not isinstance(keys, torch.Tensor)
+        or keys.dtype != torch.int64
+        or tuple(keys.shape) != (624,)
+        or bool((keys < 0).any())
+        or bool((keys >= 2**32).any())
+    ):
         return f"rng.numpy.keys is {_brief(keys)}, not 624 32-bit words"
-    if type(npk["pos"]) is not int or not 0 <= npk["pos"] <= 624 or npk["has_gauss"] not in (0, 1) \
-            or not _is_number(npk["cached_gaussian"]):
+    if (
+        type(npk["pos"]) is not int
+        or not 0 <= npk["pos"] <= 624
+        or npk["has_gauss"] not in (0, 1)
+        or not _is_number(npk["cached_gaussian"])
+    ):
         return "rng.numpy: pos, has_gauss or cached_gaussian out of range"
     python = state["python"]
-    if not isinstance(python, (list, tuple)) or len(python) != 3 or not isinstance(python[0], (list, tuple)) \
-            or len(python[0]) != 625 or not all(type(k) is int and 0 <= k < 2**32 for k in python[0]) \
-            or type(python[1]) is not int or not (python[2] is None or isinstance(python[2], float)):
+    if (
+        not isinstance(python, (list, tuple))
+        or len(python) != 3
+        or not isinstance(python[0], (list, tuple))
+        or len(python[0]) != 625
+        or not all(type(k) is int and 0 <= k < 2**32 for k in python[0])
+        or type(python[1]) is not int
+        or not (python[2] is None or isinstance(python[2], float))
+    ):
         return "rng.python is not a random.getstate() state"
     return None
 
@@ -113,8 +145,12 @@ def rng_problem(state) -> str | None:
 def library_versions() -> dict:
     from core import __version__
 
-    return {"amp_console": __version__, "torch": str(torch.__version__), "numpy": np.__version__,
-            "python": platform.python_version()}
+    return {
+        "amp_console": __version__,
+        "torch": str(torch.__version__),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def save_checkpoint(path: Path, state: dict) -> Path:
@@ -150,8 +186,10 @@ def load_checkpoint(path: str | Path) -> dict:
     if not isinstance(state, dict) or "format_version" not in state:
         raise CheckpointError(f"{path}: not an AMP Console checkpoint (no format_version)")
     if type(state["format_version"]) is not int or state["format_version"] != FORMAT_VERSION:
-        raise CheckpointError(f"{path}: checkpoint format {_brief(state['format_version'])} is not supported "
-                              f"(this version reads {FORMAT_VERSION})")
+        raise CheckpointError(
+            f"{path}: checkpoint format {_brief(state['format_version'])} is not supported "
+            f"(this version reads {FORMAT_VERSION})"
+        )
     missing = [k for k in REQUIRED_KEYS if k not in state]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
@@ -177,19 +215,24 @@ def check_integrity(path: Path) -> None:
         try:
             archive = zipfile.ZipFile(file)
         except zipfile.BadZipFile:
-            raise CheckpointError(f"{path}: checkpoint is corrupted (truncated: the zip directory at its end is "
-                                  f"missing); it cannot be trusted") from None
+            raise CheckpointError(
+                f"{path}: checkpoint is corrupted (truncated: the zip directory at its end is "
+                f"missing); it cannot be trusted"
+            ) from None
         except Exception as exc:  # a damaged directory: zipfile raises ValueError, OSError, EOFError...
             raise _corrupted(path, exc) from None
         with archive:
             members = archive.infolist()
             if not any(m.filename.endswith("/data.pkl") and m.filename.count("/") == 1 for m in members):
-                raise CheckpointError(f"{path}: not a checkpoint file (a zip archive, but not a PyTorch file: "
-                                      f"it has no data.pkl)")
+                raise CheckpointError(
+                    f"{path}: not a checkpoint file (a zip archive, but not a PyTorch file: it has no data.pkl)"
+                )
             for member in members:
                 if member.compress_type != zipfile.ZIP_STORED:
-                    raise CheckpointError(f"{path}: not a checkpoint file ({_member(member.filename)} is "
-                                          f"compressed; PyTorch stores its members as they are)")
+                    raise CheckpointError(
+                        f"{path}: not a checkpoint file ({_member(member.filename)} is "
+                        f"compressed; PyTorch stores its members as they are)"
+                    )
                 try:
                     with archive.open(member) as data:
                         while data.read(_CHUNK):
@@ -271,30 +314,42 @@ def check_structure(state: dict, source: str) -> None:
 
 
 def _check_optimizer(optimizer, source: str, bad) -> None:
-    if not isinstance(optimizer, dict) or not isinstance(optimizer.get("param_groups"), list) \
-            or not isinstance(optimizer.get("state"), dict):
+    if (
+        not isinstance(optimizer, dict)
+        or not isinstance(optimizer.get("param_groups"), list)
+        or not isinstance(optimizer.get("state"), dict)
+    ):
         raise bad("optimizer", "a dict of 'state' and 'param_groups'", optimizer)
     ids = []
     for number, group in enumerate(optimizer["param_groups"]):
-        if not isinstance(group, dict) or not isinstance(group.get("params"), list) \
-                or not all(type(i) is int for i in group["params"]):
+        if (
+            not isinstance(group, dict)
+            or not isinstance(group.get("params"), list)
+            or not all(type(i) is int for i in group["params"])
+        ):
             raise bad(f"optimizer.param_groups[{number}]", "a dict with a list of parameter numbers", group)
         for key, value in group.items():
             if key == "lr" and isinstance(value, torch.Tensor) and value.numel() == 1:
                 value = value.item()
             numbers = value if isinstance(value, (tuple, list)) and key != "params" else [value]
-            if any(_is_number(v) and not _is_finite_number(v) for v in numbers) \
-                    or key == "lr" and not _is_finite_number(value):
+            if (
+                any(_is_number(v) and not _is_finite_number(v) for v in numbers)
+                or key == "lr"
+                and not _is_finite_number(value)
+            ):
                 raise bad(f"optimizer.param_groups[{number}].{key}", "a finite number", value)
         ids.extend(group["params"])
     if len(set(ids)) != len(ids):
         raise bad("optimizer.param_groups", "groups of distinct parameters", "a parameter in two groups")
     for index, entry in optimizer["state"].items():
         if index not in ids:
-            raise CheckpointError(f"{source}: bad checkpoint: optimizer.state[{index!r}] is the state of no parameter "
-                                  f"in optimizer.param_groups")
-        if not isinstance(entry, dict) or not all(v is None or isinstance(v, torch.Tensor) or _is_number(v)
-                                                  for v in entry.values()):
+            raise CheckpointError(
+                f"{source}: bad checkpoint: optimizer.state[{index!r}] is the state of no parameter "
+                f"in optimizer.param_groups"
+            )
+        if not isinstance(entry, dict) or not all(
+            v is None or isinstance(v, torch.Tensor) or _is_number(v) for v in entry.values()
+        ):
             raise bad(f"optimizer.state[{index}]", "a dict of tensors", entry)
 
 
@@ -330,15 +385,21 @@ def check_finite(state: dict, source: str) -> None:
     for name, tensor in state["model"].items():
         bad = _non_finite(tensor)
         if bad:
-            raise CheckpointError(f"{source}: weights are not finite ({name} has {bad} NaN/inf values); "
-                                  f"the checkpoint cannot be resumed")
+            raise CheckpointError(
+                f"{source}: weights are not finite ({name} has {bad} NaN/inf values); the checkpoint cannot be resumed"
+            )
     for index, entry in state["optimizer"]["state"].items():
         for key, value in entry.items():
-            bad = _non_finite(value) if isinstance(value, torch.Tensor) else int(value is not None
-                                                                                 and not _is_finite_number(value))
+            bad = (
+                _non_finite(value)
+                if isinstance(value, torch.Tensor)
+                else int(value is not None and not _is_finite_number(value))
+            )
             if bad:
-                raise CheckpointError(f"{source}: optimizer state is not finite (state[{index}].{key} has {bad} "
-                                      f"NaN/inf values); the checkpoint cannot be resumed")
+                raise CheckpointError(
+                    f"{source}: optimizer state is not finite (state[{index}].{key} has {bad} "
+                    f"NaN/inf values); the checkpoint cannot be resumed"
+                )
 
 
 def _non_finite(tensor: torch.Tensor) -> int:
@@ -396,8 +457,11 @@ def load_model_state(model: torch.nn.Module, state_dict: dict, source: str) -> N
     own = model.state_dict()
     missing = [k for k in own if k not in state_dict]
     unexpected = [k for k in state_dict if k not in own]
-    shapes = [f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}" for k, v in own.items()
-              if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)]
+    shapes = [
+        f"{k} {tuple(state_dict[k].shape)} vs {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)
+    ]
     if missing or unexpected or shapes:
         parts = []
         if missing:
@@ -425,8 +489,6 @@ def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> 
     return path, manifest_path
 
 
-
-
 def rebuild_model(state: dict, source: str | Path):
     """(task, model) of a loaded checkpoint `state` (load_checkpoint's): the task from its saved options, the
     model built from its data_info (float32, on the CPU) with the checkpoint's weights loaded strictly. What
@@ -441,8 +503,9 @@ def rebuild_model(state: dict, source: str | Path):
     try:
         model = task.build_model(state.get("data_info") or {})
     except (TypeError, ValueError, KeyError, RuntimeError, ConfigError) as exc:
-        raise CheckpointError(f"{source}: bad checkpoint: data_info does not fit task {state['task']!r}: "
-                              f"{first_line(exc)}") from None
+        raise CheckpointError(
+            f"{source}: bad checkpoint: data_info does not fit task {state['task']!r}: {first_line(exc)}"
+        ) from None
     load_model_state(model, state["model"], str(source))
     return task, model
 
@@ -457,12 +520,20 @@ def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[
     buffer = io.BytesIO()
     torch.save(state, buffer)
     atomic_write_bytes(full, buffer.getvalue())
-    manifest = {"task": state["task"], "step": state["step"], "epoch": state["epoch"], "config": config,
-                "metrics": state["metrics"], "precision": state.get("precision", {}), "versions": state["versions"]}
+    manifest = {
+        "task": state["task"],
+        "step": state["step"],
+        "epoch": state["epoch"],
+        "config": config,
+        "metrics": state["metrics"],
+        "precision": state.get("precision", {}),
+        "versions": state["versions"],
+    }
     vocabulary = state.get("vocabulary") or {}
     if vocabulary:  # to serve in the data's own ids: the model's id k (k >= 1; 0 is padding) is entry k - 1
-        manifest["vocabulary"] = {name: ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-                                  for name, ids in vocabulary.items()}
+        manifest["vocabulary"] = {
+            name: ids.tolist() if isinstance(ids, torch.Tensor) else list(ids) for name, ids in vocabulary.items()
+        }
     weights, manifest_path = export_weights(model, destination.with_suffix(".safetensors"), manifest)
     return full, weights, manifest_path
 

@@ -47,7 +47,7 @@ def one_line(exc: BaseException) -> str:
         exc = inner
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 1] + "…"
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 1] + "…"
 
 
 def compile_model(model: nn.Module, mode: str) -> nn.Module:
@@ -77,8 +77,9 @@ def warm_up(model: nn.Module, first_pass: Callable[[nn.Module], None]) -> float:
         restore_rng(rng)
 
 
-def compile_for_run(model: nn.Module, mode: str, first_pass: Callable[[nn.Module], None],
-                    log: Callable[[str], None]) -> tuple[nn.Module, float | None]:
+def compile_for_run(
+    model: nn.Module, mode: str, first_pass: Callable[[nn.Module], None], log: Callable[[str], None]
+) -> tuple[nn.Module, float | None]:
     """The compiled model and its compile seconds, or the model itself and None after saying (through `log`,
     one line) why it runs eager. `first_pass(m)` runs a forward and backward of `m` on the first batch."""
     try:
@@ -87,13 +88,15 @@ def compile_for_run(model: nn.Module, mode: str, first_pass: Callable[[nn.Module
         torch._dynamo.reset()
         compiled = compile_model(model, mode)
         seconds = warm_up(compiled, first_pass)
-    except Exception as exc:  # noqa: BLE001 - any failure of the compiler stack: train eager instead
+    except Exception as exc:
         with contextlib.suppress(Exception):
             torch._dynamo.reset()  # drop whatever half-built state the failed attempt left
         log(f"compile: torch.compile failed ({one_line(exc)}); running eager")
         return model, None
-    log(f"compile: compiled (mode {mode}) in {seconds:.1f} s, before the clock started: samples/s is the "
-        f"steady-state speed")
+    log(
+        f"compile: compiled (mode {mode}) in {seconds:.1f} s, before the clock started: samples/s is the "
+        f"steady-state speed"
+    )
     return compiled, seconds
 
 
@@ -154,12 +157,16 @@ def apply_activation_checkpointing(task, model: nn.Module) -> str:
     (how many blocks, or that the task names none and the run goes on without it)."""
     blocks = checkpointable_blocks(task, model)
     if not blocks:
-        return (f"activation checkpointing: task {task.name} names no blocks to checkpoint (a task's "
-                f"checkpointed_blocks(model) or the model's checkpointed_blocks()); training without it")
+        return (
+            f"activation checkpointing: task {task.name} names no blocks to checkpoint (a task's "
+            f"checkpointed_blocks(model) or the model's checkpointed_blocks()); training without it"
+        )
     checkpoint_blocks(blocks)
     kinds = ", ".join(dict.fromkeys(type(b).__name__ for b in blocks))
-    return (f"activation checkpointing: {len(blocks)} block{'s' if len(blocks) != 1 else ''} ({kinds}) recompute "
-            f"their activations in the backward pass")
+    return (
+        f"activation checkpointing: {len(blocks)} block{'s' if len(blocks) != 1 else ''} ({kinds}) recompute "
+        f"their activations in the backward pass"
+    )
 
 
 def prepare(trainer, model: nn.Module) -> nn.Module:

@@ -30,8 +30,16 @@ def place_data(trainer) -> tuple:
         return place_split(split, device, keep_on_host=False)
 
     if is_dataset(data.train):
-        batches = LoaderBatches(data.train, cfg.batch_size, cfg.seed, device, dist.rank, dist.world_size,
-                                settings, f"task {task}'s train split")
+        batches = LoaderBatches(
+            data.train,
+            cfg.batch_size,
+            cfg.seed,
+            device,
+            dist.rank,
+            dist.world_size,
+            settings,
+            f"task {task}'s train split",
+        )
     else:
         train = place_split(data.train, device, keep_on_host=keep_on_host(trainer))
         batches = EpochBatches(train, cfg.batch_size, cfg.seed, device, dist.rank, dist.world_size)
@@ -51,18 +59,22 @@ def stream_warnings(data, task: str, workers: int, world_size: int) -> list[str]
         if not isinstance(split, IterableDataset) or shards_itself(split):
             continue
         if name == "train" and readers > 1:
-            who = " and ".join(([f"{workers} DataLoader worker{'s' if workers > 1 else ''}"] if workers else [])
-                               + ([f"{world_size} processes"] if world_size > 1 else []))
+            who = " and ".join(
+                ([f"{workers} DataLoader worker{'s' if workers > 1 else ''}"] if workers else [])
+                + ([f"{world_size} processes"] if world_size > 1 else [])
+            )
             warnings.append(
                 f"warning: task {task}'s train split, an IterableDataset ({type(split).__name__}), does not say it "
                 f"shards itself (shards = True): with {who} each of them reads the whole stream, so every sample "
                 f"is trained on {readers} times an epoch; split it by torch.utils.data.get_worker_info() and the "
-                f"rank, and set shards = True (docs/tasks.md)")
+                f"rank, and set shards = True (docs/tasks.md)"
+            )
         elif name != "train" and world_size > 1:
             warnings.append(
                 f"task {task}'s {name} split, an IterableDataset ({type(split).__name__}) that does not shard "
                 f"itself (shards = True), is evaluated whole by each of the {world_size} processes, without "
-                f"DataLoader workers")
+                f"DataLoader workers"
+            )
     return warnings
 
 

@@ -20,18 +20,26 @@ from core.text import first_line
 _DEVICE = r"(cpu|meta|mps|cuda(?::\d+)?|xpu(?::\d+)?|hpu(?::\d+)?)"
 # torch words the same mistake differently per op and version; each pattern captures the two devices.
 _MISMATCH_PATTERNS = (
-    re.compile(rf"Expected all tensors to be on the same device.*?found at least two devices,? {_DEVICE} and "
-               rf"{_DEVICE}", re.S),
-    re.compile(rf"Expected all tensors to be on the same device.*? is on {_DEVICE},? different from other tensors on "
-               rf"{_DEVICE}", re.S),
+    re.compile(
+        rf"Expected all tensors to be on the same device.*?found at least two devices,? {_DEVICE} and "
+        rf"{_DEVICE}",
+        re.S,
+    ),
+    re.compile(
+        rf"Expected all tensors to be on the same device.*? is on {_DEVICE},? different from other tensors on "
+        rf"{_DEVICE}",
+        re.S,
+    ),
     re.compile(rf"Tensor on device {_DEVICE} is not on the expected device {_DEVICE}"),
     re.compile(rf"found input tensor at {_DEVICE} and parameter tensor at {_DEVICE}"),
     re.compile(rf"Expected object of device type {_DEVICE} but got device type {_DEVICE}"),
     re.compile(rf"indices should be either on {_DEVICE} or on the same device as the indexed tensor \({_DEVICE}\)"),
 )
 # Conv/RNN style: "Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be the same".
-_TYPE_MISMATCH = re.compile(r"Input type \(torch\.(cuda\.)?\w+\) and weight type \(torch\.(cuda\.)?\w+\) "
-                            r"should be the same")
+_TYPE_MISMATCH = re.compile(
+    r"Input type \(torch\.(cuda\.)?\w+\) and weight type \(torch\.(cuda\.)?\w+\) "
+    r"should be the same"
+)
 
 
 def mismatch_devices(text: str) -> tuple[str, str] | None:
@@ -61,8 +69,10 @@ class Misplaced:
         if self.kind == "batch field":
             return f"move it with batch[{self.name!r}].to({device!r}) (or build the batch on the run's device)"
         if self.kind == "tensor attribute":
-            return (f"model.to(device) does not move plain tensor attributes: register it with "
-                    f"self.register_buffer({self.name.rsplit('.', 1)[-1]!r}, ...) or .to(device) it in forward")
+            return (
+                f"model.to(device) does not move plain tensor attributes: register it with "
+                f"self.register_buffer({self.name.rsplit('.', 1)[-1]!r}, ...) or .to(device) it in forward"
+            )
         return f"move the model with model.to({device!r}) after every change to its modules"
 
     def describe(self) -> str:
@@ -80,10 +90,12 @@ def find_misplaced(model: nn.Module | None, batch: dict | None, device: torch.de
     """Every parameter, buffer, plain tensor attribute and batch field that is not on `device`."""
     device = torch.device(device)
     found = []
-    for path, module in (model.named_modules() if model is not None else ()):
-        kind_of = [("parameter", module.named_parameters(recurse=False)),
-                   ("buffer", module.named_buffers(recurse=False)),
-                   ("tensor attribute", ((k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor)))]
+    for path, module in model.named_modules() if model is not None else ():
+        kind_of = [
+            ("parameter", module.named_parameters(recurse=False)),
+            ("buffer", module.named_buffers(recurse=False)),
+            ("tensor attribute", ((k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor))),
+        ]
         for kind, items in kind_of:
             for name, tensor in items:
                 if tensor is not None and not _same_device(tensor.device, device):
@@ -104,8 +116,9 @@ def check_placement(model: nn.Module, batch: dict | None, device: torch.device |
         raise DeviceError(f"the run's device is {device} but {listed}{more}")
 
 
-def _failing_module(exc: BaseException, model: nn.Module | None, device: torch.device | None
-                    ) -> tuple[str | None, str | None, list[str]]:
+def _failing_module(
+    exc: BaseException, model: nn.Module | None, device: torch.device | None
+) -> tuple[str | None, str | None, list[str]]:
     """From the traceback: the innermost module forward, the last user frame ('file:line in function') and
     the tensors held in user frames' locals that are not on `device` (e.g. an input moved elsewhere)."""
     names = {id(m): (n or "(model)", type(m).__name__) for n, m in model.named_modules()} if model is not None else {}
@@ -131,8 +144,13 @@ def _failing_module(exc: BaseException, model: nn.Module | None, device: torch.d
     return module, where, list(dict.fromkeys(strays))
 
 
-def explain_device_mismatch(exc: BaseException, model: nn.Module | None = None, batch: dict | None = None,
-                            device: torch.device | str | None = None, context: str = "") -> str | None:
+def explain_device_mismatch(
+    exc: BaseException,
+    model: nn.Module | None = None,
+    batch: dict | None = None,
+    device: torch.device | str | None = None,
+    context: str = "",
+) -> str | None:
     """A message naming both devices, what is misplaced (module or batch field) and the .to(device) fix.
 
     `context` (e.g. ' at step 3') follows the headline. None when `exc` is not a device mismatch.
@@ -151,12 +169,16 @@ def explain_device_mismatch(exc: BaseException, model: nn.Module | None = None, 
         details = "; ".join(f"{m.describe()}, the run's device is {device}: {m.fix(str(device))}" for m in found[:3])
         return f"{text}. {details}"
     if strays:
-        return (f"{text}. {'; '.join(strays[:3])}, the run's device is {device}: move it with .to({str(device)!r}) "
-                f"where it is made (batch tensors: batch[key].to(device))")
+        return (
+            f"{text}. {'; '.join(strays[:3])}, the run's device is {device}: move it with .to({str(device)!r}) "
+            f"where it is made (batch tensors: batch[key].to(device))"
+        )
     if device is None or model is None:
         return f"{text}. Move every model and batch tensor to the run's device with .to(device)"
-    return (f"{text}. Every model and batch tensor is on {device}, so the stray tensor was created in code: "
-            f"create tensors with device=x.device (x an input) or move them with .to(device)")
+    return (
+        f"{text}. Every model and batch tensor is on {device}, so the stray tensor was created in code: "
+        f"create tensors with device=x.device (x an input) or move them with .to(device)"
+    )
 
 
 def _trainer_batch(trainer) -> dict | None:
@@ -173,19 +195,30 @@ def explain_exception(exc: BaseException, trainer=None) -> str:
     text = str(exc).strip()
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():
         batch = f" (now {trainer.cfg.batch_size})" if trainer is not None else ""
-        return (f"the device ran out of memory{step}: lower batch_size{batch}, use grad_accum for the same "
-                f"effective batch, or a smaller model; bf16/fp16 halve activation memory")
+        return (
+            f"the device ran out of memory{step}: lower batch_size{batch}, use grad_accum for the same "
+            f"effective batch, or a smaller model; bf16/fp16 halve activation memory"
+        )
     model = getattr(trainer, "raw_model", None)
     device = getattr(trainer, "device", None)
     mismatch = explain_device_mismatch(exc, model, _trainer_batch(trainer), device, context=step)
     if mismatch is not None:
         return mismatch
     dist = getattr(trainer, "dist", None)
-    if dist is not None and dist.enabled and ("Connection reset" in text or "Connection closed" in text or
-                                              isinstance(exc, getattr(torch.distributed, "DistBackendError", ()))):
+    if (
+        dist is not None
+        and dist.enabled
+        and (
+            "Connection reset" in text
+            or "Connection closed" in text
+            or isinstance(exc, getattr(torch.distributed, "DistBackendError", ()))
+        )
+    ):
         saved = getattr(trainer, "saved_checkpoint", None) or "none yet"
-        return (f"another process of this {dist.world_size}-process run died or lost its connection{step}; "
-                f"the run ended. Resume from the last checkpoint ({saved})")
+        return (
+            f"another process of this {dist.world_size}-process run died or lost its connection{step}; "
+            f"the run ended. Resume from the last checkpoint ({saved})"
+        )
     if isinstance(exc, RuntimeError) and ("CUDA error" in text or "device-side" in text):
         return f"the device failed{step} (it may have vanished or reset): {first_line(text)}"
     from core.tasks.task_checks import raised_at

@@ -73,10 +73,18 @@ def _attempt_store(ctx: DistContext) -> dict:
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), ctx.world_size,
-                           is_master=False, timeout=datetime.timedelta(minutes=30))
-    return {"store": dist.PrefixStore(f"/amp-console/attempt_{attempt}", client), "rank": ctx.rank,
-            "world_size": ctx.world_size}
+    client = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        ctx.world_size,
+        is_master=False,
+        timeout=datetime.timedelta(minutes=30),
+    )
+    return {
+        "store": dist.PrefixStore(f"/amp-console/attempt_{attempt}", client),
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+    }
 
 
 def destroy_process_group(agree: bool = False, timeout_seconds: float = 30.0) -> None:
@@ -92,7 +100,7 @@ def destroy_process_group(agree: bool = False, timeout_seconds: float = 30.0) ->
                 dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_seconds))
             else:
                 dist.barrier()
-        except Exception:  # noqa: BLE001 (a peer gone at the very end: leave anyway)
+        except Exception:
             pass
     dist.destroy_process_group()
 
@@ -127,8 +135,16 @@ class StopAgreement:
     After each call `save` says whether the ranks agreed to write a checkpoint before this step, and
     `out_of_time` whether rank 0's time-limit clock (`time_up`) says the run's wall-time budget is spent."""
 
-    def __init__(self, control, ctx: DistContext, device: torch.device, log_interval: int, first_step: int,
-                 save_due=None, time_up=None):
+    def __init__(
+        self,
+        control,
+        ctx: DistContext,
+        device: torch.device,
+        log_interval: int,
+        first_step: int,
+        save_due=None,
+        time_up=None,
+    ):
         self.control = control  # the run's RunControl
         self.dist = ctx
         self.device = device
@@ -272,5 +288,6 @@ def is_peer_failure(exc: BaseException) -> bool:
     """Whether a collective failed because another rank died or its connection went (not a bug of this rank)."""
     backend_error = getattr(dist, "DistBackendError", ())
     text = str(exc)
-    return isinstance(exc, backend_error) or (isinstance(exc, RuntimeError) and
-                                              any(part in text for part in _PEER_FAILURE_TEXT))
+    return isinstance(exc, backend_error) or (
+        isinstance(exc, RuntimeError) and any(part in text for part in _PEER_FAILURE_TEXT)
+    )

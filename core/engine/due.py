@@ -42,6 +42,8 @@ def planned_steps(cfg: RunConfig, steps_per_epoch: int) -> tuple[int, str | None
     if steps >= cfg.min_steps:
         return steps, None
     epochs = -(-cfg.min_steps // steps_per_epoch)
-    return epochs * steps_per_epoch, (f"{steps_per_epoch:,} optimizer steps an epoch: {epochs:,} epochs instead of "
-                                      f"{cfg.epochs:,}, to train at least min_steps {cfg.min_steps:,} steps "
-                                      f"(min_steps 0 runs exactly {cfg.epochs:,})")
+    return epochs * steps_per_epoch, (
+        f"{steps_per_epoch:,} optimizer steps an epoch: {epochs:,} epochs instead of "
+        f"{cfg.epochs:,}, to train at least min_steps {cfg.min_steps:,} steps "
+        f"(min_steps 0 runs exactly {cfg.epochs:,})"
+    )

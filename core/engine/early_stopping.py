@@ -100,8 +100,8 @@ class BestTracker:
         entry = {"value": float(value), "step": step, "file": name}
         kept = [e for e in self.ranked if e["step"] != step]  # the same step evaluated twice: the newer counts
         kept.insert(min(rank, len(kept)), entry)
-        dropped = [e["file"] for e in kept[self.keep:] if e["file"] != name]
-        self.ranked = kept[:self.keep]
+        dropped = [e["file"] for e in kept[self.keep :] if e["file"] != name]
+        self.ranked = kept[: self.keep]
         return Update(improved, rank, name, dropped)
 
     @property
@@ -113,22 +113,33 @@ class BestTracker:
     def stop_message(self, split: str = "val") -> str:
         """e.g. 'no improvement in val ndcg@10_full_filtered for 5 evaluations; best 0.412 at step 3,000', or
         'val loss 12.3 is worse than the divergence threshold 10 at step 300; best 0.41 at step 100'."""
-        best = (f"best {format_value(self.best)} at step {self.best_step:,}" if self.best is not None
-                else "no finite value before it")
+        best = (
+            f"best {format_value(self.best)} at step {self.best_step:,}"
+            if self.best is not None
+            else "no finite value before it"
+        )
         if self.diverged is not None:
             value, step = self.diverged
             earlier = "" if self.best_step == step else f"; {best}"  # the first evaluation diverged: no best before
             if math.isfinite(value):
-                return (f"{split} {self.metric} {format_value(value)} is worse than the divergence threshold "
-                        f"{format_value(self.divergence)} at step {step:,}{earlier}")
+                return (
+                    f"{split} {self.metric} {format_value(value)} is worse than the divergence threshold "
+                    f"{format_value(self.divergence)} at step {step:,}{earlier}"
+                )
             return f"{split} {self.metric} is {value} (not a finite number) at step {step:,}{earlier}"
         count = f"{self.since_best} evaluation{'s' if self.since_best != 1 else ''}"
         return f"no improvement in {split} {self.metric} for {count}; {best}"
 
     # ----------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict:
-        return {"metric": self.metric, "mode": self.mode, "best": self.best, "best_step": self.best_step,
-                "since_best": self.since_best, "ranked": [dict(e) for e in self.ranked]}
+        return {
+            "metric": self.metric,
+            "mode": self.mode,
+            "best": self.best,
+            "best_step": self.best_step,
+            "since_best": self.since_best,
+            "ranked": [dict(e) for e in self.ranked],
+        }
 
     def load_state_dict(self, state) -> str | None:
         """Continue from a checkpoint's tracker state; a note when it is not used (another metric or mode, or
@@ -139,8 +150,10 @@ class BestTracker:
         if problem:
             return f"the checkpoint's best-checkpoint state is not usable ({problem}): best tracking starts fresh"
         if state["metric"] != self.metric or state["mode"] != self.mode:
-            return (f"the checkpoint tracked the best {state['metric']} ({state['mode']}); this run monitors "
-                    f"{self.metric} ({self.mode}): best tracking starts fresh")
+            return (
+                f"the checkpoint tracked the best {state['metric']} ({state['mode']}); this run monitors "
+                f"{self.metric} ({self.mode}): best tracking starts fresh"
+            )
         self.best = None if state["best"] is None else float(state["best"])
         self.best_step, self.since_best = int(state["best_step"]), int(state["since_best"])
         ranked = sorted(state["ranked"], key=lambda e: e["value"], reverse=self.mode == "max")
@@ -148,7 +161,7 @@ class BestTracker:
             ranked = [e for e in ranked if e["file"] == BEST_FILE]
         elif self.keep > 1:
             ranked = [e for e in ranked if e["file"] != BEST_FILE]
-        self.ranked = ranked[:max(self.keep, 0)]
+        self.ranked = ranked[: max(self.keep, 0)]
         return None
 
 
@@ -162,9 +175,16 @@ def _state_problem(state) -> str | None:
     if best is not None and not (isinstance(best, (int, float)) and math.isfinite(best)):
         return "best is not a finite number"
     for entry in state["ranked"]:
-        if not (isinstance(entry, dict) and isinstance(entry.get("file"), str) and isinstance(entry.get("step"), int)
-                and isinstance(entry.get("value"), (int, float)) and math.isfinite(entry["value"])
-                and "/" not in entry["file"] and "\\" not in entry["file"] and entry["file"].endswith(".pt")):
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("file"), str)
+            and isinstance(entry.get("step"), int)
+            and isinstance(entry.get("value"), (int, float))
+            and math.isfinite(entry["value"])
+            and "/" not in entry["file"]
+            and "\\" not in entry["file"]
+            and entry["file"].endswith(".pt")
+        ):
             return "ranked holds an entry that is not a value, step and file name"
     return None
 
@@ -184,10 +204,16 @@ def tracker_for(cfg, primary_metric: str, metric_names: Callable[[], list[str]])
         names = metric_names() if cfg.monitor else [metric]
     except ConfigError:
         raise
-    except Exception:  # noqa: BLE001
+    except Exception:
         names = [metric]
     if metric not in names:
         what = f"no validation metric {metric!r}" if cfg.monitor else f"no {metric!r} (its primary metric)"
         raise ConfigError("monitor", f"task {cfg.task} reports {what}; its validation metrics: {', '.join(names)}")
-    return BestTracker(metric, resolve_mode(metric, cfg.monitor_mode), cfg.early_stop_min_delta,
-                       cfg.keep_best, cfg.early_stop_patience, cfg.early_stop_divergence)
+    return BestTracker(
+        metric,
+        resolve_mode(metric, cfg.monitor_mode),
+        cfg.early_stop_min_delta,
+        cfg.keep_best,
+        cfg.early_stop_patience,
+        cfg.early_stop_divergence,
+    )

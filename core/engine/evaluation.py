@@ -27,8 +27,9 @@ def rank_slice(split: dict[str, torch.Tensor], rank: int, world_size: int) -> di
     return {key: value[start:end] for key, value in split.items()}
 
 
-def evaluate_split(task: Task, model: torch.nn.Module, split: dict[str, torch.Tensor], batch_size: int,
-                   dist: DistContext, autocast) -> dict[str, float]:
+def evaluate_split(
+    task: Task, model: torch.nn.Module, split: dict[str, torch.Tensor], batch_size: int, dist: DistContext, autocast
+) -> dict[str, float]:
     """The task's metrics on `split` for the (unwrapped) model, under no_grad, eval mode and `autocast()`.
     Under DDP every rank must call it, at the same point."""
     was_training = model.training
@@ -39,8 +40,10 @@ def evaluate_split(task: Task, model: torch.nn.Module, split: dict[str, torch.Te
             if share is None:
                 return task.evaluate(model, split, batch_size)
             parts = task.evaluate_parts(model, share, batch_size)
-        whole = EvalParts(sums=all_reduce_sums(parts.sums, dist),
-                          values={name: all_gather_rows(values, dist) for name, values in sorted(parts.values.items())})
+        whole = EvalParts(
+            sums=all_reduce_sums(parts.sums, dist),
+            values={name: all_gather_rows(values, dist) for name, values in sorted(parts.values.items())},
+        )
         return task.metrics(whole)
     finally:
         model.train(was_training)

@@ -113,8 +113,9 @@ class RunEnded:
     details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
 
 
-Event = (RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunPaused | RunResumed | ControlAcknowledged
-         | RunEnded)
+Event = (
+    RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunPaused | RunResumed | ControlAcknowledged | RunEnded
+)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -137,8 +138,19 @@ def event_to_dict(event: Event) -> dict:
     return record
 
 
-EVENT_TYPES = {cls.__name__: cls for cls in (RunStarted, StepMetrics, EvalMetrics, CheckpointSaved, RunPaused,
-                                              RunResumed, ControlAcknowledged, RunEnded)}
+EVENT_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        RunStarted,
+        StepMetrics,
+        EvalMetrics,
+        CheckpointSaved,
+        RunPaused,
+        RunResumed,
+        ControlAcknowledged,
+        RunEnded,
+    )
+}
 
 
 def event_from_dict(data: dict) -> Event:

@@ -69,8 +69,9 @@ def _check_control_folder(path: Path) -> bool:
     except FileNotFoundError:
         return False
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise ControlError(f"{shown_path(path)} is not a folder (a link or a file): control requests are refused "
-                           f"there; remove it")
+        raise ControlError(
+            f"{shown_path(path)} is not a folder (a link or a file): control requests are refused there; remove it"
+        )
     return True
 
 
@@ -92,13 +93,20 @@ def write_request(run_folder: str | os.PathLike, verb: str) -> ControlRequest:
         try:
             folder.mkdir(exist_ok=True)
         except OSError as exc:
-            raise ControlError(f"cannot create {shown_path(folder)}: {exc.strerror or exc}; only who may write "
-                               f"into the run folder can steer the run") from None
+            raise ControlError(
+                f"cannot create {shown_path(folder)}: {exc.strerror or exc}; only who may write "
+                f"into the run folder can steer the run"
+            ) from None
         _check_control_folder(folder)
     seq = next_seq(folder)
     name = f"{seq:06d}-{verb}-{secrets.token_hex(4)}.json"
-    payload = {"seq": seq, "verb": verb, "holder": lock_holder(Path(run_folder)), "by": _who(),
-               "written_at": time.time()}
+    payload = {
+        "seq": seq,
+        "verb": verb,
+        "holder": lock_holder(Path(run_folder)),
+        "by": _who(),
+        "written_at": time.time(),
+    }
     try:
         atomic_write_bytes(folder / name, json.dumps(payload).encode("utf-8"))
     except OSError as exc:
@@ -109,7 +117,7 @@ def write_request(run_folder: str | os.PathLike, verb: str) -> ControlRequest:
 def _who() -> str:
     try:
         user = getpass.getuser()
-    except Exception:  # noqa: BLE001 (no user name in a container: the request is no less valid)
+    except Exception:
         user = "?"
     return f"{user}@{socket.gethostname()}"
 
@@ -119,8 +127,13 @@ class FolderControl:
     ControlAcknowledged to `acknowledge` first. `poll()` does one pass (tests call it); `start()` runs it on a
     daemon thread every `poll_seconds` until `close()`."""
 
-    def __init__(self, run_folder: str | os.PathLike, control, acknowledge: Callable[[ControlAcknowledged], None],
-                 poll_seconds: float = POLL_SECONDS):
+    def __init__(
+        self,
+        run_folder: str | os.PathLike,
+        control,
+        acknowledge: Callable[[ControlAcknowledged], None],
+        poll_seconds: float = POLL_SECONDS,
+    ):
         self.run_folder = Path(run_folder)
         self.folder = control_folder(run_folder)
         self.control = control
@@ -146,7 +159,7 @@ class FolderControl:
         while not self._closed.wait(self.poll_seconds):
             try:
                 self.poll()
-            except Exception:  # noqa: BLE001, S112 (a bad folder never ends the run; the next pass tries again)
+            except Exception:
                 continue
 
     def poll(self) -> list[ControlAcknowledged]:
@@ -157,8 +170,9 @@ class FolderControl:
             names = os.listdir(self.folder)
         except (ControlError, OSError):
             return []
-        pending = sorted((int(m.group(1)), name) for name in names
-                         if name not in self._done and (m := _REQUEST.match(name)))
+        pending = sorted(
+            (int(m.group(1)), name) for name in names if name not in self._done and (m := _REQUEST.match(name))
+        )
         acks = []
         for seq, name in pending:
             self._done.add(name)
@@ -197,8 +211,16 @@ class FolderControl:
             return self._answer(seq, verb, name, False, "not paused")
         return self._answer(seq, verb, name, True, "resuming", apply=control.resume)
 
-    def _answer(self, seq: int, verb: str, name: str, accepted: bool, note: str, suffix: str = ".done",
-                apply: Callable[[], None] | None = None) -> ControlAcknowledged:
+    def _answer(
+        self,
+        seq: int,
+        verb: str,
+        name: str,
+        accepted: bool,
+        note: str,
+        suffix: str = ".done",
+        apply: Callable[[], None] | None = None,
+    ) -> ControlAcknowledged:
         """Acknowledge, mark the file done, then apply: the acknowledgement comes before the event the request
         leads to, and a stop's file is done before the run can end (and close this watcher) because of it."""
         ack = ControlAcknowledged(seq=seq, verb=verb, request=name, accepted=accepted, note=note)
@@ -230,8 +252,9 @@ class ControlResult:
 _OUTCOMES = {"pause": RunPaused, "resume": RunResumed, "stop": RunEnded}
 
 
-def send_control(run_folder: str | os.PathLike, verb: str, timeout: float = 30.0,
-                 on_event: Callable[[Event], None] | None = None) -> ControlResult:
+def send_control(
+    run_folder: str | os.PathLike, verb: str, timeout: float = 30.0, on_event: Callable[[Event], None] | None = None
+) -> ControlResult:
     """Ask the live run in `run_folder` to pause, resume or stop, and wait up to `timeout` seconds for the
     acknowledgement and then for what it leads to. ControlError (one line) when no live run holds the folder,
     or nothing acknowledged the request in time. `on_event`: every event read meanwhile."""
@@ -241,8 +264,9 @@ def send_control(run_folder: str | os.PathLike, verb: str, timeout: float = 30.0
     if not folder.is_dir():
         raise ControlError(f"{shown_path(folder)}: no such run folder")
     if not is_in_use(folder):
-        raise ControlError(f"no live run holds {shown_path(folder)} (it has ended, or has not started): nothing to "
-                           f"{verb}")
+        raise ControlError(
+            f"no live run holds {shown_path(folder)} (it has ended, or has not started): nothing to {verb}"
+        )
     follower = MetricsFollower(folder, offset=_size(folder / METRICS_FILE))  # from now: the answer can't be missed
     request = write_request(folder, verb)
     deadline = time.monotonic() + timeout
@@ -263,15 +287,18 @@ def send_control(run_folder: str | os.PathLike, verb: str, timeout: float = 30.0
     return ControlResult(request, ack, outcome, describe_result(request, ack, outcome, folder, timeout))
 
 
-def describe_result(request: ControlRequest, ack: ControlAcknowledged | None, outcome: Event | None,
-                    folder: Path, timeout: float) -> str:
+def describe_result(
+    request: ControlRequest, ack: ControlAcknowledged | None, outcome: Event | None, folder: Path, timeout: float
+) -> str:
     """One line: `stop requested (request 3): acknowledged; stopped at step 120, checkpoint saved (...)`."""
     head = f"{request.verb} requested (request {request.seq})"
     if ack is None:
         if isinstance(outcome, RunEnded):
             return f"{head}: the run ended ({outcome.status}) at step {outcome.step} before reading it"
-        raise ControlError(f"{head}: no acknowledgement from the run in {shown_path(folder)} within {timeout:g} s; "
-                           f"is it alive? (`amp-console watch` shows what it does)")
+        raise ControlError(
+            f"{head}: no acknowledgement from the run in {shown_path(folder)} within {timeout:g} s; "
+            f"is it alive? (`amp-console watch` shows what it does)"
+        )
     if not ack.accepted:
         return f"{head}: acknowledged, nothing done: {ack.note}"
     match outcome:

@@ -50,7 +50,7 @@ class MetricsFollower:
         """The complete lines written since the last call."""
         if self._file is None:
             try:
-                self._file = open(self.path, "rb")  # noqa: SIM115 (kept open while following)
+                self._file = open(self.path, "rb")
             except FileNotFoundError:
                 return []
             self._file.seek(self.offset)
@@ -74,8 +74,9 @@ class MetricsFollower:
         self.offset = offset
         return out
 
-    def lines(self, deadline: float | None = None, stop: threading.Event | None = None,
-              idle_seconds: float | None = None) -> Iterator[FollowLine | None]:
+    def lines(
+        self, deadline: float | None = None, stop: threading.Event | None = None, idle_seconds: float | None = None
+    ) -> Iterator[FollowLine | None]:
         """Every complete line as it is written, until the run is over (see the class doc). `deadline`: a
         time.monotonic() to give up at; `stop`: an event that ends it; `idle_seconds`: yield None after that long
         without a line (a heartbeat for a stream)."""

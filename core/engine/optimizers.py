@@ -62,8 +62,9 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad and not (id(p) in seen or seen.add(id(p)))]
 
 
-def regroup_one_group_state(optimizer_state: dict, scheduler_state: dict | None, model: nn.Module,
-                            optimizer: torch.optim.Optimizer) -> tuple[dict, dict | None]:
+def regroup_one_group_state(
+    optimizer_state: dict, scheduler_state: dict | None, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[dict, dict | None]:
     """A checkpoint's optimizer and scheduler state in `optimizer`'s groups when the two differ only in how
     the same parameters are grouped: one group of every trainable parameter in model order (a run without
     weight decay, or one written before decay and no-decay groups) into decay and no-decay groups, or those
@@ -88,13 +89,16 @@ def regroup_one_group_state(optimizer_state: dict, scheduler_state: dict | None,
             index += 1
         new_groups.append({**saved_groups[0], "params": ids, "weight_decay": group["weight_decay"]})
     if scheduler_state is not None:  # per-group lists (base_lrs, _last_lr, ...): the one group's entry for each
-        scheduler_state = {key: value * len(groups) if isinstance(value, list) and len(value) == 1 else value
-                           for key, value in scheduler_state.items()}
+        scheduler_state = {
+            key: value * len(groups) if isinstance(value, list) and len(value) == 1 else value
+            for key, value in scheduler_state.items()
+        }
     return {"state": state, "param_groups": new_groups}, scheduler_state
 
 
-def _merge_two_groups(optimizer_state: dict, scheduler_state: dict | None, model: nn.Module,
-                      trainable: list, group: dict) -> tuple[dict, dict | None]:
+def _merge_two_groups(
+    optimizer_state: dict, scheduler_state: dict | None, model: nn.Module, trainable: list, group: dict
+) -> tuple[dict, dict | None]:
     """Decay and no-decay groups (as parameter_groups splits them) into this run's one group in model order."""
     split = parameter_groups(model, 1.0)  # the split the checkpoint was written with, in its order
     saved_groups = optimizer_state["param_groups"]
@@ -108,8 +112,10 @@ def _merge_two_groups(optimizer_state: dict, scheduler_state: dict | None, model
                 state[position[id(param)]] = optimizer_state["state"][old]
     merged = {**saved_groups[0], "params": list(range(len(trainable))), "weight_decay": group["weight_decay"]}
     if scheduler_state is not None:  # per-group lists: the first group's entry
-        scheduler_state = {key: value[:1] if isinstance(value, list) and len(value) == 2 else value
-                           for key, value in scheduler_state.items()}
+        scheduler_state = {
+            key: value[:1] if isinstance(value, list) and len(value) == 2 else value
+            for key, value in scheduler_state.items()
+        }
     return {"state": state, "param_groups": [merged]}, scheduler_state
 
 
@@ -118,8 +124,9 @@ def _merge_two_groups(optimizer_state: dict, scheduler_state: dict | None, model
 REQUIRED_STATE = {"sgd": (), "adam": ("step", "exp_avg", "exp_avg_sq"), "adamw": ("step", "exp_avg", "exp_avg_sq")}
 
 
-def state_misfit(optimizer_state: dict, optimizer: torch.optim.Optimizer, kind: str,
-                 names: dict[int, str]) -> str | None:
+def state_misfit(
+    optimizer_state: dict, optimizer: torch.optim.Optimizer, kind: str, names: dict[int, str]
+) -> str | None:
     """Why `optimizer_state` (already in `optimizer`'s groups) cannot drive `optimizer` (of `kind`), or None:
     an entry lacking what `kind` reads, or a tensor whose shape is not its parameter's. `names`: id(param) ->
     parameter name, for the message."""
@@ -139,8 +146,7 @@ def state_misfit(optimizer_state: dict, optimizer: torch.optim.Optimizer, kind: 
                 if value.numel() != 1:
                     return f"the state of {name}: step has {value.numel()} values, not one"
             elif tuple(value.shape) != tuple(param.shape):
-                return (f"the state of {name}: {key} has shape {tuple(value.shape)}, the parameter "
-                        f"{tuple(param.shape)}")
+                return f"the state of {name}: {key} has shape {tuple(value.shape)}, the parameter {tuple(param.shape)}"
     return None
 
 

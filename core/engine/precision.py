@@ -16,7 +16,6 @@ from core.devices import DeviceInfo
 from core.errors import PrecisionError
 from core.precision_modes import PRECISION_CHOICES
 
-
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -78,7 +77,9 @@ def resolve_precision(mode: str, info: DeviceInfo) -> PrecisionPlan:
     if mode not in info.precisions:
         reason = info.unsupported.get(mode, "not supported")
         alternatives = ", ".join(info.precisions)
-        raise PrecisionError(f"{mode} is not available on {info.id} ({info.name}): {reason}. Supported there: {alternatives}")
+        raise PrecisionError(
+            f"{mode} is not available on {info.id} ({info.name}): {reason}. Supported there: {alternatives}"
+        )
     return PrecisionPlan(
         requested=requested,
         mode=mode,

@@ -200,7 +200,7 @@ class EventLog:
         if self.tensorboard is not None:  # flushed and closed however the run ended
             try:
                 self.tensorboard.close()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._tensorboard_failed(exc)
             self.tensorboard = None
         if self._file is not None:
@@ -270,29 +270,45 @@ class TrainingClock:
 def run_started(trainer) -> RunStarted:
     """RunStarted of a set-up Trainer."""
     return RunStarted(
-        task=trainer.cfg.task, device=str(trainer.device), device_name=trainer.device_info.name,
-        precision=trainer.plan.mode, autocast_dtype=trainer.plan.compute_dtype_name,
+        task=trainer.cfg.task,
+        device=str(trainer.device),
+        device_name=trainer.device_info.name,
+        precision=trainer.plan.mode,
+        autocast_dtype=trainer.plan.compute_dtype_name,
         param_dtype=str(next(trainer.raw_model.parameters()).dtype).removeprefix("torch."),
-        scaler=trainer.plan.use_scaler, param_count=trainer.param_count, total_steps=trainer.total_steps,
-        steps_per_epoch=trainer.steps_per_epoch, start_step=trainer.step, config=trainer.cfg.to_dict(),
-        ceiling=dict(trainer.data.ceiling), baseline=dict(trainer.data.baseline),
-        tokens_key=trainer.task.tokens_key, notes=list(trainer.notes),
+        scaler=trainer.plan.use_scaler,
+        param_count=trainer.param_count,
+        total_steps=trainer.total_steps,
+        steps_per_epoch=trainer.steps_per_epoch,
+        start_step=trainer.step,
+        config=trainer.cfg.to_dict(),
+        ceiling=dict(trainer.data.ceiling),
+        baseline=dict(trainer.data.baseline),
+        tokens_key=trainer.task.tokens_key,
+        notes=list(trainer.notes),
         restart={**restart, "step": trainer.step} if (restart := getattr(trainer, "restart", None)) else {},
     )
 
 
-def step_metrics(trainer, readout: IntervalReadout, seconds: float, samples: int, now: float,
-                 scale: float | None, source: str | None) -> StepMetrics:
+def step_metrics(
+    trainer, readout: IntervalReadout, seconds: float, samples: int, now: float, scale: float | None, source: str | None
+) -> StepMetrics:
     """StepMetrics of the interval that just ended (`seconds` long, `samples` across every rank)."""
     counts_tokens = trainer.task.tokens_key is not None and seconds > 0
     tokens = readout.tokens * trainer.dist.world_size / seconds if counts_tokens else None
     return StepMetrics(
-        step=trainer.step, epoch=trainer.display_epoch(), loss=readout.loss,
-        lr=trainer.optimizer.param_groups[0]["lr"], samples_per_second=samples / seconds if seconds > 0 else 0.0,
-        grad_scale=scale, grad_norm=float(trainer.grad_norm) if trainer.grad_norm is not None else None,
+        step=trainer.step,
+        epoch=trainer.display_epoch(),
+        loss=readout.loss,
+        lr=trainer.optimizer.param_groups[0]["lr"],
+        samples_per_second=samples / seconds if seconds > 0 else 0.0,
+        grad_scale=scale,
+        grad_norm=float(trainer.grad_norm) if trainer.grad_norm is not None else None,
         skipped_steps=trainer.skipped_steps,
         memory_bytes=trainer.clock.memory(trainer.device, fresh=trainer.step >= trainer.total_steps),
-        elapsed_seconds=now - trainer.clock.started, nonfinite_source=source, tokens_per_second=tokens,
+        elapsed_seconds=now - trainer.clock.started,
+        nonfinite_source=source,
+        tokens_per_second=tokens,
     )
 
 
@@ -332,8 +348,10 @@ def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | Non
         return ""
     if abs(value - base) > max(0.02, 0.05 * abs(base)):
         return ""
-    return (f"val {primary} {value:.3f} is near its baseline {base:.3f} after only {steps:,} optimizer steps: the "
-            f"model has barely trained; train longer (more epochs, max_steps or min_steps)")
+    return (
+        f"val {primary} {value:.3f} is near its baseline {base:.3f} after only {steps:,} optimizer steps: the "
+        f"model has barely trained; train longer (more epochs, max_steps or min_steps)"
+    )
 
 
 def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded:
@@ -342,11 +360,19 @@ def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded
         note = barely_trained(trainer.step, trainer.last_metrics, trainer.data.baseline, trainer.task.primary_metric)
         message = f"{message}; {note}" if note else message
     return RunEnded(
-        status=status, message=message, step=trainer.step, epoch=trainer.display_epoch(),
-        final_loss=trainer.last_loss, metrics=dict(trainer.last_metrics), checkpoint=trainer.saved_checkpoint,
+        status=status,
+        message=message,
+        step=trainer.step,
+        epoch=trainer.display_epoch(),
+        final_loss=trainer.last_loss,
+        metrics=dict(trainer.last_metrics),
+        checkpoint=trainer.saved_checkpoint,
         samples_per_second=trainer.clock.samples_per_second,
-        elapsed_seconds=time.perf_counter() - trainer.clock.started, skipped_steps=trainer.skipped_steps,
-        test_metrics=dict(trainer.test_metrics), details=details,
-        best_test_metrics=dict(best.metrics) if best else {}, best_step=best.step if best else None,
+        elapsed_seconds=time.perf_counter() - trainer.clock.started,
+        skipped_steps=trainer.skipped_steps,
+        test_metrics=dict(trainer.test_metrics),
+        details=details,
+        best_test_metrics=dict(best.metrics) if best else {},
+        best_step=best.step if best else None,
         checkpoint_advice=best.advice if best else "",
     )

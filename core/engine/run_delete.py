@@ -17,6 +17,7 @@ from core.files import file_kind, is_inside, shown_path
 _NO_LINK = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
+
 class RunDeleteError(Exception):
     """A run folder that is not deleted (or not wholly): str() is the one-line reason."""
 
@@ -45,8 +46,10 @@ def check_deletable(root: str | os.PathLike, folder: str | os.PathLike) -> Path:
             raise RunDeleteError(f"cannot delete {shown}: {exc.strerror or type(exc).__name__}") from None
         if stat.S_ISLNK(mode):
             which = shown if current == path else f"{shown}: {shown_path(current)}"
-            raise RunDeleteError(f"{which} is a symbolic link; only real run folders under the runs root are "
-                                 f"deleted (remove the link itself if you meant it)")
+            raise RunDeleteError(
+                f"{which} is a symbolic link; only real run folders under the runs root are "
+                f"deleted (remove the link itself if you meant it)"
+            )
         if not stat.S_ISDIR(mode):
             raise RunDeleteError(f"{shown} is {file_kind(mode)}, not a run folder: not deleted")
     if not is_inside(base, path):
@@ -78,6 +81,6 @@ def delete_run(root: str | os.PathLike, folder: str | os.PathLike) -> None:
             shutil.rmtree(path)
     except OSError as exc:
         hint = "; check its permissions" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
-        raise RunDeleteError(f"could not delete {shown_path(folder)}: {exc.strerror or type(exc).__name__}"
-                             f"{hint}") from None
-
+        raise RunDeleteError(
+            f"could not delete {shown_path(folder)}: {exc.strerror or type(exc).__name__}{hint}"
+        ) from None

@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from core.errors import CheckpointError, ConfigError
+from core.errors import ConfigError
 from core.files import CAN_LOCK, UnreadableFile, is_inside, lock_is_held, read_regular, shown_path, try_lock
 from core.text import printable
 
@@ -143,8 +143,9 @@ def recorded_checkpoint(folder: str | os.PathLike, recorded: str) -> Path:
     return path
 
 
-def claim_run_folder(requested: str | os.PathLike, resume_from: str | os.PathLike | None = None,
-                     keep: bool = False) -> ClaimedFolder:
+def claim_run_folder(
+    requested: str | os.PathLike, resume_from: str | os.PathLike | None = None, keep: bool = False
+) -> ClaimedFolder:
     """Claim the folder a run writes to (see the module doc): `requested`, or the first free sibling
     `requested-2`, `-3`, ... when it holds an earlier run or a live run holds it. A run resumed from the
     checkpoint in `requested` itself continues there; if a live run holds that folder the resume is refused.
@@ -156,8 +157,11 @@ def claim_run_folder(requested: str | os.PathLike, resume_from: str | os.PathLik
         if claimed is None:
             holder = lock_holder(requested)
             who = f" (process {holder})" if holder else ""
-            raise ConfigError("out_dir", f"{requested}: another run is writing to this folder{who}; wait for it "
-                                         f"to end (or stop it) before resuming it, or resume into another folder")
+            raise ConfigError(
+                "out_dir",
+                f"{requested}: another run is writing to this folder{who}; wait for it "
+                f"to end (or stop it) before resuming it, or resume into another folder",
+            )
         return claimed
     for candidate in _candidates(requested):
         claimed = _try_claim(candidate, requested, keep_run=False)
@@ -189,8 +193,10 @@ def _try_claim(folder: Path, requested: Path, keep_run: bool) -> ClaimedFolder |
     try:
         fd = try_lock(lock_path)
     except OSError as exc:
-        raise ConfigError("out_dir", f"could not use {folder}: could not create or lock {lock_path.name} in it: "
-                                     f"{describe_os_error(exc)}") from None
+        raise ConfigError(
+            "out_dir",
+            f"could not use {folder}: could not create or lock {lock_path.name} in it: {describe_os_error(exc)}",
+        ) from None
     if fd is None:
         return None  # a live run holds it
     if not CAN_LOCK and not created and not keep_run:  # no lock to tell: only a folder this call made is ours
@@ -239,29 +245,3 @@ def _remove_temp_files(folder: Path) -> list[str]:
             except OSError:
                 pass
     return sorted(removed)
-
-
-def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
-    """The checkpoint of the run in `folder`: "best": its best-ranked kept checkpoint (run.json's list, else
-    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt. Torch-free: a host asked
-    for a run's best checkpoint names it without loading anything."""
-    from core.engine.early_stopping import BEST_FILE
-    from core.engine.run_record import load_record
-
-    folder = Path(folder)
-    last = folder / CHECKPOINT_FILE
-    if which == "best":
-        entries = [v for key, v in ((load_record(folder) or {}).get("checkpoints") or {}).items()
-                   if key != "last" and isinstance(v, dict) and v.get("path")]
-        for entry in sorted(entries, key=lambda e: e.get("rank", 1) if isinstance(e.get("rank", 1), int) else 1):
-            candidate = folder / Path(str(entry["path"])).name
-            if candidate.is_file():
-                return candidate, []
-        if (folder / BEST_FILE).is_file():
-            return folder / BEST_FILE, []
-        if last.is_file():
-            return last, [f"{folder}: the run kept no best checkpoint; using its last one ({CHECKPOINT_FILE})"]
-        raise CheckpointError(f"{folder}: no checkpoint in this folder (neither {BEST_FILE} nor {CHECKPOINT_FILE})")
-    if last.is_file():
-        return last, []
-    raise CheckpointError(f"{folder}: no {CHECKPOINT_FILE} in this folder")

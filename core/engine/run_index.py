@@ -44,8 +44,21 @@ SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in 
 # a record's nested parts that a list of runs does not show: stored apart (see indexed_runs' `brief`)
 BULKY = ("config", "versions", "checkpoints", "metrics", "test_metrics", "notes", "resumed_at")
 # what `runs list` shows of a run (and sorts by): stored apart as a JSON array, a fraction of the brief to parse
-LISTED = ("id", "name", "task", "status", "precision", "device", "steps", "total_steps", "best", "wall_seconds",
-          "start_time", "end_time", "unreadable")
+LISTED = (
+    "id",
+    "name",
+    "task",
+    "status",
+    "precision",
+    "device",
+    "steps",
+    "total_steps",
+    "best",
+    "wall_seconds",
+    "start_time",
+    "end_time",
+    "unreadable",
+)
 PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout (~5 ms), a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
 _reader_version: str | None = None
@@ -101,8 +114,10 @@ def runs_named(root: str | os.PathLike, keys) -> list[dict]:
 
 # ---- the scan ------------------------------------------------------------------------------------------------------
 
-def _refresh(root: Path, parts: str | None, keys: list[str] | None = None,
-             quick: bool = False) -> tuple[list[dict], list]:
+
+def _refresh(
+    root: Path, parts: str | None, keys: list[str] | None = None, quick: bool = False
+) -> tuple[list[dict], list]:
     """Every run under `root` (only those `keys` may name when given), newest first, and their bulky parts as
     JSON when `parts` is "split" (the runs then brief; else a list of None); the index brought up to date on
     the way when it can be. `parts`: what of the stored records to read with the signatures ("full", "brief",
@@ -260,12 +275,21 @@ def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tupl
     ident = run.get("id")
     # the brief keeps every key in its place (None for the bulky ones), so the full record reads back in order
     bulk = {k: run[k] for k in BULKY if k in run}
-    return (key, sig, None if ident is None else str(ident), str(run.get("name") or key), None,
-            _ENCODE(_brief(run)), _ENCODE(bulk), _ENCODE([run.get(k) for k in LISTED]))
+    return (
+        key,
+        sig,
+        None if ident is None else str(ident),
+        str(run.get("name") or key),
+        None,
+        _ENCODE(_brief(run)),
+        _ENCODE(bulk),
+        _ENCODE([run.get(k) for k in LISTED]),
+    )
 
 
-def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys: list[str] | None,
-            parts: str | None) -> tuple[list[dict], list, list[tuple]]:
+def _select(
+    db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys: list[str] | None, parts: str | None
+) -> tuple[list[dict], list, list[tuple]]:
     """The runs and (parts "split": the runs brief) bulky parts of the runs found (those `keys` may name
     when given): fresh ones as read, the others parsed from the index, their folder as this root spells it
     and a live status checked against the lock. Also the rows to write again: a record in the index that
@@ -277,8 +301,11 @@ def _select(db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys:
         stored = _named(db, keys, set(found) - set(fresh)) if db is not None else {}
         wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k][0], keys))]
     from_index = [stored[k] for k in wanted if k not in fresh]
-    parsed = iter(_parse_listed([brief for brief, _bulk in from_index]) if parts == "listed"
-                  else _parse(from_index, full=parts in ("full", None)))  # in `wanted`'s order
+    parsed = iter(
+        _parse_listed([brief for brief, _bulk in from_index])
+        if parts == "listed"
+        else _parse(from_index, full=parts in ("full", None))
+    )  # in `wanted`'s order
     stored_bulks = iter([bulk for _brief, bulk in from_index])
     del stored, from_index
     split = parts == "split"
@@ -325,8 +352,10 @@ def _listed(run: dict) -> dict:
 
 def _parse_listed(texts: list) -> list:
     """The stored LISTED arrays as dicts; None for one that does not parse as such."""
-    return [dict(zip(LISTED, values)) if type(values) is list and len(values) == len(LISTED) else None
-            for values in _parse_all(texts)]
+    return [
+        dict(zip(LISTED, values)) if type(values) is list and len(values) == len(LISTED) else None
+        for values in _parse_all(texts)
+    ]
 
 
 def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
@@ -346,7 +375,7 @@ def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
 def _parse_all(texts: list) -> list:
     out: list = []
     for i in range(0, len(texts), PARSE_CHUNK):
-        chunk = texts[i:i + PARSE_CHUNK]
+        chunk = texts[i : i + PARSE_CHUNK]
         try:
             out += json.loads("[" + ",".join(chunk) + "]")
         except (TypeError, ValueError):
@@ -368,6 +397,7 @@ def _names(run: dict, keys: list[str]) -> bool:
 
 def _newest_first(runs: list[dict], bulks: list) -> tuple[list[dict], list]:
     """Both lists newest first (by start time, else end time); ties keep the folder order."""
+
     def when(run: dict) -> str:  # text only: a record of any type sorts (an unreadable one last)
         value = run.get("start_time") or run.get("end_time")
         return value if isinstance(value, str) else ""
@@ -377,6 +407,7 @@ def _newest_first(runs: list[dict], bulks: list) -> tuple[list[dict], list]:
 
 
 # ---- the file ------------------------------------------------------------------------------------------------------
+
 
 def _exists(index: Path) -> bool:
     try:
@@ -420,8 +451,9 @@ def _open_read_only(index: Path) -> sqlite3.Connection | None:
     disk. Its rows are checked against the folders like any other, so a stale one is only read again."""
     db = None
     try:
-        db = sqlite3.connect(Path(os.path.abspath(index)).as_uri() + "?mode=ro&immutable=1", uri=True,
-                             isolation_level=None)
+        db = sqlite3.connect(
+            Path(os.path.abspath(index)).as_uri() + "?mode=ro&immutable=1", uri=True, isolation_level=None
+        )
         if _stored_version(db) != _version():
             db.close()
             return None
@@ -444,8 +476,10 @@ def _prepare(db: sqlite3.Connection) -> None:
         db.execute("DROP TABLE IF EXISTS runs")
         db.execute("DROP TABLE IF EXISTS bulks")
         # the bulky parts in a table of their own: a listing reads only the short rows (a quarter of the file)
-        db.execute("CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
-                   "brief TEXT, listed TEXT)")
+        db.execute(
+            "CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
+            "brief TEXT, listed TEXT)"
+        )
         db.execute("CREATE TABLE bulks (key TEXT PRIMARY KEY, bulk TEXT)")
         db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
 
@@ -486,8 +520,13 @@ class _Cache:
         self.bulk: dict[str, str | None] = {}
         if db is None:
             return
-        columns = {"full": "brief, bulk", "split": "brief, bulk", "brief": "brief, NULL", "listed": "listed, NULL",
-                   None: "NULL, NULL"}[parts]
+        columns = {
+            "full": "brief, bulk",
+            "split": "brief, bulk",
+            "brief": "brief, NULL",
+            "listed": "listed, NULL",
+            None: "NULL, NULL",
+        }[parts]
         tables = "runs LEFT JOIN bulks USING (key)" if parts in ("full", "split") else "runs"
         for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM {tables}"):
             self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk
@@ -497,8 +536,10 @@ def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str, st
     """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
     whose name equals one."""
     out = {}
-    query = ("SELECT key, brief, bulk FROM runs LEFT JOIN bulks USING (key) WHERE nested IS NULL AND "
-             "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)")
+    query = (
+        "SELECT key, brief, bulk FROM runs LEFT JOIN bulks USING (key) WHERE nested IS NULL AND "
+        "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)"
+    )
     for k in keys:
         try:
             rows = db.execute(query, (k,)).fetchall()
@@ -513,9 +554,13 @@ def _save(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
     time)."""
     try:
         with _transaction(db):
-            db.executemany("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [(key, sig, ident, name, nested, brief, listed)
-                            for key, sig, ident, name, nested, brief, _bulk, listed in rows])
+            db.executemany(
+                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (key, sig, ident, name, nested, brief, listed)
+                    for key, sig, ident, name, nested, brief, _bulk, listed in rows
+                ],
+            )
             db.executemany("INSERT OR REPLACE INTO bulks VALUES (?, ?)", [(row[0], row[6]) for row in rows])
             db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
             db.executemany("DELETE FROM bulks WHERE key = ?", [(k,) for k in gone])
@@ -556,3 +601,9 @@ def _remove(index: Path) -> None:
             os.unlink(f"{index}{suffix}")
         except OSError:
             pass
+
+
+def find_runs(root: str | os.PathLike) -> list[dict]:
+    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, through
+    the runs root's index (core.engine.run_index: only changed folders are read again)."""
+    return indexed_runs(root)

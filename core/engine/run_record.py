@@ -31,8 +31,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from core.engine.early_stopping import BEST_FILE, resolve_mode
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
+from core.errors import CheckpointError
 from core.files import (
     UnreadableFile,
     atomic_write_bytes,
@@ -105,8 +107,6 @@ def primary_metric(task: str) -> str | None:
 
 def lower_is_better(metric: str, mode: str = "auto") -> bool:
     """min/max as configured (RunConfig.monitor_mode); auto: lower for losses and errors."""
-    from core.engine.early_stopping import resolve_mode
-
     return resolve_mode(metric, mode) == "min"
 
 
@@ -215,8 +215,8 @@ class RunRecord:
             "start_time": earlier.get("start_time") or now_iso(),
             "resumed_at": list(earlier.get("resumed_at") or []) + ([now_iso()] if earlier else []),
             # restarts by torchrun or a requeued SLURM job: count, by, step, reason, last_step, at
-            "restarts": list(earlier.get("restarts") or []) + ([{**event.restart, "at": now_iso()}]
-                                                               if getattr(event, "restart", None) else []),
+            "restarts": list(earlier.get("restarts") or [])
+            + ([{**event.restart, "at": now_iso()}] if getattr(event, "restart", None) else []),
             "end_time": None,
             "wall_seconds": earlier.get("wall_seconds") or 0.0,
             "steps": event.start_step,
@@ -227,8 +227,13 @@ class RunRecord:
             "peak_memory_bytes": earlier.get("peak_memory_bytes"),  # the most any logged step reported
             "metrics": dict(earlier.get("metrics") or {}),
             "test_metrics": {},
-            "best": (earlier["best"] if (earlier.get("best") or {}).get("name") == metric
-                     else {"name": metric, "value": None, "step": None} if metric else None),
+            "best": (
+                earlier["best"]
+                if (earlier.get("best") or {}).get("name") == metric
+                else {"name": metric, "value": None, "step": None}
+                if metric
+                else None
+            ),
             "checkpoints": dict(earlier.get("checkpoints") or {}),
             "config": dict(event.config),
             "notes": list(getattr(event, "notes", []) or []),
@@ -248,21 +253,30 @@ class RunRecord:
         if not isinstance(value, (int, float)) or value != value:
             return
         old = best.get("value")
-        better = (old is None or not isinstance(old, (int, float))
-                  or (value < old if lower_is_better(best["name"], self._mode) else value > old))
+        better = (
+            old is None
+            or not isinstance(old, (int, float))
+            or (value < old if lower_is_better(best["name"], self._mode) else value > old)
+        )
         if better:
             self.data["best"] = {"name": best["name"], "value": value, "step": event.step}
 
     def _ended(self, event) -> None:
         self.data.update(
-            status=event.status, end_time=now_iso(), steps=event.step, message=event.message,
+            status=event.status,
+            end_time=now_iso(),
+            steps=event.step,
+            message=event.message,
             wall_seconds=self._previous_wall + float(event.elapsed_seconds or 0.0),
-            samples_per_second=event.samples_per_second, test_metrics=dict(event.test_metrics or {}))
+            samples_per_second=event.samples_per_second,
+            test_metrics=dict(event.test_metrics or {}),
+        )
         if event.final_loss is not None:
             self.data["final_loss"] = event.final_loss
         if event.checkpoint_advice and self.data.get("best"):  # its test metrics beside test_metrics (the last's)
-            self.data["best"].update(test_metrics=dict(event.best_test_metrics), test_step=event.best_step,
-                                     advice=event.checkpoint_advice)
+            self.data["best"].update(
+                test_metrics=dict(event.best_test_metrics), test_step=event.best_step, advice=event.checkpoint_advice
+            )
         if event.metrics:
             self.data["metrics"] = dict(event.metrics)
         if event.checkpoint:
@@ -299,8 +313,18 @@ def _as_trained(data: dict) -> dict:
     return data
 
 
-_TEXT_FIELDS = ("id", "task", "status", "device", "device_name", "precision", "autocast_dtype", "start_time",
-                "end_time", "message")
+_TEXT_FIELDS = (
+    "id",
+    "task",
+    "status",
+    "device",
+    "device_name",
+    "precision",
+    "autocast_dtype",
+    "start_time",
+    "end_time",
+    "message",
+)
 _WHOLE_FIELDS = ("version", "steps", "total_steps", "start_step", "peak_memory_bytes")
 _NUMBER_FIELDS = ("wall_seconds", "final_loss", "samples_per_second")
 _NOT_FINITE = ("nan", "inf", "-inf")  # how _finite writes a float JSON has no spelling for
@@ -310,7 +334,8 @@ def _kind(value) -> str:
     if isinstance(value, bool):
         return "true/false"
     return {str: "text", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
-        type(value), type(value).__name__)
+        type(value), type(value).__name__
+    )
 
 
 _KINDS = {  # what a field may hold besides null: (the check, how a message names it)
@@ -320,10 +345,13 @@ _KINDS = {  # what a field may hold besides null: (the check, how a message name
     "object": (lambda v: type(v) is dict, "an object"),
     "list": (lambda v: type(v) is list, "a list"),
 }
-_RECORD_FIELDS = ([(k, "text") for k in _TEXT_FIELDS] + [(k, "whole") for k in _WHOLE_FIELDS]
-                  + [(k, "number") for k in _NUMBER_FIELDS]
-                  + [(k, "object") for k in ("metrics", "test_metrics", "best", "checkpoints", "config", "versions")]
-                  + [(k, "list") for k in ("notes", "resumed_at")])
+_RECORD_FIELDS = (
+    [(k, "text") for k in _TEXT_FIELDS]
+    + [(k, "whole") for k in _WHOLE_FIELDS]
+    + [(k, "number") for k in _NUMBER_FIELDS]
+    + [(k, "object") for k in ("metrics", "test_metrics", "best", "checkpoints", "config", "versions")]
+    + [(k, "list") for k in ("notes", "resumed_at")]
+)
 
 
 _PLAIN = {"text": (str,), "whole": (int,), "number": (int, float), "object": (dict,), "list": (list,)}
@@ -360,8 +388,11 @@ def record_problem(data: dict) -> str | None:
             return _problem(f"best.{name}", best[name], want)
     for which, entry in (data.get("checkpoints") or {}).items():
         if type(entry) is not dict:
-            return _problem(f"checkpoints.{which}", entry, "object") if entry is not None else \
-                f"checkpoints.{which} is null, not an object"
+            return (
+                _problem(f"checkpoints.{which}", entry, "object")
+                if entry is not None
+                else f"checkpoints.{which} is null, not an object"
+            )
         for name, want in (("path", "text"), ("step", "whole"), ("rank", "whole")):
             if _bad(entry.get(name), want):
                 return _problem(f"checkpoints.{which}.{name}", entry[name], want)
@@ -429,8 +460,7 @@ def read_run(folder: str | os.PathLike) -> dict | None:
             data.pop("unreadable", None)  # said by this reader only, never by the file
             data.pop("note_unreadable", None)
     except _Unreadable as exc:
-        data = {"version": 0, "id": exc.ident or _folder_id(folder), "status": "unreadable",
-                "unreadable": exc.reason}
+        data = {"version": 0, "id": exc.ident or _folder_id(folder), "status": "unreadable", "unreadable": exc.reason}
     if data is None:
         return None
     data["name"] = folder.name
@@ -529,20 +559,29 @@ def _summary_from_metrics(folder: Path) -> dict | None:
     ended = last if last and last.get("event") == "RunEnded" else None
     checkpoint = folder / CHECKPOINT_FILE
     return {
-        "version": 0, "id": _folder_id(folder, first), "task": start.get("task"),
+        "version": 0,
+        "id": _folder_id(folder, first),
+        "task": start.get("task"),
         "status": ended.get("status") if ended else "running",
-        "device": start.get("device"), "precision": start.get("precision"),
-        "autocast_dtype": start.get("autocast_dtype"), "versions": {},
-        "start_time": None, "end_time": stat_time if ended else None,
+        "device": start.get("device"),
+        "precision": start.get("precision"),
+        "autocast_dtype": start.get("autocast_dtype"),
+        "versions": {},
+        "start_time": None,
+        "end_time": stat_time if ended else None,
         "wall_seconds": ended.get("elapsed_seconds") if ended else None,
-        "steps": (last or {}).get("step"), "total_steps": start.get("total_steps"),
+        "steps": (last or {}).get("step"),
+        "total_steps": start.get("total_steps"),
         "final_loss": ended.get("final_loss") if ended else (last or {}).get("loss"),
         "samples_per_second": ended.get("samples_per_second") if ended else None,
         "metrics": ended.get("metrics", {}) if ended else {},
         "test_metrics": ended.get("test_metrics", {}) if ended else {},
-        "best": None, "checkpoints": {"last": {"path": str(checkpoint)}} if checkpoint.exists() else {},
-        "config": start.get("config", {}), "notes": start.get("notes", []),
-        "message": ended.get("message", "") if ended else "", "from_metrics": True,
+        "best": None,
+        "checkpoints": {"last": {"path": str(checkpoint)}} if checkpoint.exists() else {},
+        "config": start.get("config", {}),
+        "notes": start.get("notes", []),
+        "message": ended.get("message", "") if ended else "",
+        "from_metrics": True,
     }
 
 
@@ -554,9 +593,27 @@ def _json_line(raw: bytes) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def find_runs(root: str | os.PathLike) -> list[dict]:
-    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, through
-    the runs root's index (core.engine.run_index: only changed folders are read again)."""
-    from core.engine.run_index import indexed_runs  # it imports this module
-
-    return indexed_runs(root)
+def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
+    """The checkpoint of the run in `folder`: "best": its best-ranked kept checkpoint (run.json's list, else
+    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt. Torch-free: a host asked
+    for a run's best checkpoint names it without loading anything."""
+    folder = Path(folder)
+    last = folder / CHECKPOINT_FILE
+    if which == "best":
+        entries = [
+            v
+            for key, v in ((load_record(folder) or {}).get("checkpoints") or {}).items()
+            if key != "last" and isinstance(v, dict) and v.get("path")
+        ]
+        for entry in sorted(entries, key=lambda e: e.get("rank", 1) if isinstance(e.get("rank", 1), int) else 1):
+            candidate = folder / Path(str(entry["path"])).name
+            if candidate.is_file():
+                return candidate, []
+        if (folder / BEST_FILE).is_file():
+            return folder / BEST_FILE, []
+        if last.is_file():
+            return last, [f"{folder}: the run kept no best checkpoint; using its last one ({CHECKPOINT_FILE})"]
+        raise CheckpointError(f"{folder}: no checkpoint in this folder (neither {BEST_FILE} nor {CHECKPOINT_FILE})")
+    if last.is_file():
+        return last, []
+    raise CheckpointError(f"{folder}: no {CHECKPOINT_FILE} in this folder")

@@ -54,14 +54,20 @@ def capture(trainer, rng: list[dict]) -> dict:
         "step": trainer.step,
         "epoch": trainer.epoch,
         # Each epoch's order is a pure function of (seed, epoch): this is all a resume needs to replay it.
-        "data_order": {"seed": trainer.cfg.seed, "epoch": trainer.epoch,
-                       "optimizer_step_in_epoch": trainer.step % trainer.steps_per_epoch},
+        "data_order": {
+            "seed": trainer.cfg.seed,
+            "epoch": trainer.epoch,
+            "optimizer_step_in_epoch": trainer.step % trainer.steps_per_epoch,
+        },
         "data_info": trainer.data.info,
         "vocabulary": trainer.data.vocabulary,
         "rng": rng[0],
         "config": trainer.cfg.to_dict(),
-        "precision": {"mode": trainer.plan.mode, "autocast_dtype": trainer.plan.compute_dtype_name,
-                      "scaler": trainer.plan.use_scaler},
+        "precision": {
+            "mode": trainer.plan.mode,
+            "autocast_dtype": trainer.plan.compute_dtype_name,
+            "scaler": trainer.plan.use_scaler,
+        },
         "metrics": {**trainer.last_metrics, "loss": trainer.last_loss},
         "skipped_steps": trainer.skipped_steps,
         "versions": ckpt.library_versions(),
@@ -79,11 +85,17 @@ def check_resume_target(config, state: dict, name: str) -> None:
     ConfigError naming max_steps or epochs, in every way a run starts (the CLI, the window's thread or process)."""
     step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
     if config.max_steps and step >= config.max_steps:
-        raise ConfigError("max_steps", f"checkpoint {name} is at step {step:,}, so max steps {config.max_steps:,} is "
-                                       f"already reached: give a larger value to train on")
+        raise ConfigError(
+            "max_steps",
+            f"checkpoint {name} is at step {step:,}, so max steps {config.max_steps:,} is "
+            f"already reached: give a larger value to train on",
+        )
     if not config.max_steps and epoch >= config.epochs:
-        raise ConfigError("epochs", f"checkpoint {name} is at epoch {epoch} (step {step:,}), so {config.epochs} "
-                                    f"epochs are already reached: give more epochs (or max steps) to train on")
+        raise ConfigError(
+            "epochs",
+            f"checkpoint {name} is at epoch {epoch} (step {step:,}), so {config.epochs} "
+            f"epochs are already reached: give more epochs (or max steps) to train on",
+        )
 
 
 def resumed_config(config, state: dict | None, source: str) -> tuple:
@@ -150,17 +162,21 @@ def restore_optimizer(trainer, state: dict, source: str) -> list[str]:
     saved_kind, kind = state["config"].get("optimizer"), trainer.cfg.optimizer
     # This run's schedule settings in the optimizer's groups (OneCycleLR keeps max_lr etc. there); loading the
     # saved groups would bring back the old run's, so they are put back before the schedule is positioned.
-    schedule_settings = [{key: group[key] for key in SCHEDULE_GROUP_KEYS if key in group}
-                         for group in trainer.optimizer.param_groups]
-    optimizer_state, _ = regroup_one_group_state(state["optimizer"], state["scheduler"],
-                                                 trainer.raw_model, trainer.optimizer)
+    schedule_settings = [
+        {key: group[key] for key in SCHEDULE_GROUP_KEYS if key in group} for group in trainer.optimizer.param_groups
+    ]
+    optimizer_state, _ = regroup_one_group_state(
+        state["optimizer"], state["scheduler"], trainer.raw_model, trainer.optimizer
+    )
     saved_sizes = [len(group["params"]) for group in optimizer_state["param_groups"]]
     sizes = [len(group["params"]) for group in trainer.optimizer.param_groups]
     if saved_kind is not None and saved_kind != kind:
         notes = [f"optimizer changed from {saved_kind} to {kind}: {FRESH_STATE}"]
     elif saved_sizes != sizes:
-        notes = [f"the optimizer's parameter groups changed ({_sizes(saved_sizes)} saved, {_sizes(sizes)} now): "
-                 f"{FRESH_STATE}"]
+        notes = [
+            f"the optimizer's parameter groups changed ({_sizes(saved_sizes)} saved, {_sizes(sizes)} now): "
+            f"{FRESH_STATE}"
+        ]
     else:
         names = {id(p): n for n, p in trainer.raw_model.named_parameters()}
         misfit = state_misfit(optimizer_state, trainer.optimizer, kind, names)
@@ -170,11 +186,16 @@ def restore_optimizer(trainer, state: dict, source: str) -> list[str]:
             trainer.optimizer.load_state_dict(optimizer_state)
         except (ValueError, KeyError, RuntimeError, TypeError) as exc:
             raise CheckpointError(f"{source}: optimizer state does not fit this run: {exc}") from None
-        lacking = [key for key in trainer.optimizer.defaults
-                   if any(key not in group for group in trainer.optimizer.param_groups)]
+        lacking = [
+            key
+            for key in trainer.optimizer.defaults
+            if any(key not in group for group in trainer.optimizer.param_groups)
+        ]
         if lacking:
-            raise CheckpointError(f"{source}: the optimizer state does not fit this run: its parameter groups "
-                                  f"lack {lacking[0]!r}, which {kind} needs")
+            raise CheckpointError(
+                f"{source}: the optimizer state does not fit this run: its parameter groups "
+                f"lack {lacking[0]!r}, which {kind} needs"
+            )
         notes = []
     for group, settings in zip(trainer.optimizer.param_groups, schedule_settings):
         group.update(settings)
@@ -205,8 +226,10 @@ def follow_schedule(trainer, step: int, saved_config: dict) -> list[str]:
     notes = []
     saved_schedule, schedule = saved_config.get("schedule"), trainer.cfg.schedule
     if saved_schedule and saved_schedule != schedule:
-        notes.append(f"schedule changed from {saved_schedule} to {schedule}: the learning rate follows the "
-                     f"{schedule} schedule from step {step:,}")
+        notes.append(
+            f"schedule changed from {saved_schedule} to {schedule}: the learning rate follows the "
+            f"{schedule} schedule from step {step:,}"
+        )
     return notes
 
 
@@ -244,8 +267,10 @@ def restore_rng(state: dict, dist: DistContext) -> list[str]:
     if dist.rank < len(states):
         problem = ckpt.restore_rng(states[dist.rank])
         if problem:
-            notes.append(f"the checkpoint's random state is not usable ({problem}): the random streams "
-                         f"(dropout, sampling) start fresh from seed + rank")
+            notes.append(
+                f"the checkpoint's random state is not usable ({problem}): the random streams "
+                f"(dropout, sampling) start fresh from seed + rank"
+            )
     saved, now = len(states), dist.world_size
     if saved == now:
         return notes
@@ -272,13 +297,19 @@ def check_vocabulary(saved: dict, current: dict, source: str) -> None:
     """A resumed model's ids must mean the same items: the data's id order has to match the checkpoint's."""
     for name in current:
         if name not in saved:
-            raise CheckpointError(f"{source}: the checkpoint's model was not trained on this data's {name}s "
-                                  f"(synthetic data, or another file); its ids would mean other items")
+            raise CheckpointError(
+                f"{source}: the checkpoint's model was not trained on this data's {name}s "
+                f"(synthetic data, or another file); its ids would mean other items"
+            )
     for name, ids in saved.items():
         if name not in current:
-            raise CheckpointError(f"{source}: the checkpoint was trained on a data file's {name}s; "
-                                  f"resume it with --data pointing at that data")
+            raise CheckpointError(
+                f"{source}: the checkpoint was trained on a data file's {name}s; "
+                f"resume it with --data pointing at that data"
+            )
         if not same_ids(ids, current[name]):
-            raise CheckpointError(f"{source}: this data's {name}s ({len(current[name])}) are not the ones the "
-                                  f"checkpoint was trained on ({len(ids)}), in the same order: the model's ids "
-                                  f"would mean other items")
+            raise CheckpointError(
+                f"{source}: this data's {name}s ({len(current[name])}) are not the ones the "
+                f"checkpoint was trained on ({len(ids)}), in the same order: the model's ids "
+                f"would mean other items"
+            )

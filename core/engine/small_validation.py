@@ -64,17 +64,28 @@ def validation_size(task, val: dict[str, torch.Tensor]) -> ValidationSize:
 def start_notes(task, data, tracker) -> list[str]:
     """The note a run starts with when its validation split is too small to choose the best checkpoint (or when
     to stop early) by the monitored metric; [] otherwise, and when neither is chosen by it."""
-    chosen = [what for what, on in (("the best checkpoint", tracker and tracker.keep > 0),
-                                    ("when to stop early", tracker and tracker.patience > 0)) if on]
+    chosen = [
+        what
+        for what, on in (
+            ("the best checkpoint", tracker and tracker.keep > 0),
+            ("when to stop early", tracker and tracker.patience > 0),
+        )
+        if on
+    ]
     size = validation_size(task, data.val)
     if not chosen or not size.too_small:
         return []
     se = SPREAD.get(size.unit, 0.5) / math.sqrt(max(size.count, 1))
-    then = ("the summary compares the best and the last weights on the test split" if data.test
-            else "prefer the last weights (checkpoint.pt), or give a larger validation split")
-    note = (f"{size.describe()} are too few to choose {' and '.join(chosen)} by val {tracker.metric}: its "
-            f"standard error there is about {se:.2g}, as much as checkpoints differ by ({size.needed:,} or more "
-            f"keep it under {TARGET_SE:.2g}), so the choice may follow noise rather than quality; {then}")
+    then = (
+        "the summary compares the best and the last weights on the test split"
+        if data.test
+        else "prefer the last weights (checkpoint.pt), or give a larger validation split"
+    )
+    note = (
+        f"{size.describe()} are too few to choose {' and '.join(chosen)} by val {tracker.metric}: its "
+        f"standard error there is about {se:.2g}, as much as checkpoints differ by ({size.needed:,} or more "
+        f"keep it under {TARGET_SE:.2g}), so the choice may follow noise rather than quality; {then}"
+    )
     return [note]
 
 
@@ -102,14 +113,19 @@ def best_and_last(trainer, status: str) -> BestAndLast | None:
     if trainer.test is None and not size.too_small:
         return None  # nothing to report beside the best checkpoint itself
     if best["step"] == trainer.step:
-        return BestAndLast(best["step"], dict(trainer.test_metrics), f"the best checkpoint ({best['file']}) is "
-                                                                    f"the last weights (step {trainer.step:,})")
+        return BestAndLast(
+            best["step"],
+            dict(trainer.test_metrics),
+            f"the best checkpoint ({best['file']}) is the last weights (step {trainer.step:,})",
+        )
     metrics = _test_best(trainer, trainer.out_dir / best["file"]) if trainer.test is not None else {}
     chosen = f"{best['file']}, step {best['step']:,}, val {tracker.metric} {best['value']:.4g}"
     if size.too_small:
-        advice = (f"use the last weights (checkpoint.pt, step {trainer.step:,}): {size.describe()} are too few to "
-                  f"choose a checkpoint by {tracker.metric} ({size.needed:,} or more), so the best one ({chosen}) "
-                  f"may be the luckiest evaluation rather than the best model")
+        advice = (
+            f"use the last weights (checkpoint.pt, step {trainer.step:,}): {size.describe()} are too few to "
+            f"choose a checkpoint by {tracker.metric} ({size.needed:,} or more), so the best one ({chosen}) "
+            f"may be the luckiest evaluation rather than the best model"
+        )
     else:
         advice = f"use the best checkpoint ({chosen}): chosen on {size.describe()}"
     if trainer.test is not None and not metrics:

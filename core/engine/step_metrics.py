@@ -78,13 +78,17 @@ class StepAccumulator:
             # folding into the sums, reading those and zeroing them (a dozen ops, at a log interval of 1 each step).
             losses, count = self._losses, len(self._losses)
             # .item() gives a Python float for any dtype; a sum of several is taken in float32
-            total = (losses[0].item() if count == 1 else torch.stack(losses).sum(dtype=torch.float32).item()
-                     ) if count else 0.0
+            total = (
+                (losses[0].item() if count == 1 else torch.stack(losses).sum(dtype=torch.float32).item())
+                if count
+                else 0.0
+            )
             losses.clear()
             return IntervalReadout(loss=total / count if count else float("nan"), skipped=0, tokens=0.0)
         self._fold()
         loss_sum, finite, skipped, tokens = all_reduce_mean(self._sums, dist).tolist()
         self._sums.zero_()
         self._folded = False
-        return IntervalReadout(loss=loss_sum / finite if finite else float("nan"),
-                               skipped=int(round(skipped)), tokens=tokens)
+        return IntervalReadout(
+            loss=loss_sum / finite if finite else float("nan"), skipped=int(round(skipped)), tokens=tokens
+        )

@@ -33,9 +33,12 @@ def scalar_values(record: dict) -> list[tuple[str, float]]:
     kind = record.get("event")
     found: list[tuple[str, object]] = []
     if kind == "StepMetrics":
-        found += [("train/loss", record.get("loss")), ("train/lr", record.get("lr")),
-                  ("train/samples_per_second", record.get("samples_per_second")),
-                  ("train/grad_norm", record.get("grad_norm"))]
+        found += [
+            ("train/loss", record.get("loss")),
+            ("train/lr", record.get("lr")),
+            ("train/samples_per_second", record.get("samples_per_second")),
+            ("train/grad_norm", record.get("grad_norm")),
+        ]
         if record.get("grad_scale") is not None:  # fp16 runs only
             found += [("train/grad_scale", record["grad_scale"]), ("train/skipped_steps", record.get("skipped_steps"))]
         memory = number(record.get("memory_bytes"))
@@ -98,9 +101,12 @@ class LiveTensorBoard:
             start = int(record.get("start_step") or 0)
             self.folder.mkdir(parents=True, exist_ok=True)
             self._writer = self._writer_class(
-                logdir=str(self.folder), filename_suffix=f".{uuid.uuid4().hex[:8]}{LIVE_SUFFIX}", flush_secs=3600,
+                logdir=str(self.folder),
+                filename_suffix=f".{uuid.uuid4().hex[:8]}{LIVE_SUFFIX}",
+                flush_secs=3600,
                 max_queue=1000,
-                purge_step=start + 1 if start else None)  # a resumed run: hide what was logged after `start`
+                purge_step=start + 1 if start else None,
+            )  # a resumed run: hide what was logged after `start`
             self._writer.add_text("run/summary", run_summary(record), global_step=start)
             self._writer.flush()
         elif self._writer is None:

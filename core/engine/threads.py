@@ -25,8 +25,15 @@ class ThreadChoice:
     note: str  # reported with RunStarted; empty when the run set `threads` itself
 
 
-def choose_threads(requested: int, parameters: int, cores: int, load: float | None = None, processes: int = 1,
-                   env_threads: str | None = None, batch_values: int = 1) -> ThreadChoice:
+def choose_threads(
+    requested: int,
+    parameters: int,
+    cores: int,
+    load: float | None = None,
+    processes: int = 1,
+    env_threads: str | None = None,
+    batch_values: int = 1,
+) -> ThreadChoice:
     """The intra-op thread count for a run (pure: every fact is an argument, see machine_facts).
 
     requested: the config's `threads` (0 = auto); parameters: the model's trainable parameter count; cores: the
@@ -44,14 +51,16 @@ def choose_threads(requested: int, parameters: int, cores: int, load: float | No
         return ThreadChoice(threads, f"threads: {threads} {of} (auto: OMP_NUM_THREADS={env_threads.strip()}; {hint})")
     work = parameters * max(1, batch_values)
     if work < LIGHT_STEP_WORK:
-        return ThreadChoice(1, f"threads: 1 {of} (auto: light steps, {parameters:,} parameters x {batch_values:,} "
-                               f"batch values; {hint})")
+        return ThreadChoice(
+            1, f"threads: 1 {of} (auto: light steps, {parameters:,} parameters x {batch_values:,} batch values; {hint})"
+        )
     busy = 0 if load is None else int(load + 0.5)  # cores other work keeps busy (rounded)
     free = max(1, min(share, cores - busy))
     if free < share:
         return ThreadChoice(free, f"threads: {free} {of} (auto: the machine is busy, load {load:.1f}; {hint})")
-    return ThreadChoice(share, f"threads: {share} {of} (auto: {parameters:,} parameters x {batch_values:,} batch "
-                               f"values; {hint})")
+    return ThreadChoice(
+        share, f"threads: {share} {of} (auto: {parameters:,} parameters x {batch_values:,} batch values; {hint})"
+    )
 
 
 def machine_facts() -> tuple[int, float | None]:

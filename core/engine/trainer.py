@@ -27,8 +27,16 @@ from core.engine import compiling, data_setup, run_state, small_validation
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    PEER_LOST, DistContext, StopAgreement, broadcast_ints, dead_peers, destroy_process_group, gather_peers,
-    init_process_group, is_peer_failure, wrap_ddp,
+    PEER_LOST,
+    DistContext,
+    StopAgreement,
+    broadcast_ints,
+    dead_peers,
+    destroy_process_group,
+    gather_peers,
+    init_process_group,
+    is_peer_failure,
+    wrap_ddp,
 )
 from core.engine.due import Due, next_due, planned_steps
 from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
@@ -68,9 +76,15 @@ class Trainer:
     starts; anything that goes wrong once it has started ends the run as `failed` with a message.
     """
 
-    def __init__(self, config: RunConfig, sink: Sink | None = None, control: RunControl | None = None,
-                 resume_from: str | Path | None = None, dist_ctx: DistContext | None = None,
-                 devices: list[DeviceInfo] | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        sink: Sink | None = None,
+        control: RunControl | None = None,
+        resume_from: str | Path | None = None,
+        dist_ctx: DistContext | None = None,
+        devices: list[DeviceInfo] | None = None,
+    ):
         self.cfg = config  # no output folder: setup names one under the runs root by the mode that runs
         self.sink = sink
         self.control = control or RunControl()
@@ -107,8 +121,7 @@ class Trainer:
         try:
             task_checks.set_up_checked(self)  # setup(); the task's own errors in one line, its returns checked
             if self.resume_from:  # here, not in setup(): evaluate and export rebuild finished runs with setup()
-                run_state.check_resume_target(self.cfg, {"step": self.step, "epoch": self.epoch},
-                                              str(self.resume_from))
+                run_state.check_resume_target(self.cfg, {"step": self.step, "epoch": self.epoch}, str(self.resume_from))
             with matmul_precision(self.plan):
                 ended = self._train_and_finish()
         finally:
@@ -135,8 +148,12 @@ class Trainer:
         self.cfg = cfg = run_state.settled_config(cfg, self.task, self.data.info)  # what loss=auto chose, saved
         self.notes.extend(self.data.notes)  # e.g. long ranking queries trained as shorter lists
         # Refuse a model that cannot fit before allocating it (counted on the meta device), naming the option.
-        self.task.check_fits(self.data.info, self.device, cfg.optimizer,
-                             available=self.device_info.memory_free if self.device.type == "cuda" else None)
+        self.task.check_fits(
+            self.data.info,
+            self.device,
+            cfg.optimizer,
+            available=self.device_info.memory_free if self.device.type == "cuda" else None,
+        )
         seed_everything(cfg.seed)  # the same initial model on every rank
         self.raw_model = model = task_checks.built_model(self.task, self.data.info).to(self.device)
         self.tracker = self._make_tracker()  # before the per-rank seeds: its probe draws nothing that stays
@@ -147,8 +164,11 @@ class Trainer:
         self.val, self.test, self.batches = data_setup.place_data(self)  # tensors, or Datasets behind a DataLoader
         self.steps_per_epoch = self.batches.batches_per_epoch // cfg.grad_accum
         if self.steps_per_epoch == 0:
-            raise ConfigError("grad_accum", f"{cfg.grad_accum} micro-batches per step exceed the "
-                                            f"{self.batches.batches_per_epoch} batches of an epoch")
+            raise ConfigError(
+                "grad_accum",
+                f"{cfg.grad_accum} micro-batches per step exceed the "
+                f"{self.batches.batches_per_epoch} batches of an epoch",
+            )
         self.total_steps, stretched = planned_steps(cfg, self.steps_per_epoch)
         self.notes += [stretched] if stretched and self.dist.is_main else []
         self.optimizer = build_optimizer(model, cfg, self.device)
@@ -234,8 +254,15 @@ class Trainer:
         advance with what it does (`core.engine.due`), so the other steps skip _after_step. Under DDP the ranks'
         stop agreement runs before every step."""
         self._saved_at = self._training_since = monotonic()
-        stop = StopAgreement(self.control, self.dist, self.device, self.cfg.log_interval, self.step,
-                             save_due=self._checkpoint_time_due, time_up=self._time_limit_due)
+        stop = StopAgreement(
+            self.control,
+            self.dist,
+            self.device,
+            self.cfg.log_interval,
+            self.step,
+            save_due=self._checkpoint_time_due,
+            time_up=self._time_limit_due,
+        )
         self._sums = sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         control, clock, accum, body = self.control, self.clock, self.cfg.grad_accum, self._step_body
         check_every_step = self.dist.enabled or not isinstance(control, RunControl)
@@ -305,12 +332,16 @@ class Trainer:
     def _choose_step_body(self) -> None:
         """_plain_step where the run is the usual case it covers, else the general _optimizer_step."""
         plan, cfg = self.plan, self.cfg
-        plain = (cfg.grad_accum == 1 and not self.dist.enabled and not plan.use_scaler and cfg.grad_clip <= 0
-                 and self.task.tokens_key is None)
+        plain = (
+            cfg.grad_accum == 1
+            and not self.dist.enabled
+            and not plan.use_scaler
+            and cfg.grad_clip <= 0
+            and self.task.tokens_key is None
+        )
         self._step_body = self._plain_step if plain else self._optimizer_step
 
-    def _optimizer_step(self, order: torch.Tensor, first_micro: int, sums: StepAccumulator,
-                        measure_norm: bool) -> None:
+    def _optimizer_step(self, order: torch.Tensor, first_micro: int, sums: StepAccumulator, measure_norm: bool) -> None:
         """One optimizer step: accumulate micro-batches, unscale, clip, step, update. No host sync.
 
         Runs thousands of times a second on a small model, so it does only what the step needs: no context
@@ -405,8 +436,10 @@ class Trainer:
         return minutes > 0 and monotonic() - self._training_since >= minutes * 60
 
     def _time_limit_message(self) -> str:
-        return (f"time limit of {self.cfg.time_limit_minutes:g} min reached at step {self.step:,} of "
-                f"{self.total_steps:,}; evaluated, tested and saved as at the end")
+        return (
+            f"time limit of {self.cfg.time_limit_minutes:g} min reached at step {self.step:,} of "
+            f"{self.total_steps:,}; evaluated, tested and saved as at the end"
+        )
 
     def _log(self) -> None:
         """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
@@ -424,8 +457,14 @@ class Trainer:
     def evaluate(self, split: str = "val") -> dict:
         """Metrics on the validation (or test) split, computed by every rank together (see
         core.engine.evaluation); rank 0 reports them."""
-        metrics = evaluate_split(self.task, self.raw_model, self.val if split == "val" else self.test,
-                                 self.cfg.batch_size, self.dist, self.plan.autocast)
+        metrics = evaluate_split(
+            self.task,
+            self.raw_model,
+            self.val if split == "val" else self.test,
+            self.cfg.batch_size,
+            self.dist,
+            self.plan.autocast,
+        )
         if split == "val":
             self._last_eval_step, self.last_metrics = self.step, metrics
         self._emit(EvalMetrics(step=self.step, epoch=self.display_epoch(), split=split, metrics=metrics))
@@ -442,8 +481,9 @@ class Trainer:
 
     def _metric_names(self) -> list[str]:
         probe = loaders.probe(self.data.val, 8, self.device)
-        metrics = evaluate_split(self.task, self.raw_model, probe, self.cfg.batch_size, DistContext(),
-                                 self.plan.autocast)
+        metrics = evaluate_split(
+            self.task, self.raw_model, probe, self.cfg.batch_size, DistContext(), self.plan.autocast
+        )
         return list(metrics)
 
     def _track(self, metrics: dict) -> None:
@@ -482,8 +522,10 @@ class Trainer:
         path = path or self.checkpoint_path
         try:
             if self.events.removed() or not os.path.isdir(self.out_dir):
-                raise RunFailed(f"could not write {path}: the run folder {self.out_dir} was removed while the "
-                                f"run was writing to it; {self._kept()}")
+                raise RunFailed(
+                    f"could not write {path}: the run folder {self.out_dir} was removed while the "
+                    f"run was writing to it; {self._kept()}"
+                )
             ckpt.save_checkpoint(path, run_state.capture(self, rng))
         except OSError as exc:
             raise RunFailed(f"could not write {path}: {describe_os_error(exc)}; {self._kept()}") from None
@@ -506,14 +548,17 @@ class Trainer:
         after every completed step, and a step a peer died in has not changed the weights) if it can, and says
         which rank went away."""
         dead = dead_peers(self._peers, self.dist.rank)
-        who = (f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run" if dead else
-               f"another process of this {self.dist.world_size}-process run")
+        who = (
+            f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run"
+            if dead
+            else f"another process of this {self.dist.world_size}-process run"
+        )
         text = f"{who} {PEER_LOST} at step {self.step:,}; the run ended"
         if not self.dist.is_main:
             return f"{text} (rank 0 saves the checkpoint)"
         try:
             saved = self._write_checkpoint([ckpt.capture_rng()])  # no collective: this rank's RNG alone
-        except Exception as exc:  # noqa: BLE001 (a failed rescue must not hide the failure itself)
+        except Exception as exc:
             reason = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
             return f"{text}. The state at step {self.step:,} could not be saved ({reason})"
         return f"{text}. Its state at step {self.step:,} is saved: resume from {saved}"
@@ -545,8 +590,15 @@ class Trainer:
         cores, load = machine_facts()
         processes = int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size))  # ranks on this machine
         per_sample = data_setup.values_per_sample(self.data.train)
-        choice = choose_threads(0, self.param_count, cores, load, processes, os.environ.get("OMP_NUM_THREADS"),
-                                batch_values=self.cfg.batch_size * per_sample)
+        choice = choose_threads(
+            0,
+            self.param_count,
+            cores,
+            load,
+            processes,
+            os.environ.get("OMP_NUM_THREADS"),
+            batch_values=self.cfg.batch_size * per_sample,
+        )
         apply_threads(choice.threads)
         if self.dist.is_main:
             self.notes.append(choice.note)

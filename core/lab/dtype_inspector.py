@@ -41,9 +41,34 @@ _CONTEXT = " in the dtype inspector"  # an exception of the task's code: 'KeyErr
 
 # Ops that only reshape, alias or detach: they carry their input's dtype and would drown the real compute ops.
 _LAYOUT_OPS = {
-    "detach", "t", "view", "_unsafe_view", "expand", "permute", "transpose", "reshape", "alias", "slice", "select",
-    "unsqueeze", "squeeze", "as_strided", "unbind", "split", "split_with_sizes", "chunk", "narrow", "lift_fresh",
-    "clone", "contiguous", "empty_like", "zeros_like", "ones_like", "new_empty", "new_zeros", "copy_",
+    "detach",
+    "t",
+    "view",
+    "_unsafe_view",
+    "expand",
+    "permute",
+    "transpose",
+    "reshape",
+    "alias",
+    "slice",
+    "select",
+    "unsqueeze",
+    "squeeze",
+    "as_strided",
+    "unbind",
+    "split",
+    "split_with_sizes",
+    "chunk",
+    "narrow",
+    "lift_fresh",
+    "clone",
+    "contiguous",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "new_empty",
+    "new_zeros",
+    "copy_",
 }
 _CAST_OPS = {"_to_copy", "to", "_autocast_to_reduced_precision", "_autocast_to_full_precision"}
 
@@ -51,71 +76,229 @@ _CAST_OPS = {"_to_copy", "to", "_autocast_to_reduced_precision", "_autocast_to_f
 # Per PyTorch's autocast op reference (names as in the reference; see _REFERENCE_NAME for the aten names the
 # recorder sees). MPS and XPU follow the CUDA lists.
 _CUDA_LISTS = {
-    "lower": {"addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "chain_matmul", "multi_dot", "conv1d", "conv2d",
-              "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution", "GRUCell",
-              "linear", "LSTMCell", "matmul", "mm", "mv", "prelu", "RNNCell", "scaled_dot_product_attention"},
-    "fp32": {"pow", "acos", "asin", "binary_cross_entropy_with_logits", "cosh", "cosine_embedding_loss", "cdist",
-             "cosine_similarity", "cross_entropy", "cumprod", "cumsum", "dist", "erfinv", "exp", "expm1",
-             "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss", "layer_norm", "log", "log_softmax",
-             "log10", "log1p", "log2", "logsumexp", "margin_ranking_loss", "mse_loss", "multilabel_margin_loss",
-             "multi_margin_loss", "nll_loss", "norm", "normalize", "pdist", "poisson_nll_loss", "prod",
-             "reciprocal", "rms_norm", "rsqrt", "sinh", "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin",
-             "softplus", "sum", "renorm", "tan", "triplet_margin_loss"},
-    "promote": {"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sample", "index_put",
-                "scatter_add", "tensordot"},
+    "lower": {
+        "addbmm",
+        "addmm",
+        "addmv",
+        "addr",
+        "baddbmm",
+        "bmm",
+        "chain_matmul",
+        "multi_dot",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "convolution",
+        "GRUCell",
+        "linear",
+        "LSTMCell",
+        "matmul",
+        "mm",
+        "mv",
+        "prelu",
+        "RNNCell",
+        "scaled_dot_product_attention",
+    },
+    "fp32": {
+        "pow",
+        "acos",
+        "asin",
+        "binary_cross_entropy_with_logits",
+        "cosh",
+        "cosine_embedding_loss",
+        "cdist",
+        "cosine_similarity",
+        "cross_entropy",
+        "cumprod",
+        "cumsum",
+        "dist",
+        "erfinv",
+        "exp",
+        "expm1",
+        "group_norm",
+        "hinge_embedding_loss",
+        "kl_div",
+        "l1_loss",
+        "layer_norm",
+        "log",
+        "log_softmax",
+        "log10",
+        "log1p",
+        "log2",
+        "logsumexp",
+        "margin_ranking_loss",
+        "mse_loss",
+        "multilabel_margin_loss",
+        "multi_margin_loss",
+        "nll_loss",
+        "norm",
+        "normalize",
+        "pdist",
+        "poisson_nll_loss",
+        "prod",
+        "reciprocal",
+        "rms_norm",
+        "rsqrt",
+        "sinh",
+        "smooth_l1_loss",
+        "soft_margin_loss",
+        "softmax",
+        "softmin",
+        "softplus",
+        "sum",
+        "renorm",
+        "tan",
+        "triplet_margin_loss",
+    },
+    "promote": {
+        "addcdiv",
+        "addcmul",
+        "atan2",
+        "bilinear",
+        "cross",
+        "dot",
+        "grid_sample",
+        "index_put",
+        "scatter_add",
+        "tensordot",
+    },
 }
 AUTOCAST_OP_LISTS: dict[str, dict[str, set[str]]] = {
-    "cuda": _CUDA_LISTS, "mps": _CUDA_LISTS, "xpu": _CUDA_LISTS,
+    "cuda": _CUDA_LISTS,
+    "mps": _CUDA_LISTS,
+    "xpu": _CUDA_LISTS,
     "cpu": {
-        "lower": {"conv1d", "conv2d", "conv3d", "bmm", "mm", "linalg_vecdot", "baddbmm", "addmm", "addbmm",
-                  "linear", "convolution", "matmul", "conv_tbc", "conv_transpose1d", "conv_transpose2d",
-                  "conv_transpose3d", "prelu", "scaled_dot_product_attention", "_native_multi_head_attention"},
-        "fp32": {"avg_pool3d", "binary_cross_entropy", "grid_sampler", "polar", "prod", "quantile",
-                 "nanquantile", "stft", "cdist", "trace", "view_as_complex", "cholesky", "cholesky_inverse",
-                 "cholesky_solve", "inverse", "lu_solve", "orgqr", "ormqr", "pinverse", "max_pool3d",
-                 "max_unpool2d", "max_unpool3d", "adaptive_avg_pool3d", "reflection_pad1d", "reflection_pad2d",
-                 "replication_pad1d", "replication_pad2d", "replication_pad3d", "mse_loss",
-                 "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "poisson_nll_loss",
-                 "cross_entropy", "smooth_l1_loss", "l1_loss", "huber_loss", "margin_ranking_loss",
-                 "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "ctc_loss", "kl_div",
-                 "multilabel_margin_loss", "binary_cross_entropy_with_logits"},
+        "lower": {
+            "conv1d",
+            "conv2d",
+            "conv3d",
+            "bmm",
+            "mm",
+            "linalg_vecdot",
+            "baddbmm",
+            "addmm",
+            "addbmm",
+            "linear",
+            "convolution",
+            "matmul",
+            "conv_tbc",
+            "conv_transpose1d",
+            "conv_transpose2d",
+            "conv_transpose3d",
+            "prelu",
+            "scaled_dot_product_attention",
+            "_native_multi_head_attention",
+        },
+        "fp32": {
+            "avg_pool3d",
+            "binary_cross_entropy",
+            "grid_sampler",
+            "polar",
+            "prod",
+            "quantile",
+            "nanquantile",
+            "stft",
+            "cdist",
+            "trace",
+            "view_as_complex",
+            "cholesky",
+            "cholesky_inverse",
+            "cholesky_solve",
+            "inverse",
+            "lu_solve",
+            "orgqr",
+            "ormqr",
+            "pinverse",
+            "max_pool3d",
+            "max_unpool2d",
+            "max_unpool3d",
+            "adaptive_avg_pool3d",
+            "reflection_pad1d",
+            "reflection_pad2d",
+            "replication_pad1d",
+            "replication_pad2d",
+            "replication_pad3d",
+            "mse_loss",
+            "cosine_embedding_loss",
+            "nll_loss",
+            "nll_loss2d",
+            "hinge_embedding_loss",
+            "poisson_nll_loss",
+            "cross_entropy",
+            "smooth_l1_loss",
+            "l1_loss",
+            "huber_loss",
+            "margin_ranking_loss",
+            "soft_margin_loss",
+            "triplet_margin_loss",
+            "multi_margin_loss",
+            "ctc_loss",
+            "kl_div",
+            "multilabel_margin_loss",
+            "binary_cross_entropy_with_logits",
+        },
         "promote": {"stack", "cat", "index_copy"},
     },
 }
 # Ops with no lower-precision path: they run in their parameter's (Embedding) or input's (Dropout) dtype.
 _NO_LOWER_PATH = {"embedding", "embedding_bag", "dropout"}
-_NO_LOWER_PATH_MODULES = {"Embedding", "EmbeddingBag", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
-                          "AlphaDropout"}
+_NO_LOWER_PATH_MODULES = {"Embedding", "EmbeddingBag", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
 # aten op (as the recorder sees it) -> its name in the op reference.
 _REFERENCE_NAME = {
-    "native_layer_norm": "layer_norm", "_softmax": "softmax", "_safe_softmax": "softmax",
-    "_log_softmax": "log_softmax", "nll_loss_forward": "nll_loss", "nll_loss2d_forward": "nll_loss2d",
-    "native_dropout": "dropout", "bernoulli_": "dropout", "bernoulli": "dropout",
-    "_embedding_bag": "embedding_bag", "_embedding_bag_forward_only": "embedding_bag",
-    "native_group_norm": "group_norm", "_fused_rms_norm": "rms_norm", "_to_copy": "to",
+    "native_layer_norm": "layer_norm",
+    "_softmax": "softmax",
+    "_safe_softmax": "softmax",
+    "_log_softmax": "log_softmax",
+    "nll_loss_forward": "nll_loss",
+    "nll_loss2d_forward": "nll_loss2d",
+    "native_dropout": "dropout",
+    "bernoulli_": "dropout",
+    "bernoulli": "dropout",
+    "_embedding_bag": "embedding_bag",
+    "_embedding_bag_forward_only": "embedding_bag",
+    "native_group_norm": "group_norm",
+    "_fused_rms_norm": "rms_norm",
+    "_to_copy": "to",
     "_scaled_dot_product_flash_attention": "scaled_dot_product_attention",
     "_scaled_dot_product_flash_attention_for_cpu": "scaled_dot_product_attention",
     "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention",
     "_scaled_dot_product_cudnn_attention": "scaled_dot_product_attention",
     "binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
 }
-_FACTORY_OPS = {"zeros", "ones", "full", "full_like", "scalar_tensor", "arange", "empty", "rand", "randn",
-                "randint", "new_full", "new_ones", "eye", "linspace"}
+_FACTORY_OPS = {
+    "zeros",
+    "ones",
+    "full",
+    "full_like",
+    "scalar_tensor",
+    "arange",
+    "empty",
+    "rand",
+    "randn",
+    "randint",
+    "new_full",
+    "new_ones",
+    "eye",
+    "linspace",
+}
 # Short reasons (ModuleDtypes.why values) and what each means.
 WHY_TEXT = {
     "fp32 list": "on autocast's float32 list for this device: autocast runs it in float32 whatever its inputs",
     "promote": "a 'promote' op: autocast runs it in the widest input type, and one input was float32",
     "no lower-precision path": "no autocast rule and no lower-precision path (Embedding, Dropout): it runs in "
-                               "its parameter's or input's dtype, float32 here",
+    "its parameter's or input's dtype, float32 here",
     "input float32": "on no autocast list: it runs in its input's dtype, and its input was already float32 "
-                     "(e.g. the output of an Embedding, a float32-list op or a residual sum)",
+    "(e.g. the output of an Embedding, a float32-list op or a residual sum)",
     "mixed inputs": "on no autocast list: its inputs mixed float32 with a lower precision, and type promotion "
-                    "picks float32",
+    "picks float32",
     "new tensor": "creates a tensor in the default dtype, float32 (autocast does not change factories)",
     "cast to float32": "on no autocast list, and its input was cast up to float32 just before: by autocast for "
-                       "a float32-list op that calls it (e.g. cross_entropy), or by the model's own .float()",
+    "a float32-list op that calls it (e.g. cross_entropy), or by the model's own .float()",
     "inside a float32 op": "on the lower-precision list, but called from inside another op that computes in "
-                           "float32 (e.g. attention's math path); autocast casts only the op the model calls",
+    "float32 (e.g. attention's math path); autocast casts only the op the model calls",
 }
 
 
@@ -246,8 +429,9 @@ class _OpRecorder(TorchDispatchMode):
                         inputs = [_dtype_name(t.dtype) for t in tensors if t.is_floating_point()]
                         cast = any((ref := self.cast_up.get(id(t))) is not None and ref() is t for t in tensors)
                         no_path = row.type in _NO_LOWER_PATH_MODULES  # e.g. Dropout's mask multiply
-                        row.why[name] = ("no lower-precision path" if no_path else
-                                         why_float32(name, self.device_type, inputs, cast))
+                        row.why[name] = (
+                            "no lower-precision path" if no_path else why_float32(name, self.device_type, inputs, cast)
+                        )
         return out
 
 
@@ -267,8 +451,9 @@ def _step(task, model, batch: dict, plan, device: torch.device, recorder: _OpRec
     return loss
 
 
-def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, batch_size: int | None = None
-                   ) -> InspectionResult:
+def inspect_dtypes(
+    config: RunConfig, devices: list[DeviceInfo] | None = None, batch_size: int | None = None
+) -> InspectionResult:
     """Build the task of `config` like the trainer does and run one forward + backward in its precision.
 
     `batch_size` (default: the config's, at most 64) keeps the inspection cheap: dtypes do not depend on it.
@@ -291,9 +476,14 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
     batch = first_rows(data.train, size, device)  # a Dataset's first items collated, as a batch of the run
 
     names = {module: name or "(model)" for name, module in model.named_modules()}
-    rows = {module: ModuleDtypes(name=names[module], type=type(module).__name__,
-                                 depth=0 if names[module] == "(model)" else names[module].count(".") + 1)
-            for module in names}
+    rows = {
+        module: ModuleDtypes(
+            name=names[module],
+            type=type(module).__name__,
+            depth=0 if names[module] == "(model)" else names[module].count(".") + 1,
+        )
+        for module in names
+    }
     loss_row = ModuleDtypes(name=LOSS_ROW, type="loss", depth=0)
     stack: list[ModuleDtypes] = []
     low_precision = plan.autocast_dtype is not None
@@ -333,9 +523,15 @@ def inspect_dtypes(config: RunConfig, devices: list[DeviceInfo] | None = None, b
         row.grad_dtypes = sorted({_dtype_name(p.grad.dtype) for p in own if p.grad is not None})
         row.output_grad_dtypes = sorted(set(row.output_grad_dtypes))
     ordered = [rows[m] for m in names if rows[m].called] + [loss_row]
-    return InspectionResult(task=cfg.task, precision=plan.mode, device=info.id,
-                            autocast_dtype=plan.compute_dtype_name if low_precision else None,
-                            loss_dtype=_dtype_name(loss.dtype), rows=ordered, device_type=device.type)
+    return InspectionResult(
+        task=cfg.task,
+        precision=plan.mode,
+        device=info.id,
+        autocast_dtype=plan.compute_dtype_name if low_precision else None,
+        loss_dtype=_dtype_name(loss.dtype),
+        rows=ordered,
+        device_type=device.type,
+    )
 
 
 def summarize(result: InspectionResult) -> dict[str, int]:

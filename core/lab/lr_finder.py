@@ -148,8 +148,9 @@ ProgressCallback = Callable[[LRFinderProgress], None]
 
 
 # ----------------------------------------------------------------------------- settings and the curve (no torch)
-def check_settings(start_lr: float, end_lr: float, steps: int, diverge_factor: float, smoothing: float,
-                   method: str = "valley") -> None:
+def check_settings(
+    start_lr: float, end_lr: float, steps: int, diverge_factor: float, smoothing: float, method: str = "valley"
+) -> None:
     """Raise ConfigError (field = the parameter's name) for settings a range test cannot run with."""
     for name, value in (("start_lr", start_lr), ("end_lr", end_lr)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -161,8 +162,7 @@ def check_settings(start_lr: float, end_lr: float, steps: int, diverge_factor: f
     if not (math.isfinite(diverge_factor) and diverge_factor > 1):
         raise ConfigError("diverge_factor", f"{diverge_factor} must be above 1 (the loss over its best value)")
     if not (0 < smoothing <= 1):
-        raise ConfigError("smoothing", f"{smoothing} is out of range: must be above 0 and at most 1 "
-                                       f"(1 = no smoothing)")
+        raise ConfigError("smoothing", f"{smoothing} is out of range: must be above 0 and at most 1 (1 = no smoothing)")
     if method not in METHODS:
         raise ConfigError("method", f"unknown method {method!r}; choose {' or '.join(METHODS)}")
 
@@ -179,7 +179,7 @@ def despike(values: list[float], window: int = SPIKE_WINDOW, mads: float = SPIKE
     out, n, width = list(values), len(values), 2 * window + 1
     for i, value in enumerate(values):
         first = max(0, min(i - window, n - width))  # a full window at the ends too: a spike at the start is caught
-        near = values[first: first + width]
+        near = values[first : first + width]
         median = statistics.median(near)
         mad = statistics.median(abs(v - median) for v in near)
         limit = max(mads * 1.4826 * mad, SPIKE_MIN_RELATIVE * abs(median))
@@ -193,7 +193,7 @@ def ema(values: list[float], smoothing: float) -> list[float]:
     beta, average, out = 1.0 - smoothing, 0.0, []
     for n, value in enumerate(values, start=1):
         average = beta * average + (1.0 - beta) * value
-        out.append(average / (1.0 - beta ** n) if beta < 1 else average)
+        out.append(average / (1.0 - beta**n) if beta < 1 else average)
     return out
 
 
@@ -202,15 +202,22 @@ def smooth_losses(losses: list[float], smoothing: float = DEFAULT_SMOOTHING) -> 
     return ema(despike(losses), smoothing)
 
 
-def suggest(lrs: list[float], smoothed: list[float], method: str = "valley",
-            losses: list[float] | None = None) -> LRSuggestion:
+def suggest(
+    lrs: list[float], smoothed: list[float], method: str = "valley", losses: list[float] | None = None
+) -> LRSuggestion:
     """`method`'s suggestion from a smoothed curve (`losses`, the raw curve, sets valley's starting level)."""
     if method not in METHODS:
         raise ConfigError("method", f"unknown method {method!r}; choose {' or '.join(METHODS)}")
     n = len(smoothed)
     if n < MIN_POINTS:
-        return LRSuggestion(method, None, None, None, f"{method}: only {n} point{'s' if n != 1 else ''} before the "
-                                                      f"test ended, too few to read a curve; lower the start lr")
+        return LRSuggestion(
+            method,
+            None,
+            None,
+            None,
+            f"{method}: only {n} point{'s' if n != 1 else ''} before the "
+            f"test ended, too few to read a curve; lower the start lr",
+        )
     if method == "valley":
         return _valley(lrs, smoothed, losses if losses is not None else smoothed)
     return _steepest(lrs, smoothed, losses if losses is not None else smoothed)
@@ -229,22 +236,33 @@ def _valley(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestion:
     level = _starting_level(raw)
     drop = level - s[lowest]
     if drop <= MIN_DROP * abs(level) or lowest < 2:
-        return LRSuggestion("valley", None, None, None, "valley: the smoothed loss never falls below its starting "
-                                                        "level in this range; try a larger end lr or check the task")
+        return LRSuggestion(
+            "valley",
+            None,
+            None,
+            None,
+            "valley: the smoothed loss never falls below its starting "
+            "level in this range; try a larger end lr or check the task",
+        )
     top = level - VALLEY_TOP * drop
     start = next((i for i in range(lowest, -1, -1) if s[i] >= top), 0)
     if lowest - start < 2:
         start = max(0, lowest - 2)
     index = (start + lowest) // 2
-    return LRSuggestion("valley", lrs[index], s[index], index,
-                        f"valley: the middle of the smoothed loss's descent to its minimum ({lrs[start]:.1e} to "
-                        f"{lrs[lowest]:.1e}), at {lrs[index]:.1e}")
+    return LRSuggestion(
+        "valley",
+        lrs[index],
+        s[index],
+        index,
+        f"valley: the middle of the smoothed loss's descent to its minimum ({lrs[start]:.1e} to "
+        f"{lrs[lowest]:.1e}), at {lrs[index]:.1e}",
+    )
 
 
 def _starting_level(raw: list[float]) -> float:
     """The loss the test starts from: the median of the first 10% (at least 3) of the despiked raw losses, so a
     spike or noise there does not move it."""
-    return statistics.median(despike(raw)[:max(3, _skip(len(raw)))])
+    return statistics.median(despike(raw)[: max(3, _skip(len(raw)))])
 
 
 def _steepest(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestion:
@@ -255,9 +273,14 @@ def _steepest(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestio
     skip = next((i for i in range(_skip(n), n) if s[i] <= level), _skip(n))
     lowest = min(range(n), key=lambda i: (s[i], i))
     if lowest - skip < 2:
-        return LRSuggestion("steepest", None, None, None,
-                            f"steepest: the smoothed loss is lowest at {lrs[lowest]:.1e}, within the first 10% of "
-                            f"the range, so there is no descent to read; lower the start lr")
+        return LRSuggestion(
+            "steepest",
+            None,
+            None,
+            None,
+            f"steepest: the smoothed loss is lowest at {lrs[lowest]:.1e}, within the first 10% of "
+            f"the range, so there is no descent to read; lower the start lr",
+        )
     x = [math.log10(lr) for lr in lrs]
     k = max(1, n // 50)  # a slope over a few points on each side: steadier than neighbour differences
 
@@ -268,9 +291,14 @@ def _steepest(lrs: list[float], s: list[float], raw: list[float]) -> LRSuggestio
     index = min(range(skip, lowest + 1), key=slope)
     if slope(index) >= 0:
         return LRSuggestion("steepest", None, None, None, "steepest: the smoothed loss never falls in this range")
-    return LRSuggestion("steepest", lrs[index], s[index], index,
-                        f"steepest: the smoothed loss falls fastest ({slope(index):.3g} per decade of lr) at "
-                        f"{lrs[index]:.1e}, before its minimum at {lrs[lowest]:.1e}")
+    return LRSuggestion(
+        "steepest",
+        lrs[index],
+        s[index],
+        index,
+        f"steepest: the smoothed loss falls fastest ({slope(index):.3g} per decade of lr) at "
+        f"{lrs[index]:.1e}, before its minimum at {lrs[lowest]:.1e}",
+    )
 
 
 def suggestions(lrs: list[float], losses: list[float], smoothed: list[float]) -> dict[str, LRSuggestion]:
@@ -279,10 +307,19 @@ def suggestions(lrs: list[float], losses: list[float], smoothed: list[float]) ->
 
 
 # ----------------------------------------------------------------------------- the range test (torch)
-def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: float = DEFAULT_END_LR,
-            steps: int = DEFAULT_STEPS, diverge_factor: float = DEFAULT_DIVERGE_FACTOR,
-            smoothing: float = DEFAULT_SMOOTHING, method: str = "valley", progress: ProgressCallback | None = None,
-            control: RunControl | None = None, devices: list[DeviceInfo] | None = None) -> LRFinderResult:
+def find_lr(
+    config: RunConfig,
+    *,
+    start_lr: float = DEFAULT_START_LR,
+    end_lr: float = DEFAULT_END_LR,
+    steps: int = DEFAULT_STEPS,
+    diverge_factor: float = DEFAULT_DIVERGE_FACTOR,
+    smoothing: float = DEFAULT_SMOOTHING,
+    method: str = "valley",
+    progress: ProgressCallback | None = None,
+    control: RunControl | None = None,
+    devices: list[DeviceInfo] | None = None,
+) -> LRFinderResult:
     """Run the LR range test for `config` (task, options, data, device, precision, optimizer, batch size, seed)
     on a fresh model; see the module doc. `control.stop()` ends it after the current step (the result keeps the
     points so far); pause waits between steps. Bad settings raise ConfigError before anything is built."""
@@ -304,17 +341,34 @@ def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: fl
     with tempfile.TemporaryDirectory(prefix="amp-lr-find-") as out_dir:
         # A throwaway run: constant schedule (the lr is set per step), no evaluation, checkpoint or best tracking.
         # Eager even when config.compile is on: compiling takes longer than the test, and the curve is the same.
-        cfg = config.replace(out_dir=out_dir, schedule="constant", max_steps=steps, log_interval=1_000_000,
-                             eval_interval=1_000_000_000, checkpoint_interval=0, checkpoint_minutes=0.0,
-                             keep_best=0, early_stop_patience=0, early_stop_divergence=0.0, tensorboard=False,
-                             compile=False)
+        cfg = config.replace(
+            out_dir=out_dir,
+            schedule="constant",
+            max_steps=steps,
+            log_interval=1_000_000,
+            eval_interval=1_000_000_000,
+            checkpoint_interval=0,
+            checkpoint_minutes=0.0,
+            keep_best=0,
+            early_stop_patience=0,
+            early_stop_divergence=0.0,
+            tensorboard=False,
+            compile=False,
+        )
         trainer = Trainer(cfg, control=control, devices=devices)
         try:
             set_up_checked(trainer)  # a user task's loss and metrics returns checked, as a run does
             setup_seconds = time.perf_counter() - began
             with matmul_precision(trainer.plan):
-                curve = _run_range(trainer, StepAccumulator, lr_schedule(start_lr, end_lr, steps), diverge_factor,
-                                   smoothing, control, progress)
+                curve = _run_range(
+                    trainer,
+                    StepAccumulator,
+                    lr_schedule(start_lr, end_lr, steps),
+                    diverge_factor,
+                    smoothing,
+                    control,
+                    progress,
+                )
         finally:
             trainer.cleanup()
             info, plan = getattr(trainer, "device_info", None), getattr(trainer, "plan", None)
@@ -325,27 +379,62 @@ def find_lr(config: RunConfig, *, start_lr: float = DEFAULT_START_LR, end_lr: fl
     smoothed = smooth_losses(losses, smoothing)
     picks = suggestions(lrs, losses, smoothed)
     best = min(range(len(smoothed)), key=smoothed.__getitem__) if smoothed else None
-    notes = [f"{len(skipped_lrs)} step{'s' if len(skipped_lrs) != 1 else ''} skipped by the GradScaler (fp16 "
-             f"gradient overflow), not on the curve"] if skipped_lrs else []
+    notes = (
+        [
+            f"{len(skipped_lrs)} step{'s' if len(skipped_lrs) != 1 else ''} skipped by the GradScaler (fp16 "
+            f"gradient overflow), not on the curve"
+        ]
+        if skipped_lrs
+        else []
+    )
     if config.compile:
-        notes.append("ran eager (compile is off here: compiling would take longer than the test; the curve is the "
-                     "same)")
+        notes.append(
+            "ran eager (compile is off here: compiling would take longer than the test; the curve is the same)"
+        )
     result = LRFinderResult(
-        task=cfg.task, task_options=dict(cfg.task_options), device=info.id, device_name=info.name,
-        precision=plan.mode, autocast_dtype=str(plan.autocast_dtype).removeprefix("torch.") if plan.autocast_dtype
-        else None, scaler=plan.use_scaler, optimizer=cfg.optimizer, batch_size=cfg.batch_size, start_lr=start_lr,
-        end_lr=end_lr, steps=steps, steps_run=steps_run, diverge_factor=diverge_factor, smoothing=smoothing,
-        method=method, lrs=lrs, losses=losses, smoothed=smoothed, skipped_lrs=skipped_lrs,
-        suggestion=picks[method], suggestions=picks, stopped_early=stopped,
-        best_loss=smoothed[best] if best is not None else None, best_lr=lrs[best] if best is not None else None,
-        seconds=time.perf_counter() - began, setup_seconds=setup_seconds, notes=notes)
+        task=cfg.task,
+        task_options=dict(cfg.task_options),
+        device=info.id,
+        device_name=info.name,
+        precision=plan.mode,
+        autocast_dtype=str(plan.autocast_dtype).removeprefix("torch.") if plan.autocast_dtype else None,
+        scaler=plan.use_scaler,
+        optimizer=cfg.optimizer,
+        batch_size=cfg.batch_size,
+        start_lr=start_lr,
+        end_lr=end_lr,
+        steps=steps,
+        steps_run=steps_run,
+        diverge_factor=diverge_factor,
+        smoothing=smoothing,
+        method=method,
+        lrs=lrs,
+        losses=losses,
+        smoothed=smoothed,
+        skipped_lrs=skipped_lrs,
+        suggestion=picks[method],
+        suggestions=picks,
+        stopped_early=stopped,
+        best_loss=smoothed[best] if best is not None else None,
+        best_lr=lrs[best] if best is not None else None,
+        seconds=time.perf_counter() - began,
+        setup_seconds=setup_seconds,
+        notes=notes,
+    )
     if progress:
         progress(LRFinderProgress("done", steps_run, steps, result=result))
     return result
 
 
-def _run_range(trainer, accumulator_class, schedule: list[float], diverge_factor: float, smoothing: float,
-               control: RunControl, progress: ProgressCallback | None):
+def _run_range(
+    trainer,
+    accumulator_class,
+    schedule: list[float],
+    diverge_factor: float,
+    smoothing: float,
+    control: RunControl,
+    progress: ProgressCallback | None,
+):
     """The steps of the range test on a set-up Trainer. Returns (lrs, losses, skipped_lrs, stopped, steps_run)."""
     sums = accumulator_class(trainer.device, count_only_finite=trainer.plan.use_scaler)  # the steps' losses
     per_epoch = trainer.steps_per_epoch
@@ -391,13 +480,20 @@ def _run_range(trainer, accumulator_class, schedule: list[float], diverge_factor
         best = smoothed if best is None else min(best, smoothed)
         _report(progress, step, schedule, lr, loss, smoothed)
         if len(losses) > grace and smoothed > diverge_factor * best:
-            stopped = (f"the smoothed loss {smoothed:.4g} rose above {diverge_factor:g}x the best ({best:.4g}) at "
-                       f"lr {lr:.2e}")
+            stopped = (
+                f"the smoothed loss {smoothed:.4g} rose above {diverge_factor:g}x the best ({best:.4g}) at lr {lr:.2e}"
+            )
             break
     return lrs, losses, skipped_lrs, stopped, steps_run
 
 
-def _report(progress: ProgressCallback | None, step: int, schedule: list[float], lr: float, loss: float | None,
-            smoothed: float | None) -> None:
+def _report(
+    progress: ProgressCallback | None,
+    step: int,
+    schedule: list[float],
+    lr: float,
+    loss: float | None,
+    smoothed: float | None,
+) -> None:
     if progress:
         progress(LRFinderProgress("step", step + 1, len(schedule), lr, loss, smoothed))

@@ -215,8 +215,16 @@ def parameter_rows(model: nn.Module, optimizer: str = "adamw", momentum: float =
                 own.trainable_parameters += param.numel()
                 own.grad_bytes += size  # gradients take their parameter's dtype: float32
                 own.optimizer_bytes += optimizer_state_bytes(param, optimizer, momentum)
-        rows.append(LayerRow(name=name or ROOT_NAME, type=type(module).__name__,
-                             depth=name.count(".") + 1 if name else 0, own=own, total=Figures(), shared=shared))
+        rows.append(
+            LayerRow(
+                name=name or ROOT_NAME,
+                type=type(module).__name__,
+                depth=name.count(".") + 1 if name else 0,
+                own=own,
+                total=Figures(),
+                shared=shared,
+            )
+        )
     _fold_subtrees(rows)
     return rows
 
@@ -230,7 +238,7 @@ def _fold_subtrees(rows: list[LayerRow]) -> None:
         row.descendants = 0
     model_rows = [r for r in rows if r.name != LOSS_ROW]
     for index, row in enumerate(model_rows):
-        for below in model_rows[index + 1:]:
+        for below in model_rows[index + 1 :]:
             if row.name != ROOT_NAME and not below.name.startswith(row.name + "."):
                 break
             row.total.add(below.own)
@@ -293,8 +301,16 @@ def _storage_keys(tensors) -> set[int]:
     return keys - {0}
 
 
-def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: PrecisionPlan,
-                 device: torch.device, rows: dict[nn.Module, LayerRow], loss_row: LayerRow, seed: int) -> ModeTotals:
+def measure_mode(
+    task,
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    plan: PrecisionPlan,
+    device: torch.device,
+    rows: dict[nn.Module, LayerRow],
+    loss_row: LayerRow,
+    seed: int,
+) -> ModeTotals:
     """One forward (under `plan`'s autocast) + backward of `task.loss(model, batch)`: the bytes saved for
     backward (recorded per module into `rows`), and on CUDA/XPU the allocator's peak above its start."""
     inputs = [value for value in batch.values() if isinstance(value, torch.Tensor)]
@@ -318,8 +334,9 @@ def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: P
         if message is None:
             raise
         raise DeviceError(message) from exc
-    totals = ModeTotals(mode=plan.mode, status="ok", compute_dtype=plan.compute_dtype_name,
-                        activation_bytes=meter.total)
+    totals = ModeTotals(
+        mode=plan.mode, status="ok", compute_dtype=plan.compute_dtype_name, activation_bytes=meter.total
+    )
     if peak.allocator:
         reading = peak.read()
         totals.allocator_peak_bytes = reading.peak_bytes - reading.start_bytes
@@ -328,9 +345,14 @@ def measure_mode(task, model: nn.Module, batch: dict[str, torch.Tensor], plan: P
     return totals
 
 
-def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, batch_size: int | None = None,
-              devices: list[DeviceInfo] | None = None, progress: ProgressCallback | None = None,
-              control: RunControl | None = None) -> ModelSummary:
+def summarize(
+    config: RunConfig,
+    modes: Sequence[str] | None = DEFAULT_MODES,
+    batch_size: int | None = None,
+    devices: list[DeviceInfo] | None = None,
+    progress: ProgressCallback | None = None,
+    control: RunControl | None = None,
+) -> ModelSummary:
     """Build the task of `config` like the trainer does and summarise its model (see the module's docstring).
 
     `modes`: precision modes to measure activations in (fp32 always first: ratios are against it; None = every
@@ -346,8 +368,7 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
     task = create_task(cfg.task, cfg.task_options)
     seed_everything(cfg.seed)
     data = load_checked(task, cfg, _CONTEXT)
-    task.check_fits(data.info, device, cfg.optimizer,
-                    available=info.memory_free if device.type == "cuda" else None)
+    task.check_fits(data.info, device, cfg.optimizer, available=info.memory_free if device.type == "cuda" else None)
     seed_everything(cfg.seed)
     model = build_checked(task, data.info, _CONTEXT).to(device)
     model.train()
@@ -365,14 +386,16 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
         if control is not None and control.stop_requested:
             totals = ModeTotals(mode=mode, status="skipped", reason="stopped")
         elif mode not in info.precisions:
-            totals = ModeTotals(mode=mode, status="skipped",
-                                reason=info.unsupported.get(mode, f"not supported on {info.id}"))
+            totals = ModeTotals(
+                mode=mode, status="skipped", reason=info.unsupported.get(mode, f"not supported on {info.id}")
+            )
         else:
             if progress:
                 progress(SummaryProgress(mode, index, len(order), "running"))
             with user_code_errors(_CONTEXT):
-                totals = measure_mode(task, model, batch, resolve_precision(mode, info), device, rows, loss_row,
-                                      cfg.seed)
+                totals = measure_mode(
+                    task, model, batch, resolve_precision(mode, info), device, rows, loss_row, cfg.seed
+                )
         totals.param_bytes = root.param_bytes  # float32 in every mode: the same in every column
         totals.grad_bytes = root.grad_bytes
         totals.optimizer_bytes = root.optimizer_bytes
@@ -386,12 +409,24 @@ def summarize(config: RunConfig, modes: Sequence[str] | None = DEFAULT_MODES, ba
     _fold_subtrees(all_rows)
     parameters = sum(p.numel() for p in model.parameters())
     assert root.parameters == parameters, (root.parameters, parameters)  # each parameter counted exactly once
-    return ModelSummary(task=cfg.task, task_options=dict(cfg.task_options), device=info.id, device_name=info.name,
-                        device_type=device.type, batch_size=batch_rows(batch),
-                        optimizer=cfg.optimizer, momentum=cfg.momentum, precision=cfg.precision,
-                        parameters=root.parameters, trainable_parameters=root.trainable_parameters,
-                        param_bytes=root.param_bytes, grad_bytes=root.grad_bytes,
-                        optimizer_bytes=root.optimizer_bytes, rows=all_rows, modes=results)
+    return ModelSummary(
+        task=cfg.task,
+        task_options=dict(cfg.task_options),
+        device=info.id,
+        device_name=info.name,
+        device_type=device.type,
+        batch_size=batch_rows(batch),
+        optimizer=cfg.optimizer,
+        momentum=cfg.momentum,
+        precision=cfg.precision,
+        parameters=root.parameters,
+        trainable_parameters=root.trainable_parameters,
+        param_bytes=root.param_bytes,
+        grad_bytes=root.grad_bytes,
+        optimizer_bytes=root.optimizer_bytes,
+        rows=all_rows,
+        modes=results,
+    )
 
 
 def _compare_to_fp32(results: list[ModeTotals]) -> None:

@@ -50,7 +50,7 @@ from core.config import RunConfig
 from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
 from core.engine.control import RunControl
 from core.engine.events import RunEnded, RunStarted, StepMetrics
-from core.errors import AmpConsoleError, PrecisionError, UserCodeError
+from core.errors import AmpConsoleError, PrecisionError, TaskOutputError, UserCodeError
 from core.precision_modes import PRECISION_MODES
 from core.process import exit_process
 
@@ -121,8 +121,14 @@ class SweepResult:
     def row(self, mode: str, compiled: bool | None = None, checkpointed: bool | None = None) -> SweepRow | None:
         """The (first) row of `mode`, or of `mode` with compile / activation checkpointing as given; None when
         the sweep did not include it."""
-        return next((r for r in self.rows if r.mode == mode and compiled in (None, r.compiled)
-                     and checkpointed in (None, r.checkpointed)), None)
+        return next(
+            (
+                r
+                for r in self.rows
+                if r.mode == mode and compiled in (None, r.compiled) and checkpointed in (None, r.checkpointed)
+            ),
+            None,
+        )
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (the `bench --json` schema)."""
@@ -153,8 +159,10 @@ class SweepProgress:
             return f"{self.mode}: setting up the model and data"
         if self.phase == "setup":
             timed = self.windows - self.warmup_windows
-            return (f"{self.mode}: model and data ready; {self.warmup_windows} warm-up + {timed} timed windows of "
-                    f"{self.steps // max(1, self.windows)} steps")
+            return (
+                f"{self.mode}: model and data ready; {self.warmup_windows} warm-up + {timed} timed windows of "
+                f"{self.steps // max(1, self.windows)} steps"
+            )
         if self.phase == "window":
             kind = " (warm-up)" if self.window <= self.warmup_windows else ""
             speed = f", {self.step_ms:.2f} ms/step" if self.step_ms is not None else ""
@@ -173,13 +181,23 @@ WindowCallback = Callable[[str, int, int, int, int, "float | None", "int | None"
 def tokens_per_sample(windows: list[StepMetrics]) -> float | None:
     """Mean non-padding tokens per sample of the batches the windows trained on, as the trainer counted them
     (StepMetrics.tokens_per_second over samples_per_second, the same seconds); None for tasks without tokens."""
-    ratios = [e.tokens_per_second / e.samples_per_second for e in windows
-              if e.tokens_per_second is not None and e.samples_per_second]
+    ratios = [
+        e.tokens_per_second / e.samples_per_second
+        for e in windows
+        if e.tokens_per_second is not None and e.samples_per_second
+    ]
     return statistics.fmean(ratios) if ratios else None
 
 
-def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, warmup_windows: int = 1,
-                 devices: list[DeviceInfo] | None = None, on_window: WindowCallback | None = None) -> SweepRow:
+def measure_mode(
+    config: RunConfig,
+    mode: str,
+    steps: int,
+    repeats: int = 3,
+    warmup_windows: int = 1,
+    devices: list[DeviceInfo] | None = None,
+    on_window: WindowCallback | None = None,
+) -> SweepRow:
     """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process.
 
     Returns the median step time over the timed windows, throughput, peak memory from setup to the last window
@@ -196,8 +214,14 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     with tempfile.TemporaryDirectory(prefix="amp-sweep-") as out_dir:
         # One step more than the windows: the sink stops the run after the last window, so the trainer ends
         # 'stopped' and skips the final evaluation, which is not part of what we time.
-        cfg = config.replace(precision=mode, max_steps=windows * steps + 1, log_interval=steps,
-                             eval_interval=1_000_000_000, checkpoint_interval=0, out_dir=out_dir)
+        cfg = config.replace(
+            precision=mode,
+            max_steps=windows * steps + 1,
+            log_interval=steps,
+            eval_interval=1_000_000_000,
+            checkpoint_interval=0,
+            out_dir=out_dir,
+        )
         trainer = Trainer(cfg, control=control, devices=devices)
         samples_per_step = cfg.batch_size * cfg.grad_accum
 
@@ -216,18 +240,36 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
                     control.stop()
                 if on_window:
                     step_ms = 1000.0 * samples_per_step / event.samples_per_second if event.samples_per_second else None
-                    on_window("window", len(seen), windows, min(event.step, total_steps), total_steps, step_ms,
-                              facts.get("threads"))
+                    on_window(
+                        "window",
+                        len(seen),
+                        windows,
+                        min(event.step, total_steps),
+                        total_steps,
+                        step_ms,
+                        facts.get("threads"),
+                    )
 
         trainer.sink = sink
         ended: RunEnded = trainer.run()
     started: RunStarted = facts["started"]
-    row = SweepRow(mode=mode, status="ok", compute_dtype=started.autocast_dtype, scaler=started.scaler,
-                   threads=facts.get("threads"), compiled=cfg.compile, checkpointed=cfg.activation_checkpointing,
-                   compile_seconds=getattr(trainer, "compile_seconds", None))
+    row = SweepRow(
+        mode=mode,
+        status="ok",
+        compute_dtype=started.autocast_dtype,
+        scaler=started.scaler,
+        threads=facts.get("threads"),
+        compiled=cfg.compile,
+        checkpointed=cfg.activation_checkpointing,
+        compile_seconds=getattr(trainer, "compile_seconds", None),
+    )
     # A compile that fell back to eager, or a task without blocks to checkpoint, is said in the row.
-    row.reason = "; ".join(note for note in started.notes if (cfg.compile and "torch.compile failed" in note) or
-                           (cfg.activation_checkpointing and "names no blocks" in note))
+    row.reason = "; ".join(
+        note
+        for note in started.notes
+        if (cfg.compile and "torch.compile failed" in note)
+        or (cfg.activation_checkpointing and "names no blocks" in note)
+    )
     if ended.status == "failed" or len(seen) < windows:
         row.status, row.reason = "failed", ended.message or f"ended {ended.status} after {ended.step:,} steps"
         return row
@@ -245,8 +287,15 @@ def measure_mode(config: RunConfig, mode: str, steps: int, repeats: int = 3, war
     return row
 
 
-def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int, warmup_windows: int,
-                          control: RunControl | None = None, on_window: WindowCallback | None = None) -> SweepRow:
+def measure_mode_isolated(
+    config: RunConfig,
+    mode: str,
+    steps: int,
+    repeats: int,
+    warmup_windows: int,
+    control: RunControl | None = None,
+    on_window: WindowCallback | None = None,
+) -> SweepRow:
     """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone, on any platform.
 
     The process reports its windows as JSON lines on stdout, relayed to `on_window` as they come. A stop
@@ -257,9 +306,21 @@ def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int
     package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    command = [sys.executable, "-m", "core.lab.precision_sweep", "--one-mode", mode,
-               "--config-json", json.dumps(config.to_dict()), "--steps", str(steps), "--repeats", str(repeats),
-               "--warmup-windows", str(warmup_windows)]
+    command = [
+        sys.executable,
+        "-m",
+        "core.lab.precision_sweep",
+        "--one-mode",
+        mode,
+        "--config-json",
+        json.dumps(config.to_dict()),
+        "--steps",
+        str(steps),
+        "--repeats",
+        str(repeats),
+        "--warmup-windows",
+        str(warmup_windows),
+    ]
     lines: list[str] = []
     errors: list[str] = []
     refused: list[dict] = []  # the task's returns or code refused before the mode started (its one line)
@@ -275,8 +336,10 @@ def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int
                 elif line.strip():
                     lines.append(line.strip())
 
-        readers = [threading.Thread(target=read_stdout, daemon=True),
-                   threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)]
+        readers = [
+            threading.Thread(target=read_stdout, daemon=True),
+            threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True),
+        ]
         for reader in readers:
             reader.start()
         while True:
@@ -304,8 +367,6 @@ def measure_mode_isolated(config: RunConfig, mode: str, steps: int, repeats: int
 def task_error(exc: AmpConsoleError) -> dict | None:
     """What a measuring process reports of a task refused before its mode started (a bad return, an exception
     of the task's code while set up), for `raise_task_error` in the sweep's process; None for other errors."""
-    from core.tasks.task_checks import TaskOutputError
-
     if not isinstance(exc, (TaskOutputError, UserCodeError)):
         return None
     return {"kind": type(exc).__name__, "message": str(exc), "details": getattr(exc, "details", "")}
@@ -313,8 +374,6 @@ def task_error(exc: AmpConsoleError) -> dict | None:
 
 def raise_task_error(error: dict) -> None:
     """The error `task_error` described, raised again: the sweep stops with the task's one line, as a run would."""
-    from core.tasks.task_checks import TaskOutputError
-
     if error.get("kind") == "UserCodeError":
         raise UserCodeError(str(error.get("message", "")), str(error.get("details", "")))
     raise TaskOutputError(str(error.get("message", "")))
@@ -329,11 +388,19 @@ def requested_modes(modes: list[str] | tuple[str, ...] | None) -> list[str]:
     return ["fp32"] + [m for m in dict.fromkeys(modes) if m != "fp32"]
 
 
-def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20, repeats: int = 3,
-              warmup_windows: int = 1, isolate: bool | None = None, devices: list[DeviceInfo] | None = None,
-              progress: ProgressCallback | None = None, control: RunControl | None = None,
-              compile_options: list[bool] | None = None, checkpointing_options: list[bool] | None = None
-              ) -> SweepResult:
+def run_sweep(
+    config: RunConfig,
+    modes: list[str] | None = None,
+    steps: int = 20,
+    repeats: int = 3,
+    warmup_windows: int = 1,
+    isolate: bool | None = None,
+    devices: list[DeviceInfo] | None = None,
+    progress: ProgressCallback | None = None,
+    control: RunControl | None = None,
+    compile_options: list[bool] | None = None,
+    checkpointing_options: list[bool] | None = None,
+) -> SweepResult:
     """Measure every requested mode (unsupported ones are skipped with the device's reason) and compare to fp32.
 
     `compile_options` / `checkpointing_options`: measure each mode with these settings of RunConfig.compile /
@@ -349,16 +416,20 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
     config = config.replace(device=info.id)  # 'auto' resolved once: every mode runs on the same device
     isolate = info.type == "cpu" if isolate is None else isolate
     compiles = list(dict.fromkeys(compile_options)) if compile_options else [config.compile]
-    checkpoints = list(dict.fromkeys(checkpointing_options)) if checkpointing_options else [
-        config.activation_checkpointing]
+    checkpoints = (
+        list(dict.fromkeys(checkpointing_options)) if checkpointing_options else [config.activation_checkpointing]
+    )
     order = [(mode, c, a) for mode in requested_modes(modes) for c in sorted(compiles) for a in sorted(checkpoints)]
     rows: list[SweepRow] = []
     for index, (mode, compiled, checkpointed) in enumerate(order):
         label = variant_label(mode, compiled, checkpointed)
         variant = config.replace(compile=compiled, activation_checkpointing=checkpointed)
         if control is not None and control.stop_requested:
-            rows.append(SweepRow(mode=mode, status="skipped", reason="sweep stopped", compiled=compiled,
-                                 checkpointed=checkpointed))
+            rows.append(
+                SweepRow(
+                    mode=mode, status="skipped", reason="sweep stopped", compiled=compiled, checkpointed=checkpointed
+                )
+            )
             continue
         if mode not in info.precisions:
             reason = info.unsupported.get(mode, f"not supported on {info.id}")
@@ -369,9 +440,21 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
                 progress(SweepProgress(label, index, len(order), "running"))
 
                 def on_window(phase, window, windows, step, total_steps, step_ms, threads, label=label, index=index):
-                    progress(SweepProgress(label, index, len(order), phase, window=window, windows=windows,
-                                           warmup_windows=warmup_windows, step=step, steps=total_steps,
-                                           step_ms=step_ms, threads=threads))
+                    progress(
+                        SweepProgress(
+                            label,
+                            index,
+                            len(order),
+                            phase,
+                            window=window,
+                            windows=windows,
+                            warmup_windows=warmup_windows,
+                            step=step,
+                            steps=total_steps,
+                            step_ms=step_ms,
+                            threads=threads,
+                        )
+                    )
 
             if isolate:
                 row = measure_mode_isolated(variant, mode, steps, repeats, warmup_windows, control, on_window)
@@ -389,11 +472,23 @@ def run_sweep(config: RunConfig, modes: list[str] | None = None, steps: int = 20
     recommended = best.mode if best else None
     memory = memory_source(PeakMemory(torch_device(info)), isolate)
     threads = next((r.threads for r in rows if r.status == "ok" and r.threads), None)
-    return SweepResult(task=config.task, task_options=dict(config.task_options), device=info.id,
-                       device_name=info.name, batch_size=config.batch_size, steps=steps, repeats=repeats,
-                       warmup_steps=warmup_windows * steps, memory_source=memory, rows=rows,
-                       recommended=recommended, recommendation=why, threads=threads,
-                       reference=reference_label(rows), recommended_label=best.label if best else None)
+    return SweepResult(
+        task=config.task,
+        task_options=dict(config.task_options),
+        device=info.id,
+        device_name=info.name,
+        batch_size=config.batch_size,
+        steps=steps,
+        repeats=repeats,
+        warmup_steps=warmup_windows * steps,
+        memory_source=memory,
+        rows=rows,
+        recommended=recommended,
+        recommendation=why,
+        threads=threads,
+        reference=reference_label(rows),
+        recommended_label=best.label if best else None,
+    )
 
 
 def memory_source(meter: PeakMemory, isolate: bool) -> str:
@@ -463,8 +558,7 @@ def noise_note(row: SweepRow) -> str:
     windows = row.step_ms_windows
     if len(windows) < 2 or max(windows) <= NOISE_SPREAD * min(windows):
         return ""
-    return (f"noisy, windows took {min(windows):.2f}-{max(windows):.2f} ms/step (something else shared the "
-            f"device?)")
+    return f"noisy, windows took {min(windows):.2f}-{max(windows):.2f} ms/step (something else shared the device?)"
 
 
 def holds_up(row: SweepRow, base: SweepRow) -> bool:
@@ -475,8 +569,7 @@ def holds_up(row: SweepRow, base: SweepRow) -> bool:
     return max(row.step_ms_windows) * MIN_SPEEDUP <= min(base.step_ms_windows)
 
 
-def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None = None
-                    ) -> tuple[SweepRow | None, str]:
+def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None = None) -> tuple[SweepRow | None, str]:
     """The fastest row whose loss tracks the reference's and whose speedup holds up beyond timing noise (see
     holds_up), with a one-line reason. `expected_slower`: modes the device's own note expects slower (bf16
     emulated on a CPU), by that note; one of them is recommended only from a measurement that is not noisy."""
@@ -484,26 +577,39 @@ def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None
     if base is None:
         return None, "fp32 could not be measured, so there is nothing to compare against"
     expected_slower = expected_slower or {}
-    faster = [r for r in rows if r is not base and r.status == "ok" and loss_matches(r, base.loss)
-              and (r.speedup or 0.0) >= MIN_SPEEDUP]
-    held = [r for r in faster if holds_up(r, base) and not (r.mode in expected_slower and (noise_note(r)
-                                                                                          or noise_note(base)))]
+    faster = [
+        r
+        for r in rows
+        if r is not base and r.status == "ok" and loss_matches(r, base.loss) and (r.speedup or 0.0) >= MIN_SPEEDUP
+    ]
+    held = [
+        r
+        for r in faster
+        if holds_up(r, base) and not (r.mode in expected_slower and (noise_note(r) or noise_note(base)))
+    ]
     best = max(held, key=lambda r: r.samples_per_second or 0.0) if held else base
     reference = reference_label(rows)
     if best is base:
         doubtful = max(faster, key=lambda r: r.samples_per_second or 0.0) if faster else None
         if doubtful is not None:
             noisy = " (noisy windows)" if noise_note(doubtful) or noise_note(base) else ""
-            note = f"; the device expects it slower ({expected_slower[doubtful.mode]})" if (
-                doubtful.mode in expected_slower) else ""
-            return base, (f"{doubtful.label} measured {doubtful.speedup:.2f}x {reference}'s samples/s, but its timed "
-                          f"windows overlap {reference}'s{noisy}{note}: measure again on an idle device")
+            note = (
+                f"; the device expects it slower ({expected_slower[doubtful.mode]})"
+                if (doubtful.mode in expected_slower)
+                else ""
+            )
+            return base, (
+                f"{doubtful.label} measured {doubtful.speedup:.2f}x {reference}'s samples/s, but its timed "
+                f"windows overlap {reference}'s{noisy}{note}: measure again on an idle device"
+            )
         if len({(r.compiled, r.checkpointed) for r in rows}) > 1:
             return base, f"nothing was faster than {reference} with the same loss on this device"
         return base, "no lower-precision mode was faster than fp32 with the same loss on this device"
     memory = f", {best.memory_ratio:.2f}x the memory" if best.memory_ratio else ""
-    return best, (f"{best.label}: {best.speedup:.2f}x {reference}'s samples/s{memory}, "
-                  f"loss {best.loss:.4f} vs {reference} {base.loss:.4f}")
+    return best, (
+        f"{best.label}: {best.speedup:.2f}x {reference}'s samples/s{memory}, "
+        f"loss {best.loss:.4f} vs {reference} {base.loss:.4f}"
+    )
 
 
 def _one_mode_main(argv: list[str]) -> int:

@@ -49,22 +49,30 @@ class AgentError(AmpConsoleError):
 
 def check_version(client: str | None) -> None:
     if client and client != __version__:
-        raise AgentError(f"this host runs amp-console {__version__}, the caller {client}: install the same version "
-                         f"on both (pip install amp-console=={client} here, or {__version__} there)")
+        raise AgentError(
+            f"this host runs amp-console {__version__}, the caller {client}: install the same version "
+            f"on both (pip install amp-console=={client} here, or {__version__} there)"
+        )
 
 
 def info() -> dict:
     from core.devices import list_devices
     from core.engine.run_record import runs_root
 
-    return {"version": __version__, "protocol": PROTOCOL, "host": socket.gethostname(),
-            "runs_root": str(runs_root()), "devices": [d.to_dict() for d in list_devices(free_memory=True)]}
+    return {
+        "version": __version__,
+        "protocol": PROTOCOL,
+        "host": socket.gethostname(),
+        "runs_root": str(runs_root()),
+        "devices": [d.to_dict() for d in list_devices(free_memory=True)],
+    }
 
 
 def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
     """A run folder from what a user typed: a folder path, or a run's id, folder name or unique id prefix under
     the runs root. AgentError (one line) when it names none."""
-    from core.engine.run_record import find_runs, runs_root
+    from core.engine.run_index import find_runs
+    from core.engine.run_record import runs_root
 
     path = Path(os.path.expanduser(text))
     if path.is_dir():
@@ -74,7 +82,8 @@ def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
         return root / path
     runs = find_runs(root)
     matches = [r for r in runs if text in (r.get("id"), r.get("name"))] or [
-        r for r in runs if str(r.get("id", "")).startswith(text)]
+        r for r in runs if str(r.get("id", "")).startswith(text)
+    ]
     if len(matches) == 1 and matches[0].get("folder"):
         return Path(matches[0]["folder"])
     if len(matches) > 1:
@@ -94,7 +103,7 @@ def start(request: dict) -> dict:
 
     values = request.get("config")
     if not isinstance(values, dict):
-        raise AgentError("the start request has no \"config\" object")
+        raise AgentError('the start request has no "config" object')
     config = RunConfig.from_dict(values, source="the start request")
     problems = config.errors()
     if config.task_file:  # a user task: the run loads it (its copy, below) and says what is wrong with it
@@ -113,8 +122,10 @@ def start(request: dict) -> dict:
             raise AgentError(f"{shown_path(folder)}: a live run is writing there")
         resuming_here = resume is not None and Path(resume).parent == folder
         if holds_a_run(folder) and not resuming_here:
-            raise AgentError(f"{shown_path(folder)} holds a run already: choose another folder, or none for a new "
-                             f"one under the runs root")
+            raise AgentError(
+                f"{shown_path(folder)} holds a run already: choose another folder, or none for a new "
+                f"one under the runs root"
+            )
         folder.mkdir(parents=True, exist_ok=True)
     else:
         folder = _new_folder(new_run_folder(runs_root(request.get("runs_dir")), config.task, config.precision))
@@ -135,15 +146,17 @@ def start(request: dict) -> dict:
         argv += ["--nproc", str(int(request["nproc"]))]
     log_path = folder / LOG_FILE
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True, close_fds=True)
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True
+        )
     deadline = time.monotonic() + float(request.get("start_seconds") or START_SECONDS)
     while not is_in_use(folder):
         if process.poll() is not None:
             raise AgentError(f"the run did not start: {log_tail(log_path) or f'exit code {process.returncode}'}")
         if time.monotonic() > deadline:
-            raise AgentError(f"the run has not claimed {shown_path(folder)} after {START_SECONDS:g} s; see "
-                             f"{shown_path(log_path)}")
+            raise AgentError(
+                f"the run has not claimed {shown_path(folder)} after {START_SECONDS:g} s; see {shown_path(log_path)}"
+            )
         time.sleep(0.05)
     process.returncode = 0  # not waited for here: it outlives this process (no "still running" warning)
     return {"folder": str(folder), "pid": process.pid, "log": str(log_path), "task_file": config.task_file}
@@ -199,7 +212,7 @@ def follow(folder: Path, offset: int, out, heartbeat: float = HEARTBEAT_SECONDS)
         out.flush()
     except BrokenPipeError:  # the client went away (its connection dropped): nothing more to do
         try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no flush error at exit)
+            sys.stdout = open(os.devnull, "w")
         except OSError:
             pass
     finally:
@@ -215,9 +228,14 @@ def control(folder: Path, verb: str, timeout: float) -> dict:
         result = send_control(folder, verb, timeout=timeout)
     except ControlError as exc:
         raise AgentError(str(exc)) from None
-    return {"request": result.request.name, "seq": result.request.seq, "verb": verb,
-            "acknowledged": event_to_dict(result.acknowledged) if result.acknowledged else None,
-            "outcome": event_to_dict(result.outcome) if result.outcome else None, "message": result.message}
+    return {
+        "request": result.request.name,
+        "seq": result.request.seq,
+        "verb": verb,
+        "acknowledged": event_to_dict(result.acknowledged) if result.acknowledged else None,
+        "outcome": event_to_dict(result.outcome) if result.outcome else None,
+        "message": result.message,
+    }
 
 
 # ----------------------------------------------------------------------------------------------- put
@@ -252,8 +270,10 @@ def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: s
             f.flush()
             os.fsync(f.fileno())
         if total != size or digest.hexdigest() != sha256:
-            raise AgentError(f"the upload of {printable(name)} arrived damaged ({total} of {size} bytes, or another "
-                             f"sha256): send it again")
+            raise AgentError(
+                f"the upload of {printable(name)} arrived damaged ({total} of {size} bytes, or another "
+                f"sha256): send it again"
+            )
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -266,10 +286,11 @@ def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: s
 
 # ----------------------------------------------------------------------------------------------- runs, fetch
 def runs(out, runs_dir: str | None = None) -> None:
-    """The runs under the runs root as this machine's history reads them (core.engine.run_record.find_runs:
+    """The runs under the runs root as this machine's history reads them (core.engine.run_index.find_runs:
     each record bounded and checked, a run.json that can't be read one "unreadable" run), newest first: one
     line `{"run": record}` each, then `{"root", "runs"}` (how many)."""
-    from core.engine.run_record import find_runs, runs_root
+    from core.engine.run_index import find_runs
+    from core.engine.run_record import runs_root
 
     root = runs_root(runs_dir)
     records = find_runs(root) if root.is_dir() else []
@@ -295,12 +316,11 @@ def _sha256_of_open(f, size: int) -> str:
 
 def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None = None) -> None:
     """A run's files for a copy on the caller's machine (see the module doc): RUN_FILES that are there and,
-    `with_checkpoint`, its best checkpoint, else its last (core.engine.run_folder.run_checkpoint). Each is a
+    `with_checkpoint`, its best checkpoint, else its last (core.engine.run_record.run_checkpoint). Each is a
     regular file in the folder, opened without following a link (a link is refused, one line), hashed and
     sent from that same open file: a file the run replaces meanwhile is sent as it was hashed, metrics.jsonl
     up to the size it had. The caller answers on `reply` which files to send (those it lacks)."""
-    from core.engine.run_folder import run_checkpoint
-    from core.engine.run_record import runs_root
+    from core.engine.run_record import run_checkpoint, runs_root
     from core.errors import CheckpointError
 
     if not folder.is_dir():
@@ -359,7 +379,7 @@ def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None 
 
 def _quiet_stdout() -> None:
     try:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (no flush error at exit)
+        sys.stdout = open(os.devnull, "w")
     except OSError:
         pass
 

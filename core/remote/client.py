@@ -86,8 +86,11 @@ def upload(host: Host, local: str | os.PathLike, timeout: float = 3600.0) -> str
     is there already; its path on the host."""
     path = Path(local)
     if not path.is_file():
-        raise ConfigError("data", f"{path}: no such local file to copy to {host.dest} (folders are not copied: "
-                                  f"copy them there and give their path on the host)")
+        raise ConfigError(
+            "data",
+            f"{path}: no such local file to copy to {host.dest} (folders are not copied: "
+            f"copy them there and give their path on the host)",
+        )
     sha, size = sha256_of(path), path.stat().st_size
     args = ["put", "--sha256", sha, "--size", str(size), "--name", path.name]
     kept = _agent(host, [*args, "--check"]).get("path")
@@ -96,9 +99,15 @@ def upload(host: Host, local: str | os.PathLike, timeout: float = 3600.0) -> str
     return str(_agent(host, args, payload=path.read_bytes(), timeout=timeout)["path"])
 
 
-def start_remote_run(host: Host, config, upload_fields: Iterable[str] = (), resume: str | None = None,
-                     nproc: int | None = None, runs_dir: str | None = None,
-                     on_progress: Callable[[str], None] | None = None) -> RemoteRun:
+def start_remote_run(
+    host: Host,
+    config,
+    upload_fields: Iterable[str] = (),
+    resume: str | None = None,
+    nproc: int | None = None,
+    runs_dir: str | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> RemoteRun:
     """Start `amp-console train` with `config` (a RunConfig or its dict) detached on the host, in a new run
     folder under the host's runs root (or config's out_dir there), and return once the run holds it.
     `upload_fields`: the settings among data, val_data, test_data whose values are local files, copied to the
@@ -135,8 +144,9 @@ def control_remote(host: Host, folder: str, verb: str, timeout: float = 30.0) ->
     ack = event_or_none(data["acknowledged"]) if data.get("acknowledged") else None
     outcome = event_or_none(data["outcome"]) if data.get("outcome") else None
     request = ControlRequest(PurePosixPath(folder), int(data.get("seq") or 0), verb, str(data.get("request")))
-    return ControlResult(request, ack if isinstance(ack, ControlAcknowledged) else None, outcome,
-                         printable(str(data.get("message", ""))))
+    return ControlResult(
+        request, ack if isinstance(ack, ControlAcknowledged) else None, outcome, printable(str(data.get("message", "")))
+    )
 
 
 # ----------------------------------------------------------------------------------------------- follow
@@ -157,8 +167,15 @@ class RemoteFollower:
     another thread ("stopped"). RemoteError when the host can't be reached at all, has no amp-console, or no
     connection came back for `give_up_after` seconds."""
 
-    def __init__(self, host: Host, folder: str, offset: int = 0, backoff: tuple[float, ...] = BACKOFF_SECONDS,
-                 give_up_after: float = GIVE_UP_SECONDS, silence: float = SILENCE_SECONDS):
+    def __init__(
+        self,
+        host: Host,
+        folder: str,
+        offset: int = 0,
+        backoff: tuple[float, ...] = BACKOFF_SECONDS,
+        give_up_after: float = GIVE_UP_SECONDS,
+        silence: float = SILENCE_SECONDS,
+    ):
         self.host = host
         self.folder = folder
         self.offset = offset
@@ -195,9 +212,12 @@ class RemoteFollower:
         while not self._closed.is_set():
             args = ["--client-version", __version__, "follow", self.folder, "--offset", str(self.offset)]
             try:
-                process = self._process = subprocess.Popen(self.host.argv(args, keepalive=True),
-                                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                                           stderr=subprocess.PIPE)
+                process = self._process = subprocess.Popen(
+                    self.host.argv(args, keepalive=True),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
             except OSError as exc:
                 raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
             try:
@@ -222,8 +242,10 @@ class RemoteFollower:
                 raise ssh.failure(self.host, 255 if code is None or code < 0 else code, stderr)
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since > self.give_up_after:
-                raise RemoteError(f"{self.host.dest}: no connection for {self.give_up_after:g} s; the run goes on "
-                                  f"there: watch it again later from byte {self.offset}")
+                raise RemoteError(
+                    f"{self.host.dest}: no connection for {self.give_up_after:g} s; the run goes on "
+                    f"there: watch it again later from byte {self.offset}"
+                )
             delay = self.backoff[min(attempt, len(self.backoff) - 1)]
             attempt += 1
             reason = [line for line in stderr.splitlines() if line.strip()]
@@ -260,8 +282,9 @@ class RemoteFollower:
                         up = True
                         self.connections += 1
                         if self.connections > 1:
-                            yield FollowNote(f"connection to {self.host.dest} back; following from byte "
-                                             f"{self.offset}", True)
+                            yield FollowNote(
+                                f"connection to {self.host.dest} back; following from byte {self.offset}", True
+                            )
                 elif word == b"end":
                     status, _, note = rest.decode("utf-8", "replace").partition("\t")
                     self.status, self.note = status or "ended", printable(note.strip())
@@ -279,7 +302,6 @@ class RemoteFollower:
 def follow_remote(host: Host, folder: str, offset: int = 0, **options) -> RemoteFollower:
     """A RemoteFollower of the run in `folder` on the host from byte `offset` (iterate it; close() ends it)."""
     return RemoteFollower(host, folder, offset, **options)
-
 
 
 class LocalFollower:

@@ -62,8 +62,12 @@ class FetchedRun:
 # ----------------------------------------------------------------------------------------------- names
 def _plain(part: str) -> bool:
     """A plain file or folder name: not empty, not hidden (nor `.` or `..`), no separator or control character."""
-    return (0 < len(part) <= MAX_NAME and not part.startswith(".") and not any(c in part for c in "/\\:\0")
-            and printable(part) == part)
+    return (
+        0 < len(part) <= MAX_NAME
+        and not part.startswith(".")
+        and not any(c in part for c in "/\\:\0")
+        and printable(part) == part
+    )
 
 
 def host_folder(dest: str) -> str:
@@ -137,11 +141,14 @@ def _make_folder(local_root: str | os.PathLike, dest: str, name: str) -> Path:
         except OSError as exc:
             raise RemoteError(f"cannot make {shown_path(current)}: {exc.strerror or exc}") from None
         if stat.S_ISLNK(mode):
-            raise RemoteError(f"{shown_path(current)} is a symbolic link: copies of a host's runs are kept in real "
-                              f"folders under the runs root only (remove the link)")
+            raise RemoteError(
+                f"{shown_path(current)} is a symbolic link: copies of a host's runs are kept in real "
+                f"folders under the runs root only (remove the link)"
+            )
         if not stat.S_ISDIR(mode):
-            raise RemoteError(f"{shown_path(current)} is {file_kind(mode)}, not a folder: move it away to fetch "
-                              f"{dest}'s runs")
+            raise RemoteError(
+                f"{shown_path(current)} is {file_kind(mode)}, not a folder: move it away to fetch {dest}'s runs"
+            )
     if not is_inside(base / CACHE_FOLDER, target):
         raise RemoteError(f"{shown_path(target)} is not inside {shown_path(base / CACHE_FOLDER)}: not fetched")
     return target
@@ -155,8 +162,12 @@ class _Call:
     def __init__(self, host: Host, args: list[str], stop: Callable[[], bool] | None, silence: float):
         self.host, self.silence = host, silence
         try:
-            self.process = subprocess.Popen(host.argv(["--client-version", __version__, *args]),
-                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.process = subprocess.Popen(
+                host.argv(["--client-version", __version__, *args]),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
         except OSError as exc:
             raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
         self.stopped = self.silent = False
@@ -209,8 +220,7 @@ class _Call:
         if self.stopped:
             return RemoteError(f"{self.host.dest}: stopped")
         if self.silent:
-            return RemoteError(f"{self.host.dest}: no answer for {self.silence:g} s; check the host's load and "
-                               f"network")
+            return RemoteError(f"{self.host.dest}: no answer for {self.silence:g} s; check the host's load and network")
         try:
             code = self.process.wait(self.silence)
         except subprocess.TimeoutExpired:
@@ -256,8 +266,9 @@ def _answer_lines(call: _Call, what: str):
 
 
 # ----------------------------------------------------------------------------------------------- runs
-def list_host_runs(host: Host, local_root: str | os.PathLike, stop: Callable[[], bool] | None = None,
-                   silence: float = SILENCE_SECONDS) -> HostRuns:
+def list_host_runs(
+    host: Host, local_root: str | os.PathLike, stop: Callable[[], bool] | None = None, silence: float = SILENCE_SECONDS
+) -> HostRuns:
     """The runs under the host's runs root (newest first), each a record as this machine's history holds it
     (listed_run). RemoteError, one line, when the host can't be reached, has no amp-console or another
     version, or did not answer as an agent does."""
@@ -286,9 +297,16 @@ def list_host_runs(host: Host, local_root: str | os.PathLike, stop: Callable[[],
 def _refused(dest: str, local_root, index: int, reason: str, name=None) -> dict:
     """The row of a host's record that can't be shown: unreadable, with the one-line reason."""
     shown = printable(name) if isinstance(name, str) and name else f"(run {index + 1})"
-    return {"version": 0, "id": f"{dest}:{index}", "status": "unreadable", "unreadable": f"refused: {reason}",
-            "name": f"{dest}:{shown}", "host": dest, "note": "",
-            "folder": str(copies_root(local_root, dest) / f".refused-{index}")}
+    return {
+        "version": 0,
+        "id": f"{dest}:{index}",
+        "status": "unreadable",
+        "unreadable": f"refused: {reason}",
+        "name": f"{dest}:{shown}",
+        "host": dest,
+        "note": "",
+        "folder": str(copies_root(local_root, dest) / f".refused-{index}"),
+    }
 
 
 def listed_run(dest: str, value, local_root: str | os.PathLike, index: int = 0) -> dict:
@@ -315,14 +333,22 @@ def listed_run(dest: str, value, local_root: str | os.PathLike, index: int = 0) 
         base = PurePosixPath(str(entry.get("path") or "")).name
         if file_problem(base) is None and base.endswith(".pt"):
             checkpoints[which] = dict(entry, path=str(copy / base))
-    run.update(name=f"{dest}:{name}", folder=str(copy), host=dest, remote_name=name, remote_folder=folder,
-               checkpoints=checkpoints, remote_checkpoints=bool(checkpoints))
+    run.update(
+        name=f"{dest}:{name}",
+        folder=str(copy),
+        host=dest,
+        remote_name=name,
+        remote_folder=folder,
+        checkpoints=checkpoints,
+        remote_checkpoints=bool(checkpoints),
+    )
     return run
 
 
 # ----------------------------------------------------------------------------------------------- fetch
 def _manifest(dest: str, value) -> tuple[str, list[dict]]:
     """(the run's name, its files) from the host's first line, checked; RemoteError (one line) when refused."""
+
     def refuse(why: str) -> RemoteError:
         return RemoteError(f"{dest}: refused the host's answer: {why}")
 
@@ -371,9 +397,15 @@ def _same(path: Path, entry: dict) -> bool:
     return stat.S_ISREG(info.st_mode) and info.st_size == entry["size"] and _sha256(path) == entry["sha256"]
 
 
-def fetch_run(host: Host, folder: str, local_root: str | os.PathLike, checkpoint: bool = True,
-              on_progress: Callable[[int, int, str], None] | None = None, stop: Callable[[], bool] | None = None,
-              silence: float = SILENCE_SECONDS) -> FetchedRun:
+def fetch_run(
+    host: Host,
+    folder: str,
+    local_root: str | os.PathLike,
+    checkpoint: bool = True,
+    on_progress: Callable[[int, int, str], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    silence: float = SILENCE_SECONDS,
+) -> FetchedRun:
     """Copy the run in `folder` on the host (a folder, or a run's name or id under the host's runs root) into
     `<local_root>/.hosts/<host>/<its name>/`: run.json, metrics.jsonl, note.txt, evaluation.json and, with
     `checkpoint`, its best checkpoint (else its last). Files whose size and sha256 match the copy's are not sent;
@@ -386,9 +418,11 @@ def fetch_run(host: Host, folder: str, local_root: str | os.PathLike, checkpoint
         value, problem = next(_answer_lines(call, f"{dest}'s answer"), (None, None))
         if value is None:
             failed = call.problem()
-            raise failed or RemoteError(f"{dest}: refused the host's answer: {problem}" if problem else
-                                        f"{dest}: `amp-console agent fetch` gave no answer; is `{host.command}` "
-                                        f"amp-console?")
+            raise failed or RemoteError(
+                f"{dest}: refused the host's answer: {problem}"
+                if problem
+                else f"{dest}: `amp-console agent fetch` gave no answer; is `{host.command}` amp-console?"
+            )
         name, files = _manifest(dest, value)
         target = _make_folder(local_root, dest, name)
         wanted = []
@@ -408,7 +442,8 @@ def fetch_run(host: Host, folder: str, local_root: str | os.PathLike, checkpoint
                         failed = call.problem()
                         raise failed or RemoteError(
                             f"{dest}: {printable(entry['name'])} was cut off at {size(entry['size'] - left)} of "
-                            f"{size(entry['size'])} (it changed on the host meanwhile?); fetch it again")
+                            f"{size(entry['size'])} (it changed on the host meanwhile?); fetch it again"
+                        )
                     digest.update(chunk)
                     out.write(chunk)
                     left -= len(chunk)
@@ -418,8 +453,10 @@ def fetch_run(host: Host, folder: str, local_root: str | os.PathLike, checkpoint
                 out.flush()
                 os.fsync(out.fileno())
             if digest.hexdigest() != entry["sha256"]:
-                raise RemoteError(f"{dest}: {printable(entry['name'])} arrived damaged (another sha256 than the "
-                                  f"host's); fetch it again")
+                raise RemoteError(
+                    f"{dest}: {printable(entry['name'])} arrived damaged (another sha256 than the "
+                    f"host's); fetch it again"
+                )
             os.replace(tmp, target / entry["name"])
             tmp = None
             sent.append(entry["name"])
@@ -439,5 +476,12 @@ def fetch_run(host: Host, folder: str, local_root: str | os.PathLike, checkpoint
         for stale in target.glob("*.pt"):
             if stale.name not in names and stat.S_ISREG(os.lstat(stale).st_mode):
                 stale.unlink()
-    return FetchedRun(dest, str(value.get("folder") or folder), target,
-                      target / held if checkpoint and held else None, sent, [e["name"] for e in kept], done)
+    return FetchedRun(
+        dest,
+        str(value.get("folder") or folder),
+        target,
+        target / held if checkpoint and held else None,
+        sent,
+        [e["name"] for e in kept],
+        done,
+    )

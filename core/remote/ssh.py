@@ -42,15 +42,18 @@ class Host:
 
     def __post_init__(self) -> None:
         if not self.dest or self.dest.startswith("-") or any(c.isspace() for c in self.dest):
-            raise RemoteError(f"{self.dest!r} is not a host ssh can reach: give [user@]host or a Host of your "
-                              f"ssh config")
+            raise RemoteError(
+                f"{self.dest!r} is not a host ssh can reach: give [user@]host or a Host of your ssh config"
+            )
 
     def argv(self, args: list[str], keepalive: bool = False) -> list[str]:
         """The ssh command line that runs `PREFIX agent ARGS...` on the host."""
         ssh = shutil.which("ssh")
         if ssh is None:
-            raise RemoteError("no `ssh` on this machine: install the OpenSSH client (e.g. apt install "
-                              "openssh-client) to reach other hosts")
+            raise RemoteError(
+                "no `ssh` on this machine: install the OpenSSH client (e.g. apt install "
+                "openssh-client) to reach other hosts"
+            )
         options = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}", "-T"]
         if keepalive:  # a long stream notices a dead network within ~30 s
             options += ["-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"]
@@ -73,17 +76,25 @@ def failure(host: Host, code: int, stderr: str) -> RemoteError:
     last = lines[-1] if lines else ""
     dest = host.dest
     if code == 255:  # ssh's own failure: no connection, no key, a changed host key...
-        return RemoteError(f"{dest} is unreachable over ssh ({last or 'no reason given'}); check that "
-                           f"`ssh {dest}` works from this terminal without a password prompt")
+        return RemoteError(
+            f"{dest} is unreachable over ssh ({last or 'no reason given'}); check that "
+            f"`ssh {dest}` works from this terminal without a password prompt"
+        )
     if code == 127:
-        return RemoteError(f"{dest} has no amp-console (`{host.command}`: command not found): install it there "
-                           f"with `{INSTALL_HINT}`, or give the command that runs it (--remote-command)")
+        return RemoteError(
+            f"{dest} has no amp-console (`{host.command}`: command not found): install it there "
+            f"with `{INSTALL_HINT}`, or give the command that runs it (--remote-command)"
+        )
     if code == 126:
-        return RemoteError(f"{dest}: `{host.command}` cannot be run there ({last}); fix its permissions, or give "
-                           f"the command that runs amp-console (--remote-command)")
+        return RemoteError(
+            f"{dest}: `{host.command}` cannot be run there ({last}); fix its permissions, or give "
+            f"the command that runs amp-console (--remote-command)"
+        )
     if "invalid choice:" in stderr or "unrecognized arguments:" in stderr:  # an agent older than this caller
-        return RemoteError(f"{dest} runs another version of amp-console (its `agent` command differs): install "
-                           f"amp-console {__version__} there, as on this machine")
+        return RemoteError(
+            f"{dest} runs another version of amp-console (its `agent` command differs): install "
+            f"amp-console {__version__} there, as on this machine"
+        )
     text = last.removeprefix("amp-console: ").removeprefix("error: ")
     return RemoteError(f"{dest}: {first_line(text) if text else f'the command failed (exit code {code})'}")
 
@@ -91,11 +102,17 @@ def failure(host: Host, code: int, stderr: str) -> RemoteError:
 def run(host: Host, args: list[str], payload: bytes | None = None, timeout: float = 120.0) -> str:
     """Run `PREFIX agent ARGS` on the host and return its stdout (text); RemoteError (one line) on failure."""
     try:
-        done = subprocess.run(host.argv(args), input=payload if payload is not None else b"",
-                              capture_output=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            host.argv(args),
+            input=payload if payload is not None else b"",
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise RemoteError(f"{host.dest}: no answer within {timeout:g} s (`{' '.join(args[:1])}`); check the "
-                          f"host's load and network") from None
+        raise RemoteError(
+            f"{host.dest}: no answer within {timeout:g} s (`{' '.join(args[:1])}`); check the host's load and network"
+        ) from None
     except OSError as exc:
         raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
     stderr = done.stderr.decode("utf-8", "replace")

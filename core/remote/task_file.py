@@ -35,8 +35,9 @@ def task_payload(reference: str, dest: str) -> tuple[dict | None, str]:
     except TaskFileError as exc:
         raise ConfigError("task_file", str(exc).split(": ", 1)[-1]) from None
     if kind == "module":
-        return None, (f"the task {reference} is a module's class: it must be installed on {dest} (passed as it "
-                      f"is, not copied)")
+        return None, (
+            f"the task {reference} is a module's class: it must be installed on {dest} (passed as it is, not copied)"
+        )
     path = Path(target).expanduser()
     where = f"{reference}: "
     if not path.exists():
@@ -50,8 +51,11 @@ def task_payload(reference: str, dest: str) -> tuple[dict | None, str]:
     except OSError as exc:
         raise ConfigError("task_file", f"{where}cannot be read to copy it to {dest}: {exc.strerror or exc}") from None
     if len(data) > MAX_TASK_BYTES:
-        raise ConfigError("task_file", f"{where}{len(data):,} bytes: too large for a task file (at most "
-                                       f"{MAX_TASK_BYTES:,}; copy large parts to {dest} yourself)")
+        raise ConfigError(
+            "task_file",
+            f"{where}{len(data):,} bytes: too large for a task file (at most "
+            f"{MAX_TASK_BYTES:,}; copy large parts to {dest} yourself)",
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -67,8 +71,13 @@ def place_task_file(folder: Path, payload) -> str:
     if not isinstance(payload, dict):
         raise ValueError("the start request's task_file is not an object")
     name, class_name, text, sha = (payload.get(k) for k in ("name", "class", "text", "sha256"))
-    if not isinstance(name, str) or os.path.basename(name.replace("\\", "/")) != name or name.startswith(".") \
-            or not name.endswith(".py") or len(name) > 200:
+    if (
+        not isinstance(name, str)
+        or os.path.basename(name.replace("\\", "/")) != name
+        or name.startswith(".")
+        or not name.endswith(".py")
+        or len(name) > 200
+    ):
         raise ValueError(f"{printable(str(name))!r} is not a task file's name (NAME.py)")
     if class_name is not None and (not isinstance(class_name, str) or not class_name.isidentifier()):
         raise ValueError(f"{printable(str(class_name))!r} is not a class name")
@@ -83,8 +92,9 @@ def place_task_file(folder: Path, payload) -> str:
     try:
         atomic_write_bytes(path, data)
     except OSError as exc:
-        raise ValueError(f"cannot write the task file {name} into {path.parent}: "
-                         f"{first_line(exc.strerror or exc)}") from None
+        raise ValueError(
+            f"cannot write the task file {name} into {path.parent}: {first_line(exc.strerror or exc)}"
+        ) from None
     return f"{path}:{class_name}" if class_name else str(path)
 
 
@@ -111,5 +121,8 @@ def task_for_host(reference: str, given: str, dest: str) -> tuple[str, dict]:
             return cls.name, dict(cls.defaults)
     if isinstance(given, str) and NAME_RE.match(given) and given not in TASK_NAMES:
         return given, {}
-    raise TaskFileError(reference, f"is not installed here, so its task's name is not known: to start it on {dest}, "
-                                   f"name the task too (task = \"NAME\" in the config)")
+    raise TaskFileError(
+        reference,
+        f"is not installed here, so its task's name is not known: to start it on {dest}, "
+        f'name the task too (task = "NAME" in the config)',
+    )

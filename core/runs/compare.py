@@ -41,8 +41,10 @@ def resolved_config(run: dict) -> dict:
     from core.tasks import option_values
 
     config = dict(run.get("config") or {})
-    resolved = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                for f in dataclasses.fields(RunConfig)}
+    resolved = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(RunConfig)
+    }
     resolved.update(config)
     options = resolved.pop("task_options")
     task = str(resolved.get("task") or run.get("task") or "")
@@ -61,8 +63,11 @@ def differing_config(runs: list[dict]) -> dict[str, list]:
     """The settings (resolved_config's, out_dir aside) whose resolved values differ between `runs`."""
     configs = [resolved_config(r) for r in runs]
     keys = sorted({k for c in configs for k in c if k != "out_dir"})
-    return {k: [c.get(k) for c in configs] for k in keys if len({json.dumps(c.get(k), sort_keys=True, default=str)
-                                                               for c in configs}) > 1}
+    return {
+        k: [c.get(k) for c in configs]
+        for k in keys
+        if len({json.dumps(c.get(k), sort_keys=True, default=str) for c in configs}) > 1
+    }
 
 
 @dataclass(frozen=True)
@@ -95,16 +100,22 @@ def compare_rows(runs: list[dict]) -> list[CompareRow]:
     metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
     test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
     rows: list[tuple[str, list]] = [
-        ("task", [r.get("task") for r in runs]), ("precision", [_precision_and_autocast(r) for r in runs]),
+        ("task", [r.get("task") for r in runs]),
+        ("precision", [_precision_and_autocast(r) for r in runs]),
         ("device", [r.get("device") for r in runs]),
         ("samples/s", [count(r.get("samples_per_second")) for r in runs]),
         ("peak memory", [size(r.get("peak_memory_bytes")) for r in runs]),
         ("best", [_best_at(r) for r in runs]),
-        ("final loss", [number(r.get("final_loss")) for r in runs])]
+        ("final loss", [number(r.get("final_loss")) for r in runs]),
+    ]
     rows += [(f"val {m}", [number((r.get("metrics") or {}).get(m)) for r in runs]) for m in metric_names]
     rows += [(f"test {m}", [number((r.get("test_metrics") or {}).get(m)) for r in runs]) for m in test_names]
-    rows += [("wall time", [duration(r.get("wall_seconds")) for r in runs]), ("steps", [steps_text(r) for r in runs]),
-             ("status", [r.get("status") for r in runs]), ("note", [r.get("note") or "-" for r in runs])]
+    rows += [
+        ("wall time", [duration(r.get("wall_seconds")) for r in runs]),
+        ("steps", [steps_text(r) for r in runs]),
+        ("status", [r.get("status") for r in runs]),
+        ("note", [r.get("note") or "-" for r in runs]),
+    ]
     out = []  # labels and texts printable: metric names, notes and config values come from the runs' files
     for label, values in rows:
         texts = tuple(printable(v if v is not None and v != "" else "-") for v in values)

@@ -46,18 +46,32 @@ class Evaluation:
         return asdict(self)
 
 
-def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", data: str | None = None,
-                        device: str | None = None, batch_size: int | None = None, devices=None,
-                        data_settings: dict | None = None, announce: Callable[[str], None] | None = None
-                        ) -> Evaluation:
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    split: str | None = "test",
+    data: str | None = None,
+    device: str | None = None,
+    batch_size: int | None = None,
+    devices=None,
+    data_settings: dict | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> Evaluation:
     """The metrics of `checkpoint`'s model on `split` ("test" or "val"; None: test when the task's data has
     one, else val) of its run's data (or of `data`). A run trained on given splits is measured on its given
     test (or validation) file, as its saved settings name it. `data` replaces the run's data with a file
     split on its own (its folder's files, its split column, else the task's split), unless `data_settings`
     (val_data, test_data, delimiter, columns) gives its splits or read options too. `announce`, if given, is
     called with the split chosen ("test" or "val") before it is measured."""
-    with rebuilt_run(checkpoint, split, data=data, device=device, batch_size=batch_size, devices=devices,
-                     data_settings=data_settings, announce=announce) as run:
+    with rebuilt_run(
+        checkpoint,
+        split,
+        data=data,
+        device=device,
+        batch_size=batch_size,
+        devices=devices,
+        data_settings=data_settings,
+        announce=announce,
+    ) as run:
         return run.evaluation(run.metrics())
 
 
@@ -86,19 +100,36 @@ class RebuiltRun:
         t = self.trainer
         info, plan, cfg = t.device_info, t.plan, t.cfg
         return Evaluation(
-            checkpoint=str(self.path), task=cfg.task, split=self.split, step=t.step, epoch=t.epoch,
-            metrics=metrics, data=cfg.data, device=str(t.device), device_name=info.name,
-            precision=plan.mode, autocast_dtype=plan.compute_dtype_name if plan.autocast_enabled else None,
+            checkpoint=str(self.path),
+            task=cfg.task,
+            split=self.split,
+            step=t.step,
+            epoch=t.epoch,
+            metrics=metrics,
+            data=cfg.data,
+            device=str(t.device),
+            device_name=info.name,
+            precision=plan.mode,
+            autocast_dtype=plan.compute_dtype_name if plan.autocast_enabled else None,
             seconds=time.perf_counter() - self.began,
-            baseline=dict(t.data.baseline), ceiling=dict(t.data.ceiling), notes=list(t.notes),
-            split_data=(cfg.test_data if self.split == "test" else cfg.val_data) or cfg.data)
+            baseline=dict(t.data.baseline),
+            ceiling=dict(t.data.ceiling),
+            notes=list(t.notes),
+            split_data=(cfg.test_data if self.split == "test" else cfg.val_data) or cfg.data,
+        )
 
 
 @contextmanager
-def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | None = None,
-                device: str | None = None, batch_size: int | None = None, devices=None,
-                data_settings: dict | None = None, announce: Callable[[str], None] | None = None
-                ) -> Iterator[RebuiltRun]:
+def rebuilt_run(
+    checkpoint: str | Path,
+    split: str | None = "test",
+    data: str | None = None,
+    device: str | None = None,
+    batch_size: int | None = None,
+    devices=None,
+    data_settings: dict | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> Iterator[RebuiltRun]:
     """`checkpoint`'s run set up again in a throwaway folder (see the module doc), with the checkpoint's
     weights, on the split evaluate_checkpoint measures (same arguments); cleaned up on leaving."""
     import torch  # noqa: F401  (the engine's dependency, loaded when a checkpoint is evaluated)
@@ -114,8 +145,14 @@ def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | 
     saved = ckpt.load_checkpoint(path)
     config = RunConfig.from_dict(saved["config"], source=str(path))
     del saved
-    changes: dict = {"keep_best": 0, "early_stop_patience": 0, "early_stop_divergence": 0.0, "tensorboard": False,
-                     "checkpoint_interval": 0, "checkpoint_minutes": 0.0}
+    changes: dict = {
+        "keep_best": 0,
+        "early_stop_patience": 0,
+        "early_stop_divergence": 0.0,
+        "tensorboard": False,
+        "checkpoint_interval": 0,
+        "checkpoint_minutes": 0.0,
+    }
     if data is not None:
         changes.update(data=data, val_data="", test_data="", query_file="")  # these belong to the run's own data
     changes.update(data_settings or {})
@@ -131,8 +168,9 @@ def rebuilt_run(checkpoint: str | Path, split: str | None = "test", data: str | 
                 split = "test" if trainer.test else "val"
             rows = trainer.test if split == "test" else trainer.val
             if not rows:
-                raise ConfigError("split", f"task {config.task} has no {split} split in "
-                                           f"{trainer.cfg.data or 'its own data'}")
+                raise ConfigError(
+                    "split", f"task {config.task} has no {split} split in {trainer.cfg.data or 'its own data'}"
+                )
             if announce is not None:
                 announce(split)
             yield RebuiltRun(trainer=trainer, path=path, split=split, rows=rows, began=began)

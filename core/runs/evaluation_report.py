@@ -25,8 +25,14 @@ REPORT_FILE = "evaluation.json"
 REPORT_VERSION = 1
 
 
-def evaluation_report(checkpoint: str | Path, split: str | None = None, device: str | None = None,
-                      batch_size: int | None = None, devices=None, announce=None) -> dict:
+def evaluation_report(
+    checkpoint: str | Path,
+    split: str | None = None,
+    device: str | None = None,
+    batch_size: int | None = None,
+    devices=None,
+    announce=None,
+) -> dict:
     """The report of `checkpoint`'s model on `split` ("test" or "val"; None: test when the data has one, else
     val) of its run's data: who and where (checkpoint, run folder, task, split, step, device, precision), how
     many rows, evaluate's metrics with the task's baseline and ceiling, and the task's sections. `announce`, if
@@ -38,8 +44,9 @@ def evaluation_report(checkpoint: str | Path, split: str | None = None, device: 
     from core.engine.run_record import RECORD_FILE
     from core.runs.evaluate import rebuilt_run
 
-    with rebuilt_run(checkpoint, split, device=device, batch_size=batch_size, devices=devices,
-                     announce=announce) as run:
+    with rebuilt_run(
+        checkpoint, split, device=device, batch_size=batch_size, devices=devices, announce=announce
+    ) as run:
         metrics = run.metrics()
         t = run.trainer
         model = t.raw_model
@@ -53,10 +60,15 @@ def evaluation_report(checkpoint: str | Path, split: str | None = None, device: 
         evaluation = run.evaluation(metrics).to_dict()
         rows = split_length(run.rows)
     folder = report_folder(checkpoint)
-    report = {"version": REPORT_VERSION, **evaluation, "rows": rows,
-              "run_folder": str(folder) if (folder / RECORD_FILE).is_file() else None,
-              "primary_metric": t.task.primary_metric, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              **{key: value for key, value in sections.items() if key not in evaluation}}
+    report = {
+        "version": REPORT_VERSION,
+        **evaluation,
+        "rows": rows,
+        "run_folder": str(folder) if (folder / RECORD_FILE).is_file() else None,
+        "primary_metric": t.task.primary_metric,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **{key: value for key, value in sections.items() if key not in evaluation},
+    }
     report["seconds"] = time.perf_counter() - run.began
     return json_ready(report)
 
@@ -126,4 +138,6 @@ def _unreadable(path: Path, exc: UnreadableFile, payload: bytes | None) -> str:
         except (UnicodeDecodeError, RecursionError, ValueError):
             pass
     text = str(exc)
-    return shown_path(path) + text[len(REPORT_FILE):] if text.startswith(REPORT_FILE) else f"{shown_path(path)}: {text}"
+    return (
+        shown_path(path) + text[len(REPORT_FILE) :] if text.startswith(REPORT_FILE) else f"{shown_path(path)}: {text}"
+    )

@@ -95,21 +95,36 @@ class ExportResult:
 
     def summary(self) -> str:
         """One line: where, what, and the verification figure."""
-        text = (f"exported {self.task} (step {self.step:,}) as {self.format} {self.dtype} to {self.folder}: "
-                f"{MODEL_FILES[self.format]} {size(self.size_bytes)}; verified by reloading it on a sample "
-                f"batch {tuple(self.sample_shape)}: max abs difference {self.max_abs_diff:.2e} (tolerance "
-                f"{self.tolerance:.0e})")
+        text = (
+            f"exported {self.task} (step {self.step:,}) as {self.format} {self.dtype} to {self.folder}: "
+            f"{MODEL_FILES[self.format]} {size(self.size_bytes)}; verified by reloading it on a sample "
+            f"batch {tuple(self.sample_shape)}: max abs difference {self.max_abs_diff:.2e} (tolerance "
+            f"{self.tolerance:.0e})"
+        )
         if self.fp32_size_bytes is not None and self.dtype_diff is not None:
-            text += (f"; {self.dtype} vs fp32: {size(self.size_bytes)} vs {size(self.fp32_size_bytes)}, "
-                     f"outputs differ by at most {self.dtype_diff:.2e}")
+            text += (
+                f"; {self.dtype} vs fp32: {size(self.size_bytes)} vs {size(self.fp32_size_bytes)}, "
+                f"outputs differ by at most {self.dtype_diff:.2e}"
+            )
         return text
 
     def to_dict(self) -> dict:
-        return {"format": self.format, "folder": str(self.folder), "files": self.files, "task": self.task,
-                "step": self.step, "dtype": self.dtype, "size_bytes": self.size_bytes,
-                "max_abs_diff": self.max_abs_diff, "tolerance": self.tolerance, "rows": self.rows,
-                "fp32_size_bytes": self.fp32_size_bytes, "dtype_diff": self.dtype_diff,
-                "seconds": self.seconds, "sample_shape": self.sample_shape}
+        return {
+            "format": self.format,
+            "folder": str(self.folder),
+            "files": self.files,
+            "task": self.task,
+            "step": self.step,
+            "dtype": self.dtype,
+            "size_bytes": self.size_bytes,
+            "max_abs_diff": self.max_abs_diff,
+            "tolerance": self.tolerance,
+            "rows": self.rows,
+            "fp32_size_bytes": self.fp32_size_bytes,
+            "dtype_diff": self.dtype_diff,
+            "seconds": self.seconds,
+            "sample_shape": self.sample_shape,
+        }
 
 
 # ---------------------------------------------------------------------------------------------- the export
@@ -157,15 +172,18 @@ def check_task_returns(loaded: Loaded, say) -> None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             data = task.use_config(cfg).load_data(cfg.data, cfg.seed)
-    except Exception as exc:  # noqa: BLE001 - the export goes on without the check, and says so
-        say(f"note: task {task.name}'s loss and metrics were not checked: its data could not be loaded "
-            f"({type(exc).__name__}: {first_line(exc)})")
+    except Exception as exc:
+        say(
+            f"note: task {task.name}'s loss and metrics were not checked: its data could not be loaded "
+            f"({type(exc).__name__}: {first_line(exc)})"
+        )
         return
     check_returns(task, loaded.model, checked_data(task, data), torch.device("cpu"), batch_size=cfg.batch_size)
 
 
-def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", dtype: str = "fp32",
-                 progress=None) -> ExportResult:
+def export_model(
+    checkpoint: str | Path, out: str | Path, fmt: str = "program", dtype: str = "fp32", progress=None
+) -> ExportResult:
     """Write and verify the export of `checkpoint` as `fmt` into the folder `out` (see the module doc).
     `progress(text)` gets a line per stage. ConfigError for a bad format, dtype or destination;
     CheckpointError for a checkpoint that cannot be exported; nothing is left at `out` on any failure."""
@@ -177,8 +195,11 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         raise ConfigError("dtype", f"{dtype!r} is not an export dtype: choose {', '.join(DTYPES)}")
     if fmt == "onnx":
         if dtype == "bf16":
-            raise ConfigError("dtype", "--dtype bf16 cannot be served by ONNX Runtime (its CPU kernels have no "
-                                       "bfloat16 MatMul): use --dtype fp16 for ONNX, or --format program")
+            raise ConfigError(
+                "dtype",
+                "--dtype bf16 cannot be served by ONNX Runtime (its CPU kernels have no "
+                "bfloat16 MatMul): use --dtype fp16 for ONNX, or --format program",
+            )
         require_onnx()
     out = Path(os.path.abspath(Path(out).expanduser()))  # "." is the current folder, named (its parent is real)
     _check_destination(out)
@@ -201,9 +222,11 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         files = _write_model(loaded, serving, sample, staging, fmt, dtype)
         try:
             got = _reload_outputs(loaded, staging, fmt, dtype, sample)
-        except Exception as exc:  # noqa: BLE001 - a loader's failure is the export's, in one line
-            raise CheckpointError(f"{checkpoint}: the written {MODEL_FILES[fmt]} could not be loaded back: "
-                                  f"{first_line(exc)}; nothing was written") from None
+        except Exception as exc:
+            raise CheckpointError(
+                f"{checkpoint}: the written {MODEL_FILES[fmt]} could not be loaded back: "
+                f"{first_line(exc)}; nothing was written"
+            ) from None
         diff = _max_abs(got, expected)
         # Reduced precision run by another runtime (ONNX Runtime) rounds differently: a few units of its epsilon.
         rounding = 4 * torch.finfo(DTYPES[dtype]).eps if dtype != "fp32" and fmt == "onnx" else TOLERANCE
@@ -211,9 +234,11 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         shape = tuple(sample.shape)
         say(f"verified: reloaded {MODEL_FILES[fmt]} on a sample batch {shape}, max abs difference {diff:.2e}")
         if not diff <= tolerance:  # NaN fails too
-            raise CheckpointError(f"{checkpoint}: the {fmt} export does not reproduce the model: max abs "
-                                  f"difference {diff:.2e} on a sample batch {shape} (tolerance {tolerance:.0e}); "
-                                  f"nothing was written")
+            raise CheckpointError(
+                f"{checkpoint}: the {fmt} export does not reproduce the model: max abs "
+                f"difference {diff:.2e} on a sample batch {shape} (tolerance {tolerance:.0e}); "
+                f"nothing was written"
+            )
         fp32_size = dtype_diff = None
         if dtype != "fp32":
             dtype_diff = _max_abs(expected, expected32)
@@ -223,12 +248,18 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
             fp32_size = (scratch / MODEL_FILES[fmt]).stat().st_size
             shutil.rmtree(scratch)
         manifest = build_manifest(loaded, fmt, dtype, sample)
-        manifest["verification"] = {"sample_shape": list(shape), "max_abs_diff": diff, "tolerance": tolerance,
-                                    "dtype_diff_vs_fp32": dtype_diff}
+        manifest["verification"] = {
+            "sample_shape": list(shape),
+            "max_abs_diff": diff,
+            "tolerance": tolerance,
+            "dtype_diff_vs_fp32": dtype_diff,
+        }
         # strict JSON (no NaN/Infinity, which a server in another language cannot parse): a metric that was NaN
         # (an AUC of a one-class split) is null
-        _write(staging / "manifest.json", json.dumps(_json_safe(manifest), indent=2, default=str,
-                                                     allow_nan=False).encode("utf-8"))
+        _write(
+            staging / "manifest.json",
+            json.dumps(_json_safe(manifest), indent=2, default=str, allow_nan=False).encode("utf-8"),
+        )
         served = serve_files(loaded.serving)
         for name, payload in served.items():
             _write(staging / name, payload)
@@ -251,9 +282,22 @@ def export_model(checkpoint: str | Path, out: str | Path, fmt: str = "program", 
         if isinstance(exc, OSError):  # a full disk (ENOSPC, EDQUOT), a read-only or vanished folder: one line
             raise _write_error(out, exc) from None
         raise
-    return ExportResult(fmt, out, sorted(files), loaded.state["task"], loaded.state["step"], dtype, size, diff,
-                        tolerance, int(sample.shape[0]), fp32_size, dtype_diff, time.perf_counter() - began,
-                        sample_shape=list(sample.shape))
+    return ExportResult(
+        fmt,
+        out,
+        sorted(files),
+        loaded.state["task"],
+        loaded.state["step"],
+        dtype,
+        size,
+        diff,
+        tolerance,
+        int(sample.shape[0]),
+        fp32_size,
+        dtype_diff,
+        time.perf_counter() - began,
+        sample_shape=list(sample.shape),
+    )
 
 
 def _write_error(out: Path, exc: OSError) -> ConfigError:
@@ -261,8 +305,9 @@ def _write_error(out: Path, exc: OSError) -> ConfigError:
     from core.files import shown_path
 
     where = f" ({shown_path(exc.filename)})" if exc.filename else ""
-    return ConfigError("out", f"{shown_path(out)}: could not write the export{where}: {describe_os_error(exc)}; "
-                              f"nothing was written")
+    return ConfigError(
+        "out", f"{shown_path(out)}: could not write the export{where}: {describe_os_error(exc)}; nothing was written"
+    )
 
 
 def require_onnx() -> None:
@@ -302,8 +347,9 @@ def sample_inputs(loaded: Loaded, rows: int = SAMPLE_ROWS, seed: int = 0) -> tor
     return loaded.serving.sample_inputs(loaded.model, rows, seed)
 
 
-def _write_model(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, fmt: str,
-                 dtype: str) -> list[str]:
+def _write_model(
+    loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, fmt: str, dtype: str
+) -> list[str]:
     task = loaded.state["task"]
     dynamic = {name_arg(serving): loaded.serving.dynamic_shapes()}
     if fmt == "program":
@@ -312,9 +358,10 @@ def _write_model(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folde
             program.example_inputs = None  # saved, they would be a torch.save pickle, which a loader refuses
             buffer = io.BytesIO()
             torch.export.save(program, buffer)
-        except Exception as exc:  # noqa: BLE001 - torch.export raises many types; one line for the user
-            raise CheckpointError(f"{loaded.path}: torch.export could not export the {task} model: "
-                                  f"{first_line(exc)}") from None
+        except Exception as exc:
+            raise CheckpointError(
+                f"{loaded.path}: torch.export could not export the {task} model: {first_line(exc)}"
+            ) from None
         _write(folder / MODEL_FILES[fmt], buffer.getvalue())
         return [MODEL_FILES[fmt]]
     if fmt == "onnx":
@@ -336,19 +383,30 @@ def _write_onnx(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder
 
     path = folder / MODEL_FILES["onnx"]
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):  # the exporter's progress lines and notes
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):  # the exporter's progress lines and notes
             warnings.simplefilter("ignore")
             for logger in ("torch.onnx", "onnxscript", "onnx_ir"):
                 logging.getLogger(logger).setLevel(logging.ERROR)
-            program = torch.onnx.export(serving, (sample,), dynamo=True, input_names=[loaded.serving.input_name],
-                                        output_names=[loaded.serving.output_name], dynamic_shapes=dynamic,
-                                        optimize=True, verbose=False)
+            program = torch.onnx.export(
+                serving,
+                (sample,),
+                dynamo=True,
+                input_names=[loaded.serving.input_name],
+                output_names=[loaded.serving.output_name],
+                dynamic_shapes=dynamic,
+                optimize=True,
+                verbose=False,
+            )
             program.save(str(path), external_data=False)
-    except Exception as exc:  # noqa: BLE001 - the exporter raises many types; one line for the user
+    except Exception as exc:
         path.unlink(missing_ok=True)
-        raise CheckpointError(f"{loaded.path}: the ONNX exporter could not export the {loaded.state['task']} model: "
-                              f"{_onnx_cause(exc)}") from None
+        raise CheckpointError(
+            f"{loaded.path}: the ONNX exporter could not export the {loaded.state['task']} model: {_onnx_cause(exc)}"
+        ) from None
     return [MODEL_FILES["onnx"]]
 
 
@@ -361,8 +419,10 @@ def _write_safetensors(loaded: Loaded, serving: nn.Module, folder: Path, dtype: 
         from safetensors.torch import save as save_safetensors
 
         tensors = {k: v.detach().contiguous() for k, v in serving.model.state_dict().items()}
-        _write(folder / MODEL_FILES["safetensors"],
-               save_safetensors(tensors, metadata={"format": "pt", "task": loaded.state["task"], "dtype": dtype}))
+        _write(
+            folder / MODEL_FILES["safetensors"],
+            save_safetensors(tensors, metadata={"format": "pt", "task": loaded.state["task"], "dtype": dtype}),
+        )
     return [Path(p).name for p in written]
 
 
@@ -406,12 +466,22 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------- the manifest
 # What loading each format runs: data may come from anyone, a program only from someone whose code you would run.
 FORMAT_SAFETY = {
-    "program": ("code", ("a torch.export program is code: torch.export.load rebuilds and runs Python from it; "
-                         "serve.py refuses one holding pickles or Python source before loading it, but load "
-                         "programs only from people whose code you would run")),
+    "program": (
+        "code",
+        (
+            "a torch.export program is code: torch.export.load rebuilds and runs Python from it; "
+            "serve.py refuses one holding pickles or Python source before loading it, but load "
+            "programs only from people whose code you would run"
+        ),
+    ),
     "onnx": ("data", "an ONNX graph of standard operators run by onnxruntime: data, no Python runs from it"),
-    "safetensors": ("data", ("raw tensors by name that serve.py computes in plain torch: data, no Python runs "
-                             "from it (model.pt beside it is a checkpoint, read only with weights_only=True)")),
+    "safetensors": (
+        "data",
+        (
+            "raw tensors by name that serve.py computes in plain torch: data, no Python runs "
+            "from it (model.pt beside it is a checkpoint, read only with weights_only=True)"
+        ),
+    ),
 }
 
 
@@ -427,10 +497,18 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
 
         versions.update(onnx=onnx.__version__, onnxruntime=onnxruntime.__version__)
     manifest = {
-        "format": fmt, "file": MODEL_FILES[fmt], "task": state["task"], "task_options": dict(loaded.task.opts),
-        "step": state["step"], "epoch": state["epoch"],
-        "metrics": state["metrics"], "config": state["config"], "precision": state.get("precision") or {},
-        "dtype": dtype, "trained_versions": state["versions"], "versions": versions,
+        "format": fmt,
+        "file": MODEL_FILES[fmt],
+        "task": state["task"],
+        "task_options": dict(loaded.task.opts),
+        "step": state["step"],
+        "epoch": state["epoch"],
+        "metrics": state["metrics"],
+        "config": state["config"],
+        "precision": state.get("precision") or {},
+        "dtype": dtype,
+        "trained_versions": state["versions"],
+        "versions": versions,
         "source_checkpoint": str(loaded.path),
     }
     manifest["format_kind"], manifest["safety"] = FORMAT_SAFETY[fmt]
@@ -439,8 +517,10 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
     elif fmt == "onnx":
         manifest["load"] = "onnxruntime.InferenceSession('model.onnx').run(None, {input name: array})"
     else:
-        manifest["load"] = ("model.safetensors: the weights by state_dict name; serve.py computes the model from "
-                            "them in plain torch (model.pt is the full checkpoint, model.json its manifest)")
+        manifest["load"] = (
+            "model.safetensors: the weights by state_dict name; serve.py computes the model from "
+            "them in plain torch (model.pt is the full checkpoint, model.json its manifest)"
+        )
     manifest.update(loaded.serving.manifest(model, state, sample))  # inputs, outputs, serving
     manifest["serving_module"] = loaded.serving.standalone  # the task's part of serve.py, beside it
     return manifest

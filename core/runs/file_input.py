@@ -49,26 +49,36 @@ class InputReader:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
             else:
-                with self._csv_source() as (source, separation), pacsv.open_csv(
-                        source, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
-                        parse_options=pacsv.ParseOptions(**separation, newlines_in_values=True,
-                                                         ignore_empty_lines=False,
-                                                         invalid_row_handler=lambda row: "skip")) as r:
+                with (
+                    self._csv_source() as (source, separation),
+                    pacsv.open_csv(
+                        source,
+                        read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
+                        parse_options=pacsv.ParseOptions(
+                            **separation,
+                            newlines_in_values=True,
+                            ignore_empty_lines=False,
+                            invalid_row_handler=lambda row: "skip",
+                        ),
+                    ) as r,
+                ):
                     names = r.schema.names
                 self.schema = pa.schema([(n, pa.string()) for n in names])
         except (pa.ArrowInvalid, OSError) as exc:
-            raise DataError(f"{path}: cannot be read as {'Parquet' if self.parquet else 'CSV'}: "
-                            f"{_arrow_reason(exc)}") from None
+            raise DataError(
+                f"{path}: cannot be read as {'Parquet' if self.parquet else 'CSV'}: {_arrow_reason(exc)}"
+            ) from None
         except UnicodeDecodeError as exc:  # pyarrow decodes the column names itself
-            raise DataError(f"{path}: line 1: a column name is not UTF-8 text (byte {exc.object[exc.start]:#04x}): "
-                            f"save the file as UTF-8") from None
+            raise DataError(
+                f"{path}: line 1: a column name is not UTF-8 text (byte {exc.object[exc.start]:#04x}): "
+                f"save the file as UTF-8"
+            ) from None
         self.columns = list(self.schema.names)
         if not self.columns or (len(self.columns) == 1 and not self.columns[0]):
             raise DataError(f"{path}: no header line (the first line names the columns)")
         if not self.parquet and all(formats.is_number(name) for name in self.columns):
             # a file without a header: its first row would be read as the column names and silently lost
-            raise DataError(f"{path}: line 1 holds numbers, not column names: add a header line naming the "
-                            f"columns")
+            raise DataError(f"{path}: line 1 holds numbers, not column names: add a header line naming the columns")
         self.header_shown = _plausible_header(self.columns)  # else nothing of line 1 is ever printed
 
     def _open(self):
@@ -93,8 +103,10 @@ class InputReader:
         """The file's columns for a message, or why they are not shown (line 1 reads as no header)."""
         if self.header_shown:
             return f"the file's columns: {shown_names(self.columns)}"
-        return f"{'its columns name' if self.parquet else 'line 1 names'} none of the columns predict reads, so " \
-               f"they are not shown"
+        return (
+            f"{'its columns name' if self.parquet else 'line 1 names'} none of the columns predict reads, so "
+            f"they are not shown"
+        )
 
     def shown(self, column: str) -> str:
         """How messages name one of the file's columns: its name when line 1 is a header, else its position."""
@@ -142,9 +154,11 @@ class InputReader:
         for name in self.needed:  # which of two same-named columns is meant cannot be known
             where = [str(i + 1) for i, c in enumerate(self.columns) if c == name]
             if len(where) > 1:
-                raise DataError(f"{self.path}: {'line 1: ' if not self.parquet else ''}the column "
-                                f"{self.shown(name)!r} appears {len(where)} times (columns {', '.join(where)}): "
-                                f"rename all but one")
+                raise DataError(
+                    f"{self.path}: {'line 1: ' if not self.parquet else ''}the column "
+                    f"{self.shown(name)!r} appears {len(where)} times (columns {', '.join(where)}): "
+                    f"rename all but one"
+                )
 
     def __iter__(self):
         if self.parquet:
@@ -164,8 +178,9 @@ class InputReader:
             except StopIteration:
                 return
             except (pa.ArrowException, OSError) as exc:  # a damaged page: one line, and nothing written
-                raise DataError(f"{self.path}: cannot be read as Parquet after row {first - 1:,}: "
-                                f"{first_line(exc)}") from None
+                raise DataError(
+                    f"{self.path}: cannot be read as Parquet after row {first - 1:,}: {first_line(exc)}"
+                ) from None
             lines = np.arange(first, first + batch.num_rows, dtype=np.int64)
             first += batch.num_rows
             yield _text_only(batch, lines, [])
@@ -191,18 +206,27 @@ class InputReader:
         # null; an unquoted empty value is null as well and made "" again, a quoted one ("") stays "". Line
         # breaks inside quoted values are counted in every column, read or not.
         unique = len(set(self.columns)) == len(self.columns)
-        options = dict(read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
-                       convert_options=pacsv.ConvertOptions(
-                           column_types={c: pa.binary() for c in self.columns},
-                           include_columns=[] if unique else self.needed, strings_can_be_null=True,
-                           null_values=[""], quoted_strings_can_be_null=False))
+        options = dict(
+            read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types={c: pa.binary() for c in self.columns},
+                include_columns=[] if unique else self.needed,
+                strings_can_be_null=True,
+                null_values=[""],
+                quoted_strings_can_be_null=False,
+            ),
+        )
         record = 1  # the last record (header = 1) placed so far: the next batch's rows come after it
         extra_lines = 0  # line breaks inside quoted values of the records placed so far
         try:
             with self._csv_source() as (source, separation):
-                reader = pacsv.open_csv(source, parse_options=pacsv.ParseOptions(
-                    **separation, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=invalid),
-                    **options)
+                reader = pacsv.open_csv(
+                    source,
+                    parse_options=pacsv.ParseOptions(
+                        **separation, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=invalid
+                    ),
+                    **options,
+                )
                 for batch in reader:
                     n = batch.num_rows
                     blank = np.ones(n, dtype=bool)
@@ -212,15 +236,19 @@ class InputReader:
                         breaks += _line_breaks(column)
                     names = batch.schema.names
                     batch = pa.RecordBatch.from_arrays(
-                        [pc.fill_null(batch.column(names.index(c)), b"") for c in self.needed], names=self.needed)
+                        [pc.fill_null(batch.column(names.index(c)), b"") for c in self.needed], names=self.needed
+                    )
                     lines, problems, record, extra_lines = _place_records(n, breaks, skipped, record, extra_lines)
                     if blank.any():  # blank lines: counted, not rows
                         batch, lines = batch.filter(pa.array(~blank)), lines[~blank]
                     yield _text_only(batch, lines, problems)
             _, problems, _, _ = _place_records(0, np.zeros(0, np.int64), skipped, record, extra_lines)
             if problems:  # bad records after the last good one
-                yield (pa.RecordBatch.from_pylist([], schema=pa.schema([(c, pa.string()) for c in self.needed])),
-                       np.zeros(0, dtype=np.int64), problems)
+                yield (
+                    pa.RecordBatch.from_pylist([], schema=pa.schema([(c, pa.string()) for c in self.needed])),
+                    np.zeros(0, dtype=np.int64),
+                    problems,
+                )
         except pa.ArrowInvalid as exc:
             raise DataError(f"{self.path}: cannot be read as CSV: {_arrow_reason(exc)}") from None
 
@@ -234,8 +262,11 @@ def _declared() -> tuple[frozenset[str], tuple[str, ...]]:
     from core.data.importers import ALIASES
     from core.tasks import TASKS
 
-    scorers = [serving.file_scorer for task in TASKS.values()
-               if (serving := task.serving_class()) is not None and serving.file_scorer is not None]
+    scorers = [
+        serving.file_scorer
+        for task in TASKS.values()
+        if (serving := task.serving_class()) is not None and serving.file_scorer is not None
+    ]
     columns = {name for scorer in scorers for name in scorer.input_columns}
     names = {normalise_name(name) for name in columns} | {a for name in columns for a in ALIASES.get(name, ())}
     return frozenset(names), tuple(dict.fromkeys(s.column_pattern for s in scorers if s.column_pattern))
@@ -247,8 +278,10 @@ def _binary_as_text(batch):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not any(pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) or pa.types.is_dictionary(f.type)
-               for f in batch.schema):
+    if not any(
+        pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) or pa.types.is_dictionary(f.type)
+        for f in batch.schema
+    ):
         return batch
     columns = []
     for column in batch.columns:
@@ -278,16 +311,22 @@ def _text_only(batch, lines, problems):
             continue
         except pa.ArrowInvalid:
             pass
-        for i, value in enumerate(column.cast(pa.binary() if pa.types.is_string(column.type) else
-                                              pa.large_binary()).to_pylist()):
+        for i, value in enumerate(
+            column.cast(pa.binary() if pa.types.is_string(column.type) else pa.large_binary()).to_pylist()
+        ):
             if value is None or bad[i]:
                 continue
             try:
                 value.decode("utf-8")
             except UnicodeDecodeError as exc:
                 bad[i] = True
-                found.append((int(lines[i]), f"{name} is not valid UTF-8 (byte {value[exc.start]:#04x} at "
-                                             f"position {exc.start + 1}): save the file as UTF-8"))
+                found.append(
+                    (
+                        int(lines[i]),
+                        f"{name} is not valid UTF-8 (byte {value[exc.start]:#04x} at "
+                        f"position {exc.start + 1}): save the file as UTF-8",
+                    )
+                )
     if not bad.any():
         return batch, lines, problems
     return batch.filter(pa.array(~bad)), lines[~bad], sorted(problems + found)

@@ -179,8 +179,6 @@ class BadRows:
             sys.stderr.write(f"... and {self.count - MAX_REPORTED:,} more bad {self.unit}s (skipped)\n")
 
 
-
-
 class Progress:
     """On a terminal one line rewritten in place; otherwise a line every `every` seconds (log-friendly)."""
 
@@ -206,4 +204,3 @@ class Progress:
         if self.live and self.shown:
             self.stream.write("\n")
             self.stream.flush()
-

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from core.engine.run_folder import run_checkpoint
+from core.engine.run_record import run_checkpoint
 from core.errors import CheckpointError, ConfigError, DataError
 
 if TYPE_CHECKING:
@@ -149,8 +149,14 @@ class Predictor:
             return
         from core.tasks import TASKS
 
-        wanted = next((name for name, cls in TASKS.items()
-                       if (other := cls.serving_class()) is not None and method in other.answers), "another")
+        wanted = next(
+            (
+                name
+                for name, cls in TASKS.items()
+                if (other := cls.serving_class()) is not None and method in other.answers
+            ),
+            "another",
+        )
         raise ConfigError("task", f"{self.checkpoint} is a {self.task} model: {method} needs a {wanted} checkpoint")
 
     # ---- the Model preview: one input of the kind the task's serving declares (core.tasks.serving.PreviewSpec)
@@ -223,7 +229,7 @@ class Predictor:
             for start in range(0, len(texts), SENTIMENT_ROWS):
                 tokens = self.task_object._tokens(texts.slice(start, SENTIMENT_ROWS))
                 logits = self.model(tokens.to(self.device)).float()
-                out[start:start + len(tokens)] = torch.softmax(logits, dim=1)[:, 1].double().to(HOST).numpy()
+                out[start : start + len(tokens)] = torch.softmax(logits, dim=1)[:, 1].double().to(HOST).numpy()
         return out
 
     def explain(self, text: str, top: int = 8) -> list[tuple[str, float]]:
@@ -246,7 +252,7 @@ class Predictor:
         p = self.sentiment_array(pa.array(variants, pa.string()))
         effects = [(word, float(p[0] - p[i + 1])) for i, word in enumerate(distinct)]
         effects.sort(key=lambda item: -abs(item[1]))
-        return effects[:max(0, int(top))]
+        return effects[: max(0, int(top))]
 
     # ---- recommender -----------------------------------------------------------------------------------------
     def _vocabulary(self) -> tuple[np.ndarray, pa.Array]:
@@ -259,8 +265,10 @@ class Predictor:
             else:
                 values = np.array([str(v) for v in ids], dtype=object)
             if len(values) != self.n_items:
-                raise CheckpointError(f"{self.checkpoint}: bad checkpoint: its vocabulary has {len(values):,} "
-                                      f"lesson ids but the model {self.n_items:,} lessons")
+                raise CheckpointError(
+                    f"{self.checkpoint}: bad checkpoint: its vocabulary has {len(values):,} "
+                    f"lesson ids but the model {self.n_items:,} lessons"
+                )
             self._id_strings = pa.array([str(v) for v in values.tolist()], pa.string())
             self._ids = values
         return self._ids, self._id_strings
@@ -308,13 +316,19 @@ class Predictor:
             start = offsets[row]
             unknown = [item for j, item in enumerate(history) if codes[start + j] == 0]
             real = batch.items[row] > 0
-            out.append(Recommendation(items=ids[batch.items[row][real] - 1].tolist(),
-                                      scores=[float(s) for s in batch.scores[row][real]],
-                                      seen=[bool(s) for s in batch.seen[row][real]], unknown=unknown))
+            out.append(
+                Recommendation(
+                    items=ids[batch.items[row][real] - 1].tolist(),
+                    scores=[float(s) for s in batch.scores[row][real]],
+                    seen=[bool(s) for s in batch.seen[row][real]],
+                    unknown=unknown,
+                )
+            )
         return out
 
-    def recommend_codes(self, codes: np.ndarray, offsets: np.ndarray, k: int = 10,
-                        exclude_seen: bool = True) -> RecommendedBatch:
+    def recommend_codes(
+        self, codes: np.ndarray, offsets: np.ndarray, k: int = 10, exclude_seen: bool = True
+    ) -> RecommendedBatch:
         """recommend over histories given as model item ids: history b is codes[offsets[b]:offsets[b + 1]]
         (0 = an unknown id, skipped). Each history's last max_len known lessons are read, left-padded as in
         training; with `exclude_seen` every known lesson of the whole history is excluded."""
@@ -350,8 +364,9 @@ class Predictor:
                 lo, hi = np.searchsorted(kept_owner, [start, end])
                 row = torch.from_numpy(kept_owner[lo:hi] - start).to(self.device)
                 col = torch.from_numpy(kept[lo:hi] - 1).to(self.device)
-                history = torch.zeros_like(score, dtype=torch.bool).index_put_((row, col),
-                                                                               torch.ones_like(row, dtype=torch.bool))
+                history = torch.zeros_like(score, dtype=torch.bool).index_put_(
+                    (row, col), torch.ones_like(row, dtype=torch.bool)
+                )
                 if exclude_seen:
                     score = score.masked_fill(history, float("-inf"))
                 value, index = score.topk(k, dim=1)
@@ -407,8 +422,8 @@ class Predictor:
         out = np.empty(len(x), dtype=np.float32)
         with self._lock, torch.inference_mode():
             for start in range(0, len(x), RANK_ROWS):
-                chunk = torch.from_numpy(x[start:start + RANK_ROWS]).to(self.device)
-                out[start:start + len(chunk)] = self.model(chunk).float().to(HOST).numpy()
+                chunk = torch.from_numpy(x[start : start + RANK_ROWS]).to(self.device)
+                out[start : start + len(chunk)] = self.model(chunk).float().to(HOST).numpy()
         return out
 
     def rows(self, values, what: str) -> np.ndarray:
@@ -426,8 +441,10 @@ class Predictor:
         if x.ndim == 1 and x.shape[0] == self.n_features:
             x = x[None, :]
         if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise DataError(f"{what}: the {self.task} model takes {self.n_features} numbers per row, got an array "
-                            f"of shape {tuple(x.shape)}")
+            raise DataError(
+                f"{what}: the {self.task} model takes {self.n_features} numbers per row, got an array "
+                f"of shape {tuple(x.shape)}"
+            )
         bad = np.argwhere(~np.isfinite(x))
         if len(bad):  # NaN, inf, or beyond float32 (1e39): the model's answer would be NaN or meaningless
             row, column = (int(v) for v in bad[0])
@@ -463,17 +480,21 @@ class Predictor:
         if whole:  # one data set: the seeded 80 / 10 / 10 split of queries, as the run made it
             n = int(query.max()) + 1 if len(query) else 0
             perm = np.random.default_rng([seed, 8]).permutation(n)
-            chosen = perm[int(0.9 * n):]
+            chosen = perm[int(0.9 * n) :]
         else:
             chosen = np.unique(query)
         out = []
         for code in chosen[:limit]:
             rows = np.flatnonzero(query == code)
             qid = raw_query[rows[0]]
-            out.append(Query(query_id=qid.item() if isinstance(qid, np.generic) else qid,
-                             doc_ids=[d.item() if isinstance(d, np.generic) else d for d in doc[rows]],
-                             features=np.ascontiguousarray(features[rows], dtype=np.float32),
-                             labels=label[rows].astype(np.int64)))
+            out.append(
+                Query(
+                    query_id=qid.item() if isinstance(qid, np.generic) else qid,
+                    doc_ids=[d.item() if isinstance(d, np.generic) else d for d in doc[rows]],
+                    features=np.ascontiguousarray(features[rows], dtype=np.float32),
+                    labels=label[rows].astype(np.int64),
+                )
+            )
         return out
 
     def _read_test_table(self, columns) -> tuple[pa.Table, bool]:
@@ -505,7 +526,7 @@ class Predictor:
         opts = self.task_object.opts
         x, _ = make_tiny_data(opts["samples"], opts["label_noise"], int(self.config.get("seed", 0)))
         cut = int(0.8 * len(x))
-        return x[cut:cut + limit].numpy().astype(np.float32)
+        return x[cut : cut + limit].numpy().astype(np.float32)
 
 
 def split_history(text: str) -> list[str]:
@@ -543,7 +564,17 @@ def load_predictor(source: str | Path, which: str = "best", device: str | None =
     config = state["config"]
     task, model = rebuild_model(state, path)
     model = model.float().to(where).eval()
-    return Predictor(task=state["task"], checkpoint=path, step=state["step"], epoch=state["epoch"],
-                     metrics=dict(state["metrics"]), config=dict(config), device=where, model=model,
-                     task_object=task, data_info=dict(state.get("data_info") or {}),
-                     vocabulary=dict(state.get("vocabulary") or {}), notes=notes)
+    return Predictor(
+        task=state["task"],
+        checkpoint=path,
+        step=state["step"],
+        epoch=state["epoch"],
+        metrics=dict(state["metrics"]),
+        config=dict(config),
+        device=where,
+        model=model,
+        task_object=task,
+        data_info=dict(state.get("data_info") or {}),
+        vocabulary=dict(state.get("vocabulary") or {}),
+        notes=notes,
+    )

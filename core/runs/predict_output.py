@@ -19,8 +19,12 @@ from core.files import PartialFile, remove_abandoned_partials, shown_path
 from core.text import first_line
 
 OUT_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-_CAUSES = {errno.ENOSPC: "disk full", getattr(errno, "EDQUOT", -1): "disk quota exceeded",
-           errno.EROFS: "read-only file system", errno.EIO: "input/output error"}
+_CAUSES = {
+    errno.ENOSPC: "disk full",
+    getattr(errno, "EDQUOT", -1): "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EIO: "input/output error",
+}
 
 
 class WriteFailed(AmpConsoleError):
@@ -39,10 +43,14 @@ def clear_abandoned(out: Path) -> list[str]:
     """Notes on the partial files of earlier predicts to `out` that were killed: removed (or, when they
     cannot be, named). A live predict's is never touched."""
     removed, kept = remove_abandoned_partials(out)
-    notes = [f"removed {shown_path(name)}, the partial output of an earlier predict that did not finish"
-             for name in removed]
-    notes += [f"{shown_path(name)} beside {shown_path(out.name)} is the partial output of an earlier predict "
-              f"that did not finish, and could not be removed" for name in kept]
+    notes = [
+        f"removed {shown_path(name)}, the partial output of an earlier predict that did not finish" for name in removed
+    ]
+    notes += [
+        f"{shown_path(name)} beside {shown_path(out.name)} is the partial output of an earlier predict "
+        f"that did not finish, and could not be removed"
+        for name in kept
+    ]
     return notes
 
 
@@ -75,8 +83,9 @@ class AtomicTableWriter:
             if isinstance(exc, OSError) and exc.errno:
                 raise write_failure(self.out, exc) from None
             if isinstance(exc, (pa.ArrowException, OSError)):
-                raise DataError(f"{self.out}: cannot write {self.kind.upper()} with columns {self.schema.names}: "
-                                f"{first_line(exc)}") from None
+                raise DataError(
+                    f"{self.out}: cannot write {self.kind.upper()} with columns {self.schema.names}: {first_line(exc)}"
+                ) from None
             raise
         return self
 

@@ -37,5 +37,12 @@ from core.runs.serve import (
 )
 from core.runs.serve_program import PT2_JSON_LIMIT, PT2_MEMBERS_LIMIT
 
-__all__ = ["PT2_JSON_LIMIT", "PT2_MEMBERS_LIMIT", "UnsafeExport", "check_program", "load_program", "model_file",
-           "open_regular"]
+__all__ = [
+    "PT2_JSON_LIMIT",
+    "PT2_MEMBERS_LIMIT",
+    "UnsafeExport",
+    "check_program",
+    "load_program",
+    "model_file",
+    "open_regular",
+]

@@ -74,9 +74,25 @@ import sys
 import types
 from pathlib import Path
 
-__all__ = ["KIT", "IncompleteExport", "RowError", "Rows", "Served", "UnsafeExport", "check_program", "is_loopback",
-           "load", "load_module", "load_program", "main", "parse_json", "serve_csv", "serve_http", "serve_json_lines",
-           "serving_module"]
+__all__ = [
+    "KIT",
+    "IncompleteExport",
+    "RowError",
+    "Rows",
+    "Served",
+    "UnsafeExport",
+    "check_program",
+    "is_loopback",
+    "load",
+    "load_module",
+    "load_program",
+    "main",
+    "parse_json",
+    "serve_csv",
+    "serve_http",
+    "serve_json_lines",
+    "serving_module",
+]
 
 HERE = Path(__file__).resolve().parent  # serve_http.py, serve_lines.py and serve_program.py lie beside this file
 
@@ -163,15 +179,22 @@ def serving_module(folder, manifest):
     if old:
         name = f"{manifest.get('task')}_standalone.py"
     if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
-        raise UnsafeExport(f"manifest.json: the serving module {ascii(name)[:80]} is not a module file name in the "
-                           f"export folder: refused (it lies beside manifest.json)")
+        raise UnsafeExport(
+            f"manifest.json: the serving module {ascii(name)[:80]} is not a module file name in the "
+            f"export folder: refused (it lies beside manifest.json)"
+        )
     for place in _module_places():
         if os.path.lexists(os.path.join(place, name)):
             return load_module(place, name, "serving module")
-    why = (" (its manifest.json names none: it was written before the task's serving code travelled with the "
-           "export)" if old else "")
-    raise IncompleteExport(f"{folder}: its serving module {name} is not beside this serve.py{why}: serve it with "
-                           f"the serve.py in that folder, or export the checkpoint again")
+    why = (
+        " (its manifest.json names none: it was written before the task's serving code travelled with the export)"
+        if old
+        else ""
+    )
+    raise IncompleteExport(
+        f"{folder}: its serving module {name} is not beside this serve.py{why}: serve it with "
+        f"the serve.py in that folder, or export the checkpoint again"
+    )
 
 
 def _module_places():
@@ -184,8 +207,9 @@ def _module_places():
 
 
 def _is_list(value):
-    return isinstance(value, (list, tuple)) or (hasattr(value, "shape") and hasattr(value, "tolist")
-                                                and len(value.shape) > 0)
+    return isinstance(value, (list, tuple)) or (
+        hasattr(value, "shape") and hasattr(value, "tolist") and len(value.shape) > 0
+    )
 
 
 def _numbers(rows, width, what):
@@ -203,7 +227,7 @@ def _mlp(weights, x, prefix):
     """x through the Linear layers `prefix`0, `prefix`1, ... of a state dict, ReLU between them."""
     import torch.nn.functional as F
 
-    index = sorted({int(k[len(prefix):].split(".")[0]) for k in weights if k.startswith(prefix)})
+    index = sorted({int(k[len(prefix) :].split(".")[0]) for k in weights if k.startswith(prefix)})
     layers = [(weights[f"{prefix}{i}.weight"], weights[f"{prefix}{i}.bias"]) for i in index]
     for number, (weight, bias) in enumerate(layers):
         x = F.linear(x, weight, bias)
@@ -219,22 +243,32 @@ def read_safetensors(path):
 
     import torch
 
-    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
-              "I64": torch.int64, "I32": torch.int32}
+    dtypes = {
+        "F32": torch.float32,
+        "F16": torch.float16,
+        "BF16": torch.bfloat16,
+        "F64": torch.float64,
+        "I64": torch.int64,
+        "I32": torch.int32,
+    }
     data = Path(path).read_bytes()
     (size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + size])
-    body = bytearray(data[8 + size:])
+    header = json.loads(data[8 : 8 + size])
+    body = bytearray(data[8 + size :])
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         start, end = info["data_offsets"]
-        flat = torch.frombuffer(body, dtype=dtypes[info["dtype"]], count=(end - start) // dtypes[info["dtype"]].itemsize,
-                                offset=start) if end > start else torch.zeros(0, dtype=dtypes[info["dtype"]])
+        flat = (
+            torch.frombuffer(
+                body, dtype=dtypes[info["dtype"]], count=(end - start) // dtypes[info["dtype"]].itemsize, offset=start
+            )
+            if end > start
+            else torch.zeros(0, dtype=dtypes[info["dtype"]])
+        )
         tensors[name] = flat.reshape(info["shape"]).float()
     return tensors
-
 
 
 # ---------------------------------------------------------------------------------------------- the files
@@ -245,10 +279,17 @@ class UnsafeExport(ValueError):
 def model_file(folder, name):
     """The path of the export's model file `name` (manifest.json's "file"): a plain name in `folder` (no folder
     part, `..` or absolute path), a regular file and not a link; UnsafeExport otherwise."""
-    if (not isinstance(name, str) or name in ("", ".", "..") or os.path.basename(name) != name
-            or "\\" in name or "\0" in name):
-        raise UnsafeExport(f"manifest.json: the model file {ascii(name)[:80]} is not a file name in the export "
-                           f"folder: refused (the model file lies beside manifest.json)")
+    if (
+        not isinstance(name, str)
+        or name in ("", ".", "..")
+        or os.path.basename(name) != name
+        or "\\" in name
+        or "\0" in name
+    ):
+        raise UnsafeExport(
+            f"manifest.json: the model file {ascii(name)[:80]} is not a file name in the export "
+            f"folder: refused (the model file lies beside manifest.json)"
+        )
     path = os.path.join(folder, name)
     try:
         mode = os.lstat(path).st_mode
@@ -263,14 +304,20 @@ def model_file(folder, name):
 
 def open_regular(path):
     """`path` opened for reading in binary, refused unless it is a regular file (not a link, FIFO or device)."""
-    flags = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-             | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_BINARY", 0)
+    )
     name = os.path.basename(path)
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise UnsafeExport(f"{name}: cannot open it: {exc.strerror or type(exc).__name__} (a link is refused)") \
-            from None
+        raise UnsafeExport(
+            f"{name}: cannot open it: {exc.strerror or type(exc).__name__} (a link is refused)"
+        ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise UnsafeExport(f"{name} is not a regular file: refused")
@@ -308,8 +355,10 @@ def load_module(folder, name, what="module"):
     unpickled, nothing is put in sys.modules): a plain `name.py` (no folder part), a regular file and not a
     link; UnsafeExport otherwise, IncompleteExport when the folder has no such file."""
     if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
-        raise UnsafeExport(f"manifest.json: the {what} {ascii(name)[:80]} is not a module file name in the export "
-                           f"folder: refused (it lies beside manifest.json)")
+        raise UnsafeExport(
+            f"manifest.json: the {what} {ascii(name)[:80]} is not a module file name in the export "
+            f"folder: refused (it lies beside manifest.json)"
+        )
     path = os.path.join(folder, name)
     if not os.path.lexists(path):
         raise IncompleteExport(f"{folder}: no {name} (the {what} serve.py needs)")
@@ -317,11 +366,11 @@ def load_module(folder, name, what="module"):
         source = f.read()
     module = types.ModuleType(f"amp_export_{name[:-3]}")
     module.__file__ = os.path.abspath(path)
-    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - the export's own source
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
     return module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _companion(name):
     """serve.py's own part in the file `name` beside it (loaded on first use: --help needs none)."""
     return load_module(HERE, name, "part of serve.py")
@@ -434,8 +483,11 @@ class Rows:
     def csv_columns(self, header):
         """The CSV output's columns for an input with `header`."""
         present = {_normal(name) for name in header}
-        copied = [name for name in self.part.copied if _normal(name) in present
-                  or set(self.aliases.get(_normal(name), ())) & present]
+        copied = [
+            name
+            for name in self.part.copied
+            if _normal(name) in present or set(self.aliases.get(_normal(name), ())) & present
+        ]
         if hasattr(self.part, "csv_columns"):
             return self.part.csv_columns(copied)
         return ["line", *copied, *self.answer_columns]
@@ -503,7 +555,6 @@ def serve_csv(rows, path, out, err, limit):
     return _companion("serve_lines.py").serve_csv(KIT, rows, path, out, err, limit)
 
 
-
 def serve_http(rows, address, limit, timeout, quiet=False, err=None):
     """Serve POST /predict and GET /health on `address` ("HOST:PORT", "PORT", "[::1]:PORT") until interrupted;
     the log on `err` (stderr). The server is serve_http.py's, beside this file."""
@@ -520,21 +571,44 @@ def main(argv=None):
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="serve.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="serve.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Predict with this AMP Console export: rows of a .csv or .jsonl file (answers on stdout as CSV "
-                    "or JSON lines), JSON lines on stdin (-), or HTTP (--http).",
-        epilog=__doc__.split("From the command line", 1)[1].split("\nThe HTTP server", 1)[0].split("\n", 1)[1])
-    parser.add_argument("input", nargs="?", metavar="INPUT", help="a .csv or .jsonl file of rows, or - to read "
-                                                                   "JSON lines from stdin until EOF")
-    parser.add_argument("--http", metavar="HOST:PORT", help="serve POST /predict and GET /health instead (a "
-                                                            "non-loopback HOST is reachable from other machines)")
-    parser.add_argument("--export", metavar="FOLDER", default=str(Path(__file__).resolve().parent),
-                        help="the export folder (default: the folder serve.py lies in)")
+        "or JSON lines), JSON lines on stdin (-), or HTTP (--http).",
+        epilog=__doc__.split("From the command line", 1)[1].split("\nThe HTTP server", 1)[0].split("\n", 1)[1],
+    )
+    parser.add_argument(
+        "input",
+        nargs="?",
+        metavar="INPUT",
+        help="a .csv or .jsonl file of rows, or - to read JSON lines from stdin until EOF",
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve POST /predict and GET /health instead (a non-loopback HOST is reachable from other machines)",
+    )
+    parser.add_argument(
+        "--export",
+        metavar="FOLDER",
+        default=str(Path(__file__).resolve().parent),
+        help="the export folder (default: the folder serve.py lies in)",
+    )
     parser.add_argument("--k", type=int, default=10, help="recommender: lessons per history (default 10)")
-    parser.add_argument("--max-request-bytes", type=int, default=MAX_REQUEST_BYTES, metavar="N",
-                        help=f"the largest JSON line, CSV field or HTTP body (default {MAX_REQUEST_BYTES:,})")
-    parser.add_argument("--timeout", type=float, default=REQUEST_TIMEOUT, metavar="SECONDS",
-                        help=f"HTTP: a connection silent this long is closed (default {REQUEST_TIMEOUT:g})")
+    parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=MAX_REQUEST_BYTES,
+        metavar="N",
+        help=f"the largest JSON line, CSV field or HTTP body (default {MAX_REQUEST_BYTES:,})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=REQUEST_TIMEOUT,
+        metavar="SECONDS",
+        help=f"HTTP: a connection silent this long is closed (default {REQUEST_TIMEOUT:g})",
+    )
     parser.add_argument("--quiet", action="store_true", help="HTTP: no line per request on stderr")
     args = parser.parse_args(argv)
     if (args.input is None) == (args.http is None):
@@ -554,7 +628,7 @@ def main(argv=None):
         return _fail(f"{args.export}: no manifest.json: name the export folder with --export FOLDER")
     try:
         rows = Rows(load(args.export), args.k)
-    except Exception as exc:  # noqa: BLE001 - any reason the export cannot load is one line
+    except Exception as exc:
         return _fail(f"cannot load the export in {args.export}: {_line(exc)}")
     try:
         if args.http is not None:
@@ -584,9 +658,21 @@ def _fail(message):
 
 
 # what a task's serving module (see the module doc) and serve_http.py are given of this module
-KIT = types.SimpleNamespace(RowError=RowError, number=_number, numbers=_numbers, finite=_finite, kind=_kind,
-                            is_list=_is_list, mlp=_mlp, parse_json=parse_json, requests=_requests,
-                            collect=_collect, line=_line, shown=_shown, NUMBER=_NUMBER)
+KIT = types.SimpleNamespace(
+    RowError=RowError,
+    number=_number,
+    numbers=_numbers,
+    finite=_finite,
+    kind=_kind,
+    is_list=_is_list,
+    mlp=_mlp,
+    parse_json=parse_json,
+    requests=_requests,
+    collect=_collect,
+    line=_line,
+    shown=_shown,
+    NUMBER=_NUMBER,
+)
 
 
 if __name__ == "__main__":

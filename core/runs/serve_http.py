@@ -32,8 +32,12 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
     err = err or sys.stderr
     host, port = _address(kit, address)
     lock = threading.Lock()  # one prediction at a time: the model's threads are the CPU's, not the clients'
-    health = {"status": "ok", "task": rows.task, "format": rows.served.manifest.get("format"),
-              "step": rows.served.manifest.get("step")}
+    health = {
+        "status": "ok",
+        "task": rows.task,
+        "format": rows.served.manifest.get("format"),
+        "step": rows.served.manifest.get("step"),
+    }
     routes = {"/predict": "POST", "/health": "GET"}
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -72,8 +76,9 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
             if method is None:
                 return self._reply(404, {"error": f"no such path {_shown(path)}: POST /predict or GET /health"})
             if self.command != method:
-                return self._reply(405, {"error": f"{path} takes {method}, not {_shown(self.command)[1:-1]}"},
-                                   Allow=method)
+                return self._reply(
+                    405, {"error": f"{path} takes {method}, not {_shown(self.command)[1:-1]}"}, Allow=method
+                )
             if path == "/health":
                 return self._reply(200, health)
             try:
@@ -86,7 +91,7 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
                 return self._reply(exc.status, {"error": str(exc)}, close=True)
             except RowError as exc:
                 return self._reply(400, {"error": str(exc)})
-            except Exception as exc:  # noqa: BLE001 - the model's failure: one line to the client and the log
+            except Exception as exc:
                 self.log_error("the model failed: %s", _line(exc))
                 return self._reply(500, {"error": f"the model failed: {_line(exc)}"})
             self._reply(200, answer)
@@ -114,8 +119,7 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
                 if piece is None or time.monotonic() > deadline:
                     raise _Refused(408, f"the body did not arrive within {timeout:g} s")
                 if not piece:
-                    raise _Refused(400, f"the body ended after {len(data):,} of its {length:,} bytes "
-                                        f"(Content-Length)")
+                    raise _Refused(400, f"the body ended after {len(data):,} of its {length:,} bytes (Content-Length)")
                 data += piece
             try:
                 return data.decode("utf-8")
@@ -152,8 +156,7 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
         def send_error(self, code, message=None, explain=None):
             """http.server's own refusals (a malformed request line, headers too long, ...) as JSON too."""
             try:
-                self._reply(code, {"error": _line(message or self.responses.get(code, ("refused",))[0])},
-                            close=True)
+                self._reply(code, {"error": _line(message or self.responses.get(code, ("refused",))[0])}, close=True)
             except OSError:
                 self.close_connection = True
 
@@ -178,10 +181,14 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
         raise RowError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
     if not is_loopback(host):
-        err.write(f"serve.py: warning: listening on {shown}, not loopback: anyone who can reach this port can use "
-                  f"the model (no authentication, no TLS)\n")
-    err.write(f"serve.py: serving the {rows.task} model on http://{shown}:{server.server_address[1]} "
-              f"(POST /predict, GET /health; Ctrl-C stops)\n")
+        err.write(
+            f"serve.py: warning: listening on {shown}, not loopback: anyone who can reach this port can use "
+            f"the model (no authentication, no TLS)\n"
+        )
+    err.write(
+        f"serve.py: serving the {rows.task} model on http://{shown}:{server.server_address[1]} "
+        f"(POST /predict, GET /health; Ctrl-C stops)\n"
+    )
     err.flush()
     with server:
         server.serve_forever(poll_interval=0.5)

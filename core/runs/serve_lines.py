@@ -30,7 +30,7 @@ def answer_documents(kit, rows, documents):
             answers[n] = exc
     try:
         results = iter(rows.answer([row for batch, _b in requests.values() for row in batch]))
-    except Exception as exc:  # noqa: BLE001 - the model's failure is one line for its request
+    except Exception as exc:
         if len(requests) > 1:
             return [answer_documents(kit, rows, [(n, d)])[0] for n, d in documents]
         results, failure = None, RowError(f"the model failed: {kit.line(exc)}")

@@ -13,24 +13,77 @@ import zipfile
 
 PT2_MEMBERS_LIMIT = 10_000
 PT2_JSON_LIMIT = 64 * 2**20  # bytes of one JSON member (a graph of this project's models is well under 1 MiB)
-PT2_TEXT_MEMBERS = {"archive_format": r"pt2", "archive_version": r"\d{1,9}", "byteorder": r"little|big",
-                    ".data/version": r"\d{1,9}\s*", ".data/serialization_id": r"[A-Za-z0-9]{1,128}"}
+PT2_TEXT_MEMBERS = {
+    "archive_format": r"pt2",
+    "archive_version": r"\d{1,9}",
+    "byteorder": r"little|big",
+    ".data/version": r"\d{1,9}\s*",
+    ".data/serialization_id": r"[A-Za-z0-9]{1,128}",
+}
 _PT2_NAME = re.compile(r"[A-Za-z0-9_.-]{1,200}(?:/[A-Za-z0-9_.-]{1,200}){0,16}")
 _PT2_PLAIN = re.compile(r"[A-Za-z0-9_]{1,200}")
 # sympy's srepr of shape expressions: Symbol('s77', positive=True, integer=True), Mul(Integer(2), ...)
-_EXPR_TOKEN = re.compile(r"\s+|[A-Za-z][A-Za-z0-9_]*|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|'[A-Za-z0-9_]*'"
-                         r"|==|!=|<=|>=|\*\*|[-+*/%(),=<>]")
-_EXPR_CALLS = frozenset((
-    "Symbol", "Integer", "Rational", "Float", "Add", "Mul", "Pow", "Max", "Min", "Mod", "Abs", "Eq", "Ne", "Lt",
-    "Le", "Gt", "Ge", "StrictLessThan", "StrictGreaterThan", "LessThan", "GreaterThan", "Equality", "Unequality",
-    "And", "Or", "Not", "Piecewise", "ExprCondPair", "floor", "ceiling",
-    # torch.utils._sympy.functions, as torch's deserializer names them
-    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv", "LShift",
-    "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv", "IsNonOverlappingAndDenseIndicator",
-    "TruncToFloat", "TruncToInt", "RoundToInt", "RoundDecimal", "ToFloat", "Identity"))
+_EXPR_TOKEN = re.compile(
+    r"\s+|[A-Za-z][A-Za-z0-9_]*|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|'[A-Za-z0-9_]*'"
+    r"|==|!=|<=|>=|\*\*|[-+*/%(),=<>]"
+)
+_EXPR_CALLS = frozenset(
+    (
+        "Symbol",
+        "Integer",
+        "Rational",
+        "Float",
+        "Add",
+        "Mul",
+        "Pow",
+        "Max",
+        "Min",
+        "Mod",
+        "Abs",
+        "Eq",
+        "Ne",
+        "Lt",
+        "Le",
+        "Gt",
+        "Ge",
+        "StrictLessThan",
+        "StrictGreaterThan",
+        "LessThan",
+        "GreaterThan",
+        "Equality",
+        "Unequality",
+        "And",
+        "Or",
+        "Not",
+        "Piecewise",
+        "ExprCondPair",
+        "floor",
+        "ceiling",
+        # torch.utils._sympy.functions, as torch's deserializer names them
+        "FloorDiv",
+        "ModularIndexing",
+        "Where",
+        "PythonMod",
+        "CleanDiv",
+        "CeilToInt",
+        "FloorToInt",
+        "CeilDiv",
+        "LShift",
+        "RShift",
+        "PowByNatural",
+        "FloatPow",
+        "FloatTrueDiv",
+        "IntTrueDiv",
+        "IsNonOverlappingAndDenseIndicator",
+        "TruncToFloat",
+        "TruncToInt",
+        "RoundToInt",
+        "RoundDecimal",
+        "ToFloat",
+        "Identity",
+    )
+)
 _PT2_HINT = "refused before torch.export.load, which would run it (re-export it, or use --format safetensors)"
-
-
 
 
 class Refused(ValueError):
@@ -67,7 +120,7 @@ def check_program(file, label="model.pt2"):
             try:
                 with archive.open(members[member]) as f:
                     payload = f.read(limit + 1)
-            except Exception as exc:  # noqa: BLE001 - zipfile, zlib and the OS each raise their own
+            except Exception as exc:
                 refuse(member, f"cannot be read ({type(exc).__name__})")
             if _is_pickle(payload[:4]):
                 refuse(member, "is a pickle (Python code runs when it is loaded)")
@@ -116,8 +169,12 @@ def check_program(file, label="model.pt2"):
                     if meta.get("use_pickle") is not False:
                         refuse(what, "marks a tensor use_pickle (stored as a pickle, unpickled when loaded)")
                     path_name = meta.get("path_name")
-                    if (not isinstance(path_name, str) or not _PT2_PLAIN.fullmatch(path_name)
-                            or not path_name.startswith(prefix) or not isinstance(meta.get("tensor_meta"), dict)):
+                    if (
+                        not isinstance(path_name, str)
+                        or not _PT2_PLAIN.fullmatch(path_name)
+                        or not path_name.startswith(prefix)
+                        or not isinstance(meta.get("tensor_meta"), dict)
+                    ):
                         refuse(what, f"names {ascii(path_name)[:60]}, not a raw tensor member")
                     if folder + path_name not in members:
                         refuse(what, f"names {path_name}, which is not in the archive")
@@ -151,7 +208,7 @@ def _members(archive, label, refuse):
         root = parts[0] if root is None else root
         if parts[0] != root:
             refuse(name, f"lies outside the archive's root folder {root}/")
-        inner = name[len(root) + 1:]
+        inner = name[len(root) + 1 :]
         if inner in members:
             refuse(name, "appears twice in the zip (readers may disagree on which one is meant)")
         members[inner] = info
@@ -163,7 +220,7 @@ def _refuse_pickle_head(archive, info, refuse):
     try:
         with archive.open(info) as f:
             head = f.read(4)
-    except Exception:  # noqa: BLE001 - unreadable: refused as not part of an export just after
+    except Exception:
         return
     if _is_pickle(head):
         refuse(info.filename.split("/", 1)[-1], "is a pickle (Python code runs when it is loaded)")
@@ -196,9 +253,10 @@ def _check_expression(text, refuse):
         refuse(f"holds the shape expression {ascii(text)[:60]}, which is not a sympy expression of numbers and names")
     before = None
     for token in tokens:
-        if token == "(" and before is not None and (before == ")" or before[0] in "'0123456789"
-                                                    or (before[0].isalpha() and before not in _EXPR_CALLS)):
+        if (
+            token == "("
+            and before is not None
+            and (before == ")" or before[0] in "'0123456789" or (before[0].isalpha() and before not in _EXPR_CALLS))
+        ):
             refuse(f"calls {before}(...) in a shape expression (only sympy constructors may be called)")
         before = token
-
-

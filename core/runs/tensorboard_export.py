@@ -63,8 +63,9 @@ class _Export:
             for later in [s for s in points if s > step]:
                 del points[later]
         self.texts = [text for text in self.texts if text[0] < step]
-        self.last_val = {tag: points[max(points)].value for tag, points in self.scalars.items()
-                         if tag.startswith("val/") and points}
+        self.last_val = {
+            tag: points[max(points)].value for tag, points in self.scalars.items() if tag.startswith("val/") and points
+        }
 
 
 def export_run(run_dir: Path, out_dir: Path) -> Path:
@@ -91,8 +92,9 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
             for path in Path(scratch).iterdir():
                 os.replace(path, out_dir / path.name)
     except OSError as exc:
-        raise AmpConsoleError(f"could not write the event file in {shown_path(out_dir)}: "
-                              f"{exc.strerror or exc}") from None
+        raise AmpConsoleError(
+            f"could not write the event file in {shown_path(out_dir)}: {exc.strerror or exc}"
+        ) from None
     return out_dir
 
 
@@ -108,8 +110,7 @@ def _read_records(run_dir: Path) -> list[dict]:
     if not run_dir.is_dir():
         raise DataError(f"{shown_path(run_dir)}: no such run folder")
     if not os.path.lexists(path):
-        raise DataError(f"{shown_path(run_dir)}: no {METRICS_FILE} here (not a run folder, or the run never "
-                        f"started)")
+        raise DataError(f"{shown_path(run_dir)}: no {METRICS_FILE} here (not a run folder, or the run never started)")
     check_regular_file(path, "run")  # a FIFO or device is refused unopened
     records = read_jsonl(path)
     if not records:

@@ -58,11 +58,19 @@ def _task_classes() -> dict[str, type[Task]]:
 
 
 def _info_from_class(cls: type[Task]) -> TaskInfo:
-    options = tuple(TaskOption(o.name, o.default, o.help, o.minimum, o.maximum, o.choices, o.synthetic)
-                    for o in cls.options)
-    return TaskInfo(name=cls.name, description=cls.description, options=options,
-                    defaults=dict(cls.defaults), primary_metric=cls.primary_metric, tokens_key=cls.tokens_key,
-                    synthetic_file=cls.synthetic_file, saved_defaults=dict(cls.saved_defaults))
+    options = tuple(
+        TaskOption(o.name, o.default, o.help, o.minimum, o.maximum, o.choices, o.synthetic) for o in cls.options
+    )
+    return TaskInfo(
+        name=cls.name,
+        description=cls.description,
+        options=options,
+        defaults=dict(cls.defaults),
+        primary_metric=cls.primary_metric,
+        tokens_key=cls.tokens_key,
+        synthetic_file=cls.synthetic_file,
+        saved_defaults=dict(cls.saved_defaults),
+    )
 
 
 def task_infos() -> dict[str, TaskInfo]:
@@ -77,8 +85,10 @@ def task_infos() -> dict[str, TaskInfo]:
         infos = {name: read_task_info(here / module, class_name) for name, (module, class_name) in _REGISTRY.items()}
         if any(info is None or info.name != name for name, info in infos.items()):
             classes = _task_classes()  # a task the source reader cannot follow: ask the class itself
-            infos = {name: info if info is not None and info.name == name else _info_from_class(classes[name])
-                     for name, info in infos.items()}
+            infos = {
+                name: info if info is not None and info.name == name else _info_from_class(classes[name])
+                for name, info in infos.items()
+            }
         _infos = infos
     _read_installed()
     users = {}
@@ -122,8 +132,10 @@ def add_task(reference: str) -> type[Task]:
         if cls.name in _REGISTRY:
             raise TaskFileError(reference, f"its name {cls.name!r} is a built-in task's: give the task another name")
         if cls.name in _loaded and _references.get(cls.name) != reference:
-            raise TaskFileError(reference, f"task {cls.name!r} is already loaded from {_references[cls.name]}: "
-                                           f"give this one another name")
+            raise TaskFileError(
+                reference,
+                f"task {cls.name!r} is already loaded from {_references[cls.name]}: give this one another name",
+            )
     except TaskFileError as exc:
         _broken[reference] = str(exc).split(": ", 1)[-1]
         raise
@@ -214,12 +226,14 @@ def _read_installed() -> None:
 
 
 def unknown_task_message(name: str, task_file: str = "") -> str:
-    """"unknown task 'recomender' (did you mean 'recommender'?); choose one of tiny, ..."; for a user task whose
+    """ "unknown task 'recomender' (did you mean 'recommender'?); choose one of tiny, ..."; for a user task whose
     reference is known (`task_file`, a run's saved one), how to load it."""
     if task_file:
-        return (f"task {name!r} is defined in {task_file}, which is not loaded here (a task file runs code, so it "
-                f"is never loaded because a run or a checkpoint names it): give it with --task {task_file}, or add "
-                f"it in the window (File > Add task...)")
+        return (
+            f"task {name!r} is defined in {task_file}, which is not loaded here (a task file runs code, so it "
+            f"is never loaded because a run or a checkpoint names it): give it with --task {task_file}, or add "
+            f"it in the window (File > Add task...)"
+        )
     names = task_names()
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -294,8 +308,16 @@ def catalog_classes():
 
 def _catalog_class(name: str) -> type:
     info = task_infos()[name]
-    return type(name, (), {"name": name, "options": info.options, "defaults": dict(info.defaults),
-                           "option_errors": staticmethod(info.option_errors)})
+    return type(
+        name,
+        (),
+        {
+            "name": name,
+            "options": info.options,
+            "defaults": dict(info.defaults),
+            "option_errors": staticmethod(info.option_errors),
+        },
+    )
 
 
 def get_task_class(name: str, task_file: str = "") -> type[Task]:
@@ -347,7 +369,26 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["TASKS", "TASK_NAMES", "Task", "TaskData", "TaskInfo", "TaskOption", "add_task", "create_task",
-           "forget_task", "get_task_class", "get_task_info", "load_config_task", "option_values", "remember_task",
-           "saved_config", "saved_options", "task_errors", "task_infos", "task_names", "task_source",
-           "unknown_task_message"]
+__all__ = [
+    "TASKS",
+    "TASK_NAMES",
+    "Task",
+    "TaskData",
+    "TaskInfo",
+    "TaskOption",
+    "add_task",
+    "create_task",
+    "forget_task",
+    "get_task_class",
+    "get_task_info",
+    "load_config_task",
+    "option_values",
+    "remember_task",
+    "saved_config",
+    "saved_options",
+    "task_errors",
+    "task_infos",
+    "task_names",
+    "task_source",
+    "unknown_task_message",
+]

@@ -12,7 +12,8 @@ from torch.overrides import TorchFunctionMode
 
 from core.data.batching import split_length
 from core.data.splits import DataSource
-from core.tasks.options import TaskOption, option_errors  # noqa: F401  (TaskOption: re-exported for task modules)
+from core.errors import ConfigError, TaskOutputError
+from core.tasks.options import TaskOption, option_errors
 from core.text import size
 
 if TYPE_CHECKING:
@@ -84,8 +85,6 @@ class Task(ABC):
     saved_defaults: ClassVar[dict] = {}
 
     def __init__(self, options: dict | None = None):
-        from core.errors import ConfigError
-
         problems = self.option_errors(options or {})
         if problems:
             key, message = next(iter(problems.items()))
@@ -183,13 +182,14 @@ class Task(ABC):
         with torch.device("meta"), _SkipMetaInit():
             model = self.build_model(info or {})
         if not isinstance(model, nn.Module):
-            from core.tasks.task_checks import checked_model
-
-            checked_model(self, model)  # one line naming what came back
+            raise TaskOutputError(
+                f"{self.name}.build_model returned a {type(model).__name__}: expected a torch.nn.Module"
+            )
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
-    def check_fits(self, info: dict, device: torch.device | str, optimizer: str = "adamw",
-                   available: int | None = None) -> int:
+    def check_fits(
+        self, info: dict, device: torch.device | str, optimizer: str = "adamw", available: int | None = None
+    ) -> int:
         """Refuse, before anything is allocated, a model too large to train on `device`.
 
         Counts the parameters on the meta device and estimates training memory as parameters x (4 bytes of
@@ -198,8 +198,6 @@ class Task(ABC):
         available RAM; unknown elsewhere: then only the host RAM the CPU build needs is checked). Raises
         ConfigError naming the options that make the model large; returns the estimated bytes.
         """
-        from core.errors import ConfigError
-
         device = torch.device(device)
         params = self.parameter_count(info)
         need = params * (WEIGHT_AND_GRAD_BYTES + OPTIMIZER_STATE_BYTES.get(optimizer, 8)) + MARGIN_BYTES
@@ -209,27 +207,33 @@ class Task(ABC):
         for where, bytes_needed, free in checks:
             if free is not None and bytes_needed > free:
                 culprits = self._size_culprits(info, params)
-                lower = (f"lower task option {' or '.join(f'{n} ({v:,})' for n, v in culprits)}" if culprits
-                         else "use a smaller model or a device with more memory")
+                lower = (
+                    f"lower task option {' or '.join(f'{n} ({v:,})' for n, v in culprits)}"
+                    if culprits
+                    else "use a smaller model or a device with more memory"
+                )
                 what = "to train" if where == device else "to build in host memory"
-                raise ConfigError(f"task_options.{culprits[0][0]}" if culprits else "task_options",
-                                  f"the model would have {params:,} parameters (~{size(bytes_needed)} "
-                                  f"{what}) but {where} has {size(free)} free: {lower}")
+                raise ConfigError(
+                    f"task_options.{culprits[0][0]}" if culprits else "task_options",
+                    f"the model would have {params:,} parameters (~{size(bytes_needed)} "
+                    f"{what}) but {where} has {size(free)} free: {lower}",
+                )
         return need
 
     def check_synthetic_size(self, need: int, options: tuple[str, ...]) -> None:
         """Refuse synthetic data whose tensors alone (`need` bytes, a lower bound) exceed the host's available
         memory, naming the `options` that size it, before generating anything."""
-        from core.errors import ConfigError
-
         free = free_bytes(torch.device("cpu"))
         if free is not None and need > free:
             defaults = {opt.name: opt.default for opt in self.options}
             options = tuple(n for n in options if self.opts[n] > defaults[n]) or options  # the raised ones
             named = " or ".join(f"{name} ({self.opts[name]:,})" for name in options)
-            raise ConfigError(f"task_options.{options[0]}", f"the synthetic data would take over "
-                                                            f"{size(need)} but cpu has {size(free)} "
-                                                            f"free: lower task option {named}")
+            raise ConfigError(
+                f"task_options.{options[0]}",
+                f"the synthetic data would take over "
+                f"{size(need)} but cpu has {size(free)} "
+                f"free: lower task option {named}",
+            )
 
     def _size_culprits(self, info: dict, params: int) -> list[tuple[str, Any]]:
         """Up to two options whose halving shrinks the model most (error path only: a meta build each)."""
@@ -245,7 +249,7 @@ class Task(ABC):
             trial.opts = {**self.opts, opt.name: smaller}
             try:
                 count = trial.parameter_count(info)
-            except Exception:  # noqa: BLE001 - an invalid combination (e.g. heads no longer divide d_model)
+            except Exception:
                 continue
             if count < 0.9 * params:
                 shrink.append((count, opt.name, value))

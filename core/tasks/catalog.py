@@ -16,10 +16,25 @@ from pathlib import Path
 
 from core.tasks.options import TaskInfo, TaskOption
 
-_ATTRIBUTES = ("name", "description", "options", "defaults", "primary_metric", "tokens_key", "synthetic_file",
-               "saved_defaults")
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.LShift: operator.lshift}
+_ATTRIBUTES = (
+    "name",
+    "description",
+    "options",
+    "defaults",
+    "primary_metric",
+    "tokens_key",
+    "synthetic_file",
+    "saved_defaults",
+)
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+}
 
 
 class _NotLiteral(Exception):
@@ -43,8 +58,9 @@ def _value(node: ast.AST):
                 raise _NotLiteral
             return _BINARY[type(op)](a, b)
         case ast.Call(func=ast.Name(id="TaskOption"), args=args, keywords=keywords):
-            return TaskOption(*(_value(a) for a in args),
-                              **{k.arg: _value(k.value) for k in keywords if k.arg is not None})
+            return TaskOption(
+                *(_value(a) for a in args), **{k.arg: _value(k.value) for k in keywords if k.arg is not None}
+            )
     raise _NotLiteral
 
 

@@ -29,7 +29,7 @@ def compute_dtype(device_type: str, fallback: torch.dtype) -> torch.dtype:
 
 class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, table, targets, dtype, chunk_rows):  # noqa: D102 (see chunked_softmax_cross_entropy)
+    def forward(ctx, hidden, table, targets, dtype, chunk_rows):
         need_hidden, need_table = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         h_all = hidden.to(dtype)
         w = table.to(dtype)
@@ -40,9 +40,9 @@ class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
         grad_table = torch.zeros(table.shape, dtype=torch.float32, device=table.device) if need_table else None
         tiny = torch.finfo(torch.float32).tiny
         for start in range(0, hidden.shape[0], chunk_rows):
-            h = h_all[start:start + chunk_rows]
-            t = targets[start:start + chunk_rows]
-            keep = valid[start:start + chunk_rows].unsqueeze(1)
+            h = h_all[start : start + chunk_rows]
+            t = targets[start : start + chunk_rows]
+            keep = valid[start : start + chunk_rows].unsqueeze(1)
             index = t.clamp(min=0).unsqueeze(1)
             # One fused kernel from the compute-dtype logits to float32 probabilities: few passes over the
             # (rows x catalogue) block, which is what this loss's time goes to.
@@ -56,16 +56,17 @@ class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
             del probs
             # Ignored positions contribute nothing: masking the small (rows x d) factors is cheaper than the block.
             if grad_hidden is not None:
-                grad_hidden[start:start + chunk_rows] = (g @ w) * keep
+                grad_hidden[start : start + chunk_rows] = (g @ w) * keep
             if grad_table is not None:
                 grad_table += (g.t() @ (h * keep)).float()
-        ctx.save_for_backward(grad_hidden if grad_hidden is not None else count,
-                              grad_table if grad_table is not None else count, count)
+        ctx.save_for_backward(
+            grad_hidden if grad_hidden is not None else count, grad_table if grad_table is not None else count, count
+        )
         ctx.hidden_dtype = hidden.dtype
         return loss_sum / count
 
     @staticmethod
-    def backward(ctx, grad_output):  # noqa: D102
+    def backward(ctx, grad_output):
         grad_hidden, grad_table, count = ctx.saved_tensors
         scale = grad_output.float() / count
         out_hidden = (grad_hidden.float() * scale).to(ctx.hidden_dtype) if ctx.needs_input_grad[0] else None
@@ -73,9 +74,13 @@ class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
         return out_hidden, out_table, None, None, None
 
 
-def chunked_softmax_cross_entropy(hidden: torch.Tensor, table: torch.Tensor, targets: torch.Tensor,
-                                  chunk_elements: int = CHUNK_ELEMENTS,
-                                  min_rows: int = MIN_CHUNK_ROWS) -> torch.Tensor:
+def chunked_softmax_cross_entropy(
+    hidden: torch.Tensor,
+    table: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    min_rows: int = MIN_CHUNK_ROWS,
+) -> torch.Tensor:
     """Mean over positions with target >= 0 of cross_entropy(hidden @ table.T, targets); -1 is ignored.
 
     hidden (N, d), table (V, d), targets (N,) int64. The matmuls run in autocast's dtype when autocast is on
@@ -92,8 +97,9 @@ def chunk_rows(catalogue: int, chunk_elements: int = CHUNK_ELEMENTS, min_rows: i
     return max(min_rows, 1, chunk_elements // max(1, catalogue))
 
 
-def compact_positions(hidden: torch.Tensor, targets: torch.Tensor, bound: int,
-                      ignore: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def compact_positions(
+    hidden: torch.Tensor, targets: torch.Tensor, bound: int, ignore: int = -1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The positions whose target is not `ignore`, moved to the front of `bound` rows: no host sync.
 
     hidden (N, d), targets (N,) -> hidden (bound, d), targets (bound,) and `overflow`, a 0-d bool tensor that
@@ -109,5 +115,4 @@ def compact_positions(hidden: torch.Tensor, targets: torch.Tensor, bound: int,
     source = torch.searchsorted(running, slot).clamp(max=max(targets.shape[0] - 1, 0))  # i-th real position
     count = running[-1] if targets.shape[0] else torch.zeros((), dtype=running.dtype, device=targets.device)
     filled = slot <= count
-    return (hidden.index_select(0, source), torch.where(filled, targets.index_select(0, source), ignore),
-            count > bound)
+    return (hidden.index_select(0, source), torch.where(filled, targets.index_select(0, source), ignore), count > bound)

@@ -84,8 +84,10 @@ class FeatureFileScorer(FileScorer):
 
             rest = [c for c in reader.columns if normalise_name(c) not in ("label", "y", "line", "row", "id")]
             if len(rest) != width:
-                raise DataError(f"{reader.path}: the {predictor.task} model reads {width} numeric columns "
-                                f"(x1..x{width}, f1..f{width}, or exactly {width} columns); {reader.columns_note()}")
+                raise DataError(
+                    f"{reader.path}: the {predictor.task} model reads {width} numeric columns "
+                    f"(x1..x{width}, f1..f{width}, or exactly {width} columns); {reader.columns_note()}"
+                )
             found = rest
         self.features = found
         reader.use(found)
@@ -111,8 +113,11 @@ class FeatureFileScorer(FileScorer):
         from core.data.row_checks import Checks, numbers
 
         checks = Checks(batch.num_rows)
-        x = np.stack([numbers(batch.column(c), self.reader.shown(c), checks) for c in self.features], axis=1) \
-            if batch.num_rows else np.zeros((0, len(self.features)), np.float32)
+        x = (
+            np.stack([numbers(batch.column(c), self.reader.shown(c), checks) for c in self.features], axis=1)
+            if batch.num_rows
+            else np.zeros((0, len(self.features)), np.float32)
+        )
         good = self._good(batch, lines, checks, report)
         for rows in self._slices(good):
             y = self.answer(x[rows])
@@ -134,8 +139,15 @@ class FeatureServing(TaskServing):
     standalone = "feature_standalone.py"  # serve.py's part (core.tasks.serving), beside this module
     answers = ("predict_rows", "example_rows")
     file_scorer = FeatureFileScorer
-    preview = PreviewSpec("feature_row", "values", answer="predict_rows", examples="example_rows", noun="row",
-                          column_prefix="x", label="y")
+    preview = PreviewSpec(
+        "feature_row",
+        "values",
+        answer="predict_rows",
+        examples="example_rows",
+        noun="row",
+        column_prefix="x",
+        label="y",
+    )
 
     # ---- what the model reads and gives
     def features(self, model: nn.Module) -> int:
@@ -145,8 +157,10 @@ class FeatureServing(TaskServing):
             return math.prod(self.input_shape)
         width = first_linear_inputs(model) or int(self.opts.get("features", 0) or 0)
         if width <= 0:
-            raise DataError(f"the {self.task.name} model's input width is unknown: its serving part "
-                            f"(FeatureServing) reads it from the model's first nn.Linear; define features(model)")
+            raise DataError(
+                f"the {self.task.name} model's input width is unknown: its serving part "
+                f"(FeatureServing) reads it from the model's first nn.Linear; define features(model)"
+            )
         return width
 
     def output_columns(self, model: nn.Module) -> list[str]:
@@ -173,12 +187,18 @@ class FeatureServing(TaskServing):
 
     def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
         features, names = self.features(model), self.output_columns(model)
-        meaning = ("class probabilities (softmax), column c = class c" if self.probabilities
-                   else "the model's outputs, column i = " + ", ".join(names))
-        return {"inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
-                "outputs": [{"name": self.output_name, "shape": ["batch", len(names)], "dtype": "float32",
-                             "meaning": meaning}],
-                "serving": {"features": features, "outputs": names, "probabilities": self.probabilities}}
+        meaning = (
+            "class probabilities (softmax), column c = class c"
+            if self.probabilities
+            else "the model's outputs, column i = " + ", ".join(names)
+        )
+        return {
+            "inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
+            "outputs": [
+                {"name": self.output_name, "shape": ["batch", len(names)], "dtype": "float32", "meaning": meaning}
+            ],
+            "serving": {"features": features, "outputs": names, "probabilities": self.probabilities},
+        }
 
     def shape(self, model: nn.Module) -> ServingShape:
         return ServingShape(n_features=self.features(model))

@@ -16,9 +16,11 @@ ALIASES = {}  # the row columns' other names, as amp-console predict reads them:
 def forward(weights, options, kit):
     """A safetensors export of such a task holds its weights only: the model is the task's own code, which
     serve.py does not have (it computes only the built-in tasks' models from their weights)."""
-    raise ValueError("model.safetensors holds this task's weights only, and its model is the task's own code, "
-                     "which serve.py does not run: export it with --format program or --format onnx to serve it "
-                     "(or load the weights into the task's model in Python)")
+    raise ValueError(
+        "model.safetensors holds this task's weights only, and its model is the task's own code, "
+        "which serve.py does not run: export it with --format program or --format onnx to serve it "
+        "(or load the weights into the task's model in Python)"
+    )
 
 
 class Serving:

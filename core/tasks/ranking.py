@@ -35,12 +35,14 @@ from core.data.splits import SPLITS, SplitTables, carve, read_splits
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
-from core.tasks.ranking_losses import LOSSES
+from core.tasks.ranking_losses import LOSSES, TOP_K, ranking_metrics
 from core.tasks.serving import TaskServing
 
-TOP_K = 10
-RANKING_COLUMNS = [Column("query_id", "id"), Column("doc_id", "id"),
-                   Column("label", "int", minimum=0, why="labels are relevance grades 0, 1, 2, ...")]
+RANKING_COLUMNS = [
+    Column("query_id", "id"),
+    Column("doc_id", "id"),
+    Column("label", "int", minimum=0, why="labels are relevance grades 0, 1, 2, ..."),
+]
 
 
 NORMALIZE = ("asinh", "quantile", "standard", "none")  # also written out in RankingTask's options
@@ -100,8 +102,13 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
     if method not in NORMALIZE:
         raise ValueError(f"normalize: {method!r} is not one of {', '.join(NORMALIZE)}")
     n, width = features.shape
-    identity = {"center": [0.0] * width, "scale": [1.0] * width, "curve": [0.0] * width, "mean": [0.0] * width,
-                "std": [1.0] * width}
+    identity = {
+        "center": [0.0] * width,
+        "scale": [1.0] * width,
+        "curve": [0.0] * width,
+        "mean": [0.0] * width,
+        "std": [1.0] * width,
+    }
     if method == "none" or n == 0:
         return {**identity, "knots": [[0.0] * QUANTILES] * width} if method == "quantile" else identity
     if n > FIT_ROWS:
@@ -116,8 +123,12 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
         y = quantile_gauss(torch.from_numpy(x.astype(np.float32)), torch.from_numpy(knots)).double().numpy()
         mean, std = y.mean(0), y.std(0)
         std = np.where(std <= 1e-6, 1.0, std)
-        return {**identity, "mean": [float(v) for v in mean.astype(np.float32)],
-                "std": [float(v) for v in std.astype(np.float32)], "knots": knots.tolist()}
+        return {
+            **identity,
+            "mean": [float(v) for v in mean.astype(np.float32)],
+            "std": [float(v) for v in std.astype(np.float32)],
+            "knots": knots.tolist(),
+        }
     if method == "standard":
         center, scale, curve = x.mean(0), x.std(0), np.zeros(width)
     else:
@@ -143,9 +154,16 @@ class ScoringMLP(nn.Module):
     normalised features while training (`input_dropout`: each candidate scored on a random subset of its
     features, like a forest's feature sampling; no weights, so checkpoints keep their keys), then an MLP."""
 
-    def __init__(self, features: int, hidden: int, layers: int, dropout: float,
-                 normalizer: dict[str, list[float]] | None = None, input_dropout: float = 0.0,
-                 quantiles: int = 0):
+    def __init__(
+        self,
+        features: int,
+        hidden: int,
+        layers: int,
+        dropout: float,
+        normalizer: dict[str, list[float]] | None = None,
+        input_dropout: float = 0.0,
+        quantiles: int = 0,
+    ):
         super().__init__()
         self.norm = FeatureNormalizer(features, quantiles)
         self.input_drop = nn.Dropout(input_dropout)
@@ -165,38 +183,6 @@ class ScoringMLP(nn.Module):
         return self.net(self.input_drop(self.norm(x))).squeeze(-1)
 
 
-def ranking_metrics(scores: torch.Tensor, label: torch.Tensor,
-                    k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sums over queries of NDCG@k and reciprocal rank, and the number of queries with a relevant doc.
-
-    scores, label: (Q, D); label -1 marks padding (ranked last). Queries without a relevant doc are left out.
-    """
-    scores = scores.float().masked_fill(label < 0, float("-inf"))
-    gains = (2.0 ** label.clamp(min=0).float() - 1.0) * (label >= 0)
-    depth = min(k, label.shape[1])
-    discount = 1.0 / torch.log2(torch.arange(depth, device=label.device, dtype=torch.float32) + 2.0)
-    ranked = gains.gather(1, scores.argsort(dim=1, descending=True, stable=True))
-    ideal = gains.sort(dim=1, descending=True).values[:, :depth]
-    idcg = (ideal * discount).sum(1)
-    has_relevant = idcg > 0
-    ndcg = (ranked[:, :depth] * discount).sum(1) / idcg.clamp(min=1e-12)
-    relevant = ranked > 0
-    first = torch.where(relevant.any(1), relevant.float().argmax(1), 0)
-    rr = 1.0 / (first.float() + 1.0)
-    return (ndcg * has_relevant).sum(), (rr * has_relevant).sum(), has_relevant.sum()
-
-
-def ndcg_at(labels_in_order, k: int = TOP_K) -> float | None:
-    """NDCG@k of one list of true labels in the order shown (ranking_metrics, as evaluation counts it: gain
-    2^label - 1); None when no candidate is relevant (every order is as good as any other)."""
-    label = torch.as_tensor(np.asarray(labels_in_order, dtype=np.float64), dtype=torch.float32)[None, :]
-    if label.shape[1] == 0:
-        return None
-    shown = -torch.arange(label.shape[1], dtype=torch.float32)[None, :]  # descending: the order shown
-    ndcg, _rr, relevant = ranking_metrics(shown, label, k)
-    return float(ndcg) if int(relevant) else None
-
-
 MAX_LIST = 256  # candidates per list at most: the RankNet loss holds batch x W x W pairs
 PADDING_BUDGET = 4  # padded cells per real candidate, at most
 
@@ -214,8 +200,9 @@ def list_width(sizes: np.ndarray) -> int:
     return min(width, longest)
 
 
-def pack_queries(query: np.ndarray, arrays: dict[str, np.ndarray], width: int | None = None,
-                 seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def pack_queries(
+    query: np.ndarray, arrays: dict[str, np.ndarray], width: int | None = None, seed: int = 0
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Candidates (query code 0..Q-1 per candidate, and per-candidate arrays) -> lists of `width` (default
     list_width) candidates: each array shaped (R, W, ...), "label" padded with -1 and the rest with 0; and the
     query of each row (R,), rows in query-code order. A query longer than W takes several rows, its candidates
@@ -280,8 +267,9 @@ def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed
     return splits, longest
 
 
-def flat_ranking_metrics(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor,
-                         k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def flat_ranking_metrics(
+    qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, k: int = TOP_K
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ranking_metrics for candidates given one by one (1-D `qid`, `scores`, `label`, no padding; each query's
     candidates in their order, which breaks ties as ranking_metrics does): every query ranked whole."""
     if qid.numel() == 0:
@@ -331,16 +319,20 @@ REPORT_K = 20  # the report's NDCG@k curves run k = 1..REPORT_K
 QUERY_SIZE_BUCKETS = (1, 5, 10, 20, 50, 100, 500)  # the report's candidates-per-query buckets
 
 
-def query_curves(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor,
-                 most: int = REPORT_K) -> dict[str, torch.Tensor]:
+def query_curves(
+    qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, most: int = REPORT_K
+) -> dict[str, torch.Tensor]:
     """Per query (candidates given one by one, as flat_ranking_metrics, ranked and tie-broken the same way):
     NDCG@k for k = 1..`most` (Q, most), reciprocal rank (Q,), candidates (Q,), and whether it has a relevant
     candidate (Q,: the queries the metrics average over)."""
     device = qid.device
     if qid.numel() == 0:
-        return {"ndcg": torch.zeros(0, most, device=device), "rr": torch.zeros(0, device=device),
-                "size": torch.zeros(0, dtype=torch.int64, device=device),
-                "has_relevant": torch.zeros(0, dtype=torch.bool, device=device)}
+        return {
+            "ndcg": torch.zeros(0, most, device=device),
+            "rr": torch.zeros(0, device=device),
+            "size": torch.zeros(0, dtype=torch.int64, device=device),
+            "has_relevant": torch.zeros(0, dtype=torch.bool, device=device),
+        }
     gains = 2.0 ** label.clamp(min=0).float() - 1.0
     ranked, group = _within_query(qid, scores.float())
     ideal, _ = _within_query(qid, gains)
@@ -356,8 +348,12 @@ def query_curves(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor,
     dcg, idcg = cumulative(ranked), cumulative(ideal)
     big = torch.full((n_queries,), label.numel(), dtype=torch.int64, device=device)
     first = big.scatter_reduce(0, group, torch.where(label > 0, ranked, label.numel()), reduce="amin")
-    return {"ndcg": dcg / idcg.clamp(min=1e-12), "rr": 1.0 / (first.float() + 1.0),
-            "size": torch.bincount(group, minlength=n_queries), "has_relevant": idcg[:, -1] > 0}
+    return {
+        "ndcg": dcg / idcg.clamp(min=1e-12),
+        "rr": 1.0 / (first.float() + 1.0),
+        "size": torch.bincount(group, minlength=n_queries),
+        "has_relevant": idcg[:, -1] > 0,
+    }
 
 
 def read_ranking(path: str, options: ReadOptions | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -384,17 +380,21 @@ def given_query_splits(read: SplitTables, seed: int) -> tuple[list[dict], list[i
     width = arrays["train"][1].shape[1]
     for name, (_, features, _) in arrays.items():
         if features.shape[1] != width:
-            raise DataError(f"{read.origins[name]}: {features.shape[1]} feature columns, but the training data "
-                            f"({read.origins['train']}) has {width}")
+            raise DataError(
+                f"{read.origins[name]}: {features.shape[1]} feature columns, but the training data "
+                f"({read.origins['train']}) has {width}"
+            )
     splits, longest = {}, {}
     if "val" not in arrays:
         query, features, label = arrays.pop("train")
         keep, carved = carve(int(query.max()) + 1, seed, 8)
         (splits["train"], splits["val"]), (longest["train"], longest["val"]) = queries_splits(
-            query, {"features": features, "label": label}, (keep, carved), seed)
+            query, {"features": features, "label": label}, (keep, carved), seed
+        )
     for part, (name, (query, features, label)) in enumerate(arrays.items()):
         (splits[name],), (longest[name],) = queries_splits(
-            query, {"features": features, "label": label}, (np.arange(int(query.max()) + 1),), seed + 3 * part)
+            query, {"features": features, "label": label}, (np.arange(int(query.max()) + 1),), seed + 3 * part
+        )
     return [splits["train"], splits["val"], splits.get("test")], [longest.get(n, 0) for n in SPLITS]
 
 
@@ -406,17 +406,26 @@ class RankingTask(Task):
         TaskOption("layers", 2, "hidden layers", 1, 32),
         TaskOption("dropout", 0.2, "dropout after each hidden layer", 0.0, 0.9),
         TaskOption("input_dropout", 0.0, "dropout on the normalised features (training only)", 0.0, 0.9),
-        TaskOption("loss", "lambda", "lambda (LambdaLoss NDCG-Loss2++), approxndcg, listwise softmax or "
-                                     "pairwise RankNet", choices=("lambda", "approxndcg", "listwise", "ranknet")),
-        TaskOption("normalize", "quantile", "feature normalisation fit on the training split, then standardise: "
-                                            "quantile (each column's rank mapped to a normal quantile), asinh "
-                                            "(robust centre and scale, signed log), standard, or none",
-                   choices=("asinh", "quantile", "standard", "none")),  # NORMALIZE, as a literal (see catalog)
+        TaskOption(
+            "loss",
+            "lambda",
+            "lambda (LambdaLoss NDCG-Loss2++), approxndcg, listwise softmax or pairwise RankNet",
+            choices=("lambda", "approxndcg", "listwise", "ranknet"),
+        ),
+        TaskOption(
+            "normalize",
+            "quantile",
+            "feature normalisation fit on the training split, then standardise: "
+            "quantile (each column's rank mapped to a normal quantile), asinh "
+            "(robust centre and scale, signed log), standard, or none",
+            choices=("asinh", "quantile", "standard", "none"),
+        ),  # NORMALIZE, as a literal (see catalog)
         TaskOption("queries", 4000, "synthetic: queries", 20, 100_000_000, synthetic=True),
         TaskOption("docs", 20, "synthetic: candidate lessons per query, on average", 2, 10_000, synthetic=True),
         TaskOption("features", 136, "synthetic: features per (query, lesson)", 2, 4096, synthetic=True),
-        TaskOption("noise", 0.5, "synthetic: label noise (std, relative to the relevance's std)", 0.0, 10.0,
-                   synthetic=True),
+        TaskOption(
+            "noise", 0.5, "synthetic: label noise (std, relative to the relevance's std)", 0.0, 10.0, synthetic=True
+        ),
     )
     # Chosen by measurement against LightGBM's lambdarank on LETOR-shaped synthetic data (quick data, 3 seeds,
     # benchmarks/quality_ranking.py; NDCG@10 relative to these defaults): normalize standard -0.026, none
@@ -450,7 +459,6 @@ class RankingTask(Task):
         table = ranking_table(generate_ranking(-(-rows // docs), docs, self.opts["features"], self.opts["noise"], seed))
         return table.slice(0, rows)
 
-
     @classmethod
     def serving_class(cls) -> type[TaskServing]:
         from core.tasks.ranking_serving import RankingTaskServing
@@ -461,8 +469,9 @@ class RankingTask(Task):
         o = self.opts
         notes: list[str] = []
         if data_path:
-            read = read_splits(self.data_source(data_path), RANKING_COLUMNS, prefix_columns="f",
-                               carved="10% of the training queries")
+            read = read_splits(
+                self.data_source(data_path), RANKING_COLUMNS, prefix_columns="f", carved="10% of the training queries"
+            )
             notes = list(read.notes)
             if read.given:  # given splits, used as given (see core.data.splits)
                 (train, val, test), longest = given_query_splits(read, seed)
@@ -474,8 +483,9 @@ class RankingTask(Task):
             ceiling = {}
         else:
             # features (float32), the relevance (float64 while generated) and labels, then their packed copy
-            self.check_synthetic_size(o["queries"] * o["docs"] * (o["features"] * 4 * 2 + 8 + 8 + 8 + 48),
-                                      ("queries", "docs", "features"))
+            self.check_synthetic_size(
+                o["queries"] * o["docs"] * (o["features"] * 4 * 2 + 8 + 8 + 8 + 48), ("queries", "docs", "features")
+            )
             data = generate_ranking(o["queries"], o["docs"], o["features"], o["noise"], seed)
             arrays = {"features": data.features, "label": data.label, "relevance": data.relevance}
             (train, val, test), longest = split_queries(data.query, arrays, seed)
@@ -487,15 +497,19 @@ class RankingTask(Task):
         baseline = {key: float(np.mean([d[key] for d in draws])) for key in draws[0]}
         width = int(train["features"].shape[1])
         real = train["features"][train["label"] >= 0].numpy()  # the training split's candidates, no padding
-        info = {"features": int(train["features"].shape[2]), "docs_per_query": width,
-                "normalizer": fit_normalizer(real, o["normalize"], seed)}
+        info = {
+            "features": int(train["features"].shape[2]),
+            "docs_per_query": width,
+            "normalizer": fit_normalizer(real, o["normalize"], seed),
+        }
         if "qid" in train:
-            notes.append(f"ranking: queries of up to {longest[0]:,} candidates train as lists of {width} of "
-                         "their candidates (memory stays within a few times the data); evaluation ranks "
-                         "every query whole")
+            notes.append(
+                f"ranking: queries of up to {longest[0]:,} candidates train as lists of {width} of "
+                "their candidates (memory stays within a few times the data); evaluation ranks "
+                "every query whole"
+            )
             train.pop("qid")  # training needs only the lists
-        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
-                        notes=notes)
+        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline, notes=notes)
 
     def validation_units(self, split: dict[str, torch.Tensor]) -> int:
         """The queries with a relevant candidate: those the metrics average over (a query spread over several
@@ -516,9 +530,15 @@ class RankingTask(Task):
 
     def build_model(self, info: dict) -> nn.Module:
         o = self.opts
-        return ScoringMLP(info.get("features", o["features"]), o["hidden"], o["layers"], o["dropout"],
-                          info.get("normalizer"), o["input_dropout"],
-                          QUANTILES if o["normalize"] == "quantile" else 0)
+        return ScoringMLP(
+            info.get("features", o["features"]),
+            o["hidden"],
+            o["layers"],
+            o["dropout"],
+            info.get("normalizer"),
+            o["input_dropout"],
+            QUANTILES if o["normalize"] == "quantile" else 0,
+        )
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return LOSSES[self.opts["loss"]](model(batch["features"]), batch["label"])
@@ -528,8 +548,9 @@ class RankingTask(Task):
         if "qid" in split:  # a query spans rows: hand every candidate on, metrics() ranks each query whole
             slices = iter_slices(split, max(batch_size, 1024))
             flat = [_flat(batch, model(batch["features"]).float()) for batch in slices]
-            qid, score, label = (torch.cat([part[i] for part in flat]) if flat else torch.zeros(0, device=device)
-                                 for i in range(3))
+            qid, score, label = (
+                torch.cat([part[i] for part in flat]) if flat else torch.zeros(0, device=device) for i in range(3)
+            )
             return EvalParts(sums={}, values={"qid": qid.long(), "score": score.float(), "label": label.long()})
         sums = torch.zeros(3, dtype=torch.float64, device=device)
         for batch in iter_slices(split, max(batch_size, 1024)):
@@ -572,14 +593,37 @@ class RankingTask(Task):
             if not count:
                 continue
             curve, bucket_mrr = means(chosen)
-            buckets.append({**info, "count": count, "ndcg": curve,
-                            "values": {f"ndcg@{TOP_K}": curve[TOP_K - 1], "mrr": bucket_mrr}})
-            series.append({"name": info["label"], "label": f"{info['label']} candidates ({count:,})",
-                           "values": curve, "emphasis": "faint"})
-        return {"curves": [{"title": "NDCG by k", "metric": "ndcg", "y_label": "NDCG@k", "ks": ks,
-                            "series": series}],
-                "mrr": mrr, "queries": n, "queries_without_relevant": int(used.shape[0]) - n,
-                "buckets": {"title": f"By candidates per query (k = {TOP_K})", "by": "candidates per query",
-                            "unit": "queries", "k": TOP_K, "total": n, "rows": buckets,
-                            "series": [{"name": f"ndcg@{TOP_K}", "label": f"NDCG@{TOP_K}", "curve": "all"},
-                                       {"name": "mrr", "label": "MRR"}]}}
+            buckets.append(
+                {
+                    **info,
+                    "count": count,
+                    "ndcg": curve,
+                    "values": {f"ndcg@{TOP_K}": curve[TOP_K - 1], "mrr": bucket_mrr},
+                }
+            )
+            series.append(
+                {
+                    "name": info["label"],
+                    "label": f"{info['label']} candidates ({count:,})",
+                    "values": curve,
+                    "emphasis": "faint",
+                }
+            )
+        return {
+            "curves": [{"title": "NDCG by k", "metric": "ndcg", "y_label": "NDCG@k", "ks": ks, "series": series}],
+            "mrr": mrr,
+            "queries": n,
+            "queries_without_relevant": int(used.shape[0]) - n,
+            "buckets": {
+                "title": f"By candidates per query (k = {TOP_K})",
+                "by": "candidates per query",
+                "unit": "queries",
+                "k": TOP_K,
+                "total": n,
+                "rows": buckets,
+                "series": [
+                    {"name": f"ndcg@{TOP_K}", "label": f"NDCG@{TOP_K}", "curve": "all"},
+                    {"name": "mrr", "label": "MRR"},
+                ],
+            },
+        }

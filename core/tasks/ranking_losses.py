@@ -1,10 +1,14 @@
-"""The ranking task's losses (option `loss`): LambdaLoss NDCG-Loss2++, ApproxNDCG, listwise softmax
-cross-entropy and pairwise RankNet, over candidate lists (Q, W) with label -1 marking padding; all float32."""
+"""The ranking task's losses (option `loss`: LambdaLoss NDCG-Loss2++, ApproxNDCG, listwise softmax
+cross-entropy and pairwise RankNet) and its metrics (NDCG@k, MRR), over candidate lists (Q, W) with label -1
+marking padding; all float32."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.nn import functional as F
+
+TOP_K = 10
 
 
 def listwise_softmax_loss(scores: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
@@ -60,7 +64,8 @@ def lambda_loss(scores: torch.Tensor, label: torch.Tensor, mu: float = LAMBDA_MU
         gap = (rank.unsqueeze(2) - rank.unsqueeze(1)).abs().clamp(min=1.0)
         delta = 1.0 / torch.log2(1.0 + gap) - 1.0 / torch.log2(2.0 + gap)
         weight = (g.unsqueeze(2) - g.unsqueeze(1)).abs() * (
-            (inv_d.unsqueeze(2) - inv_d.unsqueeze(1)).abs() + mu * delta)
+            (inv_d.unsqueeze(2) - inv_d.unsqueeze(1)).abs() + mu * delta
+        )
         better = (label.unsqueeze(2) > label.unsqueeze(1)) & valid.unsqueeze(1)
         margin = scores.unsqueeze(2) - scores.unsqueeze(1)
         pair = torch.where(better, F.softplus(-margin) * weight, 0.0)
@@ -86,5 +91,42 @@ def approx_ndcg_loss(scores: torch.Tensor, label: torch.Tensor, alpha: float = 1
         return (per_query * used).sum() / used.sum().clamp(min=1)
 
 
-LOSSES = {"listwise": listwise_softmax_loss, "ranknet": ranknet_loss, "lambda": lambda_loss,
-          "approxndcg": approx_ndcg_loss}
+LOSSES = {
+    "listwise": listwise_softmax_loss,
+    "ranknet": ranknet_loss,
+    "lambda": lambda_loss,
+    "approxndcg": approx_ndcg_loss,
+}
+
+
+def ranking_metrics(
+    scores: torch.Tensor, label: torch.Tensor, k: int = TOP_K
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sums over queries of NDCG@k and reciprocal rank, and the number of queries with a relevant doc.
+
+    scores, label: (Q, D); label -1 marks padding (ranked last). Queries without a relevant doc are left out.
+    """
+    scores = scores.float().masked_fill(label < 0, float("-inf"))
+    gains = (2.0 ** label.clamp(min=0).float() - 1.0) * (label >= 0)
+    depth = min(k, label.shape[1])
+    discount = 1.0 / torch.log2(torch.arange(depth, device=label.device, dtype=torch.float32) + 2.0)
+    ranked = gains.gather(1, scores.argsort(dim=1, descending=True, stable=True))
+    ideal = gains.sort(dim=1, descending=True).values[:, :depth]
+    idcg = (ideal * discount).sum(1)
+    has_relevant = idcg > 0
+    ndcg = (ranked[:, :depth] * discount).sum(1) / idcg.clamp(min=1e-12)
+    relevant = ranked > 0
+    first = torch.where(relevant.any(1), relevant.float().argmax(1), 0)
+    rr = 1.0 / (first.float() + 1.0)
+    return (ndcg * has_relevant).sum(), (rr * has_relevant).sum(), has_relevant.sum()
+
+
+def ndcg_at(labels_in_order, k: int = TOP_K) -> float | None:
+    """NDCG@k of one list of true labels in the order shown (ranking_metrics, as evaluation counts it: gain
+    2^label - 1); None when no candidate is relevant (every order is as good as any other)."""
+    label = torch.as_tensor(np.asarray(labels_in_order, dtype=np.float64), dtype=torch.float32)[None, :]
+    if label.shape[1] == 0:
+        return None
+    shown = -torch.arange(label.shape[1], dtype=torch.float32)[None, :]  # descending: the order shown
+    ndcg, _rr, relevant = ranking_metrics(shown, label, k)
+    return float(ndcg) if int(relevant) else None

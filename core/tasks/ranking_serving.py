@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from core.errors import DataError
+from core.tasks.ranking_losses import ndcg_at
 from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
 
 
@@ -56,13 +57,29 @@ def _erfinv(y: torch.Tensor) -> torch.Tensor:
     w = -torch.log((1.0 - y) * (1.0 + y))
     w1 = w - 2.5
     p1 = torch.full_like(y, 2.81022636e-08)
-    for c in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503, -0.00417768164,
-              0.246640727, 1.50140941):
+    for c in (
+        3.43273939e-07,
+        -3.5233877e-06,
+        -4.39150654e-06,
+        0.00021858087,
+        -0.00125372503,
+        -0.00417768164,
+        0.246640727,
+        1.50140941,
+    ):
         p1 = c + p1 * w1
     w2 = torch.sqrt(w.clamp(min=5.0)) - 3.0
     p2 = torch.full_like(y, -0.000200214257)
-    for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613, 0.00943887047,
-              1.00167406, 2.83297682):
+    for c in (
+        0.000100950558,
+        0.00134934322,
+        -0.00367342844,
+        0.00573950773,
+        -0.0076224613,
+        0.00943887047,
+        1.00167406,
+        2.83297682,
+    ):
         p2 = c + p2 * w2
     return torch.where(w < 5.0, p1, p2) * y
 
@@ -90,14 +107,19 @@ class RankingFileScorer(FileScorer):
         features = [reader.find(f"f{i}") for i in range(1, width + 1)]
         missing = [f"f{i}" for i, c in enumerate(features, 1) if c is None]
         if missing:
-            raise DataError(f"{reader.path}: no column {missing[0]!r} (the ranking model reads {width} features, "
-                            f"f1..f{width}); {reader.columns_note()}")
+            raise DataError(
+                f"{reader.path}: no column {missing[0]!r} (the ranking model reads {width} features, "
+                f"f1..f{width}); {reader.columns_note()}"
+            )
         named = [normalise_name(c) for c in reader.columns]
-        more = [c for c, n in zip(reader.columns, named)
-                if n.startswith("f") and n[1:].isdigit() and int(n[1:]) > width]
+        more = [
+            c for c, n in zip(reader.columns, named) if n.startswith("f") and n[1:].isdigit() and int(n[1:]) > width
+        ]
         if more:
-            raise DataError(f"{reader.path}: the ranking model reads {width} features (f1..f{width}) but the file "
-                            f"also has {shown_names(more)}: a model trained on other features?")
+            raise DataError(
+                f"{reader.path}: the ranking model reads {width} features (f1..f{width}) but the file "
+                f"also has {shown_names(more)}: a model trained on other features?"
+            )
         self.features = features
         reader.use([self.query, self.doc, *features, *([self.label] if self.label else [])])
         types = {name: reader.id_type(name) for name in (self.query, self.doc)}
@@ -112,20 +134,26 @@ class RankingFileScorer(FileScorer):
 
         checks = Checks(batch.num_rows)
         query, doc = ids(batch.column(self.query), self.query, checks), ids(batch.column(self.doc), self.doc, checks)
-        x = np.stack([numbers(batch.column(c), c, checks) for c in self.features], axis=1) if batch.num_rows \
+        x = (
+            np.stack([numbers(batch.column(c), c, checks) for c in self.features], axis=1)
+            if batch.num_rows
             else np.zeros((0, len(self.features)), np.float32)
+        )
         label = None
         if self.label:  # copied when it is a whole number, else left empty (the model does not read it)
             ignored = Checks(batch.num_rows)
             values = numbers(batch.column(self.label), self.label, ignored, dtype="float64")
             # a whole number within int64 (1e30 would wrap to -2**63): others are left empty
-            whole = ~ignored.bad & (values == np.round(values)) & (np.abs(values) < 2.0 ** 63)
+            whole = ~ignored.bad & (values == np.round(values)) & (np.abs(values) < 2.0**63)
             label = pa.array(np.where(whole, values, 0).astype(np.int64), mask=~whole)
         good = self._good(batch, lines, checks, report)
         for rows in self._slices(good):
             taken = pa.array(rows)
-            columns = {"query_id": query.take(taken), "doc_id": doc.take(taken),
-                       "score": pa.array(self.predictor.rank(x[rows]))}
+            columns = {
+                "query_id": query.take(taken),
+                "doc_id": doc.take(taken),
+                "score": pa.array(self.predictor.rank(x[rows])),
+            }
             if label is not None:
                 columns["label"] = label.take(taken)
             self.scored += len(rows)
@@ -140,13 +168,12 @@ class RankingTaskServing(TaskServing):
     dynamic_dims = ("batch", "candidates")
     answers = ("rank", "example_queries")
     file_scorer = RankingFileScorer
-    preview = PreviewSpec("feature_rows", "ranked_list", answer="rank", examples="example_queries", noun="query",
-                          item="lesson", top_k=10)
+    preview = PreviewSpec(
+        "feature_rows", "ranked_list", answer="rank", examples="example_queries", noun="query", item="lesson", top_k=10
+    )
 
     def preview_quality(self, labels_in_order) -> tuple[str, float | None]:
         """NDCG@k of the candidates in the order shown, as the task's evaluation measures it."""
-        from core.tasks.ranking import ndcg_at
-
         k = self.preview.top_k
         return f"NDCG@{k}", ndcg_at(labels_in_order, k)
 
@@ -171,13 +198,30 @@ class RankingTaskServing(TaskServing):
 
     def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
         features = int(model.norm.mean.shape[0])
-        return {"inputs": [{"name": self.input_name, "shape": ["batch", "candidates", features], "dtype": "float32",
-                            "meaning": "raw (un-normalised) features of each query's candidates"}],
-                "outputs": [{"name": self.output_name, "shape": ["batch", "candidates"], "dtype": "float32",
-                             "meaning": "relevance scores: rank a query's candidates by descending score"}],
-                "serving": {"features": features, "feature_order": [f"f{i + 1}" for i in range(features)],
-                            "normalization": f"{self.opts['normalize']}, fit on the training split; inside the "
-                                             "model: give raw features"}}
+        return {
+            "inputs": [
+                {
+                    "name": self.input_name,
+                    "shape": ["batch", "candidates", features],
+                    "dtype": "float32",
+                    "meaning": "raw (un-normalised) features of each query's candidates",
+                }
+            ],
+            "outputs": [
+                {
+                    "name": self.output_name,
+                    "shape": ["batch", "candidates"],
+                    "dtype": "float32",
+                    "meaning": "relevance scores: rank a query's candidates by descending score",
+                }
+            ],
+            "serving": {
+                "features": features,
+                "feature_order": [f"f{i + 1}" for i in range(features)],
+                "normalization": f"{self.opts['normalize']}, fit on the training split; inside the "
+                "model: give raw features",
+            },
+        }
 
     def shape(self, model: nn.Module) -> ServingShape:
         return ServingShape(n_features=int(model.norm.mean.shape[0]))

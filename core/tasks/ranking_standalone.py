@@ -60,8 +60,9 @@ class Serving:
             return self.served.run([kit.numbers(inputs, self.width, "candidate")], "float32")[0]
         queries = [kit.numbers(q, self.width, f"query {i}: candidate") for i, q in enumerate(inputs)]
         if len({len(q) for q in queries}) > 1:
-            raise ValueError("the queries of one batch need the same number of candidates (or predict each "
-                             "query on its own)")
+            raise ValueError(
+                "the queries of one batch need the same number of candidates (or predict each query on its own)"
+            )
         return self.served.run(queries, "float32")
 
     def row_input(self, values):

@@ -76,8 +76,7 @@ class CausalBlock(nn.Module):
         b, length, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, length, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         # is_causal without an explicit mask keeps SDPA on its fused (flash) kernels on every device.
-        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                              dropout_p=self.dropout if self.training else 0.0)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         x = x + self.drop(self.proj(attn.transpose(1, 2).reshape(b, length, d)))
         return x + self.drop(self.ffn(self.norm2(x)))
 
@@ -118,8 +117,9 @@ class SASRec(nn.Module):
         return hidden @ self.items.weight[1:].t()
 
 
-def rank_metrics(scores: torch.Tensor, target_scores: torch.Tensor,
-                 k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor]:
+def rank_metrics(
+    scores: torch.Tensor, target_scores: torch.Tensor, k: int = TOP_K
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row hit@k and NDCG@k of a target with `target_scores` (B,) among candidate `scores` (B, C).
 
     Ties count against the target (pessimistic), so a constant scorer gets no free hits.
@@ -146,7 +146,7 @@ def count_at_least(scores: torch.Tensor, target_scores: torch.Tensor) -> torch.T
         return (scores >= target).sum(dim=1)
     total = torch.zeros(scores.shape[0], dtype=torch.int64, device=scores.device)
     for start in range(0, scores.shape[1], columns):
-        total += (scores[:, start:start + columns] >= target).sum(dim=1)
+        total += (scores[:, start : start + columns] >= target).sum(dim=1)
     return total
 
 
@@ -188,15 +188,18 @@ def batch_ranks(score_fn, split: dict[str, torch.Tensor], batch_size: int, histo
         target_scores = scores.gather(1, target).squeeze(1)
         # Sampled: the target against its negatives (drawn outside the user's history, so nothing to remove).
         sampled = torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)], dim=1)
-        ranks = {PROTOCOLS[2]: count_at_least(sampled, target_scores) - 1,
-                 "full_unfiltered": count_at_least(scores, target_scores) - 1}  # the target included in `scores`
+        ranks = {
+            PROTOCOLS[2]: count_at_least(sampled, target_scores) - 1,
+            "full_unfiltered": count_at_least(scores, target_scores) - 1,
+        }  # the target included in `scores`
         remove_seen(scores, batch, history).scatter_(1, target, target_scores.unsqueeze(1))  # a repeat stays
         ranks["full_filtered"] = count_at_least(scores, target_scores) - 1
         yield ranks
 
 
-def ranking_sums(score_fn, split: dict[str, torch.Tensor], batch_size: int,
-                 history: torch.Tensor) -> dict[str, torch.Tensor]:
+def ranking_sums(
+    score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Sums over rows of hit@10 / NDCG@10 under the three PROTOCOLS (arguments as batch_ranks)."""
     sums = torch.zeros(len(RANKING_SUMS), dtype=torch.float64, device=split["target"].device)
     for ranks in batch_ranks(score_fn, split, batch_size, history):
@@ -210,21 +213,25 @@ def ranking_means(sums: dict[str, torch.Tensor], rows: float) -> dict[str, float
     return {f"{m}@{TOP_K}_{p}": float(sums[f"{m}_{p}"]) / n for p in PROTOCOLS for m in ("hr", "ndcg")}
 
 
-def ranking_report(score_fn, split: dict[str, torch.Tensor], batch_size: int,
-                   history: torch.Tensor) -> dict[str, float]:
+def ranking_report(
+    score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
+) -> dict[str, float]:
     """HR@10 / NDCG@10 under the three PROTOCOLS for `score_fn(batch) -> (B, n_items)` float scores."""
     return ranking_means(ranking_sums(score_fn, split, batch_size, history), float(split["target"].shape[0]))
 
 
 REPORT_K = 50  # the report's HR@k / NDCG@k curves run k = 1..REPORT_K
 HISTORY_BUCKETS = (1, 5, 10, 20, 50)  # the report's user-history-length buckets: 1-4, 5-9, 10-19, 20-49, 50+
-PROTOCOL_LABELS = {"full_filtered": "full catalogue, seen removed (primary)",
-                   "full_unfiltered": "full catalogue, seen kept",
-                   f"sampled{EVAL_NEGATIVES}_unseen": f"sampled: {EVAL_NEGATIVES} unseen negatives"}
+PROTOCOL_LABELS = {
+    "full_filtered": "full catalogue, seen removed (primary)",
+    "full_unfiltered": "full catalogue, seen kept",
+    f"sampled{EVAL_NEGATIVES}_unseen": f"sampled: {EVAL_NEGATIVES} unseen negatives",
+}
 
 
-def held_out_ranks(score_fn, split: dict[str, torch.Tensor], batch_size: int,
-                   history: torch.Tensor) -> dict[str, torch.Tensor]:
+def held_out_ranks(
+    score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """Per row, the 0-based rank of the held-out item under each of PROTOCOLS (batch_ranks, all batches), so
     hit@k is rank < k and NDCG@k 1 / log2(rank + 2) for any k: the same ranks as the metrics."""
     ranks: dict[str, list[torch.Tensor]] = {p: [] for p in PROTOCOLS}
@@ -267,10 +274,14 @@ def chosen_loss(loss: str, n_items: int) -> str:
 def auto_loss_note(n_items: int, negatives: int) -> str:
     """The run's log line saying what loss=auto chose for a catalogue of `n_items` lessons, and why."""
     if chosen_loss("auto", n_items) == "sampled":
-        return (f"recommender: loss=auto trains with the sampled softmax ({negatives:,} shared negatives): "
-                f"{n_items:,} lessons is more than {SAMPLED_LOSS_ABOVE:,}; loss=full for the full softmax")
-    return (f"recommender: loss=auto trains with the full softmax: {n_items:,} lessons is at most "
-            f"{SAMPLED_LOSS_ABOVE:,}; loss=sampled for the sampled softmax")
+        return (
+            f"recommender: loss=auto trains with the sampled softmax ({negatives:,} shared negatives): "
+            f"{n_items:,} lessons is more than {SAMPLED_LOSS_ABOVE:,}; loss=full for the full softmax"
+        )
+    return (
+        f"recommender: loss=auto trains with the full softmax: {n_items:,} lessons is at most "
+        f"{SAMPLED_LOSS_ABOVE:,}; loss=sampled for the sampled softmax"
+    )
 
 
 class RecommenderTask(Task):
@@ -282,18 +293,28 @@ class RecommenderTask(Task):
         TaskOption("heads", 2, "attention heads (must divide d_model)", 1, 64),
         TaskOption("max_len", 50, "longest history the model reads (training window length)", 2, 4096),
         TaskOption("dropout", 0.1, "dropout on embeddings, attention and feed-forward", 0.0, 0.9),
-        TaskOption("loss", "auto", "full softmax over the catalogue, sampled softmax (shared negatives), or auto: "
-                                   "sampled above 10,000 lessons, else full (the run's log says which)",
-                   choices=("auto", "full", "sampled")),
+        TaskOption(
+            "loss",
+            "auto",
+            "full softmax over the catalogue, sampled softmax (shared negatives), or auto: "
+            "sampled above 10,000 lessons, else full (the run's log says which)",
+            choices=("auto", "full", "sampled"),
+        ),
         TaskOption("sampled_negatives", 1024, "negatives shared by a batch for the sampled softmax", 1, 1_000_000),
-        TaskOption("file_order", False, "a data file's lines are in time order: each user's history is their lines "
-                                        "top to bottom, and no timestamp column is read (SASRec's `user item` "
-                                        "files)"),
-        TaskOption("items", 1000, "synthetic: catalogue size (a multiple of track_len)", 10, 10_000_000,
-                   synthetic=True),
+        TaskOption(
+            "file_order",
+            False,
+            "a data file's lines are in time order: each user's history is their lines "
+            "top to bottom, and no timestamp column is read (SASRec's `user item` "
+            "files)",
+        ),
+        TaskOption(
+            "items", 1000, "synthetic: catalogue size (a multiple of track_len)", 10, 10_000_000, synthetic=True
+        ),
         TaskOption("track_len", 20, "synthetic: lessons per track", 2, 100_000, synthetic=True),
-        TaskOption("follow", 0.7, "synthetic: probability the next lesson follows the track", 0.3, 0.99,
-                   synthetic=True),
+        TaskOption(
+            "follow", 0.7, "synthetic: probability the next lesson follows the track", 0.3, 0.99, synthetic=True
+        ),
         TaskOption("interactions", 100_000, "synthetic: interactions generated", 1000, 1_000_000_000, synthetic=True),
         TaskOption("mean_len", 50, "synthetic: mean interactions per user", 4, 100_000, synthetic=True),
     )
@@ -312,7 +333,6 @@ class RecommenderTask(Task):
         chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
         return interactions_table(generate_interactions(chain, rows, o["mean_len"], seed))
 
-
     @classmethod
     def serving_class(cls) -> type[TaskServing]:
         return RecommenderTaskServing
@@ -324,8 +344,9 @@ class RecommenderTask(Task):
         read = None
         if data_path:
             columns = FILE_ORDER_COLUMNS if o["file_order"] else INTERACTION_COLUMNS
-            read = read_splits(self.data_source(data_path), columns,
-                               carved="each user's last training event (users with 2 or more)")
+            read = read_splits(
+                self.data_source(data_path), columns, carved="each user's last training event (users with 2 or more)"
+            )
             parts = encode_interactions(read.tables)
             raw = parts["train" if read.given else "all"]
             user, items, n_items = raw["user"], raw["item"], raw["n_items"]
@@ -341,8 +362,7 @@ class RecommenderTask(Task):
             raw = generate_interactions(chain, o["interactions"], o["mean_len"], seed)
             user, items, n_items = raw["user"], raw["item"] + 1, o["items"]
         if read is not None and read.given:  # later interactions given per split (see given_sequence_splits)
-            train, val, test, history, more = given_sequence_splits(parts, n_items, o["max_len"], EVAL_NEGATIVES,
-                                                                     seed)
+            train, val, test, history, more = given_sequence_splits(parts, n_items, o["max_len"], EVAL_NEGATIVES, seed)
             interactions = sum(len(p["item"]) for p in parts.values())
             notes += more
             require_rows(data_path, val, "validation", "no user of the validation data has a training history")
@@ -363,14 +383,26 @@ class RecommenderTask(Task):
         self.history = torch.from_numpy(history.astype(np.int32 if n_items < 2**31 else np.int64))
         self.loss_bounds = loss_position_bounds(train["target"])
         counts = torch.bincount(train["target"].flatten(), minlength=n_items + 1)[1:].double()
-        baseline = ranking_report(lambda b: counts.float().expand(b["target"].shape[0], -1), val,
-                                  score_rows(n_items, 4096), self.history)
+        baseline = ranking_report(
+            lambda b: counts.float().expand(b["target"].shape[0], -1), val, score_rows(n_items, 4096), self.history
+        )
         if o["loss"] == "auto":  # said once, as the run starts (TaskData.notes)
             notes.append(auto_loss_note(int(n_items), o["sampled_negatives"]))
-        info = {"n_items": int(n_items), "users_evaluated": int(val["target"].shape[0]),
-                "interactions": int(interactions)}
-        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
-                        vocabulary=vocabulary, notes=notes)
+        info = {
+            "n_items": int(n_items),
+            "users_evaluated": int(val["target"].shape[0]),
+            "interactions": int(interactions),
+        }
+        return TaskData(
+            train=train,
+            val=val,
+            test=test,
+            info=info,
+            ceiling=ceiling,
+            baseline=baseline,
+            vocabulary=vocabulary,
+            notes=notes,
+        )
 
     def settled_options(self, info: dict) -> dict:
         """loss=auto as the loss it chose for this catalogue (the run's config records it; see Task)."""
@@ -384,8 +416,9 @@ class RecommenderTask(Task):
             from core.errors import ConfigError
 
             raise ConfigError("task_options.heads", f"{o['heads']} heads must divide d_model {o['d_model']}")
-        return SASRec(info.get("n_items", o["items"]), o["d_model"], o["layers"], o["heads"], o["max_len"],
-                      o["dropout"])
+        return SASRec(
+            info.get("n_items", o["items"]), o["d_model"], o["layers"], o["heads"], o["max_len"], o["dropout"]
+        )
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = model(batch["seq"]).flatten(0, 1)
@@ -401,8 +434,9 @@ class RecommenderTask(Task):
             loss = loss + torch.where(overflow, float("nan"), 0.0)  # quietly smaller loss; no host sync
         return loss
 
-    def drop_padding(self, hidden: torch.Tensor, target: torch.Tensor,
-                     rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def drop_padding(
+        self, hidden: torch.Tensor, target: torch.Tensor, rows: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """hidden (N, d) and 0-based targets (N,) of a batch of `rows` training rows -> the real positions
         first, and the overflow flag; unchanged (flag None) before load_data. On the CPU (count_on_host) just
         the real positions, flag None: a random batch holds fewer than the bound, often far fewer. Elsewhere
@@ -434,8 +468,8 @@ class RecommenderTask(Task):
         negatives = torch.randint(1, n_items + 1, (self.opts["sampled_negatives"],), device=target.device)
         # One gather of the targets' and the negatives' rows: its backward is one scatter into the table.
         rows = model.items.weight[torch.cat([target, negatives])]
-        positive = (hidden * rows[:target.shape[0]]).sum(-1, keepdim=True)
-        negative = hidden @ rows[target.shape[0]:].t()
+        positive = (hidden * rows[: target.shape[0]]).sum(-1, keepdim=True)
+        negative = hidden @ rows[target.shape[0] :].t()
         negative = negative.masked_fill(negatives == target.unsqueeze(-1), float("-inf"))
         logits = torch.cat([positive, negative], dim=-1).float()
         per_position = F.cross_entropy(logits, torch.zeros_like(target), reduction="none")
@@ -467,6 +501,7 @@ class RecommenderTask(Task):
         """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS (the same ranks as the metrics: at k =
         10 they are evaluate's figures), and HR@10 / NDCG@10 by the length of the user's history before the
         held-out item (HISTORY_BUCKETS; empty buckets left out)."""
+
         def score(batch: dict[str, torch.Tensor]) -> torch.Tensor:
             hidden = model(batch["seq"])[:, -1]
             with torch.autocast(hidden.device.type, enabled=False):  # float32 scores, as evaluate_parts
@@ -480,10 +515,24 @@ class RecommenderTask(Task):
         curves = {p: rank_curves(r, REPORT_K) for p, r in ranks.items()}
         ks = list(range(1, REPORT_K + 1))
         order = ("full_filtered", PROTOCOLS[2], "full_unfiltered")  # the primary first, then the sampled
-        plots = [{"title": f"{title} by k", "metric": metric, "y_label": f"{metric.upper()}@k", "ks": ks,
-                  "series": [{"name": p, "label": PROTOCOL_LABELS[p], "values": curves[p][i],
-                              "emphasis": ("main", "normal", "faint")[j]} for j, p in enumerate(order)]}
-                 for i, (metric, title) in enumerate((("hr", "Hit rate"), ("ndcg", "NDCG")))]
+        plots = [
+            {
+                "title": f"{title} by k",
+                "metric": metric,
+                "y_label": f"{metric.upper()}@k",
+                "ks": ks,
+                "series": [
+                    {
+                        "name": p,
+                        "label": PROTOCOL_LABELS[p],
+                        "values": curves[p][i],
+                        "emphasis": ("main", "normal", "faint")[j],
+                    }
+                    for j, p in enumerate(order)
+                ],
+            }
+            for i, (metric, title) in enumerate((("hr", "Hit rate"), ("ndcg", "NDCG")))
+        ]
         length = split["history_end"] - split["history_start"]
         bucket, described = size_buckets(length, HISTORY_BUCKETS)
         buckets = []
@@ -497,21 +546,29 @@ class RecommenderTask(Task):
                 hit, ndcg = rank_curves(ranks[p][chosen], TOP_K)
                 values[f"hr@{TOP_K}_{p}"], values[f"ndcg@{TOP_K}_{p}"] = hit[-1], ndcg[-1]
             buckets.append({**info, "count": count, "values": values})
-        return {"curves": plots, "protocols": {p: PROTOCOL_LABELS[p] for p in order},
-                "buckets": {"title": f"By user history length (k = {TOP_K})", "by": "interactions before the "
-                            "held-out lesson", "unit": "users", "k": TOP_K, "total": int(length.shape[0]),
-                            "rows": buckets,
-                            "series": [{"name": f"{m}@{TOP_K}_{p}", "label": f"{m.upper()}@{TOP_K} {short}",
-                                        "curve": p}
-                                       for p, short in (("full_filtered", "full"), (PROTOCOLS[2], "sampled"))
-                                       for m in ("hr", "ndcg")]}}
+        return {
+            "curves": plots,
+            "protocols": {p: PROTOCOL_LABELS[p] for p in order},
+            "buckets": {
+                "title": f"By user history length (k = {TOP_K})",
+                "by": "interactions before the held-out lesson",
+                "unit": "users",
+                "k": TOP_K,
+                "total": int(length.shape[0]),
+                "rows": buckets,
+                "series": [
+                    {"name": f"{m}@{TOP_K}_{p}", "label": f"{m.upper()}@{TOP_K} {short}", "curve": p}
+                    for p, short in (("full_filtered", "full"), (PROTOCOLS[2], "sampled"))
+                    for m in ("hr", "ndcg")
+                ],
+            },
+        }
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
     """The SASRec inside a DDP / compile wrapper (the loss needs its item table)."""
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
-
 
 
 # ---------------------------------------------------------------------------------------------- serving
@@ -536,8 +593,16 @@ class RecommenderTaskServing(TaskServing):
     standalone = "recommender_standalone.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("recommend", "recommend_many", "example_users")
     file_scorer = RecommenderFileScorer
-    preview = PreviewSpec("id_sequence", "ranked_list", answer="recommend", examples="example_users", noun="user",
-                          item="lesson", hint="or type lesson ids, oldest first: 3, 17, 42", top_k=10)
+    preview = PreviewSpec(
+        "id_sequence",
+        "ranked_list",
+        answer="recommend",
+        examples="example_users",
+        noun="user",
+        item="lesson",
+        hint="or type lesson ids, oldest first: 3, 17, 42",
+        top_k=10,
+    )
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RecommenderServing(model)
@@ -559,13 +624,32 @@ class RecommenderTaskServing(TaskServing):
         else:
             ids = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
             source = "the training data's lesson ids"
-        return {"inputs": [{"name": self.input_name, "shape": ["batch", max_len], "dtype": "int64",
-                            "meaning": "model item ids of the history, oldest first, left-padded with 0"}],
-                "outputs": [{"name": self.output_name, "shape": ["batch", n_items], "dtype": "float32",
-                             "meaning": "next-lesson scores; column j is model id j + 1"}],
-                "serving": {"max_len": max_len, "padding": "left, id 0", "n_items": n_items,
-                            "vocabulary": ids, "vocabulary_source": source,
-                            "vocabulary_meaning": "model id k (k >= 1) is lesson vocabulary[k - 1]; 0 is padding"}}
+        return {
+            "inputs": [
+                {
+                    "name": self.input_name,
+                    "shape": ["batch", max_len],
+                    "dtype": "int64",
+                    "meaning": "model item ids of the history, oldest first, left-padded with 0",
+                }
+            ],
+            "outputs": [
+                {
+                    "name": self.output_name,
+                    "shape": ["batch", n_items],
+                    "dtype": "float32",
+                    "meaning": "next-lesson scores; column j is model id j + 1",
+                }
+            ],
+            "serving": {
+                "max_len": max_len,
+                "padding": "left, id 0",
+                "n_items": n_items,
+                "vocabulary": ids,
+                "vocabulary_source": source,
+                "vocabulary_meaning": "model id k (k >= 1) is lesson vocabulary[k - 1]; 0 is padding",
+            },
+        }
 
     def shape(self, model: nn.Module) -> ServingShape:
         return ServingShape(n_items=int(model.items.num_embeddings - 1), max_len=int(model.positions.num_embeddings))

@@ -36,8 +36,10 @@ class RecommenderFileScorer(FileScorer):
         self.history = reader.find("history", ("histories", "lessons", "items", "sequence"))
         self.user = reader.find("user_id", ("userid", "user", "uid"))
         if self.history is None:
-            why = ("a recommender reads a `history` column of lesson ids separated by spaces (one row per user), "
-                   "or interactions: user_id, item_id, timestamp")
+            why = (
+                "a recommender reads a `history` column of lesson ids separated by spaces (one row per user), "
+                "or interactions: user_id, item_id, timestamp"
+            )
             if self.user is None and reader.find("item_id") is None:
                 reader.require("history", why)
             self.user = reader.require("user_id", why)
@@ -57,20 +59,26 @@ class RecommenderFileScorer(FileScorer):
             self._seen_rows = 0
         else:
             reader.use([self.history, *([self.user] if self.user else [])])
-        ids_type = pa.string() if predictor.vocabulary.get("item_id") is not None and \
-            isinstance(predictor.vocabulary["item_id"], list) else pa.int64()
+        ids_type = (
+            pa.string()
+            if predictor.vocabulary.get("item_id") is not None and isinstance(predictor.vocabulary["item_id"], list)
+            else pa.int64()
+        )
         if self.user:
             user_type = reader.id_type(self.user)
             first = ("user_id", user_type)
         else:
             first = (self.line_column, pa.int64())
-        self.schema = pa.schema([first, ("rank", pa.int32()), ("item_id", ids_type), ("score", pa.float32())]
-                                + ([("seen", pa.bool_())] if not self.exclude_seen else []))
+        self.schema = pa.schema(
+            [first, ("rank", pa.int32()), ("item_id", ids_type), ("score", pa.float32())]
+            + ([("seen", pa.bool_())] if not self.exclude_seen else [])
+        )
 
     def describe(self) -> str:
         shape = "histories" if self.history else "interactions grouped per user"
         return f"reading {self.reader.path} ({shape}), top {self.k}" + (
-            ", seen lessons excluded" if self.exclude_seen else ", seen lessons kept")
+            ", seen lessons excluded" if self.exclude_seen else ", seen lessons kept"
+        )
 
     def notes(self) -> list[str]:
         return [f"{self.unknown:,} lesson ids the model does not know were left out"] if self.unknown else []
@@ -94,8 +102,9 @@ class RecommenderFileScorer(FileScorer):
             try:
                 words = pc.cast(history, pa.list_(pa.string()))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise DataError(f"{self.reader.path}: column {self.history!r} holds {t} values, not lists of "
-                                f"lesson ids") from None
+                raise DataError(
+                    f"{self.reader.path}: column {self.history!r} holds {t} values, not lists of lesson ids"
+                ) from None
             empty = pc.fill_null(pc.equal(pc.list_value_length(words), 0), True)
             checks.add(empty.to_numpy(zero_copy_only=False), lambda i: f"{self.history} is empty")
             words = pc.if_else(empty, pa.scalar([], pa.list_(pa.string())), words)
@@ -124,11 +133,12 @@ class RecommenderFileScorer(FileScorer):
         good = self._good(batch, lines, checks, report)
         self.unknown += int(((codes == 0) & ~checks.bad[owner]).sum()) if len(codes) else 0
         for rows in self._slices(good):
-            parts = [codes[offsets[r]:offsets[r + 1]] for r in rows]
+            parts = [codes[offsets[r] : offsets[r + 1]] for r in rows]
             lengths = np.array([len(p) for p in parts], dtype=np.int64)
             flat_codes = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-            answer = self.predictor.recommend_codes(flat_codes, np.concatenate([[0], np.cumsum(lengths)]), self.k,
-                                                    self.exclude_seen)
+            answer = self.predictor.recommend_codes(
+                flat_codes, np.concatenate([[0], np.cumsum(lengths)]), self.k, self.exclude_seen
+            )
             who = user.take(pa.array(rows)) if user is not None else pa.array(lines[rows])
             yield self._table(who, answer)
 
@@ -139,10 +149,14 @@ class RecommenderFileScorer(FileScorer):
         real = answer.items > 0
         row, rank = np.nonzero(real)
         self.scored += int((answer.known > 0).sum())
-        columns = {self.schema.names[0]: who.take(pa.array(row)), "rank": pa.array((rank + 1).astype(np.int32)),
-                   "item_id": pa.array(self.predictor.item_ids(answer.items[row, rank]),
-                                       type=self.schema.field("item_id").type),
-                   "score": pa.array(answer.scores[row, rank])}
+        columns = {
+            self.schema.names[0]: who.take(pa.array(row)),
+            "rank": pa.array((rank + 1).astype(np.int32)),
+            "item_id": pa.array(
+                self.predictor.item_ids(answer.items[row, rank]), type=self.schema.field("item_id").type
+            ),
+            "score": pa.array(answer.scores[row, rank]),
+        }
         if not self.exclude_seen:
             columns["seen"] = pa.array(answer.seen[row, rank])
         return pa.table(columns, schema=self.schema)
@@ -167,8 +181,13 @@ class RecommenderFileScorer(FileScorer):
         if not (pa.types.is_string(user.type) or pa.types.is_large_string(user.type)):
             user = as_text(user, self.user, self.reader.path)
         encoded = pc.dictionary_encode(user)
-        table = np.array([self._code(value, int(lines[first])) for value, first in
-                          zip(encoded.dictionary.to_pylist(), _first_positions(encoded.indices))], dtype=np.int64)
+        table = np.array(
+            [
+                self._code(value, int(lines[first]))
+                for value, first in zip(encoded.dictionary.to_pylist(), _first_positions(encoded.indices))
+            ],
+            dtype=np.int64,
+        )
         code = table[encoded.indices.to_numpy(zero_copy_only=False)]
         items = self.predictor.item_codes(item.take(taken))
         known = items > 0
@@ -220,8 +239,15 @@ class RecommenderFileScorer(FileScorer):
         if self.schema.field(0).type != pa.string():
             users = users.cast(self.schema.field(0).type)
         empty = np.flatnonzero((self._items[:count] == 0).all(1))
-        report.add([(int(self._first_line[u]), f"user {shown_value(self._users[u])} (first seen here): none of its "
-                                               f"lessons is known to the model") for u in empty])
+        report.add(
+            [
+                (
+                    int(self._first_line[u]),
+                    f"user {shown_value(self._users[u])} (first seen here): none of its lessons is known to the model",
+                )
+                for u in empty
+            ]
+        )
         step = max(1, self.options.batch_size)
         length = self.predictor.max_len
         seen = self._seen_pairs()

@@ -27,20 +27,26 @@ def forward(weights, options, kit):
         items = w["items.weight"]
         b, length = seq.shape
         d = items.shape[1]
-        x = items[seq] * d ** 0.5 + w["positions.weight"][:length]
+        x = items[seq] * d**0.5 + w["positions.weight"][:length]
         timeline = (seq > 0).unsqueeze(-1).float()
         x = x * timeline
         blocks = sorted({int(k.split(".")[1]) for k in w if k.startswith("blocks.")})
         for i in blocks:
             p = f"blocks.{i}."
             h = F.layer_norm(x, (d,), w[p + "norm1.weight"], w[p + "norm1.bias"])
-            q, k, v = F.linear(h, w[p + "qkv.weight"], w[p + "qkv.bias"]).view(b, length, 3, heads, d // heads) \
+            q, k, v = (
+                F.linear(h, w[p + "qkv.weight"], w[p + "qkv.bias"])
+                .view(b, length, 3, heads, d // heads)
                 .permute(2, 0, 3, 1, 4)
+            )
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             x = x + F.linear(attn.transpose(1, 2).reshape(b, length, d), w[p + "proj.weight"], w[p + "proj.bias"])
             h = F.layer_norm(x, (d,), w[p + "norm2.weight"], w[p + "norm2.bias"])
-            h = F.linear(F.gelu(F.linear(h, w[p + "ffn.0.weight"], w[p + "ffn.0.bias"])), w[p + "ffn.2.weight"],
-                         w[p + "ffn.2.bias"])
+            h = F.linear(
+                F.gelu(F.linear(h, w[p + "ffn.0.weight"], w[p + "ffn.0.bias"])),
+                w[p + "ffn.2.weight"],
+                w[p + "ffn.2.bias"],
+            )
             x = (x + h) * timeline
         x = F.layer_norm(x, (d,), w["norm.weight"], w["norm.bias"])
         return x[:, -1] @ items[1:].t()
@@ -83,7 +89,7 @@ class Serving:
         for history in histories:
             known = (self.model_id.get(lesson_key(i)) for i in history)
             ids = [k for k in known if k is not None]  # lessons the model never saw in training: skipped
-            window = ids[-self.max_len:]
+            window = ids[-self.max_len :]
             batch.append([0] * (self.max_len - len(window)) + window)
             seen.append(set(ids))
         scores = self.served.run_array(batch, "int64")
@@ -99,8 +105,9 @@ class Serving:
         for used, row_values, row_order in zip(seen, values.tolist(), order.tolist()):
             # no lesson of the history is known: nothing to go on (as amp-console predict answers), not the
             # model's guess for an empty history
-            out.append([(self.lesson[j], v) for j, v in zip(row_order, row_values) if v != float("-inf")]
-                       if used else [])
+            out.append(
+                [(self.lesson[j], v) for j, v in zip(row_order, row_values) if v != float("-inf")] if used else []
+            )
         return out
 
     def row_input(self, values):
@@ -129,8 +136,9 @@ class Serving:
 
     def csv_rows(self, line, answer, columns):
         head = [line] + [answer.get(c, "") for c in columns[1:-3]]
-        return [head + [rank, item, score] for rank, (item, score) in
-                enumerate(zip(answer["items"], answer["scores"]), 1)]
+        return [
+            head + [rank, item, score] for rank, (item, score) in enumerate(zip(answer["items"], answer["scores"]), 1)
+        ]
 
 
 def split_history(text):

@@ -81,8 +81,17 @@ class BagClassifier(nn.Module):
     the square root of the token count (sqrt), 1 (sum) or the weights' L2 norm (l2, as a TF-IDF vector).
     While training, `token_dropout` drops whole tokens."""
 
-    def __init__(self, buckets: int, dim: int, hidden: int, dropout: float, pooling: str = "mean",
-                 sublinear: bool = True, token_dropout: float = 0.0, bucket_weight: torch.Tensor | None = None):
+    def __init__(
+        self,
+        buckets: int,
+        dim: int,
+        hidden: int,
+        dropout: float,
+        pooling: str = "mean",
+        sublinear: bool = True,
+        token_dropout: float = 0.0,
+        bucket_weight: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.bag = nn.EmbeddingBag(buckets, dim, mode="sum", padding_idx=0)
         self.pooling, self.sublinear, self.token_dropout = pooling, sublinear, token_dropout
@@ -158,8 +167,11 @@ def roc_curve(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     last[:-1] = ordered[1:] != ordered[:-1]
     tp, fp = hits.cumsum(0)[last], (1 - hits).cumsum(0)[last]
     zero = torch.zeros(1, dtype=torch.float64, device=scores.device)
-    return (torch.cat([zero, fp / n_neg]), torch.cat([zero, tp / n_pos]),
-            torch.cat([zero + float("inf"), ordered[last]]))
+    return (
+        torch.cat([zero, fp / n_neg]),
+        torch.cat([zero, tp / n_pos]),
+        torch.cat([zero + float("inf"), ordered[last]]),
+    )
 
 
 def thin_curve(x: torch.Tensor, y: torch.Tensor, points: int) -> torch.Tensor:
@@ -209,15 +221,33 @@ class SentimentTask(Task):
         TaskOption("dropout", 0.1, "dropout in the head", 0.0, 0.9),
         TaskOption("buckets", 1 << 19, "hash buckets for words, negated words and bigrams", 16, 1 << 26),
         TaskOption("max_tokens", 256, "tokens kept per review (words and bigrams interleaved)", 2, 100_000),
-        TaskOption("negation_scope", 3, "words after a negator (not, never, didn't, ...) in the same clause read "
-                                        "as negated; 0 = off", 0, 100),
-        TaskOption("weighting", "none", "token weights: tfidf (sublinear tf x idf fit on the training split) "
-                                         "or none", choices=("tfidf", "none")),
-        TaskOption("pooling", "mean", "weighted sum of embeddings divided by: the weights' sum (mean), the "
-                                      "square root of the token count (sqrt), their L2 norm (l2) or 1 (sum)",
-                   choices=("mean", "sqrt", "l2", "sum")),
-        TaskOption("min_df", 1, "buckets found in fewer training reviews than this are ignored (1: those "
-                                "never seen in training)", 1, 1_000_000),
+        TaskOption(
+            "negation_scope",
+            3,
+            "words after a negator (not, never, didn't, ...) in the same clause read as negated; 0 = off",
+            0,
+            100,
+        ),
+        TaskOption(
+            "weighting",
+            "none",
+            "token weights: tfidf (sublinear tf x idf fit on the training split) or none",
+            choices=("tfidf", "none"),
+        ),
+        TaskOption(
+            "pooling",
+            "mean",
+            "weighted sum of embeddings divided by: the weights' sum (mean), the "
+            "square root of the token count (sqrt), their L2 norm (l2) or 1 (sum)",
+            choices=("mean", "sqrt", "l2", "sum"),
+        ),
+        TaskOption(
+            "min_df",
+            1,
+            "buckets found in fewer training reviews than this are ignored (1: those never seen in training)",
+            1,
+            1_000_000,
+        ),
         TaskOption("token_dropout", 0.0, "fraction of a review's tokens dropped at each training step", 0.0, 0.9),
         TaskOption("reviews", 20_000, "synthetic: reviews generated", 100, 100_000_000, synthetic=True),
         TaskOption("label_noise", 0.05, "synthetic: fraction of labels flipped", 0.0, 0.5, synthetic=True),
@@ -234,7 +264,6 @@ class SentimentTask(Task):
         from core.data.reviews import generate_reviews, reviews_table
 
         return reviews_table(generate_reviews(rows, seed))
-
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:
@@ -259,8 +288,11 @@ class SentimentTask(Task):
             self.check_synthetic_size(o["reviews"] * (o["max_tokens"] * 4 + 30 * 8 * 4), ("reviews", "max_tokens"))
             reviews = generate_reviews(o["reviews"], seed, label_noise=o["label_noise"])
             oracle = torch.from_numpy(reviews.posterior)
-            arrays = {"tokens": self._tokens(reviews.text), "label": torch.from_numpy(reviews.label),
-                      "posterior": oracle}
+            arrays = {
+                "tokens": self._tokens(reviews.text),
+                "label": torch.from_numpy(reviews.label),
+                "posterior": oracle,
+            }
             train, val, test = split_rows(arrays, seed)
         # idf and min_df from the training rows alone; build_model puts them in the model (a buffer: saved)
         self.bucket_weight = fit_bucket_weights(train["tokens"], o["buckets"], o["weighting"] == "tfidf", o["min_df"])
@@ -273,8 +305,7 @@ class SentimentTask(Task):
         majority = int(train["label"].float().mean() >= 0.5)
         baseline = {"accuracy": float((val["label"] == majority).float().mean()), "roc_auc": 0.5}
         info = {"buckets": o["buckets"], "positive_rate": float(train["label"].float().mean())}
-        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline,
-                        notes=notes)
+        return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline, notes=notes)
 
     def _tokens(self, text) -> torch.Tensor:
         o = self.opts
@@ -299,9 +330,16 @@ class SentimentTask(Task):
         o = self.opts
         weights = getattr(self, "bucket_weight", None)
         buckets = info.get("buckets", o["buckets"])
-        return BagClassifier(buckets, o["dim"], o["hidden"], o["dropout"], pooling=o["pooling"],
-                             sublinear=o["weighting"] == "tfidf", token_dropout=o["token_dropout"],
-                             bucket_weight=weights if weights is not None and len(weights) == buckets else None)
+        return BagClassifier(
+            buckets,
+            o["dim"],
+            o["hidden"],
+            o["dropout"],
+            pooling=o["pooling"],
+            sublinear=o["weighting"] == "tfidf",
+            token_dropout=o["token_dropout"],
+            bucket_weight=weights if weights is not None and len(weights) == buckets else None,
+        )
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return F.cross_entropy(model(batch["tokens"]).float(), batch["label"])
@@ -318,13 +356,18 @@ class SentimentTask(Task):
             margins.append(logits[:, 1] - logits[:, 0])
         rows = torch.tensor(float(label.shape[0]), dtype=torch.float64, device=label.device)
         # ROC AUC ranks all rows together: it needs every row's margin, not a sum.
-        return EvalParts(sums={"loss": total_loss, "correct": correct, "rows": rows},
-                         values={"margin": torch.cat(margins), "label": label})
+        return EvalParts(
+            sums={"loss": total_loss, "correct": correct, "rows": rows},
+            values={"margin": torch.cat(margins), "label": label},
+        )
 
     def metrics(self, parts: EvalParts) -> dict[str, float]:
         n = max(float(parts.sums["rows"]), 1.0)
-        return {"loss": float(parts.sums["loss"]) / n, "accuracy": float(parts.sums["correct"]) / n,
-                "roc_auc": roc_auc(parts.values["margin"], parts.values["label"])}
+        return {
+            "loss": float(parts.sums["loss"]) / n,
+            "accuracy": float(parts.sums["correct"]) / n,
+            "roc_auc": roc_auc(parts.values["margin"], parts.values["label"]),
+        }
 
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
         """Confusion matrix at P(positive) 0.5 (a review is called positive when P(positive) > 0.5: the argmax
@@ -356,20 +399,31 @@ class SentimentTask(Task):
         return {
             "confusion": confusion_section(label, predicted, ["negative", "positive"]),
             "threshold": 0.5,
-            "classification": {"accuracy": (tp + int((~predicted & ~positive).sum())) / n,
-                               "precision": precision, "recall": recall, "f1": f1},
-            "roc": {"fpr": fpr[keep].tolist(), "tpr": tpr[keep].tolist(),
-                    "threshold": [None if math.isinf(t) else q for t, q in zip(threshold[keep].tolist(),
-                                                                                probability.tolist())],
-                    "auc": roc_auc(margin, label), "points_exact": int(fpr.shape[0])},
-            "histogram": {"title": "P(positive) by actual class", "edges": [i / HISTOGRAM_BINS
-                                                                         for i in range(HISTOGRAM_BINS + 1)],
-                          "series": [{"name": "negative", "counts": by_class[0].tolist()},
-                                     {"name": "positive", "counts": by_class[1].tolist()}],
-                          "mean_predicted": [float(m) / c if c else None for m, c in zip(mean_p.tolist(),
-                                                                                         count.tolist())],
-                          "observed_rate": [pos / c if c else None for pos, c in zip(by_class[1].tolist(),
-                                                                                     count.tolist())]},
+            "classification": {
+                "accuracy": (tp + int((~predicted & ~positive).sum())) / n,
+                "precision": precision,
+                "recall": recall,
+                "f1": f1,
+            },
+            "roc": {
+                "fpr": fpr[keep].tolist(),
+                "tpr": tpr[keep].tolist(),
+                "threshold": [
+                    None if math.isinf(t) else q for t, q in zip(threshold[keep].tolist(), probability.tolist())
+                ],
+                "auc": roc_auc(margin, label),
+                "points_exact": int(fpr.shape[0]),
+            },
+            "histogram": {
+                "title": "P(positive) by actual class",
+                "edges": [i / HISTOGRAM_BINS for i in range(HISTOGRAM_BINS + 1)],
+                "series": [
+                    {"name": "negative", "counts": by_class[0].tolist()},
+                    {"name": "positive", "counts": by_class[1].tolist()},
+                ],
+                "mean_predicted": [float(m) / c if c else None for m, c in zip(mean_p.tolist(), count.tolist())],
+                "observed_rate": [pos / c if c else None for pos, c in zip(by_class[1].tolist(), count.tolist())],
+            },
         }
 
 
@@ -395,11 +449,12 @@ class SentimentServing(nn.Module):
 
 TOKENIZER_RECIPE = (
     "NFKC-normalise, lower-case (per code point), replace U+2019 with an apostrophe; with negation_scope > 0 "
-    "each run of .,;:!?()[]{}\"“”… becomes a clause boundary; words are runs of Unicode letters, numbers, "
+    'each run of .,;:!?()[]{}"“”… becomes a clause boundary; words are runs of Unicode letters, numbers, '
     "marks, '_' and apostrophes, quotes stripped from their ends; a negator (negators, or a word ending in "
     "n't) negates the next negation_scope words of its clause (unigram hash xor negated_salt); hash = CRC32 "
     "of the UTF-8 word; row = [w0, w1, w0w1, w2, w1w2, ...] truncated to max_tokens, padded with 0; unigram id "
-    "= hash % (buckets - 1) + 1; bigram id = (((h1 * a + h2 * b) mod 2^64) xor xor) % (buckets - 1) + 1")
+    "= hash % (buckets - 1) + 1; bigram id = (((h1 * a + h2 * b) mod 2^64) xor xor) % (buckets - 1) + 1"
+)
 
 
 class SentimentFileScorer(FileScorer):
@@ -413,8 +468,9 @@ class SentimentFileScorer(FileScorer):
         super().__init__(predictor, reader, options)
         self.text = reader.require("text", "a sentiment model reads reviews from a `text` column")
         reader.use([self.text])
-        self.schema = pa.schema([(self.line_column, pa.int64()), ("p_positive", pa.float64()),
-                                 ("predicted", pa.string())])
+        self.schema = pa.schema(
+            [(self.line_column, pa.int64()), ("p_positive", pa.float64()), ("predicted", pa.string())]
+        )
 
     def score(self, batch, lines, report):
         text = batch.column(self.text)
@@ -426,8 +482,14 @@ class SentimentFileScorer(FileScorer):
         for rows in self._slices(good):
             p = self.predictor.sentiment_array(text.take(pa.array(rows)))
             self.scored += len(rows)
-            yield pa.table({self.line_column: pa.array(lines[rows]), "p_positive": pa.array(p),
-                            "predicted": pa.array(np.where(p >= 0.5, "positive", "negative"))}, schema=self.schema)
+            yield pa.table(
+                {
+                    self.line_column: pa.array(lines[rows]),
+                    "p_positive": pa.array(p),
+                    "predicted": pa.array(np.where(p >= 0.5, "positive", "negative")),
+                },
+                schema=self.schema,
+            )
 
 
 class SentimentTaskServing(TaskServing):
@@ -437,9 +499,16 @@ class SentimentTaskServing(TaskServing):
     standalone = "sentiment_standalone.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("sentiment", "sentiment_array", "explain")
     file_scorer = SentimentFileScorer
-    preview = PreviewSpec("text", "score", answer="sentiment", explain="explain", noun="review",
-                          hint="Type a review, e.g. 'clear explanations, but the pace was far too slow'",
-                          label="P(positive)", classes=("negative", "positive"))
+    preview = PreviewSpec(
+        "text",
+        "score",
+        answer="sentiment",
+        explain="explain",
+        noun="review",
+        hint="Type a review, e.g. 'clear explanations, but the pace was far too slow'",
+        label="P(positive)",
+        classes=("negative", "positive"),
+    )
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return SentimentServing(model, onnx_friendly=fmt == "onnx")
@@ -447,17 +516,33 @@ class SentimentTaskServing(TaskServing):
     def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
         """The task's own synthetic reviews, hashed as the run hashes them."""
         text = generate_reviews(rows, seed).text
-        return hashed_tokens(text, model.bag.num_embeddings, self.opts["max_tokens"],
-                             self.opts["negation_scope"]).long()
+        return hashed_tokens(
+            text, model.bag.num_embeddings, self.opts["max_tokens"], self.opts["negation_scope"]
+        ).long()
 
     def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
         opts = self.opts
-        return {"inputs": [{"name": self.input_name, "shape": ["batch", int(sample.shape[1])], "dtype": "int64",
-                            "meaning": "hashed token ids (see serving.tokenizer), 0 = padding"}],
-                "outputs": [{"name": self.output_name, "shape": ["batch"], "dtype": "float32",
-                             "meaning": "P(positive review)"}],
-                "serving": {"tokenizer": {
-                    "buckets": int(model.bag.num_embeddings), "max_tokens": int(opts["max_tokens"]),
-                    "negation_scope": int(opts["negation_scope"]), "recipe": TOKENIZER_RECIPE,
-                    "negators": sorted(NEGATORS), "negated_salt": 0x2545F491,
-                    "bigram_mix": {"a": 0x9E3779B1, "b": 0x85EBCA77, "xor": 0xB5}}}}
+        return {
+            "inputs": [
+                {
+                    "name": self.input_name,
+                    "shape": ["batch", int(sample.shape[1])],
+                    "dtype": "int64",
+                    "meaning": "hashed token ids (see serving.tokenizer), 0 = padding",
+                }
+            ],
+            "outputs": [
+                {"name": self.output_name, "shape": ["batch"], "dtype": "float32", "meaning": "P(positive review)"}
+            ],
+            "serving": {
+                "tokenizer": {
+                    "buckets": int(model.bag.num_embeddings),
+                    "max_tokens": int(opts["max_tokens"]),
+                    "negation_scope": int(opts["negation_scope"]),
+                    "recipe": TOKENIZER_RECIPE,
+                    "negators": sorted(NEGATORS),
+                    "negated_salt": 0x2545F491,
+                    "bigram_mix": {"a": 0x9E3779B1, "b": 0x85EBCA77, "xor": 0xB5},
+                }
+            },
+        }

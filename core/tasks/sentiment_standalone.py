@@ -27,8 +27,7 @@ def forward(weights, options, kit):
         if o["weighting"] == "tfidf":  # sublinear tf, shared out over a row's copies of an id
             counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).float()
             token_weights = token_weights * (1 + torch.log(counts)) / counts
-        pooled = F.embedding_bag(tokens, w["bag.weight"], mode="sum", per_sample_weights=token_weights,
-                                 padding_idx=0)
+        pooled = F.embedding_bag(tokens, w["bag.weight"], mode="sum", per_sample_weights=token_weights, padding_idx=0)
         pooling = o["pooling"]
         if pooling == "mean":
             norm = token_weights.sum(1)
@@ -65,8 +64,9 @@ class Serving:
     def row_input(self, values):
         text = values.get("text")
         if not isinstance(text, str):
-            raise self.kit.RowError("no text column" if text is None else f"text is {self.kit.kind(text)}, not a "
-                                                                           f"string")
+            raise self.kit.RowError(
+                "no text column" if text is None else f"text is {self.kit.kind(text)}, not a string"
+            )
         if not text.strip():
             raise self.kit.RowError("text is empty")
         return text
@@ -128,8 +128,9 @@ def _row_ids(text, buckets, max_tokens, negation_scope):
         gap = i - last_negator
         if not boundary:
             kept.append(zlib.crc32(w.encode("utf-8")))
-            negated.append(negation_scope > 0 and last_negator >= 0 and last_negator >= last_stop
-                           and 1 <= gap <= negation_scope)
+            negated.append(
+                negation_scope > 0 and last_negator >= 0 and last_negator >= last_stop and 1 <= gap <= negation_scope
+            )
     spread = buckets - 1
     row = [0] * max_tokens
     for p, h in enumerate(kept):

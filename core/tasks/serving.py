@@ -33,13 +33,10 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
-
-if TYPE_CHECKING:
-    from core.tasks.base import Task
 
 DIM_MAX = 1 << 20  # the largest size of a dynamic dimension an exported program accepts
 
@@ -53,6 +50,13 @@ class ServingShape:
     n_features: int = 0  # numbers per input row
 
 
+class ServedTask(Protocol):
+    """What serving reads of its task (a core.tasks.base.Task)."""
+
+    name: str
+    opts: dict
+
+
 class TaskServing(ABC):
     """The serving part of one task (see the module doc); `self.opts` are the task's options."""
 
@@ -62,7 +66,7 @@ class TaskServing(ABC):
     answers: ClassVar[tuple[str, ...]] = ()
     file_scorer: ClassVar[type[FileScorer] | None] = None  # None: `predict` does not score files of this task
 
-    def __init__(self, task: Task):
+    def __init__(self, task: ServedTask):
         self.task = task
         self.opts = task.opts
 
@@ -156,7 +160,7 @@ class FileScorer:
     def _slices(self, good):
         step = self.options.batch_size
         for start in range(0, len(good), step):
-            yield good[start:start + step]
+            yield good[start : start + step]
 
 
 # ============================================================================== the Model preview
@@ -211,18 +215,25 @@ class PreviewSpec:
 
     def __post_init__(self):
         if self.input_kind not in PREVIEW_INPUTS or self.output_kind not in PREVIEW_OUTPUTS:
-            raise ValueError(f"preview kinds {self.input_kind!r} -> {self.output_kind!r}: the inputs are "
-                             f"{', '.join(PREVIEW_INPUTS)}; the outputs {', '.join(PREVIEW_OUTPUTS)}")
+            raise ValueError(
+                f"preview kinds {self.input_kind!r} -> {self.output_kind!r}: the inputs are "
+                f"{', '.join(PREVIEW_INPUTS)}; the outputs {', '.join(PREVIEW_OUTPUTS)}"
+            )
         if self.image:
             if self.input_kind != "feature_row":
-                raise ValueError(f"preview image {self.image!r}: only a feature_row input is drawn, not "
-                                 f"{self.input_kind!r}")
+                raise ValueError(
+                    f"preview image {self.image!r}: only a feature_row input is drawn, not {self.input_kind!r}"
+                )
             if len(self.image) != 2 or not all(isinstance(v, int) and v > 0 for v in self.image):
                 raise ValueError(f"preview image {self.image!r}: give (height, width), two positive whole numbers")
-        if len(self.pixel_range) != 2 or not all(math.isfinite(v) for v in self.pixel_range) \
-                or self.pixel_range[0] == self.pixel_range[1]:
-            raise ValueError(f"preview pixel_range {self.pixel_range!r}: give (blank, inked), two different "
-                             f"finite numbers")
+        if (
+            len(self.pixel_range) != 2
+            or not all(math.isfinite(v) for v in self.pixel_range)
+            or self.pixel_range[0] == self.pixel_range[1]
+        ):
+            raise ValueError(
+                f"preview pixel_range {self.pixel_range!r}: give (blank, inked), two different finite numbers"
+            )
 
     @property
     def pixels(self) -> int:

@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from core.data import loaders
-from core.errors import AmpConsoleError, UserCodeError
+from core.errors import AmpConsoleError, TaskOutputError, UserCodeError
 from core.tasks.base import EvalParts, Task, TaskData
 from core.text import first_line
 
@@ -44,16 +44,15 @@ PROBE_ROWS = 8  # validation rows the metrics check evaluates
 _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 
 
-class TaskOutputError(AmpConsoleError):
-    """A task method returned something the engine cannot use (one line: task, method, expected, got)."""
-
-
 # ------------------------------------------------------------------ whose code a frame is
 def _library_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    dirs |= {str(Path(torch.__file__).parent), str(Path(__file__).resolve().parents[1]),  # core/
-             str(Path(__file__).resolve().parents[2] / "app")}
+    dirs |= {
+        str(Path(torch.__file__).parent),
+        str(Path(__file__).resolve().parents[1]),  # core/
+        str(Path(__file__).resolve().parents[2] / "app"),
+    }
     return tuple(str(Path(d).resolve()) + "/" for d in dirs if d)
 
 
@@ -121,8 +120,9 @@ def user_code_errors(context: str = " while the run was set up"):
         if user_frame(exc) is None:
             raise
         details = "".join(traceback.format_exception(exc))
-        raise UserCodeError(f"{type(exc).__name__}{context}: {first_line(str(exc)) or '(no message)'}"
-                            f"{raised_at(exc)}", details) from exc
+        raise UserCodeError(
+            f"{type(exc).__name__}{context}: {first_line(str(exc)) or '(no message)'}{raised_at(exc)}", details
+        ) from exc
 
 
 # ------------------------------------------------------------------ what came back
@@ -149,8 +149,11 @@ def _bad(task: Task, method: str, text: str) -> TaskOutputError:
 def checked_data(task: Task, data) -> TaskData:
     """`data`, what `task.load_data` returned, if it is a TaskData whose splits are dicts of equally long tensors."""
     if not isinstance(data, TaskData):
-        raise _bad(task, "load_data", f"returned {_got(data)}: expected a TaskData(train=..., val=..., test=...) "
-                                      f"(core.tasks.base)")
+        raise _bad(
+            task,
+            "load_data",
+            f"returned {_got(data)}: expected a TaskData(train=..., val=..., test=...) (core.tasks.base)",
+        )
     for split in ("train", "val", "test"):
         tensors = getattr(data, split)
         if tensors is None and split == "test":
@@ -158,18 +161,30 @@ def checked_data(task: Task, data) -> TaskData:
         if isinstance(tensors, Dataset):  # drawn through a DataLoader: its items are checked as they are read
             continue
         if not isinstance(tensors, dict) or not tensors:
-            raise _bad(task, "load_data", f"returned a TaskData whose {split} split is {_got(tensors)}: expected "
-                                          f"a dict of tensors (e.g. {{'x': ..., 'y': ...}}) or a torch Dataset")
+            raise _bad(
+                task,
+                "load_data",
+                f"returned a TaskData whose {split} split is {_got(tensors)}: expected "
+                f"a dict of tensors (e.g. {{'x': ..., 'y': ...}}) or a torch Dataset",
+            )
         rows = {}
         for key, value in tensors.items():
             if not isinstance(value, torch.Tensor) or value.dim() == 0:
-                raise _bad(task, "load_data", f"returned a {split} split whose {key!r} is {_got(value)}: expected "
-                                              f"a tensor with one row per example")
+                raise _bad(
+                    task,
+                    "load_data",
+                    f"returned a {split} split whose {key!r} is {_got(value)}: expected "
+                    f"a tensor with one row per example",
+                )
             rows[key] = value.shape[0]
         if len(set(rows.values())) > 1:
             listed = ", ".join(f"{k!r} {n:,}" for k, n in rows.items())
-            raise _bad(task, "load_data", f"returned a {split} split of unequal lengths ({listed} rows): every "
-                                          f"tensor of a split needs one row per example")
+            raise _bad(
+                task,
+                "load_data",
+                f"returned a {split} split of unequal lengths ({listed} rows): every "
+                f"tensor of a split needs one row per example",
+            )
     return data
 
 
@@ -195,21 +210,35 @@ def checked_model(task: Task, model) -> nn.Module:
 def check_loss(task: Task, loss) -> None:
     """A scalar floating tensor that requires grad, else TaskOutputError saying what came back."""
     if not isinstance(loss, torch.Tensor):
-        hint = {"NoneType": "; does it end with `return loss`?",
-                "float": "; return the tensor itself, not loss.item() or float(loss)",
-                "int": "; return the tensor itself, not a number",
-                "dict": "; return the loss itself (e.g. out['loss'])",
-                "tuple": "; return the loss alone (keep other outputs for evaluate)"}.get(type(loss).__name__, "")
+        hint = {
+            "NoneType": "; does it end with `return loss`?",
+            "float": "; return the tensor itself, not loss.item() or float(loss)",
+            "int": "; return the tensor itself, not a number",
+            "dict": "; return the loss itself (e.g. out['loss'])",
+            "tuple": "; return the loss alone (keep other outputs for evaluate)",
+        }.get(type(loss).__name__, "")
         raise _bad(task, "loss", f"returned {_got(loss)}: expected a scalar tensor (0-dim) that requires grad{hint}")
     if loss.dim() != 0:
-        raise _bad(task, "loss", f"returned a tensor of shape {tuple(loss.shape)}: expected a scalar (a 0-dim "
-                                 f"tensor); reduce it, e.g. .mean()")
+        raise _bad(
+            task,
+            "loss",
+            f"returned a tensor of shape {tuple(loss.shape)}: expected a scalar (a 0-dim "
+            f"tensor); reduce it, e.g. .mean()",
+        )
     if not loss.is_floating_point():
-        raise _bad(task, "loss", f"returned a tensor of dtype {str(loss.dtype).removeprefix('torch.')}: expected a "
-                                 f"floating-point scalar computed from the model's output")
+        raise _bad(
+            task,
+            "loss",
+            f"returned a tensor of dtype {str(loss.dtype).removeprefix('torch.')}: expected a "
+            f"floating-point scalar computed from the model's output",
+        )
     if not loss.requires_grad:
-        raise _bad(task, "loss", "returned a tensor that does not require grad: expected the loss computed from "
-                                 "the model's output (not under torch.no_grad(), detached, or rebuilt from numbers)")
+        raise _bad(
+            task,
+            "loss",
+            "returned a tensor that does not require grad: expected the loss computed from "
+            "the model's output (not under torch.no_grad(), detached, or rebuilt from numbers)",
+        )
 
 
 def check_metrics(task: Task, metrics, method: str) -> None:
@@ -218,8 +247,9 @@ def check_metrics(task: Task, metrics, method: str) -> None:
         raise _bad(task, method, f"returned {_got(metrics)}: expected a dict of metric name -> number")
     for name, value in metrics.items():
         if not isinstance(name, str):
-            raise _bad(task, method, f"returned a metric named {name!r} ({type(name).__name__}): metric names are "
-                                     f"strings")
+            raise _bad(
+                task, method, f"returned a metric named {name!r} ({type(name).__name__}): metric names are strings"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fix = " (use float(...) or .item())" if isinstance(value, torch.Tensor) else ""
             raise _bad(task, method, f"returned {name!r} as {_got(value)}: expected a number{fix}")
@@ -230,20 +260,31 @@ def check_primary(task: Task, metrics: dict, method: str) -> None:
     and the runs table choose by it."""
     if task.primary_metric not in metrics:
         names = ", ".join(map(repr, metrics)) or "none"
-        raise _bad(task, method, f"returned the metrics {names}, without the task's primary_metric "
-                                 f"{task.primary_metric!r} (set primary_metric to one of them, or return it)")
+        raise _bad(
+            task,
+            method,
+            f"returned the metrics {names}, without the task's primary_metric "
+            f"{task.primary_metric!r} (set primary_metric to one of them, or return it)",
+        )
 
 
 def check_parts(task: Task, parts) -> None:
     """EvalParts of scalar sums (tensors), else TaskOutputError."""
     if not isinstance(parts, EvalParts):
-        raise _bad(task, "evaluate_parts", f"returned {_got(parts)}: expected EvalParts(sums={{name: tensor}}, "
-                                           f"values={{...}}) (core.tasks.base)")
+        raise _bad(
+            task,
+            "evaluate_parts",
+            f"returned {_got(parts)}: expected EvalParts(sums={{name: tensor}}, values={{...}}) (core.tasks.base)",
+        )
     for kind in ("sums", "values"):
         for name, value in getattr(parts, kind).items():
             if not isinstance(value, torch.Tensor):
-                raise _bad(task, "evaluate_parts", f"returned {kind}[{name!r}] as {_got(value)}: expected a tensor "
-                                                   f"(sums add up over slices of a split)")
+                raise _bad(
+                    task,
+                    "evaluate_parts",
+                    f"returned {kind}[{name!r}] as {_got(value)}: expected a tensor "
+                    f"(sums add up over slices of a split)",
+                )
 
 
 # ------------------------------------------------------------------ once, before the first step
@@ -254,13 +295,19 @@ def is_user_task(task: Task) -> bool:
 
 def check_outputs(trainer) -> None:
     """`check_returns` on a set-up Trainer: its task, model, data, device, autocast and batch size."""
-    check_returns(trainer.task, trainer.raw_model, trainer.data, trainer.device, trainer.plan.autocast,
-                  trainer.cfg.batch_size)
+    check_returns(
+        trainer.task, trainer.raw_model, trainer.data, trainer.device, trainer.plan.autocast, trainer.cfg.batch_size
+    )
 
 
-def check_returns(task: Task, model: nn.Module, data: TaskData, device: torch.device,
-                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                  batch_size: int = 64) -> None:
+def check_returns(
+    task: Task,
+    model: nn.Module,
+    data: TaskData,
+    device: torch.device,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    batch_size: int = 64,
+) -> None:
     """A user task's loss on one batch of its first training rows (`batch_size` of them, on `device`, under
     `autocast()`, with grad) and its metrics on PROBE_ROWS validation rows, once: what the trainer, `evaluate`,
     `export` and the lab tools run before they start. Leaves the model's buffers, its train/eval mode and the
@@ -279,7 +326,7 @@ def check_returns(task: Task, model: nn.Module, data: TaskData, device: torch.de
             _check_evaluation(task, model, data.val, device, autocast, batch_size)
         except TaskOutputError:
             raise
-        except Exception:  # noqa: BLE001 (the caller's own step or evaluation raises it again)
+        except Exception:
             pass
         finally:
             with torch.no_grad():

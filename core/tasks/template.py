@@ -47,10 +47,10 @@ class TemplateTask(Task):
         TaskOption("hidden", 64, "hidden units of each of the two hidden layers", 1, 4096),
         TaskOption("features", 16, "input features of the synthetic points", 1, 1024, synthetic=True),
         TaskOption("classes", 4, "classes (random centres) of the synthetic points", 2, 1000, synthetic=True),
-        TaskOption("samples", 4096, "synthetic points (80% train, 10% validation, 10% test)", 64, 10_000_000,
-                   synthetic=True),
-        TaskOption("spread", 2.0, "how far points lie from their centre (larger: harder)", 0.0, 100.0,
-                   synthetic=True),
+        TaskOption(
+            "samples", 4096, "synthetic points (80% train, 10% validation, 10% test)", 64, 10_000_000, synthetic=True
+        ),
+        TaskOption("spread", 2.0, "how far points lie from their centre (larger: harder)", 0.0, 100.0, synthetic=True),
     )
 
     # Training settings this task starts from (any of `amp-console train --help`'s, by their config name);
@@ -74,8 +74,9 @@ class TemplateTask(Task):
         if data_path:
             x, y = read_points(data_path)
         else:
-            x, y = make_points(self.opts["samples"], self.opts["features"], self.opts["classes"],
-                               self.opts["spread"], seed)
+            x, y = make_points(
+                self.opts["samples"], self.opts["features"], self.opts["classes"], self.opts["spread"], seed
+            )
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
         x, y = x[order], y[order]
         a, b = int(0.8 * len(x)), int(0.9 * len(x))
@@ -97,8 +98,10 @@ class TemplateTask(Task):
         classes = int(info.get("classes", self.opts["classes"]))
         hidden = self.opts["hidden"]
         return nn.Sequential(
-            nn.Linear(features, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(features, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
             nn.Linear(hidden, classes),
         )
 
@@ -153,8 +156,14 @@ class PointsServing(FeatureServing):
     p1, ...: softmax over the model's outputs) and the likeliest (`predicted`)."""
 
     probabilities = True
-    preview = PreviewSpec("feature_row", "class_probabilities", answer="predict_rows", examples="example_rows",
-                          noun="point", column_prefix="x")
+    preview = PreviewSpec(
+        "feature_row",
+        "class_probabilities",
+        answer="predict_rows",
+        examples="example_rows",
+        noun="point",
+        column_prefix="x",
+    )
 
 
 def make_points(samples: int, features: int, classes: int, spread: float, seed: int):

@@ -27,8 +27,9 @@ class TinyClassifier(nn.Module):
         return self.fc2(self.relu(self.fc1(x)))
 
 
-def make_tiny_data(samples: int, label_noise: float, seed: int,
-                   features: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+def make_tiny_data(
+    samples: int, label_noise: float, seed: int, features: int = 10
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Vectorised synthetic classification data with a planted linear boundary and label noise."""
     gen = torch.Generator().manual_seed(seed)
     direction = torch.randn(features, generator=gen)
@@ -131,9 +132,16 @@ class TinyTaskServing(TaskServing):
     standalone = "tiny_standalone.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("classify", "example_inputs")
     file_scorer = TinyFileScorer
-    preview = PreviewSpec("feature_row", "class_probabilities", answer="classify", examples="example_inputs",
-                          example_limit=20, noun="point", column_prefix="x",  # predict's columns: x1..x10
-                          classes=("class 0", "class 1"))
+    preview = PreviewSpec(
+        "feature_row",
+        "class_probabilities",
+        answer="classify",
+        examples="example_inputs",
+        example_limit=20,
+        noun="point",
+        column_prefix="x",  # predict's columns: x1..x10
+        classes=("class 0", "class 1"),
+    )
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return TinyServing(model)
@@ -143,10 +151,18 @@ class TinyTaskServing(TaskServing):
 
     def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
         features, classes = model.fc1.in_features, model.fc2.out_features
-        return {"inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
-                "outputs": [{"name": self.output_name, "shape": ["batch", classes], "dtype": "float32",
-                             "meaning": "class probabilities (softmax), column c = class c"}],
-                "serving": {"features": features, "classes": classes}}
+        return {
+            "inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
+            "outputs": [
+                {
+                    "name": self.output_name,
+                    "shape": ["batch", classes],
+                    "dtype": "float32",
+                    "meaning": "class probabilities (softmax), column c = class c",
+                }
+            ],
+            "serving": {"features": features, "classes": classes},
+        }
 
     def shape(self, model: nn.Module) -> ServingShape:
         return ServingShape(n_features=int(model.fc1.in_features))

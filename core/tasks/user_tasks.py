@@ -68,8 +68,9 @@ def split_reference(reference: str) -> tuple[str, str, str | None]:
     if len(target) == 1 and target.isalpha() and class_name.startswith(("\\", "/")):  # C:\tasks\x.py
         target, class_name = text, ""
     if class_name and not _CLASS_RE.match(class_name):
-        raise TaskFileError(reference, f"{class_name!r} is not a class name (write FILE.py:ClassName or "
-                                       f"package.module:ClassName)")
+        raise TaskFileError(
+            reference, f"{class_name!r} is not a class name (write FILE.py:ClassName or package.module:ClassName)"
+        )
     if not target:
         raise TaskFileError(reference, "name a file (path/to/task.py:ClassName) or a module (package.module:ClassName)")
     if target.endswith(".py") or "/" in target or "\\" in target:
@@ -152,7 +153,7 @@ def _rebuilt_in_process(path: str, payload: bytes):
     """A task file's object in a process started for it: the file imported first (as this process's task file,
     under the same module name), then the object unpickled (its pickle, from the process that started this one)."""
     _import_file(path, path)
-    return pickle.loads(payload)  # noqa: S301 - written by the parent process of this one, not read from a file
+    return pickle.loads(payload)
 
 
 def _import_module(reference: str, target: str):
@@ -160,8 +161,9 @@ def _import_module(reference: str, target: str):
         module = importlib.import_module(target)
     except ModuleNotFoundError as exc:
         if exc.name and (target == exc.name or target.startswith(exc.name + ".")):
-            raise TaskFileError(reference, f"no module named {exc.name!r} here (is its package installed, or "
-                                           f"its folder on PYTHONPATH?)") from None
+            raise TaskFileError(
+                reference, f"no module named {exc.name!r} here (is its package installed, or its folder on PYTHONPATH?)"
+            ) from None
         raise TaskFileError(reference, _import_failure(exc, None)) from exc
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -201,15 +203,22 @@ def _find_class(reference: str, module, class_name: str | None):
     found = _task_classes(module, Task)
     if len(found) != 1:
         listed = ", ".join(c.__name__ for c in found) or "none"
-        raise TaskFileError(reference, f"name the class (FILE.py:ClassName): the file defines {len(found)} Task "
-                                       f"classes ({listed})")
+        raise TaskFileError(
+            reference, f"name the class (FILE.py:ClassName): the file defines {len(found)} Task classes ({listed})"
+        )
     return found[0]
 
 
 def _task_classes(module, base) -> list:
-    return [v for v in vars(module).values()
-            if inspect.isclass(v) and issubclass(v, base) and v is not base and v.__module__ == module.__name__
-            and not inspect.isabstract(v)]
+    return [
+        v
+        for v in vars(module).values()
+        if inspect.isclass(v)
+        and issubclass(v, base)
+        and v is not base
+        and v.__module__ == module.__name__
+        and not inspect.isabstract(v)
+    ]
 
 
 def check_task_class(cls, reference: str) -> None:
@@ -224,28 +233,32 @@ def check_task_class(cls, reference: str) -> None:
         raise bad(f"is {_kind(cls)}, not a subclass of core.tasks.Task")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:
-        raise bad(f"{cls.__name__} does not define {', '.join(missing)} (a task needs load_data, build_model and "
-                  f"loss)")
+        raise bad(f"{cls.__name__} does not define {', '.join(missing)} (a task needs load_data, build_model and loss)")
     if cls.evaluate is Task.evaluate and cls.evaluate_parts is Task.evaluate_parts:
         raise bad(f"{cls.__name__} defines neither evaluate (metrics of a split) nor evaluate_parts + metrics")
     if cls.evaluate_parts is not Task.evaluate_parts and cls.metrics is Task.metrics:
         raise bad(f"{cls.__name__} defines evaluate_parts but not metrics (which combines the parts)")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise bad(f"{cls.__name__}.name must be a short lower-case name (letters, digits, - and _; e.g. "
-                  f"'my-task'), got {name!r}")
+        raise bad(
+            f"{cls.__name__}.name must be a short lower-case name (letters, digits, - and _; e.g. "
+            f"'my-task'), got {name!r}"
+        )
     if not isinstance(getattr(cls, "description", None), str) or not cls.description.strip():
         raise bad(f"{cls.__name__}.description must be a line of text, got {getattr(cls, 'description', None)!r}")
     options = cls.options
     if not isinstance(options, (tuple, list)) or not all(isinstance(o, TaskOption) for o in options):
-        raise bad(f"{cls.__name__}.options must be a tuple of TaskOption(name, default, help, ...), got "
-                  f"{_kind(options)}")
+        raise bad(
+            f"{cls.__name__}.options must be a tuple of TaskOption(name, default, help, ...), got {_kind(options)}"
+        )
     names = [o.name for o in options]
     if len(set(names)) != len(names):
         raise bad(f"{cls.__name__}.options names {sorted({n for n in names if names.count(n) > 1})[0]!r} twice")
     if not isinstance(cls.defaults, dict):
-        raise bad(f"{cls.__name__}.defaults must be a dict of training settings (e.g. {{'lr': 1e-3}}), got "
-                  f"{_kind(cls.defaults)}")
+        raise bad(
+            f"{cls.__name__}.defaults must be a dict of training settings (e.g. {{'lr': 1e-3}}), got "
+            f"{_kind(cls.defaults)}"
+        )
     # Whether each default is a training setting is checked where settings are known (RunConfig.for_task).
     if not isinstance(cls.primary_metric, str) or not cls.primary_metric:
         raise bad(f"{cls.__name__}.primary_metric must name one of its metrics, got {cls.primary_metric!r}")

@@ -55,8 +55,9 @@ class DigitsTask(Task):
         try:
             from sklearn.datasets import load_digits
         except ImportError:
-            raise DataError("the digits task needs scikit-learn (its bundled digits): pip install scikit-learn") \
-                from None
+            raise DataError(
+                "the digits task needs scikit-learn (its bundled digits): pip install scikit-learn"
+            ) from None
         digits = load_digits()
         x = torch.from_numpy(digits.images).float().div(16.0).unsqueeze(1)  # 16 grey levels -> 0..1, one channel
         y = torch.from_numpy(digits.target).long()
@@ -78,11 +79,14 @@ class DigitsTask(Task):
         classes = int(info.get("classes", 10))
         c, hidden = self.opts["channels"], self.opts["hidden"]
         return nn.Sequential(
-            nn.Conv2d(channels, c, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(c, 2 * c, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(channels, c, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(c, 2 * c, 3, padding=1),
+            nn.ReLU(),
             nn.MaxPool2d(2),  # 8 x 8 -> 4 x 4
             nn.Flatten(),
-            nn.Linear(2 * c * (height // 2) * (width // 2), hidden), nn.ReLU(),
+            nn.Linear(2 * c * (height // 2) * (width // 2), hidden),
+            nn.ReLU(),
             nn.Dropout(self.opts["dropout"]),
             nn.Linear(hidden, classes),
         )
@@ -129,6 +133,14 @@ class DigitsServing(FeatureServing):
 
     probabilities = True
     input_shape = (1, 8, 8)
-    preview = PreviewSpec("feature_row", "class_probabilities", answer="predict_rows", examples="example_rows",
-                          noun="digit", column_prefix="x", image=(8, 8), pixel_range=(0.0, 1.0),
-                          classes=tuple(str(d) for d in range(10)))
+    preview = PreviewSpec(
+        "feature_row",
+        "class_probabilities",
+        answer="predict_rows",
+        examples="example_rows",
+        noun="digit",
+        column_prefix="x",
+        image=(8, 8),
+        pixel_range=(0.0, 1.0),
+        classes=tuple(str(d) for d in range(10)),
+    )

@@ -7,11 +7,11 @@ import os
 # Before anything imports Qt. CI's xvfb smoke run sets QT_QPA_PLATFORM=xcb itself.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import weakref  # noqa: E402
+import weakref
 
-import pytest  # noqa: E402
-import shiboken6  # noqa: E402
-from PySide6.QtCore import QCoreApplication, QProcess, QSettings, QThread  # noqa: E402
+import pytest
+import shiboken6
+from PySide6.QtCore import QCoreApplication, QProcess, QSettings, QThread
 
 
 @pytest.fixture(autouse=True)
@@ -128,8 +128,9 @@ def make_window(qtbot, settings, cpu_devices):
 
     def make(devices=None, settings_store=None, prestart_runs=False):
         # No spare training process unless a test asks: each would import torch alongside the test's own run.
-        window = MainWindow(settings=settings_store or settings, devices=devices or cpu_devices,
-                            prestart_runs=prestart_runs)
+        window = MainWindow(
+            settings=settings_store or settings, devices=devices or cpu_devices, prestart_runs=prestart_runs
+        )
         qtbot.addWidget(window)
         window.load_engine()
         window.show()

@@ -8,8 +8,9 @@ from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QLineEdit, QPushButton,
 
 # Both ways the window trains: in a child process (the app's default; slow, since each run starts Python and
 # imports torch) and on a QThread of the window's process. For the tests about the process boundary.
-MODES = pytest.mark.parametrize("separate", [pytest.param(True, marks=pytest.mark.slow, id="separate-process"),
-                                             pytest.param(False, id="thread")])
+MODES = pytest.mark.parametrize(
+    "separate", [pytest.param(True, marks=pytest.mark.slow, id="separate-process"), pytest.param(False, id="thread")]
+)
 # A wait that includes a child process's start (Python, torch, the engine): generous, for a busy machine.
 PROCESS_WAIT_MS = 180_000
 
@@ -52,8 +53,18 @@ def set_field(window: QWidget, name: str, value) -> None:
         raise TypeError(f"don't know how to set {type(widget).__name__}")
 
 
-def quick_run(window: QWidget, out_dir, *, max_steps: int = 0, epochs: int = 1, log_interval: int = 5,
-              samples: int = 2048, batch_size: int = 32, separate_process: bool = False, min_steps: int = 0) -> None:
+def quick_run(
+    window: QWidget,
+    out_dir,
+    *,
+    max_steps: int = 0,
+    epochs: int = 1,
+    log_interval: int = 5,
+    samples: int = 2048,
+    batch_size: int = 32,
+    separate_process: bool = False,
+    min_steps: int = 0,
+) -> None:
     """A tiny-task form that trains in about a second (or forever-ish with a large max_steps).
 
     `separate_process`: tick or clear "Train in a separate process". Tests train on a thread unless they are
@@ -80,8 +91,9 @@ def click(qtbot, window: QWidget, name: str) -> None:
 
 def finish_run(qtbot, window: QWidget, timeout_ms: int = PROCESS_WAIT_MS) -> None:
     """Click Start and wait until the run (or its failure to start) is over."""
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=timeout_ms,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=timeout_ms, check_params_cb=lambda running: not running
+    ):
         click(qtbot, window, "startButton")
 
 

@@ -25,6 +25,7 @@ MARKER = "\nfrom pathlib import Path as _P\n_P(__file__).with_suffix('.ran').tou
 def dialogs(monkeypatch):
     """The file dialog answers `dialogs.path`; the question about running its code is recorded and answered
     `dialogs.answer`."""
+
     class Answers:
         path = ""
         answer = QMessageBox.StandardButton.Yes
@@ -57,8 +58,10 @@ def task_file(tmp_path: Path, name: str = "my_task.py") -> Path:
 
 def combo_entries(window) -> dict:
     combo = window.setupPanel.taskCombo
-    return {combo.itemData(i): (combo.itemText(i), combo.model().item(i).isEnabled(),
-                                combo.itemData(i, 3) or "") for i in range(combo.count())}  # 3: ToolTipRole
+    return {
+        combo.itemData(i): (combo.itemText(i), combo.model().item(i).isEnabled(), combo.itemData(i, 3) or "")
+        for i in range(combo.count())
+    }  # 3: ToolTipRole
 
 
 @pytest.mark.timeout(120)
@@ -137,8 +140,7 @@ def test_a_broken_task_file_is_one_line_and_the_window_goes_on(qtbot, window, tm
 
 
 @pytest.mark.timeout(120)
-def test_a_task_file_is_remembered_and_listed_without_running_it(qtbot, make_window, settings, tmp_path,
-                                                                 dialogs):
+def test_a_task_file_is_remembered_and_listed_without_running_it(qtbot, make_window, settings, tmp_path, dialogs):
     path = task_file(tmp_path)
     first = make_window()
     add_task(qtbot, first, dialogs, path)
@@ -173,11 +175,16 @@ def test_a_file_with_several_tasks_asks_which(qtbot, window, tmp_path, dialogs, 
     from PySide6.QtWidgets import QInputDialog
 
     path = task_file(tmp_path, "two_tasks.py")
-    path.write_text(path.read_text() + "\n\nclass WideTask(RegressionTask):\n    name = 'wide'\n"
-                    "    description = 'the regression task, wider'\n")
+    path.write_text(
+        path.read_text() + "\n\nclass WideTask(RegressionTask):\n    name = 'wide'\n"
+        "    description = 'the regression task, wider'\n"
+    )
     offered = []
-    monkeypatch.setattr(QInputDialog, "getItem",
-                        lambda _parent, _title, _label, items, *a, **k: offered.append(items) or ("WideTask", True))
+    monkeypatch.setattr(
+        QInputDialog,
+        "getItem",
+        lambda _parent, _title, _label, items, *a, **k: offered.append(items) or ("WideTask", True),
+    )
     add_task(qtbot, window, dialogs, path)
     assert offered == [["RegressionTask", "WideTask"]]
     combo = window.setupPanel.taskCombo
@@ -265,7 +272,8 @@ def test_a_remembered_broken_task_is_removed_for_good(qtbot, make_window, settin
 
 @pytest.mark.timeout(120)
 def test_a_loaded_task_removed_while_picked_leaves_the_picker_on_a_built_in_and_can_be_added_again(
-        qtbot, window, tmp_path, dialogs, removal):
+    qtbot, window, tmp_path, dialogs, removal
+):
     from core.tasks import task_names, task_source
 
     window.task_actions.remove_action.trigger()  # nothing remembered yet: nothing to offer
@@ -299,8 +307,7 @@ def test_a_loaded_task_removed_while_picked_leaves_the_picker_on_a_built_in_and_
 @pytest.mark.timeout(120)
 def test_removing_a_task_waits_for_the_run(qtbot, window, tmp_path, dialogs, removal):
     add_task(qtbot, window, dialogs, task_file(tmp_path))
-    actions = (window.task_actions.add_action, window.task_actions.add_module_action,
-               window.task_actions.remove_action)
+    actions = (window.task_actions.add_action, window.task_actions.add_module_action, window.task_actions.remove_action)
     assert all(action.isEnabled() for action in actions)
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=False)
     with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000):
@@ -316,7 +323,8 @@ def test_removing_a_task_waits_for_the_run(qtbot, window, tmp_path, dialogs, rem
 
 @pytest.mark.timeout(120)
 def test_removing_the_task_the_last_settings_were_for_starts_the_next_session_on_a_built_in(
-        qtbot, make_window, settings, tmp_path, dialogs, removal):
+    qtbot, make_window, settings, tmp_path, dialogs, removal
+):
     path = task_file(tmp_path)
     first = make_window()
     add_task(qtbot, first, dialogs, path)

@@ -31,8 +31,9 @@ def test_a_jobs_worker_is_deleted_on_the_gui_thread_after_its_thread_is_joined(q
     deleted_on: list[int] = []
     job = BackgroundJob("testJob")
     job.start(lambda _progress, _control: threading.get_ident())
-    job._worker.destroyed.connect(lambda *_a: deleted_on.append(threading.get_ident()),
-                                  Qt.ConnectionType.DirectConnection)
+    job._worker.destroyed.connect(
+        lambda *_a: deleted_on.append(threading.get_ident()), Qt.ConnectionType.DirectConnection
+    )
     with qtbot.waitSignal(job.runningChanged, timeout=30_000, check_params_cb=lambda running: not running):
         pass
     qtbot.waitUntil(lambda: bool(deleted_on), timeout=10_000)

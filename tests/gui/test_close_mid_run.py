@@ -167,14 +167,16 @@ def test_the_question_box_itself(qtbot, window, tmp_path):
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
     if os.environ.get("AMP_CONSOLE_SCREENSHOTS"):
         window.grab().save(os.path.join(os.environ["AMP_CONSOLE_SCREENSHOTS"], "closed-window.png"))
-        (tmp_path / "close-question.png").replace(os.path.join(os.environ["AMP_CONSOLE_SCREENSHOTS"],
-                                                               "close-question.png"))
+        (tmp_path / "close-question.png").replace(
+            os.path.join(os.environ["AMP_CONSOLE_SCREENSHOTS"], "close-question.png")
+        )
 
 
 @pytest.mark.timeout(300)
 @MODES
-def test_keep_training_says_where_the_run_goes_on_and_sigterm_stops_it(qtbot, window, tmp_path, separate,
-                                                                       monkeypatch, capsys):
+def test_keep_training_says_where_the_run_goes_on_and_sigterm_stops_it(
+    qtbot, window, tmp_path, separate, monkeypatch, capsys
+):
     """The hidden window's run is not lost from sight: a tray notification (where there is a tray) and one line
     on stderr with the run folder, the command that shows it and the pid a SIGTERM stops gracefully."""
     from PySide6.QtWidgets import QSystemTrayIcon

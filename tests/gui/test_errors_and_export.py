@@ -39,8 +39,9 @@ def test_a_killed_training_process_is_reported_and_the_app_recovers(qtbot, windo
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     pid = window.controller.run.process.processId()
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=30_000, check_params_cb=lambda running: not running
+    ):
         os.kill(pid, signal.SIGKILL)
     message = window.statusBarWidget.message.text()
     assert message.startswith("Run failed: the training process was killed (SIGKILL)"), message
@@ -64,13 +65,13 @@ def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)
     os.kill(window.controller.run.process.processId(), signal.SIGSTOP)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=20_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=20_000, check_params_cb=lambda running: not running
+    ):
         click(qtbot, window, "stopButton")
         assert find(window, "stopButton").text() == "Stopping…"
     message = window.statusBarWidget.message.text()
-    assert message.startswith("Run failed: the run did not stop within 0.3 s of Stop and was ended (SIGKILL)"), \
-        message
+    assert message.startswith("Run failed: the run did not stop within 0.3 s of Stop and was ended (SIGKILL)"), message
     qtbot.waitUntil(find(window, "startButton").isEnabled, timeout=5000)
 
 
@@ -113,8 +114,17 @@ def test_resume_from_a_corrupt_checkpoint_shows_the_engines_message(qtbot, windo
 
 @pytest.mark.timeout(60)
 def test_a_failed_run_shows_message_and_details(qtbot, window):
-    failed = RunEnded(status="failed", message="loss became nan in fp16", step=7, epoch=1, final_loss=None,
-                      metrics={}, checkpoint=None, samples_per_second=None, details="Traceback: boom")
+    failed = RunEnded(
+        status="failed",
+        message="loss became nan in fp16",
+        step=7,
+        epoch=1,
+        final_loss=None,
+        metrics={},
+        checkpoint=None,
+        samples_per_second=None,
+        details="Traceback: boom",
+    )
     window._on_event(failed)
     assert window.statusBarWidget.message.text() == "Run failed: loss became nan in fp16"
     assert window.statusBarWidget.detailsButton.isVisible()

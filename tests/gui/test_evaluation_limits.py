@@ -24,19 +24,36 @@ CURVES = 50
 
 def hostile(points: int = POINTS, roc_points: int = 100_000) -> dict:
     metrics = {"<b>bold</b>": 0.25, **{f"m{i}": 0.5 for i in range(METRICS)}, "accuracy": 0.75}
-    big = {"title": "HR@k", "y_label": "hit rate", "ks": list(range(1, points + 1)),
-           "series": [{"name": "loo", "label": "leave one out", "values": [0.5] * points}]}
-    small = [{"title": f"c{i}", "ks": [1, 2, 3], "series": [{"name": "s", "values": [0.1, 0.2, 0.3]}]}
-             for i in range(CURVES - 1)]
+    big = {
+        "title": "HR@k",
+        "y_label": "hit rate",
+        "ks": list(range(1, points + 1)),
+        "series": [{"name": "loo", "label": "leave one out", "values": [0.5] * points}],
+    }
+    small = [
+        {"title": f"c{i}", "ks": [1, 2, 3], "series": [{"name": "s", "values": [0.1, 0.2, 0.3]}]}
+        for i in range(CURVES - 1)
+    ]
     return {
-        "task": "hostile", "split": "test", "primary_metric": "accuracy", "metrics": metrics,
+        "task": "hostile",
+        "split": "test",
+        "primary_metric": "accuracy",
+        "metrics": metrics,
         "curves": [big, *small],
-        "roc": {"fpr": [i / roc_points for i in range(roc_points)], "tpr": [i / roc_points for i in range(roc_points)],
-                "auc": 0.5},
-        "confusion": {"labels": [str(i) for i in range(CLASSES)],
-                      "matrix": [[2 if r == c else 1 for c in range(CLASSES)] for r in range(CLASSES)]},
-        "buckets": {"title": "by size", "rows": [{"label": str(i), "count": 1, "values": {"ndcg": 0.5}}
-                                                 for i in range(BUCKETS)], "series": [{"name": "ndcg"}]},
+        "roc": {
+            "fpr": [i / roc_points for i in range(roc_points)],
+            "tpr": [i / roc_points for i in range(roc_points)],
+            "auc": 0.5,
+        },
+        "confusion": {
+            "labels": [str(i) for i in range(CLASSES)],
+            "matrix": [[2 if r == c else 1 for c in range(CLASSES)] for r in range(CLASSES)],
+        },
+        "buckets": {
+            "title": "by size",
+            "rows": [{"label": str(i), "count": 1, "values": {"ndcg": 0.5}} for i in range(BUCKETS)],
+            "series": [{"name": "ndcg"}],
+        },
         "histogram": {"edges": [i / BINS for i in range(BINS + 1)], "series": [{"name": "0", "counts": [1] * BINS}]},
     }
 
@@ -72,9 +89,11 @@ def assert_drawn_capped(view: EvaluationView, points: int = POINTS) -> None:
     assert len(bars) == 1 and len(bars[0].opts["x"]) <= limits.MAX_BINS
     left = view.leftOut.text()
     assert not view.leftOut.isHidden()
-    for part in (f"… and {CLASSES - limits.MAX_CLASSES:,} more classes",
-                 f"… and {CURVES - limits.MAX_CURVES:,} more curve plots",
-                 f"… and {BUCKETS - limits.MAX_BUCKETS:,} more buckets"):
+    for part in (
+        f"… and {CLASSES - limits.MAX_CLASSES:,} more classes",
+        f"… and {CURVES - limits.MAX_CURVES:,} more curve plots",
+        f"… and {BUCKETS - limits.MAX_BUCKETS:,} more buckets",
+    ):
         assert part in left, left
 
 
@@ -90,8 +109,10 @@ def test_a_hostile_report_is_drawn_capped(qtbot, view):
 
 
 def test_curves_cut_down_keep_their_ks_and_values_paired():
-    curve = {"ks": list(range(10_000)), "series": [{"name": "a", "values": [k * 2 for k in range(10_000)]},
-                                                   {"name": "b", "values": [1.0] * 10}]}
+    curve = {
+        "ks": list(range(10_000)),
+        "series": [{"name": "a", "values": [k * 2 for k in range(10_000)]}, {"name": "b", "values": [1.0] * 10}],
+    }
     bounded = limits.bounded_report({"curves": [curve]})
     ks = bounded.report["curves"][0]["ks"]
     a, b = (s["values"] for s in bounded.report["curves"][0]["series"])

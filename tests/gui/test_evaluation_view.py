@@ -11,8 +11,12 @@ import pytest
 from app.panels.evaluation_view import EvaluationView, headline
 from core.runs.evaluation_report import evaluation_report, load_report, write_report
 
-EXPECTED = {"tiny": ["confusion"], "sentiment": ["roc", "confusion", "histogram"],
-            "recommender": ["curves", "buckets"], "ranking": ["curves", "buckets"]}
+EXPECTED = {
+    "tiny": ["confusion"],
+    "sentiment": ["roc", "confusion", "histogram"],
+    "recommender": ["curves", "buckets"],
+    "ranking": ["curves", "buckets"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +72,16 @@ def test_each_tasks_report_is_drawn(qtbot, view, reports, task, tmp_path):
     if "buckets" in report:
         ticks = view.plots["buckets"].getPlotItem().getAxis("bottom")._tickLevels[0]
         assert [label.split("\n")[0] for _, label in ticks] == [row["label"] for row in report["buckets"]["rows"]]
-        assert all(f"{row['count']:,}" in label for (_, label), row in zip(ticks, report["buckets"]["rows"],
-                                                                           strict=True))
+        assert all(
+            f"{row['count']:,}" in label for (_, label), row in zip(ticks, report["buckets"]["rows"], strict=True)
+        )
     shot = tmp_path / f"eval_{task}.png"
     assert view.grab().save(str(shot)) and shot.stat().st_size > 5000
 
 
 def test_bars_share_the_colour_of_their_curve(qtbot, view, reports):
     show(qtbot, view, reports["recommender"])
-    lines = {c.name(): c.opts["pen"].color().name()
-             for c in view.plots["curve0"].getPlotItem().listDataItems()}
+    lines = {c.name(): c.opts["pen"].color().name() for c in view.plots["curve0"].getPlotItem().listDataItems()}
     bars = [i for i in view.plots["buckets"].getPlotItem().items if type(i).__name__ == "BarGraphItem"]
     labels = {s["curve"]: s for s in reports["recommender"]["buckets"]["series"]}
     protocol_label = {s["name"]: s["label"] for s in reports["recommender"]["curves"][0]["series"]}
@@ -95,8 +99,15 @@ def broken_variants(report: dict) -> list[dict]:
             del partial[key]
             variants.append(partial)
             damaged = copy.deepcopy(report)
-            damaged[key] = {"fpr": [0, None], "tpr": [0], "labels": ["a"], "matrix": [[1, 2]], "rows": [None],
-                            "series": "x", "edges": [None]}
+            damaged[key] = {
+                "fpr": [0, None],
+                "tpr": [0],
+                "labels": ["a"],
+                "matrix": [[1, 2]],
+                "rows": [None],
+                "series": "x",
+                "edges": [None],
+            }
             variants.append(damaged)
             wrong_type = copy.deepcopy(report)
             wrong_type[key] = [1, "two", None] if not isinstance(report[key], list) else {"a": 1}

@@ -21,17 +21,17 @@ class FakeDialogs:
         self.proposed: list[str] = []
         self.answer: str | None = None  # None: accept the proposal; "": cancel
 
-    def getSaveFileName(self, parent, caption, directory, filter_=""):  # noqa: N802 (Qt's name)
+    def getSaveFileName(self, parent, caption, directory, filter_=""):
         self.proposed.append(directory)
         # What a real dialog needs to open there rather than in the working directory:
         assert Path(directory).parent.is_dir(), f"the proposed folder {Path(directory).parent} does not exist"
         answer = directory if self.answer is None else self.answer
         return answer, filter_
 
-    def getOpenFileName(self, *args, **kwargs):  # noqa: N802
+    def getOpenFileName(self, *args, **kwargs):
         raise AssertionError("the export should not ask for a checkpoint after a run")
 
-    def getItem(self, parent, title, label, items, current=0, editable=True):  # noqa: N802
+    def getItem(self, parent, title, label, items, current=0, editable=True):
         """QInputDialog's: a run with a best checkpoint asks last or best; these tests export the last."""
         assert items[0].startswith("Last")
         return items[0], True
@@ -58,8 +58,7 @@ def normal_mode() -> int:
 
 
 @pytest.mark.timeout(120)
-def test_export_defaults_to_the_runs_own_folder_with_normal_permissions(qtbot, window, tmp_path, dialogs,
-                                                                         monkeypatch):
+def test_export_defaults_to_the_runs_own_folder_with_normal_permissions(qtbot, window, tmp_path, dialogs, monkeypatch):
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # nothing may land in the working directory

@@ -23,15 +23,15 @@ class FakeDialogs:
         self.kind = CHECKPOINT_FILTER
         self.filters: list[str] = []
 
-    def getSaveFileName(self, parent, caption, directory, filter_=""):  # noqa: N802 (Qt's name)
+    def getSaveFileName(self, parent, caption, directory, filter_=""):
         self.filters = filter_.split(";;")
         assert self.kind in self.filters
         return directory, self.kind
 
-    def getOpenFileName(self, *args, **kwargs):  # noqa: N802
+    def getOpenFileName(self, *args, **kwargs):
         raise AssertionError("the export should not ask for a checkpoint after a run")
 
-    def getItem(self, parent, title, label, items, current=0, editable=True):  # noqa: N802
+    def getItem(self, parent, title, label, items, current=0, editable=True):
         return items[0], True
 
 
@@ -63,10 +63,19 @@ def test_export_as_a_program_shows_the_verification_in_the_status_bar(qtbot, win
     assert status(window).startswith("Exported tiny") and "as program fp32" in status(window)
     assert dialogs.filters[0] == CHECKPOINT_FILTER and set(SERVING_FILTERS) <= set(dialogs.filters)
     folder = tmp_path / "a" / "export" / "model"
-    assert {p.name for p in folder.iterdir()} == {"model.pt2", "manifest.json", "serve.py", "serve_http.py", "serve_lines.py",
-                                                "serve_program.py", "tiny_standalone.py"}
+    assert {p.name for p in folder.iterdir()} == {
+        "model.pt2",
+        "manifest.json",
+        "serve.py",
+        "serve_http.py",
+        "serve_lines.py",
+        "serve_program.py",
+        "tiny_standalone.py",
+    }
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["task"] == "tiny" and manifest["verification"]["max_abs_diff"] <= manifest["verification"]["tolerance"]
+    assert (
+        manifest["task"] == "tiny" and manifest["verification"]["max_abs_diff"] <= manifest["verification"]["tolerance"]
+    )
     program = torch.export.load(str(folder / "model.pt2")).module()
     with torch.no_grad():
         probabilities = program(torch.randn(3, 10))
@@ -79,8 +88,11 @@ def test_export_as_a_program_shows_the_verification_in_the_status_bar(qtbot, win
     qtbot.waitUntil(lambda: not window.jobs.busy, timeout=5000)
     assert status(window).startswith("Exported"), status(window)
     second = tmp_path / "a" / "export" / "model-2"
-    assert (second / "model.onnx").is_file() if dialogs.kind != CHECKPOINT_FILTER else \
-        second.with_suffix(".safetensors").is_file()
+    assert (
+        (second / "model.onnx").is_file()
+        if dialogs.kind != CHECKPOINT_FILTER
+        else second.with_suffix(".safetensors").is_file()
+    )
 
 
 @pytest.mark.timeout(120)
@@ -88,8 +100,7 @@ def test_a_failed_export_is_one_line_and_leaves_no_folder(qtbot, window, tmp_pat
     quick_run(window, tmp_path / "b", max_steps=10, separate_process=False)
     finish_run(qtbot, window)
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
     dialogs.kind = kind_of("onnx")
     window.file_actions.export_action.trigger()
     qtbot.waitUntil(lambda: "Export failed" in status(window), timeout=30_000)
@@ -97,4 +108,3 @@ def test_a_failed_export_is_one_line_and_leaves_no_folder(qtbot, window, tmp_pat
     assert "pip install 'amp-console[onnx]'" in status(window) and "\n" not in status(window)
     assert not (tmp_path / "b" / "export" / "model").exists()
     assert window.file_actions.export_action.isEnabled()
-

@@ -43,8 +43,13 @@ def test_data_fields_fill_the_config(qtbot, window, tmp_path):
 @pytest.mark.timeout(30)
 def test_saved_config_shows_in_the_data_fields(qtbot, window, tmp_path):
     files = _data_files(tmp_path)
-    config = RunConfig.for_task("sentiment", data=files["train"], test_data=files["test"], delimiter="\t",
-                                columns={"user_id": "userId", "item_id": "movieId"})
+    config = RunConfig.for_task(
+        "sentiment",
+        data=files["train"],
+        test_data=files["test"],
+        delimiter="\t",
+        columns={"user_id": "userId", "item_id": "movieId"},
+    )
     window.setupPanel.set_config(config)
     assert find(window, "testDataEdit").text() == files["test"]
     assert find(window, "valDataEdit").text() == ""

@@ -152,9 +152,13 @@ def test_names_and_notes_from_files_are_shown_as_text_not_control_sequences(qtbo
     (folder / "checkpoint.pt").write_bytes(b"ours")
     (folder / "best.pt").write_bytes(b"ours too")
     record = json.loads((folder / "run.json").read_text())
-    record.update(best={"name": f"acc{hostile}", "value": 0.5, "step": 7},
-                  checkpoints={"last": {"path": str(folder / "checkpoint.pt"), "step": 9},
-                               "best": {"path": str(folder / "best.pt"), "step": 7}})
+    record.update(
+        best={"name": f"acc{hostile}", "value": 0.5, "step": 7},
+        checkpoints={
+            "last": {"path": str(folder / "checkpoint.pt"), "step": 9},
+            "best": {"path": str(folder / "best.pt"), "step": 7},
+        },
+    )
     (folder / "run.json").write_text(json.dumps(record))
     (folder / "note.txt").write_text(f"first line{hostile}\nsecond\u2066 line")
     panel = shown_panel(qtbot, root, rows=1)

@@ -19,19 +19,49 @@ class Clock:
 
 
 def started(total=1000) -> RunStarted:
-    return RunStarted(task="tiny", device="cpu", device_name="CPU", precision="fp32", autocast_dtype="float32",
-                      param_dtype="float32", scaler=False, param_count=210, total_steps=total, steps_per_epoch=100,
-                      start_step=0, config={})
+    return RunStarted(
+        task="tiny",
+        device="cpu",
+        device_name="CPU",
+        precision="fp32",
+        autocast_dtype="float32",
+        param_dtype="float32",
+        scaler=False,
+        param_count=210,
+        total_steps=total,
+        steps_per_epoch=100,
+        start_step=0,
+        config={},
+    )
 
 
 def step(n: int, elapsed: float) -> StepMetrics:
-    return StepMetrics(step=n, epoch=1, loss=0.5, lr=0.01, samples_per_second=100.0, grad_scale=None,
-                       grad_norm=None, skipped_steps=0, memory_bytes=None, elapsed_seconds=elapsed)
+    return StepMetrics(
+        step=n,
+        epoch=1,
+        loss=0.5,
+        lr=0.01,
+        samples_per_second=100.0,
+        grad_scale=None,
+        grad_norm=None,
+        skipped_steps=0,
+        memory_bytes=None,
+        elapsed_seconds=elapsed,
+    )
 
 
 def ended(status: str, n: int, elapsed: float) -> RunEnded:
-    return RunEnded(status=status, message=f"{status} at step {n}", step=n, epoch=1, final_loss=0.5, metrics={},
-                    checkpoint=None, samples_per_second=100.0, elapsed_seconds=elapsed)
+    return RunEnded(
+        status=status,
+        message=f"{status} at step {n}",
+        step=n,
+        epoch=1,
+        final_loss=0.5,
+        metrics={},
+        checkpoint=None,
+        samples_per_second=100.0,
+        elapsed_seconds=elapsed,
+    )
 
 
 @pytest.fixture

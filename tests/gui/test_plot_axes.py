@@ -16,14 +16,36 @@ from core.engine.events import RunStarted, StepMetrics
 
 
 def started(total_steps: int, start_step: int = 0) -> RunStarted:
-    return RunStarted(task="tiny", device="cpu", device_name="CPU", precision="fp32", autocast_dtype=None,
-                      param_dtype="float32", scaler=False, param_count=1000, total_steps=total_steps,
-                      steps_per_epoch=1000, start_step=start_step, config={}, ceiling={})
+    return RunStarted(
+        task="tiny",
+        device="cpu",
+        device_name="CPU",
+        precision="fp32",
+        autocast_dtype=None,
+        param_dtype="float32",
+        scaler=False,
+        param_count=1000,
+        total_steps=total_steps,
+        steps_per_epoch=1000,
+        start_step=start_step,
+        config={},
+        ceiling={},
+    )
 
 
 def step(n: int) -> StepMetrics:
-    return StepMetrics(step=n, epoch=1, loss=1.0 / n, lr=1e-3, samples_per_second=1000.0, grad_scale=None,
-                       grad_norm=1.0, skipped_steps=0, memory_bytes=100 * 2**20, elapsed_seconds=n / 10)
+    return StepMetrics(
+        step=n,
+        epoch=1,
+        loss=1.0 / n,
+        lr=1e-3,
+        samples_per_second=1000.0,
+        grad_scale=None,
+        grad_norm=1.0,
+        skipped_steps=0,
+        memory_bytes=100 * 2**20,
+        elapsed_seconds=n / 10,
+    )
 
 
 def x_range(panel, plot: str = "loss") -> list[float]:
@@ -103,5 +125,11 @@ def test_tick_labels_never_overlap_at_the_default_and_minimum_window_size(window
 
 
 def test_step_labels_are_short():
-    assert [step_label(v) for v in (0, 750, 1500, 50_000, 187_500, 1_200_000)] == \
-        ["0", "750", "1.5k", "50k", "188k", "1.2M"]
+    assert [step_label(v) for v in (0, 750, 1500, 50_000, 187_500, 1_200_000)] == [
+        "0",
+        "750",
+        "1.5k",
+        "50k",
+        "188k",
+        "1.2M",
+    ]

@@ -18,9 +18,20 @@ SKIP_STEPS = (100, 9_000, 15_001)  # GradScaler skipped a step in these interval
 
 
 def run_started(total_steps: int) -> RunStarted:
-    return RunStarted(task="tiny", device="cpu", device_name="CPU", precision="fp16", autocast_dtype="float16",
-                      param_dtype="float32", scaler=True, param_count=1000, total_steps=total_steps,
-                      steps_per_epoch=100, start_step=0, config={})
+    return RunStarted(
+        task="tiny",
+        device="cpu",
+        device_name="CPU",
+        precision="fp16",
+        autocast_dtype="float16",
+        param_dtype="float32",
+        scaler=True,
+        param_count=1000,
+        total_steps=total_steps,
+        steps_per_epoch=100,
+        start_step=0,
+        config={},
+    )
 
 
 def columns() -> dict[str, np.ndarray]:
@@ -32,18 +43,32 @@ def columns() -> dict[str, np.ndarray]:
     norm[steps == OVERFLOW_STEP] = math.inf
     skipped = np.searchsorted(np.array(SKIP_STEPS), steps, side="right")  # cumulative count
     scale = 65536.0 / 2.0**skipped
-    return {"steps": steps, "loss": loss, "samples_per_second": 1000 + 100 * rng.random(STEPS),
-            "lr": 1e-3 * (1 - steps / STEPS), "grad_norm": norm, "grad_scale": scale, "skipped_steps": skipped,
-            "memory_bytes": (100 + steps % 7) * 2**20}
+    return {
+        "steps": steps,
+        "loss": loss,
+        "samples_per_second": 1000 + 100 * rng.random(STEPS),
+        "lr": 1e-3 * (1 - steps / STEPS),
+        "grad_norm": norm,
+        "grad_scale": scale,
+        "skipped_steps": skipped,
+        "memory_bytes": (100 + steps % 7) * 2**20,
+    }
 
 
 def events(data: dict[str, np.ndarray]):
     for i, step in enumerate(data["steps"].tolist()):
-        yield StepMetrics(step=step, epoch=step // 100, loss=float(data["loss"][i]), lr=float(data["lr"][i]),
-                          samples_per_second=float(data["samples_per_second"][i]),
-                          grad_scale=float(data["grad_scale"][i]), grad_norm=float(data["grad_norm"][i]),
-                          skipped_steps=int(data["skipped_steps"][i]), memory_bytes=int(data["memory_bytes"][i]),
-                          elapsed_seconds=step / 100)
+        yield StepMetrics(
+            step=step,
+            epoch=step // 100,
+            loss=float(data["loss"][i]),
+            lr=float(data["lr"][i]),
+            samples_per_second=float(data["samples_per_second"][i]),
+            grad_scale=float(data["grad_scale"][i]),
+            grad_norm=float(data["grad_norm"][i]),
+            skipped_steps=int(data["skipped_steps"][i]),
+            memory_bytes=int(data["memory_bytes"][i]),
+            elapsed_seconds=step / 100,
+        )
 
 
 @pytest.fixture
@@ -115,9 +140,16 @@ def test_bulk_ingest_draws_what_the_events_draw(qtbot, panel):
 
 
 def test_extend_steps_leaves_out_none_values(qtbot, panel):
-    panel.extend_steps(steps=[1, 2, 3], loss=[1.0, 2.0, 3.0], samples_per_second=[5.0, 5.0, 5.0],
-                       lr=[0.1, 0.1, 0.1], grad_norm=[None, 2.0, float("nan")], grad_scale=None,
-                       skipped_steps=[0, 0, 0], memory_bytes=[None, None, None])
+    panel.extend_steps(
+        steps=[1, 2, 3],
+        loss=[1.0, 2.0, 3.0],
+        samples_per_second=[5.0, 5.0, 5.0],
+        lr=[0.1, 0.1, 0.1],
+        grad_norm=[None, 2.0, float("nan")],
+        grad_scale=None,
+        skipped_steps=[0, 0, 0],
+        memory_bytes=[None, None, None],
+    )
     assert panel.series("grad_norm").x.tolist() == [2.0, 3.0]  # None: not measured; NaN: a gap
     assert np.isnan(panel.series("grad_norm").y[-1])
     assert len(panel.series("scale")) == len(panel.series("memory")) == 0

@@ -12,8 +12,8 @@ import pytest
 
 from app.panels.plots import PlotsPanel
 from app.plot_points import history_points
-from core.engine.run_folder import METRICS_FILE
 from core.engine.events import CheckpointSaved, EvalMetrics, RunStarted, StepMetrics
+from core.engine.run_folder import METRICS_FILE
 from core.engine.trainer import train
 from core.files import read_jsonl
 
@@ -48,8 +48,9 @@ def three_segments(tiny_config):
     assert first.status == "completed"
     folder = Path(first.checkpoint).parent
     # another seed: other batches, so the values of this segment differ from those the first logged
-    second = train(tiny_config(max_steps=20, seed=1, **options), sink=segments[1].append,
-                   resume_from=str(early["path"]))
+    second = train(
+        tiny_config(max_steps=20, seed=1, **options), sink=segments[1].append, resume_from=str(early["path"])
+    )
     assert second.status == "completed" and Path(second.checkpoint).parent == folder
     third = train(tiny_config(max_steps=30, **options), sink=segments[2].append, resume_from=second.checkpoint)
     assert third.status == "completed"

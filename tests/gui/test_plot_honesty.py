@@ -13,23 +13,64 @@ from app.panels.plots import PlotsPanel
 from core.engine.events import EvalMetrics, RunEnded, RunStarted, StepMetrics
 
 
-def started(total_steps: int = 100, scaler: bool = True, ceiling: dict | None = None, start_step: int = 0,
-            device: str = "cuda:0") -> RunStarted:
-    return RunStarted(task="tiny", device=device, device_name="GPU", precision="fp16" if scaler else "fp32",
-                      autocast_dtype="float16", param_dtype="float32", scaler=scaler, param_count=1000,
-                      total_steps=total_steps, steps_per_epoch=10, start_step=start_step, config={},
-                      ceiling=ceiling or {})
+def started(
+    total_steps: int = 100,
+    scaler: bool = True,
+    ceiling: dict | None = None,
+    start_step: int = 0,
+    device: str = "cuda:0",
+) -> RunStarted:
+    return RunStarted(
+        task="tiny",
+        device=device,
+        device_name="GPU",
+        precision="fp16" if scaler else "fp32",
+        autocast_dtype="float16",
+        param_dtype="float32",
+        scaler=scaler,
+        param_count=1000,
+        total_steps=total_steps,
+        steps_per_epoch=10,
+        start_step=start_step,
+        config={},
+        ceiling=ceiling or {},
+    )
 
 
-def step(n: int, loss: float = 1.0, lr: float = 1e-3, grad_norm: float | None = 1.0,
-         grad_scale: float | None = 65536.0, memory: int | None = 100 * 2**20, throughput: float = 1000.0):
-    return StepMetrics(step=n, epoch=1, loss=loss, lr=lr, samples_per_second=throughput, grad_scale=grad_scale,
-                       grad_norm=grad_norm, skipped_steps=0, memory_bytes=memory, elapsed_seconds=n / 10)
+def step(
+    n: int,
+    loss: float = 1.0,
+    lr: float = 1e-3,
+    grad_norm: float | None = 1.0,
+    grad_scale: float | None = 65536.0,
+    memory: int | None = 100 * 2**20,
+    throughput: float = 1000.0,
+):
+    return StepMetrics(
+        step=n,
+        epoch=1,
+        loss=loss,
+        lr=lr,
+        samples_per_second=throughput,
+        grad_scale=grad_scale,
+        grad_norm=grad_norm,
+        skipped_steps=0,
+        memory_bytes=memory,
+        elapsed_seconds=n / 10,
+    )
 
 
 def ended(status: str, at: int) -> RunEnded:
-    return RunEnded(status=status, message="", step=at, epoch=1, final_loss=None, metrics={}, checkpoint=None,
-                    samples_per_second=None)
+    return RunEnded(
+        status=status,
+        message="",
+        step=at,
+        epoch=1,
+        final_loss=None,
+        metrics={},
+        checkpoint=None,
+        samples_per_second=None,
+    )
 
 
 @pytest.fixture
@@ -70,8 +111,9 @@ def test_test_split_metrics_are_markers_at_their_step_not_joined_to_validation(p
 def test_every_axis_starts_afresh_with_a_new_run(panel):
     panel.handle_event(started(scaler=True))
     for n in range(10, 101, 10):
-        panel.handle_event(step(n, loss=n * 10.0, lr=0.5 * n, grad_norm=1000.0 * n, grad_scale=2.0**n,
-                                memory=n * 2**30))
+        panel.handle_event(
+            step(n, loss=n * 10.0, lr=0.5 * n, grad_norm=1000.0 * n, grad_scale=2.0**n, memory=n * 2**30)
+        )
     panel.handle_event(EvalMetrics(step=100, epoch=1, split="val", metrics={"accuracy": 40.0}))
     panel.redraw()
     panel.plots["lr"].getPlotItem().getViewBox().setYRange(3, 4)  # a zoom, as the user would
@@ -123,8 +165,11 @@ def test_a_single_point_is_drawn_as_a_dot(panel):
 def test_ceiling_lines_and_legend_never_overlap(panel, qtbot):
     panel.handle_event(started(ceiling={"accuracy": 0.95, "roc_auc": 0.985}))
     for at in (20, 40, 60, 80, 100):
-        panel.handle_event(EvalMetrics(step=at, epoch=1, split="val",
-                                       metrics={"accuracy": 0.9 + at / 2000, "roc_auc": 0.95, "loss": 0.3}))
+        panel.handle_event(
+            EvalMetrics(
+                step=at, epoch=1, split="val", metrics={"accuracy": 0.9 + at / 2000, "roc_auc": 0.95, "loss": 0.3}
+            )
+        )
     panel.handle_event(EvalMetrics(step=100, epoch=1, split="test", metrics={"accuracy": 0.93, "roc_auc": 0.97}))
     panel.redraw()
     item = panel.plots["eval"].getPlotItem()
@@ -141,8 +186,9 @@ def test_ceiling_lines_and_legend_never_overlap(panel, qtbot):
     assert legend.sceneBoundingRect().right() <= item.sceneBoundingRect().right() + 1  # and no wider than it
     for plot in ("loss", "throughput", "scale"):
         other = panel._legends[plot]
-        assert not other.sceneBoundingRect().intersects(panel.plots[plot].getPlotItem().getViewBox()
-                                                        .sceneBoundingRect()), plot
+        assert not other.sceneBoundingRect().intersects(
+            panel.plots[plot].getPlotItem().getViewBox().sceneBoundingRect()
+        ), plot
     low, high = y_range(panel, "eval")
     assert low <= 0.3 and high >= 0.985  # the ceilings are in view
 
@@ -174,8 +220,9 @@ def test_empty_plots_say_why(panel):
 def test_quantities_keep_zero_in_view_and_decades_turn_log(panel):
     panel.handle_event(started())
     for n in range(10, 60, 10):
-        panel.handle_event(step(n, throughput=300.0, memory=(1150 + n % 3) * 2**20,
-                                grad_norm=1.0 if n != 30 else 5000.0))
+        panel.handle_event(
+            step(n, throughput=300.0, memory=(1150 + n % 3) * 2**20, grad_norm=1.0 if n != 30 else 5000.0)
+        )
     panel.redraw()
     assert y_range(panel, "throughput")[0] == pytest.approx(0.0)  # 300 samples/s is drawn as 300, not as noise
     assert y_range(panel, "memory")[0] == pytest.approx(0.0)
@@ -192,8 +239,7 @@ def test_the_best_checkpoint_is_marked_on_the_validation_plot(panel):
     from core.engine.events import CheckpointSaved
 
     panel.handle_event(started())
-    panel.handle_event(CheckpointSaved(step=30, path="run/best.pt", kind="best", metric="accuracy", value=0.91,
-                                       rank=1))
+    panel.handle_event(CheckpointSaved(step=30, path="run/best.pt", kind="best", metric="accuracy", value=0.91, rank=1))
     panel.handle_event(CheckpointSaved(step=40, path="run/checkpoint.pt"))  # the last one: no mark
     panel.redraw()
     assert panel.best_point() == ("accuracy", 30, 0.91)

@@ -34,28 +34,86 @@ def panel(qtbot):
 
 def records(steps: int, loss0: float, acc0: float, every: int = 5, precision: str = "fp32") -> list[dict]:
     """A finished run's metrics.jsonl as read_jsonl returns it."""
-    out = [{"event": "RunStarted", "task": "tiny", "device": "cpu", "device_name": "CPU", "precision": precision,
-            "autocast_dtype": "float32", "param_dtype": "float32", "scaler": False, "param_count": 1,
-            "total_steps": steps, "steps_per_epoch": 10, "start_step": 0, "config": {}}]
+    out = [
+        {
+            "event": "RunStarted",
+            "task": "tiny",
+            "device": "cpu",
+            "device_name": "CPU",
+            "precision": precision,
+            "autocast_dtype": "float32",
+            "param_dtype": "float32",
+            "scaler": False,
+            "param_count": 1,
+            "total_steps": steps,
+            "steps_per_epoch": 10,
+            "start_step": 0,
+            "config": {},
+        }
+    ]
     for step in range(1, steps + 1):
-        out.append({"event": "StepMetrics", "step": step, "epoch": 0, "loss": loss0 / step ** 0.5, "lr": 1e-3,
-                    "samples_per_second": 100.0, "grad_scale": None, "grad_norm": 1.0, "skipped_steps": 0,
-                    "memory_bytes": None, "elapsed_seconds": step * 0.1})
+        out.append(
+            {
+                "event": "StepMetrics",
+                "step": step,
+                "epoch": 0,
+                "loss": loss0 / step**0.5,
+                "lr": 1e-3,
+                "samples_per_second": 100.0,
+                "grad_scale": None,
+                "grad_norm": 1.0,
+                "skipped_steps": 0,
+                "memory_bytes": None,
+                "elapsed_seconds": step * 0.1,
+            }
+        )
         if step % every == 0:
-            out.append({"event": "EvalMetrics", "step": step, "epoch": 0, "split": "val",
-                        "metrics": {"accuracy": acc0 + step / steps / 10}})
+            out.append(
+                {
+                    "event": "EvalMetrics",
+                    "step": step,
+                    "epoch": 0,
+                    "split": "val",
+                    "metrics": {"accuracy": acc0 + step / steps / 10},
+                }
+            )
     return out
 
 
 def start(panel, total_steps: int) -> None:
-    panel.handle_event(RunStarted(task="tiny", device="cpu", device_name="CPU", precision="bf16",
-                                  autocast_dtype="bfloat16", param_dtype="float32", scaler=False, param_count=1,
-                                  total_steps=total_steps, steps_per_epoch=10, start_step=0, config={}))
+    panel.handle_event(
+        RunStarted(
+            task="tiny",
+            device="cpu",
+            device_name="CPU",
+            precision="bf16",
+            autocast_dtype="bfloat16",
+            param_dtype="float32",
+            scaler=False,
+            param_count=1,
+            total_steps=total_steps,
+            steps_per_epoch=10,
+            start_step=0,
+            config={},
+        )
+    )
 
 
 def step(panel, n: int, loss: float) -> None:
-    panel.handle_event(StepMetrics(step=n, epoch=0, loss=loss, lr=1e-3, samples_per_second=100.0, grad_scale=None,
-                                   grad_norm=1.0, skipped_steps=0, memory_bytes=None, elapsed_seconds=n * 0.1))
+    panel.handle_event(
+        StepMetrics(
+            step=n,
+            epoch=0,
+            loss=loss,
+            lr=1e-3,
+            samples_per_second=100.0,
+            grad_scale=None,
+            grad_norm=1.0,
+            skipped_steps=0,
+            memory_bytes=None,
+            elapsed_seconds=n * 0.1,
+        )
+    )
 
 
 def view(panel, plot: str):
@@ -67,8 +125,9 @@ def legend_texts(panel, plot: str) -> list[str]:
 
 
 def test_overlays_stay_for_a_new_run_and_the_axes_hold_both(qtbot, panel):
-    labels = panel.overlay_runs([("fp32-run · fp32", records(400, 3.0, 0.5)),
-                                 ("old-run · fp16", records(200, 1.5, 0.6, precision="fp16"))])
+    labels = panel.overlay_runs(
+        [("fp32-run · fp32", records(400, 3.0, 0.5)), ("old-run · fp16", records(200, 1.5, 0.6, precision="fp16"))]
+    )
     assert labels == ["fp32-run · fp32", "old-run · fp16"]
     assert legend_texts(panel, "loss") == ["raw", "smoothed", "fp32-run · fp32", "old-run · fp16"]
     assert "fp32-run · fp32 · accuracy" in legend_texts(panel, "eval")
@@ -112,7 +171,7 @@ def test_clearing_overlays_with_no_run_gives_back_the_empty_plots(qtbot, panel):
 
 
 def lab(colour: str) -> np.ndarray:
-    rgb = np.array([int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    rgb = np.array([int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
     rgb = np.where(rgb > 0.04045, ((rgb + 0.055) / 1.055) ** 2.4, rgb / 12.92)
     xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ rgb
     xyz /= np.array([0.95047, 1.0, 1.08883])
@@ -126,7 +185,7 @@ def test_ten_overlays_have_distinct_colours_apart_from_the_live_ones(qtbot, pane
     colours = [curve.opts["pen"].color().name() for p, curve, _l in panel._overlays if p == "loss"]
     assert len(set(colours)) == 10
     live = [LOSS_COLOUR, *METRIC_COLOURS]
-    for i, colour in enumerate(colours):
+    for colour in colours:
         others = [c for c in colours if c != colour] + live
         assert min(np.linalg.norm(lab(colour) - lab(o)) for o in others) >= 25, colour
         assert 35 <= lab(colour)[0] <= 80, colour  # seen on the light and the dark background
@@ -195,19 +254,31 @@ def run_folder(tmp_path, best_files=("best.pt",), run_json=True, name="run-a"):
     for name in best_files:
         (folder / name).write_bytes(b"best")
     if run_json:
-        (folder / "run.json").write_text(json.dumps({
-            "checkpoints": {"last": {"path": str(folder / "checkpoint.pt"), "step": 300},
-                            "best": {"path": str(folder / best_files[0]), "step": 200}},
-            "best": {"name": "val_acc", "value": 0.91, "step": 200}}), encoding="utf-8")
+        (folder / "run.json").write_text(
+            json.dumps(
+                {
+                    "checkpoints": {
+                        "last": {"path": str(folder / "checkpoint.pt"), "step": 300},
+                        "best": {"path": str(folder / best_files[0]), "step": 200},
+                    },
+                    "best": {"name": "val_acc", "value": 0.91, "step": 200},
+                }
+            ),
+            encoding="utf-8",
+        )
     return folder
 
 
 def test_checkpoint_choices_name_the_steps_and_the_best_metric(tmp_path):
     folder = run_folder(tmp_path)
     assert checkpoint_choices(str(folder / "checkpoint.pt")) == [
-        ("Last (step 300)", str(folder / "checkpoint.pt")), ("Best (step 200, val_acc 0.91)", str(folder / "best.pt"))]
-    assert [label for label, _p in checkpoint_choices(str(folder))] == ["Last (step 300)",
-                                                                         "Best (step 200, val_acc 0.91)"]
+        ("Last (step 300)", str(folder / "checkpoint.pt")),
+        ("Best (step 200, val_acc 0.91)", str(folder / "best.pt")),
+    ]
+    assert [label for label, _p in checkpoint_choices(str(folder))] == [
+        "Last (step 300)",
+        "Best (step 200, val_acc 0.91)",
+    ]
 
 
 def test_checkpoint_choices_of_kept_bests_and_without_run_json(tmp_path):
@@ -216,7 +287,9 @@ def test_checkpoint_choices_of_kept_bests_and_without_run_json(tmp_path):
     assert labels == ["Last (checkpoint.pt)", "Best (step 200)", "Best (step 150)"]
     (folder / "best-step200.pt").unlink()
     (folder / "best-step150.pt").unlink()
-    assert checkpoint_choices(str(folder / "checkpoint.pt")) == [("Last (checkpoint.pt)", str(folder / "checkpoint.pt"))]
+    assert checkpoint_choices(str(folder / "checkpoint.pt")) == [
+        ("Last (checkpoint.pt)", str(folder / "checkpoint.pt"))
+    ]
 
 
 class FakeDialogs:
@@ -230,19 +303,19 @@ class FakeDialogs:
         self.opened: list[str] = []  # answers for getOpenFileName, taken in turn (none left: no file asked)
         self.captions: list[str] = []
 
-    def getItem(self, parent, title, label, items, current=0, editable=True):  # noqa: N802 (Qt's name)
+    def getItem(self, parent, title, label, items, current=0, editable=True):
         self.items.append(list(items))
         self.current.append(current)
         pick = self.pick.pop(0) if isinstance(self.pick, list) else self.pick  # a list: one answer per question
         pick = current if pick == "current" else pick
         return (items[pick], True) if pick is not None else ("", False)
 
-    def getSaveFileName(self, parent, caption, directory, filter_=""):  # noqa: N802
+    def getSaveFileName(self, parent, caption, directory, filter_=""):
         self.saved.append(directory)
         self.captions.append(caption)
         return directory, filter_
 
-    def getOpenFileName(self, *args, **kwargs):  # noqa: N802
+    def getOpenFileName(self, *args, **kwargs):
         assert self.opened, "no checkpoint should be asked for"
         return self.opened.pop(0), ""
 
@@ -278,8 +351,9 @@ def test_export_asks_last_or_best_then_exports_the_choice(qtbot, window, tmp_pat
     assert len(exports) == 2
 
 
-def test_a_fresh_window_offers_the_latest_run_and_its_best_checkpoint_first(qtbot, window, tmp_path, dialogs,
-                                                                           exports, monkeypatch):
+def test_a_fresh_window_offers_the_latest_run_and_its_best_checkpoint_first(
+    qtbot, window, tmp_path, dialogs, exports, monkeypatch
+):
     root = tmp_path / "runs"
     older = run_folder(root, name="20261101-100000-tiny-fp32")
     latest = run_folder(root, name="20261201-093000-tiny-bf16")
@@ -323,12 +397,16 @@ def test_a_run_history_export_request_reaches_ask_export(qtbot, window, tmp_path
 
 
 def test_screenshot_of_two_overlays_and_a_live_run(qtbot, panel, tmp_path):
-    panel.overlay_runs([("fp32-run · fp32", records(300, 3.0, 0.5, every=20)),
-                        ("fp16-run · fp16", records(300, 2.6, 0.55, every=20, precision="fp16"))])
+    panel.overlay_runs(
+        [
+            ("fp32-run · fp32", records(300, 3.0, 0.5, every=20)),
+            ("fp16-run · fp16", records(300, 2.6, 0.55, every=20, precision="fp16")),
+        ]
+    )
     start(panel, total_steps=300)
     rng = np.random.default_rng(0)
     for n in range(1, 151):
-        step(panel, n, 2.8 / n ** 0.8 + 0.05 * rng.random())
+        step(panel, n, 2.8 / n**0.8 + 0.05 * rng.random())
         if n % 20 == 0:
             panel.handle_event(EvalMetrics(step=n, epoch=0, split="val", metrics={"accuracy": 0.5 + n / 1000}))
     panel.redraw()
@@ -345,7 +423,7 @@ def test_legends_stay_whole_with_many_long_overlays(qtbot, panel, tmp_path):
     panel.overlay_runs([(name, records(100, 3.0 - i * 0.1, 0.5, every=20)) for i, name in enumerate(names)])
     start(panel, total_steps=100)
     for n in range(1, 41):
-        step(panel, n, 2.0 / n ** 0.5)
+        step(panel, n, 2.0 / n**0.5)
     panel.handle_event(EvalMetrics(step=20, epoch=0, split="val", metrics={"accuracy": 0.6}))
     panel.redraw()
     qtbot.wait(20)
@@ -362,9 +440,12 @@ def test_legends_stay_whole_with_many_long_overlays(qtbot, panel, tmp_path):
             assert rect.bottom() <= widget.height(), (plot, label.text, rect, widget.height())
         assert widget.getPlotItem().getViewBox().height() >= 60, plot  # the legend never squeezes the curves away
         overlays = panel.overlay_labels(plot)
-        shown = [bare(label.text) for sample, label in legend.items
-                 if any(sample.item is curve for p, curve, _l in panel._overlays if p == plot)]
-        assert shown == [bare(text) for text in overlays[:len(shown)]]  # whole labels, in order
+        shown = [
+            bare(label.text)
+            for sample, label in legend.items
+            if any(sample.item is curve for p, curve, _l in panel._overlays if p == plot)
+        ]
+        assert shown == [bare(text) for text in overlays[: len(shown)]]  # whole labels, in order
         more = [bare(label.text) for _s, label in legend.items if label.text.startswith("…")]
         hidden = len(overlays) - len(shown)
         assert more == ([bare(f"… and {hidden} more overlaid runs (Run history)")] if hidden else [])
@@ -375,8 +456,9 @@ def test_legends_stay_whole_with_many_long_overlays(qtbot, panel, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_a_new_run_under_overlays_says_they_are_kept_and_how_to_clear_them(qtbot, window, tmp_path):
-    window.plotsPanel.overlay_runs([("fp32-run · fp32", records(40, 3.0, 0.5)),
-                                    ("old-run · fp16", records(20, 1.5, 0.6, precision="fp16"))])
+    window.plotsPanel.overlay_runs(
+        [("fp32-run · fp32", records(40, 3.0, 0.5)), ("old-run · fp16", records(20, 1.5, 0.6, precision="fp16"))]
+    )
     quick_run(window, tmp_path / "run", max_steps=5)
     finish_run(qtbot, window)
     log = window.logPanel.toPlainText()

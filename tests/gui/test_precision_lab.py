@@ -24,10 +24,10 @@ def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, wind
     assert threads.value() == 0 and threads.text() == "auto"
     threads.setValue(1)
     texts, bar = [], []
-    dialog.job.progress.connect(lambda _p: (texts.append(dialog.statusLabel.text()),
-                                            bar.append(dialog.progressBar.value())))
-    with qtbot.waitSignal(dialog.job.runningChanged, timeout=100_000,
-                          check_params_cb=lambda running: not running):
+    dialog.job.progress.connect(
+        lambda _p: (texts.append(dialog.statusLabel.text()), bar.append(dialog.progressBar.value()))
+    )
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=100_000, check_params_cb=lambda running: not running):
         click(qtbot, dialog, "compareRunButton")
         assert find(dialog, "compareStopButton", QPushButton).isEnabled()
         assert not threads.isEnabled()
@@ -44,8 +44,9 @@ def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, wind
     assert "Recommended" in dialog.recommendation.text()
 
     winner = dialog.result.recommended
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=30_000, check_params_cb=lambda running: not running
+    ):
         click(qtbot, dialog, "trainWithButton")
         assert find(window, "precisionCombo").currentData() == winner
     assert "completed" in window.statusBarWidget.message.text().lower()
@@ -70,8 +71,7 @@ def test_inspector_shows_bfloat16_linear_outputs_and_float32_loss_under_bf16_and
     dialog = window.tools.show_inspector()
     qtbot.waitExposed(dialog)
     set_field(dialog, "inspectPrecisionCombo", "bf16")
-    with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000, check_params_cb=lambda running: not running):
         click(qtbot, dialog, "inspectorRunButton")
     assert dialog.result is not None, dialog.statusLabel.text()
     linear = dialog.find_item("fc1")
@@ -158,8 +158,7 @@ def test_the_window_waits_for_the_inspector_while_it_inspects(qtbot, window, tmp
     quick_run(window, tmp_path / "run")
     dialog = window.tools.show_inspector()
     assert not find(dialog, "inspectorStopButton").isVisible()  # one pass: nothing to interrupt
-    with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(dialog.job.runningChanged, timeout=30_000, check_params_cb=lambda running: not running):
         click(qtbot, dialog, "inspectorRunButton")
         assert not window.startButton.isEnabled() and "Dtype inspector" in window.startButton.toolTip()
         finder = window.tools.show_lr_finder()
@@ -168,16 +167,19 @@ def test_the_window_waits_for_the_inspector_while_it_inspects(qtbot, window, tmp
     assert window.startButton.isEnabled()
 
 
-@pytest.mark.parametrize(("precision", "device", "expected"), [
-    ("auto", "ampere", "bf16"),  # bf16 where the device has it
-    ("fp32", "ampere", "bf16"),  # fp32 and tf32 have no autocast to inspect
-    ("tf32", "ampere", "bf16"),
-    ("fp16", "ampere", "fp16"),  # the form's own mixed mode
-    ("auto", "t4", "fp16"),  # CUDA without bf16
-    ("bf16", "cpu-bf16", "bf16"),
-    ("auto", "cpu-bf16", "bf16"),
-    ("auto", "cpu-fp32", "fp32"),  # nothing mixed to look at
-])
+@pytest.mark.parametrize(
+    ("precision", "device", "expected"),
+    [
+        ("auto", "ampere", "bf16"),  # bf16 where the device has it
+        ("fp32", "ampere", "bf16"),  # fp32 and tf32 have no autocast to inspect
+        ("tf32", "ampere", "bf16"),
+        ("fp16", "ampere", "fp16"),  # the form's own mixed mode
+        ("auto", "t4", "fp16"),  # CUDA without bf16
+        ("bf16", "cpu-bf16", "bf16"),
+        ("auto", "cpu-bf16", "bf16"),
+        ("auto", "cpu-fp32", "fp32"),  # nothing mixed to look at
+    ],
+)
 def test_the_inspector_opens_at_a_mixed_mode(qtbot, precision, device, expected):
     import dataclasses
 
@@ -187,9 +189,12 @@ def test_the_inspector_opens_at_a_mixed_mode(qtbot, precision, device, expected)
     from tests.test_devices_precision import FAKE_AMPERE, FAKE_GPU
 
     cpu = cpu_info()
-    devices = {"ampere": [cpu, FAKE_AMPERE], "t4": [cpu, FAKE_GPU],
-               "cpu-bf16": [dataclasses.replace(cpu, precisions=("fp32", "bf16"))],
-               "cpu-fp32": [dataclasses.replace(cpu, precisions=("fp32",))]}[device]
+    devices = {
+        "ampere": [cpu, FAKE_AMPERE],
+        "t4": [cpu, FAKE_GPU],
+        "cpu-bf16": [dataclasses.replace(cpu, precisions=("fp32", "bf16"))],
+        "cpu-fp32": [dataclasses.replace(cpu, precisions=("fp32",))],
+    }[device]
     config = RunConfig.for_task("tiny", device=devices[-1].id, precision=precision)
     dialog = InspectorDialog(lambda: config, lambda: devices)
     qtbot.addWidget(dialog)

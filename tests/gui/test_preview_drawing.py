@@ -24,8 +24,15 @@ REACH = BRUSH_CORE + BRUSH_EDGE  # how far from the pointer the brush inks at al
 
 def spec_of(**options) -> PreviewSpec:
     options.setdefault("image", (8, 8))
-    return PreviewSpec("feature_row", "class_probabilities", answer="predict_rows", examples="example_rows",
-                       noun="digit", classes=tuple("0123456789"), **options)
+    return PreviewSpec(
+        "feature_row",
+        "class_probabilities",
+        answer="predict_rows",
+        examples="example_rows",
+        noun="digit",
+        classes=tuple("0123456789"),
+        **options,
+    )
 
 
 class FakePredictor:

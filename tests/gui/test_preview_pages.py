@@ -54,8 +54,9 @@ def build(qtbot, spec, n_features=0):
 
 
 def test_a_new_tasks_text_page_shows_its_classes(qtbot):
-    spec = PreviewSpec("text", "class_probabilities", answer="topic", noun="question",
-                       classes=("maths", "history", "art"))
+    spec = PreviewSpec(
+        "text", "class_probabilities", answer="topic", noun="question", classes=("maths", "history", "art")
+    )
     page, predictor = build(qtbot, spec)
     assert page.edit.placeholderText() == "Type a question" and page.words_table.isHidden()
     page.edit.setPlainText("when was the treaty signed")
@@ -79,8 +80,11 @@ def test_unnamed_classes_get_a_row_each_for_the_models_answer(qtbot):
     assert [label.text() for label in page.labels] == ["0.100", "0.700", "0.200"]
 
     def names():
-        return [label.text() for label in page.findChildren(QLabel) if label.objectName().endswith("Name")
-                and label.isVisible()]
+        return [
+            label.text()
+            for label in page.findChildren(QLabel)
+            if label.objectName().endswith("Name") and label.isVisible()
+        ]
 
     qtbot.waitUntil(lambda: names() == ["class 0", "class 1", "class 2"])  # the 2 rows built before: gone
     assert all(b.isVisible() for b in page.output.bars)
@@ -92,8 +96,15 @@ def test_unnamed_classes_get_a_row_each_for_the_models_answer(qtbot):
 
 
 def test_a_new_tasks_feature_row_page_shows_its_score(qtbot):
-    spec = PreviewSpec("feature_row", "score", answer="risk", examples="rows", column_prefix="f", label="P(late)",
-                       classes=("on time", "late"))
+    spec = PreviewSpec(
+        "feature_row",
+        "score",
+        answer="risk",
+        examples="rows",
+        column_prefix="f",
+        label="P(late)",
+        classes=("on time", "late"),
+    )
     page, predictor = build(qtbot, spec, n_features=3)
     from PySide6.QtWidgets import QLabel
 

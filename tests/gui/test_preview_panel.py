@@ -45,8 +45,11 @@ def open_run(qtbot, view, folder: Path, task: str):
 
     def loaded() -> bool:  # this folder's checkpoint, not the one shown before the list was scanned again
         predictor = view.predictor
-        return (predictor is not None and predictor.task == task
-                and Path(folder).resolve() in Path(str(predictor.checkpoint)).resolve().parents)
+        return (
+            predictor is not None
+            and predictor.task == task
+            and Path(folder).resolve() in Path(str(predictor.checkpoint)).resolve().parents
+        )
 
     qtbot.waitUntil(loaded, timeout=30_000)
     assert view.stack.currentWidget() is view.pages[task]
@@ -121,8 +124,9 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     page.historyEdit.clear()
     qtbot.keyClicks(page.historyEdit, "3, 17, 42, no-such-lesson, 999999")  # typed ids; unknown ones are named
     assert page.userCombo.currentIndex() == -1  # no longer user 1's history
-    qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999],
-                    timeout=20_000)
+    qtbot.waitUntil(
+        lambda: page.asked is not None and page.asked[0] == [3, 17, 42, "no-such-lesson", 999999], timeout=20_000
+    )
     typed = reference.recommend([3, 17, 42, "no-such-lesson", 999999], exclude_seen=False)
     assert page.result.items == typed.items and page.result.unknown == typed.unknown
     assert "no-such-lesson" in page.infoLabel.text() and "999999" in page.infoLabel.text()
@@ -154,8 +158,9 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
     page = open_run(qtbot, dialog, runs / "tiny", "tiny")  # its fields are named as predict's columns: x1..x10
     names = [find(page, f"previewTinyLabel{i}").text() for i in range(len(page.inputs))]
     assert names == [f"x{n}" for n in range(1, 11)]
-    qtbot.waitUntil(lambda: page.probabilities is not None and page.asked == pytest.approx(page.values()),
-                    timeout=20_000)
+    qtbot.waitUntil(
+        lambda: page.probabilities is not None and page.asked == pytest.approx(page.values()), timeout=20_000
+    )
     values = page.values()
     [row] = predict_cli(runs / "tiny", ",".join(reversed(names)), ",".join(map(str, reversed(values))))
     assert [float(row["p0"]), float(row["p1"])] == pytest.approx(page.probabilities, abs=1e-5)
@@ -197,8 +202,9 @@ def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
         page.queryCombo.setCurrentIndex(index)
         query = queries[index]
         scores = reference.rank(query.features)
-        qtbot.waitUntil(lambda: page.scores and page.scores == pytest.approx(scores.tolist(), abs=1e-6),
-                        timeout=20_000)
+        qtbot.waitUntil(
+            lambda s=scores: page.scores and page.scores == pytest.approx(s.tolist(), abs=1e-6), timeout=20_000
+        )
         shown = [float(page.table.item(r, 2).text()) for r in range(page.table.rowCount())]
         assert shown == sorted(shown, reverse=True) and len(shown) == len(query.doc_ids)
         order = np.argsort(-scores, kind="stable")
@@ -277,8 +283,10 @@ def test_a_corrupt_checkpoint_is_a_message_in_the_panel(qtbot, dialog, runs, tmp
     bad = tmp_path / "broken.pt"
     bad.write_bytes(b"garbage, not a checkpoint")
     dialog.open_file(str(bad))
-    qtbot.waitUntil(lambda: dialog.stack.currentWidget() is dialog.messageLabel
-                    and "broken.pt" in dialog.messageLabel.text(), timeout=20_000)
+    qtbot.waitUntil(
+        lambda: dialog.stack.currentWidget() is dialog.messageLabel and "broken.pt" in dialog.messageLabel.text(),
+        timeout=20_000,
+    )
     assert "not a checkpoint" in dialog.messageLabel.text() and dialog.predictor is None
     assert dialog.isVisible()
     truncated = tmp_path / "truncated.pt"  # half of a real checkpoint: a torn copy
@@ -341,7 +349,7 @@ def test_evaluation_tab_evaluates_and_reads_back_the_report(qtbot, dialog, train
     shot(dialog, "evaluation")
 
     dialog.whichCombo.setCurrentIndex(dialog.whichCombo.findData("last"))  # the last checkpoint: the saved
-    dialog.load()                                                           # report is of the best, and says so
+    dialog.load()  # report is of the best, and says so
     qtbot.waitUntil(lambda: dialog.predictor is not None and tab.report is not None, timeout=20_000)
     assert dialog.predictor.checkpoint == folder / "checkpoint.pt"
     assert tab.report["metrics"] == saved["metrics"]
@@ -392,8 +400,9 @@ def test_preview_while_a_run_trains_in_the_window(qtbot, window, runs, tmp_path,
     qtbot.waitUntil(lambda: tiny.probabilities is not None, timeout=PROCESS_WAIT_MS)
     assert window.controller.running
 
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=30_000, check_params_cb=lambda running: not running
+    ):
         click(qtbot, window, "stopButton")
     assert window.previewAction.shortcut().toString() == "Ctrl+Shift+P"
     assert window.show_preview() is view  # the menu entry brings the same view back

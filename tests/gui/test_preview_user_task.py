@@ -19,8 +19,10 @@ SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")
 
 @pytest.fixture
 def regression_run(tmp_path):
-    assert main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "40", "--runs-dir",
-                 str(tmp_path / "runs")]) == 0
+    assert (
+        main(["train", "--task", REFERENCE, "--epochs", "1", "--max-steps", "40", "--runs-dir", str(tmp_path / "runs")])
+        == 0
+    )
     yield tmp_path / "runs"
 
 

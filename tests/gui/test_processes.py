@@ -16,8 +16,9 @@ pytestmark = pytest.mark.slow
 def test_two_process_run_streams_loss_and_completes(qtbot, window, tmp_path):
     quick_run(window, tmp_path / "run", max_steps=30, log_interval=5)
     set_field(window, "processesEdit", 2)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=90_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=90_000, check_params_cb=lambda running: not running
+    ):
         click(qtbot, window, "startButton")
         assert window.controller.multiprocess
         assert not find(window, "pauseButton").isEnabled()  # ranks can't pause together

@@ -28,21 +28,29 @@ def row(panel, name: str) -> dict | None:
 
 @pytest.mark.slow
 def test_a_hosts_runs_in_the_history_compared_and_tried_from_a_fetched_copy(
-        qtbot, make_window, settings, sshd, trained_runs, monkeypatch):  # noqa: F811 (sshd: the fixture)
+    qtbot, make_window, settings, sshd, trained_runs, monkeypatch
+):
     monkeypatch.setattr(hosts, "SSH_OPTIONS", ("-F", str(sshd.config)))
     tiny = trained_runs["tiny"]
     shutil.copytree(tiny.folder, sshd.runs / "host-tiny")
-    WindowSettings(settings).set_hosts([{"dest": sshd.dest, "command": sshd.prefix},
-                                        {"dest": "amp-closed", "command": ""}])
+    WindowSettings(settings).set_hosts(
+        [{"dest": sshd.dest, "command": sshd.prefix}, {"dest": "amp-closed", "command": ""}]
+    )
     window = make_window()
     local = window.runs_root()
     shutil.copytree(tiny.folder, local / "local-tiny")
 
     window.historyAction.trigger()
     panel = window.historyDialog.panel
-    qtbot.waitUntil(lambda: row(panel, "amp-test:host-tiny") is not None and row(panel, "local-tiny") is not None
-                    and row(panel, "amp-closed:") is not None and row(panel, "amp-closed:")["status"] != "listing…",
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: (
+            row(panel, "amp-test:host-tiny") is not None
+            and row(panel, "local-tiny") is not None
+            and row(panel, "amp-closed:") is not None
+            and row(panel, "amp-closed:")["status"] != "listing…"
+        ),
+        timeout=WAIT,
+    )
     closed = row(panel, "amp-closed:")
     assert closed["status"] == "unreachable" and "\n" not in closed["note"]
     assert closed["note"].startswith("amp-closed is unreachable over ssh (")
@@ -66,8 +74,9 @@ def test_a_hosts_runs_in_the_history_compared_and_tried_from_a_fetched_copy(
     original = panel.statusLabel.setText
     monkeypatch.setattr(panel.statusLabel, "setText", lambda text: (texts.append(text), original(text)))
     click(qtbot, panel, "historyPreviewButton")
-    qtbot.waitUntil(lambda: window.previewDialog is not None and window.previewDialog.predictor is not None,
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: window.previewDialog is not None and window.previewDialog.predictor is not None, timeout=WAIT
+    )
     predictor = window.previewDialog.predictor
     assert Path(str(predictor.checkpoint)) == copy / "best.pt" and predictor.task == "tiny"
     assert (copy / "best.pt").read_bytes() == (tiny.folder / "best.pt").read_bytes()

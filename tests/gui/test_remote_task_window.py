@@ -29,7 +29,7 @@ def yes_to_every_question(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_start_a_task_file_on_a_host_from_the_window(qtbot, make_window, sshd, tmp_path, monkeypatch):  # noqa: F811
+def test_start_a_task_file_on_a_host_from_the_window(qtbot, make_window, sshd, tmp_path, monkeypatch):
     monkeypatch.setattr(hosts, "SSH_OPTIONS", ("-F", str(sshd.config)))
     path = tmp_path / "my_task.py"
     path.write_text(TASK_FILE.read_text())

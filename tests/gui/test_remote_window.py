@@ -97,8 +97,9 @@ def long_run(window, out_dir="") -> None:
 
 
 @pytest.mark.slow
-def test_a_run_on_a_host_started_watched_attached_and_stopped_from_the_window(qtbot, make_window, settings, sshd,
-                                                                               monkeypatch):
+def test_a_run_on_a_host_started_watched_attached_and_stopped_from_the_window(
+    qtbot, make_window, settings, sshd, monkeypatch
+):
     monkeypatch.setattr(hosts, "SSH_OPTIONS", ("-F", str(sshd.config)))
     window = make_window()
     panel = window.devicesPanel
@@ -127,12 +128,14 @@ def test_a_run_on_a_host_started_watched_attached_and_stopped_from_the_window(qt
     click(qtbot, window, "pauseButton")
     qtbot.waitUntil(lambda: "Paused at step" in status(window), timeout=WAIT)
     assert window.controller.paused and find(window, "pauseButton").text() == "Resume"
-    qtbot.waitUntil(lambda: "pause requested (request 1): acknowledged; paused at step" in log_text(window),
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: "pause requested (request 1): acknowledged; paused at step" in log_text(window), timeout=WAIT
+    )
     paused_points = loss_points(window)
     click(qtbot, window, "pauseButton")
-    qtbot.waitUntil(lambda: "resumed at step" in log_text(window) and loss_points(window) > paused_points + 2,
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: "resumed at step" in log_text(window) and loss_points(window) > paused_points + 2, timeout=WAIT
+    )
     assert not window.controller.paused
 
     # Closing the window asks nothing and lets go: the run goes on on the host.
@@ -215,13 +218,17 @@ def test_a_host_that_cannot_be_reached_is_one_line_and_blocks_nothing(qtbot, mak
     panel = window.devicesPanel
     assert panel.hosts.entry("nowhere.invalid") is not None
     qtbot.waitUntil(lambda: panel.hosts.entry("nowhere.invalid").state == "unreachable", timeout=WAIT)
-    heading = next(panel.list.item(row).text() for row in range(panel.list.count())
-                   if panel.list.item(row).text().startswith("nowhere.invalid"))
+    heading = next(
+        panel.list.item(row).text()
+        for row in range(panel.list.count())
+        if panel.list.item(row).text().startswith("nowhere.invalid")
+    )
     assert heading == "nowhere.invalid  ·  unreachable"
     problem = find(panel, "hostProblem").text()
     assert problem.startswith("nowhere.invalid is unreachable over ssh (") and "\n" not in problem
-    panel.list.setCurrentRow(next(row for row in range(panel.list.count())
-                                  if panel.list.item(row).text().startswith("nowhere.invalid")))
+    panel.list.setCurrentRow(
+        next(row for row in range(panel.list.count()) if panel.list.item(row).text().startswith("nowhere.invalid"))
+    )
     click_tool = find(panel, "removeHostButton")
     assert click_tool.isEnabled()
     click_tool.click()

@@ -13,16 +13,32 @@ from core.engine.checkpoints import save_checkpoint
 from core.engine.trainer import train
 from core.tasks import recommender
 
-SMALL = {"items": 200, "track_len": 10, "interactions": 6_000, "mean_len": 20, "max_len": 20, "d_model": 16,
-         "layers": 1, "sampled_negatives": 32}
+SMALL = {
+    "items": 200,
+    "track_len": 10,
+    "interactions": 6_000,
+    "mean_len": 20,
+    "max_len": 20,
+    "d_model": 16,
+    "layers": 1,
+    "sampled_negatives": 32,
+}
 
 
 @pytest.mark.timeout(120)
 def test_the_window_resumes_an_old_run_with_the_full_softmax(qtbot, window, tmp_path, monkeypatch):
     monkeypatch.setattr(recommender, "SAMPLED_LOSS_ABOVE", SMALL["items"] - 1)  # auto: the sampled softmax
     folder = tmp_path / "run"
-    config = RunConfig.from_dict({"task": "recommender", "task_options": {**SMALL, "loss": "full"}, "device": "cpu",
-                                  "batch_size": 32, "max_steps": 3, "out_dir": str(folder)})
+    config = RunConfig.from_dict(
+        {
+            "task": "recommender",
+            "task_options": {**SMALL, "loss": "full"},
+            "device": "cpu",
+            "batch_size": 32,
+            "max_steps": 3,
+            "out_dir": str(folder),
+        }
+    )
     assert train(config).status == "completed"
     checkpoint = folder / "checkpoint.pt"
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -32,8 +48,11 @@ def test_the_window_resumes_an_old_run_with_the_full_softmax(qtbot, window, tmp_
 
     sampled = []
     original = recommender.RecommenderTask._sampled_softmax
-    monkeypatch.setattr(recommender.RecommenderTask, "_sampled_softmax",
-                        lambda self, *a, **k: sampled.append(1) or original(self, *a, **k))
+    monkeypatch.setattr(
+        recommender.RecommenderTask,
+        "_sampled_softmax",
+        lambda self, *a, **k: sampled.append(1) or original(self, *a, **k),
+    )
     find(window, "separateProcessCheck").setChecked(False)  # on this thread: the patches above apply
     window.file_actions.resume(str(checkpoint))
     qtbot.waitUntil(lambda: "resumed at step 3" in window.logPanel.toPlainText(), timeout=60_000)

@@ -10,10 +10,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import QDialog
+from test_run_history import fake_history
 
 from app.panels.run_compare import DIFFERS_BRUSH, DIFFERS_MARK, DIFFERS_ROLE
 from core.cli.main import main
-from test_run_history import fake_history
 
 
 def highlighted(view, label: str) -> bool:
@@ -49,20 +49,22 @@ def test_compare_highlights_precision_and_the_differing_config_only(qtbot, tmp_p
     for label in ("precision", "note", "config lr", "config precision"):
         assert highlighted(view, label)
         assert view.row_label_text(label) == DIFFERS_MARK + label
-    for label in ("task", "device", "samples/s", "best", "final loss", "val accuracy", "wall time", "steps",
-                  "status"):
+    for label in ("task", "device", "samples/s", "best", "final loss", "val accuracy", "wall time", "steps", "status"):
         assert not highlighted(view, label)
         assert view.row_label_text(label) == label
     assert "config task" not in view.labels() and "config out_dir" not in view.labels()
-    assert view.table.verticalHeaderItem(view.labels().index("precision")).data(
-        Qt.ItemDataRole.AccessibleTextRole) == "precision, differs"
+    assert (
+        view.table.verticalHeaderItem(view.labels().index("precision")).data(Qt.ItemDataRole.AccessibleTextRole)
+        == "precision, differs"
+    )
 
     # The very rows the CLI prints: compare_rows is shared
     capsys.readouterr()
     assert main(["runs", "compare", "bbbb", "aaaa", "--json", "--runs-dir", str(root)]) == 0
     cli_rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["label"], tuple(r["values"]), r["differs"]) for r in cli_rows] == \
-        [(r.label, r.values, r.differs) for r in view.rows]
+    assert [(r["label"], tuple(r["values"]), r["differs"]) for r in cli_rows] == [
+        (r.label, r.values, r.differs) for r in view.rows
+    ]
 
     view.copyButton.click()
     lines = QGuiApplication.clipboard().text().splitlines()

@@ -124,8 +124,9 @@ def test_a_prestarted_process_takes_the_next_run_and_a_new_one_is_prepared(qtbot
     qtbot.waitUntil(lambda: spare.warm, timeout=PROCESS_WAIT_MS)  # engine loaded, waiting for settings
 
     quick_run(window, tmp_path / "run", max_steps=20, separate_process=True)
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=30_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=30_000, check_params_cb=lambda running: not running
+    ):
         click(qtbot, window, "startButton")
         assert window.controller.run is spare  # the run went to the waiting process
         assert window.controller.spare is None

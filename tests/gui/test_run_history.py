@@ -34,8 +34,11 @@ def runs_root(tmp_path, tiny_config, monkeypatch):
         if isinstance(event, StepMetrics) and event.step >= 10:
             control.stop()
 
-    second = train(tiny_config(out_dir=str(root / "bf16-run"), precision="bf16", max_steps=40, **options),
-                   sink=stop_at_10, control=control)
+    second = train(
+        tiny_config(out_dir=str(root / "bf16-run"), precision="bf16", max_steps=40, **options),
+        sink=stop_at_10,
+        control=control,
+    )
     assert second.status == "stopped"
     crashed = root / "crashed"
     crashed.mkdir()
@@ -108,8 +111,21 @@ def test_a_cli_run_finished_while_open_appears_after_refresh(qtbot, window, runs
     from core.cli.main import main
 
     panel = open_history(qtbot, window)
-    code = main(["train", "--task", "tiny", "--max-steps", "4", "--device", "cpu", "--threads", "1",
-                 "--out", str(runs_root / "from-cli")])
+    code = main(
+        [
+            "train",
+            "--task",
+            "tiny",
+            "--max-steps",
+            "4",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--out",
+            str(runs_root / "from-cli"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     panel.refreshButton.click()
     qtbot.waitUntil(lambda: "from-cli" in panel.visible_names(), timeout=30_000)
@@ -189,14 +205,17 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
 # ---------------------------------------------------------------------- notes, resume best/last, export
 # The panel on its own over fake run folders (tests/test_runs_cli.fake_run): no training, no window.
 
+
 def fake_history(qtbot, root: Path, *, best_step: int | None = 60, dialog=None):
     """A HistoryPanel over runs/fp32-run and runs/bf16-run (fake_run records with a checkpoint.pt and, with
     best_step, a best.pt at that step), shown and scanned; in `dialog` (a QDialog qtbot owns) when given."""
     from app.panels.history import HistoryPanel
     from tests.test_runs_cli import fake_run
 
-    for name, run_id, precision, lr, start in (("fp32-run", "aaaa000001", "fp32", 0.01, "2026-01-01T10:00:00+00:00"),
-                                               ("bf16-run", "bbbb000002", "bf16", 0.02, "2026-01-02T10:00:00+00:00")):
+    for name, run_id, precision, lr, start in (
+        ("fp32-run", "aaaa000001", "fp32", 0.01, "2026-01-01T10:00:00+00:00"),
+        ("bf16-run", "bbbb000002", "bf16", 0.02, "2026-01-02T10:00:00+00:00"),
+    ):
         folder = fake_run(root, name, run_id, precision=precision, lr=lr, start=start)
         (folder / "checkpoint.pt").write_bytes(b"last")
         if best_step is not None:
@@ -399,8 +418,10 @@ def test_overlay_labels_are_short_enough_for_a_legend_row():
     from app.panels.run_rows import overlay_label
 
     assert overlay_label({"name": "20261201-023712-recommender-bf16", "precision": "bf16"}) == "recommender-bf16 02:37"
-    assert overlay_label({"name": "sweep/20261201-023712-tiny-auto", "precision": "fp32"}) == \
-        "sweep/tiny-auto 02:37 · fp32"  # auto resolved to fp32: said
+    assert (
+        overlay_label({"name": "sweep/20261201-023712-tiny-auto", "precision": "fp32"})
+        == "sweep/tiny-auto 02:37 · fp32"
+    )  # auto resolved to fp32: said
     assert overlay_label({"name": "baseline", "precision": "fp16"}) == "baseline · fp16"
 
 

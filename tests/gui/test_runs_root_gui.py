@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from core.engine.run_record import RECORD_FILE, find_runs
 from gui_helpers import find, finish_run, quick_run
+
+from core.engine.run_index import find_runs
+from core.engine.run_record import RECORD_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,8 +32,9 @@ def open_history(qtbot, window):
 
 
 @pytest.mark.timeout(180)
-def test_an_empty_output_folder_runs_under_the_chosen_root_and_the_history_follows(qtbot, window, tmp_path,
-                                                                                 runs_root_in_tmp):
+def test_an_empty_output_folder_runs_under_the_chosen_root_and_the_history_follows(
+    qtbot, window, tmp_path, runs_root_in_tmp
+):
     panel = open_history(qtbot, window)
     assert panel.root == runs_root_in_tmp  # the default: $AMP_CONSOLE_RUNS_DIR (a temp folder in tests)
     chosen = tmp_path / "my runs"
@@ -63,9 +65,29 @@ def test_a_gui_run_and_a_cli_run_under_one_root_at_the_same_time(qtbot, window, 
         find(window, "startButton").click()
     qtbot.waitUntil(lambda: any(runs_root_in_tmp.glob(f"*/{RECORD_FILE}")), timeout=30_000)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cli = subprocess.run([sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--max-steps", "30",
-                          "--device", "cpu", "--threads", "1", "--precision", "bf16"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "train",
+            "--task",
+            "tiny",
+            "--max-steps",
+            "30",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--precision",
+            "bf16",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert cli.returncode == 0, cli.stderr
     assert window.controller.running  # the GUI run trained all along the CLI run
     with qtbot.waitSignal(window.controller.runningChanged, timeout=120_000, check_params_cb=lambda r: not r):

@@ -36,8 +36,9 @@ def write_ini(settings: QSettings, text: str) -> QSettings:
 
 
 def test_garbage_window_layout_is_ignored(qtbot, make_window, settings):
-    store = write_ini(settings, "[window]\ngeometry=not a geometry\nmainSplitter=garbage\n"
-                                "rightSplitter=@ByteArray(\\0\\x1junk)\n")
+    store = write_ini(
+        settings, "[window]\ngeometry=not a geometry\nmainSplitter=garbage\nrightSplitter=@ByteArray(\\0\\x1junk)\n"
+    )
     window = make_window(settings_store=store)
     assert_usable(qtbot, window)
     assert all(size > 0 for size in window.mainSplitter.sizes())
@@ -69,9 +70,11 @@ def test_saved_form_bytes_that_are_not_text(qtbot, make_window, settings):
 
 
 def test_bad_fields_fall_back_one_by_one_and_good_ones_stay(qtbot, make_window, settings):
-    saved = ('{"task": "tiny", "lr": NaN, "weight_decay": Infinity, "momentum": -1, "batch_size": 77, '
-             '"epochs": "3", "seed": 5, "precision": "fp64", "schedule": "cosine", "grad_scaler": true, '
-             '"task_options": {"hidden": 24, "samples": "many", "gone": 1}}')
+    saved = (
+        '{"task": "tiny", "lr": NaN, "weight_decay": Infinity, "momentum": -1, "batch_size": 77, '
+        '"epochs": "3", "seed": 5, "precision": "fp64", "schedule": "cosine", "grad_scaler": true, '
+        '"task_options": {"hidden": 24, "samples": "many", "gone": 1}}'
+    )
     settings.setValue("run/config", saved)
     settings.sync()
     window = make_window(settings_store=settings)
@@ -86,8 +89,16 @@ def test_bad_fields_fall_back_one_by_one_and_good_ones_stay(qtbot, make_window, 
     assert find(window, "samplesOptionEdit").value() == 8192
     assert "gone" not in config.task_options
     logged = notes(window)
-    for name in ("lr", "weight_decay", "momentum", "epochs", "precision", "grad_scaler",
-                 "task_options.samples", "task_options.gone"):
+    for name in (
+        "lr",
+        "weight_decay",
+        "momentum",
+        "epochs",
+        "precision",
+        "grad_scaler",
+        "task_options.samples",
+        "task_options.gone",
+    ):
         named = re.compile(rf"saved (setting )?'?{re.escape(name)}'?[ :=]")
         assert sum(bool(named.search(line)) for line in logged) == 1, (name, logged)
     assert len(logged) == 8
@@ -95,8 +106,7 @@ def test_bad_fields_fall_back_one_by_one_and_good_ones_stay(qtbot, make_window, 
 
 
 def test_an_unknown_task_falls_back_and_keeps_the_rest(qtbot, make_window, settings):
-    settings.setValue("run/config", json.dumps({"task": "vanished", "batch_size": 50,
-                                                "task_options": {"layers": 3}}))
+    settings.setValue("run/config", json.dumps({"task": "vanished", "batch_size": 50, "task_options": {"layers": 3}}))
     settings.sync()
     window = make_window(settings_store=settings)
     assert_usable(qtbot, window)
@@ -107,8 +117,7 @@ def test_an_unknown_task_falls_back_and_keeps_the_rest(qtbot, make_window, setti
 
 
 def test_a_saved_data_file_that_is_gone(qtbot, make_window, settings, tmp_path):
-    settings.setValue("run/config", json.dumps({"task": "tiny", "data": str(tmp_path / "gone.csv"),
-                                                "batch_size": 40}))
+    settings.setValue("run/config", json.dumps({"task": "tiny", "data": str(tmp_path / "gone.csv"), "batch_size": 40}))
     settings.sync()
     window = make_window(settings_store=settings)
     assert_usable(qtbot, window)

@@ -11,11 +11,25 @@ from core.devices import DeviceInfo
 
 
 def fake_devices() -> list[DeviceInfo]:
-    cpu = DeviceInfo(id="cpu", type="cpu", name="Fake CPU", memory_total=8 * 2**30, precisions=("fp32",),
-                     unsupported={"bf16": "this fake CPU has no bfloat16", "tf32": "CUDA only", "fp16": "GPU only"})
-    gpu = DeviceInfo(id="cuda:0", type="cuda", name="Fake T4", memory_total=16 * 2**30, capability="7.5",
-                     fp16=True, tensor_cores=True, precisions=("fp32", "fp16"),
-                     unsupported={"bf16": "bf16 needs compute capability 8.0", "tf32": "TF32 needs 8.0"})
+    cpu = DeviceInfo(
+        id="cpu",
+        type="cpu",
+        name="Fake CPU",
+        memory_total=8 * 2**30,
+        precisions=("fp32",),
+        unsupported={"bf16": "this fake CPU has no bfloat16", "tf32": "CUDA only", "fp16": "GPU only"},
+    )
+    gpu = DeviceInfo(
+        id="cuda:0",
+        type="cuda",
+        name="Fake T4",
+        memory_total=16 * 2**30,
+        capability="7.5",
+        fp16=True,
+        tensor_cores=True,
+        precisions=("fp32", "fp16"),
+        unsupported={"bf16": "bf16 needs compute capability 8.0", "tf32": "TF32 needs 8.0"},
+    )
     return [cpu, gpu]
 
 
@@ -146,8 +160,20 @@ def test_last_settings_come_back(qtbot, make_window, settings):
 
 @pytest.mark.timeout(30)
 def test_widgets_have_stable_names(window):
-    for name in ("deviceList", "taskCombo", "precisionCombo", "startButton", "pauseButton", "stopButton",
-                 "lossPlot", "progressBar", "lrEdit", "batchSizeEdit", "epochsEdit", "maxStepsEdit"):
+    for name in (
+        "deviceList",
+        "taskCombo",
+        "precisionCombo",
+        "startButton",
+        "pauseButton",
+        "stopButton",
+        "lossPlot",
+        "progressBar",
+        "lrEdit",
+        "batchSizeEdit",
+        "epochsEdit",
+        "maxStepsEdit",
+    ):
         find(window, name)
 
 

@@ -48,10 +48,22 @@ def test_long_device_names_from_the_engine_are_cut_to_fit(qtbot, window):
     minimum = window.minimumSizeHint().width()
     name = "Accelerator with a very long marketing name " * 10
     window.statusBarWidget.set_device(SimpleNamespace(id="cuda:0", name=name))
-    window.statusBarWidget.handle_event(RunStarted(
-        task="tiny", device="cuda:0", device_name=name, precision="bf16", autocast_dtype="bfloat16 " * 20,
-        param_dtype="float32", scaler=False, param_count=210, total_steps=10**9, steps_per_epoch=1,
-        start_step=0, config={}))
+    window.statusBarWidget.handle_event(
+        RunStarted(
+            task="tiny",
+            device="cuda:0",
+            device_name=name,
+            precision="bf16",
+            autocast_dtype="bfloat16 " * 20,
+            param_dtype="float32",
+            scaler=False,
+            param_count=210,
+            total_steps=10**9,
+            steps_per_epoch=1,
+            start_step=0,
+            config={},
+        )
+    )
     QApplication.processEvents()
     assert window.minimumSizeHint().width() == minimum
     assert window.width() == 1400

@@ -43,8 +43,7 @@ def test_lr_finder_suggests_picks_on_click_and_fills_the_lr_field(qtbot, window,
     target = result.lrs[len(result.lrs) // 5]
     view = dialog.plot.getPlotItem().vb
     scene = view.mapViewToScene(QPointF(math.log10(target), suggestion.loss))
-    qtbot.mouseClick(dialog.plot.viewport(), Qt.MouseButton.LeftButton,
-                     pos=dialog.plot.mapFromScene(scene))
+    qtbot.mouseClick(dialog.plot.viewport(), Qt.MouseButton.LeftButton, pos=dialog.plot.mapFromScene(scene))
     assert dialog.pick is not None and dialog.pick != suggestion.lr
     assert abs(math.log10(dialog.pick) - math.log10(target)) < 0.3, (dialog.pick, target)
     assert "your pick" in dialog.pickLabel.text()
@@ -73,8 +72,7 @@ def test_closing_the_lr_finder_mid_test_stops_and_joins_its_thread(qtbot, window
     quick_run(window, tmp_path / "run")
     dialog = window.tools.show_lr_finder()
     find(dialog, "lrStepsEdit").setValue(100_000)
-    with qtbot.waitSignal(dialog.job.progress, timeout=60_000,
-                          check_params_cb=lambda p: p.phase == "step"):
+    with qtbot.waitSignal(dialog.job.progress, timeout=60_000, check_params_cb=lambda p: p.phase == "step"):
         click(qtbot, dialog, "lrFinderRunButton")
     assert dialog.job.running
     assert not window.startButton.isEnabled() and "LR finder" in window.startButton.toolTip()

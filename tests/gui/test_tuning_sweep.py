@@ -46,8 +46,9 @@ def test_a_2x2_sweep_fills_the_table_opens_a_trial_in_history_and_trains_it_long
     qtbot.waitUntil(lambda: [r.get("name") for r in history.panel.selected_runs()] == [row["run"]], timeout=20_000)
 
     # Train this one longer: the trial's settings in the form, resumed from its checkpoint to twice the steps.
-    with qtbot.waitSignal(window.controller.runningChanged, timeout=60_000,
-                          check_params_cb=lambda running: not running):
+    with qtbot.waitSignal(
+        window.controller.runningChanged, timeout=60_000, check_params_cb=lambda running: not running
+    ):
         click(qtbot, dialog, "sweepLongerButton")
         assert window.setupPanel.config().max_steps == 16
         assert window.setupPanel.config().lr == pytest.approx(0.003)

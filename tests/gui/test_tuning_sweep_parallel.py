@@ -15,11 +15,20 @@ pytestmark = pytest.mark.slow
 
 
 def test_run_on_offers_one_at_a_time_then_the_gpus_then_the_cpu():
-    devices = [SimpleNamespace(id="cpu", type="cpu"), SimpleNamespace(id="cuda:0", type="cuda"),
-               SimpleNamespace(id="cuda:1", type="cuda"), SimpleNamespace(id="cuda:2", type="cuda")]
+    devices = [
+        SimpleNamespace(id="cpu", type="cpu"),
+        SimpleNamespace(id="cuda:0", type="cuda"),
+        SimpleNamespace(id="cuda:1", type="cuda"),
+        SimpleNamespace(id="cuda:2", type="cuda"),
+    ]
     choices = run_on_choices(devices, cores=4)
-    assert [c[1] for c in choices] == [None, ["cuda:0", "cuda:1"], ["cuda:0", "cuda:1", "cuda:2"], ["cpu", "cpu"],
-                                       ["cpu"] * 4]
+    assert [c[1] for c in choices] == [
+        None,
+        ["cuda:0", "cuda:1"],
+        ["cuda:0", "cuda:1", "cuda:2"],
+        ["cpu", "cpu"],
+        ["cpu"] * 4,
+    ]
     assert choices[0][0].startswith("One trial at a time")
     assert [c[1] for c in run_on_choices([SimpleNamespace(id="cpu", type="cpu")], cores=1)] == [None, ["cpu", "cpu"]]
 
@@ -65,8 +74,9 @@ def test_stop_stops_every_running_trial(qtbot, window, tmp_path):
     dialog = _sweep(tmp_path, window, max_steps=1_000_000)
     dialog.set_axes("lr = 1e-3, 3e-3")  # one trial per slot: both running when Stop is clicked
     stepping: set[int] = set()
-    dialog.job.progress.connect(lambda e: stepping.add(e.index) if isinstance(e, TrialEvent)
-                                and isinstance(e.event, StepMetrics) else None)
+    dialog.job.progress.connect(
+        lambda e: stepping.add(e.index) if isinstance(e, TrialEvent) and isinstance(e.event, StepMetrics) else None
+    )
     click(qtbot, dialog, "sweepRunButton")
     qtbot.waitUntil(lambda: len(stepping) == 2, timeout=150_000)
     with qtbot.waitSignal(dialog.job.runningChanged, timeout=120_000, check_params_cb=lambda running: not running):

@@ -167,8 +167,16 @@ def test_the_wheel_over_an_unfocused_field_changes_nothing(qtbot, form):
     before = batch.value()
     find(window, "taskCombo").setFocus()
     centre = QPointF(batch.rect().center())
-    event = QWheelEvent(centre, QPointF(batch.mapToGlobal(QPoint(5, 5))), QPoint(0, 0), QPoint(0, 120),
-                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    event = QWheelEvent(
+        centre,
+        QPointF(batch.mapToGlobal(QPoint(5, 5))),
+        QPoint(0, 0),
+        QPoint(0, 120),
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
     QApplication.sendEvent(batch, event)
     assert batch.value() == before
 
@@ -181,8 +189,10 @@ def test_tab_walks_the_form_top_to_bottom(qtbot, form):
     combo.setFocus()
     qtbot.waitUntil(combo.hasFocus, timeout=5000)
     qtbot.keyClick(combo, Qt.Key.Key_Tab)  # the task's options come right after the task picker
-    assert QApplication.focusWidget() is find(window, "hiddenOptionEdit").lineEdit() or \
-        find(window, "hiddenOptionEdit").hasFocus()
+    assert (
+        QApplication.focusWidget() is find(window, "hiddenOptionEdit").lineEdit()
+        or find(window, "hiddenOptionEdit").hasFocus()
+    )
 
 
 @pytest.mark.timeout(60)

@@ -38,8 +38,11 @@ def add_broken_task(qtbot, window, monkeypatch, tmp_path: Path, body: str) -> tu
     path = tmp_path / "broken_task.py"
     subclass = "\n\nclass Broken(RegressionTask):\n    name = 'broken'\n" + textwrap.indent(body, "    ")
     path.write_text(TASK_FILE.read_text() + subclass)
-    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1)
-                if "raise ValueError" in text or 'columns["y"]' in text)
+    line = next(
+        i
+        for i, text in enumerate(path.read_text().splitlines(), 1)
+        if "raise ValueError" in text or 'columns["y"]' in text
+    )
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)  # runs its code
     window.task_actions.add(f"{path}:Broken")  # what File → Add task… does once the class is picked
     qtbot.waitUntil(lambda: not window.jobs.busy, timeout=60_000)

@@ -34,6 +34,7 @@ def dialogs(monkeypatch):
     """The window's dialogs answered as a user would: the open dialog gives `path`, the save dialog `save` with
     the file type `kind`, a list (which checkpoint to export) the entry starting with `pick`, and the question
     about running the task file's code Yes."""
+
     class Answers:
         path = ""
         save = ""
@@ -106,8 +107,9 @@ def serve_module(folder: Path):
 
 
 @pytest.mark.timeout(240)
-def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(qtbot, window, tmp_path, dialogs, capsys,
-                                                                         monkeypatch):
+def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(
+    qtbot, window, tmp_path, dialogs, capsys, monkeypatch
+):
     root = tmp_path / "runs"
     monkeypatch.setenv("AMP_CONSOLE_RUNS_DIR", str(root))
     window.resize(1400, 900)
@@ -200,8 +202,7 @@ def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(qtbot, w
     panel.select_names("third")
     click(qtbot, panel, "historyPreviewButton")
     preview = window.previewDialog
-    qtbot.waitUntil(lambda: preview.predictor is not None or "Nothing loaded" in preview.header.text(),
-                    timeout=60_000)
+    qtbot.waitUntil(lambda: preview.predictor is not None or "Nothing loaded" in preview.header.text(), timeout=60_000)
     assert preview.predictor is not None and preview.predictor.task == "my_points", preview.messageLabel.text()
     page = preview.pages["my_points"]
     assert preview.stack.currentWidget() is page
@@ -211,8 +212,9 @@ def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(qtbot, w
     reference = load_predictor(preview.predictor.checkpoint)
     assert page.values() == pytest.approx(reference.example_rows(1)[0].tolist(), abs=1e-4)  # Sample's first row
     expected = reference.predict_rows(np.asarray([page.values()], np.float32))[0]
-    assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-5) and sum(page.probabilities) == \
-        pytest.approx(1.0, abs=1e-5)
+    assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-5) and sum(
+        page.probabilities
+    ) == pytest.approx(1.0, abs=1e-5)
     assert [label.text() for label in page.labels] == [f"{p:.3f}" for p in expected]  # a row per class: 4
     assert f"The model says class {int(expected.argmax())}." == page.output.infoLabel.text()
     shot(preview, "5_preview")

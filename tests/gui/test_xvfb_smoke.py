@@ -8,8 +8,10 @@ import pytest
 
 pytestmark = [
     pytest.mark.xvfb,
-    pytest.mark.skipif(os.environ.get("QT_QPA_PLATFORM") != "xcb" or not os.environ.get("DISPLAY"),
-                       reason="needs QT_QPA_PLATFORM=xcb and a DISPLAY (run under xvfb-run)"),
+    pytest.mark.skipif(
+        os.environ.get("QT_QPA_PLATFORM") != "xcb" or not os.environ.get("DISPLAY"),
+        reason="needs QT_QPA_PLATFORM=xcb and a DISPLAY (run under xvfb-run)",
+    ),
 ]
 
 

@@ -29,8 +29,17 @@ RESUMED = "its state starts fresh; weights, step, schedule and RNG are resumed"
 
 
 def config(out_dir, **overrides) -> RunConfig:
-    values = {"device": "cpu", "precision": "fp32", "out_dir": str(out_dir), "log_interval": 2, "max_steps": 4,
-              "optimizer": "sgd", "schedule": "cosine", "warmup_steps": 1, "task_options": {"samples": 512}}
+    values = {
+        "device": "cpu",
+        "precision": "fp32",
+        "out_dir": str(out_dir),
+        "log_interval": 2,
+        "max_steps": 4,
+        "optimizer": "sgd",
+        "schedule": "cosine",
+        "warmup_steps": 1,
+        "task_options": {"samples": 512},
+    }
     return RunConfig.for_task("tiny", **{**values, **overrides})
 
 
@@ -83,8 +92,9 @@ def resume_refused(path: Path, tmp_path: Path, pattern: str, **overrides) -> str
 def checkpoint_notes(recorder) -> list[str]:
     """The run's notes about its checkpoint (leaving out others: the thread count chosen, a validation split too
     small to choose the best checkpoint by)."""
-    return [n for n in recorder.of(RunStarted)[0].notes
-            if not n.startswith("threads:") and "are too few to choose" not in n]
+    return [
+        n for n in recorder.of(RunStarted)[0].notes if not n.startswith("threads:") and "are too few to choose" not in n
+    ]
 
 
 # ------------------------------------------------------------------ integrity
@@ -112,7 +122,7 @@ def member_at(path: Path, offset: int) -> str:
 
     data = path.read_bytes()
     for member in zipfile.ZipFile(path).infolist():
-        name_length, extra_length = struct.unpack("<HH", data[member.header_offset + 26:member.header_offset + 30])
+        name_length, extra_length = struct.unpack("<HH", data[member.header_offset + 26 : member.header_offset + 30])
         start = member.header_offset + 30 + name_length + extra_length
         if start <= offset < start + member.file_size:
             return member.filename.split("/", 1)[1]
@@ -128,12 +138,16 @@ def test_flipped_bytes_anywhere_are_refused_or_change_nothing(saved, state, tmp_
     refusals = 0
     for at in offsets:
         damaged = tmp_path / f"flip-{at}.pt"
-        damaged.write_bytes(data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1:])
+        damaged.write_bytes(data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :])
         try:
             loaded = ckpt.load_checkpoint(damaged)
         except CheckpointError as exc:
-            one_line(exc, damaged, r"checkpoint is corrupted|not a checkpoint file|not a readable checkpoint|"
-                                   r"bad checkpoint|not an AMP Console checkpoint")
+            one_line(
+                exc,
+                damaged,
+                r"checkpoint is corrupted|not a checkpoint file|not a readable checkpoint|"
+                r"bad checkpoint|not an AMP Console checkpoint",
+            )
             refusals += 1
             continue
         assert all(torch.equal(loaded["model"][k], v) for k, v in state["model"].items()), f"offset {at}"
@@ -146,16 +160,24 @@ def test_truncated_copies_are_refused(saved, tmp_path):
     for keep in (1, 4, 30, 100, len(data) // 3, len(data) // 2, len(data) - 23, len(data) - 1):
         cut = tmp_path / f"cut-{keep}.pt"
         cut.write_bytes(data[:keep])
-        refused(cut, r"checkpoint is corrupted \(truncated: the zip directory at its end is missing\); it cannot "
-                     r"be trusted|not a checkpoint file")
+        refused(
+            cut,
+            r"checkpoint is corrupted \(truncated: the zip directory at its end is missing\); it cannot "
+            r"be trusted|not a checkpoint file",
+        )
 
 
-@pytest.mark.parametrize(("content", "says"), [
-    (b"", r"not a checkpoint file \(the file is empty\)$"),
-    (b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n",
-     r"not a checkpoint file \(a text file starting 'root:x:0:0:root:/root:/b', not a PyTorch zip archive\)$"),
-    (b"\x00\x01\x02\xff" * 40, r"not a checkpoint file \(binary data, not a PyTorch zip archive\)$"),
-])
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"", r"not a checkpoint file \(the file is empty\)$"),
+        (
+            b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n",
+            r"not a checkpoint file \(a text file starting 'root:x:0:0:root:/root:/b', not a PyTorch zip archive\)$",
+        ),
+        (b"\x00\x01\x02\xff" * 40, r"not a checkpoint file \(binary data, not a PyTorch zip archive\)$"),
+    ],
+)
 def test_files_that_are_not_checkpoints_say_so(tmp_path, content, says):
     path = tmp_path / "passwd"
     path.write_bytes(content)
@@ -217,8 +239,11 @@ def test_nan_weights_are_refused_naming_the_tensor_and_count(tmp_path, state):
 
 def test_non_finite_optimizer_state_is_refused(tmp_path, state):
     state["optimizer"]["state"][2]["momentum_buffer"][1, :3] = float("-inf")  # fc2.weight (one group, model order)
-    refused(write(tmp_path / "inf.pt", state), r"optimizer state is not finite \(state\[2\].momentum_buffer has 3 "
-                                               r"NaN/inf values\); the checkpoint cannot be resumed$")
+    refused(
+        write(tmp_path / "inf.pt", state),
+        r"optimizer state is not finite \(state\[2\].momentum_buffer has 3 "
+        r"NaN/inf values\); the checkpoint cannot be resumed$",
+    )
 
 
 # ------------------------------------------------------------------ structure
@@ -235,44 +260,67 @@ def _drop_optimizer(s):
 def _set(key, value):
     def change(s):
         s[key] = value
+
     return change
 
 
 def _config(**changes):
     def change(s):
         s["config"].update(changes)
+
     return change
 
 
-@pytest.mark.parametrize(("change", "says"), [
-    (_list_model, r"bad checkpoint: model should be a dict of tensors \(parameter name -> tensor\), not a list of 4$"),
-    (_drop_optimizer, r"checkpoint lacks optimizer$"),
-    (_set("step", -3), r"bad checkpoint: step should be an integer >= 0, not int -3$"),
-    (_set("step", 2.5), r"bad checkpoint: step should be an integer >= 0, not float 2.5$"),
-    (_set("step", "4"), r"bad checkpoint: step should be an integer >= 0, not str '4'$"),
-    (_set("epoch", True), r"bad checkpoint: epoch should be an integer >= 0, not bool True$"),
-    (_set("config", "lr=0.1"), r"bad checkpoint: config should be a dict of settings, not str 'lr=0.1'$"),
-    (_config(bogus=1), r"bad checkpoint: config.bogus: unknown setting in the checkpoint"),
-    (_config(lr="fast"), r"bad checkpoint: config.lr: expected float, got str 'fast'$"),
-    (_config(task="ghost"), r"bad checkpoint: config.task: "),
-    (_set("task", ["tiny"]), r"bad checkpoint: task should be a task name, not a list of 1$"),
-    (_set("format_version", "1"), r"checkpoint format str '1' is not supported \(this version reads 1\)$"),
-    (_set("scaler", {"scale": "big"}), r"bad checkpoint: scaler.scale should be a finite number > 0, not str 'big'$"),
-    (_set("metrics", {"accuracy": torch.zeros(3)}), r"bad checkpoint: metrics\['accuracy'\] should be a number"),
-    (_set("optimizer", {"state": {}, "param_groups": [{"params": "all"}]}),
-     r"bad checkpoint: optimizer.param_groups\[0\] should be a dict with a list of parameter numbers"),
-    (_set("optimizer", [1, 2]), r"bad checkpoint: optimizer should be a dict of 'state' and 'param_groups', not"),
-    (_set("format_version", torch.ones(3)), r"checkpoint format a float32 tensor of shape \(3,\) is not supported"),
-    (_set("scaler", {"scale": 10**400}), r"bad checkpoint: scaler.scale should be a finite number > 0, not an int$"),
-    (_set("scheduler", "cosine"), r"bad checkpoint: scheduler should be a dict \(or None\), not str 'cosine'$"),
-    (_set("vocabulary", {"item": 5}), r"bad checkpoint: vocabulary\['item'\] should be a list of ids, not int 5$"),
-    (lambda s: s["model"].update({3: torch.zeros(1)}), r"bad checkpoint: model should be keyed by parameter names, "
-                                                       r"not key 3$"),
-    (lambda s: s["optimizer"]["param_groups"][0].update(momentum=float("nan")),
-     r"bad checkpoint: optimizer.param_groups\[0\].momentum should be a finite number, not float nan$"),
-    (lambda s: s["optimizer"]["state"].update({9: {}}),
-     r"bad checkpoint: optimizer.state\[9\] is the state of no parameter in optimizer.param_groups$"),
-])
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (
+            _list_model,
+            r"bad checkpoint: model should be a dict of tensors \(parameter name -> tensor\), not a list of 4$",
+        ),
+        (_drop_optimizer, r"checkpoint lacks optimizer$"),
+        (_set("step", -3), r"bad checkpoint: step should be an integer >= 0, not int -3$"),
+        (_set("step", 2.5), r"bad checkpoint: step should be an integer >= 0, not float 2.5$"),
+        (_set("step", "4"), r"bad checkpoint: step should be an integer >= 0, not str '4'$"),
+        (_set("epoch", True), r"bad checkpoint: epoch should be an integer >= 0, not bool True$"),
+        (_set("config", "lr=0.1"), r"bad checkpoint: config should be a dict of settings, not str 'lr=0.1'$"),
+        (_config(bogus=1), r"bad checkpoint: config.bogus: unknown setting in the checkpoint"),
+        (_config(lr="fast"), r"bad checkpoint: config.lr: expected float, got str 'fast'$"),
+        (_config(task="ghost"), r"bad checkpoint: config.task: "),
+        (_set("task", ["tiny"]), r"bad checkpoint: task should be a task name, not a list of 1$"),
+        (_set("format_version", "1"), r"checkpoint format str '1' is not supported \(this version reads 1\)$"),
+        (
+            _set("scaler", {"scale": "big"}),
+            r"bad checkpoint: scaler.scale should be a finite number > 0, not str 'big'$",
+        ),
+        (_set("metrics", {"accuracy": torch.zeros(3)}), r"bad checkpoint: metrics\['accuracy'\] should be a number"),
+        (
+            _set("optimizer", {"state": {}, "param_groups": [{"params": "all"}]}),
+            r"bad checkpoint: optimizer.param_groups\[0\] should be a dict with a list of parameter numbers",
+        ),
+        (_set("optimizer", [1, 2]), r"bad checkpoint: optimizer should be a dict of 'state' and 'param_groups', not"),
+        (_set("format_version", torch.ones(3)), r"checkpoint format a float32 tensor of shape \(3,\) is not supported"),
+        (
+            _set("scaler", {"scale": 10**400}),
+            r"bad checkpoint: scaler.scale should be a finite number > 0, not an int$",
+        ),
+        (_set("scheduler", "cosine"), r"bad checkpoint: scheduler should be a dict \(or None\), not str 'cosine'$"),
+        (_set("vocabulary", {"item": 5}), r"bad checkpoint: vocabulary\['item'\] should be a list of ids, not int 5$"),
+        (
+            lambda s: s["model"].update({3: torch.zeros(1)}),
+            r"bad checkpoint: model should be keyed by parameter names, "
+            r"not key 3$",
+        ),
+        (
+            lambda s: s["optimizer"]["param_groups"][0].update(momentum=float("nan")),
+            r"bad checkpoint: optimizer.param_groups\[0\].momentum should be a finite number, not float nan$",
+        ),
+        (
+            lambda s: s["optimizer"]["state"].update({9: {}}),
+            r"bad checkpoint: optimizer.state\[9\] is the state of no parameter in optimizer.param_groups$",
+        ),
+    ],
+)
 def test_structurally_odd_checkpoints_name_the_key(tmp_path, state, change, says):
     change(state)
     path = write(tmp_path / "odd.pt", state)
@@ -286,20 +334,29 @@ def test_structurally_odd_checkpoints_name_the_key(tmp_path, state, change, says
 def test_tensors_of_the_wrong_shape_for_the_model(tmp_path, state):
     wrong = copy.deepcopy(state)
     wrong["model"]["fc1.weight"] = torch.zeros(10, 16)
-    resume_refused(write(tmp_path / "shape.pt", wrong), tmp_path,
-                   r"the checkpoint does not fit this model: shape mismatch fc1.weight \(10, 16\) vs \(16, 10\)$")
+    resume_refused(
+        write(tmp_path / "shape.pt", wrong),
+        tmp_path,
+        r"the checkpoint does not fit this model: shape mismatch fc1.weight \(10, 16\) vs \(16, 10\)$",
+    )
     state["optimizer"]["state"][0]["momentum_buffer"] = torch.zeros(3)
-    resume_refused(write(tmp_path / "momentum.pt", state), tmp_path,
-                   r"the optimizer state does not fit this model: the state of fc1.weight: momentum_buffer has "
-                   r"shape \(3,\), the parameter \(16, 10\)$")
+    resume_refused(
+        write(tmp_path / "momentum.pt", state),
+        tmp_path,
+        r"the optimizer state does not fit this model: the state of fc1.weight: momentum_buffer has "
+        r"shape \(3,\), the parameter \(16, 10\)$",
+    )
 
 
-@pytest.mark.parametrize("garbage", [
-    {"torch": torch.zeros(7, dtype=torch.float64), "numpy": {}, "python": []},
-    "not a state",
-    "numpy keys",
-    "missing python",
-])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        {"torch": torch.zeros(7, dtype=torch.float64), "numpy": {}, "python": []},
+        "not a state",
+        "numpy keys",
+        "missing python",
+    ],
+)
 def test_garbage_rng_state_is_skipped_with_a_note(tmp_path, state, garbage, recorder):
     if garbage == "numpy keys":
         state["rng"]["numpy"]["keys"] = state["rng"]["numpy"]["keys"][:100]
@@ -339,13 +396,16 @@ def test_a_resume_with_other_parameter_groups_starts_the_optimizer_fresh(tmp_pat
     # Decay and no-decay groups saved; now a grouping that is neither those two nor one group of everything.
     decayed = train(config(tmp_path / "a", max_steps=3, weight_decay=0.1))
     assert decayed.status == "completed", decayed.message
-    monkeypatch.setattr(optimizers, "parameter_groups",
-                        lambda model, decay: [{"params": [p], "weight_decay": decay} for p in model.parameters()])
-    rest = train(config(tmp_path / "b", max_steps=6, weight_decay=0.1), resume_from=decayed.checkpoint,
-                 sink=recorder)
+    monkeypatch.setattr(
+        optimizers,
+        "parameter_groups",
+        lambda model, decay: [{"params": [p], "weight_decay": decay} for p in model.parameters()],
+    )
+    rest = train(config(tmp_path / "b", max_steps=6, weight_decay=0.1), resume_from=decayed.checkpoint, sink=recorder)
     assert rest.status == "completed" and rest.step == 6, rest.message
     assert checkpoint_notes(recorder) == [
-        f"the optimizer's parameter groups changed (2 groups of 2+2 saved, 4 groups of 1+1+1+1 now): {RESUMED}"]
+        f"the optimizer's parameter groups changed (2 groups of 2+2 saved, 4 groups of 1+1+1+1 now): {RESUMED}"
+    ]
 
 
 # ------------------------------------------------------------------ end to end
@@ -360,9 +420,13 @@ def test_the_cli_refuses_hostile_checkpoints_with_one_line_and_exit_2(tmp_path, 
     text = tmp_path / "passwd"
     text.write_text("root:x:0:0:root:/root:/bin/bash\n")
     for path, says in ((flipped, "checkpoint is corrupted ("), (text, "not a checkpoint file (a text file")):
-        done = subprocess.run([sys.executable, "-m", "core.cli", "train", "--resume", str(path),
-                               "--out-dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
-                              timeout=100)
+        done = subprocess.run(
+            [sys.executable, "-m", "core.cli", "train", "--resume", str(path), "--out-dir", str(tmp_path / "out")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=100,
+        )
         assert done.returncode == 2, done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and str(path) in lines[0] and says in lines[0], done.stderr

@@ -9,7 +9,6 @@ import resource
 import threading
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -40,30 +39,48 @@ def write(tmp_path, name: str, content: str | bytes):
 
 
 HOSTILE_CSV = [
-    ("dup_feature.csv", "query_id,doc_id,label,f1,f1\n" + ROW,
-     "dup_feature.csv: line 1: column 'f1' appears 2 times; column names must be unique"),
-    ("dup_label.csv", "query_id,doc_id,label,label,f1\n" + ROW,
-     "dup_label.csv: line 1: column 'label' appears 2 times"),
+    (
+        "dup_feature.csv",
+        "query_id,doc_id,label,f1,f1\n" + ROW,
+        "dup_feature.csv: line 1: column 'f1' appears 2 times; column names must be unique",
+    ),
+    (
+        "dup_label.csv",
+        "query_id,doc_id,label,label,f1\n" + ROW,
+        "dup_label.csv: line 1: column 'label' appears 2 times",
+    ),
     ("inf.csv", HEADER + ROW + "q,e,0,inf,0.3\n", "inf.csv: line 3, column 'f1': 'inf' is not a finite number"),
     ("minus_inf.csv", HEADER + ROW + ROW + "q,e,0,0.5,-inf\n", "line 4, column 'f2': '-inf' is not a finite"),
-    ("overflow.csv", HEADER + ROW + "q,e,0,1e39,0.3\n",
-     "overflow.csv: line 3, column 'f1': '1e+39' is not a number that fits in float32"),
+    (
+        "overflow.csv",
+        HEADER + ROW + "q,e,0,1e39,0.3\n",
+        "overflow.csv: line 3, column 'f1': '1e+39' is not a number that fits in float32",
+    ),
     ("nan.csv", HEADER + ROW + "q,e,0,nan,0.3\n", "line 3, column 'f1': 'nan' marks a missing value"),
     ("na.csv", HEADER + ROW * 5 + "q,e,NA,0.5,0.3\n", "na.csv: line 7, column 'label': 'NA' marks a missing value"),
     ("null.csv", HEADER + ROW + "q,e,0,0.5,null\n", "line 3, column 'f2': 'null' marks a missing value"),
     ("empty_field.csv", HEADER + ROW + "q,e,,0.5,0.3\n", "line 3, column 'label': the field is empty"),
     ("empty_id.csv", HEADER + ROW + ",e,0,0.5,0.3\n", "line 3, column 'query_id': the field is empty"),
-    ("huge_label.csv", HEADER + ROW + "q,e,99999999999999999999999,0.5,0.3\n",
-     "line 3, column 'label': '1e+23' is not a whole number of a usable size"),
+    (
+        "huge_label.csv",
+        HEADER + ROW + "q,e,99999999999999999999999,0.5,0.3\n",
+        "line 3, column 'label': '1e+23' is not a whole number of a usable size",
+    ),
     ("negative.csv", HEADER + ROW + "q,e,-1,0.5,0.3\n", "line 3, column 'label': '-1' is not at least 0"),
     ("empty.csv", "", "empty.csv: empty file"),
     ("header_only.csv", HEADER, "header_only.csv: empty file (a header at line 1 but no data rows)"),
     ("garbage.csv", bytes(range(256)) * 8, "garbage.csv: line 1, column 1 (byte): a NUL byte"),
     ("utf16.csv", HEADER.encode("utf-16"), "utf16.csv: line 1, column 4 (byte): a NUL byte"),
-    ("latin1.csv", (HEADER + "caf\xe9,d,1,0.1,0.2\n").encode("latin-1"),
-     "latin1.csv: line 2, column 4 (byte): text is not valid UTF-8"),
-    ("blank_lines.csv", HEADER + ROW + "\n\n" + '"q\nstill q",e,0,0.5,0.3\n' + "q,f,0,abc,0.3\n",
-     "blank_lines.csv: line 7, column 'f1': 'abc' is not a number"),
+    (
+        "latin1.csv",
+        (HEADER + "caf\xe9,d,1,0.1,0.2\n").encode("latin-1"),
+        "latin1.csv: line 2, column 4 (byte): text is not valid UTF-8",
+    ),
+    (
+        "blank_lines.csv",
+        HEADER + ROW + "\n\n" + '"q\nstill q",e,0,0.5,0.3\n' + "q,f,0,abc,0.3\n",
+        "blank_lines.csv: line 7, column 'f1': 'abc' is not a number",
+    ),
 ]
 
 
@@ -145,8 +162,9 @@ def _refused_without_hanging(path) -> str:
 def test_a_fifo_or_a_device_is_refused_unopened(tmp_path):
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
-    assert _refused_without_hanging(fifo) == (f"{fifo}: a named pipe (FIFO), not a regular file; "
-                                               "use a .csv or .parquet file or a folder of them")
+    assert _refused_without_hanging(fifo) == (
+        f"{fifo}: a named pipe (FIFO), not a regular file; use a .csv or .parquet file or a folder of them"
+    )
     device = tmp_path / "zeros.csv"
     device.symlink_to(os.devnull)
     assert _refused_without_hanging(device).startswith(f"{os.devnull}: a device, not a regular file")
@@ -172,8 +190,9 @@ def test_hostile_parquet(tmp_path):
     assert "row 2, column 'doc_id': the value is missing (null)" in load_error(tmp_path / "null.parquet")
     columns = [pa.array(v) for v in (*base.values(), [0.1, 0.2], [0.3, 0.4])]
     pq.write_table(pa.table(columns, names=[*base, "f1", "f1"]), tmp_path / "dup.parquet")
-    assert load_error(tmp_path / "dup.parquet").endswith("dup.parquet: column 'f1' appears 2 times; "
-                                                          "column names must be unique")
+    assert load_error(tmp_path / "dup.parquet").endswith(
+        "dup.parquet: column 'f1' appears 2 times; column names must be unique"
+    )
     write(tmp_path, "text.parquet", f"{SECRET}\n")
     message = load_error(tmp_path / "text.parquet")
     assert "text.parquet: not a readable Parquet file" in message and SECRET not in message
@@ -185,8 +204,9 @@ def test_other_tasks_name_missing_markers_too(tmp_path):
     clicks = write(tmp_path, "clicks.csv", "user_id,item_id,timestamp\nu,a,1\nu,b,NaN\n")
     assert "clicks.csv: line 3, column 'timestamp': 'NaN' marks a missing value" in load_error(clicks, "recommender")
     with pytest.raises(DataError, match=r"clicks2\.csv: line 2, column 'timestamp': 'inf' is not a finite number"):
-        create_task("recommender").load_data(str(write(tmp_path, "clicks2.csv", "user_id,item_id,timestamp\n"
-                                                                                "u,a,inf\n")), 0)
+        create_task("recommender").load_data(
+            str(write(tmp_path, "clicks2.csv", "user_id,item_id,timestamp\nu,a,inf\n")), 0
+        )
 
 
 def test_the_cli_refuses_a_linked_private_file_in_one_line(tmp_path, capsys):
@@ -226,22 +246,37 @@ def test_a_huge_query_loads_and_trains_in_bounded_memory(tmp_path):
         assert held < candidates * 4 * (2 * 4 + 8 + 8)  # ~4 padded cells per candidate, not 8,001 x 20,000
         assert sum(int((split["label"] >= 0).sum()) for split in splits) == candidates  # each kept once
     assert data.train["label"].shape[1] <= 256 and "qid" not in data.train
-    assert data.notes == ["ranking: queries of up to 20,000 candidates train as lists of 8 of their candidates "
-                          "(memory stays within a few times the data); evaluation ranks every query whole"]
-    ended = train(RunConfig.for_task("ranking", data=str(path), device="cpu", precision="fp32", max_steps=3,
-                                     batch_size=64, seed=1, out_dir=str(tmp_path / "run")))
+    assert data.notes == [
+        "ranking: queries of up to 20,000 candidates train as lists of 8 of their candidates "
+        "(memory stays within a few times the data); evaluation ranks every query whole"
+    ]
+    ended = train(
+        RunConfig.for_task(
+            "ranking",
+            data=str(path),
+            device="cpu",
+            precision="fp32",
+            max_steps=3,
+            batch_size=64,
+            seed=1,
+            out_dir=str(tmp_path / "run"),
+        )
+    )
     assert ended.status == "completed", ended.message
     assert all(np.isfinite(v) for v in ended.metrics.values())
     growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - peak_before
     assert growth < 600 * 2**20, f"peak memory grew by {growth / 2**20:.0f} MiB"
 
 
-@pytest.mark.parametrize("name,content,said", [
-    ("blob.bin", bytes(range(1, 256)) * 4, "line 1 does not read as plain text"),
-    ("key.txt.asc", f"{SECRET} and more words\nsecond line\n", "line 1 does not read as plain text"),
-    ("screen.out", "\x1b[2J\x1b]0;title\x07 cleared words\nmore words here too\n", "line 1 does not read as plain"),
-    ("zeros.bin", b"PK\x03\x04\x00\x00" + bytes(100), "a NUL byte; this is binary data or UTF-16 text, not a text"),
-])
+@pytest.mark.parametrize(
+    "name,content,said",
+    [
+        ("blob.bin", bytes(range(1, 256)) * 4, "line 1 does not read as plain text"),
+        ("key.txt.asc", f"{SECRET} and more words\nsecond line\n", "line 1 does not read as plain text"),
+        ("screen.out", "\x1b[2J\x1b]0;title\x07 cleared words\nmore words here too\n", "line 1 does not read as plain"),
+        ("zeros.bin", b"PK\x03\x04\x00\x00" + bytes(100), "a NUL byte; this is binary data or UTF-16 text, not a text"),
+    ],
+)
 def test_a_file_of_another_suffix_never_echoes_binary_or_a_secret(tmp_path, name, content, said):
     message = load_error(write(tmp_path, name, content), "sentiment")
     assert said in message and SECRET not in message and message.isprintable()
@@ -287,5 +322,6 @@ def test_hostile_query_sizes_and_label_text_lines(tmp_path):
     seq = write(tmp_path, "seq.txt", "1 2\n1 3\n2  4\x1f 5\n")
     with pytest.raises(DataError) as err:
         read_table(seq, FILE_ORDER_COLUMNS, options=ReadOptions(delimiter="\\s+"))
-    assert str(err.value) == (f"{seq}: line 3: a control character (unit separator, 0x1f) in a file separated by "
-                              "whitespace; remove it")
+    assert str(err.value) == (
+        f"{seq}: line 3: a control character (unit separator, 0x1f) in a file separated by whitespace; remove it"
+    )

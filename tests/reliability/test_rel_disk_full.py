@@ -26,8 +26,15 @@ ENOSPC = "No space left on device (errno 28)"
 
 
 def tiny(out, **overrides) -> RunConfig:
-    values = {"device": "cpu", "precision": "fp32", "batch_size": 32, "log_interval": 5, "threads": 1,
-              "checkpoint_interval": 5, "out_dir": str(out)}
+    values = {
+        "device": "cpu",
+        "precision": "fp32",
+        "batch_size": 32,
+        "log_interval": 5,
+        "threads": 1,
+        "checkpoint_interval": 5,
+        "out_dir": str(out),
+    }
     return RunConfig.for_task("tiny", **{**values, **overrides})
 
 
@@ -46,7 +53,8 @@ def disk_fills_at_step(monkeypatch, trainer: Trainer, step: int) -> None:
 
 
 def test_a_full_disk_while_writing_a_checkpoint_fails_the_run_in_one_line_and_keeps_the_previous(
-        tmp_path, recorder, monkeypatch):
+    tmp_path, recorder, monkeypatch
+):
     trainer = Trainer(tiny(tmp_path / "run", max_steps=30), sink=recorder)
     disk_fills_at_step(monkeypatch, trainer, 10)
     ended = trainer.run()
@@ -56,16 +64,20 @@ def test_a_full_disk_while_writing_a_checkpoint_fails_the_run_in_one_line_and_ke
     assert ended.details == ""  # no chained OSError traceback
     assert load_checkpoint(path)["step"] == 5
     assert [p.name for p in (tmp_path / "run").iterdir() if p.name.endswith(".tmp")] == []
-    assert [e["status"] for e in read_jsonl(tmp_path / "run" / "metrics.jsonl") if e["event"] == "RunEnded"] == \
-        ["failed"]
+    assert [e["status"] for e in read_jsonl(tmp_path / "run" / "metrics.jsonl") if e["event"] == "RunEnded"] == [
+        "failed"
+    ]
 
 
 def test_a_full_disk_with_no_checkpoint_yet_says_so(tmp_path, monkeypatch):
-    trainer = Trainer(tiny(tmp_path / "run", max_steps=30, checkpoint_interval=0, keep_best=0))  # only checkpoint.pt is written
+    trainer = Trainer(
+        tiny(tmp_path / "run", max_steps=30, checkpoint_interval=0, keep_best=0)
+    )  # only checkpoint.pt is written
     disk_fills_at_step(monkeypatch, trainer, 1)
     ended = trainer.run()
-    assert ended.message == (f"could not write {tmp_path / 'run' / 'checkpoint.pt'}: {ENOSPC}; no checkpoint of "
-                             f"this run had been saved yet")
+    assert ended.message == (
+        f"could not write {tmp_path / 'run' / 'checkpoint.pt'}: {ENOSPC}; no checkpoint of this run had been saved yet"
+    )
 
 
 class FillingFile:
@@ -111,9 +123,11 @@ def test_a_run_folder_removed_mid_run_fails_the_run_instead_of_writing_nowhere(t
 
     ended = train(tiny(tmp_path / "run", max_steps=30), sink=sink)
     assert ended.status == "failed"
-    assert ended.message == (f"could not write {tmp_path / 'run' / 'checkpoint.pt'}: the run folder "
-                             f"{tmp_path / 'run'} was removed while the run was writing to it; no checkpoint of "
-                             f"this run had been saved yet")
+    assert ended.message == (
+        f"could not write {tmp_path / 'run' / 'checkpoint.pt'}: the run folder "
+        f"{tmp_path / 'run'} was removed while the run was writing to it; no checkpoint of "
+        f"this run had been saved yet"
+    )
 
 
 def test_a_full_disk_before_the_start_is_bad_input_naming_the_file(tmp_path, monkeypatch):
@@ -141,12 +155,34 @@ def test_the_cli_exits_1_with_one_line_when_the_disk_fills_mid_run(tmp_path):
         "sys.exit(main(sys.argv[1:]))\n"
     )
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-c", script, "train", "--task", "tiny", "--device", "cpu", "--threads",
-                             "1", "--max-steps", "30", "--checkpoint-interval", "5", "--out", str(out), "--json"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "train",
+            "--task",
+            "tiny",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--max-steps",
+            "30",
+            "--checkpoint-interval",
+            "5",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["status"] == "failed"
-    assert summary["message"] == (f"could not write {out / 'checkpoint.pt'}: {ENOSPC}; the previous checkpoint "
-                                  f"(step 5) is kept")
+    assert summary["message"] == (
+        f"could not write {out / 'checkpoint.pt'}: {ENOSPC}; the previous checkpoint (step 5) is kept"
+    )
     assert "Traceback" not in result.stderr

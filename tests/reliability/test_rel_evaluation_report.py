@@ -33,13 +33,17 @@ def _too_big(path):
         f.truncate(RECORD_LIMIT + 10)
 
 
-@pytest.mark.parametrize("make, reason", [
-    (_fifo, "named pipe"),
-    (_link, "symbolic link"),
-    (_too_big, "more than a record may be"),
-    (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "nested more than"),
-    (lambda p: p.write_bytes(b'{"task": "\xff"}'), "not UTF-8"),
-], ids=["fifo", "link", "too-big", "too-deep", "not-utf8"])
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (_fifo, "named pipe"),
+        (_link, "symbolic link"),
+        (_too_big, "more than a record may be"),
+        (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "nested more than"),
+        (lambda p: p.write_bytes(b'{"task": "\xff"}'), "not UTF-8"),
+    ],
+    ids=["fifo", "link", "too-big", "too-deep", "not-utf8"],
+)
 def test_a_hostile_evaluation_json_is_no_report_or_one_line(tmp_path, make, reason):
     make(tmp_path / REPORT_FILE)
     assert load_report(tmp_path) is None

@@ -78,8 +78,12 @@ def craft(members: dict, variant: str, marker: Path) -> None:
         members["data/weights/weight_payload"] = bomb
     elif variant == "opaque constant":
         config = json.loads(members["data/constants/model_constants_config.json"])
-        config["config"]["payload"] = {"path_name": "opaque_obj_0", "is_param": False, "use_pickle": True,
-                                       "tensor_meta": None}
+        config["config"]["payload"] = {
+            "path_name": "opaque_obj_0",
+            "is_param": False,
+            "use_pickle": True,
+            "tensor_meta": None,
+        }
         members["data/constants/model_constants_config.json"] = json.dumps(config).encode()
         members["data/constants/opaque_obj_0"] = bomb
     elif variant == "example inputs":  # torch.load falls back to weights_only=False when weights_only fails
@@ -88,15 +92,21 @@ def craft(members: dict, variant: str, marker: Path) -> None:
         graph["guards_code"] = [f"open({str(marker)!r}, 'w').close() is None"]
     elif variant == "shape expression":  # parsed by sympy.sympify, which is eval
         sizes = graph["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0]["as_expr"]
-        sizes["expr_str"] = (f"Symbol.__new__.__globals__['__builtins__']['open']({str(marker)!r}, 'w').close() "
-                             f"or {sizes['expr_str']}")
+        sizes["expr_str"] = (
+            f"Symbol.__new__.__globals__['__builtins__']['open']({str(marker)!r}, 'w').close() or {sizes['expr_str']}"
+        )
     members["models/model.json"] = json.dumps(graph).encode()
 
 
-VARIANTS = {"legacy weights": "data/weights/model.pt", "legacy constants": "data/constants/model.pt",
-            "weight marked use_pickle": "use_pickle", "opaque constant": "model_constants_config.json",
-            "example inputs": "data/sample_inputs/model.pt", "guard code": "guards_code",
-            "shape expression": "shape expression"}
+VARIANTS = {
+    "legacy weights": "data/weights/model.pt",
+    "legacy constants": "data/constants/model.pt",
+    "weight marked use_pickle": "use_pickle",
+    "opaque constant": "model_constants_config.json",
+    "example inputs": "data/sample_inputs/model.pt",
+    "guard code": "guards_code",
+    "shape expression": "shape expression",
+}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -113,11 +123,16 @@ def test_a_crafted_program_is_refused_before_it_runs_anything(program_export, tm
     assert "refused before torch.export.load" in message
 
 
-@pytest.mark.parametrize("name, why", [("../escape", "not a plain member name"),
-                                       ("/absolute", "not a plain member name"),
-                                       ("data/weights/weight_0", "appears twice"),
-                                       ("link", "symbolic link"),
-                                       ("extra/notes.txt", "is a pickle")])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("../escape", "not a plain member name"),
+        ("/absolute", "not a plain member name"),
+        ("data/weights/weight_0", "appears twice"),
+        ("link", "symbolic link"),
+        ("extra/notes.txt", "is a pickle"),
+    ],
+)
 def test_odd_zip_members_and_pickles_under_any_name_are_refused(program_export, tmp_path, name, why):
     pt2 = tmp_path / "model.pt2"
     shutil.copy(program_export / "model.pt2", pt2)

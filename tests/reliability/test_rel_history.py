@@ -15,7 +15,8 @@ import pytest
 from cli_in_process import cli
 
 from core.engine.run_delete import RunDeleteError, delete_run
-from core.engine.run_record import find_runs, read_run
+from core.engine.run_index import find_runs
+from core.engine.run_record import read_run
 from tests.test_runs_cli import fake_run
 
 pytestmark = pytest.mark.reliability
@@ -37,6 +38,7 @@ def root(tmp_path) -> Path:
 
 
 # ---------------------------------------------------------------------- deleting
+
 
 def test_runs_delete_never_leaves_the_root_through_a_link(root, tmp_path, capsys):
     outside = tmp_path / "elsewhere"
@@ -63,11 +65,13 @@ def test_runs_delete_never_leaves_the_root_through_a_link(root, tmp_path, capsys
 
 def test_core_delete_run_refuses_anything_but_a_real_folder_strictly_under_the_root(root, tmp_path):
     elsewhere = fake_run(tmp_path / "elsewhere", "run", "0000dead00")
-    for folder, reason in ((elsewhere, "not a folder under the runs root"),
-                           (root / ".." / "elsewhere" / "run", "not a folder under the runs root"),
-                           (root, "not a folder under the runs root"),
-                           (root / "absent", "no such run folder"),
-                           (root / "good" / "run.json", "is a file, not a run folder")):
+    for folder, reason in (
+        (elsewhere, "not a folder under the runs root"),
+        (root / ".." / "elsewhere" / "run", "not a folder under the runs root"),
+        (root, "not a folder under the runs root"),
+        (root / "absent", "no such run folder"),
+        (root / "good" / "run.json", "is a file, not a run folder"),
+    ):
         with pytest.raises(RunDeleteError, match=reason):
             delete_run(root, folder)
     assert elsewhere.is_dir() and (root / "good" / "run.json").is_file()
@@ -102,6 +106,7 @@ def test_runs_delete_of_a_read_only_folder_is_one_line(root, capsys):
 
 # ---------------------------------------------------------------------- one bad run.json, one unreadable run
 
+
 def _bad(record: dict, **fields) -> str:
     return json.dumps({**record, **fields})
 
@@ -114,9 +119,12 @@ BAD_RECORDS = {  # name: (what run.json holds, the reason said)
     "best-value": (lambda r: _bad(r, best={"name": "accuracy", "value": {"x": 1}}), "best.value is an object"),
     "metrics-list": (lambda r: _bad(r, metrics=[0.5]), "metrics is a list, not an object"),
     "metric-value": (lambda r: _bad(r, metrics={"accuracy": [0.5]}), "metrics.accuracy is a list, not a number"),
-    "checkpoint-rank": (lambda r: _bad(r, checkpoints={"a": {"path": "best-step5.pt", "rank": 2},
-                                                       "b": {"path": "best-step9.pt", "rank": "1"}}),
-                        "checkpoints.b.rank is text, not a whole number"),
+    "checkpoint-rank": (
+        lambda r: _bad(
+            r, checkpoints={"a": {"path": "best-step5.pt", "rank": 2}, "b": {"path": "best-step9.pt", "rank": "1"}}
+        ),
+        "checkpoints.b.rank is text, not a whole number",
+    ),
     "config-text": (lambda r: _bad(r, config="lr=0.1"), "config is text, not an object"),
     "not-utf8": (lambda r: b"\xff\xfe{}", "not UTF-8"),
     "array": (lambda r: "[1, 2]", "holds list, not a JSON object"),
@@ -143,7 +151,10 @@ def test_one_malformed_run_json_costs_only_that_run(root, capsys, case):
     assert code == 0 and "accuracy 0.8" in out
     code, out, _ = cli(capsys, "runs", "--runs-dir", str(root), "list", "--json")
     assert code == 0 and {r["name"]: r["status"] for r in json.loads(out)} == {
-        "bad": "unreadable", "good": "completed", "other": "completed"}
+        "bad": "unreadable",
+        "good": "completed",
+        "other": "completed",
+    }
     code, out, _ = cli(capsys, "runs", "--runs-dir", str(root), "delete", "bad", "--yes")
     assert code == 0 and not bad.exists()  # an unreadable run can still be deleted by its folder name
 
@@ -162,9 +173,13 @@ def test_evaluate_and_predict_find_runs_beside_a_malformed_one_and_best_survives
     from core.cli.evaluate import find_checkpoint
     from core.errors import ConfigError
 
-    for name, change in (("bad", {"start_time": 12345}),
-                         ("ranks", {"checkpoints": {"a": {"path": "best-step5.pt", "rank": 2},
-                                                    "b": {"path": "best-step9.pt", "rank": "1"}}})):
+    for name, change in (
+        ("bad", {"start_time": 12345}),
+        (
+            "ranks",
+            {"checkpoints": {"a": {"path": "best-step5.pt", "rank": 2}, "b": {"path": "best-step9.pt", "rank": "1"}}},
+        ),
+    ):
         bad = fake_run(root, name, f"{name}000001")
         record = json.loads((bad / "run.json").read_text())
         (bad / "run.json").write_text(json.dumps({**record, **change}))
@@ -179,8 +194,12 @@ def test_evaluate_and_predict_find_runs_beside_a_malformed_one_and_best_survives
 # ---------------------------------------------------------------------- FIFOs and devices never hang a reader
 
 # (.run.lock as a link to a device never blocked: opening and locking it return at once)
-HOSTILE_FILES = [(name, kind) for name in ("run.json", "note.txt", ".run.lock", "metrics.jsonl")
-                 for kind in ("fifo", "dev-zero") if (name, kind) != (".run.lock", "dev-zero")]
+HOSTILE_FILES = [
+    (name, kind)
+    for name in ("run.json", "note.txt", ".run.lock", "metrics.jsonl")
+    for kind in ("fifo", "dev-zero")
+    if (name, kind) != (".run.lock", "dev-zero")
+]
 
 
 def _plant(folder: Path, name: str, kind: str) -> None:
@@ -256,6 +275,7 @@ def test_a_huge_or_deep_metrics_line_is_skipped_like_a_torn_one(tmp_path):
 
 # ---------------------------------------------------------------------- notes and escapes
 
+
 def test_a_note_that_is_not_utf8_is_one_line(root, capsys):
     code, _, err = cli(capsys, "runs", "--runs-dir", str(root), "note", "good", "caf\udce9")  # argv's surrogates
     assert code == 2 and "not valid UTF-8" in one_line_error(err)
@@ -266,9 +286,17 @@ def test_escape_sequences_in_a_runs_files_never_reach_the_terminal(root, capsys,
     monkeypatch.setenv("COLUMNS", "400")  # every cell whole
     esc = "\x1b]0;owned\x07\x1b[2J"
     record = json.loads((root / "good" / "run.json").read_text())
-    record.update(task=f"tiny{esc}", precision=f"fp32{esc}", device=f"cpu{esc}", message=f"done{esc}",
-                  metrics={f"acc{esc}": 0.5}, config={"task": "tiny", "lr": f"0.1{esc}"}, notes=[f"n{esc}"],
-                  best={"name": f"acc{esc}", "value": 0.5, "step": 3}, status="[/]completed")  # "[/]": no markup
+    record.update(
+        task=f"tiny{esc}",
+        precision=f"fp32{esc}",
+        device=f"cpu{esc}",
+        message=f"done{esc}",
+        metrics={f"acc{esc}": 0.5},
+        config={"task": "tiny", "lr": f"0.1{esc}"},
+        notes=[f"n{esc}"],
+        best={"name": f"acc{esc}", "value": 0.5, "step": 3},
+        status="[/]completed",
+    )  # "[/]": no markup
     (root / "good" / "run.json").write_text(json.dumps(record))
     (root / "good" / "note.txt").write_text(f"my note{esc}\nsecond line")
     outputs = []
@@ -284,13 +312,18 @@ def test_escape_sequences_in_a_runs_files_never_reach_the_terminal(root, capsys,
 
 # ---------------------------------------------------------------------- the folder claim's temp files
 
+
 def test_the_claim_removes_only_the_runs_own_temp_files(tmp_path):
     from core.engine import early_stopping, run_record
     from core.engine.run_folder import RUN_FILES, claim_run_folder
     from core.runs import evaluation_report
 
-    assert {run_record.RECORD_FILE, run_record.NOTE_FILE, early_stopping.BEST_FILE,
-            evaluation_report.REPORT_FILE} <= set(RUN_FILES)
+    assert {
+        run_record.RECORD_FILE,
+        run_record.NOTE_FILE,
+        early_stopping.BEST_FILE,
+        evaluation_report.REPORT_FILE,
+    } <= set(RUN_FILES)
     folder = tmp_path / "mine"  # a folder the user named as --out, with their own files in it
     folder.mkdir()
     ours = [".run.json.a1b2c3d4e5f6.tmp", ".best-step40.pt.a1b2c3d4e5f6.tmp", ".note.txt.x.tmp"]
@@ -323,6 +356,7 @@ def test_any_field_of_any_type_is_a_listed_run_never_a_traceback(root, capsys, m
 
 # ---------------------------------------------------------------------- checkpoints run.json names
 
+
 def test_a_checkpoint_path_in_run_json_never_leads_out_of_the_run_folder(root, tmp_path):
     from core.engine.run_folder import recorded_checkpoint
     from core.files import UnreadableFile
@@ -337,8 +371,15 @@ def test_a_checkpoint_path_in_run_json_never_leads_out_of_the_run_folder(root, t
     assert recorded_checkpoint(folder, "checkpoint.pt") == folder / "checkpoint.pt"
     # a folder moved or copied: run.json still names the old place; the file of that name here is the one
     assert recorded_checkpoint(folder, "/old/runs/good/checkpoint.pt") == folder / "checkpoint.pt"
-    for hostile in ("/etc/passwd", "../other/best.pt", str(folder / ".." / "other" / "best.pt"), str(secret),
-                    "linked.pt", str(folder / "linked.pt"), "check\x00point.pt"):
+    for hostile in (
+        "/etc/passwd",
+        "../other/best.pt",
+        str(folder / ".." / "other" / "best.pt"),
+        str(secret),
+        "linked.pt",
+        str(folder / "linked.pt"),
+        "check\x00point.pt",
+    ):
         with pytest.raises(UnreadableFile) as refused:
             recorded_checkpoint(folder, hostile)
         assert "\n" not in str(refused.value) and "not used" in str(refused.value), hostile

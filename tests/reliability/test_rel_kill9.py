@@ -25,9 +25,30 @@ pytestmark = [pytest.mark.slow, pytest.mark.reliability, pytest.mark.timeout(180
 # orphaned temp files, as many as 5 kills at one checkpoint every 5 steps). The kills hit a fresh run, a resumed
 # one and a resume of a resume; each start costs a process (~4 s), and more kills would repeat those cases.
 KILLS = 3
-TRAIN = [sys.executable, "-m", "core.cli", "train", "--task", "tiny", "--device", "cpu", "--precision", "fp32",
-         "--threads", "1", "--batch-size", "32", "--log-interval", "1", "--checkpoint-interval", "1",
-         "--max-steps", "1000000", "-o", "samples=2048"]
+TRAIN = [
+    sys.executable,
+    "-m",
+    "core.cli",
+    "train",
+    "--task",
+    "tiny",
+    "--device",
+    "cpu",
+    "--precision",
+    "fp32",
+    "--threads",
+    "1",
+    "--batch-size",
+    "32",
+    "--log-interval",
+    "1",
+    "--checkpoint-interval",
+    "1",
+    "--max-steps",
+    "1000000",
+    "-o",
+    "samples=2048",
+]
 
 
 def start(out: Path, resume: bool) -> subprocess.Popen:
@@ -62,7 +83,7 @@ def test_kill_9_at_random_points_never_loses_the_training(tmp_path):
         for started in range(1, KILLS + 1):
             saves = len(records(out, "CheckpointSaved"))
             # Let it take some steps (and often write a checkpoint), then kill it anywhere: mid-step, mid-write.
-            wait_for(lambda: len(records(out, "CheckpointSaved")) > saves, process, "a checkpoint")
+            wait_for(lambda saves=saves: len(records(out, "CheckpointSaved")) > saves, process, "a checkpoint")
             time.sleep(rng.uniform(0.0, 0.4))
             assert is_in_use(out)  # the live run holds its folder
             os.kill(process.pid, signal.SIGKILL)
@@ -77,7 +98,9 @@ def test_kill_9_at_random_points_never_loses_the_training(tmp_path):
                 torn_lines += not f.read().endswith(b"\n")
 
             process = start(out, resume=True)
-            wait_for(lambda: len(records(out, "RunStarted")) > started, process, "the resumed RunStarted")
+            wait_for(
+                lambda started=started: len(records(out, "RunStarted")) > started, process, "the resumed RunStarted"
+            )
             resumed = records(out, "RunStarted")[-1]
             assert resumed["start_step"] == saved["step"] > (resumed_steps[-1] if resumed_steps else 0)
             assert not (left & temp_files(out)), "orphaned temp files survived the next start"
@@ -96,7 +119,10 @@ def test_kill_9_at_random_points_never_loses_the_training(tmp_path):
     assert [e["status"] for e in ended] == ["stopped"]  # the killed runs never got to say anything
     assert load_checkpoint(out / "checkpoint.pt")["step"] == ended[0]["step"] > resumed_steps[-1]
     assert len(records(out, "RunStarted")) == KILLS + 1  # every start's line reads, torn lines before it or not
-    print(f"kill -9: {KILLS} kills, {len(resumed_steps)} checkpoints loaded and resumed (steps {resumed_steps}), "
-          f"{orphans_seen} orphaned temp files removed, {torn_lines} torn metrics lines skipped")
-    (tmp_path / "kill9_counts.json").write_text(json.dumps({"kills": KILLS, "resumed": len(resumed_steps),
-                                                            "orphans": orphans_seen, "torn": torn_lines}))
+    print(
+        f"kill -9: {KILLS} kills, {len(resumed_steps)} checkpoints loaded and resumed (steps {resumed_steps}), "
+        f"{orphans_seen} orphaned temp files removed, {torn_lines} torn metrics lines skipped"
+    )
+    (tmp_path / "kill9_counts.json").write_text(
+        json.dumps({"kills": KILLS, "resumed": len(resumed_steps), "orphans": orphans_seen, "torn": torn_lines})
+    )

@@ -23,11 +23,14 @@ def test_defaults_fit_on_this_machine(name):
     assert need == task.parameter_count() * 16 + MARGIN_BYTES
 
 
-@pytest.mark.parametrize("name,options,culprits", [
-    ("sentiment", {"buckets": 1 << 26, "dim": 4096}, ("dim (4,096)", "buckets (67,108,864)")),
-    ("ranking", {"hidden": 65536, "layers": 32}, ("hidden (65,536)", "layers (32)")),
-    ("recommender", {"items": 10_000_000, "d_model": 4096, "heads": 64}, ("d_model (4,096)", "items (10,000,000)")),
-])
+@pytest.mark.parametrize(
+    "name,options,culprits",
+    [
+        ("sentiment", {"buckets": 1 << 26, "dim": 4096}, ("dim (4,096)", "buckets (67,108,864)")),
+        ("ranking", {"hidden": 65536, "layers": 32}, ("hidden (65,536)", "layers (32)")),
+        ("recommender", {"items": 10_000_000, "d_model": 4096, "heads": 64}, ("d_model (4,096)", "items (10,000,000)")),
+    ],
+)
 def test_a_model_within_the_option_ranges_but_too_large_is_refused_unbuilt(name, options, culprits):
     task = create_task(name, options)
     with pytest.raises(ConfigError) as err:
@@ -35,8 +38,10 @@ def test_a_model_within_the_option_ranges_but_too_large_is_refused_unbuilt(name,
     message = str(err.value)
     params = task.parameter_count()
     assert params > 10**10
-    expected = (f"the model would have {params:,} parameters (~{{size}} to train) but cpu has 21 GiB free: "
-                f"lower task option {culprits[0]} or {culprits[1]}")
+    expected = (
+        f"the model would have {params:,} parameters (~{{size}} to train) but cpu has 21 GiB free: "
+        f"lower task option {culprits[0]} or {culprits[1]}"
+    )
     assert re.fullmatch(re.escape(expected).replace(r"\{size\}", r"[\d.]+ [GTP]iB"), message.split(": ", 1)[1])
     assert err.value.field == f"task_options.{culprits[0].split()[0]}"
 
@@ -62,8 +67,9 @@ def test_a_misspelt_option_names_the_closest_and_lists_the_options():
     with pytest.raises(ConfigError) as err:
         create_task("tiny", {"hiden": 32})
     assert err.value.field == "task_options.hiden"
-    assert str(err.value).endswith("tiny has no option 'hiden' (did you mean 'hidden'?); "
-                                   "its options: hidden, samples, label_noise")
+    assert str(err.value).endswith(
+        "tiny has no option 'hiden' (did you mean 'hidden'?); its options: hidden, samples, label_noise"
+    )
     with pytest.raises(ConfigError, match=r"ranking has no option 'Hidden' \(did you mean 'hidden'\?\)"):
         create_task("ranking", {"Hidden": 32})
     with pytest.raises(ConfigError, match=r"tiny has no option 'zzz'; its options: hidden, samples, label_noise$"):
@@ -81,15 +87,21 @@ def test_the_cli_names_a_misspelt_option_in_one_line(tmp_path, capsys):
 
 
 def test_synthetic_data_too_large_for_the_host_is_refused_ungenerated(monkeypatch):
-    with pytest.raises(ConfigError, match=r"^task_options\.queries: the synthetic data would take over [\d.]+ [TP]iB "
-                                          r"but cpu has .* free: lower task option queries \(100,000,000\) or "
-                                          r"docs \(10,000\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^task_options\.queries: the synthetic data would take over [\d.]+ [TP]iB "
+        r"but cpu has .* free: lower task option queries \(100,000,000\) or "
+        r"docs \(10,000\)$",
+    ):
         create_task("ranking", {"queries": 100_000_000, "docs": 10_000}).load_data("", 0)
     import core.tasks.base as base
 
     monkeypatch.setattr(base, "free_bytes", lambda device: 2 * GIB)
-    with pytest.raises(ConfigError, match=r"but cpu has 2 GiB free: lower task option interactions "
-                                          r"\(1,000,000,000\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"but cpu has 2 GiB free: lower task option interactions "
+        r"\(1,000,000,000\)$",
+    ):
         create_task("recommender", {"interactions": 1_000_000_000}).load_data("", 0)
     with pytest.raises(ConfigError, match=r"lower task option reviews \(100,000,000\)$"):
         create_task("sentiment", {"reviews": 100_000_000}).load_data("", 0)
@@ -104,8 +116,25 @@ def test_the_trainer_refuses_an_oversized_model_before_building_it(tmp_path, cap
 
     monkeypatch.setattr(core.tasks.base, "free_bytes", lambda device: 16 * 2**30)  # as on a 16 GiB machine
 
-    code = main(["train", "--task", "recommender", "-o", "d_model=4096", "-o", "layers=32", "--device", "cpu",
-                 "--max-steps", "1", "--threads", "1", "--out", str(tmp_path / "run")])
+    code = main(
+        [
+            "train",
+            "--task",
+            "recommender",
+            "-o",
+            "d_model=4096",
+            "-o",
+            "layers=32",
+            "--device",
+            "cpu",
+            "--max-steps",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0, err
     assert "the model would have" in err and "lower task option d_model (4,096) or layers (32)" in err

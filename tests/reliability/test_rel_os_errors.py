@@ -40,20 +40,33 @@ def test_out_with_a_name_too_long_or_not_utf8(tmp_path, capsys):
     long = tmp_path / ("r" * 300)
     assert "is too long for the file system (300 bytes, at most" in one_error_line(capsys, "--out", str(long))
     bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/run-\xff")
-    assert one_error_line(capsys, "--out", bad).endswith("run-\\xff: the name is not valid UTF-8; rename it or "
-                                                         "pick another path")
+    assert one_error_line(capsys, "--out", bad).endswith(
+        "run-\\xff: the name is not valid UTF-8; rename it or pick another path"
+    )
     assert not os.path.exists(bad)
 
 
 @pytest.mark.slow
 def test_out_not_utf8_from_the_real_command_line(tmp_path):
-    result = subprocess.run([os.fsencode(sys.executable), b"-m", b"core.cli", b"train", b"--max-steps", b"2",
-                             b"--out", os.fsencode(str(tmp_path)) + b"/r\xe9sultats"],
-                            capture_output=True, timeout=120)
+    result = subprocess.run(
+        [
+            os.fsencode(sys.executable),
+            b"-m",
+            b"core.cli",
+            b"train",
+            b"--max-steps",
+            b"2",
+            b"--out",
+            os.fsencode(str(tmp_path)) + b"/r\xe9sultats",
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.decode().strip().splitlines() == [
         f"amp-console: error: --out-dir: {tmp_path}/r\\xe9sultats: the name is not valid UTF-8; rename it or "
-        f"pick another path"]
+        f"pick another path"
+    ]
 
 
 @pytest.mark.skipif(AS_ROOT, reason="root may write in any folder")
@@ -62,7 +75,8 @@ def test_out_in_a_folder_without_write_permission(tmp_path, capsys):
     locked.mkdir(mode=0o500)
     try:
         assert one_error_line(capsys, "--out", str(locked / "run")).endswith(
-            f"no permission to write in {locked}, where it would be created")
+            f"no permission to write in {locked}, where it would be created"
+        )
     finally:
         locked.chmod(0o700)
 
@@ -85,7 +99,9 @@ def test_config_that_is_a_folder_missing_a_fifo_or_not_text(tmp_path, capsys):
     assert one_error_line(capsys, "--config", str(tmp_path / "no.toml")).endswith("no.toml: no such config file")
     fifo = tmp_path / "pipe.toml"
     os.mkfifo(fifo)  # opening it would wait forever for a writer
-    assert one_error_line(capsys, "--config", str(fifo)).endswith("pipe.toml: is a named pipe (FIFO), not a config file")
+    assert one_error_line(capsys, "--config", str(fifo)).endswith(
+        "pipe.toml: is a named pipe (FIFO), not a config file"
+    )
     latin = tmp_path / "latin.toml"
     latin.write_bytes(b'task = "tiny"\n# r\xe9sum\xe9\n')
     assert one_error_line(capsys, "--config", str(latin)).endswith("latin.toml: not UTF-8 text")
@@ -107,7 +123,8 @@ def test_data_and_resume_that_are_fifos_or_devices(tmp_path, capsys):
     os.mkfifo(fifo)
     assert one_error_line(capsys, "--data", str(fifo)).endswith("rows.csv: is a named pipe (FIFO), not a data file")
     assert one_error_line(capsys, "--resume", str(fifo)).endswith(
-        "rows.csv: is a named pipe (FIFO), not a checkpoint file")
+        "rows.csv: is a named pipe (FIFO), not a checkpoint file"
+    )
     assert one_error_line(capsys, "--resume", os.devnull).endswith(f"{os.devnull}: is a device, not a checkpoint file")
     assert one_error_line(capsys, "--resume", str(tmp_path)).endswith("is a folder, not a checkpoint file")
 

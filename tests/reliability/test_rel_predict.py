@@ -47,8 +47,10 @@ def rows_of(path: Path) -> list[dict]:
 
 # ---- a full disk -----------------------------------------------------------------------------------------------
 
-def test_a_full_disk_at_the_last_write_is_one_line_and_keeps_the_old_output(capsys, tmp_path, sentiment_run,
-                                                                             monkeypatch):
+
+def test_a_full_disk_at_the_last_write_is_one_line_and_keeps_the_old_output(
+    capsys, tmp_path, sentiment_run, monkeypatch
+):
     import core.files
 
     out = tmp_path / "out" / "scores.csv"
@@ -62,11 +64,13 @@ def test_a_full_disk_at_the_last_write_is_one_line_and_keeps_the_old_output(caps
         return real(fd)
 
     monkeypatch.setattr(core.files.os, "fsync", fsync)
-    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"),
-                            "--out", out)
+    code, stdout, err = cli(
+        capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"), "--out", out
+    )
     assert code == 1 and stdout == ""
-    assert err.splitlines()[-1] == (f"amp-console: error: {out}: could not write the predictions: disk full "
-                                    f"({ENOSPC}); nothing was written")
+    assert err.splitlines()[-1] == (
+        f"amp-console: error: {out}: could not write the predictions: disk full ({ENOSPC}); nothing was written"
+    )
     assert "Traceback" not in err
     assert out.read_text() == "the previous predictions\n" and partials(out.parent) == []
 
@@ -82,16 +86,27 @@ def test_a_full_disk_mid_write_is_one_line_and_leaves_nothing(capsys, tmp_path, 
                     raise OSError(errno.ENOSPC, f"Error writing bytes to file. Detail: [errno 28] {ENOSPC}")
                 written.append(table.num_rows)
                 return super().write_table(table, *args, **kwargs)
+
         return Filling
 
     monkeypatch.setattr(pacsv, "CSVWriter", filling(pacsv.CSVWriter))
     monkeypatch.setattr(pq, "ParquetWriter", filling(pq.ParquetWriter))
     out = tmp_path / f"scores{suffix}"
-    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"), "--out",
-                       out, "--batch-size", 50)
+    code, _, err = cli(
+        capsys,
+        "predict",
+        sentiment_run.checkpoint,
+        "--input",
+        reviews(tmp_path / "r.csv"),
+        "--out",
+        out,
+        "--batch-size",
+        50,
+    )
     assert code == 1 and written == [50]
-    assert err.splitlines()[-1] == (f"amp-console: error: {out}: could not write the predictions: disk full "
-                                    f"({ENOSPC}); nothing was written")
+    assert err.splitlines()[-1] == (
+        f"amp-console: error: {out}: could not write the predictions: disk full ({ENOSPC}); nothing was written"
+    )
     assert not out.exists() and partials(tmp_path) == []
 
 
@@ -117,9 +132,26 @@ sys.exit(main(sys.argv[2:]))
 def start_paused_predict(tmp_path, checkpoint, out) -> subprocess.Popen:
     marker = tmp_path / "writing"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen([sys.executable, "-c", PAUSING_WRITER, str(marker), "predict", str(checkpoint),
-                                "--input", str(reviews(tmp_path / "r.csv")), "--out", str(out), "--batch-size", "50"],
-                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PAUSING_WRITER,
+            str(marker),
+            "predict",
+            str(checkpoint),
+            "--input",
+            str(reviews(tmp_path / "r.csv")),
+            "--out",
+            str(out),
+            "--batch-size",
+            "50",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while not marker.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -158,8 +190,9 @@ def test_a_stop_signal_once_the_output_is_in_place_stops_nothing(capsys, tmp_pat
 
     monkeypatch.setattr(PartialFile, "commit", commit)
     out = tmp_path / "scores.csv"
-    code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"),
-                            "--out", out)
+    code, stdout, err = cli(
+        capsys, "predict", sentiment_run.checkpoint, "--input", reviews(tmp_path / "r.csv"), "--out", out
+    )
     assert code == 0 and "300 reviews scored" in stdout and "nothing written" not in err
     assert len(rows_of(out)) == 300 and partials(tmp_path) == []
 
@@ -198,6 +231,7 @@ def test_only_a_partial_output_no_live_predict_holds_is_removed(capsys, tmp_path
 
 # ---- rows too long for the reader's block, NUL bytes -------------------------------------------------------------
 
+
 def test_a_field_longer_than_the_block_costs_its_row_and_the_rest_are_scored(capsys, tmp_path, sentiment_run):
     wide = "good " * 40_000  # 200 KB: longer than a block of the header's first read, not than a row may be
     huge = "great\n" * 3 + "boring " * 1_500_000  # 10 MB over four lines: more than a row may be
@@ -208,30 +242,36 @@ def test_a_field_longer_than_the_block_costs_its_row_and_the_rest_are_scored(cap
     code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", source, "--out", out)
     assert code == 0, err
     assert [line for line in err.splitlines() if line.startswith("line ")] == [
-        "line 43: the row is 10 MiB, more than a row may be (1 MiB)"]
+        "line 43: the row is 10 MiB, more than a row may be (1 MiB)"
+    ]
     assert "81 reviews scored, 1 skipped" in stdout
     rows = rows_of(out)
     assert [r["line"] for r in rows] == [2, *range(3, 43), *range(47, 87)]  # the 10 MB row spans lines 43-46
     kept = [t for t in texts if t is not huge]
-    assert [r["p_positive"] for r in rows] == pytest.approx(load_predictor(sentiment_run.checkpoint).sentiment(kept),
-                                                            abs=1e-12)
+    assert [r["p_positive"] for r in rows] == pytest.approx(
+        load_predictor(sentiment_run.checkpoint).sentiment(kept), abs=1e-12
+    )
 
 
 def test_a_nul_byte_costs_its_row(capsys, tmp_path, sentiment_run):
-    body = [b"fine lesson\x00,1", b"clear lesson,1"] + [b"helpful lesson %d of the whole course,1" % i
-                                                         for i in range(3000)]
+    body = [b"fine lesson\x00,1", b"clear lesson,1"] + [
+        b"helpful lesson %d of the whole course,1" % i for i in range(3000)
+    ]
     body[2000] = b'"two\nlines \x00 of it",1'  # past the first 64 KiB, and a quoted line break: line 2002-2003
     (tmp_path / "r.csv").write_bytes(b"text,label\n" + b"\n".join(body) + b"\n")
     out = tmp_path / "o.csv"
     code, stdout, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out", out)
     assert code == 0, err
     assert [line for line in err.splitlines() if line.startswith("line ")] == [
-        "line 2: a NUL byte: binary data, not text", "line 2002: a NUL byte: binary data, not text"]
+        "line 2: a NUL byte: binary data, not text",
+        "line 2002: a NUL byte: binary data, not text",
+    ]
     assert "3,000 reviews scored, 2 skipped" in stdout
     lines = [r["line"] for r in rows_of(out)]
     assert lines[:2] == [3, 4] and lines[-1] == 3004 and len(lines) == 3000
-    code, _, err = cli(capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out", out,
-                       "--strict")
+    code, _, err = cli(
+        capsys, "predict", sentiment_run.checkpoint, "--input", tmp_path / "r.csv", "--out", out, "--strict"
+    )
     assert code == 2 and "line 2: a NUL byte: binary data, not text (--strict: nothing written)" in err
 
 
@@ -240,7 +280,7 @@ def _records(data: bytes) -> list[tuple[int, int, int]]:
     time: a quote opens only at a value's start, "" inside is a quote, \\n, \\r\\n or \\r end a record)."""
     records, start, state, i = [], 0, "start", 0
     while i < len(data):
-        c = data[i:i + 1]
+        c = data[i : i + 1]
         if state == "start" and c == b'"':
             state, i = "quoted", i + 1
             continue
@@ -249,7 +289,7 @@ def _records(data: bytes) -> list[tuple[int, int, int]]:
             if c == b",":
                 state = "start"
             elif c in (b"\n", b"\r"):
-                end = i + 2 if data[i:i + 2] == b"\r\n" else i + 1
+                end = i + 2 if data[i : i + 2] == b"\r\n" else i + 1
                 records.append((start, i, end))
                 start, state = end, "start"
                 i = end
@@ -257,7 +297,7 @@ def _records(data: bytes) -> list[tuple[int, int, int]]:
             i += 1
             continue
         if c == b'"':
-            if data[i + 1:i + 2] == b'"':
+            if data[i + 1 : i + 2] == b'"':
                 i += 2
                 continue
             state = "plain"
@@ -270,10 +310,14 @@ def _records(data: bytes) -> list[tuple[int, int, int]]:
 def _parse(data: bytes, block: int = 1 << 20) -> int:
     """pyarrow's count of the records after the header of `data` (rows, blank ones too, and invalid ones)."""
     invalid = []
-    reader = pacsv.open_csv(io.BytesIO(data), read_options=pacsv.ReadOptions(block_size=block, use_threads=False),
-                            parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False,
-                                                             invalid_row_handler=lambda r: invalid.append(1) or "skip"),
-                            convert_options=pacsv.ConvertOptions(column_types={"h1": pa.binary(), "h2": pa.binary()}))
+    reader = pacsv.open_csv(
+        io.BytesIO(data),
+        read_options=pacsv.ReadOptions(block_size=block, use_threads=False),
+        parse_options=pacsv.ParseOptions(
+            newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=lambda r: invalid.append(1) or "skip"
+        ),
+        convert_options=pacsv.ConvertOptions(column_types={"h1": pa.binary(), "h2": pa.binary()}),
+    )
     return reader.read_all().num_rows + len(invalid)
 
 
@@ -292,7 +336,7 @@ def test_the_row_guard_splits_records_as_pyarrow_does(monkeypatch):
             assert 1 + _parse(data) == len(records), data
         guard = csv_guard.RowGuard(io.BytesIO(data), ",", quoting=True, limit=limit)
         got = guard.read()
-        expected = data[:records[0][2]]
+        expected = data[: records[0][2]]
         for start, term, end in records[1:]:
             text = data[start:term]
             if len(text) > limit or b"\0" in text:
@@ -317,7 +361,7 @@ def test_a_row_over_the_limit_is_never_held(monkeypatch):
             if not self.parts:
                 return 0
             part = self.parts.pop(0)
-            buffer[:len(part)] = part
+            buffer[: len(part)] = part
             return len(part)
 
     tracemalloc.start()
@@ -339,8 +383,9 @@ def test_a_row_over_the_limit_is_never_held(monkeypatch):
 SECRET = "root:$6$rounds=5000$s3cr3tSalt$HashOfTheRootPassword:19000:0:99999:7:::"
 
 
-def test_a_link_to_a_file_that_must_not_be_published_never_echoes_its_first_line(capsys, tmp_path, tiny_run,
-                                                                                    sentiment_run):
+def test_a_link_to_a_file_that_must_not_be_published_never_echoes_its_first_line(
+    capsys, tmp_path, tiny_run, sentiment_run
+):
     private = tmp_path / "private"
     private.write_text(SECRET + "\ndaemon:*:19000:0:99999:7:::\n")
     link = tmp_path / "rows.csv"
@@ -371,6 +416,7 @@ def test_control_sequences_from_the_file_never_reach_the_terminal(capsys, tmp_pa
 
 # ---- a FIFO, a device ------------------------------------------------------------------------------------------
 
+
 def _ends_without_hanging(capsys, argv, fifo: Path | None = None) -> tuple[int, str]:
     result: list = []
     thread = threading.Thread(target=lambda: result.append(main([str(a) for a in argv])), daemon=True)
@@ -391,15 +437,17 @@ def test_a_fifo_or_a_device_as_input_is_refused_without_hanging(capsys, tmp_path
     zeros = tmp_path / "zeros.csv"
     zeros.symlink_to("/dev/zero")
     for source, kind in ((fifo, "a named pipe (FIFO)"), (zeros, "a device")):
-        code, err = _ends_without_hanging(capsys, ["predict", tiny_run.checkpoint, "--input", source, "--out",
-                                                   tmp_path / "o.csv"], fifo)
+        code, err = _ends_without_hanging(
+            capsys, ["predict", tiny_run.checkpoint, "--input", source, "--out", tmp_path / "o.csv"], fifo
+        )
         assert code == 2 and err.strip() == f"amp-console: error: --input: {source}: is {kind}, not a input file"
     import core.files
 
     # the FIFO put in the file's place after the check: the open itself refuses it
     monkeypatch.setattr(core.files, "check_regular_file", lambda *args, **kwargs: None)
     for source, kind in ((fifo, "a named pipe (FIFO)"), (zeros, "a device")):
-        code, err = _ends_without_hanging(capsys, ["predict", tiny_run.checkpoint, "--input", source, "--out",
-                                                   tmp_path / "o.csv"], fifo)
+        code, err = _ends_without_hanging(
+            capsys, ["predict", tiny_run.checkpoint, "--input", source, "--out", tmp_path / "o.csv"], fifo
+        )
         assert code == 2 and err.strip() == f"amp-console: error: --input: {source} is {kind}, not a file"
     assert not (tmp_path / "o.csv").exists() and partials(tmp_path) == []

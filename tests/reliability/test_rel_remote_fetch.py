@@ -23,7 +23,7 @@ from tests.test_remote_ssh import sshd  # noqa: F401 (the session's sshd, a fixt
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 
-def fake_host(sshd, tmp_path: Path, answer: bytes):  # noqa: F811 (the fixture's value)
+def fake_host(sshd, tmp_path: Path, answer: bytes):
     """A Host whose amp-console prints `answer` whatever it is asked."""
     (tmp_path / "answer.bin").write_bytes(answer)
     script = tmp_path / "fake-amp-console"
@@ -48,20 +48,34 @@ def refused(host, local: Path, pattern: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("name, why", [("../../escape", "holds '..'"), ("/etc", "is an absolute path"),
-                                       ("a/../../b", "holds '..'"), (".hosts", "is not a folder under"),
-                                       ("a/b/c", "is not a folder under")])
-def test_a_run_name_that_leaves_the_copies_is_refused(sshd, tmp_path, name, why):  # noqa: F811
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("../../escape", "holds '..'"),
+        ("/etc", "is an absolute path"),
+        ("a/../../b", "holds '..'"),
+        (".hosts", "is not a folder under"),
+        ("a/b/c", "is not a folder under"),
+    ],
+)
+def test_a_run_name_that_leaves_the_copies_is_refused(sshd, tmp_path, name, why):
     local = tmp_path / "local"
     host = fake_host(sshd, tmp_path, manifest(name, [entry("run.json", b"{}")]) + b"{}")
     assert refused(host, local, why).startswith("amp-test: refused the host's answer: the run name ")
     assert not (local / ".hosts").exists() and not (tmp_path / "escape").exists()
 
 
-@pytest.mark.parametrize("name, why", [("/etc/passwd", "is an absolute path"), ("../run.json", "is a path"),
-                                       ("sub/best.pt", "is a path"), (".bashrc", "not one of a run's files"),
-                                       ("train.log", "not one of a run's files")])
-def test_a_file_name_that_is_no_file_of_the_run_is_refused(sshd, tmp_path, name, why):  # noqa: F811
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("/etc/passwd", "is an absolute path"),
+        ("../run.json", "is a path"),
+        ("sub/best.pt", "is a path"),
+        (".bashrc", "not one of a run's files"),
+        ("train.log", "not one of a run's files"),
+    ],
+)
+def test_a_file_name_that_is_no_file_of_the_run_is_refused(sshd, tmp_path, name, why):
     local = tmp_path / "local"
     host = fake_host(sshd, tmp_path, manifest("run", [entry(name, b"x")]) + b"x")
     refused(host, local, why)
@@ -69,7 +83,7 @@ def test_a_file_name_that_is_no_file_of_the_run_is_refused(sshd, tmp_path, name,
 
 
 @pytest.mark.parametrize("payload, why", [(b"abce", "arrived damaged"), (b"ab", "was cut off at 2 B of 4 B")])
-def test_a_file_other_than_the_one_hashed_or_cut_short_is_not_kept(sshd, tmp_path, payload, why):  # noqa: F811
+def test_a_file_other_than_the_one_hashed_or_cut_short_is_not_kept(sshd, tmp_path, payload, why):
     local = tmp_path / "local"
     host = fake_host(sshd, tmp_path, manifest("run", [entry("best.pt", b"abcd")]) + payload)
     refused(host, local, why)
@@ -77,10 +91,16 @@ def test_a_file_other_than_the_one_hashed_or_cut_short_is_not_kept(sshd, tmp_pat
     assert os.listdir(copy) == []  # neither the file nor its temp file
 
 
-def test_records_that_are_no_runs_are_refused_one_by_one(sshd, tmp_path, trained_runs):  # noqa: F811
+def test_records_that_are_no_runs_are_refused_one_by_one(sshd, tmp_path, trained_runs):
     good = read_run(trained_runs["tiny"].folder) | {"name": "good", "folder": "/runs/good"}
-    records = [good, {"name": "../x", "folder": "/runs/x"}, {"name": "/abs", "folder": "/abs"},
-               {"name": "rel", "folder": "relative/path"}, "text", {"name": "typed", "folder": "/r", "steps": "many"}]
+    records = [
+        good,
+        {"name": "../x", "folder": "/runs/x"},
+        {"name": "/abs", "folder": "/abs"},
+        {"name": "rel", "folder": "relative/path"},
+        "text",
+        {"name": "typed", "folder": "/r", "steps": "many"},
+    ]
     deep = b'{"run": ' + b"[" * 200 + b"]" * 200 + b"}\n"
     lines = b"a login banner\n" + b"".join(json.dumps({"run": r}).encode() + b"\n" for r in records) + deep
     host = fake_host(sshd, tmp_path, lines + b'{"root": "/runs", "runs": 7}\n')
@@ -97,7 +117,7 @@ def test_records_that_are_no_runs_are_refused_one_by_one(sshd, tmp_path, trained
     assert not local.exists()  # listing writes nothing
 
 
-def test_a_checkpoint_that_is_a_link_on_the_host_is_not_sent(sshd, tmp_path, trained_runs):  # noqa: F811
+def test_a_checkpoint_that_is_a_link_on_the_host_is_not_sent(sshd, tmp_path, trained_runs):
     secret = tmp_path / "secret.pt"
     secret.write_bytes(b"not the run's")
     folder = sshd.runs / "linked-run"
@@ -114,7 +134,7 @@ def test_a_checkpoint_that_is_a_link_on_the_host_is_not_sent(sshd, tmp_path, tra
     assert not list((tmp_path / "local").rglob("best.pt"))
 
 
-def test_a_copy_folder_that_is_a_link_here_is_not_written_through(sshd, tmp_path, trained_runs):  # noqa: F811
+def test_a_copy_folder_that_is_a_link_here_is_not_written_through(sshd, tmp_path, trained_runs):
     folder = sshd.runs / "tiny-run"
     if not folder.exists():
         shutil.copytree(trained_runs["tiny"].folder, folder)

@@ -26,16 +26,28 @@ def test_the_folder_claim_knows_the_run_files_by_their_names_and_needs_no_torch(
 
     from core.engine import checkpoints, run_folder
 
-    assert (run_folder.CHECKPOINT_FILE, run_folder.METRICS_FILE) == (checkpoints.CHECKPOINT_FILE,
-                                                                     checkpoints.METRICS_FILE)
-    loaded = subprocess.run([sys.executable, "-c", "import sys, core.engine.run_folder; print('torch' in sys.modules)"],
-                            capture_output=True, text=True, timeout=60)
+    assert (run_folder.CHECKPOINT_FILE, run_folder.METRICS_FILE) == (
+        checkpoints.CHECKPOINT_FILE,
+        checkpoints.METRICS_FILE,
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, core.engine.run_folder; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert loaded.stdout.strip() == "False", loaded.stderr
 
 
 def tiny(out, **overrides) -> RunConfig:
-    values = {"device": "cpu", "precision": "fp32", "batch_size": 32, "log_interval": 5, "threads": 1,
-              "out_dir": str(out)}
+    values = {
+        "device": "cpu",
+        "precision": "fp32",
+        "batch_size": 32,
+        "log_interval": 5,
+        "threads": 1,
+        "out_dir": str(out),
+    }
     return RunConfig.for_task("tiny", **{**values, **overrides})
 
 
@@ -60,8 +72,15 @@ def test_processes_claiming_one_folder_at_the_same_instant_each_get_their_own(tm
 
     count = 4
     go, done = tmp_path / "go", tmp_path / "done"
-    processes = [subprocess.Popen([sys.executable, "-c", CLAIMER, str(tmp_path / "run"), str(go), str(done)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(count)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLAIMER, str(tmp_path / "run"), str(go), str(done)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(count)
+    ]
     try:
         assert all(p.stdout.readline().strip() == "ready" for p in processes)
         go.touch()
@@ -116,7 +135,8 @@ def test_a_live_runs_folder_is_never_shared_and_is_released_at_the_end(tmp_path,
         held.release()
     assert ended.checkpoint == str(tmp_path / "run-2" / "checkpoint.pt")
     assert recorder.of(RunStarted)[0].notes == [
-        f"{tmp_path / 'run'} holds an earlier run, which is kept: this run writes to {tmp_path / 'run-2'}"]
+        f"{tmp_path / 'run'} holds an earlier run, which is kept: this run writes to {tmp_path / 'run-2'}"
+    ]
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 

@@ -18,8 +18,26 @@ pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 
 def start_run(out, *extra):
-    command = [sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device", "cpu", "--out",
-               str(out), "--json", "--batch-size", "8", "--threads", "1", "--progress-every", "0.2", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        "--max-steps",
+        "100000000",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--json",
+        "--batch-size",
+        "8",
+        "--threads",
+        "1",
+        "--progress-every",
+        "0.2",
+        *extra,
+    ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -168,8 +186,13 @@ def test_hang_up_with_stderr_gone_still_saves_and_reports(tmp_path):
 
 def test_a_signal_before_the_run_starts_ends_it_with_one_line(tmp_path):
     """The window's spare process waits for its settings; a SIGTERM then ends it cleanly, writing nothing."""
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--events", "--config-stdin"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "train", "--events", "--config-stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
     try:
         assert json.loads(process.stdout.readline()) == {"ready": True}
         process.send_signal(signal.SIGTERM)
@@ -177,5 +200,6 @@ def test_a_signal_before_the_run_starts_ends_it_with_one_line(tmp_path):
     finally:
         process.kill()
     assert process.returncode == 143
-    assert stderr.decode().strip().splitlines() == ["amp-console: SIGTERM before the run started: stopped, "
-                                                     "nothing was written"]
+    assert stderr.decode().strip().splitlines() == [
+        "amp-console: SIGTERM before the run started: stopped, nothing was written"
+    ]

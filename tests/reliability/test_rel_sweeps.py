@@ -28,8 +28,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def fast_base(**changes) -> RunConfig:
-    values = {"device": "cpu", "precision": "fp32", "threads": 1, "max_steps": 20, "log_interval": 5,
-              "eval_interval": 10, "task_options": {"samples": 512}}
+    values = {
+        "device": "cpu",
+        "precision": "fp32",
+        "threads": 1,
+        "max_steps": 20,
+        "log_interval": 5,
+        "eval_interval": 10,
+        "task_options": {"samples": 512},
+    }
     return RunConfig.for_task("tiny", **{**values, **changes})
 
 
@@ -70,10 +77,40 @@ def test_kill_9_of_a_parallel_sweep_ends_every_trial_process(tmp_path, stdin_hel
     # Three trials on two slots: two train, and the pending one's spare process (started while they train) is
     # among the children that must end too.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "core.cli", "sweep", "--task", "tiny", "--device", "cpu", "--precision", "fp32",
-         "--threads", "1", "--max-steps", "1000000", "--set", "log_interval=100", "--set", "eval_interval=100000",
-         "-o", "samples=512", "--grid", "lr=1e-3,3e-3,1e-2", "--parallel", "2", "--progress-every", "1000"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "sweep",
+            "--task",
+            "tiny",
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+            "--threads",
+            "1",
+            "--max-steps",
+            "1000000",
+            "--set",
+            "log_interval=100",
+            "--set",
+            "eval_interval=100000",
+            "-o",
+            "samples=512",
+            "--grid",
+            "lr=1e-3,3e-3,1e-2",
+            "--parallel",
+            "2",
+            "--progress-every",
+            "1000",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     held: list[int] = []
     children: list[psutil.Process] = []
     try:
@@ -131,8 +168,9 @@ def _run_json_says_running(folder: Path) -> None:
 def test_a_resume_counts_a_trial_whose_run_completed_as_completed(tmp_path, capsys, run_json):
     folder = new_sweep(tmp_path)
     run_sweep(folder)
-    before = {t["index"]: (load_record(folder / t["folder"])["id"], t["attempts"])
-              for t in load_sweep(folder)["trials"]}
+    before = {
+        t["index"]: (load_record(folder / t["folder"])["id"], t["attempts"]) for t in load_sweep(folder)["trials"]
+    }
     edit_sweep(folder, _killed_before_the_sweep_recorded_the_end)
     if run_json == "final-checkpoint-only":
         for trial in load_sweep(folder)["trials"]:
@@ -184,20 +222,36 @@ def test_a_trial_folder_outside_the_sweep_is_refused_in_one_line(tmp_path, capsy
     assert not any(p.is_dir() and p.name.startswith("trial") for p in folder.iterdir() if not p.is_symlink())
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda d: d["trials"].__setitem__(0, "trial-01"), "trial 1 is not an object"),
-    (lambda d: d["trials"][0].__setitem__("params", ["lr", 1]), "trial 1: params is not an object"),
-    (lambda d: d["trials"][0].__setitem__("params", {"max_steps": 10 ** 9}), "trial 1: params is not an object"),
-    (lambda d: d["trials"][1].__setitem__("index", "2"), "trial 2 has no whole-number index"),
-    (lambda d: d["trials"][1].__setitem__("status", "\x1b]0;owned\x07"),
-     "trial 2: status \\x1b]0;owned\\x07 is not one of"),
-    (lambda d: d["trials"][0].__setitem__("folder", None), "trial 1: folder None is not a folder name"),
-    (lambda d: d["trials"][0].__setitem__("attempts", "many"), "trial 1: attempts is not a whole number"),
-    (lambda d: d.__setitem__("axes", {"key": "lr"}), "axes is not a list"),
-    (lambda d: d.__setitem__("base_config", "lr=1"), "base_config is not a settings object"),
-    (lambda d: d.__setitem__("devices", "cuda:0"), "devices is not a list"),
-], ids=["trial-text", "params-list", "params-unswept", "index-text", "status-escape", "folder-none",
-        "attempts-text", "axes", "base-config", "devices"])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda d: d["trials"].__setitem__(0, "trial-01"), "trial 1 is not an object"),
+        (lambda d: d["trials"][0].__setitem__("params", ["lr", 1]), "trial 1: params is not an object"),
+        (lambda d: d["trials"][0].__setitem__("params", {"max_steps": 10**9}), "trial 1: params is not an object"),
+        (lambda d: d["trials"][1].__setitem__("index", "2"), "trial 2 has no whole-number index"),
+        (
+            lambda d: d["trials"][1].__setitem__("status", "\x1b]0;owned\x07"),
+            "trial 2: status \\x1b]0;owned\\x07 is not one of",
+        ),
+        (lambda d: d["trials"][0].__setitem__("folder", None), "trial 1: folder None is not a folder name"),
+        (lambda d: d["trials"][0].__setitem__("attempts", "many"), "trial 1: attempts is not a whole number"),
+        (lambda d: d.__setitem__("axes", {"key": "lr"}), "axes is not a list"),
+        (lambda d: d.__setitem__("base_config", "lr=1"), "base_config is not a settings object"),
+        (lambda d: d.__setitem__("devices", "cuda:0"), "devices is not a list"),
+    ],
+    ids=[
+        "trial-text",
+        "params-list",
+        "params-unswept",
+        "index-text",
+        "status-escape",
+        "folder-none",
+        "attempts-text",
+        "axes",
+        "base-config",
+        "devices",
+    ],
+)
 def test_wrong_types_in_sweep_json_are_one_line(tmp_path, capsys, change, expected):
     folder = new_sweep(tmp_path, max_steps=2)
     edit_sweep(folder, change)

@@ -21,12 +21,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 def test_more_cpu_processes_than_cores_are_refused(tmp_path, capsys):
     too_many = usable_cpu_cores() + 1
-    code = main(["train", "--nproc", str(too_many), "--device", "cpu", "--max-steps", "2", "--out",
-                 str(tmp_path / "run")])
+    code = main(
+        ["train", "--nproc", str(too_many), "--device", "cpu", "--max-steps", "2", "--out", str(tmp_path / "run")]
+    )
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1
-    assert lines[0] == (f"amp-console: error: --nproc: {too_many} CPU processes need at least {too_many} cores, "
-                        f"this process may use {usable_cpu_cores()}; use --nproc {usable_cpu_cores()} or fewer")
+    assert lines[0] == (
+        f"amp-console: error: --nproc: {too_many} CPU processes need at least {too_many} cores, "
+        f"this process may use {usable_cpu_cores()}; use --nproc {usable_cpu_cores()} or fewer"
+    )
     assert not (tmp_path / "run").exists()
 
 
@@ -45,9 +48,30 @@ def test_a_stop_signal_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_pa
     from core.files import read_jsonl
 
     out = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", "train", "--nproc", "2", "--device", "cpu",
-                                "--threads", "1", "--max-steps", "100000000", "--batch-size", "8", "--out", str(out),
-                                "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "train",
+            "--nproc",
+            "2",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--max-steps",
+            "100000000",
+            "--batch-size",
+            "8",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 100
         while not ((out / "metrics.jsonl").exists() and "StepMetrics" in (out / "metrics.jsonl").read_text()):

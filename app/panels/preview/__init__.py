@@ -42,8 +42,15 @@ from app.panels.preview.widgets import fmt, parse_ids
 from app.panels.tool_dialog import ERROR_COLOUR
 from app.run.jobs import JobRunner
 
-__all__ = ["EvaluationTab", "PAGES", "PredictionQueue", "PreviewDialog", "describe_predictor", "load_for_preview",
-           "parse_ids"]
+__all__ = [
+    "EvaluationTab",
+    "PAGES",
+    "PredictionQueue",
+    "PreviewDialog",
+    "describe_predictor",
+    "load_for_preview",
+    "parse_ids",
+]
 
 
 def describe_predictor(predictor) -> str:
@@ -54,8 +61,10 @@ def describe_predictor(predictor) -> str:
     config = dict(getattr(predictor, "config", None) or {})
     name = config.get("monitor") or primary_metric(predictor.task)
     shown = [(name, metrics[name])] if name in metrics else list(metrics.items())[:2]
-    parts = [f"<b>{predictor.task}</b>", f"{Path(predictor.checkpoint).name}, step {predictor.step:,} "
-                                         f"(epoch {predictor.epoch})"]
+    parts = [
+        f"<b>{predictor.task}</b>",
+        f"{Path(predictor.checkpoint).name}, step {predictor.step:,} (epoch {predictor.epoch})",
+    ]
     if shown:
         parts.append(", ".join(f"{k} {fmt(v)}" for k, v in shown))
     parts.append(str(predictor.device))
@@ -69,8 +78,7 @@ class PreviewDialog(QDialog):
     `runs_root()` gives the folder whose runs are offered; `devices()` the device ids to offer (cpu first).
     """
 
-    def __init__(self, runs_root: Callable[[], Path], devices: Callable[[], list[str]] | None = None,
-                 parent=None):
+    def __init__(self, runs_root: Callable[[], Path], devices: Callable[[], list[str]] | None = None, parent=None):
         super().__init__(parent)
         self.setObjectName("previewDialog")
         self.setWindowTitle("Model preview")
@@ -102,8 +110,10 @@ class PreviewDialog(QDialog):
         self.whichCombo.setToolTip("The run's best checkpoint (its last when it kept no best), or its last")
         self.whichCombo.activated.connect(lambda _i: self.load())
         self.deviceCombo = QComboBox(objectName="previewDeviceCombo")
-        self.deviceCombo.setToolTip("Where the model runs; one request at a time is quick on the CPU, which also "
-                                    "leaves an accelerator to a run that is training")
+        self.deviceCombo.setToolTip(
+            "Where the model runs; one request at a time is quick on the CPU, which also "
+            "leaves an accelerator to a run that is training"
+        )
         self.deviceCombo.activated.connect(lambda _i: self.load())
         top = QHBoxLayout()
         top.addWidget(QLabel("Run"))
@@ -121,8 +131,11 @@ class PreviewDialog(QDialog):
         self.statusLabel.setTextFormat(Qt.TextFormat.RichText)
 
         self.stack = QStackedWidget(objectName="previewStack")
-        self.messageLabel = QLabel("Pick a run (or Browse… for a checkpoint file) to try its model here.",
-                                   objectName="previewMessage", wordWrap=True)
+        self.messageLabel = QLabel(
+            "Pick a run (or Browse… for a checkpoint file) to try its model here.",
+            objectName="previewMessage",
+            wordWrap=True,
+        )
         self.messageLabel.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.messageLabel.setTextFormat(Qt.TextFormat.RichText)
         self.stack.addWidget(self.messageLabel)
@@ -144,7 +157,7 @@ class PreviewDialog(QDialog):
         keep = self.deviceCombo.currentText() or "cpu"
         try:
             ids = [str(d) for d in self._devices()] or ["cpu"]
-        except Exception:  # noqa: BLE001 (device detection failing leaves the CPU)
+        except Exception:
             ids = ["cpu"]
         if "cpu" not in ids:
             ids.insert(0, "cpu")
@@ -157,7 +170,7 @@ class PreviewDialog(QDialog):
         root = self._runs_root()
 
         def scan():
-            from core.engine.run_record import find_runs
+            from core.engine.run_index import find_runs
 
             return [r for r in find_runs(root) if r.get("checkpoints")]
 
@@ -188,8 +201,9 @@ class PreviewDialog(QDialog):
             self.load()
             return
         if not self.runCombo.count():
-            self._message(f"No run with a checkpoint under {self._runs_root()}. Train one, or Browse… for a "
-                          "checkpoint file.")
+            self._message(
+                f"No run with a checkpoint under {self._runs_root()}. Train one, or Browse… for a checkpoint file."
+            )
             return
         if self._wanted is not None or self.source is None:
             self._wanted = None
@@ -224,8 +238,9 @@ class PreviewDialog(QDialog):
         self.runCombo.setItemData(self.runCombo.count() - 1, path, Qt.ItemDataRole.ToolTipRole)
 
     def browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Checkpoint to preview", str(self._runs_root()),
-                                              "Checkpoints (*.pt);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Checkpoint to preview", str(self._runs_root()), "Checkpoints (*.pt);;All files (*)"
+        )
         if path:
             self.open_file(path)
 
@@ -273,10 +288,12 @@ class PreviewDialog(QDialog):
         page = self._page(predictor)
         if page is None:
             spec = predictor.preview
-            said = ("its serving part declares no preview" if spec is None else
-                    f"no page shows {spec.input_kind} -> {spec.output_kind}")
-            self._message(f"No preview for the {predictor.task!r} task ({said}; the pages take "
-                          f"{', '.join(PAGES)}).")
+            said = (
+                "its serving part declares no preview"
+                if spec is None
+                else f"no page shows {spec.input_kind} -> {spec.output_kind}"
+            )
+            self._message(f"No preview for the {predictor.task!r} task ({said}; the pages take {', '.join(PAGES)}).")
             return
         self.predictor = predictor
         self.header.setText(describe_predictor(predictor))
@@ -331,7 +348,7 @@ class PreviewDialog(QDialog):
     def busy(self) -> bool:
         return not self.queue.idle
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         self.refresh_devices()
         if not self.scans.busy and self._wanted is None:
@@ -347,7 +364,7 @@ class PreviewDialog(QDialog):
         self.scans.shutdown()
         self.evaluation.shutdown()
 
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def closeEvent(self, event) -> None:
         """Closing drops what was asked; what is running (one request, a scan, an evaluation that will be
         saved) finishes on its own thread without blocking the window, which joins them all when it closes
         (shutdown). Opened again, the view loads its checkpoint again if that load was dropped."""

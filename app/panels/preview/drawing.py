@@ -50,7 +50,7 @@ class DrawingPad(QWidget):
         self.setMinimumSize(self.cols * 12, self.rows * 12)
         self.setToolTip("Left button draws, right button erases")
 
-    def sizeHint(self):  # noqa: N802 (Qt override)
+    def sizeHint(self):
         return QSize(self.cols * CELL_PX + 2 * MARGIN, self.rows * CELL_PX + 2 * MARGIN)
 
     # ------------------------------------------------------------------ the pixels
@@ -119,7 +119,7 @@ class DrawingPad(QWidget):
         self.drawn.emit()
         return True
 
-    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def mousePressEvent(self, event) -> None:
         button = event.button()
         if button not in (Qt.MouseButton.LeftButton, Qt.MouseButton.RightButton):
             super().mousePressEvent(event)
@@ -129,7 +129,7 @@ class DrawingPad(QWidget):
         self.stroke(self._last, self._last, erase=self.mode == "erase")
         event.accept()
 
-    def mouseMoveEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def mouseMoveEvent(self, event) -> None:
         self._hover = event.position()
         point = self.to_pixels(event.position())
         if self.mode is not None and self._last is not None:
@@ -138,22 +138,22 @@ class DrawingPad(QWidget):
         self.update()
         event.accept()
 
-    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def mouseReleaseEvent(self, event) -> None:
         if self.mode is not None and self._last is not None:
             self.stroke(self._last, self.to_pixels(event.position()), erase=self.mode == "erase")
         self.mode, self._last = None, None
         event.accept()
 
-    def leaveEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def leaveEvent(self, event) -> None:
         self._hover = None
         self.update()
         super().leaveEvent(event)
 
-    def contextMenuEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def contextMenuEvent(self, event) -> None:
         event.accept()  # the right button erases here: no menu
 
     # ------------------------------------------------------------------ showing it
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def paintEvent(self, event) -> None:
         rect = self.image_rect()
         side = rect.width() / self.cols
         painter = QPainter(self)

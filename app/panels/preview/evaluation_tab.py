@@ -42,8 +42,9 @@ class EvaluationTab(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.infoLabel, 1)
         top.addWidget(self.evaluateButton, 0, Qt.AlignmentFlag.AlignTop)
-        scroll = QScrollArea(objectName="previewEvaluationScroll", widgetResizable=True,
-                             frameShape=QScrollArea.Shape.NoFrame)
+        scroll = QScrollArea(
+            objectName="previewEvaluationScroll", widgetResizable=True, frameShape=QScrollArea.Shape.NoFrame
+        )
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(self.view)
         layout = QVBoxLayout(self)
@@ -79,16 +80,21 @@ class EvaluationTab(QWidget):
 
             return bounded_report(load_report(folder, strict=True))  # a torn file: named, not "no report"
 
-        self.reads.submit(read, lambda report: self._read(serial, report),
-                          lambda message, _details: self._read_failed(serial, message))
+        self.reads.submit(
+            read,
+            lambda report: self._read(serial, report),
+            lambda message, _details: self._read_failed(serial, message),
+        )
 
     def _read(self, serial: int, report) -> None:
         if serial != self._serial:
             return
         if report is None:
-            self.infoLabel.setText(f"No evaluation report in {self.folder} yet: Evaluate measures "
-                                   f"{self.checkpoint.name} on its test split (its validation split when the "
-                                   "task has no test split) and saves evaluation.json there.")
+            self.infoLabel.setText(
+                f"No evaluation report in {self.folder} yet: Evaluate measures "
+                f"{self.checkpoint.name} on its test split (its validation split when the "
+                "task has no test split) and saves evaluation.json there."
+            )
             self.view.clear("No evaluation yet.")
             return
         self._show(report)
@@ -103,13 +109,17 @@ class EvaluationTab(QWidget):
         measured = Path(str(report.get("checkpoint") or "?")).name
         step = report.get("step")
         about = f"{measured}" + (f", step {step:,}" if isinstance(step, int) else "")
-        text = html.escape(printable(f"evaluation.json: {about}, {report.get('split', '?')} split, "
-                                     f"{report.get('created', '')}"), quote=False)
+        text = html.escape(
+            printable(f"evaluation.json: {about}, {report.get('split', '?')} split, {report.get('created', '')}"),
+            quote=False,
+        )
         same = self.checkpoint is not None and measured == self.checkpoint.name
         if not same and self.checkpoint is not None:
             shown = html.escape(printable(measured), quote=False)
-            text += (f"<br><span style='color:{MUTED_COLOUR}'>This report measured {shown}; Evaluate "
-                     f"measures {self.checkpoint.name}.</span>")
+            text += (
+                f"<br><span style='color:{MUTED_COLOUR}'>This report measured {shown}; Evaluate "
+                f"measures {self.checkpoint.name}.</span>"
+            )
         self.infoLabel.setText(text)
         self.view.show_report(bounded)
 
@@ -148,4 +158,3 @@ class EvaluationTab(QWidget):
     def shutdown(self) -> None:
         self.job.shutdown()
         self.reads.shutdown()
-

@@ -108,7 +108,7 @@ class _OneAnswerPage(Page):
         return self.output.bar
 
     @property
-    def scoreLabel(self):  # noqa: N802 (named as the other widgets)
+    def scoreLabel(self):
         return self.output.label
 
     @property
@@ -139,8 +139,9 @@ class TextPage(_OneAnswerPage):
         self.edit.textChanged.connect(self.debounce.start)
         self.words_table = make_table(("Word", "Effect", ""), f"{name}WordsTable")
         self.words_table.setSortingEnabled(False)
-        self.words_table.horizontalHeaderItem(1).setToolTip(f"{spec.label} with the word minus {spec.label} "
-                                                            f"without it: + pushed it up")
+        self.words_table.horizontalHeaderItem(1).setToolTip(
+            f"{spec.label} with the word minus {spec.label} without it: + pushed it up"
+        )
         self.wordsLabel = QLabel(self._words_text(), objectName=f"{name}WordsLabel", wordWrap=True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -179,8 +180,10 @@ class TextPage(_OneAnswerPage):
         if len(text) > EXPLAIN_MAX_CHARS:  # one model pass per distinct word, each over the whole text
             self.words, self.explained_text = [], text
             self.words_table.setRowCount(0)
-            self.wordsLabel.setText(f"The {self.spec.noun} is over {EXPLAIN_MAX_CHARS:,} characters: scored, but "
-                                    "not explained word by word.")
+            self.wordsLabel.setText(
+                f"The {self.spec.noun} is over {EXPLAIN_MAX_CHARS:,} characters: scored, but "
+                "not explained word by word."
+            )
             return
         self.wordsLabel.setText(self._words_text())
         self._submit("explain", lambda: (text, predictor.preview_explain(text)))
@@ -199,9 +202,11 @@ class TextPage(_OneAnswerPage):
         for row, (word, effect) in enumerate(value):
             up = effect >= 0
             colour = UP_COLOUR if up else DOWN_COLOUR
-            cells = (NumericItem(f"{'▲' if up else '▼'} {word}", None, right=False),
-                     NumericItem(f"{effect:+.3f}", effect),
-                     NumericItem("█" * max(1, round(BAR_CHARS * abs(effect) / largest)), None, right=False))
+            cells = (
+                NumericItem(f"{'▲' if up else '▼'} {word}", None, right=False),
+                NumericItem(f"{effect:+.3f}", effect),
+                NumericItem("█" * max(1, round(BAR_CHARS * abs(effect) / largest)), None, right=False),
+            )
             for column, item in enumerate(cells):
                 item.setForeground(brush(colour))
                 self.words_table.setItem(row, column, item)
@@ -257,8 +262,13 @@ class FeatureRowPage(_OneAnswerPage):
         low, high = sorted(self.spec.pixel_range) if image else (-1e6, 1e6)
         per_row = self.spec.image[1] if image else max(1, self.spec.field_columns)
         for i in range(count):
-            box = QDoubleSpinBox(objectName=f"{self.name}Input{i}", decimals=4, minimum=low, maximum=high,
-                                 singleStep=0.1 if not image else (high - low) / 16)
+            box = QDoubleSpinBox(
+                objectName=f"{self.name}Input{i}",
+                decimals=4,
+                minimum=low,
+                maximum=high,
+                singleStep=0.1 if not image else (high - low) / 16,
+            )
             box.setKeyboardTracking(True)
             box.valueChanged.connect(self._edited)
             self.inputs.append(box)
@@ -408,8 +418,9 @@ class FeatureRowsPage(Page):
         elif self.measure is None:
             self.infoLabel.setText(f"{said} · every candidate has label 0: any order is as good")
         else:
-            self.infoLabel.setText(f"{said} · {self.measure_name} of this order {self.measure:.3f} "
-                                   "(1 = the true labels' own order)")
+            self.infoLabel.setText(
+                f"{said} · {self.measure_name} of this order {self.measure:.3f} (1 = the true labels' own order)"
+            )
 
     def show_error(self, kind: str, message: str) -> None:
         self.output.show_error(message)
@@ -499,12 +510,18 @@ class IdSequencePage(Page):
     def show_result(self, kind: str, result) -> None:
         self.asked, rec = result
         self.result = rec
-        self.output.show_rows([(item, score, "seen" if seen else "", None, MUTED_COLOUR if seen else None)
-                               for item, score, seen in zip(rec.items, rec.scores, rec.seen)])
+        self.output.show_rows(
+            [
+                (item, score, "seen" if seen else "", None, MUTED_COLOUR if seen else None)
+                for item, score, seen in zip(rec.items, rec.scores, rec.seen)
+            ]
+        )
         history, exclude = self.asked
         item = self.spec.item
-        parts = [f"Top {len(rec.items)} next {item}s after {len(history) - len(rec.unknown)} known {item}(s)"
-                 + (", already seen ones left out" if exclude else ", already seen ones marked")]
+        parts = [
+            f"Top {len(rec.items)} next {item}s after {len(history) - len(rec.unknown)} known {item}(s)"
+            + (", already seen ones left out" if exclude else ", already seen ones marked")
+        ]
         if rec.unknown:
             shown = ", ".join(str(u) for u in rec.unknown[:SHOWN_UNKNOWN])
             shown += " …" if len(rec.unknown) > SHOWN_UNKNOWN else ""
@@ -516,12 +533,15 @@ class IdSequencePage(Page):
 
 
 # the page for each input kind (core.tasks.serving.PREVIEW_INPUTS); a page says which output kinds it shows
-PAGES = {"text": TextPage, "feature_row": FeatureRowPage, "feature_rows": FeatureRowsPage,
-         "id_sequence": IdSequencePage}
+PAGES = {
+    "text": TextPage,
+    "feature_row": FeatureRowPage,
+    "feature_rows": FeatureRowsPage,
+    "id_sequence": IdSequencePage,
+}
 
 
 def page_class(spec) -> type[Page] | None:
     """The page for a PreviewSpec's kinds; None when no page shows that pair."""
     cls = PAGES.get(spec.input_kind)
     return cls if cls is not None and spec.output_kind in cls.OUTPUTS else None
-

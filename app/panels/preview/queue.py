@@ -96,4 +96,3 @@ class PredictionQueue(QObject):
         self._closed = True
         self._waiting.clear()
         self.job.shutdown()
-

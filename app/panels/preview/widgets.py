@@ -7,7 +7,14 @@ import re
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QComboBox, QCompleter, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QVBoxLayout, QWidget,
+    QComboBox,
+    QCompleter,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.panels.tool_dialog import ERROR_COLOUR
@@ -234,9 +241,12 @@ class RankedListView(QWidget):
         """rows: (entry, score, last cell's text, its sort value or None, colour or None) in rank order."""
         self.table.setRowCount(len(rows))
         for row, (entry, score, last, last_value, colour) in enumerate(rows):
-            cells = (NumericItem(str(row + 1), row + 1), NumericItem(str(entry), None, right=False),
-                     NumericItem(f"{score:.4f}", float(score)),
-                     NumericItem(last, last_value, right=last_value is not None))
+            cells = (
+                NumericItem(str(row + 1), row + 1),
+                NumericItem(str(entry), None, right=False),
+                NumericItem(f"{score:.4f}", float(score)),
+                NumericItem(last, last_value, right=last_value is not None),
+            )
             for column, cell in enumerate(cells):
                 if colour is not None and (column == 3 or colour == MUTED_COLOUR):
                     cell.setForeground(brush(colour))

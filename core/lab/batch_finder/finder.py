@@ -13,8 +13,16 @@ from core.config import RunConfig
 from core.errors import ConfigError
 from core.lab.batch_finder.probes import make_probe
 from core.lab.batch_finder.results import (
-    DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP, BatchFinderProgress, BatchFinderResult,
-    ModeResult, ProgressCallback, Trial, compare_to_fp32,
+    DEFAULT_MARGIN,
+    DEFAULT_STEPS,
+    DEFAULT_TOLERANCE,
+    MAX_BATCH_CAP,
+    BatchFinderProgress,
+    BatchFinderResult,
+    ModeResult,
+    ProgressCallback,
+    Trial,
+    compare_to_fp32,
 )
 from core.lab.batch_finder.search import check_settings, search_mode
 from core.text import size
@@ -41,7 +49,7 @@ class TrainerWork:
         rows = split_length(trainer.val)
         self.eval_rows = rows if eval_rows is None else min(rows, eval_rows)
         if isinstance(trainer.val, dict):
-            self.val = {key: value[:self.eval_rows] for key, value in trainer.val.items()}
+            self.val = {key: value[: self.eval_rows] for key, value in trainer.val.items()}
         else:  # a DatasetSplit: all of it as it is, or its first rows
             self.val = trainer.val if self.eval_rows == rows else trainer.val.head(self.eval_rows)
 
@@ -54,8 +62,9 @@ class TrainerWork:
             return EpochBatches(self.train_split, batch, t.cfg.seed, t.device)
         from core.data.loaders import LoaderBatches
 
-        return LoaderBatches(self.train_split, batch, t.cfg.seed, t.device, settings=self.loader.settings,
-                             what=self.loader.what)
+        return LoaderBatches(
+            self.train_split, batch, t.cfg.seed, t.device, settings=self.loader.settings, what=self.loader.what
+        )
 
     def run(self, batch: int) -> tuple[float, int]:
         from core.engine.distributed import DistContext
@@ -97,11 +106,22 @@ class TrainerWork:
         t.raw_model.train()
 
 
-def find_batch_sizes(config: RunConfig, modes: Sequence[str] | None = None, *, margin: float = DEFAULT_MARGIN,
-                     steps: int = DEFAULT_STEPS, tolerance: float = DEFAULT_TOLERANCE, start: int | None = None,
-                     max_batch: int | None = None, eval_rows: int | None = None, limit_bytes: int | None = None,
-                     probe: MemoryProbe | None = None, devices: list[DeviceInfo] | None = None,
-                     progress: ProgressCallback | None = None, control: RunControl | None = None) -> BatchFinderResult:
+def find_batch_sizes(
+    config: RunConfig,
+    modes: Sequence[str] | None = None,
+    *,
+    margin: float = DEFAULT_MARGIN,
+    steps: int = DEFAULT_STEPS,
+    tolerance: float = DEFAULT_TOLERANCE,
+    start: int | None = None,
+    max_batch: int | None = None,
+    eval_rows: int | None = None,
+    limit_bytes: int | None = None,
+    probe: MemoryProbe | None = None,
+    devices: list[DeviceInfo] | None = None,
+    progress: ProgressCallback | None = None,
+    control: RunControl | None = None,
+) -> BatchFinderResult:
     """The largest batch of `config`'s task in each requested precision mode (None = every mode; fp32 first,
     modes the device cannot run are 'skipped' with its reason).
 
@@ -135,47 +155,115 @@ def find_batch_sizes(config: RunConfig, modes: Sequence[str] | None = None, *, m
         if control.stop_requested:
             results.append(ModeResult(mode=mode, status="stopped", reason="stopped by request"))
         elif mode not in info.precisions:
-            results.append(ModeResult(mode=mode, status="skipped",
-                                      reason=info.unsupported.get(mode, f"not supported on {info.id}")))
+            results.append(
+                ModeResult(
+                    mode=mode, status="skipped", reason=info.unsupported.get(mode, f"not supported on {info.id}")
+                )
+            )
         else:
             if progress:
                 progress(BatchFinderProgress(mode, index, len(order), "setup"))
-            results.append(_search_one_mode(Trainer, config, info, mode, index, len(order), first, max_batch,
-                                            margin, steps, tolerance, eval_rows, limit_bytes, probe, devices,
-                                            progress, control, facts))
+            results.append(
+                _search_one_mode(
+                    Trainer,
+                    config,
+                    info,
+                    mode,
+                    index,
+                    len(order),
+                    first,
+                    max_batch,
+                    margin,
+                    steps,
+                    tolerance,
+                    eval_rows,
+                    limit_bytes,
+                    probe,
+                    devices,
+                    progress,
+                    control,
+                    facts,
+                )
+            )
         if progress:
             progress(BatchFinderProgress(mode, index, len(order), "done", result=results[-1]))
     compare_to_fp32(results)
     notes = []
     if probe.estimate:
-        notes.append("CPU figures are an estimate: the process's RSS growth against the RAM available when each "
-                     "mode started; other programs can take that RAM later")
+        notes.append(
+            "CPU figures are an estimate: the process's RSS growth against the RAM available when each "
+            "mode started; other programs can take that RAM later"
+        )
     if limit_bytes:
         notes.append(f"limit set to {size(limit_bytes)} instead of the device's")
     if compiled:
-        notes.append("batch sizes were tried eager (compile is off here: each size tried would be a recompile); "
-                     "compiled training usually keeps fewer activations, so these sizes err on the safe side")
+        notes.append(
+            "batch sizes were tried eager (compile is off here: each size tried would be a recompile); "
+            "compiled training usually keeps fewer activations, so these sizes err on the safe side"
+        )
     return BatchFinderResult(
-        task=config.task, task_options=dict(config.task_options), device=info.id, device_name=info.name,
-        device_type=info.type, memory_source=probe.source, estimate=probe.estimate,
-        margin=margin, steps=steps, tolerance=tolerance, start=first, max_batch=facts.get("max_batch", max_batch or 0),
-        eval_rows=facts.get("eval_rows", 0), modes=results, seconds=time.perf_counter() - began, notes=notes)
+        task=config.task,
+        task_options=dict(config.task_options),
+        device=info.id,
+        device_name=info.name,
+        device_type=info.type,
+        memory_source=probe.source,
+        estimate=probe.estimate,
+        margin=margin,
+        steps=steps,
+        tolerance=tolerance,
+        start=first,
+        max_batch=facts.get("max_batch", max_batch or 0),
+        eval_rows=facts.get("eval_rows", 0),
+        modes=results,
+        seconds=time.perf_counter() - began,
+        notes=notes,
+    )
 
 
-def _search_one_mode(trainer_class, config: RunConfig, info: DeviceInfo, mode: str, index: int, total: int,
-                     start: int, max_batch: int | None, margin: float, steps: int, tolerance: float,
-                     eval_rows: int | None, limit_bytes: int | None, probe: MemoryProbe, devices, progress, control,
-                     facts: dict) -> ModeResult:
+def _search_one_mode(
+    trainer_class,
+    config: RunConfig,
+    info: DeviceInfo,
+    mode: str,
+    index: int,
+    total: int,
+    start: int,
+    max_batch: int | None,
+    margin: float,
+    steps: int,
+    tolerance: float,
+    eval_rows: int | None,
+    limit_bytes: int | None,
+    probe: MemoryProbe,
+    devices,
+    progress,
+    control,
+    facts: dict,
+) -> ModeResult:
     from core.data.batching import split_length
     from core.tasks.task_checks import set_up_checked
 
     failed = ""
     with tempfile.TemporaryDirectory(prefix="amp-fit-batch-") as out_dir:
         # A throwaway run: constant lr, one micro-batch per step, no evaluation, checkpoint or best tracking.
-        cfg = config.replace(precision=mode, batch_size=start, grad_accum=1, out_dir=out_dir, schedule="constant",
-                             warmup_steps=0, max_steps=steps, log_interval=1_000_000,
-                             eval_interval=1_000_000_000, checkpoint_interval=0, checkpoint_minutes=0.0, keep_best=0,
-                             early_stop_patience=0, early_stop_divergence=0.0, tensorboard=False)
+        cfg = config.replace(
+            precision=mode,
+            batch_size=start,
+            grad_accum=1,
+            out_dir=out_dir,
+            schedule="constant",
+            warmup_steps=0,
+            max_steps=steps,
+            log_interval=1_000_000,
+            eval_interval=1_000_000_000,
+            checkpoint_interval=0,
+            checkpoint_minutes=0.0,
+            keep_best=0,
+            early_stop_patience=0,
+            early_stop_divergence=0.0,
+            tensorboard=False,
+        )
         trainer = trainer_class(cfg, devices=devices)
         work = None
         try:
@@ -193,11 +281,13 @@ def _search_one_mode(trainer_class, config: RunConfig, info: DeviceInfo, mode: s
 
             def on_trial(trial: Trial, count: int, budget: int) -> None:
                 if progress:
-                    progress(BatchFinderProgress(mode, index, total, "trial", trial=trial, trials=count,
-                                                 budget_bytes=budget))
+                    progress(
+                        BatchFinderProgress(mode, index, total, "trial", trial=trial, trials=count, budget_bytes=budget)
+                    )
 
-            result = search_mode(work, probe, mode, min(start, cap), cap, margin, tolerance, control, on_trial,
-                                 limit_bytes)
+            result = search_mode(
+                work, probe, mode, min(start, cap), cap, margin, tolerance, control, on_trial, limit_bytes
+            )
             result.compute_dtype = trainer.plan.compute_dtype_name
             if cap < (max_batch or MAX_BATCH_CAP) and result.capped:
                 result.reason = f"all {rows:,} training rows fit in one batch: the data, not memory, is the limit"
@@ -205,7 +295,7 @@ def _search_one_mode(trainer_class, config: RunConfig, info: DeviceInfo, mode: s
             failed = (str(exc).strip().splitlines() or ["out of memory"])[0][:200]
         finally:
             trainer.cleanup()
-            work = trainer = None  # noqa: F841  (drop the model, data and optimizer before releasing)
+            work = trainer = None
             probe.release()
     if failed:
         return ModeResult(mode=mode, status="failed", reason=f"setting up the model ran out of memory: {failed}")

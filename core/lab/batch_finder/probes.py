@@ -59,8 +59,9 @@ class FakeProbe:
         self.batch = batch
         self.begun.append(batch)
         if self.footprint(batch) > self.limit_bytes:
-            raise FakeOutOfMemoryError(f"fake device: tried to allocate {self.footprint(batch):,} bytes of "
-                                       f"{self.limit_bytes:,}")
+            raise FakeOutOfMemoryError(
+                f"fake device: tried to allocate {self.footprint(batch):,} bytes of {self.limit_bytes:,}"
+            )
 
     def end_trial(self) -> tuple[int, int | None]:
         return self.footprint(self.batch), None
@@ -89,8 +90,10 @@ class AcceleratorProbe:
         self.meter = meter or PeakMemory(device)
         self.api = getattr(torch, device.type)  # torch.cuda / torch.xpu: mem_get_info, memory_reserved
         self.oom_errors = (torch.OutOfMemoryError,)
-        self.source = (f"{device.type.upper()} allocator peak reserved bytes per trial against free memory + this "
-                       f"process's reserved memory")
+        self.source = (
+            f"{device.type.upper()} allocator peak reserved bytes per trial against free memory + this "
+            f"process's reserved memory"
+        )
 
     def limit(self) -> int:
         self.release()
@@ -163,5 +166,7 @@ def make_probe(device) -> MemoryProbe:
         return AcceleratorProbe(device, meter)
     if device.type == "cpu":
         return CpuProbe(meter)
-    raise DeviceError(f"fit-batch cannot measure memory on {device.type}: torch has no peak-memory statistics "
-                      f"for it; run it on a CUDA/XPU GPU or the CPU")
+    raise DeviceError(
+        f"fit-batch cannot measure memory on {device.type}: torch has no peak-memory statistics "
+        f"for it; run it on a CUDA/XPU GPU or the CPU"
+    )

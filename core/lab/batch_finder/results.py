@@ -129,7 +129,8 @@ class BatchFinderProgress:
             peak = size(t.peak_bytes)
             budget = f" of {size(self.budget_bytes)}" if self.budget_bytes else ""
             what = {PREDICTED_OVER: f"predicted {peak}{budget}, not run", OOM: "out of memory (recovered)"}.get(
-                t.status, f"peak {peak}{budget}")
+                t.status, f"peak {peak}{budget}"
+            )
             speed = f", {t.samples_per_second:,.0f} samples/s" if t.samples_per_second else ""
             return f"{self.mode}: trial {self.trials} ({t.phase}) batch {t.batch:,}: {t.status}, {what}{speed}"
         r = self.result
@@ -162,12 +163,15 @@ def compare_to_fp32(results: list[ModeResult]) -> None:
             m.comparison = f"{m.mode} and fp32 both fit the cap of {m.batch:,}; {m.mode} runs it{speed}"
         else:
             least = "at least " if m.capped else ""
-            m.comparison = (f"{m.mode} fits {least}{m.batch_ratio:.1f}× the fp32 batch ({m.batch:,} vs "
-                            f"{base.batch:,}{'+' if base.capped else ''}){speed}")
+            m.comparison = (
+                f"{m.mode} fits {least}{m.batch_ratio:.1f}× the fp32 batch ({m.batch:,} vs "
+                f"{base.batch:,}{'+' if base.capped else ''}){speed}"
+            )
 
 
-def train_command(result: BatchFinderResult, mode: ModeResult, task_options: Sequence[str] = (),
-                  device: str | None = None) -> str | None:
+def train_command(
+    result: BatchFinderResult, mode: ModeResult, task_options: Sequence[str] = (), device: str | None = None
+) -> str | None:
     """The `amp-console train` command that uses `mode`'s batch (None when it has none)."""
     import shlex
 

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.errors import ConfigError
 from core.lab.batch_finder.results import (
-    DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, FITS, MAX_STEPS, OOM, OVER_MARGIN, PREDICTED_OVER, ModeResult,
+    DEFAULT_MARGIN,
+    DEFAULT_STEPS,
+    DEFAULT_TOLERANCE,
+    FITS,
+    MAX_STEPS,
+    OOM,
+    OVER_MARGIN,
+    PREDICTED_OVER,
+    ModeResult,
     Trial,
 )
 
@@ -19,12 +27,19 @@ if TYPE_CHECKING:
     from core.lab.batch_finder.probes import MemoryProbe
 
 
-def check_settings(margin: float = DEFAULT_MARGIN, steps: int = DEFAULT_STEPS, tolerance: float = DEFAULT_TOLERANCE,
-                   start: int | None = None, max_batch: int | None = None) -> None:
+def check_settings(
+    margin: float = DEFAULT_MARGIN,
+    steps: int = DEFAULT_STEPS,
+    tolerance: float = DEFAULT_TOLERANCE,
+    start: int | None = None,
+    max_batch: int | None = None,
+) -> None:
     """Raise ConfigError (field = the parameter's name) for settings the finder cannot run with."""
     if not (isinstance(margin, (int, float)) and math.isfinite(margin) and 0 <= margin < 0.9):
-        raise ConfigError("margin", f"{margin} is out of range: a fraction of the limit from 0 to below 0.9 "
-                                    f"(0.10 leaves 10% headroom)")
+        raise ConfigError(
+            "margin",
+            f"{margin} is out of range: a fraction of the limit from 0 to below 0.9 (0.10 leaves 10% headroom)",
+        )
     if not (isinstance(steps, int) and 1 <= steps <= MAX_STEPS):
         raise ConfigError("steps", f"{steps} is out of range: must be between 1 and {MAX_STEPS:,}")
     if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and 0 <= tolerance <= 0.5):
@@ -42,9 +57,13 @@ def close_enough(fit: int, failure: int, tolerance: float) -> bool:
     return failure - fit <= max(1, int(tolerance * fit))
 
 
-def search_batch(try_batch: Callable[[int, str], Trial], start: int, max_batch: int,
-                 tolerance: float = DEFAULT_TOLERANCE,
-                 should_stop: Callable[[], bool] = lambda: False) -> tuple[int | None, int | None, list[Trial], bool]:
+def search_batch(
+    try_batch: Callable[[int, str], Trial],
+    start: int,
+    max_batch: int,
+    tolerance: float = DEFAULT_TOLERANCE,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> tuple[int | None, int | None, list[Trial], bool]:
     """Doubling then bisection over `try_batch(batch, phase) -> Trial`.
 
     Returns (largest fitting batch or None, smallest failing batch or None, the trials in order, stopped).
@@ -116,10 +135,18 @@ class TrialWork(Protocol):
     def recover(self) -> None: ...
 
 
-def search_mode(work: TrialWork, probe: MemoryProbe, mode: str, start: int, max_batch: int,
-                margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_TOLERANCE,
-                control: RunControl | None = None, on_trial: Callable[[Trial, int, int], None] | None = None,
-                limit_bytes: int | None = None) -> ModeResult:
+def search_mode(
+    work: TrialWork,
+    probe: MemoryProbe,
+    mode: str,
+    start: int,
+    max_batch: int,
+    margin: float = DEFAULT_MARGIN,
+    tolerance: float = DEFAULT_TOLERANCE,
+    control: RunControl | None = None,
+    on_trial: Callable[[Trial, int, int], None] | None = None,
+    limit_bytes: int | None = None,
+) -> ModeResult:
     """Search one mode's largest batch with `work` on `probe` (see the module's docstring). `on_trial(trial,
     count, budget)` hears each trial; `limit_bytes` replaces the probe's limit (plan for a smaller device)."""
     limit = int(limit_bytes) if limit_bytes else probe.limit()
@@ -138,8 +165,15 @@ def search_mode(work: TrialWork, probe: MemoryProbe, mode: str, start: int, max_
 
     should_stop = (lambda: control.stop_requested) if control is not None else (lambda: False)
     fit, failure, trials, stopped = search_batch(try_batch, start, max_batch, tolerance, should_stop)
-    result = ModeResult(mode=mode, status="stopped" if stopped else "ok", reason="stopped by request" if stopped
-                        else "", limit_bytes=limit, budget_bytes=budget, trials=trials, first_failure=failure)
+    result = ModeResult(
+        mode=mode,
+        status="stopped" if stopped else "ok",
+        reason="stopped by request" if stopped else "",
+        limit_bytes=limit,
+        budget_bytes=budget,
+        trials=trials,
+        first_failure=failure,
+    )
     if fit is not None:
         best = next(t for t in reversed(trials) if t.batch == fit and t.fits)
         result.batch, result.peak_bytes, result.samples_per_second = fit, best.peak_bytes, best.samples_per_second
@@ -147,14 +181,20 @@ def search_mode(work: TrialWork, probe: MemoryProbe, mode: str, start: int, max_
     return result
 
 
-def _run_trial(work: TrialWork, probe: MemoryProbe, batch: int, phase: str, budget: int,
-               predictor: FootprintPredictor | None) -> Trial:
+def _run_trial(
+    work: TrialWork, probe: MemoryProbe, batch: int, phase: str, budget: int, predictor: FootprintPredictor | None
+) -> Trial:
     """One trial; an out-of-memory error is caught, what it left is dropped, and the memory released."""
     if predictor is not None:
         predicted = predictor.predict(batch)
         if predicted is not None and predicted > budget:
-            return Trial(batch, PREDICTED_OVER, phase, peak_bytes=predicted,
-                         note="predicted from the smaller trials; not run, to keep the machine safe")
+            return Trial(
+                batch,
+                PREDICTED_OVER,
+                phase,
+                peak_bytes=predicted,
+                note="predicted from the smaller trials; not run, to keep the machine safe",
+            )
     began = time.perf_counter()
     oom = ""
     try:
@@ -172,5 +212,12 @@ def _run_trial(work: TrialWork, probe: MemoryProbe, batch: int, phase: str, budg
     if predictor is not None:
         predictor.add(batch, peak)
     speed = samples / seconds if seconds > 0 else None
-    return Trial(batch, FITS if peak <= budget else OVER_MARGIN, phase, peak_bytes=peak, allocated_bytes=allocated,
-                 samples_per_second=speed, seconds=time.perf_counter() - began)
+    return Trial(
+        batch,
+        FITS if peak <= budget else OVER_MARGIN,
+        phase,
+        peak_bytes=peak,
+        allocated_bytes=allocated,
+        samples_per_second=speed,
+        seconds=time.perf_counter() - began,
+    )

@@ -3,7 +3,7 @@
 A sweep is a folder under the runs root, `<date>-<time>-sweep-<task>/`, holding `sweep.json` (the plan and
 each trial's state) and one subfolder per trial (`trial-01-lr=0.001-batch_size=64`), each an ordinary run
 folder with its run.json, so `amp-console runs` and the window's history list the trials as
-"<sweep>/<trial>" (core.engine.run_record.find_runs). Trials run one after another in this process (the
+"<sweep>/<trial>" (core.engine.run_index.find_runs). Trials run one after another in this process (the
 trainer's own `train`), or N at a time on N device slots, each in its own training process
 (`run_sweep(..., devices=[...])`, core.lab.sweep.parallel); early stopping, best checkpoints and everything else
 a run does apply per trial.
@@ -96,11 +96,50 @@ from core.lab.sweep.trials import (
 )
 
 __all__ = [
-    "COLUMNS", "DONE", "KIND", "LOCK_FILE", "MAX_TRIALS", "NOT_SWEPT", "OPTION_PREFIX", "SWEEP_FILE",
-    "SWEEP_VERSION", "Axis", "SweepEnded", "SweepEvent", "SweepResult", "SweepStarted", "Trial", "TrialEnded",
-    "TrialEvent", "TrialStarted", "_SweepLock", "apply_params", "begin_trial", "best_row", "continue_config",
-    "continue_settings", "create_sweep", "end_trial", "find_sweeps", "finished_run", "grid_axis", "load_sweep",
-    "new_sweep_folder", "note_trial_folder", "parse_value", "plan_trials", "range_axis", "read_sweep",
-    "resolve_key", "run_sweep", "short_value", "sort_rows", "sweep_in_use", "sweep_table", "train_longer_command",
-    "trial_config", "trial_name", "write_sweep",
+    "COLUMNS",
+    "DONE",
+    "KIND",
+    "LOCK_FILE",
+    "MAX_TRIALS",
+    "NOT_SWEPT",
+    "OPTION_PREFIX",
+    "SWEEP_FILE",
+    "SWEEP_VERSION",
+    "Axis",
+    "SweepEnded",
+    "SweepEvent",
+    "SweepResult",
+    "SweepStarted",
+    "Trial",
+    "TrialEnded",
+    "TrialEvent",
+    "TrialStarted",
+    "_SweepLock",
+    "apply_params",
+    "begin_trial",
+    "best_row",
+    "continue_config",
+    "continue_settings",
+    "create_sweep",
+    "end_trial",
+    "find_sweeps",
+    "finished_run",
+    "grid_axis",
+    "load_sweep",
+    "new_sweep_folder",
+    "note_trial_folder",
+    "parse_value",
+    "plan_trials",
+    "range_axis",
+    "read_sweep",
+    "resolve_key",
+    "run_sweep",
+    "short_value",
+    "sort_rows",
+    "sweep_in_use",
+    "sweep_table",
+    "train_longer_command",
+    "trial_config",
+    "trial_name",
+    "write_sweep",
 ]

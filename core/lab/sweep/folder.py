@@ -36,24 +36,51 @@ def new_sweep_folder(root: str | os.PathLike | None, task: str, when: datetime |
     raise ConfigError("--runs-dir", f"{base}: 1,000 sweep folders of this second exist")
 
 
-def create_sweep(base: RunConfig, trials: list[Trial], axes: list[Axis], method: str = "grid",
-                 samples: int = 0, seed: int = 0, root: str | os.PathLike | None = None,
-                 folder: str | os.PathLike | None = None) -> Path:
+def create_sweep(
+    base: RunConfig,
+    trials: list[Trial],
+    axes: list[Axis],
+    method: str = "grid",
+    samples: int = 0,
+    seed: int = 0,
+    root: str | os.PathLike | None = None,
+    folder: str | os.PathLike | None = None,
+) -> Path:
     """Write a new sweep (every trial pending) into `folder`, or a new folder under the runs root."""
     folder = Path(folder) if folder is not None else new_sweep_folder(root, base.task)
     folder.mkdir(parents=True, exist_ok=True)
     metric = base.monitor or primary_metric(base.task) or "loss"
     width = max(2, len(str(len(trials))))
     data = {
-        "version": SWEEP_VERSION, "kind": KIND, "name": folder.name, "created": now_iso(), "updated": now_iso(),
-        "status": "pending", "task": base.task, "metric": metric,
+        "version": SWEEP_VERSION,
+        "kind": KIND,
+        "name": folder.name,
+        "created": now_iso(),
+        "updated": now_iso(),
+        "status": "pending",
+        "task": base.task,
+        "metric": metric,
         "mode": "min" if lower_is_better(metric, base.monitor_mode) else "max",
-        "method": method, "axes": [axis.to_dict() for axis in axes], "samples": samples, "seed": seed,
+        "method": method,
+        "axes": [axis.to_dict() for axis in axes],
+        "samples": samples,
+        "seed": seed,
         "base_config": base.replace(out_dir="").to_dict(),
-        "trials": [{"index": t.index, "name": trial_name(t.index, t.params, width),
-                    "folder": trial_name(t.index, t.params, width), "params": t.params, "status": "pending",
-                    "message": "", "run_id": None, "started": None, "ended": None, "attempts": 0}
-                   for t in trials],
+        "trials": [
+            {
+                "index": t.index,
+                "name": trial_name(t.index, t.params, width),
+                "folder": trial_name(t.index, t.params, width),
+                "params": t.params,
+                "status": "pending",
+                "message": "",
+                "run_id": None,
+                "started": None,
+                "ended": None,
+                "attempts": 0,
+            }
+            for t in trials
+        ],
     }
     write_sweep(folder, data)
     return folder

@@ -48,15 +48,33 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding co
 STOP_GRACE_SECONDS = 60.0  # after "stop": this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
 STDERR_LINES = 40
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
-_DISTRIBUTED_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                    "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK")
+_DISTRIBUTED_ENV = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "GROUP_RANK",
+    "ROLE_RANK",
+)
 
 
 def child_command() -> list[str]:
     """A training process that waits for its settings on stdin and streams its events on stdout, and stops
     with a checkpoint when this process ends, however it ends (killed included: see the module doc)."""
-    return [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin",
-            "--end-with-parent", str(os.getpid())]
+    return [
+        sys.executable,
+        "-m",
+        "core.cli",
+        "train",
+        "--events",
+        "--control-stdin",
+        "--config-stdin",
+        "--end-with-parent",
+        str(os.getpid()),
+    ]
 
 
 def parse_devices(spec, flag: str = "--devices") -> list[str]:
@@ -67,11 +85,13 @@ def parse_devices(spec, flag: str = "--devices") -> list[str]:
     for raw in items:
         text = str(raw).strip().lower()
         if not text:
-            raise ConfigError(flag, f"an empty name in {spec!r}: give devices separated by commas, e.g. "
-                                    "cuda:0,cuda:1 or cpu,cpu")
+            raise ConfigError(
+                flag, f"an empty name in {spec!r}: give devices separated by commas, e.g. cuda:0,cuda:1 or cpu,cpu"
+            )
         if text == "auto":
-            raise ConfigError(flag, "name the devices (e.g. cuda:0,cuda:1 or cpu,cpu): 'auto' is one device, "
-                                    "the first accelerator")
+            raise ConfigError(
+                flag, "name the devices (e.g. cuda:0,cuda:1 or cpu,cpu): 'auto' is one device, the first accelerator"
+            )
         if not _DEVICE.match(text):
             raise ConfigError(flag, f"{str(raw).strip()!r} is not a device; use cpu, cuda:N, mps or xpu:N")
         devices.append(f"{text}:0" if text in ("cuda", "xpu") else text)
@@ -199,8 +219,17 @@ def _read_stderr(child: _Child) -> None:
     _close(child.proc.stderr)
 
 
-def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit, control, slots: list[str],
-                 stop_grace: float | None = None, prestart: bool = True) -> None:
+def run_parallel(
+    folder: Path,
+    data: dict,
+    to_run: list[dict],
+    total: int,
+    emit,
+    control,
+    slots: list[str],
+    stop_grace: float | None = None,
+    prestart: bool = True,
+) -> None:
     """Run `to_run` (trial dicts of `data`, in order) on `slots` (a device each), at most one trial per slot,
     until all have run or control.stop() is called (then every running trial is told to stop and waited for).
     Called by core.lab.sweep.runner.run_sweep with the sweep locked; sweep.json is written here, on this thread only.
@@ -222,12 +251,20 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
     def spawn() -> _Child:
         child = _Child(-1, "", None)
         child.proc = subprocess.Popen(
-            child_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            encoding="utf-8", errors="replace", bufsize=1, cwd=os.getcwd(), env=env,
-            start_new_session=os.name == "posix")
+            child_command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            cwd=os.getcwd(),
+            env=env,
+            start_new_session=os.name == "posix",
+        )
         threading.Thread(target=_read_stdout, args=(child, inbox), name="sweep-trial-out", daemon=True).start()
-        child.stderr_reader = threading.Thread(target=_read_stderr, args=(child,), name="sweep-trial-err",
-                                               daemon=True)
+        child.stderr_reader = threading.Thread(target=_read_stderr, args=(child,), name="sweep-trial-err", daemon=True)
         child.stderr_reader.start()
         return child
 
@@ -240,8 +277,9 @@ def run_parallel(folder: Path, data: dict, to_run: list[dict], total: int, emit,
             child = spares.popleft() if spares else spawn()
         except OSError as exc:
             free.append(slot)
-            end_trial(folder, data, trial, total, emit, "failed",
-                      f"could not start a training process: {exc.strerror or exc}")
+            end_trial(
+                folder, data, trial, total, emit, "failed", f"could not start a training process: {exc.strerror or exc}"
+            )
             return
         child.slot, child.device, child.trial = slot, device, trial
         running[slot] = child
@@ -356,11 +394,15 @@ def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
     if code < 0:  # a signal ended it before it could report
         name = _signal_text(-code)
         if child.stop_sent_at is not None:
-            return "stopped", (f"the trial did not stop within {grace:g} s of the stop and was ended ({name}); "
-                               "its last checkpoint is kept")
+            return "stopped", (
+                f"the trial did not stop within {grace:g} s of the stop and was ended ({name}); "
+                "its last checkpoint is kept"
+            )
         if -code == getattr(signal, "SIGKILL", 9):
-            return "failed", (f"the training process was killed ({name}) before it could report; the system may "
-                              "have run out of memory (try a smaller batch size)")
+            return "failed", (
+                f"the training process was killed ({name}) before it could report; the system may "
+                "have run out of memory (try a smaller batch size)"
+            )
         return "failed", f"the training process crashed ({name}) before it could report"
     if code in (129, 130, 143):  # a signal stopped it (before it started, or without a report)
         return "stopped", f"the training process was stopped by {_signal_text(code - 128)}"
@@ -368,5 +410,3 @@ def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
     if tail:
         return "failed", first_line(tail[-1])
     return "failed", f"the training process exited with code {code} without reporting why"
-
-

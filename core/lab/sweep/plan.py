@@ -44,8 +44,14 @@ class Axis:
             return {"key": self.key, "target": self.target, "values": list(self.values)}
         if self.choices:
             return {"key": self.key, "target": self.target, "choices": list(self.choices)}
-        return {"key": self.key, "target": self.target, "low": self.low, "high": self.high, "log": self.log,
-                "integer": self.integer}
+        return {
+            "key": self.key,
+            "target": self.target,
+            "low": self.low,
+            "high": self.high,
+            "log": self.log,
+            "integer": self.integer,
+        }
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,9 @@ def _fields() -> dict[str, Any]:
 
 def _field_kind(key: str) -> type:
     kind = _fields()[key]
-    return {"int": int, "float": float, "str": str, "bool": bool}.get(kind if isinstance(kind, str) else kind.__name__,
-                                                                       str)
+    return {"int": int, "float": float, "str": str, "bool": bool}.get(
+        kind if isinstance(kind, str) else kind.__name__, str
+    )
 
 
 def _task_options(task: str) -> dict:
@@ -84,17 +91,23 @@ def resolve_key(key: str, task: str, flag: str = "--grid") -> tuple[str, str]:
     key = key.strip()
     options = _task_options(task)
     if key.startswith(OPTION_PREFIX):
-        name = key[len(OPTION_PREFIX):]
+        name = key[len(OPTION_PREFIX) :]
         if name in options:
             return key, "option"
         return _unknown(key, name, task, options, flag)
     if key in _fields():
         if key in NOT_SWEPT:
-            raise ConfigError(f"{flag} {key}", f"{key} cannot be swept"
-                              + (" (a sweep trains one task; start another sweep for another task)"
-                                 if key == "task" else
-                                 "; sweep a task option by its name, e.g. hidden=16,32" if key == "task_options"
-                                 else ": each trial gets its own folder in the sweep"))
+            raise ConfigError(
+                f"{flag} {key}",
+                f"{key} cannot be swept"
+                + (
+                    " (a sweep trains one task; start another sweep for another task)"
+                    if key == "task"
+                    else "; sweep a task option by its name, e.g. hidden=16,32"
+                    if key == "task_options"
+                    else ": each trial gets its own folder in the sweep"
+                ),
+            )
         return key, "field"
     if key in options:
         return key, "option"
@@ -105,11 +118,15 @@ def _unknown(key: str, name: str, task: str, options: dict, flag: str):
     known = [f for f in _fields() if f not in NOT_SWEPT] + list(options)
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if close:
-        raise ConfigError(f"{flag} {key}", f"{name!r} is neither a setting nor an option of task {task} "
-                                           f"(did you mean {close[0]!r}?)")
-    raise ConfigError(f"{flag} {key}", f"{name!r} is neither a setting nor an option of task {task}; "
-                                       f"settings: {', '.join(f for f in FIELD_SPECS if f not in NOT_SWEPT)}; "
-                                       f"{task} options: {', '.join(options) or 'none'}")
+        raise ConfigError(
+            f"{flag} {key}", f"{name!r} is neither a setting nor an option of task {task} (did you mean {close[0]!r}?)"
+        )
+    raise ConfigError(
+        f"{flag} {key}",
+        f"{name!r} is neither a setting nor an option of task {task}; "
+        f"settings: {', '.join(f for f in FIELD_SPECS if f not in NOT_SWEPT)}; "
+        f"{task} options: {', '.join(options) or 'none'}",
+    )
 
 
 def _value_kind(key: str, target: str, task: str) -> type:
@@ -171,8 +188,11 @@ def range_axis(spec: str, task: str) -> Axis:
     parts = body.split(":")
     flags = {p.strip().lower() for p in parts[2:]}
     if flags - {"log", "int"}:
-        raise ConfigError(flag, f"unknown range flag {sorted(flags - {'log', 'int'})[0]!r}: use LOW:HIGH, "
-                                f"LOW:HIGH:log, LOW:HIGH:int or LOW:HIGH:log:int")
+        raise ConfigError(
+            flag,
+            f"unknown range flag {sorted(flags - {'log', 'int'})[0]!r}: use LOW:HIGH, "
+            f"LOW:HIGH:log, LOW:HIGH:int or LOW:HIGH:log:int",
+        )
     if kind not in (int, float):
         raise ConfigError(flag, f"{key} is not a number: give its choices as {key}=V1,V2,...")
     low, high = (parse_value(p, float, flag) for p in parts[:2])
@@ -213,8 +233,9 @@ def apply_params(base: RunConfig, params: dict, targets: dict[str, str]) -> RunC
     return base.replace(**changes)
 
 
-def plan_trials(base: RunConfig, grid: list[Axis] | None = None, ranges: list[Axis] | None = None,
-                samples: int = 0, seed: int = 0) -> list[Trial]:
+def plan_trials(
+    base: RunConfig, grid: list[Axis] | None = None, ranges: list[Axis] | None = None, samples: int = 0, seed: int = 0
+) -> list[Trial]:
     """The trials of a grid (every combination, the first axis varying slowest) or of `samples` random draws
     over `ranges` with `seed` (the same seed gives the same trials). Every trial's config is validated here:
     a bad value raises a ConfigError whose field is "--grid KEY" / "--range KEY" and names the value."""
@@ -231,8 +252,9 @@ def plan_trials(base: RunConfig, grid: list[Axis] | None = None, ranges: list[Ax
         combos = list(itertools.product(*(axis.values for axis in grid)))
         axes = grid
     else:
-        raise ConfigError("--grid", "nothing to sweep: give --grid KEY=V1,V2 (repeatable) or --random N with "
-                                    "--range KEY=LOW:HIGH")
+        raise ConfigError(
+            "--grid", "nothing to sweep: give --grid KEY=V1,V2 (repeatable) or --random N with --range KEY=LOW:HIGH"
+        )
     keys = [axis.key for axis in axes]
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)

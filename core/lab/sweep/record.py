@@ -23,8 +23,9 @@ TARGETS = ("field", "option")
 
 
 def _bad(path: Path, what: str) -> ConfigError:
-    return ConfigError("sweep", f"{shown_path(path)}: {what}; the file was edited or damaged: restore it or "
-                                f"start a new sweep")
+    return ConfigError(
+        "sweep", f"{shown_path(path)}: {what}; the file was edited or damaged: restore it or start a new sweep"
+    )
 
 
 def _is_int(value) -> bool:
@@ -50,11 +51,13 @@ def read_sweep(folder: Path) -> dict:
     if not isinstance(data.get("base_config"), dict):
         raise _bad(path, "base_config is not a settings object")
     axes = data.get("axes")
-    if not isinstance(axes, list) or not all(isinstance(a, dict) and isinstance(a.get("key"), str)
-                                             and a.get("target") in TARGETS for a in axes):
+    if not isinstance(axes, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("key"), str) and a.get("target") in TARGETS for a in axes
+    ):
         raise _bad(path, "axes is not a list of {key, target} objects")
-    if "devices" in data and not (isinstance(data["devices"], list)
-                                  and all(isinstance(d, str) for d in data["devices"])):
+    if "devices" in data and not (
+        isinstance(data["devices"], list) and all(isinstance(d, str) for d in data["devices"])
+    ):
         raise _bad(path, "devices is not a list of device names")
     keys = {a["key"] for a in axes}
     for number, trial in enumerate(data["trials"], start=1):
@@ -102,5 +105,10 @@ def finished_run(record: dict | None, has_checkpoint: bool) -> bool:
     last = (record.get("checkpoints") or {}).get("last") if isinstance(record.get("checkpoints"), dict) else None
     step = last.get("step") if isinstance(last, dict) else None
     total = record.get("total_steps")
-    return (has_checkpoint and record.get("status") in ("running", "interrupted") and _is_int(step)
-            and _is_int(total) and 0 < total <= step)
+    return (
+        has_checkpoint
+        and record.get("status") in ("running", "interrupted")
+        and _is_int(step)
+        and _is_int(total)
+        and 0 < total <= step
+    )

@@ -49,8 +49,11 @@ class _SweepLock:
         except OSError as exc:
             raise ConfigError("sweep", f"could not lock {self.folder / LOCK_FILE}: {exc.strerror or exc}") from None
         if self.fd is None:
-            raise ConfigError("sweep", f"{self.folder}: another process is running this sweep; wait for it "
-                                       f"to end (or stop it) before resuming it")
+            raise ConfigError(
+                "sweep",
+                f"{self.folder}: another process is running this sweep; wait for it "
+                f"to end (or stop it) before resuming it",
+            )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -59,9 +62,13 @@ class _SweepLock:
             self.fd = None
 
 
-def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] | None = None,
-              control: RunControl | None = None, retry_failed: bool = False,
-              devices: list[str] | None = None) -> SweepResult:
+def run_sweep(
+    folder: str | os.PathLike,
+    progress: Callable[[SweepEvent], None] | None = None,
+    control: RunControl | None = None,
+    retry_failed: bool = False,
+    devices: list[str] | None = None,
+) -> SweepResult:
     """Run the trials of the sweep in `folder` that are not done yet, one after another (see the module doc);
     with `retry_failed`, failed trials run again too (from scratch, in a fresh folder beside the failed run).
     With `devices` (device slots, e.g. ["cuda:0", "cuda:1"] or ["cpu", "cpu"]): len(devices) trials at a time,
@@ -87,8 +94,15 @@ def run_sweep(folder: str | os.PathLike, progress: Callable[[SweepEvent], None] 
         trials = data["trials"]
         total = len(trials)
         to_run = [t for t in trials if t.get("status") not in DONE or retry_failed and t.get("status") == "failed"]
-        emit(SweepStarted(str(folder), total, [t["name"] for t in to_run],
-                          resumed=any(t.get("status") != "pending" for t in trials), devices=tuple(devices or ())))
+        emit(
+            SweepStarted(
+                str(folder),
+                total,
+                [t["name"] for t in to_run],
+                resumed=any(t.get("status") != "pending" for t in trials),
+                devices=tuple(devices or ()),
+            )
+        )
         data["status"] = "running"
         data["devices"] = list(devices or [])  # how it runs now: a plain --resume runs it the same way
         write_sweep(folder, data)
@@ -125,6 +139,6 @@ def _run_one(folder: Path, data: dict, trial: dict, total: int, emit, control) -
     try:
         ended = _run_trial(config, sink, control, resume_from)
         status, message = ended.status, ended.message
-    except Exception as exc:  # noqa: BLE001 - bad input at setup or an engine error: the trial fails, the sweep goes on
+    except Exception as exc:
         message = str(exc) or type(exc).__name__
     end_trial(folder, data, trial, total, emit, status, message)

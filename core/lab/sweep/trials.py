@@ -99,10 +99,12 @@ def _note_finished(folder: Path, trial: dict) -> None:
     if not finished_run(record, _checkpoint_of(trial_folder) is not None):
         return
     said = record.get("status") == "completed"
-    trial.update(status="completed", run_id=record.get("id") or trial.get("run_id"),
-                 ended=record.get("end_time") if said and isinstance(record.get("end_time"), str) else now_iso(),
-                 message="" if said else "its run reached its last step and saved its checkpoint; the end was "
-                                         "not recorded")
+    trial.update(
+        status="completed",
+        run_id=record.get("id") or trial.get("run_id"),
+        ended=record.get("end_time") if said and isinstance(record.get("end_time"), str) else now_iso(),
+        message="" if said else "its run reached its last step and saved its checkpoint; the end was not recorded",
+    )
 
 
 def begin_trial(folder: Path, data: dict, trial: dict, total: int, emit, device: str | None = None):
@@ -113,11 +115,26 @@ def begin_trial(folder: Path, data: dict, trial: dict, total: int, emit, device:
     config = trial_config(data, trial, folder)
     if device is not None:
         config = config.replace(device=device)
-    trial.update(status="running", message="", started=trial.get("started") or now_iso(), ended=None,
-                 attempts=int(trial.get("attempts") or 0) + 1, device=device or config.device)
+    trial.update(
+        status="running",
+        message="",
+        started=trial.get("started") or now_iso(),
+        ended=None,
+        attempts=int(trial.get("attempts") or 0) + 1,
+        device=device or config.device,
+    )
     write_sweep(folder, data)
-    emit(TrialStarted(trial["index"], total, trial["name"], str(trial_folder), dict(trial["params"]),
-                      str(resume_from) if resume_from else None, device or config.device))
+    emit(
+        TrialStarted(
+            trial["index"],
+            total,
+            trial["name"],
+            str(trial_folder),
+            dict(trial["params"]),
+            str(resume_from) if resume_from else None,
+            device or config.device,
+        )
+    )
     return config, resume_from
 
 
@@ -132,8 +149,21 @@ def note_trial_folder(folder: Path, data: dict, trial: dict, event) -> None:
 def end_trial(folder: Path, data: dict, trial: dict, total: int, emit, status: str, message: str) -> None:
     """Record how `trial` ended (completed | stopped | failed, anything else is failed) and announce it."""
     record = load_record(folder / trial["folder"]) or {}
-    trial.update(status=status if status in ("completed", "stopped", "failed") else "failed", message=message,
-                 ended=now_iso(), run_id=record.get("id") or trial.get("run_id"))
+    trial.update(
+        status=status if status in ("completed", "stopped", "failed") else "failed",
+        message=message,
+        ended=now_iso(),
+        run_id=record.get("id") or trial.get("run_id"),
+    )
     write_sweep(folder, data)
-    emit(TrialEnded(trial["index"], total, trial["name"], trial["status"], message, record.get("best"),
-                    record.get("wall_seconds")))
+    emit(
+        TrialEnded(
+            trial["index"],
+            total,
+            trial["name"],
+            trial["status"],
+            message,
+            record.get("best"),
+            record.get("wall_seconds"),
+        )
+    )
