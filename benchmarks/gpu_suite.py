@@ -615,7 +615,7 @@ def labelled_chunked_loss():
     range, so the profile can tell its matmuls and softmax from the model's. Wraps the call from here; the loss
     itself is untouched. Other tasks: nothing to label."""
     try:
-        from core.tasks import recommender
+        from core.tasks.recommender import task as recommender
     except ImportError:
         yield
         return

@@ -37,7 +37,7 @@ from torch import nn
 
 from core.data.synthetic import generate_ranking
 from core.tasks import create_task
-from core.tasks.ranking import split_queries
+from core.tasks.ranking.task import split_queries
 
 METRIC = "ndcg@10"
 DATA = {"queries": 2000, "docs": 40, "features": 136, "noise": 0.5}  # 80,000 rows, MSLR's 136 columns

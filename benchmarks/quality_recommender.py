@@ -45,7 +45,7 @@ import torch
 from quality_common import engine_test_metrics, mean_se, parse_pairs
 
 from core.tasks import create_task
-from core.tasks.recommender import ranking_report
+from core.tasks.recommender.task import ranking_report
 
 METRICS = ("ndcg@10_full_filtered", "hr@10_full_filtered")
 DATA = {"items": 1000, "interactions": 100_000, "mean_len": 50, "max_len": 50}

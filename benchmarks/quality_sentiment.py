@@ -107,7 +107,7 @@ def run(
     import torch
 
     from core.data.reviews import generate_reviews
-    from core.tasks.sentiment import split_indices
+    from core.tasks.sentiment.task import split_indices
 
     torch.set_num_threads(1)
     reviews_per_seed = QUICK_REVIEWS if quick else FULL_REVIEWS

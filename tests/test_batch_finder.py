@@ -247,7 +247,7 @@ def test_an_oom_inside_a_real_step_or_the_evaluation_is_recovered(monkeypatch):
     """The OOM comes from inside the trainer's step (after a backward: gradients and optimizer state exist) or
     from the evaluation pass; the trial is recorded as out of memory and the next trial trains normally."""
     import core.engine.evaluation as evaluation
-    from core.tasks.tiny import TinyClassifierTask as TinyTask
+    from core.tasks.tiny.task import TinyClassifierTask as TinyTask
 
     real_loss, real_eval = TinyTask.loss, evaluation.evaluate_split
 

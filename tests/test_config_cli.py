@@ -141,7 +141,7 @@ def test_bad_input_from_a_real_process_is_exit_2_and_one_line(tmp_path):
 
 
 def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
-    from core.tasks.tiny import TinyClassifierTask
+    from core.tasks.tiny.task import TinyClassifierTask
 
     monkeypatch.setattr(TinyClassifierTask, "loss", lambda self, model, batch: model(batch["x"]).sum() * float("nan"))
     code = main(["train", "--max-steps", "20", "--out", str(tmp_path / "o"), "--json", "--device", "cpu"])

@@ -16,8 +16,8 @@ from core.data.importers import ReadOptions, read_table
 from core.data.sequences import INTERACTION_COLUMNS
 from core.errors import DataError
 from core.tasks import create_task
-from core.tasks.ranking import RANKING_COLUMNS
-from core.tasks.sentiment import REVIEW_COLUMNS
+from core.tasks.ranking.task import RANKING_COLUMNS
+from core.tasks.sentiment.task import REVIEW_COLUMNS
 
 TRAIN = ["--max-steps", "2", "--device", "cpu", "--threads", "1", "--batch-size", "8", "--json"]
 

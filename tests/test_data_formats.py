@@ -10,8 +10,8 @@ from core.data.importers import Column, ReadOptions, data_files, read_table
 from core.data.sequences import INTERACTION_COLUMNS
 from core.errors import ConfigError, DataError
 from core.tasks import create_task
-from core.tasks.ranking import RANKING_COLUMNS
-from core.tasks.sentiment import REVIEW_COLUMNS
+from core.tasks.ranking.task import RANKING_COLUMNS
+from core.tasks.sentiment.task import REVIEW_COLUMNS
 
 
 def write(tmp_path, name: str, text: str | bytes):

@@ -18,7 +18,7 @@ from core.engine.diagnosis import (
 from core.engine.trainer import Trainer
 from core.errors import DeviceError
 from core.tasks import TASKS
-from core.tasks.tiny import TinyClassifier, TinyClassifierTask
+from core.tasks.tiny.task import TinyClassifier, TinyClassifierTask
 
 
 class MaskedClassifier(TinyClassifier):

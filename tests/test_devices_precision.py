@@ -92,7 +92,7 @@ def test_refusal_names_mode_device_and_alternatives():
 def test_autocast_dtype_observed_inside_forward(tiny_config, recorder, mode, expected):
     """Run the real trainer and look at the dtype the first Linear layer actually produced."""
     seen = []
-    from core.tasks.tiny import TinyClassifier
+    from core.tasks.tiny.task import TinyClassifier
 
     original = TinyClassifier.forward
 

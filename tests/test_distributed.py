@@ -543,7 +543,7 @@ def _fail_in_load_data(rank: int, out: str) -> dict:
     from core.engine.distributed import DistContext
     from core.engine.trainer import Trainer
     from core.errors import DataError
-    from core.tasks.tiny import TinyClassifierTask
+    from core.tasks.tiny.task import TinyClassifierTask
 
     seen = {}
 

@@ -121,7 +121,7 @@ def test_a_long_query_spanning_rows_is_ranked_whole(runs):
 
 
 def test_query_curves_match_ranking_metrics_with_ties():
-    from core.tasks.ranking import query_curves, ranking_metrics
+    from core.tasks.ranking.task import query_curves, ranking_metrics
 
     gen = torch.Generator().manual_seed(0)
     label = torch.randint(0, 3, (40, 12), generator=gen)
@@ -163,7 +163,7 @@ def test_sentiment_roc_and_confusion(runs):
 
 
 def test_roc_curve_is_exact_with_ties():
-    from core.tasks.sentiment import roc_auc, roc_curve, thin_curve
+    from core.tasks.sentiment.task import roc_auc, roc_curve, thin_curve
 
     gen = torch.Generator().manual_seed(1)
     labels = torch.randint(0, 2, (500,), generator=gen)

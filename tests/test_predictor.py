@@ -172,7 +172,7 @@ def test_synthetic_recommender_ids_are_zero_based(tmp_path):
 
 
 def test_rank_is_the_model_on_raw_features_and_reproduces_the_runs_test_metrics(ranking_run):
-    from core.tasks.ranking import pad_queries, ranking_metrics
+    from core.tasks.ranking.task import pad_queries, ranking_metrics
 
     predictor = load_predictor(ranking_run.checkpoint, "last")
     queries = predictor.example_queries(limit=10_000)
@@ -197,7 +197,7 @@ def test_rank_is_the_model_on_raw_features_and_reproduces_the_runs_test_metrics(
 
 
 def test_classify_gives_the_runs_validation_accuracy(tiny_run):
-    from core.tasks.tiny import make_tiny_data
+    from core.tasks.tiny.task import make_tiny_data
 
     predictor = load_predictor(tiny_run.checkpoint, "last")
     x = predictor.example_inputs(limit=100_000)

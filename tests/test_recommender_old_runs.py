@@ -15,7 +15,8 @@ from core.engine.checkpoints import load_checkpoint, rebuild_model, save_checkpo
 from core.engine.events import RunStarted
 from core.engine.run_record import load_record, read_run
 from core.engine.trainer import train
-from core.tasks import option_values, recommender
+from core.tasks import option_values
+from core.tasks.recommender import task as recommender
 
 SMALL = {
     "items": 200,

@@ -15,7 +15,7 @@ from core.data.sequences import sequence_splits, unseen_negatives
 from core.engine.trainer import Trainer, train
 from core.tasks import create_task
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
-from core.tasks.recommender import ranking_report, remove_seen
+from core.tasks.recommender.task import ranking_report, remove_seen
 
 # Users with short histories and a long window: most training positions are padding, so the loss drops them.
 PADDED = {
@@ -204,7 +204,7 @@ def test_task_loss_without_padding_equals_the_padded_loss(loss, count_on_host):
 def test_on_the_cpu_the_loss_runs_over_just_the_real_positions(monkeypatch):
     """By default, on the CPU (where counting waits for nothing), the full softmax sees the real positions only,
     not the host's bound (here the whole batch: its fullest rows are full)."""
-    from core.tasks import recommender
+    from core.tasks.recommender import task as recommender
 
     task = create_task("recommender", PADDED)
     data = task.load_data("", 0)
@@ -289,7 +289,7 @@ def test_the_padding_free_loss_makes_no_cuda_sync():
 
 
 def test_counting_by_column_blocks_equals_the_whole_comparison(monkeypatch):
-    from core.tasks import recommender
+    from core.tasks.recommender import task as recommender
 
     gen = torch.Generator().manual_seed(5)
     scores = torch.randint(0, 7, (6, 1001), generator=gen).float()  # many ties: >= must count them
@@ -304,7 +304,7 @@ def test_counting_by_column_blocks_equals_the_whole_comparison(monkeypatch):
 
 
 def test_evaluation_rows_keep_the_scores_within_the_budget():
-    from core.tasks.recommender import EVAL_SCORES, score_rows
+    from core.tasks.recommender.task import EVAL_SCORES, score_rows
 
     assert score_rows(1000, 4096) == 4096  # a small catalogue: the asked batch
     assert score_rows(1_000_000, 4096) * 1_000_000 <= EVAL_SCORES  # 1M items: 67 rows, 256 MB of scores

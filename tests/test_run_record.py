@@ -64,7 +64,7 @@ def test_a_stopped_run_says_stopped_and_a_resume_keeps_the_id(tiny_config, tmp_p
 
 
 def test_a_run_that_fails_after_starting_is_recorded_failed(tiny_config, tmp_path, monkeypatch):
-    from core.tasks.tiny import TinyClassifierTask
+    from core.tasks.tiny.task import TinyClassifierTask
 
     original = TinyClassifierTask.loss
     monkeypatch.setattr(

@@ -16,7 +16,7 @@ from core.engine.checkpoints import load_checkpoint, load_model_state
 from core.engine.trainer import train
 from core.errors import ConfigError
 from core.tasks import create_task
-from core.tasks.sentiment import duplicate_counts, fit_bucket_weights, split_indices
+from core.tasks.sentiment.task import duplicate_counts, fit_bucket_weights, split_indices
 
 BUCKETS = 1 << 20
 

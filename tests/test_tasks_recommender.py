@@ -13,7 +13,7 @@ from core.data.sequences import history_windows, sequence_splits, training_windo
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.engine.trainer import train
 from core.tasks import create_task
-from core.tasks.recommender import rank_metrics
+from core.tasks.recommender.task import rank_metrics
 
 SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
 
@@ -83,7 +83,7 @@ def test_sampled_softmax_loss_is_finite_and_trains():
 
 def test_loss_auto_is_the_full_softmax_up_to_the_threshold_and_the_sampled_one_above():
     from core.tasks.options import TaskOption
-    from core.tasks.recommender import SAMPLED_LOSS_ABOVE, RecommenderTask, chosen_loss
+    from core.tasks.recommender.task import SAMPLED_LOSS_ABOVE, RecommenderTask, chosen_loss
 
     assert chosen_loss("auto", SAMPLED_LOSS_ABOVE) == "full"
     assert chosen_loss("auto", SAMPLED_LOSS_ABOVE + 1) == "sampled"
@@ -95,7 +95,7 @@ def test_loss_auto_is_the_full_softmax_up_to_the_threshold_and_the_sampled_one_a
 @pytest.mark.parametrize("above", [False, True])
 def test_loss_auto_trains_with_the_loss_its_note_names(monkeypatch, above):
     """The same model and batch: auto's loss is the named loss's value, and the note says which it is."""
-    from core.tasks import recommender
+    from core.tasks.recommender import task as recommender
 
     if above:  # the threshold just under this catalogue, rather than a catalogue above the real one
         monkeypatch.setattr(recommender, "SAMPLED_LOSS_ABOVE", SMALL["items"] - 1)
@@ -122,7 +122,7 @@ def test_the_run_says_what_loss_auto_chose_and_a_config_naming_full_trains_as_be
     names full, as one written before auto existed does, trains without it."""
     from core.engine.events import RunStarted
     from core.engine.run_record import read_run
-    from core.tasks.recommender import SAMPLED_LOSS_ABOVE
+    from core.tasks.recommender.task import SAMPLED_LOSS_ABOVE
 
     events = []
     config = RunConfig.from_dict(

@@ -12,7 +12,7 @@ from core.data.reviews import generate_reviews
 from core.data.tokenizer import hashed_tokens
 from core.engine.trainer import Trainer, train
 from core.tasks import create_task
-from core.tasks.sentiment import roc_auc
+from core.tasks.sentiment.task import roc_auc
 
 SMALL = {"reviews": 6000}
 

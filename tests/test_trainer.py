@@ -28,7 +28,7 @@ from tests.test_devices_precision import CPU_WITH_FP16
 
 def make_loss_infinite(monkeypatch, when) -> None:
     """Multiply the tiny task's loss by inf on the training-loss calls for which `when(call_number)` is true."""
-    from core.tasks.tiny import TinyClassifierTask
+    from core.tasks.tiny.task import TinyClassifierTask
 
     original = TinyClassifierTask.loss
     calls = {"n": 0}

@@ -332,7 +332,7 @@ class Predictor:
         """recommend over histories given as model item ids: history b is codes[offsets[b]:offsets[b + 1]]
         (0 = an unknown id, skipped). Each history's last max_len known lessons are read, left-padded as in
         training; with `exclude_seen` every known lesson of the whole history is excluded."""
-        from core.tasks.recommender import score_rows
+        from core.tasks.recommender.task import score_rows
 
         self._need("recommend")
         if k < 1:
@@ -468,7 +468,7 @@ class Predictor:
             doc = np.arange(len(query)) - np.searchsorted(query, query)  # position within its query
             whole = True
         else:
-            from core.tasks.ranking import RANKING_COLUMNS
+            from core.tasks.ranking.task import RANKING_COLUMNS
 
             table, whole = self._read_test_table(RANKING_COLUMNS)
             names = [n for n in table.column_names if n not in ("query_id", "doc_id", "label")]
@@ -520,7 +520,7 @@ class Predictor:
 
     def example_inputs(self, limit: int = 20) -> np.ndarray:
         """tiny: the first `limit` validation points of the run's synthetic data (regenerated with its seed)."""
-        from core.tasks.tiny import make_tiny_data
+        from core.tasks.tiny.task import make_tiny_data
 
         self._need("example_inputs")
         opts = self.task_object.opts

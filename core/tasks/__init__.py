@@ -48,10 +48,10 @@ _installed_read = False
 
 def _task_classes() -> dict[str, type[Task]]:
     """Import every task module (this imports torch) and return name -> class, in registry order."""
-    from core.tasks.ranking import RankingTask
-    from core.tasks.recommender import RecommenderTask
-    from core.tasks.sentiment import SentimentTask
-    from core.tasks.tiny import TinyClassifierTask
+    from core.tasks.ranking.task import RankingTask
+    from core.tasks.recommender.task import RecommenderTask
+    from core.tasks.sentiment.task import SentimentTask
+    from core.tasks.tiny.task import TinyClassifierTask
 
     classes = {cls.name: cls for cls in (TinyClassifierTask, SentimentTask, RankingTask, RecommenderTask)}
     return {name: classes[name] for name in TASK_NAMES} | _loaded

@@ -192,7 +192,7 @@ def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, m
 
 
 def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
-    from core.tasks.ranking_losses import ndcg_at  # the preview's measure is the task's own (its serving says)
+    from core.tasks.ranking.losses import ndcg_at  # the preview's measure is the task's own (its serving says)
 
     page = open_run(qtbot, dialog, runs / "ranking", "ranking")
     reference = predictor(runs, "ranking")

@@ -11,7 +11,7 @@ from gui_helpers import find
 from core.config import RunConfig
 from core.engine.checkpoints import save_checkpoint
 from core.engine.trainer import train
-from core.tasks import recommender
+from core.tasks.recommender import task as recommender
 
 SMALL = {
     "items": 200,

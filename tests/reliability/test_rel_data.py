@@ -93,7 +93,7 @@ def test_hostile_csv_is_one_line_naming_file_line_and_column(tmp_path, name, con
 @pytest.mark.parametrize("name,separator,said", [("semicolon.csv", ";", "';'"), ("tabs.csv", "\t", "tabs")])
 def test_other_separators_are_sniffed_and_a_wrong_given_one_is_named(tmp_path, name, separator, said):
     from core.data.importers import ReadOptions, read_table
-    from core.tasks.ranking import RANKING_COLUMNS
+    from core.tasks.ranking.task import RANKING_COLUMNS
 
     path = write(tmp_path, name, HEADER.replace(",", separator) + ROW.replace(",", separator))
     table = read_table(path, RANKING_COLUMNS, prefix_columns="f")  # sniffed: it loads
@@ -286,7 +286,7 @@ def test_a_file_of_another_suffix_never_echoes_binary_or_a_secret(tmp_path, name
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
 def test_query_sizes_from_a_fifo_are_refused_unopened(tmp_path):
     from core.data.importers import ReadOptions, read_table
-    from core.tasks.ranking import RANKING_COLUMNS
+    from core.tasks.ranking.task import RANKING_COLUMNS
 
     data = write(tmp_path, "rank.train", "1 1:0.5\n0 1:0.25\n")
     os.mkfifo(tmp_path / "rank.train.query")  # beside it: not a file, so not taken

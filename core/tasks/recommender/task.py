@@ -49,7 +49,7 @@ from core.data.splits import read_splits
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
-from core.tasks.recommender_files import RecommenderFileScorer
+from core.tasks.recommender.files import RecommenderFileScorer
 from core.tasks.serving import PreviewSpec, ServingShape, TaskServing
 
 TOP_K = 10

@@ -15,13 +15,13 @@ standard; none), held as model buffers so checkpoints, resumes and exported weig
 column maps to 0; NaN or infinite features are refused (the importer names the line, fit_normalizer the
 column), not imputed.
 
-Loss (option `loss`, core.tasks.ranking_losses): LambdaLoss NDCG-Loss2++ (pairs weighted by the NDCG their
+Loss (option `loss`, core.tasks.ranking.losses): LambdaLoss NDCG-Loss2++ (pairs weighted by the NDCG their
 order is worth; the default), ApproxNDCG, listwise softmax cross-entropy against the gain distribution
 (2^label - 1) of each query, or pairwise RankNet; all in float32 under autocast, padding masked. Metrics per
 query, averaged over queries with at least one relevant (label > 0) lesson: NDCG@10 (gain 2^label - 1) and MRR
 of the first relevant lesson. Baseline: random order (mean over 5 seeded shuffles). Ceiling (synthetic data):
 ranking by the hidden noiseless relevance, on the same split. The task's serving part is
-core.tasks.ranking_serving.
+core.tasks.ranking.serving.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from core.data.splits import SPLITS, SplitTables, carve, read_splits
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
-from core.tasks.ranking_losses import LOSSES, TOP_K, ranking_metrics
+from core.tasks.ranking.losses import LOSSES, TOP_K, ranking_metrics
 from core.tasks.serving import TaskServing
 
 RANKING_COLUMNS = [
@@ -461,7 +461,7 @@ class RankingTask(Task):
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:
-        from core.tasks.ranking_serving import RankingTaskServing
+        from core.tasks.ranking.serving import RankingTaskServing
 
         return RankingTaskServing
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from core.errors import DataError
-from core.tasks.ranking_losses import ndcg_at
+from core.tasks.ranking.losses import ndcg_at
 from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
 
 

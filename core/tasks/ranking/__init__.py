@@ -1,0 +1,1 @@
+"""The ranking task: its training (task.py) and serving parts together."""

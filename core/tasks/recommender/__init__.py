@@ -1,0 +1,1 @@
+"""The recommender task: its training (task.py) and serving parts together."""

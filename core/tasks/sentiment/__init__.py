@@ -1,0 +1,1 @@
+"""The sentiment task: its training (task.py) and serving parts together."""

@@ -1,0 +1,1 @@
+"""The tiny task: its training (task.py) and serving parts together."""
