@@ -1,8 +1,7 @@
 """`predict`'s input, read a block at a time in bounded memory: pyarrow's streaming CSV reader (which reads up to 32
-blocks of BLOCK_BYTES ahead) through core.data.csv_guard's RowGuard, or a Parquet file's row batches, a row
-group at a time. CSV columns are read as bytes and made text per batch, so a value that is not UTF-8 costs its
-row, not its block; a NUL byte or a row over ROW_BYTES (skipped as it streams by, never held) is a bad row, as
-is a wrong number of values. Each batch comes with its rows' line numbers, the file's lines (the header is line
+blocks of BLOCK_BYTES ahead), or a Parquet file's row batches, a row group at a time. CSV columns are read as
+bytes and made text per batch, so a value that is not UTF-8 costs its row, not its block; so does a wrong
+number of values. Each batch comes with its rows' line numbers, the file's lines (the header is line
 1; a quoted value spanning lines is counted in full, in any column; blank lines are counted, and skipped
 without a report); a Parquet file's are its 1-based rows.
 
@@ -22,7 +21,6 @@ from core.errors import ConfigError, DataError
 from core.text import first_line, printable
 
 BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
-ROW_BYTES = 1 << 20  # a CSV row longer than this (or half a block) is a bad row, skipped without being held
 
 
 class InputReader:
@@ -43,6 +41,7 @@ class InputReader:
         self.delimiter = ","
         self._open().close()  # the first open: a FIFO or a device put in the file's place is refused, not read
         if not self.parquet:
+            formats.refuse_binary(path)
             self.delimiter = formats.sniff_delimiter(path, _declared()[0])  # as training's importer sniffs it
         try:
             if self.parquet:
@@ -93,11 +92,10 @@ class InputReader:
             raise ConfigError("--input", str(exc)) from None
 
     def _csv_source(self):
-        """(stream, ParseOptions arguments) for pyarrow's CSV reader: the file through a RowGuard, so that a
-        row over ROW_BYTES or holding a NUL byte costs that row (core.data.csv_guard)."""
-        from core.data.csv_guard import guarded_source
+        """(source, ParseOptions arguments) for pyarrow's CSV reader (core.data.formats.delimited_source)."""
+        from core.data.formats import delimited_source
 
-        return guarded_source(self.path, self.delimiter, min(ROW_BYTES, BLOCK_BYTES // 2), lambda _: self._open())
+        return delimited_source(self.path, self.delimiter)
 
     def columns_note(self) -> str:
         """The file's columns for a message, or why they are not shown (line 1 reads as no header)."""
@@ -191,13 +189,11 @@ class InputReader:
         import pyarrow.compute as pc
         import pyarrow.csv as pacsv
 
-        from core.data.csv_guard import reason
-
         skipped: list = []  # (record number, line breaks inside it, why) per record the parser skips
 
         def invalid(row) -> str:
             text = row.text or ""
-            why = reason(text) or f"{row.actual_columns} values, the header has {row.expected_columns} columns"
+            why = f"{row.actual_columns} values, the header has {row.expected_columns} columns"
             skipped.append((int(row.number or 0), text.count("\n"), why))
             return "skip"
 

@@ -5,7 +5,7 @@ declared beside each task's serving part).
 `check_request` refuses bad settings and paths before a model is loaded; `FilePrediction(predictor, request)`
 opens the input (core.runs.file_input: a block at a time, bounded memory) and the task's scorer, and `run`
 streams the file through it: a bad row (empty text, bytes that are not UTF-8, a value that is not a number, a
-wrong number of values, a history with no lesson the model knows, a NUL byte, a CSV row over ROW_BYTES) is
+wrong number of values, a history with no lesson the model knows) is
 skipped and reported on stderr by line ("line 17: f3 'abc' is not a number": the first MAX_REPORTED, then a
 count), or, with `strict`, is a one-line DataError. Progress goes to stderr: one line rewritten on a terminal,
 else a line every PROGRESS_SECONDS.
