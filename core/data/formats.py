@@ -1,23 +1,12 @@
-"""The text formats public data sets come in, read into pyarrow tables for the importer (core.data.importers).
+"""The text formats data sets come in, read into pyarrow tables for the importer (core.data.importers).
 
-- Delimited text (.csv .tsv .txt .dat .data): the delimiter is sniffed from the first lines (comma, tab, semicolon,
-  pipe, MovieLens' two-character "::", or runs of blanks: WHITESPACE), quoted fields respected; a delimiter of
-  more than one character (and WHITESPACE) is translated to one unused control character while pyarrow
-  streams the file (no quoting then, as in MovieLens' .dat files), so a 10M-row file is never held as Python
-  strings.
-- JSON lines (.jsonl .ndjson, and .json holding one object per line) via pyarrow.json.
-- `label text` lines (SST-2's `1 a great movie`, fastText's `__label__pos a great movie`): read_label_text.
-- svmlight / LETOR files are read by core.data.svmlight; what they look like (svmlight_kind) is told here.
+- Delimited text (.csv .tsv .txt .dat .data): the delimiter sniffed (sniff_delimiter); one of more than one
+  character ("::", runs of blanks: WHITESPACE) is read as SEP while pyarrow streams the file, unquoted.
+- JSON lines (.jsonl .ndjson, .json of one object per line); `label text` lines (SST-2, fastText).
+- svmlight / LETOR is read by core.data.svmlight; svmlight_kind tells it apart.
 
-A file whose suffix says nothing is recognised by its content (sniff_format), and one that matches nothing
-gets unrecognised()'s message: what was tried, and line 1 only when it reads as plain text (line_preview).
-
-The happy path never loops over rows in Python; the error path may (it locates the first bad line). Messages
-name the file and the line and echo at most one bad token, truncated.
-
-The reading rules every reader of user files shares (the importer and the predict CLI): what a number is
-(NUMBER), how column names compare (normalise_name), how a delimiter is sniffed (sniff_delimiter), what a file
-holds when its suffix does not say (sniff_format).
+A file whose suffix says nothing is recognised by its content (sniff_format). Also the rules every reader of
+user files shares: what a number is (NUMBER), how column names compare (normalise_name).
 """
 
 from __future__ import annotations
@@ -37,7 +26,6 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from core.errors import ConfigError, DataError
-from core.text import printable
 
 DELIMITED_SUFFIXES = (".csv", ".tsv", ".txt", ".dat", ".data")
 JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -86,8 +74,8 @@ def is_number(text: str) -> bool:
 
 
 def looks_like_column_name(name: str) -> bool:
-    """Whether `name` is shaped like a column name (a letter or '_' first, then up to 39 letters, digits,
-    blanks or `_ .()#%+-`): a line 1 whose fields all are may be shown as a header; other text may be a secret."""
+    """Whether `name` is shaped like a column name: a letter or '_' first, then up to 39 letters, digits,
+    blanks or `_ .()#%+-`."""
     return bool(_COLUMN_NAME.match(name))
 
 
@@ -554,30 +542,14 @@ def sniff_format(file: Path, known: set[str] = frozenset(), labels=None) -> tupl
     return ("delimited", delimiter) if delimiter else None
 
 
-_PLAIN_WORD = re.compile(r"^(?:[-+]?\d+(?:\.\d+)?|[A-Za-z][A-Za-z_.'-]{0,29}\d{0,3})$")
-
-
-def line_preview(file: Path, limit: int = 80) -> str | None:
-    """Line 1 of `file` for a message, printable and at most `limit` characters, when it reads as plain text or
-    a header: valid UTF-8 without control characters but tabs, two or more words, each a number or letters
-    (a few digits at the end allowed: f1, col2). None otherwise, so binary data, a key, a password or a token
-    (letters and digits mixed, long runs) is never echoed."""
+def unrecognised(file: Path, tried: tuple[str, ...] = ("delimited", "json", "svmlight", "label_text")) -> str:
+    """The message for a file that none of `tried` (FORMAT_NAMES' keys) reads: what was tried, line 1, and how
+    to say the format."""
     lines = _data_lines(file)
     try:
-        text = lines[0].decode("utf-8") if lines else ""
+        line1 = f"line 1 reads {shorten(lines[0].decode('utf-8'), 80)!r}" if lines else "it holds no data lines"
     except UnicodeDecodeError:
-        return None
-    words = [w.strip("\"'()[],;:!?") for w in re.split(r"[\s,;|]+", text) if w.strip("\"'()[],;:!?")]
-    if not text.replace("\t", " ").isprintable() or len(words) < 2 or not all(map(_PLAIN_WORD.match, words)):
-        return None
-    return printable(shorten(text, limit))
-
-
-def unrecognised(file: Path, tried: tuple[str, ...] = ("delimited", "json", "svmlight", "label_text")) -> str:
-    """The message for a file that none of `tried` (FORMAT_NAMES' keys) reads: what was tried, what line 1 looks
-    like (line_preview, else only that it is not plain text) and how to say the format."""
-    preview = line_preview(file)
-    line1 = f"line 1 reads {preview!r}" if preview is not None else "line 1 does not read as plain text"
+        line1 = "line 1 is not UTF-8 text"
     names = [FORMAT_NAMES[k] + (" (no delimiter splits its lines alike)" if k == "delimited" else "") for k in tried]
     return (
         f"{file}: not a format this reads; tried {', '.join(names)}; {line1}; give the format with "

@@ -1,23 +1,10 @@
 """Read users' data files (or a folder of them) with pyarrow, with errors that name file, line, column.
 
-Formats (READ_SUFFIXES): delimited text (.csv .tsv .txt .dat .data; the delimiter sniffed unless ReadOptions
-gives one, MovieLens' "::" and runs of blanks included), Parquet, JSON lines, svmlight / LETOR for ranking (with
-qid:, or with a query-sizes file beside it; core.data.svmlight) and `label text` lines for a caller that reads
-text and a label (both recognised by content); a file of any other suffix is read by what its content is
-(core.data.formats.sniff_format), and ReadOptions.data_format names the format outright. core.data.formats reads
-the text ones; core.data.conversion checks the values. Columns are found by ReadOptions.columns (a name or a 1-based
-position), else by the expected name, else by its one alias present (ALIASES); a file whose line 1 is data
-(_line1_is_data) has its columns taken by position (_positional_names, HEADERLESS_LAYOUTS).
-
-Every reader here is columnar: the happy path never loops over rows in Python. The slow, row-locating
-work (finding the first bad value, the byte that is not UTF-8) only runs once a read has already failed,
-so a bad file costs a second pass but a good one never does.
-
-Line numbers are the lines a user sees in the file (blank lines and quoted fields holding newlines are
-counted, on the error path only). Messages never echo file content beyond the header's column names (and
-those only when line 1 looks like a header, truncated) and the one bad value, truncated; a link is named by
-the real path it points to; anything that is not a regular file (a named pipe, a device) is refused
-without being opened.
+Formats (READ_SUFFIXES): delimited text (the delimiter sniffed unless ReadOptions gives one), Parquet, JSON lines,
+svmlight / LETOR (core.data.svmlight) and `label text` lines; a file of another suffix is read by its content
+(core.data.formats.sniff_format). Columns are found by ReadOptions.columns (a name or a 1-based position), else
+by the expected name, else by its one alias (ALIASES); a file whose line 1 is data has its columns taken by
+position (HEADERLESS_LAYOUTS). The happy path is columnar; the row-locating work runs only once a read failed.
 """
 
 from __future__ import annotations
@@ -74,7 +61,6 @@ HEADERLESS_LAYOUTS = {
     ),
 }
 PARQUET_SUFFIXES = (".parquet", ".pq")
-MAX_SHOWN = 80  # characters of file content (header names, one bad value) an error message may show
 
 
 @dataclass(frozen=True)
@@ -95,7 +81,7 @@ class ReadOptions:
 
 def data_files(path: str | Path) -> list[Path]:
     """The data files at `path`: the file itself, or the sorted data files (READ_SUFFIXES) of a folder. A link
-    is followed and its target named; anything but a regular file (FIFO, device, socket) is refused unopened."""
+    is followed and its target named; anything but a regular file (a FIFO would hang) is refused unopened."""
     path = Path(path)
     if path.is_symlink() and not path.exists():
         raise DataError(f"{path}: a link to {os.readlink(path)}, which does not exist")
@@ -120,8 +106,7 @@ def _real(path: Path) -> Path:
 
 
 def _not_regular(path: Path) -> str | None:
-    """What `path` is when it is not a regular file ("a named pipe (FIFO)", "a device", ...), from its
-    status alone: opening a FIFO would wait for a writer forever."""
+    """What `path` is when it is not a regular file ("a named pipe (FIFO)", ...), from its status alone."""
     mode = path.stat().st_mode
     return None if stat.S_ISREG(mode) else file_kind(mode)
 
@@ -133,14 +118,9 @@ def read_table(
     options: ReadOptions | None = None,
     notes: list[str] | None = None,
 ) -> pa.Table:
-    """Read `path` (file or folder) into one table holding `columns` (plus every column whose name starts
-    with `prefix_columns`, e.g. "f" for ranking features), checked and converted. `options`: the delimiter
-    (else sniffed) and column mapping (else the expected names, then ALIASES); see the module docstring.
-
-    Raises DataError naming the file and the line or column for: empty files, missing columns,
-    values of the wrong type, text that is not UTF-8. `notes` gets a line for the run's log per file read by
-    its content or with a query-sizes file (what it was read as).
-    """
+    """Read `path` (file or folder) into one table holding `columns` (plus every column named `prefix_columns`
+    and a number, e.g. f1, f2 for ranking features), checked and converted; DataError naming file and line or
+    column. `notes` gets a line for the run's log per file read by its content or with a query-sizes file."""
     options = options or ReadOptions()
     files = data_files(path)
     if options.query_file and len(files) > 1:
@@ -256,7 +236,7 @@ def _resolve(src: Source, names: list[str], columns: list[Column], options: Read
         elif len(hits) > 1 and col.required:
             raise DataError(
                 f"{src}: {where}missing column {col.name!r}; "
-                f"{formats.shorten(', '.join(names[i] for i in hits), MAX_SHOWN)} could each be it: "
+                f"{formats.shorten(', '.join(names[i] for i in hits), 80)} could each be it: "
                 f"choose one with --column {col.name}=NAME"
             )
     src.positions, src.names = positions, list(names)
@@ -273,9 +253,6 @@ def _resolve(src: Source, names: list[str], columns: list[Column], options: Read
 def _read_source(
     file: Path, columns: list[Column], prefix: str | None, options: ReadOptions, notes: list[str]
 ) -> tuple[pa.Table, Source]:
-    kind = _not_regular(file)  # a folder's entry may have changed since it was listed
-    if kind:
-        raise DataError(f"{file}: {kind}, not a regular file")
     if file.stat().st_size == 0:
         raise DataError(f"{file}: empty file (line 1: no header)")
     shape, delimiter, how = _format_of(file, columns, options)
@@ -305,7 +282,7 @@ def _read_source(
     else:
         src, table = _read_delimited(file, columns, prefix, options, delimiter)
     if said:
-        notes.append(f"{printable(file.name)}: {'; '.join(said)}")
+        notes.append(f"{file.name}: {'; '.join(said)}")
     names = table.schema.names
     positions = _resolve(src, names, columns, options)
     used = {names[i] for i in positions.values()} | {n for n in names if prefix and _is_prefixed(n, prefix)}
@@ -391,8 +368,7 @@ def _read_delimited(
 
 
 def _found_columns(names: list[str], src: Source | None = None) -> str:
-    """What line 1 holds, for a missing-column message: its names when they look like a header (truncated),
-    a hint when they look like a header cut by another separator, else nothing of the file's content."""
+    """What line 1 holds, for a missing-column message: its names, or a hint when another separator splits it."""
     if src is not None and not src.header:
         return (
             f"line 1 holds data, not a header, so its {len(names)} columns are taken by position as "
@@ -400,9 +376,6 @@ def _found_columns(names: list[str], src: Source | None = None) -> str:
             "--column NAME=POSITION"
         )
     used = src.delimiter if src is not None else ","
-    # one "name" is as likely a secret
-    if len(names) > 1 and all(formats.looks_like_column_name(n) for n in names):
-        return "found: " + formats.shorten(", ".join(names), MAX_SHOWN)
     if len(names) == 1:
         for sep in ("::", ";", "\t", "|", ","):
             parts = names[0].split(sep)
@@ -414,7 +387,7 @@ def _found_columns(names: list[str], src: Source | None = None) -> str:
                     f"line 1 seems separated by {formats.describe(sep)}, but {how} delimiter was "
                     f"{formats.describe(used)}: set --delimiter {formats.flag(sep)}"
                 )
-    return "line 1 does not look like a header of column names"
+    return "found: " + formats.shorten(printable(", ".join(names)), 80)
 
 
 def _is_prefixed(name: str, prefix: str) -> bool:
@@ -444,7 +417,7 @@ def _read_csv(src: Source, text_columns: list[str] = (), column_names: list[str]
 
 
 def _csv_parse_problem(src: Source, text: str, column_names: list[str] | None = None) -> str:
-    """Where and why a delimited file does not parse (error path only), without echoing the offending row."""
+    """Where and why a delimited file does not parse (error path only)."""
     counts = re.search(r"Expected (\d+) columns, got (\d+)", text)
     if counts:
         first: list = []

@@ -1,15 +1,11 @@
 """svmlight / LETOR ranking files (`label qid:Q idx:val ... # comment`: MSLR-WEB10K, Yahoo, Istella, LETOR 4.0),
 parsed in blocks with numpy and pyarrow string kernels into dense float32 features f1..fN; and the same lines
-without `qid:` (LightGBM's and XGBoost's `rank.train`), whose queries are the consecutive row counts of a
-sizes file beside them (`rank.train.query` or `.group`: one whole number per line) or named by the setting
-query_file. Below the importer (core.data.importers), like core.data.formats.
-
-The happy path never loops over rows in Python; the error path may (it locates the first bad line).
+without `qid:` (LightGBM's `rank.train`), whose queries are the row counts of a sizes file beside them
+(`.query` or `.group`) or named by the setting query_file. The error path alone loops over rows in Python.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -20,13 +16,9 @@ import pyarrow.csv as pacsv
 
 from core.data import formats
 from core.errors import DataError
-from core.files import UnreadableFile, read_regular
-from core.text import printable
+from core.files import UnreadableFile, open_regular
 
 QUERY_SUFFIXES = (".query", ".group")  # LightGBM's, XGBoost's: the query sizes of the file they extend
-QUERY_FILE_LIMIT = 1 << 30
-
-
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -273,9 +265,10 @@ def read_query_sizes(path: Path) -> np.ndarray:
     """The query sizes of a sizes file: one whole number above 0 per line (blank lines skipped); DataError
     naming the file and the line of the first that is not one."""
     try:
-        raw = read_regular(os.path.realpath(path), QUERY_FILE_LIMIT)
+        with open_regular(path) as handle:
+            raw = handle.read()
     except (OSError, UnreadableFile) as exc:
-        raise DataError(f"{path}: cannot read the query sizes: {printable(exc)}") from None
+        raise DataError(f"{path}: cannot read the query sizes: {exc}") from None
     lines = [line for line in raw.splitlines() if line.strip()]
     try:
         sizes = np.array([int(line) for line in lines], dtype=np.int64)
@@ -330,4 +323,4 @@ def read_ranking_file(file: Path, query_file: str = "") -> tuple[pa.Table, np.nd
     query = pa.array(np.repeat(np.arange(len(sizes), dtype=np.int64), sizes))
     table = table.set_column(table.schema.get_field_index("query_id"), "query_id", query)
     how = "the query_file" if query_file else "beside it"
-    return table, lines, f"{len(sizes):,} queries from {printable(sizes_file.name)} ({how}; the lines have no qid:)"
+    return table, lines, f"{len(sizes):,} queries from {sizes_file.name} ({how}; the lines have no qid:)"
