@@ -1,6 +1,5 @@
-"""Runs on other machines over plain ssh: start one detached on a host, follow its metrics.jsonl, steer it
-through its folder's control channel. Above the engine, below the CLI; no Qt (the window uses the same calls
-on a worker thread). See docs/remote.md.
+"""Runs on other machines over plain ssh: start one detached on a host, follow its metrics, steer it. No Qt; see
+docs/remote.md.
 
     Host(dest, command="amp-console", ssh_options=())      how to reach a host and run amp-console there
     host_devices(host) -> HostInfo                          its version, devices and runs root

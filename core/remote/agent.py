@@ -1,19 +1,8 @@
-"""The host side of remote runs: what `amp-console agent ...` does on the machine a client reaches with ssh.
+"""The host side of remote runs: what `amp-console agent ...` does on the machine a client reaches with ssh. Answers are
+JSON on stdout (`follow` streams metrics.jsonl lines); errors are one line on stderr, exit code 2.
 
-Each operation reads its arguments (and a JSON request or a file on stdin) and answers on stdout: one JSON
-object, or for `follow` a stream of metrics.jsonl lines. Errors are one line on stderr and exit code 2, as for
-every command. Nothing here opens a port or keeps a process besides the run it starts.
-
-    info                            {"version", "protocol", "devices": [...], "runs_root", "host"}
-    start        (request on stdin) {"folder", "pid", "log", "task_file"}: `amp-console train` detached, its
-                                    folder claimed; a task file the request carries is written into the folder
-    follow FOLDER --offset N        metrics.jsonl's complete lines from byte N, as written, until the run ends;
-                                    `#offset N` when idle (a heartbeat, and where the stream stands), `#end STATUS`
-    control FOLDER VERB             {"request", "seq", "verb", "acknowledged", "outcome", "message"}
-    put --sha256 H --size N --name  (the file on stdin) {"path"}: kept under <runs root>/.uploads/H/
-    runs                            one {"run": record} line per run under the runs root, then {"root", "runs"}
-    fetch FOLDER [--checkpoint]     {"folder", "name", "files": [{"name", "size", "sha256"}]}, then reads
-                                    {"send": [names]} on stdin and writes those files' bytes, in that order
+    info | start (request on stdin) | follow FOLDER --offset N | control FOLDER VERB
+    put --sha256 H --size N --name (file on stdin) | runs | fetch FOLDER [--checkpoint]
 """
 
 from __future__ import annotations
@@ -26,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from core import __version__
 from core.errors import AmpConsoleError
@@ -69,8 +59,8 @@ def info() -> dict:
 
 
 def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
-    """A run folder from what a user typed: a folder path, or a run's id, folder name or unique id prefix under
-    the runs root. AgentError (one line) when it names none."""
+    """A run folder from a folder path, or a run's id, name or unique id prefix under the runs root. AgentError when it
+    names none."""
     from core.engine.run_index import find_runs
     from core.engine.run_record import runs_root
 
@@ -93,8 +83,7 @@ def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
 
 # ----------------------------------------------------------------------------------------------- start
 def start(request: dict) -> dict:
-    """Start `amp-console train` detached (its own session, stdin from /dev/null, output in the folder's
-    train.log): it survives the ssh connection. Returns once the run holds its folder."""
+    """Start `amp-console train` detached so it survives the ssh connection; return once the run holds its folder."""
     from core.config import RunConfig
     from core.engine.run_folder import holds_a_run, is_in_use
     from core.engine.run_record import new_run_folder, runs_root
@@ -106,7 +95,7 @@ def start(request: dict) -> dict:
         raise AgentError('the start request has no "config" object')
     config = RunConfig.from_dict(values, source="the start request")
     problems = config.errors()
-    if config.task_file:  # a user task: the run loads it (its copy, below) and says what is wrong with it
+    if config.task_file:  # the run itself reports what is wrong with a user task
         problems.pop("task", None)
     if problems:
         name, message = next(iter(problems.items()))
@@ -130,7 +119,7 @@ def start(request: dict) -> dict:
     else:
         folder = _new_folder(new_run_folder(runs_root(request.get("runs_dir")), config.task, config.precision))
     config = config.replace(out_dir=str(folder))
-    if request.get("task_file") is not None:  # the caller's task file, sent along: the run loads this copy
+    if request.get("task_file") is not None:
         try:
             config = config.replace(task_file=place_task_file(folder, request["task_file"]))
         except ValueError as exc:
@@ -138,7 +127,7 @@ def start(request: dict) -> dict:
     launch = folder / LAUNCH_FILE
     config.save_toml(launch)
     argv = [sys.executable, "-m", "core.cli", "train", "--config", str(launch), "--out", str(folder)]
-    if config.task_file:  # a user task (its copy in the folder, or a module's class): loaded by the run itself
+    if config.task_file:
         argv += ["--task", config.task_file]
     if resume:
         argv += ["--resume", resume]
@@ -158,7 +147,7 @@ def start(request: dict) -> dict:
                 f"the run has not claimed {shown_path(folder)} after {START_SECONDS:g} s; see {shown_path(log_path)}"
             )
         time.sleep(0.05)
-    process.returncode = 0  # not waited for here: it outlives this process (no "still running" warning)
+    process.returncode = 0  # it outlives this process: no "still running" warning
     return {"folder": str(folder), "pid": process.pid, "log": str(log_path), "task_file": config.task_file}
 
 
@@ -189,8 +178,8 @@ def log_tail(path: Path) -> str:
 
 # ----------------------------------------------------------------------------------------------- follow
 def follow(folder: Path, offset: int, out, heartbeat: float = HEARTBEAT_SECONDS) -> None:
-    """Write metrics.jsonl's complete lines from `offset` to `out` (binary) as the run writes them; see the
-    module doc. Returns when the run is over or the reader has gone (a broken pipe)."""
+    """Stream metrics.jsonl's complete lines from `offset` to `out` (binary) as the run writes them, with `#offset N`
+    heartbeats and a final `#end STATUS`. Returns when the run is over or the reader has gone."""
     from core.engine.follow import MetricsFollower
 
     if not folder.is_dir():
@@ -210,11 +199,8 @@ def follow(folder: Path, offset: int, out, heartbeat: float = HEARTBEAT_SECONDS)
         note = log_tail(folder / LOG_FILE) if follower.status == "gone" else ""
         out.write(b"#offset %d\n#end %s\t%s\n" % (follower.offset, follower.status.encode(), note.encode()))
         out.flush()
-    except BrokenPipeError:  # the client went away (its connection dropped): nothing more to do
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+    except BrokenPipeError:  # the client went away
+        _quiet_stdout()
     finally:
         follower.close()
 
@@ -251,8 +237,8 @@ def upload_path(sha256: str, name: str, runs_dir: str | None = None) -> Path:
 
 
 def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: str | None = None) -> dict:
-    """Keep the file on `stream` under the uploads folder by its sha256 (checked); a file already kept there
-    with that size is not sent again (`check_only`: only say whether it is)."""
+    """Keep the file on `stream` under the uploads folder by its sha256 (checked); a file already kept with that size is
+    not sent again (`check_only`: only say whether it is)."""
     path = upload_path(sha256, name, runs_dir)
     if path.is_file() and path.stat().st_size == size:
         return {"path": str(path), "stored": False}
@@ -286,9 +272,8 @@ def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: s
 
 # ----------------------------------------------------------------------------------------------- runs, fetch
 def runs(out, runs_dir: str | None = None) -> None:
-    """The runs under the runs root as this machine's history reads them (core.engine.run_index.find_runs:
-    each record bounded and checked, a run.json that can't be read one "unreadable" run), newest first: one
-    line `{"run": record}` each, then `{"root", "runs"}` (how many)."""
+    """One `{"run": record}` line per run under the runs root, as the local history reads them, then `{"root",
+    "runs"}`."""
     from core.engine.run_index import find_runs
     from core.engine.run_record import runs_root
 
@@ -315,11 +300,9 @@ def _sha256_of_open(f, size: int) -> str:
 
 
 def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None = None) -> None:
-    """A run's files for a copy on the caller's machine (see the module doc): RUN_FILES that are there and,
-    `with_checkpoint`, its best checkpoint, else its last (core.engine.run_record.run_checkpoint). Each is a
-    regular file in the folder, opened without following a link (a link is refused, one line), hashed and
-    sent from that same open file: a file the run replaces meanwhile is sent as it was hashed, metrics.jsonl
-    up to the size it had. The caller answers on `reply` which files to send (those it lacks)."""
+    """Send a run's RUN_FILES and, `with_checkpoint`, its best (else last) checkpoint: first the manifest, then the
+    bytes of the files the caller asks for on `reply`. Each file is opened without following links and sent from the
+    same open file it was hashed from."""
     from core.engine.run_record import run_checkpoint, runs_root
     from core.errors import CheckpointError
 
@@ -333,7 +316,7 @@ def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None 
             raise AgentError(str(exc)) from None
         if checkpoint.name not in names:
             names.append(checkpoint.name)
-    opened: list[tuple[dict, object]] = []
+    opened: list[tuple[dict, BinaryIO]] = []
     try:
         for name in names:
             try:

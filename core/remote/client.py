@@ -1,6 +1,5 @@
-"""Starting, following and steering runs on another machine over ssh (the desktop side; see core.remote.agent
-for the host side). Plain Python for the CLI and the window alike: calls that return, and a follower to iterate
-on a worker thread and close from any thread.
+"""Starting, following and steering runs on another machine over ssh (the desktop side of core.remote.agent), for the
+CLI and the window alike.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from core import __version__
 from core.devices import DeviceInfo
@@ -53,8 +52,8 @@ class HostInfo:
 
 
 def host_devices(host: Host, timeout: float = 120.0) -> HostInfo:
-    """The host's devices (what `amp-console devices` lists there), its amp-console version and runs root.
-    RemoteError, one line, when it is unreachable, has no amp-console or another version."""
+    """The host's amp-console version, devices and runs root. RemoteError (one line) when it is unreachable, has no
+    amp-console or another version."""
     data = _agent(host, ["info"], timeout=timeout)
     devices = [DeviceInfo(**(d | {"precisions": tuple(d.get("precisions", ()))})) for d in data.get("devices", [])]
     return HostInfo(host.dest, str(data.get("version")), devices, str(data.get("runs_root")), str(data.get("host")))
@@ -82,8 +81,7 @@ def sha256_of(path: str | os.PathLike) -> str:
 
 
 def upload(host: Host, local: str | os.PathLike, timeout: float = 3600.0) -> str:
-    """Copy a local file to the host's uploads folder (through ssh's stdin) unless a file with the same sha256
-    is there already; its path on the host."""
+    """Copy a local file to the host's uploads folder unless one with the same sha256 is there; its path there."""
     path = Path(local)
     if not path.is_file():
         raise ConfigError(
@@ -108,13 +106,10 @@ def start_remote_run(
     runs_dir: str | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> RemoteRun:
-    """Start `amp-console train` with `config` (a RunConfig or its dict) detached on the host, in a new run
-    folder under the host's runs root (or config's out_dir there), and return once the run holds it.
-    `upload_fields`: the settings among data, val_data, test_data whose values are local files, copied to the
-    host first (skipped when it has the same sha256); the others are paths on the host. `resume`: a checkpoint
-    path on the host. `nproc`: DDP processes there. A config naming a task file (task_file) sends that file
-    along: the host writes it into the run's folder and the run loads that copy (core.remote.task_file); a
-    module's class (package.module:Class) is passed as it is and must be installed on the host."""
+    """Start `amp-console train` with `config` (a RunConfig or its dict) detached on the host; return once the run holds
+    its folder. `upload_fields`: data settings whose values are local files, copied to the host first; `resume`: a
+    checkpoint path on the host; `nproc`: DDP processes there. A task file the config names is sent along
+    (core.remote.task_file)."""
     from core.remote.task_file import task_payload
 
     values = dict(config.to_dict() if hasattr(config, "to_dict") else config)
@@ -138,12 +133,12 @@ def start_remote_run(
 
 
 def control_remote(host: Host, folder: str, verb: str, timeout: float = 30.0) -> ControlResult:
-    """`pause`, `resume` or `stop` the run in `folder` on the host, waiting up to `timeout` s for its
-    acknowledgement and outcome (see core.engine.folder_control.send_control)."""
+    """`pause`, `resume` or `stop` the run in `folder` on the host, waiting up to `timeout` s for its acknowledgement
+    and outcome."""
     data = _agent(host, ["control", folder, verb, "--timeout", str(timeout)], timeout=timeout + 60.0)
     ack = event_or_none(data["acknowledged"]) if data.get("acknowledged") else None
     outcome = event_or_none(data["outcome"]) if data.get("outcome") else None
-    request = ControlRequest(PurePosixPath(folder), int(data.get("seq") or 0), verb, str(data.get("request")))
+    request = ControlRequest(Path(folder), int(data.get("seq") or 0), verb, str(data.get("request")))
     return ControlResult(
         request, ack if isinstance(ack, ControlAcknowledged) else None, outcome, printable(str(data.get("message", "")))
     )
@@ -159,13 +154,10 @@ class FollowNote:
 
 
 class RemoteFollower:
-    """metrics.jsonl of a run on a host, from byte `offset`, as the host's `agent follow` streams it: iterate to
-    get each line (a core.engine.follow.FollowLine, with the offset to resume from) and FollowNotes when the
-    connection drops and comes back. A dropped connection is tried again with back-off from the end of the last
-    complete line, so no line is lost or repeated. Iteration ends when the run is over (`status` "ended" or
-    "gone", `note` the host's last log line for a run that never wrote RunEnded) or `close()` is called from
-    another thread ("stopped"). RemoteError when the host can't be reached at all, has no amp-console, or no
-    connection came back for `give_up_after` seconds."""
+    """Iterate metrics.jsonl of a run on a host from byte `offset`: FollowLines, and FollowNotes when the connection
+    drops and comes back (it is retried with back-off from the last complete line). Ends when the run is over (`status`
+    "ended" or "gone") or on close() ("stopped"). RemoteError when the host can't be reached at all or no connection
+    came back for `give_up_after` seconds."""
 
     def __init__(
         self,
@@ -227,7 +219,8 @@ class RemoteFollower:
                 stderr = process.stderr.read().decode("utf-8", "replace") if process.stderr else ""
                 process.wait()
                 for pipe in (process.stdout, process.stderr):
-                    pipe.close()
+                    if pipe is not None:
+                        pipe.close()
                 self._process = None
             if self.status != "running" or self._closed.is_set():
                 if self._closed.is_set() and self.status == "running":
@@ -255,12 +248,14 @@ class RemoteFollower:
                 self.status = "stopped"
                 return
 
-    def _stream(self, process: subprocess.Popen) -> Iterator[FollowLine | FollowNote]:
+    def _stream(self, process: subprocess.Popen) -> Generator[FollowLine | FollowNote, None, bool]:
         """One connection's lines; returns whether the stream came up (its first `#offset`)."""
         lines: queue.Queue = queue.Queue()
+        stdout = process.stdout
+        assert stdout is not None  # opened with PIPE
 
         def read() -> None:
-            for raw in process.stdout:
+            for raw in stdout:
                 lines.put(raw)
             lines.put(None)
 
@@ -337,9 +332,8 @@ class LocalFollower:
 
 
 def follow_run(target: str, offset: int = 0, host: Host | None = None, runs_dir: str | None = None):
-    """A follower of a run named by `target`: `host:path` (over ssh; `host` gives the command and ssh options
-    to use for it), a run folder here, or a run's id or name under the runs root. LocalFollower or
-    RemoteFollower; both iterate FollowLines and close() from any thread."""
+    """A follower of `target`: `host:path` over ssh (`host` gives the command and ssh options), a run folder here, or a
+    run's id or name under the runs root. Both kinds iterate FollowLines and close() from any thread."""
     remote = ssh.parse_target(target) if not os.path.exists(target) else None
     if remote is not None:
         dest, path = remote

@@ -1,20 +1,15 @@
-"""A host's runs in this machine's history: the runs under its runs root, as the host's own history reads them
-(`agent runs`), and one run's small files and best checkpoint fetched into a copy under the local runs root,
-`<runs root>/.hosts/<host>/<run name>/`, where the checkpoint loaders (weights_only), evaluate, export and the
-window's preview read it as any run folder. The copy's files keep the host's bytes; a file whose size and
-sha256 match the host's is not sent again.
+"""A host's runs in this machine's history: list them (`agent runs`) and fetch one run's small files and best checkpoint
+into `<runs root>/.hosts/<host>/<run name>/`, where every local tool reads it as any run folder. Files whose size and
+sha256 match are not sent again.
 
-The host's answer is read as a run folder someone else wrote: each record bounded (size, depth) and its fields
-checked (core.engine.run_record.record_problem), so one bad record is one "unreadable" run and the others list;
-a run's name must be a relative path of plain parts (no `..`, no absolute path, no hidden part), a file name a
-plain name of the run's files, sizes and sha256s of their kind. Every write stays inside the copy's folder,
-reached without a link (is_inside, each part checked), through a temp file renamed into place once its sha256
-is the host's. A refused answer is one RemoteError line.
+The host's answer is checked as untrusted input: records bounded and validated, names plain relative paths, every write
+inside the copy's folder through a temp file renamed once its sha256 matches.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -25,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from core import __version__
 from core.engine.run_record import record_problem
@@ -121,8 +117,7 @@ def copy_folder(local_root: str | os.PathLike, dest: str, name: str) -> Path:
 
 
 def _make_folder(local_root: str | os.PathLike, dest: str, name: str) -> Path:
-    """copy_folder, made: each part under the runs root a real folder (never a link: the runs root itself may
-    be one) and the result inside `.hosts`."""
+    """copy_folder, made part by part as real folders (never through a link), checked to be inside `.hosts`."""
     base = Path(os.path.abspath(local_root))
     target = copy_folder(base, dest, name)
     base.mkdir(parents=True, exist_ok=True)
@@ -156,8 +151,7 @@ def _make_folder(local_root: str | os.PathLike, dest: str, name: str) -> Path:
 
 # ----------------------------------------------------------------------------------------------- the call
 class _Call:
-    """One agent call whose answer is read as a stream. The call is killed when `stop()` says so or when
-    nothing arrives for `silence` seconds; stderr is drained on a thread (a chatty host can't block it)."""
+    """One agent call whose answer is read as a stream, killed on `stop()` or after `silence` seconds without data."""
 
     def __init__(self, host: Host, args: list[str], stop: Callable[[], bool] | None, silence: float):
         self.host, self.silence = host, silence
@@ -170,11 +164,14 @@ class _Call:
             )
         except OSError as exc:
             raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
+        assert self.process.stdin and self.process.stdout and self.process.stderr  # all opened with PIPE
+        self.stdin, self.stderr = self.process.stdin, self.process.stderr
+        self.stdout = cast(io.BufferedReader, self.process.stdout)  # the default bufsize buffers it
         self.stopped = self.silent = False
         self._last = time.monotonic()
         self._done = threading.Event()
         self._stderr: list[bytes] = []
-        self._drain = threading.Thread(target=lambda: self._stderr.append(self.process.stderr.read()), daemon=True)
+        self._drain = threading.Thread(target=lambda: self._stderr.append(self.stderr.read()), daemon=True)
         self._drain.start()
         threading.Thread(target=self._watch, args=(stop,), daemon=True, name="remote-fetch-watch").start()
 
@@ -197,12 +194,12 @@ class _Call:
                 pass
 
     def readline(self, limit: int) -> bytes:
-        line = self.process.stdout.readline(limit)
+        line = self.stdout.readline(limit)
         self._last = time.monotonic()
         return line
 
     def read(self, n: int) -> bytes:
-        chunk = self.process.stdout.read1(n)
+        chunk = self.stdout.read1(n)
         self._last = time.monotonic()
         return chunk
 
@@ -210,8 +207,8 @@ class _Call:
         """Write `data` to the host's stdin and close it (the host may have gone: that shows when reading)."""
         try:
             if data:
-                self.process.stdin.write(data)
-            self.process.stdin.close()
+                self.stdin.write(data)
+            self.stdin.close()
         except OSError:
             pass
 
@@ -240,14 +237,13 @@ class _Call:
             self._kill()
             self.process.wait()
         self._drain.join(5)
-        for pipe in (self.process.stdout, self.process.stderr):
+        for pipe in (self.stdout, self.stderr):
             pipe.close()
 
 
 def _answer_lines(call: _Call, what: str):
-    """The JSON object lines of an answer, each bounded (RECORD_LIMIT) and parsed (parse_json's depth limit):
-    (the object, None), or (None, the one-line reason) for a line that is none. Other lines (a login banner
-    from the host's shell start-up files) are skipped."""
+    """The answer's JSON object lines, each bounded and parsed: (the object, None), or (None, the reason) for a bad
+    line. Other lines (a login banner) are skipped."""
     while True:
         raw = call.readline(RECORD_LIMIT + 1)
         if not raw:
@@ -269,9 +265,8 @@ def _answer_lines(call: _Call, what: str):
 def list_host_runs(
     host: Host, local_root: str | os.PathLike, stop: Callable[[], bool] | None = None, silence: float = SILENCE_SECONDS
 ) -> HostRuns:
-    """The runs under the host's runs root (newest first), each a record as this machine's history holds it
-    (listed_run). RemoteError, one line, when the host can't be reached, has no amp-console or another
-    version, or did not answer as an agent does."""
+    """The runs under the host's runs root (newest first), as rows of this machine's history (listed_run). RemoteError
+    (one line) when the host can't be reached or did not answer as an agent does."""
     call = _Call(host, ["runs"], stop, silence)
     runs: list[dict] = []
     summary = None
@@ -310,10 +305,8 @@ def _refused(dest: str, local_root, index: int, reason: str, name=None) -> dict:
 
 
 def listed_run(dest: str, value, local_root: str | os.PathLike, index: int = 0) -> dict:
-    """A host's run record as a row of this machine's history: checked as a local record (record_problem; a
-    bad one is "unreadable"), named `HOST:NAME`, "folder" the local copy's folder (copy_folder), "host",
-    "remote_name", "remote_folder" (on the host), "remote_checkpoints" (whether the host kept any) and its
-    checkpoints' paths in the copy (which holds them once fetched)."""
+    """A host's run record as a history row: checked (a bad one is "unreadable"), named `HOST:NAME`, "folder" the local
+    copy's, plus "host", "remote_name", "remote_folder", "remote_checkpoints" and checkpoint paths in the copy."""
     if not isinstance(value, dict):
         return _refused(dest, local_root, index, f"the host's record is {type(value).__name__}, not an object")
     run = {k: v for k, v in value.items() if k != "host_row"}  # what only this side says
@@ -325,8 +318,8 @@ def listed_run(dest: str, value, local_root: str | os.PathLike, index: int = 0) 
         problem = record_problem(run)
         if problem is None and not all(isinstance(run.get(k, ""), str) for k in ("unreadable", "note")):
             problem = "unreadable or note is not text"
-    if problem:
-        return _refused(dest, local_root, index, problem, name)
+    if problem or not isinstance(name, str):
+        return _refused(dest, local_root, index, problem or "no run name", name)
     copy = copy_folder(local_root, dest, name)
     checkpoints = {}
     for which, entry in (run.get("checkpoints") or {}).items():
@@ -356,8 +349,8 @@ def _manifest(dest: str, value) -> tuple[str, list[dict]]:
         raise refuse("it names no files")
     name = value.get("name")
     problem = name_problem(name)
-    if problem:
-        raise refuse(problem)
+    if problem or not isinstance(name, str):
+        raise refuse(problem or "no run name")
     files, seen = [], set()
     for entry in value["files"]:
         if not isinstance(entry, dict):
@@ -406,14 +399,15 @@ def fetch_run(
     stop: Callable[[], bool] | None = None,
     silence: float = SILENCE_SECONDS,
 ) -> FetchedRun:
-    """Copy the run in `folder` on the host (a folder, or a run's name or id under the host's runs root) into
-    `<local_root>/.hosts/<host>/<its name>/`: run.json, metrics.jsonl, note.txt, evaluation.json and, with
-    `checkpoint`, its best checkpoint (else its last). Files whose size and sha256 match the copy's are not sent;
-    `on_progress(bytes done, bytes to send, file name)` as the others arrive. A checkpoint of the copy the host
-    no longer names (a best replaced by a better one) is removed. `stop()` true ends the transfer (RemoteError)."""
+    """Copy the run in `folder` on the host (a folder, or a run's name or id there) into
+    `<local_root>/.hosts/<host>/<its name>/`: its run files and, with `checkpoint`, its best (else last) checkpoint.
+    Files already matching are not sent; `on_progress(bytes done, bytes to send, file name)`; a checkpoint the host no
+    longer names is removed. `stop()` true ends the transfer (RemoteError)."""
     dest = host.dest
     call = _Call(host, ["fetch", folder, *(["--checkpoint"] if checkpoint else [])], stop, silence)
-    sent, kept, done, tmp = [], [], 0, None
+    sent: list[str] = []
+    kept: list[dict] = []
+    done, tmp = 0, None
     try:
         value, problem = next(_answer_lines(call, f"{dest}'s answer"), (None, None))
         if value is None:
@@ -425,7 +419,7 @@ def fetch_run(
             )
         name, files = _manifest(dest, value)
         target = _make_folder(local_root, dest, name)
-        wanted = []
+        wanted: list[dict] = []
         for entry in files:
             (kept if _same(target / entry["name"], entry) else wanted).append(entry)
         call.send((json.dumps({"send": [e["name"] for e in wanted]}) + "\n").encode("utf-8"))

@@ -1,11 +1,8 @@
-"""Commands on another machine through the user's own `ssh`: their keys, agent, ~/.ssh/config and known_hosts.
+"""Commands on another machine through the user's own `ssh` (their keys, ~/.ssh/config and known_hosts).
 
-Every call is `ssh -o BatchMode=yes -o ConnectTimeout=10 [the caller's options] -- DEST 'PREFIX agent ...'`:
-BatchMode makes a missing key or an unknown host key fail at once instead of prompting; host key checking is
-ssh's own and stays on; nothing here stores a password or a key. PREFIX (Host.command) is how the host runs
-amp-console: `amp-console` by default, or e.g. `~/venv/bin/amp-console`, a shell snippet the host's shell runs
-as given; every argument after it is quoted with shlex.quote. The host side is `amp-console agent`
-(core.remote.agent), which answers in JSON lines, so nothing but arguments crosses the shell.
+Every call is `ssh -o BatchMode=yes ... -- DEST 'PREFIX agent ARGS'`: BatchMode fails at once instead of prompting, and
+nothing here stores a password or key. PREFIX (Host.command) is the host's shell command for amp-console; every argument
+after it is shlex-quoted. The host side is core.remote.agent, answering in JSON lines.
 """
 
 from __future__ import annotations
@@ -31,9 +28,8 @@ class RemoteError(AmpConsoleError):
 
 @dataclass(frozen=True)
 class Host:
-    """A machine reached with ssh. `dest`: what `ssh` takes ([user@]host, or a Host of ~/.ssh/config);
-    `command`: the shell command that runs amp-console there; `ssh_options`: extra ssh arguments, passed only
-    when given (e.g. ("-F", "/path/to/ssh_config"))."""
+    """A machine reached with ssh: `dest` as `ssh` takes it, `command` runs amp-console there, `ssh_options` are extra
+    ssh arguments."""
 
     dest: str
     command: str = field(default_factory=lambda: os.environ.get(REMOTE_COMMAND_ENV, "").strip() or "amp-console")
@@ -55,15 +51,14 @@ class Host:
                 "openssh-client) to reach other hosts"
             )
         options = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}", "-T"]
-        if keepalive:  # a long stream notices a dead network within ~30 s
+        if keepalive:  # a long stream notices a dead network
             options += ["-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"]
         remote = " ".join([self.command, "agent", *(shlex.quote(str(arg)) for arg in args)])
         return [ssh, *options, *self.ssh_options, "--", self.dest, remote]
 
 
 def parse_target(text: str) -> tuple[str, str] | None:
-    """("host", "path") for `host:path` (`user@host:path` too); None for a local path (no colon before the first
-    slash, or a Windows drive letter)."""
+    """("host", "path") for `host:path` (`user@host:path` too); None for a local path."""
     head, sep, path = text.partition(":")
     if not sep or not head or "/" in head or "\\" in head or (len(head) == 1 and head.isalpha()):
         return None

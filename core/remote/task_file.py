@@ -1,14 +1,6 @@
-"""A user's task on a host: the task file travels with the run (core.tasks.user_tasks names the references).
-
-A run started on a host whose config names a task file (`task_file = "path/my_task.py:MyTask"`) carries that
-file in its start request, over the ssh connection the start uses; the host's agent writes it into the new run's
-folder (`<run>/task/my_task.py`) and the run is given that copy (`--task`-style: its config's task_file is the
-path on the host, recorded in its run.json). Only the one file is sent: modules it imports must be on the host.
-A `package.module:MyTask` reference is passed as it is: the module must be installed on the host.
-
-    task_payload(reference, dest) -> (payload or None, note)   the client side: the file's text, or a note
-    place_task_file(folder, payload) -> reference              the host side: the copy in the run folder
-    task_for_host(reference, given, dest) -> (name, defaults)  the task's name, read from its source here
+"""A user's task file travels with a remote run: sent in the start request, written into the run's folder on the host
+(`<run>/task/my_task.py`) and given to the run. Only that one file is sent; a `package.module:MyTask` reference is
+passed as it is and must be installed on the host.
 """
 
 from __future__ import annotations
@@ -25,9 +17,8 @@ MAX_TASK_BYTES = 4 * 1024 * 1024  # a task file's source: more is not a task fil
 
 
 def task_payload(reference: str, dest: str) -> tuple[dict | None, str]:
-    """What a start request carries for the task `reference` names: ({"name", "class", "text", "sha256"}, a
-    note for the user) for a task file here, (None, a note) for a module's class (passed as it is). ConfigError
-    (one line) when the file cannot be read here."""
+    """The start request's task part for `reference`: ({"name", "class", "text", "sha256"}, a note) for a task file,
+    (None, a note) for a module's class. ConfigError when the file cannot be read."""
     from core.tasks.user_tasks import TaskFileError, split_reference
 
     try:
@@ -65,9 +56,8 @@ def task_payload(reference: str, dest: str) -> tuple[dict | None, str]:
 
 
 def place_task_file(folder: Path, payload) -> str:
-    """Write the task file a start request carries into `folder`/task/ and return the reference the run is
-    given (its path there, with the class). ValueError (one line) for a payload that is not a task file or a
-    copy that cannot be written."""
+    """Write the task file a start request carries into `folder`/task/ and return the run's reference to it. ValueError
+    (one line) for a bad payload or a failed write."""
     if not isinstance(payload, dict):
         raise ValueError("the start request's task_file is not an object")
     name, class_name, text, sha = (payload.get(k) for k in ("name", "class", "text", "sha256"))
@@ -99,17 +89,15 @@ def place_task_file(folder: Path, payload) -> str:
 
 
 def task_for_host(reference: str, given: str, dest: str) -> tuple[str, dict]:
-    """(the task's name, its default settings) for a run of the task `reference` names started on `dest`, read
-    from its source here (nothing of it runs); a task file whose attributes are not literals is loaded here to
-    know them. A module not installed here takes its name from `given` (the config's `task`). TaskFileError
-    (one line) otherwise."""
+    """(the task's name, its default settings) for `reference`, read from its source here; a module not installed here
+    takes its name from `given`. TaskFileError otherwise."""
     from core.tasks import TASK_NAMES, add_task
     from core.tasks.catalog import find_task_class, read_task_info
     from core.tasks.user_tasks import NAME_RE, TaskFileError, module_source_file, split_reference
 
     kind, target, class_name = split_reference(reference)
     path = Path(target).expanduser() if kind == "file" else module_source_file(target)
-    if kind == "file" and not path.is_file():
+    if kind == "file" and not (path is not None and path.is_file()):
         raise TaskFileError(reference, f"no such local file to copy to {dest}")
     if path is not None:
         class_name = class_name or find_task_class(path)
