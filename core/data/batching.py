@@ -1,14 +1,11 @@
 """Epoch batching by slicing tensors with a seeded permutation: no per-sample Python, no collation.
 
-Each epoch's order is a pure function of (seed, epoch), so a resumed run replays exactly the same batches.
-Under DDP every rank takes its own slice of each global batch, so every sample is seen once per epoch
-across ranks (like DistributedSampler, without per-sample work).
+Each epoch's order is a pure function of (seed, epoch), so a resumed run replays the same batches. Under DDP
+every rank takes its own slice of each global batch (like DistributedSampler, without per-sample work).
 
-Training data too big for the device stays on the host (pinned), and a batch is gathered there and copied
-over. Gathering rows of a pinned tensor gives pageable memory, whose `non_blocking` copy blocks, so
-`HostStaging` gathers into one of two pinned staging buffers instead and starts the copy on a side stream,
-one batch ahead: batch i+1 is gathered and its copy in flight while step i runs on the device, and the step
-waits only on that copy's event. The batches and their order are the same as without it.
+Training data too big for the device stays on the host: `HostStaging` gathers a batch into one of two pinned
+buffers and starts its copy on a side stream one batch ahead, so the step waits only on that copy's event.
+The batches and their order are the same as without it.
 """
 
 from __future__ import annotations
@@ -95,13 +92,9 @@ def _copy_engine(device: torch.device):
 
 
 class HostStaging:
-    """Pinned, double-buffered host-to-device batches, one ahead (see the module doc).
-
-    Buffer slot k is overwritten only after the copy out of it (two fetches earlier) has finished; a batch's
-    device tensors are marked as used by the compute stream so the allocator never hands their memory back to
-    the copy stream early. Where the device has no streams (or the data is not on the host: tests), the same
-    gathers run into the buffers and each batch is a copy of its buffer, so the logic is exercised anywhere.
-    """
+    """Pinned, double-buffered host-to-device batches, one ahead (see the module doc). A slot is overwritten
+    only after the copy out of it has finished; without device streams (tests) each batch is a copy of its
+    buffer, so the same logic runs anywhere."""
 
     def __init__(self, split: dict[str, torch.Tensor], batch_size: int, device: torch.device):
         self.device = device

@@ -1,10 +1,6 @@
-"""A read column's values as its Column's kind (Column): ids, whole numbers, numbers,
-datetimes as seconds, text, labels from a set; a DataError at the first value that does not fit, naming the
-file, the line (or Parquet row) and the column as the user's file names it.
-
-The happy path is pyarrow compute kernels over whole columns; only a failing column is searched for its first
-bad value. `file` is the importer's view of a file as read (Source: its path, kind,
-delimiter and header, the lines of its rows and how messages name its columns).
+"""A read column's values as its Column's kind: ids, whole numbers, numbers (datetimes as seconds), text,
+labels from a set; a DataError at the first value that does not fit, naming the file, the line (or Parquet
+row) and the column as the user's file names it. Only a failing column is searched for its first bad value.
 """
 
 from __future__ import annotations

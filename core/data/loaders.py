@@ -1,23 +1,11 @@
 """Batches from a torch.utils.data Dataset through a DataLoader: a task's data that does not fit in memory.
 
-A split of `TaskData` may be a map-style `Dataset` (`__len__`, and `__getitem__(i)` returning a dict of tensors,
-or of numbers / numpy arrays, which the default collate stacks) or an `IterableDataset` with a `__len__` (the
-samples one pass yields, over all processes and workers together). Training draws from `LoaderBatches`, which
-the trainer uses as it uses `EpochBatches` (`order(epoch)`, `batch(order, index)`, `batches_per_epoch`);
-evaluation gets a `DatasetSplit`: iterating it (or `core.tasks.base.iter_slices`) gives its batches on the
-device, each row once, in order.
-
-A map-style training split is sampled by a `DistributedSampler` (shuffled, seeded by the run's seed, a new
-order each epoch by `set_epoch`, its own shard per DDP rank, the last uneven rows dropped), whose order is a
-function of (seed, epoch): a resumed run skips the indices of the batches its epoch has already trained on,
-without loading them, and goes on with exactly the batches it would have had. An IterableDataset is a stream:
-a resumed run starts it again (the run's notes say so). A stream that does not split itself across the
-DataLoader's workers and the DDP ranks (torch.utils.data.get_worker_info(), the rank) is read whole by each of
-them; such a dataset says it does with `shards = True`, and the run starts with a warning otherwise.
-
-The DataLoader's own random seed for its workers comes from a generator of its own, seeded per epoch, so
-drawing batches never moves the run's global random streams (dropout, sampling), and a resume continues them
-exactly. Batches go to the device with `.to(device, non_blocking=True)` (from pinned memory with pin_memory).
+A split of `TaskData` may be a map-style `Dataset` (items are dicts of tensors) or an `IterableDataset` with a
+`__len__`. Training draws from `LoaderBatches` (the interface of `EpochBatches`); evaluation gets a
+`DatasetSplit`, whose iteration gives its batches on the device, each row once, in order. A map-style split is
+sampled by a seeded `DistributedSampler`, so a resumed run skips the batches its epoch already trained on; a
+stream restarts. A stream that splits itself across workers and ranks says so with `shards = True` (else each
+reads it whole). The DataLoader's worker seed comes from its own generator: batches never move the run's RNG.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Synthetic lesson reviews of realistic shape, with planted sentiment cues, negation and label noise.
 
-Vectorised and seeded. Each review has a hidden sentiment y ~ Bernoulli(positive_rate) and a log-normal
-number of phrases (median 16, from 3 to 150: a few reviews are long). A phrase is, with probability
-`cue_rate`, a sentiment cue whose *effective* polarity agrees with y with probability `agreement`; other
-phrases are one neutral filler word. Cue words come from a Zipf-distributed lexicon per polarity: a head of
-common words ("great", "boring") and a long tail of `rare_words` pseudo-words ("velomic"), most seen a few
-times or never in a training split, as rare informative words are in real reviews. Filler words likewise:
-common function words and a long tail of rare topic words.
-
-A fraction `negation` of cues are negated: a negator ("not", "never", "didn't", "wasn't", ...; contractions
-sometimes with a typographic apostrophe) and, half the time, one or two intensifiers in between ("wasn't
-really that helpful"), which flips the word's polarity, so "not very boring" is a positive cue: adjacent
-bigrams alone do not read it. Some cues carry an intensifier without negation ("very helpful").
-Punctuation (commas, full stops, exclamation marks) falls between phrases, never inside one, each sentence
-starts with a capital letter and a few cues are shouted ("GREAT"). The observed label is y flipped with
-probability `label_noise`.
-
-Given the phrases, the Bayes posterior is exact: log-odds = logit(positive_rate) + (positive cues - negative
-cues) * log(agreement / (1 - agreement)), and P(label = 1 | text) = noise + (1 - 2 noise) P(y = 1 | text).
-The ceiling accuracy is the expected accuracy of thresholding that at 1/2; the ceiling ROC AUC is the
-AUC of that posterior against the observed labels of the same split.
+Vectorised and seeded. Each review has a hidden sentiment y ~ Bernoulli(positive_rate) and a log-normal number
+of phrases; a phrase is, with probability `cue_rate`, a sentiment cue (Zipf lexicons with a long tail of rare
+words) whose effective polarity agrees with y with probability `agreement`, else a filler word. A fraction
+`negation` of cues are negated ("wasn't really that helpful" flips the cue). The label is y flipped with
+probability `label_noise`. The Bayes posterior is exact: log-odds = logit(positive_rate) + (positive cues -
+negative cues) * log(agreement / (1 - agreement)); its accuracy and ROC AUC are the ceilings.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """A batch's columns read for scoring, one bad value costing its row, never the batch: `Checks` holds each
-row's first problem (the message made only for the rows shown), `numbers`, `ids` and `as_text` read a column
-as numbers, ids or text and mark what is empty or not a number. Shared by `predict`'s file reading
-(core.runs.file_input) and the tasks' file scorers (core.tasks.serving.FileScorer); pyarrow and numpy are
-imported when used.
+row's first problem; `numbers`, `ids` and `as_text` read a column and mark what is empty or not a number.
+Shared by `predict` (core.runs.file_input) and the tasks' file scorers (core.tasks.serving.FileScorer).
 """
 
 from __future__ import annotations
@@ -14,9 +12,9 @@ SHOWN = 40  # characters of a bad value shown
 
 
 def shown_value(value) -> str:
-    """A value as a message shows it: quoted, cut to SHOWN characters, control characters escaped."""
+    """A value as a message shows it: quoted (repr escapes control characters), cut to SHOWN characters."""
     text = str(value)
-    return printable(repr(text if len(text) <= SHOWN else text[:SHOWN] + "..."))
+    return repr(text if len(text) <= SHOWN else text[:SHOWN] + "...")
 
 
 def shown_names(names: list[str]) -> str:

@@ -1,17 +1,11 @@
 """User interaction sequences -> fixed-width tensors for a causal sequence model, with leave-last-out splits.
 
-Given item ids (1..n, 0 = padding) sorted by user then time, each user's sequence s_1..s_n splits as:
-train on s_1..s_{n-2}, validate on predicting s_{n-1} from s_1..s_{n-2}, test on predicting s_n from
-s_1..s_{n-1} (users with fewer than 3 interactions only train). Training rows are windows of `max_len`
-transitions cut from the end of each user's training part, so every transition is trained once per
-epoch and the most recent window has full context; the oldest window is left-padded. Everything is
-index arithmetic over flat arrays: no loop over users.
-
-Each evaluation row also says where the user's whole history before the target lies in the flat item array
-(`history_start`, `history_end`: items[history_start:history_end] is s_1..s_{n-2} for val, s_1..s_{n-1} for
-test), so evaluation can remove already-seen items however long the history (the model reads only the last
-`max_len`). Its 100 sampled negatives are drawn uniformly from the items the user never interacted with
-(none of s_1..s_n), as SASRec's evaluation draws them.
+Given item ids (1..n, 0 = padding) sorted by user then time, each user's s_1..s_n trains on s_1..s_{n-2},
+validates on predicting s_{n-1} and tests on predicting s_n (users with fewer than 3 interactions only
+train). Training rows are windows of `max_len` transitions cut from the end of each user's training part,
+the oldest left-padded. Each evaluation row says where the user's history lies in the flat item array
+(`history_start`, `history_end`) so seen items can be removed, and carries 100 negatives drawn uniformly
+from the items the user never interacted with (SASRec's protocol). No loop over users.
 """
 
 from __future__ import annotations
@@ -83,13 +77,10 @@ def unseen_negatives(
     items: np.ndarray, starts: np.ndarray, ends: np.ndarray, targets: np.ndarray, n_items: int, count: int, seed: int
 ) -> torch.Tensor:
     """`count` items per row drawn uniformly (with replacement) from the catalogue 1..n_items minus every item
-    of items[starts:ends] (the user's interactions) and the target: shape (rows, count).
-
-    A row whose user interacted with the whole catalogue but the target has nothing to draw from; it falls
-    back to the catalogue minus the target (only in toy catalogues). Vectorised: each user's sorted distinct
-    excluded items e_0 < e_1 < ... give a_j = e_j - 1 - j, the allowed items below e_j, so the k-th allowed
-    item (k from 0) is k + 1 + #{j : a_j <= k}: one binary search over all users' a_j, offset per user.
-    """
+    of items[starts:ends] (the user's interactions) and the target: shape (rows, count). A user who has seen
+    the whole catalogue draws from the catalogue minus the target."""
+    # each user's sorted excluded items e_0 < e_1 < ... give a_j = e_j - 1 - j allowed items below e_j, so the
+    # k-th allowed item is k + 1 + #{j : a_j <= k}: one binary search over all users' a_j
     rows = len(targets)
     lengths = ends - starts
     owner = np.repeat(np.arange(rows, dtype=np.int64), lengths)
@@ -179,13 +170,9 @@ def given_sequence_splits(
     parts: dict[str, dict], n_items: int, max_len: int, negatives: int, seed: int
 ) -> tuple[dict, dict, dict | None, np.ndarray, list[str]]:
     """train / val / test from interactions given per split ("train", "val"?, "test"?: user codes and items
-    sorted by user then time, codes shared), the flat item array the evaluation rows index, and notes.
-
-    Training windows cover every training interaction. A user's validation target is their first event in
-    the validation data, predicted from their training history; the test target is their first event in the
-    test data, predicted from training + validation history. Users with no training history are skipped
-    (counted in the notes). Without validation data, each user's last training event (users with at least 2)
-    is their validation target, as leave-last-out holds it out; without test data there is no test split."""
+    sorted by user then time, codes shared), the flat item array the evaluation rows index, and notes. A
+    user's target is their first event in the val (test) data, predicted from the history before it; users
+    without training history are skipped. Without val data each user's last training event validates."""
     train, val, notes = parts["train"], parts.get("val"), []
     if val is None:  # each user's last training event validates (users with >= 2 train on the rest)
         lengths = group_lengths(train["user"])

@@ -1,19 +1,11 @@
 """Where a task's train / validation / test splits come from: given files, a folder convention, a `split`
 column, or (the default) the task's own split of one file.
 
-A `DataSource` carries the run's data settings (RunConfig's data, val_data, test_data, delimiter, columns) to
-a task (Task.use_config). `read_splits` reads them into one table per split:
-
-- explicit files: `data` is the training data, `val_data` / `test_data` the other splits, used as given;
-- a folder convention: `data` is a folder holding `train.*` and `val.*` (or `vali.*`, `valid.*`,
-  `validation.*`, `dev.*`) and/or `test.*` (e.g. MSLR-WEB10K's Fold1: train.txt, vali.txt, test.txt);
-- a `split` column in one file (or folder) whose values are train, val (valid, validation, vali, dev) or test,
-  any case; another value is a DataError naming the file and the line (the importer's check).
-
-When splits are given, a missing validation split is taken from the training data (10%, by the task's own
-unit: rows, queries, or each user's last event), since the run needs one to monitor; a missing test split
-stays missing (the run reports no test metrics) rather than shrinking the given training data. Without any of
-these the data is one table and the task splits it as it always has (random 80/10/10, or leave-last-out).
+`DataSource` carries the run's data settings to a task (Task.use_config); `read_splits` reads one table per
+split: `data` / `val_data` / `test_data` as given; a folder holding `train.*` and `val.*` (`vali.*`, `valid.*`,
+`validation.*`, `dev.*`) and/or `test.*`; or a `split` column (train, val, test and their aliases). A missing
+validation split is taken from the training data (10%, by the task's unit); a missing test split stays
+missing. Without any of these the task splits the one table itself.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Synthetic interactions and ranking data with planted, known structure (vectorised numpy, seeded).
 
-Interactions ("lesson tracks"): the catalogue is cut into tracks of `track_len` consecutive lessons. A user's
-next lesson is, with probability `follow`, the next lesson of the current track (wrapping round), otherwise a
-"jump" to a lesson drawn from a Zipf popularity distribution q (over a random permutation of the catalogue).
-The first lesson of each user is a jump. So the process is a first-order Markov chain with
+Interactions: the catalogue is cut into tracks of `track_len` lessons; a user's next lesson is, with
+probability `follow`, the next of the current track, else a jump drawn from a Zipf popularity q. The
+process is a first-order Markov chain, P(next = j | i) = follow * [j == succ(i)] + (1 - follow) * q_j, so
+the Bayes-optimal top-10 is succ(i) then the most popular items; `TrackChain.expected_metrics` gives its
+HR@10 / NDCG@10 exactly: the recommender's ceiling.
 
-    P(next = j | current = i) = follow * [j == succ(i)] + (1 - follow) * q_j
-
-and the Bayes-optimal top-10 list given the history is succ(i) followed by the most popular items. Its
-expected HR@10 / NDCG@10 (full catalogue, and against 100 uniform negatives) are computed exactly in
-`TrackChain.expected_metrics`: that is the ceiling the recommender is measured against.
-
-Ranking: queries of varying size with LETOR-shaped features (scores, counts, heavy tails, flags, constant
-and noise columns on very different scales) derived from hidden factors; a hidden smooth relevance of the
-factors, graded 0..4 after noise (see generate_ranking). Ranking by the relevance is Bayes-optimal for
-expected DCG, so its NDCG@10 / MRR on the same split is the ceiling.
+Ranking: queries with LETOR-shaped features derived from hidden factors and a graded relevance (0..4) of
+them; ranking by the relevance is Bayes-optimal, so its NDCG@10 / MRR is the ceiling (generate_ranking).
 """
 
 from __future__ import annotations
@@ -214,19 +207,10 @@ def query_sizes(queries: int, docs: int, rng: np.random.Generator) -> np.ndarray
 def generate_ranking(queries: int, docs: int, n_features: int, noise: float, seed: int) -> RankingData:
     """`queries` queries of `docs` candidates on average (sizes vary, 2 to 3 x docs; queries x docs rows in
     all) with LETOR-shaped features; grades 0..4 from a hidden relevance + Gaussian noise (std `noise` x the
-    std of the relevance), in the shares GRADE_SHARES.
-
-    Each (query, doc) pair has six hidden factors u0..u5 (text match of two fields, quality, freshness,
-    length, spam) and each query a difficulty and a length. The relevance is a smooth non-linear function of
-    them: s = u0 + 0.6 u1 + 0.5 tanh(u2) + 0.4 u0 u2 + 0.3 u3 - 0.8 relu(u5 - 1) + 0.15 (query length - 3)
-    u1 + query difficulty (the last shifts whole queries: some have no relevant candidate). The model sees
-    none of them, only columns derived from them through monotone transforms with noise: BM25-like scores
-    (softplus, scaled by 1 to 100), term counts (Poisson, their rate also grows with the document length, so
-    a count means little without the length), log-normal popularity (heavy-tailed, up to millions), ratios
-    in [0, 1], binary flags, the document length, query-level columns, constant columns, sparse columns
-    (mostly 0) and pure noise. The first columns cover every factor (so a few features still rank); the rest
-    are drawn by kind. Ranking by s is Bayes-optimal for expected DCG: its NDCG@10 is the ceiling.
-    """
+    std of the relevance), in the shares GRADE_SHARES. The relevance is a smooth non-linear function of six
+    hidden factors per pair and a difficulty per query; the features are noisy monotone transforms of them
+    (BM25-like scores, counts, heavy-tailed popularity, ratios, flags, constant, sparse and noise columns).
+    Ranking by the relevance is Bayes-optimal for expected DCG: its NDCG@10 is the ceiling."""
     rng = np.random.default_rng([seed, 4])
     sizes = query_sizes(queries, docs, rng)
     query = np.repeat(np.arange(queries, dtype=np.int64), sizes)

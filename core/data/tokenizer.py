@@ -1,17 +1,10 @@
 """A tokenizer that needs no download: lower-cased word unigrams and bigrams hashed into fixed buckets.
 
-Columnar all the way: pyarrow normalises (NFKC: "ﬁne" is "fine", full-width letters are ASCII), lower-cases
-and splits the whole text column, each *distinct* word is hashed once (CRC32, stable across runs and
-machines, unlike Python's salted `hash`), and bigram ids are combined from their two word hashes with numpy.
-Row i becomes [w0, w1, w0w1, w2, w1w2, ...] truncated to `max_tokens` and padded with 0 (bucket 0 is reserved
-for padding).
-
-Words are runs of Unicode letters, digits and apostrophes, so contractions stay whole ("didn't", also
-written "didn’t") and accented words too ("café"); quotes around a word are dropped. Punctuation separates
-words and ends a clause. With `negation_scope` k > 0, the k words after a negator ("not", "no", "never",
-"without", any "...n't") in the same clause get a unigram of their own ("not very helpful": "very" and
-"helpful" are read as negated, Das & Chen 2001, Pang et al. 2002); bigrams stay as written, so "not helpful"
-is also a bigram of its own.
+Columnar: pyarrow normalises (NFKC), lower-cases and splits the text column; each distinct word is hashed
+once (CRC32, stable across machines) and bigram ids are combined with numpy. Row i becomes [w0, w1, w0w1, w2,
+w1w2, ...] truncated to `max_tokens`, padded with 0 (bucket 0 is padding). Words are runs of letters, digits
+and apostrophes ("didn't", "café"); punctuation ends a clause. With `negation_scope` k > 0, the k words after
+a negator in the same clause get a negated unigram of their own; bigrams stay as written.
 """
 
 from __future__ import annotations
