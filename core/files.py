@@ -21,11 +21,11 @@ from core.text import first_line, size
 try:
     import fcntl
 except ImportError:  # Windows
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 try:
     import msvcrt
 except ImportError:  # POSIX
-    msvcrt = None
+    msvcrt = None  # type: ignore[assignment]
 
 CAN_LOCK = fcntl is not None or msvcrt is not None  # False: no lock primitive (see try_lock)
 _HELD_ERRNOS = {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, getattr(errno, "EDEADLK", errno.EACCES)}
@@ -142,6 +142,7 @@ class PartialFile:
 
     def commit(self) -> None:
         """fsync the written file and rename it over the target (then the folder's entry is fsynced)."""
+        assert self._fd is not None and self.path is not None
         os.fsync(self._fd)  # the writer's data, whichever descriptor wrote it
         if fcntl is None:  # Windows renames no open file; POSIX keeps the lock until the name is gone
             self._release()
@@ -534,6 +535,8 @@ def check_writable_folder(path: str | os.PathLike, field: str = "out_dir") -> No
     if not stat.S_ISDIR(info.st_mode):
         where = "is" if existing == folder else f"is under {shown_path(existing)}, which is"
         raise ConfigError(field, f"{name}: {where} {file_kind(info.st_mode)}, not a folder")
+    name_max: int | None
+    path_max: int | None
     try:
         name_max = os.pathconf(existing, "PC_NAME_MAX")
         path_max = os.pathconf(existing, "PC_PATH_MAX")

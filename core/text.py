@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import TypeGuard
 
 
-def _is_number(value) -> bool:
+def _is_number(value) -> TypeGuard[float]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)  # numpy scalars too
 
 

@@ -10,12 +10,14 @@ The batches and their order are the same as without it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from core.errors import ConfigError
 
 
-def split_length(split: dict[str, torch.Tensor]) -> int:
+def split_length(split: Mapping[str, torch.Tensor]) -> int:
     """Number of rows of a split (all its tensors share the first dimension; a Dataset split: its length)."""
     if not isinstance(split, dict):
         return len(split)

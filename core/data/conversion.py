@@ -204,5 +204,5 @@ def _check_choices(file: Source, col: Column, values: pa.ChunkedArray) -> pa.Chu
     ok = pc.is_in(text, value_set=pa.array(col.choices))
     if not pc.all(pc.fill_null(ok, False)).as_py():
         index, value = _first_bad_row(values, ok)
-        raise _fail_value(file, col, index, value, f"a known value ({', '.join(col.choices)})")
+        raise _fail_value(file, col, index, value, f"a known value ({', '.join(col.choices or ())})")
     return text

@@ -16,6 +16,7 @@ import io
 import json
 import re
 import sys
+from collections.abc import Set
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -146,6 +147,8 @@ def utf8_error_position(file: Path) -> str:
 class _Rewriting(io.RawIOBase):
     """A binary file read through a rewrite of its bytes: subclasses open `_handle` and define read(); pyarrow's
     CSV reader pulls blocks through readinto()."""
+
+    _handle: io.BufferedReader
 
     def readable(self) -> bool:
         return True
@@ -310,7 +313,7 @@ def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS) -> l
     return out
 
 
-def sniff_delimiter(file: Path, known: set[str], strict: bool = False) -> str:
+def sniff_delimiter(file: Path, known: Set[str], strict: bool = False) -> str:
     """The delimiter of a text file, from its first lines: among the candidates that split every sampled line
     into the same number (> 1) of fields, the one whose line 1 names most of the `known` column names
     (compared by normalise_name), then the suffix's own (tabs for .tsv, '::' for .dat), then the candidate order
@@ -324,7 +327,7 @@ def sniff_delimiter(file: Path, known: set[str], strict: bool = False) -> str:
         while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
             head += more
     text = head.decode("utf-8", errors="replace")
-    scored = []
+    scored: list[tuple] = []
     for rank, delimiter in enumerate(CANDIDATES):
         if delimiter == WHITESPACE:
             if (scored and max(scored)[0]) or not (" " in text or "\t" in text):
@@ -396,7 +399,8 @@ def _kind(value) -> str:
         return "true/false"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", dict: "object", list: "array"}.get(type(value), "value")
+    names: dict[type, str] = {str: "string", dict: "object", list: "array"}
+    return names.get(type(value), "value")
 
 
 def _jsonl_problem(file: Path, reason: str) -> str:
@@ -524,7 +528,7 @@ def read_label_text(file: Path) -> pa.Table:
     return pa.table({"label": pc.struct_field(parts, "label"), "text": pc.struct_field(parts, "text")})
 
 
-def sniff_format(file: Path, known: set[str] = frozenset(), labels=None) -> tuple[str, str] | None:
+def sniff_format(file: Path, known: Set[str] = frozenset(), labels=None) -> tuple[str, str] | None:
     """What a text file whose suffix says nothing holds, by its content: ("json", ""), ("svmlight", ""),
     ("label_text", "") (`labels` as looks_label_text: None for fastText's __label__ lines only) or
     ("delimited", its delimiter: one that splits every sampled line alike, see sniff_delimiter); None when

@@ -13,7 +13,7 @@ import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -398,7 +398,7 @@ def _natural_key(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
 
-def _read_csv(src: Source, text_columns: list[str] = (), column_names: list[str] | None = None) -> pa.Table:
+def _read_csv(src: Source, text_columns: Sequence[str] = (), column_names: list[str] | None = None) -> pa.Table:
     """pyarrow reads the delimited file `src` (its header, else `column_names`); `text_columns` stay strings."""
     file = src.file
     try:

@@ -133,7 +133,8 @@ class _Epoch:
     __slots__ = ("epoch", "iterator", "next")
 
     def __init__(self, epoch: int):
-        self.epoch, self.iterator, self.next = epoch, None, -1
+        self.epoch, self.next = epoch, -1
+        self.iterator: Iterator | None = None
 
 
 class LoaderBatches:
@@ -308,6 +309,7 @@ class DatasetSplit:
 
     def head(self, rows: int) -> DatasetSplit:
         """Its first `rows` rows (read in this process), e.g. to learn the metrics' names on a few rows."""
+        items: list | Subset
         if self.iterable:
             items = list(itertools.islice(iter(self.dataset), rows))
         else:

@@ -200,7 +200,7 @@ def given_sequence_splits(
         spans.append((start, end))
     train_users = np.zeros(n_users, dtype=bool)
     train_users[train["user"]] = True
-    evaluated = []
+    evaluated: list[dict[str, torch.Tensor] | None] = []
     for name, part, (start, end), back in (("validation", val, spans[0], 2), ("test", parts.get("test"), spans[1], 1)):
         if part is None:
             evaluated.append(None)
@@ -224,4 +224,5 @@ def given_sequence_splits(
                 "negatives": unseen_negatives(flat, starts, ends, target, n_items, negatives, seed + back),
             }
         )
+    assert evaluated[0] is not None  # val is always there (taken from train when not given)
     return windows, evaluated[0], evaluated[1], flat, notes
