@@ -445,13 +445,6 @@ def json_line(file: Path, index: int) -> int:
     return index + 1
 
 
-def is_json_lines(file: Path) -> bool:
-    """Whether a .json file's first non-blank character opens an object (JSON lines) rather than an array."""
-    with open(file, "rb") as handle:
-        start = handle.read(SAMPLE_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    return start == b"{"
-
-
 # ---- by content: svmlight, label text, files whose suffix says nothing -------------------------------------------
 
 

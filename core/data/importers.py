@@ -446,13 +446,6 @@ def _csv_parse_problem(src: Source, text: str, column_names: list[str] | None = 
     return f"cannot parse CSV: {formats.shorten(reason, 60)}"
 
 
-def csv_line(file: Path, index: int, delimiter: str = ",", header: bool = True) -> int:
-    """The 1-based line of the file where data row `index` (0-based, a header not counted) starts, counting
-    blank lines and quoted fields that hold newlines as a user's editor does. Error path only: reads the
-    file row by row; falls back to index + 2 if the file cannot be read as CSV text."""
-    return formats.record_at(Path(file), delimiter, header, index)[0]
-
-
 def _read_parquet(file: Path) -> pa.Table:
     try:
         return pq.read_table(file)

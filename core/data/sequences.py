@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from core.data.importers import Column, ReadOptions, contiguous_ids, encode_ids, id_vocabulary, read_table
+from core.data.importers import Column, contiguous_ids, encode_ids, id_vocabulary
 
 FILE_ORDER_HINT = (
     "if each user's lines are in time order (SASRec's `user item` files), say so with -o "
@@ -126,13 +126,6 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
             }
         )
     return train, splits[0], splits[1]
-
-
-def read_interactions(path: str, options: ReadOptions | None = None) -> dict[str, np.ndarray]:
-    """Interactions file(s) -> user codes, item ids 1..n (0 is padding), sorted by user then time; n_items;
-    and `item_ids`, the file's own item ids in code order (item id k is item_ids[k - 1])."""
-    table = read_table(path, INTERACTION_COLUMNS, options=options)  # events are checked but not used by the model
-    return encode_interactions({"all": table})["all"]
 
 
 def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
