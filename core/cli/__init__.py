@@ -1,5 +1,3 @@
-"""The headless command line: one package, `python -m core.cli` (the GUI's child process, torchrun, the sweep).
-
-`main` parses and dispatches; `train`, `lab` and `data` add their subcommands; `torchrun` launches DDP runs.
-See docs/ARCHITECTURE.md for where a new command goes.
+"""The headless command line, `python -m core.cli`: `main` parses and dispatches, the other modules add subcommands;
+`torchrun` launches DDP runs.
 """

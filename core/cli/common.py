@@ -1,5 +1,6 @@
-"""What every command shares: one-line bad-input errors (exit 2), the stop signals
-(Ctrl+C, SIGTERM, SIGHUP) and output that survives a closed terminal. See docs/ARCHITECTURE.md."""
+"""What every command shares: one-line bad-input errors (exit 2), the stop signals (Ctrl+C, SIGTERM, SIGHUP) and output
+that survives a closed terminal.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
 from core.config import FIELD_SPECS
 from core.errors import ConfigError
@@ -75,8 +77,7 @@ def signal_name(signum: int) -> str:
 
 
 def write_stderr_now(text: str) -> None:
-    """Write to fd 2 without Python's buffers: safe inside a signal handler (no reentrant-buffer error) and
-    silent when stderr is gone (a dropped ssh session gives EIO, a closed pipe EPIPE)."""
+    """Write to fd 2 without Python's buffers: safe inside a signal handler, silent when stderr is gone."""
     try:
         os.write(2, text.encode("utf-8", "backslashreplace"))
     except OSError:
@@ -84,9 +85,8 @@ def write_stderr_now(text: str) -> None:
 
 
 class StopBeforeStart(BaseException):
-    """A stop signal arrived before the run started: nothing to save, the command ends (128 + signum).
-
-    A BaseException, like KeyboardInterrupt, so no `except Exception` on the way turns it into another error."""
+    """A stop signal arrived before the run started: the command ends (128 + signum). A BaseException, so no `except
+    Exception` turns it into another error."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -94,11 +94,9 @@ class StopBeforeStart(BaseException):
 
 
 def end_with_parent(parent_pid: int) -> None:
-    """Stop (as SIGTERM does) when process `parent_pid`, the program that started this one, ends, however it
-    ends. Linux: the kernel sends SIGTERM at the parent's death (PR_SET_PDEATHSIG; it fires when the parent's
-    *thread* that started this process ends, so the parent starts it from a thread that outlives it). Then a
-    parent already gone before that was set is caught by comparing the parent's id. Elsewhere (and as well)
-    the program's end closes our stdin, which --control-stdin reads as a stop. Call it inside StopSignals."""
+    """Stop (as SIGTERM does) when process `parent_pid` ends, however it ends: PR_SET_PDEATHSIG on Linux (the parent
+    starts this process from a thread that outlives it), plus a check that the parent is not gone already. Elsewhere
+    the parent's end closes stdin, which --control-stdin reads as a stop. Call it inside StopSignals."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -112,14 +110,9 @@ def end_with_parent(parent_pid: int) -> None:
 
 
 class StopSignals:
-    """SIGINT (Ctrl+C), SIGTERM and SIGHUP all stop a run the same way: `control.stop()`, after which the run
-    writes its checkpoint, reports RunEnded and prints its summary. A repeated signal while stopping prints
-    one line and keeps stopping (never a traceback, never losing the checkpoint being written).
-
-    Before `started()` (loading the engine, reading data) there is nothing to save: a signal raises
-    StopBeforeStart, unless `stop_before_start` is false (DDP ranks: rank 0 decides for all, so every rank
-    goes on to its first stop agreement). Use as a context manager: the previous handlers come back after.
-    """
+    """SIGINT, SIGTERM and SIGHUP all stop a run the same way: `control.stop()`, then checkpoint, RunEnded and summary;
+    a repeated signal only says it is already stopping. Before `started()` a signal raises StopBeforeStart, unless
+    `distributed` (rank 0 decides for all). A context manager: the previous handlers come back after."""
 
     def __init__(self, control=None, distributed: bool = False, announce: bool = True, extra: tuple = ()):
         self.control = control
@@ -140,8 +133,7 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
-            # After a stop signal the process is on its way out: a repeated one during the interpreter's
-            # shutdown must not raise KeyboardInterrupt inside a finalizer (a traceback), so it is ignored.
+            # after a stop the process is on its way out: a repeated signal must not raise inside a finalizer
             signal.signal(sig, signal.SIG_IGN if self.signum is not None else handler)
         self._previous.clear()
 
@@ -157,9 +149,8 @@ class StopSignals:
         return signal_exit_code(self.signum)
 
     def check_not_stopped(self) -> None:
-        """StopBeforeStart if a stop signal came before the run started. The handler raises it where the signal
-        lands, but code there may swallow it (torch's start-up, importing numpy, discards the error and goes
-        on): call this after such code, before waiting on anything."""
+        """StopBeforeStart if a stop signal came before the run started: call it after code that may swallow the
+        handler's exception (torch's start-up), before waiting on anything."""
         if self.signum is not None and not self.running and not self.distributed:
             raise StopBeforeStart(self.signum)
 
@@ -180,11 +171,9 @@ class StopSignals:
 
 
 @contextlib.contextmanager
-def stop_signals_held():
-    """Stop signals that arrive inside the block wait until it ends: a step that must not be cut in two, like
-    renaming a finished file into place and saying so. The Python handlers are swapped for a recorder (Python
-    runs every handler on the main thread, whichever thread the kernel gave the signal to; a thread's signal
-    mask would hold it only for that thread), and what was recorded is raised again at the end."""
+def stop_signals_held() -> Iterator[None]:
+    """Stop signals that arrive inside the block are raised again when it ends, so a step like renaming a finished file
+    into place is never cut in two. Main thread only (Python runs handlers there)."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -204,9 +193,8 @@ def stop_signals_held():
 
 
 class SafeStream:
-    """stdout/stderr that never crash the run: once a write fails (EIO after a dropped ssh session, EPIPE when
-    the reader went away, ENOSPC on a full disk for a log file), the descriptor is pointed at /dev/null and
-    further output is dropped, so neither the run nor the interpreter's final flush raise."""
+    """stdout/stderr that never crash the run: once a write fails (EIO, EPIPE, ENOSPC) the descriptor is pointed at
+    /dev/null and further output is dropped."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -266,8 +254,7 @@ def safe_standard_streams():
 
 
 def add_task_file_flag(parser) -> None:
-    """--task REFERENCE for a command that reads a run or checkpoint: the file of its task when it is not a
-    built-in one (a checkpoint names its task; its file is not loaded from there: docs/tasks.md)."""
+    """--task REFERENCE for a command that reads a run or checkpoint whose task is not built in."""
     parser.add_argument(
         "--task",
         metavar="FILE.py:CLASS",
@@ -278,8 +265,8 @@ def add_task_file_flag(parser) -> None:
 
 
 def load_task_argument(args) -> None:
-    """Load the user task --task names (FILE.py:Class, package.module:Class), when it names one: the command
-    then sees the task's name in args.task (and its reference in args.task_file, where the command has one)."""
+    """Load the user task --task names, when it names one: args.task becomes the task's name (and args.task_file its
+    reference, where the command has one)."""
     value = getattr(args, "task", None)
     from core.tasks.user_tasks import is_reference
 

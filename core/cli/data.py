@@ -13,8 +13,7 @@ from core.errors import ConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# The file formats `data generate` writes (core.data.importers reads the same; it imports pyarrow and torch,
-# so `--help` does not import it). tests/test_cli_startup.py checks the two lists agree.
+# The formats core.data.importers reads, repeated so `--help` imports no pyarrow (tests/test_cli_startup.py).
 OUTPUT_SUFFIXES = (".csv", ".parquet", ".pq")
 
 
@@ -27,7 +26,7 @@ def generated_tasks() -> tuple[str, ...]:
 
 def register(sub) -> None:
     """Add the `data` command group to the top-level subparsers."""
-    from core.cli.common import OneLineParser  # bad flags: one line and exit 2, like every other command
+    from core.cli.common import OneLineParser
 
     data = sub.add_parser("data", help="synthetic data files in each task's format")
     commands = data.add_subparsers(dest="data_command", required=True, parser_class=OneLineParser)

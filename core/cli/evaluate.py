@@ -1,8 +1,6 @@
-"""`amp-console evaluate RUN_OR_CHECKPOINT`: a checkpoint's metrics on its run's test (or val) split, or on
-another data file (core.runs.evaluate). RUN_OR_CHECKPOINT is a checkpoint file, a run folder, or a run id /
-unique id prefix / folder name under the runs root (as `amp-console runs` names runs); for a run, its best
-checkpoint (its last when it kept none), as `predict`, `export` and the preview choose, or as --best/--last
-asks. No torch at import time.
+"""`amp-console evaluate RUN_OR_CHECKPOINT`: a checkpoint's metrics on its run's test (or val) split, or on another data
+file (core.runs.evaluate). For a run, its best checkpoint (else its last), or as --best/--last asks. No torch at
+import time.
 """
 
 from __future__ import annotations
@@ -63,7 +61,8 @@ def register(sub) -> None:
 
 
 def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
-    """The checkpoint `target` names (see the module doc); ConfigError (field 'checkpoint') when none."""
+    """The checkpoint `target` names: a checkpoint file, a run folder, or a run's id, prefix or folder name under the
+    runs root. ConfigError (field 'checkpoint') when none."""
     from core.engine.run_folder import CHECKPOINT_FILE
 
     path = Path(target).expanduser()
@@ -89,9 +88,8 @@ def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
 
 
 def chosen_checkpoint(target: str, best: bool, last: bool, runs_dir: str | None, doing: str) -> Path:
-    """The checkpoint a command works on: a file as it is; a run's best checkpoint, or its last with `last`.
-    With neither asked for, the best when the run kept one, else its last, said on stderr ("note: ... `doing`
-    its last"): what predict, export and the preview choose."""
+    """The checkpoint a command works on: a file as it is; a run's best, or its last with `last`. With neither asked
+    for, the best when the run kept one, else its last, said on stderr."""
     if best or last or Path(target).expanduser().is_file():
         return find_checkpoint(target, best, runs_dir)
     try:
@@ -165,8 +163,7 @@ def cmd_evaluate(args) -> int:
 
 
 def _announcer(checkpoint: Path, asked: str | None):
-    """The stderr line naming the split measured, said once the rebuilt run has chosen it (without --split:
-    test when the data has one, else val)."""
+    """The stderr line naming the split measured, once the rebuilt run has chosen it."""
 
     def announce(split: str) -> None:
         why = " (the data has no test split)" if asked is None and split != "test" else ""
@@ -220,8 +217,8 @@ def _report(args, checkpoint: Path, announce) -> int:
 
 
 def report_lines(report: dict) -> list[str]:
-    """The report's sections as compact text: the confusion matrix, the ROC curve's AUC and classification
-    figures, each curve at TABLE_KS, each bucket's values and count. Sections missing are skipped."""
+    """The report's sections as compact text (confusion matrix, ROC and classification figures, curves at TABLE_KS,
+    buckets); missing sections are skipped."""
     lines: list[str] = []
     confusion = report.get("confusion") or {}
     labels, matrix = confusion.get("labels") or [], confusion.get("matrix") or []

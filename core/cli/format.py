@@ -1,9 +1,5 @@
-"""How the CLI writes numbers and tables: readable units, and tables that fit the terminal (or 100 columns).
-
-Numbers: counts as '1.05 M', exact integers with thousands separators, bytes as '12.3 MiB' (core.text, shared
-with the engine's messages and the window); never '1.04858e+06'. Tables: rich tables sized to the terminal
-(COLUMNS is respected); piped or redirected output is laid out for 100 columns, so logs and files read well.
-Sentences (reasons, notes) go under a table, not into a narrow cell.
+"""How the CLI writes numbers and tables: readable units (core.text's helpers), and rich tables that fit the terminal,
+or 100 columns when output is piped.
 """
 
 from __future__ import annotations
@@ -19,9 +15,8 @@ PIPED_WIDTH = 100  # the layout width when stdout is not a terminal and COLUMNS 
 
 
 def plain_width(stream=None) -> int | None:
-    """The width a console on `stream` (stdout) would lay text out for when it would show no styles: not a
-    terminal, and neither FORCE_COLOR nor TTY_COMPATIBLE=1 asks rich for them (COLUMNS, else PIPED_WIDTH).
-    None when it would: then only a console writes it right. Plain output needs no rich (~50 ms to import)."""
+    """The width plain (unstyled) output on `stream` (stdout) is laid out for: COLUMNS, else PIPED_WIDTH. None when a
+    console would show styles there (a terminal, FORCE_COLOR, TTY_COMPATIBLE=1): then write through console()."""
     stream = sys.stdout if stream is None else stream
     if os.name == "nt" or os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
         return None
@@ -47,9 +42,8 @@ def console(stderr: bool = False):
 
 
 def table(title: str | None = None, **kwargs):
-    """A compact rich table: a header line, no boxes between cells (readable when copied into a log). Text
-    cells and headers pass through core.text.printable (they often come from a run's files): an escape
-    sequence in them shows as `\\x1b`, never reaches the terminal."""
+    """A compact rich table: a header line, no boxes between cells. Text cells and headers pass through
+    core.text.printable, so escape sequences never reach the terminal."""
     from rich import box
     from rich.table import Table
 

@@ -1,8 +1,5 @@
-"""`amp-console bench` (precision sweep) and `amp-console inspect` (dtype inspector), headless.
-
-Tables go to stdout through rich, sized to the terminal (100 columns when piped; see core.cli.format); with
---json the last stdout line is one JSON object and the tables are not printed. bench's progress goes to
-stderr: a line per mode and per window (overwritten in place on a terminal, one line each in a log).
+"""`amp-console bench` (precision sweep) and `amp-console inspect` (dtype inspector), headless. Tables go to stdout (see
+core.cli.format), progress to stderr; with --json the last stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -123,10 +120,8 @@ def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> R
 
 
 class ProgressLines:
-    """bench's progress on stderr: a line per mode and per window, plain text (log-friendly when piped).
-
-    On a terminal the window lines of a mode overwrite each other; elsewhere each is its own line.
-    """
+    """bench's progress on stderr: a line per mode and per window; on a terminal a mode's window lines overwrite each
+    other."""
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr

@@ -1,18 +1,13 @@
-"""A table of thousands of rows (`runs list`), laid out as a compact rich table with no edges
-(format.table(show_edge=False, padding=(0, 1, 0, 0))): columns two spaces apart, each as wide as its widest
-cell, a bold header and a rule; when that is wider than the console, rich's own rules narrow the columns
-(the widest wrappable ones first, then all evenly) and cells wrap at spaces, long words folded, no_wrap cells
-and lines cut. The same text down to a 60-column console (tests/test_cli_tables.py); rich takes ~2 ms a
-row for it, this a few microseconds, so 10,000 runs print in a fraction of a second.
+"""A table of thousands of rows (`runs list`) laid out as format.table(show_edge=False) would lay it out, at a fraction
+of rich's cost per row (the same text down to 60 columns: tests/test_cli_tables.py).
 
-Beyond rich: a column may be `whole` (never wrapped, folded or cut: a run's name, which a user copies) and may
-give way (`drop`, lowest first). When the table is too wide, the wrappable columns first wrap at spaces (never
-inside a word), then the columns that give way are left out, one at a time, before any text would be broken;
-`left_out(width)` names them.
+Beyond rich: a column may be `whole` (never wrapped or cut: a run's name) and may give way (`drop`, lowest first):
+when the table is too wide, such columns are left out before any word would be broken; `left_out(width)` names them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len
@@ -34,7 +29,7 @@ class LongTable:
     """add_column(name, justify=, no_wrap=, min_width=, overflow=) and add_row(*texts) as on a rich Table;
     print(console) writes it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.columns: list[_Column] = []
         self.rows: list[tuple[str, ...]] = []
 
@@ -129,8 +124,8 @@ class LongTable:
             return shown.lines(width)
         widths = self.widths(width)
         rights = [c.justify == "right" for c in self.columns]
-        # one %-format per line of plain text (a third quicker than str.format); a column with a cell too wide
-        # is wrapped a column at a time, a row with text that is not plain ASCII laid out cell by cell
+        # one %-format per line of plain text; a column with a cell too wide is wrapped a column at a time, a row
+        # with text that is not plain ASCII laid out cell by cell
         template = "  ".join(f"%{'' if r else '-'}{w}s" for w, r in zip(widths, rights))
         header = self._line([c.name for c in self.columns], widths, rights, template)
         rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
@@ -148,7 +143,7 @@ class LongTable:
         # a column at a time: each cell's lines (texts repeat: a cache per column); then every row's first line
         # in one pass, and the further lines of the rows that wrap, only their wrapped columns filled in
         pieces_of = [self._pieces(columns[c], widths[c], self.columns[c].no_wrap) for c in too_wide]
-        firsts = list(columns)
+        firsts: list[Sequence[str]] = list(columns)
         for c, pieces in zip(too_wide, pieces_of):
             firsts[c] = [p[0] for p in pieces]
         heights = [max(h) for h in zip(*[map(len, pieces) for pieces in pieces_of])] if too_wide else []

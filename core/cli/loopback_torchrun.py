@@ -1,16 +1,9 @@
-"""torchrun with every TCP store it hosts bound to one address (`python -m core.cli.loopback_torchrun ARGS`),
-and its failures said in one line.
+"""torchrun with every TCP store it hosts bound to one address (`python -m core.cli.loopback_torchrun ARGS`), and its
+failures said in one line.
 
-torch's TCPStore server listens on all network interfaces whatever host it is given, so a single-machine run
-under plain torchrun would accept connections from the network on its rendezvous ports, and a multi-machine run
-on every interface. TCPStore does accept a socket that is already listening (`master_listen_fd`): this wrapper
-gives it one bound to the store's own host address (127.0.0.1 for loopback names) whenever the agent hosts a
-store, then runs torchrun's own main unchanged. When another agent on this machine already hosts the store (two
-nodes on one machine), the bind fails and the rendezvous backend connects to it instead, as torchrun does.
-
-A failed run ends with torchelastic's own root cause (its first failure, by time: ChildFailedError) as one line
-naming the node, the rank and the cause, written to stderr and to the file named by FAILURE_FILE_ENV, where the
-launcher (core.cli.torchrun) reads it for its last line. A rendezvous that times out says so the same way.
+torch's TCPStore server listens on all interfaces; this wrapper hands it a socket already bound to the store's own
+host address (`master_listen_fd`), then runs torchrun's main unchanged. A failed run's root cause is one line on
+stderr and in the file FAILURE_FILE_ENV names (read by core.cli.torchrun).
 """
 
 from __future__ import annotations
@@ -19,8 +12,12 @@ import errno
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING
 
 from core.process import exit_process
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 LOOPBACK = ("127.0.0.1", "localhost")
 FAILURE_FILE_ENV = "AMP_CONSOLE_FAILURE_FILE"
@@ -69,27 +66,28 @@ def _bound_stores() -> None:
             port = server.getsockname()[1]
         return original(host_name, port, *args, **kwargs)
 
-    dist.TCPStore = tcp_store  # dynamic_rendezvous creates the agent's store through torch.distributed
-    c10d_rendezvous_backend.TCPStore = tcp_store  # the rendezvous backend imported the class itself
+    # dynamic_rendezvous creates the agent's store through torch.distributed; the rendezvous backend imported the
+    # class itself. setattr: a function put in place of a class (mypy refuses the assignment).
+    for module in (dist, c10d_rendezvous_backend):
+        setattr(module, "TCPStore", tcp_store)  # noqa: B010
 
 
-def _message(failure) -> str:
+def _message(failure: ProcessFailure) -> str:
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
     return str(message or "")
 
 
-def root_failure(exc) -> tuple[int, object]:
-    """The rank whose failure ended the run, and that failure: torchelastic's first failure by time, where a
-    rank that only reports another's loss (core.engine.distributed.PEER_LOST) comes after one that failed in the
-    same second. The timestamps are whole seconds, and a rank that dies takes its peers down within one, often."""
+def root_failure(exc: ChildFailedError) -> tuple[int, ProcessFailure]:
+    """The rank whose failure ended the run, and that failure: the first by time, where a rank that only reports a
+    peer's loss (PEER_LOST) comes after one that failed in the same second."""
     from core.engine.distributed import PEER_LOST
 
     return min(exc.failures.items(), key=lambda item: (item[1].timestamp, PEER_LOST in _message(item[1])))
 
 
-def failure_line(exc) -> str:
+def failure_line(exc: ChildFailedError) -> str:
     """The root cause (root_failure) of this node's workers' failure as one line."""
     from core.text import printable
 

@@ -1,10 +1,8 @@
-"""`amp-console devices | tasks | train | bench | inspect | data | runs ...` (also `python -m core.cli`).
+"""`amp-console devices | tasks | train | bench | ...` (also `python -m core.cli`): parse and dispatch.
 
-Exit codes: 0 completed, 1 the run failed, 2 bad input (one line on stderr naming what is wrong),
-128 + the signal's number when a signal stopped the run after writing its checkpoint (130 Ctrl+C/SIGINT or a
-`stop` control line, 143 SIGTERM, 129 SIGHUP). Each command module has `register(subparsers)`; the
-parser calls `args.handler(args)`. A command named on the command line imports only its own module (COMMANDS):
-`runs list` never loads what `train` or `predict` need.
+Exit codes: 0 completed, 1 the run failed, 2 bad input (one line on stderr), 128 + the signal's number when a signal
+stopped the run after its checkpoint (130 also for a `stop` control line). Each command module has
+`register(subparsers)`; a command named on the command line imports only its own module (COMMANDS).
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ from core.cli.common import (
 )
 from core.errors import AmpConsoleError, ConfigError
 
-# The command modules (core.cli.<name>), in the order --help lists their commands, and the commands each
-# registers (tests/test_cli_startup.py checks this against their register()).
+# The command modules (core.cli.<name>) in --help's order, and the commands each registers.
 COMMANDS = {
     "train": ("train",),
     "lab": ("bench", "inspect"),

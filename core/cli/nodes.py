@@ -1,11 +1,6 @@
-"""`train --nnodes N --nproc-per-node K --rdzv-endpoint HOST:PORT`: one run over several machines under
-torchrun's c10d rendezvous (the same command on every node), and `--max-restarts R` for torchrun's elastic
-restarts. Torch-free: this builds the torchrun command line, core.cli.torchrun runs it.
-
-Addresses: a single-node run keeps everything on 127.0.0.1. A multi-node run listens on one interface only:
-the one named with --bind, else the one this machine reaches the endpoint through (a UDP socket "connected" to
-it: the kernel picks the route, no packet is sent). The rendezvous store, the agent's store and gloo/NCCL's
-sockets use that address (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless already set).
+"""`train --nnodes N --nproc-per-node K --rdzv-endpoint HOST:PORT`: one run over several machines under torchrun's c10d
+rendezvous, and `--max-restarts R`. Torch-free: this builds the torchrun command line, core.cli.torchrun runs it. A
+multi-node run listens on one interface only: --bind's, else the one that routes to the endpoint.
 """
 
 from __future__ import annotations
@@ -202,7 +197,7 @@ def is_loopback(host: str) -> bool:
 
 
 def local_address(host: str, port: int, bind: str | None) -> str:
-    """The address of this machine a multi-node run listens on (see the module doc)."""
+    """The address of this machine a multi-node run listens on: --bind's, else the one that routes to `host`."""
     if bind:
         named = _interface_addresses().get(bind)
         return named or bind  # an interface name, else an address as given
@@ -224,7 +219,7 @@ def _interface_addresses() -> dict[str, str]:
     """Interface name -> its first IPv4 address."""
     import psutil
 
-    found = {}
+    found: dict[str, str] = {}
     for name, addresses in psutil.net_if_addrs().items():
         for address in addresses:
             if address.family == socket.AF_INET:

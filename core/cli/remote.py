@@ -1,12 +1,5 @@
-"""`amp-console watch`, `control` and `remote`: follow and steer any run, here or on a host over ssh; and
-`agent`, the host side those commands reach (core.remote.agent), not meant to be typed.
-
-    amp-console watch RUN | HOST:PATH             progress from the run's start, live, until it ends
-    amp-console control RUN | HOST:PATH pause|resume|stop [--timeout 30]
-    amp-console remote devices HOST               the host's devices and amp-console version
-    amp-console remote start HOST --config FILE.toml [--data FILE --upload] [--nproc N]
-    amp-console remote runs HOST                  the runs under the host's runs root, as `runs list`
-    amp-console remote fetch HOST:RUN             a run's files and best checkpoint copied under the runs root
+"""`amp-console watch`, `control` and `remote`: follow and steer any run, here or on a host over ssh; and `agent`, the
+host side those commands reach (core.remote.agent), not meant to be typed.
 """
 
 from __future__ import annotations
@@ -318,13 +311,11 @@ def cmd_remote_start(args: argparse.Namespace) -> int:
     host = host_of(args.host, args)
     config = _config_for_host(values, host.dest, args.config or "the command line", args.upload)
     fields = [name for name in ("data", "val_data", "test_data") if getattr(config, name)] if args.upload else []
-    run = start_remote_run(
-        host,
-        config,
-        upload_fields=fields,
-        nproc=args.nproc,
-        on_progress=lambda text: sys.stderr.write(f"amp-console: {text}\n"),
-    )
+
+    def say(text: str) -> None:
+        sys.stderr.write(f"amp-console: {text}\n")
+
+    run = start_remote_run(host, config, upload_fields=fields, nproc=args.nproc, on_progress=say)
     print(run.target, flush=True)
     if not args.watch:
         return 0
@@ -333,10 +324,8 @@ def cmd_remote_start(args: argparse.Namespace) -> int:
 
 
 def _config_for_host(values: dict, dest: str, source: str, upload: bool):
-    """The RunConfig `remote start` sends: the task's defaults under `values`. A user task (`task` =
-    FILE.py:Class or package.module:Class, or a config's `task_file`) is named from its source here and none of
-    its code runs here: the host loads it (a task file is copied there). Checked as far as this machine can: a
-    user task (its options too) and, without --upload, the data files (paths on the host) are checked there."""
+    """The RunConfig `remote start` sends: the task's defaults under `values`. A user task is named from its source here
+    (none of its code runs here); what only the host can check (a user task, data paths there) is left to it."""
     from core.config import RunConfig
     from core.remote.task_file import task_for_host
     from core.tasks import get_task_info
@@ -388,7 +377,7 @@ def cmd_remote_fetch(args: argparse.Namespace) -> int:
     if remote is None or not remote[1]:
         raise ConfigError("target", f"{printable(args.target)}: give HOST:RUN (a run's folder, name or id on the host)")
     live = sys.stderr.isatty()
-    shown = {"name": None, "tenth": -1}
+    shown: dict[str, str | int | None] = {"name": None, "tenth": -1}
 
     def progress(done: int, total: int, name: str) -> None:
         tenth = 10 * done // total if total else 10

@@ -1,13 +1,7 @@
 """`amp-console runs list | show | note | compare | export | delete | tensorboard`: the runs under a runs folder.
 
-Each run folder's `run.json` (core.engine.run_record) is its summary; a folder from before run.json is read
-from the first and last lines of its metrics.jsonl. A run's note is its note.txt (run_record.write_note). A run
-is named by its id, a unique prefix of it (like git), or its folder name. `compare_rows` (core.runs.compare) is the
-one definition of what `runs compare` and the window's compare table show. No torch is imported here.
-
-Everything printed that was read from a run's files passes through core.text.printable (fmt.table's cells do
-it themselves): a task, note or metric name can't move the cursor or retitle the terminal. A run whose files
-can't be read is listed as "unreadable" with its reason (core.engine.run_record.read_run).
+A run is named by its id, a unique id prefix, or its folder name. Everything printed that was read from a run's files
+passes through core.text.printable. No torch is imported here.
 """
 
 from __future__ import annotations
@@ -92,9 +86,7 @@ def _unreadable_lines(runs: list[dict]) -> list[str]:
     return [printable(f"{r.get('name')}: unreadable: {r['unreadable']}") for r in runs if r.get("unreadable")]
 
 
-# `runs list`'s columns. A name is never broken (it is copied into `runs show`, `evaluate`, ...); when the
-# terminal is narrow, the columns give way in `drop` order: what a dated name already says (its precision,
-# task, start) or what matters least for telling runs apart goes first, the status last.
+# `runs list`'s columns. A name is never broken; on a narrow terminal columns give way in `drop` order.
 LIST_COLUMNS = (
     ("id", {"no_wrap": True}),
     ("name", {"whole": True}),
@@ -111,7 +103,7 @@ LIST_COLUMNS = (
 
 def cmd_list(args) -> int:
     enabled = gc.isenabled()
-    gc.disable()  # thousands of records and rows made and all kept to the end: a collection would only walk them
+    gc.disable()  # thousands of records, all kept to the end: a collection would only walk them
     try:
         return _list(args)
     finally:
@@ -138,7 +130,7 @@ def _list(args) -> int:
 
 def print_run_table(runs: list[dict]) -> None:
     """`runs list`'s table of `runs` (brief records will do), and a line under it per unreadable run."""
-    table = LongTable()  # thousands of rows (rich takes ~2 ms a row); 2 spaces apart
+    table = LongTable()  # thousands of rows: rich's Table would be slow
     for name, kwargs in LIST_COLUMNS:
         table.add_column(name, **kwargs)
     for r in runs:
@@ -155,16 +147,17 @@ def print_run_table(runs: list[dict]) -> None:
             _start(r, year=False),
         )
     width = fmt.plain_width()
-    if width is not None:  # not a terminal: plain text, without rich's console (wrapped as it would)
+    if width is not None:  # not a terminal: plain text, without rich's console
         left_out = table.left_out(width)
         note = ""
-        if left_out:  # rare: rich wraps this one line, exactly as the console path shows it
+        if left_out:  # rich wraps this one line, as the console path shows it
             import io
 
             from rich.console import Console
 
+            buffer = io.StringIO()
             text = Console(
-                file=io.StringIO(),
+                file=buffer,
                 width=width,
                 color_system=None,
                 highlight=False,
@@ -173,10 +166,10 @@ def print_run_table(runs: list[dict]) -> None:
                 emoji=False,
             )
             text.print(_left_out_note(width, left_out), highlight=False)
-            note = text.file.getvalue()
+            note = buffer.getvalue()
         sys.stdout.write(table.text(width) + note + "".join(line + "\n" for line in _unreadable_lines(runs)))
         sys.stdout.flush()
-        return 0
+        return
     console = fmt.console()
     table.print(console)
     left_out = table.left_out(console.width)
@@ -203,19 +196,16 @@ def cmd_show(args) -> int:
         print(json.dumps(run, indent=2, default=str))
         return 0
     if run.get("unreadable"):
-        rows = [
-            ("id", run.get("id")),
-            ("name", run.get("name")),
-            ("folder", run.get("folder")),
-            ("status", f"unreadable: {run['unreadable']}"),
-            ("note", _note(run)),
-        ]
-        table = fmt.table(None, show_header=False, show_edge=False)
-        table.add_column("field", no_wrap=True)
-        table.add_column("value", overflow="fold")
-        for key, value in rows:
-            table.add_row(key, str(value if value is not None else "-"))
-        fmt.console().print(table)
+        _print_fields(
+            [
+                ("id", run.get("id")),
+                ("name", run.get("name")),
+                ("folder", run.get("folder")),
+                ("status", f"unreadable: {run['unreadable']}"),
+                ("note", _note(run)),
+            ],
+            fmt.console(),
+        )
         return 0
     versions = run.get("versions") or {}
     checkpoints = run.get("checkpoints") or {}
@@ -250,13 +240,8 @@ def cmd_show(args) -> int:
     rows += [(f"checkpoint ({k})", (v or {}).get("path", "-")) for k, v in checkpoints.items()]
     rows.append(("message", run.get("message") or "-"))
     rows.append(("note", _note(run)))
-    table = fmt.table(None, show_header=False, show_edge=False)
-    table.add_column("field", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    for key, value in rows:
-        table.add_row(key, str(value if value is not None else "-"))
     console = fmt.console()
-    console.print(table)
+    _print_fields(rows, console)
     config = run.get("config") or {}
     if config:
         console.print(
@@ -265,6 +250,16 @@ def cmd_show(args) -> int:
     for note in run.get("notes") or []:  # the engine's notes on the run (the user's note is in the table)
         console.print(printable(f"engine note: {note}"), soft_wrap=True)
     return 0
+
+
+def _print_fields(rows: list, console) -> None:
+    """A two-column field/value table, "-" for a missing value."""
+    table = fmt.table(None, show_header=False, show_edge=False)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in rows:
+        table.add_row(key, str(value if value is not None else "-"))
+    console.print(table)
 
 
 def _note(run: dict) -> str:
@@ -348,7 +343,7 @@ def cmd_compare(args) -> int:
 
 def export_rows(folder: Path) -> tuple[list[str], list[dict]]:
     """StepMetrics and EvalMetrics of a run's metrics.jsonl as CSV rows keyed by step (val_*, test_*)."""
-    by_step: dict[int, dict] = {}
+    by_step: dict[int | None, dict] = {}
     columns = ["step", "epoch", "loss", "lr", "samples_per_second"]
     extra: list[str] = []
     for record in read_jsonl(folder / METRICS_FILE):
@@ -470,23 +465,15 @@ def register(sub) -> None:
         "one with metrics.jsonl). A run is named by its id, a unique prefix of "
         "it, or its folder name.",
     )
-    runs.add_argument(
-        "--runs-dir",
-        metavar="DIR",
-        default=None,
-        help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. ~/.local/share/amp-console/runs)",
+    runs_dir_help = (
+        f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. ~/.local/share/amp-console/runs)"
     )
+    runs.add_argument("--runs-dir", metavar="DIR", default=None, help=runs_dir_help)
     commands = runs.add_subparsers(dest="runs_command", required=True, parser_class=OneLineParser, metavar="COMMAND")
 
     def add(name, handler, help_text):
         parser = commands.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument(
-            "--runs-dir",
-            metavar="DIR",
-            default=argparse.SUPPRESS,
-            help=f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. "
-            "~/.local/share/amp-console/runs)",
-        )
+        parser.add_argument("--runs-dir", metavar="DIR", default=argparse.SUPPRESS, help=runs_dir_help)
         parser.set_defaults(handler=_handle(handler))
         return parser
 

@@ -1,14 +1,8 @@
 """`amp-console slurm`: an sbatch script for a config, and what `train` does inside a SLURM job. Torch-free.
 
-The script asks SLURM for the warning signal and a requeue (`#SBATCH --signal=USR1@90`, `#SBATCH --requeue`)
-and starts one `amp-console train` per node with `srun`, meeting at the first node of the job
-(`scontrol show hostnames "$SLURM_JOB_NODELIST"`) under the job id, into a run folder named by the job id.
-
-Inside a job (SLURM_JOB_ID set) SIGUSR1 stops the run like SIGTERM does (a checkpoint, on every rank), and
-then the job's first task (SLURM_PROCID 0; never a torchrun worker) runs `scontrol requeue $SLURM_JOB_ID` and
-the command exits 128 + 10. The requeued job starts the same command again, which resumes from the run
-folder's checkpoint by itself (core.cli.elastic). SIGTERM (scancel, preemption) checkpoints and exits without
-a requeue: a preempting SLURM requeues the job itself when it is allowed to.
+The script starts one `amp-console train` per node with `srun`, meeting at the job's first node, and asks for SIGUSR1
+before the time limit plus a requeue. Inside a job SIGUSR1 checkpoints and stops the run; the job's first task then
+runs `scontrol requeue`, and the requeued job resumes from the run folder's checkpoint.
 """
 
 from __future__ import annotations
@@ -151,11 +145,12 @@ def job_signals() -> tuple[int, ...]:
 
 
 def requeue_if_warned(signum: int | None, code: int) -> int:
-    """After a run the warning signal stopped (with its checkpoint: exit 128 + signum), the job's first task
-    requeues the job; `code` is returned as it is."""
+    """After a run the warning signal stopped (exit 128 + signum), the job's first task requeues the job; returns `code`
+    as it is."""
     job = os.environ.get("SLURM_JOB_ID", "")
     if (
         not job
+        or signum is None
         or signum != getattr(signal, "SIGUSR1", None)
         or code != 128 + signum
         or os.environ.get("WORLD_SIZE")

@@ -1,18 +1,8 @@
-"""`amp-console train --nproc N` (or `--nnodes N --nproc-per-node K --rdzv-endpoint HOST:PORT` on every node,
-core.cli.nodes): the same config on many processes under PyTorch's own launcher (torchrun).
+"""`amp-console train --nproc N` (or the multi-node flags of core.cli.nodes): the same config on many processes under
+torchrun. Global rank 0 reports and writes the run folder; each rank's stderr goes to `<run>/ranks/rank-<R>.log`.
 
-Each process runs `python -m core.cli train ...` with torchrun's RANK/WORLD_SIZE/LOCAL_RANK; the trainer
-wraps the model in DDP, global rank 0 reports and writes the run folder, every rank's stderr also goes to
-`<run>/ranks/rank-<R>.log` (core.cli.elastic). torchrun ends every process when one dies, and with
-`--max-restarts R` starts them again; a restarted worker resumes from the run folder's checkpoint. A failure
-ends with torchelastic's root cause in one line (node, rank, cause; core.cli.loopback_torchrun).
-
-Stopping: torchrun runs in its own session, so a terminal's Ctrl+C or hang-up reaches only this launcher. The
-launcher holds rank 0's stdin (a pipe, `--control-stdin`): a stop signal becomes a `stop` line there, the ranks
-agree on it at their next stop agreement, rank 0 writes the checkpoint, and the launcher waits for all of it
-before it exits (128 + the signal's number). If the launcher itself is killed, the pipe closes, which rank 0
-also reads as a stop. On one machine the rendezvous store listens on 127.0.0.1 only; over several, on the
-address the node reaches the endpoint by (core.cli.nodes).
+torchrun runs in its own session; this launcher holds rank 0's stdin (`--control-stdin`), so a stop signal becomes a
+`stop` line there and the launcher waits for the checkpoint before it exits (128 + the signal).
 """
 
 from __future__ import annotations
@@ -35,6 +25,7 @@ from core.files import read_jsonl
 if TYPE_CHECKING:
     from core.cli.common import StopSignals
     from core.config import RunConfig
+    from core.engine.run_folder import ClaimedFolder
 
 LOCALHOST = "127.0.0.1"
 
@@ -47,9 +38,8 @@ def free_local_port() -> int:
 
 
 def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None, max_restarts: int = 0) -> list[str]:
-    """The torchrun command line for a single-node run of `train_argv`: its rendezvous on 127.0.0.1, and through
-    core.cli.loopback_torchrun every store torchrun hosts listening on 127.0.0.1 only (--standalone, or plain
-    torchrun, would listen on every interface)."""
+    """The torchrun command line for a single-node run of `train_argv`, every store it hosts listening on 127.0.0.1 only
+    (through core.cli.loopback_torchrun)."""
     port = port or free_local_port()
     return [
         sys.executable,
@@ -78,8 +68,7 @@ def usable_cpu_cores() -> int:
 
 
 def check_nproc(nproc: int, config: RunConfig) -> None:
-    """Refuse process counts the chosen device can't serve: one GPU per process on CUDA, one core per process
-    on the CPU."""
+    """Refuse process counts the device can't serve: one GPU per process on CUDA, one core per process on the CPU."""
     if nproc < 1:
         raise ConfigError("nproc", f"{nproc} is not a process count: use 1 or more")
     gpus = cuda_gpus() if config.device.startswith("cuda") or config.device == "auto" else 0
@@ -99,8 +88,7 @@ def check_nproc(nproc: int, config: RunConfig) -> None:
 
 
 def cuda_gpus() -> int:
-    """The CUDA GPUs here (imports torch: asked only when the run may use one, so that a CPU launch leaves
-    torch to its workers)."""
+    """The CUDA GPUs here (imports torch, so asked only when the run may use one)."""
     from core.devices import list_devices
 
     return sum(1 for d in list_devices() if d.type == "cuda")
@@ -152,9 +140,8 @@ def launch_torchrun(
     signals: StopSignals | None = None,
     control_stdin: bool = False,
 ) -> int:
-    """Run torchrun in the foreground and return the run's exit code (0 completed, 1 failed, 128 + signal number
-    when a signal stopped it, 130 when a 'stop' line did). A multi-node run claims no folder here: the nodes start
-    at different moments, so global rank 0 claims it once they have met (core.cli.elastic)."""
+    """Run torchrun in the foreground; the run's exit code (0 completed, 1 failed, 128 + signal number when a signal
+    stopped it, 130 when a 'stop' line did). A multi-node run's folder is claimed by global rank 0, not here."""
     from core.cli.elastic import RANK0_CLAIMS_ENV, RANK_LOGS_DIR, RANK_LOGS_ENV
     from core.cli.loopback_torchrun import FAILURE_FILE_ENV, RDZV_HINT_ENV
     from core.engine.run_folder import HELD_ENV, METRICS_FILE, RUN_NOTE_ENV, claim_run_folder, holds_a_run
@@ -182,13 +169,13 @@ def launch_torchrun(
                 f"{out} holds an earlier run: a multi-node run needs a new folder (every "
                 f"node is given the same one), or --resume {out / 'checkpoint.pt'}",
             )
-        folder = _Unclaimed(out)
+        folder: _Unclaimed | ClaimedFolder = _Unclaimed(out)
         env[RANK0_CLAIMS_ENV] = str(out)
     else:
-        folder = claim_run_folder(config.out_dir, resume_from)  # held here for the whole run (see run_folder)
-    failure_fd, failure_file = new_temp_file(tempfile.gettempdir(), prefix="amp-console-failure-")
+        folder = claim_run_folder(config.out_dir, resume_from)  # held here for the whole run
+    failure_fd, failure_name = new_temp_file(tempfile.gettempdir(), prefix="amp-console-failure-")
     os.close(failure_fd)
-    failure_file = Path(failure_file)
+    failure_file = Path(failure_name)
     env[FAILURE_FILE_ENV] = str(failure_file)
     with folder:
         out_dir = folder.path
@@ -206,7 +193,9 @@ def launch_torchrun(
             else torchrun_command(plan.nproc_per_node, train_argv, max_restarts=plan.max_restarts)
         )
         process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.PIPE)
-        control = RankControl(process.stdin.fileno())
+        stdin = process.stdin
+        assert stdin is not None  # opened with PIPE
+        control = RankControl(stdin.fileno())
         if signals is not None:
             signals.started(control)  # from now on a signal is a 'stop' line to rank 0
         if control_stdin:
@@ -215,7 +204,7 @@ def launch_torchrun(
             code = process.wait()
         finally:
             try:
-                process.stdin.close()
+                stdin.close()
             except OSError:
                 pass
     root_cause = _read_and_remove(failure_file)
@@ -261,8 +250,7 @@ def _read_and_remove(path: Path) -> str:
 
 
 def last_run_status(events: Path, offset: int) -> str | None:
-    """Status of the RunEnded event rank 0 appended to metrics.jsonl after `offset`, if any (a torn last line,
-    from a rank killed mid-write, is skipped)."""
+    """Status of the RunEnded event rank 0 appended to metrics.jsonl after `offset`, if any."""
     status = None
     for record in read_jsonl(events, offset):
         if record.get("event") == "RunEnded":

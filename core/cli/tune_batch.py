@@ -1,9 +1,6 @@
 """`amp-console fit-batch`: the largest batch that fits on the device per precision mode (core.lab.batch_finder).
-
-Progress goes to stderr, one line per trial; stdout gets one table per mode (batch, phase, peak, share of the
-budget, outcome, samples/s), each mode's answer, the comparison with fp32 ('bf16 fits 1.8× the fp32 batch at
-2.1× the samples/s') and the `train` command that uses the fastest mode's batch. With --json the last stdout line
-is one JSON object and nothing else goes to stdout. Bad input: one line, exit 2. Exit 1 when no mode found a batch.
+Progress goes to stderr; stdout gets a table of trials per mode, each mode's answer, the comparison with fp32 and the
+`train` command for the fastest mode (--json: one JSON object). Exit 1 when no mode found a batch.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import time
 from core.cli import format as fmt
 from core.cli.lab import _common, config_from_lab_args
 from core.errors import ConfigError
-from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP  # torch-free
+from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP
 
 _FLAGS = {
     "margin": "--margin",

@@ -1,9 +1,6 @@
-"""`amp-console lr-find`: the LR range test (core.lab.lr_finder), headless.
-
-Progress goes to stderr (one line per step, overwritten in place on a terminal; every 10th step and the last in a
-log); stdout gets a few rows of the curve around the suggestion, the suggestion with its reason, and the `train`
-command that uses it. With --json the last stdout line is one JSON object (the whole curve) and nothing else is
-printed to stdout. --csv FILE writes the curve (lr, loss, smoothed) as CSV. Bad input: one line, exit 2.
+"""`amp-console lr-find`: the LR range test (core.lab.lr_finder), headless. Progress goes to stderr; stdout gets rows of
+the curve around the suggestion, its reason and the `train` command that uses it (--json: one JSON object; --csv
+FILE: the curve).
 """
 
 from __future__ import annotations
@@ -173,7 +170,7 @@ def train_command(args: argparse.Namespace, config, lr: float | None, precision:
         return None
     from core.tasks import task_source
 
-    parts = ["amp-console", "train", "--task", task_source(config.task) or config.task]  # a user task: its file
+    parts = ["amp-console", "train", "--task", task_source(config.task) or config.task]
     if args.device != "auto":
         parts += ["--device", args.device]
     parts += ["--precision", precision]

@@ -1,9 +1,5 @@
-"""`amp-console summary`: per layer, parameters and their training bytes; per precision mode, activations.
-
-A per-layer table down to --depth (a row's figures include the children left out), then the memory of one
-training step per precision mode side by side, both sized for the terminal (100 columns when piped; see
-core.cli.format). With --json the last stdout line is one JSON object (core.lab.model_summary's
-ModelSummary.to_dict()) and the tables are not printed. No torch at import time: `--help` stays fast.
+"""`amp-console summary`: per layer, parameters and their training bytes; per precision mode, one training step's
+memory. With --json the last stdout line is ModelSummary.to_dict(). No torch at import time.
 """
 
 from __future__ import annotations
@@ -126,8 +122,8 @@ def print_summary(result, depth: int = 2) -> None:
 
 
 def layer_table(result, depth: int):
-    """Rows down to `depth`; a folded row's name ends in (+N), N modules below it counted in its figures.
-    Activations: fp32's bytes, then each other measured mode as a ratio of them (narrow enough for 100 columns)."""
+    """Rows down to `depth`; a folded row's name ends in (+N), N modules below it counted in its figures. Activations:
+    fp32's bytes, then each other mode as a ratio of them."""
     modes = result.measured_modes()
     first = modes[0] if modes else None
     table = fmt.table(

@@ -1,14 +1,9 @@
 """`amp-console sweep`: a small grid or random hyperparameter sweep (core.lab.sweep), headless.
 
-Each trial is a normal run in the history, in the sweep's folder under the runs root: one after another in
-this process, or with --devices cuda:0,cuda:1 (or --parallel N) N at a time, each in its own training process
-(core.lab.sweep.parallel). Progress goes to stderr
-(a line as each trial starts and ends, the trainer's progress in between); stdout gets the result table sorted
-by the best value of the monitored metric, the best trial with `runs show` and a "train it longer" command.
-With --json the last stdout line is one JSON object and the table is not printed. Bad input (a grid value, a
-range, an unknown setting) is one line and exit 2 before any trial runs. Exit 0 when every trial completed,
-1 when some failed (the others still ran), 128 + n when a signal stopped it (the running trial keeps its
-checkpoint; `sweep --resume FOLDER` goes on).
+Each trial is a normal run in the sweep's folder, one at a time in this process or N at a time in their own processes
+(--devices / --parallel). Progress goes to stderr; stdout gets the results sorted by the monitored metric and the
+best trial (--json: one JSON object). Exit 0 when every trial completed, 1 when some failed, 128 + n when a signal
+stopped it (`sweep --resume FOLDER` goes on).
 """
 
 from __future__ import annotations
@@ -244,9 +239,8 @@ def _check_resume_args(args: argparse.Namespace, flag: str) -> None:
 
 # ------------------------------------------------------------------------------------------ progress
 class SweepLines:
-    """The sweep's progress on stderr: a line as each trial starts and ends; the trainer's own progress (a live
-    bar on a terminal, a line every `every` seconds in a log) in between. Trials running at once (a parallel
-    sweep) each get plain progress lines, prefixed with the trial's number."""
+    """The sweep's progress on stderr: a line as each trial starts and ends, the trainer's progress in between. Parallel
+    trials get plain lines prefixed with the trial's number."""
 
     def __init__(self, every: float = 30.0, stream=None):
         self.every = every
@@ -321,9 +315,8 @@ class _Prefixed:
 
 # ------------------------------------------------------------------------------------------ command
 def device_slots(args: argparse.Namespace, base_device: str, last: list | None = None) -> list[str] | None:
-    """The device of each parallel slot from --devices / --parallel, else (a resume) the slots the sweep last
-    ran on; None: one trial at a time, in-process. A listed accelerator that is not here is refused before
-    anything runs."""
+    """The device of each parallel slot from --devices / --parallel, else (a resume) the slots the sweep last ran on;
+    None: one trial at a time, in-process. A listed accelerator that is not here is refused."""
     from core.lab.sweep.parallel import device_slots as deal
     from core.lab.sweep.parallel import parse_devices
 
@@ -445,8 +438,7 @@ def _value_text(value) -> str:
 
 
 def _print_results(folder: Path, args: argparse.Namespace, status: str | None) -> int:
-    """The table (or the JSON line), the best trial and what to do next. 0 when every trial completed, 1 when
-    some failed, 0 for --show."""
+    """The table (or the JSON line), the best trial and what to do next; the exit code."""
     import shlex
 
     from core.lab.sweep import best_row, load_sweep, sweep_table, train_longer_command
