@@ -56,7 +56,7 @@ def test_it_trains_to_the_stated_accuracy_in_bf16(tmp_path, capsys, digits_run):
     from core.runs.predict import load_predictor
 
     predictor = load_predictor(run, which="last")
-    assert predictor.n_features == 64 and predictor.preview.classes == tuple("0123456789")
+    assert predictor.n_features == 64 and predictor.serving.preview.classes == tuple("0123456789")
     test = registry.create_task("digits").load_data("", seed=0).test
     rows = test["x"][:50].reshape(50, 64).numpy()
     p = predictor.predict_rows(rows)

@@ -19,7 +19,8 @@ from trained_runs import LESSONS, TASK_OPTIONS  # the recommender's own lesson i
 
 from core.engine.checkpoints import load_checkpoint, load_model_state
 from core.runs.export import export_model
-from core.tasks import create_task, sentiment_standalone
+from core.tasks import create_task
+from core.tasks.sentiment import sentiment_rows
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS = ("program", "onnx", "safetensors")
@@ -278,7 +279,7 @@ def test_serve_tokenizer_gives_cores_ids(buckets, max_tokens, scope):
 
     texts = CORPUS + [" ".join(CORPUS)] + generate_reviews(200, 4).text.to_pylist()
     expected = hashed_tokens(pa.array(texts), buckets, max_tokens, scope).tolist()
-    got = sentiment_standalone.hashed_tokens(texts, buckets, max_tokens, scope)
+    got = sentiment_rows.hashed_tokens(texts, buckets, max_tokens, scope)
     mismatched = [t for t, a, b in zip(texts, got, expected) if a != b]
     assert not mismatched, mismatched[:3]
     assert sum(any(row) for row in got) > len(texts) - 3  # real ids, not all padding
@@ -286,7 +287,7 @@ def test_serve_tokenizer_gives_cores_ids(buckets, max_tokens, scope):
 
 def test_serve_tokenizer_gives_cores_ids_on_random_unicode():
     """Random texts of words, negators, punctuation and any character this Python's Unicode database knows
-    (arrow's may be newer: characters unassigned here are left out, see sentiment_standalone.py)."""
+    (arrow's may be newer: characters unassigned here are left out, see sentiment_rows.py)."""
     import random
     import unicodedata
 
@@ -320,7 +321,7 @@ def test_serve_tokenizer_gives_cores_ids_on_random_unicode():
             texts.append(text)
     for scope in (0, 3):
         expected = hashed_tokens(pa.array(texts), 1 << 19, 48, scope).tolist()
-        got = sentiment_standalone.hashed_tokens(texts, 1 << 19, 48, scope)
+        got = sentiment_rows.hashed_tokens(texts, 1 << 19, 48, scope)
         assert [t for t, a, b in zip(texts, got, expected) if a != b][:3] == []
 
 
@@ -458,7 +459,7 @@ def test_the_exported_program_answers_as_predict_and_the_preview_do(
     if task == "tiny":
         x = torch.randn(4, 10, generator=torch.Generator().manual_seed(2)).numpy()
         got = torch.tensor(served(fresh_python, tmp_path, folder, x.tolist()))
-        assert torch.allclose(got, torch.from_numpy(predictor.classify(x)), atol=1e-5)
+        assert torch.allclose(got, torch.from_numpy(predictor.predict_rows(x)), atol=1e-5)
     elif task == "sentiment":
         assert served(fresh_python, tmp_path, folder, REVIEWS) == pytest.approx(predictor.sentiment(REVIEWS), abs=1e-5)
     elif task == "recommender":
@@ -512,7 +513,7 @@ print(json.dumps(answers))
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", list(TASK_OPTIONS))
 def test_serve_py_takes_one_input_an_empty_batch_and_float_ids(trained_exports, fresh_python, tmp_path, task):
-    folder = trained_exports(task, "safetensors").folder
+    folder = trained_exports(task, "program").folder
     calls = {"empty": [[[]], {}]}
     if task == "sentiment":
         calls.update(batch=[[["Great lesson"]], {}], one=[["Great lesson"], {}], none=[[[None]], {}])
@@ -566,7 +567,7 @@ def test_out_dot_fills_the_empty_current_folder(runs, tmp_path, capsys, monkeypa
         "serve_http.py",
         "serve_lines.py",
         "serve_program.py",
-        "tiny_standalone.py",
+        "feature_rows.py",
     ]
     assert not [p for p in tmp_path.iterdir() if p.name != "here"]  # no staging folder left beside it
 

@@ -83,7 +83,7 @@ def test_the_predictor_answers_with_the_models_own_numbers(predictor):
 
 
 def test_the_preview_shows_a_field_per_number_and_the_value(predictor):
-    spec = predictor.preview
+    spec = predictor.serving.preview
     assert (spec.input_kind, spec.output_kind) == ("feature_row", "values")
     examples = predictor.preview_examples()
     data = registry.get_task_class("regression")(predictor.task_object.opts).load_data("", 3)
@@ -125,7 +125,7 @@ def test_export_and_serve_py_answer_as_the_model(run, predictor, tmp_path, fmt, 
     out = tmp_path / fmt
     assert main(["export", str(run), "--task", REFERENCE, "--format", fmt, "--out", str(out)]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["serving_module"] == "feature_standalone.py" and (out / "feature_standalone.py").is_file()
+    assert manifest["serving_module"] == "feature_rows.py" and (out / "feature_rows.py").is_file()
     assert manifest["serving"] == {"features": FEATURES, "outputs": ["y"], "probabilities": False}
     x = rows(2, 4)
     expected = predictor.predict_rows(x)[:, 0].tolist()

@@ -149,7 +149,7 @@ def test_ranking_parquet_in_and_out_keeps_ids_and_copies_labels(capsys, tmp_path
 
 def test_tiny_points_get_the_predictors_class_probabilities(capsys, tmp_path, tiny_run):
     predictor = load_predictor(tiny_run.checkpoint)
-    x = predictor.example_inputs(limit=30)
+    x = predictor.example_rows(limit=30)
     source = tmp_path / "points.csv"
     source.write_text(
         ",".join(f"x{i}" for i in range(1, 11))
@@ -160,7 +160,7 @@ def test_tiny_points_get_the_predictors_class_probabilities(capsys, tmp_path, ti
     code, _, err = cli(capsys, "predict", tiny_run.checkpoint, "--input", source, "--out", out)
     assert code == 0, err
     rows = _rows(out)
-    expected = predictor.classify(x)
+    expected = predictor.predict_rows(x)
     assert np.array([[float(r["p0"]), float(r["p1"])] for r in rows]) == pytest.approx(expected, abs=1e-6)
     assert [int(r["predicted"]) for r in rows] == expected.argmax(1).tolist()
 
@@ -273,7 +273,7 @@ def test_bad_arguments_are_one_line_exit_2(capsys, tmp_path, tiny_run, argv, mes
 def test_a_run_folder_uses_its_best_checkpoint(capsys, tmp_path, tiny_run):
     from pathlib import Path
 
-    x = load_predictor(tiny_run.checkpoint).example_inputs(limit=3)
+    x = load_predictor(tiny_run.checkpoint).example_rows(limit=3)
     source = tmp_path / "points.csv"
     source.write_text(
         ",".join(f"f{i}" for i in range(1, 11))
@@ -499,7 +499,7 @@ def test_a_tab_or_semicolon_file_named_csv_is_read_as_training_reads_it(capsys, 
     )
     assert code == 0, err
     assert "4 points scored, 0 skipped" in stdout
-    expected = load_predictor(tiny_run.checkpoint).classify(x)
+    expected = load_predictor(tiny_run.checkpoint).predict_rows(x)
     assert [float(r["p1"]) for r in _rows(tmp_path / "o.csv")] == pytest.approx(expected[:, 1].tolist(), abs=1e-6)
 
 

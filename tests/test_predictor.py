@@ -18,8 +18,9 @@ from core.config import RunConfig
 from core.engine.checkpoints import load_checkpoint, load_model_state
 from core.engine.trainer import train
 from core.errors import CheckpointError, ConfigError, DataError
-from core.runs.predict import Recommendation, load_predictor
+from core.runs.predict import load_predictor
 from core.tasks import create_task
+from core.tasks.recommender.serving import Recommendation
 
 SENTIMENT_OPTIONS = dict(TASK_OPTIONS["sentiment"])
 RECOMMENDER_OPTIONS = dict(TASK_OPTIONS["recommender"])
@@ -56,7 +57,7 @@ def test_sentiment_is_the_models_softmax_on_the_tasks_own_tokens(sentiment_run):
     texts = ["Great, clear and helpful!", "boring. not helpful at all", "", "The quiz was not that confusing"]
     task = create_task("sentiment", SENTIMENT_OPTIONS)
     with torch.no_grad():
-        logits = _model(sentiment_run.checkpoint, "sentiment", SENTIMENT_OPTIONS)(task._tokens(pa.array(texts)))
+        logits = _model(sentiment_run.checkpoint, "sentiment", SENTIMENT_OPTIONS)(task.tokens(pa.array(texts)))
     expected = torch.softmax(logits, dim=1)[:, 1].numpy()
     assert predictor.sentiment(texts) == pytest.approx(expected.tolist(), abs=1e-6)
 
@@ -200,8 +201,8 @@ def test_classify_gives_the_runs_validation_accuracy(tiny_run):
     from core.tasks.tiny.task import make_tiny_data
 
     predictor = load_predictor(tiny_run.checkpoint, "last")
-    x = predictor.example_inputs(limit=100_000)
-    probabilities = predictor.classify(x)
+    x = predictor.example_rows(limit=100_000)
+    probabilities = predictor.predict_rows(x)
     assert probabilities.shape == (len(x), 2) and np.allclose(probabilities.sum(1), 1.0, atol=1e-6)
     _, y = make_tiny_data(8192, 0.05, predictor.config["seed"])
     accuracy = float((probabilities.argmax(1) == y[int(0.8 * 8192) :].numpy()).mean())
@@ -271,8 +272,8 @@ def test_a_single_string_is_one_input_and_non_finite_numbers_are_refused(sentime
     assert recommender.recommend_many([f"[{TRACK[2]}, {TRACK[3]}]"], k=3) == [want]
     tiny = load_predictor(tiny_run.checkpoint, "last")
     with pytest.raises(DataError, match=r"x: row 1, number 3 \(nan\) is not a finite float32 number"):
-        tiny.classify([[0.0] * 10, [0.0, 0.0, float("nan")] + [0.0] * 7])
+        tiny.predict_rows([[0.0] * 10, [0.0, 0.0, float("nan")] + [0.0] * 7])
     with pytest.raises(DataError, match=r"number 10 \(1e\+39\) is not a finite"):
-        tiny.classify([0.0] * 9 + [1e39])
+        tiny.predict_rows([0.0] * 9 + [1e39])
     with pytest.raises(DataError, match="not numbers"):
-        tiny.classify([["a"] * 10])
+        tiny.predict_rows([["a"] * 10])

@@ -434,9 +434,7 @@ HOSTILE = {
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("task", list(HOSTILE))
 def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(trained_exports, tmp_path, task):
-    # the weights, served in plain torch: the server starts without torch.export's imports (seconds); the HTTP
-    # layer is the same for every format
-    folder = trained_exports(task, "safetensors").folder
+    folder = trained_exports(task, "program").folder
     case = HOSTILE[task]
     served = serve.load(folder)
     server = Server(folder, tmp_path, "--timeout", 5)

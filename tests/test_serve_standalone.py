@@ -1,10 +1,10 @@
 """What the standalone serve.py is made of: its task-free parts beside it (core/runs/serve_*.py) and each task's
-serving module (core/tasks/<task>_standalone.py), real modules imported and tested here directly; an export
-carries them all, byte for byte, and its manifest names the task's; serve.py loads that module by a plain file
-name inside the export folder only. Exports written before the task's module travelled with them
-(tests/fixtures/old_exports, made by the export of that time) are served by their own serve.py as they were, and
-by today's serve.py the same once the task's module lies beside them; without it, today's serve.py says in one
-line what is missing."""
+serving module (the serving part's `rows_module`, e.g. core/tasks/sentiment/sentiment_rows.py), real modules
+imported and tested here directly; an export carries them all, byte for byte, and its manifest names the task's;
+serve.py loads that module by a plain file name beside itself only. Exports written before the task's module
+travelled with them (tests/fixtures/old_exports) are served by their own serve.py as they were; today's serve.py
+says in one line what to do with one.
+"""
 
 from __future__ import annotations
 
@@ -29,11 +29,12 @@ OLD = ROOT / "tests" / "fixtures" / "old_exports"
 OLD_EXPORTS = sorted(p.name.removesuffix(".answers.json") for p in OLD.glob("*.answers.json"))
 
 
-def standalone(name):
+def rows_module(name):
     """The task's serving module for serve.py, imported as the project's module it is."""
     serving = TASKS[name]().serving()
-    module = importlib.import_module(f"{type(serving).__module__.rsplit('.', 1)[0]}.{serving.standalone[:-3]}")
-    assert Path(module.__file__).name == serving.standalone
+    owner = next(cls for cls in type(serving).__mro__ if "rows_module" in vars(cls))
+    module = importlib.import_module(f"{owner.__module__.rsplit('.', 1)[0]}.{serving.rows_module[:-3]}")
+    assert Path(module.__file__).name == serving.rows_module
     return module
 
 
@@ -58,12 +59,12 @@ def test_serve_parts_import_only_the_standard_library(part):
 
 
 @pytest.mark.parametrize("name", list(TASKS))
-def test_each_task_has_a_standalone_serving_module_of_stdlib_and_torch(name):
+def test_each_task_has_a_serving_module_of_the_standard_library(name):
     serving = TASKS[name]().serving()
-    module = standalone(name)
-    assert serving.standalone_source() == Path(module.__file__).read_bytes()
-    assert imported(Path(module.__file__)) - set(sys.stdlib_module_names) <= {"torch"}
-    assert callable(module.forward) and isinstance(module.ALIASES, dict)
+    module = rows_module(name)
+    assert serving.rows_source() == Path(module.__file__).read_bytes()
+    assert imported(Path(module.__file__)) <= set(sys.stdlib_module_names)
+    assert isinstance(module.ALIASES, dict) and not hasattr(module, "forward")  # no copy of the model
     for member in ("copied", "columns", "predict", "row_input", "answer"):
         assert hasattr(module.Serving, member) or member == "columns", (name, member)
 
@@ -72,11 +73,12 @@ def test_an_export_carries_serve_py_its_parts_and_the_tasks_module(trained_runs,
     folder = tmp_path / "export"
     result = export_model(trained_runs["tiny"].checkpoint, folder, "safetensors")
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["serving_module"] == "tiny_standalone.py"
+    assert manifest["serving_module"] == "feature_rows.py"
     for name, payload in serve_files(TASKS["tiny"]().serving()).items():
         assert (folder / name).read_bytes() == payload and name in result.files
-    assert (folder / "tiny_standalone.py").read_bytes() == (ROOT / "core/tasks/tiny_standalone.py").read_bytes()
-    assert serve.load(folder).predict([[0.5] * 10])[0] == pytest.approx([0.5, 0.5], abs=0.5)
+    assert (folder / "feature_rows.py").read_bytes() == (ROOT / "core/tasks/feature_rows.py").read_bytes()
+    with pytest.raises(serve.IncompleteExport, match="weights only.*--format program or --format onnx"):
+        serve.load(folder)  # the weights alone: served as a program or ONNX export
 
 
 # ---- each task's module on its own --------------------------------------------------------------------------------
@@ -105,20 +107,6 @@ def task_and_model(name, **options):
     return task, task.build_model({}).eval()
 
 
-@pytest.mark.parametrize("name", list(TASKS))
-def test_each_forward_over_the_weights_is_the_served_module(name):
-    """forward(weights, options, kit), serve.py's computation of a safetensors export, gives what the task's
-    serving module gives on the export's sample inputs."""
-    task, model = task_and_model(name)
-    serving = task.serving()
-    sample = serving.sample_inputs(model, 8, 0)
-    weights = {k: v.detach().float() for k, v in model.state_dict().items()}
-    with torch.no_grad():
-        want = serving.module(model, "safetensors").eval()(sample)
-        got = standalone(name).forward(weights, dict(task.opts), serve.KIT)(sample)
-    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
-
-
 def manifest_of(name):
     task, model = task_and_model(name)
     serving = task.serving()
@@ -134,7 +122,7 @@ def manifest_of(name):
 
 def test_tiny_reads_x_or_f_columns_and_answers_probabilities():
     manifest, model = manifest_of("tiny")
-    part = standalone("tiny").Serving(FakeServed(manifest, model), serve.KIT)
+    part = rows_module("tiny").Serving(FakeServed(manifest, model), serve.KIT)
     width = manifest["inputs"][0]["shape"][-1]
     xs = part.row_input({f"x{i}": float(i) for i in range(1, width + 1)})
     fs = part.row_input({f"f{i}": float(i) for i in range(1, width + 1)})
@@ -145,13 +133,13 @@ def test_tiny_reads_x_or_f_columns_and_answers_probabilities():
     assert part.predict([xs], 10) == [one]
     answer = part.answer(one)
     assert set(answer) == set(part.columns) and answer["predicted"] == max(range(len(one)), key=one.__getitem__)
-    with pytest.raises(ValueError, match=f"point 0: 1 numbers, the model takes {width}"):
+    with pytest.raises(ValueError, match=f"row 0: 1 numbers, the model takes {width}"):
         part.predict([[1.0]], 10)
 
 
 def test_ranking_scores_one_candidate_one_query_or_queries_of_one_size():
     manifest, model = manifest_of("ranking")
-    part = standalone("ranking").Serving(FakeServed(manifest, model), serve.KIT)
+    part = rows_module("ranking").Serving(FakeServed(manifest, model), serve.KIT)
     width = manifest["inputs"][0]["shape"][-1]
     a, b = [0.1] * width, [0.9] * width
     assert len(part.predict(a, 10)) == 1 and len(part.predict([a, b], 10)) == 2
@@ -163,7 +151,7 @@ def test_ranking_scores_one_candidate_one_query_or_queries_of_one_size():
 
 def test_sentiment_reads_a_text_and_hashes_it_as_the_manifest_says():
     manifest, model = manifest_of("sentiment")
-    module = standalone("sentiment")
+    module = rows_module("sentiment")
     part = module.Serving(FakeServed(manifest, model), serve.KIT)
     for values, error in [
         ({}, "no text column"),
@@ -183,7 +171,7 @@ def test_sentiment_reads_a_text_and_hashes_it_as_the_manifest_says():
 
 def test_recommender_maps_lesson_ids_and_excludes_the_history():
     manifest, model = manifest_of("recommender")
-    module = standalone("recommender")
+    module = rows_module("recommender")
     part = module.Serving(FakeServed(manifest, model), serve.KIT)
     lessons = manifest["serving"]["vocabulary"]
     assert module.split_history("[12, 7 40]") == ["12", "7", "40"]
@@ -206,13 +194,9 @@ def test_recommender_maps_lesson_ids_and_excludes_the_history():
 # ---- the serving module is run from beside serve.py only ---------------------------------------------------------
 
 
-def export_copy(tmp_path, name="tiny-safetensors"):
-    """A copy of an old export with today's serve.py, its parts and the task's module written into it."""
-    folder = Path(shutil.copytree(OLD / name, tmp_path / name))
-    task = json.loads((folder / "manifest.json").read_text())["task"]
-    for file, payload in serve_files(TASKS[task]().serving()).items():
-        (folder / file).write_bytes(payload)
-    return folder
+def export_copy(tmp_path, source):
+    """A copy of the export in `source` (its serve.py, parts and the task's module in it)."""
+    return Path(shutil.copytree(source, tmp_path / "export"))
 
 
 def own_serve(folder: Path):
@@ -223,57 +207,56 @@ def own_serve(folder: Path):
     return module
 
 
-@pytest.mark.parametrize(
-    "named",
-    [
-        "../tiny_standalone.py",
-        "/tmp/tiny_standalone.py",
-        "tiny_standalone",
-        "tiny standalone.py",
-        "sub/tiny_standalone.py",
-        "..",
-        7,
-    ],
-)
-def test_a_serving_module_outside_the_folder_is_refused(tmp_path, named):
-    folder = export_copy(tmp_path)
+def rename_module(folder: Path, named) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps({**manifest, "serving_module": named}))
+
+
+@pytest.fixture
+def tiny_export(trained_exports):
+    return trained_exports("tiny", "program").folder
+
+
+@pytest.mark.parametrize(
+    "named",
+    ["../feature_rows.py", "/tmp/feature_rows.py", "feature_rows", "feature rows.py", "sub/feature_rows.py", "..", 7],
+)
+def test_a_serving_module_outside_the_folder_is_refused(tmp_path, tiny_export, named):
+    folder = export_copy(tmp_path, tiny_export)
+    rename_module(folder, named)
     for module in (serve, own_serve(folder)):
         with pytest.raises(module.UnsafeExport, match="is not a module file name in the export folder") as caught:
             module.load(folder)
         assert "\n" not in str(caught.value)
 
 
-def test_a_serving_module_that_is_a_link_or_missing_is_refused(tmp_path):
-    folder = export_copy(tmp_path)
+def test_a_serving_module_that_is_a_link_or_missing_is_refused(tmp_path, tiny_export):
+    folder = export_copy(tmp_path, tiny_export)
     own = own_serve(folder)
-    manifest = json.loads((folder / "manifest.json").read_text())
-    (folder / "manifest.json").write_text(json.dumps({**manifest, "serving_module": "tiny_standalone.py"}))
-    elsewhere = tmp_path / "tiny_standalone.py"
-    os.replace(folder / "tiny_standalone.py", elsewhere)
-    with pytest.raises(own.IncompleteExport, match="tiny_standalone.py is not beside this serve.py"):
+    elsewhere = tmp_path / "feature_rows.py"
+    os.replace(folder / "feature_rows.py", elsewhere)
+    with pytest.raises(own.IncompleteExport, match="feature_rows.py is not beside this serve.py"):
         own.load(folder)
-    (folder / "tiny_standalone.py").symlink_to(elsewhere)
+    (folder / "feature_rows.py").symlink_to(elsewhere)
     with pytest.raises(own.UnsafeExport, match="a link is refused"):
         own.load(folder)
 
 
-def test_serving_another_folder_never_runs_that_folders_code(tmp_path):
+def test_serving_another_folder_never_runs_that_folders_code(tmp_path, tiny_export):
     """serve.py pointed at another export (`--export FOLDER`) runs the serving module beside itself, never the
     one in that folder: a planted module is not run, and a folder of another task is said to need its own
     serve.py."""
-    mine = export_copy(tmp_path / "mine")
-    theirs = export_copy(tmp_path / "theirs")
+    mine = export_copy(tmp_path / "mine", tiny_export)
+    theirs = export_copy(tmp_path / "theirs", tiny_export)
     marker = tmp_path / "ran"
-    (theirs / "tiny_standalone.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('planted')\n")
+    (theirs / "feature_rows.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('planted')\n")
     own = own_serve(mine)
     served = own.load(theirs)
     assert not marker.exists()
     assert served.predict([[0.0] * 10])  # answered by the module beside serve.py
-    other = export_copy(tmp_path / "other", "ranking-safetensors")
-    with pytest.raises(own.IncompleteExport, match="ranking_standalone.py is not beside this serve.py") as caught:
-        own.load(other)
+    rename_module(theirs, "ranking_rows.py")
+    with pytest.raises(own.IncompleteExport, match="ranking_rows.py is not beside this serve.py") as caught:
+        own.load(theirs)
     assert "\n" not in str(caught.value) and "serve.py in that folder" in str(caught.value)
 
 
@@ -324,33 +307,9 @@ def test_an_old_exports_own_serve_py_still_serves_it(name):
 
 
 @pytest.mark.parametrize("name", OLD_EXPORTS)
-def test_todays_serve_py_says_in_one_line_what_an_old_export_lacks(tmp_path, name):
-    """A serve.py copied without the old export's task module beside it (another task's export, say)."""
-    lone = tmp_path / "serve-alone"
-    lone.mkdir()
-    for file, payload in serve_files(TASKS["tiny"]().serving()).items():
-        if not file.endswith("_standalone.py"):
-            (lone / file).write_bytes(payload)
-    module = own_serve(lone)
-    with pytest.raises(module.IncompleteExport) as caught:
-        module.load(OLD / name)
+def test_todays_serve_py_says_in_one_line_what_to_do_with_an_old_export(name):
+    """An old manifest names no serving module: its own serve.py serves it (above), today's says so."""
+    with pytest.raises(serve.IncompleteExport) as caught:
+        serve.load(OLD / name)
     message = str(caught.value)
-    task = json.loads((OLD / name / "manifest.json").read_text())["task"]
-    assert "\n" not in message and f"{task}_standalone.py" in message and "serve.py in that folder" in message
-
-
-@pytest.mark.parametrize("name", OLD_EXPORTS)
-def test_todays_serve_py_serves_an_old_export_the_same_with_the_tasks_module_beside_it(tmp_path, name):
-    """The old manifest names no serving module: today's serve.py takes the one export names <task>_standalone.py
-    and answers exactly as the old serve.py did."""
-    folder = export_copy(tmp_path, name)
-    assert "serving_module" not in json.loads((folder / "manifest.json").read_text())
-    got = answers_of(own_serve(folder), folder, recorded(name))
-    assert got == answers_of(old_serve(name), OLD / name, recorded(name))  # the same computation, bit for bit
-    assert alike(got, want(recorded(name)))
-
-
-@pytest.mark.parametrize("name", OLD_EXPORTS)
-def test_the_projects_serve_py_serves_an_old_export_with_the_tasks_module_of_the_project(name):
-    """The project's own serve.py finds each task's module where it is written (core/tasks)."""
-    assert answers_of(serve, OLD / name, recorded(name)) == answers_of(old_serve(name), OLD / name, recorded(name))
+    assert "\n" not in message and "names no serving module" in message and "serve.py in that folder" in message

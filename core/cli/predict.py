@@ -1,14 +1,8 @@
 """`amp-console predict RUN_OR_CHECKPOINT --input FILE --out FILE`: a trained model's predictions for a whole
 file in the task's own input format; the arguments and what is printed. The work is core.runs.file_predict's
 (the streaming reader, bad rows reported by line, progress, the output renamed into place when complete), each
-task's columns its file scorer's (core.tasks.serving.FileScorer):
-
-- sentiment: a `text` column (a `label` column is ignored) -> line, p_positive, predicted (positive/negative);
-- recommender: a `history` column of lesson ids separated by spaces or commas (and optionally `user_id`), one row per
-  user; or the training interactions (user_id, item_id, timestamp), grouped per user keeping each user's last
-  max_len lessons by time -> user_id (or line), rank, item_id, score: k rows per user, in the data's own ids;
-- ranking: query_id, doc_id, f1..fN (label optional, copied) -> query_id, doc_id, score (, label);
-- tiny: 10 numeric columns (x1..x10, f1..f10, or exactly 10 columns) -> line, p0, p1, predicted.
+task's columns and own options (a recommender's --k, --include-seen) its file scorer's
+(core.tasks.serving.FileScorer).
 
 A bad row is skipped and reported on stderr by line, or, with --strict, is a one-line error (exit 2). An
 existing --out is replaced only on success. A full disk is one line (exit 1); a stop signal (SIGINT, SIGTERM,
@@ -53,12 +47,13 @@ def register(sub) -> None:
         help="the run's best checkpoint (the default; its last when it kept none)",
     )
     which.add_argument("--last", action="store_const", const="last", dest="which", help="the run's last checkpoint")
-    p.add_argument("--k", type=int, default=10, help="recommender: lessons recommended per user (default 10)")
-    p.add_argument(
-        "--include-seen",
-        action="store_true",
-        help="recommender: lessons already in the history may be recommended (a `seen` column says so)",
-    )
+    from core.tasks import predict_options
+
+    for option in predict_options():  # the tasks' own, as their file scorers declare them
+        if isinstance(option.default, bool):
+            p.add_argument(option.flag, action="store_true", help=option.help)
+        else:
+            p.add_argument(option.flag, type=type(option.default), default=option.default, help=option.help)
     p.add_argument("--device", help="score on this device (default: cpu)")
     p.add_argument(
         "--batch-size", type=int, default=DEFAULT_BATCH, help=f"rows scored at a time (default {DEFAULT_BATCH})"
@@ -100,13 +95,13 @@ def _predict(args, signals) -> int:
     from core.cli.common import stop_signals_held
     from core.runs.file_predict import FilePrediction, PredictRequest, check_request
     from core.runs.predict import load_predictor
+    from core.tasks import predict_options
 
     request = PredictRequest(
         source=Path(args.input).expanduser(),
         out=Path(args.out).expanduser(),
         batch_size=args.batch_size,
-        k=args.k,
-        include_seen=args.include_seen,
+        task_options={option.dest: getattr(args, option.dest) for option in predict_options()},
         strict=args.strict,
     )
     for note in check_request(request):

@@ -1,44 +1,13 @@
 """Deployable exports of a checkpoint: a folder a serving process loads without this project's code.
 
-`export_model(checkpoint, out, fmt, dtype)` writes `out/` holding the model file, `manifest.json` (task, step,
-metrics, config, precision, versions, and the task's part: the model's input and output names, shapes and
-dtypes, and what serving needs around the model, e.g. the recommender's lesson-id vocabulary and window, the
-sentiment tokenizer's settings and hashing recipe, the ranking feature order) and `serve.py`, a copy of
-core/runs/serve.py: a standalone module (stdlib + torch, and onnxruntime for ONNX) whose `load(folder).predict(...)`
-takes the task's own inputs (review texts, histories in the data's own lesson ids, feature vectors, points), and
-a command line (CSV or JSON lines in, predictions out; an HTTP server). Beside it lie its task-free parts
-(SERVE_PARTS, from core/runs) and the task's serving module (the serving part's `standalone`, e.g.
-core/tasks/sentiment_standalone.py), which the manifest names (`serving_module`) and serve.py loads.
-
-Formats:
-- `program`: `torch.export` (`model.pt2`, loaded by `torch.export.load(path).module()`, plain torch), chosen
-  over TorchScript (in maintenance mode upstream); the batch dimension is dynamic (`torch.export.Dim`), as is
-  the candidate dimension of ranking. A program is code: serve.py and the verification load it through
-  serve.py's checks (core.runs.program_archive: no pickle, guard code or Python shape expression), so it is
-  saved without example inputs (a torch.save pickle).
-- `onnx`: `torch.onnx.export(dynamo=True)` (`model.onnx`), checked with onnxruntime; needs the `onnx` extra.
-- `safetensors`: today's `export_checkpoint` files (`model.pt`, `model.safetensors`, `model.json`): the
-  weights by state_dict name; serve.py reads them without the safetensors package and computes each task's
-  forward pass in plain torch (float32), so this too serves without the project.
-
-Everything task-specific is the task's serving part (core.tasks.serving, `Task.serving()`), declared beside
-its training code; no code here branches on a task. The exported module computes what serving wants, not the
-training logits (e.g. tiny x (B, F) -> class probabilities (B, C); ranking raw features (B, N, F) -> scores
-(B, N), the fitted normalisation inside); the serving part also gives the sample inputs, the dynamic
-dimensions, the input and output names, the manifest's task fields and the part of the model a reduced dtype
-casts.
-
-A user task's loss and metrics returns are checked first on its run's data, as a run checks them before its
-first step (core.tasks.task_checks): a bad return is one line and nothing is written.
-
-Every export is verified before it is kept: the written file is loaded back (torch.export.load, onnxruntime,
-or the safetensors weights into a rebuilt model) and run on a sample batch (the serving part's sample inputs:
-the task's own synthetic reviews for sentiment, inputs of the right shape and range otherwise); the largest
-absolute difference from the trained model is reported, and above the tolerance the export fails. Files are
-written to a temporary folder beside `out` and renamed into place only once verified, so a failed export
-leaves nothing behind. `dtype` bf16/fp16 casts the weights (the serving part's `weights`; inputs and outputs
-stay as they were: float32 scores); the file size and the output difference against the fp32 model are
-reported.
+`export_model(checkpoint, out, fmt, dtype)` writes `out/`: the model file (`program`: a torch.export program,
+model.pt2, loaded through serve.py's checks; `onnx`: model.onnx, checked with onnxruntime; `safetensors`: the
+weights only, with export_checkpoint's model.pt and model.json), `manifest.json` (the run's facts and the
+task's part: inputs, outputs, what serving needs around the model) and serve.py with its parts and the task's
+serving module (core/runs/serve.py). What is task-specific is the task's serving part (core.tasks.serving).
+Each export is loaded back and run on a sample batch before it is kept (above the tolerance nothing is
+written: files go to a temporary folder renamed into place); `dtype` bf16/fp16 casts the serving part's
+`weights`, and the size and output difference against fp32 are reported. docs/runs.md says more.
 """
 
 from __future__ import annotations
@@ -478,8 +447,8 @@ FORMAT_SAFETY = {
     "safetensors": (
         "data",
         (
-            "raw tensors by name that serve.py computes in plain torch: data, no Python runs "
-            "from it (model.pt beside it is a checkpoint, read only with weights_only=True)"
+            "raw tensors by name: data, no Python runs from it (model.pt beside it is a checkpoint, "
+            "read only with weights_only=True)"
         ),
     ),
 }
@@ -518,11 +487,11 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
         manifest["load"] = "onnxruntime.InferenceSession('model.onnx').run(None, {input name: array})"
     else:
         manifest["load"] = (
-            "model.safetensors: the weights by state_dict name; serve.py computes the model from "
-            "them in plain torch (model.pt is the full checkpoint, model.json its manifest)"
+            "model.safetensors: the weights by state_dict name, loaded into the task's model (model.pt is "
+            "the full checkpoint, model.json its manifest); serve.py serves program and ONNX exports"
         )
     manifest.update(loaded.serving.manifest(model, state, sample))  # inputs, outputs, serving
-    manifest["serving_module"] = loaded.serving.standalone  # the task's part of serve.py, beside it
+    manifest["serving_module"] = loaded.serving.rows_module  # the task's part of serve.py, beside it
     return manifest
 
 
@@ -568,10 +537,10 @@ def serve_py() -> bytes:
 
 def serve_files(serving: TaskServing) -> dict[str, bytes]:
     """File name -> bytes of what serves an export without this project: serve.py, its parts (SERVE_PARTS) and
-    the task's serving module (`serving.standalone`), each copied byte for byte."""
+    the task's serving module (`serving.rows_module`), each copied byte for byte."""
     from importlib.resources import files
 
     out = {"serve.py": serve_py()}
     out.update((name, files("core.runs").joinpath(name).read_bytes()) for name in SERVE_PARTS)
-    out[serving.standalone] = serving.standalone_source()
+    out[serving.rows_module] = serving.rows_source()
     return out

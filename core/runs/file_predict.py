@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError, DataError
@@ -36,14 +36,13 @@ PROGRESS_SECONDS = 5.0  # off a terminal: a progress line this often
 
 @dataclass(frozen=True)
 class PredictRequest:
-    """What to score and where to write it; `k` and `include_seen` are the options of the tasks that take
-    them (the recommender's top k)."""
+    """What to score and where to write it; `task_options`: the values of the options the tasks' file scorers
+    declare (core.tasks.predict_options: the recommender's k...), by name."""
 
     source: Path
     out: Path
     batch_size: int = DEFAULT_BATCH
-    k: int = 10
-    include_seen: bool = False
+    task_options: dict = field(default_factory=dict)
     strict: bool = False
 
 
@@ -58,8 +57,11 @@ def check_request(request: PredictRequest) -> list[str]:
         raise ConfigError("batch_size", f"{request.batch_size}: score at least 1 row at a time")
     if request.batch_size > MAX_BATCH:  # memory stays bounded (and Parquet's reader takes a C long)
         raise ConfigError("batch_size", f"{request.batch_size}: score at most {MAX_BATCH:,} rows at a time")
-    if request.k < 1:
-        raise ConfigError("--k", f"{request.k}: ask for at least 1 recommendation")
+    from core.tasks import predict_options
+
+    for option in predict_options():
+        if option.dest in request.task_options:
+            option.check(request.task_options[option.dest])
     check_regular_file(source, "--input", "input file")  # a FIFO or a device is refused, never opened
     if source.suffix.lower() not in OUT_SUFFIXES:
         raise ConfigError("--input", f"{source}: use a .csv or .parquet file")

@@ -1,65 +1,14 @@
-"""Serve an AMP Console export with the standard library and torch only (onnxruntime and numpy for model.onnx).
-`amp-console export` copies this file (core/runs/serve.py, which imports nothing of the project) into every export;
-manifest.json beside it says what the model computes and what it needs.
-
-From Python, `load(folder).predict(...)` takes the task's own inputs:
-
-    import serve
-    model = serve.load("export")
-    model.predict(["Clear and useful, not boring at all."])   # sentiment: P(positive) per text
-    model.predict([[12, 7, 40]], k=10)                        # recommender: top-k (lesson id, score), seen excluded
-    model.predict([[0.1] * 136])                              # ranking: a score per feature vector
-    model.predict([[0.0] * 10])                               # tiny: class probabilities per point
-
-From the command line (the export is the folder this file lies in, or --export FOLDER):
+"""Serve an AMP Console export with the standard library and torch (onnxruntime and numpy for model.onnx); it
+imports nothing of the project. `serve.load(folder).predict(inputs, k=10)` answers the task's own inputs (texts,
+histories of lesson ids, rows of numbers); the command line answers rows (docs/runs.md):
 
     python serve.py rows.csv                  # predictions as CSV on stdout (rows.jsonl: as JSON lines)
     python serve.py - < rows.jsonl            # JSON lines on stdin until EOF, one answer line per line
     python serve.py --http 127.0.0.1:8000     # POST /predict (JSON in, JSON out), GET /health
 
-A row holds the columns `amp-console predict` reads for the task (a CSV row under its header line, or a JSON
-object), under predict's names and aliases (compared ignoring case, blanks, "_" and "-"):
-
-- sentiment: text -> p_positive, predicted ("positive" or "negative");
-- recommender: history (lesson ids separated by spaces or commas, or a JSON list), user_id optional and copied ->
-  items, scores: the top --k lessons, those of the history excluded (none when it has no lesson the model knows);
-- ranking: f1..fN, with query_id, doc_id and label optional and copied -> score;
-- tiny: x1..xN (or f1..fN) -> p0..pC-1 (class probabilities), predicted.
-
-CSV output has a `line` column (the input's line) and, for the recommender, a row per recommended lesson (rank,
-item_id, score). A JSON line (or an HTTP body) is one row object, answered by an object, or a list of rows (a
-batch), answered by a list; blank lines are skipped. A bad line (not JSON, a missing column, a value that is not
-a finite number, a line over --max-request-bytes) is answered by one line {"line": N, "error": "..."} (CSV input:
-reported on stderr) and the lines around it are answered as usual.
-
-The HTTP server (serve_http.py beside this file, http.server, a thread per connection, one prediction at a time)
-listens on loopback unless another address is named (then it warns: there is no authentication or TLS). A body
-over --max-request-bytes is refused (413) before it is read, a connection silent for --timeout seconds is
-closed, and every error is one line of JSON {"error": "..."} with its status (400, 404, 405, 408, 411, 413,
-500): no traceback reaches a client, and no request stops the server.
-
-A torch.export program (model.pt2) is code: `load_program` checks it (check_program, serve_program.py beside
-this file) for pickles and Python source before torch.export.load reads it. A model file that is not a plain
-name beside manifest.json (`..`, an absolute path, a link) is refused too.
-
-What differs between tasks is the task's serving module, a file in the export folder named by the manifest's
-`serving_module` (a plain `name.py`, a regular file, read as source: no pickle), standard library and torch
-only, written beside the task's training code (core/tasks/<task>_standalone.py) and copied by `amp-console
-export`. It holds `forward(weights, options, kit)`, the model computed in plain torch over the safetensors
-weights, a callable (tensor in, tensor out); `ALIASES`, other names of its row columns ({normal name: (alias,
-...)}); and `Serving(served, kit)`, built once the model is loaded, with `copied` (row columns copied to the
-answer), `columns` (the answer's), `predict(inputs, k)` (a non-empty list of the task's own inputs: one
-answer each), `row_input(values)` (a row's values by normal name: the model's input, kit.RowError for a bad
-row), `answer(result)` (one result as the answer's dict) and, where a CSV row is not one answer,
-`csv_columns(copied)` and `csv_rows(line, answer, columns)`. `kit` is this module's helpers for it: RowError,
-number, numbers, finite, kind, is_list, mlp. The module is code, as this file is, so it is run from beside
-this file only (the export's own serve.py finds its own): serving another folder (`--export FOLDER`) never runs
-that folder's .py files, and a folder of another task is served by its own serve.py.
-
-An export whose manifest names no serving module was written before the task's serving code travelled with it:
-its own serve.py (the one in its folder) serves it. This serve.py serves it too when the task's module lies
-beside it under the name `amp-console export` gives it (<task>_standalone.py), and otherwise says in one line
-what is missing (IncompleteExport).
+What is the task's is the serving module its manifest names (`serving_module`, a plain .py beside this file,
+never one of another folder). A model.pt2 is checked for pickles and Python source before torch loads it
+(serve_program.py); model.safetensors holds weights only: serve a program or ONNX export.
 """
 
 from __future__ import annotations
@@ -125,12 +74,11 @@ class Served:
 
             self._session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
             self._module = None
-        else:  # safetensors: the task's forward pass in plain torch over the weights (computed in float32)
-            import torch
-
-            self._torch = torch
-            self._module = part.forward(read_safetensors(path), self.manifest["task_options"], KIT)
-            self._session = None
+        else:
+            raise IncompleteExport(
+                f"{path.name} holds the model's weights only: serve.py serves the model as a program or ONNX "
+                f"export (amp-console export --format program or --format onnx)"
+            )
         self.part = part.Serving(self, KIT)  # the task's inputs and answers
 
     def run(self, rows, dtype):
@@ -166,18 +114,20 @@ class Served:
 
 
 class IncompleteExport(ValueError):
-    """An export folder without a file its manifest needs (its serving module); str() says what to do."""
+    """An export this serve.py cannot serve as it is (no serving module beside it, weights only); str() says
+    what to do."""
 
 
 def serving_module(folder, manifest):
-    """The task's serving module of the export in `folder`, as its manifest names it (see the module doc), run
-    from beside this serve.py only: never from another folder it is pointed at, whose .py files nobody asked to
-    run (the project's own copy of this file also looks in the project's core/tasks, where the modules are
-    written). IncompleteExport (one line) when it is not there."""
+    """The task's serving module the manifest of the export in `folder` names, run from beside this serve.py
+    only (the project's own copy also looks in core/tasks, where the modules are written). IncompleteExport
+    (one line) when it is not there, or the manifest names none (an export older than its serving modules)."""
     name = manifest.get("serving_module")
-    old = name is None  # written before the task's serving code travelled with the export
-    if old:
-        name = f"{manifest.get('task')}_standalone.py"
+    if name is None:
+        raise IncompleteExport(
+            f"{folder}: its manifest.json names no serving module (written before the task's serving code "
+            f"travelled with the export): serve it with the serve.py in that folder, or export the checkpoint again"
+        )
     if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
         raise UnsafeExport(
             f"manifest.json: the serving module {ascii(name)[:80]} is not a module file name in the "
@@ -186,24 +136,19 @@ def serving_module(folder, manifest):
     for place in _module_places():
         if os.path.lexists(os.path.join(place, name)):
             return load_module(place, name, "serving module")
-    why = (
-        " (its manifest.json names none: it was written before the task's serving code travelled with the export)"
-        if old
-        else ""
-    )
     raise IncompleteExport(
-        f"{folder}: its serving module {name} is not beside this serve.py{why}: serve it with "
-        f"the serve.py in that folder, or export the checkpoint again"
+        f"{folder}: its serving module {name} is not beside this serve.py: serve it with the serve.py in that "
+        f"folder, or export the checkpoint again"
     )
 
 
 def _module_places():
-    """Where serving modules are run from: this file's folder, and in the project's own tree its core/tasks."""
-    places = [str(HERE)]
+    """Where serving modules are run from: this file's folder, and in the project's tree core/tasks' packages."""
+    places = [HERE]
     tasks = HERE.parent / "tasks"
     if HERE.name == "runs" and HERE.parent.name == "core" and (tasks / "serving.py").is_file():
-        places.append(str(tasks))
-    return places
+        places += [tasks, *sorted(p for p in tasks.iterdir() if (p / "__init__.py").is_file())]
+    return [str(p) for p in places]
 
 
 def _is_list(value):
@@ -221,54 +166,6 @@ def _numbers(rows, width, what):
             raise ValueError(f"{what} {i}: {len(row)} numbers, the model takes {width}")
         out.append([float(v) for v in row])
     return out
-
-
-def _mlp(weights, x, prefix):
-    """x through the Linear layers `prefix`0, `prefix`1, ... of a state dict, ReLU between them."""
-    import torch.nn.functional as F
-
-    index = sorted({int(k[len(prefix) :].split(".")[0]) for k in weights if k.startswith(prefix)})
-    layers = [(weights[f"{prefix}{i}.weight"], weights[f"{prefix}{i}.bias"]) for i in index]
-    for number, (weight, bias) in enumerate(layers):
-        x = F.linear(x, weight, bias)
-        if number < len(layers) - 1:
-            x = F.relu(x)
-    return x
-
-
-def read_safetensors(path):
-    """name -> float32 tensor from a .safetensors file (8-byte header length, JSON header, raw data), read
-    without the safetensors package."""
-    import struct
-
-    import torch
-
-    dtypes = {
-        "F32": torch.float32,
-        "F16": torch.float16,
-        "BF16": torch.bfloat16,
-        "F64": torch.float64,
-        "I64": torch.int64,
-        "I32": torch.int32,
-    }
-    data = Path(path).read_bytes()
-    (size,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + size])
-    body = bytearray(data[8 + size :])
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        flat = (
-            torch.frombuffer(
-                body, dtype=dtypes[info["dtype"]], count=(end - start) // dtypes[info["dtype"]].itemsize, offset=start
-            )
-            if end > start
-            else torch.zeros(0, dtype=dtypes[info["dtype"]])
-        )
-        tensors[name] = flat.reshape(info["shape"]).float()
-    return tensors
 
 
 # ---------------------------------------------------------------------------------------------- the files
@@ -575,7 +472,7 @@ def main(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Predict with this AMP Console export: rows of a .csv or .jsonl file (answers on stdout as CSV "
         "or JSON lines), JSON lines on stdin (-), or HTTP (--http).",
-        epilog=__doc__.split("From the command line", 1)[1].split("\nThe HTTP server", 1)[0].split("\n", 1)[1],
+        epilog=__doc__.split("\n\n")[1],
     )
     parser.add_argument(
         "input",
@@ -665,7 +562,6 @@ KIT = types.SimpleNamespace(
     finite=_finite,
     kind=_kind,
     is_list=_is_list,
-    mlp=_mlp,
     parse_json=parse_json,
     requests=_requests,
     collect=_collect,

@@ -31,12 +31,14 @@ if TYPE_CHECKING:
 
 # name -> (module file in this package, Task class). The order is the order every list shows.
 _REGISTRY: dict[str, tuple[str, str]] = {
-    "tiny": ("tiny.py", "TinyClassifierTask"),
-    "sentiment": ("sentiment.py", "SentimentTask"),
-    "ranking": ("ranking.py", "RankingTask"),
-    "recommender": ("recommender.py", "RecommenderTask"),
+    "tiny": ("tiny/task.py", "TinyClassifierTask"),
+    "sentiment": ("sentiment/task.py", "SentimentTask"),
+    "ranking": ("ranking/task.py", "RankingTask"),
+    "recommender": ("recommender/task.py", "RecommenderTask"),
 }
 TASK_NAMES: tuple[str, ...] = tuple(_REGISTRY)  # the built-in tasks; task_names() adds the users'
+# The built-in file scorers that declare options of `predict`, in modules that import no torch (`--help`).
+_SCORERS = (("core.tasks.recommender.files", "RecommenderFileScorer"),)
 
 _infos: dict[str, TaskInfo] | None = None
 _references: dict[str, str] = {}  # a user task's name -> its reference (added, remembered or installed)
@@ -55,6 +57,18 @@ def _task_classes() -> dict[str, type[Task]]:
 
     classes = {cls.name: cls for cls in (TinyClassifierTask, SentimentTask, RankingTask, RecommenderTask)}
     return {name: classes[name] for name in TASK_NAMES} | _loaded
+
+
+def predict_options() -> list:
+    """The options of `amp-console predict` the built-in tasks' file scorers declare (core.tasks.serving's
+    CommandOption), each flag once."""
+    import importlib
+
+    found: dict = {}
+    for module, name in _SCORERS:
+        for option in getattr(importlib.import_module(module), name).command_options:
+            found.setdefault(option.flag, option)
+    return list(found.values())
 
 
 def _info_from_class(cls: type[Task]) -> TaskInfo:

@@ -1,26 +1,11 @@
-"""The part of an export's serve.py (core/runs/serve.py) for a task served by FeatureServing
-(core/tasks/feature_serving.py): rows of numbers in, the model's outputs (or class probabilities) out. Copied
-into the export beside serve.py, which loads it by the manifest's `serving_module`; standard library and torch
-only (it imports nothing of AMP Console). The interface is serve.py's (see its module doc):
-`forward(weights, options, kit)` and `Serving(served, kit)`.
-
-A row: x1..xF (or f1..fF) -> the manifest's serving.outputs (y, or y1..yO; p0..pC-1 and predicted for
-probabilities).
+"""The part of an export's serve.py (core/runs/serve.py's module doc says what it holds) for a task served by
+FeatureServing (core/tasks/feature_serving.py): a row's x1..xF (or f1..fF) -> the manifest's serving.outputs
+(y, or y1..yO; p0..pC-1 and predicted for probabilities). Standard library only.
 """
 
 from __future__ import annotations
 
 ALIASES = {}  # the row columns' other names, as amp-console predict reads them: none
-
-
-def forward(weights, options, kit):
-    """A safetensors export of such a task holds its weights only: the model is the task's own code, which
-    serve.py does not have (it computes only the built-in tasks' models from their weights)."""
-    raise ValueError(
-        "model.safetensors holds this task's weights only, and its model is the task's own code, "
-        "which serve.py does not run: export it with --format program or --format onnx to serve it "
-        "(or load the weights into the task's model in Python)"
-    )
 
 
 class Serving:

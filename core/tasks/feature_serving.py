@@ -8,21 +8,15 @@ naming this class from its `serving_class()`, or a subclass that sets what diffe
         from core.tasks.feature_serving import FeatureServing
         return FeatureServing
 
-It gives the task everything core.tasks.serving's TaskServing names: an export (torch.export program, ONNX, or
-safetensors weights) of the model's outputs (`probabilities = True`: softmax over them, a classifier's), sample
-inputs, the manifest, `amp-console predict` over a file of rows (x1..xF, f1..fF, or exactly F numeric columns ->
-one column per output), the Predictor's answers (`predict_rows`, `example_rows`: rows of the run's validation
-data) and the window's Model preview (a field per number; the outputs named as predict names them).
+It gives the task everything core.tasks.serving's TaskServing names: an export (program, ONNX, or safetensors
+weights) of the model's outputs (`probabilities = True`: softmax over them, a classifier's), `amp-console
+predict` over a file of rows (x1..xF, f1..fF, or exactly F numeric columns -> one column per output), the
+answers `predict_rows` and `example_rows` (rows of the run's validation data) and the window's Model preview.
 
-What a subclass may set: `output_names` (the output columns, default y for one output, y1..yO for more; p0..pC-1
-with `probabilities`), `probabilities`, `input_shape` (what the model reads of a row: (1, 8, 8) for an 8 x 8
-image, its pixels row by row), `preview` (a PreviewSpec: its words, `classes` for probabilities, `field_columns`,
-`image` and `pixel_range` for a drawing pad of an image's pixels), and `features(model)` when neither
-`input_shape` nor the model's first nn.Linear says how many numbers it reads.
-
-serve.py serves the program and ONNX exports through feature_standalone.py (beside this module). A safetensors
-export holds the weights only: serve.py computes the built-in tasks' models from their weights in plain torch,
-but it has no code for a task's own model, so it says so and names the formats it serves.
+A subclass may set `output_names` (default y for one output, y1..yO for more; p0..pC-1 with `probabilities`),
+`probabilities`, `input_shape` (what the model reads of a row: (1, 8, 8) for an 8 x 8 image), `preview` (a
+PreviewSpec: its words, `classes`, `field_columns`, `image`, `pixel_range`), and `features(model)` when
+neither `input_shape` nor the model's first nn.Linear says how many numbers it reads.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ import torch
 from torch import nn
 
 from core.errors import DataError
-from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
+from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows
 
 
 class FeatureModule(nn.Module):
@@ -91,20 +85,12 @@ class FeatureFileScorer(FileScorer):
             found = rest
         self.features = found
         reader.use(found)
-        self.names, self.probabilities = self.outputs()
+        serving = predictor.serving
+        self.names, self.probabilities = serving.output_columns(predictor.model), serving.probabilities
         fields = [(self.line_column, pa.int64())] + [(name, pa.float32()) for name in self.names]
         if self.probabilities:
             fields.append(("predicted", pa.int64()))
         self.schema = pa.schema(fields)
-
-    def outputs(self) -> tuple[list[str], bool]:
-        """The output columns' names, and whether they are class probabilities."""
-        serving = self.predictor.serving
-        return serving.output_columns(self.predictor.model), serving.probabilities
-
-    def answer(self, x):
-        """(n, O) float32 outputs of (n, F) rows."""
-        return self.predictor.predict_rows(x)
 
     def score(self, batch, lines, report):
         import numpy as np
@@ -120,7 +106,7 @@ class FeatureFileScorer(FileScorer):
         )
         good = self._good(batch, lines, checks, report)
         for rows in self._slices(good):
-            y = self.answer(x[rows])
+            y = self.predictor.predict_rows(x[rows])
             self.scored += len(rows)
             columns = {self.line_column: pa.array(lines[rows])}
             columns.update((name, pa.array(y[:, i])) for i, name in enumerate(self.names))
@@ -136,7 +122,7 @@ class FeatureServing(TaskServing):
     probabilities: ClassVar[bool] = False  # softmax over the outputs: class probabilities
     output_names: ClassVar[tuple[str, ...]] = ()  # () -> y (one output), y1..yO; p0..pC-1 for probabilities
     input_shape: ClassVar[tuple[int, ...]] = ()  # what the model reads of one row, e.g. (1, 8, 8): () as it is
-    standalone = "feature_standalone.py"  # serve.py's part (core.tasks.serving), beside this module
+    rows_module = "feature_rows.py"  # serve.py's part (core.tasks.serving), beside this module
     answers = ("predict_rows", "example_rows")
     file_scorer = FeatureFileScorer
     preview = PreviewSpec(
@@ -203,10 +189,10 @@ class FeatureServing(TaskServing):
     def shape(self, model: nn.Module) -> ServingShape:
         return ServingShape(n_features=self.features(model))
 
-    # ---- the Predictor's answers (core.runs.predict: called with the predictor first)
+    # ---- the answers (called with the predictor first: core.runs.predict)
     def predict_rows(self, predictor, x):
         """(n, F) rows (or one row) -> (n, O) float32 outputs, as the export computes them."""
-        x = predictor.rows(x, "x")
+        x = feature_rows(x, predictor.n_features, "x", predictor.task)
         with predictor.lock, torch.inference_mode():
             out = self.module(predictor.model, "program")(torch.from_numpy(x).to(predictor.device))
             return out.to("cpu").numpy()

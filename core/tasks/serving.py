@@ -11,32 +11,29 @@ its training code. `Task.serving()` is an instance for the task's options; for a
 - `input_name`, `output_name`, and `dynamic_dims`: the input's dimensions that vary, in order (batch first);
 - `manifest(model, state, sample)`: the manifest's task part: `inputs`, `outputs` and `serving`;
 - `shape(model)`: the facts the predictor reads (catalogue size, history window, feature count);
-- `answers`: the Predictor methods (core.runs.predict) that take this task's inputs;
-- `file_scorer`: the FileScorer class `amp-console predict` scores a file with (core.runs.file_predict): the
-  columns it reads (`input_columns`, `column_pattern`), the output table's columns (`schema`, set from the
-  file it reads) and `score`, a batch of rows in, output tables out.
-- `preview`: what the window's Model preview shows (a PreviewSpec: the kind of input and of output, from which
-  the window builds the page), and `preview_quality`: how good an order of known labels is (a ranked list).
-
-What the export's standalone serve.py (core/runs/serve.py, stdlib + torch, it imports nothing of this project)
-does for the task travels in the export as a module of its own:
-
-- `standalone`: the file name of the task's serving module for serve.py, beside the module of the class that
-  names it (core/tasks/<task>_standalone.py; core/tasks/feature_standalone.py for FeatureServing and its
-  subclasses, wherever they are written): standard library and torch only, `forward`, `ALIASES` and `Serving` as
-  serve.py's module doc says; `amp-console export` copies it into the export folder under that name and names
-  it in the manifest (`serving_module`); `standalone_source()` is its bytes.
+- `answers`: its methods a Predictor (core.runs.predict) answers with, each called with the predictor first
+  (`predictor.recommend(history)` is `serving.recommend(predictor, history)`), as are the preview's calls;
+- `file_scorer`: the FileScorer class `amp-console predict` scores a file with (core.runs.file_predict);
+- `preview`: what the window's Model preview shows (a PreviewSpec), and `preview_quality`: how good an order of
+  known labels is (a ranked list);
+- `rows_module`: the file name of the task's part of an export's serve.py (core/runs/serve.py's module doc),
+  beside the module of the class that names it; `amp-console export` copies it into the export.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import torch
-from torch import nn
+from core.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # torch and numpy are imported when used: `predict --help` reads the file scorers' options
+    import numpy as np
+    import torch
+    from torch import nn
 
 DIM_MAX = 1 << 20  # the largest size of a dynamic dimension an exported program accepts
 
@@ -63,11 +60,11 @@ class TaskServing(ABC):
     input_name: ClassVar[str]
     output_name: ClassVar[str]
     dynamic_dims: ClassVar[tuple[str, ...]] = ("batch",)
-    answers: ClassVar[tuple[str, ...]] = ()
+    answers: ClassVar[tuple[str, ...]] = ()  # methods taking the predictor first (see the module doc)
     file_scorer: ClassVar[type[FileScorer] | None] = None  # None: `predict` does not score files of this task
 
     def __init__(self, task: ServedTask):
-        self.task = task
+        self.task: Any = task  # the Task: its options, its data and its rules
         self.opts = task.opts
 
     @abstractmethod
@@ -84,6 +81,8 @@ class TaskServing(ABC):
 
     def dynamic_shapes(self) -> dict:
         """torch.export's dynamic shapes of the input: each of `dynamic_dims`, 1..DIM_MAX."""
+        import torch
+
         return {axis: torch.export.Dim(name, min=1, max=DIM_MAX) for axis, name in enumerate(self.dynamic_dims)}
 
     @abstractmethod
@@ -95,7 +94,7 @@ class TaskServing(ABC):
         """The facts about `model` the predictor reads."""
         return ServingShape()
 
-    # ---- the Model preview (PreviewSpec below; core.runs.predict's Predictor.preview_*) -------------------
+    # ---- the Model preview (PreviewSpec below): called through the Predictor, as answers are
     preview: ClassVar[PreviewSpec | None] = None  # None: the window has no preview page for this task
 
     def preview_quality(self, labels_in_order) -> tuple[str, float | None] | None:
@@ -103,16 +102,82 @@ class TaskServing(ABC):
         labels (value None: every order is as good); None when the task has no such measure."""
         return None
 
-    # ---- the export's serve.py: the task's standalone serving module (see the module doc)
-    standalone: ClassVar[str]  # its file name, beside the module of the serving part's class
+    def _spec(self) -> PreviewSpec:
+        if self.preview is None:
+            raise ConfigError("task", f"the {self.task.name} task declares no preview")
+        return self.preview
 
-    def standalone_source(self) -> bytes:
-        """The task's serving module for serve.py, byte for byte (it imports nothing of this project)."""
+    def preview_examples(self, predictor) -> list:
+        """Examples of the preview's input from the run's data (see PreviewSpec); [] when the task has none."""
+        spec = self._spec()
+        return [] if spec.examples is None else list(getattr(self, spec.examples)(predictor, spec.example_limit))
+
+    def preview_answer(self, predictor, value, **options) -> Any:
+        """The answer to one input of the preview's input kind, as plain values of its output kind: a float
+        (score), a list of floats (class_probabilities, values; ranked_list over feature_rows: a score per row)
+        or the answer method's own object (ranked_list over an id_sequence: a Recommendation of spec.top_k)."""
+        import numpy as np
+
+        spec = self._spec()
+        answer = functools.partial(getattr(self, spec.answer), predictor)
+        kind = spec.input_kind
+        if kind == "text":
+            out = answer([str(value)], **options)[0]
+        elif kind == "feature_row":
+            out = answer(np.asarray([value], dtype=np.float32), **options)[0]
+        elif kind == "feature_rows":
+            out = answer(np.asarray(value, dtype=np.float32), **options)
+        else:  # id_sequence
+            out = answer(list(value), k=spec.top_k, **options)
+        if spec.output_kind == "score":
+            return float(out)
+        return [float(v) for v in out] if isinstance(out, np.ndarray) else out
+
+    def preview_explain(self, predictor, text: str) -> list[tuple[str, float]]:
+        """text: (word, effect) of the words that moved the answer most (the spec's `explain` method)."""
+        spec = self._spec()
+        if spec.explain is None:
+            return []
+        return [(str(w), float(e)) for w, e in getattr(self, spec.explain)(predictor, text)]
+
+    # ---- the export's serve.py: the task's part of it (see the module doc)
+    rows_module: ClassVar[str]  # its file name, beside the module of the serving part's class
+
+    def rows_source(self) -> bytes:
+        """The task's part of serve.py, byte for byte (standard library and torch only)."""
         import inspect
         from pathlib import Path
 
-        owner = next(cls for cls in type(self).__mro__ if "standalone" in vars(cls))  # a subclass elsewhere
-        return Path(inspect.getfile(owner)).with_name(self.standalone).read_bytes()
+        owner = next(cls for cls in type(self).__mro__ if "rows_module" in vars(cls))  # a subclass elsewhere
+        return Path(inspect.getfile(owner)).with_name(self.rows_module).read_bytes()
+
+
+PREVIEW_CALLS = ("preview_examples", "preview_answer", "preview_explain")  # answered as `answers` are
+
+
+def feature_rows(values, width: int, what: str, task: str) -> np.ndarray:
+    """`values` as an (n, width) float32 array of finite numbers (one row alone is a batch of one); DataError
+    naming the first row and number that is not."""
+    import numpy as np
+
+    try:
+        wide = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{what}: not numbers: {exc}") from None
+    with np.errstate(over="ignore"):
+        x = wide.astype(np.float32)
+    if x.ndim == 1 and x.shape[0] == width:
+        x = x[None, :]
+    if x.ndim != 2 or x.shape[1] != width:
+        raise DataError(
+            f"{what}: the {task} model takes {width} numbers per row, got an array of shape {tuple(x.shape)}"
+        )
+    bad = np.argwhere(~np.isfinite(x))
+    if len(bad):  # NaN, inf, or beyond float32 (1e39): the model's answer would be NaN or meaningless
+        row, column = (int(v) for v in bad[0])
+        value = wide.reshape(x.shape)[row, column]
+        raise DataError(f"{what}: row {row}, number {column + 1} ({value:g}) is not a finite float32 number")
+    return np.ascontiguousarray(x)
 
 
 class FileScorer:
@@ -120,8 +185,8 @@ class FileScorer:
     `reader.find`/`require`, says which it reads with `reader.use`, and sets `schema`, the output's columns),
     then given the file's batches: `score(batch, lines, report)` yields output tables for a batch of rows (their
     file lines in `lines`), reporting the bad ones to `report` through `_good`; `finish(report)` yields what is
-    left once the file is read. `options` holds `batch_size` (rows scored at a time) and the task's own
-    options of the command (`k`, `include_seen`...).
+    left once the file is read. `options` holds `batch_size` (rows scored at a time) and `task_options`, the
+    values of the command's options the scorer declares (`command_options`, read with `option(name)`).
 
     `input_columns` (and `column_pattern`, a regular expression over normalised names) are the columns this
     task's files may name: a file whose line 1 names one of some task's is read as having a header."""
@@ -129,6 +194,7 @@ class FileScorer:
     unit: ClassVar[str] = "rows"  # what `scored` counts
     input_columns: ClassVar[tuple[str, ...]] = ()
     column_pattern: ClassVar[str | None] = None
+    command_options: ClassVar[tuple[CommandOption, ...]] = ()  # its own options of `amp-console predict`
     schema: Any = None  # the output table's pyarrow schema
 
     def __init__(self, predictor, reader, options):
@@ -136,6 +202,11 @@ class FileScorer:
         self.scored = 0  # output units (reviews, users, candidates, points) scored
         self.rows_in = 0  # input rows read (bad ones included)
         self.line_column = reader.unit  # "line" (CSV) or "row" (Parquet)
+
+    def option(self, name: str) -> Any:
+        """The value of the command option `name` (a CommandOption's dest) this scorer declares."""
+        declared = next(o for o in self.command_options if o.dest == name)
+        return getattr(self.options, "task_options", {}).get(name, declared.default)
 
     def describe(self) -> str:
         return f"reading {self.reader.path}"
@@ -163,6 +234,26 @@ class FileScorer:
             yield good[start : start + step]
 
 
+@dataclass(frozen=True)
+class CommandOption:
+    """An option of `amp-console predict` a file scorer reads: `--flag` (a switch when `default` is a bool,
+    else a number of its type), at least `minimum` (else `why` is the one-line error)."""
+
+    flag: str
+    help: str
+    default: Any = False
+    minimum: float | None = None
+    why: str = ""
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def check(self, value) -> None:
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(self.flag, f"{value}: {self.why or f'at least {self.minimum:g}'}")
+
+
 # ============================================================================== the Model preview
 PREVIEW_INPUTS = ("text", "feature_row", "feature_rows", "id_sequence")
 PREVIEW_OUTPUTS = ("class_probabilities", "score", "values", "ranked_list")
@@ -173,8 +264,8 @@ class PreviewSpec:
     """What the window's Model preview shows for a task, as data: the page is built from the kinds, so a task
     that declares one has a working preview without GUI code of its own.
 
-    input_kind (PREVIEW_INPUTS), what one input is and the examples of it (`examples`, a Predictor method
-    taking a limit) look like:
+    input_kind (PREVIEW_INPUTS), what one input is and the examples of it (`examples`, an answer taking a
+    limit) look like:
       text          a text typed in; no examples
       feature_row   `n_features` numbers, fields named `column_prefix` 1..N (as predict reads them); examples:
                     an (n, F) array of rows. With `image` (height, width) the row is a grey image's pixels, row
@@ -183,7 +274,7 @@ class PreviewSpec:
       feature_rows  a group of rows scored together (a query's candidates), picked from the examples:
                     objects with `query_id`, `doc_ids`, `features` (n, F) and `labels` (n,) or None
       id_sequence   ids in order (a history), typed or picked: examples are (owner id, [ids])
-    output_kind (PREVIEW_OUTPUTS), what Predictor.preview_answer gives for one input:
+    output_kind (PREVIEW_OUTPUTS), what TaskServing.preview_answer gives for one input:
       score               one number in [0, 1] (`label` names it; `classes`: the verdicts below / from 0.5)
       class_probabilities one probability per class (`classes` names them)
       values              the model's numbers (a regression's prediction): `names` names them (default: `label`
@@ -191,8 +282,8 @@ class PreviewSpec:
       ranked_list         feature_rows: a score per row, ranked by the page (true labels beside, measured by
                           TaskServing.preview_quality); id_sequence: a Recommendation (top_k items, scores,
                           seen marks, unknown ids)
-    `answer`, `examples` and `explain` (text: the words that moved the answer most) are Predictor methods the
-    task's `answers` lists; the words (`noun`, `item`, `hint`) are what the page says.
+    `answer`, `examples` and `explain` (text: the words that moved the answer most) are the serving part's
+    methods its `answers` lists; the words (`noun`, `item`, `hint`) are what the page says.
     """
 
     input_kind: str

@@ -70,7 +70,7 @@ def test_export_as_a_program_shows_the_verification_in_the_status_bar(qtbot, win
         "serve_http.py",
         "serve_lines.py",
         "serve_program.py",
-        "tiny_standalone.py",
+        "feature_rows.py",
     }
     manifest = json.loads((folder / "manifest.json").read_text())
     assert (

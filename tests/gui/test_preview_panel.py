@@ -221,16 +221,16 @@ def test_ranking_table_is_ordered_by_the_models_score(qtbot, dialog, runs):
 def test_tiny_probabilities_for_a_sample_and_typed_numbers(qtbot, dialog, runs):
     page = open_run(qtbot, dialog, runs / "tiny", "tiny")
     reference = predictor(runs, "tiny")
-    samples = reference.example_inputs(20)
+    samples = reference.example_rows(20)
     qtbot.waitUntil(lambda: page.probabilities is not None, timeout=20_000)
     assert page.values() == pytest.approx(samples[0].tolist(), abs=1e-4)  # the first sample, shown as typed
-    expected = reference.classify(np.asarray([page.values()], dtype=np.float32))[0]
+    expected = reference.predict_rows(np.asarray([page.values()], dtype=np.float32))[0]
     assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
 
     page.inputs[0].setValue(3.5)
     page.inputs[4].setValue(-2.25)
     qtbot.waitUntil(lambda: page.asked == pytest.approx(page.values()), timeout=20_000)
-    expected = reference.classify(np.asarray([page.values()], dtype=np.float32))[0]
+    expected = reference.predict_rows(np.asarray([page.values()], dtype=np.float32))[0]
     assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-6)
     assert page.labels[0].text() == f"{expected[0]:.3f}"
     click(qtbot, page, "previewTinySampleButton")  # the next sample

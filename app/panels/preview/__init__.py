@@ -266,7 +266,7 @@ class PreviewDialog(QDialog):
     def _page(self, predictor) -> Page | None:
         """The page for the predictor's task, built from the kinds its serving declares (again when they
         changed); None when it declares none this window shows."""
-        spec = predictor.preview
+        spec = getattr(predictor.serving, "preview", None)
         page = self.pages.get(predictor.task)
         if page is not None and page.spec == spec:
             return page
@@ -287,7 +287,7 @@ class PreviewDialog(QDialog):
         predictor, examples, note = result
         page = self._page(predictor)
         if page is None:
-            spec = predictor.preview
+            spec = getattr(predictor.serving, "preview", None)
             said = (
                 "its serving part declares no preview"
                 if spec is None
@@ -384,7 +384,7 @@ def load_for_preview(source: str, which: str, device: str):
     predictor = load_predictor(source, which=which, device=device)
     examples, note = None, ""
     try:
-        if predictor.preview is not None:
+        if getattr(predictor.serving, "preview", None) is not None:
             examples = predictor.preview_examples()
     except (AmpConsoleError, OSError) as exc:
         note = f"No examples from the run's data: {exc}"

@@ -391,7 +391,7 @@ class FeatureRowsPage(Page):
             order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep the data's order
             quality = None
             if query.labels is not None:
-                quality = predictor.preview_quality([float(query.labels[i]) for i in order])
+                quality = predictor.serving.preview_quality([float(query.labels[i]) for i in order])
             return index, scores, order, quality
 
         self._submit("answer", run)

@@ -1,16 +1,29 @@
 """The ranking task's serving part (core.tasks.serving): raw candidate features in, a score per candidate out,
-the model's fitted normaliser inside the deployable module; and its file scorer for `predict`."""
+the model's fitted normaliser inside the deployable module; its file scorer for `predict`; its answers `rank`
+and `example_queries` (the run's test queries, split as the run split them)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 from core.errors import DataError
 from core.tasks.ranking.losses import ndcg_at
-from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing
+from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows
+
+RANK_ROWS = 65536  # candidates scored at a time
+
+
+@dataclass
+class Query:
+    query_id: object
+    doc_ids: list
+    features: np.ndarray  # (n, F) float32, raw (the model normalises)
+    labels: np.ndarray | None  # (n,) true relevance grades when known
 
 
 class RankingServing(nn.Module):
@@ -164,7 +177,7 @@ class RankingTaskServing(TaskServing):
     """Each query's candidates as raw features in (any number of candidates), their scores out."""
 
     input_name, output_name = "features", "scores"
-    standalone = "ranking_standalone.py"  # serve.py's part for the task (core.tasks.serving)
+    rows_module = "ranking_rows.py"  # serve.py's part for the task (core.tasks.serving)
     dynamic_dims = ("batch", "candidates")
     answers = ("rank", "example_queries")
     file_scorer = RankingFileScorer
@@ -225,3 +238,57 @@ class RankingTaskServing(TaskServing):
 
     def shape(self, model: nn.Module) -> ServingShape:
         return ServingShape(n_features=int(model.norm.mean.shape[0]))
+
+    # ---- the answers (called with the predictor first: core.runs.predict)
+    def rank(self, predictor, features) -> np.ndarray:
+        """(n, F) raw features (f1..fF, the run's column order) -> (n,) scores (float32)."""
+        x = feature_rows(features, predictor.n_features, "features", predictor.task)
+        out = np.empty(len(x), dtype=np.float32)
+        with predictor.lock, torch.inference_mode():
+            for start in range(0, len(x), RANK_ROWS):
+                chunk = torch.from_numpy(x[start : start + RANK_ROWS]).to(predictor.device)
+                out[start : start + len(chunk)] = predictor.model(chunk).float().cpu().numpy()
+        return out
+
+    def example_queries(self, predictor, limit: int = 200) -> list[Query]:
+        """Up to `limit` queries of the run's data with their candidates' raw features and true grades: its
+        test split (the same queries as the run's), else its validation split."""
+        from core.data.importers import contiguous_ids
+        from core.data.splits import read_splits
+        from core.tasks.ranking.task import RANKING_COLUMNS, query_parts
+
+        seed, opts, path = int(predictor.config.get("seed", 0)), self.opts, predictor.config.get("data") or ""
+        if not path:
+            from core.data.synthetic import generate_ranking
+
+            data = generate_ranking(opts["queries"], opts["docs"], opts["features"], opts["noise"], seed)
+            query, features, label = data.query, data.features, data.label
+            raw_query = query
+            doc = np.arange(len(query)) - np.searchsorted(query, query)  # position within its query
+            whole = True
+        else:
+            read = read_splits(self.task.data_source(path), RANKING_COLUMNS, prefix_columns="f")
+            given = [read.tables[n] for n in ("test", "val") if n in read.tables]
+            table = given[0] if given else read.tables.get("all", read.tables.get("train"))
+            whole = not given and "all" in read.tables
+            names = [n for n in table.column_names if n not in ("query_id", "doc_id", "label")]
+            features = np.stack([table.column(n).to_numpy().astype(np.float32) for n in names], axis=1)
+            label = table.column("label").to_numpy().astype(np.int64)
+            query, _ = contiguous_ids(table.column("query_id"))
+            raw_query = np.array(table.column("query_id").to_pylist(), dtype=object)
+            doc = np.array(table.column("doc_id").to_pylist(), dtype=object)
+        n = int(query.max()) + 1 if len(query) else 0
+        chosen = query_parts(n, seed)[2] if whole else np.unique(query)  # one data set: its test queries
+        out = []
+        for code in chosen[:limit]:
+            rows = np.flatnonzero(query == code)
+            qid = raw_query[rows[0]]
+            out.append(
+                Query(
+                    query_id=qid.item() if isinstance(qid, np.generic) else qid,
+                    doc_ids=[d.item() if isinstance(d, np.generic) else d for d in doc[rows]],
+                    features=np.ascontiguousarray(features[rows], dtype=np.float32),
+                    labels=label[rows].astype(np.int64),
+                )
+            )
+        return out

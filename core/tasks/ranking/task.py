@@ -239,10 +239,14 @@ def split_queries(query: np.ndarray, arrays: dict[str, np.ndarray], seed: int) -
     """80 / 10 / 10 split of whole queries by a seeded permutation, each split packed into lists (see
     pack_queries) as torch tensors, with `qid` where a query spans several rows; and each split's
     longest query. `query`: code 0..Q-1 of each candidate; `arrays`: per-candidate values."""
-    n = int(query.max()) + 1
+    return queries_splits(query, arrays, query_parts(int(query.max()) + 1, seed), seed)
+
+
+def query_parts(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The query codes of the seeded 80 / 10 / 10 split of `n` queries (train, val, test), in its order."""
     perm = np.random.default_rng([seed, 8]).permutation(n)
     cut1, cut2 = int(0.8 * n), int(0.9 * n)
-    return queries_splits(query, arrays, (perm[:cut1], perm[cut1:cut2], perm[cut2:]), seed)
+    return perm[:cut1], perm[cut1:cut2], perm[cut2:]
 
 
 def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed: int) -> tuple[list[dict], list[int]]:

@@ -1,5 +1,4 @@
-"""The recommender's file scorer for `predict` (core.tasks.serving.FileScorer), beside its serving part in
-core/tasks/recommender.py:
+"""The recommender's file scorer for `predict` (core.tasks.serving.FileScorer):
 
 - a `history` column of lesson ids separated by spaces or commas (and optionally `user_id`), one row per user;
 - or the training interactions (user_id, item_id, timestamp), grouped per user keeping each user's last max_len
@@ -14,7 +13,7 @@ from __future__ import annotations
 
 from core.data.row_checks import Checks, as_text, ids, numbers, shown_value
 from core.errors import DataError
-from core.tasks.serving import FileScorer
+from core.tasks.serving import CommandOption, FileScorer
 
 HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split into ids
 
@@ -25,13 +24,22 @@ class RecommenderFileScorer(FileScorer):
 
     unit = "users"
     input_columns = ("history", "user_id", "item_id", "timestamp")
+    command_options = (
+        CommandOption(
+            "--k", "recommender: lessons recommended per user (default 10)", 10, 1, "ask for at least 1 recommendation"
+        ),
+        CommandOption(
+            "--include-seen",
+            "recommender: lessons already in the history may be recommended (a `seen` column says so)",
+        ),
+    )
 
     def __init__(self, predictor, reader, options):
         import numpy as np
         import pyarrow as pa
 
         super().__init__(predictor, reader, options)
-        self.k, self.exclude_seen = options.k, not options.include_seen
+        self.k, self.exclude_seen = self.option("k"), not self.option("include_seen")
         self.unknown = 0  # lesson ids the model does not know (dropped)
         self.history = reader.find("history", ("histories", "lessons", "items", "sequence"))
         self.user = reader.find("user_id", ("userid", "user", "uid"))

@@ -1,12 +1,7 @@
-"""The recommender's part of an export's serve.py (core/runs/serve.py): histories in the data's own lesson ids in,
-the top-k lessons out, those of the history excluded. Copied into every recommender export beside serve.py, which
-loads it by the manifest's `serving_module`; standard library and torch only (it imports nothing of AMP
-Console). The interface is serve.py's (see its module doc): `forward(weights, options, kit)` and
-`Serving(served, kit)`.
-
-A row: history (lesson ids separated by spaces or commas, or a JSON list), user_id optional and copied -> items,
+"""The recommender's part of an export's serve.py (core/runs/serve.py's module doc says what it holds): a row's
+history (lesson ids separated by spaces or commas, or a JSON list), user_id optional and copied -> items,
 scores: the top --k lessons, those of the history excluded (none when it has no lesson the model knows). CSV
-output has a row per recommended lesson (rank, item_id, score).
+output has a row per recommended lesson (rank, item_id, score). Standard library only.
 """
 
 from __future__ import annotations
@@ -15,43 +10,6 @@ import operator
 import re
 
 ALIASES = {"history": ("histories", "lessons", "items", "sequence"), "userid": ("user", "uid")}  # predict's
-
-
-def forward(weights, options, kit):
-    """The exported computation over the safetensors weights, in plain torch: windows (B, L) -> scores (B, items)."""
-    import torch.nn.functional as F
-
-    w, heads = weights, options["heads"]
-
-    def run(seq):
-        items = w["items.weight"]
-        b, length = seq.shape
-        d = items.shape[1]
-        x = items[seq] * d**0.5 + w["positions.weight"][:length]
-        timeline = (seq > 0).unsqueeze(-1).float()
-        x = x * timeline
-        blocks = sorted({int(k.split(".")[1]) for k in w if k.startswith("blocks.")})
-        for i in blocks:
-            p = f"blocks.{i}."
-            h = F.layer_norm(x, (d,), w[p + "norm1.weight"], w[p + "norm1.bias"])
-            q, k, v = (
-                F.linear(h, w[p + "qkv.weight"], w[p + "qkv.bias"])
-                .view(b, length, 3, heads, d // heads)
-                .permute(2, 0, 3, 1, 4)
-            )
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + F.linear(attn.transpose(1, 2).reshape(b, length, d), w[p + "proj.weight"], w[p + "proj.bias"])
-            h = F.layer_norm(x, (d,), w[p + "norm2.weight"], w[p + "norm2.bias"])
-            h = F.linear(
-                F.gelu(F.linear(h, w[p + "ffn.0.weight"], w[p + "ffn.0.bias"])),
-                w[p + "ffn.2.weight"],
-                w[p + "ffn.2.bias"],
-            )
-            x = (x + h) * timeline
-        x = F.layer_norm(x, (d,), w["norm.weight"], w["norm.bias"])
-        return x[:, -1] @ items[1:].t()
-
-    return run
 
 
 class Serving:

@@ -46,11 +46,10 @@ from core.data.sequences import (
     sequence_splits,
 )
 from core.data.splits import read_splits
-from core.data.synthetic import generate_interactions, make_track_chain
+from core.data.synthetic import TrackChain, generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
-from core.tasks.recommender.files import RecommenderFileScorer
-from core.tasks.serving import PreviewSpec, ServingShape, TaskServing
+from core.tasks.serving import TaskServing
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
@@ -327,15 +326,21 @@ class RecommenderTask(Task):
 
     def synthetic_table(self, rows: int, seed: int):
         """`rows` interactions of the planted lesson tracks, in the interactions file format."""
-        from core.data.synthetic import generate_interactions, interactions_table, make_track_chain
+        from core.data.synthetic import interactions_table
 
-        o = self.opts
-        chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
-        return interactions_table(generate_interactions(chain, rows, o["mean_len"], seed))
+        return interactions_table(self.synthetic_interactions(rows, seed)[1])
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:
+        from core.tasks.recommender.serving import RecommenderTaskServing
+
         return RecommenderTaskServing
+
+    def synthetic_interactions(self, interactions: int, seed: int) -> tuple[TrackChain, dict]:
+        """The planted lesson tracks and `interactions` of their interactions (user, item 0..n-1, time)."""
+        o = self.opts
+        chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
+        return chain, generate_interactions(chain, interactions, o["mean_len"], seed)
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
@@ -358,8 +363,7 @@ class RecommenderTask(Task):
         else:
             # user, item and time per interaction, then the (input, target) windows: int64 each
             self.check_synthetic_size(o["interactions"] * 8 * 5 + o["items"] * 8, ("interactions", "items"))
-            chain = make_track_chain(o["items"], o["track_len"], o["follow"], 1.0, seed)
-            raw = generate_interactions(chain, o["interactions"], o["mean_len"], seed)
+            chain, raw = self.synthetic_interactions(o["interactions"], seed)
             user, items, n_items = raw["user"], raw["item"] + 1, o["items"]
         if read is not None and read.given:  # later interactions given per split (see given_sequence_splits)
             train, val, test, history, more = given_sequence_splits(parts, n_items, o["max_len"], EVAL_NEGATIVES, seed)
@@ -569,87 +573,3 @@ def _unwrap(model: nn.Module) -> nn.Module:
     """The SASRec inside a DDP / compile wrapper (the loss needs its item table)."""
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)
-
-
-# ---------------------------------------------------------------------------------------------- serving
-class RecommenderServing(nn.Module):
-    """Left-padded model item ids (B, max_len) int64 -> scores over the catalogue (B, n_items) float32; column
-    j is model id j + 1 (0 is padding)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, seq: torch.Tensor) -> torch.Tensor:
-        hidden = self.model(seq)[:, -1]
-        return self.model.scores(hidden).float()
-
-
-class RecommenderTaskServing(TaskServing):
-    """Histories of model item ids in (the manifest's vocabulary maps the data's lesson ids to them), scores
-    over the catalogue out."""
-
-    input_name, output_name = "seq", "scores"
-    standalone = "recommender_standalone.py"  # serve.py's part for the task (core.tasks.serving)
-    answers = ("recommend", "recommend_many", "example_users")
-    file_scorer = RecommenderFileScorer
-    preview = PreviewSpec(
-        "id_sequence",
-        "ranked_list",
-        answer="recommend",
-        examples="example_users",
-        noun="user",
-        item="lesson",
-        hint="or type lesson ids, oldest first: 3, 17, 42",
-        top_k=10,
-    )
-
-    def module(self, model: nn.Module, fmt: str) -> nn.Module:
-        return RecommenderServing(model)
-
-    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
-        """Histories of varied length, left-padded."""
-        gen = torch.Generator().manual_seed(seed)
-        n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
-        seq = torch.randint(1, n_items + 1, (rows, max_len), generator=gen)
-        lengths = torch.randint(1, max_len + 1, (rows,), generator=gen)
-        pad = torch.arange(max_len).unsqueeze(0) < (max_len - lengths).unsqueeze(1)
-        return seq.masked_fill(pad, 0)
-
-    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
-        n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
-        vocabulary = (state.get("vocabulary") or {}).get("item_id")
-        if vocabulary is None:  # synthetic data: the data's item i is the model's i + 1
-            ids, source = list(range(n_items)), "synthetic data: lesson ids 0..n-1"
-        else:
-            ids = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
-            source = "the training data's lesson ids"
-        return {
-            "inputs": [
-                {
-                    "name": self.input_name,
-                    "shape": ["batch", max_len],
-                    "dtype": "int64",
-                    "meaning": "model item ids of the history, oldest first, left-padded with 0",
-                }
-            ],
-            "outputs": [
-                {
-                    "name": self.output_name,
-                    "shape": ["batch", n_items],
-                    "dtype": "float32",
-                    "meaning": "next-lesson scores; column j is model id j + 1",
-                }
-            ],
-            "serving": {
-                "max_len": max_len,
-                "padding": "left, id 0",
-                "n_items": n_items,
-                "vocabulary": ids,
-                "vocabulary_source": source,
-                "vocabulary_meaning": "model id k (k >= 1) is lesson vocabulary[k - 1]; 0 is padding",
-            },
-        }
-
-    def shape(self, model: nn.Module) -> ServingShape:
-        return ServingShape(n_items=int(model.items.num_embeddings - 1), max_len=int(model.positions.num_embeddings))

@@ -1,9 +1,6 @@
-"""The sentiment task's part of an export's serve.py (core/runs/serve.py): review texts in, P(positive) out, the
-texts hashed as the run hashed them. Copied into every sentiment export beside serve.py, which loads it by the
-manifest's `serving_module`; standard library and torch only (it imports nothing of AMP Console). The interface
-is serve.py's (see its module doc): `forward(weights, options, kit)` and `Serving(served, kit)`.
-
-A row: text -> p_positive, predicted ("positive" or "negative").
+"""The sentiment task's part of an export's serve.py (core/runs/serve.py's module doc says what it holds): a row's
+text -> p_positive, predicted ("positive" or "negative"), the text hashed as the run hashed it, by the
+tokenizer of core/data/tokenizer.py in pure Python. Standard library only: it imports nothing of AMP Console.
 """
 
 from __future__ import annotations
@@ -13,33 +10,6 @@ import unicodedata
 import zlib
 
 ALIASES = {"text": ("sentence", "review", "reviewtext", "content")}  # amp-console predict's, as normal names
-
-
-def forward(weights, options, kit):
-    """The exported computation over the safetensors weights, in plain torch: bucket ids (B, T) -> P(positive)."""
-    import torch
-    import torch.nn.functional as F
-
-    w, o = weights, options
-
-    def run(tokens):
-        token_weights = w["bucket_weight"][tokens]
-        if o["weighting"] == "tfidf":  # sublinear tf, shared out over a row's copies of an id
-            counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).float()
-            token_weights = token_weights * (1 + torch.log(counts)) / counts
-        pooled = F.embedding_bag(tokens, w["bag.weight"], mode="sum", per_sample_weights=token_weights, padding_idx=0)
-        pooling = o["pooling"]
-        if pooling == "mean":
-            norm = token_weights.sum(1)
-        elif pooling == "sqrt":
-            norm = (token_weights > 0).sum(1).float().sqrt()
-        elif pooling == "l2":
-            norm = token_weights.square().sum(1).sqrt()
-        else:
-            norm = torch.ones_like(token_weights[:, 0])
-        return kit.mlp(w, pooled / norm.clamp(min=1e-6).unsqueeze(1), "head.").softmax(-1)[:, 1]
-
-    return run
 
 
 class Serving:

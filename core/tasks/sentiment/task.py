@@ -29,11 +29,10 @@ from torch.nn import functional as F
 
 from core.data.importers import Column, ReadOptions, read_table, require_rows
 from core.data.reviews import generate_reviews
-from core.data.row_checks import Checks, as_text, ids
 from core.data.splits import carve, read_splits
-from core.data.tokenizer import NEGATORS, hashed_tokens
+from core.data.tokenizer import hashed_tokens
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
-from core.tasks.serving import FileScorer, PreviewSpec, TaskServing
+from core.tasks.serving import TaskServing
 
 POSITIVE_LABELS = ("1", "positive", "pos", "true")
 NEGATIVE_LABELS = ("0", "negative", "neg", "false")
@@ -267,6 +266,8 @@ class SentimentTask(Task):
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:
+        from core.tasks.sentiment.serving import SentimentTaskServing
+
         return SentimentTaskServing
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
@@ -278,7 +279,7 @@ class SentimentTask(Task):
             tables, notes = read.tables, read.notes
             if not read.given:  # one data set: the seeded 80 / 10 / 10 split
                 text, label = review_arrays(tables.pop("all"))
-                train, val, test = split_rows({"tokens": self._tokens(text), "label": torch.from_numpy(label)}, seed)
+                train, val, test = split_rows({"tokens": self.tokens(text), "label": torch.from_numpy(label)}, seed)
                 require_rows(data_path, val, "validation", "at least 10 reviews are needed (10% validate)")
             else:  # given splits, used as given (see core.data.splits)
                 train, val, test = self._given_splits(tables, seed)
@@ -289,7 +290,7 @@ class SentimentTask(Task):
             reviews = generate_reviews(o["reviews"], seed, label_noise=o["label_noise"])
             oracle = torch.from_numpy(reviews.posterior)
             arrays = {
-                "tokens": self._tokens(reviews.text),
+                "tokens": self.tokens(reviews.text),
                 "label": torch.from_numpy(reviews.label),
                 "posterior": oracle,
             }
@@ -307,7 +308,8 @@ class SentimentTask(Task):
         info = {"buckets": o["buckets"], "positive_rate": float(train["label"].float().mean())}
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline, notes=notes)
 
-    def _tokens(self, text) -> torch.Tensor:
+    def tokens(self, text) -> torch.Tensor:
+        """Texts (a string array) as the model reads them: hashed bucket ids (n, max_tokens)."""
         o = self.opts
         return hashed_tokens(text, o["buckets"], o["max_tokens"], o["negation_scope"])
 
@@ -317,7 +319,7 @@ class SentimentTask(Task):
         splits = {}
         for name, table in tables.items():
             text, label = review_arrays(table)
-            splits[name] = {"tokens": self._tokens(text), "label": torch.from_numpy(label)}
+            splits[name] = {"tokens": self.tokens(text), "label": torch.from_numpy(label)}
         if "val" not in splits:
             keep, carved = (torch.from_numpy(i) for i in carve(len(splits["train"]["label"]), seed, 9))
             train = splits["train"]
@@ -423,126 +425,5 @@ class SentimentTask(Task):
                 ],
                 "mean_predicted": [float(m) / c if c else None for m, c in zip(mean_p.tolist(), count.tolist())],
                 "observed_rate": [pos / c if c else None for pos, c in zip(by_class[1].tolist(), count.tolist())],
-            },
-        }
-
-
-# ---------------------------------------------------------------------------------------------- serving
-class SentimentServing(nn.Module):
-    """Hashed token ids (B, T) int64 -> P(positive) (B,) float32. `onnx_friendly` counts a row's duplicate ids
-    (sublinear tf weighting) by comparing ids pairwise, (B, T, T), as ONNX has no searchsorted."""
-
-    def __init__(self, model: nn.Module, onnx_friendly: bool = False):
-        super().__init__()
-        self.model = model
-        self.onnx_friendly = onnx_friendly
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        model = self.model
-        if not (self.onnx_friendly and model.sublinear):
-            return torch.softmax(model(tokens).float(), dim=-1)[:, 1]
-        weights = model.bucket_weight[tokens]
-        counts = (tokens.unsqueeze(2) == tokens.unsqueeze(1)).sum(-1).clamp(min=1).to(weights.dtype)
-        weights = weights * (1 + torch.log(counts)) / counts
-        return torch.softmax(model.logits(tokens, weights).float(), dim=-1)[:, 1]
-
-
-TOKENIZER_RECIPE = (
-    "NFKC-normalise, lower-case (per code point), replace U+2019 with an apostrophe; with negation_scope > 0 "
-    'each run of .,;:!?()[]{}"“”… becomes a clause boundary; words are runs of Unicode letters, numbers, '
-    "marks, '_' and apostrophes, quotes stripped from their ends; a negator (negators, or a word ending in "
-    "n't) negates the next negation_scope words of its clause (unigram hash xor negated_salt); hash = CRC32 "
-    "of the UTF-8 word; row = [w0, w1, w0w1, w2, w1w2, ...] truncated to max_tokens, padded with 0; unigram id "
-    "= hash % (buckets - 1) + 1; bigram id = (((h1 * a + h2 * b) mod 2^64) xor xor) % (buckets - 1) + 1"
-)
-
-
-class SentimentFileScorer(FileScorer):
-    """`predict` over a file of reviews: a `text` column (a `label` column is ignored) -> line, p_positive,
-    predicted (positive/negative)."""
-
-    unit = "reviews"
-    input_columns = ("text", "label")
-
-    def __init__(self, predictor, reader, options):
-        super().__init__(predictor, reader, options)
-        self.text = reader.require("text", "a sentiment model reads reviews from a `text` column")
-        reader.use([self.text])
-        self.schema = pa.schema(
-            [(self.line_column, pa.int64()), ("p_positive", pa.float64()), ("predicted", pa.string())]
-        )
-
-    def score(self, batch, lines, report):
-        text = batch.column(self.text)
-        if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):
-            text = as_text(text, self.text, self.reader.path)
-        checks = Checks(batch.num_rows)
-        ids(text, self.text, checks)
-        good = self._good(batch, lines, checks, report)
-        for rows in self._slices(good):
-            p = self.predictor.sentiment_array(text.take(pa.array(rows)))
-            self.scored += len(rows)
-            yield pa.table(
-                {
-                    self.line_column: pa.array(lines[rows]),
-                    "p_positive": pa.array(p),
-                    "predicted": pa.array(np.where(p >= 0.5, "positive", "negative")),
-                },
-                schema=self.schema,
-            )
-
-
-class SentimentTaskServing(TaskServing):
-    """Review texts, hashed as the run hashed its data (the recipe in the manifest), in; P(positive) out."""
-
-    input_name, output_name = "tokens", "p_positive"
-    standalone = "sentiment_standalone.py"  # serve.py's part for the task (core.tasks.serving)
-    answers = ("sentiment", "sentiment_array", "explain")
-    file_scorer = SentimentFileScorer
-    preview = PreviewSpec(
-        "text",
-        "score",
-        answer="sentiment",
-        explain="explain",
-        noun="review",
-        hint="Type a review, e.g. 'clear explanations, but the pace was far too slow'",
-        label="P(positive)",
-        classes=("negative", "positive"),
-    )
-
-    def module(self, model: nn.Module, fmt: str) -> nn.Module:
-        return SentimentServing(model, onnx_friendly=fmt == "onnx")
-
-    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
-        """The task's own synthetic reviews, hashed as the run hashes them."""
-        text = generate_reviews(rows, seed).text
-        return hashed_tokens(
-            text, model.bag.num_embeddings, self.opts["max_tokens"], self.opts["negation_scope"]
-        ).long()
-
-    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
-        opts = self.opts
-        return {
-            "inputs": [
-                {
-                    "name": self.input_name,
-                    "shape": ["batch", int(sample.shape[1])],
-                    "dtype": "int64",
-                    "meaning": "hashed token ids (see serving.tokenizer), 0 = padding",
-                }
-            ],
-            "outputs": [
-                {"name": self.output_name, "shape": ["batch"], "dtype": "float32", "meaning": "P(positive review)"}
-            ],
-            "serving": {
-                "tokenizer": {
-                    "buckets": int(model.bag.num_embeddings),
-                    "max_tokens": int(opts["max_tokens"]),
-                    "negation_scope": int(opts["negation_scope"]),
-                    "recipe": TOKENIZER_RECIPE,
-                    "negators": sorted(NEGATORS),
-                    "negated_salt": 0x2545F491,
-                    "bigram_mix": {"a": 0x9E3779B1, "b": 0x85EBCA77, "xor": 0xB5},
-                }
             },
         }

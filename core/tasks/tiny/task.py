@@ -12,8 +12,8 @@ from torch.nn import functional as F
 
 from core.errors import ConfigError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
-from core.tasks.feature_serving import FeatureFileScorer
-from core.tasks.serving import PreviewSpec, ServingShape, TaskServing
+from core.tasks.feature_serving import FeatureFileScorer, FeatureServing
+from core.tasks.serving import PreviewSpec, TaskServing
 
 
 class TinyClassifier(nn.Module):
@@ -52,7 +52,7 @@ class TinyClassifierTask(Task):
 
     @classmethod
     def serving_class(cls) -> type[TaskServing]:
-        return TinyTaskServing
+        return TinyServing
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         if data_path:
@@ -100,69 +100,22 @@ class TinyClassifierTask(Task):
 
 
 # ---------------------------------------------------------------------------------------------- serving
-class TinyServing(nn.Module):
-    """x (B, F) float32 -> class probabilities (B, C) float32."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = self.model.fc1.weight.dtype
-        return torch.softmax(self.model(x.to(dtype)).float(), dim=-1)
-
-
 class TinyFileScorer(FeatureFileScorer):
-    """`predict` over a file of points: 10 numeric columns (x1..x10, f1..f10, or exactly 10 columns) -> line,
-    p0, p1, predicted."""
-
     unit = "points"
 
-    def outputs(self) -> tuple[list[str], bool]:
-        return ["p0", "p1"], True
 
-    def answer(self, x):
-        return self.predictor.classify(x)
+class TinyServing(FeatureServing):
+    """Points in (x1..x10 as predict reads them), class probabilities out."""
 
-
-class TinyTaskServing(TaskServing):
-    """Points in, class probabilities out."""
-
-    input_name, output_name = "x", "probabilities"
-    standalone = "tiny_standalone.py"  # serve.py's part for the task (core.tasks.serving)
-    answers = ("classify", "example_inputs")
+    output_name = "probabilities"
+    probabilities = True
     file_scorer = TinyFileScorer
     preview = PreviewSpec(
         "feature_row",
         "class_probabilities",
-        answer="classify",
-        examples="example_inputs",
+        answer="predict_rows",
+        examples="example_rows",
         example_limit=20,
         noun="point",
-        column_prefix="x",  # predict's columns: x1..x10
         classes=("class 0", "class 1"),
     )
-
-    def module(self, model: nn.Module, fmt: str) -> nn.Module:
-        return TinyServing(model)
-
-    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
-        return torch.randn(rows, model.fc1.in_features, generator=torch.Generator().manual_seed(seed))
-
-    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
-        features, classes = model.fc1.in_features, model.fc2.out_features
-        return {
-            "inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
-            "outputs": [
-                {
-                    "name": self.output_name,
-                    "shape": ["batch", classes],
-                    "dtype": "float32",
-                    "meaning": "class probabilities (softmax), column c = class c",
-                }
-            ],
-            "serving": {"features": features, "classes": classes},
-        }
-
-    def shape(self, model: nn.Module) -> ServingShape:
-        return ServingShape(n_features=int(model.fc1.in_features))
