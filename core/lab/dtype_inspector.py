@@ -1,18 +1,9 @@
 """Dtype inspector: one forward + backward pass under a precision mode, recording what ran in which dtype.
 
-Module hooks record, per module, the dtypes of its inputs, outputs, own parameters, parameter gradients and
-the gradient flowing into its outputs. A TorchDispatchMode records every aten op *after* autocast has
-chosen its dtype (the Python dispatch key sits below the Autocast keys), so it sees what really ran: which
-matmuls ran in bfloat16/float16, which ops autocast kept in float32 (softmax, layer norm, losses...) and how
-many casts autocast inserted. Ops run outside any module (usually the task's loss) are reported as
-`task.loss`.
-
-Why an op ran in float32 (`ModuleDtypes.why`): autocast casts the ops on its lower-precision list to the
-autocast dtype, runs the ops on its float32 list in float32, and runs "promote" ops in the widest input
-type; every other op runs in its inputs' dtype (mixed inputs follow type promotion), and Embedding and
-Dropout have no lower-precision path at all. torch does not expose these lists (torch 2.13), so
-`AUTOCAST_OP_LISTS` below keeps them per device type, per PyTorch's autocast op reference
-(https://pytorch.org/docs/stable/amp.html#autocast-op-reference), for the ops these tasks meet.
+Module hooks record each module's input, output, parameter and gradient dtypes; a TorchDispatchMode records every
+aten op after autocast chose its dtype, so it sees what really ran and how many casts autocast inserted. Ops outside
+any module (usually the loss) are reported as `task.loss`. Why an op ran in float32 comes from AUTOCAST_OP_LISTS,
+PyTorch's autocast op reference per device type (torch does not expose the lists).
 """
 
 from __future__ import annotations
@@ -454,13 +445,9 @@ def _step(task, model, batch: dict, plan, device: torch.device, recorder: _OpRec
 def inspect_dtypes(
     config: RunConfig, devices: list[DeviceInfo] | None = None, batch_size: int | None = None
 ) -> InspectionResult:
-    """Build the task of `config` like the trainer does and run one forward + backward in its precision.
-
-    `batch_size` (default: the config's, at most 64) keeps the inspection cheap: dtypes do not depend on it.
-    The batch is the training split's first rows (a Dataset's first items collated). A user task's returns are
-    checked first, as before a run's first step (core.tasks.task_checks); an exception of the task's code is a
-    UserCodeError naming its file:line, a device mismatch a DeviceError (see core.engine.diagnosis).
-    """
+    """Build the task of `config` like the trainer does and run one forward + backward in its precision, on the training
+    split's first rows (`batch_size`: default the config's, at most 64). A user task's returns are checked first; its
+    code's exception is a UserCodeError, a device mismatch a DeviceError."""
     cfg = config.validate()
     info = device_info(cfg.device, devices if devices is not None else list_devices())
     device = torch_device(info)

@@ -1,26 +1,10 @@
 """Model summary: per layer, parameters and the bytes they cost in training; per precision mode, activations.
 
-Per module (`named_modules` order): the parameters it owns directly, whether they train, their bytes, their
-gradients' bytes and the optimizer state the run's optimizer keeps for them; and the same over the module's
-subtree (`LayerRow.total`). A parameter shared by two modules (tied weights) is counted once, at the first
-module that owns it (as `core.engine.optimizers.parameter_groups` does); the other owner lists it in `shared`.
-So `ModelSummary.parameters == sum(p.numel() for p in model.parameters())` exactly.
-
-Bytes: parameters and gradients stay float32 in every precision mode (autocast only changes what ops compute
-in, see core.engine.precision), so weights, gradients and optimizer state are the same in every mode; only
-activations change. Optimizer state, per trainable parameter tensor: Adam/AdamW two float32 moments of its
-shape plus a float32 step counter; SGD with momentum one momentum buffer; SGD without momentum nothing.
-These are exactly the tensors torch's optimizers keep after their first step (a test checks).
-
-Activations, per mode: one forward (under that mode's autocast) + backward of one training batch, as the
-trainer runs it: the split's first rows (a Dataset's first items collated, core.data.loaders.first_rows). The
-primary figure, on every device, is the bytes of the tensors autograd saves for backward
-(torch.autograd.graph.saved_tensors_hooks), deduplicated by storage and leaving out the parameters and the
-batch themselves: what a step holds between forward and backward. It includes the lower-precision copies of
-weights autocast saves for backward, and is attributed to the innermost module running when the tensor was
-saved (`task.loss` for the task's loss outside any module). On CUDA and XPU the allocator's peak above what was
-allocated before the step (core.devices.PeakMemory: max_memory_allocated) is reported as well: it adds gradients
-and temporaries.
+Per module: its own parameters (a tied weight counted once, at its first owner), their bytes, gradients and optimizer
+state, and the same over its subtree. Weights, gradients and optimizer state are float32 in every mode; only
+activations change. A mode's activations are the bytes autograd saves for backward in one training step on the
+split's first rows (deduplicated by storage, parameters and batch left out), attributed to the innermost running
+module; on CUDA/XPU the allocator's peak above the step's start as well.
 """
 
 from __future__ import annotations
@@ -31,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from core.config import RunConfig
 from core.data.loaders import batch_rows, first_rows
@@ -230,8 +215,8 @@ def parameter_rows(model: nn.Module, optimizer: str = "adamw", momentum: float =
 
 
 def _fold_subtrees(rows: list[LayerRow]) -> None:
-    """Fill every row's `total` and `descendants` from the rows below it (named_modules order is a preorder,
-    so a module's descendants are the rows right after it whose names extend its own)."""
+    """Fill every row's `total` and `descendants` from the rows after it whose names extend its own (named_modules is a
+    preorder)."""
     for row in rows:
         row.total = Figures()
         row.total.add(row.own)
@@ -253,7 +238,7 @@ class _SavedTensorMeter:
         self.stack: list[LayerRow] = []
         self.seen: set[int] = set()
         self.total = 0
-        self.handles = []
+        self.handles: list[RemovableHandle] = []
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         try:
@@ -339,7 +324,8 @@ def measure_mode(
     )
     if peak.allocator:
         reading = peak.read()
-        totals.allocator_peak_bytes = reading.peak_bytes - reading.start_bytes
+        if reading.peak_bytes is not None and reading.start_bytes is not None:
+            totals.allocator_peak_bytes = reading.peak_bytes - reading.start_bytes
     del loss
     model.zero_grad(set_to_none=True)
     return totals
@@ -353,14 +339,12 @@ def summarize(
     progress: ProgressCallback | None = None,
     control: RunControl | None = None,
 ) -> ModelSummary:
-    """Build the task of `config` like the trainer does and summarise its model (see the module's docstring).
+    """Build the task of `config` like the trainer does and summarise its model.
 
-    `modes`: precision modes to measure activations in (fp32 always first: ratios are against it; None = every
-    mode); modes the device cannot run are reported 'skipped' with the device's reason. `batch_size`: rows
-    of the measured batch (default: the config's micro-batch; activations scale with it). `progress` gets a
-    SummaryProgress before and after each mode; `control.stop()` skips the modes not yet measured.
-    Raises ConfigError/PrecisionError on bad input and DeviceError for a device that is not here.
-    """
+    `modes`: precision modes to measure activations in (fp32 first: ratios are against it; None = every mode); modes
+    the device cannot run are 'skipped'. `batch_size`: rows of the measured batch (default: the config's
+    micro-batch). `control.stop()` skips the modes not yet measured. ConfigError/PrecisionError on bad input,
+    DeviceError for a device that is not here."""
     cfg = config.validate()
     order = requested_modes(list(modes) if modes else None)
     info = device_info(cfg.device, devices if devices is not None else list_devices())
@@ -436,7 +420,7 @@ def _compare_to_fp32(results: list[ModeTotals]) -> None:
     for m in results:
         if m.status != "ok":
             continue
-        if base.activation_bytes:
+        if base.activation_bytes and m.activation_bytes is not None:
             m.activation_ratio = m.activation_bytes / base.activation_bytes
-        if base.total_bytes:
+        if base.total_bytes and m.total_bytes is not None:
             m.total_ratio = m.total_bytes / base.total_bytes

@@ -1,33 +1,10 @@
-"""Precision sweep: one task, seed and data in every precision mode the device supports, timed properly.
+"""Precision sweep: one task, seed and data in every precision mode the device supports, timed properly
+(docs/precision-lab.md).
 
-Each mode drives the real engine: a Trainer whose log interval is the timed window. The trainer reads its
-metrics back once per interval (a device sync), so StepMetrics' samples/s is measured between two syncs and
-covers exactly the loop users train with. The first window(s) are warm-up (allocator growth, kernel
-selection, lazy initialisation); the median over the later windows is reported.
-
-Progress: the callback gets a SweepProgress before each mode ('running'), after setup ('setup'), after every
-window ('window': which window of how many, steps done, that window's ms/step) and after the mode ('done').
-An isolated mode's process reports its windows as JSON lines on stdout, relayed to the same callback.
-
-Compile and activation checkpointing: each mode can also be measured with torch.compile and/or activation
-checkpointing on (`compile_options` / `checkpointing_options`, default: the config's own setting), a row per
-combination ("bf16 + compile"). Compile time is measured apart (the trainer compiles before its clock starts,
-see core.engine.compiling) and reported in the row; ratios are against the first fp32 row (eager when eager is
-measured), so a row reads e.g. "bf16 + compile: 2.1x fp32 eager".
-
-Threads: `config.threads` as the trainer applies it (0 = the engine's automatic choice); every row records the
-count torch really used, so a comparison never rests on a silent thread setting.
-
-Peak memory (core.devices.PeakMemory, reset once setup is done and read after the last window): on CUDA/XPU the
-allocator's `max_memory_allocated`; on the CPU the peak RSS (VmHWM, reset where Linux allows it, else ru_maxrss
-since the process started); none on MPS, where torch keeps no peak statistics. The CPU measures each mode in a
-fresh subprocess by default (`python -m core.lab.precision_sweep --one-mode ...`): where the peak cannot be reset
-modes measured in one process would inherit each other's, and a fresh process starts every mode from the same heap.
-
-A user task's returns are checked before a mode's first step, as a run checks them (core.tasks.task_checks): a
-bad return (or an exception of the task's code while it is set up) stops the sweep with its one line, raised in
-the sweep's process whether the mode ran there or in a process of its own. The token count (a task with a
-`tokens_key`) is the trainer's, of the batches the timed windows trained on, tensors or a Dataset's alike.
+Each mode drives the real Trainer, its log interval the timed window; after warm-up windows the median is reported,
+with peak memory (core.devices.PeakMemory), loss against fp32 and optional torch.compile / activation checkpointing
+rows. On the CPU each mode runs in a fresh subprocess by default (`--one-mode`), so its peak RSS is its own. A user
+task's bad return stops the sweep with its one line, whichever process the mode ran in.
 """
 
 from __future__ import annotations
@@ -59,8 +36,7 @@ LOSS_REL_TOLERANCE = 0.05
 LOSS_ABS_TOLERANCE = 0.02
 # A lower precision must beat fp32 by more than timing noise to be worth its numerical risk.
 MIN_SPEEDUP = 1.05
-# A mode whose slowest timed window took this many times its fastest was measured while something else shared
-# the device: its figures are rough (bench and the Compare dialog say "noisy").
+# A mode whose slowest timed window took this many times its fastest is "noisy": something else shared the device.
 NOISE_SPREAD = 1.5
 
 
@@ -119,8 +95,7 @@ class SweepResult:
     recommended_label: str | None = None  # the recommended row's label (`recommended` is its precision mode)
 
     def row(self, mode: str, compiled: bool | None = None, checkpointed: bool | None = None) -> SweepRow | None:
-        """The (first) row of `mode`, or of `mode` with compile / activation checkpointing as given; None when
-        the sweep did not include it."""
+        """The (first) row of `mode`, with compile / activation checkpointing as given; None when the sweep lacks it."""
         return next(
             (
                 r
@@ -179,8 +154,8 @@ WindowCallback = Callable[[str, int, int, int, int, "float | None", "int | None"
 
 
 def tokens_per_sample(windows: list[StepMetrics]) -> float | None:
-    """Mean non-padding tokens per sample of the batches the windows trained on, as the trainer counted them
-    (StepMetrics.tokens_per_second over samples_per_second, the same seconds); None for tasks without tokens."""
+    """Mean non-padding tokens per sample of the timed batches, as the trainer counted them; None for tasks without
+    tokens."""
     ratios = [
         e.tokens_per_second / e.samples_per_second
         for e in windows
@@ -198,12 +173,9 @@ def measure_mode(
     devices: list[DeviceInfo] | None = None,
     on_window: WindowCallback | None = None,
 ) -> SweepRow:
-    """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process.
-
-    Returns the median step time over the timed windows, throughput, peak memory from setup to the last window
-    (PeakMemory: see the module's docstring) and the mean training loss of the last window. `on_window` hears when
-    setup is done and after every window (see WindowCallback).
-    """
+    """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process: median step
+    time, throughput, peak memory from setup to the last window and the last window's mean loss. `on_window` hears
+    when setup is done and after every window."""
     from core.engine.trainer import Trainer
 
     windows = warmup_windows + repeats
@@ -212,8 +184,7 @@ def measure_mode(
     facts: dict = {}
     total_steps = windows * steps
     with tempfile.TemporaryDirectory(prefix="amp-sweep-") as out_dir:
-        # One step more than the windows: the sink stops the run after the last window, so the trainer ends
-        # 'stopped' and skips the final evaluation, which is not part of what we time.
+        # One step more than the windows: the sink stops the run after the last window (no final evaluation).
         cfg = config.replace(
             precision=mode,
             max_steps=windows * steps + 1,
@@ -296,11 +267,8 @@ def measure_mode_isolated(
     control: RunControl | None = None,
     on_window: WindowCallback | None = None,
 ) -> SweepRow:
-    """`measure_mode` in a fresh Python process, so its peak RSS belongs to this mode alone, on any platform.
-
-    The process reports its windows as JSON lines on stdout, relayed to `on_window` as they come. A stop
-    request on `control` ends the measuring process at once (the row is reported as stopped).
-    """
+    """`measure_mode` in a fresh Python process, so its peak RSS is this mode's alone. Its windows arrive as JSON lines
+    on stdout, relayed to `on_window`; a stop on `control` kills the process (the row is stopped)."""
     import threading
 
     package_root = str(Path(__file__).resolve().parent.parent)
@@ -325,9 +293,11 @@ def measure_mode_isolated(
     errors: list[str] = []
     refused: list[dict] = []  # the task's returns or code refused before the mode started (its one line)
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        stdout, err_pipe = proc.stdout, proc.stderr
+        assert stdout is not None and err_pipe is not None  # opened with PIPE
 
         def read_stdout() -> None:
-            for line in proc.stdout:
+            for line in stdout:
                 if line.startswith('{"window": '):
                     if on_window:
                         on_window(*json.loads(line)["window"])
@@ -338,7 +308,7 @@ def measure_mode_isolated(
 
         readers = [
             threading.Thread(target=read_stdout, daemon=True),
-            threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True),
+            threading.Thread(target=lambda: errors.extend(err_pipe), daemon=True),
         ]
         for reader in readers:
             reader.start()
@@ -365,8 +335,8 @@ def measure_mode_isolated(
 
 
 def task_error(exc: AmpConsoleError) -> dict | None:
-    """What a measuring process reports of a task refused before its mode started (a bad return, an exception
-    of the task's code while set up), for `raise_task_error` in the sweep's process; None for other errors."""
+    """What a measuring process reports of a task refused before its mode started, for `raise_task_error` in the sweep's
+    process; None for other errors."""
     if not isinstance(exc, (TaskOutputError, UserCodeError)):
         return None
     return {"kind": type(exc).__name__, "message": str(exc), "details": getattr(exc, "details", "")}
@@ -401,15 +371,12 @@ def run_sweep(
     compile_options: list[bool] | None = None,
     checkpointing_options: list[bool] | None = None,
 ) -> SweepResult:
-    """Measure every requested mode (unsupported ones are skipped with the device's reason) and compare to fp32.
+    """Measure every requested mode (unsupported ones skipped with the device's reason) and compare to fp32.
 
-    `compile_options` / `checkpointing_options`: measure each mode with these settings of RunConfig.compile /
-    activation_checkpointing, e.g. [False, True] for both (default: the config's own); a row per combination.
-
-    `isolate` runs each mode in a fresh subprocess (default: on the CPU, where peak memory is the process's
-    peak RSS). `progress` gets a SweepProgress before and after each mode; `control.stop()` ends the sweep: at once
-    for an isolated mode (its process is killed), else after the current mode; the rest are reported skipped.
-    """
+    `compile_options` / `checkpointing_options`: the settings of RunConfig.compile / activation_checkpointing to
+    measure, a row per combination (default: the config's own). `isolate`: each mode in a fresh subprocess (default
+    on the CPU). `control.stop()` ends the sweep: at once for an isolated mode, else after the current one; the rest
+    are reported skipped."""
     config = config.validate()
     devices = devices if devices is not None else list_devices()
     info = device_info(config.device, devices)
@@ -492,8 +459,7 @@ def run_sweep(
 
 
 def memory_source(meter: PeakMemory, isolate: bool) -> str:
-    """One line: what a sweep's peak memory is ('CUDA allocator peak (max_memory_allocated) since each mode's
-    setup')."""
+    """One line: what a sweep's peak memory is."""
     if not meter.measurable:
         return meter.source
     where = "; a fresh process per mode" if isolate else ""
@@ -508,8 +474,8 @@ def _release_device_memory(info: DeviceInfo) -> None:
 
 
 def reference_row(rows: list[SweepRow]) -> SweepRow | None:
-    """The row ratios are against: fp32 eager (without activation checkpointing) when measured, else the first
-    measured fp32 row."""
+    """The row ratios are against: fp32 eager without activation checkpointing when measured, else the first fp32
+    row."""
     fp32 = [r for r in rows if r.mode == "fp32" and r.status == "ok"]
     return next((r for r in fp32 if not r.compiled and not r.checkpointed), fp32[0] if fp32 else None)
 
@@ -553,8 +519,7 @@ def recommend(rows: list[SweepRow]) -> tuple[str | None, str]:
 
 
 def noise_note(row: SweepRow) -> str:
-    """'noisy, windows took 1.20-3.40 ms/step (...)' when the row's timed windows spread more than NOISE_SPREAD
-    times, else ''."""
+    """'noisy, windows took 1.20-3.40 ms/step (...)' when the timed windows spread more than NOISE_SPREAD, else ''."""
     windows = row.step_ms_windows
     if len(windows) < 2 or max(windows) <= NOISE_SPREAD * min(windows):
         return ""
@@ -562,17 +527,16 @@ def noise_note(row: SweepRow) -> str:
 
 
 def holds_up(row: SweepRow, base: SweepRow) -> bool:
-    """Whether `row` beats `base` beyond timing noise: its slowest timed window was faster than the reference's
-    fastest (the same batch in both, so ms/step compare directly)."""
+    """Whether `row` beats `base` beyond timing noise: its slowest timed window faster than the reference's fastest."""
     if not row.step_ms_windows or not base.step_ms_windows:
         return (row.speedup or 0.0) >= MIN_SPEEDUP
     return max(row.step_ms_windows) * MIN_SPEEDUP <= min(base.step_ms_windows)
 
 
 def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None = None) -> tuple[SweepRow | None, str]:
-    """The fastest row whose loss tracks the reference's and whose speedup holds up beyond timing noise (see
-    holds_up), with a one-line reason. `expected_slower`: modes the device's own note expects slower (bf16
-    emulated on a CPU), by that note; one of them is recommended only from a measurement that is not noisy."""
+    """The fastest row whose loss tracks the reference's and whose speedup holds up beyond noise, with a one-line
+    reason. A mode in `expected_slower` (the device's note expects it slower) is recommended only from a measurement
+    that is not noisy."""
     base = reference_row(rows)
     if base is None:
         return None, "fp32 could not be measured, so there is nothing to compare against"
@@ -624,7 +588,7 @@ def _one_mode_main(argv: list[str]) -> int:
     values = json.loads(args.config_json)
     from core.tasks import load_config_task
 
-    load_config_task(values)  # a user task: its file, which the sweep's process was given (as a run's process is)
+    load_config_task(values)  # a user task: the file the sweep's process was given
     config = RunConfig.from_dict(values)
 
     def report(*window) -> None:  # relayed by measure_mode_isolated as it comes

@@ -1,29 +1,10 @@
-"""Sweep trials N at a time: one training process per device slot (core.lab.sweep.runner.run_sweep with `devices`).
+"""Sweep trials N at a time: one training process per device slot (run_sweep with `devices`).
 
-Each trial is a normal run in its own child process, `python -m core.cli train --events --control-stdin
---config-stdin` (what the window's separate-process runs use): the trial's settings go to the child as one
-JSON line on stdin with the slot's device, the child prints every trainer event as a JSON line on stdout, and
-"stop" on its stdin stops it after its step with a checkpoint. A sweep process that dies, even by kill -9,
-leaves no child training unattended: its end closes the children's stdin, which they read as a stop, and on
-Linux the kernel sends each child SIGTERM as well (`train --end-with-parent`, PR_SET_PDEATHSIG: it fires when
-the starting *thread* ends, and the thread that starts the children is the one that runs the sweep and waits
-for all of them before it returns). A slot takes the next pending trial as soon as its
-trial ends. Only this (the parent) process writes sweep.json, from one thread: the children's output is read
-on a thread per pipe and handed over through a queue, so the table cannot be torn by two trials ending at once.
-
-Devices: `parse_devices("cuda:0,cuda:1")` -> ["cuda:0", "cuda:1"] (syntax only; cpu may repeat: "cpu,cpu" runs
-two CPU trials at once); `device_slots(devices, parallel)` -> one slot per device, or `parallel` slots dealt
-round-robin over the devices.
-
-Threads: N trials on one machine share its cores. A trial whose settings leave `threads` at 0 (auto) gets
-LOCAL_WORLD_SIZE=N in its environment, which the trainer's auto choice (core.engine.threads) reads as "N
-processes share these cores": it takes at most cores // N threads (fewer for light steps, as always). An
-OMP_NUM_THREADS the user set is capped to cores // N as well. A `threads` set in the settings is used as given.
-
-Start-up: a training process takes a few seconds to load torch. While trials train, spare processes load it for
-the trials still pending, so a freed slot starts its next trial at once (`prestart`).
-
-No torch here: the parent only starts processes and reads JSON lines.
+Each trial is `python -m core.cli train --events --control-stdin --config-stdin`: its settings go in as a JSON line,
+its events come back as JSON lines, "stop" on stdin stops it with a checkpoint. A child also stops when this process
+dies (its stdin closes; on Linux `--end-with-parent` as well). Only this process writes sweep.json, from one thread.
+Trials left at automatic threads get LOCAL_WORLD_SIZE=N so they share the cores; spare processes load torch ahead for
+pending trials (`prestart`). No torch here.
 """
 
 from __future__ import annotations
@@ -40,9 +21,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
 from core.text import first_line
+
+if TYPE_CHECKING:
+    from core.engine.events import RunEnded
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding core/
 STOP_GRACE_SECONDS = 60.0  # after "stop": this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
@@ -62,8 +47,8 @@ _DISTRIBUTED_ENV = (
 
 
 def child_command() -> list[str]:
-    """A training process that waits for its settings on stdin and streams its events on stdout, and stops
-    with a checkpoint when this process ends, however it ends (killed included: see the module doc)."""
+    """A training process that waits for its settings on stdin, streams its events on stdout, and stops with a
+    checkpoint when this process ends, however it ends."""
     return [
         sys.executable,
         "-m",
@@ -78,8 +63,8 @@ def child_command() -> list[str]:
 
 
 def parse_devices(spec, flag: str = "--devices") -> list[str]:
-    """'cuda:0, cuda:1' (or a list) -> ['cuda:0', 'cuda:1']; 'cuda' means cuda:0. A ConfigError naming `flag` for
-    an empty list, 'auto' or a name that is not a device. A device may repeat ('cpu,cpu': two trials at once)."""
+    """'cuda:0, cuda:1' (or a list) -> ['cuda:0', 'cuda:1']; 'cuda' means cuda:0; a device may repeat ('cpu,cpu').
+    ConfigError naming `flag` for an empty list, 'auto' or a name that is not a device."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     devices = []
     for raw in items:
@@ -117,9 +102,8 @@ def cpu_count() -> int:
 
 
 def child_env(slots: int, base: dict | None = None) -> dict:
-    """The environment of a trial's process: this package importable, unbuffered output, no torchrun variables
-    of ours leaking in, and (see the module doc) N processes sharing the cores (a `threads` the settings set is
-    used as given: the trainer reads LOCAL_WORLD_SIZE only for its auto choice)."""
+    """A trial process's environment: this package importable, unbuffered output, none of our torchrun variables, and
+    LOCAL_WORLD_SIZE so N processes share the cores (a `threads` the settings set is used as given)."""
     env = dict(os.environ if base is None else base)
     for name in _DISTRIBUTED_ENV:
         env.pop(name, None)
@@ -148,9 +132,9 @@ class _Child:
     slot: int
     device: str
     trial: dict | None  # None while a spare waits for a trial
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen
     stderr_tail: deque = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
-    ended: object | None = None  # its RunEnded
+    ended: RunEnded | None = None
     started: bool = False
     setup_error: str | None = None
     stop_sent_at: float | None = None
@@ -158,10 +142,14 @@ class _Child:
     killed: bool = False
     stderr_reader: threading.Thread | None = None
 
+    def __post_init__(self) -> None:
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # opened with PIPE
+        self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+
     def send(self, line: str) -> None:
         try:
-            self.proc.stdin.write(line + "\n")
-            self.proc.stdin.flush()
+            self.stdin.write(line + "\n")
+            self.stdin.flush()
         except (OSError, ValueError):  # it has exited (or is exiting): nothing to tell it
             pass
 
@@ -171,7 +159,7 @@ class _Child:
             self.send("stop")
 
     def signal_group(self, sig: int) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc.poll() is not None:
             return
         try:
             if os.name == "posix":
@@ -186,7 +174,7 @@ class _Child:
 
 def _read_stdout(child: _Child, inbox: queue.Queue) -> None:
     try:
-        for line in child.proc.stdout:
+        for line in child.stdout:
             line = line.strip()
             if line.startswith("{"):
                 try:
@@ -195,7 +183,7 @@ def _read_stdout(child: _Child, inbox: queue.Queue) -> None:
                     continue
     except (OSError, ValueError):
         pass
-    _close(child.proc.stdout)
+    _close(child.stdout)
     code = child.proc.wait()
     inbox.put(("exit", child, code))
 
@@ -210,13 +198,13 @@ def _close(stream) -> None:
 
 def _read_stderr(child: _Child) -> None:
     try:
-        for line in child.proc.stderr:
+        for line in child.stderr:
             text = line.rstrip()
             if text.strip() and not set(text.strip()) <= {"*"}:
                 child.stderr_tail.append(text)
     except (OSError, ValueError):
         pass
-    _close(child.proc.stderr)
+    _close(child.stderr)
 
 
 def run_parallel(
@@ -230,13 +218,9 @@ def run_parallel(
     stop_grace: float | None = None,
     prestart: bool = True,
 ) -> None:
-    """Run `to_run` (trial dicts of `data`, in order) on `slots` (a device each), at most one trial per slot,
-    until all have run or control.stop() is called (then every running trial is told to stop and waited for).
-    Called by core.lab.sweep.runner.run_sweep with the sweep locked; sweep.json is written here, on this thread only.
-
-    `prestart`: while trials train, start as many spare processes as trials are still pending (at most one
-    per trial running); a spare loads torch and the engine, then waits for its settings, so the next trial on
-    a freed slot begins at once instead of after the few seconds that loading takes."""
+    """Run `to_run` (trial dicts of `data`, in order) on `slots`, one trial per slot at a time, until all have run or
+    control.stop() (every running trial is then stopped and waited for). sweep.json is written on this thread only.
+    `prestart`: spare processes load torch ahead for pending trials, so a freed slot starts its next one at once."""
     from core.engine.events import RunEnded, RunStarted, event_from_dict
     from core.lab.sweep.trials import TrialEvent, begin_trial, end_trial, note_trial_folder
 
@@ -249,8 +233,7 @@ def run_parallel(
     env = child_env(len(slots))
 
     def spawn() -> _Child:
-        child = _Child(-1, "", None)
-        child.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             child_command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -263,6 +246,7 @@ def run_parallel(
             env=env,
             start_new_session=os.name == "posix",
         )
+        child = _Child(-1, "", None, proc)
         threading.Thread(target=_read_stdout, args=(child, inbox), name="sweep-trial-out", daemon=True).start()
         child.stderr_reader = threading.Thread(target=_read_stderr, args=(child,), name="sweep-trial-err", daemon=True)
         child.stderr_reader.start()
@@ -298,8 +282,9 @@ def run_parallel(
     def finish(child: _Child, code: int) -> None:
         if child.stderr_reader is not None:
             child.stderr_reader.join(5.0)  # its last lines may name the failure
-        _close(child.proc.stdin)
+        _close(child.stdin)
         status, message = _outcome(child, code, grace)
+        assert child.trial is not None  # a running child has its trial
         end_trial(folder, data, child.trial, total, emit, status, message)
 
     def escalate() -> None:
@@ -370,13 +355,13 @@ def run_parallel(
             except subprocess.TimeoutExpired:
                 child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
                 child.proc.wait()
-            _close(child.proc.stdin)
+            _close(child.stdin)
 
 
 def _discard(child: _Child) -> None:
     """End a spare that was given no trial (it holds no run and no files)."""
     child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
-    _close(child.proc.stdin)
+    _close(child.stdin)
     try:
         child.proc.wait(10)
     except subprocess.TimeoutExpired:

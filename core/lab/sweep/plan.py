@@ -176,8 +176,8 @@ def grid_axis(spec: str, task: str) -> Axis:
 
 
 def range_axis(spec: str, task: str) -> Axis:
-    """'lr=1e-4:1e-2:log', 'batch_size=32:256' (int fields are drawn as whole numbers), 'hidden=8:64:log:int',
-    or choices 'optimizer=adam,adamw'."""
+    """'lr=1e-4:1e-2:log', 'batch_size=32:256' (int fields drawn as whole numbers), 'hidden=8:64:log:int', or choices
+    'optimizer=adam,adamw'."""
     key, body = _split_spec(spec, "--range", "KEY=LOW:HIGH[:log][:int] or KEY=V1,V2,...")
     key, target = resolve_key(key, task, "--range")
     flag = f"--range {key}"
@@ -214,6 +214,7 @@ def _split_spec(spec: str, flag: str, form: str) -> tuple[str, str]:
 def _draw(axis: Axis, rng: random.Random) -> Any:
     if axis.choices:
         return rng.choice(axis.choices)
+    assert axis.low is not None and axis.high is not None  # a range axis without choices has both
     if axis.log:
         value = math.exp(rng.uniform(math.log(axis.low), math.log(axis.high)))
     else:
@@ -236,9 +237,9 @@ def apply_params(base: RunConfig, params: dict, targets: dict[str, str]) -> RunC
 def plan_trials(
     base: RunConfig, grid: list[Axis] | None = None, ranges: list[Axis] | None = None, samples: int = 0, seed: int = 0
 ) -> list[Trial]:
-    """The trials of a grid (every combination, the first axis varying slowest) or of `samples` random draws
-    over `ranges` with `seed` (the same seed gives the same trials). Every trial's config is validated here:
-    a bad value raises a ConfigError whose field is "--grid KEY" / "--range KEY" and names the value."""
+    """The trials of a grid (every combination, the first axis slowest) or of `samples` seeded random draws over
+    `ranges`. Every trial's config is validated here: a bad value is a ConfigError whose field is "--grid KEY" /
+    "--range KEY"."""
     grid, ranges = list(grid or []), list(ranges or [])
     if grid and ranges:
         raise ConfigError("--grid", "give either --grid axes or --random N with --range axes, not both")

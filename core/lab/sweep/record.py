@@ -1,16 +1,13 @@
-"""Reading a sweep's sweep.json (core.lab.sweep.folder): a record file anyone may have edited, copied or crafted.
-
-`read_sweep(folder)` reads it with core.files' record rules (a regular file of bounded size and depth) and
-checks the fields the sweep acts on, so that a bad file is one ConfigError line and never a trial trained
-where it should not be: every trial's folder is one name inside the sweep folder (not absolute, no `..`, not
-a link out of it). `finished_run(folder)` tells a resume that a trial's run had completed even though
-sweep.json did not say so yet (the sweep process was killed between the trial's end and its write).
+"""Reading a sweep's sweep.json, a record file anyone may have edited: `read_sweep(folder)` applies core.files' record
+rules and checks the fields the sweep acts on (every trial's folder one plain name inside the sweep), so a bad file
+is one ConfigError line. `finished_run` tells a resume that a trial's run completed before sweep.json said so.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeGuard
 
 from core.errors import ConfigError
 from core.files import UnreadableFile, is_inside, read_json_record, shown_path
@@ -28,7 +25,7 @@ def _bad(path: Path, what: str) -> ConfigError:
     )
 
 
-def _is_int(value) -> bool:
+def _is_int(value) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -80,11 +77,12 @@ def _check_trial(path: Path, folder: Path, number: int, trial, keys: set) -> Non
     for name in ("message", "run_id", "started", "ended", "device"):
         if trial.get(name) is not None and not isinstance(trial[name], str):
             raise _bad(path, f"{where}: {name} is not text")
-    name = trial.get("folder")
-    if not isinstance(name, str) or not _plain_name(name):
-        raise _bad(path, f"{where}: folder {_text(name)} is not a folder name inside the sweep folder")
-    if not is_inside(folder, folder / name) or os.path.realpath(folder / name) == os.path.realpath(folder):
-        raise _bad(path, f"{where}: folder {_text(name)} leads outside the sweep folder (a link?)")
+    folder_name = trial.get("folder")
+    if not isinstance(folder_name, str) or not _plain_name(folder_name):
+        raise _bad(path, f"{where}: folder {_text(folder_name)} is not a folder name inside the sweep folder")
+    inside = folder / folder_name
+    if not is_inside(folder, inside) or os.path.realpath(inside) == os.path.realpath(folder):
+        raise _bad(path, f"{where}: folder {_text(folder_name)} leads outside the sweep folder (a link?)")
 
 
 def _plain_name(name: str) -> bool:
@@ -96,8 +94,8 @@ def _plain_name(name: str) -> bool:
 
 
 def finished_run(record: dict | None, has_checkpoint: bool) -> bool:
-    """Whether the run whose run.json is `record` had completed: run.json says so, or its last checkpoint was
-    written at the run's last step (the final evaluation comes before it) and only the end was not recorded."""
+    """Whether the run whose run.json is `record` had completed: run.json says so, or its last checkpoint was written at
+    its last step and only the end was not recorded."""
     if not isinstance(record, dict):
         return False
     if record.get("status") == "completed":

@@ -69,15 +69,10 @@ def run_sweep(
     retry_failed: bool = False,
     devices: list[str] | None = None,
 ) -> SweepResult:
-    """Run the trials of the sweep in `folder` that are not done yet, one after another (see the module doc);
-    with `retry_failed`, failed trials run again too (from scratch, in a fresh folder beside the failed run).
-    With `devices` (device slots, e.g. ["cuda:0", "cuda:1"] or ["cpu", "cpu"]): len(devices) trials at a time,
-    each in its own training process on its slot's device (core.lab.sweep.parallel); the same states, events
-    and stop/resume, and a resume may use other devices than the first run.
-
-    Stop with control.stop(): the running trial stops after its step and writes its checkpoint; the sweep
-    then returns with status "stopped" and sweep.json says which trials are done, stopped and pending.
-    Raises ConfigError (before any trial) when the folder holds no sweep or another process runs it."""
+    """Run the trials of the sweep in `folder` that are not done yet, one after another, or with `devices` (device
+    slots, e.g. ["cuda:0", "cuda:1"]) one per slot at a time in training processes; `retry_failed` runs failed trials
+    again from scratch. control.stop() stops the running trial(s) with a checkpoint and returns with status
+    "stopped". ConfigError (before any trial) when the folder holds no sweep or another process runs it."""
     from core.engine.control import RunControl
 
     folder = Path(folder)

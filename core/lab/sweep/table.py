@@ -54,9 +54,8 @@ def _number_or_none(value) -> float | None:
 
 
 def sort_rows(rows: list[dict], sort: str | None = None, mode: str = "max") -> list[dict]:
-    """Rows sorted by `sort` (a COLUMNS name or a parameter key; default best, in the metric's mode: higher
-    first for max; samples/s higher first; memory, wall time, steps and parameters lower first). Rows without
-    a value go last, in trial order."""
+    """Rows sorted by `sort` (a COLUMNS name or a parameter key; default best, in the metric's mode; samples/s higher
+    first, the other figures lower first). Rows without a value go last, in trial order."""
     key = sort or "best"
     params = list(dict.fromkeys(k for r in rows for k in r["params"]))
     if key not in COLUMNS and key not in params:
@@ -99,8 +98,8 @@ def best_row(rows: list[dict], mode: str = "max") -> dict | None:
 
 
 def continue_settings(row: dict, factor: float = 2.0) -> tuple[str | None, dict]:
-    """'Train this one longer': the trial's checkpoint to resume and the settings to change (max_steps, or
-    epochs when the trial ran by epochs) to train `factor` times as long. (None, {}) without a checkpoint."""
+    """'Train this one longer': the trial's checkpoint to resume and the settings to change (max_steps, else epochs) to
+    train `factor` times as long. (None, {}) without a checkpoint."""
     if not row.get("checkpoint"):
         return None, {}
     if row.get("max_steps"):
@@ -110,12 +109,11 @@ def continue_settings(row: dict, factor: float = 2.0) -> tuple[str | None, dict]
 
 
 def continue_config(row: dict, factor: float = 2.0) -> tuple[RunConfig, str] | None:
-    """'Train this one longer' for a program (the window): the trial's settings from its run.json with
-    max_steps (or epochs) raised `factor` times, in the trial's own folder, and the checkpoint to resume from;
-    start it as any resumed run (Trainer(config, resume_from=checkpoint)). None without a checkpoint."""
+    """'Train this one longer' for the window: the trial's settings from its run.json with max_steps (or epochs) raised
+    `factor` times, in its own folder, and the checkpoint to resume from. None without a checkpoint."""
     checkpoint, changes = continue_settings(row, factor)
     record = load_record(row["folder"]) if checkpoint else None
-    if not record or not isinstance(record.get("config"), dict):
+    if not checkpoint or not record or not isinstance(record.get("config"), dict):
         return None
     config = RunConfig.from_dict(record["config"], source=f"{row['folder']}/run.json")
     return config.replace(**changes, out_dir=row["folder"]), checkpoint

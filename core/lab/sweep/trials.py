@@ -1,6 +1,6 @@
 """What a sweep says as it runs (SweepStarted, TrialStarted, TrialEvent, TrialEnded, SweepEnded) and each trial's
-bookkeeping in sweep.json (begin, the folder the trainer chose, end), shared by the one-at-a-time runner
-(core.lab.sweep.runner) and the parallel one (core.lab.sweep.parallel)."""
+bookkeeping in sweep.json, shared by the serial and the parallel runner.
+"""
 
 from __future__ import annotations
 
@@ -92,11 +92,11 @@ def trial_config(data: dict, trial: dict, sweep_folder: Path) -> RunConfig:
 
 
 def _note_finished(folder: Path, trial: dict) -> None:
-    """A trial whose run had completed before the sweep could record it (the sweep process was killed): it
-    counts as completed with its run's figures, instead of being resumed past its end (which fails)."""
+    """A trial whose run had completed before the sweep could record it counts as completed with its run's figures,
+    instead of being resumed past its end."""
     trial_folder = folder / trial["folder"]
     record = load_record(trial_folder)
-    if not finished_run(record, _checkpoint_of(trial_folder) is not None):
+    if record is None or not finished_run(record, _checkpoint_of(trial_folder) is not None):
         return
     said = record.get("status") == "completed"
     trial.update(
@@ -108,8 +108,8 @@ def _note_finished(folder: Path, trial: dict) -> None:
 
 
 def begin_trial(folder: Path, data: dict, trial: dict, total: int, emit, device: str | None = None):
-    """Mark `trial` running in sweep.json and announce it: (its RunConfig, the checkpoint it resumes from or
-    None). `device`: the slot's device (parallel trials), else the sweep's own setting."""
+    """Mark `trial` running in sweep.json and announce it: (its RunConfig, the checkpoint it resumes from or None).
+    `device`: the slot's device (parallel trials), else the sweep's own setting."""
     trial_folder = folder / trial["folder"]
     resume_from = _checkpoint_of(trial_folder) if trial.get("status") in ("stopped", "interrupted") else None
     config = trial_config(data, trial, folder)
