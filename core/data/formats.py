@@ -287,16 +287,20 @@ def _reader(handle, delimiter: str):
     return csv.reader(_lines(handle, delimiter), delimiter=SEP, quoting=csv.QUOTE_NONE)
 
 
-def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS) -> list[list[str]]:
-    """The first complete records (blank lines skipped) of `file` read with `delimiter`, from its first 64 KiB."""
+def _sample(file: Path) -> str:
+    """The first 64 KiB of `file` as text (line 1 read to its end), cut after its last whole line."""
     with open(file, "rb") as handle:
         head = handle.read(SAMPLE_BYTES)
         while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
-            head += more  # a line 1 longer than the sample (a very wide header): read on to its end
+            head += more  # a very wide header: read on to its end
         complete = not handle.read(1)
     text = head.decode("utf-8-sig", errors="replace")
-    if not complete:  # the last line may be cut: keep whole lines only
-        text = text[: text.rfind("\n") + 1] if "\n" in text else text
+    return text if complete or "\n" not in text else text[: text.rfind("\n") + 1]
+
+
+def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS, text: str | None = None) -> list[list[str]]:
+    """The first records (blank lines skipped) of `file` (or of its sample `text`) read with `delimiter`."""
+    text = _sample(file) if text is None else text
     out: list[list[str]] = []
     limit_before = csv.field_size_limit()
     try:
@@ -314,19 +318,12 @@ def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS) -> l
 
 
 def sniff_delimiter(file: Path, known: Set[str], strict: bool = False) -> str:
-    """The delimiter of a text file, from its first lines: among the candidates that split every sampled line
-    into the same number (> 1) of fields, the one whose line 1 names most of the `known` column names
-    (compared by normalise_name), then the suffix's own (tabs for .tsv, '::' for .dat), then the candidate order
-    (:: tab , ; |); WHITESPACE only when none of those splits every line alike and it splits two or more lines
-    alike (it splits any text into words, so it is the last resort). When nothing splits consistently: the one splitting most lines
-    alike; else the suffix's; `strict`: "" then (the file is not delimited text)."""
-    suffix = file.suffix.lower()
-    preferred = SUFFIX_DELIMITER.get(suffix, ",")
-    with open(file, "rb") as handle:
-        head = handle.read(SAMPLE_BYTES)
-        while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
-            head += more
-    text = head.decode("utf-8", errors="replace")
+    """The delimiter of a text file: among the candidates that split every sampled line alike (> 1 fields), the
+    one whose line 1 names most `known` columns, then the suffix's own, then CANDIDATES' order; WHITESPACE last
+    (it splits any text). When none splits every line alike: the one splitting most lines alike, else the
+    suffix's; `strict`: "" then (the file is not delimited text)."""
+    preferred = SUFFIX_DELIMITER.get(file.suffix.lower(), ",")
+    text = _sample(file)
     scored: list[tuple] = []
     for rank, delimiter in enumerate(CANDIDATES):
         if delimiter == WHITESPACE:
@@ -334,7 +331,7 @@ def sniff_delimiter(file: Path, known: Set[str], strict: bool = False) -> str:
                 break
         elif delimiter not in text:
             continue
-        records = sample_records(file, delimiter)
+        records = sample_records(file, delimiter, text=text)
         if not records:
             continue
         counts = [len(r) for r in records]
