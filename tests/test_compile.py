@@ -60,7 +60,7 @@ def test_compiled_training_matches_eager_without_recompiling(tmp_path, recorder,
     monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     trainer, compiled = run(tmp_path, "compiled", recorder, epochs=2, compile=True)
     assert eager.status == compiled.status == "completed", compiled.message
-    assert trainer.steps_per_epoch == 12 and trainer.step == 24  # the short 13th batch is not trained on
+    assert trainer.steps_per_epoch == 12 and trainer.state.step == 24  # the short 13th batch is not trained on
     assert close(step_losses(tmp_path / "eager"), step_losses(tmp_path / "compiled"))
     assert compiled.metrics["accuracy"] == pytest.approx(eager.metrics["accuracy"], abs=0.006)  # one row of 200
     assert len(recorder.of(EvalMetrics)) == 2

@@ -244,7 +244,7 @@ def test_the_step_works_for_callers_that_drive_it_after_setup(tiny_config):
         assert sums.read(trainer.dist).loss > 0
         trainer.train_step(order, 1, sums, measure_norm=True)
         assert trainer.grad_norm is not None and float(trainer.grad_norm) > 0
-        assert trainer.step == 0  # the caller counts its steps
+        assert trainer.state.step == 0  # the caller counts its steps
     finally:
         trainer.cleanup()
 

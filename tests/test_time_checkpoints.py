@@ -16,7 +16,7 @@ def clock_of_steps(monkeypatch, seconds_per_step: float) -> dict:
     """The trainer's clock reads `seconds_per_step` x the current step (of the trainer in `holder['t']`)."""
     holder: dict = {}
     monkeypatch.setattr(
-        trainer_module, "monotonic", lambda: holder["t"].step * seconds_per_step if "t" in holder else 0.0
+        trainer_module, "monotonic", lambda: holder["t"].state.step * seconds_per_step if "t" in holder else 0.0
     )
     return holder
 
@@ -69,7 +69,7 @@ def _timed_checkpoints_on_two_ranks(rank: int, out: str) -> dict:
     holder = {}
     # Only rank 0's clock runs (a step is 10 s): rank 1's says no time passed, so if it decided alone it would
     # never join the checkpoint's collective (gathering RNG states) and the run would hang.
-    module.monotonic = (lambda: holder["t"].step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
+    module.monotonic = (lambda: holder["t"].state.step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
     trainer = Trainer(
         RunConfig.for_task(
             "tiny",

@@ -19,7 +19,7 @@ from core.errors import ConfigError
 def clock_of_steps(monkeypatch, seconds_per_step: float) -> dict:
     holder: dict = {}
     monkeypatch.setattr(
-        trainer_module, "monotonic", lambda: holder["t"].step * seconds_per_step if "t" in holder else 0.0
+        trainer_module, "monotonic", lambda: holder["t"].state.step * seconds_per_step if "t" in holder else 0.0
     )
     return holder
 
@@ -63,7 +63,7 @@ def _time_limit_on_two_ranks(rank: int, out: str) -> dict:
     holder = {}
     # Only rank 0's clock runs (a step is 10 s): rank 1's says no time passed, so if it decided alone it would
     # train on while rank 0 ended, and rank 0 would wait for it in a collective.
-    module.monotonic = (lambda: holder["t"].step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
+    module.monotonic = (lambda: holder["t"].state.step * 10.0 if "t" in holder else 0.0) if rank == 0 else (lambda: 0.0)
     trainer = Trainer(
         RunConfig.for_task(
             "tiny",

@@ -660,10 +660,16 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     if dist_ctx.enabled:  # every rank goes on to the first stop agreement; rank 0 decides
         signals.started(control)
     folder = elastic.claim_for_rank0()  # a multi-node run's folder, once the nodes have met
-    trainer = Trainer(config, sink=sink, control=control, resume_from=args.resume, dist_ctx=dist_ctx)
-    if restart is not None and dist_ctx.is_main:  # reported with RunStarted (metrics.jsonl), kept in run.json
-        trainer.restart = restart
-        trainer.notes.append(elastic.restart_note(restart, args.resume))
+    restart = restart if dist_ctx.is_main else None  # reported with RunStarted (metrics.jsonl), kept in run.json
+    trainer = Trainer(
+        config,
+        sink=sink,
+        control=control,
+        resume_from=args.resume,
+        dist_ctx=dist_ctx,
+        restart=restart,
+        notes=[elastic.restart_note(restart, args.resume)] if restart else [],
+    )
     try:
         ended = trainer.run()
     finally:

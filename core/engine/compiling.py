@@ -169,33 +169,23 @@ def apply_activation_checkpointing(task, model: nn.Module) -> str:
     )
 
 
-def prepare(trainer, model: nn.Module) -> nn.Module:
-    """Activation checkpointing and torch.compile for `trainer`'s run (RunConfig.activation_checkpointing,
-    compile, compile_mode), on the device-placed model before DDP; notes go with RunStarted. Returns the
-    model to wrap (compiled, or the model itself); sets trainer.compile_seconds (None when eager) and, when
-    compiling, trainer.compile_frames (frames_compiled() after the warm-up)."""
-    cfg = trainer.cfg
-    trainer.compile_seconds = None
-    if cfg.activation_checkpointing:
-        note = apply_activation_checkpointing(trainer.task, model)
-        if trainer.dist.is_main:
-            trainer.notes.append(note)
+def prepare(
+    model: nn.Module, cfg, task, plan, batches, epoch: int
+) -> tuple[nn.Module, list[str], float | None, int | None]:
+    """Activation checkpointing and torch.compile for a run of `cfg` (activation_checkpointing, compile,
+    compile_mode), on the device-placed model before DDP, its first pass on the first batch of `epoch`. Returns
+    (the model to wrap: compiled, or the model itself; the notes for RunStarted; the compile's seconds and
+    frames_compiled() after the warm-up, both None when eager)."""
+    notes = [apply_activation_checkpointing(task, model)] if cfg.activation_checkpointing else []
     if not cfg.compile:
-        return model
+        return model, notes, None, None
     from core.engine.precision import matmul_precision
 
-    plan, task, batches = trainer.plan, trainer.task, trainer.batches
-
     def first_pass(compiled: nn.Module) -> None:
-        batch = batches.batch(batches.order(trainer.epoch), 0)
+        batch = batches.batch(batches.order(epoch), 0)
         with matmul_precision(plan), plan.autocast():
             loss = task.loss(compiled, batch)
         loss.backward()
 
-    def log(line: str) -> None:
-        if trainer.dist.is_main:
-            trainer.notes.append(line)
-
-    compiled, trainer.compile_seconds = compile_for_run(model, cfg.compile_mode, first_pass, log)
-    trainer.compile_frames = frames_compiled()  # what the warm-up compiled: training should add nothing
-    return compiled
+    compiled, seconds = compile_for_run(model, cfg.compile_mode, first_pass, notes.append)
+    return compiled, notes, seconds, frames_compiled()  # what the warm-up compiled: training should add nothing

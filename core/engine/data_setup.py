@@ -17,12 +17,10 @@ from core.data.batching import EpochBatches, place_split
 from core.data.loaders import DatasetSplit, LoaderBatches, LoaderSettings, is_dataset, shards_itself
 
 
-def place_data(trainer) -> tuple:
-    """(val, test, batches) of a set-up trainer's `data`: test is None when the task has no test split; the
-    notes about unsharded streams go to `trainer.notes` (rank 0)."""
-    data, cfg, device, dist = trainer.data, trainer.cfg, trainer.device, trainer.dist
+def place_data(data, cfg, task: str, device: torch.device, dist, memory_free: int | None) -> tuple:
+    """(val, test, batches, notes) of task `task`'s `data` for a run of `cfg` on `device` (`memory_free`: its
+    free bytes): test is None when the task has no test split; notes about unsharded streams (rank 0)."""
     settings = LoaderSettings.from_config(cfg, device)
-    task = trainer.task.name
 
     def evaluation(split, name: str):
         if is_dataset(split):
@@ -41,13 +39,12 @@ def place_data(trainer) -> tuple:
             f"task {task}'s train split",
         )
     else:
-        train = place_split(data.train, device, keep_on_host=keep_on_host(trainer))
+        train = place_split(data.train, device, keep_on_host=keep_on_host(data.train, device, memory_free))
         batches = EpochBatches(train, cfg.batch_size, cfg.seed, device, dist.rank, dist.world_size)
     val = evaluation(data.val, "validation")
     test = None if data.test is None or (not is_dataset(data.test) and not data.test) else evaluation(data.test, "test")
-    if dist.is_main:
-        trainer.notes.extend(stream_warnings(data, task, settings.num_workers, dist.world_size))
-    return val, test, batches
+    notes = stream_warnings(data, task, settings.num_workers, dist.world_size) if dist.is_main else []
+    return val, test, batches, notes
 
 
 def stream_warnings(data, task: str, workers: int, world_size: int) -> list[str]:
@@ -78,12 +75,11 @@ def stream_warnings(data, task: str, workers: int, world_size: int) -> list[str]
     return warnings
 
 
-def keep_on_host(trainer) -> bool:
+def keep_on_host(train: dict[str, torch.Tensor], device: torch.device, memory_free: int | None) -> bool:
     """Training tensors that would take over half the free GPU memory stay pinned on the host."""
-    if trainer.device.type != "cuda":
+    if device.type != "cuda":
         return False
-    size = sum(t.numel() * t.element_size() for t in trainer.data.train.values())
-    return size > (trainer.device_info.memory_free or 0) // 2
+    return sum(t.numel() * t.element_size() for t in train.values()) > (memory_free or 0) // 2
 
 
 def values_per_sample(train) -> int:
@@ -98,8 +94,8 @@ def values_per_sample(train) -> int:
     return max((t[0].numel() for t in train.values() if t.dim() and len(t)), default=1)
 
 
-def release(trainer) -> None:
+def release(batches) -> None:
     """End a DataLoader's persistent workers with the run."""
-    close = getattr(getattr(trainer, "batches", None), "close", None)
+    close = getattr(batches, "close", None)
     if close is not None:
         close()

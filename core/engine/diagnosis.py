@@ -181,30 +181,31 @@ def explain_device_mismatch(
     )
 
 
-def _trainer_batch(trainer) -> dict | None:
-    """The training split's tensors (batches are gathered from them; host-held data is moved per batch)."""
-    batches = getattr(trainer, "batches", None)
-    if batches is None or getattr(batches, "_on_host", False):
-        return None
-    return batches.split
-
-
-def explain_exception(exc: BaseException, trainer=None) -> str:
-    """One paragraph naming what went wrong and how to fix it."""
-    step = f" at step {trainer.step:,}" if trainer is not None else ""
+def explain_exception(
+    exc: BaseException,
+    step: int | None = None,
+    batch_size: int | None = None,
+    model=None,
+    batches=None,
+    device=None,
+    dist=None,
+    saved: str | None = None,
+) -> str:
+    """One paragraph naming what went wrong (at `step` of a run: its batch size, model, batches, device, process
+    group and latest checkpoint) and how to fix it."""
+    at = f" at step {step:,}" if step is not None else ""
     text = str(exc).strip()
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():
-        batch = f" (now {trainer.cfg.batch_size})" if trainer is not None else ""
+        batch = f" (now {batch_size})" if batch_size is not None else ""
         return (
-            f"the device ran out of memory{step}: lower batch_size{batch}, use grad_accum for the same "
+            f"the device ran out of memory{at}: lower batch_size{batch}, use grad_accum for the same "
             f"effective batch, or a smaller model; bf16/fp16 halve activation memory"
         )
-    model = getattr(trainer, "raw_model", None)
-    device = getattr(trainer, "device", None)
-    mismatch = explain_device_mismatch(exc, model, _trainer_batch(trainer), device, context=step)
+    # The training split's tensors (batches are gathered from them; host-held data is moved per batch).
+    split = None if batches is None or getattr(batches, "_on_host", False) else batches.split
+    mismatch = explain_device_mismatch(exc, model, split, device, context=at)
     if mismatch is not None:
         return mismatch
-    dist = getattr(trainer, "dist", None)
     if (
         dist is not None
         and dist.enabled
@@ -214,13 +215,12 @@ def explain_exception(exc: BaseException, trainer=None) -> str:
             or isinstance(exc, getattr(torch.distributed, "DistBackendError", ()))
         )
     ):
-        saved = getattr(trainer, "saved_checkpoint", None) or "none yet"
         return (
-            f"another process of this {dist.world_size}-process run died or lost its connection{step}; "
-            f"the run ended. Resume from the last checkpoint ({saved})"
+            f"another process of this {dist.world_size}-process run died or lost its connection{at}; "
+            f"the run ended. Resume from the last checkpoint ({saved or 'none yet'})"
         )
     if isinstance(exc, RuntimeError) and ("CUDA error" in text or "device-side" in text):
-        return f"the device failed{step} (it may have vanished or reset): {first_line(text)}"
+        return f"the device failed{at} (it may have vanished or reset): {first_line(text)}"
     from core.tasks.task_checks import raised_at
 
-    return f"{type(exc).__name__}{step}: {first_line(text) or '(no message)'}{raised_at(exc)}"
+    return f"{type(exc).__name__}{at}: {first_line(text) or '(no message)'}{raised_at(exc)}"

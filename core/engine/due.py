@@ -1,9 +1,11 @@
-"""Which steps of a run have more to do than step, and what: log, evaluate, checkpoint (by their intervals), end
-an epoch, end the run. Worked out once per such step (Trainer.train asks for the next one after each), so the
-steps between pay one comparison and the steps that are due read flags instead of redoing the modulo tests."""
+"""What a run has to do besides stepping, and when: by step (log, evaluate, checkpoint by their intervals, end an
+epoch, end the run: `next_due`, worked out once per such step, so the steps between pay one comparison) and by
+wall time (the timed checkpoint and the time limit: `Deadlines`, monotonic times the loop compares one clock
+read with)."""
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from core.config import RunConfig
@@ -47,3 +49,19 @@ def planned_steps(cfg: RunConfig, steps_per_epoch: int) -> tuple[int, str | None
         f"{cfg.epochs:,}, to train at least min_steps {cfg.min_steps:,} steps "
         f"(min_steps 0 runs exactly {cfg.epochs:,})"
     )
+
+
+class Deadlines:
+    """The wall-clock deadlines of a run as monotonic times, inf when off: the next timed checkpoint
+    (`checkpoint_minutes` after the last checkpoint.pt, or the start) and the end (`time_limit_minutes` after the
+    start, pauses included: a deadline does not wait). The caller reads the clock; under DDP rank 0's decides."""
+
+    def __init__(self, cfg: RunConfig, now: float):
+        self.every = cfg.checkpoint_minutes * 60 if cfg.checkpoint_minutes > 0 else math.inf
+        self.end_at = now + cfg.time_limit_minutes * 60 if cfg.time_limit_minutes > 0 else math.inf
+        self.saved(now)
+
+    def saved(self, now: float) -> None:
+        """checkpoint.pt was written at `now`."""
+        self.save_at = now + self.every
+        self.next_at = min(self.save_at, self.end_at)

@@ -1,5 +1,5 @@
-"""What a run reports: its events built from the trainer's state, timed, written to metrics.jsonl and handed
-to the sink, by rank 0 alone. See docs/ARCHITECTURE.md.
+"""What a run reports: its events, timed, written to metrics.jsonl and handed to the sink, by rank 0 alone. See
+docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ from pathlib import Path
 
 from core.config import TENSORBOARD_MISSING
 from core.devices import memory_in_use
-from core.engine.events import Event, RunEnded, RunStarted, StepMetrics, event_to_dict
+from core.engine.events import Event, StepMetrics, event_to_dict
 from core.engine.run_folder import describe_os_error
 from core.engine.run_record import RunRecord
-from core.engine.step_metrics import IntervalReadout
 from core.engine.tensorboard_live import TENSORBOARD_FOLDER, LiveTensorBoard
 from core.errors import ConfigError
 
@@ -267,51 +266,6 @@ class TrainingClock:
         return self.samples / self.train_seconds if self.train_seconds > 0 else None
 
 
-def run_started(trainer) -> RunStarted:
-    """RunStarted of a set-up Trainer."""
-    return RunStarted(
-        task=trainer.cfg.task,
-        device=str(trainer.device),
-        device_name=trainer.device_info.name,
-        precision=trainer.plan.mode,
-        autocast_dtype=trainer.plan.compute_dtype_name,
-        param_dtype=str(next(trainer.raw_model.parameters()).dtype).removeprefix("torch."),
-        scaler=trainer.plan.use_scaler,
-        param_count=trainer.param_count,
-        total_steps=trainer.total_steps,
-        steps_per_epoch=trainer.steps_per_epoch,
-        start_step=trainer.step,
-        config=trainer.cfg.to_dict(),
-        ceiling=dict(trainer.data.ceiling),
-        baseline=dict(trainer.data.baseline),
-        tokens_key=trainer.task.tokens_key,
-        notes=list(trainer.notes),
-        restart={**restart, "step": trainer.step} if (restart := getattr(trainer, "restart", None)) else {},
-    )
-
-
-def step_metrics(
-    trainer, readout: IntervalReadout, seconds: float, samples: int, now: float, scale: float | None, source: str | None
-) -> StepMetrics:
-    """StepMetrics of the interval that just ended (`seconds` long, `samples` across every rank)."""
-    counts_tokens = trainer.task.tokens_key is not None and seconds > 0
-    tokens = readout.tokens * trainer.dist.world_size / seconds if counts_tokens else None
-    return StepMetrics(
-        step=trainer.step,
-        epoch=trainer.display_epoch(),
-        loss=readout.loss,
-        lr=trainer.optimizer.param_groups[0]["lr"],
-        samples_per_second=samples / seconds if seconds > 0 else 0.0,
-        grad_scale=scale,
-        grad_norm=float(trainer.grad_norm) if trainer.grad_norm is not None else None,
-        skipped_steps=trainer.skipped_steps,
-        memory_bytes=trainer.clock.memory(trainer.device, fresh=trainer.step >= trainer.total_steps),
-        elapsed_seconds=now - trainer.clock.started,
-        nonfinite_source=source,
-        tokens_per_second=tokens,
-    )
-
-
 _statm: tuple[int, int] | None = None  # (pid, descriptor of /proc/self/statm), opened once per process
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -351,28 +305,4 @@ def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | Non
     return (
         f"val {primary} {value:.3f} is near its baseline {base:.3f} after only {steps:,} optimizer steps: the "
         f"model has barely trained; train longer (more epochs, max_steps or min_steps)"
-    )
-
-
-def run_ended(trainer, status: str, message: str, details: str = "") -> RunEnded:
-    best = getattr(trainer, "best_and_last", None)  # core.engine.small_validation.BestAndLast
-    if status == "completed" and trainer.step >= getattr(trainer, "total_steps", float("inf")):  # its planned length
-        note = barely_trained(trainer.step, trainer.last_metrics, trainer.data.baseline, trainer.task.primary_metric)
-        message = f"{message}; {note}" if note else message
-    return RunEnded(
-        status=status,
-        message=message,
-        step=trainer.step,
-        epoch=trainer.display_epoch(),
-        final_loss=trainer.last_loss,
-        metrics=dict(trainer.last_metrics),
-        checkpoint=trainer.saved_checkpoint,
-        samples_per_second=trainer.clock.samples_per_second,
-        elapsed_seconds=time.perf_counter() - trainer.clock.started,
-        skipped_steps=trainer.skipped_steps,
-        test_metrics=dict(trainer.test_metrics),
-        details=details,
-        best_test_metrics=dict(best.metrics) if best else {},
-        best_step=best.step if best else None,
-        checkpoint_advice=best.advice if best else "",
     )

@@ -1,19 +1,18 @@
-"""A trainer's resumable state <-> the checkpoint dict (see core.engine.checkpoints for writing and safe loading).
+"""A run's resumable state <-> the checkpoint dict (see core.engine.checkpoints for writing and safe loading).
 
 Everything is plain containers and tensors, so `torch.load(weights_only=True)` reads it back: model
-(unwrapped from DDP/compile), optimizer, scheduler, scaler, step, epoch, data order, RNG states, config,
-precision, metrics and library versions; and the data's id vocabulary when the model's ids stand for the
-data's own (a resume must bring the same ids). See docs/ARCHITECTURE.md.
-
-Seeding: every rank builds the same initial model from `seed`, then draws its per-step randomness (dropout,
-sampled negatives) from `seed + rank`; the batch order is EpochBatches' own function of (seed, epoch). Each
-rank's RNG states are saved (`rng_per_rank`), so a DDP resume continues every rank's streams exactly.
+(unwrapped from DDP/compile), optimizer, scheduler, scaler, the TrainState (step, epoch, metrics), data order,
+RNG states, config, precision and library versions; and the data's id vocabulary when the model's ids stand
+for the data's own. Every rank builds the same initial model from `seed`, then draws its per-step randomness
+from `seed + rank`; each rank's RNG states are saved (`rng_per_rank`), so a DDP resume continues them exactly.
 """
 
 from __future__ import annotations
 
 import io
 import random
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -42,42 +41,33 @@ def gather_rng(dist: DistContext, device: torch.device) -> list[dict]:
     return [torch.load(io.BytesIO(data), weights_only=True) for data in gathered]
 
 
-def capture(trainer, rng: list[dict]) -> dict:
-    """The checkpoint dict of a set-up Trainer at its current step; `rng`: every rank's (see gather_rng)."""
-    state = {
-        "format_version": ckpt.FORMAT_VERSION,
-        "task": trainer.cfg.task,
-        "model": ckpt.unwrap_model(trainer.raw_model).state_dict(),
-        "optimizer": trainer.optimizer.state_dict(),
-        "scheduler": trainer.scheduler.state_dict() if trainer.scheduler is not None else None,
-        "scaler": trainer.scaler.state_dict(),
-        "step": trainer.step,
-        "epoch": trainer.epoch,
-        # Each epoch's order is a pure function of (seed, epoch): this is all a resume needs to replay it.
-        "data_order": {
-            "seed": trainer.cfg.seed,
-            "epoch": trainer.epoch,
-            "optimizer_step_in_epoch": trainer.step % trainer.steps_per_epoch,
-        },
-        "data_info": trainer.data.info,
-        "vocabulary": trainer.data.vocabulary,
-        "rng": rng[0],
-        "config": trainer.cfg.to_dict(),
-        "precision": {
-            "mode": trainer.plan.mode,
-            "autocast_dtype": trainer.plan.compute_dtype_name,
-            "scaler": trainer.plan.use_scaler,
-        },
-        "metrics": {**trainer.last_metrics, "loss": trainer.last_loss},
-        "skipped_steps": trainer.skipped_steps,
-        "versions": ckpt.library_versions(),
-    }
-    tracker = getattr(trainer, "tracker", None)  # best checkpoints and early stopping (core.engine.early_stopping)
-    if tracker is not None:
-        state["best_tracker"] = tracker.state_dict()
-    if len(rng) > 1:
-        state["rng_per_rank"] = rng
-    return state
+class Saved(NamedTuple):
+    """The latest checkpoint.pt: the step it was saved at (every rank) and its path (rank 0, once written)."""
+
+    step: int = -1
+    path: str | None = None
+
+
+@dataclass(slots=True)
+class TrainState:
+    """How far a run has come: the Trainer's own state, saved in every checkpoint and restored on resume."""
+
+    step: int = 0
+    epoch: int = 0
+    skipped_steps: int = 0  # fp16 steps the GradScaler skipped
+    last_loss: float | None = None  # of the latest log interval
+    last_metrics: dict = field(default_factory=dict)  # the latest validation metrics
+    saved: Saved = Saved()  # not in the checkpoint: a resumed run has saved nothing yet
+
+    def state_dict(self) -> dict:
+        """The checkpoint's keys this state fills (their names and layout are the on-disk format)."""
+        metrics = {**self.last_metrics, "loss": self.last_loss}
+        return {"step": self.step, "epoch": self.epoch, "metrics": metrics, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
 
 
 def check_resume_target(config, state: dict, name: str) -> None:
@@ -131,45 +121,39 @@ def settled_config(config, task, info: dict):
     return config.replace(task_options={**config.task_options, **settled})
 
 
-def restore(trainer, state: dict, source: str) -> None:
-    """Load `state` (from checkpoints.load_checkpoint, so its structure is checked) into a set-up Trainer
-    (strict model keys); CheckpointError names what does not fit. What a user should know (another
-    optimizer, precision mode or process count, an unusable RNG state) goes to `trainer.notes`."""
-    check_vocabulary(state.get("vocabulary") or {}, trainer.data.vocabulary, source)  # before shapes: clearer
-    ckpt.load_model_state(trainer.raw_model, state["model"], source)
-    trainer.notes.extend(restore_optimizer(trainer, state, source))
-    if trainer.scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; see precision_notes otherwise
+def restore(
+    state: dict, source: str, cfg, model, optimizer, scheduler, scaler, mode: str, vocabulary: dict
+) -> list[str]:
+    """Load `state` (from checkpoints.load_checkpoint, so its structure is checked) into a set-up run's model
+    (strict keys), optimizer, scheduler and scaler; CheckpointError names what does not fit. Returns what a
+    user should know (another optimizer or precision mode)."""
+    check_vocabulary(state.get("vocabulary") or {}, vocabulary, source)  # before shapes: clearer
+    ckpt.load_model_state(model, state["model"], source)
+    notes = restore_optimizer(state, source, cfg, model, optimizer, scheduler)
+    if scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; see precision_notes otherwise
         try:
-            trainer.scaler.load_state_dict(state["scaler"])
+            scaler.load_state_dict(state["scaler"])
         except (ValueError, KeyError, RuntimeError, TypeError) as exc:
             raise CheckpointError(f"{source}: the GradScaler state does not fit this run: {exc}") from None
-    trainer.notes.extend(precision_notes(state, trainer.plan.mode, trainer.scaler))
-    trainer.step = int(state["step"])
-    trainer.epoch = int(state["epoch"])
-    trainer.skipped_steps = int(state.get("skipped_steps", 0))
-    trainer.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
-    trainer.notes.extend(trainer.batches.resume_notes(trainer.step, trainer.steps_per_epoch))  # a stream restarts
-    trainer.notes.extend(restore_rng(state, trainer.dist))
+    return notes + precision_notes(state, mode, scaler)
 
 
 FRESH_STATE = "its state starts fresh; weights, step, schedule and RNG are resumed"
 
 
-def restore_optimizer(trainer, state: dict, source: str) -> list[str]:
-    """The checkpoint's optimizer and scheduler state into the trainer's. Another optimizer than the
+def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler) -> list[str]:
+    """The checkpoint's optimizer and scheduler state into the run's. Another optimizer than the
     checkpoint's (sgd <-> adam/adamw), or parameter groups of other sizes, start a fresh optimizer state
     with a note (the schedule is still resumed); state that does not fit the model is a CheckpointError."""
-    saved_kind, kind = state["config"].get("optimizer"), trainer.cfg.optimizer
+    saved_kind, kind = state["config"].get("optimizer"), cfg.optimizer
     # This run's schedule settings in the optimizer's groups (OneCycleLR keeps max_lr etc. there); loading the
     # saved groups would bring back the old run's, so they are put back before the schedule is positioned.
     schedule_settings = [
-        {key: group[key] for key in SCHEDULE_GROUP_KEYS if key in group} for group in trainer.optimizer.param_groups
+        {key: group[key] for key in SCHEDULE_GROUP_KEYS if key in group} for group in optimizer.param_groups
     ]
-    optimizer_state, _ = regroup_one_group_state(
-        state["optimizer"], state["scheduler"], trainer.raw_model, trainer.optimizer
-    )
+    optimizer_state, _ = regroup_one_group_state(state["optimizer"], state["scheduler"], model, optimizer)
     saved_sizes = [len(group["params"]) for group in optimizer_state["param_groups"]]
-    sizes = [len(group["params"]) for group in trainer.optimizer.param_groups]
+    sizes = [len(group["params"]) for group in optimizer.param_groups]
     if saved_kind is not None and saved_kind != kind:
         notes = [f"optimizer changed from {saved_kind} to {kind}: {FRESH_STATE}"]
     elif saved_sizes != sizes:
@@ -178,36 +162,32 @@ def restore_optimizer(trainer, state: dict, source: str) -> list[str]:
             f"{FRESH_STATE}"
         ]
     else:
-        names = {id(p): n for n, p in trainer.raw_model.named_parameters()}
-        misfit = state_misfit(optimizer_state, trainer.optimizer, kind, names)
+        names = {id(p): n for n, p in model.named_parameters()}
+        misfit = state_misfit(optimizer_state, optimizer, kind, names)
         if misfit:
             raise CheckpointError(f"{source}: the optimizer state does not fit this model: {misfit}")
         try:
-            trainer.optimizer.load_state_dict(optimizer_state)
+            optimizer.load_state_dict(optimizer_state)
         except (ValueError, KeyError, RuntimeError, TypeError) as exc:
             raise CheckpointError(f"{source}: optimizer state does not fit this run: {exc}") from None
-        lacking = [
-            key
-            for key in trainer.optimizer.defaults
-            if any(key not in group for group in trainer.optimizer.param_groups)
-        ]
+        lacking = [key for key in optimizer.defaults if any(key not in group for group in optimizer.param_groups)]
         if lacking:
             raise CheckpointError(
                 f"{source}: the optimizer state does not fit this run: its parameter groups "
                 f"lack {lacking[0]!r}, which {kind} needs"
             )
         notes = []
-    for group, settings in zip(trainer.optimizer.param_groups, schedule_settings):
+    for group, settings in zip(optimizer.param_groups, schedule_settings):
         group.update(settings)
-    if trainer.scheduler is not None:  # the saved scheduler state is not needed: see follow_schedule
-        notes += follow_schedule(trainer, state["step"], state["config"])
+    if scheduler is not None:  # the saved scheduler state is not needed: see follow_schedule
+        notes += follow_schedule(scheduler, state["step"], cfg.schedule, state["config"])
     return notes
 
 
 SCHEDULE_GROUP_KEYS = ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum")
 
 
-def follow_schedule(trainer, step: int, saved_config: dict) -> list[str]:
+def follow_schedule(scheduler, step: int, schedule: str, saved_config: dict) -> list[str]:
     """Put this run's learning-rate schedule at `step` (the scheduler is stepped once per optimizer step).
 
     Every schedule here (cosine with warm-up, one-cycle) is a function of the step and this run's settings
@@ -217,14 +197,13 @@ def follow_schedule(trainer, step: int, saved_config: dict) -> list[str]:
     """
     import warnings
 
-    scheduler = trainer.scheduler
     position = min(step, getattr(scheduler, "total_steps", step))
     scheduler.last_epoch = position - 1
     with warnings.catch_warnings():  # "step() before optimizer.step()": this call only positions the schedule
         warnings.simplefilter("ignore", UserWarning)
         scheduler.step()
     notes = []
-    saved_schedule, schedule = saved_config.get("schedule"), trainer.cfg.schedule
+    saved_schedule = saved_config.get("schedule")
     if saved_schedule and saved_schedule != schedule:
         notes.append(
             f"schedule changed from {saved_schedule} to {schedule}: the learning rate follows the "

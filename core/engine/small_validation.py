@@ -22,13 +22,14 @@ the test split would make its figure optimistic.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from core.engine import checkpoints as ckpt
 from core.engine.distributed import broadcast_ints
-from core.engine.evaluation import evaluate_split
 from core.errors import CheckpointError
 
 TARGET_SE = 0.5 / math.sqrt(200)
@@ -99,44 +100,42 @@ class BestAndLast:
     advice: str
 
 
-def best_and_last(trainer, status: str) -> BestAndLast | None:
-    """At the end of a completed run with a best checkpoint: its test metrics beside the last weights' (already
-    in trainer.test_metrics) and the advice. The best weights are loaded into the model for the evaluation (rank
-    0 reads the file, the other ranks get them by broadcast) and the last ones put back. None when there is
-    nothing to compare (no best checkpoint, a run that did not complete, no test split and a validation split
-    large enough)."""
-    tracker = trainer.tracker
-    if status != "completed" or tracker is None or not tracker.ranked:
+def best_and_last(
+    tracker, size: ValidationSize, step: int, test_metrics: dict, out_dir: Path, test_of: Callable[[Path], dict] | None
+) -> BestAndLast | None:
+    """At the end of a completed run at `step` with a best checkpoint (in `out_dir`): its test metrics (`test_of`
+    its path, None without a test split) beside the last weights' (`test_metrics`) and the advice. None when
+    there is nothing to compare (no best checkpoint, no test split and a validation split large enough)."""
+    if not tracker.ranked:
         return None
     best = tracker.ranked[0]
-    size = validation_size(trainer.task, trainer.data.val)
-    if trainer.test is None and not size.too_small:
+    if test_of is None and not size.too_small:
         return None  # nothing to report beside the best checkpoint itself
-    if best["step"] == trainer.step:
+    if best["step"] == step:
         return BestAndLast(
             best["step"],
-            dict(trainer.test_metrics),
-            f"the best checkpoint ({best['file']}) is the last weights (step {trainer.step:,})",
+            dict(test_metrics),
+            f"the best checkpoint ({best['file']}) is the last weights (step {step:,})",
         )
-    metrics = _test_best(trainer, trainer.out_dir / best["file"]) if trainer.test is not None else {}
+    metrics = test_of(out_dir / best["file"]) if test_of is not None else {}
     chosen = f"{best['file']}, step {best['step']:,}, val {tracker.metric} {best['value']:.4g}"
     if size.too_small:
         advice = (
-            f"use the last weights (checkpoint.pt, step {trainer.step:,}): {size.describe()} are too few to "
+            f"use the last weights (checkpoint.pt, step {step:,}): {size.describe()} are too few to "
             f"choose a checkpoint by {tracker.metric} ({size.needed:,} or more), so the best one ({chosen}) "
             f"may be the luckiest evaluation rather than the best model"
         )
     else:
         advice = f"use the best checkpoint ({chosen}): chosen on {size.describe()}"
-    if trainer.test is not None and not metrics:
+    if test_of is not None and not metrics:
         advice += f"; {best['file']} could not be read for its test metrics"
     return BestAndLast(best["step"], metrics, advice)
 
 
-def _test_best(trainer, path) -> dict:
-    """The test metrics of the weights in `path`, computed by every rank together; {} when rank 0 cannot read
-    the file (every rank learns it, so none waits in a collective alone)."""
-    model, dist = trainer.raw_model, trainer.dist
+def test_weights(path: Path, model: torch.nn.Module, dist, device: torch.device, evaluate: Callable[[], dict]) -> dict:
+    """`evaluate()` (the test metrics, computed by every rank together) of the weights in `path`, loaded into
+    `model` (rank 0 reads the file, the others get them by broadcast) and the model's own put back after; {}
+    when rank 0 cannot read the file (every rank learns it, so none waits in a collective alone)."""
     last = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
     loaded = 1
     if dist.is_main:
@@ -145,7 +144,7 @@ def _test_best(trainer, path) -> dict:
         except (CheckpointError, OSError):
             loaded = 0
     if dist.enabled:
-        loaded = broadcast_ints([loaded], dist, trainer.device)[0]
+        loaded = broadcast_ints([loaded], dist, device)[0]
         if loaded:
             import torch.distributed
 
@@ -154,6 +153,6 @@ def _test_best(trainer, path) -> dict:
     try:
         if not loaded:
             return {}
-        return evaluate_split(trainer.task, model, trainer.test, trainer.cfg.batch_size, dist, trainer.plan.autocast)
+        return evaluate()
     finally:
         model.load_state_dict(last)

@@ -1,9 +1,9 @@
 """The training loop: setup -> train -> evaluate -> checkpoint, in the order docs/ARCHITECTURE.md gives.
 
 The trainer knows nothing of who listens: it hands plain event dataclasses to a `sink` callable (see
-core.engine.reporting). Another thread stops or pauses it through a `RunControl`. Inside the step nothing
-reads a device value back to the host; losses accumulate on the device and are read (one sync) at the
-log interval.
+core.engine.reporting). Another thread stops or pauses it through a `RunControl`. How far the run has come is
+its TrainState (core.engine.run_state), saved in every checkpoint. Inside the step nothing reads a device value
+back to the host; losses accumulate on the device and are read (one sync) at the log interval.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import os
 import struct
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from time import monotonic
 
@@ -38,17 +39,26 @@ from core.engine.distributed import (
     is_peer_failure,
     wrap_ddp,
 )
-from core.engine.due import Due, next_due, planned_steps
+from core.engine.due import Deadlines, Due, next_due, planned_steps
 from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
 from core.engine.early_stopping import BestTracker, tracker_for
 from core.engine.evaluation import evaluate_split
-from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunPaused, RunResumed
+from core.engine.events import (
+    CheckpointSaved,
+    EvalMetrics,
+    Event,
+    RunEnded,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    StepMetrics,
+)
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
-from core.engine.reporting import EventLog, Sink, TrainingClock, run_ended, run_started, step_metrics
+from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
 from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_record import resolve_out_dir
-from core.engine.run_state import seed_everything
+from core.engine.run_state import Saved, TrainState, seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
 from core.errors import ConfigError
@@ -60,7 +70,7 @@ NORM_SECONDS = 0.1  # a logged step measures the gradient norm at most this ofte
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: the step enters it when there is nothing to enter
 
 
-def gradient_norm(params: list[torch.Tensor]) -> torch.Tensor:
+def gradient_norm(params: Sequence[torch.Tensor]) -> torch.Tensor:
     """The total L2 norm of the parameters' gradients, on the device (no sync), without touching them: what
     clip_grad_norm_ returns, in three ops (one foreach norm, a stack, a norm) instead of its scaling pass."""
     grads = [p.grad for p in params if p.grad is not None]
@@ -84,6 +94,8 @@ class Trainer:
         resume_from: str | Path | None = None,
         dist_ctx: DistContext | None = None,
         devices: list[DeviceInfo] | None = None,
+        restart: dict | None = None,
+        notes: Sequence[str] = (),
     ):
         self.cfg = config  # no output folder: setup names one under the runs root by the mode that runs
         self.sink = sink
@@ -91,44 +103,51 @@ class Trainer:
         self.resume_from = Path(resume_from) if resume_from else None
         self.dist = dist_ctx or DistContext()
         self._devices = devices
+        self._restart = restart  # a restart's record (core.cli.elastic), reported with RunStarted
         self.notes: list[str] = []  # reported with RunStarted
         if self.dist.is_main and self.dist.enabled and os.environ.get(RUN_NOTE_ENV):
             self.notes.append(os.environ[RUN_NOTE_ENV])  # e.g. the torchrun launcher chose another folder
+        self.notes += notes
         self.folder: ClaimedFolder | None = None  # rank 0 claims the run folder in setup (see run_folder)
         self._set_out_dir(Path(config.out_dir))
         self.events = EventLog(self.dist.is_main)
-        self.step = self.epoch = self.skipped_steps = 0
-        self.last_metrics: dict = {}
+        self.state = TrainState()
         self.test_metrics: dict = {}
-        self.last_loss: float | None = None
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
-        self.saved_checkpoint: str | None = None
         self._last_eval_step = -1
-        self._saved_at = monotonic()  # when the latest checkpoint was written (or training started)
-        self._saved_step = -1  # the step of the latest checkpoint (every rank)
-        self._saved_checkpoint_step = -1  # the step of the checkpoint.pt on disk (rank 0)
+        self._deadlines = Deadlines(config, monotonic())  # the timed checkpoint and the time limit
         self._ending = False
         self.tracker: BestTracker | None = None  # best checkpoints and early stopping (see early_stopping)
         self._early_stop: str | None = None  # the reason, once the tracker has run out of patience or diverged
         self._peers: list[tuple[str, int]] = []  # (host, pid) of every rank, to name one that dies
+        self.best_and_last: small_validation.BestAndLast | None = None
 
     # ----------------------------------------------------------------- phases
     def run(self) -> RunEnded:
         """Set up, train until done, stopped or failed, write the final checkpoint, report RunEnded. The
         process group is left whatever happens, a failed setup included."""
-        ended = None
+        ended: RunEnded | None = None
         try:
-            task_checks.set_up_checked(self)  # setup(); the task's own errors in one line, its returns checked
+            self.setup()
             if self.resume_from:  # here, not in setup(): evaluate and export rebuild finished runs with setup()
-                run_state.check_resume_target(self.cfg, {"step": self.step, "epoch": self.epoch}, str(self.resume_from))
+                run_state.check_resume_target(self.cfg, self.state.state_dict(), str(self.resume_from))
             with matmul_precision(self.plan):
                 ended = self._train_and_finish()
+            return ended
         finally:
             self.cleanup(ended_normally=ended is not None and ended.status != "failed")
-        return ended
 
     def setup(self) -> None:
+        """Build the run (_build), an exception of the task's own code in it as a UserCodeError, then check what a
+        user task's methods return on one batch (core.tasks.task_checks), before anything trains."""
+        with task_checks.user_code_errors():
+            self._build()
+        task_checks.check_returns(
+            self.task, self.raw_model, self.data, self.device, self.plan.autocast, self.cfg.batch_size
+        )
+
+    def _build(self) -> None:
         """Validate, pick the device once, build task, data, model, optimizer, scheduler and scaler."""
         self.cfg.validate()
         resume_state = ckpt.load_checkpoint(self.resume_from) if self.resume_from else None
@@ -161,7 +180,11 @@ class Trainer:
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if not cfg.threads:
             self._choose_threads()
-        self.val, self.test, self.batches = data_setup.place_data(self)  # tensors, or Datasets behind a DataLoader
+        # Tensors, or Datasets behind a DataLoader.
+        self.val, self.test, self.batches, notes = data_setup.place_data(
+            self.data, cfg, self.task.name, self.device, self.dist, self.device_info.memory_free
+        )
+        self.notes += notes
         self.steps_per_epoch = self.batches.batches_per_epoch // cfg.grad_accum
         if self.steps_per_epoch == 0:
             raise ConfigError(
@@ -175,12 +198,23 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.scaler = self.plan.make_scaler()
         if resume_state is not None:
-            run_state.restore(self, resume_state, str(self.resume_from))
+            source = str(self.resume_from)
+            self.notes += run_state.restore(
+                resume_state, source, cfg, model, self.optimizer, self.scheduler, self.scaler, self.plan.mode,
+                self.data.vocabulary,
+            )  # fmt: skip
+            self.state.load_state_dict(resume_state)
+            self.notes += self.batches.resume_notes(self.state.step, self.steps_per_epoch)  # a stream restarts
+            self.notes += run_state.restore_rng(resume_state, self.dist)
             if self.tracker is not None:
                 note = self.tracker.load_state_dict(resume_state.get(TRACKER_KEY))
                 self.notes.extend([note] if note else [])
         # Activation checkpointing and torch.compile (its first pass timed here, before the clock starts), then DDP.
-        self.model = wrap_ddp(compiling.prepare(self, model), self.dist, self.device)
+        compiled, notes, self.compile_seconds, self.compile_frames = compiling.prepare(
+            model, cfg, self.task, self.plan, self.batches, self.state.epoch
+        )
+        self.notes += notes if self.dist.is_main else []
+        self.model = wrap_ddp(compiled, self.dist, self.device)
         self.model.train()
         self._watch = NonFiniteWatch(model)
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips
@@ -210,15 +244,23 @@ class Trainer:
         self.clock = TrainingClock()
         if self.dist.is_main:
             self._open_run_files()
-        self._emit(run_started(self))
+        self._emit(self._run_started())
         try:
             status, message = self.train()
-            if status == "completed" and self._last_eval_step != self.step:
+            if status == "completed" and self._last_eval_step != self.state.step:
                 self.evaluate()
             if status == "completed" and self.test is not None:
                 self.test_metrics = self.evaluate("test")
             self.save_checkpoint()
-            self.best_and_last = small_validation.best_and_last(self, status)  # the best weights on test too
+            if status == "completed" and self.tracker is not None:  # the best weights on test too
+                self.best_and_last = small_validation.best_and_last(
+                    self.tracker,
+                    small_validation.validation_size(self.task, self.data.val),
+                    self.state.step,
+                    self.test_metrics,
+                    self.out_dir,
+                    None if self.test is None else self._test_metrics_of,
+                )
         except RunFailed as exc:
             return self._end("failed", str(exc))
         except OSError as exc:  # a file of the run could not be written: one line naming it and the cause
@@ -229,7 +271,11 @@ class Trainer:
 
             if self.dist.enabled and is_peer_failure(exc):
                 return self._end("failed", self._peer_failed(), details=traceback.format_exc())
-            return self._end("failed", explain_exception(exc, self), details=traceback.format_exc())
+            explained = explain_exception(
+                exc, self.state.step, self.cfg.batch_size, self.raw_model, self.batches, self.device, self.dist,
+                self.state.saved.path,
+            )  # fmt: skip
+            return self._end("failed", explained, details=traceback.format_exc())
         return self._end(status, message)
 
     def _open_run_files(self) -> None:
@@ -249,54 +295,58 @@ class Trainer:
 
         Between two steps of a small model there are a few hundred microseconds, so the bookkeeping around the
         step is kept to a few comparisons: in one process the stop/pause request and the two wall clocks (the
-        timed checkpoint, the time limit) are one attribute read and one clock read, the full checks running only
-        when either says so; and the next step that logs, evaluates, checkpoints or ends an epoch is known in
-        advance with what it does (`core.engine.due`), so the other steps skip _after_step. Under DDP the ranks'
-        stop agreement runs before every step."""
-        self._saved_at = self._training_since = monotonic()
+        timed checkpoint, the time limit: `core.engine.due.Deadlines`) are one attribute read and one clock read,
+        the full checks running only when either says so; and the next step that logs, evaluates, checkpoints or
+        ends an epoch is known in advance with what it does (`core.engine.due.next_due`), so the other steps skip
+        _after_step. Under DDP the ranks' stop agreement runs before every step."""
+        self._deadlines = deadlines = Deadlines(self.cfg, monotonic())
+        state, cfg, spe, total = self.state, self.cfg, self.steps_per_epoch, self.total_steps
         stop = StopAgreement(
             self.control,
             self.dist,
             self.device,
-            self.cfg.log_interval,
-            self.step,
-            save_due=self._checkpoint_time_due,
-            time_up=self._time_limit_due,
+            cfg.log_interval,
+            state.step,
+            save_due=lambda: monotonic() >= deadlines.save_at,  # rank 0's clocks decide (see StopAgreement)
+            time_up=lambda: monotonic() >= deadlines.end_at,
         )
         self._sums = sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
-        control, clock, accum, body = self.control, self.clock, self.cfg.grad_accum, self._step_body
+        control, clock, accum, body = self.control, self.clock, cfg.grad_accum, self._step_body
         check_every_step = self.dist.enabled or not isinstance(control, RunControl)
-        clocks_due = self._clocks_due()
-        due = next_due(self.step, self.cfg, self.steps_per_epoch, self.total_steps)
-        while self.step < self.total_steps:
-            order = self.batches.order(self.epoch)
-            for index in range(self.step % self.steps_per_epoch, self.steps_per_epoch):
+        clocks_due = deadlines.next_at
+        due = next_due(state.step, cfg, spe, total)
+        while state.step < total:
+            order = self.batches.order(state.epoch)
+            for index in range(state.step % spe, spe):
                 if check_every_step or control.requested or monotonic() >= clocks_due:
                     if control.paused:
                         self._pause()
-                    if stop(self.step):
-                        return "stopped", f"stopped at step {self.step:,}"
+                    if stop(state.step):
+                        return "stopped", f"stopped at step {state.step:,}"
                     if stop.out_of_time:
-                        return "completed", self._time_limit_message()
-                    if stop.save and self._saved_step != self.step:  # checkpoint_minutes have passed
+                        return "completed", (
+                            f"time limit of {cfg.time_limit_minutes:g} min reached at step {state.step:,} of "
+                            f"{total:,}; evaluated, tested and saved as at the end"
+                        )
+                    if stop.save and state.saved.step != state.step:  # checkpoint_minutes have passed
                         side_work_started = time.perf_counter()
                         self.save_checkpoint()
                         clock.leave_out(side_work_started)
-                    clocks_due = self._clocks_due()
-                measure_norm = self.step + 1 == due.step and due.log and self._norm_wanted(due.last)
+                    clocks_due = deadlines.next_at
+                measure_norm = state.step + 1 == due.step and due.log and self._norm_wanted(due.last)
                 body(order, index * accum, sums, measure_norm)
-                self.step += 1
+                state.step += 1
                 clock.interval_steps += 1
-                if self.step == due.step:
+                if state.step == due.step:
                     self._after_step(due)
                     if self._early_stop:
                         return "completed", self._early_stop
                     if due.last:
                         break
-                    due = next_due(self.step, self.cfg, self.steps_per_epoch, self.total_steps)
-            if self.step % self.steps_per_epoch == 0:
-                self.epoch += 1
-        return "completed", f"completed {self.step:,} steps"
+                    due = next_due(state.step, cfg, spe, total)
+            if state.step % spe == 0:
+                state.epoch += 1
+        return "completed", f"completed {state.step:,} steps"
 
     def _norm_wanted(self, last: bool) -> bool:
         """Whether the logged step about to run measures its gradient norm without clipping or fp16 (which
@@ -309,16 +359,6 @@ class Trainer:
             return True
         self.grad_norm = None  # clipping and fp16 set it again in the step
         return False
-
-    def _clocks_due(self) -> float:
-        """The monotonic time at which the timed checkpoint or the time limit is next due (inf when neither is
-        on); until then the per-step checks of train() have nothing to do in one process."""
-        due = float("inf")
-        if self.cfg.checkpoint_minutes > 0:
-            due = self._saved_at + self.cfg.checkpoint_minutes * 60
-        if self.cfg.time_limit_minutes > 0:
-            due = min(due, self._training_since + self.cfg.time_limit_minutes * 60)
-        return due
 
     def train_step(self, order: torch.Tensor, index: int, sums: StepAccumulator, measure_norm: bool = False) -> None:
         """One optimizer step on the `index`-th step of an epoch (its grad_accum micro-batches of `order`, an
@@ -423,54 +463,57 @@ class Trainer:
             self.save_checkpoint()
         self.clock.leave_out(side_work_started)  # throughput counts training time only
 
-    def _checkpoint_time_due(self) -> bool:
-        """Whether checkpoint_minutes of wall time have passed since the last checkpoint (a clock read, no sync;
-        under DDP rank 0's answer is shared at the ranks' next stop agreement)."""
-        minutes = self.cfg.checkpoint_minutes
-        return minutes > 0 and monotonic() - self._saved_at >= minutes * 60
-
-    def _time_limit_due(self) -> bool:
-        """Whether time_limit_minutes of wall time have passed since training started (pauses included: a
-        deadline does not wait); a clock read, no sync, rank 0's answer shared like the checkpoint clock's."""
-        minutes = self.cfg.time_limit_minutes
-        return minutes > 0 and monotonic() - self._training_since >= minutes * 60
-
-    def _time_limit_message(self) -> str:
-        return (
-            f"time limit of {self.cfg.time_limit_minutes:g} min reached at step {self.step:,} of "
-            f"{self.total_steps:,}; evaluated, tested and saved as at the end"
-        )
-
     def _log(self) -> None:
         """Read the accumulated metrics back (the one host sync of an interval) and emit StepMetrics."""
         readout = self._sums.read(self.dist)  # syncs the device, once per log interval
-        steps = self.clock.interval_steps
-        samples = steps * self.cfg.grad_accum * self.cfg.batch_size * self.dist.world_size
-        seconds, now = self.clock.close_interval(samples)
-        self.skipped_steps += readout.skipped
+        state, clock, cfg, world = self.state, self.clock, self.cfg, self.dist.world_size
+        steps = clock.interval_steps
+        samples = steps * cfg.grad_accum * cfg.batch_size * world
+        seconds, now = clock.close_interval(samples)
+        state.skipped_steps += readout.skipped
         scale = float(self.scaler.get_scale()) if self.plan.use_scaler else None
         source = self._watch.after_interval(readout.skipped) if self.plan.use_scaler else None
-        check_health(self.plan, self.raw_model, readout.loss, readout.skipped, scale, self.step, steps, self.cfg.lr)
-        self.last_loss = readout.loss
-        self._emit(step_metrics(self, readout, seconds, samples, now, scale, source))
+        check_health(self.plan, self.raw_model, readout.loss, readout.skipped, scale, state.step, steps, cfg.lr)
+        state.last_loss = readout.loss
+        counts_tokens = self.task.tokens_key is not None and seconds > 0
+        event = StepMetrics(
+            step=state.step,
+            epoch=self.display_epoch(),
+            loss=readout.loss,
+            lr=self.optimizer.param_groups[0]["lr"],
+            samples_per_second=samples / seconds if seconds > 0 else 0.0,
+            grad_scale=scale,
+            grad_norm=float(self.grad_norm) if self.grad_norm is not None else None,
+            skipped_steps=state.skipped_steps,
+            memory_bytes=clock.memory(self.device, fresh=state.step >= self.total_steps),
+            elapsed_seconds=now - clock.started,
+            nonfinite_source=source,
+            tokens_per_second=readout.tokens * world / seconds if counts_tokens else None,
+        )
+        self._emit(event)
 
     def evaluate(self, split: str = "val") -> dict:
         """Metrics on the validation (or test) split, computed by every rank together (see
         core.engine.evaluation); rank 0 reports them."""
-        metrics = evaluate_split(
-            self.task,
-            self.raw_model,
-            self.val if split == "val" else self.test,
-            self.cfg.batch_size,
-            self.dist,
-            self.plan.autocast,
-        )
+        metrics = self._metrics(self.val if split == "val" else self.test)
         if split == "val":
-            self._last_eval_step, self.last_metrics = self.step, metrics
-        self._emit(EvalMetrics(step=self.step, epoch=self.display_epoch(), split=split, metrics=metrics))
+            self._last_eval_step, self.state.last_metrics = self.state.step, metrics
+        self._emit(EvalMetrics(step=self.state.step, epoch=self.display_epoch(), split=split, metrics=metrics))
         if split == "val" and self.tracker is not None:
-            self._track(metrics)
+            self._track(self.tracker, metrics)
         return metrics
+
+    def _metrics(self, split, dist: DistContext | None = None) -> dict:
+        """The task's metrics of the model on `split` (core.engine.evaluation), by every rank together."""
+        return evaluate_split(
+            self.task, self.raw_model, split, self.cfg.batch_size, dist or self.dist, self.plan.autocast
+        )
+
+    def _test_metrics_of(self, path: Path) -> dict:
+        """The test metrics of the weights in `path` (a best checkpoint); the model's own are put back."""
+        return small_validation.test_weights(
+            path, self.raw_model, self.dist, self.device, lambda: self._metrics(self.test)
+        )
 
     def _make_tracker(self) -> BestTracker | None:
         """The tracker of the monitored metric (see early_stopping.tracker_for; a metric the user named is checked on
@@ -480,25 +523,21 @@ class Trainer:
         return tracker
 
     def _metric_names(self) -> list[str]:
-        probe = loaders.probe(self.data.val, 8, self.device)
-        metrics = evaluate_split(
-            self.task, self.raw_model, probe, self.cfg.batch_size, DistContext(), self.plan.autocast
-        )
-        return list(metrics)
+        return list(self._metrics(loaders.probe(self.data.val, 8, self.device), DistContext()))
 
-    def _track(self, metrics: dict) -> None:
+    def _track(self, tracker: BestTracker, metrics: dict) -> None:
         """Count a validation evaluation: save the best checkpoints it earns, and decide on early stopping.
         Under DDP every rank takes rank 0's value (the metrics are all-reduced already; this also covers tasks
         that evaluate on each rank alone), so the ranks save and stop alike."""
-        tracker = self.tracker
         value = metrics.get(tracker.metric)
         value = float("nan") if not isinstance(value, (int, float)) else float(value)
         if self.dist.enabled:  # the float's 64 bits as one int: exact
             bits = broadcast_ints([struct.unpack("<q", struct.pack("<d", value))[0]], self.dist, self.device)[0]
             value = struct.unpack("<d", struct.pack("<q", bits))[0]
-        update = tracker.update(value, self.step)
-        if update.file is not None:
-            self.save_checkpoint(self.out_dir / update.file, kind="best", rank=update.rank + 1, value=value)
+        update = tracker.update(value, self.state.step)
+        if update.file is not None and update.rank is not None:
+            best = {"rank": update.rank + 1, "value": value, "metric": tracker.metric}
+            self.save_checkpoint(self.out_dir / update.file, kind="best", **best)
             if self.dist.is_main:
                 for name in update.dropped:
                     with contextlib.suppress(FileNotFoundError):
@@ -510,9 +549,9 @@ class Trainer:
         """Write checkpoint.pt (or a best checkpoint at `path`) atomically and emit CheckpointSaved (rank 0;
         every rank hands it its RNG states)."""
         rng = run_state.gather_rng(self.dist, self.device)
-        if kind == "last":
-            self._saved_step = self.step  # on every rank: they decide alike whether the step still needs a save
         if not self.dist.is_main:
+            if kind == "last":  # the ranks decide alike whether a step still needs a save (rank 0's: once written)
+                self.state.saved = Saved(self.state.step)
             return None
         return self._write_checkpoint(rng, path, kind, **best)
 
@@ -526,21 +565,20 @@ class Trainer:
                     f"could not write {path}: the run folder {self.out_dir} was removed while the "
                     f"run was writing to it; {self._kept()}"
                 )
-            ckpt.save_checkpoint(path, run_state.capture(self, rng))
+            ckpt.save_checkpoint(path, self.state_dict(rng))
         except OSError as exc:
             raise RunFailed(f"could not write {path}: {describe_os_error(exc)}; {self._kept()}") from None
-        if kind != "last":
-            self._emit(CheckpointSaved(step=self.step, path=str(path), kind=kind, metric=self.tracker.metric, **best))
-            return str(path)
-        self._saved_at = monotonic()
-        self.saved_checkpoint, self._saved_checkpoint_step = str(path), self.step
-        self._emit(CheckpointSaved(step=self.step, path=str(path)))
+        if kind == "last":
+            self._deadlines.saved(monotonic())
+            self.state.saved = Saved(self.state.step, str(path))
+        self._emit(CheckpointSaved(step=self.state.step, path=str(path), kind=kind, **best))
         return str(path)
 
     def _kept(self) -> str:
         """What is left to resume from after a failed write."""
-        if self.saved_checkpoint and os.path.exists(self.saved_checkpoint):
-            return f"the previous checkpoint (step {self._saved_checkpoint_step:,}) is kept"
+        saved = self.state.saved
+        if saved.path and os.path.exists(saved.path):
+            return f"the previous checkpoint (step {saved.step:,}) is kept"
         return "no checkpoint of this run had been saved yet"
 
     def _peer_failed(self) -> str:
@@ -553,25 +591,53 @@ class Trainer:
             if dead
             else f"another process of this {self.dist.world_size}-process run"
         )
-        text = f"{who} {PEER_LOST} at step {self.step:,}; the run ended"
+        text = f"{who} {PEER_LOST} at step {self.state.step:,}; the run ended"
         if not self.dist.is_main:
             return f"{text} (rank 0 saves the checkpoint)"
         try:
             saved = self._write_checkpoint([ckpt.capture_rng()])  # no collective: this rank's RNG alone
         except Exception as exc:
             reason = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
-            return f"{text}. The state at step {self.step:,} could not be saved ({reason})"
-        return f"{text}. Its state at step {self.step:,} is saved: resume from {saved}"
+            return f"{text}. The state at step {self.state.step:,} could not be saved ({reason})"
+        return f"{text}. Its state at step {self.state.step:,} is saved: resume from {saved}"
 
-    def state_dict(self) -> dict:
-        """This rank's resumable state as plain containers and tensors (see core.engine.run_state)."""
-        return run_state.capture(self, [ckpt.capture_rng()])
+    def state_dict(self, rng: list[dict] | None = None) -> dict:
+        """The checkpoint dict at the current step, plain containers and tensors (see core.engine.run_state);
+        `rng`: every rank's RNG states (run_state.gather_rng), this rank's alone by default."""
+        cfg, plan, state = self.cfg, self.plan, self.state
+        rng = rng or [ckpt.capture_rng()]
+        checkpoint = {
+            "format_version": ckpt.FORMAT_VERSION,
+            "task": cfg.task,
+            "model": ckpt.unwrap_model(self.raw_model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict(),
+            **state.state_dict(),
+            # Each epoch's order is a pure function of (seed, epoch): this is all a resume needs to replay it.
+            "data_order": {
+                "seed": cfg.seed,
+                "epoch": state.epoch,
+                "optimizer_step_in_epoch": state.step % self.steps_per_epoch,
+            },
+            "data_info": self.data.info,
+            "vocabulary": self.data.vocabulary,
+            "rng": rng[0],
+            "config": cfg.to_dict(),
+            "precision": {"mode": plan.mode, "autocast_dtype": plan.compute_dtype_name, "scaler": plan.use_scaler},
+            "versions": ckpt.library_versions(),
+        }
+        if self.tracker is not None:  # best checkpoints and early stopping (core.engine.early_stopping)
+            checkpoint[TRACKER_KEY] = self.tracker.state_dict()
+        if len(rng) > 1:
+            checkpoint["rng_per_rank"] = rng
+        return checkpoint
 
     def cleanup(self, ended_normally: bool = False) -> None:
         if hasattr(self, "_watch"):
             self._watch.disarm()
         self.events.close()
-        data_setup.release(self)  # a DataLoader's workers
+        data_setup.release(getattr(self, "batches", None))  # a DataLoader's workers
         if self.folder is not None:  # a run that never started leaves no empty folder behind
             self.folder.release(remove_if_unused=not hasattr(self, "clock"))
         if self.dist.enabled:
@@ -582,7 +648,7 @@ class Trainer:
     # ----------------------------------------------------------------- helpers
     def display_epoch(self) -> int:
         """1-based epoch the latest step belongs to (what users read as 'epoch 2/5')."""
-        return max(1, -(-self.step // self.steps_per_epoch))
+        return max(1, -(-self.state.step // self.steps_per_epoch))
 
     def _choose_threads(self) -> None:
         """threads = 0: pick the intra-op thread count from the cores, the load and the model's size (see
@@ -616,15 +682,57 @@ class Trainer:
     def _pause(self) -> None:
         """Wait between steps while paused; listeners learn when the pause took effect and when it ended."""
         paused_at = time.perf_counter()
-        self._emit(RunPaused(step=self.step))
+        self._emit(RunPaused(step=self.state.step))
         self.control.wait_while_paused()
         self.clock.leave_out(paused_at)  # paused time is not training time
         if not self.control.stop_requested:
-            self._emit(RunResumed(step=self.step, paused_seconds=time.perf_counter() - paused_at))
+            self._emit(RunResumed(step=self.state.step, paused_seconds=time.perf_counter() - paused_at))
+
+    def _run_started(self) -> RunStarted:
+        plan, restart = self.plan, self._restart
+        return RunStarted(
+            task=self.cfg.task,
+            device=str(self.device),
+            device_name=self.device_info.name,
+            precision=plan.mode,
+            autocast_dtype=plan.compute_dtype_name,
+            param_dtype=str(next(self.raw_model.parameters()).dtype).removeprefix("torch."),
+            scaler=plan.use_scaler,
+            param_count=self.param_count,
+            total_steps=self.total_steps,
+            steps_per_epoch=self.steps_per_epoch,
+            start_step=self.state.step,
+            config=self.cfg.to_dict(),
+            ceiling=dict(self.data.ceiling),
+            baseline=dict(self.data.baseline),
+            tokens_key=self.task.tokens_key,
+            notes=list(self.notes),
+            restart={**restart, "step": self.state.step} if restart else {},
+        )
 
     def _end(self, status: str, message: str, details: str = "") -> RunEnded:
         self._ending = True
-        ended = run_ended(self, status, message, details)
+        state, best = self.state, self.best_and_last
+        if status == "completed" and state.step >= self.total_steps:  # its planned length
+            note = barely_trained(state.step, state.last_metrics, self.data.baseline, self.task.primary_metric)
+            message = f"{message}; {note}" if note else message
+        ended = RunEnded(
+            status=status,
+            message=message,
+            step=state.step,
+            epoch=self.display_epoch(),
+            final_loss=state.last_loss,
+            metrics=dict(state.last_metrics),
+            checkpoint=state.saved.path,
+            samples_per_second=self.clock.samples_per_second,
+            elapsed_seconds=time.perf_counter() - self.clock.started,
+            skipped_steps=state.skipped_steps,
+            test_metrics=dict(self.test_metrics),
+            details=details,
+            best_test_metrics=dict(best.metrics) if best else {},
+            best_step=best.step if best else None,
+            checkpoint_advice=best.advice if best else "",
+        )
         self._emit(ended)
         return ended
 

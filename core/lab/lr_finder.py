@@ -332,7 +332,6 @@ def find_lr(
     from core.engine.step_metrics import StepAccumulator
     from core.engine.trainer import Trainer
     from core.lab.precision_sweep import _release_device_memory
-    from core.tasks.task_checks import set_up_checked
 
     control = control or RunControl()
     began = time.perf_counter()
@@ -357,7 +356,7 @@ def find_lr(
         )
         trainer = Trainer(cfg, control=control, devices=devices)
         try:
-            set_up_checked(trainer)  # a user task's loss and metrics returns checked, as a run does
+            trainer.setup()  # a user task's loss and metrics returns checked, as a run does
             setup_seconds = time.perf_counter() - began
             with matmul_precision(trainer.plan):
                 curve = _run_range(

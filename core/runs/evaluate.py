@@ -103,8 +103,8 @@ class RebuiltRun:
             checkpoint=str(self.path),
             task=cfg.task,
             split=self.split,
-            step=t.step,
-            epoch=t.epoch,
+            step=t.state.step,
+            epoch=t.state.epoch,
             metrics=metrics,
             data=cfg.data,
             device=str(t.device),
@@ -136,7 +136,6 @@ def rebuilt_run(
 
     from core.engine import checkpoints as ckpt
     from core.engine.trainer import Trainer
-    from core.tasks.task_checks import set_up_checked
 
     if split not in ("test", "val", None):
         raise ConfigError("split", f"{split!r}: choose test or val")
@@ -163,7 +162,7 @@ def rebuilt_run(
     with tempfile.TemporaryDirectory(prefix="amp-evaluate-") as out_dir:
         trainer = Trainer(config.replace(out_dir=out_dir, **changes), resume_from=path, devices=devices)
         try:
-            set_up_checked(trainer)  # a user task's loss and metrics returns checked, as before a run's first step
+            trainer.setup()  # a user task's loss and metrics returns checked, as before a run's first step
             if split is None:
                 split = "test" if trainer.test else "val"
             rows = trainer.test if split == "test" else trainer.val

@@ -6,13 +6,12 @@ otherwise surface as an error deep in the engine, far from the line to fix. So t
 
 - `checked_data` / `checked_model`: what load_data and build_model return, for every task (free: no tensor is
   computed);
-- `check_outputs`: a user task's loss on one small real batch (the first rows of the training split, on the
+- `check_returns`: a user task's loss on one small real batch (the first rows of the training split, on the
   run's device, under the run's autocast) and its metrics on a few validation rows, after setup and before
   RunStarted, so nothing is added to the step. The forward leaves the model and the random state as they were.
 
 The same checks run before the other places that run a task's code on its data: `evaluate` (and the evaluation
-report), `export`, and the lab tools (the precision sweep, the LR and batch-size finders, the model summary and
-the dtype inspector): a set-up Trainer through `set_up_checked`, the others through `check_returns` (with
+report), `export`, and the lab tools: a Trainer's setup() runs them, the others call `check_returns` (with
 `load_checked` / `build_checked` for the data and model they build themselves).
 
 Each problem is a TaskOutputError: one line naming the task, the method, what was expected and what came back.
@@ -193,13 +192,6 @@ def built_model(task: Task, info: dict) -> nn.Module:
     return checked_model(task, task.build_model(info))
 
 
-def set_up_checked(trainer) -> None:
-    """`trainer.setup()`, an exception of the task's own code in it as a UserCodeError, then `check_outputs`."""
-    with user_code_errors():
-        trainer.setup()
-    check_outputs(trainer)
-
-
 def checked_model(task: Task, model) -> nn.Module:
     """`model`, what `task.build_model` returned, if it is an nn.Module."""
     if not isinstance(model, nn.Module):
@@ -291,13 +283,6 @@ def check_parts(task: Task, parts) -> None:
 def is_user_task(task: Task) -> bool:
     """A task defined outside the project's core.tasks (a task file, a test's or a package's class)."""
     return not type(task).__module__.startswith("core.")
-
-
-def check_outputs(trainer) -> None:
-    """`check_returns` on a set-up Trainer: its task, model, data, device, autocast and batch size."""
-    check_returns(
-        trainer.task, trainer.raw_model, trainer.data, trainer.device, trainer.plan.autocast, trainer.cfg.batch_size
-    )
 
 
 def check_returns(

@@ -242,7 +242,6 @@ def _search_one_mode(
     facts: dict,
 ) -> ModeResult:
     from core.data.batching import split_length
-    from core.tasks.task_checks import set_up_checked
 
     failed = ""
     with tempfile.TemporaryDirectory(prefix="amp-fit-batch-") as out_dir:
@@ -268,7 +267,7 @@ def _search_one_mode(
         work = None
         try:
             try:
-                set_up_checked(trainer)  # a user task's loss and metrics returns checked, as a run does
+                trainer.setup()  # a user task's loss and metrics returns checked, as a run does
             except ConfigError as exc:
                 if exc.field == "batch_size":  # the start batch exceeds the training rows
                     raise ConfigError("start", str(exc).split(": ", 1)[1]) from None
