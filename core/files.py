@@ -259,14 +259,9 @@ def lock_is_held(path: str | os.PathLike) -> bool:
 
 
 def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
-    """The JSON objects of a JSON-lines file, skipping a torn last line or any line that isn't a JSON object.
-
-    A run killed mid-write or a full disk can leave half a line at the end of metrics.jsonl; every reader of run
-    files goes through here so that such a file still reads. A missing file reads as no records. `offset`: read
-    from that byte on (what a run appended to a file that held earlier records). The file is opened as
-    open_regular_no_link does (UnreadableFile for a link, a FIFO or a device); a line over RECORD_LIMIT bytes, or
-    nested too deep to parse, is skipped like a torn one.
-    """
+    """The JSON objects of a JSON-lines file (metrics.jsonl) from byte `offset` on, skipping a torn line (a run
+    killed mid-write), one over RECORD_LIMIT bytes or one that is not a JSON object; none when it is missing.
+    Opened as open_regular_no_link does (UnreadableFile for a link, a FIFO or a device)."""
     records: list[dict] = []
     try:
         f = open_regular_no_link(path)
@@ -289,10 +284,10 @@ def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
 
 
 # ----------------------------------------------------------------- record files read from disk
-# run.json, note.txt, evaluation.json, sweep.json, manifest.json and metrics lines come from folders anyone may
-# have edited, copied or crafted. Their readers go through here: a regular file (never a FIFO or a device, which
-# would block or never end), not a link, of bounded size, valid UTF-8 JSON of bounded depth. Anything else is one
-# UnreadableFile whose text is the reason, so that one bad record costs that record and nothing else.
+# run.json, note.txt, evaluation.json, sweep.json, manifest.json and metrics lines may come from others (an
+# export, a remote host): their readers go through here. A regular file (never a FIFO or a device), not a link,
+# of bounded size, valid UTF-8 JSON of bounded depth; else one UnreadableFile naming the reason, so one bad
+# record costs that record and nothing else.
 
 RECORD_LIMIT = 16 * 2**20  # bytes: far above any record the engine writes (run.json is a few KiB)
 JSON_DEPTH_LIMIT = 64
