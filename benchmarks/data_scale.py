@@ -49,10 +49,11 @@ def phase_generate(rows: int, out: str) -> dict:
 
 def phase_import(path: str, max_len: int) -> dict:
     """Read the CSV (parse, check, map ids, sort by user and time), then build the training tensors."""
-    from core.data.sequences import read_interactions, sequence_splits
+    from core.data.importers import read_table
+    from core.data.sequences import INTERACTION_COLUMNS, encode_interactions, sequence_splits
 
     start = time.perf_counter()
-    raw = read_interactions(path)
+    raw = encode_interactions({"all": read_table(path, INTERACTION_COLUMNS)})["all"]
     read = time.perf_counter() - start
     train, _, _ = sequence_splits(raw["user"], raw["item"], raw["n_items"], max_len, 100, seed=0)
     tensors = time.perf_counter() - start - read
