@@ -316,7 +316,7 @@ def test_help_and_usage_errors_are_one_line(tmp_path):
     done = run_serve(tmp_path, "--help", cwd=tmp_path)
     out = done.stdout.decode()
     assert done.returncode == 0 and "--http HOST:PORT" in out and "python serve.py rows.csv" in out
-    assert "--max-request-bytes" in out and "tiny: x1..xN" in out
+    assert "--max-request-bytes" in out and "python serve.py --http 127.0.0.1:8000" in out
     for args, message in [
         ((), "give INPUT"),
         (("rows.txt",), "give a .csv or .jsonl file"),

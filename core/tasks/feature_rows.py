@@ -5,7 +5,7 @@ FeatureServing (core/tasks/feature_serving.py): a row's x1..xF (or f1..fF) -> th
 
 from __future__ import annotations
 
-ALIASES = {}  # the row columns' other names, as amp-console predict reads them: none
+ALIASES: dict = {}  # the row columns' other names, as amp-console predict reads them: none
 
 
 class Serving:

@@ -175,12 +175,12 @@ def test_the_panel_says_what_predict_says(qtbot, dialog, runs, tmp_path, capsys)
 
 def test_a_run_whose_data_is_gone_still_answers_typed_ids(qtbot, dialog, runs, monkeypatch):
     from core.errors import DataError
-    from core.runs import predict
+    from core.tasks.recommender.serving import RecommenderTaskServing
 
-    def gone(self, limit=200):
+    def gone(self, predictor, limit=200):
         raise DataError("/data/lessons.csv: no such file")
 
-    monkeypatch.setattr(predict.Predictor, "example_users", gone)
+    monkeypatch.setattr(RecommenderTaskServing, "example_users", gone)
     page = open_run(qtbot, dialog, runs / RECOMMENDER, "recommender")
     # the examples are asked for off the GUI thread after the page opens: their failure lands a moment later
     qtbot.waitUntil(lambda: "No examples from the run's data" in dialog.statusLabel.text(), timeout=20_000)

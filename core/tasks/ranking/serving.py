@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ class RankingServing(nn.Module):
 
     def __init__(self, model: nn.Module, onnx_friendly: bool = False):
         super().__init__()
-        self.model = model
+        self.model: Any = model
         self.onnx_friendly = onnx_friendly
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
@@ -193,10 +194,10 @@ class RankingTaskServing(TaskServing):
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RankingServing(model, onnx_friendly=fmt == "onnx")
 
-    def weights(self, model: nn.Module) -> nn.Module:
+    def weights(self, model: Any) -> nn.Module:
         return model.net  # the normaliser stays float32
 
-    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+    def sample_inputs(self, model: Any, rows: int, seed: int) -> torch.Tensor:
         """(rows // 4 queries, 6 candidates, F) features spread over the normaliser's knots or statistics."""
         gen = torch.Generator().manual_seed(seed)
         norm = model.norm
@@ -209,7 +210,7 @@ class RankingTaskServing(TaskServing):
             return base + 0.01 * torch.randn(shape, generator=gen) * norm.knots.std(1)
         return norm.center + norm.scale * torch.randn(shape, generator=gen)
 
-    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+    def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         features = int(model.norm.mean.shape[0])
         return {
             "inputs": [
@@ -236,7 +237,7 @@ class RankingTaskServing(TaskServing):
             },
         }
 
-    def shape(self, model: nn.Module) -> ServingShape:
+    def shape(self, model: Any) -> ServingShape:
         return ServingShape(n_features=int(model.norm.mean.shape[0]))
 
     # ---- the answers (called with the predictor first: core.runs.predict)
@@ -263,13 +264,13 @@ class RankingTaskServing(TaskServing):
 
             data = generate_ranking(opts["queries"], opts["docs"], opts["features"], opts["noise"], seed)
             query, features, label = data.query, data.features, data.label
-            raw_query = query
+            raw_query: np.ndarray = query
             doc = np.arange(len(query)) - np.searchsorted(query, query)  # position within its query
             whole = True
         else:
             read = read_splits(self.task.data_source(path), RANKING_COLUMNS, prefix_columns="f")
             given = [read.tables[n] for n in ("test", "val") if n in read.tables]
-            table = given[0] if given else read.tables.get("all", read.tables.get("train"))
+            table = given[0] if given else read.tables["all" if "all" in read.tables else "train"]
             whole = not given and "all" in read.tables
             names = [n for n in table.column_names if n not in ("query_id", "doc_id", "label")]
             features = np.stack([table.column(n).to_numpy().astype(np.float32) for n in names], axis=1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +50,7 @@ class RecommenderServing(nn.Module):
 
     def __init__(self, model: nn.Module):
         super().__init__()
-        self.model = model
+        self.model: Any = model
 
     def forward(self, seq: torch.Tensor) -> torch.Tensor:
         hidden = self.model(seq)[:, -1]
@@ -78,7 +79,7 @@ class RecommenderTaskServing(TaskServing):
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RecommenderServing(model)
 
-    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+    def sample_inputs(self, model: Any, rows: int, seed: int) -> torch.Tensor:
         """Histories of varied length, left-padded."""
         gen = torch.Generator().manual_seed(seed)
         n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
@@ -87,7 +88,7 @@ class RecommenderTaskServing(TaskServing):
         pad = torch.arange(max_len).unsqueeze(0) < (max_len - lengths).unsqueeze(1)
         return seq.masked_fill(pad, 0)
 
-    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+    def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
         vocabulary = (state.get("vocabulary") or {}).get("item_id")
         if vocabulary is None:  # synthetic data: the data's item i is the model's i + 1
@@ -122,7 +123,7 @@ class RecommenderTaskServing(TaskServing):
             },
         }
 
-    def shape(self, model: nn.Module) -> ServingShape:
+    def shape(self, model: Any) -> ServingShape:
         return ServingShape(n_items=int(model.items.num_embeddings - 1), max_len=int(model.positions.num_embeddings))
 
     # ---- the answers (called with the predictor first: core.runs.predict)
@@ -254,7 +255,7 @@ class RecommenderTaskServing(TaskServing):
         from core.data.splits import read_splits
 
         read = read_splits(self.task.data_source(path), INTERACTION_COLUMNS)
-        table = read.tables.get("train", read.tables.get("all"))
+        table = read.tables["train" if "train" in read.tables else "all"]
         code, _ = contiguous_ids(table.column("user_id"))  # users in order of first appearance
         rows = np.flatnonzero(code < limit)
         order = rows[np.lexsort((table.column("timestamp").to_numpy()[rows], code[rows]))]

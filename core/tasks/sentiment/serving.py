@@ -3,6 +3,8 @@ P(positive) out. Its answers: `sentiment`, `sentiment_array` and `explain` (the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import torch
@@ -22,7 +24,7 @@ class SentimentServing(nn.Module):
 
     def __init__(self, model: nn.Module, onnx_friendly: bool = False):
         super().__init__()
-        self.model = model
+        self.model: Any = model
         self.onnx_friendly = onnx_friendly
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -101,14 +103,14 @@ class SentimentTaskServing(TaskServing):
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return SentimentServing(model, onnx_friendly=fmt == "onnx")
 
-    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
+    def sample_inputs(self, model: Any, rows: int, seed: int) -> torch.Tensor:
         """The task's own synthetic reviews, hashed as the run hashes them."""
         text = generate_reviews(rows, seed).text
         return hashed_tokens(
             text, model.bag.num_embeddings, self.opts["max_tokens"], self.opts["negation_scope"]
         ).long()
 
-    def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
+    def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         opts = self.opts
         return {
             "inputs": [
