@@ -419,6 +419,7 @@ def _coerce(key: str, value: Any, type_name: Any) -> Any:
 
 
 def _range_text(spec: FieldSpec) -> str:
+    assert spec.minimum is not None and spec.maximum is not None  # only asked of a field with both bounds
     return f"between {_number(spec.minimum)} and {_number(spec.maximum)}"
 
 
