@@ -48,8 +48,9 @@ REQUIRED_KEYS = (
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     """The plain module under DDP and torch.compile wrappers (no `module.` / `_orig_mod.` prefixes)."""
     while True:
-        if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+        inner = getattr(model, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            model = inner
         elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
             model = model.module
         else:
@@ -58,7 +59,8 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
 
 def capture_rng() -> dict:
     """RNG states of torch (CPU and accelerators), numpy and Python, as tensors and plain lists."""
-    np_state = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)
+    assert isinstance(np_state, tuple)  # legacy=True: ('MT19937', keys, pos, has_gauss, cached_gaussian)
     state = {
         "torch": torch.get_rng_state(),
         "numpy": {

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -53,7 +54,7 @@ def one_line(exc: BaseException) -> str:
 def compile_model(model: nn.Module, mode: str) -> nn.Module:
     """`torch.compile(model, mode=mode)`: a wrapper sharing the model's parameters (its state-dict keys carry
     an `_orig_mod.` prefix; checkpoints.unwrap_model takes it off). Raises where torch.compile itself refuses."""
-    return torch.compile(model, mode=mode)
+    return cast(nn.Module, torch.compile(model, mode=mode))  # an OptimizedModule for a module
 
 
 def warm_up(model: nn.Module, first_pass: Callable[[nn.Module], None]) -> float:

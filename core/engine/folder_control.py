@@ -182,7 +182,7 @@ class FolderControl:
         return acks
 
     def _apply(self, seq: int, name: str) -> ControlAcknowledged | None:
-        verb = _REQUEST.match(name).group(2)
+        verb = name.split("-")[1]  # a name _REQUEST matched: <seq>-<verb>-<token>.json
         path = self.folder / name
         try:
             record = read_json_record(path, limit=REQUEST_LIMIT)
@@ -272,7 +272,7 @@ def send_control(
     deadline = time.monotonic() + timeout
     ack, outcome = None, None
     for line in follower.lines(deadline=deadline):
-        event = event_or_none(line.record)
+        event = event_or_none(line.record) if line is not None else None
         if event is None:
             continue
         if on_event is not None:

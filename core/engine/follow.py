@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from core.engine.run_folder import METRICS_FILE, is_in_use
 
@@ -43,19 +44,20 @@ class MetricsFollower:
         self.poll_seconds = poll_seconds
         self.status = "running"
         self.last_event: str | None = None  # the "event" of the last record read
-        self._file = None
+        self._file: BinaryIO | None = None
         self._tail = b""  # bytes after `offset`: a line not complete yet
 
     def read(self) -> list[FollowLine]:
         """The complete lines written since the last call."""
-        if self._file is None:
+        file = self._file
+        if file is None:
             try:
-                self._file = open(self.path, "rb")
+                self._file = file = open(self.path, "rb")
             except FileNotFoundError:
                 return []
-            self._file.seek(self.offset)
+            file.seek(self.offset)
         chunks = [self._tail]
-        while chunk := self._file.read(CHUNK):
+        while chunk := file.read(CHUNK):
             chunks.append(chunk)
         data = b"".join(chunks)
         end = data.rfind(b"\n") + 1

@@ -155,37 +155,26 @@ class RunRecord:
                 self.write()
             return  # otherwise kept in memory only: written with the next record-worthy event
         urgent = True
-        match event:
-            case RunStarted():
-                self._started(event)
-            case _ if self.data is None:
-                return  # no RunStarted yet: no record
-            case CheckpointSaved():
-                which = getattr(event, "kind", "last") or "last"
-                if which != "last" and getattr(event, "rank", None) not in (None, 1):
-                    return  # the k-th best kept: run.json names the best one
-                self.data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
-                if which == "last":
-                    self.data["steps"] = max(self.data.get("steps") or 0, event.step)
-                else:
-                    urgent = False
-            case EvalMetrics():
-                self._evaluated(event)
+        if isinstance(event, RunStarted):
+            self._started(event)
+        elif data is None:
+            return  # no RunStarted yet: no record
+        elif isinstance(event, CheckpointSaved):
+            which = getattr(event, "kind", "last") or "last"
+            if which != "last" and getattr(event, "rank", None) not in (None, 1):
+                return  # the k-th best kept: run.json names the best one
+            data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
+            if which == "last":
+                data["steps"] = max(data.get("steps") or 0, event.step)
+            else:
                 urgent = False
-            case StepMetrics():
-                memory = getattr(event, "memory_bytes", None)
-                if isinstance(memory, int) and memory > (self.data.get("peak_memory_bytes") or 0):
-                    self.data["peak_memory_bytes"] = memory
-                self.data["steps"] = event.step
-                self.data["final_loss"] = event.loss
-                self.data["wall_seconds"] = self._previous_wall + float(event.elapsed_seconds or 0.0)
-                if self._pending and time.monotonic() - self._written_at >= WRITE_SECONDS:
-                    self.write()
-                return  # otherwise kept in memory only: written with the next record-worthy event
-            case RunEnded():
-                self._ended(event)
-            case _:
-                return
+        elif isinstance(event, EvalMetrics):
+            self._evaluated(data, event)
+            urgent = False
+        elif isinstance(event, RunEnded):
+            self._ended(data, event)
+        else:
+            return
         if urgent or time.monotonic() - self._written_at >= WRITE_SECONDS:
             self.write()
         else:
@@ -241,12 +230,12 @@ class RunRecord:
         }
         self._previous_wall = float(self.data["wall_seconds"] or 0.0)
 
-    def _evaluated(self, event) -> None:
+    def _evaluated(self, data: dict, event) -> None:
         if event.split not in ("val", "validation"):
             return
-        self.data["metrics"] = dict(event.metrics)
-        self.data["steps"] = max(self.data.get("steps") or 0, event.step)
-        best = self.data.get("best")
+        data["metrics"] = dict(event.metrics)
+        data["steps"] = max(data.get("steps") or 0, event.step)
+        best = data.get("best")
         if not best or best.get("name") not in event.metrics:
             return
         value = event.metrics[best["name"]]
@@ -259,10 +248,10 @@ class RunRecord:
             or (value < old if lower_is_better(best["name"], self._mode) else value > old)
         )
         if better:
-            self.data["best"] = {"name": best["name"], "value": value, "step": event.step}
+            data["best"] = {"name": best["name"], "value": value, "step": event.step}
 
-    def _ended(self, event) -> None:
-        self.data.update(
+    def _ended(self, data: dict, event) -> None:
+        data.update(
             status=event.status,
             end_time=now_iso(),
             steps=event.step,
@@ -272,16 +261,16 @@ class RunRecord:
             test_metrics=dict(event.test_metrics or {}),
         )
         if event.final_loss is not None:
-            self.data["final_loss"] = event.final_loss
-        if event.checkpoint_advice and self.data.get("best"):  # its test metrics beside test_metrics (the last's)
-            self.data["best"].update(
+            data["final_loss"] = event.final_loss
+        if event.checkpoint_advice and data.get("best"):  # its test metrics beside test_metrics (the last's)
+            data["best"].update(
                 test_metrics=dict(event.best_test_metrics), test_step=event.best_step, advice=event.checkpoint_advice
             )
         if event.metrics:
-            self.data["metrics"] = dict(event.metrics)
+            data["metrics"] = dict(event.metrics)
         if event.checkpoint:
-            self.data["checkpoints"].setdefault("last", {"path": str(event.checkpoint), "step": event.step})
-            self.data["checkpoints"]["last"]["path"] = str(event.checkpoint)
+            data["checkpoints"].setdefault("last", {"path": str(event.checkpoint), "step": event.step})
+            data["checkpoints"]["last"]["path"] = str(event.checkpoint)
 
 
 def load_record(folder: str | os.PathLike) -> dict | None:
@@ -480,7 +469,7 @@ class _Unreadable(Exception):
         self.ident = ident if isinstance(ident, str) and ident else None
 
 
-def _exists(path: Path) -> bool:
+def _exists(path: str | os.PathLike) -> bool:
     """Whether something (a file, a link, a FIFO...) is at `path`; False when it or its folder can't be seen."""
     try:
         os.lstat(path)

@@ -218,7 +218,6 @@ class Trainer:
         self.model.train()
         self._watch = NonFiniteWatch(model)
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips
-        self._choose_step_body()
 
     def _claim_folder(self) -> RunConfig:
         """Rank 0 claims the run folder before anything is written: the one given (none: a new one under the runs
@@ -311,7 +310,7 @@ class Trainer:
             time_up=lambda: monotonic() >= deadlines.end_at,
         )
         self._sums = sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
-        control, clock, accum, body = self.control, self.clock, cfg.grad_accum, self._step_body
+        control, clock, accum, body = self.control, self.clock, cfg.grad_accum, self._optimizer_step
         check_every_step = self.dist.enabled or not isinstance(control, RunControl)
         clocks_due = deadlines.next_at
         due = next_due(state.step, cfg, spe, total)
@@ -367,19 +366,7 @@ class Trainer:
         when the caller wants them; `measure_norm` also measures `grad_norm` without clipping or fp16. No host
         sync. For callers that drive the steps themselves after setup() (core.lab's LR and batch finders):
         `step`, logging, evaluation and checkpoints are left to them."""
-        self._step_body(order, index * self.cfg.grad_accum, sums, measure_norm)
-
-    def _choose_step_body(self) -> None:
-        """_plain_step where the run is the usual case it covers, else the general _optimizer_step."""
-        plan, cfg = self.plan, self.cfg
-        plain = (
-            cfg.grad_accum == 1
-            and not self.dist.enabled
-            and not plan.use_scaler
-            and cfg.grad_clip <= 0
-            and self.task.tokens_key is None
-        )
-        self._step_body = self._plain_step if plain else self._optimizer_step
+        self._optimizer_step(order, index * self.cfg.grad_accum, sums, measure_norm)
 
     def _optimizer_step(self, order: torch.Tensor, first_micro: int, sums: StepAccumulator, measure_norm: bool) -> None:
         """One optimizer step: accumulate micro-batches, unscale, clip, step, update. No host sync.
@@ -393,11 +380,12 @@ class Trainer:
         accum = cfg.grad_accum
         scaler = self.scaler if self.scaler.is_enabled() else None
         tokens_key = task.tokens_key
+        no_sync = getattr(self.model, "no_sync", None) if accum > 1 and self.dist.enabled else None  # DDP's
         for micro in range(accum):
             batch = self.batches.batch(order, first_micro + micro)
             if tokens_key is not None:
                 sums.add_tokens(batch[tokens_key])
-            sync = self.model.no_sync() if self.dist.enabled and micro < accum - 1 else _NO_CONTEXT
+            sync = no_sync() if no_sync is not None and micro < accum - 1 else _NO_CONTEXT
             with sync:
                 if plan.autocast_dtype is None:
                     loss = task.loss(self.model, batch)
@@ -425,27 +413,6 @@ class Trainer:
         else:
             scaler.step(self.optimizer)
             scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.scheduler is not None:
-            self.scheduler.step()
-
-    def _plain_step(self, order: torch.Tensor, first_micro: int, sums: StepAccumulator, measure_norm: bool) -> None:
-        """_optimizer_step for the usual case (one process, one micro-batch, no GradScaler, clipping or token
-        count), without the branches and calls that case never takes: what is left is what a hand-written loop
-        does, plus the loss kept for the log and the gradient norm where asked for. On the tiny task at batch 256
-        that is 1.5-2% more samples/s than the general step (benchmarks/loop_overhead.py --concurrent, at log
-        intervals 10 and 1). tests/test_step_overhead.py checks that both give the same weights and events."""
-        batch = self.batches.batch(order, first_micro)
-        if self.plan.autocast_dtype is None:
-            loss = self.task.loss(self.model, batch)
-        else:
-            with self.plan.autocast():  # forward + loss only
-                loss = self.task.loss(self.model, batch)
-        loss.backward()
-        sums.add_loss(loss.detach())
-        if measure_norm:
-            self.grad_norm = gradient_norm(self._params)
-        self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None:
             self.scheduler.step()
