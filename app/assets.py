@@ -34,13 +34,6 @@ def presets() -> dict[str, str]:
     }
 
 
-def is_dark() -> bool:
-    hints = QGuiApplication.styleHints()
-    if hints.colorScheme() == Qt.ColorScheme.Dark:
-        return True
-    return QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() < 128
-
-
 def dark_palette() -> QPalette:
     """A Fusion dark palette, for platforms whose theme reports dark but hands Qt a light palette."""
     palette = QPalette()

@@ -1,10 +1,5 @@
-"""File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint.
-
-Export writes today's checkpoint files (.pt, .safetensors, .json) or, chosen by the save dialog's file type, a
-serving folder (core.runs.export: a torch.export program, ONNX or safetensors, with manifest.json and serve.py),
-whose verification line (the max abs difference against the trained model) ends in the status bar.
-Reading or writing checkpoints runs on a short-lived background thread (JobRunner): the GUI thread never
-loads tensors. Errors are core's CheckpointError/ConfigError messages, shown in the window.
+"""File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint (checkpoint files or a
+serving folder, core.runs.export). Checkpoints are read and written on a JobRunner thread, never on the GUI thread.
 """
 
 from __future__ import annotations
@@ -21,8 +16,7 @@ from app import assets
 from app.assets import icon
 
 EXPORT_SUFFIXES = (".pt", ".safetensors", ".json")  # what export_checkpoint writes
-# The save dialog's file types: today's checkpoint files (the first, the default), then the serving folders of
-# core.runs.export (filter -> format). A name typed with one of these suffixes names the same folder.
+# The save dialog's file types: checkpoint files (the default), then core.runs.export's serving folders.
 CHECKPOINT_FILTER = "Checkpoint files: .pt, .safetensors and .json (*.pt *.safetensors)"
 SERVING_FILTERS = {
     "Serving folder: torch.export program, plain torch (*.pt2)": "program",
@@ -37,11 +31,8 @@ OTHER = object()  # choose_checkpoint's answer for OTHER_LABEL
 
 
 def checkpoint_choices(source: str) -> list[tuple[str, str]]:
-    """What File → Export can export of the run `source` belongs to (a checkpoint, or the run folder): its last
-    checkpoint and its best ones (best.pt, or best-step<N>.pt when the run kept several), as (label, path), the
-    last first: "Last (step N)", "Best (step M, accuracy 0.91)". Steps and the metric come from the folder's
-    run.json ("checkpoints", "best"), a best-step<N>.pt's step from its name. `source` itself is always listed
-    (a checkpoint outside any run folder is the one choice)."""
+    """What File → Export can export of the run `source` belongs to, as (label, path), the last checkpoint first: "Last
+    (step N)", "Best (step M, accuracy 0.91)". `source` itself is always listed."""
     from core.engine.early_stopping import format_value
     from core.engine.run_record import load_record
 
@@ -248,8 +239,8 @@ class FileActions:
         )
 
     def export_serving(self, source: str, destination: str, fmt: str) -> None:
-        """Write the serving folder `destination` as `fmt` (core.runs.export: verified by reloading) off the GUI
-        thread; the verification line goes to the status bar and the log."""
+        """Write the serving folder `destination` as `fmt` off the GUI thread; its verification line goes to the status
+        bar and the log."""
         window = self.window
         window.show_message(f"Exporting {source} as {fmt} (then loading it back to verify)…")
 
@@ -273,8 +264,7 @@ class FileActions:
             self.resume(path)
 
     def _checkpoint_folder_hint(self) -> str:
-        """Where to look for a checkpoint before any run: the form's output folder (or the runs root) if it
-        exists, else ''."""
+        """Where to look for a checkpoint before any run: the form's output folder (or the runs root) if it exists."""
         try:
             out_dir = self.window.setupPanel.config().out_dir
             folder = Path(out_dir).expanduser().resolve() if out_dir else self.window.runs_root()
@@ -286,9 +276,8 @@ class FileActions:
         return ""
 
     def export_default(self, source: str) -> tuple[str, Path | None]:
-        """The path the export dialog proposes for `source`: `<run folder>/export/model` (made if needed, so the
-        dialog opens there and not in the working directory), `model-2`, ... when earlier exports are there.
-        Returns (path, the folder if it was created here, to remove again when the user goes elsewhere)."""
+        """The path the export dialog proposes: `<run folder>/export/model` (made if needed), `model-2`, ... when taken.
+        Returns (path, the folder if it was created here, to remove if the user goes elsewhere)."""
         run_folder = Path(source).expanduser().resolve().parent
         folder = run_folder / "export"
         created = None
@@ -307,9 +296,8 @@ class FileActions:
     def choose_checkpoint(
         self, choices: list[tuple[str, str]], preferred: str | None = None, other: bool = False
     ) -> str | None:
-        """Ask which of `choices` [(label, path)] to export (the `preferred` path selected at first); None when
-        the user cancels. One choice is taken without asking, unless `other` adds "Another checkpoint…" (which
-        returns OTHER)."""
+        """Ask which of `choices` [(label, path)] to export; None when cancelled. One choice is taken without asking,
+        unless `other` adds "Another checkpoint…" (which returns OTHER)."""
         if len(choices) == 1 and not other:
             return choices[0][1]
         labels = [label for label, _path in choices] + ([OTHER_LABEL] if other else [])
@@ -329,9 +317,8 @@ class FileActions:
         return OTHER if label == OTHER_LABEL else choices[labels.index(label)][1]
 
     def latest_run_checkpoint(self) -> str | None:
-        """The newest run folder under the runs root that holds a checkpoint: run folders are named by the time
-        they started (core.engine.run_record.new_run_folder), so the name says which is newest without reading
-        any run (a runs root of 10,000 runs costs one directory listing). None when there is none."""
+        """The newest run folder under the runs root that holds a checkpoint (folder names sort by start time); None
+        when there is none."""
         try:
             names = sorted(
                 (
@@ -350,10 +337,8 @@ class FileActions:
         return None
 
     def ask_export(self, source: str | None = None) -> None:
-        """File → Export…: export `source` (a checkpoint or a run folder). Without one: the current run, else the
-        latest run under the runs root, with its best checkpoint offered first (as the history's Export… does)
-        and "Another checkpoint…" to pick a file; a file chooser only when there is no run at all. Then ask where
-        to write the files. The run history's Export connects here."""
+        """File → Export…: export `source` (a checkpoint or a run folder); without one the current run, else the latest
+        run, its best checkpoint offered first. Then ask where to write. The run history's Export connects here."""
         offered = source is None
         source = source or self.window.last_checkpoint
         if not source or not Path(source).exists():

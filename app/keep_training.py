@@ -1,9 +1,5 @@
-"""A run that keeps training after the user closed its window ("Keep training").
-
-The window is gone, so the user is told where the run went on and how to reach it: a notification where a
-system tray is available, and one line on stderr naming the run folder, the command that shows it and the pid
-a SIGTERM stops gracefully (a child training process stops on it with its checkpoint; a run on this process's
-thread is stopped by the handler installed here, the way Stop does).
+"""A run that keeps training after the user closed its window ("Keep training"): a tray notification where there is one,
+and a line on stderr naming the run folder and the pid a SIGTERM stops gracefully.
 """
 
 from __future__ import annotations
@@ -41,8 +37,8 @@ def notice_line(folder: str | os.PathLike, pid: int, default_root: Path) -> str:
 
 
 class KeptRun(QObject):
-    """Says a kept run goes on; `stop_run` is called (on the GUI thread) when this process gets SIGTERM, for a
-    run trained on a thread of this process. `close()` takes everything back (the window has closed)."""
+    """Says a kept run goes on; `stop_run` is called on the GUI thread when this process gets SIGTERM (a run on a thread
+    of this process). `close()` takes everything back."""
 
     def __init__(self, parent: QObject, stop_run=None):
         super().__init__(parent)
@@ -98,8 +94,7 @@ class KeptRun(QObject):
 
 
 def ask_close_mid_run(parent) -> str:
-    """The question when the user closes the window while a run trains: 'stop', 'keep' (this module's
-    Keep training) or 'cancel'."""
+    """Ask when the window closes while a run trains: 'stop', 'keep' or 'cancel'."""
     box = QMessageBox(
         QMessageBox.Icon.Question,
         "AMP Console",

@@ -1,6 +1,5 @@
-"""The `amp-console` entry point: no subcommand opens the window; a subcommand runs headless (core.cli).
-
-Nothing Qt is imported here, so headless commands start fast and work where Qt is not installed.
+"""The `amp-console` entry point: no subcommand opens the window; a subcommand runs headless (core.cli). Nothing Qt is
+imported here.
 """
 
 from __future__ import annotations
@@ -38,8 +37,7 @@ def console() -> None:
 
 
 def _has_display() -> bool:
-    """Whether Qt has somewhere to show the window: on Linux an X or Wayland display or an explicit platform
-    (e.g. offscreen); elsewhere (Windows, macOS) there always is one."""
+    """Whether Qt has somewhere to show the window (on Linux a display or an explicit platform; elsewhere always)."""
     if not sys.platform.startswith("linux"):
         return True
     return any(os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"))

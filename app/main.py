@@ -1,7 +1,5 @@
-"""`run_app(argv)`: create the QApplication, show the window fast, then load the engine.
-
-torch (~1 s) and pyqtgraph (~0.5 s) are imported after the first paint, so the window appears at once and
-says what it is doing. `--measure-startup` prints time-to-window and time-to-ready, then quits.
+"""`run_app(argv)`: create the QApplication, show the window fast, then load the engine (torch and pyqtgraph after the
+first paint). `--measure-startup` prints time-to-window and time-to-ready, then quits.
 """
 
 from __future__ import annotations
@@ -47,9 +45,8 @@ def run_app(argv: list[str] | None = None) -> int:
 
     from app.main_window import MainWindow
 
-    # torch takes about a second to import: do it on a plain thread while the window paints and stays
-    # responsive; the GUI thread only finishes the (then cheap) setup. No Qt object lives on this thread.
-    # Started after the first paint: importing in parallel with building the window slows both (GIL).
+    # Import torch on a plain thread after the first paint, while the window stays responsive; the GUI thread
+    # only finishes the setup. No Qt object lives on this thread.
     importer = threading.Thread(target=_import_engine, name="engine-import", daemon=True)
     window = MainWindow()
     window.closed.connect(app.quit)  # also when the window was hidden while a run kept training

@@ -32,8 +32,8 @@ CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process
 
 
 class MainWindow(QMainWindow):
-    """AMP Console's window. `devices` injects a device list (tests); `settings` a QSettings store;
-    `prestart_runs`: keep a training process loaded ahead of time so separate-process runs start at once."""
+    """AMP Console's window. `devices` injects a device list (tests); `settings` a QSettings store; `prestart_runs`
+    keeps a training process loaded ahead so separate-process runs start at once."""
 
     engineLoaded = Signal()
     closed = Signal()  # the window has closed for good (also after a run kept training with the window hidden)
@@ -187,8 +187,7 @@ class MainWindow(QMainWindow):
         return self.historyDialog
 
     def show_preview(self, folder: str | None = None):
-        """The Model preview (created on first use): try a run's model; `folder` selects that run. It runs
-        beside a training run (one request at a time, on the CPU unless the user picks another device)."""
+        """The Model preview (created on first use); `folder` selects that run."""
         if not self.engine_ready:
             return None
         if self.previewDialog is None:
@@ -203,8 +202,7 @@ class MainWindow(QMainWindow):
         return self.previewDialog
 
     def runs_root(self) -> Path:
-        """Where runs with no output folder go and what the run history lists (core runs_root, with the folder
-        chosen in the history as the explicit choice)."""
+        """Where runs with no output folder go and what the run history lists."""
         from core.engine.run_record import runs_root
 
         return runs_root(self.window_settings.runs_root() or None)
@@ -231,8 +229,7 @@ class MainWindow(QMainWindow):
         self.set_settings_name(Path(str(config.get("out_dir") or "")).name)
 
     def _log_evaluation(self, result: dict) -> None:
-        """The history evaluated a checkpoint (its report saved in its run folder): logged, and the Model
-        preview's Evaluation tab reads the report again when it shows that run."""
+        """The history evaluated a checkpoint: logged, and the preview's Evaluation tab rereads the report."""
         from core.runs.evaluation_report import report_folder
 
         metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
@@ -293,8 +290,7 @@ class MainWindow(QMainWindow):
             launching = " in a separate process" if separate else ""
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
-        # A resumed run's earlier curve comes from its checkpoint folder's metrics.jsonl, read while the run
-        # sets up (off the GUI thread) and drawn when its RunStarted arrives.
+        # A resumed run's earlier curve is read off the GUI thread while the run sets up, drawn at RunStarted.
         self._history = (
             self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE) if resume_from else None
         )
@@ -482,8 +478,8 @@ class MainWindow(QMainWindow):
             self._keep_spare_process()
 
     def _keep_spare_process(self) -> None:
-        """Keep one training process loaded for the next run while separate one-process runs are chosen (it
-        costs a few hundred MB of memory and no CPU while it waits); none otherwise."""
+        """Keep one training process loaded for the next run while separate one-process runs are chosen; none
+        otherwise."""
         wanted = (
             self.prestart_runs
             and self.engine_ready
@@ -519,8 +515,8 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ closing
     def request_close(self) -> bool:
-        """A close the user asked for (File > Quit; the title bar's button arrives as a spontaneous close event):
-        while a run trains it asks first. A programmatic `close()` (scripts, tests) stops and joins at once."""
+        """A close the user asked for: while a run trains it asks first. A programmatic `close()` stops and joins at
+        once."""
         self._user_close = True
         try:
             return self.close()

@@ -1,11 +1,5 @@
-"""The live plots' axes: labels spaced so that they never run together, and short count labels (50k, 1.5M).
-
-pyqtgraph always draws its major tick level's labels, and it picks at least two intervals whatever the axis's
-length: on a narrow plot with steps in the hundreds of thousands "50000100000150000" is one unreadable run of
-digits. `CountAxis` (the steps' `StepAxis`, the throughput's left axis) writes labels the way the rest of the
-window writes counts, and `SpacedAxis` widens the major spacing (1, 2, 2.5, 5, 10 times a power of ten) until
-the widest label fits its share of the axis with a gap of a few pixels. Imports pyqtgraph: import it once the
-window is showing (as PlotsPanel.build does).
+"""The live plots' axes: labels spaced so they never run together (`SpacedAxis`) and short count labels such as 50k,
+1.5M (`CountAxis`). Imports pyqtgraph: import it once the window is showing.
 """
 
 from __future__ import annotations
@@ -36,8 +30,7 @@ def _next_spacing(spacing: float) -> float:
 
 
 class SpacedAxis(pg.AxisItem):
-    """An axis whose major labels never run together: on a horizontal axis each gets its width plus a gap, on
-    a vertical one its height plus a gap (a short plot at the window's minimum size)."""
+    """An axis whose major labels never run together: each gets its width (or height) plus a gap."""
 
     def labels_for(self, values, scale, spacing) -> list[str]:
         return super().tickStrings(values, scale, spacing)
@@ -64,8 +57,7 @@ class SpacedAxis(pg.AxisItem):
 
 
 class CountAxis(SpacedAxis):
-    """An axis of counts, labelled 750, 50k, 1.5M: short enough that the labels of a narrow plot (samples/s in
-    the tens of thousands) fit beside the axis's title."""
+    """An axis of counts, labelled 750, 50k, 1.5M."""
 
     def labels_for(self, values, scale, spacing) -> list[str]:
         return [step_label(v * scale) for v in values]

@@ -1,9 +1,6 @@
-"""A live plot's legend that is always whole: entries in as many columns as the plot's width holds, an overlaid
-run's label wrapped to that width (at its spaces and dashes: nothing cut at the plot's edge), and rows for at
-most LEGEND_SHARE of the plot's height: the overlaid runs past them are one '… and N more' entry (the run
-history lists them all), so the legend never runs off the plot and the plot keeps its view.
-
-Works on pyqtgraph's LegendItem (its `items` and layout); imported once the plots are built.
+"""A live plot's legend that is always whole: entries in as many columns as the plot's width holds, overlaid runs'
+labels wrapped, and at most LEGEND_SHARE of the height (the rest one '… and N more' entry). Works on pyqtgraph's
+LegendItem; imported once the plots are built.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ def rows_height(lines: list[int], columns: int) -> int:
 
 
 class FittedLegend:
-    """Keeps one plot's legend whole: `fit(overlays, width, height)` after the overlays or the plot's size
-    change. The plot's own entries (raw, smoothed, metrics…) come first; `overlays` are (curve, label) pairs
-    added after them, wrapped, and cut to what the height allows."""
+    """Keeps one plot's legend whole: `fit(overlays, width, height)` after the overlays or the plot's size change.
+    `overlays` are (curve, label) pairs added after the plot's own entries."""
 
     def __init__(self, legend):
         self.legend = legend

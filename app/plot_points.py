@@ -1,6 +1,5 @@
-"""What a run's metrics.jsonl records leave for the plots: the live run's history (`history_points`) and an
-overlaid run's curves (`overlay_points`), read with the same segment rules (a resumed segment replaces what an
-earlier one logged after its start step). Plain data, no Qt: the history reads overlays on a worker thread.
+"""What a run's metrics.jsonl records leave for the plots: the live run's history and an overlaid run's curves, with the
+same segment rules (a resumed segment replaces what an earlier one logged after its start step). No Qt.
 """
 
 from __future__ import annotations
@@ -19,15 +18,9 @@ VAL_SPLIT = "val"  # EvalMetrics of this split are the curves; other splits (tes
 
 
 def history_points(records, until_step: int | None = None) -> tuple[list[dict], list[EvalMetrics], int | None]:
-    """What a run's metrics.jsonl leaves for the plots: its StepMetrics (as dicts, in step order), its
-    EvalMetrics and the step its first segment started at (None when there is nothing to draw).
-
-    The file may hold several segments, each opened by a RunStarted: a run resumed (once or more) appends to
-    its folder's file. A segment that resumed from step s replaces everything an earlier segment logged after
-    s (it restarted from an earlier checkpoint: the later segment wins, so there is no zig-zag), and with
-    `until_step` (the step the run now on show resumes from) nothing after it is kept either. Records may be
-    dicts (core.files.read_jsonl) or events; a record that is not an event the plots draw is skipped.
-    """
+    """A run's StepMetrics (as dicts, in step order), its EvalMetrics and the step its first segment started at (None
+    when there is nothing to draw). A resumed segment replaces what earlier ones logged after its start step; with
+    `until_step` nothing after it is kept either. Records may be dicts or events."""
     steps: list[dict] = []
     evals: list[EvalMetrics] = []
     first: int | None = None
@@ -78,17 +71,9 @@ class OverlayPoints(NamedTuple):
 
 
 def overlay_points(records, metric: str | None = None):
-    """What an overlaid run draws, from its metrics.jsonl records: (loss steps, losses, metric name, validation
-    steps, metric values), numpy arrays (a None loss is NaN, a gap); the metric is `metric`, else the first one of
-    the run's first validation (None, with empty arrays, when it has none).
-
-    The same segments as `history_points` (a resumed segment replaces what an earlier one logged after its start
-    step). Overlaying ten runs of 10,000 steps reads 200,000 records or more on the GUI thread, where building
-    each record's event (or even a Python loop over them) took longer than drawing them, so a file no later
-    segment cuts into (the usual one: steps increasing, each RunStarted at or after everything logged before it)
-    is read column by column with C-level map/compress; any other (or a malformed record) goes through the
-    record-by-record loop of `_overlay_points_sequential`.
-    """
+    """An overlaid run's curves as numpy arrays: (loss steps, losses, metric name, validation steps, metric values); the
+    metric is `metric`, else the run's first one (None, with empty arrays, without validation). A file no later
+    segment cuts into is read column by column (fast); any other goes through `_overlay_points_sequential`."""
     if not isinstance(records, list) or not all(map(isinstance, records, repeat(dict))):
         records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)} for r in records]
     try:

@@ -1,13 +1,8 @@
-"""View ranges for live plots that change rarely, so the axes are not re-laid-out on every redraw.
+"""View ranges for live plots that change rarely, so pyqtgraph does not re-lay the axes out on every redraw.
 
-pyqtgraph's auto-range rescans every curve's data and, whenever the range moves (every frame while a run
-grows), regenerates both axes' ticks and labels in Python. On the GUI thread that Python competes with the
-trainer for the GIL. Instead the x range grows with the run in a few steps per decade (x_end_for), up to the
-run's planned total, and the y range only moves when data leaves it, or when the data fills less than a third of it; the extremes come from
-`Series.ymin/ymax`, which are kept on append (no buffer scans).
-
-A range belongs to one run: `reset()` (on every RunStarted) forgets the previous run's range, a manual zoom
-and a log scale it switched to, so the next data is fitted afresh.
+The x range grows in a few steps per decade up to the run's planned total (x_end_for); the y range moves only when
+data leaves it or fills less than a third of it. `reset()` on every RunStarted forgets the previous run's range,
+manual zoom and log scale.
 """
 
 from __future__ import annotations
@@ -20,13 +15,9 @@ AUTO_LOG_RATIO = 1e3  # an `auto_log` range turns logarithmic once its positive 
 
 
 class StableRange:
-    """The y range of one plot; `update(lo, hi)` says whether it must move (and where to).
-
-    `log`: the range is in log10 units (pyqtgraph's log mode). `auto_log`: start linear and turn log (for the
-    rest of the run) once the data is positive and spans `AUTO_LOG_RATIO` times or more, so a spike does not
-    flatten everything else. `zero_based`: the range always holds 0 (quantities such as memory and throughput,
-    whose noise would look like swings on a range that starts just under the data).
-    """
+    """The y range of one plot; `update(lo, hi)` says whether it must move (and where to). `log`: log10 units.
+    `auto_log`: turn log for the rest of the run once positive data spans AUTO_LOG_RATIO. `zero_based`: the range
+    always holds 0."""
 
     def __init__(
         self,
@@ -78,10 +69,8 @@ X_HEADROOM = 1.1  # the range ends at least this far past the newest step when i
 
 
 def x_end_for(step: int, total_steps: int = 0) -> int:
-    """The end of the x range when the newest point is at `step`: the first of 10, 15, 20, 30, 50, 75, 100, ...
-    at least `X_HEADROOM` times past it, so the curves fill most of the plot from the first steps on and the range
-    moves a few times per decade (each move re-lays the axis out). Never past a known `total_steps`, and the
-    whole run once the end would come within a fifth of it."""
+    """The end of the x range when the newest point is at `step`: the first of 10, 15, 20, 30, 50, 75, 100, ... at least
+    X_HEADROOM past it; never past a known `total_steps`, and the whole run once within a fifth of it."""
     want = max(10.0, step * X_HEADROOM)
     decade = 10 ** max(1, math.floor(math.log10(want)))
     end = next((int(decade * f) for f in (*X_STEPS, 10.0) if decade * f >= want), int(decade * 10))

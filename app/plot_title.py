@@ -1,6 +1,4 @@
-"""A plot's title kept on one line inside its plot: elided to the plot's width, with the whole title in the
-plot's tooltip, and fitted again whenever the plot is resized, so a narrow window never cuts a title off at
-the plot's edge ("Gradient norm (pre" in a 170-pixel plot)."""
+"""A plot's title kept on one line: elided to the plot's width (the whole title in its tooltip), refitted on resize."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ class FittedTitle(QObject):
     def fit(self) -> None:
         font = QFont(self.widget.font())
         font.setPointSizeF(TITLE_SIZE_PT)
-        # the title's column is the view box's: the plot's width less its left axis (not the view box's own
-        # width, which a title too long has already stretched past the plot's edge)
+        # the plot's width less its left axis (a title too long has already stretched the view box itself)
         axis = self.widget.getPlotItem().getAxis("left")
         available = max(24, self.widget.width() - int(axis.width() if axis.isVisible() else 0) - SIDE_ROOM)
         shown = QFontMetrics(font).elidedText(self.text, Qt.TextElideMode.ElideRight, available)

@@ -1,24 +1,9 @@
-"""Bounded numpy buffers for live plots: decimated on ingest, so memory and redraw time stop growing with a run.
+"""Bounded numpy buffers for live plots, decimated on ingest so memory and redraw time stop growing with a run.
 
-A `Series` hands out at most `budget` (x, y) points to draw (4096 by default), however many were appended:
-
-- the most recent points stay raw: at least `budget // 8` of them (fewer only before that many came), under
-  `budget // 4`;
-- everything older is folded, `budget // 8` points at a time, into buckets of `width` consecutive appended
-  points. A bucket keeps its minimum and its maximum (each with its x, drawn in x order, so a one-point spike
-  or dip survives any amount of history) and, when it held a None/NaN/inf, the x of the first such value as a
-  NaN point, so the drawn curve still breaks there (pyqtgraph's connect="finite");
-- when the buckets run out, adjacent pairs merge and the width doubles.
-
-Buckets start at multiples of `width` counted from the first folded point, so what is drawn depends only on the
-values appended, never on how they were batched: `extend(xs, ys)` (vectorised, e.g. a resumed run's history)
-gives the same arrays as appending the points one by one. An append costs amortised O(1); a fold works on numpy
-slices. `ymin`/`ymax` are the finite extremes of everything ever appended (kept on ingest, so a redraw never
-scans). `len(series)` is how many points were appended since the last `clear()`, not how many are drawn: that
-is `stored` (== len(series.x)).
-
-Arrays handed out by `x`/`y` are never written to afterwards (new appends go past their end, a fold or clear
-allocates fresh buffers), so pyqtgraph may keep them between redraws. No Qt here.
+A `Series` hands out at most `budget` points to draw: the most recent stay raw; older ones are folded into buckets
+that keep each bucket's minimum, maximum and first gap (so spikes and breaks survive), merging pairs when the buckets
+run out. What is drawn depends only on the values appended, never on batching. `len(series)` counts appended points,
+`stored` drawn ones. Arrays from `x`/`y` are never written to afterwards. No Qt here.
 """
 
 from __future__ import annotations
@@ -29,15 +14,15 @@ import numpy as np
 
 DEFAULT_BUDGET = 4096
 MIN_BUDGET = 64
-_PIECE = 1 << 20  # extend() folds at most this many points at once, bounding its temporaries (~10 x 8 MiB)
+_PIECE = 1 << 20  # extend() folds at most this many points at once, bounding its temporaries
 
 # Rows of the bucket table, shape (5, buckets): where the minimum is, where the maximum is, the first non-finite.
 _XLO, _YLO, _XHI, _YHI, _XNAN = range(5)
 
 
 def _summarise(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """The bucket table of the rows of `xs`/`ys` (2-D, one bucket a row): first minimum, first maximum and first
-    non-finite value of each row. A row without finite values has ylo=+inf, yhi=-inf and no x for them."""
+    """The bucket table of the rows of `xs`/`ys` (one bucket a row): first minimum, first maximum and first non-finite
+    value of each row."""
     rows = np.arange(len(ys))
     finite = np.isfinite(ys)
     low = np.where(finite, ys, np.inf)
@@ -117,8 +102,7 @@ class Series:
             self._new_raw(self._x[self._chunk : self._n], self._y[self._chunk : self._n])
 
     def extend(self, xs, ys) -> None:
-        """Append many points (numpy arrays or sequences; None in `ys` is a gap): the same result as appending
-        them one by one, vectorised."""
+        """Append many points (None in `ys` is a gap): the same result as appending them one by one, vectorised."""
         xs, ys = _as_floats(xs), _as_floats(ys)
         if len(xs) != len(ys):
             raise ValueError(f"extend got {len(xs)} x values and {len(ys)} y values")
@@ -172,8 +156,7 @@ class Series:
         self._y[: self._n] = ys
 
     def _fold(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        """Move the oldest raw points into the buckets: widen them first (doubling) so that all folded points
-        fit in `max_buckets`, then top up the last, partly filled bucket, then add new ones."""
+        """Move the oldest raw points into the buckets, doubling the bucket width first when they would not fit."""
         folded = self._folded + len(xs)
         width = self._width
         while -(-folded // width) > self._max_buckets:
@@ -278,11 +261,8 @@ class Series:
 
 
 class SmoothedSeries(Series):
-    """A series of the exponential moving average of what is appended (bias-corrected, like TensorBoard).
-
-    The average takes every raw value; the smoothed values then go through the same decimation. A None/NaN/inf
-    leaves the average alone and is stored as a gap.
-    """
+    """A series of the bias-corrected exponential moving average of what is appended (like TensorBoard); a None/NaN/inf
+    leaves the average alone and is stored as a gap."""
 
     def __init__(self, weight: float = 0.9, capacity: int = 256, budget: int = DEFAULT_BUDGET):
         self.weight = weight
@@ -323,9 +303,8 @@ class SmoothedSeries(Series):
 
 
 def _ema(values: np.ndarray, weight: float, start: float, block: int = 128) -> np.ndarray:
-    """e[t] = weight * e[t-1] + (1 - weight) * values[t], from e[-1] = start, without a Python loop per value:
-    within blocks of `block` values it is a matrix product with the (lower-triangular) decay weights, and only
-    the carry from block to block is a loop (one iteration per `block` values)."""
+    """e[t] = weight * e[t-1] + (1 - weight) * values[t] from e[-1] = start, computed block-wise as a matrix product (a
+    Python loop only per `block` values)."""
     n = len(values)
     blocks = -(-n // block)
     padded = np.zeros(blocks * block)

@@ -20,9 +20,8 @@ def _set_role(label: QLabel, role: str) -> None:
 
 
 class ElidedLabel(QLabel):
-    """A one-line label whose text never widens the window: it is cut with "…" to the width it gets, the full
-    text in its tooltip. Its minimum width is `min_chars` characters whatever the text (`text()` is the full
-    text); its preferred width is the text's, up to `max_chars` characters."""
+    """A one-line label that never widens the window: cut with "…" to its width, the full text in its tooltip
+    (`text()`). At least `min_chars` wide, preferring the text's width up to `max_chars`."""
 
     def __init__(
         self,
@@ -182,8 +181,7 @@ class RunStatusBar(QStatusBar):
             self.eta.setToolTip(f"{elapsed(took)} of training; pauses are not counted")
 
     def training_seconds(self, ended: RunEnded) -> float:
-        """The run's time without its pauses: RunEnded.elapsed_seconds is wall time since the run started. A run
-        stopped while paused sends no RunResumed: its last pause lasted until the end."""
+        """The run's time without its pauses (a run stopped while paused: its last pause lasted until the end)."""
         paused = self._paused_seconds
         if self._paused_since is not None:
             paused += max(self._clock() - self._paused_since, 0.0)
@@ -207,7 +205,7 @@ class RunStatusBar(QStatusBar):
             self.health.show()
 
     def _eta(self, step: int) -> float | None:
-        # Measured from the first report on, so setup and the first (slow, warming up) interval don't count.
+        # From the first report on: setup and the warm-up interval don't count.
         now = self._clock()
         if self._first_step_time is None:
             self._first_step_time, self._first_step = now, step

@@ -1,19 +1,8 @@
-"""File → Add task…: a user's task (core.tasks.user_tasks: a task file, or a module's class) joins the task picker.
+"""File → Add task… / Remove task…: a user's task (a task file or a module's class) joins the task picker.
 
-Loading a task runs its code, so the window asks first, once per file (a file added before, or remembered
-from an earlier session, is not asked again), and the load runs on a JobRunner thread (importing user code,
-and torch with it, can take seconds); the class is then registered on the GUI thread (core.tasks.add_task finds
-the module already imported and runs nothing again). A task that cannot be used is its one-line
-TaskFileError in the status bar and the log; the window goes on. A file with several Task classes: the user
-picks one (add the file again for another).
-
-The references added are remembered (app.window_settings). At the next start they are listed in the picker
-from their source text (core.tasks.remember_task: nothing runs), and a remembered task is loaded, off the GUI
-thread, when the user picks it. One whose file is gone or does not parse is listed disabled, with why; one
-that fails when it is loaded is then listed so too. The others are unaffected.
-
-File → Remove task… forgets one of the remembered references (a broken one too): it leaves the picker and the
-settings, and nothing of it runs. An installed package's tasks are not remembered, so they are not offered.
+Loading a task runs its code, so the window asks first (once per file) and loads it on a JobRunner thread; a task
+that cannot be used is one line in the status bar and the log. Added references are remembered and listed at the next
+start from their source text (nothing runs); a remembered task is loaded when picked.
 """
 
 from __future__ import annotations
@@ -43,8 +32,7 @@ def short_name(reference: str) -> str:
 
 
 class TaskActions:
-    """File → Add task…, Add task from a module… and Remove task…, bound to a MainWindow, and the task files it
-    remembers."""
+    """File → Add task…, Add task from a module… and Remove task…, and the task files the window remembers."""
 
     def __init__(self, window):
         self.window = window
@@ -93,9 +81,8 @@ class TaskActions:
         self.list_installed()
 
     def list_installed(self) -> None:
-        """The tasks installed packages declare (entry points in amp_console.tasks), in the picker: read from the
-        packages' metadata and source (nothing is imported); one is loaded, off the GUI thread, when picked. An
-        installed package is code of this Python environment, so it is not asked about as a file is."""
+        """The tasks installed packages declare (entry points in amp_console.tasks), listed from their metadata and
+        source (nothing is imported); one is loaded, off the GUI thread, when picked."""
         from core.tasks import TASK_NAMES, task_infos
         from core.tasks.user_tasks import installed_tasks
 
@@ -201,8 +188,7 @@ class TaskActions:
 
     # ------------------------------------------------------------------ removing: nothing runs
     def ask_remove(self) -> None:
-        """The user picks one of the remembered tasks (files and modules, those that cannot be used too) to
-        forget."""
+        """The user picks one of the remembered tasks to forget."""
         remembered = self.window.window_settings.user_tasks()
         if not remembered:
             self.window.show_message(
@@ -239,8 +225,8 @@ class TaskActions:
         return f"{combo.itemText(index)} — {reference}" if index >= 0 else reference
 
     def forget(self, reference: str) -> None:
-        """Take the remembered task `reference` out of the picker (to a built-in task if it was picked), the
-        registry and the remembered settings; adding it again later is a new File → Add task…."""
+        """Take the remembered task `reference` out of the picker (to a built-in task if it was picked), the registry
+        and the settings."""
         from core.tasks import TASK_NAMES, forget_task
 
         window, panel, settings = self.window, self.window.setupPanel, self.window.window_settings

@@ -1,7 +1,6 @@
-"""The device tools of the window's Precision and Tools menus (compare precisions, the dtype inspector, the LR
-and batch-size finders, the model summary, the sweep): each a ToolDialog (app.panels.tool_dialog) made on first
-use and kept, one at a time on a device and never beside a run on the same device. The window asks
-`tool_blocked` before a tool measures and `busy_tools` before a run starts."""
+"""The device tools of the Precision and Tools menus, each a ToolDialog made on first use and kept; one at a time on a
+device, never beside a run on it (`tool_blocked`, `busy_tools`).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from PySide6.QtGui import QAction
 
 
 class ToolActions:
-    """The window's device tools: their menu actions, their dialogs (made on first use) and the rule that keeps
-    them from measuring beside each other or a run."""
+    """The window's device tools: their menu actions, their dialogs and the rule that keeps them apart."""
 
     def __init__(self, window):
         self.window = window
@@ -161,9 +159,8 @@ class ToolActions:
         return [d.windowTitle() for d in self.dialogs() if d.job.running]
 
     def tool_blocked(self, device: str) -> str:
-        """Why a tool may not run on `device` now ('' when it may): another tool is working, or a training run is
-        using that device, and the two would compete for it (a tool's measurements would be wrong, and on a GPU
-        it could run the run out of memory). 'auto' counts as every device."""
+        """Why a tool may not run on `device` now ('' when it may): another tool is working, or a run uses that device.
+        'auto' counts as every device."""
         working = self.busy_tools()  # the asking tool is not running yet: these are others
         if working:
             return (

@@ -1,5 +1,4 @@
-"""How the main window is laid out: its panels, buttons and splitters, and its menus. The window's behaviour
-(runs, tools, closing) stays in app.main_window; this builds what it shows and connects it to its slots."""
+"""How the main window is laid out: its panels, buttons, splitters and menus, connected to app.main_window's slots."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ from app.status import RunStatusBar
 
 
 class WidthFittingScroll(QScrollArea):
-    """A vertical-only scroll area that is never narrower than its content's minimum width: with the horizontal
-    bar off, a narrower viewport would cut the form's right edge (fields, buttons, wrapped text) off."""
+    """A vertical-only scroll area never narrower than its content's minimum width (else the form's right edge is
+    cut)."""
 
     def setWidget(self, widget) -> None:
         super().setWidget(widget)
@@ -38,8 +37,7 @@ class WidthFittingScroll(QScrollArea):
 
 
 class MarginSplitter(QSplitter):
-    """A splitter whose minimum size counts its contents margins (QSplitter's leaves them out: at the window's
-    minimum size the margins around the plots took their room and cut the right column)."""
+    """A splitter whose minimum size counts its contents margins (QSplitter's leaves them out)."""
 
     def minimumSizeHint(self):
         return super().minimumSizeHint().grownBy(self.contentsMargins())

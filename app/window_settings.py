@@ -1,9 +1,6 @@
-"""What the window remembers between launches (QSettings): the run form, how runs execute, and its layout.
-
-The run form is stored as core's RunConfig dict (JSON). Saved values can be stale or corrupt (an older or
-newer version, a hand-edited file, a crash mid-write): each one is checked on its own, with core's types and
-validation, and one that does not fit is left at its default with a one-line note in the log; the others are
-kept. Nothing read from the settings can stop the window from coming up.
+"""What the window remembers between launches (QSettings): the run form (as a RunConfig dict), how runs execute, and its
+layout. Each saved value is checked on its own: one that does not fit stays at its default with a note in the log,
+and nothing read here can stop the window from coming up.
 """
 
 from __future__ import annotations
@@ -47,9 +44,8 @@ def saved_geometry(data: QByteArray) -> tuple[QRect, bool] | None:
 
 
 def fit_geometry(window, data: QByteArray) -> bool:
-    """A geometry this version saved, on another screen (Qt's restoreGeometry refuses a record saved on a screen
-    of another width, or at another scale): its size and place fitted to the window's screen. False when `data`
-    is no geometry record."""
+    """A geometry saved on another screen (which Qt's restoreGeometry refuses), fitted to the window's screen. False
+    when `data` is no geometry record."""
     saved = saved_geometry(data)
     if saved is None:
         return False
@@ -74,8 +70,8 @@ def _shown(value, limit: int = 60) -> str:
 
 
 def config_from_saved(data: dict, notes: list[str]):
-    """A RunConfig from a saved dict, field by field: the task's defaults, then every saved value core accepts
-    (type and range). A value it rejects stays at the default and adds a note naming the setting and why."""
+    """A RunConfig from a saved dict, field by field: the task's defaults, then every saved value core accepts; a
+    rejected one stays at the default and adds a note."""
     from core.config import RunConfig
     from core.errors import ConfigError
     from core.tasks import TASKS
@@ -261,8 +257,7 @@ class WindowSettings:
         self._log(window, notes)
 
     def restore_geometry(self, window) -> None:
-        """Size, position and splitters; a geometry saved on another screen is fitted to this one, a saved
-        state Qt cannot read is ignored (the default layout stays)."""
+        """Size, position and splitters; a geometry from another screen is fitted, a state Qt cannot read ignored."""
         notes: list[str] = []
         geometry = self._bytes(GEOMETRY_KEY, notes)
         restored = False
@@ -284,8 +279,7 @@ class WindowSettings:
 
     # ------------------------------------------------------------------ hosts and the runs attached
     def _json_list(self, key: str) -> list:
-        """A saved JSON list ([] for nothing saved, or anything else: a bad value costs the list, never the
-        window)."""
+        """A saved JSON list; [] for nothing saved or anything else."""
         value = self._value(key, [])
         try:
             data = json.loads(value) if isinstance(value, str) and value else []
@@ -329,8 +323,7 @@ class WindowSettings:
         self.store.sync()
 
     def runs_root(self) -> str:
-        """The runs root the user chose in the window ('' for the default: $AMP_CONSOLE_RUNS_DIR or the
-        user's data folder). A value that is not text is ignored."""
+        """The runs root chosen in the window ('' for the default); a value that is not text is ignored."""
         value = self._value(RUNS_ROOT_KEY, [])
         return value.strip() if isinstance(value, str) else ""
 
@@ -343,8 +336,7 @@ class WindowSettings:
 
     # ------------------------------------------------------------------ save
     def _config_to_save(self, window) -> dict | None:
-        """The form as a RunConfig dict. A value core rejects (still being typed, or out of range) is not
-        saved: the last saved value of that setting stays, so a typo never replaces a good setting."""
+        """The form as a RunConfig dict. A value core rejects is not saved: that setting's last saved value stays."""
         from core.errors import ConfigError
 
         try:

@@ -1,10 +1,6 @@
-"""Runs that live on their own, in the window: started on a host's device (Start with a host's device selected),
-or attached (File → Attach to run…: a run folder here or HOST:PATH, whoever started it), both followed by a
-RemoteRun (app.run.remote_run) into the same plots, status bar and log as a local run; Pause, Resume and Stop
-go through the run folder's control channel. Closing the window lets go of such a run: it goes on.
-
-`RemoteActions` is the window's side of it (the File menu action, Start on a host, the hosts saved in the
-window's settings, the runs recently started or attached); `AttachDialog` asks which run to attach to.
+"""Runs that live on their own, in the window: started on a host's device or attached (File → Attach to run…: a run
+folder here or HOST:PATH), both followed by a RemoteRun into the same plots and log as a local run. Closing the
+window lets go of such a run. `RemoteActions` is the window's side, `AttachDialog` asks which run.
 """
 
 from __future__ import annotations
@@ -99,8 +95,7 @@ class RemoteActions:
 
     # ------------------------------------------------------------------ Start on a host, Attach
     def start_run(self, resume_from: str | None = None) -> bool:
-        """Start the form's run on the selected host's device: its output folder (empty: a new one under the
-        host's runs root) and data are paths there."""
+        """Start the form's run on the selected host's device; its output folder and data are paths there."""
         window = self.window
         dest = window.devicesPanel.current_host()
         if resume_from:

@@ -1,8 +1,6 @@
-"""Compare precisions: core.lab.precision_sweep.run_sweep for the form's task, options and device, a ToolDialog.
-
-Shows progress inside each mode ("bf16: window 2/4, step 40/80"), the per-mode table, bar charts of samples/s
-(with speedup labels) and peak memory, core's recommendation, and a button that trains with the recommended
-mode. Like every tool it refuses a device a run or another tool is using: it measures speed and memory.
+"""Compare precisions (a ToolDialog): core.lab.precision_sweep.run_sweep for the form's task and device, with progress,
+the per-mode table, bar charts of samples/s and peak memory, core's recommendation, and a button that trains with the
+recommended mode.
 """
 
 from __future__ import annotations

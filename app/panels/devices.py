@@ -1,5 +1,4 @@
-"""Devices panel: every device core.devices reports, what it is and which precision modes it can run; then each
-host added with "Add host…" (app.panels.hosts) under its name, with its devices listed the same way."""
+"""Devices panel: every device core.devices reports and the precision modes it can run, then each added host's."""
 
 from __future__ import annotations
 
@@ -116,8 +115,7 @@ class DevicesPanel(QGroupBox):
         self._provider = provider
 
     def refresh(self) -> None:
-        """Detect devices again (and ask the hosts again). A detection that fails keeps the list as it was and
-        says why in one line."""
+        """Detect devices again (and ask the hosts again); a failed detection keeps the list and says why."""
         self.hosts.ask_all()
         if self._provider is None:
             return

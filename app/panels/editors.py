@@ -1,11 +1,6 @@
-"""Form editors built from core's field specs (FieldSpec, TaskOption): one widget per setting.
-
-Each editor exposes `value()`, `set_value(v)` and a `changed` signal, and sits in a `FieldRow` that shows
-the validation message from core under it (and in the editor's tooltip).
-
-Numbers are typed into `NumberSpinBox`es whose own range is far wider than the setting's: a number the user
-types stays as typed (the spin box never clamps it or puts the previous value back), and core's validation
-marks it when it is outside the setting's range. The arrows, keys and wheel step inside the setting's range.
+"""Form editors built from core's field specs (FieldSpec, TaskOption): one widget per setting, with `value()`,
+`set_value(v)` and a `changed` signal, in a `FieldRow` showing core's validation message. Numbers stay as typed
+(`NumberSpinBox` never clamps); core's validation marks one out of range.
 """
 
 from __future__ import annotations
@@ -74,10 +69,9 @@ class NoWheelComboBox(QComboBox):
 
 
 class NumberSpinBox(QDoubleSpinBox):
-    """A number field that keeps what the user typed: plain or scientific notation (3e-5), any sign, shown
-    with as many digits as it needs. `minimum`/`maximum` (the setting's range) bound the steps only;
-    validation (core's) decides what is allowed. `integer`: whole numbers, shown with group separators.
-    `log_steps`: each step multiplies by 10**0.1 (for values spanning decades, like learning rates)."""
+    """A number field that keeps what the user typed (plain or scientific notation). `minimum`/`maximum` bound the steps
+    only; core's validation decides what is allowed. `integer`: whole numbers with group separators; `log_steps`:
+    each step multiplies by 10**0.1."""
 
     FACTOR = 10**0.1
 
@@ -340,8 +334,7 @@ class Editor(QWidget):
 
 
 class FieldRow(QWidget):
-    """An editor with the validation message from core underneath (hidden while the value is valid); the
-    message also leads the editor's tooltip."""
+    """An editor with core's validation message underneath (hidden while valid), also leading the editor's tooltip."""
 
     def __init__(self, editor: Editor, parent=None):
         super().__init__(parent)

@@ -1,20 +1,9 @@
 """An evaluation report cut down to what the window draws in bounded time (no Qt: run it on a worker).
 
-A report comes from a file anyone may have edited or crafted (evaluation.json), or from a large test split
-(a ROC curve of a million rows has a million points). `bounded_report(report)` returns a BoundedReport: a copy
-with the same sections and shapes (so the view draws it as it draws any report) holding at most
-
-- MAX_METRICS metrics in the headline (the primary one first) and MAX_FIGURES classification figures,
-- MAX_CURVES curve plots of MAX_SERIES lines each, and ROC and curves of at most MAX_POINTS points (every n-th
-  point, the last one kept: the curves are monotone or smooth in k),
-- MAX_CLASSES rows and columns of the confusion matrix (the shares still of the whole row: `row_totals`, and
-  `total`, of the whole matrix),
-- MAX_BUCKETS bucket rows with MAX_BAR_SERIES bars each, MAX_BINS histogram bins (adjacent bins merged),
-- texts of at most MAX_TEXT characters,
-
-and `more`: what was left out, {"metrics": 99_988, "classes": 480, ...}, which the view says as "… and M more".
-The cost is bounded by the caps except where a figure needs the whole (the confusion matrix's row totals), and
-the file read before it is bounded by core.files' record limit.
+`bounded_report(report)` returns a BoundedReport: a copy with the same sections and shapes, capped at MAX_METRICS
+metrics, MAX_CURVES plots of MAX_SERIES lines of MAX_POINTS points, MAX_CLASSES confusion classes (shares still of
+the whole row), MAX_BUCKETS buckets, MAX_BINS bins and MAX_TEXT characters a text; `more` says what was left out, for
+the view's "… and M more".
 """
 
 from __future__ import annotations
@@ -52,8 +41,8 @@ class BoundedReport:
     more: dict = field(default_factory=dict)  # what was left out: {"metrics": n, ...}
 
     def left_out(self) -> list[str]:
-        """'… and 99,988 more metrics', one line per kind of thing left out (none for metrics: the headline
-        says those)."""
+        """'… and 99,988 more metrics', one line per kind of thing left out (none for metrics: the headline says
+        those)."""
         return [
             f"… and {count:,} more {LEFT_OUT.get(kind, kind)}"
             for kind, count in self.more.items()
@@ -90,8 +79,7 @@ def _number(value) -> float:
 
 
 def every_nth(values: list, limit: int = MAX_POINTS) -> list:
-    """At most `limit` of `values`, evenly spaced, the first and the last kept (lists of one length give
-    the same positions: a curve's ks and its values stay paired)."""
+    """At most `limit` of `values`, evenly spaced, first and last kept (lists of one length keep the same positions)."""
     count = len(values)
     if count <= limit:
         return values
@@ -245,8 +233,8 @@ class _Bounder:
 
 
 def bounded_report(report) -> BoundedReport | None:
-    """`report` cut down to what the view draws in bounded time (see the module doc); None stays None, and
-    anything that is not a dict is passed on for the view to say it cannot be read."""
+    """`report` cut down to what the view draws in bounded time; None stays None, and a non-dict is passed on for the
+    view to say it cannot be read."""
     if report is None or isinstance(report, BoundedReport):
         return report
     if not isinstance(report, dict):

@@ -1,24 +1,9 @@
-"""A run's evaluation report, drawn (core.runs.evaluation_report's dict, or its evaluation.json).
+"""A run's evaluation report drawn (core.runs.evaluation_report's dict, or its evaluation.json): whichever sections it
+has (ROC, confusion grid, score histogram, curves by k, bars by bucket) under a headline, without knowing the task. A
+missing or malformed section is left out or said in one line; the view never raises on a report.
 
-`EvaluationView.show_report(report)` draws whichever sections the report has, without knowing the task (see
-core.tasks.base.Task.report): a ROC curve with the chance diagonal, a confusion-matrix grid (counts and the
-share of each true class), a score histogram by true class, curves by k (one plot per group, one labelled
-line per protocol or bucket), and bars by bucket (history length, query size) with each bucket's count under
-it. The headline numbers sit in a label above. A section that is missing or malformed (an older or edited
-evaluation.json) is left out, or replaced by one line saying so: the view never raises on a report.
-`clear(message)` empties it with a line of text (e.g. "Evaluating…" while a worker computes the report).
-pyqtgraph is imported when the first plot is built.
-
-A report is drawn a section (one plot, or the confusion grid) per turn of the event loop: a plot widget costs
-some tens of milliseconds to build and lay out, and a large report's seven or eight of them in one go held the
-window's thread for a quarter of a second. `done` is False until the last is placed (then `drawn` is emitted);
-a newer show_report or clear drops what an earlier one had left to draw.
-
-Drawing takes bounded time whatever the report holds: the view draws a BoundedReport
-(app.panels.evaluation_limits: at most so many metrics, plots, lines, points, classes and buckets, with
-"… and M more" for the rest). Callers cut the report down on their worker (`bounded_report`) and hand the
-result over; a plain dict given to `show_report` is cut down there. Texts from the report are shown as text
-(escaped), never as markup.
+Sections are drawn one per turn of the event loop (`done`, then `drawn`), and the view draws a BoundedReport
+(app.panels.evaluation_limits) so drawing takes bounded time. Report texts are shown escaped, never as markup.
 """
 
 from __future__ import annotations
@@ -60,8 +45,7 @@ FEW_UNIT_TICKS = [(v / 2, f"{v / 2:.1f}") for v in range(3)]  # on a short axis,
 SHORT_AXIS = 170  # pixels
 END_LABEL_ROOM = 9  # pixels between 0 (or 1) and the plot's edge: half a label's height and a little
 CELL_HEIGHT = 64  # pixels: a confusion-matrix row (two lines of text and room around them)
-# Between two sections: a timer of 1 ms, not 0 (a chain of zero timers could hold back the window's other
-# timers, the live plots' redraw among them, until it ended; measured with a heartbeat timer)
+# Between two sections: a timer of 1 ms, not 0 (a chain of zero timers holds back the window's other timers)
 TURN_MS = 1
 
 
@@ -72,8 +56,8 @@ def _numbers(values) -> list[float]:
     """A list of floats from a report's list, NaN where an entry is missing (pyqtgraph leaves a gap)."""
     if not isinstance(values, list):
         return []
-    if all(type(v) in _PLAIN_NUMBERS for v in values):  # the usual case: converted in one go (a curve of 2,000
-        try:  # points a line took 7 ms a line one number at a time)
+    if all(type(v) in _PLAIN_NUMBERS for v in values):  # the usual case: converted in one go
+        try:
             array = np.array(values, dtype=np.float64)
         except OverflowError:  # an integer no float holds: one at a time below
             pass
@@ -105,8 +89,8 @@ def _figure(value) -> str:
 
 
 def headline(report: dict, more_metrics: int = 0) -> str:
-    """The line above the plots: what was measured (task, split, step, rows, precision, device) and the
-    metrics, the primary one first and bold (rich text); `more_metrics`: how many were left out."""
+    """The line above the plots: what was measured and the metrics, the primary one first and bold (rich text);
+    `more_metrics`: how many were left out."""
     metrics = _dict(report.get("metrics"))
     primary = report.get("primary_metric")
     names = sorted(metrics, key=lambda name: name != primary)
@@ -137,9 +121,8 @@ def headline(report: dict, more_metrics: int = 0) -> str:
 
 
 class EvaluationView(QWidget):
-    """The report's plots. `show_report(report)` draws it (a section per event-loop turn: see the module doc),
-    `clear(message)` empties the view; `sections` names what is drawn (for tests and for a caller that wants to
-    know whether anything was), complete once `done`."""
+    """The report's plots: `show_report(report)` draws it, `clear(message)` empties the view; `sections` names what is
+    drawn, complete once `done`."""
 
     drawn = Signal()  # the report given to show_report is drawn whole
 
@@ -195,9 +178,8 @@ class EvaluationView(QWidget):
         self.message.show()
 
     def show_report(self, report: dict | BoundedReport) -> None:
-        """Draw `report`'s sections (what it lacks is left out; what is malformed is one line under the
-        headline); a report with nothing to draw says so. A dict is cut down here (see the module doc). The
-        headline is set at once, the sections a turn of the event loop each, until `done`."""
+        """Draw `report`'s sections, a turn of the event loop each (the headline at once), until `done`; a dict is cut
+        down here. A report with nothing to draw says so."""
         self._empty_body()
         bounded = bounded_report(report) if isinstance(report, (dict, BoundedReport)) else None
         if bounded is None or not isinstance(bounded.report, dict):
@@ -227,8 +209,7 @@ class EvaluationView(QWidget):
                 ]
             else:
                 self._pending.append((name, build, span))
-        # A placeholder holds each planned cell, so the grid is laid out once: a widget put in its place later
-        # does not move the others (each of which would lay out and paint again on every turn).
+        # A placeholder holds each planned cell, so a widget put in its place later does not move the others.
         self._holders = []
         for _item, (row, column, columns) in zip(
             self._pending, self._cells([span for _n, _b, span in self._pending]), strict=True
@@ -302,8 +283,8 @@ class EvaluationView(QWidget):
 
     @staticmethod
     def _cells(spans: list[int]) -> list[tuple[int, int, int]]:
-        """(row, column, columns) of each widget: two columns, in order; a widget spanning 2 takes a row of its
-        own, and so does a lone last one."""
+        """(row, column, columns) of each widget in a two-column grid; a widget spanning 2, or a lone last one, takes a
+        row of its own."""
         cells, row, column = [], 0, 0
         for index, span in enumerate(spans):
             last = index == len(spans) - 1
@@ -423,8 +404,7 @@ class EvaluationView(QWidget):
 
     @staticmethod
     def _unit_axis(item, side: str) -> None:
-        """A 0..1 axis with its ends labelled: six labels, or three on a short axis, and padding enough for
-        the end labels' half height (pyqtgraph drops a label that crowds the axis or crosses the plot's edge)."""
+        """A 0..1 axis with its ends labelled (six labels, three on a short axis), padded so the end labels show."""
         axis, view = item.getAxis(side), item.getViewBox()
 
         def fit(*_args) -> None:

@@ -1,15 +1,7 @@
-"""Run history: every run under the runs folder (core.engine.run_index) in a sortable, filterable
-table, with actions on the selected runs: load their settings, resume or export (from the last or the best
-checkpoint), reveal the folder, delete, overlay their curves on the plots, compare them side by side
-(app.panels.run_compare, under the table), and edit the selected run's note (note.txt in its folder, written off
-the GUI thread; the periodic rescan never overwrites a note being edited).
-
-The panel knows nothing of the window: it emits requests (loadSettingsRequested, resumeRequested, exportRequested,
-overlayRequested, clearOverlaysRequested) that main_window wires. Scanning the folder, reading metrics.jsonl and
-deleting run folders happen off the GUI thread (app.run.jobs.JobRunner). The table refreshes on Refresh, when it
-is shown, when a run folder appears or goes (a file-system watcher on the runs folder) and, while it is visible,
-every few seconds (the runs root's index: only changed folders are read; a CLI run that finished meanwhile shows
-up). The rows (app.panels.runs_model) are made in the scan job; a row's texts are row_cells'.
+"""Run history: every run under the runs folder in a sortable, filterable table, with actions on the selected runs (load
+settings, resume, export, reveal, delete, overlay, compare, evaluate, edit the note). It emits requests that
+main_window wires; scanning, reading and deleting run off the GUI thread, and the table refreshes on Refresh, when a
+run folder appears or goes, and every few seconds while visible.
 """
 
 from __future__ import annotations
@@ -65,8 +57,7 @@ AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _
 
 
 def delete_run(folder: str, root: str | os.PathLike) -> str:
-    """Delete a run folder of the runs root `root` as `amp-console runs delete` does (run_delete.delete_run:
-    never outside the root, never through a link, never one a live run holds); RunDeleteError says why not."""
+    """Delete a run folder of the runs root `root` as `amp-console runs delete` does; RunDeleteError says why not."""
     run_delete.delete_run(root, folder)
     return folder
 
@@ -152,8 +143,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
-        # sized from each column's longest text once per root (_size_columns): ResizeToContents measures 1,000
-        # rows at every change, a filter keystroke included
+        # sized from each column's longest text once per root (_size_columns), not ResizeToContents at every change
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.selectionModel().selectionChanged.connect(lambda *_a: self._selection_changed())
@@ -283,7 +273,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._scan_serial += 1
         serial = self._scan_serial
         self.refreshButton.setEnabled(False)
-        # the rows' texts are made in the job too: at 10,000 runs that is a stall the GUI thread never sees
+        # the rows' texts are made in the job too, off the GUI thread
         sort = self.model.sorted_by
         extra = self.remoteRuns.rows()
         self.jobs.submit(
@@ -303,7 +293,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
                 if run.get("folder") == folder:
                     run["note"] = note
                     prepared.update(i, row_cells, FILTERED)
-        # the periodic rescan stays cheap: at most ~5% of one core, however big the folder
+        # the periodic rescan stays cheap however big the folder
         self._auto.setInterval(max(AUTO_REFRESH_MS, int(20_000 * (time.monotonic() - self._scan_started))))
         self.refreshButton.setEnabled(True)
         selected = {r.get("folder") for r in self.selected_runs()}
@@ -348,8 +338,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
 
     # ------------------------------------------------------------------ selection
     def _filter(self, text: str) -> None:
-        """Filter the rows as the text is typed (RunsModel.set_filter: one pass over the rows); the selected
-        rows still shown stay selected."""
+        """Filter the rows as the text is typed; the selected rows still shown stay selected."""
         selected = {r.get("folder") for r in self.selected_runs()}
         self._syncing = True
         try:
@@ -446,8 +435,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._update_buttons()
 
     def _say(self, text: str) -> None:
-        """An action's message on the status line (printable: it names runs), kept there until the selection
-        changes or another comes; a rescan's count follows it."""
+        """An action's message on the status line, kept until the selection changes or another comes."""
         self._notice = printable(text)
         self._show_status()
 
@@ -531,9 +519,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.exportRequested.emit(checkpoint)
 
     def evaluate(self, which: str | None = None) -> None:
-        """Measure the selected run's best (or last) checkpoint on its test split (val for a task without
-        one), off the GUI thread (app.panels.run_evaluation.measure); the result shows under the table and in
-        the status line, and goes out as `evaluated`. One evaluation at a time."""
+        """Measure the selected run's best (or last) checkpoint on its test split off the GUI thread; the result shows
+        under the table and goes out as `evaluated`. One evaluation at a time."""
         runs = self.selected_runs()
         if (
             len(runs) != 1
@@ -622,7 +609,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
             return
         wanted = [(overlay_label(r), Path(r["folder"]) / METRICS_FILE, (r.get("best") or {}).get("name")) for r in runs]
 
-        def read():  # parsed here too: reading 10 runs of 10,000 steps is half the cost of overlaying them
+        def read():  # parsed off the GUI thread too
             from app.plot_points import overlay_points
 
             return [(label, overlay_points(read_jsonl(path), metric), metric) for label, path, metric in wanted]

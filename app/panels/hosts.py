@@ -1,9 +1,6 @@
-"""Other machines the window trains on over ssh (docs/remote.md): the hosts the user added, each asked for its
-devices with core.remote.host_devices on a background job (never on the GUI thread: ssh can take seconds, or
-its ConnectTimeout for a host that is down), and the Add host dialog.
-
-A host is its ssh destination (`user@host` or an alias of ~/.ssh/config) and, optionally, the command that runs
-amp-console there; that is all the window saves. Reaching the host is ssh's business: keys, agent, known_hosts.
+"""Other machines the window trains on over ssh (docs/remote.md): the hosts the user added, each asked for its devices
+on a background job, and the Add host dialog. A host is its ssh destination and, optionally, the command that runs
+amp-console there; reaching it is ssh's business.
 """
 
 from __future__ import annotations
@@ -51,8 +48,8 @@ def check_dest(dest: str) -> str:
 
 
 class HostList(QObject):
-    """The hosts, in the order added. `changed()` when one is added, removed or answers; `savedChanged(list)`
-    with what to save (dest and command of each) when the user adds or removes one."""
+    """The hosts, in the order added. `changed()` when one is added, removed or answers; `savedChanged(list)` with what
+    to save when the user adds or removes one."""
 
     changed = Signal()
     savedChanged = Signal(list)
@@ -141,8 +138,7 @@ class HostList(QObject):
 
 
 class AddHostDialog(QDialog):
-    """Add host…: an ssh destination and, optionally, the command that runs amp-console there.
-    `hostChosen(dest, command)` when accepted with a destination ssh can take."""
+    """Add host…: an ssh destination and, optionally, the command that runs amp-console there."""
 
     hostChosen = Signal(str, str)
 

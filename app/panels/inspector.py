@@ -1,8 +1,5 @@
-"""Dtype inspector: core.lab.dtype_inspector.inspect_dtypes (a ToolDialog), shown as a tree of modules.
-
-Rows autocast kept in float32 (while it computes in a lower precision) are highlighted; the "Why float32"
-column names the autocast rule that kept each op in float32 (per PyTorch's autocast op reference), and the
-pane under the tree shows the selected module's ops and reasons in full.
+"""Dtype inspector (a ToolDialog): core.lab.dtype_inspector.inspect_dtypes shown as a tree of modules, with rows
+autocast kept in float32 highlighted and the selected module's ops and reasons in full below.
 """
 
 from __future__ import annotations
@@ -99,8 +96,8 @@ class InspectorDialog(ToolDialog):
         )
 
     def showEvent(self, event) -> None:
-        """Until the first inspection the picker follows the form: its precision when that is a mixed mode,
-        else the device's best mixed mode (fp32 and tf32 have no autocast to inspect)."""
+        """Until the first inspection the picker follows the form: its precision when mixed, else the device's best
+        mixed mode."""
         super().showEvent(event)
         try:
             config = self._config_provider()

@@ -1,6 +1,6 @@
-"""What the live plots say besides their curves: each plot's legend, in a row of its own under the x axis, and
-the note in the middle of an empty plot saying why it is empty. A part of PlotsPanel (app.panels.plots), whose
-state it shares."""
+"""What the live plots say besides their curves: each plot's legend in a row under its x axis, and the note in an empty
+plot saying why it is empty. A part of PlotsPanel, whose state it shares.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ NOT_MEASURED = "Not measured on this device"
 
 
 def _row_legend_class():
-    """pyqtgraph's LegendItem, laid out by its plot's layout (a row under the x axis) instead of floating over
-    the view: a new entry asks the layout for room rather than moving the legend to the plot's corner."""
+    """pyqtgraph's LegendItem laid out in a row under the x axis by its plot's layout, instead of floating over the
+    view."""
     import pyqtgraph as pg
 
     global _RowLegend
@@ -40,8 +40,7 @@ class PlotLabelling:
     """PlotsPanel's legends and empty-plot notes: `note(plot)`, `overlay_note()`, and their upkeep."""
 
     def _add_legend(self, plot: str) -> None:
-        """A legend in its own row under the plot's x axis, entries side by side in as many columns as the
-        plot's width holds: it never covers a curve, a ceiling line or a marker, whatever the data does."""
+        """A legend in its own row under the plot's x axis: it never covers a curve, a ceiling line or a marker."""
 
         item = self.plots[plot].getPlotItem()
         text = self.palette().color(QPalette.ColorRole.Text)
@@ -58,8 +57,7 @@ class PlotLabelling:
         self._fitted[plot] = FittedLegend(legend)
 
     def _update_legend(self, plot: str) -> None:
-        """As many columns as fit the plot's width (at least one), overlaid runs' labels wrapped to it, and rows
-        for part of the plot's height only: never a legend wider than the plot or running off its bottom."""
+        """As many columns as fit the plot's width, overlaid runs' labels wrapped, rows for part of the height only."""
         fitted = self._fitted.get(plot)
         if fitted is None:
             return
@@ -105,7 +103,7 @@ class PlotLabelling:
         filled |= {p for p, _curve, _label in self._overlays}  # another run's curves are drawn there
         for plot, note in self._notes.items():
             if plot in filled:
-                if note.isVisible():  # TextItem.setVisible costs ~0.1 ms even when nothing changes
+                if note.isVisible():  # TextItem.setVisible costs even when nothing changes
                     note.setVisible(False)
                 continue
             text = self._waiting

@@ -1,6 +1,6 @@
-"""Other runs drawn over the live plots for comparison (the run history's Overlay): each run's training loss
-and validation metric in its own colour and dash pattern, decimated, under the run on show, with the loss and
-validation plots' ranges holding both. A part of PlotsPanel (app.panels.plots), whose state it shares."""
+"""Other runs drawn over the live plots for comparison (the run history's Overlay): each run's loss and validation
+metric in its own colour and dash pattern, decimated. A part of PlotsPanel, whose state it shares.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from PySide6.QtCore import Qt
 from app.plot_points import OverlayPoints, overlay_points
 from app.series import Series
 
-# other runs overlaid for comparison (overlay_runs): dashed, in 10 colours at least ~28 CIELAB units (Delta E 76)
-# from each other and from every live curve's colour (LOSS_COLOUR, METRIC_COLOURS), of middle lightness (seen on
-# the light and the dark palette); the first ones are the most distinct, for the usual two or three runs
+# Overlaid runs' colours: distinct from each other and from every live curve's, of middle lightness (seen on
+# both palettes); the first ones the most distinct.
 OVERLAY_COLOURS = (
     "#fb5607",
     "#8338ec",
@@ -27,32 +26,21 @@ OVERLAY_COLOURS = (
     "#a3c4bc",
     "#b5838d",
 )
-# An overlaid run's curve is decimated the same way (app.series, min/max buckets), to fewer points than a live
-# curve: ten of them under the run on show must repaint (zoom, resize) within the 200 ms goal of
-# benchmarks/overlay_redraw.py, and a plot a few hundred pixels wide shows no more. Its validation points get a
-# dot each only when there are at most MARKER_BUDGET of them (sparse evaluations); denser ones are a line.
+# An overlaid run's curve is decimated like a live one, to fewer points (benchmarks/overlay_redraw.py). Its
+# validation points get a dot each only when there are at most MARKER_BUDGET of them.
 OVERLAY_BUDGET = 1024
-# Points a curve with markers is drawn from, live or overlaid: pyqtgraph builds each marker's key in Python
-# (~1.5 us a point, 4 ms for 2,500), and a plot a few hundred pixels wide cannot show more separate markers.
+# Points a curve with markers is drawn from, live or overlaid (pyqtgraph builds each marker in Python).
 MARKER_BUDGET = 512
 
 
 class OverlayPlotting:
-    """PlotsPanel's overlays: `overlay_runs`, `clear_overlays`, `overlay_labels`, and the x range and fit that
-    take them into account. Uses the panel's plots, ranges, series and legends."""
+    """PlotsPanel's overlays: `overlay_runs`, `clear_overlays`, `overlay_labels`, and the ranges that take them in."""
 
     def overlay_runs(self, runs) -> list[str]:
-        """Draw other runs' training loss and primary validation metric over the plots, each run in its own
-        colour and dash pattern with a legend entry: `runs` is a list of (label, metrics.jsonl records) or (label,
-        records, metric name); without a name the first metric of the run's first validation is drawn. The
-        label is the run's "name · precision" (the run history's); the validation curve's entry adds the metric.
-        The records may also be what `overlay_points(records, metric)` returned, computed off the GUI thread by
-        whoever read the file (reading 10 runs of 10,000 steps here is about half of overlaying them).
-
-        Replaces the overlays shown before. The run on show (and its curves) is left as it is, and a new run
-        keeps the overlays until `clear_overlays`: the loss and validation plots' ranges then hold both the
-        overlays and the new run's curves. Each overlaid curve is decimated like a live one (OVERLAY_BUDGET
-        points). Returns the loss legend labels drawn."""
+        """Draw other runs' training loss and primary validation metric over the plots, replacing earlier overlays.
+        `runs`: (label, metrics.jsonl records[, metric name]), the records possibly `overlay_points`' result computed
+        off the GUI thread; without a name the run's first metric is drawn. A new run keeps the overlays until
+        `clear_overlays`. Returns the loss legend labels drawn."""
         import pyqtgraph as pg
 
         self.clear_overlays(refit=False)
@@ -68,8 +56,7 @@ class OverlayPlotting:
             )
             x, y, metric, ex, ey = points
             colour = OVERLAY_COLOURS[index % len(OVERLAY_COLOURS)]
-            # a dash pattern per run as well as a colour: runs that track each other stay told apart. One pixel
-            # wide: Qt strokes a wider dashed line ~7x slower (34 ms against 4.5 ms to paint ten overlays)
+            # a dash pattern per run as well as a colour; one pixel wide (Qt strokes wider dashed lines far slower)
             style = (Qt.PenStyle.DashLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DotLine)[index % 3]
             pen = pg.mkPen(colour, width=1, style=style)
             if len(x):
@@ -113,8 +100,7 @@ class OverlayPlotting:
         self._overlay_x = (min(lo, float(x.min())), max(hi, float(x.max())))
 
     def _fit_overlay_plots(self) -> None:
-        """Fit the plots that hold overlays (or held them: their ranges refit afresh) to those and the run's
-        curves: y through each plot's StableRange (a zoom by the user is left alone), x over both spans."""
+        """Fit the plots that hold (or held) overlays to those and the run's curves; a user's zoom is left alone."""
         self._set_x_end(self._x_end)
         for plot in ("loss", "eval"):
             if plot in self._overlay_y or any(len(self._series[k]) for k, p in self._curve_plot.items() if p == plot):
@@ -128,8 +114,7 @@ class OverlayPlotting:
         return lo, hi
 
     def clear_overlays(self, refit: bool = True) -> None:
-        """Remove every overlaid run (curves and legend entries), and fit the loss and validation plots to the run
-        on show again (their default range when there is none)."""
+        """Remove every overlaid run and refit the loss and validation plots to the run on show."""
         overlays, self._overlays = self._overlays, []
         self._overlaid_runs = 0
         plots = {p for p, _c, _l in overlays}

@@ -1,13 +1,9 @@
 """Live plots (pyqtgraph): loss raw + smoothed, validation metrics, samples/s, lr, GradScaler scale, memory.
 
-Honest by construction: test-split metrics are markers at the step they were measured (never joined to the
-validation curves), a lone point is drawn as a dot, every axis starts afresh with each run, legends sit below
-their plot (never over data or the ceiling lines), and an empty plot says why it is empty.
-
-Events only append to numpy buffers (app.series), which decimate on ingest (recent points raw, older ones as
-min/max buckets, at most `app.series.DEFAULT_BUDGET` points a curve), so memory and redraw time stay flat however
-long the run; a timer redraws the curves that changed, at most `REDRAW_HZ` times a second.
-pyqtgraph is imported when the plots are built, after the window is on screen.
+Test-split metrics are markers at their step (never joined to validation curves), a lone point is a dot, axes start
+afresh with each run, legends sit below their plot, and an empty plot says why. Events only append to decimating
+buffers (app.series); a timer redraws changed curves at most REDRAW_HZ times a second. pyqtgraph is imported when the
+plots are built.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ REDRAW_HZ = 4  # each redraw re-lays out axes in Python, competing with the trai
 METRIC_COLOURS = ("#2e9b57", "#c98a12", "#8e44ad", "#d0453c", "#16a2b8", "#6a7a90")
 LOSS_COLOUR = "#3b6fd8"
 # key, objectName, title, (y label, units), y scale, (grid row, column, column span). The y scale is "linear",
-# "log", "auto" (linear until the positive data spans AUTO_LOG_RATIO times, then log for the rest of the run)
-# or "zero" (linear, always holding 0: a quantity whose noise would look like swings on a range cut close).
+# "log", "auto" (turns log once positive data spans AUTO_LOG_RATIO) or "zero" (linear, always holding 0).
 PLOT_SPECS = (
     ("loss", "lossPlot", "Training loss", ("Loss", None), "auto", (0, 0, 2)),
     ("eval", "evalPlot", "Validation metrics", ("Metric", None), "linear", (0, 2, 1)),
@@ -45,8 +40,7 @@ PLOT_SPECS = (
 )
 # Points a line curve is drawn from (app.series decimates beyond them; curves with markers: MARKER_BUDGET).
 LINE_BUDGET = DEFAULT_BUDGET
-# A line curve this short or shorter is checked for points with no finite neighbour (a one-point run, a value
-# between two gaps): a line draws nothing there, so the curve gets a dot on each point until it is longer.
+# A line curve this short or shorter gets a dot on each point when a point has no finite neighbour.
 FEW_POINTS = 64
 # Buffers that may hold NaN (an overflowed step's norm, a missing metric) need pyqtgraph's finite check.
 MAY_HOLD_NAN = ("grad_norm", "eval:", "split:")
@@ -64,8 +58,7 @@ END_MARGIN_PX = 10  # room beyond the last step, so the best checkpoint's ring (
 
 
 def _end_margin(widget) -> float:
-    """The room after the x range's last step, a fraction of the range: END_MARGIN_PX of `widget`'s width (2% to
-    8%; 5% before it is laid out)."""
+    """The room after the x range's last step, a fraction of the range: END_MARGIN_PX of `widget`'s width (2% to 8%)."""
     width = widget.getPlotItem().getViewBox().width()
     return min(0.08, max(0.02, END_MARGIN_PX / width)) if width > 0 else 0.05
 
@@ -145,15 +138,12 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             for axis in ("left", "bottom"):
                 axis_item = item.getAxis(axis)
                 axis_item.enableAutoSIPrefix(False)
-                # Axes (with their grid lines and tick labels) are the costliest part of a redraw and rarely
-                # change: Qt keeps them as a pixmap and re-renders only when the range moves, so live
-                # curve updates stop replaying text and grid under the GIL the trainer needs.
+                # Axes rarely change: Qt keeps them as a pixmap and re-renders only when the range moves.
                 axis_item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             item.showGrid(x=True, y=True, alpha=0.2)
             item.setLogMode(y=scale == "log")
-            # No pyqtgraph downsampling: the series are already decimated, and its "peak" mode would turn a
-            # whole block to NaN when the block holds a gap (losing the extremes next to it) and drop the
-            # newest len % ds points. Clip-to-view stays: it only slices the (x-sorted) data to the view.
+            # No pyqtgraph downsampling (the series are decimated already; its "peak" mode loses extremes next
+            # to a gap). Clip-to-view stays: it only slices the x-sorted data to the view.
             item.setDownsampling(ds=1, auto=False)
             item.setClipToView(True)
             item.disableAutoRange()  # ranges move only when data leaves them (app.plot_ranges)
@@ -203,9 +193,8 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         return self._metric_colours[name]
 
     def _show_ceiling(self, ceiling: dict) -> None:
-        """A dashed line at each metric's ceiling, in the metric's colour; its value is in the legend entry of
-        the metric's validation curve (no text in the view, so nothing to collide with the legend or the
-        curves), and the curve's entry is created now, so the legend says what the line is before any eval."""
+        """A dashed line at each metric's ceiling, in the metric's colour; its value is in the legend entry of the
+        metric's validation curve, created now."""
         import pyqtgraph as pg
 
         item = self.plots["eval"].getPlotItem()
@@ -231,9 +220,8 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._dirty.update(k for k, p in self._curve_plot.items() if p == "eval")
 
     def _eval_curve(self, split: str, name: str) -> str | None:
-        """The key of the curve of metric `name` on `split`, created on first use: the validation split is a
-        line with a dot per evaluation; any other split (test) is markers only, never joined to that line, with
-        one legend entry for the split."""
+        """The key of the curve of metric `name` on `split`, created on first use: validation is a line with a dot per
+        evaluation; any other split is markers only, with one legend entry for the split."""
         if not self.plots:
             return None
         if split == VAL_SPLIT:
@@ -320,8 +308,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
 
     # ------------------------------------------------------------------ events
     def clear(self) -> None:
-        """Forget the run on show: every series, the per-run curves and ceiling lines, and every axis back to
-        its empty range (a new run's data is fitted afresh, whatever the previous run or a zoom left)."""
+        """Forget the run on show: every series, the per-run curves and ceiling lines, and every axis's range."""
         for series in self._series.values():
             series.clear()
         for key in [k for k in self._curves if k.startswith(("eval:", "split:"))]:
@@ -356,7 +343,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         return bool(self.plots[key].getPlotItem().getAxis("left").logMode)
 
     def handle_event(self, event) -> None:
-        if isinstance(event, StepMetrics):  # the hot path: ~100 a second on tiny models; appends only
+        if isinstance(event, StepMetrics):  # the hot path: appends only
             step = event.step
             self._append("loss_raw", step, event.loss)
             self._append("loss_smooth", step, event.loss)
@@ -425,8 +412,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._dirty.add(key)
 
     def extend_series(self, key: str, xs, ys) -> None:
-        """Many points for one curve at once (e.g. a resumed run's history): `Series.extend`, the same
-        decimation as appending them one by one."""
+        """Many points for one curve at once: `Series.extend`, the same as appending them one by one."""
         series = self._series.get(key)
         if series is None or not len(xs):
             return
@@ -444,13 +430,9 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         skipped_steps=None,
         memory_bytes=None,
     ) -> None:
-        """Many StepMetrics at once, as columns (one entry per event, in step order): the same series, skipped
-        markers, title and x range as `handle_event` on each event in turn, vectorised.
-
-        A column left out, or a None in an object column, is the event's None (nothing appended); NaN/inf in
-        a float column is a value (a gap where handle_event would append a gap). Without `skipped_steps` the
-        skipped count stays as it is.
-        """
+        """Many StepMetrics at once, as columns (one entry per event, in step order): the same result as `handle_event`
+        on each event in turn, vectorised. A missing column or a None is the event's None; NaN/inf is a value (a
+        gap)."""
         steps = np.asarray(steps, dtype=np.float64)
         if not len(steps):
             return
@@ -497,10 +479,8 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             self._set_x_end(x_end_for(top, self._total_steps))
 
     def show_history(self, records, until_step: int | None = None) -> None:
-        """Draw a resumed run's earlier metrics (the records of its metrics.jsonl, see `history_points`) as the
-        start of its curves, so the new points continue them. Call it right after the resumed run's
-        RunStarted was handled (RunStarted clears the plots) and before its next event; `until_step` defaults
-        to that RunStarted's start_step."""
+        """Draw a resumed run's earlier metrics as the start of its curves. Call it right after the resumed run's
+        RunStarted was handled and before its next event; `until_step` defaults to that RunStarted's start_step."""
         if until_step is None:
             until_step = self._run_start
         steps, evals, begin = history_points(records, until_step)
@@ -524,12 +504,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         return self._series.get(key)
 
     def redraw(self) -> None:
-        """Push the changed series to their curves: each hands out at most its budget of points (raw views
-        until it first decimates, then arrays rebuilt only when it changed), never rewritten afterwards.
-
-        Only plots whose y range must move are re-ranged (see app.plot_ranges), so most frames repaint the
-        curves and leave the axes alone.
-        """
+        """Push the changed series to their curves; only plots whose y range must move are re-ranged."""
         if not self._dirty or not self.isVisible():
             return
         plots = set()
@@ -552,9 +527,8 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._show_notes()
 
     def _show_dots(self, key: str, curve, y) -> None:
-        """A line curve with a point that has no finite neighbour (one logged step, a value between two gaps)
-        would draw nothing there: give it a dot on each point while it is that short. Bounded: only curves of
-        at most FEW_POINTS points are checked, and the symbol changes only when the answer does."""
+        """Give a short line curve a dot on each point while a point has no finite neighbour (a line would draw nothing
+        there). Only curves of at most FEW_POINTS points are checked."""
         lonely = False
         if y is not None and len(y) <= FEW_POINTS:
             finite = np.isfinite(y)

@@ -1,15 +1,7 @@
-"""The hosts' runs in the run history (docs/remote.md): each host the window knows (app.panels.hosts) is asked
-for the runs under its runs root (core.remote.fetch.list_host_runs) on a background job, never on the GUI
-thread, and its runs are rows of the history named `HOST:RUN`, beside this machine's. A host not answered yet,
-unreachable or without runs is one row saying so (the reason in its note column), never a dialog.
-
-A host's run compares with local runs from its listed record. Preview (Try it…), Evaluate, Export and Overlay
-on it fetch it first (its small files and, but for Overlay, its best checkpoint, into `<runs root>/.hosts/HOST/
-RUN/`, files already there not sent again), with progress in the history's status line, and then act on that
-copy as on any local run: the copy's checkpoint is what the preview, evaluate and export load.
-
-The history panel (app.panels.history) calls in at a few points: `rows()` as it scans, `update_buttons()`
-after its own, `fetch_first()` at the start of an action, `shutdown()`.
+"""The hosts' runs in the run history (docs/remote.md): each known host is asked for its runs on a background job, and
+they are rows named `HOST:RUN`; a host not answered, unreachable or without runs is one row saying so. Preview,
+Evaluate, Export and Overlay on a host's run fetch it first into `<runs root>/.hosts/HOST/RUN/` and act on that copy.
+The history panel calls `rows()`, `update_buttons()`, `fetch_first()` and `shutdown()`.
 """
 
 from __future__ import annotations
@@ -88,9 +80,8 @@ class RemoteHistory(QObject):
 
     # ------------------------------------------------------------------ listing
     def rows(self) -> list[dict]:
-        """The hosts' rows as last listed, for the scan the panel starts now; a host whose listing is older
-        than LIST_EVERY_SECONDS (or for another runs root) is asked again off the GUI thread, and the panel
-        scans again when its answer changes a row."""
+        """The hosts' rows as last listed; a stale listing is asked for again off the GUI thread, and the panel rescans
+        when the answer changes a row."""
         root = self.panel.root
         rows: list[dict] = []
         for dest in self._dests():
@@ -163,8 +154,8 @@ class RemoteHistory(QObject):
 
     # ------------------------------------------------------------------ the panel's buttons
     def update_buttons(self, runs: list[dict]) -> None:
-        """After the panel's own: a host's run fetches before Try it…, Evaluate and Export (on while it has a
-        checkpoint there), and is not resumed, deleted, revealed or annotated from here."""
+        """After the panel's own: a host's run can be tried, evaluated and exported (fetched first), not resumed,
+        deleted, revealed or annotated."""
         if not any(run.get("host") for run in runs):
             return
         panel = self.panel
@@ -182,9 +173,8 @@ class RemoteHistory(QObject):
 
     # ------------------------------------------------------------------ fetching
     def fetch_first(self, runs: list[dict], again: Callable[[], None], checkpoint: bool = True) -> bool:
-        """True when the action on `runs` waits for their copies: the hosts' runs among them are fetched
-        (progress in the status line) and `again()` is called once they are in, if they are still the ones
-        selected. False when there is nothing to fetch (local runs, or copies fetched for this very action)."""
+        """True when the action on `runs` waits for their copies: they are fetched and `again()` is called once they are
+        in, if still selected. False when there is nothing to fetch."""
         remote = [run for run in runs if run.get("host") and not run.get("host_row")]
         if not remote:
             return False

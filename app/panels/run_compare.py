@@ -1,8 +1,5 @@
-"""Runs side by side (the history's Compare): one column per run, one row per quantity, the rows where the runs
-differ highlighted (a background, bold, and a '≠' before the row's name, for those who cannot tell the colour).
-
-The rows are core.cli.runs.compare_rows, the very rows `amp-console runs compare` prints, so the window and the
-CLI cannot disagree on what differs. Copy as TSV puts the table on the clipboard for a spreadsheet.
+"""Runs side by side (the history's Compare): one column per run, rows where the runs differ highlighted. The rows are
+core.runs.compare's compare_rows, the same as `amp-console runs compare`; Copy as TSV for a spreadsheet.
 """
 
 from __future__ import annotations
@@ -29,9 +26,8 @@ DIFFERS_ROLE = Qt.ItemDataRole.UserRole + 10  # True on the cells of a differing
 
 
 def grow_on_screen(window: QWidget, height: int) -> None:
-    """`window` made `height` tall, or as tall as its screen's free area holds with the window's frame (title bar
-    and borders) counted, and moved up where its frame would run past the area's bottom: the history grown
-    for a comparison stays whole on a 1000-pixel screen."""
+    """`window` made `height` tall, or as tall as its screen's free area holds (frame counted), and moved up to stay
+    whole on the screen."""
     screen = window.screen()
     if screen is None:
         window.resize(window.width(), height)

@@ -1,9 +1,5 @@
-"""The history's Evaluate: a run's checkpoint measured off the GUI thread and the result shown beside the run.
-
-`measure` computes the evaluation report (core.runs.evaluation_report: evaluate's metrics and the task's
-sections, on the test split, or val when the data has none) and saves it as evaluation.json in the run folder,
-so the Model preview's Evaluation tab shows it too. `EvaluationLine` is the line under the history's table that
-shows the selected run's latest result (or "Evaluating…"), kept per run folder for the session.
+"""The history's Evaluate: `measure` computes a run's evaluation report off the GUI thread and saves it as
+evaluation.json in the run folder; `EvaluationLine` shows the selected run's latest result under the table.
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ def _figure(value) -> str:
 
 
 def result_text(result: dict) -> str:
-    """One line: which checkpoint, at which step, on which split, and each metric (with the task's baseline
-    where it has one, measured on val)."""
+    """One line: which checkpoint, step and split, and each metric (with the task's baseline where it has one)."""
     baseline = result.get("baseline") or {}
     metrics = " · ".join(
         f"{name} {_figure(value)}" + (f" (baseline {_figure(baseline[name])})" if name in baseline else "")

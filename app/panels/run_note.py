@@ -1,7 +1,6 @@
-"""The run history's note editor: the selected run's note.txt shown and edited under the table, written off
-the GUI thread when saved (Save, Ctrl+Return, or the selection moving on), shown in the table at once, and
-never overwritten by a rescan that read the folder before the write landed. A part of HistoryPanel
-(app.panels.history), whose widgets and scans it shares."""
+"""The run history's note editor: the selected run's note.txt edited under the table, written off the GUI thread when
+saved, and never overwritten by a rescan that read the folder before the write landed. A part of HistoryPanel.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +14,8 @@ class RunNoteEditing:
     """HistoryPanel's note editing: `save_note`, `note_edited`, and the editor kept in step with the selection."""
 
     def _sync_note_editor(self, run: dict | None) -> None:
-        """Show the selected run's note, unless the user is editing that run's note (a rescan keeps the edit).
-        A note edited but not saved when the selection moves to another run is saved first, never dropped."""
+        """Show the selected run's note, unless the user is editing it; an unsaved edit is saved before the selection
+        moves."""
         folder = run.get("folder") if run else None
         note = printable((run or {}).get("note") or "", keep_newlines=True)  # read from note.txt
         self.noteEdit.setEnabled(folder is not None)

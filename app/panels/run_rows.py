@@ -1,6 +1,6 @@
-"""The run history's rows: the columns, each run's texts and sort keys (`row_cells`, made in the scan job, off the
-GUI thread), tooltips, the legend label of an overlaid run, and where a run's checkpoints are. Plain data, no
-widgets."""
+"""The run history's rows: columns, each run's texts and sort keys (`row_cells`, made off the GUI thread), tooltips,
+overlay labels and checkpoint paths. No widgets.
+"""
 
 from __future__ import annotations
 
@@ -81,8 +81,8 @@ _DATED = re.compile(r"^(\d{8})-(\d{2})(\d{2})(\d{2})-(.+)$")  # core.engine.run_
 
 
 def overlay_label(run: dict) -> str:
-    """A run's legend entry on the plots: short enough for a legend row. A dated folder name
-    (20261201-023712-tiny-bf16) reads "tiny-bf16 02:37"; the precision is added when the name lacks it."""
+    """A run's short legend entry on the plots: a dated folder name (20261201-023712-tiny-bf16) reads "tiny-bf16
+    02:37"."""
     name = printable(run.get("name") or "?")
     dated = _DATED.match(name.rsplit("/", 1)[-1])
     if dated:
@@ -93,8 +93,8 @@ def overlay_label(run: dict) -> str:
 
 
 def checkpoint_of(run: dict, which: str = "last") -> tuple[str | None, str | None]:
-    """(the path of the run's last or best checkpoint, None) from run.json's checkpoints, kept inside the run
-    folder (run_folder.recorded_checkpoint); (None, None) when it is not on disk, (None, why) when refused."""
+    """(the path of the run's last or best checkpoint, None); (None, None) when it is not on disk, (None, why) when
+    refused."""
     path = ((run.get("checkpoints") or {}).get(which) or {}).get("path")
     if not path or not isinstance(path, str):
         return None, None

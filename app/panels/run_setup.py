@@ -1,8 +1,5 @@
-"""Run setup panel: task, precision and a hyperparameter form generated from core's FieldSpecs.
-
-Nothing here knows a particular task: the task picker and its options come from core.tasks.TASKS and each
-task's TaskOption list, so tasks registered later appear on their own. Validation messages are core's
-(RunConfig.errors()); the panel only places them under the right editor.
+"""Run setup panel: task, precision and a hyperparameter form generated from core's FieldSpecs and each task's
+TaskOptions (tasks registered later appear on their own); validation messages are core's.
 """
 
 from __future__ import annotations
@@ -317,8 +314,7 @@ class RunSetupPanel(QWidget):
         editor.tool = button
 
     def set_field(self, name: str, value) -> None:
-        """Put `value` into field `name` as if the user had typed it (the form is marked changed and validated):
-        e.g. the learning rate an LR finder picked."""
+        """Put `value` into field `name` as if the user had typed it (e.g. the learning rate an LR finder picked)."""
         self._rows[name].editor.set_value(value)
 
     def _align_labels(self, texts: list[str]) -> None:
@@ -331,8 +327,7 @@ class RunSetupPanel(QWidget):
             label.setMinimumWidth(self._label_width)
 
     def _update_tab_order(self) -> None:
-        """Tab walks the form top to bottom: task options are rebuilt after the other rows exist, and Qt's
-        default order (creation order) would visit them last."""
+        """Tab walks the form top to bottom, task options included (rebuilt later, Qt would visit them last)."""
 
         def inputs(row: FieldRow) -> list[QWidget]:
             extra = [row.editor.browse, getattr(row.editor, "tool", None)]
@@ -482,8 +477,8 @@ class RunSetupPanel(QWidget):
 
     # ------------------------------------------------------------------ task
     def add_task(self, cls, label: str = "", key: str = "") -> None:
-        """Offer task class `cls` in the picker (labelled `label`, else its name), in place of the entry
-        listed as `key` (list_task) if there is one; its options get editors when it is picked."""
+        """Offer task class `cls` in the picker (labelled `label`, else its name), in place of the entry listed as
+        `key`."""
         self._tasks[cls.name] = cls
         index = self.taskCombo.findData(key) if key else -1
         index = index if index >= 0 else self.taskCombo.findData(cls.name)
@@ -497,9 +492,8 @@ class RunSetupPanel(QWidget):
         self._align_labels([option_label(option.name) for option in cls.options])
 
     def list_task(self, key: str, label: str, tooltip: str, enabled: bool = True) -> None:
-        """List a task that is not loaded (a remembered task file) as `key`: picking it emits
-        unloadedTaskChosen(key) and the picker stays on the task shown until add_task brings the class; a
-        disabled entry (a file that cannot be used) says why in its tooltip."""
+        """List a task that is not loaded as `key`: picking it emits unloadedTaskChosen(key) and the picker stays until
+        add_task brings the class; a disabled entry says why in its tooltip."""
         index = self.taskCombo.findData(key)
         if index < 0:
             self.taskCombo.addItem(label, key)
@@ -509,8 +503,7 @@ class RunSetupPanel(QWidget):
         self.taskCombo.model().item(index).setEnabled(enabled)
 
     def remove_task(self, keys, fallback: str) -> None:
-        """Take the entries listed or added as `keys` (list_task keys, task names) out of the picker; when the
-        task shown is one of them, the picker moves to task `fallback` first (its form, as picking it would)."""
+        """Take the entries `keys` out of the picker; when the task shown is one of them, pick task `fallback` first."""
         if self.taskCombo.currentData() in keys:
             self.taskCombo.setCurrentIndex(self.taskCombo.findData(fallback))
         self.taskCombo.blockSignals(True)  # the entries after a removed one move up: the task shown stays
@@ -543,8 +536,8 @@ class RunSetupPanel(QWidget):
         return tuple(o for o in (task_cls.options if task_cls else ()) if o.name in self._option_rows)
 
     def _rebuild_task_options(self) -> None:
-        """The task's options in the Task group: those of the model right under the task, then the data
-        source, then the options that only shape its synthetic data (shown while no data file is chosen)."""
+        """The task's options in the Task group: the model's, then the data source, then those that only shape its
+        synthetic data (shown while no data file is chosen)."""
         for row in self._option_rows.values():
             self._task_form.removeRow(row)
         self._option_rows.clear()

@@ -1,14 +1,8 @@
-"""The run history's table model: thousands of runs, sorted and filtered without a stall on the GUI thread.
+"""The run history's table model: thousands of runs sorted and filtered without a stall on the GUI thread.
 
-Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (`prepare`, in the
-scan job, with the panel's `cells` function, sorted as the table is); the GUI thread only swaps them in. A
-run is held as its brief record and its bulky parts (config, metrics, checkpoints...) as JSON text
-(core.engine.run_index.indexed_records), parsed only when the run is asked for (`run(row)`): 10,000 full
-records are a million objects that every full garbage collection walks. Sorting is one sorted() over a
-column's keys (a proxy's per-comparison data() calls cost seconds at 10,000 rows) and filtering is one pass
-over the rows' filter texts (only the rows shown, when a key typed narrows it) and a model reset (a
-QSortFilterProxyModel calls Python once per row per keystroke). The view sees the model through RunsFilter,
-an identity proxy that hands sort and filter requests down.
+Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (`prepare`); a run's bulky
+parts stay JSON text until the run is asked for (`run(row)`). Sorting is one sorted() over a column's keys and
+filtering one pass plus a model reset; the view sees the model through RunsFilter, an identity proxy.
 """
 
 from __future__ import annotations
@@ -32,10 +26,8 @@ def fingerprint(run: dict) -> str:
 
 @dataclass
 class Prepared:
-    """A scan's runs (brief records) and their bulky parts (JSON text, or None when the record is whole), with
-    each row's texts (one string), filter text and fingerprint, the sort keys a column at a time, each
-    column's longest text (to size the columns by) and the sort they are in. Few objects per run: the window
-    collects garbage on the GUI thread, and every new object is walked once."""
+    """A scan's runs (brief records, bulky parts as JSON text) with each row's texts, filter text, fingerprint, the sort
+    keys a column at a time, each column's longest text and the sort they are in."""
 
     runs: list[dict]
     bulks: list[str | None]
@@ -68,10 +60,9 @@ class Prepared:
 
 
 def prepare(records, cells: Callable, filtered: tuple[int, ...], sort: tuple | None = None) -> Prepared:
-    """The rows of `records` (run_index.indexed_records' (briefs, bulks), or a list of whole run dicts):
-    `cells(run)` gives (texts, sort keys); the filter text is the `filtered` columns' texts, lower case;
-    sorted by `sort` ((column, order)) when given. Runs in the scan job, off the GUI thread; a row's tuples
-    are dropped as soon as they are read."""
+    """The rows of `records` (run_index.indexed_records' (briefs, bulks), or whole run dicts): `cells(run)` gives
+    (texts, sort keys); the filter text is the `filtered` columns' texts, lower case; sorted by `sort` when given.
+    Runs off the GUI thread."""
     runs, bulks = records if isinstance(records, tuple) else (list(records), [None] * len(records))
     texts_, hay, keys_, longest = [], [], [], []
     for run in runs:
@@ -172,10 +163,6 @@ class RunsModel(QAbstractTableModel):
         shown_at = {p: r for r, p in enumerate(self._shown)}
         self.changePersistentIndexList(old, [self.index(shown_at[where[p]], i.column()) for p, i in zip(before, old)])
         self.layoutChanged.emit()
-
-    def haystack(self, row: int) -> str:
-        """What the filter box searches in this row (lower case)."""
-        return self._all.hay[self._shown[row]]
 
     def set_note(self, folder: str, note: str) -> None:
         """A note saved from the panel: that row's note and filter text now, without waiting for a scan."""

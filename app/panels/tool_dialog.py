@@ -1,12 +1,6 @@
-"""ToolDialog: what every device tool shares (the LR and batch-size finders, the model summary, the sweep,
-Compare precisions, the dtype inspector), each a non-modal dialog.
-
-A tool is a plain core function run with the form's current settings on a BackgroundJob: the window never
-blocks, Stop asks the function to stop between steps, and closing the dialog (or the window) stops the work and
-joins its thread. A tool does not start while a training run or another tool uses the device: both would
-compete for it (on a GPU one could run the other out of memory), and every figure a tool measures (speed, peak
-memory) would be wrong. `busy_provider(device)` says why, or '' when it may run; the window asks every tool's
-`job.running` for the other direction (its Start button, and the other tools).
+"""ToolDialog: what every device tool shares, each a non-modal dialog running a plain core function on a BackgroundJob
+with the form's settings. Stop asks it to stop, closing stops and joins it, and a tool never starts while a run or
+another tool uses its device (`busy_provider(device)` says why).
 """
 
 from __future__ import annotations
@@ -22,12 +16,9 @@ ERROR_COLOUR = "#d0453c"
 
 
 class ToolDialog(QDialog):
-    """What every tool shares: the setting line, Run/Stop, a status line, a progress bar and the job.
-
-    Subclasses build their controls and view in `_build(layout)`, return the background function from
-    `_job(config)` (or None to refuse, after saying why), and handle `_on_progress`, `_on_result`.
-    A tool whose work is too short to interrupt sets STOPPABLE = False: it has no Stop button.
-    """
+    """What every tool shares: the setting line, Run/Stop, a status line, a progress bar and the job. Subclasses build
+    their view in `_build(layout)`, return the background function from `_job(config)` (None to refuse) and handle
+    `_on_progress`, `_on_result`; STOPPABLE = False hides Stop."""
 
     TITLE = ""
     NAME = ""

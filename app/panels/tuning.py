@@ -1,10 +1,5 @@
-"""Tune before you train: the LR finder and the model summary (ToolDialogs, app.panels.tool_dialog), and the
-table helpers the other tools share.
-
-Each tool is a plain core function (core.lab.lr_finder.find_lr, core.lab.model_summary.summarize) run with the
-form's current settings (task, options, device, precision, optimizer, batch size). What a tool finds goes back
-to the form through a signal the window connects: `lrChosen(float)` fills the learning rate (the batch-size
-finder's `batchChosen(int)` the batch size), exactly as if the user had typed the value.
+"""Tune before you train: the LR finder and the model summary (ToolDialogs), and the table helpers the other tools
+share. What a tool finds goes back to the form through a signal (`lrChosen(float)`), as if the user had typed it.
 """
 
 from __future__ import annotations
@@ -113,8 +108,8 @@ def lr_job(config, start_lr, end_lr, steps, method, devices):
 
 
 class LRFinderDialog(ToolDialog):
-    """The LR range test: loss against a growing learning rate (log axis), raw and smoothed, the suggestion
-    marked and explained; click the curve to pick another point; "Use this LR" fills the form."""
+    """The LR range test: loss against a growing learning rate, the suggestion marked and explained; click the curve to
+    pick another point; "Use this LR" fills the form."""
 
     lrChosen = Signal(float)
 
@@ -405,8 +400,8 @@ TOTAL_ROWS = (
 
 
 class SummaryDialog(ToolDialog):
-    """Per layer (to a chosen depth): parameters, trainable, weights, gradients, optimizer state and the
-    activations each precision mode saves for backward; beside it the totals per precision mode."""
+    """Per layer: parameters, weights, gradients, optimizer state and each precision mode's activations; beside it the
+    totals per mode."""
 
     TITLE = "Model summary"
     NAME = "summary"

@@ -1,9 +1,5 @@
-"""The batch-size finder dialog: core.lab.batch_finder.find_batch_sizes for the form's task and device, per
-precision mode, off the GUI thread (see app.panels.tuning for what every tool shares).
-
-Shows each mode's largest batch (within the margin below the device's limit), its peak memory and samples/s,
-every trial of the search, a bar chart of the largest batch per mode, core's comparison sentences ("bf16 fits
-1.8× the fp32 batch at 2.1× the samples/s"), and "Use batch N", which puts the chosen mode's batch into the form.
+"""The batch-size finder dialog: core.lab.batch_finder.find_batch_sizes per precision mode, with every trial, a bar
+chart of the largest batch per mode, core's comparison and "Use batch N", which fills the form.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""The sweep dialog: a small grid or random hyperparameter sweep over the form's settings (core.lab.sweep), each
-trial an ordinary run under the runs root, run one after another on a BackgroundJob, or ("Run on") N at a time on
-N devices the window detected (two GPUs, or two trials on the CPU), each trial in its own training process
-(core.lab.sweep.parallel; the job's thread only waits on them, the GUI thread does no torch work). Stop stops
-every running trial with a checkpoint.
-
-Axes are typed one per line, as the CLI's flags take them: `lr = 1e-3, 3e-3` (grid values, or random choices)
-and, for a random sweep, `lr = 1e-4 : 1e-2 : log` (a range). The live result table (a QSortFilterProxyModel that
-sorts numbers as numbers) has each trial's parameters, its best value of the monitored metric, samples/s, peak
-memory and wall time; "Open in history" shows the trial in the run history, "Train this one longer" resumes
-its checkpoint with twice the steps (core.lab.sweep.continue_config) through the window's own start path.
+"""The sweep dialog: a grid or random hyperparameter sweep over the form's settings (core.lab.sweep), one trial at a
+time on a BackgroundJob or ("Run on") N at a time in training processes. Axes are typed one per line as the CLI takes
+them (`lr = 1e-3, 3e-3`, `lr = 1e-4 : 1e-2 : log`). The live table sorts numbers as numbers; "Train this one longer"
+resumes a trial through the window's own start path.
 """
 
 from __future__ import annotations
@@ -149,9 +142,8 @@ class RowsUpdate:
 
 
 def run_on_choices(devices, cores: int | None = None) -> list[tuple[str, list[str] | None]]:
-    """The "Run on" entries for the detected `devices` (DeviceInfo-likes with .id and .type): first one trial at a
-    time on the form's device (None: in the job's thread, as always), then k at a time on the first k GPUs (or
-    XPUs) of a kind, then k at a time on the CPU for k = 2, 4, ... up to the cores (2 at least)."""
+    """The "Run on" entries for the detected `devices`: one trial at a time on the form's device (None), then k at a
+    time on the first k GPUs (or XPUs) of a kind, then k at a time on the CPU for k = 2, 4, ... up to the cores."""
     import os
 
     choices: list[tuple[str, list[str] | None]] = [("One trial at a time (the form's device)", None)]
@@ -169,8 +161,8 @@ def run_on_choices(devices, cores: int | None = None) -> list[tuple[str, list[st
 
 
 def sweep_job(base, axes_lines, method, samples, seed, root, devices=None):
-    """Plan (validated), create the sweep folder under `root`, and run it (on `devices`, one trial per device at
-    a time, when given); progress gets core's sweep events and a RowsUpdate whenever a trial starts or ends."""
+    """Plan, create the sweep folder under `root` and run it (on `devices` when given); progress gets core's sweep
+    events and a RowsUpdate whenever a trial starts or ends."""
 
     def run(progress, control):
         from core.lab.sweep import (
@@ -382,8 +374,8 @@ class SweepDialog(ToolDialog):
         self.preview()  # the form may have changed what the axes plan
 
     def preview(self) -> None:
-        """Say what Run would do (or what is wrong with the axes), without running anything; Run is enabled
-        only when the axes plan a sweep."""
+        """Say what Run would do (or what is wrong with the axes) without running anything; Run is enabled only when the
+        axes plan a sweep."""
         if not hasattr(self, "planLabel"):
             return
         from core.errors import AmpConsoleError

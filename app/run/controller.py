@@ -1,9 +1,5 @@
-"""RunController: the one training run at a time, and a clean join when it ends or the window closes.
-
-It holds a RunHandle (ThreadRun, ProcessRun or RemoteRun, chosen at start; RemoteRun for a host's device
-or a run attached by folder or HOST:PATH) and forwards its signals; every control call
-goes to the handle without asking which kind it is. It also keeps one training process started ahead of
-time (a "spare": torch imported, waiting for its settings), so a separate-process run starts at once.
+"""RunController: the one training run at a time (a RunHandle of any kind, never asked which), its signals forwarded, a
+clean join when it ends or the window closes, and a spare training process started ahead of time.
 """
 
 from __future__ import annotations
@@ -64,8 +60,8 @@ class RunController(QObject):
 
     @property
     def stop_pid(self) -> int:
-        """The process a SIGTERM stops gracefully: the child training process (or torchrun's launcher), else
-        this one (the window's thread run; see app.keep_training)."""
+        """The process a SIGTERM stops gracefully: the child training process (or torchrun's launcher), else this
+        one."""
         if isinstance(self._run, ProcessRun):
             return int(self._run.process.processId())
         return os.getpid()
@@ -91,9 +87,8 @@ class RunController(QObject):
         separate_process: bool = False,
         host=None,
     ) -> None:
-        """`host` (a core.remote Host): a detached run there, followed (RemoteRun). `separate_process` or
-        several processes: a child process (torchrun for several; rank 0's events). Otherwise the trainer on a
-        QThread, with `devices` (the window's list) to resolve the device."""
+        """`host`: a detached run there, followed (RemoteRun). `separate_process` or several processes: a child process.
+        Otherwise the trainer on a QThread, with `devices` to resolve the device."""
         if self.running:
             raise RuntimeError("a run is already in progress")
         if host is not None:
@@ -106,8 +101,8 @@ class RunController(QObject):
         self._adopt(run, lambda: run.start(config, resume_from))
 
     def attach(self, target: str, host=None) -> None:
-        """Follow the run named by `target` (a run folder here, or HOST:PATH with `host` saying how to reach it)
-        from its start, then live; pause, resume and stop go through its folder's control channel."""
+        """Follow the run `target` names (a run folder here, or HOST:PATH reached with `host`) from its start, then
+        live."""
         if self.running:
             raise RuntimeError("a run is already in progress")
         run = RemoteRun(self, host=host)

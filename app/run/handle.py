@@ -1,7 +1,5 @@
-"""The one interface a training run offers the window, whatever runs it (a QThread or a child process).
-
-`RunController` holds a `RunHandle` and never asks which kind it is: each kind answers `can_pause`,
-`paused`, `stopping` and `processes` for itself.
+"""The one interface a training run offers the window, whatever runs it; each kind answers `can_pause`, `paused`,
+`stopping` and `processes` for itself.
 """
 
 from __future__ import annotations
@@ -12,15 +10,11 @@ from PySide6.QtCore import QObject, Signal
 class RunHandle(QObject):
     """One training run. Signals arrive on the GUI thread:
 
-    - `event(obj)`: each core.engine.events event (RunStarted, StepMetrics, EvalMetrics, CheckpointSaved,
-      RunEnded), the same objects whichever kind of run produced them;
-    - `setupFailed(message, field, details)`: bad input found before the run started (`field`: the
-      RunConfig field to mark, '' if none); no RunEnded follows;
-    - `finished()`: the run is over and its thread or process is gone (joined), emitted exactly once;
-    - `notice(text, role)`: what the user should know that is no engine event (a run on a host: its folder there,
-      a lost connection, a control request's answer); `role` a status role ('status-warn', 'status-error') or
-      'log' for the log only.
-    """
+    - `event(obj)`: each core.engine.events event, the same objects whichever kind of run produced them; -
+    `setupFailed(message, field, details)`: bad input before the run started (`field`: the RunConfig field to
+      mark, or ''); no RunEnded follows;
+    - `finished()`: the run is over and its thread or process joined, emitted exactly once; - `notice(text, role)`:
+    what the user should know that is no engine event; `role` a status role or 'log'."""
 
     event = Signal(object)
     setupFailed = Signal(str, str, str)
@@ -64,6 +58,5 @@ class RunHandle(QObject):
         raise NotImplementedError
 
     def shutdown(self) -> None:
-        """Stop and block until the run's thread or process has exited (the window is closing). A detached run
-        is not stopped: the window stops following it and it goes on."""
+        """Stop and block until the run's thread or process has exited; a detached run is only let go of."""
         raise NotImplementedError

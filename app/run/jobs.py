@@ -1,16 +1,9 @@
-"""One way to run a plain function on a QThread: training on a thread, the precision sweep, the dtype
-inspector, loading and exporting checkpoints.
+"""One way to run a plain function `fn(progress, control)` on a QThread (training on a thread, the lab tools, loading
+and exporting checkpoints); progress, result and error come back as queued signals on the GUI thread.
 
-The function is plain Python `fn(progress, control)`: it reports with `progress(obj)` and checks core's
-Qt-free `RunControl` (stop, pause), so it knows nothing of Qt and is tested without it (like the trainer).
-Its progress, result and error come back as queued signals on the GUI thread.
-
-Known traps handled here once: `done` quits the thread with a direct connection (so a GUI thread blocked in
-`wait()` cannot deadlock); the QThread is joined (`wait()`) before it is deleted, because `finished` fires
-before the OS thread has exited; the worker object is deleted on the GUI thread once its thread has been
-joined, never in its own thread as it exits (there its Python wrapper's clean-up waits for the GIL inside
-~QObject, which holds Qt's signal locks, while the GUI thread may hold the GIL and want one of those locks:
-a hang); and a finished job's signals are disconnected, so it can never reach the next job's listeners.
+Traps handled here once: `done` quits the thread with a direct connection (no deadlock with a GUI thread in
+`wait()`); the QThread is joined before it is deleted; the worker is deleted on the GUI thread after the join (never
+in its own exiting thread, which can hang on the GIL); a finished job's signals are disconnected.
 """
 
 from __future__ import annotations
@@ -60,10 +53,7 @@ class _Worker(QObject):
 
 class BackgroundJob(QObject):
     """Runs `fn(progress, control)` on a fresh QThread, one at a time; signals arrive on the GUI thread.
-
-    `runningChanged(False)` comes after the thread has been joined; `shutdown()` asks the function to stop
-    and blocks until it has returned: no QThread outlives its job.
-    """
+    `runningChanged(False)` comes after the join; `shutdown()` stops the function and blocks until it returned."""
 
     progress = Signal(object)
     succeeded = Signal(object)
@@ -138,8 +128,7 @@ class BackgroundJob(QObject):
 
 
 class JobRunner(QObject):
-    """Several short jobs at once (loading a checkpoint to resume, exporting one), each a BackgroundJob,
-    with callbacks that always run on the GUI thread."""
+    """Several short jobs at once (loading a checkpoint, exporting one), callbacks always on the GUI thread."""
 
     busyChanged = Signal(bool)
 
@@ -175,12 +164,9 @@ class JobRunner(QObject):
 
 
 class GuiThreadGarbageCollector(QObject):
-    """Python's cyclic garbage collector run on the GUI thread only, while a window is up (pyqtgraph's
-    GarbageCollector does the same). Automatic collection happens in whichever thread allocates; in a worker
-    (a run, a lab tool) it can finalize Qt objects caught in reference cycles, whose C++ destructors then wait
-    on the GUI thread while the collector holds the GIL the GUI thread waits for: a hang. So automatic
-    collection is off while any window holds one of these, and a timer collects the generations whose
-    thresholds are passed, on the GUI thread. The last one stopped turns automatic collection back on."""
+    """Python's cyclic garbage collector run on the GUI thread only while a window is up (as pyqtgraph's does): a
+    collection in a worker can finalize Qt objects whose destructors wait on the GUI thread, a hang. Automatic
+    collection is off while any of these is active; a timer collects on the GUI thread."""
 
     _active = 0
     _was_enabled = True
@@ -211,9 +197,8 @@ class GuiThreadGarbageCollector(QObject):
 
     @staticmethod
     def freeze_loaded() -> None:
-        """Move what exists now (the imported modules: torch's, the engine's, Qt's) out of the collector's reach
-        (gc.freeze, a few microseconds): a full collection on the GUI thread then walks only what was made
-        since, instead of torch's objects (over 100 ms a collection, a visible stall, with torch imported)."""
+        """gc.freeze what exists now (torch's, Qt's modules), so a full collection on the GUI thread walks only what was
+        made since."""
         import gc
 
         gc.freeze()

@@ -1,22 +1,10 @@
-"""A run in a child process, as a QProcess: `python -m core.cli train --events --control-stdin` with either
-`--config-stdin` (one process: the settings arrive as a JSON line, so the process can be started ahead of
-time and wait for them) or `--nproc N --config FILE` (torchrun).
+"""A run in a child process, as a QProcess: `python -m core.cli train --events --control-stdin` with `--config-stdin`
+(one process: settings arrive as a JSON line, so it can be started ahead of time) or `--nproc N --config FILE`
+(torchrun).
 
-One process (the default for runs started from the window): the trainer runs in its own interpreter, so
-its Python never waits for the GIL behind the window's painting (on ~1 ms steps that cost the in-process
-thread 10-15% of its speed), a crash or an out-of-memory kill ends the run and not the window, and the
-device memory goes back to the system when the run ends. Several processes: the launcher runs torchrun
-and rank 0 reports.
-
-The child prints every event as one JSON line on stdout, which is read here on the GUI thread (at most a
-few hundred short lines a second: no thread needed) and rebuilt with core.engine.events.event_from_dict, so the
-window's plots get the same event objects as from the in-process worker.
-
-Pause, resume and stop are lines written to the child's stdin (`--control-stdin`); under DDP rank 0 stops
-after its step, every rank follows and rank 0 writes the checkpoint. (A SIGINT to the launcher alone is not
-forwarded to torchrun when there is no terminal, so it would not stop anything.) The run lives in its own
-session, so if it does not end in time the whole process group is interrupted, then killed. Children run in
-the window's working directory, so relative output and data paths mean what they mean in a thread run.
+A separate process keeps the trainer's Python from waiting on the window's GIL, and a crash ends the run, not the
+window. The child prints each event as a JSON line (rebuilt with event_from_dict); pause, resume and stop are lines
+on its stdin. It runs in its own session, interrupted then killed if it does not stop in time.
 """
 
 from __future__ import annotations
@@ -41,9 +29,7 @@ STOP_GRACE_MS = 20_000  # after Stop: this long to finish the step and checkpoin
 
 
 def launcher_command(config_path: str, processes: int, resume_from: str | None = None) -> list[str]:
-    """The command line (program first) that trains `config_path` on `processes` local DDP processes (torchrun).
-
-    One-process runs use `spare_command()` and get their settings on stdin."""
+    """The command line that trains `config_path` on `processes` local DDP processes (torchrun)."""
     command = [
         sys.executable,
         "-m",
@@ -87,10 +73,7 @@ def describe_signal(number: int, processes: int = 1) -> str:
 
 
 class ProcessRun(RunHandle):
-    """One training (or launcher) process, a RunHandle: `event(obj)` per JSON event line;
-    `setupFailed(message, field, details)` when it exits non-zero before the run started without having
-    reported its own failure (`field`: the RunConfig field a setup error names, else ''); `finished()` once
-    it has exited. `processes` > 1: torchrun with that many local DDP processes."""
+    """One training (or launcher) process, a RunHandle. `processes` > 1: torchrun with that many DDP processes."""
 
     def __init__(self, parent: QObject | None = None, processes: int = 1):
         super().__init__(parent)
@@ -139,8 +122,7 @@ class ProcessRun(RunHandle):
         return self.processes == 1
 
     def prestart(self) -> None:
-        """Start a one-process run ahead of time: it imports torch and the engine (a few seconds) while the
-        user is still choosing settings, then waits; `start()` hands it the settings and it trains at once."""
+        """Start a one-process run ahead of time: it imports torch and the engine, then waits for `start()`."""
         self.spare = True
         self._launch(spare_command())
 
@@ -151,8 +133,7 @@ class ProcessRun(RunHandle):
             self.process.waitForFinished(timeout_ms)
 
     def start(self, config, resume_from: str | None = None) -> None:
-        """Train `config`. One process gets its settings on stdin, the same whether it was prestarted or is
-        started now (so both train exactly the window's settings); torchrun runs get a TOML file."""
+        """Train `config`: one process gets its settings on stdin (prestarted or not); torchrun runs get a TOML file."""
         processes = self.processes
         if processes == 1:
             if not self.spare:
@@ -192,8 +173,8 @@ class ProcessRun(RunHandle):
             self.process.write(b"resume\n")
 
     def stop(self) -> None:
-        """Ask the run (rank 0) to stop after its step (checkpoint written). If it has not ended after
-        STOP_GRACE_MS, interrupt the process group; after as long again, kill it (the last checkpoint stays)."""
+        """Ask the run to stop after its step (checkpoint written); past STOP_GRACE_MS interrupt the process group, past
+        twice that kill it."""
         if not self.running or self._stop_requested:
             return
         self._stop_requested = True

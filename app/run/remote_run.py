@@ -1,12 +1,7 @@
-"""A run that lives on its own, followed through its folder: one the window starts on a host over ssh
-(core.remote.start_remote_run: a detached `amp-console train` there), or any run attached by its folder here or
-HOST:PATH (File → Attach to run…), whoever started it.
-
-Its events come from core.remote's follower (metrics.jsonl by byte offset, reconnecting with no gap or repeat)
-iterated on a BackgroundJob's thread and decoded there with core.engine.events.event_or_none, so the plots get
-the same event objects as from a thread or process run. Pause, resume and stop are requests through the run
-folder's control channel (control_remote over ssh, send_control here), each on a short job: the GUI thread
-never calls ssh. The run is detached: shutdown() (the window closes) stops following and the run goes on.
+"""A run that lives on its own, followed through its folder: one started on a host over ssh, or any run attached by its
+folder here or HOST:PATH. Events come from core.remote's follower on a BackgroundJob thread; pause, resume and stop
+go through the folder's control channel on short jobs (the GUI thread never calls ssh). shutdown() only stops
+following.
 """
 
 from __future__ import annotations
@@ -47,8 +42,8 @@ class _Progress:
 
 
 class RemoteRun(RunHandle):
-    """A followed run (see the module doc). `host`: a core.remote Host, for a run started on it or attached
-    there (None: a folder on this machine). `attached(target)` once the run's HOST:FOLDER (or folder) is known."""
+    """A followed run. `host`: a core.remote Host (None: a folder on this machine). `attached(target)` once the run's
+    HOST:FOLDER (or folder) is known."""
 
     attached = Signal(str)
     detached = True
@@ -84,8 +79,7 @@ class RemoteRun(RunHandle):
 
     # ------------------------------------------------------------------ starting and attaching
     def start(self, config, resume_from: str | None = None) -> None:
-        """Start `config` on the host (its device is one of the host's; data and resume_from are paths there),
-        then follow it from its start."""
+        """Start `config` on the host (paths in it are the host's), then follow it from its start."""
         host, nproc = self.host, (self.processes if self.processes > 1 else None)
         self._starting = True
 
@@ -101,8 +95,8 @@ class RemoteRun(RunHandle):
         self._job.start(work)
 
     def attach(self, target: str) -> None:
-        """Follow the run named by `target` (a folder here, a run's name under the runs root, or HOST:PATH)
-        from the first line of its metrics.jsonl, then live."""
+        """Follow the run `target` names (a folder here, a run's name under the runs root, or HOST:PATH) from its
+        start."""
         host = self.host
 
         def work(progress, control):

@@ -1,9 +1,5 @@
-"""A run on a QThread of the window's process: core's Trainer driven through a BackgroundJob.
-
-Starts faster than a child process (torch is already imported) and trains on the window's device list,
-which is what tests inject. Each engine event becomes one queued `event` signal; pause, resume and stop go
-through core's Qt-free RunControl. The price: the trainer's Python shares the GIL with the window's
-painting, which is why runs use a separate process by default (see process_run.py).
+"""A run on a QThread of the window's process: core's Trainer driven through a BackgroundJob. Starts faster than a child
+process and trains on the window's device list (what tests inject), but shares the GIL with painting.
 """
 
 from __future__ import annotations
@@ -15,9 +11,7 @@ from PySide6.QtCore import QObject, Slot
 from app.run.handle import RunHandle
 from app.run.jobs import BackgroundJob
 
-# The UI thread needs the GIL for every Qt call while it paints; with the default 5 ms switch interval
-# each such call can wait 5 ms behind the training thread's Python. A short interval costs the trainer
-# nothing while the UI idles (it waits outside the GIL) and keeps the window responsive while it draws.
+# A short GIL switch interval keeps the window responsive while the training thread runs Python.
 UI_SWITCH_INTERVAL_S = 0.002
 
 
@@ -41,9 +35,7 @@ class ThreadRun(RunHandle):
 
             Trainer(config, sink=progress, control=control, resume_from=resume_from, devices=devices).run()
 
-        # torch's optimizers import torch._dynamo lazily on first use: do that first import here, on the GUI
-        # thread, rather than on the worker while the GUI thread runs Python (a fresh install once deadlocked
-        # there). Once imported it costs nothing.
+        # torch's optimizers import torch._dynamo lazily: import it here, on the GUI thread, not on the worker.
         import torch._dynamo  # noqa: F401
 
         self._switch_interval = sys.getswitchinterval()

@@ -73,10 +73,6 @@ def cmd_summary(args: argparse.Namespace) -> int:
     return 0 if result.measured_modes() else 1
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def print_summary(result, depth: int = 2) -> None:
     """The per-layer table, the per-mode totals side by side, then what the figures mean."""
     console = fmt.console()
