@@ -651,13 +651,13 @@ def interleaved(args, batch_size: int, log_interval: int, optimizer: str) -> dic
 
     def after_step(due) -> None:
         original(due)
-        if trainer.step % chunk:
+        if trainer.state.step % chunk:
             return
         now = time.perf_counter()
-        done = trainer.step // chunk - warm  # timed engine chunks finished
+        done = trainer.state.step // chunk - warm  # timed engine chunks finished
         if done > 0:
             engine_chunks.append(now - mark[0])
-        if done % 2 == 1 and trainer.step < trainer.total_steps:  # E [R R] E E [R R] E ...
+        if done % 2 == 1 and trainer.state.step < trainer.total_steps:  # E [R R] E E [R R] E ...
             for _ in range(2):
                 began = time.perf_counter()
                 reference.run(chunk)

@@ -229,19 +229,15 @@ def interleaved(args, repeat: int) -> dict:
                 reference_chunks.append((time.perf_counter() - began, positions))
         mark[0], mark[1] = time.perf_counter(), step
 
-    def choose_step_body() -> None:  # the engine's own step, with a turn between chunks
-        Trainer._choose_step_body(trainer)
-        body = trainer._step_body
+    body = trainer._optimizer_step  # the engine's own step, with a turn between chunks
 
-        def step_body(*a) -> None:
-            if calls[0] % chunk == 0:
-                turn()
-            calls[0] += 1
-            body(*a)
+    def step_body(*a) -> None:
+        if calls[0] % chunk == 0:
+            turn()
+        calls[0] += 1
+        body(*a)
 
-        trainer._step_body = step_body
-
-    trainer._choose_step_body = choose_step_body
+    trainer._optimizer_step = step_body
     try:
         ended = trainer.run()
         if ended.status != "completed":
@@ -269,9 +265,9 @@ def interleaved(args, repeat: int) -> dict:
         "high": rounds_ratio[-1 - tenth],
         "engine_ms_per_step": 1e3 * sum(s for s, _ in engine) / (pairs * chunk),
         "reference_ms_per_step": 1e3 * sum(s for s, _ in ref) / (pairs * chunk),
-        "engine_loss": trainer.last_loss,  # over its last log interval
+        "engine_loss": trainer.state.last_loss,  # over its last log interval
         "reference_loss": reference.losses[-1] if reference.losses else float("nan"),
-        "steps": trainer.step,
+        "steps": trainer.state.step,
         "reference_steps": reference.step,
     }
 

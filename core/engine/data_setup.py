@@ -27,6 +27,7 @@ def place_data(data, cfg, task: str, device: torch.device, dist, memory_free: in
             return DatasetSplit(split, cfg.batch_size, device, settings, f"task {task}'s {name} split")
         return place_split(split, device, keep_on_host=False)
 
+    batches: LoaderBatches | EpochBatches
     if is_dataset(data.train):
         batches = LoaderBatches(
             data.train,

@@ -78,12 +78,13 @@ class BestTracker:
 
     def update(self, value: float | None, step: int) -> Update:
         """Count one evaluation's value of the monitored metric at `step`."""
-        finite = value is not None and isinstance(value, (int, float)) and math.isfinite(value)
-        if self.divergence and self.diverged is None and (not finite or self.better(self.divergence, value)):
-            self.diverged = (float(value) if isinstance(value, (int, float)) else float("nan"), step)
-        improved = finite and (self.best is None or self.better(value, self.best, self.min_delta))
+        number = float(value) if isinstance(value, (int, float)) else math.nan
+        finite = math.isfinite(number)
+        if self.divergence and self.diverged is None and (not finite or self.better(self.divergence, number)):
+            self.diverged = (number, step)
+        improved = finite and (self.best is None or self.better(number, self.best, self.min_delta))
         if improved:
-            self.best, self.best_step, self.since_best = float(value), step, 0
+            self.best, self.best_step, self.since_best = number, step, 0
         else:
             self.since_best += 1
         if not finite or self.keep <= 0:
@@ -91,13 +92,13 @@ class BestTracker:
         rank = 0 if improved else None
         if rank is None:
             for place in range(1, self.keep):
-                if place >= len(self.ranked) or self.better(value, self.ranked[place]["value"]):
+                if place >= len(self.ranked) or self.better(number, self.ranked[place]["value"]):
                     rank = place
                     break
         if rank is None:
             return Update(improved)
         name = BEST_FILE if self.keep == 1 else f"best-step{step}.pt"
-        entry = {"value": float(value), "step": step, "file": name}
+        entry = {"value": number, "step": step, "file": name}
         kept = [e for e in self.ranked if e["step"] != step]  # the same step evaluated twice: the newer counts
         kept.insert(min(rank, len(kept)), entry)
         dropped = [e["file"] for e in kept[self.keep :] if e["file"] != name]

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO, TypeGuard
 
 from core.config import TENSORBOARD_MISSING
 from core.devices import memory_in_use
@@ -21,6 +22,9 @@ from core.engine.run_folder import describe_os_error
 from core.engine.run_record import RunRecord
 from core.engine.tensorboard_live import TENSORBOARD_FOLDER, LiveTensorBoard
 from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.engine.folder_control import FolderControl
 
 Sink = Callable[[Event], None]
 
@@ -44,11 +48,11 @@ class EventLog:
 
     Opened with the run's RunControl, it also watches the run folder's control channel for as long as it is
     open (core.engine.folder_control): that thread's acknowledgements are emitted here too, so `emit` takes a
-    lock (uncontended but for those: ~0.1 us, at log steps only)."""
+    lock (uncontended but for those, at log steps only)."""
 
     def __init__(self, is_main: bool):
         self.is_main = is_main
-        self._file = None
+        self._file: TextIO | None = None
         self.path: Path | None = None
         self.failure: str | None = None
         self.record: RunRecord | None = None  # run.json beside metrics.jsonl (core.engine.run_record)
@@ -58,7 +62,7 @@ class EventLog:
         self._flushed_at = float("-inf")  # when a StepMetrics line was last flushed (the first one goes at once)
         self._queued: list[StepMetrics] = []  # StepMetrics not yet written (see emit)
         self._lock = threading.Lock()  # the trainer's thread and the control channel's emit (see the class doc)
-        self.channel = None  # core.engine.folder_control.FolderControl while open with a control
+        self.channel: FolderControl | None = None  # while open with a control
 
     def open(self, path: Path, tensorboard: bool = False, control=None, sink: Sink | None = None) -> None:
         """Open metrics.jsonl (and run.json) at `path`; with `tensorboard`, event files beside it too. Without
@@ -73,10 +77,10 @@ class EventLog:
                 raise ConfigError("tensorboard", TENSORBOARD_MISSING) from None
         self.tensorboard = live
         self.path = Path(path)
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = file = open(path, "a", encoding="utf-8")
         if _ends_mid_line(self.path):  # an earlier run was killed mid-line: end that line so ours stay whole
-            self._file.write("\n")
-            self._file.flush()
+            file.write("\n")
+            file.flush()
         try:
             self.record = RunRecord(self.path.parent)
         except Exception as exc:  # run.json is a summary: the run goes on without it
@@ -137,7 +141,7 @@ class EventLog:
                 self._tensorboard_failed(exc)
 
     def _write(self, event: Event, flush: bool) -> None:
-        record = event_to_dict(event) if self._file is not None or self.tensorboard is not None else None
+        record = event_to_dict(event) if self._file is not None or self.tensorboard is not None else {}
         if self._file is not None:
             try:
                 self._file.write(_ENCODER.encode(record) + "\n")
@@ -163,7 +167,8 @@ class EventLog:
         cause = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
         self.tensorboard_failure = f"could not write TensorBoard files in {live.folder if live else '?'}: {cause}"
         with contextlib.suppress(Exception):
-            live.close()
+            if live is not None:
+                live.close()
         try:
             sys.stderr.write(f"amp-console: {self.tensorboard_failure}; the run goes on without them\n")
             sys.stderr.flush()
@@ -211,10 +216,9 @@ class EventLog:
 
     def _give_up(self) -> None:
         file, self._file = self._file, None
-        try:
-            file.close()
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            if file is not None:
+                file.close()
 
 
 def _ends_mid_line(path: Path) -> bool:
@@ -297,8 +301,7 @@ def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | Non
     of fewer than FEW_STEPS steps ends with its primary metric within 2 points (or 5%) of the task's baseline,
     else ''. The model has barely trained: a summary should say so, and what to change."""
     value, base = metrics.get(primary), baseline.get(primary)
-    numbers = [v for v in (value, base) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-    if steps >= FEW_STEPS or len(numbers) < 2:
+    if steps >= FEW_STEPS or not _finite(value) or not _finite(base):
         return ""
     if abs(value - base) > max(0.02, 0.05 * abs(base)):
         return ""
@@ -306,3 +309,7 @@ def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | Non
         f"val {primary} {value:.3f} is near its baseline {base:.3f} after only {steps:,} optimizer steps: the "
         f"model has barely trained; train longer (more epochs, max_steps or min_steps)"
     )
+
+
+def _finite(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

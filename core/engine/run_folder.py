@@ -91,9 +91,10 @@ class ClaimedFolder:
         self.release()
 
     def __del__(self) -> None:  # a Trainer set up but never cleaned up (tests) does not keep the lock
-        if getattr(self, "_fd", None) is not None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
             try:
-                os.close(self._fd)
+                os.close(fd)
             except OSError:
                 pass
             self._fd = None
@@ -232,7 +233,7 @@ def _make_folder(folder: Path) -> bool:
 
 def _remove_temp_files(folder: Path) -> list[str]:
     """Remove the orphaned temp files of atomic writes in `folder` (only ever called with its lock held)."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:

@@ -134,16 +134,16 @@ def _refresh(
             _remove(index)
     try:
         skip = None
-        if quick and db is not None:  # the indexed runs that cannot match: not looked at
+        if quick and keys is not None and db is not None:  # the indexed runs that cannot match: not looked at
             tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
             skip = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
         found, fresh, rows, gone = _scan(root, cached, skip=skip, split=parts == "split", listed=parts == "listed")
         if (rows or gone) and db is None and found and not _exists(index):
             db, writable = _open(index, create=True)
-        if (rows or gone) and writable:
+        if (rows or gone) and writable and db is not None:
             _save(db, rows, gone)
         runs, bulks, repaired = _select(db, root, found, fresh, cached, keys, parts)
-        if repaired and writable:
+        if repaired and writable and db is not None:
             _save(db, repaired, set())
         return _newest_first(runs, bulks)
     finally:
@@ -176,7 +176,7 @@ class _Scan:
         self.cached, self.split, self.listed = cached, split, listed
         self.racy = time.time_ns() - RACY_SECONDS * 1_000_000_000
         self.found: list[str] = []
-        self.fresh: dict[str, dict] = {}
+        self.fresh: dict[str, tuple[dict, str | None]] = {}  # key -> (the run as kept, its bulky parts)
         self.rows: list[tuple] = []
         self.seen: set[str] = set()
 
@@ -201,10 +201,10 @@ class _Scan:
         # which changes at every scan, never costs a write, nor an event to the window's watcher on the root)
         run = read_run(folder)
         if run is None:
-            nested = _subfolders(folder) if top else []
+            subfolders = _subfolders(folder) if top else []
             if trusted:
-                self.rows.append(_row(key, sig, None, nested))
-            return nested
+                self.rows.append(_row(key, sig, None, subfolders))
+            return subfolders
         if not top:
             run["name"] = key
         self.found.append(key)
@@ -227,7 +227,7 @@ def _signature(folder: str, racy_ns: int) -> tuple[str, bool, bool]:
     its trials): with one, an atomic write of it is seen by its own inode. Any error but a missing file makes
     the signature untrusted: the folder is read again next time."""
     prefix = folder + os.sep
-    parts = []
+    parts: list[str] = []
     trusted = True
     for name in SIGNED_FILES:
         if name == METRICS_FILE and parts[0] != "-":
@@ -358,7 +358,7 @@ def _parse_listed(texts: list) -> list:
     ]
 
 
-def _parse(stored: list[tuple[str, str | None]], full: bool) -> list:
+def _parse(stored: list[tuple[str | None, str | None]], full: bool) -> list:
     """The stored records (brief, bulk), parsed: all briefs as one JSON array and, when `full`, all bulks as
     another, merged (much faster than one loads per record); None for a record that does not parse."""
     briefs = _parse_all([brief for brief, _bulk in stored])
@@ -532,10 +532,10 @@ class _Cache:
             self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk
 
 
-def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str, str]]:
+def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str | None, str | None]]:
     """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
     whose name equals one."""
-    out = {}
+    out: dict[str, tuple[str | None, str | None]] = {}
     query = (
         "SELECT key, brief, bulk FROM runs LEFT JOIN bulks USING (key) WHERE nested IS NULL AND "
         "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)"

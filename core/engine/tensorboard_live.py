@@ -100,15 +100,15 @@ class LiveTensorBoard:
             # and host only, so a segment started within the same second would overwrite the last one's file
             start = int(record.get("start_step") or 0)
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._writer = self._writer_class(
+            self._writer = writer = self._writer_class(
                 logdir=str(self.folder),
                 filename_suffix=f".{uuid.uuid4().hex[:8]}{LIVE_SUFFIX}",
                 flush_secs=3600,
                 max_queue=1000,
                 purge_step=start + 1 if start else None,
             )  # a resumed run: hide what was logged after `start`
-            self._writer.add_text("run/summary", run_summary(record), global_step=start)
-            self._writer.flush()
+            writer.add_text("run/summary", run_summary(record), global_step=start)
+            writer.flush()
         elif self._writer is None:
             return
         elif kind in ("StepMetrics", "EvalMetrics"):

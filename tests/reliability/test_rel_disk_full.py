@@ -45,7 +45,7 @@ def disk_fills_at_step(monkeypatch, trainer: Trainer, step: int) -> None:
     real = os.fsync
 
     def fsync(fd):
-        if getattr(trainer, "step", 0) >= step:
+        if trainer.state.step >= step:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd)
 
