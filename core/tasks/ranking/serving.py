@@ -255,8 +255,6 @@ class RankingTaskServing(TaskServing):
         """Up to `limit` queries of the run's data with their candidates' raw features and true grades: its
         test split (the same queries as the run's), else its validation split."""
         from core.data.importers import contiguous_ids
-        from core.data.splits import read_splits
-        from core.tasks.ranking.task import RANKING_COLUMNS, query_parts
 
         seed, opts, path = int(predictor.config.get("seed", 0)), self.opts, predictor.config.get("data") or ""
         if not path:
@@ -268,10 +266,7 @@ class RankingTaskServing(TaskServing):
             doc = np.arange(len(query)) - np.searchsorted(query, query)  # position within its query
             whole = True
         else:
-            read = read_splits(self.task.data_source(path), RANKING_COLUMNS, prefix_columns="f")
-            given = [read.tables[n] for n in ("test", "val") if n in read.tables]
-            table = given[0] if given else read.tables["all" if "all" in read.tables else "train"]
-            whole = not given and "all" in read.tables
+            table, whole = self.task.example_table(path)
             names = [n for n in table.column_names if n not in ("query_id", "doc_id", "label")]
             features = np.stack([table.column(n).to_numpy().astype(np.float32) for n in names], axis=1)
             label = table.column("label").to_numpy().astype(np.int64)
@@ -279,7 +274,7 @@ class RankingTaskServing(TaskServing):
             raw_query = np.array(table.column("query_id").to_pylist(), dtype=object)
             doc = np.array(table.column("doc_id").to_pylist(), dtype=object)
         n = int(query.max()) + 1 if len(query) else 0
-        chosen = query_parts(n, seed)[2] if whole else np.unique(query)  # one data set: its test queries
+        chosen = self.task.test_queries(n, seed) if whole else np.unique(query)  # one data set: its test split
         out = []
         for code in chosen[:limit]:
             rows = np.flatnonzero(query == code)

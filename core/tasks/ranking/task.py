@@ -26,6 +26,8 @@ core.tasks.ranking.serving.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -75,6 +77,13 @@ class FeatureNormalizer(nn.Module):
     `quantiles` > 0 (normalize=quantile) y is quantile_gauss of x over the `knots` buffer (F, quantiles)
     instead of the centre, scale and curve."""
 
+    center: torch.Tensor  # the buffers below
+    scale: torch.Tensor
+    curve: torch.Tensor
+    mean: torch.Tensor
+    std: torch.Tensor
+    knots: torch.Tensor
+
     def __init__(self, features: int, quantiles: int = 0):
         super().__init__()
         for name, value in (("center", 0.0), ("scale", 1.0), ("curve", 0.0), ("mean", 0.0), ("std", 1.0)):
@@ -91,7 +100,7 @@ class FeatureNormalizer(nn.Module):
         return (y - self.mean) / self.std
 
 
-def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str, list[float]]:
+def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str, list]:
     """Statistics of FeatureNormalizer for `features` (N, F) of real training candidates, as plain lists
     (TaskData.info carries them to build_model). "asinh": centred on the median, scaled by the inter-quartile
     range (else the mean absolute deviation, else the std: sparse and binary columns), asinh, standardised;
@@ -102,7 +111,7 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
     if method not in NORMALIZE:
         raise ValueError(f"normalize: {method!r} is not one of {', '.join(NORMALIZE)}")
     n, width = features.shape
-    identity = {
+    identity: dict[str, list] = {
         "center": [0.0] * width,
         "scale": [1.0] * width,
         "curve": [0.0] * width,
@@ -259,7 +268,8 @@ def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed
         keep = np.flatnonzero(position[query] >= 0)
         if len(keep) == 0:
             empty = {k: torch.from_numpy(np.zeros((0, 1, *v.shape[1:]), dtype=v.dtype)) for k, v in arrays.items()}
-            splits.append(empty), longest.append(0)
+            splits.append(empty)
+            longest.append(0)
             continue
         codes = position[query[keep]]
         packed, qid = pack_queries(codes, {k: v[keep] for k, v in arrays.items()}, seed=seed + part)
@@ -267,7 +277,8 @@ def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed
         sizes = np.bincount(codes)
         if len(qid) > len(sizes):  # some query spans rows: evaluation groups them by qid
             split["qid"] = torch.from_numpy(qid)
-        splits.append(split), longest.append(int(sizes.max()))
+        splits.append(split)
+        longest.append(int(sizes.max()))
     return splits, longest
 
 
@@ -376,7 +387,7 @@ def ranking_arrays(table, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return query, features, label
 
 
-def given_query_splits(read: SplitTables, seed: int) -> tuple[list[dict], list[int]]:
+def given_query_splits(read: SplitTables, seed: int) -> tuple[list[Any], list[int]]:
     """Packed train / val / test splits (test None when not given) from given split tables, each split's
     queries its own (ids are per split: a query id in two splits is two queries); without a validation split,
     10% of the training queries (seeded)."""
@@ -469,6 +480,20 @@ class RankingTask(Task):
 
         return RankingTaskServing
 
+    def example_table(self, data_path: str):
+        """The table the preview's example queries come from: the given test (else validation) split, or the
+        one data set (True: its test queries are split off as load_data splits them), else the training data."""
+        read = read_splits(self.data_source(data_path), RANKING_COLUMNS, prefix_columns="f")
+        given = [read.tables[n] for n in ("test", "val") if n in read.tables]
+        if given:
+            return given[0], False
+        return read.tables["all" if "all" in read.tables else "train"], "all" in read.tables
+
+    @staticmethod
+    def test_queries(n: int, seed: int) -> np.ndarray:
+        """The query codes of the test split of `n` queries, as load_data splits one data set."""
+        return query_parts(n, seed)[2]
+
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts
         notes: list[str] = []
@@ -526,7 +551,8 @@ class RankingTask(Task):
     @staticmethod
     def _report(scores: torch.Tensor, split: dict[str, torch.Tensor]) -> dict[str, float]:
         if "qid" in split:
-            ndcg, rr, count = flat_ranking_metrics(*_flat(split, scores))
+            qid, flat_scores, label = _flat(split, scores)
+            ndcg, rr, count = flat_ranking_metrics(qid, flat_scores, label)
         else:
             ndcg, rr, count = ranking_metrics(scores, split["label"])
         n = max(int(count), 1)
@@ -563,8 +589,8 @@ class RankingTask(Task):
 
     def metrics(self, parts: EvalParts) -> dict[str, float]:
         if "qid" in parts.values:
-            ndcg, rr, count = flat_ranking_metrics(parts.values["qid"], parts.values["score"], parts.values["label"])
-            parts = EvalParts(sums={"ndcg": ndcg, "rr": rr, "count": count})
+            ndcg, rr, rows = flat_ranking_metrics(parts.values["qid"], parts.values["score"], parts.values["label"])
+            parts = EvalParts(sums={"ndcg": ndcg, "rr": rr, "count": rows})
         count = max(float(parts.sums["count"]), 1.0)
         return {f"ndcg@{TOP_K}": float(parts.sums["ndcg"]) / count, "mrr": float(parts.sums["rr"]) / count}
 

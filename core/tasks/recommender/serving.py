@@ -17,7 +17,6 @@ from torch import nn
 
 from core.errors import CheckpointError, ConfigError
 from core.tasks.recommender.files import RecommenderFileScorer
-from core.tasks.recommender.task import score_rows
 from core.tasks.serving import PreviewSpec, ServingShape, TaskServing
 
 RECOMMEND_ROWS = 256  # histories scored at a time (the transformer's activations grow with it); fewer for a
@@ -219,7 +218,7 @@ class RecommenderTaskServing(TaskServing):
         items = np.zeros((rows, k), dtype=np.int64)
         scores = np.full((rows, k), np.nan, dtype=np.float32)
         seen = np.zeros((rows, k), dtype=bool)
-        step, model, device = score_rows(n_items, RECOMMEND_ROWS), predictor.model, predictor.device
+        step, model, device = self.task.score_rows(n_items, RECOMMEND_ROWS), predictor.model, predictor.device
         with predictor.lock, torch.inference_mode():
             for start in range(0, rows, step):
                 end = min(rows, start + step)

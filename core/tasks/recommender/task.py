@@ -32,6 +32,8 @@ sqrt(p (1 - p) / U), so a well-trained model can land slightly above it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -336,6 +338,8 @@ class RecommenderTask(Task):
 
         return RecommenderTaskServing
 
+    score_rows = staticmethod(score_rows)  # for the serving part
+
     def synthetic_interactions(self, interactions: int, seed: int) -> tuple[TrackChain, dict]:
         """The planted lesson tracks and `interactions` of their interactions (user, item 0..n-1, time)."""
         o = self.opts
@@ -480,7 +484,7 @@ class RecommenderTask(Task):
         real = (target > 0).float()
         return (per_position * real).sum() / real.sum().clamp(min=1.0)
 
-    def evaluate_parts(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
+    def evaluate_parts(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
         def score(batch: dict[str, torch.Tensor]) -> torch.Tensor:
             hidden = model(batch["seq"])[:, -1]
             # Score in float32: bf16 ties across a large catalogue would blur the ranks.
@@ -501,7 +505,7 @@ class RecommenderTask(Task):
     def metrics(self, parts: EvalParts) -> dict[str, float]:
         return ranking_means(parts.sums, float(parts.sums["rows"]))
 
-    def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
+    def report(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> dict:
         """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS (the same ranks as the metrics: at k =
         10 they are evaluate's figures), and HR@10 / NDCG@10 by the length of the user's history before the
         held-out item (HISTORY_BUCKETS; empty buckets left out)."""
@@ -569,7 +573,7 @@ class RecommenderTask(Task):
         }
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
+def _unwrap(model: nn.Module) -> Any:
     """The SASRec inside a DDP / compile wrapper (the loss needs its item table)."""
     model = getattr(model, "module", model)
     return getattr(model, "_orig_mod", model)

@@ -19,6 +19,7 @@ too. See the benchmark's docstring for the table.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -79,6 +80,8 @@ class BagClassifier(nn.Module):
     padding weighs 0. The weighted sum of embeddings is divided by the pooling's norm: the weights' sum (mean),
     the square root of the token count (sqrt), 1 (sum) or the weights' L2 norm (l2, as a TF-IDF vector).
     While training, `token_dropout` drops whole tokens."""
+
+    bucket_weight: torch.Tensor  # a buffer
 
     def __init__(
         self,
@@ -208,7 +211,8 @@ def split_indices(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.
 def split_rows(arrays: dict[str, torch.Tensor], seed: int) -> tuple[dict, dict, dict]:
     """80 / 10 / 10 split of rows by a seeded permutation."""
     parts = split_indices(len(next(iter(arrays.values()))), seed)
-    return tuple({k: v[p] for k, v in arrays.items()} for p in parts)
+    train, val, test = ({k: v[p] for k, v in arrays.items()} for p in parts)
+    return train, val, test
 
 
 class SentimentTask(Task):
@@ -313,7 +317,7 @@ class SentimentTask(Task):
         o = self.opts
         return hashed_tokens(text, o["buckets"], o["max_tokens"], o["negation_scope"])
 
-    def _given_splits(self, tables: dict, seed: int) -> tuple[dict, dict, dict | None]:
+    def _given_splits(self, tables: dict, seed: int) -> tuple[dict, dict, Any]:
         """Each given split's rows as they are; without a validation split, 10% of the training rows
         (seeded), and without a test split none."""
         splits = {}
