@@ -1,14 +1,10 @@
 """A `train` process under torchrun (or SLURM) that may be a restart: what it does before the Trainer starts and
 after it ends. Torch is imported only where torchelastic's own error file is written.
 
-- Restarts resume by themselves: a worker torchrun restarted (TORCHELASTIC_RESTART_COUNT > 0, under our
-  launcher) or a requeued SLURM job (SLURM_RESTART_COUNT > 0, or a run folder named by the job id) resumes from
-  the run folder's checkpoint.pt when there is one, and rank 0 records the restart (count, step, reason) in
-  run.json's `restarts` and as a note with RunStarted in metrics.jsonl.
-- Every rank's stderr also goes to `<run>/ranks/rank-<R>.log` (through `tee`, which outlives a killed rank, so
-  its last words are kept), one header line per start.
-- A failed rank writes torchelastic's error file (TORCHELASTIC_ERROR_FILE, as @record does), so torchrun's root
-  cause is this run's message, not only an exit code.
+- A restarted worker (TORCHELASTIC_RESTART_COUNT > 0 under our launcher) or a requeued SLURM job resumes from
+  the run folder's checkpoint.pt, and rank 0 records the restart in run.json's `restarts` and a RunStarted note.
+- Every rank's stderr also goes to `<run>/ranks/rank-<R>.log` (through `tee`, which outlives a killed rank).
+- A failed rank writes torchelastic's error file (TORCHELASTIC_ERROR_FILE), so torchrun's root cause is our message.
 - A multi-node run's folder is claimed by global rank 0 once the nodes have met (see core.cli.torchrun).
 """
 

@@ -1,26 +1,12 @@
 """torch.compile and activation checkpointing for a run (RunConfig.compile, compile_mode, activation_checkpointing).
 
-Compile: the model (not the task's loss: on the tiny task compiling loss + model measured 47k samples/s
-against 72k for the model alone and 135k eager, and the recommender's loss is a hand-written chunked autograd
-function) is wrapped by `torch.compile(mode=...)` after `.to(device)` and before DDP. torch.compile is lazy: the
-graphs are captured and the kernels built at the first forward and backward. `prepare` runs that first pass
-itself, on the first training batch, before training's clock starts, so the compile time is reported on its own
-("compiled in 23.4 s") and the first window's samples/s is steady state. The warm-up leaves no trace: RNG
-states and buffers are restored and the gradients dropped, so a compiled run draws the same dropout masks as an
-eager one. A compiler that is missing or fails (no C++ compiler, an unsupported platform or Python) fails
-that warm-up: the run goes on eager, saying why in one line.
-
-No recompiles in steady state: training batches all have the same shape (EpochBatches drops the last short
-batch of an epoch), and evaluation runs the plain module eagerly (its last batch is short, and no_grad/eval
-mode would be graphs of their own), so the compiled graph sees one shape, one grad mode, one training flag.
-Checkpoints hold the plain module's state dict (checkpoints.unwrap_model), so compiled and eager runs resume
-each other's checkpoints.
-
-Activation checkpointing: the blocks a task names (see `checkpointable_blocks`) run through
-`torch.utils.checkpoint.checkpoint(use_reentrant=False)` while training with gradients: their activations are
-recomputed in the backward pass instead of kept (the same loss and gradients, RNG included, for less memory and
-about one more forward of compute). Their state-dict keys are unchanged (the block's forward is wrapped in
-place, not the module replaced).
+Compile wraps the model (not the task's loss) after `.to(device)` and before DDP; `prepare` runs its first
+forward and backward on the first training batch before training's clock starts, so the compile time is
+reported apart, and restores RNG and buffers after it. A compiler that fails makes the run go on eager, saying
+why. Training batches share one shape and evaluation runs the plain module, so steady state recompiles
+nothing; checkpoints hold the plain module's state dict. Activation checkpointing runs the blocks a task names
+(`checkpointable_blocks`) through `torch.utils.checkpoint` (use_reentrant=False), wrapped in place, so their
+state-dict keys are unchanged.
 """
 
 from __future__ import annotations

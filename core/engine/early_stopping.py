@@ -1,22 +1,11 @@
 """Best checkpoints and early stopping: which validation evaluations improved the monitored metric.
 
-The trainer hands every validation evaluation's value of the monitored metric to a `BestTracker`. A value
-improves when it beats the best one by more than `min_delta` (a NaN or inf value never does). The tracker
-ranks the `keep` best evaluations for the best checkpoints:
-
-- keep 1: `best.pt`, rewritten at every improvement;
-- keep k > 1: `best-step<N>.pt` for each of the k best evaluations (N: its step). A new file is written first
-  and the one that drops out of the k best is removed after it, so a crash in between leaves k + 1 files,
-  never fewer than k. The best of them is `ranked[0]` (also in each CheckpointSaved event and in run.json).
-  A value enters the ranking's first place only by improving on the best (min_delta); lower places take any
-  finite value better than their holder's.
-
-After `patience` evaluations in a row without an improvement the run ends early (`completed`). With a
-`divergence` threshold (0 = off; like Lightning's EarlyStopping(divergence_threshold)) it ends as soon as one
-evaluation is worse than the threshold (above it in min mode, below it in max mode) or not a finite number.
-Under DDP the trainer feeds every rank the value rank 0 saw (broadcast), so the ranks' trackers are the same and
-decide alike. The tracker's state goes into every checkpoint (`best_tracker`), so a resumed run goes on counting
-(a divergence is not kept: the run it stopped has ended).
+A `BestTracker` gets every validation value of the monitored metric; a value improves when it beats the best by
+more than `min_delta` (NaN/inf never do). It ranks the `keep` best: keep 1 is `best.pt`, keep k > 1 is
+`best-step<N>.pt` for each, the new file written before the dropped one is removed. `patience` evaluations
+without an improvement end the run early (`completed`); past the `divergence` threshold (or not finite) it ends
+at once. Under DDP every rank gets rank 0's value, so the trackers decide alike. The tracker's state is saved
+in every checkpoint (`best_tracker`) so a resumed run goes on counting.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The run folder's control channel: pause, resume and stop a run through files, from any process or machine
 that can write to its folder (the window's child process, `amp-console control`, a shell over ssh).
 
-A request is one small JSON file written atomically (core.files) into `<run>/control/`, named
-`<seq>-<verb>-<token>.json` (seq: one more than any request there; token: random, so two writers never clash).
-Rank 0 of the live run watches that folder from a daemon thread (FolderControl, POLL_SECONDS apart): the
-training loop itself never touches the file system for it; the thread calls the run's RunControl, which the
-loop reads with one attribute per step as it reads a stop from the window. Each request is acknowledged in the
-run's event stream (a ControlAcknowledged event in metrics.jsonl, before the RunPaused, RunResumed or RunEnded
-it leads to) and renamed `<name>.done`. Under DDP the stop reaches every rank through the ranks' stop agreement.
-
-Who may steer a run is who may write into its folder (its permissions). A control folder or request that is a
-link, or a request that is not a regular file, is refused (core.files.read_json_record). A request left over
-from an earlier run in the same folder (it names another live run: `holder`, the pid in the folder's lock file)
-is set aside as `<name>.stale`, never applied.
-
-`send_control` is the requesting side: it writes a request and waits for its acknowledgement and outcome.
+A request is one JSON file written atomically into `<run>/control/`, named `<seq>-<verb>-<token>.json`. Rank
+0's daemon thread (FolderControl) polls that folder and calls the run's RunControl, so the loop never touches the
+file system for it; each request is acknowledged in the event stream (ControlAcknowledged) and renamed
+`<name>.done`. Who may write into the folder may steer the run; links and non-regular files are refused, and a
+request naming another run's lock holder is set aside as `<name>.stale`. `send_control` is the requesting side.
 Torch-free.
 """
 

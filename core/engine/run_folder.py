@@ -1,18 +1,11 @@
 """Claiming a run folder: one run writes to a folder at a time, from before its first file to its end.
 
-A fresh run takes the folder it was given, or when that holds an earlier run (or a live run holds it) the first
-free `folder-2`, `folder-3`, ... beside it. The claim is atomic: a live run holds an exclusive lock
-(core.files.try_lock) on `.run.lock` inside its folder for as long as it runs, and only the process that gets
-that lock may use the folder, so two runs started at the same instant into the same `--out` end up in two folders. The operating
-system drops the lock when the process ends, however it ends (SIGKILL included), so a lock that can be taken
-means no run is writing there. A resume into its own folder continues there, unless a live run holds it.
-
-At claim time, temp files that atomic writes (core.files) of the run's own files left behind when a process
-was killed mid-write (`.checkpoint.pt.<random>.tmp`) are removed: no live run can own them, since we hold the
-lock. Any other temp file (another program's, or an export written into the folder) is left alone.
-
-The torchrun launcher claims the folder in its own process (it outlives the ranks) and tells rank 0 through
-HELD_ENV, so rank 0 writes there without claiming it again.
+A fresh run takes the folder it was given, or, when that holds an earlier or a live run, the first free
+`folder-2`, `folder-3`, ... beside it. The claim is an exclusive lock (core.files.try_lock) on `.run.lock` held
+for the run's life and dropped by the OS however the process ends, so two runs started at once into one
+`--out` get two folders. A resume continues in its own folder unless a live run holds it. At claim time the
+temp files the run's own atomic writes left behind are removed. The torchrun launcher claims the folder in its
+own process and tells rank 0 through HELD_ENV.
 """
 
 from __future__ import annotations

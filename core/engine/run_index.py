@@ -1,26 +1,12 @@
-"""The run history's index: `<runs root>/.history.sqlite`, a cache of what read_run returns for each run folder
-(stdlib sqlite3, torch-free). The run folders stay the truth; the index only saves reading them again.
-
-Each row is keyed by the folder's name under the root ("sweep/trial" for a run one level down) and a signature:
-the lstat (inode, size, mtime, mode) of the files read_run reads (SIGNED_FILES: run.json and note.txt, and
-metrics.jsonl when there is no run.json), and of the folder itself when it has no run.json (read_run then
-looks for checkpoint.pt; a sweep's folder lists its trials). An atomic write renames a new file in (a new
-inode), an append grows metrics.jsonl: a folder whose signature differs is read again, so a warm listing is
-one listdir, two stats per run and one query. A folder changed within RACY_SECONDS of the stat is read again
-at every listing and not written (a second change inside one timestamp tick, same size, would look unchanged;
-a live run's folder so never costs a write), nor is a record read_run calls unreadable (its cause may go
-without a stat changing).
-A "running" or "interrupted" run is checked against its lock each time it is listed (a run killed with SIGKILL
-changes no file). A record is stored as a brief part (BULKY parts None) and the bulky parts as JSON, so a list
-of runs parses only what it shows (indexed_runs(brief=True), indexed_records); and the LISTED fields again as a
-short array, which is all `runs list` parses (listed_runs).
-
-The index never breaks the history: a missing, corrupt, locked or unwritable index file means a listing
-without it (a locked or read-only one is read as it is on disk, its rows checked like any other), and a
-corrupt one is made anew when the root is writable; the file is made only in a root that holds a run, never
-through a link. Each call opens its own connection and writes what changed in one short transaction (a
-rollback journal: a read makes no file, so the window's watcher on the root sees no event), so two processes
-or threads may list at once. Rows written by another version of this code are dropped.
+"""The run history's index: `<runs root>/.history.sqlite`, a cache of what read_run returns per run folder
+(sqlite3, torch-free); the folders stay the truth. A row is keyed by the folder's name under the root and a
+signature (the lstat of the files read_run reads, SIGNED_FILES, and of the folder without a run.json): a folder
+whose signature differs is read again, so a warm listing is one listdir, two stats per run and one query. A
+folder changed within RACY_SECONDS, or whose record is unreadable, is read again every time and not written. A
+"running" run is checked against its lock each listing. Records are stored as a brief part, the bulky parts
+and the LISTED array, so a listing parses only what it shows. A missing, corrupt, locked or unwritable index
+means a listing without it (a corrupt one is made anew); each call writes what changed in one short
+transaction, so processes may list at once.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """`run.json`: a run folder's summary, kept up to date by rank 0 as the run goes (torch-free).
 
-RunRecord turns the run's events into one small JSON object, written atomically (core.files) at RunStarted, at
-each last-checkpoint save and at RunEnded; validation metrics and best checkpoints, which can come every few
-steps, are written at most every WRITE_SECONDS (the next event after that interval writes what is pending), so an
-atomic write with its fsyncs never becomes a per-epoch cost of a small model. It holds: id (stable across resumes
-into the same folder), task, status, device, precision, versions, times, steps, final loss and metrics, the best
-value of the task's primary metric, the checkpoints, the config. `read_run(folder)` reads it back for `amp-console
-runs`: a record that says "running" while no live run holds the folder (core.engine.run_folder.is_in_use) reads as
-"interrupted". An older folder with metrics.jsonl but no run.json is summarised from its first and last lines
-only.
-
-The user's free-text note on a run lives in its own file, `note.txt` (write_note / read_note), never in
-run.json: the running engine rewrites run.json, so a note saved during a run would be lost. read_run adds it as
-"note" ('' when there is none).
-
-A run folder is anyone's to edit, copy or craft: every file here is read as core.files' record readers read
-(a regular file, never a link, a FIFO or a device; bounded size and depth) and run.json's fields are checked
-for type (record_problem), so one bad folder reads as one "unreadable" run and every other run still lists.
-Deleting a run folder is core.engine.run_delete's.
+RunRecord folds the run's events into one small JSON object, written atomically at RunStarted, each last
+checkpoint and RunEnded, and evaluations and best checkpoints at most every WRITE_SECONDS. `read_run(folder)`
+reads it back for `amp-console runs` ("running" with no live holder reads as "interrupted"; a folder with only
+metrics.jsonl is summarised from its first and last lines) and adds the user's note, kept apart in `note.txt`
+(the engine rewrites run.json). Every file is read as core.files' record readers read (a regular file,
+bounded) and run.json's fields are checked for type, so one bad folder reads as one "unreadable" run.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Whether the validation split is large enough to choose the best checkpoint by, and the best and the last
 weights compared on the test split at the end of a run.
 
-The monitored metric is a mean over the validation split's units (rows, queries, users: what the task's
-`validation_unit` names), so its standard error is about sigma / sqrt(n) for a per-unit spread sigma. Choosing
-the best of many evaluations is only worth it when that error is below what the checkpoints of a late run
-differ by, a few points: with TARGET_SE = 0.5 / sqrt(200) ~ 0.035,
-
-- rows (accuracy, AUC): a 0/1 outcome per row has sigma <= 0.5 (the largest spread of a value in [0, 1]),
-  so 200 rows;
-- users (a recommender's HR@k / NDCG@k of one held-out item each): 0 or a value in [0.29, 1] per user, sigma
-  up to 0.5, so 200 users;
-- queries (NDCG@k of a graded list): sigma ~ 0.25 per query (MSLR-style data; 0.1 to 0.2 on the synthetic
-  ranking data), so 50 queries.
-
-Below that the "best" checkpoint is largely the luckiest evaluation: with 25 validation queries it was on
-average worse on test than the last weights. The run says so as it starts (a RunStarted note), and its summary
-gives the test metrics of both with the weights to use. The advice never follows the test figures: choosing by
-the test split would make its figure optimistic.
+The monitored metric is a mean over the split's units (rows, users, queries: the task's `validation_unit`), so
+its standard error is about sigma / sqrt(n). Choosing the best of many evaluations pays only when that is below
+what late checkpoints differ by: TARGET_SE = 0.5 / sqrt(200), so 200 rows or users (sigma <= 0.5 for a value in
+[0, 1]) and 50 queries (sigma ~ 0.25). Below that the "best" checkpoint is largely the luckiest evaluation: the
+run says so as it starts, and its summary gives both weights' test metrics and which to use (never chosen by
+the test figures, which would make them optimistic).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """TensorBoard event files written as a run goes (RunConfig.tensorboard), and the tag mapping they share with
 `runs tensorboard` (core.runs.tensorboard_export), so the live files and an export cannot drift apart.
 
-Rank 0's EventLog hands each event, as the dict metrics.jsonl holds, to a `LiveTensorBoard`, which writes into
-<run folder>/tensorboard with tensorboardX (the optional extra `amp-console[tensorboard]`):
-- RunStarted -> the text summary `run/summary` at its start step. A resumed run opens a new event file whose
-  first event purges (hides) what earlier files logged after the checkpoint's step, as the export drops it;
-- StepMetrics and EvalMetrics -> the scalars of `scalar_values` at their step.
-
-Events arrive at log intervals only (never per step) and tensorboardX writes them on its own thread: the loop
-pays no host sync and no file write for them. The file is flushed after each StepMetrics and EvalMetrics and
-closed with the run (RunEnded, or EventLog.close on any ending). Nothing here imports torch or tensorboardX at
-module level: tensorboardX is imported when a writer is made.
+Rank 0's EventLog hands each event's dict to a `LiveTensorBoard`, which writes `<run>/tensorboard` with
+tensorboardX (the optional extra): RunStarted as the text `run/summary` (a resumed run's new file purges what was
+logged after its step), StepMetrics and EvalMetrics as the scalars of `scalar_values`. Events come at log
+intervals only, flushed after each and closed with the run; tensorboardX is imported when a writer is made.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """How many CPU threads torch uses inside an op when a run leaves `threads` at 0 (auto).
 
-torch's own default is every core. For light steps (a small model on small batches) splitting an op across
-threads costs more than it gains (each op is microseconds; the threads wait for each other at every op), and on
-a machine busy with other work the waiting threads spin: a 2-core machine shared with other jobs was measured
-13-200x slower on all cores than on one. Heavier steps do gain from the cores (on 2 idle cores the recommender
-ran 1.4x and the sentiment model 1.7x faster on two threads than on one). So auto weighs the step's work,
-estimated as parameters x the values in one batch (samples x values per sample), not the parameter count
-alone: one thread below LIGHT_STEP_WORK or when the machine has no free core, else the free cores (this
-process's share of them under DDP). The choice and its reason are reported with RunStarted. A `threads` above 0
-is used as given.
+torch's default is every core. For light steps splitting an op across threads costs more than it gains, and on
+a busy machine the waiting threads spin; heavier steps do gain from the cores. So auto weighs the step's work,
+parameters x the values in one batch: one thread below LIGHT_STEP_WORK or when the machine has no free core,
+else the free cores (this process's share of them under DDP). The choice and its reason are reported with
+RunStarted; a `threads` above 0 is used as given.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
-"""LR range test ("LR finder"): train a fresh copy of the model while the learning rate grows exponentially,
-stop when the loss diverges, and suggest a learning rate from the curve.
+"""LR range test ("LR finder"): train a fresh copy of the model (the Trainer's own setup and optimizer step, in a
+temporary run folder; nothing persistent is touched) while the learning rate grows exponentially, stop when the
+loss diverges (NaN/inf, or the smoothed loss above `diverge_factor` x its best), and suggest a learning rate.
+The loss is read once per step; an fp16 step the GradScaler skipped goes to `skipped_lrs`, not the curve.
 
-What is trained: the model, data, optimizer, GradScaler and precision plan the engine builds for `config`
-(core.engine.trainer.Trainer.setup, the same building blocks the precision sweep uses), from the config's seed,
-in a temporary run folder that is removed afterwards. Nothing persistent is touched: no run's weights or
-optimizer, no files. Each step is the trainer's own optimizer step (autocast, GradScaler, grad_accum, clipping),
-with the learning rate of every parameter group set to this step's value of the exponential range.
-
-The loss is read once per step (one host sync: a range test needs every point). In fp16 a step the GradScaler
-skipped (gradient overflow) is recorded in `skipped_lrs`, not as a point of the curve; a NaN/inf loss ends the
-test as divergence, as does the smoothed loss rising above `diverge_factor` times its best value.
-
-The curve: `losses` are the raw per-step losses; `smoothed` is the bias-corrected exponential moving average
-(weight `smoothing` on the newest point; fastai's beta 0.98 is smoothing 0.02) of the raw losses after isolated
-spikes are replaced by the median of their neighbourhood (a Hampel filter), so one bad batch at the start
-does not bend the curve for the next dozens of steps. The suggestions are read from `smoothed`:
-
-- valley (default; fastai's default since 2.5): the middle, in log(lr), of the descending stretch of the smoothed
-  curve that ends at its minimum. fastai takes the longest decreasing subsequence of the curve as that stretch;
-  on a long noisy plateau that subsequence threads through the noise and starts decades too early (measured on
-  the tiny task with 60 steps: 2.8e-4 for a descent from 5e-3 to 0.26). Here the stretch starts where the
-  smoothed loss has fallen 5% of its total drop below its starting level (the median of the first 10% of the
-  despiked losses), so neither noise on the plateau nor an early spike's decay counts as a valley.
-- steepest: where the smoothed curve falls fastest against log(lr), skipping the first 10% of the points and
-  everything after the minimum (Lightning's rule, with the minimum as the end).
-
-The suggestion functions are plain Python (no torch), so a window can recompute them when the user switches
-method, and `find_lr` imports torch only when it runs.
+`smoothed`: a bias-corrected EMA (weight `smoothing` on the newest point) of the losses after isolated spikes
+are replaced by their neighbourhood's median. Suggestions: `valley` (default), the middle in log(lr) of the
+descent that ends at the minimum, starting where the loss has fallen 5% of its total drop (so plateau noise is
+no valley); `steepest`, the fastest fall against log(lr), skipping the first 10% and all after the minimum.
+The suggestion functions are plain Python: `find_lr` imports torch only when it runs.
 """
 
 from __future__ import annotations

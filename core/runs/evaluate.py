@@ -1,13 +1,8 @@
 """Evaluate any checkpoint: `evaluate_checkpoint(path, split="test")` rebuilds the run's task, data split and
-model from the checkpoint's own settings (the same seed, so the same split as the run), loads its weights and
-measures the split, with the precision the run trained in, on the device it names (or another). A stopped run
-has no test metrics; this gives them, and `--data` measures the model on another file.
-
-Nothing is written where the checkpoint lives: the run is rebuilt in a throwaway folder (the checkpoint's own
-folder may belong to a live run). The checkpoint is loaded with the engine's checks (weights_only, CRC,
-structure, finite values), like a resume. A user task's returns are checked first, as a run checks them before
-its first step (core.tasks.task_checks): a loss that is not a scalar, metrics that are not a dict of numbers,
-are one line naming the method.
+model from the checkpoint's own settings (the same seed, so the same split), loads its weights and measures the
+split in the precision the run trained in, on the device it names (or another); `--data` measures another
+file. The run is rebuilt in a throwaway folder (nothing is written where the checkpoint lives), the checkpoint
+loaded with the engine's checks, and a user task's returns checked first, as a run does.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """What a task's methods return, checked once before a run's first step, and the user's own frames of an exception.
 
-A task's code is the user's (a task file, core.tasks.user_tasks): a wrong return (a loss of shape (64, 1), a
-float, None; metrics that are not numbers; splits of unequal length; a model that is not a Module) would
-otherwise surface as an error deep in the engine, far from the line to fix. So the trainer checks:
-
-- `checked_data` / `checked_model`: what load_data and build_model return, for every task (free: no tensor is
-  computed);
-- `check_returns`: a user task's loss on one small real batch (the first rows of the training split, on the
-  run's device, under the run's autocast) and its metrics on a few validation rows, after setup and before
-  RunStarted, so nothing is added to the step. The forward leaves the model and the random state as they were.
-
-The same checks run before the other places that run a task's code on its data: `evaluate` (and the evaluation
-report), `export`, and the lab tools: a Trainer's setup() runs them, the others call `check_returns` (with
-`load_checked` / `build_checked` for the data and model they build themselves).
-
-Each problem is a TaskOutputError: one line naming the task, the method, what was expected and what came back.
-An exception raised inside the checked call is not judged here: the run's own first step (or evaluation)
-raises it again, and the run ends as failed with it (core.engine.diagnosis names the user's frame). An exception
-of the task's code while the run is set up (load_data, build_model) is a UserCodeError: one line with the
-exception and the user's file:line, and the traceback as `details`.
+A task's code is the user's: a wrong return (a loss of shape (64, 1), a float, None; metrics that are not
+numbers; splits of unequal length) would otherwise surface deep in the engine. `checked_data` /
+`checked_model` check what load_data and build_model return (free); `check_returns` runs a user task's loss
+on one small real batch and its metrics on a few validation rows, leaving the model and random state as they
+were. A Trainer's setup() runs them, as do evaluate, export and the lab tools. Each problem is a
+TaskOutputError naming the task, the method, what was expected and what came back; an exception of the task's
+code while a run is set up is a UserCodeError with the user's file:line (`user_code_errors`).
 """
 
 from __future__ import annotations

@@ -1,48 +1,13 @@
-"""Batch-size finder: the largest micro-batch that fits on the device, per precision mode, with the evaluation
-pass included and a safety margin below the device's limit.
+"""Batch-size finder: the largest micro-batch that fits on the device, per precision mode, evaluation included and
+a safety margin below the device's limit (docs/tuning.md). Each trial at batch B runs `steps` of the trainer's
+own optimizer steps and one evaluation pass in batches of B; it fits when its peak stays within (1 - margin) x
+the limit. The search doubles from `start`, then bisects to within `tolerance` (a start that does not fit is
+halved). Memory: the allocator's peak reserved bytes on CUDA/XPU (an OOM trial is caught and cleaned up), an
+estimate from the resident set's high-water mark on the CPU (a larger trial is predicted first and skipped when
+it would pass the budget), none on MPS; `FakeProbe` for tests. samples/s times the steps after the first.
 
-Why not just the first batch that trains: a batch found by training steps alone can fail later at evaluation
-or on a busier device (Lightning's scale_batch_size, Lightning-AI#8028). So every trial at batch B runs
-`steps` optimizer steps (the trainer's own step: autocast, GradScaler, clipping) AND one evaluation pass of the
-validation split in batches of B, and a batch "fits" only when the trial's peak stays within
-(1 - margin) x the device's limit (default margin 0.10: about 10% headroom).
-
-Search (`search_batch`, plain Python, no torch): start at `start` (the config's batch size), double while it
-fits, then bisect between the last fit and the first failure until they are within `tolerance` of the fit
-(5% by default) or 1 sample apart; capped at `max_batch` (default: the training rows, at most 65,536). A start
-that does not fit is halved until one does.
-
-Memory (one `MemoryProbe` per device kind, over core.devices.PeakMemory):
-- CUDA / XPU: the allocator's peak *reserved* bytes of the trial (reset before it; `max_memory_allocated` is
-  reported too) against the limit = free memory (mem_get_info) + what this process had reserved when the mode's
-  model and data were ready. An out-of-memory trial is caught, its gradients, optimizer state and GradScaler are
-  dropped, the cache emptied, and the search goes on with a smaller batch.
-- CPU: an ESTIMATE. The growth of the process's resident set during the trial (VmHWM, reset per trial through
-  /proc/self/clear_refs) above its size when the mode was ready, against MemAvailable (psutil) at that
-  moment. To stay safe a CPU trial larger than every trial so far is first predicted from the measured ones
-  (a line through the two largest; proportional with one) and not run when the prediction passes the budget.
-  The first trial (the start batch) is run unpredicted: start from a batch you could train with.
-- MPS: unsupported (torch has no peak-memory statistics for it); the finder says so.
-- `FakeProbe` for tests and demos: a limit in bytes and a cost per sample; it raises `FakeOutOfMemoryError`
-  when a trial would pass the limit.
-
-A task whose splits are torch Datasets is tried as it trains: each trial draws its steps' batches through a
-DataLoader of the batch tried (core.data.loaders.LoaderBatches, with the run's loader settings) and evaluates
-the validation split's first `eval_rows` rows as evaluation gets them (a DatasetSplit). A user task's loss and
-metrics returns are checked before each mode's first trial (core.tasks.task_checks), as a run checks them.
-
-samples/s: the trial's optimizer steps after the first (the first is warm-up: the optimizer allocates its
-state there) timed between two device syncs, one before and one at the end; with steps = 1 the one step.
-
-The GUI runs `find_batch_sizes(config, ..., progress=cb, control=RunControl())` on a BackgroundJob: `progress`
-gets a `BatchFinderProgress` before each mode ('setup'), after every trial ('trial', with the `Trial`) and after
-each mode ('done', with its `ModeResult`); `control.stop()` ends the search after the current trial (the modes
-not searched are 'stopped'); pause waits between trials. Bad settings raise ConfigError before anything is built.
-
-The package, in layers (an import-linter contract, no circle): results.py (the figures: trials, mode results,
-progress; no torch), probes.py (the memory probes), search.py (settings, doubling then bisection, one mode's
-search; no torch), finder.py (the real trials on the trainer, `find_batch_sizes`). Its public API is importable
-from `core.lab.batch_finder`; importing it does not import torch.
+Layers (an import-linter contract): results (no torch) < probes < search (no torch) < finder (the trials on a
+Trainer, `find_batch_sizes`). Importing the package does not import torch.
 """
 
 from core.lab.batch_finder.finder import TrainerWork, find_batch_sizes
