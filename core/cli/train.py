@@ -315,9 +315,8 @@ LINE_SECONDS = 0.1  # --events: step events go out at most this often, queued in
 
 class EventLines:
     """--events: every event as one JSON line on `stream`, for the program driving the run (the window's child
-    process). Step events are queued and written in one go at most every LINE_SECONDS: at a log interval of 1 a
-    line and a flush per step cost the step ~10% on a small model, and the window redraws its plots less often
-    than that. The first and the last step's events, and every other event (after the queue), go out at once."""
+    process). Step events are queued and written in one go at most every LINE_SECONDS (the window redraws its
+    plots less often than that); the first and the last step's events, and every other event, go out at once."""
 
     def __init__(self, stream):
         self.stream = stream

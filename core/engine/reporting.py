@@ -28,11 +28,8 @@ if TYPE_CHECKING:
 
 Sink = Callable[[Event], None]
 
-# metrics.jsonl is flushed at every event but StepMetrics, and StepMetrics at most this often: at a log interval
-# of 1 a flush per step was a write(2) per step, now at most 4 a second. Buffered step lines go out with the
-# first event that comes this long after the last flush (a kill -9 loses at most those; a line it tears is skipped
-# by core.files.read_jsonl); the first step line, checkpoints, evaluations, pauses and the end are flushed at once,
-# with every line before them.
+# metrics.jsonl is flushed at every event but StepMetrics, and StepMetrics at most this often (a kill -9 loses
+# at most those; a torn line is skipped by core.files.read_jsonl); every other event flushes the lines before it.
 FLUSH_SECONDS = 0.25
 MEMORY_SECONDS = 0.2  # StepMetrics.memory_bytes is read this often at most (TrainingClock.memory)
 

@@ -45,10 +45,10 @@ LISTED = (
     "end_time",
     "unreadable",
 )
-PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout (~5 ms), a window's thread waits
+PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout, a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
 _reader_version: str | None = None
-# compact, and no check for cycles (a record read from JSON has none): ~15% off building the index
+# compact, and no check for cycles (a record read from JSON has none)
 _ENCODE = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=False).encode
 
 

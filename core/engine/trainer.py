@@ -109,7 +109,6 @@ class Trainer:
             self.notes.append(os.environ[RUN_NOTE_ENV])  # e.g. the torchrun launcher chose another folder
         self.notes += notes
         self.folder: ClaimedFolder | None = None  # rank 0 claims the run folder in setup (see run_folder)
-        self._set_out_dir(Path(config.out_dir))
         self.events = EventLog(self.dist.is_main)
         self.state = TrainState()
         self.test_metrics: dict = {}
@@ -223,7 +222,6 @@ class Trainer:
         """Rank 0 claims the run folder before anything is written: the one given (none: a new one under the runs
         root), or a free sibling when it holds an earlier (or a live) run. Returns the config with its folder."""
         self.cfg = resolve_out_dir(self.cfg, precision=self.plan.mode)
-        self._set_out_dir(Path(self.cfg.out_dir))
         held = os.environ.get(HELD_ENV)
         launcher_holds = self.dist.enabled and held and os.path.abspath(held) == os.path.abspath(self.cfg.out_dir)
         if not self.dist.is_main or self.folder is not None or launcher_holds:
@@ -232,12 +230,12 @@ class Trainer:
         if self.folder.note:
             self.notes.append(self.folder.note)
             self.cfg = self.cfg.replace(out_dir=str(self.folder.path))
-        self._set_out_dir(self.folder.path)
         return self.cfg
 
-    def _set_out_dir(self, folder: Path) -> None:
-        self.out_dir = folder
-        self.checkpoint_path = folder / ckpt.CHECKPOINT_FILE
+    @property
+    def out_dir(self) -> Path:
+        """The run folder: RunConfig.out_dir, once setup has named (and rank 0 claimed) it."""
+        return Path(self.cfg.out_dir)
 
     def _train_and_finish(self) -> RunEnded:
         self.clock = TrainingClock()
@@ -292,8 +290,7 @@ class Trainer:
     def train(self) -> tuple[str, str]:
         """Optimizer steps until total_steps or a stop request. Returns (status, message).
 
-        Between two steps of a small model there are a few hundred microseconds, so the bookkeeping around the
-        step is kept to a few comparisons: in one process the stop/pause request and the two wall clocks (the
+        The bookkeeping around a small model's step is kept to a few comparisons: in one process the stop/pause request and the two wall clocks (the
         timed checkpoint, the time limit: `core.engine.due.Deadlines`) are one attribute read and one clock read,
         the full checks running only when either says so; and the next step that logs, evaluates, checkpoints or
         ends an epoch is known in advance with what it does (`core.engine.due.next_due`), so the other steps skip
@@ -349,9 +346,8 @@ class Trainer:
 
     def _norm_wanted(self, last: bool) -> bool:
         """Whether the logged step about to run measures its gradient norm without clipping or fp16 (which
-        compute it on every step anyway): at most every NORM_SECONDS, and on the last step. At a log interval of
-        1 a small model's steps take a few hundred microseconds and the norm's ops a tenth of that; a plot
-        gains nothing from more than ten a second. A logged step without a measured norm reports none."""
+        compute it on every step anyway): at most every NORM_SECONDS, and on the last step; a plot gains nothing
+        from more. A logged step without a measured norm reports none."""
         now = monotonic()
         if last or now - self._norm_at >= NORM_SECONDS:
             self._norm_at = now
@@ -525,7 +521,7 @@ class Trainer:
     def _write_checkpoint(self, rng: list[dict], path: Path | None = None, kind: str = "last", **best) -> str:
         """Rank 0 writes checkpoint.pt (or a best checkpoint); an OS error ends the run with one line (the
         previous file is kept: the write is atomic)."""
-        path = path or self.checkpoint_path
+        path = path or self.out_dir / ckpt.CHECKPOINT_FILE
         try:
             if self.events.removed() or not os.path.isdir(self.out_dir):
                 raise RunFailed(
