@@ -4,11 +4,13 @@ checkpoints every running trial and `--resume` (on other devices) continues them
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from core.engine.run_record import load_record
 from core.errors import ConfigError
 from core.lab.sweep import TrialEvent, TrialStarted, create_sweep, grid_axis, load_sweep, plan_trials, run_sweep
 from core.lab.sweep.parallel import _Child, _outcome, child_env, device_slots, parse_devices
+from core.process import StopEscalation
 
 pytestmark = pytest.mark.slow
 
@@ -287,7 +290,8 @@ def test_thread_sharing_for_n_trials(monkeypatch):
 
 def test_how_a_trial_process_ended_becomes_its_status():
     def child(**kw):
-        c = _Child(0, "cuda:0", {"index": 1})
+        pipes = types.SimpleNamespace(stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO())
+        c = _Child(0, "cuda:0", {"index": 1}, proc=pipes)
         for k, v in kw.items():
             setattr(c, k, v)
         return c
@@ -305,7 +309,7 @@ def test_how_a_trial_process_ended_becomes_its_status():
     assert _outcome(child(ended=oom), 1, 60) == ("failed", "CUDA out of memory on cuda:0")
     status, message = _outcome(child(started=True), -signal.SIGKILL, 60)
     assert status == "failed" and "SIGKILL" in message and "out of memory" in message
-    assert _outcome(child(stop_sent_at=1.0), -signal.SIGKILL, 60)[0] == "stopped"
+    assert _outcome(child(stopping=StopEscalation(0, 60)), -signal.SIGKILL, 60)[0] == "stopped"
     crash = child()
     crash.stderr_tail.extend(["Traceback (most recent call last):", "RuntimeError: boom"])
     assert _outcome(crash, 1, 60) == ("failed", "RuntimeError: boom")

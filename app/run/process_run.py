@@ -21,11 +21,11 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer
 
 from app.run.handle import RunHandle
 from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics, event_from_dict
+from core.process import STOP_GRACE_SECONDS, StopEscalation
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_LINES = 40
 POSIX = os.name == "posix" and hasattr(QProcess, "UnixProcessParameters")  # process groups and signals
-STOP_GRACE_MS = 20_000  # after Stop: this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
 
 
 def launcher_command(config_path: str, processes: int, resume_from: str | None = None) -> list[str]:
@@ -102,7 +102,7 @@ class ProcessRun(RunHandle):
         self._folder: tempfile.TemporaryDirectory | None = None  # the torchrun config file's
         self._escalate = QTimer(self, singleShot=True)
         self._escalate.timeout.connect(self._escalate_stop)
-        self._interrupted = False
+        self._stopping: StopEscalation | None = None
 
     @property
     def running(self) -> bool:
@@ -173,64 +173,35 @@ class ProcessRun(RunHandle):
             self.process.write(b"resume\n")
 
     def stop(self) -> None:
-        """Ask the run to stop after its step (checkpoint written); past STOP_GRACE_MS interrupt the process group, past
-        twice that kill it."""
+        """Ask the run to stop after its step (checkpoint written); past the grace the process group is
+        interrupted, then killed (core.process.StopEscalation)."""
         if not self.running or self._stop_requested:
             return
         self._stop_requested = True
         self._paused = False  # a paused run wakes up to stop
         self.process.write(b"stop\n")
-        self._escalate.start(STOP_GRACE_MS)
+        self._stopping = StopEscalation(self.process.processId(), STOP_GRACE_SECONDS)
+        self._escalate.start(int(self._stopping.due_in() * 1000))
 
-    def shutdown(self, timeout_ms: int = 30_000) -> None:
-        """Stop and block until the launcher has exited (the window is closing)."""
+    def shutdown(self) -> None:
+        """Stop and block until the launcher has exited (the window is closing), escalating as stop() does."""
         if self.running:
             self.stop()
-            if not self.process.waitForFinished(timeout_ms):
-                self._interrupt_group()
-                if not self.process.waitForFinished(10_000):
-                    self._kill_group()
+            stopping = self._stopping
+            while stopping is not None and not self.process.waitForFinished(int(stopping.due_in() * 1000) + 100):
+                stopping.poll()
+                if stopping.killed:
                     self.process.waitForFinished(5000)
+                    break
         self._read_stdout()
         if not self._done:
             self._on_finished(self.process.exitCode(), self.process.exitStatus())
 
     def _escalate_stop(self) -> None:
-        if not self.running:
-            return
-        if not self._interrupted:
-            self._interrupted = True
-            self._interrupt_group()
-            self._escalate.start(self._escalate.interval())
-        else:
-            self._kill_group()
-
-    def _interrupt_group(self) -> None:
-        if POSIX:
-            self._signal_group(signal.SIGINT)  # every rank and torchrun: ranks stop gracefully on SIGINT
-        else:
-            self.process.terminate()  # no process groups or SIGINT to send: ask the child to end
-
-    def _kill_group(self) -> None:
-        if POSIX:
-            self._signal_group(signal.SIGKILL)
-            return
-        import psutil  # no process groups: end torchrun's ranks one by one, then the child
-
-        try:
-            for child in psutil.Process(self.process.processId()).children(recursive=True):
-                child.kill()
-        except psutil.Error:
-            pass
-        self.process.kill()
-
-    def _signal_group(self, sig: int) -> None:
-        pid = self.process.processId()
-        if pid > 0:
-            try:
-                os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.running and self._stopping is not None:
+            self._stopping.poll()
+            if not self._stopping.killed:
+                self._escalate.start(int(self._stopping.due_in() * 1000))
 
     def _read_stdout(self) -> None:
         self._stdout_buffer += bytes(self.process.readAllStandardOutput())
@@ -309,9 +280,9 @@ class ProcessRun(RunHandle):
         # Exit 129/130/143 (128 + SIGHUP/SIGINT/SIGTERM) is a run stopped by a signal, with its checkpoint.
         if self.ended_status is None and (crashed or exit_code not in (0, 129, 130, 143)):
             field = ""
-            if crashed and self._interrupted:
+            if crashed and self._stopping is not None and self._stopping.interrupted:
                 message = (
-                    f"the run did not stop within {self._escalate.interval() / 1000:g} s of Stop and was "
+                    f"the run did not stop within {self._stopping.grace:g} s of Stop and was "
                     f"ended ({signal_name(exit_code)}). The last checkpoint on disk is kept."
                 )
             elif crashed:

@@ -60,7 +60,7 @@ def test_a_run_that_hangs_after_stop_is_ended_and_the_app_recovers(qtbot, window
     """A child stuck in a device op (here: frozen with SIGSTOP) is interrupted, then killed, after the grace."""
     import app.run.process_run
 
-    monkeypatch.setattr(app.run.process_run, "STOP_GRACE_MS", 300)
+    monkeypatch.setattr(app.run.process_run, "STOP_GRACE_SECONDS", 0.3)
     quick_run(window, tmp_path / "run", max_steps=1_000_000, samples=8192, separate_process=True)
     click(qtbot, window, "startButton")
     qtbot.waitUntil(lambda: loss_points(window) >= 1, timeout=PROCESS_WAIT_MS)

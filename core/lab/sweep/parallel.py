@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
+from core.process import STOP_GRACE_SECONDS, StopEscalation, signal_group
 from core.text import first_line
 
 if TYPE_CHECKING:
     from core.engine.events import RunEnded
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding core/
-STOP_GRACE_SECONDS = 60.0  # after "stop": this long to finish the step and checkpoint, then SIGINT; again, SIGKILL
 STDERR_LINES = 40
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 _DISTRIBUTED_ENV = (
@@ -137,9 +137,7 @@ class _Child:
     ended: RunEnded | None = None
     started: bool = False
     setup_error: str | None = None
-    stop_sent_at: float | None = None
-    interrupted: bool = False
-    killed: bool = False
+    stopping: StopEscalation | None = None
     stderr_reader: threading.Thread | None = None
 
     def __post_init__(self) -> None:
@@ -153,23 +151,14 @@ class _Child:
         except (OSError, ValueError):  # it has exited (or is exiting): nothing to tell it
             pass
 
-    def stop(self) -> None:
-        if self.stop_sent_at is None:
-            self.stop_sent_at = time.monotonic()
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        if self.stopping is None:
+            self.stopping = StopEscalation(self.proc.pid, grace)
             self.send("stop")
 
-    def signal_group(self, sig: int) -> None:
-        if self.proc.poll() is not None:
-            return
-        try:
-            if os.name == "posix":
-                os.killpg(self.proc.pid, sig)
-            elif sig == getattr(signal, "SIGKILL", None):
-                self.proc.kill()
-            else:
-                self.proc.terminate()
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            signal_group(self.proc.pid, getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 def _read_stdout(child: _Child, inbox: queue.Queue) -> None:
@@ -269,7 +258,7 @@ def run_parallel(
         running[slot] = child
         child.send(json.dumps({"config": config.to_dict(), "resume": str(resume_from) if resume_from else None}))
         if control.stop_requested:
-            child.stop()
+            child.stop(grace)
 
     def top_up_spares() -> None:
         training = sum(1 for child in running.values() if child.started)
@@ -288,22 +277,15 @@ def run_parallel(
         end_trial(folder, data, child.trial, total, emit, status, message)
 
     def escalate() -> None:
-        now = time.monotonic()
         for child in running.values():
-            if child.stop_sent_at is None:
-                continue
-            if not child.interrupted and now - child.stop_sent_at > grace:
-                child.interrupted = True
-                child.signal_group(signal.SIGINT)
-            elif not child.killed and now - child.stop_sent_at > 2 * grace:
-                child.killed = True
-                child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
+            if child.stopping is not None and child.proc.poll() is None:
+                child.stopping.poll()
 
     try:
         while True:
             if control.stop_requested:
                 for child in running.values():
-                    child.stop()
+                    child.stop(grace)
                 while spares:  # a spare holds no run and no files: ending it loses nothing
                     _discard(spares.popleft())
             else:
@@ -345,7 +327,7 @@ def run_parallel(
             emit(TrialEvent(child.trial["index"], child.trial["name"], event))
     finally:
         for child in running.values():  # an error here (or in a progress callback): no child trains on
-            child.stop()
+            child.stop(grace)
         while spares:
             _discard(spares.popleft())
         deadline = time.monotonic() + grace
@@ -353,14 +335,14 @@ def run_parallel(
             try:
                 child.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
+                child.kill()
                 child.proc.wait()
             _close(child.stdin)
 
 
 def _discard(child: _Child) -> None:
     """End a spare that was given no trial (it holds no run and no files)."""
-    child.signal_group(getattr(signal, "SIGKILL", signal.SIGTERM))
+    child.kill()
     _close(child.stdin)
     try:
         child.proc.wait(10)
@@ -378,7 +360,7 @@ def _outcome(child: _Child, code: int, grace: float) -> tuple[str, str]:
         return "failed", first_line(child.setup_error)
     if code < 0:  # a signal ended it before it could report
         name = _signal_text(-code)
-        if child.stop_sent_at is not None:
+        if child.stopping is not None:
             return "stopped", (
                 f"the trial did not stop within {grace:g} s of the stop and was ended ({name}); "
                 "its last checkpoint is kept"
