@@ -117,6 +117,7 @@ def tee_stderr() -> None:
             os.close(fd)
             return
         _tee = subprocess.Popen([tee, "-a", str(path)], stdin=subprocess.PIPE, stdout=2, stderr=subprocess.DEVNULL)
+        assert _tee.stdin is not None  # stdin=PIPE
         os.dup2(_tee.stdin.fileno(), 2)
     except OSError as exc:
         sys.stderr.write(f"amp-console: rank {rank}: no log in {path}: {exc.strerror or exc}\n")

@@ -22,6 +22,8 @@ from core.files import check_regular_file, check_utf8_path, check_writable_folde
 from core.text import elapsed
 
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
+    from rich.progress import Progress, TaskID
+
     from core.engine.control import RunControl
 
 _TYPES = {
@@ -231,7 +233,7 @@ def _load_user_task(user: dict) -> None:
     from core.tasks import add_task, load_config_task, task_source
     from core.tasks.user_tasks import is_reference
 
-    if is_reference(user.get("task")):
+    if is_reference(user.get("task") or ""):
         user["task"] = add_task(user["task"]).name
         user["task_file"] = task_source(user["task"])
     elif user.get("task_file") and "task" not in user:
@@ -350,13 +352,13 @@ class ProgressReporter:
         self.live = sys.stderr.isatty() if live is None else live
         self.every = every
         self.stream = stream  # None: sys.stderr at the time of writing
-        self.progress = None
-        self.task_id = None
+        self.progress: Progress | None = None  # rich's live bar, made at RunStarted
+        self.task_id: TaskID | None = None
         self.metrics: dict = {}
         self.total = self.start_step = 0
         self.paused_seconds = 0.0
         self._last_line: float | None = None
-        self._last_step = None
+        self._last_step: StepMetrics | None = None
 
     def __call__(self, event: Event) -> None:
         if not self.enabled:
@@ -395,6 +397,8 @@ class ProgressReporter:
     _drawn_at = float("-inf")  # when the live bar was last updated
 
     def _draw(self, event) -> None:
+        if self.progress is None or self.task_id is None:
+            return
         self.progress.update(
             self.task_id, completed=event.step, info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s"
         )
@@ -426,7 +430,7 @@ class ProgressReporter:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.progress = Progress(
+        self.progress = progress = Progress(
             TextColumn(f"{event.task} {event.precision}"),
             BarColumn(),
             MofNCompleteColumn(),
@@ -435,8 +439,8 @@ class ProgressReporter:
             console=Console(stderr=True),
             transient=False,
         )
-        self.task_id = self.progress.add_task("train", total=event.total_steps, completed=event.start_step, info="")
-        self.progress.start()
+        self.task_id = progress.add_task("train", total=event.total_steps, completed=event.start_step, info="")
+        progress.start()
 
 
 def summary_json(ended: RunEnded, started: RunStarted | None) -> dict:

@@ -338,6 +338,7 @@ def find_lr(
         trainer = Trainer(cfg, control=control, devices=devices)
         try:
             trainer.setup()  # a user task's loss and metrics returns checked, as a run does
+            info, plan = trainer.device_info, trainer.plan
             setup_seconds = time.perf_counter() - began
             with matmul_precision(trainer.plan):
                 curve = _run_range(
@@ -351,10 +352,10 @@ def find_lr(
                 )
         finally:
             trainer.cleanup()
-            info, plan = getattr(trainer, "device_info", None), getattr(trainer, "plan", None)
+            built = getattr(trainer, "device_info", None)  # None when setup failed before choosing the device
             del trainer
-            if info is not None:
-                _release_device_memory(info)
+            if built is not None:
+                _release_device_memory(built)
     lrs, losses, skipped_lrs, stopped, steps_run = curve
     smoothed = smooth_losses(losses, smoothing)
     picks = suggestions(lrs, losses, smoothed)
@@ -420,7 +421,9 @@ def _run_range(
     per_epoch = trainer.steps_per_epoch
     grace = max(3, int(len(schedule) * SKIP_FRACTION))  # the ratio test waits for a few points
     skip_limit = max(5, grace)  # this many skipped steps in a row after the curve started: the gradients overflow
-    lrs, losses, skipped_lrs = [], [], []
+    lrs: list[float] = []
+    losses: list[float] = []
+    skipped_lrs: list[float] = []
     average = best = None
     beta, in_a_row, stopped, order, epoch, steps_run = 1.0 - smoothing, 0, "", None, 0, 0
     for step, lr in enumerate(schedule):

@@ -13,9 +13,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.config import RunConfig
 from core.errors import ConfigError
+
+if TYPE_CHECKING:  # torch: imported when a checkpoint is evaluated
+    from core.engine.trainer import Trainer
 
 
 @dataclass
@@ -75,7 +79,7 @@ class RebuiltRun:
     """A checkpoint's run rebuilt by `rebuilt_run`: its set-up Trainer (task, model with the checkpoint's
     weights, device, precision plan) and the rows of the split to measure."""
 
-    trainer: object  # core.engine.trainer.Trainer (imported lazily: torch)
+    trainer: Trainer
     path: Path
     split: str
     rows: dict
