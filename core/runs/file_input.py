@@ -3,11 +3,8 @@ blocks of BLOCK_BYTES ahead), or a Parquet file's row batches, a row group at a 
 bytes and made text per batch, so a value that is not UTF-8 costs its row, not its block; so does a wrong
 number of values. Each batch comes with its rows' line numbers, the file's lines (the header is line
 1; a quoted value spanning lines is counted in full, in any column; blank lines are counted, and skipped
-without a report); a Parquet file's are its 1-based rows.
-
-Nothing of the file is shown in a message unless line 1 reads as a header of the columns some task's file
-scorer reads (_plausible_header: the columns the tasks declare, core.tasks.serving.FileScorer), and what is
-shown has its control characters escaped (core.text.printable).
+without a report); a Parquet file's are its 1-based rows. The user's own file: messages name its columns, their control
+characters escaped (core.text.printable).
 """
 
 from __future__ import annotations
@@ -42,7 +39,7 @@ class InputReader:
         self._open().close()  # the first open: a FIFO or a device put in the file's place is refused, not read
         if not self.parquet:
             formats.refuse_binary(path)
-            self.delimiter = formats.sniff_delimiter(path, _declared()[0])  # as training's importer sniffs it
+            self.delimiter = formats.sniff_delimiter(path, _declared())  # as training's importer sniffs it
         try:
             if self.parquet:
                 self._file = pq.ParquetFile(path)
@@ -78,7 +75,6 @@ class InputReader:
         if not self.parquet and all(formats.is_number(name) for name in self.columns):
             # a file without a header: its first row would be read as the column names and silently lost
             raise DataError(f"{path}: line 1 holds numbers, not column names: add a header line naming the columns")
-        self.header_shown = _plausible_header(self.columns)  # else nothing of line 1 is ever printed
 
     def _open(self):
         """The file, opened only if it is a regular file once open (core.files.open_regular)."""
@@ -98,21 +94,7 @@ class InputReader:
         return delimited_source(self.path, self.delimiter)
 
     def columns_note(self) -> str:
-        """The file's columns for a message, or why they are not shown (line 1 reads as no header)."""
-        if self.header_shown:
-            return f"the file's columns: {shown_names(self.columns)}"
-        return (
-            f"{'its columns name' if self.parquet else 'line 1 names'} none of the columns predict reads, so "
-            f"they are not shown"
-        )
-
-    def shown(self, column: str) -> str:
-        """How messages name one of the file's columns: its name when line 1 is a header, else its position."""
-        from core.data.formats import normalise_name
-
-        if self.header_shown or _is_known(normalise_name(column)):
-            return printable(column)
-        return f"column {self.columns.index(column) + 1}"
+        return f"the file's columns: {shown_names(self.columns)}"
 
     def find(self, name: str, aliases: tuple = ()) -> str | None:
         """The file's column for `name`: the same name (case, '_', '-' and spaces aside), else one alias."""
@@ -144,7 +126,7 @@ class InputReader:
         if pa.types.is_binary(t) or pa.types.is_large_binary(t):
             return pa.large_string() if pa.types.is_large_binary(t) else pa.string()
         if pa.types.is_nested(t) or pa.types.is_null(t):
-            raise DataError(f"{self.path}: column {self.shown(name)!r} holds {t} values, not ids")
+            raise DataError(f"{self.path}: column {printable(name)!r} holds {t} values, not ids")
         return t
 
     def use(self, columns: list[str]) -> None:
@@ -154,7 +136,7 @@ class InputReader:
             if len(where) > 1:
                 raise DataError(
                     f"{self.path}: {'line 1: ' if not self.parquet else ''}the column "
-                    f"{self.shown(name)!r} appears {len(where)} times (columns {', '.join(where)}): "
+                    f"{printable(name)!r} appears {len(where)} times (columns {', '.join(where)}): "
                     f"rename all but one"
                 )
 
@@ -250,10 +232,9 @@ class InputReader:
 
 
 @functools.cache
-def _declared() -> tuple[frozenset[str], tuple[str, ...]]:
-    """(normalised names, patterns) of the columns some task's file scorer reads (core.tasks.serving.FileScorer:
-    input_columns and their aliases, the ones training's importer looks for when it sniffs a delimiter;
-    column_pattern), every registered task's."""
+def _declared() -> frozenset[str]:
+    """The normalised names (and aliases) of the columns some registered task's file scorer reads
+    (core.tasks.serving.FileScorer.input_columns): a delimiter is sniffed by them, as training's importer does."""
     from core.data.formats import normalise_name
     from core.data.importers import ALIASES
     from core.tasks import TASKS
@@ -264,8 +245,7 @@ def _declared() -> tuple[frozenset[str], tuple[str, ...]]:
         if (serving := task.serving_class()) is not None and serving.file_scorer is not None
     ]
     columns = {name for scorer in scorers for name in scorer.input_columns}
-    names = {normalise_name(name) for name in columns} | {a for name in columns for a in ALIASES.get(name, ())}
-    return frozenset(names), tuple(dict.fromkeys(s.column_pattern for s in scorers if s.column_pattern))
+    return frozenset({normalise_name(name) for name in columns} | {a for n in columns for a in ALIASES.get(n, ())})
 
 
 def _binary_as_text(batch):
@@ -328,10 +308,6 @@ def _text_only(batch, lines, problems):
     return batch.filter(pa.array(~bad)), lines[~bad], sorted(problems + found)
 
 
-def open_input(path: Path, batch_rows: int) -> InputReader:
-    return InputReader(path, batch_rows)
-
-
 def _place_records(n: int, breaks, skipped: list, record: int, extra_lines: int):
     """Line numbers of a batch's `n` good rows and of the skipped records (the CSV parser's bad ones, as
     (record number, line breaks inside, why)) that come before its last good row;
@@ -367,21 +343,6 @@ def _line_breaks(values):
     import pyarrow.compute as pc
 
     return pc.fill_null(pc.count_substring(values, "\n"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def _is_known(normalised: str) -> bool:
-    """Whether a column name (normalise_name'd) is one some task's predict reads, or an alias of one."""
-    names, patterns = _declared()
-    return normalised in names or any(re.fullmatch(p, normalised) for p in patterns)
-
-
-def _plausible_header(names: list[str]) -> bool:
-    """Whether line 1 (a Parquet file's column names) reads as a header of the columns predict reads: every
-    name shaped like a column name and one of them a known column. Only then may a message show it: a file
-    the user can read but should not publish (a link to /etc/shadow) has its line 1 printed nowhere."""
-    from core.data.formats import looks_like_column_name, normalise_name
-
-    return all(looks_like_column_name(n) for n in names) and any(_is_known(normalise_name(n)) for n in names)
 
 
 def _arrow_reason(exc: BaseException) -> str:

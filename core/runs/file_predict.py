@@ -93,14 +93,14 @@ class FilePrediction:
     of another task's format is a DataError here), `run` writes the output."""
 
     def __init__(self, predictor, request: PredictRequest):
-        from core.runs.file_input import open_input
+        from core.runs.file_input import InputReader
 
         serving = predictor.task_object.serving_class()
         scorer = serving.file_scorer if serving is not None else None
         if scorer is None:
             raise ConfigError("checkpoint", f"a {predictor.task} model does not score files")
         self.predictor, self.request = predictor, request
-        self.reader = open_input(request.source, request.batch_size)
+        self.reader = InputReader(request.source, request.batch_size)
         self.scorer = scorer(predictor, self.reader, request)
 
     def describe(self) -> str:

@@ -29,6 +29,7 @@ from torch import nn
 
 from core.errors import DataError
 from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows
+from core.text import printable
 
 
 class FeatureModule(nn.Module):
@@ -62,7 +63,6 @@ class FeatureFileScorer(FileScorer):
     output columns (and `predicted`, the likeliest class, for probabilities)."""
 
     unit = "rows"
-    column_pattern = r"[xf]\d+"
 
     def __init__(self, predictor, reader, options):
         import pyarrow as pa
@@ -100,7 +100,7 @@ class FeatureFileScorer(FileScorer):
 
         checks = Checks(batch.num_rows)
         x = (
-            np.stack([numbers(batch.column(c), self.reader.shown(c), checks) for c in self.features], axis=1)
+            np.stack([numbers(batch.column(c), printable(c), checks) for c in self.features], axis=1)
             if batch.num_rows
             else np.zeros((0, len(self.features)), np.float32)
         )

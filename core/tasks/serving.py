@@ -187,13 +187,10 @@ class FileScorer:
     file lines in `lines`), reporting the bad ones to `report` through `_good`; `finish(report)` yields what is
     left once the file is read. `options` holds `batch_size` (rows scored at a time) and `task_options`, the
     values of the command's options the scorer declares (`command_options`, read with `option(name)`).
-
-    `input_columns` (and `column_pattern`, a regular expression over normalised names) are the columns this
-    task's files may name: a file whose line 1 names one of some task's is read as having a header."""
+    `input_columns`: the columns this task's files may name (a CSV's delimiter is sniffed by them)."""
 
     unit: ClassVar[str] = "rows"  # what `scored` counts
     input_columns: ClassVar[tuple[str, ...]] = ()
-    column_pattern: ClassVar[str | None] = None
     command_options: ClassVar[tuple[CommandOption, ...]] = ()  # its own options of `amp-console predict`
     schema: Any = None  # the output table's pyarrow schema
 

@@ -104,7 +104,6 @@ class RankingFileScorer(FileScorer):
 
     unit = "candidates"
     input_columns = ("query_id", "doc_id", "label")
-    column_pattern = r"f\d+"
 
     def __init__(self, predictor, reader, options):
         import pyarrow as pa
