@@ -56,9 +56,9 @@ class Deadlines:
     (`checkpoint_minutes` after the last checkpoint.pt, or the start) and the end (`time_limit_minutes` after the
     start, pauses included: a deadline does not wait). The caller reads the clock; under DDP rank 0's decides."""
 
-    def __init__(self, cfg: RunConfig, now: float):
-        self.every = cfg.checkpoint_minutes * 60 if cfg.checkpoint_minutes > 0 else math.inf
-        self.end_at = now + cfg.time_limit_minutes * 60 if cfg.time_limit_minutes > 0 else math.inf
+    def __init__(self, checkpoint_minutes: float, time_limit_minutes: float, now: float):
+        self.every = checkpoint_minutes * 60 if checkpoint_minutes > 0 else math.inf
+        self.end_at = now + time_limit_minutes * 60 if time_limit_minutes > 0 else math.inf
         self.saved(now)
 
     def saved(self, now: float) -> None:

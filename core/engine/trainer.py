@@ -115,7 +115,7 @@ class Trainer:
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
         self._last_eval_step = -1
-        self._deadlines = Deadlines(config, monotonic())  # the timed checkpoint and the time limit
+        self._deadlines = Deadlines(0, 0, 0.0)  # the timed checkpoint and the time limit: set when training starts
         self._ending = False
         self.tracker: BestTracker | None = None  # best checkpoints and early stopping (see early_stopping)
         self._early_stop: str | None = None  # the reason, once the tracker has run out of patience or diverged
@@ -295,7 +295,7 @@ class Trainer:
         the full checks running only when either says so; and the next step that logs, evaluates, checkpoints or
         ends an epoch is known in advance with what it does (`core.engine.due.next_due`), so the other steps skip
         _after_step. Under DDP the ranks' stop agreement runs before every step."""
-        self._deadlines = deadlines = Deadlines(self.cfg, monotonic())
+        self._deadlines = deadlines = Deadlines(self.cfg.checkpoint_minutes, self.cfg.time_limit_minutes, monotonic())
         state, cfg, spe, total = self.state, self.cfg, self.steps_per_epoch, self.total_steps
         stop = StopAgreement(
             self.control,
