@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +26,8 @@ import torch
 from torch import nn
 
 from core.errors import CheckpointError, ConfigError
-from core.files import new_temp_folder
+from core.files import atomic_write_bytes, new_temp_folder
+from core.runs.evaluation_report import json_ready
 from core.text import first_line, size
 
 if TYPE_CHECKING:
@@ -78,22 +78,7 @@ class ExportResult:
         return text
 
     def to_dict(self) -> dict:
-        return {
-            "format": self.format,
-            "folder": str(self.folder),
-            "files": self.files,
-            "task": self.task,
-            "step": self.step,
-            "dtype": self.dtype,
-            "size_bytes": self.size_bytes,
-            "max_abs_diff": self.max_abs_diff,
-            "tolerance": self.tolerance,
-            "rows": self.rows,
-            "fp32_size_bytes": self.fp32_size_bytes,
-            "dtype_diff": self.dtype_diff,
-            "seconds": self.seconds,
-            "sample_shape": self.sample_shape,
-        }
+        return {**asdict(self), "folder": str(self.folder)}
 
 
 # ---------------------------------------------------------------------------------------------- the export
@@ -175,7 +160,7 @@ def export_model(
     loaded = load_trained(checkpoint)
     say(f"loaded {loaded.state['task']} checkpoint at step {loaded.state['step']:,} from {checkpoint}")
     check_task_returns(loaded, say)
-    sample = sample_inputs(loaded)
+    sample = loaded.serving.sample_inputs(loaded.model, SAMPLE_ROWS, 0)  # the task's (e.g. its own reviews hashed)
     reference = _serving(loaded, "fp32", fmt)
     with torch.no_grad():
         expected32 = reference(sample)
@@ -225,13 +210,13 @@ def export_model(
         }
         # strict JSON (no NaN/Infinity, which a server in another language cannot parse): a metric that was NaN
         # (an AUC of a one-class split) is null
-        _write(
+        atomic_write_bytes(
             staging / "manifest.json",
-            json.dumps(_json_safe(manifest), indent=2, default=str, allow_nan=False).encode("utf-8"),
+            json.dumps(json_ready(manifest), indent=2, allow_nan=False).encode("utf-8"),
         )
         served = serve_files(loaded.serving)
         for name, payload in served.items():
-            _write(staging / name, payload)
+            atomic_write_bytes(staging / name, payload)
         files += ["manifest.json", *served]
         size = (staging / MODEL_FILES[fmt]).stat().st_size
         if out.is_dir():  # an empty folder (checked above), perhaps the current one: filled, each file renamed in
@@ -310,12 +295,6 @@ def _serving(loaded: Loaded, dtype: str, fmt: str) -> nn.Module:
     return serving.module(model, fmt).eval()
 
 
-def sample_inputs(loaded: Loaded, rows: int = SAMPLE_ROWS, seed: int = 0) -> torch.Tensor:
-    """A batch of the serving module's input, as the task's serving makes it (e.g. the task's own synthetic
-    reviews hashed as the run hashed them; inputs of the right shape and range)."""
-    return loaded.serving.sample_inputs(loaded.model, rows, seed)
-
-
 def _write_model(
     loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, fmt: str, dtype: str
 ) -> list[str]:
@@ -331,7 +310,7 @@ def _write_model(
             raise CheckpointError(
                 f"{loaded.path}: torch.export could not export the {task} model: {first_line(exc)}"
             ) from None
-        _write(folder / MODEL_FILES[fmt], buffer.getvalue())
+        atomic_write_bytes(folder / MODEL_FILES[fmt], buffer.getvalue())
         return [MODEL_FILES[fmt]]
     if fmt == "onnx":
         return _write_onnx(loaded, serving, sample, folder, dynamic)
@@ -388,7 +367,7 @@ def _write_safetensors(loaded: Loaded, serving: nn.Module, folder: Path, dtype: 
         from safetensors.torch import save as save_safetensors
 
         tensors = {k: v.detach().contiguous() for k, v in serving.model.state_dict().items()}
-        _write(
+        atomic_write_bytes(
             folder / MODEL_FILES["safetensors"],
             save_safetensors(tensors, metadata={"format": "pt", "task": loaded.state["task"], "dtype": dtype}),
         )
@@ -496,23 +475,6 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def _write(path: Path, payload: bytes) -> None:
-    from core.files import atomic_write_bytes
-
-    atomic_write_bytes(path, payload)
-
-
-def _json_safe(value):
-    """`value` with every float that is not finite (NaN, inf) replaced by None, in nested dicts and lists."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _onnx_cause(exc: BaseException) -> str:
     """The exporter's own summary line ("No ONNX function found for ...") rather than its banner."""
     import re

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.data.importers import Column, ReadOptions, contiguous_ids, read_table, require_rows
+from core.data.importers import Column, contiguous_ids, require_rows
 from core.data.splits import SPLITS, SplitTables, carve, read_splits
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
@@ -369,11 +369,6 @@ def query_curves(
         "size": torch.bincount(group, minlength=n_queries),
         "has_relevant": idcg[:, -1] > 0,
     }
-
-
-def read_ranking(path: str, options: ReadOptions | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """query codes, (rows, F) float32 features f1..fn, labels (non-negative ints) from file(s)."""
-    return ranking_arrays(read_table(path, RANKING_COLUMNS, prefix_columns="f", options=options), str(path))
 
 
 def ranking_arrays(table, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

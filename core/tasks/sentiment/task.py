@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from core.data.importers import Column, ReadOptions, read_table, require_rows
+from core.data.importers import Column, require_rows
 from core.data.reviews import generate_reviews
 from core.data.splits import carve, read_splits
 from core.data.tokenizer import hashed_tokens
@@ -187,11 +187,6 @@ def thin_curve(x: torch.Tensor, y: torch.Tensor, points: int) -> torch.Tensor:
     chosen = torch.searchsorted(along, levels).clamp(max=n - 1)
     ends = torch.tensor([0, n - 1], device=x.device)
     return torch.unique(torch.cat([chosen, ends]))
-
-
-def read_reviews(path: str, options: ReadOptions | None = None) -> tuple[pa.ChunkedArray, np.ndarray]:
-    """Texts and 0/1 labels from file(s); labels may be 0/1, true/false, pos/neg or positive/negative."""
-    return review_arrays(read_table(path, REVIEW_COLUMNS, options=options))
 
 
 def review_arrays(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray]:
