@@ -10,7 +10,6 @@ import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -24,7 +23,6 @@ from PySide6.QtWidgets import (
 from app.panels.bars import BarChart
 from app.panels.tool_dialog import ToolDialog
 from app.panels.tuning import make_table
-from core.precision_modes import PRECISION_MODES
 
 COLUMNS = (
     "Mode",
@@ -49,19 +47,6 @@ def _fmt(value, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
-def sweep_job(config, modes, steps, repeats, devices):
-    """The background function: a plain call into core (no Qt), stoppable between modes."""
-
-    def run(progress, control):
-        from core.lab.precision_sweep import run_sweep
-
-        return run_sweep(
-            config, modes=modes, steps=steps, repeats=repeats, devices=devices, progress=progress, control=control
-        )
-
-    return run
-
-
 class CompareDialog(ToolDialog):
     """Non-modal; `config_provider()` returns the form's RunConfig, `trainRequested(mode)` starts a run."""
 
@@ -79,13 +64,7 @@ class CompareDialog(ToolDialog):
         self.resize(1100, 680)
 
     def _build_controls(self, controls: QHBoxLayout) -> None:
-        self.modeChecks = {}
-        controls.addWidget(QLabel("Modes:"))
-        for mode in PRECISION_MODES:
-            check = QCheckBox(mode, objectName=f"{mode}Check", checked=True)
-            check.setEnabled(mode != "fp32")  # every ratio is against fp32
-            self.modeChecks[mode] = check
-            controls.addWidget(check)
+        self._add_mode_checks(controls, "", tf32=True, fp32_fixed=True)
         controls.addSpacing(16)
         controls.addWidget(QLabel("Steps per window:"))
         self.stepsEdit = QSpinBox(objectName="sweepStepsEdit", minimum=2, maximum=10_000, value=20)
@@ -108,7 +87,6 @@ class CompareDialog(ToolDialog):
         controls.addWidget(self.threadsEdit)
 
     def _build(self, layout: QVBoxLayout) -> None:
-        self.progressBar.setFormat("%v of %m windows")
         self.table = make_table(COLUMNS, "compareTable")
         self.throughputChart = BarChart("Throughput", "Samples/s", objectName="throughputBars")
         self.memoryChart = BarChart("Peak memory", "MiB", objectName="memoryBars")
@@ -142,26 +120,26 @@ class CompareDialog(ToolDialog):
             f"seed {config.seed}"
         )
 
-    def selected_modes(self) -> list[str]:
-        return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
-
     def _job(self, config):
         self.table.setRowCount(0)
         self.throughputChart.clear()
         self.memoryChart.clear()
         self.recommendation.setText("")
         modes = self.selected_modes()
-        windows = WARMUP_WINDOWS + self.repeatsEdit.value()
-        self._windows_done, self._windows_per_mode = 0, windows
-        self.progressBar.setRange(0, max(1, len(modes) * windows))  # skipped modes jump ahead when they end
-        self.progressBar.setValue(0)
-        return sweep_job(
-            config.replace(threads=self.threadsEdit.value()),
-            modes,
-            self.stepsEdit.value(),
-            self.repeatsEdit.value(),
-            self._devices_provider(),
-        )
+        steps, repeats, devices = self.stepsEdit.value(), self.repeatsEdit.value(), self._devices_provider()
+        config = config.replace(threads=self.threadsEdit.value())
+        self._windows_done, self._windows_per_mode = 0, WARMUP_WINDOWS + repeats
+        # skipped modes jump ahead when they end
+        self._reset_progress(max(1, len(modes) * self._windows_per_mode), "%v of %m windows")
+
+        def run(progress, control):  # a plain call into core (no Qt), stoppable between modes
+            from core.lab.precision_sweep import run_sweep
+
+            return run_sweep(
+                config, modes=modes, steps=steps, repeats=repeats, devices=devices, progress=progress, control=control
+            )
+
+        return run
 
     def _on_progress(self, progress) -> None:
         which = f"mode {progress.index + 1} of {progress.total}"
@@ -238,9 +216,7 @@ class CompareDialog(ToolDialog):
             self.trainRequested.emit(self.result.recommended)
 
     def _inputs(self):
-        return [self.stepsEdit, self.repeatsEdit, self.threadsEdit] + [
-            check for mode, check in self.modeChecks.items() if mode != "fp32"
-        ]  # fp32 stays: the baseline
+        return [self.stepsEdit, self.repeatsEdit, self.threadsEdit]
 
     def _update_use(self) -> None:
         self.trainButton.setEnabled(not self.job.running and self.result is not None and bool(self.result.recommended))

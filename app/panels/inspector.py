@@ -31,15 +31,6 @@ def _join(dtypes: list[str]) -> str:
     return ", ".join(unique) if unique else "–"
 
 
-def inspect_job(config, devices):
-    def run(_progress, _control):  # one forward + backward: short, not worth interrupting
-        from core.lab.dtype_inspector import inspect_dtypes
-
-        return inspect_dtypes(config, devices=devices)
-
-    return run
-
-
 class InspectorDialog(ToolDialog):
     """Non-modal. `config_provider()` gives the form's RunConfig; the precision picker here overrides it."""
 
@@ -52,6 +43,7 @@ class InspectorDialog(ToolDialog):
     def __init__(self, *args, **kwargs):
         self._reasons: dict[str, str] = {}
         self._rows: dict = {}
+        self._items: dict[str, QTreeWidgetItem] = {}
         super().__init__(*args, **kwargs)
         self.resize(1100, 620)
         self.runButton.setToolTip("Run one forward and backward pass with hooks recording every module's dtypes")
@@ -120,7 +112,14 @@ class InspectorDialog(ToolDialog):
         return self._config_provider().replace(precision=self.precisionCombo.currentData()).validate()
 
     def _job(self, config):
-        return inspect_job(config, self._devices_provider())
+        devices = self._devices_provider()
+
+        def run(_progress, _control):  # one forward + backward: short, not worth interrupting
+            from core.lab.dtype_inspector import inspect_dtypes
+
+            return inspect_dtypes(config, devices=devices)
+
+        return run
 
     def _inputs(self):
         return [self.precisionCombo]
@@ -129,7 +128,7 @@ class InspectorDialog(ToolDialog):
         self._reasons = result.reasons()
         self._rows = {row.name: row for row in result.rows}
         self.tree.clear()
-        items: dict[str, QTreeWidgetItem] = {}
+        self._items = items = {}
         bold = QFont()
         bold.setBold(True)
         for row in result.rows:
@@ -200,14 +199,4 @@ class InspectorDialog(ToolDialog):
         self.details.setHtml(text)
 
     def find_item(self, name: str) -> QTreeWidgetItem | None:
-        for item in self._all_items():
-            if item.data(0, 256) == name:
-                return item
-        return None
-
-    def _all_items(self):
-        stack = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
-        while stack:
-            item = stack.pop()
-            yield item
-            stack.extend(item.child(i) for i in range(item.childCount()))
+        return self._items.get(name)

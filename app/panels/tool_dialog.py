@@ -7,12 +7,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.panels.editors import format_number
 from app.run.jobs import BackgroundJob
 
 ERROR_COLOUR = "#d0453c"
+
+
+def titled(title: str, widget: QWidget) -> QWidget:
+    """`widget` under a bold `title`, margins off: one side of a splitter."""
+    holder = QWidget()
+    box = QVBoxLayout(holder)
+    box.setContentsMargins(0, 0, 0, 0)
+    box.addWidget(QLabel(f"<b>{title}</b>"))
+    box.addWidget(widget)
+    return holder
 
 
 class ToolDialog(QDialog):
@@ -41,6 +60,8 @@ class ToolDialog(QDialog):
         self._devices_provider = devices_provider
         self._busy_provider = busy_provider or (lambda _device: "")
         self.result = None
+        self.modeChecks: dict[str, QCheckBox] = {}
+        self._fp32_fixed = False
         self.job = BackgroundJob(f"{self.NAME}Thread", self)
         self.job.progress.connect(self._on_progress)
         self.job.succeeded.connect(self._succeeded)
@@ -85,6 +106,26 @@ class ToolDialog(QDialog):
 
     def _on_result(self, result) -> None:
         pass
+
+    def _add_mode_checks(self, controls: QHBoxLayout, prefix: str, tf32: bool, fp32_fixed: bool) -> None:
+        """The "Modes:" checkboxes (objectName f"{mode}Check", or prefix + "Fp16Check"...), tf32 checked or not;
+        fp32_fixed: fp32 stays checked, the baseline every ratio is against."""
+        from core.precision_modes import PRECISION_MODES
+
+        controls.addWidget(QLabel("Modes:"))
+        self._fp32_fixed = fp32_fixed
+        for mode in PRECISION_MODES:
+            name = f"{prefix}{mode.title()}Check" if prefix else f"{mode}Check"
+            self.modeChecks[mode] = QCheckBox(mode, objectName=name, checked=tf32 or mode != "tf32")
+            controls.addWidget(self.modeChecks[mode])
+
+    def selected_modes(self) -> list[str]:
+        return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
+
+    def _reset_progress(self, maximum: int, text: str) -> None:
+        self.progressBar.setRange(0, maximum)
+        self.progressBar.setValue(0)
+        self.progressBar.setFormat(text)
 
     def _inputs(self) -> list[QWidget]:
         """Editors that are disabled while the tool runs."""
@@ -163,6 +204,8 @@ class ToolDialog(QDialog):
         self.stopButton.setEnabled(running and not self.job.stopping)
         for widget in self._inputs():
             widget.setEnabled(not running)
+        for mode, check in self.modeChecks.items():
+            check.setEnabled(not running and not (self._fp32_fixed and mode == "fp32"))
         self._update_use()
 
     def _update_use(self) -> None:

@@ -10,7 +10,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QCheckBox,
     QComboBox,
     QHBoxLayout,
     QHeaderView,
@@ -25,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.editors import ScientificSpinBox, format_number
-from app.panels.tool_dialog import ToolDialog
+from app.panels.tool_dialog import ToolDialog, titled
 from core.text import count
 from core.text import size as _size
 
@@ -89,24 +88,6 @@ def _plot_widget(parent: QWidget):
 
 
 # ============================================================================== LR finder
-def lr_job(config, start_lr, end_lr, steps, method, devices):
-    def run(progress, control):
-        from core.lab.lr_finder import find_lr
-
-        return find_lr(
-            config,
-            start_lr=start_lr,
-            end_lr=end_lr,
-            steps=steps,
-            method=method,
-            progress=progress,
-            control=control,
-            devices=devices,
-        )
-
-    return run
-
-
 class LRFinderDialog(ToolDialog):
     """The LR range test: loss against a growing learning rate, the suggestion marked and explained; click the curve to
     pick another point; "Use this LR" fills the form."""
@@ -235,10 +216,24 @@ class LRFinderDialog(ToolDialog):
         self.suggestionMarker.setData([], [])
         self._show_pick()
         self.explanation.setText("")
-        self.progressBar.setRange(0, self.stepsEdit.value())
-        self.progressBar.setValue(0)
-        self.progressBar.setFormat("step %v of %m")
-        return lr_job(config, start, end, self.stepsEdit.value(), self.method(), self._devices_provider())
+        steps, method, devices = self.stepsEdit.value(), self.method(), self._devices_provider()
+        self._reset_progress(steps, "step %v of %m")
+
+        def run(progress, control):
+            from core.lab.lr_finder import find_lr
+
+            return find_lr(
+                config,
+                start_lr=start,
+                end_lr=end,
+                steps=steps,
+                method=method,
+                progress=progress,
+                control=control,
+                devices=devices,
+            )
+
+        return run
 
     def method(self) -> str:
         return self.methodCombo.currentData()
@@ -372,17 +367,6 @@ class LRFinderDialog(ToolDialog):
 
 
 # ============================================================================== model summary
-def summary_job(config, modes, batch_size, devices):
-    def run(progress, control):
-        from core.lab.model_summary import summarize
-
-        return summarize(
-            config, modes=modes, batch_size=batch_size or None, devices=devices, progress=progress, control=control
-        )
-
-    return run
-
-
 LAYER_COLUMNS = ("Layer", "Type", "Parameters", "Trainable", "Weights", "Gradients", "Optimizer state")
 TOTAL_ROWS = (
     "Parameters",
@@ -413,15 +397,7 @@ class SummaryDialog(ToolDialog):
         self.resize(1200, 620)
 
     def _build_controls(self, controls: QHBoxLayout) -> None:
-        from core.precision_modes import PRECISION_MODES
-
-        controls.addWidget(QLabel("Modes:"))
-        self.modeChecks = {}
-        for mode in PRECISION_MODES:
-            check = QCheckBox(mode, objectName=f"summary{mode.title()}Check", checked=mode != "tf32")
-            check.setEnabled(mode != "fp32")  # ratios are against fp32
-            self.modeChecks[mode] = check
-            controls.addWidget(check)
+        self._add_mode_checks(controls, "summary", tf32=False, fp32_fixed=True)
         controls.addSpacing(12)
         controls.addWidget(QLabel("Batch"))
         self.batchEdit = QSpinBox(objectName="summaryBatchEdit", minimum=0, maximum=1_048_576, value=0)
@@ -448,19 +424,9 @@ class SummaryDialog(ToolDialog):
         self.totalsTable = make_table(("",), "summaryTotalsTable")
         self.totalsTable.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.totalsTable.horizontalHeader().setStretchLastSection(False)
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.addWidget(QLabel("<b>Per layer</b>"))
-        left_layout.addWidget(self.layerTable)
-        right = QWidget()
-        right_layout = QVBoxLayout(right)
-        right_layout.setContentsMargins(0, 0, 0, 0)
-        right_layout.addWidget(QLabel("<b>Totals per precision mode</b>"))
-        right_layout.addWidget(self.totalsTable)
         splitter = QSplitter(Qt.Orientation.Horizontal, objectName="summarySplitter")
-        splitter.addWidget(left)
-        splitter.addWidget(right)
+        splitter.addWidget(titled("Per layer", self.layerTable))
+        splitter.addWidget(titled("Totals per precision mode", self.totalsTable))
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([820, 360])
@@ -470,21 +436,18 @@ class SummaryDialog(ToolDialog):
         layout.addWidget(self.sourceLabel)
 
     def _inputs(self):
-        return [self.batchEdit] + [c for m, c in self.modeChecks.items() if m != "fp32"]
-
-    def _update_buttons(self, *_args) -> None:
-        super()._update_buttons()
-        self.modeChecks["fp32"].setEnabled(False)
-
-    def selected_modes(self) -> list[str]:
-        return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
+        return [self.batchEdit]
 
     def _job(self, config):
-        modes = self.selected_modes()
-        self.progressBar.setRange(0, len(modes))
-        self.progressBar.setValue(0)
-        self.progressBar.setFormat("%v of %m modes")
-        return summary_job(config, modes, self.batchEdit.value(), self._devices_provider())
+        modes, batch, devices = self.selected_modes(), self.batchEdit.value() or None, self._devices_provider()
+        self._reset_progress(len(modes), "%v of %m modes")
+
+        def run(progress, control):
+            from core.lab.model_summary import summarize
+
+            return summarize(config, modes=modes, batch_size=batch, devices=devices, progress=progress, control=control)
+
+        return run
 
     def _on_progress(self, progress) -> None:
         if progress.phase == "running":

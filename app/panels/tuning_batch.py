@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
@@ -14,12 +13,10 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QSplitter,
     QTableWidgetItem,
-    QVBoxLayout,
-    QWidget,
 )
 
 from app.panels.bars import BarChart
-from app.panels.tool_dialog import ToolDialog
+from app.panels.tool_dialog import ToolDialog, titled
 from app.panels.tuning import NumericItem, make_table, size
 
 MODE_COLUMNS = (
@@ -34,26 +31,6 @@ MODE_COLUMNS = (
     "Note",
 )
 TRIAL_COLUMNS = ("Mode", "#", "Step", "Batch", "Result", "Peak memory", "Samples/s", "Seconds", "Note")
-
-
-def batch_job(config, modes, margin, steps, max_batch, limit_bytes, devices, probe=None):
-    def run(progress, control):
-        from core.lab.batch_finder import find_batch_sizes
-
-        return find_batch_sizes(
-            config,
-            modes,
-            margin=margin,
-            steps=steps,
-            max_batch=max_batch or None,
-            limit_bytes=limit_bytes or None,
-            probe=probe,
-            devices=devices,
-            progress=progress,
-            control=control,
-        )
-
-    return run
 
 
 class BatchFinderDialog(ToolDialog):
@@ -76,14 +53,8 @@ class BatchFinderDialog(ToolDialog):
 
     def _build_controls(self, controls: QHBoxLayout) -> None:
         from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, MAX_BATCH_CAP, MAX_STEPS
-        from core.precision_modes import PRECISION_MODES
 
-        controls.addWidget(QLabel("Modes:"))
-        self.modeChecks = {}
-        for mode in PRECISION_MODES:
-            check = QCheckBox(mode, objectName=f"batch{mode.title()}Check", checked=mode != "tf32")
-            self.modeChecks[mode] = check
-            controls.addWidget(check)
+        self._add_mode_checks(controls, "batch", tf32=False, fp32_fixed=False)
         controls.addSpacing(10)
         controls.addWidget(QLabel("Margin"))
         self.marginEdit = QDoubleSpinBox(
@@ -119,8 +90,8 @@ class BatchFinderDialog(ToolDialog):
         self.chart = BarChart("Largest batch per mode", "Batch (samples)", objectName="batchBars")
         self.chart.setMinimumWidth(260)
         tables = QSplitter(Qt.Orientation.Vertical)
-        tables.addWidget(self._titled("Per mode", self.modeTable))
-        tables.addWidget(self._titled("Every trial", self.trialTable))
+        tables.addWidget(titled("Per mode", self.modeTable))
+        tables.addWidget(titled("Every trial", self.trialTable))
         tables.setSizes([150, 350])  # a row per mode above, every trial below
         splitter = QSplitter(Qt.Orientation.Horizontal, objectName="batchSplitter")
         splitter.addWidget(tables)
@@ -143,20 +114,8 @@ class BatchFinderDialog(ToolDialog):
         bottom.addWidget(self.useButton)
         layout.addLayout(bottom)
 
-    @staticmethod
-    def _titled(title: str, widget: QWidget) -> QWidget:
-        holder = QWidget()
-        box = QVBoxLayout(holder)
-        box.setContentsMargins(0, 0, 0, 0)
-        box.addWidget(QLabel(f"<b>{title}</b>"))
-        box.addWidget(widget)
-        return holder
-
     def _inputs(self):
-        return [self.marginEdit, self.maxBatchEdit, self.stepsEdit, self.limitEdit, *self.modeChecks.values()]
-
-    def selected_modes(self) -> list[str]:
-        return [mode for mode, check in self.modeChecks.items() if check.isChecked()]
+        return [self.marginEdit, self.maxBatchEdit, self.stepsEdit, self.limitEdit]
 
     # ------------------------------------------------------------------ running
     def _job(self, config):
@@ -173,19 +132,31 @@ class BatchFinderDialog(ToolDialog):
         self.chart.setVisible(True)
         self.comparison.setText("")
         self.sourceLabel.setText("")
-        self.progressBar.setRange(0, len(modes))
-        self.progressBar.setValue(0)
-        self.progressBar.setFormat("%v of %m modes")
-        return batch_job(
-            config,
-            modes,
+        self._reset_progress(len(modes), "%v of %m modes")
+        margin, steps, limit = (
             self.marginEdit.value() / 100,
             self.stepsEdit.value(),
-            max_batch,
-            self.limitEdit.value() * 2**20,
-            self._devices_provider(),
-            self.probe,
+            self.limitEdit.value() * 2**20 or None,
         )
+        probe, devices, cap = self.probe, self._devices_provider(), max_batch or None
+
+        def run(progress, control):
+            from core.lab.batch_finder import find_batch_sizes
+
+            return find_batch_sizes(
+                config,
+                modes,
+                margin=margin,
+                steps=steps,
+                max_batch=cap,
+                limit_bytes=limit,
+                probe=probe,
+                devices=devices,
+                progress=progress,
+                control=control,
+            )
+
+        return run
 
     def _on_progress(self, progress) -> None:
         text = progress.describe()
