@@ -89,7 +89,7 @@ class AcceleratorProbe:
         self.kind = device.type
         self.meter = meter or PeakMemory(device)
         self.api = getattr(torch, device.type)  # torch.cuda / torch.xpu: mem_get_info, memory_reserved
-        self.oom_errors = (torch.OutOfMemoryError,)
+        self.oom_errors: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
         self.source = (
             f"{device.type.upper()} allocator peak reserved bytes per trial against free memory + this "
             f"process's reserved memory"
@@ -105,6 +105,7 @@ class AcceleratorProbe:
 
     def end_trial(self) -> tuple[int, int | None]:
         reading = self.meter.read()
+        assert reading.reserved_bytes is not None and reading.peak_bytes is not None  # an accelerator reports both
         return int(reading.reserved_bytes), int(reading.peak_bytes)
 
     def synchronize(self) -> None:
@@ -128,7 +129,7 @@ class CpuProbe:
         from core.devices import PeakMemory
 
         self.meter = meter or PeakMemory(torch.device("cpu"))
-        self.oom_errors = (torch.OutOfMemoryError, MemoryError)
+        self.oom_errors: tuple[type[BaseException], ...] = (torch.OutOfMemoryError, MemoryError)
         self.resettable = self.meter.resettable
         how = "VmHWM reset per trial" if self.resettable else "ru_maxrss, never reset: conservative"
         self.source = f"process RSS growth per trial ({how}) against MemAvailable"

@@ -96,7 +96,7 @@ class BatchFinderResult:
     def best(self) -> ModeResult | None:
         """The mode with the highest samples/s at its largest fitting batch (what to train with)."""
         found = [m for m in self.modes if m.status == "ok" and m.batch and m.samples_per_second]
-        return max(found, key=lambda m: m.samples_per_second) if found else None
+        return max(found, key=lambda m: m.samples_per_second or 0.0) if found else None
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (the `fit-batch --json` schema)."""
@@ -150,12 +150,13 @@ ProgressCallback = Callable[[BatchFinderProgress], None]
 def compare_to_fp32(results: list[ModeResult]) -> None:
     """Fill each found mode's ratios against fp32 and its sentence ('bf16 fits 1.8x the fp32 batch ...')."""
     base = next((m for m in results if m.mode == "fp32" and m.status == "ok" and m.batch), None)
-    if base is None:
+    if base is None or not base.batch:
         return
+    base_batch = base.batch
     for m in results:
         if m is base or m.status != "ok" or not m.batch:
             continue
-        m.batch_ratio = m.batch / base.batch
+        m.batch_ratio = m.batch / base_batch
         if m.samples_per_second and base.samples_per_second:
             m.speed_ratio = m.samples_per_second / base.samples_per_second
         speed = f" at {m.speed_ratio:.1f}× the samples/s" if m.speed_ratio else ""
