@@ -10,7 +10,6 @@ full disk) is one WriteFailed line naming --out, and nothing is left behind. No 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from pathlib import Path
 
@@ -19,12 +18,6 @@ from core.files import PartialFile, remove_abandoned_partials, shown_path
 from core.text import first_line
 
 OUT_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-_CAUSES = {
-    errno.ENOSPC: "disk full",
-    getattr(errno, "EDQUOT", -1): "disk quota exceeded",
-    errno.EROFS: "read-only file system",
-    errno.EIO: "input/output error",
-}
 
 
 class WriteFailed(AmpConsoleError):
@@ -32,10 +25,9 @@ class WriteFailed(AmpConsoleError):
 
 
 def write_failure(out: Path, exc: OSError) -> WriteFailed:
-    """'<out>: could not write the predictions: disk full (No space left on device); nothing was written'."""
-    cause = _CAUSES.get(exc.errno or 0)
-    detail = os.strerror(exc.errno) if exc.errno else first_line(exc)
-    reason = f"{cause} ({detail})" if cause and detail else cause or detail
+    """'<out>: could not write the predictions: No space left on device; nothing was written' (the OS's words:
+    pyarrow's own strerror quotes its call)."""
+    reason = os.strerror(exc.errno) if exc.errno else first_line(exc)
     return WriteFailed(f"{shown_path(out)}: could not write the predictions: {reason}; nothing was written")
 
 

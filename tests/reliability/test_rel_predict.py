@@ -64,7 +64,7 @@ def test_a_full_disk_at_the_last_write_is_one_line_and_keeps_the_old_output(
     )
     assert code == 1 and stdout == ""
     assert err.splitlines()[-1] == (
-        f"amp-console: error: {out}: could not write the predictions: disk full ({ENOSPC}); nothing was written"
+        f"amp-console: error: {out}: could not write the predictions: {ENOSPC}; nothing was written"
     )
     assert "Traceback" not in err
     assert out.read_text() == "the previous predictions\n" and partials(out.parent) == []
@@ -100,7 +100,7 @@ def test_a_full_disk_mid_write_is_one_line_and_leaves_nothing(capsys, tmp_path, 
     )
     assert code == 1 and written == [50]
     assert err.splitlines()[-1] == (
-        f"amp-console: error: {out}: could not write the predictions: disk full ({ENOSPC}); nothing was written"
+        f"amp-console: error: {out}: could not write the predictions: {ENOSPC}; nothing was written"
     )
     assert not out.exists() and partials(tmp_path) == []
 
