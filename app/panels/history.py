@@ -35,16 +35,8 @@ from app.panels.remote_history import RemoteHistory, with_remote_rows
 from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.run_note import RunNoteEditing
-from app.panels.run_rows import (
-    COLUMNS,
-    FILTERED,
-    checkpoint_of,
-    describe_checkpoint,
-    overlay_label,
-    row_cells,
-    row_tooltip,
-)
-from app.panels.runs_model import Prepared, RunsFilter, RunsModel, prepare
+from app.panels.run_rows import checkpoint_of, describe_checkpoint, overlay_label
+from app.panels.runs_model import Prepared, RunsModel, prepare
 from app.run.jobs import JobRunner
 from core.engine import run_delete
 from core.engine.run_folder import METRICS_FILE, is_in_use
@@ -96,10 +88,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._evaluating: str | None = None  # the run folder being evaluated (one at a time)
         self._notice = ""  # an action's message, kept on the status line until the selection changes
         self._scan_text = ""  # the last scan's count (or why it failed), after the notice
-        self.model = RunsModel(COLUMNS, row_cells, FILTERED, row_tooltip, right_aligned=(5, 7), parent=self)
-        self.proxy = RunsFilter(self)
+        self.model = RunsModel(self)
         self._sized_for: Path | None = None  # the root the columns were last sized for
-        self.proxy.setSourceModel(self.model)
         self.watcher = QFileSystemWatcher(self)
         self.watcher.directoryChanged.connect(lambda _path: self._soon.start())
         self._soon = QTimer(self, singleShot=True, interval=300)  # a burst of folder changes: one scan
@@ -135,7 +125,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         top.addWidget(self.refreshButton)
 
         self.table = QTableView(objectName="historyTable")
-        self.table.setModel(self.proxy)
+        self.table.setModel(self.model)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(8, Qt.SortOrder.DescendingOrder)  # newest first
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -152,18 +142,15 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.loadButton = QPushButton("Load settings", objectName="historyLoadButton", clicked=self.load_settings)
         # Resume and Export: a click takes the usual checkpoint (resume: the last, export: the best when there
         # is one); the arrow's menu offers the other.
-        self.resumeMenu = QMenu(self, objectName="historyResumeMenu")
-        self.resumeLastAction = self.resumeMenu.addAction("From the last checkpoint", lambda: self.resume("last"))
-        self.resumeBestAction = self.resumeMenu.addAction("From the best checkpoint", lambda: self.resume("best"))
-        self.resumeButton = self._split_button("Resume", "historyResumeButton", lambda: self.resume("last"))
-        self.exportMenu = QMenu(self, objectName="historyExportMenu")
-        self.exportBestAction = self.exportMenu.addAction("The best checkpoint", lambda: self.export("best"))
-        self.exportLastAction = self.exportMenu.addAction("The last checkpoint", lambda: self.export("last"))
-        self.exportButton = self._split_button("Export…", "historyExportButton", lambda: self.export())
-        self.evaluateMenu = QMenu(self, objectName="historyEvaluateMenu")
-        self.evaluateBestAction = self.evaluateMenu.addAction("The best checkpoint", lambda: self.evaluate("best"))
-        self.evaluateLastAction = self.evaluateMenu.addAction("The last checkpoint", lambda: self.evaluate("last"))
-        self.evaluateButton = self._split_button("Evaluate", "historyEvaluateButton", lambda: self.evaluate())
+        self.resumeButton, self.resumeMenu, self.resumeLastAction, self.resumeBestAction = self._split_button(
+            "Resume", "historyResume", self.resume, "last", ("last", "From the last"), ("best", "From the best")
+        )
+        self.exportButton, self.exportMenu, self.exportBestAction, self.exportLastAction = self._split_button(
+            "Export…", "historyExport", self.export, None, ("best", "The best"), ("last", "The last")
+        )
+        self.evaluateButton, self.evaluateMenu, self.evaluateBestAction, self.evaluateLastAction = self._split_button(
+            "Evaluate", "historyEvaluate", self.evaluate, None, ("best", "The best"), ("last", "The last")
+        )
         self.evaluateButton.setToolTip(
             "Measure the selected run's best (or last) checkpoint on its test split, "
             "e.g. a stopped run, which has no test metrics; the result shows under "
@@ -277,7 +264,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         sort = self.model.sorted_by
         extra = self.remoteRuns.rows()
         self.jobs.submit(
-            lambda: prepare(with_remote_rows(indexed_records(root), extra), row_cells, FILTERED, sort),
+            lambda: prepare(with_remote_rows(indexed_records(root), extra), sort),
             lambda prepared: self._scanned(prepared, serial),
             self._scan_failed,
         )
@@ -292,7 +279,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
             for i, run in enumerate(runs):  # a scan that started before the note was on disk: show the saved note
                 if run.get("folder") == folder:
                     run["note"] = note
-                    prepared.update(i, row_cells, FILTERED)
+                    prepared.update(i)
         # the periodic rescan stays cheap however big the folder
         self._auto.setInterval(max(AUTO_REFRESH_MS, int(20_000 * (time.monotonic() - self._scan_started))))
         self.refreshButton.setEnabled(True)
@@ -342,7 +329,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         selected = {r.get("folder") for r in self.selected_runs()}
         self._syncing = True
         try:
-            self.proxy.set_text(text)
+            self.model.set_filter(text)
             self._select_folders(selected)
         finally:
             self._syncing = False
@@ -357,24 +344,24 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._sized_for = self.root
 
     def visible_names(self) -> list[str]:
-        return [self.proxy.index(r, 0).data() for r in range(self.proxy.rowCount())]
+        return [self.model.index(r, 0).data() for r in range(self.model.rowCount())]
 
     def selected_runs(self) -> list[dict]:
-        rows = sorted({self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()})
+        rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
         return [self.model.run(r) for r in rows]
 
     def select_names(self, *names: str) -> None:
         """Select the rows of these run names (tests, scripts)."""
         self.table.clearSelection()
         flags = self.table.selectionModel().SelectionFlag.Select | self.table.selectionModel().SelectionFlag.Rows
-        for row in range(self.proxy.rowCount()):
-            if self.proxy.index(row, 0).data() in names:
-                self.table.selectionModel().select(self.proxy.index(row, 0), flags)
+        for row in range(self.model.rowCount()):
+            if self.model.index(row, 0).data() in names:
+                self.table.selectionModel().select(self.model.index(row, 0), flags)
 
     def _select_folders(self, folders: set) -> None:
         if not folders:
             return
-        selection = self.proxy.selection_of(self.model.rows_of(folders))
+        selection = self.model.selection_of(folders)
         model = self.table.selectionModel()
         model.select(selection, model.SelectionFlag.Select | model.SelectionFlag.Rows)
 
@@ -392,28 +379,17 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.exportButton.setEnabled(one and (last or best) is not None)
         self.evaluateButton.setEnabled(one and (last or best) is not None and self._evaluating is None)
         self.previewButton.setEnabled(one and (last or best) is not None)
-        if one:
-            self.resumeLastAction.setText(f"From the last checkpoint{describe_checkpoint(runs[0], 'last')}")
-            self.resumeBestAction.setText(f"From the best checkpoint{describe_checkpoint(runs[0], 'best')}")
-            self.exportBestAction.setText(f"The best checkpoint{describe_checkpoint(runs[0], 'best')}")
-            self.exportLastAction.setText(f"The last checkpoint{describe_checkpoint(runs[0], 'last')}")
-            self.evaluateBestAction.setText(f"The best checkpoint{describe_checkpoint(runs[0], 'best')}")
-            self.evaluateLastAction.setText(f"The last checkpoint{describe_checkpoint(runs[0], 'last')}")
-        for action, path in (
-            (self.resumeLastAction, last),
-            (self.resumeBestAction, best),
-            (self.exportLastAction, last),
-            (self.exportBestAction, best),
-            (self.evaluateLastAction, last),
-            (self.evaluateBestAction, best),
-        ):
-            action.setEnabled(path is not None)
+        choice = bool(last and best)  # the menu (and its arrow) only when there is a choice to make
         for button, menu in (
             (self.resumeButton, self.resumeMenu),
             (self.exportButton, self.exportMenu),
             (self.evaluateButton, self.evaluateMenu),
         ):
-            choice = bool(last and best)  # the menu (and its arrow) only when there is a choice to make
+            for action in menu.actions():
+                which, label = action.data()
+                action.setEnabled({"last": last, "best": best}[which] is not None)
+                if one:
+                    action.setText(f"{label} checkpoint{describe_checkpoint(runs[0], which)}")
             button.setMenu(menu if choice else None)
             button.setPopupMode(
                 QToolButton.ToolButtonPopupMode.MenuButtonPopup
@@ -470,14 +446,19 @@ class HistoryPanel(RunNoteEditing, QWidget):
     def close_compare(self) -> None:
         self.compareView.hide()
 
-    @staticmethod
-    def _split_button(text: str, name: str, clicked) -> QToolButton:
-        """A button that does `clicked`, with an arrow for its menu when one is set (setMenu)."""
-        button = QToolButton(objectName=name, text=text)
+    def _split_button(self, text: str, name: str, slot, default, *choices: tuple[str, str]) -> tuple:
+        """(button, menu, an action per choice): a click does slot(default); the menu, offered by an arrow when it is
+        set (setMenu), slot(which) for each (which, label) of `choices`."""
+        menu = QMenu(self, objectName=f"{name}Menu")
+        actions = []
+        for which, label in choices:
+            actions.append(menu.addAction(f"{label} checkpoint", lambda *_, which=which: slot(which)))
+            actions[-1].setData((which, label))
+        button = QToolButton(objectName=f"{name}Button", text=text)
         button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         button.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
-        button.clicked.connect(clicked)
-        return button
+        button.clicked.connect(lambda: slot(default))
+        return button, menu, *actions
 
     # ------------------------------------------------------------------ actions
     def choose_root(self) -> None:

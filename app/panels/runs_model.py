@@ -2,20 +2,21 @@
 
 Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (`prepare`); a run's bulky
 parts stay JSON text until the run is asked for (`run(row)`). Sorting is one sorted() over a column's keys and
-filtering one pass plus a model reset; the view sees the model through RunsFilter, an identity proxy.
+filtering one pass plus a model reset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from PySide6.QtCore import QAbstractTableModel, QIdentityProxyModel, QItemSelection, QModelIndex, Qt
+from PySide6.QtCore import QAbstractTableModel, QItemSelection, QModelIndex, Qt
 
+from app.panels.run_rows import COLUMNS, FILTERED, row_cells, row_tooltip
 from core.engine.run_index import full_record
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 RUN_ROLE = Qt.ItemDataRole.UserRole + 1
+RIGHT_ALIGNED = (5, 7)  # steps, wall time
 _SEP = "\x1f"  # between a row's texts, kept as one string (an object the garbage collector never walks)
 
 
@@ -38,10 +39,10 @@ class Prepared:
     longest: list[str]
     sorted: tuple | None = None
 
-    def update(self, i: int, cells: Callable, filtered: tuple[int, ...]) -> None:
+    def update(self, i: int) -> None:
         """Row i again, after its run changed."""
-        texts, keys = cells(self.runs[i])
-        self.texts[i], self.hay[i] = _SEP.join(texts), _haystack(texts, filtered)
+        texts, keys = row_cells(self.runs[i])
+        self.texts[i], self.hay[i] = _SEP.join(texts), _haystack(texts)
         self.fingerprints[i] = fingerprint(self.runs[i])
         for column, key in zip(self.keys, keys):
             column[i] = key
@@ -59,19 +60,19 @@ class Prepared:
         return new
 
 
-def prepare(records, cells: Callable, filtered: tuple[int, ...], sort: tuple | None = None) -> Prepared:
-    """The rows of `records` (run_index.indexed_records' (briefs, bulks), or whole run dicts): `cells(run)` gives
-    (texts, sort keys); the filter text is the `filtered` columns' texts, lower case; sorted by `sort` when given.
+def prepare(records, sort: tuple | None = None) -> Prepared:
+    """The rows of `records` (run_index.indexed_records' (briefs, bulks), or whole run dicts): row_cells(run) gives
+    (texts, sort keys); the filter text is the FILTERED columns' texts, lower case; sorted by `sort` when given.
     Runs off the GUI thread."""
     runs, bulks = records if isinstance(records, tuple) else (list(records), [None] * len(records))
     texts_, hay, keys_, longest = [], [], [], []
     for run in runs:
-        texts, keys = cells(run)
+        texts, keys = row_cells(run)
         if not keys_:
             keys_ = [[] for _ in keys]
             longest = list(texts)
         texts_.append(_SEP.join(texts))
-        hay.append(_haystack(texts, filtered))
+        hay.append(_haystack(texts))
         for column, key in zip(keys_, keys):
             column.append(key)
         for c, text in enumerate(texts):
@@ -83,26 +84,16 @@ def prepare(records, cells: Callable, filtered: tuple[int, ...], sort: tuple | N
     return prepared
 
 
-def _haystack(texts, filtered: tuple[int, ...]) -> str:
-    return " ".join(texts[c] for c in filtered).lower()
+def _haystack(texts) -> str:
+    return " ".join(texts[c] for c in FILTERED).lower()
 
 
 class RunsModel(QAbstractTableModel):
     """The runs as rows: all of them in sort order, and the positions of those the filter shows."""
 
-    def __init__(
-        self,
-        columns: tuple[str, ...],
-        cells: Callable,
-        filtered: tuple[int, ...],
-        tooltip: Callable[[dict, int], str | None],
-        right_aligned: tuple[int, ...] = (),
-        parent=None,
-    ):
+    def __init__(self, parent=None):
         super().__init__(parent)
-        self.columns, self.cells, self.filtered = columns, cells, filtered
-        self._tooltip, self._right = tooltip, right_aligned
-        self._all = prepare([], cells, filtered)  # every run (brief records, see the module doc), in sort order
+        self._all = prepare([])  # every run (brief records, see the module doc), in sort order
         self._shown: list[int] = []  # positions in it of the rows the filter lets through
         self._words: list[str] = []
         self._sorted: tuple | None = None  # (column, order) of the last sort, kept across scans
@@ -117,7 +108,7 @@ class RunsModel(QAbstractTableModel):
         return self._all.fingerprints
 
     def set_runs(self, runs: list[dict] | Prepared) -> None:
-        prepared = runs if isinstance(runs, Prepared) else prepare(runs, self.cells, self.filtered)
+        prepared = runs if isinstance(runs, Prepared) else prepare(runs)
         self.beginResetModel()
         self._all = prepared
         if self._sorted is not None and prepared.sorted != self._sorted and prepared.runs:
@@ -149,7 +140,7 @@ class RunsModel(QAbstractTableModel):
 
     def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
         """Sort every row by its keys (the filter keeps its rows); selections follow their rows."""
-        if not 0 <= column < len(self.columns):
+        if not 0 <= column < len(COLUMNS):
             return
         self._sorted = (column, order)
         if not self._all.runs:
@@ -170,7 +161,7 @@ class RunsModel(QAbstractTableModel):
             if run.get("folder") != folder:
                 continue
             run["note"] = note
-            self._all.update(p, self.cells, self.filtered)
+            self._all.update(p)
             shown = self._matching()
             if shown != self._shown:
                 self.beginResetModel()
@@ -178,12 +169,21 @@ class RunsModel(QAbstractTableModel):
                 self.endResetModel()
             elif p in self._shown:
                 r = self._shown.index(p)
-                self.dataChanged.emit(self.index(r, 0), self.index(r, len(self.columns) - 1))
+                self.dataChanged.emit(self.index(r, 0), self.index(r, len(COLUMNS) - 1))
 
-    def rows_of(self, folders: set) -> list[int]:
-        """The shown rows of the runs in these folders."""
-        runs = self._all.runs
-        return [r for r, p in enumerate(self._shown) if runs[p].get("folder") in folders]
+    def selection_of(self, folders: set) -> QItemSelection:
+        """The shown rows of the runs in these folders as one selection of whole rows, consecutive ones one range."""
+        runs, selection, last = self._all.runs, QItemSelection(), len(COLUMNS) - 1
+        rows = [r for r, p in enumerate(self._shown) if runs[p].get("folder") in folders]
+        start = previous = None
+        for r in [*rows, None]:
+            if start is not None and (r is None or r != previous + 1):
+                selection.select(self.index(start, 0), self.index(previous, last))
+                start = None
+            if r is not None and start is None:
+                start = r
+            previous = r
+        return selection
 
     def run(self, row: int) -> dict:
         """The whole record of the run in this (shown) row: a new dict each time."""
@@ -200,11 +200,11 @@ class RunsModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(self._shown)
 
     def columnCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.columns)
+        return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return self.columns[section]
+            return COLUMNS[section]
         return None
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
@@ -218,31 +218,7 @@ class RunsModel(QAbstractTableModel):
         if role == RUN_ROLE:
             return index.row()
         if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(self._all.runs[p], index.column())
-        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in self._right:
+            return row_tooltip(self._all.runs[p], index.column())
+        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in RIGHT_ALIGNED:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
-
-
-class RunsFilter(QIdentityProxyModel):
-    """What the table view shows: RunsModel as it is; sorting and the filter text are handed to it."""
-
-    def set_text(self, text: str) -> None:
-        self.sourceModel().set_filter(text)
-
-    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
-        self.sourceModel().sort(column, order)
-
-    def selection_of(self, rows: list[int]) -> QItemSelection:
-        """These rows (the source model's) as one selection of whole rows, consecutive ones as one range."""
-        selection = QItemSelection()
-        last = self.columnCount() - 1
-        start = previous = None
-        for r in [*sorted(rows), None]:
-            if start is not None and (r is None or r != previous + 1):
-                selection.select(self.index(start, 0), self.index(previous, last))
-                start = None
-            if r is not None and start is None:
-                start = r
-            previous = r
-        return selection

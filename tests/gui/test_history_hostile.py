@@ -27,8 +27,8 @@ def shown_panel(qtbot, root: Path, rows: int):
 
 
 def cell(panel, name: str, column: int) -> str:
-    row = next(r for r in range(panel.proxy.rowCount()) if panel.proxy.index(r, 0).data() == name)
-    return panel.proxy.index(row, column).data()
+    row = next(r for r in range(panel.model.rowCount()) if panel.model.index(r, 0).data() == name)
+    return panel.model.index(row, column).data()
 
 
 @pytest.mark.timeout(60)

@@ -43,12 +43,12 @@ def open_panel(qtbot, root: Path, request):
 
 @pytest.mark.timeout(300)
 def test_thousands_of_runs_open_list_filter_and_sort(qtbot, big_root, monkeypatch, request):
-    from app.panels import history
+    from app.panels import runs_model
     from core.engine import run_index
 
     gui = threading.current_thread()
     where: set[str] = set()
-    real_read, real_cells = run_index.read_run, history.row_cells
+    real_read, real_cells = run_index.read_run, runs_model.row_cells
 
     def read_run(folder):
         where.add("gui" if threading.current_thread() is gui else "job")
@@ -59,15 +59,15 @@ def test_thousands_of_runs_open_list_filter_and_sort(qtbot, big_root, monkeypatc
         return real_cells(run)
 
     monkeypatch.setattr(run_index, "read_run", read_run)
-    monkeypatch.setattr(history, "row_cells", row_cells)
+    monkeypatch.setattr(runs_model, "row_cells", row_cells)
     panel = open_panel(qtbot, big_root, request)
     assert where == {"job"}  # the folders read and the rows made off the GUI thread
-    assert panel.proxy.rowCount() == RUNS and panel.statusLabel.text() == f"{RUNS} run(s)"
+    assert panel.model.rowCount() == RUNS and panel.statusLabel.text() == f"{RUNS} run(s)"
     runs = indexed_runs(big_root)
     assert {r["name"] for r in panel.model.runs} == {r["name"] for r in runs}
     assert (big_root / INDEX_FILE).is_file()
     newest = max(runs, key=lambda r: r["start_time"])
-    assert panel.proxy.index(0, 0).data() == newest["name"]  # newest first
+    assert panel.model.index(0, 0).data() == newest["name"]  # newest first
 
     wanted = {r["name"] for r in runs if r["precision"] == "bf16" and r["status"] == "completed"}
     target = sorted(wanted)[len(wanted) // 2]
@@ -84,14 +84,14 @@ def test_thousands_of_runs_open_list_filter_and_sort(qtbot, big_root, monkeypatc
     panel.filterEdit.setText("bf16 completed no-such-run")
     assert panel.visible_names() == [] and panel.selected_runs() == []
     panel.filterEdit.clear()
-    assert panel.proxy.rowCount() == RUNS
+    assert panel.model.rowCount() == RUNS
 
     panel.table.sortByColumn(5, Qt.SortOrder.AscendingOrder)  # steps
     steps = [panel.model.run(r)["steps"] for r in range(0, RUNS, 97)]
     assert steps == sorted(steps)
     panel.filterEdit.setText("failed")
-    assert panel.proxy.rowCount() == sum(r["status"] == "failed" for r in runs)
-    steps = [panel.model.run(r)["steps"] for r in range(panel.proxy.rowCount())]
+    assert panel.model.rowCount() == sum(r["status"] == "failed" for r in runs)
+    steps = [panel.model.run(r)["steps"] for r in range(panel.model.rowCount())]
     assert steps == sorted(steps)  # filtered rows keep the sort
 
 
@@ -109,7 +109,7 @@ def test_a_change_on_disk_shows_after_a_rescan_through_the_index(qtbot, tmp_path
     root = tmp_path / "runs"
     make_runs(root, 300)
     panel = open_panel(qtbot, root, request)
-    assert panel.proxy.rowCount() == 300
+    assert panel.model.rowCount() == 300
     name = panel.visible_names()[10]
     folder = next(r["folder"] for r in panel.model.runs if r["name"] == name)
     write_note(folder, "the one with the odd loss curve")

@@ -69,8 +69,8 @@ def test_history_lists_filters_and_loads_settings(qtbot, window, runs_root):
     assert status_of(panel, "fp32-run") == "completed"
     assert status_of(panel, "bf16-run") == "stopped"
     assert status_of(panel, "crashed") == "interrupted"
-    row = next(r for r in range(panel.proxy.rowCount()) if panel.proxy.index(r, 0).data() == "fp32-run")
-    cells = [panel.proxy.index(row, c).data() for c in range(panel.proxy.columnCount())]
+    row = next(r for r in range(panel.model.rowCount()) if panel.model.index(r, 0).data() == "fp32-run")
+    cells = [panel.model.index(row, c).data() for c in range(panel.model.columnCount())]
     assert cells[1:6] == ["tiny", "completed", "fp32", "cpu", "20/20"]
     best = next(r["best"] for r in panel.model.runs if r["name"] == "fp32-run")
     assert cells[6] == f"{best['name']} {best['value']:.4g}"
@@ -239,8 +239,8 @@ def fake_history(qtbot, root: Path, *, best_step: int | None = 60, dialog=None):
 def note_cell(panel, name: str) -> str:
     from app.panels.run_rows import NOTE_COLUMN
 
-    row = next(r for r in range(panel.proxy.rowCount()) if panel.proxy.index(r, 0).data() == name)
-    return panel.proxy.index(row, NOTE_COLUMN).data()
+    row = next(r for r in range(panel.model.rowCount()) if panel.model.index(r, 0).data() == name)
+    return panel.model.index(row, NOTE_COLUMN).data()
 
 
 def rescan(qtbot, panel) -> None:
