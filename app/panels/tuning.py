@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
+    QTableView,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -44,6 +45,14 @@ def fmt_lr(lr: float | None) -> str:
     return "–" if lr is None else f"{lr:.2e}"
 
 
+def numbers_first(a, b) -> bool:
+    """a < b as the tools' tables sort: numbers as numbers, before blanks and texts, texts as texts."""
+    number_a, number_b = (isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+    if number_a and number_b:
+        return a < b
+    return number_a if number_a != number_b else str(a) < str(b)
+
+
 class NumericItem(QTableWidgetItem):
     """A table cell that sorts by its number (Qt.UserRole), not by its text ('1.2 MiB' < '512 B')."""
 
@@ -55,21 +64,24 @@ class NumericItem(QTableWidgetItem):
 
     def __lt__(self, other) -> bool:
         a, b = self.data(Qt.ItemDataRole.UserRole), other.data(Qt.ItemDataRole.UserRole)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-            return a < b
-        if isinstance(a, (int, float)) != isinstance(b, (int, float)):
-            return isinstance(a, (int, float))  # numbers before blanks
+        if isinstance(a, (int, float)) or isinstance(b, (int, float)):
+            return numbers_first(a, b)
         return super().__lt__(other)
 
 
 def make_table(columns, name: str) -> QTableWidget:
-    table = QTableWidget(0, len(columns), objectName=name)
+    table = style_table(QTableWidget(0, len(columns), objectName=name))
     table.setHorizontalHeaderLabels(list(columns))
+    table.setWordWrap(False)
+    return table
+
+
+def style_table(table: QTableView) -> QTableView:
+    """The tools' tables: whole rows selected, nothing edited, columns sized to their contents, the last stretched."""
     table.verticalHeader().hide()
     table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     table.setAlternatingRowColors(True)
-    table.setWordWrap(False)
     header = table.horizontalHeader()
     header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
     header.setStretchLastSection(True)

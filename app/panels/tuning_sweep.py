@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPlainTextEdit,
     QPushButton,
@@ -22,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.tool_dialog import ToolDialog
-from app.panels.tuning import size
+from app.panels.tuning import numbers_first, size, style_table
 from core.text import duration
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
@@ -126,12 +125,7 @@ class SweepProxy(QSortFilterProxyModel):
     """Sorts by SORT_ROLE: numbers as numbers, blanks last."""
 
     def lessThan(self, left, right) -> bool:
-        a, b = left.data(SORT_ROLE), right.data(SORT_ROLE)
-        if isinstance(a, float) and isinstance(b, float):
-            return a < b
-        if isinstance(a, float) != isinstance(b, float):  # a number before a text
-            return isinstance(a, float)
-        return str(a) < str(b)
+        return numbers_first(left.data(SORT_ROLE), right.data(SORT_ROLE))
 
 
 class RowsUpdate:
@@ -279,18 +273,11 @@ class SweepDialog(ToolDialog):
         self.proxy = SweepProxy(self)
         self.proxy.setSourceModel(self.model)
         self.proxy.setSortRole(SORT_ROLE)
-        self.table = QTableView(objectName="sweepTable")
+        self.table = style_table(QTableView(objectName="sweepTable"))
         self.table.setModel(self.proxy)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
-        self.table.verticalHeader().hide()
-        self.table.setAlternatingRowColors(True)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_use())
         self.table.doubleClicked.connect(lambda _index: self.open_in_history())
         layout.addWidget(self.table, 1)
