@@ -1,21 +1,19 @@
 """`amp-console tasks new NAME`: a task file to start from, written from core/tasks/template.py.
 
 The template is a real task module (linted, imported and trained by the tests); its text from the docstring on
-is copied with its class, name and file name replaced by NAME's. The file is created atomically and only where
-nothing is: written in full to a temporary file beside it, then hard-linked to its name, which fails when any
-entry is there (a file, a folder, a symbolic link even to nothing: a link is never followed or replaced).
+is copied with its class, name and file name replaced by NAME's. The file is created only where nothing is (a
+file, a folder, a symbolic link even to nothing: a link is never followed or replaced).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.files import fsync_dir, new_temp_file, shown_path
+from core.files import shown_path
 
 TEMPLATE = Path(__file__).with_name("template.py")
 NAME_RULE = "letters, digits and _, starting with a letter, at most 40 characters, e.g. my_task"
@@ -88,50 +86,22 @@ def write_task_file(name: str, out: str | os.PathLike | None = None) -> NewTaskF
 
 
 def create_file(path: Path, payload: bytes) -> None:
-    """`path` created holding `payload`, complete or not at all, and only where no entry of that name is."""
+    """`path` created holding `payload`, only where no entry of that name is (O_EXCL | O_NOFOLLOW: never over
+    a file, never through a link, even one to nothing); removed again if the write fails."""
     shown = shown_path(path)
     _refuse_existing(path)
-    try:
-        fd, tmp = new_temp_file(path.parent, f".{path.name}.")
-    except OSError as exc:
-        raise ConfigError("out", f"{shown}: cannot write in {shown_path(path.parent)}: {_cause(exc)}") from None
-    try:
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(tmp, path)  # EEXIST when any entry is at `path`, a link to nothing included; none is followed
-        except FileExistsError:
-            _refuse_existing(path)
-            raise ConfigError("out", f"{shown}: already exists; it is never overwritten") from None
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-                raise ConfigError("out", f"{shown}: cannot write it: {_cause(exc)}") from None
-            _create_without_link(path, payload)  # a file system without hard links
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-    fsync_dir(path.parent)
-
-
-def _create_without_link(path: Path, payload: bytes) -> None:
-    """O_CREAT | O_EXCL (never follows a link, fails on any entry there); removed again if the write fails."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags, 0o666)
     except FileExistsError:
         _refuse_existing(path)
-        raise ConfigError("out", f"{shown_path(path)}: already exists; it is never overwritten") from None
+        raise ConfigError("out", f"{shown}: already exists; it is never overwritten") from None
     except OSError as exc:
-        raise ConfigError("out", f"{shown_path(path)}: cannot write it: {_cause(exc)}") from None
+        cause = exc.strerror or type(exc).__name__
+        raise ConfigError("out", f"{shown}: cannot write in {shown_path(path.parent)}: {cause}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
     except BaseException:
         os.unlink(path)
         raise
@@ -144,7 +114,3 @@ def _refuse_existing(path: Path) -> None:
     if os.path.lexists(path):
         what = "a folder" if os.path.isdir(path) else "a file"
         raise ConfigError("out", f"{shown}: already exists ({what}); it is never overwritten")
-
-
-def _cause(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
