@@ -104,6 +104,13 @@ def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = Fa
     return cast
 
 
+def feature_matrix(batch, columns: list[str], checks: Checks):
+    """(rows, len(columns)) float32 of a batch's feature columns, each read by `numbers`."""
+    import numpy as np
+
+    return np.stack([numbers(batch.column(c), printable(c), checks) for c in columns], axis=1)
+
+
 def _date_times(values):
     """(seconds since 1970, parsed) of strings holding ISO 8601 date-times (UTC when they name no zone): Arrow's
     cast for the whole array, else one value at a time."""

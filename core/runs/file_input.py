@@ -97,10 +97,12 @@ class InputReader:
         return f"the file's columns: {shown_names(self.columns)}"
 
     def find(self, name: str, aliases: tuple = ()) -> str | None:
-        """The file's column for `name`: the same name (case, '_', '-' and spaces aside), else one alias."""
+        """The file's column for `name`: the same name (case, '_', '-' and spaces aside), else one of its
+        aliases (`aliases`, and training's importer's)."""
         from core.data.formats import normalise_name
+        from core.data.importers import ALIASES
 
-        wanted = [normalise_name(name), *aliases]
+        wanted = [normalise_name(name), *aliases, *ALIASES.get(name, ())]
         for key in wanted:
             found = [c for c in self.columns if normalise_name(c) == key]
             if found:
@@ -108,9 +110,7 @@ class InputReader:
         return None
 
     def require(self, name: str, why: str) -> str:
-        from core.data.importers import ALIASES
-
-        column = self.find(name, ALIASES.get(name, ()))
+        column = self.find(name)
         if column is None:
             raise DataError(f"{self.path}: no column {name!r} ({why}); {self.columns_note()}")
         return column

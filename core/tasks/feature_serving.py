@@ -29,7 +29,6 @@ from torch import nn
 
 from core.errors import DataError
 from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows
-from core.text import printable
 
 
 class FeatureModule(nn.Module):
@@ -96,14 +95,10 @@ class FeatureFileScorer(FileScorer):
         import numpy as np
         import pyarrow as pa
 
-        from core.data.row_checks import Checks, numbers
+        from core.data.row_checks import Checks, feature_matrix
 
         checks = Checks(batch.num_rows)
-        x = (
-            np.stack([numbers(batch.column(c), printable(c), checks) for c in self.features], axis=1)
-            if batch.num_rows
-            else np.zeros((0, len(self.features)), np.float32)
-        )
+        x = feature_matrix(batch, self.features, checks)
         good = self._good(batch, lines, checks, report)
         for rows in self._slices(good):
             y = self.predictor.predict_rows(x[rows])

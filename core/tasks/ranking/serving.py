@@ -143,15 +143,11 @@ class RankingFileScorer(FileScorer):
         import numpy as np
         import pyarrow as pa
 
-        from core.data.row_checks import Checks, ids, numbers
+        from core.data.row_checks import Checks, feature_matrix, ids, numbers
 
         checks = Checks(batch.num_rows)
         query, doc = ids(batch.column(self.query), self.query, checks), ids(batch.column(self.doc), self.doc, checks)
-        x = (
-            np.stack([numbers(batch.column(c), c, checks) for c in self.features], axis=1)
-            if batch.num_rows
-            else np.zeros((0, len(self.features)), np.float32)
-        )
+        x = feature_matrix(batch, self.features, checks)
         label = None
         if self.label:  # copied when it is a whole number, else left empty (the model does not read it)
             ignored = Checks(batch.num_rows)

@@ -42,7 +42,7 @@ class RecommenderFileScorer(FileScorer):
         self.k, self.exclude_seen = self.option("k"), not self.option("include_seen")
         self.unknown = 0  # lesson ids the model does not know (dropped)
         self.history = reader.find("history", ("histories", "lessons", "items", "sequence"))
-        self.user = reader.find("user_id", ("userid", "user", "uid"))
+        self.user = reader.find("user_id")
         if self.history is None:
             why = (
                 "a recommender reads a `history` column of lesson ids separated by spaces (one row per user), "
