@@ -192,7 +192,10 @@ class RecommenderFileScorer(FileScorer):
         table = np.array(
             [
                 self._code(value, int(lines[first]))
-                for value, first in zip(encoded.dictionary.to_pylist(), _first_positions(encoded.indices))
+                for value, first in zip(
+                    encoded.dictionary.to_pylist(),
+                    np.unique(encoded.indices.to_numpy(zero_copy_only=False), return_index=True)[1],
+                )
             ],
             dtype=np.int64,
         )
@@ -292,13 +295,3 @@ class RecommenderFileScorer(FileScorer):
         import numpy as np
 
         return np.unique(np.concatenate(self._seen)) if self._seen else np.zeros(0, dtype=np.int64)
-
-
-def _first_positions(indices):
-    """The first position of each dictionary code in `indices` (codes 0..n-1, each present)."""
-    import numpy as np
-
-    values = indices.to_numpy(zero_copy_only=False)
-    first = np.full(int(values.max()) + 1 if len(values) else 0, len(values), dtype=np.int64)
-    np.minimum.at(first, values, np.arange(len(values)))
-    return first
