@@ -10,56 +10,52 @@ from PySide6.QtGui import QAction
 class ToolActions:
     """The window's device tools: their menu actions, their dialogs and the rule that keeps them apart."""
 
+    DIALOGS = (
+        "lrFinderDialog",
+        "batchFinderDialog",
+        "summaryDialog",
+        "sweepDialog",
+        "compareDialog",
+        "inspectorDialog",
+    )
+
     def __init__(self, window):
         self.window = window
-        self.compareDialog = None
-        self.inspectorDialog = None
-        self.lrFinderDialog = None
-        self.batchFinderDialog = None
-        self.summaryDialog = None
-        self.sweepDialog = None
+        for name in self.DIALOGS:
+            setattr(self, name, None)
+        self.actions: list[QAction] = []
 
     def add_to_menus(self, precision_menu, tools_menu) -> None:
-        window = self.window
-        self.compareAction = QAction(
-            "&Compare precisions…", window, shortcut="Ctrl+Shift+C", triggered=self.show_compare
-        )
-        self.inspectAction = QAction("&Inspect dtypes…", window, shortcut="Ctrl+Shift+I", triggered=self.show_inspector)
-        precision_menu.addAction(self.compareAction)
-        precision_menu.addAction(self.inspectAction)
-        self.lrFinderAction = QAction("&LR finder…", window, shortcut="Ctrl+Shift+L", triggered=self.show_lr_finder)
-        self.batchFinderAction = QAction(
-            "&Batch-size finder…", window, shortcut="Ctrl+Shift+B", triggered=self.show_batch_finder
-        )
-        self.summaryAction = QAction("Model &summary…", window, shortcut="Ctrl+Shift+M", triggered=self.show_summary)
-        self.sweepAction = QAction("S&weep…", window, shortcut="Ctrl+Shift+W", triggered=self.show_sweep)
-        for action in (self.lrFinderAction, self.batchFinderAction, self.summaryAction, self.sweepAction):
-            tools_menu.addAction(action)
+        for menu, name, text, shortcut, slot in (
+            (precision_menu, "compareAction", "&Compare precisions…", "Ctrl+Shift+C", self.show_compare),
+            (precision_menu, "inspectAction", "&Inspect dtypes…", "Ctrl+Shift+I", self.show_inspector),
+            (tools_menu, "lrFinderAction", "&LR finder…", "Ctrl+Shift+L", self.show_lr_finder),
+            (tools_menu, "batchFinderAction", "&Batch-size finder…", "Ctrl+Shift+B", self.show_batch_finder),
+            (tools_menu, "summaryAction", "Model &summary…", "Ctrl+Shift+M", self.show_summary),
+            (tools_menu, "sweepAction", "S&weep…", "Ctrl+Shift+W", self.show_sweep),
+        ):
+            action = QAction(text, self.window, shortcut=shortcut, triggered=slot)
+            setattr(self, name, action)
+            menu.addAction(action)
+            self.actions.append(action)
 
     def update_enabled(self, engine_ready: bool) -> None:
-        for action in (
-            self.compareAction,
-            self.inspectAction,
-            self.lrFinderAction,
-            self.batchFinderAction,
-            self.summaryAction,
-            self.sweepAction,
-        ):
+        for action in self.actions:
             action.setEnabled(engine_ready)
 
-    def _inputs(self) -> tuple:
-        """What every tool dialog is made with: the form's config, the devices, and the rule above."""
-        return self.window.setupPanel.config, self.window.devices_for_run, self.tool_blocked
-
-    def _tool_dialog(self, attribute: str, make):
-        """The tool dialog kept in `attribute`, made on first use by `make()`, with its setting refreshed."""
+    def _tool_dialog(self, attribute: str, cls, *extra, wire=None):
+        """The tool dialog kept in `attribute`, made on first use as cls(the form's config, the devices, the rule
+        above, *extra, window) and passed to `wire`, with its setting refreshed."""
         if not self.window.engine_ready:
             return None
         dialog = getattr(self, attribute)
         if dialog is None:
-            dialog = make()
+            window = self.window
+            dialog = cls(window.setupPanel.config, window.devices_for_run, self.tool_blocked, *extra, window)
             dialog.job.runningChanged.connect(lambda _running: self.window._update_buttons())
             setattr(self, attribute, dialog)
+            if wire is not None:
+                wire(dialog)
         dialog.refresh_setting()
         dialog.show()
         dialog.raise_()
@@ -68,91 +64,56 @@ class ToolActions:
 
     def show_lr_finder(self):
         """The LR finder; its "Use this LR" fills the form's learning rate."""
+        from app.panels.tuning import LRFinderDialog
 
-        def make():
-            from app.panels.tuning import LRFinderDialog
-
-            dialog = LRFinderDialog(*self._inputs(), self.window)
+        def wire(dialog):
             dialog.lrChosen.connect(lambda lr: self._fill_field("lr", lr, "learning rate"))
-            return dialog
 
-        return self._tool_dialog("lrFinderDialog", make)
+        return self._tool_dialog("lrFinderDialog", LRFinderDialog, wire=wire)
 
     def show_batch_finder(self):
         """The batch-size finder; its "Use batch N" fills the form's batch size."""
+        from app.panels.tuning_batch import BatchFinderDialog
 
-        def make():
-            from app.panels.tuning_batch import BatchFinderDialog
-
-            dialog = BatchFinderDialog(*self._inputs(), self.window)
+        def wire(dialog):
             dialog.batchChosen.connect(lambda batch: self._fill_field("batch_size", batch, "batch size"))
-            return dialog
 
-        return self._tool_dialog("batchFinderDialog", make)
+        return self._tool_dialog("batchFinderDialog", BatchFinderDialog, wire=wire)
 
     def show_summary(self):
         """The model summary; it measures at once when opened the first time."""
-        first = self.summaryDialog is None
+        from app.panels.tuning import SummaryDialog
 
-        def make():
-            from app.panels.tuning import SummaryDialog
-
-            return SummaryDialog(*self._inputs(), self.window)
-
-        dialog = self._tool_dialog("summaryDialog", make)
-        if dialog is not None and first:
-            dialog.start()
-        return dialog
+        return self._tool_dialog("summaryDialog", SummaryDialog, wire=lambda dialog: dialog.start())
 
     def show_compare(self):
         """Compare precisions; its "Train with this" starts a run in the recommended mode."""
+        from app.panels.compare import CompareDialog
 
-        def make():
-            from app.panels.compare import CompareDialog
-
-            dialog = CompareDialog(*self._inputs(), self.window)
+        def wire(dialog):
             dialog.trainRequested.connect(self.window.train_with_precision)
-            return dialog
 
-        return self._tool_dialog("compareDialog", make)
+        return self._tool_dialog("compareDialog", CompareDialog, wire=wire)
 
     def show_inspector(self):
         """The dtype inspector."""
+        from app.panels.inspector import InspectorDialog
 
-        def make():
-            from app.panels.inspector import InspectorDialog
-
-            return InspectorDialog(*self._inputs(), self.window)
-
-        return self._tool_dialog("inspectorDialog", make)
+        return self._tool_dialog("inspectorDialog", InspectorDialog)
 
     def show_sweep(self):
         """The sweep dialog: trials are ordinary runs under the runs root."""
+        from app.panels.tuning_sweep import SweepDialog
 
-        def make():
-            from app.panels.tuning_sweep import SweepDialog
-
-            dialog = SweepDialog(*self._inputs(), self.window.runs_root, self.window)
+        def wire(dialog):
             dialog.openInHistory.connect(self.window.show_run_in_history)
             dialog.trainLongerRequested.connect(self.window.train_trial_longer)
-            return dialog
 
-        return self._tool_dialog("sweepDialog", make)
+        return self._tool_dialog("sweepDialog", SweepDialog, self.window.runs_root, wire=wire)
 
     def dialogs(self) -> list:
         """The tool dialogs made so far."""
-        return [
-            d
-            for d in (
-                self.lrFinderDialog,
-                self.batchFinderDialog,
-                self.summaryDialog,
-                self.sweepDialog,
-                self.compareDialog,
-                self.inspectorDialog,
-            )
-            if d is not None
-        ]
+        return [d for d in (getattr(self, name) for name in self.DIALOGS) if d is not None]
 
     def busy_tools(self) -> list[str]:
         """The titles of the tools working right now."""
