@@ -35,17 +35,10 @@ def resolved_config(run: dict) -> dict:
     asked for: every setting (a record's missing one at RunConfig's default), the task's options with its
     defaults filled in (one key each, `task_options.NAME`: a window run saves only those changed, a CLI run
     all), and `auto` device and precision as the run's record says they resolved (its device and precision)."""
-    import dataclasses
-
     from core.config import RunConfig
     from core.tasks import option_values
 
-    config = dict(run.get("config") or {})
-    resolved = {
-        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        for f in dataclasses.fields(RunConfig)
-    }
-    resolved.update(config)
+    resolved = RunConfig().to_dict() | dict(run.get("config") or {})
     options = resolved.pop("task_options")
     task = str(resolved.get("task") or run.get("task") or "")
     if isinstance(options, dict):
@@ -81,11 +74,6 @@ class CompareRow:
     config: bool = False
 
 
-def _precision_and_autocast(run: dict) -> str:
-    dtype = run.get("autocast_dtype")
-    return f"{precision_text(run)} (autocast {dtype})" if dtype else precision_text(run)
-
-
 def _best_at(run: dict) -> str:
     step = (run.get("best") or {}).get("step")
     best = best_text(run)
@@ -101,7 +89,10 @@ def compare_rows(runs: list[dict]) -> list[CompareRow]:
     test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
     rows: list[tuple[str, list]] = [
         ("task", [r.get("task") for r in runs]),
-        ("precision", [_precision_and_autocast(r) for r in runs]),
+        (
+            "precision",
+            [precision_text(r) + (f" (autocast {d})" if (d := r.get("autocast_dtype")) else "") for r in runs],
+        ),
         ("device", [r.get("device") for r in runs]),
         ("samples/s", [count(r.get("samples_per_second")) for r in runs]),
         ("peak memory", [size(r.get("peak_memory_bytes")) for r in runs]),
