@@ -178,8 +178,7 @@ class MainWindow(QMainWindow):
             panel.previewRequested.connect(self.show_preview)
             panel.overlayRequested.connect(self.plotsPanel.overlay_runs)
             panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
-            if hasattr(panel, "exportRequested"):  # Export… on a run: its last or best checkpoint
-                panel.exportRequested.connect(self.file_actions.ask_export)
+            panel.exportRequested.connect(self.file_actions.ask_export)  # Export… on a run: its last or best
             panel.rootChosen.connect(self.set_runs_root)
             self.historyDialog = dialog
         self.historyDialog.show()
@@ -275,10 +274,12 @@ class MainWindow(QMainWindow):
             return False
         if self.devicesPanel.current_host() is not None:  # a host's device: the run is started there
             return self.remote.start_run(resume_from)
-        from core.engine.run_record import resolve_out_dir
+        from core.engine.prepare import prepare_run
 
-        # An empty folder field: a new folder under the runs root, named by the precision that runs (bf16, not auto).
-        config = resolve_out_dir(self.setupPanel.config(), self.runs_root(), self.setupPanel.mode_that_runs())
+        # Named here (the status bar shows it); the run prepares again with its checkpoint, off the GUI thread.
+        config = prepare_run(
+            self.setupPanel.config().to_dict(), runs_dir=str(self.runs_root()), device=self.setupPanel.device()
+        ).config
         self._run_device = config.device
         self.save_settings()
         self.plotsPanel.clear()

@@ -125,7 +125,6 @@ class RunStatusBar(QStatusBar):
             widget.hide()
         self.addPermanentWidget(self.progress)
         self._total = 0
-        self._start_step = 0
         self._first_step_time: float | None = None
         self._first_step = 0
         self._nonfinite_source: str | None = None
@@ -146,7 +145,6 @@ class RunStatusBar(QStatusBar):
     def handle_event(self, event) -> None:
         if isinstance(event, RunStarted):
             self._total = max(event.total_steps, 1)
-            self._start_step = event.start_step
             self._first_step_time = None
             self._paused_seconds = 0.0
             self._paused_since = None

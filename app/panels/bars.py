@@ -19,7 +19,6 @@ class BarChart(QWidget):
         palette = self.palette()
         self.plot = pg.PlotWidget(background=palette.color(QPalette.ColorRole.Base))
         item = self.plot.getPlotItem()
-        self._title = title
         item.setTitle(title, size="10pt")
         item.setLabel("left", units_label)
         item.setLabel("bottom", "Precision mode")

@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
 
 WIDE_INT = 2**53  # every integer up to this is exact in a double
 WIDE_FLOAT = 1e300
-INT_LIMIT = 2**31 - 1  # kept for callers that size Qt's int spin boxes
 
 
 def camel(name: str) -> str:
