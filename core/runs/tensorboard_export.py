@@ -38,16 +38,10 @@ _TIME_KEYS = ("time", "wall_time", "timestamp")
 
 
 @dataclass
-class _Point:
-    value: float
-    walltime: float | None
-
-
-@dataclass
 class _Export:
     """What metrics.jsonl says, with overwritten points already dropped."""
 
-    scalars: dict[str, dict[int, _Point]] = field(default_factory=dict)
+    scalars: dict[str, dict[int, tuple[float, float | None]]] = field(default_factory=dict)  # (value, walltime)
     texts: list[tuple[int, str, float | None]] = field(default_factory=list)  # (step, markdown, walltime)
     config: dict = field(default_factory=dict)  # the latest segment's settings
     last_val: dict[str, float] = field(default_factory=dict)  # tag -> value of the latest validation
@@ -55,7 +49,7 @@ class _Export:
     def add(self, tag: str, step: int, value, walltime: float | None) -> None:
         value = number(value)
         if value is not None:
-            self.scalars.setdefault(tag, {})[step] = _Point(value, walltime)
+            self.scalars.setdefault(tag, {})[step] = (value, walltime)
 
     def resume_at(self, step: int) -> None:
         """A segment starts at `step`: what earlier segments logged after it was done again (or never kept)."""
@@ -64,7 +58,7 @@ class _Export:
                 del points[later]
         self.texts = [text for text in self.texts if text[0] < step]
         self.last_val = {
-            tag: points[max(points)].value for tag, points in self.scalars.items() if tag.startswith("val/") and points
+            tag: points[max(points)][0] for tag, points in self.scalars.items() if tag.startswith("val/") and points
         }
 
 
@@ -74,7 +68,10 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     replaced, not added to. Raises a core.errors type with one line: no tensorboardX, no or empty
     metrics.jsonl, a folder that can't be written."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    writer_class = _summary_writer_class()
+    try:
+        writer_class = summary_writer_class()
+    except ImportError:
+        raise AmpConsoleError(MISSING_MESSAGE) from None
     records = _read_records(run_dir)
     export = _collect(records)
     if not export.scalars and not export.texts:
@@ -96,13 +93,6 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
             f"could not write the event file in {shown_path(out_dir)}: {exc.strerror or exc}"
         ) from None
     return out_dir
-
-
-def _summary_writer_class():
-    try:
-        return summary_writer_class()
-    except ImportError:
-        raise AmpConsoleError(MISSING_MESSAGE) from None
 
 
 def _read_records(run_dir: Path) -> list[dict]:
@@ -147,9 +137,8 @@ def _write(writer_class, out_dir: Path, export: _Export) -> None:
         for step, text, walltime in export.texts:
             writer.add_text("run/summary", text, global_step=step, walltime=walltime or now)
         for tag, points in export.scalars.items():
-            for step in sorted(points):
-                point = points[step]
-                writer.add_scalar(tag, point.value, global_step=step, walltime=point.walltime or now)
+            for step, (value, walltime) in sorted(points.items()):
+                writer.add_scalar(tag, value, global_step=step, walltime=walltime or now)
         _write_hparams(writer, export)
     finally:
         writer.close()
