@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from trained_runs import LESSONS, TASK_OPTIONS
 
-from core.runs import program_archive, serve
+from core.runs import serve
 from core.runs.export import serve_py
 
 K = 3  # the recommender's lessons per history
@@ -45,9 +45,6 @@ def test_every_export_carries_the_module_byte_for_byte(exports):
     module_file = Path(serve.__file__)
     assert module_file == Path(__file__).resolve().parents[1] / "core" / "runs" / "serve.py"
     assert (folder / "serve.py").read_bytes() == module_file.read_bytes() == serve_py()
-    # one copy of the program checks: the project's are serve.py's
-    assert program_archive.check_program is serve.check_program
-    assert program_archive.load_program is serve.load_program
 
 
 def test_the_module_imports_only_the_standard_library_and_torch():

@@ -378,7 +378,7 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
     """The sample's outputs from the files just written, loaded back as a server would."""
     path = folder / MODEL_FILES[fmt]
     if fmt == "program":
-        from core.runs.program_archive import load_program
+        from core.runs.serve import load_program
 
         module = load_program(path)  # the checks serve.py makes: what is written passes them
         with torch.no_grad():

@@ -21,7 +21,7 @@ import pytest
 from core.cli.main import main
 from core.errors import ConfigError
 from core.runs.export import export_model
-from core.runs.program_archive import UnsafeExport, check_program
+from core.runs.serve import UnsafeExport, check_program
 
 pytestmark = pytest.mark.reliability
 
