@@ -103,19 +103,6 @@ def _load_checkpoint_config(path: str) -> dict:
         ) from None
 
 
-def _export(source: str, destination: str) -> tuple[str, ...]:
-    from core.engine.checkpoints import export_checkpoint
-
-    return tuple(str(p) for p in export_checkpoint(source, destination))
-
-
-def _export_serving(source: str, destination: str, fmt: str) -> str:
-    """core.runs.export's export, verified; its one-line summary (with the max abs difference)."""
-    from core.runs.export import export_model
-
-    return export_model(source, destination, fmt).summary()
-
-
 class FileActions:
     """The File menu's actions, bound to a MainWindow."""
 
@@ -221,45 +208,35 @@ class FileActions:
             lambda message, details: window.show_error(f"Cannot resume: {message}", details),
         )
 
-    def export(self, source: str, destination: str) -> None:
-        """Write <destination>.pt, .safetensors and .json (core.engine.checkpoints.export_checkpoint) off the GUI thread."""
+    def export(self, source: str, destination: str, fmt: str | None = None) -> None:
+        """Off the GUI thread: <destination>.pt, .safetensors and .json (core.engine.checkpoints.export_checkpoint), or
+        with `fmt` the serving folder `destination` (core.runs.export, verified: its line has the max abs difference);
+        what was written goes to the status bar and the log."""
         window = self.window
-        window.show_message(f"Exporting {source}…")
+        verify = f" as {fmt} (then loading it back to verify)" if fmt else ""
+        window.show_message(f"Exporting {source}{verify}…")
 
-        def done(paths: tuple[str, ...]) -> None:
-            window.show_message(
-                f"Exported to {', '.join(Path(p).name for p in paths)} in {Path(paths[0]).parent}", "status-ok"
-            )
-            window.logPanel.log("Exported: " + ", ".join(paths))
+        def work() -> tuple[str, str]:  # (the status line, the log line)
+            if fmt:
+                from core.runs.export import export_model
 
-        window.jobs.submit(
-            lambda: _export(source, destination),
-            done,
-            lambda message, details: window.show_error(f"Export failed: {message}", details),
-        )
+                line = "Exported " + export_model(source, destination, fmt).summary().removeprefix("exported ")
+                return line, line
+            from core.engine.checkpoints import export_checkpoint
 
-    def export_serving(self, source: str, destination: str, fmt: str) -> None:
-        """Write the serving folder `destination` as `fmt` off the GUI thread; its verification line goes to the status
-        bar and the log."""
-        window = self.window
-        window.show_message(f"Exporting {source} as {fmt} (then loading it back to verify)…")
+            paths = [str(p) for p in export_checkpoint(source, destination)]
+            names = ", ".join(Path(p).name for p in paths)
+            return f"Exported to {names} in {Path(paths[0]).parent}", "Exported: " + ", ".join(paths)
 
-        def done(summary: str) -> None:
-            line = "Exported " + summary.removeprefix("exported ")
-            window.show_message(line, "status-ok")
-            window.logPanel.log(line)
+        def done(lines: tuple[str, str]) -> None:
+            window.show_message(lines[0], "status-ok")
+            window.logPanel.log(lines[1])
 
-        window.jobs.submit(
-            lambda: _export_serving(source, destination, fmt),
-            done,
-            lambda message, details: window.show_error(f"Export failed: {message}", details),
-        )
+        window.jobs.submit(work, done, lambda message, details: window.show_error(f"Export failed: {message}", details))
 
     def _ask_resume(self) -> None:
         start = str(Path(self.window.last_checkpoint).parent) if self.window.last_checkpoint else ""
-        path, _ = QFileDialog.getOpenFileName(
-            self.window, "Resume from checkpoint", start, "Checkpoints (*.pt);;All files (*)"
-        )
+        path = self._pick_checkpoint("Resume from checkpoint", start)
         if path:
             self.resume(path)
 
@@ -381,15 +358,9 @@ class FileActions:
                 created.rmdir()  # the folder made for the dialog stays only if the export goes there
             except OSError:
                 pass
-        if chosen is not None and fmt:
-            self.export_serving(source, str(chosen), fmt)
-        elif chosen is not None:
-            self.export(source, str(chosen))
+        if chosen is not None:
+            self.export(source, str(chosen), fmt)
 
-    def _pick_checkpoint(self) -> str:
-        source, _ = QFileDialog.getOpenFileName(
-            self.window, "Checkpoint to export", self._checkpoint_folder_hint(), "Checkpoints (*.pt);;All files (*)"
-        )
-        return source
-
-    _ask_export = ask_export  # the menu's name before the run history could pass a checkpoint
+    def _pick_checkpoint(self, title: str = "Checkpoint to export", start: str | None = None) -> str:
+        start = self._checkpoint_folder_hint() if start is None else start
+        return QFileDialog.getOpenFileName(self.window, title, start, "Checkpoints (*.pt);;All files (*)")[0]

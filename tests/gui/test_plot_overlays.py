@@ -331,7 +331,9 @@ def dialogs(monkeypatch):
 @pytest.fixture
 def exports(window, monkeypatch):
     done: list[tuple[str, str]] = []
-    monkeypatch.setattr(window.file_actions, "export", lambda source, destination: done.append((source, destination)))
+    monkeypatch.setattr(
+        window.file_actions, "export", lambda source, destination, fmt=None: done.append((source, destination))
+    )
     return done
 
 
