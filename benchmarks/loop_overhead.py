@@ -453,9 +453,9 @@ def reference_until_stopped(
 
 
 def concurrent(args, batch_size: int, steps: int, log_interval: int, optimizer: str, out: Path) -> dict:
-    """One paired run: the reference and the engine's real CLI (`--events`, no evaluation) at once, pinned to the
-    same CPU, so the kernel's scheduler interleaves them every few milliseconds and both see the same moments
-    of the machine. The reference starts first and runs until the engine is done; its rate is taken over the
+    """One paired run: the reference and the engine's real CLI (`--events`, its metrics.jsonl followed, no
+    evaluation) at once, pinned to the same CPU, so the kernel's scheduler interleaves them every few
+    milliseconds and both see the same moments of the machine. The reference starts first and runs until the engine is done; its rate is taken over the
     engine's training window (from the engine's first step event, less its elapsed time, to its last), on the
     system-wide monotonic clock both processes read. The engine's figure is the CLI's own samples/s. Each
     side has about half the CPU: the figures are half a lone run's, their ratio is what it compares."""
@@ -525,15 +525,19 @@ def concurrent(args, batch_size: int, steps: int, log_interval: int, optimizer: 
             env=_env(args),
             preexec_fn=_pin(args),
         ) as engine:
-            for line in engine.stdout:
-                arrived = time.monotonic()
-                record = json.loads(line)
-                if record.get("event") == "StepMetrics":
-                    if first is None:
-                        first = (arrived - record["elapsed_seconds"], record["step"])
-                    last = (arrived, record["step"])
-                elif "event" not in record:
-                    summary = record
+            from core.engine.follow import MetricsFollower
+
+            follower = MetricsFollower.of_run_start(json.loads(engine.stdout.readline() or "{}"))
+            if follower is None:
+                raise SystemExit(f"engine failed ({engine.wait()})")
+            with follower:  # the run's events: metrics.jsonl from its RunStarted on
+                for line in follower.lines(deadline=time.monotonic() + 3600):
+                    arrived, record = time.monotonic(), line.record
+                    if record.get("event") == "StepMetrics":
+                        if first is None:
+                            first = (arrived - record["elapsed_seconds"], record["step"])
+                        last = (arrived, record["step"])
+            summary = json.loads(engine.stdout.read().strip().splitlines()[-1])  # --json
         if engine.returncode or summary is None or first is None:
             raise SystemExit(f"engine failed ({engine.returncode})")
     finally:

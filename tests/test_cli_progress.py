@@ -217,41 +217,6 @@ def test_the_live_bar_takes_a_step_at_most_every_bar_seconds_and_always_the_last
     assert reporter.progress.updates[-1][0] == 1000  # the last step of the run is drawn at once
 
 
-def test_event_lines_queue_step_events_and_send_the_rest_at_once(monkeypatch):
-    """--events (the window's child process): step lines go out at most every LINE_SECONDS, in order, with the
-    first and the last step's at once, and any other event takes the queue with it."""
-    import io
-    import json
-
-    from core.cli import train as train_cli
-    from core.engine.events import CheckpointSaved
-
-    now = {"t": 10.0}
-    monkeypatch.setattr(train_cli.time, "monotonic", lambda: now["t"])
-    out = io.StringIO()
-    lines = train_cli.EventLines(out)
-
-    def sent() -> list:
-        return [(r["event"], r.get("step")) for r in map(json.loads, out.getvalue().splitlines())]
-
-    lines(started(total=50))
-    lines(step(1, elapsed=0.1))
-    assert sent() == [("RunStarted", None), ("StepMetrics", 1)]  # the first step at once
-    for n in range(2, 6):
-        now["t"] += train_cli.LINE_SECONDS / 10
-        lines(step(n, elapsed=n / 10))
-    assert len(sent()) == 2  # queued
-    lines(CheckpointSaved(step=5, path="c.pt"))
-    assert sent()[2:] == [("StepMetrics", n) for n in range(2, 6)] + [("CheckpointSaved", 5)]
-    lines(step(6, elapsed=0.6))
-    now["t"] += train_cli.LINE_SECONDS
-    lines(step(7, elapsed=0.7))
-    assert sent()[-2:] == [("StepMetrics", 6), ("StepMetrics", 7)]  # LINE_SECONDS later the queue goes out
-    lines(step(8, elapsed=0.8))
-    lines(step(50, elapsed=5.0))
-    assert sent()[-2:] == [("StepMetrics", 8), ("StepMetrics", 50)]  # the last step at once
-
-
 def test_the_last_steps_line_waits_for_the_final_evaluation():
     """However the throttle falls, the line of the last step is printed at the run's end, after the final
     evaluation, so it carries the val metrics (printed at once, it came out without them now and then)."""

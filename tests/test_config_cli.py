@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -210,46 +212,34 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_events_and_control_lines_drive_a_run_from_another_program(tmp_path):
-    """--events streams JSON lines; --control-stdin takes pause/resume/stop (how the window runs training)."""
-    command = [
-        sys.executable,
-        "-m",
-        "core.cli",
-        "train",
-        "--max-steps",
-        "100000000",
-        "--device",
-        "cpu",
-        "--out",
-        str(tmp_path / "run"),
-        "--events",
-        "--control-stdin",
-        "--batch-size",
-        "8",
-        "--log-interval",
-        "20",
-    ]
-    kinds = []
-    with subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as process:
-        try:
-            for line in process.stdout:
-                event = json.loads(line)
-                kinds.append(event["event"])
-                if kinds.count("StepMetrics") == 2:
-                    process.stdin.write("stop\n")
-                    process.stdin.flush()
-                if event["event"] == "RunEnded":
-                    assert event["status"] == "stopped"
-                    break
-            process.stdin.close()
-            process.wait(timeout=60)
-        finally:
-            process.kill()
-    assert kinds[0] == "RunStarted" and kinds[-2:] == ["CheckpointSaved", "RunEnded"]
-    assert process.returncode == 130
+def test_a_program_drives_a_run_through_its_folder_and_its_end_stops_it(tmp_path):
+    """--events says where the events start (metrics.jsonl, followed by offset); a stop request in the folder
+    stops the run; with --end-with-parent the end of stdin stops it too (how the window drives torchrun)."""
+    from core.engine.folder_control import write_request
+    from core.engine.follow import MetricsFollower
+
+    command = [sys.executable, "-m", "core.cli", "train", "--max-steps", "100000000", "--device", "cpu", "--out"]
+    flags = ["--events", "--end-with-parent", str(os.getpid()), "--batch-size", "8", "--log-interval", "20"]
+    for how in ("request", "end of input"):
+        kinds = []
+        with subprocess.Popen(
+            [*command, str(tmp_path / how), *flags],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as process:
+            try:
+                with MetricsFollower.of_run_start(json.loads(process.stdout.readline())) as follower:
+                    for line in follower.lines(deadline=time.monotonic() + 120):
+                        kinds.append(line.record["event"])
+                        if kinds.count("StepMetrics") == 2:
+                            write_request(follower.folder, "stop") if how == "request" else process.stdin.close()
+                process.wait(timeout=60)
+            finally:
+                process.kill()
+        assert kinds[0] == "RunStarted" and kinds[-2:] == ["CheckpointSaved", "RunEnded"], kinds
+        assert process.returncode == 130
 
 
 def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path, capsys):
@@ -281,7 +271,9 @@ def test_events_report_bad_input_as_a_json_line_naming_the_field(tmp_path, capsy
 @pytest.mark.slow
 def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
     """How the window starts a training process ahead of time: ready line, then one JSON settings line."""
-    command = [sys.executable, "-m", "core.cli", "train", "--events", "--control-stdin", "--config-stdin"]
+    from core.engine.follow import MetricsFollower
+
+    command = [sys.executable, "-m", "core.cli", "train", "--events", "--config-stdin"]
     config = RunConfig.for_task("tiny", max_steps=6, log_interval=2, out_dir=str(tmp_path / "run"))
     with subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -290,7 +282,8 @@ def test_config_stdin_loads_first_then_trains_the_settings_it_is_sent(tmp_path):
             assert json.loads(process.stdout.readline()) == {"ready": True}
             process.stdin.write(json.dumps({"config": config.to_dict(), "resume": None}) + "\n")
             process.stdin.flush()
-            events = [json.loads(line) for line in process.stdout]
+            with MetricsFollower.of_run_start(json.loads(process.stdout.readline())) as follower:
+                events = [line.record for line in follower.lines(deadline=time.monotonic() + 120)]
             process.wait(timeout=60)
         finally:
             process.kill()

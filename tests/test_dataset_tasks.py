@@ -6,6 +6,7 @@ a stream that does not shard itself is warned about, and its resume restarts it,
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -315,7 +316,7 @@ def test_under_ddp_a_stream_that_does_not_shard_itself_is_warned_about(tmp_path)
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_workers_start_while_another_thread_reads_stdin(tmp_path):
-    """--control-stdin (how the window and torchrun drive a run) reads stdin on a thread; a worker forked then
+    """--end-with-parent (how the window and the sweep drive a run) reads stdin on a thread; a worker forked then
     must not wait on that stream's lock (core.data.loaders.start)."""
     import subprocess
 
@@ -335,7 +336,8 @@ def test_workers_start_while_another_thread_reads_stdin(tmp_path):
                 "20",
                 "--num-workers",
                 "2",
-                "--control-stdin",
+                "--end-with-parent",
+                str(os.getpid()),
                 "--out",
                 str(tmp_path / "run"),
                 "--json",

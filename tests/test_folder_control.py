@@ -206,3 +206,56 @@ def test_watch_of_a_run_killed_without_a_word_fails_in_one_line(tmp_path, capsys
     assert main(["watch", str(folder)]) == 1
     err = capsys.readouterr().err
     assert "paused at step 5" in err and err.strip().endswith("no such data file")
+
+
+def test_run_start_names_where_the_last_line_begins(tmp_path):
+    """What `train --events` prints as RunStarted is written: a driving program follows from that line."""
+    from core.engine.follow import run_start
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    assert run_start(folder) == {"folder": str(folder), "offset": 0}  # no file yet
+    earlier = b'{"event": "RunEnded"}\n' * 5000  # an earlier run's lines, longer than a chunk
+    (folder / "metrics.jsonl").write_bytes(earlier + b'{"event": "RunStarted", "x": 1}\n')
+    start = run_start(folder)
+    assert start["offset"] == len(earlier)
+    with MetricsFollower.of_run_start(json.loads(json.dumps(start))) as follower:
+        assert [line.record["event"] for line in follower.read()] == ["RunStarted"]
+    assert MetricsFollower.of_run_start({"ready": True}) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name != "posix", reason="a lock held by another process")
+def test_a_run_stops_when_the_launcher_holding_its_folder_is_gone(tmp_path):
+    """torchrun's rank 0 runs in a folder its launcher holds: the launcher's death stops it (with a checkpoint)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, time; from core.files import try_lock; "
+         f"fd = try_lock({str(folder / '.run.lock')!r}); os.write(fd, str(os.getpid()).encode()); "
+         "print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )  # fmt: skip
+    with holder:
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            control = RunControl()
+            channel = FolderControl(folder, control, lambda ack: None, poll_seconds=0.01).start()
+            try:
+                time.sleep(0.1)
+                assert not control.stop_requested  # the launcher is alive
+                holder.kill()
+                holder.wait()
+                deadline = time.monotonic() + 30
+                while not control.stop_requested and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert control.stop_requested
+            finally:
+                channel.close()
+        finally:
+            holder.kill()

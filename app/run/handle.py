@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
+from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics
+
 
 class RunHandle(QObject):
     """One training run. Signals arrive on the GUI thread:
@@ -23,6 +25,8 @@ class RunHandle(QObject):
 
     processes = 1  # >1: a DDP run under torchrun
     detached = False  # True: the run lives on its own (on a host, or another program's); shutdown() lets go of it
+    _last_step = _last_epoch = 0  # what a run that ends without its RunEnded reached (see _failed_end)
+    _last_checkpoint: str | None = None
 
     def start(self, config, resume_from: str | None = None) -> None:
         """Train `config` (a core RunConfig), continuing from the checkpoint `resume_from` if given."""
@@ -60,3 +64,27 @@ class RunHandle(QObject):
     def shutdown(self) -> None:
         """Stop and block until the run's thread or process has exited; a detached run is only let go of."""
         raise NotImplementedError
+
+    def _track(self, event) -> None:
+        """Note the step, epoch and latest checkpoint a run read from elsewhere has reached."""
+        match event:
+            case RunStarted():
+                self._last_step = event.start_step
+            case StepMetrics():
+                self._last_step, self._last_epoch = event.step, event.epoch
+            case CheckpointSaved(kind="last"):  # the run's latest state, not a best-metric copy
+                self._last_checkpoint = event.path
+
+    def _failed_end(self, message: str, details: str = "") -> RunEnded:
+        """The RunEnded a run that died could not send: failed where it had got to, its checkpoint kept."""
+        return RunEnded(
+            status="failed",
+            message=message,
+            step=self._last_step,
+            epoch=self._last_epoch,
+            final_loss=None,
+            metrics={},
+            checkpoint=self._last_checkpoint,
+            samples_per_second=None,
+            details=details,
+        )

@@ -1,10 +1,11 @@
-"""A run in a child process, as a QProcess: `python -m core.cli train --events --control-stdin` with `--config-stdin`
-(one process: settings arrive as a JSON line, so it can be started ahead of time) or `--nproc N --config FILE`
-(torchrun).
+"""A run in a child process, as a QProcess: `python -m core.cli train --events --config-stdin` (one process: settings
+arrive as a JSON line, so it can be started ahead of time) or `--nproc N --config FILE` (torchrun).
 
 A separate process keeps the trainer's Python from waiting on the window's GIL, and a crash ends the run, not the
-window. The child prints each event as a JSON line (rebuilt with event_from_dict); pause, resume and stop are lines
-on its stdin. It runs in its own session, interrupted then killed if it does not stop in time.
+window. The child says on stdout where its events start; a timer reads what its metrics.jsonl gained since
+(core.engine.follow). Pause, resume and stop are requests in its run folder (core.engine.folder_control), written on
+a short job; its stdin closing (the window gone) stops it. It runs in its own session, interrupted then killed if it
+does not stop in time.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer
 
 from app.run.handle import RunHandle
-from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics, event_from_dict
+from app.run.jobs import JobRunner
+from core.engine.events import RunEnded, RunStarted, event_or_none
+from core.engine.folder_control import write_request
+from core.engine.follow import MetricsFollower
 from core.process import STOP_GRACE_SECONDS, StopEscalation
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_LINES = 40
+FOLLOW_MS = 50  # metrics.jsonl is read this often (a read of the bytes it gained: well under a millisecond)
 POSIX = os.name == "posix" and hasattr(QProcess, "UnixProcessParameters")  # process groups and signals
 
 
@@ -38,8 +43,8 @@ def launcher_command(config_path: str, processes: int, resume_from: str | None =
         "--nproc",
         str(processes),
         "--events",
-        "--json",
-        "--control-stdin",
+        "--end-with-parent",
+        str(os.getpid()),
         "--config",
         config_path,
     ]
@@ -50,7 +55,7 @@ def launcher_command(config_path: str, processes: int, resume_from: str | None =
 
 def spare_command() -> list[str]:
     """A training process started ahead of time: it loads the engine, then waits for its settings on stdin."""
-    return [sys.executable, "-m", "core.cli", "train", "--events", "--json", "--control-stdin", "--config-stdin"]
+    return [sys.executable, "-m", "core.cli", "train", "--events", "--config-stdin"]
 
 
 def signal_name(number: int) -> str:
@@ -90,9 +95,11 @@ class ProcessRun(RunHandle):
         self.setup_error: tuple[str, str] | None = None  # (message, field) from the child's setup_error line
         self.setup_details = ""
         self._started = False  # RunStarted seen: a later death is a failed run, not a setup error
-        self._last_step = 0
-        self._last_epoch = 0
-        self._last_checkpoint: str | None = None
+        self._follower: MetricsFollower | None = None  # the run's metrics.jsonl, once the child said where
+        self._follow = QTimer(self, interval=FOLLOW_MS)
+        self._follow.timeout.connect(self._read_events)
+        self._asked: list[str] = []  # pause/resume/stop asked for before the run's folder was known
+        self._requests = JobRunner(self)
         self._stop_requested = False
         self._paused = False
         self.processes = processes
@@ -165,12 +172,24 @@ class ProcessRun(RunHandle):
     def pause(self) -> None:
         if self.running and self.can_pause and not self._stop_requested and not self._paused:
             self._paused = True
-            self.process.write(b"pause\n")
+            self._request("pause")
 
     def resume(self) -> None:
         if self.running and self._paused:
             self._paused = False
-            self.process.write(b"resume\n")
+            self._request("resume")
+
+    def _request(self, verb: str) -> None:
+        """A request in the run folder, written on a job (a file write is no work for the GUI thread)."""
+        if self._follower is None:
+            self._asked.append(verb)
+            return
+        folder = self._follower.folder
+        self._requests.submit(
+            lambda: write_request(folder, verb),
+            lambda _request: None,
+            lambda message, _details: self.notice.emit(f"Could not {verb} the run: {message}", "status-error"),
+        )
 
     def stop(self) -> None:
         """Ask the run to stop after its step (checkpoint written); past the grace the process group is
@@ -179,7 +198,7 @@ class ProcessRun(RunHandle):
             return
         self._stop_requested = True
         self._paused = False  # a paused run wakes up to stop
-        self.process.write(b"stop\n")
+        self._request("stop")
         self._stopping = StopEscalation(self.process.processId(), STOP_GRACE_SECONDS)
         self._escalate.start(int(self._stopping.due_in() * 1000))
 
@@ -187,6 +206,7 @@ class ProcessRun(RunHandle):
         """Stop and block until the launcher has exited (the window is closing), escalating as stop() does."""
         if self.running:
             self.stop()
+            self.process.closeWriteChannel()  # the window's end: it stops a run that has not said where it is yet
             stopping = self._stopping
             while stopping is not None and not self.process.waitForFinished(int(stopping.due_in() * 1000) + 100):
                 stopping.poll()
@@ -204,56 +224,42 @@ class ProcessRun(RunHandle):
                 self._escalate.start(int(self._stopping.due_in() * 1000))
 
     def _read_stdout(self) -> None:
+        """The child's JSON lines: ready (a spare has loaded the engine), a setup error, where its events start."""
         self._stdout_buffer += bytes(self.process.readAllStandardOutput())
         *lines, self._stdout_buffer = self._stdout_buffer.split(b"\n")
-        if not lines:
-            return
         for raw in lines:
-            line = raw.strip()
-            if not line.startswith(b"{"):
-                continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
+                data = json.loads(raw)
+            except ValueError:
                 continue
-            if data.get("ready") is True:  # a spare has loaded the engine
+            if not isinstance(data, dict):
+                continue
+            if data.get("ready") is True:
                 self.warm = True
-                continue
-            if "setup_error" in data:  # bad input found before the run started (the child exits 2)
+            elif "setup_error" in data:  # bad input found before the run started (the child exits 2)
                 self.setup_error = (str(data["setup_error"]), str(data.get("field") or ""))
                 self.setup_details = str(data.get("details") or "")  # the traceback of the user's code that raised
-                continue
-            if "event" not in data:  # the --json summary line
-                continue
-            event = event_from_dict(data)
-            match event:
-                case RunEnded():
-                    self.ended_status = event.status
-                case RunStarted():
-                    self._started = True
-                    self._last_step = event.start_step
-                case StepMetrics():
-                    self._last_step, self._last_epoch = event.step, event.epoch
-                case CheckpointSaved(kind="last"):  # the run's latest state, not a best-metric copy
-                    self._last_checkpoint = event.path
-            self.event.emit(event)
+            elif self._follower is None and (follower := MetricsFollower.of_run_start(data)) is not None:
+                self._follower = follower
+                self._follow.start()
+                asked, self._asked = self._asked, []
+                for verb in asked:
+                    self._request(verb)
+                self._read_events()
 
-    def _end_as_failed(self, message: str, details: str) -> None:
-        """The RunEnded the child could not send: the plots and status bar end the run as failed."""
-        self.ended_status = "failed"
-        self.event.emit(
-            RunEnded(
-                status="failed",
-                message=message,
-                step=self._last_step,
-                epoch=self._last_epoch,
-                final_loss=None,
-                metrics={},
-                checkpoint=self._last_checkpoint,
-                samples_per_second=None,
-                details=details,
-            )
-        )
+    def _read_events(self) -> None:
+        """The events metrics.jsonl gained since the last read, from the run's RunStarted on."""
+        if self._follower is None:
+            return
+        for line in self._follower.read():
+            event = event_or_none(line.record)
+            if event is None or not (self._started or isinstance(event, RunStarted)):
+                continue
+            self._started = True
+            self._track(event)
+            if isinstance(event, RunEnded):
+                self.ended_status = event.status
+            self.event.emit(event)
 
     def _read_stderr(self) -> None:
         self._stderr_buffer += bytes(self.process.readAllStandardError())
@@ -273,8 +279,13 @@ class ProcessRun(RunHandle):
             return
         self._done = True
         self._escalate.stop()
+        self._follow.stop()
         self._read_stdout()
+        self._read_events()  # what the run wrote before it exited
+        if self._follower is not None:
+            self._follower.close()
         self._read_stderr()
+        self._requests.shutdown()
         crashed = exit_status == QProcess.ExitStatus.CrashExit and exit_code > 0  # exit_code: the signal
         # After its RunEnded the run's outcome is known: a crash while the process tears down changes nothing.
         # Exit 129/130/143 (128 + SIGHUP/SIGINT/SIGTERM) is a run stopped by a signal, with its checkpoint.
@@ -296,8 +307,9 @@ class ProcessRun(RunHandle):
             details = (
                 self.setup_details if self.setup_error is not None and not crashed else "\n".join(self.stderr_tail)
             )
-            if self._started:
-                self._end_as_failed(message, details)  # it died mid-run: a failed run, not a setup error
+            if self._started:  # it died mid-run: a failed run, not a setup error
+                self.ended_status = "failed"
+                self.event.emit(self._failed_end(message, details))
             else:
                 self.setupFailed.emit(message, field, details)
         if self._folder is not None:

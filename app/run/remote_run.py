@@ -13,16 +13,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.run.handle import RunHandle
 from app.run.jobs import BackgroundJob, JobRunner
-from core.engine.events import (
-    CheckpointSaved,
-    ControlAcknowledged,
-    RunEnded,
-    RunPaused,
-    RunResumed,
-    RunStarted,
-    StepMetrics,
-    event_or_none,
-)
+from core.engine.events import ControlAcknowledged, RunEnded, RunPaused, RunResumed, RunStarted, event_or_none
 
 CONTROL_SECONDS = 30.0  # how long a control request waits for the run's acknowledgement and outcome
 
@@ -72,9 +63,6 @@ class RemoteRun(RunHandle):
         self._stop_pending = False  # Stop pressed before the run's folder was known
         self._started = False  # a RunStarted came
         self._ended = False  # a RunEnded came
-        self._last_step = 0
-        self._last_epoch = 0
-        self._last_checkpoint: str | None = None
         self._finished = False
 
     # ------------------------------------------------------------------ starting and attaching
@@ -156,21 +144,17 @@ class RemoteRun(RunHandle):
         if isinstance(item, FollowNote):  # the connection, lost or back
             self.notice.emit(item.text, "" if item.connected else "status-warn")
             return
+        self._track(item)
         match item:
             case RunStarted():
                 self._started = True
                 self._ended = False
-                self._last_step = item.start_step
-            case StepMetrics():
-                self._last_step, self._last_epoch = item.step, item.epoch
             case RunPaused():
                 self._paused = True
             case RunResumed():
                 self._paused = False
             case ControlAcknowledged(verb="stop", accepted=True):
                 self._stop_requested = True
-            case CheckpointSaved(kind="last"):
-                self._last_checkpoint = item.path
             case RunEnded():
                 self._ended = True
                 self._paused = False
@@ -193,18 +177,7 @@ class RemoteRun(RunHandle):
                 if note
                 else f"the run's process on {self.where} went away without a word (killed?)"
             )
-            self.event.emit(
-                RunEnded(
-                    status="failed",
-                    message=message,
-                    step=self._last_step,
-                    epoch=self._last_epoch,
-                    final_loss=None,
-                    metrics={},
-                    checkpoint=self._last_checkpoint,
-                    samples_per_second=None,
-                )
-            )
+            self.event.emit(self._failed_end(message))
 
     @Slot(str, str, str)
     def _on_failed(self, message: str, field: str, details: str) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 
 from core.config import FIELD_SPECS
@@ -61,7 +62,7 @@ def describe_config_error(exc: ConfigError) -> str:
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-STOPPED_EXIT_CODE = 130  # a run stopped by a request that is not a signal (a 'stop' control line): as Ctrl+C
+STOPPED_EXIT_CODE = 130  # a run stopped by a request that is not a signal (a control request): as Ctrl+C
 
 
 def signal_exit_code(signum: int | None) -> int:
@@ -96,7 +97,7 @@ class StopBeforeStart(BaseException):
 def end_with_parent(parent_pid: int) -> None:
     """Stop (as SIGTERM does) when process `parent_pid` ends, however it ends: PR_SET_PDEATHSIG on Linux (the parent
     starts this process from a thread that outlives it), plus a check that the parent is not gone already. Elsewhere
-    the parent's end closes stdin, which --control-stdin reads as a stop. Call it inside StopSignals."""
+    the parent's end closes stdin (stop_at_end_of_input). Call it inside StopSignals."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -107,6 +108,24 @@ def end_with_parent(parent_pid: int) -> None:
             return
     if hasattr(os, "getppid") and os.getppid() != parent_pid:  # gone already (we were re-parented)
         signal.raise_signal(signal.SIGTERM)
+
+
+def stop_at_end_of_input(stream, control) -> threading.Thread:
+    """`control.stop()` once `stream` ends: the stdin of a process a program drives (its settings came on it, or
+    `--end-with-parent`) closes when that program ends, however it ends, so the run never outlives it. What else
+    comes on the stream is ignored (pause, resume and stop go through the run folder: core.engine.folder_control)."""
+
+    def wait() -> None:
+        try:
+            for _line in stream:
+                pass
+        except (OSError, ValueError):  # the input went away unreadably (a closed terminal): as its end
+            pass
+        control.stop()
+
+    thread = threading.Thread(target=wait, name="end-of-input", daemon=True)
+    thread.start()
+    return thread
 
 
 class StopSignals:
@@ -174,8 +193,6 @@ class StopSignals:
 def stop_signals_held() -> Iterator[None]:
     """Stop signals that arrive inside the block are raised again when it ends, so a step like renaming a finished file
     into place is never cut in two. Main thread only (Python runs handlers there)."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -12,9 +12,6 @@ import sys
 
 from core.cli.common import add_task_file_flag
 
-FORMATS = ("program", "onnx", "safetensors")  # core.runs.export.FORMATS (not imported here: it loads torch)
-DTYPES = ("fp32", "bf16", "fp16")
-
 
 def register(sub) -> None:
     """Adds the `export` command's parser to `sub`."""
@@ -37,8 +34,8 @@ def register(sub) -> None:
         "--format",
         default="program",
         metavar="FORMAT",
-        help=f"program (torch.export .pt2, the default), onnx (needs the onnx extra) or safetensors "
-        f"(weights, with today's checkpoint export files); one of {', '.join(FORMATS)}",
+        help="program (torch.export .pt2, the default), onnx (needs the onnx extra) or safetensors "
+        "(weights, with today's checkpoint export files)",
     )
     p.add_argument("--out", required=True, metavar="FOLDER", help="the folder to write (must not exist, or be empty)")
     which = p.add_mutually_exclusive_group()
@@ -58,16 +55,10 @@ def register(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    from core.errors import ConfigError
-
-    # Checked before torch loads: a typo costs no time.
-    if args.format not in FORMATS:
-        raise ConfigError("format", f"{args.format!r} is not an export format: choose {', '.join(FORMATS)}")
-    if args.dtype not in DTYPES:
-        raise ConfigError("dtype", f"{args.dtype!r} is not an export dtype: choose {', '.join(DTYPES)}")
+    from core.cli.evaluate import chosen_checkpoint  # a run's best by default, else its last
     from core.runs.export import export_model
 
-    checkpoint = export_source(args.target, args.best, args.last, args.runs_dir)
+    checkpoint = chosen_checkpoint(args.target, args.best, args.last, args.runs_dir, "exporting")
     sys.stderr.write(f"exporting {checkpoint} as {args.format} ({args.dtype})…\n")
     result = export_model(
         checkpoint, args.out, args.format, args.dtype, progress=lambda line: sys.stderr.write(line + "\n")
@@ -77,10 +68,3 @@ def cmd_export(args) -> int:
     else:
         print(result.summary())
     return 0
-
-
-def export_source(target: str, best: bool, last: bool, runs_dir: str | None):
-    """The checkpoint to export: core.cli.evaluate.chosen_checkpoint (a run's best by default, else its last)."""
-    from core.cli.evaluate import chosen_checkpoint
-
-    return chosen_checkpoint(target, best, last, runs_dir, "exporting")

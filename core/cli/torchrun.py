@@ -1,8 +1,9 @@
 """`amp-console train --nproc N` (or the multi-node flags of core.cli.nodes): the same config on many processes under
 torchrun. Global rank 0 reports and writes the run folder; each rank's stderr goes to `<run>/ranks/rank-<R>.log`.
 
-torchrun runs in its own session; this launcher holds rank 0's stdin (`--control-stdin`), so a stop signal becomes a
-`stop` line there and the launcher waits for the checkpoint before it exits (128 + the signal).
+torchrun runs in its own session; a stop signal to this launcher (or, with `--end-with-parent`, the end of its
+stdin) becomes a stop request in the run folder (core.engine.folder_control), which rank 0 applies, and the launcher
+waits for the checkpoint before it exits (128 + the signal). Should the launcher die first, rank 0 stops as well.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.cli.common import stop_at_end_of_input
 from core.cli.nodes import AUTO_RESUME_ENV, NodePlan, multi_node_command, network_env, strip_node_flags
 from core.errors import ConfigError
 from core.files import read_jsonl
@@ -99,37 +100,33 @@ def threads_per_rank(nproc: int, config: RunConfig) -> int:
     return config.threads or max(1, usable_cpu_cores() // nproc)
 
 
-class RankControl:
-    """Stop/pause lines to rank 0's stdin (a pipe). Written with os.write: atomic, and safe from a signal handler."""
+class FolderStop:
+    """The launcher's stop: one stop request in the run folder (safe from a signal handler: plain file writes)."""
 
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def send(self, line: str) -> None:
-        try:
-            os.write(self.fd, (line.strip() + "\n").encode("ascii", "replace"))
-        except OSError:  # the ranks are gone already
-            pass
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.sent = False
 
     def stop(self) -> None:
-        self.send("stop")
+        from core.engine.folder_control import ControlError, write_request
+
+        if not self.sent:
+            self.sent = True
+            with contextlib.suppress(ControlError):  # no folder here (another node's rank 0 writes it)
+                write_request(self.folder, "stop")
 
 
-def relay_control_lines(stream, control: RankControl) -> threading.Thread:
-    """The driving program's pause/resume/stop lines, passed on to rank 0; its end of input means stop."""
-
-    def relay() -> None:
-        try:
-            for line in stream:
-                if line.strip():
-                    control.send(line)
-        except (OSError, ValueError):
-            pass
-        control.stop()
-
-    thread = threading.Thread(target=relay, name="control-relay", daemon=True)
-    thread.start()
-    return thread
+def without_end_with_parent(argv: list[str]) -> list[str]:
+    """`argv` without `--end-with-parent PID`: it is the launcher's parent, not the ranks'."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--end-with-parent":
+            skip = True
+        elif not arg.startswith("--end-with-parent="):
+            out.append(arg)
+    return out
 
 
 def launch_torchrun(
@@ -138,19 +135,18 @@ def launch_torchrun(
     config: RunConfig,
     resume_from: str | None = None,
     signals: StopSignals | None = None,
-    control_stdin: bool = False,
+    end_with_parent: bool = False,
 ) -> int:
     """Run torchrun in the foreground; the run's exit code (0 completed, 1 failed, 128 + signal number when a signal
-    stopped it, 130 when a 'stop' line did). A multi-node run's folder is claimed by global rank 0, not here."""
+    stopped it, 130 when the end of stdin did: `end_with_parent`). A multi-node run's folder is claimed by global
+    rank 0, not here."""
     from core.cli.elastic import RANK0_CLAIMS_ENV, RANK_LOGS_DIR, RANK_LOGS_ENV
     from core.cli.loopback_torchrun import FAILURE_FILE_ENV, RDZV_HINT_ENV
     from core.engine.run_folder import HELD_ENV, METRICS_FILE, RUN_NOTE_ENV, claim_run_folder, holds_a_run
     from core.files import new_temp_file
 
     check_nproc(plan.nproc_per_node, config)
-    train_argv = strip_node_flags(argv)
-    if "--control-stdin" not in train_argv:
-        train_argv.append("--control-stdin")
+    train_argv = without_end_with_parent(strip_node_flags(argv))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(plan.nproc_per_node, config)))
     env[AUTO_RESUME_ENV] = "1"  # a worker torchrun restarts resumes from the run folder's checkpoint
@@ -192,21 +188,13 @@ def launch_torchrun(
             if plan.multi_node
             else torchrun_command(plan.nproc_per_node, train_argv, max_restarts=plan.max_restarts)
         )
-        process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.PIPE)
-        stdin = process.stdin
-        assert stdin is not None  # opened with PIPE
-        control = RankControl(stdin.fileno())
+        process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.DEVNULL)
+        control = FolderStop(out_dir)
         if signals is not None:
-            signals.started(control)  # from now on a signal is a 'stop' line to rank 0
-        if control_stdin:
-            relay_control_lines(sys.stdin, control)
-        try:
-            code = process.wait()
-        finally:
-            try:
-                stdin.close()
-            except OSError:
-                pass
+            signals.started(control)  # from now on a signal is a stop request in the run folder
+        if end_with_parent:
+            stop_at_end_of_input(sys.stdin, control)
+        code = process.wait()
     root_cause = _read_and_remove(failure_file)
     status = last_run_status(events, offset)
     if status == "stopped" or (status is None and code == 0 and signals is not None and signals.signum):

@@ -8,23 +8,28 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.cli.common import StopBeforeStart, StopSignals, end_with_parent, safe_standard_streams, signal_name
+from core.cli.common import (
+    StopBeforeStart,
+    StopSignals,
+    end_with_parent,
+    safe_standard_streams,
+    signal_name,
+    stop_at_end_of_input,
+)
 from core.cli.nodes import add_node_flags, node_plan, wants_launcher
 from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, read_config_file, tomllib
-from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics, event_to_dict
+from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics
+from core.engine.follow import run_start
 from core.errors import AmpConsoleError, ConfigError, UserCodeError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
 from core.text import elapsed
 
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
     from rich.progress import Progress, TaskID
-
-    from core.engine.control import RunControl
 
 _TYPES = {
     f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")
@@ -71,19 +76,16 @@ def register(sub) -> None:
     p.add_argument(
         "--events",
         action="store_true",
-        help="print every event as one JSON line on stdout as it happens (for other programs)",
-    )
-    p.add_argument(
-        "--control-stdin",
-        action="store_true",
-        help="read 'pause', 'resume' and 'stop' lines from stdin (for programs driving this run)",
+        help='for a program driving this run: once it starts, print {"folder": F, "offset": N} on stdout (its '
+        "events are F/metrics.jsonl from byte N on), and a setup error as one JSON line",
     )
     p.add_argument(
         "--end-with-parent",
         type=int,
         default=None,
         metavar="PID",
-        help="stop with a checkpoint when process PID (the program that started this run) ends, however it ends",
+        help="stop with a checkpoint when process PID (the program that started this run) ends, however it ends "
+        "(as when stdin closes)",
     )
     p.add_argument(
         "--config-stdin",
@@ -312,35 +314,6 @@ def check_paths(config: RunConfig) -> None:
 
 
 BAR_SECONDS = 0.1  # the live bar takes a step's figures at most this often (rich redraws it at 10 Hz)
-LINE_SECONDS = 0.1  # --events: step events go out at most this often, queued in between
-
-
-class EventLines:
-    """--events: every event as one JSON line on `stream`, for the program driving the run (the window's child
-    process). Step events are queued and written in one go at most every LINE_SECONDS (the window redraws its
-    plots less often than that); the first and the last step's events, and every other event, go out at once."""
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.encode = json.JSONEncoder(default=str).encode  # one encoder (json.dumps with default= builds one a call)
-        self.total = None  # the run's last step, from RunStarted
-        self._queued: list = []
-        self._written_at = float("-inf")
-
-    def __call__(self, event: Event) -> None:
-        if type(event) is StepMetrics:  # the event of every logged step: its own short path
-            self._queued.append(event)
-            now = time.monotonic()
-            if now - self._written_at < LINE_SECONDS and (self.total is None or event.step < self.total):
-                return
-            self._written_at = now
-        else:
-            if isinstance(event, RunStarted):
-                self.total = event.total_steps
-            self._queued.append(event)
-        queued, self._queued = self._queued, []
-        self.stream.write("".join([self.encode(event_to_dict(each)) + "\n" for each in queued]))
-        self.stream.flush()
 
 
 class ProgressReporter:
@@ -499,28 +472,9 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
         print(f"  checkpoint {ended.checkpoint}", file=stream)
 
 
-def follow_control_lines(stream, control: RunControl) -> threading.Thread:
-    """Apply 'pause' / 'resume' / 'stop' lines from `stream` on a daemon thread; end of input means stop."""
-
-    def follow() -> None:
-        actions = {"pause": control.pause, "resume": control.resume, "stop": control.stop}
-        try:
-            for line in stream:
-                action = actions.get(line.strip().lower())
-                if action is not None:
-                    action()
-        except (OSError, ValueError):  # the input went away unreadably (a closed terminal): as end of input
-            pass
-        control.stop()  # the driving program went away: stop with a checkpoint rather than run on unattended
-
-    thread = threading.Thread(target=follow, name="control-stdin", daemon=True)
-    thread.start()
-    return thread
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     """Exit codes: 0 completed, 1 failed, 2 bad input, 128 + signal number when a signal stopped the run
-    (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP; with a checkpoint), 130 when a 'stop' line did."""
+    (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP; with a checkpoint), 130 when a control request did."""
     from core.cli.slurm import job_signals, requeue_if_warned
 
     distributed = bool(os.environ.get("WORLD_SIZE"))
@@ -634,7 +588,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
             config,
             resume_from=args.resume,
             signals=signals,
-            control_stdin=args.control_stdin,
+            end_with_parent=args.end_with_parent is not None,
         )
     from core.engine.distributed import DistContext
     from core.engine.trainer import Trainer
@@ -646,7 +600,6 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     control = RunControl()
     reporter = ProgressReporter(enabled=dist_ctx.is_main and not args.events, every=args.progress_every)
     seen: dict = {}
-    lines = EventLines(sys.stdout) if args.events else None
 
     def sink(event: Event) -> None:
         if isinstance(event, RunStarted):
@@ -654,12 +607,12 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
             for note in [*notes, *event.notes]:
                 sys.stderr.write(f"amp-console: {note}\n")
             signals.started(control)
-        if lines is not None:
-            lines(event)
+            if args.events:  # the driving program follows metrics.jsonl from this run's first line
+                print(json.dumps(run_start(event.config["out_dir"])), flush=True)
         reporter(event)
 
-    if args.control_stdin and dist_ctx.is_main:
-        follow_control_lines(sys.stdin, control)
+    if args.config_stdin or args.end_with_parent is not None:
+        stop_at_end_of_input(sys.stdin, control)  # the driving program's end
     if dist_ctx.enabled:  # every rank goes on to the first stop agreement; rank 0 decides
         signals.started(control)
     folder = elastic.claim_for_rank0()  # a multi-node run's folder, once the nodes have met

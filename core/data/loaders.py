@@ -101,7 +101,7 @@ def to_device(batch: Mapping, device: torch.device) -> dict:
 def start(loader: DataLoader) -> Iterator:
     """iter(loader), its worker processes started with sys.stdin set aside. A forked worker first closes its
     copy of sys.stdin (multiprocessing's bootstrap); when another thread of this process is reading stdin at
-    that moment (the reader of --control-stdin, as the window and torchrun drive a run), the copy's lock is held
+    that moment (the watcher of its end, as the window and the sweep drive a run), the copy's lock is held
     and the worker would wait forever. Without a sys.stdin the worker skips that close."""
     if loader.num_workers == 0:
         return iter(loader)

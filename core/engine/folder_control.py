@@ -5,8 +5,8 @@ A request is one JSON file written atomically into `<run>/control/`, named `<seq
 0's daemon thread (FolderControl) polls that folder and calls the run's RunControl, so the loop never touches the
 file system for it; each request is acknowledged in the event stream (ControlAcknowledged) and renamed
 `<name>.done`. Who may write into the folder may steer the run; links and non-regular files are refused, and a
-request naming another run's lock holder is set aside as `<name>.stale`. `send_control` is the requesting side.
-Torch-free.
+request naming another run's lock holder is set aside as `<name>.stale`. A run whose folder another process
+holds (torchrun's launcher) stops when that process is gone. `send_control` is the requesting side. Torch-free.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 from core.engine.events import ControlAcknowledged, Event, RunEnded, RunPaused, RunResumed, event_or_none
 from core.engine.run_folder import METRICS_FILE, is_in_use, lock_holder
 from core.errors import AmpConsoleError
-from core.files import UnreadableFile, atomic_write_bytes, read_json_record, shown_path
+from core.files import CAN_LOCK, UnreadableFile, atomic_write_bytes, read_json_record, shown_path
 
 CONTROL_FOLDER = "control"
 VERBS = ("pause", "resume", "stop")
-POLL_SECONDS = 0.25  # the watcher thread looks for requests this often: an acknowledgement within ~0.3 s
+POLL_SECONDS = 0.1  # the watcher thread looks for requests this often: an acknowledgement within ~0.15 s
 REQUEST_LIMIT = 64 * 1024  # bytes: a request is a few dozen
 _REQUEST = re.compile(r"^(\d{1,12})-(pause|resume|stop)-([0-9a-f]{4,32})\.json$")
 _ANY = re.compile(r"^(\d{1,12})-")  # every name that holds a seq: requests, done, stale, refused
@@ -147,9 +147,13 @@ class FolderControl:
         self._thread = None
 
     def _watch(self) -> None:
+        launcher = CAN_LOCK and self.holder is not None and self.holder != os.getpid()
         while not self._closed.wait(self.poll_seconds):
             try:
                 self.poll()
+                if launcher and not is_in_use(self.run_folder):  # the launcher holding the folder is gone
+                    launcher = False
+                    self.control.stop()
             except Exception:
                 continue
 

@@ -3,8 +3,9 @@
 A line counts once its newline is written: a torn last line (a write in progress, or a kill mid-write) waits for
 its end, and a complete line that is not a JSON object is passed over, as core.files.read_jsonl does. The
 offset after each line is where a follower that went away resumes (`amp-console watch`, the remote agent's
-stream, `send_control`). Following ends when the run is over: no live run holds the folder (its lock, see
-core.engine.run_folder) and nothing more is in the file. Torch-free.
+stream, `send_control`, the window's and the sweep's child processes). Following ends when the run is over: no
+live run holds the folder (its lock, see core.engine.run_folder) and nothing more is in the file. A child process
+tells the program driving it where its events start with one `run_start` line on stdout. Torch-free.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ class MetricsFollower:
         self.last_event: str | None = None  # the "event" of the last record read
         self._file: BinaryIO | None = None
         self._tail = b""  # bytes after `offset`: a line not complete yet
+
+    @classmethod
+    def of_run_start(cls, record: dict) -> MetricsFollower | None:
+        """The follower of a `run_start` record a child printed; None for any other record."""
+        folder, offset = record.get("folder"), record.get("offset")
+        return cls(folder, offset) if isinstance(folder, str) and type(offset) is int else None
 
     def read(self) -> list[FollowLine]:
         """The complete lines written since the last call."""
@@ -125,3 +132,27 @@ class MetricsFollower:
             self._file.close()
             self._file = None
             self._tail = b""  # read again from `offset` if reopened
+
+
+def run_start(folder: str | os.PathLike) -> dict:
+    """`{"folder": F, "offset": N}`: N is where the last line of F's metrics.jsonl begins. Called as a run's
+    RunStarted has been written (and before any later line), it says where that run's events start."""
+    folder = os.path.abspath(folder)
+    return {"folder": folder, "offset": last_line_offset(Path(folder) / METRICS_FILE)}
+
+
+def last_line_offset(path: str | os.PathLike) -> int:
+    """The byte offset at which the last line of `path` begins (0 for an empty or missing file)."""
+    try:
+        with open(path, "rb") as file:
+            end = file.seek(0, os.SEEK_END) - 1  # the last line's own newline
+            while end > 0:
+                start = max(0, end - CHUNK)
+                file.seek(start)
+                cut = file.read(end - start).rfind(b"\n")
+                if cut >= 0:
+                    return start + cut + 1
+                end = start
+    except OSError:
+        pass
+    return 0

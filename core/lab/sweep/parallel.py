@@ -1,14 +1,16 @@
 """Sweep trials N at a time: one training process per device slot (run_sweep with `devices`).
 
-Each trial is `python -m core.cli train --events --control-stdin --config-stdin`: its settings go in as a JSON line,
-its events come back as JSON lines, "stop" on stdin stops it with a checkpoint. A child also stops when this process
-dies (its stdin closes; on Linux `--end-with-parent` as well). Only this process writes sweep.json, from one thread.
-Trials left at automatic threads get LOCAL_WORLD_SIZE=N so they share the cores; spare processes load torch ahead for
-pending trials (`prestart`). No torch here.
+Each trial is `python -m core.cli train --events --config-stdin`: its settings go in as a JSON line, it says where
+its events start (core.engine.follow.run_start) and they are read from its metrics.jsonl; a stop request in its
+folder stops it with a checkpoint. A child also stops when this process dies (its stdin closes; on Linux
+`--end-with-parent` as well). Only this process writes sweep.json, from one thread. Trials left at automatic threads
+get LOCAL_WORLD_SIZE=N so they share the cores; spare processes load torch ahead for pending trials (`prestart`).
+No torch here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.engine.folder_control import ControlError, write_request
+from core.engine.follow import MetricsFollower
 from core.errors import ConfigError
 from core.process import STOP_GRACE_SECONDS, StopEscalation, signal_group
 from core.text import first_line
@@ -47,15 +51,14 @@ _DISTRIBUTED_ENV = (
 
 
 def child_command() -> list[str]:
-    """A training process that waits for its settings on stdin, streams its events on stdout, and stops with a
-    checkpoint when this process ends, however it ends."""
+    """A training process that waits for its settings on stdin, says where its events are on stdout, and stops with
+    a checkpoint when this process ends, however it ends."""
     return [
         sys.executable,
         "-m",
         "core.cli",
         "train",
         "--events",
-        "--control-stdin",
         "--config-stdin",
         "--end-with-parent",
         str(os.getpid()),
@@ -139,6 +142,7 @@ class _Child:
     setup_error: str | None = None
     stopping: StopEscalation | None = None
     stderr_reader: threading.Thread | None = None
+    follower: MetricsFollower | None = None  # its metrics.jsonl, once it has said where
 
     def __post_init__(self) -> None:
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # opened with PIPE
@@ -154,7 +158,13 @@ class _Child:
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
         if self.stopping is None:
             self.stopping = StopEscalation(self.proc.pid, grace)
-            self.send("stop")
+            self.request_stop()
+
+    def request_stop(self) -> None:
+        """A stop request in its run folder (sent when it says where that is, if it has not yet)."""
+        if self.follower is not None and self.stopping is not None and self.proc.poll() is None:
+            with contextlib.suppress(ControlError):  # its folder went away: the escalation ends it
+                write_request(self.follower.folder, "stop")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -210,7 +220,7 @@ def run_parallel(
     """Run `to_run` (trial dicts of `data`, in order) on `slots`, one trial per slot at a time, until all have run or
     control.stop() (every running trial is then stopped and waited for). sweep.json is written on this thread only.
     `prestart`: spare processes load torch ahead for pending trials, so a freed slot starts its next one at once."""
-    from core.engine.events import RunEnded, RunStarted, event_from_dict
+    from core.engine.events import RunEnded, RunStarted, event_or_none
     from core.lab.sweep.trials import TrialEvent, begin_trial, end_trial, note_trial_folder
 
     grace = STOP_GRACE_SECONDS if stop_grace is None else stop_grace
@@ -272,6 +282,8 @@ def run_parallel(
         if child.stderr_reader is not None:
             child.stderr_reader.join(5.0)  # its last lines may name the failure
         _close(child.stdin)
+        if child.follower is not None:
+            child.follower.close()
         status, message = _outcome(child, code, grace)
         assert child.trial is not None  # a running child has its trial
         end_trial(folder, data, child.trial, total, emit, status, message)
@@ -280,6 +292,19 @@ def run_parallel(
         for child in running.values():
             if child.stopping is not None and child.proc.poll() is None:
                 child.stopping.poll()
+
+    def read_events(child: _Child) -> None:
+        """Its events written since the last call, from its RunStarted on."""
+        assert child.follower is not None and child.trial is not None
+        for line in child.follower.read():
+            event = event_or_none(line.record)
+            if isinstance(event, RunStarted):
+                child.started = True
+                note_trial_folder(folder, data, child.trial, event)
+            elif isinstance(event, RunEnded):
+                child.ended = event
+            if event is not None and child.started:
+                emit(TrialEvent(child.trial["index"], child.trial["name"], event))
 
     try:
         while True:
@@ -300,34 +325,26 @@ def run_parallel(
                 kind, child, payload = inbox.get(timeout=0.1)
             except queue.Empty:
                 escalate()
-                continue
-            if child.trial is None:  # a spare: its "ready" line, or its exit
+                kind, child = "", None
+            for each in list(running.values()):
+                if each.follower is not None:
+                    read_events(each)
+            if child is None or child.trial is None:  # nothing came, or a spare's "ready" line or exit
                 continue
             if kind == "exit":
                 finish(child, payload)
                 del running[child.slot]
                 free.append(child.slot)
-                continue
-            if payload.get("ready") is True:
-                continue
-            if "setup_error" in payload:
+            elif "setup_error" in payload:
                 child.setup_error = str(payload["setup_error"])
-                continue
-            if "event" not in payload:
-                continue
-            try:
-                event = event_from_dict(payload)
-            except (KeyError, TypeError):  # a newer child's event this parent does not know: skip it
-                continue
-            if isinstance(event, RunStarted):
-                child.started = True
-                note_trial_folder(folder, data, child.trial, event)
-            elif isinstance(event, RunEnded):
-                child.ended = event
-            emit(TrialEvent(child.trial["index"], child.trial["name"], event))
+            elif child.follower is None and (follower := MetricsFollower.of_run_start(payload)) is not None:
+                child.follower = follower
+                child.request_stop()  # asked for before it said where its folder is
+                read_events(child)
     finally:
         for child in running.values():  # an error here (or in a progress callback): no child trains on
             child.stop(grace)
+            _close(child.stdin)  # this process is going away: its end stops one that has not said where it runs
         while spares:
             _discard(spares.popleft())
         deadline = time.monotonic() + grace
