@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from core.cli.common import add_task_file_flag
-from core.errors import ConfigError
 from core.runs.file_predict import DEFAULT_BATCH
 from core.text import printable
 
@@ -93,6 +92,7 @@ def _predict(args, signals) -> int:
     from types import SimpleNamespace
 
     from core.cli.common import stop_signals_held
+    from core.cli.evaluate import chosen_checkpoint  # a run's best by default, else its last
     from core.runs.file_predict import FilePrediction, PredictRequest, check_request
     from core.runs.predict import load_predictor
     from core.tasks import predict_options
@@ -106,8 +106,9 @@ def _predict(args, signals) -> int:
     )
     for note in check_request(request):
         sys.stderr.write(f"note: {note}\n")
-    checkpoint, which = resolve_target(args.target, args.which, args.runs_dir)
-    predictor = load_predictor(checkpoint, which, device=args.device)
+    which = args.which
+    checkpoint = chosen_checkpoint(args.target, which == "best", which == "last", args.runs_dir, "predicting with")
+    predictor = load_predictor(checkpoint, device=args.device)
     for note in predictor.notes:
         sys.stderr.write(f"note: {note}\n")
     job = FilePrediction(predictor, request)
@@ -126,26 +127,3 @@ def _predict(args, signals) -> int:
         f"rows/s ({done.seconds:.1f} s){extra} -> {request.out}"
     )
     return 0
-
-
-def resolve_target(target: str, which: str | None, runs_dir: str | None) -> tuple[Path, str]:
-    """The checkpoint file (or run folder) and best/last: a file as it is (--best refused, as `evaluate` does);
-    a folder or a run id: its best checkpoint, else its last (the Predictor says so), or as --best/--last
-    asks (core.cli.evaluate.find_checkpoint resolves run ids)."""
-    from core.cli.evaluate import find_checkpoint
-
-    path = Path(target).expanduser()
-    if path.is_file():
-        if which == "best":
-            raise ConfigError("checkpoint", f"{target} is a checkpoint file: --best takes a run (folder or id)")
-        return path, "last"
-    if path.is_dir() and which is None:
-        return path, "best"
-    if which is not None:  # asked for: no fallback (find_checkpoint says when the run kept no best)
-        return find_checkpoint(target, which == "best", runs_dir), "last"
-    try:
-        return find_checkpoint(target, True, runs_dir).parent, "best"
-    except ConfigError as exc:
-        if "no best checkpoint" not in str(exc):
-            raise
-        return find_checkpoint(target, False, runs_dir).parent, "best"
