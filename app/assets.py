@@ -68,3 +68,15 @@ def apply_theme(app) -> None:
     else:
         app.setPalette(app.style().standardPalette())
     app.setStyleSheet(stylesheet())
+
+
+def restyle(widget, **properties):
+    """`widget` with these dynamic properties (the stylesheet's role="hint", invalid=True...), re-polished when one
+    changes; returns it."""
+    changed = [name for name, value in properties.items() if widget.property(name) != value]
+    for name in changed:
+        widget.setProperty(name, properties[name])
+    if changed:
+        widget.style().unpolish(widget)
+        widget.style().polish(widget)
+    return widget

@@ -8,15 +8,9 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QSizePolicy, QStatusBar, QStyle, QStyleOption
 
+from app.assets import restyle
 from core.engine.events import RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics
 from core.text import elapsed
-
-
-def _set_role(label: QLabel, role: str) -> None:
-    if label.property("role") != role:
-        label.setProperty("role", role)
-        label.style().unpolish(label)
-        label.style().polish(label)
 
 
 class ElidedLabel(QLabel):
@@ -133,7 +127,7 @@ class RunStatusBar(QStatusBar):
 
     def show_message(self, text: str, role: str = "", details: bool = False) -> None:
         self.message.setText(text)  # cut to fit; the full text in its tooltip
-        _set_role(self.message, role)
+        restyle(self.message, role=role)
         self.detailsButton.setVisible(details)
 
     def set_device(self, info) -> None:
@@ -199,7 +193,7 @@ class RunStatusBar(QStatusBar):
                 f"{text}\n\nGradScaler skipped these optimizer steps because their gradients "
                 "overflowed (inf/NaN) and lowered the loss scale; a few early on are normal."
             )
-            _set_role(self.health, "status-warn")
+            restyle(self.health, role="status-warn")
             self.health.show()
 
     def _eta(self, step: int) -> float | None:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.assets import restyle
 from app.panels.bars import BarChart
 from app.panels.tool_dialog import ToolDialog
 from app.panels.tuning import make_table
@@ -100,8 +101,7 @@ class CompareDialog(ToolDialog):
         splitter.addWidget(charts)
         splitter.setSizes([220, 360])
 
-        self.recommendation = QLabel(objectName="recommendation", wordWrap=True)
-        self.recommendation.setProperty("role", "heading")
+        self.recommendation = restyle(QLabel(objectName="recommendation", wordWrap=True), role="heading")
         self.trainButton = QPushButton("Train with this", objectName="trainWithButton")
         self.trainButton.setToolTip("Set the precision to the recommended mode and start a full training run")
         self.trainButton.clicked.connect(self._train)

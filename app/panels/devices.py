@@ -7,7 +7,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout
 
-from app.assets import icon
+from app.assets import icon, restyle
 from app.panels.hosts import AddHostDialog, HostList
 from core.text import size
 
@@ -84,8 +84,7 @@ class DevicesPanel(QGroupBox):
         self.refreshButton.setIcon(icon("refresh"))
         self.refreshButton.setToolTip("Detect devices again")
         self.refreshButton.clicked.connect(self.refresh)
-        self.summary = QLabel("Detecting devices…", objectName="deviceSummary")
-        self.summary.setProperty("role", "hint")
+        self.summary = restyle(QLabel("Detecting devices…", objectName="deviceSummary"), role="hint")
         self.addHostButton = QToolButton(objectName="addHostButton", text="Add host…")
         self.addHostButton.setToolTip("Train on another machine over ssh: list its devices here")
         self.addHostButton.clicked.connect(self.ask_add_host)
@@ -93,8 +92,7 @@ class DevicesPanel(QGroupBox):
         self.removeHostButton.setToolTip("Forget the selected host (its runs go on there)")
         self.removeHostButton.clicked.connect(self.remove_selected_host)
         self.removeHostButton.setEnabled(False)
-        self.hostProblem = QLabel(objectName="hostProblem", wordWrap=True)
-        self.hostProblem.setProperty("role", "error")
+        self.hostProblem = restyle(QLabel(objectName="hostProblem", wordWrap=True), role="error")
         self.hostProblem.hide()
         header = QHBoxLayout()
         header.addWidget(self.summary, 1)

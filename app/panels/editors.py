@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.assets import restyle
+
 WIDE_INT = 2**53  # every integer up to this is exact in a double
 WIDE_FLOAT = 1e300
 
@@ -342,8 +344,7 @@ class FieldRow(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(1)
         layout.addWidget(editor)
-        self.error = QLabel(objectName=f"{camel(editor.name)}Error")
-        self.error.setProperty("role", "error")
+        self.error = restyle(QLabel(objectName=f"{camel(editor.name)}Error"), role="error")
         self.error.setWordWrap(True)
         self.error.hide()
         layout.addWidget(self.error)
@@ -356,7 +357,4 @@ class FieldRow(QWidget):
         widget = self.editor.input
         help_text = self.editor.help_text
         widget.setToolTip(f"{message}\n\n{help_text}" if invalid and help_text else message or help_text)
-        if widget.property("invalid") != invalid:
-            widget.setProperty("invalid", invalid)
-            widget.style().unpolish(widget)
-            widget.style().polish(widget)
+        restyle(widget, invalid=invalid)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QVBoxLayout
 
+from app.assets import restyle
 from app.run.jobs import JobRunner
 
 SSH_OPTIONS: tuple[str, ...] = ()  # passed to ssh for every host (tests point this at their own ssh config)
@@ -149,8 +150,7 @@ class AddHostDialog(QDialog):
         self.commandEdit = QLineEdit(
             objectName="hostCommandEdit", placeholderText="amp-console (e.g. ~/venv/bin/amp-console)"
         )
-        self.problem = QLabel(objectName="hostProblem", wordWrap=True)
-        self.problem.setProperty("role", "error")
+        self.problem = restyle(QLabel(objectName="hostProblem", wordWrap=True), role="error")
         self.problem.hide()
         hint = QLabel(
             "`ssh HOST` must work from a terminal without a password prompt (a key in your agent or "

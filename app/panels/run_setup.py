@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.assets import restyle
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from core.precision_modes import PRECISION_CHOICES
 from core.text import count as count_text
@@ -146,8 +147,7 @@ class RunSetupPanel(QWidget):
         self._training_form = self._group(layout, "Training")
         self._output_form = self._group(layout, "Run and output")
         # Everything that keeps Start disabled, in one place (each message is also under its own field).
-        self.problemsLabel = QLabel(objectName="formProblems", wordWrap=True)
-        self.problemsLabel.setProperty("role", "error")
+        self.problemsLabel = restyle(QLabel(objectName="formProblems", wordWrap=True), role="error")
         self.problemsLabel.hide()
         layout.addWidget(self.problemsLabel)
         layout.addStretch(1)
@@ -171,14 +171,12 @@ class RunSetupPanel(QWidget):
         self._task_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.taskCombo = NoWheelComboBox(objectName="taskCombo")
         self.taskCombo.currentIndexChanged.connect(self._on_task_changed)
-        self.taskDescription = QLabel(objectName="taskDescription", wordWrap=True)
-        self.taskDescription.setProperty("role", "hint")
+        self.taskDescription = restyle(QLabel(objectName="taskDescription", wordWrap=True), role="hint")
         self.paramCount = QLabel("–", objectName="paramCount")
         self._task_form.addRow(form_label("Task"), self.taskCombo)
         self._task_form.addRow(form_label(""), self.taskDescription)
         self._task_form.addRow(form_label("Parameters"), self.paramCount)
-        self._task_error = QLabel(objectName="taskError", wordWrap=True)
-        self._task_error.setProperty("role", "error")
+        self._task_error = restyle(QLabel(objectName="taskError", wordWrap=True), role="error")
         self._task_error.hide()
         self._task_form.addRow("", self._task_error)
         self._fixed_task_rows = self._task_form.rowCount()
@@ -193,10 +191,8 @@ class RunSetupPanel(QWidget):
         for mode in PRECISION_CHOICES:
             self.precisionCombo.addItem(mode, mode)
         self.precisionCombo.currentIndexChanged.connect(self._on_precision_changed)
-        self.precisionNote = QLabel(objectName="precisionNote", wordWrap=True)
-        self.precisionNote.setProperty("role", "hint")
-        self._precision_error = QLabel(objectName="precisionError", wordWrap=True)
-        self._precision_error.setProperty("role", "error")
+        self.precisionNote = restyle(QLabel(objectName="precisionNote", wordWrap=True), role="hint")
+        self._precision_error = restyle(QLabel(objectName="precisionError", wordWrap=True), role="error")
         self._precision_error.hide()
         form.addRow(form_label("Mode"), self.precisionCombo)
         form.addRow("", self.precisionNote)
@@ -281,8 +277,7 @@ class RunSetupPanel(QWidget):
                 editor.changed.connect(self._on_field_changed)
                 self._rows[name] = row
                 form.addRow(form_label(label_for(name), spec.help), row)
-        self._synthetic_note = QLabel(SYNTHETIC_NOTE, objectName="syntheticNote", wordWrap=True)
-        self._synthetic_note.setProperty("role", "hint")
+        self._synthetic_note = restyle(QLabel(SYNTHETIC_NOTE, objectName="syntheticNote", wordWrap=True), role="hint")
         self._task_form.addRow("", self._synthetic_note)
         if "data" in self._rows:
             self._rows["data"].editor.changed.connect(self._show_synthetic_options)
@@ -456,12 +451,9 @@ class RunSetupPanel(QWidget):
             plan = resolve_precision(mode, self._device)
             self.precisionNote.setText(plan.describe())
 
-    def mode_that_runs(self) -> str:
-        """The precision a run of this form trains in: `auto` resolved for the selected device."""
-        from core.engine.precision import auto_mode
-
-        mode = self.precisionCombo.currentData() or "auto"
-        return auto_mode(self._device) if mode == "auto" and self._device is not None else mode
+    def device(self):
+        """The selected device's DeviceInfo (None before the devices are known)."""
+        return self._device
 
     def set_precision(self, mode: str) -> None:
         """Select `mode` in the precision picker (e.g. the mode a precision sweep recommended)."""

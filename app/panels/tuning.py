@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.assets import restyle
 from app.panels.editors import ScientificSpinBox, format_number
 from app.panels.tool_dialog import ToolDialog, titled
 from core.text import count
@@ -197,8 +198,7 @@ class LRFinderDialog(ToolDialog):
         self.plot.setToolTip("Click the curve to pick a learning rate")
         layout.addWidget(self.plot, 1)
 
-        self.explanation = QLabel(objectName="lrExplanation", wordWrap=True)
-        self.explanation.setProperty("role", "heading")
+        self.explanation = restyle(QLabel(objectName="lrExplanation", wordWrap=True), role="heading")
         self.pickLabel = QLabel(objectName="lrPickLabel", wordWrap=True)
         layout.addWidget(self.explanation)
         layout.addWidget(self.pickLabel)
@@ -428,8 +428,7 @@ class SummaryDialog(ToolDialog):
         controls.addWidget(self.depthEdit)
 
     def _build(self, layout: QVBoxLayout) -> None:
-        self.header = QLabel(objectName="summaryHeader", wordWrap=True)
-        self.header.setProperty("role", "heading")
+        self.header = restyle(QLabel(objectName="summaryHeader", wordWrap=True), role="heading")
         layout.addWidget(self.header)
         self.layerTable = make_table(LAYER_COLUMNS, "summaryLayerTable")
         self.layerTable.setSortingEnabled(False)  # the tree order is the meaning
@@ -443,8 +442,7 @@ class SummaryDialog(ToolDialog):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([820, 360])
         layout.addWidget(splitter, 1)
-        self.sourceLabel = QLabel(objectName="summarySource", wordWrap=True)
-        self.sourceLabel.setProperty("role", "hint")
+        self.sourceLabel = restyle(QLabel(objectName="summarySource", wordWrap=True), role="hint")
         layout.addWidget(self.sourceLabel)
 
     def _inputs(self):

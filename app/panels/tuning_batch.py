@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QTableWidgetItem,
 )
 
+from app.assets import restyle
 from app.panels.bars import BarChart
 from app.panels.tool_dialog import ToolDialog, titled
 from app.panels.tuning import NumericItem, make_table, size
@@ -100,10 +101,8 @@ class BatchFinderDialog(ToolDialog):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([780, 300])
         layout.addWidget(splitter, 1)
-        self.comparison = QLabel(objectName="batchComparison", wordWrap=True)
-        self.comparison.setProperty("role", "heading")
-        self.sourceLabel = QLabel(objectName="batchSource", wordWrap=True)
-        self.sourceLabel.setProperty("role", "hint")
+        self.comparison = restyle(QLabel(objectName="batchComparison", wordWrap=True), role="heading")
+        self.sourceLabel = restyle(QLabel(objectName="batchSource", wordWrap=True), role="hint")
         layout.addWidget(self.comparison)
         layout.addWidget(self.sourceLabel)
         bottom = QHBoxLayout()

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QTableView,
 )
 
+from app.assets import restyle
 from app.panels.tool_dialog import ToolDialog
 from app.panels.tuning import numbers_first, size, style_table
 from core.text import duration
@@ -281,12 +282,10 @@ class SweepDialog(ToolDialog):
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_use())
         self.table.doubleClicked.connect(lambda _index: self.open_in_history())
         layout.addWidget(self.table, 1)
-        self.bestLabel = QLabel(objectName="sweepBest", wordWrap=True)
-        self.bestLabel.setProperty("role", "heading")
+        self.bestLabel = restyle(QLabel(objectName="sweepBest", wordWrap=True), role="heading")
         layout.addWidget(self.bestLabel)
         bottom = QHBoxLayout()
-        self.folderLabel = QLabel(objectName="sweepFolder", wordWrap=True)
-        self.folderLabel.setProperty("role", "hint")
+        self.folderLabel = restyle(QLabel(objectName="sweepFolder", wordWrap=True), role="hint")
         self.folderLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         bottom.addWidget(self.folderLabel, 1)
         self.historyButton = QPushButton("Open in history", objectName="sweepHistoryButton")
