@@ -111,9 +111,8 @@ def end_with_parent(parent_pid: int) -> None:
 
 
 def stop_at_end_of_input(stream, control) -> threading.Thread:
-    """`control.stop()` once `stream` ends: the stdin of a process a program drives (its settings came on it, or
-    `--end-with-parent`) closes when that program ends, however it ends, so the run never outlives it. What else
-    comes on the stream is ignored (pause, resume and stop go through the run folder: core.engine.folder_control)."""
+    """`control.stop()` once `stream` ends: a driving program's pipe to this process closes when it ends, however it
+    ends. Lines on it are ignored (pause, resume and stop are requests in the run folder)."""
 
     def wait() -> None:
         try:

@@ -101,7 +101,7 @@ def threads_per_rank(nproc: int, config: RunConfig) -> int:
 
 
 class FolderStop:
-    """The launcher's stop: one stop request in the run folder (safe from a signal handler: plain file writes)."""
+    """The launcher's stop: one stop request in the run folder."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -114,19 +114,6 @@ class FolderStop:
             self.sent = True
             with contextlib.suppress(ControlError):  # no folder here (another node's rank 0 writes it)
                 write_request(self.folder, "stop")
-
-
-def without_end_with_parent(argv: list[str]) -> list[str]:
-    """`argv` without `--end-with-parent PID`: it is the launcher's parent, not the ranks'."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--end-with-parent":
-            skip = True
-        elif not arg.startswith("--end-with-parent="):
-            out.append(arg)
-    return out
 
 
 def launch_torchrun(
@@ -146,7 +133,11 @@ def launch_torchrun(
     from core.files import new_temp_file
 
     check_nproc(plan.nproc_per_node, config)
-    train_argv = without_end_with_parent(strip_node_flags(argv))
+    train_argv = strip_node_flags(argv)
+    for i, arg in enumerate(train_argv):
+        if arg.startswith("--end-with-parent"):  # the launcher's parent, not the ranks'
+            del train_argv[i : i + (1 if "=" in arg else 2)]
+            break
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(plan.nproc_per_node, config)))
     env[AUTO_RESUME_ENV] = "1"  # a worker torchrun restarts resumes from the run folder's checkpoint

@@ -142,17 +142,12 @@ def run_start(folder: str | os.PathLike) -> dict:
 
 
 def last_line_offset(path: str | os.PathLike) -> int:
-    """The byte offset at which the last line of `path` begins (0 for an empty or missing file)."""
+    """The byte offset at which the last line of `path` (shorter than CHUNK) begins; 0 for an empty or no file."""
     try:
         with open(path, "rb") as file:
-            end = file.seek(0, os.SEEK_END) - 1  # the last line's own newline
-            while end > 0:
-                start = max(0, end - CHUNK)
-                file.seek(start)
-                cut = file.read(end - start).rfind(b"\n")
-                if cut >= 0:
-                    return start + cut + 1
-                end = start
+            start = max(0, file.seek(0, os.SEEK_END) - CHUNK)
+            file.seek(start)
+            tail = file.read()
     except OSError:
-        pass
-    return 0
+        return 0
+    return start + tail.rfind(b"\n", 0, len(tail) - 1) + 1  # the newline before the last line's own

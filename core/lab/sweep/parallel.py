@@ -160,8 +160,7 @@ class _Child:
             self.stopping = StopEscalation(self.proc.pid, grace)
             self.request_stop()
 
-    def request_stop(self) -> None:
-        """A stop request in its run folder (sent when it says where that is, if it has not yet)."""
+    def request_stop(self) -> None:  # in its run folder, once it has said where that is
         if self.follower is not None and self.stopping is not None and self.proc.poll() is None:
             with contextlib.suppress(ControlError):  # its folder went away: the escalation ends it
                 write_request(self.follower.folder, "stop")
