@@ -332,12 +332,13 @@ def test_cli_flags_set_the_data_settings_and_resume_keeps_them(tmp_path, capsys)
     assert json.loads(out.strip().splitlines()[-1])["test_metrics"]
 
     from core.cli.main import build_parser
-    from core.cli.train import config_and_notes
+    from core.cli.train import prepared_run
 
     args = build_parser().parse_args(
         ["train", "--resume", str(tmp_path / "run" / "checkpoint.pt"), "--max-steps", "4", "--column", "user_id=uid"]
     )
-    config, notes = config_and_notes(args)
+    prepared = prepared_run(args)
+    config, notes = prepared.config, prepared.notes
     assert (config.val_data, config.test_data, config.delimiter) == (files["val"], files["test"], ";")
     assert config.columns == {"text": "review", "label": "stars", "user_id": "uid"}
     assert any("columns" in note for note in notes)

@@ -77,7 +77,7 @@ def test_a_new_folder_is_named_by_the_precision_that_runs_not_auto(runs_root_in_
     """`auto` is resolved for the device before the folder is named: the library trainer, `train` and
     resolve_out_dir given the mode all name it ...-tiny-fp32 on the CPU."""
     from core.cli.main import build_parser
-    from core.cli.train import config_and_notes
+    from core.cli.train import prepared_run
     from core.engine.trainer import train
 
     config = RunConfig.for_task("tiny", device="cpu", precision="auto", max_steps=2, log_interval=1)
@@ -88,7 +88,7 @@ def test_a_new_folder_is_named_by_the_precision_that_runs_not_auto(runs_root_in_
     named = resolve_out_dir(RunConfig.for_task("tiny", precision="auto"), tmp_path, precision="bf16")
     assert named.out_dir.endswith("-tiny-bf16") and named.precision == "auto"  # the setting itself is kept
     args = build_parser().parse_args(["train", "--task", "tiny", "--device", "cpu", "--precision", "auto"])
-    cli_config, _notes = config_and_notes(args)
+    cli_config = prepared_run(args).config
     assert cli_config.out_dir.endswith("-tiny-fp32") and Path(cli_config.out_dir).parent == runs_root_in_tmp
 
 

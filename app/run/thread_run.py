@@ -30,17 +30,17 @@ class ThreadRun(RunHandle):
     def start(self, config, resume_from: str | None = None) -> None:
         devices = self._devices
 
-        def train(progress, control):
-            from core.engine.trainer import Trainer
+        def run(progress, control):
+            from core.engine.trainer import train
 
-            Trainer(config, sink=progress, control=control, resume_from=resume_from, devices=devices).run()
+            train(config, sink=progress, control=control, resume_from=resume_from, devices=devices)
 
         # torch's optimizers import torch._dynamo lazily: import it here, on the GUI thread, not on the worker.
         import torch._dynamo  # noqa: F401
 
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval, UI_SWITCH_INTERVAL_S))
-        self._job.start(train)
+        self._job.start(run)
 
     @property
     def running(self) -> bool:

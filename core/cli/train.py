@@ -9,7 +9,6 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.cli.common import (
@@ -25,11 +24,13 @@ from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, 
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics
 from core.engine.follow import run_start
 from core.errors import AmpConsoleError, ConfigError, UserCodeError
-from core.files import check_regular_file, check_utf8_path, check_writable_folder, shown_path
+from core.files import check_regular_file, check_utf8_path, check_writable_folder
 from core.text import elapsed
 
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
     from rich.progress import Progress, TaskID
+
+    from core.engine.prepare import PreparedRun
 
 _TYPES = {
     f.name: float for f in dataclasses.fields(RunConfig) if f.type in (float, "float")
@@ -184,51 +185,6 @@ def parse_option(text: str) -> tuple[str, object]:
     return key.strip(), value
 
 
-def _option_values(task: str, options: dict) -> dict:
-    """A task's options with its defaults filled in, to compare two option sets by what they build."""
-    from core.tasks import option_values
-
-    return option_values(task, options)
-
-
-def _resume_values(args: argparse.Namespace, user: dict) -> tuple[dict, list[str]]:
-    """The checkpoint's saved settings with what the user set (--config file, then flags) over them, and a note
-    naming what changed. The task and its options stay the checkpoint's: they decide the model's shape."""
-    from core.engine import checkpoints
-
-    check_regular_file(args.resume, "resume", "checkpoint file")
-    state = checkpoints.load_checkpoint(args.resume)
-    name = shown_path(args.resume)
-    saved = RunConfig.from_dict(dict(state["config"]), source=f"{name} (its saved settings)").to_dict()
-    if "task" in user and user["task"] != saved["task"]:
-        raise ConfigError(
-            "task",
-            f"{name} is a checkpoint of task {saved['task']!r}, not {user['task']!r}: a "
-            f"resumed run keeps its task (start a new run to train another)",
-        )
-    if "task_options" in user:
-        wanted = _option_values(saved["task"], {**saved["task_options"], **user["task_options"]})
-        if wanted != _option_values(saved["task"], saved["task_options"]):
-            have = _option_values(saved["task"], saved["task_options"])
-            diff = ", ".join(f"{k}={have.get(k)!r}->{v!r}" for k, v in wanted.items() if have.get(k) != v)
-            raise ConfigError(
-                "task_options",
-                f"{name}: a resumed run keeps the task options it was saved with "
-                f"(they decide the model's shape); asked to change {diff}",
-            )
-    values = saved | {k: v for k, v in user.items() if k not in ("task", "task_options")}
-    if isinstance(user.get("columns"), dict):  # --column pairs add to the saved mapping
-        values["columns"] = {**saved["columns"], **user["columns"]}
-    # Where the user says, else beside the checkpoint: never the folder recorded inside the file.
-    values["out_dir"] = user.get("out_dir") or str(Path(args.resume).parent)
-    changed = [f"{k} {saved[k]!r} -> {values[k]!r}" for k in values if k != "out_dir" and values[k] != saved[k]]
-    notes = [f"resuming {name} with changed settings: {', '.join(changed)}"] if changed else []
-    from core.engine.run_state import check_resume_target
-
-    check_resume_target(RunConfig.from_dict(values), state, name)
-    return values, notes
-
-
 def _load_user_task(user: dict) -> None:
     """Load the user task the command line or the config file names (--task FILE.py:Class, --task-file, a
     config's task_file): what the user gave, so its code runs. A resumed run's checkpoint only names its."""
@@ -245,57 +201,33 @@ def _load_user_task(user: dict) -> None:
         load_config_task(user)
 
 
-def config_and_notes(args: argparse.Namespace) -> tuple[RunConfig, list[str]]:
-    """Task defaults < --resume checkpoint's config < --config file < explicit flags; notes to print.
+def prepared_run(args: argparse.Namespace) -> PreparedRun:
+    """The run from a --config file and the flags over it (core.engine.prepare.prepare_run: task defaults <
+    --resume checkpoint < file < flags), its paths checked."""
+    from core.engine.prepare import prepare_run
 
-    A resumed run writes to --out (or the config file's out_dir) if given, else beside the checkpoint."""
+    prepared = prepare_run(*_user_layers(args), resume=args.resume, runs_dir=getattr(args, "runs_dir", None))
+    check_paths(prepared.config)
+    return prepared
+
+
+def _user_layers(args: argparse.Namespace) -> tuple[dict, dict]:
+    """The --config file's settings and the flags', the user task they name loaded."""
     user = read_config_file(args.config) if args.config else {}
-    user.update(
-        {
-            name: getattr(args, name)
-            for name in FIELD_SPECS
-            if getattr(args, name, None) is not None and name not in DATA_FLAG_FIELDS
-        }
-    )
-    flags = data_flag_values(args)
-    if "columns" in flags:  # --column pairs merge into the config file's (or, resuming, the saved) columns
-        flags["columns"] = {**user.get("columns", {}), **flags["columns"]}
-    user.update(flags)
+    flags = {
+        name: getattr(args, name)
+        for name in FIELD_SPECS
+        if getattr(args, name, None) is not None and name not in DATA_FLAG_FIELDS
+    }
+    flags.update(data_flag_values(args))
     if args.task_options:
-        user["task_options"] = {**user.get("task_options", {}), **dict(map(parse_option, args.task_options))}
-    _load_user_task(user)
-    notes: list[str] = []
-    if args.resume:
-        values, notes = _resume_values(args, user)
-    else:
-        task = user.get("task", "tiny")
-        values = RunConfig.for_task(task).to_dict() | user if isinstance(task, str) else user
-    config = RunConfig.from_dict(values).validate()
-    from core.engine.run_record import resolve_out_dir
-
-    config = resolve_out_dir(config, getattr(args, "runs_dir", None), precision=mode_that_runs(config))
-    check_paths(config)
-    return config, notes
-
-
-def mode_that_runs(config: RunConfig) -> str | None:
-    """The precision a new run folder is named by: what `auto` resolves to on the run's device (None when no
-    folder is to be named, or the device is not here: the trainer reports that)."""
-    if config.precision != "auto" or str(config.out_dir).strip():
-        return None
-    from core.devices import device_info
-    from core.engine.precision import auto_mode
-    from core.errors import DeviceError
-
-    try:
-        return auto_mode(device_info(config.device))
-    except DeviceError:
-        return None
-
-
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """The run's settings from the command line (see config_and_notes)."""
-    return config_and_notes(args)[0]
+        flags["task_options"] = dict(map(parse_option, args.task_options))
+    merged = {**user, **flags}
+    _load_user_task(merged)  # a task file runs here: the user named it
+    for key in ("task", "task_file"):
+        if key in merged:
+            flags[key] = merged[key]
+    return user, flags
 
 
 def check_paths(config: RunConfig) -> None:
@@ -525,7 +457,7 @@ def warm_up_engine() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
-def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
+def read_config_line(stream) -> tuple[dict | None, str | None]:
     """The settings a driving program sends on `stream` (--config-stdin); (None, None) if it closed first."""
     line = stream.readline()
     if not line.strip():
@@ -540,7 +472,7 @@ def read_config_line(stream) -> tuple[RunConfig | None, str | None]:
     from core.tasks import load_config_task
 
     load_config_task(values)  # the driving program (the window) names the user task it was given
-    return RunConfig.from_dict(values, source="stdin").validate(), resume
+    return values, resume
 
 
 def _train(args: argparse.Namespace, signals: StopSignals) -> int:
@@ -557,25 +489,23 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         signals.check_not_stopped()  # a signal during torch's import may have been swallowed there
         if args.events:
             print(json.dumps({"ready": True}), flush=True)
-        config, args.resume = read_config_line(sys.stdin)
-        if config is None:  # the driving program went away before starting a run
+        values, args.resume = read_config_line(sys.stdin)
+        if values is None:  # the driving program went away before starting a run
             return 0
-        check_paths(config)
-        if args.resume:
-            from core.engine import checkpoints
-            from core.engine.run_state import check_resume_target
+        from core.engine.prepare import prepare_run
 
-            check_regular_file(args.resume, "resume", "checkpoint file")
-            check_resume_target(config, checkpoints.load_checkpoint(args.resume), shown_path(args.resume))
+        prepared = prepare_run(values, resume=args.resume)
+        check_paths(prepared.config)
     else:
         restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
         if wants_launcher(args) and not os.environ.get("WORLD_SIZE") and not args.resume:
             from core.tasks import catalog_classes
 
             with catalog_classes():  # the launcher leaves torch to its workers
-                config, notes = config_and_notes(args)
+                prepared = prepared_run(args)
         else:
-            config, notes = config_and_notes(args)
+            prepared = prepared_run(args)
+    config, notes = prepared.config, prepared.notes
     if wants_launcher(args) and not os.environ.get("WORLD_SIZE"):
         from core.cli.torchrun import launch_torchrun
 
@@ -622,6 +552,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         sink=sink,
         control=control,
         resume_from=args.resume,
+        resume_state=prepared.state,
         dist_ctx=dist_ctx,
         restart=restart,
         notes=[elastic.restart_note(restart, args.resume)] if restart else [],

@@ -55,6 +55,7 @@ from core.engine.events import (
 )
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
+from core.engine.prepare import prepare_run
 from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
 from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_record import resolve_out_dir
@@ -96,11 +97,13 @@ class Trainer:
         devices: list[DeviceInfo] | None = None,
         restart: dict | None = None,
         notes: Sequence[str] = (),
+        resume_state: dict | None = None,
     ):
         self.cfg = config  # no output folder: setup names one under the runs root by the mode that runs
         self.sink = sink
         self.control = control or RunControl()
         self.resume_from = Path(resume_from) if resume_from else None
+        self._resume_state = resume_state  # the checkpoint at resume_from, when the caller has loaded it
         self.dist = dist_ctx or DistContext()
         self._devices = devices
         self._restart = restart  # a restart's record (core.cli.elastic), reported with RunStarted
@@ -149,7 +152,9 @@ class Trainer:
     def _build(self) -> None:
         """Validate, pick the device once, build task, data, model, optimizer, scheduler and scaler."""
         self.cfg.validate()
-        resume_state = ckpt.load_checkpoint(self.resume_from) if self.resume_from else None
+        resume_state, self._resume_state = self._resume_state, None
+        if resume_state is None and self.resume_from:
+            resume_state = ckpt.load_checkpoint(self.resume_from)
         self.cfg, kept = run_state.resumed_config(self.cfg, resume_state, str(self.resume_from))  # its task, loss
         self.notes.extend(kept)
         self.task = create_task(self.cfg.task, self.cfg.task_options)
@@ -706,6 +711,16 @@ class Trainer:
             raise RunFailed(f"{self.events.failure}; {self._kept()}")
 
 
-def train(config: RunConfig, sink: Sink | None = None, control: RunControl | None = None, **kwargs) -> RunEnded:
-    """Run `config` to the end; see Trainer."""
-    return Trainer(config, sink=sink, control=control, **kwargs).run()
+def train(
+    config: RunConfig,
+    sink: Sink | None = None,
+    control: RunControl | None = None,
+    resume_from: str | Path | None = None,
+    **kwargs,
+) -> RunEnded:
+    """Prepare `config` (core.engine.prepare.prepare_run: the checkpoint read once) and run it to the end."""
+    run = prepare_run(config.to_dict(), resume=str(resume_from) if resume_from else None)
+    notes = [*run.notes, *kwargs.pop("notes", ())]
+    return Trainer(
+        run.config, sink=sink, control=control, resume_from=resume_from, resume_state=run.state, notes=notes, **kwargs
+    ).run()

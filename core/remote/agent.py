@@ -85,8 +85,8 @@ def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
 def start(request: dict) -> dict:
     """Start `amp-console train` detached so it survives the ssh connection; return once the run holds its folder."""
     from core.config import RunConfig
+    from core.engine.prepare import with_folder
     from core.engine.run_folder import holds_a_run, is_in_use
-    from core.engine.run_record import new_run_folder, runs_root
     from core.errors import ConfigError
     from core.remote.task_file import place_task_file
 
@@ -117,7 +117,7 @@ def start(request: dict) -> dict:
             )
         folder.mkdir(parents=True, exist_ok=True)
     else:
-        folder = _new_folder(new_run_folder(runs_root(request.get("runs_dir")), config.task, config.precision))
+        folder = _new_folder(Path(with_folder(config, request.get("runs_dir")).out_dir))
     config = config.replace(out_dir=str(folder))
     if request.get("task_file") is not None:
         try:
