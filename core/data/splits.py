@@ -212,6 +212,12 @@ def _given_note(tables: dict[str, pa.Table], how: str, carved: str) -> str:
     return note
 
 
+def seeded_thirds(n: int, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices 0..n-1 split 80 / 10 / 10 into (train, val, test) by a seeded permutation, in its order."""
+    perm = np.random.default_rng([seed, salt]).permutation(n)
+    return perm[: int(0.8 * n)], perm[int(0.8 * n) : int(0.9 * n)], perm[int(0.9 * n) :]
+
+
 def carve(n: int, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices 0..n-1 split into (kept, carved): CARVED_FRACTION of them (at least one when n > 1) carved out
     by a seeded permutation, for a validation split taken from given training data."""

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from core.data.importers import Column, contiguous_ids, require_rows
-from core.data.splits import SPLITS, SplitTables, carve, read_splits
+from core.data.splits import SPLITS, SplitTables, carve, read_splits, seeded_thirds
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
@@ -248,14 +248,7 @@ def split_queries(query: np.ndarray, arrays: dict[str, np.ndarray], seed: int) -
     """80 / 10 / 10 split of whole queries by a seeded permutation, each split packed into lists (see
     pack_queries) as torch tensors, with `qid` where a query spans several rows; and each split's
     longest query. `query`: code 0..Q-1 of each candidate; `arrays`: per-candidate values."""
-    return queries_splits(query, arrays, query_parts(int(query.max()) + 1, seed), seed)
-
-
-def query_parts(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The query codes of the seeded 80 / 10 / 10 split of `n` queries (train, val, test), in its order."""
-    perm = np.random.default_rng([seed, 8]).permutation(n)
-    cut1, cut2 = int(0.8 * n), int(0.9 * n)
-    return perm[:cut1], perm[cut1:cut2], perm[cut2:]
+    return queries_splits(query, arrays, seeded_thirds(int(query.max()) + 1, seed, 8), seed)
 
 
 def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed: int) -> tuple[list[dict], list[int]]:
@@ -487,7 +480,7 @@ class RankingTask(Task):
     @staticmethod
     def test_queries(n: int, seed: int) -> np.ndarray:
         """The query codes of the test split of `n` queries, as load_data splits one data set."""
-        return query_parts(n, seed)[2]
+        return seeded_thirds(n, seed, 8)[2]
 
     def load_data(self, data_path: str, seed: int) -> TaskData:
         o = self.opts

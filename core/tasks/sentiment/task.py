@@ -30,7 +30,7 @@ from torch.nn import functional as F
 
 from core.data.importers import Column, require_rows
 from core.data.reviews import generate_reviews
-from core.data.splits import carve, read_splits
+from core.data.splits import carve, read_splits, seeded_thirds
 from core.data.tokenizer import hashed_tokens
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, confusion_section, iter_slices
 from core.tasks.serving import TaskServing
@@ -198,9 +198,8 @@ def review_arrays(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray]:
 def split_indices(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row numbers of the 80 / 10 / 10 train / validation / test split, by a seeded permutation (what
     load_data uses: benchmarks split other models' data by the same rows)."""
-    perm = torch.from_numpy(np.random.default_rng([seed, 9]).permutation(n))
-    cut1, cut2 = int(0.8 * n), int(0.9 * n)
-    return perm[:cut1], perm[cut1:cut2], perm[cut2:]
+    train, val, test = (torch.from_numpy(p) for p in seeded_thirds(n, seed, 9))
+    return train, val, test
 
 
 def split_rows(arrays: dict[str, torch.Tensor], seed: int) -> tuple[dict, dict, dict]:
