@@ -288,14 +288,8 @@ def _reader(handle, delimiter: str):
 
 
 def _sample(file: Path) -> str:
-    """The first 64 KiB of `file` as text (line 1 read to its end), cut after its last whole line."""
-    with open(file, "rb") as handle:
-        head = handle.read(SAMPLE_BYTES)
-        while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
-            head += more  # a very wide header: read on to its end
-        complete = not handle.read(1)
-    text = head.decode("utf-8-sig", errors="replace")
-    return text if complete or "\n" not in text else text[: text.rfind("\n") + 1]
+    """_head of `file` as text."""
+    return _head(file).decode("utf-8-sig", errors="replace")
 
 
 def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS, text: str | None = None) -> list[list[str]]:
@@ -446,9 +440,12 @@ def json_line(file: Path, index: int) -> int:
 
 
 def _head(file: Path) -> bytes:
-    """The first SAMPLE_BYTES of `file`, cut after its last whole line (all of it when the file is shorter)."""
+    """The first SAMPLE_BYTES of `file` (line 1 read to its end), cut after its last whole line (all of it when
+    the file is shorter)."""
     with open(file, "rb") as handle:
         head = handle.read(SAMPLE_BYTES)
+        while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
+            head += more  # a very wide header: read on to its end
         complete = not handle.read(1)
     return head if complete or b"\n" not in head else head[: head.rfind(b"\n") + 1]
 
