@@ -107,18 +107,14 @@ class RemoteActions:
             )
             return False
         config = window.setupPanel.config()
-        window._run_device = f"{dest}:{config.device}"  # not this machine's: its tools stay free
         window.save_settings()
-        window.plotsPanel.clear()
-        window._history = window._resuming = None
-        window._run_title = f"{config.task} on {dest}"
-        window.show_message(f"Starting the run on {dest}…")
-        window.controller.start(
-            config, processes=window.setupPanel.processes(), host=window.devicesPanel.hosts.host(dest)
+        host = window.devicesPanel.hosts.host(dest)
+        # its device is not this machine's: the tools here stay free
+        return self._follow(
+            f"{dest}:{config.device}",
+            f"Starting the run on {dest}…",
+            lambda: window.controller.start(config, processes=window.setupPanel.processes(), host=host),
         )
-        self._remember_when_known()
-        window._update_buttons()
-        return True
 
     def show_attach(self) -> AttachDialog | None:
         if not self.window.engine_ready or self.window.controller.running:
@@ -145,20 +141,21 @@ class RemoteActions:
         except RemoteError as exc:
             window.show_error(str(exc))
             return False
+        return self._follow(target, f"Attaching to {target}…", lambda: window.controller.attach(target, host=host))
+
+    def _follow(self, device: str, message: str, start) -> bool:
+        """Clear the plots and start following a run that lives on its own; remember it once it is known."""
+        window = self.window
         window.plotsPanel.clear()
         window._history = window._resuming = None
-        window._run_device = target
-        window._run_title = target
-        window.show_message(f"Attaching to {target}…")
-        window.controller.attach(target, host=host)
-        self._remember_when_known()
+        window._run_device = device
+        window.show_message(message)
+        start()
+        run = window.controller.run
+        if isinstance(run, RemoteRun):
+            run.attached.connect(window.window_settings.add_recent_run)
         window._update_buttons()
         return True
-
-    def _remember_when_known(self) -> None:
-        run = self.window.controller.run
-        if isinstance(run, RemoteRun):
-            run.attached.connect(self.window.window_settings.add_recent_run)
 
     def _on_notice(self, text: str, role: str) -> None:
         level = {"status-error": "error", "status-warn": "warning"}.get(role, "info")
