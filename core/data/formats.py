@@ -247,21 +247,29 @@ def read_delimited(
     a header; extra ParseOptions in `parse` (e.g. invalid_row_handler, on the error path)."""
     threads = parse.pop("use_threads", True)
     convert = pacsv.ConvertOptions(column_types=column_types or {})
+
+    def read(block: int) -> pa.Table:
+        with delimited_source(file, delimiter) as (source, separation):
+            return pacsv.read_csv(
+                source,
+                read_options=pacsv.ReadOptions(column_names=column_names, use_threads=threads, block_size=block),
+                convert_options=convert,
+                parse_options=pacsv.ParseOptions(**separation, **parse),
+            )
+
+    return _in_growing_blocks(read)
+
+
+def _in_growing_blocks(read):
+    """read(block size) for pyarrow's readers, with 16 times larger blocks while a row is longer than a block."""
     block = 1 << 20
     while True:
-        read = pacsv.ReadOptions(column_names=column_names, use_threads=threads, block_size=block)
         try:
-            with delimited_source(file, delimiter) as (source, separation):
-                return pacsv.read_csv(
-                    source,
-                    read_options=read,
-                    convert_options=convert,
-                    parse_options=pacsv.ParseOptions(**separation, **parse),
-                )
+            return read(block)
         except pa.ArrowInvalid as exc:
             if "straddl" not in str(exc) or block >= 1 << 30:
                 raise
-            block *= 16  # a row longer than the block (a long review): larger blocks
+            block *= 16
 
 
 @contextmanager
@@ -374,15 +382,12 @@ def read_jsonl(file: Path) -> pa.Table:
         start = handle.read(SAMPLE_BYTES).lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if start == b"[":
         raise DataError(f"{file}: line 1: a JSON array; use JSON lines (one object {{...}} per line)")
-    block = 1 << 20
-    while True:
-        try:
-            return pajson.read_json(file, read_options=pajson.ReadOptions(block_size=block))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            if "straddl" in str(exc) and block < 1 << 30:  # a line longer than the block: larger blocks
-                block *= 16
-                continue
-            raise DataError(f"{file}: {_jsonl_problem(file, str(exc))}") from None
+    try:
+        return _in_growing_blocks(
+            lambda block: pajson.read_json(file, read_options=pajson.ReadOptions(block_size=block))
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DataError(f"{file}: {_jsonl_problem(file, str(exc))}") from None
 
 
 def _kind(value) -> str:
