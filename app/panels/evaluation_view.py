@@ -330,6 +330,7 @@ class EvaluationView(QWidget):
         item.setLabel("left", _shown(y_label))
         item.showGrid(x=True, y=True, alpha=0.15)
         item.setMenuEnabled(False)
+        item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
         self.plots[key] = widget
         return widget
@@ -399,7 +400,6 @@ class EvaluationView(QWidget):
         self._fit_legend(legend, 1)
         self._unit_axis(item, "left")
         self._unit_axis(item, "bottom")
-        item.setMouseEnabled(x=False, y=False)
         return widget
 
     @staticmethod
@@ -535,7 +535,6 @@ class EvaluationView(QWidget):
         item.setXRange(min(ks), max(ks), padding=0.02)
         if self._within_unit(shown):
             self._unit_axis(item, "left")
-        item.setMouseEnabled(x=False, y=False)
         return widget
 
     @staticmethod
@@ -610,7 +609,6 @@ class EvaluationView(QWidget):
         axis.setHeight(52)
         item.setXRange(-0.5, len(rows) - 0.5, padding=0.02)
         self._unit_axis(item, "left")
-        item.setMouseEnabled(x=False, y=False)
         return widget
 
     def _histogram(self, report: dict):
@@ -641,5 +639,4 @@ class EvaluationView(QWidget):
             legend.addItem(bars, f"actual {_shown(s.get('name', number))}")
         self._fit_legend(legend, 1)
         item.setXRange(edges[0], edges[-1], padding=0.02)
-        item.setMouseEnabled(x=False, y=False)
         return widget
