@@ -1,20 +1,10 @@
 """Try a trained model: the Model preview dialog (Tools > Try a model…, or Try it… in the run history).
 
-Pick a run under the runs root (or browse to a checkpoint file), its best or last checkpoint and a device; the
-checkpoint loads as a core.runs.predict.Predictor and its task's page is built from the kinds of input and
-output its serving part declares (core.tasks.serving.PreviewSpec; pages.py: a page per input kind, widgets.py:
-a view per output kind, drawing.py: the pad an image's pixels are drawn on): a review scored as you type (with
-the words that pushed it most), a user's next ten lessons, a query's candidates re-ranked next to their true
-labels, class probabilities for ten numbers or for a digit drawn with the mouse. No task
-is named here: a new task that declares its kinds gets a working page. A run still training can be previewed:
-its last checkpoint is a finished file (checkpoints are written atomically), and the preview runs beside it.
-
-The model never runs on the GUI thread. Loading and every prediction is a plain function run by a
-PredictionQueue (queue.py): one BackgroundJob at a time, and per kind of request only the newest waits its
-turn, so typing never builds a backlog (each edit restarts a 250 ms timer before anything is asked); a result
-that a newer request has overtaken is dropped, and a load drops everything asked of the model before it.
-Errors (a corrupted file, a checkpoint of a task with no preview) are one line in the panel, never a dialog of
-their own. The Evaluation tab (evaluation_tab.py) shows the checkpoint's evaluation report.
+Pick a run (or a checkpoint file), its best or last checkpoint and a device; the checkpoint loads as a
+core.runs.predict.Predictor and the page for its task is built from the kinds its serving part declares
+(core.tasks.serving.PreviewSpec; pages.py, widgets.py, drawing.py), so no task is named here. The model never
+runs on the GUI thread: a PredictionQueue (queue.py) runs one request at a time and keeps only the newest of
+each kind waiting. Errors are one line in the panel. The Evaluation tab is evaluation_tab.py.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The preview's drawing pad: a feature row that is a grey image's pixels (PreviewSpec.image, row by row) drawn
 with the mouse. The left button inks, the right button erases, Clear blanks it all.
 
-An image of a few pixels a side (the digits' 8 x 8) drawn a pixel at a time looks like nothing a model was
-trained on, whose images are scans: a stroke covers a pixel partly and greys it. So the pad keeps its ink on a
-finer grid (SUPERSAMPLE cells to a pixel a side), paints a round brush with a soft edge into it along each
-mouse move (the segment from the last position, so a fast stroke has no gaps), and a pixel's value is the mean
-ink of its cells, mapped onto the spec's `pixel_range` (blank, fully inked). What the pad shows is those pixels:
-what the model is given. Pixels set from outside (a sample, a typed field) fill their cells evenly.
-Plain numpy on the GUI thread: no model runs here.
+Ink goes on a finer grid (SUPERSAMPLE cells to a pixel a side) with a soft round brush, so a stroke greys the
+pixels it partly covers, as a scan would; a pixel's value is the mean ink of its cells, mapped onto the spec's
+`pixel_range`. The pad shows those pixels: what the model is given. Plain numpy on the GUI thread.
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ from PySide6.QtWidgets import QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWi
 SUPERSAMPLE = 6  # ink cells to a pixel, a side
 # The brush inks fully within BRUSH_CORE pixels of the pointer and fades to nothing over BRUSH_EDGE more: a
 # stroke through a pixel's middle inks it fully and greys its neighbours (about 0.15 each), a line between two
-# pixels inks both about two thirds. Ten digits drawn with it average 0.30 ink a pixel, as the bundled digits (0.31)
-# do, and the digits example's trained model reads all ten as drawn.
+# pixels inks both about two thirds, close to how much ink the bundled digits carry.
 BRUSH_CORE = 0.4
 BRUSH_EDGE = 0.5
 CELL_PX = 30  # a pixel's side on screen, at the pad's preferred size

@@ -1,13 +1,7 @@
-"""The preview's pages, one per kind of input a task's serving declares (core.tasks.serving.PreviewSpec), each
-showing its declared kind of output with a view of app.panels.preview.widgets: no task is named here, so a new
-task that declares its kinds gets a working page.
-
-- text: type a text; its score or class probabilities, and (spec.explain) the words that moved it most;
-- feature_row: numbers in fields named as `predict` reads them, or a sample from the run's data; an image's
-  pixels (spec.image) are also drawn on a pad (drawing.py);
-- feature_rows: a group of rows picked from the run's data (a query's candidates), ranked by the model's score
-  beside their true labels and the task's measure of that order;
-- id_sequence: ids typed or an example's (a user's history), the model's top entries after them.
+"""The preview's pages, one per kind of input a task's serving declares (core.tasks.serving.PreviewSpec):
+text, feature_row (fields, a sample, or a drawing pad for an image), feature_rows (a group of rows ranked
+beside their true labels) and id_sequence (an id history and the model's top entries after it). Each shows
+its declared kind of output with a view of app.panels.preview.widgets; no task is named here.
 
 A page asks through `submit(kind, fn)`: `fn` runs on the dialog's worker (the Predictor's preview_* methods),
 its result comes back to `show_result`.
