@@ -327,8 +327,7 @@ class Editor(QWidget):
             widget.setText(str(value))
 
     def add_browse_button(self, tooltip: str, slot) -> None:
-        self.browse = QToolButton(text="…")
-        self.browse.setToolTip(tooltip)
+        self.browse = QToolButton(text="…", toolTip=tooltip)
         self.browse.setAccessibleName(tooltip)
         self.browse.clicked.connect(slot)
         self.layout().addWidget(self.browse)

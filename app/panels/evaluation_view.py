@@ -135,14 +135,11 @@ class EvaluationView(QWidget):
         self._holders: list[QWidget | None] = []  # a placeholder per planned cell, None once drawn
         self._drawn: list[tuple[QWidget, int]] = []  # each widget drawn, in order, and its span
         self.setObjectName("evaluationView")
-        self.headline = QLabel()
-        self.headline.setObjectName("evaluationHeadline")
+        self.headline = QLabel(objectName="evaluationHeadline")
         self.headline.setTextFormat(Qt.TextFormat.RichText)
         self.headline.setWordWrap(True)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.message = QLabel()
-        self.message.setObjectName("evaluationMessage")
-        self.message.setWordWrap(True)
+        self.message = QLabel(objectName="evaluationMessage", wordWrap=True)
         self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.message.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         self.leftOut = QLabel()  # "… and M more" of what a large report holds beyond what is drawn
@@ -431,15 +428,13 @@ class EvaluationView(QWidget):
         if len(row_totals) != len(counts):
             row_totals = [sum(row) for row in counts]
         total = int(_number(confusion.get("total")) or 0) or sum(map(sum, counts))
-        box = QWidget()
-        box.setObjectName("evaluation_confusion")
+        box = QWidget(objectName="evaluation_confusion")
         layout = QVBoxLayout(box)
         layout.setContentsMargins(0, 0, 0, 0)
         title = QLabel("<b>Confusion matrix</b> — rows: actual class, columns: predicted; % of the actual class")
         title.setWordWrap(True)
         layout.addWidget(title)
-        table = QTableWidget(len(labels), len(labels))
-        table.setObjectName("confusionTable")
+        table = QTableWidget(len(labels), len(labels), objectName="confusionTable")
         table.setHorizontalHeaderLabels([f"predicted {label}" for label in labels])
         table.setVerticalHeaderLabels([f"actual {label}" for label in labels])
         table.setFocusPolicy(Qt.FocusPolicy.NoFocus)

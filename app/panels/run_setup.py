@@ -300,8 +300,7 @@ class RunSetupPanel(QWidget):
 
     def _add_tool_button(self, editor: Editor, name: str) -> None:
         object_name, tooltip = FIELD_TOOLS[name]
-        button = QToolButton(text="Find…", objectName=object_name)
-        button.setToolTip(tooltip)
+        button = QToolButton(text="Find…", objectName=object_name, toolTip=tooltip)
         button.setAccessibleName(tooltip.split(":", 1)[0])
         button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         button.clicked.connect(lambda _=False, n=name: self.toolRequested.emit(n))
