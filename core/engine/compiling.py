@@ -1,12 +1,10 @@
 """torch.compile and activation checkpointing for a run (RunConfig.compile, compile_mode, activation_checkpointing).
 
 Compile wraps the model (not the task's loss) after `.to(device)` and before DDP; `prepare` runs its first
-forward and backward on the first training batch before training's clock starts, so the compile time is
-reported apart, and restores RNG and buffers after it. A compiler that fails makes the run go on eager, saying
-why. Training batches share one shape and evaluation runs the plain module, so steady state recompiles
-nothing; checkpoints hold the plain module's state dict. Activation checkpointing runs the blocks a task names
-(`checkpointable_blocks`) through `torch.utils.checkpoint` (use_reentrant=False), wrapped in place, so their
-state-dict keys are unchanged.
+forward and backward before training's clock starts, so the compile time is reported apart. A compiler that
+fails makes the run go on eager, saying why; checkpoints hold the plain module's state dict. Activation
+checkpointing runs the blocks a task names (`checkpointable_blocks`) through `torch.utils.checkpoint`, wrapped
+in place, so their state-dict keys are unchanged.
 """
 
 from __future__ import annotations

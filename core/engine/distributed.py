@@ -126,11 +126,8 @@ def broadcast_ints(values: list[int], ctx: DistContext, device: torch.device) ->
 
 class StopAgreement:
     """Whether the run stops before this step, and whether a timed checkpoint is due. Under DDP every rank must
-    stop (and save) at the same step, so they agree: rank 0 broadcasts its stop flag, whether its checkpoint
-    clock says a save is due (`save_due`, a cheap time.monotonic check), and how many steps until the next
-    agreement, chosen so agreements come about every STOP_AGREE_SECONDS (and at least every log interval)
-    whatever the log interval. A stop lands within about that long even when logs are minutes apart, fast steps
-    don't sync every step, and the timed checkpoint needs no collective of its own.
+    stop (and save) at the same step, so rank 0 broadcasts its stop flag, whether a save is due (`save_due`) and
+    how many steps until the next agreement, so agreements come about every STOP_AGREE_SECONDS.
 
     After each call `save` says whether the ranks agreed to write a checkpoint before this step, and
     `out_of_time` whether rank 0's time-limit clock (`time_up`) says the run's wall-time budget is spent."""

@@ -1,11 +1,9 @@
 """Best checkpoints and early stopping: which validation evaluations improved the monitored metric.
 
 A `BestTracker` gets every validation value of the monitored metric; a value improves when it beats the best by
-more than `min_delta` (NaN/inf never do). It ranks the `keep` best: keep 1 is `best.pt`, keep k > 1 is
-`best-step<N>.pt` for each, the new file written before the dropped one is removed. `patience` evaluations
-without an improvement end the run early (`completed`); past the `divergence` threshold (or not finite) it ends
-at once. Under DDP every rank gets rank 0's value, so the trackers decide alike. The tracker's state is saved
-in every checkpoint (`best_tracker`) so a resumed run goes on counting.
+more than `min_delta` (NaN/inf never do). It keeps the `keep` best (`best.pt`, or `best-step<N>.pt` each), ends
+the run after `patience` evaluations without an improvement, and at once past the `divergence` threshold. Its
+state is saved in every checkpoint (`best_tracker`) so a resumed run goes on counting.
 """
 
 from __future__ import annotations

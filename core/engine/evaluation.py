@@ -1,11 +1,9 @@
 """Evaluating a split, shared out across the ranks of a DDP run. See docs/ARCHITECTURE.md.
 
-Each rank evaluates a contiguous 1/N slice of the split; the sums a task reports are all-reduced and its
-per-row values (e.g. the scores ROC AUC ranks) all-gathered in rank order, so every rank ends with the metrics
-one process computes on the whole split, and no rank waits in a collective while another evaluates alone
-(which a long evaluation would turn into a process-group timeout). A task that only implements `evaluate`
-is run on the whole split by every rank: the same figures, without the speed-up; so is a Dataset split that
-cannot be shared out (a stream that does not shard itself, see core.data.loaders).
+Each rank evaluates a contiguous 1/N slice of the split; the task's sums are all-reduced and its per-row values
+all-gathered in rank order, so every rank ends with the metrics one process computes on the whole split. A task
+that only implements `evaluate`, or a Dataset split that cannot be shared out, is run on the whole split by
+every rank: the same figures, without the speed-up.
 """
 
 from __future__ import annotations

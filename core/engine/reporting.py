@@ -41,11 +41,10 @@ class EventLog:
 
     A write that fails (disk full, the folder removed or made read-only) never raises here: the file is given
     up, `failure` names the path and the cause in one line, and the events still reach the sink; the trainer
-    reads `failure` and ends the run. A torn last line is what core.files.read_jsonl skips.
+    reads `failure` and ends the run.
 
-    Opened with the run's RunControl, it also watches the run folder's control channel for as long as it is
-    open (core.engine.folder_control): that thread's acknowledgements are emitted here too, so `emit` takes a
-    lock (uncontended but for those, at log steps only)."""
+    Opened with the run's RunControl, it also watches the run folder's control channel while open
+    (core.engine.folder_control), whose acknowledgements are emitted here too, so `emit` takes a lock."""
 
     def __init__(self, is_main: bool):
         self.is_main = is_main
@@ -90,9 +89,8 @@ class EventLog:
     def emit(self, event: Event, sink: Sink | None) -> None:
         """Write `event` (see the class doc) and hand it to the sink. A StepMetrics is only queued here: the
         queue is turned into lines, run.json's fields and TensorBoard scalars at most every FLUSH_SECONDS, and
-        before any other event, so the per-step work at a log interval of 1 is an append. Encoding a hundred
-        queued events in one go costs a fraction of encoding each between two optimizer steps, whose tensor
-        work has pushed the encoder out of the CPU's caches; what reaches the disk and when is as before."""
+        before any other event, so the per-step work at a log interval of 1 is an append (encoding a batch of
+        events at once keeps the encoder in the CPU's caches)."""
         if not self.is_main:
             return
         with self._lock:

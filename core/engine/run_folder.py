@@ -1,11 +1,9 @@
 """Claiming a run folder: one run writes to a folder at a time, from before its first file to its end.
 
 A fresh run takes the folder it was given, or, when that holds an earlier or a live run, the first free
-`folder-2`, `folder-3`, ... beside it. The claim is an exclusive lock (core.files.try_lock) on `.run.lock` held
-for the run's life and dropped by the OS however the process ends, so two runs started at once into one
-`--out` get two folders. A resume continues in its own folder unless a live run holds it. At claim time the
-temp files the run's own atomic writes left behind are removed. The torchrun launcher claims the folder in its
-own process and tells rank 0 through HELD_ENV.
+`folder-2`, `folder-3`, ... beside it. The claim is an exclusive lock (core.files.try_lock) on `.run.lock`, held
+for the run's life and dropped by the OS however the process ends. A resume continues in its own folder unless
+a live run holds it. The torchrun launcher claims the folder itself and tells rank 0 through HELD_ENV.
 """
 
 from __future__ import annotations

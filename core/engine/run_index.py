@@ -1,11 +1,9 @@
 """The run history's index: `<runs root>/.history.sqlite`, a cache of what read_run returns per run folder
-(sqlite3, torch-free); the folders stay the truth. A row is keyed by the folder's name under the root and a
-signature (the lstat of the files read_run reads, SIGNED_FILES, and of the folder without a run.json): a folder
-whose signature differs is read again, so a warm listing is one listdir, two stats per run and one query. A
-folder changed within RACY_SECONDS, or whose record is unreadable, is read again every time and not written. A
-"running" run is checked against its lock each listing. Records are stored as a brief part, the bulky parts
-and the LISTED array, so a listing parses only what it shows. A missing, corrupt, locked or unwritable index
-means a listing without it (a corrupt one is made anew); each call writes what changed in one short
+(sqlite3, torch-free); the folders stay the truth.
+
+A row is keyed by the folder's name under the root and a signature (the lstat of SIGNED_FILES); a folder whose
+signature differs, that changed within RACY_SECONDS, or whose record is unreadable, is read again. A missing,
+corrupt, locked or unwritable index means a listing without it; each call writes what changed in one short
 transaction, so processes may list at once.
 """
 

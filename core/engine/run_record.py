@@ -2,10 +2,8 @@
 
 RunRecord folds the run's events into one small JSON object, written atomically at RunStarted, each last
 checkpoint and RunEnded, and evaluations and best checkpoints at most every WRITE_SECONDS. `read_run(folder)`
-reads it back for `amp-console runs` ("running" with no live holder reads as "interrupted"; a folder with only
-metrics.jsonl is summarised from its first and last lines) and adds the user's note, kept apart in `note.txt`
-(the engine rewrites run.json). Every file is read as core.files' record readers read (a regular file,
-bounded) and run.json's fields are checked for type, so one bad folder reads as one "unreadable" run.
+reads it back for `amp-console runs`, with the user's note (`note.txt`); one bad folder reads as one
+"unreadable" run.
 """
 
 from __future__ import annotations
@@ -420,14 +418,12 @@ def write_note(folder: str | os.PathLike, text: str) -> str:
 
 
 def read_run(folder: str | os.PathLike) -> dict | None:
-    """A run folder's summary: run.json, with 'running' read as 'interrupted' when no live run holds the
-    folder; for an older folder without run.json, a summary from metrics.jsonl's first and last lines. None
-    when the folder holds no run. "note" is the user's note (note.txt, see write_note). Its config's task
-    options are the ones the run trained with (core.tasks.saved_config).
+    """A run folder's summary (JSON-serialisable): run.json, with 'running' read as 'interrupted' when no live
+    run holds the folder; without run.json, a summary from metrics.jsonl's first and last lines. None when the
+    folder holds no run. "note" is the user's note (note.txt). Task options are as the run trained with.
 
-    Never raises: a run.json (or metrics.jsonl) that can't be read, or whose fields have the wrong type, reads
-    as a run with status "unreadable" and "unreadable" the one-line reason (its id kept when it has one); a
-    note.txt that can't be read as note '' and "note_unreadable" the reason. The dict is JSON-serialisable."""
+    Never raises: an unreadable or ill-typed record reads as status "unreadable" with "unreadable" the one-line
+    reason; an unreadable note.txt as note '' with "note_unreadable" the reason."""
     folder = Path(folder)
     base = str(folder)  # string paths below: a cold listing reads thousands of folders
     try:

@@ -1,12 +1,10 @@
 """Whether the validation split is large enough to choose the best checkpoint by, and the best and the last
 weights compared on the test split at the end of a run.
 
-The monitored metric is a mean over the split's units (rows, users, queries: the task's `validation_unit`), so
-its standard error is about sigma / sqrt(n). Choosing the best of many evaluations pays only when that is below
-what late checkpoints differ by: TARGET_SE = 0.5 / sqrt(200), so 200 rows or users (sigma <= 0.5 for a value in
-[0, 1]) and 50 queries (sigma ~ 0.25). Below that the "best" checkpoint is largely the luckiest evaluation: the
-run says so as it starts, and its summary gives both weights' test metrics and which to use (never chosen by
-the test figures, which would make them optimistic).
+The monitored metric is a mean over the split's units (the task's `validation_unit`), so its standard error is
+about sigma / sqrt(n); above TARGET_SE the "best" checkpoint is largely the luckiest evaluation. The run says so
+as it starts, and its summary gives both weights' test metrics and which to use (never chosen by the test
+figures).
 """
 
 from __future__ import annotations
@@ -22,8 +20,8 @@ from core.engine import checkpoints as ckpt
 from core.engine.distributed import broadcast_ints
 from core.errors import CheckpointError
 
-TARGET_SE = 0.5 / math.sqrt(200)
-SPREAD = {"rows": 0.5, "users": 0.5, "queries": 0.25}  # per-unit standard deviation of the metric (see above)
+TARGET_SE = 0.5 / math.sqrt(200)  # below what late checkpoints differ by
+SPREAD = {"rows": 0.5, "users": 0.5, "queries": 0.25}  # the metric's per-unit sigma (a value in [0, 1])
 
 
 def units_needed(unit: str) -> int:

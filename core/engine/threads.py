@@ -1,10 +1,8 @@
 """How many CPU threads torch uses inside an op when a run leaves `threads` at 0 (auto).
 
-torch's default is every core. For light steps splitting an op across threads costs more than it gains, and on
-a busy machine the waiting threads spin; heavier steps do gain from the cores. So auto weighs the step's work,
-parameters x the values in one batch: one thread below LIGHT_STEP_WORK or when the machine has no free core,
-else the free cores (this process's share of them under DDP). The choice and its reason are reported with
-RunStarted; a `threads` above 0 is used as given.
+Auto weighs the step's work (parameters x the values in one batch): one thread below LIGHT_STEP_WORK or when
+the machine has no free core, else the free cores (this process's share of them under DDP). The choice and its
+reason are reported with RunStarted; a `threads` above 0 is used as given.
 """
 
 from __future__ import annotations
