@@ -10,12 +10,30 @@ import math
 import re
 
 from PySide6.QtGui import QFont, QFontMetricsF
+from PySide6.QtWidgets import QSizePolicy
 
 LEGEND_ROW = 18  # pixels: one line of legend entries
 LEGEND_SHARE = 0.4  # of the plot's height, at most, for its legend
 LABEL_POINTS = 8.0  # the legends' label size (labelTextSize="8pt")
 LABEL_PAD = 8.0  # pixels a label adds to its text (pyqtgraph's LabelItem: a 4 px document margin each side)
 _BREAKS = re.compile(r"(?<=[ \-/])")  # a label may wrap after a space, a dash or a slash
+
+
+def row_legend(item, text_colour, columns: int = 1, spacing: int = 10):
+    """A legend in its own row under the PlotItem `item`'s x axis, laid out by the plot's layout instead of floating
+    over the view: it never covers a curve, a line or a marker. As wide as the view, never what its entries ask for."""
+    import pyqtgraph as pg
+
+    legend = pg.LegendItem(
+        colCount=max(1, columns), frame=False, labelTextSize="8pt", horSpacing=spacing, labelTextColor=text_colour
+    )
+    legend.updateSize = legend.updateGeometry
+    legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    legend.setMinimumWidth(0)
+    legend.setPreferredWidth(0)
+    item.layout.addItem(legend, 4, 1)
+    item.legend = legend  # PlotItem.plot(name=...) adds its entry, removeItem takes it out
+    return legend
 
 
 def wrap(text: str, width: float, metrics: QFontMetricsF) -> list[str]:

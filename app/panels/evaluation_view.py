@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.panels.evaluation_limits import BoundedReport, bounded_report, finite, short_text
+from app.plot_legend import row_legend
 from core.text import printable
 
 SERIES_COLOURS = ("#3b6fd8", "#c98a12", "#8e44ad", "#2e9b57", "#d0453c", "#16a2b8", "#6a7a90", "#fb5607")
@@ -333,24 +334,7 @@ class EvaluationView(QWidget):
         return widget
 
     def _legend(self, widget, columns: int):
-        """A legend in a row under the plot's x axis: it never covers a curve."""
-        import pyqtgraph as pg
-
-        item = widget.getPlotItem()
-        legend = pg.LegendItem(
-            colCount=max(1, columns),
-            frame=False,
-            labelTextSize="8pt",
-            horSpacing=12,
-            labelTextColor=self.palette().color(QPalette.ColorRole.Text),
-        )
-        legend.updateSize = legend.updateGeometry  # laid out by the plot's layout, not floating over the view
-        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        legend.setMinimumWidth(0)
-        legend.setPreferredWidth(0)
-        item.layout.addItem(legend, 4, 1)
-        item.legend = legend
-        return legend
+        return row_legend(widget.getPlotItem(), self.palette().color(QPalette.ColorRole.Text), columns, spacing=12)
 
     @staticmethod
     def _fit_legend(legend, rows_hint: int) -> None:

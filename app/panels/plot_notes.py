@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette, QTextOption
-from PySide6.QtWidgets import QSizePolicy
 
-from app.plot_legend import LEGEND_ROW, FittedLegend
+from app.plot_legend import LEGEND_ROW, FittedLegend, row_legend
 
 NO_RUN = "No run yet"
 WAITING = "Waiting for the first logged step"
@@ -17,41 +16,14 @@ SCALER_OFF = "Off: GradScaler runs with fp16 only"
 NOT_MEASURED = "Not measured on this device"
 
 
-def _row_legend_class():
-    """pyqtgraph's LegendItem laid out in a row under the x axis by its plot's layout, instead of floating over the
-    view."""
-    import pyqtgraph as pg
-
-    global _RowLegend
-    if _RowLegend is None:
-
-        class RowLegend(pg.LegendItem):
-            def updateSize(self):
-                self.updateGeometry()
-
-        _RowLegend = RowLegend
-    return _RowLegend
-
-
-_RowLegend = None
-
-
 class PlotLabelling:
     """PlotsPanel's legends and empty-plot notes: `note(plot)`, `overlay_note()`, and their upkeep."""
 
     def _add_legend(self, plot: str) -> None:
-        """A legend in its own row under the plot's x axis: it never covers a curve, a ceiling line or a marker."""
-
+        """A legend in its own row under the plot's x axis, its entries fitted to the plot's width (FittedLegend)."""
         item = self.plots[plot].getPlotItem()
-        text = self.palette().color(QPalette.ColorRole.Text)
-        legend = _row_legend_class()(colCount=1, frame=False, labelTextSize="8pt", horSpacing=10, labelTextColor=text)
+        legend = row_legend(item, self.palette().color(QPalette.ColorRole.Text))
         legend.setMinimumHeight(LEGEND_ROW)  # the row is there before the first entry: the view does not jump
-        # its width is the view's (the entries are fitted to it), never what its entries ask for
-        legend.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        legend.setMinimumWidth(0)
-        legend.setPreferredWidth(0)
-        item.layout.addItem(legend, 4, 1)
-        item.legend = legend  # PlotItem.plot(name=...) adds its entry, removeItem takes it out
         item.getViewBox().sigResized.connect(lambda *_a: self._update_legend(plot))
         self._legends[plot] = legend
         self._fitted[plot] = FittedLegend(legend)
