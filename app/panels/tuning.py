@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
-    QWidget,
 )
 
 from app.assets import restyle
@@ -89,17 +88,6 @@ def style_table(table: QTableView) -> QTableView:
     return table
 
 
-def _plot_widget(parent: QWidget):
-    import pyqtgraph as pg
-
-    plot = pg.PlotWidget(background=parent.palette().color(QPalette.ColorRole.Base))
-    item = plot.getPlotItem()
-    item.showGrid(x=True, y=True, alpha=0.2)
-    item.hideButtons()
-    plot.setMinimumHeight(240)
-    return plot
-
-
 # ============================================================================== LR finder
 class LRFinderDialog(ToolDialog):
     """The LR range test: loss against a growing learning rate, the suggestion marked and explained; click the curve to
@@ -159,9 +147,12 @@ class LRFinderDialog(ToolDialog):
     def _build(self, layout: QVBoxLayout) -> None:
         import pyqtgraph as pg
 
-        self.plot = _plot_widget(self)
+        self.plot = pg.PlotWidget(background=self.palette().color(QPalette.ColorRole.Base))
         self.plot.setObjectName("lrPlot")
+        self.plot.setMinimumHeight(240)
         item = self.plot.getPlotItem()
+        item.showGrid(x=True, y=True, alpha=0.2)
+        item.hideButtons()
         item.setLogMode(x=True, y=False)
         item.setLabel("bottom", "Learning rate (log scale)")
         item.setLabel("left", "Loss")
