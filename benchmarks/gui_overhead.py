@@ -4,8 +4,8 @@ Headless: core.engine.trainer.Trainer.run() on a plain thread, no listeners. GUI
 unless a display is set) starts the run the way a user does, with the live plots redrawing, while a 10 ms
 QTimer probe measures how late the UI event loop serves it. Two ways the window can run it:
 
-- separate process (the app's default): `core.cli train --events` as a child process, its events streamed
-  into the window;
+- separate process (the app's default): `core.cli train --events` as a child process, its events followed from
+  metrics.jsonl into the window;
 - thread: core's Trainer on the window's QThread worker, in the window's own process.
 
 Runs are interleaved (order rotating) after one warm-up of each; throughput is the engine's own samples/s
