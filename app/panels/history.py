@@ -199,7 +199,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.noteEdit.setTabChangesFocus(True)
         line = self.noteEdit.fontMetrics().lineSpacing()
         self.noteEdit.setFixedHeight(int(line * 2.6) + 12)
-        self.noteEdit.textChanged.connect(self._note_edited)
+        self.noteEdit.textChanged.connect(self._update_note_button)
         self.noteSaveButton = QPushButton("Save note", objectName="historyNoteSaveButton", clicked=self.save_note)
         self.noteSaveButton.setToolTip("Save the note (Ctrl+Return); an empty note removes it")
         QShortcut(

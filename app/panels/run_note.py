@@ -34,9 +34,6 @@ class RunNoteEditing:
     def note_edited(self) -> bool:
         return self._note_folder is not None and self.noteEdit.toPlainText().strip() != self._note_loaded
 
-    def _note_edited(self) -> None:
-        self._update_note_button()
-
     def _update_note_button(self) -> None:
         self.noteSaveButton.setEnabled(self.note_edited)
 
