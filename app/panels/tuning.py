@@ -371,19 +371,27 @@ class LRFinderDialog(ToolDialog):
 
 # ============================================================================== model summary
 LAYER_COLUMNS = ("Layer", "Type", "Parameters", "Trainable", "Weights", "Gradients", "Optimizer state")
-TOTAL_ROWS = (
-    "Parameters",
-    "Trainable",
-    "Weights (fp32)",
-    "Gradients (fp32)",
-    "Optimizer state",
-    "Activations",
-    "Activations vs fp32",
-    "Total (training step)",
-    "Total vs fp32",
-    "Allocator peak",
-    "Compute dtype",
+
+
+def _ratio(value) -> tuple[str, None]:
+    return (f"{value:.2f}×" if value else "–", None)
+
+
+# The totals table's rows: label, then (text, sort value) from the summary `r` and a mode's totals `m`.
+TOTALS = (
+    ("Parameters", lambda r, m: (f"{r.parameters:,}", r.parameters)),
+    ("Trainable", lambda r, m: (f"{r.trainable_parameters:,}", r.trainable_parameters)),
+    ("Weights (fp32)", lambda r, m: (size(m.param_bytes), m.param_bytes)),
+    ("Gradients (fp32)", lambda r, m: (size(m.grad_bytes), m.grad_bytes)),
+    ("Optimizer state", lambda r, m: (size(m.optimizer_bytes), m.optimizer_bytes)),
+    ("Activations", lambda r, m: (size(m.activation_bytes), m.activation_bytes)),
+    ("Activations vs fp32", lambda r, m: _ratio(m.activation_ratio)),
+    ("Total (training step)", lambda r, m: (size(m.total_bytes), m.total_bytes)),
+    ("Total vs fp32", lambda r, m: _ratio(m.total_ratio)),
+    ("Allocator peak", lambda r, m: (size(m.allocator_peak_bytes), None)),
+    ("Compute dtype", lambda r, m: (m.compute_dtype or "–", None)),
 )
+TOTAL_ROWS = tuple(label for label, _cell in TOTALS)
 
 
 class SummaryDialog(ToolDialog):
@@ -513,31 +521,14 @@ class SummaryDialog(ToolDialog):
         table.setColumnCount(1 + len(modes))
         table.setHorizontalHeaderLabels([""] + [m.mode for m in modes])
         table.setRowCount(len(TOTAL_ROWS))
-        for index, label in enumerate(TOTAL_ROWS):
+        for index, (label, cell) in enumerate(TOTALS):
             head = QTableWidgetItem(label)
             font = head.font()
             font.setBold(True)
             head.setFont(font)
             table.setItem(index, 0, head)
             for column, m in enumerate(modes, start=1):
-                values = {
-                    "Parameters": (f"{result.parameters:,}", result.parameters),
-                    "Trainable": (f"{result.trainable_parameters:,}", result.trainable_parameters),
-                    "Weights (fp32)": (size(m.param_bytes), m.param_bytes),
-                    "Gradients (fp32)": (size(m.grad_bytes), m.grad_bytes),
-                    "Optimizer state": (size(m.optimizer_bytes), m.optimizer_bytes),
-                    "Activations": (size(m.activation_bytes), m.activation_bytes),
-                    "Activations vs fp32": (f"{m.activation_ratio:.2f}×" if m.activation_ratio else "–", None),
-                    "Total (training step)": (size(m.total_bytes), m.total_bytes),
-                    "Total vs fp32": (f"{m.total_ratio:.2f}×" if m.total_ratio else "–", None),
-                    "Allocator peak": (
-                        size(m.allocator_peak_bytes) if m.allocator_peak_bytes is not None else "–",
-                        None,
-                    ),
-                    "Compute dtype": (m.compute_dtype or "–", None),
-                }
-                text, value = values[label]
-                table.setItem(index, column, NumericItem(text, value))
+                table.setItem(index, column, NumericItem(*cell(result, m)))
         table.resizeColumnsToContents()
 
     def layer_names(self) -> list[str]:
