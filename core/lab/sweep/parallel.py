@@ -308,8 +308,8 @@ def run_parallel(
     try:
         while True:
             if control.stop_requested:
-                for child in running.values():
-                    child.stop(grace)
+                for each in running.values():
+                    each.stop(grace)
                 while spares:  # a spare holds no run and no files: ending it loses nothing
                     _discard(spares.popleft())
             else:
