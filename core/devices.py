@@ -356,19 +356,11 @@ class PeakMemory:
     """The high-water mark of memory on one torch.device between `reset()` and `read()`, the one way the lab
     tools measure peak memory.
 
-    - CUDA (ROCm included) and XPU: the caching allocator's statistics; `reset` synchronises, notes what is
-      allocated and resets the peak (reset_peak_memory_stats); `read` synchronises and reads
-      max_memory_allocated (`peak_bytes`) and max_memory_reserved (`reserved_bytes`). The figures are absolute:
-      the model, optimizer state and data already on the device count; `growth_bytes` is the peak above the start.
-    - CPU: the process's resident set. Where Linux lets a process reset its high-water mark (/proc/self/clear_refs
-      "5", then VmHWM) `reset` does, and the peak is the resident set's high-water mark since; elsewhere
-      (`resettable` False: macOS, Windows, old kernels) the peak is ru_maxrss / the peak working set since the
-      process started, never reset, so never below the truth (measure in a fresh process where that matters).
-    - MPS (and any other kind): torch keeps no peak statistics; `measurable` is False and `read` gives None.
-
-    Nothing touches the device before the first call. `with PeakMemory(device) as meter:` resets on entry and, when
-    the block ends without an exception, leaves the reading in `meter.reading`. Reading synchronises the device:
-    call it around a measurement, never per step of a training loop.
+    CUDA and XPU: the caching allocator's peak allocated (`peak_bytes`) and reserved (`reserved_bytes`), absolute;
+    `growth_bytes` is the peak above the start. CPU: the resident set's high-water mark (where it cannot be reset,
+    `resettable` is False and the peak is since the process started). MPS: `measurable` is False, `read` gives
+    None. `with PeakMemory(device) as meter:` resets on entry and leaves the reading in `meter.reading`. Reading
+    synchronises the device: never call it per step of a training loop.
     """
 
     def __init__(self, device: torch.device | str) -> None:

@@ -1,11 +1,7 @@
 """A `train` process under torchrun (or SLURM) that may be a restart: what it does before the Trainer starts and
-after it ends. Torch is imported only where torchelastic's own error file is written.
-
-- A restarted worker (TORCHELASTIC_RESTART_COUNT > 0 under our launcher) or a requeued SLURM job resumes from
-  the run folder's checkpoint.pt, and rank 0 records the restart in run.json's `restarts` and a RunStarted note.
-- Every rank's stderr also goes to `<run>/ranks/rank-<R>.log` (through `tee`, which outlives a killed rank).
-- A failed rank writes torchelastic's error file (TORCHELASTIC_ERROR_FILE), so torchrun's root cause is our message.
-- A multi-node run's folder is claimed by global rank 0 once the nodes have met (see core.cli.torchrun).
+after it ends. A restarted worker or a requeued SLURM job resumes from the run folder's checkpoint.pt (rank 0
+notes the restart in run.json); every rank's stderr also goes to `<run>/ranks/rank-<R>.log`; a failed rank
+writes torchelastic's error file, so torchrun's root cause is our message. Torch is imported only for that file.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """LR range test ("LR finder"): train a fresh copy of the model (the Trainer's own setup and optimizer step, in a
 temporary run folder; nothing persistent is touched) while the learning rate grows exponentially, stop when the
-loss diverges (NaN/inf, or the smoothed loss above `diverge_factor` x its best), and suggest a learning rate.
-The loss is read once per step; an fp16 step the GradScaler skipped goes to `skipped_lrs`, not the curve.
-
-`smoothed`: a bias-corrected EMA (weight `smoothing` on the newest point) of the losses after isolated spikes
-are replaced by their neighbourhood's median. Suggestions: `valley` (default), the middle in log(lr) of the
-descent that ends at the minimum, starting where the loss has fallen 5% of its total drop (so plateau noise is
-no valley); `steepest`, the fastest fall against log(lr), skipping the first 10% and all after the minimum.
-The suggestion functions are plain Python: `find_lr` imports torch only when it runs.
+loss diverges (NaN/inf, or the smoothed loss above `diverge_factor` x its best), and suggest a learning rate:
+`valley` (default), the middle in log(lr) of the descent that ends at the minimum, or `steepest`, the fastest
+fall against log(lr). The suggestion functions are plain Python: `find_lr` imports torch only when it runs.
 """
 
 from __future__ import annotations

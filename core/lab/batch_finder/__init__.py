@@ -1,13 +1,10 @@
 """Batch-size finder: the largest micro-batch that fits on the device, per precision mode, evaluation included and
 a safety margin below the device's limit (docs/tuning.md). Each trial at batch B runs `steps` of the trainer's
-own optimizer steps and one evaluation pass in batches of B; it fits when its peak stays within (1 - margin) x
-the limit. The search doubles from `start`, then bisects to within `tolerance` (a start that does not fit is
-halved). Memory: the allocator's peak reserved bytes on CUDA/XPU (an OOM trial is caught and cleaned up), an
-estimate from the resident set's high-water mark on the CPU (a larger trial is predicted first and skipped when
-it would pass the budget), none on MPS; `FakeProbe` for tests. samples/s times the steps after the first.
+own optimizer steps and one evaluation pass; it fits when its peak stays within (1 - margin) x the limit. The
+search doubles from `start`, then bisects to within `tolerance`.
 
-Layers (an import-linter contract): results (no torch) < probes < search (no torch) < finder (the trials on a
-Trainer, `find_batch_sizes`). Importing the package does not import torch.
+Layers: results (no torch) < probes < search (no torch) < finder (the trials on a Trainer, `find_batch_sizes`).
+Importing the package does not import torch.
 """
 
 from core.lab.batch_finder.finder import TrainerWork, find_batch_sizes

@@ -126,10 +126,9 @@ def find_batch_sizes(
     modes the device cannot run are 'skipped' with its reason).
 
     `start`: the first batch (default the config's batch size); `max_batch`: the cap (default the training rows,
-    at most 65,536); `eval_rows`: rows of each trial's evaluation pass (default the whole validation split, as
-    the trainer evaluates); `limit_bytes`: use this limit instead of the device's (plan for a smaller device);
-    `probe`: the memory probe (default the device's; FakeProbe in tests). Each mode gets a fresh model from the
-    config's seed in a temporary run folder; nothing persistent is written.
+    at most 65,536); `eval_rows`: rows of each trial's evaluation pass (default the whole validation split);
+    `limit_bytes`: use this limit instead of the device's; `probe`: the memory probe (default the device's;
+    FakeProbe in tests). Nothing persistent is written.
     """
     check_settings(margin, steps, tolerance, start, max_batch)
     config = config.validate()
