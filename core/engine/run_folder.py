@@ -3,7 +3,7 @@
 A fresh run takes the folder it was given, or, when that holds an earlier or a live run, the first free
 `folder-2`, `folder-3`, ... beside it. The claim is an exclusive lock (core.files.try_lock) on `.run.lock`, held
 for the run's life and dropped by the OS however the process ends. A resume continues in its own folder unless
-a live run holds it. The torchrun launcher claims the folder itself and tells rank 0 through HELD_ENV.
+a live run holds it. The torchrun launcher claims the folder and tells rank 0 through HELD_ENV.
 """
 
 from __future__ import annotations

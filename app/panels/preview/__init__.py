@@ -1,10 +1,10 @@
 """Try a trained model: the Model preview dialog (Tools > Try a model…, or Try it… in the run history).
 
 Pick a run (or a checkpoint file), its best or last checkpoint and a device; the checkpoint loads as a
-core.runs.predict.Predictor and the page for its task is built from the kinds its serving part declares
+core.runs.predict.Predictor and its task's page is built from the kinds its serving part declares
 (core.tasks.serving.PreviewSpec; pages.py, widgets.py, drawing.py), so no task is named here. The model never
-runs on the GUI thread: a PredictionQueue (queue.py) runs one request at a time and keeps only the newest of
-each kind waiting. Errors are one line in the panel. The Evaluation tab is evaluation_tab.py.
+runs on the GUI thread: a PredictionQueue (queue.py) runs one request at a time, only the newest of each kind
+waiting. Errors are one line in the panel.
 """
 
 from __future__ import annotations
