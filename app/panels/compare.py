@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -23,7 +22,7 @@ from PySide6.QtWidgets import (
 from app.assets import restyle
 from app.panels.bars import BarChart
 from app.panels.tool_dialog import ToolDialog
-from app.panels.tuning import make_table
+from app.panels.tuning import add_row, make_table
 
 COLUMNS = (
     "Mode",
@@ -175,8 +174,6 @@ class CompareDialog(ToolDialog):
     def _add_row(self, row) -> None:
         from core.lab.precision_sweep import noise_note
 
-        index = self.table.rowCount()
-        self.table.insertRow(index)
         memory = row.peak_memory_bytes / 2**20 if row.peak_memory_bytes else None
         cells = (
             row.mode,
@@ -200,13 +197,10 @@ class CompareDialog(ToolDialog):
                 if note
             ),
         )
-        for column, text in enumerate(cells):
-            item = QTableWidgetItem(text)
-            if 2 <= column <= 10:
-                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            if column == len(COLUMNS) - 1 and text:
-                item.setToolTip(text)  # a reason is a sentence: readable in full when the column is narrow
-            self.table.setItem(index, column, item)
+        items = add_row(self.table, *cells)
+        for item in items[2:11]:
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        items[-1].setToolTip(cells[-1])  # a reason is a sentence: readable in full when the column is narrow
 
     def row_modes(self) -> list[str]:
         return [self.table.item(i, 0).text() for i in range(self.table.rowCount())]

@@ -69,6 +69,16 @@ class NumericItem(QTableWidgetItem):
         return super().__lt__(other)
 
 
+def add_row(table: QTableWidget, *cells) -> list[QTableWidgetItem]:
+    """A row at the end of `table` (a text is a plain item); its items."""
+    items = [QTableWidgetItem(cell) if isinstance(cell, str) else cell for cell in cells]
+    row = table.rowCount()
+    table.insertRow(row)
+    for column, item in enumerate(items):
+        table.setItem(row, column, item)
+    return items
+
+
 def make_table(columns, name: str) -> QTableWidget:
     table = style_table(QTableWidget(0, len(columns), objectName=name))
     table.setHorizontalHeaderLabels(list(columns))
@@ -494,24 +504,22 @@ class SummaryDialog(ToolDialog):
         table.setColumnCount(len(columns))
         table.setHorizontalHeaderLabels(columns)
         rows = result.rows_to_depth(self.depthEdit.value())
-        table.setRowCount(len(rows))
-        for index, row in enumerate(rows):
+        table.setRowCount(0)
+        for row in rows:
             t = row.total
-            name = ("  " * row.depth) + row.name
             cells = [
-                QTableWidgetItem(name),
-                QTableWidgetItem(row.type),
+                ("  " * row.depth) + row.name,
+                row.type,
                 NumericItem(f"{t.parameters:,}" if t.parameters else "–", t.parameters),
-                QTableWidgetItem(row.trainable),
+                row.trainable,
                 NumericItem(size(t.param_bytes), t.param_bytes),
                 NumericItem(size(t.grad_bytes), t.grad_bytes),
                 NumericItem(size(t.optimizer_bytes), t.optimizer_bytes),
             ]
             cells += [NumericItem(size(t.activation_bytes.get(m)), t.activation_bytes.get(m)) for m in modes]
+            items = add_row(table, *cells)
             if row.shared:
-                cells[0].setToolTip(f"Shares {', '.join(row.shared)} (counted once, at its first owner)")
-            for column, item in enumerate(cells):
-                table.setItem(index, column, item)
+                items[0].setToolTip(f"Shares {', '.join(row.shared)} (counted once, at its first owner)")
         table.resizeColumnsToContents()
 
     def _fill_totals(self) -> None:

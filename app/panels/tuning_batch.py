@@ -12,13 +12,12 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTableWidgetItem,
 )
 
 from app.assets import restyle
 from app.panels.bars import BarChart
 from app.panels.tool_dialog import ToolDialog, titled
-from app.panels.tuning import NumericItem, make_table, size
+from app.panels.tuning import NumericItem, add_row, make_table, size
 
 MODE_COLUMNS = (
     "Mode",
@@ -166,59 +165,52 @@ class BatchFinderDialog(ToolDialog):
             self.progressBar.setValue(progress.index + 1)
 
     def _add_trial(self, mode: str, number: int, trial) -> None:
-        table = self.trialTable
-        row = table.rowCount()
-        table.insertRow(row)
         speed = trial.samples_per_second
-        cells = (
-            QTableWidgetItem(mode),
+        cells = add_row(
+            self.trialTable,
+            mode,
             NumericItem(str(number), number),
-            QTableWidgetItem(trial.phase),
+            trial.phase,
             NumericItem(f"{trial.batch:,}", trial.batch),
-            QTableWidgetItem(trial.status),
+            trial.status,
             NumericItem(size(trial.peak_bytes), trial.peak_bytes),
             NumericItem(f"{speed:,.0f}" if speed else "–", speed),
             NumericItem(f"{trial.seconds:.2f}", trial.seconds),
-            QTableWidgetItem(trial.note),
+            trial.note,
         )
         if not trial.fits:
             cells[4].setForeground(Qt.GlobalColor.red)
-        for column, item in enumerate(cells):
-            table.setItem(row, column, item)
-        table.scrollToBottom()
+        self.trialTable.scrollToBottom()
 
     def _on_result(self, result) -> None:
         table = self.modeTable
         table.setSortingEnabled(False)
         table.setRowCount(0)
         for m in result.modes:
-            row = table.rowCount()
-            table.insertRow(row)
             batch = f"{m.batch:,}" + (" (cap)" if m.capped else "") if m.batch else "–"
             speed = m.samples_per_second
             note = m.reason if m.status != "ok" else ("not even batch 1 fits" if m.batch is None else "")
-            cells = (
-                QTableWidgetItem(m.mode),
+
+            def ratio(value, m=m) -> NumericItem:
+                return NumericItem(
+                    f"{value:.2f}×" if value else ("1.00×" if m.mode == "fp32" and m.batch else "–"), value
+                )
+
+            cells = add_row(
+                table,
+                m.mode,
                 NumericItem(batch, m.batch),
                 NumericItem(size(m.peak_bytes), m.peak_bytes),
                 NumericItem(size(m.budget_bytes), m.budget_bytes),
                 NumericItem(f"{speed:,.0f}" if speed else "–", speed),
-                NumericItem(
-                    f"{m.batch_ratio:.2f}×" if m.batch_ratio else ("1.00×" if m.mode == "fp32" and m.batch else "–"),
-                    m.batch_ratio,
-                ),
-                NumericItem(
-                    f"{m.speed_ratio:.2f}×" if m.speed_ratio else ("1.00×" if m.mode == "fp32" and m.batch else "–"),
-                    m.speed_ratio,
-                ),
+                ratio(m.batch_ratio),
+                ratio(m.speed_ratio),
                 NumericItem(str(len(m.trials)), len(m.trials)),
-                QTableWidgetItem(note),
+                note,
             )
             cells[0].setData(Qt.ItemDataRole.UserRole, m.mode)
             if note:
                 cells[-1].setToolTip(note)
-            for column, item in enumerate(cells):
-                table.setItem(row, column, item)
         table.setSortingEnabled(True)
         found = [m for m in result.modes if m.status == "ok" and m.batch]
         labels = [f"{m.batch:,}" + (f" ({m.batch_ratio:.2f}×)" if m.batch_ratio else "") for m in found]
