@@ -350,7 +350,7 @@ class RunSetupPanel(QWidget):
             for name, row in self._rows.items():
                 value = getattr(config, name)
                 row.editor.set_value("\\t" if name == "delimiter" and value == "\t" else value)  # a tab, visibly
-            self._set_precision(config.precision)
+            self.set_precision(config.precision)
         finally:
             self._loading = False
         self._engine_errors.clear()
@@ -403,13 +403,7 @@ class RunSetupPanel(QWidget):
     def problem_summary(self) -> str:
         """One line naming every setting that blocks Start and why; empty when the form is valid."""
         problems = self.errors() if self._tasks else {}
-        parts = []
-        for key, message in problems.items():
-            if key.startswith("task_options."):
-                label = label_for(key.removeprefix("task_options."))
-            else:
-                label = label_for(key)
-            parts.append(f"{label}: {message}")
+        parts = [f"{label_for(key.removeprefix('task_options.'))}: {message}" for key, message in problems.items()]
         if not parts:
             return ""
         return f"Fix {'this setting' if len(parts) == 1 else f'these {len(parts)} settings'} to start: " + "; ".join(
@@ -433,7 +427,7 @@ class RunSetupPanel(QWidget):
             item.setToolTip(tooltip)
         current = self.precisionCombo.currentData()
         if current not in ("auto", None) and current not in info.precisions:
-            self._set_precision("auto")
+            self.set_precision("auto")
             self.precisionNote.setText(f"{current} is not available on {info.id}; switched to auto")
         self._update_auto_text()
         self._schedule_validate()
@@ -456,9 +450,6 @@ class RunSetupPanel(QWidget):
 
     def set_precision(self, mode: str) -> None:
         """Select `mode` in the precision picker (e.g. the mode a precision sweep recommended)."""
-        self._set_precision(mode)
-
-    def _set_precision(self, mode: str) -> None:
         index = self.precisionCombo.findData(mode)
         self.precisionCombo.setCurrentIndex(max(index, 0))
 
