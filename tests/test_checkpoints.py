@@ -11,8 +11,8 @@ import torch
 from core.engine import checkpoints as ckpt
 from core.engine.control import RunControl
 from core.engine.events import RunStarted, StepMetrics
-from core.engine.trainer import train
-from core.errors import CheckpointError
+from core.engine.trainer import Trainer, train
+from core.errors import CheckpointError, ConfigError
 from core.files import atomic_write_bytes
 
 
@@ -69,8 +69,11 @@ def test_truncated_and_foreign_files_are_clear_errors(tiny_config, tmp_path):
 
 def test_checkpoint_of_another_model_names_the_keys(tiny_config):
     ended = train(tiny_config(max_steps=5))
+    other = tiny_config(max_steps=10, task_options={"hidden": 32})
+    with pytest.raises(ConfigError, match=r"keeps the task options.*hidden"):  # prepare_run says it first
+        train(other, resume_from=ended.checkpoint)
     with pytest.raises(CheckpointError, match=r"shape mismatch.*fc1\.weight"):
-        train(tiny_config(max_steps=10, task_options={"hidden": 32}), resume_from=ended.checkpoint)
+        Trainer(other, resume_from=ended.checkpoint).run()
     state = ckpt.load_checkpoint(ended.checkpoint)
     state["model"]["extra.weight"] = torch.zeros(1)
     del state["model"]["fc2.bias"]

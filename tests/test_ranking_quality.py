@@ -12,8 +12,8 @@ from core.data.synthetic import GRADE_SHARES, generate_ranking
 from core.engine.trainer import train
 from core.errors import ConfigError, DataError
 from core.tasks import create_task
-from core.tasks.ranking.task import QUANTILES, FeatureNormalizer, fit_normalizer, quantile_gauss, ranking_metrics
 from core.tasks.ranking.losses import LOSSES, approx_ndcg_loss, lambda_loss
+from core.tasks.ranking.task import QUANTILES, FeatureNormalizer, fit_normalizer, quantile_gauss, ranking_metrics
 
 SMALL = {"queries": 300, "docs": 12, "features": 40, "hidden": 16}
 

@@ -130,7 +130,7 @@ def test_an_old_run_resumed_with_an_auto_config_keeps_the_full_softmax(old_run, 
     """A caller whose config leaves loss at its default (auto), as the window's form would: the checkpoint's
     loss wins, and the run's notes say so."""
     events: list = []
-    _run(old_run, SMALL, 5, resume=old_run / "checkpoint.pt", events=events)
+    _run(old_run, {**SMALL, "loss": "auto"}, 5, resume=old_run / "checkpoint.pt", events=events)
     assert losses and set(losses) == {"full"}, losses
     notes = next(e for e in events if isinstance(e, RunStarted)).notes
     assert any("task option loss=full as its run trained" in note for note in notes), notes

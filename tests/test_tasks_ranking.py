@@ -9,8 +9,8 @@ import torch
 from core.config import RunConfig
 from core.engine.trainer import train
 from core.tasks import create_task
-from core.tasks.ranking.task import flat_ranking_metrics, list_width, pack_queries, pad_queries, ranking_metrics
 from core.tasks.ranking.losses import listwise_softmax_loss, ranknet_loss
+from core.tasks.ranking.task import flat_ranking_metrics, list_width, pack_queries, pad_queries, ranking_metrics
 
 SMALL = {"queries": 1500, "docs": 16, "features": 8}
 

@@ -103,9 +103,12 @@ def _resumed(user: dict, state: dict, resume: str) -> tuple[dict, list[str]]:
             f"{name} is a checkpoint of task {saved['task']!r}, not {user['task']!r}: a resumed run keeps "
             f"its task (start a new run to train another)",
         )
+    options = saved["task_options"]
     if "task_options" in user:
+        options = {**options, **user["task_options"]}  # an `auto` keeps what the run trained with (Trainer)
         have = option_values(saved["task"], saved["task_options"])
-        wanted = option_values(saved["task"], {**saved["task_options"], **user["task_options"]})
+        asked = {k: v for k, v in user["task_options"].items() if v != "auto" or have.get(k) == "auto"}
+        wanted = option_values(saved["task"], {**saved["task_options"], **asked})
         if wanted != have:
             diff = ", ".join(f"{k}={have.get(k)!r}->{v!r}" for k, v in wanted.items() if have.get(k) != v)
             raise ConfigError(
@@ -113,7 +116,7 @@ def _resumed(user: dict, state: dict, resume: str) -> tuple[dict, list[str]]:
                 f"{name}: a resumed run keeps the task options it was saved with (they decide the model's "
                 f"shape); asked to change {diff}",
             )
-    values = saved | {k: v for k, v in user.items() if k not in ("task", "task_options")}
+    values = saved | {k: v for k, v in user.items() if k not in ("task", "task_options")} | {"task_options": options}
     if isinstance(user.get("columns"), dict):  # the user's column pairs add to the saved mapping
         values["columns"] = {**saved["columns"], **user["columns"]}
     values["out_dir"] = user.get("out_dir") or str(Path(resume).parent)  # never the folder saved in the file

@@ -720,7 +720,6 @@ def train(
 ) -> RunEnded:
     """Prepare `config` (core.engine.prepare.prepare_run: the checkpoint read once) and run it to the end."""
     run = prepare_run(config.to_dict(), resume=str(resume_from) if resume_from else None)
-    notes = [*run.notes, *kwargs.pop("notes", ())]
     return Trainer(
-        run.config, sink=sink, control=control, resume_from=resume_from, resume_state=run.state, notes=notes, **kwargs
+        run.config, sink=sink, control=control, resume_from=resume_from, resume_state=run.state, **kwargs
     ).run()
