@@ -126,14 +126,8 @@ class OverlayPlotting:
             self._update_legend(plot)
         if overlays and refit:
             for plot in plots:
-                keeper = self._ranges[plot]
-                if keeper.manual:
-                    continue
-                keeper.reset()
-                item = self.plots[plot].getPlotItem()
-                if self._log_mode(plot) != keeper.log:
-                    item.setLogMode(y=keeper.log)
-                item.setYRange(*keeper.default, padding=0)
+                if not self._ranges[plot].manual:
+                    self._reset_range(plot)
             self._fit_overlay_plots()
             self._show_notes()
 

@@ -328,13 +328,18 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._dirty = set(self._curves)
         self._reset_axes()
 
+    def _reset_range(self, key: str) -> None:
+        """The plot's y range back to its default (and its log mode), as before any data."""
+        keeper = self._ranges[key]
+        keeper.reset()
+        item = self.plots[key].getPlotItem()
+        if self._log_mode(key) != keeper.log:
+            item.setLogMode(y=keeper.log)
+        item.setYRange(*keeper.default, padding=0)
+
     def _reset_axes(self) -> None:
-        for key, keeper in self._ranges.items():
-            keeper.reset()
-            item = self.plots[key].getPlotItem()
-            if self._log_mode(key) != keeper.log:
-                item.setLogMode(y=keeper.log)
-            item.setYRange(*keeper.default, padding=0)
+        for key in self._ranges:
+            self._reset_range(key)
         self._set_x_end(self._x_end)
         for plot in self._overlay_y:  # overlays stay for the new run: its empty plots already show them whole
             self._fit_y(plot)
