@@ -435,20 +435,8 @@ class EvaluationView(QWidget):
                 cell.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 tint = RIGHT_COLOUR if r == c else WRONG_COLOUR
                 mix = 0.15 + 0.6 * share if count else 0.0
-                cell.setBackground(
-                    QBrush(
-                        QColor(
-                            *(
-                                round(b + (t - b) * mix)
-                                for b, t in zip(
-                                    (base.red(), base.green(), base.blue()),
-                                    (tint.red(), tint.green(), tint.blue()),
-                                    strict=True,
-                                )
-                            )
-                        )
-                    )
-                )
+                blend = (round(b + (t - b) * mix) for b, t in zip(base.getRgb()[:3], tint.getRgb()[:3], strict=True))
+                cell.setBackground(QBrush(QColor(*blend)))
                 cell.setToolTip(
                     f"actual {labels[r]}, predicted {labels[c]}: {count:,} of {row_total:,} "
                     f"({100 * share:.1f}% of the actual class, {100 * count / max(total, 1):.1f}% of all)"
