@@ -272,8 +272,6 @@ class BatchFinderDialog(ToolDialog):
         return mode if mode is not None and mode.batch else None
 
     def _update_use(self) -> None:
-        if not hasattr(self, "useButton"):
-            return
         mode = self.chosen()
         self.useButton.setEnabled(mode is not None and not self.job.running)
         self.useButton.setText(f"Use batch {mode.batch:,} ({mode.mode})" if mode is not None else "Use batch")

@@ -362,8 +362,6 @@ class SweepDialog(ToolDialog):
     def preview(self) -> None:
         """Say what Run would do (or what is wrong with the axes) without running anything; Run is enabled only when the
         axes plan a sweep."""
-        if not hasattr(self, "planLabel"):
-            return
         from core.errors import AmpConsoleError
 
         try:
@@ -505,8 +503,6 @@ class SweepDialog(ToolDialog):
 
     # ------------------------------------------------------------------ rows
     def selected_row(self) -> dict | None:
-        if not hasattr(self, "table"):
-            return None
         rows = self.table.selectionModel().selectedRows()
         if not rows:
             return None
@@ -526,13 +522,10 @@ class SweepDialog(ToolDialog):
 
     def _update_buttons(self, *args) -> None:
         super()._update_buttons(*args)
-        why_not = getattr(self, "_why_not", "")
-        self.runButton.setEnabled(self.runButton.isEnabled() and not why_not)
-        self.runButton.setToolTip(why_not or "Run every trial of the plan")
+        self.runButton.setEnabled(self.runButton.isEnabled() and not self._why_not)
+        self.runButton.setToolTip(self._why_not or "Run every trial of the plan")
 
     def _update_use(self) -> None:
-        if not hasattr(self, "historyButton"):
-            return
         row = self.selected_row()
         self.historyButton.setEnabled(row is not None and row.get("status") != "pending")
         self.longerButton.setEnabled(row is not None and bool(row.get("checkpoint")) and not self.job.running)
