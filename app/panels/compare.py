@@ -57,6 +57,7 @@ class CompareDialog(ToolDialog):
     RUN_TEXT = "Measure"
     IDLE_TEXT = "Press Measure to time every selected mode on this task and device."
     STOPPING_TEXT = "Stopping after the current mode…"
+    SHOWN = ("batch", "device", "seed")  # it measures every precision mode itself
 
     def __init__(self, *args, **kwargs):
         self._windows_done, self._windows_per_mode = 0, 0
@@ -111,14 +112,6 @@ class CompareDialog(ToolDialog):
         layout.addLayout(bottom)
 
     # ------------------------------------------------------------------ running
-    def setting_text(self, config) -> str:
-        """Compare measures every precision mode itself: the line names the task, batch, device and seed."""
-        options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
-        return (
-            f"Task <b>{config.task}</b> ({options}), batch {config.batch_size}, device <b>{config.device}</b>, "
-            f"seed {config.seed}"
-        )
-
     def _job(self, config):
         self.table.setRowCount(0)
         self.throughputChart.clear()

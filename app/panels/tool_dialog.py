@@ -45,6 +45,7 @@ class ToolDialog(QDialog):
     IDLE_TEXT = ""
     STOPPING_TEXT = "Stopping…"
     STOPPABLE = True
+    SHOWN = ("optimizer", "batch", "lr", "device", "precision", "seed")  # the settings setting_text names
 
     def __init__(
         self,
@@ -147,11 +148,15 @@ class ToolDialog(QDialog):
     def setting_text(self, config) -> str:
         """The line above the tool naming what it will run: the settings that matter to it."""
         options = ", ".join(f"{k}={v}" for k, v in config.task_options.items()) or "default options"
-        return (
-            f"Task <b>{config.task}</b> ({options}), {config.optimizer}, batch {config.batch_size}, "
-            f"lr {format_number(config.lr)}, device <b>{config.device}</b>, precision <b>{config.precision}</b>, "
-            f"seed {config.seed}"
-        )
+        parts = {
+            "optimizer": config.optimizer,
+            "batch": f"batch {config.batch_size}",
+            "lr": f"lr {format_number(config.lr)}",
+            "device": f"device <b>{config.device}</b>",
+            "precision": f"precision <b>{config.precision}</b>",
+            "seed": f"seed {config.seed}",
+        }
+        return f"Task <b>{config.task}</b> ({options}), " + ", ".join(parts[name] for name in self.SHOWN)
 
     def start(self) -> bool:
         """Run the tool with the form's settings; False (and the reason in the status line) if it can't."""
