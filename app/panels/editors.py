@@ -55,12 +55,8 @@ def format_number(value: float, integer: bool = False) -> str:
     return text if float(text) == value else repr(value)
 
 
-class NoWheelComboBox(QComboBox):
-    """A combo box that ignores the mouse wheel unless it has focus: scrolling the form changes nothing."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+class FocusedWheel:
+    """An input that ignores the mouse wheel unless it has focus: scrolling the form changes nothing."""
 
     def wheelEvent(self, event) -> None:
         if self.hasFocus():
@@ -69,7 +65,13 @@ class NoWheelComboBox(QComboBox):
             event.ignore()
 
 
-class NumberSpinBox(QDoubleSpinBox):
+class NoWheelComboBox(FocusedWheel, QComboBox):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+
+
+class NumberSpinBox(FocusedWheel, QDoubleSpinBox):
     """A number field that keeps what the user typed (plain or scientific notation). `minimum`/`maximum` bound the steps
     only; core's validation decides what is allowed. `integer`: whole numbers with group separators; `log_steps`:
     each step multiplies by 10**0.1."""
@@ -193,12 +195,6 @@ class NumberSpinBox(QDoubleSpinBox):
         if self.spec_minimum is None or current > self.spec_minimum:
             flags |= QAbstractSpinBox.StepEnabledFlag.StepDownEnabled
         return flags
-
-    def wheelEvent(self, event) -> None:
-        if self.hasFocus():
-            super().wheelEvent(event)
-        else:
-            event.ignore()
 
     # -------------------------------------------------------------- as wide as the setting's numbers
     def _text_width(self) -> int:
