@@ -764,7 +764,7 @@ def host_resident_data(staged: bool, made: list):
         made.append(batches(*args, **{**kwargs, "staged": staged}))
         return made[-1]
 
-    data_setup.keep_on_host = lambda trainer: True
+    data_setup.keep_on_host = lambda train, device, memory_free: True
     data_setup.EpochBatches = make
     try:
         yield

@@ -253,14 +253,14 @@ def measure_window(root: str) -> dict:
         app.processEvents()
     opened = time.perf_counter() - t0
     open_gap, open_cpu = gaps["max"], gaps["cpu_max"]
-    rows = panel.proxy.rowCount()
+    rows = panel.model.rowCount()
     reset_gap()
     text = "bf16 completed"
     for i in range(1, len(text) + 1):
         panel.filterEdit.setText(text[:i])
         for _ in range(3):
             app.processEvents()
-    filtered = panel.proxy.rowCount()
+    filtered = panel.model.rowCount()
     panel.filterEdit.clear()
     for _ in range(10):
         app.processEvents()
@@ -283,7 +283,7 @@ def measure_window(root: str) -> dict:
         "filter_busy_ms": round(filter_cpu, 1),
         "filtered_rows": filtered,
         "full_gc_ms": round(collect * 1000, 1),
-        "cleared_rows": panel.proxy.rowCount(),
+        "cleared_rows": panel.model.rowCount(),
     }
 
 
