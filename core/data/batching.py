@@ -1,11 +1,8 @@
 """Epoch batching by slicing tensors with a seeded permutation: no per-sample Python, no collation.
 
-Each epoch's order is a pure function of (seed, epoch), so a resumed run replays the same batches. Under DDP
-every rank takes its own slice of each global batch (like DistributedSampler, without per-sample work).
-
-Training data too big for the device stays on the host: `HostStaging` gathers a batch into one of two pinned
-buffers and starts its copy on a side stream one batch ahead, so the step waits only on that copy's event.
-The batches and their order are the same as without it.
+Each epoch's order is a pure function of (seed, epoch), so a resumed run replays the same batches; under DDP every
+rank takes its own slice of each global batch. `HostStaging` keeps training data too big for the device on the host
+and copies each batch ahead on a side stream, giving the same batches in the same order.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The text formats data sets come in, read into pyarrow tables for the importer (core.data.importers).
 
-- Delimited text (.csv .tsv .txt .dat .data): the delimiter sniffed (sniff_delimiter); one of more than one
-  character ("::", runs of blanks: WHITESPACE) is read as SEP while pyarrow streams the file, unquoted.
+- Delimited text (.csv .tsv .txt .dat .data), the delimiter sniffed (sniff_delimiter); a multi-character one ("::",
+  runs of blanks: WHITESPACE) is read as SEP, unquoted.
 - JSON lines (.jsonl .ndjson, .json of one object per line); `label text` lines (SST-2, fastText).
 - svmlight / LETOR is read by core.data.svmlight; svmlight_kind tells it apart.
 
-A file whose suffix says nothing is recognised by its content (sniff_format). Also the rules every reader of
-user files shares: what a number is (NUMBER), how column names compare (normalise_name).
+A file whose suffix says nothing is recognised by its content (sniff_format). Shared rules for user files: what a
+number is (NUMBER), how column names compare (normalise_name).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Read users' data files (or a folder of them) with pyarrow, with errors that name file, line, column.
 
-Formats (READ_SUFFIXES): delimited text (the delimiter sniffed unless ReadOptions gives one), Parquet, JSON lines,
-svmlight / LETOR (core.data.svmlight) and `label text` lines; a file of another suffix is read by its content
-(core.data.formats.sniff_format). Columns are found by ReadOptions.columns (a name or a 1-based position), else
-by the expected name, else by its one alias (ALIASES); a file whose line 1 is data has its columns taken by
-position (HEADERLESS_LAYOUTS). The happy path is columnar; the row-locating work runs only once a read failed.
+Formats are READ_SUFFIXES (a file of another suffix is read by its content: core.data.formats.sniff_format). Columns
+are found by ReadOptions.columns (a name or a 1-based position), else by the expected name, else by its one alias
+(ALIASES); a file whose line 1 is data has its columns taken by position (HEADERLESS_LAYOUTS). The row-locating work
+runs only once a read failed.
 """
 
 from __future__ import annotations

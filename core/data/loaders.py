@@ -1,11 +1,9 @@
 """Batches from a torch.utils.data Dataset through a DataLoader: a task's data that does not fit in memory.
 
 A split of `TaskData` may be a map-style `Dataset` (items are dicts of tensors) or an `IterableDataset` with a
-`__len__`. Training draws from `LoaderBatches` (the interface of `EpochBatches`); evaluation gets a
-`DatasetSplit`, whose iteration gives its batches on the device, each row once, in order. A map-style split is
-sampled by a seeded `DistributedSampler`, so a resumed run skips the batches its epoch already trained on; a
-stream restarts. A stream that splits itself across workers and ranks says so with `shards = True` (else each
-reads it whole). The DataLoader's worker seed comes from its own generator: batches never move the run's RNG.
+`__len__`. Training draws from `LoaderBatches` (the interface of `EpochBatches`); evaluation gets a `DatasetSplit`,
+which yields its batches on the device, each row once, in order. A stream that shards itself across workers and
+ranks says so with `shards = True`. Batches never move the run's RNG. See docs/tasks.md.
 """
 
 from __future__ import annotations

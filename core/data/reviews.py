@@ -1,11 +1,10 @@
 """Synthetic lesson reviews of realistic shape, with planted sentiment cues, negation and label noise.
 
-Vectorised and seeded. Each review has a hidden sentiment y ~ Bernoulli(positive_rate) and a log-normal number
-of phrases; a phrase is, with probability `cue_rate`, a sentiment cue (Zipf lexicons with a long tail of rare
-words) whose effective polarity agrees with y with probability `agreement`, else a filler word. A fraction
-`negation` of cues are negated ("wasn't really that helpful" flips the cue). The label is y flipped with
-probability `label_noise`. The Bayes posterior is exact: log-odds = logit(positive_rate) + (positive cues -
-negative cues) * log(agreement / (1 - agreement)); its accuracy and ROC AUC are the ceilings.
+Vectorised and seeded. Each review has a hidden sentiment y ~ Bernoulli(positive_rate); each phrase is, with
+probability `cue_rate`, a cue agreeing with y with probability `agreement` (a fraction `negation` of cues negated),
+else a filler word; the label is y flipped with probability `label_noise`. The Bayes posterior is exact: log-odds =
+logit(positive_rate) + (positive cues - negative cues) * log(agreement / (1 - agreement)); its accuracy and ROC AUC
+are the ceilings.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """User interaction sequences -> fixed-width tensors for a causal sequence model, with leave-last-out splits.
 
-Given item ids (1..n, 0 = padding) sorted by user then time, each user's s_1..s_n trains on s_1..s_{n-2},
-validates on predicting s_{n-1} and tests on predicting s_n (users with fewer than 3 interactions only
-train). Training rows are windows of `max_len` transitions cut from the end of each user's training part,
-the oldest left-padded. Each evaluation row says where the user's history lies in the flat item array
-(`history_start`, `history_end`) so seen items can be removed, and carries 100 negatives drawn uniformly
-from the items the user never interacted with (SASRec's protocol). No loop over users.
+Given item ids (1..n, 0 = padding) sorted by user then time, each user's s_1..s_n trains on s_1..s_{n-2}, validates
+on s_{n-1} and tests on s_n (users with fewer than 3 interactions only train). Training rows are left-padded windows
+of `max_len` transitions. Each evaluation row locates the user's history in the flat item array (`history_start`,
+`history_end`) and carries 100 negatives the user never interacted with (SASRec's protocol).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Where a task's train / validation / test splits come from: given files, a folder convention, a `split`
-column, or (the default) the task's own split of one file.
+"""Where a task's train / validation / test splits come from: given files, a folder convention, a `split` column, or
+(the default) the task's own split of one file.
 
-`DataSource` carries the run's data settings to a task (Task.use_config); `read_splits` reads one table per
-split: `data` / `val_data` / `test_data` as given; a folder holding `train.*` and `val.*` (`vali.*`, `valid.*`,
-`validation.*`, `dev.*`) and/or `test.*`; or a `split` column (train, val, test and their aliases). A missing
-validation split is taken from the training data (10%, by the task's unit); a missing test split stays
-missing. Without any of these the task splits the one table itself.
+`DataSource` carries the run's data settings to a task (Task.use_config); `read_splits` reads one table per split. A
+missing validation split is taken from the training data; a missing test split stays missing. The rules are in
+docs/data.md ("Given splits").
 """
 
 from __future__ import annotations

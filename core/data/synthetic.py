@@ -1,13 +1,11 @@
 """Synthetic interactions and ranking data with planted, known structure (vectorised numpy, seeded).
 
-Interactions: the catalogue is cut into tracks of `track_len` lessons; a user's next lesson is, with
-probability `follow`, the next of the current track, else a jump drawn from a Zipf popularity q. The
-process is a first-order Markov chain, P(next = j | i) = follow * [j == succ(i)] + (1 - follow) * q_j, so
-the Bayes-optimal top-10 is succ(i) then the most popular items; `TrackChain.expected_metrics` gives its
-HR@10 / NDCG@10 exactly: the recommender's ceiling.
+Interactions: a user's next lesson is, with probability `follow`, the next of its track of `track_len` lessons, else
+a jump drawn from a Zipf popularity; the Bayes-optimal top-10 is that next lesson then the most popular, and
+`TrackChain.expected_metrics` gives its HR@10 / NDCG@10 exactly: the recommender's ceiling.
 
-Ranking: queries with LETOR-shaped features derived from hidden factors and a graded relevance (0..4) of
-them; ranking by the relevance is Bayes-optimal, so its NDCG@10 / MRR is the ceiling (generate_ranking).
+Ranking (generate_ranking): queries with LETOR-shaped features from hidden factors and a graded relevance (0..4);
+ranking by the relevance is Bayes-optimal, so its NDCG@10 / MRR is the ceiling.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """A tokenizer that needs no download: lower-cased word unigrams and bigrams hashed into fixed buckets.
 
-Columnar: pyarrow normalises (NFKC), lower-cases and splits the text column; each distinct word is hashed
-once (CRC32, stable across machines) and bigram ids are combined with numpy. Row i becomes [w0, w1, w0w1, w2,
-w1w2, ...] truncated to `max_tokens`, padded with 0 (bucket 0 is padding). Words are runs of letters, digits
-and apostrophes ("didn't", "café"); punctuation ends a clause. With `negation_scope` k > 0, the k words after
-a negator in the same clause get a negated unigram of their own; bigrams stay as written.
+Columnar (pyarrow and numpy); words are hashed with CRC32, stable across machines. Row i becomes [w0, w1, w0w1, w2,
+w1w2, ...] truncated to `max_tokens`, padded with 0 (bucket 0 is padding). Words are runs of letters, digits and
+apostrophes; punctuation ends a clause. With `negation_scope` k > 0, the k words after a negator in the same clause
+get a negated unigram of their own; bigrams stay as written.
 """
 
 from __future__ import annotations
