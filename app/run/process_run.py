@@ -1,11 +1,10 @@
-"""A run in a child process, as a QProcess: `python -m core.cli train --events --config-stdin` (one process: settings
-arrive as a JSON line, so it can be started ahead of time) or `--nproc N --config FILE` (torchrun).
+"""A run in a child process, as a QProcess: `python -m core.cli train --events --config-stdin` (settings arrive as a
+JSON line, so it can start ahead of time) or `--nproc N --config FILE` (torchrun).
 
-A separate process keeps the trainer's Python from waiting on the window's GIL, and a crash ends the run, not the
-window. The child says on stdout where its events start; a timer reads what its metrics.jsonl gained since
-(core.engine.follow). Pause, resume and stop are requests in its run folder (core.engine.folder_control), written on
-a short job; its stdin closing (the window gone) stops it. It runs in its own session, interrupted then killed if it
-does not stop in time.
+A separate process keeps the trainer off the window's GIL, and a crash ends the run, not the window. A timer reads
+what the child's metrics.jsonl gained (core.engine.follow); pause, resume and stop are requests in its run folder
+(core.engine.folder_control). Its stdin closing (the window gone) stops it; it runs in its own session, interrupted
+then killed if it does not stop in time.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""`amp-console predict RUN_OR_CHECKPOINT --input FILE --out FILE`: a trained model's predictions for a whole
-file in the task's own input format; the arguments and what is printed. The work is core.runs.file_predict's
-(the streaming reader, bad rows reported by line, progress, the output renamed into place when complete), each
-task's columns and own options (a recommender's --k, --include-seen) its file scorer's
-(core.tasks.serving.FileScorer).
+"""`amp-console predict RUN_OR_CHECKPOINT --input FILE --out FILE`: a trained model's predictions for a whole file
+in the task's own input format; the arguments and what is printed.
 
-A bad row is skipped and reported on stderr by line, or, with --strict, is a one-line error (exit 2). An
-existing --out is replaced only on success. A full disk is one line (exit 1); a stop signal (SIGINT, SIGTERM,
-SIGHUP) unwinds the command and removes the partial file (exit 128 + n); one left by a predict killed with
-SIGKILL is removed by the next predict to the same --out. No torch at import time.
+The work is core.runs.file_predict's; each task's columns and own options (a recommender's --k, --include-seen) are
+its file scorer's (core.tasks.serving.FileScorer). Bad rows, --strict, exit statuses and the partial file are
+described in docs/runs.md. No torch at import time.
 """
 
 from __future__ import annotations

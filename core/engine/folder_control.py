@@ -1,12 +1,9 @@
-"""The run folder's control channel: pause, resume and stop a run through files, from any process or machine
-that can write to its folder (the window's child process, `amp-console control`, a shell over ssh).
+"""The run folder's control channel: pause, resume and stop a run through files, from any process or machine that
+can write to its folder (the window's child process, `amp-console control`, a shell over ssh).
 
-A request is one JSON file written atomically into `<run>/control/`, named `<seq>-<verb>-<token>.json`. Rank
-0's daemon thread (FolderControl) polls that folder and calls the run's RunControl, so the loop never touches the
-file system for it; each request is acknowledged in the event stream (ControlAcknowledged) and renamed
-`<name>.done`. Who may write into the folder may steer the run; links and non-regular files are refused, and a
-request naming another run's lock holder is set aside as `<name>.stale`. A run whose folder another process
-holds (torchrun's launcher) stops when that process is gone. `send_control` is the requesting side. Torch-free.
+`send_control` writes a request into `<run>/control/`; rank 0's daemon thread (FolderControl) polls that folder and
+calls the run's RunControl, so the training loop never touches the file system for it. Each request is acknowledged
+in the event stream (ControlAcknowledged). The file protocol is in docs/remote.md. Torch-free.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Following a run's metrics.jsonl as it grows, by byte offset: every complete line once, in order, none lost.
 
-A line counts once its newline is written: a torn last line (a write in progress, or a kill mid-write) waits for
-its end, and a complete line that is not a JSON object is passed over, as core.files.read_jsonl does. The
-offset after each line is where a follower that went away resumes (`amp-console watch`, the remote agent's
-stream, `send_control`, the window's and the sweep's child processes). Following ends when the run is over: no
-live run holds the folder (its lock, see core.engine.run_folder) and nothing more is in the file. A child process
-tells the program driving it where its events start with one `run_start` line on stdout. Torch-free.
+A line counts once its newline is written; a complete line that is not a JSON object is passed over, as
+core.files.read_jsonl does. The offset after each line is where a follower that went away resumes. Following ends
+when no live run holds the folder (see core.engine.run_folder) and nothing more is in the file. A child process
+tells its driver where its events start with one `run_start` line on stdout. Torch-free.
 """
 
 from __future__ import annotations

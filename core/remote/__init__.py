@@ -1,7 +1,7 @@
-"""Runs on other machines over plain ssh: start one detached on a host, follow its metrics, steer it. No Qt; see
-docs/remote.md.
+"""Runs on other machines over plain ssh: start one detached on a host, follow its metrics, steer it (see
+docs/remote.md).
 
-    Host(dest, command="amp-console", ssh_options=())      how to reach a host and run amp-console there
+    Host(dest, command="amp-console", ssh_options=())      how to reach a host and run amp-console
     host_devices(host) -> HostInfo                          its version, devices and runs root
     start_remote_run(host, config, ...) -> RemoteRun        a detached `amp-console train`; .folder on the host
     follow_remote(host, folder, offset) -> RemoteFollower   iterate: FollowLine (record, offset) / FollowNote

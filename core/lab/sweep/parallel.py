@@ -1,11 +1,9 @@
 """Sweep trials N at a time: one training process per device slot (run_sweep with `devices`).
 
-Each trial is `python -m core.cli train --events --config-stdin`: its settings go in as a JSON line, it says where
-its events start (core.engine.follow.run_start) and they are read from its metrics.jsonl; a stop request in its
-folder stops it with a checkpoint. A child also stops when this process dies (its stdin closes; on Linux
-`--end-with-parent` as well). Only this process writes sweep.json, from one thread. Trials left at automatic threads
-get LOCAL_WORLD_SIZE=N so they share the cores; spare processes load torch ahead for pending trials (`prestart`).
-No torch here.
+Each trial is `python -m core.cli train --events --config-stdin`, followed through its metrics.jsonl
+(core.engine.follow) and stopped with a checkpoint by a request in its folder. A child also stops when this process
+dies. Only this process writes sweep.json, from one thread. Trials left at automatic threads share the cores; spare
+processes load torch ahead for pending trials (`prestart`). No torch here.
 """
 
 from __future__ import annotations
