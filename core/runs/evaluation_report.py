@@ -1,14 +1,10 @@
 """A checkpoint's evaluation report: evaluate's metrics plus what the window plots, written as `evaluation.json`.
 
-`evaluation_report(checkpoint)` rebuilds the run exactly as `evaluate` does (core.runs.evaluate.rebuilt_run: the
-checkpoint's own settings in a throwaway folder, the same split, the device and precision the run trained in),
-measures the task's metrics, then asks the task for its report (Task.report: confusion matrix and ROC curve,
-HR@k / NDCG@k curves by protocol, NDCG@k by query size, ...), computed from the same scores and ranks as the
-metrics, so at k = 10 the curves are the metrics. The result is one JSON-ready dict (non-finite numbers become
-null); `write_report` saves it atomically beside the checkpoint (its run folder), `load_report` reads it back
-and never raises on a damaged or older file unless asked to.
-
-The report's sections are described by Task.report; the window draws them without knowing the task.
+`evaluation_report(checkpoint)` rebuilds the run as `evaluate` does (core.runs.evaluate.rebuilt_run), measures the
+task's metrics, then adds the task's report (Task.report: its sections, e.g. a confusion matrix or HR@k curves),
+computed from the same scores, so at k = 10 the curves are the metrics. The result is one JSON-ready dict
+(non-finite numbers become null); `write_report` saves it atomically beside the checkpoint, and `load_report` reads
+it back, never raising on a damaged or older file unless asked to.
 """
 
 from __future__ import annotations

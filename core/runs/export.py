@@ -1,13 +1,10 @@
 """Deployable exports of a checkpoint: a folder a serving process loads without this project's code.
 
-`export_model(checkpoint, out, fmt, dtype)` writes `out/`: the model file (`program`: a torch.export program,
-model.pt2, loaded through serve.py's checks; `onnx`: model.onnx, checked with onnxruntime; `safetensors`: the
-weights only, with export_checkpoint's model.pt and model.json), `manifest.json` (the run's facts and the
-task's part: inputs, outputs, what serving needs around the model) and serve.py with its parts and the task's
-serving module (core/runs/serve.py). What is task-specific is the task's serving part (core.tasks.serving).
-Each export is loaded back and run on a sample batch before it is kept (above the tolerance nothing is
-written: files go to a temporary folder renamed into place); `dtype` bf16/fp16 casts the serving part's
-`weights`, and the size and output difference against fp32 are reported. docs/runs.md says more.
+`export_model(checkpoint, out, fmt, dtype)` writes `out/`: the model file (`program`: model.pt2; `onnx`: model.onnx;
+`safetensors`: the weights only), `manifest.json` (the run's facts and what serving needs), and serve.py
+(core/runs/serve.py) with its parts and the task's serving module (core.tasks.serving). Each export is loaded back
+and checked on a sample batch before it is kept; nothing is written above the tolerance. `dtype` bf16/fp16 casts the
+serving part's `weights`. See docs/runs.md ("Export for serving").
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""`predict`'s input, read a block at a time in bounded memory: pyarrow's streaming CSV reader (which reads up to 32
-blocks of BLOCK_BYTES ahead), or a Parquet file's row batches, a row group at a time. CSV columns are read as
-bytes and made text per batch, so a value that is not UTF-8 costs its row, not its block; so does a wrong
-number of values. Each batch comes with its rows' line numbers, the file's lines (the header is line
-1; a quoted value spanning lines is counted in full, in any column; blank lines are counted, and skipped
-without a report); a Parquet file's are its 1-based rows. The user's own file: messages name its columns, their control
-characters escaped (core.text.printable).
+"""`predict`'s input, read a block at a time in bounded memory: CSV through pyarrow's streaming reader (columns read
+as bytes, made text per batch, so a value that is not UTF-8 costs its row, not its block), or Parquet a row group at
+a time. Each batch carries its rows' line numbers (the header is line 1; blank lines are counted and skipped;
+Parquet: 1-based rows). Messages name the user's columns with control characters escaped (core.text.printable).
 """
 
 from __future__ import annotations

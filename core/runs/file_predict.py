@@ -1,19 +1,11 @@
-"""A trained model's predictions for a whole file in its task's input format (`amp-console predict`; the
-Predictor of core.runs.predict scores, the task's file scorer reads its columns: core.tasks.serving.FileScorer,
-declared beside each task's serving part).
+"""A trained model's predictions for a whole file in its task's input format (`amp-console predict`): the Predictor
+of core.runs.predict scores, the task's file scorer (core.tasks.serving.FileScorer) reads its columns.
 
-`check_request` refuses bad settings and paths before a model is loaded; `FilePrediction(predictor, request)`
-opens the input (core.runs.file_input: a block at a time, bounded memory) and the task's scorer, and `run`
-streams the file through it: a bad row (empty text, bytes that are not UTF-8, a value that is not a number, a
-wrong number of values, a history with no lesson the model knows) is
-skipped and reported on stderr by line ("line 17: f3 'abc' is not a number": the first MAX_REPORTED, then a
-count), or, with `strict`, is a one-line DataError. Progress goes to stderr: one line rewritten on a terminal,
-else a line every PROGRESS_SECONDS.
-
-The output (CSV or Parquet, by its suffix) is written to a partial file beside it and renamed when complete
-(core.runs.predict_output): an existing output is replaced only on success; a full disk is one WriteFailed
-line. The caller's `committing` context wraps the rename (the CLI holds stop signals there: once in place the
-output stands). No torch, numpy or pyarrow at import.
+`check_request` refuses bad settings and paths before a model is loaded; `FilePrediction(predictor, request).run()`
+streams the input (core.runs.file_input) through the scorer, reporting bad rows by line on stderr (or, with
+`strict`, raising a one-line DataError) and showing progress. The output (CSV or Parquet, by its suffix) is written
+to a partial file renamed into place when complete (core.runs.predict_output), inside the caller's `committing`
+context. docs/runs.md describes the command. No torch, numpy or pyarrow at import.
 """
 
 from __future__ import annotations

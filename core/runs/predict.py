@@ -1,12 +1,10 @@
 """Use a trained model: `load_predictor(run or checkpoint)` gives a Predictor, shared by `amp-console predict`
 (core.runs.file_predict), the window's Model preview and the export checks.
 
-The Predictor loads and locks; what it answers is the task's serving part's (core.tasks.serving): each name in
-its `answers`, and the preview's calls, is that method called with the predictor first
-(`predictor.sentiment(texts)`, `predictor.recommend(history, k=5)`, `predictor.predict_rows(x)`). The model is
-rebuilt from the checkpoint alone (core.engine.checkpoints: weights_only, CRC, structure, finite weights) and
-runs in float32 on one torch.device (default: the CPU), in eval mode, without autocast; `lock` is held while it
-computes, so a worker thread may ask while another holds the predictor.
+What a Predictor answers is the task's serving part's (core.tasks.serving): each name in its `answers` is that
+method called with the predictor first (`predictor.sentiment(texts)`, `predictor.recommend(history, k=5)`). The
+model is rebuilt from the checkpoint alone (core.engine.checkpoints) and runs in float32 on one device (default: the
+CPU), in eval mode, without autocast; `lock` is held while it computes, so threads may share it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """Serve an AMP Console export with the standard library and torch (onnxruntime and numpy for model.onnx); it
-imports nothing of the project. `serve.load(folder).predict(inputs, k=10)` answers the task's own inputs (texts,
-histories of lesson ids, rows of numbers); the command line answers rows (docs/runs.md):
+imports nothing of the project. `serve.load(folder).predict(inputs, k=10)` in Python, or rows (docs/runs.md):
 
     python serve.py rows.csv                  # predictions as CSV on stdout (rows.jsonl: as JSON lines)
     python serve.py - < rows.jsonl            # JSON lines on stdin until EOF, one answer line per line
     python serve.py --http 127.0.0.1:8000     # POST /predict (JSON in, JSON out), GET /health
 
-What is the task's is the serving module its manifest names (`serving_module`, a plain .py beside this file,
-never one of another folder). A model.pt2 is checked for pickles and Python source before torch loads it
-(serve_program.py); model.safetensors holds weights only: serve a program or ONNX export.
+The task's part is the serving module its manifest names (`serving_module`, a .py beside this file); a model.pt2
+is checked before torch loads it (serve_program.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""serve.py's HTTP server (http.server, a thread per connection, one prediction at a time): POST /predict (JSON
-in, JSON out) and GET /health, on loopback unless another address is named (then it warns: there is no
-authentication or TLS). A body over --max-request-bytes is refused (413) before it is read, a connection silent
-for --timeout seconds is closed, and every error is one line of JSON {"error": "..."} with its status (400, 404,
-405, 408, 411, 413, 500): no traceback reaches a client, and no request stops the server.
+"""serve.py's HTTP server (http.server, a thread per connection, one prediction at a time): POST /predict and GET
+/health, with the limits and one-line JSON errors of docs/runs.md; no request stops the server.
 
-Standard library only; it travels beside serve.py in every export, which loads it for --http and hands it its
-rows and parsing (`kit`: RowError, parse_json, requests, collect, line, shown).
+Standard library only; it travels beside serve.py in every export, which loads it for --http and hands it its rows
+and parsing (`kit`: RowError, parse_json, requests, collect, line, shown).
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """serve.py's checks of a torch.export program (model.pt2) before torch.export.load reads it: what would run as
 Python (a pickle, guard code, a shape expression beyond sympy constructors) is refused, and so is anything
-torch.export.save does not write. Standard library only; it travels beside serve.py in every export, which loads
-it for a program export (the project's export checks what it writes through serve.py too).
-
-The archive (torch 2.13, torch/export/pt2_archive) is a zip whose members lie under one root folder:
-- `archive_format`, `archive_version`, `byteorder`, `.data/version`, `.data/serialization_id`: text;
-- `models/<m>.json`: the graph; torch runs `guards_code` and every shape expression `expr_str` (sympify: eval);
-- `data/weights/<m>_weights_config.json`, `data/constants/<m>_constants_config.json`: per tensor its member and
-  `use_pickle` (false: raw bytes read as a storage; true: torch.load(weights_only=False));
-- pickles: `data/weights/<m>.pt`, `data/constants/<m>.pt` (legacy), constants `custom_obj_*` and `opaque_obj_*`,
-  `data/sample_inputs/<m>.pt` (empty when there are none);
-- `data/aotinductor/`, `extra/` and the rest: not part of an export.
-The zip is only listed and its small members read (bounded): nothing is extracted.
+torch.export.save does not write. Standard library only; it travels beside serve.py in every export, which loads it
+for a program export (the project's export checks what it writes through serve.py too).
 """
 
 from __future__ import annotations
@@ -106,6 +96,14 @@ def _is_pickle(head):
     return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head.startswith(b"PK\x03\x04")
 
 
+# The archive check_program reads (torch/export/pt2_archive) is a zip whose members lie under one root folder:
+# - `archive_format`, `archive_version`, `byteorder`, `.data/version`, `.data/serialization_id`: text;
+# - `models/<m>.json`: the graph; torch runs `guards_code` and every shape expression `expr_str` (sympify: eval);
+# - `data/weights/<m>_weights_config.json`, `data/constants/<m>_constants_config.json`: per tensor its member and
+#   `use_pickle` (false: raw bytes read as a storage; true: torch.load(weights_only=False));
+# - pickles: `data/weights/<m>.pt`, `data/constants/<m>.pt`, constants `custom_obj_*` and `opaque_obj_*`,
+#   `data/sample_inputs/<m>.pt` (empty when there are none);
+# - `data/aotinductor/`, `extra/` and the rest: not part of an export.
 def check_program(file, label="model.pt2"):
     """Refuse (Refused, one line) a torch.export archive holding what torch.export.load would run as
     Python: a pickle (legacy weights or constants, a tensor marked use_pickle, opaque or custom objects, example

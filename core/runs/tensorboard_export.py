@@ -1,20 +1,10 @@
-"""A run folder's metrics.jsonl as TensorBoard event files, so a run can be opened in TensorBoard.
+"""A run folder's metrics.jsonl as TensorBoard event files (`amp-console runs tensorboard`).
 
-Written with tensorboardX (the optional extra `amp-console[tensorboard]`); the full `tensorboard` package is not
-needed to write, only to view. The export reads metrics.jsonl alone: no checkpoint or model is loaded (tensorboardX
-itself imports torch, so this module imports it lazily, inside `export_run`).
-
-What is written, into one event file:
-- StepMetrics and EvalMetrics -> the scalars of core.engine.tensorboard_live.scalar_values (`train/loss`,
-  `train/lr`, ..., `val/<metric>`, `test/<metric>`) at their step: the tags a run with `tensorboard = true` writes
-  as it goes;
-- RunStarted -> a text summary `run/summary` (task, device, precision, settings) at its start step, and the
-  settings as hparams (the HParams tab) with the last validation metrics as the session's metrics.
-
-A run resumed in place appends a new RunStarted segment to the same file, starting at its checkpoint's step:
-points of earlier segments after that step were overwritten by the resumed run and are dropped, so no curve
-zig-zags back in time. Points are written in step order. Wall times come from the records when they carry one
-(a numeric `time`, `wall_time` or `timestamp` field); otherwise the export's own clock is used.
+Written with tensorboardX (the optional extra `amp-console[tensorboard]`), imported lazily in `export_run`; no
+checkpoint or model is loaded. Steps and evaluations become the scalars a live run writes
+(core.engine.tensorboard_live.scalar_values); RunStarted becomes a `run/summary` text and the settings as hparams,
+with the last validation metrics. A run resumed in place keeps only its resumed points past its checkpoint's step,
+so no curve goes back in time. Wall times come from the records' `time`, `wall_time` or `timestamp` when present.
 """
 
 from __future__ import annotations
