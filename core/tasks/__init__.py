@@ -1,18 +1,11 @@
 """Task registry: name -> Task class. The CLI and the GUI list tasks from here.
 
-`task_infos()` describes every task (name, one line, options with help and ranges, default settings) without
-importing torch: it reads the task modules' class attributes (core.tasks.catalog). `TASKS`, `get_task_class`
-and `create_task` import the task modules (and torch) on first use.
-
-Besides the built-in tasks (`_REGISTRY`), tasks defined outside this package (core.tasks.user_tasks: a task
-file, a module, an installed package's entry point) join the registry: `add_task(reference)` loads one (this
-runs its code) and `remember_task(reference)` lists one without running it, loading it when it is first used.
-Installed entry points are listed the same way; `forget_task(reference)` unlists an added or remembered one.
-A run's config names a user task's reference (`task_file`) so another process can load it; nothing here loads
-one because a run folder or a checkpoint names it.
-
-To add a built-in task, see docs/ARCHITECTURE.md ("Where to add things"): add it to `_REGISTRY` and
-`_task_classes`. A user's task: docs/tasks.md.
+`task_infos()` describes every task (name, one line, options, default settings) without importing torch
+(core.tasks.catalog); `TASKS`, `get_task_class` and `create_task` import the task modules on first use. Tasks
+defined outside this package (core.tasks.user_tasks) join the registry: `add_task(reference)` loads one (running its
+code), `remember_task(reference)` lists one without running it, `forget_task(reference)` unlists it. Nothing here
+loads a task because a run folder or a checkpoint names it. To add a built-in task, add it to `_REGISTRY` and
+`_task_classes` (docs/ARCHITECTURE.md); a user's task: docs/tasks.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Softmax cross-entropy over a large catalogue without materialising the (positions x catalogue) logits.
 
-The recommender scores every position against every item: at batch 256 x 200 positions x 50k items the logits
-are 2.6e9 numbers, 10 GB in float32, kept three times over (the float32 logits, log-softmax saved for backward,
-their gradient). That dwarfs the model, and since autocast runs softmax in float32 anyway, bf16 could not shrink
-it. Here the loss is computed chunk by chunk of positions, and each chunk's gradient (softmax - one-hot) is
-folded straight into the gradients of the hidden states and the item table: only one chunk's logits exist at a
-time, nothing is recomputed, and backward just scales the two stored gradients.
+The recommender scores every position against every item, logits that dwarf the model and that autocast keeps in
+float32. Here the loss is computed chunk by chunk of positions, and each chunk's gradient (softmax - one-hot) is
+folded straight into the gradients of the hidden states and the item table: only one chunk's logits exist at a time,
+nothing is recomputed, and backward just scales the two stored gradients.
 """
 
 from __future__ import annotations
@@ -102,12 +100,10 @@ def compact_positions(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The positions whose target is not `ignore`, moved to the front of `bound` rows: no host sync.
 
-    hidden (N, d), targets (N,) -> hidden (bound, d), targets (bound,) and `overflow`, a 0-d bool tensor that
-    is true when more than `bound` positions were real (the ones past the bound are then left out: `bound`
-    must be an upper bound known on the host, see RecommenderTask). Rows past the real count repeat row 0
-    with target `ignore`, so they add nothing to a loss that ignores them. Everything is of fixed size (a
-    cumulative sum and a binary search, no boolean indexing, which would wait for the device to count).
-    Gradients flow back to the kept rows of `hidden` through the gather.
+    hidden (N, d), targets (N,) -> hidden (bound, d), targets (bound,) and `overflow`, a 0-d bool tensor, true when
+    more than `bound` positions were real (those past the bound are left out; `bound` is an upper bound known on the
+    host). Rows past the real count repeat row 0 with target `ignore`, so they add nothing to a loss that ignores
+    them. Gradients flow back to the kept rows of `hidden`.
     """
     valid = targets != ignore
     running = torch.cumsum(valid, 0)  # real positions up to and including each one

@@ -1,22 +1,12 @@
 """A serving part for any task whose model reads a row of numbers: x (B, F) float32 -> y (B, O) float32.
 
-A task whose model takes a batch of feature rows (a regression, a classifier over measurements) is served by
-naming this class from its `serving_class()`, or a subclass that sets what differs, with no code of its own:
+A task names this class (or a subclass that sets what differs) from its `serving_class()` and gets everything
+core.tasks.serving's TaskServing names: exports, `amp-console predict` over a file of rows, the answers
+`predict_rows` and `example_rows`, and the window's Model preview (docs/tasks.md, "Serving it").
 
-    @classmethod
-    def serving_class(cls):
-        from core.tasks.feature_serving import FeatureServing
-        return FeatureServing
-
-It gives the task everything core.tasks.serving's TaskServing names: an export (program, ONNX, or safetensors
-weights) of the model's outputs (`probabilities = True`: softmax over them, a classifier's), `amp-console
-predict` over a file of rows (x1..xF, f1..fF, or exactly F numeric columns -> one column per output), the
-answers `predict_rows` and `example_rows` (rows of the run's validation data) and the window's Model preview.
-
-A subclass may set `output_names` (default y for one output, y1..yO for more; p0..pC-1 with `probabilities`),
-`probabilities`, `input_shape` (what the model reads of a row: (1, 8, 8) for an 8 x 8 image), `preview` (a
-PreviewSpec: its words, `classes`, `field_columns`, `image`, `pixel_range`), and `features(model)` when
-neither `input_shape` nor the model's first nn.Linear says how many numbers it reads.
+A subclass may set `output_names`, `probabilities` (softmax over the outputs), `input_shape` (what the model reads
+of a row), `preview` (a PreviewSpec), and `features(model)` when neither `input_shape` nor the model's first
+nn.Linear says how many numbers it reads.
 """
 
 from __future__ import annotations

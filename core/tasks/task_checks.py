@@ -1,12 +1,10 @@
 """What a task's methods return, checked once before a run's first step, and the user's own frames of an exception.
 
-A task's code is the user's: a wrong return (a loss of shape (64, 1), a float, None; metrics that are not
-numbers; splits of unequal length) would otherwise surface deep in the engine. `checked_data` /
-`checked_model` check what load_data and build_model return (free); `check_returns` runs a user task's loss
-on one small real batch and its metrics on a few validation rows, leaving the model and random state as they
-were. A Trainer's setup() runs them, as do evaluate, export and the lab tools. Each problem is a
-TaskOutputError naming the task, the method, what was expected and what came back; an exception of the task's
-code while a run is set up is a UserCodeError with the user's file:line (`user_code_errors`).
+`checked_data` / `checked_model` check what load_data and build_model return; `check_returns` runs a user task's
+loss on one small real batch and its metrics on a few validation rows, leaving the model and random state as they
+were. Each problem is a TaskOutputError naming the task, the method, what was expected and what came back; an
+exception of the task's code while a run is set up is a UserCodeError with the user's file:line
+(`user_code_errors`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Tasks defined outside this package: a user's task file, a module on the import path, an installed package.
 
-A task reference names one Task class:
-
-- `path/to/my_task.py:MyTask` (or `path/to/my_task.py` when the file defines one Task class): a Python file;
-- `package.module:MyTask`: a module importable here (an installed package, or one on PYTHONPATH);
-- an entry point in the group `amp_console.tasks` of an installed package (`[project.entry-points."amp_console.tasks"]
-  my_task = "package.module:MyTask"`): listed by its name, loaded when it is used.
-
-Loading a task runs its code, so nothing here loads one implicitly: `load_task(reference)` is called for a
-reference the user gave (the CLI's --task, the window's File > Add task..., a config handed to `train` that
-names its `task_file`), and listing the installed ones reads their packages' metadata and source text only
-(core.tasks.catalog), never importing them. A run folder or a checkpoint only names its task and where it came
-from: resuming or using it asks for the reference when the task is not loaded.
-
-A task that cannot be loaded (a missing file, a syntax error, an exception while importing, no Task class, a
-missing method, an attribute of the wrong kind) is a TaskFileError: one line naming the reference and what was
-expected; it disables that task only. The checks of what the task's methods return (a scalar loss, a dict of
-metrics) happen before a run's first step (core.tasks.task_checks).
+A task reference names one Task class: `path/to/my_task.py:MyTask` (or the file alone when it defines one),
+`package.module:MyTask`, or an entry point in the group `amp_console.tasks` (docs/tasks.md, "Using it"). Loading a
+task runs its code, so `load_task(reference)` is called only for a reference the user gave; listing installed tasks
+reads metadata and source text only (core.tasks.catalog). A task that cannot be loaded is a TaskFileError, one line
+naming the reference and what was expected; it disables that task only.
 """
 
 from __future__ import annotations
