@@ -28,16 +28,13 @@ MARGIN_BYTES = 256 * 2**20  # activations, the allocator's slack, the framework 
 
 @dataclass
 class TaskData:
-    """Train / validation (/ test) splits as dicts of equally long tensors, plus facts about the data. A split
-    may instead be a torch.utils.data Dataset (items: dicts of tensors) or an IterableDataset with a __len__:
-    the engine then batches it through a DataLoader (core.data.loaders; docs/tasks.md, "Data that does not fit
-    in memory").
+    """Train / validation (/ test) splits as dicts of equally long tensors, plus facts about the data. A split may
+    instead be a torch.utils.data Dataset or an IterableDataset with a __len__ (core.data.loaders; docs/tasks.md,
+    "Data that does not fit in memory").
 
-    `info` carries what the model needs to know (e.g. catalogue size; plain values, saved in checkpoints)
-    and `ceiling`, the best metric values
-    the planted structure of synthetic data allows, printed next to the measured ones. `vocabulary` maps the
-    model's ids back to the data's own (e.g. {"item_id": raw ids, the model's item k is entry k - 1}); it is
-    saved in checkpoints and exported in the manifest, so predictions can be served in the users' ids.
+    `info` carries what the model needs to know (plain values, saved in checkpoints); `ceiling`, the best metric
+    values the planted structure of synthetic data allows. `vocabulary` maps the model's ids back to the data's own
+    (e.g. {"item_id": raw ids, the model's item k is entry k - 1}); checkpoints and export manifests carry it.
     """
 
     train: dict[str, torch.Tensor]

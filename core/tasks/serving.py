@@ -1,23 +1,11 @@
 """The serving part of the task API: what a trained model of a task is once deployed.
 
-A task names its serving with `Task.serving_class()` (None: the task has no serving export), declared beside
-its training code. `Task.serving()` is an instance for the task's options; for a trained model it gives:
-
-- `module(model, fmt)`: the deployable nn.Module, computing what serving wants (class probabilities, scores),
-  not the training logits; core.runs.export writes it as a torch.export program or ONNX (`fmt`), or the
-  weights of the model it holds as `module.model` as safetensors;
-- `weights(model)`: the part of the model an export in a reduced dtype casts (the rest stays float32);
-- `sample_inputs(model, rows, seed)`: a batch of the module's one input, the export's verification batch;
-- `input_name`, `output_name`, and `dynamic_dims`: the input's dimensions that vary, in order (batch first);
-- `manifest(model, state, sample)`: the manifest's task part: `inputs`, `outputs` and `serving`;
-- `shape(model)`: the facts the predictor reads (catalogue size, history window, feature count);
-- `answers`: its methods a Predictor (core.runs.predict) answers with, each called with the predictor first
-  (`predictor.recommend(history)` is `serving.recommend(predictor, history)`), as are the preview's calls;
-- `file_scorer`: the FileScorer class `amp-console predict` scores a file with (core.runs.file_predict);
-- `preview`: what the window's Model preview shows (a PreviewSpec), and `preview_quality`: how good an order of
-  known labels is (a ranked list);
-- `rows_module`: the file name of the task's part of an export's serve.py (core/runs/serve.py's module doc),
-  beside the module of the class that names it; `amp-console export` copies it into the export.
+A task names its serving class with `Task.serving_class()`; `Task.serving()` is a TaskServing for the task's
+options, whose methods give the export's module, manifest and sample batch. `answers` lists the methods a Predictor
+(core.runs.predict) answers with, each called with the predictor first (`predictor.recommend(history)` is
+`serving.recommend(predictor, history)`), as are the preview's calls. `file_scorer` scores a file for `amp-console
+predict`; `preview` is the Model preview's PreviewSpec; `rows_module` names the task's part of an export's serve.py,
+a file beside the serving class's module.
 """
 
 from __future__ import annotations
@@ -181,13 +169,12 @@ def feature_rows(values, width: int, what: str, task: str) -> np.ndarray:
 
 
 class FileScorer:
-    """How `predict` scores a file for one task: built for the file's reader (it finds its columns with
-    `reader.find`/`require`, says which it reads with `reader.use`, and sets `schema`, the output's columns),
-    then given the file's batches: `score(batch, lines, report)` yields output tables for a batch of rows (their
-    file lines in `lines`), reporting the bad ones to `report` through `_good`; `finish(report)` yields what is
-    left once the file is read. `options` holds `batch_size` (rows scored at a time) and `task_options`, the
-    values of the command's options the scorer declares (`command_options`, read with `option(name)`).
-    `input_columns`: the columns this task's files may name (a CSV's delimiter is sniffed by them)."""
+    """How `predict` scores a file for one task. Built for the file's reader (find columns with `reader.find` /
+    `require`, declare them with `reader.use`, set `schema`, the output's columns), then `score(batch, lines,
+    report)` yields output tables for a batch of rows, reporting bad ones through `_good`, and `finish(report)`
+    yields what is left. `options` holds `batch_size` and `task_options`, the values of the `command_options` it
+    declares (`option(name)`). `input_columns`: the columns its files may name (a CSV's delimiter is sniffed by
+    them)."""
 
     unit: ClassVar[str] = "rows"  # what `scored` counts
     input_columns: ClassVar[tuple[str, ...]] = ()
@@ -252,35 +239,33 @@ class CommandOption:
 
 
 # ============================================================================== the Model preview
+# A PreviewSpec's input_kind: what one input is, and what its examples (the `examples` answer) are:
+#   text          a text typed in; no examples
+#   feature_row   `n_features` numbers, fields named `column_prefix` 1..N (as predict reads them); examples: an
+#                 (n, F) array of rows. With `image` (height, width) the row is a grey image's pixels, row by row,
+#                 also shown as a drawing pad (blank pixels `pixel_range[0]`, fully inked ones `pixel_range[1]`)
+#   feature_rows  a group of rows scored together (a query's candidates), picked from the examples: objects with
+#                 `query_id`, `doc_ids`, `features` (n, F) and `labels` (n,) or None
+#   id_sequence   ids in order (a history), typed or picked: examples are (owner id, [ids])
 PREVIEW_INPUTS = ("text", "feature_row", "feature_rows", "id_sequence")
+# Its output_kind: what TaskServing.preview_answer gives for one input:
+#   score               one number in [0, 1] (`label` names it; `classes`: the verdicts below / from 0.5)
+#   class_probabilities one probability per class (`classes` names them)
+#   values              the model's numbers (a regression's prediction): `names` names them (default: `label` for
+#                       one, label1..labelN for more)
+#   ranked_list         feature_rows: a score per row, ranked by the page (true labels beside, measured by
+#                       TaskServing.preview_quality); id_sequence: a Recommendation (top_k items, scores, seen
+#                       marks, unknown ids)
 PREVIEW_OUTPUTS = ("class_probabilities", "score", "values", "ranked_list")
 
 
 @dataclass(frozen=True)
 class PreviewSpec:
-    """What the window's Model preview shows for a task, as data: the page is built from the kinds, so a task
-    that declares one has a working preview without GUI code of its own.
-
-    input_kind (PREVIEW_INPUTS), what one input is and the examples of it (`examples`, an answer taking a
-    limit) look like:
-      text          a text typed in; no examples
-      feature_row   `n_features` numbers, fields named `column_prefix` 1..N (as predict reads them); examples:
-                    an (n, F) array of rows. With `image` (height, width) the row is a grey image's pixels, row
-                    by row: the page also shows a drawing pad of them, blank pixels `pixel_range[0]`, fully
-                    inked ones `pixel_range[1]`
-      feature_rows  a group of rows scored together (a query's candidates), picked from the examples:
-                    objects with `query_id`, `doc_ids`, `features` (n, F) and `labels` (n,) or None
-      id_sequence   ids in order (a history), typed or picked: examples are (owner id, [ids])
-    output_kind (PREVIEW_OUTPUTS), what TaskServing.preview_answer gives for one input:
-      score               one number in [0, 1] (`label` names it; `classes`: the verdicts below / from 0.5)
-      class_probabilities one probability per class (`classes` names them)
-      values              the model's numbers (a regression's prediction): `names` names them (default: `label`
-                          for one, label1..labelN for more)
-      ranked_list         feature_rows: a score per row, ranked by the page (true labels beside, measured by
-                          TaskServing.preview_quality); id_sequence: a Recommendation (top_k items, scores,
-                          seen marks, unknown ids)
-    `answer`, `examples` and `explain` (text: the words that moved the answer most) are the serving part's
-    methods its `answers` lists; the words (`noun`, `item`, `hint`) are what the page says.
+    """What the window's Model preview shows for a task, as data: the page is built from its input and output kinds
+    (PREVIEW_INPUTS, PREVIEW_OUTPUTS, described there), so a task that declares one has a working preview without
+    GUI code of its own. `answer`, `examples` (an answer taking a limit) and `explain` (text: the words that moved
+    the answer most) name serving methods listed in its `answers`; the words (`noun`, `item`, `hint`) are what the
+    page says.
     """
 
     input_kind: str

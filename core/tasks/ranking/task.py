@@ -1,27 +1,10 @@
 """Search ranking: an MLP scores each (query, lesson) feature vector; lessons of a query are ranked by score.
 
-A split holds candidate lists: `features` (R, W, F) and `label` (R, W) with label -1 marking padding, so a
-batch is a set of lists sliced like any other tensor. A list is a whole query, padded to the split's width W,
-unless padding every query to the longest would cost more than PADDING_BUDGET cells per candidate (one query
-of 20,000 candidates among thousands of one-candidate queries) or the longest exceeds MAX_LIST: then W is
-smaller and a longer query is split into lists of W of its candidates (shuffled, so each list is a random
-subset), memory stays within a few times the data, and the split gains `qid` (R,), the query of each row, so
-that evaluation still ranks each query's candidates all together (exact NDCG@10 and MRR).
-
-Features pass through a FeatureNormalizer first: per-column statistics fit on the training split's candidates
-only (option `normalize`: quantile = each value's rank among its column's training values mapped to a normal
-quantile, then standardise; asinh = robust centre and scale, a signed log for heavy tails, then standardise;
-standard; none), held as model buffers so checkpoints, resumes and exported weights carry them; a constant
-column maps to 0; NaN or infinite features are refused (the importer names the line, fit_normalizer the
-column), not imputed.
-
-Loss (option `loss`, core.tasks.ranking.losses): LambdaLoss NDCG-Loss2++ (pairs weighted by the NDCG their
-order is worth; the default), ApproxNDCG, listwise softmax cross-entropy against the gain distribution
-(2^label - 1) of each query, or pairwise RankNet; all in float32 under autocast, padding masked. Metrics per
-query, averaged over queries with at least one relevant (label > 0) lesson: NDCG@10 (gain 2^label - 1) and MRR
-of the first relevant lesson. Baseline: random order (mean over 5 seeded shuffles). Ceiling (synthetic data):
-ranking by the hidden noiseless relevance, on the same split. The task's serving part is
-core.tasks.ranking.serving.
+A split holds candidate lists: `features` (R, W, F) and `label` (R, W), label -1 marking padding. A list is a whole
+query padded to width W, within PADDING_BUDGET and MAX_LIST; longer queries are split into shuffled lists and the
+split gains `qid` (R,), so evaluation still ranks each query whole. Features are normalised in the model
+(FeatureNormalizer); losses: core.tasks.ranking.losses. Metrics: NDCG@10 and MRR over queries with a relevant
+lesson; baseline: random order; ceiling (synthetic data): the hidden noiseless relevance.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Lesson recommender: a SASRec-style causal transformer over each user's lesson sequence.
 
-Model: item + learned position embeddings, pre-norm blocks (causal self-attention, GELU feed-forward),
-a final LayerNorm; scores are dot products with the (tied) item embeddings. Loss (`loss`): full softmax
-cross-entropy over the catalogue (computed a chunk of positions at a time, see core.tasks.chunked_loss), or a
-sampled softmax (shared uniform negatives), whose step does not grow with the catalogue beyond the embedding
-table's own gradient and optimizer update; `auto`, the default, is the sampled softmax above SAMPLED_LOSS_ABOVE
-lessons and the full one otherwise, and says which in the run's notes; the run's config records the loss auto
-chose (settled_options), so a resumed run keeps it, and a run saved without the option (from before auto) is
-read as the full softmax it trained with (saved_defaults). Either way evaluation ranks the whole catalogue. Padded positions are dropped before either loss: on the CPU, where counting them waits for nothing,
-just the real positions are kept; on an accelerator they are moved to the front of a buffer sized by a bound
-the host knows (the most real positions any `batch_size` training rows hold, from the row lengths at load
-time), so a step never waits on the device to count them. Either way the loss is the same as over the padded
-batch.
-
-Evaluation is leave-last-out (see core.data.sequences): HR@10 / NDCG@10 of the held-out item, three ways:
-
-- `*_full_filtered` (the primary metric, the protocol of the full-ranking literature): ranked against the
-  whole catalogue with every item already in the user's history (all of it, not just the `max_len` the
-  model reads) removed, except the held-out item itself when it is a repeat.
-- `*_full_unfiltered`: ranked against the whole catalogue, seen items kept. In the planted data lessons
-  repeat, and the planted ceiling is computed for this protocol.
-- `*_sampled100_unseen`: ranked against 100 negatives drawn uniformly from the items the user never
-  interacted with (SASRec's protocol, the "sampled" numbers papers report; much higher than full ranking).
-
-The popularity baseline (training-target counts) is measured with the same three protocols on the
-validation split. The ceiling (synthetic data) is the *expected* HR/NDCG of the Bayes-optimal ranking given
-each evaluated user's last item (core.data.synthetic.TrackChain.expected_metrics), for the unfiltered
-full-catalogue protocol only. A measured value on U users scatters around its expectation by about
-sqrt(p (1 - p) / U), so a well-trained model can land slightly above it.
+Loss (`loss`): the full softmax (core.tasks.chunked_loss) or a sampled one; `auto` picks by SAMPLED_LOSS_ABOVE and
+the run's config records its pick (settled_options), and a saved run without the option reads as `full`
+(saved_defaults). Padded positions are dropped before the loss without waiting on the device. Evaluation is
+leave-last-out (core.data.sequences) under three protocols (docs/data.md, "Recommender metrics"); the baseline is
+popularity; the ceiling (synthetic data) is the expected value of the Bayes-optimal ranking, unfiltered protocol
+only, so a measured value can land slightly above it.
 """
 
 from __future__ import annotations

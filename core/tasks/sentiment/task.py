@@ -1,19 +1,10 @@
 """Review sentiment: a fastText-style classifier over hashed n-grams (small MLP head).
 
-Text is tokenized with core.data.tokenizer (no download: words, words in a negation's scope read as negated,
-bigrams), so a split is just a padded (N, max_tokens) matrix of bucket ids plus labels. Each token can be
-weighted by sublinear tf x idf (`weighting=tfidf`, the idf fit on the training split only); either way the
-per-bucket weights are a buffer of the model (checkpoints and exports carry them), 0 for buckets the training
-split never saw (or saw in fewer than `min_df` reviews). Metrics: accuracy and ROC AUC. Baseline: the
-training set's majority class (AUC 0.5). Ceiling (synthetic data): the exact Bayes posterior of
-core.data.reviews.
-
-Defaults were chosen by benchmarks/quality_sentiment.py (the engine against TF-IDF + logistic regression on
-the same split, several seeds): on the realistic synthetic reviews, negation scope 3 is worth ~7 points of
-accuracy, a larger table of narrower embeddings (2^19 x 8 instead of 2^16 x 32) ~1 point for ~1.5x the
-training time, and idf weighting *costs* ~1.4 points with this model (so it is off by default); pooling (mean / sqrt),
-min_df and token dropout made no difference beyond the noise; batch 64 (not 128) learns from 6,000 reviews
-too. See the benchmark's docstring for the table.
+Text is tokenized by core.data.tokenizer, so a split is a padded (N, max_tokens) matrix of bucket ids plus labels.
+Per-bucket token weights (1, or idf with `weighting=tfidf`; 0 for buckets in fewer than `min_df` training reviews)
+are fit on the training split and kept as a model buffer. Metrics: accuracy and ROC AUC; baseline: the majority
+class; ceiling (synthetic data): the exact Bayes posterior of core.data.reviews. The defaults were chosen with
+benchmarks/quality_sentiment.py (its docstring has the figures).
 """
 
 from __future__ import annotations
@@ -74,12 +65,10 @@ def fit_bucket_weights(tokens: torch.Tensor, buckets: int, idf: bool = True, min
 class BagClassifier(nn.Module):
     """Weighted bag of hashed n-gram embeddings -> optional hidden layer -> 2 logits.
 
-    Each token's weight is its bucket's weight (`bucket_weight`, a buffer fit on the training split, so
-    checkpoints and exports carry it: idf, or 1, and 0 for rare buckets; see fit_bucket_weights), times, with
-    `sublinear`, a sublinear term frequency (1 + log tf, shared out over the tf copies of the id in the row);
-    padding weighs 0. The weighted sum of embeddings is divided by the pooling's norm: the weights' sum (mean),
-    the square root of the token count (sqrt), 1 (sum) or the weights' L2 norm (l2, as a TF-IDF vector).
-    While training, `token_dropout` drops whole tokens."""
+    Each token weighs its bucket's weight (`bucket_weight`, a buffer: see fit_bucket_weights), times, with
+    `sublinear`, a sublinear term frequency; padding weighs 0. The weighted sum of embeddings is divided by the
+    pooling's norm: the weights' sum (mean), the square root of the token count (sqrt), 1 (sum) or the weights' L2
+    norm (l2). While training, `token_dropout` drops whole tokens."""
 
     bucket_weight: torch.Tensor  # a buffer
 
