@@ -5,7 +5,7 @@ of core.runs.predict scores, the task's file scorer (core.tasks.serving.FileScor
 streams the input (core.runs.file_input) through the scorer, reporting bad rows by line on stderr (or, with
 `strict`, raising a one-line DataError) and showing progress. The output (CSV or Parquet, by its suffix) is written
 to a partial file renamed into place when complete (core.runs.predict_output), inside the caller's `committing`
-context. docs/runs.md describes the command. No torch, numpy or pyarrow at import.
+context (docs/runs.md). No torch, numpy or pyarrow at import.
 """
 
 from __future__ import annotations
