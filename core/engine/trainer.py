@@ -55,10 +55,9 @@ from core.engine.events import (
 )
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
-from core.engine.prepare import prepare_run
+from core.engine.prepare import prepare_run, with_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
 from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
-from core.engine.run_record import resolve_out_dir
 from core.engine.run_state import Saved, TrainState, seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
@@ -226,7 +225,7 @@ class Trainer:
     def _claim_folder(self) -> RunConfig:
         """Rank 0 claims the run folder before anything is written: the one given (none: a new one under the runs
         root), or a free sibling when it holds an earlier (or a live) run. Returns the config with its folder."""
-        self.cfg = resolve_out_dir(self.cfg, precision=self.plan.mode)
+        self.cfg = with_folder(self.cfg, device=self.device_info)  # a Trainer made without prepare_run
         held = os.environ.get(HELD_ENV)
         launcher_holds = self.dist.enabled and held and os.path.abspath(held) == os.path.abspath(self.cfg.out_dir)
         if not self.dist.is_main or self.folder is not None or launcher_holds:
