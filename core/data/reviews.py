@@ -16,148 +16,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-POSITIVE = (
-    "great",
-    "clear",
-    "helpful",
-    "excellent",
-    "engaging",
-    "useful",
-    "fun",
-    "inspiring",
-    "practical",
-    "brilliant",
-    "enjoyable",
-    "perfect",
-    "insightful",
-    "friendly",
-    "recommended",
+POSITIVE = tuple(
+    "great clear helpful excellent engaging useful fun inspiring practical brilliant enjoyable perfect insightful "
+    "friendly recommended".split()
 )
-NEGATIVE = (
-    "boring",
-    "confusing",
-    "useless",
-    "slow",
-    "unclear",
-    "outdated",
-    "frustrating",
-    "poor",
-    "buggy",
-    "tedious",
-    "disappointing",
-    "messy",
-    "dull",
-    "wrong",
-    "overpriced",
+NEGATIVE = tuple(
+    "boring confusing useless slow unclear outdated frustrating poor buggy tedious disappointing messy dull wrong "
+    "overpriced".split()
 )
-NEUTRAL = (
-    "the",
-    "lesson",
-    "course",
-    "video",
-    "quiz",
-    "module",
-    "teacher",
-    "it",
-    "was",
-    "this",
-    "and",
-    "a",
-    "of",
-    "to",
-    "python",
-    "math",
-    "section",
-    "exercise",
-    "examples",
-    "content",
-    "topic",
-    "week",
-    "explained",
-    "pace",
-    "project",
-    "notes",
-    "chapter",
-    "instructor",
-    "lecture",
-    "really",
-    "very",
-    "so",
-    "but",
-    "also",
-    "with",
-    "for",
-    "on",
-    "my",
-    "we",
-    "in",
-    "is",
-    "after",
-    "first",
-    "second",
-    "part",
-    "about",
-    "data",
-    "homework",
-    "slides",
-    "audio",
-    "questions",
-    "answers",
-    "beginner",
-    "advanced",
-    "level",
-    "time",
+NEUTRAL = tuple(
+    "the lesson course video quiz module teacher it was this and a of to python math section exercise examples "
+    "content topic week explained pace project notes chapter instructor lecture really very so but also with for on "
+    "my we in is after first second part about data homework slides audio questions answers beginner advanced level "
+    "time".split()
 )
 NEGATOR = "not"  # the most common negator
-NEGATORS = (
-    NEGATOR,
-    "not",
-    "not",
-    "never",
-    "didn't",
-    "wasn't",
-    "isn't",
-    "doesn't",
-    "don't",
-    "can't",
-    "won't",
-    "didn’t",
-    "wasn’t",
-    "isn’t",
-)  # repeated entries are drawn more often
+# repeated entries are drawn more often
+NEGATORS = (NEGATOR, *"not not never didn't wasn't isn't doesn't don't can't won't didn’t wasn’t isn’t".split())
 INTENSIFIERS = ("very", "really", "that", "so", "particularly", "too", "quite", "exactly", "overly", "at all")
 PUNCTUATION = (",", ".", "!")
-SYLLABLES = (
-    "ba",
-    "ce",
-    "di",
-    "fo",
-    "gu",
-    "ka",
-    "le",
-    "mi",
-    "no",
-    "pu",
-    "ra",
-    "se",
-    "ti",
-    "vo",
-    "zu",
-    "bra",
-    "cle",
-    "dro",
-    "fli",
-    "gra",
-    "plo",
-    "sta",
-    "tre",
-    "vin",
-    "mor",
-    "lex",
-    "tan",
-    "quo",
-    "rel",
-    "sol",
+SYLLABLES = tuple(
+    "ba ce di fo gu ka le mi no pu ra se ti vo zu bra cle dro fli gra plo sta tre vin mor lex tan quo rel sol".split()
 )
 ZIPF_EXPONENT = 1.1
 
