@@ -38,7 +38,7 @@ from app.panels.run_note import RunNoteEditing
 from app.panels.run_rows import checkpoint_of, describe_checkpoint, overlay_label
 from app.panels.runs_model import Prepared, RunsModel, prepare
 from app.run.jobs import JobRunner
-from core.engine import run_delete
+from core.engine.run_delete import delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import indexed_records
 from core.engine.run_record import RUNS_DIR_ENV, runs_root
@@ -46,12 +46,6 @@ from core.files import read_jsonl
 from core.text import printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
-
-
-def delete_run(folder: str, root: str | os.PathLike) -> str:
-    """Delete a run folder of the runs root `root` as `amp-console runs delete` does; RunDeleteError says why not."""
-    run_delete.delete_run(root, folder)
-    return folder
 
 
 class HistoryPanel(RunNoteEditing, QWidget):
@@ -139,16 +133,17 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.table.selectionModel().selectionChanged.connect(lambda *_a: self._selection_changed())
         self.table.doubleClicked.connect(lambda _i: self.load_settings())
 
-        self.loadButton = QPushButton("Load settings", objectName="historyLoadButton", clicked=self.load_settings)
+        self.loadButton = self._button("Load settings", "Load", self.load_settings)
+        self.loadButton.setToolTip("Put the selected run's settings in the form (double-click a row)")
         # Resume and Export: a click takes the usual checkpoint (resume: the last, export: the best when there
         # is one); the arrow's menu offers the other.
-        self.resumeButton, self.resumeMenu, self.resumeLastAction, self.resumeBestAction = self._split_button(
+        self.resumeButton, self.resumeMenu = self._split_button(
             "Resume", "historyResume", self.resume, "last", ("last", "From the last"), ("best", "From the best")
         )
-        self.exportButton, self.exportMenu, self.exportBestAction, self.exportLastAction = self._split_button(
+        self.exportButton, self.exportMenu = self._split_button(
             "Export…", "historyExport", self.export, None, ("best", "The best"), ("last", "The last")
         )
-        self.evaluateButton, self.evaluateMenu, self.evaluateBestAction, self.evaluateLastAction = self._split_button(
+        self.evaluateButton, self.evaluateMenu = self._split_button(
             "Evaluate", "historyEvaluate", self.evaluate, None, ("best", "The best"), ("last", "The last")
         )
         self.evaluateButton.setToolTip(
@@ -157,38 +152,27 @@ class HistoryPanel(RunNoteEditing, QWidget):
             "the table and in the Model preview's Evaluation tab (as `amp-console "
             "evaluate --report`)"
         )
-        self.previewButton = QPushButton("Try it…", objectName="historyPreviewButton", clicked=self.preview)
-        self.previewButton.setToolTip(
-            "Try the selected run's model in the Model preview: type a review, pick a "
-            "user or a query (a run still training: its last checkpoint)"
-        )
-        self.revealButton = QPushButton("Reveal folder", objectName="historyRevealButton", clicked=self.reveal)
-        self.deleteButton = QPushButton("Delete…", objectName="historyDeleteButton", clicked=self.delete)
-        self.compareButton = QPushButton("Compare", objectName="historyCompareButton", clicked=self.compare_selected)
-        self.overlayButton = QPushButton("Overlay on plots", objectName="historyOverlayButton", clicked=self.overlay)
-        self.clearButton = QPushButton(
-            "Clear overlays",
-            objectName="historyClearOverlaysButton",
-            clicked=lambda: self.clearOverlaysRequested.emit(),
-        )
-        self.loadButton.setToolTip("Put the selected run's settings in the form (double-click a row)")
         self.resumeButton.setToolTip("Continue the selected run from its last checkpoint (the arrow: from its best)")
         self.exportButton.setToolTip(
             "Export the selected run's model: its best checkpoint when it has one, else its last (the arrow: choose)"
         )
+        self.previewButton = self._button("Try it…", "Preview", self.preview)
+        self.previewButton.setToolTip(
+            "Try the selected run's model in the Model preview: type a review, pick a "
+            "user or a query (a run still training: its last checkpoint)"
+        )
+        self.revealButton = self._button("Reveal folder", "Reveal", self.reveal)
+        self.deleteButton = self._button("Delete…", "Delete", self.delete)
+        self.compareButton = self._button("Compare", "Compare", self.compare_selected)
         self.compareButton.setToolTip("The selected runs side by side, with what differs between them highlighted")
+        self.overlayButton = self._button("Overlay on plots", "Overlay", self.overlay)
         self.overlayButton.setToolTip("Draw the selected runs' loss and validation metric over the plots")
+        self.clearButton = self._button("Clear overlays", "ClearOverlays", self.clearOverlaysRequested.emit)
         actions = QHBoxLayout()
-        for button in (
-            self.loadButton,
-            self.resumeButton,
-            self.exportButton,
-            self.evaluateButton,
-            self.previewButton,
-            self.revealButton,
-            self.deleteButton,
-        ):
+        for button in (self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.previewButton):
             actions.addWidget(button)
+        actions.addWidget(self.revealButton)
+        actions.addWidget(self.deleteButton)
         actions.addStretch(1)
         for button in (self.compareButton, self.overlayButton, self.clearButton):
             actions.addWidget(button)
@@ -423,11 +407,6 @@ class HistoryPanel(RunNoteEditing, QWidget):
         """A live run holds the folder (checked now: the scan may be seconds old)."""
         return run.get("status") == "running" or is_in_use(run["folder"])
 
-    @staticmethod
-    def _checkpoint(run: dict, which: str = "last") -> str | None:
-        """The path of the run's last or best checkpoint (checkpoint_of), None when there is none to use."""
-        return checkpoint_of(run, which)[0]
-
     # ------------------------------------------------------------------ compare
     def compare_selected(self) -> None:
         """The selected runs side by side under the table (2 or more)."""
@@ -446,19 +425,20 @@ class HistoryPanel(RunNoteEditing, QWidget):
     def close_compare(self) -> None:
         self.compareView.hide()
 
+    def _button(self, text: str, name: str, slot) -> QPushButton:
+        return QPushButton(text, objectName=f"history{name}Button", clicked=lambda: slot())
+
     def _split_button(self, text: str, name: str, slot, default, *choices: tuple[str, str]) -> tuple:
-        """(button, menu, an action per choice): a click does slot(default); the menu, offered by an arrow when it is
-        set (setMenu), slot(which) for each (which, label) of `choices`."""
+        """(button, menu): a click does slot(default); the menu, offered by an arrow when it is set (setMenu),
+        slot(which) for each (which, label) of `choices`."""
         menu = QMenu(self, objectName=f"{name}Menu")
-        actions = []
         for which, label in choices:
-            actions.append(menu.addAction(f"{label} checkpoint", lambda *_, which=which: slot(which)))
-            actions[-1].setData((which, label))
+            menu.addAction(f"{label} checkpoint", lambda *_, which=which: slot(which)).setData((which, label))
         button = QToolButton(objectName=f"{name}Button", text=text)
         button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         button.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         button.clicked.connect(lambda: slot(default))
-        return button, menu, *actions
+        return button, menu
 
     # ------------------------------------------------------------------ actions
     def choose_root(self) -> None:
@@ -484,16 +464,19 @@ class HistoryPanel(RunNoteEditing, QWidget):
             return
         self.resumeRequested.emit(checkpoint)
 
-    def _preferred_checkpoint(self, run: dict) -> str | None:
-        """The checkpoint a user ships or measures: the best when the run kept one, else the last."""
-        return self._checkpoint(run, "best") or self._checkpoint(run, "last")
+    @staticmethod
+    def _checkpoint(run: dict, which: str | None) -> str | None:
+        """The path of the run's `which` checkpoint; None: the best when the run kept one, else the last."""
+        if which:
+            return checkpoint_of(run, which)[0]
+        return checkpoint_of(run, "best")[0] or checkpoint_of(run, "last")[0]
 
     def export(self, which: str | None = None) -> None:
         """Ask to export the selected run's best (or last) checkpoint; None: the best when there is one."""
         runs = self.selected_runs()
         if len(runs) != 1 or self.remoteRuns.fetch_first(runs, lambda: self.export(which)):
             return
-        checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
+        checkpoint = self._checkpoint(runs[0], which)
         if checkpoint is None:
             self._say(f"{runs[0].get('name')}: no {which or ''} checkpoint to export".replace("  ", " "))
             return
@@ -509,7 +492,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
             or self.remoteRuns.fetch_first(runs, lambda: self.evaluate(which))
         ):
             return
-        checkpoint = self._checkpoint(runs[0], which) if which else self._preferred_checkpoint(runs[0])
+        checkpoint = self._checkpoint(runs[0], which)
         if checkpoint is None:
             self._say(f"{runs[0].get('name')}: no checkpoint to evaluate")
             return
@@ -541,7 +524,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         if (
             len(runs) == 1
             and not self.remoteRuns.fetch_first(runs, self.preview)
-            and self._preferred_checkpoint(runs[0]) is not None
+            and self._checkpoint(runs[0], None) is not None
         ):
             self.previewRequested.emit(str(runs[0]["folder"]))
 
@@ -573,12 +556,12 @@ class HistoryPanel(RunNoteEditing, QWidget):
             return
         folders, root = [str(r["folder"]) for r in runs], self.root
 
-        def done(deleted) -> None:
-            self._say(f"Deleted {len(deleted)} run folder(s)")
+        def done(_result) -> None:
+            self._say(f"Deleted {len(folders)} run folder(s)")
             self.refresh()
 
         self.jobs.submit(
-            lambda: [delete_run(f, root) for f in folders],
+            lambda: [delete_run(root, f) for f in folders],
             done,
             lambda message, _d: (self._say(f"Delete failed: {message}"), self.refresh()),
         )

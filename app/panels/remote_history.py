@@ -6,14 +6,15 @@ The history panel calls `rows()`, `update_buttons()`, `fetch_first()` and `shutd
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
 
 from app.panels.runs_model import fingerprint
-from app.run.jobs import BackgroundJob
+from app.run.jobs import JobRunner
 from core.text import printable, size
 
 LIST_EVERY_SECONDS = 15.0  # a host's runs are asked for again at a scan this long after its last answer
@@ -53,14 +54,18 @@ def host_row(dest: str, status: str, note: str, root) -> dict:
 class RemoteHistory(QObject):
     """The hosts' side of a HistoryPanel (`panel`): its hosts are a HostList given by set_hosts."""
 
+    fetchProgress = Signal(object)  # emitted on the fetching job's thread: queued to the GUI thread
+
     def __init__(self, panel):
         super().__init__(panel)
         self.panel = panel
         self.hosts = None  # app.panels.hosts.HostList
         self._listings: dict[str, Listing] = {}
         self._asking: set[str] = set()
-        self._jobs: set[BackgroundJob] = set()
-        self._fetching: BackgroundJob | None = None
+        self.jobs = JobRunner(self)
+        self._stop = threading.Event()  # set at shutdown: the ssh calls under way end
+        self.fetchProgress.connect(self._progress)
+        self._fetching = False
         self._fetched: set[str] = set()  # copies fetched for the action that asked, not yet acted on
 
     def set_hosts(self, hosts) -> None:
@@ -101,18 +106,18 @@ class RemoteHistory(QObject):
         self._asking.add(dest)
         host = self.hosts.host(dest)
 
-        def ask(_progress, control):
+        def ask():
             from core.remote.fetch import list_host_runs
 
-            listed = list_host_runs(host, root, stop=lambda: control.stop_requested, silence=LIST_SILENCE_SECONDS)
+            listed = list_host_runs(host, root, stop=self._stop.is_set, silence=LIST_SILENCE_SECONDS)
             if not listed.runs:
                 return [host_row(dest, "no runs", f"no runs in {listed.root} on {dest}", root)]
             return listed.runs
 
-        self._start(
+        self.jobs.submit(
             ask,
             lambda rows: self._answered(dest, root, rows),
-            lambda message: self._answered(dest, root, [host_row(dest, "unreachable", message, root)]),
+            lambda message, _details: self._answered(dest, root, [host_row(dest, "unreachable", message, root)]),
         )
 
     def _answered(self, dest: str, root, rows: list[dict]) -> None:
@@ -128,29 +133,10 @@ class RemoteHistory(QObject):
         ):
             self.panel.refresh()
 
-    def _start(self, fn, ok: Callable, failed: Callable, progress: Callable | None = None) -> BackgroundJob:
-        job = BackgroundJob("remoteHistoryJob", self)
-        job.succeeded.connect(ok)
-        job.failed.connect(lambda message, _field, _details: failed(message))
-        if progress is not None:
-            job.progress.connect(progress)
-        job.runningChanged.connect(lambda running, job=job: running or self._reap(job))
-        self._jobs.add(job)
-        job.start(fn)
-        return job
-
-    def _reap(self, job: BackgroundJob) -> None:
-        self._jobs.discard(job)
-        job.deleteLater()
-
     def shutdown(self) -> None:
         """Stop every listing and fetch (their ssh calls are ended) and wait for them."""
-        for job in list(self._jobs):
-            job.shutdown()
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._jobs)
+        self._stop.set()
+        self.jobs.shutdown()
 
     # ------------------------------------------------------------------ the panel's buttons
     def update_buttons(self, runs: list[dict]) -> None:
@@ -161,14 +147,14 @@ class RemoteHistory(QObject):
         panel = self.panel
         usable = [run for run in runs if not run.get("host_row")]
         one = len(runs) == 1 and len(usable) == 1 and usable[0].get("host")
-        fetchable = bool(one and usable[0].get("remote_checkpoints")) and self._fetching is None
+        fetchable = bool(one and usable[0].get("remote_checkpoints")) and not self._fetching
         panel.previewButton.setEnabled(fetchable)
         panel.exportButton.setEnabled(fetchable)
         panel.evaluateButton.setEnabled(fetchable and panel._evaluating is None)
         for button in (panel.resumeButton, panel.deleteButton, panel.revealButton, panel.noteSaveButton):
             button.setEnabled(False)
         panel.noteEdit.setEnabled(False)
-        panel.overlayButton.setEnabled(bool(usable) and len(usable) == len(runs) and self._fetching is None)
+        panel.overlayButton.setEnabled(bool(usable) and len(usable) == len(runs) and not self._fetching)
         panel.compareButton.setEnabled(len(usable) >= 2 and len(usable) == len(runs))
 
     # ------------------------------------------------------------------ fetching
@@ -183,31 +169,29 @@ class RemoteHistory(QObject):
             self._fetched -= folders
             return False
         panel = self.panel
-        if self._fetching is not None:
+        if self._fetching:
             panel.statusLabel.setText("Still fetching a run from a host; try again once it is in")
             return True
         wanted = [(self.hosts.host(run["host"]), str(run["remote_folder"]), str(run["name"])) for run in remote]
         root = panel.root
 
-        def fetch(progress, control):
+        def fetch():
             from core.remote.fetch import fetch_run
 
-            done = []
-            for host, folder, name in wanted:
-                done.append(
-                    fetch_run(
-                        host,
-                        folder,
-                        root,
-                        checkpoint=checkpoint,
-                        on_progress=lambda d, t, f, name=name: progress((name, d, t, f)),
-                        stop=lambda: control.stop_requested,
-                    )
+            return [
+                fetch_run(
+                    host,
+                    folder,
+                    root,
+                    checkpoint=checkpoint,
+                    on_progress=lambda d, t, f, name=name: self.fetchProgress.emit((name, d, t, f)),
+                    stop=self._stop.is_set,
                 )
-            return done
+                for host, folder, name in wanted
+            ]
 
         def fetched(results) -> None:
-            self._fetching = None
+            self._fetching = False
             sent = sum(r.bytes_sent for r in results)
             files = sum(len(r.sent) for r in results)
             names = ", ".join(printable(name) for _h, _f, name in wanted)
@@ -221,13 +205,14 @@ class RemoteHistory(QObject):
             self._fetched -= folders
             panel._update_buttons()
 
-        def failed(message: str) -> None:
-            self._fetching = None
+        def failed(message: str, _details: str) -> None:
+            self._fetching = False
             panel.statusLabel.setText(f"Could not fetch {printable(wanted[0][2])}: {message}")
             panel._update_buttons()
 
         panel.statusLabel.setText(f"Fetching {printable(wanted[0][2])}…")
-        self._fetching = self._start(fetch, fetched, failed, self._progress)
+        self._fetching = True
+        self.jobs.submit(fetch, fetched, failed)
         panel._update_buttons()
         return True
 

@@ -39,31 +39,17 @@ TRAINING_FIELDS = (
     "time_limit_minutes",
 )
 OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval", "out_dir")
-DATA_FIELDS = (
-    "data",
-    "val_data",
-    "test_data",
-    "delimiter",
-    "columns",
-    "data_format",
-    "query_file",
-)  # in the Task group, under the model's options
+# in the Task group, under the model's options
+DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns", "data_format", "query_file")
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
 PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
-OWN_WIDGETS = (
-    "task",
-    "task_file",
-    "device",
-    "precision",
-)  # chosen with the task picker, the devices panel, precision combo
+OWN_WIDGETS = ("task", "task_file", "device", "precision")  # the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {
     "lr": "Learning rate",
     "grad_clip": "Gradient clip",
     "grad_accum": "Grad accumulation",
-    "max_steps": "Max steps",
-    "min_steps": "Min steps",
     "warmup_steps": "Warm-up steps",
     "log_interval": "Log every (steps)",
     "eval_interval": "Eval every (steps)",
@@ -75,11 +61,8 @@ LABELS = {
     "data": "Data file",
     "tensorboard": "TensorBoard",
     "val_data": "Validation data",
-    "test_data": "Test data",
     "compile": "torch.compile",
-    "data_format": "Data format",
     "query_file": "Query sizes file",
-    "compile_mode": "Compile mode",
     "activation_checkpointing": "Activation ckpt",
 }
 # Tools beside a field (name -> object name, tooltip): each button emits toolRequested(name).
@@ -142,8 +125,10 @@ class RunSetupPanel(QWidget):
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self._build_task_group())
-        layout.addWidget(self._build_precision_group())
+        self._task_form = self._group(layout, "Task")
+        self._build_task_group()
+        self._precision_form = self._group(layout, "Precision")
+        self._build_precision_group()
         self._training_form = self._group(layout, "Training")
         self._output_form = self._group(layout, "Run and output")
         # Everything that keeps Start disabled, in one place (each message is also under its own field).
@@ -164,11 +149,7 @@ class RunSetupPanel(QWidget):
         layout.addWidget(box)
         return form
 
-    def _build_task_group(self) -> QGroupBox:
-        box = QGroupBox("Task")
-        self._task_form = QFormLayout(box)
-        self._task_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
-        self._task_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+    def _build_task_group(self) -> None:
         self.taskCombo = NoWheelComboBox(objectName="taskCombo")
         self.taskCombo.currentIndexChanged.connect(self._on_task_changed)
         self.taskDescription = restyle(QLabel(objectName="taskDescription", wordWrap=True), role="hint")
@@ -180,13 +161,9 @@ class RunSetupPanel(QWidget):
         self._task_error.hide()
         self._task_form.addRow("", self._task_error)
         self._fixed_task_rows = self._task_form.rowCount()
-        return box
 
-    def _build_precision_group(self) -> QGroupBox:
-        box = QGroupBox("Precision")
-        form = self._precision_form = QFormLayout(box)
-        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
-        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+    def _build_precision_group(self) -> None:
+        form = self._precision_form
         self.precisionCombo = NoWheelComboBox(objectName="precisionCombo")
         for mode in PRECISION_CHOICES:
             self.precisionCombo.addItem(mode, mode)
@@ -220,7 +197,6 @@ class RunSetupPanel(QWidget):
         self.processesEdit.valueChanged.connect(lambda _value: self.executionChanged.emit())
         self.processesEdit.valueChanged.connect(lambda _value: self._schedule_validate())
         self.separateProcessCheck.toggled.connect(lambda _on: self.executionChanged.emit())
-        return box
 
     def _on_processes_changed(self, processes: float) -> None:
         self.separateProcessCheck.setEnabled(processes == 1)

@@ -50,7 +50,7 @@ def test_a_malformed_or_fifo_run_json_is_one_unreadable_row(qtbot, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_delete_never_leaves_the_runs_root_through_a_link(qtbot, tmp_path, monkeypatch):
-    from app.panels.history import delete_run
+    from core.engine.run_delete import delete_run
 
     root = tmp_path / "runs"
     fake_run(root, "good", "a1b2c3d4e5")
@@ -67,7 +67,7 @@ def test_delete_never_leaves_the_runs_root_through_a_link(qtbot, tmp_path, monke
     assert any("ext is a symbolic link" in text for text in said)
     assert (victim / "run.json").is_file()
     with pytest.raises(Exception, match="not a folder under the runs root"):
-        delete_run(str(victim), root)
+        delete_run(root, str(victim))
     qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
     panel.select_names("good")
     panel.delete()

@@ -185,8 +185,7 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
     assert asked and "crashed" in asked[0]
     assert not (runs_root / "crashed").exists()
 
-    from app.panels.history import delete_run
-    from core.engine.run_delete import RunDeleteError
+    from core.engine.run_delete import RunDeleteError, delete_run
     from core.engine.run_folder import claim_run_folder
 
     claim = claim_run_folder(runs_root / "bf16-run", resume_from=runs_root / "bf16-run" / "checkpoint.pt")
@@ -196,7 +195,7 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
         panel.delete()
         assert "stop it first" in panel.statusLabel.text()
         with pytest.raises(RunDeleteError, match="stop it first"):
-            delete_run(str(runs_root / "bf16-run"), runs_root)
+            delete_run(runs_root, str(runs_root / "bf16-run"))
         assert (runs_root / "bf16-run" / "checkpoint.pt").exists()
     finally:
         claim.release()
@@ -352,30 +351,30 @@ def test_resume_and_export_from_the_best_or_the_last_checkpoint(qtbot, tmp_path)
     panel.select_names("bf16-run")
     assert panel.resumeButton.isEnabled() and panel.exportButton.isEnabled()
     assert panel.resumeButton.menu() is panel.resumeMenu  # a choice: the arrow offers it
-    assert panel.resumeLastAction.text() == "From the last checkpoint (step 100)"
-    assert panel.resumeBestAction.text() == "From the best checkpoint (step 60, accuracy 0.8)"
+    assert panel.resumeMenu.actions()[0].text() == "From the last checkpoint (step 100)"
+    assert panel.resumeMenu.actions()[1].text() == "From the best checkpoint (step 60, accuracy 0.8)"
     folder = root / "bf16-run"
     with qtbot.waitSignal(panel.resumeRequested, timeout=5_000) as resumed:
         panel.resumeButton.click()  # the button itself: the last checkpoint, as before
     assert resumed.args == [str(folder / "checkpoint.pt")]
     with qtbot.waitSignal(panel.resumeRequested, timeout=5_000) as resumed:
-        panel.resumeBestAction.trigger()
+        panel.resumeMenu.actions()[1].trigger()
     assert resumed.args == [str(folder / "best.pt")]
     with qtbot.waitSignal(panel.resumeRequested, timeout=5_000) as resumed:
-        panel.resumeLastAction.trigger()
+        panel.resumeMenu.actions()[0].trigger()
     assert resumed.args == [str(folder / "checkpoint.pt")]
 
     with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
         panel.exportButton.click()  # export: the best model by default
     assert exported.args == [str(folder / "best.pt")]
     with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
-        panel.exportLastAction.trigger()
+        panel.exportMenu.actions()[1].trigger()
     assert exported.args == [str(folder / "checkpoint.pt")]
 
     (folder / "best.pt").unlink()  # gone from disk: no choice, the last checkpoint for both
     panel.select_names("fp32-run")
     panel.select_names("bf16-run")
-    assert panel.resumeButton.menu() is None and not panel.resumeBestAction.isEnabled()
+    assert panel.resumeButton.menu() is None and not panel.resumeMenu.actions()[1].isEnabled()
     with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
         panel.exportButton.click()
     assert exported.args == [str(folder / "checkpoint.pt")]

@@ -226,7 +226,7 @@ def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(
     window.historyDialog.show()
     panel.select_names("third")
     assert find(panel, "historyExportButton", QToolButton).isEnabled()
-    panel.exportLastAction.trigger()
+    panel.exportMenu.actions()[1].trigger()
     qtbot.waitUntil(lambda: "max abs difference" in status(window) or "failed" in status(window), timeout=60_000)
     qtbot.waitUntil(lambda: not window.jobs.busy, timeout=10_000)
     assert status(window).startswith(f"Exported my_points (step {resumed_to:,}) as program fp32"), status(window)
