@@ -9,14 +9,12 @@ import torch
 from core.cli.main import main
 from core.config import RunConfig
 from core.engine.diagnosis import (
-    check_placement,
     explain_device_mismatch,
     explain_exception,
     find_misplaced,
     mismatch_devices,
 )
 from core.engine.trainer import Trainer
-from core.errors import DeviceError
 from core.tasks import TASKS
 from core.tasks.tiny.task import TinyClassifier, TinyClassifierTask
 
@@ -112,12 +110,6 @@ def test_mismatch_messages_of_several_torch_ops_are_recognised(text, devices):
 
 def test_other_errors_keep_their_first_line():
     assert explain_exception(ValueError("bad thing\nmore")) == "ValueError: bad thing"
-
-
-def test_preflight_check_raises_device_error_naming_the_tensor():
-    with pytest.raises(DeviceError, match=r"batch field y is on cpu"):
-        check_placement(torch.nn.Linear(2, 2, device="meta"), {"y": torch.zeros(1)}, "meta")
-    check_placement(torch.nn.Linear(2, 2), {"y": torch.zeros(1)}, "cpu")  # all in place: no error
 
 
 def test_cli_inspect_exits_2_with_one_line_naming_both_devices(bad_tasks, capsys):

@@ -69,7 +69,7 @@ def test_a_note_is_its_own_file_and_survives_run_json_rewrites(tmp_path):
         )
     )
     assert read_run(tmp_path)["note"] == "first try: lr too high"
-    assert read_note(tmp_path) == "first try: lr too high"
+    assert read_note(tmp_path)[0] == "first try: lr too high"
     assert write_note(tmp_path, "") == "" and not (tmp_path / NOTE_FILE).exists()
     assert read_run(tmp_path)["note"] == ""
     write_note(tmp_path, "")  # clearing twice is fine
@@ -77,9 +77,9 @@ def test_a_note_is_its_own_file_and_survives_run_json_rewrites(tmp_path):
 
 def test_a_multi_line_or_unreadable_note_reads_and_a_missing_folder_raises(tmp_path):
     write_note(tmp_path, "line one\nline two")
-    assert read_note(tmp_path) == "line one\nline two"
+    assert read_note(tmp_path)[0] == "line one\nline two"
     (tmp_path / NOTE_FILE).write_bytes(b"caf\xe9")  # not UTF-8: read with a replacement character
-    assert read_note(tmp_path) == "caf\ufffd"
+    assert read_note(tmp_path)[0] == "caf\ufffd"
     with pytest.raises(OSError):
         write_note(tmp_path / "gone", "text")
 

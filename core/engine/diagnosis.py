@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.errors import DeviceError
 from core.text import first_line
 
 _DEVICE = r"(cpu|meta|mps|cuda(?::\d+)?|xpu(?::\d+)?|hpu(?::\d+)?)"
@@ -107,15 +106,6 @@ def find_misplaced(model: nn.Module | None, batch: dict | None, device: torch.de
     return found
 
 
-def check_placement(model: nn.Module, batch: dict | None, device: torch.device | str) -> None:
-    """Pre-flight: raise DeviceError naming every tensor of `model` / `batch` that is not on `device`."""
-    found = find_misplaced(model, batch, device)
-    if found:
-        listed = "; ".join(f"{m.describe()}: {m.fix(str(device))}" for m in found[:5])
-        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
-        raise DeviceError(f"the run's device is {device} but {listed}{more}")
-
-
 def _failing_module(
     exc: BaseException, model: nn.Module | None, device: torch.device | None
 ) -> tuple[str | None, str | None, list[str]]:
@@ -188,11 +178,9 @@ def explain_exception(
     model=None,
     batches=None,
     device=None,
-    dist=None,
-    saved: str | None = None,
 ) -> str:
-    """One paragraph naming what went wrong (at `step` of a run: its batch size, model, batches, device, process
-    group and latest checkpoint) and how to fix it."""
+    """One paragraph naming what went wrong (at `step` of a run: its batch size, model, batches and device) and
+    how to fix it. A DDP peer's failure is the trainer's to explain (distributed.is_peer_failure)."""
     at = f" at step {step:,}" if step is not None else ""
     text = str(exc).strip()
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text.lower():
@@ -206,19 +194,6 @@ def explain_exception(
     mismatch = explain_device_mismatch(exc, model, split, device, context=at)
     if mismatch is not None:
         return mismatch
-    if (
-        dist is not None
-        and dist.enabled
-        and (
-            "Connection reset" in text
-            or "Connection closed" in text
-            or isinstance(exc, getattr(torch.distributed, "DistBackendError", ()))
-        )
-    ):
-        return (
-            f"another process of this {dist.world_size}-process run died or lost its connection{at}; "
-            f"the run ended. Resume from the last checkpoint ({saved or 'none yet'})"
-        )
     if isinstance(exc, RuntimeError) and ("CUDA error" in text or "device-side" in text):
         return f"the device failed{at} (it may have vanished or reset): {first_line(text)}"
     from core.tasks.task_checks import raised_at

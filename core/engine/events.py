@@ -7,6 +7,7 @@ progress bar and writes metrics.jsonl. Events come at the log interval, never ev
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 
 
@@ -138,19 +139,7 @@ def event_to_dict(event: Event) -> dict:
     return record
 
 
-EVENT_TYPES = {
-    cls.__name__: cls
-    for cls in (
-        RunStarted,
-        StepMetrics,
-        EvalMetrics,
-        CheckpointSaved,
-        RunPaused,
-        RunResumed,
-        ControlAcknowledged,
-        RunEnded,
-    )
-}
+EVENT_TYPES = {cls.__name__: cls for cls in typing.get_args(Event)}
 
 
 def event_from_dict(data: dict) -> Event:

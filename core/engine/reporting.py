@@ -52,11 +52,9 @@ class EventLog:
         self.path: Path | None = None
         self.failure: str | None = None
         self.record: RunRecord | None = None  # run.json beside metrics.jsonl (core.engine.run_record)
-        self.record_failure: str | None = None
         self.tensorboard: LiveTensorBoard | None = None  # <run folder>/tensorboard (RunConfig.tensorboard)
-        self.tensorboard_failure: str | None = None
         self._flushed_at = float("-inf")  # when a StepMetrics line was last flushed (the first one goes at once)
-        self._queued: list[StepMetrics] = []  # StepMetrics not yet written (see emit)
+        self._queued: list[Event] = []  # StepMetrics not yet written (see emit)
         self._lock = threading.Lock()  # the trainer's thread and the control channel's emit (see the class doc)
         self.channel: FolderControl | None = None  # while open with a control
 
@@ -80,7 +78,7 @@ class EventLog:
         try:
             self.record = RunRecord(self.path.parent)
         except Exception as exc:  # run.json is a summary: the run goes on without it
-            self._record_failed(exc)
+            self._extra_failed("record", exc)
         if control is not None and self.is_main:
             from core.engine.folder_control import FolderControl
 
@@ -94,25 +92,20 @@ class EventLog:
         if not self.is_main:
             return
         with self._lock:
-            if type(event) is StepMetrics:
-                queued = self._queued
-                queued.append(event)
-                if (now := time.monotonic()) - self._flushed_at >= FLUSH_SECONDS:
-                    self._flushed_at = now
-                    self._write_queued(flush=True)
-            else:
-                if self._queued:
-                    self._write_queued(flush=False)
-                self._write(event, flush=True)
+            self._queued.append(event)
+            now = time.monotonic()
+            if type(event) is not StepMetrics or now - self._flushed_at >= FLUSH_SECONDS:
+                self._flushed_at = now
+                self._write_queued(flush=True)
             if sink is not None:
                 sink(event)
 
     def _write_queued(self, flush: bool) -> None:
-        """The queued StepMetrics, in order: one write of their lines, then run.json and TensorBoard."""
-        queued, self._queued = self._queued, []
+        """The queued events, in order: one write of their lines, then run.json and TensorBoard."""
+        events, self._queued = self._queued, []
         if self._file is None and self.record is None and self.tensorboard is None:
             return
-        records = [event_to_dict(event) for event in queued]
+        records = [event_to_dict(event) for event in events]
         if self._file is not None:
             try:
                 encode = _ENCODER.encode
@@ -124,62 +117,33 @@ class EventLog:
                 self._give_up()
         if self.record is not None:
             try:
-                for event in queued:
+                for event in events:
                     self.record.update(event)
             except Exception as exc:  # run.json is a summary: a failed write never ends the run
-                self._record_failed(exc)
+                self._extra_failed("record", exc)
         if self.tensorboard is not None:
             try:
                 for record in records:
                     self.tensorboard.write(record)
             except Exception as exc:  # event files are an extra, like run.json: the run goes on without them
-                self._tensorboard_failed(exc)
+                self._extra_failed("tensorboard", exc)
 
-    def _write(self, event: Event, flush: bool) -> None:
-        record = event_to_dict(event) if self._file is not None or self.tensorboard is not None else {}
-        if self._file is not None:
-            try:
-                self._file.write(_ENCODER.encode(record) + "\n")
-                if flush:
-                    self._file.flush()
-            except OSError as exc:
-                self.failure = f"could not write {self.path}: {describe_os_error(exc)}"
-                self._give_up()
-        if self.record is not None:
-            try:
-                self.record.update(event)
-            except Exception as exc:  # run.json is a summary: a failed write never ends the run
-                self._record_failed(exc)
-        if self.tensorboard is not None:
-            try:
-                self.tensorboard.write(record)
-            except Exception as exc:  # event files are an extra, like run.json: the run goes on without them
-                self._tensorboard_failed(exc)
-
-    def _tensorboard_failed(self, exc: Exception) -> None:
-        """Give up the live TensorBoard files with one line on stderr."""
-        live, self.tensorboard = self.tensorboard, None
+    def _extra_failed(self, which: str, exc: Exception) -> None:
+        """Give up run.json or the live TensorBoard files (`which`) with one line on stderr (stdout may carry
+        the JSON events)."""
         cause = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-        self.tensorboard_failure = f"could not write TensorBoard files in {live.folder if live else '?'}: {cause}"
-        with contextlib.suppress(Exception):
-            if live is not None:
-                live.close()
-        try:
-            sys.stderr.write(f"amp-console: {self.tensorboard_failure}; the run goes on without them\n")
+        if which == "record":
+            self.record = None
+            failure = f"run.json in {self.path.parent if self.path else '?'}: {cause}; the run goes on without it"
+        else:
+            live, self.tensorboard = self.tensorboard, None
+            failure = f"TensorBoard files in {live.folder if live else '?'}: {cause}; the run goes on without them"
+            with contextlib.suppress(Exception):
+                if live is not None:
+                    live.close()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"amp-console: could not write {failure}\n")
             sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-
-    def _record_failed(self, exc: Exception) -> None:
-        """Give up run.json with one line on stderr (stdout may carry the JSON events)."""
-        self.record = None
-        cause = describe_os_error(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-        self.record_failure = f"could not write run.json in {self.path.parent if self.path else '?'}: {cause}"
-        try:
-            sys.stderr.write(f"amp-console: {self.record_failure}; the run goes on without it\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
 
     def removed(self) -> bool:
         """Whether metrics.jsonl was deleted while open (its folder removed): appends would go nowhere."""
@@ -200,7 +164,7 @@ class EventLog:
             try:
                 self.tensorboard.close()
             except Exception as exc:
-                self._tensorboard_failed(exc)
+                self._extra_failed("tensorboard", exc)
             self.tensorboard = None
         if self._file is not None:
             try:

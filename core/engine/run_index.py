@@ -9,6 +9,7 @@ transaction, so processes may list at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -50,20 +51,16 @@ _reader_version: str | None = None
 _ENCODE = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=False).encode
 
 
-def indexed_runs(root: str | os.PathLike, brief: bool = False) -> list[dict]:
+def indexed_runs(root: str | os.PathLike) -> list[dict]:
     """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, from the
-    index where a folder is unchanged (see the module doc). `brief`: a run from the index has None for the
-    parts a list of runs does not show (BULKY: its config, metrics, checkpoints...), which are most of a
-    record's JSON to parse."""
-    runs, _bulks = _refresh(Path(root), parts="brief" if brief else "full")
-    return runs
+    index where a folder is unchanged (see the module doc)."""
+    return _refresh(Path(root), parts="full")[0]
 
 
 def listed_runs(root: str | os.PathLike) -> list[dict]:
     """Every run under `root`, newest first, as its LISTED fields (None when it has no such field) and its
     folder: what a list of thousands of runs shows, parsed from a short array per run."""
-    runs, _bulks = _refresh(Path(root), parts="listed")
-    return runs
+    return _refresh(Path(root), parts="listed")[0]
 
 
 def indexed_records(root: str | os.PathLike) -> tuple[list[dict], list[str]]:
@@ -104,8 +101,8 @@ def _refresh(
 ) -> tuple[list[dict], list]:
     """Every run under `root` (only those `keys` may name when given), newest first, and their bulky parts as
     JSON when `parts` is "split" (the runs then brief; else a list of None); the index brought up to date on
-    the way when it can be. `parts`: what of the stored records to read with the signatures ("full", "brief",
-    "split", "listed"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
+    the way when it can be. `parts`: what of the stored records to read with the signatures ("full", "split",
+    "listed"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
     that could hold a match are looked at (see runs_named)."""
     index = root / INDEX_FILE
     db, writable = _open(index)
@@ -496,8 +493,8 @@ class _Cache:
     """The index's rows, a dict per column (key -> value): no object per row for the garbage collector."""
 
     def __init__(self, db, parts: str | None):
-        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "brief"; "listed":
-        the LISTED array as the brief)."""
+        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "listed": the LISTED
+        array as the brief)."""
         self.sig: dict[str, str] = {}
         self.nested: dict[str, str | None] = {}
         self.brief: dict[str, str | None] = {}
@@ -507,7 +504,6 @@ class _Cache:
         columns = {
             "full": "brief, bulk",
             "split": "brief, bulk",
-            "brief": "brief, NULL",
             "listed": "listed, NULL",
             None: "NULL, NULL",
         }[parts]
@@ -552,42 +548,29 @@ def _save(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
         pass
 
 
-class _transaction:
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
-
-    def __enter__(self):
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind, _value, _tb):
-        if kind is None:
-            self.db.execute("COMMIT")
-        else:
-            try:
-                self.db.execute("ROLLBACK")
-            except sqlite3.DatabaseError:
-                pass
-        return False
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection):
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(sqlite3.DatabaseError):
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
 
 
 def _close(db) -> None:
     if db is not None:
-        try:
+        with contextlib.suppress(sqlite3.Error):
             db.close()
-        except sqlite3.Error:
-            pass
 
 
 def _remove(index: Path) -> None:
     """A damaged index and its journal files, so that the next listing makes a new one."""
     for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(f"{index}{suffix}")
-        except OSError:
-            pass
 
 
-def find_runs(root: str | os.PathLike) -> list[dict]:
-    """Every run under `root` (its subfolders, and their subfolders), newest first: read_run's dicts, through
-    the runs root's index (core.engine.run_index: only changed folders are read again)."""
-    return indexed_runs(root)
+find_runs = indexed_runs  # the name `runs`, the remote agent and the preview use

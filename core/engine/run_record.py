@@ -288,71 +288,45 @@ def _as_trained(data: dict) -> dict:
     return data
 
 
-_TEXT_FIELDS = (
-    "id",
-    "task",
-    "status",
-    "device",
-    "device_name",
-    "precision",
-    "autocast_dtype",
-    "start_time",
-    "end_time",
-    "message",
-)
-_WHOLE_FIELDS = ("version", "steps", "total_steps", "start_step", "peak_memory_bytes")
-_NUMBER_FIELDS = ("wall_seconds", "final_loss", "samples_per_second")
 _NOT_FINITE = ("nan", "inf", "-inf")  # how _finite writes a float JSON has no spelling for
-
-
-def _kind(value) -> str:
-    if isinstance(value, bool):
-        return "true/false"
-    return {str: "text", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
-        type(value), type(value).__name__
-    )
-
-
-_KINDS = {  # what a field may hold besides null: (the check, how a message names it)
-    "text": (lambda v: type(v) is str, "text"),
-    "whole": (lambda v: type(v) is int, "a whole number"),
-    "number": (lambda v: type(v) in (int, float) or (type(v) is str and v in _NOT_FINITE), "a number"),
-    "object": (lambda v: type(v) is dict, "an object"),
-    "list": (lambda v: type(v) is list, "a list"),
+_KINDS = {  # what a field may hold besides null: (the types that pass, how a message names it)
+    "text": ((str,), "text"),
+    "whole": ((int,), "a whole number"),
+    "number": ((int, float), "a number"),
+    "object": ((dict,), "an object"),
+    "list": ((list,), "a list"),
 }
 _RECORD_FIELDS = (
-    [(k, "text") for k in _TEXT_FIELDS]
-    + [(k, "whole") for k in _WHOLE_FIELDS]
-    + [(k, "number") for k in _NUMBER_FIELDS]
+    [(k, "text") for k in ("id", "task", "status", "device", "device_name", "precision", "autocast_dtype")]
+    + [(k, "text") for k in ("start_time", "end_time", "message")]
+    + [(k, "whole") for k in ("version", "steps", "total_steps", "start_step", "peak_memory_bytes")]
+    + [(k, "number") for k in ("wall_seconds", "final_loss", "samples_per_second")]
     + [(k, "object") for k in ("metrics", "test_metrics", "best", "checkpoints", "config", "versions")]
     + [(k, "list") for k in ("notes", "resumed_at")]
 )
 
 
-_PLAIN = {"text": (str,), "whole": (int,), "number": (int, float), "object": (dict,), "list": (list,)}
-# each field with the types that pass at a glance (a record has thousands of fields to check in a cold listing)
-_FIELD_CHECKS = [(name, _PLAIN[want], want) for name, want in _RECORD_FIELDS]
-
-
 def _bad(value, want: str) -> bool:
     """Whether `value` is neither None nor of the kind `want` names (a key of _KINDS)."""
-    return value is not None and type(value) not in _PLAIN[want] and not _KINDS[want][0](value)
+    if value is None or type(value) in _KINDS[want][0]:
+        return False
+    return not (want == "number" and type(value) is str and value in _NOT_FINITE)
 
 
 def _problem(name: str, value, want: str) -> str:
     shown = name if len(name) <= 60 else name[:57] + "..."
-    return f"{shown} is {_kind(value)}, not {_KINDS[want][1]}"
+    kinds = {str: "text", int: "a number", float: "a number", list: "a list", dict: "an object"}
+    kind = "true/false" if isinstance(value, bool) else kinds.get(type(value), type(value).__name__)
+    return f"{shown} is {kind}, not {_KINDS[want][1]}"
 
 
 def record_problem(data: dict) -> str | None:
     """Why `data` (run.json, or a summary from metrics.jsonl) can't be shown as a run: the first field the
     history (runs list/show/compare, the window, evaluate --best, a resume's RunRecord) uses that has the wrong
     type, as "steps is text, not a whole number"; None when every one is right. Missing fields are fine."""
-    get = data.get
-    for name, plain, want in _FIELD_CHECKS:
-        value = get(name)
-        if value is not None and type(value) not in plain and not _KINDS[want][0](value):
-            return _problem(name, value, want)
+    for name, want in _RECORD_FIELDS:
+        if _bad(data.get(name), want):
+            return _problem(name, data[name], want)
     for field in ("metrics", "test_metrics"):
         for name, value in (data.get(field) or {}).items():
             if _bad(value, "number"):
@@ -377,12 +351,7 @@ def record_problem(data: dict) -> str | None:
     return None
 
 
-def read_note(folder: str | os.PathLike) -> str:
-    """The user's note on the run in `folder` ('' when it has none or note.txt cannot be read)."""
-    return _read_note(Path(folder))[0]
-
-
-def _read_note(folder: str | os.PathLike) -> tuple[str, str | None]:
+def read_note(folder: str | os.PathLike) -> tuple[str, str | None]:
     """(the note, None), ('', None) when there is none, ('', reason) when note.txt can't be read (a link, a
     FIFO, ...): read as core.files.read_regular does, the first NOTE_MAX_BYTES of it."""
     try:
@@ -438,7 +407,7 @@ def read_run(folder: str | os.PathLike) -> dict | None:
         return None
     data["name"] = folder.name
     data["folder"] = base
-    data["note"], problem = _read_note(base)
+    data["note"], problem = read_note(base)
     if problem:
         data["note_unreadable"] = problem
     if data.get("status") == "running" and not is_in_use(folder):

@@ -273,9 +273,8 @@ class Trainer:
             if self.dist.enabled and is_peer_failure(exc):
                 return self._end("failed", self._peer_failed(), details=traceback.format_exc())
             explained = explain_exception(
-                exc, self.state.step, self.cfg.batch_size, self.raw_model, self.batches, self.device, self.dist,
-                self.state.saved.path,
-            )  # fmt: skip
+                exc, self.state.step, self.cfg.batch_size, self.raw_model, self.batches, self.device
+            )
             return self._end("failed", explained, details=traceback.format_exc())
         return self._end(status, message)
 
@@ -292,13 +291,10 @@ class Trainer:
             raise ConfigError("out_dir", f"could not write {path}: {describe_os_error(exc)}") from None
 
     def train(self) -> tuple[str, str]:
-        """Optimizer steps until total_steps or a stop request. Returns (status, message).
-
-        The bookkeeping around a small model's step is kept to a few comparisons: in one process the stop/pause request and the two wall clocks (the
-        timed checkpoint, the time limit: `core.engine.due.Deadlines`) are one attribute read and one clock read,
-        the full checks running only when either says so; and the next step that logs, evaluates, checkpoints or
-        ends an epoch is known in advance with what it does (`core.engine.due.next_due`), so the other steps skip
-        _after_step. Under DDP the ranks' stop agreement runs before every step."""
+        """Optimizer steps until total_steps or a stop request: (status, message). Between steps, one attribute
+        read and one clock read stand for the stop/pause request and the wall clocks (core.engine.due.Deadlines),
+        and the next step with work after it is known in advance (next_due); under DDP the ranks agree on a
+        stop before every step."""
         self._deadlines = deadlines = Deadlines(self.cfg.checkpoint_minutes, self.cfg.time_limit_minutes, monotonic())
         state, cfg, spe, total = self.state, self.cfg, self.steps_per_epoch, self.total_steps
         stop = StopAgreement(
@@ -311,7 +307,7 @@ class Trainer:
             time_up=lambda: monotonic() >= deadlines.end_at,
         )
         self._sums = sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
-        control, clock, accum, body = self.control, self.clock, cfg.grad_accum, self._optimizer_step
+        control, clock, body = self.control, self.clock, self._optimizer_step
         check_every_step = self.dist.enabled or not isinstance(control, RunControl)
         clocks_due = deadlines.next_at
         due = next_due(state.step, cfg, spe, total)
@@ -334,7 +330,7 @@ class Trainer:
                         clock.leave_out(side_work_started)
                     clocks_due = deadlines.next_at
                 measure_norm = state.step + 1 == due.step and due.log and self._norm_wanted(due.last)
-                body(order, index * accum, sums, measure_norm)
+                body(order, index, sums, measure_norm)
                 state.step += 1
                 clock.interval_steps += 1
                 if state.step == due.step:
@@ -359,25 +355,16 @@ class Trainer:
         self.grad_norm = None  # clipping and fp16 set it again in the step
         return False
 
-    def train_step(self, order: torch.Tensor, index: int, sums: StepAccumulator, measure_norm: bool = False) -> None:
-        """One optimizer step on the `index`-th step of an epoch (its grad_accum micro-batches of `order`, an
-        `EpochBatches.order`), as train() runs each step: forward, backward, unscale and clip when set, optimizer
-        and scheduler step. Adds the losses (and fp16 overflows, token counts) to `sums`, read back with one sync
-        when the caller wants them; `measure_norm` also measures `grad_norm` without clipping or fp16. No host
-        sync. For callers that drive the steps themselves after setup() (core.lab's LR and batch finders):
-        `step`, logging, evaluation and checkpoints are left to them."""
-        self._optimizer_step(order, index * self.cfg.grad_accum, sums, measure_norm)
-
-    def _optimizer_step(self, order: torch.Tensor, first_micro: int, sums: StepAccumulator, measure_norm: bool) -> None:
-        """One optimizer step: accumulate micro-batches, unscale, clip, step, update. No host sync.
-
-        Runs thousands of times a second on a small model, so it does only what the step needs: no context
-        objects it does not use, no pass-through GradScaler calls when the scaler is off, and the gradient
-        norm only where it is used: to clip, in fp16 to count overflows, and where `measure_norm` asks for it
-        (see _norm_wanted). Without clipping it is measured, not applied: clip_grad_norm_ with an infinite max
-        norm would still multiply every gradient by 1."""
+    def _optimizer_step(
+        self, order: torch.Tensor, index: int, sums: StepAccumulator, measure_norm: bool = False
+    ) -> None:
+        """One optimizer step, the `index`-th of an epoch (its grad_accum micro-batches of `order`): forward,
+        backward, unscale and clip when set, optimizer and scheduler step; losses (and fp16 overflows, token
+        counts) added to `sums`. No host sync. The gradient norm is measured only to clip, to count fp16
+        overflows, or when `measure_norm` asks (see _norm_wanted)."""
         cfg, plan, task = self.cfg, self.plan, self.task
         accum = cfg.grad_accum
+        first_micro = index * accum
         scaler = self.scaler if self.scaler.is_enabled() else None
         tokens_key = task.tokens_key
         no_sync = getattr(self.model, "no_sync", None) if accum > 1 and self.dist.enabled else None  # DDP's
@@ -416,6 +403,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None:
             self.scheduler.step()
+
+    train_step = _optimizer_step  # core.lab's finders drive the steps themselves after setup()
 
     def _after_step(self, due: Due) -> None:
         """The work `due` names for the step just taken: the log, the evaluation and checkpoint (not timed)."""
