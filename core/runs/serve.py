@@ -21,33 +21,11 @@ import sys
 import types
 from pathlib import Path
 
-__all__ = [
-    "KIT",
-    "IncompleteExport",
-    "RowError",
-    "Rows",
-    "Served",
-    "UnsafeExport",
-    "check_program",
-    "is_loopback",
-    "load",
-    "load_module",
-    "load_program",
-    "main",
-    "parse_json",
-    "serve_csv",
-    "serve_http",
-    "serve_json_lines",
-    "serving_module",
-]
-
 HERE = Path(__file__).resolve().parent  # serve_http.py, serve_lines.py and serve_program.py lie beside this file
 
 
 def load(folder):
-    """The export in `folder` (its manifest.json, serving module and model file), ready to predict.
-    UnsafeExport (one line) for a file outside the folder or a program holding pickles or Python source (see
-    check_program); IncompleteExport (one line) for an export without its serving module."""
+    """The export in `folder`, ready to predict; UnsafeExport or IncompleteExport (one line) when it cannot be."""
     return Served(folder)
 
 
@@ -62,9 +40,6 @@ class Served:
         self.aliases = dict(getattr(part, "ALIASES", {}))
         path = Path(model_file(self.folder, self.manifest.get("file")))  # a plain name beside the manifest
         if path.suffix == ".pt2":  # code: checked for pickles and Python source before torch loads it
-            import torch
-
-            self._torch = torch
             self._module = load_program(path)
             self._session = None
         elif path.suffix == ".onnx":
@@ -80,13 +55,14 @@ class Served:
         self.part = part.Serving(self, KIT)  # the task's inputs and answers
 
     def run(self, rows, dtype):
-        """The exported model on `rows` (nested lists shaped as manifest["inputs"]): nested lists back."""
+        """The model on `rows` (nested lists shaped as manifest["inputs"]): nested lists back."""
         return self.run_array(rows, dtype).tolist()
 
     def run_array(self, rows, dtype):
         """As run, the answer as a torch tensor (model.pt2, model.safetensors) or a numpy array (model.onnx)."""
         if self._module is not None:
-            torch = self._torch
+            import torch
+
             with torch.no_grad():
                 return self._module(torch.tensor(rows, dtype=getattr(torch, dtype)))
         import numpy as np
@@ -95,10 +71,8 @@ class Served:
         return self._session.run(None, {name: np.asarray(rows, dtype=dtype)})[0]
 
     def predict(self, inputs, k=10):
-        """The task's answer for a batch of its own inputs (see the module doc), one answer per input. A single
-        input is a batch of one: one text; one history (a list of lesson ids, or a string of ids separated by
-        spaces, as `amp-console predict` reads them); one point or one candidate's features (a list of
-        numbers). An empty batch answers []. `k`: the answers per input, for a task that ranks (recommender)."""
+        """One answer per input of a batch of the task's inputs (a str or bytes is a batch of one); `k`: the
+        answers per input, for a task that ranks (recommender)."""
         if isinstance(inputs, (str, bytes)):
             inputs = [inputs]
         inputs = list(inputs)
@@ -112,25 +86,19 @@ class Served:
 
 
 class IncompleteExport(ValueError):
-    """An export this serve.py cannot serve as it is (no serving module beside it, weights only); str() says
-    what to do."""
+    """An export this serve.py cannot serve as it is; str() says what to do."""
 
 
 def serving_module(folder, manifest):
-    """The task's serving module the manifest of the export in `folder` names, run from beside this serve.py
-    only (the project's own copy also looks in core/tasks, where the modules are written). IncompleteExport
-    (one line) when it is not there, or the manifest names none (an export older than its serving modules)."""
+    """The serving module the manifest names, run from beside this serve.py only (the project's own copy also
+    looks in core/tasks); IncompleteExport when it is not there or the manifest names none."""
     name = manifest.get("serving_module")
     if name is None:
         raise IncompleteExport(
             f"{folder}: its manifest.json names no serving module (written before the task's serving code "
             f"travelled with the export): serve it with the serve.py in that folder, or export the checkpoint again"
         )
-    if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
-        raise UnsafeExport(
-            f"manifest.json: the serving module {ascii(name)[:80]} is not a module file name in the "
-            f"export folder: refused (it lies beside manifest.json)"
-        )
+    _module_name(name, "serving module")
     for place in _module_places():
         if os.path.lexists(os.path.join(place, name)):
             return load_module(place, name, "serving module")
@@ -172,8 +140,7 @@ class UnsafeExport(ValueError):
 
 
 def model_file(folder, name):
-    """The path of the export's model file `name` (manifest.json's "file"): a plain name in `folder` (no folder
-    part, `..` or absolute path), a regular file and not a link; UnsafeExport otherwise."""
+    """The path of manifest.json's "file": a plain name in `folder`, a regular file, not a link; else UnsafeExport."""
     if (
         not isinstance(name, str)
         or name in ("", ".", "..")
@@ -220,8 +187,7 @@ def open_regular(path):
 
 
 def load_program(path):
-    """torch.export.load(path).module(), once check_program found nothing in the archive that would run code.
-    The archive is checked and loaded through one open file, so it cannot be swapped in between."""
+    """torch.export.load(path).module() once check_program passes, both through one open file (no swap between)."""
     import torch
 
     with open_regular(path) as f:
@@ -231,10 +197,7 @@ def load_program(path):
 
 
 def check_program(file, label="model.pt2"):
-    """Refuse (UnsafeExport, one line) a torch.export archive holding what torch.export.load would run as
-    Python: a pickle, guard code, a shape expression beyond sympy constructors, or a member torch.export.save
-    does not write (serve_program.py beside this file says what is checked). `file`: a path or a seekable binary
-    file; `label`: the name messages give it."""
+    """UnsafeExport (one line) for a torch.export archive that would run Python when loaded (serve_program.py)."""
     checks = _companion("serve_program.py")
     try:
         checks.check_program(file, label)
@@ -245,15 +208,19 @@ def check_program(file, label="model.pt2"):
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,100}\.py")
 
 
-def load_module(folder, name, what="module"):
-    """The Python module in the file `name` of `folder`, read as source and run as a fresh module (nothing is
-    unpickled, nothing is put in sys.modules): a plain `name.py` (no folder part), a regular file and not a
-    link; UnsafeExport otherwise, IncompleteExport when the folder has no such file."""
+def _module_name(name, what):
+    """UnsafeExport unless `name` is a plain `name.py` (no folder part)."""
     if not isinstance(name, str) or not _MODULE_NAME.fullmatch(name):
         raise UnsafeExport(
             f"manifest.json: the {what} {ascii(name)[:80]} is not a module file name in the export "
             f"folder: refused (it lies beside manifest.json)"
         )
+
+
+def load_module(folder, name, what="module"):
+    """The file `name` of `folder` run as a fresh module (not put in sys.modules): a plain `name.py`, a regular
+    file and not a link; UnsafeExport otherwise, IncompleteExport when the folder has no such file."""
+    _module_name(name, what)
     path = os.path.join(folder, name)
     if not os.path.lexists(path):
         raise IncompleteExport(f"{folder}: no {name} (the {what} serve.py needs)")
@@ -438,26 +405,12 @@ def _collect(answers, batch):
 
 
 def serve_json_lines(rows, stream, out, limit, one_at_a_time):
-    """Answer each JSON line of the binary `stream` with a JSON line on `out`, an error as {"line": N, "error"};
-    `one_at_a_time`: each as soon as its line is read (stdin), else some rows predicted together (serve_lines.py,
-    beside this file)."""
+    """Each JSON line of the binary `stream` answered on `out` (serve_lines.py)."""
     _companion("serve_lines.py").serve_json_lines(KIT, rows, stream, out, limit, one_at_a_time)
 
 
-def serve_csv(rows, path, out, err, limit):
-    """Answer each row of the CSV file `path` (a header line, then rows) with CSV rows on `out`; a bad line is
-    reported on `err` (serve_lines.py, beside this file). Returns the number of bad lines."""
-    return _companion("serve_lines.py").serve_csv(KIT, rows, path, out, err, limit)
-
-
-def serve_http(rows, address, limit, timeout, quiet=False, err=None):
-    """Serve POST /predict and GET /health on `address` ("HOST:PORT", "PORT", "[::1]:PORT") until interrupted;
-    the log on `err` (stderr). The server is serve_http.py's, beside this file."""
-    _companion("serve_http.py").serve_http(KIT, rows, address, limit, timeout, quiet, err)
-
-
 def is_loopback(host):
-    """Whether `host` names this machine's loopback only (127.0.0.0/8, ::1, localhost)."""
+    """Whether `host` names this machine's loopback only (serve_http.py)."""
     return _companion("serve_http.py").is_loopback(host)
 
 
@@ -527,11 +480,15 @@ def main(argv=None):
         return _fail(f"cannot load the export in {args.export}: {_line(exc)}")
     try:
         if args.http is not None:
-            serve_http(rows, args.http, args.max_request_bytes, args.timeout, args.quiet)
+            _companion("serve_http.py").serve_http(
+                KIT, rows, args.http, args.max_request_bytes, args.timeout, args.quiet
+            )
         elif args.input == "-":
             serve_json_lines(rows, sys.stdin.buffer, sys.stdout, args.max_request_bytes, one_at_a_time=True)
         elif suffix == ".csv":
-            serve_csv(rows, args.input, sys.stdout, sys.stderr, args.max_request_bytes)
+            _companion("serve_lines.py").serve_csv(
+                KIT, rows, args.input, sys.stdout, sys.stderr, args.max_request_bytes
+            )
         else:
             with open(args.input, "rb") as f:
                 serve_json_lines(rows, f, sys.stdout, args.max_request_bytes, one_at_a_time=False)

@@ -49,14 +49,9 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
             super().finish()
             try:
                 self.connection.setblocking(False)
-                left = DRAIN_LIMIT
-                while left > 0:
-                    piece = self.connection.recv(1 << 16)
-                    if not piece:
-                        break
-                    left -= len(piece)
             except OSError:
-                pass
+                return
+            _drain(self.connection.recv, DRAIN_LIMIT)
 
         def setup(self):
             self.timeout = timeout  # StreamRequestHandler sets it on the socket: every read waits this long at most
@@ -104,8 +99,8 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
             if len(lengths) > 1 or not re.fullmatch(r"\s*\d{1,19}\s*", lengths[0]):
                 raise _Refused(400, f"Content-Length {_shown(', '.join(lengths))} is not one number of bytes")
             length = int(lengths[0])
-            if length > limit:
-                self._drain(length)
+            if length > limit:  # read and dropped while it keeps coming: the client then gets the 413, not a reset
+                _drain(self.rfile.read1, length if length <= DRAIN_LIMIT else 0)
                 raise _Refused(413, f"the body is {length:,} bytes, more than {limit:,} (--max-request-bytes)")
             deadline, data = time.monotonic() + timeout, bytearray()
             while len(data) < length:
@@ -122,19 +117,6 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
                 return data.decode("utf-8")
             except UnicodeDecodeError:
                 raise RowError("the body is not UTF-8 text") from None
-
-        def _drain(self, length):
-            """Read and drop a refused body (up to DRAIN_LIMIT, while it keeps coming): a client that sends it
-            all before reading then gets the 413, not a reset connection."""
-            left = length if length <= DRAIN_LIMIT else 0
-            try:
-                while left > 0:
-                    piece = self.rfile.read1(min(1 << 16, left))
-                    if not piece:
-                        break
-                    left -= len(piece)
-            except OSError:
-                pass
 
         def _reply(self, status, value, close=False, **headers):
             body = (json.dumps(value, allow_nan=False) + "\n").encode("utf-8")
@@ -189,6 +171,15 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
     err.flush()
     with server:
         server.serve_forever(poll_interval=0.5)
+
+
+def _drain(read, left):
+    """Read and drop up to `left` bytes with `read(n)`, until it gives none or fails."""
+    try:
+        while left > 0 and (piece := read(min(1 << 16, left))):
+            left -= len(piece)
+    except OSError:
+        pass
 
 
 class _Refused(Exception):

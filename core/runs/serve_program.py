@@ -27,68 +27,19 @@ _EXPR_TOKEN = re.compile(
     r"\s+|[A-Za-z][A-Za-z0-9_]*|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|'[A-Za-z0-9_]*'"
     r"|==|!=|<=|>=|\*\*|[-+*/%(),=<>]"
 )
+# the sympy constructors a shape expression may call, then torch.utils._sympy.functions' as torch's deserializer names them
 _EXPR_CALLS = frozenset(
-    (
-        "Symbol",
-        "Integer",
-        "Rational",
-        "Float",
-        "Add",
-        "Mul",
-        "Pow",
-        "Max",
-        "Min",
-        "Mod",
-        "Abs",
-        "Eq",
-        "Ne",
-        "Lt",
-        "Le",
-        "Gt",
-        "Ge",
-        "StrictLessThan",
-        "StrictGreaterThan",
-        "LessThan",
-        "GreaterThan",
-        "Equality",
-        "Unequality",
-        "And",
-        "Or",
-        "Not",
-        "Piecewise",
-        "ExprCondPair",
-        "floor",
-        "ceiling",
-        # torch.utils._sympy.functions, as torch's deserializer names them
-        "FloorDiv",
-        "ModularIndexing",
-        "Where",
-        "PythonMod",
-        "CleanDiv",
-        "CeilToInt",
-        "FloorToInt",
-        "CeilDiv",
-        "LShift",
-        "RShift",
-        "PowByNatural",
-        "FloatPow",
-        "FloatTrueDiv",
-        "IntTrueDiv",
-        "IsNonOverlappingAndDenseIndicator",
-        "TruncToFloat",
-        "TruncToInt",
-        "RoundToInt",
-        "RoundDecimal",
-        "ToFloat",
-        "Identity",
-    )
+    """Symbol Integer Rational Float Add Mul Pow Max Min Mod Abs Eq Ne Lt Le Gt Ge StrictLessThan StrictGreaterThan
+    LessThan GreaterThan Equality Unequality And Or Not Piecewise ExprCondPair floor ceiling
+    FloorDiv ModularIndexing Where PythonMod CleanDiv CeilToInt FloorToInt CeilDiv LShift RShift PowByNatural FloatPow
+    FloatTrueDiv IntTrueDiv IsNonOverlappingAndDenseIndicator TruncToFloat TruncToInt RoundToInt RoundDecimal ToFloat
+    Identity""".split()
 )
 _PT2_HINT = "refused before torch.export.load, which would run it (re-export it, or use --format safetensors)"
 
 
 class Refused(ValueError):
-    """A program check_program will not let torch.export.load open; str() is the one-line reason (serve.py
-    raises it as its UnsafeExport)."""
+    """A program check_program refuses; str() is the one-line reason (serve.py's UnsafeExport)."""
 
 
 def _is_pickle(head):
@@ -105,12 +56,9 @@ def _is_pickle(head):
 #   `data/sample_inputs/<m>.pt` (empty when there are none);
 # - `data/aotinductor/`, `extra/` and the rest: not part of an export.
 def check_program(file, label="model.pt2"):
-    """Refuse (Refused, one line) a torch.export archive holding what torch.export.load would run as
-    Python: a pickle (legacy weights or constants, a tensor marked use_pickle, opaque or custom objects, example
-    inputs, a pickle's bytes under any name), guard code, a shape expression beyond sympy constructors; or a
-    member torch.export.save does not write, an odd or duplicate member name, a link. Only small members are
-    read (raw tensors never are); nothing is extracted. `file`: a path or a seekable binary file; `label`:
-    the name messages give it."""
+    """Refuse (Refused, one line) an archive holding any of the above that runs as Python, a member
+    torch.export.save does not write, an odd or duplicate member name, a link. Only small members are read,
+    nothing is extracted. `file`: a path or a seekable binary file; `label`: the name messages give it."""
 
     def refuse(member, why):
         raise Refused(f"{label}: {member} {why}; {_PT2_HINT}")
