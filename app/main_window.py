@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
@@ -59,11 +58,13 @@ class MainWindow(QMainWindow):
         self.jobs = JobRunner(self)
         self._garbage_collector = GuiThreadGarbageCollector(self)  # collects on the GUI thread: see its doc
         self.closed.connect(self._garbage_collector.stop)
-        self._history: Future | None = None  # a resumed run's earlier metrics, being read
+        self._history: list | None = None  # a resumed run's earlier metrics, once read
+        self._history_token: object = None  # the read whose records are wanted
+        self._history_due = False  # the next RunStarted draws them (read off the GUI thread meanwhile)
+        self._held: list | None = None  # the plots' events after a resumed RunStarted, until its history is in
         self._resuming: str | None = None  # the checkpoint the run being started resumes
         # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.
         self.pending_resume: str | None = None
-        self._history_pool: ThreadPoolExecutor | None = None
         self.historyDialog = None
         self.previewDialog = None  # Try a model (app.panels.preview): created on first use
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
@@ -291,11 +292,16 @@ class MainWindow(QMainWindow):
             launching = " in a separate process" if separate else ""
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
-        # A resumed run's earlier curve is read off the GUI thread while the run sets up, drawn at RunStarted.
-        self._history = (
-            self._history_reader().submit(read_jsonl, Path(resume_from).parent / METRICS_FILE) if resume_from else None
-        )
+        self._history = self._held = None
         self._resuming = resume_from or None
+        self._history_due = bool(resume_from)
+        token = self._history_token = object()
+        if resume_from:
+            self.jobs.submit(
+                lambda: read_jsonl(Path(resume_from).parent / METRICS_FILE),
+                lambda records: self._history_read(token, records),
+                lambda message, _details: self._history_read(token, [], f"Earlier metrics not shown: {message}"),
+            )
         self._run_folder = config.out_dir
         self.controller.start(
             config,
@@ -385,29 +391,36 @@ class MainWindow(QMainWindow):
         self.settings_name = name
         self._update_title()
 
-    def _history_reader(self) -> ThreadPoolExecutor:
-        if self._history_pool is None:
-            self._history_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history")
-        return self._history_pool
+    def _history_read(self, token: object, records: list, problem: str = "") -> None:
+        """A resumed run's earlier metrics are in (an unreadable history costs the earlier curve, never the run)."""
+        if token is not self._history_token:  # another run started since
+            return
+        if problem:
+            self.logPanel.log(problem)
+        self._history = records
+        self._draw_history()
 
-    def _show_history(self, event: RunStarted) -> None:
-        """After a resumed run's RunStarted (which clears the plots): its earlier metrics as the curves' start."""
-        future, self._history = self._history, None
-        if future is None or event.start_step <= 0:
+    def _draw_history(self) -> None:
+        """After the resumed run's RunStarted, its history as the curves' start, then the events held meanwhile."""
+        if self._held is None or self._history is None:
             return
-        try:
-            records = future.result(timeout=30)
-        except Exception as exc:  # an unreadable history costs the earlier curve, never the run
-            self.logPanel.log(f"Earlier metrics not shown: {exc}")
-            return
-        self.plotsPanel.show_history(records)
+        held, self._held = self._held, None
+        self.plotsPanel.show_history(self._history)
+        for event in held:
+            self.plotsPanel.handle_event(event)
 
     def _on_event(self, event) -> None:
-        self.plotsPanel.handle_event(event)
+        if self._held is not None:
+            self._held.append(event)
+        else:
+            self.plotsPanel.handle_event(event)
         if isinstance(event, RunStarted):
             self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
             self._update_title()
-            self._show_history(event)
+            if self._history_due:
+                self._history_due = False
+                self._held = [] if event.start_step > 0 else None
+                self._draw_history()
         self.logPanel.handle_event(event)
         if isinstance(event, RunStarted) and self.plotsPanel.overlay_note():
             self.logPanel.log(self.plotsPanel.overlay_note())  # why other runs' curves are under this one
@@ -549,8 +562,6 @@ class MainWindow(QMainWindow):
         self.controller.shutdown()  # stop + join: no thread outlives the window
         self.jobs.shutdown()
         self.remote.shutdown()
-        if self._history_pool is not None:
-            self._history_pool.shutdown(wait=True, cancel_futures=True)
         for dialog in (self.previewDialog, *self.tools.dialogs()):
             if dialog is not None:
                 dialog.shutdown()
@@ -584,7 +595,11 @@ class MainWindow(QMainWindow):
             if self.controller.paused:
                 self.controller.resume()  # a hidden window could never resume it
             self.logPanel.log("Window closed; the run goes on, and AMP Console exits when it ends.")
-            self._announce_kept_run()
+            from app.keep_training import KeptRun  # a notification and a line on stderr: how to stop it
+
+            thread_run = not self.controller.separate_process
+            self._kept_run = KeptRun(self, stop_run=self.controller.stop if thread_run else None)
+            self._kept_run.announce(self._run_folder, self.controller.stop_pid, icon=self.windowIcon())
             self.save_settings()
             for dialog in (self.historyDialog, self.previewDialog, *self.tools.dialogs()):
                 if dialog is not None:
@@ -598,14 +613,6 @@ class MainWindow(QMainWindow):
         self.logPanel.log("Stopping the run to close the window.")
         self._update_buttons()
         self._close_deadline.start(CLOSE_TIMEOUT_MS)
-
-    def _announce_kept_run(self) -> None:
-        """The window hides: a notification and a line on stderr say where the run goes on and how to stop it."""
-        from app.keep_training import KeptRun
-
-        thread_run = not self.controller.separate_process
-        self._kept_run = KeptRun(self, stop_run=self.controller.stop if thread_run else None)
-        self._kept_run.announce(self._run_folder, self.controller.stop_pid, icon=self.windowIcon())
 
     def _finish_close(self) -> None:
         """The run has ended (or did not stop in time): close for good."""
