@@ -1,11 +1,8 @@
-"""A trained model's predictions for a whole file in its task's input format (`amp-console predict`): the Predictor
-of core.runs.predict scores, the task's file scorer (core.tasks.serving.FileScorer) reads its columns.
-
-`check_request` refuses bad settings and paths before a model is loaded; `FilePrediction(predictor, request).run()`
-streams the input (core.runs.file_input) through the scorer, reporting bad rows by line on stderr (or, with
-`strict`, raising a one-line DataError) and showing progress. The output (CSV or Parquet, by its suffix) is written
-to a partial file renamed into place when complete (core.runs.predict_output), inside the caller's `committing`
-context (docs/runs.md). No torch, numpy or pyarrow at import.
+"""A trained model's predictions for a whole file (`amp-console predict`): the Predictor scores, the task's file
+scorer (core.tasks.serving.FileScorer) reads its columns. `check_request` refuses bad settings and paths before a
+model is loaded; `FilePrediction(predictor, request).run()` streams the input (core.runs.file_input) through the
+scorer into the output (core.runs.predict_output), reporting bad rows by line on stderr (or, with `strict`, raising a
+one-line DataError). No torch, numpy or pyarrow at import.
 """
 
 from __future__ import annotations

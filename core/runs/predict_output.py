@@ -1,10 +1,6 @@
-"""Where `predict` writes: a CSV or Parquet file that appears only when complete.
-
-Tables are appended to a partial file beside --out (core.files.PartialFile: `.<name>.<random>.tmp`, locked
-while this process lives), which is fsynced and renamed over --out on commit. Leaving the `with` block
-without commit (an error, --strict, a stop signal) removes it; a partial file whose writer was killed
-(SIGKILL, a power cut) is removed by the next predict to the same --out. A file system error while writing (a
-full disk) is one WriteFailed line naming --out, and nothing is left behind. No torch, no pyarrow at import.
+"""Where `predict` writes: a CSV or Parquet file that appears only when complete, through a partial file beside
+--out (core.files.PartialFile) renamed over it on commit and removed otherwise; a killed writer's partial file is
+removed by the next predict to the same --out. A write error (a full disk) is one WriteFailed line naming --out.
 """
 
 from __future__ import annotations
@@ -25,15 +21,13 @@ class WriteFailed(AmpConsoleError):
 
 
 def write_failure(out: Path, exc: OSError) -> WriteFailed:
-    """'<out>: could not write the predictions: No space left on device; nothing was written' (the OS's words:
-    pyarrow's own strerror quotes its call)."""
+    """The one line for `exc`, in the OS's words (pyarrow's own strerror quotes its call)."""
     reason = os.strerror(exc.errno) if exc.errno else first_line(exc)
     return WriteFailed(f"{shown_path(out)}: could not write the predictions: {reason}; nothing was written")
 
 
 def clear_abandoned(out: Path) -> list[str]:
-    """Notes on the partial files of earlier predicts to `out` that were killed: removed (or, when they
-    cannot be, named). A live predict's is never touched."""
+    """Notes on the partial files of killed predicts to `out`: removed, or named when they cannot be."""
     removed, kept = remove_abandoned_partials(out)
     notes = [
         f"removed {shown_path(name)}, the partial output of an earlier predict that did not finish" for name in removed
@@ -47,8 +41,7 @@ def clear_abandoned(out: Path) -> list[str]:
 
 
 class AtomicTableWriter:
-    """Tables appended to a partial file beside `out` (CSV or Parquet by its suffix), renamed over `out` by
-    commit(); leaving the `with` block without commit removes it. OSError -> WriteFailed."""
+    """Tables written to `out` (CSV or Parquet by its suffix) as the module doc says. OSError -> WriteFailed."""
 
     def __init__(self, out: Path, schema):
         self.out, self.schema = Path(out), schema

@@ -53,10 +53,8 @@ class _Export:
 
 
 def export_run(run_dir: Path, out_dir: Path) -> Path:
-    """Write the run in `run_dir` (its metrics.jsonl) as a TensorBoard event file in `out_dir`; returns the
-    folder holding the event file (`tensorboard --logdir <it>`). An earlier export into the same folder is
-    replaced, not added to. Raises a core.errors type with one line: no tensorboardX, no or empty
-    metrics.jsonl, a folder that can't be written."""
+    """Write the run's metrics.jsonl as a TensorBoard event file in `out_dir` (replacing an earlier export there)
+    and return `out_dir`; a core.errors type with one line when it cannot be."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     try:
         writer_class = summary_writer_class()
