@@ -7,7 +7,7 @@ import pytest
 from core.config import RunConfig
 from core.engine.control import RunControl
 from core.errors import PrecisionError
-from core.lab.precision_sweep import SweepRow, measure_mode, recommend, requested_modes, run_sweep, tokens_per_sample
+from core.lab.precision_sweep import SweepRow, measure_mode, recommend, requested_modes, run_sweep
 
 
 @pytest.mark.slow
@@ -71,26 +71,17 @@ def test_recommendation_ignores_fast_modes_whose_loss_drifts():
     assert mode == "bf16" and "2.50x" in why
 
 
-def test_tokens_per_sample_is_the_trainers_count_of_the_windows_batches():
-    from core.engine.events import StepMetrics
+def test_tokens_per_sample_counts_the_timed_windows_batches():
+    from core.engine.step_metrics import IntervalReadout
+    from core.lab.timing import Timing
 
-    def window(samples_per_second, tokens_per_second):
-        return StepMetrics(
-            step=1,
-            epoch=1,
-            loss=1.0,
-            lr=0.1,
-            samples_per_second=samples_per_second,
-            grad_scale=None,
-            grad_norm=None,
-            skipped_steps=0,
-            memory_bytes=None,
-            elapsed_seconds=1.0,
-            tokens_per_second=tokens_per_second,
-        )
+    def window(tokens):
+        return IntervalReadout(loss=1.0, skipped=0, tokens=tokens)
 
-    assert tokens_per_sample([window(100.0, 300.0), window(50.0, 200.0)]) == 3.5  # 3 and 4 tokens a sample
-    assert tokens_per_sample([window(100.0, None)]) is None  # a task without a tokens_key
+    # 10 samples a step, 2 steps a window: the warm-up window's tokens are left out; 3 and 4 tokens a sample after.
+    timing = Timing(1, 10, 2, [1.0, 1.0, 1.0], [window(999.0), window(60.0), window(80.0)])
+    assert timing.tokens_per_sample == 3.5 and timing.samples_per_second == 10.0
+    assert Timing(1, 10, 2, [1.0, 1.0], [window(0.0), window(0.0)]).tokens_per_sample is None  # no tokens_key
 
 
 @pytest.mark.slow

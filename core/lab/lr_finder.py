@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -301,56 +300,25 @@ def find_lr(
     points so far); pause waits between steps. Bad settings raise ConfigError before anything is built."""
     check_settings(start_lr, end_lr, steps, diverge_factor, smoothing, method)
     config = config.validate()
-    import torch  # noqa: F401  (the engine's dependency; imported here so the curve functions stay torch-free)
-
     from core.engine.control import RunControl
-    from core.engine.precision import matmul_precision
-    from core.engine.step_metrics import StepAccumulator
-    from core.engine.trainer import Trainer
-    from core.lab.precision_sweep import _release_device_memory
+    from core.lab.timing import on_throwaway_trainer
 
     control = control or RunControl()
     began = time.perf_counter()
     if progress:
         progress(LRFinderProgress("setup", 0, steps))
-    with tempfile.TemporaryDirectory(prefix="amp-lr-find-") as out_dir:
-        # A throwaway run: constant schedule (the lr is set per step), no evaluation, checkpoint or best tracking.
-        # Eager even when config.compile is on: compiling takes longer than the test, and the curve is the same.
-        cfg = config.replace(
-            out_dir=out_dir,
-            schedule="constant",
-            max_steps=steps,
-            log_interval=1_000_000,
-            eval_interval=1_000_000_000,
-            checkpoint_interval=0,
-            checkpoint_minutes=0.0,
-            keep_best=0,
-            early_stop_patience=0,
-            early_stop_divergence=0.0,
-            tensorboard=False,
-            compile=False,
-        )
-        trainer = Trainer(cfg, control=control, devices=devices)
-        try:
-            trainer.setup()  # a user task's loss and metrics returns checked, as a run does
-            info, plan = trainer.device_info, trainer.plan
-            setup_seconds = time.perf_counter() - began
-            with matmul_precision(trainer.plan):
-                curve = _run_range(
-                    trainer,
-                    StepAccumulator,
-                    lr_schedule(start_lr, end_lr, steps),
-                    diverge_factor,
-                    smoothing,
-                    control,
-                    progress,
-                )
-        finally:
-            trainer.cleanup()
-            built = getattr(trainer, "device_info", None)  # None when setup failed before choosing the device
-            del trainer
-            if built is not None:
-                _release_device_memory(built)
+
+    def test(trainer):
+        setup_seconds = time.perf_counter() - began
+        schedule = lr_schedule(start_lr, end_lr, steps)
+        curve = _run_range(trainer, schedule, diverge_factor, smoothing, control, progress)
+        return trainer.cfg, trainer.device_info, trainer.plan, setup_seconds, curve
+
+    # Constant schedule (the lr is set per step). Eager even when config.compile is on: compiling takes longer than
+    # the test, and the curve is the same.
+    cfg, info, plan, setup_seconds, curve = on_throwaway_trainer(
+        config, "amp-lr-find-", test, devices, control, schedule="constant", max_steps=steps, compile=False
+    )
     lrs, losses, skipped_lrs, stopped, steps_run = curve
     smoothed = smooth_losses(losses, smoothing)
     picks = suggestions(lrs, losses, smoothed)
@@ -404,7 +372,6 @@ def find_lr(
 
 def _run_range(
     trainer,
-    accumulator_class,
     schedule: list[float],
     diverge_factor: float,
     smoothing: float,
@@ -412,7 +379,9 @@ def _run_range(
     progress: ProgressCallback | None,
 ):
     """The steps of the range test on a set-up Trainer. Returns (lrs, losses, skipped_lrs, stopped, steps_run)."""
-    sums = accumulator_class(trainer.device, count_only_finite=trainer.plan.use_scaler)  # the steps' losses
+    from core.engine.step_metrics import StepAccumulator
+
+    sums = StepAccumulator(trainer.device, count_only_finite=trainer.plan.use_scaler)  # the steps' losses
     per_epoch = trainer.steps_per_epoch
     grace = max(3, int(len(schedule) * SKIP_FRACTION))  # the ratio test waits for a few points
     skip_limit = max(5, grace)  # this many skipped steps in a row after the curve started: the gradients overflow

@@ -1,7 +1,7 @@
 """Precision sweep: one task, seed and data in every precision mode the device supports, timed properly
 (docs/precision-lab.md).
 
-Each mode drives the real Trainer, its log interval the timed window; after warm-up windows the median is reported,
+Each mode trains the Trainer's own steps, timed by core.lab.timing (warm-up windows, then the median timed window),
 with peak memory (core.devices.PeakMemory), loss against fp32 and optional torch.compile / activation checkpointing
 rows. On the CPU each mode runs in a fresh subprocess by default (`--one-mode`), so its peak RSS is its own. A user
 task's bad return stops the sweep with its one line, whichever process the mode ran in.
@@ -16,7 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +25,11 @@ import torch
 from core.config import RunConfig
 from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
 from core.engine.control import RunControl
-from core.engine.events import RunEnded, RunStarted, StepMetrics
 from core.errors import AmpConsoleError, PrecisionError, TaskOutputError, UserCodeError
+from core.lab.timing import on_throwaway_trainer, speed_ratio, time_steps
 from core.precision_modes import PRECISION_MODES
 from core.process import exit_process
+from core.text import first_line
 
 # Losses within this relative (or absolute) distance of fp32's after the same steps count as "the same".
 LOSS_REL_TOLERANCE = 0.05
@@ -153,17 +153,6 @@ ProgressCallback = Callable[[SweepProgress], None]
 WindowCallback = Callable[[str, int, int, int, int, "float | None", "int | None"], None]
 
 
-def tokens_per_sample(windows: list[StepMetrics]) -> float | None:
-    """Mean non-padding tokens per sample of the timed batches, as the trainer counted them; None for tasks without
-    tokens."""
-    ratios = [
-        e.tokens_per_second / e.samples_per_second
-        for e in windows
-        if e.tokens_per_second is not None and e.samples_per_second
-    ]
-    return statistics.fmean(ratios) if ratios else None
-
-
 def measure_mode(
     config: RunConfig,
     mode: str,
@@ -173,89 +162,59 @@ def measure_mode(
     devices: list[DeviceInfo] | None = None,
     on_window: WindowCallback | None = None,
 ) -> SweepRow:
-    """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps, in this process: median step
-    time, throughput, peak memory from setup to the last window and the last window's mean loss. `on_window` hears
-    when setup is done and after every window."""
-    from core.engine.trainer import Trainer
-
+    """Train `config` in `mode` for warm-up + `repeats` windows of `steps` optimizer steps in this process, timed by
+    core.lab.timing: median step time, throughput, peak memory from setup to the last window and the last window's
+    mean loss. `on_window` hears when setup is done and after every window."""
     windows = warmup_windows + repeats
-    control = RunControl()
-    seen: list[StepMetrics] = []
-    facts: dict = {}
-    total_steps = windows * steps
-    with tempfile.TemporaryDirectory(prefix="amp-sweep-") as out_dir:
-        # One step more than the windows: the sink stops the run after the last window (no final evaluation).
-        cfg = config.replace(
-            precision=mode,
-            max_steps=windows * steps + 1,
-            log_interval=steps,
-            eval_interval=1_000_000_000,
-            checkpoint_interval=0,
-            out_dir=out_dir,
+    total = windows * steps
+
+    def measure(trainer) -> SweepRow:
+        cfg, plan = trainer.cfg, trainer.plan
+        threads = torch.get_num_threads()  # what the trainer's setup left in effect
+        row = SweepRow(
+            mode=mode,
+            status="ok",
+            compute_dtype=plan.compute_dtype_name,
+            scaler=plan.use_scaler,
+            threads=threads,
+            compiled=cfg.compile,
+            checkpointed=cfg.activation_checkpointing,
+            compile_seconds=getattr(trainer, "compile_seconds", None),
         )
-        trainer = Trainer(cfg, control=control, devices=devices)
-        samples_per_step = cfg.batch_size * cfg.grad_accum
+        # A compile that fell back to eager, or a task without blocks to checkpoint, is said in the row.
+        row.reason = "; ".join(
+            note
+            for note in trainer.notes
+            if (cfg.compile and "torch.compile failed" in note)
+            or (cfg.activation_checkpointing and "names no blocks" in note)
+        )
+        meter = PeakMemory(trainer.device)
+        meter.reset()
+        if on_window:
+            on_window("setup", 0, windows, 0, total, None, threads)
 
-        def sink(event) -> None:
-            if isinstance(event, RunStarted):
-                facts["started"] = event
-                facts["threads"] = torch.get_num_threads()  # what the trainer's setup left in effect
-                facts["meter"] = PeakMemory(trainer.device)
-                facts["meter"].reset()
-                if on_window:
-                    on_window("setup", 0, windows, 0, total_steps, None, facts["threads"])
-            elif isinstance(event, StepMetrics):
-                seen.append(event)
-                if len(seen) == windows:
-                    facts["peak"] = facts["meter"].read().peak_bytes
-                    control.stop()
-                if on_window:
-                    step_ms = 1000.0 * samples_per_step / event.samples_per_second if event.samples_per_second else None
-                    on_window(
-                        "window",
-                        len(seen),
-                        windows,
-                        min(event.step, total_steps),
-                        total_steps,
-                        step_ms,
-                        facts.get("threads"),
-                    )
+        def window_done(window: int, seconds: float, _readout) -> None:
+            if on_window:
+                on_window("window", window, windows, window * steps, total, 1000.0 * seconds, threads)
 
-        trainer.sink = sink
-        ended: RunEnded = trainer.run()
-    started: RunStarted = facts["started"]
-    row = SweepRow(
-        mode=mode,
-        status="ok",
-        compute_dtype=started.autocast_dtype,
-        scaler=started.scaler,
-        threads=facts.get("threads"),
-        compiled=cfg.compile,
-        checkpointed=cfg.activation_checkpointing,
-        compile_seconds=getattr(trainer, "compile_seconds", None),
-    )
-    # A compile that fell back to eager, or a task without blocks to checkpoint, is said in the row.
-    row.reason = "; ".join(
-        note
-        for note in started.notes
-        if (cfg.compile and "torch.compile failed" in note)
-        or (cfg.activation_checkpointing and "names no blocks" in note)
-    )
-    if ended.status == "failed" or len(seen) < windows:
-        row.status, row.reason = "failed", ended.message or f"ended {ended.status} after {ended.step:,} steps"
+        try:
+            timing = time_steps(trainer, steps, repeats, warmup_windows, window_done)
+        except Exception as exc:  # the run would have failed here: the row says why, the sweep goes on
+            row.status, row.reason = "failed", first_line(exc)
+            return row
+        row.peak_memory_bytes = meter.read().peak_bytes
+        row.step_ms_windows = [1000.0 * s for s in timing.timed]
+        row.step_ms = statistics.median(row.step_ms_windows)
+        row.samples_per_second = timing.samples_per_second
+        tokens = timing.tokens_per_sample  # counted from the batches the timed windows trained on
+        if tokens is not None and row.samples_per_second:
+            row.tokens_per_second = row.samples_per_second * tokens
+        row.loss = timing.readouts[-1].loss
+        row.skipped_steps = sum(r.skipped for r in timing.readouts)
         return row
-    timed = seen[warmup_windows:]
-    row.step_ms_windows = [1000.0 * samples_per_step / e.samples_per_second for e in timed]
-    row.step_ms = statistics.median(row.step_ms_windows)
-    row.samples_per_second = 1000.0 * samples_per_step / row.step_ms
-    tokens = tokens_per_sample(timed)  # counted from the batches the timed windows trained on
-    if tokens is not None:
-        row.tokens_per_second = row.samples_per_second * tokens
-    last = seen[-1]
-    row.peak_memory_bytes = facts.get("peak")
-    row.loss = last.loss
-    row.skipped_steps = last.skipped_steps
-    return row
+
+    # One step more than the windows: the scheduler plans the run the windows are part of.
+    return on_throwaway_trainer(config, "amp-sweep-", measure, devices, precision=mode, max_steps=total + 1)
 
 
 def measure_mode_isolated(
@@ -427,7 +386,6 @@ def run_sweep(
                 row = measure_mode_isolated(variant, mode, steps, repeats, warmup_windows, control, on_window)
             else:
                 row = measure_mode(variant, mode, steps, repeats, warmup_windows, devices, on_window)
-                _release_device_memory(info)
         row.compiled, row.checkpointed = compiled, checkpointed  # failed measuring processes included
         rows.append(row)
         if progress:
@@ -468,11 +426,6 @@ def memory_source(meter: PeakMemory, isolate: bool) -> str:
     return f"{meter.source} since each mode's setup{where}"
 
 
-def _release_device_memory(info: DeviceInfo) -> None:
-    """Free the previous mode's cached blocks so the next one starts from the same allocator state."""
-    PeakMemory(torch_device(info)).release()
-
-
 def reference_row(rows: list[SweepRow]) -> SweepRow | None:
     """The row ratios are against: fp32 eager without activation checkpointing when measured, else the first fp32
     row."""
@@ -497,8 +450,7 @@ def compare_to_fp32(rows: list[SweepRow]) -> None:
     for row in rows:
         if row.status != "ok":
             continue
-        if base.samples_per_second and row.samples_per_second:
-            row.speedup = row.samples_per_second / base.samples_per_second
+        row.speedup = speed_ratio(row.samples_per_second, base.samples_per_second)
         if base.peak_memory_bytes and row.peak_memory_bytes:
             row.memory_ratio = row.peak_memory_bytes / base.peak_memory_bytes
         if base.loss is not None and row.loss is not None:

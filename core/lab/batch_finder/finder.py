@@ -4,9 +4,9 @@ core.lab.batch_finder)."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from core.config import RunConfig
@@ -17,6 +17,7 @@ from core.lab.batch_finder.results import (
     DEFAULT_STEPS,
     DEFAULT_TOLERANCE,
     MAX_BATCH_CAP,
+    TIMED_WINDOWS,
     BatchFinderProgress,
     BatchFinderResult,
     ModeResult,
@@ -25,6 +26,7 @@ from core.lab.batch_finder.results import (
     compare_to_fp32,
 )
 from core.lab.batch_finder.search import check_settings, search_mode
+from core.lab.timing import on_throwaway_trainer, time_steps
 from core.text import size
 
 if TYPE_CHECKING:
@@ -34,16 +36,17 @@ if TYPE_CHECKING:
 
 
 class TrainerWork:
-    """Trials on a set-up Trainer: `steps` of the trainer's own optimizer step at the batch, then one evaluation
-    pass of the validation split (the first `eval_rows` rows) in batches of that size. A Dataset split is drawn
-    as the run draws it: a DataLoader of the batch tried (core.data.loaders.LoaderBatches, the run's loader
-    settings), and the validation split's first rows as evaluation gets them (DatasetSplit)."""
+    """Trials on a set-up Trainer: `steps` of the trainer's own optimizer step at the batch, timed by core.lab.timing
+    (split evenly into a warm-up window and up to TIMED_WINDOWS timed ones), then one evaluation pass of the
+    validation split (the first `eval_rows` rows) in batches of that size. A Dataset split is drawn as the run draws
+    it: a DataLoader of the batch tried (the run's loader settings), the validation split's first rows as evaluation
+    gets them (DatasetSplit)."""
 
-    def __init__(self, trainer, steps: int, probe: MemoryProbe, eval_rows: int | None = None):
+    def __init__(self, trainer, steps: int, eval_rows: int | None = None):
         from core.data.batching import split_length
         from core.data.loaders import is_dataset
 
-        self.trainer, self.steps, self.probe = trainer, steps, probe
+        self.trainer, self.steps = trainer, steps
         self.train_split = trainer.batches.split
         self.loader = trainer.batches if is_dataset(self.train_split) else None  # a Dataset's LoaderBatches
         rows = split_length(trainer.val)
@@ -66,36 +69,24 @@ class TrainerWork:
             self.train_split, batch, t.cfg.seed, t.device, settings=self.loader.settings, what=self.loader.what
         )
 
-    def run(self, batch: int) -> tuple[float, int]:
+    def run(self, batch: int) -> float | None:
         from core.engine.distributed import DistContext
         from core.engine.evaluation import evaluate_split
-        from core.engine.precision import matmul_precision
-        from core.engine.step_metrics import StepAccumulator
 
         t = self.trainer
         t.batches = self._batches(batch)
+        windows = min(TIMED_WINDOWS + 1, self.steps)  # the first is warm-up: the optimizer allocates its state
         try:
-            sums = StepAccumulator(t.device, count_only_finite=t.plan.use_scaler)  # the steps add their losses here
-            order, per_epoch = t.batches.order(0), t.batches.batches_per_epoch  # one micro-batch per step
-            with matmul_precision(t.plan):
-                began = time.perf_counter()
-                t.train_step(order, 0, sums)
-                timed = self.steps - 1
-                if timed:  # the first step is warm-up: the optimizer allocates its state there
-                    self.probe.synchronize()
-                    began = time.perf_counter()
-                    for step in range(1, self.steps):
-                        t.train_step(order, step % per_epoch, sums)
-                self.probe.synchronize()
-                seconds = time.perf_counter() - began
-                if self.eval_rows:
-                    val = self.val if isinstance(self.val, dict) else self.val.batched(batch)
-                    evaluate_split(t.task, t.raw_model, val, batch, DistContext(), t.plan.autocast)
+            warmup = 1 if windows > 1 else 0
+            speed = time_steps(t, self.steps // windows, windows - warmup, warmup).samples_per_second
+            if self.eval_rows:
+                val = self.val if isinstance(self.val, dict) else self.val.batched(batch)
+                evaluate_split(t.task, t.raw_model, val, batch, DistContext(), t.plan.autocast)
         finally:
             close = getattr(t.batches, "close", None)  # a DataLoader's workers end with the trial
             if close is not None:
                 close()
-        return seconds, batch * max(1, timed)
+        return speed
 
     def recover(self) -> None:
         """Drop gradients, the optimizer's state (possibly half-built) and the GradScaler's per-step state."""
@@ -132,9 +123,9 @@ def find_batch_sizes(
     """
     check_settings(margin, steps, tolerance, start, max_batch)
     config = config.validate()
-    from core.devices import device_info, list_devices
+    from core.data.batching import split_length
+    from core.devices import device_info, list_devices, torch_device
     from core.engine.control import RunControl
-    from core.engine.trainer import Trainer
     from core.lab.precision_sweep import requested_modes
 
     control = control or RunControl()
@@ -145,44 +136,41 @@ def find_batch_sizes(
     config = config.replace(device=info.id, compile=False)
     order = requested_modes(list(modes) if modes else None)
     first = start or config.batch_size
-    from core.devices import torch_device
-
     probe = probe if probe is not None else make_probe(torch_device(info))
     results: list[ModeResult] = []
     facts: dict = {}
+
+    def search(trainer, mode: str, index: int) -> ModeResult:
+        rows = split_length(trainer.batches.split)
+        cap = facts["max_batch"] = min(max_batch or MAX_BATCH_CAP, rows)
+        work = TrainerWork(trainer, steps, eval_rows)
+        facts["eval_rows"] = work.eval_rows
+
+        def on_trial(trial: Trial, count: int, budget: int) -> None:
+            if progress:
+                progress(
+                    BatchFinderProgress(
+                        mode, index, len(order), "trial", trial=trial, trials=count, budget_bytes=budget
+                    )
+                )
+
+        result = search_mode(work, probe, mode, min(first, cap), cap, margin, tolerance, control, on_trial, limit_bytes)
+        result.compute_dtype = trainer.plan.compute_dtype_name
+        if cap < (max_batch or MAX_BATCH_CAP) and result.capped:
+            result.reason = f"all {rows:,} training rows fit in one batch: the data, not memory, is the limit"
+        return result
+
     for index, mode in enumerate(order):
         if control.stop_requested:
             results.append(ModeResult(mode=mode, status="stopped", reason="stopped by request"))
         elif mode not in info.precisions:
-            results.append(
-                ModeResult(
-                    mode=mode, status="skipped", reason=info.unsupported.get(mode, f"not supported on {info.id}")
-                )
-            )
+            reason = info.unsupported.get(mode, f"not supported on {info.id}")
+            results.append(ModeResult(mode=mode, status="skipped", reason=reason))
         else:
             if progress:
                 progress(BatchFinderProgress(mode, index, len(order), "setup"))
             results.append(
-                _search_one_mode(
-                    Trainer,
-                    config,
-                    info,
-                    mode,
-                    index,
-                    len(order),
-                    first,
-                    max_batch,
-                    margin,
-                    steps,
-                    tolerance,
-                    eval_rows,
-                    limit_bytes,
-                    probe,
-                    devices,
-                    progress,
-                    control,
-                    facts,
-                )
+                _search_one_mode(config, mode, first, steps, devices, probe, partial(search, mode=mode, index=index))
             )
         if progress:
             progress(BatchFinderProgress(mode, index, len(order), "done", result=results[-1]))
@@ -221,80 +209,30 @@ def find_batch_sizes(
 
 
 def _search_one_mode(
-    trainer_class,
-    config: RunConfig,
-    info: DeviceInfo,
-    mode: str,
-    index: int,
-    total: int,
-    start: int,
-    max_batch: int | None,
-    margin: float,
-    steps: int,
-    tolerance: float,
-    eval_rows: int | None,
-    limit_bytes: int | None,
-    probe: MemoryProbe,
-    devices,
-    progress,
-    control,
-    facts: dict,
+    config: RunConfig, mode: str, start: int, steps: int, devices, probe: MemoryProbe, search
 ) -> ModeResult:
-    from core.data.batching import split_length
-
-    failed = ""
-    with tempfile.TemporaryDirectory(prefix="amp-fit-batch-") as out_dir:
+    """`search(trainer)` on a throwaway Trainer of `mode` (constant lr, one micro-batch per step); a model and data
+    that do not fit even before the first trial make the mode 'failed'."""
+    try:
         # A throwaway run: constant lr, one micro-batch per step, no evaluation, checkpoint or best tracking.
-        cfg = config.replace(
+        return on_throwaway_trainer(
+            config,
+            "amp-fit-batch-",
+            search,
+            devices,
             precision=mode,
             batch_size=start,
             grad_accum=1,
-            out_dir=out_dir,
             schedule="constant",
             warmup_steps=0,
             max_steps=steps,
-            log_interval=1_000_000,
-            eval_interval=1_000_000_000,
-            checkpoint_interval=0,
-            checkpoint_minutes=0.0,
-            keep_best=0,
-            early_stop_patience=0,
-            early_stop_divergence=0.0,
-            tensorboard=False,
         )
-        trainer = trainer_class(cfg, devices=devices)
-        work = None
-        try:
-            try:
-                trainer.setup()  # a user task's loss and metrics returns checked, as a run does
-            except ConfigError as exc:
-                if exc.field == "batch_size":  # the start batch exceeds the training rows
-                    raise ConfigError("start", str(exc).split(": ", 1)[1]) from None
-                raise
-            rows = split_length(trainer.batches.split)
-            cap = min(max_batch or MAX_BATCH_CAP, rows)
-            facts["max_batch"] = cap
-            work = TrainerWork(trainer, steps, probe, eval_rows)
-            facts["eval_rows"] = work.eval_rows
-
-            def on_trial(trial: Trial, count: int, budget: int) -> None:
-                if progress:
-                    progress(
-                        BatchFinderProgress(mode, index, total, "trial", trial=trial, trials=count, budget_bytes=budget)
-                    )
-
-            result = search_mode(
-                work, probe, mode, min(start, cap), cap, margin, tolerance, control, on_trial, limit_bytes
-            )
-            result.compute_dtype = trainer.plan.compute_dtype_name
-            if cap < (max_batch or MAX_BATCH_CAP) and result.capped:
-                result.reason = f"all {rows:,} training rows fit in one batch: the data, not memory, is the limit"
-        except probe.oom_errors as exc:  # the model and data themselves do not fit
-            failed = (str(exc).strip().splitlines() or ["out of memory"])[0][:200]
-        finally:
-            trainer.cleanup()
-            work = trainer = None
-            probe.release()
-    if failed:
+    except ConfigError as exc:
+        if exc.field == "batch_size":  # the start batch exceeds the training rows
+            raise ConfigError("start", str(exc).split(": ", 1)[1]) from None
+        raise
+    except probe.oom_errors as exc:  # the model and data themselves do not fit
+        failed = (str(exc).strip().splitlines() or ["out of memory"])[0][:200]
         return ModeResult(mode=mode, status="failed", reason=f"setting up the model ran out of memory: {failed}")
-    return result
+    finally:
+        probe.release()

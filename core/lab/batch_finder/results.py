@@ -8,10 +8,12 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from core.lab.timing import speed_ratio
 from core.text import size
 
 DEFAULT_MARGIN = 0.10
-DEFAULT_STEPS = 3
+DEFAULT_STEPS = 4  # a warm-up step, then 3 timed windows of one step (core.lab.timing)
+TIMED_WINDOWS = 3
 DEFAULT_TOLERANCE = 0.05
 MAX_BATCH_CAP = 65_536
 MAX_STEPS = 1_000
@@ -157,8 +159,7 @@ def compare_to_fp32(results: list[ModeResult]) -> None:
         if m is base or m.status != "ok" or not m.batch:
             continue
         m.batch_ratio = m.batch / base_batch
-        if m.samples_per_second and base.samples_per_second:
-            m.speed_ratio = m.samples_per_second / base.samples_per_second
+        m.speed_ratio = speed_ratio(m.samples_per_second, base.samples_per_second)
         speed = f" at {m.speed_ratio:.1f}× the samples/s" if m.speed_ratio else ""
         if m.capped and base.capped:
             m.comparison = f"{m.mode} and fp32 both fit the cap of {m.batch:,}; {m.mode} runs it{speed}"

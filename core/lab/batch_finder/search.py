@@ -128,10 +128,10 @@ class FootprintPredictor:
 
 
 class TrialWork(Protocol):
-    """What a trial runs: `run(batch)` trains and evaluates at that batch and returns (timed seconds, timed
-    samples); `recover()` drops what an out-of-memory error left half-built (gradients, optimizer state)."""
+    """What a trial runs: `run(batch)` trains and evaluates at that batch and returns its samples/s (None when not
+    timed); `recover()` drops what an out-of-memory error left half-built (gradients, optimizer state)."""
 
-    def run(self, batch: int) -> tuple[float, int]: ...
+    def run(self, batch: int) -> float | None: ...
     def recover(self) -> None: ...
 
 
@@ -199,7 +199,7 @@ def _run_trial(
     oom = ""
     try:
         probe.begin_trial(batch)
-        seconds, samples = work.run(batch)
+        speed = work.run(batch)
     except probe.oom_errors as exc:
         oom = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
     # Outside the except block: the exception and its traceback (which hold the trial's tensors) are gone.
@@ -211,7 +211,6 @@ def _run_trial(
     probe.release()
     if predictor is not None:
         predictor.add(batch, peak)
-    speed = samples / seconds if seconds > 0 else None
     return Trial(
         batch,
         FITS if peak <= budget else OVER_MARGIN,
