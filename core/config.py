@@ -42,234 +42,127 @@ class FieldSpec:
     step: float | None = None
 
 
-FIELD_SPECS: dict[str, FieldSpec] = {
-    spec.name: spec
-    for spec in (
-        FieldSpec(
-            "task",
-            "model + data + loss + metrics (see `amp-console tasks`), or a task file: "
-            "path/to/my_task.py:MyTask or package.module:MyTask (docs/tasks.md)",
-        ),
-        FieldSpec(
-            "task_file",
-            "where a task that is not built in is defined (path/to/file.py:Class or "
-            "package.module:Class); set from the task; loading it runs its code",
-        ),
-        FieldSpec(
-            "data",
-            "data file (CSV/TSV, Parquet, svmlight, JSON lines) or folder to train on, split into "
-            "train/validation/test by its 'split' column, a folder's train.* / val.* / test.* files "
-            "or val_data / test_data, else by the task; empty = synthetic data (the task's own)",
-        ),
-        FieldSpec(
-            "val_data",
-            "validation data file or folder, used as given (data is then the training data; "
-            "without test_data there is no test split); empty = from data (its 'split' column, "
-            "its folder's val.* / vali.* / dev.* file, else the task's own split)",
-        ),
-        FieldSpec(
-            "test_data",
-            "test data file or folder, used as given (data is then the training data; without "
-            "val_data, validation is 10% of the training data, or each user's last training "
-            "event for the recommender); empty = from data (as val_data), none when only "
-            "val_data is given",
-        ),
-        FieldSpec(
-            "delimiter",
-            "field separator of the data files: , ; | \\t (a tab), \\s+ (runs of spaces or tabs) "
-            "or any short text; empty = sniffed from each file",
-        ),
-        FieldSpec(
-            "columns",
-            "the data files' column names where they differ from the task's: expected name = the "
-            "file's name, e.g. user_id=userId, item_id=movieId; empty = the task's names",
-        ),
-        FieldSpec(
-            "data_format",
-            "how the data files are read: auto (by suffix; a file of another suffix by its "
-            "content), delimited (text with a delimiter), json (JSON lines), svmlight, "
-            "label_text (a label, a blank, then the text on each line: SST-2, fastText's "
-            "__label__pos) or parquet",
-            choices=DATA_FORMATS,
-        ),
-        FieldSpec(
-            "query_file",
-            "query sizes of an svmlight data file without qid: (one whole number per line: the "
-            "rows of each query, in order); empty = the file's .query or .group beside it, "
-            "as LightGBM and XGBoost name it",
-        ),
-        FieldSpec("device", "auto, cpu, cuda:N, mps or xpu:N"),
-        FieldSpec(
-            "precision", "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto", choices=PRECISION_CHOICES
-        ),
-        FieldSpec("optimizer", "sgd (with momentum), adam or adamw", choices=OPTIMIZERS),
-        FieldSpec("lr", "peak learning rate", 1e-7, 10.0, step=1e-4),
-        FieldSpec("momentum", "SGD momentum", 0.0, 0.999, step=0.05),
-        FieldSpec(
-            "weight_decay",
-            "weight decay (decoupled for adamw), applied to weight matrices only; biases, "
-            "norms and embeddings are not decayed",
-            0.0,
-            1.0,
-            step=0.01,
-        ),
-        FieldSpec("batch_size", "samples per micro-batch (per process)", 1, 1_048_576, step=1),
-        FieldSpec("epochs", "passes over the training data (used when max_steps is 0)", 0, 100_000, step=1),
-        FieldSpec("max_steps", "optimizer steps to run; 0 = run `epochs` epochs", 0, 1_000_000_000, step=100),
-        FieldSpec(
-            "min_steps",
-            "when the length is in epochs (max_steps 0): at least this many optimizer steps, in "
-            "whole epochs, so that a small data file still trains; 0 = exactly `epochs`",
-            0,
-            1_000_000_000,
-            step=100,
-        ),
-        FieldSpec("schedule", "learning-rate schedule", choices=SCHEDULES),
-        FieldSpec("warmup_steps", "linear warm-up steps for the cosine schedule", 0, 1_000_000_000, step=10),
-        FieldSpec("grad_clip", "clip the gradient norm to this value; 0 = off", 0.0, 1e6, step=0.1),
-        FieldSpec("grad_accum", "micro-batches accumulated per optimizer step", 1, 4096, step=1),
-        FieldSpec("seed", "seed for weights, data and data order", 0, 2**32 - 1, step=1),
-        FieldSpec("log_interval", "optimizer steps between metric reports (the only host syncs)", 1, 1_000_000, step=1),
-        FieldSpec(
-            "eval_interval",
-            "optimizer steps between evaluations; 0 = at the end of each epoch",
-            0,
-            1_000_000_000,
-            step=100,
-        ),
-        FieldSpec(
-            "checkpoint_interval",
-            "optimizer steps between checkpoints; 0 = only at the end",
-            0,
-            1_000_000_000,
-            step=100,
-        ),
-        FieldSpec(
-            "checkpoint_minutes",
-            "also checkpoint when this many minutes of wall time have passed since the "
-            "last one, so a crash or kill loses at most that much; 0 = off",
-            0.0,
-            10_080.0,
-            step=1.0,
-        ),
-        FieldSpec(
-            "time_limit_minutes",
-            "stop training when this many minutes of wall time (pauses included) "
-            "have passed since it started, then evaluate, test and checkpoint as at "
-            "the end; the run completes, saying so; 0 = no limit",
-            0.0,
-            525_600.0,
-            step=10.0,
-        ),
-        FieldSpec(
-            "threads",
-            "CPU threads torch uses inside an op; 0 = auto (1 for light steps or a busy "
-            "machine, else the free cores; the choice is reported when the run starts)",
-            0,
-            1024,
-            step=1,
-        ),
-        FieldSpec(
-            "num_workers",
-            "DataLoader worker processes for a task whose data is a torch Dataset "
-            "(docs/tasks.md); 0 = batches are loaded in the training process; a task whose "
-            "data is tensors does not use it",
-            0,
-            256,
-            step=1,
-        ),
-        FieldSpec(
-            "pin_memory",
-            "DataLoader batches in page-locked host memory, so the copy to a GPU is "
-            "asynchronous (a Dataset task): auto = on when the device is CUDA",
-            choices=PIN_MEMORY,
-        ),
-        FieldSpec(
-            "persistent_workers",
-            "keep the DataLoader's worker processes from one epoch to the next instead "
-            "of starting them again (a Dataset task, num_workers above 0)",
-        ),
-        FieldSpec(
-            "prefetch_factor",
-            "batches each DataLoader worker prepares ahead (a Dataset task, num_workers above 0)",
-            1,
-            1024,
-            step=1,
-        ),
-        FieldSpec(
-            "out_dir",
-            "folder for checkpoint.pt, config.toml and metrics.jsonl; empty = in the runs root "
-            "(a new folder under it, named by date, task and precision)",
-        ),
-        FieldSpec(
-            "monitor",
-            "validation metric that picks the best checkpoints and early stopping; empty = the "
-            "task's primary metric (e.g. accuracy, ndcg@10_full_filtered), or 'loss' for the validation loss",
-        ),
-        FieldSpec(
-            "monitor_mode",
-            "whether a higher (max) or lower (min) monitored value is better; auto = min "
-            "for losses and errors (names containing loss, error, mse, mae or perplexity), "
-            "else max",
-            choices=MONITOR_MODES,
-        ),
-        FieldSpec(
-            "keep_best",
-            "best checkpoints kept besides checkpoint.pt (the last): 1 = best.pt, k > 1 = "
-            "best-1.pt (the best) to best-k.pt, ranked; 0 = none",
-            0,
-            100,
-            step=1,
-        ),
-        FieldSpec(
-            "early_stop_patience",
-            "end the run (completed) after this many evaluations without an "
-            "improvement of the monitored metric; 0 = off",
-            0,
-            1_000_000,
-            step=1,
-        ),
-        FieldSpec(
-            "early_stop_min_delta",
-            "an improvement must beat the best value by more than this (for best checkpoints and early stopping)",
-            0.0,
-            1e9,
-            step=0.001,
-        ),
-        FieldSpec(
-            "early_stop_divergence",
-            "end the run (completed) as soon as the monitored metric is worse than "
-            "this: above it for a min-mode metric such as the loss, below it for "
-            "max-mode; nan or inf also ends it; 0 = off",
-            0.0,
-            1e9,
-            step=0.1,
-        ),
-        FieldSpec(
-            "compile",
-            "compile the model with torch.compile after moving it to the device (compile time is "
-            "reported apart from the steady-state speed); falls back to eager, saying why, where "
-            "the platform's compiler is missing",
-        ),
-        FieldSpec(
-            "compile_mode",
-            "torch.compile mode: default, reduce-overhead (CUDA graphs: small models on a "
-            "GPU) or max-autotune (longer compile, tuned kernels)",
-            choices=COMPILE_MODES,
-        ),
-        FieldSpec(
-            "activation_checkpointing",
-            "recompute each block's activations in the backward pass instead of "
-            "keeping them: less memory for more compute (tasks whose model "
-            "has blocks, e.g. the recommender)",
-        ),
-        FieldSpec(
-            "tensorboard",
-            "also write TensorBoard event files into <run folder>/tensorboard as the run "
-            "goes (needs the optional tensorboardX package)",
-        ),
-    )
+_HELP = {  # every setting with a FieldSpec, in the form's order
+    "task": "model + data + loss + metrics (see `amp-console tasks`), or a task file: path/to/my_task.py:MyTask or "
+    "package.module:MyTask (docs/tasks.md)",
+    "task_file": "where a task that is not built in is defined (path/to/file.py:Class or package.module:Class); set "
+    "from the task; loading it runs its code",
+    "data": "data file (CSV/TSV, Parquet, svmlight, JSON lines) or folder to train on, split into "
+    "train/validation/test by its 'split' column, a folder's train.* / val.* / test.* files or val_data / test_data, "
+    "else by the task; empty = synthetic data (the task's own)",
+    "val_data": "validation data file or folder, used as given (data is then the training data; without test_data "
+    "there is no test split); empty = from data (its 'split' column, its folder's val.* / vali.* / dev.* file, else "
+    "the task's own split)",
+    "test_data": "test data file or folder, used as given (data is then the training data; without val_data, "
+    "validation is 10% of the training data, or each user's last training event for the recommender); empty = from "
+    "data (as val_data), none when only val_data is given",
+    "delimiter": "field separator of the data files: , ; | \\t (a tab), \\s+ (runs of spaces or tabs) or any short "
+    "text; empty = sniffed from each file",
+    "columns": "the data files' column names where they differ from the task's: expected name = the file's name, e.g. "
+    "user_id=userId, item_id=movieId; empty = the task's names",
+    "data_format": "how the data files are read: auto (by suffix; a file of another suffix by its content), delimited "
+    "(text with a delimiter), json (JSON lines), svmlight, label_text (a label, a blank, then the text on each line: "
+    "SST-2, fastText's __label__pos) or parquet",
+    "query_file": "query sizes of an svmlight data file without qid: (one whole number per line: the rows of each "
+    "query, in order); empty = the file's .query or .group beside it, as LightGBM and XGBoost name it",
+    "device": "auto, cpu, cuda:N, mps or xpu:N",
+    "precision": "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto",
+    "optimizer": "sgd (with momentum), adam or adamw",
+    "lr": "peak learning rate",
+    "momentum": "SGD momentum",
+    "weight_decay": "weight decay (decoupled for adamw), applied to weight matrices only; biases, norms and "
+    "embeddings are not decayed",
+    "batch_size": "samples per micro-batch (per process)",
+    "epochs": "passes over the training data (used when max_steps is 0)",
+    "max_steps": "optimizer steps to run; 0 = run `epochs` epochs",
+    "min_steps": "when the length is in epochs (max_steps 0): at least this many optimizer steps, in whole epochs, so "
+    "that a small data file still trains; 0 = exactly `epochs`",
+    "schedule": "learning-rate schedule",
+    "warmup_steps": "linear warm-up steps for the cosine schedule",
+    "grad_clip": "clip the gradient norm to this value; 0 = off",
+    "grad_accum": "micro-batches accumulated per optimizer step",
+    "seed": "seed for weights, data and data order",
+    "log_interval": "optimizer steps between metric reports (the only host syncs)",
+    "eval_interval": "optimizer steps between evaluations; 0 = at the end of each epoch",
+    "checkpoint_interval": "optimizer steps between checkpoints; 0 = only at the end",
+    "checkpoint_minutes": "also checkpoint when this many minutes of wall time have passed since the last one, so a "
+    "crash or kill loses at most that much; 0 = off",
+    "time_limit_minutes": "stop training when this many minutes of wall time (pauses included) have passed since it "
+    "started, then evaluate, test and checkpoint as at the end; the run completes, saying so; 0 = no limit",
+    "threads": "CPU threads torch uses inside an op; 0 = auto (1 for light steps or a busy machine, else the free "
+    "cores; the choice is reported when the run starts)",
+    "num_workers": "DataLoader worker processes for a task whose data is a torch Dataset (docs/tasks.md); 0 = batches "
+    "are loaded in the training process; a task whose data is tensors does not use it",
+    "pin_memory": "DataLoader batches in page-locked host memory, so the copy to a GPU is asynchronous (a Dataset "
+    "task): auto = on when the device is CUDA",
+    "persistent_workers": "keep the DataLoader's worker processes from one epoch to the next instead of starting them "
+    "again (a Dataset task, num_workers above 0)",
+    "prefetch_factor": "batches each DataLoader worker prepares ahead (a Dataset task, num_workers above 0)",
+    "out_dir": "folder for checkpoint.pt, config.toml and metrics.jsonl; empty = in the runs root (a new folder under "
+    "it, named by date, task and precision)",
+    "monitor": "validation metric that picks the best checkpoints and early stopping; empty = the task's primary "
+    "metric (e.g. accuracy, ndcg@10_full_filtered), or 'loss' for the validation loss",
+    "monitor_mode": "whether a higher (max) or lower (min) monitored value is better; auto = min for losses and "
+    "errors (names containing loss, error, mse, mae or perplexity), else max",
+    "keep_best": "best checkpoints kept besides checkpoint.pt (the last): 1 = best.pt, k > 1 = best-1.pt (the best) "
+    "to best-k.pt, ranked; 0 = none",
+    "early_stop_patience": "end the run (completed) after this many evaluations without an improvement of the "
+    "monitored metric; 0 = off",
+    "early_stop_min_delta": "an improvement must beat the best value by more than this (for best checkpoints and "
+    "early stopping)",
+    "early_stop_divergence": "end the run (completed) as soon as the monitored metric is worse than this: above it "
+    "for a min-mode metric such as the loss, below it for max-mode; nan or inf also ends it; 0 = off",
+    "compile": "compile the model with torch.compile after moving it to the device (compile time is reported apart "
+    "from the steady-state speed); falls back to eager, saying why, where the platform's compiler is missing",
+    "compile_mode": "torch.compile mode: default, reduce-overhead (CUDA graphs: small models on a GPU) or "
+    "max-autotune (longer compile, tuned kernels)",
+    "activation_checkpointing": "recompute each block's activations in the backward pass instead of keeping them: "
+    "less memory for more compute (tasks whose model has blocks, e.g. the recommender)",
+    "tensorboard": "also write TensorBoard event files into <run folder>/tensorboard as the run goes (needs the "
+    "optional tensorboardX package)",
 }
+_RANGES = {  # minimum, maximum, step of the numeric settings
+    "lr": (1e-7, 10.0, 1e-4),
+    "momentum": (0.0, 0.999, 0.05),
+    "weight_decay": (0.0, 1.0, 0.01),
+    "batch_size": (1, 1_048_576, 1),
+    "epochs": (0, 100_000, 1),
+    "max_steps": (0, 1_000_000_000, 100),
+    "min_steps": (0, 1_000_000_000, 100),
+    "warmup_steps": (0, 1_000_000_000, 10),
+    "grad_clip": (0.0, 1e6, 0.1),
+    "grad_accum": (1, 4096, 1),
+    "seed": (0, 2**32 - 1, 1),
+    "log_interval": (1, 1_000_000, 1),
+    "eval_interval": (0, 1_000_000_000, 100),
+    "checkpoint_interval": (0, 1_000_000_000, 100),
+    "checkpoint_minutes": (0.0, 10_080.0, 1.0),
+    "time_limit_minutes": (0.0, 525_600.0, 10.0),
+    "threads": (0, 1024, 1),
+    "num_workers": (0, 256, 1),
+    "prefetch_factor": (1, 1024, 1),
+    "keep_best": (0, 100, 1),
+    "early_stop_patience": (0, 1_000_000, 1),
+    "early_stop_min_delta": (0.0, 1e9, 0.001),
+    "early_stop_divergence": (0.0, 1e9, 0.1),
+}
+_CHOICES = {
+    "data_format": DATA_FORMATS,
+    "precision": PRECISION_CHOICES,
+    "optimizer": OPTIMIZERS,
+    "schedule": SCHEDULES,
+    "pin_memory": PIN_MEMORY,
+    "monitor_mode": MONITOR_MODES,
+    "compile_mode": COMPILE_MODES,
+}
+
+
+def _spec(name: str, text: str) -> FieldSpec:
+    minimum, maximum, step = _RANGES.get(name, (None, None, None))
+    return FieldSpec(name, text, minimum, maximum, _CHOICES.get(name), step)
+
+
+FIELD_SPECS: dict[str, FieldSpec] = {name: _spec(name, text) for name, text in _HELP.items()}
 
 
 @dataclass
@@ -384,17 +277,8 @@ class RunConfig:
 
     @classmethod
     def load_toml(cls, path: str | Path) -> RunConfig:
-        """Read a TOML config; syntax errors name the file and line, bad keys name the key."""
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError("config", f"{path}: no such file") from None
-        except UnicodeDecodeError:
-            raise ConfigError("config", f"{path}: not UTF-8 text") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("config", f"{path}: invalid TOML: {exc}") from None
-        return cls.from_dict(data, source=str(path))
+        """Read a TOML config (read_config_file's checks and messages)."""
+        return cls.from_dict(read_config_file(path), source=shown_path(path))
 
 
 _TYPE_NAMES = {"int": int, "float": float, "str": str, "dict": dict, "bool": bool}
@@ -533,7 +417,7 @@ def columns_text(columns: dict) -> str:
     return ", ".join(f"{key}={value}" for key, value in columns.items())
 
 
-def read_config_file(path: str) -> dict:
+def read_config_file(path: str | Path) -> dict:
     """The settings a TOML file sets (only those: the layers under it fill the rest), checked for unknown keys
     and wrong types. A folder, FIFO, device or unreadable file is refused before it is opened."""
     check_regular_file(path, "config", "config file")
