@@ -173,7 +173,7 @@ def test_synthetic_recommender_ids_are_zero_based(tmp_path):
 
 
 def test_rank_is_the_model_on_raw_features_and_reproduces_the_runs_test_metrics(ranking_run):
-    from core.tasks.ranking.task import pad_queries, ranking_metrics
+    from core.tasks.ranking.task import flat_ranking_metrics
 
     predictor = load_predictor(ranking_run.checkpoint, "last")
     queries = predictor.example_queries(limit=10_000)
@@ -186,9 +186,8 @@ def test_rank_is_the_model_on_raw_features_and_reproduces_the_runs_test_metrics(
     # the example queries are the run's test split: scoring them gives the run's own test metrics
     code = np.repeat(np.arange(len(queries)), [len(q.doc_ids) for q in queries])
     labels = np.concatenate([q.labels for q in queries])
-    padded, label = pad_queries(code, features, labels)
-    scores = torch.from_numpy(predictor.rank(padded.reshape(-1, 8)).reshape(label.shape))
-    ndcg, rr, count = ranking_metrics(scores, torch.from_numpy(label))
+    scores = torch.from_numpy(predictor.rank(features))
+    ndcg, rr, count = flat_ranking_metrics(torch.from_numpy(code), scores, torch.from_numpy(labels))
     assert float(ndcg) / int(count) == pytest.approx(ranking_run.test_metrics["ndcg@10"], abs=1e-5)
     with pytest.raises(DataError, match="takes 8 numbers per row"):
         predictor.rank(np.zeros((3, 5)))

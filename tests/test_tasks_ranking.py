@@ -10,7 +10,7 @@ from core.config import RunConfig
 from core.engine.trainer import train
 from core.tasks import create_task
 from core.tasks.ranking.losses import listwise_softmax_loss, ranknet_loss
-from core.tasks.ranking.task import flat_ranking_metrics, list_width, pack_queries, pad_queries, ranking_metrics
+from core.tasks.ranking.task import flat_ranking_metrics, list_width, pack_queries, ranking_metrics
 
 SMALL = {"queries": 1500, "docs": 16, "features": 8}
 
@@ -36,9 +36,12 @@ def test_padding_is_never_ranked_or_paired():
     assert good < bad
 
 
-def test_pad_queries_groups_rows_by_query():
+def test_pack_queries_groups_rows_by_query():
     query = np.array([1, 0, 1, 1])
-    x, y = pad_queries(query, np.arange(8, dtype=np.float32).reshape(4, 2), np.array([3, 2, 1, 0]))
+    packed, _ = pack_queries(
+        query, {"x": np.arange(8, dtype=np.float32).reshape(4, 2), "label": np.array([3, 2, 1, 0])}, 3
+    )
+    x, y = packed["x"], packed["label"]
     assert y.tolist() == [[2, -1, -1], [3, 1, 0]]
     assert x[1, 1].tolist() == [4.0, 5.0]
 

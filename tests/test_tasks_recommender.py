@@ -13,7 +13,7 @@ from core.data.sequences import history_windows, sequence_splits, training_windo
 from core.data.synthetic import generate_interactions, make_track_chain
 from core.engine.trainer import train
 from core.tasks import create_task
-from core.tasks.recommender.task import rank_metrics
+from core.tasks.recommender.task import count_at_least, rank_curves
 
 SMALL = {"items": 200, "track_len": 10, "interactions": 30_000, "mean_len": 30, "max_len": 30, "d_model": 32}
 
@@ -65,10 +65,12 @@ def test_generator_is_seeded_exact_and_follows_tracks():
     assert follow_rate == pytest.approx(0.7 + 0.3 / 100, abs=0.03)
 
 
-def test_rank_metrics_count_ties_against_the_target():
+def test_ranks_count_ties_against_the_target():
     scores = torch.tensor([[1.0, 1.0, 1.0], [3.0, 2.0, 1.0]])
-    hit, ndcg = rank_metrics(scores, torch.tensor([1.0, 3.0]), k=2)
-    assert hit.tolist() == [0.0, 1.0] and ndcg[1] == pytest.approx(1.0)
+    ranks = count_at_least(scores, torch.tensor([1.0, 3.0])) - 1
+    assert ranks.tolist() == [2, 0]
+    hit, ndcg = rank_curves(ranks, 2)
+    assert hit == [0.5, 0.5] and ndcg[1] == pytest.approx(0.5)
 
 
 def test_sampled_softmax_loss_is_finite_and_trains():

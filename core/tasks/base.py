@@ -300,14 +300,16 @@ def confusion_section(true: torch.Tensor, predicted: torch.Tensor, labels: list[
     return {"labels": list(labels), "matrix": matrix.tolist()}
 
 
-def size_buckets(sizes: torch.Tensor, edges: tuple[int, ...]) -> tuple[torch.Tensor, list[dict]]:
-    """Each row's bucket (0..len(edges) - 1) by its size, and each bucket's {label, min, max}: edges (1, 5, 10)
-    make 1-4, 5-9 and 10+ (max None); a size below edges[0] goes to the first bucket."""
-    bounds = torch.tensor(edges[1:], dtype=sizes.dtype, device=sizes.device)
-    index = torch.bucketize(sizes, bounds, right=True)
-    described = []
+def bucket_rows(sizes: torch.Tensor, edges: tuple[int, ...], values) -> list[dict]:
+    """The report's `buckets` rows: rows grouped by size, edges (1, 5, 10) making 1-4, 5-9 and 10+ (a size below
+    edges[0] goes to the first), each non-empty bucket as {label, min, max, count} and what `values(chosen)`
+    gives for its rows (a boolean mask)."""
+    index = torch.bucketize(sizes, torch.tensor(edges[1:], dtype=sizes.dtype, device=sizes.device), right=True)
+    rows = []
     for i, low in enumerate(edges):
         high = edges[i + 1] - 1 if i + 1 < len(edges) else None
         label = f"{low}+" if high is None else (f"{low}" if high == low else f"{low}-{high}")
-        described.append({"label": label, "min": low, "max": high})
-    return index, described
+        chosen = index == i
+        if count := int(chosen.sum()):
+            rows.append({"label": label, "min": low, "max": high, "count": count, **values(chosen)})
+    return rows

@@ -102,31 +102,77 @@ LOSSES = {
 def ranking_metrics(
     scores: torch.Tensor, label: torch.Tensor, k: int = TOP_K
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sums over queries of NDCG@k and reciprocal rank, and the number of queries with a relevant doc.
+    """Sums over queries of NDCG@k and reciprocal rank, and the number of queries with a relevant candidate
+    (the others are left out), for lists `scores`, `label` (Q, W), label -1 marking padding."""
+    real = label >= 0
+    rows = torch.arange(label.shape[0], device=label.device).unsqueeze(1).expand_as(label)
+    return flat_ranking_metrics(rows[real], scores[real], label[real], k)
 
-    scores, label: (Q, D); label -1 marks padding (ranked last). Queries without a relevant doc are left out.
-    """
-    scores = scores.float().masked_fill(label < 0, float("-inf"))
-    gains = (2.0 ** label.clamp(min=0).float() - 1.0) * (label >= 0)
-    depth = min(k, label.shape[1])
-    discount = 1.0 / torch.log2(torch.arange(depth, device=label.device, dtype=torch.float32) + 2.0)
-    ranked = gains.gather(1, scores.argsort(dim=1, descending=True, stable=True))
-    ideal = gains.sort(dim=1, descending=True).values[:, :depth]
-    idcg = (ideal * discount).sum(1)
-    has_relevant = idcg > 0
-    ndcg = (ranked[:, :depth] * discount).sum(1) / idcg.clamp(min=1e-12)
-    relevant = ranked > 0
-    first = torch.where(relevant.any(1), relevant.float().argmax(1), 0)
-    rr = 1.0 / (first.float() + 1.0)
-    return (ndcg * has_relevant).sum(), (rr * has_relevant).sum(), has_relevant.sum()
+
+def flat_ranking_metrics(
+    qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, k: int = TOP_K
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ranking_metrics for candidates given one by one (1-D `qid`, `scores`, `label`, no padding)."""
+    per_query = query_curves(qid, scores, label, k)
+    used = per_query["has_relevant"]
+    return per_query["ndcg"][used, -1].sum(), per_query["rr"][used].sum(), used.sum()
+
+
+def _within_query(qid: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each candidate: its 0-based rank within its query by `key` descending (ties keep the given order),
+    and its query's group number 0..G-1."""
+    order = torch.sort(key, descending=True, stable=True).indices
+    order = order[torch.sort(qid[order], stable=True).indices]
+    sorted_q = qid[order]
+    new_group = torch.ones_like(sorted_q, dtype=torch.bool)
+    new_group[1:] = sorted_q[1:] != sorted_q[:-1]
+    group_sorted = new_group.long().cumsum(0) - 1
+    starts = torch.nonzero(new_group).squeeze(1)
+    rank_sorted = torch.arange(len(order), device=qid.device) - starts[group_sorted]
+    rank, group = torch.empty_like(rank_sorted), torch.empty_like(group_sorted)
+    rank[order], group[order] = rank_sorted, group_sorted
+    return rank, group
+
+
+def query_curves(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, most: int) -> dict[str, torch.Tensor]:
+    """Per query of candidates given one by one (each query's candidates in their order, which breaks ties):
+    NDCG@k for k = 1..`most` (Q, most), reciprocal rank (Q,), candidates (Q,), and whether it has a relevant
+    candidate (Q,: the queries the metrics average over). Gain 2^label - 1."""
+    device = qid.device
+    if qid.numel() == 0:
+        return {
+            "ndcg": torch.zeros(0, most, device=device),
+            "rr": torch.zeros(0, device=device),
+            "size": torch.zeros(0, dtype=torch.int64, device=device),
+            "has_relevant": torch.zeros(0, dtype=torch.bool, device=device),
+        }
+    gains = 2.0 ** label.clamp(min=0).float() - 1.0
+    ranked, group = _within_query(qid, scores.float())
+    ideal, _ = _within_query(qid, gains)
+    n_queries = int(group.max()) + 1
+    discount = 1.0 / torch.log2(torch.arange(most, device=device, dtype=torch.float32) + 2.0)
+
+    def cumulative(rank: torch.Tensor) -> torch.Tensor:
+        top = rank < most
+        dcg = torch.zeros(n_queries, most, device=device)
+        dcg.index_put_((group[top], rank[top]), gains[top] * discount[rank[top]], accumulate=True)
+        return dcg.cumsum(1)
+
+    dcg, idcg = cumulative(ranked), cumulative(ideal)
+    big = torch.full((n_queries,), label.numel(), dtype=torch.int64, device=device)
+    first = big.scatter_reduce(0, group, torch.where(label > 0, ranked, label.numel()), reduce="amin")
+    return {
+        "ndcg": dcg / idcg.clamp(min=1e-12),
+        "rr": 1.0 / (first.float() + 1.0),
+        "size": torch.bincount(group, minlength=n_queries),
+        "has_relevant": idcg[:, -1] > 0,
+    }
 
 
 def ndcg_at(labels_in_order, k: int = TOP_K) -> float | None:
-    """NDCG@k of one list of true labels in the order shown (ranking_metrics, as evaluation counts it: gain
-    2^label - 1); None when no candidate is relevant (every order is as good as any other)."""
-    label = torch.as_tensor(np.asarray(labels_in_order, dtype=np.float64), dtype=torch.float32)[None, :]
-    if label.shape[1] == 0:
-        return None
-    shown = -torch.arange(label.shape[1], dtype=torch.float32)[None, :]  # descending: the order shown
-    ndcg, _rr, relevant = ranking_metrics(shown, label, k)
+    """NDCG@k of one list of true labels in the order shown, as evaluation counts it; None when no candidate
+    is relevant (every order is as good as any other)."""
+    label = torch.as_tensor(np.asarray(labels_in_order, dtype=np.float64), dtype=torch.float32)
+    shown = -torch.arange(label.shape[0], dtype=torch.float32)  # descending: the order shown
+    ndcg, _rr, relevant = flat_ranking_metrics(torch.zeros(label.shape[0], dtype=torch.int64), shown, label, k)
     return float(ndcg) if int(relevant) else None

@@ -19,8 +19,8 @@ from core.data.importers import Column, contiguous_ids, require_rows
 from core.data.splits import SPLITS, SplitTables, carve, read_splits, seeded_thirds
 from core.data.synthetic import generate_ranking
 from core.errors import DataError
-from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
-from core.tasks.ranking.losses import LOSSES, TOP_K, ranking_metrics
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, bucket_rows, iter_slices
+from core.tasks.ranking.losses import LOSSES, TOP_K, flat_ranking_metrics, query_curves, ranking_metrics
 from core.tasks.serving import TaskServing
 
 RANKING_COLUMNS = [
@@ -219,14 +219,6 @@ def pack_queries(
     return packed, np.repeat(np.arange(len(sizes)), rows_of)
 
 
-def pad_queries(query: np.ndarray, features: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of (query code, features, label) -> (Q, D, F) features and (Q, D) labels, label -1 as padding:
-    every query whole, padded to the longest (small inputs; load_data packs with pack_queries)."""
-    sizes = np.bincount(query)
-    packed, _ = pack_queries(query, {"features": features, "label": label}, width=int(sizes.max()))
-    return packed["features"], packed["label"]
-
-
 def split_queries(query: np.ndarray, arrays: dict[str, np.ndarray], seed: int) -> tuple[list[dict], list[int]]:
     """80 / 10 / 10 split of whole queries by a seeded permutation, each split packed into lists (see
     pack_queries) as torch tensors, with `qid` where a query spans several rows; and each split's
@@ -258,93 +250,17 @@ def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed
     return splits, longest
 
 
-def flat_ranking_metrics(
-    qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, k: int = TOP_K
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """ranking_metrics for candidates given one by one (1-D `qid`, `scores`, `label`, no padding; each query's
-    candidates in their order, which breaks ties as ranking_metrics does): every query ranked whole."""
-    if qid.numel() == 0:
-        zero = torch.zeros((), device=qid.device)
-        return zero, zero, zero.long()
-    gains = 2.0 ** label.clamp(min=0).float() - 1.0
-    ranked, group = _within_query(qid, scores.float())
-    ideal, _ = _within_query(qid, gains)
-    n_queries = int(group.max()) + 1
-    discount = torch.where(ranked < k, 1.0 / torch.log2(ranked.float() + 2.0), 0.0)
-    ideal_discount = torch.where(ideal < k, 1.0 / torch.log2(ideal.float() + 2.0), 0.0)
-    dcg = torch.zeros(n_queries, device=qid.device).index_add_(0, group, gains * discount)
-    idcg = torch.zeros(n_queries, device=qid.device).index_add_(0, group, gains * ideal_discount)
-    has_relevant = idcg > 0
-    big = torch.full((n_queries,), label.numel(), dtype=torch.int64, device=qid.device)
-    first = big.scatter_reduce(0, group, torch.where(label > 0, ranked, label.numel()), reduce="amin")
-    rr = 1.0 / (first.float() + 1.0)
-    ndcg = dcg / idcg.clamp(min=1e-12)
-    return (ndcg * has_relevant).sum(), (rr * has_relevant).sum(), has_relevant.sum()
-
-
-def _within_query(qid: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each candidate: its 0-based rank within its query by `key` descending (ties keep the given order),
-    and its query's group number 0..G-1."""
-    order = torch.sort(key, descending=True, stable=True).indices
-    order = order[torch.sort(qid[order], stable=True).indices]
-    sorted_q = qid[order]
-    new_group = torch.ones_like(sorted_q, dtype=torch.bool)
-    new_group[1:] = sorted_q[1:] != sorted_q[:-1]
-    group_sorted = new_group.long().cumsum(0) - 1
-    starts = torch.nonzero(new_group).squeeze(1)
-    rank_sorted = torch.arange(len(order), device=qid.device) - starts[group_sorted]
-    rank, group = torch.empty_like(rank_sorted), torch.empty_like(group_sorted)
-    rank[order], group[order] = rank_sorted, group_sorted
-    return rank, group
-
-
-def _flat(split: dict[str, torch.Tensor], scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """(qid, score, label) of the real (not padding) candidates of a split with `qid`, in row order."""
+def _flat(split: dict[str, torch.Tensor], scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(query, score, label) of the real (not padding) candidates of a split, in row order; the query is its
+    `qid`, else its row."""
     label = split["label"]
     real = label >= 0
-    qid = split["qid"].unsqueeze(1).expand_as(label)
-    return qid[real], scores[real], label[real]
+    rows = split["qid"] if "qid" in split else torch.arange(label.shape[0], device=label.device)
+    return rows.unsqueeze(1).expand_as(label)[real], scores[real], label[real]
 
 
 REPORT_K = 20  # the report's NDCG@k curves run k = 1..REPORT_K
 QUERY_SIZE_BUCKETS = (1, 5, 10, 20, 50, 100, 500)  # the report's candidates-per-query buckets
-
-
-def query_curves(
-    qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, most: int = REPORT_K
-) -> dict[str, torch.Tensor]:
-    """Per query (candidates given one by one, as flat_ranking_metrics, ranked and tie-broken the same way):
-    NDCG@k for k = 1..`most` (Q, most), reciprocal rank (Q,), candidates (Q,), and whether it has a relevant
-    candidate (Q,: the queries the metrics average over)."""
-    device = qid.device
-    if qid.numel() == 0:
-        return {
-            "ndcg": torch.zeros(0, most, device=device),
-            "rr": torch.zeros(0, device=device),
-            "size": torch.zeros(0, dtype=torch.int64, device=device),
-            "has_relevant": torch.zeros(0, dtype=torch.bool, device=device),
-        }
-    gains = 2.0 ** label.clamp(min=0).float() - 1.0
-    ranked, group = _within_query(qid, scores.float())
-    ideal, _ = _within_query(qid, gains)
-    n_queries = int(group.max()) + 1
-    discount = 1.0 / torch.log2(torch.arange(most, device=device, dtype=torch.float32) + 2.0)
-
-    def cumulative(rank: torch.Tensor) -> torch.Tensor:
-        top = rank < most
-        dcg = torch.zeros(n_queries, most, device=device)
-        dcg.index_put_((group[top], rank[top]), gains[top] * discount[rank[top]], accumulate=True)
-        return dcg.cumsum(1)
-
-    dcg, idcg = cumulative(ranked), cumulative(ideal)
-    big = torch.full((n_queries,), label.numel(), dtype=torch.int64, device=device)
-    first = big.scatter_reduce(0, group, torch.where(label > 0, ranked, label.numel()), reduce="amin")
-    return {
-        "ndcg": dcg / idcg.clamp(min=1e-12),
-        "rr": 1.0 / (first.float() + 1.0),
-        "size": torch.bincount(group, minlength=n_queries),
-        "has_relevant": idcg[:, -1] > 0,
-    }
 
 
 def ranking_arrays(table, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -521,11 +437,7 @@ class RankingTask(Task):
 
     @staticmethod
     def _report(scores: torch.Tensor, split: dict[str, torch.Tensor]) -> dict[str, float]:
-        if "qid" in split:
-            qid, flat_scores, label = _flat(split, scores)
-            ndcg, rr, count = flat_ranking_metrics(qid, flat_scores, label)
-        else:
-            ndcg, rr, count = ranking_metrics(scores, split["label"])
+        ndcg, rr, count = flat_ranking_metrics(*_flat(split, scores))
         n = max(int(count), 1)
         return {f"ndcg@{TOP_K}": float(ndcg) / n, "mrr": float(rr) / n}
 
@@ -572,9 +484,7 @@ class RankingTask(Task):
         label = split["label"]
         scores = [model(batch["features"]).float() for batch in iter_slices(split, max(batch_size, 1024))]
         score = torch.cat(scores) if scores else torch.zeros(label.shape, device=label.device)
-        rows = split["qid"] if "qid" in split else torch.arange(label.shape[0], device=label.device)
-        real = label >= 0
-        per_query = query_curves(rows.unsqueeze(1).expand_as(label)[real], score[real], label[real])
+        per_query = query_curves(*_flat(split, score), REPORT_K)
         used = per_query["has_relevant"]
         ndcg, rr, size = per_query["ndcg"][used].double(), per_query["rr"][used].double(), per_query["size"][used]
         n = int(used.sum())
@@ -586,30 +496,21 @@ class RankingTask(Task):
 
         overall, mrr = means(torch.ones_like(size, dtype=torch.bool))
         series = [{"name": "all", "label": f"all queries ({n:,})", "values": overall, "emphasis": "main"}]
-        bucket, described = size_buckets(size, QUERY_SIZE_BUCKETS)
-        buckets = []
-        for i, info in enumerate(described):
-            chosen = bucket == i
-            count = int(chosen.sum())
-            if not count:
-                continue
+
+        def bucket_values(chosen: torch.Tensor) -> dict:
             curve, bucket_mrr = means(chosen)
-            buckets.append(
-                {
-                    **info,
-                    "count": count,
-                    "ndcg": curve,
-                    "values": {f"ndcg@{TOP_K}": curve[TOP_K - 1], "mrr": bucket_mrr},
-                }
-            )
-            series.append(
-                {
-                    "name": info["label"],
-                    "label": f"{info['label']} candidates ({count:,})",
-                    "values": curve,
-                    "emphasis": "faint",
-                }
-            )
+            return {"ndcg": curve, "values": {f"ndcg@{TOP_K}": curve[TOP_K - 1], "mrr": bucket_mrr}}
+
+        buckets = bucket_rows(size, QUERY_SIZE_BUCKETS, bucket_values)
+        series += [
+            {
+                "name": b["label"],
+                "label": f"{b['label']} candidates ({b['count']:,})",
+                "values": b["ndcg"],
+                "emphasis": "faint",
+            }
+            for b in buckets
+        ]
         return {
             "curves": [{"title": "NDCG by k", "metric": "ndcg", "y_label": "NDCG@k", "ks": ks, "series": series}],
             "mrr": mrr,

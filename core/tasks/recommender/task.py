@@ -27,7 +27,7 @@ from core.data.sequences import (
 )
 from core.data.splits import read_splits
 from core.data.synthetic import TrackChain, generate_interactions, make_track_chain
-from core.tasks.base import EvalParts, Task, TaskData, TaskOption, iter_slices, size_buckets
+from core.tasks.base import EvalParts, Task, TaskData, TaskOption, bucket_rows, iter_slices
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
 from core.tasks.serving import TaskServing
 
@@ -96,22 +96,6 @@ class SASRec(nn.Module):
         return hidden @ self.items.weight[1:].t()
 
 
-def rank_metrics(
-    scores: torch.Tensor, target_scores: torch.Tensor, k: int = TOP_K
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row hit@k and NDCG@k of a target with `target_scores` (B,) among candidate `scores` (B, C).
-
-    Ties count against the target (pessimistic), so a constant scorer gets no free hits.
-    """
-    return rank_hits(count_at_least(scores, target_scores) - 1, k)  # minus the target itself when included
-
-
-def rank_hits(above: torch.Tensor, k: int = TOP_K) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row hit@k and NDCG@k of targets with `above` (B,) candidates scoring at least as high."""
-    hit = above < k
-    return hit.float(), torch.where(hit, 1.0 / torch.log2(above.float() + 2.0), 0.0)
-
-
 COUNT_BLOCK = 1 << 22  # scores compared at a time (rows x a block of columns): temporaries of ~36 MB
 
 
@@ -135,7 +119,6 @@ def score_rows(n_items: int, most: int) -> int:
 
 
 PROTOCOLS = ("full_filtered", "full_unfiltered", f"sampled{EVAL_NEGATIVES}_unseen")
-RANKING_SUMS = tuple(f"{m}_{p}" for p in PROTOCOLS for m in ("hr", "ndcg"))
 
 
 def remove_seen(scores: torch.Tensor, batch: dict[str, torch.Tensor], history: torch.Tensor) -> torch.Tensor:
@@ -153,12 +136,16 @@ def remove_seen(scores: torch.Tensor, batch: dict[str, torch.Tensor], history: t
     return scores
 
 
-def batch_ranks(score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor):
-    """Per evaluation batch of `split`, the 0-based rank of each row's held-out item under each of PROTOCOLS
-    (how many candidates score at least as high, itself excepted: ties count against it), for
-    `score_fn(batch) -> (B, n_items)` scores; `history` is the flat item array the split's history_start /
-    history_end index. What ranking_sums and held_out_ranks both read."""
-    history = history.to(split["target"].device)
+def held_out_ranks(
+    score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Per row of `split`, the 0-based rank of its held-out item under each of PROTOCOLS (how many candidates
+    score at least as high, itself excepted: ties count against it), for `score_fn(batch) -> (B, n_items)`
+    scores; `history` is the flat item array the split's history_start / history_end index. hit@k is rank < k,
+    NDCG@k 1 / log2(rank + 2)."""
+    device = split["target"].device
+    history = history.to(device)
+    ranks: dict[str, list] = {p: [torch.zeros(0, dtype=torch.int64, device=device)] for p in PROTOCOLS}
     for batch in iter_slices(split, batch_size):
         scores = score_fn(batch).float()
         if not scores.is_contiguous():  # e.g. an expanded row of popularity counts: seen items are set in place
@@ -167,36 +154,37 @@ def batch_ranks(score_fn, split: dict[str, torch.Tensor], batch_size: int, histo
         target_scores = scores.gather(1, target).squeeze(1)
         # Sampled: the target against its negatives (drawn outside the user's history, so nothing to remove).
         sampled = torch.cat([scores.gather(1, batch["negatives"] - 1), target_scores.unsqueeze(1)], dim=1)
-        ranks = {
-            PROTOCOLS[2]: count_at_least(sampled, target_scores) - 1,
-            "full_unfiltered": count_at_least(scores, target_scores) - 1,
-        }  # the target included in `scores`
+        ranks[PROTOCOLS[2]].append(count_at_least(sampled, target_scores) - 1)
+        ranks["full_unfiltered"].append(count_at_least(scores, target_scores) - 1)  # the target among `scores`
         remove_seen(scores, batch, history).scatter_(1, target, target_scores.unsqueeze(1))  # a repeat stays
-        ranks["full_filtered"] = count_at_least(scores, target_scores) - 1
-        yield ranks
+        ranks["full_filtered"].append(count_at_least(scores, target_scores) - 1)
+    return {p: torch.cat(r) for p, r in ranks.items()}
 
 
-def ranking_sums(
-    score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """Sums over rows of hit@10 / NDCG@10 under the three PROTOCOLS (arguments as batch_ranks)."""
-    sums = torch.zeros(len(RANKING_SUMS), dtype=torch.float64, device=split["target"].device)
-    for ranks in batch_ranks(score_fn, split, batch_size, history):
-        sums += torch.stack([m.sum().double() for p in PROTOCOLS for m in rank_hits(ranks[p])])
-    return dict(zip(RANKING_SUMS, sums.unbind(), strict=True))
+def rank_curves(ranks: torch.Tensor, most: int) -> tuple[list[float], list[float]]:
+    """HR@k and NDCG@k for k = 1..`most` from 0-based ranks (held_out_ranks), averaged over the rows; a rank
+    of -1 (a NaN score) is a miss."""
+    n = max(int(ranks.shape[0]), 1)
+    ranks = torch.where(ranks >= 0, ranks, most).clamp(max=most)
+    counts = torch.bincount(ranks, minlength=most + 1)[:most].double()
+    gain = 1.0 / torch.log2(torch.arange(most, dtype=torch.float64, device=ranks.device) + 2.0)
+    return (counts.cumsum(0) / n).tolist(), ((counts * gain).cumsum(0) / n).tolist()
 
 
-def ranking_means(sums: dict[str, torch.Tensor], rows: float) -> dict[str, float]:
-    """hr@10_<protocol> / ndcg@10_<protocol> for each of PROTOCOLS, from `ranking_sums` over `rows` rows."""
-    n = max(rows, 1.0)
-    return {f"{m}@{TOP_K}_{p}": float(sums[f"{m}_{p}"]) / n for p in PROTOCOLS for m in ("hr", "ndcg")}
+def ranking_metrics(ranks: dict[str, torch.Tensor]) -> dict[str, float]:
+    """hr@10_<protocol> and ndcg@10_<protocol> for each of PROTOCOLS, from held_out_ranks."""
+    metrics = {}
+    for p in PROTOCOLS:
+        hit, ndcg = rank_curves(ranks[p], TOP_K)
+        metrics[f"hr@{TOP_K}_{p}"], metrics[f"ndcg@{TOP_K}_{p}"] = hit[-1], ndcg[-1]
+    return metrics
 
 
 def ranking_report(
     score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
 ) -> dict[str, float]:
     """HR@10 / NDCG@10 under the three PROTOCOLS for `score_fn(batch) -> (B, n_items)` float scores."""
-    return ranking_means(ranking_sums(score_fn, split, batch_size, history), float(split["target"].shape[0]))
+    return ranking_metrics(held_out_ranks(score_fn, split, batch_size, history))
 
 
 REPORT_K = 50  # the report's HR@k / NDCG@k curves run k = 1..REPORT_K
@@ -206,27 +194,6 @@ PROTOCOL_LABELS = {
     "full_unfiltered": "full catalogue, seen kept",
     f"sampled{EVAL_NEGATIVES}_unseen": f"sampled: {EVAL_NEGATIVES} unseen negatives",
 }
-
-
-def held_out_ranks(
-    score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """Per row, the 0-based rank of the held-out item under each of PROTOCOLS (batch_ranks, all batches), so
-    hit@k is rank < k and NDCG@k 1 / log2(rank + 2) for any k: the same ranks as the metrics."""
-    ranks: dict[str, list[torch.Tensor]] = {p: [] for p in PROTOCOLS}
-    for batch in batch_ranks(score_fn, split, batch_size, history):
-        for p in PROTOCOLS:
-            ranks[p].append(batch[p])
-    device = split["target"].device
-    return {p: torch.cat(r) if r else torch.zeros(0, dtype=torch.int64, device=device) for p, r in ranks.items()}
-
-
-def rank_curves(ranks: torch.Tensor, most: int) -> tuple[list[float], list[float]]:
-    """HR@k and NDCG@k for k = 1..`most` from 0-based ranks (held_out_ranks), averaged over the rows."""
-    n = max(int(ranks.shape[0]), 1)
-    counts = torch.bincount(ranks.clamp(min=0, max=most), minlength=most + 1)[:most].double()
-    gain = 1.0 / torch.log2(torch.arange(most, dtype=torch.float64, device=ranks.device) + 2.0)
-    return (counts.cumsum(0) / n).tolist(), ((counts * gain).cumsum(0) / n).tolist()
 
 
 def loss_position_bounds(target: torch.Tensor) -> np.ndarray:
@@ -462,42 +429,33 @@ class RecommenderTask(Task):
         real = (target > 0).float()
         return (per_position * real).sum() / real.sum().clamp(min=1.0)
 
-    def evaluate_parts(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
-        def score(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-            hidden = model(batch["seq"])[:, -1]
-            # Score in float32: bf16 ties across a large catalogue would blur the ranks.
-            with torch.autocast(hidden.device.type, enabled=False):
-                return model.scores(hidden.float())
-
-        # Cap the (rows, catalogue) score matrix (see EVAL_SCORES) so huge catalogues still evaluate.
-        rows = score_rows(model.items.num_embeddings, max(batch_size, 512))
-        target = split["target"]
-        count = torch.tensor(float(target.shape[0]), dtype=torch.float64, device=target.device)
+    def _ranks(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, torch.Tensor]:
+        """held_out_ranks of the model's scores, in float32 (bf16 ties across a large catalogue would blur the
+        ranks), the (rows, catalogue) score matrix capped by EVAL_SCORES so huge catalogues still evaluate."""
         history = getattr(self, "history", None)
         if history is None:
             raise RuntimeError("the recommender evaluates after load_data (it keeps the users' histories)")
-        if history.device != target.device:  # moved once per device, kept for the next evaluation
-            self.history = history = history.to(target.device)
-        return EvalParts(sums={**ranking_sums(score, split, rows, history), "rows": count})
+        if history.device != split["target"].device:  # moved once per device, kept for the next evaluation
+            self.history = history = history.to(split["target"].device)
+
+        def score(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+            hidden = model(batch["seq"])[:, -1]
+            with torch.autocast(hidden.device.type, enabled=False):
+                return model.scores(hidden.float())
+
+        return held_out_ranks(score, split, score_rows(model.items.num_embeddings, max(batch_size, 512)), history)
+
+    def evaluate_parts(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> EvalParts:
+        return EvalParts(sums={}, values=self._ranks(model, split, batch_size))
 
     def metrics(self, parts: EvalParts) -> dict[str, float]:
-        return ranking_means(parts.sums, float(parts.sums["rows"]))
+        return ranking_metrics(parts.values)
 
     def report(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> dict:
         """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS (the same ranks as the metrics: at k =
         10 they are evaluate's figures), and HR@10 / NDCG@10 by the length of the user's history before the
         held-out item (HISTORY_BUCKETS; empty buckets left out)."""
-
-        def score(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-            hidden = model(batch["seq"])[:, -1]
-            with torch.autocast(hidden.device.type, enabled=False):  # float32 scores, as evaluate_parts
-                return model.scores(hidden.float())
-
-        history = getattr(self, "history", None)
-        if history is None:
-            raise RuntimeError("the recommender reports after load_data (it keeps the users' histories)")
-        rows = score_rows(model.items.num_embeddings, max(batch_size, 512))
-        ranks = held_out_ranks(score, split, rows, history)
+        ranks = self._ranks(model, split, batch_size)
         curves = {p: rank_curves(r, REPORT_K) for p, r in ranks.items()}
         ks = list(range(1, REPORT_K + 1))
         order = ("full_filtered", PROTOCOLS[2], "full_unfiltered")  # the primary first, then the sampled
@@ -520,18 +478,15 @@ class RecommenderTask(Task):
             for i, (metric, title) in enumerate((("hr", "Hit rate"), ("ndcg", "NDCG")))
         ]
         length = split["history_end"] - split["history_start"]
-        bucket, described = size_buckets(length, HISTORY_BUCKETS)
-        buckets = []
-        for i, info in enumerate(described):
-            chosen = bucket == i
-            count = int(chosen.sum())
-            if not count:
-                continue
+
+        def bucket_values(chosen: torch.Tensor) -> dict:
             values = {}
             for p in order:
                 hit, ndcg = rank_curves(ranks[p][chosen], TOP_K)
                 values[f"hr@{TOP_K}_{p}"], values[f"ndcg@{TOP_K}_{p}"] = hit[-1], ndcg[-1]
-            buckets.append({**info, "count": count, "values": values})
+            return {"values": values}
+
+        buckets = bucket_rows(length, HISTORY_BUCKETS, bucket_values)
         return {
             "curves": plots,
             "protocols": {p: PROTOCOL_LABELS[p] for p in order},
