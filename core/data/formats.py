@@ -144,11 +144,17 @@ def utf8_error_position(file: Path) -> str:
     return "somewhere"
 
 
-class _Rewriting(io.RawIOBase):
-    """A binary file read through a rewrite of its bytes: subclasses open `_handle` and define read(); pyarrow's
-    CSV reader pulls blocks through readinto()."""
+class _Translated(io.RawIOBase):
+    """A binary file whose multi-character delimiter reads as SEP, for pyarrow's CSV reader (which pulls blocks
+    through readinto()): whole lines are translated at a time (a line cut by a read waits for its end), so the
+    translation streams. WHITESPACE: each line's leading and trailing blanks dropped, each run between fields one
+    SEP."""
 
-    _handle: io.BufferedReader
+    def __init__(self, file: Path, delimiter: str):
+        super().__init__()
+        self._handle = open(file, "rb")
+        self._pending, self._out, self._line, self._done = b"", b"", 1, False
+        self.file, self.delimiter = file, delimiter
 
     def readable(self) -> bool:
         return True
@@ -162,57 +168,6 @@ class _Rewriting(io.RawIOBase):
         self._handle.close()
         super().close()
 
-
-class _Translating(_Rewriting):
-    """A binary file whose multi-character delimiter reads as SEP: pyarrow's CSV reader pulls blocks from it,
-    so the translation streams (a delimiter cut by a block boundary is completed from the next block)."""
-
-    def __init__(self, file: Path, delimiter: str):
-        super().__init__()
-        self._handle = open(file, "rb")
-        self._from, self._to = delimiter.encode("utf-8"), SEP.encode()
-        self._carry = b""
-        self._line = 1
-        self.file = file
-
-    def read(self, size: int = -1) -> bytes:
-        want = size if size and size > 0 else -1
-        data = self._carry + self._handle.read(max(want - len(self._carry), 1) if want > 0 else -1)
-        self._carry = b""
-        at = data.find(self._to)
-        if at >= 0:
-            line = self._line + data.count(b"\n", 0, at)
-            raise DataError(
-                f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
-                f"separated by {describe(self._from.decode())}; remove it"
-            )
-        out = data.replace(self._from, self._to)
-        while out:  # a delimiter's start at the block's end waits for the next block to complete it
-            keep = next((k for k in range(len(self._from) - 1, 0, -1) if out.endswith(self._from[:k])), 0)
-            if not keep:
-                break
-            if len(out) > keep:
-                out, self._carry = out[:-keep], out[-keep:]
-                break
-            more = self._handle.read(1)
-            if not more:
-                break  # the end of the file: the characters are data
-            out = (out + more).replace(self._from, self._to)
-        self._line += out.count(b"\n")
-        return out
-
-
-class _Blanks(_Rewriting):
-    """A binary file separated by runs of blanks (WHITESPACE) read as SEP-separated: each line's leading and
-    trailing blanks dropped, each run between fields one SEP. Whole lines are translated at a time (a line cut
-    by a read waits for its end), so the translation streams like _Translating's."""
-
-    def __init__(self, file: Path):
-        super().__init__()
-        self._handle = open(file, "rb")
-        self._pending, self._out, self._line, self._done = b"", b"", 1, False
-        self.file = file
-
     def read(self, size: int = -1) -> bytes:
         want = size if size and size > 0 else sys.maxsize
         while len(self._out) < want and not self._done:
@@ -225,19 +180,25 @@ class _Blanks(_Rewriting):
                 line = self._line + lines.count(b"\n", 0, at)
                 raise DataError(
                     f"{self.file}: line {line}: a control character (unit separator, 0x1f) in a file "
-                    "separated by whitespace; remove it"
+                    f"separated by {describe(self.delimiter)}; remove it"
                 )
             self._line += lines.count(b"\n")
-            if (
-                any(blanks in lines for blanks in (b"\t", b"  ", b"\n ", b" \n", b" \r"))
-                or lines.startswith(b" ")
-                or lines.endswith(b" ")
-            ):
-                self._out += _WS_RUN_B.sub(SEP.encode(), _WS_EDGE_B.sub(b"", lines))
-            else:  # single spaces between fields only (SASRec's files): one C-speed replace
-                self._out += lines.replace(b" ", SEP.encode())
+            self._out += _translate(lines, self.delimiter)
         out, self._out = self._out[:want], self._out[want:]
         return out
+
+
+def _translate(lines: bytes, delimiter: str) -> bytes:
+    """Whole lines with `delimiter` (more than one character) as SEP."""
+    if delimiter != WHITESPACE:
+        return lines.replace(delimiter.encode("utf-8"), SEP.encode())
+    if (
+        any(blanks in lines for blanks in (b"\t", b"  ", b"\n ", b" \n", b" \r"))
+        or lines.startswith(b" ")
+        or lines.endswith(b" ")
+    ):
+        return _WS_RUN_B.sub(SEP.encode(), _WS_EDGE_B.sub(b"", lines))
+    return lines.replace(b" ", SEP.encode())  # single spaces between fields only (SASRec's files): C speed
 
 
 def read_delimited(
@@ -279,7 +240,7 @@ def delimited_source(file: Path, delimiter: str):
     if len(delimiter) == 1:
         yield file, {"delimiter": delimiter}
         return
-    with _Blanks(file) if delimiter == WHITESPACE else _Translating(file, delimiter) as stream:
+    with _Translated(file, delimiter) as stream:
         yield stream, {"delimiter": SEP, "quote_char": False}
 
 

@@ -15,11 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from core.data import formats
+from core.data.conversion import FLOAT32_MAX
 from core.errors import DataError
 from core.files import UnreadableFile, open_regular
 
 QUERY_SUFFIXES = (".query", ".group")  # LightGBM's, XGBoost's: the query sizes of the file they extend
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _svm_problem(text: str, with_qid: bool = True) -> str | None:
@@ -46,31 +46,12 @@ def _svm_problem(text: str, with_qid: bool = True) -> str | None:
     return None
 
 
+_COMMENT = re.compile(rb"[ \t]*#[^\r\n]*")  # from a line's first '#' (and the blanks before it) to its end
+
+
 def _strip_comments(part: bytes) -> bytes:
-    """`part` without its comments: from each line's first '#' (and the blanks before it) to the line's end;
-    newlines stay, so line numbers do too. Vectorised (numpy), a few passes over the bytes."""
-    if b"#" not in part:
-        return part
-    raw = np.frombuffer(part, np.uint8)
-    hashes = np.flatnonzero(raw == 35)
-    newlines = np.flatnonzero(raw == 10)
-    line = np.searchsorted(newlines, hashes)
-    first = np.r_[True, line[1:] != line[:-1]]
-    starts, line = hashes[first].copy(), line[first]
-    ends = np.where(line < len(newlines), newlines[np.minimum(line, max(len(newlines) - 1, 0))], len(raw))
-    ends = np.where((ends > 0) & (raw[np.maximum(ends - 1, 0)] == 13), ends - 1, ends)  # a '\r' ends the line
-    ends = np.where(ends < starts, starts, ends)
-    for _ in range(64):  # the blanks before '#' go too: a line's fields end where its comment starts
-        back = (starts > 0) & np.isin(raw[np.maximum(starts - 1, 0)], (32, 9))
-        if not back.any():
-            break
-        starts[back] -= 1
-    delta = np.zeros(len(raw) + 1, np.int32)
-    np.add.at(delta, starts, 1)
-    np.add.at(delta, ends, -1)
-    keep = np.cumsum(delta[:-1]) == 0
-    keep |= raw == 13  # a '\r' before the newline stays: pyarrow and the tokenizer treat it as the line's end
-    return raw[keep].tobytes()
+    """`part` without its comments; newlines (and a '\r' before one) stay, so line numbers do too."""
+    return _COMMENT.sub(b"", part) if b"#" in part else part
 
 
 def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
