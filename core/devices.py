@@ -55,27 +55,18 @@ class DeviceInfo:
         return ", ".join(parts)
 
 
-def _cpu_model_name() -> str:
+def _cpuinfo(*keys: str) -> str | None:
+    """The value of the first /proc/cpuinfo line starting with one of `keys`; None if there is none."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(keys)), None)
     except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
+        return None
 
 
 def _cpu_flags() -> set[str]:
-    """The first CPU's feature flags from /proc/cpuinfo (`flags` on x86, `Features` on Arm); empty if unreadable."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    """The first CPU's feature flags (`flags` on x86, `Features` on Arm); empty if unreadable."""
+    return set((_cpuinfo("flags", "Features") or "").split())
 
 
 def cpu_bf16_support(flags: set[str]) -> tuple[bool, str]:
@@ -95,35 +86,29 @@ def cpu_bf16_support(flags: set[str]) -> tuple[bool, str]:
     return False, "bf16 emulated (no AMX or avx512_bf16): expect it slower than fp32"
 
 
-def total_ram() -> int | None:
-    """The host's physical memory in bytes (psutil); None where it cannot be told."""
+def _psutil(read) -> int | None:
+    """read(psutil) as bytes; None where psutil cannot tell."""
     import psutil
 
     try:
-        return int(psutil.virtual_memory().total)
+        return int(read(psutil))
     except (OSError, psutil.Error):
         return None
+
+
+def total_ram() -> int | None:
+    """The host's physical memory in bytes; None where it cannot be told."""
+    return _psutil(lambda p: p.virtual_memory().total)
 
 
 def available_ram() -> int | None:
-    """The host's memory available to a new allocation without swapping, in bytes (psutil: MemAvailable on
-    Linux); None where it cannot be told."""
-    import psutil
-
-    try:
-        return int(psutil.virtual_memory().available)
-    except (OSError, psutil.Error):
-        return None
+    """The host's memory available to a new allocation without swapping (MemAvailable on Linux), in bytes."""
+    return _psutil(lambda p: p.virtual_memory().available)
 
 
 def resident_set() -> int | None:
-    """This process's resident set in bytes (psutil); None where it cannot be told."""
-    import psutil
-
-    try:
-        return int(psutil.Process().memory_info().rss)
-    except (OSError, psutil.Error):
-        return None
+    """This process's resident set in bytes; None where it cannot be told."""
+    return _psutil(lambda p: p.Process().memory_info().rss)
 
 
 def peak_resident_set() -> int | None:
@@ -140,26 +125,22 @@ def peak_resident_set() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def _physical_cores() -> int | None:
-    import psutil
-
-    return psutil.cpu_count(logical=False)
-
-
 def cpu_info() -> DeviceInfo:
     """The host CPU: model, cores/threads, RAM, and whether bf16 has hardware support."""
+    import psutil
+
     flags = _cpu_flags()
     bf16_fast, speed = cpu_bf16_support(flags)
     return DeviceInfo(
         id="cpu",
         type="cpu",
-        name=_cpu_model_name(),
+        name=_cpuinfo("model name") or platform.processor() or platform.machine() or "CPU",
         memory_total=total_ram(),
         bf16=True,
         bf16_fast=bf16_fast,
         details={
             "threads": os.cpu_count(),
-            "cores": _physical_cores(),
+            "cores": psutil.cpu_count(logical=False),
             "torch_threads": torch.get_num_threads(),
             "bf16_speed": speed,
             "amx": {"amx_tile", "amx_bf16"} <= flags,
@@ -287,28 +268,14 @@ def list_devices(free_memory: bool = False) -> list[DeviceInfo]:
     return devices
 
 
-def default_device_id(devices: list[DeviceInfo] | None = None) -> str:
-    """What `auto` means: the first accelerator, else the CPU."""
-    devices = devices if devices is not None else list_devices()
-    for kind in ("cuda", "mps", "xpu"):
-        for info in devices:
-            if info.type == kind:
-                return info.id
-    return "cpu"
-
-
-def normalize_device_id(spec: str) -> str:
-    """'cuda' -> 'cuda:0', 'CPU' -> 'cpu'; validates the syntax only."""
-    spec = spec.strip().lower()
-    if spec in ("cuda", "xpu"):
-        return f"{spec}:0"
-    return spec
-
-
 def device_info(spec: str, devices: list[DeviceInfo] | None = None) -> DeviceInfo:
     """The DeviceInfo for `auto`, `cpu`, `cuda:N`, `mps` or `xpu:N`; DeviceError if it is not here."""
     devices = devices if devices is not None else list_devices()
-    wanted = default_device_id(devices) if spec.strip().lower() == "auto" else normalize_device_id(spec)
+    wanted = spec.strip().lower()
+    if wanted == "auto":  # the first accelerator, else the CPU
+        wanted = next((d.id for kind in ("cuda", "mps", "xpu") for d in devices if d.type == kind), "cpu")
+    elif wanted in ("cuda", "xpu"):
+        wanted += ":0"
     for info in devices:
         if info.id == wanted:
             return info
