@@ -106,21 +106,16 @@ class Series:
         xs, ys = _as_floats(xs), _as_floats(ys)
         if len(xs) != len(ys):
             raise ValueError(f"extend got {len(xs)} x values and {len(ys)} y values")
-        self._extend_floats(xs, ys)
+        for start in range(0, len(xs), _PIECE):
+            self._ingest(xs[start : start + _PIECE], ys[start : start + _PIECE])
 
-    def _extend_floats(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        if not len(xs):
-            return
+    def _ingest(self, xs: np.ndarray, ys: np.ndarray) -> None:
         finite = ys[np.isfinite(ys)]
         if len(finite):
             self.ymin = min(self.ymin, float(finite.min()))
             self.ymax = max(self.ymax, float(finite.max()))
         self._count += len(xs)
         self._drawn = None
-        for start in range(0, len(xs), _PIECE):
-            self._ingest(xs[start : start + _PIECE], ys[start : start + _PIECE])
-
-    def _ingest(self, xs: np.ndarray, ys: np.ndarray) -> None:
         total = self._n + len(xs)
         # append() folds `chunk` points whenever `keep + chunk` are raw: fold as many as it would have
         folded = self._chunk * max(0, (total - self._keep) // self._chunk)
@@ -276,15 +271,8 @@ class SmoothedSeries(Series):
         self._ema = self.weight * self._ema + (1.0 - self.weight) * y
         super().append(x, self._ema / (1.0 - self.weight**self._ema_count))
 
-    def extend(self, xs, ys) -> None:
-        """Vectorised `append` of many points: the same values up to float rounding (~1e-15 relative)."""
-        xs, ys = _as_floats(xs), _as_floats(ys)
-        if len(xs) != len(ys):
-            raise ValueError(f"extend got {len(xs)} x values and {len(ys)} y values")
-        for start in range(0, len(xs), _PIECE):
-            self._extend_smoothed(xs[start : start + _PIECE], ys[start : start + _PIECE])
-
-    def _extend_smoothed(self, xs: np.ndarray, ys: np.ndarray) -> None:
+    def _ingest(self, xs: np.ndarray, ys: np.ndarray) -> None:
+        """`extend` smooths as `append` does, up to float rounding (~1e-15 relative)."""
         finite = np.isfinite(ys)
         values = ys[finite]
         smoothed = np.full(len(ys), np.nan)
@@ -294,7 +282,7 @@ class SmoothedSeries(Series):
             smoothed[finite] = emas / (1.0 - self.weight**counts)
             self._ema = float(emas[-1])
             self._ema_count += len(values)
-        self._extend_floats(xs, smoothed)
+        super()._ingest(xs, smoothed)
 
     def clear(self) -> None:
         super().clear()
