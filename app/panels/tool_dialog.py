@@ -6,6 +6,7 @@ another tool uses its device (`busy_provider(device)` says why).
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import SimpleNamespace
 
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -109,16 +110,32 @@ class ToolDialog(QDialog):
         pass
 
     def _add_mode_checks(self, controls: QHBoxLayout, prefix: str, tf32: bool, fp32_fixed: bool) -> None:
-        """The "Modes:" checkboxes (objectName f"{mode}Check", or prefix + "Fp16Check"...), tf32 checked or not;
-        fp32_fixed: fp32 stays checked, the baseline every ratio is against."""
+        """The "Modes:" checkboxes (objectName f"{mode}Check", or prefix + "Fp16Check"...), tf32 checked or not, fp16
+        not on the CPU (slow there, when it runs at all); fp32_fixed: fp32 stays checked, the baseline of the ratios."""
         from core.precision_modes import PRECISION_MODES
 
         controls.addWidget(QLabel("Modes:"))
         self._fp32_fixed = fp32_fixed
+        unticked = {"tf32"} if not tf32 else set()
+        unticked |= {"fp16"} if self._on_cpu() else set()
         for mode in PRECISION_MODES:
             name = f"{prefix}{mode.title()}Check" if prefix else f"{mode}Check"
-            self.modeChecks[mode] = QCheckBox(mode, objectName=name, checked=tf32 or mode != "tf32")
+            self.modeChecks[mode] = QCheckBox(mode, objectName=name, checked=mode not in unticked)
             controls.addWidget(self.modeChecks[mode])
+
+    def _detected_devices(self) -> list:
+        """The devices the window detected (its devices panel), else the injected ones, else the CPU alone."""
+        panel = getattr(self.parent(), "devicesPanel", None)
+        devices = list(getattr(panel, "devices", None) or []) or list(self._devices_provider() or [])
+        return devices or [SimpleNamespace(id="cpu", type="cpu")]
+
+    def _on_cpu(self) -> bool:
+        """Whether the form's device is the CPU ('auto' without an accelerator detected)."""
+        try:
+            device = self._config_provider().device
+        except Exception:
+            return False
+        return device == "cpu" or device == "auto" and all(d.type == "cpu" for d in self._detected_devices())
 
     def selected_modes(self) -> list[str]:
         return [mode for mode, check in self.modeChecks.items() if check.isChecked()]

@@ -236,8 +236,9 @@ class BatchFinderDialog(ToolDialog):
             f"and an evaluation pass of {result.eval_rows:,} rows per trial."
             + (f" {notes[:1].upper() + notes[1:]}." if notes else "")
         )
+        searched = [m for m in result.modes if m.trials]  # skipped, stopped or failed in setup: not searched
         self.statusLabel.setText(
-            f"Searched {len(result.modes)} mode(s) on {result.device} ({result.device_name}) "
+            f"Searched {len(searched)} mode(s) on {result.device} ({result.device_name}) "
             f"in {result.seconds:.1f} s, from batch {result.start:,} up to at most "
             f"{result.max_batch:,}."
         )

@@ -305,18 +305,6 @@ class SweepDialog(ToolDialog):
     def _inputs(self):
         return [self.methodCombo, self.samplesEdit, self.seedEdit, self.axesEdit, self.runOnCombo]
 
-    def _detected_devices(self) -> list:
-        """The devices the window detected (its devices panel), else the injected ones, else the CPU alone."""
-        panel = getattr(self.parent(), "devicesPanel", None)
-        devices = list(getattr(panel, "devices", None) or [])
-        if not devices:
-            devices = list(self._devices_provider() or [])
-        if not devices:
-            from types import SimpleNamespace
-
-            devices = [SimpleNamespace(id="cpu", type="cpu")]
-        return devices
-
     def refresh_devices(self) -> None:
         """Fill "Run on" from the detected devices, keeping the choice when it is still there."""
         current = self.runOnCombo.currentData()
