@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from core.config import RunConfig
 from core.errors import ConfigError
@@ -45,32 +45,9 @@ class Evaluation:
         return asdict(self)
 
 
-def evaluate_checkpoint(
-    checkpoint: str | Path,
-    split: str | None = "test",
-    data: str | None = None,
-    device: str | None = None,
-    batch_size: int | None = None,
-    devices=None,
-    data_settings: dict | None = None,
-    announce: Callable[[str], None] | None = None,
-) -> Evaluation:
-    """The metrics of `checkpoint`'s model on `split` ("test" or "val"; None: test when the task's data has
-    one, else val) of its run's data (or of `data`). A run trained on given splits is measured on its given
-    test (or validation) file, as its saved settings name it. `data` replaces the run's data with a file
-    split on its own (its folder's files, its split column, else the task's split), unless `data_settings`
-    (val_data, test_data, delimiter, columns) gives its splits or read options too. `announce`, if given, is
-    called with the split chosen ("test" or "val") before it is measured."""
-    with rebuilt_run(
-        checkpoint,
-        split,
-        data=data,
-        device=device,
-        batch_size=batch_size,
-        devices=devices,
-        data_settings=data_settings,
-        announce=announce,
-    ) as run:
+def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", **options: Any) -> Evaluation:
+    """The metrics of `checkpoint`'s model on `split` of its run's data (rebuilt_run's arguments)."""
+    with rebuilt_run(checkpoint, split, **options) as run:
         return run.evaluation(run.metrics())
 
 
@@ -129,8 +106,12 @@ def rebuilt_run(
     data_settings: dict | None = None,
     announce: Callable[[str], None] | None = None,
 ) -> Iterator[RebuiltRun]:
-    """`checkpoint`'s run set up again in a throwaway folder (see the module doc), with the checkpoint's
-    weights, on the split evaluate_checkpoint measures (same arguments); cleaned up on leaving."""
+    """`checkpoint`'s run set up again in a throwaway folder (see the module doc) with the checkpoint's weights,
+    cleaned up on leaving. `split`: "test" or "val"; None: test when the task's data has one, else val. A run
+    trained on given splits is measured on its given test (or validation) file. `data` replaces the run's data
+    with a file split on its own (its folder's files, its split column, else the task's split), unless
+    `data_settings` (val_data, test_data, delimiter, columns) gives its splits or read options too. `announce`,
+    if given, is called with the split chosen before it is measured."""
     import torch  # noqa: F401  (the engine's dependency, loaded when a checkpoint is evaluated)
 
     from core.engine import checkpoints as ckpt

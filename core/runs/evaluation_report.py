@@ -1,10 +1,8 @@
 """A checkpoint's evaluation report: evaluate's metrics plus what the window plots, written as `evaluation.json`.
 
-`evaluation_report(checkpoint)` rebuilds the run as `evaluate` does (core.runs.evaluate.rebuilt_run), measures the
-task's metrics, then adds the task's report (Task.report: its sections, e.g. a confusion matrix or HR@k curves),
-computed from the same scores, so at k = 10 the curves are the metrics. The result is one JSON-ready dict
-(non-finite numbers become null); `write_report` saves it atomically beside the checkpoint, and `load_report` reads
-it back, never raising on a damaged or older file unless asked to.
+`evaluation_report(checkpoint)` rebuilds the run as `evaluate` does, measures the task's metrics and adds the task's
+report (Task.report: e.g. a confusion matrix or HR@k curves) from the same scores, as one JSON-ready dict;
+`write_report` saves it atomically beside the checkpoint, `load_report` reads it back.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 from core.errors import DataError
 from core.files import UnreadableFile, atomic_write_bytes, parse_json, read_regular, shown_path
@@ -21,18 +20,10 @@ REPORT_FILE = "evaluation.json"
 REPORT_VERSION = 1
 
 
-def evaluation_report(
-    checkpoint: str | Path,
-    split: str | None = None,
-    device: str | None = None,
-    batch_size: int | None = None,
-    devices=None,
-    announce=None,
-) -> dict:
-    """The report of `checkpoint`'s model on `split` ("test" or "val"; None: test when the data has one, else
-    val) of its run's data: who and where (checkpoint, run folder, task, split, step, device, precision), how
-    many rows, evaluate's metrics with the task's baseline and ceiling, and the task's sections. `announce`, if
-    given, is called with the split chosen before it is measured."""
+def evaluation_report(checkpoint: str | Path, split: str | None = None, **options: Any) -> dict:
+    """The report of `checkpoint`'s model on `split` of its run's data (rebuilt_run's arguments): who and where
+    (checkpoint, run folder, task, split, step, device, precision), how many rows, evaluate's metrics with the
+    task's baseline and ceiling, and the task's sections."""
     import torch
 
     from core.data.batching import split_length
@@ -40,9 +31,7 @@ def evaluation_report(
     from core.engine.run_record import RECORD_FILE
     from core.runs.evaluate import rebuilt_run
 
-    with rebuilt_run(
-        checkpoint, split, device=device, batch_size=batch_size, devices=devices, announce=announce
-    ) as run:
+    with rebuilt_run(checkpoint, split, **options) as run:
         metrics = run.metrics()
         t = run.trainer
         model = t.raw_model

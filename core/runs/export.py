@@ -30,9 +30,9 @@ from core.text import first_line, size
 if TYPE_CHECKING:
     from core.tasks.serving import TaskServing
 
-FORMATS = ("program", "onnx", "safetensors")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MODEL_FILES = {"program": "model.pt2", "onnx": "model.onnx", "safetensors": "model.safetensors"}
+FORMATS = tuple(MODEL_FILES)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ONNX_HINT = "pip install 'amp-console[onnx]'"
 # Verification: the reloaded export against the same model in memory (same dtype), relative to the outputs'
 # scale. Reloading is exact for the program and safetensors; ONNX Runtime's kernels differ in the last bits.
@@ -108,10 +108,8 @@ def load_trained(checkpoint: str | Path) -> Loaded:
 
 
 def check_task_returns(loaded: Loaded, say) -> None:
-    """A user task's loss and metrics returns checked on its run's data, as a run checks them before its first
-    step (core.tasks.task_checks.check_returns; on the CPU, in float32, the model's weights the checkpoint's):
-    a bad return is its one-line TaskOutputError and nothing is exported. Data that cannot be loaded here (moved,
-    or its loader raises) leaves the check undone, said through `say`: the export itself does not need it."""
+    """A user task's loss and metrics returns checked on its run's data as a run checks them (a bad one is its
+    TaskOutputError); data that cannot be loaded here leaves the check undone, said through `say`."""
     from core.config import RunConfig
     from core.tasks.task_checks import check_returns, checked_data, is_user_task
 
@@ -409,24 +407,27 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- the manifest
-# What loading each format runs: data may come from anyone, a program only from someone whose code you would run.
-FORMAT_SAFETY = {
-    "program": (
-        "code",
-        (
-            "a torch.export program is code: torch.export.load rebuilds and runs Python from it; "
-            "serve.py refuses one holding pickles or Python source before loading it, but load "
-            "programs only from people whose code you would run"
-        ),
-    ),
-    "onnx": ("data", "an ONNX graph of standard operators run by onnxruntime: data, no Python runs from it"),
-    "safetensors": (
-        "data",
-        (
-            "raw tensors by name: data, no Python runs from it (model.pt beside it is a checkpoint, "
-            "read only with weights_only=True)"
-        ),
-    ),
+# What loading each format runs and how: data may come from anyone, a program only from someone whose code you would run.
+FORMAT_NOTES = {
+    "program": {
+        "format_kind": "code",
+        "safety": "a torch.export program is code: torch.export.load rebuilds and runs Python from it; serve.py "
+        "refuses one holding pickles or Python source before loading it, but load programs only from people whose "
+        "code you would run",
+        "load": "serve.load_program('model.pt2')(input): checked, then torch.export.load(...).module()",
+    },
+    "onnx": {
+        "format_kind": "data",
+        "safety": "an ONNX graph of standard operators run by onnxruntime: data, no Python runs from it",
+        "load": "onnxruntime.InferenceSession('model.onnx').run(None, {input name: array})",
+    },
+    "safetensors": {
+        "format_kind": "data",
+        "safety": "raw tensors by name: data, no Python runs from it (model.pt beside it is a checkpoint, read only "
+        "with weights_only=True)",
+        "load": "model.safetensors: the weights by state_dict name, loaded into the task's model (model.pt is the "
+        "full checkpoint, model.json its manifest); serve.py serves program and ONNX exports",
+    },
 }
 
 
@@ -456,16 +457,7 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
         "versions": versions,
         "source_checkpoint": str(loaded.path),
     }
-    manifest["format_kind"], manifest["safety"] = FORMAT_SAFETY[fmt]
-    if fmt == "program":
-        manifest["load"] = "serve.load_program('model.pt2')(input): checked, then torch.export.load(...).module()"
-    elif fmt == "onnx":
-        manifest["load"] = "onnxruntime.InferenceSession('model.onnx').run(None, {input name: array})"
-    else:
-        manifest["load"] = (
-            "model.safetensors: the weights by state_dict name, loaded into the task's model (model.pt is "
-            "the full checkpoint, model.json its manifest); serve.py serves program and ONNX exports"
-        )
+    manifest.update(FORMAT_NOTES[fmt])
     manifest.update(loaded.serving.manifest(model, state, sample))  # inputs, outputs, serving
     manifest["serving_module"] = loaded.serving.rows_module  # the task's part of serve.py, beside it
     return manifest
@@ -487,19 +479,11 @@ def _onnx_cause(exc: BaseException) -> str:
 SERVE_PARTS = ("serve_http.py", "serve_lines.py", "serve_program.py")
 
 
-def serve_py() -> bytes:
-    """serve.py as every export carries it: core/runs/serve.py, byte for byte (it imports nothing of this project)."""
-    from importlib.resources import files
-
-    return files("core.runs").joinpath("serve.py").read_bytes()
-
-
 def serve_files(serving: TaskServing) -> dict[str, bytes]:
-    """File name -> bytes of what serves an export without this project: serve.py, its parts (SERVE_PARTS) and
-    the task's serving module (`serving.rows_module`), each copied byte for byte."""
+    """File name -> bytes of what serves an export without this project, each copied byte for byte: serve.py (it
+    imports nothing of this project), its parts (SERVE_PARTS) and the task's serving module (`serving.rows_module`)."""
     from importlib.resources import files
 
-    out = {"serve.py": serve_py()}
-    out.update((name, files("core.runs").joinpath(name).read_bytes()) for name in SERVE_PARTS)
+    out = {name: files("core.runs").joinpath(name).read_bytes() for name in ("serve.py", *SERVE_PARTS)}
     out[serving.rows_module] = serving.rows_source()
     return out

@@ -6,12 +6,14 @@ Parquet: 1-based rows). Messages name the user's columns with control characters
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from pathlib import Path
 
 from core.data.row_checks import shown_names
 from core.errors import ConfigError, DataError
+from core.files import UnreadableFile, open_regular
 from core.text import first_line, printable
 
 BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
@@ -23,7 +25,6 @@ class InputReader:
 
     def __init__(self, path: Path, batch_rows: int):
         import pyarrow as pa
-        import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
         from core.data import formats
@@ -33,7 +34,12 @@ class InputReader:
         self.unit = "row" if self.parquet else "line"
         self.needed: list[str] = []
         self.delimiter = ","
-        self._open().close()  # the first open: a FIFO or a device put in the file's place is refused, not read
+        try:  # a FIFO or a device put in the file's place is refused, not read
+            open_regular(path).close()
+        except FileNotFoundError:
+            raise ConfigError("--input", f"{path}: no such input file") from None
+        except UnreadableFile as exc:
+            raise ConfigError("--input", str(exc)) from None
         if not self.parquet:
             formats.refuse_binary(path)
             self.delimiter = formats.sniff_delimiter(path, _declared())  # as training's importer sniffs it
@@ -42,19 +48,7 @@ class InputReader:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
             else:
-                with (
-                    self._csv_source() as (source, separation),
-                    pacsv.open_csv(
-                        source,
-                        read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
-                        parse_options=pacsv.ParseOptions(
-                            **separation,
-                            newlines_in_values=True,
-                            ignore_empty_lines=False,
-                            invalid_row_handler=lambda row: "skip",
-                        ),
-                    ) as r,
-                ):
+                with self._open_csv(lambda row: "skip") as r:
                     names = r.schema.names
                 self.schema = pa.schema([(n, pa.string()) for n in names])
         except (pa.ArrowInvalid, OSError) as exc:
@@ -73,22 +67,20 @@ class InputReader:
             # a file without a header: its first row would be read as the column names and silently lost
             raise DataError(f"{path}: line 1 holds numbers, not column names: add a header line naming the columns")
 
-    def _open(self):
-        """The file, opened only if it is a regular file once open (core.files.open_regular)."""
-        from core.files import UnreadableFile, open_regular
+    @contextlib.contextmanager
+    def _open_csv(self, invalid_row_handler, **options):
+        """pyarrow's streaming CSV reader of the file (core.data.formats.delimited_source), blank lines kept."""
+        import pyarrow.csv as pacsv
 
-        try:
-            return open_regular(self.path)
-        except FileNotFoundError:
-            raise ConfigError("--input", f"{self.path}: no such input file") from None
-        except UnreadableFile as exc:
-            raise ConfigError("--input", str(exc)) from None
-
-    def _csv_source(self):
-        """(source, ParseOptions arguments) for pyarrow's CSV reader (core.data.formats.delimited_source)."""
         from core.data.formats import delimited_source
 
-        return delimited_source(self.path, self.delimiter)
+        with delimited_source(self.path, self.delimiter) as (source, separation):
+            parse = pacsv.ParseOptions(
+                **separation, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=invalid_row_handler
+            )
+            read = pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False)
+            with pacsv.open_csv(source, read_options=read, parse_options=parse, **options) as reader:
+                yield reader
 
     def columns_note(self) -> str:
         return f"the file's columns: {shown_names(self.columns)}"
@@ -181,27 +173,17 @@ class InputReader:
         # null; an unquoted empty value is null as well and made "" again, a quoted one ("") stays "". Line
         # breaks inside quoted values are counted in every column, read or not.
         unique = len(set(self.columns)) == len(self.columns)
-        options = dict(
-            read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
-            convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.binary() for c in self.columns},
-                include_columns=[] if unique else self.needed,
-                strings_can_be_null=True,
-                null_values=[""],
-                quoted_strings_can_be_null=False,
-            ),
+        convert = pacsv.ConvertOptions(
+            column_types={c: pa.binary() for c in self.columns},
+            include_columns=[] if unique else self.needed,
+            strings_can_be_null=True,
+            null_values=[""],
+            quoted_strings_can_be_null=False,
         )
         record = 1  # the last record (header = 1) placed so far: the next batch's rows come after it
         extra_lines = 0  # line breaks inside quoted values of the records placed so far
         try:
-            with self._csv_source() as (source, separation):
-                reader = pacsv.open_csv(
-                    source,
-                    parse_options=pacsv.ParseOptions(
-                        **separation, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=invalid
-                    ),
-                    **options,
-                )
+            with self._open_csv(invalid, convert_options=convert) as reader:
                 for batch in reader:
                     n = batch.num_rows
                     blank = np.ones(n, dtype=bool)
@@ -293,13 +275,8 @@ def _text_only(batch, lines, problems):
                 value.decode("utf-8")
             except UnicodeDecodeError as exc:
                 bad[i] = True
-                found.append(
-                    (
-                        int(lines[i]),
-                        f"{name} is not valid UTF-8 (byte {value[exc.start]:#04x} at "
-                        f"position {exc.start + 1}): save the file as UTF-8",
-                    )
-                )
+                why = f"{name} is not valid UTF-8 (byte {value[exc.start]:#04x} at position {exc.start + 1})"
+                found.append((int(lines[i]), f"{why}: save the file as UTF-8"))
     if not bad.any():
         return batch, lines, problems
     return batch.filter(pa.array(~bad)), lines[~bad], sorted(problems + found)
