@@ -117,48 +117,23 @@ def overlay_points(records, metric: str | None = None):
         return _overlay_points_sequential(records, metric)
 
 
-def _metric_points(evals: list, metric: str | None):
-    """(metric, steps, values) of the validation `evals` [(step, metrics)]; metric None: the first one named."""
-    if metric is None:
-        metric = next((name for _step, metrics in evals for name in metrics), None)
-    points = (
-        [(step, metrics[metric]) for step, metrics in evals if isinstance(metrics.get(metric), (int, float))]
-        if metric is not None
-        else []
-    )
-    ex = np.array([p[0] for p in points], dtype=np.float64)
-    return metric, ex, np.array([p[1] for p in points], dtype=np.float64)
-
-
 def _overlay_points_sequential(records, metric: str | None):
-    """`overlay_points` one record at a time, cutting segments as `history_points` does."""
-    sx: list[int] = []
-    sy: list[float] = []
-    evals: list[tuple[int, dict]] = []  # validation only: (step, metrics)
-
-    def cut(at: int) -> None:
-        while sx and sx[-1] > at:
-            sx.pop()
-            sy.pop()
-        evals[:] = [e for e in evals if e[0] <= at]
-
-    for record in records:
-        kind = record.get("event")
+    """`overlay_points` through `history_points`: one record at a time (a loss that is no number is a gap)."""
+    steps, evals, _first = history_points(records)
+    y = []
+    for record in steps:
         try:
-            if kind == "StepMetrics":
-                step = int(record["step"])
-                loss = record.get("loss")
-                loss = math.nan if loss is None else float(loss)
-                if sx and step <= sx[-1]:  # a segment without its RunStarted (torn file)
-                    cut(step - 1)
-                sx.append(step)
-                sy.append(loss)
-            elif kind == "EvalMetrics":
-                step = int(record["step"])
-                if record.get("split") == VAL_SPLIT and isinstance(record.get("metrics"), dict):
-                    evals.append((step, record["metrics"]))
-            elif kind == "RunStarted":
-                cut(int(record["start_step"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return OverlayPoints(np.array(sx, dtype=np.float64), np.array(sy, dtype=np.float64), *_metric_points(evals, metric))
+            y.append(float(record.get("loss")))
+        except (TypeError, ValueError):
+            y.append(math.nan)
+    val = [(e.step, e.metrics) for e in evals if e.split == VAL_SPLIT and isinstance(e.metrics, dict)]
+    if metric is None:
+        metric = next((name for _step, metrics in val for name in metrics), None)
+    points = [(step, m[metric]) for step, m in val if isinstance(m.get(metric), (int, float))]
+    return OverlayPoints(
+        np.array([r["step"] for r in steps], dtype=np.float64),
+        np.array(y, dtype=np.float64),
+        metric,
+        np.array([p[0] for p in points], dtype=np.float64),
+        np.array([p[1] for p in points], dtype=np.float64),
+    )
