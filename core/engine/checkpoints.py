@@ -30,18 +30,8 @@ from core.text import first_line
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = (
-    "format_version",
-    "task",
-    "model",
-    "optimizer",
-    "scheduler",
-    "scaler",
-    "step",
-    "epoch",
-    "rng",
-    "config",
-    "metrics",
-    "versions",
+    *("format_version", "task", "model", "optimizer", "scheduler", "scaler"),
+    *("step", "epoch", "rng", "config", "metrics", "versions"),
 )
 
 
@@ -428,15 +418,12 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def is_finite_number(value) -> bool:
+def _is_finite_number(value) -> bool:
     """An int or float (not a bool) that is not NaN or inf, and fits a float."""
     try:
         return _is_number(value) and math.isfinite(value)
     except OverflowError:  # an int beyond any float
         return False
-
-
-_is_finite_number = is_finite_number
 
 
 def _brief(value) -> str:
@@ -474,21 +461,6 @@ def load_model_state(model: torch.nn.Module, state_dict: dict, source: str) -> N
             parts.append(f"shape mismatch {_short(shapes)}")
         raise CheckpointError(f"{source}: the checkpoint does not fit this model: {'; '.join(parts)}")
     model.load_state_dict(state_dict, strict=True)
-
-
-def export_weights(model: torch.nn.Module, path: str | Path, manifest: dict) -> tuple[Path, Path]:
-    """Write `path` (.safetensors, unwrapped fp32 weights) and `path`.json (task, config, metrics, precision)."""
-    from safetensors.torch import save as save_safetensors
-
-    path = Path(path)
-    if path.suffix != ".safetensors":
-        path = path.with_suffix(".safetensors")
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in unwrap_model(model).state_dict().items()}
-    meta = {"format": "pt", "task": str(manifest.get("task", ""))}
-    atomic_write_bytes(path, save_safetensors(tensors, metadata=meta))
-    manifest_path = path.with_suffix(".json")
-    atomic_write_bytes(manifest_path, json.dumps(manifest, indent=2, default=str).encode("utf-8"))
-    return path, manifest_path
 
 
 def rebuild_model(state: dict, source: str | Path):
@@ -536,7 +508,13 @@ def export_checkpoint(checkpoint: str | Path, destination: str | Path) -> tuple[
         manifest["vocabulary"] = {
             name: ids.tolist() if isinstance(ids, torch.Tensor) else list(ids) for name, ids in vocabulary.items()
         }
-    weights, manifest_path = export_weights(model, destination.with_suffix(".safetensors"), manifest)
+    from safetensors.torch import save as save_safetensors
+
+    # the unwrapped fp32 weights, and the manifest (task, config, metrics, precision) beside them
+    weights, manifest_path = destination.with_suffix(".safetensors"), destination.with_suffix(".json")
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in unwrap_model(model).state_dict().items()}
+    atomic_write_bytes(weights, save_safetensors(tensors, metadata={"format": "pt", "task": str(state["task"])}))
+    atomic_write_bytes(manifest_path, json.dumps(manifest, indent=2, default=str).encode("utf-8"))
     return full, weights, manifest_path
 
 

@@ -222,7 +222,7 @@ def _gather_ragged(values: torch.Tensor, ctx: DistContext) -> list[torch.Tensor]
 
 def gather_peers(ctx: DistContext, device: torch.device | None = None) -> list[tuple[str, int]]:
     """(host, process id) of every rank, in rank order: one small collective at setup, so that a rank that
-    dies later can be named (see dead_ranks). Empty for a single process."""
+    dies later can be named (see dead_peers). Empty for a single process."""
     if not ctx.enabled:
         return []
     own = f"{socket.gethostname()}\n{os.getpid()}".encode()
@@ -233,18 +233,12 @@ def gather_peers(ctx: DistContext, device: torch.device | None = None) -> list[t
     return peers
 
 
-def dead_ranks(peers: list[tuple[str, int]]) -> list[int]:
-    """The ranks among `peers` on this host whose process has ended (ranks on other hosts can't be checked)."""
-    here = socket.gethostname()
-    return [rank for rank, (host, pid) in enumerate(peers) if host == here and not _process_alive(pid)]
-
-
 def dead_peers(peers: list[tuple[str, int]], own_rank: int, wait: float = 2.0) -> list[int]:
-    """The other ranks whose process has ended, looked for during up to `wait` seconds: a killed peer's sockets
-    close a moment before its process is gone."""
-    dead, waited_from = [], time.perf_counter()
+    """The other ranks on this host (others can't be checked) whose process has ended, looked for during up to
+    `wait` seconds: a killed peer's sockets close a moment before its process is gone."""
+    here, dead, waited_from = socket.gethostname(), [], time.perf_counter()
     while peers:
-        dead = [rank for rank in dead_ranks(peers) if rank != own_rank]
+        dead = [r for r, (host, pid) in enumerate(peers) if host == here and r != own_rank and not _process_alive(pid)]
         if dead or time.perf_counter() - waited_from > wait:
             break
         time.sleep(0.05)

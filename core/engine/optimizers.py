@@ -62,61 +62,29 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def regroup_one_group_state(
-    optimizer_state: dict, scheduler_state: dict | None, model: nn.Module, optimizer: torch.optim.Optimizer
-) -> tuple[dict, dict | None]:
-    """A checkpoint's optimizer and scheduler state in `optimizer`'s groups when the two differ only in how
-    the same parameters are grouped: one group of every trainable parameter in model order (a run without
-    weight decay, or one written before decay and no-decay groups) into decay and no-decay groups, or those
-    two into one; else as is."""
-    groups = optimizer.param_groups
-    saved_groups = optimizer_state["param_groups"]
+def regroup_one_group_state(optimizer_state: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """A checkpoint's optimizer state in `optimizer`'s groups when the two differ only in how the same parameters
+    are grouped: one group of every trainable parameter in model order (a run without weight decay, or one
+    written before decay and no-decay groups) into decay and no-decay groups, or those two into one; else as is."""
+    groups, saved = optimizer.param_groups, optimizer_state["param_groups"]
+    if sorted((len(saved), len(groups))) != [1, 2]:
+        return optimizer_state
     trainable = trainable_parameters(model)
-    if len(saved_groups) == 2 and len(groups) == 1:
-        return _merge_two_groups(optimizer_state, scheduler_state, model, trainable, groups[0])
-    if len(saved_groups) != 1 or len(groups) == 1 or len(saved_groups[0]["params"]) != len(trainable):
-        return optimizer_state, scheduler_state
-    position = {id(p): i for i, p in enumerate(trainable)}
-    old_ids = saved_groups[0]["params"]
+    # the saved groups' parameters, in the split they were written with (parameter_groups' for two)
+    layout = [g["params"] for g in parameter_groups(model, 1.0)] if len(saved) == 2 else [trainable]
+    if [len(params) for params in layout] != [len(g["params"]) for g in saved]:
+        return optimizer_state  # other parameters: the caller's size check decides
+    old_id = {id(p): old for g, params in zip(saved, layout) for old, p in zip(g["params"], params)}
     state, new_groups, index = {}, [], 0
     for group in groups:
         ids = []
         for param in group["params"]:
-            old = old_ids[position[id(param)]]
-            if old in optimizer_state["state"]:
-                state[index] = optimizer_state["state"][old]
+            if old_id[id(param)] in optimizer_state["state"]:
+                state[index] = optimizer_state["state"][old_id[id(param)]]
             ids.append(index)
             index += 1
-        new_groups.append({**saved_groups[0], "params": ids, "weight_decay": group["weight_decay"]})
-    if scheduler_state is not None:  # per-group lists (base_lrs, _last_lr, ...): the one group's entry for each
-        scheduler_state = {
-            key: value * len(groups) if isinstance(value, list) and len(value) == 1 else value
-            for key, value in scheduler_state.items()
-        }
-    return {"state": state, "param_groups": new_groups}, scheduler_state
-
-
-def _merge_two_groups(
-    optimizer_state: dict, scheduler_state: dict | None, model: nn.Module, trainable: list, group: dict
-) -> tuple[dict, dict | None]:
-    """Decay and no-decay groups (as parameter_groups splits them) into this run's one group in model order."""
-    split = parameter_groups(model, 1.0)  # the split the checkpoint was written with, in its order
-    saved_groups = optimizer_state["param_groups"]
-    if [len(g["params"]) for g in split] != [len(g["params"]) for g in saved_groups]:
-        return optimizer_state, scheduler_state  # other parameters: the caller's size check decides
-    position = {id(p): i for i, p in enumerate(trainable)}
-    state = {}
-    for saved, params in zip(saved_groups, (g["params"] for g in split)):
-        for old, param in zip(saved["params"], params):
-            if old in optimizer_state["state"]:
-                state[position[id(param)]] = optimizer_state["state"][old]
-    merged = {**saved_groups[0], "params": list(range(len(trainable))), "weight_decay": group["weight_decay"]}
-    if scheduler_state is not None:  # per-group lists: the first group's entry
-        scheduler_state = {
-            key: value[:1] if isinstance(value, list) and len(value) == 2 else value
-            for key, value in scheduler_state.items()
-        }
-    return {"state": state, "param_groups": [merged]}, scheduler_state
+        new_groups.append({**saved[0], "params": ids, "weight_decay": group["weight_decay"]})
+    return {"state": state, "param_groups": new_groups}
 
 
 # State entries each optimizer reads without a default once a parameter has state (SGD reads its momentum

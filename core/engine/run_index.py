@@ -26,23 +26,12 @@ SCHEMA = 3
 RACY_SECONDS = 3  # a file changed this recently is read again next time (coarse timestamps: FAT's are 2 s)
 BUSY_SECONDS = 1.0  # how long a write waits for another process's; past it the changes are not saved this time
 SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in a run folder (run.json first)
-# a record's nested parts that a list of runs does not show: stored apart (see indexed_runs' `brief`)
+# a record's nested parts that a list of runs does not show: stored apart (see indexed_records)
 BULKY = ("config", "versions", "checkpoints", "metrics", "test_metrics", "notes", "resumed_at")
 # what `runs list` shows of a run (and sorts by): stored apart as a JSON array, a fraction of the brief to parse
 LISTED = (
-    "id",
-    "name",
-    "task",
-    "status",
-    "precision",
-    "device",
-    "steps",
-    "total_steps",
-    "best",
-    "wall_seconds",
-    "start_time",
-    "end_time",
-    "unreadable",
+    *("id", "name", "task", "status", "precision", "device", "steps", "total_steps", "best", "wall_seconds"),
+    *("start_time", "end_time", "unreadable"),
 )
 PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout, a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
@@ -119,7 +108,7 @@ def _refresh(
             tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
             skip = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
         found, fresh, rows, gone = _scan(root, cached, skip=skip, split=parts == "split", listed=parts == "listed")
-        if (rows or gone) and db is None and found and not _exists(index):
+        if (rows or gone) and db is None and found and not os.path.lexists(index):
             db, writable = _open(index, create=True)
         if (rows or gone) and writable and db is not None:
             _save(db, rows, gone)
@@ -388,14 +377,6 @@ def _newest_first(runs: list[dict], bulks: list) -> tuple[list[dict], list]:
 
 
 # ---- the file ------------------------------------------------------------------------------------------------------
-
-
-def _exists(index: Path) -> bool:
-    try:
-        os.stat(index, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
 
 
 def _open(index: Path, create: bool = False) -> tuple[sqlite3.Connection | None, bool]:

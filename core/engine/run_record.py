@@ -422,15 +422,6 @@ class _Unreadable(Exception):
         self.ident = ident if isinstance(ident, str) and ident else None
 
 
-def _exists(path: str | os.PathLike) -> bool:
-    """Whether something (a file, a link, a FIFO...) is at `path`; False when it or its folder can't be seen."""
-    try:
-        os.lstat(path)
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 def _record_or_summary(folder: Path, base: str) -> dict | None:
     """run.json checked, else the summary from metrics.jsonl, else None; _Unreadable when one is there but
     can't be read or has a field of the wrong type. `base`: the folder as a string."""
@@ -440,7 +431,7 @@ def _record_or_summary(folder: Path, base: str) -> dict | None:
     except FileNotFoundError:
         data = None
     except UnreadableFile as exc:
-        if not _exists(path):  # nothing there to read (the folder can't be searched, say): no run.json
+        if not os.path.lexists(path):  # nothing there to read (the folder can't be searched, say): no run.json
             return _summary_or_none(folder)
         raise _Unreadable(str(exc)) from None
     except (OSError, ValueError):  # a name that can't be opened at all
@@ -471,7 +462,7 @@ def _folder_id(folder: Path, salt: bytes = b"") -> str:
 
 def _summary_from_metrics(folder: Path) -> dict | None:
     path = folder / METRICS_FILE
-    if not _exists(path):
+    if not os.path.lexists(path):
         return None
     try:
         with open_regular(path) as f:

@@ -151,7 +151,7 @@ def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler
     schedule_settings = [
         {key: group[key] for key in SCHEDULE_GROUP_KEYS if key in group} for group in optimizer.param_groups
     ]
-    optimizer_state, _ = regroup_one_group_state(state["optimizer"], state["scheduler"], model, optimizer)
+    optimizer_state = regroup_one_group_state(state["optimizer"], model, optimizer)
     saved_sizes = [len(group["params"]) for group in optimizer_state["param_groups"]]
     sizes = [len(group["params"]) for group in optimizer.param_groups]
     if saved_kind is not None and saved_kind != kind:
