@@ -30,207 +30,57 @@ from core.tasks.task_checks import build_checked, check_returns, load_checked, u
 LOSS_ROW = "task.loss"
 _CONTEXT = " in the dtype inspector"  # an exception of the task's code: 'KeyError in the dtype inspector: ...'
 
+
+def _ops(names: str) -> set[str]:
+    return set(names.split())
+
+
 # Ops that only reshape, alias or detach: they carry their input's dtype and would drown the real compute ops.
-_LAYOUT_OPS = {
-    "detach",
-    "t",
-    "view",
-    "_unsafe_view",
-    "expand",
-    "permute",
-    "transpose",
-    "reshape",
-    "alias",
-    "slice",
-    "select",
-    "unsqueeze",
-    "squeeze",
-    "as_strided",
-    "unbind",
-    "split",
-    "split_with_sizes",
-    "chunk",
-    "narrow",
-    "lift_fresh",
-    "clone",
-    "contiguous",
-    "empty_like",
-    "zeros_like",
-    "ones_like",
-    "new_empty",
-    "new_zeros",
-    "copy_",
-}
+_LAYOUT_OPS = _ops(
+    "detach t view _unsafe_view expand permute transpose reshape alias slice select unsqueeze squeeze "
+    "as_strided unbind split split_with_sizes chunk narrow lift_fresh clone contiguous empty_like zeros_like "
+    "ones_like new_empty new_zeros copy_"
+)
 _CAST_OPS = {"_to_copy", "to", "_autocast_to_reduced_precision", "_autocast_to_full_precision"}
 
 
 # Per PyTorch's autocast op reference (names as in the reference; see _REFERENCE_NAME for the aten names the
 # recorder sees). MPS and XPU follow the CUDA lists.
 _CUDA_LISTS = {
-    "lower": {
-        "addbmm",
-        "addmm",
-        "addmv",
-        "addr",
-        "baddbmm",
-        "bmm",
-        "chain_matmul",
-        "multi_dot",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-        "convolution",
-        "GRUCell",
-        "linear",
-        "LSTMCell",
-        "matmul",
-        "mm",
-        "mv",
-        "prelu",
-        "RNNCell",
-        "scaled_dot_product_attention",
-    },
-    "fp32": {
-        "pow",
-        "acos",
-        "asin",
-        "binary_cross_entropy_with_logits",
-        "cosh",
-        "cosine_embedding_loss",
-        "cdist",
-        "cosine_similarity",
-        "cross_entropy",
-        "cumprod",
-        "cumsum",
-        "dist",
-        "erfinv",
-        "exp",
-        "expm1",
-        "group_norm",
-        "hinge_embedding_loss",
-        "kl_div",
-        "l1_loss",
-        "layer_norm",
-        "log",
-        "log_softmax",
-        "log10",
-        "log1p",
-        "log2",
-        "logsumexp",
-        "margin_ranking_loss",
-        "mse_loss",
-        "multilabel_margin_loss",
-        "multi_margin_loss",
-        "nll_loss",
-        "norm",
-        "normalize",
-        "pdist",
-        "poisson_nll_loss",
-        "prod",
-        "reciprocal",
-        "rms_norm",
-        "rsqrt",
-        "sinh",
-        "smooth_l1_loss",
-        "soft_margin_loss",
-        "softmax",
-        "softmin",
-        "softplus",
-        "sum",
-        "renorm",
-        "tan",
-        "triplet_margin_loss",
-    },
-    "promote": {
-        "addcdiv",
-        "addcmul",
-        "atan2",
-        "bilinear",
-        "cross",
-        "dot",
-        "grid_sample",
-        "index_put",
-        "scatter_add",
-        "tensordot",
-    },
+    "lower": _ops(
+        "addbmm addmm addmv addr baddbmm bmm chain_matmul multi_dot conv1d conv2d conv3d conv_transpose1d "
+        "conv_transpose2d conv_transpose3d convolution GRUCell linear LSTMCell matmul mm mv prelu RNNCell "
+        "scaled_dot_product_attention"
+    ),
+    "fp32": _ops(
+        "pow acos asin binary_cross_entropy_with_logits cosh cosine_embedding_loss cdist cosine_similarity "
+        "cross_entropy cumprod cumsum dist erfinv exp expm1 group_norm hinge_embedding_loss kl_div l1_loss "
+        "layer_norm log log_softmax log10 log1p log2 logsumexp margin_ranking_loss mse_loss "
+        "multilabel_margin_loss multi_margin_loss nll_loss norm normalize pdist poisson_nll_loss prod "
+        "reciprocal rms_norm rsqrt sinh smooth_l1_loss soft_margin_loss softmax softmin softplus sum renorm tan "
+        "triplet_margin_loss"
+    ),
+    "promote": _ops("addcdiv addcmul atan2 bilinear cross dot grid_sample index_put scatter_add tensordot"),
 }
 AUTOCAST_OP_LISTS: dict[str, dict[str, set[str]]] = {
     "cuda": _CUDA_LISTS,
     "mps": _CUDA_LISTS,
     "xpu": _CUDA_LISTS,
     "cpu": {
-        "lower": {
-            "conv1d",
-            "conv2d",
-            "conv3d",
-            "bmm",
-            "mm",
-            "linalg_vecdot",
-            "baddbmm",
-            "addmm",
-            "addbmm",
-            "linear",
-            "convolution",
-            "matmul",
-            "conv_tbc",
-            "conv_transpose1d",
-            "conv_transpose2d",
-            "conv_transpose3d",
-            "prelu",
-            "scaled_dot_product_attention",
-            "_native_multi_head_attention",
-        },
-        "fp32": {
-            "avg_pool3d",
-            "binary_cross_entropy",
-            "grid_sampler",
-            "polar",
-            "prod",
-            "quantile",
-            "nanquantile",
-            "stft",
-            "cdist",
-            "trace",
-            "view_as_complex",
-            "cholesky",
-            "cholesky_inverse",
-            "cholesky_solve",
-            "inverse",
-            "lu_solve",
-            "orgqr",
-            "ormqr",
-            "pinverse",
-            "max_pool3d",
-            "max_unpool2d",
-            "max_unpool3d",
-            "adaptive_avg_pool3d",
-            "reflection_pad1d",
-            "reflection_pad2d",
-            "replication_pad1d",
-            "replication_pad2d",
-            "replication_pad3d",
-            "mse_loss",
-            "cosine_embedding_loss",
-            "nll_loss",
-            "nll_loss2d",
-            "hinge_embedding_loss",
-            "poisson_nll_loss",
-            "cross_entropy",
-            "smooth_l1_loss",
-            "l1_loss",
-            "huber_loss",
-            "margin_ranking_loss",
-            "soft_margin_loss",
-            "triplet_margin_loss",
-            "multi_margin_loss",
-            "ctc_loss",
-            "kl_div",
-            "multilabel_margin_loss",
-            "binary_cross_entropy_with_logits",
-        },
+        "lower": _ops(
+            "conv1d conv2d conv3d bmm mm linalg_vecdot baddbmm addmm addbmm linear convolution matmul conv_tbc "
+            "conv_transpose1d conv_transpose2d conv_transpose3d prelu scaled_dot_product_attention "
+            "_native_multi_head_attention"
+        ),
+        "fp32": _ops(
+            "avg_pool3d binary_cross_entropy grid_sampler polar prod quantile nanquantile stft cdist trace "
+            "view_as_complex cholesky cholesky_inverse cholesky_solve inverse lu_solve orgqr ormqr pinverse "
+            "max_pool3d max_unpool2d max_unpool3d adaptive_avg_pool3d reflection_pad1d reflection_pad2d "
+            "replication_pad1d replication_pad2d replication_pad3d mse_loss cosine_embedding_loss nll_loss "
+            "nll_loss2d hinge_embedding_loss poisson_nll_loss cross_entropy smooth_l1_loss l1_loss huber_loss "
+            "margin_ranking_loss soft_margin_loss triplet_margin_loss multi_margin_loss ctc_loss kl_div "
+            "multilabel_margin_loss binary_cross_entropy_with_logits"
+        ),
         "promote": {"stack", "cat", "index_copy"},
     },
 }
@@ -257,24 +107,10 @@ _REFERENCE_NAME = {
     "_scaled_dot_product_flash_attention_for_cpu": "scaled_dot_product_attention",
     "_scaled_dot_product_efficient_attention": "scaled_dot_product_attention",
     "_scaled_dot_product_cudnn_attention": "scaled_dot_product_attention",
-    "binary_cross_entropy_with_logits": "binary_cross_entropy_with_logits",
 }
-_FACTORY_OPS = {
-    "zeros",
-    "ones",
-    "full",
-    "full_like",
-    "scalar_tensor",
-    "arange",
-    "empty",
-    "rand",
-    "randn",
-    "randint",
-    "new_full",
-    "new_ones",
-    "eye",
-    "linspace",
-}
+_FACTORY_OPS = _ops(
+    "zeros ones full full_like scalar_tensor arange empty rand randn randint new_full new_ones eye linspace"
+)
 # Short reasons (ModuleDtypes.why values) and what each means.
 WHY_TEXT = {
     "fp32 list": "on autocast's float32 list for this device: autocast runs it in float32 whatever its inputs",
