@@ -75,34 +75,33 @@ def fsync_dir(folder: Path) -> None:
 # created with the full mode.
 
 
-def _temp_name(folder: Path, prefix: str, suffix: str) -> str:
-    return os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+def _new_entry(folder: str | os.PathLike, prefix: str, suffix: str, create):
+    """create(path) of a new name `prefix<random>suffix` in `folder`, retried while the name is taken."""
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            return create(path)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(folder))
 
 
 def new_temp_file(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
     """(fd, path) of a new, empty file `prefix<random>suffix` in `folder`, opened for reading and writing,
     with the permissions open() gives (0666 less the umask). Never reads or changes the process's umask."""
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        path = _temp_name(Path(folder), prefix, suffix)
-        try:
-            return os.open(path, flags, 0o666), path
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(folder))
+    return _new_entry(folder, prefix, suffix, lambda path: (os.open(path, flags, 0o666), path))
 
 
 def new_temp_folder(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> str:
     """The path of a new, empty folder `prefix<random>suffix` in `folder`, with the permissions mkdir() gives
     (0777 less the umask). Never reads or changes the process's umask."""
-    for _ in range(100):
-        path = _temp_name(Path(folder), prefix, suffix)
-        try:
-            os.mkdir(path, 0o777)
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", os.fspath(folder))
+
+    def make(path: str) -> str:
+        os.mkdir(path, 0o777)
+        return path
+
+    return _new_entry(folder, prefix, suffix, make)
 
 
 # ----------------------------------------------------------------- partial files of streamed writes
@@ -308,30 +307,26 @@ def is_inside(root: str | os.PathLike, path: str | os.PathLike) -> bool:
 _READ_FLAGS = os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
-def _open_regular_fd(path: str | os.PathLike) -> int:
-    """An fd on the regular file `path`, opened without following a link in its last part and without
-    blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
-    return _open_regular(path)[0]
-
-
-def _open_regular(path: str | os.PathLike) -> tuple[int, os.stat_result]:
-    """_open_regular_fd's fd and the file's stat."""
+def _open_regular(path: str | os.PathLike, follow_links: bool = False) -> tuple[int, os.stat_result]:
+    """An fd on the regular file `path` and its stat, opened without blocking and, unless `follow_links`, not
+    through a link in its last part; FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    name = shown_path(path) if follow_links else _file_name(path)
     try:
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, _READ_FLAGS & ~_NO_LINK if follow_links else _READ_FLAGS)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        if exc.errno == errno.ELOOP or os.path.islink(path):
-            raise UnreadableFile(f"{_file_name(path)} is a symbolic link, not a file") from None
-        raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
+        if not follow_links and (exc.errno == errno.ELOOP or os.path.islink(path)):
+            raise UnreadableFile(f"{name} is a symbolic link, not a file") from None
+        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
     try:
         info = os.fstat(fd)
     except OSError as exc:
         os.close(fd)
-        raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
+        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UnreadableFile(f"{_file_name(path)} is {file_kind(info.st_mode)}, not a file")
+        raise UnreadableFile(f"{name} is {file_kind(info.st_mode)}, not a file")
     return fd, info
 
 
@@ -343,7 +338,7 @@ def open_regular_no_link(path: str | os.PathLike):
     """`path` opened for reading in binary ("rb"), when it is a regular file (never a link, a FIFO or a
     device): for a file too big to read at once (metrics.jsonl, a checkpoint sent to another machine), read a
     line or a block at a time. FileNotFoundError when it is missing, UnreadableFile for anything else."""
-    return os.fdopen(_open_regular_fd(path), "rb")
+    return os.fdopen(_open_regular(path)[0], "rb")
 
 
 def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
@@ -377,24 +372,7 @@ def open_regular(path: str | os.PathLike):
     """`path` open for reading (binary, unbuffered), refused with UnreadableFile unless it is a regular file
     once open: the open never blocks on a named pipe, and a device (/dev/zero never ends) is not read. Links
     are followed. FileNotFoundError when it is missing."""
-    name = shown_path(path)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise UnreadableFile(f"cannot read {name}: {_cause(exc)}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnreadableFile(f"{name} is {file_kind(mode)}, not a file")
-        if fcntl is not None and flags & getattr(os, "O_NONBLOCK", 0):  # reads of a file then block as usual
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb", buffering=0)
-    except BaseException:
-        os.close(fd)
-        raise
+    return os.fdopen(_open_regular(path, follow_links=True)[0], "rb", buffering=0)
 
 
 def _depth_exceeds(value, limit: int) -> bool:
