@@ -7,73 +7,43 @@ Layers: results (no torch) < probes < search (no torch) < finder (the trials on 
 Importing the package does not import torch.
 """
 
-from core.lab.batch_finder.finder import TrainerWork, find_batch_sizes
-from core.lab.batch_finder.probes import (
-    AcceleratorProbe,
-    CpuProbe,
-    FakeOutOfMemoryError,
-    FakeProbe,
-    MemoryProbe,
-    make_probe,
-)
+from core.lab.batch_finder.finder import find_batch_sizes
+from core.lab.batch_finder.probes import CpuProbe, FakeOutOfMemoryError, FakeProbe, make_probe
 from core.lab.batch_finder.results import (
     DEFAULT_MARGIN,
     DEFAULT_STEPS,
     DEFAULT_TOLERANCE,
-    FAILED_OUTCOMES,
     FITS,
     MAX_BATCH_CAP,
     MAX_STEPS,
     OOM,
     OVER_MARGIN,
     PREDICTED_OVER,
-    BatchFinderProgress,
-    BatchFinderResult,
     ModeResult,
-    ProgressCallback,
-    Trial,
     compare_to_fp32,
     train_command,
 )
-from core.lab.batch_finder.search import (
-    FootprintPredictor,
-    TrialWork,
-    check_settings,
-    close_enough,
-    search_batch,
-    search_mode,
-)
+from core.lab.batch_finder.search import FootprintPredictor, check_settings, search_mode
 
 __all__ = [
-    "AcceleratorProbe",
-    "BatchFinderProgress",
-    "BatchFinderResult",
-    "CpuProbe",
     "DEFAULT_MARGIN",
     "DEFAULT_STEPS",
     "DEFAULT_TOLERANCE",
-    "FAILED_OUTCOMES",
     "FITS",
-    "FakeOutOfMemoryError",
-    "FakeProbe",
-    "FootprintPredictor",
     "MAX_BATCH_CAP",
     "MAX_STEPS",
-    "MemoryProbe",
-    "ModeResult",
     "OOM",
     "OVER_MARGIN",
     "PREDICTED_OVER",
-    "ProgressCallback",
-    "Trial",
-    "TrainerWork",
-    "TrialWork",
+    "CpuProbe",
+    "FakeOutOfMemoryError",
+    "FakeProbe",
+    "FootprintPredictor",
+    "ModeResult",
     "check_settings",
-    "close_enough",
     "compare_to_fp32",
     "find_batch_sizes",
     "make_probe",
-    "search_batch",
     "search_mode",
     "train_command",
 ]

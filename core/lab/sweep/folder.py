@@ -115,19 +115,3 @@ def load_sweep(folder: str | os.PathLike) -> dict:
             data["status"] = "interrupted"
     data["folder"] = str(folder)
     return data
-
-
-def find_sweeps(root: str | os.PathLike | None = None) -> list[dict]:
-    """Every sweep directly under the runs root (load_sweep's dicts), newest first."""
-    root = runs_root(root)
-    sweeps = []
-    try:
-        children = sorted((p for p in root.iterdir() if (p / SWEEP_FILE).is_file()), reverse=True)
-    except OSError:
-        return []
-    for child in children:
-        try:
-            sweeps.append(load_sweep(child))
-        except ConfigError:
-            continue
-    return sweeps
