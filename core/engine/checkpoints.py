@@ -451,14 +451,9 @@ def load_model_state(model: torch.nn.Module, state_dict: dict, source: str) -> N
         for k, v in own.items()
         if k in state_dict and tuple(state_dict[k].shape) != tuple(v.shape)
     ]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"missing keys {_short(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys {_short(unexpected)}")
-        if shapes:
-            parts.append(f"shape mismatch {_short(shapes)}")
+    found = (("missing keys", missing), ("unexpected keys", unexpected), ("shape mismatch", shapes))
+    parts = [f"{what} {_short(items)}" for what, items in found if items]
+    if parts:
         raise CheckpointError(f"{source}: the checkpoint does not fit this model: {'; '.join(parts)}")
     model.load_state_dict(state_dict, strict=True)
 

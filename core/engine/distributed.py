@@ -54,16 +54,11 @@ class DistContext:
         return cls(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def init_process_group(ctx: DistContext, device: torch.device, timeout_seconds: float | None = None) -> None:
-    """NCCL for CUDA ranks, gloo otherwise. The collectives' timeout is torch's default for the backend
-    (torch.distributed.constants: 30 minutes for gloo, 10 for NCCL) unless `timeout_seconds` is given: it
-    bounds how long a rank waits for a slow peer (e.g. rank 0 writing a large checkpoint). A peer that dies
-    is noticed sooner: its closed connections fail the survivors' next collective, and torchrun ends the rest."""
-    if not ctx.enabled or dist.is_initialized():
-        return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    timeout = datetime.timedelta(seconds=timeout_seconds) if timeout_seconds is not None else None
-    dist.init_process_group(backend=backend, timeout=timeout, **_attempt_store(ctx))
+def init_process_group(ctx: DistContext, device: torch.device) -> None:
+    """NCCL for CUDA ranks, gloo otherwise, with torch's timeouts for the backend (30 minutes for gloo, 10 for
+    NCCL). A peer that dies is noticed sooner: its closed connections fail the survivors' next collective."""
+    if ctx.enabled and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", **_attempt_store(ctx))
 
 
 def _attempt_store(ctx: DistContext) -> dict:

@@ -46,10 +46,6 @@ class ControlRequest:
     name: str  # the request's file name, which its acknowledgement names
 
 
-def control_folder(run_folder: str | os.PathLike) -> Path:
-    return Path(run_folder) / CONTROL_FOLDER
-
-
 def _check_control_folder(path: Path) -> bool:
     """True when `path` is a real folder, False when missing; ControlError for a link or anything else."""
     try:
@@ -63,20 +59,12 @@ def _check_control_folder(path: Path) -> bool:
     return True
 
 
-def next_seq(folder: Path) -> int:
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return 1
-    return 1 + max((int(m.group(1)) for m in map(_ANY.match, names) if m), default=0)
-
-
 def write_request(run_folder: str | os.PathLike, verb: str) -> ControlRequest:
     """Write a `verb` request into the run folder's control folder (atomically) and return it. The caller
     checks that a live run holds the folder (send_control does)."""
     if verb not in VERBS:
         raise ControlError(f"{verb!r} is not a control request: use pause, resume or stop")
-    folder = control_folder(run_folder)
+    folder = Path(run_folder) / CONTROL_FOLDER
     if not _check_control_folder(folder):
         try:
             folder.mkdir(exist_ok=True)
@@ -86,7 +74,7 @@ def write_request(run_folder: str | os.PathLike, verb: str) -> ControlRequest:
                 f"into the run folder can steer the run"
             ) from None
         _check_control_folder(folder)
-    seq = next_seq(folder)
+    seq = 1 + max((int(m.group(1)) for m in map(_ANY.match, os.listdir(folder)) if m), default=0)
     name = f"{seq:06d}-{verb}-{secrets.token_hex(4)}.json"
     payload = {
         "seq": seq,
@@ -123,7 +111,7 @@ class FolderControl:
         poll_seconds: float = POLL_SECONDS,
     ):
         self.run_folder = Path(run_folder)
-        self.folder = control_folder(run_folder)
+        self.folder = self.run_folder / CONTROL_FOLDER
         self.control = control
         self.acknowledge = acknowledge
         self.poll_seconds = poll_seconds

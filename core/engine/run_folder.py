@@ -8,6 +8,7 @@ a live run holds it. The torchrun launcher claims the folder and tells rank 0 th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -54,10 +55,6 @@ class ClaimedFolder:
             return None
         return f"{self.requested} holds an earlier run, which is kept: this run writes to {self.path}"
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def release(self, remove_if_unused: bool = False) -> None:
         """Let go of the folder. `remove_if_unused`: a run that never started removes the folder it created
         if nothing but the lock file is in it."""
@@ -82,16 +79,8 @@ class ClaimedFolder:
         self.release()
 
     def __del__(self) -> None:  # a Trainer set up but never cleaned up (tests) does not keep the lock
-        fd = getattr(self, "_fd", None)
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-            self._fd = None
-
-    def __repr__(self) -> str:
-        return f"ClaimedFolder({str(self.path)!r}, held={self.held})"
+        with contextlib.suppress(OSError, AttributeError):
+            self.release()
 
 
 def holds_a_run(folder: Path) -> bool:

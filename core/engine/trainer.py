@@ -1,9 +1,7 @@
-"""The training loop: setup -> train -> evaluate -> checkpoint, in the order docs/ARCHITECTURE.md gives.
+"""The training loop: setup -> train -> evaluate -> checkpoint (docs/ARCHITECTURE.md, "The hot loop").
 
-The trainer knows nothing of who listens: it hands plain event dataclasses to a `sink` callable (see
-core.engine.reporting). Another thread stops or pauses it through a `RunControl`. How far the run has come is
-its TrainState (core.engine.run_state), saved in every checkpoint. Inside the step nothing reads a device value
-back to the host; losses accumulate on the device and are read (one sync) at the log interval.
+Events go to a `sink` callable (core.engine.reporting); a `RunControl` stops or pauses the run; how far it has
+come is its TrainState (core.engine.run_state). Nothing in a step reads a device value back to the host.
 """
 
 from __future__ import annotations
@@ -612,15 +610,8 @@ class Trainer:
         cores, load = machine_facts()
         processes = int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size))  # ranks on this machine
         per_sample = data_setup.values_per_sample(self.data.train)
-        choice = choose_threads(
-            0,
-            self.param_count,
-            cores,
-            load,
-            processes,
-            os.environ.get("OMP_NUM_THREADS"),
-            batch_values=self.cfg.batch_size * per_sample,
-        )
+        omp = os.environ.get("OMP_NUM_THREADS")
+        choice = choose_threads(0, self.param_count, cores, load, processes, omp, self.cfg.batch_size * per_sample)
         apply_threads(choice.threads)
         if self.dist.is_main:
             self.notes.append(choice.note)
