@@ -9,17 +9,10 @@ import os
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (
-    QComboBox,
-    QDialog,
-    QDialogButtonBox,
-    QFileDialog,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QVBoxLayout,
-)
+from PySide6.QtWidgets import QComboBox, QDialog, QFileDialog, QLabel, QPushButton
 
+from app.panels.editors import hbox
+from app.panels.hosts import dialog_layout
 from app.run.remote_run import RemoteRun
 
 
@@ -30,30 +23,16 @@ class AttachDialog(QDialog):
 
     def __init__(self, recent: list[str], parent=None):
         super().__init__(parent, objectName="attachDialog")
-        self.setWindowTitle("Attach to run")
         self.targetCombo = QComboBox(objectName="attachTargetCombo", editable=True)
         self.targetCombo.addItems(recent)
         self.targetCombo.lineEdit().setPlaceholderText("HOST:PATH, or a run folder on this machine")
         browse = QPushButton("Folder…", objectName="attachBrowseButton", clicked=self._browse)
-        row = QHBoxLayout()
-        row.addWidget(self.targetCombo, 1)
-        row.addWidget(browse)
-        hint = QLabel(
+        row = hbox((self.targetCombo, 1), browse)
+        hint = (
             "The run is shown from its start, then live. Pause, Resume and Stop act on it wherever it "
-            "runs; closing the window lets go of it and it goes on.",
-            wordWrap=True,
+            "runs; closing the window lets go of it and it goes on."
         )
-        hint.setProperty("role", "hint")
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setObjectName("attachOkButton")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Run:"))
-        layout.addLayout(row)
-        layout.addWidget(hint)
-        layout.addWidget(buttons)
-        self.resize(560, self.sizeHint().height())
+        dialog_layout(self, "Attach to run", "attachOkButton", 560, QLabel("Run:"), row, hint)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Run folder", self.targetCombo.currentText())

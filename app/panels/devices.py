@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout
+from PySide6.QtWidgets import QGroupBox, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout
 
 from app.assets import icon, restyle
+from app.panels.editors import hbox
 from app.panels.hosts import AddHostDialog, HostList
 from core.text import size
 
@@ -18,26 +19,20 @@ def _memory(value: int | None) -> str:
 
 def describe_device(info) -> tuple[str, str]:
     """(two-line label, tooltip) for a core.devices.DeviceInfo."""
-    facts = [_memory(info.memory_total)]
-    if info.capability:
-        facts.append(f"sm {info.capability}")
-    if info.type == "cpu":
-        threads = info.details.get("threads")
-        if threads:
-            facts.append(f"{threads} threads")
-    label = f"{info.id}  ·  {info.name}\n{' · '.join(facts)}  ·  {', '.join(info.precisions)}"
-    lines = [f"<b>{info.name}</b> ({info.id})", f"Memory: {_memory(info.memory_total)}"]
-    if info.memory_free:
-        lines.append(f"Free: {_memory(info.memory_free)}")
-    if info.capability:
-        lines.append(f"Compute capability: {info.capability}")
-    lines.append(f"Tensor cores: {'yes' if info.tensor_cores else 'no'}")
-    lines.append(f"Precision modes: {', '.join(info.precisions)}")
-    for mode, reason in info.unsupported.items():
-        lines.append(f"<i>{mode}</i>: {reason}")
-    for key, value in info.details.items():
-        lines.append(f"{key}: {value}")
-    return label, "<br>".join(lines)
+    threads = info.details.get("threads") if info.type == "cpu" else None
+    facts = [_memory(info.memory_total), info.capability and f"sm {info.capability}", threads and f"{threads} threads"]
+    label = f"{info.id}  ·  {info.name}\n{' · '.join(filter(None, facts))}  ·  {', '.join(info.precisions)}"
+    lines = [
+        f"<b>{info.name}</b> ({info.id})",
+        f"Memory: {_memory(info.memory_total)}",
+        info.memory_free and f"Free: {_memory(info.memory_free)}",
+        info.capability and f"Compute capability: {info.capability}",
+        f"Tensor cores: {'yes' if info.tensor_cores else 'no'}",
+        f"Precision modes: {', '.join(info.precisions)}",
+        *(f"<i>{mode}</i>: {reason}" for mode, reason in info.unsupported.items()),
+        *(f"{key}: {value}" for key, value in info.details.items()),
+    ]
+    return label, "<br>".join(filter(None, lines))
 
 
 def describe_host(entry) -> tuple[str, str]:
@@ -94,13 +89,8 @@ class DevicesPanel(QGroupBox):
         self.removeHostButton.setEnabled(False)
         self.hostProblem = restyle(QLabel(objectName="hostProblem", wordWrap=True), role="error")
         self.hostProblem.hide()
-        header = QHBoxLayout()
-        header.addWidget(self.summary, 1)
-        header.addWidget(self.addHostButton)
-        header.addWidget(self.removeHostButton)
-        header.addWidget(self.refreshButton)
         layout = QVBoxLayout(self)
-        layout.addLayout(header)
+        layout.addLayout(hbox((self.summary, 1), self.addHostButton, self.removeHostButton, self.refreshButton))
         layout.addWidget(self.list)
         layout.addWidget(self.hostProblem)
 

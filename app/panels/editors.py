@@ -29,6 +29,17 @@ WIDE_INT = 2**53  # every integer up to this is exact in a double
 WIDE_FLOAT = 1e300
 
 
+def hbox(*items) -> QHBoxLayout:
+    """`items` side by side: a widget, a tuple as addWidget takes it (widget, stretch[, alignment]), None a stretch."""
+    row = QHBoxLayout()
+    for item in items:
+        if item is None:
+            row.addStretch(1)
+        else:
+            row.addWidget(*(item if isinstance(item, tuple) else (item,)))
+    return row
+
+
 def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
@@ -259,14 +270,7 @@ class Editor(QWidget):
             widget = QCheckBox()
             widget.toggled.connect(self.changed)
         elif kind in (int, float):
-            spans_decades = (
-                kind is float
-                and minimum is not None
-                and maximum is not None
-                and minimum > 0
-                and maximum / minimum >= 1e4
-            )
-            if spans_decades:
+            if kind is float and minimum and maximum and minimum > 0 and maximum / minimum >= 1e4:  # spans decades
                 widget = ScientificSpinBox(minimum, maximum, step)
             else:
                 allows_zero = minimum is None or minimum <= 0 <= (maximum if maximum is not None else 0)

@@ -23,15 +23,11 @@ MAX_BINS = 200
 MAX_HISTOGRAM_SERIES = 4
 MAX_TEXT = 80
 TEXT_FIELDS = ("task", "split", "precision", "device", "checkpoint", "created", "primary_metric")
-LEFT_OUT = {
-    "metrics": "metrics",
+LEFT_OUT = {  # a kind of thing left out, as the view names it (else as the kind)
     "figures": "classification figures",
     "curves": "curve plots",
     "series": "lines",
-    "classes": "classes",
-    "buckets": "buckets",
     "bars": "bar series",
-    "histogram series": "histogram series",
 }
 
 
@@ -50,11 +46,11 @@ class BoundedReport:
         ]
 
 
-def _dict(value) -> dict:
+def as_dict(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value) -> list:
+def as_list(value) -> list:
     return value if isinstance(value, list) else []
 
 
@@ -111,14 +107,14 @@ class _Bounder:
             elif isinstance(value, (int, float, bool)) or value is None:
                 out[key] = value
         primary = report.get("primary_metric")
-        metrics = _dict(report.get("metrics"))
+        metrics = as_dict(report.get("metrics"))
         if len(metrics) > MAX_METRICS:  # the primary metric first, then the file's order
             keys = ([primary] if primary in metrics else []) + [k for k in metrics if k != primary]
             metrics = {k: metrics[k] for k in keys}
         out["metrics"] = {short_text(k): v for k, v in self.cap("metrics", metrics, MAX_METRICS).items()}
         if "classification" in report:
             out["classification"] = {
-                short_text(k): v for k, v in self.cap("figures", _dict(report["classification"]), MAX_FIGURES).items()
+                short_text(k): v for k, v in self.cap("figures", as_dict(report["classification"]), MAX_FIGURES).items()
             }
         for name in ("roc", "confusion", "curves", "buckets", "histogram"):
             if name in report:
@@ -127,18 +123,18 @@ class _Bounder:
         return out
 
     def roc(self, roc):
-        roc = _dict(roc)
-        fpr, tpr = _list(roc.get("fpr")), _list(roc.get("tpr"))
+        roc = as_dict(roc)
+        fpr, tpr = as_list(roc.get("fpr")), as_list(roc.get("tpr"))
         if len(fpr) != len(tpr):  # drawn as nothing, as before: keep it small
             return {**roc, "fpr": fpr[:2], "tpr": tpr[:1]}
         return {"auc": roc.get("auc"), "threshold": roc.get("threshold"), "fpr": every_nth(fpr), "tpr": every_nth(tpr)}
 
     def confusion(self, confusion):
-        confusion = _dict(confusion)
-        labels, matrix = _list(confusion.get("labels")), _list(confusion.get("matrix"))
+        confusion = as_dict(confusion)
+        labels, matrix = as_list(confusion.get("labels")), as_list(confusion.get("matrix"))
         if len(labels) <= MAX_CLASSES:
             return {"labels": [short_text(x) for x in labels], "matrix": matrix}
-        if len(matrix) != len(labels) or any(len(_list(row)) != len(labels) for row in matrix):
+        if len(matrix) != len(labels) or any(len(as_list(row)) != len(labels) for row in matrix):
             return {"labels": labels[:1], "matrix": []}  # not square: the view's one line says so
         totals = [sum(_number(c) for c in row) for row in matrix]
         self.more["classes"] = len(labels) - MAX_CLASSES
@@ -151,10 +147,10 @@ class _Bounder:
 
     def curves(self, curves):
         kept = []
-        for curve in self.cap("curves", _list(curves), MAX_CURVES):
-            curve = _dict(curve)
-            ks = _list(curve.get("ks"))
-            series = self.cap("series", _list(curve.get("series")), MAX_SERIES)
+        for curve in self.cap("curves", as_list(curves), MAX_CURVES):
+            curve = as_dict(curve)
+            ks = as_list(curve.get("ks"))
+            series = self.cap("series", as_list(curve.get("series")), MAX_SERIES)
             kept.append(
                 {
                     "title": short_text(curve.get("title") or ""),
@@ -167,8 +163,8 @@ class _Bounder:
 
     @staticmethod
     def _line(series, points: int) -> dict:
-        series = _dict(series)
-        values = _list(series.get("values"))[:points]
+        series = as_dict(series)
+        values = as_list(series.get("values"))[:points]
         if values and len(values) < points:  # the missing end as gaps, so the same positions are picked
             values = values + [None] * (points - len(values))
         return {
@@ -179,11 +175,11 @@ class _Bounder:
         }
 
     def buckets(self, buckets):
-        buckets = _dict(buckets)
-        rows = [_dict(r) for r in self.cap("buckets", _list(buckets.get("rows")), MAX_BUCKETS)]
-        chart = [_dict(s) for s in _list(buckets.get("series")) if _dict(s).get("name")]
+        buckets = as_dict(buckets)
+        rows = [as_dict(r) for r in self.cap("buckets", as_list(buckets.get("rows")), MAX_BUCKETS)]
+        chart = [as_dict(s) for s in as_list(buckets.get("series")) if as_dict(s).get("name")]
         if not chart:  # an older report: every value the buckets carry
-            chart = [{"name": n} for n in dict.fromkeys(n for r in rows for n in _dict(r.get("values")))]
+            chart = [{"name": n} for n in dict.fromkeys(n for r in rows for n in as_dict(r.get("values")))]
         chart = self.cap("bars", chart, MAX_BAR_SERIES)
         names = [s["name"] for s in chart]
         return {
@@ -195,16 +191,18 @@ class _Bounder:
                 {
                     "label": short_text(r.get("label", "?"), 24),
                     "count": r.get("count"),
-                    "values": {n: _dict(r.get("values")).get(n) for n in names if isinstance(n, str)},
+                    "values": {n: as_dict(r.get("values")).get(n) for n in names if isinstance(n, str)},
                 }
                 for r in rows
             ],
         }
 
     def histogram(self, histogram):
-        histogram = _dict(histogram)
-        edges = _list(histogram.get("edges"))
-        series = [_dict(s) for s in self.cap("histogram series", _list(histogram.get("series")), MAX_HISTOGRAM_SERIES)]
+        histogram = as_dict(histogram)
+        edges = as_list(histogram.get("edges"))
+        series = [
+            as_dict(s) for s in self.cap("histogram series", as_list(histogram.get("series")), MAX_HISTOGRAM_SERIES)
+        ]
         bins = len(edges) - 1
         out = {"title": short_text(histogram.get("title") or "")}
         if bins <= MAX_BINS:
@@ -212,7 +210,7 @@ class _Bounder:
                 **out,
                 "edges": edges,
                 "series": [
-                    {"name": short_text(s.get("name", "")), "counts": _list(s.get("counts"))[: max(bins, 0)]}
+                    {"name": short_text(s.get("name", "")), "counts": as_list(s.get("counts"))[: max(bins, 0)]}
                     for s in series
                 ],
             }
@@ -227,7 +225,7 @@ class _Bounder:
                     "counts": [sum(_number(c) for c in counts[i : i + group]) for i in range(0, bins, group)],
                 }
                 for s in series
-                for counts in [_list(s.get("counts"))[:bins]]
+                for counts in [as_list(s.get("counts"))[:bins]]
             ],
         }
 

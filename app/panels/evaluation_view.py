@@ -14,7 +14,6 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 
-import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import (
@@ -29,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.panels.evaluation_limits import BoundedReport, bounded_report, finite, short_text
+from app.panels.evaluation_limits import BoundedReport, as_dict, as_list, bounded_report, finite, short_text
 from app.plot_legend import row_legend
 from core.text import printable
 
@@ -50,33 +49,9 @@ CELL_HEIGHT = 64  # pixels: a confusion-matrix row (two lines of text and room a
 TURN_MS = 1
 
 
-_number = finite  # a finite float, or None (a missing, null or non-numeric entry of a report)
-
-
 def _numbers(values) -> list[float]:
     """A list of floats from a report's list, NaN where an entry is missing (pyqtgraph leaves a gap)."""
-    if not isinstance(values, list):
-        return []
-    if all(type(v) in _PLAIN_NUMBERS for v in values):  # the usual case: converted in one go
-        try:
-            array = np.array(values, dtype=np.float64)
-        except OverflowError:  # an integer no float holds: one at a time below
-            pass
-        else:
-            array[~np.isfinite(array)] = np.nan
-            return array.tolist()
-    return [math.nan if (v := _number(x)) is None else v for x in values]
-
-
-_PLAIN_NUMBERS = (float, int)  # not bool (a subclass of int, but no number in a report)
-
-
-def _dict(value) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value) -> list:
-    return value if isinstance(value, list) else []
+    return [math.nan if (v := finite(x)) is None else v for x in as_list(values)]
 
 
 def _shown(value) -> str:
@@ -85,14 +60,14 @@ def _shown(value) -> str:
 
 
 def _figure(value) -> str:
-    number = _number(value)
+    number = finite(value)
     return "–" if number is None else f"{number:.4f}"
 
 
 def headline(report: dict, more_metrics: int = 0) -> str:
     """The line above the plots: what was measured and the metrics, the primary one first and bold (rich text);
     `more_metrics`: how many were left out."""
-    metrics = _dict(report.get("metrics"))
+    metrics = as_dict(report.get("metrics"))
     primary = report.get("primary_metric")
     names = sorted(metrics, key=lambda name: name != primary)
     figures = [
@@ -105,7 +80,7 @@ def headline(report: dict, more_metrics: int = 0) -> str:
     ]
     if more_metrics:
         figures.append(f"… and {more_metrics:,} more")
-    auc = _number(_dict(report.get("roc")).get("auc"))
+    auc = finite(as_dict(report.get("roc")).get("auc"))
     if auc is not None and not any("auc" in name for name in metrics):
         figures.append(f"ROC AUC {auc:.4f}")
     what = [_shown(report.get("task") or "?")]
@@ -121,6 +96,11 @@ def headline(report: dict, more_metrics: int = 0) -> str:
     return " · ".join(what) + ("<br>" + " · ".join(figures) if figures else "")
 
 
+def _drop(widget: QWidget) -> None:
+    widget.hide()
+    widget.deleteLater()
+
+
 class EvaluationView(QWidget):
     """The report's plots: `show_report(report)` draws it, `clear(message)` empties the view; `sections` names what is
     drawn, complete once `done`."""
@@ -128,35 +108,28 @@ class EvaluationView(QWidget):
     drawn = Signal()  # the report given to show_report is drawn whole
 
     def __init__(self, parent=None):
-        super().__init__(parent)
+        super().__init__(parent, objectName="evaluationView")
         self.done = True
         self._chain = 0  # which show_report the pending section belongs to: an older one's is dropped
-        self._pending: deque = deque()  # (section, build, span) still to draw
+        self._pending: deque = deque()  # (section, build, span, the placeholder of its cell) still to draw
         self._report: dict = {}
-        self._holders: list[QWidget | None] = []  # a placeholder per planned cell, None once drawn
+        self._gaps: list[QWidget] = []  # the placeholders of sections that drew nothing
         self._drawn: list[tuple[QWidget, int]] = []  # each widget drawn, in order, and its span
-        self.setObjectName("evaluationView")
-        self.headline = QLabel(objectName="evaluationHeadline")
-        self.headline.setTextFormat(Qt.TextFormat.RichText)
-        self.headline.setWordWrap(True)
+        self.headline = QLabel(objectName="evaluationHeadline", wordWrap=True, textFormat=Qt.TextFormat.RichText)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.message = QLabel(objectName="evaluationMessage", wordWrap=True)
-        self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.message.setForegroundRole(QPalette.ColorRole.PlaceholderText)
-        self.leftOut = QLabel()  # "… and M more" of what a large report holds beyond what is drawn
-        self.leftOut.setObjectName("evaluationLeftOut")
-        self.leftOut.setTextFormat(Qt.TextFormat.PlainText)
-        self.leftOut.setWordWrap(True)
-        self.leftOut.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.message = QLabel(objectName="evaluationMessage", wordWrap=True, alignment=Qt.AlignmentFlag.AlignCenter)
+        # "… and M more" of what a large report holds beyond what is drawn
+        self.leftOut = QLabel(objectName="evaluationLeftOut", wordWrap=True, textFormat=Qt.TextFormat.PlainText)
+        for label in (self.message, self.leftOut):
+            label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         self.body = QWidget()
         self.grid = QGridLayout(self.body)
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setColumnStretch(0, 1)
         self.grid.setColumnStretch(1, 1)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.headline)
-        layout.addWidget(self.message)
-        layout.addWidget(self.leftOut)
+        for widget in (self.headline, self.message, self.leftOut):
+            layout.addWidget(widget)
         layout.addWidget(self.body, 1)
         self.sections: list[str] = []
         self.problems: list[str] = []
@@ -190,34 +163,28 @@ class EvaluationView(QWidget):
         self.leftOut.setText("Drawn in part: " + "; ".join(left_out) + "." if left_out else "")
         self.leftOut.setVisible(bool(left_out))
         self.message.hide()
-        builders: list[tuple[str, Callable[[dict], QWidget | None], int]] = [
+        planned: list[tuple[str, Callable[[dict], QWidget | None], int]] = []
+        for name, build, span in (
             ("roc", self._roc, 1),
             ("confusion", self._confusion, 1),
             ("curves", None, 1),
             ("buckets", self._buckets, 1),
             ("histogram", self._histogram, 2),
-        ]
-        for name, build, span in builders:
+        ):
             if report.get(name) in (None, {}, []):
                 continue
-            if name == "curves":  # a plot per curve, each a turn of its own
-                self._pending += [
-                    (name, partial(self._curve, index, curve), span)
-                    for index, curve in enumerate(_list(report.get(name)))
+            if build is None:  # the curves: a plot per curve, each a turn of its own
+                planned += [
+                    (name, partial(self._curve, i, curve), span) for i, curve in enumerate(as_list(report[name]))
                 ]
             else:
-                self._pending.append((name, build, span))
+                planned.append((name, build, span))
         # A placeholder holds each planned cell, so a widget put in its place later does not move the others.
-        self._holders = []
-        for _item, (row, column, columns) in zip(
-            self._pending, self._cells([span for _n, _b, span in self._pending]), strict=True
-        ):
-            holder = QWidget()
-            holder.setMinimumHeight(PLOT_HEIGHT)
+        for name, build, span in planned:
+            holder = QWidget(minimumHeight=PLOT_HEIGHT)
             holder.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-            self.grid.addWidget(holder, row, column, 1, columns)
-            self.grid.setRowStretch(row, 1)
-            self._holders.append(holder)
+            self._pending.append((name, build, span, holder))
+        self._place([(holder, span) for _name, _build, span, holder in self._pending])
         self._report, self.done = report, False
         chain = self._chain
         QTimer.singleShot(TURN_MS, self, lambda: self._draw_next(chain))  # dropped with the view
@@ -229,29 +196,29 @@ class EvaluationView(QWidget):
         if not self._pending:
             self._finish()
             return
-        name, build, span = self._pending.popleft()
-        index = len(self._holders) - len(self._pending) - 1
-        holder = self._holders[index]
+        name, build, span, holder = self._pending.popleft()
         try:
             widget = build(self._report)
         except Exception as exc:
             self.problems.append(short_text(printable(f"{name}: {type(exc).__name__}: {exc}".splitlines()[0]), 200))
             widget = None
-        if widget is not None:
+        if widget is None:
+            self._gaps.append(holder)
+        else:
             if name not in self.sections:
                 self.sections.append(name)
             self.grid.replaceWidget(holder, widget)
             self._drawn.append((widget, span))
-            self._holders[index] = None
-            holder.hide()
-            holder.deleteLater()
+            _drop(holder)
         QTimer.singleShot(TURN_MS, self, lambda: self._draw_next(chain))  # dropped with the view
 
     def _finish(self) -> None:
-        left = [holder for holder in self._holders if holder is not None]
-        if left:  # a section had nothing to draw: the others close ranks
-            self._relayout(left)
-        self._holders = []
+        if self._gaps:  # a section had nothing to draw: the others close ranks
+            for holder in self._gaps:
+                self.grid.removeWidget(holder)
+                _drop(holder)
+            self._place(self._drawn)
+        self._gaps = []
         if self.problems:
             self.message.setText("Some of this report could not be drawn (" + "; ".join(self.problems) + ").")
             self.message.show()
@@ -268,50 +235,33 @@ class EvaluationView(QWidget):
         self._chain += 1  # what an earlier show_report had left to draw is dropped
         self._pending.clear()
         self._report, self.done = {}, True
-        self._holders, self._drawn = [], []  # the planned cells' placeholders; the widgets drawn in order
+        self._gaps, self._drawn = [], []
         while self.grid.count():
-            item = self.grid.takeAt(0)
-            widget = item.widget()
+            widget = self.grid.takeAt(0).widget()
             if widget is not None:
-                widget.hide()
                 widget.setParent(None)
-                widget.deleteLater()
+                _drop(widget)
         self.sections, self.problems, self.plots = [], [], {}
         self.confusion_table = None
 
-    @staticmethod
-    def _cells(spans: list[int]) -> list[tuple[int, int, int]]:
-        """(row, column, columns) of each widget in a two-column grid; a widget spanning 2, or a lone last one, takes a
-        row of its own."""
-        cells, row, column = [], 0, 0
-        for index, span in enumerate(spans):
-            last = index == len(spans) - 1
-            if span == 2 or (last and column == 0 and len(spans) > 1):
-                if column:
-                    row, column = row + 1, 0
-                cells.append((row, 0, 2))
-                row += 1
-                continue
-            cells.append((row, column, 1))
-            column += 1
-            if column == 2:
-                row, column = row + 1, 0
-        return cells
-
-    def _relayout(self, holders: list[QWidget]) -> None:
-        """The drawn widgets in the cells of as many: the placeholders `holders` of what drew nothing go."""
-        for holder in holders:
-            self.grid.removeWidget(holder)
-            holder.hide()
-            holder.deleteLater()
-        for widget, _span in self._drawn:
+    def _place(self, widgets: list[tuple[QWidget, int]]) -> None:
+        """`widgets` (each with its span) in order in a two-column grid; a widget spanning 2, or a lone last one, takes
+        a row of its own."""
+        for widget, _span in widgets:
             self.grid.removeWidget(widget)
         for row in range(self.grid.rowCount()):
             self.grid.setRowStretch(row, 0)
-        cells = self._cells([span for _widget, span in self._drawn])
-        for (widget, _span), (row, column, columns) in zip(self._drawn, cells, strict=True):
-            self.grid.addWidget(widget, row, column, 1, columns)
+        row, column = 0, 0
+        for index, (widget, span) in enumerate(widgets):
+            if span == 2 or (index == len(widgets) - 1 and column == 0 and index > 0):
+                row += column  # a half-filled row is left as it is
+                self.grid.addWidget(widget, row, 0, 1, 2)
+                self.grid.setRowStretch(row, 1)
+                row, column = row + 1, 0
+                continue
+            self.grid.addWidget(widget, row, column, 1, 1)
             self.grid.setRowStretch(row, 1)
+            row, column = (row + 1, 0) if column else (row, 1)
 
     def _plot(self, key: str, title: str, x_label: str, y_label: str):
         import pyqtgraph as pg
@@ -357,14 +307,14 @@ class EvaluationView(QWidget):
     def _roc(self, report: dict):
         import pyqtgraph as pg
 
-        roc = _dict(report.get("roc"))
+        roc = as_dict(report.get("roc"))
         fpr, tpr = _numbers(roc.get("fpr")), _numbers(roc.get("tpr"))
         if not fpr or len(fpr) != len(tpr):
             return None
         widget = self._plot("roc", "ROC curve", "False positive rate", "True positive rate")
         item = widget.getPlotItem()
         legend = self._legend(widget, 2)
-        auc = _number(roc.get("auc"))
+        auc = finite(roc.get("auc"))
         item.plot(
             [0.0, 1.0],
             [0.0, 1.0],
@@ -401,17 +351,17 @@ class EvaluationView(QWidget):
         view.sigResized.connect(fit)
 
     def _confusion(self, report: dict):
-        confusion = _dict(report.get("confusion"))
-        labels = [str(label) for label in _list(confusion.get("labels"))]
-        matrix = _list(confusion.get("matrix"))
-        if not labels or len(matrix) != len(labels) or any(len(_list(row)) != len(labels) for row in matrix):
+        confusion = as_dict(report.get("confusion"))
+        labels = [str(label) for label in as_list(confusion.get("labels"))]
+        matrix = as_list(confusion.get("matrix"))
+        if not labels or len(matrix) != len(labels) or any(len(as_list(row)) != len(labels) for row in matrix):
             raise ValueError("the confusion matrix is not square with one row per label")
-        counts = [[int(_number(c) or 0) for c in row] for row in matrix]
+        counts = [[int(finite(c) or 0) for c in row] for row in matrix]
         # a confusion matrix cut down to its first classes still gives each cell's share of the whole row
-        row_totals = [int(_number(t) or 0) for t in _list(confusion.get("row_totals"))]
+        row_totals = [int(finite(t) or 0) for t in as_list(confusion.get("row_totals"))]
         if len(row_totals) != len(counts):
             row_totals = [sum(row) for row in counts]
-        total = int(_number(confusion.get("total")) or 0) or sum(map(sum, counts))
+        total = int(finite(confusion.get("total")) or 0) or sum(map(sum, counts))
         box = QWidget(objectName="evaluation_confusion")
         layout = QVBoxLayout(box)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -447,9 +397,9 @@ class EvaluationView(QWidget):
         table.setMaximumSize(160 + 170 * len(labels), height)  # a grid of numbers, not a wall of colour
         table.setMinimumWidth(130 + 110 * len(labels))  # "predicted negative" and "128 / 50.6%" stay whole
         layout.addWidget(table)
-        classification = _dict(report.get("classification"))
-        figures = [f"{name} {_figure(value)}" for name, value in classification.items() if _number(value) is not None]
-        threshold = _number(report.get("threshold"))
+        classification = as_dict(report.get("classification"))
+        figures = [f"{name} {_figure(value)}" for name, value in classification.items() if finite(value) is not None]
+        threshold = finite(report.get("threshold"))
         if figures:
             note = QLabel(
                 ("at P(positive) > 0.5: " if threshold == 0.5 else "") + ", ".join(figures) + f" · {total:,} rows"
@@ -465,9 +415,9 @@ class EvaluationView(QWidget):
         """The plot of the report's `index`-th curve by k (one labelled line per series), or None."""
         import pyqtgraph as pg
 
-        curve = _dict(curve)
+        curve = as_dict(curve)
         ks = _numbers(curve.get("ks"))
-        series = [_dict(s) for s in _list(curve.get("series"))]
+        series = [as_dict(s) for s in as_list(curve.get("series"))]
         if not ks or not series:
             return None
         y_label = str(curve.get("y_label") or "value")
@@ -507,20 +457,17 @@ class EvaluationView(QWidget):
     @staticmethod
     def _within_unit(values: list[float]) -> bool:
         """Whether the finite `values` (NaN for a gap) all lie in 0..1."""
-        array = np.asarray(values, dtype=np.float64)
-        array = array[~np.isnan(array)]
-        return bool(array.size) and float(array.min()) >= 0 and float(array.max()) <= 1
+        values = [v for v in values if not math.isnan(v)]
+        return bool(values) and min(values) >= 0 and max(values) <= 1
 
     def _buckets(self, report: dict):
         import pyqtgraph as pg
 
-        buckets = _dict(report.get("buckets"))
-        rows = [_dict(r) for r in _list(buckets.get("rows"))]
+        buckets = as_dict(report.get("buckets"))
+        rows = [as_dict(r) for r in as_list(buckets.get("rows"))]
         if not rows:
             return None
-        chart = [_dict(s) for s in _list(buckets.get("series")) if _dict(s).get("name")]
-        if not chart:  # an older report: every value the buckets carry
-            chart = [{"name": n} for n in dict.fromkeys(n for r in rows for n in _dict(r.get("values")))]
+        chart = [as_dict(s) for s in as_list(buckets.get("series")) if as_dict(s).get("name")]
         if not chart:
             return None
         unit = str(buckets.get("unit") or "rows")
@@ -534,23 +481,23 @@ class EvaluationView(QWidget):
         # a bar takes the colour of the curve it belongs to (the same protocol in both plots), lighter for a
         # second figure of that curve; else a colour of its own
         curve_colours = {}
-        for curve in _list(report.get("curves"))[:1]:
-            for number, s in enumerate(_list(_dict(curve).get("series"))):
-                curve_colours[_dict(s).get("name")] = SERIES_COLOURS[number % len(SERIES_COLOURS)]
+        for curve in as_list(report.get("curves"))[:1]:
+            for number, s in enumerate(as_list(as_dict(curve).get("series"))):
+                curve_colours[as_dict(s).get("name")] = SERIES_COLOURS[number % len(SERIES_COLOURS)]
         free = [c for c in SERIES_COLOURS if c not in curve_colours.values()] or list(SERIES_COLOURS)
-        used: dict[str, int] = {}
+        used: set[str] = set()
         spare = 0
         for number, s in enumerate(chart):
-            heights = [_number(_dict(r.get("values")).get(s["name"])) for r in rows]
+            heights = [finite(as_dict(r.get("values")).get(s["name"])) for r in rows]
             xs = [i + (number - (len(chart) - 1) / 2) * width for i in range(len(rows))]
             shown = [(x, h) for x, h in zip(xs, heights, strict=True) if h is not None]
             if s.get("curve") in curve_colours:
                 colour = QColor(curve_colours[s["curve"]])
             else:
                 colour, spare = QColor(free[spare % len(free)]), spare + 1
-            if used.get(colour.name(), 0):
+            if colour.name() in used:
                 colour.setAlpha(110)
-            used[colour.name()] = used.get(colour.name(), 0) + 1
+            used.add(colour.name())
             bars = pg.BarGraphItem(
                 x=[x for x, _ in shown],
                 height=[h for _, h in shown],
@@ -561,16 +508,9 @@ class EvaluationView(QWidget):
             item.addItem(bars)
             legend.addItem(bars, _shown(s.get("label") or s["name"]))
         self._fit_legend(legend, -(-len(chart) // 4))
-        ticks = []
-        for i, r in enumerate(rows):
-            count = _number(r.get("count"))
-            ticks.append(
-                (
-                    i,
-                    short_text(printable(r.get("label", "?")), 24)
-                    + (f"\n{int(count):,} {unit}" if count is not None else ""),
-                )
-            )
+        counts = [finite(r.get("count")) for r in rows]
+        labels = [short_text(printable(r.get("label", "?")), 24) for r in rows]
+        ticks = [(i, t + ("" if c is None else f"\n{int(c):,} {unit}")) for i, (t, c) in enumerate(zip(labels, counts))]
         axis = item.getAxis("bottom")
         axis.setTicks([ticks, []])
         axis.setHeight(52)
@@ -581,9 +521,9 @@ class EvaluationView(QWidget):
     def _histogram(self, report: dict):
         import pyqtgraph as pg
 
-        histogram = _dict(report.get("histogram"))
+        histogram = as_dict(report.get("histogram"))
         edges = _numbers(histogram.get("edges"))
-        series = [_dict(s) for s in _list(histogram.get("series"))]
+        series = [as_dict(s) for s in as_list(histogram.get("series"))]
         if len(edges) < 2 or not series:
             return None
         widget = self._plot("histogram", str(histogram.get("title") or "Histogram"), "P(positive)", "rows")

@@ -15,7 +15,6 @@ from PySide6.QtCore import QFileSystemWatcher, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
@@ -31,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.panels.editors import hbox
 from app.panels.remote_history import RemoteHistory, with_remote_rows
 from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
@@ -103,10 +103,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         )
         default = runs_root(None) if not os.environ.get(RUNS_DIR_ENV) else "your data folder"
         self.rootDefaultButton.setToolTip(f"Back to the default runs root: ${RUNS_DIR_ENV} when set, else {default}")
-        root_row = QHBoxLayout()
-        root_row.addWidget(self.rootLabel, 1)
-        root_row.addWidget(self.rootButton)
-        root_row.addWidget(self.rootDefaultButton)
+        root_row = hbox((self.rootLabel, 1), self.rootButton, self.rootDefaultButton)
         self.filterEdit = QLineEdit(
             objectName="historyFilterEdit",
             placeholderText="Filter: name, task, status, precision, date, note (e.g. bf16 completed 2026-12)",
@@ -114,9 +111,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.filterEdit.setClearButtonEnabled(True)
         self.filterEdit.textChanged.connect(self._filter)
         self.refreshButton = QPushButton("Refresh", objectName="historyRefreshButton", clicked=self.refresh)
-        top = QHBoxLayout()
-        top.addWidget(self.filterEdit, 1)
-        top.addWidget(self.refreshButton)
+        top = hbox((self.filterEdit, 1), self.refreshButton)
 
         self.table = QTableView(objectName="historyTable")
         self.table.setModel(self.model)
@@ -168,14 +163,10 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.overlayButton = self._button("Overlay on plots", "Overlay", self.overlay)
         self.overlayButton.setToolTip("Draw the selected runs' loss and validation metric over the plots")
         self.clearButton = self._button("Clear overlays", "ClearOverlays", self.clearOverlaysRequested.emit)
-        actions = QHBoxLayout()
-        for button in (self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.previewButton):
-            actions.addWidget(button)
-        actions.addWidget(self.revealButton)
-        actions.addWidget(self.deleteButton)
-        actions.addStretch(1)
-        for button in (self.compareButton, self.overlayButton, self.clearButton):
-            actions.addWidget(button)
+        actions = hbox(
+            *(self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.previewButton),
+            *(self.revealButton, self.deleteButton, None, self.compareButton, self.overlayButton, self.clearButton),
+        )
 
         self.noteLabel = QLabel("Note:", objectName="historyNoteLabel")
         self.noteEdit = QPlainTextEdit(objectName="historyNoteEdit")
@@ -192,10 +183,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
             activated=self.save_note,
             context=Qt.ShortcutContext.WidgetShortcut,
         )
-        note_row = QHBoxLayout()
-        note_row.addWidget(self.noteLabel, 0, Qt.AlignmentFlag.AlignTop)
-        note_row.addWidget(self.noteEdit, 1)
-        note_row.addWidget(self.noteSaveButton, 0, Qt.AlignmentFlag.AlignTop)
+        top_aligned = 0, Qt.AlignmentFlag.AlignTop
+        note_row = hbox((self.noteLabel, *top_aligned), (self.noteEdit, 1), (self.noteSaveButton, *top_aligned))
 
         self.compareView = RunCompare(self)
         self.compareView.closeRequested.connect(self.close_compare)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QVBoxLayout
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QLayout, QLineEdit, QVBoxLayout
 
 from app.assets import restyle
 from app.run.jobs import JobRunner
@@ -138,6 +138,22 @@ class HostList(QObject):
         self.jobs.shutdown()
 
 
+def dialog_layout(dialog: QDialog, title: str, ok_name: str, width: int, *parts) -> None:
+    """`dialog` titled `title`: `parts` (widgets, layouts, a str: a hint) one under another, then OK and Cancel."""
+    dialog.setWindowTitle(title)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+    buttons.button(QDialogButtonBox.StandardButton.Ok).setObjectName(ok_name)
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    layout = QVBoxLayout(dialog)
+    for part in (*parts, buttons):
+        if isinstance(part, str):
+            part = QLabel(part, wordWrap=True)
+            part.setProperty("role", "hint")
+        (layout.addLayout if isinstance(part, QLayout) else layout.addWidget)(part)
+    dialog.resize(width, dialog.sizeHint().height())
+
+
 class AddHostDialog(QDialog):
     """Add host…: an ssh destination and, optionally, the command that runs amp-console there."""
 
@@ -145,32 +161,20 @@ class AddHostDialog(QDialog):
 
     def __init__(self, parent=None):
         super().__init__(parent, objectName="addHostDialog")
-        self.setWindowTitle("Add host")
         self.destEdit = QLineEdit(objectName="hostDestEdit", placeholderText="user@host, or a Host of ~/.ssh/config")
         self.commandEdit = QLineEdit(
             objectName="hostCommandEdit", placeholderText="amp-console (e.g. ~/venv/bin/amp-console)"
         )
         self.problem = restyle(QLabel(objectName="hostProblem", wordWrap=True), role="error")
         self.problem.hide()
-        hint = QLabel(
-            "`ssh HOST` must work from a terminal without a password prompt (a key in your agent or "
-            "~/.ssh/config, the host's key accepted once). Nothing but these two fields is saved.",
-            wordWrap=True,
-        )
-        hint.setProperty("role", "hint")
         form = QFormLayout()
         form.addRow("Destination:", self.destEdit)
         form.addRow("Remote command:", self.commandEdit)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setObjectName("addHostOkButton")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(hint)
-        layout.addWidget(self.problem)
-        layout.addWidget(buttons)
-        self.resize(520, self.sizeHint().height())
+        hint = (
+            "`ssh HOST` must work from a terminal without a password prompt (a key in your agent or "
+            "~/.ssh/config, the host's key accepted once). Nothing but these two fields is saved."
+        )
+        dialog_layout(self, "Add host", "addHostOkButton", 520, form, hint, self.problem)
 
     def accept(self) -> None:
         dest = self.destEdit.text().strip()

@@ -135,7 +135,8 @@ class InspectorDialog(ToolDialog):
             parent_name = row.name.rsplit(".", 1)[0] if "." in row.name and row.name != "task.loss" else "(model)"
             parent = items.get(parent_name) if row.name not in ("(model)", "task.loss") else None
             ops = ", ".join(f"{op} {dtype}" for op, dtype in row.ops.items())
-            why = ", ".join(dict.fromkeys(row.why.values()))
+            reasons = dict.fromkeys(row.why.values())
+            why = ", ".join(reasons)
             cells = (
                 row.name.rsplit(".", 1)[-1] if parent is not None else row.name,
                 row.type,
@@ -151,12 +152,7 @@ class InspectorDialog(ToolDialog):
             item.setToolTip(0, row.name)
             item.setToolTip(OPS_COLUMN, self._ops_text(row, "\n"))
             if why:
-                item.setToolTip(
-                    WHY_COLUMN,
-                    "\n".join(
-                        f"{reason}: {self._reasons.get(reason, '')}" for reason in dict.fromkeys(row.why.values())
-                    ),
-                )
+                item.setToolTip(WHY_COLUMN, "\n".join(f"{r}: {self._reasons.get(r, '')}" for r in reasons))
             if row.kept_fp32:
                 for column in range(len(COLUMNS)):
                     item.setBackground(column, KEPT_FP32_BRUSH)

@@ -108,10 +108,6 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         """A plot's whole title (the plot shows it elided when narrow)."""
         return self._titles[key].text
 
-    @property
-    def ready(self) -> bool:
-        return bool(self.plots)
-
     def build(self) -> None:
         """Create the pyqtgraph widgets (imports pyqtgraph: call once the window is showing)."""
         if self.plots:
@@ -178,13 +174,10 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._ranges[key].manual = True
 
     def _show_scaler_state(self, scaler_on: bool | None) -> None:
-        if scaler_on is None:
-            self._titles["scale"].set("Loss scale (fp16 runs)")
-        elif scaler_on:
-            skipped = f" · {self._skipped} skipped" if self._skipped else ""
-            self._titles["scale"].set(f"Loss scale{skipped}")
-        else:
-            self._titles["scale"].set("Loss scale: off (fp16 only)")
+        on = f"Loss scale · {self._skipped} skipped" if self._skipped else "Loss scale"
+        self._titles["scale"].set(
+            {None: "Loss scale (fp16 runs)", False: "Loss scale: off (fp16 only)"}.get(scaler_on, on)
+        )
 
     def _metric_colour(self, name: str) -> str:
         """One colour per metric name for the run: its validation curve, test marker and ceiling line."""
@@ -348,7 +341,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         return bool(self.plots[key].getPlotItem().getAxis("left").logMode)
 
     def handle_event(self, event) -> None:
-        if isinstance(event, StepMetrics):  # the hot path: appends only
+        if isinstance(event, StepMetrics):  # the hot path: appends only (extend_steps' numpy set-up is for blocks)
             step = event.step
             self._append("loss_raw", step, event.loss)
             self._append("loss_smooth", step, event.loss)
@@ -410,11 +403,9 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
                 widget.getPlotItem().setXRange(lo - 0.02 * (hi - lo), hi + end * (hi - lo), padding=0)
 
     def _append(self, key: str, step: int, value: float | None) -> None:
-        series = self._series.get(key)
-        if series is None:
-            return
-        series.append(step, value)
-        self._dirty.add(key)
+        if (series := self._series.get(key)) is not None:
+            series.append(step, value)
+            self._dirty.add(key)
 
     def extend_series(self, key: str, xs, ys) -> None:
         """Many points for one curve at once: `Series.extend`, the same as appending them one by one."""

@@ -8,7 +8,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
@@ -18,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.panels.editors import hbox
 from core.runs.compare import CompareRow, compare_rows
 
 DIFFERS_MARK = "≠ "  # before a differing row's name: the highlight is not colour alone
@@ -56,11 +56,8 @@ class RunCompare(QWidget):
         self.closeButton = QPushButton(
             "Close", objectName="runCompareCloseButton", clicked=lambda: self.closeRequested.emit()
         )
-        top = QHBoxLayout()
+        top = hbox((self.titleLabel, 1), self.copyButton, self.closeButton)
         top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(self.titleLabel, 1)
-        top.addWidget(self.copyButton)
-        top.addWidget(self.closeButton)
         self.table = QTableWidget(objectName="runCompareTable")
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectItems)

@@ -193,13 +193,10 @@ class RunSetupPanel(QWidget):
             "Runs on several processes are always separate."
         )
         form.addRow(form_label("Isolation", self.separateProcessCheck.toolTip()), self.separateProcessCheck)
-        self.processesEdit.valueChanged.connect(self._on_processes_changed)
+        self.processesEdit.valueChanged.connect(lambda value: self.separateProcessCheck.setEnabled(value == 1))
         self.processesEdit.valueChanged.connect(lambda _value: self.executionChanged.emit())
         self.processesEdit.valueChanged.connect(lambda _value: self._schedule_validate())
         self.separateProcessCheck.toggled.connect(lambda _on: self.executionChanged.emit())
-
-    def _on_processes_changed(self, processes: float) -> None:
-        self.separateProcessCheck.setEnabled(processes == 1)
 
     def separate_process(self) -> bool:
         """Whether a run trains in a child process (always, for several processes)."""
@@ -438,15 +435,9 @@ class RunSetupPanel(QWidget):
         """Offer task class `cls` in the picker (labelled `label`, else its name), in place of the entry listed as
         `key`."""
         self._tasks[cls.name] = cls
-        index = self.taskCombo.findData(key) if key else -1
-        index = index if index >= 0 else self.taskCombo.findData(cls.name)
-        if index < 0:
-            self.taskCombo.addItem("", None)
-            index = self.taskCombo.count() - 1
-        self.taskCombo.setItemText(index, label or cls.name)
-        self.taskCombo.setItemData(index, cls.name)
-        self.taskCombo.setItemData(index, cls.description, Qt.ItemDataRole.ToolTipRole)
-        self.taskCombo.model().item(index).setEnabled(True)
+        if key and (index := self.taskCombo.findData(key)) >= 0:
+            self.taskCombo.setItemData(index, cls.name)
+        self.list_task(cls.name, label or cls.name, cls.description)
         self._align_labels([option_label(option.name) for option in cls.options])
 
     def list_task(self, key: str, label: str, tooltip: str, enabled: bool = True) -> None:

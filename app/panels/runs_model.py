@@ -8,6 +8,7 @@ filtering one pass plus a model reset.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 
 from PySide6.QtCore import QAbstractTableModel, QItemSelection, QModelIndex, Qt
 
@@ -124,11 +125,16 @@ class RunsModel(QAbstractTableModel):
         # a key typed at the end narrows the filter: only the rows shown now can still match
         narrower = all(any(old in new for new in words) for old in self._words)
         self._words = words
-        shown = self._matching(self._shown if narrower else None)
-        if shown != self._shown:
-            self.beginResetModel()
-            self._shown = shown
-            self.endResetModel()
+        self._reshow(self._matching(self._shown if narrower else None))
+
+    def _reshow(self, shown: list[int]) -> bool:
+        """Show the rows at positions `shown` (a model reset); False when they are the rows shown already."""
+        if shown == self._shown:
+            return False
+        self.beginResetModel()
+        self._shown = shown
+        self.endResetModel()
+        return True
 
     def _matching(self, among: list[int] | None = None) -> list[int]:
         """The positions of the rows whose filter text holds every word (of those `among`, when given)."""
@@ -162,27 +168,17 @@ class RunsModel(QAbstractTableModel):
                 continue
             run["note"] = note
             self._all.update(p)
-            shown = self._matching()
-            if shown != self._shown:
-                self.beginResetModel()
-                self._shown = shown
-                self.endResetModel()
-            elif p in self._shown:
+            if not self._reshow(self._matching()) and p in self._shown:
                 r = self._shown.index(p)
                 self.dataChanged.emit(self.index(r, 0), self.index(r, len(COLUMNS) - 1))
 
     def selection_of(self, folders: set) -> QItemSelection:
         """The shown rows of the runs in these folders as one selection of whole rows, consecutive ones one range."""
-        runs, selection, last = self._all.runs, QItemSelection(), len(COLUMNS) - 1
+        runs, selection = self._all.runs, QItemSelection()
         rows = [r for r, p in enumerate(self._shown) if runs[p].get("folder") in folders]
-        start = previous = None
-        for r in [*rows, None]:
-            if start is not None and (r is None or r != previous + 1):
-                selection.select(self.index(start, 0), self.index(previous, last))
-                start = None
-            if r is not None and start is None:
-                start = r
-            previous = r
+        for _gap, run in groupby(enumerate(rows), lambda pair: pair[1] - pair[0]):  # consecutive rows
+            block = [r for _i, r in run]
+            selection.select(self.index(block[0], 0), self.index(block[-1], len(COLUMNS) - 1))
         return selection
 
     def run(self, row: int) -> dict:
