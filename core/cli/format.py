@@ -9,24 +9,9 @@ import sys
 
 from core.text import count, duration, exact, number, printable, setting, size  # core.text's, as fmt.count etc.
 
-__all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "plain_width", "setting", "size", "table"]
+__all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "setting", "size", "table"]
 
 PIPED_WIDTH = 100  # the layout width when stdout is not a terminal and COLUMNS is not set
-
-
-def plain_width(stream=None) -> int | None:
-    """The width plain (unstyled) output on `stream` (stdout) is laid out for: COLUMNS, else PIPED_WIDTH. None when a
-    console would show styles there (a terminal, FORCE_COLOR, TTY_COMPATIBLE=1): then write through console()."""
-    stream = sys.stdout if stream is None else stream
-    if os.name == "nt" or os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
-        return None
-    try:
-        if stream.isatty():
-            return None
-    except (AttributeError, ValueError):  # no isatty, or closed: rich calls that no terminal too
-        pass
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() else PIPED_WIDTH
 
 
 def console(stderr: bool = False):

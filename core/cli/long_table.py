@@ -7,7 +7,6 @@ when the table is too wide, such columns are left out before any word would be b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len
@@ -52,17 +51,28 @@ class LongTable:
             plain = False
         self.rows.append(texts if plain else tuple(printable(text) for text in texts))
 
+    def _by_column(self) -> list[tuple[str, ...]]:
+        return list(zip(*self.rows)) if self.rows else [() for _ in self.columns]
+
+    def _natural(self) -> list[int]:
+        """Each column's width unwrapped: its widest cell (or header, or min_width)."""
+        return [max(cell_len(c.name), _widest(texts), c.min_width) for c, texts in zip(self.columns, self._by_column())]
+
+    def _narrowest(self, natural: list[int]) -> list[int]:
+        """Each column's width wrapped at spaces, no word broken: as wide as its longest word (no_wrap: natural)."""
+        return [
+            n if c.no_wrap else max(cell_len(c.name), _longest_word(texts), c.min_width)
+            for c, texts, n in zip(self.columns, self._by_column(), natural)
+        ]
+
     def kept(self, width: int) -> list[int]:
         """The columns shown at `width`: all when they fit with the wrappable ones wrapped at spaces, else
         without the columns that give way (lowest `drop` first), as few left out as fit."""
         kept = list(range(len(self.columns)))
         droppable = sorted((c.drop, i) for i, c in enumerate(self.columns) if c.drop is not None)
-        if not droppable:
-            return kept
-        natural, words = self._stats()
-        if sum(natural) + 2 * (len(kept) - 1) <= width:  # the common case: no word counted
-            return kept
-        words = words()
+        if not droppable or sum(natural := self._natural()) + 2 * (len(kept) - 1) <= width:
+            return kept  # the common case: no word counted
+        words = self._narrowest(natural)
         while droppable and sum(words[i] for i in kept) + 2 * (len(kept) - 1) > width:
             kept.remove(droppable.pop(0)[1])
         return kept
@@ -72,50 +82,31 @@ class LongTable:
         kept = set(self.kept(width))
         return [c.name for i, c in enumerate(self.columns) if i not in kept]
 
-    def _stats(self):
-        """(each column's natural width, a function giving each one's narrowest: a wrappable column as wide as
-        its longest word), header and min_width counted; for this table's rows."""
-        by_column = self._by_column()
-        natural = [max(cell_len(c.name), _widest(texts), c.min_width) for c, texts in zip(self.columns, by_column)]
-
-        def words() -> list[int]:
-            return [
-                n if c.no_wrap else max(cell_len(c.name), _longest_word(texts), c.min_width)
-                for c, texts, n in zip(self.columns, by_column, natural)
-            ]
-
-        return natural, words
-
     def widths(self, width: int) -> list[int]:
-        """Each column's width as rich lays it out: its widest cell (or min_width); when that is wider than
-        `width`, the widest wrappable columns give way first, down to the next widest (rich's
-        Table._collapse_widths), then, as a last resort, every column evenly (none below its min_width)."""
-        pads = [1] * (len(self.columns) - 1) + [0]  # each cell's right padding; none at the table's edge
-        widths = [max(cell_len(c.name), _widest(column)) for c, column in zip(self.columns, self._by_column())]
-        floors = [c.min_width + p for c, p in zip(self.columns, pads)]
-        padded = [max(w + p, f) for w, p, f in zip(widths, pads, floors)]
+        """Each column's width as rich lays it out: its natural width; when that is wider than `width`, the widest
+        wrappable columns give way first, down to the next widest (rich's Table._collapse_widths), then, as a last
+        resort, every column evenly (none below its min_width). A table with `whole` or `drop` columns is wrapped
+        at spaces where that fits, no word broken; one with a `whole` column may stay wider than `width`."""
+        natural = self._natural()
+        pads = [1] * (len(natural) - 1) + [0]  # each cell's right padding; none at the table's edge
+        padded = [n + p for n, p in zip(natural, pads)]
         room = width - (len(padded) - 1)  # the column separators
-        if sum(padded) > room:
-            words = [
-                max(cell_len(c.name), _longest_word(texts)) + p if not c.no_wrap else w
-                for c, texts, p, w in zip(self.columns, self._by_column(), pads, padded)
-            ]
-            collapsed = _collapse(padded, [not c.no_wrap for c in self.columns], room)
-            if any(c.whole or c.drop is not None for c in self.columns) and sum(words) <= room:
-                collapsed = [max(w, f) for w, f in zip(collapsed, words)]  # wrapped at spaces, no word broken
-                if sum(collapsed) > room:  # the floors took back room: narrow the others again, to their floors
-                    collapsed = _settle(collapsed, words, room)
-            padded = collapsed
-            if sum(padded) > room and not any(c.whole for c in self.columns):  # else wider than the console
-                padded = _ratio_reduce(sum(padded) - room, [1] * len(padded), padded, padded)
-            padded = [max(w, f) for w, f in zip(padded, floors)]
-        return [max(0, w - p) for w, p in zip(padded, pads)]
+        if sum(padded) <= room:
+            return natural
+        from rich._ratio import ratio_reduce
 
-    def _by_column(self) -> list[tuple[str, ...]]:
-        return list(zip(*self.rows)) if self.rows else [() for _ in self.columns]
+        padded = _collapse(padded, [not c.no_wrap for c in self.columns], room)
+        if any(c.whole or c.drop is not None for c in self.columns):
+            words = [w + p for w, p in zip(self._narrowest(natural), pads)]
+            if sum(words) <= room:
+                padded = _settle([max(w, f) for w, f in zip(padded, words)], words, room)
+        if sum(padded) > room and not any(c.whole for c in self.columns):
+            padded = ratio_reduce(sum(padded) - room, [1] * len(padded), padded, padded)
+        return [max(w - p, c.min_width) for w, p, c in zip(padded, pads, self.columns)]
 
-    def lines(self, width: int) -> tuple[str, str, list[str], list[int]]:
-        """(the header, the rule, the body's lines, the column widths) of the columns kept at `width`."""
+    def lines(self, width: int) -> list[str]:
+        """The header, the rule and the body's lines of the columns kept at `width`; cut at `width` when wider,
+        unless a `whole` column is kept."""
         kept = self.kept(width)
         if len(kept) < len(self.columns):
             shown = LongTable()
@@ -124,110 +115,46 @@ class LongTable:
             return shown.lines(width)
         widths = self.widths(width)
         rights = [c.justify == "right" for c in self.columns]
-        # one %-format per line of plain text; a column with a cell too wide is wrapped a column at a time, a row
-        # with text that is not plain ASCII laid out cell by cell
+        # one %-format per line of plain ASCII; a line with other text is laid out cell by cell
         template = "  ".join(f"%{'' if r else '-'}{w}s" for w, r in zip(widths, rights))
-        header = self._line([c.name for c in self.columns], widths, rights, template)
-        rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
+
+        def line(texts) -> str:
+            if "".join(texts).isascii():
+                return template % tuple(texts)
+            pads = (" " * max(0, w - cell_len(text)) for text, w in zip(texts, widths))
+            return "  ".join(pad + t if r else t + pad for t, pad, r in zip(texts, pads, rights))
+
+        lines = [line([c.name for c in self.columns]), "─" * (sum(widths) + 2 * (len(widths) - 1))]
         columns = self._by_column()
-        wide: set[int] = set()  # the rows with a character wider than one cell, or no ASCII
-        too_wide = []  # the columns with a cell wider than the column
-        for c, (column, w) in enumerate(zip(columns, widths)):
-            if not "".join(column).isascii():
-                wide.update(i for i, t in enumerate(column) if not t.isascii())
-            if _widest(column) > w:
-                too_wide.append(c)
-        line = template.__mod__
-        if not too_wide and not wide:
-            return header, rule, list(map(line, self.rows)), widths
-        # a column at a time: each cell's lines (texts repeat: a cache per column); then every row's first line
-        # in one pass, and the further lines of the rows that wrap, only their wrapped columns filled in
-        pieces_of = [self._pieces(columns[c], widths[c], self.columns[c].no_wrap) for c in too_wide]
-        firsts: list[Sequence[str]] = list(columns)
-        for c, pieces in zip(too_wide, pieces_of):
-            firsts[c] = [p[0] for p in pieces]
-        heights = [max(h) for h in zip(*[map(len, pieces) for pieces in pieces_of])] if too_wide else []
-        more = "  ".join(
-            f"%{'' if rights[c] else '-'}{widths[c]}s" if c in too_wide else " " * widths[c] for c in range(len(widths))
-        ).__mod__
-        body: list[str] = []
-        for i, first in enumerate(map(line, zip(*firsts))):
-            height = heights[i] if too_wide else 1
-            if i in wide:
-                texts = [column[i] for column in firsts]
-                body.append(self._line(texts, widths, rights, template))
-                for k in range(1, height):
-                    for c, pieces in zip(too_wide, pieces_of):
+        # each cell's lines in the columns with a cell wider than the column (texts repeat: a cache per column)
+        wrapped = {
+            c: _pieces(column, w, self.columns[c].no_wrap)
+            for c, (column, w) in enumerate(zip(columns, widths))
+            if _widest(column) > w
+        }
+        if not wrapped and all("".join(column).isascii() for column in columns):
+            lines += [template % row for row in self.rows]
+        else:  # every row's first line, then the further lines of the rows that wrap: only their wrapped cells
+            firsts = [[p[0] for p in wrapped[c]] if c in wrapped else column for c, column in enumerate(columns)]
+            heights = [max(h) for h in zip(*[map(len, pieces) for pieces in wrapped.values()])] or [1] * len(self.rows)
+            for i, first in enumerate(zip(*firsts)):
+                lines.append(line(first))
+                for k in range(1, heights[i]):
+                    texts = [""] * len(widths)
+                    for c, pieces in wrapped.items():
                         texts[c] = pieces[i][k] if k < len(pieces[i]) else ""
-                    body.append(
-                        self._line([t if c in too_wide else "" for c, t in enumerate(texts)], widths, rights, template)
-                    )
-                continue
-            body.append(first)
-            for k in range(1, height):
-                body.append(more(tuple([p[i][k] if k < len(p[i]) else "" for p in pieces_of])))
-        return header, rule, body, widths
-
-    @staticmethod
-    def _pieces(column: tuple[str, ...], width: int, no_wrap: bool) -> list[tuple[str, ...]]:
-        """Each cell's lines in a column `width` cells wide: wrapped (cut when `no_wrap`)."""
-        cache: dict[str, tuple[str, ...]] = {}
-        out = []
-        for text in column:
-            pieces = cache.get(text)
-            if pieces is None:
-                pieces = cache[text] = (
-                    (text,)
-                    if _cells(text) <= width
-                    else (text[: _cut(text, width)],)
-                    if no_wrap
-                    else tuple(_wrap(text, width))
-                )
-            out.append(pieces)
-        return out
-
-    @staticmethod
-    def _line(texts, widths, rights, template) -> str:
-        if "".join(texts).isascii():
-            return template % tuple(texts)
-        parts = []
-        for text, w, right in zip(texts, widths, rights):
-            pad = " " * max(0, w - cell_len(text))
-            parts.append(pad + text if right else text + pad)
-        return "  ".join(parts)
+                    lines.append(line(texts))
+        if len(lines[1]) <= width or any(c.whole for c in self.columns):
+            return lines
+        return [_crop(line, width) for line in lines]  # wider than the console: cut, as rich does
 
     def print(self, console) -> None:
-        width = console.width
-        header, rule, body, widths = self.lines(width)
-        whole = any(self.columns[i].whole for i in self.kept(width))  # a line is never cut through such a column
+        header, *rest = self.lines(console.width)
         console.print(
-            header,
-            style="table.header",
-            markup=False,
-            highlight=False,
-            no_wrap=True,
-            overflow="ignore" if whole else "crop",
+            header, style="table.header", markup=False, highlight=False, no_wrap=True, overflow="ignore", crop=False
         )
-        console.print(rule, markup=False, highlight=False, no_wrap=True, overflow="ignore" if whole else "crop")
-        if not whole and sum(widths) + 2 * (len(widths) - 1) > width:  # wider than the console: cut, as rich does
-            body = [_crop(line, width) for line in body]
-        console.file.write("".join(line + "\n" for line in body))
+        console.file.write("".join(line + "\n" for line in rest))
         console.file.flush()
-
-    def text(self, width: int) -> str:
-        """What print() writes to a console of `width` columns that shows no styles (format.plain_width),
-        without one."""
-        header, rule, body, widths = self.lines(width)
-        lines = [header, rule, *body]
-        whole = any(self.columns[i].whole for i in self.kept(width))
-        if not whole and sum(widths) + 2 * (len(widths) - 1) > width:
-            lines = (
-                [line[:width] for line in lines]
-                if "".join(body).isascii() and header.isascii()
-                else [_crop(line, width) for line in lines]
-            )
-            lines[1] = _crop(rule, width)
-        return "\n".join(lines) + "\n"
 
 
 def _crop(line: str, width: int) -> str:
@@ -245,9 +172,7 @@ def _widest(texts) -> int:
     """The widest of `texts` in cells (plain ASCII: its length)."""
     if not texts:
         return 0
-    if "".join(texts).isascii():
-        return max(map(len, texts))
-    return max(map(cell_len, texts))
+    return max(map(len if "".join(texts).isascii() else cell_len, texts))
 
 
 def _longest_word(texts) -> int:
@@ -255,58 +180,32 @@ def _longest_word(texts) -> int:
     return max((_cells(word) for text in texts for word in text.split(" ")), default=0)
 
 
-def _settle(widths: list[int], floors: list[int], room: int) -> list[int]:
-    """`widths` narrowed towards `floors`, the widest above its floor first, until they fit `room`."""
-    widths = list(widths)
-    excess = sum(widths) - room
-    while excess > 0:
-        above = [i for i, (w, f) in enumerate(zip(widths, floors)) if w > f]
-        if not above:
-            break
-        i = max(above, key=lambda k: widths[k])
-        widths[i] -= 1
-        excess -= 1
-    return widths
+def _pieces(column: tuple[str, ...], width: int, no_wrap: bool) -> list[tuple[str, ...]]:
+    """Each cell's lines in a column `width` cells wide: wrapped (cut when `no_wrap`)."""
+    cache: dict[str, tuple[str, ...]] = {}
+    for text in column:
+        if text not in cache:
+            fits = _cells(text) <= width
+            cache[text] = (text,) if fits else (text[: _cut(text, width)],) if no_wrap else tuple(_wrap(text, width))
+    return [cache[text] for text in column]
 
 
 def _wrap(text: str, width: int) -> list[str]:
     """`text` in lines of at most `width` cells: broken at spaces, a longer word folded."""
-    if text.isascii():
-        return _wrap_ascii(text, width)
+    cells = len if text.isascii() else cell_len
     lines: list[str] = []
     line = ""
     for word in text.split(" "):
-        while cell_len(word) > width:
+        while cells(word) > width:
             if line:
                 lines.append(line)
                 line = ""
             cut = _cut(word, width)
             lines.append(word[:cut])
             word = word[cut:]
-        candidate = f"{line} {word}" if line else word
-        if cell_len(candidate) <= width:
-            line = candidate
-        else:
-            lines.append(line)
-            line = word
-    if line or not lines:
-        lines.append(line)
-    return lines
-
-
-def _wrap_ascii(text: str, width: int) -> list[str]:
-    lines: list[str] = []
-    line = ""
-    for word in text.split(" "):
-        while len(word) > width:
-            if line:
-                lines.append(line)
-                line = ""
-            lines.append(word[:width])
-            word = word[width:]
         if not line:
             line = word
-        elif len(line) + 1 + len(word) <= width:
+        elif cells(line) + 1 + cells(word) <= width:
             line = f"{line} {word}"
         else:
             lines.append(line)
@@ -318,6 +217,8 @@ def _wrap_ascii(text: str, width: int) -> list[str]:
 
 def _cut(word: str, width: int) -> int:
     """How many characters of `word` fit in `width` cells (at least one)."""
+    if word.isascii():
+        return max(1, min(width, len(word)))
     used = 0
     for i, char in enumerate(word):
         used += cell_len(char)
@@ -326,32 +227,26 @@ def _cut(word: str, width: int) -> int:
     return len(word)
 
 
-def _collapse(widths: list[int], wrappable: list[bool], room: int) -> list[int]:
-    """rich's Table._collapse_widths: the widest wrappable columns narrowed together, down to the next
-    widest, until the widths fit `room` (or the wrappable ones are all as wide)."""
-    excess = sum(widths) - room
-    while any(wrappable) and excess > 0:
-        widest = max(w for w, ok in zip(widths, wrappable) if ok)
-        second = max(w if ok and w != widest else 0 for w, ok in zip(widths, wrappable))
-        ratios = [1 if ok and w == widest else 0 for w, ok in zip(widths, wrappable)]
-        if not any(ratios) or widest == second:
+def _settle(widths: list[int], floors: list[int], room: int) -> list[int]:
+    """`widths` narrowed towards `floors`, the widest above its floor first, until they fit `room`."""
+    for _ in range(sum(widths) - room):
+        above = [i for i, (w, f) in enumerate(zip(widths, floors)) if w > f]
+        if not above:
             break
-        widths = _ratio_reduce(excess, ratios, [min(excess, widest - second)] * len(widths), widths)
-        excess = sum(widths) - room
+        widths[max(above, key=lambda k: widths[k])] -= 1
     return widths
 
 
-def _ratio_reduce(total: int, ratios: list[int], maximums: list[int], values: list[int]) -> list[int]:
-    """rich's ratio_reduce: `total` taken from `values` in proportion to `ratios`, each at most its maximum."""
-    ratios = [r if m else 0 for r, m in zip(ratios, maximums)]
-    left, weight = total, sum(ratios)
-    out = []
-    for ratio, maximum, value in zip(ratios, maximums, values):
-        if ratio and weight > 0:
-            taken = min(maximum, round(ratio * left / weight))
-            out.append(value - taken)
-            left -= taken
-            weight -= ratio
-        else:
-            out.append(value)
-    return out
+def _collapse(widths: list[int], wrappable: list[bool], room: int) -> list[int]:
+    """rich's Table._collapse_widths: the widest wrappable columns narrowed together, down to the next
+    widest, until the widths fit `room` (or the wrappable ones are all as wide)."""
+    from rich._ratio import ratio_reduce
+
+    while any(wrappable) and (excess := sum(widths) - room) > 0:
+        widest = max(w for w, ok in zip(widths, wrappable) if ok)
+        second = max(w if ok and w != widest else 0 for w, ok in zip(widths, wrappable))
+        if widest == second:
+            break
+        ratios = [1 if ok and w == widest else 0 for w, ok in zip(widths, wrappable)]
+        widths = ratio_reduce(excess, ratios, [min(excess, widest - second)] * len(widths), widths)
+    return widths

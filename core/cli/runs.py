@@ -146,41 +146,16 @@ def print_run_table(runs: list[dict]) -> None:
             _wall(r.get("wall_seconds")),
             _start(r, year=False),
         )
-    width = fmt.plain_width()
-    if width is not None:  # not a terminal: plain text, without rich's console
-        left_out = table.left_out(width)
-        note = ""
-        if left_out:  # rich wraps this one line, as the console path shows it
-            import io
-
-            from rich.console import Console
-
-            buffer = io.StringIO()
-            text = Console(
-                file=buffer,
-                width=width,
-                color_system=None,
-                highlight=False,
-                soft_wrap=False,
-                markup=False,
-                emoji=False,
-            )
-            text.print(_left_out_note(width, left_out), highlight=False)
-            note = buffer.getvalue()
-        sys.stdout.write(table.text(width) + note + "".join(line + "\n" for line in _unreadable_lines(runs)))
-        sys.stdout.flush()
-        return
     console = fmt.console()
     table.print(console)
     left_out = table.left_out(console.width)
     if left_out:
-        console.print(_left_out_note(console.width, left_out), highlight=False)
+        console.print(
+            f"(left out to fit {console.width} columns: {', '.join(left_out)}; `runs show ID` has them)",
+            highlight=False,
+        )
     for line in _unreadable_lines(runs):
         console.print(line, soft_wrap=True)
-
-
-def _left_out_note(width: int, left_out: list[str]) -> str:
-    return f"(left out to fit {width} columns: {', '.join(left_out)}; `runs show ID` has them)"
 
 
 def _metrics_text(metrics: dict | None) -> str:
