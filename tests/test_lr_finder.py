@@ -95,19 +95,6 @@ def test_defaults_and_bad_settings():
         assert info.value.field == field
 
 
-def test_cli_defaults_match_the_lab():
-    from core.cli import tune_lr
-
-    assert (tune_lr.START_LR, tune_lr.END_LR, tune_lr.STEPS, tune_lr.DIVERGE_FACTOR, tune_lr.SMOOTHING) == (
-        DEFAULT_START_LR,
-        DEFAULT_END_LR,
-        DEFAULT_STEPS,
-        DEFAULT_DIVERGE_FACTOR,
-        DEFAULT_SMOOTHING,
-    )
-    assert tune_lr.METHODS == METHODS
-
-
 # ----------------------------------------------------------------------------- real runs (CPU, tiny task)
 def _temp_entries() -> set[str]:
     return {e for e in os.listdir(tempfile.gettempdir()) if e.startswith("amp-lr-find-")}

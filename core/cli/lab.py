@@ -120,44 +120,62 @@ def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> R
 
 
 class ProgressLines:
-    """bench's progress on stderr: a line per mode and per window; on a terminal a mode's window lines overwrite each
-    other."""
+    """A lab command's progress on stderr: `text(update)` and the time so far, a line each; on a terminal the updates
+    of the `live` phases overwrite each other, and in a log only those `logged(update)` accepts get a line."""
 
-    def __init__(self, stream=None):
+    def __init__(self, text, live=(), logged=lambda update: True, stream=None):
+        self.text, self.live_phases, self.logged = text, live, logged
         self.stream = stream or sys.stderr
         self.live = self.stream.isatty()
         self.started = time.perf_counter()
         self._open = False  # a live line waits to be overwritten
 
     def __call__(self, update) -> None:
-        elapsed = time.perf_counter() - self.started
-        text = f"bench [{update.index + 1}/{update.total}] {update.describe()} ({fmt.duration(elapsed)})"
-        if update.phase == "setup" and update.threads:
-            text += f", {update.threads} CPU thread{'s' if update.threads != 1 else ''}"
-        if self.live and update.phase in ("setup", "window"):
+        text = f"{self.text(update)} ({fmt.duration(time.perf_counter() - self.started)})"
+        if self.live and update.phase in self.live_phases:
             self.stream.write(f"\r\x1b[2K{text}")
             self._open = True
-        else:
+        elif update.phase not in self.live_phases or self.logged(update):
             self.stream.write(("\r\x1b[2K" if self._open else "") + text + "\n")
             self._open = False
         self.stream.flush()
 
 
+def numbered(command: str):
+    """`command [i/n] what the update says`: the text of a per-mode update."""
+    return lambda update: f"{command} [{update.index + 1}/{update.total}] {update.describe()}"
+
+
+def flag_error(exc: ConfigError, flag: str) -> ConfigError:
+    """`exc` again, naming the command line's `flag` instead of the setting."""
+    return ConfigError(flag, str(exc).split(": ", 1)[1])
+
+
+def parse_modes(text: str) -> list[str]:
+    """--precisions: fp32 first (every ratio is against it), then the others asked; unknown names are refused."""
+    from core.lab.precision_sweep import requested_modes
+
+    try:
+        return requested_modes([m.strip() for m in text.split(",") if m.strip()])
+    except ConfigError as exc:
+        raise flag_error(exc, "--precisions") from None
+
+
+def _bench_text(update) -> str:
+    threads = update.threads if update.phase == "setup" else None
+    return numbered("bench")(update) + (f", {threads} CPU thread{'s' if threads != 1 else ''}" if threads else "")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    from core.lab.precision_sweep import requested_modes, run_sweep
+    from core.lab.precision_sweep import run_sweep
 
     for flag, value in (("--steps", args.steps), ("--repeats", args.repeats)):
         if value < 1:
             raise ConfigError(flag, f"{value} must be at least 1")
     if not 0 <= args.threads <= 1024:
         raise ConfigError("--threads", f"{args.threads} is out of range: must be between 0 (automatic) and 1,024")
-    config = config_from_lab_args(args, precision="fp32")
-    modes = [m.strip() for m in args.precisions.split(",") if m.strip()]
-    try:
-        modes = requested_modes(modes)
-    except ConfigError as exc:
-        raise ConfigError("--precisions", str(exc).split(": ", 1)[1]) from None
-    config = config.replace(compile_mode=args.compile_mode)
+    config = config_from_lab_args(args, precision="fp32").replace(compile_mode=args.compile_mode)
+    modes = parse_modes(args.precisions)
     choices = {"off": [False], "on": [True], "both": [False, True]}
     compiles, checkpoints = choices[args.compile_rows], choices[args.checkpointing_rows]
     extra = "".join(
@@ -175,7 +193,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         steps=args.steps,
         repeats=args.repeats,
         isolate=args.isolate,
-        progress=ProgressLines(),
+        progress=ProgressLines(_bench_text, live=("setup", "window")),
         compile_options=compiles,
         checkpointing_options=checkpoints,
     )

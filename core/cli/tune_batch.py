@@ -9,10 +9,9 @@ import argparse
 import json
 import re
 import sys
-import time
 
 from core.cli import format as fmt
-from core.cli.lab import _common, config_from_lab_args
+from core.cli.lab import ProgressLines, _common, config_from_lab_args, flag_error, numbered, parse_modes
 from core.errors import ConfigError
 from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP
 
@@ -122,35 +121,17 @@ def parse_size(text: str) -> int:
     return value
 
 
-class TrialLines:
-    """fit-batch's progress on stderr: one line per mode set-up, trial and result (log-friendly)."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.started = time.perf_counter()
-
-    def __call__(self, update) -> None:
-        elapsed = fmt.duration(time.perf_counter() - self.started)
-        self.stream.write(f"fit-batch [{update.index + 1}/{update.total}] {update.describe()} ({elapsed})\n")
-        self.stream.flush()
-
-
 def cmd_fit_batch(args: argparse.Namespace) -> int:
     from core.lab.batch_finder import check_settings, find_batch_sizes, train_command
-    from core.lab.precision_sweep import requested_modes
 
     try:
         check_settings(args.margin, args.steps, args.tolerance, args.start, args.max_batch)
     except ConfigError as exc:
-        raise ConfigError(_FLAGS.get(exc.field, exc.field), str(exc).split(": ", 1)[1]) from None
+        raise flag_error(exc, _FLAGS[exc.field]) from None
     if args.eval_rows is not None and args.eval_rows < 0:
         raise ConfigError("--eval-rows", f"{args.eval_rows} must be 0 (no evaluation) or more")
     limit = parse_size(args.limit) if args.limit else None
-    modes = [m.strip() for m in args.precisions.split(",") if m.strip()]
-    try:
-        modes = requested_modes(modes)
-    except ConfigError as exc:
-        raise ConfigError("--precisions", str(exc).split(": ", 1)[1]) from None
+    modes = parse_modes(args.precisions)
     config = config_from_lab_args(args, precision="fp32")
     start = args.start or config.batch_size
     if args.max_batch is not None and start > args.max_batch:
@@ -171,12 +152,12 @@ def cmd_fit_batch(args: argparse.Namespace) -> int:
             max_batch=args.max_batch,
             eval_rows=args.eval_rows,
             limit_bytes=limit,
-            progress=TrialLines(),
+            progress=ProgressLines(numbered("fit-batch")),
         )
     except ConfigError as exc:  # e.g. a start batch above the training rows, found when the data is loaded
         if exc.field not in _FLAGS:
             raise
-        raise ConfigError(_FLAGS[exc.field], str(exc).split(": ", 1)[1]) from None
+        raise flag_error(exc, _FLAGS[exc.field]) from None
     best = result.best()
     device = args.device if args.device != "auto" else None
     command = train_command(result, best, args.task_options, device) if best else None

@@ -9,15 +9,21 @@ import argparse
 import json
 import shlex
 import sys
-import time
 
 from core.cli import format as fmt
-from core.cli.lab import _common, config_from_lab_args
+from core.cli.lab import ProgressLines, _common, config_from_lab_args, flag_error
 from core.errors import ConfigError
+from core.lab.lr_finder import (
+    DEFAULT_DIVERGE_FACTOR,
+    DEFAULT_END_LR,
+    DEFAULT_SMOOTHING,
+    DEFAULT_START_LR,
+    DEFAULT_STEPS,
+    METHODS,
+    check_settings,
+    find_lr,
+)
 
-# The defaults of core.lab.lr_finder, repeated here so `--help` does not import the lab (a test checks they agree).
-START_LR, END_LR, STEPS, DIVERGE_FACTOR, SMOOTHING = 1e-7, 1.0, 100, 4.0, 0.05
-METHODS = ("valley", "steepest")
 ROWS_AROUND = 3  # table rows on each side of the suggestion
 
 
@@ -40,25 +46,29 @@ def register(sub) -> None:
         choices=("sgd", "adam", "adamw"),
         help="optimizer to test with (default: the task's)",
     )
-    p.add_argument("--start-lr", type=float, default=START_LR, help=f"first learning rate (default {START_LR:g})")
-    p.add_argument("--end-lr", type=float, default=END_LR, help=f"last learning rate (default {END_LR:g})")
+    p.add_argument(
+        "--start-lr", type=float, default=DEFAULT_START_LR, help=f"first learning rate (default {DEFAULT_START_LR:g})"
+    )
+    p.add_argument(
+        "--end-lr", type=float, default=DEFAULT_END_LR, help=f"last learning rate (default {DEFAULT_END_LR:g})"
+    )
     p.add_argument(
         "--steps",
         type=int,
-        default=STEPS,
-        help=f"optimizer steps over the range, spaced evenly in log(lr) (default {STEPS})",
+        default=DEFAULT_STEPS,
+        help=f"optimizer steps over the range, spaced evenly in log(lr) (default {DEFAULT_STEPS})",
     )
     p.add_argument(
         "--diverge-factor",
         type=float,
-        default=DIVERGE_FACTOR,
-        help=f"stop when the smoothed loss exceeds this many times its best (default {DIVERGE_FACTOR:g})",
+        default=DEFAULT_DIVERGE_FACTOR,
+        help=f"stop when the smoothed loss exceeds this many times its best (default {DEFAULT_DIVERGE_FACTOR:g})",
     )
     p.add_argument(
         "--smoothing",
         type=float,
-        default=SMOOTHING,
-        help=f"EMA weight of the newest loss, 1 - beta (default {SMOOTHING:g}; fastai's beta 0.98 is 0.02)",
+        default=DEFAULT_SMOOTHING,
+        help=f"EMA weight of the newest loss, 1 - beta (default {DEFAULT_SMOOTHING:g}; fastai's beta 0.98 is 0.02)",
     )
     p.add_argument(
         "--method", default="valley", choices=METHODS, help="how to pick the suggestion from the curve (default valley)"
@@ -77,33 +87,11 @@ _FLAGS = {
 }
 
 
-class StepLines:
-    """lr-find's progress on stderr: live on a terminal, every 10th step (and the end) in a log."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-        self.started = time.perf_counter()
-        self._open = False
-
-    def __call__(self, update) -> None:
-        text = f"lr-find {update.describe()} ({fmt.duration(time.perf_counter() - self.started)})"
-        if update.phase == "step" and self.live:
-            self.stream.write(f"\r\x1b[2K{text}")
-            self._open = True
-        elif update.phase != "step" or update.step % 10 == 0 or update.step == update.steps:
-            self.stream.write(("\r\x1b[2K" if self._open else "") + text + "\n")
-            self._open = False
-        self.stream.flush()
-
-
 def cmd_lr_find(args: argparse.Namespace) -> int:
-    from core.lab.lr_finder import check_settings, find_lr
-
     try:
         check_settings(args.start_lr, args.end_lr, args.steps, args.diverge_factor, args.smoothing, args.method)
     except ConfigError as exc:
-        raise ConfigError(_FLAGS.get(exc.field, exc.field), str(exc).split(": ", 1)[1]) from None
+        raise flag_error(exc, _FLAGS[exc.field]) from None
     config = config_from_lab_args(args, precision=args.precision)
     if args.optimizer:
         config = config.replace(optimizer=args.optimizer)
@@ -126,7 +114,11 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
         diverge_factor=args.diverge_factor,
         smoothing=args.smoothing,
         method=args.method,
-        progress=StepLines(),
+        progress=ProgressLines(
+            lambda update: f"lr-find {update.describe()}",
+            live=("step",),
+            logged=lambda update: update.step % 10 == 0 or update.step == update.steps,
+        ),
         devices=devices,
     )
     if args.csv:

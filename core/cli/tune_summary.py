@@ -8,7 +8,7 @@ import argparse
 import json
 
 from core.cli import format as fmt
-from core.cli.lab import _common, config_from_lab_args
+from core.cli.lab import _common, config_from_lab_args, parse_modes
 from core.errors import ConfigError
 
 DEFAULT_PRECISIONS = "fp32,bf16,fp16"
@@ -53,19 +53,13 @@ def register(sub) -> None:
 
 def cmd_summary(args: argparse.Namespace) -> int:
     from core.lab.model_summary import summarize
-    from core.lab.precision_sweep import requested_modes
 
     if args.depth < 0:
         raise ConfigError("--depth", f"{args.depth} must be 0 or more")
     config = config_from_lab_args(args, precision="fp32")
     if args.optimizer:
         config = config.replace(optimizer=args.optimizer).validate()
-    modes = [m.strip() for m in args.precisions.split(",") if m.strip()]
-    try:
-        modes = requested_modes(modes)
-    except ConfigError as exc:
-        raise ConfigError("--precisions", str(exc).split(": ", 1)[1]) from None
-    result = summarize(config, modes, batch_size=args.batch_size)
+    result = summarize(config, parse_modes(args.precisions), batch_size=args.batch_size)
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
