@@ -165,23 +165,14 @@ def _floats_as(file: Source, col: Column, values: pa.ChunkedArray, text: pa.Chun
         if not pc.all(ok).as_py():
             index, value = _first_bad_row(shown, ok)
             whole = pc.equal(pc.floor(values), values)[index].as_py()
-            raise _fail_value(
-                file,
-                col,
-                index,
-                value,
-                "a whole number" if not whole else "a whole number of a usable size (at most 2**53)",
-            )
+            expected = "a whole number" + (" of a usable size (at most 2**53)" if whole else "")
+            raise _fail_value(file, col, index, value, expected)
         return _check_range(file, col, pc.cast(values, pa.int64()))
     if col.kind == "float":
         ok = pc.less_equal(pc.abs(values), FLOAT32_MAX)
         if not pc.all(ok).as_py():
-            raise _fail_value(
-                file,
-                col,
-                *_first_bad_row(shown, ok),
-                f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)",
-            )
+            expected = f"a number that fits in float32 (at most {FLOAT32_MAX:.3g} in size)"
+            raise _fail_value(file, col, *_first_bad_row(shown, ok), expected)
         if values.type == pa.float32() and col.minimum is None:
             return values  # features: float32 is what the models train on (svmlight reads them so)
     return _check_range(file, col, pc.cast(values, pa.float64()))

@@ -110,20 +110,24 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
     train = training_windows(items, starts, lengths - held, max_len)
     evaluated = np.flatnonzero(held)
     user_start, user_end = starts[evaluated], starts[evaluated] + lengths[evaluated]
-    splits = []
-    for back in (2, 1):  # val predicts s_{n-1}, test predicts s_n
-        ends = user_end - back
-        target = items[ends]
-        splits.append(
-            {
-                "seq": history_windows(items, user_start, ends, max_len),
-                "target": torch.from_numpy(target),
-                "history_start": torch.from_numpy(user_start.astype(np.int64)),
-                "history_end": torch.from_numpy(ends.astype(np.int64)),
-                "negatives": unseen_negatives(items, user_start, user_end, target, n_items, negatives, seed + back),
-            }
-        )
-    return train, splits[0], splits[1]
+    val, test = (  # val predicts s_{n-1}, test predicts s_n
+        _evaluation_rows(items, user_start, user_end - back, user_end, n_items, max_len, negatives, seed + back)
+        for back in (2, 1)
+    )
+    return train, val, test
+
+
+def _evaluation_rows(items, starts, ends, seen_end, n_items, max_len, negatives, seed, target=None) -> dict:
+    """Rows predicting `target` (else items[ends]) from the history items[starts:ends]; no negative is among
+    items[starts:seen_end] or the target."""
+    target = items[ends] if target is None else target
+    return {
+        "seq": history_windows(items, starts, ends, max_len),
+        "target": torch.from_numpy(target),
+        "history_start": torch.from_numpy(starts.astype(np.int64)),
+        "history_end": torch.from_numpy(ends.astype(np.int64)),
+        "negatives": unseen_negatives(items, starts, seen_end, target, n_items, negatives, seed),
+    }
 
 
 def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
@@ -206,14 +210,6 @@ def given_sequence_splits(
             )
         users, target = users[known], part["item"][first[known]]
         starts, ends = start[users], end[users]
-        evaluated.append(
-            {
-                "seq": history_windows(flat, starts, ends, max_len),
-                "target": torch.from_numpy(target),
-                "history_start": torch.from_numpy(starts),
-                "history_end": torch.from_numpy(ends),
-                "negatives": unseen_negatives(flat, starts, ends, target, n_items, negatives, seed + back),
-            }
-        )
+        evaluated.append(_evaluation_rows(flat, starts, ends, ends, n_items, max_len, negatives, seed + back, target))
     assert evaluated[0] is not None  # val is always there (taken from train when not given)
     return windows, evaluated[0], evaluated[1], flat, notes
