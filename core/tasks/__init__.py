@@ -1,11 +1,9 @@
-"""Task registry: name -> Task class. The CLI and the GUI list tasks from here.
+"""Task registry: name -> Task class; the CLI and the GUI list tasks from here.
 
-`task_infos()` describes every task (name, one line, options, default settings) without importing torch
-(core.tasks.catalog); `TASKS`, `get_task_class` and `create_task` import the task modules on first use. Tasks
-defined outside this package (core.tasks.user_tasks) join the registry: `add_task(reference)` loads one (running its
-code), `remember_task(reference)` lists one without running it, `forget_task(reference)` unlists it. Nothing here
-loads a task because a run folder or a checkpoint names it. To add a built-in task, add it to `_REGISTRY` and
-`_task_classes` (docs/ARCHITECTURE.md); a user's task: docs/tasks.md.
+`task_infos()` describes every task without importing torch (core.tasks.catalog); `TASKS`, `get_task_class` and
+`create_task` import the task modules on first use. User tasks (core.tasks.user_tasks) join it: `add_task` loads one
+(running its code), `remember_task` lists one without running it, `forget_task` unlists it. Nothing here loads a
+task because a run folder or a checkpoint names it.
 """
 
 from __future__ import annotations
@@ -17,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import ConfigError
-from core.tasks.options import TaskInfo, TaskOption
+from core.tasks.options import TaskInfo
 
 if TYPE_CHECKING:
-    from core.tasks.base import Task, TaskData
+    from core.tasks.base import Task
 
 # name -> (module file in this package, Task class). The order is the order every list shows.
 _REGISTRY: dict[str, tuple[str, str]] = {
@@ -42,7 +40,7 @@ _installed_read = False
 
 
 def _task_classes() -> dict[str, type[Task]]:
-    """Import every task module (this imports torch) and return name -> class, in registry order."""
+    """name -> class of every task, in registry order (this imports torch)."""
     from core.tasks.ranking.task import RankingTask
     from core.tasks.recommender.task import RecommenderTask
     from core.tasks.sentiment.task import SentimentTask
@@ -53,8 +51,7 @@ def _task_classes() -> dict[str, type[Task]]:
 
 
 def predict_options() -> list:
-    """The options of `amp-console predict` the built-in tasks' file scorers declare (core.tasks.serving's
-    CommandOption), each flag once."""
+    """The options of `amp-console predict` the built-in tasks' file scorers declare, each flag once."""
     import importlib
 
     found: dict = {}
@@ -65,13 +62,10 @@ def predict_options() -> list:
 
 
 def _info_from_class(cls: type[Task]) -> TaskInfo:
-    options = tuple(
-        TaskOption(o.name, o.default, o.help, o.minimum, o.maximum, o.choices, o.synthetic) for o in cls.options
-    )
     return TaskInfo(
         name=cls.name,
         description=cls.description,
-        options=options,
+        options=tuple(cls.options),
         defaults=dict(cls.defaults),
         primary_metric=cls.primary_metric,
         tokens_key=cls.tokens_key,
@@ -81,9 +75,8 @@ def _info_from_class(cls: type[Task]) -> TaskInfo:
 
 
 def task_infos() -> dict[str, TaskInfo]:
-    """name -> TaskInfo for every task (built-in first, then the users'), read without importing torch or
-    running a user task's code where the source allows (a user task whose source cannot be read so is left out
-    until it is loaded; task_errors() says why)."""
+    """name -> TaskInfo for every task (built-in first, then the users'), read from source where it can be (no
+    torch, no user code); a user task whose source cannot be read so is left out until it is loaded."""
     global _infos
     if _infos is None:
         from core.tasks.catalog import read_task_info
@@ -114,8 +107,7 @@ def task_names() -> tuple[str, ...]:
 
 
 def task_source(name: str) -> str:
-    """Where user task `name` is defined (its reference: "path/to/file.py:Class", "package.module:Class");
-    "" for a built-in or unknown task."""
+    """User task `name`'s reference ("path/to/file.py:Class", "package.module:Class"); "" for any other."""
     return "" if name in _REGISTRY else _references.get(name, "")
 
 
@@ -125,9 +117,8 @@ def task_errors() -> dict[str, str]:
 
 
 def add_task(reference: str) -> type[Task]:
-    """Load the user task `reference` names (this runs its code: see core.tasks.user_tasks), register it, and
-    return its class. A task loaded before from the same reference is returned as it is; TaskFileError when it
-    cannot be loaded or its name is taken by a built-in or another file's task."""
+    """Load (running its code), register and return the user task `reference` names; one loaded before from the
+    same reference as it is. TaskFileError when it cannot be loaded or its name is taken."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference, load_task
 
     reference = canonical_reference(reference)
@@ -158,10 +149,8 @@ def add_task(reference: str) -> type[Task]:
 
 
 def forget_task(reference: str) -> tuple[str, ...]:
-    """Unlist the user task `reference` names (added or remembered) in this process: task_names(), task_infos()
-    and get_task_class no longer know it, and a run or checkpoint of it asks for its reference again. Its
-    module stays imported, so adding the reference again registers the same class without running its code
-    again. Returns the names it was listed under."""
+    """Unlist the user task `reference` names in this process; returns the names it was listed under. Its module
+    stays imported: adding it again registers the same class without running its code again."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference
 
     with contextlib.suppress(TaskFileError):
@@ -177,9 +166,8 @@ def forget_task(reference: str) -> tuple[str, ...]:
 
 
 def remember_task(reference: str) -> TaskInfo | None:
-    """List the user task `reference` names without running its code (its options are read from its source,
-    core.tasks.catalog); it is loaded when first used. None when its source cannot be read so (then add_task
-    loads it to know it)."""
+    """List the user task `reference` names from its source, without running it (it is loaded when first used);
+    None when its source cannot be read so."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference
 
     try:
@@ -193,8 +181,7 @@ def remember_task(reference: str) -> TaskInfo | None:
 
 
 def _source_info(reference: str) -> TaskInfo | None:
-    """The TaskInfo of a user task read from its source text (nothing is run); None when it cannot be. Read
-    once per reference while its file's modification time and size stay the same."""
+    """A user task's TaskInfo read from its source (None when it cannot be), cached by the file's mtime and size."""
     from core.tasks.catalog import find_task_class, read_task_info
     from core.tasks.user_tasks import TaskFileError, module_source_file, split_reference
 
@@ -233,8 +220,7 @@ def _read_installed() -> None:
 
 
 def unknown_task_message(name: str, task_file: str = "") -> str:
-    """ "unknown task 'recomender' (did you mean 'recommender'?); choose one of tiny, ..."; for a user task whose
-    reference is known (`task_file`, a run's saved one), how to load it."""
+    """ "unknown task 'recomender' (did you mean 'recommender'?); ..."; with `task_file`, how to load it."""
     if task_file:
         return (
             f"task {name!r} is defined in {task_file}, which is not loaded here (a task file runs code, so it "
@@ -248,8 +234,7 @@ def unknown_task_message(name: str, task_file: str = "") -> str:
 
 
 def get_task_info(name: str) -> TaskInfo:
-    """The TaskInfo of task `name` (no torch, no user code where its source allows); ConfigError naming the
-    known tasks otherwise."""
+    """The TaskInfo of task `name`; ConfigError naming the known tasks otherwise."""
     infos = task_infos()
     if name in infos:
         return infos[name]
@@ -259,9 +244,8 @@ def get_task_info(name: str) -> TaskInfo:
 
 
 def option_values(name: str, options: dict, task_file: str = "") -> dict:
-    """Task `name`'s options with its defaults filled in (no torch): what two option sets build, to compare
-    them. A user task not listed here is read from `task_file` (a run's saved reference) when its source names
-    that task: read, never run, and not listed because of it. `options` as they are for an unknown task."""
+    """Task `name`'s options with its defaults filled in (no torch), to compare two option sets; a user task not
+    listed is read (never run) from `task_file`. `options` as they are for an unknown task."""
     info = task_infos().get(name)
     if info is None and task_file and isinstance(task_file, str):
         info = _source_info(task_file)
@@ -272,10 +256,8 @@ def option_values(name: str, options: dict, task_file: str = "") -> dict:
 
 
 def saved_options(name: str, options: dict) -> dict:
-    """A run's saved task `options` as the run trained with them (no torch): an option the saved config lacks
-    that the task names in `saved_defaults` (one added, or whose default changed, since such configs were
-    saved) takes the default it had then, not today's; the others are left to today's defaults. `options`
-    as they are for an unknown task."""
+    """A run's saved task `options` as it trained with them: an option the saved config lacks takes the task's
+    `saved_defaults` value (the default it had then), if any. `options` as they are for an unknown task."""
     info = task_infos().get(name)
     if info is None:
         return dict(options)
@@ -283,10 +265,8 @@ def saved_options(name: str, options: dict) -> dict:
 
 
 def saved_config(config):
-    """A saved run's config (a dict: a checkpoint's, run.json's) with its task options as the run trained with
-    them (saved_options): what every reader of a saved run builds its task from, so that resuming, evaluating
-    or exporting an earlier run does what it did. Anything that is not such a dict is returned as it is
-    (its readers say what is wrong with it)."""
+    """A saved run's config dict (a checkpoint's, run.json's) with saved_options applied, so that resuming,
+    evaluating or exporting an earlier run does what it did; anything else as it is."""
     if not isinstance(config, dict) or not isinstance(config.get("task"), str):
         return config
     options = config.get("task_options", {})
@@ -301,10 +281,8 @@ _catalog_lookups = 0  # > 0 inside catalog_classes()
 
 @contextlib.contextmanager
 def catalog_classes():
-    """Within: a built-in task not imported yet is answered by get_task_class from its catalogue entry (its
-    name, options, defaults and option checks, read from source: no torch) rather than imported. For code
-    that only builds and checks settings (the --nproc launcher, which leaves torch to its workers); a user's
-    task, or task classes already imported, are looked up as usual."""
+    """Within: get_task_class answers a built-in task not imported yet with its catalogue entry (name, options,
+    defaults, option checks: no torch), for code that only checks settings (the --nproc launcher)."""
     global _catalog_lookups
     _catalog_lookups += 1
     try:
@@ -328,11 +306,9 @@ def _catalog_class(name: str) -> type:
 
 
 def get_task_class(name: str, task_file: str = "") -> type[Task]:
-    """The Task class called `name` (from `TASKS`, so a task added there at run time is found too); a user
-    task listed but not yet loaded (remembered, or installed) is loaded now (TaskFileError when it cannot be).
-    ConfigError naming the known tasks otherwise (and, for a user task whose reference a run saved,
-    `task_file`, how to load it: it is not loaded from there). Inside catalog_classes(), a built-in task not
-    imported yet is its catalogue entry."""
+    """The Task class called `name` (from `TASKS`); a listed user task not loaded yet is loaded now. ConfigError
+    naming the known tasks otherwise (and how to load `task_file`, a run's saved reference: never loaded from
+    there)."""
     if _catalog_lookups and name in _REGISTRY and "TASKS" not in globals():
         return _catalog_class(name)
     classes = __getattr__("TASKS") if "TASKS" not in globals() else globals()["TASKS"]
@@ -345,9 +321,8 @@ def get_task_class(name: str, task_file: str = "") -> type[Task]:
 
 
 def load_config_task(values: dict) -> None:
-    """Load the user task a config that was handed over names (its `task_file`), unless it is loaded: for the
-    settings a user or the window gives `train` (a config file, the settings line on stdin), never for a run
-    folder's or a checkpoint's. ConfigError when the file's task is not the config's `task`."""
+    """Load the user task (`task_file`) of settings handed to `train` (a config file, the settings line), never
+    of a run folder's or a checkpoint's; ConfigError when the file's task is not the config's `task`."""
     name, reference = values.get("task"), values.get("task_file")
     if not reference or not isinstance(reference, str) or not isinstance(name, str):
         return
@@ -374,28 +349,3 @@ def __getattr__(name: str):
 
         return getattr(base, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "TASKS",
-    "TASK_NAMES",
-    "Task",
-    "TaskData",
-    "TaskInfo",
-    "TaskOption",
-    "add_task",
-    "create_task",
-    "forget_task",
-    "get_task_class",
-    "get_task_info",
-    "load_config_task",
-    "option_values",
-    "remember_task",
-    "saved_config",
-    "saved_options",
-    "task_errors",
-    "task_infos",
-    "task_names",
-    "task_source",
-    "unknown_task_message",
-]

@@ -28,14 +28,10 @@ MARGIN_BYTES = 256 * 2**20  # activations, the allocator's slack, the framework 
 
 @dataclass
 class TaskData:
-    """Train / validation (/ test) splits as dicts of equally long tensors, plus facts about the data. A split may
-    instead be a torch.utils.data Dataset or an IterableDataset with a __len__ (core.data.loaders; docs/tasks.md,
-    "Data that does not fit in memory").
-
-    `info` carries what the model needs to know (plain values, saved in checkpoints); `ceiling`, the best metric
-    values the planted structure of synthetic data allows. `vocabulary` maps the model's ids back to the data's own
-    (e.g. {"item_id": raw ids, the model's item k is entry k - 1}); checkpoints and export manifests carry it.
-    """
+    """Train / validation (/ test) splits as dicts of equally long tensors (or a Dataset: core.data.loaders), plus
+    `info` (what the model needs to know, saved in checkpoints), `ceiling` (the best metrics synthetic data's
+    planted structure allows), `baseline`, `vocabulary` (the model's ids -> the data's own: {"item_id": raw ids,
+    model item k is entry k - 1}) and `notes` (one-line remarks for the user)."""
 
     train: dict[str, torch.Tensor]
     val: dict[str, torch.Tensor]
@@ -44,41 +40,35 @@ class TaskData:
     ceiling: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=dict)
     vocabulary: dict = field(default_factory=dict)
-    notes: list = field(default_factory=list)  # one-line remarks for the user, e.g. how long lists were split
+    notes: list = field(default_factory=list)
 
 
 @dataclass
 class EvalParts:
-    """What some rows of a split contribute to its metrics, so that evaluation can be shared out (each DDP
-    rank takes a slice, see core.engine.evaluation): `sums` (scalar tensors) add up over slices; `values`
-    (one entry per row, e.g. scores for ROC AUC) are concatenated in row order."""
+    """What a slice of a split contributes to its metrics (core.engine.evaluation shares slices out): `sums`
+    (scalar tensors) add up over slices; `values` (one entry per row) are concatenated in row order."""
 
     sums: dict[str, torch.Tensor]
     values: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Task(ABC):
-    """A trainable job. Subclasses set the class attributes and implement load_data, build_model and loss,
-    and either evaluate_parts + metrics (evaluation is then shared out across DDP ranks) or evaluate alone
-    (every rank then evaluates the whole split)."""
+    """A trainable job: class attributes, load_data, build_model, loss, and either evaluate_parts + metrics
+    (evaluation shared out across DDP ranks) or evaluate alone (every rank evaluates the whole split)."""
 
     name: ClassVar[str]
     description: ClassVar[str]
     options: ClassVar[tuple[TaskOption, ...]] = ()
     defaults: ClassVar[dict] = {}
     primary_metric: ClassVar[str] = "loss"
-    # Extra unit counted in throughput, e.g. "tokens" for sequence models: key of the batch tensor whose
-    # non-padding entries are counted. None = samples only.
+    # The batch tensor whose non-padding entries throughput counts as tokens; None: samples only.
     tokens_key: ClassVar[str | None] = None
-    # What a validation metric averages over (rows, queries, users): core.engine.small_validation counts them
-    # with validation_units to tell whether the split is large enough to choose the best checkpoint by.
+    # What a validation metric averages over (rows, queries, users; counted by validation_units).
     validation_unit: ClassVar[str] = "rows"
-    # `amp-console data generate` writes this task's synthetic data in the file format users supply
-    # (synthetic_table); a literal, so the CLI lists these tasks without importing torch (core.tasks.catalog).
+    # `amp-console data generate` writes its synthetic data as a file (synthetic_table).
     synthetic_file: ClassVar[bool] = False
-    # Option -> the default a run saved without that option trained with, where it differs from today's (an
-    # option added, or whose default changed, since): a saved config lacking the key resumes, evaluates and
-    # exports as it trained (core.tasks.saved_options). A literal, read without importing torch (catalog).
+    # Option -> the default a run saved without it trained with, where today's differs (core.tasks.saved_options).
+    # Class attributes above are literals: core.tasks.catalog reads them without importing torch.
     saved_defaults: ClassVar[dict] = {}
 
     def __init__(self, options: dict | None = None):
@@ -88,17 +78,15 @@ class Task(ABC):
             raise ConfigError(key, message)
         self.opts = {opt.name: opt.default for opt in self.options}
         self.opts.update(options or {})
-        self.source = DataSource()  # the data settings (use_config); load_data(path) alone: today's behaviour
+        self.source = DataSource()  # the data settings (use_config)
 
     def use_config(self, cfg) -> Task:
-        """Take the run's data settings (given validation / test files, delimiter, column names) from `cfg`
-        (a RunConfig) for the next load_data; returns self."""
+        """Take the run's data settings (given splits, delimiter, column names) from RunConfig `cfg`; returns self."""
         self.source = DataSource.from_config(cfg)
         return self
 
     def data_source(self, data_path: str) -> DataSource:
-        """The source load_data(`data_path`) reads: use_config's, or `data_path` alone when it names another
-        file (its given splits and split column still apply; the read options always do)."""
+        """The source load_data(`data_path`) reads: use_config's, or `data_path` alone when it names another file."""
         return getattr(self, "source", DataSource()).for_path(data_path)
 
     @classmethod
@@ -107,15 +95,12 @@ class Task(ABC):
         return option_errors(cls.name, cls.options, options)
 
     def settled_options(self, info: dict) -> dict:
-        """Options this run leaves for the data to decide (an `auto`), as what they chose for the data described
-        by `info` (TaskData.info): name -> value, {} when none. The trainer records them in the run's config
-        (config.toml, run.json, checkpoints), so that a resumed run trains as it started, whatever a later
-        version's `auto` would choose."""
+        """Options left for the data to decide (an `auto`) as what they chose for TaskData.info `info`: recorded in
+        the run's config, so that a resumed run trains as it started."""
         return {}
 
     def synthetic_table(self, rows: int, seed: int):
-        """`rows` rows of this task's synthetic data (its options) as a pyarrow Table in its file format, the
-        one `load_data` reads back (`data generate`; only where `synthetic_file` is set)."""
+        """`rows` rows of synthetic data as a pyarrow Table in the file format `load_data` reads."""
         raise NotImplementedError(f"{self.name} writes no synthetic data file")
 
     @abstractmethod
@@ -124,8 +109,7 @@ class Task(ABC):
 
     @abstractmethod
     def build_model(self, info: dict) -> nn.Module:
-        """The model (float32, on the CPU), sized by the options and `info` (TaskData.info: e.g. catalogue
-        size found in a file). With an empty `info` it is sized from the options alone (parameter counts)."""
+        """The model (float32, on the CPU), sized by the options and TaskData.info `info` (empty: the options alone)."""
 
     @abstractmethod
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -144,19 +128,16 @@ class Task(ABC):
         raise NotImplementedError(f"task {self.name} implements evaluate_parts but not metrics")
 
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
-        """The evaluation report's task part (core.runs.evaluation_report): plain, JSON-ready values for plots,
-        as sections the window draws without knowing the task: `confusion` {labels, matrix (rows: true class,
-        columns: predicted)}, `roc` {fpr, tpr, threshold, auc}, `histogram` {edges, series: [{name, counts}]},
-        `curves` (a list of {title, y_label, ks, series: [{name, label, values, emphasis: main|normal|faint}]}),
-        `buckets` {title, by, unit, k, total, rows: [{label, min, max, count, values: {name: value}}], series:
-        the values to chart [{name, label, curve: the curves' series of the same colour}]}. Called like
-        evaluate (no_grad, autocast, eval mode) on one process; {} when the task has no report."""
+        """The evaluation report's task part (core.runs.evaluation_report), JSON-ready sections the window draws:
+        `confusion` {labels, matrix (rows: true class)}, `roc` {fpr, tpr, threshold, auc}, `histogram` {edges,
+        series: [{name, counts}]}, `curves` [{title, y_label, ks, series: [{name, label, values, emphasis:
+        main|normal|faint}]}], `buckets` {title, by, unit, k, total, rows: bucket_rows, series: [{name, label,
+        curve}]}. Called like evaluate, on one process; {} when the task has no report."""
         return {}
 
     @classmethod
     def serving_class(cls) -> type[TaskServing] | None:
-        """The serving part of this task (core.tasks.serving: the deployable module, its sample inputs, names
-        and manifest, what the predictor reads), declared beside the task; None: the task is not served."""
+        """The serving part of this task (core.tasks.serving); None: the task is not served."""
         return None
 
     def serving(self) -> TaskServing | None:
@@ -174,8 +155,7 @@ class Task(ABC):
         return cls.evaluate_parts is not Task.evaluate_parts and cls.evaluate is Task.evaluate
 
     def parameter_count(self, info: dict | None = None) -> int:
-        """Trainable parameters of the model these options (and `info`, see build_model) build: built on the
-        meta device, so nothing is allocated whatever the size."""
+        """Trainable parameters of the model build_model(`info`) builds, on the meta device (nothing allocated)."""
         with torch.device("meta"), _SkipMetaInit():
             model = self.build_model(info or {})
         if not isinstance(model, nn.Module):
@@ -187,14 +167,9 @@ class Task(ABC):
     def check_fits(
         self, info: dict, device: torch.device | str, optimizer: str = "adamw", available: int | None = None
     ) -> int:
-        """Refuse, before anything is allocated, a model too large to train on `device`.
-
-        Counts the parameters on the meta device and estimates training memory as parameters x (4 bytes of
-        weights + 4 of gradients + the optimizer's state: 8 for Adam/AdamW, 4 for SGD momentum) plus a margin.
-        `available`: free bytes on the device (default: asked of the device; CPU and MPS: the host's
-        available RAM; unknown elsewhere: then only the host RAM the CPU build needs is checked). Raises
-        ConfigError naming the options that make the model large; returns the estimated bytes.
-        """
+        """Refuse, before anything is allocated, a model too large to train on `device`: parameters x (weights,
+        gradients and the optimizer's state) plus a margin, against `available` (default: free_bytes). Raises
+        ConfigError naming the options that make the model large; returns the estimated bytes."""
         device = torch.device(device)
         params = self.parameter_count(info)
         need = params * (WEIGHT_AND_GRAD_BYTES + OPTIMIZER_STATE_BYTES.get(optimizer, 8)) + MARGIN_BYTES
@@ -218,8 +193,7 @@ class Task(ABC):
         return need
 
     def check_synthetic_size(self, need: int, options: tuple[str, ...]) -> None:
-        """Refuse synthetic data whose tensors alone (`need` bytes, a lower bound) exceed the host's available
-        memory, naming the `options` that size it, before generating anything."""
+        """Refuse synthetic data of over `need` bytes than the host has free, naming the `options` that size it."""
         free = free_bytes(torch.device("cpu"))
         if free is not None and need > free:
             defaults = {opt.name: opt.default for opt in self.options}
@@ -254,8 +228,7 @@ class Task(ABC):
 
 
 class _SkipMetaInit(TorchFunctionMode):
-    """Skips torch.nn.init's in-place fills of meta tensors: they hold no values, and the first random fill of
-    a meta tensor costs seconds of one-time set-up (a parameter count should not)."""
+    """Skips torch.nn.init's fills of meta tensors: they hold no values, and the first one costs seconds."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -267,8 +240,7 @@ class _SkipMetaInit(TorchFunctionMode):
 
 
 def free_bytes(device: torch.device) -> int | None:
-    """Free memory on `device` in bytes: CUDA's free memory on that device; the host's available RAM for
-    the CPU and MPS (unified memory); None when it cannot be told."""
+    """Free bytes on `device` (the host's available RAM for the CPU and MPS); None when it cannot be told."""
     if device.type == "cuda":
         from core.devices import cuda_free_memory
 
@@ -281,9 +253,7 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def iter_slices(split: dict[str, torch.Tensor], batch_size: int):
-    """Contiguous evaluation batches over a split (no shuffling, no per-sample Python). A split that is a
-    Dataset (core.data.loaders.DatasetSplit) gives its DataLoader's batches of `batch_size` rows, on the
-    device, each row once."""
+    """Contiguous evaluation batches over a split (a Dataset split: its DataLoader's batches, each row once)."""
     if not isinstance(split, dict):
         yield from split.batches(batch_size)
         return
@@ -293,8 +263,7 @@ def iter_slices(split: dict[str, torch.Tensor], batch_size: int):
 
 
 def confusion_section(true: torch.Tensor, predicted: torch.Tensor, labels: list[str]) -> dict:
-    """The report's `confusion` section: counts of (true class, predicted class), rows the true class, for
-    class ids 0..len(labels) - 1."""
+    """The report's `confusion` section: counts of (true class, predicted class), rows the true class."""
     c = len(labels)
     matrix = torch.bincount(true.long() * c + predicted.long(), minlength=c * c)[: c * c].view(c, c)
     return {"labels": list(labels), "matrix": matrix.tolist()}

@@ -1,11 +1,9 @@
 """The serving part of the task API: what a trained model of a task is once deployed.
 
-A task names its serving class with `Task.serving_class()`; `Task.serving()` is a TaskServing for the task's
-options, whose methods give the export's module, manifest and sample batch. `answers` lists the methods a Predictor
-(core.runs.predict) answers with, each called with the predictor first (`predictor.recommend(history)` is
-`serving.recommend(predictor, history)`), as are the preview's calls. `file_scorer` scores a file for `amp-console
-predict`; `preview` is the Model preview's PreviewSpec; `rows_module` names the task's part of an export's serve.py,
-a file beside the serving class's module.
+`Task.serving()` is a TaskServing for the task's options: the export's module, manifest and sample batch;
+`answers`, the methods a Predictor (core.runs.predict) answers with, called with the predictor first
+(`predictor.recommend(history)` is `serving.recommend(predictor, history)`); `file_scorer` for `amp-console
+predict`; `preview`, the Model preview's PreviewSpec; `rows_module`, its part of an export's serve.py.
 """
 
 from __future__ import annotations
@@ -60,7 +58,7 @@ class TaskServing(ABC):
         """The deployable module over `model` (held as its `model` attribute) for export format `fmt`."""
 
     def weights(self, model: nn.Module) -> nn.Module:
-        """The part of `model` cast to an export's reduced dtype: all of it unless the task says."""
+        """The part of `model` cast to an export's reduced dtype."""
         return model
 
     @abstractmethod
@@ -75,8 +73,8 @@ class TaskServing(ABC):
 
     @abstractmethod
     def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
-        """The manifest's task part, plain JSON values: `inputs` and `outputs` (lists of {name, shape, dtype,
-        meaning}) and `serving` (what a server needs around the model). `state`: the checkpoint's."""
+        """The manifest's task part: `inputs` and `outputs` ([{name, shape, dtype, meaning}]) and `serving` (what
+        a server needs around the model). `state`: the checkpoint's."""
 
     def shape(self, model: nn.Module) -> ServingShape:
         """The facts about `model` the predictor reads."""
@@ -86,8 +84,7 @@ class TaskServing(ABC):
     preview: ClassVar[PreviewSpec | None] = None  # None: the window has no preview page for this task
 
     def preview_quality(self, labels_in_order) -> tuple[str, float | None] | None:
-        """ranked_list: (the measure's name, its value) of candidates in the order shown, given their true
-        labels (value None: every order is as good); None when the task has no such measure."""
+        """ranked_list: (measure, value or None) of candidates in the order shown given their true labels."""
         return None
 
     def _spec(self) -> PreviewSpec:
@@ -96,14 +93,13 @@ class TaskServing(ABC):
         return self.preview
 
     def preview_examples(self, predictor) -> list:
-        """Examples of the preview's input from the run's data (see PreviewSpec); [] when the task has none."""
+        """Examples of the preview's input from the run's data; [] when the task has none."""
         spec = self._spec()
         return [] if spec.examples is None else list(getattr(self, spec.examples)(predictor, spec.example_limit))
 
     def preview_answer(self, predictor, value, **options) -> Any:
-        """The answer to one input of the preview's input kind, as plain values of its output kind: a float
-        (score), a list of floats (class_probabilities, values; ranked_list over feature_rows: a score per row)
-        or the answer method's own object (ranked_list over an id_sequence: a Recommendation of spec.top_k)."""
+        """The answer to one input of the preview's input kind, as plain values of its output kind (an
+        id_sequence's ranked_list: the answer method's own object)."""
         import numpy as np
 
         spec = self._spec()
@@ -144,8 +140,8 @@ PREVIEW_CALLS = ("preview_examples", "preview_answer", "preview_explain")  # ans
 
 
 def feature_rows(values, width: int, what: str, task: str) -> np.ndarray:
-    """`values` as an (n, width) float32 array of finite numbers (one row alone is a batch of one); DataError
-    naming the first row and number that is not."""
+    """`values` as an (n, width) float32 array of finite numbers (one row alone is a batch of one), else a
+    DataError naming the first bad number."""
     import numpy as np
 
     try:
@@ -169,12 +165,10 @@ def feature_rows(values, width: int, what: str, task: str) -> np.ndarray:
 
 
 class FileScorer:
-    """How `predict` scores a file for one task. Built for the file's reader (find columns with `reader.find` /
-    `require`, declare them with `reader.use`, set `schema`, the output's columns), then `score(batch, lines,
-    report)` yields output tables for a batch of rows, reporting bad ones through `_good`, and `finish(report)`
-    yields what is left. `options` holds `batch_size` and `task_options`, the values of the `command_options` it
-    declares (`option(name)`). `input_columns`: the columns its files may name (a CSV's delimiter is sniffed by
-    them)."""
+    """How `predict` scores a file for one task. Built for the file's reader (columns found with `reader.find` /
+    `require`, declared with `reader.use`; `schema`, the output's), `score(batch, lines, report)` yields output
+    tables, reporting bad rows through `_good`, and `finish(report)` what is left. `options`: `batch_size` and
+    the `command_options` values (`option(name)`); `input_columns`: names a CSV's delimiter is sniffed by."""
 
     unit: ClassVar[str] = "rows"  # what `scored` counts
     input_columns: ClassVar[tuple[str, ...]] = ()
@@ -188,7 +182,7 @@ class FileScorer:
         self.line_column = reader.unit  # "line" (CSV) or "row" (Parquet)
 
     def option(self, name: str) -> Any:
-        """The value of the command option `name` (a CommandOption's dest) this scorer declares."""
+        """The value of the command option `name` (a CommandOption's dest)."""
         declared = next(o for o in self.command_options if o.dest == name)
         return getattr(self.options, "task_options", {}).get(name, declared.default)
 
@@ -220,8 +214,8 @@ class FileScorer:
 
 @dataclass(frozen=True)
 class CommandOption:
-    """An option of `amp-console predict` a file scorer reads: `--flag` (a switch when `default` is a bool,
-    else a number of its type), at least `minimum` (else `why` is the one-line error)."""
+    """An option of `amp-console predict` a file scorer reads: `--flag`, a switch for a bool `default`, else a
+    number of its type, at least `minimum` (else `why` is the error)."""
 
     flag: str
     help: str
@@ -261,12 +255,9 @@ PREVIEW_OUTPUTS = ("class_probabilities", "score", "values", "ranked_list")
 
 @dataclass(frozen=True)
 class PreviewSpec:
-    """What the window's Model preview shows for a task, as data: the page is built from its input and output kinds
-    (PREVIEW_INPUTS, PREVIEW_OUTPUTS, described there), so a task that declares one has a working preview without
-    GUI code of its own. `answer`, `examples` (an answer taking a limit) and `explain` (text: the words that moved
-    the answer most) name serving methods listed in its `answers`; the words (`noun`, `item`, `hint`) are what the
-    page says.
-    """
+    """What the window's Model preview shows for a task, as data: the page is built from its kinds (above), no
+    GUI code of the task's own. `answer`, `examples` (taking a limit) and `explain` (text: the words that moved
+    the answer most) name serving methods listed in `answers`; `noun`, `item`, `hint` are what the page says."""
 
     input_kind: str
     output_kind: str

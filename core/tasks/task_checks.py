@@ -1,6 +1,6 @@
 """What a task's methods return, checked once before a run's first step, and the user's own frames of an exception.
 
-`checked_data` / `checked_model` check what load_data and build_model return; `check_returns` runs a user task's
+`checked_data` / `built_model` check what load_data and build_model return; `check_returns` runs a user task's
 loss on one small real batch and its metrics on a few validation rows, leaving the model and random state as they
 were. Each problem is a TaskOutputError naming the task, the method, what was expected and what came back; an
 exception of the task's code while a run is set up is a UserCodeError with the user's file:line
@@ -133,53 +133,32 @@ def _bad(task: Task, method: str, text: str) -> TaskOutputError:
 
 def checked_data(task: Task, data) -> TaskData:
     """`data`, what `task.load_data` returned, if it is a TaskData whose splits are dicts of equally long tensors."""
+
+    def bad(text: str) -> TaskOutputError:
+        return _bad(task, "load_data", text)
+
     if not isinstance(data, TaskData):
-        raise _bad(
-            task,
-            "load_data",
-            f"returned {_got(data)}: expected a TaskData(train=..., val=..., test=...) (core.tasks.base)",
-        )
+        raise bad(f"returned {_got(data)}: expected a TaskData(train=..., val=..., test=...) (core.tasks.base)")
     for split in ("train", "val", "test"):
         tensors = getattr(data, split)
-        if tensors is None and split == "test":
-            continue
-        if isinstance(tensors, Dataset):  # drawn through a DataLoader: its items are checked as they are read
+        if (tensors is None and split == "test") or isinstance(tensors, Dataset):  # a Dataset's items: as read
             continue
         if not isinstance(tensors, dict) or not tensors:
-            raise _bad(
-                task,
-                "load_data",
-                f"returned a TaskData whose {split} split is {_got(tensors)}: expected "
-                f"a dict of tensors (e.g. {{'x': ..., 'y': ...}}) or a torch Dataset",
-            )
-        rows = {}
+            expected = "a dict of tensors (e.g. {'x': ..., 'y': ...}) or a torch Dataset"
+            raise bad(f"returned a TaskData whose {split} split is {_got(tensors)}: expected {expected}")
         for key, value in tensors.items():
             if not isinstance(value, torch.Tensor) or value.dim() == 0:
-                raise _bad(
-                    task,
-                    "load_data",
-                    f"returned a {split} split whose {key!r} is {_got(value)}: expected "
-                    f"a tensor with one row per example",
-                )
-            rows[key] = value.shape[0]
+                raise bad(f"returned a {split} split whose {key!r} is {_got(value)}: expected a tensor of one row each")
+        rows = {key: value.shape[0] for key, value in tensors.items()}
         if len(set(rows.values())) > 1:
             listed = ", ".join(f"{k!r} {n:,}" for k, n in rows.items())
-            raise _bad(
-                task,
-                "load_data",
-                f"returned a {split} split of unequal lengths ({listed} rows): every "
-                f"tensor of a split needs one row per example",
-            )
+            raise bad(f"returned a {split} split of unequal lengths ({listed} rows): one row per example in each")
     return data
 
 
 def built_model(task: Task, info: dict) -> nn.Module:
-    """`task.build_model(info)`, checked."""
-    return checked_model(task, task.build_model(info))
-
-
-def checked_model(task: Task, model) -> nn.Module:
-    """`model`, what `task.build_model` returned, if it is an nn.Module."""
+    """`task.build_model(info)`, checked to be an nn.Module."""
+    model = task.build_model(info)
     if not isinstance(model, nn.Module):
         raise _bad(task, "build_model", f"returned {_got(model)}: expected a torch.nn.Module")
     return model
@@ -195,28 +174,20 @@ def check_loss(task: Task, loss) -> None:
             "dict": "; return the loss itself (e.g. out['loss'])",
             "tuple": "; return the loss alone (keep other outputs for evaluate)",
         }.get(type(loss).__name__, "")
-        raise _bad(task, "loss", f"returned {_got(loss)}: expected a scalar tensor (0-dim) that requires grad{hint}")
-    if loss.dim() != 0:
-        raise _bad(
-            task,
-            "loss",
-            f"returned a tensor of shape {tuple(loss.shape)}: expected a scalar (a 0-dim "
-            f"tensor); reduce it, e.g. .mean()",
+        problem = f"{_got(loss)}: expected a scalar tensor (0-dim) that requires grad{hint}"
+    elif loss.dim() != 0:
+        problem = f"a tensor of shape {tuple(loss.shape)}: expected a scalar (a 0-dim tensor); reduce it, e.g. .mean()"
+    elif not loss.is_floating_point():
+        dtype = str(loss.dtype).removeprefix("torch.")
+        problem = f"a tensor of dtype {dtype}: expected a floating-point scalar computed from the model's output"
+    elif not loss.requires_grad:
+        problem = (
+            "a tensor that does not require grad: expected the loss computed from the model's output (not "
+            "under torch.no_grad(), detached, or rebuilt from numbers)"
         )
-    if not loss.is_floating_point():
-        raise _bad(
-            task,
-            "loss",
-            f"returned a tensor of dtype {str(loss.dtype).removeprefix('torch.')}: expected a "
-            f"floating-point scalar computed from the model's output",
-        )
-    if not loss.requires_grad:
-        raise _bad(
-            task,
-            "loss",
-            "returned a tensor that does not require grad: expected the loss computed from "
-            "the model's output (not under torch.no_grad(), detached, or rebuilt from numbers)",
-        )
+    else:
+        return
+    raise _bad(task, "loss", f"returned {problem}")
 
 
 def check_metrics(task: Task, metrics, method: str) -> None:
@@ -225,44 +196,35 @@ def check_metrics(task: Task, metrics, method: str) -> None:
         raise _bad(task, method, f"returned {_got(metrics)}: expected a dict of metric name -> number")
     for name, value in metrics.items():
         if not isinstance(name, str):
-            raise _bad(
-                task, method, f"returned a metric named {name!r} ({type(name).__name__}): metric names are strings"
-            )
+            kind = type(name).__name__
+            raise _bad(task, method, f"returned a metric named {name!r} ({kind}): metric names are strings")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fix = " (use float(...) or .item())" if isinstance(value, torch.Tensor) else ""
             raise _bad(task, method, f"returned {name!r} as {_got(value)}: expected a number{fix}")
 
 
 def check_primary(task: Task, metrics: dict, method: str) -> None:
-    """The task's primary_metric among the metrics, else TaskOutputError: the best checkpoints, early stopping
-    and the runs table choose by it."""
+    """The task's primary_metric among the metrics (the best checkpoints and early stopping choose by it)."""
     if task.primary_metric not in metrics:
         names = ", ".join(map(repr, metrics)) or "none"
         raise _bad(
             task,
             method,
-            f"returned the metrics {names}, without the task's primary_metric "
-            f"{task.primary_metric!r} (set primary_metric to one of them, or return it)",
+            f"returned the metrics {names}, without the task's primary_metric {task.primary_metric!r} (set "
+            f"primary_metric to one of them, or return it)",
         )
 
 
 def check_parts(task: Task, parts) -> None:
-    """EvalParts of scalar sums (tensors), else TaskOutputError."""
+    """EvalParts of tensors, else TaskOutputError."""
     if not isinstance(parts, EvalParts):
-        raise _bad(
-            task,
-            "evaluate_parts",
-            f"returned {_got(parts)}: expected EvalParts(sums={{name: tensor}}, values={{...}}) (core.tasks.base)",
-        )
+        expected = "EvalParts(sums={name: tensor}, values={...}) (core.tasks.base)"
+        raise _bad(task, "evaluate_parts", f"returned {_got(parts)}: expected {expected}")
     for kind in ("sums", "values"):
         for name, value in getattr(parts, kind).items():
             if not isinstance(value, torch.Tensor):
-                raise _bad(
-                    task,
-                    "evaluate_parts",
-                    f"returned {kind}[{name!r}] as {_got(value)}: expected a tensor "
-                    f"(sums add up over slices of a split)",
-                )
+                problem = f"{kind}[{name!r}] as {_got(value)}: expected a tensor (sums add up over slices of a split)"
+                raise _bad(task, "evaluate_parts", f"returned {problem}")
 
 
 # ------------------------------------------------------------------ once, before the first step
@@ -325,9 +287,8 @@ def _check_evaluation(task: Task, model: nn.Module, val, device: torch.device, a
 
 
 def load_checked(task: Task, cfg, context: str = " while the run was set up") -> TaskData:
-    """`task.load_data` as the trainer calls it (`cfg`, a RunConfig, applied), checked: for the tools that build a
-    task's data themselves (the model summary, the dtype inspector, export's checks), seeded by the caller as
-    the trainer seeds it. An exception of the task's own code is a UserCodeError (`context`: when it was)."""
+    """`task.load_data` as the trainer calls it (RunConfig `cfg` applied), checked, for the tools that build a
+    task's data themselves; an exception of the task's own code is a UserCodeError (`context`: when)."""
     with user_code_errors(context):
         return checked_data(task, task.use_config(cfg).load_data(cfg.data, cfg.seed))
 

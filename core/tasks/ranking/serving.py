@@ -65,37 +65,26 @@ def _quantile_gauss_portable(x: torch.Tensor, knots: torch.Tensor) -> torch.Tens
     return z.reshape(x.shape)
 
 
+# Giles' polynomials in w = -log(1 - y^2): for w < 5 in w - 2.5, beyond in sqrt(w) - 3; highest power first
+_ERFINV_CENTRAL: tuple[float, ...] = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087)
+_ERFINV_CENTRAL += (-0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL: tuple[float, ...] = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773)
+_ERFINV_TAIL += (-0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
 def _erfinv(y: torch.Tensor) -> torch.Tensor:
     """Inverse error function, M. Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011),
     single precision (relative error ~4e-7 inside (-1, 1))."""
     w = -torch.log((1.0 - y) * (1.0 + y))
-    w1 = w - 2.5
-    p1 = torch.full_like(y, 2.81022636e-08)
-    for c in (
-        3.43273939e-07,
-        -3.5233877e-06,
-        -4.39150654e-06,
-        0.00021858087,
-        -0.00125372503,
-        -0.00417768164,
-        0.246640727,
-        1.50140941,
-    ):
-        p1 = c + p1 * w1
-    w2 = torch.sqrt(w.clamp(min=5.0)) - 3.0
-    p2 = torch.full_like(y, -0.000200214257)
-    for c in (
-        0.000100950558,
-        0.00134934322,
-        -0.00367342844,
-        0.00573950773,
-        -0.0076224613,
-        0.00943887047,
-        1.00167406,
-        2.83297682,
-    ):
-        p2 = c + p2 * w2
-    return torch.where(w < 5.0, p1, p2) * y
+
+    def polynomial(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
+        out = torch.full_like(y, coefficients[0])
+        for c in coefficients[1:]:
+            out = c + out * x
+        return out
+
+    central, tail = polynomial(w - 2.5, _ERFINV_CENTRAL), polynomial(torch.sqrt(w.clamp(min=5.0)) - 3.0, _ERFINV_TAIL)
+    return torch.where(w < 5.0, central, tail) * y
 
 
 class RankingFileScorer(FileScorer):

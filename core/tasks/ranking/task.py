@@ -36,10 +36,9 @@ QUANTILES = 256  # knots per column of the quantile normaliser (normalize=quanti
 
 
 def quantile_gauss(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
-    """x (..., F) -> the standard normal quantile of each value's rank among its column's `knots` (F, K,
-    ascending: the training values at levels 0, 1/(K-1), ..., 1), linear between knots, a value equal to a run
-    of tied knots (a binary or sparse column) at the run's middle, outside the knots at the end knot. A
-    monotone transform of a Gaussian comes back Gaussian (rank-Gauss): each column's own curve, learnt."""
+    """x (..., F) -> the standard normal quantile of each value's rank among its column's `knots` (F, K, ascending:
+    the training values at levels 0..1), linear between knots, a value on a run of tied knots (a binary or sparse
+    column) at the run's middle, outside the knots at the end knot (rank-Gauss: each column's own curve)."""
     k = knots.shape[1]
     flat = x.reshape(-1, x.shape[-1]).t().contiguous()  # (F, N)
     lo = torch.searchsorted(knots, flat)  # first knot >= x
@@ -53,12 +52,13 @@ def quantile_gauss(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
     return z.t().reshape(x.shape)
 
 
+IDENTITY = {"center": 0.0, "scale": 1.0, "curve": 0.0, "mean": 0.0, "std": 1.0}  # FeatureNormalizer's buffers
+
+
 class FeatureNormalizer(nn.Module):
-    """Per-column feature transform fit on the training split, held as buffers (so checkpoints, resumes and
-    exported weights carry it): y = (x - center) / scale, then asinh(y) where `curve` is 1 (a signed log for
-    heavy tails: counts, BM25 scores, lengths), then (y - mean) / std. A constant column maps to 0. With
-    `quantiles` > 0 (normalize=quantile) y is quantile_gauss of x over the `knots` buffer (F, quantiles)
-    instead of the centre, scale and curve."""
+    """Per-column feature transform fit on the training split, held as buffers (checkpoints and exports carry it):
+    y = (x - center) / scale, asinh(y) where `curve` is 1 (a signed log for heavy tails), then (y - mean) / std;
+    with `quantiles` (normalize=quantile) y is quantile_gauss over the `knots` buffer instead."""
 
     center: torch.Tensor  # the buffers below
     scale: torch.Tensor
@@ -69,7 +69,7 @@ class FeatureNormalizer(nn.Module):
 
     def __init__(self, features: int, quantiles: int = 0):
         super().__init__()
-        for name, value in (("center", 0.0), ("scale", 1.0), ("curve", 0.0), ("mean", 0.0), ("std", 1.0)):
+        for name, value in IDENTITY.items():
             self.register_buffer(name, torch.full((features,), value))
         if quantiles:
             self.register_buffer("knots", torch.zeros(features, quantiles))
@@ -84,23 +84,15 @@ class FeatureNormalizer(nn.Module):
 
 
 def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str, list]:
-    """Statistics of FeatureNormalizer for `features` (N, F) of real training candidates, as plain lists
-    (TaskData.info carries them to build_model). "asinh": centred on the median, scaled by the inter-quartile
-    range (else the mean absolute deviation, else the std: sparse and binary columns), asinh, standardised;
-    "quantile": knots at QUANTILES levels of each column (FeatureNormalizer's `knots`), quantile_gauss, then
-    standardised; "standard": mean and std only; "none": the identity. A column whose std is 0 maps to 0 (no division by
-    0). Non-finite values are refused with a DataError naming the column (the file importer refuses them
-    first, naming the line)."""
+    """FeatureNormalizer's statistics for `features` (N, F) of real training candidates, as plain lists (for
+    TaskData.info). "asinh": centred on the median, scaled by the inter-quartile range (else the mean absolute
+    deviation, else the std), asinh, standardised; "quantile": knots at QUANTILES levels, quantile_gauss,
+    standardised; "standard": mean and std; "none": the identity. A constant column maps to 0; a non-finite
+    value is a DataError naming its column."""
     if method not in NORMALIZE:
         raise ValueError(f"normalize: {method!r} is not one of {', '.join(NORMALIZE)}")
     n, width = features.shape
-    identity: dict[str, list] = {
-        "center": [0.0] * width,
-        "scale": [1.0] * width,
-        "curve": [0.0] * width,
-        "mean": [0.0] * width,
-        "std": [1.0] * width,
-    }
+    identity = {name: [value] * width for name, value in IDENTITY.items()}
     if method == "none" or n == 0:
         return {**identity, "knots": [[0.0] * QUANTILES] * width} if method == "quantile" else identity
     if n > FIT_ROWS:
@@ -142,9 +134,8 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
 
 
 class ScoringMLP(nn.Module):
-    """Feature vector (..., F) -> relevance score (...): the fitted feature normaliser, dropout on the
-    normalised features while training (`input_dropout`: each candidate scored on a random subset of its
-    features, like a forest's feature sampling; no weights, so checkpoints keep their keys), then an MLP."""
+    """Feature vector (..., F) -> relevance score (...): the fitted normaliser, dropout on the normalised features
+    while training (`input_dropout`, like a forest's feature sampling), then an MLP."""
 
     def __init__(
         self,
@@ -180,9 +171,8 @@ PADDING_BUDGET = 4  # padded cells per real candidate, at most
 
 
 def list_width(sizes: np.ndarray) -> int:
-    """Row width W for queries of `sizes` candidates: the longest query when padding every query to it costs
-    at most PADDING_BUDGET cells per candidate and it is within MAX_LIST, else the widest power of two
-    (>= 2) within both (W = 2 always fits: it pads a query by one cell at most)."""
+    """Row width W for queries of `sizes` candidates: the longest query when padding to it costs at most
+    PADDING_BUDGET cells per candidate within MAX_LIST, else the widest power of two (>= 2) within both."""
     longest, total = int(sizes.max()), int(sizes.sum())
     if longest <= MAX_LIST and len(sizes) * longest <= PADDING_BUDGET * total:
         return longest
@@ -195,10 +185,9 @@ def list_width(sizes: np.ndarray) -> int:
 def pack_queries(
     query: np.ndarray, arrays: dict[str, np.ndarray], width: int | None = None, seed: int = 0
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Candidates (query code 0..Q-1 per candidate, and per-candidate arrays) -> lists of `width` (default
-    list_width) candidates: each array shaped (R, W, ...), "label" padded with -1 and the rest with 0; and the
-    query of each row (R,), rows in query-code order. A query longer than W takes several rows, its candidates
-    shuffled (seeded) first so each row is a random subset of them."""
+    """Candidates (query code 0..Q-1 each, per-candidate arrays) -> lists of `width` (default list_width): each
+    array (R, W, ...), "label" padded with -1, the rest with 0; and each row's query (R,), in query order. A query
+    longer than W takes several rows, its candidates shuffled (seeded) first."""
     sizes = np.bincount(query)
     width = width or list_width(sizes[sizes > 0])
     order = np.arange(len(query))
@@ -220,14 +209,13 @@ def pack_queries(
 
 
 def split_queries(query: np.ndarray, arrays: dict[str, np.ndarray], seed: int) -> tuple[list[dict], list[int]]:
-    """80 / 10 / 10 split of whole queries by a seeded permutation, each split packed into lists (see
-    pack_queries) as torch tensors, with `qid` where a query spans several rows; and each split's
-    longest query. `query`: code 0..Q-1 of each candidate; `arrays`: per-candidate values."""
+    """80 / 10 / 10 split of whole queries by a seeded permutation (see queries_splits)."""
     return queries_splits(query, arrays, seeded_thirds(int(query.max()) + 1, seed, 8), seed)
 
 
 def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed: int) -> tuple[list[dict], list[int]]:
-    """One packed split (see split_queries) per entry of `parts`, the query codes it holds, in that order."""
+    """One split per entry of `parts` (the query codes it holds, in order), packed (pack_queries) as tensors with
+    `qid` where a query spans rows; and each split's longest query."""
     n = int(query.max()) + 1 if len(query) else 0
     splits, longest = [], []
     for part, chosen in enumerate(parts):
@@ -329,24 +317,12 @@ class RankingTask(Task):
             "noise", 0.5, "synthetic: label noise (std, relative to the relevance's std)", 0.0, 10.0, synthetic=True
         ),
     )
-    # Chosen by measurement against LightGBM's lambdarank on LETOR-shaped synthetic data (quick data, 3 seeds,
-    # benchmarks/quality_ranking.py; NDCG@10 relative to these defaults): normalize standard -0.026, none
-    # -0.24; hidden 64 -0.007, 256 -0.007, 3 layers -0.008; dropout 0.4 -0.007 (at hidden 64: +0.001);
-    # 20 epochs -0.012 (overfits small data), 4 at a constant lr -0.010; lr 1e-3 -0.009 (hidden 64); loss
-    # listwise -0.006, ranknet -0.001 (hidden 64), approxndcg -0.019 (hidden 64).
-    # Then (full benchmark data, 2,000 queries of ~40 candidates; seeds 10-13, kept apart from the benchmark's
-    # seeds 0-9; the engine scored by its best-on-validation checkpoint; paired difference engine - LightGBM,
-    # mean +- s.e.): the earlier defaults (asinh, batch 64, 10 epochs) +0.0089 +- 0.0049 (the best checkpoint
-    # came at epoch 2-7: the model overfits); batch 16 +0.0112 +- 0.0029; with it input_dropout 0.2 +0.0044,
-    # weight_decay 0.1 +0.0115, 5 epochs +0.0119. normalize quantile (rank-Gauss: each column through its own
-    # learnt monotone curve, the way trees see features) at batch 16 +0.0190 +- 0.0022, at batch 64
-    # (10 epochs) +0.0203 +- 0.0032, at batch 16 and 5 epochs +0.0217 +- 0.0032 (the defaults now); with
-    # them hidden 256 +0.0217, dropout 0.4 +0.0199. The quantile normaliser costs ~5-10% more per step than
-    # the asinh one (batch 16 lists of 104 x 136: 39 vs 35 ms on one thread; the loss's pairs dominate); half
-    # the epochs make training about twice as fast as before. On the benchmark's own seeds 0-9 (run once,
-    # after choosing): +0.0107 +- 0.0012, 10 of 10 wins (the earlier defaults, final weights: +0.0050 +-
-    # 0.0029 over 5 seeds). At these defaults the final weights scored 0.0011 above the best checkpoint (seeds
-    # 10-13: 200 validation queries pick an epoch by noise once training plateaus).
+    # Chosen by measurement against LightGBM's lambdarank (benchmarks/quality_ranking.py; seeds 10-13, apart
+    # from the benchmark's 0-9; paired NDCG@10 difference engine - LightGBM, mean +- s.e.): the earlier defaults
+    # (asinh, batch 64, 10 epochs) +0.0089 +- 0.0049; batch 16 +0.0112; normalize quantile (rank-Gauss, the way
+    # trees see features) at batch 16 and 5 epochs +0.0217 +- 0.0032, these defaults (with them hidden 256
+    # +0.0217, dropout 0.4 +0.0199). The quantile normaliser costs ~5-10% more per step than asinh.
+    # On the benchmark's seeds 0-9, run once after choosing: +0.0107 +- 0.0012, 10 of 10 wins.
     defaults = {"lr": 3e-3, "batch_size": 16, "epochs": 5, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "ndcg@10"
     validation_unit = "queries"

@@ -124,21 +124,6 @@ class BagClassifier(nn.Module):
         return self.head(pooled / norm.clamp(min=1e-6).unsqueeze(1).to(pooled.dtype))
 
 
-def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Area under the ROC curve (Mann-Whitney U, tied scores get average ranks); 0.5 when one class is absent."""
-    scores = scores.double()
-    order = scores.argsort()
-    _, inverse, counts = torch.unique_consecutive(scores[order], return_inverse=True, return_counts=True)
-    ends = counts.cumsum(0).double()
-    ranks = torch.empty_like(scores)
-    ranks[order] = ((ends - counts + 1 + ends) / 2)[inverse]
-    positives = labels.bool()
-    n_pos, n_neg = int(positives.sum()), int((~positives).sum())
-    if n_pos == 0 or n_neg == 0:
-        return 0.5
-    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
 ROC_POINTS = 200  # points of the report's ROC curve at most (the exact curve has one per distinct score)
 HISTOGRAM_BINS = 10
 
@@ -165,6 +150,12 @@ def roc_curve(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     )
 
 
+def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Area under the ROC curve (tied scores count half); 0.5 when one class is absent."""
+    fpr, tpr, _ = roc_curve(scores, labels)
+    return float(torch.trapezoid(tpr, fpr)) if len(fpr) else 0.5
+
+
 def thin_curve(x: torch.Tensor, y: torch.Tensor, points: int) -> torch.Tensor:
     """Indices of at most `points` points of a curve monotone in x and y, spread evenly along x + y, the first
     and the last always kept (so a ROC curve keeps its exact endpoints)."""
@@ -185,17 +176,14 @@ def review_arrays(table: pa.Table) -> tuple[pa.ChunkedArray, np.ndarray]:
 
 
 def split_indices(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Row numbers of the 80 / 10 / 10 train / validation / test split, by a seeded permutation (what
-    load_data uses: benchmarks split other models' data by the same rows)."""
+    """Row numbers of the seeded 80 / 10 / 10 train / validation / test split (benchmarks split by them too)."""
     train, val, test = (torch.from_numpy(p) for p in seeded_thirds(n, seed, 9))
     return train, val, test
 
 
-def split_rows(arrays: dict[str, torch.Tensor], seed: int) -> tuple[dict, dict, dict]:
-    """80 / 10 / 10 split of rows by a seeded permutation."""
-    parts = split_indices(len(next(iter(arrays.values()))), seed)
-    train, val, test = ({k: v[p] for k, v in arrays.items()} for p in parts)
-    return train, val, test
+def split_rows(arrays: dict[str, torch.Tensor], seed: int) -> list[dict]:
+    """The rows of split_indices."""
+    return [{k: v[p] for k, v in arrays.items()} for p in split_indices(len(arrays["label"]), seed)]
 
 
 class SentimentTask(Task):
@@ -364,11 +352,7 @@ class SentimentTask(Task):
         points, exact endpoints) and its AUC (roc_auc, the metric), and P(positive) histograms by true class
         with the observed positive rate per bin (calibration)."""
         label = split["label"]
-        margins = [torch.zeros(0, device=label.device)]
-        for batch in iter_slices(split, max(batch_size, 4096)):
-            logits = model(batch["tokens"]).float()
-            margins.append(logits[:, 1] - logits[:, 0])
-        margin = torch.cat(margins)
+        margin = self.evaluate_parts(model, split, batch_size).values["margin"]
         predicted = margin > 0  # argmax: a tie goes to class 0 (negative), as accuracy counts it
         positive = label.bool()
         tp, fp = int((predicted & positive).sum()), int((predicted & ~positive).sum())
