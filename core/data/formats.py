@@ -256,14 +256,9 @@ def _reader(handle, delimiter: str):
     return csv.reader(_lines(handle, delimiter), delimiter=SEP, quoting=csv.QUOTE_NONE)
 
 
-def _sample(file: Path) -> str:
-    """_head of `file` as text."""
-    return _head(file).decode("utf-8-sig", errors="replace")
-
-
 def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS, text: str | None = None) -> list[list[str]]:
     """The first records (blank lines skipped) of `file` (or of its sample `text`) read with `delimiter`."""
-    text = _sample(file) if text is None else text
+    text = _head(file).decode("utf-8-sig", errors="replace") if text is None else text
     out: list[list[str]] = []
     limit_before = csv.field_size_limit()
     try:
@@ -286,7 +281,7 @@ def sniff_delimiter(file: Path, known: Set[str], strict: bool = False) -> str:
     (it splits any text). When none splits every line alike: the one splitting most lines alike, else the
     suffix's; `strict`: "" then (the file is not delimited text)."""
     preferred = SUFFIX_DELIMITER.get(file.suffix.lower(), ",")
-    text = _sample(file)
+    text = _head(file).decode("utf-8-sig", errors="replace")
     scored: list[tuple] = []
     for rank, delimiter in enumerate(CANDIDATES):
         if delimiter == WHITESPACE:
@@ -432,15 +427,6 @@ def svmlight_kind(file: Path) -> str | None:
     return None
 
 
-def label_token(line: str) -> str | None:
-    """The label a `label text` line starts with, lower-cased and without fastText's __label__ prefix; None when
-    the line is not a first token, a blank, then text."""
-    parts = line.strip().split(None, 1)
-    if len(parts) < 2:
-        return None
-    return parts[0].lower().removeprefix(LABEL_PREFIX)
-
-
 def looks_label_text(file: Path, labels=None) -> bool:
     """Whether `file` holds `label text` lines: line 1 and at least LABEL_TEXT_SHARE of the sampled lines start
     with a label from `labels` (lower-cased; None: any token prefixed __label__), then a blank, then text."""
@@ -449,10 +435,10 @@ def looks_label_text(file: Path, labels=None) -> bool:
         return False
 
     def is_label(line: str) -> bool:
-        token = label_token(line)
-        if labels is None:
-            return token is not None and line.lstrip().lower().startswith(LABEL_PREFIX)
-        return token is not None and token in labels
+        parts = line.lower().split(None, 1)  # a first token, a blank, then text
+        if len(parts) < 2:
+            return False
+        return parts[0].startswith(LABEL_PREFIX) if labels is None else parts[0].removeprefix(LABEL_PREFIX) in labels
 
     return is_label(lines[0]) and sum(map(is_label, lines)) >= LABEL_TEXT_SHARE * len(lines)
 

@@ -93,21 +93,16 @@ def data_files(path: str | Path) -> list[Path]:
     if not path.exists():
         raise DataError(f"{path}: no such file or folder")
     file = _real(path)
-    kind = _not_regular(file)
-    if kind:
-        raise DataError(f"{file}: {kind}, not a regular file; use a .csv or .parquet file or a folder of them")
+    if not stat.S_ISREG(mode := file.stat().st_mode):
+        raise DataError(
+            f"{file}: {file_kind(mode)}, not a regular file; use a .csv or .parquet file or a folder of them"
+        )
     return [file]  # any suffix: a file READ_SUFFIXES does not know is read by its content
 
 
 def _real(path: Path) -> Path:
     """The path a link points to (errors name the file that is really read); other paths unchanged."""
     return Path(os.path.realpath(path)) if path.is_symlink() else path
-
-
-def _not_regular(path: Path) -> str | None:
-    """What `path` is when it is not a regular file ("a named pipe (FIFO)", ...), from its status alone."""
-    mode = path.stat().st_mode
-    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def read_table(
@@ -286,13 +281,12 @@ def _read_source(
     positions = _resolve(src, names, columns, options)
     used = {names[i] for i in positions.values()} | {n for n in names if prefix and _is_prefixed(n, prefix)}
     counts = Counter(names)
+    where = "line 1: " if src.kind == "csv" else ""
     for name in dict.fromkeys(names):
         if name in used and (count := counts[name]) > 1:
-            where = "line 1: " if src.kind == "csv" else ""
             raise DataError(f"{file}: {where}column {name!r} appears {count} times; column names must be unique")
     for col in columns:
         if col.required and col.name not in positions:
-            where = "line 1: " if src.kind == "csv" else ""
             hint = f"; {col.hint}" if col.hint else ""
             raise DataError(f"{file}: {where}missing column {col.name!r} ({_found_columns(names, src)}){hint}")
     if table.num_rows == 0:
@@ -490,8 +484,6 @@ def id_vocabulary(raw: pa.Array) -> torch.Tensor | list[str]:
 
 def write_table(table: pa.Table, out: str | Path) -> Path:
     """Write `table` as CSV or Parquet, chosen by the suffix of `out`."""
-    from core.errors import ConfigError
-
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in SUFFIXES:
