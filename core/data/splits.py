@@ -23,14 +23,9 @@ from core.errors import ConfigError, DataError
 SPLITS = ("train", "val", "test")
 # file stems and `split` column values -> split
 SPLIT_WORDS = {
-    "train": "train",
-    "training": "train",
-    "val": "val",
-    "vali": "val",
-    "valid": "val",
-    "validation": "val",
-    "dev": "val",
-    "test": "test",
+    word: split
+    for split, words in (("train", "train training"), ("val", "val vali valid validation dev"), ("test", "test"))
+    for word in words.split()
 }
 SPLIT_COLUMN = "split"
 CARVED_FRACTION = 0.1  # of the training data, for validation when no validation split is given
@@ -47,17 +42,9 @@ class DataSource:
 
     @classmethod
     def from_config(cls, cfg) -> DataSource:
-        return cls(
-            cfg.data,
-            getattr(cfg, "val_data", ""),
-            getattr(cfg, "test_data", ""),
-            ReadOptions(
-                getattr(cfg, "delimiter", ""),
-                dict(getattr(cfg, "columns", {}) or {}),
-                getattr(cfg, "data_format", "auto"),
-                getattr(cfg, "query_file", ""),
-            ),
-        )
+        """The data settings of RunConfig `cfg`."""
+        options = ReadOptions(cfg.delimiter, dict(cfg.columns), cfg.data_format, cfg.query_file)
+        return cls(cfg.data, cfg.val_data, cfg.test_data, options)
 
     def for_path(self, data_path: str) -> DataSource:
         """This source for `data_path` (what load_data was called with): unchanged when it is this source's
