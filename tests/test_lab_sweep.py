@@ -7,7 +7,7 @@ import pytest
 from core.config import RunConfig
 from core.engine.control import RunControl
 from core.errors import PrecisionError
-from core.lab.precision_sweep import SweepRow, measure_mode, recommend, requested_modes, run_sweep
+from core.lab.precision_sweep import SweepRow, measure_mode, recommended_row, requested_modes, run_sweep
 
 
 @pytest.mark.slow
@@ -67,8 +67,8 @@ def test_recommendation_ignores_fast_modes_whose_loss_drifts():
         SweepRow("fp16", "ok", samples_per_second=400.0, loss=1.5, speedup=4.0),
         SweepRow("bf16", "ok", samples_per_second=250.0, loss=1.01, speedup=2.5, memory_ratio=0.6),
     ]
-    mode, why = recommend(rows)
-    assert mode == "bf16" and "2.50x" in why
+    best, why = recommended_row(rows)
+    assert best is not None and best.mode == "bf16" and "2.50x" in why
 
 
 def test_tokens_per_sample_counts_the_timed_windows_batches():

@@ -70,10 +70,6 @@ class SweepRow:
         return self.mode + (" + compile" if self.compiled else "") + (" + act. ckpt" if self.checkpointed else "")
 
 
-def variant_label(mode: str, compiled: bool, checkpointed: bool) -> str:
-    return SweepRow(mode=mode, status="", compiled=compiled, checkpointed=checkpointed).label
-
-
 @dataclass
 class SweepResult:
     """A whole sweep: the setting it ran in, one row per mode and the recommended mode."""
@@ -348,7 +344,7 @@ def run_sweep(
     order = [(mode, c, a) for mode in requested_modes(modes) for c in sorted(compiles) for a in sorted(checkpoints)]
     rows: list[SweepRow] = []
     for index, (mode, compiled, checkpointed) in enumerate(order):
-        label = variant_label(mode, compiled, checkpointed)
+        label = SweepRow(mode, "", compiled=compiled, checkpointed=checkpointed).label
         variant = config.replace(compile=compiled, activation_checkpointing=checkpointed)
         if control is not None and control.stop_requested:
             rows.append(
@@ -462,12 +458,6 @@ def loss_matches(row: SweepRow, fp32_loss: float | None) -> bool:
     if row.loss is None or fp32_loss is None or row.loss != row.loss:  # NaN != NaN
         return False
     return abs(row.loss - fp32_loss) <= max(LOSS_ABS_TOLERANCE, LOSS_REL_TOLERANCE * abs(fp32_loss))
-
-
-def recommend(rows: list[SweepRow]) -> tuple[str | None, str]:
-    """The fastest mode whose loss tracks fp32's, with a one-line reason."""
-    best, why = recommended_row(rows)
-    return (best.mode if best else None), why
 
 
 def noise_note(row: SweepRow) -> str:
