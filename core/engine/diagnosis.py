@@ -172,12 +172,7 @@ def explain_device_mismatch(
 
 
 def explain_exception(
-    exc: BaseException,
-    step: int | None = None,
-    batch_size: int | None = None,
-    model=None,
-    batches=None,
-    device=None,
+    exc: BaseException, step: int | None = None, batch_size: int | None = None, model=None, batches=None, device=None
 ) -> str:
     """One paragraph naming what went wrong (at `step` of a run: its batch size, model, batches and device) and
     how to fix it. A DDP peer's failure is the trainer's to explain (distributed.is_peer_failure)."""

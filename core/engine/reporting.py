@@ -92,17 +92,23 @@ class EventLog:
         if not self.is_main:
             return
         with self._lock:
-            self._queued.append(event)
-            now = time.monotonic()
-            if type(event) is not StepMetrics or now - self._flushed_at >= FLUSH_SECONDS:
-                self._flushed_at = now
-                self._write_queued(flush=True)
+            if type(event) is StepMetrics:
+                self._queued.append(event)
+                if (now := time.monotonic()) - self._flushed_at >= FLUSH_SECONDS:
+                    self._flushed_at = now
+                    self._write(flush=True)
+            else:
+                if self._queued:
+                    self._write(flush=False)
+                self._write(flush=True, events=[event])
             if sink is not None:
                 sink(event)
 
-    def _write_queued(self, flush: bool) -> None:
-        """The queued events, in order: one write of their lines, then run.json and TensorBoard."""
-        events, self._queued = self._queued, []
+    def _write(self, flush: bool, events: list[Event] | None = None) -> None:
+        """`events` (by default the queued StepMetrics), in order: one write of their lines, then run.json and
+        TensorBoard."""
+        if events is None:
+            events, self._queued = self._queued, []
         if self._file is None and self.record is None and self.tensorboard is None:
             return
         records = [event_to_dict(event) for event in events]
@@ -159,7 +165,7 @@ class EventLog:
             self.channel.close()
             self.channel = None
         if self._queued:
-            self._write_queued(flush=False)
+            self._write(flush=False)
         if self.tensorboard is not None:  # flushed and closed however the run ended
             try:
                 self.tensorboard.close()

@@ -482,12 +482,7 @@ class _Cache:
         self.bulk: dict[str, str | None] = {}
         if db is None:
             return
-        columns = {
-            "full": "brief, bulk",
-            "split": "brief, bulk",
-            "listed": "listed, NULL",
-            None: "NULL, NULL",
-        }[parts]
+        columns = {"full": "brief, bulk", "split": "brief, bulk", "listed": "listed, NULL", None: "NULL, NULL"}[parts]
         tables = "runs LEFT JOIN bulks USING (key)" if parts in ("full", "split") else "runs"
         for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM {tables}"):
             self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk

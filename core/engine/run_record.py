@@ -21,14 +21,7 @@ from core.engine.early_stopping import BEST_FILE, resolve_mode
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
 from core.errors import CheckpointError
-from core.files import (
-    UnreadableFile,
-    atomic_write_bytes,
-    open_regular,
-    parse_json,
-    read_json_record,
-    read_regular,
-)
+from core.files import UnreadableFile, atomic_write_bytes, open_regular, parse_json, read_json_record, read_regular
 
 RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs root (see runs_root)
 
