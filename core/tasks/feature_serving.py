@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from core.errors import DataError
-from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows
+from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows, tensor_entry
 
 
 class FeatureModule(nn.Module):
@@ -164,10 +164,8 @@ class FeatureServing(TaskServing):
             else "the model's outputs, column i = " + ", ".join(names)
         )
         return {
-            "inputs": [{"name": self.input_name, "shape": ["batch", features], "dtype": "float32"}],
-            "outputs": [
-                {"name": self.output_name, "shape": ["batch", len(names)], "dtype": "float32", "meaning": meaning}
-            ],
+            "inputs": [tensor_entry(self.input_name, ["batch", features], "float32")],
+            "outputs": [tensor_entry(self.output_name, ["batch", len(names)], "float32", meaning)],
             "serving": {"features": features, "outputs": names, "probabilities": self.probabilities},
         }
 

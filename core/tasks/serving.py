@@ -136,6 +136,11 @@ class TaskServing(ABC):
         return Path(inspect.getfile(owner)).with_name(self.rows_module).read_bytes()
 
 
+def tensor_entry(name: str, shape: list, dtype: str, meaning: str = "") -> dict:
+    """One entry of a manifest's `inputs` or `outputs`."""
+    return {"name": name, "shape": shape, "dtype": dtype} | ({"meaning": meaning} if meaning else {})
+
+
 PREVIEW_CALLS = ("preview_examples", "preview_answer", "preview_explain")  # answered as `answers` are
 
 

@@ -1,10 +1,9 @@
 """Tasks defined outside this package: a user's task file, a module on the import path, an installed package.
 
 A task reference names one Task class: `path/to/my_task.py:MyTask` (or the file alone when it defines one),
-`package.module:MyTask`, or an entry point in the group `amp_console.tasks` (docs/tasks.md, "Using it"). Loading a
-task runs its code, so `load_task(reference)` is called only for a reference the user gave; listing installed tasks
-reads metadata and source text only (core.tasks.catalog). A task that cannot be loaded is a TaskFileError, one line
-naming the reference and what was expected; it disables that task only.
+`package.module:MyTask`, or an entry point in the group `amp_console.tasks`. Loading runs its code, so
+`load_task` is called only for a reference the user gave; listing installed tasks reads metadata and source only. A
+task that cannot be loaded is a TaskFileError naming the reference; it disables that task only.
 """
 
 from __future__ import annotations
@@ -31,13 +30,13 @@ MODULE_PREFIX = "amp_console_user_task"  # sys.modules name of a task file: <pre
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")  # a task's name: what configs, run folders and lists show
 _MODULE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _CLASS_RE = re.compile(r"^[A-Za-z_]\w*$")
-# Where the task modules imported by reference live (a package's folder, or a module's file), resolved: a
-# traceback's frames there are the user's, even inside site-packages (core.tasks.task_checks.is_user_file).
+# Where the task modules imported by module name live (a package's folder, a module's file): a traceback's frames
+# there are the user's, even inside site-packages (core.tasks.task_checks.is_user_file).
 USER_CODE_ROOTS: set[str] = set()
 
 
 class TaskFileError(ConfigError):
-    """A task reference that cannot be loaded or is not a usable task: names the reference and what is wrong."""
+    """A task reference that cannot be loaded or is not a usable task."""
 
     def __init__(self, reference: str, message: str):
         self.reference = reference
@@ -79,8 +78,8 @@ def canonical_reference(reference: str) -> str:
 
 
 def load_task(reference: str) -> type[Task]:
-    """Import the task `reference` names (this runs its code), check it, and return its class (not registered:
-    core.tasks.add_task does that). TaskFileError for anything wrong, naming the file and line where it can."""
+    """Import (running its code), check and return the task class `reference` names, not registered; TaskFileError
+    for anything wrong, naming the file and line where it can."""
     kind, target, class_name = split_reference(reference)
     module = _import_file(reference, target) if kind == "file" else _import_module(reference, target)
     cls = _find_class(reference, module, class_name)
@@ -123,10 +122,9 @@ def _import_file(reference: str, target: str):
 
 
 def _shareable_with_processes(module, path: Path) -> None:
-    """Let the task file's objects travel to a process that is started rather than forked (spawn or forkserver:
-    macOS, Windows, Linux from Python 3.14), e.g. a DataLoader worker given the file's Dataset. The file's module
-    name is this process's own (MODULE_PREFIX...), which the new process cannot import, so each class the file
-    defines is pickled there as (the file's path, its pickle), and the file is imported before it is rebuilt."""
+    """Let the task file's objects travel to a spawned process (e.g. a DataLoader worker given its Dataset), which
+    cannot import the file's module name (MODULE_PREFIX...): each class the file defines pickles as (the file's
+    path, its pickle), and the file is imported there before it is rebuilt."""
     from multiprocessing.reduction import ForkingPickler
 
     def reduce(obj):
@@ -138,8 +136,7 @@ def _shareable_with_processes(module, path: Path) -> None:
 
 
 def _rebuilt_in_process(path: str, payload: bytes):
-    """A task file's object in a process started for it: the file imported first (as this process's task file,
-    under the same module name), then the object unpickled (its pickle, from the process that started this one)."""
+    """A task file's object in a process started for it: the file imported first, then the object unpickled."""
     _import_file(path, path)
     return pickle.loads(payload)
 
@@ -166,7 +163,7 @@ def _import_module(reference: str, target: str):
 
 
 def _import_failure(exc: BaseException, path: Path | None) -> str:
-    """What went wrong while importing user code, with the file and line of the user's code that raised it."""
+    """What went wrong while importing user code, with the file and line that raised it."""
     if isinstance(exc, SyntaxError):
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         return f"syntax error at {where}: {exc.msg}"
@@ -259,8 +256,8 @@ def _kind(value) -> str:
 
 
 def installed_tasks() -> dict[str, str]:
-    """name -> "package.module:Class" of every entry point in ENTRY_POINT_GROUP (metadata only: nothing is
-    imported). A name that is not a task name is left out; the first of two with one name wins."""
+    """name -> "package.module:Class" of every entry point in ENTRY_POINT_GROUP (metadata only), the first of two
+    with one name; a name that is not a task name is left out."""
     from importlib.metadata import entry_points
 
     found: dict[str, str] = {}
@@ -286,8 +283,8 @@ def source_kind(reference: str) -> str:
 
 
 def source_problem(reference: str) -> str:
-    """Why the source of the task `reference` names cannot be read, found without running it: "no such file",
-    its syntax error, ...; "" when it can be read (its task may still fail to load: only loading says)."""
+    """Why the source of the task `reference` names cannot be read, without running it ("no such file", its syntax
+    error, ...); "" when it can be (loading may still fail)."""
     try:
         kind, target, _class_name = split_reference(reference)
     except TaskFileError as exc:
@@ -311,8 +308,8 @@ def source_problem(reference: str) -> str:
 
 
 def module_source_file(module: str) -> Path | None:
-    """The file of `module` (dotted), found without importing it or its packages: the first path entry that
-    holds it as package/sub/module.py; None when it is elsewhere (a zip, a namespace package, a C module)."""
+    """The file of dotted `module` on sys.path, without importing it or its packages; None when it is elsewhere
+    (a zip, a namespace package, a C module)."""
     parts = module.split(".")
     for entry in sys.path:
         base = Path(entry or ".")

@@ -14,7 +14,7 @@ from torch import nn
 
 from core.errors import DataError
 from core.tasks.ranking.losses import ndcg_at
-from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows
+from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows, tensor_entry
 
 RANK_ROWS = 65536  # candidates scored at a time
 
@@ -196,23 +196,11 @@ class RankingTaskServing(TaskServing):
 
     def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         features = int(model.norm.mean.shape[0])
+        raw = "raw (un-normalised) features of each query's candidates"
+        scores = "relevance scores: rank a query's candidates by descending score"
         return {
-            "inputs": [
-                {
-                    "name": self.input_name,
-                    "shape": ["batch", "candidates", features],
-                    "dtype": "float32",
-                    "meaning": "raw (un-normalised) features of each query's candidates",
-                }
-            ],
-            "outputs": [
-                {
-                    "name": self.output_name,
-                    "shape": ["batch", "candidates"],
-                    "dtype": "float32",
-                    "meaning": "relevance scores: rank a query's candidates by descending score",
-                }
-            ],
+            "inputs": [tensor_entry(self.input_name, ["batch", "candidates", features], "float32", raw)],
+            "outputs": [tensor_entry(self.output_name, ["batch", "candidates"], "float32", scores)],
             "serving": {
                 "features": features,
                 "feature_order": [f"f{i + 1}" for i in range(features)],

@@ -17,7 +17,7 @@ from torch import nn
 
 from core.errors import CheckpointError, ConfigError
 from core.tasks.recommender.files import RecommenderFileScorer
-from core.tasks.serving import PreviewSpec, ServingShape, TaskServing
+from core.tasks.serving import PreviewSpec, ServingShape, TaskServing, tensor_entry
 
 RECOMMEND_ROWS = 256  # histories scored at a time (the transformer's activations grow with it); fewer for a
 # catalogue whose score matrix would be large
@@ -95,23 +95,11 @@ class RecommenderTaskServing(TaskServing):
         else:
             ids = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
             source = "the training data's lesson ids"
+        history = "model item ids of the history, oldest first, left-padded with 0"
+        scores = "next-lesson scores; column j is model id j + 1"
         return {
-            "inputs": [
-                {
-                    "name": self.input_name,
-                    "shape": ["batch", max_len],
-                    "dtype": "int64",
-                    "meaning": "model item ids of the history, oldest first, left-padded with 0",
-                }
-            ],
-            "outputs": [
-                {
-                    "name": self.output_name,
-                    "shape": ["batch", n_items],
-                    "dtype": "float32",
-                    "meaning": "next-lesson scores; column j is model id j + 1",
-                }
-            ],
+            "inputs": [tensor_entry(self.input_name, ["batch", max_len], "int64", history)],
+            "outputs": [tensor_entry(self.output_name, ["batch", n_items], "float32", scores)],
             "serving": {
                 "max_len": max_len,
                 "padding": "left, id 0",

@@ -13,7 +13,7 @@ from torch import nn
 from core.data.reviews import generate_reviews
 from core.data.row_checks import Checks, as_text, ids
 from core.data.tokenizer import BOUNDARY, NEGATORS, hashed_tokens, word_lists
-from core.tasks.serving import FileScorer, PreviewSpec, TaskServing
+from core.tasks.serving import FileScorer, PreviewSpec, TaskServing, tensor_entry
 
 SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
 
@@ -112,18 +112,10 @@ class SentimentTaskServing(TaskServing):
 
     def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         opts = self.opts
+        tokens = "hashed token ids (see serving.tokenizer), 0 = padding"
         return {
-            "inputs": [
-                {
-                    "name": self.input_name,
-                    "shape": ["batch", int(sample.shape[1])],
-                    "dtype": "int64",
-                    "meaning": "hashed token ids (see serving.tokenizer), 0 = padding",
-                }
-            ],
-            "outputs": [
-                {"name": self.output_name, "shape": ["batch"], "dtype": "float32", "meaning": "P(positive review)"}
-            ],
+            "inputs": [tensor_entry(self.input_name, ["batch", int(sample.shape[1])], "int64", tokens)],
+            "outputs": [tensor_entry(self.output_name, ["batch"], "float32", "P(positive review)")],
             "serving": {
                 "tokenizer": {
                     "buckets": int(model.bag.num_embeddings),
