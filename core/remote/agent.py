@@ -288,12 +288,10 @@ def runs(out, runs_dir: str | None = None) -> None:
         _quiet_stdout()
 
 
-def _sha256_of_open(f, size: int) -> str:
+def sha256_of(f, size: int) -> str:
+    """The sha256 of the next `size` bytes of the open binary file `f` (fewer if it ends first)."""
     digest, left = hashlib.sha256(), size
-    while left > 0:
-        chunk = f.read(min(1 << 20, left))
-        if not chunk:
-            break
+    while left > 0 and (chunk := f.read(min(1 << 20, left))):
         digest.update(chunk)
         left -= len(chunk)
     return digest.hexdigest()
@@ -326,7 +324,7 @@ def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None 
             except UnreadableFile as exc:
                 raise AgentError(f"{shown_path(folder)}: {exc}: not sent") from None
             size = os.fstat(f.fileno()).st_size
-            opened.append(({"name": name, "size": size, "sha256": _sha256_of_open(f, size)}, f))
+            opened.append(({"name": name, "size": size, "sha256": sha256_of(f, size)}, f))
         try:
             name = folder.resolve().relative_to(runs_root(runs_dir).resolve()).as_posix()
         except ValueError:  # a folder outside the runs root: its own name
@@ -345,11 +343,8 @@ def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None 
             if entry["name"] not in wanted:
                 continue
             f.seek(0)
-            left = entry["size"]
-            while left > 0:
-                chunk = f.read(min(1 << 20, left))
-                if not chunk:  # it shrank since: the caller sees it short and says so
-                    break
+            left = entry["size"]  # a file that shrank since is sent short: the caller sees it and says so
+            while left > 0 and (chunk := f.read(min(1 << 20, left))):
                 out.write(chunk)
                 left -= len(chunk)
         out.flush()

@@ -4,7 +4,6 @@ CLI and the window alike.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -12,27 +11,26 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from core import __version__
 from core.devices import DeviceInfo
 from core.engine.events import ControlAcknowledged, event_or_none
 from core.engine.folder_control import ControlRequest, ControlResult
 from core.engine.follow import FollowLine
 from core.errors import ConfigError
 from core.remote import ssh
+from core.remote.agent import FILE_FIELDS, LOG_FILE, AgentError, find_run_folder, log_tail, sha256_of
 from core.remote.ssh import Host, RemoteError
 from core.text import printable
 
-FILE_FIELDS = ("data", "val_data", "test_data")
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between reconnections; the last repeats
 GIVE_UP_SECONDS = 600.0  # a follower stops trying after this long without a connection
 SILENCE_SECONDS = 15.0  # no byte (not even a heartbeat, every 2 s) for this long: the connection is dead
 
 
 def _agent(host: Host, args: list[str], payload: bytes | None = None, timeout: float = 120.0) -> dict:
-    out = ssh.run(host, ["--client-version", __version__, *args], payload=payload, timeout=timeout)
+    out = ssh.run(host, args, payload=payload, timeout=timeout)
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
             try:
@@ -72,14 +70,6 @@ class RemoteRun:
         return f"{self.host.dest}:{self.folder}"
 
 
-def sha256_of(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def upload(host: Host, local: str | os.PathLike, timeout: float = 3600.0) -> str:
     """Copy a local file to the host's uploads folder unless one with the same sha256 is there; its path there."""
     path = Path(local)
@@ -89,7 +79,9 @@ def upload(host: Host, local: str | os.PathLike, timeout: float = 3600.0) -> str
             f"{path}: no such local file to copy to {host.dest} (folders are not copied: "
             f"copy them there and give their path on the host)",
         )
-    sha, size = sha256_of(path), path.stat().st_size
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        sha = sha256_of(f, size)
     args = ["put", "--sha256", sha, "--size", str(size), "--name", path.name]
     kept = _agent(host, [*args, "--check"]).get("path")
     if kept:
@@ -153,32 +145,24 @@ class FollowNote:
     connected: bool
 
 
+@dataclass(eq=False)
 class RemoteFollower:
     """Iterate metrics.jsonl of a run on a host from byte `offset`: FollowLines, and FollowNotes when the connection
     drops and comes back (it is retried with back-off from the last complete line). Ends when the run is over (`status`
     "ended" or "gone") or on close() ("stopped"). RemoteError when the host can't be reached at all or no connection
     came back for `give_up_after` seconds."""
 
-    def __init__(
-        self,
-        host: Host,
-        folder: str,
-        offset: int = 0,
-        backoff: tuple[float, ...] = BACKOFF_SECONDS,
-        give_up_after: float = GIVE_UP_SECONDS,
-        silence: float = SILENCE_SECONDS,
-    ):
-        self.host = host
-        self.folder = folder
-        self.offset = offset
-        self.backoff = backoff
-        self.give_up_after = give_up_after
-        self.silence = silence
-        self.status = "running"
-        self.note = ""
-        self.connections = 0  # how many times a stream was established
-        self._closed = threading.Event()
-        self._process: subprocess.Popen | None = None
+    host: Host
+    folder: str
+    offset: int = 0
+    backoff: tuple[float, ...] = BACKOFF_SECONDS
+    give_up_after: float = GIVE_UP_SECONDS
+    silence: float = SILENCE_SECONDS
+    status: str = field(default="running", init=False)
+    note: str = field(default="", init=False)
+    connections: int = field(default=0, init=False)  # how many times a stream was established
+    _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
 
     @property
     def ssh_pid(self) -> int | None:
@@ -189,33 +173,17 @@ class RemoteFollower:
     def close(self) -> None:
         """End the iteration from any thread (the current connection is closed)."""
         self._closed.set()
-        self._kill()
-
-    def _kill(self) -> None:
-        process = self._process
-        if process is not None and process.poll() is None:
-            try:
-                process.kill()
-            except OSError:
-                pass
+        ssh.kill(self._process)
 
     def __iter__(self) -> Iterator[FollowLine | FollowNote]:
         attempt, lost_since = 0, None
         while not self._closed.is_set():
-            args = ["--client-version", __version__, "follow", self.folder, "--offset", str(self.offset)]
-            try:
-                process = self._process = subprocess.Popen(
-                    self.host.argv(args, keepalive=True),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                )
-            except OSError as exc:
-                raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
+            args = ["follow", self.folder, "--offset", str(self.offset)]
+            process = self._process = ssh.start(self.host, args, stdin=subprocess.DEVNULL, keepalive=True)
             try:
                 streamed = yield from self._stream(process)
             finally:
-                self._kill()
+                ssh.kill(self._process)
                 stderr = process.stderr.read().decode("utf-8", "replace") if process.stderr else ""
                 process.wait()
                 for pipe in (process.stdout, process.stderr):
@@ -265,7 +233,7 @@ class RemoteFollower:
             try:
                 raw = lines.get(timeout=self.silence)
             except queue.Empty:  # not even a heartbeat: the connection is dead without having said so
-                self._kill()
+                ssh.kill(self._process)
                 return up
             if raw is None or not raw.endswith(b"\n"):  # the end, or a line cut by a dropped connection
                 return up
@@ -326,8 +294,6 @@ class LocalFollower:
             if line is not None:
                 yield line
         if self.follower.status == "gone":
-            from core.remote.agent import LOG_FILE, log_tail
-
             self.note = log_tail(Path(self.folder) / LOG_FILE)
 
 
@@ -339,8 +305,6 @@ def follow_run(target: str, offset: int = 0, host: Host | None = None, runs_dir:
         dest, path = remote
         reach = Host(dest, host.command, host.ssh_options, host.connect_timeout) if host else Host(dest)
         return RemoteFollower(reach, path, offset)
-    from core.remote.agent import AgentError, find_run_folder
-
     try:
         return LocalFollower(find_run_folder(target, runs_dir), offset)
     except AgentError as exc:

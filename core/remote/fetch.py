@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import cast
 
-from core import __version__
 from core.engine.run_record import record_problem
 from core.files import RECORD_LIMIT, UnreadableFile, file_kind, is_inside, new_temp_file, parse_json, shown_path
 from core.remote import ssh
-from core.remote.agent import RUN_FILES
+from core.remote.agent import RUN_FILES, sha256_of
 from core.remote.ssh import Host, RemoteError
 from core.text import printable, size
 
@@ -155,15 +154,7 @@ class _Call:
 
     def __init__(self, host: Host, args: list[str], stop: Callable[[], bool] | None, silence: float):
         self.host, self.silence = host, silence
-        try:
-            self.process = subprocess.Popen(
-                host.argv(["--client-version", __version__, *args]),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        except OSError as exc:
-            raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
+        self.process = ssh.start(host, args)
         assert self.process.stdin and self.process.stdout and self.process.stderr  # all opened with PIPE
         self.stdin, self.stderr = self.process.stdin, self.process.stderr
         self.stdout = cast(io.BufferedReader, self.process.stdout)  # the default bufsize buffers it
@@ -183,15 +174,8 @@ class _Call:
                 self.silent = True
             else:
                 continue
-            self._kill()
+            ssh.kill(self.process)
             return
-
-    def _kill(self) -> None:
-        if self.process.poll() is None:
-            try:
-                self.process.kill()
-            except OSError:
-                pass
 
     def readline(self, limit: int) -> bytes:
         line = self.stdout.readline(limit)
@@ -221,7 +205,7 @@ class _Call:
         try:
             code = self.process.wait(self.silence)
         except subprocess.TimeoutExpired:
-            self._kill()
+            ssh.kill(self.process)
             code = self.process.wait()
         self._drain.join(5)
         if code != 0:
@@ -234,7 +218,7 @@ class _Call:
         try:
             self.process.wait(self.silence)
         except subprocess.TimeoutExpired:  # it keeps talking after its answer: what was read was checked
-            self._kill()
+            ssh.kill(self.process)
             self.process.wait()
         self._drain.join(5)
         for pipe in (self.stdout, self.stderr):
@@ -368,26 +352,16 @@ def _manifest(dest: str, value) -> tuple[str, list[dict]]:
     return name, files
 
 
-def _sha256(path: Path) -> str | None:
-    """The sha256 of the regular file at `path` (None when it is missing, a link or anything else)."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(CHUNK):
-                digest.update(chunk)
-        return digest.hexdigest()
-    except OSError:
-        return None
-
-
 def _same(path: Path, entry: dict) -> bool:
+    """Whether `path` is a regular file (not a link) of the entry's size and sha256."""
     try:
         info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != entry["size"]:
+            return False
+        with open(path, "rb") as f:
+            return sha256_of(f, entry["size"]) == entry["sha256"]
     except OSError:
         return False
-    return stat.S_ISREG(info.st_mode) and info.st_size == entry["size"] and _sha256(path) == entry["sha256"]
 
 
 def fetch_run(

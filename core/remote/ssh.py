@@ -7,6 +7,7 @@ after it is shlex-quoted. The host side is core.remote.agent, answering in JSON 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -43,7 +44,7 @@ class Host:
             )
 
     def argv(self, args: list[str], keepalive: bool = False) -> list[str]:
-        """The ssh command line that runs `PREFIX agent ARGS...` on the host."""
+        """The ssh command line that runs `PREFIX agent --client-version VERSION ARGS...` on the host."""
         ssh = shutil.which("ssh")
         if ssh is None:
             raise RemoteError(
@@ -53,6 +54,7 @@ class Host:
         options = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.connect_timeout}", "-T"]
         if keepalive:  # a long stream notices a dead network
             options += ["-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"]
+        args = ["--client-version", __version__, *args]
         remote = " ".join([self.command, "agent", *(shlex.quote(str(arg)) for arg in args)])
         return [ssh, *options, *self.ssh_options, "--", self.dest, remote]
 
@@ -92,6 +94,21 @@ def failure(host: Host, code: int, stderr: str) -> RemoteError:
         )
     text = last.removeprefix("amp-console: ").removeprefix("error: ")
     return RemoteError(f"{dest}: {first_line(text) if text else f'the command failed (exit code {code})'}")
+
+
+def start(host: Host, args: list[str], stdin: int = subprocess.PIPE, keepalive: bool = False) -> subprocess.Popen:
+    """`PREFIX agent ARGS` started on the host, its stdout and stderr piped; RemoteError when ssh can't be run."""
+    try:
+        return subprocess.Popen(host.argv(args, keepalive), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise RemoteError(f"cannot run ssh: {exc.strerror or exc}") from None
+
+
+def kill(process: subprocess.Popen | None) -> None:
+    """Kill `process` unless it has ended."""
+    if process is not None and process.poll() is None:
+        with contextlib.suppress(OSError):
+            process.kill()
 
 
 def run(host: Host, args: list[str], payload: bytes | None = None, timeout: float = 120.0) -> str:
