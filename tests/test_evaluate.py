@@ -97,7 +97,8 @@ def test_a_run_without_a_best_checkpoint_is_measured_at_its_last_and_says_so(cap
     [
         (["evaluate", "nope"], "nope: no such checkpoint file or run folder, and no run 'nope'"),
         (["evaluate", "__FILE__", "--best"], "--best takes a run"),
-        (["evaluate", "__DIR__"], "no checkpoint.pt in this folder"),
+        (["evaluate", "__DIR__"], "no checkpoint in this folder"),
+        (["evaluate", "__DIR__", "--last"], "no checkpoint.pt in this folder"),
     ],
 )
 def test_bad_targets_are_one_line_exit_2(capsys, tmp_path, argv, message):

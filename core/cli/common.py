@@ -280,6 +280,21 @@ def add_task_file_flag(parser) -> None:
     )
 
 
+def add_checkpoint_args(parser) -> None:
+    """RUN_OR_CHECKPOINT, --best / --last, --runs-dir and --task: how a command names the checkpoint it works on
+    (core.cli.evaluate.chosen_checkpoint reads them)."""
+    parser.add_argument(
+        "target",
+        metavar="RUN_OR_CHECKPOINT",
+        help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
+    which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
+    parser.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
+    add_task_file_flag(parser)
+
+
 def load_task_argument(args) -> None:
     """Load the user task --task names, when it names one: args.task becomes the task's name (and args.task_file its
     reference, where the command has one)."""

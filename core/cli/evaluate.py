@@ -5,13 +5,16 @@ import time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 
-from core.cli.common import add_task_file_flag
+from core.cli.common import add_checkpoint_args
 from core.cli.train import add_data_flags, data_flag_values
-from core.errors import ConfigError
+from core.errors import CheckpointError, ConfigError
+from core.files import UnreadableFile
+from core.text import printable
 
 
 def register(sub) -> None:
@@ -22,20 +25,13 @@ def register(sub) -> None:
         "its weights and measure the split, in the precision it trained in. Nothing "
         "is written where the checkpoint lives.",
     )
-    p.add_argument(
-        "target",
-        metavar="RUN_OR_CHECKPOINT",
-        help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
-    )
+    add_checkpoint_args(p)
     p.add_argument(
         "--split",
         choices=("test", "val"),
         default=None,
         help="which split (default: test, or val when the data has no test split)",
     )
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
-    which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
     p.add_argument(
         "--data",
         metavar="FILE",
@@ -47,7 +43,6 @@ def register(sub) -> None:
     add_data_flags(p)
     p.add_argument("--device", help="evaluate on this device (default: the run's setting)")
     p.add_argument("--batch-size", type=int, default=None, help="rows per evaluation batch (default: the run's)")
-    p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
     p.add_argument(
         "--report",
         action="store_true",
@@ -56,83 +51,67 @@ def register(sub) -> None:
         "the run folder; with --json the report is the JSON printed",
     )
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
-    add_task_file_flag(p)
     p.set_defaults(handler=cmd_evaluate)
 
 
-def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
-    """The checkpoint `target` names: a checkpoint file, a run folder, or a run's id, prefix or folder name under the
-    runs root. ConfigError (field 'checkpoint') when none."""
-    from core.engine.run_folder import CHECKPOINT_FILE
-
+def _run_folder(target: str, runs_dir: str | None) -> Path:
+    """The folder of the run `target` names: a folder, or a run's id, id prefix or folder name under the runs root."""
     path = Path(target).expanduser()
-    if path.is_file():
-        if best:
-            raise ConfigError("checkpoint", f"{target} is a checkpoint file: --best takes a run (folder or id)")
-        return path
     if path.is_dir():
-        return _run_checkpoint(path, best)
+        return path
     from core.cli.runs import RunNotFound, find_run
     from core.engine.run_record import runs_root
 
-    root = runs_root(runs_dir)
     try:
-        run = find_run(root, target)
+        return Path(find_run(runs_root(runs_dir), target)["folder"])
     except RunNotFound as exc:
         raise ConfigError(
             "checkpoint", f"{target}: no such checkpoint file or run folder, and {str(exc).removeprefix('runs: ')}"
         ) from None
-    if not best and (Path(run["folder"]) / CHECKPOINT_FILE).is_file():
-        return Path(run["folder"]) / CHECKPOINT_FILE
-    return _run_checkpoint(Path(run["folder"]), best)
 
 
-def chosen_checkpoint(target: str, best: bool, last: bool, runs_dir: str | None, doing: str) -> Path:
-    """The checkpoint a command works on: a file as it is; a run's best, or its last with `last`. With neither asked
-    for, the best when the run kept one, else its last, said on stderr."""
-    if best or last or Path(target).expanduser().is_file():
-        return find_checkpoint(target, best, runs_dir)
-    try:
-        return find_checkpoint(target, True, runs_dir)
-    except ConfigError as exc:
-        if "no best checkpoint" not in str(exc):
-            raise
-    last_checkpoint = find_checkpoint(target, False, runs_dir)  # a folder with neither: its one-line error
-    sys.stderr.write(
-        f"note: the run kept no best checkpoint: {doing} its last (--best needs validation "
-        f"metrics; --last to choose it)\n"
-    )
-    return last_checkpoint
+def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
+    """The checkpoint `target` names: a checkpoint file as it is; a run's best with `best` (ConfigError, field
+    'checkpoint', when it kept none), else its last (core.engine.run_record.run_checkpoint)."""
+    from core.engine.run_record import read_record, run_checkpoint
 
-
-def _run_checkpoint(folder: Path, best: bool) -> Path:
-    from core.engine.run_folder import CHECKPOINT_FILE
-    from core.engine.run_record import read_record
-    from core.files import UnreadableFile
-    from core.text import printable
-
+    if Path(target).expanduser().is_file():
+        if best:
+            raise ConfigError("checkpoint", f"{target} is a checkpoint file: --best takes a run (folder or id)")
+        return Path(target).expanduser()
+    folder = _run_folder(target, runs_dir)
     if not best:
-        if (folder / CHECKPOINT_FILE).is_file():
-            return folder / CHECKPOINT_FILE
-        raise ConfigError("checkpoint", f"{folder}: no {CHECKPOINT_FILE} in this folder")
-    try:  # run.json's kept checkpoints (types checked: ranks are whole numbers or absent)
-        record, unreadable = read_record(folder), ""
-    except FileNotFoundError:
-        record, unreadable = {}, ""
+        return run_checkpoint(folder, "last")[0]
+    with contextlib.suppress(CheckpointError):
+        path, fell_back = run_checkpoint(folder, "best")
+        if not fell_back:
+            return path
+    try:  # why run.json could not say which checkpoints the run kept
+        read_record(folder)
+        why = ""
     except UnreadableFile as exc:
-        record, unreadable = {}, f"; its {printable(exc)}"
-    entries = [v for k, v in (record.get("checkpoints") or {}).items() if k != "last" and v.get("path")]
-    ranked = sorted(entries, key=lambda e: e.get("rank") if isinstance(e.get("rank"), int) else 1)
-    for entry in ranked:
-        candidate = folder / Path(entry["path"]).name
-        if candidate.is_file():
-            return candidate
-    if (folder / "best.pt").is_file():
-        return folder / "best.pt"
+        why = f"; its {printable(exc)}"
+    except OSError:
+        why = ""
     raise ConfigError(
-        "checkpoint",
-        f"{folder}: no best checkpoint (the run kept none: --keep-best 0, or it never evaluated{unreadable})",
+        "checkpoint", f"{folder}: no best checkpoint (the run kept none: --keep-best 0, or it never evaluated{why})"
     )
+
+
+def chosen_checkpoint(args, doing: str) -> Path:
+    """The checkpoint a command works on (common.add_checkpoint_args): a file as it is; a run's best, or its last
+    with --last. With neither asked for, the best when the run kept one, else its last, said on stderr."""
+    from core.engine.run_record import run_checkpoint
+
+    if args.best or args.last or Path(args.target).expanduser().is_file():
+        return find_checkpoint(args.target, args.best, args.runs_dir)
+    path, fell_back = run_checkpoint(_run_folder(args.target, args.runs_dir), "best")
+    if fell_back:
+        sys.stderr.write(
+            f"note: the run kept no best checkpoint: {doing} its last (--best needs validation metrics; --last to "
+            f"choose it)\n"
+        )
+    return path
 
 
 def cmd_evaluate(args) -> int:
@@ -142,7 +121,7 @@ def cmd_evaluate(args) -> int:
         raise ConfigError(
             "report", "--report measures the run's own split (its evaluation.json): leave out --data and the data flags"
         )
-    checkpoint = chosen_checkpoint(args.target, args.best, args.last, args.runs_dir, "evaluating")
+    checkpoint = chosen_checkpoint(args, "evaluating")
     announce = _announcer(checkpoint, args.split)
     if args.report:
         return _report(args, checkpoint, announce)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from core.cli.common import add_task_file_flag
+from core.cli.common import add_checkpoint_args
 
 
 def register(sub) -> None:
@@ -25,11 +25,7 @@ def register(sub) -> None:
         "onnxruntime for ONNX). The export is loaded back and compared with the "
         "trained model on a sample batch before it is kept.",
     )
-    p.add_argument(
-        "target",
-        metavar="RUN_OR_CHECKPOINT",
-        help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
-    )
+    add_checkpoint_args(p)
     p.add_argument(
         "--format",
         default="program",
@@ -38,9 +34,6 @@ def register(sub) -> None:
         "(weights, with today's checkpoint export files)",
     )
     p.add_argument("--out", required=True, metavar="FOLDER", help="the folder to write (must not exist, or be empty)")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
-    which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
     p.add_argument(
         "--dtype",
         default="fp32",
@@ -48,9 +41,7 @@ def register(sub) -> None:
         help="weights in fp32 (default), bf16 or fp16; inputs and outputs stay float32; the file size "
         "and the output difference against fp32 are reported",
     )
-    p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
-    add_task_file_flag(p)
     p.set_defaults(handler=cmd_export)
 
 
@@ -58,7 +49,7 @@ def cmd_export(args) -> int:
     from core.cli.evaluate import chosen_checkpoint  # a run's best by default, else its last
     from core.runs.export import export_model
 
-    checkpoint = chosen_checkpoint(args.target, args.best, args.last, args.runs_dir, "exporting")
+    checkpoint = chosen_checkpoint(args, "exporting")
     sys.stderr.write(f"exporting {checkpoint} as {args.format} ({args.dtype})…\n")
     result = export_model(
         checkpoint, args.out, args.format, args.dtype, progress=lambda line: sys.stderr.write(line + "\n")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from core.cli.common import add_task_file_flag
+from core.cli.common import add_checkpoint_args
 from core.runs.file_predict import DEFAULT_BATCH
 from core.text import printable
 
@@ -26,22 +26,9 @@ def register(sub) -> None:
         "probabilities. Streams the input in bounded memory; bad rows are skipped and reported by "
         "line (or refused with --strict); the output appears only when complete.",
     )
-    p.add_argument(
-        "target",
-        metavar="RUN_OR_CHECKPOINT",
-        help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
-    )
+    add_checkpoint_args(p)
     p.add_argument("--input", required=True, metavar="FILE", help="the rows to score (.csv or .parquet)")
     p.add_argument("--out", required=True, metavar="FILE", help="where the predictions go (.csv or .parquet)")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--best",
-        action="store_const",
-        const="best",
-        dest="which",
-        help="the run's best checkpoint (the default; its last when it kept none)",
-    )
-    which.add_argument("--last", action="store_const", const="last", dest="which", help="the run's last checkpoint")
     from core.tasks import predict_options
 
     for option in predict_options():  # the tasks' own, as their file scorers declare them
@@ -54,9 +41,7 @@ def register(sub) -> None:
         "--batch-size", type=int, default=DEFAULT_BATCH, help=f"rows scored at a time (default {DEFAULT_BATCH})"
     )
     p.add_argument("--strict", action="store_true", help="the first bad row is an error (exit 2), nothing written")
-    p.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
-    add_task_file_flag(p)
-    p.set_defaults(handler=cmd_predict, which=None)
+    p.set_defaults(handler=cmd_predict)
 
 
 # ---- the command -------------------------------------------------------------------------------------------------
@@ -102,8 +87,7 @@ def _predict(args, signals) -> int:
     )
     for note in check_request(request):
         sys.stderr.write(f"note: {note}\n")
-    which = args.which
-    checkpoint = chosen_checkpoint(args.target, which == "best", which == "last", args.runs_dir, "predicting with")
+    checkpoint = chosen_checkpoint(args, "predicting with")
     predictor = load_predictor(checkpoint, device=args.device)
     for note in predictor.notes:
         sys.stderr.write(f"note: {note}\n")
