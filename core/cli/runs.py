@@ -20,12 +20,13 @@ from core.engine.run_delete import RunDeleteError, check_deletable, delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import find_runs, listed_runs, runs_named
 from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
+from core.errors import AmpConsoleError
 from core.files import UnreadableFile, read_jsonl
 from core.runs.compare import best_text, compare_rows, differing_config, precision_text, steps_text
 from core.text import printable
 
 
-class RunNotFound(Exception):
+class RunNotFound(AmpConsoleError):
     pass
 
 
@@ -170,24 +171,15 @@ def cmd_show(args) -> int:
     if args.json:
         print(json.dumps(run, indent=2, default=str))
         return 0
+    console = fmt.console()
+    head = [("id", run.get("id")), ("name", run.get("name")), ("folder", run.get("folder"))]
     if run.get("unreadable"):
-        _print_fields(
-            [
-                ("id", run.get("id")),
-                ("name", run.get("name")),
-                ("folder", run.get("folder")),
-                ("status", f"unreadable: {run['unreadable']}"),
-                ("note", _note(run)),
-            ],
-            fmt.console(),
-        )
+        _print_fields([*head, ("status", f"unreadable: {run['unreadable']}"), ("note", _note(run))], console)
         return 0
     versions = run.get("versions") or {}
     checkpoints = run.get("checkpoints") or {}
     rows = [
-        ("id", run.get("id")),
-        ("name", run.get("name")),
-        ("folder", run.get("folder")),
+        *head,
         ("task", run.get("task")),
         ("status", run.get("status")),
         (
@@ -215,7 +207,6 @@ def cmd_show(args) -> int:
     rows += [(f"checkpoint ({k})", (v or {}).get("path", "-")) for k, v in checkpoints.items()]
     rows.append(("message", run.get("message") or "-"))
     rows.append(("note", _note(run)))
-    console = fmt.console()
     _print_fields(rows, console)
     config = run.get("config") or {}
     if config:
@@ -264,6 +255,12 @@ def cmd_note(args) -> int:
     return 0
 
 
+COMPARED_FIELDS = (
+    "id name task precision autocast_dtype device status samples_per_second peak_memory_bytes best metrics "
+    "test_metrics final_loss wall_seconds steps note"
+).split()  # each run's fields in `runs compare --json`
+
+
 def cmd_compare(args) -> int:
     runs = resolve_all(args)
     differing = differing_config(runs)
@@ -272,30 +269,7 @@ def cmd_compare(args) -> int:
         print(
             json.dumps(
                 {
-                    "runs": [
-                        {
-                            k: r.get(k)
-                            for k in (
-                                "id",
-                                "name",
-                                "task",
-                                "precision",
-                                "autocast_dtype",
-                                "device",
-                                "status",
-                                "samples_per_second",
-                                "peak_memory_bytes",
-                                "best",
-                                "metrics",
-                                "test_metrics",
-                                "final_loss",
-                                "wall_seconds",
-                                "steps",
-                                "note",
-                            )
-                        }
-                        for r in runs
-                    ],
+                    "runs": [{k: r.get(k) for k in COMPARED_FIELDS} for r in runs],
                     "config_differs": differing,
                     "rows": [{"label": row.label, "values": list(row.values), "differs": row.differs} for row in rows],
                 },
@@ -316,39 +290,27 @@ def cmd_compare(args) -> int:
     return 0
 
 
+STEP_FIELDS = "epoch loss lr samples_per_second grad_scale grad_norm skipped_steps tokens_per_second".split()
+
+
 def export_rows(folder: Path) -> tuple[list[str], list[dict]]:
     """StepMetrics and EvalMetrics of a run's metrics.jsonl as CSV rows keyed by step (val_*, test_*)."""
     by_step: dict[int | None, dict] = {}
     columns = ["step", "epoch", "loss", "lr", "samples_per_second"]
-    extra: list[str] = []
+    extra: dict[str, None] = {}  # the further columns, in the order they first appear
     for record in read_jsonl(folder / METRICS_FILE):
         kind = record.get("event")
         if kind == "StepMetrics":
-            row = by_step.setdefault(record.get("step"), {"step": record.get("step")})
-            for key in (
-                "epoch",
-                "loss",
-                "lr",
-                "samples_per_second",
-                "grad_scale",
-                "grad_norm",
-                "skipped_steps",
-                "tokens_per_second",
-            ):
-                if record.get(key) is not None:
-                    row[key] = record[key]
-                    if key not in columns and key not in extra:
-                        extra.append(key)
+            values = {key: record[key] for key in STEP_FIELDS if record.get(key) is not None}
         elif kind == "EvalMetrics":
-            row = by_step.setdefault(record.get("step"), {"step": record.get("step")})
             split = record.get("split") or "val"
-            for name, value in (record.get("metrics") or {}).items():
-                key = f"{split}_{name}"
-                row[key] = value
-                if key not in extra:
-                    extra.append(key)
+            values = {f"{split}_{name}": value for name, value in (record.get("metrics") or {}).items()}
+        else:
+            continue
+        by_step.setdefault(record.get("step"), {"step": record.get("step")}).update(values)
+        extra.update(dict.fromkeys(key for key in values if key not in columns))
     rows = [by_step[s] for s in sorted(by_step, key=lambda s: (s is None, s or 0))]
-    return columns + extra, rows
+    return columns + list(extra), rows
 
 
 def cmd_export(args) -> int:
@@ -419,16 +381,6 @@ def cmd_tensorboard(args) -> int:
     return 0
 
 
-def _handle(handler):
-    def run(args) -> int:
-        try:
-            return handler(args)
-        except RunNotFound as exc:
-            return fail_bad_input(str(exc))
-
-    return run
-
-
 def register(sub) -> None:
     """Add the `runs` command group to the top-level subparsers."""
     from core.cli.common import OneLineParser
@@ -449,7 +401,7 @@ def register(sub) -> None:
     def add(name, handler, help_text):
         parser = commands.add_parser(name, help=help_text, description=help_text)
         parser.add_argument("--runs-dir", metavar="DIR", default=argparse.SUPPRESS, help=runs_dir_help)
-        parser.set_defaults(handler=_handle(handler))
+        parser.set_defaults(handler=handler)
         return parser
 
     p = add("list", cmd_list, "the runs, newest first (start times in UTC)")
