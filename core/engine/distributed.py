@@ -252,6 +252,36 @@ def wrap_ddp(model: torch.nn.Module, context: DistContext, device: torch.device)
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=changing)
 
 
+def task_loss(model: torch.nn.Module, loss):
+    """`loss(module, batch)` as a function of the batch, handed the user's own module (its methods and attributes)
+    even under DDP: there the whole loss runs inside DDP's forward (the module's `forward` redirected to it for
+    that one call, as Lightning's _DDPForwardRedirection does), so DDP prepares its gradient all-reduce as for
+    `model(x)`; a call that bypassed DDP's forward would leave the ranks' gradients unsynchronised."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return lambda batch: loss(model, batch)
+    inner = model.module  # the user's module, or torch.compile's wrapper of it (which forwards attributes)
+    own = inner.__dict__.get("forward")  # torch.compile's wrapper keeps its compiled forward here
+
+    def restore() -> None:
+        if own is None:
+            inner.__dict__.pop("forward", None)
+        else:
+            inner.__dict__["forward"] = own
+
+    def redirected(batch):
+        restore()
+        return loss(inner, batch)
+
+    def through_ddp(batch):
+        inner.__dict__["forward"] = lambda: redirected(batch)
+        try:
+            return model()
+        finally:
+            restore()
+
+    return through_ddp
+
+
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

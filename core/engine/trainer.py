@@ -35,6 +35,7 @@ from core.engine.distributed import (
     gather_peers,
     init_process_group,
     is_peer_failure,
+    task_loss,
     wrap_ddp,
 )
 from core.engine.due import Deadlines, Due, next_due, planned_steps
@@ -217,6 +218,7 @@ class Trainer:
         self.notes += notes if self.dist.is_main else []
         self.model = wrap_ddp(compiled, self.dist, self.device)
         self.model.train()
+        self._loss = task_loss(self.model, self.task.loss)  # the task sees its own module, DDP or not
         self._watch = NonFiniteWatch(model)
         self._params = [p for p in model.parameters() if p.requires_grad]  # what the step measures or clips
 
@@ -373,10 +375,10 @@ class Trainer:
             sync = no_sync() if no_sync is not None and micro < accum - 1 else _NO_CONTEXT
             with sync:
                 if plan.autocast_dtype is None:
-                    loss = task.loss(self.model, batch)
+                    loss = self._loss(batch)
                 else:
                     with plan.autocast():  # forward + loss only
-                        loss = task.loss(self.model, batch)
+                        loss = self._loss(batch)
                 scaled = loss / accum if accum > 1 else loss
                 (scaled if scaler is None else scaler.scale(scaled)).backward()
             loss = loss.detach()
