@@ -4,7 +4,6 @@ serving folder, core.runs.export). Checkpoints are read and written on a JobRunn
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -38,17 +37,12 @@ def checkpoint_choices(source: str) -> list[tuple[str, str]]:
 
     path = Path(source).expanduser()
     folder = path if path.is_dir() else path.parent
-    record = load_record(folder) or {}
-    checkpoints = record.get("checkpoints") if isinstance(record.get("checkpoints"), dict) else {}
-    best = record.get("best") if isinstance(record.get("best"), dict) else {}
+    record = load_record(folder) or {}  # its fields' types checked
+    checkpoints, best = record.get("checkpoints") or {}, record.get("best") or {}
 
     def step_of(which: str, file: Path) -> int | None:
-        entry = checkpoints.get(which)
-        if (
-            isinstance(entry, dict)
-            and isinstance(entry.get("step"), int)
-            and Path(str(entry.get("path"))).name == file.name
-        ):
+        entry = checkpoints.get(which) or {}
+        if entry.get("step") is not None and Path(entry.get("path") or "").name == file.name:
             return entry["step"]
         match = BEST_NAME.fullmatch(file.name)
         return int(match.group(1)) if match and match.group(1) else None
@@ -65,42 +59,17 @@ def checkpoint_choices(source: str) -> list[tuple[str, str]]:
         bests = [f for f in folder.iterdir() if BEST_NAME.fullmatch(f.name) and f.is_file()]
     except OSError:
         pass
-    named = (
-        Path(str((checkpoints.get("best") or {}).get("path", ""))).name
-        if isinstance(checkpoints.get("best"), dict)
-        else ""
-    )
+    named = Path((checkpoints.get("best") or {}).get("path") or "").name
     bests.sort(key=lambda f: (f.name != named, -(step_of("best", f) or 0)))  # run.json's best first, then latest
     for file in bests:
         step = step_of("best", file)
         parts = [f"step {step:,}" if step is not None else file.name]
-        if step is not None and best.get("step") == step and isinstance(best.get("value"), (int, float)):
+        if step is not None and best.get("step") == step and best.get("value") is not None:
             parts.append(f"{best.get('name')} {format_value(best['value'])}")
         choices.append((f"Best ({', '.join(parts)})", str(file)))
     if not path.is_dir() and str(path) not in {c[1] for c in choices}:
         choices.insert(0, (path.name, str(path)))
     return choices
-
-
-def _names(folder: Path) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except OSError:
-        return []
-
-
-def _load_checkpoint_config(path: str) -> dict:
-    from core.engine.checkpoints import load_checkpoint
-    from core.errors import AmpConsoleError, CheckpointError
-
-    try:
-        return load_checkpoint(path)["config"]
-    except AmpConsoleError:
-        raise
-    except Exception as exc:  # torch.load raises e.g. IndexError for some non-checkpoint files
-        raise CheckpointError(
-            f"{path}: not a readable checkpoint (truncated or corrupt): {type(exc).__name__}: {exc}"
-        ) from None
 
 
 class FileActions:
@@ -202,8 +171,10 @@ class FileActions:
                 problems = "; ".join(f"{k}: {v}" for k, v in window.setupPanel.errors().items())
                 window.show_error(f"Cannot resume from {path}: {problems or 'a run is in progress'}")
 
+        from core.engine.checkpoints import load_checkpoint
+
         window.jobs.submit(
-            lambda: _load_checkpoint_config(path),
+            lambda: load_checkpoint(path)["config"],
             loaded,
             lambda message, details: window.show_error(f"Cannot resume: {message}", details),
         )
@@ -296,21 +267,14 @@ class FileActions:
     def latest_run_checkpoint(self) -> str | None:
         """The newest run folder under the runs root that holds a checkpoint (folder names sort by start time); None
         when there is none."""
+        root = self.window.runs_root()
         try:
-            names = sorted(
-                (
-                    entry.name
-                    for entry in os.scandir(self.window.runs_root())
-                    if RUN_NAME.match(entry.name) and entry.is_dir(follow_symlinks=False)
-                ),
-                reverse=True,
-            )
+            runs = sorted((f for f in root.iterdir() if RUN_NAME.match(f.name) and f.is_dir()), reverse=True)
+            for folder in runs[:50]:  # a sweep folder or a run that never saved: look at the next one
+                if (folder / "checkpoint.pt").is_file() or any(BEST_NAME.fullmatch(f.name) for f in folder.iterdir()):
+                    return str(folder)
         except OSError:
-            return None
-        for name in names[:50]:  # a sweep folder or a run that never saved: look at the next one
-            folder = self.window.runs_root() / name
-            if (folder / "checkpoint.pt").is_file() or any(BEST_NAME.fullmatch(f) for f in _names(folder)):
-                return str(folder)
+            pass
         return None
 
     def ask_export(self, source: str | None = None) -> None:

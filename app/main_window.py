@@ -286,10 +286,7 @@ class MainWindow(QMainWindow):
         self.plotsPanel.clear()
         processes = self.setupPanel.processes()
         separate = self.setupPanel.separate_process()
-        if processes > 1:
-            launching = f" on {processes} processes"
-        else:
-            launching = " in a separate process" if separate else ""
+        launching = f" on {processes} processes" if processes > 1 else " in a separate process" if separate else ""
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         self._history = self._held = None
@@ -372,14 +369,10 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ events
     def _update_title(self) -> None:
         """The window's title says whether a run is going, so it can be told apart in the task bar."""
-        if not self.controller.running:
-            state = ""
-        elif self.controller.stopping:
-            state = "stopping"
-        elif self.controller.paused:
-            state = "paused"
-        else:
-            state = "training"
+        controller = self.controller
+        state = controller.running and (
+            "stopping" if controller.stopping else "paused" if controller.paused else "training"
+        )
         # A short name then the app's, once: Qt appends the application display name to a title not ending in it.
         name = f"{Path(self._run_folder).name} ({state})" if state else self.settings_name
         title = f"{name} — {APP_NAME}" if name else APP_NAME

@@ -19,17 +19,11 @@ class StableRange:
     `auto_log`: turn log for the rest of the run once positive data spans AUTO_LOG_RATIO. `zero_based`: the range
     always holds 0."""
 
-    def __init__(
-        self,
-        log: bool = False,
-        auto_log: bool = False,
-        zero_based: bool = False,
-        default: tuple[float, float] | None = None,
-    ):
+    def __init__(self, log: bool = False, auto_log: bool = False, zero_based: bool = False):
         self.initial_log = log
         self.auto_log = auto_log
         self.zero_based = zero_based
-        self.default = default or ((0.0, 6.0) if log else (0.0, 1.0))  # what an empty plot shows
+        self.default = (0.0, 6.0) if log else (0.0, 1.0)  # what an empty plot shows
         self.reset()
 
     def reset(self) -> None:

@@ -17,23 +17,11 @@ class ElidedLabel(QLabel):
     """A one-line label that never widens the window: cut with "…" to its width, the full text in its tooltip
     (`text()`). At least `min_chars` wide, preferring the text's width up to `max_chars`."""
 
-    def __init__(
-        self,
-        text: str = "",
-        parent=None,
-        *,
-        objectName: str = "",
-        min_chars: int = 8,
-        max_chars: int = 0,
-        elide: Qt.TextElideMode = Qt.TextElideMode.ElideRight,
-    ):
-        super().__init__(parent)
-        if objectName:
-            self.setObjectName(objectName)
+    def __init__(self, text: str = "", parent=None, *, min_chars: int = 8, max_chars: int = 0, **properties):
+        super().__init__(parent, **properties)
         self._full = ""
         self._min_chars = min_chars
         self._max_chars = max_chars
-        self._elide = elide
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.setText(text)
 
@@ -51,7 +39,9 @@ class ElidedLabel(QLabel):
 
     def displayed_text(self) -> str:
         """What fits: the text as painted."""
-        return self.fontMetrics().elidedText(self._full, self._elide, max(self.contentsRect().width(), 0))
+        return self.fontMetrics().elidedText(
+            self._full, Qt.TextElideMode.ElideRight, max(self.contentsRect().width(), 0)
+        )
 
     def _char_width(self, chars: int) -> int:
         return self.fontMetrics().horizontalAdvance("x" * chars)

@@ -71,14 +71,16 @@ class TaskActions:
                 self._list_broken(reference, problem)
                 self.window.logPanel.log(f"Task file {reference}: {problem}", "warning")
                 continue
-            name = info.name if info is not None else "a task"
-            about = f"{info.description}\n" if info is not None else ""
-            self.window.setupPanel.list_task(
-                PENDING + reference,
-                f"{name} ({short_name(reference)})",
-                f"{about}{reference}\nLoaded (its code runs) when you pick it.",
-            )
+            self._list_pending(reference, info.name if info else "a task", f"{info.description}\n" if info else "")
         self.list_installed()
+
+    def _list_pending(self, reference: str, name: str, about: str) -> None:
+        self._accepted.add(reference)
+        self.window.setupPanel.list_task(
+            PENDING + reference,
+            f"{name} ({short_name(reference)})",
+            f"{about}{reference}\nLoaded (its code runs) when you pick it.",
+        )
 
     def list_installed(self) -> None:
         """The tasks installed packages declare (entry points in amp_console.tasks), listed from their metadata and
@@ -94,13 +96,7 @@ class TaskActions:
             panel = self.window.setupPanel
             if panel.taskCombo.findData(PENDING + reference) >= 0 or panel.taskCombo.findData(name) >= 0:
                 continue
-            self._accepted.add(reference)
-            panel.list_task(
-                PENDING + reference,
-                f"{name} ({short_name(reference)})",
-                f"{info.description}\n{reference}, an installed package's task\n"
-                f"Loaded (its code runs) when you pick it.",
-            )
+            self._list_pending(reference, name, f"{info.description}\nan installed package's task: ")
 
     def _list_broken(self, reference: str, problem: str) -> None:
         label = f"{short_name(reference)}: {problem}"  # disabled items show no tooltip on every platform

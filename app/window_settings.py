@@ -132,6 +132,18 @@ def config_from_saved(data: dict, notes: list[str]):
     return config
 
 
+def _processes(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError("not a whole number of 1 or more")
+    return int(text)
+
+
+def _flag(text: str) -> bool:
+    if text not in ("true", "1", "false", "0"):
+        raise ValueError("not true or false")
+    return text in ("true", "1")
+
+
 class WindowSettings:
     """Saves and restores a MainWindow's form, execution choice, geometry and splitters in `store`."""
 
@@ -157,51 +169,27 @@ class WindowSettings:
         notes.append(f"ignored the saved {key}: not window layout data ({_shown(value, 40)})")
         return None
 
-    def _int(self, key: str, default: int, notes: list[str]) -> int:
+    def _parsed(self, key: str, default, parse, notes: list[str]):
+        """The saved `key` as `parse(text)` gives it; `default` when nothing is saved or parse raises ValueError."""
         value = self._value(key, notes)
         if value is None:
             return default
         try:
-            number = int(str(value).strip())
-        except ValueError:
-            notes.append(f"ignored the saved {key} = {_shown(value)}: not a whole number; using {default}")
+            return parse(str(value).strip().lower())
+        except ValueError as exc:
+            notes.append(f"ignored the saved {key} = {_shown(value)}: {exc}; using {str(default).lower()}")
             return default
-        if number < 1:
-            notes.append(f"ignored the saved {key} = {number}: must be 1 or more; using {default}")
-            return default
-        return number
-
-    def _bool(self, key: str, default: bool, notes: list[str]) -> bool:
-        value = self._value(key, notes)
-        if value is None:
-            return default
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("true", "1"):
-            return True
-        if text in ("false", "0"):
-            return False
-        notes.append(f"ignored the saved {key} = {_shown(value)}: not true or false; using {str(default).lower()}")
-        return default
 
     def _saved_config_dict(self, notes: list[str]) -> dict | None:
         saved = self._value(CONFIG_KEY, notes)
         if saved is None or saved == "":
             return None
-        if isinstance(saved, (bytes, bytearray, QByteArray)):
-            try:
-                saved = bytes(saved).decode("utf-8")
-            except UnicodeDecodeError:
-                notes.append("ignored the saved run settings: not UTF-8 text; using the defaults")
-                return None
-        if not isinstance(saved, str):
-            notes.append(f"ignored the saved run settings: not text ({_shown(saved, 40)}); using the defaults")
-            return None
+        if isinstance(saved, (bytearray, QByteArray)):
+            saved = bytes(saved)
         try:
             data = json.loads(saved)
-        except ValueError as exc:
-            notes.append(f"ignored the saved run settings: not valid JSON ({exc}); using the defaults")
+        except (TypeError, ValueError) as exc:  # not text, not UTF-8, not JSON
+            notes.append(f"ignored the saved run settings: not JSON text ({exc}); using the defaults")
             return None
         if not isinstance(data, dict):
             notes.append(
@@ -233,7 +221,7 @@ class WindowSettings:
         except Exception as exc:
             notes.append(f"ignored the saved run settings ({type(exc).__name__}: {exc}); using the defaults")
         window.setupPanel.set_execution(
-            self._int(PROCESSES_KEY, 1, notes), self._bool(SEPARATE_PROCESS_KEY, True, notes)
+            self._parsed(PROCESSES_KEY, 1, _processes, notes), self._parsed(SEPARATE_PROCESS_KEY, True, _flag, notes)
         )
         if self.deferred is not None:
             self._form_then = self._config_to_save(window)

@@ -9,16 +9,10 @@ import os
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.run.handle import RunHandle
+from app.run.jobs import disconnect
 from app.run.process_run import ProcessRun
 from app.run.remote_run import RemoteRun
 from app.run.thread_run import ThreadRun
-
-
-def _disconnect(signal, slot) -> None:
-    try:
-        signal.disconnect(slot)
-    except (RuntimeError, TypeError):  # already disconnected, or its sender is gone
-        pass
 
 
 class RunController(QObject):
@@ -43,11 +37,6 @@ class RunController(QObject):
     @property
     def running(self) -> bool:
         return self._run is not None
-
-    @property
-    def multiprocess(self) -> bool:
-        """A DDP run (torchrun): its ranks can be stopped but not paused."""
-        return self._run is not None and self._run.processes > 1
 
     @property
     def separate_process(self) -> bool:
@@ -109,9 +98,8 @@ class RunController(QObject):
         self._adopt(run, lambda: run.attach(target))
 
     def _adopt(self, run: RunHandle, begin) -> None:
-        run.event.connect(self.event)
-        run.setupFailed.connect(self.setupFailed)
-        run.notice.connect(self.notice)
+        for name in ("event", "setupFailed", "notice"):
+            getattr(run, name).connect(getattr(self, name))
         run.finished.connect(self._on_run_finished)
         self._run = run
         begin()
@@ -148,10 +136,8 @@ class RunController(QObject):
         run, self._run = self._run, None
         if run is None:
             return
-        # A finished run must never reach the next run's listeners.
-        _disconnect(run.event, self.event)
-        _disconnect(run.setupFailed, self.setupFailed)
-        _disconnect(run.notice, self.notice)
+        for name in ("event", "setupFailed", "notice"):  # a finished run must never reach the next run's listeners
+            disconnect(getattr(run, name), getattr(self, name))
         run.deleteLater()
         self.runningChanged.emit(False)
 
@@ -174,7 +160,7 @@ class RunController(QObject):
     def discard_spare(self) -> None:
         spare, self._spare = self._spare, None
         if spare is not None:
-            _disconnect(spare.finished, self._on_spare_finished)
+            disconnect(spare.finished, self._on_spare_finished)
             spare.discard()
             spare.deleteLater()
 
@@ -183,7 +169,7 @@ class RunController(QObject):
         if spare is None or not spare.running:
             return None
         self._spare = None
-        _disconnect(spare.finished, self._on_spare_finished)
+        disconnect(spare.finished, self._on_spare_finished)
         spare.setObjectName("trainingProcess")
         return spare
 

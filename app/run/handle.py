@@ -1,6 +1,4 @@
-"""The one interface a training run offers the window, whatever runs it; each kind answers `can_pause`, `paused`,
-`stopping` and `processes` for itself.
-"""
+"""The one interface a training run offers the window, whatever runs it (ThreadRun, ProcessRun, RemoteRun)."""
 
 from __future__ import annotations
 
@@ -10,13 +8,14 @@ from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetric
 
 
 class RunHandle(QObject):
-    """One training run. Signals arrive on the GUI thread:
+    """One training run; its signals arrive on the GUI thread. `event(obj)`: each core.engine.events event.
+    `setupFailed(message, field, details)`: bad input before the start (`field`: the RunConfig field to mark, or
+    ''); no RunEnded follows. `finished()`: over, its thread or process joined, emitted once. `notice(text, role)`:
+    news that is no engine event; `role` a status role or 'log'.
 
-    - `event(obj)`: each core.engine.events event, the same objects whichever kind of run produced them; -
-    `setupFailed(message, field, details)`: bad input before the run started (`field`: the RunConfig field to
-      mark, or ''); no RunEnded follows;
-    - `finished()`: the run is over and its thread or process joined, emitted exactly once; - `notice(text, role)`:
-    what the user should know that is no engine event; `role` a status role or 'log'."""
+    A kind implements start(config, resume_from), running, can_pause (DDP ranks can't pause together), pause(),
+    resume(), stop() (after the current step, which writes a checkpoint, then RunEnded) and shutdown() (stop and
+    join; a detached run is only let go of). `paused` and `stopping` read `_paused` and `_stop_requested`."""
 
     event = Signal(object)
     setupFailed = Signal(str, str, str)
@@ -25,45 +24,17 @@ class RunHandle(QObject):
 
     processes = 1  # >1: a DDP run under torchrun
     detached = False  # True: the run lives on its own (on a host, or another program's); shutdown() lets go of it
+    _paused = _stop_requested = False
     _last_step = _last_epoch = 0  # what a run that ends without its RunEnded reached (see _failed_end)
     _last_checkpoint: str | None = None
 
-    def start(self, config, resume_from: str | None = None) -> None:
-        """Train `config` (a core RunConfig), continuing from the checkpoint `resume_from` if given."""
-        raise NotImplementedError
-
-    @property
-    def running(self) -> bool:
-        raise NotImplementedError
-
-    @property
-    def can_pause(self) -> bool:
-        """Whether pause() can take effect (DDP ranks can't pause together: their all-reduce would time out)."""
-        raise NotImplementedError
-
     @property
     def paused(self) -> bool:
-        raise NotImplementedError
+        return self._paused
 
     @property
     def stopping(self) -> bool:
-        """Stop was asked for and the run has not ended yet."""
-        raise NotImplementedError
-
-    def pause(self) -> None:
-        """Pause between steps (paused time is not counted as training time)."""
-        raise NotImplementedError
-
-    def resume(self) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Ask the run to stop after its current step; it writes a checkpoint, then sends RunEnded."""
-        raise NotImplementedError
-
-    def shutdown(self) -> None:
-        """Stop and block until the run's thread or process has exited; a detached run is only let go of."""
-        raise NotImplementedError
+        return self._stop_requested
 
     def _track(self, event) -> None:
         """Note the step, epoch and latest checkpoint a run read from elsewhere has reached."""

@@ -18,9 +18,11 @@ from core.engine.control import RunControl
 from core.errors import AmpConsoleError
 
 
-def describe_unexpected(exc: BaseException) -> tuple[str, str]:
-    """(one line, traceback) for an exception the engine did not turn into a message itself."""
-    return f"{type(exc).__name__}: {exc}", traceback.format_exc()
+def disconnect(signal, slot) -> None:
+    try:
+        signal.disconnect(slot)
+    except (RuntimeError, TypeError):  # already disconnected, or its sender is gone
+        pass
 
 
 class _Worker(QObject):
@@ -43,8 +45,7 @@ class _Worker(QObject):
         except AmpConsoleError as exc:  # bad input: the message names what is wrong
             self.failed.emit(str(exc), getattr(exc, "field", "") or "", getattr(exc, "details", ""))  # user code
         except Exception as exc:  # anything else reaches the user as a message, never kills the window
-            message, details = describe_unexpected(exc)
-            self.failed.emit(message, "", details)
+            self.failed.emit(f"{type(exc).__name__}: {exc}", "", traceback.format_exc())
         else:
             self.succeeded.emit(result)
         finally:
@@ -113,15 +114,8 @@ class BackgroundJob(QObject):
         self._thread = self._worker = None
         thread.wait()  # finished fires before the OS thread exits: join before it is deleted
         thread.deleteLater()
-        for signal, slot in (
-            (worker.progress, self.progress),
-            (worker.succeeded, self.succeeded),
-            (worker.failed, self.failed),
-        ):
-            try:
-                signal.disconnect(slot)
-            except (RuntimeError, TypeError):  # the worker may already be gone
-                pass
+        for name in ("progress", "succeeded", "failed"):
+            disconnect(getattr(worker, name), getattr(self, name))
         if shiboken6.isValid(worker):
             shiboken6.delete(worker)  # here, on the GUI thread, its thread joined (see the module doc)
         self.runningChanged.emit(False)

@@ -99,11 +99,9 @@ class ProcessRun(RunHandle):
         self._follow.timeout.connect(self._read_events)
         self._asked: list[str] = []  # pause/resume/stop asked for before the run's folder was known
         self._requests = JobRunner(self)
-        self._stop_requested = False
-        self._paused = False
         self.processes = processes
         self.spare = False  # started by prestart() and not yet given a run
-        self.warm = False
+        self.warm = False  # a spare has loaded the engine
         self._done = False
         self._folder: tempfile.TemporaryDirectory | None = None  # the torchrun config file's
         self._escalate = QTimer(self, singleShot=True)
@@ -113,14 +111,6 @@ class ProcessRun(RunHandle):
     @property
     def running(self) -> bool:
         return self.process.state() != QProcess.ProcessState.NotRunning
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_requested
 
     @property
     def can_pause(self) -> bool:

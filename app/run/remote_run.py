@@ -58,8 +58,6 @@ class RemoteRun(RunHandle):
         self._job.runningChanged.connect(self._on_job_running)
         self._controls = JobRunner(self)
         self._controls.busyChanged.connect(lambda busy: busy or self._finish_if_done())
-        self._paused = False
-        self._stop_requested = False
         self._stop_pending = False  # Stop pressed before the run's folder was known
         self._started = False  # a RunStarted came
         self._ended = False  # a RunEnded came
@@ -207,10 +205,6 @@ class RemoteRun(RunHandle):
     @property
     def can_pause(self) -> bool:
         return self.running and self.processes == 1 and not self._ended
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
 
     @property
     def stopping(self) -> bool:

@@ -123,7 +123,7 @@ def test_curves_cut_down_keep_their_ks_and_values_paired():
 
 
 def test_the_tab_reads_and_cuts_down_a_hostile_report_on_a_worker(qtbot, tmp_path, monkeypatch):
-    from app.panels.preview import EvaluationTab
+    from app.panels.preview.evaluation_tab import EvaluationTab
     from core.runs import evaluation_report
 
     folder = tmp_path / "run"

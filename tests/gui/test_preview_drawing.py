@@ -221,7 +221,7 @@ def test_a_drawn_digit_reaches_the_digits_model(qtbot, digits_run):
         reference = load_predictor(digits_run.folder)
         first = reference.example_rows(1)[0]
         assert page.pad_shown and page.values() == pytest.approx(first.tolist(), abs=1e-4)  # the first digit
-        assert page.drawing.values() == pytest.approx(first.tolist(), abs=1e-4)  # painted on the pad
+        assert page.drawing.pad.values() == pytest.approx(first.tolist(), abs=1e-4)  # painted on the pad
 
         qtbot.mouseClick(page.drawing.clearButton, Qt.MouseButton.LeftButton)
         drag(page.drawing.pad, [(4.5, 0.8), (4.5, 4.0), (4.4, 7.2)])  # a 1, down column 4

@@ -111,4 +111,4 @@ def test_a_new_tasks_feature_row_page_shows_its_score(qtbot):
     names = [page.findChild(QLabel, f"previewNewPageLabel{i}").text() for i in range(3)]
     assert names == ["f1", "f2", "f3"] and len(page.inputs) == 3  # the fields the model reads, named by the spec
     assert predictor.asked == [[1.0, 2.0, 3.0]] and page.asked == [1.0, 2.0, 3.0]  # the first sample, asked
-    assert page.score == 0.25 and "on time" in page.scoreLabel.text() and page.bar.value() == 250
+    assert page.score == 0.25 and "on time" in page.output.label.text() and page.output.bar.value() == 250

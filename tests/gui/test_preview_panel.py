@@ -83,8 +83,8 @@ def test_sentiment_scores_as_you_type(qtbot, dialog, runs):
     # one keystroke at a time, yet only the text as it stood after the pause was sent (score + explain)
     assert dialog.queue.started - started < len(text) // 4
     assert page.score == pytest.approx(reference.sentiment([text])[0], abs=1e-6)
-    assert f"{page.score:.3f}" in page.scoreLabel.text()
-    assert page.bar.value() == round(page.score * 1000)
+    assert f"{page.score:.3f}" in page.output.label.text()
+    assert page.output.bar.value() == round(page.score * 1000)
     expected = reference.explain(text)
     assert [w for w, _ in page.words] == [w for w, _ in expected]
     assert [e for _, e in page.words] == pytest.approx([e for _, e in expected], abs=1e-6)
@@ -110,7 +110,7 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     assert page.result.items == expected.items and page.result.scores == pytest.approx(expected.scores)
     assert [page.table.item(r, 1).text() for r in range(page.table.rowCount())] == [str(i) for i in expected.items]
 
-    page.select_user(1)  # another user: the history field follows and the list is theirs
+    page.userCombo.setCurrentIndex(1)  # another user: the history field follows and the list is theirs
     qtbot.waitUntil(lambda: page.asked is not None and page.asked[0] == list(users[1][1]), timeout=20_000)
     assert page.result.items == reference.recommend(users[1][1]).items
 
@@ -132,7 +132,7 @@ def test_recommender_top10_is_the_predictors(qtbot, dialog, runs):
     assert "no-such-lesson" in page.infoLabel.text() and "999999" in page.infoLabel.text()
     shot(dialog, "recommender")
     page.excludeCheck.setChecked(True)
-    page.select_user(0)
+    page.userCombo.setCurrentIndex(0)
     qtbot.waitUntil(lambda: page.asked is not None and page.asked == (list(users[0][1]), True), timeout=20_000)
 
 
@@ -241,7 +241,7 @@ def test_tiny_probabilities_for_a_sample_and_typed_numbers(qtbot, dialog, runs):
 def test_the_newest_request_of_a_kind_wins_and_none_piles_up(qtbot):
     import threading
 
-    from app.panels.preview import PredictionQueue
+    from app.panels.preview.queue import PredictionQueue
 
     queue = PredictionQueue()
     results, errors = [], []

@@ -28,19 +28,9 @@ from PySide6.QtWidgets import (
 from app.panels.preview.evaluation_tab import EvaluationTab
 from app.panels.preview.pages import PAGES, Page, page_class
 from app.panels.preview.queue import PredictionQueue
-from app.panels.preview.widgets import fmt, parse_ids
+from app.panels.preview.widgets import fmt
 from app.panels.tool_dialog import ERROR_COLOUR
 from app.run.jobs import JobRunner
-
-__all__ = [
-    "EvaluationTab",
-    "PAGES",
-    "PredictionQueue",
-    "PreviewDialog",
-    "describe_predictor",
-    "load_for_preview",
-    "parse_ids",
-]
 
 
 def describe_predictor(predictor) -> str:
@@ -145,12 +135,8 @@ class PreviewDialog(QDialog):
     # ------------------------------------------------------------------ choices
     def refresh_devices(self) -> None:
         keep = self.deviceCombo.currentText() or "cpu"
-        try:
-            ids = [str(d) for d in self._devices()] or ["cpu"]
-        except Exception:
-            ids = ["cpu"]
-        if "cpu" not in ids:
-            ids.insert(0, "cpu")
+        ids = [str(d) for d in self._devices()]
+        ids = ids if "cpu" in ids else ["cpu", *ids]
         self.deviceCombo.clear()
         self.deviceCombo.addItems(ids)
         self.deviceCombo.setCurrentText(keep if keep in ids else "cpu")

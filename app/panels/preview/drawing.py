@@ -186,7 +186,7 @@ class DrawingPanel(QWidget):
         self.pad.setObjectName(f"{name}Pad")
         self.drawn = self.pad.drawn
         self.clearButton = QPushButton("Clear", objectName=f"{name}ClearButton", clicked=self.pad.clear)
-        self.clearButton.setToolTip(f"Blank every pixel ({fmt_number(spec.pixel_range[0])})")
+        self.clearButton.setToolTip(f"Blank every pixel ({spec.pixel_range[0]:g})")
         hint = QLabel("Left button draws, right erases", objectName=f"{name}PadHint", wordWrap=True)
         hint.setToolTip(f"Draw a {spec.noun}: the model is asked once the drawing pauses")
         layout = QVBoxLayout(self)
@@ -196,17 +196,7 @@ class DrawingPanel(QWidget):
         layout.addWidget(self.clearButton, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addStretch(1)
 
-    def values(self) -> list[float]:
-        return self.pad.values()
-
-    def set_values(self, values) -> None:
-        self.pad.set_values(values)
-
 
 def _cells(low: float, high: float, pixels: int) -> tuple[int, int]:
     """The ink cells (first, past the last) of one axis that the span low..high (in pixels) touches."""
     return (max(0, int(np.floor(low * SUPERSAMPLE))), min(pixels * SUPERSAMPLE, int(np.ceil(high * SUPERSAMPLE))))
-
-
-def fmt_number(value: float) -> str:
-    return f"{value:g}"

@@ -74,7 +74,7 @@ class Page(QWidget):
         raise NotImplementedError
 
     def show_error(self, kind: str, message: str) -> None:
-        raise NotImplementedError
+        self.output.show_error(message)
 
 
 class _OneAnswerPage(Page):
@@ -98,23 +98,12 @@ class _OneAnswerPage(Page):
         return self.answer if self.spec.output_kind == "class_probabilities" else None
 
     @property
-    def bar(self):
-        return self.output.bar
-
-    @property
-    def scoreLabel(self):
-        return self.output.label
-
-    @property
     def labels(self):
         return self.output.labels
 
     def _show_answer(self, value) -> None:
         self.answer = value
         self.output.show_value(value)
-
-    def show_error(self, kind: str, message: str) -> None:
-        self.output.show_error(message)
 
 
 class TextPage(_OneAnswerPage):
@@ -295,7 +284,7 @@ class FeatureRowPage(_OneAnswerPage):
 
     def _show_pixels(self) -> None:
         if self.pad_shown:
-            self.drawing.set_values(self.values())
+            self.drawing.pad.set_values(self.values())
 
     def _edited(self) -> None:
         """A field typed in: the pad shows it, the model is asked once the typing pauses."""
@@ -305,7 +294,7 @@ class FeatureRowPage(_OneAnswerPage):
     def _drawn(self) -> None:
         """Drawn on the pad: its pixels are the fields' values, asked once the drawing pauses."""
         if self.pad_shown:
-            self._set_values(self.drawing.values())
+            self._set_values(self.drawing.pad.values())
             self.debounce.start()
 
     def sample(self) -> None:
@@ -416,9 +405,6 @@ class FeatureRowsPage(Page):
                 f"{said} · {self.measure_name} of this order {self.measure:.3f} (1 = the true labels' own order)"
             )
 
-    def show_error(self, kind: str, message: str) -> None:
-        self.output.show_error(message)
-
 
 class IdSequencePage(Page):
     """input_kind "id_sequence": an example's ids (a user's history) or ids typed, the model's top entries
@@ -474,9 +460,6 @@ class IdSequencePage(Page):
         else:
             self.request()
 
-    def select_user(self, index: int) -> None:
-        self.userCombo.setCurrentIndex(index)
-
     def _user_chosen(self, index: int) -> None:
         if 0 <= index < len(self.users):
             self.historyEdit.setText(", ".join(str(i) for i in self.users[index][1]))
@@ -521,9 +504,6 @@ class IdSequencePage(Page):
             shown += " …" if len(rec.unknown) > SHOWN_UNKNOWN else ""
             parts.append(coloured(f"not in the model's {item}s (ignored): {shown}", DOWN_COLOUR))
         self.infoLabel.setText("<br>".join(parts))
-
-    def show_error(self, kind: str, message: str) -> None:
-        self.output.show_error(message)
 
 
 # the page for each input kind (core.tasks.serving.PREVIEW_INPUTS); a page says which output kinds it shows
