@@ -1,11 +1,8 @@
 """Read a task's description, options and defaults from its module's source, without running it (no torch).
 
-Task modules import torch (their models are nn.Modules), which costs about a second; listing the tasks must not.
-Their class attributes (`name`, `description`, `options = (TaskOption(...), ...)`, `defaults = {...}`,
-`primary_metric`, `tokens_key`, `synthetic_file`, `saved_defaults`) are plain literals, so they are read from the
-module's syntax tree. A class whose attributes are not literals (or that inherits from another task) gets `None`
-here, and the registry imports it instead: slower, never wrong. tests/test_cli_startup.py checks both ways agree
-for every task.
+Importing a task module imports torch (about a second); listing the tasks must not. A task's class attributes
+(_ATTRIBUTES) are plain literals, read from the module's syntax tree; a class whose attributes are not (or that
+inherits from another task) gets `None` here, and the registry imports it instead: slower, never wrong.
 """
 
 from __future__ import annotations
@@ -92,11 +89,7 @@ def find_task_class(source: Path | str) -> str | None:
 
 def read_task_info(source: Path | str, class_name: str) -> TaskInfo | None:
     """The TaskInfo of class `class_name` in the module at `source`; None when it is not plain literals."""
-    try:
-        tree = ast.parse(Path(source).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return None
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    cls = next((n for n in _classes(source) if n.name == class_name), None)
     if cls is None or [ast.unparse(b) for b in cls.bases] != ["Task"]:
         return None
     values: dict = {}

@@ -11,10 +11,9 @@ from __future__ import annotations
 import torch
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk: 256 MB in float32, enough rows to keep the GPU busy
-# Every chunk reads the whole item table once, so few positions per chunk could be mostly table reads (the 256 MB
-# budget leaves 67 positions per chunk at 1M items). Measured on the CPU at 1M items (benchmarks/large_catalogue.py,
-# batch 16 x 50, 1 thread), a floor of 256 positions was slower, 19-20 against 17 ns per position x item: the
-# larger block falls out of cache. So no floor by default; `min_rows` is there for a device where one pays.
+# A chunk reads the whole item table: few positions per chunk (67 at 1M items) might be mostly table reads, but a
+# floor of 256 was slower on the CPU (benchmarks/large_catalogue.py: 19-20 against 17 ns per position x item, the
+# larger block falls out of cache). So no floor by default; `min_rows` is there for a device where one pays.
 MIN_CHUNK_ROWS = 1
 
 

@@ -1,12 +1,9 @@
 """A serving part for any task whose model reads a row of numbers: x (B, F) float32 -> y (B, O) float32.
 
-A task names this class (or a subclass that sets what differs) from its `serving_class()` and gets everything
-core.tasks.serving's TaskServing names: exports, `amp-console predict` over a file of rows, the answers
-`predict_rows` and `example_rows`, and the Model preview (docs/tasks.md, "Serving it").
-
-A subclass may set `output_names`, `probabilities` (softmax over the outputs), `input_shape` (what the model reads
-of a row), `preview` (a PreviewSpec), and `features(model)` when neither `input_shape` nor the model's first
-nn.Linear says how many numbers it reads.
+A task naming this class (or a subclass) from `serving_class()` gets exports, `amp-console predict` over a file of
+rows, the answers `predict_rows` and `example_rows`, and the Model preview (docs/tasks.md, "Serving it"). A subclass
+may set `output_names`, `probabilities` (softmax over the outputs), `input_shape` (what the model reads of a row),
+`preview`, and `features(model)` when neither `input_shape` nor the model's first nn.Linear gives the width.
 """
 
 from __future__ import annotations

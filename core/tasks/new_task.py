@@ -89,13 +89,14 @@ def create_file(path: Path, payload: bytes) -> None:
     """`path` created holding `payload`, only where no entry of that name is (O_EXCL | O_NOFOLLOW: never over
     a file, never through a link, even one to nothing); removed again if the write fails."""
     shown = shown_path(path)
-    _refuse_existing(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags, 0o666)
     except FileExistsError:
-        _refuse_existing(path)
-        raise ConfigError("out", f"{shown}: already exists; it is never overwritten") from None
+        if os.path.islink(path):
+            raise ConfigError("out", f"{shown}: is a symbolic link; a task file is never written through one") from None
+        what = "a folder" if os.path.isdir(path) else "a file"
+        raise ConfigError("out", f"{shown}: already exists ({what}); it is never overwritten") from None
     except OSError as exc:
         cause = exc.strerror or type(exc).__name__
         raise ConfigError("out", f"{shown}: cannot write in {shown_path(path.parent)}: {cause}") from None
@@ -105,12 +106,3 @@ def create_file(path: Path, payload: bytes) -> None:
     except BaseException:
         os.unlink(path)
         raise
-
-
-def _refuse_existing(path: Path) -> None:
-    shown = shown_path(path)
-    if os.path.islink(path):
-        raise ConfigError("out", f"{shown}: is a symbolic link; a task file is never written through one")
-    if os.path.lexists(path):
-        what = "a folder" if os.path.isdir(path) else "a file"
-        raise ConfigError("out", f"{shown}: already exists ({what}); it is never overwritten")

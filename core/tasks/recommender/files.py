@@ -60,7 +60,6 @@ class RecommenderFileScorer(FileScorer):
             self._times = np.full((size, predictor.max_len), -np.inf)
             self._first_line = np.zeros(size, dtype=np.int64)
             self._users: list = []
-            self._events = 0
             # every (user, lesson) seen, as user * (n_items + 1) + lesson: a lesson seen before the window is
             # still seen (excluded, as predict's histories, the preview and serve.py exclude it)
             self._seen: list = []
@@ -181,7 +180,6 @@ class RecommenderFileScorer(FileScorer):
         item = ids(batch.column(self.item), self.item, checks)
         when = numbers(batch.column(self.time), self.time, checks, dtype="float64", dates=True)
         good = self._good(batch, lines, checks, report)
-        self._events += len(good)
         if not len(good):
             return
         taken = pa.array(good)
