@@ -25,10 +25,11 @@ import pytest
 from trained_runs import LESSONS, TASK_OPTIONS
 
 from core.runs import serve
-from core.runs.export import serve_py
 
 K = 3  # the recommender's lessons per history
 DEADLINE = 180.0  # seconds a child process may take to load torch and the export on a busy machine
+
+SERVE_PY = Path(serve.__file__).read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_every_export_carries_the_module_byte_for_byte(exports):
     folder = exports("tiny")
     module_file = Path(serve.__file__)
     assert module_file == Path(__file__).resolve().parents[1] / "core" / "runs" / "serve.py"
-    assert (folder / "serve.py").read_bytes() == module_file.read_bytes() == serve_py()
+    assert (folder / "serve.py").read_bytes() == module_file.read_bytes() == SERVE_PY
 
 
 def test_the_module_imports_only_the_standard_library_and_torch():
@@ -309,7 +310,7 @@ def test_csv_and_json_lines_are_answered_with_a_bad_line_among_good_ones(exports
 
 @pytest.mark.slow
 def test_help_and_usage_errors_are_one_line(tmp_path):
-    (tmp_path / "serve.py").write_bytes(serve_py())  # a folder with no export: help needs none
+    (tmp_path / "serve.py").write_bytes(SERVE_PY)  # a folder with no export: help needs none
     done = run_serve(tmp_path, "--help", cwd=tmp_path)
     out = done.stdout.decode()
     assert done.returncode == 0 and "--http HOST:PORT" in out and "python serve.py rows.csv" in out
