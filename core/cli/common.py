@@ -269,6 +269,17 @@ def safe_standard_streams():
         sys.stdout, sys.stderr = saved
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: must be above 0 seconds")
+    return value
+
+
 def add_task_file_flag(parser) -> None:
     """--task REFERENCE for a command that reads a run or checkpoint whose task is not built in."""
     parser.add_argument(

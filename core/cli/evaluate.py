@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from core.cli.common import add_checkpoint_args
-from core.cli.train import add_data_flags, data_flag_values
+from core.cli.train import add_data_flags, data_flag_values, references
 from core.errors import CheckpointError, ConfigError
 from core.files import UnreadableFile
 from core.text import printable
@@ -163,11 +163,8 @@ def _print_metrics(result: dict, checkpoint: Path) -> None:
         f"on {result['device']} in {result['precision']}{compute}: {fmt.duration(result['seconds'])}"
     )
     on = "" if split == "val" else "on val: "
-    baseline, ceiling = result["baseline"], result["ceiling"]
     for name, value in result["metrics"].items():
-        refs = [f"baseline {baseline[name]:.4f}"] if name in baseline else []
-        refs += [f"planted ceiling {ceiling[name]:.4f}"] if name in ceiling else []
-        print(f"  {split:<4} {name:<26} {_value(value)}" + (f"   ({on}{', '.join(refs)})" if refs else ""))
+        print(f"  {split:<4} {name:<26} {_value(value)}{references(name, result['baseline'], result['ceiling'], on)}")
 
 
 def _value(value) -> str:

@@ -92,8 +92,9 @@ def print_devices(devices) -> None:
             console.print(f"{d.id}: no {mode}: {why}")
 
 
-def _option_rows(info) -> list[dict]:
-    return [
+def _task_json(info, **extra) -> dict:
+    """A task's `tasks --json` object: its name, description, metric, options and defaults (and `extra`)."""
+    options = [
         {
             "name": o.name,
             "default": o.default,
@@ -104,6 +105,14 @@ def _option_rows(info) -> list[dict]:
         }
         for o in info.options
     ]
+    return {
+        "name": info.name,
+        "description": info.description,
+        "primary_metric": info.primary_metric,
+        "options": options,
+        "defaults": dict(info.defaults),
+        **extra,
+    }
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -123,40 +132,13 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             return fail_bad_input(f"tasks: {str(exc).split(': ', 1)[1]}")
         parameters = _parameter_count(info.name)
         if args.json:
-            print(
-                json.dumps(
-                    {
-                        "name": info.name,
-                        "description": info.description,
-                        "parameters": parameters,
-                        "primary_metric": info.primary_metric,
-                        "options": _option_rows(info),
-                        "defaults": dict(info.defaults),
-                    },
-                    indent=2,
-                )
-            )
+            print(json.dumps(_task_json(info, parameters=parameters), indent=2))
         else:
             print_task(info, parameters)
         return 0
     infos = list(task_infos().values())
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "name": i.name,
-                        "description": i.description,
-                        "primary_metric": i.primary_metric,
-                        "options": _option_rows(i),
-                        "defaults": dict(i.defaults),
-                        "source": i.source or None,
-                    }
-                    for i in infos
-                ],
-                indent=2,
-            )
-        )
+        print(json.dumps([_task_json(i, source=i.source or None) for i in infos], indent=2))
         return 0
     console = fmt.console()
     for info in infos:

@@ -16,83 +16,57 @@ from core.errors import ConfigError
 DEFAULT_PORT = 29500  # torchrun's
 DEFAULT_RDZV_TIMEOUT = 600.0  # seconds the nodes wait for each other (torchrun's join_timeout default)
 AUTO_RESUME_ENV = "AMP_CONSOLE_AUTO_RESUME"  # set by the launcher: a restarted worker resumes from the run folder
-NODE_FLAGS = (
-    "--nproc",
-    "--nnodes",
-    "--nproc-per-node",
-    "--node-rank",
-    "--rdzv-endpoint",
-    "--rdzv-id",
-    "--rdzv-timeout",
-    "--max-restarts",
-    "--bind",
-)  # the launcher's own: the workers never get them
+
+
+# Each flag of a run over several machines: (flag, type, metavar, help).
+MULTI_NODE_FLAGS = (
+    ("--nnodes", int, "N", "machines in the run; run the same command on each (with --rdzv-endpoint)"),
+    ("--nproc-per-node", int, "K", "processes on each machine (one per GPU); the same as --nproc on one machine"),
+    ("--node-rank", int, "R", "this machine's number, 0..N-1, for messages (the rendezvous assigns the ranks)"),
+    (
+        "--rdzv-endpoint",
+        str,
+        "HOST:PORT",
+        f"where the nodes meet: a host every node reaches (one of them), port default {DEFAULT_PORT}",
+    ),
+    (
+        "--rdzv-id",
+        str,
+        "JOB",
+        "the run's name at the rendezvous, the same on every node (default: $SLURM_JOB_ID, else amp-console)",
+    ),
+    (
+        "--rdzv-timeout",
+        float,
+        "SECONDS",
+        f"how long the nodes wait for each other before the run ends (default {DEFAULT_RDZV_TIMEOUT:g})",
+    ),
+    (
+        "--max-restarts",
+        int,
+        "R",
+        "when a process fails, restart every process up to R times, resuming from the run's last checkpoint "
+        "(default 0)",
+    ),
+    (
+        "--bind",
+        str,
+        "ADDRESS",
+        "the local address (or interface name) a multi-node run listens on (default: the interface that "
+        "reaches the endpoint)",
+    ),
+)
+# the launcher's own (--end-with-parent: its parent, not the ranks'): the workers never get them
+NODE_FLAGS = ("--nproc", "--end-with-parent", *(flag for flag, *_ in MULTI_NODE_FLAGS))
 
 
 def add_node_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--nproc",
-        type=int,
-        default=None,
-        metavar="N",
-        help="run N processes on this machine with DDP (torchrun on 127.0.0.1)",
+        "--nproc", type=int, metavar="N", help="run N processes on this machine with DDP (torchrun on 127.0.0.1)"
     )
     group = parser.add_argument_group("several machines (torchrun's c10d rendezvous; docs/distributed.md)")
-    group.add_argument(
-        "--nnodes",
-        type=int,
-        default=None,
-        metavar="N",
-        help="machines in the run; run the same command on each (with --rdzv-endpoint)",
-    )
-    group.add_argument(
-        "--nproc-per-node",
-        type=int,
-        default=None,
-        metavar="K",
-        help="processes on each machine (one per GPU); the same as --nproc on one machine",
-    )
-    group.add_argument(
-        "--node-rank",
-        type=int,
-        default=None,
-        metavar="R",
-        help="this machine's number, 0..N-1, for messages (the rendezvous assigns the ranks)",
-    )
-    group.add_argument(
-        "--rdzv-endpoint",
-        default=None,
-        metavar="HOST:PORT",
-        help=f"where the nodes meet: a host every node reaches (one of them), port default {DEFAULT_PORT}",
-    )
-    group.add_argument(
-        "--rdzv-id",
-        default=None,
-        metavar="JOB",
-        help="the run's name at the rendezvous, the same on every node (default: $SLURM_JOB_ID, else amp-console)",
-    )
-    group.add_argument(
-        "--rdzv-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help=f"how long the nodes wait for each other before the run ends (default {DEFAULT_RDZV_TIMEOUT:g})",
-    )
-    group.add_argument(
-        "--max-restarts",
-        type=int,
-        default=None,
-        metavar="R",
-        help="when a process fails, restart every process up to R times, resuming from the run's "
-        "last checkpoint (default 0)",
-    )
-    group.add_argument(
-        "--bind",
-        default=None,
-        metavar="ADDRESS",
-        help="the local address (or interface name) a multi-node run listens on (default: the "
-        "interface that reaches the endpoint)",
-    )
+    for flag, kind, metavar, help_text in MULTI_NODE_FLAGS:
+        group.add_argument(flag, type=kind, metavar=metavar, help=help_text)
 
 
 @dataclass(frozen=True)
@@ -246,26 +220,6 @@ def strip_node_flags(argv: list[str]) -> list[str]:
         elif not arg.startswith(tuple(flag + "=" for flag in NODE_FLAGS)):
             out.append(arg)
     return out
-
-
-def multi_node_command(plan: NodePlan, python: str, train_argv: list[str]) -> list[str]:
-    """torchrun over several machines: c10d rendezvous at the endpoint, this node listening on its address."""
-    command = [
-        python,
-        "-m",
-        "core.cli.loopback_torchrun",
-        f"--nnodes={plan.nnodes}",
-        f"--nproc-per-node={plan.nproc_per_node}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={plan.endpoint}",
-        f"--rdzv-id={plan.rdzv_id}",
-        f"--rdzv-conf=join_timeout={plan.rdzv_timeout:g}",
-        f"--local-addr={plan.local_addr}",
-        f"--max-restarts={plan.max_restarts}",
-    ]
-    if plan.node_rank is not None:
-        command.append(f"--node-rank={plan.node_rank}")
-    return [*command, "-m", "core.cli", *train_argv]
 
 
 def network_env(plan: NodePlan) -> dict[str, str]:

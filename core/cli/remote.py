@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from core.cli.common import seconds
 from core.errors import ConfigError
 from core.text import printable
 
@@ -32,6 +33,18 @@ def _ssh_flags(parser) -> None:
         default=None,
         help="the runs root a run id or name is looked for in (default: $AMP_CONSOLE_RUNS_DIR, else your data folder)",
     )
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(f"amp-console: {text}\n")
+    sys.stderr.flush()
+
+
+def _remote(target: str) -> tuple[str, str] | None:
+    """(HOST, PATH) for a target on a host; None for a run here (a path that exists is never a host's)."""
+    from core.remote.ssh import parse_target
+
+    return parse_target(target) if not os.path.exists(target) else None
 
 
 def host_of(dest: str, args: argparse.Namespace):
@@ -66,7 +79,7 @@ def register(sub) -> None:
     )
     watch.add_argument(
         "--progress-every",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="off a terminal: one progress line this often (default 10)",
@@ -190,9 +203,8 @@ def register(sub) -> None:
 # ----------------------------------------------------------------------------------------------- watch
 def _follower(target: str, args: argparse.Namespace):
     from core.remote.client import follow_run
-    from core.remote.ssh import parse_target
 
-    remote = parse_target(target) if not os.path.exists(target) else None
+    remote = _remote(target)
     host = host_of(remote[0], args) if remote else None
     return follow_run(target, offset=args.offset, host=host, runs_dir=args.runs_dir)
 
@@ -202,20 +214,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from core.engine.events import ControlAcknowledged, RunEnded, RunPaused, RunResumed, RunStarted, event_or_none
     from core.remote.client import FollowNote
 
-    if args.progress_every <= 0:
-        raise ConfigError("progress_every", f"{args.progress_every:g} is not a number of seconds above 0")
     follower = _follower(args.target, args)
     reporter = ProgressReporter(enabled=True, every=args.progress_every)
     started = ended = None
-
-    def say(text: str) -> None:
-        sys.stderr.write(f"amp-console: {text}\n")
-        sys.stderr.flush()
-
     try:
         for item in follower:
             if isinstance(item, FollowNote):
-                say(item.text)
+                _say(item.text)
                 continue
             event = event_or_none(item.record)
             if event is None:
@@ -225,26 +230,26 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 case RunStarted():
                     started, ended = event, None
                 case ControlAcknowledged():
-                    say(
+                    _say(
                         f"{event.verb} requested (request {event.seq}): acknowledged"
                         + (f", {event.note}" if event.note else "")
                     )
                 case RunPaused():
-                    say(f"paused at step {event.step}")
+                    _say(f"paused at step {event.step}")
                 case RunResumed():
-                    say(f"resumed at step {event.step} after {event.paused_seconds:.1f} s paused")
+                    _say(f"resumed at step {event.step} after {event.paused_seconds:.1f} s paused")
                 case RunEnded():
                     ended = event
     except KeyboardInterrupt:
         follower.close()
-        say(
+        _say(
             f"stopped watching at byte {follower.offset} (the run goes on; `watch --offset {follower.offset}` "
             f"picks up there)"
         )
         return 130
     if ended is None or follower.status != "ended":
         why = f": {follower.note}" if follower.note else ""
-        say(f"the run ended without a word (killed, or it never started){why}")
+        _say(f"the run ended without a word (killed, or it never started){why}")
         return 1
     print_summary(ended, started, sys.stdout)
     if args.json:
@@ -254,9 +259,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_control(args: argparse.Namespace) -> int:
     from core.remote.client import control_remote
-    from core.remote.ssh import parse_target
 
-    remote = parse_target(args.target) if not os.path.exists(args.target) else None
+    remote = _remote(args.target)
     if remote is not None:
         result = control_remote(host_of(remote[0], args), remote[1], args.verb, timeout=args.timeout)
     else:
@@ -311,11 +315,7 @@ def cmd_remote_start(args: argparse.Namespace) -> int:
     host = host_of(args.host, args)
     config = _config_for_host(values, host.dest, args.config or "the command line", args.upload)
     fields = [name for name in ("data", "val_data", "test_data") if getattr(config, name)] if args.upload else []
-
-    def say(text: str) -> None:
-        sys.stderr.write(f"amp-console: {text}\n")
-
-    run = start_remote_run(host, config, upload_fields=fields, nproc=args.nproc, on_progress=say)
+    run = start_remote_run(host, config, upload_fields=fields, nproc=args.nproc, on_progress=_say)
     print(run.target, flush=True)
     if not args.watch:
         return 0
@@ -398,7 +398,7 @@ def cmd_remote_fetch(args: argparse.Namespace) -> int:
         sys.stderr.write("\n")
     kept = f", {len(fetched.kept)} already here" if fetched.kept else ""
     sent = size(fetched.bytes_sent) if fetched.bytes_sent else "0 B"
-    sys.stderr.write(f"amp-console: fetched {len(fetched.sent)} file(s) ({sent}){kept}\n")
+    _say(f"fetched {len(fetched.sent)} file(s) ({sent}){kept}")
     print(fetched.folder, flush=True)
     return 0
 

@@ -16,17 +16,17 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from core.cli.common import stop_at_end_of_input
-from core.cli.nodes import AUTO_RESUME_ENV, NodePlan, multi_node_command, network_env, strip_node_flags
+from core.cli.nodes import AUTO_RESUME_ENV, NodePlan, network_env, strip_node_flags
 from core.errors import ConfigError
 from core.files import read_jsonl
 
 if TYPE_CHECKING:
     from core.cli.common import StopSignals
     from core.config import RunConfig
-    from core.engine.run_folder import ClaimedFolder
 
 LOCALHOST = "127.0.0.1"
 
@@ -38,22 +38,34 @@ def free_local_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_command(nproc: int, train_argv: list[str], port: int | None = None, max_restarts: int = 0) -> list[str]:
-    """The torchrun command line for a single-node run of `train_argv`, every store it hosts listening on 127.0.0.1 only
-    (through core.cli.loopback_torchrun)."""
-    port = port or free_local_port()
+def torchrun_command(plan: NodePlan, train_argv: list[str], port: int | None = None) -> list[str]:
+    """The torchrun command line of `plan` for `train_argv`, through core.cli.loopback_torchrun: on one machine every
+    store it hosts listens on 127.0.0.1 only (`port`: the rendezvous's, default a free one); over several, c10d's
+    rendezvous at the endpoint, this node listening on its address."""
+    if plan.multi_node:
+        where = [
+            f"--rdzv-endpoint={plan.endpoint}",
+            f"--rdzv-id={plan.rdzv_id}",
+            f"--rdzv-conf=join_timeout={plan.rdzv_timeout:g}",
+            f"--local-addr={plan.local_addr}",
+            *([f"--node-rank={plan.node_rank}"] if plan.node_rank is not None else []),
+        ]
+    else:
+        where = [
+            f"--rdzv-endpoint={LOCALHOST}:{port or free_local_port()}",
+            f"--rdzv-id=amp-{uuid.uuid4().hex[:12]}",
+            f"--local-addr={LOCALHOST}",
+            f"--master-addr={LOCALHOST}",
+        ]
     return [
         sys.executable,
         "-m",
         "core.cli.loopback_torchrun",
-        "--nnodes=1",
-        f"--nproc-per-node={nproc}",
+        f"--nnodes={plan.nnodes}",
+        f"--nproc-per-node={plan.nproc_per_node}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={LOCALHOST}:{port}",
-        f"--rdzv-id=amp-{uuid.uuid4().hex[:12]}",
-        f"--local-addr={LOCALHOST}",
-        f"--master-addr={LOCALHOST}",
-        f"--max-restarts={max_restarts}",
+        *where,
+        f"--max-restarts={plan.max_restarts}",
         "-m",
         "core.cli",
         *train_argv,
@@ -134,10 +146,6 @@ def launch_torchrun(
 
     check_nproc(plan.nproc_per_node, config)
     train_argv = strip_node_flags(argv)
-    for i, arg in enumerate(train_argv):
-        if arg.startswith("--end-with-parent"):  # the launcher's parent, not the ranks'
-            del train_argv[i : i + (1 if "=" in arg else 2)]
-            break
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads_per_rank(plan.nproc_per_node, config)))
     env[AUTO_RESUME_ENV] = "1"  # a worker torchrun restarts resumes from the run folder's checkpoint
@@ -156,7 +164,8 @@ def launch_torchrun(
                 f"{out} holds an earlier run: a multi-node run needs a new folder (every "
                 f"node is given the same one), or --resume {out / 'checkpoint.pt'}",
             )
-        folder: _Unclaimed | ClaimedFolder = _Unclaimed(out)
+        # global rank 0 claims it once the nodes have met
+        folder: contextlib.AbstractContextManager = contextlib.nullcontext(SimpleNamespace(path=out, note=None))
         env[RANK0_CLAIMS_ENV] = str(out)
     else:
         folder = claim_run_folder(config.out_dir, resume_from)  # held here for the whole run
@@ -164,21 +173,17 @@ def launch_torchrun(
     os.close(failure_fd)
     failure_file = Path(failure_name)
     env[FAILURE_FILE_ENV] = str(failure_file)
-    with folder:
-        out_dir = folder.path
+    with folder as held:
+        out_dir = held.path
         env[HELD_ENV] = str(out_dir)
         env[RANK_LOGS_ENV] = str(out_dir / RANK_LOGS_DIR)
-        if folder.note:  # decided here, so rank 0 writes where this launcher reads
-            sys.stderr.write(f"amp-console: {folder.note}\n")
-            env[RUN_NOTE_ENV] = folder.note  # rank 0 reports it with RunStarted, e.g. to the window's log
+        if held.note:  # decided here, so rank 0 writes where this launcher reads
+            sys.stderr.write(f"amp-console: {held.note}\n")
+            env[RUN_NOTE_ENV] = held.note  # rank 0 reports it with RunStarted, e.g. to the window's log
         train_argv += ["--out-dir", str(out_dir)]
         events = out_dir / METRICS_FILE
         offset = events.stat().st_size if events.exists() else 0
-        command = (
-            multi_node_command(plan, sys.executable, train_argv)
-            if plan.multi_node
-            else torchrun_command(plan.nproc_per_node, train_argv, max_restarts=plan.max_restarts)
-        )
+        command = torchrun_command(plan, train_argv)
         process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.DEVNULL)
         control = FolderStop(out_dir)
         if signals is not None:
@@ -192,30 +197,13 @@ def launch_torchrun(
         return signals.exit_code if signals is not None else 130
     if code == 0 and (status == "completed" or (status is None and plan.multi_node)):
         return 0  # a node without rank 0 (and no shared run folder) has no events to read: torchrun's word
-    where = (
-        f"the {plan.world_size}-process run failed"
-        if plan.multi_node
-        else f"the {plan.nproc_per_node}-process run failed"
-    )
     why = f"torchrun exit code {code}{', run status ' + status if status else ', a process died'}"
     detail = f": {root_cause}" if root_cause else "; see the messages above"
-    sys.stderr.write(f"amp-console: {where} ({why}){detail}; each rank's log: {out_dir / RANK_LOGS_DIR}\n")
+    sys.stderr.write(
+        f"amp-console: the {plan.world_size}-process run failed ({why}){detail}; each rank's log: "
+        f"{out_dir / RANK_LOGS_DIR}\n"
+    )
     return 1
-
-
-class _Unclaimed:
-    """A multi-node run's folder, as the launcher sees it: global rank 0 claims it once the nodes have met."""
-
-    note = None
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self) -> _Unclaimed:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
 
 
 def _read_and_remove(path: Path) -> str:

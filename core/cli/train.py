@@ -16,6 +16,7 @@ from core.cli.common import (
     StopSignals,
     end_with_parent,
     safe_standard_streams,
+    seconds,
     signal_name,
     stop_at_end_of_input,
 )
@@ -97,7 +98,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--progress-every",
-        type=_seconds,
+        type=seconds,
         default=30.0,
         metavar="SECONDS",
         help="when stderr is not a terminal (nohup, a log file, a batch job): one progress line this "
@@ -161,16 +162,6 @@ def data_flag_values(args: argparse.Namespace) -> dict:
     if pairs:
         values["columns"] = parse_columns(",".join(pairs), field="--column")
     return values
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < 1e9:
-        raise argparse.ArgumentTypeError(f"{text} is out of range: must be above 0 seconds")
-    return value
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -348,25 +339,26 @@ class ProgressReporter:
         progress.start()
 
 
+SUMMARY_FIELDS = (
+    "status final_loss metrics test_metrics checkpoint samples_per_second skipped_steps message best_test_metrics "
+    "best_step checkpoint_advice"
+).split()  # RunEnded's fields in the JSON summary, besides its steps and epochs
+
+
 def summary_json(ended: RunEnded, started: RunStarted | None) -> dict:
     return {
-        "status": ended.status,
         "steps": ended.step,
         "epochs": ended.epoch,
-        "final_loss": ended.final_loss,
-        "metrics": ended.metrics,
-        "test_metrics": ended.test_metrics,
-        "device": started.device if started else None,
-        "precision": started.precision if started else None,
-        "autocast_dtype": started.autocast_dtype if started else None,
-        "checkpoint": ended.checkpoint,
-        "samples_per_second": ended.samples_per_second,
-        "skipped_steps": ended.skipped_steps,
-        "message": ended.message,
-        "best_test_metrics": ended.best_test_metrics,
-        "best_step": ended.best_step,
-        "checkpoint_advice": ended.checkpoint_advice,
+        **{name: getattr(ended, name) for name in SUMMARY_FIELDS},
+        **{name: getattr(started, name, None) for name in ("device", "precision", "autocast_dtype")},
     }
+
+
+def references(name: str, baseline: dict, ceiling: dict, on: str) -> str:
+    """'   (on val: baseline 0.1234, planted ceiling 0.5678)' for a metric the task measures references of, else ''."""
+    refs = [f"baseline {baseline[name]:.4f}"] if name in baseline else []
+    refs += [f"planted ceiling {ceiling[name]:.4f}"] if name in ceiling else []
+    return f"   ({on}{', '.join(refs)})" if refs else ""
 
 
 def best_and_last_text(ended: RunEnded) -> str:
@@ -386,12 +378,9 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     ceiling = started.ceiling if started else {}
     baseline = started.baseline if started else {}
     for split, metrics in (("val", ended.metrics), ("test", ended.test_metrics)):
-        measured_on = "" if split == "val" else "on val: "  # the task measures its references on the val split
+        on = "" if split == "val" else "on val: "  # the task measures its references on the val split
         for name, value in metrics.items():
-            refs = [f"baseline {baseline[name]:.4f}"] if name in baseline else []
-            refs += [f"planted ceiling {ceiling[name]:.4f}"] if name in ceiling else []
-            refs = [measured_on + ", ".join(refs)] if refs else []
-            print(f"  {split:<4} {name:<20} {value:.4f}" + (f"   ({', '.join(refs)})" if refs else ""), file=stream)
+            print(f"  {split:<4} {name:<20} {value:.4f}{references(name, baseline, ceiling, on)}", file=stream)
     if ended.best_test_metrics and ended.best_step != ended.step:  # the test lines above are the last weights'
         print(f"  test of the best checkpoint (step {ended.best_step:,}): {best_and_last_text(ended)}", file=stream)
     if ended.checkpoint_advice:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,12 +38,14 @@ def prepare_run(
     runs_dir: str | None = None,
     device: DeviceInfo | None = None,
     state: dict | None = None,
+    processes: int | None = None,
 ) -> PreparedRun:
     """Task defaults < the checkpoint's settings (resuming) < each of `layers` in order (e.g. a config file,
     then flags). A resumed run keeps its task and task options (they decide the model's shape) and writes
     beside its checkpoint unless a layer names out_dir. A new run without out_dir gets a folder under the
     runs root named by the precision that runs on `device` (asked of this machine when not given). `state`:
-    the checkpoint already loaded by the caller."""
+    the checkpoint already loaded by the caller. A resume is checked against the run it continues (resume_notes:
+    the device, precision, `processes`, default torchrun's WORLD_SIZE, and versions)."""
     user: dict = {}
     for layer in layers:
         columns = {**user.get("columns", {}), **layer["columns"]} if isinstance(layer.get("columns"), dict) else None
@@ -69,8 +72,97 @@ def prepare_run(
     if state is not None:
         from core.engine.run_state import check_resume_target
 
-        check_resume_target(config, state, shown_path(resume or ""))
+        name = shown_path(resume or "")
+        check_resume_target(config, state, name)
+        info = _device_here(config, "device" in user, device, name)
+        processes = processes or int(os.environ.get("WORLD_SIZE", "1"))
+        notes += resume_notes(state, name, config, info, _mode_that_runs(config, info) or "", processes)
     return PreparedRun(config, mode, resume, state, notes)
+
+
+def _device_here(config: RunConfig, asked: bool, device: DeviceInfo | None, name: str) -> DeviceInfo:
+    """The device the resumed run will take: refused with the reason when the checkpoint's is not here."""
+    from core.devices import device_info
+
+    try:
+        return device or device_info(config.device)
+    except DeviceError as exc:
+        if asked:
+            raise
+        raise ConfigError(
+            "device",
+            f"{name} trained on {config.device}, which this machine does not have ({exc}): give --device to resume "
+            f"here (the weights and optimizer state move to it)",
+        ) from None
+
+
+def resume_notes(state: dict, name: str, config: RunConfig, info: DeviceInfo, mode: str, processes: int) -> list[str]:
+    """What differs between the run that saved checkpoint `state` and this one (on `info`, in precision `mode`, on
+    `processes` processes, this version) and what that means: the resume stays exact, or not and why. Refuses
+    (ConfigError) only what cannot run here, with the reason. A Trainer that reads its checkpoint itself asks too."""
+    from core.engine.checkpoints import library_versions
+
+    if mode not in info.precisions:
+        raise ConfigError(
+            "precision",
+            f"{name} resumes in {mode}, which {info.id} ({info.name}) cannot run: "
+            f"{info.unsupported.get(mode, 'not supported')}; give --precision {' or '.join(info.precisions)} "
+            f"(the weights and optimizer state resume in any mode)",
+        )
+    saved, notes = state["config"], []
+    was = str(state.get("device") or saved.get("device") or "auto").split(":")[0]
+    if was not in ("auto", info.type):
+        notes.append(
+            f"trained on {was}, resumes on {info.type}: the state moves over, but other kernels round differently"
+        )
+    saved_mode = (state.get("precision") or {}).get("mode") or ("fp16" if state["scaler"] else "")
+    if saved_mode and saved_mode != mode:
+        scaler = (
+            ": its GradScaler state is not used" if state["scaler"] and mode != "fp16"
+            else ": the GradScaler starts fresh (loss scale 65536)" if mode == "fp16" else ""
+        )  # fmt: skip
+        notes.append(
+            f"resumed {_a(saved_mode)} checkpoint in {mode}{scaler}; the weights and optimizer state are kept "
+            f"(float32) but the steps compute in {mode}"
+        )
+    ranks = state.get("rng_per_rank")
+    before = len(ranks) if isinstance(ranks, list) and ranks else 1
+    if before != processes:
+        old = int(saved.get("batch_size", 0)) * int(saved.get("grad_accum", 1)) * before
+        new = config.batch_size * config.grad_accum * processes
+        notes.append(
+            f"resumed a checkpoint of {before} process{'es' if before > 1 else ''} on {processes}: "
+            + (
+                f"the random streams (dropout, sampling) of {_ranks(processes, before - 1)} are not used"
+                if before > processes
+                else f"fresh random streams (dropout, sampling) are seeded for {_ranks(before, processes - 1)} from "
+                f"seed + rank"
+            )
+            + (
+                f"; the global batch stays {new:,} rows a step, so the steps take the same rows: exact but for "
+                f"the random streams"
+                if old == new
+                else f"; the global batch is {new:,} rows a step (was {old:,}; --batch-size is per process), so "
+                f"the steps take other rows"
+            )
+        )
+    versions, here = state.get("versions") or {}, library_versions()
+    changed = [
+        f"{k} {versions[k]} -> {here[k]}" for k in ("amp_console", "torch") if versions.get(k, here[k]) != here[k]
+    ]
+    if changed:
+        notes.append(
+            f"{name} was saved by {', '.join(changed)}: its state loads as saved, but a step may compute differently"
+        )
+    return [note if note.endswith("streams") else f"{note}: not an exact resume" for note in notes]
+
+
+def _a(mode: str) -> str:
+    return f"an {mode}" if mode.startswith("f") else f"a {mode}"  # 'an fp16', 'a bf16'
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first} to {last}"
 
 
 def with_folder(config: RunConfig, runs_dir: str | None = None, device: DeviceInfo | None = None) -> RunConfig:

@@ -121,21 +121,19 @@ def settled_config(config, task, info: dict):
     return config.replace(task_options={**config.task_options, **settled})
 
 
-def restore(
-    state: dict, source: str, cfg, model, optimizer, scheduler, scaler, mode: str, vocabulary: dict
-) -> list[str]:
+def restore(state: dict, source: str, cfg, model, optimizer, scheduler, scaler, vocabulary: dict) -> list[str]:
     """Load `state` (from checkpoints.load_checkpoint, so its structure is checked) into a set-up run's model
     (strict keys), optimizer, scheduler and scaler; CheckpointError names what does not fit. Returns what a
-    user should know (another optimizer or precision mode)."""
+    user should know (another optimizer; another precision mode: core.engine.prepare.resume_notes)."""
     check_vocabulary(state.get("vocabulary") or {}, vocabulary, source)  # before shapes: clearer
     ckpt.load_model_state(model, state["model"], source)
     notes = restore_optimizer(state, source, cfg, model, optimizer, scheduler)
-    if scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; see precision_notes otherwise
+    if scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; prepare.resume_notes says what else means
         try:
             scaler.load_state_dict(state["scaler"])
         except (ValueError, KeyError, RuntimeError, TypeError) as exc:
             raise CheckpointError(f"{source}: the GradScaler state does not fit this run: {exc}") from None
-    return notes + precision_notes(state, mode, scaler)
+    return notes
 
 
 FRESH_STATE = "its state starts fresh; weights, step, schedule and RNG are resumed"
@@ -216,52 +214,20 @@ def _sizes(sizes: list[int]) -> str:
     return f"{len(sizes)} group{'s' if len(sizes) != 1 else ''} of {'+'.join(map(str, sizes))}"
 
 
-def _a(mode: str) -> str:
-    return f"an {mode}" if mode.startswith("f") else f"a {mode}"  # 'an fp16', 'a bf16'
-
-
-def precision_notes(state: dict, mode: str, scaler: torch.amp.GradScaler) -> list[str]:
-    """What a resume in another precision mode means: an fp16 checkpoint's GradScaler state is not used in
-    fp32/bf16, and an fp16 run from an fp32/bf16 checkpoint starts a fresh scaler."""
-    saved = state["scaler"]
-    saved_mode = (state.get("precision") or {}).get("mode") or ("fp16" if saved else "another mode's")
-    if saved_mode == mode:
-        return []
-    if saved and not scaler.is_enabled():
-        return [f"resumed {_a(saved_mode)} checkpoint in {mode}: its GradScaler state is not used"]
-    if scaler.is_enabled() and not saved:
-        fresh = f"the GradScaler starts fresh (loss scale {scaler.get_scale():g})"
-        return [f"resumed {_a(saved_mode)} checkpoint in {mode}: {fresh}"]
-    return [f"resumed {_a(saved_mode)} checkpoint in {mode}"]
-
-
 def restore_rng(state: dict, dist: DistContext) -> list[str]:
     """Continue this rank's RNG streams from the checkpoint. On another number of processes than the
     checkpoint's, the ranks it has states for continue theirs and the others keep their fresh `seed + rank`
-    streams (and a note says so)."""
+    streams (core.engine.prepare.resume_notes says so)."""
     states = state.get("rng_per_rank")
     if not isinstance(states, list) or not states:
         states = [state["rng"]]
-    notes = []
-    if dist.rank < len(states):
-        problem = ckpt.restore_rng(states[dist.rank])
-        if problem:
-            notes.append(
-                f"the checkpoint's random state is not usable ({problem}): the random streams "
-                f"(dropout, sampling) start fresh from seed + rank"
-            )
-    saved, now = len(states), dist.world_size
-    if saved == now:
-        return notes
-    runs = f"resumed a checkpoint of {saved} process{'es' if saved > 1 else ''} on {now}"
-    if saved > now:
-        return notes + [f"{runs}: the random streams (dropout, sampling) of {_ranks(now, saved - 1)} are not used"]
-    fresh = _ranks(saved, now - 1)
-    return notes + [f"{runs}: fresh random streams (dropout, sampling) are seeded for {fresh} from seed + rank"]
-
-
-def _ranks(first: int, last: int) -> str:
-    return f"rank {first}" if first == last else f"ranks {first} to {last}"
+    problem = ckpt.restore_rng(states[dist.rank]) if dist.rank < len(states) else None
+    if not problem:
+        return []
+    return [
+        f"the checkpoint's random state is not usable ({problem}): the random streams (dropout, sampling) start "
+        f"fresh from seed + rank"
+    ]
 
 
 def same_ids(a, b) -> bool:

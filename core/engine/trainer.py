@@ -54,7 +54,7 @@ from core.engine.events import (
 )
 from core.engine.optimizers import build_optimizer, build_scheduler
 from core.engine.precision import matmul_precision, resolve_precision
-from core.engine.prepare import prepare_run, with_folder
+from core.engine.prepare import prepare_run, resume_notes, with_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
 from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_state import Saved, TrainState, seed_everything
@@ -151,7 +151,8 @@ class Trainer:
         """Validate, pick the device once, build task, data, model, optimizer, scheduler and scaler."""
         self.cfg.validate()
         resume_state, self._resume_state = self._resume_state, None
-        if resume_state is None and self.resume_from:
+        checked = resume_state is not None  # by prepare_run, which read it: its notes are the caller's
+        if not checked and self.resume_from:
             resume_state = ckpt.load_checkpoint(self.resume_from)
         self.cfg, kept = run_state.resumed_config(self.cfg, resume_state, str(self.resume_from))  # its task, loss
         self.notes.extend(kept)
@@ -159,6 +160,9 @@ class Trainer:
         self.device_info = self._device_info()
         self.device = torch_device(self.device_info)
         self.plan = resolve_precision(self.cfg.precision, self.device_info)
+        if resume_state is not None and not checked:
+            name, world = str(self.resume_from), self.dist.world_size
+            self.notes += resume_notes(resume_state, name, self.cfg, self.device_info, self.plan.mode, world)
         cfg = self._claim_folder()  # after the plan: a new folder is named by the mode that runs (bf16, not auto)
         if cfg.threads:
             apply_threads(cfg.threads)  # as given, before the data is built
@@ -202,9 +206,8 @@ class Trainer:
         if resume_state is not None:
             source = str(self.resume_from)
             self.notes += run_state.restore(
-                resume_state, source, cfg, model, self.optimizer, self.scheduler, self.scaler, self.plan.mode,
-                self.data.vocabulary,
-            )  # fmt: skip
+                resume_state, source, cfg, model, self.optimizer, self.scheduler, self.scaler, self.data.vocabulary
+            )
             self.state.load_state_dict(resume_state)
             self.notes += self.batches.resume_notes(self.state.step, self.steps_per_epoch)  # a stream restarts
             self.notes += run_state.restore_rng(resume_state, self.dist)
@@ -581,6 +584,7 @@ class Trainer:
             "rng": rng[0],
             "config": cfg.to_dict(),
             "precision": {"mode": plan.mode, "autocast_dtype": plan.compute_dtype_name, "scaler": plan.use_scaler},
+            "device": str(self.device),  # what a resume elsewhere compares (core.engine.prepare.resume_notes)
             "versions": ckpt.library_versions(),
         }
         if self.tracker is not None:  # best checkpoints and early stopping (core.engine.early_stopping)
@@ -700,7 +704,10 @@ def train(
     **kwargs,
 ) -> RunEnded:
     """Prepare `config` (core.engine.prepare.prepare_run: the checkpoint read once) and run it to the end."""
-    run = prepare_run(config.to_dict(), resume=str(resume_from) if resume_from else None)
+    devices, world = kwargs.get("devices"), (kwargs.get("dist_ctx") or DistContext.from_env()).world_size
+    here = device_info(config.device, devices) if resume_from and devices is not None else None
+    run = prepare_run(config.to_dict(), resume=str(resume_from) if resume_from else None, device=here, processes=world)
+    notes = [*run.notes, *kwargs.pop("notes", ())]
     return Trainer(
-        run.config, sink=sink, control=control, resume_from=resume_from, resume_state=run.state, **kwargs
+        run.config, sink=sink, control=control, resume_from=resume_from, resume_state=run.state, notes=notes, **kwargs
     ).run()

@@ -90,11 +90,10 @@ def resume_refused(path: Path, tmp_path: Path, pattern: str, **overrides) -> str
 
 
 def checkpoint_notes(recorder) -> list[str]:
-    """The run's notes about its checkpoint (leaving out others: the thread count chosen, a validation split too
-    small to choose the best checkpoint by)."""
-    return [
-        n for n in recorder.of(RunStarted)[0].notes if not n.startswith("threads:") and "are too few to choose" not in n
-    ]
+    """The run's notes about its checkpoint (leaving out others: the thread count chosen, the settings changed, a
+    validation split too small to choose the best checkpoint by)."""
+    notes = recorder.of(RunStarted)[0].notes
+    return [n for n in notes if not n.startswith(("threads:", "resuming ")) and "are too few to choose" not in n]
 
 
 # ------------------------------------------------------------------ integrity

@@ -34,7 +34,12 @@ def test_more_cpu_processes_than_cores_are_refused(tmp_path, capsys):
 
 
 def test_the_rendezvous_is_on_localhost():
-    command = torchrun_command(2, ["train"], port=29555)
+    import argparse
+
+    from core.cli.nodes import node_plan
+
+    flags = dict.fromkeys(("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "rdzv_timeout", "max_restarts", "bind"))
+    command = torchrun_command(node_plan(argparse.Namespace(nproc=2, nproc_per_node=None, **flags)), ["train"], 29555)
     assert "--standalone" not in command
     assert {"--rdzv-endpoint=127.0.0.1:29555", "--local-addr=127.0.0.1", "--nnodes=1"} <= set(command)
 
