@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -39,21 +40,29 @@ _TYPES = {
 _SWITCHES = {f.name for f in dataclasses.fields(RunConfig) if f.type in (bool, "bool")}  # --tensorboard / --no-...
 
 
+FLAG_ALIASES = {"out_dir": "--out", "time_limit_minutes": "--time-limit"}  # shorter flags besides --out-dir...
+
+
+def add_field_flag(parser, name: str) -> None:
+    """The flag of RunConfig field `name` (its FieldSpec's help, choices and type; --x / --no-x for a switch)."""
+    spec = FIELD_SPECS[name]
+    flags = [*([FLAG_ALIASES[name]] if name in FLAG_ALIASES else []), "--" + name.replace("_", "-")]
+    help_text = spec.help.replace("%", "%%")
+    if name in _SWITCHES:
+        parser.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        return
+    kind = _TYPES.get(name, int if spec.minimum is not None else str)
+    metavar = "PATH" if name in ("val_data", "test_data", "query_file") else None
+    parser.add_argument(
+        *flags, dest=name, type=kind, default=None, choices=spec.choices, metavar=metavar, help=help_text
+    )
+
+
 def register(sub) -> None:
     p = sub.add_parser("train", help="train a task headless (progress on stderr, summary on stdout)")
-    for name, spec in FIELD_SPECS.items():
-        if name in DATA_FLAG_FIELDS:
-            continue
-        kind = _TYPES.get(name, int if spec.minimum is not None else str)
-        flags = ["--" + name.replace("_", "-")]
-        if name == "out_dir":
-            flags.insert(0, "--out")
-        if name == "time_limit_minutes":
-            flags.insert(0, "--time-limit")
-        if name in _SWITCHES:
-            p.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=spec.help)
-            continue
-        p.add_argument(*flags, dest=name, type=kind, default=None, choices=spec.choices, help=spec.help)
+    for name in FIELD_SPECS:
+        if name not in DATA_FLAG_FIELDS:
+            add_field_flag(p, name)
         if name == "data":
             add_data_flags(p)
     p.add_argument(
@@ -114,14 +123,8 @@ DATA_FLAG_FIELDS = ("val_data", "test_data", "delimiter", "columns", "data_forma
 def add_data_flags(parser) -> None:
     """--val-data, --test-data, --delimiter, --column KEY=NAME (repeatable), --data-format and --query-file: the
     data settings besides --data, for every command that reads a run's data; data_flag_values reads them back."""
-    for name in ("val_data", "test_data"):
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=name,
-            default=None,
-            metavar="PATH",
-            help=FIELD_SPECS[name].help.replace("%", "%%"),
-        )
+    for name in ("val_data", "test_data", "data_format", "query_file"):
+        add_field_flag(parser, name)
     parser.add_argument(
         "--delimiter",
         dest="delimiter",
@@ -138,16 +141,6 @@ def add_data_flags(parser) -> None:
         dest="column_pairs",
         help="the file's name NAME for the expected column KEY, e.g. --column user_id=userId "
         "(repeatable; merges into the setting `columns`)",
-    )
-    parser.add_argument(
-        "--data-format",
-        dest="data_format",
-        default=None,
-        choices=FIELD_SPECS["data_format"].choices,
-        help=FIELD_SPECS["data_format"].help,
-    )
-    parser.add_argument(
-        "--query-file", dest="query_file", default=None, metavar="PATH", help=FIELD_SPECS["query_file"].help
     )
 
 
@@ -471,6 +464,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     notes: list[str] = []
     elastic.tee_stderr()  # a torchrun worker's stderr also goes to <run>/ranks/rank-<R>.log
     restart = None
+    launcher = wants_launcher(args) and not os.environ.get("WORLD_SIZE")
     if args.config_stdin:
         if wants_launcher(args) or os.environ.get("WORLD_SIZE"):
             raise ConfigError("config", "--config-stdin starts one process; it cannot be combined with --nproc")
@@ -486,16 +480,14 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         prepared = prepare_run(values, resume=args.resume)
         check_paths(prepared.config)
     else:
-        restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
-        if wants_launcher(args) and not os.environ.get("WORLD_SIZE") and not args.resume:
-            from core.tasks import catalog_classes
+        from core.tasks import catalog_classes
 
-            with catalog_classes():  # the launcher leaves torch to its workers
-                prepared = prepared_run(args)
-        else:
+        restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
+        # the launcher leaves torch to its workers
+        with catalog_classes() if launcher and not args.resume else contextlib.nullcontext():
             prepared = prepared_run(args)
     config, notes = prepared.config, prepared.notes
-    if wants_launcher(args) and not os.environ.get("WORLD_SIZE"):
+    if launcher:
         from core.cli.torchrun import launch_torchrun
 
         plan = node_plan(args)
