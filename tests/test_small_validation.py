@@ -13,6 +13,7 @@ from core.cli.train import print_summary
 from core.config import RunConfig
 from core.engine.checkpoints import load_checkpoint
 from core.engine.events import RunStarted
+from core.engine.run_record import run_checkpoint
 from core.engine.trainer import Trainer
 from core.runs.evaluate import evaluate_checkpoint
 from core.tasks import create_task
@@ -75,6 +76,11 @@ def test_a_tiny_validation_split_warns_at_start_and_the_summary_gives_best_and_l
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["best"]["advice"] == ended.checkpoint_advice and record["best"]["test_step"] == ended.best_step
     assert record["best"]["test_metrics"] == pytest.approx(ended.best_test_metrics)
+    # What the commands take from the run by default (run_checkpoint "advised") is what the summary advised.
+    assert ended.advised_checkpoint == record["best"]["use"] == "checkpoint.pt"
+    path, notes = run_checkpoint(tmp_path / "run", "advised")
+    assert path == tmp_path / "run" / "checkpoint.pt" and "advised the last weights (checkpoint.pt)" in notes[0]
+    assert run_checkpoint(tmp_path / "run", "best")[0].name == "best.pt"  # asked for by name: still the best
 
 
 def test_a_large_enough_validation_split_does_not_warn_and_advises_the_best_checkpoint(tmp_path, recorder):
@@ -90,6 +96,10 @@ def test_a_large_enough_validation_split_does_not_warn_and_advises_the_best_chec
             f"use the best checkpoint (best.pt, step {ended.best_step}, val ndcg@10 "
         )
         assert ended.checkpoint_advice.endswith("): chosen on 59 validation queries")
+    assert ended.advised_checkpoint == "best.pt" and run_checkpoint(tmp_path / "run", "advised") == (
+        tmp_path / "run" / "best.pt",
+        [],
+    )
 
 
 def test_the_thresholds_keep_the_standard_error_under_a_few_points():

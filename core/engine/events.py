@@ -111,6 +111,7 @@ class RunEnded:
     best_test_metrics: dict = field(default_factory=dict)  # the best checkpoint's, beside the last weights' above
     best_step: int | None = None  # the best checkpoint's step, when the summary compares it with the last weights
     checkpoint_advice: str = ""  # which of the two to use, and why (core.engine.small_validation)
+    advised_checkpoint: str = ""  # the file the advice names: what commands take from the run by default
     details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
 
 

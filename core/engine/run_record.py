@@ -245,6 +245,7 @@ class RunRecord:
             data["best"].update(
                 test_metrics=dict(event.best_test_metrics), test_step=event.best_step, advice=event.checkpoint_advice
             )
+            data["best"]["use"] = event.advised_checkpoint
         if event.metrics:
             data["metrics"] = dict(event.metrics)
         if event.checkpoint:
@@ -521,10 +522,18 @@ def _json_line(raw: bytes) -> dict | None:
 
 def run_checkpoint(folder: Path, which: str = "best") -> tuple[Path, list[str]]:
     """The checkpoint of the run in `folder`: "best": its best-ranked kept checkpoint (run.json's list, else
-    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt. Torch-free: a host asked
-    for a run's best checkpoint names it without loading anything."""
+    best.pt), else its last checkpoint.pt (said in the notes); "last": checkpoint.pt; "advised": the one its
+    summary advised (the last weights when its validation split was too small to choose by: said in the notes),
+    else as "best". Torch-free: a host asked for a run's best checkpoint names it without loading anything."""
     folder = Path(folder)
     last = folder / CHECKPOINT_FILE
+    if which == "advised":
+        use = str(((load_record(folder) or {}).get("best") or {}).get("use") or "")
+        if use == CHECKPOINT_FILE and last.is_file():
+            return last, [
+                f"{folder}: its summary advised the last weights ({CHECKPOINT_FILE}), its validation split being too small to choose the best by"
+            ]
+        which = "best"
     if which == "best":
         entries = [
             v

@@ -81,11 +81,12 @@ def start_notes(task, data, tracker) -> list[str]:
 @dataclass(frozen=True)
 class BestAndLast:
     """The best checkpoint's step and test metrics ({} without a test split or when it could not be read), and
-    which weights to use."""
+    which weights to use: `advice` says why, `use` names the file (what run_record.run_checkpoint's "advised" takes)."""
 
     step: int | None
     metrics: dict
     advice: str
+    use: str
 
 
 def best_and_last(
@@ -104,6 +105,7 @@ def best_and_last(
             best["step"],
             dict(test_metrics),
             f"the best checkpoint ({best['file']}) is the last weights (step {step:,})",
+            best["file"],
         )
     metrics = test_of(out_dir / best["file"]) if test_of is not None else {}
     chosen = f"{best['file']}, step {best['step']:,}, val {tracker.metric} {best['value']:.4g}"
@@ -117,7 +119,7 @@ def best_and_last(
         advice = f"use the best checkpoint ({chosen}): chosen on {size.describe()}"
     if test_of is not None and not metrics:
         advice += f"; {best['file']} could not be read for its test metrics"
-    return BestAndLast(best["step"], metrics, advice)
+    return BestAndLast(best["step"], metrics, advice, ckpt.CHECKPOINT_FILE if size.too_small else best["file"])
 
 
 def test_weights(path: Path, model: torch.nn.Module, dist, device: torch.device, evaluate: Callable[[], dict]) -> dict:

@@ -685,6 +685,7 @@ class Trainer:
             best_test_metrics=dict(best.metrics) if best else {},
             best_step=best.step if best else None,
             checkpoint_advice=best.advice if best else "",
+            advised_checkpoint=best.use if best else "",
         )
         self._emit(ended)
         return ended
