@@ -1,5 +1,6 @@
-"""File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint (checkpoint files or a
-serving folder, core.runs.export). Checkpoints are read and written on a JobRunner thread, never on the GUI thread.
+"""File menu: load/save the form as TOML, presets, resume from a checkpoint, export a checkpoint (a serving folder,
+core.runs.export, or checkpoint files); Run → Copy as command / TOML. Checkpoints are read and written on a JobRunner
+thread, never on the GUI thread.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu
 
 from app import assets
@@ -23,6 +24,13 @@ SERVING_FILTERS = {
     "Serving folder: safetensors weights (*.safetensors)": "safetensors",
 }
 SERVING_SUFFIXES = (".pt2", ".onnx", ".safetensors", ".pt", ".json")
+ANY_FORMAT = "any"  # ask_export's save dialog offers every file type above
+EXPORT_MENU = {  # File → Export: each format its own entry, its save dialog offering that type alone
+    "program": "&Serving folder: torch.export program + serve.py…",
+    "onnx": "Serving folder: &ONNX + serve.py…",
+    "safetensors": "Serving folder: safe&tensors weights + serve.py…",
+    None: "&Checkpoint files (.pt, .safetensors, .json)…",
+}
 BEST_NAME = re.compile(r"best(?:-step(\d+))?\.pt")  # core.engine.early_stopping: best.pt, best-step<N>.pt
 RUN_NAME = re.compile(r"\d{8}-\d{6}-")  # core.engine.run_record.new_run_folder: <date>-<time>-<task>-<precision>
 OTHER_LABEL = "Another checkpoint…"
@@ -87,8 +95,19 @@ class FileActions:
             icon("resume"), "&Resume from checkpoint…", window, shortcut="Ctrl+R", triggered=self._ask_resume
         )
         self.export_action = QAction(
-            icon("export"), "&Export checkpoint…", window, shortcut="Ctrl+E", triggered=lambda: self.ask_export()
+            icon("export"), "&Any format (chosen in the save dialog)…", window, shortcut="Ctrl+E"
         )
+        self.export_action.triggered.connect(lambda: self.ask_export())
+        self.export_menu = QMenu("&Export", window, icon=icon("export"))
+        self.export_actions = {fmt: self.export_menu.addAction(text) for fmt, text in EXPORT_MENU.items()}
+        for fmt, action in self.export_actions.items():
+            action.triggered.connect(lambda _=False, f=fmt: self.ask_export(fmt=f))
+        self.export_menu.addSeparator()
+        self.export_menu.addAction(self.export_action)
+        self.copy_actions = [
+            QAction(f"Copy as &{what}", window, triggered=lambda _=False, w=what: self.copy_run(w))
+            for what in ("command", "TOML")
+        ]
         self.presets_menu = QMenu("&Presets", window)
         for name, text in assets.presets().items():
             self.presets_menu.addAction(name, lambda t=text, n=name: self.load_toml_text(t, n))
@@ -99,13 +118,17 @@ class FileActions:
         menu.addMenu(self.presets_menu)
         menu.addSeparator()
         menu.addAction(self.resume_action)
-        menu.addAction(self.export_action)
+        menu.addMenu(self.export_menu)
 
     def update_enabled(self, running: bool, busy: bool) -> None:
         for action in (self.open_action, self.resume_action):
             action.setEnabled(not running and not busy)
         self.presets_menu.setEnabled(not running)
-        self.export_action.setEnabled(not busy)
+        self.export_menu.setEnabled(not busy)
+        for action in (self.export_action, *self.export_actions.values()):
+            action.setEnabled(not busy)
+        for action in self.copy_actions:
+            action.setEnabled(self.window.engine_ready)
 
     # ------------------------------------------------------------------ settings as TOML
     def load_toml(self, path: str) -> bool:
@@ -139,6 +162,31 @@ class FileActions:
         self.window.show_message(f"Saved settings to {path}")
         self.window.set_settings_name(Path(path).stem)
         return True
+
+    def run_command(self) -> str:
+        """The form's run as a terminal command (core.config.run_command); on the selected host, `remote start`."""
+        from core.config import run_command
+        from core.remote.ssh import Host
+
+        window, dest = self.window, self.window.devicesPanel.current_host() or ""
+        command = window.devicesPanel.hosts.host(dest).command if dest else ""
+        command = "" if dest and command == Host(dest).command else command
+        root, processes = window.window_settings.runs_root(), window.setupPanel.processes()
+        return run_command(window.setupPanel.config(), dest, processes, root, command)
+
+    def copy_run(self, what: str) -> str:
+        """Run → Copy as command / TOML: the form's run to the clipboard, as the status bar says; the text copied."""
+        from core.errors import ConfigError
+
+        try:
+            text = self.run_command() if what == "command" else self.window.setupPanel.config().to_toml()
+        except ConfigError as exc:
+            self.window.show_error(f"Could not copy the settings: {exc}")
+            return ""
+        QGuiApplication.clipboard().setText(text)
+        line = text.strip().splitlines()[-1] if what == "command" else f"{len(text.splitlines())} lines"
+        self.window.show_message(f"Copied as {what} to the clipboard: {line}", "status-ok")
+        return text
 
     def _ask_open(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self.window, "Open settings", "", "TOML (*.toml);;All files (*)")
@@ -277,9 +325,10 @@ class FileActions:
             pass
         return None
 
-    def ask_export(self, source: str | None = None) -> None:
-        """File → Export…: export `source` (a checkpoint or a run folder); without one the current run, else the latest
-        run, its best checkpoint offered first. Then ask where to write. The run history's Export connects here."""
+    def ask_export(self, source: str | None = None, fmt: str | None = ANY_FORMAT) -> None:
+        """File → Export: export `source` (a checkpoint or a run folder); without one the current run, else the latest
+        run, its best checkpoint offered first. Then ask where to write, as `fmt` (EXPORT_MENU's; ANY_FORMAT: the type
+        chosen in the save dialog). The run history's Export connects here."""
         offered = source is None
         source = source or self.window.last_checkpoint
         if not source or not Path(source).exists():
@@ -305,13 +354,11 @@ class FileActions:
             return
         default, created = self.export_default(source)
         run_name = Path(source).resolve().parent.name
+        kinds = [k for k in (CHECKPOINT_FILTER, *SERVING_FILTERS) if fmt in (ANY_FORMAT, SERVING_FILTERS.get(k))]
         destination, chosen_filter = QFileDialog.getSaveFileName(
-            self.window,
-            f"Export {Path(source).name} of {run_name}",
-            default,
-            ";;".join([CHECKPOINT_FILTER, *SERVING_FILTERS]),
+            self.window, f"Export {Path(source).name} of {run_name}", default, ";;".join(kinds)
         )
-        fmt = SERVING_FILTERS.get(chosen_filter)  # None: today's checkpoint files
+        fmt = SERVING_FILTERS.get(chosen_filter, fmt if fmt != ANY_FORMAT else None)  # None: checkpoint files
         chosen = None
         if destination:
             chosen = Path(destination)

@@ -409,6 +409,7 @@ class MainWindow(QMainWindow):
             self.plotsPanel.handle_event(event)
         if isinstance(event, RunStarted):
             self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
+            self.statusBarWidget.host = getattr(getattr(self.controller.run, "host", None), "dest", "")  # a host's run
             self._update_title()
             if self._history_due:
                 self._history_due = False
@@ -465,7 +466,7 @@ class MainWindow(QMainWindow):
             self.setupPanel.set_process_limit(sum(1 for d in devices if d.type == "cuda"))
         else:
             self.setupPanel.set_process_limit(os.cpu_count() or 1)
-        self.statusBarWidget.set_device(info)
+        self.statusBarWidget.set_device(info, self.devicesPanel.current_host())
 
     def _on_setup_failed(self, message: str, field: str, details: str) -> None:
         if self._resuming and field in ("max_steps", "epochs"):  # e.g. File -> Resume of a completed run

@@ -120,11 +120,17 @@ class RunStatusBar(QStatusBar):
         restyle(self.message, role=role)
         self.detailsButton.setVisible(details)
 
-    def set_device(self, info) -> None:
-        """Before a run: what Start will train on."""
+    host = ""  # the host the run trains on, named before its device ("" for this machine)
+
+    def set_device(self, info, host: str | None = None) -> None:
+        """Before a run: what Start will train on (on `host`, over ssh)."""
+        self.host = host or ""
         if info is not None:
-            self.device.setText(f"{info.id} · {info.name}")
+            self.device.setText(f"{self._on_host()}{info.id} · {info.name}")
             self.device.show()
+
+    def _on_host(self) -> str:
+        return f"{self.host} · " if self.host else ""
 
     def handle_event(self, event) -> None:
         if isinstance(event, RunStarted):
@@ -132,7 +138,7 @@ class RunStatusBar(QStatusBar):
             self._first_step_time = None
             self._paused_seconds = 0.0
             self._paused_since = None
-            self.device.setText(f"{event.device} · {event.device_name}")
+            self.device.setText(f"{self._on_host()}{event.device} · {event.device_name}")
             self.dtypes.setText(f"autocast {event.autocast_dtype} · params {event.param_dtype}")
             self.scaler.setText(f"GradScaler {'on' if event.scaler else 'off'}")
             self.progress.setRange(0, self._total)

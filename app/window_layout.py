@@ -123,6 +123,8 @@ def build_menus(window) -> None:
     run_menu.addSeparator()
     window.refreshAction = QAction(icon("refresh"), "&Refresh devices", window, triggered=window.devicesPanel.refresh)
     run_menu.addAction(window.refreshAction)
+    run_menu.addSeparator()
+    run_menu.addActions(window.file_actions.copy_actions)  # the form's run for a terminal: train or remote start
 
     precision_menu = window.menuBar().addMenu("&Precision")
     tools_menu = window.menuBar().addMenu("&Tools")

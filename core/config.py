@@ -277,8 +277,64 @@ class RunConfig:
 
     @classmethod
     def load_toml(cls, path: str | Path) -> RunConfig:
-        """Read a TOML config (read_config_file's checks and messages)."""
-        return cls.from_dict(read_config_file(path), source=shown_path(path))
+        """Read a TOML config (read_config_file's checks and messages) over its task's defaults, as `train --config`."""
+        data = read_config_file(path)
+        return cls.from_dict({**task_defaults(data.get("task", cls.task)), **data}, source=shown_path(path))
+
+    def changes(self) -> dict:
+        """The settings that differ from the task's defaults, task and task_file always: what a TOML file or a
+        command line gives to reproduce this config (core.engine.prepare fills the rest the same way)."""
+        defaults = RunConfig().to_dict() | task_defaults(self.task)
+        keep = ("task", "task_file")
+        return {k: v for k, v in self.to_dict().items() if (k in keep and v) or (k not in keep and v != defaults[k])}
+
+    def to_toml(self) -> str:
+        """The changes() as a TOML file for `--config` (train, remote start) or File → Open settings."""
+        import tomli_w
+
+        return tomli_w.dumps(self.changes())
+
+    def to_argv(self) -> list[str]:
+        """`amp-console train` flags (core.cli.train's) for the changes(): a user task as --task FILE.py:Class."""
+        import tomli_w
+
+        argv: list[str] = []
+        for key, value in self.changes().items():
+            if key == "task_options":  # -o KEY=VALUE, the value a TOML literal as parse_option reads it
+                argv += [a for k, v in value.items() for a in ("-o", f"{k}={tomli_w.dumps({'v': v})[4:].strip()}")]
+            elif key == "columns":
+                argv += [a for k, v in value.items() for a in ("--column", f"{k}={v}")]
+            elif isinstance(value, bool):
+                argv.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+            elif key != "task_file":
+                value = self.task_file or value if key == "task" else "\\t" if value == "\t" else value
+                argv.append(f"--{key.replace('_', '-')}={value}")  # = keeps a value starting with - a value
+        return argv
+
+
+def task_defaults(task: str) -> dict:
+    """The settings task `task` sets ({} for a task not loaded here)."""
+    from core.tasks import get_task_class
+
+    try:
+        return dict(get_task_class(task).defaults)
+    except ConfigError:
+        return {}
+
+
+def run_command(config: RunConfig, host: str = "", nproc: int = 1, runs_dir: str = "", remote_command: str = "") -> str:
+    """The shell text that starts `config` from a terminal: `amp-console train FLAGS`; on `host`, its TOML written to
+    run.toml, then `amp-console remote start HOST --config run.toml` (that command takes its settings from a file)."""
+    import shlex
+
+    nodes = ["--nproc", str(nproc)] if nproc > 1 else []
+    if not host:
+        root = [f"--runs-dir={runs_dir}"] if runs_dir and not config.out_dir else []
+        return shlex.join(["amp-console", "train", *config.to_argv(), *nodes, *root])
+    task = [f"--task={config.task_file}"] if config.task_file else []
+    command = [f"--remote-command={remote_command}"] if remote_command else []
+    start = shlex.join(["amp-console", "remote", "start", host, "--config", "run.toml", *task, *nodes, *command])
+    return f"cat > run.toml <<'AMP_TOML'\n{config.to_toml()}AMP_TOML\n{start}\n"
 
 
 _TYPE_NAMES = {"int": int, "float": float, "str": str, "dict": dict, "bool": bool}

@@ -7,15 +7,32 @@ following.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.run.handle import RunHandle
 from app.run.jobs import BackgroundJob, JobRunner
-from core.engine.events import ControlAcknowledged, RunEnded, RunPaused, RunResumed, RunStarted, event_or_none
+from core.engine.events import (
+    CheckpointSaved,
+    ControlAcknowledged,
+    RunEnded,
+    RunPaused,
+    RunResumed,
+    RunStarted,
+    event_or_none,
+)
 
 CONTROL_SECONDS = 30.0  # how long a control request waits for the run's acknowledgement and outcome
+
+
+def on_host(event, dest: str):
+    """`event` with its checkpoint path on the host `dest` as HOST:PATH (as `remote fetch` and Attach take it)."""
+    if isinstance(event, CheckpointSaved):
+        return replace(event, path=f"{dest}:{event.path}")
+    if isinstance(event, RunEnded) and event.checkpoint and not event.checkpoint.startswith(f"{dest}:"):
+        return replace(event, checkpoint=f"{dest}:{event.checkpoint}")
+    return event
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,8 @@ class RemoteRun(RunHandle):
         if isinstance(item, FollowNote):  # the connection, lost or back
             self.notice.emit(item.text, "" if item.connected else "status-warn")
             return
+        if self.host is not None:
+            item = on_host(item, self.host.dest)
         self._track(item)
         match item:
             case RunStarted():

@@ -108,3 +108,30 @@ def test_a_failed_export_is_one_line_and_leaves_no_folder(qtbot, window, tmp_pat
     assert "pip install 'amp-console[onnx]'" in status(window) and "\n" not in status(window)
     assert not (tmp_path / "b" / "export" / "model").exists()
     assert window.file_actions.export_action.isEnabled()
+
+
+@pytest.mark.timeout(180)
+def test_file_export_offers_the_serving_folder_first_each_format_its_own_entry(qtbot, window, tmp_path, dialogs):
+    menu = window.file_actions.export_menu
+    entries = [a.text() for a in menu.actions() if not a.isSeparator()]
+    assert entries[0] == "&Serving folder: torch.export program + serve.py…" and len(entries) == 5
+    assert menu.menuAction() in window.menuBar().actions()[0].menu().actions()  # File → Export ▸
+    quick_run(window, tmp_path / "c", max_steps=10, separate_process=False)
+    finish_run(qtbot, window)
+
+    dialogs.kind = kind_of("program")
+    window.file_actions.export_actions["program"].trigger()
+    qtbot.waitUntil(lambda: "max abs difference" in status(window) or "failed" in status(window), timeout=60_000)
+    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=5000)
+    assert dialogs.filters == [kind_of("program")]  # that format alone: nothing hidden in "Files of type"
+    folder = tmp_path / "c" / "export" / "model"
+    assert {"model.pt2", "serve.py", "manifest.json"} <= {p.name for p in folder.iterdir()}
+
+    dialogs.kind = CHECKPOINT_FILTER
+    window.file_actions.export_actions[None].trigger()
+    qtbot.waitUntil(lambda: "model-2.safetensors" in status(window) or "failed" in status(window), timeout=60_000)
+    assert dialogs.filters == [CHECKPOINT_FILTER] and (tmp_path / "c" / "export" / "model-2.pt").is_file()
+    menu.popup(window.mapToGlobal(window.rect().center()))
+    qtbot.waitUntil(menu.isVisible)
+    menu.grab().save("/tmp/export_menu.png")
+    menu.hide()
