@@ -203,6 +203,18 @@ def loss_position_bounds(target: torch.Tensor) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(real)]).astype(np.int64)
 
 
+BUCKETS_PER_OCTAVE = 8
+
+
+def position_bucket(count: int, most: int) -> int:
+    """`count` real positions rounded up to a multiple of 1/16 of the next power of two (at most 8 sizes per
+    doubling, at most 1/8 more rows), capped at `most`. The loss's matmuls see these sizes, not every count a
+    random batch holds: oneDNN (bf16 on AVX512 / AMX CPUs) caches a primitive and its scratchpad per shape, so
+    a distinct shape per step grew memory by megabytes a step (issue 43)."""
+    step = max(1, (1 << max(count - 1, 0).bit_length()) // (2 * BUCKETS_PER_OCTAVE))
+    return min(-(-count // step) * step, most)
+
+
 SAMPLED_LOSS_ABOVE = 10_000
 """loss=auto trains a catalogue of more lessons than this with the sampled softmax, a smaller one with the full
 softmax: the size above which the sampled loss's quicker steps buy the better model in the same wall time
@@ -391,17 +403,18 @@ class RecommenderTask(Task):
         self, hidden: torch.Tensor, target: torch.Tensor, rows: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """hidden (N, d) and 0-based targets (N,) of a batch of `rows` training rows -> the real positions
-        first, and the overflow flag; unchanged (flag None) before load_data. On the CPU (count_on_host) just
-        the real positions, flag None: a random batch holds fewer than the bound, often far fewer. Elsewhere
-        in a buffer of the most real positions any `rows` training rows hold (see loss_position_bounds), as
-        counting them would wait for the device; unchanged when that bound saves nothing."""
+        first, and the overflow flag; unchanged (flag None) before load_data. On the CPU (count_on_host) the real
+        positions counted, in a buffer of the count rounded up (position_bucket: few distinct shapes, the extra
+        rows ignored), flag None: a random batch holds fewer than the bound, often far fewer. Elsewhere in a
+        buffer of the most real positions any `rows` training rows hold (see loss_position_bounds), as counting
+        them would wait for the device; unchanged when that bound saves nothing."""
         bounds = getattr(self, "loss_bounds", None)
         if bounds is None:
             return hidden, target, None
         exact = self.count_on_host if self.count_on_host is not None else hidden.device.type == "cpu"
-        if exact:
-            real = (target >= 0).nonzero().squeeze(1)
-            return hidden.index_select(0, real), target.index_select(0, real), None
+        if exact:  # a ladder of sizes, not the count itself: see position_bucket
+            size = position_bucket(int((target >= 0).sum()), target.shape[0])
+            return *compact_positions(hidden, target, size)[:2], None
         if rows >= len(bounds):
             return hidden, target, None
         bound = int(bounds[rows])  # numpy, on the host: no device sync
