@@ -74,3 +74,21 @@ def test_a_run_of_a_few_steps_near_its_baseline_says_it_barely_trained():
     assert barely_trained(400, {"accuracy": 0.51}, {"accuracy": 0.5}, "accuracy") == ""  # not a short run
     assert barely_trained(14, {"ndcg@10": 0.3}, {}, "ndcg@10") == ""  # no baseline to be near
     assert barely_trained(10, {"accuracy": float("nan")}, {"accuracy": 0.5}, "accuracy") == ""  # failed, not near
+
+
+def test_a_run_stretched_by_min_steps_resumes_to_its_planned_length(tiny_config):
+    """A run of 2 epochs stretched to min_steps 30 and stopped after epoch 2 is not 'done': it resumes to step 30
+    (the old check refused: '2 epochs are already reached'); once there, a resume is refused naming both."""
+    from core.engine.control import RunControl
+    from core.engine.events import StepMetrics
+    from core.engine.prepare import prepare_run
+    from core.errors import ConfigError
+
+    cfg = tiny_config(epochs=2, min_steps=30, batch_size=1024, log_interval=1, task_options={"samples": 8192})
+    control = RunControl()
+    stopped = train(cfg, control=control, sink=lambda e: isinstance(e, StepMetrics) and e.step >= 12 and control.stop())
+    assert stopped.status == "stopped" and stopped.epoch >= 2, stopped.message
+    done = train(cfg, resume_from=stopped.checkpoint)
+    assert done.status == "completed" and done.step == 30, done.message
+    with pytest.raises(ConfigError, match=r"so 2 epochs \(and at least min_steps 30\) are already reached"):
+        prepare_run({}, resume=done.checkpoint)

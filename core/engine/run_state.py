@@ -70,9 +70,11 @@ class TrainState:
         self.last_metrics = {k: v for k, v in state["metrics"].items() if k != "loss"}
 
 
-def check_resume_target(config, state: dict, name: str) -> None:
+def check_resume_target(config, state: dict, name: str, total_steps: int | None = None) -> None:
     """Refuse a resume whose end is already behind the checkpoint (it would 'complete' without a step): a
-    ConfigError naming max_steps or epochs, in every way a run starts (the CLI, the window's thread or process)."""
+    ConfigError naming max_steps or epochs, in every way a run starts (the CLI, the window's thread or process).
+    A length in epochs counts min_steps (due.planned_steps): `total_steps` once the data is known, else only an
+    epoch end past both is surely the end."""
     step, epoch = int(state.get("step", 0)), int(state.get("epoch", 0))
     if config.max_steps and step >= config.max_steps:
         raise ConfigError(
@@ -80,11 +82,14 @@ def check_resume_target(config, state: dict, name: str) -> None:
             f"checkpoint {name} is at step {step:,}, so max steps {config.max_steps:,} is "
             f"already reached: give a larger value to train on",
         )
-    if not config.max_steps and epoch >= config.epochs:
+    at_epoch_end = not (state.get("data_order") or {}).get("optimizer_step_in_epoch")
+    ended = epoch >= config.epochs and step >= config.min_steps and at_epoch_end
+    if not config.max_steps and (step >= total_steps if total_steps is not None else ended):
+        least = f" (and at least min_steps {config.min_steps:,})" if config.min_steps else ""
         raise ConfigError(
             "epochs",
             f"checkpoint {name} is at epoch {epoch} (step {step:,}), so {config.epochs} "
-            f"epochs are already reached: give more epochs (or max steps) to train on",
+            f"epochs{least} are already reached: give more epochs (or max steps) to train on",
         )
 
 

@@ -131,7 +131,8 @@ class Trainer:
         try:
             self.setup()
             if self.resume_from:  # here, not in setup(): evaluate and export rebuild finished runs with setup()
-                run_state.check_resume_target(self.cfg, self.state.state_dict(), str(self.resume_from))
+                state, name = self.state.state_dict(), str(self.resume_from)
+                run_state.check_resume_target(self.cfg, state, name, self.total_steps)
             with matmul_precision(self.plan):
                 ended = self._train_and_finish()
             return ended
