@@ -279,14 +279,17 @@ class RunConfig:
     def load_toml(cls, path: str | Path) -> RunConfig:
         """Read a TOML config (read_config_file's checks and messages) over its task's defaults, as `train --config`."""
         data = read_config_file(path)
-        return cls.from_dict({**task_defaults(data.get("task", cls.task)), **data}, source=shown_path(path))
+        return cls.from_dict({**task_defaults(data.get("task", cls.task))[0], **data}, source=shown_path(path))
 
     def changes(self) -> dict:
         """The settings that differ from the task's defaults, task and task_file always: what a TOML file or a
-        command line gives to reproduce this config (core.engine.prepare fills the rest the same way)."""
-        defaults = RunConfig().to_dict() | task_defaults(self.task)
+        command line gives to reproduce this config (core.engine.prepare fills the rest the same way); task options
+        too, the task filling the rest."""
+        settings, options = task_defaults(self.task)
+        defaults = RunConfig().to_dict() | settings
         keep = ("task", "task_file")
-        return {k: v for k, v in self.to_dict().items() if (k in keep and v) or (k not in keep and v != defaults[k])}
+        values = self.to_dict() | {"task_options": {k: v for k, v in self.task_options.items() if options.get(k) != v}}
+        return {k: v for k, v in values.items() if (k in keep and v) or (k not in keep and v != defaults[k])}
 
     def to_toml(self) -> str:
         """The changes() as a TOML file for `--config` (train, remote start) or File → Open settings."""
@@ -312,14 +315,15 @@ class RunConfig:
         return argv
 
 
-def task_defaults(task: str) -> dict:
-    """The settings task `task` sets ({} for a task not loaded here)."""
+def task_defaults(task: str) -> tuple[dict, dict]:
+    """The settings task `task` sets and its options' defaults (both {} for a task not loaded here)."""
     from core.tasks import get_task_class
 
     try:
-        return dict(get_task_class(task).defaults)
+        cls = get_task_class(task)
     except ConfigError:
-        return {}
+        return {}, {}
+    return dict(cls.defaults), {option.name: option.default for option in cls.options}
 
 
 def run_command(config: RunConfig, host: str = "", nproc: int = 1, runs_dir: str = "", remote_command: str = "") -> str:

@@ -19,7 +19,7 @@ from core.config import RunConfig
 from core.engine.events import CheckpointSaved, RunEnded, RunStarted
 from core.engine.prepare import prepare_run
 from core.remote.ssh import Host
-from core.tasks import add_task
+from core.tasks import add_task, get_task_class
 from tests.gui.gui_helpers import find, set_field
 
 TASK_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "user_tasks" / "regression_task.py"
@@ -36,7 +36,10 @@ def user_task_form(window, qtbot, tmp_path):
     data.write_text("a,b\n1,2\n")
     window.apply_config(
         window.setupPanel.config().replace(
-            task_options={"hidden": 7, "noise": 0.25}, columns={"y": "target value"}, delimiter="\t", data=str(data)
+            task_options={"hidden": 7, "noise": 0.25, "features": 8},
+            columns={"y": "target value"},
+            delimiter="\t",
+            data=str(data),
         )
     )
     set_field(window, "lrEdit", 0.0123)
@@ -60,12 +63,18 @@ def window_config(window) -> RunConfig:
     ).config
 
 
+def full(config: RunConfig) -> RunConfig:
+    """`config` with every task option (the command gives those that differ from the option's default)."""
+    options = {option.name: option.default for option in get_task_class(config.task).options}
+    return config.replace(task_options=options | config.task_options)
+
+
 def same_run(cli: RunConfig, form: RunConfig) -> None:
     """Equal, the folder included: its parent is the runs root and its name the date, task and precision (named a
     second apart at most)."""
     assert Path(cli.out_dir).parent == Path(form.out_dir).parent
     assert cli.out_dir.split("-", 2)[2] == form.out_dir.split("-", 2)[2]
-    assert cli.replace(out_dir="") == form.replace(out_dir="")
+    assert full(cli).replace(out_dir="") == full(form).replace(out_dir="")
 
 
 def test_copy_as_command_reproduces_the_form_run(user_task_form, tmp_path):
@@ -78,7 +87,7 @@ def test_copy_as_command_reproduces_the_form_run(user_task_form, tmp_path):
     assert {"--lr=0.0123", "--compile", "--max-steps=30", "--delimiter=\\t", "-o", "hidden=7", "noise=0.25"} <= set(
         words
     )
-    assert "--epochs=4" not in text and "--optimizer" not in text  # the task's defaults are not repeated
+    assert "--epochs=4" not in text and "--optimizer" not in text and "features" not in text  # defaults: not repeated
     same_run(cli_config(words[2:]), window_config(window))
     assert f"--runs-dir={tmp_path / 'my runs'}" in words
 
@@ -87,7 +96,7 @@ def test_copy_as_command_reproduces_the_form_run(user_task_form, tmp_path):
     set_field(window, "outDirEdit", str(out))
     words = shlex.split(window.file_actions.copy_run("command"))
     assert not any(w.startswith("--runs-dir") for w in words)
-    assert cli_config(words[2:]) == window_config(window) and window_config(window).out_dir == str(out)
+    assert full(cli_config(words[2:])) == full(window_config(window)) and window_config(window).out_dir == str(out)
 
 
 def test_copy_as_toml_is_a_config_file_for_train(user_task_form, tmp_path):
@@ -100,7 +109,9 @@ def test_copy_as_toml_is_a_config_file_for_train(user_task_form, tmp_path):
     config.write_text(text)
     root = str(window.runs_root())
     same_run(cli_config(["--config", str(config), "--runs-dir", root]), window_config(window))
-    assert RunConfig.load_toml(config) == window.setupPanel.config()  # File → Open settings reads it back too
+    assert full(RunConfig.load_toml(config)) == full(
+        window.setupPanel.config()
+    )  # File → Open settings reads it back too
 
 
 def test_copy_as_command_on_a_host_is_remote_start(user_task_form, tmp_path, monkeypatch):
@@ -126,7 +137,9 @@ def test_copy_as_command_on_a_host_is_remote_start(user_task_form, tmp_path, mon
     args = build_parser("remote").parse_args(words[1:])
     assert args.handler(args) == 0
     assert sent["host"].dest == "me@gpu-box" and sent["host"].command == "~/venv/bin/amp-console"
-    assert sent["config"] == window.setupPanel.config() and sent["nproc"] is None  # what Start on the host sends
+    assert (
+        full(sent["config"]) == full(window.setupPanel.config()) and sent["nproc"] is None
+    )  # what Start on the host sends
 
 
 def test_a_hosts_run_names_the_host_and_its_checkpoint_as_host_path(window, qtbot):
