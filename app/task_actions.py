@@ -1,21 +1,27 @@
 """File → Add task… / Remove task…: a user's task (a task file or a module's class) joins the task picker.
 
-Loading a task runs its code, so the window asks first (once per file) and loads it on a JobRunner thread; a task
-that cannot be used is one line in the status bar and the log. Added references are remembered and listed at the next
+Loading a task runs its code, so the window asks first (once per file), then a child process imports it and answers
+what the form needs (core.tasks.describe): an import that exits, hangs, forks or reads forever leaves the window as it
+was, with one line in the status bar and the log; the child's process group is killed at the time limit and when the
+window closes. Added references are remembered and listed at the next
 start from their source text (nothing runs); a remembered task is loaded when picked.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from pathlib import Path
 
+from PySide6.QtCore import QProcess, QProcessEnvironment, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox
 
 LABEL_CHARACTERS = 48  # a broken file's entry in the picker, cut to this (its tooltip has all of it)
 PENDING = "file:"  # the picker's key of a task listed but not loaded: PENDING + its reference
 RUNS_CODE = (
-    "Loading a task runs its Python code in this window's process (and in every run that trains it), "
+    "Loading a task runs its Python code (in a child process, and in every run that trains it), "
     "with your permissions. Load only files you trust."
 )
 
@@ -42,8 +48,13 @@ class TaskActions:
         self.remove_action = QAction("Remo&ve task…", window, triggered=self.ask_remove)
         self.remove_action.setToolTip("Take a task you added out of the task list, for this and later sessions")
         self._accepted: set[str] = set()  # references whose code the user agreed to run
-        self._loading: set[str] = set()
+        self._loading: dict[str, QProcess] = {}  # reference -> the child importing it
         window.setupPanel.unloadedTaskChosen.connect(self._load_listed)
+        window.closed.connect(self.shutdown)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._loading)
 
     def add_to_menu(self, menu) -> None:
         menu.addAction(self.add_action)
@@ -137,8 +148,15 @@ class TaskActions:
 
     def add_file(self, path: str) -> bool:
         """Add the task in the file `path`; of a file with several Task classes, the one the user picks."""
+        from core.errors import ConfigError
+        from core.files import check_regular_file
         from core.tasks.catalog import task_class_names
 
+        try:  # before any read: a FIFO would block, a device never ends
+            check_regular_file(path, "task", "task file")
+        except ConfigError as exc:
+            self.window.show_error(f"Could not add the task: {str(exc).split(': ', 1)[-1]}")
+            return False
         classes = task_class_names(path)  # read from its source: nothing runs yet
         reference = f"{path}:{classes[0]}" if len(classes) == 1 else path
         if len(classes) > 1:
@@ -236,7 +254,7 @@ class TaskActions:
         if deferred is not None and (deferred.get("task") in names or deferred.get("task_file") == reference):
             settings.deferred = None
         self._accepted.discard(reference)  # added again: asked again
-        self._loading.discard(reference)  # a load under way is dropped when it ends
+        self._loading.pop(reference, None)  # a load under way is dropped when it ends
         what = f"the task {names[0]!r}" if names else short_name(reference)
         window.show_message(f"Removed {what} from the task list.")
         window.logPanel.log(f"Removed the task {reference} from the task list (not listed at the next start)")
@@ -248,27 +266,65 @@ class TaskActions:
             self._load(key.removeprefix(PENDING))
 
     def _load(self, reference: str) -> None:
-        from core.tasks.user_tasks import load_task
+        from core.tasks.describe import command, import_limit
 
         if reference in self._loading:
             return
-        self._loading.add(reference)
-        self.window.show_message(f"Loading the task in {reference} (running its code)…")
-        self.window.jobs.submit(
-            lambda: load_task(reference),
-            lambda _cls: self._loaded(reference),
-            lambda message, details: self._load_failed(reference, message, details),
+        process = self._loading[reference] = QProcess(self.window)
+        process.setProcessChannelMode(QProcess.ProcessChannelMode.ForwardedErrorChannel)
+        process.setStandardInputFile(QProcess.nullDevice())
+        environment = QProcessEnvironment.systemEnvironment()  # a module's task: importable as it is here
+        environment.insert("PYTHONPATH", os.pathsep.join(entry for entry in sys.path if entry))
+        process.setProcessEnvironment(environment)
+        limit = QTimer(process, singleShot=True, interval=int(import_limit() * 1000))
+        limit.timeout.connect(lambda: self._kill(process, timed_out=True))
+        process.finished.connect(lambda code, status: self._answered(reference, process, code, status))
+        process.errorOccurred.connect(
+            lambda error: error == QProcess.ProcessError.FailedToStart and self._answered(reference, process, -1, None)
         )
+        self.window.show_message(f"Loading the task in {reference} (running its code in a child process)…")
+        program, *arguments = command(reference)
+        process.start(program, arguments)
+        process.setProperty("group", process.processId())
+        limit.start()
 
-    def _loaded(self, reference: str) -> None:
+    @staticmethod
+    def _kill(process: QProcess, timed_out: bool = False) -> None:
+        """SIGKILL to the child's process group (what its import forked included)."""
+        from core.process import signal_group
+
+        process.setProperty("timed_out", bool(process.property("timed_out")) or timed_out)
+        signal_group(int(process.property("group") or 0), getattr(signal, "SIGKILL", 9))
+
+    def shutdown(self) -> None:
+        """The window closes: every import under way is killed, none is waited for beyond its exit."""
+        for process in self._loading.values():
+            process.blockSignals(True)
+            self._kill(process)
+            process.waitForFinished(2000)
+        self._loading.clear()
+
+    def _answered(self, reference: str, process: QProcess, code: int, status) -> None:
         from core.tasks import add_task
+        from core.tasks.describe import outcome, stand_in
         from core.tasks.user_tasks import TaskFileError
 
-        if reference not in self._loading:  # removed while it loaded
+        self._kill(process)  # what it left running
+        process.deleteLater()
+        if self._loading.get(reference) is not process:  # removed while it loaded
             return
-        self._loading.discard(reference)
+        del self._loading[reference]
+        crashed = status == QProcess.ExitStatus.CrashExit
+        answer = outcome(
+            reference,
+            bytes(process.readAllStandardOutput()),
+            None if crashed else code,
+            bool(process.property("timed_out")),
+        )
         try:
-            cls = add_task(reference)  # its module was imported on the worker: checked and registered, not rerun
+            if isinstance(answer, str):
+                raise TaskFileError(reference, answer.removeprefix(f"{reference}: "))
+            cls = add_task(reference, stand_in(answer, reference))  # checked and registered; its code does not run here
         except TaskFileError as exc:  # e.g. its name is another loaded file's task's
             self._failed(reference, str(exc), "")
             return
@@ -285,12 +341,7 @@ class TaskActions:
         window.show_message(f"Task {cls.name!r} is ready: {cls.description}", "status-ok")
         window.logPanel.log(f"Loaded the task {cls.name!r} from {reference}")
 
-    def _load_failed(self, reference: str, message: str, details: str) -> None:
-        if reference in self._loading:  # else removed while it loaded
-            self._failed(reference, message, details)
-
     def _failed(self, reference: str, message: str, details: str) -> None:
-        self._loading.discard(reference)
         self.window.show_error(f"Could not load the task: {message}", details)
         if reference in self.window.window_settings.user_tasks():  # a remembered one: listed as broken
             self._list_broken(reference, message.removeprefix(f"{reference}: "))

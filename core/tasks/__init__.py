@@ -116,17 +116,18 @@ def task_errors() -> dict[str, str]:
     return dict(_broken)
 
 
-def add_task(reference: str) -> type[Task]:
+def add_task(reference: str, cls: type | None = None) -> type[Task]:
     """Load (running its code), register and return the user task `reference` names; one loaded before from the
-    same reference as it is. TaskFileError when it cannot be loaded or its name is taken."""
+    same reference as it is; with `cls` (a core.tasks.describe stand-in), that class. TaskFileError when it cannot be
+    loaded or its name is taken."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference, load_task
 
     reference = canonical_reference(reference)
-    for name, cls in _loaded.items():
-        if _references.get(name) == reference:
-            return cls
+    for name, known in _loaded.items():
+        if _references.get(name) == reference and cls is None:
+            return known
     try:
-        cls = load_task(reference)
+        cls = cls or load_task(reference)
         if cls.name in _REGISTRY:
             raise TaskFileError(reference, f"its name {cls.name!r} is a built-in task's: give the task another name")
         if cls.name in _loaded and _references.get(cls.name) != reference:
@@ -334,8 +335,9 @@ def load_config_task(values: dict) -> None:
 
 
 def create_task(name: str, options: dict | None = None) -> Task:
-    """An instance of task `name` with validated options."""
-    return get_task_class(name)(options)
+    """An instance of task `name` with validated options (of the real class, for a core.tasks.describe stand-in)."""
+    cls = get_task_class(name)
+    return getattr(cls, "real", lambda: cls)()(options)
 
 
 def __getattr__(name: str):

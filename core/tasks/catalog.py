@@ -61,9 +61,24 @@ def _value(node: ast.AST):
     raise _NotLiteral
 
 
+SOURCE_LIMIT = 4 * 2**20  # bytes of a task's source read on the window's thread; a longer one is only imported
+
+
+def read_source(source: Path | str) -> bytes:
+    """A task module's source, opened only as a regular file (never blocking on a FIFO, never reading a device);
+    OSError or ValueError (core.files.UnreadableFile) when it cannot be, or is longer than SOURCE_LIMIT."""
+    from core.files import open_regular
+
+    with open_regular(source) as file:
+        data = file.read(SOURCE_LIMIT + 1)
+    if len(data) > SOURCE_LIMIT:
+        raise ValueError(f"its source is longer than {SOURCE_LIMIT >> 20} MiB: not read, only imported")
+    return data
+
+
 def _classes(source: Path | str) -> list[ast.ClassDef]:
     try:
-        tree = ast.parse(Path(source).read_text(encoding="utf-8"))
+        tree = ast.parse(read_source(source).decode("utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return []
     return [n for n in tree.body if isinstance(n, ast.ClassDef)]

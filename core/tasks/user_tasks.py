@@ -73,7 +73,10 @@ def canonical_reference(reference: str) -> str:
     """The reference as it is remembered: a file's absolute path (so a run started elsewhere finds it)."""
     kind, target, class_name = split_reference(reference)
     if kind == "file":
-        target = str(Path(target).expanduser().resolve())
+        try:
+            target = str(Path(target).expanduser().resolve())
+        except (OSError, RuntimeError) as exc:  # a loop of symbolic links
+            raise TaskFileError(reference, f"cannot be resolved: {first_line(exc)}") from None
     return f"{target}:{class_name}" if class_name else target
 
 
@@ -292,12 +295,16 @@ def source_problem(reference: str) -> str:
     path = Path(target).expanduser() if kind == "file" else module_source_file(target)
     if path is None:
         return f"no module named {target!r} on the import path"
+    from core.tasks.catalog import read_source
+
     try:
-        source = path.read_bytes()
+        source = read_source(path)
     except FileNotFoundError:
         return "no such file"
     except OSError as exc:
         return f"cannot be read: {exc.strerror or exc}"
+    except ValueError as exc:  # not a regular file, or too long to read here
+        return "" if "longer than" in str(exc) else first_line(exc)
     try:
         compile(source, str(path), "exec", dont_inherit=True, flags=ast.PyCF_ONLY_AST)
     except SyntaxError as exc:

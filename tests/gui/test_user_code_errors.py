@@ -12,6 +12,8 @@ import pytest
 from gui_helpers import MODES, PROCESS_WAIT_MS, click, find, finish_run, set_field
 from PySide6.QtWidgets import QMessageBox
 
+pytestmark = pytest.mark.slow  # adding the task imports it in a child process
+
 ROOT = Path(__file__).resolve().parents[2]
 TASK_FILE = ROOT / "tests" / "fixtures" / "user_tasks" / "regression_task.py"
 
@@ -45,7 +47,7 @@ def add_broken_task(qtbot, window, monkeypatch, tmp_path: Path, body: str) -> tu
     )
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)  # runs its code
     window.task_actions.add(f"{path}:Broken")  # what File → Add task… does once the class is picked
-    qtbot.waitUntil(lambda: not window.jobs.busy, timeout=60_000)
+    qtbot.waitUntil(lambda: not window.task_actions.busy, timeout=60_000)
     assert window.setupPanel.taskCombo.currentData() == "broken", window.statusBarWidget.message.text()
     return path, line
 
