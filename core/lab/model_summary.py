@@ -174,11 +174,10 @@ ProgressCallback = Callable[[SummaryProgress], None]
 
 def optimizer_state_bytes(param: torch.Tensor, optimizer: str, momentum: float = 0.9) -> int:
     """Bytes `optimizer` keeps for one trainable parameter tensor (as torch keeps it after the first step)."""
-    if optimizer in ("adam", "adamw"):
-        return 2 * param.numel() * 4 + 4  # exp_avg, exp_avg_sq (float32) + the float32 step counter
-    if optimizer == "sgd":
-        return param.numel() * 4 if momentum else 0  # the momentum buffer
-    raise ValueError(f"unknown optimizer {optimizer!r}")
+    from core.lab.memory_estimate import OPTIMIZER_STATES, state_bytes_per_parameter
+
+    per_parameter = state_bytes_per_parameter(optimizer, momentum)  # ValueError for an unknown one
+    return param.numel() * per_parameter + OPTIMIZER_STATES[optimizer].per_tensor
 
 
 def parameter_rows(model: nn.Module, optimizer: str = "adamw", momentum: float = 0.9) -> list[LayerRow]:

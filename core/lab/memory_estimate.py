@@ -1,0 +1,289 @@
+"""Memory estimate before Start: the peak of a run's training steps on its device, from one probe step.
+
+Peak = parameters + gradients + optimizer state (bytes per parameter from the rows of PRECISION_BYTES and
+OPTIMIZER_STATES: a new mode or optimizer adds a row) + the data the run keeps on the device + the larger of two
+moments of a step measured in one probe step at a small batch on a throwaway Trainer: the forward + backward's
+activations (scaled linearly to the batch size) or the optimizer step's scratch (independent of the batch). CUDA/XPU
+measure the probe with the allocator's peak (core.devices.PeakMemory); the CPU with `AllocationPeak`, torch's
+profiler counting every allocation and free of its allocator (an RSS figure is too coarse for a step). Evaluation
+passes are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from core.text import size
+
+if TYPE_CHECKING:
+    from core.config import RunConfig
+
+
+class ParamBytes(NamedTuple):
+    """Bytes a precision mode keeps per parameter for the whole run."""
+
+    weights: int
+    grads: int
+    master: int = 0  # a float32 copy beside low-precision weights (e.g. a future bf16-pure)
+
+
+# Autocast keeps float32 parameters and gradients in every mode today (it casts per op, inside the forward).
+PRECISION_BYTES = {
+    "fp32": ParamBytes(4, 4),
+    "tf32": ParamBytes(4, 4),
+    "fp16": ParamBytes(4, 4),
+    "bf16": ParamBytes(4, 4),
+}
+
+
+class OptimizerState(NamedTuple):
+    """The state an optimizer keeps per trainable parameter: `states` tensors of `state_bytes` bytes each."""
+
+    states: int
+    state_bytes: int = 4
+    needs_momentum: bool = False  # SGD keeps its buffer only with momentum
+    per_tensor: int = 0  # bytes per parameter tensor (Adam's float32 step counter)
+
+
+OPTIMIZER_STATES = {
+    "sgd": OptimizerState(1, needs_momentum=True),  # the momentum buffer
+    "adam": OptimizerState(2, per_tensor=4),  # exp_avg, exp_avg_sq
+    "adamw": OptimizerState(2, per_tensor=4),
+}
+PROBE_BATCH = 32  # rows of the probe step (the batch itself when smaller)
+
+
+def state_bytes_per_parameter(optimizer: str, momentum: float = 0.9) -> int:
+    try:
+        row = OPTIMIZER_STATES[optimizer]
+    except KeyError:
+        raise ValueError(f"unknown optimizer {optimizer!r}") from None
+    return 0 if row.needs_momentum and not momentum else row.states * row.state_bytes
+
+
+@dataclass
+class Estimate:
+    """The estimated peak (`total_bytes` = the sum of `parts`) against the device's free memory."""
+
+    total_bytes: int
+    parts: dict[str, int]  # name -> bytes, in the order shown
+    free_bytes_of_device: int | None
+    note: str = ""
+    device: str = ""
+    mode: str = ""
+    batch_size: int = 0
+    probe_batch: int = 0
+    details: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """'≈ 1.2 GiB of 7.8 GiB free' (no 'of' where the free memory is unknown)."""
+        free = f" of {size(self.free_bytes_of_device)} free" if self.free_bytes_of_device is not None else ""
+        return f"≈ {size(self.total_bytes)}{free}"
+
+    def breakdown(self) -> str:
+        return ", ".join(f"{name} {size(value)}" for name, value in self.parts.items() if value)
+
+
+class AllocationPeak:
+    """The peak of allocated bytes above the start between enter and exit on `device`: the allocator's peak on
+    CUDA/XPU (PeakMemory), torch's profiler's allocation events on the CPU. `peak` is set on exit."""
+
+    def __init__(self, device) -> None:
+        from core.devices import PeakMemory
+
+        self.meter = PeakMemory(device)
+        self.peak = 0
+
+    def __enter__(self) -> AllocationPeak:
+        if self.meter.allocator:
+            self.meter.reset()
+        else:
+            from torch.profiler import ProfilerActivity, profile
+
+            self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self.profiler.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.meter.allocator:
+            reading = self.meter.read()
+            self.peak = max(0, (reading.peak_bytes or 0) - (reading.start_bytes or 0))
+            return False
+        self.profiler.__exit__(*exc)
+        results: Any = self.profiler.profiler.kineto_results  # type: ignore[union-attr]
+        events = [e for e in results.events() if e.name() == "[memory]"]
+        now = peak = 0
+        for event in sorted(events, key=lambda e: e.start_ns()):
+            if event.device_type().name == "CPU":
+                now += event.nbytes()
+                peak = max(peak, now)
+        self.peak = peak
+        return False
+
+
+def resident_bytes(trainer) -> dict[str, int]:
+    """What a set-up Trainer keeps on its device between steps, per part: each storage counted once."""
+    import torch
+
+    seen: set[int] = set()
+
+    def total(tensors) -> int:
+        out = 0
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.device == trainer.device:
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    out += storage.nbytes()
+        return out
+
+    model = trainer.raw_model
+    state = [v for s in trainer.optimizer.state.values() for v in s.values()]
+    splits = [s for s in (trainer.batches.split, trainer.val, trainer.test) if isinstance(s, dict)]
+    return {
+        "parameters": total([*model.parameters(), *model.buffers()]),
+        "optimizer state": total(state),
+        "data": total(v for s in splits for v in s.values()),
+    }
+
+
+def _probe(trainer) -> tuple[int, int]:
+    """(forward + backward peak, optimizer step peak) above what was in use before each, on one batch of a
+    set-up Trainer whose optimizer already made its state: the trainer's own step (`_optimizer_step`) in two."""
+    import torch
+
+    t, plan = trainer, trainer.plan
+    scaler = t.scaler if t.scaler.is_enabled() else None
+    order = t.batches.order(0)
+    with AllocationPeak(t.device) as backward:  # the batch's copy included: it grows with the batch too
+        batch = t.batches.batch(order, 0)
+        with plan.autocast():
+            loss = t.task.loss(t.model, batch)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        del loss, batch
+    with AllocationPeak(t.device) as step:
+        if scaler is not None:
+            scaler.unscale_(t.optimizer)
+        if t.cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(t._params, t.cfg.grad_clip)
+        (t.optimizer.step() if scaler is None else (scaler.step(t.optimizer), scaler.update()))
+        t.optimizer.zero_grad(set_to_none=True)
+    return backward.peak, step.peak
+
+
+def free_bytes(info) -> int | None:
+    """Free memory of a device now: the CUDA driver's figure, available RAM on the CPU, else what it listed."""
+    if info.type == "cpu":
+        from core.devices import available_ram
+
+        return available_ram()
+    if info.type == "cuda":
+        from core.devices import cuda_free_memory
+
+        return cuda_free_memory(int(info.id.partition(":")[2] or 0))
+    return info.memory_free
+
+
+def estimate(
+    config: RunConfig,
+    device: str | None = None,
+    mode: str | None = None,
+    optimizer: str | None = None,
+    batch_size: int | None = None,
+    devices=None,
+) -> Estimate:
+    """The peak training memory of `config` (device, precision mode, optimizer and batch size default to its own)
+    on its device, from one probe step of at most PROBE_BATCH rows (see the module's docstring)."""
+    from core.devices import device_info, list_devices
+    from core.engine.precision import resolve_precision
+    from core.lab.timing import on_throwaway_trainer
+
+    cfg = config.replace(
+        **{
+            k: v
+            for k, v in dict(device=device, precision=mode, optimizer=optimizer, batch_size=batch_size).items()
+            if v
+        }
+    ).validate()
+    info = device_info(cfg.device, devices if devices is not None else list_devices())
+    plan = resolve_precision(cfg.precision, info)
+    probe_batch = min(cfg.batch_size, PROBE_BATCH)
+
+    def measure(trainer) -> Estimate:
+        trainer.train_step(trainer.batches.order(0), 0, _sums(trainer))  # the optimizer makes its state
+        resident = resident_bytes(trainer)
+        backward, step = _probe(trainer)
+        model = trainer.raw_model
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        frozen = sum(p.numel() for p in model.parameters()) - trainable
+        row = PRECISION_BYTES[plan.mode]
+        grads = trainable * row.grads
+        activations = max(0, backward - grads) * cfg.batch_size // probe_batch
+        parts = {
+            "parameters": (trainable + frozen) * row.weights + resident["parameters"] - model_bytes(model),
+            "master weights": trainable * row.master,
+            "gradients": grads,
+            "optimizer state": trainable * state_bytes_per_parameter(cfg.optimizer, cfg.momentum),
+            "data": resident["data"],
+        }
+        scratch = max(0, step - grads)
+        moment = "activations" if activations >= scratch else "optimizer step"
+        parts[moment] = max(activations, scratch)
+        note = (
+            f"peak {'in the backward pass' if moment == 'activations' else 'in the optimizer step'}; activations "
+            f"measured at batch {probe_batch} and scaled to {cfg.batch_size}; evaluation not counted"
+        )
+        return Estimate(
+            total_bytes=sum(parts.values()),
+            parts={k: v for k, v in parts.items() if v or k != "master weights"},
+            free_bytes_of_device=free_bytes(info),
+            note=note,
+            device=info.id,
+            mode=plan.mode,
+            batch_size=cfg.batch_size,
+            probe_batch=probe_batch,
+            details={"probe_backward_bytes": backward, "probe_step_bytes": step, "resident": resident},
+        )
+
+    return on_throwaway_trainer(
+        cfg,
+        "amp-memory-estimate-",
+        measure,
+        devices,
+        device=info.id,
+        precision=plan.mode,
+        batch_size=probe_batch,
+        grad_accum=1,
+        compile=False,
+        schedule="constant",
+        warmup_steps=0,
+        max_steps=2,
+    )
+
+
+def model_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _sums(trainer):
+    from core.engine.step_metrics import StepAccumulator
+
+    return StepAccumulator(trainer.device, count_only_finite=trainer.plan.use_scaler)
+
+
+def measure_training_peak(config: RunConfig, steps: int = 3, devices=None) -> int:
+    """The measured peak of a real short run of `config` (for checking `estimate`): what a set-up Trainer keeps
+    on its device plus the peak allocated above it over `steps` of its own optimizer steps."""
+    from core.lab.timing import on_throwaway_trainer
+
+    def run(trainer) -> int:
+        sums, order = _sums(trainer), trainer.batches.order(0)
+        trainer.train_step(order, 0, sums)
+        resident = sum(resident_bytes(trainer).values())
+        with AllocationPeak(trainer.device) as peak:
+            for index in range(1, steps):
+                trainer.train_step(order, index % (trainer.batches.batches_per_epoch // trainer.cfg.grad_accum), sums)
+        return resident + peak.peak
+
+    return on_throwaway_trainer(config, "amp-memory-measure-", run, devices, compile=False, max_steps=steps)

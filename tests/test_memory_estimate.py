@@ -1,0 +1,52 @@
+"""Memory estimate before Start: within 15% of a real short run's measured peak (CPU, side by side), its parts
+add up, and every precision mode and optimizer has its row of bytes per parameter."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.config import FIELD_SPECS, RunConfig
+from core.lab.memory_estimate import (
+    OPTIMIZER_STATES,
+    PRECISION_BYTES,
+    estimate,
+    measure_training_peak,
+    state_bytes_per_parameter,
+)
+from core.precision_modes import PRECISION_MODES
+from core.tasks import TASKS
+
+SMALL = {  # small enough to run in seconds, big enough that activations count
+    "sentiment": {"dim": 16, "hidden": 16, "buckets": 4096, "max_tokens": 32, "reviews": 600},
+    "recommender": {"d_model": 16, "layers": 1, "heads": 2, "max_len": 16, "items": 200, "interactions": 4000},
+}
+
+
+@pytest.mark.parametrize(
+    ("task", "optimizer", "mode"), [("sentiment", "adamw", "bf16"), ("recommender", "sgd", "fp32")]
+)
+def test_estimate_is_within_15_percent_of_the_measured_peak(task, optimizer, mode):
+    if task not in TASKS:
+        pytest.skip(f"{task} is not installed")
+    config = RunConfig.for_task(
+        task, device="cpu", task_options=SMALL[task], optimizer=optimizer, precision=mode, batch_size=128
+    )
+    guess = estimate(config)
+    measured = measure_training_peak(config)
+    assert guess.probe_batch == 32 < guess.batch_size == 128  # activations scaled from the probe
+    assert 0.85 <= guess.total_bytes / measured <= 1.15, (guess.parts, measured)
+    assert sum(guess.parts.values()) == guess.total_bytes
+    assert guess.parts["parameters"] > 0 and guess.parts["gradients"] > 0
+    assert guess.free_bytes_of_device and "free" in guess.describe()
+
+
+def test_the_parts_follow_the_rows_of_bytes_per_parameter():
+    config = RunConfig(task="tiny", device="cpu")
+    adam, sgd = estimate(config, optimizer="adam"), estimate(config, optimizer="sgd", batch_size=8)
+    params = adam.parts["gradients"] // 4
+    assert adam.parts["optimizer state"] == 8 * params and sgd.parts["optimizer state"] == 4 * params
+    assert sgd.probe_batch == sgd.batch_size == 8  # a batch under the probe's is probed as it is
+    assert estimate(config, optimizer="sgd").parts["activations"] > sgd.parts["activations"]
+    assert set(PRECISION_BYTES) >= set(PRECISION_MODES)  # a new mode adds its row
+    assert state_bytes_per_parameter("sgd", momentum=0.0) == 0
+    assert set(OPTIMIZER_STATES) >= set(FIELD_SPECS["optimizer"].choices)
