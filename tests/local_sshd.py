@@ -75,7 +75,7 @@ def start_sshd(folder: Path, timeout: float = 30.0) -> LocalSshd:
         f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPasswordAuthentication no\n"
         f"KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nStrictModes no\nUsePAM no\n"
         f"PidFile {folder / 'sshd.pid'}\nPermitRootLogin prohibit-password\nAllowTcpForwarding no\n"
-        f"X11Forwarding no\nLogLevel ERROR\n"
+        f"X11Forwarding no\nLogLevel ERROR\nAcceptEnv PYTHONPATH\n"  # `SetEnv`: tests/test_remote_install.py
     )
     (folder / "known_hosts").write_text(f"[127.0.0.1]:{port} {(folder / 'host_key.pub').read_text()}")
     common = (

@@ -114,7 +114,9 @@ def test_a_host_without_amp_console_is_one_line(sshd):
         host_devices(sshd.host(command="/nonexistent/amp-console"))
     text = str(caught.value)
     assert "\n" not in text and text.startswith("amp-test has no amp-console (`/nonexistent/amp-console`")
-    assert "pip install amp-console" in text
+    assert "install it there with `amp-console remote install amp-test`" in text
+    default = Host("gpu-box").argv(["info"])[-1]  # where `remote install` puts it, looked in before the PATH
+    assert default.startswith('PATH="$HOME/.amp-console/venv/bin:$PATH" amp-console agent --client-version ')
 
 
 def test_another_version_on_the_host_is_one_line(sshd, tmp_path):

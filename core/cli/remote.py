@@ -10,8 +10,13 @@ import os
 import sys
 
 from core.cli.common import seconds
+from core.cli.train import DATA_FLAG_FIELDS, add_data_flags, add_field_flag, data_flag_values
+from core.config import FIELD_SPECS
 from core.errors import ConfigError
 from core.text import printable
+
+START_FLAGS = [n for n in FIELD_SPECS if n not in ("task", "task_file", "data", *DATA_FLAG_FIELDS)]  # + data flags
+VENV_SHOWN = "~/.amp-console/venv"  # core.remote.ssh.VENV under the host's home
 
 
 def _ssh_flags(parser) -> None:
@@ -151,8 +156,34 @@ def register(sub) -> None:
     )
     start.add_argument("--nproc", type=int, default=None, metavar="N", help="DDP processes on the host")
     start.add_argument("--watch", action="store_true", help="then watch it (Ctrl+C leaves it running)")
+    settings = start.add_argument_group("the run's settings, as train's (over --config; paths: on the host)")
+    for name in START_FLAGS:
+        add_field_flag(settings, name)
+    add_data_flags(settings)
     _ssh_flags(start)
     start.set_defaults(handler=cmd_remote_start, offset=0, progress_every=10.0, json=False)
+
+    install = ops.add_parser(
+        "install",
+        help="install this amp-console into a venv on the host (built here, copied over ssh)",
+        description="Builds this amp-console's wheel here, copies it over ssh and installs it with its "
+        f"dependencies into {VENV_SHOWN} on the host (python3 -m venv), where the other remote "
+        "commands look for amp-console first. Torch is pinned to this machine's version; "
+        "--torch-spec picks another (a CUDA build: see docs/remote.md).",
+    )
+    install.add_argument("host", metavar="HOST")
+    install.add_argument(
+        "--venv", metavar="DIR", default=VENV_SHOWN, help=f"the venv on the host (default {VENV_SHOWN})"
+    )
+    install.add_argument("--python", metavar="CMD", default="python3", help="the host's python (default python3)")
+    install.add_argument("--torch-spec", metavar="SPEC", default=None, help="torch's requirement, e.g. 'torch>=2.6'")
+    install.add_argument(
+        "--system-site-packages",
+        action="store_true",
+        help="the venv sees the host python's packages (a torch already there is kept when it meets the spec)",
+    )
+    _ssh_flags(install)
+    install.set_defaults(handler=cmd_remote_install)
 
     runs = ops.add_parser("runs", help="the runs under the host's runs root (as `runs list` there)")
     runs.add_argument("host", metavar="HOST")
@@ -305,6 +336,9 @@ def cmd_remote_start(args: argparse.Namespace) -> int:
     from core.remote.client import start_remote_run
 
     values = read_config_file(args.config) if args.config else {}
+    if values.pop("out_dir", None):
+        _say(f"{args.config}: its out_dir is a folder here, ignored: the run gets one under the host's runs root")
+    values.update({n: getattr(args, n) for n in START_FLAGS if getattr(args, n) is not None} | data_flag_values(args))
     if args.data:
         values["data"] = args.data
     if args.remote_task:
@@ -351,6 +385,18 @@ def _config_for_host(values: dict, dest: str, source: str, upload: bool):
         name, message = next(iter(problems.items()))
         raise ConfigError(name, message)
     return config
+
+
+def cmd_remote_install(args: argparse.Namespace) -> int:
+    from core.remote.install import install
+
+    host = host_of(args.host, args)
+    shown = install(host, args.python, args.venv, args.torch_spec, args.system_site_packages, on_progress=_say)
+    found = "" if args.venv == VENV_SHOWN else f" --remote-command {args.venv}/bin/amp-console"
+    print(
+        f"amp-console {shown} installed in {host.dest}:{args.venv}; try `amp-console remote devices {host.dest}{found}`"
+    )
+    return 0
 
 
 def cmd_remote_runs(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from core.text import first_line, printable
 
 REMOTE_COMMAND_ENV = "AMP_CONSOLE_REMOTE_COMMAND"  # the default PREFIX for every host
 CONNECT_SECONDS = 10
-INSTALL_HINT = "pip install amp-console"
+VENV = ".amp-console/venv"  # under the host's home: where `remote install` puts amp-console, looked in first
 
 
 class RemoteError(AmpConsoleError):
@@ -55,7 +55,8 @@ class Host:
         if keepalive:  # a long stream notices a dead network
             options += ["-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"]
         args = ["--client-version", __version__, *args]
-        remote = " ".join([self.command, "agent", *(shlex.quote(str(arg)) for arg in args)])
+        command = f'PATH="$HOME/{VENV}/bin:$PATH" amp-console' if self.command == "amp-console" else self.command
+        remote = " ".join([command, "agent", *(shlex.quote(str(arg)) for arg in args)])
         return [ssh, *options, *self.ssh_options, "--", self.dest, remote]
 
 
@@ -80,7 +81,7 @@ def failure(host: Host, code: int, stderr: str) -> RemoteError:
     if code == 127:
         return RemoteError(
             f"{dest} has no amp-console (`{host.command}`: command not found): install it there "
-            f"with `{INSTALL_HINT}`, or give the command that runs it (--remote-command)"
+            f"with `amp-console remote install {dest}`, or give the command that runs it (--remote-command)"
         )
     if code == 126:
         return RemoteError(
