@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from app.assets import restyle
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox
+from app.run.jobs import JobRunner
 from core.precision_modes import PRECISION_CHOICES
 from core.text import count as count_text
 
@@ -79,6 +80,10 @@ FIELD_TOOLS = {
     ),
 }
 LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
+# What the memory estimate depends on (core.lab.memory_estimate); it runs once these settle for ESTIMATE_DELAY_MS.
+ESTIMATE_INPUTS = ("task", "task_file", "task_options", "data", "data_format", "columns", "delimiter", "batch_size")
+ESTIMATE_INPUTS += ("precision", "optimizer", "momentum", "grad_clip", "device")
+ESTIMATE_DELAY_MS = 600
 
 
 def form_label(text: str, tooltip: str = "", width: int = LABEL_WIDTH) -> QLabel:
@@ -173,6 +178,12 @@ class RunSetupPanel(QWidget):
         self._precision_error.hide()
         form.addRow(form_label("Mode"), self.precisionCombo)
         form.addRow("", self.precisionNote)
+        self.memoryEstimate = restyle(QLabel("–", objectName="memoryEstimate", wordWrap=True), role="hint")
+        form.addRow(form_label("Memory", "Estimated peak training memory on the device"), self.memoryEstimate)
+        self._estimates = JobRunner(self)
+        self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
+        self._estimate_timer.timeout.connect(self._start_estimate)
+        self._estimated: tuple | None = None  # the inputs the label shows (or is computing)
         form.addRow("", self._precision_error)
         self._process_limit = max(1, os.cpu_count() or 1)
         processes_help = (
@@ -589,7 +600,52 @@ class RunSetupPanel(QWidget):
         if valid != self._valid:
             self._valid = valid
             self.validityChanged.emit(valid)
+        self._schedule_estimate()
         return valid
+
+    # ------------------------------------------------------------------ memory estimate
+    def _estimate_inputs(self) -> tuple:
+        values = self.values()
+        return tuple(repr(values.get(name)) for name in ESTIMATE_INPUTS)
+
+    def _schedule_estimate(self) -> None:
+        """Estimate again once the settings it depends on settle (a valid form, shown, inputs changed)."""
+        if self._valid and self.isVisible() and self._estimate_inputs() != self._estimated:
+            self._estimate_timer.start()
+
+    def _start_estimate(self) -> None:
+        """core.lab.memory_estimate on a worker thread (one at a time: the next starts when it is done)."""
+        if self._estimates.busy or not self._valid:
+            return
+        from core.lab.memory_estimate import estimate
+
+        config, self._estimated = self.config(), self._estimate_inputs()
+        shown = self.memoryEstimate.text()
+        self.memoryEstimate.setText(f"estimating… (was {shown})" if shown.startswith("≈") else "estimating…")
+        self._estimates.submit(lambda: estimate(config), self._show_estimate, self._estimate_failed)
+
+    def _show_estimate(self, result) -> None:
+        over = result.free_bytes_of_device is not None and result.total_bytes > result.free_bytes_of_device
+        self.memoryEstimate.setText(f"{result.describe()} on {result.device}" + (": will not fit" if over else ""))
+        self.memoryEstimate.setToolTip(f"{result.breakdown()}\n({result.note})")
+        restyle(self.memoryEstimate, role="error" if over else "hint")
+        self._schedule_estimate()  # the settings changed meanwhile
+
+    def _estimate_failed(self, message: str, _details: str) -> None:
+        self.memoryEstimate.setText(f"– (no estimate: {message.splitlines()[0][:160] if message else 'failed'})")
+        restyle(self.memoryEstimate, role="hint")
+        self._schedule_estimate()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self._schedule_estimate()
+
+    def hideEvent(self, event) -> None:
+        """Hidden (the window closing): no estimate starts, and the running one is waited for (a probe step)."""
+        self._estimate_timer.stop()
+        self._estimates.shutdown()
+        self._estimated = None
+        super().hideEvent(event)
 
     def _browse(self, name: str) -> None:
         row = self._rows[name]
