@@ -369,3 +369,16 @@ def test_an_installed_package_task_is_listed_by_the_cli_then_trained(installed_p
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["task"] == "wave" and record["config"]["task_file"] == "amp_example_tasks.wave:WaveTask"
     assert (installed_package / "wave.ran").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_task_symlink_loop_or_fifo_is_one_line_and_never_blocks(tmp_path, capsys):
+    from core.tasks.user_tasks import source_problem
+
+    loop = tmp_path / "loop.py"
+    loop.symlink_to(loop)
+    code, _out, err = cli(capsys, "train", "--task", loop, "--max-steps", 1)
+    assert code == 2 and "loop.py" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    assert "named pipe" in source_problem(f"{fifo}:PipeTask")  # listing a remembered one reads no FIFO

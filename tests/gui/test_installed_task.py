@@ -17,6 +17,8 @@ from app.task_actions import PENDING
 from app.window_settings import USER_TASKS_KEY
 from tests.installed_tasks import install_task_package
 
+pytestmark = pytest.mark.slow  # picking the task imports it in a child process
+
 REFERENCE = "amp_example_tasks.wave:WaveTask"
 
 

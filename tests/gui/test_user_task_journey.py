@@ -106,6 +106,7 @@ def serve_module(folder: Path):
     return module
 
 
+@pytest.mark.slow  # adding the task imports it in a child process
 @pytest.mark.timeout(240)
 def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(
     qtbot, window, tmp_path, dialogs, capsys, monkeypatch
