@@ -641,9 +641,10 @@ class RunSetupPanel(QWidget):
         self._schedule_estimate()
 
     def hideEvent(self, event) -> None:
-        """Hidden (the window closing): no estimate starts, and the running one is waited for (a probe step)."""
+        """Hidden: no estimate starts; the window closing waits for a running probe step (never a tab switch)."""
         self._estimate_timer.stop()
-        self._estimates.shutdown()
+        if not self.window().isVisible():
+            self._estimates.shutdown()
         self._estimated = None
         super().hideEvent(event)
 
