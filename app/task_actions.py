@@ -326,7 +326,7 @@ class TaskActions:
                 raise TaskFileError(reference, answer.removeprefix(f"{reference}: "))
             cls = add_task(reference, stand_in(answer, reference))  # checked and registered; its code does not run here
         except TaskFileError as exc:  # e.g. its name is another loaded file's task's
-            self._failed(reference, str(exc), "")
+            self._failed(reference, str(exc).removeprefix("task: "), "")
             return
         window, panel = self.window, self.window.setupPanel
         panel.add_task(cls, f"{cls.name} ({short_name(reference)})", key=PENDING + reference)
