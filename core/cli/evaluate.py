@@ -100,17 +100,15 @@ def find_checkpoint(target: str, best: bool, runs_dir: str | None) -> Path:
 
 def chosen_checkpoint(args, doing: str) -> Path:
     """The checkpoint a command works on (common.add_checkpoint_args): a file as it is; a run's best, or its last
-    with --last. With neither asked for, the best when the run kept one, else its last, said on stderr."""
+    with --last. With neither asked for, the one its summary advised (run_checkpoint "advised"): its best when it
+    kept one, else its last, said on stderr."""
     from core.engine.run_record import run_checkpoint
 
     if args.best or args.last or Path(args.target).expanduser().is_file():
         return find_checkpoint(args.target, args.best, args.runs_dir)
-    path, fell_back = run_checkpoint(_run_folder(args.target, args.runs_dir), "best")
-    if fell_back:
-        sys.stderr.write(
-            f"note: the run kept no best checkpoint: {doing} its last (--best needs validation metrics; --last to "
-            f"choose it)\n"
-        )
+    path, notes = run_checkpoint(_run_folder(args.target, args.runs_dir), "advised")
+    for note in notes:  # the last weights, advised by the run's summary or for want of a best checkpoint
+        sys.stderr.write(f"note: {note.replace('; using its last one', f': {doing} its last')} (--best, --last)\n")
     return path
 
 

@@ -185,12 +185,13 @@ def _load_user_task(user: dict) -> None:
         load_config_task(user)
 
 
-def prepared_run(args: argparse.Namespace) -> PreparedRun:
+def prepared_run(args: argparse.Namespace, processes: int | None = None) -> PreparedRun:
     """The run from a --config file and the flags over it (core.engine.prepare.prepare_run: task defaults <
-    --resume checkpoint < file < flags), its paths checked."""
+    --resume checkpoint < file < flags), its paths checked; `processes`: the run's, for its resume notes."""
     from core.engine.prepare import prepare_run
 
-    prepared = prepare_run(*_user_layers(args), resume=args.resume, runs_dir=getattr(args, "runs_dir", None))
+    runs_dir = getattr(args, "runs_dir", None)
+    prepared = prepare_run(*_user_layers(args), resume=args.resume, runs_dir=runs_dir, processes=processes)
     check_paths(prepared.config)
     return prepared
 
@@ -484,8 +485,9 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
 
         restart = elastic.auto_resume(args)  # a restarted worker or a requeued job: from the run's checkpoint
         # the launcher leaves torch to its workers
+        shape = node_plan(args) if launcher else None  # a resume's notes count the launched processes
         with catalog_classes() if launcher and not args.resume else contextlib.nullcontext():
-            prepared = prepared_run(args)
+            prepared = prepared_run(args, shape.nnodes * shape.nproc_per_node if shape else None)
     config, notes = prepared.config, prepared.notes
     if launcher:
         from core.cli.torchrun import launch_torchrun
@@ -515,7 +517,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     def sink(event: Event) -> None:
         if isinstance(event, RunStarted):
             seen["started"] = event
-            for note in [*notes, *event.notes]:
+            for note in event.notes:  # the prepared run's notes come with it (Trainer's notes=)
                 sys.stderr.write(f"amp-console: {note}\n")
             signals.started(control)
             if args.events:  # the driving program follows metrics.jsonl from this run's first line
@@ -536,7 +538,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         resume_state=prepared.state,
         dist_ctx=dist_ctx,
         restart=restart,
-        notes=[elastic.restart_note(restart, args.resume)] if restart else [],
+        notes=[*notes, *([elastic.restart_note(restart, args.resume)] if restart else [])],
     )
     try:
         ended = trainer.run()
