@@ -92,3 +92,12 @@ def test_control_over_ssh_loads_no_torch_on_either_side(sshd, tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["False", "False"], done.stderr
     assert done.stderr.count("no live run holds") == 2  # both sides answered, as a pause of no run does
+
+
+def test_another_version_on_the_host_names_the_install_command():
+    from core.remote.agent import AgentError, check_version
+
+    with pytest.raises(
+        AgentError, match=r"the caller 0\.0\.1: install the caller's version here \(`amp-console remote"
+    ):
+        check_version("0.0.1")

@@ -40,8 +40,8 @@ class AgentError(AmpConsoleError):
 def check_version(client: str | None) -> None:
     if client and client != __version__:
         raise AgentError(
-            f"this host runs amp-console {__version__}, the caller {client}: install the same version "
-            f"on both (pip install amp-console=={client} here, or {__version__} there)"
+            f"this host runs amp-console {__version__}, the caller {client}: install the caller's version "
+            f"here (`amp-console remote install HOST` where it runs)"
         )
 
 
