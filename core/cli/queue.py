@@ -1,0 +1,118 @@
+"""`amp-console queue add | list | remove | move | pause | resume | start`: the run queue (core.runs.queue) in
+<runs root>/.queue.json, the one the window's queue panel shows. `add` takes `train`'s settings (config files,
+flags, -o) and, with --grid, a sweep's trials; `start` trains the pending entries one after another. No torch here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from core.cli import format as fmt
+from core.cli.common import OneLineParser, StopSignals
+from core.cli.train import DATA_FLAG_FIELDS, _user_layers, add_data_flags, add_field_flag
+from core.config import FIELD_SPECS, RunConfig
+
+
+def register(sub) -> None:
+    p = sub.add_parser("queue", help="a queue of runs that train one after another (the window's queue panel)")
+    actions = p.add_subparsers(dest="queue_action", required=True, parser_class=OneLineParser, metavar="ACTION")
+    add = actions.add_parser("add", help="add runs: one per config file (or the flags' settings), or a grid's trials")
+    add.add_argument("configs", nargs="*", metavar="FILE.toml", help="settings files, one entry each")
+    for name in FIELD_SPECS:
+        if name not in DATA_FLAG_FIELDS:
+            add_field_flag(add, name)
+        if name == "data":
+            add_data_flags(add)
+    add.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options")
+    add.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a sweep's trials (repeatable)")
+    add.add_argument("--name", default="", help="the entry's name (default: the file's, the task's or the trial's)")
+    listing = actions.add_parser("list", help="the entries with their states, run folders and results")
+    listing.add_argument("--json", action="store_true", help="print the queue as JSON")
+    remove = actions.add_parser("remove", help="remove an entry that is not running (its run folder stays)")
+    move = actions.add_parser("move", help="move a pending entry to POSITION (1 = next)")
+    for each in (remove, move):
+        each.add_argument("entry", metavar="ENTRY", help="its number in `queue list`, or its id")
+    move.add_argument("position", type=int, metavar="POSITION")
+    actions.add_parser("pause", help="start no new entry (the running one goes on)")
+    actions.add_parser("resume", help="let `queue start` (or the window) start entries again")
+    start = actions.add_parser("start", help="train the pending entries one after another, here")
+    start.add_argument("--device", default="", help="train every entry on this device (default: each entry's own)")
+    for each in actions.choices.values():
+        each.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root whose queue this is")
+    p.set_defaults(handler=cmd_queue)
+
+
+def added_configs(args: argparse.Namespace) -> list[tuple[str, RunConfig]]:
+    """(name, config) per entry: each file (or none) with the flags over it, over its task's defaults."""
+    from pathlib import Path
+
+    entries = []
+    for file in args.configs or [None]:
+        args.config = file
+        user, flags = _user_layers(args)
+        merged = {**user, **flags}
+        config = RunConfig.for_task(merged.pop("task", RunConfig.task), **merged)
+        name = args.name or (Path(file).stem if file else config.task)
+        if not args.grid:
+            entries.append((name, config))
+            continue
+        from core.lab.sweep.plan import grid_axis, plan_trials
+
+        trials = plan_trials(config, [grid_axis(spec, config.task) for spec in args.grid])
+        entries += [(f"{name} {trial.name}", trial.config) for trial in trials]
+    return entries
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    from core.runs import queue
+
+    root, action = queue.queue_root(args.runs_dir), args.queue_action
+    if action == "add":
+        added = queue.add_entries(root, added_configs(args))
+        print(f"added {len(added)} to the queue in {root / queue.QUEUE_FILE}: " + ", ".join(e["name"] for e in added))
+    elif action == "list":
+        data = queue.read_queue(root)
+        if args.json:
+            print(json.dumps(data, indent=1))
+            return 0
+        table = fmt.table(f"Queue in {root}" + (" (paused)" if data.get("paused") else ""))
+        for column in ("#", "id", "name", "state", "run folder", "result"):
+            table.add_column(column, overflow="fold")
+        for number, e in enumerate(data["entries"], start=1):
+            table.add_row(str(number), e["id"], e["name"], e["state"], e["folder"], e["result"])
+        fmt.console().print(table)
+    elif action in ("remove", "move"):
+        entry = (
+            queue.remove_entry(root, args.entry)
+            if action == "remove"
+            else queue.move_entry(root, args.entry, args.position)
+        )
+        print(f"{action}d {entry['name']} ({entry['id']})")
+    elif action in ("pause", "resume"):
+        queue.set_paused(root, action == "pause")
+        print(f"queue {action}d")
+    else:
+        runner = queue.QueueRunner(root, args.device, emit=_print_changes())
+        with StopSignals(runner.control, announce=False) as signals:
+            signals.started(runner.control)  # Ctrl+C: the running entry stops with its checkpoint
+            ended = runner.run()
+        states = [e["state"] for e in queue.read_queue(root)["entries"]]
+        print(f"queue {ended}: " + ", ".join(f"{states.count(s)} {s}" for s in queue.STATES if s in states))
+        return 1 if ended == "stopped" else 0
+    return 0
+
+
+def _print_changes():
+    """emit for the runner: one line per entry whose state, folder or result changed."""
+    seen: dict = {}
+
+    def emit(data: dict) -> None:
+        for e in data["entries"]:
+            now = (e["state"], e["folder"], e["result"])
+            if seen.get(e["id"]) != now:
+                seen[e["id"]] = now
+                extra = "  ".join(part for part in (e["folder"], e["result"]) if part)
+                print(f"{e['name']}: {e['state']}  {extra}".rstrip(), flush=True)
+
+    return emit

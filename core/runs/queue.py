@@ -1,0 +1,272 @@
+"""The run queue: settings waiting to train one after another, in <runs root>/.queue.json.
+
+Each entry is a RunConfig (as a dict), a state (pending, running, done, failed, stopped), its run folder (a normal
+run folder under the runs root, so the history lists it) and its result (the final metric, or why it failed or
+stopped). The file is written atomically under a short edit lock (.queue.edit.lock); QueueRunner holds
+.queue.lock for its life, so one runner at a time, and a runner that finds an entry 'running' knows the one before
+it was killed. Each entry trains as the child process `python -m core.cli train --config <entry.toml> --events
+--end-with-parent PID` (so a killed runner's run stops itself with a checkpoint), writing to .queue/<id>.log.
+A killed runner's 'running' entry resumes from its checkpoint on the next start (failed, "the console was killed",
+when it has none). No torch here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from core.config import RunConfig
+from core.engine.control import RunControl
+from core.engine.folder_control import ControlError, write_request
+from core.engine.run_folder import CHECKPOINT_FILE, is_in_use
+from core.engine.run_record import load_record, new_id, now_iso, runs_root
+from core.errors import AmpConsoleError
+from core.files import UnreadableFile, atomic_write_bytes, read_json_record, try_lock
+from core.process import STOP_GRACE_SECONDS, StopEscalation
+from core.text import first_line
+
+QUEUE_FILE, RUNNER_LOCK, EDIT_LOCK, ENTRY_FOLDER = ".queue.json", ".queue.lock", ".queue.edit.lock", ".queue"
+STATES = ("pending", "running", "done", "failed", "stopped")
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+KILLED = "the console was killed before the run's first checkpoint"
+
+
+class QueueError(AmpConsoleError):
+    """A queue that cannot be read or changed as asked (one line)."""
+
+
+def queue_root(root=None) -> Path:
+    return runs_root(root)
+
+
+@contextlib.contextmanager
+def _edit_lock(root: Path, wait: float = 30.0):
+    root.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait
+    while (fd := try_lock(root / EDIT_LOCK)) is None:  # held for a read-modify-write only: milliseconds
+        if time.monotonic() > deadline:
+            raise QueueError(f"{root / QUEUE_FILE}: another process has been changing the queue for {wait:g} s")
+        time.sleep(0.02)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_queue(root=None) -> dict:
+    """{"paused": bool, "device": str, "entries": [...]}; an empty queue when there is no file."""
+    path = queue_root(root) / QUEUE_FILE
+    try:
+        data = read_json_record(path)
+    except FileNotFoundError:
+        return {"paused": False, "device": "", "entries": []}
+    except (OSError, UnreadableFile) as exc:
+        raise QueueError(f"{path}: {exc}") from None
+    if not isinstance(data.get("entries"), list):
+        raise QueueError(f"{path}: no list of entries")
+    return data
+
+
+@contextlib.contextmanager
+def editing(root=None):
+    """The queue to change in place, written back atomically when the block ends (under the edit lock)."""
+    root = queue_root(root)
+    with _edit_lock(root):
+        data = read_queue(root)
+        yield data
+        atomic_write_bytes(root / QUEUE_FILE, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+
+
+def add_entries(root, configs: list[tuple[str, RunConfig]]) -> list[dict]:
+    """Append one pending entry per (name, config); file paths are made absolute (the run's folder is not ours)."""
+    added = []
+    for name, config in configs:
+        config = config.validate()
+        for key in ("data", "val_data", "test_data", "query_file", "task_file"):
+            if getattr(config, key):
+                config = config.replace(**{key: os.path.abspath(os.path.expanduser(getattr(config, key)))})
+        added.append(
+            {"id": new_id(), "name": name, "state": "pending", "config": config.to_dict(), "folder": ""}
+            | {"result": "", "added": now_iso()}
+        )
+    with editing(root) as data:
+        data["entries"] += added
+    return added
+
+
+def find_entry(data: dict, key: str) -> dict:
+    """The entry whose id is `key` or starts with it, or the N-th (1-based) entry for a number."""
+    entries = data["entries"]
+    if key.isdigit() and 1 <= int(key) <= len(entries):
+        return entries[int(key) - 1]
+    found = [e for e in entries if e["id"].startswith(key)]
+    if len(found) != 1:
+        raise QueueError(f"{key!r}: {'no' if not found else 'more than one'} queue entry has that id or number")
+    return found[0]
+
+
+def remove_entry(root, key: str) -> dict:
+    with editing(root) as data:
+        entry = find_entry(data, key)
+        if entry["state"] == "running":
+            raise QueueError(f"{entry['name']} is running: stop it first")
+        data["entries"].remove(entry)
+    return entry
+
+
+def move_entry(root, key: str, to: int) -> dict:
+    """Move a pending entry to position `to` (1-based, clamped)."""
+    with editing(root) as data:
+        entry = find_entry(data, key)
+        if entry["state"] != "pending":
+            raise QueueError(f"{entry['name']} is {entry['state']}: only a pending entry moves")
+        data["entries"].remove(entry)
+        data["entries"].insert(max(0, min(to - 1, len(data["entries"]))), entry)
+    return entry
+
+
+def set_paused(root, paused: bool) -> None:
+    with editing(root) as data:
+        data["paused"] = paused
+
+
+def outcome(record: dict | None, fallback: str) -> tuple[str, str]:
+    """(state, result) of a finished entry from its run.json: the best (else final) metric, or the run's reason."""
+    status = (record or {}).get("status")
+    if status == "completed":
+        best = record.get("best") or {}  # type: ignore[union-attr]
+        metrics = record.get("metrics") or {}  # type: ignore[union-attr]
+        name, value = (
+            (best["name"], best["value"]) if best.get("value") is not None else next(iter(metrics.items()), ("", None))
+        )
+        return "done", f"{name} {value:.4g}" if isinstance(value, (int, float)) else "completed"
+    if status in ("stopped", "failed"):
+        return status, first_line(record.get("message") or status)  # type: ignore[union-attr]
+    return "failed", fallback
+
+
+class QueueRunner:
+    """Trains the queue's pending entries one after another until none is left, the queue is paused, or
+    `control` stops it (the running entry then stops with its checkpoint). `emit(data)` gets the queue after
+    each change. `device`: every entry trains there (else its own setting)."""
+
+    def __init__(self, root=None, device: str = "", emit=None, control: RunControl | None = None):
+        self.root = queue_root(root)
+        self.device, self.emit, self.control = device, emit or (lambda _data: None), control or RunControl()
+
+    def _change(self, entry_id: str, **values) -> None:
+        with editing(self.root) as data:
+            for entry in data["entries"]:
+                if entry["id"] == entry_id:
+                    entry.update(values)
+        self.emit(data)
+
+    def run(self) -> str:
+        """'finished', 'paused' or 'stopped'. QueueError when another runner holds the queue."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock = try_lock(self.root / RUNNER_LOCK)
+        if lock is None:
+            raise QueueError(f"{self.root}: another console is running this queue")
+        try:
+            self._recover()
+            paused = False
+            while not self.control.stop_requested:
+                with editing(self.root) as data:
+                    waiting = [e for e in data["entries"] if e["state"] in ("running", "pending")]
+                    if (paused := bool(data.get("paused"))) or not waiting:
+                        break
+                    entry = waiting[0]  # a recovered 'running' entry comes before the pending ones
+                    resume = entry["state"] == "running"
+                    entry.update(state="running", started=now_iso())
+                self.emit(data)
+                self._train(entry, resume)
+            return "stopped" if self.control.stop_requested else "paused" if paused else "finished"
+        finally:
+            os.close(lock)
+
+    def _recover(self) -> None:
+        """An entry left 'running' by a killed runner: wait for its run to stop itself (it ended with its parent),
+        then resume it from its checkpoint, or record how it ended."""
+        for entry in read_queue(self.root)["entries"]:
+            if entry["state"] != "running":
+                continue
+            folder = Path(entry["folder"]) if entry["folder"] else None
+            while folder is not None and is_in_use(folder) and not self.control.stop_requested:
+                time.sleep(0.2)
+            record = load_record(folder) if folder else None
+            if record and record.get("status") in ("completed", "failed"):  # it ended before the kill
+                self._change(entry["id"], **dict(zip(("state", "result"), outcome(record, ""))))
+            elif folder is None or not (folder / CHECKPOINT_FILE).is_file():
+                self._change(entry["id"], state="failed", result=KILLED)
+
+    def command(self, entry: dict, toml: Path, resume: bool) -> list[str]:
+        """The training process of an entry: `train --config` as the CLI runs it, events on stdout."""
+        argv = [sys.executable, "-m", "core.cli", "train", "--config", str(toml), "--runs-dir", str(self.root)]
+        argv += ["--events", "--end-with-parent", str(os.getpid())] + (["--device", self.device] if self.device else [])
+        return argv + (
+            ["--resume", str(Path(entry["folder"]) / CHECKPOINT_FILE), "--out", entry["folder"]] if resume else []
+        )
+
+    def _train(self, entry: dict, resume: bool) -> None:
+        files = self.root / ENTRY_FOLDER
+        files.mkdir(exist_ok=True)
+        toml, log_path = files / f"{entry['id']}.toml", files / f"{entry['id']}.log"
+        atomic_write_bytes(toml, RunConfig.from_dict(entry["config"]).to_toml().encode("utf-8"))
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p),
+        }
+        lines: list[dict] = []
+        try:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    self.command(entry, toml, resume), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    text=True, env=env, start_new_session=os.name == "posix",
+                )  # fmt: skip
+        except OSError as exc:
+            return self._change(entry["id"], state="failed", result=f"could not start a training process: {exc}")
+        reader = threading.Thread(target=_json_lines, args=(proc.stdout, lines), daemon=True)
+        reader.start()
+        folder, stopping = entry["folder"], None
+        while proc.poll() is None or reader.is_alive():
+            reader.join(0.2)
+            said = next((line["folder"] for line in lines if "folder" in line), "")
+            if said and not folder:
+                folder = said
+                self._change(entry["id"], folder=folder)
+            if self.control.stop_requested and proc.poll() is None:
+                if stopping is None and folder:
+                    with contextlib.suppress(ControlError, OSError):
+                        write_request(folder, "stop")
+                    stopping = StopEscalation(proc.pid, STOP_GRACE_SECONDS)
+                elif stopping is not None:
+                    stopping.poll()
+        for stream in (proc.stdin, proc.stdout):
+            stream.close()  # type: ignore[union-attr]
+        setup = next((line["setup_error"] for line in lines if "setup_error" in line), "")
+        reason = setup or _last_line(log_path) or f"the training process ended with exit code {proc.returncode}"
+        state, result = outcome(load_record(folder) if folder else None, reason)
+        self._change(entry["id"], state=state, result=result, ended=now_iso())
+
+
+def _json_lines(stream, found: list) -> None:
+    """The JSON objects a training process prints (`--events`: where its run is, or its setup error)."""
+    for line in stream:
+        with contextlib.suppress(ValueError):
+            if line.startswith("{") and isinstance(value := json.loads(line), dict):
+                found.append(value)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        text = path.read_bytes()[-4096:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return first_line(lines[-1]) if lines else ""
