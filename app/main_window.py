@@ -66,6 +66,7 @@ class MainWindow(QMainWindow):
         # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.
         self.pending_resume: str | None = None
         self.historyDialog = None
+        self.queueDialog = None  # Run → Run queue… (app.panels.queue): created on first use
         self.previewDialog = None  # Try a model (app.panels.preview): created on first use
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
         self.settings_name = ""  # the settings file last opened or saved, shown in the title
@@ -185,6 +186,26 @@ class MainWindow(QMainWindow):
         self.historyDialog.show()
         self.historyDialog.raise_()
         return self.historyDialog
+
+    def show_queue(self, add_form: bool = False):
+        """The run queue (app.panels.queue) as a dialog, created on first use; `add_form`: the form's settings added."""
+        if not self.engine_ready:
+            return None
+        if self.queueDialog is None:
+            from PySide6.QtWidgets import QDialog
+
+            from app.panels.queue import QueuePanel
+
+            dialog = self.queueDialog = QDialog(self, objectName="queueDialog", windowTitle="Run queue")
+            dialog.resize(900, 360)
+            dialog.panel = QueuePanel(self.runs_root, lambda: self.setupPanel.validate() and self.setupPanel.config())
+            dialog.panel.historyRequested.connect(self.show_run_in_history)
+            QVBoxLayout(dialog).addWidget(dialog.panel)
+        if add_form:
+            self.queueDialog.panel.add_form()
+        self.queueDialog.show()
+        self.queueDialog.raise_()
+        return self.queueDialog
 
     def show_preview(self, folder: str | None = None):
         """The Model preview (created on first use); `folder` selects that run."""
@@ -559,8 +580,9 @@ class MainWindow(QMainWindow):
         for dialog in (self.previewDialog, *self.tools.dialogs()):
             if dialog is not None:
                 dialog.shutdown()
-        if self.historyDialog is not None:
-            self.historyDialog.panel.shutdown()
+        for dialog in (self.historyDialog, self.queueDialog):  # a queue's running entry stops with its checkpoint
+            if dialog is not None:
+                dialog.panel.shutdown()
         self.save_settings()
         if self._kept_run is not None:
             self._kept_run.close()

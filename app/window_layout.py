@@ -121,6 +121,11 @@ def build_menus(window) -> None:
     for action in (window.startAction, window.pauseAction, window.stopAction):
         run_menu.addAction(action)
     run_menu.addSeparator()
+    window.queueAddAction = QAction("&Add to queue", window, shortcut="Ctrl+Shift+U")
+    window.queueAddAction.triggered.connect(lambda: window.show_queue(add_form=True))
+    window.queueAction = QAction("Run &queue…", window, shortcut="Ctrl+U", triggered=lambda: window.show_queue())
+    run_menu.addActions([window.queueAddAction, window.queueAction])
+    run_menu.addSeparator()
     window.refreshAction = QAction(icon("refresh"), "&Refresh devices", window, triggered=window.devicesPanel.refresh)
     run_menu.addAction(window.refreshAction)
     run_menu.addSeparator()

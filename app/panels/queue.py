@@ -1,0 +1,200 @@
+"""The run queue (core.runs.queue) in a panel: its entries with their states, run folders and results; add the
+form's settings or settings files, move and remove pending entries, start, pause and stop the queue. The runner
+(core.runs.queue.QueueRunner) works on a BackgroundJob; the table follows <runs root>/.queue.json, so a queue that
+`amp-console queue start` runs shows here too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.run.jobs import BackgroundJob
+from core.errors import AmpConsoleError
+from core.files import lock_is_held
+from core.runs import queue
+
+COLUMNS = ("Name", "State", "Run folder", "Result")
+
+
+class QueuePanel(QWidget):
+    """`root()`: the runs root; `form_config()`: the form's RunConfig (falsy when the form is invalid)."""
+
+    historyRequested = Signal(str)  # a run folder's name, to select in the run history
+
+    def __init__(self, root: Callable[[], Path], form_config: Callable, parent=None):
+        super().__init__(parent)
+        self.setObjectName("queuePanel")
+        self.root, self.form_config = root, form_config
+        self.entries: list[dict] = []
+        self.paused = False
+        self.job = BackgroundJob("queueRunner", self)
+        self.job.progress.connect(self.show_queue)
+        self.job.failed.connect(lambda message, _field, _details: self.note(message))
+        self.job.runningChanged.connect(lambda _running: self.refresh())
+        self.table = QTableWidget(0, len(COLUMNS), objectName="queueTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        header.setStretchLastSection(True)
+        for column in range(3):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.statusLabel = QLabel(objectName="queueStatus", wordWrap=True)
+        buttons = QHBoxLayout()
+        self.buttons = {}
+        for name, text, slot in (
+            ("addForm", "Add the form's settings", self.add_form),
+            ("addFiles", "Add settings files…", self.add_files),
+            ("up", "Up", lambda: self.move(-1)),
+            ("down", "Down", lambda: self.move(1)),
+            ("remove", "Remove", self.remove),
+            ("history", "Show in history", self.show_in_history),
+            ("start", "Start queue", self.start_or_pause),
+            ("stop", "Stop", self.stop),
+        ):
+            button = self.buttons[name] = QPushButton(text, objectName=f"queue{name[0].upper()}{name[1:]}Button")
+            button.clicked.connect(slot)
+            buttons.addWidget(button)
+            if name == "history":
+                buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.statusLabel)
+        layout.addLayout(buttons)
+        self._timer = QTimer(self, interval=1000)  # another console's runner (`queue start`) changes it too
+        self._timer.timeout.connect(self.refresh)
+        self._timer.start()
+        self.refresh()
+
+    @property
+    def running(self) -> bool:
+        return self.job.running or lock_is_held(self.root() / queue.RUNNER_LOCK)
+
+    def note(self, text: str) -> None:
+        self.statusLabel.setText(text)
+
+    def refresh(self) -> None:
+        try:
+            self.show_queue(queue.read_queue(self.root()))
+        except AmpConsoleError as exc:
+            self.note(str(exc))
+
+    def show_queue(self, data: dict) -> None:
+        self.entries, self.paused = data["entries"], bool(data.get("paused"))
+        selected = self.selected()
+        self.table.setRowCount(len(self.entries))
+        for row, entry in enumerate(self.entries):
+            cells = (
+                entry["name"],
+                entry["state"],
+                Path(entry["folder"]).name if entry["folder"] else "",
+                entry["result"],
+            )
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(entry["folder"] if column == 2 else text)
+                self.table.setItem(row, column, item)
+        if selected is not None:
+            ids = [e["id"] for e in self.entries]
+            if selected["id"] in ids:
+                self.table.selectRow(ids.index(selected["id"]))
+        counts = {s: sum(e["state"] == s for e in self.entries) for s in queue.STATES}
+        state = "running" if self.running else "paused" if self.paused else "idle"
+        summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "empty"
+        self.note(f"Queue {state}: {summary}. Runs go under {self.root()}.")
+        self._update_buttons()
+
+    def selected(self) -> dict | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.entries[rows[0].row()] if rows and rows[0].row() < len(self.entries) else None
+
+    def _update_buttons(self) -> None:
+        entry, running = self.selected(), self.running
+        pending = entry is not None and entry["state"] == "pending"
+        for name, enabled in (
+            ("up", pending),
+            ("down", pending),
+            ("remove", entry is not None and entry["state"] != "running"),
+        ):
+            self.buttons[name].setEnabled(enabled)
+        self.buttons["history"].setEnabled(bool(entry and entry["folder"]))
+        self.buttons["start"].setText("Pause queue" if running and not self.paused else "Start queue")
+        self.buttons["stop"].setEnabled(self.job.running and not self.job.stopping)
+
+    def _edit(self, change: Callable, *args) -> None:
+        try:
+            change(self.root(), *args)
+        except AmpConsoleError as exc:
+            self.note(str(exc))
+            return
+        self.refresh()
+
+    def add(self, configs: list) -> None:
+        self._edit(queue.add_entries, configs)
+
+    def add_form(self) -> None:
+        config = self.form_config()
+        if not config:
+            self.note("The form has an invalid setting: fix it, then add it to the queue.")
+            return
+        self.add([(Path(config.out_dir).name or config.task, config)])
+
+    def add_files(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(self, "Add settings files to the queue", "", "Settings (*.toml)")
+        from core.config import RunConfig
+
+        try:
+            self.add([(Path(f).stem, RunConfig.load_toml(f)) for f in files])
+        except AmpConsoleError as exc:
+            self.note(str(exc))
+
+    def move(self, step: int) -> None:
+        entry = self.selected()
+        if entry is not None:
+            self._edit(queue.move_entry, entry["id"], self.entries.index(entry) + 1 + step)
+
+    def remove(self) -> None:
+        entry = self.selected()
+        if entry is not None:
+            self._edit(queue.remove_entry, entry["id"])
+
+    def show_in_history(self) -> None:
+        entry = self.selected()
+        if entry and entry["folder"]:
+            self.historyRequested.emit(Path(entry["folder"]).name)
+
+    def start_or_pause(self) -> None:
+        """Start the queue here (unpaused), or pause it: no new entry starts, the running one goes on."""
+        pausing = self.running and not self.paused
+        self._edit(queue.set_paused, pausing)
+        if not pausing and not self.running:
+            root = self.root()
+            self.job.start(lambda progress, control: queue.QueueRunner(root, emit=progress, control=control).run())
+        self.refresh()
+
+    def stop(self) -> None:
+        """Stop the queue and its running entry (after its step, with a checkpoint): that entry ends 'stopped'."""
+        if self.job.control is not None:
+            self.job.control.stop()
+        self._update_buttons()
+
+    def shutdown(self) -> None:
+        self._timer.stop()
+        self.job.shutdown()
