@@ -52,6 +52,8 @@ def test_a_failed_entry_does_not_stop_the_queue(tmp_path, capsys):
     assert code == 0 and "2 done, 1 failed" in out
     code, out, _ = queue_cli(capsys, "list", "--runs-dir", root)
     assert "failed" in out and "missing.csv" in out
+    assert queue_cli(capsys, "retry", "2", "--runs-dir", root)[0] == 0
+    assert [e["state"] for e in read_queue(root)["entries"]] == ["done", "pending", "done"]
 
 
 def test_remove_move_and_pause(tmp_path, capsys):

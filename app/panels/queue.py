@@ -65,6 +65,7 @@ class QueuePanel(QWidget):
             ("up", "Up", lambda: self.move(-1)),
             ("down", "Down", lambda: self.move(1)),
             ("remove", "Remove", self.remove),
+            ("retry", "Retry", lambda: self._edit(queue.retry_entry, (self.selected() or {}).get("id", ""))),
             ("history", "Show in history", self.show_in_history),
             ("start", "Start queue", self.start_or_pause),
             ("stop", "Stop", self.stop),
@@ -134,6 +135,7 @@ class QueuePanel(QWidget):
             ("remove", entry is not None and entry["state"] != "running"),
         ):
             self.buttons[name].setEnabled(enabled)
+        self.buttons["retry"].setEnabled(entry is not None and entry["state"] in ("failed", "stopped"))
         self.buttons["history"].setEnabled(bool(entry and entry["folder"]))
         self.buttons["start"].setText("Pause queue" if running and not self.paused else "Start queue")
         self.buttons["stop"].setEnabled(self.job.running and not self.job.stopping)

@@ -1,4 +1,4 @@
-"""`amp-console queue add | list | remove | move | pause | resume | start`: the run queue (core.runs.queue) in
+"""`amp-console queue add | list | remove | move | retry | pause | resume | start`: the run queue (core.runs.queue) in
 <runs root>/.queue.json, the one the window's queue panel shows. `add` takes `train`'s settings (config files,
 flags, -o) and, with --grid, a sweep's trials; `start` trains the pending entries one after another. No torch here.
 """
@@ -31,7 +31,8 @@ def register(sub) -> None:
     listing.add_argument("--json", action="store_true", help="print the queue as JSON")
     remove = actions.add_parser("remove", help="remove an entry that is not running (its run folder stays)")
     move = actions.add_parser("move", help="move a pending entry to POSITION (1 = next)")
-    for each in (remove, move):
+    retry = actions.add_parser("retry", help="a failed or stopped entry, pending again (from its checkpoint if any)")
+    for each in (remove, move, retry):
         each.add_argument("entry", metavar="ENTRY", help="its number in `queue list`, or its id")
     move.add_argument("position", type=int, metavar="POSITION")
     actions.add_parser("pause", help="start no new entry (the running one goes on)")
@@ -82,6 +83,8 @@ def cmd_queue(args: argparse.Namespace) -> int:
         for number, e in enumerate(data["entries"], start=1):
             table.add_row(str(number), e["id"], e["name"], e["state"], e["folder"], e["result"])
         fmt.console().print(table)
+    elif action == "retry":
+        print(f"pending again: {queue.retry_entry(root, args.entry)['name']}")
     elif action in ("remove", "move"):
         entry = (
             queue.remove_entry(root, args.entry)

@@ -131,6 +131,16 @@ def move_entry(root, key: str, to: int) -> dict:
     return entry
 
 
+def retry_entry(root, key: str) -> dict:
+    """A failed or stopped entry, pending again: it resumes from its run's checkpoint when it has one."""
+    with editing(root) as data:
+        entry = find_entry(data, key)
+        if entry["state"] not in ("failed", "stopped"):
+            raise QueueError(f"{entry['name']} is {entry['state']}: only a failed or stopped entry is retried")
+        entry.update(state="pending", result="")
+    return entry
+
+
 def set_paused(root, paused: bool) -> None:
     with editing(root) as data:
         data["paused"] = paused
@@ -182,7 +192,7 @@ class QueueRunner:
                     if (paused := bool(data.get("paused"))) or not waiting:
                         break
                     entry = waiting[0]  # a recovered 'running' entry comes before the pending ones
-                    resume = entry["state"] == "running"
+                    resume = bool(entry["folder"]) and (Path(entry["folder"]) / CHECKPOINT_FILE).is_file()
                     entry.update(state="running", started=now_iso())
                 self.emit(data)
                 self._train(entry, resume)
