@@ -37,6 +37,7 @@ COMMANDS = {
     "export": ("export",),
     "remote": ("watch", "control", "remote", "agent"),
     "slurm": ("slurm",),
+    "queue": ("queue",),
 }
 
 
@@ -277,6 +278,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     tasks.set_defaults(handler=cmd_tasks)
     for module in command_modules(command):
         module.register(sub)
+    # a hidden command (help=SUPPRESS) stays out of --help's list (argparse would print it as ==SUPPRESS==)
+    sub._choices_actions = [a for a in sub._choices_actions if a.help != argparse.SUPPRESS]
     return parser
 
 
