@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
+import re
 import signal
 import sys
 import threading
@@ -16,10 +18,34 @@ from core.config import FIELD_SPECS
 from core.errors import ConfigError
 
 
+def did_you_mean(word: str, known) -> str:
+    """' (did you mean 'train'?)' when `word` is close to one of `known`, else ''."""
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports bad input as one line and exit code 2."""
+    """argparse that reports bad input as one line and exit code 2, with a did-you-mean for a mistyped command,
+    choice or flag."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not hasattr(namespace, "_flags_known"):  # the innermost (sub)command's flags
+            namespace._flags_known = [s for s in self._option_string_actions if s.startswith("--")]
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            known = getattr(namespace, "_flags_known", [])
+            flag = next((e.split("=", 1)[0] for e in extras if e.startswith("-")), "")
+            self.error(f"unrecognized arguments: {' '.join(extras)}{did_you_mean(flag, known) if flag else ''}")
+        return namespace
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if choice:
+            message += did_you_mean(choice[1], (c.strip(" '") for c in choice[2].split(",")))
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 
