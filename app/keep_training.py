@@ -21,11 +21,10 @@ HEARTBEAT_MS = 250  # Python runs a signal handler only when the GUI thread runs
 
 
 def watch_command(folder: Path, default_root: Path) -> str:
-    """`amp-console runs show NAME`, with --runs-dir when the run is not under the CLI's default runs root."""
-    command = f"amp-console runs show {shlex.quote(folder.name)}"
-    if os.path.abspath(folder.parent) != os.path.abspath(default_root):
-        command += f" --runs-dir {shlex.quote(str(folder.parent))}"
-    return command
+    """`amp-console watch NAME` (live until the run ends), or the folder's path when it is not under the CLI's
+    default runs root."""
+    under_root = os.path.abspath(folder.parent) == os.path.abspath(default_root)
+    return f"amp-console watch {shlex.quote(folder.name if under_root else str(folder))}"
 
 
 def notice_line(folder: str | os.PathLike, pid: int, default_root: Path) -> str:

@@ -195,7 +195,7 @@ def test_keep_training_says_where_the_run_goes_on_and_sigterm_stops_it(
         assert len(lines) == 1
         line = lines[0]
         assert str(tmp_path / "run") in line
-        assert f"amp-console runs show run --runs-dir {tmp_path}" in line
+        assert f"amp-console watch {tmp_path / 'run'}" in line
         assert f"kill -TERM {pid}" in line
         assert len(shown) == 1 and "run" in shown[0][1] and f"kill -TERM {pid}" in shown[0][1]
         if not separate:  # this process's SIGTERM is the window's Stop while the run goes on without it
@@ -209,3 +209,10 @@ def test_keep_training_says_where_the_run_goes_on_and_sigterm_stops_it(
     import signal
 
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handed back once the window has closed
+
+
+def test_the_notice_names_watch_with_the_run_name_or_its_folder(tmp_path):
+    from app.keep_training import watch_command
+
+    assert watch_command(tmp_path / "my run", tmp_path) == "amp-console watch 'my run'"
+    assert watch_command(tmp_path / "a" / "r1", tmp_path) == f"amp-console watch {tmp_path / 'a' / 'r1'}"
