@@ -483,10 +483,17 @@ class RunSetupPanel(QWidget):
             if not self._loading and chosen:
                 self.unloadedTaskChosen.emit(chosen)
             return
+        before = dict(getattr(self._tasks.get(self._shown_task), "defaults", {}))
         self._rebuild_task_options()
         if not self._loading:
-            task_cls = self._tasks.get(self.taskCombo.currentData())
-            for name, value in (task_cls.defaults if task_cls else {}).items():
+            from core.config import RunConfig
+
+            after, plain = dict(getattr(self._tasks.get(self.taskCombo.currentData()), "defaults", {})), RunConfig()
+            # the previous task's defaults that the user left as they were go with it (to RunConfig's), then the new
+            unset = {
+                n: getattr(plain, n) for n, v in before.items() if n in self._rows and self._rows[n].editor.value() == v
+            }
+            for name, value in {**unset, **after}.items():
                 if name in self._rows:
                     self._rows[name].editor.set_value(value)
         self._on_field_changed()
@@ -554,6 +561,7 @@ class RunSetupPanel(QWidget):
 
     def _update_param_count(self) -> None:
         from core.errors import AmpConsoleError
+        from core.text import first_line
 
         task_cls = self._tasks.get(self.taskCombo.currentData())
         if task_cls is None:
@@ -561,8 +569,8 @@ class RunSetupPanel(QWidget):
         options = {n: r.editor.value() for n, r in self._option_rows.items()}
         try:  # built on the meta device: no memory, no weights initialised
             count = task_cls(options).parameter_count()
-        except AmpConsoleError:
-            self.paramCount.setText("– (fix the options below)")
+        except AmpConsoleError as exc:  # bad options, or a task file's count that only its training knows
+            self.paramCount.setText(f"– ({first_line(exc)})")
             return
         self.paramCount.setText(f"{count_text(count)} trainable parameters")
 

@@ -246,3 +246,19 @@ def test_compile_and_activation_checkpointing_sit_with_precision_and_fill_the_co
     config = panel.config()
     assert config.compile and config.compile_mode == "max-autotune"
     assert config.activation_checkpointing == (not RunConfig().activation_checkpointing)
+
+
+@pytest.mark.timeout(30)
+def test_switching_task_shows_the_new_tasks_defaults_not_the_previous_tasks(qtbot, form):
+    from core.tasks import TASKS
+
+    plain = RunConfig()
+    set_field(form, "taskCombo", "sentiment")  # declares schedule=cosine; tiny leaves it at RunConfig's
+    assert find(form, "scheduleEdit").currentText() == "cosine"
+    set_field(form, "taskCombo", "tiny")
+    assert find(form, "scheduleEdit").currentText() == plain.schedule
+    assert find(form, "epochsEdit").value() == TASKS["tiny"].defaults["epochs"]
+    set_field(form, "taskCombo", "sentiment")
+    set_field(form, "scheduleEdit", "onecycle")
+    set_field(form, "taskCombo", "tiny")  # a field the user set stays as they set it
+    assert find(form, "scheduleEdit").currentText() == "onecycle"
