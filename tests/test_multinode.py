@@ -4,15 +4,19 @@ run within the rendezvous timeout; SIGUSR1 inside a (fake) SLURM job checkpoints
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from core.cli.torchrun import usable_cpu_cores
@@ -97,6 +101,7 @@ def test_two_nodes_of_two_train_like_one_process_at_the_same_global_batch(tmp_pa
     ]
     results = [finish(node) for node in nodes]
     assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
+    assert not any("Warning" in err for _, _, err in results), results  # torch's deprecations, once per rank
     assert "node 0 of 2, 2 processes each: rendezvous 'two-nodes' at 127.0.0.1:" in results[0][2]
     assert "this node listens on lo (127.0.0.1) only" in results[0][2]
     # The reference: one process (this one) at the same global batch (4 x 8). One node of 4 CPU processes would
@@ -159,6 +164,115 @@ def test_a_killed_rank_restarts_and_resumes_from_its_checkpoint(tmp_path):
     record = json.loads((out / "run.json").read_text())
     assert record["status"] == "completed" and [r["step"] for r in record["restarts"]] == [resumed_at]
     assert "rank 1" in (out / "ranks" / "rank-1.log").read_text()
+
+
+def workers(launchers: list[subprocess.Popen]) -> dict[int, psutil.Process]:
+    """The train processes under the launchers (torchrun's workers), by global rank."""
+    found = {}
+    for launcher in launchers:
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "RANK" in child.environ() and "core.cli" in " ".join(child.cmdline()):
+                    found[int(child.environ()["RANK"])] = child
+    return found
+
+
+def wait_until(condition, launchers: list[subprocess.Popen], seconds: float = 150) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "waited in vain"
+        assert all(p.poll() is None for p in launchers), [finish(p) for p in launchers]
+        time.sleep(0.05)
+
+
+def sigterm_pending(process: psutil.Process) -> bool:
+    status = Path(f"/proc/{process.pid}/status").read_text()
+    return any(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)) for line in status.splitlines() if "Pnd:" in line)
+
+
+@pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
+def test_after_a_killed_worker_every_node_restarts_into_the_same_attempt_and_resumes(tmp_path):
+    """Rank 1's worker killed while rank 0, on the other node, has not noticed (stopped: across machines that
+    takes a collective's failure): torchelastic counts a restart on rank 1's node and none on rank 0's, which
+    restarts for the node waiting. Both must start the same attempt (one store, no 30-minute wait) and resume."""
+    out, port = tmp_path / "run", free_port()
+    flags = ["--batch-size", "8", "--max-steps", "100000000", "--checkpoint-interval", "5", "--max-restarts", "1"]
+    meet = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-timeout", "120"]
+    nodes = [train(*flags, *meet, "--node-rank", str(r), "--rdzv-id", "restarts", "--out", str(out)) for r in (0, 1)]
+    everything = list(nodes)
+
+    def events(name: str) -> list[dict]:
+        path = out / "metrics.jsonl"
+        return [e for e in read_jsonl(path) if e["event"] == name] if path.exists() else []
+
+    try:
+        wait_until(lambda: len(events("CheckpointSaved")) >= 2, nodes)
+        ranks = workers(nodes)
+        everything += ranks.values()
+        ranks[0].suspend()
+        ranks[1].kill()
+        wait_until(lambda: sigterm_pending(ranks[0]), nodes)  # its agent restarts it for the waiting node
+        ranks[0].resume()
+        wait_until(lambda: len(events("RunStarted")) == 2, nodes)
+        resumed_at = events("RunStarted")[1]["start_step"]
+        wait_until(lambda: max(e["step"] for e in events("StepMetrics")) >= resumed_at + 5, nodes)
+        everything += workers(nodes).values()
+        from core.engine.folder_control import write_request
+
+        write_request(out, "stop")
+        results = [finish(node) for node in nodes]
+    finally:
+        for process in everything:
+            with contextlib.suppress(ProcessLookupError, psutil.Error):
+                process.kill()
+    assert events("RunEnded")[-1]["status"] == "stopped", results
+    # every rank started twice, the second time as restart 1 (its log's headers)
+    for rank in (0, 1):
+        log = (out / "ranks" / f"rank-{rank}.log").read_text()
+        assert re.findall(r"^--- .* restart (\d+)$", log, re.M) == ["0", "1"], log
+    started = events("RunStarted")[1]
+    assert started["restart"]["count"] == 1 and started["restart"]["step"] == resumed_at
+    everything = [e for e in read_jsonl(out / "metrics.jsonl") if e["event"] in ("RunStarted", "StepMetrics")]
+    again = everything.index(started)
+    first, second = ([e["step"] for e in part if "step" in e] for part in (everything[:again], everything[again:]))
+    assert max(first) - resumed_at <= 5 and second[:5] == list(range(resumed_at + 1, resumed_at + 6)), everything
+    assert not any("Warning" in err for _, _, err in results), results  # torch's deprecations, once per rank
+
+
+@pytest.mark.parametrize("answer", [b"", b"HTTP/1.0 400 Bad Request\r\n\r\n" * 9], ids=["silent", "garbage"])
+def test_another_program_on_the_port_fails_within_the_rendezvous_timeout_in_one_line(tmp_path, answer):
+    """A listener that accepts and never answers (torch's store client waits for ever) or answers garbage
+    (torch's client retries, printing 120 lines of warnings): one line after --rdzv-timeout."""
+    kept: list[socket.socket] = []
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(16)
+
+        def serve() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    kept.append(held.accept()[0])
+                    if answer:
+                        with kept.pop() as peer:
+                            peer.sendall(answer)
+
+        threading.Thread(target=serve, daemon=True).start()
+        endpoint = f"127.0.0.1:{held.getsockname()[1]}"
+        node = train("--max-steps", "5", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "3")
+        try:
+            code, _, err = finish(node, timeout=120)
+        finally:
+            for process in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            for peer in kept:
+                peer.close()
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 2 and lines[0].startswith("amp-console: 2 nodes, 1 processes each"), err
+    assert lines[1].startswith(
+        f"amp-console: the nodes did not meet (RendezvousConnectionError: {endpoint} gave no store's answer in 3 s "
+        f"(another program on that port?)); 2 nodes were expected at {endpoint} within 3 s (--rdzv-timeout)"
+    ), err
 
 
 def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it_in_the_same_second():

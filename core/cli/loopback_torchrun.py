@@ -8,10 +8,12 @@ stderr and in the file FAILURE_FILE_ENV names (read by core.cli.torchrun).
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
 import socket
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from core.process import exit_process
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 LOOPBACK = ("127.0.0.1", "localhost")
 FAILURE_FILE_ENV = "AMP_CONSOLE_FAILURE_FILE"
+DID_NOT_MEET = "the nodes did not meet"  # a rendezvous's failure: the launcher's line as it is
 RDZV_HINT_ENV = "AMP_CONSOLE_RDZV_HINT"  # what the launcher says about a rendezvous that never completed
 
 
@@ -49,6 +52,8 @@ def _bound_stores() -> None:
 
     def tcp_store(host_name, port, *args, **kwargs):
         is_master = kwargs.get("is_master", args[1] if len(args) > 1 else False)
+        if not is_master:
+            return _client(original, host_name, port, *args, **kwargs)
         address = _bind_address(host_name) if is_master and kwargs.get("master_listen_fd") is None else None
         if address is not None:
             server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -70,6 +75,47 @@ def _bound_stores() -> None:
     # class itself. setattr: a function put in place of a class (mypy refuses the assignment).
     for module in (dist, c10d_rendezvous_backend):
         setattr(module, "TCPStore", tcp_store)  # noqa: B010
+
+
+def _client(original, host_name, port, *args, **kwargs):
+    """A store's client, given up after the store's timeout (the rendezvous's read_timeout): torch's waits for ever
+    for the first answer of a listener that never answers (another program on that port)."""
+    seconds = kwargs.get("timeout", datetime.timedelta(seconds=60)).total_seconds()
+    made: list = []
+
+    def connect() -> None:
+        try:
+            made.append(original(host_name, port, *args, **kwargs))
+        except Exception as exc:
+            made.append(exc)
+
+    thread = threading.Thread(target=connect, daemon=True)  # the C++ call waits without the GIL
+    thread.start()
+    thread.join(seconds)
+    if not made:
+        raise TimeoutError(
+            f"{host_name}:{port} gave no store's answer in {seconds:g} s (another program on that port?)"
+        )
+    if isinstance(made[0], Exception):
+        raise made[0]
+    return made[0]
+
+
+def _attempt_is_the_round() -> None:
+    """Every node's workers start with the rendezvous round as TORCHELASTIC_RESTART_COUNT. torchelastic counts per
+    agent: the node whose worker died counts a restart, one restarted for the node waiting counts none, and the
+    ranks would meet as different attempts (store prefixes, resuming). The round is one for all of them."""
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    start = LocalElasticAgent._start_workers
+
+    def start_workers(self, group):
+        holder = getattr(group.spec.rdzv_handler, "_state_holder", None)  # c10d's dynamic rendezvous
+        if holder is not None:  # restart count = max_restarts - remaining (torchelastic's own)
+            self._remaining_restarts = min(self._remaining_restarts, group.spec.max_restarts - holder.state.round)
+        return start(self, group)
+
+    setattr(LocalElasticAgent, "_start_workers", start_workers)  # noqa: B010
 
 
 def _message(failure: ProcessFailure) -> str:
@@ -107,19 +153,22 @@ def failure_line(exc: ChildFailedError) -> str:
 
 
 def _report(line: str) -> None:
-    sys.stderr.write(f"amp-console: {line}\n")
-    sys.stderr.flush()
-    path = os.environ.get(FAILURE_FILE_ENV)
-    if path:
-        try:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(line + "\n")
-        except OSError:
-            pass
+    """To the launcher's failure file (it says the line), else to stderr."""
+    try:
+        with open(os.environ[FAILURE_FILE_ENV], "w", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except (KeyError, OSError):
+        sys.stderr.write(f"amp-console: {line}\n")
+        sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> None:
+    own_level = "TORCH_CPP_LOG_LEVEL" in os.environ
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # the agent's (a store client's retries: 120 lines)
     _bound_stores()
+    if not own_level:  # read at torch's import: the workers keep torch's default
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+    _attempt_is_the_round()
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.run import parse_args, run
@@ -130,12 +179,12 @@ def main(argv: list[str] | None = None) -> None:
         _report(failure_line(exc))
         raise SystemExit(1) from None
     except RendezvousError as exc:
-        hint = os.environ.get(RDZV_HINT_ENV, "")
+        hint, cause = os.environ.get(RDZV_HINT_ENV, ""), exc.__cause__ or exc
         _report(
-            f"the nodes did not meet ({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''})"
+            f"{DID_NOT_MEET} ({type(exc).__name__}: {(str(cause).strip() or '?').splitlines()[0]})"
             f"{'; ' + hint if hint else ''}"
         )
-        raise SystemExit(1) from None
+        os._exit(1)  # a store's client may still wait in its thread, in C++: no teardown under it
 
 
 if __name__ == "__main__":

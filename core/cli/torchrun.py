@@ -46,9 +46,9 @@ def torchrun_command(plan: NodePlan, train_argv: list[str], port: int | None = N
         where = [
             f"--rdzv-endpoint={plan.endpoint}",
             f"--rdzv-id={plan.rdzv_id}",
-            f"--rdzv-conf=join_timeout={plan.rdzv_timeout:g}",
-            f"--local-addr={plan.local_addr}",
-            *([f"--node-rank={plan.node_rank}"] if plan.node_rank is not None else []),
+            # read_timeout: the store's, so a silent listener at the endpoint fails in time too
+            f"--rdzv-conf=join_timeout={plan.rdzv_timeout:g},read_timeout={max(1, min(60, int(plan.rdzv_timeout)))}",
+            f"--local-addr={plan.local_addr}",  # (no --node-rank: c10d's rendezvous ignores it, with a warning)
         ]
     else:
         where = [
@@ -67,7 +67,7 @@ def torchrun_command(plan: NodePlan, train_argv: list[str], port: int | None = N
         *where,
         f"--max-restarts={plan.max_restarts}",
         "-m",
-        "core.cli",
+        "core.cli.elastic",  # core.cli's commands, torch's deprecation warnings filtered
         *train_argv,
     ]
 
@@ -140,7 +140,7 @@ def launch_torchrun(
     stopped it, 130 when the end of stdin did: `end_with_parent`). A multi-node run's folder is claimed by global
     rank 0, not here."""
     from core.cli.elastic import RANK0_CLAIMS_ENV, RANK_LOGS_DIR, RANK_LOGS_ENV
-    from core.cli.loopback_torchrun import FAILURE_FILE_ENV, RDZV_HINT_ENV
+    from core.cli.loopback_torchrun import DID_NOT_MEET, FAILURE_FILE_ENV, RDZV_HINT_ENV
     from core.engine.run_folder import HELD_ENV, METRICS_FILE, RUN_NOTE_ENV, claim_run_folder, holds_a_run
     from core.files import new_temp_file
 
@@ -197,6 +197,9 @@ def launch_torchrun(
         return signals.exit_code if signals is not None else 130
     if code == 0 and (status == "completed" or (status is None and plan.multi_node)):
         return 0  # a node without rank 0 (and no shared run folder) has no events to read: torchrun's word
+    if root_cause.startswith(DID_NOT_MEET):  # no process started: the rendezvous's line alone
+        sys.stderr.write(f"amp-console: {root_cause}\n")
+        return 1
     why = f"torchrun exit code {code}{', run status ' + status if status else ', a process died'}"
     detail = f": {root_cause}" if root_cause else "; see the messages above"
     sys.stderr.write(
