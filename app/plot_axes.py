@@ -1,5 +1,6 @@
-"""The live plots' axes: labels spaced so they never run together (`SpacedAxis`) and short count labels such as 50k,
-1.5M (`CountAxis`). Imports pyqtgraph: import it once the window is showing.
+"""The live plots' axes: labels spaced so they never run together (`SpacedAxis`), short count labels such as 50k,
+1.5M (`CountAxis`) and small values without trailing zeros (`CompactAxis`: 0.0001, 5e-5). Imports pyqtgraph:
+import it once the window is showing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ def step_label(value: float) -> str:
         if magnitude >= scale:
             return f"{value / scale:.3g}{unit}"
     return f"{value:.4g}"
+
+
+def compact_label(value: float, spacing: float) -> str:
+    """A tick label with the digits its spacing needs, no trailing zeros: 0.0001 (not 0.0001000), 1e-5, 0.00015."""
+    if abs(value) < spacing * 1e-6 or spacing <= 0:
+        return "0"
+    digits = max(1, math.floor(math.log10(abs(value))) - math.floor(math.log10(spacing) + 1e-9) + 1)
+    mantissa, _, exponent = f"{value:.{digits}g}".partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else mantissa
 
 
 def _next_spacing(spacing: float) -> float:
@@ -66,6 +76,16 @@ class CountAxis(SpacedAxis):
         if self.logMode:
             return super().tickStrings(values, scale, spacing)
         return self.labels_for(values, scale, spacing)
+
+
+class CompactAxis(SpacedAxis):
+    """An axis of small values (a learning rate), labelled 0.0001, 5e-5, never 0.0001000."""
+
+    def labels_for(self, values, scale, spacing) -> list[str]:
+        return [compact_label(v * scale, spacing * scale) for v in values]
+
+    def tickStrings(self, values, scale, spacing):
+        return super().tickStrings(values, scale, spacing) if self.logMode else self.labels_for(values, scale, spacing)
 
 
 class StepAxis(CountAxis):

@@ -121,10 +121,12 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             foreground=palette.color(QPalette.ColorRole.Text),
         )
         self._placeholder.hide()
-        from app.plot_axes import CountAxis, SpacedAxis, StepAxis
+        from app.plot_axes import CompactAxis, CountAxis, SpacedAxis, StepAxis
+
+        axes = {"throughput": CountAxis, "lr": CompactAxis}  # samples/s: 12k, not 12000; lr: 1e-4, not 0.0001000
 
         for key, name, title, (ylabel, units), scale, (row, column, span) in PLOT_SPECS:
-            left = CountAxis("left") if key == "throughput" else SpacedAxis("left")  # samples/s: 12k, not 12000
+            left = axes.get(key, SpacedAxis)("left")
             widget = pg.PlotWidget(axisItems={"bottom": StepAxis("bottom"), "left": left})
             widget.setObjectName(name)
             item = widget.getPlotItem()

@@ -4,6 +4,7 @@ sizes."""
 
 from __future__ import annotations
 
+import re
 from itertools import pairwise
 
 import pytest
@@ -133,3 +134,24 @@ def test_step_labels_are_short():
         "188k",
         "1.2M",
     ]
+
+
+def test_compact_labels_have_the_digits_their_spacing_needs_and_no_more():
+    from app.plot_axes import compact_label
+
+    assert [compact_label(v, 5e-5) for v in (0, 5e-5, 1e-4, 1.5e-4)] == ["0", "5e-5", "0.0001", "0.00015"]
+    assert [compact_label(v, 0.1) for v in (0.1, 1.0)] == ["0.1", "1"]
+    assert compact_label(1.001e-4, 1e-7) == "0.0001001"
+
+
+@pytest.mark.parametrize("peak", [1e-4, 3e-3])
+def test_the_learning_rate_axis_is_compact(window, peak):
+    from dataclasses import replace
+
+    panel = window.plotsPanel
+    panel.handle_event(started(total_steps=1000))
+    for n in range(10, 1001, 10):  # a warm-up, then flat
+        panel.handle_event(replace(step(n), lr=peak * min(1.0, n / 300)))
+    panel.redraw()
+    texts = [text for _rect, text in label_rects(panel.plots["lr"], "left")]
+    assert len(texts) >= 2 and all(len(t) <= 7 and not re.search(r"\.\d*0$", t) for t in texts), texts
