@@ -2,6 +2,8 @@
 after it ends. A restarted worker or a requeued SLURM job resumes from the run folder's checkpoint.pt (rank 0
 notes the restart in run.json); every rank's stderr also goes to `<run>/ranks/rank-<R>.log`; a failed rank
 writes torchelastic's error file, so torchrun's root cause is our message. Torch is imported only for that file.
+`python -m core.cli.elastic ARGS` is torchrun's worker: `python -m core.cli ARGS` without torch's deprecation
+warnings, which every rank would print at every start.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def restart_source(out_dir: str | None) -> tuple[str, int] | None:
     job = os.environ.get("SLURM_JOB_ID", "")
     if job:
         count = _int_env("SLURM_RESTART_COUNT")
-        if count > 0 or (out_dir and job in Path(out_dir).name):
+        # the script's folder <name>-<job id>, the id matched exactly (not "7" in exp-2027)
+        if count > 0 or (out_dir and Path(out_dir).name.rpartition("-")[2] == job):
             return "slurm", count
     return None
 
@@ -143,3 +146,14 @@ def claim_for_rank0() -> ClaimedFolder | None:
     folder = claim_run_folder(shared, keep=True)
     os.environ[HELD_ENV] = str(folder.path)  # the Trainer writes there without claiming it again
     return folder
+
+
+if __name__ == "__main__":
+    import warnings
+
+    from core.cli.main import main
+    from core.process import exit_process
+
+    for kind in (FutureWarning, DeprecationWarning):  # torch's, for calls of torch or the engine: not the user's
+        warnings.filterwarnings("ignore", category=kind, module=r"(torch|core)\.")
+    exit_process(main())
