@@ -429,6 +429,6 @@ def test_the_sbatch_script_meets_at_the_first_node_and_asks_for_the_warning_and_
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
     ):
         assert line in script.splitlines(), line
-    assert '--rdzv-endpoint "$head_node:29500"' in script and '--rdzv-id "$SLURM_JOB_ID"' in script
+    assert '--rdzv-endpoint "$head_node:$rdzv_port"' in script and '--rdzv-id "$SLURM_JOB_ID"' in script
     assert "--nproc-per-node 8" in script and 'run_dir=/shared/runs/rec-"$SLURM_JOB_ID"' in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0

@@ -58,7 +58,21 @@ def register(sub) -> None:
         metavar="DIR",
         help="a folder every node sees (shared): the run goes in DIR/<job name>-<job id> (default runs)",
     )
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the rendezvous port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--cpus-per-task",
+        type=int,
+        default=None,
+        metavar="C",
+        help="CPU cores on each machine for its processes and their data loading (default: one per process)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help=f"the rendezvous port on the job's first node (default {DEFAULT_PORT} + the job id mod 1000, so jobs "
+        "sharing a node differ; $AMP_CONSOLE_RDZV_PORT at submission overrides it)",
+    )
     p.add_argument(
         "--max-restarts",
         type=int,
@@ -74,7 +88,7 @@ def register(sub) -> None:
 def _amp_console() -> str:
     """How the nodes run the console: the amp-console beside this Python, else this Python with -m core.cli."""
     beside = Path(sys.executable).with_name("amp-console")
-    return shlex.quote(str(beside)) if beside.is_file() else f"{shlex.quote(sys.executable)} -m core.cli"
+    return str(beside) if beside.is_file() else f"{sys.executable} -m core.cli"
 
 
 def sbatch_script(args: argparse.Namespace) -> str:
@@ -83,6 +97,10 @@ def sbatch_script(args: argparse.Namespace) -> str:
     if args.gpus_per_node < 0:
         raise ConfigError("gpus_per_node", f"{args.gpus_per_node} is not a GPU count: use 0 or more")
     per_node = args.nproc_per_node or args.gpus_per_node or 1
+    cpus = args.cpus_per_task or per_node
+    if cpus < per_node:
+        raise ConfigError("cpus_per_task", f"{cpus} cores for {per_node} processes: give at least {per_node}")
+    port = args.port or f"$(({DEFAULT_PORT} + SLURM_JOB_ID % 1000))"
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in args.job_name) or "amp-console"
     lines = [
         "#!/bin/bash",
@@ -90,6 +108,7 @@ def sbatch_script(args: argparse.Namespace) -> str:
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={args.nodes}",
         "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --cpus-per-task={cpus}",
     ]
     if args.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={args.gpus_per_node}")
@@ -106,16 +125,20 @@ def sbatch_script(args: argparse.Namespace) -> str:
         "set -eu",
         "# the rendezvous: the first node of the job (every node reaches it)",
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f'rdzv_port="${{AMP_CONSOLE_RDZV_PORT:-{port}}}"',
         f'run_dir={shlex.quote(args.runs_dir)}/{name}-"$SLURM_JOB_ID"  # the same folder after a requeue',
+        "# every node runs this console: its environment, the config and the runs folder must be on storage every",
+        "# node sees (or set AMP_CONSOLE when submitting)",
+        f'amp_console="${{AMP_CONSOLE:-{_amp_console()}}}"',
         "# one task per node; each starts torchrun for its processes (--node-rank: $SLURM_NODEID)",
     ]
     extra = [a for a in args.train_args if a != "--"]
     train = [
-        f"srun --kill-on-bad-exit=1 {_amp_console()} train --config {shlex.quote(args.config)}",
+        f"srun --kill-on-bad-exit=1 --cpus-per-task={cpus} $amp_console train --config {shlex.quote(args.config)}",
         '--out "$run_dir"',
         '--nnodes "$SLURM_JOB_NUM_NODES"',
         f"--nproc-per-node {per_node}",
-        f'--rdzv-endpoint "$head_node:{args.port}"',
+        '--rdzv-endpoint "$head_node:$rdzv_port"',
         '--rdzv-id "$SLURM_JOB_ID"',
     ]
     if args.max_restarts:
