@@ -178,7 +178,7 @@ class MainWindow(QMainWindow):
             panel.resumeRequested.connect(self._resume_from_history)
             panel.evaluated.connect(self._log_evaluation)
             panel.previewRequested.connect(self.show_preview)
-            panel.overlayRequested.connect(self.plotsPanel.overlay_runs)
+            panel.overlayRequested.connect(self.overlay_runs)
             panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
             panel.exportRequested.connect(self.file_actions.ask_export)  # Export… on a run: its last or best
             panel.rootChosen.connect(self.set_runs_root)
@@ -186,6 +186,14 @@ class MainWindow(QMainWindow):
         self.historyDialog.show()
         self.historyDialog.raise_()
         return self.historyDialog
+
+    def overlay_runs(self, runs: list) -> None:
+        """The run history's Overlay; one line when the runs trained another task than the one on show (or chosen)."""
+        self.plotsPanel.overlay_runs(runs)
+        task = self.plotsPanel.run_task or self.setupPanel.taskCombo.currentData() or ""
+        if note := self.plotsPanel.other_task_note(task):
+            self.show_message(note, "status-warn")
+            self.logPanel.log(note)
 
     def show_queue(self, add_form: bool = False):
         """The run queue (app.panels.queue) as a dialog, created on first use; `add_form`: the form's settings added."""
@@ -306,8 +314,15 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.plotsPanel.clear()
         processes = self.setupPanel.processes()
-        separate = self.setupPanel.separate_process()
+        from core.tasks.user_tasks import installed_tasks
+
+        # A task the user added (a file, a module) never runs its code in the window's process (an installed package's
+        # is imported here already): its runs train in a child even if the form chose a thread.
+        added = bool(config.task_file) and config.task_file not in installed_tasks().values()
+        forced = added and not self.setupPanel.separate_process()
+        separate = self.setupPanel.separate_process() or forced
         launching = f" on {processes} processes" if processes > 1 else " in a separate process" if separate else ""
+        launching += " (a task file's code runs only outside the window)" if forced and processes == 1 else ""
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         self._history = self._held = None
@@ -439,6 +454,8 @@ class MainWindow(QMainWindow):
         self.logPanel.handle_event(event)
         if isinstance(event, RunStarted) and self.plotsPanel.overlay_note():
             self.logPanel.log(self.plotsPanel.overlay_note())  # why other runs' curves are under this one
+            if note := self.plotsPanel.other_task_note(event.task):
+                self.logPanel.log(note)
         if isinstance(event, StepMetrics):
             if event.nonfinite_source:  # rare, and the next report would overwrite where the inf came from
                 self.statusBarWidget.handle_event(event)

@@ -68,6 +68,7 @@ class OverlayPoints(NamedTuple):
     metric: str | None
     ex: np.ndarray
     ey: np.ndarray
+    task: str | None = None  # the task it trained (its RunStarted's), None when no record says
 
 
 def overlay_points(records, metric: str | None = None):
@@ -76,6 +77,11 @@ def overlay_points(records, metric: str | None = None):
     segment cuts into is read column by column (fast); any other goes through `_overlay_points_sequential`."""
     if not isinstance(records, list) or not all(map(isinstance, records, repeat(dict))):
         records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)} for r in records]
+    task = next((r.get("task") for r in records if r.get("event") == "RunStarted"), None)  # usually the first line
+    return _overlay_curves(records, metric)._replace(task=task if isinstance(task, str) else None)
+
+
+def _overlay_curves(records: list[dict], metric: str | None) -> OverlayPoints:
     try:
         kinds = np.array(list(map(_get_event, records)), dtype=object)
         is_step, is_eval, is_start = (kinds == "StepMetrics", kinds == "EvalMetrics", kinds == "RunStarted")

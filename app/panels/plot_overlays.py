@@ -54,7 +54,8 @@ class OverlayPlotting:
                 if isinstance(records, OverlayPoints)
                 else overlay_points(records, run[2] if len(run) > 2 else None)
             )
-            x, y, metric, ex, ey = points
+            x, y, metric, ex, ey, task = points
+            self._overlay_tasks.append(task)
             colour = OVERLAY_COLOURS[index % len(OVERLAY_COLOURS)]
             # a dash pattern per run as well as a colour; one pixel wide (Qt strokes wider dashed lines far slower)
             style = (Qt.PenStyle.DashLine, Qt.PenStyle.DashDotLine, Qt.PenStyle.DotLine)[index % 3]
@@ -116,7 +117,7 @@ class OverlayPlotting:
     def clear_overlays(self, refit: bool = True) -> None:
         """Remove every overlaid run and refit the loss and validation plots to the run on show."""
         overlays, self._overlays = self._overlays, []
-        self._overlaid_runs = 0
+        self._overlaid_runs, self._overlay_tasks = 0, []
         plots = {p for p, _c, _l in overlays}
         for plot, curve, _label in overlays:
             self.plots[plot].getPlotItem().removeItem(curve)
@@ -130,6 +131,13 @@ class OverlayPlotting:
                     self._reset_range(plot)
             self._fit_overlay_plots()
             self._show_notes()
+
+    def other_task_note(self, task: str) -> str:
+        """One line when overlaid runs trained another task than `task`, whose losses and metrics are not its; ''."""
+        other = sorted({t for t in self._overlay_tasks if t and t != task})
+        if not other or not task:
+            return ""
+        return f"Overlaid runs of another task ({', '.join(other)}) under {task}: their loss and metric do not compare"
 
     def overlay_labels(self, plot: str = "loss") -> list[str]:
         """The labels of the runs overlaid on `plot` ('loss' or 'eval'), in drawing order."""

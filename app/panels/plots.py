@@ -101,6 +101,8 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self.redraws = 0  # how many curve updates were drawn (the benchmark reads it)
         self._overlays: list = []  # (plot key, curve, label) of other runs drawn for comparison
         self._overlaid_runs = 0  # how many runs those curves are of
+        self._overlay_tasks: list = []  # the task each overlaid run trained (None: unknown)
+        self.run_task = ""  # the task of the run on show (its RunStarted's)
         self._overlay_y: dict[str, tuple[float, float]] = {}  # plot: the finite y extremes of its overlays
         self._overlay_x: tuple[float, float] | None = None  # the steps the overlays span
 
@@ -367,6 +369,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             if step >= self._x_end and x_end_for(step, self._total_steps) != self._x_end:
                 self._set_x_end(x_end_for(step, self._total_steps))
         elif isinstance(event, RunStarted):
+            self.run_task = event.task
             self._scaler_on = bool(event.scaler)
             self._total_steps = event.total_steps
             self._x_start = self._run_start = event.start_step

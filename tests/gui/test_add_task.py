@@ -66,8 +66,9 @@ def combo_entries(window) -> dict:
     }  # 3: ToolTipRole
 
 
-@pytest.mark.timeout(120)
-def test_add_a_task_file_and_train_it_on_a_thread(qtbot, window, tmp_path, dialogs):
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_add_a_task_file_and_train_it_in_a_child_even_when_a_thread_was_chosen(qtbot, window, tmp_path, dialogs):
     path = task_file(tmp_path)
     add_task(qtbot, window, dialogs, path)
     reference = f"{path.resolve()}:RegressionTask"
@@ -95,7 +96,12 @@ def test_add_a_task_file_and_train_it_on_a_thread(qtbot, window, tmp_path, dialo
     set_field(window, "logIntervalEdit", 2)
     set_field(window, "outDirEdit", str(tmp_path / "run"))
     window.resize(1400, 860)
-    finish_run(qtbot, window)
+    path.with_suffix(".ran").unlink()
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=PROCESS_WAIT_MS, check_params_cb=lambda r: not r):
+        assert window.start_run()
+        assert window.controller.separate_process  # the task's code stays out of the window's process
+        assert "task file's code runs only outside the window" in window.statusBarWidget.message.text()
+    assert path.with_suffix(".ran").exists()  # the child ran it
     assert "status-ok" == window.statusBarWidget.message.property("role"), window.statusBarWidget.message.text()
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["config"]["task"] == "regression" and record["config"]["task_file"] == reference

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from gui_helpers import finish_run, quick_run
+from gui_helpers import finish_run, quick_run, set_field
 from PySide6.QtCore import Signal
 
 import app.file_actions
@@ -467,3 +467,20 @@ def test_a_new_run_under_overlays_says_they_are_kept_and_how_to_clear_them(qtbot
     assert "2 runs overlaid on the plots, kept under this run (Run history → Clear overlays removes them)" in log
     window.plotsPanel.clear_overlays()
     assert window.plotsPanel.overlay_note() == ""
+
+
+@pytest.mark.timeout(60)
+def test_overlaying_runs_of_another_task_warns_in_one_line(qtbot, window):
+    set_field(window, "taskCombo", "tiny")
+    same, other = records(40, 3.0, 0.5), records(20, 1.5, 0.6)
+    other[0] = {**other[0], "task": "ranking"}
+    assert overlay_points(other).task == "ranking"
+    window.overlay_runs([("a · fp32", overlay_points(same))])
+    assert "another task" not in window.statusBarWidget.message.text()
+    window.overlay_runs([("a · fp32", overlay_points(same)), ("b · fp32", overlay_points(other))])
+    note = window.statusBarWidget.message.text()
+    assert "another task (ranking) under tiny" in note and "\n" not in note
+    assert window.statusBarWidget.message.property("role") == "status-warn"
+    assert note in window.logPanel.toPlainText()
+    window.plotsPanel.clear_overlays()
+    assert window.plotsPanel.other_task_note("tiny") == ""
