@@ -1,7 +1,7 @@
 """`amp-console runs list | show | note | compare | export | delete | tensorboard`: the runs under a runs folder.
 
-A run is named by its id, a unique id prefix, or its folder name. Everything printed that was read from a run's files
-passes through core.text.printable. No torch is imported here.
+A run is named by its id, a unique id prefix, its folder name, or its folder (a path, under the runs root or
+not). Everything printed that was read from a run's files passes through core.text.printable. No torch here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from core.cli.long_table import LongTable
 from core.engine.run_delete import RunDeleteError, check_deletable, delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import find_runs, listed_runs, runs_named
-from core.engine.run_record import RUNS_DIR_ENV, runs_root, write_note
+from core.engine.run_record import RUNS_DIR_ENV, read_run, runs_root, write_note
 from core.errors import AmpConsoleError
 from core.files import UnreadableFile, read_jsonl
 from core.runs.compare import best_text, compare_rows, differing_config, precision_text, steps_text
@@ -58,16 +58,26 @@ def _named(run: dict) -> str:
     return printable(f"{run.get('id')} ({run.get('name')})")
 
 
+def in_folder(key: str) -> dict | None:
+    """The run in the folder `key` names, when it is one (a path, anywhere: as evaluate, export and predict
+    take a run), else None."""
+    path = Path(key).expanduser()
+    return read_run(path.absolute()) if path.is_dir() else None
+
+
 def find_run(root: Path, key: str) -> dict:
-    """The run `key` names under `root` (as `resolve` finds it), parsing only the records that could match."""
-    return resolve(runs_named(root, [key]), key, root)
+    """The run in the folder `key` names, else the one it names under `root` (as `resolve` finds it), parsing
+    only the records that could match."""
+    return in_folder(key) or resolve(runs_named(root, [key]), key, root)
 
 
 def resolve_all(args) -> list[dict]:
-    """The runs `args.ids` name under the runs root (each as `resolve` finds it)."""
+    """The runs `args.ids` name: a run's folder, or a run under the runs root (each as `resolve` finds it)."""
     root = runs_dir(args)
-    candidates = runs_named(root, args.ids)
-    return [resolve(candidates, key, root) for key in args.ids]
+    folders = {key: in_folder(key) for key in args.ids}
+    named = [key for key, run in folders.items() if run is None]
+    candidates = runs_named(root, named) if named else []
+    return [folders[key] or resolve(candidates, key, root) for key in args.ids]
 
 
 _wall = fmt.duration  # one wall-time format for the CLI and the history panel
@@ -419,7 +429,7 @@ def register(sub) -> None:
     p.add_argument("id", metavar="ID", help="run id, unique id prefix, or folder name")
     p.add_argument("text", metavar="TEXT", nargs="?", default=None, help="the new note ('' clears it)")
     p = add("compare", cmd_compare, "runs side by side: speed, metrics, wall time, the config fields that differ")
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="+", metavar="ID", help="run id, unique id prefix, folder name, or a run's folder")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = add("export", cmd_export, "a run's step and evaluation metrics as CSV")
     p.add_argument("id", metavar="ID")

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_record import NOTE_FILE, RECORD_FILE, read_run
+from core.engine.run_record import NOTE_FILE, RECORD_FILE, read_run, record_problem, remembered
+from core.engine.run_record import REMEMBERED_FILE as REMEMBERED_FILE  # the folders the index lists beyond its root
+from core.engine.run_record import remember as remember
 
 INDEX_FILE = ".history.sqlite"
 SCHEMA = 3
@@ -33,6 +35,8 @@ LISTED = (
     *("id", "name", "task", "status", "precision", "device", "steps", "total_steps", "best", "wall_seconds"),
     *("start_time", "end_time", "unreadable"),
 )
+BULK_LIMIT = 16 << 20  # and of its bulky parts (as core.files.RECORD_LIMIT bounds run.json)
+ROW_LIMIT = 1 << 20  # characters of a stored brief or listed array past which the row is read from its folder
 PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout, a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
 _reader_version: str | None = None
@@ -62,8 +66,8 @@ def indexed_records(root: str | os.PathLike) -> tuple[list[dict], list[str]]:
 def full_record(brief: dict, bulk: str) -> dict:
     """The whole record from indexed_records' pair (brief left as it is)."""
     run = dict(brief)
-    parts = _loads(bulk)
-    if isinstance(parts, dict):
+    parts = _loads(bulk) if type(bulk) is str and len(bulk) <= BULK_LIMIT else None
+    if isinstance(parts, dict) and _sound({**run, **parts}):  # else brief (a crafted row's parts left out)
         run.update(parts)
     return run
 
@@ -138,6 +142,9 @@ def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool 
         nested = scan.visit(name, folder, top=True)
         for sub in nested:  # a folder that is no run itself, e.g. a sweep's: its subfolders with a run.json
             scan.visit(f"{name}/{sub}", os.path.join(folder, sub), top=False)
+    for folder in remembered(root):  # runs outside the root (core.engine.run_record.remember): keyed by path
+        if not skip or folder not in skip:
+            scan.visit(folder, folder, top=False)
     return scan.found, scan.fresh, scan.rows, set() if skip else set(cached.sig) - scan.seen
 
 
@@ -164,7 +171,7 @@ class _Scan:
                 self.found.append(key)
                 return []
             names = _loads(nested)
-            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+            if isinstance(names, list) and all(_plain_name(n) for n in names):
                 return names if top else []
             # a damaged row: the folder is read below, as a new one
         # only a row that can be trusted is written: the others are read again anyway (a live run's folder,
@@ -175,7 +182,7 @@ class _Scan:
             if trusted:
                 self.rows.append(_row(key, sig, None, subfolders))
             return subfolders
-        if not top:
+        if not top and not os.path.isabs(key):
             run["name"] = key
         self.found.append(key)
         # a record read_run could not read, or built from metrics.jsonl beside a run.json, is read again
@@ -189,6 +196,11 @@ class _Scan:
         kept = _listed(run) if self.listed else _brief(run) if self.split else run
         self.fresh[key] = (kept, stored[6])
         return []
+
+
+def _plain_name(name) -> bool:
+    """Whether `name` (from the index) is one folder's name: never a path out of its parent."""
+    return type(name) is str and name not in ("", ".", "..") and "/" not in name and os.sep not in name
 
 
 def _signature(folder: str, racy_ns: int) -> tuple[str, bool, bool]:
@@ -286,13 +298,14 @@ def _select(
         if key in fresh:
             run, bulk = fresh[key]
         else:
-            folder = prefix + key if "/" not in key else os.path.join(base, *key.split("/"))
+            outside = os.path.isabs(key)  # a remembered folder outside the root
+            folder = key if outside else prefix + key if "/" not in key else os.path.join(base, *key.split("/"))
             run, bulk = next(parsed), next(stored_bulks)
-            if not isinstance(run, dict):  # a row damaged inside a sound file: the folder read instead
+            if not _sound(run):  # a row damaged inside a sound file (or crafted): the folder read instead
                 run = read_run(folder)
                 if run is None:
                     continue
-                if "/" in key:
+                if "/" in key and not outside:
                     run["name"] = key
                 sig = cached.sig.get(key)
                 if sig and not run.get("unreadable"):
@@ -308,6 +321,13 @@ def _select(
         runs.append(run)
         bulks.append(bulk if split else None)
     return runs, bulks, repaired
+
+
+def _sound(run) -> bool:
+    """Whether a record parsed from the index is one read_run could have made: its fields of the right types."""
+    if not isinstance(run, dict) or record_problem(run):
+        return False
+    return all(type(run.get(k)) in (str, type(None)) for k in ("name", "note", "unreadable", "note_unreadable"))
 
 
 def _brief(run: dict) -> dict:
@@ -333,7 +353,7 @@ def _parse(stored: list[tuple[str | None, str | None]], full: bool) -> list:
     another, merged (much faster than one loads per record); None for a record that does not parse."""
     briefs = _parse_all([brief for brief, _bulk in stored])
     if full:
-        bulks = _parse_all([bulk for _brief, bulk in stored])
+        bulks = _parse_all([bulk for _brief, bulk in stored], limit=BULK_LIMIT)
         for i, bulk in enumerate(bulks):
             if isinstance(briefs[i], dict) and isinstance(bulk, dict):
                 briefs[i].update(bulk)
@@ -342,7 +362,9 @@ def _parse(stored: list[tuple[str | None, str | None]], full: bool) -> list:
     return briefs
 
 
-def _parse_all(texts: list) -> list:
+def _parse_all(texts: list, limit: int = ROW_LIMIT) -> list:
+    """The JSON `texts` parsed, None for one that does not parse, is no text or is longer than `limit`."""
+    texts = [t if type(t) is str and len(t) <= limit else "null" for t in texts]
     out: list = []
     for i in range(0, len(texts), PARSE_CHUNK):
         chunk = texts[i : i + PARSE_CHUNK]

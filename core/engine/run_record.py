@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import secrets
 import sys
 import time
@@ -21,7 +22,15 @@ from core.engine.early_stopping import BEST_FILE, resolve_mode
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
 from core.errors import CheckpointError
-from core.files import UnreadableFile, atomic_write_bytes, open_regular, parse_json, read_json_record, read_regular
+from core.files import (
+    UnreadableFile,
+    atomic_write_bytes,
+    is_inside,
+    open_regular,
+    parse_json,
+    read_json_record,
+    read_regular,
+)
 
 RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs root (see runs_root)
 
@@ -31,6 +40,7 @@ NOTE_MAX_BYTES = 64 * 1024  # a longer note.txt is read up to this many bytes
 RECORD_VERSION = 1
 WRITE_SECONDS = 2.0  # evaluations and best checkpoints reach run.json at most this late (see the module doc)
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
+REMEMBERED_FILE = ".history.outside"  # in the runs root: run folders outside it that its history lists too
 
 
 def user_data_dir() -> Path:
@@ -59,12 +69,53 @@ def new_run_folder(root: str | os.PathLike, task: str, precision: str, when: dat
     return Path(root) / f"{when:%Y%m%d-%H%M%S}-{safe}"
 
 
+_AUTO_NAMED = re.compile(r"\d{8}-\d{6}-.+")  # new_run_folder's names
+
+
 def resolve_out_dir(config, root: str | os.PathLike | None = None, precision: str | None = None):
     """`config` with an output folder: its own, or a new folder under the runs root (see runs_root), named by
-    `precision`, the mode that runs (what `auto` resolves to on the run's device), else config.precision."""
+    `precision`, the mode that runs (what `auto` resolves to on the run's device), else config.precision. Its
+    own folder, outside the root, is remembered there (see remember)."""
     if str(config.out_dir).strip():
+        folder = str(config.out_dir).strip()
+        if not _AUTO_NAMED.fullmatch(os.path.basename(folder)):  # new_run_folder's, under a root: already listed
+            remember(folder, root)  # the user's own folder outside the runs root: listed by it all the same
         return config
     return config.replace(out_dir=str(new_run_folder(runs_root(root), config.task, precision or config.precision)))
+
+
+def remember(folder: str | os.PathLike, root: str | os.PathLike | None = None) -> bool:
+    """Have the history of the runs root `root` (runs_root's rules) list the run folder `folder` though it lies
+    outside it (`train --out /anywhere`): its absolute path added, once, to REMEMBERED_FILE there. False for a
+    folder under the root (listed anyway) or when the file can't be written; never raises."""
+    root, path = runs_root(root), os.path.abspath(folder)
+    if "\n" in path or is_inside(root, path):
+        return False
+    if path in remembered(root):
+        return True
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            root / REMEMBERED_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666
+        )
+        try:  # one write: lines appended by processes at once stay whole
+            os.write(fd, os.fsencode(path) + b"\n")
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def remembered(root: str | os.PathLike) -> list[str]:
+    """The folders `remember` recorded for the runs root `root`, once each, oldest first: absolute paths
+    outside the root (any other line is skipped); none when the file is missing or unreadable."""
+    try:
+        raw = read_regular(os.path.join(root, REMEMBERED_FILE))
+    except (OSError, UnreadableFile):
+        return []
+    paths = (os.fsdecode(line) for line in raw.split(b"\n"))
+    return [p for p in dict.fromkeys(paths) if os.path.isabs(p) and "\0" not in p and not is_inside(root, p)]
 
 
 def now_iso() -> str:
