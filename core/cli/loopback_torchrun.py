@@ -77,7 +77,7 @@ def _bound_stores() -> None:
         setattr(module, "TCPStore", tcp_store)  # noqa: B010
 
 
-def _client(original, host_name, port, *args, **kwargs):
+def _client(original, host_name: str, port: int, *args, **kwargs) -> object:
     """A store's client, given up after the store's timeout (the rendezvous's read_timeout): torch's waits for ever
     for the first answer of a listener that never answers (another program on that port)."""
     seconds = kwargs.get("timeout", datetime.timedelta(seconds=60)).total_seconds()
