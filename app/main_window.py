@@ -394,6 +394,8 @@ class MainWindow(QMainWindow):
         self.stopButton.setText("Stopping…" if stopping else "Stop")
         self.setupPanel.setEnabled(self.engine_ready and not running)
         self.devicesPanel.setEnabled(not running)
+        if not running:
+            self.devicesPanel.show_remote_run(None)
         self.refreshAction.setEnabled(self.engine_ready and not running)  # a new list would change the run's device
         self.tools.update_enabled(self.engine_ready)
         self.previewAction.setEnabled(self.engine_ready)
@@ -446,6 +448,7 @@ class MainWindow(QMainWindow):
         if isinstance(event, RunStarted):
             self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
             self.statusBarWidget.host = getattr(getattr(self.controller.run, "host", None), "dest", "")  # a host's run
+            self.devicesPanel.show_remote_run(self.statusBarWidget.host, event.device)  # it looks remote
             self._update_title()
             if self._history_due:
                 self._history_due = False

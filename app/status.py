@@ -152,7 +152,7 @@ class RunStatusBar(QStatusBar):
         elif isinstance(event, StepMetrics):
             self._show_health(event.skipped_steps, event.nonfinite_source)
             self.progress.setValue(min(event.step, self._total))
-            self._show_steps(event.step, self._eta(event.step))
+            self._show_steps(event.step, self._eta(event.step, event.elapsed_seconds))
         elif isinstance(event, RunPaused):
             self._paused_since = self._clock()
             self.eta.setText("ETA – (paused)")
@@ -192,9 +192,9 @@ class RunStatusBar(QStatusBar):
             restyle(self.health, role="status-warn")
             self.health.show()
 
-    def _eta(self, step: int) -> float | None:
-        # From the first report on: setup and the warm-up interval don't count.
-        now = self._clock()
+    def _eta(self, step: int, now: float) -> float | None:
+        # From the first report on: setup and the warm-up interval don't count. `now`: the step's own time (a
+        # replayed run's events come all at once: the run's pace, not the replay's)
         if self._first_step_time is None:
             self._first_step_time, self._first_step = now, step
             return None

@@ -65,6 +65,7 @@ class DevicesPanel(QGroupBox):
         self._devices: list = []  # this machine's
         self._rows: list[tuple[str | None, object]] = []  # per list row: (host dest or None, DeviceInfo or None)
         self._chosen: tuple[str | None, str] | None = None  # (host, device id) of the selected device
+        self._remote: tuple[str, str] | None = None  # (host, device id) a remote run trains on, highlighted
         self.hosts = HostList(self)
         self.hosts.changed.connect(self._show_rows)
         self._provider: Callable[[], list] | None = None
@@ -154,6 +155,10 @@ class DevicesPanel(QGroupBox):
             else:
                 label, tooltip = describe_device(info)
                 item = QListWidgetItem(icon("cpu" if info.type == "cpu" else "gpu"), label)
+            if self._remote and dest == self._remote[0] and (info is None or info.id == self._remote[1]):
+                item.setText(f"{label}  ·  training here")  # the run is on this host, not this machine
+                item.setBackground(self.palette().highlight().color().lighter(160))
+                tooltip += "<br><b>A run is training here</b>"
             item.setToolTip(tooltip)
             item.setData(Qt.ItemDataRole.UserRole, info.id if info is not None else dest)
             self.list.addItem(item)
@@ -173,6 +178,13 @@ class DevicesPanel(QGroupBox):
             local = next((d.id for d in self._devices), None)
             if local is not None:
                 self.select(local)
+
+    def show_remote_run(self, dest: str | None, device_id: str = "") -> None:
+        """Highlight host `dest`'s heading and its device `device_id` while a run trains there; None: none."""
+        remote = (dest, device_id) if dest else None
+        if remote != self._remote:
+            self._remote = remote
+            self._show_rows()
 
     def _row_of(self, dest: str | None, device_id: str | None) -> int:
         for row, (host, info) in enumerate(self._rows):

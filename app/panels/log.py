@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit
@@ -16,6 +18,15 @@ from core.engine.events import (
     RunStarted,
     StepMetrics,
 )
+
+
+def run_start_time(event: RunStarted) -> float | None:
+    """When the run started (seconds since the epoch): its RunStarted's `started_at` where the engine gives one, else
+    the time in its folder's name (20261201-023712-tiny-bf16, local time); None when neither says."""
+    if isinstance(getattr(event, "started_at", None), (int, float)):
+        return float(event.started_at)
+    dated = re.match(r"(\d{8}-\d{6})-", Path(str(event.config.get("out_dir") or "")).name)
+    return time.mktime(time.strptime(dated[1], "%Y%m%d-%H%M%S")) if dated else None
 
 
 def _metrics_text(metrics: dict) -> str:
@@ -35,18 +46,35 @@ class LogPanel(QPlainTextEdit):
         self.setPlaceholderText("Run events and errors appear here.")
         self._steps_logged = 0
         self._skipped = 0
+        self._started_at: float | None = None  # the run's start (run_start_time), for its events' own times
+        self._own_time: float | None = None  # while an event is logged: when it happened (a replay's, not now)
+        self._last_time: float | None = None  # the latest event's own time
 
     def log(self, text: str, level: str = "info") -> None:
         prefix = {"error": "ERROR ", "warning": "WARN  ", "note": "NOTE  "}.get(level, "")
         bar = self.verticalScrollBar()
         following = bar.value() >= bar.maximum() - 2  # at the end: follow new lines; scrolled up: stay there
         selection = self.textCursor()
-        self.appendPlainText(f"{time.strftime('%H:%M:%S')}  {prefix}{text}")
+        stamp = time.strftime("%H:%M:%S", time.localtime(self._own_time))  # None: now
+        self.appendPlainText(f"{stamp}  {prefix}{text}")
         if following and not selection.hasSelection():
             self.moveCursor(QTextCursor.MoveOperation.End)
             bar.setValue(bar.maximum())
 
     def handle_event(self, event) -> None:
+        """Log `event` at its own time where it says (replayed after an Attach: when it happened, not now)."""
+        if isinstance(event, RunStarted):
+            self._started_at = self._last_time = run_start_time(event)
+        elapsed = getattr(event, "elapsed_seconds", None)  # an event without it: the last one's time
+        if self._started_at is not None and elapsed is not None:
+            self._last_time = min(self._started_at + elapsed, time.time())
+        self._own_time = self._last_time
+        try:
+            self._log_event(event)
+        finally:
+            self._own_time = None
+
+    def _log_event(self, event) -> None:
         if isinstance(event, RunStarted):
             self._steps_logged = 0
             self._skipped = 0

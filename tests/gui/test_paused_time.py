@@ -118,3 +118,17 @@ def test_the_next_run_starts_with_no_pauses_counted(window, fed):
     fed(started(), at=200)
     fed(ended("completed", 1000, elapsed=40.0), at=240)
     assert eta.text() == "took 40s"
+
+
+@pytest.mark.timeout(60)
+def test_replayed_events_keep_their_own_times(window, fed):
+    """An Attach replays a run's events at once: the ETA keeps the run's pace, the log the events' times."""
+    from dataclasses import replace
+
+    run_started = started()
+    run_started = replace(run_started, config={**run_started.config, "out_dir": "/r/20260102-030405-tiny-fp32"})
+    for event in (run_started, step(10, 1.0), step(20, 11.0)):  # all at the same instant
+        fed(event, at=500)
+    assert window.statusBarWidget.eta.text() == "ETA 16m20s"  # 1 step/s, as the run went
+    lines = [line for line in window.logPanel.toPlainText().splitlines() if line[:2].isdigit()]
+    assert lines[0].startswith("03:04:05  Run started") and lines[1].startswith("03:04:06  step 10")
