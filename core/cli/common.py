@@ -28,13 +28,13 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports bad input as one line and exit code 2, with a did-you-mean for a mistyped command,
     choice or flag."""
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and not hasattr(namespace, "_flags_known"):  # the innermost (sub)command's flags
             namespace._flags_known = [s for s in self._option_string_actions if s.startswith("--")]
         return namespace, extras
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         namespace, extras = self.parse_known_args(args, namespace)
         if extras:
             known = getattr(namespace, "_flags_known", [])
