@@ -6,8 +6,10 @@ For each device the precision modes it supports, and for the others the reason w
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
+import importlib.util
 import os
 import platform
 import sys
@@ -18,6 +20,9 @@ import torch
 
 from core.errors import DeviceError
 from core.text import size
+
+FP8_EMULATE_ENV = "AMP_FP8_EMULATE"  # =1: fp8 emulated where bf16 runs (the CPU included): correctness, not speed
+PRECISION_INSTALL = 'pip install "amp-console[precision]"'  # torchao (fp8) and bitsandbytes (adamw8bit)
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,36 @@ def _xpu_info(index: int) -> DeviceInfo:
     )
 
 
+def fp8_native(info: DeviceInfo) -> bool:
+    """Whether `info` has float8 tensor cores: an NVIDIA GPU of compute capability 8.9 (Ada, Hopper) or newer."""
+    major, _, minor = (info.capability or "0.0").partition(".")
+    return info.type == "cuda" and not info.details.get("rocm") and (int(major), int(minor)) >= (8, 9)
+
+
+def with_low_precision(info: DeviceInfo) -> DeviceInfo:
+    """`info` with bf16-pure (wherever bf16 runs) and fp8 (float8 tensor cores and torchao; anywhere bf16 runs,
+    emulated, with AMP_FP8_EMULATE=1) among its precisions, else the reason in `unsupported`."""
+    precisions, unsupported = list(info.precisions), dict(info.unsupported)
+    if "bf16" in precisions:
+        precisions.append("bf16-pure")
+    else:
+        unsupported["bf16-pure"] = f"bf16-pure needs bf16: {unsupported.get('bf16', 'not supported here')}"
+    emulate = os.environ.get(FP8_EMULATE_ENV) == "1"
+    if importlib.util.find_spec("torchao") is None:
+        unsupported["fp8"] = f"fp8 training needs torchao, which is not installed: {PRECISION_INSTALL}"
+    elif "bf16" not in precisions:
+        unsupported["fp8"] = "fp8 runs the other ops in bf16 autocast, which this device lacks"
+    elif fp8_native(info) or emulate:
+        precisions.append("fp8")
+    else:
+        unsupported["fp8"] = (
+            f"fp8 needs float8 tensor cores (an NVIDIA GPU of compute capability 8.9, Ada or Hopper, or newer); "
+            f"{info.name} {'is ' + info.capability if info.capability else 'has none'} ({FP8_EMULATE_ENV}=1 "
+            f"emulates it, slowly: for correctness checks)"
+        )
+    return dataclasses.replace(info, precisions=tuple(precisions), unsupported=unsupported)
+
+
 def list_devices(free_memory: bool = False) -> list[DeviceInfo]:
     """Every device torch can train on here, the CPU first.
 
@@ -265,7 +300,7 @@ def list_devices(free_memory: bool = False) -> list[DeviceInfo]:
     xpu = getattr(torch, "xpu", None)
     if xpu is not None and xpu.is_available():
         devices += [_xpu_info(i) for i in range(xpu.device_count())]
-    return devices
+    return [with_low_precision(info) for info in devices]
 
 
 def device_info(spec: str, devices: list[DeviceInfo] | None = None) -> DeviceInfo:

@@ -3,9 +3,14 @@
 A torch-free leaf, so the window can build its menus before torch is imported. See docs/ARCHITECTURE.md.
 """
 
-PRECISION_MODES = ("fp32", "tf32", "fp16", "bf16")  # concrete modes, in the order tables and menus show them
+# concrete modes, in the order tables and menus show them; bf16-pure: bf16 weights and optimizer state, rounded
+# stochastically; fp8: torchao float8 Linear layers inside bf16 autocast (core.engine.precision)
+PRECISION_MODES = ("fp32", "tf32", "fp16", "bf16", "bf16-pure", "fp8")
 PRECISION_CHOICES = ("auto", *PRECISION_MODES)  # what a RunConfig may say: `auto` resolves per device
 MIXED_MODES = ("fp16", "bf16")  # autocast to a 16-bit dtype: what the dtype inspector is for
+# torchao's float8 recipes (RunConfig.fp8_recipe). rowwise_with_gw_hp is refused: it fails inside bf16 autocast,
+# which fp8 runs in (pytorch/ao#4616)
+FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 
 
 def best_mixed_mode(precisions) -> str:

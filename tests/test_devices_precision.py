@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import os
 
 import pytest
 import torch
 
-from core.devices import DeviceInfo, cpu_info, device_info, list_devices
+from core.devices import FP8_EMULATE_ENV, DeviceInfo, cpu_info, device_info, list_devices
 from core.engine.events import RunStarted, StepMetrics
 from core.engine.precision import resolve_precision
 from core.engine.trainer import train
@@ -43,8 +45,9 @@ def test_cpu_is_listed_first_with_json_fields():
     for key in ("id", "type", "name", "memory_total", "precisions", "unsupported"):
         assert key in data
     assert data["memory_total"] > 0
-    assert set(data["precisions"]) == {"fp32", "bf16"}
-    assert set(data["unsupported"]) == {"fp16", "tf32"}
+    fp8 = os.environ.get(FP8_EMULATE_ENV) == "1" and importlib.util.find_spec("torchao") is not None  # emulated
+    assert set(data["precisions"]) == {"fp32", "bf16", "bf16-pure"} | ({"fp8"} if fp8 else set())
+    assert set(data["unsupported"]) == {"fp16", "tf32"} | (set() if fp8 else {"fp8"})
     json.dumps([d.to_dict() for d in devices])  # JSON-serialisable
 
 

@@ -339,8 +339,10 @@ def _check_optimizer(optimizer, source: str, bad) -> None:
                 f"{source}: bad checkpoint: optimizer.state[{index!r}] is the state of no parameter "
                 f"in optimizer.param_groups"
             )
+        values = list(entry.values()) if isinstance(entry, dict) else [entry]
+        values += [v for d in values if isinstance(d, dict) for v in d.values()]  # bitsandbytes' dict of its state
         if not isinstance(entry, dict) or not all(
-            v is None or isinstance(v, torch.Tensor) or _is_number(v) for v in entry.values()
+            v is None or isinstance(v, (torch.Tensor, dict)) or _is_number(v) for v in values
         ):
             raise bad(f"optimizer.state[{index}]", "a dict of tensors", entry)
 
@@ -381,7 +383,8 @@ def check_finite(state: dict, source: str) -> None:
                 f"{source}: weights are not finite ({name} has {bad} NaN/inf values); the checkpoint cannot be resumed"
             )
     for index, entry in state["optimizer"]["state"].items():
-        for key, value in entry.items():
+        nested = [(f"{k}.{key}", v) for k, d in entry.items() if isinstance(d, dict) for key, v in d.items()]
+        for key, value in [(k, v) for k, v in entry.items() if not isinstance(v, dict)] + nested:  # bitsandbytes'
             bad = (
                 _non_finite(value)
                 if isinstance(value, torch.Tensor)

@@ -29,9 +29,12 @@ def evaluate_split(
     task: Task, model: torch.nn.Module, split: dict[str, torch.Tensor], batch_size: int, dist: DistContext, autocast
 ) -> dict[str, float]:
     """The task's metrics on `split` for the (unwrapped) model, under no_grad, eval mode and `autocast()`.
-    Under DDP every rank must call it, at the same point."""
-    was_training = model.training
+    Under DDP every rank must call it, at the same point. bf16 weights (bf16-pure) evaluate as float32, cast back
+    after (exact both ways): a task may score outside autocast in float32, as the recommender's ranking does."""
+    was_training, bf16 = model.training, {p.dtype for p in model.parameters()} == {torch.bfloat16}
     model.eval()
+    if bf16:
+        model.float()
     try:
         with torch.no_grad(), autocast():
             share = rank_slice(split, dist.rank, dist.world_size) if dist.enabled and task.shares_evaluation() else None
@@ -45,3 +48,5 @@ def evaluate_split(
         return task.metrics(whole)
     finally:
         model.train(was_training)
+        if bf16:
+            model.to(torch.bfloat16)

@@ -13,6 +13,9 @@ import torch
 from torch import nn
 
 from core.config import RunConfig
+from core.devices import PRECISION_INSTALL
+from core.errors import ConfigError
+from core.text import size
 
 # Devices with fused SGD/Adam/AdamW kernels: one kernel per step instead of a loop over the parameters. On the
 # CPU torch's default is that per-parameter loop; fused is the same update (GradScaler's unscale and inf skip
@@ -47,14 +50,108 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 def build_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.Optimizer:
     """SGD with momentum, Adam or AdamW over `parameter_groups`; fused kernels where torch has them, its
-    default elsewhere."""
+    default elsewhere; StochasticRounding's for bf16 weights (bf16-pure); bitsandbytes' 8-bit AdamW."""
     groups = parameter_groups(model, cfg.weight_decay)
+    if cfg.optimizer == "adamw8bit":  # 8-bit states in blocks of 256 values (a tensor under 4096 values: 32-bit)
+        try:
+            import bitsandbytes
+        except ImportError as exc:
+            raise ConfigError("optimizer", f"adamw8bit needs bitsandbytes ({exc}): {PRECISION_INSTALL}") from None
+        return bitsandbytes.optim.AdamW8bit(groups, lr=cfg.lr)
+    if any(p.dtype == torch.bfloat16 for group in groups for p in group["params"]):
+        return StochasticRounding(groups, kind=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum, seed=cfg.seed)
     fused = True if device.type in _FUSED_DEVICES else None  # None: torch's default
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, fused=fused)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(groups, lr=cfg.lr, fused=fused)
     return torch.optim.AdamW(groups, lr=cfg.lr, fused=fused)
+
+
+class StochasticRounding(torch.optim.Optimizer):
+    """SGD (with momentum), Adam or AdamW (`kind`) on bfloat16 parameters and state: each step computes in float32
+    and writes the results back rounded stochastically (up with the probability of the dropped fraction), so an
+    update far below a weight's bf16 spacing still moves it on average. The random bits come from a generator
+    seeded by (seed, step, parameter index): the same on every DDP rank and the same after a resume."""
+
+    def __init__(self, params, kind: str, lr: float, momentum: float = 0.9, seed: int = 0):
+        defaults = {"lr": lr, "kind": kind, "momentum": momentum, "betas": (0.9, 0.999), "eps": 1e-8, "seed": seed}
+        super().__init__(params, defaults | {"weight_decay": 0.0})
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        index = 0
+        for group in self.param_groups:
+            lr, decay, kind, (beta1, beta2) = group["lr"], group["weight_decay"], group["kind"], group["betas"]
+            for p in group["params"]:
+                index += 1
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    names = (
+                        ("exp_avg", "exp_avg_sq") if kind != "sgd" else ("momentum_buffer",) * bool(group["momentum"])
+                    )
+                    state.update({name: torch.zeros_like(p) for name in names})
+                state["step"] += 1
+                step = int(state["step"])
+                generator = self._generators.setdefault(p.device, torch.Generator(p.device))
+                generator.manual_seed(((group["seed"] * 1_000_003 + step) * 4099 + index) % (1 << 63))
+                weight, grad = p.float(), p.grad.float()
+                if kind == "adamw":
+                    weight.mul_(1 - lr * decay)
+                elif decay:
+                    grad.add_(weight, alpha=decay)
+                if kind == "sgd":
+                    if "momentum_buffer" in state:
+                        grad = state["momentum_buffer"].float().mul_(group["momentum"]).add_(grad)
+                        _round_into(state["momentum_buffer"], grad.clone(), generator)
+                    weight.add_(grad, alpha=-lr)
+                else:
+                    exp_avg = state["exp_avg"].float().lerp_(grad, 1 - beta1)
+                    exp_avg_sq = state["exp_avg_sq"].float().mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    denom = (exp_avg_sq / (1 - beta2**step)).sqrt_().add_(group["eps"])
+                    weight.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+                    _round_into(state["exp_avg"], exp_avg, generator)
+                    _round_into(state["exp_avg_sq"], exp_avg_sq, generator)
+                _round_into(p, weight, generator)
+
+
+def _round_into(target: torch.Tensor, value: torch.Tensor, generator: torch.Generator) -> None:
+    """Write float32 `value` (a scratch tensor: its bits are changed) into bfloat16 `target`, rounded
+    stochastically: random low 16 bits added to the float32 bits, then cut off (an exact conversion)."""
+    noise = torch.randint(0, 1 << 16, value.shape, dtype=torch.int32, device=value.device, generator=generator)
+    bits = value.view(torch.int32).add_(noise).bitwise_and_(-65536)
+    target.copy_(bits.view(torch.float32))
+
+
+def optimizer_notes(model: nn.Module, cfg: RunConfig, mode: str) -> list[str]:
+    """What bf16-pure saves (parameters, gradients and optimizer state in bf16 against fp32) and which tensors
+    adamw8bit keeps in 8 bits."""
+    params = trainable_parameters(model)
+    count, notes = sum(p.numel() for p in params), []
+    if cfg.optimizer == "adamw8bit":
+        big = [p.numel() for p in params if p.numel() >= 4096]
+        notes.append(
+            f"adamw8bit: {len(big)} of {len(params)} parameter tensors ({sum(big) / max(1, count):.0%} of the "
+            f"values) keep 8-bit state; tensors under 4,096 values keep 32-bit state (bitsandbytes' rule)"
+        )
+    if mode == "bf16-pure":
+        states = 2 if cfg.optimizer != "sgd" else int(cfg.momentum > 0)
+        bf16, fp32 = (1, 1) if cfg.optimizer == "adamw8bit" else (2, 4)  # bytes a state value takes
+        now, fp32 = count * (4 + bf16 * states), count * (8 + fp32 * states)
+        notes.append(
+            f"bf16-pure: parameters, gradients and {cfg.optimizer} state take {size(now)} instead of {size(fp32)} "
+            f"in fp32 ({count:,} parameters; "
+            + (
+                "bitsandbytes' step rounds to nearest)"
+                if cfg.optimizer == "adamw8bit"
+                else "the step rounds stochastically)"
+            )
+        )
+    return notes
 
 
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -90,6 +187,7 @@ def regroup_one_group_state(optimizer_state: dict, model: nn.Module, optimizer: 
 # State entries each optimizer reads without a default once a parameter has state (SGD reads its momentum
 # buffer with .get): a checkpoint's entry without them would fail at the first step.
 REQUIRED_STATE = {"sgd": (), "adam": ("step", "exp_avg", "exp_avg_sq"), "adamw": ("step", "exp_avg", "exp_avg_sq")}
+REQUIRED_STATE["adamw8bit"] = ("step",)  # bitsandbytes' states sit in one dict of its own
 
 
 def state_misfit(

@@ -2,21 +2,27 @@
 
 fp32: no autocast.  tf32: fp32 parameters and activations, TF32 tensor-core matmuls (CUDA).
 fp16: autocast float16 + GradScaler.  bf16: autocast bfloat16, no scaler (same exponent range as fp32).
-Parameters always stay float32; autocast only changes what ops compute in.
+Parameters stay float32 (autocast only changes what ops compute in), but in two modes:
+bf16-pure: parameters, gradients and optimizer state in bfloat16, the optimizer step rounding stochastically
+(core.engine.optimizers.StochasticRounding); autocast bf16 stays on so float32 inputs meet bf16 weights and
+losses compute in float32.  fp8: torchao's float8 training for the Linear layers that suit it
+(prepare_model), the other ops in bf16 autocast; emulated where the device has no float8 tensor cores.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from core.devices import DeviceInfo
+from core.devices import PRECISION_INSTALL, DeviceInfo, fp8_native
 from core.errors import PrecisionError
-from core.precision_modes import PRECISION_CHOICES
+from core.precision_modes import FP8_RECIPES, PRECISION_CHOICES
 
-_AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp8": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,9 @@ class PrecisionPlan:
     autocast_dtype: torch.dtype | None
     use_scaler: bool
     tf32: bool
+    param_dtype: torch.dtype = torch.float32  # bfloat16 in bf16-pure
+    fp8_recipe: str = ""  # fp8: torchao's recipe
+    fp8_emulate: bool = False  # fp8 without float8 tensor cores (AMP_FP8_EMULATE=1)
 
     @property
     def autocast_enabled(self) -> bool:
@@ -37,6 +46,8 @@ class PrecisionPlan:
     @property
     def compute_dtype_name(self) -> str:
         """The dtype matmuls compute in, as users read it ('float32', 'tf32', 'bfloat16', ...)."""
+        if self.fp8_recipe:
+            return f"float8 ({self.fp8_recipe}{', emulated' if self.fp8_emulate else ''}) + bfloat16"
         if self.autocast_dtype is not None:
             return str(self.autocast_dtype).removeprefix("torch.")
         return "tf32" if self.tf32 else "float32"
@@ -53,7 +64,15 @@ class PrecisionPlan:
 
     def describe(self) -> str:
         scaler = "GradScaler on" if self.use_scaler else "no scaler"
-        return f"{self.mode}: compute {self.compute_dtype_name}, params float32, {scaler}"
+        params = str(self.param_dtype).removeprefix("torch.")
+        return f"{self.mode}: compute {self.compute_dtype_name}, params {params}, {scaler}"
+
+    def prepare_model(self, model: nn.Module) -> list[str]:
+        """Make `model` (on its device, before the optimizer is built) what the mode trains: bf16 weights for
+        bf16-pure, float8 Linear layers for fp8 (the notes say which and why the others are not)."""
+        if self.param_dtype != torch.float32:
+            model.to(self.param_dtype)
+        return _to_float8(model, self.fp8_recipe, self.fp8_emulate) if self.fp8_recipe else []
 
 
 def auto_mode(info: DeviceInfo) -> str:
@@ -67,7 +86,7 @@ def auto_mode(info: DeviceInfo) -> str:
     return "fp32"
 
 
-def resolve_precision(mode: str, info: DeviceInfo) -> PrecisionPlan:
+def resolve_precision(mode: str, info: DeviceInfo, fp8_recipe: str = "tensorwise") -> PrecisionPlan:
     """Turn a mode into a plan for `info`, refusing what the device can't run (naming the alternatives)."""
     requested = mode
     if mode not in PRECISION_CHOICES:
@@ -80,6 +99,17 @@ def resolve_precision(mode: str, info: DeviceInfo) -> PrecisionPlan:
         raise PrecisionError(
             f"{mode} is not available on {info.id} ({info.name}): {reason}. Supported there: {alternatives}"
         )
+    if mode == "fp8" and fp8_recipe not in FP8_RECIPES[:2]:
+        raise PrecisionError(
+            f"fp8 recipe {fp8_recipe!r}: "
+            + (
+                "its high-precision weight gradient fails inside the bf16 autocast fp8 runs the other ops in "
+                "(pytorch/ao#4616)"
+                if fp8_recipe in FP8_RECIPES
+                else "unknown"
+            )
+            + "; choose tensorwise or rowwise"
+        )
     return PrecisionPlan(
         requested=requested,
         mode=mode,
@@ -87,7 +117,37 @@ def resolve_precision(mode: str, info: DeviceInfo) -> PrecisionPlan:
         autocast_dtype=_AUTOCAST_DTYPES.get(mode),
         use_scaler=mode == "fp16",
         tf32=mode == "tf32",
+        param_dtype=torch.bfloat16 if mode == "bf16-pure" else torch.float32,
+        fp8_recipe=fp8_recipe if mode == "fp8" else "",
+        fp8_emulate=mode == "fp8" and not fp8_native(info),
     )
+
+
+def _to_float8(model: nn.Module, recipe: str, emulate: bool) -> list[str]:
+    """Swap the Linear layers that suit float8 for torchao's Float8Linear; one note naming them and the others
+    with the reason: the output layer (the last layer with weights, whose rounding reaches the loss directly) and
+    layers whose in or out features are not multiples of 16 (what float8 matmuls need) stay in bf16 autocast."""
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError as exc:
+        raise PrecisionError(f"fp8 training needs torchao ({exc}): {PRECISION_INSTALL}") from None
+    leaves = [(n, m) for n, m in model.named_modules() if not list(m.children()) and list(m.parameters(False))]
+    kept: dict[str, str] = {}
+    for name, module in leaves:
+        if type(module) is not nn.Linear:
+            continue
+        if name == leaves[-1][0]:
+            kept[name] = "the output layer"
+        elif module.in_features % 16 or module.out_features % 16:
+            kept[name] = f"{module.in_features} -> {module.out_features} features, not multiples of 16"
+    chosen = [n for n, m in leaves if type(m) is nn.Linear and n not in kept]
+    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
+    convert_to_float8_training(model, config=config, module_filter_fn=lambda _module, name: name in chosen)
+    others = "; ".join(f"{name} ({why})" for name, why in kept.items()) or "none"
+    return [
+        f"fp8 ({recipe}{', emulated' if emulate else ''}): {len(chosen)} of {len(chosen) + len(kept)} Linear layers "
+        f"train in float8: {', '.join(chosen) or 'none'}; left in bf16: {others}"
+    ]
 
 
 @contextlib.contextmanager

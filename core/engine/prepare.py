@@ -121,9 +121,12 @@ def resume_notes(state: dict, name: str, config: RunConfig, info: DeviceInfo, mo
             ": its GradScaler state is not used" if state["scaler"] and mode != "fp16"
             else ": the GradScaler starts fresh (loss scale 65536)" if mode == "fp16" else ""
         )  # fmt: skip
+        kept = (
+            "cast to bfloat16" if mode == "bf16-pure" else "float32" if saved_mode != "bf16-pure" else "from bfloat16"
+        )
         notes.append(
             f"resumed {_a(saved_mode)} checkpoint in {mode}{scaler}; the weights and optimizer state are kept "
-            f"(float32) but the steps compute in {mode}"
+            f"({kept}) but the steps compute in {mode}"
         )
     ranks = state.get("rng_per_rank")
     before = len(ranks) if isinstance(ranks, list) and ranks else 1

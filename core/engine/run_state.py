@@ -19,7 +19,7 @@ import torch
 
 from core.engine import checkpoints as ckpt
 from core.engine.distributed import DistContext, all_gather_bytes
-from core.engine.optimizers import regroup_one_group_state, state_misfit
+from core.engine.optimizers import StochasticRounding, regroup_one_group_state, state_misfit
 from core.errors import CheckpointError, ConfigError
 
 
@@ -155,6 +155,12 @@ def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler
         {key: group[key] for key in SCHEDULE_GROUP_KEYS if key in group} for group in optimizer.param_groups
     ]
     optimizer_state = regroup_one_group_state(state["optimizer"], model, optimizer)
+    saved_pure = (state.get("precision") or {}).get("mode") == "bf16-pure"
+    if saved_pure != isinstance(optimizer, StochasticRounding):
+        # bf16-pure's optimizer <-> torch's, of one kind: the same state, each class's own settings added
+        now = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+        groups = [mine | saved for mine, saved in zip(now, optimizer_state["param_groups"])]
+        optimizer_state = {**optimizer_state, "param_groups": groups}
     saved_sizes = [len(group["params"]) for group in optimizer_state["param_groups"]]
     sizes = [len(group["params"]) for group in optimizer.param_groups]
     if saved_kind is not None and saved_kind != kind:
@@ -173,7 +179,9 @@ def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler
             optimizer.load_state_dict(optimizer_state)
         except (ValueError, KeyError, RuntimeError, TypeError) as exc:
             raise CheckpointError(f"{source}: optimizer state does not fit this run: {exc}") from None
-        lacking = [key for key in optimizer.defaults if any(key not in group for group in optimizer.param_groups)]
+        # (torch's load adds `differentiable` to the defaults of an optimizer that lacks it, not to its groups)
+        keys = [key for key in optimizer.defaults if key != "differentiable"]
+        lacking = [key for key in keys if any(key not in group for group in optimizer.param_groups)]
         if lacking:
             raise CheckpointError(
                 f"{source}: the optimizer state does not fit this run: its parameter groups "

@@ -52,7 +52,7 @@ from core.engine.events import (
     RunStarted,
     StepMetrics,
 )
-from core.engine.optimizers import build_optimizer, build_scheduler
+from core.engine.optimizers import build_optimizer, build_scheduler, optimizer_notes
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.prepare import prepare_run, resume_notes, with_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
@@ -160,7 +160,9 @@ class Trainer:
         self.task = create_task(self.cfg.task, self.cfg.task_options)
         self.device_info = self._device_info()
         self.device = torch_device(self.device_info)
-        self.plan = resolve_precision(self.cfg.precision, self.device_info)
+        self.plan = resolve_precision(
+            self.cfg.precision, self.device_info, getattr(self.cfg, "fp8_recipe", "tensorwise")
+        )
         if resume_state is not None and not checked:
             name, world = str(self.resume_from), self.dist.world_size
             self.notes += resume_notes(resume_state, name, self.cfg, self.device_info, self.plan.mode, world)
@@ -182,6 +184,7 @@ class Trainer:
         )
         seed_everything(cfg.seed)  # the same initial model on every rank
         self.raw_model = model = task_checks.built_model(self.task, self.data.info).to(self.device)
+        self.notes += self.plan.prepare_model(model)  # bf16 weights (bf16-pure), float8 layers (fp8)
         self.tracker = self._make_tracker()  # before the per-rank seeds: its probe draws nothing that stays
         seed_everything(cfg.seed + self.dist.rank)  # each rank's own dropout and sampling (see run_state)
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -202,6 +205,7 @@ class Trainer:
         self.total_steps, stretched = planned_steps(cfg, self.steps_per_epoch)
         self.notes += [stretched] if stretched and self.dist.is_main else []
         self.optimizer = build_optimizer(model, cfg, self.device)
+        self.notes += optimizer_notes(model, cfg, self.plan.mode) if self.dist.is_main else []
         self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         self.scaler = self.plan.make_scaler()
         if resume_state is not None:
