@@ -13,14 +13,14 @@ from typing import Any
 
 from core.errors import ConfigError
 from core.files import check_regular_file, shown_path
-from core.precision_modes import PRECISION_CHOICES
+from core.precision_modes import FP8_RECIPES, PRECISION_CHOICES
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZERS = ("sgd", "adam", "adamw", "adamw8bit")
 SCHEDULES = ("constant", "cosine", "onecycle")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MONITOR_MODES = ("auto", "max", "min")
@@ -66,8 +66,10 @@ _HELP = {  # every setting with a FieldSpec, in the form's order
     "query_file": "query sizes of an svmlight data file without qid: (one whole number per line: the rows of each "
     "query, in order); empty = the file's .query or .group beside it, as LightGBM and XGBoost name it",
     "device": "auto, cpu, cuda:N, mps or xpu:N",
-    "precision": "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast) or auto",
-    "optimizer": "sgd (with momentum), adam or adamw",
+    "precision": "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast), bf16-pure (bf16 weights and optimizer "
+    "state, stochastic rounding), fp8 (torchao float8 Linear layers in bf16 autocast) or auto",
+    "fp8_recipe": "fp8's scaling: tensorwise or rowwise (rowwise_with_gw_hp fails in bf16 autocast: pytorch/ao#4616)",
+    "optimizer": "sgd (with momentum), adam, adamw or adamw8bit (bitsandbytes' 8-bit AdamW)",
     "lr": "peak learning rate",
     "momentum": "SGD momentum",
     "weight_decay": "weight decay (decoupled for adamw), applied to weight matrices only; biases, norms and "
@@ -149,6 +151,7 @@ _RANGES = {  # minimum, maximum, step of the numeric settings
 _CHOICES = {
     "data_format": DATA_FORMATS,
     "precision": PRECISION_CHOICES,
+    "fp8_recipe": FP8_RECIPES,
     "optimizer": OPTIMIZERS,
     "schedule": SCHEDULES,
     "pin_memory": PIN_MEMORY,
@@ -181,6 +184,7 @@ class RunConfig:
     query_file: str = ""
     device: str = "auto"
     precision: str = "auto"
+    fp8_recipe: str = "tensorwise"
     optimizer: str = "adamw"
     lr: float = 1e-2
     momentum: float = 0.9
