@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QFileSystemWatcher, Qt, QTimer, QUrl, Signal
@@ -37,7 +38,7 @@ from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.run_note import RunNoteEditing
 from app.panels.run_rows import checkpoint_of, describe_checkpoint, overlay_label
 from app.panels.runs_model import Prepared, RunsModel, prepare
-from app.run.jobs import JobRunner
+from app.run.jobs import BackgroundJob, JobRunner
 from core.engine.run_delete import delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import indexed_records
@@ -71,6 +72,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.jobs = JobRunner(self)
         self.remoteRuns = RemoteHistory(self)  # the hosts' runs as rows (app.panels.remote_history)
         self._scanning = False
+        self._scan_jobs: set[BackgroundJob] = set()  # the scan, and one that has sent its rows, being joined
         self._scan_started = 0.0
         self._rescan = False
         self._scan_serial = 0  # counts scans started (a note saved is shown until a later scan reads it)
@@ -213,7 +215,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
     # ------------------------------------------------------------------ scanning
     @property
     def busy(self) -> bool:
-        return self._scanning or self.jobs.busy
+        return self._scanning or self.jobs.busy or bool(self._scan_jobs)
 
     def refresh(self) -> None:
         """Scan the runs folder off the GUI thread (a scan asked for during one runs once it is done)."""
@@ -226,6 +228,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
                 self.watcher.removePaths(self.watcher.directories())
             self.root = root
             self.rootLabel.setText(f"Runs in {root}")
+            self.model.set_runs([])  # another root's runs: this one's listed as they are read
         if root.is_dir() and not self.watcher.directories():
             self.watcher.addPath(str(root))
         self._scanning = True
@@ -236,11 +239,45 @@ class HistoryPanel(RunNoteEditing, QWidget):
         # the rows' texts are made in the job too, off the GUI thread
         sort = self.model.sorted_by
         extra = self.remoteRuns.rows()
-        self.jobs.submit(
-            lambda: prepare(with_remote_rows(indexed_records(root), extra), sort),
-            lambda prepared: self._scanned(prepared, serial),
-            self._scan_failed,
-        )
+        progressive = not self.model.fingerprints  # nothing listed yet: rows shown in batches as runs are read
+
+        def scan(progress, control):
+            so_far = prepare([])
+
+            def batch(records):  # every run so far, sorted here: the GUI thread only shows them
+                nonlocal so_far
+                if control.stop_requested:
+                    raise InterruptedError("the window is closing")
+                so_far = so_far.merged(prepare(records), sort)
+                progress(replace(so_far))  # its own Prepared: the model may sort it anew
+
+            return prepare(with_remote_rows(indexed_records(root, batch if progressive else None), extra), sort)
+
+        job = BackgroundJob("historyScan", self)
+        job.progress.connect(lambda batch: self._batch(batch, serial))
+        job.succeeded.connect(lambda prepared: self._scanned(prepared, serial))
+        job.failed.connect(lambda message, _field, details: self._scan_failed(message, details))
+        job.runningChanged.connect(lambda running: running or self._scan_jobs.discard(job) or job.deleteLater())
+        self._scan_jobs.add(job)
+        job.start(scan)
+
+    def _batch(self, prepared: Prepared, serial: int) -> None:
+        """A first scan's runs read so far: listed at once (the scan goes on)."""
+        if serial != self._scan_serial or not prepared.runs:
+            return
+        selected = {r.get("folder") for r in self.selected_runs()}
+        first = not self.model.fingerprints
+        self._syncing = True
+        try:
+            self.model.set_runs(prepared)
+            self._select_folders(selected)
+        finally:
+            self._syncing = False
+        if first:
+            self._size_columns(prepared.longest)
+            self._sized_for = None  # sized again from all the runs at the end
+        self._scan_text = f"{len(self.model.fingerprints)} run(s) so far, reading on…"
+        self._show_status()
 
     def _scanned(self, prepared: Prepared, serial: int | None = None) -> None:
         self._scanning = False
@@ -294,6 +331,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._auto.stop()
         self._soon.stop()
         self.remoteRuns.shutdown()
+        for job in list(self._scan_jobs):
+            job.shutdown()
         self.jobs.shutdown()
 
     # ------------------------------------------------------------------ selection

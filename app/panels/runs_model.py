@@ -48,6 +48,17 @@ class Prepared:
         for column, key in zip(self.keys, keys):
             column[i] = key
 
+    def merged(self, more: Prepared, sort: tuple | None = None) -> Prepared:
+        """These runs and `more` in new lists (these left as they are), sorted by `sort` when given."""
+        both = Prepared(
+            *(getattr(self, n) + getattr(more, n) for n in ("runs", "bulks", "texts", "hay", "fingerprints")),
+            [a + b for a, b in zip(self.keys, more.keys)] if self.keys else list(more.keys),
+            [max(a, b, key=len) for a, b in zip(self.longest, more.longest)] or list(more.longest),
+        )
+        if sort is not None and both.runs:
+            both.order(*sort)
+        return both
+
     def order(self, column: int, order) -> list[int]:
         """Sort everything by a column's keys (stable); returns the old positions in the new order."""
         new = sorted(

@@ -37,6 +37,7 @@ LISTED = (
 )
 BULK_LIMIT = 16 << 20  # and of its bulky parts (as core.files.RECORD_LIMIT bounds run.json)
 ROW_LIMIT = 1 << 20  # characters of a stored brief or listed array past which the row is read from its folder
+FIRST_BATCH = 100  # runs read from their folders before indexed_records' first batch (see there)
 PARSE_CHUNK = 500  # records parsed in one json.loads: it holds the GIL throughout, a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
 _reader_version: str | None = None
@@ -56,11 +57,13 @@ def listed_runs(root: str | os.PathLike) -> list[dict]:
     return _refresh(Path(root), parts="listed")[0]
 
 
-def indexed_records(root: str | os.PathLike) -> tuple[list[dict], list[str]]:
+def indexed_records(root: str | os.PathLike, batch=None) -> tuple[list[dict], list[str]]:
     """Every run under `root`, newest first, as two lists: its brief record and its BULKY parts as JSON text.
     For a list that holds thousands of runs (the window's history): it parses the bulky parts only of the
-    runs it opens (full_record), and keeps far fewer objects for the garbage collector to walk."""
-    return _refresh(Path(root), parts="split")
+    runs it opens (full_record), and keeps far fewer objects for the garbage collector to walk. `batch`: called
+    with such a pair of the runs read from their folders so far, every FIRST_BATCH of them and twice as many
+    each time after (a list shown before a cold index is built), those rows saved to the index first."""
+    return _refresh(Path(root), parts="split", batch=batch)
 
 
 def full_record(brief: dict, bulk: str) -> dict:
@@ -90,7 +93,7 @@ def runs_named(root: str | os.PathLike, keys) -> list[dict]:
 
 
 def _refresh(
-    root: Path, parts: str | None, keys: list[str] | None = None, quick: bool = False
+    root: Path, parts: str | None, keys: list[str] | None = None, quick: bool = False, batch=None
 ) -> tuple[list[dict], list]:
     """Every run under `root` (only those `keys` may name when given), newest first, and their bulky parts as
     JSON when `parts` is "split" (the runs then brief; else a list of None); the index brought up to date on
@@ -111,7 +114,19 @@ def _refresh(
         if quick and keys is not None and db is not None:  # the indexed runs that cannot match: not looked at
             tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
             skip = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
-        found, fresh, rows, gone = _scan(root, cached, skip=skip, split=parts == "split", listed=parts == "listed")
+
+        def saved_batch(scan: _Scan) -> None:  # the rows so far written, the runs read handed on
+            nonlocal db, writable
+            if scan.rows and db is None and not os.path.lexists(index):
+                db, writable = _open(index, create=True)
+            if scan.rows and writable and db is not None:
+                _save(db, scan.rows, set())
+                scan.rows = []
+            read = [scan.fresh[k] for k in scan.pending]
+            batch(([run for run, _bulk in read], [bulk for _run, bulk in read]))
+
+        on_batch = saved_batch if batch is not None else None
+        found, fresh, rows, gone = _scan(root, cached, skip, parts == "split", parts == "listed", on_batch)
         if (rows or gone) and db is None and found and not os.path.lexists(index):
             db, writable = _open(index, create=True)
         if (rows or gone) and writable and db is not None:
@@ -124,11 +139,12 @@ def _refresh(
         _close(db)
 
 
-def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool = False, listed: bool = False):
+def _scan(root: Path, cached: _Cache, skip=None, split: bool = False, listed: bool = False, on_batch=None):
     """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
     to write and the keys gone. `cached`: the index's rows. `skip`: folders not to look at (nothing is then
-    gone). `split`: a run read afresh is kept brief (see _select); `listed`: as its LISTED fields."""
-    scan = _Scan(cached, split, listed)
+    gone). `split`: a run read afresh is kept brief (see _select); `listed`: as its LISTED fields. `on_batch`:
+    called with the scan as runs are read (see indexed_records)."""
+    scan = _Scan(cached, split, listed, on_batch)
     try:
         with os.scandir(root) as entries:
             children = sorted(e.name for e in entries if _is_dir(e))
@@ -149,8 +165,10 @@ def _scan(root: Path, cached: _Cache, skip: set[str] | None = None, split: bool 
 
 
 class _Scan:
-    def __init__(self, cached: _Cache, split: bool = False, listed: bool = False):
-        self.cached, self.split, self.listed = cached, split, listed
+    def __init__(self, cached: _Cache, split: bool = False, listed: bool = False, on_batch=None):
+        self.cached, self.split, self.listed, self.on_batch = cached, split, listed, on_batch
+        self.pending: list[str] = []  # runs read since the last batch
+        self.batch = FIRST_BATCH
         self.racy = time.time_ns() - RACY_SECONDS * 1_000_000_000
         self.found: list[str] = []
         self.fresh: dict[str, tuple[dict, str | None]] = {}  # key -> (the run as kept, its bulky parts)
@@ -195,6 +213,11 @@ class _Scan:
         # whole records are millions of objects for the garbage collector to walk meanwhile)
         kept = _listed(run) if self.listed else _brief(run) if self.split else run
         self.fresh[key] = (kept, stored[6])
+        if self.on_batch is not None:
+            self.pending.append(key)
+            if len(self.pending) >= self.batch:
+                self.on_batch(self)
+                self.pending, self.batch = [], self.batch * 2
         return []
 
 
