@@ -57,6 +57,23 @@ def test_an_explicit_output_folder_is_kept(tmp_path):
     assert Path(resolved.out_dir).parent == tmp_path / "root" and resolved.out_dir.endswith("-tiny-bf16")
 
 
+def test_an_own_folder_named_like_an_automatic_one_is_remembered_and_the_trainer_names_no_other(
+    runs_root_in_tmp, tmp_path
+):
+    """`--out` with a dated name outside the root is remembered like any; a Trainer given a folder (by prepare_run
+    under another root) doesn't resolve it again, so the default root remembers nothing."""
+    from core.engine.run_record import remembered
+    from core.engine.prepare import prepare_run
+    from core.engine.trainer import Trainer
+
+    own = tmp_path / "mine" / "20260101-120000-tiny-fp32"
+    resolve_out_dir(RunConfig.for_task("tiny", out_dir=str(own)), tmp_path / "root")
+    assert remembered(tmp_path / "root") == [str(own)]
+    run = prepare_run(RunConfig.for_task("tiny", device="cpu", max_steps=1).to_dict(), runs_dir=str(tmp_path / "x"))
+    result = Trainer(run.config, resume_state=run.state, notes=run.notes).run()
+    assert result.status == "completed" and remembered(runs_root_in_tmp) == []
+
+
 def test_blank_output_folder_is_refused_but_empty_is_the_default():
     assert RunConfig.for_task("tiny").out_dir == ""
     assert "out_dir" not in RunConfig.for_task("tiny").errors()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import secrets
 import sys
 import time
@@ -69,17 +68,12 @@ def new_run_folder(root: str | os.PathLike, task: str, precision: str, when: dat
     return Path(root) / f"{when:%Y%m%d-%H%M%S}-{safe}"
 
 
-_AUTO_NAMED = re.compile(r"\d{8}-\d{6}-.+")  # new_run_folder's names
-
-
 def resolve_out_dir(config, root: str | os.PathLike | None = None, precision: str | None = None):
     """`config` with an output folder: its own, or a new folder under the runs root (see runs_root), named by
     `precision`, the mode that runs (what `auto` resolves to on the run's device), else config.precision. Its
     own folder, outside the root, is remembered there (see remember)."""
     if str(config.out_dir).strip():
-        folder = str(config.out_dir).strip()
-        if not _AUTO_NAMED.fullmatch(os.path.basename(folder)):  # new_run_folder's, under a root: already listed
-            remember(folder, root)  # the user's own folder outside the runs root: listed by it all the same
+        remember(str(config.out_dir).strip(), root)  # the user's own folder outside the root: listed all the same
         return config
     return config.replace(out_dir=str(new_run_folder(runs_root(root), config.task, precision or config.precision)))
 

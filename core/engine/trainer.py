@@ -233,7 +233,8 @@ class Trainer:
     def _claim_folder(self) -> RunConfig:
         """Rank 0 claims the run folder before anything is written: the one given (none: a new one under the runs
         root), or a free sibling when it holds an earlier (or a live) run. Returns the config with its folder."""
-        self.cfg = with_folder(self.cfg, device=self.device_info)  # a Trainer made without prepare_run
+        if not str(self.cfg.out_dir).strip():  # a Trainer made without prepare_run: a new folder under the root
+            self.cfg = with_folder(self.cfg, device=self.device_info)
         held = os.environ.get(HELD_ENV)
         launcher_holds = self.dist.enabled and held and os.path.abspath(held) == os.path.abspath(self.cfg.out_dir)
         if not self.dist.is_main or self.folder is not None or launcher_holds:
