@@ -62,8 +62,8 @@ def test_an_own_folder_named_like_an_automatic_one_is_remembered_and_the_trainer
 ):
     """`--out` with a dated name outside the root is remembered like any; a Trainer given a folder (by prepare_run
     under another root) doesn't resolve it again, so the default root remembers nothing."""
-    from core.engine.run_record import remembered
     from core.engine.prepare import prepare_run
+    from core.engine.run_record import remembered
     from core.engine.trainer import Trainer
 
     own = tmp_path / "mine" / "20260101-120000-tiny-fp32"
