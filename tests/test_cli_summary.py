@@ -45,3 +45,20 @@ def test_test_rows_say_their_references_were_measured_on_val():
     assert val.endswith("(baseline 0.2000, planted ceiling 0.9000)")
     assert test.endswith("(on val: baseline 0.2000, planted ceiling 0.9000)")
     assert not any("baseline" in line for line in lines if " loss " in line)
+
+
+def test_a_failed_attempt_torchrun_restarts_prints_one_line_not_the_summary(monkeypatch, capsys):
+    import argparse
+
+    from core.cli.train import report_end
+
+    ended = RunEnded("failed", "rank 1 died", 23, 0, None, {}, None, None)
+    args = argparse.Namespace(json=False, events=False)
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    report_end(ended, None, args)
+    out, err = capsys.readouterr()
+    assert out == "" and err == "attempt 1 failed (rank 1 died); torchrun restarts every process\n"
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # the last attempt: the summary says the run failed
+    report_end(ended, None, args)
+    assert "run failed" in capsys.readouterr().out

@@ -387,6 +387,21 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
         print(f"  checkpoint {ended.checkpoint}", file=stream)
 
 
+def report_end(ended: RunEnded, started: RunStarted | None, args: argparse.Namespace) -> None:
+    """Rank 0's end of the run: its summary, or, for a failed attempt torchrun will restart, one line."""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if ended.status == "failed" and attempt < int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)):
+        sys.stderr.write(f"attempt {attempt + 1} failed ({ended.message}); torchrun restarts every process\n")
+        return
+    print_summary(ended, started, sys.stderr if (args.json or args.events) else sys.stdout)
+    if ended.status == "failed" and ended.details:
+        sys.stderr.write(f"run failed: {ended.message}\n")
+        print_user_frames(ended.details)
+    if args.json:
+        print(json.dumps(summary_json(ended, started)), flush=True)
+    sys.stdout.flush()
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Exit codes: 0 completed, 1 failed, 2 bad input, 128 + signal number when a signal stopped the run
     (130 Ctrl+C, 143 SIGTERM, 129 SIGHUP; with a checkpoint), 130 when a control request did."""
@@ -548,13 +563,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
     if dist_ctx.enabled and ended.status == "failed":
         elastic.record_failure(f"rank {dist_ctx.rank} on node {socket.gethostname()}: {ended.message}")
     if dist_ctx.is_main:
-        print_summary(ended, seen.get("started"), sys.stderr if (args.json or args.events) else sys.stdout)
-        if ended.status == "failed" and ended.details:
-            sys.stderr.write(f"run failed: {ended.message}\n")
-            print_user_frames(ended.details)
-        if args.json:
-            print(json.dumps(summary_json(ended, seen.get("started"))), flush=True)
-        sys.stdout.flush()
+        report_end(ended, seen.get("started"), args)
     if dist_ctx.enabled:  # torchrun treats any non-zero exit as a crash; the launcher reads the status instead
         return 1 if ended.status == "failed" else 0
     return {"completed": 0, "failed": 1}.get(ended.status, signals.exit_code)
