@@ -5,7 +5,14 @@ from __future__ import annotations
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-BAR_COLOURS = {"fp32": "#6a7a90", "tf32": "#c98a12", "fp16": "#8e44ad", "bf16": "#3b6fd8"}
+BAR_COLOURS = {
+    "fp32": "#6a7a90",
+    "tf32": "#c98a12",
+    "fp16": "#8e44ad",
+    "bf16": "#3b6fd8",
+    "bf16-pure": "#16a2b8",
+    "fp8": "#d0453c",
+}
 
 
 class BarChart(QWidget):

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.assets import restyle
+from app.panels.devices import missing_libraries
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from app.run.jobs import JobRunner
 from core.precision_modes import PRECISION_CHOICES
@@ -44,7 +45,12 @@ OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval",
 DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns", "data_format", "query_file")
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
-PRECISION_FIELDS = ("compile", "compile_mode", "activation_checkpointing")  # speed and memory: beside the mode
+PRECISION_FIELDS = (
+    "fp8_recipe",
+    "compile",
+    "compile_mode",
+    "activation_checkpointing",
+)  # speed and memory: beside the mode
 OWN_WIDGETS = ("task", "task_file", "device", "precision")  # the task picker, the devices panel, precision combo
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {
@@ -260,7 +266,10 @@ class RunSetupPanel(QWidget):
                 row = FieldRow(editor)
                 editor.changed.connect(self._on_field_changed)
                 self._rows[name] = row
-                form.addRow(form_label(label_for(name), spec.help), row)
+                if name == "fp8_recipe":  # under the mode it belongs to, shown only with fp8
+                    form.insertRow(1, form_label("fp8 recipe", spec.help), row)
+                else:
+                    form.addRow(form_label(label_for(name), spec.help), row)
         self._synthetic_note = restyle(QLabel(SYNTHETIC_NOTE, objectName="syntheticNote", wordWrap=True), role="hint")
         self._task_form.addRow("", self._synthetic_note)
         if "data" in self._rows:
@@ -278,6 +287,9 @@ class RunSetupPanel(QWidget):
             [label_for(name) for name in data + training + output + speed]
             + [option_label(option.name) for cls in self._tasks.values() for option in cls.options]
         )
+        self._mark_refused_recipes()
+        if "fp8_recipe" in self._rows:
+            self._rows["fp8_recipe"].editor.changed.connect(self._update_auto_text)
         self.setEnabled(True)
         self.set_config(defaults)
         self._update_tab_order()
@@ -335,6 +347,7 @@ class RunSetupPanel(QWidget):
                 value = getattr(config, name)
                 row.editor.set_value("\\t" if name == "delimiter" and value == "\t" else value)  # a tab, visibly
             self.set_precision(config.precision)
+            self._show_fp8_recipe()
         finally:
             self._loading = False
         self._engine_errors.clear()
@@ -374,6 +387,15 @@ class RunSetupPanel(QWidget):
         if device is not None and config.precision != "auto" and config.precision not in device.precisions:
             reason = device.unsupported.get(config.precision, "not supported")
             problems["precision"] = f"{config.precision} is not available on {device.id}: {reason}"
+        if reason := missing_libraries().get(config.optimizer):
+            problems["optimizer"] = reason
+        recipes = self._rows["fp8_recipe"].editor.input if "fp8_recipe" in self._rows else None
+        if (
+            config.precision == "fp8"
+            and recipes
+            and not (item := recipes.model().item(recipes.currentIndex())).isEnabled()
+        ):
+            problems["fp8_recipe"] = item.toolTip()
         for name, message in self._engine_errors.items():
             problems.setdefault(name, message)
         processes = self.processesEdit.value()
@@ -407,17 +429,50 @@ class RunSetupPanel(QWidget):
             item = model.item(index)
             supported = mode == "auto" or mode in info.precisions
             item.setEnabled(supported)
-            tooltip = "" if supported else f"{mode} is not available on {info.name}: {info.unsupported.get(mode, '')}"
+            reason = info.unsupported.get(mode, "not supported")
+            tooltip = "" if supported else f"{mode} is not available on {info.name}: {reason}"
             item.setToolTip(tooltip)
+            item.setStatusTip(tooltip)
         current = self.precisionCombo.currentData()
         if current not in ("auto", None) and current not in info.precisions:
             self.set_precision("auto")
             self.precisionNote.setText(f"{current} is not available on {info.id}; switched to auto")
         self._update_auto_text()
+        self._update_library_choices()
         self._schedule_validate()
+
+    def _update_library_choices(self) -> None:
+        """A choice whose library is not installed (adamw8bit: bitsandbytes) is disabled, the install line its
+        tooltip."""
+        if (row := self._rows.get("optimizer")) is None:
+            return
+        combo, missing = row.editor.input, missing_libraries()
+        for index in range(combo.count()):
+            reason = missing.get(combo.itemText(index), "")
+            combo.model().item(index).setEnabled(not reason)
+            combo.model().item(index).setToolTip(reason)
+            combo.model().item(index).setStatusTip(reason)
+
+    def _mark_refused_recipes(self) -> None:
+        """fp8 recipes the engine refuses (core.engine.precision) are listed disabled, with the reason."""
+        from core.precision_modes import FP8_RECIPES
+
+        if (row := self._rows.get("fp8_recipe")) is None:
+            return
+        combo = row.editor.input
+        for recipe in FP8_RECIPES[2:]:
+            item = combo.model().item(combo.findText(recipe))
+            item.setEnabled(False)
+            item.setToolTip(f"{recipe} fails inside the bf16 autocast fp8 runs the other ops in (pytorch/ao#4616)")
+
+    def _show_fp8_recipe(self) -> None:
+        if (row := self._rows.get("fp8_recipe")) is not None:
+            self._precision_form.setRowVisible(row, self.precisionCombo.currentData() == "fp8")
 
     def _update_auto_text(self) -> None:
         from core.engine.precision import auto_mode, resolve_precision
+        from core.errors import AmpConsoleError
+        from core.text import first_line
 
         if self._device is None:
             return
@@ -425,8 +480,11 @@ class RunSetupPanel(QWidget):
         self.precisionCombo.setItemText(0, f"auto → {resolved}")
         mode = self.precisionCombo.currentData()
         if mode == "auto" or mode in self._device.precisions:
-            plan = resolve_precision(mode, self._device)
-            self.precisionNote.setText(plan.describe())
+            recipe = self._rows["fp8_recipe"].editor.value() if "fp8_recipe" in self._rows else "tensorwise"
+            try:
+                self.precisionNote.setText(resolve_precision(mode, self._device, recipe).describe())
+            except AmpConsoleError as exc:  # a refused recipe: its field says why
+                self.precisionNote.setText(first_line(exc))
 
     def device(self):
         """The selected device's DeviceInfo (None before the devices are known)."""
@@ -438,6 +496,7 @@ class RunSetupPanel(QWidget):
         self.precisionCombo.setCurrentIndex(max(index, 0))
 
     def _on_precision_changed(self) -> None:
+        self._show_fp8_recipe()
         self._update_auto_text()
         self._on_field_changed()
 
