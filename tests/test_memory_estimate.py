@@ -1,7 +1,9 @@
-"""Memory estimate before Start: within 15% of a real short run's measured peak (CPU, side by side), its parts
-add up, and every precision mode and optimizer has its row of bytes per parameter."""
+"""Memory estimate before Start: within 15% of a real short run's measured peak (CPU, side by side; bf16-pure and
+adamw8bit included), its parts add up, and every precision mode and optimizer has its row of bytes per parameter."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import pytest
 
@@ -12,6 +14,7 @@ from core.lab.memory_estimate import (
     estimate,
     measure_training_peak,
     state_bytes_per_parameter,
+    tensor_state_bytes,
 )
 from core.precision_modes import PRECISION_MODES
 from core.tasks import TASKS
@@ -23,11 +26,19 @@ SMALL = {  # small enough to run in seconds, big enough that activations count
 
 
 @pytest.mark.parametrize(
-    ("task", "optimizer", "mode"), [("sentiment", "adamw", "bf16"), ("recommender", "sgd", "fp32")]
+    ("task", "optimizer", "mode"),
+    [
+        ("sentiment", "adamw", "bf16"),
+        ("recommender", "sgd", "fp32"),
+        ("sentiment", "adamw", "bf16-pure"),
+        ("sentiment", "adamw8bit", "fp32"),
+    ],
 )
 def test_estimate_is_within_15_percent_of_the_measured_peak(task, optimizer, mode):
     if task not in TASKS:
         pytest.skip(f"{task} is not installed")
+    if optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
+        pytest.skip("bitsandbytes is not installed")
     config = RunConfig.for_task(
         task, device="cpu", task_options=SMALL[task], optimizer=optimizer, precision=mode, batch_size=128
     )
@@ -50,3 +61,7 @@ def test_the_parts_follow_the_rows_of_bytes_per_parameter():
     assert set(PRECISION_BYTES) >= set(PRECISION_MODES)  # a new mode adds its row
     assert state_bytes_per_parameter("sgd", momentum=0.0) == 0
     assert set(OPTIMIZER_STATES) >= set(FIELD_SPECS["optimizer"].choices)
+    assert state_bytes_per_parameter("adamw", mode="bf16-pure") == 4  # two bf16 states
+    # adamw8bit: two uint8 states + a float32 absmax per 256 values each; 32-bit state under 4,096 values
+    assert tensor_state_bytes(100, "adamw8bit") == 800
+    assert tensor_state_bytes(5120, "adamw8bit") == 2 * 5120 + 2 * 4 * 20

@@ -156,7 +156,7 @@ def test_cli_tables_fit_100_columns(capsys):
     "argv, flag",
     [
         (["--depth", "-1"], "--depth"),
-        (["--precisions", "fp32,fp8"], "--precisions"),
+        (["--precisions", "fp32,fp9"], "--precisions"),
         (["--task", "nope"], "unknown task"),
         (["-o", "hidden=0"], "--option hidden"),
         (["--device", "cuda:7"], "cuda:7"),

@@ -174,10 +174,10 @@ ProgressCallback = Callable[[SummaryProgress], None]
 
 def optimizer_state_bytes(param: torch.Tensor, optimizer: str, momentum: float = 0.9) -> int:
     """Bytes `optimizer` keeps for one trainable parameter tensor (as torch keeps it after the first step)."""
-    from core.lab.memory_estimate import OPTIMIZER_STATES, state_bytes_per_parameter
+    from core.lab.memory_estimate import OPTIMIZER_STATES, tensor_state_bytes
 
-    per_parameter = state_bytes_per_parameter(optimizer, momentum)  # ValueError for an unknown one
-    return param.numel() * per_parameter + OPTIMIZER_STATES[optimizer].per_tensor
+    state = tensor_state_bytes(param.numel(), optimizer, momentum)  # ValueError for an unknown one
+    return state + OPTIMIZER_STATES[optimizer].per_tensor
 
 
 def parameter_rows(model: nn.Module, optimizer: str = "adamw", momentum: float = 0.9) -> list[LayerRow]:
