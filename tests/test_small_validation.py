@@ -95,11 +95,32 @@ def test_a_large_enough_validation_split_does_not_warn_and_advises_the_best_chec
         assert ended.checkpoint_advice.startswith(
             f"use the best checkpoint (best.pt, step {ended.best_step}, val ndcg@10 "
         )
-        assert ended.checkpoint_advice.endswith("): chosen on 59 validation queries")
+        assert "): chosen on 59 validation queries" in ended.checkpoint_advice
     assert ended.advised_checkpoint == "best.pt" and run_checkpoint(tmp_path / "run", "advised") == (
         tmp_path / "run" / "best.pt",
         [],
     )
+
+
+def test_the_advice_says_when_the_best_beats_the_last_weights_by_less_than_the_noise(tmp_path):
+    from core.engine.early_stopping import BestTracker
+    from core.engine.small_validation import ValidationSize, best_and_last
+
+    tracker = BestTracker("acc", "max")
+    for step, value in ((10, 0.8), (20, 0.78)):
+        tracker.update(value, step)
+    tracker.ranked = [{"value": 0.8, "step": 10, "file": "best.pt"}]
+    size = ValidationSize(400, "rows")  # se 0.025: the noise is ±0.05
+
+    def advice(last):
+        return best_and_last(tracker, size, 20, {}, tmp_path, lambda path: {"acc": 1.0}, last).advice
+
+    assert tracker.last == 0.78 and BestTracker("acc", "max").state_dict().get("last", 0) is None
+    assert advice(0.78).endswith(
+        "chosen on 400 validation rows; it beats the last weights' 0.78 by less than the metric's noise (±0.05): "
+        "either will do"
+    )
+    assert advice(0.7).endswith("chosen on 400 validation rows") and advice(None) == advice(0.7)
 
 
 def test_the_thresholds_keep_the_standard_error_under_a_few_points():

@@ -59,6 +59,7 @@ class BestTracker:
     since_best: int = 0  # evaluations since the latest improvement (or since the start)
     ranked: list[dict] = field(default_factory=list)  # {"value", "step", "file"}, best first, at most `keep`
     diverged: tuple[float, int] | None = None  # (value, step) of the evaluation past the divergence threshold
+    last: float | None = None  # the latest evaluation's value (what the best is compared with at the end)
 
     def better(self, value: float, than: float, margin: float = 0.0) -> bool:
         return value > than + margin if self.mode == "max" else value < than - margin
@@ -66,7 +67,7 @@ class BestTracker:
     def update(self, value: float | None, step: int) -> Update:
         """Count one evaluation's value of the monitored metric at `step`."""
         number = float(value) if isinstance(value, (int, float)) else math.nan
-        finite = math.isfinite(number)
+        finite, self.last = math.isfinite(number), number
         if self.divergence and self.diverged is None and (not finite or self.better(self.divergence, number)):
             self.diverged = (number, step)
         improved = finite and (self.best is None or self.better(number, self.best, self.min_delta))
@@ -127,6 +128,7 @@ class BestTracker:
             "best_step": self.best_step,
             "since_best": self.since_best,
             "ranked": [dict(e) for e in self.ranked],
+            "last": self.last,
         }
 
     def load_state_dict(self, state) -> str | None:
@@ -150,6 +152,8 @@ class BestTracker:
         elif self.keep > 1:
             ranked = [e for e in ranked if e["file"] != BEST_FILE]
         self.ranked = ranked[: max(self.keep, 0)]
+        last = state.get("last")
+        self.last = float(last) if isinstance(last, (int, float)) else None
         return None
 
 

@@ -90,10 +90,17 @@ class BestAndLast:
 
 
 def best_and_last(
-    tracker, size: ValidationSize, step: int, test_metrics: dict, out_dir: Path, test_of: Callable[[Path], dict] | None
+    tracker,
+    size: ValidationSize,
+    step: int,
+    test_metrics: dict,
+    out_dir: Path,
+    test_of: Callable[[Path], dict] | None,
+    last_value: float | None = None,
 ) -> BestAndLast | None:
     """At the end of a completed run at `step` with a best checkpoint (in `out_dir`): its test metrics (`test_of`
-    its path, None without a test split) beside the last weights' (`test_metrics`) and the advice. None when
+    its path, None without a test split) beside the last weights' (`test_metrics`; `last_value` their val metric)
+    and the advice. None when
     there is nothing to compare (no best checkpoint, no test split and a validation split large enough)."""
     if not tracker.ranked:
         return None
@@ -117,6 +124,12 @@ def best_and_last(
         )
     else:
         advice = f"use the best checkpoint ({chosen}): chosen on {size.describe()}"
+        se = SPREAD.get(size.unit, 0.5) / math.sqrt(max(size.count, 1))
+        if last_value is not None and math.isfinite(last_value) and abs(best["value"] - last_value) <= 2 * se:
+            advice += (
+                f"; it beats the last weights' {last_value:.4g} by less than the metric's noise (±{2 * se:.2g}): "
+                "either will do"
+            )
     if test_of is not None and not metrics:
         advice += f"; {best['file']} could not be read for its test metrics"
     return BestAndLast(best["step"], metrics, advice, ckpt.CHECKPOINT_FILE if size.too_small else best["file"])

@@ -270,6 +270,7 @@ class Trainer:
                     self.test_metrics,
                     self.out_dir,
                     None if self.test is None else self._test_metrics_of,
+                    self.tracker.last,
                 )
         except RunFailed as exc:
             return self._end("failed", str(exc))
