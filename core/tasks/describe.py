@@ -122,6 +122,10 @@ def main(argv: list[str]) -> None:
         os.setsid()  # a group of its own: the window kills the group, whatever the import started
     if hasattr(signal, "alarm"):
         signal.alarm(int(import_limit()) + 5)  # and it ends itself should the window be gone
+    if hasattr(signal, "alarm"):
+        import resource  # a task file that reads without end (/dev/zero) stops at 4 GiB, not the machine's memory
+
+        resource.setrlimit(resource.RLIMIT_DATA, (4 << 30, resource.getrlimit(resource.RLIMIT_DATA)[1]))
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # the task's prints go to stderr: stdout carries the answer only
     from core.errors import AmpConsoleError
