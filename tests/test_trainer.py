@@ -304,3 +304,18 @@ def test_a_stop_keeps_the_training_even_with_no_checkpoints_planned(tiny_config,
     assert ended.status == "stopped" and ended.step == 15
     assert [e.step for e in recorder.of(CheckpointSaved)] == [15]
     assert load_checkpoint(ended.checkpoint)["step"] == 15
+
+
+def test_run_started_carries_its_start_time_and_an_older_line_without_it_still_reads(tmp_path):
+    import time
+
+    from core.config import RunConfig
+
+    before = time.time()
+    train(RunConfig.for_task("tiny", device="cpu", max_steps=1, out_dir=str(tmp_path / "run")))
+    [line] = [
+        json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if '"RunStarted"' in x
+    ]
+    assert before <= line["started_at"] <= time.time()
+    del line["started_at"]  # a metrics.jsonl written before the field
+    assert event_from_dict(line).started_at is None

@@ -30,6 +30,7 @@ class RunStarted:
     tokens_key: str | None = None  # set when the task also counts tokens (sequence models)
     notes: list = field(default_factory=list)  # what the user should know as the run starts (e.g. its folder)
     restart: dict = field(default_factory=dict)  # a restart's count, step, reason (core.cli.elastic); {} if none
+    started_at: float | None = None  # time.time() as it started; None in metrics.jsonl files written before it
 
 
 @dataclass(slots=True)  # not frozen, unlike the others: one is made at every logged step, and a frozen

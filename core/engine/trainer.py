@@ -668,6 +668,7 @@ class Trainer:
             tokens_key=self.task.tokens_key,
             notes=list(self.notes),
             restart={**restart, "step": self.state.step} if restart else {},
+            started_at=time.time(),
         )
 
     def _end(self, status: str, message: str, details: str = "") -> RunEnded:
