@@ -15,11 +15,13 @@ import platform
 import sys
 import threading
 from dataclasses import asdict, dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from core.errors import DeviceError
 from core.text import size
+
+if TYPE_CHECKING:
+    import torch  # imported where a device is probed: DeviceInfo and its parsing (`remote devices`) need none
 
 FP8_EMULATE_ENV = "AMP_FP8_EMULATE"  # =1: fp8 emulated where bf16 runs (the CPU included): correctness, not speed
 PRECISION_INSTALL = 'pip install "amp-console[precision]"'  # torchao (fp8) and bitsandbytes (adamw8bit)
@@ -133,6 +135,7 @@ def peak_resident_set() -> int | None:
 def cpu_info() -> DeviceInfo:
     """The host CPU: model, cores/threads, RAM, and whether bf16 has hardware support."""
     import psutil
+    import torch
 
     flags = _cpu_flags()
     bf16_fast, speed = cpu_bf16_support(flags)
@@ -171,6 +174,8 @@ def collect_garbage() -> None:
 def cuda_free_memory(index: int) -> int | None:
     """Free bytes on one CUDA device. Creates this process's context on it (some hundred MB of its memory),
     so ask only for a device this process will use, or in a short-lived process (`amp-console devices`)."""
+    import torch
+
     try:
         free, _total = torch.cuda.mem_get_info(index)
     except RuntimeError:
@@ -179,6 +184,8 @@ def cuda_free_memory(index: int) -> int | None:
 
 
 def _cuda_info(index: int, free_memory: bool = False) -> DeviceInfo:
+    import torch
+
     props = torch.cuda.get_device_properties(index)  # no context needed: the window can call it freely
     major, minor = props.major, props.minor
     is_rocm = torch.version.hip is not None
@@ -217,6 +224,8 @@ def _cuda_info(index: int, free_memory: bool = False) -> DeviceInfo:
 
 
 def _mps_info() -> DeviceInfo:
+    import torch
+
     try:
         torch.zeros(1, dtype=torch.bfloat16, device="mps")
         bf16 = True
@@ -240,6 +249,8 @@ def _mps_info() -> DeviceInfo:
 
 
 def _xpu_info(index: int) -> DeviceInfo:
+    import torch
+
     props = torch.xpu.get_device_properties(index)
     return DeviceInfo(
         id=f"xpu:{index}",
@@ -291,6 +302,8 @@ def list_devices(free_memory: bool = False) -> list[DeviceInfo]:
     process. The window, the launcher and each DDP rank must not hold memory on GPUs they don't train on,
     so only the one-shot `devices` command asks (the trainer asks its own device; see cuda_free_memory).
     """
+    import torch
+
     devices = [cpu_info()]
     if torch.cuda.is_available():
         devices += [_cuda_info(i, free_memory) for i in range(torch.cuda.device_count())]
@@ -320,6 +333,8 @@ def device_info(spec: str, devices: list[DeviceInfo] | None = None) -> DeviceInf
 
 def torch_device(info: DeviceInfo) -> torch.device:
     """The one torch.device a run uses; everything else is moved to it with `.to(device)`."""
+    import torch
+
     return torch.device(info.id)
 
 
@@ -328,6 +343,8 @@ def memory_in_use(device: torch.device) -> int | None:
 
     Reading it may synchronise the device: call at log intervals only.
     """
+    import torch
+
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     if device.type == "xpu":
@@ -366,6 +383,8 @@ class PeakMemory:
     """
 
     def __init__(self, device: torch.device | str) -> None:
+        import torch
+
         self.device = torch.device(device)
         self.kind = self.device.type
         self.allocator = self.kind in ("cuda", "xpu")  # a caching allocator with peak statistics
@@ -384,6 +403,8 @@ class PeakMemory:
 
     def _api(self):
         """torch.cuda / torch.xpu / torch.mps for this device, or None (the CPU, kinds torch has no module for)."""
+        import torch
+
         return getattr(torch, self.kind, None) if self.kind != "cpu" else None
 
     def synchronize(self) -> None:
