@@ -68,8 +68,10 @@ def test_inspect_json_and_table(capsys):
 
 
 def test_bad_input_is_one_line_and_exit_2(capsys):
-    assert main(["bench", "--device", "cpu", "--precisions", "fp8"]) == 2
+    assert main(["bench", "--device", "cpu", "--precisions", "fp9"]) == 2
     assert "--precisions" in capsys.readouterr().err
+    assert main(["bench", "--device", "cpu", "--optimizers", "adamw,adamw9bit"]) == 2
+    assert "--optimizers" in capsys.readouterr().err
     assert main(["inspect", "--device", "cpu", "--precision", "fp16"]) == 2  # fp16 is a GPU mode
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "fp16" in err

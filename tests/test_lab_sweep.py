@@ -8,13 +8,16 @@ from core.config import RunConfig
 from core.engine.control import RunControl
 from core.errors import PrecisionError
 from core.lab.precision_sweep import SweepRow, measure_mode, recommended_row, requested_modes, run_sweep
+from core.precision_modes import PRECISION_MODES
 
 
 @pytest.mark.slow
-def test_cpu_sweep_has_every_cpu_mode_with_sane_ratios():
+def test_cpu_sweep_has_every_cpu_mode_with_sane_ratios(monkeypatch):
+    monkeypatch.delenv("AMP_FP8_EMULATE", raising=False)
     updates = []
     result = run_sweep(RunConfig.for_task("tiny", device="cpu"), steps=5, repeats=2, progress=updates.append)
-    assert [r.mode for r in result.rows] == ["fp32", "tf32", "fp16", "bf16"]
+    assert [r.mode for r in result.rows] == list(PRECISION_MODES)
+    assert result.row("fp8").status == "skipped" and "fp8" in result.row("fp8").reason  # not emulated here
     fp32, bf16 = result.row("fp32"), result.row("bf16")
     for row in (fp32, bf16):
         assert row.status == "ok", row.reason
@@ -48,9 +51,9 @@ def test_in_process_measurement_reports_windows_and_loss():
 
 def test_fp32_always_comes_first_and_unknown_modes_are_refused():
     assert requested_modes(["bf16"]) == ["fp32", "bf16"]
-    assert requested_modes(None) == ["fp32", "tf32", "fp16", "bf16"]
-    with pytest.raises(PrecisionError, match="fp8"):
-        requested_modes(["fp8"])
+    assert requested_modes(None) == list(PRECISION_MODES)
+    with pytest.raises(PrecisionError, match="fp9"):
+        requested_modes(["fp9"])
 
 
 def test_stopping_between_modes_skips_the_rest():

@@ -12,6 +12,7 @@ import time
 from core.cli import format as fmt
 from core.config import COMPILE_MODES, RunConfig
 from core.errors import ConfigError
+from core.precision_modes import PRECISION_MODES
 
 
 def register(sub) -> None:
@@ -26,9 +27,14 @@ def register(sub) -> None:
     _common(bench)
     bench.add_argument(
         "--precisions",
-        default="fp32,tf32,fp16,bf16",
+        default=",".join(PRECISION_MODES),
         help="comma-separated modes to compare (default: all; fp32 is always measured: it is the "
         "reference; modes the device cannot run are listed as skipped)",
+    )
+    bench.add_argument(
+        "--optimizers",
+        default="",
+        help="comma-separated optimizers, a row each per mode, e.g. adamw,adamw8bit (default: the task's own)",
     )
     bench.add_argument("--steps", type=int, default=20, help="optimizer steps per timed window (default 20)")
     bench.add_argument(
@@ -176,6 +182,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError("--threads", f"{args.threads} is out of range: must be between 0 (automatic) and 1,024")
     config = config_from_lab_args(args, precision="fp32").replace(compile_mode=args.compile_mode)
     modes = parse_modes(args.precisions)
+    optimizers = [o.strip() for o in args.optimizers.split(",") if o.strip()]
+    for name in optimizers:
+        try:
+            config.replace(optimizer=name).validate()
+        except ConfigError as exc:
+            raise flag_error(exc, "--optimizers") from None
     choices = {"off": [False], "on": [True], "both": [False, True]}
     compiles, checkpoints = choices[args.compile_rows], choices[args.checkpointing_rows]
     extra = "".join(
@@ -196,6 +208,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         progress=ProgressLines(_bench_text, live=("setup", "window")),
         compile_options=compiles,
         checkpointing_options=checkpoints,
+        optimizer_options=optimizers,
     )
     if args.json:
         print(json.dumps(result.to_dict()))
@@ -233,8 +246,10 @@ def print_sweep(result) -> None:
             continue
         if r.compile_seconds is not None:  # a sentence below the table: a column would squeeze the ratios
             notes.append(f"{r.label}: compiled in {r.compile_seconds:.1f} s, before the timed windows")
-        if r.reason:  # measured, with a remark: a compile that fell back to eager, a task without blocks
+        if r.reason:  # measured, with a remark: a compile that fell back to eager, float8 layers, 8-bit state
             notes.append(f"{r.label}: {r.reason}")
+        if r.why:  # speed, memory, loss drift, growing memory, why (not) recommended
+            notes.append(f"{r.label}: {r.why}")
         if r.skipped_steps:
             notes.append(f"{r.label}: {r.skipped_steps:,} steps skipped (fp16 overflow)")
         if noise_note(r):  # something else shared the device: the ratios are rough

@@ -14,6 +14,7 @@ from core.cli import format as fmt
 from core.cli.lab import ProgressLines, _common, config_from_lab_args, flag_error, numbered, parse_modes
 from core.errors import ConfigError
 from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP
+from core.precision_modes import PRECISION_MODES
 
 _FLAGS = {
     "margin": "--margin",
@@ -40,7 +41,7 @@ def register(sub) -> None:
     _common(p)
     p.add_argument(
         "--precisions",
-        default="fp32,tf32,fp16,bf16",
+        default=",".join(PRECISION_MODES),
         help="comma-separated modes (default: all; fp32 is always searched: it is the reference; modes "
         "the device cannot run are listed as skipped)",
     )

@@ -38,6 +38,12 @@ LOSS_ABS_TOLERANCE = 0.02
 MIN_SPEEDUP = 1.05
 # A mode whose slowest timed window took this many times its fastest is "noisy": something else shared the device.
 NOISE_SPREAD = 1.5
+# fp8 casts every converted layer's inputs each step: it is worth its rounding only this much faster than bf16.
+FP8_OVER_BF16 = 1.10
+# Memory (RSS, or the allocator's on a GPU) rising after every window by more than this is flagged as growing.
+GROWTH_MIB_PER_WINDOW = 4.0
+# The engine's notes a row repeats: float8 layers converted, what bf16-pure and adamw8bit keep.
+MODE_NOTES = ("fp8 (", "bf16-pure:", "adamw8bit:")
 
 
 @dataclass
@@ -63,11 +69,17 @@ class SweepRow:
     compiled: bool = False  # torch.compile asked for (RunConfig.compile); a fallback to eager is in `reason`
     checkpointed: bool = False  # activation checkpointing asked for; a task without blocks says so in `reason`
     compile_seconds: float | None = None  # the compile (the trainer's timed warm-up), apart from the windows
+    optimizer: str = ""  # an optimizer variant (e.g. adamw8bit); "" = the config's own
+    memory_windows: list[int] = field(default_factory=list)  # bytes in use after the last warm-up and each window
+    memory_growth: float | None = None  # MiB per step, when memory rose after every window (memory_growth())
+    why: str = ""  # the verdict: speed, memory, loss drift against the reference, and why (not) recommended
 
     @property
     def label(self) -> str:
-        """'bf16', 'bf16 + compile', 'fp32 + compile + act. ckpt': the mode and what else was on."""
-        return self.mode + (" + compile" if self.compiled else "") + (" + act. ckpt" if self.checkpointed else "")
+        """'bf16', 'bf16 + compile', 'fp32 + compile + act. ckpt', 'bf16-pure + adamw8bit': the mode and what
+        else was on."""
+        extras = ((" + compile", self.compiled), (" + act. ckpt", self.checkpointed), (f" + {self.optimizer}", 1))
+        return self.mode + "".join(text for text, on in extras if on and text != " + ")
 
 
 @dataclass
@@ -183,6 +195,7 @@ def measure_mode(
             for note in trainer.notes
             if (cfg.compile and "torch.compile failed" in note)
             or (cfg.activation_checkpointing and "names no blocks" in note)
+            or note.startswith(MODE_NOTES)
         )
         meter = PeakMemory(trainer.device)
         meter.reset()
@@ -190,6 +203,8 @@ def measure_mode(
             on_window("setup", 0, windows, 0, total, None, threads)
 
         def window_done(window: int, seconds: float, _readout) -> None:
+            if window >= warmup_windows:
+                row.memory_windows.append(memory_in_use(trainer.device))
             if on_window:
                 on_window("window", window, windows, window * steps, total, 1000.0 * seconds, threads)
 
@@ -207,10 +222,29 @@ def measure_mode(
             row.tokens_per_second = row.samples_per_second * tokens
         row.loss = timing.readouts[-1].loss
         row.skipped_steps = sum(r.skipped for r in timing.readouts)
+        row.memory_growth = memory_growth(row.memory_windows, steps)
         return row
 
     # One step more than the windows: the scheduler plans the run the windows are part of.
     return on_throwaway_trainer(config, "amp-sweep-", measure, devices, precision=mode, max_steps=total + 1)
+
+
+def memory_in_use(device: torch.device) -> int:
+    """Bytes in use now: the allocator's on CUDA, the process's RSS elsewhere."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def memory_growth(samples: list[int], steps: int) -> float | None:
+    """MiB per step when memory rose after every window (at least two) by more than GROWTH_MIB_PER_WINDOW on
+    average, else None: a cache that grows with each new shape (docs/precision-lab.md), or a leak."""
+    rises = [b - a for a, b in zip(samples, samples[1:])]
+    if len(rises) < 2 or min(rises) <= 0 or sum(rises) / len(rises) <= GROWTH_MIB_PER_WINDOW * 2**20:
+        return None
+    return sum(rises) / len(rises) / max(1, steps) / 2**20
 
 
 def measure_mode_isolated(
@@ -325,11 +359,13 @@ def run_sweep(
     control: RunControl | None = None,
     compile_options: list[bool] | None = None,
     checkpointing_options: list[bool] | None = None,
+    optimizer_options: list[str] | None = None,
 ) -> SweepResult:
     """Measure every requested mode (unsupported ones skipped with the device's reason) and compare to fp32.
 
     `compile_options` / `checkpointing_options`: the settings of RunConfig.compile / activation_checkpointing to
-    measure, a row per combination (default: the config's own). `isolate`: each mode in a fresh subprocess (default
+    measure, a row per combination (default: the config's own), and so are `optimizer_options` (e.g. adamw8bit
+    beside the config's adamw). `isolate`: each mode in a fresh subprocess (default
     on the CPU). `control.stop()` ends the sweep: at once for an isolated mode, else after the current one; the rest
     are reported skipped."""
     config = config.validate()
@@ -341,11 +377,20 @@ def run_sweep(
     checkpoints = (
         list(dict.fromkeys(checkpointing_options)) if checkpointing_options else [config.activation_checkpointing]
     )
-    order = [(mode, c, a) for mode in requested_modes(modes) for c in sorted(compiles) for a in sorted(checkpoints)]
+    optimizers = list(dict.fromkeys(optimizer_options or [config.optimizer]))
+    order = [
+        (mode, c, a, "" if opt == config.optimizer else opt)
+        for mode in requested_modes(modes)
+        for opt in optimizers
+        for c in sorted(compiles)
+        for a in sorted(checkpoints)
+    ]
     rows: list[SweepRow] = []
-    for index, (mode, compiled, checkpointed) in enumerate(order):
-        label = SweepRow(mode, "", compiled=compiled, checkpointed=checkpointed).label
-        variant = config.replace(compile=compiled, activation_checkpointing=checkpointed)
+    for index, (mode, compiled, checkpointed, optimizer) in enumerate(order):
+        label = SweepRow(mode, "", compiled=compiled, checkpointed=checkpointed, optimizer=optimizer).label
+        variant = config.replace(
+            compile=compiled, activation_checkpointing=checkpointed, optimizer=optimizer or config.optimizer
+        )
         if control is not None and control.stop_requested:
             rows.append(
                 SweepRow(
@@ -382,7 +427,7 @@ def run_sweep(
                 row = measure_mode_isolated(variant, mode, steps, repeats, warmup_windows, control, on_window)
             else:
                 row = measure_mode(variant, mode, steps, repeats, warmup_windows, devices, on_window)
-        row.compiled, row.checkpointed = compiled, checkpointed  # failed measuring processes included
+        row.compiled, row.checkpointed, row.optimizer = compiled, checkpointed, optimizer  # failed ones included
         rows.append(row)
         if progress:
             progress(SweepProgress(label, index, len(order), "done", row))
@@ -390,6 +435,7 @@ def run_sweep(
     speed_note = str(info.details.get("bf16_speed", "")) if info.type == "cpu" else ""
     slower = {"bf16": speed_note} if speed_note.startswith("bf16 emulated") else {}  # devices' own expectation
     best, why = recommended_row(rows, slower)
+    explain_rows(rows, best)
     recommended = best.mode if best else None
     memory = memory_source(PeakMemory(torch_device(info)), isolate)
     threads = next((r.threads for r in rows if r.status == "ok" and r.threads), None)
@@ -425,7 +471,7 @@ def memory_source(meter: PeakMemory, isolate: bool) -> str:
 def reference_row(rows: list[SweepRow]) -> SweepRow | None:
     """The row ratios are against: fp32 eager without activation checkpointing when measured, else the first fp32
     row."""
-    fp32 = [r for r in rows if r.mode == "fp32" and r.status == "ok"]
+    fp32 = [r for r in rows if r.mode == "fp32" and r.status == "ok" and not r.optimizer]
     return next((r for r in fp32 if not r.compiled and not r.checkpointed), fp32[0] if fp32 else None)
 
 
@@ -475,6 +521,48 @@ def holds_up(row: SweepRow, base: SweepRow) -> bool:
     return max(row.step_ms_windows) * MIN_SPEEDUP <= min(base.step_ms_windows)
 
 
+def fp8_blocker(row: SweepRow, rows: list[SweepRow], base: SweepRow) -> str:
+    """Why an fp8 row is not worth recommending ('' when it is, or is not fp8): emulated, not FP8_OVER_BF16 x the
+    bf16 row of the same variant, or its loss drifting from bf16's or the reference's."""
+    if row.mode != "fp8":
+        return ""
+    if "emulated" in row.compute_dtype:
+        return "emulated: speed not meaningful"
+    same = [r for r in rows if r.mode == "bf16" and r.status == "ok"]
+    key = (row.compiled, row.checkpointed, row.optimizer)
+    bf16 = next((r for r in same if (r.compiled, r.checkpointed, r.optimizer) == key), same[0] if same else None)
+    ratio = speed_ratio(row.samples_per_second, bf16.samples_per_second) if bf16 else None
+    if bf16 is None or ratio is None:
+        return "no bf16 row to compare with: fp8 is recommended only when measurably faster than bf16"
+    if ratio < FP8_OVER_BF16:
+        return f"{ratio:.2f}x bf16's samples/s, under the {FP8_OVER_BF16:.2f}x fp8 needs to be worth its rounding"
+    if not (loss_matches(row, bf16.loss) and loss_matches(row, base.loss)):
+        return f"loss drifts: {row.loss:.4f} vs bf16 {bf16.loss:.4f}"
+    return ""
+
+
+def explain_rows(rows: list[SweepRow], best: SweepRow | None) -> None:
+    """Fill each measured row's `why`: speed, memory and loss against the reference, memory that keeps growing,
+    and why the row is or is not recommended."""
+    base = reference_row(rows)
+    if base is None:
+        return
+    reference = reference_label(rows)
+    for r in rows:
+        if r.status != "ok":
+            continue
+        parts = [] if r is base else [f"{r.speedup or 0:.2f}x {reference}'s speed"]
+        parts += [f"{r.memory_ratio:.2f}x memory"] if r.memory_ratio and r is not base else []
+        if r is not base and r.loss_delta is not None:
+            drift = "same loss" if loss_matches(r, base.loss) else "loss drifts"
+            parts.append(f"{drift} ({r.loss_delta:+.4f})")
+        if r.memory_growth:
+            parts.append(f"memory grows {r.memory_growth:.1f} MiB/step: a per-shape kernel cache? (see docs)")
+        blocker = fp8_blocker(r, rows, base)
+        verdict = "recommended" if r is best else blocker or ("the reference" if r is base else "not recommended")
+        r.why = "; ".join([*parts, verdict])
+
+
 def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None = None) -> tuple[SweepRow | None, str]:
     """The fastest row whose loss tracks the reference's and whose speedup holds up beyond noise, with a one-line
     reason. A mode in `expected_slower` (the device's note expects it slower) is recommended only from a measurement
@@ -486,7 +574,11 @@ def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None
     faster = [
         r
         for r in rows
-        if r is not base and r.status == "ok" and loss_matches(r, base.loss) and (r.speedup or 0.0) >= MIN_SPEEDUP
+        if r is not base
+        and r.status == "ok"
+        and loss_matches(r, base.loss)
+        and (r.speedup or 0.0) >= MIN_SPEEDUP
+        and not fp8_blocker(r, rows, base)
     ]
     held = [
         r

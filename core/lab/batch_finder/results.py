@@ -97,7 +97,7 @@ class BatchFinderResult:
 
     def best(self) -> ModeResult | None:
         """The mode with the highest samples/s at its largest fitting batch (what to train with)."""
-        found = [m for m in self.modes if m.status == "ok" and m.batch and m.samples_per_second]
+        found = [m for m in self.modes if m.status == "ok" and m.batch and m.samples_per_second and not emulated(m)]
         return max(found, key=lambda m: m.samples_per_second or 0.0) if found else None
 
     def to_dict(self) -> dict:
@@ -149,6 +149,11 @@ class BatchFinderProgress:
 ProgressCallback = Callable[[BatchFinderProgress], None]
 
 
+def emulated(mode: ModeResult) -> bool:
+    """fp8 without float8 tensor cores (AMP_FP8_EMULATE=1): its fit holds, its speed means nothing."""
+    return "emulated" in mode.compute_dtype
+
+
 def compare_to_fp32(results: list[ModeResult]) -> None:
     """Fill each found mode's ratios against fp32 and its sentence ('bf16 fits 1.8x the fp32 batch ...')."""
     base = next((m for m in results if m.mode == "fp32" and m.status == "ok" and m.batch), None)
@@ -161,6 +166,7 @@ def compare_to_fp32(results: list[ModeResult]) -> None:
         m.batch_ratio = m.batch / base_batch
         m.speed_ratio = speed_ratio(m.samples_per_second, base.samples_per_second)
         speed = f" at {m.speed_ratio:.1f}× the samples/s" if m.speed_ratio else ""
+        speed = " (emulated: speed not meaningful)" if emulated(m) else speed
         if m.capped and base.capped:
             m.comparison = f"{m.mode} and fp32 both fit the cap of {m.batch:,}; {m.mode} runs it{speed}"
         else:
