@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from core.devices import DeviceInfo
 from core.engine.events import ControlAcknowledged, event_or_none
 from core.engine.folder_control import ControlRequest, ControlResult
 from core.engine.follow import FollowLine
@@ -23,9 +23,6 @@ from core.remote import ssh
 from core.remote.agent import FILE_FIELDS, LOG_FILE, AgentError, find_run_folder, log_tail, sha256_of
 from core.remote.ssh import Host, RemoteError
 from core.text import printable
-
-if TYPE_CHECKING:
-    from core.devices import DeviceInfo
 
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)  # between reconnections; the last repeats
 GIVE_UP_SECONDS = 600.0  # a follower stops trying after this long without a connection
@@ -55,8 +52,6 @@ class HostInfo:
 def host_devices(host: Host, timeout: float = 120.0) -> HostInfo:
     """The host's amp-console version, devices and runs root. RemoteError (one line) when it is unreachable, has no
     amp-console or another version."""
-    from core.devices import DeviceInfo  # torch: control and follow load none
-
     data = _agent(host, ["info"], timeout=timeout)
     devices = [DeviceInfo(**(d | {"precisions": tuple(d.get("precisions", ()))})) for d in data.get("devices", [])]
     return HostInfo(host.dest, str(data.get("version")), devices, str(data.get("runs_root")), str(data.get("host")))
