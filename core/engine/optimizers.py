@@ -154,6 +154,14 @@ def optimizer_notes(model: nn.Module, cfg: RunConfig, mode: str) -> list[str]:
     return notes
 
 
+def task_optimizer_note(optimizer, scheduler) -> str:
+    with_schedule = f" with {type(scheduler).__name__} (stepped once per optimizer step)" if scheduler else ""
+    return (
+        f"the task chooses its optimizer: {type(optimizer).__name__}{with_schedule}; the lr, optimizer, momentum, "
+        "weight_decay, schedule and warmup_steps settings are not used"
+    )
+
+
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The trainable parameters in model order, a shared (tied) one once (as Module.parameters gives them)."""
     return [p for p in model.parameters() if p.requires_grad]

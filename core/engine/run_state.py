@@ -126,13 +126,16 @@ def settled_config(config, task, info: dict):
     return config.replace(task_options={**config.task_options, **settled})
 
 
-def restore(state: dict, source: str, cfg, model, optimizer, scheduler, scaler, vocabulary: dict) -> list[str]:
+def restore(
+    state: dict, source: str, cfg, model, optimizer, scheduler, scaler, vocabulary: dict, own: bool = False
+) -> list[str]:
     """Load `state` (from checkpoints.load_checkpoint, so its structure is checked) into a set-up run's model
     (strict keys), optimizer, scheduler and scaler; CheckpointError names what does not fit. Returns what a
-    user should know (another optimizer; another precision mode: core.engine.prepare.resume_notes)."""
+    user should know (another optimizer; another precision mode: core.engine.prepare.resume_notes). `own`: the
+    task chose the optimizer and scheduler (configure_optimizers)."""
     check_vocabulary(state.get("vocabulary") or {}, vocabulary, source)  # before shapes: clearer
     ckpt.load_model_state(model, state["model"], source)
-    notes = restore_optimizer(state, source, cfg, model, optimizer, scheduler)
+    notes = (restore_own if own else restore_optimizer)(state, source, cfg, model, optimizer, scheduler)
     if scaler.is_enabled() and state["scaler"]:  # fp16 from fp16; prepare.resume_notes says what else means
         try:
             scaler.load_state_dict(state["scaler"])
@@ -142,6 +145,22 @@ def restore(state: dict, source: str, cfg, model, optimizer, scheduler, scaler, 
 
 
 FRESH_STATE = "its state starts fresh; weights, step, schedule and RNG are resumed"
+
+
+def restore_own(state: dict, source: str, cfg, model, optimizer, scheduler) -> list[str]:
+    """The task's own optimizer and scheduler (configure_optimizers): their saved states as they are, when the
+    checkpoint's optimizer was of the same class; else both start fresh, with a note."""
+    saved, name = state.get("optimizer_class"), type(optimizer).__name__
+    if saved != name:
+        was = saved or state["config"].get("optimizer")
+        return [f"optimizer changed from {was} to the task's {name}: its state and schedule start fresh"]
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None and state.get("scheduler"):
+            scheduler.load_state_dict(state["scheduler"])
+    except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+        raise CheckpointError(f"{source}: the optimizer state does not fit this run: {exc}") from None
+    return []
 
 
 def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler) -> list[str]:
@@ -163,7 +182,9 @@ def restore_optimizer(state: dict, source: str, cfg, model, optimizer, scheduler
         optimizer_state = {**optimizer_state, "param_groups": groups}
     saved_sizes = [len(group["params"]) for group in optimizer_state["param_groups"]]
     sizes = [len(group["params"]) for group in optimizer.param_groups]
-    if saved_kind is not None and saved_kind != kind:
+    if state.get("optimizer_class"):  # the task chose it (configure_optimizers), this run the engine
+        notes = [f"optimizer changed from the task's {state['optimizer_class']} to {kind}: {FRESH_STATE}"]
+    elif saved_kind is not None and saved_kind != kind:
         notes = [f"optimizer changed from {saved_kind} to {kind}: {FRESH_STATE}"]
     elif saved_sizes != sizes:
         notes = [

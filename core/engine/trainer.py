@@ -52,7 +52,7 @@ from core.engine.events import (
     RunStarted,
     StepMetrics,
 )
-from core.engine.optimizers import build_optimizer, build_scheduler, optimizer_notes
+from core.engine.optimizers import build_optimizer, build_scheduler, optimizer_notes, task_optimizer_note
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.prepare import prepare_run, resume_notes, with_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
@@ -116,6 +116,7 @@ class Trainer:
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
         self._last_eval_step = -1
+        self.own_optimizer = False  # the task's configure_optimizers chose the optimizer (and scheduler)
         self._deadlines = Deadlines(0, 0, 0.0)  # the timed checkpoint and the time limit: set when training starts
         self._ending = False
         self.tracker: BestTracker | None = None  # best checkpoints and early stopping (see early_stopping)
@@ -204,14 +205,28 @@ class Trainer:
             )
         self.total_steps, stretched = planned_steps(cfg, self.steps_per_epoch)
         self.notes += [stretched] if stretched and self.dist.is_main else []
-        self.optimizer = build_optimizer(model, cfg, self.device)
-        self.notes += optimizer_notes(model, cfg, self.plan.mode) if self.dist.is_main else []
-        self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
+        own = task_checks.configured_optimizers(self.task, model, cfg)  # the task's, else the engine's
+        self.own_optimizer = own is not None
+        if own is None:
+            self.optimizer = build_optimizer(model, cfg, self.device)
+            self.notes += optimizer_notes(model, cfg, self.plan.mode) if self.dist.is_main else []
+            self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
+        else:
+            self.optimizer, self.scheduler = own
+            self.notes += [task_optimizer_note(*own)] if self.dist.is_main else []
         self.scaler = self.plan.make_scaler()
         if resume_state is not None:
             source = str(self.resume_from)
             self.notes += run_state.restore(
-                resume_state, source, cfg, model, self.optimizer, self.scheduler, self.scaler, self.data.vocabulary
+                resume_state,
+                source,
+                cfg,
+                model,
+                self.optimizer,
+                self.scheduler,
+                self.scaler,
+                self.data.vocabulary,
+                own=self.own_optimizer,
             )
             self.state.load_state_dict(resume_state)
             self.notes += self.batches.resume_notes(self.state.step, self.steps_per_epoch)  # a stream restarts
@@ -594,6 +609,8 @@ class Trainer:
             "device": str(self.device),  # what a resume elsewhere compares (core.engine.prepare.resume_notes)
             "versions": ckpt.library_versions(),
         }
+        if self.own_optimizer:  # the task's (configure_optimizers): what a resume checks its state against
+            checkpoint["optimizer_class"] = type(self.optimizer).__name__
         if self.tracker is not None:  # best checkpoints and early stopping (core.engine.early_stopping)
             checkpoint[TRACKER_KEY] = self.tracker.state_dict()
         if len(rng) > 1:

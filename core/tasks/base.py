@@ -70,6 +70,10 @@ class Task(ABC):
     # Option -> the default a run saved without it trained with, where today's differs (core.tasks.saved_options).
     # Class attributes above are literals: core.tasks.catalog reads them without importing torch.
     saved_defaults: ClassVar[dict] = {}
+    # Optional: a method configure_optimizers(self, model, cfg) returning a torch optimizer over model's parameters,
+    # or (optimizer, LR scheduler), instead of the engine's (cfg.optimizer, cfg.lr, cfg.schedule: then unused). The
+    # engine steps the scheduler once per optimizer step and keeps fp16 scaling, grad_accum, grad_clip, checkpoints.
+    configure_optimizers: ClassVar = None
 
     def __init__(self, options: dict | None = None):
         problems = self.option_errors(options or {})

@@ -131,6 +131,25 @@ def _bad(task: Task, method: str, text: str) -> TaskOutputError:
     return TaskOutputError(f"{task.name}.{method} {text}")
 
 
+def configured_optimizers(task: Task, model: nn.Module, cfg):
+    """The task's own (optimizer, scheduler or None) from its configure_optimizers(model, cfg) hook, checked; None
+    when it has none (the engine's optimizer and schedule then)."""
+    hook = getattr(task, "configure_optimizers", None)
+    if hook is None:
+        return None
+    made = hook(model, cfg)
+    optimizer, scheduler = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise _bad(
+            task, "configure_optimizers", f"must return a torch optimizer or (optimizer, scheduler), got {_got(made)}"
+        )
+    if scheduler is not None and not isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler):
+        raise _bad(
+            task, "configure_optimizers", f"returned a scheduler that is no torch LR scheduler: {_got(scheduler)}"
+        )
+    return optimizer, scheduler
+
+
 def checked_data(task: Task, data) -> TaskData:
     """`data`, what `task.load_data` returned, if it is a TaskData whose splits are dicts of equally long tensors."""
 
