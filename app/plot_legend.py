@@ -9,6 +9,7 @@ import html
 import math
 import re
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetricsF
 from PySide6.QtWidgets import QSizePolicy
 
@@ -65,6 +66,7 @@ class FittedLegend:
         self._added: list = []  # the sample items of the entries this added (overlays, the '… more' line)
         self._shown = None  # what was laid out last: nothing to do when a resize changes none of it
         self._more = None  # the invisible sample of the '… and N more' entry
+        self._own: dict = {}  # the plot's own entries' labels: (whole text, text shown), cut with "…" to fit
         font = QFont()
         font.setPointSizeF(LABEL_POINTS)
         self._metrics = QFontMetricsF(font)
@@ -86,12 +88,14 @@ class FittedLegend:
         sample = max((s.boundingRect().width() for s, _l in legend.items), default=20.0)
         room = width - left - right  # a row: sample, spacing, label for each entry, spacing between entries
         text_width = max(40.0, room - sample - spacing - LABEL_PAD)
+        elide = Qt.TextElideMode.ElideRight
+        own_texts = [[self._metrics.elidedText(self._whole(label), elide, text_width)] for _s, label in own]
         texts = [wrap(label, text_width, self._metrics) for _c, label in overlays]
         more = [
             wrap(f"… and {n} more overlaid run{'s' if n != 1 else ''} (Run history)", text_width, self._metrics)
             for n in range(len(overlays) + 1)
         ]
-        widths = [label.itemRect().width() for _s, label in own] + [self._label_width(t) for t in texts]
+        widths = [self._label_width(t) for t in own_texts + texts]
         columns = max(1, len(widths))
         while (
             columns > 1
@@ -99,7 +103,7 @@ class FittedLegend:
         ):  # a grid: each column as wide as its widest label
             columns -= 1
         budget = max(LEGEND_ROW * 2, height * LEGEND_SHARE)
-        lines = [1] * len(own) + [len(t) for t in texts]
+        lines = [len(t) for t in own_texts + texts]
         shown = len(overlays)
         while (
             shown > 0
@@ -112,9 +116,16 @@ class FittedLegend:
             shown -= 1
         hidden = len(overlays) - shown
         html_texts = tuple("<br>".join(map(html.escape, t)) for t in texts[:shown])
-        state = (columns, html_texts, hidden, tuple(id(c) for c, _l in overlays[:shown]), len(own))
+        own_html = tuple(html.escape(t[0]) for t in own_texts)
+        state = (columns, html_texts, hidden, tuple(id(c) for c, _l in overlays[:shown]), own_html)
         if state == self._shown:
             return
+        self._own = {label: self._own[label] for _s, label in own}  # removed entries' labels go
+        for (_s, label), text in zip(own, own_html):
+            if label.text != text:
+                label.setText(text)
+                label.setToolTip(self._own[label][0] if text.endswith("…") else "")
+            self._own[label] = (self._own[label][0], text)
         for item in self._added:
             legend.removeItem(item)
         self._added = []
@@ -128,6 +139,14 @@ class FittedLegend:
             self._added.append(self._more)
         self._relayout(columns)
         self._shown = state
+
+    def _whole(self, label) -> str:
+        """An own entry's whole text (what the plot set, not the lines this wrapped it into)."""
+        whole, shown = self._own.get(label, (None, None))
+        if label.text != shown:  # new, or set again by the plot
+            whole = html.unescape(label.text)
+            self._own[label] = (whole, label.text)
+        return whole
 
     def _label_width(self, lines: list[str]) -> float:
         return max(map(self._metrics.horizontalAdvance, lines)) + LABEL_PAD

@@ -12,6 +12,8 @@ from app.panels.editors import hbox
 from app.panels.hosts import AddHostDialog, HostList
 from core.text import size
 
+NAME_CHARS = 36  # a device's name in its row, cut with "…" beyond: one line in the panel's narrowest width
+
 
 def _memory(value: int | None) -> str:
     return size(value) if value else "memory unknown"
@@ -33,7 +35,8 @@ def describe_device(info) -> tuple[str, str]:
     """(two-line label, tooltip) for a core.devices.DeviceInfo."""
     threads = info.details.get("threads") if info.type == "cpu" else None
     facts = [_memory(info.memory_total), info.capability and f"sm {info.capability}", threads and f"{threads} threads"]
-    label = f"{info.id}  ·  {info.name}\n{' · '.join(filter(None, facts))}  ·  {', '.join(info.precisions)}"
+    name = info.name if len(info.name) <= NAME_CHARS else info.name[: NAME_CHARS - 1].rstrip() + "…"  # whole: tooltip
+    label = f"{info.id}  ·  {name}\n{' · '.join(filter(None, facts))}  ·  {', '.join(info.precisions)}"
     lines = [
         f"<b>{info.name}</b> ({info.id})",
         f"Memory: {_memory(info.memory_total)}",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -18,7 +18,11 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QStyle,
+    QStyleOptionComboBox,
+    QStylePainter,
     QToolButton,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -77,9 +81,33 @@ class FocusedWheel:
 
 
 class NoWheelComboBox(FocusedWheel, QComboBox):
+    """A combo box whose current text, when too long for it, is cut with "…" and shown whole in its tooltip."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.elided = False
+
+    def paintEvent(self, event) -> None:
+        if self.isEditable():
+            return super().paintEvent(event)
+        painter, option = QStylePainter(self), QStyleOptionComboBox()
+        self.initStyleOption(option)
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, option)
+        field = self.style().subControlRect(
+            QStyle.ComplexControl.CC_ComboBox, option, QStyle.SubControl.SC_ComboBoxEditField, self
+        )
+        room = field.width() - (option.iconSize.width() + 4 if not option.currentIcon.isNull() else 0) - 2
+        shown = self.fontMetrics().elidedText(option.currentText, Qt.TextElideMode.ElideRight, room)
+        self.elided, option.currentText = shown != option.currentText, shown
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, option)
+
+    def event(self, event) -> bool:
+        if event.type() == QEvent.Type.ToolTip and self.elided:
+            help_text = self.toolTip()
+            QToolTip.showText(event.globalPos(), self.currentText() + (f"\n\n{help_text}" if help_text else ""), self)
+            return True
+        return super().event(event)
 
 
 class NumberSpinBox(FocusedWheel, QDoubleSpinBox):
