@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -51,10 +51,12 @@ class QueuePanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # long names, folders, errors: "…", whole in tooltips
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         header = self.table.horizontalHeader()
-        header.setStretchLastSection(True)
-        for column in range(3):
-            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        for column in range(len(COLUMNS)):  # the state as wide as it is, the others share the rest
+            mode = QHeaderView.ResizeMode.ResizeToContents if column == 1 else QHeaderView.ResizeMode.Stretch
+            header.setSectionResizeMode(column, mode)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.statusLabel = QLabel(objectName="queueStatus", wordWrap=True)
         buttons = QHBoxLayout()

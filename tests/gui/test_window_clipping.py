@@ -97,3 +97,26 @@ def test_a_long_choice_is_cut_with_an_ellipsis_and_whole_in_the_tooltip(qtbot):
     device = dataclasses.replace(cpu_info(), name="A device with a very long marketing name " * 3)
     label, tooltip = describe_device(device)
     assert label.splitlines()[0].endswith("…") and device.name in tooltip
+
+
+@pytest.mark.timeout(30)
+def test_the_queue_table_fits_its_width_and_keeps_long_texts_in_tooltips(qtbot, tmp_path):
+    from app.panels.queue import QueuePanel
+    from core.config import RunConfig
+    from core.runs import queue
+
+    failure = "PrecisionError: fp8 is not available on cpu: fp8 needs float8 tensor cores " * 2
+    name = f"{LONG_TASK}-{LONG_TASK}-bf16-pure"
+    queue.add_entries(tmp_path, [(name, RunConfig()), ("short", RunConfig())])
+    with queue.editing(tmp_path) as data:
+        data["entries"][0].update(state="failed", folder=str(tmp_path / f"20261207-{name}"), result=failure)
+    panel = QueuePanel(lambda: tmp_path, lambda: None)
+    qtbot.addWidget(panel)
+    panel.resize(700, 300)
+    panel.show()
+    table = panel.table
+    qtbot.waitUntil(lambda: table.rowCount() == 2 and table.viewport().width() > 0)
+    qtbot.waitUntil(lambda: table.columnWidth(0) > 0 and table.isVisible())
+    assert table.horizontalHeader().length() <= table.viewport().width() and table.columnWidth(3) >= 120
+    assert table.item(0, 3).toolTip() == failure and table.item(0, 0).toolTip() == name
+    panel.shutdown()
