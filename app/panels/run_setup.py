@@ -699,7 +699,9 @@ class RunSetupPanel(QWidget):
         self._schedule_estimate()  # the settings changed meanwhile
 
     def _estimate_failed(self, message: str, _details: str) -> None:
-        self.memoryEstimate.setText(f"– (no estimate: {message.splitlines()[0][:160] if message else 'failed'})")
+        line = message.splitlines()[0] if message else "failed"  # cut with "…" to two lines or so, whole in the tooltip
+        self.memoryEstimate.setText(f"– (no estimate: {line if len(line) <= 100 else line[:99].rstrip() + '…'})")
+        self.memoryEstimate.setToolTip(message)
         restyle(self.memoryEstimate, role="hint")
         self._schedule_estimate()
 

@@ -120,3 +120,13 @@ def test_the_queue_table_fits_its_width_and_keeps_long_texts_in_tooltips(qtbot, 
     assert table.horizontalHeader().length() <= table.viewport().width() and table.columnWidth(3) >= 120
     assert table.item(0, 3).toolTip() == failure and table.item(0, 0).toolTip() == name
     panel.shutdown()
+
+
+@pytest.mark.timeout(30)
+def test_a_failed_memory_estimate_is_cut_with_an_ellipsis_and_whole_in_the_tooltip(qtbot):
+    from gui_helpers import run_form
+
+    form = run_form(qtbot)
+    message = "ConfigError: data: /home/user/" + "a-long-folder/" * 12 + "train.parquet: the file does not exist"
+    form._estimate_failed(message, "")
+    assert form.memoryEstimate.text().endswith("…)") and form.memoryEstimate.toolTip() == message
