@@ -9,6 +9,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import threading
+import types
+import weakref
 from pathlib import Path
 
 from core.data.row_checks import shown_names
@@ -17,6 +20,7 @@ from core.files import UnreadableFile, open_regular
 from core.text import first_line, printable
 
 BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
+RELEASE_SECONDS = 60.0  # the most a closed CSV reader is waited for (its read-ahead of a local file: milliseconds)
 
 
 class InputReader:
@@ -48,8 +52,8 @@ class InputReader:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
             else:
-                with self._open_csv(lambda row: "skip") as r:
-                    names = r.schema.names
+                with self._open_csv(lambda row: "skip") as csv:
+                    names = csv.reader.schema.names
                 self.schema = pa.schema([(n, pa.string()) for n in names])
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(
@@ -69,18 +73,34 @@ class InputReader:
 
     @contextlib.contextmanager
     def _open_csv(self, invalid_row_handler, **options):
-        """pyarrow's streaming CSV reader of the file (core.data.formats.delimited_source), blank lines kept."""
+        """`.reader`: pyarrow's streaming CSV reader of the file (core.data.formats.delimited_source), blank lines
+        kept, until the block ends. On leaving, waits until pyarrow has let the reader go: after close its I/O
+        thread goes on reading ahead and frees the reader (and the Python handler in it) when that read ends. A
+        process that ended first aborted at exit (that thread taking the GIL of a finalizing interpreter:
+        "terminate called without an active exception", exit 134 after predict's one-line error)."""
         import pyarrow.csv as pacsv
 
         from core.data.formats import delimited_source
 
+        released = threading.Event()
+        holder = types.SimpleNamespace(reader=None)
         with delimited_source(self.path, self.delimiter) as (source, separation):
-            parse = pacsv.ParseOptions(
-                **separation, newlines_in_values=True, ignore_empty_lines=False, invalid_row_handler=invalid_row_handler
-            )
-            read = pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False)
-            with pacsv.open_csv(source, read_options=read, parse_options=parse, **options) as reader:
-                yield reader
+            try:  # the options, and the handler in them, pyarrow's alone: no name here holds them
+                with pacsv.open_csv(
+                    source,
+                    read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, use_threads=False),
+                    parse_options=pacsv.ParseOptions(
+                        **separation,
+                        newlines_in_values=True,
+                        ignore_empty_lines=False,
+                        invalid_row_handler=_relay(invalid_row_handler, released),
+                    ),
+                    **options,
+                ) as holder.reader:
+                    yield holder
+            finally:
+                holder.reader = None
+                released.wait(RELEASE_SECONDS)
 
     def columns_note(self) -> str:
         return f"the file's columns: {shown_names(self.columns)}"
@@ -183,8 +203,8 @@ class InputReader:
         record = 1  # the last record (header = 1) placed so far: the next batch's rows come after it
         extra_lines = 0  # line breaks inside quoted values of the records placed so far
         try:
-            with self._open_csv(invalid, convert_options=convert) as reader:
-                for batch in reader:
+            with self._open_csv(invalid, convert_options=convert) as csv:
+                for batch in csv.reader:
                     n = batch.num_rows
                     blank = np.ones(n, dtype=bool)
                     breaks = np.zeros(n, dtype=np.int64)
@@ -208,6 +228,13 @@ class InputReader:
                 )
         except pa.ArrowInvalid as exc:
             raise DataError(f"{self.path}: cannot be read as CSV: {_arrow_reason(exc)}") from None
+
+
+def _relay(handler, released):
+    """A function calling `handler` that sets the Event `released` once it is freed."""
+    relay = lambda row: handler(row)  # noqa: E731
+    weakref.finalize(relay, released.set)
+    return relay
 
 
 @functools.cache

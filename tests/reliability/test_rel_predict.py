@@ -261,6 +261,21 @@ def test_a_file_without_the_columns_names_its_own_in_one_line(capsys, tmp_path, 
     assert code == 2 and "the file's columns: text, label" in err
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_file_without_the_columns_exits_2_every_time(tmp_path, tiny_run):
+    """The CSV reader's read-ahead thread once outlived the error: 1 exit in 4 was an abort (134) at exit."""
+    source = tmp_path / "rows.csv"
+    source.write_text("x1,x2\n1,2\n3,4\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "core.cli", "predict", str(tiny_run.checkpoint), "--input", str(source)]
+    for _ in range(10):
+        done = subprocess.run([*argv, "--out", str(tmp_path / "o.csv")], cwd=ROOT, env=env, capture_output=True)
+        err = done.stderr.decode()
+        assert done.returncode == 2 and len(err.strip().splitlines()) == 1, (done.returncode, err)
+        assert "the file's columns: x1, x2" in err
+
+
 def test_control_sequences_from_the_file_never_reach_the_terminal(capsys, tmp_path, tiny_run, sentiment_run):
     names = [f"x{i}" for i in range(1, 10)] + ["\x1b]0;owned\x07\x1b[2J"]  # ten columns, the last one's name
     source = tmp_path / "p.csv"  # a terminal title and a screen clear
