@@ -684,12 +684,17 @@ class RunSetupPanel(QWidget):
         """core.lab.memory_estimate on a worker thread (one at a time: the next starts when it is done)."""
         if self._estimates.busy or not self._valid:
             return
-        from core.lab.memory_estimate import estimate
+        from core.lab.memory_estimate import estimate, in_child
+        from core.tasks.describe import import_limit
+        from core.tasks.user_tasks import installed_tasks
 
         config, self._estimated = self.config(), self._estimate_inputs()
+        work = lambda: estimate(config)  # noqa: E731
+        if config.task_file and config.task_file not in installed_tasks().values():  # an added file's code runs
+            work = lambda: in_child(config, import_limit() * 2)  # noqa: E731  only in a child: import + a probe step
         shown = self.memoryEstimate.text()
         self.memoryEstimate.setText(f"estimating… (was {shown})" if shown.startswith("≈") else "estimating…")
-        self._estimates.submit(lambda: estimate(config), self._show_estimate, self._estimate_failed)
+        self._estimates.submit(work, self._show_estimate, self._estimate_failed)
 
     def _show_estimate(self, result) -> None:
         over = result.free_bytes_of_device is not None and result.total_bytes > result.free_bytes_of_device

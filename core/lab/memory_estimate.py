@@ -11,7 +11,7 @@ passes are not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from core.text import size
@@ -310,3 +310,62 @@ def measure_training_peak(config: RunConfig, steps: int = 3, devices=None) -> in
         return resident + peak.peak
 
     return on_throwaway_trainer(config, "amp-memory-measure-", run, devices, compile=False, max_steps=steps)
+
+
+def main() -> None:
+    """`python -m core.lab.memory_estimate`: a RunConfig as JSON on stdin -> its Estimate as JSON on stdout; the
+    window's estimate for a task file it added, whose code runs only in a child process."""
+    import json
+    import sys
+
+    from core.config import RunConfig
+
+    from core.errors import AmpConsoleError
+
+    try:
+        config = RunConfig.from_dict(json.loads(sys.stdin.read()))
+        if config.task_file:
+            from core.tasks import add_task
+
+            add_task(config.task_file)  # the task file the window added: its code runs here, not in the window
+        result = estimate(config)
+    except AmpConsoleError as exc:
+        sys.exit(str(exc))
+    sys.stdout.write(json.dumps(asdict(result)) + "\n")
+
+
+def in_child(config: RunConfig, seconds: float) -> Estimate:
+    """estimate(config) in a child process (killed after `seconds`); its one-line error as an AmpConsoleError."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from core.errors import AmpConsoleError
+    from core.process import signal_group
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "core.lab.memory_estimate"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry)},
+    )
+    try:
+        out, err = child.communicate(json.dumps(config.to_dict()), timeout=seconds)
+    except subprocess.TimeoutExpired:
+        signal_group(child.pid, 9)  # what the task's code started included
+        child.communicate()
+        raise AmpConsoleError(f"the estimate did not finish in {seconds:g} s") from None
+    finally:
+        signal_group(child.pid, 9)
+    if child.returncode != 0 or not out.strip():
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith("USDT")]
+        raise AmpConsoleError(lines[-1] if lines else f"the estimate's process ended with code {child.returncode}")
+    return Estimate(**json.loads(out.splitlines()[-1]))
+
+
+if __name__ == "__main__":
+    main()
