@@ -273,8 +273,11 @@ def fp8_native(info: DeviceInfo) -> bool:
 
 def with_low_precision(info: DeviceInfo) -> DeviceInfo:
     """`info` with bf16-pure (wherever bf16 runs) and fp8 (float8 tensor cores and torchao; anywhere bf16 runs,
-    emulated, with AMP_FP8_EMULATE=1) among its precisions, else the reason in `unsupported`."""
+    emulated, with AMP_FP8_EMULATE=1) among its precisions, else the reason in `unsupported`; adamw8bit (an
+    optimizer) is in `unsupported` when bitsandbytes is not installed."""
     precisions, unsupported = list(info.precisions), dict(info.unsupported)
+    if importlib.util.find_spec("bitsandbytes") is None:
+        unsupported["adamw8bit"] = f"adamw8bit needs bitsandbytes, which is not installed: {PRECISION_INSTALL}"
     if "bf16" in precisions:
         precisions.append("bf16-pure")
     else:

@@ -19,18 +19,6 @@ def _memory(value: int | None) -> str:
     return size(value) if value else "memory unknown"
 
 
-def missing_libraries() -> dict[str, str]:
-    """Choices whose optional library is not installed -> why, with the install line (fp8's torchao: the device's
-    `unsupported`)."""
-    import importlib.util
-
-    from core.devices import PRECISION_INSTALL
-
-    if importlib.util.find_spec("bitsandbytes") is not None:
-        return {}
-    return {"adamw8bit": f"adamw8bit needs bitsandbytes, which is not installed: {PRECISION_INSTALL}"}
-
-
 def describe_device(info) -> tuple[str, str]:
     """(two-line label, tooltip) for a core.devices.DeviceInfo."""
     threads = info.details.get("threads") if info.type == "cpu" else None
@@ -44,7 +32,7 @@ def describe_device(info) -> tuple[str, str]:
         info.capability and f"Compute capability: {info.capability}",
         f"Tensor cores: {'yes' if info.tensor_cores else 'no'}",
         f"Precision modes: {', '.join(info.precisions)}",
-        *(f"<i>{mode}</i>: {reason}" for mode, reason in {**info.unsupported, **missing_libraries()}.items()),
+        *(f"<i>{mode}</i>: {reason}" for mode, reason in info.unsupported.items()),
         *(f"{key}: {value}" for key, value in info.details.items()),
     ]
     return label, "<br>".join(filter(None, lines))

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.assets import restyle
-from app.panels.devices import missing_libraries
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox
 from app.run.jobs import JobRunner
 from core.precision_modes import PRECISION_CHOICES
@@ -387,7 +386,7 @@ class RunSetupPanel(QWidget):
         if device is not None and config.precision != "auto" and config.precision not in device.precisions:
             reason = device.unsupported.get(config.precision, "not supported")
             problems["precision"] = f"{config.precision} is not available on {device.id}: {reason}"
-        if reason := missing_libraries().get(config.optimizer):
+        if device is not None and (reason := device.unsupported.get(config.optimizer)):
             problems["optimizer"] = reason
         recipes = self._rows["fp8_recipe"].editor.input if "fp8_recipe" in self._rows else None
         if (
@@ -442,11 +441,11 @@ class RunSetupPanel(QWidget):
         self._schedule_validate()
 
     def _update_library_choices(self) -> None:
-        """A choice whose library is not installed (adamw8bit: bitsandbytes) is disabled, the install line its
-        tooltip."""
-        if (row := self._rows.get("optimizer")) is None:
+        """An optimizer the device's `unsupported` names (adamw8bit without bitsandbytes) is disabled, the install
+        line its tooltip."""
+        if (row := self._rows.get("optimizer")) is None or self._device is None:
             return
-        combo, missing = row.editor.input, missing_libraries()
+        combo, missing = row.editor.input, self._device.unsupported
         for index in range(combo.count()):
             reason = missing.get(combo.itemText(index), "")
             combo.model().item(index).setEnabled(not reason)
