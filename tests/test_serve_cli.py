@@ -7,6 +7,7 @@ bodies, unknown paths and methods) with the right status and goes on answering."
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
 import http.client
 import io
@@ -510,3 +511,54 @@ def test_the_http_server_refuses_hostile_requests_and_goes_on_answering(trained_
     finally:
         log = server.stop()
     assert "Traceback" not in log, log
+
+
+def answer_of(sock: socket.socket) -> bytes:
+    """What the server sends on `sock` until it closes it (a reset after the answer ends it too)."""
+    chunks = []
+    try:
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    except ConnectionResetError:
+        pass
+    return b"".join(chunks)
+
+
+@pytest.mark.slow
+@pytest.mark.reliability
+@pytest.mark.timeout(600)
+def test_slow_clients_cannot_hold_the_server_and_head_health_is_bare(trained_exports, tmp_path):
+    """More slow clients than --max-connections, each sending a header byte every 0.2 s (never silent for
+    --timeout): those beyond the cap, and a normal request, are answered 503 at once; the others are dropped once
+    --timeout has passed, and the server answers again."""
+    server = Server(trained_exports("tiny", "program").folder, tmp_path, "--timeout", 10, "--max-connections", 3)
+    slow = [socket.create_connection(("127.0.0.1", server.port), timeout=120) for _ in range(5)]
+    trickling = threading.Event()
+
+    def trickle():
+        while not trickling.wait(0.2):
+            for s in slow[:3]:
+                with contextlib.suppress(OSError):
+                    s.send(b"a")
+
+    try:
+        for s in slow[:3]:
+            s.sendall(b"GET /health HTTP/1.1\r\nX-Slow: ")
+        threading.Thread(target=trickle, daemon=True).start()
+        for s in slow[3:]:  # beyond the cap: answered and closed, no thread of their own
+            assert answer_of(s).startswith(b"HTTP/1.0 503 "), "a connection beyond the cap was not refused"
+        status, headers, body = server.request("GET", "/health")
+        assert status == 503 and "--max-connections" in body["error"] and headers["Retry-After"] == "1", body
+        for s in slow[:3]:  # dropped while they still trickle in (a silent-connection timeout never fires)
+            assert not answer_of(s).startswith(b"HTTP/1.0 200"), "a slow client was answered"
+        assert server.healthy()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+            s.sendall(b"HEAD /health HTTP/1.0\r\n\r\n")
+            head, _, body = answer_of(s).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200 ") and body == b"", (head, body)
+    finally:
+        trickling.set()
+        for s in slow:
+            s.close()
+        log = server.stop()
+    assert "Traceback" not in log and "busy: 503" in log, log

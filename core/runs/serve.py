@@ -240,7 +240,8 @@ def _companion(name):
 
 # ---------------------------------------------------------------------------------------------- the command line
 MAX_REQUEST_BYTES = 1 << 20  # a JSON line, a CSV field or an HTTP body
-REQUEST_TIMEOUT = 30.0  # seconds an HTTP connection may stay silent (and a body may take to arrive)
+REQUEST_TIMEOUT = 30.0  # seconds an HTTP request (its line, headers and body) may take to arrive
+MAX_CONNECTIONS = 32  # HTTP connections served at once (a thread each); more are answered 503
 _FLOAT32_MAX = 3.4028234663852886e38
 _NUMBER = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*")
 
@@ -455,7 +456,14 @@ def main(argv=None):
         type=float,
         default=REQUEST_TIMEOUT,
         metavar="SECONDS",
-        help=f"HTTP: a connection silent this long is closed (default {REQUEST_TIMEOUT:g})",
+        help=f"HTTP: a request not wholly arrived this long after it began is dropped (default {REQUEST_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        metavar="N",
+        help=f"HTTP: connections served at once; more are answered 503 (default {MAX_CONNECTIONS})",
     )
     parser.add_argument("--quiet", action="store_true", help="HTTP: no line per request on stderr")
     args = parser.parse_args(argv)
@@ -467,6 +475,8 @@ def main(argv=None):
         parser.error(f"--max-request-bytes {args.max_request_bytes}: allow at least 1 byte")
     if not args.timeout > 0:
         parser.error(f"--timeout {args.timeout}: give a number of seconds above 0")
+    if args.max_connections < 1:
+        parser.error(f"--max-connections {args.max_connections}: allow at least 1")
     suffix = Path(args.input or "").suffix.lower()
     if args.input not in (None, "-") and suffix not in (".csv", ".jsonl", ".ndjson"):
         parser.error(f"{args.input}: give a .csv or .jsonl file (or - for JSON lines on stdin)")
@@ -481,7 +491,7 @@ def main(argv=None):
     try:
         if args.http is not None:
             _companion("serve_http.py").serve_http(
-                KIT, rows, args.http, args.max_request_bytes, args.timeout, args.quiet
+                KIT, rows, args.http, args.max_request_bytes, args.timeout, args.quiet, connections=args.max_connections
             )
         elif args.input == "-":
             serve_json_lines(rows, sys.stdin.buffer, sys.stdout, args.max_request_bytes, one_at_a_time=True)

@@ -1,5 +1,7 @@
-"""serve.py's HTTP server (http.server, a thread per connection, one prediction at a time): POST /predict and GET
-/health, with the limits and one-line JSON errors of docs/runs.md; no request stops the server.
+"""serve.py's HTTP server (http.server, a thread per connection up to `connections`, one prediction at a time):
+POST /predict and GET (or HEAD) /health, with the limits and one-line JSON errors of docs/runs.md; no request stops
+the server, and no client holds a thread longer than `timeout` seconds per request (a request, headers and body
+included, that has not arrived by then is dropped, however slowly it trickles in).
 
 Standard library only; it travels beside serve.py in every export, which loads it for --http and hands it its rows
 and parsing (`kit`: RowError, parse_json, requests, collect, line, shown).
@@ -14,10 +16,13 @@ import sys
 DRAIN_LIMIT = 16 << 20  # bytes of a refused body read and dropped, so that the client sees the 413
 
 
-def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
+def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None, connections=32):
     """Serve POST /predict and GET /health on `address` ("HOST:PORT", "PORT", "[::1]:PORT") until interrupted;
-    the log on `err` (stderr). `kit`: serve.py's RowError and JSON handling (see the module doc)."""
+    the log on `err` (stderr). `kit`: serve.py's RowError and JSON handling (see the module doc). A connection
+    beyond `connections` open ones is answered 503 at once and closed."""
+    import collections
     import http.server
+    import io
     import socket
     import socketserver
     import threading
@@ -36,6 +41,21 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
         "step": rows.served.manifest.get("step"),
     }
     routes = {"/predict": "POST", "/health": "GET"}
+    slots = threading.BoundedSemaphore(connections)
+    busy = _busy_answer(f"busy: {connections} connections are open (--max-connections); try again")
+
+    class Deadline(socket.SocketIO):
+        """The connection's reads, each waiting only until `deadline` (time.monotonic()): a request trickling in
+        a byte at a time gets no more time than a silent one."""
+
+        deadline = None
+
+        def readinto(self, buffer):
+            left = timeout if self.deadline is None else self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the request did not arrive within {timeout:g} s")
+            self._sock.settimeout(left)
+            return super().readinto(buffer)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         default_request_version = "HTTP/1.0"  # a garbled request line is answered with a status line too
@@ -54,8 +74,14 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
             _drain(self.connection.recv, DRAIN_LIMIT)
 
         def setup(self):
-            self.timeout = timeout  # StreamRequestHandler sets it on the socket: every read waits this long at most
+            self.timeout = timeout  # StreamRequestHandler sets it on the socket: every write waits this long at most
             super().setup()
+            self.rfile.close()  # read through Deadline instead
+            self.rfile = io.BufferedReader(Deadline(self.connection, "rb"))
+
+        def handle_one_request(self):
+            self.rfile.raw.deadline = time.monotonic() + timeout  # the next request, all of it, by then
+            super().handle_one_request()
 
         def do_GET(self):
             self._route()
@@ -67,7 +93,7 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
             method = routes.get(path)
             if method is None:
                 return self._reply(404, {"error": f"no such path {_shown(path)}: POST /predict or GET /health"})
-            if self.command != method:
+            if self.command != method and (self.command, method) != ("HEAD", "GET"):
                 return self._reply(
                     405, {"error": f"{path} takes {method}, not {_shown(self.command)[1:-1]}"}, Allow=method
                 )
@@ -102,14 +128,12 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
             if length > limit:  # read and dropped while it keeps coming: the client then gets the 413, not a reset
                 _drain(self.rfile.read1, length if length <= DRAIN_LIMIT else 0)
                 raise _Refused(413, f"the body is {length:,} bytes, more than {limit:,} (--max-request-bytes)")
-            deadline, data = time.monotonic() + timeout, bytearray()
+            data = bytearray()
             while len(data) < length:
                 try:
                     piece = self.rfile.read1(min(1 << 16, length - len(data)))
                 except TimeoutError:
-                    piece = None
-                if piece is None or time.monotonic() > deadline:
-                    raise _Refused(408, f"the body did not arrive within {timeout:g} s")
+                    raise _Refused(408, f"the body did not arrive within {timeout:g} s") from None
                 if not piece:
                     raise _Refused(400, f"the body ended after {len(data):,} of its {length:,} bytes (Content-Length)")
                 data += piece
@@ -119,6 +143,7 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
                 raise RowError("the body is not UTF-8 text") from None
 
         def _reply(self, status, value, close=False, **headers):
+            self.connection.settimeout(timeout)  # a read may have left less
             body = (json.dumps(value, allow_nan=False) + "\n").encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -154,6 +179,42 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
         def handle_error(self, request, client_address):
             err.write(_line(f"serve.py: {client_address[0]}: {sys.exc_info()[1]!r}") + "\n")
 
+        closing = collections.deque()  # (when, socket) of the refused connections, closed a moment later
+
+        def process_request(self, request, client_address):
+            if slots.acquire(blocking=False):
+                try:
+                    return super().process_request(request, client_address)
+                except BaseException:
+                    slots.release()
+                    raise
+            if not quiet:
+                err.write(f"{client_address[0]} - busy: 503 and closed ({connections} connections open)\n")
+            try:  # no thread for it: the 503 if the socket takes it now, then closed once its request has come
+                request.setblocking(False)
+                request.send(busy)
+                request.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            self.closing.append((time.monotonic() + 1.0, request))
+            self.service_actions()
+
+        def process_request_thread(self, request, client_address):  # ThreadingMixIn's, the slot freed first
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
+            finally:
+                slots.release()  # before the close: a client that saw it end finds the slot free
+                self.shutdown_request(request)
+
+        def service_actions(self):
+            """Close the refused connections whose moment has passed (at most `connections` wait)."""
+            while self.closing and (self.closing[0][0] < time.monotonic() or len(self.closing) > connections):
+                request = self.closing.popleft()[1]
+                _drain(request.recv, DRAIN_LIMIT)  # what it sent, read: closing over unread bytes resets it
+                request.close()
+
     try:
         server = Server((host, port), Handler)
     except OSError as exc:
@@ -166,11 +227,18 @@ def serve_http(kit, rows, address, limit, timeout, quiet=False, err=None):
         )
     err.write(
         f"serve.py: serving the {rows.task} model on http://{shown}:{server.server_address[1]} "
-        f"(POST /predict, GET /health; Ctrl-C stops)\n"
+        f"(POST /predict, GET /health; at most {connections} connections; Ctrl-C stops)\n"
     )
     err.flush()
     with server:
         server.serve_forever(poll_interval=0.5)
+
+
+def _busy_answer(message):
+    """The whole HTTP answer 503 with `message` as its JSON error, closing the connection."""
+    body = (json.dumps({"error": message}) + "\n").encode("utf-8")
+    head = "HTTP/1.0 503 Service Unavailable\r\nServer: amp-console-serve\r\nContent-Type: application/json\r\n"
+    return f"{head}Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n".encode() + body
 
 
 def _drain(read, left):
