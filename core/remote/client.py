@@ -4,6 +4,7 @@ CLI and the window alike.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from core.devices import DeviceInfo
 from core.engine.events import ControlAcknowledged, event_or_none
@@ -51,10 +53,59 @@ class HostInfo:
 
 def host_devices(host: Host, timeout: float = 120.0) -> HostInfo:
     """The host's amp-console version, devices and runs root. RemoteError (one line) when it is unreachable, has no
-    amp-console or another version."""
-    data = _agent(host, ["info"], timeout=timeout)
-    devices = [DeviceInfo(**(d | {"precisions": tuple(d.get("precisions", ()))})) for d in data.get("devices", [])]
-    return HostInfo(host.dest, str(data.get("version")), devices, str(data.get("runs_root")), str(data.get("host")))
+    amp-console or another version, or answers what this version does not read (parse_info)."""
+    return parse_info(host.dest, _agent(host, ["info"], timeout=timeout))
+
+
+_SIZE = (int, type(None))  # what a device's fields may hold, by their DeviceInfo annotation
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "str | None": (str, type(None)), "int | None": _SIZE}
+_FIELD_TYPES |= {"bool": (bool,), "dict": (dict,), "tuple[str, ...]": (list,)}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def parse_info(dest: str, data) -> HostInfo:
+    """The HostInfo of an `agent info` answer, read as data from an untrusted host: each field of the type it
+    has here (sizes whole numbers >= 0; a device's details flat, its precisions and reasons text), text made
+    printable; RemoteError naming the first field that is not."""
+    fields = {f.name: _FIELD_TYPES[str(f.type)] for f in dataclasses.fields(DeviceInfo)}
+    required = [f.name for f in dataclasses.fields(DeviceInfo) if f.default is dataclasses.MISSING is f.default_factory]
+
+    def refuse(where: str, why: str) -> NoReturn:
+        raise RemoteError(
+            f"{dest}: its `agent info` answer is not understood: {printable(where)[:80]} {why} "
+            f"(is the same amp-console version installed there?)"
+        )
+
+    def device(i: int, d) -> DeviceInfo:
+        if not isinstance(d, dict):
+            refuse(f"device {i}", "is not an object")
+        values: dict = {}
+        for name, value in d.items():
+            where = f"device {i}'s {name!r}"
+            if name not in fields:
+                refuse(where, "is a field this version does not know")
+            if not isinstance(value, fields[name]) or (
+                fields[name] == _SIZE and (isinstance(value, bool) or (isinstance(value, int) and value < 0))
+            ):
+                refuse(where, f"is {json.dumps(value)[:40]}")
+            if isinstance(value, (list, dict)):
+                items = dict(value.items() if isinstance(value, dict) else enumerate(value))
+                if not all(isinstance(v, str if name != "details" else _SCALARS) for v in items.values()):
+                    refuse(where, "holds values that are not text" if name != "details" else "is not flat")
+                items = {printable(k): printable(v) if isinstance(v, str) else v for k, v in items.items()}
+                value = tuple(items.values()) if name == "precisions" else items
+            values[name] = printable(value) if isinstance(value, str) else value
+        if missing := [name for name in required if name not in values]:
+            refuse(f"device {i}", f"has no {missing[0]!r}")
+        return DeviceInfo(**values)
+
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
+        refuse("the answer", "is not an object with a list of devices")
+    devices = [device(i, d) for i, d in enumerate(data["devices"])]
+    for key in ("version", "runs_root", "host"):
+        if not isinstance(data.get(key), str):
+            refuse(repr(key), f"is {json.dumps(data.get(key))[:40]}, not text")
+    return HostInfo(dest, printable(data["version"]), devices, printable(data["runs_root"]), printable(data["host"]))
 
 
 @dataclass(frozen=True)
