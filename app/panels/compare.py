@@ -1,6 +1,7 @@
 """Compare precisions (a ToolDialog): core.lab.precision_sweep.run_sweep for the form's task and device, with progress,
-the per-mode table, bar charts of samples/s and peak memory, core's recommendation, and a button that trains with the
-recommended mode.
+the per-mode table (each row's verdict, `why`, in its column and tooltip), bar charts of samples/s and peak memory,
+core's recommendation, and a button that trains with the recommended mode. Optimizer checks add a row per mode and
+optimizer (bf16-pure + adamw8bit); one the device's `unsupported` names (adamw8bit without bitsandbytes) is disabled.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -23,6 +25,7 @@ from app.assets import restyle
 from app.panels.bars import BarChart
 from app.panels.tool_dialog import ToolDialog
 from app.panels.tuning import add_row, make_table
+from core.config import OPTIMIZERS
 
 COLUMNS = (
     "Mode",
@@ -36,6 +39,7 @@ COLUMNS = (
     "Loss",
     "Δ loss vs fp32",
     "Threads",
+    "Why",
     "Note",
 )
 WARMUP_WINDOWS = 1  # run_sweep's default: one warm-up window before the timed ones
@@ -57,7 +61,7 @@ class CompareDialog(ToolDialog):
     RUN_TEXT = "Measure"
     IDLE_TEXT = "Press Measure to time every selected mode on this task and device."
     STOPPING_TEXT = "Stopping after the current mode…"
-    SHOWN = ("batch", "device", "seed")  # it measures every precision mode itself
+    SHOWN = ("batch", "optimizer", "device", "seed")  # it measures every precision mode itself
 
     def __init__(self, *args, **kwargs):
         self._windows_done, self._windows_per_mode = 0, 0
@@ -86,6 +90,35 @@ class CompareDialog(ToolDialog):
             "rest on thread contention. The count used is shown per mode."
         )
         controls.addWidget(self.threadsEdit)
+        controls.addSpacing(16)
+        controls.addWidget(QLabel("Optimizers:"))
+        self.optimizerChecks = {name: QCheckBox(name, objectName=f"{name}OptimizerCheck") for name in OPTIMIZERS}
+        self._optimizer_reasons: dict[str, str] = {}  # optimizer -> why a detected device cannot run it
+        for check in self.optimizerChecks.values():
+            controls.addWidget(check)
+
+    def refresh_setting(self) -> None:
+        """The setting line; the form's optimizer checked when none is; an optimizer a detected device cannot run
+        (`unsupported`: adamw8bit without bitsandbytes) disabled with the reason."""
+        super().refresh_setting()
+        for name, check in self.optimizerChecks.items():
+            reason = next((r for d in self._detected_devices() if (r := getattr(d, "unsupported", {}).get(name))), "")
+            self._optimizer_reasons[name] = reason
+            check.setChecked(check.isChecked() and not reason)
+            check.setToolTip(reason or f"Measure every mode with {name} too: a row each ({name} beside the others)")
+        if not any(c.isChecked() for c in self.optimizerChecks.values()):
+            try:
+                own = self._config_provider().optimizer
+            except Exception:
+                own = "adamw"
+            if own in self.optimizerChecks and not self._optimizer_reasons[own]:
+                self.optimizerChecks[own].setChecked(True)
+        self._update_use()
+
+    def selected_optimizers(self, own: str) -> list[str]:
+        """The checked optimizers, the form's own first when checked (the rows without "+ optimizer")."""
+        checked = [name for name, check in self.optimizerChecks.items() if check.isChecked()]
+        return sorted(checked, key=lambda name: name != own) or [own]
 
     def _build(self, layout: QVBoxLayout) -> None:
         self.table = make_table(COLUMNS, "compareTable")
@@ -119,16 +152,24 @@ class CompareDialog(ToolDialog):
         self.recommendation.setText("")
         modes = self.selected_modes()
         steps, repeats, devices = self.stepsEdit.value(), self.repeatsEdit.value(), self._devices_provider()
-        config = config.replace(threads=self.threadsEdit.value())
+        optimizers = self.selected_optimizers(config.optimizer)
+        config = config.replace(threads=self.threadsEdit.value(), optimizer=optimizers[0])
         self._windows_done, self._windows_per_mode = 0, WARMUP_WINDOWS + repeats
         # skipped modes jump ahead when they end
-        self._reset_progress(max(1, len(modes) * self._windows_per_mode), "%v of %m windows")
+        self._reset_progress(max(1, len(modes) * len(optimizers) * self._windows_per_mode), "%v of %m windows")
 
         def run(progress, control):  # a plain call into core (no Qt), stoppable between modes
             from core.lab.precision_sweep import run_sweep
 
             return run_sweep(
-                config, modes=modes, steps=steps, repeats=repeats, devices=devices, progress=progress, control=control
+                config,
+                modes=modes,
+                steps=steps,
+                repeats=repeats,
+                devices=devices,
+                progress=progress,
+                control=control,
+                optimizer_options=optimizers,
             )
 
         return run
@@ -150,13 +191,15 @@ class CompareDialog(ToolDialog):
             self._add_row(row)
         ok = [r for r in result.rows if r.status == "ok"]
         labels = [f"{r.speedup:.2f}×" if r.speedup else "" for r in ok]
-        self.throughputChart.set_bars([r.mode for r in ok], [r.samples_per_second or 0 for r in ok], labels)
+        self.throughputChart.set_bars([r.label for r in ok], [r.samples_per_second or 0 for r in ok], labels)
         memory_labels = [f"{r.memory_ratio:.2f}×" if r.memory_ratio else "" for r in ok]
-        self.memoryChart.set_bars([r.mode for r in ok], [(r.peak_memory_bytes or 0) / 2**20 for r in ok], memory_labels)
+        self.memoryChart.set_bars(
+            [r.label for r in ok], [(r.peak_memory_bytes or 0) / 2**20 for r in ok], memory_labels
+        )
         self.memoryChart.set_title(f"Peak memory ({result.memory_source})")
-        why = result.recommendation
-        why = why.split(": ", 1)[1] if why.startswith(f"{result.recommended}: ") else why
-        self.recommendation.setText(f"Recommended: {result.recommended or '–'} ({why})")
+        best, why = result.recommended_label or result.recommended, result.recommendation
+        why = why.split(": ", 1)[1] if why.startswith(f"{best}: ") else why
+        self.recommendation.setText(f"Recommended: {best or '–'} ({why})")
         threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
         self.statusLabel.setText(
             f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
@@ -169,7 +212,7 @@ class CompareDialog(ToolDialog):
 
         memory = row.peak_memory_bytes / 2**20 if row.peak_memory_bytes else None
         cells = (
-            row.mode,
+            row.label,
             row.status,
             _fmt(row.step_ms, ".2f"),
             _fmt(row.samples_per_second, ",.0f"),
@@ -180,6 +223,7 @@ class CompareDialog(ToolDialog):
             _fmt(row.loss, ".4f"),
             _fmt(row.loss_delta, "+.4f"),
             _fmt(row.threads, "d"),
+            row.why,
             "; ".join(
                 note
                 for note in (
@@ -193,7 +237,8 @@ class CompareDialog(ToolDialog):
         items = add_row(self.table, *cells)
         for item in items[2:11]:
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        items[-1].setToolTip(cells[-1])  # a reason is a sentence: readable in full when the column is narrow
+        for item in items[-2:]:  # a verdict, a reason: sentences, readable in full when the column is narrow
+            item.setToolTip(item.text())
 
     def row_modes(self) -> list[str]:
         return [self.table.item(i, 0).text() for i in range(self.table.rowCount())]
@@ -206,4 +251,6 @@ class CompareDialog(ToolDialog):
         return [self.stepsEdit, self.repeatsEdit, self.threadsEdit]
 
     def _update_use(self) -> None:
+        for name, check in self.optimizerChecks.items():
+            check.setEnabled(not self.job.running and not self._optimizer_reasons.get(name))
         self.trainButton.setEnabled(not self.job.running and self.result is not None and bool(self.result.recommended))
