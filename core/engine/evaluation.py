@@ -8,11 +8,16 @@ every rank: the same figures, without the speed-up.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from core.data.batching import split_length
 from core.engine.distributed import DistContext, all_gather_rows, all_reduce_sums
 from core.tasks.base import EvalParts, Task
+from core.tasks.serving import cut
+
+SAMPLES_MAX = 8  # rows of one Samples event
 
 
 def rank_slice(split: dict[str, torch.Tensor], rank: int, world_size: int) -> dict[str, torch.Tensor] | None:
@@ -31,22 +36,38 @@ def evaluate_split(
     """The task's metrics on `split` for the (unwrapped) model, under no_grad, eval mode and `autocast()`.
     Under DDP every rank must call it, at the same point. bf16 weights (bf16-pure) evaluate as float32, cast back
     after (exact both ways): a task may score outside autocast in float32, as the recommender's ranking does."""
+    with evaluating(model, autocast):
+        share = rank_slice(split, dist.rank, dist.world_size) if dist.enabled and task.shares_evaluation() else None
+        if share is None:
+            return task.evaluate(model, split, batch_size)
+        parts = task.evaluate_parts(model, share, batch_size)
+        whole = EvalParts(
+            sums=all_reduce_sums(parts.sums, dist),
+            values={name: all_gather_rows(values, dist) for name, values in sorted(parts.values.items())},
+        )
+        return task.metrics(whole)
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module, autocast):
+    """no_grad, eval mode and `autocast()` for the block; bf16 weights as float32 (see evaluate_split), all put back."""
     was_training, bf16 = model.training, {p.dtype for p in model.parameters()} == {torch.bfloat16}
     model.eval()
     if bf16:
         model.float()
     try:
         with torch.no_grad(), autocast():
-            share = rank_slice(split, dist.rank, dist.world_size) if dist.enabled and task.shares_evaluation() else None
-            if share is None:
-                return task.evaluate(model, split, batch_size)
-            parts = task.evaluate_parts(model, share, batch_size)
-        whole = EvalParts(
-            sums=all_reduce_sums(parts.sums, dist),
-            values={name: all_gather_rows(values, dist) for name, values in sorted(parts.values.items())},
-        )
-        return task.metrics(whole)
+            yield
     finally:
         model.train(was_training)
         if bf16:
             model.to(torch.bfloat16)
+
+
+def task_samples(task: Task, model: torch.nn.Module, data, autocast) -> list[dict[str, str]]:
+    """Task.samples under `evaluating`, capped (SAMPLES_MAX rows, each text cut to SAMPLE_CHARS); [] for None."""
+    with evaluating(model, autocast):
+        rows = task.samples(model, data) or []
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
+        raise TypeError(f"samples returned {type(rows).__name__}: expected a list of {{input, answer}} dicts")
+    return [{key: cut(str(row.get(key, ""))) for key in ("input", "answer")} for row in rows[:SAMPLES_MAX]]

@@ -59,6 +59,16 @@ class EvalMetrics:
 
 
 @dataclass(frozen=True)
+class Samples:
+    """A few of the task's answers at a validation evaluation (Task.samples): rows of {input, answer} as short
+    texts, the same inputs at every step, so that the answers can be compared from step to step."""
+
+    step: int
+    rows: list = field(default_factory=list)
+    note: str = ""  # why there are no rows, once: the hook failed, and the run shows no more samples
+
+
+@dataclass(frozen=True)
 class CheckpointSaved:
     step: int
     path: str
@@ -117,7 +127,15 @@ class RunEnded:
 
 
 Event = (
-    RunStarted | StepMetrics | EvalMetrics | CheckpointSaved | RunPaused | RunResumed | ControlAcknowledged | RunEnded
+    RunStarted
+    | StepMetrics
+    | EvalMetrics
+    | Samples
+    | CheckpointSaved
+    | RunPaused
+    | RunResumed
+    | ControlAcknowledged
+    | RunEnded
 )
 
 

@@ -12,6 +12,7 @@ import os
 import struct
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from time import monotonic
@@ -41,7 +42,7 @@ from core.engine.distributed import (
 from core.engine.due import Deadlines, Due, next_due, planned_steps
 from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
 from core.engine.early_stopping import BestTracker, tracker_for
-from core.engine.evaluation import evaluate_split
+from core.engine.evaluation import evaluate_split, task_samples
 from core.engine.events import (
     CheckpointSaved,
     EvalMetrics,
@@ -50,6 +51,7 @@ from core.engine.events import (
     RunPaused,
     RunResumed,
     RunStarted,
+    Samples,
     StepMetrics,
 )
 from core.engine.optimizers import build_optimizer, build_scheduler, optimizer_notes, task_optimizer_note
@@ -62,6 +64,7 @@ from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
 from core.errors import ConfigError
 from core.tasks import create_task, task_checks
+from core.text import first_line
 
 __all__ = ["RunFailed", "Sink", "Trainer", "gradient_norm", "seed_everything", "train"]
 
@@ -116,6 +119,7 @@ class Trainer:
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
         self._last_eval_step = -1
+        self._samples_on = True  # until the task's samples hook fails once
         self.own_optimizer = False  # the task's configure_optimizers chose the optimizer (and scheduler)
         self._deadlines = Deadlines(0, 0, 0.0)  # the timed checkpoint and the time limit: set when training starts
         self._ending = False
@@ -480,9 +484,26 @@ class Trainer:
         if split == "val":
             self._last_eval_step, self.state.last_metrics = self.state.step, metrics
         self._emit(EvalMetrics(step=self.state.step, epoch=self.display_epoch(), split=split, metrics=metrics))
+        if split == "val" and self.dist.is_main and self._samples_on:
+            self._samples()
         if split == "val" and self.tracker is not None:
             self._track(self.tracker, metrics)
         return metrics
+
+    def _samples(self) -> None:
+        """The task's samples of this evaluation (Task.samples), rank 0 alone. A failing hook is one warning (a
+        Samples event with its note, and a Python warning), then no more samples: the run goes on."""
+        try:
+            rows = task_samples(self.task, self.raw_model, self.data, self.plan.autocast)
+        except Exception as exc:
+            self._samples_on = False
+            note = f"samples of task {self.task.name} failed, none more this run: {type(exc).__name__}: {exc}"
+            note = first_line(note) + task_checks.raised_at(exc)
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            self._emit(Samples(step=self.state.step, note=note))
+            return
+        if rows:
+            self._emit(Samples(step=self.state.step, rows=rows))
 
     def _metrics(self, split, dist: DistContext | None = None) -> dict:
         """The task's metrics of the model on `split` (core.engine.evaluation), by every rank together."""

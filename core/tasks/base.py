@@ -14,6 +14,7 @@ from core.data.batching import split_length
 from core.data.splits import DataSource
 from core.errors import ConfigError, TaskOutputError
 from core.tasks.options import TaskOption, option_errors
+from core.tasks.serving import ModelAtHand
 from core.text import size
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ class Task(ABC):
     def use_config(self, cfg) -> Task:
         """Take the run's data settings (given splits, delimiter, column names) from RunConfig `cfg`; returns self."""
         self.source = DataSource.from_config(cfg)
+        self.run_settings = {"data": cfg.data, "seed": cfg.seed}  # what the serving part's examples read
         return self
 
     def data_source(self, data_path: str) -> DataSource:
@@ -148,6 +150,17 @@ class Task(ABC):
         """The serving part for these options (see serving_class)."""
         cls = self.serving_class()
         return cls(self) if cls is not None else None
+
+    def samples(self, model: nn.Module, data: TaskData) -> list[dict[str, str]] | None:
+        """A few of the model's answers, [{"input": text, "answer": text}], the same inputs at each validation
+        evaluation, recorded and shown beside the plots. Called on rank 0 alone, under no_grad, eval mode and the
+        evaluation's autocast; keep it to a handful of rows. Default: the serving part's preview examples
+        answered (TaskServing.samples); None (or no serving part): no samples."""
+        serving = getattr(self, "_samples_serving", None) or self.serving()
+        if serving is None or serving.preview is None:
+            return None
+        self._samples_serving = serving
+        return serving.samples(ModelAtHand(self, serving, model, data, getattr(self, "run_settings", {})))
 
     def validation_units(self, split: dict[str, torch.Tensor]) -> int:
         """How many `validation_unit`s the metrics of `split` average over: its rows, unless the task says."""

@@ -8,6 +8,7 @@ predict`; `preview`, the Model preview's PreviewSpec; `rows_module`, its part of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from abc import ABC, abstractmethod
@@ -22,6 +23,8 @@ if TYPE_CHECKING:  # torch and numpy are imported when used: `predict --help` re
     from torch import nn
 
 DIM_MAX = 1 << 20  # the largest size of a dynamic dimension an exported program accepts
+SAMPLE_ROWS = 4  # inputs a run's samples show (TaskServing.samples)
+SAMPLE_CHARS = 160  # the longest text of a sample's input or answer
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,45 @@ class TaskServing(ABC):
             return []
         return [(str(w), float(e)) for w, e in getattr(self, spec.explain)(predictor, text)]
 
+    # ---- samples during training (Task.samples): the preview's examples answered, as short texts
+    sample_texts: ClassVar[tuple[str, ...]] = ()  # a text preview's fixed inputs (it has no examples)
+
+    def samples(self, predictor, rows: int = SAMPLE_ROWS) -> list[dict[str, str]]:
+        """The model's answers to `rows` of the preview's examples (a text preview: `sample_texts`), as
+        [{input, answer}] texts; the inputs are picked at the first call and kept, so answers compare."""
+        spec = self._spec()
+        if getattr(self, "_sample_inputs", None) is None:
+            found = getattr(self, spec.examples)(predictor, rows) if spec.examples else self.sample_texts
+            self._sample_inputs = list(found)[:rows]
+        return [
+            dict(zip(("input", "answer"), map(cut, self._sample_row(spec, predictor, x)))) for x in self._sample_inputs
+        ]
+
+    def _sample_row(self, spec: PreviewSpec, predictor, example) -> tuple[str, str]:
+        import numpy as np
+
+        kind, output = spec.input_kind, spec.output_kind
+        if kind == "id_sequence":
+            owner, history = example
+            rec = self.preview_answer(predictor, history)
+            return f"{spec.noun} {owner}: {len(history)} {spec.item}s, last {listed(history[-3:])}", listed(rec.items)
+        if kind == "feature_rows":
+            order = np.argsort(-np.asarray(self.preview_answer(predictor, example.features)), kind="stable")
+            answer = listed(np.asarray(example.doc_ids, dtype=object)[order].tolist())
+            quality = None if example.labels is None else self.preview_quality(np.asarray(example.labels)[order])
+            if quality and quality[1] is not None:
+                answer = f"{quality[0]} {quality[1]:.3f}: {answer}"
+            return f"{spec.noun} {example.query_id} ({len(order)} {spec.item}s)", answer
+        value = self.preview_answer(predictor, example)
+        text = str(example) if kind == "text" else listed([f"{float(v):.3g}" for v in example])
+        if output == "score":
+            verdict = f" ({spec.classes[int(value >= 0.5)]})" if len(spec.classes) == 2 else ""
+            return text, f"{spec.label} {value:.3f}{verdict}"
+        if output == "class_probabilities":
+            best = int(np.argmax(value))
+            return text, f"{spec.classes[best] if best < len(spec.classes) else f'class {best}'} ({value[best]:.3f})"
+        return text, listed([f"{float(v):.4g}" for v in np.ravel(value)])  # values
+
     # ---- the export's serve.py: the task's part of it (see the module doc)
     rows_module: ClassVar[str]  # its file name, beside the module of the serving part's class
 
@@ -134,6 +176,41 @@ class TaskServing(ABC):
 
         owner = next(cls for cls in type(self).__mro__ if "rows_module" in vars(cls))  # a subclass elsewhere
         return Path(inspect.getfile(owner)).with_name(self.rows_module).read_bytes()
+
+
+def cut(text: str, most: int = SAMPLE_CHARS) -> str:
+    """`text` on one line, at most `most` characters (cut with …)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def listed(values, most: int = 5) -> str:
+    """The first `most` values, comma-separated, then … and the count when there are more."""
+    values = list(values)
+    more = f", … ({len(values)})" if len(values) > most else ""
+    return ", ".join(str(v) for v in values[:most]) + more
+
+
+class ModelAtHand:
+    """What the serving answers read of a Predictor (core.runs.predict), for the model a run is training: the
+    predictor its samples are asked with (Task.samples). `config`: the run's {data, seed}."""
+
+    checkpoint = "the model being trained"
+
+    def __init__(self, task, serving: TaskServing, model: nn.Module, data, config: dict):
+        import torch
+
+        self.task, self.task_object, self.serving, self.model, self.config = task.name, task, serving, model, config
+        self.vocabulary, self.data_info = data.vocabulary, data.info
+        self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        self.lock = contextlib.nullcontext()
+        self.shape = serving.shape(model)
+        self.n_items, self.max_len, self.n_features = self.shape.n_items, self.shape.max_len, self.shape.n_features
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or "serving" not in self.__dict__ or name not in self.serving.answers:
+            raise AttributeError(name)
+        return functools.partial(getattr(self.serving, name), self)
 
 
 def tensor_entry(name: str, shape: list, dtype: str, meaning: str = "") -> dict:

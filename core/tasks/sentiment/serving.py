@@ -89,6 +89,12 @@ class SentimentTaskServing(TaskServing):
     rows_module = "sentiment_rows.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("sentiment", "sentiment_array", "explain")
     file_scorer = SentimentFileScorer
+    sample_texts = (
+        "clear explanations and a kind teacher, I learned a lot",
+        "boring, confusing and far too slow",
+        "not bad at all, though the pace was uneven",
+        "I would not recommend it",
+    )
     preview = PreviewSpec(
         "text",
         "score",
