@@ -43,6 +43,9 @@ OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval",
 # in the Task group, under the model's options
 DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns", "data_format", "query_file")
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
+# What a task's configure_optimizers decides: these fields are off while such a task is chosen.
+OWN_OPTIMIZER_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps")
+OWN_OPTIMIZER_NOTE = "the task chooses its optimizer (configure_optimizers)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
 PRECISION_FIELDS = (
     "fp8_recipe",
@@ -271,6 +274,8 @@ class RunSetupPanel(QWidget):
                     form.addRow(form_label(label_for(name), spec.help), row)
         self._synthetic_note = restyle(QLabel(SYNTHETIC_NOTE, objectName="syntheticNote", wordWrap=True), role="hint")
         self._task_form.addRow("", self._synthetic_note)
+        self._own_optimizer_note = restyle(QLabel(OWN_OPTIMIZER_NOTE, objectName="ownOptimizerNote"), role="hint")
+        self._training_form.insertRow(0, "", self._own_optimizer_note)
         if "data" in self._rows:
             self._rows["data"].editor.changed.connect(self._show_synthetic_options)
         self.taskCombo.blockSignals(True)
@@ -291,6 +296,7 @@ class RunSetupPanel(QWidget):
             self._rows["fp8_recipe"].editor.changed.connect(self._update_auto_text)
         self.setEnabled(True)
         self.set_config(defaults)
+        self._show_own_optimizer()
         self._update_tab_order()
 
     def _add_tool_button(self, editor: Editor, name: str) -> None:
@@ -386,7 +392,7 @@ class RunSetupPanel(QWidget):
         if device is not None and config.precision != "auto" and config.precision not in device.precisions:
             reason = device.unsupported.get(config.precision, "not supported")
             problems["precision"] = f"{config.precision} is not available on {device.id}: {reason}"
-        if device is not None and (reason := device.unsupported.get(config.optimizer)):
+        if device is not None and (reason := device.unsupported.get(config.optimizer)) and not self.chooses_optimizer():
             problems["optimizer"] = reason
         recipes = self._rows["fp8_recipe"].editor.input if "fp8_recipe" in self._rows else None
         if (
@@ -543,6 +549,7 @@ class RunSetupPanel(QWidget):
             return
         before = dict(getattr(self._tasks.get(self._shown_task), "defaults", {}))
         self._rebuild_task_options()
+        self._show_own_optimizer()
         if not self._loading:
             from core.config import RunConfig
 
@@ -555,6 +562,22 @@ class RunSetupPanel(QWidget):
                 if name in self._rows:
                     self._rows[name].editor.set_value(value)
         self._on_field_changed()
+
+    def chooses_optimizer(self) -> bool:
+        """Whether the chosen task defines configure_optimizers: a task file's child answer says so in its
+        capabilities, a built-in class is checked directly."""
+        cls = self._tasks.get(self.taskCombo.currentData())
+        hook = getattr(cls, "configure_optimizers", None) is not None
+        return hook or "configure_optimizers" in getattr(cls, "capabilities", ())
+
+    def _show_own_optimizer(self) -> None:
+        """The optimizer's fields off, the note shown and their tooltip, while the task chooses its optimizer."""
+        own = self.chooses_optimizer()
+        self._training_form.setRowVisible(self._own_optimizer_note, own)
+        for name in OWN_OPTIMIZER_FIELDS:
+            if (row := self._rows.get(name)) is not None:
+                row.setEnabled(not own)
+                row.setToolTip(OWN_OPTIMIZER_NOTE if own else "")
 
     def _task_option_specs(self) -> tuple:
         task_cls = self._tasks.get(self.taskCombo.currentData())
