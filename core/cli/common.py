@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 
 from core.config import FIELD_SPECS
-from core.errors import ConfigError
+from core.errors import AmpConsoleError, ConfigError
 
 
 def did_you_mean(word: str, known) -> str:
@@ -344,3 +344,46 @@ def load_task_argument(args) -> None:
         args.task = add_task(value).name
         if hasattr(args, "task_file"):
             args.task_file = task_source(args.task)
+
+
+RUNS_CODE = "Loading a task runs its Python code, with your permissions. Load only files you trust."  # as the window's
+
+
+def load_recorded_task(source, assume_yes: bool = False) -> str:
+    """Load the user task the run (a folder, a checkpoint in one) or sweep `source` recorded, when it is not loaded
+    yet: with `assume_yes` (--yes), or once the user answers y on a terminal; otherwise one line saying to add --task
+    FILE or --yes (a task file runs code: never loaded only because a run names it). Returns the reference loaded."""
+    from core.engine.run_record import recorded_task
+    from core.tasks import add_task, task_names, task_source
+
+    name, reference = recorded_task(source)
+    task_names()  # installed tasks are known: they load without asking, as in the window
+    if not reference or task_source(name):
+        return ""
+    if not assume_yes:
+        if not sys.stdin.isatty():
+            raise AmpConsoleError(
+                f"task {name!r} is defined in {reference}, which is not loaded here (loading a task runs its "
+                f"code): add --task {reference}, or --yes to load it"
+            )
+        sys.stderr.write(f"{RUNS_CODE}\n\n{reference}\n\nLoad it? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise AmpConsoleError(f"task {name!r} was not loaded: its code did not run (--task {reference} loads it)")
+    add_task(reference)
+    return reference
+
+
+def naming_task_file(command: str | None, reference: str) -> str | None:
+    """`command`, an `amp-console ...` line to print, runnable as printed for the user task file `reference`: its
+    `--task NAME` becomes `--task reference`, else `--task reference` is added; as it is without a reference."""
+    import shlex
+
+    if not command or not reference:
+        return command
+    parts = shlex.split(command)
+    if "--task" in parts[:-1]:
+        parts[parts.index("--task") + 1] = reference
+    else:
+        parts += ["--task", reference]
+    return shlex.join(parts)

@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import sys
+from pathlib import Path
 
 from core.cli import format as fmt
 from core.cli.common import (
@@ -18,6 +19,7 @@ from core.cli.common import (
     add_task_file_flag,
     describe_config_error,
     fail_bad_input,
+    load_recorded_task,
     load_task_argument,
 )
 from core.errors import AmpConsoleError, ConfigError
@@ -39,6 +41,9 @@ COMMANDS = {
     "slurm": ("slurm",),
     "queue": ("queue",),
 }
+# The commands on a run (or a sweep) that load the task file it recorded, asking first (--yes: don't), and the
+# argument that names it.
+RECORDED_TASK = {"evaluate": "target", "export": "target", "predict": "target", "train": "resume", "sweep": "resume"}
 
 
 def command_modules(command: str | None = None) -> list:
@@ -278,9 +283,35 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     tasks.set_defaults(handler=cmd_tasks)
     for module in command_modules(command):
         module.register(sub)
+    for name in RECORDED_TASK.keys() & sub.choices.keys():
+        sub.choices[name].add_argument(
+            "--yes",
+            "-y",
+            action="store_true",
+            help="load the task file the run recorded without asking (loading a task runs its code)",
+        )
     # a hidden command (help=SUPPRESS) stays out of --help's list (argparse would print it as ==SUPPRESS==)
     sub._choices_actions = [a for a in sub._choices_actions if a.help != argparse.SUPPRESS]
     return parser
+
+
+def _load_recorded_task(args) -> None:
+    """A command on a run given no --task (nor --config, --task-file): the task file the run recorded, asked for."""
+    where = getattr(args, RECORDED_TASK.get(args.command, ""), None)
+    if not where or any(getattr(args, n, None) for n in ("task", "config", "task_file")):
+        return
+    path = Path(where).expanduser()
+    if not path.exists() and RECORDED_TASK[args.command] == "target":  # a run id under the runs root
+        from core.cli.runs import RunNotFound, find_run
+        from core.engine.run_record import runs_root
+
+        try:
+            path = Path(find_run(runs_root(args.runs_dir), where)["folder"])
+        except RunNotFound:
+            return  # the command says what is wrong with it
+    reference = load_recorded_task(path, args.yes)
+    if reference and args.command == "train":  # torchrun's workers are given it as the user gave it
+        args.argv += ["--task", reference]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     try:
         load_task_argument(args)  # --task FILE.py:Class: the user's task, loaded because they named it
+        _load_recorded_task(args)
         return args.handler(args)
     except ConfigError as exc:
         return fail_bad_input(describe_config_error(exc))

@@ -11,6 +11,7 @@ import re
 import sys
 
 from core.cli import format as fmt
+from core.cli.common import naming_task_file
 from core.cli.lab import ProgressLines, _common, config_from_lab_args, flag_error, numbered, parse_modes
 from core.errors import ConfigError
 from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP
@@ -161,7 +162,10 @@ def cmd_fit_batch(args: argparse.Namespace) -> int:
         raise flag_error(exc, _FLAGS[exc.field]) from None
     best = result.best()
     device = args.device if args.device != "auto" else None
+    from core.tasks import task_source
+
     command = train_command(result, best, args.task_options, device) if best else None
+    command = naming_task_file(command, task_source(result.task))
     if args.json:
         print(json.dumps({**result.to_dict(), "train_command": command}))
     else:
@@ -209,7 +213,7 @@ def print_result(result, command: str | None) -> None:
     for note in result.notes:
         console.print(f"note: {note}")
     if command:
-        console.print(f"use it: {command}")
+        console.print(f"use it: {command}", soft_wrap=True)
 
 
 def _share(peak: int | None, budget: int | None) -> str:

@@ -220,7 +220,7 @@ def print_result(result, command: str | None, csv_path: str | None) -> None:
     if csv_path:
         console.print(f"curve written to {csv_path}")
     if command:
-        console.print(f"use it: {command}")
+        console.print(f"use it: {command}", soft_wrap=True)
 
 
 def _rows_to_show(n: int, index: int | None, best: int | None) -> list[int]:

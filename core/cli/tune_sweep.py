@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from core.cli import format as fmt
-from core.cli.common import StopBeforeStart, StopSignals, safe_standard_streams, signal_name
+from core.cli.common import StopBeforeStart, StopSignals, naming_task_file, safe_standard_streams, signal_name
 from core.config import FIELD_SPECS, RunConfig
 from core.errors import ConfigError
 
@@ -222,7 +222,7 @@ def _check_resume_args(args: argparse.Namespace, flag: str) -> None:
         name
         for name, value in (
             ("--config", args.config),
-            ("--task", args.task),
+            ("--task", args.task if not args.resume else None),  # a resume may name the sweep's task file
             ("--grid", args.grid),
             ("--random", args.random),
             ("--range", args.ranges),
@@ -449,9 +449,11 @@ def _print_results(folder: Path, args: argparse.Namespace, status: str | None) -
     best = best_row(rows, mode)
     runs_dir = ["--runs-dir", args.runs_dir] if args.runs_dir else []
     show = shlex.join(["amp-console", "runs", "show", best["run_id"], *runs_dir]) if best and best["run_id"] else None
-    longer = train_longer_command(best) if best else None
+    reference = str((data.get("base_config") or {}).get("task_file") or "")
+    longer = naming_task_file(train_longer_command(best), reference) if best else None
     unfinished = [r for r in rows if r["status"] not in ("completed", "failed")]
     resume = shlex.join(["amp-console", "sweep", "--resume", str(folder)]) if unfinished else None
+    resume = naming_task_file(resume, reference)
     failed = [r for r in rows if r["status"] == "failed"]
     if args.json:
         print(

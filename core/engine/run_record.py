@@ -306,6 +306,21 @@ def load_record(folder: str | os.PathLike) -> dict | None:
         return None
 
 
+def recorded_task(path: str | os.PathLike) -> tuple[str, str]:
+    """(task, task_file) that a run folder (or a checkpoint in one) or a sweep folder recorded: run.json's config,
+    sweep.json's base_config, read as data (nothing runs); ("", "") when no task file is recorded."""
+    path = Path(path).expanduser()
+    folder = path.parent if path.is_file() else path
+    for name, key in ((RECORD_FILE, "config"), ("sweep.json", "base_config")):
+        try:
+            config = read_json_record(folder / name).get(key)
+        except (OSError, UnreadableFile):
+            continue
+        if isinstance(config, dict) and all(isinstance(config.get(k), str) for k in ("task", "task_file")):
+            return config["task"], config["task_file"]
+    return "", ""
+
+
 def read_record(folder: str | os.PathLike) -> dict:
     """run.json, read as core.files.read_json_record does (a regular file, bounded size and depth) and with
     the fields the history uses of the right type (record_problem). FileNotFoundError when missing,
