@@ -455,6 +455,7 @@ class MainWindow(QMainWindow):
                 self._held = [] if event.start_step > 0 else None
                 self._draw_history()
         self.logPanel.handle_event(event)
+        self.samplesPanel.handle_event(event)
         if isinstance(event, RunStarted) and self.plotsPanel.overlay_note():
             self.logPanel.log(self.plotsPanel.overlay_note())  # why other runs' curves are under this one
             if note := self.plotsPanel.other_task_note(event.task):

@@ -11,6 +11,7 @@ from app.panels.devices import DevicesPanel
 from app.panels.log import LogPanel
 from app.panels.plots import PlotsPanel
 from app.panels.run_setup import RunSetupPanel
+from app.panels.samples import SamplesPanel
 from app.status import RunStatusBar
 
 
@@ -48,6 +49,7 @@ def build_widgets(window) -> None:
     window.devicesPanel = DevicesPanel()
     window.setupPanel = RunSetupPanel()
     window.plotsPanel = PlotsPanel()
+    window.samplesPanel = SamplesPanel()  # beside the plots, shown once a run sends samples
     window.logPanel = LogPanel()
     window.statusBarWidget = RunStatusBar()
     window.setStatusBar(window.statusBarWidget)
@@ -81,7 +83,12 @@ def build_widgets(window) -> None:
     left_layout.addLayout(buttons)
 
     window.rightSplitter = MarginSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
-    window.rightSplitter.addWidget(window.plotsPanel)
+    window.plotsSplitter = QSplitter(Qt.Orientation.Horizontal, objectName="plotsSplitter")
+    window.plotsSplitter.addWidget(window.plotsPanel)
+    window.plotsSplitter.addWidget(window.samplesPanel)
+    window.plotsSplitter.setStretchFactor(0, 3)
+    window.plotsSplitter.setStretchFactor(1, 1)
+    window.rightSplitter.addWidget(window.plotsSplitter)
     window.rightSplitter.addWidget(window.logPanel)
     window.rightSplitter.setStretchFactor(0, 4)
     window.rightSplitter.setStretchFactor(1, 1)

@@ -1,0 +1,68 @@
+"""Samples at each evaluation (core.engine.events.Samples): the task's answers to a few fixed inputs, newest step
+first, each beside the previous step's answer, so that the model is seen getting better, not only a number.
+Hidden until a run sends samples; a new run clears it."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+
+from core.engine.events import RunStarted, Samples
+
+COLUMNS = ("Input", "Answer", "Previous answer")
+MIN_WIDTH = 360  # three columns of wrapped text
+
+
+class SamplesPanel(QWidget):
+    """`handle_event` takes core events; the table shows the latest Samples and the one before."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.title = QLabel("Samples", objectName="samplesTitle", wordWrap=True)
+        self.table = QTableWidget(0, len(COLUMNS), objectName="samplesTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setWordWrap(True)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        layout.addWidget(self.title)
+        layout.addWidget(self.table, 1)
+        self.setMinimumWidth(MIN_WIDTH)
+        self.steps: list[Samples] = []  # newest first
+        self.hide()
+
+    def handle_event(self, event) -> None:
+        if isinstance(event, RunStarted):
+            self.steps.clear()
+            self.table.setRowCount(0)
+            self.hide()
+        elif isinstance(event, Samples):
+            if event.note:
+                self.title.setText(f"Samples: {event.note}")
+                self.title.setToolTip(event.note)
+            elif event.rows:
+                self.steps.insert(0, event)
+                del self.steps[2:]
+                self._show()
+            self.show()
+
+    def _show(self) -> None:
+        latest = self.steps[0]
+        before = self.steps[1] if len(self.steps) > 1 else None
+        earlier = {row.get("input"): row.get("answer", "") for row in (before.rows if before else [])}
+        self.title.setText(
+            f"Samples at step {latest.step:,}" + (f" (previous: step {before.step:,})" if before else "")
+        )
+        self.table.setRowCount(len(latest.rows))
+        for r, row in enumerate(latest.rows):
+            answer, previous = str(row.get("answer", "")), earlier.get(row.get("input"), "")
+            for c, text in enumerate((str(row.get("input", "")), answer, previous)):
+                item = QTableWidgetItem(text)
+                item.setToolTip(text)
+                if c == 1 and before is not None and answer != previous:
+                    font = item.font()
+                    font.setBold(True)  # the answer changed since the step before
+                    item.setFont(font)
+                self.table.setItem(r, c, item)
+        self.table.resizeRowsToContents()

@@ -1,0 +1,28 @@
+"""The Samples panel beside the plots: hidden until a run sends samples, then the latest step's answers with the
+previous step's beside them, newest step first; a new run clears it."""
+
+from __future__ import annotations
+
+import pytest
+from gui_helpers import PROCESS_WAIT_MS, finish_run, quick_run, set_field
+
+from core.engine.events import Samples
+
+
+@pytest.mark.timeout(300)
+def test_the_panel_shows_the_latest_samples_beside_the_previous_ones(qtbot, window, tmp_path):
+    panel = window.samplesPanel
+    assert not panel.isVisible()
+    seen: list = []
+    window.controller.event.connect(lambda e: seen.append(e) if isinstance(e, Samples) else None)
+    quick_run(window, tmp_path / "run", max_steps=60, samples=2048)
+    set_field(window, "evalIntervalEdit", 20)
+    finish_run(qtbot, window, PROCESS_WAIT_MS)
+    qtbot.waitUntil(lambda: panel.isVisible() and panel.table.rowCount() > 0, timeout=10_000)
+    assert [e.step for e in seen] == [20, 40, 60]
+    assert panel.title.text() == "Samples at step 60 (previous: step 40)"
+    table = panel.table
+    for row, (now, before) in enumerate(zip(seen[-1].rows, seen[-2].rows)):
+        assert [table.item(row, c).text() for c in range(3)] == [now["input"], now["answer"], before["answer"]]
+    panel.grab().save("/tmp/samples.png")
+    window.grab().save("/tmp/samples_window.png")
