@@ -87,11 +87,16 @@ class ToolActions:
         return self._tool_dialog("summaryDialog", SummaryDialog, wire=lambda dialog: dialog.start())
 
     def show_compare(self):
-        """Compare precisions; its "Train with this" starts a run in the recommended mode."""
+        """Compare precisions; its "Train with this" starts a run in the recommended mode and optimizer."""
         from app.panels.compare import CompareDialog
 
+        def train(mode: str) -> None:
+            if not self.window.controller.running:  # else train_with_precision says why it does not start
+                self.window.setupPanel.set_field("optimizer", self.compareDialog.recommended_optimizer())
+            self.window.train_with_precision(mode)
+
         def wire(dialog):
-            dialog.trainRequested.connect(self.window.train_with_precision)
+            dialog.trainRequested.connect(train)
 
         return self._tool_dialog("compareDialog", CompareDialog, wire=wire)
 

@@ -65,6 +65,7 @@ class CompareDialog(ToolDialog):
 
     def __init__(self, *args, **kwargs):
         self._windows_done, self._windows_per_mode = 0, 0
+        self._optimizer = ""  # the measured rows' own optimizer (those without "+ optimizer")
         super().__init__(*args, **kwargs)
         self.resize(1100, 680)
 
@@ -136,7 +137,9 @@ class CompareDialog(ToolDialog):
 
         self.recommendation = restyle(QLabel(objectName="recommendation", wordWrap=True), role="heading")
         self.trainButton = QPushButton("Train with this", objectName="trainWithButton")
-        self.trainButton.setToolTip("Set the precision to the recommended mode and start a full training run")
+        self.trainButton.setToolTip(
+            "Set the precision (and optimizer) to the recommended row's and start a full training run"
+        )
         self.trainButton.clicked.connect(self._train)
         bottom = QHBoxLayout()
         bottom.addWidget(self.recommendation, 1)
@@ -154,6 +157,7 @@ class CompareDialog(ToolDialog):
         steps, repeats, devices = self.stepsEdit.value(), self.repeatsEdit.value(), self._devices_provider()
         optimizers = self.selected_optimizers(config.optimizer)
         config = config.replace(threads=self.threadsEdit.value(), optimizer=optimizers[0])
+        self._optimizer = config.optimizer
         self._windows_done, self._windows_per_mode = 0, WARMUP_WINDOWS + repeats
         # skipped modes jump ahead when they end
         self._reset_progress(max(1, len(modes) * len(optimizers) * self._windows_per_mode), "%v of %m windows")
@@ -204,7 +208,8 @@ class CompareDialog(ToolDialog):
         self.statusLabel.setText(
             f"Measured {len(ok)} mode(s) on {result.device} ({result.device_name}): "
             f"{result.repeats} windows of {result.steps:,} steps after "
-            f"{result.warmup_steps:,} warm-up steps, batch {result.batch_size:,}{threads}."
+            f"{result.warmup_steps:,} warm-up steps, batch {result.batch_size:,}{threads}, {self._optimizer} "
+            f"where a row names no optimizer."
         )
 
     def _add_row(self, row) -> None:
@@ -242,6 +247,11 @@ class CompareDialog(ToolDialog):
 
     def row_modes(self) -> list[str]:
         return [self.table.item(i, 0).text() for i in range(self.table.rowCount())]
+
+    def recommended_optimizer(self) -> str:
+        """The optimizer of the recommended row: its own ('bf16-pure + adamw8bit'), else the sweep's."""
+        best = next((r for r in self.result.rows if r.label == self.result.recommended_label), None)
+        return (best.optimizer if best else "") or self._optimizer
 
     def _train(self) -> None:
         if self.result is not None and self.result.recommended:

@@ -17,7 +17,7 @@ from core.devices import PRECISION_INSTALL, cpu_info, with_low_precision
 WHY = COLUMNS.index("Why")
 
 
-def fake_sweep(calls):
+def fake_sweep(calls, eight_ms=5.0):
     """run_sweep's stand-in: the rows a sweep with adamw and adamw8bit gives, judged by core's own verdicts."""
 
     def run_sweep(config, **kwargs):
@@ -33,7 +33,7 @@ def fake_sweep(calls):
             row("fp32", 10.0, 0.500, 400),
             row("bf16", 6.0, 0.501, 300),
             row("bf16-pure", 5.0, 0.502, 200),
-            row("bf16-pure", 5.0, 0.503, 120, "adamw8bit"),
+            row("bf16-pure", eight_ms, 0.503, 120, "adamw8bit"),
             row("fp8", 20.0, 0.501, 300, dtype="bfloat16 + float8 (emulated)"),
         ]
         sweep.compare_to_fp32(rows)
@@ -92,3 +92,19 @@ def test_adamw8bit_is_disabled_with_the_install_line_without_bitsandbytes(qtbot,
     assert not eight.isEnabled() and not eight.isChecked() and PRECISION_INSTALL in eight.toolTip()
     assert find(dialog, "adamwOptimizerCheck").isChecked()
     assert dialog.selected_optimizers("adamw") == ["adamw"]
+
+
+@pytest.mark.timeout(60)
+def test_train_with_this_takes_the_recommended_rows_optimizer(qtbot, window, monkeypatch):
+    monkeypatch.setattr(sweep, "run_sweep", fake_sweep([], eight_ms=4.0))
+    started = []
+    monkeypatch.setattr(window, "train_with_precision", started.append)
+    dialog = window.tools.show_compare()
+    qtbot.waitExposed(dialog)
+    find(dialog, "adamw8bitOptimizerCheck").setChecked(True)
+    click(qtbot, dialog, "compareRunButton")
+    qtbot.waitUntil(lambda: dialog.result is not None and not dialog.job.running, timeout=20_000)
+    assert dialog.recommendation.text().startswith("Recommended: bf16-pure + adamw8bit (")
+    click(qtbot, dialog, "trainWithButton")
+    qtbot.waitUntil(lambda: started == ["bf16-pure"])
+    assert window.setupPanel.config().optimizer == "adamw8bit"
