@@ -319,7 +319,6 @@ def main() -> None:
     import sys
 
     from core.config import RunConfig
-
     from core.errors import AmpConsoleError
 
     try:
