@@ -238,7 +238,7 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path, tiny_run):
             load_predictor(source)
         message = str(caught.value)
         assert str(source) in message and "\n" not in message, message
-    with pytest.raises(ConfigError, match="choose best or last"):
+    with pytest.raises(ConfigError, match="choose advised, best or last"):
         load_predictor(tiny_run.checkpoint, which="newest")
 
 

@@ -297,19 +297,21 @@ def sha256_of(f, size: int) -> str:
     return digest.hexdigest()
 
 
-def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None = None) -> None:
-    """Send a run's RUN_FILES and, `with_checkpoint`, its best (else last) checkpoint: first the manifest, then the
-    bytes of the files the caller asks for on `reply`. Each file is opened without following links and sent from the
-    same open file it was hashed from."""
+def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None = None, which: str = "advised") -> None:
+    """Send a run's RUN_FILES and, `with_checkpoint`, its checkpoint `which` (run_checkpoint; by default the one its
+    summary advised: its best, or its last weights when its validation split was too small to choose by, which the
+    manifest's `notes` say): first the manifest, then the bytes of the files the caller asks for on `reply`. Each
+    file is opened without following links and sent from the same open file it was hashed from."""
     from core.engine.run_record import run_checkpoint, runs_root
     from core.errors import CheckpointError
 
     if not folder.is_dir():
         raise AgentError(f"{shown_path(folder)}: no such run folder")
     names = list(RUN_FILES)
+    notes: list[str] = []
     if with_checkpoint:
         try:
-            checkpoint, _notes = run_checkpoint(folder, "best")
+            checkpoint, notes = run_checkpoint(folder, which)
         except CheckpointError as exc:
             raise AgentError(str(exc)) from None
         if checkpoint.name not in names:
@@ -330,7 +332,10 @@ def fetch(folder: Path, with_checkpoint: bool, reply, out, runs_dir: str | None 
         except ValueError:  # a folder outside the runs root: its own name
             name = folder.name
         files = [entry for entry, _f in opened]
-        out.write(json.dumps({"folder": str(folder), "name": name, "files": files}).encode("utf-8") + b"\n")
+        manifest = {"folder": str(folder), "name": name, "files": files}
+        if notes:  # why the checkpoint sent is the last one
+            manifest["notes"] = notes
+        out.write(json.dumps(manifest).encode("utf-8") + b"\n")
         out.flush()
         raw = reply.readline(REPLY_LIMIT)
         try:

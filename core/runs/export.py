@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from core.engine.run_record import run_checkpoint
 from core.errors import CheckpointError, ConfigError
 from core.files import atomic_write_bytes, new_temp_folder
 from core.runs.evaluation_report import json_ready
@@ -107,6 +108,21 @@ def load_trained(checkpoint: str | Path) -> Loaded:
     return Loaded(state, task, model.eval(), Path(checkpoint))
 
 
+def export_source(source: str | Path, which: str = "advised", say=None) -> Path:
+    """The checkpoint file `source` names: a file as it is; for a run folder, its checkpoint `which` ("advised":
+    the one its summary advised, else its best; "best"; "last"), each note (why the last weights) said through
+    `say` as a "note: " line."""
+    if which not in ("advised", "best", "last"):
+        raise ConfigError("which", f"{which!r}: choose advised, best or last")
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        return path
+    path, notes = run_checkpoint(path, which)
+    for note in notes:
+        (say or (lambda text: None))(f"note: {note}")
+    return path
+
+
 def check_task_returns(loaded: Loaded, say) -> None:
     """A user task's loss and metrics returns checked on its run's data as a run checks them (a bad one is its
     TaskOutputError); data that cannot be loaded here leaves the check undone, said through `say`."""
@@ -131,13 +147,21 @@ def check_task_returns(loaded: Loaded, say) -> None:
 
 
 def export_model(
-    checkpoint: str | Path, out: str | Path, fmt: str = "program", dtype: str = "fp32", progress=None
+    checkpoint: str | Path,
+    out: str | Path,
+    fmt: str = "program",
+    dtype: str = "fp32",
+    progress=None,
+    which: str = "advised",
 ) -> ExportResult:
     """Write and verify the export of `checkpoint` as `fmt` into the folder `out` (see the module doc).
-    `progress(text)` gets a line per stage. ConfigError for a bad format, dtype or destination;
-    CheckpointError for a checkpoint that cannot be exported; nothing is left at `out` on any failure."""
+    `checkpoint` may be a run folder: its checkpoint `which` (run_checkpoint; by default the one its summary
+    advised, its note said through `progress`). `progress(text)` gets a line per stage. ConfigError for a bad
+    format, dtype or destination; CheckpointError for a checkpoint that cannot be exported; nothing is left at
+    `out` on any failure."""
     say = progress or (lambda text: None)
     began = time.perf_counter()
+    checkpoint = export_source(checkpoint, which, say)
     if fmt not in FORMATS:
         raise ConfigError("format", f"{fmt!r} is not an export format: choose {', '.join(FORMATS)}")
     if dtype not in DTYPES:

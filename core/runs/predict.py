@@ -38,7 +38,7 @@ class Predictor:
     task_object: Any = field(repr=False)
     data_info: dict = field(default_factory=dict)
     vocabulary: dict = field(default_factory=dict, repr=False)
-    notes: list = field(default_factory=list)  # e.g. "the run kept no best checkpoint: its last one"
+    notes: list = field(default_factory=list)  # e.g. "its summary advised the last weights (checkpoint.pt)..."
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # held while the model computes
 
     @cached_property
@@ -81,14 +81,16 @@ class Predictor:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
-def load_predictor(source: str | Path, which: str = "best", device: str | None = None) -> Predictor:
-    """A Predictor for the checkpoint `source` names: a checkpoint file, or a run folder (see run_checkpoint).
+def load_predictor(source: str | Path, which: str = "advised", device: str | None = None) -> Predictor:
+    """A Predictor for the checkpoint `source` names: a checkpoint file, or a run folder (see run_checkpoint):
+    by default the checkpoint its summary advised (its last weights when its validation split was too small to
+    choose the best by, said in `notes`), else its best; "best" or "last" asks for that one.
     Bad files are one CheckpointError line; `device` (default cpu) a DeviceError when it is not here."""
     from core.config import RunConfig
     from core.engine.checkpoints import load_checkpoint, rebuild_model
 
-    if which not in ("best", "last"):
-        raise ConfigError("which", f"{which!r}: choose best or last")
+    if which not in ("advised", "best", "last"):
+        raise ConfigError("which", f"{which!r}: choose advised, best or last")
     path = Path(source).expanduser()
     notes: list[str] = []
     if path.is_dir():

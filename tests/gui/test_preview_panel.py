@@ -37,7 +37,7 @@ def dialog(qtbot, runs):
 def predictor(runs: Path, task: str):
     from core.runs.predict import load_predictor
 
-    return load_predictor(runs / task, which="best", device="cpu")
+    return load_predictor(runs / task, device="cpu")  # the run's advised checkpoint, as the preview loads it
 
 
 def open_run(qtbot, view, folder: Path, task: str):

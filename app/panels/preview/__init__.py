@@ -1,7 +1,7 @@
 """Try a trained model: the Model preview dialog (Tools > Try a model…, or Try it… in the run history).
 
-Pick a run (or a checkpoint file), its best or last checkpoint and a device; the checkpoint loads as a
-core.runs.predict.Predictor and its task's page is built from the kinds its serving part declares
+Pick a run (or a checkpoint file), its checkpoint (by default the one its summary advised; or its best, or its last)
+and a device; the checkpoint loads as a core.runs.predict.Predictor and its task's page is built from the kinds its serving part declares
 (core.tasks.serving.PreviewSpec; pages.py, widgets.py, drawing.py), so no task is named here. The model never
 runs on the GUI thread: a PredictionQueue (queue.py) runs one request at a time, only the newest of each kind
 waiting. Errors are one line in the panel.
@@ -53,7 +53,7 @@ def describe_predictor(predictor) -> str:
 
 # ============================================================================== the dialog
 class PreviewDialog(QDialog):
-    """The Model preview: a run (or a checkpoint file), best or last, a device; then the task's page.
+    """The Model preview: a run (or a checkpoint file), advised, best or last, a device; then the task's page.
 
     `runs_root()` gives the folder whose runs are offered; `devices()` the device ids to offer (cpu first).
     """
@@ -85,9 +85,13 @@ class PreviewDialog(QDialog):
         self.browseButton = QPushButton("Browse…", objectName="previewBrowseButton", clicked=self.browse)
         self.browseButton.setToolTip("Preview a checkpoint file (.pt) from anywhere")
         self.whichCombo = QComboBox(objectName="previewWhichCombo")
+        self.whichCombo.addItem("Advised checkpoint", "advised")
         self.whichCombo.addItem("Best checkpoint", "best")
         self.whichCombo.addItem("Last checkpoint", "last")
-        self.whichCombo.setToolTip("The run's best checkpoint (its last when it kept no best), or its last")
+        self.whichCombo.setToolTip(
+            "The checkpoint the run's summary advised (its best, or its last weights when its validation split "
+            "was too small to choose the best by: said below), its best (its last when it kept no best), or its last"
+        )
         self.whichCombo.activated.connect(lambda _i: self.load())
         self.deviceCombo = QComboBox(objectName="previewDeviceCombo")
         self.deviceCombo.setToolTip(
@@ -226,7 +230,7 @@ class PreviewDialog(QDialog):
         source = self.current_source()
         if not source:
             return
-        which = self.whichCombo.currentData() or "best"
+        which = self.whichCombo.currentData() or "advised"
         device = self.deviceCombo.currentText() or "cpu"
         self.whichCombo.setEnabled(Path(source).is_dir() or not Path(source).suffix)
         self.source = source
@@ -276,7 +280,7 @@ class PreviewDialog(QDialog):
         self.header.setToolTip(str(predictor.checkpoint))
         self.stack.setCurrentWidget(page)
         self.evaluation.set_checkpoint(predictor.checkpoint, self.deviceCombo.currentText() or "cpu")
-        notes = list(getattr(predictor, "notes", None) or [])  # e.g. no best kept yet: its last checkpoint
+        notes = list(getattr(predictor, "notes", None) or [])  # e.g. the last weights advised, or no best kept yet
         self._note = " ".join(notes + ([note] if note else []))
         self.statusLabel.setText(self._note)
         page.set_predictor(predictor, examples)
