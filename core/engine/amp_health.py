@@ -15,7 +15,12 @@ from torch import nn
 
 
 class RunFailed(Exception):
-    """The run cannot go on (non-finite loss, persistent fp16 overflow, out of memory...)."""
+    """The run cannot go on (non-finite loss, persistent fp16 overflow, out of memory...). `nonfinite`: the
+    loss or gradients went inf/NaN, so nonfinite_fixes applies."""
+
+    def __init__(self, message: str, nonfinite: bool = False):
+        super().__init__(message)
+        self.nonfinite = nonfinite
 
 
 class NonFiniteWatch:
@@ -102,19 +107,57 @@ def first_nonfinite_parameter(model: nn.Module) -> str | None:
 
 
 def check_health(
-    plan, model: nn.Module, loss: float, new_skips: int, scale: float | None, step: int, interval_steps: int, lr: float
+    plan,
+    model: nn.Module,
+    loss: float,
+    new_skips: int,
+    scale: float | None,
+    step: int,
+    interval_steps: int,
+    lr: float,
+    source=None,
 ) -> None:
     """Raise RunFailed when an interval diverged: a non-finite loss without a scaler (naming the first
-    non-finite parameter), or fp16 steps that all overflowed while the loss scale collapsed."""
-    if not plan.use_scaler and not math.isfinite(loss):
+    non-finite parameter), or fp16 steps that all overflowed while the loss scale collapsed. `source`: a callable
+    naming the module that first produced inf/NaN, called only on a divergence (or that name)."""
+    if plan.use_scaler:
+        if new_skips < interval_steps or scale is None or scale >= 2.0**-14:
+            return
+    elif math.isfinite(loss):
+        return
+    module = source() if callable(source) else source
+    first = f"; first produced by module {module}" if module else ""
+    if not plan.use_scaler:
         bad = first_nonfinite_parameter(model)
         where = f" (parameter {bad} is now non-finite)" if bad else ""
         raise RunFailed(
-            f"loss became {loss} in {plan.mode} between steps {step - interval_steps:,} and {step:,}{where}; the last "
-            f"good checkpoint is kept. Try a lower lr (now {lr:g}) or grad_clip"
+            f"loss became {loss} in {plan.mode} between steps {step - interval_steps:,} and {step:,}{where}{first}; "
+            f"the last good checkpoint is kept. Try a lower lr (now {lr:g}) or grad_clip",
+            nonfinite=True,
         )
-    if plan.use_scaler and new_skips >= interval_steps and scale is not None and scale < 2.0**-14:
-        raise RunFailed(
-            f"fp16: every step since step {step - interval_steps:,} overflowed and the loss scale fell to {scale:g}; "
-            f"the model diverged. Try bf16, a lower lr or grad_clip"
-        )
+    raise RunFailed(
+        f"fp16: every step since step {step - interval_steps:,} overflowed and the loss scale fell to {scale:g}{first}; "
+        f"the model diverged. Try bf16, a lower lr or grad_clip",
+        nonfinite=True,
+    )
+
+
+def nonfinite_fixes(mode: str, lr: float, precisions, folder: str, checkpoint: str | None) -> list[dict]:
+    """Re-runs that may cure a divergence, each {label, changes (config fields), resume (checkpoint or None),
+    note}: bf16 for fp16 where the device runs it, lr / 10, fp32 (the engine has no per-module fp32 override, so
+    the whole run). Each trains into its own folder beside `folder`, its note naming the run and the fix."""
+    fixes: list[tuple[str, str, dict]] = []
+    if mode == "fp16" and "bf16" in precisions:
+        fixes.append(("bf16 instead of fp16", "bf16", {"precision": "bf16"}))
+    fixes.append((f"lower LR ({lr:g} / 10)", "lr-div10", {"lr": lr / 10}))
+    if mode != "fp32":
+        fixes.append((f"fp32 for the run (instead of {mode})", "fp32", {"precision": "fp32"}))
+    return [
+        {
+            "label": label,
+            "changes": {**changes, "out_dir": f"{folder}-{slug}"},
+            "resume": checkpoint,
+            "note": f"rerun_of: {folder}, fix: {label}",
+        }
+        for label, slug, changes in fixes
+    ]

@@ -124,6 +124,7 @@ class RunEnded:
     checkpoint_advice: str = ""  # which of the two to use, and why (core.engine.small_validation)
     advised_checkpoint: str = ""  # the file the advice names: what commands take from the run by default
     details: str = ""  # traceback or diagnosis for a details dialog; empty when there is nothing more
+    fixes: list = field(default_factory=list)  # a divergence's re-runs (core.engine.amp_health.nonfinite_fixes)
 
 
 Event = (

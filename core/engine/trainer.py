@@ -24,7 +24,7 @@ from core.data import loaders
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
 from core.engine import compiling, data_setup, run_state, small_validation
-from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health
+from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health, nonfinite_fixes
 from core.engine.control import RunControl
 from core.engine.distributed import (
     PEER_LOST,
@@ -292,7 +292,9 @@ class Trainer:
                     self.tracker.last,
                 )
         except RunFailed as exc:
-            return self._end("failed", str(exc))
+            cfg, kept = self.cfg, self.state.saved.path
+            fixes = nonfinite_fixes(self.plan.mode, cfg.lr, self.device_info.precisions, str(self.out_dir), kept)
+            return self._end("failed", str(exc), fixes=fixes if exc.nonfinite else [])
         except OSError as exc:  # a file of the run could not be written: one line naming it and the cause
             where = f" {exc.filename}" if exc.filename else ""
             return self._end("failed", f"could not write{where}: {describe_os_error(exc)}; {self._kept()}")
@@ -458,7 +460,17 @@ class Trainer:
         state.skipped_steps += readout.skipped
         scale = float(self.scaler.get_scale()) if self.plan.use_scaler else None
         source = self._watch.after_interval(readout.skipped) if self.plan.use_scaler else None
-        check_health(self.plan, self.raw_model, readout.loss, readout.skipped, scale, state.step, steps, cfg.lr)
+        check_health(
+            self.plan,
+            self.raw_model,
+            readout.loss,
+            readout.skipped,
+            scale,
+            state.step,
+            steps,
+            cfg.lr,
+            source if self.plan.use_scaler else self._nonfinite_source,
+        )
         state.last_loss = readout.loss
         counts_tokens = self.task.tokens_key is not None and seconds > 0
         event = StepMetrics(
@@ -476,6 +488,20 @@ class Trainer:
             tokens_per_second=readout.tokens * world / seconds if counts_tokens else None,
         )
         self._emit(event)
+
+    def _nonfinite_source(self) -> str | None:
+        """bf16/fp32 after a non-finite loss: the module that first makes inf/NaN now, from one forward with the
+        hooks armed (fp16 arms them after its first overflow instead)."""
+        watch = self._watch
+        watch.arm()
+        try:
+            with torch.no_grad(), self.plan.autocast() if self.plan.autocast_dtype is not None else _NO_CONTEXT:
+                watch.flag_loss(self._loss(self.batches.batch(self.batches.order(self.state.epoch), 0)))
+            return watch.first_source()
+        except Exception:  # a diagnosis never replaces the failure it explains
+            return None
+        finally:
+            watch.disarm()
 
     def evaluate(self, split: str = "val") -> dict:
         """Metrics on the validation (or test) split, computed by every rank together (see
@@ -709,7 +735,7 @@ class Trainer:
             started_at=time.time(),
         )
 
-    def _end(self, status: str, message: str, details: str = "") -> RunEnded:
+    def _end(self, status: str, message: str, details: str = "", fixes: list | None = None) -> RunEnded:
         self._ending = True
         state, best = self.state, self.best_and_last
         if status == "completed" and state.step >= self.total_steps:  # its planned length
@@ -732,6 +758,7 @@ class Trainer:
             best_step=best.step if best else None,
             checkpoint_advice=best.advice if best else "",
             advised_checkpoint=best.use if best else "",
+            fixes=list(fixes or ()),
         )
         self._emit(ended)
         return ended
