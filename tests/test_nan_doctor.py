@@ -47,3 +47,23 @@ def test_bf16_divergence_names_the_module_and_offers_fixes(tiny_config, recorder
     lower = ended.fixes[0]
     assert lower["changes"] == {"lr": 1.0, "out_dir": f"{folder}-lr-div10"}
     assert lower["resume"] == ended.checkpoint and lower["note"] == f"rerun_of: {folder}, fix: {labels[0]}"
+
+
+def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    from core.cli.main import main
+    from core.engine.run_record import read_note
+
+    overflow_fc1(monkeypatch)
+    folder = tmp_path / "run"
+    flags = ["--task", "tiny", "--device", "cpu", "--precision", "bf16", "--lr", "10", "--optimizer", "sgd"]
+    flags += ["--max-steps", "40", "--log-interval", "5", "--checkpoint-interval", "5", "--out", str(folder)]
+    assert main(["train", *flags]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "re-run with" in line]
+    assert len(lines) >= 2 and "lower LR" in lines[0] and "fp32" in lines[1]
+    argv = shlex.split(lines[0].split(": ", 1)[1])
+    assert argv[:3] == ["amp-console", "train", "--resume"] and argv[argv.index("--lr") + 1] == "1"
+    monkeypatch.undo()
+    assert main([*argv[1:], "--max-steps", "12"]) == 0
+    assert read_note(f"{folder}-lr-div10")[0] == f"rerun_of: {folder}, fix: lower LR (10 / 10)"

@@ -83,6 +83,7 @@ def register(sub) -> None:
         "$AMP_CONSOLE_RUNS_DIR, else your data folder, e.g. ~/.local/share/amp-console/runs)",
     )
     p.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint (its config, flags override it)")
+    p.add_argument("--note", help="the run's note (note.txt and its start notes), e.g. what a re-run changed")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object summarising the run")
     p.add_argument(
         "--events",
@@ -385,6 +386,18 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
         print(f"  fp16 overflow: {ended.skipped_steps:,} steps skipped by GradScaler", file=stream)
     if ended.checkpoint:
         print(f"  checkpoint {ended.checkpoint}", file=stream)
+    for fix in ended.fixes:  # a divergence's re-runs, each a command to paste
+        print(f"  re-run with {fix['label']}: {fix_command(fix)}", file=stream)
+
+
+def fix_command(fix: dict) -> str:
+    """The `amp-console train` command of one of RunEnded.fixes: from its checkpoint, its changes, its note."""
+    import shlex
+
+    argv = ["amp-console", "train", *(["--resume", fix["resume"]] if fix.get("resume") else [])]
+    for name, value in fix["changes"].items():
+        argv += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(value, float) else str(value)]
+    return shlex.join([*argv, "--note", fix["note"]])
 
 
 def report_end(ended: RunEnded, started: RunStarted | None, args: argparse.Namespace) -> None:
@@ -534,6 +547,10 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
             seen["started"] = event
             for note in event.notes:  # the prepared run's notes come with it (Trainer's notes=)
                 sys.stderr.write(f"amp-console: {note}\n")
+            if getattr(args, "note", None) and dist_ctx.is_main:
+                from core.engine.run_record import write_note
+
+                write_note(event.config["out_dir"], args.note)
             signals.started(control)
             if args.events:  # the driving program follows metrics.jsonl from this run's first line
                 print(json.dumps(run_start(event.config["out_dir"])), flush=True)
@@ -553,7 +570,11 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         resume_state=prepared.state,
         dist_ctx=dist_ctx,
         restart=restart,
-        notes=[*notes, *([elastic.restart_note(restart, args.resume)] if restart else [])],
+        notes=[
+            *notes,
+            *([elastic.restart_note(restart, args.resume)] if restart else []),
+            *filter(None, [getattr(args, "note", None)]),
+        ],
     )
     try:
         ended = trainer.run()
