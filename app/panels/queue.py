@@ -31,14 +31,17 @@ COLUMNS = ("Name", "State", "Run folder", "Result")
 
 
 class QueuePanel(QWidget):
-    """`root()`: the runs root; `form_config()`: the form's RunConfig (falsy when the form is invalid)."""
+    """`root()`: the runs root; `form_config()`: the form's RunConfig (falsy when the form is invalid); `form_host()`:
+    the core.remote Host of the form's device (None: this machine), where its entries train."""
 
     historyRequested = Signal(str)  # a run folder's name, to select in the run history
 
-    def __init__(self, root: Callable[[], Path], form_config: Callable, parent=None):
+    def __init__(
+        self, root: Callable[[], Path], form_config: Callable, parent=None, form_host: Callable = lambda: None
+    ):
         super().__init__(parent)
         self.setObjectName("queuePanel")
-        self.root, self.form_config = root, form_config
+        self.root, self.form_config, self.form_host = root, form_config, form_host
         self.entries: list[dict] = []
         self.paused = False
         self.job = BackgroundJob("queueRunner", self)
@@ -158,7 +161,8 @@ class QueuePanel(QWidget):
         if not config:
             self.note("The form has an invalid setting: fix it, then add it to the queue.")
             return
-        self.add([(Path(config.out_dir).name or config.task, config)])
+        host = self.form_host()
+        self._edit(queue.add_entries, [(Path(config.out_dir).name or config.task, config)], host)
 
     def add_files(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, "Add settings files to the queue", "", "Settings (*.toml)")
@@ -189,8 +193,14 @@ class QueuePanel(QWidget):
         pausing = self.running and not self.paused
         self._edit(queue.set_paused, pausing)
         if not pausing and not self.running:
+            from core.cli.queue import train_on_host  # the layer that reaches hosts
+
             root = self.root()
-            self.job.start(lambda progress, control: queue.QueueRunner(root, emit=progress, control=control).run())
+            self.job.start(
+                lambda progress, control: queue.QueueRunner(
+                    root, emit=progress, control=control, on_host=train_on_host
+                ).run()
+            )
         self.refresh()
 
     def stop(self) -> None:

@@ -1,6 +1,7 @@
 """`amp-console queue add | list | remove | move | retry | pause | resume | start`: the run queue (core.runs.queue) in
 <runs root>/.queue.json, the one the window's queue panel shows. `add` takes `train`'s settings (config files,
-flags, -o) and, with --grid, a sweep's trials; `start` trains the pending entries one after another. No torch here.
+flags, -o) and, with --grid, a sweep's trials (--host: trained on a host over ssh); `start` trains the pending
+entries one after another. No torch here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ def register(sub) -> None:
     add.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options")
     add.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a sweep's trials (repeatable)")
     add.add_argument("--name", default="", help="the entry's name (default: the file's, the task's or the trial's)")
+    add.add_argument("--host", default="", metavar="HOST", help="train there, over ssh (paths: the host's)")
+    add.add_argument("--remote-command", metavar="CMD", default=None, help="how HOST runs amp-console (remote start's)")
+    add.add_argument("--ssh-config", metavar="FILE", default=None, help="an ssh config file (ssh -F FILE)")
+    add.add_argument("--ssh-option", metavar="OPTION", action="append", default=[], help="ssh -o OPTION, repeatable")
     listing = actions.add_parser("list", help="the entries with their states, run folders and results")
     listing.add_argument("--json", action="store_true", help="print the queue as JSON")
     remove = actions.add_parser("remove", help="remove an entry that is not running (its run folder stays)")
@@ -70,7 +75,9 @@ def cmd_queue(args: argparse.Namespace) -> int:
 
     root, action = queue.queue_root(args.runs_dir), args.queue_action
     if action == "add":
-        added = queue.add_entries(root, added_configs(args))
+        from core.cli.remote import host_of
+
+        added = queue.add_entries(root, added_configs(args), host_of(args.host, args) if args.host else None)
         print(f"added {len(added)} to the queue in {root / queue.QUEUE_FILE}: " + ", ".join(e["name"] for e in added))
     elif action == "list":
         data = queue.read_queue(root)
@@ -96,7 +103,7 @@ def cmd_queue(args: argparse.Namespace) -> int:
         queue.set_paused(root, action == "pause")
         print(f"queue {action}d")
     else:
-        runner = queue.QueueRunner(root, args.device, emit=_print_changes())
+        runner = queue.QueueRunner(root, args.device, emit=_print_changes(), on_host=train_on_host)
         with StopSignals(runner.control, announce=False) as signals:
             signals.started(runner.control)  # Ctrl+C: the running entry stops with its checkpoint
             ended = runner.run()
@@ -119,3 +126,50 @@ def _print_changes():
                 print(f"{e['name']}: {e['state']}  {extra}".rstrip(), flush=True)
 
     return emit
+
+
+def train_on_host(entry: dict, control, started, root) -> tuple[str, str]:
+    """QueueRunner's `on_host`: start the entry's run on its host (unless a killed runner did: its "HOST:PATH" folder
+    is followed again from the start), follow it to its end as `watch` does, stop it through its control channel
+    when `control` asks; (state, result) from its run.json there, else its last RunEnded event."""
+    import contextlib
+    import threading
+
+    from core.engine.events import RunEnded, event_or_none
+    from core.errors import AmpConsoleError
+    from core.remote.client import control_remote, follow_remote, start_remote_run
+    from core.remote.fetch import list_host_runs
+    from core.remote.ssh import Host
+    from core.runs.queue import outcome
+    from core.text import first_line
+
+    host = Host(**{**entry["host"], "ssh_options": tuple(entry["host"].get("ssh_options", ()))})
+    try:
+        if not entry["folder"]:
+            started(start_remote_run(host, entry["config"]).target)
+        path = entry["folder"].split(":", 1)[1]
+        follower, ended, done = follow_remote(host, path), None, threading.Event()
+
+        def stop_when_asked() -> None:
+            while not done.wait(0.2):
+                if control.stop_requested:
+                    with contextlib.suppress(AmpConsoleError, OSError):
+                        control_remote(host, path, "stop")
+                    return
+
+        threading.Thread(target=stop_when_asked, daemon=True).start()
+        try:
+            for line in follower:
+                event = event_or_none(line.record) if hasattr(line, "record") else None
+                ended = event if isinstance(event, RunEnded) else ended
+        finally:
+            done.set()
+    except AmpConsoleError as exc:
+        return "failed", first_line(str(exc))
+    record = None if ended is None else {"status": ended.status, "message": ended.message, "metrics": ended.metrics}
+    with contextlib.suppress(AmpConsoleError, OSError):  # its run.json there names its best metric
+        there = [r for r in list_host_runs(host, root).runs if r.get("remote_folder") == path]
+        record = there[0] if there and there[0].get("status") in ("completed", "stopped", "failed") else record
+    return outcome(
+        record, f"the run on {host.dest} ended without a word" + (f": {follower.note}" if follower.note else "")
+    )

@@ -7,12 +7,16 @@ stopped). The file is written atomically under a short edit lock (.queue.edit.lo
 it was killed. Each entry trains as the child process `python -m core.cli train --config <entry.toml> --events
 --end-with-parent PID` (so a killed runner's run stops itself with a checkpoint), writing to .queue/<id>.log.
 A killed runner's 'running' entry resumes from its checkpoint on the next start (failed, "the console was killed",
-when it has none). No torch here.
+when it has none). An entry with a `host` (core.remote.ssh.Host's fields) trains there through `on_host`
+(core.cli.queue.train_on_host, over core.remote.client): started detached with its config, followed to its end as
+`watch HOST:PATH` does (its folder: "HOST:PATH"), stopped through the control channel; a killed runner's remote entry is followed again from its start on the next start, so
+a run still going is followed to its end and a finished one read. No torch here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -26,7 +30,7 @@ from core.engine.control import RunControl
 from core.engine.folder_control import ControlError, write_request
 from core.engine.run_folder import CHECKPOINT_FILE, is_in_use
 from core.engine.run_record import load_record, new_id, now_iso, runs_root
-from core.errors import AmpConsoleError
+from core.errors import AmpConsoleError, ConfigError
 from core.files import UnreadableFile, atomic_write_bytes, read_json_record, try_lock
 from core.process import STOP_GRACE_SECONDS, StopEscalation
 from core.text import first_line
@@ -83,17 +87,23 @@ def editing(root=None):
         atomic_write_bytes(root / QUEUE_FILE, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
 
 
-def add_entries(root, configs: list[tuple[str, RunConfig]]) -> list[dict]:
-    """Append one pending entry per (name, config); file paths are made absolute (the run's folder is not ours)."""
+def add_entries(root, configs: list[tuple[str, RunConfig]], host=None) -> list[dict]:
+    """Append one pending entry per (name, config); file paths are made absolute (the run's folder is not ours).
+    `host` (a core.remote.ssh.Host): the entries train there; their paths are the host's, checked there."""
     added = []
     for name, config in configs:
-        config = config.validate()
-        for key in ("data", "val_data", "test_data", "query_file", "task_file"):
+        problems = {
+            k: v for k, v in config.errors().items() if host is None or not v.endswith("no such file or folder")
+        }
+        if problems:  # a host's data paths are checked there
+            raise ConfigError(*next(iter(problems.items())))
+        for key in ("data", "val_data", "test_data", "query_file", "task_file") if host is None else ():
             if getattr(config, key):
                 config = config.replace(**{key: os.path.abspath(os.path.expanduser(getattr(config, key)))})
         added.append(
             {"id": new_id(), "name": name, "state": "pending", "config": config.to_dict(), "folder": ""}
             | {"result": "", "added": now_iso()}
+            | ({"host": dataclasses.asdict(host)} if host is not None else {})
         )
     with editing(root) as data:
         data["entries"] += added
@@ -164,10 +174,11 @@ def outcome(record: dict | None, fallback: str) -> tuple[str, str]:
 class QueueRunner:
     """Trains the queue's pending entries one after another until none is left, the queue is paused, or
     `control` stops it (the running entry then stops with its checkpoint). `emit(data)` gets the queue after
-    each change. `device`: every entry trains there (else its own setting)."""
+    each change. `device`: every entry trains there (else its own setting). `on_host(entry, control, started, root)`
+    trains an entry with a host there and returns its (state, result) (core.cli.queue.train_on_host)."""
 
-    def __init__(self, root=None, device: str = "", emit=None, control: RunControl | None = None):
-        self.root = queue_root(root)
+    def __init__(self, root=None, device: str = "", emit=None, control: RunControl | None = None, on_host=None):
+        self.root, self.on_host = queue_root(root), on_host
         self.device, self.emit, self.control = device, emit or (lambda _data: None), control or RunControl()
 
     def _change(self, entry_id: str, **values) -> None:
@@ -193,9 +204,11 @@ class QueueRunner:
                         break
                     entry = waiting[0]  # a recovered 'running' entry comes before the pending ones
                     resume = bool(entry["folder"]) and (Path(entry["folder"]) / CHECKPOINT_FILE).is_file()
+                    if entry.get("host") and entry["state"] == "pending":
+                        entry["folder"] = ""  # retried: a new run there
                     entry.update(state="running", started=now_iso())
                 self.emit(data)
-                self._train(entry, resume)
+                self._train_remote(entry) if entry.get("host") else self._train(entry, resume)
             return "stopped" if self.control.stop_requested else "paused" if paused else "finished"
         finally:
             os.close(lock)
@@ -204,7 +217,7 @@ class QueueRunner:
         """An entry left 'running' by a killed runner: wait for its run to stop itself (it ended with its parent),
         then resume it from its checkpoint, or record how it ended."""
         for entry in read_queue(self.root)["entries"]:
-            if entry["state"] != "running":
+            if entry["state"] != "running" or entry.get("host"):  # a host's run goes on: followed again
                 continue
             folder = Path(entry["folder"]) if entry["folder"] else None
             while folder is not None and is_in_use(folder) and not self.control.stop_requested:
@@ -262,6 +275,19 @@ class QueueRunner:
         setup = next((line["setup_error"] for line in lines if "setup_error" in line), "")
         reason = setup or _last_line(log_path) or f"the training process ended with exit code {proc.returncode}"
         state, result = outcome(load_record(folder) if folder else None, reason)
+        self._change(entry["id"], state=state, result=result, ended=now_iso())
+
+    def _train_remote(self, entry: dict) -> None:
+        """The entry's run on its host, through `on_host` (core.cli.queue.train_on_host: the layer that reaches hosts)."""
+
+        def started(target: str) -> None:
+            entry["folder"] = target
+            self._change(entry["id"], folder=target)
+
+        if self.on_host is None:
+            state, result = "failed", "this console does not reach hosts"
+        else:
+            state, result = self.on_host(entry, self.control, started, self.root)
         self._change(entry["id"], state=state, result=result, ended=now_iso())
 
 
