@@ -29,3 +29,28 @@ def test_a_remote_entry_and_a_local_one_end_done(sshd, tmp_path, capsys):
     assert host == "amp-test" and os.path.dirname(path) == str(sshd.runs) and os.path.isfile(f"{path}/run.json")
     assert remote["result"].startswith("accuracy ") and local["result"].startswith("accuracy ")
     assert os.path.dirname(local["folder"]) == str(root) and code == 0 and "2 done" in out
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_runner_follows_its_remote_entry_again(sshd, tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.test_run_queue import wait_for
+
+    root = tmp_path / "runs"
+    reach = ["--host", "amp-test", "--ssh-config", str(sshd.config), "--remote-command", sshd.prefix]
+    queue_cli(capsys, "add", *TINY, "--max-steps", "400", "--log-interval", "5", *reach, "--runs-dir", root)
+    start = "import sys; from tests.test_run_queue import queue_main; sys.exit(queue_main(sys.argv[1:]))"
+    runner = subprocess.Popen(
+        [sys.executable, "-c", start, "start", "--runs-dir", str(root)],
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+        stdout=subprocess.DEVNULL,
+    )
+    first = wait_for(lambda: (e := read_queue(root)["entries"][0])["folder"] and e)
+    os.kill(runner.pid, signal.SIGKILL)  # the run goes on on the host
+    runner.wait()
+    code, out, _ = queue_cli(capsys, "start", "--runs-dir", root)
+    entry = read_queue(root)["entries"][0]
+    assert entry["state"] == "done" and entry["folder"] == first["folder"] and code == 0, out
