@@ -3,12 +3,16 @@ and exporting checkpoints); progress, result and error come back as queued signa
 
 Traps handled here once: `done` quits the thread with a direct connection (no deadlock with a GUI thread in
 `wait()`); the QThread is joined before it is deleted; the worker is deleted on the GUI thread after the join (never
-in its own exiting thread, which can hang on the GIL); a finished job's signals are disconnected.
+in its own exiting thread, which can hang on the GIL); a finished job's signals are disconnected. A JobRunner's jobs
+never keep the runner alive: if the last reference to a Python-owned runner were a job's connection, it would be
+dropped inside that job's destructor (its deferred deletion), and the runner's destructor would delete that
+half-destroyed child a second time (a segfault). A reaped job's connections are released at once, in ordinary code.
 """
 
 from __future__ import annotations
 
 import traceback
+import weakref
 from collections.abc import Callable
 
 import shiboken6
@@ -23,6 +27,19 @@ def disconnect(signal, slot) -> None:
         signal.disconnect(slot)
     except (RuntimeError, TypeError):  # already disconnected, or its sender is gone
         pass
+
+
+def disconnect_all(signal) -> None:
+    try:
+        signal.disconnect()
+    except (RuntimeError, TypeError):  # nothing connected, or its sender is gone
+        pass
+
+
+def _reap(runner: weakref.ref, job: BackgroundJob) -> None:
+    owner = runner()
+    if owner is not None:  # else the runner is gone, and its jobs with it
+        owner._reap(job)
 
 
 class _Worker(QObject):
@@ -138,15 +155,18 @@ class JobRunner(QObject):
         self, fn: Callable[[], object], on_success: Callable[[object], None], on_failure: Callable[[str, str], None]
     ) -> None:
         job = BackgroundJob("jobThread", self)
+        runner = weakref.ref(self)  # never self: see the module doc
         job.succeeded.connect(on_success)
         job.failed.connect(lambda message, _field, details: on_failure(message, details))
-        job.runningChanged.connect(lambda running, job=job: running or self._reap(job))
+        job.runningChanged.connect(lambda running: running or _reap(runner, job))
         self._jobs.add(job)
         job.start(lambda _progress, _control: fn())
         self.busyChanged.emit(True)
 
     def _reap(self, job: BackgroundJob) -> None:
         self._jobs.discard(job)
+        for signal in (job.succeeded, job.failed, job.runningChanged):
+            disconnect_all(signal)  # the callbacks and what they hold go now, not inside the job's destructor
         job.deleteLater()
         if not self._jobs:
             self.busyChanged.emit(False)

@@ -5,6 +5,7 @@ signal locks: with the GUI thread holding the GIL and wanting one of those locks
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 from PySide6.QtCore import Qt
@@ -49,3 +50,23 @@ def test_many_short_jobs_each_answer_once_and_leave_nothing_running(qtbot):
         runner.submit(lambda n=n: n * n, answers.append, lambda message, details: answers.append(-1))
     qtbot.waitUntil(lambda: not runner.busy, timeout=30_000)
     assert sorted(answers) == [n * n for n in range(20)]
+
+
+@pytest.mark.timeout(60)
+def test_a_runner_whose_last_reference_goes_while_its_jobs_await_deletion_is_deleted_once(qtbot):
+    """The jobs' connections must not hold the runner: else the last one, released inside a job's deferred
+    deletion, deleted the runner there, and the runner's destructor deleted that half-destroyed job again."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    runner = JobRunner()
+    answers: list[int] = []
+    destroyed: list[str] = []
+    runner.destroyed.connect(lambda *_a: destroyed.append("runner"), Qt.ConnectionType.DirectConnection)
+    for n in range(5):
+        runner.submit(lambda n=n: n, answers.append, lambda message, details: answers.append(-1))
+    held = weakref.ref(runner)
+    qtbot.waitUntil(lambda: not held().busy, timeout=30_000)
+    del runner  # the jobs' deferred deletions are still pending
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert destroyed == ["runner"]
+    assert sorted(answers) == list(range(5))
