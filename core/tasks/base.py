@@ -133,6 +133,19 @@ class Task(ABC):
         """The metrics from the parts of every slice of a split, combined (sums added, values concatenated)."""
         raise NotImplementedError(f"task {self.name} implements evaluate_parts but not metrics")
 
+    def metric_objects(self) -> dict[str, Any]:
+        """Optional: metrics kept as objects, {name: torchmetrics.Metric}, reported beside `metrics`' numbers under
+        these names (events, `monitor`, the best checkpoint). Called once; the engine moves them to the model's
+        device, resets them at each evaluation, and computes them after it (under DDP, synced across the ranks by
+        torchmetrics); evaluate_parts (or evaluate) feeds them each batch with update_metrics. Default: none."""
+        return {}
+
+    def update_metrics(self, *args: Any, **kwargs: Any) -> None:
+        """Call from evaluate_parts' batch loop: metric.update(*args, **kwargs) on every Metric object of this
+        evaluation (metric_objects), e.g. (probabilities, targets); nothing when the task has none."""
+        for metric in self.__dict__.get("_metric_objects", {}).values():
+            metric.update(*args, **kwargs)
+
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
         """The evaluation report's task part (core.runs.evaluation_report), JSON-ready sections the window draws:
         `confusion` {labels, matrix (rows: true class)}, `roc` {fpr, tpr, threshold, auc}, `histogram` {edges,
