@@ -60,6 +60,29 @@ def garbage_collected_on_the_gui_thread(request, qapp):
     collector.stop()  # collects on this thread, then automatic collection is back for the engine tests
 
 
+# The least time any qtbot wait allows, whatever the test asks. The waits are conditions (a signal, a widget's
+# state): they return as soon as it holds, so a long limit costs nothing on an idle machine, and a busy one (load
+# 12 on 2 cores makes a 5 s wait for a job or a repaint fail by chance) gets the time it needs. pytest-timeout and
+# the watchdog (tests/conftest.py) still end a test that really hangs.
+QTBOT_WAIT_FLOOR_MS = 60_000
+
+
+@pytest.fixture(autouse=True)
+def qtbot_waits_tolerate_a_busy_machine(monkeypatch):
+    from pytestqt.qtbot import QtBot
+
+    for name in ("waitUntil", "waitSignal", "waitSignals", "waitExposed", "waitActive", "waitCallback"):
+        original = getattr(QtBot, name)
+
+        def patient(self, *args, _original=original, **kwargs):
+            timeout = kwargs.get("timeout", 5000)
+            if timeout is not None and timeout > 0:  # None or -1: no limit, kept
+                kwargs["timeout"] = max(timeout, QTBOT_WAIT_FLOOR_MS)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(QtBot, name, patient)
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_qthreads(monkeypatch):
     """Fail any test that leaves a QThread running (after pytest-qt has closed its widgets)."""
