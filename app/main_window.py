@@ -206,7 +206,11 @@ class MainWindow(QMainWindow):
 
             dialog = self.queueDialog = QDialog(self, objectName="queueDialog", windowTitle="Run queue")
             dialog.resize(900, 360)
-            dialog.panel = QueuePanel(self.runs_root, lambda: self.setupPanel.validate() and self.setupPanel.config())
+            dialog.panel = QueuePanel(
+                self.runs_root,
+                lambda: self.setupPanel.validate() and self.setupPanel.config(),
+                form_host=lambda: (dest := self.devicesPanel.current_host()) and self.devicesPanel.hosts.host(dest),
+            )
             dialog.panel.historyRequested.connect(self.show_run_in_history)
             QVBoxLayout(dialog).addWidget(dialog.panel)
         if add_form:
