@@ -534,7 +534,9 @@ class Trainer:
             self._samples_on = False
             note = f"samples of task {self.task.name} failed, none more this run: {type(exc).__name__}: {exc}"
             note = first_line(note) + task_checks.raised_at(exc)
-            warnings.warn(note, RuntimeWarning, stacklevel=2)
+            with warnings.catch_warnings():  # shown, never raised (not even under -W error): samples don't end a run
+                warnings.simplefilter("always")
+                warnings.warn(note, RuntimeWarning, stacklevel=2)
             self._emit(Samples(step=self.state.step, note=note))
             return
         if rows:

@@ -238,14 +238,16 @@ class RecommenderTaskServing(TaskServing):
             users, items = raw["user"][:end], raw["item"][:end]
             return [(int(u), items[users == u].tolist()) for u in np.unique(users)]
         from core.data.importers import contiguous_ids
-        from core.data.sequences import INTERACTION_COLUMNS
+        from core.data.sequences import FILE_ORDER_COLUMNS, INTERACTION_COLUMNS
         from core.data.splits import read_splits
 
-        read = read_splits(self.task.data_source(path), INTERACTION_COLUMNS)
+        file_order = bool(self.opts.get("file_order"))  # the lines' order is the time order, as in training
+        read = read_splits(self.task.data_source(path), FILE_ORDER_COLUMNS if file_order else INTERACTION_COLUMNS)
         table = read.tables["train" if "train" in read.tables else "all"]
         code, _ = contiguous_ids(table.column("user_id"))  # users in order of first appearance
         rows = np.flatnonzero(code < limit)
-        order = rows[np.lexsort((table.column("timestamp").to_numpy()[rows], code[rows]))]
+        time = np.arange(len(code)) if file_order else table.column("timestamp").to_numpy()
+        order = rows[np.lexsort((time[rows], code[rows]))]
         user_ids = table.column("user_id").take(pa.array(order)).to_pylist()
         item_ids = table.column("item_id").take(pa.array(order)).to_pylist()
         out: dict = {}
