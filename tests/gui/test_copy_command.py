@@ -22,6 +22,8 @@ from core.remote.ssh import Host
 from core.tasks import add_task, get_task_class
 from tests.gui.gui_helpers import find, set_field
 
+# a form holding a task file estimates its memory in a child process (core.lab.memory_estimate.in_child)
+pytestmark = pytest.mark.slow
 TASK_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "user_tasks" / "regression_task.py"
 
 
