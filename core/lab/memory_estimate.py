@@ -339,31 +339,35 @@ def in_child(config: RunConfig, seconds: float) -> Estimate:
     import os
     import subprocess
     import sys
+    import tempfile
 
     from core.errors import AmpConsoleError
     from core.process import signal_group
 
-    child = subprocess.Popen(
-        [sys.executable, "-m", "core.lab.memory_estimate"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry)},
-    )
-    try:
-        out, err = child.communicate(json.dumps(config.to_dict()), timeout=seconds)
-    except subprocess.TimeoutExpired:
-        signal_group(child.pid, 9)  # what the task's code started included
-        child.communicate()
-        raise AmpConsoleError(f"the estimate did not finish in {seconds:g} s") from None
-    finally:
-        signal_group(child.pid, 9)
-    if child.returncode != 0 or not out.strip():
-        lines = [line for line in err.splitlines() if line.strip() and not line.startswith("USDT")]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # files, not pipes: a process
+        child = subprocess.Popen(  # the task's code forked holds no pipe open past the child's exit
+            [sys.executable, "-m", "core.lab.memory_estimate"],
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry)},
+        )
+        try:
+            child.communicate(json.dumps(config.to_dict()), timeout=seconds)
+        except subprocess.TimeoutExpired:
+            raise AmpConsoleError(f"the estimate did not finish in {seconds:g} s") from None
+        finally:
+            signal_group(child.pid, 9)  # what the task's code started included
+            child.wait()
+        out.seek(0)
+        err.seek(0)
+        answer, errors = out.read(), err.read()
+    if child.returncode != 0 or not answer.strip():
+        lines = [line for line in errors.splitlines() if line.strip() and not line.startswith("USDT")]
         raise AmpConsoleError(lines[-1] if lines else f"the estimate's process ended with code {child.returncode}")
-    return Estimate(**json.loads(out.splitlines()[-1]))
+    return Estimate(**json.loads(answer.splitlines()[-1]))
 
 
 if __name__ == "__main__":

@@ -61,15 +61,21 @@ def test_an_import_that_never_returns_is_stopped_at_the_limit(window, tmp_path, 
     others_still_start(window)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)
 def test_a_fork_at_import_loads_the_task_and_its_copy_is_killed(qtbot, window, tmp_path, add):
+    """Each child that imports the file (its description, then the form's memory estimate) forks a copy that
+    sleeps: every copy is killed with its child's process group, none is left behind."""
     marker = tmp_path / "forked.pid"
-    head = f"import os, time\nif os.fork() == 0:\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)"
+    head = f"import os, time\nif os.fork() == 0:\n    open({str(marker)!r}, 'a').write(f'{{os.getpid()}}\\n')\n    time.sleep(600)"
     add(written(tmp_path, head))
     assert window.setupPanel.taskCombo.currentData() == "regression", window.statusBarWidget.message.text()
     assert find(window, "paramCount").text() == "321 trainable parameters"  # the child's count, at the defaults
-    qtbot.waitUntil(lambda: marker.exists() and marker.read_text().isdigit(), timeout=30_000)
-    qtbot.waitUntil(lambda: not Path(f"/proc/{marker.read_text()}").exists(), timeout=30_000)
+    copies = lambda: [int(pid) for pid in marker.read_text().split()] if marker.exists() else []  # noqa: E731
+    qtbot.waitUntil(lambda: len(copies()) >= 2, timeout=300_000)  # the description's child's, the estimate's
+    estimate = find(window, "memoryEstimate")
+    qtbot.waitUntil(lambda: estimate.text().startswith("≈"), timeout=300_000)  # the estimate's child is done
+    qtbot.waitUntil(lambda: not any(Path(f"/proc/{pid}").exists() for pid in copies()), timeout=120_000)
+    assert os.getpid() not in copies()
     others_still_start(window)
 
 
