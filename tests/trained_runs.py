@@ -96,11 +96,12 @@ def write_interactions(path: Path) -> Path:
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     """Every file's size and time, every folder's name, but the runs root's index (.history.sqlite: a cache
-    that listing the runs may write, core.engine.run_index; so the folder's own time may change too)."""
+    that listing the runs may write, core.engine.run_index; .history.outside: the runs a run elsewhere adds to it;
+    so the folder's own time may change too)."""
     return {
         str(p.relative_to(root)): (0, 0) if p.is_dir() else (p.stat().st_size, p.stat().st_mtime_ns)
         for p in sorted(root.rglob("*"))
-        if not p.name.startswith(".history.sqlite")
+        if not p.name.startswith((".history.sqlite", ".history.outside"))
     }
 
 

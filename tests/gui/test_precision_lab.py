@@ -7,6 +7,8 @@ import pytest
 from gui_helpers import click, find, quick_run, set_field
 from PySide6.QtWidgets import QPushButton
 
+from core.precision_modes import PRECISION_MODES
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
@@ -16,8 +18,11 @@ def test_compare_fills_fp32_and_bf16_rows_and_trains_with_the_winner(qtbot, wind
     quick_run(window, tmp_path / "run", max_steps=30, log_interval=5)
     dialog = window.tools.show_compare()
     qtbot.waitExposed(dialog)
-    for mode in ("tf32", "fp16"):
-        find(dialog, f"{mode}Check").setChecked(False)
+    for mode in PRECISION_MODES:  # fp32 and bf16, with the form's optimizer alone
+        find(dialog, f"{mode}Check").setChecked(mode in ("fp32", "bf16"))
+    own = window.setupPanel.config().optimizer
+    for name, check in dialog.optimizerChecks.items():
+        check.setChecked(name == own)
     find(dialog, "sweepStepsEdit").setValue(3)
     find(dialog, "sweepRepeatsEdit").setValue(2)
     threads = find(dialog, "sweepThreadsEdit")
