@@ -258,13 +258,16 @@ def test_another_program_on_the_port_fails_within_the_rendezvous_timeout_in_one_
 
         threading.Thread(target=serve, daemon=True).start()
         endpoint = f"127.0.0.1:{held.getsockname()[1]}"
-        node = train("--max-steps", "5", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "3")
+        node = train(
+            "--max-steps", "5", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "3",
+            start_new_session=True,
+        )  # fmt: skip
         try:
             code, _, err = finish(node, timeout=120)
         finally:
-            for process in psutil.Process().children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    process.kill()
+            # its group only: this process's own helpers (multiprocessing's resource tracker) must live on
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(node.pid, signal.SIGKILL)
             for peer in kept:
                 peer.close()
     lines = err.strip().splitlines()
