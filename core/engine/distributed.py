@@ -7,6 +7,7 @@ See docs/ARCHITECTURE.md.
 from __future__ import annotations
 
 import datetime
+import inspect
 import os
 import socket
 import time
@@ -249,7 +250,12 @@ def wrap_ddp(model: torch.nn.Module, context: DistContext, device: torch.device)
     # statistics): the tasks' buffers (feature normalisation, term weights: megabytes) are fixed at setup and
     # identical on every rank, so sending them each step would only cost bandwidth.
     changing = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=changing)
+    ddp = torch.nn.parallel.DistributedDataParallel
+    # torch ≥ 2.13 names it forward_sync_buffers (and warns on the old name); buffers still sync once at init
+    name = (
+        "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else "broadcast_buffers"
+    )
+    return ddp(model, device_ids=ids, **{name: changing})
 
 
 def task_loss(model: torch.nn.Module, loss):
