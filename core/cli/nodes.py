@@ -6,12 +6,12 @@ multi-node run listens on one interface only: --bind's, else the one that routes
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import socket
 from dataclasses import dataclass
 
 from core.errors import ConfigError
+from core.runs.serve_http import is_loopback
 
 DEFAULT_PORT = 29500  # torchrun's
 DEFAULT_RDZV_TIMEOUT = 600.0  # seconds the nodes wait for each other (torchrun's join_timeout default)
@@ -159,15 +159,6 @@ def split_endpoint(text: str) -> tuple[str, int]:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError("rdzv_endpoint", f"{text!r} is not HOST:PORT (e.g. node0.example:{DEFAULT_PORT})")
     return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def local_address(host: str, port: int, bind: str | None) -> str:
