@@ -1,10 +1,5 @@
-"""Atomic file writes (a temp file in the same folder, fsync, rename, so a crash never leaves half a file),
-streamed writes' partial files (removed once their writer is gone), temp files and folders with the usual
-permissions, lock files, files opened only when regular, and path checks before a run.
-
-A shared leaf of the engine (see docs/ARCHITECTURE.md): config, checkpoints, run folders, sweeps, exports and
-predictions write through it.
-"""
+"""Atomic writes, streamed writes' partial files, temp files with the usual permissions, lock files, files
+opened only when regular, and path checks before a run."""
 
 from __future__ import annotations
 
@@ -68,11 +63,8 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-# ----------------------------------------------------------------- temp files with the usual permissions
-# tempfile.mkstemp/mkdtemp create 0600/0700; a saved file should get what open() and mkdir() give (0666/0777
-# less the umask). Reading the umask means setting it (os.umask), which races with other threads creating
-# files meanwhile (they would get the wrong mode), so the kernel applies it instead: the name is made here and
-# created with the full mode.
+# tempfile.mkstemp/mkdtemp create 0600/0700; a saved file gets open()'s and mkdir()'s modes, with the umask
+# applied by the kernel (reading it means setting it, which races with other threads).
 
 
 def _new_entry(folder: str | os.PathLike, prefix: str, suffix: str, create):
@@ -87,15 +79,13 @@ def _new_entry(folder: str | os.PathLike, prefix: str, suffix: str, create):
 
 
 def new_temp_file(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
-    """(fd, path) of a new, empty file `prefix<random>suffix` in `folder`, opened for reading and writing,
-    with the permissions open() gives (0666 less the umask). Never reads or changes the process's umask."""
+    """(fd, path) of a new, empty file `prefix<random>suffix` in `folder`, open read-write, mode 0666 - umask."""
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     return _new_entry(folder, prefix, suffix, lambda path: (os.open(path, flags, 0o666), path))
 
 
 def new_temp_folder(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp") -> str:
-    """The path of a new, empty folder `prefix<random>suffix` in `folder`, with the permissions mkdir() gives
-    (0777 less the umask). Never reads or changes the process's umask."""
+    """The path of a new, empty folder `prefix<random>suffix` in `folder`, mode 0777 - umask."""
 
     def make(path: str) -> str:
         os.mkdir(path, 0o777)
@@ -104,12 +94,8 @@ def new_temp_folder(folder: str | os.PathLike, prefix: str, suffix: str = ".tmp"
     return _new_entry(folder, prefix, suffix, make)
 
 
-# ----------------------------------------------------------------- partial files of streamed writes
-# A writer that streams (pyarrow's CSV and Parquet writers, a table at a time) writes `.<name>.<random>.tmp`
-# beside its target and renames it when complete. A stop signal removes it; SIGKILL or a power cut cannot, so
-# the writer holds a lock on it for its life (flock: the system drops it however the process ends) and the
-# next writer to the same target removes those no lock is held on. On Windows nothing is locked (a byte lock
-# there is mandatory and would stop the writer's own writes): a file still open cannot be removed there.
+# A streamed write goes to `.<name>.<random>.tmp`, flock'ed for its writer's life, renamed when complete; the
+# next writer to the target removes those no lock is held on (SIGKILL leaves them). Windows locks nothing.
 
 
 def _partial_pattern(name: str):
@@ -117,10 +103,8 @@ def _partial_pattern(name: str):
 
 
 class PartialFile:
-    """The temporary file a streamed write to `target` goes to: `.<name>.<random>.tmp` in the same folder, with
-    open()'s permissions, locked while its writer lives. `path`: where to write (the caller's writer opens it);
-    commit() fsyncs it and renames it over `target`; leaving the `with` block without commit() (an error, a
-    stop signal) removes it. OSError from the file system (a full disk) comes through as it is."""
+    """The locked temp file a streamed write to `target` goes to (`path`); commit() fsyncs and renames it over
+    `target`; leaving the `with` block without commit() removes it."""
 
     def __init__(self, target: str | os.PathLike):
         self.target = Path(target)
@@ -140,7 +124,6 @@ class PartialFile:
         return self
 
     def commit(self) -> None:
-        """fsync the written file and rename it over the target (then the folder's entry is fsynced)."""
         assert self._fd is not None and self.path is not None
         os.fsync(self._fd)  # the writer's data, whichever descriptor wrote it
         if fcntl is None:  # Windows renames no open file; POSIX keeps the lock until the name is gone
@@ -166,9 +149,7 @@ class PartialFile:
 
 
 def remove_abandoned_partials(target: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """Remove the partial files (PartialFile's) of earlier writes to `target` whose writer is gone: no lock is
-    held on them. Returns (names removed, names kept because they could not be removed). A live writer's
-    partial file is never touched (its lock is held; on Windows, an open file cannot be removed)."""
+    """Remove earlier PartialFiles of `target` no lock is held on: (names removed, names that could not be)."""
     target = Path(target)
     folder = target.parent if str(target.parent) else Path(".")
     pattern = _partial_pattern(target.name)
@@ -193,11 +174,8 @@ def remove_abandoned_partials(target: str | os.PathLike) -> tuple[list[str], lis
     return removed, kept
 
 
-# ----------------------------------------------------------------- lock files
-# An exclusive lock on a lock file says "a live process owns this": the system drops it when the process ends,
-# however it ends. POSIX: flock. Windows: msvcrt.locking on one byte past the file's text (byte-range locks are
-# mandatory there, so the text stays readable). With neither (no known platform) nothing is locked: try_lock
-# always succeeds and lock_is_held is always False; CAN_LOCK tells callers so.
+# A lock file's exclusive lock says "a live process owns this"; the system drops it however the process ends.
+# POSIX: flock; Windows: msvcrt.locking on one byte past the text (mandatory there).
 
 
 def _lock(fd: int, shared: bool = False) -> bool:
@@ -216,10 +194,8 @@ def _lock(fd: int, shared: bool = False) -> bool:
 
 
 def try_lock(path: str | os.PathLike) -> int | None:
-    """Open `path` (created, with open()'s permissions, if missing) and take an exclusive lock on it without
-    waiting: the open fd, which holds the lock until it is closed or the process ends; None when another
-    process holds it. OSError when the file cannot be opened or locked for another reason."""
-    # Never through a link, and never a FIFO or device (a run's lock is a plain file; lock_is_held skips others).
+    """The fd holding an exclusive lock on `path` (created if missing, never through a link), taken without
+    waiting; None when another process holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         mode = os.fstat(fd).st_mode
@@ -235,9 +211,7 @@ def try_lock(path: str | os.PathLike) -> int | None:
 
 
 def lock_is_held(path: str | os.PathLike) -> bool:
-    """Whether a live process holds the lock on `path` (taken by try_lock). Reading only: creates nothing,
-    and False for a missing or unreadable file, a link, a FIFO or a device (never waits on one: try_lock
-    takes only plain files)."""
+    """Whether a live process holds try_lock's lock on `path`; False for a missing file, a link or not a file."""
     try:
         fd = os.open(path, os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -258,9 +232,8 @@ def lock_is_held(path: str | os.PathLike) -> bool:
 
 
 def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
-    """The JSON objects of a JSON-lines file (metrics.jsonl) from byte `offset` on, skipping a torn line (a run
-    killed mid-write), one over RECORD_LIMIT bytes or one that is not a JSON object; none when it is missing.
-    Opened as open_regular_no_link does (UnreadableFile for a link, a FIFO or a device)."""
+    """The JSON objects of a JSON-lines file from byte `offset` on, skipping a torn, oversized or non-object
+    line; none when it is missing."""
     records: list[dict] = []
     try:
         f = open_regular_no_link(path)
@@ -282,11 +255,8 @@ def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
     return records
 
 
-# ----------------------------------------------------------------- record files read from disk
-# run.json, note.txt, evaluation.json, sweep.json, manifest.json and metrics lines may come from others (an
-# export, a remote host): their readers go through here. A regular file (never a FIFO or a device), not a link,
-# of bounded size, valid UTF-8 JSON of bounded depth; else one UnreadableFile naming the reason, so one bad
-# record costs that record and nothing else.
+# Record files may come from others (an export, a remote host): a regular file, not a link, of bounded size,
+# UTF-8 JSON of bounded depth; else one UnreadableFile naming the reason.
 
 RECORD_LIMIT = 16 * 2**20  # bytes: far above any record the engine writes (run.json is a few KiB)
 JSON_DEPTH_LIMIT = 64
@@ -297,8 +267,7 @@ class UnreadableFile(ValueError):
 
 
 def is_inside(root: str | os.PathLike, path: str | os.PathLike) -> bool:
-    """True when `path`, with every link resolved, is `root` (links resolved too) or lies under it: what
-    deleting, writing or loading under a root checks first, whatever links, `..` or absolute paths it holds."""
+    """Whether `path`, links resolved, is `root` or lies under it."""
     real_root = os.path.realpath(root)
     real = os.path.realpath(path)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
@@ -309,7 +278,7 @@ _READ_FLAGS = os.O_RDONLY | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0) | 
 
 def _open_regular(path: str | os.PathLike, follow_links: bool = False) -> tuple[int, os.stat_result]:
     """An fd on the regular file `path` and its stat, opened without blocking and, unless `follow_links`, not
-    through a link in its last part; FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    through a link; FileNotFoundError when missing, UnreadableFile for anything else."""
     name = shown_path(path) if follow_links else _file_name(path)
     try:
         fd = os.open(path, _READ_FLAGS & ~_NO_LINK if follow_links else _READ_FLAGS)
@@ -335,48 +304,33 @@ def _file_name(path) -> str:
 
 
 def open_regular_no_link(path: str | os.PathLike):
-    """`path` opened for reading in binary ("rb"), when it is a regular file (never a link, a FIFO or a
-    device): for a file too big to read at once (metrics.jsonl, a checkpoint sent to another machine), read a
-    line or a block at a time. FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    """`path` opened "rb" when it is a regular file, not a link (_open_regular's errors)."""
     return os.fdopen(_open_regular(path)[0], "rb")
 
 
 def read_regular(path: str | os.PathLike, limit: int = RECORD_LIMIT) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes, opened without following a link in its last part
-    and without blocking; FileNotFoundError when it is missing, UnreadableFile for anything else."""
+    """The bytes of a regular file, not a link, of at most `limit` bytes (_open_regular's errors)."""
     fd, info = _open_regular(path)
-    try:
+    with os.fdopen(fd, "rb") as f:
         if info.st_size > limit:
             raise UnreadableFile(
                 f"{_file_name(path)} is {size(info.st_size)}, more than a record may be ({size(limit)})"
             )
-        chunks, total = [], 0
-        while total <= limit:
-            asked = min(max(info.st_size + 1, 1 << 16), 1 << 20, limit + 1 - total)
-            try:
-                chunk = os.read(fd, asked)
-            except OSError as exc:
-                raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
-            chunks.append(chunk)
-            total += len(chunk)
-            if len(chunk) < asked:  # a regular file reads short only at its end: no read just to see that
-                break
-        if total > limit:  # it grew while being read
-            raise UnreadableFile(f"{_file_name(path)} is more than a record may be ({size(limit)})")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise UnreadableFile(f"cannot read {_file_name(path)}: {_cause(exc)}") from None
+    if len(data) > limit:  # it grew while being read
+        raise UnreadableFile(f"{_file_name(path)} is more than a record may be ({size(limit)})")
+    return data
 
 
 def open_regular(path: str | os.PathLike):
-    """`path` open for reading (binary, unbuffered), refused with UnreadableFile unless it is a regular file
-    once open: the open never blocks on a named pipe, and a device (/dev/zero never ends) is not read. Links
-    are followed. FileNotFoundError when it is missing."""
+    """`path` opened unbuffered "rb", links followed, when it is a regular file (_open_regular's errors)."""
     return os.fdopen(_open_regular(path, follow_links=True)[0], "rb", buffering=0)
 
 
 def _depth_exceeds(value, limit: int) -> bool:
-    """Whether anything in `value` lies deeper than `limit` (the value itself at depth 1), a level at a time."""
     level, depth = [value], 1
     while level:
         if depth > limit:
@@ -403,16 +357,14 @@ def parse_json(payload: bytes, name: str, depth_limit: int = JSON_DEPTH_LIMIT):
         raise UnreadableFile(f"{name} is nested more than {depth_limit} deep") from None
     except ValueError as exc:
         raise UnreadableFile(f"{name} is not valid JSON ({first_line(exc)})") from None
-    # fewer brackets in the text than the limit (those in strings count too) cannot nest that deep: the walk
-    # is skipped for nearly every record, and it is most of what reading one costs
+    # fewer brackets than the limit cannot nest that deep: the walk is skipped for nearly every record
     if text.count("{") + text.count("[") >= depth_limit and _depth_exceeds(value, depth_limit):
         raise UnreadableFile(f"{name} is nested more than {depth_limit} deep")
     return value
 
 
 def read_json_record(path: str | os.PathLike, limit: int = RECORD_LIMIT, depth_limit: int = JSON_DEPTH_LIMIT) -> dict:
-    """A JSON object read from a regular file (read_regular's rules, parse_json's limits); FileNotFoundError
-    when missing, UnreadableFile when it is anything but a JSON object."""
+    """A JSON object from a regular file (read_regular's rules, parse_json's limits)."""
     name = _file_name(path)
     value = parse_json(read_regular(path, limit), name, depth_limit)
     if not isinstance(value, dict):
@@ -420,9 +372,7 @@ def read_json_record(path: str | os.PathLike, limit: int = RECORD_LIMIT, depth_l
     return value
 
 
-# ----------------------------------------------------------------- path checks before a run
-# One-line reasons a path can't be used, found before anything is opened or written: the CLI prints them and
-# exits 2, the window can mark the field. Each raises ConfigError(field, "<path>: <cause>").
+# Path checks before a run: each raises ConfigError(field, "<path>: <cause>").
 
 
 def shown_path(path: str | os.PathLike) -> str:
@@ -449,8 +399,7 @@ def check_utf8_path(path: str | os.PathLike, field: str) -> None:
 
 
 def file_kind(mode: int) -> str:
-    """What a path of this st_mode is, as messages name it: "a file", "a folder", "a named pipe (FIFO)",
-    "a device", "a socket" or "a special file"."""
+    """What a path of this st_mode is, as messages name it ("a folder", "a named pipe (FIFO)", ...)."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -467,8 +416,7 @@ def _cause(exc: OSError) -> str:
 
 
 def check_regular_file(path: str | os.PathLike, field: str, what: str = "file", allow_folder: bool = False) -> None:
-    """Refuse before opening: a missing path, a folder (unless `allow_folder`), a FIFO or device (reading
-    one would block forever or never end), or a file this user may not read."""
+    """Refuse a missing path, a folder (unless `allow_folder`), a FIFO or device, or an unreadable file."""
     from core.errors import ConfigError
 
     name = shown_path(path)
@@ -491,8 +439,7 @@ def check_regular_file(path: str | os.PathLike, field: str, what: str = "file", 
 
 
 def check_writable_folder(path: str | os.PathLike, field: str = "out_dir") -> None:
-    """Refuse a folder a run could not create or write in: a file (or a path under a file), a name too long
-    for the file system, no write permission, a read-only mount, or a name that is not UTF-8."""
+    """Refuse a folder a run could not create or write in (under a file, too long, read-only, not UTF-8)."""
     from core.errors import ConfigError
 
     check_utf8_path(path, field)
