@@ -1,8 +1,5 @@
-"""Detect the devices torch can train on, and what each of them supports.
-
-One `DeviceInfo` per usable device: the CPU, every CUDA (or ROCm) GPU, Apple MPS and Intel XPU.
-For each device the precision modes it supports, and for the others the reason why not.
-"""
+"""The devices torch can train on (CPU, CUDA/ROCm, MPS, XPU), the precision modes each supports and why not
+the others; peak memory measured one way."""
 
 from __future__ import annotations
 
@@ -77,11 +74,7 @@ def _cpu_flags() -> set[str]:
 
 
 def cpu_bf16_support(flags: set[str]) -> tuple[bool, str]:
-    """(has bf16 hardware, one honest line naming it) from the CPU's feature flags.
-
-    AMX is named only when its bf16 tiles are there (amx_tile and amx_bf16); avx512_bf16 (bf16 dot products in
-    AVX-512 registers) is named on its own; Arm's bf16 instructions are `bf16` in its Features line.
-    """
+    """(has bf16 hardware, one line naming it) from the CPU's feature flags (AMX, avx512_bf16, Arm bf16)."""
     amx = {"amx_tile", "amx_bf16"} <= flags
     units = (["AMX bf16 tiles"] if amx else []) + (["avx512_bf16"] if "avx512_bf16" in flags else [])
     if "bf16" in flags:
@@ -119,8 +112,7 @@ def resident_set() -> int | None:
 
 
 def peak_resident_set() -> int | None:
-    """This process's resident-set high-water mark in bytes: ru_maxrss (KiB on Linux, bytes on macOS), psutil's
-    peak working set on Windows; None where neither is known."""
+    """This process's resident-set high-water mark in bytes (ru_maxrss; psutil's peak_wset on Windows)."""
     try:
         import resource
     except ImportError:  # Windows
@@ -163,17 +155,14 @@ def cpu_info() -> DeviceInfo:
 
 
 def collect_garbage() -> None:
-    """A full gc.collect() before a memory measurement, on the main thread only. In the window the lab tools
-    run on worker threads, where a full collection can finalize Qt objects caught in reference cycles: their
-    C++ destructors then wait on the GUI thread, which waits for the GIL the collector holds (a hang seen in
-    the batch-size finder's tests). There, reference counting frees the trial's tensors anyway."""
+    """A full gc.collect() before a memory measurement, on the main thread only: on a worker thread it can
+    finalize Qt objects whose destructors wait on the GUI thread, which waits for the collector's GIL."""
     if threading.current_thread() is threading.main_thread():
         gc.collect()
 
 
 def cuda_free_memory(index: int) -> int | None:
-    """Free bytes on one CUDA device. Creates this process's context on it (some hundred MB of its memory),
-    so ask only for a device this process will use, or in a short-lived process (`amp-console devices`)."""
+    """Free bytes on one CUDA device; creates a context there, so ask only for a device this process uses."""
     import torch
 
     try:
@@ -272,9 +261,8 @@ def fp8_native(info: DeviceInfo) -> bool:
 
 
 def with_low_precision(info: DeviceInfo) -> DeviceInfo:
-    """`info` with bf16-pure (wherever bf16 runs) and fp8 (float8 tensor cores and torchao; anywhere bf16 runs,
-    emulated, with AMP_FP8_EMULATE=1) among its precisions, else the reason in `unsupported`; adamw8bit (an
-    optimizer) is in `unsupported` when bitsandbytes is not installed."""
+    """`info` with bf16-pure and fp8 among its precisions where they run, else the reason in `unsupported`
+    (adamw8bit's too, without bitsandbytes)."""
     precisions, unsupported = list(info.precisions), dict(info.unsupported)
     if importlib.util.find_spec("bitsandbytes") is None:
         unsupported["adamw8bit"] = f"adamw8bit needs bitsandbytes, which is not installed: {PRECISION_INSTALL}"
@@ -299,12 +287,8 @@ def with_low_precision(info: DeviceInfo) -> DeviceInfo:
 
 
 def list_devices(free_memory: bool = False) -> list[DeviceInfo]:
-    """Every device torch can train on here, the CPU first.
-
-    `free_memory` also asks each CUDA GPU for its free memory, which creates a context on every GPU in this
-    process. The window, the launcher and each DDP rank must not hold memory on GPUs they don't train on,
-    so only the one-shot `devices` command asks (the trainer asks its own device; see cuda_free_memory).
-    """
+    """Every device torch can train on here, the CPU first; `free_memory` creates a context on every GPU, so
+    only the one-shot `devices` command asks for it."""
     import torch
 
     devices = [cpu_info()]
@@ -342,10 +326,7 @@ def torch_device(info: DeviceInfo) -> torch.device:
 
 
 def memory_in_use(device: torch.device) -> int | None:
-    """Bytes in use on `device`: peak allocated on CUDA/XPU, allocated on MPS, resident set on the CPU.
-
-    Reading it may synchronise the device: call at log intervals only.
-    """
+    """Bytes in use on `device` (peak allocated on CUDA/XPU); may synchronise: at log intervals only."""
     import torch
 
     if device.type == "cuda":
@@ -357,7 +338,6 @@ def memory_in_use(device: torch.device) -> int | None:
     return resident_set()
 
 
-# ----------------------------------------------------------------------------- peak memory
 @dataclass(frozen=True)
 class PeakReading:
     """What `PeakMemory.read` saw on its device since the last reset (None where the device cannot tell)."""
@@ -375,15 +355,9 @@ class PeakReading:
 
 
 class PeakMemory:
-    """The high-water mark of memory on one torch.device between `reset()` and `read()`, the one way the lab
-    tools measure peak memory.
-
-    CUDA and XPU: the caching allocator's peak allocated (`peak_bytes`) and reserved (`reserved_bytes`), absolute;
-    `growth_bytes` is the peak above the start. CPU: the resident set's high-water mark (where it cannot be reset,
-    `resettable` is False and the peak is since the process started). MPS: `measurable` is False, `read` gives
-    None. `with PeakMemory(device) as meter:` resets on entry and leaves the reading in `meter.reading`. Reading
-    synchronises the device: never call it per step of a training loop.
-    """
+    """The high-water mark of memory on one torch.device between `reset()` and `read()` (the allocator's on
+    CUDA/XPU, the resident set's on the CPU, none on MPS). `with PeakMemory(device) as meter:` leaves it in
+    `meter.reading`. Reading synchronises the device: never per step."""
 
     def __init__(self, device: torch.device | str) -> None:
         import torch
@@ -453,9 +427,7 @@ class PeakMemory:
         return PeakReading(None, None)
 
     def release(self) -> None:
-        """Free what the last measurement left, so the next starts from the same place: a full collection (main
-        thread only, see collect_garbage), then the allocator's cached blocks (CUDA/XPU/MPS) or glibc's free
-        heap pages (CPU)."""
+        """Free what the last measurement left: garbage, the allocator's cache or glibc's free heap pages."""
         collect_garbage()
         api = self._api()
         if api is not None and hasattr(api, "empty_cache"):
