@@ -1,13 +1,6 @@
-"""The text formats data sets come in, read into pyarrow tables for the importer (core.data.importers).
-
-- Delimited text (.csv .tsv .txt .dat .data), the delimiter sniffed (sniff_delimiter); a multi-character one ("::",
-  runs of blanks: WHITESPACE) is read as SEP, unquoted.
-- JSON lines (.jsonl .ndjson, .json of one object per line); `label text` lines (SST-2, fastText).
-- svmlight / LETOR is read by core.data.svmlight; svmlight_kind tells it apart.
-
-A file whose suffix says nothing is recognised by its content (sniff_format). Shared rules for user files: what a
-number is (NUMBER), how column names compare (normalise_name).
-"""
+"""The text formats data sets come in (delimited, JSON lines, `label text`), read into pyarrow tables for the
+importer; a file whose suffix says nothing is recognised by its content (sniff_format). A multi-character
+delimiter is read as SEP, unquoted."""
 
 from __future__ import annotations
 
@@ -75,8 +68,7 @@ def is_number(text: str) -> bool:
 
 
 def looks_like_column_name(name: str) -> bool:
-    """Whether `name` is shaped like a column name: a letter or '_' first, then up to 39 letters, digits,
-    blanks or `_ .()#%+-`."""
+    """Whether `name` is shaped like a column name (_COLUMN_NAME)."""
     return bool(_COLUMN_NAME.match(name))
 
 
@@ -90,8 +82,7 @@ def shorten(text: str, limit: int) -> str:
 
 
 def normalise_delimiter(text: str) -> str:
-    """RunConfig's delimiter as the separator itself: "" (sniff), "\\t" (the two characters) or "tab" -> a tab,
-    "comma" ",", "semicolon" ";", "pipe" "|", "colons" "::", any other text as given."""
+    """RunConfig's delimiter as the separator itself ("" sniffs; NAMED_DELIMITERS; any other text as given)."""
     if not text:
         return ""
     delimiter = NAMED_DELIMITERS.get(text.lower() if len(text) > 1 else text, text)
@@ -145,10 +136,8 @@ def utf8_error_position(file: Path) -> str:
 
 
 class _Translated(io.RawIOBase):
-    """A binary file whose multi-character delimiter reads as SEP, for pyarrow's CSV reader (which pulls blocks
-    through readinto()): whole lines are translated at a time (a line cut by a read waits for its end), so the
-    translation streams. WHITESPACE: each line's leading and trailing blanks dropped, each run between fields one
-    SEP."""
+    """A binary file whose multi-character delimiter reads as SEP, translated a whole line at a time as
+    pyarrow's CSV reader pulls blocks (WHITESPACE: blanks at line ends dropped, each run one SEP)."""
 
     def __init__(self, file: Path, delimiter: str):
         super().__init__()
@@ -204,8 +193,7 @@ def _translate(lines: bytes, delimiter: str) -> bytes:
 def read_delimited(
     file: Path, delimiter: str, column_names: list[str] | None = None, column_types: dict | None = None, **parse
 ) -> pa.Table:
-    """pyarrow's CSV reader for `file` separated by `delimiter` (any length); `column_names` for a file without
-    a header; extra ParseOptions in `parse` (e.g. invalid_row_handler, on the error path)."""
+    """pyarrow's CSV reader for `file` separated by `delimiter` (any length); extra ParseOptions in `parse`."""
     threads = parse.pop("use_threads", True)
     convert = pacsv.ConvertOptions(column_types=column_types or {})
 
@@ -235,8 +223,7 @@ def _in_growing_blocks(read):
 
 @contextmanager
 def delimited_source(file: Path, delimiter: str):
-    """(source, ParseOptions arguments) for pyarrow's CSV readers of `file` separated by `delimiter`: the file and
-    the delimiter when it is one character; else the file streamed with the delimiter read as SEP, unquoted."""
+    """(source, ParseOptions arguments) for pyarrow's CSV readers of `file` separated by `delimiter`."""
     if len(delimiter) == 1:
         yield file, {"delimiter": delimiter}
         return
@@ -276,10 +263,9 @@ def sample_records(file: Path, delimiter: str, limit: int = SAMPLE_RECORDS, text
 
 
 def sniff_delimiter(file: Path, known: Set[str], strict: bool = False) -> str:
-    """The delimiter of a text file: among the candidates that split every sampled line alike (> 1 fields), the
-    one whose line 1 names most `known` columns, then the suffix's own, then CANDIDATES' order; WHITESPACE last
-    (it splits any text). When none splits every line alike: the one splitting most lines alike, else the
-    suffix's; `strict`: "" then (the file is not delimited text)."""
+    """The delimiter of a text file: of the candidates splitting every sampled line alike, the one whose line 1
+    names most `known` columns, then the suffix's, then CANDIDATES' order; else the one splitting most lines
+    alike, else the suffix's (`strict`: "")."""
     preferred = SUFFIX_DELIMITER.get(file.suffix.lower(), ",")
     text = _head(file).decode("utf-8-sig", errors="replace")
     scored: list[tuple] = []
@@ -307,9 +293,7 @@ def sniff_delimiter(file: Path, known: Set[str], strict: bool = False) -> str:
 
 
 def record_at(file: Path, delimiter: str, header: bool, index: int) -> tuple[int, list[str]]:
-    """(line, fields) of data record `index` (0-based, a header not counted): the line where it starts as an
-    editor counts them (blank lines and quoted fields holding newlines included). Error path only: reads the
-    file record by record; (index + 1 + header, []) if it cannot be read as text."""
+    """(line, fields) of data record `index` (0-based, no header), lines counted as an editor does (error path)."""
     limit = csv.field_size_limit()
     try:
         csv.field_size_limit(sys.maxsize)
@@ -327,9 +311,6 @@ def record_at(file: Path, delimiter: str, header: bool, index: int) -> tuple[int
     finally:
         csv.field_size_limit(limit)
     return index + 1 + header, []
-
-
-# ---- JSON lines ---------------------------------------------------------------------------------------------
 
 
 def read_jsonl(file: Path) -> pa.Table:
@@ -397,12 +378,8 @@ def json_line(file: Path, index: int) -> int:
     return index + 1
 
 
-# ---- by content: svmlight, label text, files whose suffix says nothing -------------------------------------------
-
-
 def _head(file: Path) -> bytes:
-    """The first SAMPLE_BYTES of `file` (line 1 read to its end), cut after its last whole line (all of it when
-    the file is shorter)."""
+    """The first SAMPLE_BYTES of `file` (line 1 read to its end), cut after its last whole line."""
     with open(file, "rb") as handle:
         head = handle.read(SAMPLE_BYTES)
         while b"\n" not in head and len(head) < MAX_LINE_BYTES and (more := handle.read(SAMPLE_BYTES)):
@@ -418,8 +395,7 @@ def _data_lines(file: Path) -> list[bytes]:
 
 
 def svmlight_kind(file: Path) -> str | None:
-    """What the first data line of `file` reads as (comment and blank lines skipped): "qid" for `<label>
-    qid:<id> ...`, "plain" for `<label> <index>:<value> ...` without qid: (LightGBM's rank.train), else None."""
+    """ "qid" or "plain" (no qid:) when the first data line of `file` is svmlight, else None."""
     for line in _head(file).splitlines():
         body = line.split(b"#", 1)[0].strip()
         if body:
@@ -428,8 +404,8 @@ def svmlight_kind(file: Path) -> str | None:
 
 
 def looks_label_text(file: Path, labels=None) -> bool:
-    """Whether `file` holds `label text` lines: line 1 and at least LABEL_TEXT_SHARE of the sampled lines start
-    with a label from `labels` (lower-cased; None: any token prefixed __label__), then a blank, then text."""
+    """Whether line 1 and LABEL_TEXT_SHARE of the sampled lines are `label text` (a label from `labels`, or
+    any __label__ token when None)."""
     lines = [line.decode("utf-8", errors="replace") for line in _data_lines(file)]
     if not lines:
         return False
@@ -447,9 +423,7 @@ _LABEL_LINE = r"^[ \t]*(?:__label__)?(?P<label>[^ \t]+)[ \t]+(?P<text>.*?)[ \t\r
 
 
 def read_label_text(file: Path) -> pa.Table:
-    """A `label text` file -> table of label (the first token, fastText's __label__ removed; the importer checks
-    it against the task's labels) and text (the rest of the line, its blanks at the ends dropped); blank lines
-    skipped (json_line finds a row's line). DataError naming the line that is not `label text`."""
+    """A `label text` file -> table of label (fastText's __label__ removed) and text; blank lines skipped."""
     try:  # one column: SEP never separates text
         lines = read_delimited(file, SEP, ["line"], {"line": pa.string()}, quote_char=False).column(0)
     except pa.ArrowInvalid as exc:
@@ -468,10 +442,8 @@ def read_label_text(file: Path) -> pa.Table:
 
 
 def sniff_format(file: Path, known: Set[str] = frozenset(), labels=None) -> tuple[str, str] | None:
-    """What a text file whose suffix says nothing holds, by its content: ("json", ""), ("svmlight", ""),
-    ("label_text", "") (`labels` as looks_label_text: None for fastText's __label__ lines only) or
-    ("delimited", its delimiter: one that splits every sampled line alike, see sniff_delimiter); None when
-    nothing fits (unrecognised says so). Reusable by any reader of user files."""
+    """(format, delimiter) of a text file by its content, e.g. ("json", "") or ("delimited", ","); None when
+    nothing fits."""
     lines = _data_lines(file)
     if not lines:
         return None
@@ -486,8 +458,7 @@ def sniff_format(file: Path, known: Set[str] = frozenset(), labels=None) -> tupl
 
 
 def unrecognised(file: Path, tried: tuple[str, ...] = ("delimited", "json", "svmlight", "label_text")) -> str:
-    """The message for a file that none of `tried` (FORMAT_NAMES' keys) reads: what was tried, line 1, and how
-    to say the format."""
+    """The message for a file none of `tried` reads: what was tried, line 1, how to give the format."""
     lines = _data_lines(file)
     try:
         line1 = f"line 1 reads {shorten(lines[0].decode('utf-8'), 80)!r}" if lines else "it holds no data lines"
