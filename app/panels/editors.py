@@ -31,6 +31,17 @@ from app.assets import restyle
 
 WIDE_INT = 2**53  # every integer up to this is exact in a double
 WIDE_FLOAT = 1e300
+LABEL_WIDTH = 118  # one label column width across all groups, so the editors line up
+
+
+def form_label(text: str, tooltip: str = "", width: int = LABEL_WIDTH) -> QLabel:
+    label = QLabel(text)
+    label.setProperty("formLabel", True)
+    label.setMinimumWidth(width)
+    label.setMinimumHeight(26)
+    label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    label.setToolTip(tooltip)
+    return label
 
 
 def hbox(*items) -> QHBoxLayout:
