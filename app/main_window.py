@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, QTimer, Signal
 from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
-    QVBoxLayout,
 )
 
 from app.assets import icon
@@ -19,10 +18,12 @@ from app.run.controller import RunController
 from app.run.jobs import GuiThreadGarbageCollector, JobRunner
 from app.task_actions import TaskActions
 from app.tool_actions import ToolActions
+from app.window_dialogs import WindowDialogs
 from app.window_layout import build_menus, build_widgets
 from app.window_settings import WindowSettings
 from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
 from core.engine.run_folder import METRICS_FILE
+from core.engine.run_record import write_note
 from core.files import read_jsonl
 
 APP_NAME = "AMP Console"
@@ -30,7 +31,7 @@ STOPPING_TO_CLOSE = "Stopping the run before closing: finishing the current step
 CLOSE_TIMEOUT_MS = 60_000  # Stop and close: past this, stop and join (a process run has been killed by then)
 
 
-class MainWindow(QMainWindow):
+class MainWindow(WindowDialogs, QMainWindow):
     """AMP Console's window. `devices` injects a device list (tests); `settings` a QSettings store; `prestart_runs`
     keeps a training process loaded ahead so separate-process runs start at once."""
 
@@ -63,6 +64,7 @@ class MainWindow(QMainWindow):
         self._history_due = False  # the next RunStarted draws them (read off the GUI thread meanwhile)
         self._held: list | None = None  # the plots' events after a resumed RunStarted, until its history is in
         self._resuming: str | None = None  # the checkpoint the run being started resumes
+        self._note = ""  # written into the next run's folder once it has started (a fix's re-run says what changed)
         # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.
         self.pending_resume: str | None = None
         self.historyDialog = None
@@ -132,23 +134,6 @@ class MainWindow(QMainWindow):
     def save_settings(self) -> None:
         self.window_settings.save(self)
 
-    def show_run_in_history(self, name: str) -> None:
-        """Open the run history with the run `name` (as the history lists it, e.g. 'sweep/trial') selected."""
-        dialog = self.show_history()
-        if dialog is None:
-            return
-        panel = dialog.panel
-
-        def select(_rows=None) -> None:
-            panel.select_names(name)
-
-        if panel.visible_names() and name in panel.visible_names():
-            select()
-        else:  # the list is (re)scanned when the dialog shows: select once the scan is in
-            panel.scanned.connect(select, Qt.ConnectionType.SingleShotConnection)
-            if not panel.busy:
-                panel.refresh()
-
     def train_trial_longer(self, config, checkpoint: str) -> bool:
         """Resume a sweep trial's `checkpoint` with `config` (its settings, trained longer) put into the form."""
         if self.controller.running or self.jobs.busy or self.tools.busy_tools():
@@ -158,126 +143,21 @@ class MainWindow(QMainWindow):
         self.logPanel.log(f"Training longer from {checkpoint}")
         return self.start_run(resume_from=checkpoint)
 
-    def show_history(self):
-        """The run history (every run under the runs folder) as a dialog, created on first use."""
-        if not self.engine_ready:
-            return None
-        if self.historyDialog is None:
-            from PySide6.QtWidgets import QDialog
-
-            from app.panels.history import HistoryPanel
-
-            dialog = QDialog(self, objectName="historyDialog")
-            dialog.setWindowTitle("Run history")
-            dialog.resize(1100, 480)
-            panel = HistoryPanel(self.runs_root, dialog)
-            panel.remoteRuns.set_hosts(self.devicesPanel.hosts)  # the hosts' runs listed too
-            QVBoxLayout(dialog).addWidget(panel)
-            dialog.panel = panel
-            panel.loadSettingsRequested.connect(self._load_run_settings)
-            panel.resumeRequested.connect(self._resume_from_history)
-            panel.evaluated.connect(self._log_evaluation)
-            panel.previewRequested.connect(self.show_preview)
-            panel.overlayRequested.connect(self.overlay_runs)
-            panel.clearOverlaysRequested.connect(self.plotsPanel.clear_overlays)
-            panel.exportRequested.connect(self.file_actions.ask_export)  # Export… on a run: its last or best
-            panel.rootChosen.connect(self.set_runs_root)
-            self.historyDialog = dialog
-        self.historyDialog.show()
-        self.historyDialog.raise_()
-        return self.historyDialog
-
-    def overlay_runs(self, runs: list) -> None:
-        """The run history's Overlay; one line when the runs trained another task than the one on show (or chosen)."""
-        self.plotsPanel.overlay_runs(runs)
-        task = self.plotsPanel.run_task or self.setupPanel.taskCombo.currentData() or ""
-        if note := self.plotsPanel.other_task_note(task):
-            self.show_message(note, "status-warn")
-            self.logPanel.log(note)
-
-    def show_queue(self, add_form: bool = False):
-        """The run queue (app.panels.queue) as a dialog, created on first use; `add_form`: the form's settings added."""
-        if not self.engine_ready:
-            return None
-        if self.queueDialog is None:
-            from PySide6.QtWidgets import QDialog
-
-            from app.panels.queue import QueuePanel
-
-            dialog = self.queueDialog = QDialog(self, objectName="queueDialog", windowTitle="Run queue")
-            dialog.resize(900, 360)
-            dialog.panel = QueuePanel(
-                self.runs_root,
-                lambda: self.setupPanel.validate() and self.setupPanel.config(),
-                form_host=lambda: (dest := self.devicesPanel.current_host()) and self.devicesPanel.hosts.host(dest),
-            )
-            dialog.panel.historyRequested.connect(self.show_run_in_history)
-            QVBoxLayout(dialog).addWidget(dialog.panel)
-        if add_form:
-            self.queueDialog.panel.add_form()
-        self.queueDialog.show()
-        self.queueDialog.raise_()
-        return self.queueDialog
-
-    def show_preview(self, folder: str | None = None):
-        """The Model preview (created on first use); `folder` selects that run."""
-        if not self.engine_ready:
-            return None
-        if self.previewDialog is None:
-            from app.panels.preview import PreviewDialog
-
-            self.previewDialog = PreviewDialog(self.runs_root, lambda: [d.id for d in self.devicesPanel.devices], self)
-        if folder:
-            self.previewDialog.select_run(folder)
-        self.previewDialog.show()
-        self.previewDialog.raise_()
-        self.previewDialog.activateWindow()
-        return self.previewDialog
-
-    def runs_root(self) -> Path:
-        """Where runs with no output folder go and what the run history lists."""
-        from core.engine.run_record import runs_root
-
-        return runs_root(self.window_settings.runs_root() or None)
-
-    def set_runs_root(self, folder: str) -> None:
-        self.window_settings.set_runs_root(folder)
-        self.show_message(f"Runs root: {self.runs_root()}")
-        if self.historyDialog is not None:
-            self.historyDialog.panel.refresh()
-
-    def _load_run_settings(self, config: dict) -> None:
+    def rerun_with_fix(self, fix: dict) -> bool:
+        """One of a diverged run's RunEnded.fixes: its changes in the form, trained from its checkpoint (or from the
+        start without one), its note written into the new run as `train --note` does."""
         from core.config import RunConfig
-        from core.errors import ConfigError
 
         if self.controller.running:
-            self.show_message("A run is in progress; its settings stay in the form until it ends.", "status-warn")
-            return
-        try:
-            self.apply_config(RunConfig.from_dict(config, source="run.json"))
-        except ConfigError as exc:
-            self.show_error(f"Could not load the run's settings: {exc}")
-            return
-        self.show_message(f"Loaded the settings of the run in {config.get('out_dir', '?')}")
-        self.set_settings_name(Path(str(config.get("out_dir") or "")).name)
-
-    def _log_evaluation(self, result: dict) -> None:
-        """The history evaluated a checkpoint: logged, and the preview's Evaluation tab rereads the report."""
-        from core.runs.evaluation_report import report_folder
-
-        metrics = ", ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items())
-        self.logPanel.log(
-            f"Evaluated {result['checkpoint']} (step {result['step']:,}) on the {result['split']} split: {metrics}"
-        )
-        tab = self.previewDialog.evaluation if self.previewDialog is not None else None
-        if tab is not None and tab.folder == report_folder(result["checkpoint"]) and not tab.job.running:
-            tab.set_checkpoint(tab.checkpoint, tab.device)
-
-    def _resume_from_history(self, checkpoint: str) -> None:
-        if self.controller.running or self.jobs.busy:
             self.show_message("A run is already in progress; stop it first.", "status-warn")
-            return
-        self.file_actions.resume(checkpoint)
+            return False
+        self.apply_config(RunConfig.from_dict({**self.setupPanel.config().to_dict(), **fix["changes"]}, source="fix"))
+        self._note = fix["note"]
+        if not self.start_run(resume_from=fix["resume"]):
+            self._note = ""
+            return False
+        self.logPanel.log(f"Re-running with {fix['label']} from {fix['resume'] or 'the start'}")
+        return True
 
     def train_with_precision(self, mode: str) -> bool:
         """Set the precision picker to `mode` and start a full run with the rest of the form as it is."""
@@ -330,6 +210,7 @@ class MainWindow(QMainWindow):
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         self._history = self._held = None
+        self.fixesPanel.hide()
         self._resuming = resume_from or None
         self._history_due = bool(resume_from)
         token = self._history_token = object()
@@ -441,6 +322,7 @@ class MainWindow(QMainWindow):
             return
         held, self._held = self._held, None
         self.plotsPanel.show_history(self._history)
+        self.samplesPanel.show_history(self._history)
         for event in held:
             self.plotsPanel.handle_event(event)
 
@@ -449,17 +331,24 @@ class MainWindow(QMainWindow):
             self._held.append(event)
         else:
             self.plotsPanel.handle_event(event)
+        self.samplesPanel.handle_event(event)  # before a resumed run's earlier samples are shown
         if isinstance(event, RunStarted):
             self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
             self.statusBarWidget.host = getattr(getattr(self.controller.run, "host", None), "dest", "")  # a host's run
             self.devicesPanel.show_remote_run(self.statusBarWidget.host, event.device)  # it looks remote
             self._update_title()
+            if self._note and not self.statusBarWidget.host:  # a host's run folder is not here
+                note, folder, self._note = self._note, self._run_folder, ""
+                self.jobs.submit(
+                    lambda: write_note(folder, note),
+                    lambda _stored: None,
+                    lambda message, _details: self.logPanel.log(f"The run's note was not written: {message}"),
+                )
             if self._history_due:
                 self._history_due = False
                 self._held = [] if event.start_step > 0 else None
                 self._draw_history()
         self.logPanel.handle_event(event)
-        self.samplesPanel.handle_event(event)
         if isinstance(event, RunStarted) and self.plotsPanel.overlay_note():
             self.logPanel.log(self.plotsPanel.overlay_note())  # why other runs' curves are under this one
             if note := self.plotsPanel.other_task_note(event.task):
@@ -493,6 +382,7 @@ class MainWindow(QMainWindow):
     def _on_run_ended(self, event: RunEnded) -> None:
         if event.checkpoint:
             self.last_checkpoint = event.checkpoint
+        self.fixesPanel.show_fixes(event)  # a divergence's re-runs, one button each
         if event.status == "failed":
             self.show_error(f"Run failed: {event.message}", event.details)
         else:

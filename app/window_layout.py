@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QHBoxLayout, QMessageBox, QPushButton, QScrollArea
 from app.assets import icon
 from app.panels.devices import DevicesPanel
 from app.panels.log import LogPanel
+from app.panels.nan_doctor import FixesPanel
 from app.panels.plots import PlotsPanel
 from app.panels.run_setup import RunSetupPanel
 from app.panels.samples import SamplesPanel
@@ -51,6 +52,8 @@ def build_widgets(window) -> None:
     window.plotsPanel = PlotsPanel()
     window.samplesPanel = SamplesPanel()  # beside the plots, shown once a run sends samples
     window.logPanel = LogPanel()
+    window.fixesPanel = FixesPanel()  # a diverged run's re-runs, over the Start button
+    window.fixesPanel.fixChosen.connect(window.rerun_with_fix)
     window.statusBarWidget = RunStatusBar()
     window.setStatusBar(window.statusBarWidget)
     window.statusBarWidget.detailsRequested.connect(window.show_error_details)
@@ -80,6 +83,7 @@ def build_widgets(window) -> None:
     left_layout = QVBoxLayout(left)
     left_layout.setContentsMargins(8, 8, 4, 8)
     left_layout.addWidget(scroll, 1)
+    left_layout.addWidget(window.fixesPanel)
     left_layout.addLayout(buttons)
 
     window.rightSplitter = MarginSplitter(Qt.Orientation.Vertical, objectName="rightSplitter")
@@ -129,7 +133,7 @@ def build_menus(window) -> None:
         run_menu.addAction(action)
     run_menu.addSeparator()
     window.queueAddAction = QAction("&Add to queue", window, shortcut="Ctrl+Shift+U")
-    window.queueAddAction.triggered.connect(lambda: window.show_queue(add_form=True))
+    window.queueAddAction.triggered.connect(lambda: window.show_queue(add=[]))
     window.queueAction = QAction("Run &queue…", window, shortcut="Ctrl+U", triggered=lambda: window.show_queue())
     run_menu.addActions([window.queueAddAction, window.queueAction])
     run_menu.addSeparator()

@@ -1,12 +1,12 @@
 """Samples at each evaluation (core.engine.events.Samples): the task's answers to a few fixed inputs, newest step
 first, each beside the previous step's answer, so that the model is seen getting better, not only a number.
-Hidden until a run sends samples; a new run clears it."""
+Hidden until a run sends samples; a new run clears it, a resumed one shows its earlier samples from its record."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
-from core.engine.events import RunStarted, Samples
+from core.engine.events import RunStarted, Samples, event_or_none
 
 COLUMNS = ("Input", "Answer", "Previous answer")
 MIN_WIDTH = 360  # three columns of wrapped text
@@ -30,11 +30,13 @@ class SamplesPanel(QWidget):
         layout.addWidget(self.table, 1)
         self.setMinimumWidth(MIN_WIDTH)
         self.steps: list[Samples] = []  # newest first
+        self.start_step = 0  # the run's first step (a resumed run's earlier samples are those up to it)
         self.hide()
 
     def handle_event(self, event) -> None:
         if isinstance(event, RunStarted):
             self.steps.clear()
+            self.start_step = event.start_step
             self.table.setRowCount(0)
             self.hide()
         elif isinstance(event, Samples):
@@ -45,6 +47,15 @@ class SamplesPanel(QWidget):
                 self.steps.insert(0, event)
                 del self.steps[2:]
                 self._show()
+            self.show()
+
+    def show_history(self, records: list) -> None:
+        """A resumed run's samples from before it resumed, from its metrics.jsonl records, with those sent since."""
+        kept = [e for r in records if r.get("event") == "Samples" and (e := event_or_none(r)) and e.rows]
+        earlier = [e for e in kept if e.step <= self.start_step][-2:]
+        if earlier:
+            self.steps = sorted({s.step: s for s in [*earlier, *self.steps]}.values(), key=lambda s: -s.step)[:2]
+            self._show()
             self.show()
 
     def _show(self) -> None:

@@ -26,3 +26,19 @@ def test_the_panel_shows_the_latest_samples_beside_the_previous_ones(qtbot, wind
         assert [table.item(row, c).text() for c in range(3)] == [now["input"], now["answer"], before["answer"]]
     panel.grab().save("/tmp/samples.png")
     window.grab().save("/tmp/samples_window.png")
+
+
+@pytest.mark.timeout(300)
+def test_a_resumed_run_shows_its_earlier_samples_from_its_record(qtbot, window, tmp_path):
+    panel = window.samplesPanel
+    quick_run(window, tmp_path / "run", max_steps=40, samples=2048)
+    set_field(window, "evalIntervalEdit", 20)
+    finish_run(qtbot, window, PROCESS_WAIT_MS)
+    set_field(window, "maxStepsEdit", 60)
+    seen: list = []
+    window.controller.event.connect(lambda e: seen.append(e) if isinstance(e, Samples) else None)
+    with qtbot.waitSignal(window.controller.runningChanged, timeout=PROCESS_WAIT_MS, check_params_cb=lambda r: not r):
+        assert window.start_run(resume_from=window.last_checkpoint)
+    assert [e.step for e in seen] == [60]  # streamed since the resume; step 40's came from metrics.jsonl
+    qtbot.waitUntil(lambda: panel.title.text() == "Samples at step 60 (previous: step 40)", timeout=60_000)
+    assert panel.table.item(0, 2).text()  # step 40's answer beside step 60's
