@@ -1,9 +1,7 @@
 """Read users' data files (or a folder of them) with pyarrow, with errors that name file, line, column.
 
-Formats are READ_SUFFIXES (a file of another suffix is read by its content: core.data.formats.sniff_format). Columns
-are found by ReadOptions.columns (a name or a 1-based position), else by the expected name, else by its one alias
-(ALIASES); a file whose line 1 is data has its columns taken by position (HEADERLESS_LAYOUTS). The row-locating work
-runs only once a read failed.
+Columns are found by ReadOptions.columns (a name or a 1-based position), else by name, else by one alias
+(ALIASES); a file whose line 1 is data has its columns taken by position (HEADERLESS_LAYOUTS).
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ READ_SUFFIXES = (
     *formats.JSON_SUFFIXES,
     *formats.SVMLIGHT_SUFFIXES,
 )  # what read_table reads
-# Common names of the expected columns, recognised when the expected name is absent and exactly one of these
-# is present (compared case-insensitively, ignoring "_", "-" and spaces).
+# Names of the expected columns, used when the name is absent and exactly one of these is there (normalise_name).
 ALIASES = {
     "user_id": ("userid", "user", "uid"),
     "item_id": ("movieid", "itemid", "item", "iid", "lessonid"),
@@ -49,9 +46,8 @@ ALIASES = {
     "query_id": ("qid", "query", "queryid"),
     "doc_id": ("docid", "did"),
 }
-# Header-less files: line 1 is data (see _line1_is_data), so columns are taken by position. By default the
-# caller's columns in order (then the prefix columns, e.g. f1, f2, ...); a layout listed here for the caller's
-# required columns applies instead to a file with exactly that many columns ("rating" is read, then ignored).
+# Header-less files take columns by position: the caller's in order, or a layout here for its required columns
+# when the file has exactly that many ("rating" is read, then ignored).
 HEADERLESS_LAYOUTS = {
     ("user_id", "item_id", "timestamp"): (("user_id", "item_id", "rating", "timestamp"),),  # MovieLens ratings
     ("user_id", "item_id"): (
@@ -64,13 +60,8 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How to read a user's file when its shape is not the expected one (RunConfig's delimiter and columns).
-
-    delimiter: "" sniffs it from the file; otherwise the separator itself ("," "\\t" ";" "|" "::" ...).
-    columns: expected column name -> the file's name for it (e.g. {"user_id": "userId"}).
-    data_format: "auto" (by suffix, then content) or one of formats.FORMAT_NAMES, for every file read.
-    query_file: the query sizes of an svmlight file without qid: (one file; else its .query / .group beside it).
-    """
+    """How to read a user's file (RunConfig's delimiter, columns, data format and query file); `columns`
+    maps an expected column to the file's name or 1-based position for it."""
 
     delimiter: str = ""
     columns: Mapping[str, str] = field(default_factory=dict)
@@ -79,8 +70,7 @@ class ReadOptions:
 
 
 def data_files(path: str | Path) -> list[Path]:
-    """The data files at `path`: the file itself, or the sorted data files (READ_SUFFIXES) of a folder. A link
-    is followed and its target named; anything but a regular file (a FIFO would hang) is refused unopened."""
+    """The data files at `path`: the file itself or a folder's sorted READ_SUFFIXES files; not a FIFO or device."""
     path = Path(path)
     if path.is_symlink() and not path.exists():
         raise DataError(f"{path}: a link to {os.readlink(path)}, which does not exist")
@@ -112,9 +102,8 @@ def read_table(
     options: ReadOptions | None = None,
     notes: list[str] | None = None,
 ) -> pa.Table:
-    """Read `path` (file or folder) into one table holding `columns` (plus every column named `prefix_columns`
-    and a number, e.g. f1, f2 for ranking features), checked and converted; DataError naming file and line or
-    column. `notes` gets a line for the run's log per file read by its content or with a query-sizes file."""
+    """Read `path` (file or folder) into one table of `columns` (and `prefix_columns`<N>), checked and
+    converted; `notes` gets a line per file read by its content or with a query-sizes file."""
     options = options or ReadOptions()
     files = data_files(path)
     if options.query_file and len(files) > 1:
@@ -157,10 +146,8 @@ def _known_names(columns: list[Column], options: ReadOptions) -> set[str]:
 
 
 def _line1_is_data(records: list[list[str]], known: set[str]) -> bool:
-    """Whether line 1 of a delimited file is data rather than a header of column names: it names none of the
-    expected columns (nor their aliases or mapped names), and in each column whose values on the following
-    sampled lines are all numbers it holds a number too (with at least one such column). A file of one line
-    is data when every field of it is a number."""
+    """Whether line 1 is data, not a header: it names no `known` column and holds numbers in the columns that
+    are numbers on the sampled lines after it (all numbers, for a file of one line)."""
     first = records[0]
     if any(formats.normalise_name(f) in known for f in first):
         return False
@@ -172,8 +159,7 @@ def _line1_is_data(records: list[list[str]], known: set[str]) -> bool:
 
 
 def _positional_names(columns: list[Column], prefix: str | None, count: int) -> list[str]:
-    """Names for the `count` columns of a header-less file: a HEADERLESS_LAYOUTS entry of that length for the
-    required columns, else the expected columns in order; then prefix columns (f1, f2, ...) or column<N>."""
+    """Names for the `count` columns of a header-less file (HEADERLESS_LAYOUTS, else the columns in order)."""
     layouts = HEADERLESS_LAYOUTS.get(tuple(c.name for c in columns if c.required), ())
     layout = next((layout for layout in layouts if len(layout) == count), None)
     names = list(layout) if layout else [c.name for c in columns][:count]
@@ -185,8 +171,7 @@ def _positional_names(columns: list[Column], prefix: str | None, count: int) -> 
 
 
 def _resolve(src: Source, names: list[str], columns: list[Column], options: ReadOptions) -> dict[str, int]:
-    """Expected column -> its index among `names`: options.columns (a name, or a 1-based position), else the
-    expected name itself, else its one alias present. DataError for a mapping that names no column."""
+    """Expected column -> its index among `names` (options.columns, else the name, else one alias)."""
     expected = [c.name for c in columns]
     where = "line 1: " if src.kind == "csv" else ""
     for key, target in options.columns.items():
@@ -301,10 +286,8 @@ def _read_source(
 
 
 def _format_of(file: Path, columns: list[Column], options: ReadOptions) -> tuple[str, str, str]:
-    """(format, delimiter sniffed on the way or "", what to note when it was found by content) of `file`:
-    options.data_format when it names one, else by the suffix (svmlight and `label text` lines by content in a
-    delimited-text file, for a task that reads them), else by content (formats.sniff_format). DataError for a
-    file that reads as nothing."""
+    """(format, delimiter sniffed or "", a note when found by content) of `file`: options.data_format, else the
+    suffix, else its content."""
     shape, suffix = options.data_format or "auto", file.suffix.lower()
     known = suffix in READ_SUFFIXES
     if shape not in ("auto", *formats.FORMAT_NAMES):
@@ -342,8 +325,7 @@ def _format_of(file: Path, columns: list[Column], options: ReadOptions) -> tuple
 def _read_delimited(
     file: Path, columns: list[Column], prefix: str | None, options: ReadOptions, sniffed: str = ""
 ) -> tuple[Source, pa.Table]:
-    """A delimited text file: the delimiter (given, else `sniffed` or sniffed here), header or not, id columns
-    read as text."""
+    """A delimited text file: the delimiter given or sniffed, header or not, id columns read as text."""
     known = _known_names(columns, options)
     delimiter = formats.normalise_delimiter(options.delimiter)
     src = Source(
@@ -404,7 +386,6 @@ def _read_csv(src: Source, text_columns: Sequence[str] = (), column_names: list[
             raise DataError(f"{file}: empty file (line 1: no header)") from None
         raise DataError(f"{file}: {_csv_parse_problem(src, text, column_names)}") from None
     if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
-        # pyarrow reads a column holding invalid UTF-8 as bytes rather than failing: report the first bad byte.
         raise DataError(f"{file}: {formats.utf8_error_position(file)}: text is not valid UTF-8")
     return table
 
@@ -475,8 +456,7 @@ def encode_ids(values: pa.ChunkedArray, start: int = 0) -> tuple[np.ndarray, pa.
 
 
 def id_vocabulary(raw: pa.Array) -> torch.Tensor | list[str]:
-    """Raw ids in code order, in a form a weights_only checkpoint and a JSON manifest can hold: an int64
-    tensor for integer ids (compact), else their strings."""
+    """Raw ids in code order as a weights_only checkpoint and JSON hold them: int64 tensor, else strings."""
     if pa.types.is_integer(raw.type):
         return torch.from_numpy(raw.to_numpy(zero_copy_only=False).astype(np.int64))
     return [str(value) for value in raw.to_pylist()]
