@@ -113,6 +113,7 @@ class ToolActions:
         def wire(dialog):
             dialog.openInHistory.connect(self.window.show_run_in_history)
             dialog.trainLongerRequested.connect(self.window.train_trial_longer)
+            dialog.queueRequested.connect(lambda entries: self.window.show_queue(add=entries))
 
         return self._tool_dialog("sweepDialog", SweepDialog, self.window.runs_root, wire=wire)
 

@@ -1,5 +1,5 @@
 """The run queue (core.runs.queue) in a panel: its entries with their states, run folders and results; add the
-form's settings or settings files, move and remove pending entries, start, pause and stop the queue. The runner
+form's settings, settings files, a task file's tasks or a sweep's trials (the sweep dialog's), move and remove pending entries, start, pause and stop the queue. The runner
 (core.runs.queue.QueueRunner) works on a BackgroundJob; the table follows <runs root>/.queue.json, so a queue that
 `amp-console queue start` runs shows here too."""
 
@@ -67,6 +67,7 @@ class QueuePanel(QWidget):
         for name, text, slot in (
             ("addForm", "Add the form's settings", self.add_form),
             ("addFiles", "Add settings files…", self.add_files),
+            ("addTasks", "Add a task file's tasks…", self.add_task_file),
             ("up", "Up", lambda: self.move(-1)),
             ("down", "Down", lambda: self.move(1)),
             ("remove", "Remove", self.remove),
@@ -172,6 +173,38 @@ class QueuePanel(QWidget):
             self.add([(Path(f).stem, RunConfig.load_toml(f)) for f in files])
         except AmpConsoleError as exc:
             self.note(str(exc))
+
+    def add_task_file(self, path: str = "") -> None:
+        """One entry per Task class of a task file, at the task's defaults on the form's device and precision. Read
+        from its source and listed with a stand-in class, as File → Add task… does: its code runs only in its runs."""
+        import dataclasses
+
+        from core.config import RunConfig
+        from core.tasks import add_task, remember_task, task_source
+        from core.tasks.catalog import task_class_names
+        from core.tasks.describe import stand_in
+
+        path = path or QFileDialog.getOpenFileName(self, "Add a task file's tasks", "", "Python task files (*.py)")[0]
+        form, entries = self.form_config(), []
+        where = {"device": form.device, "precision": form.precision} if form else {}
+        for name in task_class_names(path) if path else ():
+            reference = f"{path}:{name}"
+            if (info := remember_task(reference)) is None:
+                self.note(f"{reference}: its settings are not plain literals; add it with File → Add task… first")
+                return
+            try:
+                add_task(
+                    reference, stand_in(dataclasses.asdict(info) | {"capabilities": (), "class_name": name}, reference)
+                )
+            except AmpConsoleError as exc:
+                self.note(str(exc))
+                return
+            values = {**info.defaults, "task": info.name, "task_file": task_source(info.name), **where}
+            entries.append((f"{info.name} ({Path(path).name})", RunConfig.from_dict(values)))
+        if path and not entries:
+            self.note(f"{path} defines no Task class")
+        elif entries:
+            self.add(entries)
 
     def move(self, step: int) -> None:
         entry = self.selected()

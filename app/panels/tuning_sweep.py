@@ -205,6 +205,7 @@ class SweepDialog(ToolDialog):
 
     openInHistory = Signal(str)
     trainLongerRequested = Signal(object, str)
+    queueRequested = Signal(list)  # the plan's trials as (name, RunConfig), for the run queue
 
     TITLE = "Sweep"
     NAME = "sweep"
@@ -297,8 +298,9 @@ class SweepDialog(ToolDialog):
             "own folder (its settings go into the form)"
         )
         self.longerButton.clicked.connect(self.train_longer)
-        bottom.addWidget(self.historyButton)
-        bottom.addWidget(self.longerButton)
+        self.queueButton = QPushButton("Add trials to queue", objectName="sweepQueueButton", clicked=self.queue_trials)
+        for button in (self.historyButton, self.longerButton, self.queueButton):
+            bottom.addWidget(button)
         layout.addLayout(bottom)
         self._method_changed()
 
@@ -512,6 +514,11 @@ class SweepDialog(ToolDialog):
         super()._update_buttons(*args)
         self.runButton.setEnabled(self.runButton.isEnabled() and not self._why_not)
         self.runButton.setToolTip(self._why_not or "Run every trial of the plan")
+        if hasattr(self, "queueButton"):  # built after the controls
+            self.queueButton.setEnabled(not self._why_not)
+            self.queueButton.setToolTip(
+                self._why_not or "Add each trial of the plan to the run queue (Run → Run queue…)"
+            )
 
     def _update_use(self) -> None:
         row = self.selected_row()
@@ -522,6 +529,14 @@ class SweepDialog(ToolDialog):
         row = self.selected_row()
         if row is not None:
             self.openInHistory.emit(row["run"])
+
+    def queue_trials(self) -> None:
+        """The plan's trials (the form's settings with the axes' values) as run queue entries."""
+        base = self._config_provider().validate()
+        lines = self.axesEdit.toPlainText().splitlines()
+        _grid, _ranges, trials = plan(base, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value())
+        self.queueRequested.emit([(f"{base.task} {trial.name}", trial.config) for trial in trials])
+        self.statusLabel.setText(f"Added {len(trials)} trials to the run queue.")
 
     def train_longer(self) -> None:
         from core.lab.sweep import continue_config
