@@ -1,7 +1,4 @@
-"""The precision modes, listed once: every other module (engine, CLI, form, sweep, inspector) imports them.
-
-A torch-free leaf, so the window can build its menus before torch is imported. See docs/ARCHITECTURE.md.
-"""
+"""The precision modes, listed once; torch-free, so the window can build its menus before torch loads."""
 
 # concrete modes, in the order tables and menus show them; bf16-pure: bf16 weights and optimizer state, rounded
 # stochastically; fp8: torchao float8 Linear layers inside bf16 autocast (core.engine.precision)

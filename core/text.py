@@ -1,9 +1,5 @@
-"""How the engine writes quantities and errors as text, in one convention for the CLI, messages and the window.
-
-Bytes in binary units ('12.3 MiB'), counts in thousands and millions ('1.05 M'), exact integers ('1,048,576'),
-figures ('0.9134') and settings as a user types them, wall times as a clock ('12:05'), elapsed times and ETAs as
-'3m48s', an exception as its first line. A shared leaf (see docs/ARCHITECTURE.md): it imports nothing of the
-project, so every layer can use it.
+"""Quantities and errors as text, one convention for the CLI, messages and the window: bytes ('12.3 MiB'),
+counts ('1.05 M'), figures, clock times, durations ('3m48s'), an exception's first line. Imports nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +27,7 @@ def count(value: float | None) -> str:
 
 
 def size(value: float | None) -> str:
-    """Bytes in binary units: '512 B', '12.3 KiB', '312 MiB', '1.25 GiB' ... PiB; '-' when unknown or zero
-    (or not a number). Three digits at most below PiB: a value just short of the next unit reads in it
-    ('0.986 MiB', not '1,010 KiB')."""
+    """Bytes in binary units, three digits at most ('0.986 MiB', not '1,010 KiB'); '-' when unknown or zero."""
     if not _is_number(value) or not value or not math.isfinite(value):
         return "-"
     for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -78,10 +72,8 @@ _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u20
 
 
 def printable(text, keep_newlines: bool = False) -> str:
-    """`text` safe to print on a terminal or show in a table cell: control characters (ESC and the rest of C0,
-    DEL, C1) and bidirectional overrides appear as escapes (`\\x1b`, `\\u202e`) instead of moving the cursor,
-    setting a title or reordering what follows. Anything read from a file passes through here before it is
-    printed. `keep_newlines`: keep line breaks (a note of several lines); else they show as `\\n`."""
+    """`text` safe to print: control characters and bidirectional overrides as escapes (`\\x1b`, `\\u202e`);
+    line breaks kept with `keep_newlines`, else shown as `\\n`."""
     text = str(text)
     if text.isprintable():
         return text

@@ -1,8 +1,5 @@
-"""Epoch batching by slicing tensors with a seeded permutation: no per-sample Python, no collation.
-
-Each epoch's order is a pure function of (seed, epoch), so a resumed run replays the same batches; under DDP every
-rank takes its own slice of each global batch. `HostStaging` keeps training data too big for the device on the host
-and copies each batch ahead on a side stream, giving the same batches in the same order.
+"""Epoch batching by slicing tensors with a permutation of (seed, epoch), so a resume replays the same batches;
+`HostStaging` keeps data too big for the device on the host and copies each batch ahead on a side stream.
 """
 
 from __future__ import annotations
@@ -91,9 +88,7 @@ def _copy_engine(device: torch.device):
 
 
 class HostStaging:
-    """Pinned, double-buffered host-to-device batches, one ahead (see the module doc). A slot is overwritten
-    only after the copy out of it has finished; without device streams (tests) each batch is a copy of its
-    buffer, so the same logic runs anywhere."""
+    """Pinned, double-buffered host-to-device batches, one ahead; a slot is reused only once copied out."""
 
     def __init__(self, split: dict[str, torch.Tensor], batch_size: int, device: torch.device):
         self.device = device

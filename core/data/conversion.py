@@ -1,7 +1,5 @@
-"""A read column's values as its Column's kind: ids, whole numbers, numbers (datetimes as seconds), text,
-labels from a set; a DataError at the first value that does not fit, naming the file, the line (or Parquet
-row) and the column as the user's file names it. Only a failing column is searched for its first bad value.
-"""
+"""A read column's values as its Column's kind; a DataError at the first value that does not fit, naming the
+file, the line (or Parquet row) and the column."""
 
 from __future__ import annotations
 
@@ -21,12 +19,8 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # models train in float32: a larg
 
 @dataclass(frozen=True)
 class Column:
-    """One expected column: its name and the kind of values it must hold.
-
-    kind: "id" (any value, mapped to contiguous ids later), "int", "float", "number" (int or float,
-    e.g. timestamps; datetimes are turned into seconds), "text" (UTF-8 strings) or "label" (any, checked
-    by the task).
-    """
+    """One expected column: its name and kind: "id", "int", "float", "number" (datetimes as seconds), "text"
+    or "label" (checked by the task)."""
 
     name: str
     kind: str
@@ -153,9 +147,7 @@ def _as_kind(file: Source, col: Column, values: pa.ChunkedArray) -> pa.ChunkedAr
 
 
 def _floats_as(file: Source, col: Column, values: pa.ChunkedArray, text: pa.ChunkedArray | None = None):
-    """float64 `values` as the column's kind: finite (and within float32 for features, whole and within
-    int64's exact range for ints), else DataError at the first value that is not. `text`: the values as the
-    file writes them, for the message."""
+    """float64 `values` as the column's kind, finite and in range, else DataError at the first that is not."""
     shown = values if text is None else text
     finite = pc.is_finite(values)
     if not pc.all(pc.fill_null(finite, False)).as_py():

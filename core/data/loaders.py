@@ -1,9 +1,5 @@
-"""Batches from a torch.utils.data Dataset through a DataLoader: a task's data that does not fit in memory.
-
-A split of `TaskData` may be a map-style `Dataset` (items are dicts of tensors) or an `IterableDataset` with a
-`__len__`. Training draws from `LoaderBatches` (the interface of `EpochBatches`); evaluation gets a `DatasetSplit`,
-which yields its batches on the device, each row once, in order. A stream that shards itself across workers and
-ranks says so with `shards = True`. Batches never move the run's RNG. See docs/tasks.md.
+"""Batches from a torch.utils.data Dataset through a DataLoader, for data that does not fit in memory: training
+draws from `LoaderBatches` (EpochBatches' interface), evaluation from a `DatasetSplit`. See docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -97,10 +93,8 @@ def to_device(batch: Mapping, device: torch.device) -> dict:
 
 
 def start(loader: DataLoader) -> Iterator:
-    """iter(loader), its worker processes started with sys.stdin set aside. A forked worker first closes its
-    copy of sys.stdin (multiprocessing's bootstrap); when another thread of this process is reading stdin at
-    that moment (the watcher of its end, as the window and the sweep drive a run), the copy's lock is held
-    and the worker would wait forever. Without a sys.stdin the worker skips that close."""
+    """iter(loader) with sys.stdin set aside: a forked worker closes its copy, which hangs while another thread
+    reads stdin (the watcher of the parent's end)."""
     if loader.num_workers == 0:
         return iter(loader)
     stdin, sys.stdin = sys.stdin, None
@@ -111,9 +105,7 @@ def start(loader: DataLoader) -> Iterator:
 
 
 class ResumableSampler(DistributedSampler):
-    """DistributedSampler (shuffled, seeded, one shard per rank, the uneven tail dropped) that can start an
-    epoch `skip` indices in: the indices of the batches a resumed epoch has already trained on are never
-    loaded."""
+    """DistributedSampler that can start an epoch `skip` indices in (a resumed epoch's trained batches)."""
 
     skip = 0
 
@@ -136,9 +128,7 @@ class _Epoch:
 
 
 class LoaderBatches:
-    """Training batches of one rank from a Dataset through a DataLoader, for the trainer's loop (the interface of
-    core.data.batching.EpochBatches): `order(epoch)` is the epoch's pass, `batch(order, index)` its next batch
-    on the device. Every batch is full (`drop_last`): the same shapes every step."""
+    """One rank's training batches from a Dataset (EpochBatches' interface); every batch is full (drop_last)."""
 
     def __init__(
         self,
@@ -184,9 +174,7 @@ class LoaderBatches:
         return _Epoch(epoch)
 
     def batch(self, order: _Epoch, index: int) -> dict[str, torch.Tensor]:
-        """Batch `index` of the epoch, on the device. Asked in sequence, each is the DataLoader's next; another
-        index (a resumed run's first) starts the epoch's pass there: the sampler skips the batches before it (a
-        stream starts again)."""
+        """Batch `index` of the epoch, on the device; an index out of sequence (a resume) starts the pass there."""
         iterator = order.iterator
         if iterator is None or index != order.next:
             iterator = self._start(order, index)
@@ -239,11 +227,8 @@ class LoaderBatches:
 
 
 class DatasetSplit:
-    """An evaluation split held as a Dataset: iterating it gives its batches of `batch_size` rows on the
-    device, each row once, in order (`batches(n)`: of n rows). `share(rank, world_size)` is a DDP rank's part
-    (contiguous rows of a map-style Dataset; a stream that shards itself gives its own part), or None when
-    the split cannot be shared out (every rank then evaluates all of it). A stream that does not shard itself
-    is read in the evaluating process alone (no workers), so each row counts once."""
+    """An evaluation split held as a Dataset: its batches on the device, each row once, in order.
+    `share(rank, world_size)` is a DDP rank's part, or None when every rank evaluates all of it."""
 
     def __init__(
         self,

@@ -1,10 +1,6 @@
-"""Synthetic lesson reviews of realistic shape, with planted sentiment cues, negation and label noise.
-
-Vectorised and seeded. Each review has a hidden sentiment y ~ Bernoulli(positive_rate); each phrase is, with
-probability `cue_rate`, a cue agreeing with y with probability `agreement` (a fraction `negation` of cues negated),
-else a filler word; the label is y flipped with probability `label_noise`. The Bayes posterior is exact: log-odds =
-logit(positive_rate) + (positive cues - negative cues) * log(agreement / (1 - agreement)); its accuracy and ROC AUC
-are the ceilings.
+"""Synthetic lesson reviews with planted sentiment cues, negation and label noise (seeded). The Bayes posterior
+is exact: log-odds = logit(positive_rate) + (positive - negative cues) * logit(agreement); its accuracy and ROC
+AUC are the ceilings.
 """
 
 from __future__ import annotations

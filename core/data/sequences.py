@@ -1,9 +1,5 @@
-"""User interaction sequences -> fixed-width tensors for a causal sequence model, with leave-last-out splits.
-
-Given item ids (1..n, 0 = padding) sorted by user then time, each user's s_1..s_n trains on s_1..s_{n-2}, validates
-on s_{n-1} and tests on s_n (users with fewer than 3 interactions only train). Training rows are left-padded windows
-of `max_len` transitions. Each evaluation row locates the user's history in the flat item array (`history_start`,
-`history_end`) and carries 100 negatives the user never interacted with (SASRec's protocol).
+"""User interaction sequences -> left-padded windows for a causal sequence model, with leave-last-out splits
+(SASRec's protocol: 100 unseen negatives per evaluation row; see docs/data.md).
 """
 
 from __future__ import annotations
@@ -74,9 +70,7 @@ def sampled_negatives(targets: np.ndarray, n_items: int, count: int, seed: int) 
 def unseen_negatives(
     items: np.ndarray, starts: np.ndarray, ends: np.ndarray, targets: np.ndarray, n_items: int, count: int, seed: int
 ) -> torch.Tensor:
-    """`count` items per row drawn uniformly (with replacement) from the catalogue 1..n_items minus every item
-    of items[starts:ends] (the user's interactions) and the target: shape (rows, count). A user who has seen
-    the whole catalogue draws from the catalogue minus the target."""
+    """(rows, count) items drawn uniformly from 1..n_items minus the user's items[starts:ends] and the target."""
     # each user's sorted excluded items e_0 < e_1 < ... give a_j = e_j - 1 - j allowed items below e_j, so the
     # k-th allowed item is k + 1 + #{j : a_j <= k}: one binary search over all users' a_j
     rows = len(targets)
@@ -131,10 +125,8 @@ def _evaluation_rows(items, starts, ends, seen_end, n_items, max_len, negatives,
 
 
 def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
-    """Interaction tables (one per split) -> per split: user codes and item ids 1..n sorted by user then time
-    (a table without a timestamp column: its row order is the time order), codes shared by all the tables (a
-    user or lesson id means the same in every split); plus, under every split, n_items, n_users and `item_ids`
-    (the file's own item ids in code order)."""
+    """Interaction tables (one per split) -> per split user codes and item ids 1..n sorted by user then time,
+    codes shared by all; plus n_items, n_users and `item_ids` (the file's ids in code order)."""
     names = list(tables)
     sizes = [tables[n].num_rows for n in names]
     users = _same_type([tables[n].column("user_id") for n in names])
@@ -164,10 +156,8 @@ def _same_type(columns: list[pa.ChunkedArray]) -> list[pa.Array]:
 def given_sequence_splits(
     parts: dict[str, dict], n_items: int, max_len: int, negatives: int, seed: int
 ) -> tuple[dict, dict, dict | None, np.ndarray, list[str]]:
-    """train / val / test from interactions given per split ("train", "val"?, "test"?: user codes and items
-    sorted by user then time, codes shared), the flat item array the evaluation rows index, and notes. A
-    user's target is their first event in the val (test) data, predicted from the history before it; users
-    without training history are skipped. Without val data each user's last training event validates."""
+    """train / val / test splits, the flat item array and notes from interactions given per split: a user's
+    target is their first val (test) event; without val data the last training event validates."""
     train, val, notes = parts["train"], parts.get("val"), []
     if val is None:  # each user's last training event validates (users with >= 2 train on the rest)
         lengths = group_lengths(train["user"])

@@ -1,9 +1,5 @@
-"""Where a task's train / validation / test splits come from: given files, a folder convention, a `split` column, or
-(the default) the task's own split of one file.
-
-`DataSource` carries the run's data settings to a task (Task.use_config); `read_splits` reads one table per split. A
-missing validation split is taken from the training data; a missing test split stays missing. The rules are in
-docs/data.md ("Given splits").
+"""Where a task's train / validation / test splits come from: given files, a folder convention, a `split`
+column, or the task's own split of one file (docs/data.md, "Given splits").
 """
 
 from __future__ import annotations
@@ -47,18 +43,14 @@ class DataSource:
         return cls(cfg.data, cfg.val_data, cfg.test_data, options)
 
     def for_path(self, data_path: str) -> DataSource:
-        """This source for `data_path` (what load_data was called with): unchanged when it is this source's
-        own data; another file keeps only the read options (it is split on its own; the query file was the
-        data's)."""
+        """This source for `data_path`: unchanged for its own data; another file keeps only the read options."""
         if data_path == self.data:
             return self
         return DataSource(data_path, options=replace(self.options, query_file=""))
 
 
 def folder_splits(folder: str | Path) -> dict[str, Path] | None:
-    """{"train": file, "val": file?, "test": file?} when `folder` follows the convention (a `train.*` file and
-    a validation and/or test file); None when it does not (the folder is then read as one data set). A
-    convention folder holding other data files, or two files for one split, is a DataError naming them."""
+    """{"train": file, "val": file?, "test": file?} when `folder` follows the convention, else None."""
     folder = Path(folder)
     if not folder.is_dir():
         return None
@@ -113,9 +105,7 @@ def given_files(source: DataSource) -> tuple[dict[str, str], str] | None:
 
 @dataclass
 class SplitTables:
-    """The data read as one table per split: "train", "val"?, "test"? when splits are given, else "all";
-    `origins` says where each came from (a file, or a file's split column), for messages; `notes` for the
-    run's log."""
+    """One table per split ("train", "val"?, "test"?, else "all"); `origins` says where each came from."""
 
     tables: dict[str, pa.Table]
     origins: dict[str, str]

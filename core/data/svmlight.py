@@ -1,7 +1,5 @@
-"""svmlight / LETOR ranking files (`label qid:Q idx:val ... # comment`: MSLR-WEB10K, Yahoo, Istella, LETOR 4.0),
-parsed in blocks with numpy and pyarrow string kernels into dense float32 features f1..fN; and the same lines
-without `qid:` (LightGBM's `rank.train`), whose queries are the row counts of a sizes file beside them
-(`.query` or `.group`) or named by the setting query_file. The error path alone loops over rows in Python.
+"""svmlight / LETOR ranking files (`label qid:Q idx:val ...`), parsed in blocks into dense float32 features
+f1..fN; lines without `qid:` take their queries from a sizes file (`.query`, `.group` or query_file).
 """
 
 from __future__ import annotations
@@ -55,10 +53,8 @@ def _strip_comments(part: bytes) -> bytes:
 
 
 def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
-    """The fast path for a block of regular lines (MSLR-WEB10K, Yahoo, Istella: every line has the same
-    indices in the same order, single spaces): pyarrow's multi-threaded CSV parser reads the block with ':' as
-    a space and fixed column types. None when the block is not that regular (the general path then reads it).
-    Without `with_qid`, the lines hold no qid: (its query ids are then 0)."""
+    """The fast path for a block whose lines all hold the same indices in order: pyarrow's CSV parser with ':'
+    as a space. None when the block is not that regular."""
     raw = np.frombuffer(part, np.uint8)
     ends = np.flatnonzero(raw == 10)
     starts = np.r_[0, ends + 1]
@@ -115,10 +111,8 @@ def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
 
 
 def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
-    """Parse whole lines `part` (line `first_line` first) -> (line numbers, labels (float64), qids (int64),
-    {feature index: float32 values}) of its data lines; DataError naming the line of the first malformed one.
-    Without `with_qid`, the lines hold no qid: (`label index:value ...`; their query ids are 0 here, the sizes
-    file numbers the queries): the same parse, the pairs starting one token after the label."""
+    """Whole lines `part` -> (line numbers, labels, qids (0 without `with_qid`), {feature index: values});
+    DataError naming the first malformed line."""
     part = _strip_comments(part)
     fast = _svm_dense(part, first_line, with_qid)
     if fast is not None:
@@ -190,10 +184,8 @@ def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
 
 
 def read_svmlight(file: Path, block: int = 1 << 25, with_qid: bool = True) -> tuple[pa.Table, np.ndarray]:
-    """An svmlight / LETOR file -> (table of query_id, doc_id (the line number, as text), label (float64; the
-    importer checks it), f1..fN float32 (N: the largest index in the file; a missing entry is 0), the line
-    number of each row). Reads `block` bytes at a time: memory is the dense features plus about a block.
-    `with_qid` False: lines without qid: (query_id is then 0 everywhere; see read_ranking_file)."""
+    """An svmlight file -> (table of query_id, doc_id (its line), label, f1..fN float32, each row's line), read
+    `block` bytes at a time."""
     lines, labels, qids, blocks = [], [], [], []
     line, carry = 1, b""
     with open(file, "rb") as handle:
@@ -274,10 +266,8 @@ def read_query_sizes(path: Path) -> np.ndarray:
 
 
 def read_ranking_file(file: Path, query_file: str = "") -> tuple[pa.Table, np.ndarray, str]:
-    """An svmlight file with or without qid: -> read_svmlight's (table, row lines), and where the queries came
-    from for the run's log ("" when the lines hold them). Lines without qid: take their queries from `query_file`, else from
-    the sizes file beside `file` (query_sidecar): query k is the next sizes[k] rows. DataError when there are
-    no queries to take, or when the sizes do not add up to the rows."""
+    """read_svmlight's (table, row lines) and where the queries came from ("" when the lines hold them); lines
+    without qid: take query k as the next sizes[k] rows of `query_file` or the sizes file beside `file`."""
     kind = formats.svmlight_kind(file)
     if kind != "plain":
         if query_file:

@@ -1,12 +1,5 @@
-"""Synthetic interactions and ranking data with planted, known structure (vectorised numpy, seeded).
-
-Interactions: a user's next lesson is, with probability `follow`, the next of its track of `track_len` lessons, else
-a jump drawn from a Zipf popularity; the Bayes-optimal top-10 is that next lesson then the most popular, and
-`TrackChain.expected_metrics` gives its HR@10 / NDCG@10 exactly: the recommender's ceiling.
-
-Ranking (generate_ranking): queries with LETOR-shaped features from hidden factors and a graded relevance (0..4);
-ranking by the relevance is Bayes-optimal, so its NDCG@10 / MRR is the ceiling.
-"""
+"""Synthetic interactions and ranking data with planted structure (seeded), whose Bayes-optimal metrics are
+known: the tasks' ceilings (docs/data.md)."""
 
 from __future__ import annotations
 
@@ -34,12 +27,7 @@ class TrackChain:
         return base + (items - base + 1) % self.track_len
 
     def expected_metrics(self, current: np.ndarray, negatives: int = 100, k: int = 10) -> dict[str, float]:
-        """Expected HR@k / NDCG@k of the Bayes-optimal ranking, given each user's item before the target.
-
-        Full catalogue: rank r counts items ranked above the target. Sampled: the target competes with
-        `negatives` items drawn uniformly (with replacement) from the other n-1 items, so the number of
-        negatives above it is Binomial(negatives, r / (n - 1)).
-        """
+        """Expected HR@k / NDCG@k of the Bayes-optimal ranking (sampled: Binomial(negatives, r / (n - 1)) above)."""
         n, f = self.n_items, self.follow
         order = np.argsort(-self.jump_probs, kind="stable")
         qs = self.jump_probs[order]
@@ -112,11 +100,7 @@ def sequence_lengths(rows: int, mean_len: int, seed: int, min_len: int = 3) -> n
 
 
 def generate_interactions(chain: TrackChain, rows: int, mean_len: int, seed: int) -> dict[str, np.ndarray]:
-    """`rows` interactions sorted by user then time: user, item (0-based), timestamp (s), event (0/1 codes).
-
-    Fully vectorised: an item is its last jump's target moved along the track by the steps since the jump,
-    and the last jump of every row is a running maximum over jump positions (each user starts with one).
-    """
+    """`rows` interactions sorted by user then time: user, item (0-based), timestamp (s), event (0/1 codes)."""
     rng = np.random.default_rng([seed, 3])
     lengths = sequence_lengths(rows, mean_len, seed)
     n = int(lengths.sum())
@@ -203,12 +187,8 @@ def query_sizes(queries: int, docs: int, rng: np.random.Generator) -> np.ndarray
 
 
 def generate_ranking(queries: int, docs: int, n_features: int, noise: float, seed: int) -> RankingData:
-    """`queries` queries of `docs` candidates on average (sizes vary, 2 to 3 x docs; queries x docs rows in
-    all) with LETOR-shaped features; grades 0..4 from a hidden relevance + Gaussian noise (std `noise` x the
-    std of the relevance), in the shares GRADE_SHARES. The relevance is a smooth non-linear function of six
-    hidden factors per pair and a difficulty per query; the features are noisy monotone transforms of them
-    (BM25-like scores, counts, heavy-tailed popularity, ratios, flags, constant, sparse and noise columns).
-    Ranking by the relevance is Bayes-optimal for expected DCG: its NDCG@10 is the ceiling."""
+    """`queries` queries of about `docs` candidates with LETOR-shaped features from hidden factors; grades 0..4
+    from a hidden relevance plus noise (`noise` x its std) in GRADE_SHARES; ranking by it is Bayes-optimal."""
     rng = np.random.default_rng([seed, 4])
     sizes = query_sizes(queries, docs, rng)
     query = np.repeat(np.arange(queries, dtype=np.int64), sizes)

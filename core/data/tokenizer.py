@@ -1,9 +1,5 @@
-"""A tokenizer that needs no download: lower-cased word unigrams and bigrams hashed into fixed buckets.
-
-Columnar (pyarrow and numpy); words are hashed with CRC32, stable across machines. Row i becomes [w0, w1, w0w1, w2,
-w1w2, ...] truncated to `max_tokens`, padded with 0 (bucket 0 is padding). Words are runs of letters, digits and
-apostrophes; punctuation ends a clause. With `negation_scope` k > 0, the k words after a negator in the same clause
-get a negated unigram of their own; bigrams stay as written.
+"""A tokenizer that needs no download: lower-cased word unigrams and bigrams hashed (CRC32) into fixed buckets,
+0 padding. With `negation_scope` k > 0, the k words after a negator in its clause get a negated unigram.
 """
 
 from __future__ import annotations
@@ -69,9 +65,7 @@ def negated_positions(is_negator: np.ndarray, is_boundary: np.ndarray, row_start
 def hashed_tokens(
     text: pa.ChunkedArray | pa.Array, buckets: int, max_tokens: int, negation_scope: int = 0
 ) -> torch.Tensor:
-    """(rows, max_tokens) int32 bucket ids 1..buckets-1 of unigrams and bigrams, 0 = padding.
-
-    int32 (EmbeddingBag takes it) halves the largest tensor of a big review file."""
+    """(rows, max_tokens) int32 bucket ids 1..buckets-1 of unigrams and bigrams, 0 = padding."""
     lists = word_lists(text, boundaries=negation_scope > 0)
     flat = lists.flatten()
     hashes, negator = word_hashes(flat, negators=True)
