@@ -330,15 +330,29 @@ def task_defaults(task: str) -> tuple[dict, dict]:
     return dict(cls.defaults), {option.name: option.default for option in cls.options}
 
 
+def train_command(config=None, *flags: str, python: bool = True, events=None, nproc: int = 1, runs_dir="") -> list[str]:
+    """The `train` command line that starts `config`: its changes() as flags (a path: --config PATH; None:
+    --config-stdin, the settings one JSON line on stdin), --nproc, --runs-dir (unless the settings name the folder),
+    then `flags`. `python`: this interpreter's `-m core.cli`, a child process; else `amp-console`, a terminal's.
+    `events` (default: `python`): JSON events on stdout, and the run stops with a checkpoint when this process ends."""
+    import os
+
+    start = [sys.executable, "-m", "core.cli"] if python else ["amp-console"]
+    settings = config.to_argv() if isinstance(config, RunConfig) else ["--config", str(config)] if config else []
+    follow = ["--events", "--end-with-parent", str(os.getpid())] if (python if events is None else events) else []
+    root = [f"--runs-dir={runs_dir}"] if runs_dir and not getattr(config, "out_dir", "") else []
+    nodes = ["--nproc", str(nproc)] if nproc > 1 else []
+    return [*start, "train", *settings, *(["--config-stdin"] if config is None else []), *nodes, *root, *follow, *flags]
+
+
 def run_command(config: RunConfig, host: str = "", nproc: int = 1, runs_dir: str = "", remote_command: str = "") -> str:
     """The shell text that starts `config` from a terminal: `amp-console train FLAGS`; on `host`, its TOML written to
     run.toml, then `amp-console remote start HOST --config run.toml` (that command takes its settings from a file)."""
     import shlex
 
-    nodes = ["--nproc", str(nproc)] if nproc > 1 else []
     if not host:
-        root = [f"--runs-dir={runs_dir}"] if runs_dir and not config.out_dir else []
-        return shlex.join(["amp-console", "train", *config.to_argv(), *nodes, *root])
+        return shlex.join(train_command(config, python=False, nproc=nproc, runs_dir=runs_dir))
+    nodes = ["--nproc", str(nproc)] if nproc > 1 else []
     task = [f"--task={config.task_file}"] if config.task_file else []
     command = [f"--remote-command={remote_command}"] if remote_command else []
     start = shlex.join(["amp-console", "remote", "start", host, "--config", "run.toml", *task, *nodes, *command])

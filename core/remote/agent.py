@@ -84,7 +84,7 @@ def find_run_folder(text: str, runs_dir: str | None = None) -> Path:
 # ----------------------------------------------------------------------------------------------- start
 def start(request: dict) -> dict:
     """Start `amp-console train` detached so it survives the ssh connection; return once the run holds its folder."""
-    from core.config import RunConfig
+    from core.config import RunConfig, train_command
     from core.engine.prepare import with_folder
     from core.engine.run_folder import holds_a_run, is_in_use
     from core.errors import ConfigError
@@ -126,13 +126,11 @@ def start(request: dict) -> dict:
             raise AgentError(f"the task file was not copied: {exc}") from None
     launch = folder / LAUNCH_FILE
     config.save_toml(launch)
-    argv = [sys.executable, "-m", "core.cli", "train", "--config", str(launch), "--out", str(folder)]
-    if config.task_file:
-        argv += ["--task", config.task_file]
-    if resume:
-        argv += ["--resume", resume]
-    if request.get("nproc"):
-        argv += ["--nproc", str(int(request["nproc"]))]
+    task = ["--task", config.task_file] if config.task_file else []
+    resumed = ["--resume", resume] if resume else []
+    argv = train_command(
+        launch, "--out", str(folder), *task, *resumed, events=False, nproc=int(request.get("nproc") or 1)
+    )
     log_path = folder / LOG_FILE
     with open(log_path, "ab") as log:
         process = subprocess.Popen(

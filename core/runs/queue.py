@@ -1,16 +1,11 @@
-"""The run queue: settings waiting to train one after another, in <runs root>/.queue.json.
-
-Each entry is a RunConfig (as a dict), a state (pending, running, done, failed, stopped), its run folder (a normal
-run folder under the runs root, so the history lists it) and its result (the final metric, or why it failed or
-stopped). The file is written atomically under a short edit lock (.queue.edit.lock); QueueRunner holds
-.queue.lock for its life, so one runner at a time, and a runner that finds an entry 'running' knows the one before
-it was killed. Each entry trains as the child process `python -m core.cli train --config <entry.toml> --events
---end-with-parent PID` (so a killed runner's run stops itself with a checkpoint), writing to .queue/<id>.log.
-A killed runner's 'running' entry resumes from its checkpoint on the next start (failed, "the console was killed",
-when it has none). An entry with a `host` (core.remote.ssh.Host's fields) trains there through `on_host`
-(core.cli.queue.train_on_host, over core.remote.client): started detached with its config, followed to its end as
-`watch HOST:PATH` does (its folder: "HOST:PATH"), stopped through the control channel; a killed runner's remote entry is followed again from its start on the next start, so
-a run still going is followed to its end and a finished one read. No torch here.
+"""The run queue: settings waiting to train one after another, in <runs root>/.queue.json, written atomically under
+a short edit lock. Each entry: a RunConfig (as a dict), a state (pending, running, done, failed, stopped), its run
+folder (under the runs root, so the history lists it) and its result (the best metric, or why it failed or stopped).
+QueueRunner holds .queue.lock for its life; an entry it finds 'running' was a killed runner's. A local entry trains
+as core.config.train_command's child (it stops itself with a checkpoint when the runner dies), logging to
+.queue/<id>.log, and a killed runner's resumes from its checkpoint. An entry with a `host` trains there through
+`on_host` (core.cli.queue.train_on_host): started detached, followed as `watch HOST:PATH` does (folder "HOST:PATH"),
+stopped through its control channel, and followed again after a kill. No torch here.
 """
 
 from __future__ import annotations
@@ -20,12 +15,11 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from core.config import RunConfig
+from core.config import RunConfig, train_command
 from core.engine.control import RunControl
 from core.engine.folder_control import ControlError, write_request
 from core.engine.run_folder import CHECKPOINT_FILE, is_in_use
@@ -204,8 +198,8 @@ class QueueRunner:
                         break
                     entry = waiting[0]  # a recovered 'running' entry comes before the pending ones
                     resume = bool(entry["folder"]) and (Path(entry["folder"]) / CHECKPOINT_FILE).is_file()
-                    if entry.get("host") and entry["state"] == "pending":
-                        entry["folder"] = ""  # retried: a new run there
+                    if entry.get("host") and entry["state"] == "pending":  # retried: resumed there if it can be
+                        entry.update(folder="", retried=entry["folder"])
                     entry.update(state="running", started=now_iso())
                 self.emit(data)
                 self._train_remote(entry) if entry.get("host") else self._train(entry, resume)
@@ -228,19 +222,16 @@ class QueueRunner:
             elif folder is None or not (folder / CHECKPOINT_FILE).is_file():
                 self._change(entry["id"], state="failed", result=KILLED)
 
-    def command(self, entry: dict, toml: Path, resume: bool) -> list[str]:
-        """The training process of an entry: `train --config` as the CLI runs it, events on stdout."""
-        argv = [sys.executable, "-m", "core.cli", "train", "--config", str(toml), "--runs-dir", str(self.root)]
-        argv += ["--events", "--end-with-parent", str(os.getpid())] + (["--device", self.device] if self.device else [])
-        return argv + (
-            ["--resume", str(Path(entry["folder"]) / CHECKPOINT_FILE), "--out", entry["folder"]] if resume else []
-        )
+    def command(self, entry: dict, resume: bool) -> list[str]:
+        """The training process of an entry: `train` with its settings as the CLI runs it, events on stdout."""
+        resumed = ["--resume", str(Path(entry["folder"]) / CHECKPOINT_FILE), "--out", entry["folder"]] if resume else []
+        device = ["--device", self.device] if self.device else []
+        return train_command(RunConfig.from_dict(entry["config"]), *device, *resumed, runs_dir=str(self.root))
 
     def _train(self, entry: dict, resume: bool) -> None:
         files = self.root / ENTRY_FOLDER
         files.mkdir(exist_ok=True)
-        toml, log_path = files / f"{entry['id']}.toml", files / f"{entry['id']}.log"
-        atomic_write_bytes(toml, RunConfig.from_dict(entry["config"]).to_toml().encode("utf-8"))
+        log_path = files / f"{entry['id']}.log"
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p),
@@ -249,7 +240,7 @@ class QueueRunner:
         try:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
-                    self.command(entry, toml, resume), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                    self.command(entry, resume), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                     text=True, env=env, start_new_session=os.name == "posix",
                 )  # fmt: skip
         except OSError as exc:

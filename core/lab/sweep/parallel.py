@@ -15,7 +15,6 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.config import train_command
 from core.engine.folder_control import ControlError, write_request
 from core.engine.follow import MetricsFollower
 from core.errors import ConfigError
@@ -46,21 +46,6 @@ _DISTRIBUTED_ENV = (
     "GROUP_RANK",
     "ROLE_RANK",
 )
-
-
-def child_command() -> list[str]:
-    """A training process that waits for its settings on stdin, says where its events are on stdout, and stops with
-    a checkpoint when this process ends, however it ends."""
-    return [
-        sys.executable,
-        "-m",
-        "core.cli",
-        "train",
-        "--events",
-        "--config-stdin",
-        "--end-with-parent",
-        str(os.getpid()),
-    ]
 
 
 def parse_devices(spec, flag: str = "--devices") -> list[str]:
@@ -230,7 +215,7 @@ def run_parallel(
 
     def spawn() -> _Child:
         proc = subprocess.Popen(
-            child_command(),
+            train_command(),  # stops with a checkpoint when this process ends, however it ends
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
