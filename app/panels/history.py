@@ -41,12 +41,22 @@ from app.panels.runs_model import Prepared, RunsModel, prepare
 from app.run.jobs import BackgroundJob, JobRunner
 from core.engine.run_delete import delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_index import indexed_records
+from core.engine.run_index import INDEX_FILE, REMEMBERED_FILE, indexed_records
 from core.engine.run_record import RUNS_DIR_ENV, runs_root
 from core.files import read_jsonl
 from core.text import printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
+
+
+def _entries(root: Path) -> frozenset | None:
+    """The root's entries but the index's files (a listing writes them): what a run folder coming or going
+    changes, with when the list of remembered folders outside it last changed."""
+    try:
+        names = frozenset(n for n in os.listdir(root) if not n.startswith(INDEX_FILE))
+        return names | {os.stat(root / REMEMBERED_FILE).st_mtime_ns if REMEMBERED_FILE in names else None}
+    except OSError:
+        return None
 
 
 class HistoryPanel(RunNoteEditing, QWidget):
@@ -74,7 +84,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._scanning = False
         self._scan_jobs: set[BackgroundJob] = set()  # the scan, and one that has sent its rows, being joined
         self._scan_started = 0.0
-        self._rescan = False
+        self._rescan = 0  # a refresh asked for during a scan: 1 if the root's entries changed, 2 a whole scan
+        self._entries: frozenset | None = None  # the root's entries as the last scan began
         self._scan_serial = 0  # counts scans started (a note saved is shown until a later scan reads it)
         # folder -> [note, serial of the last scan started before it was on disk (None: being written)]
         self._saved_notes: dict[str, list] = {}
@@ -89,9 +100,9 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.watcher = QFileSystemWatcher(self)
         self.watcher.directoryChanged.connect(lambda _path: self._soon.start())
         self._soon = QTimer(self, singleShot=True, interval=300)  # a burst of folder changes: one scan
-        self._soon.timeout.connect(self.refresh)
+        self._soon.timeout.connect(lambda: self.refresh(listing=True))
         self._auto = QTimer(self, interval=AUTO_REFRESH_MS)
-        self._auto.timeout.connect(self.refresh)
+        self._auto.timeout.connect(lambda: self._scanning or self.refresh())  # not one more after a long scan
 
         self.rootLabel = QLabel(objectName="historyRootLabel")
         self.rootLabel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -112,7 +123,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         )
         self.filterEdit.setClearButtonEnabled(True)
         self.filterEdit.textChanged.connect(self._filter)
-        self.refreshButton = QPushButton("Refresh", objectName="historyRefreshButton", clicked=self.refresh)
+        self.refreshButton = QPushButton("Refresh", objectName="historyRefreshButton", clicked=lambda: self.refresh())
         top = hbox((self.filterEdit, 1), self.refreshButton)
 
         self.table = QTableView(objectName="historyTable")
@@ -217,10 +228,11 @@ class HistoryPanel(RunNoteEditing, QWidget):
     def busy(self) -> bool:
         return self._scanning or self.jobs.busy or bool(self._scan_jobs)
 
-    def refresh(self) -> None:
-        """Scan the runs folder off the GUI thread (a scan asked for during one runs once it is done)."""
+    def refresh(self, listing: bool = False) -> None:
+        """Scan the runs folder off the GUI thread (a scan asked for during one runs once it is done). `listing`: only
+        if the root's entries changed since the last scan began (the watcher's: the index's own writes change none)."""
         if self._scanning:
-            self._rescan = True
+            self._rescan = max(self._rescan, 1 if listing else 2)
             return
         root = Path(self._root_fn())
         if root != self.root:
@@ -229,6 +241,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
             self.root = root
             self.rootLabel.setText(f"Runs in {root}")
             self.model.set_runs([])  # another root's runs: this one's listed as they are read
+            self._entries = None
         if root.is_dir() and not self.watcher.directories():
             self.watcher.addPath(str(root))
         self._scanning = True
@@ -240,8 +253,12 @@ class HistoryPanel(RunNoteEditing, QWidget):
         sort = self.model.sorted_by
         extra = self.remoteRuns.rows()
         progressive = not self.model.fingerprints  # nothing listed yet: rows shown in batches as runs are read
+        known = self._entries if listing else None
 
         def scan(progress, control):
+            entries = _entries(root)
+            if known is not None and entries == known:
+                return None
             so_far = prepare([])
 
             def batch(records):  # every run so far, sorted here: the GUI thread only shows them
@@ -251,11 +268,12 @@ class HistoryPanel(RunNoteEditing, QWidget):
                 so_far = so_far.merged(prepare(records), sort)
                 progress(replace(so_far))  # its own Prepared: the model may sort it anew
 
-            return prepare(with_remote_rows(indexed_records(root, batch if progressive else None), extra), sort)
+            records = indexed_records(root, batch if progressive else None)
+            return entries, prepare(with_remote_rows(records, extra), sort)
 
         job = BackgroundJob("historyScan", self)
         job.progress.connect(lambda batch: self._batch(batch, serial))
-        job.succeeded.connect(lambda prepared: self._scanned(prepared, serial))
+        job.succeeded.connect(lambda result: self._scanned(result, serial))
         job.failed.connect(lambda message, _field, details: self._scan_failed(message, details))
         job.runningChanged.connect(lambda running: running or self._scan_jobs.discard(job) or job.deleteLater())
         self._scan_jobs.add(job)
@@ -263,7 +281,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
 
     def _batch(self, prepared: Prepared, serial: int) -> None:
         """A first scan's runs read so far: listed at once (the scan goes on)."""
-        if serial != self._scan_serial or not prepared.runs:
+        if serial != self._scan_serial or not prepared.briefs:
             return
         selected = {r.get("folder") for r in self.selected_runs()}
         first = not self.model.fingerprints
@@ -279,20 +297,27 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._scan_text = f"{len(self.model.fingerprints)} run(s) so far, reading on…"
         self._show_status()
 
-    def _scanned(self, prepared: Prepared, serial: int | None = None) -> None:
+    def _scanned(self, result: tuple | None, serial: int | None = None) -> None:
+        """A scan's (the root's entries, the rows); None: the entries had not changed, nothing was read."""
         self._scanning = False
-        runs = prepared.runs
+        self.refreshButton.setEnabled(True)
+        if result is not None:
+            self._entries, prepared = result
+            self._show_rows(prepared, serial)
+        self.scanned.emit(self.model.rowCount())
+        if self._rescan:
+            listing, self._rescan = self._rescan == 1, 0
+            self.refresh(listing)
+
+    def _show_rows(self, prepared: Prepared, serial: int | None) -> None:
+        runs = prepared.briefs
         for folder, (note, written_before) in list(self._saved_notes.items()):
             if written_before is not None and serial is not None and serial > written_before:
                 del self._saved_notes[folder]  # this scan started after the note was on disk: it read it
-                continue
-            for i, run in enumerate(runs):  # a scan that started before the note was on disk: show the saved note
-                if run.get("folder") == folder:
-                    run["note"] = note
-                    prepared.update(i)
+            else:  # a scan that started before the note was on disk: show the saved note
+                prepared.set_note(folder, note)
         # the periodic rescan stays cheap however big the folder
         self._auto.setInterval(max(AUTO_REFRESH_MS, int(20_000 * (time.monotonic() - self._scan_started))))
-        self.refreshButton.setEnabled(True)
         selected = {r.get("folder") for r in self.selected_runs()}
         if prepared.fingerprints != self.model.fingerprints:
             self._syncing = True  # the selection comes and goes: not a reason to reload the note editor
@@ -306,10 +331,6 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._scan_text = f"{len(runs)} run(s)" if runs else f"No runs in {self.root} yet"
         self._show_status()
         self._update_buttons()
-        self.scanned.emit(len(runs))
-        if self._rescan:
-            self._rescan = False
-            self.refresh()
 
     def _scan_failed(self, message: str, _details: str) -> None:
         self._scanning = False

@@ -47,7 +47,7 @@ class RunNoteEditing:
         self._note_loaded = text
         self._update_note_button()
         previous = self._saved_notes.get(folder)
-        before = next((str(r.get("note") or "") for r in self.model.runs if r.get("folder") == folder), "")
+        before = self.model.note_of(folder)
         self._saved_notes[folder] = [text, None]  # being written: scans show this note
         self.model.set_note(folder, text)
 

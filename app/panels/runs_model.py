@@ -7,6 +7,7 @@ filtering one pass plus a model reset.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -19,6 +20,7 @@ SORT_ROLE = Qt.ItemDataRole.UserRole
 RUN_ROLE = Qt.ItemDataRole.UserRole + 1
 RIGHT_ALIGNED = (5, 7)  # steps, wall time
 _SEP = "\x1f"  # between a row's texts, kept as one string (an object the garbage collector never walks)
+_ENCODE = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=False).encode
 
 
 def fingerprint(run: dict) -> str:
@@ -28,11 +30,13 @@ def fingerprint(run: dict) -> str:
 
 @dataclass
 class Prepared:
-    """A scan's runs (brief records, bulky parts as JSON text) with each row's texts, filter text, fingerprint, the sort
-    keys a column at a time, each column's longest text and the sort they are in."""
+    """A scan's runs (each brief record as JSON text, its bulky parts as JSON text) with each row's folder, texts,
+    filter text, fingerprint, the sort keys a column at a time, each column's longest text and the sort they are in.
+    Texts, not dicts: thousands of rows add nothing for the garbage collector to walk on the GUI thread."""
 
-    runs: list[dict]
+    briefs: list[str]
     bulks: list[str | None]
+    folders: list
     texts: list[str]
     hay: list[str]
     fingerprints: list[str]
@@ -40,31 +44,39 @@ class Prepared:
     longest: list[str]
     sorted: tuple | None = None
 
-    def update(self, i: int) -> None:
-        """Row i again, after its run changed."""
-        texts, keys = row_cells(self.runs[i])
-        self.texts[i], self.hay[i] = _SEP.join(texts), _haystack(texts)
-        self.fingerprints[i] = fingerprint(self.runs[i])
-        for column, key in zip(self.keys, keys):
-            column[i] = key
+    def run(self, i: int) -> dict:
+        """Row i's brief record (a new dict)."""
+        return json.loads(self.briefs[i])
+
+    def set_note(self, folder, note: str) -> list[int]:
+        """The rows of the run in `folder` with this note now; returns their positions."""
+        rows = [i for i, f in enumerate(self.folders) if f == folder]
+        for i in rows:
+            run = self.run(i)
+            run["note"] = note
+            self.briefs[i], texts, self.fingerprints[i], keys = _row(run)
+            self.texts[i], self.hay[i] = _SEP.join(texts), _haystack(texts)
+            for column, key in zip(self.keys, keys):
+                column[i] = key
+        return rows
 
     def merged(self, more: Prepared, sort: tuple | None = None) -> Prepared:
         """These runs and `more` in new lists (these left as they are), sorted by `sort` when given."""
         both = Prepared(
-            *(getattr(self, n) + getattr(more, n) for n in ("runs", "bulks", "texts", "hay", "fingerprints")),
+            *(getattr(self, n) + getattr(more, n) for n in _LISTS),
             [a + b for a, b in zip(self.keys, more.keys)] if self.keys else list(more.keys),
             [max(a, b, key=len) for a, b in zip(self.longest, more.longest)] or list(more.longest),
         )
-        if sort is not None and both.runs:
+        if sort is not None and both.briefs:
             both.order(*sort)
         return both
 
     def order(self, column: int, order) -> list[int]:
         """Sort everything by a column's keys (stable); returns the old positions in the new order."""
         new = sorted(
-            range(len(self.runs)), key=self.keys[column].__getitem__, reverse=order == Qt.SortOrder.DescendingOrder
+            range(len(self.briefs)), key=self.keys[column].__getitem__, reverse=order == Qt.SortOrder.DescendingOrder
         )
-        for name in ("runs", "bulks", "texts", "hay", "fingerprints"):
+        for name in _LISTS:
             values = getattr(self, name)
             setattr(self, name, [values[i] for i in new])
         self.keys = [[keys[i] for i in new] for keys in self.keys]
@@ -72,25 +84,33 @@ class Prepared:
         return new
 
 
+_LISTS = ("briefs", "bulks", "folders", "texts", "hay", "fingerprints")
+
+
+def _row(run: dict) -> tuple:
+    """(the run as JSON text, its texts, its fingerprint, its sort keys)."""
+    texts, keys = row_cells(run)
+    return _ENCODE(run), texts, fingerprint(run), keys
+
+
 def prepare(records, sort: tuple | None = None) -> Prepared:
     """The rows of `records` (run_index.indexed_records' (briefs, bulks), or whole run dicts): row_cells(run) gives
     (texts, sort keys); the filter text is the FILTERED columns' texts, lower case; sorted by `sort` when given.
     Runs off the GUI thread."""
     runs, bulks = records if isinstance(records, tuple) else (list(records), [None] * len(records))
-    texts_, hay, keys_, longest = [], [], [], []
+    prepared = Prepared([], list(bulks), [], [], [], [], [], [])
     for run in runs:
-        texts, keys = row_cells(run)
-        if not keys_:
-            keys_ = [[] for _ in keys]
-            longest = list(texts)
-        texts_.append(_SEP.join(texts))
-        hay.append(_haystack(texts))
-        for column, key in zip(keys_, keys):
+        brief, texts, print_, keys = _row(run)
+        if not prepared.keys:
+            prepared.keys, prepared.longest = [[] for _ in keys], list(texts)
+        prepared.briefs.append(brief)
+        prepared.folders.append(run.get("folder"))
+        prepared.texts.append(_SEP.join(texts))
+        prepared.hay.append(_haystack(texts))
+        prepared.fingerprints.append(print_)
+        for column, key in zip(prepared.keys, keys):
             column.append(key)
-        for c, text in enumerate(texts):
-            if len(text) > len(longest[c]):
-                longest[c] = text
-    prepared = Prepared(list(runs), list(bulks), texts_, hay, [fingerprint(r) for r in runs], keys_, longest)
+        prepared.longest = [max(a, b, key=len) for a, b in zip(prepared.longest, texts)]
     if sort is not None and runs:
         prepared.order(*sort)
     return prepared
@@ -123,7 +143,7 @@ class RunsModel(QAbstractTableModel):
         prepared = runs if isinstance(runs, Prepared) else prepare(runs)
         self.beginResetModel()
         self._all = prepared
-        if self._sorted is not None and prepared.sorted != self._sorted and prepared.runs:
+        if self._sorted is not None and prepared.sorted != self._sorted and prepared.briefs:
             prepared.order(*self._sorted)
         self._shown = self._matching()
         self.endResetModel()
@@ -160,7 +180,7 @@ class RunsModel(QAbstractTableModel):
         if not 0 <= column < len(COLUMNS):
             return
         self._sorted = (column, order)
-        if not self._all.runs:
+        if not self._all.briefs:
             return
         self.layoutAboutToBeChanged.emit()
         old = self.persistentIndexList()
@@ -174,19 +194,15 @@ class RunsModel(QAbstractTableModel):
 
     def set_note(self, folder: str, note: str) -> None:
         """A note saved from the panel: that row's note and filter text now, without waiting for a scan."""
-        for p, run in enumerate(self._all.runs):
-            if run.get("folder") != folder:
-                continue
-            run["note"] = note
-            self._all.update(p)
+        for p in self._all.set_note(folder, note):
             if not self._reshow(self._matching()) and p in self._shown:
                 r = self._shown.index(p)
                 self.dataChanged.emit(self.index(r, 0), self.index(r, len(COLUMNS) - 1))
 
     def selection_of(self, folders: set) -> QItemSelection:
         """The shown rows of the runs in these folders as one selection of whole rows, consecutive ones one range."""
-        runs, selection = self._all.runs, QItemSelection()
-        rows = [r for r, p in enumerate(self._shown) if runs[p].get("folder") in folders]
+        folders_, selection = self._all.folders, QItemSelection()
+        rows = [r for r, p in enumerate(self._shown) if folders_[p] in folders]
         for _gap, run in groupby(enumerate(rows), lambda pair: pair[1] - pair[0]):  # consecutive rows
             block = [r for _i, r in run]
             selection.select(self.index(block[0], 0), self.index(block[-1], len(COLUMNS) - 1))
@@ -195,13 +211,18 @@ class RunsModel(QAbstractTableModel):
     def run(self, row: int) -> dict:
         """The whole record of the run in this (shown) row: a new dict each time."""
         p = self._shown[row]
-        brief, bulk = self._all.runs[p], self._all.bulks[p]
-        return full_record(brief, bulk) if bulk is not None else dict(brief)
+        brief, bulk = self._all.run(p), self._all.bulks[p]
+        return full_record(brief, bulk) if bulk is not None else brief
 
     @property
     def runs(self) -> list[dict]:
         """Every run, filtered out or not, in the table's order: brief records (their bulky parts None)."""
-        return list(self._all.runs)
+        return [self._all.run(p) for p in range(len(self._all.briefs))]
+
+    def note_of(self, folder) -> str:
+        """The note the table shows for the run in `folder` ('' when none)."""
+        p = next((p for p, f in enumerate(self._all.folders) if f == folder), None)
+        return "" if p is None else str(self._all.run(p).get("note") or "")
 
     def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._shown)
@@ -225,7 +246,7 @@ class RunsModel(QAbstractTableModel):
         if role == RUN_ROLE:
             return index.row()
         if role == Qt.ItemDataRole.ToolTipRole:
-            return row_tooltip(self._all.runs[p], index.column())
+            return row_tooltip(self._all.run(p), index.column())
         if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in RIGHT_ALIGNED:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
