@@ -168,53 +168,31 @@ def test_a_step_is_the_engines_step_metrics_not_any_class_of_that_name():
     assert [line.split(" (")[0] for line in out.text.splitlines()] == ["step 20/1,000"]
 
 
-class FakeBar:
-    """What ProgressReporter asks of rich's Progress on a terminal."""
-
-    def __init__(self):
-        self.updates: list[tuple[int, str]] = []
-        self.stopped = False
-
-    def update(self, task_id, completed, info):
-        self.updates.append((completed, info))
-
-    def stop(self):
-        self.stopped = True
-
-
-def test_the_live_bar_takes_a_step_at_most_every_bar_seconds_and_always_the_last(monkeypatch):
-    """At a log interval of 1 a step event comes every few hundred microseconds; rich redraws the bar 10 times
-    a second, so updating it for each was pure cost. The newest figures still reach it, and the last at the end."""
+def test_the_live_line_takes_a_step_at_most_every_bar_seconds_and_always_the_last(monkeypatch):
+    """At a log interval of 1 a step event comes every few hundred microseconds: the terminal's line is rewritten at
+    most every BAR_SECONDS with the newest figures, the run's last step at once, and the end leaves it as a line."""
     from core.cli import train as train_cli
 
-    now = {"t": 50.0}
+    now, out = {"t": 50.0}, Lines()
     monkeypatch.setattr(train_cli.time, "monotonic", lambda: now["t"])
-    reporter = ProgressReporter(enabled=True, live=True)
-    reporter.total = 1000
-    reporter.progress, reporter.task_id = FakeBar(), 0
+    reporter = ProgressReporter(enabled=True, live=True, stream=out)
+    reporter(started(total=1000))
+
+    def shown() -> list[str]:
+        return [part.split(" (")[0] for part in out.text.split("\r\x1b[2K") if part]
+
     for n in range(1, 21):  # 20 steps within one BAR_SECONDS: the first is drawn, the rest wait
         reporter(step(n, elapsed=n / 1000))
         now["t"] += train_cli.BAR_SECONDS / 40
-    assert [completed for completed, _ in reporter.progress.updates] == [1]
+    assert shown() == ["step 1/1,000"]
     now["t"] += train_cli.BAR_SECONDS
     reporter(step(21, elapsed=0.1))
-    assert [completed for completed, _ in reporter.progress.updates] == [1, 21]
     reporter(step(22, elapsed=0.1))
-    reporter(
-        RunEnded(
-            status="completed",
-            message="",
-            step=22,
-            epoch=1,
-            final_loss=0.5,
-            metrics={},
-            checkpoint=None,
-            samples_per_second=None,
-        )
-    )
-    assert reporter.progress.updates[-1][0] == 22 and reporter.progress.stopped  # the end shows the last step
+    assert shown() == ["step 1/1,000", "step 21/1,000"] and "\n" not in out.text
+    reporter(RunEnded("completed", "", 22, 1, 0.5, {}, None, None))
+    assert shown()[-1] == "step 22/1,000" and out.text.endswith("\n")  # the end shows the last step, kept
     reporter(step(1000, elapsed=1.0))
-    assert reporter.progress.updates[-1][0] == 1000  # the last step of the run is drawn at once
+    assert shown()[-1] == "step 1,000/1,000"  # the last step of the run is drawn at once
 
 
 def test_the_last_steps_line_waits_for_the_final_evaluation():

@@ -9,7 +9,7 @@ import sys
 
 from core.text import count, duration, exact, number, printable, setting, size  # core.text's, as fmt.count etc.
 
-__all__ = ["PIPED_WIDTH", "console", "count", "duration", "exact", "number", "setting", "size", "table"]
+__all__ = ["PIPED_WIDTH", "LiveLine", "console", "count", "duration", "exact", "number", "setting", "size", "table"]
 
 PIPED_WIDTH = 100  # the layout width when stdout is not a terminal and COLUMNS is not set
 
@@ -45,3 +45,26 @@ def table(title: str | None = None, **kwargs):
     kwargs.setdefault("pad_edge", False)
     kwargs.setdefault("title_justify", "left")
     return PrintableTable(title=printable(title) if isinstance(title, str) else title, **kwargs)
+
+
+class LiveLine:
+    """The CLI's one progress line on stderr (or `stream`): on a terminal each call rewrites it in place, a `keep`
+    call leaving it as a line; in a log only `keep` calls write, a line each."""
+
+    def __init__(self, stream=None, live: bool | None = None):
+        self.stream = stream  # None: sys.stderr at the time of writing
+        self.live = (stream or sys.stderr).isatty() if live is None else live
+        self._open = False  # a rewritten line waits for its newline
+
+    def __call__(self, text: str, keep: bool = False) -> None:
+        if keep or self.live:
+            stream = self.stream or sys.stderr
+            stream.write(("\r\x1b[2K" if self.live else "") + printable(text) + ("\n" if keep else ""))
+            stream.flush()
+            self._open = not keep
+
+    def close(self) -> None:
+        """End a line left open (on a terminal)."""
+        if self._open:
+            (self.stream or sys.stderr).write("\n")
+            self._open = False

@@ -126,25 +126,17 @@ def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> R
 
 
 class ProgressLines:
-    """A lab command's progress on stderr: `text(update)` and the time so far, a line each; on a terminal the updates
-    of the `live` phases overwrite each other, and in a log only those `logged(update)` accepts get a line."""
+    """A lab command's progress on stderr (fmt.LiveLine): `text(update)` and the time so far; on a terminal the
+    updates of the `live` phases rewrite one line, and in a log only those `logged(update)` accepts get a line."""
 
     def __init__(self, text, live=(), logged=lambda update: True, stream=None):
         self.text, self.live_phases, self.logged = text, live, logged
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-        self.started = time.perf_counter()
-        self._open = False  # a live line waits to be overwritten
+        self.line, self.started = fmt.LiveLine(stream), time.perf_counter()
 
     def __call__(self, update) -> None:
+        passing = update.phase in self.live_phases
         text = f"{self.text(update)} ({fmt.duration(time.perf_counter() - self.started)})"
-        if self.live and update.phase in self.live_phases:
-            self.stream.write(f"\r\x1b[2K{text}")
-            self._open = True
-        elif update.phase not in self.live_phases or self.logged(update):
-            self.stream.write(("\r\x1b[2K" if self._open else "") + text + "\n")
-            self._open = False
-        self.stream.flush()
+        self.line(text, keep=not passing or (not self.line.live and self.logged(update)))
 
 
 def numbered(command: str):

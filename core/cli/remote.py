@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from core.cli import format as fmt
 from core.cli.common import seconds
 from core.cli.train import DATA_FLAG_FIELDS, add_data_flags, add_field_flag, data_flag_values
 from core.config import FIELD_SPECS
@@ -417,33 +418,27 @@ def cmd_remote_fetch(args: argparse.Namespace) -> int:
     from core.cli.runs import runs_dir
     from core.remote.fetch import fetch_run
     from core.remote.ssh import parse_target
-    from core.text import size
 
     remote = parse_target(args.target)
     if remote is None or not remote[1]:
         raise ConfigError("target", f"{printable(args.target)}: give HOST:RUN (a run's folder, name or id on the host)")
-    live = sys.stderr.isatty()
-    shown: dict[str, str | int | None] = {"name": None, "tenth": -1}
+    line, shown = fmt.LiveLine(), [None, -1]  # the file and tenth a log's last line showed
 
     def progress(done: int, total: int, name: str) -> None:
-        tenth = 10 * done // total if total else 10
-        if live:
-            sys.stderr.write(
-                f"\ramp-console: fetching {name}: {size(done) if done else '0 B'} of {size(total)} "
-                f"({100 * done // total if total else 100}%)\x1b[K"
-            )
-        elif name != shown["name"] or tenth != shown["tenth"]:
-            sys.stderr.write(f"amp-console: fetching {name}: {size(done) if done else '0 B'} of {size(total)}\n")
-        shown.update(name=name, tenth=tenth)
-        sys.stderr.flush()
+        text = f"amp-console: fetching {name}: {fmt.size(done) if done else '0 B'} of {fmt.size(total)}"
+        tenth = [name, 10 * done // total if total else 10]
+        line(
+            f"{text} ({100 * done // total if total else 100}%)" if line.live else text,
+            keep=not line.live and tenth != shown,
+        )
+        shown[:] = tenth
 
     fetched = fetch_run(
         host_of(remote[0], args), remote[1], runs_dir(args), checkpoint=not args.no_checkpoint, on_progress=progress
     )
-    if live and fetched.sent:
-        sys.stderr.write("\n")
+    line.close()
     kept = f", {len(fetched.kept)} already here" if fetched.kept else ""
-    sent = size(fetched.bytes_sent) if fetched.bytes_sent else "0 B"
+    sent = fmt.size(fetched.bytes_sent) if fetched.bytes_sent else "0 B"
     _say(f"fetched {len(fetched.sent)} file(s) ({sent}){kept}")
     print(fetched.folder, flush=True)
     return 0

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from core.cli import format as fmt
 from core.cli.common import (
     StopBeforeStart,
     StopSignals,
@@ -30,8 +31,6 @@ from core.files import check_regular_file, check_utf8_path, check_writable_folde
 from core.text import elapsed
 
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
-    from rich.progress import Progress, TaskID
-
     from core.engine.prepare import PreparedRun
 
 _TYPES = {
@@ -231,20 +230,15 @@ def check_paths(config: RunConfig) -> None:
             )
 
 
-BAR_SECONDS = 0.1  # the live bar takes a step's figures at most this often (rich redraws it at 10 Hz)
+BAR_SECONDS = 0.1  # the live line takes a step's figures at most this often
 
 
 class ProgressReporter:
-    """Progress on stderr: a live rich bar on a terminal; otherwise (nohup, a log file, a batch scheduler) one
-    plain line at the first log, then every `every` seconds, and at the end. Silent when `enabled` is false."""
+    """Progress on stderr (fmt.LiveLine): on a terminal one line rewritten as steps come; otherwise (nohup, a log file,
+    a batch scheduler) a line at the first log, then every `every` seconds, and at the end. Silent unless `enabled`."""
 
     def __init__(self, enabled: bool, live: bool | None = None, every: float = 30.0, stream=None):
-        self.enabled = enabled
-        self.live = sys.stderr.isatty() if live is None else live
-        self.every = every
-        self.stream = stream  # None: sys.stderr at the time of writing
-        self.progress: Progress | None = None  # rich's live bar, made at RunStarted
-        self.task_id: TaskID | None = None
+        self.enabled, self.every, self.line = enabled, every, fmt.LiveLine(stream, live)
         self.metrics: dict = {}
         self.total = self.start_step = 0
         self.paused_seconds = 0.0
@@ -255,44 +249,26 @@ class ProgressReporter:
         if not self.enabled:
             return
         if type(event) is StepMetrics:  # the event of every logged step: its own short path
-            self._last_step = event
-            if self.progress is not None:  # the bar redraws 10 times a second: updating it more often is waste
-                if (now := time.monotonic()) - self._drawn_at >= BAR_SECONDS or event.step >= self.total:
-                    self._drawn_at = now
-                    self._draw(event)
-            elif (
-                not self.live
-                and event.step < self.total
-                and (self._last_line is None or time.monotonic() - self._last_line >= self.every)
-            ):
+            self._last_step, now = event, time.monotonic()
+            if self.line.live and (now - self._drawn_at >= BAR_SECONDS or event.step >= self.total):
+                self._drawn_at = now
+                self.line(self.format_line(event))
+            elif not self.line.live and event.step < self.total and now - (self._last_line or -1e9) >= self.every:
                 self._line(event)  # the last step's line waits for RunEnded: it carries the final evaluation
             return
         if isinstance(event, RunStarted):
             self.total, self.start_step = event.total_steps, event.start_step
-            if self.live:
-                self._start(event)
         elif isinstance(event, EvalMetrics):
             if event.split == "val":
                 self.metrics = event.metrics
         elif isinstance(event, RunResumed):
             self.paused_seconds += event.paused_seconds
-        elif isinstance(event, RunEnded):
-            if self.progress is not None:
-                if self._last_step is not None:
-                    self._draw(self._last_step)
-                self.progress.stop()
-            elif not self.live and self._last_step is not None and self._last_step.step != self._printed_step:
+        elif isinstance(event, RunEnded) and self._last_step is not None:
+            if self.line.live or self._last_step.step != self._printed_step:
                 self._line(self._last_step)
 
     _printed_step = None
-    _drawn_at = float("-inf")  # when the live bar was last updated
-
-    def _draw(self, event) -> None:
-        if self.progress is None or self.task_id is None:
-            return
-        self.progress.update(
-            self.task_id, completed=event.step, info=f"loss {event.loss:.4f}  {event.samples_per_second:,.0f} samples/s"
-        )
+    _drawn_at = float("-inf")  # when the live line was last rewritten
 
     def format_line(self, event) -> str:
         """`step 1,200/5,000 (24%) epoch 2 loss 0.4132 val_accuracy 0.9100 | 3,412 samples/s | elapsed 1m12s,
@@ -311,27 +287,8 @@ class ProgressReporter:
         return text
 
     def _line(self, event) -> None:
-        self._last_line = time.monotonic()
-        self._printed_step = event.step
-        stream = self.stream or sys.stderr
-        stream.write(self.format_line(event) + "\n")
-        stream.flush()
-
-    def _start(self, event: RunStarted) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.progress = progress = Progress(
-            TextColumn(f"{event.task} {event.precision}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[info]}"),
-            console=Console(stderr=True),
-            transient=False,
-        )
-        self.task_id = progress.add_task("train", total=event.total_steps, completed=event.start_step, info="")
-        progress.start()
+        self._last_line, self._printed_step = time.monotonic(), event.step
+        self.line(self.format_line(event), keep=True)
 
 
 SUMMARY_FIELDS = (
