@@ -14,6 +14,7 @@ import pytest
 from core.cli.main import main
 from core.config import RunConfig
 from core.errors import ConfigError
+from tests.waiting import logged, wait_until
 
 
 def test_toml_round_trip(tmp_path):
@@ -173,7 +174,6 @@ def test_core_never_imports_qt_or_the_gui():
 @pytest.mark.slow
 def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
     import signal
-    import time
 
     out = tmp_path / "run"
     process = subprocess.Popen(
@@ -197,10 +197,7 @@ def test_ctrl_c_stops_gracefully_with_a_checkpoint(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not ((out / "metrics.jsonl").exists() and "StepMetrics" in (out / "metrics.jsonl").read_text()):
-            assert time.monotonic() < deadline and process.poll() is None
-            time.sleep(0.1)
+        wait_until(lambda: logged(out, "StepMetrics"), "a step", process)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
     finally:

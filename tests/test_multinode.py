@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -22,6 +21,7 @@ import pytest
 from core.cli.torchrun import usable_cpu_cores
 from core.files import read_jsonl
 from tests.listening import listening_addresses
+from tests.waiting import logged, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -141,11 +141,8 @@ def test_a_killed_rank_restarts_and_resumes_from_its_checkpoint(tmp_path):
         str(out),
         env={**ENV, "AMP_CONSOLE_TEST_EXIT": "1:23"},
     )
-    listening, deadline = [], time.monotonic() + 150
-    while not listening and process.poll() is None and time.monotonic() < deadline:
-        if (out / "metrics.jsonl").exists() and '"StepMetrics"' in (out / "metrics.jsonl").read_text():
-            listening = listening_addresses(process.pid)
-        time.sleep(0.05)
+    wait_until(lambda: logged(out, "StepMetrics"), "a step", process)
+    listening = listening_addresses(process.pid)
     code, _, err = finish(process)
     assert code == 0, err
     # A single-node run, restarts included, listens on loopback only (torchrun's stores, gloo).
@@ -177,14 +174,6 @@ def workers(launchers: list[subprocess.Popen]) -> dict[int, psutil.Process]:
     return found
 
 
-def wait_until(condition, launchers: list[subprocess.Popen], seconds: float = 150) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "waited in vain"
-        assert all(p.poll() is None for p in launchers), [finish(p) for p in launchers]
-        time.sleep(0.05)
-
-
 def sigterm_pending(process: psutil.Process) -> bool:
     status = Path(f"/proc/{process.pid}/status").read_text()
     return any(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)) for line in status.splitlines() if "Pnd:" in line)
@@ -206,16 +195,18 @@ def test_after_a_killed_worker_every_node_restarts_into_the_same_attempt_and_res
         return [e for e in read_jsonl(path) if e["event"] == name] if path.exists() else []
 
     try:
-        wait_until(lambda: len(events("CheckpointSaved")) >= 2, nodes)
+        wait_until(lambda: len(events("CheckpointSaved")) >= 2, "two checkpoints", *nodes)
         ranks = workers(nodes)
         everything += ranks.values()
         ranks[0].suspend()
         ranks[1].kill()
-        wait_until(lambda: sigterm_pending(ranks[0]), nodes)  # its agent restarts it for the waiting node
+        wait_until(
+            lambda: sigterm_pending(ranks[0]), "the restart", *nodes
+        )  # its agent restarts it for the waiting node
         ranks[0].resume()
-        wait_until(lambda: len(events("RunStarted")) == 2, nodes)
+        wait_until(lambda: len(events("RunStarted")) == 2, "the second start", *nodes)
         resumed_at = events("RunStarted")[1]["start_step"]
-        wait_until(lambda: max(e["step"] for e in events("StepMetrics")) >= resumed_at + 5, nodes)
+        wait_until(lambda: max(e["step"] for e in events("StepMetrics")) >= resumed_at + 5, "5 steps more", *nodes)
         everything += workers(nodes).values()
         from core.engine.folder_control import write_request
 
@@ -363,10 +354,7 @@ def test_sigusr1_in_a_slurm_job_checkpoints_requeues_and_the_requeued_job_resume
     process = train(
         "--batch-size", "16", "--max-steps", "100000000", "--out", str(out), "--json", env=fake_slurm(tmp_path, 0)
     )
-    deadline = time.monotonic() + 100
-    while not ((out / "metrics.jsonl").exists() and '"StepMetrics"' in (out / "metrics.jsonl").read_text()):
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-        time.sleep(0.1)
+    wait_until(lambda: logged(out, "StepMetrics"), "a step", process)
     process.send_signal(signal.SIGUSR1)
     code, stdout, err = finish(process)
     assert code == 128 + signal.SIGUSR1, err

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from cli_in_process import cli
 
 from core.cli.main import main
 from core.engine.run_folder import claim_run_folder
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -341,12 +341,10 @@ def test_a_killed_cli_run_lists_as_interrupted_and_its_checkpoint_resumes(tmp_pa
         text=True,
     )
     try:
-        end = time.monotonic() + 60
         # run.json records a checkpoint just after metrics.jsonl names it: wait for the record, then kill
-        while not (runs := listed()) or "last" not in (runs[0].get("checkpoints") or {}):
-            assert process.poll() is None, process.stderr.read()
-            assert time.monotonic() < end
-            time.sleep(0.05)
+        runs = wait_until(
+            lambda: (r := listed()) and "last" in (r[0].get("checkpoints") or {}) and r, "a checkpoint", process
+        )
         assert [r["status"] for r in runs] == ["running"]
         os.kill(process.pid, signal.SIGKILL)
         process.wait(30)

@@ -17,6 +17,7 @@ import pytest
 from core.engine.checkpoints import load_checkpoint
 from core.engine.run_folder import is_in_use
 from core.files import read_jsonl
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability, pytest.mark.timeout(180)]
 
@@ -56,13 +57,8 @@ def start(out: Path, resume: bool) -> subprocess.Popen:
     return subprocess.Popen([*TRAIN, *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(predicate, process: subprocess.Popen, what: str, deadline: float = 60) -> None:
-    end = time.monotonic() + deadline
-    while not predicate():
-        if process.poll() is not None:
-            raise AssertionError(f"the run ended before {what}: {process.stderr.read()}")
-        assert time.monotonic() < end, f"no {what} within {deadline} s"
-        time.sleep(0.02)
+def wait_for(predicate, process: subprocess.Popen, what: str) -> None:
+    wait_until(predicate, what, process)
 
 
 def records(out: Path, event: str) -> list[dict]:

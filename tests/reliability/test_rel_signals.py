@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from tests.waiting import logged, wait_until
+
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
 
@@ -41,12 +43,8 @@ def start_run(out, *extra):
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def wait_for_steps(process, out, seconds=60):
-    deadline = time.monotonic() + seconds
-    metrics = out / "metrics.jsonl"
-    while not (metrics.exists() and b"StepMetrics" in metrics.read_bytes()):
-        assert time.monotonic() < deadline and process.poll() is None, "the run did not start"
-        time.sleep(0.05)
+def wait_for_steps(process, out):
+    wait_until(lambda: logged(out, "StepMetrics"), "a step", process)
 
 
 def check_stopped_run(out, stdout: bytes):

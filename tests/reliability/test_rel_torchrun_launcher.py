@@ -15,6 +15,7 @@ import pytest
 from core.cli.main import main
 from core.cli.torchrun import torchrun_command, usable_cpu_cores
 from tests.listening import listening_addresses
+from tests.waiting import logged, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
@@ -78,10 +79,7 @@ def test_a_stop_signal_to_the_launcher_stops_every_rank_with_a_checkpoint(tmp_pa
         text=True,
     )
     try:
-        deadline = time.monotonic() + 100
-        while not ((out / "metrics.jsonl").exists() and "StepMetrics" in (out / "metrics.jsonl").read_text()):
-            assert time.monotonic() < deadline and process.poll() is None, "the ranks did not start"
-            time.sleep(0.1)
+        wait_until(lambda: logged(out, "StepMetrics"), "a step of the ranks", process)
         listening = listening_addresses(process.pid)
         process.send_signal(signal.SIGINT)
         time.sleep(0.2)
