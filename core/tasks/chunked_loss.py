@@ -1,9 +1,5 @@
-"""Softmax cross-entropy over a large catalogue without materialising the (positions x catalogue) logits.
-
-The recommender scores every position against every item, logits that dwarf the model and that autocast keeps in
-float32. Here the loss is computed chunk by chunk of positions, and each chunk's gradient (softmax - one-hot) is
-folded straight into the gradients of the hidden states and the item table: only one chunk's logits exist at a time,
-nothing is recomputed, and backward just scales the two stored gradients.
+"""Softmax cross-entropy over a large catalogue without materialising the (positions x catalogue) logits: chunk
+by chunk, each chunk's gradient folded into the hidden states' and the table's, so backward only scales them.
 """
 
 from __future__ import annotations
@@ -11,9 +7,7 @@ from __future__ import annotations
 import torch
 
 CHUNK_ELEMENTS = 1 << 26  # logits per chunk: 256 MB in float32, enough rows to keep the GPU busy
-# A chunk reads the whole item table: few positions per chunk (67 at 1M items) might be mostly table reads, but a
-# floor of 256 was slower on the CPU (benchmarks/large_catalogue.py: 19-20 against 17 ns per position x item, the
-# larger block falls out of cache). So no floor by default; `min_rows` is there for a device where one pays.
+# No floor on a chunk's positions by default (slower on the CPU: benchmarks/large_catalogue.py); `min_rows` sets one.
 MIN_CHUNK_ROWS = 1
 
 
@@ -41,8 +35,7 @@ class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):
             t = targets[start : start + chunk_rows]
             keep = valid[start : start + chunk_rows].unsqueeze(1)
             index = t.clamp(min=0).unsqueeze(1)
-            # One fused kernel from the compute-dtype logits to float32 probabilities: few passes over the
-            # (rows x catalogue) block, which is what this loss's time goes to.
+            # one fused kernel from the compute-dtype logits to float32 probabilities: few passes over the block
             probs = torch.softmax(h @ w.t(), dim=1, dtype=torch.float32)
             picked = probs.gather(1, index)
             loss_sum += (-torch.log(picked.clamp(min=tiny)) * keep).sum()
@@ -78,12 +71,8 @@ def chunked_softmax_cross_entropy(
     chunk_elements: int = CHUNK_ELEMENTS,
     min_rows: int = MIN_CHUNK_ROWS,
 ) -> torch.Tensor:
-    """Mean over positions with target >= 0 of cross_entropy(hidden @ table.T, targets); -1 is ignored.
-
-    hidden (N, d), table (V, d), targets (N,) int64. The matmuls run in autocast's dtype when autocast is on
-    (as `hidden @ table.T` would), the softmax in float32. Same value and gradients as
-    `F.cross_entropy((hidden @ table.t()).float(), targets, ignore_index=-1)`, in a fraction of the memory.
-    """
+    """`F.cross_entropy((hidden @ table.t()).float(), targets, ignore_index=-1)` in a fraction of the memory
+    (matmuls in autocast's dtype, softmax in float32)."""
     dtype = compute_dtype(hidden.device.type, torch.promote_types(hidden.dtype, table.dtype))
     rows = chunk_rows(table.shape[0], chunk_elements, min_rows)
     return _ChunkedSoftmaxCrossEntropy.apply(hidden, table, targets, dtype, rows)
@@ -97,13 +86,8 @@ def chunk_rows(catalogue: int, chunk_elements: int = CHUNK_ELEMENTS, min_rows: i
 def compact_positions(
     hidden: torch.Tensor, targets: torch.Tensor, bound: int, ignore: int = -1
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The positions whose target is not `ignore`, moved to the front of `bound` rows: no host sync.
-
-    hidden (N, d), targets (N,) -> hidden (bound, d), targets (bound,) and `overflow`, a 0-d bool tensor, true when
-    more than `bound` positions were real (those past the bound are left out; `bound` is an upper bound known on the
-    host). Rows past the real count repeat row 0 with target `ignore`, so they add nothing to a loss that ignores
-    them. Gradients flow back to the kept rows of `hidden`.
-    """
+    """The positions whose target is not `ignore`, moved to the front of `bound` rows without a host sync: (hidden,
+    targets, overflow), overflow a 0-d bool tensor; the rows after them repeat row 0 with target `ignore`."""
     valid = targets != ignore
     running = torch.cumsum(valid, 0)  # real positions up to and including each one
     slot = torch.arange(1, bound + 1, device=targets.device, dtype=running.dtype)

@@ -1,10 +1,8 @@
 """Search ranking: an MLP scores each (query, lesson) feature vector; lessons of a query are ranked by score.
 
-A split holds candidate lists: `features` (R, W, F) and `label` (R, W), label -1 marking padding. A list is a whole
-query padded to width W, within PADDING_BUDGET and MAX_LIST; longer queries are split into shuffled lists and the
-split gains `qid` (R,), so evaluation still ranks each query whole. Features are normalised in the model
-(FeatureNormalizer); losses: core.tasks.ranking.losses. Metrics: NDCG@10 and MRR over queries with a relevant
-lesson; baseline: random order; ceiling (synthetic data): the hidden noiseless relevance.
+A split holds candidate lists `features` (R, W, F) and `label` (R, W), -1 padding; a query longer than W spans
+several lists and the split gains `qid` (R,). Metrics: NDCG@10 and MRR; baseline random order; ceiling the
+hidden relevance (synthetic data).
 """
 
 from __future__ import annotations
@@ -36,9 +34,8 @@ QUANTILES = 256  # knots per column of the quantile normaliser (normalize=quanti
 
 
 def quantile_gauss(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
-    """x (..., F) -> the standard normal quantile of each value's rank among its column's `knots` (F, K, ascending:
-    the training values at levels 0..1), linear between knots, a value on a run of tied knots (a binary or sparse
-    column) at the run's middle, outside the knots at the end knot (rank-Gauss: each column's own curve)."""
+    """x (..., F) -> the normal quantile of each value's rank among its column's `knots` (F, K), linear between
+    knots, tied knots at their middle (rank-Gauss)."""
     k = knots.shape[1]
     flat = x.reshape(-1, x.shape[-1]).t().contiguous()  # (F, N)
     lo = torch.searchsorted(knots, flat)  # first knot >= x
@@ -56,9 +53,8 @@ IDENTITY = {"center": 0.0, "scale": 1.0, "curve": 0.0, "mean": 0.0, "std": 1.0} 
 
 
 class FeatureNormalizer(nn.Module):
-    """Per-column feature transform fit on the training split, held as buffers (checkpoints and exports carry it):
-    y = (x - center) / scale, asinh(y) where `curve` is 1 (a signed log for heavy tails), then (y - mean) / std;
-    with `quantiles` (normalize=quantile) y is quantile_gauss over the `knots` buffer instead."""
+    """Per-column feature transform fit on the training split, held as buffers: y = (x - center) / scale, asinh
+    where `curve` is 1, then (y - mean) / std; or quantile_gauss over `knots`."""
 
     center: torch.Tensor  # the buffers below
     scale: torch.Tensor
@@ -84,11 +80,8 @@ class FeatureNormalizer(nn.Module):
 
 
 def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str, list]:
-    """FeatureNormalizer's statistics for `features` (N, F) of real training candidates, as plain lists (for
-    TaskData.info). "asinh": centred on the median, scaled by the inter-quartile range (else the mean absolute
-    deviation, else the std), asinh, standardised; "quantile": knots at QUANTILES levels, quantile_gauss,
-    standardised; "standard": mean and std; "none": the identity. A constant column maps to 0; a non-finite
-    value is a DataError naming its column."""
+    """FeatureNormalizer's statistics for training `features` (N, F) under `how` (asinh, quantile, standard,
+    none), as plain lists; a non-finite value is a DataError naming its column."""
     if method not in NORMALIZE:
         raise ValueError(f"normalize: {method!r} is not one of {', '.join(NORMALIZE)}")
     n, width = features.shape
@@ -120,8 +113,7 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
         deviation = np.abs(x - center).mean(0)
         scale = np.where(high > low, (high - low) / 1.349, np.where(deviation > 0, deviation, x.std(0)))
         curve = np.ones(width)
-    # centre and scale as float32, the buffers' type, before the rest is fit on them (a column like 1000 +- 0.01
-    # would otherwise keep the float32 rounding of its centre as an offset)
+    # centre and scale rounded to float32, the buffers' type, before the rest is fit on them
     center = center.astype(np.float32).astype(np.float64)
     scale = np.where(scale > 0, scale, 1.0).astype(np.float32).astype(np.float64)
     y = (x - center) / scale
@@ -185,9 +177,8 @@ def list_width(sizes: np.ndarray) -> int:
 def pack_queries(
     query: np.ndarray, arrays: dict[str, np.ndarray], width: int | None = None, seed: int = 0
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Candidates (query code 0..Q-1 each, per-candidate arrays) -> lists of `width` (default list_width): each
-    array (R, W, ...), "label" padded with -1, the rest with 0; and each row's query (R,), in query order. A query
-    longer than W takes several rows, its candidates shuffled (seeded) first."""
+    """Candidates (query codes, per-candidate arrays) -> lists (R, W, ...) padded ("label" with -1) and each
+    row's query (R,); a query longer than W takes several rows, shuffled (seeded)."""
     sizes = np.bincount(query)
     width = width or list_width(sizes[sizes > 0])
     order = np.arange(len(query))
@@ -263,9 +254,8 @@ def ranking_arrays(table, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def given_query_splits(read: SplitTables, seed: int) -> tuple[list[Any], list[int]]:
-    """Packed train / val / test splits (test None when not given) from given split tables, each split's
-    queries its own (ids are per split: a query id in two splits is two queries); without a validation split,
-    10% of the training queries (seeded)."""
+    """Packed train / val / test splits from given split tables, query ids per split; without a validation
+    split, 10% of the training queries."""
     arrays = {name: ranking_arrays(table, read.origins[name]) for name, table in read.tables.items()}
     width = arrays["train"][1].shape[1]
     for name, (_, features, _) in arrays.items():
@@ -317,12 +307,7 @@ class RankingTask(Task):
             "noise", 0.5, "synthetic: label noise (std, relative to the relevance's std)", 0.0, 10.0, synthetic=True
         ),
     )
-    # Chosen by measurement against LightGBM's lambdarank (benchmarks/quality_ranking.py; seeds 10-13, apart
-    # from the benchmark's 0-9; paired NDCG@10 difference engine - LightGBM, mean +- s.e.): the earlier defaults
-    # (asinh, batch 64, 10 epochs) +0.0089 +- 0.0049; batch 16 +0.0112; normalize quantile (rank-Gauss, the way
-    # trees see features) at batch 16 and 5 epochs +0.0217 +- 0.0032, these defaults (with them hidden 256
-    # +0.0217, dropout 0.4 +0.0199). The quantile normaliser costs ~5-10% more per step than asinh.
-    # On the benchmark's seeds 0-9, run once after choosing: +0.0107 +- 0.0012, 10 of 10 wins.
+    # chosen against LightGBM's lambdarank with benchmarks/quality_ranking.py
     defaults = {"lr": 3e-3, "batch_size": 16, "epochs": 5, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "ndcg@10"
     validation_unit = "queries"
@@ -454,9 +439,7 @@ class RankingTask(Task):
         return {f"ndcg@{TOP_K}": float(parts.sums["ndcg"]) / count, "mrr": float(parts.sums["rr"]) / count}
 
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
-        """NDCG@k for k = 1..REPORT_K and MRR over the queries with a relevant candidate (the metrics' queries:
-        at k = 10 the metric), overall and by candidates per query (QUERY_SIZE_BUCKETS; empty buckets left
-        out), every query ranked whole."""
+        """NDCG@k for k = 1..REPORT_K and MRR, overall and by candidates per query (QUERY_SIZE_BUCKETS)."""
         label = split["label"]
         scores = [model(batch["features"]).float() for batch in iter_slices(split, max(batch_size, 1024))]
         score = torch.cat(scores) if scores else torch.zeros(label.shape, device=label.device)

@@ -1,10 +1,6 @@
-"""Review sentiment: a fastText-style classifier over hashed n-grams (small MLP head).
-
-Text is tokenized by core.data.tokenizer, so a split is a padded (N, max_tokens) matrix of bucket ids plus labels.
-Per-bucket token weights (1, or idf with `weighting=tfidf`; 0 for buckets in fewer than `min_df` training reviews)
-are fit on the training split and kept as a model buffer. Metrics: accuracy and ROC AUC; baseline: the majority
-class; ceiling (synthetic data): the exact Bayes posterior of core.data.reviews. The defaults were chosen with
-benchmarks/quality_sentiment.py (its docstring has the figures).
+"""Review sentiment: a fastText-style classifier over hashed n-grams (small MLP head), per-bucket weights fit
+on the training split. Metrics: accuracy and ROC AUC; baseline the majority class; ceiling the Bayes posterior
+(synthetic data). Defaults from benchmarks/quality_sentiment.py.
 """
 
 from __future__ import annotations
@@ -49,9 +45,8 @@ def document_frequency(tokens: torch.Tensor, buckets: int) -> torch.Tensor:
 
 
 def fit_bucket_weights(tokens: torch.Tensor, buckets: int, idf: bool = True, min_df: int = 1) -> torch.Tensor:
-    """Every bucket's weight, fit on the given (training) rows: its smoothed inverse document frequency as
-    scikit-learn's TfidfVectorizer computes it, log((1 + n) / (1 + df)) + 1 (or 1 without `idf`), and 0 for a
-    bucket found in fewer than `min_df` rows (as min_df there: too rare to learn from) and for padding."""
+    """Every bucket's weight from the training rows: smoothed idf as TfidfVectorizer's (1 without `idf`), 0 for
+    padding and buckets in fewer than `min_df` rows."""
     df = document_frequency(tokens, buckets)
     if idf:
         weights = torch.log((1 + tokens.shape[0]) / (1 + df.double())) + 1
@@ -63,12 +58,8 @@ def fit_bucket_weights(tokens: torch.Tensor, buckets: int, idf: bool = True, min
 
 
 class BagClassifier(nn.Module):
-    """Weighted bag of hashed n-gram embeddings -> optional hidden layer -> 2 logits.
-
-    Each token weighs its bucket's weight (`bucket_weight`, a buffer: see fit_bucket_weights), times, with
-    `sublinear`, a sublinear term frequency; padding weighs 0. The weighted sum of embeddings is divided by the
-    pooling's norm: the weights' sum (mean), the square root of the token count (sqrt), 1 (sum) or the weights' L2
-    norm (l2). While training, `token_dropout` drops whole tokens."""
+    """Weighted bag of hashed n-gram embeddings (`bucket_weight`, `sublinear` tf, pooled by `pooling`) ->
+    optional hidden layer -> 2 logits; `token_dropout` drops whole tokens while training."""
 
     bucket_weight: torch.Tensor  # a buffer
 
@@ -129,9 +120,8 @@ HISTOGRAM_BINS = 10
 
 
 def roc_curve(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The exact ROC curve: (fpr, tpr, score threshold) at each distinct score, highest first, from (0, 0)
-    (threshold +inf) to (1, 1); a row counts as positive when its score >= the threshold, so tied scores move
-    the curve diagonally and its trapezoid area is roc_auc's. Empty tensors when a class is absent."""
+    """The exact ROC curve: (fpr, tpr, threshold) at each distinct score from (0, 0) to (1, 1); its trapezoid
+    area is roc_auc's. Empty tensors when a class is absent."""
     scores, positive = scores.double(), labels.bool()
     n_pos, n_neg = int(positive.sum()), int((~positive).sum())
     if n_pos == 0 or n_neg == 0:
@@ -226,8 +216,7 @@ class SentimentTask(Task):
         TaskOption("reviews", 20_000, "synthetic: reviews generated", 100, 100_000_000, synthetic=True),
         TaskOption("label_noise", 0.05, "synthetic: fraction of labels flipped", 0.0, 0.5, synthetic=True),
     )
-    # Measured (benchmarks/quality_sentiment.py): batch 128 has too few steps for 6,000 reviews (the majority
-    # class), 32 costs 0.6 points at 20,000; 64 does well at both. A third epoch starts memorising.
+    # chosen with benchmarks/quality_sentiment.py
     defaults = {"lr": 1e-2, "batch_size": 64, "epochs": 2, "optimizer": "adamw", "schedule": "cosine"}
     primary_metric = "accuracy"
     tokens_key = "tokens"  # throughput can count hashed words + bigrams (non-zero ids), not just reviews
@@ -347,10 +336,8 @@ class SentimentTask(Task):
         }
 
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
-        """Confusion matrix at P(positive) 0.5 (a review is called positive when P(positive) > 0.5: the argmax
-        accuracy counts), precision / recall / F1 of the positive class, the ROC curve (at most ROC_POINTS
-        points, exact endpoints) and its AUC (roc_auc, the metric), and P(positive) histograms by true class
-        with the observed positive rate per bin (calibration)."""
+        """Confusion matrix at P(positive) 0.5, precision / recall / F1, the ROC curve and AUC, and calibration
+        histograms of P(positive) by true class."""
         label = split["label"]
         margin = self.evaluate_parts(model, split, batch_size).values["margin"]
         predicted = margin > 0  # argmax: a tie goes to class 0 (negative), as accuracy counts it
