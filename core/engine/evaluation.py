@@ -16,6 +16,7 @@ import torch
 
 from core.data.batching import split_length
 from core.engine.distributed import DistContext, all_gather_rows, all_reduce_sums
+from core.engine.precision import plain_linears
 from core.errors import TaskOutputError
 from core.tasks.base import EvalParts, Task
 from core.tasks.serving import cut
@@ -95,8 +96,9 @@ def evaluating(model: torch.nn.Module, autocast):
 
 
 def task_samples(task: Task, model: torch.nn.Module, data, autocast) -> list[dict[str, str]]:
-    """Task.samples under `evaluating`, capped (SAMPLES_MAX rows, each text cut to SAMPLE_CHARS); [] for None."""
-    with evaluating(model, autocast):
+    """Task.samples under `evaluating` (fp8's layers as plain_linears), capped (SAMPLES_MAX rows, each text cut to
+    SAMPLE_CHARS); [] for None."""
+    with evaluating(model, autocast), plain_linears(model):
         rows = task.samples(model, data) or []
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
         raise TypeError(f"samples returned {type(rows).__name__}: expected a list of {{input, answer}} dicts")

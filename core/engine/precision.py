@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -148,6 +150,21 @@ def _to_float8(model: nn.Module, recipe: str, emulate: bool) -> list[str]:
         f"fp8 ({recipe}{', emulated' if emulate else ''}): {len(chosen)} of {len(chosen) + len(kept)} Linear layers "
         f"train in float8: {', '.join(chosen) or 'none'}; left in bf16: {others}"
     ]
+
+
+@contextlib.contextmanager
+def plain_linears(model: nn.Module):
+    """torchao's float8 training layers refuse inference_mode (what serving answers run under): for the block they
+    answer as the nn.Linear they are, in the caller's bf16 autocast."""
+    float8 = sys.modules.get("torchao.float8.float8_linear")
+    layers = [m for m in model.modules() if float8 is not None and isinstance(m, float8.Float8Linear)]
+    for layer in layers:
+        layer.forward = functools.partial(nn.Linear.forward, layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
 
 
 @contextlib.contextmanager

@@ -519,15 +519,6 @@ class Trainer:
     def _samples(self) -> None:
         """The task's samples of this evaluation (Task.samples), rank 0 alone. A failing hook is one warning (a
         Samples event with its note, and a Python warning), then no more samples: the run goes on."""
-        if self.plan.mode == "fp8":  # torchao's float8 layers take training-shaped batches, not a few users' rows
-            self._samples_on = False
-            self._emit(
-                Samples(
-                    step=self.state.step,
-                    note="no samples in an fp8 run: its float8 layers answer only batches shaped as in training",
-                )
-            )
-            return
         try:
             rows = task_samples(self.task, self.raw_model, self.data, self.plan.autocast)
         except Exception as exc:
