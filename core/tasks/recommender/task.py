@@ -1,11 +1,8 @@
 """Lesson recommender: a SASRec-style causal transformer over each user's lesson sequence.
 
-Loss (`loss`): the full softmax (core.tasks.chunked_loss) or a sampled one; `auto` picks by SAMPLED_LOSS_ABOVE and
-the run's config records its pick (settled_options), and a saved run without the option reads as `full`
-(saved_defaults). Padded positions are dropped before the loss without waiting on the device. Evaluation is
-leave-last-out (core.data.sequences) under three protocols (docs/data.md, "Recommender metrics"); the baseline is
-popularity; the ceiling (synthetic data) is the expected value of the Bayes-optimal ranking, unfiltered protocol
-only, so a measured value can land slightly above it.
+Loss: the full softmax (chunked) or a sampled one (`auto` picks by SAMPLED_LOSS_ABOVE). Evaluation is
+leave-last-out under three protocols (docs/data.md, "Recommender metrics"); baseline popularity; ceiling the
+Bayes-optimal ranking (synthetic data).
 """
 
 from __future__ import annotations
@@ -78,9 +75,8 @@ class SASRec(nn.Module):
         length = seq.shape[1]
         real = seq > 0
         x = self.items(seq) * self.items.embedding_dim**0.5 + self.positions.weight[:length]
-        # As in SASRec, padding positions are zeroed after every block (the "timeline mask") rather than
-        # masked out of attention: a key-padding mask would push SDPA off its fused kernels, and histories
-        # are left-padded, so a real position only ever sees padding before the user's first lesson.
+        # SASRec's timeline mask: padding zeroed after every block, not masked out of attention (that would
+        # push SDPA off its fused kernels); histories are left-padded.
         timeline = real.unsqueeze(-1).to(x.dtype)
         x = self.drop(x) * timeline
         for block in self.blocks:
@@ -100,9 +96,8 @@ COUNT_BLOCK = 1 << 22  # scores compared at a time (rows x a block of columns): 
 
 
 def count_at_least(scores: torch.Tensor, target_scores: torch.Tensor) -> torch.Tensor:
-    """Per row, how many of `scores` (B, C) are >= its target score (B,). Compared a block of columns at a time:
-    a whole (B, C) comparison would hold a bool matrix and its int64 sum (9 bytes per score, over twice the
-    scores themselves), so evaluation's memory would not be the score matrix it budgets for."""
+    """Per row, how many of `scores` (B, C) are >= its target score (B,), a block of columns at a time (a whole
+    comparison would hold twice the scores' memory)."""
     target = target_scores.unsqueeze(1)
     columns = max(1, COUNT_BLOCK // max(1, scores.shape[0]))
     if scores.shape[1] <= columns:
@@ -139,10 +134,8 @@ def remove_seen(scores: torch.Tensor, batch: dict[str, torch.Tensor], history: t
 def held_out_ranks(
     score_fn, split: dict[str, torch.Tensor], batch_size: int, history: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """Per row of `split`, the 0-based rank of its held-out item under each of PROTOCOLS (how many candidates
-    score at least as high, itself excepted: ties count against it), for `score_fn(batch) -> (B, n_items)`
-    scores; `history` is the flat item array the split's history_start / history_end index. hit@k is rank < k,
-    NDCG@k 1 / log2(rank + 2)."""
+    """Per row of `split`, the 0-based rank of its held-out item under each of PROTOCOLS (ties count against
+    it) for `score_fn(batch) -> (B, n_items)`; `history` is the flat item array the split indexes."""
     device = split["target"].device
     history = history.to(device)
     ranks: dict[str, list] = {p: [torch.zeros(0, dtype=torch.int64, device=device)] for p in PROTOCOLS}
@@ -207,10 +200,8 @@ BUCKETS_PER_OCTAVE = 8
 
 
 def position_bucket(count: int, most: int) -> int:
-    """`count` real positions rounded up to a multiple of 1/16 of the next power of two (at most 8 sizes per
-    doubling, at most 1/8 more rows), capped at `most`. The loss's matmuls see these sizes, not every count a
-    random batch holds: oneDNN (bf16 on AVX512 / AMX CPUs) caches a primitive and its scratchpad per shape, so
-    a distinct shape per step grew memory by megabytes a step (issue 43)."""
+    """`count` rounded up to a multiple of 1/16 of the next power of two, capped at `most`: few distinct shapes,
+    as oneDNN caches a primitive and its scratchpad per shape."""
     step = max(1, (1 << max(count - 1, 0).bit_length()) // (2 * BUCKETS_PER_OCTAVE))
     return min(-(-count // step) * step, most)
 
@@ -341,8 +332,7 @@ class RecommenderTask(Task):
         if not data_path:
             previous = val["seq"][:, -1].numpy() - 1  # the item just before the held-out one
             expected = chain.expected_metrics(previous, EVAL_NEGATIVES, TOP_K)
-            # The planted ceiling is the Bayes ranking of the whole catalogue, seen items kept: only that
-            # protocol has one (its sampled figure assumes negatives from the whole catalogue, not ours).
+            # the planted ceiling ranks the whole catalogue, seen items kept: only that protocol has one
             ceiling = {f"{m}@{TOP_K}_full_unfiltered": expected[f"{m}@{TOP_K}_full"] for m in ("hr", "ndcg")}
         # The flat item array the evaluation rows' history_start / history_end index (int32 when it fits).
         self.history = torch.from_numpy(history.astype(np.int32 if n_items < 2**31 else np.int64))
@@ -402,12 +392,8 @@ class RecommenderTask(Task):
     def drop_padding(
         self, hidden: torch.Tensor, target: torch.Tensor, rows: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """hidden (N, d) and 0-based targets (N,) of a batch of `rows` training rows -> the real positions
-        first, and the overflow flag; unchanged (flag None) before load_data. On the CPU (count_on_host) the real
-        positions counted, in a buffer of the count rounded up (position_bucket: few distinct shapes, the extra
-        rows ignored), flag None: a random batch holds fewer than the bound, often far fewer. Elsewhere in a
-        buffer of the most real positions any `rows` training rows hold (see loss_position_bounds), as counting
-        them would wait for the device; unchanged when that bound saves nothing."""
+        """hidden (N, d) and targets (N,) -> the real positions first, and the overflow flag (None when counted on
+        the host, in a position_bucket; elsewhere the bound of loss_position_bounds, without a device wait)."""
         bounds = getattr(self, "loss_bounds", None)
         if bounds is None:
             return hidden, target, None
@@ -422,14 +408,12 @@ class RecommenderTask(Task):
             return hidden, target, None
         return compact_positions(hidden, target, bound)
 
-    # Whether the real positions are counted and picked exactly: None is where the batch is on the host (the
-    # CPU), whose count waits for no device; elsewhere the host's bound sizes the buffer (see drop_padding).
+    # None where the batch is on the host (the CPU): its real positions are counted; else a bound sizes them
     count_on_host: bool | None = None
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Softmax over the true next item and negatives shared across the batch, drawn uniformly (a logQ
-        correction would add the same log(n / K) to every negative; there is none); a negative equal to the
-        true item (an accidental hit) is masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
+        """Softmax over the true next item and uniform negatives shared across the batch, an accidental hit
+        masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
         n_items = model.items.num_embeddings - 1
         negatives = torch.randint(1, n_items + 1, (self.opts["sampled_negatives"],), device=target.device)
         # One gather of the targets' and the negatives' rows: its backward is one scatter into the table.
@@ -487,10 +471,32 @@ class RecommenderTask(Task):
             for row, h in enumerate(histories)
         ]
 
+    def samples(self, model: nn.Module, data: TaskData) -> list[dict[str, str]]:
+        """The top TOP_K unseen lessons for the first validation users, from the data at hand, in one batch."""
+        from core.tasks.serving import SAMPLE_ROWS, listed
+
+        val, ids, sasrec = data.val, data.vocabulary.get("item_id"), _unwrap(model)
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
+        bounds = list(zip(val["history_start"][:SAMPLE_ROWS].tolist(), val["history_end"][:SAMPLE_ROWS].tolist()))
+        hidden = sasrec(val["seq"][: len(bounds)].to(next(sasrec.parameters()).device))[:, -1]
+        with torch.autocast(hidden.device.type, enabled=False):
+            scores = sasrec.scores(hidden.float())
+        histories = [self.history[start:end].long().tolist() for start, end in bounds]
+        for row, history in enumerate(histories):  # seen lessons are not recommended (as `recommend` does)
+            scores[row, torch.tensor(history, device=scores.device) - 1] = float("-inf")
+        top = (scores.topk(min(TOP_K, scores.shape[1]), dim=1).indices + 1).tolist()
+        lesson = (lambda code: code - 1) if ids is None else (lambda code: ids[code - 1])
+        return [
+            {
+                "input": f"user {row + 1}: {len(h)} lessons, last {listed([lesson(c) for c in h[-3:]])}",
+                "answer": listed([lesson(c) for c in top[row]]),
+            }
+            for row, h in enumerate(histories)
+        ]
+
     def report(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> dict:
-        """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS (the same ranks as the metrics: at k =
-        10 they are evaluate's figures), and HR@10 / NDCG@10 by the length of the user's history before the
-        held-out item (HISTORY_BUCKETS; empty buckets left out)."""
+        """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS, and HR@10 / NDCG@10 by the user's
+        history length (HISTORY_BUCKETS)."""
         ranks = self._ranks(model, split, batch_size)
         curves = {p: rank_curves(r, REPORT_K) for p, r in ranks.items()}
         ks = list(range(1, REPORT_K + 1))
