@@ -7,7 +7,8 @@ import pytest
 from core.config import RunConfig
 from core.engine.control import RunControl
 from core.errors import PrecisionError
-from core.lab.precision_sweep import SweepRow, measure_mode, recommended_row, requested_modes, run_sweep
+from core.lab.precision_results import SweepRow, recommended_row
+from core.lab.precision_sweep import measure_mode, requested_modes, run_sweep
 from core.precision_modes import PRECISION_MODES
 
 

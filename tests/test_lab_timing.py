@@ -7,11 +7,11 @@ import pytest
 
 
 def test_both_tools_time_and_compare_through_core_lab_timing():
-    from core.lab import precision_sweep, timing
+    from core.lab import precision_results, precision_sweep, timing
     from core.lab.batch_finder import finder, results
 
     assert precision_sweep.time_steps is finder.time_steps is timing.time_steps
-    assert precision_sweep.speed_ratio is results.speed_ratio is timing.speed_ratio
+    assert precision_results.speed_ratio is results.speed_ratio is timing.speed_ratio
 
 
 def test_the_median_window_is_the_speed_and_warm_up_is_left_out():

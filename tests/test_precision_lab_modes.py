@@ -10,7 +10,8 @@ import pytest
 
 from core.config import RunConfig
 from core.lab.batch_finder.results import BatchFinderResult, ModeResult, compare_to_fp32
-from core.lab.precision_sweep import explain_rows, memory_growth, recommended_row, run_sweep
+from core.lab.precision_results import explain_rows, recommended_row
+from core.lab.precision_sweep import memory_growth, run_sweep
 from tests.test_precision_recommendation import row, sweep
 
 MIB = 2**20

@@ -4,7 +4,7 @@ emulated on this CPU) only from a measurement that is not noisy."""
 
 from __future__ import annotations
 
-from core.lab.precision_sweep import SweepRow, compare_to_fp32, holds_up, noise_note, recommended_row
+from core.lab.precision_results import SweepRow, compare_to_fp32, holds_up, noise_note, recommended_row
 
 BATCH = 64
 

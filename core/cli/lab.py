@@ -211,7 +211,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def print_sweep(result) -> None:
     """The sweep as a table that fits the terminal, then the notes, skipped modes and the recommendation."""
-    from core.lab.precision_sweep import noise_note
+    from core.lab.precision_results import noise_note
 
     tokens = any(r.tokens_per_second for r in result.rows)
     threads = f", {result.threads} CPU thread{'s' if result.threads != 1 else ''}" if result.threads else ""
