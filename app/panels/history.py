@@ -268,8 +268,10 @@ class HistoryPanel(RunNoteEditing, QWidget):
                 so_far = so_far.merged(prepare(records), sort)
                 progress(replace(so_far))  # its own Prepared: the model may sort it anew
 
-            records = indexed_records(root, batch if progressive else None)
-            return entries, prepare(with_remote_rows(records, extra), sort)
+            runs, bulks = with_remote_rows(indexed_records(root, batch if progressive else None), extra)
+            made = set(so_far.folders)  # the batches' rows are made: the others are added to them
+            rest = [i for i, run in enumerate(runs) if run.get("folder") not in made]
+            return entries, so_far.merged(prepare(([runs[i] for i in rest], [bulks[i] for i in rest])), sort)
 
         job = BackgroundJob("historyScan", self)
         job.progress.connect(lambda batch: self._batch(batch, serial))

@@ -37,7 +37,7 @@ LISTED = (
 )
 BULK_LIMIT = 16 << 20  # and of its bulky parts (as core.files.RECORD_LIMIT bounds run.json)
 ROW_LIMIT = 1 << 20  # characters of a stored brief or listed array past which the row is read from its folder
-BATCH_SECONDS = 0.25  # reading folders this long hands indexed_records' batch the runs read (see there)
+BATCH_SECONDS = 0.25  # the least reading between two of indexed_records' batches (see there)
 PARSE_CHUNK = 100  # records parsed in one json.loads: it holds the GIL throughout, a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
 _reader_version: str | None = None
@@ -61,8 +61,9 @@ def indexed_records(root: str | os.PathLike, batch=None) -> tuple[list[dict], li
     """Every run under `root`, newest first, as two lists: its brief record and its BULKY parts as JSON text.
     For a list that holds thousands of runs (the window's history): it parses the bulky parts only of the
     runs it opens (full_record), and keeps far fewer objects for the garbage collector to walk. `batch`: called
-    with such a pair of the runs read from their folders since the last call, every BATCH_SECONDS of reading
-    (a list shown before a cold index is built), those rows saved to the index first."""
+    with such a pair of the runs read from their folders since the last call, after BATCH_SECONDS of reading
+    and then after half the time read so far (a list shown before a cold index is built, a few times), those
+    rows saved to the index first."""
     return _refresh(Path(root), parts="split", batch=batch)
 
 
@@ -168,7 +169,8 @@ class _Scan:
     def __init__(self, cached: _Cache, split: bool = False, listed: bool = False, on_batch=None):
         self.cached, self.split, self.listed, self.on_batch = cached, split, listed, on_batch
         self.pending: list[str] = []  # runs read since the last batch
-        self.due = time.monotonic() + BATCH_SECONDS
+        self.started = time.monotonic()
+        self.due = self.started + BATCH_SECONDS
         self.racy = time.time_ns() - RACY_SECONDS * 1_000_000_000
         self.found: list[str] = []
         self.fresh: dict[str, tuple[dict, str | None]] = {}  # key -> (the run as kept, its bulky parts)
@@ -217,7 +219,8 @@ class _Scan:
             self.pending.append(key)
             if time.monotonic() >= self.due:
                 self.on_batch(self)
-                self.pending, self.due = [], time.monotonic() + BATCH_SECONDS
+                now = time.monotonic()
+                self.pending, self.due = [], now + max(BATCH_SECONDS, (now - self.started) / 2)
         return []
 
 
