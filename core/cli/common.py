@@ -317,6 +317,14 @@ def add_task_file_flag(parser) -> None:
     )
 
 
+def add_option_flag(parser, example: str = "hidden=32", what: str = "task option") -> None:
+    """-o/--option KEY=VALUE, repeatable, into args.task_options (core.cli.train.parse_option reads each)."""
+    parser.add_argument(
+        "--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options",
+        help=f"{what}, e.g. -o {example} (repeatable; `amp-console tasks NAME` lists a task's)",
+    )  # fmt: skip
+
+
 def add_checkpoint_args(parser) -> None:
     """RUN_OR_CHECKPOINT, --best / --last, --runs-dir and --task: how a command names the checkpoint it works on
     (core.cli.evaluate.chosen_checkpoint reads them)."""

@@ -10,6 +10,7 @@ import sys
 import time
 
 from core.cli import format as fmt
+from core.cli.common import add_option_flag
 from core.config import COMPILE_MODES, RunConfig
 from core.errors import ConfigError
 from core.precision_modes import PRECISION_MODES
@@ -96,15 +97,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda:N, mps or xpu:N (default auto)")
     parser.add_argument("--batch-size", type=int, default=None, help="samples per step (default: the task's)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
-    parser.add_argument(
-        "--option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="task_options",
-        help="task option, e.g. -o hidden=256 (repeatable; `amp-console tasks NAME` lists them)",
-    )
+    add_option_flag(parser, "hidden=256")
     parser.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
 
 

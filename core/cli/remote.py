@@ -10,7 +10,7 @@ import os
 import sys
 
 from core.cli import format as fmt
-from core.cli.common import seconds
+from core.cli.common import add_option_flag, seconds
 from core.cli.train import DATA_FLAG_FIELDS, add_data_flags, add_field_flag, data_flag_values
 from core.config import FIELD_SPECS
 from core.errors import ConfigError
@@ -135,15 +135,7 @@ def register(sub) -> None:
         help="the task: a built-in task's name, or a task file here (copied into the run's folder "
         "on the host) or package.module:Class (installed on the host)",
     )
-    start.add_argument(
-        "--option",
-        "-o",
-        dest="task_options",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="task option (repeatable)",
-    )
+    add_option_flag(start)
     start.add_argument(
         "--data",
         metavar="PATH",

@@ -16,6 +16,7 @@ from core.cli import format as fmt
 from core.cli.common import (
     StopBeforeStart,
     StopSignals,
+    add_option_flag,
     end_with_parent,
     safe_standard_streams,
     seconds,
@@ -64,15 +65,7 @@ def register(sub) -> None:
             add_field_flag(p, name)
         if name == "data":
             add_data_flags(p)
-    p.add_argument(
-        "--option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="task_options",
-        help="task option, e.g. -o hidden=32 (repeatable; see `amp-console tasks`)",
-    )
+    add_option_flag(p)
     p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
     p.add_argument(
         "--runs-dir",

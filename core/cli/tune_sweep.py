@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 from core.cli import format as fmt
-from core.cli.common import StopBeforeStart, StopSignals, naming_task_file, safe_standard_streams, signal_name
+from core.cli.common import (
+    StopBeforeStart,
+    StopSignals,
+    add_option_flag,
+    naming_task_file,
+    safe_standard_streams,
+    signal_name,
+)
 from core.config import FIELD_SPECS, RunConfig
 from core.errors import ConfigError
 
@@ -61,15 +68,7 @@ def register(sub) -> None:
         dest="settings",
         help="any other setting, e.g. --set early_stop_patience=3 (repeatable)",
     )
-    base.add_argument(
-        "--option",
-        "-o",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="task_options",
-        help="task option for every trial, e.g. -o samples=4096 (repeatable)",
-    )
+    add_option_flag(base, "samples=4096", "task option for every trial")
     what = p.add_argument_group("what to sweep")
     what.add_argument(
         "--grid",
