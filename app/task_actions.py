@@ -9,14 +9,13 @@ start from their source text (nothing runs); a remembered task is loaded when pi
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 from pathlib import Path
 
-from PySide6.QtCore import QProcess, QProcessEnvironment, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QMessageBox
+
+from app.run.jobs import JobRunner
 
 LABEL_CHARACTERS = 48  # a broken file's entry in the picker, cut to this (its tooltip has all of it)
 PENDING = "file:"  # the picker's key of a task listed but not loaded: PENDING + its reference
@@ -48,7 +47,8 @@ class TaskActions:
         self.remove_action = QAction("Remo&ve task…", window, triggered=self.ask_remove)
         self.remove_action.setToolTip("Take a task you added out of the task list, for this and later sessions")
         self._accepted: set[str] = set()  # references whose code the user agreed to run
-        self._loading: dict[str, QProcess] = {}  # reference -> the child importing it
+        self._loading: dict[str, int] = {}  # reference -> the process group of the child importing it (0: starting)
+        self.jobs = JobRunner(window)
         window.setupPanel.unloadedTaskChosen.connect(self._load_listed)
         window.closed.connect(self.shutdown)
 
@@ -266,61 +266,47 @@ class TaskActions:
             self._load(key.removeprefix(PENDING))
 
     def _load(self, reference: str) -> None:
-        from core.tasks.describe import command, import_limit
+        """Import `reference` in a child (core.tasks.describe under core.process.run_child) on a worker thread."""
+        from core.process import run_child
+        from core.tasks.describe import command, import_limit, outcome
 
         if reference in self._loading:
             return
-        process = self._loading[reference] = QProcess(self.window)
-        process.setProcessChannelMode(QProcess.ProcessChannelMode.ForwardedErrorChannel)
-        process.setStandardInputFile(QProcess.nullDevice())
-        environment = QProcessEnvironment.systemEnvironment()  # a module's task: importable as it is here
-        environment.insert("PYTHONPATH", os.pathsep.join(entry for entry in sys.path if entry))
-        process.setProcessEnvironment(environment)
-        limit = QTimer(process, singleShot=True, interval=int(import_limit() * 1000))
-        limit.timeout.connect(lambda: self._kill(process, timed_out=True))
-        process.finished.connect(lambda code, status: self._answered(reference, process, code, status))
-        process.errorOccurred.connect(
-            lambda error: error == QProcess.ProcessError.FailedToStart and self._answered(reference, process, -1, None)
-        )
+        self._loading[reference] = 0
         self.window.show_message(f"Loading the task in {reference} (running its code in a child process)…")
-        program, *arguments = command(reference)
-        process.start(program, arguments)
-        process.setProperty("group", process.processId())
-        limit.start()
+        self.jobs.submit(
+            lambda: outcome(
+                reference, run_child(command(reference), "", import_limit(), lambda pid: self._started(reference, pid))
+            ),
+            lambda answer: self._answered(reference, answer),
+            lambda message, details: self._answered(reference, f"{reference}: {message}"),
+        )
 
-    @staticmethod
-    def _kill(process: QProcess, timed_out: bool = False) -> None:
-        """SIGKILL to the child's process group (what its import forked included)."""
+    def _started(self, reference: str, pid: int) -> None:
+        """(On the worker thread.) The child runs: its group is killed now when its load was dropped meanwhile."""
         from core.process import signal_group
 
-        process.setProperty("timed_out", bool(process.property("timed_out")) or timed_out)
-        signal_group(int(process.property("group") or 0), getattr(signal, "SIGKILL", 9))
+        if reference in self._loading:
+            self._loading[reference] = pid
+        else:
+            signal_group(pid, getattr(signal, "SIGKILL", 9))
 
     def shutdown(self) -> None:
-        """The window closes: every import under way is killed, none is waited for beyond its exit."""
-        for process in self._loading.values():
-            process.blockSignals(True)
-            self._kill(process)
-            process.waitForFinished(2000)
-        self._loading.clear()
+        """The window closes: every import under way is killed (its process group), then its thread joined."""
+        from core.process import signal_group
 
-    def _answered(self, reference: str, process: QProcess, code: int, status) -> None:
+        for pid in self._loading.values():
+            signal_group(pid, getattr(signal, "SIGKILL", 9))
+        self._loading.clear()
+        self.jobs.shutdown()
+
+    def _answered(self, reference: str, answer: dict | str) -> None:
         from core.tasks import add_task
-        from core.tasks.describe import outcome, stand_in
+        from core.tasks.describe import stand_in
         from core.tasks.user_tasks import TaskFileError
 
-        self._kill(process)  # what it left running
-        process.deleteLater()
-        if self._loading.get(reference) is not process:  # removed while it loaded
+        if self._loading.pop(reference, None) is None:  # removed while it loaded
             return
-        del self._loading[reference]
-        crashed = status == QProcess.ExitStatus.CrashExit
-        answer = outcome(
-            reference,
-            bytes(process.readAllStandardOutput()),
-            None if crashed else code,
-            bool(process.property("timed_out")),
-        )
         try:
             if isinstance(answer, str):
                 raise TaskFileError(reference, answer.removeprefix(f"{reference}: "))

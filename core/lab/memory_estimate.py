@@ -334,40 +334,19 @@ def main() -> None:
 
 
 def in_child(config: RunConfig, seconds: float) -> Estimate:
-    """estimate(config) in a child process (killed after `seconds`); its one-line error as an AmpConsoleError."""
+    """estimate(config) in a child process (core.process.run_child, killed after `seconds`); its one-line error as
+    an AmpConsoleError."""
     import json
-    import os
-    import subprocess
     import sys
-    import tempfile
 
     from core.errors import AmpConsoleError
-    from core.process import signal_group
+    from core.process import run_child
 
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # files, not pipes: a process
-        child = subprocess.Popen(  # the task's code forked holds no pipe open past the child's exit
-            [sys.executable, "-m", "core.lab.memory_estimate"],
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            text=True,
-            start_new_session=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(entry for entry in sys.path if entry)},
-        )
-        try:
-            child.communicate(json.dumps(config.to_dict()), timeout=seconds)
-        except subprocess.TimeoutExpired:
-            raise AmpConsoleError(f"the estimate did not finish in {seconds:g} s") from None
-        finally:
-            signal_group(child.pid, 9)  # what the task's code started included
-            child.wait()
-        out.seek(0)
-        err.seek(0)
-        answer, errors = out.read(), err.read()
-    if child.returncode != 0 or not answer.strip():
-        lines = [line for line in errors.splitlines() if line.strip() and not line.startswith("USDT")]
-        raise AmpConsoleError(lines[-1] if lines else f"the estimate's process ended with code {child.returncode}")
-    return Estimate(**json.loads(answer.splitlines()[-1]))
+    child = run_child([sys.executable, "-m", "core.lab.memory_estimate"], json.dumps(config.to_dict()), seconds)
+    problem = child.problem("the estimate", seconds) or ("" if child.out.strip() else "the estimate: no answer")
+    if problem:
+        raise AmpConsoleError(problem.removeprefix("the estimate: "))
+    return Estimate(**json.loads(child.out.splitlines()[-1]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A user's task described by a child process, so the window never runs a task file's code itself.
 
-`python -m core.tasks.describe REFERENCE` leads a process group of its own, imports the task (running its code) and
+`python -m core.tasks.describe REFERENCE` (run by core.process.run_child) imports the task (running its code) and
 prints one JSON line on its stdout (the task's own prints go to stderr): the task's attributes, its parameter count
 at its defaults and which optional parts it has, or {"error": one line}. The window kills the group at
 `import_limit()` seconds (IMPORT_LIMIT_ENV) and when it closes; `outcome` makes of how the child ended the answer
@@ -51,19 +51,19 @@ def describe(reference: str) -> dict:
     }
 
 
-def outcome(reference: str, stdout: bytes, exit_code: int | None, timed_out: bool) -> dict | str:
-    """The child's answer, or one line naming `reference` and what happened (exit_code None: killed by a signal)."""
-    if timed_out:
+def outcome(reference: str, child) -> dict | str:
+    """The answer of the child (a core.process.Child), or one line naming `reference` and what happened."""
+    if child.timed_out:
         return f"{reference}: its import did not finish in {import_limit():g} s: stopped ({IMPORT_LIMIT_ENV} sets it)"
     try:
-        answer = json.loads(stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError, UnicodeDecodeError):
+        answer = json.loads(child.out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
         answer = None
     if isinstance(answer, dict) and isinstance(answer.get("name"), str):
         return answer
     if isinstance(answer, dict) and "error" in answer:
         return str(answer["error"])
-    how = "it was killed by a signal" if exit_code is None else f"it ended the process with exit code {exit_code}"
+    how = "it was killed by a signal" if child.code is None else f"it ended the process with exit code {child.code}"
     return f"{reference}: importing it did not answer: {how}"
 
 
@@ -118,11 +118,8 @@ def stand_in(answer: dict, reference: str) -> type:
 
 
 def main(argv: list[str]) -> None:
-    if hasattr(os, "setsid"):
-        os.setsid()  # a group of its own: the window kills the group, whatever the import started
-    if hasattr(signal, "alarm"):
-        signal.alarm(int(import_limit()) + 5)  # and it ends itself should the window be gone
-    if hasattr(signal, "alarm"):
+    if hasattr(signal, "alarm"):  # run_child leads it in a group the window kills; it ends itself should the window go
+        signal.alarm(int(import_limit()) + 5)
         import resource  # a task file that reads without end (/dev/zero) stops at 4 GiB, not the machine's memory
 
         resource.setrlimit(resource.RLIMIT_DATA, (4 << 30, resource.getrlimit(resource.RLIMIT_DATA)[1]))
