@@ -26,12 +26,7 @@ def register(sub) -> None:
         "recommend a mode. Progress goes to stderr, the table to stdout.",
     )
     _common(bench)
-    bench.add_argument(
-        "--precisions",
-        default=",".join(PRECISION_MODES),
-        help="comma-separated modes to compare (default: all; fp32 is always measured: it is the "
-        "reference; modes the device cannot run are listed as skipped)",
-    )
+    add_precisions_flag(bench)
     bench.add_argument(
         "--optimizers",
         default="",
@@ -140,6 +135,15 @@ def numbered(command: str):
 def flag_error(exc: ConfigError, flag: str) -> ConfigError:
     """`exc` again, naming the command line's `flag` instead of the setting."""
     return ConfigError(flag, str(exc).split(": ", 1)[1])
+
+
+def add_precisions_flag(parser, default: str = ",".join(PRECISION_MODES)) -> None:
+    """--precisions, read by parse_modes."""
+    shown = "all" if default == ",".join(PRECISION_MODES) else default
+    parser.add_argument(
+        "--precisions", default=default, help=f"comma-separated modes (default {shown}; fp32 is always measured: it "
+        "is the reference; modes the device cannot run are listed as skipped)",
+    )  # fmt: skip
 
 
 def parse_modes(text: str) -> list[str]:

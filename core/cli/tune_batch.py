@@ -12,10 +12,17 @@ import sys
 
 from core.cli import format as fmt
 from core.cli.common import naming_task_file
-from core.cli.lab import ProgressLines, _common, config_from_lab_args, flag_error, numbered, parse_modes
+from core.cli.lab import (
+    ProgressLines,
+    _common,
+    add_precisions_flag,
+    config_from_lab_args,
+    flag_error,
+    numbered,
+    parse_modes,
+)
 from core.errors import ConfigError
 from core.lab.batch_finder import DEFAULT_MARGIN, DEFAULT_STEPS, DEFAULT_TOLERANCE, MAX_BATCH_CAP
-from core.precision_modes import PRECISION_MODES
 
 _FLAGS = {
     "margin": "--margin",
@@ -40,12 +47,7 @@ def register(sub) -> None:
         "1 when none fits, 2 for bad input.",
     )
     _common(p)
-    p.add_argument(
-        "--precisions",
-        default=",".join(PRECISION_MODES),
-        help="comma-separated modes (default: all; fp32 is always searched: it is the reference; modes "
-        "the device cannot run are listed as skipped)",
-    )
+    add_precisions_flag(p)
     p.add_argument(
         "--margin",
         type=float,

@@ -8,7 +8,7 @@ import argparse
 import json
 
 from core.cli import format as fmt
-from core.cli.lab import _common, config_from_lab_args, parse_modes
+from core.cli.lab import _common, add_precisions_flag, config_from_lab_args, parse_modes
 from core.errors import ConfigError
 
 DEFAULT_PRECISIONS = "fp32,bf16,fp16"
@@ -30,12 +30,7 @@ def register(sub) -> None:
         "also the allocator's peak) and each mode's total side by side.",
     )
     _common(summary)
-    summary.add_argument(
-        "--precisions",
-        default=DEFAULT_PRECISIONS,
-        help=f"comma-separated modes to measure (default {DEFAULT_PRECISIONS}; fp32 is always "
-        "measured: it is the reference; modes the device cannot run are listed as skipped)",
-    )
+    add_precisions_flag(summary, DEFAULT_PRECISIONS)
     summary.add_argument(
         "--depth",
         type=int,
