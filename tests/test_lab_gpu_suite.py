@@ -29,10 +29,12 @@ SECTIONS = {
 
 
 @pytest.mark.slow  # the eager rows are measured in fresh processes, as on any CPU
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(1200)
 def test_gpu_suite_quick_on_cpu_writes_report_and_table(tmp_path, capsys):
     out = tmp_path / "suite.json"
-    code = gpu_suite.main(["--device", "cpu", "--quick", "--out", str(out)])
+    # No time budget: on a loaded machine the suite's own budget would skip sections, which is its job on a GPU
+    # box but not what this test checks (that every section runs and reports).
+    code = gpu_suite.main(["--device", "cpu", "--quick", "--out", str(out), "--budget-s", "1e9"])
     stdout, stderr = capsys.readouterr()
     assert code == 0, stdout + stderr
     report = json.loads(out.read_text())
