@@ -134,35 +134,36 @@ class MainWindow(WindowDialogs, QMainWindow):
     def save_settings(self) -> None:
         self.window_settings.save(self)
 
-    def train_trial_longer(self, config, checkpoint: str) -> bool:
-        """Resume a sweep trial's `checkpoint` with `config` (its settings, trained longer) put into the form."""
-        if self.controller.running or self.jobs.busy or self.tools.busy_tools():
+    def busy_with_run(self) -> bool:
+        """Whether a run, a job or a tool is in progress (the status bar says so)."""
+        busy = self.controller.running or self.jobs.busy or bool(self.tools.busy_tools())
+        if busy:
             self.show_message("A run or a tool is in progress; stop it first.", "status-warn")
+        return busy
+
+    def train_from(self, config, checkpoint: str | None, why: str, note: str = "") -> bool:
+        """Train `config`, put into the form, from `checkpoint` (None: from the start), `why` logged; `note` is written
+        into the new run as `train --note` does. A sweep trial trained longer, a diverged run's fix."""
+        if self.busy_with_run():
             return False
         self.apply_config(config)
-        self.logPanel.log(f"Training longer from {checkpoint}")
-        return self.start_run(resume_from=checkpoint)
+        self.logPanel.log(why)
+        return self.start_run(resume_from=checkpoint, note=note)
+
+    def train_trial_longer(self, config, checkpoint: str) -> bool:
+        return self.train_from(config, checkpoint, f"Training longer from {checkpoint}")
 
     def rerun_with_fix(self, fix: dict) -> bool:
-        """One of a diverged run's RunEnded.fixes: its changes in the form, trained from its checkpoint (or from the
-        start without one), its note written into the new run as `train --note` does."""
+        """One of a diverged run's RunEnded.fixes (core.engine.amp_health): the form's settings with its changes."""
         from core.config import RunConfig
 
-        if self.controller.running:
-            self.show_message("A run is already in progress; stop it first.", "status-warn")
-            return False
-        self.apply_config(RunConfig.from_dict({**self.setupPanel.config().to_dict(), **fix["changes"]}, source="fix"))
-        self._note = fix["note"]
-        if not self.start_run(resume_from=fix["resume"]):
-            self._note = ""
-            return False
-        self.logPanel.log(f"Re-running with {fix['label']} from {fix['resume'] or 'the start'}")
-        return True
+        config = RunConfig.from_dict({**self.setupPanel.config().to_dict(), **fix["changes"]}, source="fix")
+        why = f"Re-running with {fix['label']} from {fix['resume'] or 'the start'}"
+        return self.train_from(config, fix["resume"], why, fix["note"])
 
     def train_with_precision(self, mode: str) -> bool:
         """Set the precision picker to `mode` and start a full run with the rest of the form as it is."""
-        if self.controller.running:
-            self.show_message("A run is already in progress; stop it first.", "status-warn")
+        if self.busy_with_run():
             return False
         self.setupPanel.set_precision(mode)
         self.setupPanel.validate()
@@ -174,7 +175,8 @@ class MainWindow(WindowDialogs, QMainWindow):
     def devices_for_run(self) -> list | None:
         return list(self._injected_devices) if self._injected_devices is not None else None
 
-    def start_run(self, resume_from: str | None = None) -> bool:
+    def start_run(self, resume_from: str | None = None, note: str = "") -> bool:
+        """Train the form's settings (from `resume_from`); `note`: written into the run's folder once it starts."""
         if not self.startButton.isEnabled() and not resume_from:
             return False
         resume_from = resume_from or self.pending_resume
@@ -186,6 +188,7 @@ class MainWindow(WindowDialogs, QMainWindow):
                 "status-warn",
             )
             return False
+        self.fixesPanel.hide()
         if self.devicesPanel.current_host() is not None:  # a host's device: the run is started there
             return self.remote.start_run(resume_from)
         from core.engine.prepare import prepare_run
@@ -210,7 +213,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         self._history = self._held = None
-        self.fixesPanel.hide()
+        self._note = note
         self._resuming = resume_from or None
         self._history_due = bool(resume_from)
         token = self._history_token = object()

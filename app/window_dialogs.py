@@ -145,7 +145,5 @@ class WindowDialogs:
             tab.set_checkpoint(tab.checkpoint, tab.device)
 
     def _resume_from_history(self, checkpoint: str) -> None:
-        if self.controller.running or self.jobs.busy:
-            self.show_message("A run is already in progress; stop it first.", "status-warn")
-            return
-        self.file_actions.resume(checkpoint)
+        if not self.busy_with_run():
+            self.file_actions.resume(checkpoint)

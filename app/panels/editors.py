@@ -44,6 +44,16 @@ def form_label(text: str, tooltip: str = "", width: int = LABEL_WIDTH) -> QLabel
     return label
 
 
+def mark_choices(combo: QComboBox, why_not) -> None:
+    """Each choice of `combo` (its data, else its text) disabled where `why_not(choice)` says why, as its tooltip."""
+    for index in range(combo.count()):
+        data, item = combo.itemData(index), combo.model().item(index)
+        reason = why_not(combo.itemText(index) if data is None else data) or ""
+        item.setEnabled(not reason)
+        item.setToolTip(reason)
+        item.setStatusTip(reason)
+
+
 def hbox(*items) -> QHBoxLayout:
     """`items` side by side: a widget, a tuple as addWidget takes it (widget, stretch[, alignment]), None a stretch."""
     row = QHBoxLayout()

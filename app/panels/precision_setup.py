@@ -9,7 +9,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QCheckBox, QLabel
 
 from app.assets import restyle
-from app.panels.editors import Editor, FieldRow, NoWheelComboBox, form_label
+from app.panels.editors import Editor, FieldRow, NoWheelComboBox, form_label, mark_choices
 from app.run.jobs import JobRunner
 from core.precision_modes import PRECISION_CHOICES
 
@@ -86,16 +86,15 @@ class PrecisionSection:
     def set_device(self, info) -> None:
         """Enable the precision modes `info` supports; the others are disabled with the reason as tooltip."""
         self._device = info
-        model = self.precisionCombo.model()
-        for index in range(self.precisionCombo.count()):
-            mode = self.precisionCombo.itemData(index)
-            item = model.item(index)
-            supported = mode == "auto" or mode in info.precisions
-            item.setEnabled(supported)
-            reason = info.unsupported.get(mode, "not supported")
-            tooltip = "" if supported else f"{mode} is not available on {info.name}: {reason}"
-            item.setToolTip(tooltip)
-            item.setStatusTip(tooltip)
+        reason = info.unsupported.get
+        mark_choices(
+            self.precisionCombo,
+            lambda m: (
+                m != "auto"
+                and m not in info.precisions
+                and f"{m} is not available on {info.name}: {reason(m, 'not supported')}"
+            ),
+        )
         current = self.precisionCombo.currentData()
         if current not in ("auto", None) and current not in info.precisions:
             self.set_precision("auto")
@@ -109,12 +108,7 @@ class PrecisionSection:
         line its tooltip."""
         if (row := self._rows.get("optimizer")) is None or self._device is None:
             return
-        combo, missing = row.editor.input, self._device.unsupported
-        for index in range(combo.count()):
-            reason = missing.get(combo.itemText(index), "")
-            combo.model().item(index).setEnabled(not reason)
-            combo.model().item(index).setToolTip(reason)
-            combo.model().item(index).setStatusTip(reason)
+        mark_choices(row.editor.input, lambda name: self._device.unsupported.get(name, ""))
 
     def _mark_refused_recipes(self) -> None:
         """fp8 recipes the engine refuses (core.engine.precision) are listed disabled, with the reason."""
@@ -122,11 +116,8 @@ class PrecisionSection:
 
         if (row := self._rows.get("fp8_recipe")) is None:
             return
-        combo = row.editor.input
-        for recipe in FP8_RECIPES[2:]:
-            item = combo.model().item(combo.findText(recipe))
-            item.setEnabled(False)
-            item.setToolTip(f"{recipe} fails inside the bf16 autocast fp8 runs the other ops in (pytorch/ao#4616)")
+        refused = "fails inside the bf16 autocast fp8 runs the other ops in (pytorch/ao#4616)"
+        mark_choices(row.editor.input, lambda recipe: recipe in FP8_RECIPES[2:] and f"{recipe} {refused}")
 
     def _show_fp8_recipe(self) -> None:
         if (row := self._rows.get("fp8_recipe")) is not None:
