@@ -9,14 +9,14 @@ import core.tasks as registry
 
 
 def _stores():
-    return (registry._references, registry._loaded, registry._broken)
+    return (registry._references, registry._loaded)
 
 
-def snapshot() -> tuple[dict, dict, dict]:
+def snapshot() -> tuple[dict, ...]:
     return tuple(dict(store) for store in _stores())
 
 
-def restore(saved: tuple[dict, dict, dict]) -> None:
+def restore(saved: tuple) -> None:
     """The registry as `saved` had it: tasks loaded since are unregistered and their modules forgotten."""
     for name in set(registry._loaded) - set(saved[1]):
         registry.TASKS.pop(name, None)  # the one dict (registry.__getattr__ would build a new one)

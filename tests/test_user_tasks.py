@@ -171,7 +171,6 @@ def test_a_bad_task_file_is_named_in_one_line(tmp_path, capsys, kind):
         registry.add_task(f"{path}:{class_name}")
     assert expected in str(caught.value) and str(path) in str(caught.value)
     assert "\n" not in str(caught.value)
-    assert registry.task_errors()[f"{path.resolve()}:{class_name}"]  # it disables itself only
     assert registry.get_task_class("tiny").name == "tiny"
     code, _out, err = cli(capsys, "train", "--task", f"{path}:{class_name}", "--max-steps", "1")
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
@@ -268,7 +267,7 @@ def test_why_a_task_file_cannot_be_listed(tmp_path):
 
 def forget_loaded_tasks() -> None:
     """As a new process: no user task loaded or listed (the autouse fixture restores the registry after)."""
-    restore(({}, {}, dict(registry._broken)))
+    restore(({}, {}))
 
 
 def test_lr_find_on_a_task_file_suggests_a_command_that_names_the_file(capsys):

@@ -1,9 +1,6 @@
-"""Task registry: name -> Task class; the CLI and the GUI list tasks from here.
-
-`task_infos()` describes every task without importing torch (core.tasks.catalog); `TASKS`, `get_task_class` and
-`create_task` import the task modules on first use. User tasks (core.tasks.user_tasks) join it: `add_task` loads one
-(running its code), `remember_task` lists one without running it, `forget_task` unlists it. Nothing here loads a
-task because a run folder or a checkpoint names it.
+"""Task registry: name -> Task class. `task_infos()` describes every task without torch; `TASKS` imports the
+task modules on first use. `add_task` loads a user task (running its code), `remember_task` lists one without
+running it; nothing is loaded because a run folder or a checkpoint names it.
 """
 
 from __future__ import annotations
@@ -34,7 +31,6 @@ _SCORERS = (("core.tasks.recommender.files", "RecommenderFileScorer"),)
 _infos: dict[str, TaskInfo] | None = None
 _references: dict[str, str] = {}  # a user task's name -> its reference (added, remembered or installed)
 _loaded: dict[str, type[Task]] = {}  # the user tasks loaded in this process
-_broken: dict[str, str] = {}  # reference -> why it cannot be loaded (it disables that task only)
 _source_infos: dict[str, tuple[tuple, TaskInfo | None]] = {}  # reference -> ((file, mtime, size), its info)
 _installed_read = False
 
@@ -111,34 +107,22 @@ def task_source(name: str) -> str:
     return "" if name in _REGISTRY else _references.get(name, "")
 
 
-def task_errors() -> dict[str, str]:
-    """reference -> why that user task cannot be loaded, for every one tried in this process."""
-    return dict(_broken)
-
-
 def add_task(reference: str, cls: type | None = None) -> type[Task]:
-    """Load (running its code), register and return the user task `reference` names; one loaded before from the
-    same reference as it is; with `cls` (a core.tasks.describe stand-in), that class. TaskFileError when it cannot be
-    loaded or its name is taken."""
+    """Load (running its code), register and return the user task `reference` names (`cls`: a stand-in class);
+    TaskFileError when it cannot be loaded or its name is taken."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference, load_task
 
     reference = canonical_reference(reference)
     for name, known in _loaded.items():
         if _references.get(name) == reference and cls is None:
             return known
-    try:
-        cls = cls or load_task(reference)
-        if cls.name in _REGISTRY:
-            raise TaskFileError(reference, f"its name {cls.name!r} is a built-in task's: give the task another name")
-        if cls.name in _loaded and _references.get(cls.name) != reference:
-            raise TaskFileError(
-                reference,
-                f"task {cls.name!r} is already loaded from {_references[cls.name]}: give this one another name",
-            )
-    except TaskFileError as exc:
-        _broken[reference] = str(exc).split(": ", 1)[-1]
-        raise
-    _broken.pop(reference, None)
+    cls = cls or load_task(reference)
+    if cls.name in _REGISTRY:
+        raise TaskFileError(reference, f"its name {cls.name!r} is a built-in task's: give the task another name")
+    if cls.name in _loaded and _references.get(cls.name) != reference:
+        raise TaskFileError(
+            reference, f"task {cls.name!r} is already loaded from {_references[cls.name]}: give this one another name"
+        )
     for name, known in list(_references.items()):
         if known == reference and name != cls.name:  # remembered under a name the file no longer has
             del _references[name]
@@ -161,7 +145,6 @@ def forget_task(reference: str) -> tuple[str, ...]:
         del _references[name]
         if _loaded.pop(name, None) is not None and "TASKS" in globals():
             globals()["TASKS"].pop(name, None)
-    _broken.pop(reference, None)
     _source_infos.pop(reference, None)
     return names
 
@@ -307,9 +290,8 @@ def _catalog_class(name: str) -> type:
 
 
 def get_task_class(name: str, task_file: str = "") -> type[Task]:
-    """The Task class called `name` (from `TASKS`); a listed user task not loaded yet is loaded now. ConfigError
-    naming the known tasks otherwise (and how to load `task_file`, a run's saved reference: never loaded from
-    there)."""
+    """The Task class called `name`, a listed user task loaded now; ConfigError naming the known tasks (and how
+    to load `task_file`, a run's saved reference) otherwise."""
     if _catalog_lookups and name in _REGISTRY and "TASKS" not in globals():
         return _catalog_class(name)
     classes = __getattr__("TASKS") if "TASKS" not in globals() else globals()["TASKS"]

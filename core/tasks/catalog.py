@@ -1,8 +1,5 @@
-"""Read a task's description, options and defaults from its module's source, without running it (no torch).
-
-Importing a task module imports torch (about a second); listing the tasks must not. A task's class attributes
-(_ATTRIBUTES) are plain literals, read from the module's syntax tree; a class whose attributes are not (or that
-inherits from another task) gets `None` here, and the registry imports it instead: slower, never wrong.
+"""Read a task's description, options and defaults from its module's syntax tree, without torch; a class whose
+attributes are not literals gets None, and the registry imports it instead.
 """
 
 from __future__ import annotations
@@ -85,9 +82,7 @@ def _classes(source: Path | str) -> list[ast.ClassDef]:
 
 
 def task_class_names(source: Path | str) -> list[str]:
-    """The names of the classes in the module at `source` that derive from Task, directly or from such a class
-    of the same file, in file order ([] when there is none or the file cannot be read): what a file offers,
-    read without running it."""
+    """The names of the Task classes in the file at `source`, in file order, read without running it."""
     found: list[str] = []
     for node in _classes(source):
         if any(ast.unparse(b) in ("Task", *found) for b in node.bases):

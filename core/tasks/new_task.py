@@ -1,8 +1,5 @@
-"""`amp-console tasks new NAME`: a task file to start from, written from core/tasks/template.py.
-
-The template is a real task module (linted, imported and trained by the tests); its text from the docstring on
-is copied with its class, name and file name replaced by NAME's. The file is created only where nothing is (a
-file, a folder, a symbolic link even to nothing: a link is never followed or replaced).
+"""`amp-console tasks new NAME`: a task file to start from, core/tasks/template.py with NAME's names, created
+only where nothing is (never through a link).
 """
 
 from __future__ import annotations

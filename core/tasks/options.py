@@ -1,9 +1,4 @@
-"""What a task offers, without torch: its options (`TaskOption`) and a `TaskInfo` per registered task.
-
-A torch-free leaf of core.tasks, so `amp-console tasks` and `--help` can describe the tasks without importing
-torch. The registry (core.tasks) reads each task's class attributes from its module's source (see
-core.tasks.catalog); the Task classes themselves are imported only when a task is built.
-"""
+"""What a task offers, without torch: its options (`TaskOption`) and a `TaskInfo` per registered task."""
 
 from __future__ import annotations
 
@@ -47,9 +42,7 @@ class TaskOption:
 
 
 def option_errors(task: str, options: tuple[TaskOption, ...], values: dict) -> dict[str, str]:
-    """task_options.<name> -> message, for every unknown or invalid value among `values` for task `task`'s
-    `options`. An unknown name's message stands on its own: "tiny has no option 'hiden' (did you mean
-    'hidden'?); its options: hidden, ..."."""
+    """task_options.<name> -> message for every unknown or invalid value among `values`."""
     known = {opt.name: opt for opt in options}
     problems = {}
     for key, value in values.items():

@@ -1,10 +1,5 @@
-"""What a task's methods return, checked once before a run's first step, and the user's own frames of an exception.
-
-`checked_data` / `built_model` check what load_data and build_model return; `check_returns` runs a user task's
-loss on one small real batch and its metrics on a few validation rows, leaving the model and random state as they
-were. Each problem is a TaskOutputError naming the task, the method, what was expected and what came back; an
-exception of the task's code while a run is set up is a UserCodeError with the user's file:line
-(`user_code_errors`).
+"""What a task's methods return, checked once before a run's first step (a TaskOutputError naming the task,
+the method, what was expected and what came back), and the user's own frames of an exception (UserCodeError).
 """
 
 from __future__ import annotations
@@ -29,7 +24,6 @@ PROBE_ROWS = 8  # validation rows the metrics check evaluates
 _FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 
 
-# ------------------------------------------------------------------ whose code a frame is
 def _library_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     dirs = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -45,9 +39,8 @@ _LIBRARY = _library_dirs()
 
 
 def is_user_file(filename: str) -> bool:
-    """Whether a traceback's file is the user's (a task file, their own modules, the package of a task loaded by
-    its module, core.tasks.user_tasks.USER_CODE_ROOTS, installed or not): not the project's core/ or app/, not
-    torch, not the standard library or other installed packages, not generated code ('<string>')."""
+    """Whether a traceback's file is the user's (USER_CODE_ROOTS or not an installed package), not the
+    project's, torch's, the standard library's or generated code."""
     from core.tasks.user_tasks import USER_CODE_ROOTS
 
     if filename.startswith("<"):
@@ -110,7 +103,6 @@ def user_code_errors(context: str = " while the run was set up"):
         ) from exc
 
 
-# ------------------------------------------------------------------ what came back
 def _got(value) -> str:
     """What came back, in a few words."""
     if value is None:
@@ -246,7 +238,6 @@ def check_parts(task: Task, parts) -> None:
                 raise _bad(task, "evaluate_parts", f"returned {problem}")
 
 
-# ------------------------------------------------------------------ once, before the first step
 def is_user_task(task: Task) -> bool:
     """A task defined outside the project's core.tasks (a task file, a test's or a package's class)."""
     return not type(task).__module__.startswith("core.")
@@ -260,10 +251,8 @@ def check_returns(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     batch_size: int = 64,
 ) -> None:
-    """A user task's loss on one batch of its first training rows (`batch_size` of them, on `device`, under
-    `autocast()`, with grad) and its metrics on PROBE_ROWS validation rows, once: what the trainer, `evaluate`,
-    `export` and the lab tools run before they start. Leaves the model's buffers, its train/eval mode and the
-    random state as they were; an exception of the task's code here is left to the caller's own use of it."""
+    """Run a user task's loss on one batch of training rows and its metrics on PROBE_ROWS validation rows, once,
+    leaving the model's buffers, mode and the random state as they were."""
     if not is_user_task(task):
         return
     devices = [device] if device.type == "cuda" else []

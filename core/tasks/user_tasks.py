@@ -1,9 +1,6 @@
-"""Tasks defined outside this package: a user's task file, a module on the import path, an installed package.
-
-A task reference names one Task class: `path/to/my_task.py:MyTask` (or the file alone when it defines one),
-`package.module:MyTask`, or an entry point in the group `amp_console.tasks`. Loading runs its code, so
-`load_task` is called only for a reference the user gave; listing installed tasks reads metadata and source only. A
-task that cannot be loaded is a TaskFileError naming the reference; it disables that task only.
+"""Tasks defined outside this package: `path/to/my_task.py:MyTask`, `package.module:MyTask`, or an entry point
+in `amp_console.tasks`. Loading runs its code, so only a reference the user gave is loaded; one that fails is a
+TaskFileError naming it.
 """
 
 from __future__ import annotations
@@ -125,9 +122,8 @@ def _import_file(reference: str, target: str):
 
 
 def _shareable_with_processes(module, path: Path) -> None:
-    """Let the task file's objects travel to a spawned process (e.g. a DataLoader worker given its Dataset), which
-    cannot import the file's module name (MODULE_PREFIX...): each class the file defines pickles as (the file's
-    path, its pickle), and the file is imported there before it is rebuilt."""
+    """Let the task file's objects travel to a spawned process (a DataLoader worker): each of its classes pickles
+    as (the file's path, its pickle), the file imported there first."""
     from multiprocessing.reduction import ForkingPickler
 
     def reduce(obj):

@@ -45,11 +45,8 @@ LAMBDA_MU = 10.0  # weight of NDCG-Loss2's term in NDCG-Loss2++ (Wang et al. 201
 
 
 def lambda_loss(scores: torch.Tensor, label: torch.Tensor, mu: float = LAMBDA_MU) -> torch.Tensor:
-    """LambdaLoss NDCG-Loss2++ (Wang et al., CIKM 2018): the logistic loss of every pair label_i > label_j of a
-    query, weighted by how much NDCG their order is worth at the current ranking (ranks by the detached
-    scores): |G_i - G_j| x (|1/D(r_i) - 1/D(r_j)| + mu |1/D(|r_i - r_j|) - 1/D(|r_i - r_j| + 1)|), G = gain /
-    ideal DCG, D(r) = log2(1 + r), r 1-based. Summed per query, averaged over queries with a relevant
-    candidate. Float32 whatever the autocast; padding (label -1) neither pairs nor takes a rank above a real
+    """LambdaLoss NDCG-Loss2++ (Wang et al., CIKM 2018): the logistic loss of every pair label_i > label_j,
+    weighted by the NDCG their order is worth at the current ranking; averaged over queries with a relevant
     candidate."""
     with torch.autocast(scores.device.type, enabled=False):
         scores = scores.float()
@@ -74,9 +71,7 @@ def lambda_loss(scores: torch.Tensor, label: torch.Tensor, mu: float = LAMBDA_MU
 
 
 def approx_ndcg_loss(scores: torch.Tensor, label: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """ApproxNDCG (Qin et al. 2010): 1 - NDCG with each rank replaced by a smooth one, 1 + sum over the
-    other real candidates j of sigmoid(alpha (s_j - s_i)); averaged over queries with a relevant candidate.
-    Float32 whatever the autocast; padding neither ranks nor counts."""
+    """ApproxNDCG (Qin et al. 2010): 1 - NDCG with smooth ranks 1 + sum_j sigmoid(alpha (s_j - s_i))."""
     with torch.autocast(scores.device.type, enabled=False):
         scores = scores.float()
         valid = label >= 0
@@ -135,9 +130,8 @@ def _within_query(qid: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def query_curves(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, most: int) -> dict[str, torch.Tensor]:
-    """Per query of candidates given one by one (each query's candidates in their order, which breaks ties):
-    NDCG@k for k = 1..`most` (Q, most), reciprocal rank (Q,), candidates (Q,), and whether it has a relevant
-    candidate (Q,: the queries the metrics average over). Gain 2^label - 1."""
+    """Per query (candidates in order, which breaks ties): NDCG@k for k = 1..`most`, reciprocal rank,
+    candidates, and whether it has a relevant candidate. Gain 2^label - 1."""
     device = qid.device
     if qid.numel() == 0:
         return {

@@ -1,12 +1,5 @@
-"""The recommender's file scorer for `predict` (core.tasks.serving.FileScorer):
-
-- a `history` column of lesson ids separated by spaces or commas (and optionally `user_id`), one row per user;
-- or the training interactions (user_id, item_id, timestamp), grouped per user keeping each user's last max_len
-  lessons by time (users x max_len lessons held, and the distinct (user, lesson) pairs, so that a lesson seen
-  before the window is excluded too)
-
--> user_id (or line), rank, item_id, score: k rows per user, in the data's own ids (a `seen` column with
---include-seen). numpy and pyarrow are imported when used.
+"""The recommender's file scorer for `predict`: a `history` column of lesson ids per user, or the training
+interactions grouped per user -> user_id (or line), rank, item_id, score, k rows per user in the data's ids.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""TinyClassifier: Linear 10->16, ReLU, Linear 16->2 on synthetic data. The teaching task.
-
-Data: x ~ N(0, I) in 10 dimensions, label = [w . x > 0] for a hidden direction w, then a fraction
-`label_noise` of labels flipped. The Bayes ceiling on validation accuracy is therefore 1 - label_noise.
+"""TinyClassifier, the teaching task: an MLP on x ~ N(0, I), label [w . x > 0] with `label_noise` flipped, so
+the ceiling on accuracy is 1 - label_noise.
 """
 
 from __future__ import annotations
@@ -99,7 +97,6 @@ class TinyClassifierTask(Task):
         return {"confusion": confusion, "classification": {"accuracy": correct / n}}
 
 
-# ---------------------------------------------------------------------------------------------- serving
 class TinyFileScorer(FeatureFileScorer):
     unit = "points"
 
