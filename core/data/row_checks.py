@@ -1,6 +1,5 @@
 """A batch's columns read for scoring, one bad value costing its row, never the batch: `Checks` holds each
 row's first problem; `numbers`, `ids` and `as_text` read a column and mark what is empty or not a number.
-Shared by `predict` (core.runs.file_input) and the tasks' file scorers (core.tasks.serving.FileScorer).
 """
 
 from __future__ import annotations
@@ -46,9 +45,8 @@ class Checks:
 
 
 def numbers(values, name: str, checks: Checks, dtype="float32", dates: bool = False):
-    """A column as numbers (`dtype`), marking empty and non-numeric (or non-finite) values in `checks`. With
-    `dates`, an ISO 8601 date-time is a number too (its seconds since 1970, UTC when it names no zone), as the
-    training importer reads a timestamp column."""
+    """A column as numbers (`dtype`), marking empty and non-numeric values in `checks`; with `dates`, an ISO
+    8601 date-time reads as its seconds since 1970 (UTC when it names no zone)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -1,6 +1,5 @@
-"""Comparing runs: `compare_rows` is the one definition of what `amp-console runs compare` and the window's
-compare table show of a few runs side by side (their figures, then every setting whose resolved value differs),
-from their run.json records (core.engine.run_record.read_run). Plain text, no torch."""
+"""Comparing runs: `compare_rows` is what `runs compare` and the window's compare table show of a few runs side
+by side, from their run.json records. No torch."""
 
 from __future__ import annotations
 
@@ -31,10 +30,8 @@ def precision_text(run: dict) -> str:
 
 
 def resolved_config(run: dict) -> dict:
-    """A run's settings as the run resolved them, to compare runs by what they did rather than by how they were
-    asked for: every setting (a record's missing one at RunConfig's default), the task's options with its
-    defaults filled in (one key each, `task_options.NAME`: a window run saves only those changed, a CLI run
-    all), and `auto` device and precision as the run's record says they resolved (its device and precision)."""
+    """A run's settings as it resolved them: missing ones at their defaults, task options as `task_options.NAME`
+    with defaults filled in, `auto` device and precision as the record says they resolved."""
     from core.config import RunConfig
     from core.tasks import option_values
 
@@ -81,10 +78,8 @@ def _best_at(run: dict) -> str:
 
 
 def compare_rows(runs: list[dict]) -> list[CompareRow]:
-    """What `runs compare` and the window's compare table show of `runs` (one column each): task, precision and
-    autocast dtype, device, samples/s, peak memory, best metric and its step, final loss and metrics, wall
-    time, steps, status, note, then every config field that differs (out_dir aside). A row differs when its
-    texts do (a config row always does)."""
+    """The rows shown of `runs` (one column each): their figures, then every setting that differs (out_dir
+    aside)."""
     metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
     test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
     rows: list[tuple[str, list]] = [

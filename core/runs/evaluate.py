@@ -1,8 +1,5 @@
-"""Evaluate any checkpoint: `evaluate_checkpoint(path, split="test")` rebuilds the run's task, data split and
-model from the checkpoint's own settings (the same seed, so the same split), loads its weights and measures the
-split in the precision the run trained in, on the device it names (or another); `--data` measures another
-file. The run is rebuilt in a throwaway folder (nothing is written where the checkpoint lives), the checkpoint
-loaded with the engine's checks, and a user task's returns checked first, as a run does.
+"""Evaluate any checkpoint: the run's task, split and model rebuilt from its own settings in a throwaway
+folder, measured in the run's precision on its device (or another), or on another file (`--data`).
 """
 
 from __future__ import annotations
@@ -106,12 +103,9 @@ def rebuilt_run(
     data_settings: dict | None = None,
     announce: Callable[[str], None] | None = None,
 ) -> Iterator[RebuiltRun]:
-    """`checkpoint`'s run set up again in a throwaway folder (see the module doc) with the checkpoint's weights,
-    cleaned up on leaving. `split`: "test" or "val"; None: test when the task's data has one, else val. A run
-    trained on given splits is measured on its given test (or validation) file. `data` replaces the run's data
-    with a file split on its own (its folder's files, its split column, else the task's split), unless
-    `data_settings` (val_data, test_data, delimiter, columns) gives its splits or read options too. `announce`,
-    if given, is called with the split chosen before it is measured."""
+    """`checkpoint`'s run set up again in a throwaway folder with its weights, cleaned up on leaving. `split`
+    None: test when there is one, else val; `data` (with `data_settings`) replaces the run's data; `announce`
+    is called with the split chosen."""
     import torch  # noqa: F401  (the engine's dependency, loaded when a checkpoint is evaluated)
 
     from core.engine import checkpoints as ckpt

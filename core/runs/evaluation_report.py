@@ -1,8 +1,5 @@
-"""A checkpoint's evaluation report: evaluate's metrics plus what the window plots, written as `evaluation.json`.
-
-`evaluation_report(checkpoint)` rebuilds the run as `evaluate` does, measures the task's metrics and adds the task's
-report (Task.report: e.g. a confusion matrix or HR@k curves) from the same scores, as one JSON-ready dict;
-`write_report` saves it atomically beside the checkpoint, `load_report` reads it back.
+"""A checkpoint's evaluation report: evaluate's metrics plus the task's report (Task.report) from the same scores,
+one JSON-ready dict saved as `evaluation.json`.
 """
 
 from __future__ import annotations
@@ -21,9 +18,8 @@ REPORT_VERSION = 1
 
 
 def evaluation_report(checkpoint: str | Path, split: str | None = None, **options: Any) -> dict:
-    """The report of `checkpoint`'s model on `split` of its run's data (rebuilt_run's arguments): who and where
-    (checkpoint, run folder, task, split, step, device, precision), how many rows, evaluate's metrics with the
-    task's baseline and ceiling, and the task's sections."""
+    """The report of `checkpoint`'s model on `split` (rebuilt_run's arguments): where, how many rows, the
+    metrics with baseline and ceiling, and the task's sections."""
     import torch
 
     from core.data.batching import split_length
@@ -90,10 +86,8 @@ def write_report(report: dict, folder: str | Path) -> Path:
 
 
 def load_report(folder: str | Path, strict: bool = False) -> dict | None:
-    """The report saved in `folder` (its evaluation.json), or None when there is none. A file that is not a
-    JSON object (torn, edited, from elsewhere; a FIFO, a link, larger than a record may be or nested too
-    deep: core.files' record rules) is None too, or with `strict` a DataError naming the file and why (the
-    line, for JSON that does not parse); an older report may lack sections: readers take what is there."""
+    """The report saved in `folder`, or None when there is none or it is not a JSON object (core.files' record
+    rules; with `strict` a DataError naming the file and why)."""
     path = Path(folder) / REPORT_FILE
     payload = None
     try:

@@ -1,10 +1,6 @@
-"""A run folder's metrics.jsonl as TensorBoard event files (`amp-console runs tensorboard`).
-
-Written with tensorboardX (the optional extra `amp-console[tensorboard]`), imported lazily in `export_run`; no
-checkpoint or model is loaded. Steps and evaluations become the scalars a live run writes
-(core.engine.tensorboard_live.scalar_values); RunStarted becomes a `run/summary` text and the settings as hparams,
-with the last validation metrics. A run resumed in place keeps only its resumed points past its checkpoint's step,
-so no curve goes back in time. Wall times come from the records' `time`, `wall_time` or `timestamp` when present.
+"""A run folder's metrics.jsonl as TensorBoard event files (`amp-console runs tensorboard`, tensorboardX): the
+scalars a live run writes, a `run/summary` text and the settings as hparams; a resumed segment replaces the
+points after its start.
 """
 
 from __future__ import annotations
