@@ -141,40 +141,37 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.table.selectionModel().selectionChanged.connect(lambda *_a: self._selection_changed())
         self.table.doubleClicked.connect(lambda _i: self.load_settings())
 
-        self.loadButton = self._button("Load settings", "Load", self.load_settings)
-        self.loadButton.setToolTip("Put the selected run's settings in the form (double-click a row)")
+        tip = "Put the selected run's settings in the form (double-click a row)"
+        self.loadButton = self._button("Load settings", "Load", self.load_settings, tip)
         # Resume and Export: a click takes the usual checkpoint (resume: the last, export: the best when there
         # is one); the arrow's menu offers the other.
+        last_best = (("last", "From the last"), ("best", "From the best"))
+        best_last = (("best", "The best"), ("last", "The last"))
         self.resumeButton, self.resumeMenu = self._split_button(
-            "Resume", "historyResume", self.resume, "last", ("last", "From the last"), ("best", "From the best")
-        )
+            "Resume", "historyResume", self.resume, "last", last_best,
+            "Continue the selected run from its last checkpoint (the arrow: from its best)",
+        )  # fmt: skip
         self.exportButton, self.exportMenu = self._split_button(
-            "Export…", "historyExport", self.export, None, ("best", "The best"), ("last", "The last")
-        )
+            "Export…", "historyExport", self.export, None, best_last,
+            "Export the selected run's model: its best checkpoint when it has one, else its last (the arrow: choose)",
+        )  # fmt: skip
         self.evaluateButton, self.evaluateMenu = self._split_button(
-            "Evaluate", "historyEvaluate", self.evaluate, None, ("best", "The best"), ("last", "The last")
-        )
-        self.evaluateButton.setToolTip(
-            "Measure the selected run's best (or last) checkpoint on its test split, "
-            "e.g. a stopped run, which has no test metrics; the result shows under "
-            "the table and in the Model preview's Evaluation tab (as `amp-console "
-            "evaluate --report`)"
-        )
-        self.resumeButton.setToolTip("Continue the selected run from its last checkpoint (the arrow: from its best)")
-        self.exportButton.setToolTip(
-            "Export the selected run's model: its best checkpoint when it has one, else its last (the arrow: choose)"
-        )
-        self.previewButton = self._button("Try it…", "Preview", self.preview)
-        self.previewButton.setToolTip(
-            "Try the selected run's model in the Model preview: type a review, pick a "
-            "user or a query (a run still training: its last checkpoint)"
-        )
+            "Evaluate", "historyEvaluate", self.evaluate, None, best_last,
+            "Measure the selected run's best (or last) checkpoint on its test split, e.g. a stopped run, which has no "
+            "test metrics; the result shows under the table and in the Model preview's Evaluation tab (as "
+            "`amp-console evaluate --report`)",
+        )  # fmt: skip
+        self.previewButton = self._button(
+            "Try it…", "Preview", self.preview, "Try the selected run's model in the Model preview: type a review, "
+            "pick a user or a query (a run still training: its last checkpoint)",
+        )  # fmt: skip
         self.revealButton = self._button("Reveal folder", "Reveal", self.reveal)
         self.deleteButton = self._button("Delete…", "Delete", self.delete)
-        self.compareButton = self._button("Compare", "Compare", self.compare_selected)
-        self.compareButton.setToolTip("The selected runs side by side, with what differs between them highlighted")
-        self.overlayButton = self._button("Overlay on plots", "Overlay", self.overlay)
-        self.overlayButton.setToolTip("Draw the selected runs' loss and validation metric over the plots")
+        self.compareButton = self._button(
+            "Compare", "Compare", self.compare_selected, "The selected runs side by side, with what differs highlighted"
+        )
+        tip = "Draw the selected runs' loss and validation metric over the plots"
+        self.overlayButton = self._button("Overlay on plots", "Overlay", self.overlay, tip)
         self.clearButton = self._button("Clear overlays", "ClearOverlays", self.clearOverlaysRequested.emit)
         actions = hbox(
             *(self.loadButton, self.resumeButton, self.exportButton, self.evaluateButton, self.previewButton),
@@ -276,7 +273,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         job = BackgroundJob("historyScan", self)
         job.progress.connect(lambda batch: self._batch(batch, serial))
         job.succeeded.connect(lambda result: self._scanned(result, serial))
-        job.failed.connect(lambda message, _field, details: self._scan_failed(message, details))
+        job.failed.connect(lambda message, _field, _details: self._scanned(message, serial))
         job.runningChanged.connect(lambda running: running or self._scan_jobs.discard(job) or job.deleteLater())
         self._scan_jobs.add(job)
         job.start(scan)
@@ -285,25 +282,23 @@ class HistoryPanel(RunNoteEditing, QWidget):
         """A first scan's runs read so far: listed at once (the scan goes on)."""
         if serial != self._scan_serial or not prepared.briefs:
             return
-        selected = {r.get("folder") for r in self.selected_runs()}
         first = not self.model.fingerprints
-        self._syncing = True
-        try:
-            self.model.set_runs(prepared)
-            self._select_folders(selected)
-        finally:
-            self._syncing = False
+        self._keeping_selection(lambda: self.model.set_runs(prepared))
         if first:
             self._size_columns(prepared.longest)
             self._sized_for = None  # sized again from all the runs at the end
         self._scan_text = f"{len(self.model.fingerprints)} run(s) so far, reading on…"
         self._show_status()
 
-    def _scanned(self, result: tuple | None, serial: int | None = None) -> None:
-        """A scan's (the root's entries, the rows); None: the entries had not changed, nothing was read."""
+    def _scanned(self, result: tuple | str | None, serial: int | None = None) -> None:
+        """A scan's (the root's entries, the rows); None: the entries had not changed, nothing was read; text: why
+        it failed."""
         self._scanning = False
         self.refreshButton.setEnabled(True)
-        if result is not None:
+        if isinstance(result, str):
+            self._scan_text = f"Could not read {self.root}: {result}"
+            self._show_status()
+        elif result is not None:
             self._entries, prepared = result
             self._show_rows(prepared, serial)
         self.scanned.emit(self.model.rowCount())
@@ -320,26 +315,13 @@ class HistoryPanel(RunNoteEditing, QWidget):
                 prepared.set_note(folder, note)
         # the periodic rescan stays cheap however big the folder
         self._auto.setInterval(max(AUTO_REFRESH_MS, int(20_000 * (time.monotonic() - self._scan_started))))
-        selected = {r.get("folder") for r in self.selected_runs()}
         if prepared.fingerprints != self.model.fingerprints:
-            self._syncing = True  # the selection comes and goes: not a reason to reload the note editor
-            try:
-                self.model.set_runs(prepared)
-                self._select_folders(selected)
-            finally:
-                self._syncing = False
+            self._keeping_selection(lambda: self.model.set_runs(prepared))
             if runs and self._sized_for != self.root:
                 self._size_columns(prepared.longest)
         self._scan_text = f"{len(runs)} run(s)" if runs else f"No runs in {self.root} yet"
         self._show_status()
         self._update_buttons()
-
-    def _scan_failed(self, message: str, _details: str) -> None:
-        self._scanning = False
-        self.refreshButton.setEnabled(True)
-        self._scan_text = f"Could not read {self.root}: {message}"
-        self._show_status()
-        self.scanned.emit(self.model.rowCount())
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
@@ -360,15 +342,21 @@ class HistoryPanel(RunNoteEditing, QWidget):
 
     # ------------------------------------------------------------------ selection
     def _filter(self, text: str) -> None:
-        """Filter the rows as the text is typed; the selected rows still shown stay selected."""
-        selected = {r.get("folder") for r in self.selected_runs()}
-        self._syncing = True
+        """Filter the rows as the text is typed."""
+        self._keeping_selection(lambda: self.model.set_filter(text))
+        self._update_buttons()
+
+    def _keeping_selection(self, change: Callable[[], None]) -> None:
+        """Change the rows shown (a scan's, the filter's); the selected runs still shown stay selected."""
+        selected = self.model.folders_at(i.row() for i in self.table.selectionModel().selectedRows())
+        self._syncing = True  # the selection comes and goes: not a reason to reload the note editor
         try:
-            self.model.set_filter(text)
-            self._select_folders(selected)
+            change()
+            if selected:
+                model = self.table.selectionModel()
+                model.select(self.model.selection_of(selected), model.SelectionFlag.Select | model.SelectionFlag.Rows)
         finally:
             self._syncing = False
-        self._update_buttons()
 
     def _size_columns(self, longest: list[str]) -> None:
         """Each column as wide as its header or its longest text (the user may resize them after)."""
@@ -392,13 +380,6 @@ class HistoryPanel(RunNoteEditing, QWidget):
         for row in range(self.model.rowCount()):
             if self.model.index(row, 0).data() in names:
                 self.table.selectionModel().select(self.model.index(row, 0), flags)
-
-    def _select_folders(self, folders: set) -> None:
-        if not folders:
-            return
-        selection = self.model.selection_of(folders)
-        model = self.table.selectionModel()
-        model.select(selection, model.SelectionFlag.Select | model.SelectionFlag.Rows)
 
     def _update_buttons(self) -> None:
         if self._syncing:
@@ -476,16 +457,16 @@ class HistoryPanel(RunNoteEditing, QWidget):
     def close_compare(self) -> None:
         self.compareView.hide()
 
-    def _button(self, text: str, name: str, slot) -> QPushButton:
-        return QPushButton(text, objectName=f"history{name}Button", clicked=lambda: slot())
+    def _button(self, text: str, name: str, slot, tip: str = "") -> QPushButton:
+        return QPushButton(text, objectName=f"history{name}Button", clicked=lambda: slot(), toolTip=tip)
 
-    def _split_button(self, text: str, name: str, slot, default, *choices: tuple[str, str]) -> tuple:
+    def _split_button(self, text: str, name: str, slot, default, choices: tuple, tip: str) -> tuple:
         """(button, menu): a click does slot(default); the menu, offered by an arrow when it is set (setMenu),
         slot(which) for each (which, label) of `choices`."""
         menu = QMenu(self, objectName=f"{name}Menu")
         for which, label in choices:
             menu.addAction(f"{label} checkpoint", lambda *_, which=which: slot(which)).setData((which, label))
-        button = QToolButton(objectName=f"{name}Button", text=text)
+        button = QToolButton(objectName=f"{name}Button", text=text, toolTip=tip)
         button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         button.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         button.clicked.connect(lambda: slot(default))
@@ -504,80 +485,62 @@ class HistoryPanel(RunNoteEditing, QWidget):
         if len(runs) == 1 and runs[0].get("config"):
             self.loadSettingsRequested.emit(dict(runs[0]["config"]))
 
+    def _chosen(self, which: str | None, verb: str, again: Callable | None = None) -> tuple[dict, str] | None:
+        """The one selected run and the path of its `which` checkpoint (None: the best when it kept one, else the
+        last); None, saying why when it has none. `again`: a host's run is fetched first, then again()."""
+        runs = self.selected_runs()
+        if len(runs) != 1 or (again is not None and self.remoteRuns.fetch_first(runs, again)):
+            return None
+        run = runs[0]
+        checkpoint = checkpoint_of(run, which or "best")[0] or (None if which else checkpoint_of(run, "last")[0])
+        if checkpoint is None:
+            self._say(f"{run.get('name')}: no {which + ' ' if which else ''}checkpoint to {verb}")
+        return None if checkpoint is None else (run, checkpoint)
+
     def resume(self, which: str = "last") -> None:
         """Ask to resume the selected run from its last (or best) checkpoint."""
-        runs = self.selected_runs()
-        if len(runs) != 1:
-            return
-        checkpoint = self._checkpoint(runs[0], which)
-        if checkpoint is None:
-            self._say(f"{runs[0].get('name')}: no {which} checkpoint to resume from")
-            return
-        self.resumeRequested.emit(checkpoint)
-
-    @staticmethod
-    def _checkpoint(run: dict, which: str | None) -> str | None:
-        """The path of the run's `which` checkpoint; None: the best when the run kept one, else the last."""
-        if which:
-            return checkpoint_of(run, which)[0]
-        return checkpoint_of(run, "best")[0] or checkpoint_of(run, "last")[0]
+        if chosen := self._chosen(which, "resume from"):
+            self.resumeRequested.emit(chosen[1])
 
     def export(self, which: str | None = None) -> None:
         """Ask to export the selected run's best (or last) checkpoint; None: the best when there is one."""
-        runs = self.selected_runs()
-        if len(runs) != 1 or self.remoteRuns.fetch_first(runs, lambda: self.export(which)):
-            return
-        checkpoint = self._checkpoint(runs[0], which)
-        if checkpoint is None:
-            self._say(f"{runs[0].get('name')}: no {which or ''} checkpoint to export".replace("  ", " "))
-            return
-        self.exportRequested.emit(checkpoint)
+        if chosen := self._chosen(which, "export", lambda: self.export(which)):
+            self.exportRequested.emit(chosen[1])
 
     def evaluate(self, which: str | None = None) -> None:
         """Measure the selected run's best (or last) checkpoint on its test split off the GUI thread; the result shows
         under the table and goes out as `evaluated`. One evaluation at a time."""
-        runs = self.selected_runs()
-        if (
-            len(runs) != 1
-            or self._evaluating is not None
-            or self.remoteRuns.fetch_first(runs, lambda: self.evaluate(which))
-        ):
+        chosen = self._evaluating is None and self._chosen(which, "evaluate", lambda: self.evaluate(which))
+        if not chosen:
             return
-        checkpoint = self._checkpoint(runs[0], which)
-        if checkpoint is None:
-            self._say(f"{runs[0].get('name')}: no checkpoint to evaluate")
-            return
-        name, folder = runs[0].get("name"), str(runs[0]["folder"])
+        (run, checkpoint), name = chosen, chosen[0].get("name")
+        folder = str(run["folder"])
 
-        def done(result: dict) -> None:
+        def finished(result: dict | str) -> None:  # the report, or why it failed
             self._evaluating = None
-            self.evaluationLine.finished(folder, result)
-            metrics = " · ".join(f"{k} {v:.4g}" for k, v in result["metrics"].items())
-            self._say(f"{name}, {Path(checkpoint).name} (step {result['step']:,}), {result['split']} split: {metrics}")
+            if isinstance(result, str):
+                self.evaluationLine.failed(folder, result)
+                self._say(f"Could not evaluate {name}: {result}")
+            else:
+                self.evaluationLine.finished(folder, result)
+                metrics = " · ".join(f"{k} {v:.4g}" for k, v in result["metrics"].items())
+                self._say(
+                    f"{name}, {Path(checkpoint).name} (step {result['step']:,}), {result['split']} split: {metrics}"
+                )
             self._update_buttons()
-            self.evaluated.emit(result)
-
-        def failed(message: str, _details: str) -> None:
-            self._evaluating = None
-            self.evaluationLine.failed(folder, message)
-            self._say(f"Could not evaluate {name}: {message}")
-            self._update_buttons()
+            if not isinstance(result, str):
+                self.evaluated.emit(result)
 
         self._evaluating = folder
         self.evaluationLine.started(folder, checkpoint)
         self._say(f"Evaluating {name} ({Path(checkpoint).name})…")
-        self.jobs.submit(lambda: measure(checkpoint), done, failed)
+        self.jobs.submit(lambda: measure(checkpoint), finished, lambda message, _details: finished(message))
         self._update_buttons()
 
     def preview(self) -> None:
         """Ask to try the selected run's model (the window opens the Model preview on it)."""
-        runs = self.selected_runs()
-        if (
-            len(runs) == 1
-            and not self.remoteRuns.fetch_first(runs, self.preview)
-            and self._checkpoint(runs[0], None) is not None
-        ):
-            self.previewRequested.emit(str(runs[0]["folder"]))
+        if chosen := self._chosen(None, "try", self.preview):
+            self.previewRequested.emit(str(chosen[0]["folder"]))
 
     def reveal(self) -> None:
         runs = self.selected_runs()
@@ -585,14 +548,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(runs[0]["folder"])))
 
     def _ask(self, text: str) -> bool:
-        answer = QMessageBox.question(
-            self,
-            "Delete runs",
-            text,
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-            QMessageBox.StandardButton.No,
-        )
-        return answer == QMessageBox.StandardButton.Yes
+        yes, no = QMessageBox.StandardButton.Yes, QMessageBox.StandardButton.No
+        return QMessageBox.question(self, "Delete runs", text, yes | no, no) == yes
 
     def delete(self) -> None:
         runs = self.selected_runs()

@@ -199,6 +199,10 @@ class RunsModel(QAbstractTableModel):
                 r = self._shown.index(p)
                 self.dataChanged.emit(self.index(r, 0), self.index(r, len(COLUMNS) - 1))
 
+    def folders_at(self, rows) -> set:
+        """The folders of the runs in these shown rows."""
+        return {self._all.folders[self._shown[r]] for r in rows}
+
     def selection_of(self, folders: set) -> QItemSelection:
         """The shown rows of the runs in these folders as one selection of whole rows, consecutive ones one range."""
         folders_, selection = self._all.folders, QItemSelection()
