@@ -73,6 +73,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._run_device = ""  # the device of the training run in progress (tools refuse to share it)
         self.settings_name = ""  # the settings file last opened or saved, shown in the title
         self._run_folder = ""  # the running run's folder (as RunStarted says, once it has)
+        self._run_config: dict = {}  # the last run's settings, as RunStarted says
         self._kept_run = None  # app.keep_training.KeptRun, after "Keep training"
         self._close_state: str | None = None  # None, 'asking', 'stopping', 'background' (hidden), 'closed'
         self._user_close = False
@@ -154,10 +155,10 @@ class MainWindow(WindowDialogs, QMainWindow):
         return self.train_from(config, checkpoint, f"Training longer from {checkpoint}")
 
     def rerun_with_fix(self, fix: dict) -> bool:
-        """One of a diverged run's RunEnded.fixes (core.engine.amp_health): the form's settings with its changes."""
+        """One of a diverged run's RunEnded.fixes (core.engine.amp_health): the run's settings with its changes."""
         from core.config import RunConfig
 
-        config = RunConfig.from_dict({**self.setupPanel.config().to_dict(), **fix["changes"]}, source="fix")
+        config = RunConfig.from_dict({**self._run_config, **fix["changes"]}, source="fix")
         why = f"Re-running with {fix['label']} from {fix['resume'] or 'the start'}"
         return self.train_from(config, fix["resume"], why, fix["note"])
 
@@ -336,6 +337,7 @@ class MainWindow(WindowDialogs, QMainWindow):
             self.plotsPanel.handle_event(event)
         self.samplesPanel.handle_event(event)  # before a resumed run's earlier samples are shown
         if isinstance(event, RunStarted):
+            self._run_config = event.config
             self._run_folder = str(event.config.get("out_dir") or self._run_folder)  # a clash picks a sibling
             self.statusBarWidget.host = getattr(getattr(self.controller.run, "host", None), "dest", "")  # a host's run
             self.devicesPanel.show_remote_run(self.statusBarWidget.host, event.device)  # it looks remote

@@ -62,6 +62,8 @@ def test_a_diverged_run_offers_fixes_and_one_click_reruns_from_its_checkpoint(qt
 
     fix = next(f for f in ended.fixes if f["label"].startswith("lower LR"))
     button = panel.buttons[ended.fixes.index(fix)]
+    batch = find(window, "batchSizeEdit").value()
+    set_field(window, "batchSizeEdit", batch + 16)  # edited since: the fix re-runs the diverged run's settings
     events.clear()
     with qtbot.waitSignal(window.controller.runningChanged, timeout=PROCESS_WAIT_MS, check_params_cb=lambda r: not r):
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
@@ -71,6 +73,7 @@ def test_a_diverged_run_offers_fixes_and_one_click_reruns_from_its_checkpoint(qt
     assert rerun.status == "completed", rerun.message
     assert fix["resume"] and started.start_step == 10  # the checkpoint before the loss turned inf
     assert started.config["lr"] == pytest.approx(lr / 10) and started.config["out_dir"] == f"{folder}-lr-div10"
+    assert started.config["batch_size"] == batch and find(window, "batchSizeEdit").value() == batch
     assert find(window, "lrEdit").value() == pytest.approx(lr / 10)  # the fix is in the form too
     qtbot.waitUntil(lambda: read_note(f"{folder}-lr-div10")[0] == fix["note"], timeout=60_000)
     assert fix["note"] == f"rerun_of: {folder}, fix: {fix['label']}"
