@@ -155,9 +155,9 @@ def run_on_choices(devices, cores: int | None = None) -> list[tuple[str, list[st
     return choices
 
 
-def sweep_job(base, axes_lines, method, samples, seed, root, devices=None):
-    """Plan, create the sweep folder under `root` and run it (on `devices` when given); progress gets core's sweep
-    events and a RowsUpdate whenever a trial starts or ends."""
+def sweep_job(base, planned, method, samples, seed, root, devices=None):
+    """Create the sweep folder of `planned` (plan's answer) under `root` and run it (on `devices` when given);
+    progress gets core's sweep events and a RowsUpdate whenever a trial starts or ends."""
 
     def run(progress, control):
         from core.lab.sweep import (
@@ -170,7 +170,7 @@ def sweep_job(base, axes_lines, method, samples, seed, root, devices=None):
             sweep_table,
         )
 
-        grid, ranges, trials = plan(base, axes_lines, method, samples, seed)
+        grid, ranges, trials = planned
         folder = create_sweep(base, trials, grid or ranges, method=method, samples=samples, seed=seed, root=root)
         metric = load_sweep(folder).get("metric")
 
@@ -356,13 +356,7 @@ class SweepDialog(ToolDialog):
 
         try:
             base = self._config_provider().validate()
-            _grid, _ranges, trials = plan(
-                base,
-                self.axesEdit.toPlainText().splitlines(),
-                self.method(),
-                self.samplesEdit.value(),
-                self.seedEdit.value(),
-            )
+            _grid, _ranges, trials = self._plan(base)
         except Exception as exc:
             typed = self.axesEdit.toPlainText().strip() or not isinstance(exc, AmpConsoleError)
             self._why_not = str(exc) if typed else "Type the axes to sweep."
@@ -378,6 +372,11 @@ class SweepDialog(ToolDialog):
             f"<b>{len(trials)} trial{'s' if len(trials) != 1 else ''}</b>, each {self._length(base)}: {shown}"
         )
 
+    def _plan(self, base):
+        """plan() of the axes typed, over `base` (the form's settings)."""
+        lines = self.axesEdit.toPlainText().splitlines()
+        return plan(base, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value())
+
     @staticmethod
     def _length(base) -> str:
         if base.max_steps:
@@ -388,9 +387,8 @@ class SweepDialog(ToolDialog):
     def _job(self, config):
         from core.errors import AmpConsoleError
 
-        lines = self.axesEdit.toPlainText().splitlines()
         try:
-            _grid, _ranges, trials = plan(config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value())
+            planned = self._plan(config)
         except AmpConsoleError as exc:
             self._on_failed(f"Fix the axes first: {exc}", "", "")
             return None
@@ -406,17 +404,17 @@ class SweepDialog(ToolDialog):
         self.model.set_rows([])
         self.bestLabel.setText("")
         self.folderLabel.setText("")
-        self.progressBar.setRange(0, len(trials))
+        self.progressBar.setRange(0, len(planned[2]))
         self.progressBar.setValue(0)
         self.progressBar.setFormat("%v of %m trials")
         root = self._root_provider()
         return sweep_job(
-            config, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root, devices=devices
+            config, planned, self.method(), self.samplesEdit.value(), self.seedEdit.value(), root, devices=devices
         )
 
     def _on_progress(self, event) -> None:
         from core.engine.events import RunStarted, StepMetrics
-        from core.lab.sweep import SweepEnded, SweepStarted, TrialEnded, TrialEvent, TrialStarted
+        from core.lab.sweep import SweepStarted, TrialEnded, TrialEvent, TrialStarted
 
         match event:
             case RowsUpdate():
@@ -447,8 +445,6 @@ class SweepDialog(ToolDialog):
                 )
                 self._finished.add(event.index)
                 self._show_lines()
-            case SweepEnded():
-                pass
 
     def _show_lines(self) -> None:
         import html
@@ -533,8 +529,7 @@ class SweepDialog(ToolDialog):
     def queue_trials(self) -> None:
         """The plan's trials (the form's settings with the axes' values) as run queue entries."""
         base = self._config_provider().validate()
-        lines = self.axesEdit.toPlainText().splitlines()
-        _grid, _ranges, trials = plan(base, lines, self.method(), self.samplesEdit.value(), self.seedEdit.value())
+        trials = self._plan(base)[2]
         self.queueRequested.emit([(f"{base.task} {trial.name}", trial.config) for trial in trials])
         self.statusLabel.setText(f"Added {len(trials)} trials to the run queue.")
 
