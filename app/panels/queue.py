@@ -67,7 +67,7 @@ class QueuePanel(QWidget):
         for name, text, slot in (
             ("addForm", "Add the form's settings", self.add_form),
             ("addFiles", "Add settings files…", self.add_files),
-            ("addTasks", "Add a task file's tasks…", self.add_task_file),
+            ("addTasks", "Add a task file…", self.add_task_file),
             ("up", "Up", lambda: self.move(-1)),
             ("down", "Down", lambda: self.move(1)),
             ("remove", "Remove", self.remove),
@@ -81,6 +81,7 @@ class QueuePanel(QWidget):
             buttons.addWidget(button)
             if name == "history":
                 buttons.addStretch(1)
+        self.buttons["addTasks"].setToolTip("One entry per Task class of a task file, at the task's defaults")
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.statusLabel)
