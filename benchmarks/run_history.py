@@ -1,7 +1,7 @@
 """How long does the run history take on a big runs root: `runs list`, `runs show ID` and the window's list?
 
 Creates N run folders in a temporary runs root, each as the engine leaves it: run.json written by
-core.engine.run_record.RunRecord from a run's events (a real config of its task, validation metrics, best and
+core.engine.reporting.RunRecord from a run's events (a real config of its task, validation metrics, best and
 last checkpoints), a metrics.jsonl of a few hundred event lines, a note.txt on every seventh, a few runs
 "running" with no live process (listed as interrupted) and a sweep folder with trials one level down; file
 times are set to when each run ended (days ago), as on a real disk. Then, each in a fresh process (the OS page
@@ -110,7 +110,7 @@ def make_runs(root: Path, n: int, now: float | None = None) -> list[str]:
     from dataclasses import replace
 
     from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, event_to_dict
-    from core.engine.run_record import RunRecord, _finite
+    from core.engine.reporting import RunRecord, json_ready
 
     templates = _templates()
     now = time.time() if now is None else now
@@ -158,7 +158,7 @@ def make_runs(root: Path, n: int, now: float | None = None) -> list[str]:
         data = record.data
         data["id"] = f"{i:04x}{data['id'][4:]}"  # unique and easy to name
         data["start_time"] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(when))
-        (folder / "run.json").write_text(json.dumps(_finite(data), indent=2, default=str) + "\n", encoding="utf-8")
+        (folder / "run.json").write_text(json.dumps(json_ready(data), indent=2, default=str) + "\n", encoding="utf-8")
         lines = json.dumps(event_to_dict(started)) + "\n" + body
         if not running:
             lines += json.dumps(event_to_dict(ending)) + "\n"

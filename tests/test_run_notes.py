@@ -9,7 +9,8 @@ import json
 import pytest
 
 from core.engine.events import CheckpointSaved, RunEnded, RunStarted, StepMetrics
-from core.engine.run_record import NOTE_FILE, RunRecord, read_note, read_run, write_note
+from core.engine.reporting import RunRecord
+from core.engine.run_record import NOTE_FILE, read_note, read_run, write_note
 from core.runs.compare import compare_rows
 
 

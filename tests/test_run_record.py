@@ -11,8 +11,9 @@ import pytest
 
 from core.engine.control import RunControl
 from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
+from core.engine.reporting import RunRecord
 from core.engine.run_folder import claim_run_folder
-from core.engine.run_record import RunRecord, read_run
+from core.engine.run_record import read_run
 from core.engine.trainer import train
 from core.errors import ConfigError
 
@@ -196,14 +197,14 @@ def test_best_follows_the_monitored_metric_and_names_the_best_checkpoint(tmp_pat
 
 
 def test_evaluations_reach_run_json_at_most_every_write_seconds_and_urgent_events_at_once(tmp_path, monkeypatch):
-    from core.engine import run_record
+    from core.engine import reporting
 
     clock = [1000.0]
-    monkeypatch.setattr(run_record.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(reporting.time, "monotonic", lambda: clock[0])
     writes = []
-    real_write = run_record.atomic_write_bytes
+    real_write = reporting.atomic_write_bytes
     monkeypatch.setattr(
-        run_record,
+        reporting,
         "atomic_write_bytes",
         lambda path, payload: (writes.append(json.loads(payload)), real_write(path, payload)),
     )
@@ -215,7 +216,7 @@ def test_evaluations_reach_run_json_at_most_every_write_seconds_and_urgent_event
         rec.update(EvalMetrics(step=step, epoch=1, split="val", metrics={"loss": 1.0 / step}))
         rec.update(BestSaved(step=step, path=str(tmp_path / "best.pt")))
     assert len(writes) == 1 and record(tmp_path)["best"]["value"] is None  # pending, not written
-    clock[0] += run_record.WRITE_SECONDS
+    clock[0] += reporting.WRITE_SECONDS
     rec.update(StepMetrics(30, 1, 0.5, 0.1, 1.0, None, None, 0, None, 3.0))
     assert len(writes) == 2 and record(tmp_path)["best"] == {"name": "loss", "value": 1.0 / 29, "step": 29}
     rec.update(StepMetrics(31, 1, 0.5, 0.1, 1.0, None, None, 0, None, 3.1))

@@ -1,5 +1,5 @@
-"""What a run reports: its events, timed, written to metrics.jsonl and handed to the sink, by rank 0 alone. See
-docs/ARCHITECTURE.md.
+"""What a run reports: its events, timed, written to metrics.jsonl and folded into run.json (RunRecord) and
+handed to the sink, by rank 0 alone. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import os
+import platform
 import sys
 import threading
 import time
@@ -17,11 +18,12 @@ from typing import TYPE_CHECKING, TextIO, TypeGuard
 
 from core.config import TENSORBOARD_MISSING
 from core.devices import memory_in_use
-from core.engine.events import Event, StepMetrics, event_to_dict
+from core.engine.events import CheckpointSaved, EvalMetrics, Event, RunEnded, RunStarted, StepMetrics, event_to_dict
 from core.engine.run_folder import describe_os_error
-from core.engine.run_record import RunRecord
+from core.engine.run_record import RECORD_FILE, load_record, lower_is_better, new_id, now_iso, primary_metric
 from core.engine.tensorboard_live import TENSORBOARD_FOLDER, LiveTensorBoard
 from core.errors import ConfigError
+from core.files import atomic_write_bytes
 
 if TYPE_CHECKING:
     from core.engine.folder_control import FolderControl
@@ -51,7 +53,7 @@ class EventLog:
         self._file: TextIO | None = None
         self.path: Path | None = None
         self.failure: str | None = None
-        self.record: RunRecord | None = None  # run.json beside metrics.jsonl (core.engine.run_record)
+        self.record: RunRecord | None = None  # run.json beside metrics.jsonl
         self.tensorboard: LiveTensorBoard | None = None  # <run folder>/tensorboard (RunConfig.tensorboard)
         self._flushed_at = float("-inf")  # when a StepMetrics line was last flushed (the first one goes at once)
         self._queued: list[Event] = []  # StepMetrics not yet written (see emit)
@@ -278,3 +280,173 @@ def barely_trained(steps: int, metrics: dict, baseline: dict, primary: str | Non
 
 def _finite(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+RECORD_VERSION = 1
+WRITE_SECONDS = 2.0  # evaluations and best checkpoints reach run.json at most this late (see RunRecord)
+
+
+def _versions() -> dict:
+    torch = sys.modules.get("torch")
+    return {"python": platform.python_version(), "torch": getattr(torch, "__version__", None)}
+
+
+def json_ready(value):
+    """JSON has no NaN or inf: those are written as strings ('nan', 'inf')."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value
+
+
+class RunRecord:
+    """The run.json of one run folder (read back by core.engine.run_record), folded from the run's events: written
+    atomically at RunStarted, each last checkpoint and RunEnded, evaluations and best checkpoints at most every
+    WRITE_SECONDS."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.path = self.folder / RECORD_FILE
+        self.data: dict | None = None
+        self._mode = "auto"
+        self._pending = False  # changed since the last write, by an event that may wait (see update)
+        self._written_at = float("-inf")
+        earlier = load_record(self.folder)
+        self._earlier = earlier if isinstance(earlier, dict) else None
+
+    def update(self, event) -> None:
+        """Fold one event into the record and write it when it changed what run.json says: at once for the
+        start, a last checkpoint and the end; for evaluations and best checkpoints once WRITE_SECONDS have
+        passed since the last write (until then they are pending, written by the next event after that)."""
+        data = self.data
+        if type(event) is StepMetrics and data is not None:  # the event of every logged step: straight here
+            memory = event.memory_bytes
+            if type(memory) is int and memory > (data.get("peak_memory_bytes") or 0):
+                data["peak_memory_bytes"] = memory
+            data["steps"] = event.step
+            data["final_loss"] = event.loss
+            data["wall_seconds"] = self._previous_wall + float(event.elapsed_seconds or 0.0)
+            if self._pending and time.monotonic() - self._written_at >= WRITE_SECONDS:
+                self.write()
+            return  # otherwise kept in memory only: written with the next record-worthy event
+        urgent = True
+        if isinstance(event, RunStarted):
+            self._started(event)
+        elif data is None:
+            return  # no RunStarted yet: no record
+        elif isinstance(event, CheckpointSaved):
+            which = getattr(event, "kind", "last") or "last"
+            if which != "last" and getattr(event, "rank", None) not in (None, 1):
+                return  # the k-th best kept: run.json names the best one
+            data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
+            if which == "last":
+                data["steps"] = max(data.get("steps") or 0, event.step)
+            else:
+                urgent = False
+        elif isinstance(event, EvalMetrics):
+            self._evaluated(data, event)
+            urgent = False
+        elif isinstance(event, RunEnded):
+            self._ended(data, event)
+        else:
+            return
+        if urgent or time.monotonic() - self._written_at >= WRITE_SECONDS:
+            self.write()
+        else:
+            self._pending = True
+
+    def write(self) -> None:
+        payload = json.dumps(json_ready(self.data), indent=2, default=str) + "\n"
+        atomic_write_bytes(self.path, payload.encode("utf-8"))
+        self._pending = False
+        self._written_at = time.monotonic()
+
+    def _started(self, event) -> None:
+        earlier = self._earlier or {}
+        metric = event.config.get("monitor") or primary_metric(event.task)
+        self._mode = str(event.config.get("monitor_mode") or "auto")
+        self.data = {
+            "version": RECORD_VERSION,
+            "id": earlier.get("id") or new_id(),
+            "name": self.folder.name,
+            "task": event.task,
+            "status": "running",
+            "device": event.device,
+            "device_name": getattr(event, "device_name", None),
+            "precision": event.precision,
+            "autocast_dtype": event.autocast_dtype,
+            "versions": _versions(),
+            "start_time": earlier.get("start_time") or now_iso(),
+            "resumed_at": list(earlier.get("resumed_at") or []) + ([now_iso()] if earlier else []),
+            # restarts by torchrun or a requeued SLURM job: count, by, step, reason, last_step, at
+            "restarts": list(earlier.get("restarts") or [])
+            + ([{**event.restart, "at": now_iso()}] if getattr(event, "restart", None) else []),
+            "end_time": None,
+            "wall_seconds": earlier.get("wall_seconds") or 0.0,
+            "steps": event.start_step,
+            "start_step": event.start_step,
+            "total_steps": event.total_steps,
+            "final_loss": earlier.get("final_loss"),
+            "samples_per_second": None,
+            "peak_memory_bytes": earlier.get("peak_memory_bytes"),  # the most any logged step reported
+            "metrics": dict(earlier.get("metrics") or {}),
+            "test_metrics": {},
+            "best": (
+                earlier["best"]
+                if (earlier.get("best") or {}).get("name") == metric
+                else {"name": metric, "value": None, "step": None}
+                if metric
+                else None
+            ),
+            "checkpoints": dict(earlier.get("checkpoints") or {}),
+            "config": dict(event.config),
+            "notes": list(getattr(event, "notes", []) or []),
+            "message": "",
+        }
+        self._previous_wall = float(self.data["wall_seconds"] or 0.0)
+
+    def _evaluated(self, data: dict, event) -> None:
+        if event.split not in ("val", "validation"):
+            return
+        data["metrics"] = dict(event.metrics)
+        data["steps"] = max(data.get("steps") or 0, event.step)
+        best = data.get("best")
+        if not best or best.get("name") not in event.metrics:
+            return
+        value = event.metrics[best["name"]]
+        if not isinstance(value, (int, float)) or value != value:
+            return
+        old = best.get("value")
+        better = (
+            old is None
+            or not isinstance(old, (int, float))
+            or (value < old if lower_is_better(best["name"], self._mode) else value > old)
+        )
+        if better:
+            data["best"] = {"name": best["name"], "value": value, "step": event.step}
+
+    def _ended(self, data: dict, event) -> None:
+        data.update(
+            status=event.status,
+            end_time=now_iso(),
+            steps=event.step,
+            message=event.message,
+            wall_seconds=self._previous_wall + float(event.elapsed_seconds or 0.0),
+            samples_per_second=event.samples_per_second,
+            test_metrics=dict(event.test_metrics or {}),
+        )
+        if event.final_loss is not None:
+            data["final_loss"] = event.final_loss
+        if event.checkpoint_advice and data.get("best"):  # its test metrics beside test_metrics (the last's)
+            data["best"].update(
+                test_metrics=dict(event.best_test_metrics), test_step=event.best_step, advice=event.checkpoint_advice
+            )
+            data["best"]["use"] = event.advised_checkpoint
+        if event.metrics:
+            data["metrics"] = dict(event.metrics)
+        if event.checkpoint:
+            data["checkpoints"].setdefault("last", {"path": str(event.checkpoint), "step": event.step})
+            data["checkpoints"]["last"]["path"] = str(event.checkpoint)

@@ -1,24 +1,16 @@
-"""`run.json`: a run folder's summary, kept up to date by rank 0 as the run goes (torch-free).
-
-RunRecord folds the run's events into one small JSON object, written atomically at RunStarted, each last
-checkpoint and RunEnded, and evaluations and best checkpoints at most every WRITE_SECONDS. `read_run(folder)`
-reads it back for `amp-console runs`, with the user's note (`note.txt`); one bad folder reads as one
-"unreadable" run.
+"""A run folder read back (torch-free): `run.json`, the summary core.engine.reporting.RunRecord writes, checked
+field by field; `read_run(folder)` for `amp-console runs` and the history, with the user's note (`note.txt`), one
+bad folder read as one "unreadable" run; the runs root and new folders' names; a run's best or last checkpoint.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import secrets
-import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from core.engine.early_stopping import BEST_FILE, resolve_mode
-from core.engine.events import CheckpointSaved, EvalMetrics, RunEnded, RunStarted, StepMetrics
 from core.engine.run_folder import CHECKPOINT_FILE, METRICS_FILE, is_in_use
 from core.errors import CheckpointError
 from core.files import (
@@ -36,8 +28,6 @@ RUNS_DIR_ENV = "AMP_CONSOLE_RUNS_DIR"  # moves the runs root (see runs_root)
 RECORD_FILE = "run.json"
 NOTE_FILE = "note.txt"  # the user's note on a run (read_note / write_note)
 NOTE_MAX_BYTES = 64 * 1024  # a longer note.txt is read up to this many bytes
-RECORD_VERSION = 1
-WRITE_SECONDS = 2.0  # evaluations and best checkpoints reach run.json at most this late (see the module doc)
 TAIL_BYTES = 64 * 1024  # how much of metrics.jsonl's end a folder without run.json is summarised from
 REMEMBERED_FILE = ".history.outside"  # in the runs root: run folders outside it that its history lists too
 
@@ -134,170 +124,6 @@ def lower_is_better(metric: str, mode: str = "auto") -> bool:
     return resolve_mode(metric, mode) == "min"
 
 
-def _versions() -> dict:
-    torch = sys.modules.get("torch")
-    return {"python": platform.python_version(), "torch": getattr(torch, "__version__", None)}
-
-
-def _finite(value):
-    """JSON has no NaN or inf: those are written as strings ('nan', 'inf')."""
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-class RunRecord:
-    """The run.json of one run folder, updated from the run's events (see the module doc)."""
-
-    def __init__(self, folder: str | os.PathLike):
-        self.folder = Path(folder)
-        self.path = self.folder / RECORD_FILE
-        self.data: dict | None = None
-        self._mode = "auto"
-        self._pending = False  # changed since the last write, by an event that may wait (see update)
-        self._written_at = float("-inf")
-        earlier = load_record(self.folder)
-        self._earlier = earlier if isinstance(earlier, dict) else None
-
-    def update(self, event) -> None:
-        """Fold one event into the record and write it when it changed what run.json says: at once for the
-        start, a last checkpoint and the end; for evaluations and best checkpoints once WRITE_SECONDS have
-        passed since the last write (until then they are pending, written by the next event after that)."""
-        data = self.data
-        if type(event) is StepMetrics and data is not None:  # the event of every logged step: straight here
-            memory = event.memory_bytes
-            if type(memory) is int and memory > (data.get("peak_memory_bytes") or 0):
-                data["peak_memory_bytes"] = memory
-            data["steps"] = event.step
-            data["final_loss"] = event.loss
-            data["wall_seconds"] = self._previous_wall + float(event.elapsed_seconds or 0.0)
-            if self._pending and time.monotonic() - self._written_at >= WRITE_SECONDS:
-                self.write()
-            return  # otherwise kept in memory only: written with the next record-worthy event
-        urgent = True
-        if isinstance(event, RunStarted):
-            self._started(event)
-        elif data is None:
-            return  # no RunStarted yet: no record
-        elif isinstance(event, CheckpointSaved):
-            which = getattr(event, "kind", "last") or "last"
-            if which != "last" and getattr(event, "rank", None) not in (None, 1):
-                return  # the k-th best kept: run.json names the best one
-            data["checkpoints"][which] = {"path": str(event.path), "step": event.step}
-            if which == "last":
-                data["steps"] = max(data.get("steps") or 0, event.step)
-            else:
-                urgent = False
-        elif isinstance(event, EvalMetrics):
-            self._evaluated(data, event)
-            urgent = False
-        elif isinstance(event, RunEnded):
-            self._ended(data, event)
-        else:
-            return
-        if urgent or time.monotonic() - self._written_at >= WRITE_SECONDS:
-            self.write()
-        else:
-            self._pending = True
-
-    def write(self) -> None:
-        payload = json.dumps(_finite(self.data), indent=2, default=str) + "\n"
-        atomic_write_bytes(self.path, payload.encode("utf-8"))
-        self._pending = False
-        self._written_at = time.monotonic()
-
-    def _started(self, event) -> None:
-        earlier = self._earlier or {}
-        metric = event.config.get("monitor") or primary_metric(event.task)
-        self._mode = str(event.config.get("monitor_mode") or "auto")
-        self.data = {
-            "version": RECORD_VERSION,
-            "id": earlier.get("id") or new_id(),
-            "name": self.folder.name,
-            "task": event.task,
-            "status": "running",
-            "device": event.device,
-            "device_name": getattr(event, "device_name", None),
-            "precision": event.precision,
-            "autocast_dtype": event.autocast_dtype,
-            "versions": _versions(),
-            "start_time": earlier.get("start_time") or now_iso(),
-            "resumed_at": list(earlier.get("resumed_at") or []) + ([now_iso()] if earlier else []),
-            # restarts by torchrun or a requeued SLURM job: count, by, step, reason, last_step, at
-            "restarts": list(earlier.get("restarts") or [])
-            + ([{**event.restart, "at": now_iso()}] if getattr(event, "restart", None) else []),
-            "end_time": None,
-            "wall_seconds": earlier.get("wall_seconds") or 0.0,
-            "steps": event.start_step,
-            "start_step": event.start_step,
-            "total_steps": event.total_steps,
-            "final_loss": earlier.get("final_loss"),
-            "samples_per_second": None,
-            "peak_memory_bytes": earlier.get("peak_memory_bytes"),  # the most any logged step reported
-            "metrics": dict(earlier.get("metrics") or {}),
-            "test_metrics": {},
-            "best": (
-                earlier["best"]
-                if (earlier.get("best") or {}).get("name") == metric
-                else {"name": metric, "value": None, "step": None}
-                if metric
-                else None
-            ),
-            "checkpoints": dict(earlier.get("checkpoints") or {}),
-            "config": dict(event.config),
-            "notes": list(getattr(event, "notes", []) or []),
-            "message": "",
-        }
-        self._previous_wall = float(self.data["wall_seconds"] or 0.0)
-
-    def _evaluated(self, data: dict, event) -> None:
-        if event.split not in ("val", "validation"):
-            return
-        data["metrics"] = dict(event.metrics)
-        data["steps"] = max(data.get("steps") or 0, event.step)
-        best = data.get("best")
-        if not best or best.get("name") not in event.metrics:
-            return
-        value = event.metrics[best["name"]]
-        if not isinstance(value, (int, float)) or value != value:
-            return
-        old = best.get("value")
-        better = (
-            old is None
-            or not isinstance(old, (int, float))
-            or (value < old if lower_is_better(best["name"], self._mode) else value > old)
-        )
-        if better:
-            data["best"] = {"name": best["name"], "value": value, "step": event.step}
-
-    def _ended(self, data: dict, event) -> None:
-        data.update(
-            status=event.status,
-            end_time=now_iso(),
-            steps=event.step,
-            message=event.message,
-            wall_seconds=self._previous_wall + float(event.elapsed_seconds or 0.0),
-            samples_per_second=event.samples_per_second,
-            test_metrics=dict(event.test_metrics or {}),
-        )
-        if event.final_loss is not None:
-            data["final_loss"] = event.final_loss
-        if event.checkpoint_advice and data.get("best"):  # its test metrics beside test_metrics (the last's)
-            data["best"].update(
-                test_metrics=dict(event.best_test_metrics), test_step=event.best_step, advice=event.checkpoint_advice
-            )
-            data["best"]["use"] = event.advised_checkpoint
-        if event.metrics:
-            data["metrics"] = dict(event.metrics)
-        if event.checkpoint:
-            data["checkpoints"].setdefault("last", {"path": str(event.checkpoint), "step": event.step})
-            data["checkpoints"]["last"]["path"] = str(event.checkpoint)
-
-
 def load_record(folder: str | os.PathLike) -> dict | None:
     """run.json as written, or None when it is missing or unreadable (read_record's rules)."""
     try:
@@ -342,7 +168,7 @@ def _as_trained(data: dict) -> dict:
     return data
 
 
-_NOT_FINITE = ("nan", "inf", "-inf")  # how _finite writes a float JSON has no spelling for
+_NOT_FINITE = ("nan", "inf", "-inf")  # how reporting.json_ready writes a float JSON has no spelling for
 _KINDS = {  # what a field may hold besides null: (the types that pass, how a message names it)
     "text": ((str,), "text"),
     "whole": ((int,), "a whole number"),
@@ -479,31 +305,21 @@ class _Unreadable(Exception):
 def _record_or_summary(folder: Path, base: str) -> dict | None:
     """run.json checked, else the summary from metrics.jsonl, else None; _Unreadable when one is there but
     can't be read or has a field of the wrong type. `base`: the folder as a string."""
-    path = os.path.join(base, RECORD_FILE)
+    path, name = os.path.join(base, RECORD_FILE), RECORD_FILE
     try:
         data = read_json_record(path)
     except FileNotFoundError:
         data = None
     except UnreadableFile as exc:
-        if not os.path.lexists(path):  # nothing there to read (the folder can't be searched, say): no run.json
-            return _summary_or_none(folder)
-        raise _Unreadable(str(exc)) from None
+        if os.path.lexists(path):
+            raise _Unreadable(str(exc)) from None
+        data = None  # nothing there to read (the folder can't be searched, say): no run.json
     except (OSError, ValueError):  # a name that can't be opened at all
         return None
-    if data is not None:
-        problem = record_problem(data)
-        if problem:
-            raise _Unreadable(f"{RECORD_FILE}: {problem}", data.get("id"))
-        return data
-    return _summary_or_none(folder)
-
-
-def _summary_or_none(folder: Path) -> dict | None:
-    data = _summary_from_metrics(folder)
-    if data is not None:
-        problem = record_problem(data)
-        if problem:
-            raise _Unreadable(f"{METRICS_FILE}: {problem}", data.get("id"))
+    if data is None:
+        data, name = _summary_from_metrics(folder), METRICS_FILE
+    if data is not None and (problem := record_problem(data)):
+        raise _Unreadable(f"{name}: {problem}", data.get("id"))
     return data
 
 
