@@ -471,29 +471,6 @@ class RecommenderTask(Task):
             for row, h in enumerate(histories)
         ]
 
-    def samples(self, model: nn.Module, data: TaskData) -> list[dict[str, str]]:
-        """The top TOP_K unseen lessons for the first validation users, from the data at hand, in one batch."""
-        from core.tasks.serving import SAMPLE_ROWS, listed
-
-        val, ids, sasrec = data.val, data.vocabulary.get("item_id"), _unwrap(model)
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        bounds = list(zip(val["history_start"][:SAMPLE_ROWS].tolist(), val["history_end"][:SAMPLE_ROWS].tolist()))
-        hidden = sasrec(val["seq"][: len(bounds)].to(next(sasrec.parameters()).device))[:, -1]
-        with torch.autocast(hidden.device.type, enabled=False):
-            scores = sasrec.scores(hidden.float())
-        histories = [self.history[start:end].long().tolist() for start, end in bounds]
-        for row, history in enumerate(histories):  # seen lessons are not recommended (as `recommend` does)
-            scores[row, torch.tensor(history, device=scores.device) - 1] = float("-inf")
-        top = (scores.topk(min(TOP_K, scores.shape[1]), dim=1).indices + 1).tolist()
-        lesson = (lambda code: code - 1) if ids is None else (lambda code: ids[code - 1])
-        return [
-            {
-                "input": f"user {row + 1}: {len(h)} lessons, last {listed([lesson(c) for c in h[-3:]])}",
-                "answer": listed([lesson(c) for c in top[row]]),
-            }
-            for row, h in enumerate(histories)
-        ]
-
     def report(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> dict:
         """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS, and HR@10 / NDCG@10 by the user's
         history length (HISTORY_BUCKETS)."""
