@@ -1,6 +1,5 @@
-"""A run that keeps training after the user closed its window ("Keep training"): a tray notification where there is one,
-and a line on stderr naming the run folder and the pid a SIGTERM stops gracefully.
-"""
+"""A run that keeps training after its window closed: a tray notification and a stderr line naming the run
+folder and the pid a SIGTERM stops."""
 
 from __future__ import annotations
 

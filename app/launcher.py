@@ -1,6 +1,4 @@
-"""The `amp-console` entry point: no subcommand opens the window; a subcommand runs headless (core.cli). Nothing Qt is
-imported here.
-"""
+"""`amp-console`: no subcommand opens the window, a subcommand runs headless (core.cli). No Qt here."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""`run_app(argv)`: create the QApplication, show the window fast, then load the engine (torch and pyqtgraph after the
-first paint). `--measure-startup` prints time-to-window and time-to-ready, then quits.
-"""
+"""`run_app(argv)`: show the window fast, then load torch and pyqtgraph after the first paint
+(`--measure-startup` prints the times and quits)."""
 
 from __future__ import annotations
 

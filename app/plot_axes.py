@@ -1,7 +1,4 @@
-"""The live plots' axes: labels spaced so they never run together (`SpacedAxis`), short count labels such as 50k,
-1.5M (`CountAxis`) and small values without trailing zeros (`CompactAxis`: 0.0001, 5e-5). Imports pyqtgraph:
-import it once the window is showing.
-"""
+"""The live plots' axes: labels that never run together, counts as 50k, small values as 5e-5 (pyqtgraph)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A live plot's legend that is always whole: entries in as many columns as the plot's width holds, overlaid runs'
-labels wrapped, and at most LEGEND_SHARE of the height (the rest one '… and N more' entry). Works on pyqtgraph's
-LegendItem; imported once the plots are built.
-"""
+"""A live plot's legend that is always whole: as many columns as the width holds, at most LEGEND_SHARE of the
+height (the rest one '… and N more' entry)."""
 
 from __future__ import annotations
 

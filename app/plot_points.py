@@ -1,6 +1,4 @@
-"""What a run's metrics.jsonl records leave for the plots: the live run's history and an overlaid run's curves, with the
-same segment rules (a resumed segment replaces what an earlier one logged after its start step). No Qt.
-"""
+"""What a run's metrics.jsonl leaves for the plots, a resumed segment replacing what was logged after its start."""
 
 from __future__ import annotations
 
@@ -18,9 +16,8 @@ VAL_SPLIT = "val"  # EvalMetrics of this split are the curves; other splits (tes
 
 
 def history_points(records, until_step: int | None = None) -> tuple[list[dict], list[EvalMetrics], int | None]:
-    """A run's StepMetrics (as dicts, in step order), its EvalMetrics and the step its first segment started at (None
-    when there is nothing to draw). A resumed segment replaces what earlier ones logged after its start step; with
-    `until_step` nothing after it is kept either. Records may be dicts or events."""
+    """A run's StepMetrics (dicts, in step order), its EvalMetrics and its first segment's start step (None when
+    nothing to draw); nothing after `until_step` is kept."""
     steps: list[dict] = []
     evals: list[EvalMetrics] = []
     first: int | None = None
@@ -72,9 +69,8 @@ class OverlayPoints(NamedTuple):
 
 
 def overlay_points(records, metric: str | None = None):
-    """An overlaid run's curves as numpy arrays: (loss steps, losses, metric name, validation steps, metric values); the
-    metric is `metric`, else the run's first one (None, with empty arrays, without validation). A file no later
-    segment cuts into is read column by column (fast); any other goes through `_overlay_points_sequential`."""
+    """An overlaid run's curves as numpy arrays: (loss steps, losses, metric name, validation steps, metric values),
+    the metric `metric` or else the run's first."""
     if not isinstance(records, list) or not all(map(isinstance, records, repeat(dict))):
         records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)} for r in records]
     task = next((r.get("task") for r in records if r.get("event") == "RunStarted"), None)  # usually the first line

@@ -1,8 +1,5 @@
-"""View ranges for live plots that change rarely, so pyqtgraph does not re-lay the axes out on every redraw.
-
-The x range grows in a few steps per decade up to the run's planned total (x_end_for); the y range moves only when
-data leaves it or fills less than a third of it. `reset()` on every RunStarted forgets the previous run's range,
-manual zoom and log scale.
+"""View ranges for live plots that change rarely, so pyqtgraph does not re-lay the axes out on every redraw: x
+grows in a few steps per decade; y moves only when data leaves it or fills less than a third of it.
 """
 
 from __future__ import annotations
@@ -15,9 +12,8 @@ AUTO_LOG_RATIO = 1e3  # an `auto_log` range turns logarithmic once its positive 
 
 
 class StableRange:
-    """The y range of one plot; `update(lo, hi)` says whether it must move (and where to). `log`: log10 units.
-    `auto_log`: turn log for the rest of the run once positive data spans AUTO_LOG_RATIO. `zero_based`: the range
-    always holds 0."""
+    """The y range of one plot; `update(lo, hi)` says whether it must move (and where to); `auto_log` turns log
+    once positive data spans AUTO_LOG_RATIO."""
 
     def __init__(self, log: bool = False, auto_log: bool = False, zero_based: bool = False):
         self.initial_log = log

@@ -1,9 +1,5 @@
-"""Bounded numpy buffers for live plots, decimated on ingest so memory and redraw time stop growing with a run.
-
-A `Series` hands out at most `budget` points to draw: the most recent stay raw; older ones are folded into buckets
-that keep each bucket's minimum, maximum and first gap (so spikes and breaks survive), merging pairs when the buckets
-run out. What is drawn depends only on the values appended, never on batching. `len(series)` counts appended points,
-`stored` drawn ones. Arrays from `x`/`y` are never written to afterwards. No Qt here.
+"""Bounded numpy buffers for live plots, decimated on ingest: a `Series` hands out at most `budget` points, the
+recent raw and older ones folded into min/max buckets (spikes and gaps survive). No Qt.
 """
 
 from __future__ import annotations
@@ -83,7 +79,6 @@ class Series:
         self._initial_capacity = max(1, min(capacity, self._keep + self._chunk))
         self.clear()
 
-    # ------------------------------------------------------------------ ingest
     def append(self, x: float, y: float | None) -> None:
         if self._n == len(self._x):
             self._grow(self._n + 1)
@@ -179,7 +174,6 @@ class Series:
         self._folded = folded
         self._bucket_points = None
 
-    # ------------------------------------------------------------------ what to draw
     def __len__(self) -> int:
         """Points appended since the last clear (what was logged), not how many are drawn (`stored`)."""
         return self._count

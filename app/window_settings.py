@@ -1,6 +1,5 @@
-"""What the window remembers between launches (QSettings): the run form (as a RunConfig dict), how runs execute, and its
-layout. Each saved value is checked on its own: one that does not fit stays at its default with a note in the log,
-and nothing read here can stop the window from coming up.
+"""What the window remembers between launches (QSettings): the form, how runs execute, the layout. A saved value
+that does not fit stays at its default with a note in the log.
 """
 
 from __future__ import annotations
@@ -152,7 +151,6 @@ class WindowSettings:
         self.deferred: dict | None = None  # the saved form of a task file not loaded yet (see restore_run_setup)
         self._form_then: dict | None = None  # the form shown meanwhile: saving it again keeps the deferred one
 
-    # ------------------------------------------------------------------ reading, defensively
     def _value(self, key: str, notes: list[str]):
         try:
             return self.store.value(key)
@@ -203,7 +201,6 @@ class WindowSettings:
         for note in notes:
             window.logPanel.log(f"Settings: {note}", "warning")
 
-    # ------------------------------------------------------------------ restore
     def restore_run_setup(self, window) -> None:
         """The last form (each saved value that still validates) and the processes / isolation choice."""
         notes: list[str] = []
@@ -265,7 +262,6 @@ class WindowSettings:
                 notes.append(f"ignored the saved {key}: not a splitter layout this version can read")
         self._log(window, notes)
 
-    # ------------------------------------------------------------------ hosts and the runs attached
     def _json_list(self, key: str) -> list:
         """A saved JSON list; [] for nothing saved or anything else."""
         value = self._value(key, [])
@@ -322,7 +318,6 @@ class WindowSettings:
             self.store.remove(RUNS_ROOT_KEY)
         self.store.sync()
 
-    # ------------------------------------------------------------------ save
     def _config_to_save(self, window) -> dict | None:
         """The form as a RunConfig dict. A value core rejects is not saved: that setting's last saved value stays."""
         from core.errors import ConfigError

@@ -1,6 +1,5 @@
-"""Runs that live on their own, in the window: started on a host's device or attached (File → Attach to run…: a run
-folder here or HOST:PATH), both followed by a RemoteRun into the same plots and log as a local run. Closing the
-window lets go of such a run. `RemoteActions` is the window's side, `AttachDialog` asks which run.
+"""Runs that live on their own, started on a host or attached (a run folder or HOST:PATH), followed by a
+RemoteRun into the same plots and log as a local run; closing the window lets go of them.
 """
 
 from __future__ import annotations
@@ -71,7 +70,6 @@ class RemoteActions:
     def shutdown(self) -> None:
         self.window.devicesPanel.hosts.shutdown()
 
-    # ------------------------------------------------------------------ Start on a host, Attach
     def start_run(self, resume_from: str | None = None) -> bool:
         """Start the form's run on the selected host's device; its output folder and data are paths there."""
         window = self.window

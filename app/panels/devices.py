@@ -238,7 +238,6 @@ class DevicesPanel(QGroupBox):
         row = self.list.currentRow()
         self.removeHostButton.setEnabled(0 <= row < len(self._rows) and self._rows[row][0] is not None)
 
-    # ------------------------------------------------------------------ hosts
     def ask_add_host(self) -> AddHostDialog:
         """The Add host dialog (window-modal, not blocking); its host is added when accepted."""
         dialog = AddHostDialog(self.window())

@@ -1,9 +1,5 @@
-"""An evaluation report cut down to what the window draws in bounded time (no Qt: run it on a worker).
-
-`bounded_report(report)` returns a BoundedReport: a copy with the same sections and shapes, capped at MAX_METRICS
-metrics, MAX_CURVES plots of MAX_SERIES lines of MAX_POINTS points, MAX_CLASSES confusion classes (shares still of
-the whole row), MAX_BUCKETS buckets, MAX_BINS bins and MAX_TEXT characters a text; `more` says what was left out, for
-the view's "… and M more".
+"""An evaluation report cut down to what the window draws in bounded time (no Qt: run it on a worker):
+`bounded_report(report)` keeps the sections and shapes within the MAX_ limits; `more` says what was left out.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A run's evaluation report drawn (core.runs.evaluation_report's dict, or its evaluation.json): whichever sections it
-has (ROC, confusion grid, score histogram, curves by k, bars by bucket) under a headline, without knowing the task. A
-missing or malformed section is left out or said in one line; the view never raises on a report.
-
-Sections are drawn one per turn of the event loop (`done`, then `drawn`), and the view draws a BoundedReport
-(app.panels.evaluation_limits) so drawing takes bounded time. Report texts are shown escaped, never as markup.
+"""A run's evaluation report drawn, whichever sections it has, without knowing the task: one section per turn
+of the event loop (`done`, then `drawn`), from a BoundedReport; a malformed section is left out or said in one
+line, and texts are shown escaped, never as markup.
 """
 
 from __future__ import annotations
@@ -137,7 +134,6 @@ class EvaluationView(QWidget):
         self.confusion_table: QTableWidget | None = None
         self.clear("No evaluation yet.")
 
-    # ------------------------------------------------------------------ public
     def clear(self, message: str) -> None:
         """Nothing drawn; `message` (one line) in the middle."""
         self._empty_body()
@@ -230,7 +226,6 @@ class EvaluationView(QWidget):
         self._report, self.done = {}, True
         self.drawn.emit()
 
-    # ------------------------------------------------------------------ layout
     def _empty_body(self) -> None:
         self._chain += 1  # what an earlier show_report had left to draw is dropped
         self._pending.clear()
@@ -303,7 +298,6 @@ class EvaluationView(QWidget):
 
         view.sigResized.connect(fit)
 
-    # ------------------------------------------------------------------ sections
     def _roc(self, report: dict):
         import pyqtgraph as pg
 

@@ -1,6 +1,5 @@
-"""Other machines the window trains on over ssh (docs/remote.md): the hosts the user added, each asked for its devices
-on a background job, and the Add host dialog. A host is its ssh destination and, optionally, the command that runs
-amp-console there; reaching it is ssh's business.
+"""Other machines the window trains on over ssh (docs/remote.md): the hosts added, each asked for its devices on
+a background job, and the Add host dialog.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""What the live plots say besides their curves: each plot's legend in a row under its x axis, and the note in an empty
-plot saying why it is empty. A part of PlotsPanel, whose state it shares.
-"""
+"""The live plots' legends under their x axes and the note in an empty plot saying why; a part of PlotsPanel."""
 
 from __future__ import annotations
 

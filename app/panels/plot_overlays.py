@@ -1,6 +1,5 @@
-"""Other runs drawn over the live plots for comparison (the run history's Overlay): each run's loss and validation
-metric in its own colour and dash pattern, decimated. A part of PlotsPanel, whose state it shares.
-"""
+"""Other runs' loss and validation metric drawn over the live plots, each in its own colour and dash pattern;
+a part of PlotsPanel."""
 
 from __future__ import annotations
 
@@ -37,10 +36,8 @@ class OverlayPlotting:
     """PlotsPanel's overlays: `overlay_runs`, `clear_overlays`, `overlay_labels`, and the ranges that take them in."""
 
     def overlay_runs(self, runs) -> list[str]:
-        """Draw other runs' training loss and primary validation metric over the plots, replacing earlier overlays.
-        `runs`: (label, metrics.jsonl records[, metric name]), the records possibly `overlay_points`' result computed
-        off the GUI thread; without a name the run's first metric is drawn. A new run keeps the overlays until
-        `clear_overlays`. Returns the loss legend labels drawn."""
+        """Draw other runs' loss and validation metric over the plots, replacing earlier overlays; `runs`: (label,
+        records or `overlay_points`' result[, metric name]). Returns the loss legend labels drawn."""
         import pyqtgraph as pg
 
         self.clear_overlays(refit=False)

@@ -1,9 +1,5 @@
 """Live plots (pyqtgraph): loss raw + smoothed, validation metrics, samples/s, lr, GradScaler scale, memory.
-
-Test-split metrics are markers at their step (never joined to validation curves), a lone point is a dot, axes start
-afresh with each run, legends sit below their plot, and an empty plot says why. Events only append to decimating
-buffers (app.series); a timer redraws changed curves at most REDRAW_HZ times a second. pyqtgraph is imported when the
-plots are built.
+Events append to decimating buffers (app.series); a timer redraws changed curves at most REDRAW_HZ times a second.
 """
 
 from __future__ import annotations
@@ -303,7 +299,6 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._update_legend(plot)
         return curve
 
-    # ------------------------------------------------------------------ events
     def clear(self) -> None:
         """Forget the run on show: every series, the per-run curves and ceiling lines, and every axis's range."""
         for series in self._series.values():
@@ -431,9 +426,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         skipped_steps=None,
         memory_bytes=None,
     ) -> None:
-        """Many StepMetrics at once, as columns (one entry per event, in step order): the same result as `handle_event`
-        on each event in turn, vectorised. A missing column or a None is the event's None; NaN/inf is a value (a
-        gap)."""
+        """Many StepMetrics at once, as columns in step order: `handle_event` on each in turn, vectorised."""
         steps = np.asarray(steps, dtype=np.float64)
         if not len(steps):
             return
@@ -566,5 +559,3 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             if keeper.log != self._log_mode(plot):  # the data came to span decades: log scale from now on
                 item.setLogMode(y=keeper.log)
             item.setYRange(*new, padding=0)
-
-    # ------------------------------------------------------------------ other runs, for comparison

@@ -1,6 +1,5 @@
-"""The history's Evaluate: `measure` computes a run's evaluation report off the GUI thread and saves it as
-evaluation.json in the run folder; `EvaluationLine` shows the selected run's latest result under the table.
-"""
+"""The history's Evaluate: `measure` writes a run's evaluation.json off the GUI thread; `EvaluationLine` shows
+the selected run's latest result."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The run history's note editor: the selected run's note.txt edited under the table, written off the GUI thread when
-saved, and never overwritten by a rescan that read the folder before the write landed. A part of HistoryPanel.
-"""
+"""The run history's note editor: note.txt written off the GUI thread, never overwritten by a rescan that read
+the folder before the write landed."""
 
 from __future__ import annotations
 

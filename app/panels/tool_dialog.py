@@ -1,6 +1,5 @@
-"""ToolDialog: what every device tool shares, each a non-modal dialog running a plain core function on a BackgroundJob
-with the form's settings. Stop asks it to stop, closing stops and joins it, and a tool never starts while a run or
-another tool uses its device (`busy_provider(device)` says why).
+"""ToolDialog: a non-modal dialog running a core function on a BackgroundJob with the form's settings; it
+never starts while a run or another tool uses its device (`busy_provider(device)` says why).
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ def titled(title: str, widget: QWidget) -> QWidget:
 
 
 class ToolDialog(QDialog):
-    """What every tool shares: the setting line, Run/Stop, a status line, a progress bar and the job. Subclasses build
-    their view in `_build(layout)`, return the background function from `_job(config)` (None to refuse) and handle
-    `_on_progress`, `_on_result`; STOPPABLE = False hides Stop."""
+    """The setting line, Run/Stop, a status line, a progress bar and the job; subclasses give `_build(layout)`,
+    `_job(config)` (None refuses), `_on_progress` and `_on_result`."""
 
     TITLE = ""
     NAME = ""
@@ -93,7 +91,6 @@ class ToolDialog(QDialog):
         self._build(layout)
         self._update_buttons()
 
-    # ------------------------------------------------------------------ for subclasses
     def _build_controls(self, controls: QHBoxLayout) -> None:
         pass
 
@@ -153,7 +150,6 @@ class ToolDialog(QDialog):
         """The validated settings the tool runs with: the form's (a tool with its own pickers overrides them)."""
         return self._config_provider().validate()
 
-    # ------------------------------------------------------------------ running
     def refresh_setting(self) -> None:
         try:
             config = self._config_provider()

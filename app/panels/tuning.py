@@ -1,6 +1,4 @@
-"""Tune before you train: the LR finder and the model summary (ToolDialogs), and the table helpers the other tools
-share. What a tool finds goes back to the form through a signal (`lrChosen(float)`), as if the user had typed it.
-"""
+"""The LR finder and the model summary (ToolDialogs), and the table helpers the other tools share."""
 
 from __future__ import annotations
 
@@ -98,7 +96,6 @@ def style_table(table: QTableView) -> QTableView:
     return table
 
 
-# ============================================================================== LR finder
 class LRFinderDialog(ToolDialog):
     """The LR range test: loss against a growing learning rate, the suggestion marked and explained; click the curve to
     pick another point; "Use this LR" fills the form."""
@@ -217,7 +214,6 @@ class LRFinderDialog(ToolDialog):
     def _inputs(self):
         return [self.startLrEdit, self.endLrEdit, self.stepsEdit]
 
-    # ------------------------------------------------------------------ running
     def _job(self, config):
         start, end = self.startLrEdit.number(), self.endLrEdit.number()
         if not (0 < start < end):
@@ -285,7 +281,6 @@ class LRFinderDialog(ToolDialog):
         )
         self._show_suggestion()
 
-    # ------------------------------------------------------------------ suggestion and pick
     def suggestion(self):
         """The current method's suggestion (recomputed by core.lab.lr_finder.suggest, without rerunning)."""
         if self.result is None:
@@ -379,7 +374,6 @@ class LRFinderDialog(ToolDialog):
             self.statusLabel.setText(f"Learning rate {format_number(value)} put into the run form.")
 
 
-# ============================================================================== model summary
 LAYER_COLUMNS = ("Layer", "Type", "Parameters", "Trainable", "Weights", "Gradients", "Optimizer state")
 
 

@@ -1,6 +1,4 @@
-"""The batch-size finder dialog: core.lab.batch_finder.find_batch_sizes per precision mode, with every trial, a bar
-chart of the largest batch per mode, core's comparison and "Use batch N", which fills the form.
-"""
+"""The batch-size finder dialog: every trial, the largest batch per mode as bars, and "Use batch N"."""
 
 from __future__ import annotations
 
@@ -115,7 +113,6 @@ class BatchFinderDialog(ToolDialog):
     def _inputs(self):
         return [self.marginEdit, self.maxBatchEdit, self.stepsEdit, self.limitEdit]
 
-    # ------------------------------------------------------------------ running
     def _job(self, config):
         modes = self.selected_modes()
         if not modes:
