@@ -27,6 +27,14 @@ def place_split(split: dict[str, torch.Tensor], device: torch.device, keep_on_ho
     return {k: v.to(device) for k, v in split.items()}
 
 
+def batches_per_epoch(rows: int, batch_size: int, world_size: int) -> int:
+    """Full batches of one rank per epoch; ConfigError when there is none."""
+    if rows // world_size < batch_size:
+        procs = f" x {world_size} processes" if world_size > 1 else ""
+        raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows:,} training samples")
+    return rows // world_size // batch_size
+
+
 class EpochBatches:
     """Batches of one rank, for any epoch, sliced from tensors held on the device (or pinned on the host)."""
 
@@ -46,11 +54,7 @@ class EpochBatches:
         self.device = device
         self.rank = rank
         self.world_size = world_size
-        rows = split_length(split)
-        self.batches_per_epoch = rows // (batch_size * world_size)
-        if self.batches_per_epoch == 0:
-            procs = f" x {world_size} processes" if world_size > 1 else ""
-            raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows:,} training samples")
+        self.batches_per_epoch = batches_per_epoch(split_length(split), batch_size, world_size)
         self._on_host = next(iter(split.values())).device != device
         staged = self._on_host if staged is None else staged  # forced on: its logic tested where data is local
         self.staging = HostStaging(split, batch_size, device) if staged else None

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, Subset
 
-from core.data.batching import split_length
-from core.errors import ConfigError, DataError
+from core.data.batching import batches_per_epoch, split_length
+from core.errors import DataError
 
 EVAL_SEED = 20_011  # the evaluation loaders' worker seed: fixed, so an evaluation draws nothing of the run's
 
@@ -153,11 +153,7 @@ class LoaderBatches:
             self.sampler = ResumableSampler(
                 dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
             )
-        per_rank = rows // world_size
-        self.batches_per_epoch = per_rank // batch_size
-        if self.batches_per_epoch == 0:
-            procs = f" x {world_size} processes" if world_size > 1 else ""
-            raise ConfigError("batch_size", f"{batch_size}{procs} is larger than the {rows:,} training samples")
+        self.batches_per_epoch = batches_per_epoch(rows, batch_size, world_size)
         self.generator = torch.Generator()
         self.loader = DataLoader(
             dataset,
