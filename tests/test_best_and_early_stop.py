@@ -210,17 +210,17 @@ def test_checkpoint_saved_round_trips_with_its_kind():
 def _early_stop_on_each_rank(rank: int, out: str) -> dict:
     """Rank 1 sees a different (inverted) accuracy than rank 0: the ranks must still save and stop alike, on
     rank 0's values."""
-    import core.engine.trainer as trainer_module
+    import core.engine.evaluation as evaluation
     from core.engine.distributed import DistContext
 
     if rank == 1:
-        original = trainer_module.evaluate_split
+        original = evaluation.evaluate_split
 
         def skewed(*args, **kwargs):
             metrics = original(*args, **kwargs)
             return {**metrics, "accuracy": 1.0 - metrics["accuracy"]}
 
-        trainer_module.evaluate_split = skewed
+        evaluation.evaluate_split = skewed
     cfg = RunConfig.for_task(
         "tiny",
         device="cpu",

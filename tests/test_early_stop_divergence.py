@@ -104,9 +104,9 @@ def test_max_mode_on_the_run_stops_at_the_first_evaluation_below(tiny_config, re
 
 
 def test_a_nan_validation_metric_ends_the_run(tiny_config, recorder, monkeypatch):
-    import core.engine.trainer as trainer_module
+    import core.engine.evaluation as evaluation
 
-    original = trainer_module.evaluate_split
+    original = evaluation.evaluate_split
     calls = []
 
     def nan_on_the_second(*args, **kwargs):
@@ -114,7 +114,7 @@ def test_a_nan_validation_metric_ends_the_run(tiny_config, recorder, monkeypatch
         calls.append(1)
         return {**metrics, "accuracy": float("nan")} if len(calls) == 2 else metrics
 
-    monkeypatch.setattr(trainer_module, "evaluate_split", nan_on_the_second)
+    monkeypatch.setattr(evaluation, "evaluate_split", nan_on_the_second)
     # the task's primary metric (accuracy, max mode) is monitored: no probe evaluation before the run
     cfg = tiny_config(max_steps=40, early_stop_divergence=0.01, **FAST)
     ended = train(cfg, sink=recorder)
@@ -164,17 +164,17 @@ def test_the_cli_flag_and_toml(tmp_path):
 def _diverge_on_each_rank(rank: int, out: str) -> dict:
     """Rank 1 sees a perfect accuracy at every evaluation: alone it would never stop; it must stop where rank 0
     (whose values are broadcast) does."""
-    import core.engine.trainer as trainer_module
+    import core.engine.evaluation as evaluation
     from core.engine.distributed import DistContext
     from core.engine.trainer import Trainer
 
     if rank == 1:
-        original = trainer_module.evaluate_split
+        original = evaluation.evaluate_split
 
         def perfect(*args, **kwargs):
             return {**original(*args, **kwargs), "accuracy": 1.0}
 
-        trainer_module.evaluate_split = perfect
+        evaluation.evaluate_split = perfect
     cfg = RunConfig.for_task(
         "tiny",
         device="cpu",

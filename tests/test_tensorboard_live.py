@@ -139,13 +139,13 @@ def test_a_stopped_run_closes_its_files_with_every_point_written(tiny_config, re
 
 
 def test_a_failed_run_closes_its_files_with_every_point_written(tiny_config, recorder, reader, tmp_path, monkeypatch):
-    import core.engine.trainer as trainer_module
+    import core.engine.evaluation as evaluation
     from core.engine.trainer import Trainer
 
     def broken(*args, **kwargs):
         raise RuntimeError("evaluation broke")
 
-    monkeypatch.setattr(trainer_module, "evaluate_split", broken)
+    monkeypatch.setattr(evaluation, "evaluate_split", broken)
     cfg = tiny_config(max_steps=40, eval_interval=15, keep_best=0, tensorboard=True, threads=1)
     trainer = Trainer(cfg, sink=recorder)
     assert trainer.run().status == "failed"

@@ -1,4 +1,4 @@
-"""Evaluating a split, shared out across the ranks of a DDP run. See docs/ARCHITECTURE.md.
+"""Evaluating a split, shared out across the ranks of a DDP run; the Trainer's evaluations (Evaluating).
 
 Each rank evaluates a contiguous 1/N slice of the split; the task's sums are all-reduced and its per-row values
 all-gathered in rank order, so every rank ends with the metrics one process computes on the whole split. A task
@@ -11,15 +11,27 @@ the ranks by torchmetrics itself where the ranks shared the split out, else not 
 from __future__ import annotations
 
 import contextlib
+import struct
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from core.data import loaders
 from core.data.batching import split_length
-from core.engine.distributed import DistContext, all_gather_rows, all_reduce_sums
+from core.engine import small_validation
+from core.engine.distributed import DistContext, all_gather_rows, all_reduce_sums, broadcast_ints
+from core.engine.early_stopping import BestTracker, tracker_for
+from core.engine.events import EvalMetrics, Samples
 from core.engine.precision import plain_linears
+from core.engine.run_state import Checkpointing
 from core.errors import TaskOutputError
+from core.tasks import task_checks
 from core.tasks.base import EvalParts, Task
 from core.tasks.serving import cut
+from core.text import first_line
 
 SAMPLES_MAX = 8  # rows of one Samples event
 
@@ -103,3 +115,103 @@ def task_samples(task: Task, model: torch.nn.Module, data, autocast) -> list[dic
     if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
         raise TypeError(f"samples returned {type(rows).__name__}: expected a list of {{input, answer}} dicts")
     return [{key: cut(str(row.get(key, ""))) for key in ("input", "answer")} for row in rows[:SAMPLES_MAX]]
+
+
+class Evaluating(Checkpointing):
+    """The Trainer's evaluations (core.engine.trainer mixes it in): metrics by every rank, samples on rank 0, the
+    tracker's best checkpoints and early stop. The names below are what it uses beyond Checkpointing's, with the
+    starting values of its own."""
+
+    task: Task
+    val: Any
+    test: Any
+    test_metrics: dict
+    best_and_last: small_validation.BestAndLast | None = None
+    _last_eval_step = -1
+    _samples_on = True  # until the task's samples hook fails once
+    _early_stop: str | None = None  # the reason, once the tracker has run out of patience or diverged
+    display_epoch: Callable[[], int]
+
+    def evaluate(self, split: str = "val") -> dict:
+        """Metrics on the validation (or test) split, computed by every rank together (see
+        core.engine.evaluation); rank 0 reports them."""
+        metrics = self._metrics(self.val if split == "val" else self.test)
+        if split == "val":
+            self._last_eval_step, self.state.last_metrics = self.state.step, metrics
+        self._emit(EvalMetrics(step=self.state.step, epoch=self.display_epoch(), split=split, metrics=metrics))
+        if split == "val" and self.dist.is_main and self._samples_on:
+            self._samples()
+        if split == "val" and self.tracker is not None:
+            self._track(self.tracker, metrics)
+        return metrics
+
+    def _samples(self) -> None:
+        """The task's samples of this evaluation (Task.samples), rank 0 alone. A failing hook is one warning (a
+        Samples event with its note, and a Python warning), then no more samples: the run goes on."""
+        try:
+            rows = task_samples(self.task, self.raw_model, self.data, self.plan.autocast)
+        except Exception as exc:
+            self._samples_on = False
+            note = f"samples of task {self.task.name} failed, none more this run: {type(exc).__name__}: {exc}"
+            note = first_line(note) + task_checks.raised_at(exc)
+            with warnings.catch_warnings():  # shown, never raised (not even under -W error): samples don't end a run
+                warnings.simplefilter("always")
+                warnings.warn(note, RuntimeWarning, stacklevel=2)
+            self._emit(Samples(step=self.state.step, note=note))
+            return
+        if rows:
+            self._emit(Samples(step=self.state.step, rows=rows))
+
+    def _metrics(self, split, dist: DistContext | None = None) -> dict:
+        """The task's metrics of the model on `split` (core.engine.evaluation), by every rank together."""
+        return evaluate_split(
+            self.task, self.raw_model, split, self.cfg.batch_size, dist or self.dist, self.plan.autocast
+        )
+
+    def _test_metrics_of(self, path: Path) -> dict:
+        """The test metrics of the weights in `path` (a best checkpoint); the model's own are put back."""
+        return small_validation.test_weights(
+            path, self.raw_model, self.dist, self.device, lambda: self._metrics(self.test)
+        )
+
+    def _make_tracker(self) -> BestTracker | None:
+        """The tracker of the monitored metric (see early_stopping.tracker_for; a metric the user named is checked on
+        a few validation rows, evaluated here alone), noting a validation split too small to choose by."""
+        tracker = tracker_for(self.cfg, self.task.primary_metric, self._metric_names)
+        self.notes.extend(small_validation.start_notes(self.task, self.data, tracker) if self.dist.is_main else [])
+        return tracker
+
+    def _metric_names(self) -> list[str]:
+        return list(self._metrics(loaders.probe(self.data.val, 8, self.device), DistContext()))
+
+    def _track(self, tracker: BestTracker, metrics: dict) -> None:
+        """Count a validation evaluation: save the best checkpoints it earns, and decide on early stopping.
+        Under DDP every rank takes rank 0's value (the metrics are all-reduced already; this also covers tasks
+        that evaluate on each rank alone), so the ranks save and stop alike."""
+        value = metrics.get(tracker.metric)
+        value = float("nan") if not isinstance(value, (int, float)) else float(value)
+        if self.dist.enabled:  # the float's 64 bits as one int: exact
+            bits = broadcast_ints([struct.unpack("<q", struct.pack("<d", value))[0]], self.dist, self.device)[0]
+            value = struct.unpack("<d", struct.pack("<q", bits))[0]
+        update = tracker.update(value, self.state.step)
+        if update.file is not None and update.rank is not None:
+            best = {"rank": update.rank + 1, "value": value, "metric": tracker.metric}
+            self.save_checkpoint(self.out_dir / update.file, kind="best", **best)
+            if self.dist.is_main:
+                for name in update.dropped:
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.out_dir / name).unlink()
+        if tracker.should_stop:
+            self._early_stop = tracker.stop_message()
+
+    def _best_and_last(self, tracker: BestTracker) -> small_validation.BestAndLast | None:
+        """The best weights against the last on test too, at the end of a completed run (small_validation)."""
+        return small_validation.best_and_last(
+            tracker,
+            small_validation.validation_size(self.task, self.data.val),
+            self.state.step,
+            self.test_metrics,
+            self.out_dir,
+            None if self.test is None else self._test_metrics_of,
+            tracker.last,
+        )

@@ -1,4 +1,5 @@
-"""A run's resumable state <-> the checkpoint dict (see core.engine.checkpoints for writing and safe loading).
+"""A run's resumable state <-> the checkpoint dict (see core.engine.checkpoints for writing and safe loading),
+and the Trainer's checkpoints (Checkpointing).
 
 Everything is plain containers and tensors, so `torch.load(weights_only=True)` reads it back: model
 (unwrapped from DDP/compile), optimizer, scheduler, scaler, the TrainState (step, epoch, metrics), data order,
@@ -10,17 +11,34 @@ from `seed + rank`; each rank's RNG states are saved (`rng_per_rank`), so a DDP 
 from __future__ import annotations
 
 import io
+import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from pathlib import Path
+from time import monotonic
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from core.engine import checkpoints as ckpt
-from core.engine.distributed import DistContext, all_gather_bytes
+from core.engine.amp_health import RunFailed
+from core.engine.distributed import PEER_LOST, DistContext, all_gather_bytes, dead_peers
+from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
+from core.engine.events import CheckpointSaved
 from core.engine.optimizers import StochasticRounding, regroup_one_group_state, state_misfit
+from core.engine.run_folder import describe_os_error
 from core.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:
+    from core.config import RunConfig
+    from core.engine.due import Deadlines
+    from core.engine.early_stopping import BestTracker
+    from core.engine.events import Event
+    from core.engine.precision import PrecisionPlan
+    from core.engine.reporting import EventLog
+    from core.tasks.base import TaskData
 
 
 def seed_everything(seed: int) -> None:
@@ -292,3 +310,147 @@ def check_vocabulary(saved: dict, current: dict, source: str) -> None:
                 f"checkpoint was trained on ({len(ids)}), in the same order: the model's ids "
                 f"would mean other items"
             )
+
+
+class Checkpointing:
+    """The Trainer's checkpoints (core.engine.trainer mixes it in): its state as the checkpoint dict, written as
+    the last, a best or a lost peer's checkpoint, and put back on resume. The names below are what it uses, with
+    the starting values of its own."""
+
+    cfg: RunConfig
+    plan: PrecisionPlan
+    state: TrainState
+    dist: DistContext
+    device: torch.device
+    raw_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler
+    data: TaskData
+    batches: Any
+    steps_per_epoch: int
+    own_optimizer = False  # the task's configure_optimizers chose the optimizer (and scheduler)
+    tracker: BestTracker | None = None  # best checkpoints and early stopping (see early_stopping)
+    events: EventLog
+    notes: list[str]
+    resume_from: Path | None
+    _deadlines: Deadlines
+    _peers: list[tuple[str, int]]
+    _emit: Callable[[Event], None]
+
+    @property
+    def out_dir(self) -> Path:
+        """The run folder: RunConfig.out_dir, once setup has named (and rank 0 claimed) it."""
+        return Path(self.cfg.out_dir)
+
+    def _restore(self, resume_state: dict) -> None:
+        """Put the run back as `resume_state` (the checkpoint at resume_from) left it: weights, optimizer,
+        scheduler, scaler, TrainState, RNG and the tracker's bests."""
+        self.notes += restore(
+            resume_state,
+            str(self.resume_from),
+            self.cfg,
+            self.raw_model,
+            self.optimizer,
+            self.scheduler,
+            self.scaler,
+            self.data.vocabulary,
+            own=self.own_optimizer,
+        )
+        self.state.load_state_dict(resume_state)
+        self.notes += self.batches.resume_notes(self.state.step, self.steps_per_epoch)  # a stream restarts
+        self.notes += restore_rng(resume_state, self.dist)
+        if self.tracker is not None:
+            note = self.tracker.load_state_dict(resume_state.get(TRACKER_KEY))
+            self.notes.extend([note] if note else [])
+
+    def save_checkpoint(self, path: Path | None = None, kind: str = "last", **best) -> str | None:
+        """Write checkpoint.pt (or a best checkpoint at `path`) atomically and emit CheckpointSaved (rank 0;
+        every rank hands it its RNG states)."""
+        rng = gather_rng(self.dist, self.device)
+        if not self.dist.is_main:
+            if kind == "last":  # the ranks decide alike whether a step still needs a save (rank 0's: once written)
+                self.state.saved = Saved(self.state.step)
+            return None
+        return self._write_checkpoint(rng, path, kind, **best)
+
+    def _write_checkpoint(self, rng: list[dict], path: Path | None = None, kind: str = "last", **best) -> str:
+        """Rank 0 writes checkpoint.pt (or a best checkpoint); an OS error ends the run with one line (the
+        previous file is kept: the write is atomic)."""
+        path = path or self.out_dir / ckpt.CHECKPOINT_FILE
+        try:
+            if self.events.removed() or not os.path.isdir(self.out_dir):
+                raise RunFailed(
+                    f"could not write {path}: the run folder {self.out_dir} was removed while the "
+                    f"run was writing to it; {self._kept()}"
+                )
+            ckpt.save_checkpoint(path, self.state_dict(rng))
+        except OSError as exc:
+            raise RunFailed(f"could not write {path}: {describe_os_error(exc)}; {self._kept()}") from None
+        if kind == "last":
+            self._deadlines.saved(monotonic())
+            self.state.saved = Saved(self.state.step, str(path))
+        self._emit(CheckpointSaved(step=self.state.step, path=str(path), kind=kind, **best))
+        return str(path)
+
+    def _kept(self) -> str:
+        """What is left to resume from after a failed write."""
+        saved = self.state.saved
+        if saved.path and os.path.exists(saved.path):
+            return f"the previous checkpoint (step {saved.step:,}) is kept"
+        return "no checkpoint of this run had been saved yet"
+
+    def _peer_failed(self) -> str:
+        """A DDP peer died or lost its connection: rank 0 saves its own state (the ranks' replicas are identical
+        after every completed step, and a step a peer died in has not changed the weights) if it can, and says
+        which rank went away."""
+        dead = dead_peers(self._peers, self.dist.rank)
+        who = (
+            f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run"
+            if dead
+            else f"another process of this {self.dist.world_size}-process run"
+        )
+        text = f"{who} {PEER_LOST} at step {self.state.step:,}; the run ended"
+        if not self.dist.is_main:
+            return f"{text} (rank 0 saves the checkpoint)"
+        try:
+            saved = self._write_checkpoint([ckpt.capture_rng()])  # no collective: this rank's RNG alone
+        except Exception as exc:
+            reason = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
+            return f"{text}. The state at step {self.state.step:,} could not be saved ({reason})"
+        return f"{text}. Its state at step {self.state.step:,} is saved: resume from {saved}"
+
+    def state_dict(self, rng: list[dict] | None = None) -> dict:
+        """The checkpoint dict at the current step, plain containers and tensors (see core.engine.run_state);
+        `rng`: every rank's RNG states (run_state.gather_rng), this rank's alone by default."""
+        cfg, plan, state = self.cfg, self.plan, self.state
+        rng = rng or [ckpt.capture_rng()]
+        checkpoint = {
+            "format_version": ckpt.FORMAT_VERSION,
+            "task": cfg.task,
+            "model": ckpt.unwrap_model(self.raw_model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict(),
+            **state.state_dict(),
+            # Each epoch's order is a pure function of (seed, epoch): this is all a resume needs to replay it.
+            "data_order": {
+                "seed": cfg.seed,
+                "epoch": state.epoch,
+                "optimizer_step_in_epoch": state.step % self.steps_per_epoch,
+            },
+            "data_info": self.data.info,
+            "vocabulary": self.data.vocabulary,
+            "rng": rng[0],
+            "config": cfg.to_dict(),
+            "precision": {"mode": plan.mode, "autocast_dtype": plan.compute_dtype_name, "scaler": plan.use_scaler},
+            "device": str(self.device),  # what a resume elsewhere compares (core.engine.prepare.resume_notes)
+            "versions": ckpt.library_versions(),
+        }
+        if self.own_optimizer:  # the task's (configure_optimizers): what a resume checks its state against
+            checkpoint["optimizer_class"] = type(self.optimizer).__name__
+        if self.tracker is not None:  # best checkpoints and early stopping (core.engine.early_stopping)
+            checkpoint[TRACKER_KEY] = self.tracker.state_dict()
+        if len(rng) > 1:
+            checkpoint["rng_per_rank"] = rng
+        return checkpoint

@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import struct
 import time
 import traceback
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from time import monotonic
@@ -20,18 +18,14 @@ from time import monotonic
 import torch
 
 from core.config import RunConfig
-from core.data import loaders
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
-from core.engine import compiling, data_setup, run_state, small_validation
+from core.engine import compiling, data_setup, run_state
 from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health, nonfinite_fixes
 from core.engine.control import RunControl
 from core.engine.distributed import (
-    PEER_LOST,
     DistContext,
     StopAgreement,
-    broadcast_ints,
-    dead_peers,
     destroy_process_group,
     gather_peers,
     init_process_group,
@@ -40,31 +34,18 @@ from core.engine.distributed import (
     wrap_ddp,
 )
 from core.engine.due import Deadlines, Due, next_due, planned_steps
-from core.engine.early_stopping import STATE_KEY as TRACKER_KEY
-from core.engine.early_stopping import BestTracker, tracker_for
-from core.engine.evaluation import evaluate_split, task_samples
-from core.engine.events import (
-    CheckpointSaved,
-    EvalMetrics,
-    Event,
-    RunEnded,
-    RunPaused,
-    RunResumed,
-    RunStarted,
-    Samples,
-    StepMetrics,
-)
+from core.engine.evaluation import Evaluating
+from core.engine.events import Event, RunEnded, RunPaused, RunResumed, RunStarted, StepMetrics
 from core.engine.optimizers import build_optimizer, build_scheduler, optimizer_notes, task_optimizer_note
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.prepare import prepare_run, resume_notes, with_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
 from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
-from core.engine.run_state import Saved, TrainState, seed_everything
+from core.engine.run_state import TrainState, seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
 from core.errors import ConfigError
 from core.tasks import create_task, task_checks
-from core.text import first_line
 
 __all__ = ["RunFailed", "Sink", "Trainer", "gradient_norm", "seed_everything", "train"]
 
@@ -81,8 +62,9 @@ def gradient_norm(params: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
-class Trainer:
-    """One run of one config. `run()` returns the RunEnded event (also sent to the sink).
+class Trainer(Evaluating):
+    """One run of one config. `run()` returns the RunEnded event (also sent to the sink). Its evaluations and
+    checkpoints are written in core.engine.evaluation (Evaluating) and core.engine.run_state (Checkpointing).
 
     Bad input (ConfigError, DeviceError, DataError, CheckpointError) raises from `run()` before the run
     starts; anything that goes wrong once it has started ends the run as `failed` with a message.
@@ -118,15 +100,9 @@ class Trainer:
         self.test_metrics: dict = {}
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
-        self._last_eval_step = -1
-        self._samples_on = True  # until the task's samples hook fails once
-        self.own_optimizer = False  # the task's configure_optimizers chose the optimizer (and scheduler)
         self._deadlines = Deadlines(0, 0, 0.0)  # the timed checkpoint and the time limit: set when training starts
         self._ending = False
-        self.tracker: BestTracker | None = None  # best checkpoints and early stopping (see early_stopping)
-        self._early_stop: str | None = None  # the reason, once the tracker has run out of patience or diverged
         self._peers: list[tuple[str, int]] = []  # (host, pid) of every rank, to name one that dies
-        self.best_and_last: small_validation.BestAndLast | None = None
 
     # ----------------------------------------------------------------- phases
     def run(self) -> RunEnded:
@@ -220,24 +196,7 @@ class Trainer:
             self.notes += [task_optimizer_note(*own)] if self.dist.is_main else []
         self.scaler = self.plan.make_scaler()
         if resume_state is not None:
-            source = str(self.resume_from)
-            self.notes += run_state.restore(
-                resume_state,
-                source,
-                cfg,
-                model,
-                self.optimizer,
-                self.scheduler,
-                self.scaler,
-                self.data.vocabulary,
-                own=self.own_optimizer,
-            )
-            self.state.load_state_dict(resume_state)
-            self.notes += self.batches.resume_notes(self.state.step, self.steps_per_epoch)  # a stream restarts
-            self.notes += run_state.restore_rng(resume_state, self.dist)
-            if self.tracker is not None:
-                note = self.tracker.load_state_dict(resume_state.get(TRACKER_KEY))
-                self.notes.extend([note] if note else [])
+            self._restore(resume_state)
         # Activation checkpointing and torch.compile (its first pass timed here, before the clock starts), then DDP.
         compiled, notes, self.compile_seconds, self.compile_frames = compiling.prepare(
             model, cfg, self.task, self.plan, self.batches, self.state.epoch
@@ -264,11 +223,6 @@ class Trainer:
             self.cfg = self.cfg.replace(out_dir=str(self.folder.path))
         return self.cfg
 
-    @property
-    def out_dir(self) -> Path:
-        """The run folder: RunConfig.out_dir, once setup has named (and rank 0 claimed) it."""
-        return Path(self.cfg.out_dir)
-
     def _train_and_finish(self) -> RunEnded:
         self.clock = TrainingClock()
         if self.dist.is_main:
@@ -282,15 +236,7 @@ class Trainer:
                 self.test_metrics = self.evaluate("test")
             self.save_checkpoint()
             if status == "completed" and self.tracker is not None:  # the best weights on test too
-                self.best_and_last = small_validation.best_and_last(
-                    self.tracker,
-                    small_validation.validation_size(self.task, self.data.val),
-                    self.state.step,
-                    self.test_metrics,
-                    self.out_dir,
-                    None if self.test is None else self._test_metrics_of,
-                    self.tracker.last,
-                )
+                self.best_and_last = self._best_and_last(self.tracker)
         except RunFailed as exc:
             cfg, kept = self.cfg, self.state.saved.path
             fixes = nonfinite_fixes(self.plan.mode, cfg.lr, self.device_info.precisions, str(self.out_dir), kept)
@@ -502,169 +448,6 @@ class Trainer:
             return None
         finally:
             watch.disarm()
-
-    def evaluate(self, split: str = "val") -> dict:
-        """Metrics on the validation (or test) split, computed by every rank together (see
-        core.engine.evaluation); rank 0 reports them."""
-        metrics = self._metrics(self.val if split == "val" else self.test)
-        if split == "val":
-            self._last_eval_step, self.state.last_metrics = self.state.step, metrics
-        self._emit(EvalMetrics(step=self.state.step, epoch=self.display_epoch(), split=split, metrics=metrics))
-        if split == "val" and self.dist.is_main and self._samples_on:
-            self._samples()
-        if split == "val" and self.tracker is not None:
-            self._track(self.tracker, metrics)
-        return metrics
-
-    def _samples(self) -> None:
-        """The task's samples of this evaluation (Task.samples), rank 0 alone. A failing hook is one warning (a
-        Samples event with its note, and a Python warning), then no more samples: the run goes on."""
-        try:
-            rows = task_samples(self.task, self.raw_model, self.data, self.plan.autocast)
-        except Exception as exc:
-            self._samples_on = False
-            note = f"samples of task {self.task.name} failed, none more this run: {type(exc).__name__}: {exc}"
-            note = first_line(note) + task_checks.raised_at(exc)
-            with warnings.catch_warnings():  # shown, never raised (not even under -W error): samples don't end a run
-                warnings.simplefilter("always")
-                warnings.warn(note, RuntimeWarning, stacklevel=2)
-            self._emit(Samples(step=self.state.step, note=note))
-            return
-        if rows:
-            self._emit(Samples(step=self.state.step, rows=rows))
-
-    def _metrics(self, split, dist: DistContext | None = None) -> dict:
-        """The task's metrics of the model on `split` (core.engine.evaluation), by every rank together."""
-        return evaluate_split(
-            self.task, self.raw_model, split, self.cfg.batch_size, dist or self.dist, self.plan.autocast
-        )
-
-    def _test_metrics_of(self, path: Path) -> dict:
-        """The test metrics of the weights in `path` (a best checkpoint); the model's own are put back."""
-        return small_validation.test_weights(
-            path, self.raw_model, self.dist, self.device, lambda: self._metrics(self.test)
-        )
-
-    def _make_tracker(self) -> BestTracker | None:
-        """The tracker of the monitored metric (see early_stopping.tracker_for; a metric the user named is checked on
-        a few validation rows, evaluated here alone), noting a validation split too small to choose by."""
-        tracker = tracker_for(self.cfg, self.task.primary_metric, self._metric_names)
-        self.notes.extend(small_validation.start_notes(self.task, self.data, tracker) if self.dist.is_main else [])
-        return tracker
-
-    def _metric_names(self) -> list[str]:
-        return list(self._metrics(loaders.probe(self.data.val, 8, self.device), DistContext()))
-
-    def _track(self, tracker: BestTracker, metrics: dict) -> None:
-        """Count a validation evaluation: save the best checkpoints it earns, and decide on early stopping.
-        Under DDP every rank takes rank 0's value (the metrics are all-reduced already; this also covers tasks
-        that evaluate on each rank alone), so the ranks save and stop alike."""
-        value = metrics.get(tracker.metric)
-        value = float("nan") if not isinstance(value, (int, float)) else float(value)
-        if self.dist.enabled:  # the float's 64 bits as one int: exact
-            bits = broadcast_ints([struct.unpack("<q", struct.pack("<d", value))[0]], self.dist, self.device)[0]
-            value = struct.unpack("<d", struct.pack("<q", bits))[0]
-        update = tracker.update(value, self.state.step)
-        if update.file is not None and update.rank is not None:
-            best = {"rank": update.rank + 1, "value": value, "metric": tracker.metric}
-            self.save_checkpoint(self.out_dir / update.file, kind="best", **best)
-            if self.dist.is_main:
-                for name in update.dropped:
-                    with contextlib.suppress(FileNotFoundError):
-                        (self.out_dir / name).unlink()
-        if tracker.should_stop:
-            self._early_stop = tracker.stop_message()
-
-    def save_checkpoint(self, path: Path | None = None, kind: str = "last", **best) -> str | None:
-        """Write checkpoint.pt (or a best checkpoint at `path`) atomically and emit CheckpointSaved (rank 0;
-        every rank hands it its RNG states)."""
-        rng = run_state.gather_rng(self.dist, self.device)
-        if not self.dist.is_main:
-            if kind == "last":  # the ranks decide alike whether a step still needs a save (rank 0's: once written)
-                self.state.saved = Saved(self.state.step)
-            return None
-        return self._write_checkpoint(rng, path, kind, **best)
-
-    def _write_checkpoint(self, rng: list[dict], path: Path | None = None, kind: str = "last", **best) -> str:
-        """Rank 0 writes checkpoint.pt (or a best checkpoint); an OS error ends the run with one line (the
-        previous file is kept: the write is atomic)."""
-        path = path or self.out_dir / ckpt.CHECKPOINT_FILE
-        try:
-            if self.events.removed() or not os.path.isdir(self.out_dir):
-                raise RunFailed(
-                    f"could not write {path}: the run folder {self.out_dir} was removed while the "
-                    f"run was writing to it; {self._kept()}"
-                )
-            ckpt.save_checkpoint(path, self.state_dict(rng))
-        except OSError as exc:
-            raise RunFailed(f"could not write {path}: {describe_os_error(exc)}; {self._kept()}") from None
-        if kind == "last":
-            self._deadlines.saved(monotonic())
-            self.state.saved = Saved(self.state.step, str(path))
-        self._emit(CheckpointSaved(step=self.state.step, path=str(path), kind=kind, **best))
-        return str(path)
-
-    def _kept(self) -> str:
-        """What is left to resume from after a failed write."""
-        saved = self.state.saved
-        if saved.path and os.path.exists(saved.path):
-            return f"the previous checkpoint (step {saved.step:,}) is kept"
-        return "no checkpoint of this run had been saved yet"
-
-    def _peer_failed(self) -> str:
-        """A DDP peer died or lost its connection: rank 0 saves its own state (the ranks' replicas are identical
-        after every completed step, and a step a peer died in has not changed the weights) if it can, and says
-        which rank went away."""
-        dead = dead_peers(self._peers, self.dist.rank)
-        who = (
-            f"rank {', '.join(map(str, dead))} of this {self.dist.world_size}-process run"
-            if dead
-            else f"another process of this {self.dist.world_size}-process run"
-        )
-        text = f"{who} {PEER_LOST} at step {self.state.step:,}; the run ended"
-        if not self.dist.is_main:
-            return f"{text} (rank 0 saves the checkpoint)"
-        try:
-            saved = self._write_checkpoint([ckpt.capture_rng()])  # no collective: this rank's RNG alone
-        except Exception as exc:
-            reason = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
-            return f"{text}. The state at step {self.state.step:,} could not be saved ({reason})"
-        return f"{text}. Its state at step {self.state.step:,} is saved: resume from {saved}"
-
-    def state_dict(self, rng: list[dict] | None = None) -> dict:
-        """The checkpoint dict at the current step, plain containers and tensors (see core.engine.run_state);
-        `rng`: every rank's RNG states (run_state.gather_rng), this rank's alone by default."""
-        cfg, plan, state = self.cfg, self.plan, self.state
-        rng = rng or [ckpt.capture_rng()]
-        checkpoint = {
-            "format_version": ckpt.FORMAT_VERSION,
-            "task": cfg.task,
-            "model": ckpt.unwrap_model(self.raw_model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "scaler": self.scaler.state_dict(),
-            **state.state_dict(),
-            # Each epoch's order is a pure function of (seed, epoch): this is all a resume needs to replay it.
-            "data_order": {
-                "seed": cfg.seed,
-                "epoch": state.epoch,
-                "optimizer_step_in_epoch": state.step % self.steps_per_epoch,
-            },
-            "data_info": self.data.info,
-            "vocabulary": self.data.vocabulary,
-            "rng": rng[0],
-            "config": cfg.to_dict(),
-            "precision": {"mode": plan.mode, "autocast_dtype": plan.compute_dtype_name, "scaler": plan.use_scaler},
-            "device": str(self.device),  # what a resume elsewhere compares (core.engine.prepare.resume_notes)
-            "versions": ckpt.library_versions(),
-        }
-        if self.own_optimizer:  # the task's (configure_optimizers): what a resume checks its state against
-            checkpoint["optimizer_class"] = type(self.optimizer).__name__
-        if self.tracker is not None:  # best checkpoints and early stopping (core.engine.early_stopping)
-            checkpoint[TRACKER_KEY] = self.tracker.state_dict()
-        if len(rng) > 1:
-            checkpoint["rng_per_rank"] = rng
-        return checkpoint
 
     def cleanup(self, ended_normally: bool = False) -> None:
         if hasattr(self, "_watch"):
