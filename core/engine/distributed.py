@@ -12,6 +12,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -255,7 +256,8 @@ def wrap_ddp(model: torch.nn.Module, context: DistContext, device: torch.device)
     name = (
         "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else "broadcast_buffers"
     )
-    return ddp(model, device_ids=ids, **{name: changing})
+    options: dict[str, Any] = {name: changing}
+    return ddp(model, device_ids=ids, **options)
 
 
 def task_loss(model: torch.nn.Module, loss):
