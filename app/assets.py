@@ -71,8 +71,7 @@ def apply_theme(app) -> None:
 
 
 def restyle(widget, **properties):
-    """`widget` with these dynamic properties (the stylesheet's role="hint", invalid=True...), re-polished when one
-    changes; returns it."""
+    """`widget` with these dynamic properties (role="hint", invalid=True...), re-polished on a change."""
     changed = [name for name, value in properties.items() if widget.property(name) != value]
     for name in changed:
         widget.setProperty(name, properties[name])

@@ -20,8 +20,7 @@ HEARTBEAT_MS = 250  # Python runs a signal handler only when the GUI thread runs
 
 
 def watch_command(folder: Path, default_root: Path) -> str:
-    """`amp-console watch NAME` (live until the run ends), or the folder's path when it is not under the CLI's
-    default runs root."""
+    """`amp-console watch NAME`, or the folder's path when it is not under the default runs root."""
     under_root = os.path.abspath(folder.parent) == os.path.abspath(default_root)
     return f"amp-console watch {shlex.quote(folder.name if under_root else str(folder))}"
 

@@ -19,8 +19,7 @@ _BREAKS = re.compile(r"(?<=[ \-/])")  # a label may wrap after a space, a dash o
 
 
 def row_legend(item, text_colour, columns: int = 1, spacing: int = 10):
-    """A legend in its own row under the PlotItem `item`'s x axis, laid out by the plot's layout instead of floating
-    over the view: it never covers a curve, a line or a marker. As wide as the view, never what its entries ask for."""
+    """A legend in its own row under the PlotItem's x axis: it never covers a curve."""
     import pyqtgraph as pg
 
     legend = pg.LegendItem(
@@ -56,8 +55,7 @@ def rows_height(lines: list[int], columns: int) -> int:
 
 
 class FittedLegend:
-    """Keeps one plot's legend whole: `fit(overlays, width, height)` after the overlays or the plot's size change.
-    `overlays` are (curve, label) pairs added after the plot's own entries."""
+    """Keeps one plot's legend whole: `fit(overlays, width, height)` after either changes."""
 
     def __init__(self, legend):
         self.legend = legend

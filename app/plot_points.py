@@ -16,8 +16,7 @@ VAL_SPLIT = "val"  # EvalMetrics of this split are the curves; other splits (tes
 
 
 def history_points(records, until_step: int | None = None) -> tuple[list[dict], list[EvalMetrics], int | None]:
-    """A run's StepMetrics (dicts, in step order), its EvalMetrics and its first segment's start step (None when
-    nothing to draw); nothing after `until_step` is kept."""
+    """A run's StepMetrics (dicts), EvalMetrics and first segment's start step, up to `until_step`."""
     steps: list[dict] = []
     evals: list[EvalMetrics] = []
     first: int | None = None
@@ -69,8 +68,7 @@ class OverlayPoints(NamedTuple):
 
 
 def overlay_points(records, metric: str | None = None):
-    """An overlaid run's curves as numpy arrays: (loss steps, losses, metric name, validation steps, metric values),
-    the metric `metric` or else the run's first."""
+    """An overlaid run's curves: (loss steps, losses, metric name, validation steps, metric values)."""
     if not isinstance(records, list) or not all(map(isinstance, records, repeat(dict))):
         records = [r if isinstance(r, dict) else {"event": type(r).__name__, **dataclasses.asdict(r)} for r in records]
     task = next((r.get("task") for r in records if r.get("event") == "RunStarted"), None)  # usually the first line

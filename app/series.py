@@ -17,8 +17,7 @@ _XLO, _YLO, _XHI, _YHI, _XNAN = range(5)
 
 
 def _summarise(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """The bucket table of the rows of `xs`/`ys` (one bucket a row): first minimum, first maximum and first non-finite
-    value of each row."""
+    """The bucket table of the rows of `xs`/`ys`: first minimum, first maximum, first non-finite value."""
     rows = np.arange(len(ys))
     finite = np.isfinite(ys)
     low = np.where(finite, ys, np.inf)
@@ -250,8 +249,7 @@ class Series:
 
 
 class SmoothedSeries(Series):
-    """A series of the bias-corrected exponential moving average of what is appended (like TensorBoard); a None/NaN/inf
-    leaves the average alone and is stored as a gap."""
+    """The bias-corrected exponential moving average of what is appended; a None/NaN/inf is a gap."""
 
     def __init__(self, weight: float = 0.9, capacity: int = 256, budget: int = DEFAULT_BUDGET):
         self.weight = weight
@@ -285,8 +283,7 @@ class SmoothedSeries(Series):
 
 
 def _ema(values: np.ndarray, weight: float, start: float, block: int = 128) -> np.ndarray:
-    """e[t] = weight * e[t-1] + (1 - weight) * values[t] from e[-1] = start, computed block-wise as a matrix product (a
-    Python loop only per `block` values)."""
+    """e[t] = weight * e[t-1] + (1 - weight) * values[t] from e[-1] = start, block-wise."""
     n = len(values)
     blocks = -(-n // block)
     padded = np.zeros(blocks * block)

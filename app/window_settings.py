@@ -43,8 +43,7 @@ def saved_geometry(data: QByteArray) -> tuple[QRect, bool] | None:
 
 
 def fit_geometry(window, data: QByteArray) -> bool:
-    """A geometry saved on another screen (which Qt's restoreGeometry refuses), fitted to the window's screen. False
-    when `data` is no geometry record."""
+    """A geometry saved on another screen (which restoreGeometry refuses), fitted to this one."""
     saved = saved_geometry(data)
     if saved is None:
         return False
@@ -69,8 +68,7 @@ def _shown(value, limit: int = 60) -> str:
 
 
 def config_from_saved(data: dict, notes: list[str]):
-    """A RunConfig from a saved dict, field by field: the task's defaults, then every saved value core accepts; a
-    rejected one stays at the default and adds a note."""
+    """A RunConfig from a saved dict: each saved value core accepts, else the default and a note."""
     from core.config import RunConfig
     from core.errors import ConfigError
     from core.tasks import TASKS

@@ -261,8 +261,7 @@ def fp8_native(info: DeviceInfo) -> bool:
 
 
 def with_low_precision(info: DeviceInfo) -> DeviceInfo:
-    """`info` with bf16-pure and fp8 among its precisions where they run, else the reason in `unsupported`
-    (adamw8bit's too, without bitsandbytes)."""
+    """`info` with bf16-pure and fp8 among its precisions where they run, else why not."""
     precisions, unsupported = list(info.precisions), dict(info.unsupported)
     if importlib.util.find_spec("bitsandbytes") is None:
         unsupported["adamw8bit"] = f"adamw8bit needs bitsandbytes, which is not installed: {PRECISION_INSTALL}"
@@ -287,8 +286,7 @@ def with_low_precision(info: DeviceInfo) -> DeviceInfo:
 
 
 def list_devices(free_memory: bool = False) -> list[DeviceInfo]:
-    """Every device torch can train on here, the CPU first; `free_memory` creates a context on every GPU, so
-    only the one-shot `devices` command asks for it."""
+    """Every device torch can train on here, the CPU first (`free_memory`: a context on every GPU)."""
     import torch
 
     devices = [cpu_info()]

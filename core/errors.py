@@ -33,8 +33,7 @@ class CheckpointError(AmpConsoleError):
 
 
 class UserCodeError(AmpConsoleError):
-    """The user's own code (a task file's load_data, build_model, ...) raised while a run was set up: one line
-    naming the exception and the user's file:line; `details` holds the traceback."""
+    """The user's own code raised while a run was set up: one line with its file:line; `details` the traceback."""
 
     def __init__(self, message: str, details: str = ""):
         super().__init__(message)

@@ -232,8 +232,7 @@ def lock_is_held(path: str | os.PathLike) -> bool:
 
 
 def read_jsonl(path: Path, offset: int = 0) -> list[dict]:
-    """The JSON objects of a JSON-lines file from byte `offset` on, skipping a torn, oversized or non-object
-    line; none when it is missing."""
+    """The JSON objects of a JSON-lines file from byte `offset` on, torn or bad lines skipped."""
     records: list[dict] = []
     try:
         f = open_regular_no_link(path)

@@ -58,8 +58,7 @@ MAX_ROWS = 7  # the list grows with its rows up to this many, then scrolls
 
 
 class DevicesPanel(QGroupBox):
-    """List of devices, this machine's then each host's; selecting one emits `deviceSelected(DeviceInfo)`.
-    `current_host()` says which host the selected device is on (None: this machine)."""
+    """This machine's devices then each host's; selecting one emits `deviceSelected(DeviceInfo)`."""
 
     deviceSelected = Signal(object)
 

@@ -33,8 +33,7 @@ class BoundedReport:
     more: dict = field(default_factory=dict)  # what was left out: {"metrics": n, ...}
 
     def left_out(self) -> list[str]:
-        """'… and 99,988 more metrics', one line per kind of thing left out (none for metrics: the headline says
-        those)."""
+        """'… and 99,988 more lines', one line per kind of thing left out but metrics."""
         return [
             f"… and {count:,} more {LEFT_OUT.get(kind, kind)}"
             for kind, count in self.more.items()
@@ -227,8 +226,7 @@ class _Bounder:
 
 
 def bounded_report(report) -> BoundedReport | None:
-    """`report` cut down to what the view draws in bounded time; None stays None, and a non-dict is passed on for the
-    view to say it cannot be read."""
+    """`report` cut down to what the view draws in bounded time (None and non-dicts as they are)."""
     if report is None or isinstance(report, BoundedReport):
         return report
     if not isinstance(report, dict):

@@ -62,8 +62,7 @@ def _figure(value) -> str:
 
 
 def headline(report: dict, more_metrics: int = 0) -> str:
-    """The line above the plots: what was measured and the metrics, the primary one first and bold (rich text);
-    `more_metrics`: how many were left out."""
+    """The line above the plots: what was measured and the metrics, the primary one first and bold."""
     metrics = as_dict(report.get("metrics"))
     primary = report.get("primary_metric")
     names = sorted(metrics, key=lambda name: name != primary)
@@ -99,8 +98,7 @@ def _drop(widget: QWidget) -> None:
 
 
 class EvaluationView(QWidget):
-    """The report's plots: `show_report(report)` draws it, `clear(message)` empties the view; `sections` names what is
-    drawn, complete once `done`."""
+    """The report's plots: `show_report(report)` draws it, `clear(message)` empties the view."""
 
     drawn = Signal()  # the report given to show_report is drawn whole
 
@@ -145,8 +143,7 @@ class EvaluationView(QWidget):
         self.message.show()
 
     def show_report(self, report: dict | BoundedReport) -> None:
-        """Draw `report`'s sections, a turn of the event loop each (the headline at once), until `done`; a dict is cut
-        down here. A report with nothing to draw says so."""
+        """Draw `report`'s sections, a turn of the event loop each (the headline at once), until `done`."""
         self._empty_body()
         bounded = bounded_report(report) if isinstance(report, (dict, BoundedReport)) else None
         if bounded is None or not isinstance(bounded.report, dict):
@@ -240,8 +237,7 @@ class EvaluationView(QWidget):
         self.confusion_table = None
 
     def _place(self, widgets: list[tuple[QWidget, int]]) -> None:
-        """`widgets` (each with its span) in order in a two-column grid; a widget spanning 2, or a lone last one, takes
-        a row of its own."""
+        """`widgets` (each with its span) in order in a two-column grid."""
         for widget, _span in widgets:
             self.grid.removeWidget(widget)
         for row in range(self.grid.rowCount()):

@@ -48,8 +48,7 @@ def check_dest(dest: str) -> str:
 
 
 class HostList(QObject):
-    """The hosts, in the order added. `changed()` when one is added, removed or answers; `savedChanged(list)` with what
-    to save when the user adds or removes one."""
+    """The hosts, in the order added; `savedChanged(list)` with what to save when the user edits them."""
 
     changed = Signal()
     savedChanged = Signal(list)

@@ -88,8 +88,7 @@ class InspectorDialog(ToolDialog):
         )
 
     def showEvent(self, event) -> None:
-        """Until the first inspection the picker follows the form: its precision when mixed, else the device's best
-        mixed mode."""
+        """Until the first inspection the picker follows the form's precision (or the device's mixed mode)."""
         super().showEvent(event)
         try:
             config = self._config_provider()

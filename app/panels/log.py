@@ -21,8 +21,7 @@ from core.engine.events import (
 
 
 def run_start_time(event: RunStarted) -> float | None:
-    """When the run started (seconds since the epoch): its RunStarted's `started_at` where the engine gives one, else
-    the time in its folder's name (20261201-023712-tiny-bf16, local time); None when neither says."""
+    """When the run started: its RunStarted's `started_at`, else the time in its folder's name, else None."""
     if isinstance(getattr(event, "started_at", None), (int, float)):
         return float(event.started_at)
     dated = re.match(r"(\d{8}-\d{6})-", Path(str(event.config.get("out_dir") or "")).name)

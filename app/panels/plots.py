@@ -186,8 +186,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         return self._metric_colours[name]
 
     def _show_ceiling(self, ceiling: dict) -> None:
-        """A dashed line at each metric's ceiling, in the metric's colour; its value is in the legend entry of the
-        metric's validation curve, created now."""
+        """A dashed line at each metric's ceiling, its value in the metric's validation legend entry."""
         import pyqtgraph as pg
 
         item = self.plots["eval"].getPlotItem()
@@ -213,8 +212,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._dirty.update(k for k, p in self._curve_plot.items() if p == "eval")
 
     def _eval_curve(self, split: str, name: str) -> str | None:
-        """The key of the curve of metric `name` on `split`, created on first use: validation is a line with a dot per
-        evaluation; any other split is markers only, with one legend entry for the split."""
+        """The key of the curve of metric `name` on `split`, created on first use."""
         if not self.plots:
             return None
         if split == VAL_SPLIT:
@@ -473,8 +471,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
             self._set_x_end(x_end_for(top, self._total_steps))
 
     def show_history(self, records, until_step: int | None = None) -> None:
-        """Draw a resumed run's earlier metrics as the start of its curves. Call it right after the resumed run's
-        RunStarted was handled and before its next event; `until_step` defaults to that RunStarted's start_step."""
+        """Draw a resumed run's earlier metrics as the start of its curves, right after its RunStarted."""
         if until_step is None:
             until_step = self._run_start
         steps, evals, begin = history_points(records, until_step)
@@ -521,8 +518,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         self._show_notes()
 
     def _show_dots(self, key: str, curve, y) -> None:
-        """Give a short line curve a dot on each point while a point has no finite neighbour (a line would draw nothing
-        there). Only curves of at most FEW_POINTS points are checked."""
+        """Give a short line curve (FEW_POINTS) a dot on each point that has no finite neighbour."""
         lonely = False
         if y is not None and len(y) <= FEW_POINTS:
             finite = np.isfinite(y)

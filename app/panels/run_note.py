@@ -13,8 +13,7 @@ class RunNoteEditing:
     """HistoryPanel's note editing: `save_note`, `note_edited`, and the editor kept in step with the selection."""
 
     def _sync_note_editor(self, run: dict | None) -> None:
-        """Show the selected run's note, unless the user is editing it; an unsaved edit is saved before the selection
-        moves."""
+        """Show the selected run's note unless it is being edited; an unsaved edit is saved first."""
         folder = run.get("folder") if run else None
         note = printable((run or {}).get("note") or "", keep_newlines=True)  # read from note.txt
         self.noteEdit.setEnabled(folder is not None)

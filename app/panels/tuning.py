@@ -97,8 +97,7 @@ def style_table(table: QTableView) -> QTableView:
 
 
 class LRFinderDialog(ToolDialog):
-    """The LR range test: loss against a growing learning rate, the suggestion marked and explained; click the curve to
-    pick another point; "Use this LR" fills the form."""
+    """The LR range test: loss against a growing learning rate, the suggestion marked and explained."""
 
     lrChosen = Signal(float)
 
@@ -399,8 +398,7 @@ TOTAL_ROWS = tuple(label for label, _cell in TOTALS)
 
 
 class SummaryDialog(ToolDialog):
-    """Per layer: parameters, weights, gradients, optimizer state and each precision mode's activations; beside it the
-    totals per mode."""
+    """Per layer: parameters, weights, gradients, optimizer state and activations; totals per mode."""
 
     TITLE = "Model summary"
     NAME = "summary"

@@ -83,8 +83,7 @@ class EpochBatches:
 
 
 def _copy_engine(device: torch.device):
-    """The device module (torch.cuda, torch.xpu) whose streams and events overlap copies with compute, or None
-    where there is none to overlap with (the CPU; MPS, which has no user streams)."""
+    """The device module whose streams overlap copies with compute (torch.cuda, torch.xpu), else None."""
     if device.type not in ("cuda", "xpu"):
         return None
     module = torch.get_device_module(device)

@@ -19,8 +19,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # models train in float32: a larg
 
 @dataclass(frozen=True)
 class Column:
-    """One expected column: its name and kind: "id", "int", "float", "number" (datetimes as seconds), "text"
-    or "label" (checked by the task)."""
+    """One expected column: its name and kind (id, int, float, number, text, label)."""
 
     name: str
     kind: str
@@ -33,8 +32,7 @@ class Column:
 
 @dataclass
 class Source:
-    """A file as read: its format, and how its data rows map to the lines a user sees (for messages). Formats
-    as a string and a path (messages say f"{file}: ...")."""
+    """A file as read: its format, and how its data rows map to the lines a user sees."""
 
     file: Path
     kind: str  # "csv" (delimited text, any delimiter), "parquet", "json", "svmlight" or "label_text"

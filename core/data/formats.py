@@ -404,8 +404,7 @@ def svmlight_kind(file: Path) -> str | None:
 
 
 def looks_label_text(file: Path, labels=None) -> bool:
-    """Whether line 1 and LABEL_TEXT_SHARE of the sampled lines are `label text` (a label from `labels`, or
-    any __label__ token when None)."""
+    """Whether line 1 and LABEL_TEXT_SHARE of the sampled lines are `label text` lines."""
     lines = [line.decode("utf-8", errors="replace") for line in _data_lines(file)]
     if not lines:
         return False
@@ -442,8 +441,7 @@ def read_label_text(file: Path) -> pa.Table:
 
 
 def sniff_format(file: Path, known: Set[str] = frozenset(), labels=None) -> tuple[str, str] | None:
-    """(format, delimiter) of a text file by its content, e.g. ("json", "") or ("delimited", ","); None when
-    nothing fits."""
+    """(format, delimiter) of a text file by its content, e.g. ("delimited", ","); None if nothing fits."""
     lines = _data_lines(file)
     if not lines:
         return None

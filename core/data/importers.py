@@ -102,8 +102,7 @@ def read_table(
     options: ReadOptions | None = None,
     notes: list[str] | None = None,
 ) -> pa.Table:
-    """Read `path` (file or folder) into one table of `columns` (and `prefix_columns`<N>), checked and
-    converted; `notes` gets a line per file read by its content or with a query-sizes file."""
+    """Read `path` (file or folder) into one table of `columns` (and `prefix_columns`<N>), converted."""
     options = options or ReadOptions()
     files = data_files(path)
     if options.query_file and len(files) > 1:
@@ -286,8 +285,7 @@ def _read_source(
 
 
 def _format_of(file: Path, columns: list[Column], options: ReadOptions) -> tuple[str, str, str]:
-    """(format, delimiter sniffed or "", a note when found by content) of `file`: options.data_format, else the
-    suffix, else its content."""
+    """(format, delimiter or "", a note when found by content) of `file`: as given, by suffix or content."""
     shape, suffix = options.data_format or "auto", file.suffix.lower()
     known = suffix in READ_SUFFIXES
     if shape not in ("auto", *formats.FORMAT_NAMES):

@@ -59,8 +59,7 @@ class LoaderSettings:
 
 
 def check_dataset(dataset, what: str) -> int:
-    """The number of rows of a Dataset split (`what`: e.g. "task regression_ds's train split"); DataError for
-    one that has none, has no length or whose items are not dicts."""
+    """The number of rows of a Dataset split; DataError for one without rows, length or dict items."""
     kind = "IterableDataset" if isinstance(dataset, IterableDataset) else "Dataset"
     try:
         rows = len(dataset)
@@ -297,8 +296,7 @@ class DatasetSplit:
 
 
 def first_rows(split, rows: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """The first `rows` examples of a split as one batch dict on `device`: a dict of tensors sliced, a Dataset's
-    first items collated (a stream's first items read in this process)."""
+    """The first `rows` examples of a split as one batch dict on `device`."""
     if isinstance(split, Mapping):
         rows = min(rows, split_length(split))
         return {key: value[:rows].to(device) for key, value in split.items()}
@@ -319,8 +317,7 @@ def batch_rows(batch: Mapping) -> int:
 
 
 def probe(split, rows: int, device: torch.device):
-    """The first `rows` rows of an evaluation split as evaluation gets them (a dict of tensors, or a
-    DatasetSplit of its first rows), on `device`: to learn or check a task's metrics on a few rows."""
+    """The first `rows` rows of an evaluation split as evaluation gets them, on `device`."""
     if is_dataset(split):
         return DatasetSplit(split, 1, device, what="the validation split").head(rows)
     return first_rows(split, rows, device)

@@ -48,8 +48,7 @@ class Reviews:
 
 @lru_cache(maxsize=4)
 def lexicon(rare_words: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(neutral, positive, negative) word lists: the common words, then long tails of pseudo-words (the same
-    for every seed: one language, many data sets). The neutral tail is twice as long as each cue tail."""
+    """(neutral, positive, negative) word lists: common words, then long tails of pseudo-words."""
     words = [a + b + suffix for suffix in ("", "ic", "ous", "ent", "y") for a in SYLLABLES for b in SYLLABLES]
     words = list(dict.fromkeys(w for w in words if w not in set(NEUTRAL + POSITIVE + NEGATIVE)))
     order = np.random.default_rng(12345).permutation(len(words))

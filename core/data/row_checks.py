@@ -110,8 +110,7 @@ def feature_matrix(batch, columns: list[str], checks: Checks):
 
 
 def _date_times(values):
-    """(seconds since 1970, parsed) of strings holding ISO 8601 date-times (UTC when they name no zone): Arrow's
-    cast for the whole array, else one value at a time."""
+    """(seconds since 1970, parsed) of strings holding ISO 8601 date-times (UTC unless they say)."""
     import datetime as dt
 
     import numpy as np
@@ -151,8 +150,7 @@ def ids(values, name: str, checks: Checks):
 
 
 def as_text(values, name: str, path):
-    """A column of another type (a Parquet number, date...) as strings; DataError for one that has no text form
-    (a struct, a list)."""
+    """A column of another type (a Parquet number, date...) as strings; DataError without a text form."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -112,8 +112,7 @@ def sequence_splits(user: np.ndarray, items: np.ndarray, n_items: int, max_len: 
 
 
 def _evaluation_rows(items, starts, ends, seen_end, n_items, max_len, negatives, seed, target=None) -> dict:
-    """Rows predicting `target` (else items[ends]) from the history items[starts:ends]; no negative is among
-    items[starts:seen_end] or the target."""
+    """Rows predicting `target` (else items[ends]) from the history items[starts:ends]."""
     target = items[ends] if target is None else target
     return {
         "seq": history_windows(items, starts, ends, max_len),

@@ -78,8 +78,7 @@ def folder_splits(folder: str | Path) -> dict[str, Path] | None:
 
 
 def given_files(source: DataSource) -> tuple[dict[str, str], str] | None:
-    """The files of each given split and how they were found (for the run's log), or None when the data is
-    one data set (which may still hold a `split` column)."""
+    """The files of each given split and how they were found, or None for one data set."""
     if source.val_data or source.test_data:
         if not source.data:
             raise ConfigError("data", "val_data / test_data are given but data (the training data) is empty")
@@ -122,8 +121,7 @@ def read_splits(
     prefix_columns: str | None = None,
     carved: str = f"{CARVED_FRACTION:.0%} of the training data",
 ) -> SplitTables:
-    """Read `source` as given splits (files, folder convention or a `split` column), or as one table.
-    `carved`: what validates when no validation split is given (said in the note)."""
+    """Read `source` as given splits (files, folder convention or a `split` column), or as one table."""
     given = given_files(source)
     if given is not None:
         files, how = given
@@ -158,8 +156,7 @@ def read_splits(
 
 
 def _names_split_column(source: DataSource) -> bool:
-    """Whether the data's first file names a `split` column (or the column `columns` maps it to) on line 1 or
-    in its schema: a cheap look at the header, so a header-less file never has a data column read as one."""
+    """Whether the data's first file names a `split` column on line 1 or in its schema."""
     target = str(source.options.columns.get(SPLIT_COLUMN, SPLIT_COLUMN))
     if target.isdigit():  # mapped by position
         return True
@@ -194,8 +191,7 @@ def seeded_thirds(n: int, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray,
 
 
 def carve(n: int, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices 0..n-1 split into (kept, carved): CARVED_FRACTION of them (at least one when n > 1) carved out
-    by a seeded permutation, for a validation split taken from given training data."""
+    """Indices 0..n-1 split into (kept, carved): CARVED_FRACTION carved out, at least one when n > 1."""
     perm = np.random.default_rng([seed, salt]).permutation(n)
     cut = int(round(CARVED_FRACTION * n)) if n > 1 else 0
     cut = max(cut, 1) if n > 1 else 0

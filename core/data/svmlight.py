@@ -53,8 +53,7 @@ def _strip_comments(part: bytes) -> bytes:
 
 
 def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
-    """The fast path for a block whose lines all hold the same indices in order: pyarrow's CSV parser with ':'
-    as a space. None when the block is not that regular."""
+    """A block whose lines hold the same indices in order, read by pyarrow's CSV parser; else None."""
     raw = np.frombuffer(part, np.uint8)
     ends = np.flatnonzero(raw == 10)
     starts = np.r_[0, ends + 1]
@@ -111,8 +110,7 @@ def _svm_dense(part: bytes, first_line: int, with_qid: bool = True):
 
 
 def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
-    """Whole lines `part` -> (line numbers, labels, qids (0 without `with_qid`), {feature index: values});
-    DataError naming the first malformed line."""
+    """Whole lines `part` -> (line numbers, labels, qids, {feature index: values})."""
     part = _strip_comments(part)
     fast = _svm_dense(part, first_line, with_qid)
     if fast is not None:
@@ -184,8 +182,7 @@ def _svm_block(file: Path, part: bytes, first_line: int, with_qid: bool = True):
 
 
 def read_svmlight(file: Path, block: int = 1 << 25, with_qid: bool = True) -> tuple[pa.Table, np.ndarray]:
-    """An svmlight file -> (table of query_id, doc_id (its line), label, f1..fN float32, each row's line), read
-    `block` bytes at a time."""
+    """An svmlight file -> (table of query_id, doc_id, label, f1..fN, each row's line)."""
     lines, labels, qids, blocks = [], [], [], []
     line, carry = 1, b""
     with open(file, "rb") as handle:
@@ -235,8 +232,7 @@ def query_sidecar(file: Path) -> Path | None:
 
 
 def read_query_sizes(path: Path) -> np.ndarray:
-    """The query sizes of a sizes file: one whole number above 0 per line (blank lines skipped); DataError
-    naming the file and the line of the first that is not one."""
+    """The query sizes of a sizes file: one whole number above 0 per line (blank lines skipped)."""
     try:
         with open_regular(path) as handle:
             raw = handle.read()

@@ -173,8 +173,7 @@ _COLUMN_PLAN = (
 
 
 def query_sizes(queries: int, docs: int, rng: np.random.Generator) -> np.ndarray:
-    """Candidates per query: log-normal around `docs`, between 2 and 3 x docs, adding up to exactly
-    queries x docs (so a file of N rows is N rows)."""
+    """Candidates per query: log-normal around `docs`, 2 to 3 x docs, adding up to queries x docs."""
     if docs <= 2:
         return np.full(queries, docs, dtype=np.int64)
     weights = np.minimum(rng.lognormal(0.0, 0.7, queries), 3.0 * docs / max(docs - 2, 1))

@@ -19,8 +19,7 @@ NEGATED_SALT = np.uint64(0x2545F491)  # a negated word's hash: the word's, xor t
 
 
 def word_lists(text: pa.ChunkedArray | pa.Array, boundaries: bool = False) -> pa.ListArray:
-    """Normalised, lower-cased word lists per row (empty strings from leading/trailing separators dropped).
-    With `boundaries`, a clause end is kept as a BOUNDARY entry."""
+    """Normalised, lower-cased word lists per row (`boundaries`: clause ends kept as BOUNDARY)."""
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks()
     text = pc.utf8_lower(pc.utf8_normalize(text, "NFKC"))
@@ -37,8 +36,7 @@ def word_lists(text: pa.ChunkedArray | pa.Array, boundaries: bool = False) -> pa
 
 
 def word_hashes(words: pa.Array, negators: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """Stable 32-bit hash of every word (each distinct word hashed once); with `negators`, also whether each
-    word is a negator."""
+    """Stable 32-bit hash of every word; with `negators`, also whether each word is a negator."""
     encoded = pc.dictionary_encode(words)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks()
@@ -53,8 +51,7 @@ def word_hashes(words: pa.Array, negators: bool = False) -> np.ndarray | tuple[n
 
 
 def negated_positions(is_negator: np.ndarray, is_boundary: np.ndarray, row_start: np.ndarray, scope: int) -> np.ndarray:
-    """For a flat word sequence (rows concatenated): which words lie within `scope` words after a negator of
-    the same row and clause (the negator itself excluded). Vectorised running maxima, no Python loop."""
+    """Which words of a flat word sequence lie within `scope` words after a negator of their clause."""
     index = np.arange(len(is_negator))
     last_negator = np.maximum.accumulate(np.where(is_negator, index, -1)) if len(index) else index
     last_stop = np.maximum.accumulate(np.where(is_boundary | row_start, index, -1)) if len(index) else index

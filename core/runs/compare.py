@@ -62,8 +62,7 @@ def differing_config(runs: list[dict]) -> dict[str, list]:
 
 @dataclass(frozen=True)
 class CompareRow:
-    """One row of a comparison: its label, one text per run, whether the runs differ on it, and whether it is
-    a config field (those are listed only when they differ)."""
+    """One row of a comparison: its label, one text per run, whether they differ, whether it is config."""
 
     label: str
     values: tuple[str, ...]
@@ -78,8 +77,7 @@ def _best_at(run: dict) -> str:
 
 
 def compare_rows(runs: list[dict]) -> list[CompareRow]:
-    """The rows shown of `runs` (one column each): their figures, then every setting that differs (out_dir
-    aside)."""
+    """The rows shown of `runs` (one column each): figures, then every setting that differs."""
     metric_names = sorted({k for r in runs for k in (r.get("metrics") or {})})
     test_names = sorted({k for r in runs for k in (r.get("test_metrics") or {})})
     rows: list[tuple[str, list]] = [

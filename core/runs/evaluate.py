@@ -50,8 +50,7 @@ def evaluate_checkpoint(checkpoint: str | Path, split: str | None = "test", **op
 
 @dataclass
 class RebuiltRun:
-    """A checkpoint's run rebuilt by `rebuilt_run`: its set-up Trainer (task, model with the checkpoint's
-    weights, device, precision plan) and the rows of the split to measure."""
+    """A checkpoint's run rebuilt by `rebuilt_run`: its set-up Trainer and the rows to measure."""
 
     trainer: Trainer
     path: Path

@@ -18,8 +18,7 @@ REPORT_VERSION = 1
 
 
 def evaluation_report(checkpoint: str | Path, split: str | None = None, **options: Any) -> dict:
-    """The report of `checkpoint`'s model on `split` (rebuilt_run's arguments): where, how many rows, the
-    metrics with baseline and ceiling, and the task's sections."""
+    """The report of `checkpoint`'s model on `split` (rebuilt_run's arguments)."""
     import torch
 
     from core.data.batching import split_length
@@ -55,8 +54,7 @@ def evaluation_report(checkpoint: str | Path, split: str | None = None, **option
 
 
 def json_ready(value):
-    """`value` with tuples as lists, numbers as plain floats / ints and non-finite floats as None (JSON has
-    no NaN or infinity)."""
+    """`value` as JSON holds it: tuples as lists, plain numbers, non-finite floats as None."""
     if isinstance(value, dict):
         return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -73,8 +71,7 @@ def json_ready(value):
 
 
 def report_folder(checkpoint: str | Path) -> Path:
-    """Where a checkpoint's report goes: its run folder, which is the folder it lies in (a checkpoint outside
-    a run folder gets its report next to it)."""
+    """Where a checkpoint's report goes: the folder it lies in (its run folder)."""
     return Path(checkpoint).resolve().parent
 
 
@@ -86,8 +83,7 @@ def write_report(report: dict, folder: str | Path) -> Path:
 
 
 def load_report(folder: str | Path, strict: bool = False) -> dict | None:
-    """The report saved in `folder`, or None when there is none or it is not a JSON object (core.files' record
-    rules; with `strict` a DataError naming the file and why)."""
+    """The report saved in `folder`; None when there is none or it is not a JSON object."""
     path = Path(folder) / REPORT_FILE
     payload = None
     try:
@@ -107,8 +103,7 @@ def load_report(folder: str | Path, strict: bool = False) -> dict | None:
 
 
 def _unreadable(path: Path, exc: UnreadableFile, payload: bytes | None) -> str:
-    """One line: the file's path and why it can't be read; the line of the first error in JSON that does not
-    parse (found again here, on this rare path only)."""
+    """One line: the file's path and why it can't be read (the line of a JSON error)."""
     if payload is not None:
         try:
             json.loads(payload.decode("utf-8"))

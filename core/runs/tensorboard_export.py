@@ -49,8 +49,7 @@ class _Export:
 
 
 def export_run(run_dir: Path, out_dir: Path) -> Path:
-    """Write the run's metrics.jsonl as a TensorBoard event file in `out_dir` (replacing an earlier export there)
-    and return `out_dir`; a core.errors type with one line when it cannot be."""
+    """Write the run's metrics.jsonl as a TensorBoard event file in `out_dir`, replacing an older export."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     try:
         writer_class = summary_writer_class()
@@ -129,8 +128,7 @@ def _write(writer_class, out_dir: Path, export: _Export) -> None:
 
 
 def _write_hparams(writer, export: _Export) -> None:
-    """The settings as hparams, in the same event file (tensorboardX's add_hparams would open a second run in a
-    subfolder); the session's metrics name the `val/...` scalars already written."""
+    """The settings as hparams, in the same event file (add_hparams would open a second run)."""
     hparams = _flat_hparams(export.config)
     if not hparams:
         return

@@ -108,8 +108,7 @@ def task_source(name: str) -> str:
 
 
 def add_task(reference: str, cls: type | None = None) -> type[Task]:
-    """Load (running its code), register and return the user task `reference` names (`cls`: a stand-in class);
-    TaskFileError when it cannot be loaded or its name is taken."""
+    """Load (running its code), register and return the user task `reference` names."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference, load_task
 
     reference = canonical_reference(reference)
@@ -134,8 +133,7 @@ def add_task(reference: str, cls: type | None = None) -> type[Task]:
 
 
 def forget_task(reference: str) -> tuple[str, ...]:
-    """Unlist the user task `reference` names in this process; returns the names it was listed under. Its module
-    stays imported: adding it again registers the same class without running its code again."""
+    """Unlist the user task `reference` names in this process; the names it was listed under."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference
 
     with contextlib.suppress(TaskFileError):
@@ -150,8 +148,7 @@ def forget_task(reference: str) -> tuple[str, ...]:
 
 
 def remember_task(reference: str) -> TaskInfo | None:
-    """List the user task `reference` names from its source, without running it (it is loaded when first used);
-    None when its source cannot be read so."""
+    """List the user task `reference` names from its source, without running it."""
     from core.tasks.user_tasks import TaskFileError, canonical_reference
 
     try:
@@ -228,8 +225,7 @@ def get_task_info(name: str) -> TaskInfo:
 
 
 def option_values(name: str, options: dict, task_file: str = "") -> dict:
-    """Task `name`'s options with its defaults filled in (no torch), to compare two option sets; a user task not
-    listed is read (never run) from `task_file`. `options` as they are for an unknown task."""
+    """Task `name`'s options with its defaults filled in (no torch, no user code)."""
     info = task_infos().get(name)
     if info is None and task_file and isinstance(task_file, str):
         info = _source_info(task_file)
@@ -240,8 +236,7 @@ def option_values(name: str, options: dict, task_file: str = "") -> dict:
 
 
 def saved_options(name: str, options: dict) -> dict:
-    """A run's saved task `options` as it trained with them: an option the saved config lacks takes the task's
-    `saved_defaults` value (the default it had then), if any. `options` as they are for an unknown task."""
+    """A run's saved task `options` as it trained with them (`saved_defaults` for missing ones)."""
     info = task_infos().get(name)
     if info is None:
         return dict(options)
@@ -249,8 +244,7 @@ def saved_options(name: str, options: dict) -> dict:
 
 
 def saved_config(config):
-    """A saved run's config dict (a checkpoint's, run.json's) with saved_options applied, so that resuming,
-    evaluating or exporting an earlier run does what it did; anything else as it is."""
+    """A saved run's config dict with saved_options applied, so an earlier run does what it did."""
     if not isinstance(config, dict) or not isinstance(config.get("task"), str):
         return config
     options = config.get("task_options", {})

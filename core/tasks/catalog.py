@@ -62,8 +62,7 @@ SOURCE_LIMIT = 4 * 2**20  # bytes of a task's source read on the window's thread
 
 
 def read_source(source: Path | str) -> bytes:
-    """A task module's source, opened only as a regular file (never blocking on a FIFO, never reading a device);
-    OSError or ValueError (core.files.UnreadableFile) when it cannot be, or is longer than SOURCE_LIMIT."""
+    """A task module's source, opened only as a regular file of at most SOURCE_LIMIT bytes."""
     from core.files import open_regular
 
     with open_regular(source) as file:
@@ -91,8 +90,7 @@ def task_class_names(source: Path | str) -> list[str]:
 
 
 def find_task_class(source: Path | str) -> str | None:
-    """The name of the one class in the module at `source` that derives from Task directly; None when there is
-    none or more than one (or the file cannot be read)."""
+    """The name of the one class in `source` that derives from Task directly; None otherwise."""
     found = [n.name for n in _classes(source) if [ast.unparse(b) for b in n.bases] == ["Task"]]
     return found[0] if len(found) == 1 else None
 

@@ -57,8 +57,7 @@ def task_file_text(name: str, file_name: str | None = None) -> str:
 
 
 def target_path(name: str, out: str | os.PathLike | None = None) -> Path:
-    """Where `tasks new NAME [--out PATH]` writes: ./NAME.py, PATH, or NAME.py inside PATH when it is a
-    folder. ConfigError("out", ...) for a path that cannot be one."""
+    """Where `tasks new NAME [--out PATH]` writes: ./NAME.py, PATH, or NAME.py inside folder PATH."""
     path = Path(os.fspath(out)) if out is not None and os.fspath(out) != "" else Path(f"{name}.py")
     if out is not None and os.path.isdir(path) and not os.path.islink(path):
         path = path / f"{name}.py"
@@ -73,8 +72,7 @@ def target_path(name: str, out: str | os.PathLike | None = None) -> Path:
 
 
 def write_task_file(name: str, out: str | os.PathLike | None = None) -> NewTaskFile:
-    """Write the task file for NAME (see target_path) and return what was written. Nothing that is there is
-    overwritten or followed: ConfigError("out", ...) names the path and what is in the way."""
+    """Write the task file for NAME (see target_path) and return what was written."""
     task_name, class_name = task_names(name)
     path = target_path(name, out)
     text = task_file_text(name, path.name)
@@ -83,8 +81,7 @@ def write_task_file(name: str, out: str | os.PathLike | None = None) -> NewTaskF
 
 
 def create_file(path: Path, payload: bytes) -> None:
-    """`path` created holding `payload`, only where no entry of that name is (O_EXCL | O_NOFOLLOW: never over
-    a file, never through a link, even one to nothing); removed again if the write fails."""
+    """`path` created holding `payload` where nothing is (O_EXCL | O_NOFOLLOW), removed if the write fails."""
     shown = shown_path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     try:

@@ -39,8 +39,7 @@ _LIBRARY = _library_dirs()
 
 
 def is_user_file(filename: str) -> bool:
-    """Whether a traceback's file is the user's (USER_CODE_ROOTS or not an installed package), not the
-    project's, torch's, the standard library's or generated code."""
+    """Whether a traceback's file is the user's: USER_CODE_ROOTS, or not the project's or a library's."""
     from core.tasks.user_tasks import USER_CODE_ROOTS
 
     if filename.startswith("<"):
@@ -71,8 +70,7 @@ def raised_at(exc: BaseException) -> str:
 
 
 def user_frames_text(details: str) -> str:
-    """The user's frames of a formatted traceback (RunEnded.details), as the traceback prints them: its
-    'File ..., line ..., in ...' lines and the source under each; '' when it holds none."""
+    """The user's frames of a formatted traceback (RunEnded.details); '' when it holds none."""
     kept: list[str] = []
     keeping = False
     for line in details.splitlines():
@@ -88,8 +86,7 @@ def user_frames_text(details: str) -> str:
 
 @contextlib.contextmanager
 def user_code_errors(context: str = " while the run was set up"):
-    """An exception raised by the user's code inside the block becomes a UserCodeError (one line, the traceback
-    as details); the project's own errors and exceptions without a user frame pass unchanged."""
+    """An exception with a frame of the user's code inside the block becomes a UserCodeError."""
     try:
         yield
     except AmpConsoleError:
@@ -124,8 +121,7 @@ def _bad(task: Task, method: str, text: str) -> TaskOutputError:
 
 
 def configured_optimizers(task: Task, model: nn.Module, cfg):
-    """The task's own (optimizer, scheduler or None) from its configure_optimizers(model, cfg) hook, checked; None
-    when it has none (the engine's optimizer and schedule then)."""
+    """The task's own (optimizer, scheduler or None) from configure_optimizers, checked; None without."""
     hook = getattr(task, "configure_optimizers", None)
     if hook is None:
         return None
@@ -251,8 +247,7 @@ def check_returns(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     batch_size: int = 64,
 ) -> None:
-    """Run a user task's loss on one batch of training rows and its metrics on PROBE_ROWS validation rows, once,
-    leaving the model's buffers, mode and the random state as they were."""
+    """A user task's loss on one training batch and metrics on PROBE_ROWS rows, leaving no trace."""
     if not is_user_task(task):
         return
     devices = [device] if device.type == "cuda" else []
@@ -295,8 +290,7 @@ def _check_evaluation(task: Task, model: nn.Module, val, device: torch.device, a
 
 
 def load_checked(task: Task, cfg, context: str = " while the run was set up") -> TaskData:
-    """`task.load_data` as the trainer calls it (RunConfig `cfg` applied), checked, for the tools that build a
-    task's data themselves; an exception of the task's own code is a UserCodeError (`context`: when)."""
+    """`task.load_data` as the trainer calls it, checked; the task's own exception a UserCodeError."""
     with user_code_errors(context):
         return checked_data(task, task.use_config(cfg).load_data(cfg.data, cfg.seed))
 

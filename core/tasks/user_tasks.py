@@ -78,8 +78,7 @@ def canonical_reference(reference: str) -> str:
 
 
 def load_task(reference: str) -> type[Task]:
-    """Import (running its code), check and return the task class `reference` names, not registered; TaskFileError
-    for anything wrong, naming the file and line where it can."""
+    """Import (running its code), check and return the task class `reference` names, not registered."""
     kind, target, class_name = split_reference(reference)
     module = _import_file(reference, target) if kind == "file" else _import_module(reference, target)
     cls = _find_class(reference, module, class_name)
@@ -122,8 +121,7 @@ def _import_file(reference: str, target: str):
 
 
 def _shareable_with_processes(module, path: Path) -> None:
-    """Let the task file's objects travel to a spawned process (a DataLoader worker): each of its classes pickles
-    as (the file's path, its pickle), the file imported there first."""
+    """Let the task file's objects travel to a spawned process (a DataLoader worker)."""
     from multiprocessing.reduction import ForkingPickler
 
     def reduce(obj):
@@ -255,8 +253,7 @@ def _kind(value) -> str:
 
 
 def installed_tasks() -> dict[str, str]:
-    """name -> "package.module:Class" of every entry point in ENTRY_POINT_GROUP (metadata only), the first of two
-    with one name; a name that is not a task name is left out."""
+    """name -> "package.module:Class" of every entry point in ENTRY_POINT_GROUP (metadata only)."""
     from importlib.metadata import entry_points
 
     found: dict[str, str] = {}
@@ -282,8 +279,7 @@ def source_kind(reference: str) -> str:
 
 
 def source_problem(reference: str) -> str:
-    """Why the source of the task `reference` names cannot be read, without running it ("no such file", its syntax
-    error, ...); "" when it can be (loading may still fail)."""
+    """Why the source of the task `reference` names cannot be read, without running it; "" if it can."""
     try:
         kind, target, _class_name = split_reference(reference)
     except TaskFileError as exc:
@@ -311,8 +307,7 @@ def source_problem(reference: str) -> str:
 
 
 def module_source_file(module: str) -> Path | None:
-    """The file of dotted `module` on sys.path, without importing it or its packages; None when it is elsewhere
-    (a zip, a namespace package, a C module)."""
+    """The file of dotted `module` on sys.path, without importing it; None when it is elsewhere."""
     parts = module.split(".")
     for entry in sys.path:
         base = Path(entry or ".")

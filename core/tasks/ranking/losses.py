@@ -97,8 +97,7 @@ LOSSES = {
 def ranking_metrics(
     scores: torch.Tensor, label: torch.Tensor, k: int = TOP_K
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sums over queries of NDCG@k and reciprocal rank, and the number of queries with a relevant candidate
-    (the others are left out), for lists `scores`, `label` (Q, W), label -1 marking padding."""
+    """Sums over queries of NDCG@k and reciprocal rank, and the queries with a relevant candidate."""
     real = label >= 0
     rows = torch.arange(label.shape[0], device=label.device).unsqueeze(1).expand_as(label)
     return flat_ranking_metrics(rows[real], scores[real], label[real], k)
@@ -114,8 +113,7 @@ def flat_ranking_metrics(
 
 
 def _within_query(qid: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For each candidate: its 0-based rank within its query by `key` descending (ties keep the given order),
-    and its query's group number 0..G-1."""
+    """Each candidate's 0-based rank within its query by `key` descending, and its query's group."""
     order = torch.sort(key, descending=True, stable=True).indices
     order = order[torch.sort(qid[order], stable=True).indices]
     sorted_q = qid[order]
@@ -164,8 +162,7 @@ def query_curves(qid: torch.Tensor, scores: torch.Tensor, label: torch.Tensor, m
 
 
 def ndcg_at(labels_in_order, k: int = TOP_K) -> float | None:
-    """NDCG@k of one list of true labels in the order shown, as evaluation counts it; None when no candidate
-    is relevant (every order is as good as any other)."""
+    """NDCG@k of one list of true labels in the order shown; None when no candidate is relevant."""
     label = torch.as_tensor(np.asarray(labels_in_order, dtype=np.float64), dtype=torch.float32)
     shown = -torch.arange(label.shape[0], dtype=torch.float32)  # descending: the order shown
     ndcg, _rr, relevant = flat_ranking_metrics(torch.zeros(label.shape[0], dtype=torch.int64), shown, label, k)

@@ -34,8 +34,7 @@ QUANTILES = 256  # knots per column of the quantile normaliser (normalize=quanti
 
 
 def quantile_gauss(x: torch.Tensor, knots: torch.Tensor) -> torch.Tensor:
-    """x (..., F) -> the normal quantile of each value's rank among its column's `knots` (F, K), linear between
-    knots, tied knots at their middle (rank-Gauss)."""
+    """x (..., F) -> the normal quantile of each value's rank among its column's `knots` (rank-Gauss)."""
     k = knots.shape[1]
     flat = x.reshape(-1, x.shape[-1]).t().contiguous()  # (F, N)
     lo = torch.searchsorted(knots, flat)  # first knot >= x
@@ -53,8 +52,7 @@ IDENTITY = {"center": 0.0, "scale": 1.0, "curve": 0.0, "mean": 0.0, "std": 1.0} 
 
 
 class FeatureNormalizer(nn.Module):
-    """Per-column feature transform fit on the training split, held as buffers: y = (x - center) / scale, asinh
-    where `curve` is 1, then (y - mean) / std; or quantile_gauss over `knots`."""
+    """Per-column feature transform fit on the training split, held as buffers (fit_normalizer)."""
 
     center: torch.Tensor  # the buffers below
     scale: torch.Tensor
@@ -80,8 +78,7 @@ class FeatureNormalizer(nn.Module):
 
 
 def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str, list]:
-    """FeatureNormalizer's statistics for training `features` (N, F) under `how` (asinh, quantile, standard,
-    none), as plain lists; a non-finite value is a DataError naming its column."""
+    """FeatureNormalizer's statistics for training `features` (N, F) under `how`, as plain lists."""
     if method not in NORMALIZE:
         raise ValueError(f"normalize: {method!r} is not one of {', '.join(NORMALIZE)}")
     n, width = features.shape
@@ -126,8 +123,7 @@ def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str
 
 
 class ScoringMLP(nn.Module):
-    """Feature vector (..., F) -> relevance score (...): the fitted normaliser, dropout on the normalised features
-    while training (`input_dropout`, like a forest's feature sampling), then an MLP."""
+    """Feature vector (..., F) -> relevance score (...): normaliser, `input_dropout`, an MLP."""
 
     def __init__(
         self,
@@ -177,8 +173,7 @@ def list_width(sizes: np.ndarray) -> int:
 def pack_queries(
     query: np.ndarray, arrays: dict[str, np.ndarray], width: int | None = None, seed: int = 0
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Candidates (query codes, per-candidate arrays) -> lists (R, W, ...) padded ("label" with -1) and each
-    row's query (R,); a query longer than W takes several rows, shuffled (seeded)."""
+    """Candidates -> lists (R, W, ...) padded ("label" with -1) and each row's query (R,)."""
     sizes = np.bincount(query)
     width = width or list_width(sizes[sizes > 0])
     order = np.arange(len(query))
@@ -230,8 +225,7 @@ def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed
 
 
 def _flat(split: dict[str, torch.Tensor], scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(query, score, label) of the real (not padding) candidates of a split, in row order; the query is its
-    `qid`, else its row."""
+    """(query, score, label) of the real candidates of a split, in row order."""
     label = split["label"]
     real = label >= 0
     rows = split["qid"] if "qid" in split else torch.arange(label.shape[0], device=label.device)
@@ -254,8 +248,7 @@ def ranking_arrays(table, path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def given_query_splits(read: SplitTables, seed: int) -> tuple[list[Any], list[int]]:
-    """Packed train / val / test splits from given split tables, query ids per split; without a validation
-    split, 10% of the training queries."""
+    """Packed train / val / test splits from given split tables, query ids per split."""
     arrays = {name: ranking_arrays(table, read.origins[name]) for name, table in read.tables.items()}
     width = arrays["train"][1].shape[1]
     for name, (_, features, _) in arrays.items():
@@ -314,8 +307,7 @@ class RankingTask(Task):
     synthetic_file = True
 
     def synthetic_table(self, rows: int, seed: int):
-        """`rows` (query, document) pairs, whole queries of `docs` documents cut to `rows`, in the ranking file
-        format."""
+        """`rows` (query, document) pairs of whole queries, in the ranking file format."""
         from core.data.synthetic import generate_ranking, ranking_table
 
         docs = self.opts["docs"]
@@ -389,8 +381,7 @@ class RankingTask(Task):
         return TaskData(train=train, val=val, test=test, info=info, ceiling=ceiling, baseline=baseline, notes=notes)
 
     def validation_units(self, split: dict[str, torch.Tensor]) -> int:
-        """The queries with a relevant candidate: those the metrics average over (a query spread over several
-        lists counted once)."""
+        """The queries with a relevant candidate: those the metrics average over."""
         relevant = (split["label"] > 0).any(dim=1)
         if "qid" in split:
             return int(torch.unique(split["qid"][relevant]).numel())

@@ -162,8 +162,7 @@ class RecommenderFileScorer(FileScorer):
         return pa.table(columns, schema=self.schema)
 
     def _gather(self, batch, lines, report) -> None:
-        """Fold a batch of interactions into each user's last max_len known lessons (by time; equal times keep
-        the file's order)."""
+        """Fold a batch of interactions into each user's last max_len known lessons by time."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc

@@ -96,8 +96,7 @@ COUNT_BLOCK = 1 << 22  # scores compared at a time (rows x a block of columns): 
 
 
 def count_at_least(scores: torch.Tensor, target_scores: torch.Tensor) -> torch.Tensor:
-    """Per row, how many of `scores` (B, C) are >= its target score (B,), a block of columns at a time (a whole
-    comparison would hold twice the scores' memory)."""
+    """Per row, how many of `scores` (B, C) are >= its target score (B,), a block of columns at a time."""
     target = target_scores.unsqueeze(1)
     columns = max(1, COUNT_BLOCK // max(1, scores.shape[0]))
     if scores.shape[1] <= columns:
@@ -117,8 +116,7 @@ PROTOCOLS = ("full_filtered", "full_unfiltered", f"sampled{EVAL_NEGATIVES}_unsee
 
 
 def remove_seen(scores: torch.Tensor, batch: dict[str, torch.Tensor], history: torch.Tensor) -> torch.Tensor:
-    """Set to -inf, in place, each row's scores of the items in history[history_start:history_end] (1-based
-    ids; column j is item j + 1). Works a batch at a time, so memory is the batch's histories, not the split's."""
+    """Set to -inf, in place, each row's scores of the items in its history (column j is item j + 1)."""
     start, end = batch["history_start"], batch["history_end"]
     lengths = (end - start).clamp(min=0)
     total = int(lengths.sum())  # evaluation, not the training step: one read per batch
@@ -155,8 +153,7 @@ def held_out_ranks(
 
 
 def rank_curves(ranks: torch.Tensor, most: int) -> tuple[list[float], list[float]]:
-    """HR@k and NDCG@k for k = 1..`most` from 0-based ranks (held_out_ranks), averaged over the rows; a rank
-    of -1 (a NaN score) is a miss."""
+    """HR@k and NDCG@k for k = 1..`most` from 0-based ranks; a rank of -1 (a NaN score) is a miss."""
     n = max(int(ranks.shape[0]), 1)
     ranks = torch.where(ranks >= 0, ranks, most).clamp(max=most)
     counts = torch.bincount(ranks, minlength=most + 1)[:most].double()
@@ -190,8 +187,7 @@ PROTOCOL_LABELS = {
 
 
 def loss_position_bounds(target: torch.Tensor) -> np.ndarray:
-    """bounds[b]: the most real (non-padding) positions any b rows of a training split hold: the sum of the b
-    fullest rows. Host-side (numpy), computed once, so a batch's loss buffer is sized without asking the device."""
+    """bounds[b]: the most real positions any b rows of a training split hold (host-side)."""
     real = np.sort((target > 0).sum(1).numpy())[::-1]
     return np.concatenate([[0], np.cumsum(real)]).astype(np.int64)
 
@@ -213,8 +209,7 @@ softmax: the size above which the sampled loss's quicker steps buy the better mo
 
 
 def chosen_loss(loss: str, n_items: int) -> str:
-    """The loss a run trains with: `loss` when it names one, and for "auto" the sampled softmax above
-    SAMPLED_LOSS_ABOVE lessons, the full softmax otherwise."""
+    """The loss a run trains with; "auto": sampled above SAMPLED_LOSS_ABOVE lessons, else full."""
     if loss != "auto":
         return loss
     return "sampled" if n_items > SAMPLED_LOSS_ABOVE else "full"
@@ -412,8 +407,7 @@ class RecommenderTask(Task):
     count_on_host: bool | None = None
 
     def _sampled_softmax(self, model: SASRec, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Softmax over the true next item and uniform negatives shared across the batch, an accidental hit
-        masked out. hidden (N, d), target (N,) 1-based, 0 = padding."""
+        """Softmax over the true next item and uniform negatives shared across the batch."""
         n_items = model.items.num_embeddings - 1
         negatives = torch.randint(1, n_items + 1, (self.opts["sampled_negatives"],), device=target.device)
         # One gather of the targets' and the negatives' rows: its backward is one scatter into the table.
@@ -427,8 +421,7 @@ class RecommenderTask(Task):
         return (per_position * real).sum() / real.sum().clamp(min=1.0)
 
     def _ranks(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> dict[str, torch.Tensor]:
-        """held_out_ranks of the model's scores, in float32 (bf16 ties across a large catalogue would blur the
-        ranks), the (rows, catalogue) score matrix capped by EVAL_SCORES so huge catalogues still evaluate."""
+        """held_out_ranks of the model's float32 scores, EVAL_SCORES of them at a time."""
         history = getattr(self, "history", None)
         if history is None:
             raise RuntimeError("the recommender evaluates after load_data (it keeps the users' histories)")
@@ -472,8 +465,7 @@ class RecommenderTask(Task):
         ]
 
     def report(self, model: Any, split: dict[str, torch.Tensor], batch_size: int) -> dict:
-        """HR@k and NDCG@k for k = 1..REPORT_K under each of PROTOCOLS, and HR@10 / NDCG@10 by the user's
-        history length (HISTORY_BUCKETS)."""
+        """HR@k and NDCG@k curves per protocol, and HR@10 / NDCG@10 by history length."""
         ranks = self._ranks(model, split, batch_size)
         curves = {p: rank_curves(r, REPORT_K) for p, r in ranks.items()}
         ks = list(range(1, REPORT_K + 1))

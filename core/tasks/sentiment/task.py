@@ -45,8 +45,7 @@ def document_frequency(tokens: torch.Tensor, buckets: int) -> torch.Tensor:
 
 
 def fit_bucket_weights(tokens: torch.Tensor, buckets: int, idf: bool = True, min_df: int = 1) -> torch.Tensor:
-    """Every bucket's weight from the training rows: smoothed idf as TfidfVectorizer's (1 without `idf`), 0 for
-    padding and buckets in fewer than `min_df` rows."""
+    """Every bucket's weight: smoothed idf (1 without `idf`), 0 below `min_df` rows and for padding."""
     df = document_frequency(tokens, buckets)
     if idf:
         weights = torch.log((1 + tokens.shape[0]) / (1 + df.double())) + 1
@@ -101,8 +100,7 @@ class BagClassifier(nn.Module):
         return self.logits(tokens, self.token_weights(tokens))
 
     def logits(self, tokens: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """Class logits (B, 2) of tokens (B, T) pooled with per-token `weights` (B, T) (token_weights, or the
-        export's ONNX-friendly spelling of them)."""
+        """Class logits (B, 2) of tokens (B, T) pooled with per-token `weights` (B, T)."""
         pooled = self.bag(tokens, per_sample_weights=weights.to(self.bag.weight.dtype))
         if self.pooling == "mean":
             norm = weights.sum(1)
@@ -120,8 +118,7 @@ HISTOGRAM_BINS = 10
 
 
 def roc_curve(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The exact ROC curve: (fpr, tpr, threshold) at each distinct score from (0, 0) to (1, 1); its trapezoid
-    area is roc_auc's. Empty tensors when a class is absent."""
+    """The exact ROC curve (fpr, tpr, threshold); empty tensors when a class is absent."""
     scores, positive = scores.double(), labels.bool()
     n_pos, n_neg = int(positive.sum()), int((~positive).sum())
     if n_pos == 0 or n_neg == 0:
@@ -147,8 +144,7 @@ def roc_auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def thin_curve(x: torch.Tensor, y: torch.Tensor, points: int) -> torch.Tensor:
-    """Indices of at most `points` points of a curve monotone in x and y, spread evenly along x + y, the first
-    and the last always kept (so a ROC curve keeps its exact endpoints)."""
+    """Indices of at most `points` points of a monotone curve, spread along x + y, ends kept."""
     n = x.shape[0]
     if n <= points:
         return torch.arange(n, device=x.device)
@@ -278,8 +274,7 @@ class SentimentTask(Task):
         return hashed_tokens(text, o["buckets"], o["max_tokens"], o["negation_scope"])
 
     def _given_splits(self, tables: dict, seed: int) -> tuple[dict, dict, Any]:
-        """Each given split's rows as they are; without a validation split, 10% of the training rows
-        (seeded), and without a test split none."""
+        """Each given split's rows; without a validation split, 10% of the training rows."""
         splits = {}
         for name, table in tables.items():
             text, label = review_arrays(table)
@@ -291,8 +286,7 @@ class SentimentTask(Task):
         return splits["train"], splits["val"], splits.get("test")
 
     def build_model(self, info: dict) -> nn.Module:
-        """The classifier; its bucket weights are the ones load_data fit (ones before that: a checkpoint's
-        state then brings its own)."""
+        """The classifier, with the bucket weights load_data fit."""
         o = self.opts
         weights = getattr(self, "bucket_weight", None)
         buckets = info.get("buckets", o["buckets"])
@@ -336,8 +330,7 @@ class SentimentTask(Task):
         }
 
     def report(self, model: nn.Module, split: dict[str, torch.Tensor], batch_size: int) -> dict:
-        """Confusion matrix at P(positive) 0.5, precision / recall / F1, the ROC curve and AUC, and calibration
-        histograms of P(positive) by true class."""
+        """Confusion matrix, precision / recall / F1, ROC curve and AUC, calibration histograms."""
         label = split["label"]
         margin = self.evaluate_parts(model, split, batch_size).values["margin"]
         predicted = margin > 0  # argmax: a tie goes to class 0 (negative), as accuracy counts it
