@@ -7,6 +7,7 @@ run folder appears or goes, and every few seconds while visible.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,6 +17,7 @@ from PySide6.QtCore import QFileSystemWatcher, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFileDialog,
     QHeaderView,
     QLabel,
     QLineEdit,
@@ -39,6 +41,7 @@ from app.panels.run_note import RunNoteEditing
 from app.panels.run_rows import checkpoint_of, describe_checkpoint, overlay_label
 from app.panels.runs_model import Prepared, RunsModel, prepare
 from app.run.jobs import BackgroundJob, JobRunner
+from app.run.thread_run import UI_SWITCH_INTERVAL_S
 from core.engine.run_delete import delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import INDEX_FILE, REMEMBERED_FILE, indexed_records
@@ -265,7 +268,13 @@ class HistoryPanel(RunNoteEditing, QWidget):
                 so_far = so_far.merged(prepare(records), sort)
                 progress(replace(so_far))  # its own Prepared: the model may sort it anew
 
-            runs, bulks = with_remote_rows(indexed_records(root, batch if progressive else None), extra)
+            interval, wait = sys.getswitchinterval(), min(sys.getswitchinterval(), UI_SWITCH_INTERVAL_S)
+            sys.setswitchinterval(wait)  # the GUI thread waits less for the GIL meanwhile, as during a ThreadRun
+            try:
+                runs, bulks = with_remote_rows(indexed_records(root, batch if progressive else None), extra)
+            finally:
+                if sys.getswitchinterval() == wait:  # unless another changed it since
+                    sys.setswitchinterval(interval)
             made = set(so_far.folders)  # the batches' rows are made: the others are added to them
             rest = [i for i, run in enumerate(runs) if run.get("folder") not in made]
             return entries, so_far.merged(prepare(([runs[i] for i in rest], [bulks[i] for i in rest])), sort)
@@ -282,11 +291,10 @@ class HistoryPanel(RunNoteEditing, QWidget):
         """A first scan's runs read so far: listed at once (the scan goes on)."""
         if serial != self._scan_serial or not prepared.briefs:
             return
-        first = not self.model.fingerprints
-        self._keeping_selection(lambda: self.model.set_runs(prepared))
-        if first:
+        if not self.model.fingerprints:  # the first rows: the columns sized for them (and for all at the end)
             self._size_columns(prepared.longest)
-            self._sized_for = None  # sized again from all the runs at the end
+            self._sized_for = None
+        self._keeping_selection(lambda: self.model.set_runs(prepared))
         self._scan_text = f"{len(self.model.fingerprints)} run(s) so far, reading on…"
         self._show_status()
 
@@ -466,16 +474,13 @@ class HistoryPanel(RunNoteEditing, QWidget):
         menu = QMenu(self, objectName=f"{name}Menu")
         for which, label in choices:
             menu.addAction(f"{label} checkpoint", lambda *_, which=which: slot(which)).setData((which, label))
-        button = QToolButton(objectName=f"{name}Button", text=text, toolTip=tip)
+        button = QToolButton(objectName=f"{name}Button", text=text, toolTip=tip, clicked=lambda: slot(default))
         button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         button.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
-        button.clicked.connect(lambda: slot(default))
         return button, menu
 
     # ------------------------------------------------------------------ actions
     def choose_root(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
         folder = QFileDialog.getExistingDirectory(self, "Runs root", str(self.root or ""))
         if folder:
             self.rootChosen.emit(folder)

@@ -15,6 +15,7 @@ import json
 import os
 import sqlite3
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def _refresh(
                 _save(db, scan.rows, set())
                 scan.rows = []
             read = [scan.fresh[k] for k in scan.pending]
-            batch(([run for run, _bulk in read], [bulk for _run, bulk in read]))
+            batch((_parse_all([run for run, _bulk in read], sys.maxsize), [bulk for _run, bulk in read]))
 
         on_batch = saved_batch if batch is not None else None
         found, fresh, rows, gone = _scan(root, cached, skip, parts == "split", parts == "listed", on_batch)
@@ -211,9 +212,9 @@ class _Scan:
         stored = _row(key, sig, run, None)
         if trusted and not odd:
             self.rows.append(stored)
-        # and its bulky parts as JSON; brief at once when that is all that is kept (at 10,000 runs read afresh,
-        # whole records are millions of objects for the garbage collector to walk meanwhile)
-        kept = _listed(run) if self.listed else _brief(run) if self.split else run
+        # and its bulky parts as JSON; brief at once when that is all that is kept, as JSON text when split (at
+        # 10,000 runs read afresh, records are many objects for the garbage collector to walk meanwhile)
+        kept = _listed(run) if self.listed else stored[5] if self.split else run
         self.fresh[key] = (kept, stored[6])
         if self.on_batch is not None:
             self.pending.append(key)
@@ -346,6 +347,10 @@ def _select(
                     run["status"] = "running" if is_in_use(folder) else "interrupted"
         runs.append(run)
         bulks.append(bulk if split else None)
+    if split:  # the runs read afresh, kept as text (see _Scan.visit)
+        fresh_at = [i for i, run in enumerate(runs) if type(run) is str]
+        for i, run in zip(fresh_at, _parse_all([runs[i] for i in fresh_at], sys.maxsize)):
+            runs[i] = run
     return runs, bulks, repaired
 
 
