@@ -78,7 +78,7 @@ class FeatureNormalizer(nn.Module):
 
 
 def fit_normalizer(features: np.ndarray, method: str, seed: int = 0) -> dict[str, list]:
-    """FeatureNormalizer's statistics for training `features` (N, F) under `how`, as plain lists."""
+    """FeatureNormalizer's statistics for training `features` (N, F) under `method`, as plain lists."""
     if method not in NORMALIZE:
         raise ValueError(f"normalize: {method!r} is not one of {', '.join(NORMALIZE)}")
     n, width = features.shape
