@@ -308,7 +308,7 @@ class Editor(QWidget):
         self.input.setToolTip(help_text)
         layout.addWidget(self.input, 1)
         self.setFocusProxy(self.input)
-        self.browse: QToolButton | None = None
+        self.buttons: list[QToolButton] = []  # beside the input: browse, a tool (add_button)
 
     def _make_input(self, kind, minimum, maximum, step, choices, help_text) -> QWidget:
         if choices:
@@ -375,11 +375,13 @@ class Editor(QWidget):
         else:
             widget.setText(str(value))
 
-    def add_browse_button(self, tooltip: str, slot) -> None:
-        self.browse = QToolButton(text="…", toolTip=tooltip)
-        self.browse.setAccessibleName(tooltip)
-        self.browse.clicked.connect(slot)
-        self.layout().addWidget(self.browse)
+    def add_button(self, text: str, tooltip: str, slot, **properties) -> None:
+        """A button beside the input; its accessible name is its tooltip's head (before a colon)."""
+        button = QToolButton(text=text, toolTip=tooltip, **properties)
+        button.setAccessibleName(tooltip.split(":", 1)[0])
+        button.clicked.connect(slot)
+        self.layout().addWidget(button)
+        self.buttons.append(button)
 
 
 class FieldRow(QWidget):

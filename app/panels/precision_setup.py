@@ -166,7 +166,7 @@ class PrecisionSection:
 
     def _start_estimate(self) -> None:
         """core.lab.memory_estimate on a worker thread (one at a time: the next starts when it is done)."""
-        if self._estimates.busy or not self._valid:
+        if self._estimates.busy or not self.validate():  # a change may not be validated yet
             return
         from core.lab.memory_estimate import estimate, in_child
         from core.tasks.describe import import_limit

@@ -10,7 +10,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QLabel,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -181,11 +180,11 @@ class RunSetupPanel(PrecisionSection, QWidget):
                 kind = type(getattr(defaults, name))
                 editor = Editor(name, kind, spec.help, spec.minimum, spec.maximum, spec.step, spec.choices)
                 if name in PATH_FIELDS:
-                    editor.add_browse_button(
-                        f"Choose the {label_for(name).lower()}", lambda _=False, n=name: self._browse(n)
-                    )
+                    editor.add_button("…", f"Choose the {label_for(name).lower()}", lambda _=0, n=name: self._browse(n))
                 if name in FIELD_TOOLS:
-                    self._add_tool_button(editor, name)
+                    tool, tooltip = FIELD_TOOLS[name]  # a "Find…" tool: toolRequested(name)
+                    emit = lambda _=0, n=name: self.toolRequested.emit(n)  # noqa: E731
+                    editor.add_button("Find…", tooltip, emit, objectName=tool, focusPolicy=Qt.FocusPolicy.TabFocus)
                 row = FieldRow(editor)
                 editor.changed.connect(self._on_field_changed)
                 self._rows[name] = row
@@ -220,15 +219,6 @@ class RunSetupPanel(PrecisionSection, QWidget):
         self._show_own_optimizer()
         self._update_tab_order()
 
-    def _add_tool_button(self, editor: Editor, name: str) -> None:
-        object_name, tooltip = FIELD_TOOLS[name]
-        button = QToolButton(text="Find…", objectName=object_name, toolTip=tooltip)
-        button.setAccessibleName(tooltip.split(":", 1)[0])
-        button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
-        button.clicked.connect(lambda _=False, n=name: self.toolRequested.emit(n))
-        editor.layout().addWidget(button)
-        editor.tool = button
-
     def set_field(self, name: str, value) -> None:
         """Put `value` into field `name` as if the user had typed it (e.g. the learning rate an LR finder picked)."""
         self._rows[name].editor.set_value(value)
@@ -246,8 +236,7 @@ class RunSetupPanel(PrecisionSection, QWidget):
         """Tab walks the form top to bottom, task options included (rebuilt later, Qt would visit them last)."""
 
         def inputs(row: FieldRow) -> list[QWidget]:
-            extra = [row.editor.browse, getattr(row.editor, "tool", None)]
-            return [row.editor.input, *(widget for widget in extra if widget is not None)]
+            return [row.editor.input, *row.editor.buttons]
 
         options = self._task_option_specs()
         chain = [self.taskCombo]
