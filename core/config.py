@@ -301,22 +301,25 @@ class RunConfig:
 
         return tomli_w.dumps(self.changes())
 
-    def to_argv(self) -> list[str]:
-        """`amp-console train` flags (core.cli.train's) for the changes(): a user task as --task FILE.py:Class."""
-        import tomli_w
 
-        argv: list[str] = []
-        for key, value in self.changes().items():
-            if key == "task_options":  # -o KEY=VALUE, the value a TOML literal as parse_option reads it
-                argv += [a for k, v in value.items() for a in ("-o", f"{k}={tomli_w.dumps({'v': v})[4:].strip()}")]
-            elif key == "columns":
-                argv += [a for k, v in value.items() for a in ("--column", f"{k}={v}")]
-            elif isinstance(value, bool):
-                argv.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
-            elif key != "task_file":
-                value = self.task_file or value if key == "task" else "\\t" if value == "\t" else value
-                argv.append(f"--{key.replace('_', '-')}={value}")  # = keeps a value starting with - a value
-        return argv
+def train_flags(values: dict) -> list[str]:
+    """`amp-console train` flags (core.cli.train's) for settings `values` (a RunConfig's changes(), or a few settings):
+    a user task as --task FILE.py:Class, task options as -o KEY=VALUE."""
+    import tomli_w
+
+    argv: list[str] = []
+    for key, value in values.items():
+        if key == "task_options":  # the value a TOML literal, as parse_option reads it
+            argv += [a for k, v in value.items() for a in ("-o", f"{k}={tomli_w.dumps({'v': v})[4:].strip()}")]
+        elif key == "columns":
+            argv += [a for k, v in value.items() for a in ("--column", f"{k}={v}")]
+        elif isinstance(value, bool):
+            argv.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+        elif key != "task_file":
+            value = str(values.get("task_file") or value if key == "task" else "\\t" if value == "\t" else value)
+            flag = f"--{key.replace('_', '-')}"
+            argv += [f"{flag}={value}"] if value.startswith("-") else [flag, value]  # = keeps "-1" a value
+    return argv
 
 
 def task_defaults(task: str) -> tuple[dict, dict]:
@@ -331,18 +334,21 @@ def task_defaults(task: str) -> tuple[dict, dict]:
 
 
 def train_command(config=None, *flags: str, python: bool = True, events=None, nproc: int = 1, runs_dir="") -> list[str]:
-    """The `train` command line that starts `config`: its changes() as flags (a path: --config PATH; None:
-    --config-stdin, the settings one JSON line on stdin), --nproc, --runs-dir (unless the settings name the folder),
-    then `flags`. `python`: this interpreter's `-m core.cli`, a child process; else `amp-console`, a terminal's.
-    `events` (default: `python`): JSON events on stdout, and the run stops with a checkpoint when this process ends."""
+    """The `train` command line that starts `config`: a RunConfig's changes() or a dict's settings as flags (a path:
+    --config PATH; None: --config-stdin, the settings one JSON line on stdin), --nproc, --runs-dir (unless the
+    settings name the folder), then `flags`. `python`: this interpreter's `-m core.cli`, a child process; else
+    `amp-console`, a terminal's. `events` (default: `python`): JSON events on stdout, and an end with this process."""
     import os
 
     start = [sys.executable, "-m", "core.cli"] if python else ["amp-console"]
-    settings = config.to_argv() if isinstance(config, RunConfig) else ["--config", str(config)] if config else []
+    if isinstance(config, (RunConfig, dict)):
+        settings = train_flags(config.changes() if isinstance(config, RunConfig) else config)
+    else:
+        settings = ["--config", str(config)] if config else ["--config-stdin"]
     follow = ["--events", "--end-with-parent", str(os.getpid())] if (python if events is None else events) else []
     root = [f"--runs-dir={runs_dir}"] if runs_dir and not getattr(config, "out_dir", "") else []
     nodes = ["--nproc", str(nproc)] if nproc > 1 else []
-    return [*start, "train", *settings, *(["--config-stdin"] if config is None else []), *nodes, *root, *follow, *flags]
+    return [*start, "train", *settings, *nodes, *root, *follow, *flags]
 
 
 def run_command(config: RunConfig, host: str = "", nproc: int = 1, runs_dir: str = "", remote_command: str = "") -> str:

@@ -63,7 +63,7 @@ def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsy
     lines = [line for line in capsys.readouterr().out.splitlines() if "re-run with" in line]
     assert len(lines) >= 2 and "lower LR" in lines[0] and "fp32" in lines[1]
     argv = shlex.split(lines[0].split(": ", 1)[1])
-    assert argv[:3] == ["amp-console", "train", "--resume"] and argv[argv.index("--lr") + 1] == "1"
+    assert argv[:2] == ["amp-console", "train"] and "--resume" in argv and argv[argv.index("--lr") + 1] == "1"
     monkeypatch.undo()
     assert main([*argv[1:], "--max-steps", "12"]) == 0
     assert read_note(f"{folder}-lr-div10")[0] == f"rerun_of: {folder}, fix: lower LR (10 / 10)"

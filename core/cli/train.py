@@ -24,7 +24,15 @@ from core.cli.common import (
     stop_at_end_of_input,
 )
 from core.cli.nodes import add_node_flags, node_plan, wants_launcher
-from core.config import FIELD_SPECS, RunConfig, delimiter_value, parse_columns, read_config_file, tomllib
+from core.config import (
+    FIELD_SPECS,
+    RunConfig,
+    delimiter_value,
+    parse_columns,
+    read_config_file,
+    tomllib,
+    train_command,
+)
 from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStarted, StepMetrics
 from core.engine.follow import run_start
 from core.errors import AmpConsoleError, ConfigError, UserCodeError
@@ -344,10 +352,9 @@ def fix_command(fix: dict) -> str:
     """The `amp-console train` command of one of RunEnded.fixes: from its checkpoint, its changes, its note."""
     import shlex
 
-    argv = ["amp-console", "train", *(["--resume", fix["resume"]] if fix.get("resume") else [])]
-    for name, value in fix["changes"].items():
-        argv += ["--" + name.replace("_", "-"), f"{value:g}" if isinstance(value, float) else str(value)]
-    return shlex.join([*argv, "--note", fix["note"]])
+    changes = {name: f"{value:g}" if isinstance(value, float) else value for name, value in fix["changes"].items()}
+    resume = ["--resume", fix["resume"]] if fix.get("resume") else []
+    return shlex.join(train_command(changes, *resume, "--note", fix["note"], python=False))
 
 
 def report_end(ended: RunEnded, started: RunStarted | None, args: argparse.Namespace) -> None:

@@ -160,22 +160,17 @@ def train_command(args: argparse.Namespace, config, lr: float | None, precision:
     """The `amp-console train` command with the settings the test ran with and `lr` (None without a suggestion)."""
     if lr is None:
         return None
+    from core.config import train_command as train_command_of
     from core.tasks import task_source
 
-    parts = ["amp-console", "train", "--task", task_source(config.task) or config.task]
-    if args.device != "auto":
-        parts += ["--device", args.device]
-    parts += ["--precision", precision]
-    if args.batch_size is not None:
-        parts += ["--batch-size", str(args.batch_size)]
-    if args.optimizer:
-        parts += ["--optimizer", args.optimizer]
-    if args.seed:
-        parts += ["--seed", str(args.seed)]
-    for option in args.task_options:
-        parts += ["-o", option]
-    parts += ["--lr", f"{lr:.2g}"]
-    return shlex.join(parts)
+    settings = {
+        "task": task_source(config.task) or config.task,
+        **({"device": args.device} if args.device != "auto" else {}),
+    }
+    settings |= {"precision": precision, **({"batch_size": args.batch_size} if args.batch_size is not None else {})}
+    settings |= {key: getattr(args, key) for key in ("optimizer", "seed") if getattr(args, key)}
+    options = [a for option in args.task_options for a in ("-o", option)]
+    return shlex.join(train_command_of({**settings, "lr": f"{lr:.2g}"}, *options, python=False))
 
 
 def print_result(result, command: str | None, csv_path: str | None) -> None:

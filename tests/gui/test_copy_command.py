@@ -85,11 +85,10 @@ def test_copy_as_command_reproduces_the_form_run(user_task_form, tmp_path):
     text = QGuiApplication.clipboard().text()
     assert "Copied as command to the clipboard: amp-console train" in find(window, "statusMessage").text()
     words = shlex.split(text)
-    assert words[:2] == ["amp-console", "train"] and f"--task={tmp_path / 'my task.py'}:RegressionTask" in words
-    assert {"--lr=0.0123", "--compile", "--max-steps=30", "--delimiter=\\t", "-o", "hidden=7", "noise=0.25"} <= set(
-        words
-    )
-    assert "--epochs=4" not in text and "--optimizer" not in text and "features" not in text  # defaults: not repeated
+    assert words[:4] == ["amp-console", "train", "--task", f"{tmp_path / 'my task.py'}:RegressionTask"]
+    for part in ("--lr 0.0123", "--compile", "--max-steps 30", "--delimiter '\\t'", "-o hidden=7", "-o noise=0.25"):
+        assert part in text, part
+    assert "--epochs 4" not in text and "--optimizer" not in text and "features" not in text  # defaults: not repeated
     same_run(cli_config(words[2:]), window_config(window))
     assert f"--runs-dir={tmp_path / 'my runs'}" in words
 

@@ -183,12 +183,10 @@ def train_command(
     """The `amp-console train` command that uses `mode`'s batch (None when it has none)."""
     import shlex
 
+    from core.config import train_command as command
+
     if mode.batch is None:
         return None
-    parts = ["amp-console", "train", "--task", result.task]
-    if device:
-        parts += ["--device", device]
-    parts += ["--precision", mode.mode, "--batch-size", str(mode.batch)]
-    for option in task_options:
-        parts += ["-o", option]
-    return shlex.join(parts)
+    settings = {"task": result.task, **({"device": device} if device else {}), "precision": mode.mode}
+    options = [a for option in task_options for a in ("-o", option)]
+    return shlex.join(command({**settings, "batch_size": mode.batch}, *options, python=False))

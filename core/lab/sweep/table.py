@@ -7,7 +7,7 @@ import difflib
 import os
 from pathlib import Path
 
-from core.config import RunConfig
+from core.config import RunConfig, train_command
 from core.engine.run_record import load_record, read_run
 from core.errors import ConfigError
 from core.lab.sweep.folder import load_sweep
@@ -120,13 +120,10 @@ def continue_config(row: dict, factor: float = 2.0) -> tuple[RunConfig, str] | N
 
 
 def train_longer_command(row: dict, factor: float = 2.0) -> str | None:
-    """`amp-console train --resume <trial>/checkpoint.pt --max-steps N`: continues in the trial's folder."""
+    """`amp-console train --max-steps N --resume <trial>/checkpoint.pt`: continues in the trial's folder."""
     import shlex
 
     checkpoint, changes = continue_settings(row, factor)
     if checkpoint is None:
         return None
-    parts = ["amp-console", "train", "--resume", checkpoint]
-    for key, value in changes.items():
-        parts += ["--" + key.replace("_", "-"), str(value)]
-    return shlex.join(parts)
+    return shlex.join(train_command(changes, "--resume", checkpoint, python=False))
