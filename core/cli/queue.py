@@ -10,7 +10,7 @@ import argparse
 import json
 
 from core.cli import format as fmt
-from core.cli.common import OneLineParser, StopSignals
+from core.cli.common import OneLineParser, StopSignals, add_option_flag
 from core.cli.train import DATA_FLAG_FIELDS, _user_layers, add_data_flags, add_field_flag
 from core.config import FIELD_SPECS, RunConfig
 
@@ -25,7 +25,7 @@ def register(sub) -> None:
             add_field_flag(add, name)
         if name == "data":
             add_data_flags(add)
-    add.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE", dest="task_options")
+    add_option_flag(add)
     add.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a sweep's trials (repeatable)")
     add.add_argument("--name", default="", help="the entry's name (default: the file's, the task's or the trial's)")
     add.add_argument("--host", default="", metavar="HOST", help="train there, over ssh (paths: the host's)")
@@ -136,6 +136,7 @@ def train_on_host(entry: dict, control, started, root) -> tuple[str, str]:
     import threading
 
     from core.engine.events import RunEnded, event_or_none
+    from core.engine.run_folder import CHECKPOINT_FILE
     from core.errors import AmpConsoleError
     from core.remote.client import control_remote, follow_remote, start_remote_run
     from core.remote.fetch import list_host_runs
@@ -145,8 +146,12 @@ def train_on_host(entry: dict, control, started, root) -> tuple[str, str]:
 
     host = Host(**{**entry["host"], "ssh_options": tuple(entry["host"].get("ssh_options", ()))})
     try:
-        if not entry["folder"]:
-            started(start_remote_run(host, entry["config"]).target)
+        if not entry["folder"]:  # a retried entry resumes in its folder there, from the checkpoint it has
+            old = entry.get("retried", "").partition(":")[2]
+            there = [r for r in list_host_runs(host, root).runs if r.get("remote_folder") == old] if old else []
+            resume = f"{old}/{CHECKPOINT_FILE}" if there and "last" in (there[0].get("checkpoints") or {}) else None
+            config = {**entry["config"], "out_dir": old} if resume else entry["config"]
+            started(start_remote_run(host, config, resume=resume).target)
         path = entry["folder"].split(":", 1)[1]
         follower, ended, done = follow_remote(host, path), None, threading.Event()
 
