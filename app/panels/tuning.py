@@ -300,16 +300,14 @@ class LRFinderDialog(ToolDialog):
         suggestion = self.suggestion()
         if suggestion is None:
             return
+        why = suggestion.explanation.removeprefix(f"{suggestion.method}: ")
         if suggestion.lr is not None:
             self.suggestionMarker.setData([suggestion.lr], [suggestion.loss])
-            why = suggestion.explanation.removeprefix(f"{suggestion.method}: ")
             self.explanation.setText(f"Suggested ({suggestion.method}): <b>{fmt_lr(suggestion.lr)}</b>, {why}.")
-            self.pick, self._pick_index = suggestion.lr, suggestion.index
         else:
             self.suggestionMarker.setData([], [])
-            why = suggestion.explanation.removeprefix(f"{suggestion.method}: ")
             self.explanation.setText(f"No suggestion ({suggestion.method}): {why}. Click the curve to pick one.")
-            self.pick, self._pick_index = None, None
+        self.pick, self._pick_index = suggestion.lr, suggestion.index if suggestion.lr is not None else None
         self._show_pick()
 
     def pick_lr(self, lr: float) -> float | None:
