@@ -116,7 +116,7 @@ def manifest_of(name):
         if name == "recommender"
         else {"vocabulary": {}}
     )
-    manifest = serving.manifest(model, state, sample)
+    manifest = {"inputs": [spec.entry() for spec in serving.inputs(model)], **serving.manifest(model, state, sample)}
     return manifest, serving.module(model, "program").eval()
 
 

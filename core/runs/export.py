@@ -9,6 +9,7 @@ serving part's `weights`. See docs/runs.md ("Export for serving").
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from core.config import RunConfig
 from core.engine.run_record import run_checkpoint
 from core.errors import CheckpointError, ConfigError
 from core.files import atomic_write_bytes, new_temp_folder
@@ -29,7 +31,7 @@ from core.runs.evaluation_report import json_ready
 from core.text import first_line, size
 
 if TYPE_CHECKING:
-    from core.tasks.serving import TaskServing
+    from core.tasks.serving import Input, TaskServing
 
 MODEL_FILES = {"program": "model.pt2", "onnx": "model.onnx", "safetensors": "model.safetensors"}
 FORMATS = tuple(MODEL_FILES)
@@ -94,17 +96,25 @@ class Loaded:
         """The task's serving part (core.tasks.serving)."""
         return self.task.serving()
 
+    @cached_property
+    def inputs(self) -> tuple[Input, ...]:
+        """What its deployable module reads, in order."""
+        return self.serving.inputs(self.model)
+
 
 def load_trained(checkpoint: str | Path) -> Loaded:
     """The checkpoint's model, rebuilt from its settings and weights (load_checkpoint: weights_only)."""
     from core.engine.checkpoints import load_checkpoint, rebuild_model
     from core.tasks import TASKS
+    from core.tasks.serving import not_served
 
     state = load_checkpoint(checkpoint)
     task_class = TASKS.get(state["task"])
     if task_class is None or task_class.serving_class() is None:
-        raise CheckpointError(f"{checkpoint}: task {state['task']!r} has no serving export")
+        raise CheckpointError(f"{checkpoint}: {not_served(state['task'])}")
     task, model = rebuild_model(state, checkpoint)
+    with contextlib.suppress(ConfigError):  # the run's data settings, where its sample inputs are read from
+        task.use_config(RunConfig.from_dict(state["config"], source=str(checkpoint)))
     return Loaded(state, task, model.eval(), Path(checkpoint))
 
 
@@ -126,7 +136,6 @@ def export_source(source: str | Path, which: str = "advised", say=None) -> Path:
 def check_task_returns(loaded: Loaded, say) -> None:
     """A user task's loss and metrics returns checked on its run's data as a run checks them (a bad one is its
     TaskOutputError); data that cannot be loaded here leaves the check undone, said through `say`."""
-    from core.config import RunConfig
     from core.tasks.task_checks import check_returns, checked_data, is_user_task
 
     task = loaded.task
@@ -180,9 +189,17 @@ def export_model(
     say(f"loaded {loaded.state['task']} checkpoint at step {loaded.state['step']:,} from {checkpoint}")
     check_task_returns(loaded, say)
     sample = loaded.serving.sample_inputs(loaded.model, SAMPLE_ROWS, 0)  # the task's (e.g. its own reviews hashed)
+    sample = sample if isinstance(sample, tuple) else (sample,)
     reference = _serving(loaded, "fp32", fmt)
-    with torch.no_grad():
-        expected32 = reference(sample)
+    try:
+        with torch.no_grad():
+            expected32 = reference(*sample)
+    except Exception as exc:
+        shapes = ", ".join(f"{s.name} {tuple(x.shape)} {x.dtype}" for s, x in zip(loaded.inputs, sample))
+        raise CheckpointError(
+            f"{checkpoint}: the {loaded.state['task']} model fails on sample inputs ({shapes}) of its declared "
+            f"inputs: {type(exc).__name__}: {first_line(exc)}"
+        ) from None
     made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]  # removed on failure
     staging = None
     try:
@@ -190,7 +207,7 @@ def export_model(
         staging = Path(new_temp_folder(out.parent, f".{out.name}."))  # a folder's usual permissions, unlike mkdtemp
         serving = _serving(loaded, dtype, fmt)
         with torch.no_grad():
-            expected = serving(sample)
+            expected = serving(*sample)
         say(f"writing {MODEL_FILES[fmt]} ({dtype})…")
         files = _write_model(loaded, serving, sample, staging, fmt, dtype)
         try:
@@ -204,7 +221,7 @@ def export_model(
         # Reduced precision run by another runtime (ONNX Runtime) rounds differently: a few units of its epsilon.
         rounding = 4 * torch.finfo(DTYPES[dtype]).eps if dtype != "fp32" and fmt == "onnx" else TOLERANCE
         tolerance = max(TOLERANCE, rounding) * max(1.0, float(expected.abs().max()))
-        shape = tuple(sample.shape)
+        shape = tuple(sample[0].shape)
         say(f"verified: reloaded {MODEL_FILES[fmt]} on a sample batch {shape}, max abs difference {diff:.2e}")
         if not diff <= tolerance:  # NaN fails too
             raise CheckpointError(
@@ -265,11 +282,11 @@ def export_model(
         size,
         diff,
         tolerance,
-        int(sample.shape[0]),
+        int(sample[0].shape[0]),
         fp32_size,
         dtype_diff,
         time.perf_counter() - began,
-        sample_shape=list(sample.shape),
+        sample_shape=list(sample[0].shape),
     )
 
 
@@ -314,15 +331,14 @@ def _serving(loaded: Loaded, dtype: str, fmt: str) -> nn.Module:
     return serving.module(model, fmt).eval()
 
 
-def _write_model(
-    loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, fmt: str, dtype: str
-) -> list[str]:
+def _write_model(loaded: Loaded, serving: nn.Module, sample: tuple, folder: Path, fmt: str, dtype: str) -> list[str]:
     task = loaded.state["task"]
-    dynamic = {name_arg(serving): loaded.serving.dynamic_shapes()}
+    dynamic = _dynamic_shapes(serving, loaded.inputs)
     if fmt == "program":
         try:
-            program = torch.export.export(serving, (sample,), dynamic_shapes=dynamic, strict=False)
+            program = torch.export.export(serving, sample, dynamic_shapes=dynamic, strict=False)
             program.example_inputs = None  # saved, they would be a torch.save pickle, which a loader refuses
+            program._guards_code = []  # inputs' shared lengths checked as Python, which a loader refuses
             buffer = io.BytesIO()
             torch.export.save(program, buffer)
         except Exception as exc:
@@ -336,14 +352,19 @@ def _write_model(
     return _write_safetensors(loaded, serving, folder, dtype)
 
 
-def name_arg(serving: nn.Module) -> str:
-    """The forward argument's name (dynamic_shapes are keyed by it)."""
+def _dynamic_shapes(serving: nn.Module, inputs: tuple[Input, ...]) -> dict:
+    """torch.export's dynamic shapes, keyed by the forward's arguments (all of them: `*inputs`)."""
     import inspect
 
-    return next(iter(inspect.signature(serving.forward).parameters))
+    dims: dict = {}
+    shapes = [spec.dynamic_shape(dims) for spec in inputs]
+    params = list(inspect.signature(serving.forward).parameters.values())
+    if params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return {params[0].name: tuple(shapes)}
+    return {p.name: shape for p, shape in zip(params, shapes)}
 
 
-def _write_onnx(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder: Path, dynamic: dict) -> list[str]:
+def _write_onnx(loaded: Loaded, serving: nn.Module, sample: tuple, folder: Path, dynamic: dict) -> list[str]:
     import contextlib
     import logging
     import warnings
@@ -360,9 +381,9 @@ def _write_onnx(loaded: Loaded, serving: nn.Module, sample: torch.Tensor, folder
                 logging.getLogger(logger).setLevel(logging.ERROR)
             program = torch.onnx.export(
                 serving,
-                (sample,),
+                sample,
                 dynamo=True,
-                input_names=[loaded.serving.input_name],
+                input_names=[spec.name for spec in loaded.inputs],
                 output_names=[loaded.serving.output_name],
                 dynamic_shapes=dynamic,
                 optimize=True,
@@ -393,7 +414,7 @@ def _write_safetensors(loaded: Loaded, serving: nn.Module, folder: Path, dtype: 
     return [Path(p).name for p in written]
 
 
-def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: torch.Tensor) -> torch.Tensor:
+def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: tuple) -> torch.Tensor:
     """The sample's outputs from the files just written, loaded back as a server would."""
     path = folder / MODEL_FILES[fmt]
     if fmt == "program":
@@ -401,13 +422,13 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
 
         module = load_program(path)  # the checks serve.py makes: what is written passes them
         with torch.no_grad():
-            return module(sample)
+            return module(*sample)
     if fmt == "onnx":
         import numpy as np
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        result = session.run(None, {loaded.serving.input_name: sample.numpy()})[0]
+        result = session.run(None, {spec.name: x.numpy() for spec, x in zip(loaded.inputs, sample)})[0]
         return torch.from_numpy(np.asarray(result))
     from safetensors.torch import load_file
 
@@ -421,7 +442,7 @@ def _reload_outputs(loaded: Loaded, folder: Path, fmt: str, dtype: str, sample: 
     load_model_state(model, weights, str(path))
     serving = loaded.serving.module(model.eval(), fmt).eval()
     with torch.no_grad():
-        return serving(sample)
+        return serving(*sample)
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -455,7 +476,7 @@ FORMAT_NOTES = {
 }
 
 
-def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -> dict:
+def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: tuple) -> dict:
     """Everything serving needs to know about the export (see the module doc), as plain JSON values."""
     from core.engine.checkpoints import library_versions
 
@@ -482,7 +503,8 @@ def build_manifest(loaded: Loaded, fmt: str, dtype: str, sample: torch.Tensor) -
         "source_checkpoint": str(loaded.path),
     }
     manifest.update(FORMAT_NOTES[fmt])
-    manifest.update(loaded.serving.manifest(model, state, sample))  # inputs, outputs, serving
+    manifest["inputs"] = [spec.entry() for spec in loaded.inputs]
+    manifest.update(loaded.serving.manifest(model, state, sample[0]))  # outputs, serving
     manifest["serving_module"] = loaded.serving.rows_module  # the task's part of serve.py, beside it
     return manifest
 

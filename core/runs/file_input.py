@@ -1,6 +1,7 @@
 """`predict`'s input, read a block at a time in bounded memory: CSV through pyarrow's streaming reader (columns read
-as bytes, made text per batch, so a value that is not UTF-8 costs its row, not its block), or Parquet a row group at
-a time. Each batch carries its rows' line numbers (the header is line 1; blank lines are counted and skipped;
+as bytes, made text per batch, so a value that is not UTF-8 costs its row, not its block), Parquet a row group at
+a time, or JSON lines (an object a line, its first line's keys the columns, each value as text: a list as its
+JSON). Each batch carries its rows' line numbers (CSV: the header is line 1; blank lines are counted and skipped;
 Parquet: 1-based rows). Messages name the user's columns with control characters escaped (core.text.printable).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import re
 import threading
 import types
@@ -17,6 +19,7 @@ from pathlib import Path
 from core.data.row_checks import shown_names
 from core.errors import ConfigError, DataError
 from core.files import UnreadableFile, open_regular
+from core.runs.predict_output import JSON_SUFFIXES
 from core.text import first_line, printable
 
 BLOCK_BYTES = 2 << 20  # CSV bytes parsed at a time (the reader reads up to 32 blocks ahead: 64 MiB)
@@ -34,7 +37,8 @@ class InputReader:
         from core.data import formats
 
         self.path, self.batch_rows = path, batch_rows
-        self.parquet = path.suffix.lower() != ".csv"
+        self.parquet = path.suffix.lower() in (".parquet", ".pq")
+        self.json = path.suffix.lower() in JSON_SUFFIXES
         self.unit = "row" if self.parquet else "line"
         self.needed: list[str] = []
         self.delimiter = ","
@@ -46,9 +50,14 @@ class InputReader:
             raise ConfigError("--input", str(exc)) from None
         if not self.parquet:
             formats.refuse_binary(path)
+        if self.json:
+            self.schema = pa.schema([(str(n), pa.string()) for n in self._first_keys()])
+        elif not self.parquet:
             self.delimiter = formats.sniff_delimiter(path, _declared())  # as training's importer sniffs it
         try:
-            if self.parquet:
+            if self.json:
+                pass
+            elif self.parquet:
                 self._file = pq.ParquetFile(path)
                 self.schema = self._file.schema_arrow
             else:
@@ -150,10 +159,65 @@ class InputReader:
                 )
 
     def __iter__(self):
-        if self.parquet:
+        if self.json:
+            yield from self._json_batches()
+        elif self.parquet:
             yield from self._parquet_batches()
         else:
             yield from self._csv_batches()
+
+    def _json_lines(self):
+        """(line number, its object or the reason it is none) of each line that is not blank."""
+        import json
+
+        with open_regular(self.path) as unbuffered, io.BufferedReader(unbuffered) as f:
+            for number, raw in enumerate(f, 1):
+                if raw.strip():
+                    try:
+                        row = json.loads(raw.decode("utf-8"))
+                    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                        row = f"not a JSON object: {first_line(exc)}"
+                    yield number, row if isinstance(row, (dict, str)) else "not a JSON object of column: value"
+
+    def _first_keys(self) -> list:
+        with contextlib.closing(self._json_lines()) as lines:
+            for number, row in lines:
+                if isinstance(row, str):
+                    raise DataError(f"{self.path}: line {number}: {row}")
+                return list(row)
+        return []
+
+    def _json_batches(self):
+        import json
+
+        import numpy as np
+        import pyarrow as pa
+
+        def batch(rows, lines, problems):
+            columns = {
+                name: pa.array(
+                    [
+                        None if (v := row.get(name)) is None else v if isinstance(v, str) else json.dumps(v)
+                        for row in rows
+                    ],
+                    pa.string(),
+                )
+                for name in self.needed
+            }
+            return pa.RecordBatch.from_pydict(columns), np.asarray(lines, dtype=np.int64), problems
+
+        rows, lines, problems = [], [], []
+        for number, row in self._json_lines():
+            if isinstance(row, str):
+                problems.append((number, row))
+                continue
+            rows.append(row)
+            lines.append(number)
+            if len(rows) == self.batch_rows:
+                yield batch(rows, lines, problems)
+                rows, lines, problems = [], [], []
+        if rows or problems:
+            yield batch(rows, lines, problems)
 
     def _parquet_batches(self):
         import numpy as np

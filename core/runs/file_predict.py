@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError, DataError
-from core.runs.predict_output import OUT_SUFFIXES
+from core.runs.predict_output import JSON_SUFFIXES, OUT_SUFFIXES
 from core.text import printable
 
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
@@ -52,8 +52,8 @@ def check_request(request: PredictRequest) -> list[str]:
         if option.dest in request.task_options:
             option.check(request.task_options[option.dest])
     check_regular_file(source, "--input", "input file")  # a FIFO or a device is refused, never opened
-    if source.suffix.lower() not in OUT_SUFFIXES:
-        raise ConfigError("--input", f"{source}: use a .csv or .parquet file")
+    if source.suffix.lower() not in (*OUT_SUFFIXES, *JSON_SUFFIXES):
+        raise ConfigError("--input", f"{source}: use a .csv, .parquet or .jsonl file")
     if out.suffix.lower() not in OUT_SUFFIXES:
         raise ConfigError("--out", f"{out}: use a .csv or .parquet file name")
     check_utf8_path(out, "--out")
@@ -87,7 +87,9 @@ class FilePrediction:
         serving = predictor.task_object.serving_class()
         scorer = serving.file_scorer if serving is not None else None
         if scorer is None:
-            raise ConfigError("checkpoint", f"a {predictor.task} model does not score files")
+            from core.tasks.serving import not_served
+
+            raise ConfigError("checkpoint", not_served(predictor.task))
         self.predictor, self.request = predictor, request
         self.reader = InputReader(request.source, request.batch_size)
         self.scorer = scorer(predictor, self.reader, request)

@@ -14,6 +14,7 @@ from core.files import PartialFile, remove_abandoned_partials, shown_path
 from core.text import first_line
 
 OUT_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+JSON_SUFFIXES = (".jsonl", ".ndjson")  # an input only
 
 
 class WriteFailed(AmpConsoleError):

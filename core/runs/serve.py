@@ -54,21 +54,24 @@ class Served:
             )
         self.part = part.Serving(self, KIT)  # the task's inputs and answers
 
-    def run(self, rows, dtype):
-        """The model on `rows` (nested lists shaped as manifest["inputs"]): nested lists back."""
+    def run(self, rows, dtype=None):
+        """The model on `rows` (nested lists shaped as manifest["inputs"]; a list of them, one per input, when
+        `dtype` is None): nested lists back."""
         return self.run_array(rows, dtype).tolist()
 
-    def run_array(self, rows, dtype):
+    def run_array(self, rows, dtype=None):
         """As run, the answer as a torch tensor (model.pt2, model.safetensors) or a numpy array (model.onnx)."""
+        inputs = self.manifest["inputs"]
+        arrays = [(rows, dtype)] if dtype is not None else [(x, spec["dtype"]) for x, spec in zip(rows, inputs)]
         if self._module is not None:
             import torch
 
             with torch.no_grad():
-                return self._module(torch.tensor(rows, dtype=getattr(torch, dtype)))
+                return self._module(*(torch.tensor(x, dtype=getattr(torch, kind)) for x, kind in arrays))
         import numpy as np
 
-        name = self.manifest["inputs"][0]["name"]
-        return self._session.run(None, {name: np.asarray(rows, dtype=dtype)})[0]
+        feed = {spec["name"]: np.asarray(x, dtype=kind) for spec, (x, kind) in zip(inputs, arrays)}
+        return self._session.run(None, feed)[0]
 
     def predict(self, inputs, k=10):
         """One answer per input of a batch of the task's inputs (a str or bytes is a batch of one); `k`: the

@@ -13,8 +13,9 @@ from torch.overrides import TorchFunctionMode
 from core.data.batching import split_length
 from core.data.splits import DataSource
 from core.errors import ConfigError, TaskOutputError
+from core.tasks.feature_serving import FeatureServing
 from core.tasks.options import TaskOption, option_errors
-from core.tasks.serving import ModelAtHand
+from core.tasks.serving import Input, ModelAtHand
 from core.text import size
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class Task(ABC):
     # or (optimizer, LR scheduler), instead of the engine's (cfg.optimizer, cfg.lr, cfg.schedule: then unused). The
     # engine steps the scheduler once per optimizer step and keeps fp16 scaling, grad_accum, grad_clip, checkpoints.
     configure_optimizers: ClassVar = None
+    # What the model reads when served, in the order it takes them (core.tasks.serving.Input: name, dtype, shape
+    # per row, pad): export, predict and serve.py work from it (FeatureServing; docs/tasks.md, "Serving it").
+    inputs: ClassVar[tuple[Input, ...]] = ()
 
     def __init__(self, options: dict | None = None):
         problems = self.option_errors(options or {})
@@ -156,8 +160,9 @@ class Task(ABC):
 
     @classmethod
     def serving_class(cls) -> type[TaskServing] | None:
-        """The serving part of this task (core.tasks.serving); None: the task is not served."""
-        return None
+        """The serving part of this task (core.tasks.serving): FeatureServing when it declares `inputs`; None:
+        the task is not served."""
+        return FeatureServing if cls.inputs else None
 
     def serving(self) -> TaskServing | None:
         """The serving part for these options (see serving_class)."""

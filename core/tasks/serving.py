@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -46,9 +47,7 @@ class ServedTask(Protocol):
 class TaskServing(ABC):
     """The serving part of one task (see the module doc); `self.opts` are the task's options."""
 
-    input_name: ClassVar[str]
     output_name: ClassVar[str]
-    dynamic_dims: ClassVar[tuple[str, ...]] = ("batch",)
     answers: ClassVar[tuple[str, ...]] = ()  # methods taking the predictor first (see the module doc)
     file_scorer: ClassVar[type[FileScorer] | None] = None  # None: `predict` does not score files of this task
 
@@ -58,21 +57,30 @@ class TaskServing(ABC):
 
     @abstractmethod
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
-        """The deployable module over `model` (held as its `model` attribute) for export format `fmt`."""
+        """The deployable module over `model` (held as its `model` attribute) for export format `fmt`: it takes
+        the `inputs` in order."""
 
     def weights(self, model: nn.Module) -> nn.Module:
         """The part of `model` cast to an export's reduced dtype."""
         return model
 
-    @abstractmethod
-    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor:
-        """A batch of about `rows` inputs of the deployable module, of the right shape and range."""
+    def inputs(self, model: nn.Module) -> tuple[Input, ...]:
+        """What the deployable module reads, in order: the task's declared `inputs` (Task.inputs)."""
+        return tuple(getattr(self.task, "inputs", ()) or ())
 
-    def dynamic_shapes(self) -> dict:
-        """torch.export's dynamic shapes of the input: each of `dynamic_dims`, 1..DIM_MAX."""
+    def sample_inputs(self, model: nn.Module, rows: int, seed: int) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """About `rows` rows of each input (a tensor alone: of the one input), of the right shape and range: the run's own validation data (its
+        test, then training data when it has none), each input read from the batch key of its name."""
         import torch
 
-        return {axis: torch.export.Dim(name, min=1, max=DIM_MAX) for axis, name in enumerate(self.dynamic_dims)}
+        split, specs = validation_split(self.task, rows), self.inputs(model)
+        missing = [s.name for s in specs if not isinstance(split.get(s.name), torch.Tensor)]
+        if missing or not specs:
+            raise DataError(
+                f"the {self.task.name} task's validation data has no {missing[0] if missing else 'inputs'!r} "
+                f"batch key for its served input: name each of its `inputs` after a key of its batches"
+            )
+        return tuple(split[s.name][:rows].to(torch.int64 if s.dtype == "int64" else torch.float32) for s in specs)
 
     @abstractmethod
     def manifest(self, model: nn.Module, state: dict, sample: torch.Tensor) -> dict:
@@ -178,6 +186,14 @@ class TaskServing(ABC):
         return Path(inspect.getfile(owner)).with_name(self.rows_module).read_bytes()
 
 
+def not_served(task: str) -> str:
+    """Why a task is not served, and what to add (one line)."""
+    return (
+        f"task {task!r} has no serving part: declare what its model reads on the task, e.g. inputs = "
+        f"(Input('ids', 'int64', ('seq',), pad=0),) (core.tasks.serving.Input; docs/tasks.md, 'Serving it')"
+    )
+
+
 def cut(text: str, most: int = SAMPLE_CHARS) -> str:
     """`text` on one line, at most `most` characters (cut with …)."""
     text = " ".join(str(text).split())
@@ -211,6 +227,94 @@ class ModelAtHand:
         if name.startswith("_") or "serving" not in self.__dict__ or name not in self.serving.answers:
             raise AttributeError(name)
         return functools.partial(getattr(self.serving, name), self)
+
+
+def validation_split(task, limit: int, settings: dict | None = None) -> dict:
+    """The first `limit` rows of `task`'s validation data (its test, then training data when it has none), as a
+    dict of CPU tensors; `settings`: the run's {data, seed} (default: those Task.use_config recorded)."""
+    import torch
+
+    settings = settings if settings is not None else getattr(task, "run_settings", {})
+    data = task.load_data(str(settings.get("data") or ""), int(settings.get("seed", 0)))
+    split = next((s for s in (data.val, data.test, data.train) if s is not None and len(s)), None)
+    if split is not None and not isinstance(split, dict):  # a Dataset: its first `limit` items
+        from core.data.loaders import first_rows
+
+        split = first_rows(split, limit, torch.device("cpu"))
+    return {k: v[:limit].cpu() for k, v in (split or {}).items() if isinstance(v, torch.Tensor)}
+
+
+_DTYPES = ("float32", "int64")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input a served model reads (a Task's `inputs`, in the order the model takes them; docs/tasks.md):
+    its batch key `name`, `dtype` (float32 or int64) and `shape` per row, where an int is a fixed size and a
+    name a length that varies (rows padded with `pad` to the batch's longest; a name shared by two inputs is
+    one length)."""
+
+    name: str
+    dtype: str = "float32"
+    shape: tuple[int | str, ...] = ()
+    pad: float | None = None
+    meaning: str = ""
+
+    def __post_init__(self):
+        if not self.name.isidentifier() or self.dtype not in _DTYPES:
+            raise ValueError(f"Input {self.name!r}, {self.dtype!r}: give a plain name and a dtype of {_DTYPES}")
+        if not all((type(d) is int and d > 0) or (isinstance(d, str) and d.isidentifier()) for d in self.shape):
+            raise ValueError(f"Input {self.name!r} shape {self.shape!r}: sizes above 0 or names of lengths")
+
+    def entry(self) -> dict:
+        """The manifest's entry: shape ["batch", *shape], and its pad when it has one."""
+        pad = {} if self.pad is None else {"pad": self.pad}
+        return tensor_entry(self.name, ["batch", *self.shape], self.dtype, self.meaning) | pad
+
+    def dynamic_shape(self, dims: dict) -> dict:
+        """torch.export's dynamic shape: the batch and each named length, 1..DIM_MAX (one Dim per name)."""
+        import torch
+
+        named = {0: "batch"} | {axis + 1: d for axis, d in enumerate(self.shape) if isinstance(d, str)}
+        return {a: dims.setdefault(n, torch.export.Dim(n, min=1, max=DIM_MAX)) for a, n in named.items()}
+
+    def row(self, value) -> np.ndarray:
+        """One row's value (a number, a list, or their text: JSON or numbers apart) as float64; ValueError."""
+        import numpy as np
+
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ValueError(f"{self.name} is empty")
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = value.replace(",", " ").split()
+        try:
+            x = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.name} is not a number or a list of numbers") from None
+        shape = ", ".join(map(str, self.shape)) or "one number"
+        if x.ndim != len(self.shape) or any(
+            n != d if isinstance(d, int) else n < 1 for n, d in zip(x.shape, self.shape)
+        ):
+            raise ValueError(f"{self.name} has shape {tuple(x.shape)}; the model reads ({shape}) per row")
+        if not np.isfinite(x).all() or (self.dtype == "int64" and (x != np.round(x)).any()):
+            kind = "whole numbers" if self.dtype == "int64" else "finite numbers"
+            raise ValueError(f"{self.name} holds values that are not {kind}")
+        return x
+
+    def batch(self, rows: list) -> np.ndarray:
+        """Checked rows (`row`) as one array, each padded with `pad` to the longest; ValueError without a pad
+        for rows of different lengths."""
+        import numpy as np
+
+        longest = tuple(max((r.shape[a] for r in rows), default=1) for a in range(len(self.shape)))
+        if self.pad is None and any(r.shape != longest for r in rows):
+            raise ValueError(f"{self.name}: rows of different lengths, and its Input declares no pad")
+        out = np.full((len(rows), *longest), 0 if self.pad is None else self.pad, dtype=self.dtype)
+        for i, r in enumerate(rows):
+            out[i, ...][tuple(slice(0, n) for n in r.shape)] = r
+        return out
 
 
 def tensor_entry(name: str, shape: list, dtype: str, meaning: str = "") -> dict:

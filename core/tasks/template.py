@@ -145,8 +145,9 @@ class TemplateTask(Task):
     @classmethod
     def serving_class(cls):
         """What `amp-console predict`, `export` (and its serve.py) and the window's Model preview use:
-        PointsServing, below. Keep it while your model reads a row of numbers; docs/tasks.md says what to write
-        for other inputs."""
+        PointsServing, below. Keep it while your model reads a row of numbers; for other inputs, delete it and
+        declare them, in the order your model takes them, e.g. token ids of any length padded with 0:
+        `inputs = (Input("ids", "int64", ("seq",), pad=0),)` (core.tasks.serving.Input; docs/tasks.md)."""
         return PointsServing
 
 

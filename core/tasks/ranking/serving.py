@@ -14,7 +14,7 @@ from torch import nn
 
 from core.errors import DataError
 from core.tasks.ranking.losses import ndcg_at
-from core.tasks.serving import FileScorer, PreviewSpec, ServingShape, TaskServing, feature_rows, tensor_entry
+from core.tasks.serving import FileScorer, Input, PreviewSpec, ServingShape, TaskServing, feature_rows, tensor_entry
 
 RANK_ROWS = 65536  # candidates scored at a time
 
@@ -161,9 +161,8 @@ class RankingFileScorer(FileScorer):
 class RankingTaskServing(TaskServing):
     """Each query's candidates as raw features in (any number of candidates), their scores out."""
 
-    input_name, output_name = "features", "scores"
+    output_name = "scores"
     rows_module = "ranking_rows.py"  # serve.py's part for the task (core.tasks.serving)
-    dynamic_dims = ("batch", "candidates")
     answers = ("rank", "example_queries")
     file_scorer = RankingFileScorer
     preview = PreviewSpec(
@@ -194,12 +193,14 @@ class RankingTaskServing(TaskServing):
             return base + 0.01 * torch.randn(shape, generator=gen) * norm.knots.std(1)
         return norm.center + norm.scale * torch.randn(shape, generator=gen)
 
+    def inputs(self, model: Any) -> tuple[Input, ...]:
+        raw = "raw (un-normalised) features of each query's candidates"
+        return (Input("features", "float32", ("candidates", int(model.norm.mean.shape[0])), meaning=raw),)
+
     def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         features = int(model.norm.mean.shape[0])
-        raw = "raw (un-normalised) features of each query's candidates"
         scores = "relevance scores: rank a query's candidates by descending score"
         return {
-            "inputs": [tensor_entry(self.input_name, ["batch", "candidates", features], "float32", raw)],
             "outputs": [tensor_entry(self.output_name, ["batch", "candidates"], "float32", scores)],
             "serving": {
                 "features": features,

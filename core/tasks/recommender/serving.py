@@ -17,7 +17,7 @@ from torch import nn
 
 from core.errors import CheckpointError, ConfigError
 from core.tasks.recommender.files import RecommenderFileScorer
-from core.tasks.serving import PreviewSpec, ServingShape, TaskServing, tensor_entry
+from core.tasks.serving import Input, PreviewSpec, ServingShape, TaskServing, tensor_entry
 
 RECOMMEND_ROWS = 256  # histories scored at a time (the transformer's activations grow with it); fewer for a
 # catalogue whose score matrix would be large
@@ -60,7 +60,7 @@ class RecommenderTaskServing(TaskServing):
     """Histories of model item ids in (the manifest's vocabulary maps the data's lesson ids to them), scores
     over the catalogue out."""
 
-    input_name, output_name = "seq", "scores"
+    output_name = "scores"
     rows_module = "recommender_rows.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("recommend", "recommend_many", "recommend_codes", "example_users", "item_codes", "item_ids")
     file_scorer = RecommenderFileScorer
@@ -87,6 +87,10 @@ class RecommenderTaskServing(TaskServing):
         pad = torch.arange(max_len).unsqueeze(0) < (max_len - lengths).unsqueeze(1)
         return seq.masked_fill(pad, 0)
 
+    def inputs(self, model: Any) -> tuple[Input, ...]:
+        history = "model item ids of the history, oldest first, left-padded with 0"
+        return (Input("seq", "int64", (model.positions.num_embeddings,), meaning=history),)
+
     def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
         vocabulary = (state.get("vocabulary") or {}).get("item_id")
@@ -95,10 +99,8 @@ class RecommenderTaskServing(TaskServing):
         else:
             ids = vocabulary.tolist() if isinstance(vocabulary, torch.Tensor) else list(vocabulary)
             source = "the training data's lesson ids"
-        history = "model item ids of the history, oldest first, left-padded with 0"
         scores = "next-lesson scores; column j is model id j + 1"
         return {
-            "inputs": [tensor_entry(self.input_name, ["batch", max_len], "int64", history)],
             "outputs": [tensor_entry(self.output_name, ["batch", n_items], "float32", scores)],
             "serving": {
                 "max_len": max_len,

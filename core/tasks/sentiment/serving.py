@@ -13,7 +13,7 @@ from torch import nn
 from core.data.reviews import generate_reviews
 from core.data.row_checks import Checks, as_text, ids
 from core.data.tokenizer import BOUNDARY, NEGATORS, hashed_tokens, word_lists
-from core.tasks.serving import FileScorer, PreviewSpec, TaskServing, tensor_entry
+from core.tasks.serving import FileScorer, Input, PreviewSpec, TaskServing, tensor_entry
 
 SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
 
@@ -85,7 +85,7 @@ class SentimentFileScorer(FileScorer):
 class SentimentTaskServing(TaskServing):
     """Review texts, hashed as the run hashed its data (the recipe in the manifest), in; P(positive) out."""
 
-    input_name, output_name = "tokens", "p_positive"
+    output_name = "p_positive"
     rows_module = "sentiment_rows.py"  # serve.py's part for the task (core.tasks.serving)
     answers = ("sentiment", "sentiment_array", "explain")
     file_scorer = SentimentFileScorer
@@ -116,11 +116,13 @@ class SentimentTaskServing(TaskServing):
             text, model.bag.num_embeddings, self.opts["max_tokens"], self.opts["negation_scope"]
         ).long()
 
+    def inputs(self, model: Any) -> tuple[Input, ...]:
+        tokens = "hashed token ids (see serving.tokenizer), 0 = padding"
+        return (Input("tokens", "int64", (int(self.opts["max_tokens"]),), meaning=tokens),)
+
     def manifest(self, model: Any, state: dict, sample: torch.Tensor) -> dict:
         opts = self.opts
-        tokens = "hashed token ids (see serving.tokenizer), 0 = padding"
         return {
-            "inputs": [tensor_entry(self.input_name, ["batch", int(sample.shape[1])], "int64", tokens)],
             "outputs": [tensor_entry(self.output_name, ["batch"], "float32", "P(positive review)")],
             "serving": {
                 "tokenizer": {
