@@ -414,16 +414,16 @@ def cmd_remote_fetch(args: argparse.Namespace) -> int:
     remote = parse_target(args.target)
     if remote is None or not remote[1]:
         raise ConfigError("target", f"{printable(args.target)}: give HOST:RUN (a run's folder, name or id on the host)")
-    line, shown = fmt.LiveLine(), [None, -1]  # the file and tenth a log's last line showed
+    line, shown = fmt.LiveLine(), [("", -1)]  # the file and tenth a log's last line showed
 
     def progress(done: int, total: int, name: str) -> None:
         text = f"amp-console: fetching {name}: {fmt.size(done) if done else '0 B'} of {fmt.size(total)}"
-        tenth = [name, 10 * done // total if total else 10]
+        tenth = (name, 10 * done // total if total else 10)
         line(
             f"{text} ({100 * done // total if total else 100}%)" if line.live else text,
-            keep=not line.live and tenth != shown,
+            keep=not line.live and tenth != shown[0],
         )
-        shown[:] = tenth
+        shown[0] = tenth
 
     fetched = fetch_run(
         host_of(remote[0], args), remote[1], runs_dir(args), checkpoint=not args.no_checkpoint, on_progress=progress
