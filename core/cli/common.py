@@ -325,6 +325,14 @@ def add_option_flag(parser, example: str = "hidden=32", what: str = "task option
     )  # fmt: skip
 
 
+def add_runs_dir_flag(parser, what: str = "the runs root", **kwargs) -> None:
+    """--runs-dir DIR: `what` it is, then where it defaults to."""
+    from core.engine.run_record import RUNS_DIR_ENV
+
+    default = f"${RUNS_DIR_ENV}, else your data folder, e.g. ~/.local/share/amp-console/runs"
+    parser.add_argument("--runs-dir", metavar="DIR", help=f"{what} (default: {default})", **{"default": None, **kwargs})
+
+
 def add_checkpoint_args(parser) -> None:
     """RUN_OR_CHECKPOINT, --best / --last, --runs-dir and --task: how a command names the checkpoint it works on
     (core.cli.evaluate.chosen_checkpoint reads them)."""
@@ -336,7 +344,7 @@ def add_checkpoint_args(parser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
     which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
-    parser.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root to look run ids up in")
+    add_runs_dir_flag(parser, "the runs root to look run ids up in")
     add_task_file_flag(parser)
 
 

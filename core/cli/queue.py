@@ -10,7 +10,7 @@ import argparse
 import json
 
 from core.cli import format as fmt
-from core.cli.common import OneLineParser, StopSignals, add_option_flag
+from core.cli.common import OneLineParser, StopSignals, add_option_flag, add_runs_dir_flag
 from core.cli.train import DATA_FLAG_FIELDS, _user_layers, add_data_flags, add_field_flag
 from core.config import FIELD_SPECS, RunConfig
 
@@ -45,7 +45,7 @@ def register(sub) -> None:
     start = actions.add_parser("start", help="train the pending entries one after another, here")
     start.add_argument("--device", default="", help="train every entry on this device (default: each entry's own)")
     for each in actions.choices.values():
-        each.add_argument("--runs-dir", metavar="DIR", default=None, help="the runs root whose queue this is")
+        add_runs_dir_flag(each, "the runs root whose queue this is")
     p.set_defaults(handler=cmd_queue)
 
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 from core.cli import format as fmt
-from core.cli.common import add_option_flag, seconds
+from core.cli.common import add_option_flag, add_runs_dir_flag, seconds
 from core.cli.train import DATA_FLAG_FIELDS, add_data_flags, add_field_flag, data_flag_values
 from core.config import FIELD_SPECS
 from core.errors import ConfigError
@@ -33,12 +33,7 @@ def _ssh_flags(parser) -> None:
     group.add_argument(
         "--ssh-option", metavar="OPTION", action="append", default=[], help="an ssh option (ssh -o OPTION), repeatable"
     )
-    parser.add_argument(
-        "--runs-dir",
-        metavar="DIR",
-        default=None,
-        help="the runs root a run id or name is looked for in (default: $AMP_CONSOLE_RUNS_DIR, else your data folder)",
-    )
+    add_runs_dir_flag(parser, "the runs root a run id or name is looked for in")
 
 
 def _say(text: str) -> None:

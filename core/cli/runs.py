@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from core.cli import format as fmt
-from core.cli.common import fail_bad_input
+from core.cli.common import add_runs_dir_flag, fail_bad_input
 from core.cli.long_table import LongTable
 from core.engine.run_delete import RunDeleteError, check_deletable, delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import find_runs, listed_runs, runs_named
-from core.engine.run_record import RUNS_DIR_ENV, read_run, runs_root, write_note
+from core.engine.run_record import read_run, runs_root, write_note
 from core.errors import AmpConsoleError
 from core.files import UnreadableFile, read_jsonl
 from core.runs.compare import best_text, compare_rows, differing_config, precision_text, steps_text
@@ -402,15 +402,12 @@ def register(sub) -> None:
         "one with metrics.jsonl). A run is named by its id, a unique prefix of "
         "it, or its folder name.",
     )
-    runs_dir_help = (
-        f"the runs root (default: ${RUNS_DIR_ENV}, else your data folder, e.g. ~/.local/share/amp-console/runs)"
-    )
-    runs.add_argument("--runs-dir", metavar="DIR", default=None, help=runs_dir_help)
+    add_runs_dir_flag(runs)
     commands = runs.add_subparsers(dest="runs_command", required=True, parser_class=OneLineParser, metavar="COMMAND")
 
     def add(name, handler, help_text):
         parser = commands.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--runs-dir", metavar="DIR", default=argparse.SUPPRESS, help=runs_dir_help)
+        add_runs_dir_flag(parser, default=argparse.SUPPRESS)
         parser.set_defaults(handler=handler)
         return parser
 

@@ -17,6 +17,7 @@ from core.cli.common import (
     StopBeforeStart,
     StopSignals,
     add_option_flag,
+    add_runs_dir_flag,
     end_with_parent,
     safe_standard_streams,
     seconds,
@@ -75,13 +76,7 @@ def register(sub) -> None:
             add_data_flags(p)
     add_option_flag(p)
     p.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file (flags override it)")
-    p.add_argument(
-        "--runs-dir",
-        metavar="DIR",
-        default=None,
-        help="the runs root: without --out the run goes in a new folder under it (default: "
-        "$AMP_CONSOLE_RUNS_DIR, else your data folder, e.g. ~/.local/share/amp-console/runs)",
-    )
+    add_runs_dir_flag(p, "the runs root: without --out the run goes in a new folder under it")
     p.add_argument("--resume", metavar="CKPT", help="continue from a checkpoint (its config, flags override it)")
     p.add_argument("--note", help="the run's note (note.txt and its start notes), e.g. what a re-run changed")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object summarising the run")

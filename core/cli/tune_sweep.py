@@ -19,6 +19,7 @@ from core.cli.common import (
     StopBeforeStart,
     StopSignals,
     add_option_flag,
+    add_runs_dir_flag,
     naming_task_file,
     safe_standard_streams,
     signal_name,
@@ -133,12 +134,7 @@ def register(sub) -> None:
     )
     run.add_argument("--show", metavar="SWEEP_FOLDER", help="print the result table of a sweep and exit")
     run.add_argument("--dry-run", action="store_true", help="check and list the trials, run nothing")
-    run.add_argument(
-        "--runs-dir",
-        metavar="DIR",
-        default=None,
-        help="the runs root the sweep folder goes under (default: $AMP_CONSOLE_RUNS_DIR, else your data folder)",
-    )
+    add_runs_dir_flag(run, "the runs root the sweep folder goes under")
     run.add_argument(
         "--sort",
         default=None,
