@@ -5,6 +5,7 @@ or 100 columns when output is piped.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 from core.text import count, duration, exact, number, printable, setting, size  # core.text's, as fmt.count etc.
@@ -48,8 +49,8 @@ def table(title: str | None = None, **kwargs):
 
 
 class LiveLine:
-    """The CLI's one progress line on stderr (or `stream`): on a terminal each call rewrites it in place, a `keep`
-    call leaving it as a line; in a log only `keep` calls write, a line each."""
+    """The CLI's one progress line on stderr (or `stream`): on a terminal each call rewrites it in place (cut to the
+    terminal's width), a `keep` call leaving it as a line; in a log only `keep` calls write, a line each."""
 
     def __init__(self, stream=None, live: bool | None = None):
         self.stream = stream  # None: sys.stderr at the time of writing
@@ -59,7 +60,8 @@ class LiveLine:
     def __call__(self, text: str, keep: bool = False) -> None:
         if keep or self.live:
             stream = self.stream or sys.stderr
-            stream.write(("\r\x1b[2K" if self.live else "") + printable(text) + ("\n" if keep else ""))
+            width = None if keep else shutil.get_terminal_size().columns - 1  # a wrapped line would not be rewritten
+            stream.write(("\r\x1b[2K" if self.live else "") + printable(text)[:width] + ("\n" if keep else ""))
             stream.flush()
             self._open = not keep
 
