@@ -7,7 +7,6 @@ run folder appears or goes, and every few seconds while visible.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -41,7 +40,6 @@ from app.panels.run_note import RunNoteEditing
 from app.panels.run_rows import checkpoint_of, describe_checkpoint, overlay_label
 from app.panels.runs_model import Prepared, RunsModel, prepare
 from app.run.jobs import BackgroundJob, JobRunner
-from app.run.thread_run import UI_SWITCH_INTERVAL_S
 from core.engine.run_delete import delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import INDEX_FILE, REMEMBERED_FILE, indexed_records
@@ -268,13 +266,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
                 so_far = so_far.merged(prepare(records), sort)
                 progress(replace(so_far))  # its own Prepared: the model may sort it anew
 
-            interval, wait = sys.getswitchinterval(), min(sys.getswitchinterval(), UI_SWITCH_INTERVAL_S)
-            sys.setswitchinterval(wait)  # the GUI thread waits less for the GIL meanwhile, as during a ThreadRun
-            try:
-                runs, bulks = with_remote_rows(indexed_records(root, batch if progressive else None), extra)
-            finally:
-                if sys.getswitchinterval() == wait:  # unless another changed it since
-                    sys.setswitchinterval(interval)
+            runs, bulks = with_remote_rows(indexed_records(root, batch if progressive else None), extra)
             made = set(so_far.folders)  # the batches' rows are made: the others are added to them
             rest = [i for i, run in enumerate(runs) if run.get("folder") not in made]
             return entries, so_far.merged(prepare(([runs[i] for i in rest], [bulks[i] for i in rest])), sort)
