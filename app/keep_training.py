@@ -34,8 +34,7 @@ def notice_line(folder: str | os.PathLike, pid: int, default_root: Path) -> str:
 
 
 class KeptRun(QObject):
-    """Says a kept run goes on; `stop_run` is called on the GUI thread when this process gets SIGTERM (a run on a thread
-    of this process). `close()` takes everything back."""
+    """Says a kept run goes on; `stop_run` runs on the GUI thread on SIGTERM; `close()` takes it back."""
 
     def __init__(self, parent: QObject, stop_run=None):
         super().__init__(parent)

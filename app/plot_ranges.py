@@ -12,8 +12,7 @@ AUTO_LOG_RATIO = 1e3  # an `auto_log` range turns logarithmic once its positive 
 
 
 class StableRange:
-    """The y range of one plot; `update(lo, hi)` says whether it must move (and where to); `auto_log` turns log
-    once positive data spans AUTO_LOG_RATIO."""
+    """The y range of one plot; `update(lo, hi)` says whether it must move, and where to."""
 
     def __init__(self, log: bool = False, auto_log: bool = False, zero_based: bool = False):
         self.initial_log = log

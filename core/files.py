@@ -103,8 +103,7 @@ def _partial_pattern(name: str):
 
 
 class PartialFile:
-    """The locked temp file a streamed write to `target` goes to (`path`); commit() fsyncs and renames it over
-    `target`; leaving the `with` block without commit() removes it."""
+    """The locked temp file (`path`) a streamed write to `target` goes to; commit() renames it over."""
 
     def __init__(self, target: str | os.PathLike):
         self.target = Path(target)
@@ -194,8 +193,7 @@ def _lock(fd: int, shared: bool = False) -> bool:
 
 
 def try_lock(path: str | os.PathLike) -> int | None:
-    """The fd holding an exclusive lock on `path` (created if missing, never through a link), taken without
-    waiting; None when another process holds it."""
+    """The fd holding an exclusive lock on `path` (created if missing), or None when another holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | _NO_LINK | _NO_WAIT | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         mode = os.fstat(fd).st_mode

@@ -11,6 +11,5 @@ FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 
 
 def best_mixed_mode(precisions) -> str:
-    """The mixed mode to look at on a device that runs `precisions` (DeviceInfo.precisions): bf16 where it is
-    supported, else fp16 (a CUDA GPU without bf16), else fp32."""
+    """The mixed mode to look at on a device that runs `precisions`: bf16, else fp16, else fp32."""
     return next((mode for mode in ("bf16", "fp16") if mode in precisions), "fp32")

@@ -11,8 +11,7 @@ from PySide6.QtCore import Qt
 from app.plot_points import OverlayPoints, overlay_points
 from app.series import Series
 
-# Overlaid runs' colours: distinct from each other and from every live curve's, of middle lightness (seen on
-# both palettes); the first ones the most distinct.
+# Overlaid runs' colours: distinct from each other and the live curves', readable on both palettes.
 OVERLAY_COLOURS = (
     "#fb5607",
     "#8338ec",
@@ -25,8 +24,7 @@ OVERLAY_COLOURS = (
     "#a3c4bc",
     "#b5838d",
 )
-# An overlaid run's curve is decimated like a live one, to fewer points (benchmarks/overlay_redraw.py). Its
-# validation points get a dot each only when there are at most MARKER_BUDGET of them.
+# An overlaid curve's points, decimated like a live one's; its validation points get dots up to MARKER_BUDGET.
 OVERLAY_BUDGET = 1024
 # Points a curve with markers is drawn from, live or overlaid (pyqtgraph builds each marker in Python).
 MARKER_BUDGET = 512
@@ -36,8 +34,7 @@ class OverlayPlotting:
     """PlotsPanel's overlays: `overlay_runs`, `clear_overlays`, `overlay_labels`, and the ranges that take them in."""
 
     def overlay_runs(self, runs) -> list[str]:
-        """Draw other runs' loss and validation metric over the plots, replacing earlier overlays; `runs`: (label,
-        records or `overlay_points`' result[, metric name]). Returns the loss legend labels drawn."""
+        """Draw other runs' loss and validation metric over the plots; the loss legend labels drawn."""
         import pyqtgraph as pg
 
         self.clear_overlays(refit=False)

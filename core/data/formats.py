@@ -136,8 +136,7 @@ def utf8_error_position(file: Path) -> str:
 
 
 class _Translated(io.RawIOBase):
-    """A binary file whose multi-character delimiter reads as SEP, translated a whole line at a time as
-    pyarrow's CSV reader pulls blocks (WHITESPACE: blanks at line ends dropped, each run one SEP)."""
+    """A binary file whose multi-character delimiter reads as SEP, a whole line at a time."""
 
     def __init__(self, file: Path, delimiter: str):
         super().__init__()

@@ -46,8 +46,7 @@ ALIASES = {
     "query_id": ("qid", "query", "queryid"),
     "doc_id": ("docid", "did"),
 }
-# Header-less files take columns by position: the caller's in order, or a layout here for its required columns
-# when the file has exactly that many ("rating" is read, then ignored).
+# Header-less files: columns by position, the caller's in order or a layout here of the file's width.
 HEADERLESS_LAYOUTS = {
     ("user_id", "item_id", "timestamp"): (("user_id", "item_id", "rating", "timestamp"),),  # MovieLens ratings
     ("user_id", "item_id"): (

@@ -92,8 +92,7 @@ def to_device(batch: Mapping, device: torch.device) -> dict:
 
 
 def start(loader: DataLoader) -> Iterator:
-    """iter(loader) with sys.stdin set aside: a forked worker closes its copy, which hangs while another thread
-    reads stdin (the watcher of the parent's end)."""
+    """iter(loader) with sys.stdin set aside (a forked worker closing it hangs while a thread reads it)."""
     if loader.num_workers == 0:
         return iter(loader)
     stdin, sys.stdin = sys.stdin, None

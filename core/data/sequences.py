@@ -124,8 +124,7 @@ def _evaluation_rows(items, starts, ends, seen_end, n_items, max_len, negatives,
 
 
 def encode_interactions(tables: dict[str, pa.Table]) -> dict[str, dict]:
-    """Interaction tables (one per split) -> per split user codes and item ids 1..n sorted by user then time,
-    codes shared by all; plus n_items, n_users and `item_ids` (the file's ids in code order)."""
+    """Interaction tables (one per split) -> per split user codes and item ids 1..n, codes shared."""
     names = list(tables)
     sizes = [tables[n].num_rows for n in names]
     users = _same_type([tables[n].column("user_id") for n in names])

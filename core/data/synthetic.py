@@ -144,9 +144,7 @@ class RankingData:
 
 
 GRADE_SHARES = (0.5, 0.3, 0.13, 0.05, 0.02)  # grades 0..4, about the shares of MSLR-WEB30K
-# Kinds of the columns after the first few (see _COLUMN_PLAN), with their shares: LETOR-like data is mostly
-# non-negative scores and counts on very different scales, a few flags and ratios, constant and near-constant
-# columns, query-level values and columns that carry nothing.
+# Kinds of the columns after the first few (_COLUMN_PLAN) and their shares, as in LETOR-like data.
 _KIND_SHARES = {
     "score": 0.22,
     "count": 0.2,

@@ -284,8 +284,7 @@ def _catalog_class(name: str) -> type:
 
 
 def get_task_class(name: str, task_file: str = "") -> type[Task]:
-    """The Task class called `name`, a listed user task loaded now; ConfigError naming the known tasks (and how
-    to load `task_file`, a run's saved reference) otherwise."""
+    """The Task class called `name` (a listed user task loaded now); ConfigError when there is none."""
     if _catalog_lookups and name in _REGISTRY and "TASKS" not in globals():
         return _catalog_class(name)
     classes = __getattr__("TASKS") if "TASKS" not in globals() else globals()["TASKS"]

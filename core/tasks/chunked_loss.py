@@ -71,8 +71,7 @@ def chunked_softmax_cross_entropy(
     chunk_elements: int = CHUNK_ELEMENTS,
     min_rows: int = MIN_CHUNK_ROWS,
 ) -> torch.Tensor:
-    """`F.cross_entropy((hidden @ table.t()).float(), targets, ignore_index=-1)` in a fraction of the memory
-    (matmuls in autocast's dtype, softmax in float32)."""
+    """`F.cross_entropy((hidden @ table.t()).float(), targets, ignore_index=-1)` in a fraction of the memory."""
     dtype = compute_dtype(hidden.device.type, torch.promote_types(hidden.dtype, table.dtype))
     rows = chunk_rows(table.shape[0], chunk_elements, min_rows)
     return _ChunkedSoftmaxCrossEntropy.apply(hidden, table, targets, dtype, rows)

@@ -27,8 +27,7 @@ MODULE_PREFIX = "amp_console_user_task"  # sys.modules name of a task file: <pre
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")  # a task's name: what configs, run folders and lists show
 _MODULE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _CLASS_RE = re.compile(r"^[A-Za-z_]\w*$")
-# Where the task modules imported by module name live (a package's folder, a module's file): a traceback's frames
-# there are the user's, even inside site-packages (core.tasks.task_checks.is_user_file).
+# Where tasks imported by module name live: frames there are the user's (core.tasks.task_checks.is_user_file).
 USER_CODE_ROOTS: set[str] = set()
 
 

@@ -200,8 +200,7 @@ def split_queries(query: np.ndarray, arrays: dict[str, np.ndarray], seed: int) -
 
 
 def queries_splits(query: np.ndarray, arrays: dict[str, np.ndarray], parts, seed: int) -> tuple[list[dict], list[int]]:
-    """One split per entry of `parts` (the query codes it holds, in order), packed (pack_queries) as tensors with
-    `qid` where a query spans rows; and each split's longest query."""
+    """One packed split per entry of `parts` (the query codes it holds), and each split's longest query."""
     n = int(query.max()) + 1 if len(query) else 0
     splits, longest = [], []
     for part, chosen in enumerate(parts):

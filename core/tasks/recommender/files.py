@@ -12,8 +12,7 @@ HISTORY_EDGES = " \t\r\n[](),"  # trimmed from a history cell before it is split
 
 
 class RecommenderFileScorer(FileScorer):
-    """Histories (one row per user) are scored a batch at a time; interactions are grouped per user (each
-    user's last max_len known lessons by time) and scored at the end."""
+    """Histories are scored a batch at a time; interactions are grouped per user and scored at the end."""
 
     unit = "users"
     input_columns = ("history", "user_id", "item_id", "timestamp")
