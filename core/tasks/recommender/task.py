@@ -445,16 +445,16 @@ class RecommenderTask(Task):
         """The top TOP_K unseen lessons for the first validation users, from the data at hand, in one batch."""
         from core.tasks.serving import SAMPLE_ROWS, listed
 
-        val, ids, sasrec = data.val, data.vocabulary.get("item_id"), _unwrap(model)
+        ids, sasrec = data.vocabulary.get("item_id"), _unwrap(model)
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        bounds = list(zip(val["history_start"][:SAMPLE_ROWS].tolist(), val["history_end"][:SAMPLE_ROWS].tolist()))
-        hidden = sasrec(val["seq"][: len(bounds)].to(next(sasrec.parameters()).device))[:, -1]
-        with torch.autocast(hidden.device.type, enabled=False):
-            scores = sasrec.scores(hidden.float())
-        histories = [self.history[start:end].long().tolist() for start, end in bounds]
-        for row, history in enumerate(histories):  # seen lessons are not recommended (as `recommend` does)
-            scores[row, torch.tensor(history, device=scores.device) - 1] = float("-inf")
+        device = next(sasrec.parameters()).device
+        rows = {key: data.val[key][:SAMPLE_ROWS].to(device) for key in ("seq", "history_start", "history_end")}
+        hidden, self.history = sasrec(rows["seq"])[:, -1], self.history.to(device)  # kept there, as _ranks does
+        with torch.autocast(device.type, enabled=False):
+            scores = remove_seen(sasrec.scores(hidden.float()), rows, self.history)
         top = (scores.topk(min(TOP_K, scores.shape[1]), dim=1).indices + 1).tolist()
+        bounds = zip(rows["history_start"].tolist(), rows["history_end"].tolist())
+        histories = [self.history[start:end].tolist() for start, end in bounds]
         lesson = (lambda code: code - 1) if ids is None else (lambda code: ids[code - 1])
         return [
             {
