@@ -421,8 +421,8 @@ class Checkpointing:
         return f"{text}. Its state at step {self.state.step:,} is saved: resume from {saved}"
 
     def state_dict(self, rng: list[dict] | None = None) -> dict:
-        """The checkpoint dict at the current step, plain containers and tensors (see core.engine.run_state);
-        `rng`: every rank's RNG states (run_state.gather_rng), this rank's alone by default."""
+        """The checkpoint dict at the current step, plain containers and tensors (see the module doc);
+        `rng`: every rank's RNG states (gather_rng), this rank's alone by default."""
         cfg, plan, state = self.cfg, self.plan, self.state
         rng = rng or [ckpt.capture_rng()]
         checkpoint = {
