@@ -7,9 +7,9 @@ run folder appears or goes, and every few seconds while visible.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QFileSystemWatcher, Qt, QTimer, QUrl, Signal
@@ -32,19 +32,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.panels import history_scan
 from app.panels.editors import hbox
-from app.panels.remote_history import RemoteHistory, with_remote_rows
+from app.panels.history_scan import Prepared, prepare
+from app.panels.remote_history import RemoteHistory
 from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.run_note import RunNoteEditing
 from app.panels.run_rows import checkpoint_of, describe_checkpoint, overlay_label
-from app.panels.runs_model import Prepared, RunsModel, prepare
+from app.panels.runs_model import RunsModel
 from app.run.jobs import BackgroundJob, JobRunner
 from core.engine.run_delete import delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
-from core.engine.run_index import INDEX_FILE, REMEMBERED_FILE, indexed_records
+from core.engine.run_index import INDEX_FILE, REMEMBERED_FILE
 from core.engine.run_record import RUNS_DIR_ENV, runs_root
 from core.files import read_jsonl
+from core.process import signal_group
 from core.text import printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
@@ -84,6 +87,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.remoteRuns = RemoteHistory(self)  # the hosts' runs as rows (app.panels.remote_history)
         self._scanning = False
         self._scan_jobs: set[BackgroundJob] = set()  # the scan, and one that has sent its rows, being joined
+        self._scan_pids: set[int] = set()  # the process groups of the scans' running children
         self._scan_started = 0.0
         self._rescan = 0  # a refresh asked for during a scan: 1 if the root's entries changed, 2 a whole scan
         self._entries: frozenset | None = None  # the root's entries as the last scan began
@@ -257,19 +261,9 @@ class HistoryPanel(RunNoteEditing, QWidget):
             entries = _entries(root)
             if known is not None and entries == known:
                 return None
-            so_far = prepare([])
-
-            def batch(records):  # every run so far, sorted here: the GUI thread only shows them
-                nonlocal so_far
-                if control.stop_requested:
-                    raise InterruptedError("the window is closing")
-                so_far = so_far.merged(prepare(records), sort)
-                progress(replace(so_far))  # its own Prepared: the model may sort it anew
-
-            runs, bulks = with_remote_rows(indexed_records(root, batch if progressive else None), extra)
-            made = set(so_far.folders)  # the batches' rows are made: the others are added to them
-            rest = [i for i, run in enumerate(runs) if run.get("folder") not in made]
-            return entries, so_far.merged(prepare(([runs[i] for i in rest], [bulks[i] for i in rest])), sort)
+            children = self._scan_pids if len(entries or ()) > history_scan.CHILD_ABOVE else None
+            rows = history_scan.scan(root, sort, progressive, progress, lambda: control.stop_requested, children)
+            return entries, rows.merged(prepare(extra), sort=sort)
 
         job = BackgroundJob("historyScan", self)
         job.progress.connect(lambda batch: self._batch(batch, serial))
@@ -336,6 +330,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self._auto.stop()
         self._soon.stop()
         self.remoteRuns.shutdown()
+        for pid in list(self._scan_pids):  # a scan's child (app.panels.history_scan): its next line never comes
+            signal_group(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
         for job in list(self._scan_jobs):
             job.shutdown()
         self.jobs.shutdown()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
-from app.panels.runs_model import fingerprint
+from app.panels.history_scan import fingerprint
 from app.run.jobs import JobRunner
 from core.text import printable, size
 
@@ -26,12 +26,6 @@ class Listing:
     root: object  # the local runs root the rows' copy folders are under
     rows: list[dict]
     when: float
-
-
-def with_remote_rows(records, extra: list[dict]):
-    """run_index.indexed_records' (briefs, bulks) with the hosts' rows (whole records) after them."""
-    briefs, bulks = records
-    return list(briefs) + list(extra), list(bulks) + [None] * len(extra)
 
 
 def host_row(dest: str, status: str, note: str, root) -> dict:

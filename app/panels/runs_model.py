@@ -1,123 +1,23 @@
 """The run history's table model: thousands of runs sorted and filtered without a stall on the GUI thread.
 
-Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (`prepare`); a run's bulky
-parts stay JSON text until the run is asked for (`run(row)`). Sorting is one sorted() over a column's keys and
+Each row's texts, sort keys and filter text are made once per scan, off the GUI thread (app.panels.history_scan); a
+run stays JSON text until it is asked for (`run(row)`). Sorting is one sorted() over a column's keys and
 filtering one pass plus a model reset.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from itertools import groupby
 
 from PySide6.QtCore import QAbstractTableModel, QItemSelection, QModelIndex, Qt
 
-from app.panels.run_rows import COLUMNS, FILTERED, row_cells, row_tooltip
+from app.panels.history_scan import SEP, Prepared, prepare
+from app.panels.run_rows import COLUMNS, row_tooltip
 from core.engine.run_index import full_record
 
 SORT_ROLE = Qt.ItemDataRole.UserRole
 RUN_ROLE = Qt.ItemDataRole.UserRole + 1
 RIGHT_ALIGNED = (5, 7)  # steps, wall time
-_SEP = "\x1f"  # between a row's texts, kept as one string (an object the garbage collector never walks)
-_ENCODE = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=False).encode
-
-
-def fingerprint(run: dict) -> str:
-    """What a rescan compares to tell whether a run's row changed."""
-    return repr((run.get("folder"), run.get("status"), run.get("steps"), run.get("wall_seconds"), run.get("note")))
-
-
-@dataclass
-class Prepared:
-    """A scan's runs (each brief record as JSON text, its bulky parts as JSON text) with each row's folder, texts,
-    filter text, fingerprint, the sort keys a column at a time, each column's longest text and the sort they are in.
-    Texts, not dicts: thousands of rows add nothing for the garbage collector to walk on the GUI thread."""
-
-    briefs: list[str]
-    bulks: list[str | None]
-    folders: list
-    texts: list[str]
-    hay: list[str]
-    fingerprints: list[str]
-    keys: list[list]
-    longest: list[str]
-    sorted: tuple | None = None
-
-    def run(self, i: int) -> dict:
-        """Row i's brief record (a new dict)."""
-        return json.loads(self.briefs[i])
-
-    def set_note(self, folder, note: str) -> list[int]:
-        """The rows of the run in `folder` with this note now; returns their positions."""
-        rows = [i for i, f in enumerate(self.folders) if f == folder]
-        for i in rows:
-            run = self.run(i)
-            run["note"] = note
-            self.briefs[i], texts, self.fingerprints[i], keys = _row(run)
-            self.texts[i], self.hay[i] = _SEP.join(texts), _haystack(texts)
-            for column, key in zip(self.keys, keys):
-                column[i] = key
-        return rows
-
-    def merged(self, more: Prepared, sort: tuple | None = None) -> Prepared:
-        """These runs and `more` in new lists (these left as they are), sorted by `sort` when given."""
-        both = Prepared(
-            *(getattr(self, n) + getattr(more, n) for n in _LISTS),
-            [a + b for a, b in zip(self.keys, more.keys)] if self.keys else list(more.keys),
-            [max(a, b, key=len) for a, b in zip(self.longest, more.longest)] or list(more.longest),
-        )
-        if sort is not None and both.briefs:
-            both.order(*sort)
-        return both
-
-    def order(self, column: int, order) -> list[int]:
-        """Sort everything by a column's keys (stable); returns the old positions in the new order."""
-        new = sorted(
-            range(len(self.briefs)), key=self.keys[column].__getitem__, reverse=order == Qt.SortOrder.DescendingOrder
-        )
-        for name in _LISTS:
-            values = getattr(self, name)
-            setattr(self, name, [values[i] for i in new])
-        self.keys = [[keys[i] for i in new] for keys in self.keys]
-        self.sorted = (column, order)
-        return new
-
-
-_LISTS = ("briefs", "bulks", "folders", "texts", "hay", "fingerprints")
-
-
-def _row(run: dict) -> tuple:
-    """(the run as JSON text, its texts, its fingerprint, its sort keys)."""
-    texts, keys = row_cells(run)
-    return _ENCODE(run), texts, fingerprint(run), keys
-
-
-def prepare(records, sort: tuple | None = None) -> Prepared:
-    """The rows of `records` (run_index.indexed_records' (briefs, bulks), or whole run dicts): row_cells(run) gives
-    (texts, sort keys); the filter text is the FILTERED columns' texts, lower case; sorted by `sort` when given.
-    Runs off the GUI thread."""
-    runs, bulks = records if isinstance(records, tuple) else (list(records), [None] * len(records))
-    prepared = Prepared([], list(bulks), [], [], [], [], [], [])
-    for run in runs:
-        brief, texts, print_, keys = _row(run)
-        if not prepared.keys:
-            prepared.keys, prepared.longest = [[] for _ in keys], list(texts)
-        prepared.briefs.append(brief)
-        prepared.folders.append(run.get("folder"))
-        prepared.texts.append(_SEP.join(texts))
-        prepared.hay.append(_haystack(texts))
-        prepared.fingerprints.append(print_)
-        for column, key in zip(prepared.keys, keys):
-            column.append(key)
-        prepared.longest = [max(a, b, key=len) for a, b in zip(prepared.longest, texts)]
-    if sort is not None and runs:
-        prepared.order(*sort)
-    return prepared
-
-
-def _haystack(texts) -> str:
-    return " ".join(texts[c] for c in FILTERED).lower()
 
 
 class RunsModel(QAbstractTableModel):
@@ -244,7 +144,7 @@ class RunsModel(QAbstractTableModel):
             return None
         p = self._shown[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
-            return self._all.texts[p].split(_SEP)[index.column()]
+            return self._all.texts[p].split(SEP)[index.column()]
         if role == SORT_ROLE:
             return self._all.keys[index.column()][p]
         if role == RUN_ROLE:

@@ -1,12 +1,11 @@
 """The run history over a big runs root (2,000 runs as the engine writes them, from benchmarks/run_history.py):
-it opens and lists every run, scanning and making the rows off the GUI thread; the filter shows exactly the
+it opens and lists every run, scanning and making the rows in a child process; the filter shows exactly the
 matching runs at each keystroke and keeps the selection of those still shown; sorting and a change on disk
 (read through the runs root's index) show up. How long it stalls the GUI thread is the benchmark's to say."""
 
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -41,27 +40,17 @@ def open_panel(qtbot, root: Path, request):
     return panel
 
 
+@pytest.mark.slow  # a root this big is scanned in a child process (app.panels.history_scan)
 @pytest.mark.timeout(300)
 def test_thousands_of_runs_open_list_filter_and_sort(qtbot, big_root, monkeypatch, request):
-    from app.panels import runs_model
+    from app.panels import history_scan
     from core.engine import run_index
 
-    gui = threading.current_thread()
-    where: set[str] = set()
-    real_read, real_cells = run_index.read_run, runs_model.row_cells
-
-    def read_run(folder):
-        where.add("gui" if threading.current_thread() is gui else "job")
-        return real_read(folder)
-
-    def row_cells(run):
-        where.add("gui" if threading.current_thread() is gui else "job")
-        return real_cells(run)
-
-    monkeypatch.setattr(run_index, "read_run", read_run)
-    monkeypatch.setattr(runs_model, "row_cells", row_cells)
+    here: list = []  # what this process read or made of the runs: nothing, the scan's child did
+    monkeypatch.setattr(run_index, "read_run", lambda folder: here.append(folder))
+    monkeypatch.setattr(history_scan, "row_cells", lambda run: here.append(run))
     panel = open_panel(qtbot, big_root, request)
-    assert where == {"job"}  # the folders read and the rows made off the GUI thread
+    assert here == [] and not panel._scan_pids  # the child is gone
     assert panel.model.rowCount() == RUNS and panel.statusLabel.text() == f"{RUNS} run(s)"
     runs = indexed_runs(big_root)
     assert {r["name"] for r in panel.model.runs} == {r["name"] for r in runs}
@@ -118,3 +107,25 @@ def test_a_change_on_disk_shows_after_a_rescan_through_the_index(qtbot, tmp_path
         panel.refresh()
     panel.filterEdit.setText("odd loss")
     assert panel.visible_names() == [name]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_closing_during_a_big_cold_scan_ends_its_child_at_once(qtbot, big_root):
+    import sqlite3
+
+    from app.panels.history import HistoryPanel
+
+    for path in big_root.glob(INDEX_FILE + "*"):
+        path.unlink()
+    panel = HistoryPanel(lambda: big_root)
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitUntil(lambda: bool(panel._scan_pids), timeout=60_000)
+    panel.shutdown()  # the child is killed: the job's thread does not wait for the whole scan
+    assert not panel._scan_pids
+    indexed = 0
+    if (big_root / INDEX_FILE).exists():
+        with sqlite3.connect(big_root / INDEX_FILE) as db:
+            indexed = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert indexed < RUNS
