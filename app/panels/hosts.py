@@ -28,9 +28,8 @@ class HostEntry:
         """The core.remote Host to reach it."""
         from core.remote.ssh import Host
 
-        if self.command:
-            return Host(self.dest, command=self.command, ssh_options=SSH_OPTIONS)
-        return Host(self.dest, ssh_options=SSH_OPTIONS)
+        command = {"command": self.command} if self.command else {}  # else Host's default
+        return Host(self.dest, ssh_options=SSH_OPTIONS, **command)
 
     def saved(self) -> dict:
         return {"dest": self.dest, "command": self.command}

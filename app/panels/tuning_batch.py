@@ -128,11 +128,8 @@ class BatchFinderDialog(ToolDialog):
         self.comparison.setText("")
         self.sourceLabel.setText("")
         self._reset_progress(len(modes), "%v of %m modes")
-        margin, steps, limit = (
-            self.marginEdit.value() / 100,
-            self.stepsEdit.value(),
-            self.limitEdit.value() * 2**20 or None,
-        )
+        margin, steps = self.marginEdit.value() / 100, self.stepsEdit.value()
+        limit = self.limitEdit.value() * 2**20 or None
         probe, devices, cap = self.probe, self._devices_provider(), max_batch or None
 
         def run(progress, control):
