@@ -228,30 +228,25 @@ class FileActions:
         )
 
     def export(self, source: str, destination: str, fmt: str | None = None) -> None:
-        """Off the GUI thread: <destination>.pt, .safetensors and .json (core.engine.checkpoints.export_checkpoint), or
-        with `fmt` the serving folder `destination` (core.runs.export, verified: its line has the max abs difference);
-        what was written goes to the status bar and the log."""
+        """Off the GUI thread, a task file's in a child process (core.runs.predictor_child.call_once, with a time
+        limit): <destination>.pt, .safetensors and .json (core.engine.checkpoints.export_checkpoint), or with `fmt`
+        the serving folder `destination` (core.runs.export, verified: its line has the max abs difference); what
+        was written goes to the status bar and the log."""
+        from core.runs.predictor_child import call_once
+
         window = self.window
         verify = f" as {fmt} (then loading it back to verify)" if fmt else ""
         window.show_message(f"Exporting {source}{verify}…")
 
-        def work() -> tuple[str, str]:  # (the status line, the log line)
-            if fmt:
-                from core.runs.export import export_model
-
-                line = "Exported " + export_model(source, destination, fmt).summary().removeprefix("exported ")
-                return line, line
-            from core.engine.checkpoints import export_checkpoint
-
-            paths = [str(p) for p in export_checkpoint(source, destination)]
-            names = ", ".join(Path(p).name for p in paths)
-            return f"Exported to {names} in {Path(paths[0]).parent}", "Exported: " + ", ".join(paths)
-
-        def done(lines: tuple[str, str]) -> None:
+        def done(lines: list[str]) -> None:
             window.show_message(lines[0], "status-ok")
             window.logPanel.log(lines[1])
 
-        window.jobs.submit(work, done, lambda message, details: window.show_error(f"Export failed: {message}", details))
+        window.jobs.submit(
+            lambda: call_once("export", source, destination, fmt),
+            done,
+            lambda message, details: window.show_error(f"Export failed: {message}", details),
+        )
 
     def _ask_resume(self) -> None:
         start = str(Path(self.window.last_checkpoint).parent) if self.window.last_checkpoint else ""

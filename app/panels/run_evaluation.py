@@ -12,12 +12,12 @@ from core.text import printable
 
 
 def measure(checkpoint: str) -> dict:
-    """The report of `checkpoint` (see the module doc), written beside it; runs on a worker thread."""
-    from core.runs.evaluation_report import evaluation_report, report_folder, write_report
+    """The report of `checkpoint` (see the module doc), written beside it; runs on a worker thread (a task file's
+    in a child process: core.runs.predictor_child.call_once)."""
+    from core.runs.evaluation_report import report_folder
+    from core.runs.predictor_child import call_once
 
-    report = evaluation_report(checkpoint, None)
-    write_report(report, report_folder(checkpoint))
-    return report
+    return call_once("evaluate", checkpoint, None, str(report_folder(checkpoint)))
 
 
 def _figure(value) -> str:

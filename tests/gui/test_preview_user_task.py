@@ -1,6 +1,6 @@
 """The Model preview of a task the window has no code for (tests/fixtures/user_tasks/regression_task.py, served by
 core.tasks.feature_serving): its page is built from the kinds it declares, a field per number named as predict
-reads them, filled from the run's validation rows, and the value shown is the Predictor's."""
+reads them, filled from the run's validation rows, and the value shown is the Predictor's (in a child process)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from core.cli.main import main
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = f"{ROOT / 'tests' / 'fixtures' / 'user_tasks' / 'regression_task.py'}:RegressionTask"
 SHOTS = os.environ.get("AMP_PREVIEW_SHOTS", "")
+pytestmark = pytest.mark.slow  # a task file's model is held by a child process (core.runs.predictor_child)
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Try a trained model: the Model preview dialog (Tools > Try a model…, or Try it… in the run history).
 
 Pick a run (or a checkpoint file), its checkpoint (by default the one its summary advised; or its best, or its last)
-and a device; the checkpoint loads as a core.runs.predict.Predictor and its task's page is built from the kinds its serving part declares
+and a device; the checkpoint loads as a core.runs.predict.Predictor (a task file's in a child process,
+core.runs.predictor_child) and its task's page is built from the kinds its serving part declares
 (core.tasks.serving.PreviewSpec; pages.py, widgets.py, drawing.py), so no task is named here. The model never
 runs on the GUI thread: a PredictionQueue (queue.py) runs one request at a time, only the newest of each kind
 waiting. Errors are one line in the panel.
@@ -66,6 +67,7 @@ class PreviewDialog(QDialog):
         self._runs_root = runs_root
         self._devices = devices or (lambda: ["cpu"])
         self.predictor = None
+        self.children: list = []  # the child processes holding task files' models (core.runs.predictor_child)
         self.runs: list[dict] = []
         self.files: list[str] = []  # checkpoint files browsed to, offered after the runs
         self.outside: list[str] = []  # run folders outside the runs root asked for by select_run
@@ -241,7 +243,8 @@ class PreviewDialog(QDialog):
             page.predictor = None
         self.header.setText(f"Loading {Path(source).name} ({which}) on {device}…")
         self.statusLabel.setText("")
-        self.queue.submit("load", lambda: load_for_preview(source, which, device), supersede=True)
+        self._close_children()
+        self.queue.submit("load", lambda: load_for_preview(source, which, device, self.children), supersede=True)
 
     def _page(self, predictor) -> Page | None:
         """The page for the predictor's task, built from the kinds its serving declares (again when they
@@ -276,6 +279,7 @@ class PreviewDialog(QDialog):
             self._message(f"No preview for the {predictor.task!r} task ({said}; the pages take {', '.join(PAGES)}).")
             return
         self.predictor = predictor
+        self._close_children(keep=predictor)
         self.header.setText(describe_predictor(predictor))
         self.header.setToolTip(str(predictor.checkpoint))
         self.stack.setCurrentWidget(page)
@@ -292,6 +296,12 @@ class PreviewDialog(QDialog):
         self.stack.setCurrentWidget(self.messageLabel)
         if error:
             self.header.setText(f"<span style='color:{ERROR_COLOUR}'>Nothing loaded</span>")
+
+    def _close_children(self, keep=None) -> None:
+        """Stop the child processes of task files' models (ChildPredictor) but `keep`'s: dropped, or superseded."""
+        for child in [c for c in self.children if c is not keep]:
+            self.children.remove(child)
+            child.close()
 
     # ------------------------------------------------------------------ requests and results
     def _submit(self, kind: str, fn: Callable[[], object]) -> None:
@@ -341,6 +351,7 @@ class PreviewDialog(QDialog):
         for page in self.pages.values():
             page.debounce.stop()
         self.queue.shutdown()
+        self._close_children()
         self.scans.shutdown()
         self.evaluation.shutdown()
 
@@ -354,18 +365,16 @@ class PreviewDialog(QDialog):
         super().closeEvent(event)
 
 
-def load_for_preview(source: str, which: str, device: str):
-    """(predictor, its examples for the pickers, a note): run on the queue's worker. Examples come from the
-    run's data (Predictor.preview_examples); when that cannot be read (a data file moved since), the model still
-    loads and the note says why the pickers are empty (typed ids and numbers still work)."""
-    from core.errors import AmpConsoleError
+def load_for_preview(source: str, which: str, device: str, children: list):
+    """(predictor, its examples for the pickers, a note): run on the queue's worker. A task file's model is held by a
+    child process (core.runs.predictor_child.ChildPredictor, appended to `children`): its code never runs here."""
+    from core.runs.predictor_child import ChildPredictor, preview_parts, task_files
+
+    files = task_files(source)
+    if files is not None:
+        children.append(predictor := ChildPredictor(source, which, device, files))
+        return predictor, predictor.examples, predictor.note
     from core.runs.predict import load_predictor
 
     predictor = load_predictor(source, which=which, device=device)
-    examples, note = None, ""
-    try:
-        if getattr(predictor.serving, "preview", None) is not None:
-            examples = predictor.preview_examples()
-    except (AmpConsoleError, OSError) as exc:
-        note = f"No examples from the run's data: {exc}"
-    return predictor, examples, note
+    return (predictor, *preview_parts(predictor))

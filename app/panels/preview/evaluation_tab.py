@@ -130,12 +130,11 @@ class EvaluationTab(QWidget):
         checkpoint, device, folder = str(self.checkpoint), self.device, self.folder
         self._evaluating = self._serial
 
-        def run(_progress, _control):
+        def run(_progress, _control):  # a task file's in a child process: its code never runs in the window
             from app.panels.evaluation_limits import bounded_report
-            from core.runs.evaluation_report import evaluation_report, write_report
+            from core.runs.predictor_child import call_once
 
-            report = evaluation_report(checkpoint, device=device)
-            write_report(report, folder)
+            report = call_once("evaluate", checkpoint, device, str(folder))
             return bounded_report(report)  # a large test split's ROC: cut down here, not on the GUI thread
 
         self.view.clear(f"Evaluating {self.checkpoint.name} on {device}…")
