@@ -20,14 +20,14 @@ def register(sub) -> None:
     """Adds the `predict` command's parser to `sub`."""
     p = sub.add_parser(
         "predict",
-        help="a trained model's predictions for a CSV/Parquet file in the task's input format",
+        help="a trained model's predictions for a CSV/Parquet/JSON lines file in the task's input format",
         description="Score a whole file with a run's model (best checkpoint by default): reviews -> P(positive), "
         "user histories -> top-k lesson ids, query candidates -> scores, tiny points -> class "
-        "probabilities. Streams the input in bounded memory; bad rows are skipped and reported by "
+        "probabilities, a task's declared inputs (a column each) -> its outputs. Streams the input in bounded memory; bad rows are skipped and reported by "
         "line (or refused with --strict); the output appears only when complete.",
     )
     add_checkpoint_args(p)
-    p.add_argument("--input", required=True, metavar="FILE", help="the rows to score (.csv or .parquet)")
+    p.add_argument("--input", required=True, metavar="FILE", help="the rows to score (.csv, .parquet or .jsonl)")
     p.add_argument("--out", required=True, metavar="FILE", help="where the predictions go (.csv or .parquet)")
     from core.tasks import predict_options
 

@@ -78,15 +78,6 @@ class RecommenderTaskServing(TaskServing):
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return RecommenderServing(model)
 
-    def sample_inputs(self, model: Any, rows: int, seed: int) -> torch.Tensor:
-        """Histories of varied length, left-padded."""
-        gen = torch.Generator().manual_seed(seed)
-        n_items, max_len = model.items.num_embeddings - 1, model.positions.num_embeddings
-        seq = torch.randint(1, n_items + 1, (rows, max_len), generator=gen)
-        lengths = torch.randint(1, max_len + 1, (rows,), generator=gen)
-        pad = torch.arange(max_len).unsqueeze(0) < (max_len - lengths).unsqueeze(1)
-        return seq.masked_fill(pad, 0)
-
     def inputs(self, model: Any) -> tuple[Input, ...]:
         history = "model item ids of the history, oldest first, left-padded with 0"
         return (Input("seq", "int64", (model.positions.num_embeddings,), meaning=history),)

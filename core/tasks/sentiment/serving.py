@@ -10,9 +10,8 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from core.data.reviews import generate_reviews
 from core.data.row_checks import Checks, as_text, ids
-from core.data.tokenizer import BOUNDARY, NEGATORS, hashed_tokens, word_lists
+from core.data.tokenizer import BOUNDARY, NEGATORS, word_lists
 from core.tasks.serving import FileScorer, Input, PreviewSpec, TaskServing, tensor_entry
 
 SENTIMENT_ROWS = 4096  # texts tokenized and scored at a time
@@ -108,13 +107,6 @@ class SentimentTaskServing(TaskServing):
 
     def module(self, model: nn.Module, fmt: str) -> nn.Module:
         return SentimentServing(model, onnx_friendly=fmt == "onnx")
-
-    def sample_inputs(self, model: Any, rows: int, seed: int) -> torch.Tensor:
-        """The task's own synthetic reviews, hashed as the run hashes them."""
-        text = generate_reviews(rows, seed).text
-        return hashed_tokens(
-            text, model.bag.num_embeddings, self.opts["max_tokens"], self.opts["negation_scope"]
-        ).long()
 
     def inputs(self, model: Any) -> tuple[Input, ...]:
         tokens = "hashed token ids (see serving.tokenizer), 0 = padding"
