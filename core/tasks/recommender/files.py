@@ -58,16 +58,8 @@ class RecommenderFileScorer(FileScorer):
             self._seen_rows = 0
         else:
             reader.use([self.history, *([self.user] if self.user else [])])
-        ids_type = (
-            pa.string()
-            if predictor.vocabulary.get("item_id") is not None and isinstance(predictor.vocabulary["item_id"], list)
-            else pa.int64()
-        )
-        if self.user:
-            user_type = reader.id_type(self.user)
-            first = ("user_id", user_type)
-        else:
-            first = (self.line_column, pa.int64())
+        ids_type = pa.string() if isinstance(predictor.vocabulary.get("item_id"), list) else pa.int64()
+        first = ("user_id", reader.id_type(self.user)) if self.user else (self.line_column, pa.int64())
         self.schema = pa.schema(
             [first, ("rank", pa.int32()), ("item_id", ids_type), ("score", pa.float32())]
             + ([("seen", pa.bool_())] if not self.exclude_seen else [])
