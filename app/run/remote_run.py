@@ -189,12 +189,9 @@ class RemoteRun(RunHandle):
         self.status = status
         if status == "gone" and not self._ended:  # killed, or it never wrote its end: a failed run
             self._ended = True
-            message = (
-                f"the run's process on {self.where} went away without a word ({note})"
-                if note
-                else f"the run's process on {self.where} went away without a word (killed?)"
+            self.event.emit(
+                self._failed_end(f"the run's process on {self.where} went away without a word ({note or 'killed?'})")
             )
-            self.event.emit(self._failed_end(message))
 
     @Slot(str, str, str)
     def _on_failed(self, message: str, field: str, details: str) -> None:
