@@ -190,3 +190,13 @@ def test_inputs_the_model_cannot_read_are_one_line_not_a_traceback(tmp_path, cap
     assert code == 2 and "Traceback" not in err and err.count("error:") == 1, err
     assert error in err.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists()
+
+
+def test_an_id_the_model_does_not_know_is_one_line(runs, tmp_path, capsys):
+    source = tmp_path / "rows.jsonl"
+    source.write_text('{"ids": [1, 2]}\n{"ids": [1, 100000]}\n')
+    code, _out, err = cli(
+        capsys, "predict", runs["char_lm"], "--task", TASKS["char_lm"], "--input", source, "--out", tmp_path / "o.csv"
+    )
+    assert code == 2 and "Traceback" not in err and not (tmp_path / "o.csv").exists()
+    assert "the char_lm model fails on ids (2, 2) int64: IndexError" in err.strip().splitlines()[-1]

@@ -17,6 +17,7 @@ from torch import nn
 
 from core.errors import DataError
 from core.tasks.serving import FileScorer, Input, PreviewSpec, ServingShape, TaskServing, validation_split
+from core.text import first_line
 
 
 class FeatureModule(nn.Module):
@@ -261,9 +262,15 @@ class FeatureServing(TaskServing):
                 arrays.append(spec.batch([r if isinstance(r, np.ndarray) else spec.row(r) for r in rows]))
             except ValueError as exc:
                 raise DataError(str(exc)) from None
-        with predictor.lock, torch.inference_mode():
-            out = self.module(predictor.model, "program")(*(torch.from_numpy(a).to(predictor.device) for a in arrays))
-            return out.to("cpu").numpy()
+        try:
+            with predictor.lock, torch.inference_mode():
+                module = self.module(predictor.model, "program")
+                return module(*(torch.from_numpy(a).to(predictor.device) for a in arrays)).to("cpu").numpy()
+        except Exception as exc:  # an id beyond an embedding's, a shape the model cannot take: one line
+            shapes = ", ".join(f"{s.name} {a.shape} {a.dtype}" for s, a in zip(self.inputs(predictor.model), arrays))
+            raise DataError(
+                f"the {predictor.task} model fails on {shapes}: {type(exc).__name__}: {first_line(exc)}"
+            ) from None
 
     def predict_rows(self, predictor, x):
         """(n, F) rows (or one row) -> (n, O) float32 outputs, as the export computes them."""
