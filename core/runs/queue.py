@@ -26,12 +26,11 @@ from core.engine.run_folder import CHECKPOINT_FILE, is_in_use
 from core.engine.run_record import load_record, new_id, now_iso, runs_root
 from core.errors import AmpConsoleError, ConfigError
 from core.files import UnreadableFile, atomic_write_bytes, read_json_record, try_lock
-from core.process import STOP_GRACE_SECONDS, StopEscalation
+from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment
 from core.text import first_line
 
 QUEUE_FILE, RUNNER_LOCK, EDIT_LOCK, ENTRY_FOLDER = ".queue.json", ".queue.lock", ".queue.edit.lock", ".queue"
 STATES = ("pending", "running", "done", "failed", "stopped")
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 KILLED = "the console was killed before the run's first checkpoint"
 
 
@@ -232,16 +231,12 @@ class QueueRunner:
         files = self.root / ENTRY_FOLDER
         files.mkdir(exist_ok=True)
         log_path = files / f"{entry['id']}.log"
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p),
-        }
         lines: list[dict] = []
         try:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
                     self.command(entry, resume), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                    text=True, env=env, start_new_session=os.name == "posix",
+                    text=True, env=child_environment(), start_new_session=os.name == "posix",
                 )  # fmt: skip
         except OSError as exc:
             return self._change(entry["id"], state="failed", result=f"could not start a training process: {exc}")

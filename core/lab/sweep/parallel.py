@@ -26,13 +26,12 @@ from core.config import train_command
 from core.engine.folder_control import ControlError, write_request
 from core.engine.follow import MetricsFollower
 from core.errors import ConfigError
-from core.process import STOP_GRACE_SECONDS, StopEscalation, signal_group
+from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment, signal_group
 from core.text import first_line
 
 if TYPE_CHECKING:
     from core.engine.events import RunEnded
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding core/
 STDERR_LINES = 40
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 _DISTRIBUTED_ENV = (
@@ -88,12 +87,11 @@ def cpu_count() -> int:
 
 
 def child_env(slots: int, base: dict | None = None) -> dict:
-    """A trial process's environment: this package importable, unbuffered output, none of our torchrun variables, and
-    LOCAL_WORLD_SIZE so N processes share the cores (a `threads` the settings set is used as given)."""
-    env = dict(os.environ if base is None else base)
+    """A trial process's environment (core.process.child_environment, or `base`): unbuffered output, none of our
+    torchrun variables, and LOCAL_WORLD_SIZE so N processes share the cores (a `threads` setting is used as given)."""
+    env = dict(child_environment() if base is None else base)
     for name in _DISTRIBUTED_ENV:
         env.pop(name, None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     if slots > 1:
         share = max(1, cpu_count() // slots)
