@@ -70,9 +70,7 @@ class CountAxis(SpacedAxis):
         return [step_label(v * scale) for v in values]
 
     def tickStrings(self, values, scale, spacing):
-        if self.logMode:
-            return super().tickStrings(values, scale, spacing)
-        return self.labels_for(values, scale, spacing)
+        return super().tickStrings(values, scale, spacing) if self.logMode else self.labels_for(values, scale, spacing)
 
 
 class CompactAxis(SpacedAxis):

@@ -63,6 +63,4 @@ def x_end_for(step: int, total_steps: int = 0) -> int:
     want = max(10.0, step * X_HEADROOM)
     decade = 10 ** max(1, math.floor(math.log10(want)))
     end = next((int(decade * f) for f in (*X_STEPS, 10.0) if decade * f >= want), int(decade * 10))
-    if total_steps > 0 and end >= 0.8 * total_steps:
-        return total_steps
-    return end
+    return total_steps if total_steps > 0 and end >= 0.8 * total_steps else end

@@ -37,9 +37,7 @@ def saved_geometry(data: QByteArray) -> tuple[QRect, bool] | None:
     stream >> normal
     stream.readInt32()  # screen number
     maximised = bool(stream.readUInt8())
-    if stream.status() != QDataStream.Status.Ok or normal.isEmpty():
-        return None
-    return normal, maximised
+    return None if stream.status() != QDataStream.Status.Ok or normal.isEmpty() else (normal, maximised)
 
 
 def fit_geometry(window, data: QByteArray) -> bool:

@@ -331,9 +331,7 @@ def memory_in_use(device: torch.device) -> int | None:
         return int(torch.cuda.max_memory_allocated(device))
     if device.type == "xpu":
         return int(torch.xpu.max_memory_allocated(device))
-    if device.type == "mps":
-        return int(torch.mps.current_allocated_memory())
-    return resident_set()
+    return int(torch.mps.current_allocated_memory()) if device.type == "mps" else resident_set()
 
 
 @dataclass(frozen=True)
@@ -420,9 +418,7 @@ class PeakMemory:
             return PeakReading(
                 int(api.max_memory_allocated(self.device)), self._start, int(api.max_memory_reserved(self.device))
             )
-        if self.kind == "cpu":
-            return PeakReading(_peak_rss(), self._start)
-        return PeakReading(None, None)
+        return PeakReading(_peak_rss(), self._start) if self.kind == "cpu" else PeakReading(None, None)
 
     def release(self) -> None:
         """Free what the last measurement left: garbage, the allocator's cache or glibc's free heap pages."""
@@ -471,9 +467,7 @@ def _read_status_bytes(key: str) -> int | None:
 
 def _peak_rss() -> int:
     value = _read_status_bytes("VmHWM")
-    if value is not None:
-        return value
-    return peak_resident_set() or 0
+    return value if value is not None else peak_resident_set() or 0
 
 
 def _malloc_trim() -> None:

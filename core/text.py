@@ -21,9 +21,7 @@ def count(value: float | None) -> str:
     for unit, scale in (("G", 1e9), ("M", 1e6)):
         if magnitude >= scale:
             return f"{value / scale:.3g} {unit}" if magnitude < 100 * scale else f"{value / scale:,.0f} {unit}"
-    if float(value).is_integer() or magnitude >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
+    return f"{value:,.0f}" if float(value).is_integer() or magnitude >= 100 else f"{value:.3g}"
 
 
 def size(value: float | None) -> str:
@@ -103,9 +101,7 @@ def number(value: float | None, spec: str = ".4g", suffix: str = "") -> str:
         return "-"
     if not isinstance(value, numbers.Real):
         return printable(value)
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
-    return f"{value:{spec}}{suffix}"
+    return "nan" if isinstance(value, float) and math.isnan(value) else f"{value:{spec}}{suffix}"
 
 
 def setting(value) -> str:

@@ -215,10 +215,7 @@ class PlotsPanel(PlotLabelling, OverlayPlotting, QWidget):
         """The key of the curve of metric `name` on `split`, created on first use."""
         if not self.plots:
             return None
-        if split == VAL_SPLIT:
-            key = f"eval:{name}"
-        else:
-            key = f"split:{split}:{name}"
+        key = f"eval:{name}" if split == VAL_SPLIT else f"split:{split}:{name}"
         if key in self._curves:
             return key
         import pyqtgraph as pg

@@ -21,9 +21,7 @@ def split_length(split: Mapping[str, torch.Tensor]) -> int:
 def place_split(split: dict[str, torch.Tensor], device: torch.device, keep_on_host: bool) -> dict[str, torch.Tensor]:
     """Move a split to the device, or pin it in host memory when it should stay there."""
     if keep_on_host:
-        if device.type == "cuda":
-            return {k: v.pin_memory() for k, v in split.items()}
-        return split
+        return {k: v.pin_memory() for k, v in split.items()} if device.type == "cuda" else split
     return {k: v.to(device) for k, v in split.items()}
 
 

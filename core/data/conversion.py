@@ -80,9 +80,7 @@ def _first_bad_row(values: pa.ChunkedArray, ok: pa.ChunkedArray) -> tuple[int, s
 def _place(file: Source, col: Column, index: int) -> str:
     """'line L, column 'c'' for a text file (the line a user sees), 'row R, column 'c'' for Parquet."""
     shown = file.shown.get(col.name, repr(col.name))
-    if file.kind != "parquet":
-        return f"line {file.line(index)}, column {shown}"
-    return f"row {index + 1}, column {shown}"
+    return f"line {file.line(index)}, column {shown}" if file.kind != "parquet" else f"row {index + 1}, column {shown}"
 
 
 def _fail_value(file: Source, col: Column, index: int, value: str, expected: str) -> DataError:

@@ -44,9 +44,7 @@ class DataSource:
 
     def for_path(self, data_path: str) -> DataSource:
         """This source for `data_path`: unchanged for its own data; another file keeps only the read options."""
-        if data_path == self.data:
-            return self
-        return DataSource(data_path, options=replace(self.options, query_file=""))
+        return self if data_path == self.data else DataSource(data_path, options=replace(self.options, query_file=""))
 
 
 def folder_splits(folder: str | Path) -> dict[str, Path] | None:

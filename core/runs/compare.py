@@ -12,9 +12,7 @@ from core.text import count, duration, exact, number, printable, setting, size
 def best_text(run: dict) -> str:
     """'accuracy 0.91': the run's best value of its primary metric, '-' without one."""
     best = run.get("best") or {}
-    if best.get("value") is None:
-        return "-"
-    return f"{best.get('name')} {number(best['value'])}"
+    return "-" if best.get("value") is None else f"{best.get('name')} {number(best['value'])}"
 
 
 def steps_text(run: dict) -> str:

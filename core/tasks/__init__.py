@@ -230,17 +230,13 @@ def option_values(name: str, options: dict, task_file: str = "") -> dict:
     if info is None and task_file and isinstance(task_file, str):
         info = _source_info(task_file)
         info = info if info is not None and info.name == name else None
-    if info is None:
-        return dict(options)
-    return {opt.name: opt.default for opt in info.options} | dict(options)
+    return dict(options) if info is None else {opt.name: opt.default for opt in info.options} | dict(options)
 
 
 def saved_options(name: str, options: dict) -> dict:
     """A run's saved task `options` as it trained with them (`saved_defaults` for missing ones)."""
     info = task_infos().get(name)
-    if info is None:
-        return dict(options)
-    return {**info.saved_defaults, **options}
+    return dict(options) if info is None else {**info.saved_defaults, **options}
 
 
 def saved_config(config):

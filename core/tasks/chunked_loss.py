@@ -13,9 +13,7 @@ MIN_CHUNK_ROWS = 1
 
 def compute_dtype(device_type: str, fallback: torch.dtype) -> torch.dtype:
     """The dtype autocast would run a matmul in here (the hidden states may be float32 after a LayerNorm)."""
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return fallback
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else fallback
 
 
 class _ChunkedSoftmaxCrossEntropy(torch.autograd.Function):

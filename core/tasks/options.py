@@ -58,9 +58,7 @@ def option_errors(task: str, options: tuple[TaskOption, ...], values: dict) -> d
 
 
 def _number(value: float) -> str:
-    if float(value).is_integer():
-        return f"{int(value):,}"
-    return f"{value:g}"
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True)

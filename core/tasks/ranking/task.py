@@ -382,9 +382,7 @@ class RankingTask(Task):
     def validation_units(self, split: dict[str, torch.Tensor]) -> int:
         """The queries with a relevant candidate: those the metrics average over."""
         relevant = (split["label"] > 0).any(dim=1)
-        if "qid" in split:
-            return int(torch.unique(split["qid"][relevant]).numel())
-        return int(relevant.sum())
+        return int(torch.unique(split["qid"][relevant]).numel()) if "qid" in split else int(relevant.sum())
 
     @staticmethod
     def _report(scores: torch.Tensor, split: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -399,9 +399,7 @@ class RecommenderTask(Task):
         if rows >= len(bounds):
             return hidden, target, None
         bound = int(bounds[rows])  # numpy, on the host: no device sync
-        if bound >= target.shape[0]:
-            return hidden, target, None
-        return compact_positions(hidden, target, bound)
+        return (hidden, target, None) if bound >= target.shape[0] else compact_positions(hidden, target, bound)
 
     # None where the batch is on the host (the CPU): its real positions are counted; else a bound sizes them
     count_on_host: bool | None = None
