@@ -200,3 +200,27 @@ def test_an_id_the_model_does_not_know_is_one_line(runs, tmp_path, capsys):
     )
     assert code == 2 and "Traceback" not in err and not (tmp_path / "o.csv").exists()
     assert "the char_lm model fails on ids (2, 2) int64: IndexError" in err.strip().splitlines()[-1]
+
+
+def test_an_input_checks_each_row_and_pads_a_batch():
+    from core.tasks.serving import Input
+
+    ids = Input("ids", "int64", ("seq",), pad=0)
+    batch = ids.batch([ids.row(v) for v in ([5, 9, 2], "[4]", "7 8")])
+    assert batch.dtype == np.int64 and batch.tolist() == [[5, 9, 2], [4, 0, 0], [7, 8, 0]]
+    for bad, why in (
+        [[1, 2.5], "not whole numbers"],
+        [[[1]], r"has shape \(1, 1\)"],
+        [None, "is empty"],
+        ["a b", "not a"],
+    ):
+        with pytest.raises(ValueError, match=why):
+            ids.row(bad)
+    x = Input("x", "float32", (2,))
+    with pytest.raises(ValueError, match="not finite float32"):
+        x.row([1.0, 1e39])
+    with pytest.raises(ValueError, match="rows of different lengths, and its Input declares no pad"):
+        Input("v", "float32", ("n",)).batch([np.zeros(2), np.zeros(3)])
+    for declared in (("ids", "int32"), ("my ids", "int64"), ("ids", "int64", (0,))):
+        with pytest.raises(ValueError, match="Input"):
+            Input(*declared)

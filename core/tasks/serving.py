@@ -298,8 +298,11 @@ class Input:
             n != d if isinstance(d, int) else n < 1 for n, d in zip(x.shape, self.shape)
         ):
             raise ValueError(f"{self.name} has shape {tuple(x.shape)}; the model reads ({shape}) per row")
-        if not np.isfinite(x).all() or (self.dtype == "int64" and (x != np.round(x)).any()):
-            kind = "whole numbers" if self.dtype == "int64" else "finite numbers"
+        whole = self.dtype == "int64"
+        with np.errstate(over="ignore", invalid="ignore"):
+            fits = (x == np.round(x)) & (np.abs(x) < 2.0**63) if whole else np.isfinite(x.astype(np.float32))
+        if not fits.all():
+            kind = "whole numbers of int64" if whole else "finite float32 numbers"
             raise ValueError(f"{self.name} holds values that are not {kind}")
         return x
 
