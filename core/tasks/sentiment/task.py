@@ -47,10 +47,7 @@ def document_frequency(tokens: torch.Tensor, buckets: int) -> torch.Tensor:
 def fit_bucket_weights(tokens: torch.Tensor, buckets: int, idf: bool = True, min_df: int = 1) -> torch.Tensor:
     """Every bucket's weight: smoothed idf (1 without `idf`), 0 below `min_df` rows and for padding."""
     df = document_frequency(tokens, buckets)
-    if idf:
-        weights = torch.log((1 + tokens.shape[0]) / (1 + df.double())) + 1
-    else:
-        weights = torch.ones(buckets, dtype=torch.float64)
+    weights = torch.log((1 + tokens.shape[0]) / (1 + df.double())) + 1 if idf else torch.ones(buckets).double()
     weights[df < min_df] = 0.0
     weights[0] = 0.0
     return weights.float()
