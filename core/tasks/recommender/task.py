@@ -26,7 +26,7 @@ from core.data.splits import read_splits
 from core.data.synthetic import TrackChain, generate_interactions, make_track_chain
 from core.tasks.base import EvalParts, Task, TaskData, TaskOption, bucket_rows, iter_slices
 from core.tasks.chunked_loss import chunked_softmax_cross_entropy, compact_positions
-from core.tasks.serving import TaskServing
+from core.tasks.serving import SAMPLE_ROWS, TaskServing, listed
 
 TOP_K = 10
 EVAL_NEGATIVES = 100
@@ -441,8 +441,6 @@ class RecommenderTask(Task):
 
     def samples(self, model: nn.Module, data: TaskData) -> list[dict[str, str]]:
         """The top TOP_K unseen lessons for the first validation users, from the data at hand, in one batch."""
-        from core.tasks.serving import SAMPLE_ROWS, listed
-
         ids, sasrec = data.vocabulary.get("item_id"), _unwrap(model)
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
         device = next(sasrec.parameters()).device
