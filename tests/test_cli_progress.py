@@ -220,3 +220,22 @@ def test_the_last_steps_line_waits_for_the_final_evaluation():
     lines = out.text.splitlines()
     assert [line.split(" (")[0] for line in lines] == ["step 10/20", "step 20/20"]
     assert "val_accuracy 0.9000" in lines[-1]
+
+
+def test_the_cli_live_line_rewrites_on_a_terminal_and_keeps_lines_in_a_log(monkeypatch):
+    """fmt.LiveLine, the one self-rewriting line of train, the lab commands and remote fetch."""
+    import os
+
+    from core.cli.format import LiveLine
+
+    monkeypatch.setattr("shutil.get_terminal_size", lambda: os.terminal_size((12, 24)))
+    log, terminal = Lines(), Lines()
+    for out, live in ((log, False), (terminal, True)):
+        line = LiveLine(out, live=live)
+        line("fetching 10%")
+        line("fetching 20% of a long name")
+        line("done", keep=True)
+        line("next 50%")
+        line.close()
+    assert log.text == "done\n"  # a log gets the kept lines only
+    assert terminal.text == "\r\x1b[2Kfetching 10\r\x1b[2Kfetching 20\r\x1b[2Kdone\n\r\x1b[2Knext 50%\n"
