@@ -211,8 +211,8 @@ def check_metrics(task: Task, metrics, method: str) -> None:
 
 
 def check_primary(task: Task, metrics: dict, method: str) -> None:
-    """The task's primary_metric among the metrics (the best checkpoints and early stopping choose by it)."""
-    if task.primary_metric not in metrics:
+    """The task's primary_metric among the metrics or its Metric objects (the best checkpoints choose by it)."""
+    if task.primary_metric not in metrics and task.primary_metric not in task.metric_objects():
         names = ", ".join(map(repr, metrics)) or "none"
         raise _bad(
             task,
