@@ -1,6 +1,7 @@
 """The serving part of the task API: what a trained model of a task is once deployed.
 
-`Task.serving()` is a TaskServing for the task's options: the export's module, manifest and sample batch;
+`Task.serving()` is a TaskServing for the task's options: its `inputs` (Input: what the model reads, by name),
+the export's module, manifest and sample batch (by default the run's validation rows of those inputs);
 `answers`, the methods a Predictor (core.runs.predict) answers with, called with the predictor first
 (`predictor.recommend(history)` is `serving.recommend(predictor, history)`); `file_scorer` for `amp-console
 predict`; `preview`, the Model preview's PreviewSpec; `rows_module`, its part of an export's serve.py.
