@@ -316,21 +316,9 @@ def run_sweep(
             if progress:
                 progress(SweepProgress(label, index, len(order), "running"))
 
-                def on_window(phase, window, windows, step, total_steps, step_ms, threads, label=label, index=index):
+                def on_window(phase, window, windows, *rest, label=label, index=index):  # rest: step ... threads
                     progress(
-                        SweepProgress(
-                            label,
-                            index,
-                            len(order),
-                            phase,
-                            window=window,
-                            windows=windows,
-                            warmup_windows=warmup_windows,
-                            step=step,
-                            steps=total_steps,
-                            step_ms=step_ms,
-                            threads=threads,
-                        )
+                        SweepProgress(label, index, len(order), phase, None, window, windows, warmup_windows, *rest)
                     )
 
             if isolate:
