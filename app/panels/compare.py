@@ -213,7 +213,7 @@ class CompareDialog(ToolDialog):
         )
 
     def _add_row(self, row) -> None:
-        from core.lab.precision_sweep import noise_note
+        from core.lab.precision_results import noise_note
 
         memory = row.peak_memory_bytes / 2**20 if row.peak_memory_bytes else None
         cells = (

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import tempfile
 from collections import deque
 from pathlib import Path
@@ -21,12 +20,12 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer
 
 from app.run.handle import RunHandle
 from app.run.jobs import JobRunner
+from core.config import train_command
 from core.engine.events import RunEnded, RunStarted, event_or_none
 from core.engine.folder_control import write_request
 from core.engine.follow import MetricsFollower
-from core.process import STOP_GRACE_SECONDS, StopEscalation
+from core.process import STOP_GRACE_SECONDS, StopEscalation, child_environment
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STDERR_LINES = 40
 FOLLOW_MS = 50  # metrics.jsonl is read this often (a read of the bytes it gained: well under a millisecond)
 POSIX = os.name == "posix" and hasattr(QProcess, "UnixProcessParameters")  # process groups and signals
@@ -34,27 +33,12 @@ POSIX = os.name == "posix" and hasattr(QProcess, "UnixProcessParameters")  # pro
 
 def launcher_command(config_path: str, processes: int, resume_from: str | None = None) -> list[str]:
     """The command line that trains `config_path` on `processes` local DDP processes (torchrun)."""
-    command = [
-        sys.executable,
-        "-m",
-        "core.cli",
-        "train",
-        "--nproc",
-        str(processes),
-        "--events",
-        "--end-with-parent",
-        str(os.getpid()),
-        "--config",
-        config_path,
-    ]
-    if resume_from:
-        command += ["--resume", resume_from]
-    return command
+    return train_command(config_path, *(["--resume", resume_from] if resume_from else []), nproc=processes)
 
 
 def spare_command() -> list[str]:
     """A training process started ahead of time: it loads the engine, then waits for its settings on stdin."""
-    return [sys.executable, "-m", "core.cli", "train", "--events", "--config-stdin"]
+    return train_command()
 
 
 def signal_name(number: int) -> str:
@@ -147,9 +131,9 @@ class ProcessRun(RunHandle):
 
     def _launch(self, command: list[str]) -> None:
         program, *arguments = command
-        env = QProcessEnvironment.systemEnvironment()
-        env.insert("PYTHONPATH", os.pathsep.join(p for p in (PACKAGE_ROOT, env.value("PYTHONPATH", "")) if p))
-        env.insert("PYTHONUNBUFFERED", "1")
+        env = QProcessEnvironment()
+        for key, value in {**child_environment(), "PYTHONUNBUFFERED": "1"}.items():
+            env.insert(key, value)
         self.process.setProcessEnvironment(env)
         self.process.setWorkingDirectory(os.getcwd())  # relative out_dir / data: as in a thread run
         if POSIX:

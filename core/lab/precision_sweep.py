@@ -25,12 +25,11 @@ from core.config import RunConfig
 from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
 from core.engine.control import RunControl
 from core.errors import AmpConsoleError, PrecisionError, TaskOutputError, UserCodeError
-from core.lab.precision_results import (  # noise_note: app.panels.compare's import, until it takes it from there
+from core.lab.precision_results import (
     SweepResult,
     SweepRow,
     compare_to_fp32,
     explain_rows,
-    noise_note,  # noqa: F401
     recommended_row,
     reference_label,
 )
