@@ -282,7 +282,7 @@ class ChildPredictor:
             self._err.seek(0)
             errors = self._err.read()
             self.close()
-            code = self._process.returncode
+            code = self._process.wait()  # reaped by close, here or on another thread
             child = Child(None if code < 0 else code, "", errors, timed_out)
             what = f"{self.named}: {method} in the preview's child process"
             self._ended = child.problem(what, work_limit()) or f"{what}: no answer"
