@@ -1,11 +1,14 @@
 """Quantities and errors as text, one convention for the CLI, messages and the window: bytes ('12.3 MiB'),
-counts ('1.05 M'), figures, clock times, durations ('3m48s'), an exception's first line. Imports nothing.
+counts ('1.05 M'), figures, clock times, durations ('3m48s'), an exception's first line, and the one
+self-rewriting progress line (LiveLine). Imports only the standard library.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import shutil
+import sys
 from typing import TypeGuard
 
 
@@ -111,3 +114,27 @@ def setting(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
+class LiveLine:
+    """One progress line on stderr (or `stream`): on a terminal each call rewrites it in place (cut to the
+    terminal's width), a `keep` call leaving it as a line; in a log only `keep` calls write, a line each."""
+
+    def __init__(self, stream=None, live: bool | None = None):
+        self.stream = stream  # None: sys.stderr at the time of writing
+        self.live = (stream or sys.stderr).isatty() if live is None else live
+        self._open = False  # a rewritten line waits for its newline
+
+    def __call__(self, text: str, keep: bool = False) -> None:
+        if keep or self.live:
+            stream = self.stream or sys.stderr
+            width = None if keep else shutil.get_terminal_size().columns - 1  # a wrapped line would not be rewritten
+            stream.write(("\r\x1b[2K" if self.live else "") + printable(text)[:width] + ("\n" if keep else ""))
+            stream.flush()
+            self._open = not keep
+
+    def close(self) -> None:
+        """End a line left open (on a terminal)."""
+        if self._open:
+            (self.stream or sys.stderr).write("\n")
+            self._open = False

@@ -223,10 +223,10 @@ def test_the_last_steps_line_waits_for_the_final_evaluation():
 
 
 def test_the_cli_live_line_rewrites_on_a_terminal_and_keeps_lines_in_a_log(monkeypatch):
-    """fmt.LiveLine, the one self-rewriting line of train, the lab commands and remote fetch."""
+    """core.text.LiveLine, the one self-rewriting line of train, the lab commands, remote fetch and predict."""
     import os
 
-    from core.cli.format import LiveLine
+    from core.text import LiveLine
 
     monkeypatch.setattr("shutil.get_terminal_size", lambda: os.terminal_size((12, 24)))
     log, terminal = Lines(), Lines()

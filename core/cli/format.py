@@ -5,10 +5,9 @@ or 100 columns when output is piped.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
-from core.text import count, duration, exact, number, printable, setting, size  # core.text's, as fmt.count etc.
+from core.text import LiveLine, count, duration, exact, number, printable, setting, size  # as fmt.count etc.
 
 __all__ = ["PIPED_WIDTH", "LiveLine", "console", "count", "duration", "exact", "number", "setting", "size", "table"]
 
@@ -46,27 +45,3 @@ def table(title: str | None = None, **kwargs):
     kwargs.setdefault("pad_edge", False)
     kwargs.setdefault("title_justify", "left")
     return PrintableTable(title=printable(title) if isinstance(title, str) else title, **kwargs)
-
-
-class LiveLine:
-    """The CLI's one progress line on stderr (or `stream`): on a terminal each call rewrites it in place (cut to the
-    terminal's width), a `keep` call leaving it as a line; in a log only `keep` calls write, a line each."""
-
-    def __init__(self, stream=None, live: bool | None = None):
-        self.stream = stream  # None: sys.stderr at the time of writing
-        self.live = (stream or sys.stderr).isatty() if live is None else live
-        self._open = False  # a rewritten line waits for its newline
-
-    def __call__(self, text: str, keep: bool = False) -> None:
-        if keep or self.live:
-            stream = self.stream or sys.stderr
-            width = None if keep else shutil.get_terminal_size().columns - 1  # a wrapped line would not be rewritten
-            stream.write(("\r\x1b[2K" if self.live else "") + printable(text)[:width] + ("\n" if keep else ""))
-            stream.flush()
-            self._open = not keep
-
-    def close(self) -> None:
-        """End a line left open (on a terminal)."""
-        if self._open:
-            (self.stream or sys.stderr).write("\n")
-            self._open = False

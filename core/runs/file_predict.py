@@ -15,7 +15,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, DataError
 from core.runs.predict_output import JSON_SUFFIXES, OUT_SUFFIXES
-from core.text import printable
+from core.text import LiveLine, printable
 
 MAX_REPORTED = 20  # bad rows shown one by one; the rest are counted
 DEFAULT_BATCH = 4096
@@ -173,27 +173,18 @@ class BadRows:
 
 
 class Progress:
-    """On a terminal one line rewritten in place; otherwise a line every `every` seconds (log-friendly)."""
+    """A core.text.LiveLine: on a terminal rewritten in place; otherwise a line every `every` seconds."""
 
     def __init__(self, every: float | None = None, stream=None):
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-        self.every = every if every is not None else (0.5 if self.live else PROGRESS_SECONDS)
+        self.line = LiveLine(stream)
+        self.every = every if every is not None else (0.5 if self.line.live else PROGRESS_SECONDS)
         self.began = self.last = time.perf_counter()
-        self.shown = False
 
     def update(self, scored: int, skipped: int) -> None:
         now = time.perf_counter()
-        if now - self.last < self.every:
-            return
-        self.last = now
-        rate = scored / max(now - self.began, 1e-9)
-        text = f"predict: {scored:,} scored, {skipped:,} skipped, {rate:,.0f}/s"
-        self.stream.write(f"\r{text}\033[K" if self.live else text + "\n")
-        self.stream.flush()
-        self.shown = True
+        if now - self.last >= self.every:
+            self.last, rate = now, scored / max(now - self.began, 1e-9)
+            self.line(f"predict: {scored:,} scored, {skipped:,} skipped, {rate:,.0f}/s", keep=not self.line.live)
 
     def done(self) -> None:
-        if self.live and self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
+        self.line.close()
