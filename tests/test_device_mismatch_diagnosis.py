@@ -112,8 +112,10 @@ def test_other_errors_keep_their_first_line():
     assert explain_exception(ValueError("bad thing\nmore")) == "ValueError: bad thing"
 
 
-def test_cli_inspect_exits_2_with_one_line_naming_both_devices(bad_tasks, capsys):
-    assert main(["inspect", "--task", "misplaced_attr", "--device", "cpu", "--precision", "fp32"]) == 2
+@pytest.mark.parametrize("command", [["inspect", "--precision", "fp32"], ["summary", "--precisions", "fp32"]])
+def test_cli_lab_tools_exit_2_with_one_line_naming_both_devices(bad_tasks, capsys, command):
+    """inspect and summary share core.engine.diagnosis.mismatch_as_device_error."""
+    assert main([*command, "--task", "misplaced_attr", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "meta" in err and "cpu" in err and "mask" in err

@@ -8,12 +8,14 @@ explain_device_mismatch finds it: a parameter, buffer or plain tensor attribute 
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from core.errors import DeviceError
 from core.text import first_line
 
 _DEVICE = r"(cpu|meta|mps|cuda(?::\d+)?|xpu(?::\d+)?|hpu(?::\d+)?)"
@@ -169,6 +171,19 @@ def explain_device_mismatch(
         f"{text}. Every model and batch tensor is on {device}, so the stray tensor was created in code: "
         f"create tensors with device=x.device (x an input) or move them with .to(device)"
     )
+
+
+@contextmanager
+def mismatch_as_device_error(model: nn.Module, batch: dict, device: torch.device):
+    """Around a step of the task's code: a device mismatch raised inside as a one-line DeviceError (what is on
+    the wrong device and the fix); any other error as it is."""
+    try:
+        yield
+    except RuntimeError as exc:
+        message = explain_device_mismatch(exc, model, batch, device)
+        if message is None:
+            raise
+        raise DeviceError(message) from exc
 
 
 def explain_exception(

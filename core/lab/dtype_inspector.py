@@ -20,10 +20,9 @@ from torch.utils._pytree import tree_leaves
 from core.config import RunConfig
 from core.data.loaders import first_rows
 from core.devices import DeviceInfo, device_info, list_devices, torch_device
-from core.engine.diagnosis import explain_device_mismatch
+from core.engine.diagnosis import mismatch_as_device_error
 from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.run_state import seed_everything
-from core.errors import DeviceError
 from core.tasks import create_task
 from core.tasks.task_checks import build_checked, check_returns, load_checked, user_code_errors
 
@@ -264,17 +263,11 @@ class _OpRecorder(TorchDispatchMode):
 
 def _step(task, model, batch: dict, plan, device: torch.device, recorder: _OpRecorder) -> torch.Tensor:
     """The recorded forward (under autocast) and backward; a device mismatch of the task's code as one line."""
-    try:
-        with matmul_precision(plan), recorder:
-            with plan.autocast():  # forward + loss only, as in the training step
-                loss = task.loss(model, batch)
-            recorder.forward = False
-            plan.make_scaler().scale(loss).backward()
-    except RuntimeError as exc:  # user code put tensors on two devices: say which, as one line
-        message = explain_device_mismatch(exc, model, batch, device)
-        if message is None:
-            raise
-        raise DeviceError(message) from exc
+    with mismatch_as_device_error(model, batch, device), matmul_precision(plan), recorder:
+        with plan.autocast():  # forward + loss only, as in the training step
+            loss = task.loss(model, batch)
+        recorder.forward = False
+        plan.make_scaler().scale(loss).backward()
     return loss
 
 

@@ -21,10 +21,9 @@ from core.config import RunConfig
 from core.data.loaders import batch_rows, first_rows
 from core.devices import DeviceInfo, PeakMemory, device_info, list_devices, torch_device
 from core.engine.control import RunControl
-from core.engine.diagnosis import explain_device_mismatch
+from core.engine.diagnosis import mismatch_as_device_error
 from core.engine.precision import PrecisionPlan, matmul_precision, resolve_precision
 from core.engine.run_state import seed_everything
-from core.errors import DeviceError
 from core.lab.dtype_inspector import LOSS_ROW
 from core.lab.precision_sweep import requested_modes
 from core.tasks import create_task
@@ -306,18 +305,13 @@ def measure_mode(
         peak.reset()
     torch.manual_seed(seed)  # the same dropout masks and sampled negatives in every mode
     try:
-        with matmul_precision(plan):
+        with mismatch_as_device_error(model, batch, device), matmul_precision(plan):
             with _SavedTensorMeter(rows, loss_row, exclude, plan.mode) as meter:
                 with plan.autocast():  # forward + loss only, as in the training step
                     loss = task.loss(model, batch)
             plan.make_scaler().scale(loss).backward()
     except torch.OutOfMemoryError as exc:
         return ModeTotals(mode=plan.mode, status="failed", reason=f"out of memory: {first_line(exc)}")
-    except RuntimeError as exc:  # user code put tensors on two devices: say which, as one line
-        message = explain_device_mismatch(exc, model, batch, device)
-        if message is None:
-            raise
-        raise DeviceError(message) from exc
     totals = ModeTotals(
         mode=plan.mode, status="ok", compute_dtype=plan.compute_dtype_name, activation_bytes=meter.total
     )
