@@ -389,7 +389,7 @@ class MainWindow(WindowDialogs, QMainWindow):
             self.last_checkpoint = event.checkpoint
         self.fixesPanel.show_fixes(event)  # a divergence's re-runs, one button each
         if event.status == "failed":
-            self.show_error(f"Run failed: {event.message}", event.details)
+            self.show_error(f"Run failed: {event.message}", event.details, log=False)  # the log pane logs RunEnded
         else:
             where = f" Checkpoint: {event.checkpoint}" if event.checkpoint else ""
             text = event.message[:1].upper() + event.message[1:]
@@ -443,12 +443,13 @@ class MainWindow(WindowDialogs, QMainWindow):
     def show_message(self, text: str, role: str = "") -> None:
         self.statusBarWidget.show_message(text, role)
 
-    def show_error(self, message: str, details: str = "") -> None:
-        """An engine error: red status line, a log entry, and its details one click away."""
+    def show_error(self, message: str, details: str = "", log: bool = True) -> None:
+        """An engine error: red status line, a log entry (unless logged already), and its details one click away."""
         self._error_details = details
         self._error_message = message
         self.statusBarWidget.show_message(message, "status-error", details=bool(details))
-        self.logPanel.log(message, "error")
+        if log:
+            self.logPanel.log(message, "error")
 
     def show_error_details(self) -> None:
         box = self.findChild(QMessageBox, "errorDetails")
