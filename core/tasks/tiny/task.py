@@ -39,7 +39,7 @@ def make_tiny_data(
 
 class TinyClassifierTask(Task):
     name = "tiny"
-    description = "TinyClassifier (Linear 10->16, ReLU, Linear 16->2) on synthetic points: the teaching task"
+    description = "TinyClassifier (Linear 10->hidden, ReLU, Linear hidden->2) on synthetic points: the teaching task"
     options = (
         TaskOption("hidden", 16, "hidden units", 1, 4096),
         TaskOption("samples", 8192, "synthetic samples (80% train, 20% validation)", 64, 100_000_000, synthetic=True),
