@@ -171,10 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     _attempt_is_the_round()
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import get_args_parser, run
 
+    parser = get_args_parser()
+    parser.allow_abbrev = False  # train's --monitor is not an abbreviation of torchrun's --monitor-interval
     try:
-        run(parse_args(sys.argv[1:] if argv is None else argv))
+        run(parser.parse_args(sys.argv[1:] if argv is None else argv))
     except ChildFailedError as exc:
         _report(failure_line(exc))
         raise SystemExit(1) from None
