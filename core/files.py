@@ -9,7 +9,10 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from core.text import first_line, size
 
@@ -30,23 +33,19 @@ _LOCK_OFFSET = 1 << 30  # msvcrt locks this byte, far past the lock file's text,
 
 
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Write `payload` to `path` via a temp file in the same folder, fsync, rename: never a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = new_temp_file(path.parent, f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(path.parent)
+    """Write `payload` to `path` through atomic_open: never a half-written file."""
+    with atomic_open(path) as f:
+        f.write(payload)
+
+
+@contextmanager
+def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A new binary file to write (a locked PartialFile beside `path`), renamed over `path` when the block ends
+    without an error and removed when it raises."""
+    with PartialFile(path) as partial, open(partial._fd, "wb", closefd=False) as f:
+        yield f
+        f.flush()
+        partial.commit()
 
 
 def fsync_dir(folder: Path) -> None:

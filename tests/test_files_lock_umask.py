@@ -179,6 +179,28 @@ def test_a_partial_file_is_locked_while_written_and_only_abandoned_ones_are_remo
     assert not os.path.exists(path) and mask_027 == []
 
 
+def test_atomic_open_renames_a_complete_file_and_removes_a_failed_one(tmp_path, mask_027):
+    """The one temp-and-rename of core (atomic_write_bytes, the agent's uploads, fetched files)."""
+    import hashlib
+    import io
+
+    from core.remote import agent
+
+    target = tmp_path / "kept.bin"
+    with files.atomic_open(target) as f:
+        f.write(b"first")
+    with pytest.raises(RuntimeError), files.atomic_open(target) as f:
+        f.write(b"second, cut")
+        raise RuntimeError("cut off")
+    assert target.read_bytes() == b"first" and [p.name for p in tmp_path.iterdir()] == ["kept.bin"]
+    sha = hashlib.sha256(b"data").hexdigest()
+    with pytest.raises(agent.AgentError, match="arrived damaged"):
+        agent.put(sha, 4, "d.csv", io.BytesIO(b"dat"), False, runs_dir=str(tmp_path / "runs"))
+    assert not any(p.is_file() for p in (tmp_path / "runs").rglob("*"))
+    assert agent.put(sha, 4, "d.csv", io.BytesIO(b"data"), False, runs_dir=str(tmp_path / "runs"))["stored"]
+    assert mask_027 == []
+
+
 def test_open_regular_refuses_a_fifo_or_a_device_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "pipe.csv")
     with pytest.raises(files.UnreadableFile, match="pipe.csv is a named pipe"):

@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from core import __version__
 from core.errors import AmpConsoleError
-from core.files import UnreadableFile, new_temp_file, open_regular_no_link, parse_json, shown_path
+from core.files import UnreadableFile, atomic_open, open_regular_no_link, parse_json, shown_path
 from core.text import first_line, printable
 
 PROTOCOL = 1
@@ -242,29 +242,17 @@ def put(sha256: str, size: int, name: str, stream, check_only: bool, runs_dir: s
         return {"path": str(path), "stored": False}
     if check_only:
         return {"path": None, "stored": False}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = new_temp_file(path.parent, f".{path.name}.")
     digest, total = hashlib.sha256(), 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            while chunk := stream.read(1 << 20):
-                digest.update(chunk)
-                total += len(chunk)
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
+    with atomic_open(path) as f:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+            total += len(chunk)
+            f.write(chunk)
         if total != size or digest.hexdigest() != sha256:
             raise AgentError(
                 f"the upload of {printable(name)} arrived damaged ({total} of {size} bytes, or another "
                 f"sha256): send it again"
             )
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
     return {"path": str(path), "stored": True}
 
 

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import cast
 
 from core.engine.run_record import record_problem
-from core.files import RECORD_LIMIT, UnreadableFile, file_kind, is_inside, new_temp_file, parse_json, shown_path
+from core.files import RECORD_LIMIT, UnreadableFile, atomic_open, file_kind, is_inside, parse_json, shown_path
 from core.remote import ssh
 from core.remote.agent import RUN_FILES, sha256_of
 from core.remote.ssh import Host, RemoteError
@@ -381,7 +381,7 @@ def fetch_run(
     call = _Call(host, ["fetch", folder, *(["--checkpoint"] if checkpoint else [])], stop, silence)
     sent: list[str] = []
     kept: list[dict] = []
-    done, tmp = 0, None
+    done = 0
     try:
         value, problem = next(_answer_lines(call, f"{dest}'s answer"), (None, None))
         if value is None:
@@ -401,9 +401,8 @@ def fetch_run(
         if on_progress:
             on_progress(0, total, wanted[0]["name"] if wanted else "")
         for entry in wanted:
-            fd, tmp = new_temp_file(target, f".{entry['name']}.")
             digest, left = hashlib.sha256(), entry["size"]
-            with os.fdopen(fd, "wb") as out:
+            with atomic_open(target / entry["name"]) as out:
                 while left > 0:
                     chunk = call.read(min(CHUNK, left))
                     if not chunk:
@@ -418,26 +417,17 @@ def fetch_run(
                     done += len(chunk)
                     if on_progress:
                         on_progress(done, total, entry["name"])
-                out.flush()
-                os.fsync(out.fileno())
-            if digest.hexdigest() != entry["sha256"]:
-                raise RemoteError(
-                    f"{dest}: {printable(entry['name'])} arrived damaged (another sha256 than the "
-                    f"host's); fetch it again"
-                )
-            os.replace(tmp, target / entry["name"])
-            tmp = None
+                if digest.hexdigest() != entry["sha256"]:
+                    raise RemoteError(
+                        f"{dest}: {printable(entry['name'])} arrived damaged (another sha256 than the "
+                        f"host's); fetch it again"
+                    )
             sent.append(entry["name"])
         failed = call.problem()
         if failed is not None:
             raise failed
     finally:
         call.close()
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     names = {e["name"] for e in files}
     held = next((e["name"] for e in files if e["name"].endswith(".pt")), None)
     if checkpoint:
