@@ -54,11 +54,11 @@ class QueuePanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # long names, folders, errors: "…", whole in tooltips
+        self.table.setTextElideMode(Qt.TextElideMode.ElideRight)  # a failure's reason starts with what went wrong
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         header = self.table.horizontalHeader()
-        for column in range(len(COLUMNS)):  # the state as wide as it is, the others share the rest
-            mode = QHeaderView.ResizeMode.ResizeToContents if column == 1 else QHeaderView.ResizeMode.Stretch
+        for column in range(len(COLUMNS)):  # state and folder as wide as they are, name and result share the rest
+            mode = QHeaderView.ResizeMode.ResizeToContents if column in (1, 2) else QHeaderView.ResizeMode.Stretch
             header.setSectionResizeMode(column, mode)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.statusLabel = QLabel(objectName="queueStatus", wordWrap=True)
