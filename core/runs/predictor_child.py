@@ -203,17 +203,15 @@ class ChildPredictor:
     """The preview's Predictor for a task file's model: what the preview reads of a Predictor, its calls answered
     by a child process that holds the real one. A dead or stopped child leaves every later call one line."""
 
-    def __init__(self, source: str, which: str, device: str, files: tuple[str, list[str]]):
-        """`files`: task_files(source)."""
+    def __init__(self, files: tuple[str, list[str]]):
+        """The child started, for `files` (task_files of the checkpoint): `load` loads the model there."""
         import queue
         import subprocess
         import tempfile
         import threading
         import weakref
-        from types import SimpleNamespace
 
         from core.process import child_environment
-        from core.tasks.serving import PreviewSpec
 
         self.named, self._ended = files[0], ""
         self._err = tempfile.TemporaryFile("w+")
@@ -230,6 +228,12 @@ class ChildPredictor:
         threading.Thread(target=_read_lines, args=(self._process.stdout, self._lines), daemon=True).start()
         self._lock = threading.Lock()
         self.close = weakref.finalize(self, _stop, self._process, self._err)  # called, or when it is collected
+
+    def load(self, source: str, which: str, device: str) -> ChildPredictor:
+        from types import SimpleNamespace
+
+        from core.tasks.serving import PreviewSpec
+
         info = self.call("load", str(source), which, device)
         values: dict[str, Any] = {
             k: tuple(v) if isinstance(v, list) else v for k, v in (info.pop("preview") or {}).items()
@@ -241,6 +245,7 @@ class ChildPredictor:
         self.examples, self.note = info.pop("examples"), info.pop("note")
         for name, value in info.items():
             setattr(self, name, value)
+        return self
 
     def preview_answer(self, *args, **kwargs):
         return self.call("preview_answer", *args, **kwargs)

@@ -13,7 +13,7 @@ from core.runs.predictor_child import WORK_LIMIT_ENV
 
 pytestmark = pytest.mark.slow  # the preview and the export start a child process
 TASK_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "user_tasks" / "regression_task.py"
-HOSTILE_ENV = "AMP_TEST_HOSTILE"  # exit: its serving calls os._exit(3); loop: it never returns
+HOSTILE_ENV = "AMP_TEST_HOSTILE"  # exit: its serving calls os._exit(3); loop: it never returns (loop-at-load: loading)
 HOSTILE = f'''
 
 import os as _os
@@ -36,6 +36,11 @@ class HostileServing(_FeatureServing):
     def module(self, model, fmt):
         _hostile()
         return super().module(model, fmt)
+
+    def preview_examples(self, predictor):
+        while _os.environ.get("{HOSTILE_ENV}") == "loop-at-load":
+            pass
+        return super().preview_examples(predictor)
 '''
 
 
@@ -112,3 +117,21 @@ def test_evaluate_measures_a_task_files_model_in_a_child(hostile_run, monkeypatc
     monkeypatch.setenv(HOSTILE_ENV, "exit")  # evaluation does not serve: the child answers
     report = measure(str(folder / "best.pt"))
     assert "rmse" in report["metrics"] and (folder / "evaluation.json").is_file()
+
+
+@pytest.mark.timeout(300)
+def test_closing_the_preview_stops_a_load_that_never_returns(qtbot, hostile_run, monkeypatch):
+    """The window closing joins the preview's worker: a load waiting on its child (at the default limit, half an
+    hour) ends at once, its child killed."""
+    from app.panels.preview import PreviewDialog
+
+    _path, folder = hostile_run
+    monkeypatch.setenv(HOSTILE_ENV, "loop-at-load")
+    view = PreviewDialog(lambda: folder.parent)
+    qtbot.addWidget(view)
+    view.show()
+    view.select_run(str(folder))
+    qtbot.waitUntil(lambda: bool(view.children), timeout=120_000)
+    pid = view.children[0]._process.pid
+    view.shutdown()
+    assert not view.children and view.predictor is None and not Path(f"/proc/{pid}").exists()

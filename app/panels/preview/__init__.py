@@ -350,6 +350,7 @@ class PreviewDialog(QDialog):
         """Join the worker threads (the window calls this when it closes)."""
         for page in self.pages.values():
             page.debounce.stop()
+        self._close_children()  # a load or answer waiting on a child ends now: the worker is joined at once
         self.queue.shutdown()
         self._close_children()
         self.scans.shutdown()
@@ -372,7 +373,8 @@ def load_for_preview(source: str, which: str, device: str, children: list):
 
     files = task_files(source)
     if files is not None:
-        children.append(predictor := ChildPredictor(source, which, device, files))
+        children.append(predictor := ChildPredictor(files))  # before its load: closing the dialog stops it
+        predictor.load(source, which, device)
         return predictor, predictor.examples, predictor.note
     from core.runs.predict import load_predictor
 
