@@ -69,6 +69,8 @@ _HELP = {  # every setting with a FieldSpec, in the form's order
     "precision": "fp32, tf32, fp16 (autocast + GradScaler), bf16 (autocast), bf16-pure (bf16 weights and optimizer "
     "state, stochastic rounding), fp8 (torchao float8 Linear layers in bf16 autocast) or auto",
     "fp8_recipe": "fp8's scaling: tensorwise or rowwise (rowwise_with_gw_hp fails in bf16 autocast: pytorch/ao#4616)",
+    "fp32_modules": "modules that run in float32 outside autocast whatever the precision (and are not made fp8 or "
+    "bf16-pure), by name as the NaN doctor gives them, comma-separated, e.g. fc1 or blocks.3.attn; empty = none",
     "optimizer": "sgd (with momentum), adam, adamw or adamw8bit (bitsandbytes' 8-bit AdamW)",
     "lr": "peak learning rate",
     "momentum": "SGD momentum",
@@ -185,6 +187,7 @@ class RunConfig:
     device: str = "auto"
     precision: str = "auto"
     fp8_recipe: str = "tensorwise"
+    fp32_modules: str = ""
     optimizer: str = "adamw"
     lr: float = 1e-2
     momentum: float = 0.9

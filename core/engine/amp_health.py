@@ -16,11 +16,11 @@ from torch import nn
 
 class RunFailed(Exception):
     """The run cannot go on (non-finite loss, persistent fp16 overflow, out of memory...). `nonfinite`: the
-    loss or gradients went inf/NaN, so nonfinite_fixes applies."""
+    loss or gradients went inf/NaN, so nonfinite_fixes applies; `module`: the one that first produced it."""
 
-    def __init__(self, message: str, nonfinite: bool = False):
+    def __init__(self, message: str, nonfinite: bool = False, module: str | None = None):
         super().__init__(message)
-        self.nonfinite = nonfinite
+        self.nonfinite, self.module = nonfinite, module
 
 
 class NonFiniteWatch:
@@ -134,22 +134,29 @@ def check_health(
             f"loss became {loss} in {plan.mode} between steps {step - interval_steps:,} and {step:,}{where}{first}; "
             f"the last good checkpoint is kept. Try a lower lr (now {lr:g}) or grad_clip",
             nonfinite=True,
+            module=module,
         )
     raise RunFailed(
         f"fp16: every step since step {step - interval_steps:,} overflowed and the loss scale fell to {scale:g}{first}; "
         f"the model diverged. Try bf16, a lower lr or grad_clip",
         nonfinite=True,
+        module=module,
     )
 
 
-def nonfinite_fixes(mode: str, lr: float, precisions, folder: str, checkpoint: str | None) -> list[dict]:
-    """Re-runs that may cure a divergence, each {label, changes (config fields), resume (checkpoint or None),
-    note}: bf16 for fp16 where the device runs it, lr / 10, fp32 (the engine has no per-module fp32 override, so
-    the whole run). Each trains into its own folder beside `folder`, its note naming the run and the fix."""
+def nonfinite_fixes(mode: str, cfg, precisions, folder: str, checkpoint: str | None, module: str | None) -> list[dict]:
+    """Re-runs that may cure a divergence of run `cfg`, each {label, changes (config fields), resume (checkpoint or
+    None), note}: bf16 for fp16 where the device runs it, lr / 10, fp32 for `module` (the one that first produced
+    inf/NaN) and fp32 for the whole run. Each trains into its own folder beside `folder`, its note naming the run
+    and the fix."""
     fixes: list[tuple[str, str, dict]] = []
     if mode == "fp16" and "bf16" in precisions:
         fixes.append(("bf16 instead of fp16", "bf16", {"precision": "bf16"}))
-    fixes.append((f"lower LR ({lr:g} / 10)", "lr-div10", {"lr": lr / 10}))
+    fixes.append((f"lower LR ({cfg.lr:g} / 10)", "lr-div10", {"lr": cfg.lr / 10}))
+    named = [n.strip() for n in cfg.fp32_modules.split(",") if n.strip()]
+    if mode not in ("fp32", "tf32") and module and module not in ("loss", "<model>", *named):
+        fp32 = {"fp32_modules": ",".join([*named, module])}
+        fixes.append((f"fp32 for module {module}", f"fp32-{module}", fp32))
     if mode != "fp32":
         fixes.append((f"fp32 for the run (instead of {mode})", "fp32", {"precision": "fp32"}))
     return [

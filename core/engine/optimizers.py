@@ -122,9 +122,10 @@ class StochasticRounding(torch.optim.Optimizer):
 def _round_into(target: torch.Tensor, value: torch.Tensor, generator: torch.Generator) -> None:
     """Write float32 `value` (a scratch tensor: its bits are changed) into bfloat16 `target`, rounded
     stochastically: random low 16 bits added to the float32 bits, then cut off (an exact conversion)."""
-    noise = torch.randint(0, 1 << 16, value.shape, dtype=torch.int32, device=value.device, generator=generator)
-    bits = value.view(torch.int32).add_(noise).bitwise_and_(-65536)
-    target.copy_(bits.view(torch.float32))
+    if target.dtype != torch.float32:  # float32: a module of fp32_modules, written exactly
+        noise = torch.randint(0, 1 << 16, value.shape, dtype=torch.int32, device=value.device, generator=generator)
+        value = value.view(torch.int32).add_(noise).bitwise_and_(-65536).view(torch.float32)
+    target.copy_(value)
 
 
 def optimizer_notes(model: nn.Module, cfg: RunConfig, mode: str) -> list[str]:

@@ -7,6 +7,7 @@ bf16-pure: parameters, gradients and optimizer state in bfloat16, the optimizer 
 (core.engine.optimizers.StochasticRounding); autocast bf16 stays on so float32 inputs meet bf16 weights and
 losses compute in float32.  fp8: torchao's float8 training for the Linear layers that suit it
 (prepare_model), the other ops in bf16 autocast; emulated where the device has no float8 tensor cores.
+`fp32_modules` (any mode): the named modules run outside autocast on float32 inputs with float32 weights.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from core.devices import PRECISION_INSTALL, DeviceInfo, fp8_native
-from core.errors import PrecisionError
+from core.errors import ConfigError, PrecisionError
 from core.precision_modes import FP8_RECIPES, PRECISION_CHOICES
 
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "bf16-pure": torch.bfloat16, "fp8": torch.bfloat16}
@@ -69,12 +70,18 @@ class PrecisionPlan:
         params = str(self.param_dtype).removeprefix("torch.")
         return f"{self.mode}: compute {self.compute_dtype_name}, params {params}, {scaler}"
 
-    def prepare_model(self, model: nn.Module) -> list[str]:
+    def prepare_model(self, model: nn.Module, fp32_modules: str = "") -> list[str]:
         """Make `model` (on its device, before the optimizer is built) what the mode trains: bf16 weights for
-        bf16-pure, float8 Linear layers for fp8 (the notes say which and why the others are not)."""
+        bf16-pure, float8 Linear layers for fp8 (the notes say which and why the others are not), and the modules
+        `fp32_modules` names (comma-separated) in float32 whatever the mode."""
+        kept = _fp32_modules(model, fp32_modules)
         if self.param_dtype != torch.float32:
             model.to(self.param_dtype)
-        return _to_float8(model, self.fp8_recipe, self.fp8_emulate) if self.fp8_recipe else []
+        for module in kept.values():
+            module.float()
+            module.forward = functools.partial(_fp32_forward, module.forward, self.device_type)
+        notes = [f"in float32 outside autocast: {', '.join(kept)}"] if kept else []
+        return notes + (_to_float8(model, self.fp8_recipe, self.fp8_emulate, tuple(kept)) if self.fp8_recipe else [])
 
 
 def auto_mode(info: DeviceInfo) -> str:
@@ -125,7 +132,26 @@ def resolve_precision(mode: str, info: DeviceInfo, fp8_recipe: str = "tensorwise
     )
 
 
-def _to_float8(model: nn.Module, recipe: str, emulate: bool) -> list[str]:
+def _fp32_modules(model: nn.Module, names: str) -> dict[str, nn.Module]:
+    """The modules `names` lists (comma-separated names as named_modules gives them), refused by name when absent."""
+    modules = dict(model.named_modules())
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    for name in wanted:
+        if name not in modules:
+            known = ", ".join(n for n in list(modules)[1:21] if n)
+            raise ConfigError("fp32_modules", f"the model has no module {name!r}; its modules include {known}")
+    return {name: modules[name] for name in wanted}
+
+
+def _fp32_forward(forward, device_type: str, *args, **kwargs):
+    """`forward` with autocast off and its floating-point tensor arguments in float32."""
+    cast = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+    named = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
+    with torch.autocast(device_type, enabled=False):
+        return forward(*cast, **named)
+
+
+def _to_float8(model: nn.Module, recipe: str, emulate: bool, fp32: tuple[str, ...] = ()) -> list[str]:
     """Swap the Linear layers that suit float8 for torchao's Float8Linear; one note naming them and the others
     with the reason: the output layer (the last layer with weights, whose rounding reaches the loss directly) and
     layers whose in or out features are not multiples of 16 (what float8 matmuls need) stay in bf16 autocast."""
@@ -138,7 +164,9 @@ def _to_float8(model: nn.Module, recipe: str, emulate: bool) -> list[str]:
     for name, module in leaves:
         if type(module) is not nn.Linear:
             continue
-        if name == leaves[-1][0]:
+        if any(name == n or name.startswith(f"{n}.") for n in fp32):
+            kept[name] = "in float32: fp32_modules"
+        elif name == leaves[-1][0]:
             kept[name] = "the output layer"
         elif module.in_features % 16 or module.out_features % 16:
             kept[name] = f"{module.in_features} -> {module.out_features} features, not multiples of 16"

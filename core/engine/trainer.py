@@ -165,7 +165,7 @@ class Trainer(Evaluating):
         )
         seed_everything(cfg.seed)  # the same initial model on every rank
         self.raw_model = model = task_checks.built_model(self.task, self.data.info).to(self.device)
-        self.notes += self.plan.prepare_model(model)  # bf16 weights (bf16-pure), float8 layers (fp8)
+        self.notes += self.plan.prepare_model(model, cfg.fp32_modules)  # bf16-pure, fp8, fp32_modules
         self.tracker = self._make_tracker()  # before the per-rank seeds: its probe draws nothing that stays
         seed_everything(cfg.seed + self.dist.rank)  # each rank's own dropout and sampling (see run_state)
         self.param_count = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -238,8 +238,8 @@ class Trainer(Evaluating):
             if status == "completed" and self.tracker is not None:  # the best weights on test too
                 self.best_and_last = self._best_and_last(self.tracker)
         except RunFailed as exc:
-            cfg, kept = self.cfg, self.state.saved.path
-            fixes = nonfinite_fixes(self.plan.mode, cfg.lr, self.device_info.precisions, str(self.out_dir), kept)
+            kept, precisions = self.state.saved.path, self.device_info.precisions
+            fixes = nonfinite_fixes(self.plan.mode, self.cfg, precisions, str(self.out_dir), kept, exc.module)
             return self._end("failed", str(exc), fixes=fixes if exc.nonfinite else [])
         except OSError as exc:  # a file of the run could not be written: one line naming it and the cause
             where = f" {exc.filename}" if exc.filename else ""
