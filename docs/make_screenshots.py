@@ -1,4 +1,5 @@
-"""Save idle, mid-training and after-run screenshots of the real window: `python docs/make_screenshots.py DIR`.
+"""Save screenshots of the real window (idle, training, after a run, tools, history, a diverged run, the queue):
+`python docs/make_screenshots.py DIR`.
 
 Uses throwaway QSettings, so the user's saved settings are neither read nor changed.
 """
@@ -177,10 +178,42 @@ def _history(app, window, out: Path, suffix: str, folder: Path) -> None:
     dialog.hide()
 
 
+def _diverged_and_queue(app, window, out: Path, suffix: str, folder: Path) -> None:
+    """A run that diverges (SGD at lr 10) with its NaN box, then a queue with an entry done, one failed with its
+    reason, one stopped and one pending."""
+    from core.config import RunConfig
+
+    window.set_runs_root(str(folder / "queue-runs"))
+    ok = RunConfig.for_task(
+        "tiny", task_options={"hidden": 64, "samples": 20_000}, lr=3e-3, max_steps=60, threads=1, device="cpu"
+    )
+    bad = ok.replace(optimizer="sgd", lr=10.0, momentum=0.99, task_options={"hidden": 256, "samples": 20_000})
+    window.apply_config(bad.replace(max_steps=300, checkpoint_interval=20, out_dir=str(folder / "diverged")))
+    window.start_run()
+    _wait(app, lambda: not window.controller.running, 300)
+    _wait(app, lambda: False, 0.5)
+    window.grab().save(str(out / f"nan-box{suffix}.png"))
+    entries = [
+        ("short", ok),
+        ("diverges", bad.replace(max_steps=300)),
+        ("long", ok.replace(max_steps=10**6)),
+        ("later", ok),
+    ]
+    panel = window.show_queue(add=entries).panel
+    panel.buttons["start"].click()
+    _wait(app, lambda: [e["state"] for e in panel.entries][:3] == ["done", "failed", "running"], 600)
+    panel.stop()
+    _wait(app, lambda: not panel.job.running, 300)
+    panel.refresh()
+    _wait(app, lambda: False, 0.5)
+    window.queueDialog.grab().save(str(out / f"queue{suffix}.png"))
+    window.queueDialog.hide()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", nargs="?", default="docs/screenshots")
-    parser.add_argument("--suffix", default="", help="added to file names (e.g. -xvfb)")
+    parser.add_argument("--suffix", default="", help="added to file names (e.g. --suffix=-xvfb)")
     parser.add_argument("--size", default="1440x900")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -228,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         _tuning(app, window, out, args.suffix, Path(folder))
         _history(app, window, out, args.suffix, Path(folder))
         _precision_lab(app, window, out, args.suffix, Path(folder))
+        _diverged_and_queue(app, window, out, args.suffix, Path(folder))
         window.close()
         window.deleteLater()
         from PySide6.QtCore import QCoreApplication, QEvent
