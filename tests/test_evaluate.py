@@ -15,12 +15,17 @@ from core.engine.events import StepMetrics
 from core.engine.trainer import train
 
 
-def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run):
+def test_val_metrics_of_a_checkpoint_are_the_runs_own(capsys, tiny_run, monkeypatch):
+    from core.engine import checkpoints
+
+    reads, load = [], checkpoints.load_checkpoint
+    monkeypatch.setattr(checkpoints, "load_checkpoint", lambda path, *a, **k: reads.append(path) or load(path, *a, **k))
     code, out, _ = cli(capsys, "evaluate", tiny_run.checkpoint, "--split", "val", "--json")
     assert code == 0
     result = json.loads(out.strip().splitlines()[-1])
     assert result["metrics"] == pytest.approx(tiny_run.metrics, abs=1e-9)
     assert result["step"] == tiny_run.step and result["split"] == "val" and result["precision"] == "fp32"
+    assert len(reads) == 1  # the checkpoint is read once
     code, out, _ = cli(capsys, "evaluate", str(tiny_run.checkpoint).rsplit("/", 1)[0], "--split", "val")
     assert code == 0 and f"tiny checkpoint at step {tiny_run.step}" in out and "val  accuracy" in out
     assert "(baseline" in out  # the val rows carry the task's references

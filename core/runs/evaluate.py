@@ -116,7 +116,6 @@ def rebuilt_run(
     began = time.perf_counter()
     saved = ckpt.load_checkpoint(path)
     config = RunConfig.from_dict(saved["config"], source=str(path))
-    del saved
     changes: dict = {
         "keep_best": 0,
         "early_stop_patience": 0,
@@ -133,7 +132,10 @@ def rebuilt_run(
     if batch_size:
         changes["batch_size"] = batch_size
     with tempfile.TemporaryDirectory(prefix="amp-evaluate-") as out_dir:
-        trainer = Trainer(config.replace(out_dir=out_dir, **changes), resume_from=path, devices=devices)
+        trainer = Trainer(
+            config.replace(out_dir=out_dir, **changes), resume_from=path, devices=devices, resume_state=saved
+        )
+        del saved  # the trainer's setup lets go of it
         try:
             trainer.setup()  # a user task's loss and metrics returns checked, as before a run's first step
             if split is None:
