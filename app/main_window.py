@@ -23,7 +23,6 @@ from app.window_layout import build_menus, build_widgets
 from app.window_settings import WindowSettings
 from core.engine.events import CheckpointSaved, RunEnded, RunPaused, RunStarted, StepMetrics
 from core.engine.run_folder import METRICS_FILE
-from core.engine.run_record import write_note
 from core.files import read_jsonl
 
 APP_NAME = "AMP Console"
@@ -64,7 +63,6 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._history_due = False  # the next RunStarted draws them (read off the GUI thread meanwhile)
         self._held: list | None = None  # the plots' events after a resumed RunStarted, until its history is in
         self._resuming: str | None = None  # the checkpoint the run being started resumes
-        self._note = ""  # written into the next run's folder once it has started (a fix's re-run says what changed)
         # A resume refused because its max_steps/epochs were already reached: Start resumes it once raised.
         self.pending_resume: str | None = None
         self.historyDialog = None
@@ -177,7 +175,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         return list(self._injected_devices) if self._injected_devices is not None else None
 
     def start_run(self, resume_from: str | None = None, note: str = "") -> bool:
-        """Train the form's settings (from `resume_from`); `note`: written into the run's folder once it starts."""
+        """Train the form's settings (from `resume_from`); `note`: the run's (RunConfig.note)."""
         if not self.startButton.isEnabled() and not resume_from:
             return False
         resume_from = resume_from or self.pending_resume
@@ -196,7 +194,9 @@ class MainWindow(WindowDialogs, QMainWindow):
 
         # Named here (the status bar shows it); the run prepares again with its checkpoint, off the GUI thread.
         config = prepare_run(
-            self.setupPanel.config().to_dict(), runs_dir=str(self.runs_root()), device=self.setupPanel.device()
+            {**self.setupPanel.config().to_dict(), "note": note},
+            runs_dir=str(self.runs_root()),
+            device=self.setupPanel.device(),
         ).config
         self._run_device = config.device
         self.save_settings()
@@ -214,7 +214,6 @@ class MainWindow(WindowDialogs, QMainWindow):
         # Shown before starting: a run that cannot start reports at once, and its error must stay on screen.
         self.show_message(("Resuming from checkpoint…" if resume_from else "Setting up the run…") + launching)
         self._history = self._held = None
-        self._note = note
         self._resuming = resume_from or None
         self._history_due = bool(resume_from)
         token = self._history_token = object()
@@ -342,13 +341,6 @@ class MainWindow(WindowDialogs, QMainWindow):
             self.statusBarWidget.host = getattr(getattr(self.controller.run, "host", None), "dest", "")  # a host's run
             self.devicesPanel.show_remote_run(self.statusBarWidget.host, event.device)  # it looks remote
             self._update_title()
-            if self._note and not self.statusBarWidget.host:  # a host's run folder is not here
-                note, folder, self._note = self._note, self._run_folder, ""
-                self.jobs.submit(
-                    lambda: write_note(folder, note),
-                    lambda _stored: None,
-                    lambda message, _details: self.logPanel.log(f"The run's note was not written: {message}"),
-                )
             if self._history_due:
                 self._history_due = False
                 self._held = [] if event.start_step > 0 else None

@@ -222,6 +222,7 @@ class RunConfig:
     compile: bool = False
     compile_mode: str = "default"
     activation_checkpointing: bool = False
+    note: str = ""  # this start's note (`train --note`): note.txt and the run's start notes; not kept by a resume
 
     @classmethod
     def for_task(cls, task: str, **overrides: Any) -> RunConfig:

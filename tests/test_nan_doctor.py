@@ -53,7 +53,7 @@ def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsy
     import shlex
 
     from core.cli.main import main
-    from core.engine.run_record import read_note
+    from core.engine.run_record import read_note, read_run
 
     overflow_fc1(monkeypatch)
     folder = tmp_path / "run"
@@ -66,4 +66,7 @@ def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsy
     assert argv[:2] == ["amp-console", "train"] and "--resume" in argv and argv[argv.index("--lr") + 1] == "1"
     monkeypatch.undo()
     assert main([*argv[1:], "--max-steps", "12"]) == 0
-    assert read_note(f"{folder}-lr-div10")[0] == f"rerun_of: {folder}, fix: lower LR (10 / 10)"
+    note = f"rerun_of: {folder}, fix: lower LR (10 / 10)"
+    assert read_note(f"{folder}-lr-div10")[0] == note and read_run(f"{folder}-lr-div10")["notes"][-1] == note
+    assert main(["train", "--resume", f"{folder}-lr-div10/checkpoint.pt", "--max-steps", "14"]) == 0
+    assert note not in read_run(f"{folder}-lr-div10")["notes"]  # a resume's start notes are its own

@@ -201,6 +201,8 @@ def _user_layers(args: argparse.Namespace) -> tuple[dict, dict]:
         if getattr(args, name, None) is not None and name not in DATA_FLAG_FIELDS
     }
     flags.update(data_flag_values(args))
+    if getattr(args, "note", None) is not None:  # train's own flag: the config's note
+        flags["note"] = args.note
     if args.task_options:
         flags["task_options"] = dict(map(parse_option, args.task_options))
     merged = {**user, **flags}
@@ -499,10 +501,6 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
             seen["started"] = event
             for note in event.notes:  # the prepared run's notes come with it (Trainer's notes=)
                 sys.stderr.write(f"amp-console: {note}\n")
-            if getattr(args, "note", None) and dist_ctx.is_main:
-                from core.engine.run_record import write_note
-
-                write_note(event.config["out_dir"], args.note)
             signals.started(control)
             if args.events:  # the driving program follows metrics.jsonl from this run's first line
                 print(json.dumps(run_start(event.config["out_dir"])), flush=True)
@@ -522,11 +520,7 @@ def _train(args: argparse.Namespace, signals: StopSignals) -> int:
         resume_state=prepared.state,
         dist_ctx=dist_ctx,
         restart=restart,
-        notes=[
-            *notes,
-            *([elastic.restart_note(restart, args.resume)] if restart else []),
-            *filter(None, [getattr(args, "note", None)]),
-        ],
+        notes=[*notes, *([elastic.restart_note(restart, args.resume)] if restart else [])],
     )
     try:
         ended = trainer.run()

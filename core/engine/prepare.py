@@ -215,5 +215,8 @@ def _resumed(user: dict, state: dict, resume: str) -> tuple[dict, list[str]]:
     if isinstance(user.get("columns"), dict):  # the user's column pairs add to the saved mapping
         values["columns"] = {**saved["columns"], **user["columns"]}
     values["out_dir"] = user.get("out_dir") or str(Path(resume).parent)  # never the folder saved in the file
-    changed = [f"{k} {saved[k]!r} -> {values[k]!r}" for k in values if k != "out_dir" and values[k] != saved[k]]
+    values["note"] = user.get("note", "")  # a start's own
+    changed = [
+        f"{k} {saved[k]!r} -> {values[k]!r}" for k in values if k not in ("out_dir", "note") and values[k] != saved[k]
+    ]
     return values, [f"resuming {name} with changed settings: {', '.join(changed)}"] if changed else []

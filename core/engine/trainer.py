@@ -41,6 +41,7 @@ from core.engine.precision import matmul_precision, resolve_precision
 from core.engine.prepare import prepare_run, resume_notes, with_folder
 from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
 from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
+from core.engine.run_record import write_note
 from core.engine.run_state import TrainState, seed_everything
 from core.engine.step_metrics import StepAccumulator
 from core.engine.threads import apply_threads, choose_threads, machine_facts
@@ -262,10 +263,14 @@ class Trainer(Evaluating):
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.cfg.save_toml(path)
+            if self.cfg.note.strip():  # e.g. what a fix's re-run changed (core.engine.amp_health.nonfinite_fixes)
+                self.notes.append(write_note(self.out_dir, self.cfg.note))
             path = self.out_dir / ckpt.METRICS_FILE
             self.events.open(path, tensorboard=self.cfg.tensorboard, control=self.control, sink=self.sink)
         except OSError as exc:
             raise ConfigError("out_dir", f"could not write {path}: {describe_os_error(exc)}") from None
+        except ValueError as exc:  # a note that is not text
+            raise ConfigError("note", str(exc)) from None
 
     def train(self) -> tuple[str, str]:
         """Optimizer steps until total_steps or a stop request: (status, message). Between steps, one attribute

@@ -1,7 +1,7 @@
 """Issue 44 item 4 in the window: a run that goes non-finite shows its fixes (RunEnded.fixes) as buttons, and one
-click re-runs it from the last good checkpoint with that fix, its note recorded in the new run. The run trains in
-a child process (a task file's always does), so the divergence comes from the task file itself: its loss turns
-inf after 12 steps in each process."""
+click re-runs it from the last good checkpoint with that fix, its note recorded in the new run (note.txt and its
+start notes in run.json, as `train --note`). The run trains in a child process (a task file's always does), so
+the divergence comes from the task file itself: its loss turns inf after 12 steps in each process."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from test_add_task import TASK_FILE, add_task, dialogs  # noqa: F401  (dialogs: the fixture)
 
 from core.engine.events import RunEnded, RunStarted
-from core.engine.run_record import read_note
+from core.engine.run_record import read_note, read_run
 
 pytestmark = pytest.mark.slow  # the task file's import, the run and its re-run are child processes
 
@@ -75,5 +75,5 @@ def test_a_diverged_run_offers_fixes_and_one_click_reruns_from_its_checkpoint(qt
     assert started.config["lr"] == pytest.approx(lr / 10) and started.config["out_dir"] == f"{folder}-lr-div10"
     assert started.config["batch_size"] == batch and find(window, "batchSizeEdit").value() == batch
     assert find(window, "lrEdit").value() == pytest.approx(lr / 10)  # the fix is in the form too
-    qtbot.waitUntil(lambda: read_note(f"{folder}-lr-div10")[0] == fix["note"], timeout=60_000)
-    assert fix["note"] == f"rerun_of: {folder}, fix: {fix['label']}"
+    assert fix["note"] == f"rerun_of: {folder}, fix: {fix['label']}" == read_note(f"{folder}-lr-div10")[0]
+    assert started.notes[-1] == fix["note"] and read_run(f"{folder}-lr-div10")["notes"][-1] == fix["note"]  # as --note
