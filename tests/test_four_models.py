@@ -118,12 +118,12 @@ def serve_module(folder: Path):
 
 
 @pytest.mark.parametrize(
-    "task, more",
-    [("two_tower", ["--monitor", "mrr"]), ("bn_mlp", []), ("hf_gpt2", []), ("timm_resnet", [])],
+    "task, more", [("two_tower", ["--monitor", "mrr"]), ("bn_mlp", [])], ids=["two_tower", "bn_mlp"]
 )
 def test_it_trains_on_two_processes(task, more, tmp_path):
     """`python -m core.cli train --nproc 2`: the two-tower's loss calls the model's own methods under DDP, and
-    train's --monitor reaches the ranks (not taken for torchrun's --monitor-interval)."""
+    train's --monitor reaches the ranks (not taken for torchrun's --monitor-interval); the MLP's BatchNorm buffers
+    are DDP's to broadcast. (GPT-2 and timm pass too, at about 40 s each: left out for the suite's time.)"""
     path = needs(task)
     done = subprocess.run(
         [sys.executable, "-m", "core.cli", "train", "--task", str(path), *MODELS[task][1], "--nproc", "2"]
