@@ -6,6 +6,7 @@ import faulthandler
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from task_registry import restored_task_registry
 
 from core.config import RunConfig
 from core.engine.events import Event
+from core.engine.run_record import RUNS_DIR_ENV
 
 pytest_plugins = ["trained_runs"]  # the session's shared trained runs (tests/trained_runs.py)
 
@@ -20,6 +22,9 @@ pytest_plugins = ["trained_runs"]  # the session's shared trained runs (tests/tr
 # every process, whatever the developer's terminal (pytest-xdist's workers get COLUMNS=80 from their launcher).
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+# Nothing a test starts writes under the user's own runs root, session fixtures included: each test gets a root
+# of its own (runs_root_in_tmp); this one is for what runs before that fixture.
+os.environ[RUNS_DIR_ENV] = tempfile.mkdtemp(prefix="amp-console-tests-")
 
 
 class Recorder:
@@ -134,8 +139,6 @@ def _real_stderr(config):
 def runs_root_in_tmp(tmp_path_factory, monkeypatch):
     """A run with no output folder goes under the runs root: in tests, a temporary folder, never the user's
     data folder (subprocesses inherit it through the environment)."""
-    from core.engine.run_record import RUNS_DIR_ENV
-
     root = tmp_path_factory.mktemp("runs-root")
     monkeypatch.setenv(RUNS_DIR_ENV, str(root))
     return root
