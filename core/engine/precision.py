@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from core.devices import PRECISION_INSTALL, DeviceInfo, fp8_native
 from core.errors import ConfigError, PrecisionError
@@ -144,11 +145,10 @@ def _fp32_modules(model: nn.Module, names: str) -> dict[str, nn.Module]:
 
 
 def _fp32_forward(forward, device_type: str, *args, **kwargs):
-    """`forward` with autocast off and its floating-point tensor arguments in float32."""
-    cast = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-    named = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kwargs.items()}
+    """`forward` with autocast off and its floating-point tensor arguments (nested ones too) in float32."""
+    args, kwargs = tree_map_only(torch.Tensor, lambda t: t.float() if t.is_floating_point() else t, (args, kwargs))
     with torch.autocast(device_type, enabled=False):
-        return forward(*cast, **named)
+        return forward(*args, **kwargs)
 
 
 def _to_float8(model: nn.Module, recipe: str, emulate: bool, fp32: tuple[str, ...] = ()) -> list[str]:
