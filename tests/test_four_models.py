@@ -1,8 +1,8 @@
 """Issue 45's four models written by others, brought as task files (docs/examples): a timm ResNet-18, a Hugging Face
 GPT-2 from a small GPT2Config, an MLP with BatchNorm and Dropout, a two-tower recommender with custom model methods
 and in-batch negatives. Each has its own optimizer (configure_optimizers) and torchmetrics metrics; each trains
-through the CLI, resumes bit for bit, runs under `--nproc 2`, exports (program and ONNX), and predicts over a file
-as its export's serve.py answers. Tiny sizes: a few steps each."""
+through the CLI, resumes bit for bit, exports (program and ONNX), and predicts over a file as its export's serve.py
+answers; the two-tower and the MLP also train under `--nproc 2`. Tiny sizes: a few steps each."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import torch
 from cli_in_process import cli
 
 import core.tasks as registry
+from core.errors import TaskOutputError
 from core.runs.export import load_trained
-
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+from core.tasks.task_checks import check_primary
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -66,9 +66,27 @@ def val_rows(run: Path, rows: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("task", list(MODELS))
+def test_each_file_is_as_short_as_its_lightning_module_with_its_own_optimizer_and_metric_objects(task):
+    text = (EXAMPLES / MODELS[task][0]).read_text()
+    assert len(text.splitlines()) <= LIGHTNING_LINES
+    assert "def configure_optimizers(self, model" in text and "def metric_objects(self)" in text
+
+
+def test_primary_metric_may_name_a_metric_object(monkeypatch):
+    needs("bn_mlp")
+    task = registry.create_task(registry.add_task(str(EXAMPLES / "bn_mlp_task.py")).name)
+    assert task.primary_metric == "auroc" and "auroc" in task.metric_objects()
+    check_primary(task, {"loss": 0.5}, "metrics")  # auroc is an object's, not metrics()'
+    monkeypatch.setattr(type(task), "primary_metric", "nothing")
+    with pytest.raises(TaskOutputError, match="without the task's primary_metric 'nothing'"):
+        check_primary(task, {"loss": 0.5}, "metrics")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("task", list(MODELS))
 def test_it_trains_resumes_exactly_exports_and_predicts(task, tmp_path, capsys):
     path = needs(task)
-    assert len(path.read_text().splitlines()) <= LIGHTNING_LINES
     straight = train(capsys, path, task, "--max-steps", "6", "--eval-interval", "3", "--out", tmp_path / "a")
     assert straight["status"] == "completed" and straight["steps"] == 6
     started = json.loads((tmp_path / "a" / "metrics.jsonl").read_text().splitlines()[0])
@@ -117,6 +135,8 @@ def serve_module(folder: Path):
     return module
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "task, more", [("two_tower", ["--monitor", "mrr"]), ("bn_mlp", [])], ids=["two_tower", "bn_mlp"]
 )
