@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetIte
 
 from core.engine.events import RunStarted, Samples, event_or_none
 
-COLUMNS = ("Input", "Answer", "Previous answer")
+COLUMNS = ("Input", "Answer", "Previous")
 MIN_WIDTH = 200  # three columns of wrapped text, and room for the window on a 1366-pixel screen
 
 
