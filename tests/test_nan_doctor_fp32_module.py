@@ -72,8 +72,11 @@ def test_fp32_modules_in_bf16_pure_keep_float32_weights_and_unknown_names_are_re
     assert out.dtype == torch.float32
     with pytest.raises(ConfigError, match="fp32_modules: the model has no module 'fc9'; its modules include fc1"):
         plan.prepare_model(create_task("tiny", {}).build_model({}), "fc9")
-    ended = train(tiny_config(precision="bf16-pure", max_steps=10, fp32_modules="fc1"))
+    recorder = []
+    ended = train(tiny_config(precision="bf16-pure", max_steps=10, fp32_modules="fc1"), sink=recorder.append)
     assert ended.status == "completed", ended.message
+    notes = next(e for e in recorder if isinstance(e, RunStarted)).notes  # fc1's 176 values take 4 bytes each
+    assert any("adamw state take 3.02 KiB instead of 3.28 KiB in fp32 (210 parameters" in n for n in notes), notes
 
 
 def test_fp8_leaves_fp32_modules_out_of_float8(monkeypatch):

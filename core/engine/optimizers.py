@@ -141,8 +141,9 @@ def optimizer_notes(model: nn.Module, cfg: RunConfig, mode: str) -> list[str]:
         )
     if mode == "bf16-pure":
         states = 2 if cfg.optimizer != "sgd" else int(cfg.momentum > 0)
-        bf16, fp32 = (1, 1) if cfg.optimizer == "adamw8bit" else (2, 4)  # bytes a state value takes
-        now, fp32 = count * (4 + bf16 * states), count * (8 + fp32 * states)
+        weights = sum(p.numel() * p.element_size() for p in params)  # bf16 but fp32_modules' float32
+        state = (count, count) if cfg.optimizer == "adamw8bit" else (weights, 4 * count)  # bytes of a state
+        now, fp32 = 2 * weights + states * state[0], 8 * count + states * state[1]
         notes.append(
             f"bf16-pure: parameters, gradients and {cfg.optimizer} state take {size(now)} instead of {size(fp32)} "
             f"in fp32 ({count:,} parameters; "
