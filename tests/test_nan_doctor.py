@@ -54,6 +54,7 @@ def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsy
 
     from core.cli.main import main
     from core.engine.run_record import read_note, read_run
+    from core.runs.compare import differing_config
 
     forward = torch.nn.Linear.forward
     overflow_fc1(monkeypatch)
@@ -71,3 +72,5 @@ def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsy
     assert read_note(f"{folder}-lr-div10")[0] == note and read_run(f"{folder}-lr-div10")["notes"][-1] == note
     assert main(["train", "--resume", f"{folder}-lr-div10/checkpoint.pt", "--max-steps", "14"]) == 0
     assert note not in read_run(f"{folder}-lr-div10")["notes"]  # a resume's start notes are its own
+    differing = differing_config([read_run(folder), read_run(f"{folder}-lr-div10")])
+    assert "lr" in differing and "note" not in differing  # the note is the runs' own row in a comparison

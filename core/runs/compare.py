@@ -48,9 +48,9 @@ def resolved_config(run: dict) -> dict:
 
 
 def differing_config(runs: list[dict]) -> dict[str, list]:
-    """The settings (resolved_config's, out_dir aside) whose resolved values differ between `runs`."""
+    """The settings (resolved_config's, out_dir and the start's note aside) whose resolved values differ between `runs`."""
     configs = [resolved_config(r) for r in runs]
-    keys = sorted({k for c in configs for k in c if k != "out_dir"})
+    keys = sorted({k for c in configs for k in c if k not in ("out_dir", "note")})
     return {
         k: [c.get(k) for c in configs]
         for k in keys
