@@ -56,7 +56,7 @@ def test_a_diverged_run_offers_fixes_and_one_click_reruns_from_its_checkpoint(qt
     assert panel.isVisible() and "diverged" in panel.title.text() and "last good checkpoint" in panel.hint.text()
     texts = [button.text() for button in panel.buttons]
     assert texts == [f"Re-run with {fix['label']}" for fix in ended.fixes]
-    assert any("lower LR" in text for text in texts) and any("fp32" in text for text in texts)
+    assert any("lower LR" in text for text in texts) and "Re-run with fp32 for module 0" in texts, ended.message
     if shot := os.environ.get("AMP_NAN_BOX_SHOT"):
         panel.grab().save(shot)
 
