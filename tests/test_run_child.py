@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.process import run_child
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # each starts a Python process
 
@@ -28,12 +29,12 @@ def test_a_child_that_never_ends_is_killed_with_what_it_forked(tmp_path):
         f"import os, time\nif os.fork() == 0:\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)"
     )
     pids: list[int] = []
-    child = run_child([sys.executable, "-c", code], seconds=3, started=pids.append)
-    assert child.timed_out and child.problem("the job", 3) == "the job did not finish in 3 s: stopped"
+    child = run_child([sys.executable, "-c", code], seconds=10, started=pids.append)
+    assert child.timed_out and child.problem("the job", 10) == "the job did not finish in 10 s: stopped"
     assert len(pids) == 1
-    forked = int(marker.read_text())
-    status = Path(f"/proc/{forked}/status")
-    assert not status.exists() or "zombie" in status.read_text()
+    status = Path(f"/proc/{int(marker.read_text())}/status")
+    # SIGKILL is sent to the group; the copy's own exit may come a moment later on a busy machine
+    wait_until(lambda: not status.exists() or "zombie" in status.read_text(), "the forked copy's end")
 
 
 def test_a_program_that_cannot_start_is_one_line():

@@ -44,6 +44,7 @@ OWN_OPTIMIZER_NOTE = "the task chooses its optimizer (configure_optimizers)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
 PRECISION_FIELDS = (
     "fp8_recipe",
+    "fp32_modules",
     "compile",
     "compile_mode",
     "activation_checkpointing",
@@ -52,6 +53,7 @@ OWN_WIDGETS = ("task", "task_file", "device", "precision")  # the task picker, t
 # Labels that say more than the field's name (the unit, where a number has one); other fields: "Name words".
 LABELS = {
     "lr": "Learning rate",
+    "fp32_modules": "fp32 modules",
     "grad_clip": "Gradient clip",
     "grad_accum": "Grad accumulation",
     "warmup_steps": "Warm-up steps",
