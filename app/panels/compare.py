@@ -72,7 +72,7 @@ class CompareDialog(ToolDialog):
     def _build_controls(self, controls: QHBoxLayout) -> None:
         self._add_mode_checks(controls, "", tf32=True, fp32_fixed=True)
         controls.addSpacing(16)
-        controls.addWidget(QLabel("Steps per window:"))
+        controls.addWidget(QLabel("Steps:"))  # the row fits a 1366-pixel screen
         self.stepsEdit = QSpinBox(objectName="sweepStepsEdit", minimum=2, maximum=10_000, value=20)
         self.stepsEdit.setToolTip("Optimizer steps per timed window; the median of the windows is reported")
         controls.addWidget(self.stepsEdit)
@@ -91,8 +91,7 @@ class CompareDialog(ToolDialog):
             "rest on thread contention. The count used is shown per mode."
         )
         controls.addWidget(self.threadsEdit)
-        controls.addSpacing(16)
-        controls.addWidget(QLabel("Optimizers:"))
+        controls.addSpacing(16)  # the optimizers' checks, named as they are
         self.optimizerChecks = {name: QCheckBox(name, objectName=f"{name}OptimizerCheck") for name in OPTIMIZERS}
         self._optimizer_reasons: dict[str, str] = {}  # optimizer -> why a detected device cannot run it
         for check in self.optimizerChecks.values():
