@@ -5,6 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from app.plot_title import FittedTitle
+
 BAR_COLOURS = {
     "fp32": "#6a7a90",
     "tf32": "#c98a12",
@@ -26,7 +28,6 @@ class BarChart(QWidget):
         palette = self.palette()
         self.plot = pg.PlotWidget(background=palette.color(QPalette.ColorRole.Base))
         item = self.plot.getPlotItem()
-        item.setTitle(title, size="10pt")
         item.setLabel("left", units_label)
         item.setLabel("bottom", "Precision mode")
         item.showGrid(y=True, alpha=0.2)
@@ -36,12 +37,13 @@ class BarChart(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot)
+        self.title = FittedTitle(self.plot, title)  # elided to the chart's width, whole in its tooltip
         self._items: list = []
         self.values: list[float] = []
         self.labels: list[str] = []
 
     def set_title(self, title: str) -> None:
-        self.plot.getPlotItem().setTitle(title, size="10pt")
+        self.title.set(title)
 
     def clear(self) -> None:
         item = self.plot.getPlotItem()
