@@ -91,7 +91,8 @@ def craft(members: dict, variant: str, marker: Path) -> None:
     elif variant == "guard code":  # compiled by .module() into the guard function each call runs
         graph["guards_code"] = [f"open({str(marker)!r}, 'w').close() is None"]
     elif variant == "shape expression":  # parsed by sympy.sympify, which is eval
-        sizes = graph["graph_module"]["graph"]["tensor_values"]["x"]["sizes"][0]["as_expr"]
+        values = graph["graph_module"]["graph"]["tensor_values"].values()  # the input's name is the task's own
+        sizes = next(v["sizes"][0]["as_expr"] for v in values if "as_expr" in v["sizes"][0])
         sizes["expr_str"] = (
             f"Symbol.__new__.__globals__['__builtins__']['open']({str(marker)!r}, 'w').close() or {sizes['expr_str']}"
         )
