@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
+import os
 import subprocess
 import sys
 
@@ -21,6 +23,7 @@ from core.engine.events import RunStarted, StepMetrics
 from core.engine.precision import resolve_precision
 from core.engine.trainer import train
 from core.errors import ConfigError, PrecisionError
+from core.files import read_jsonl
 
 needs = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torchao", "bitsandbytes")), reason=PRECISION_INSTALL
@@ -172,3 +175,25 @@ def test_bf16_pure_trains_on_two_processes(tmp_path):
     assert one.returncode == two.returncode == 0, two.stderr
     a, b = (json.loads(r.stdout.strip().splitlines()[-1]) for r in (one, two))
     assert a["status"] == b["status"] == "completed" and abs(a["final_loss"] - b["final_loss"]) < 0.02 * a["final_loss"]
+
+
+@needs
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_fp8_trains_on_two_processes(tmp_path):
+    """fp8 (emulated) under DDP: every Linear of the recommender's blocks converts on each rank, and the run ends
+    completed with a finite loss and its checkpoint."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "core.cli", "train", "--task", "recommender", "--device", "cpu",
+               "--precision", "fp8", "--nproc", "2", "--max-steps", "8", "--threads", "1", "--json", "--out", str(out),
+               *(f"--option={k}={v}" for k, v in SMALL_REC.items())]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=360, env={**os.environ, FP8_EMULATE_ENV: "1"}
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and math.isfinite(summary["final_loss"])
+    started = next(e for e in read_jsonl(out / "metrics.jsonl") if e["event"] == "RunStarted")
+    note = next(n for n in started["notes"] if n.startswith("fp8"))
+    assert "4 of 4 Linear layers train in float8" in note, note
+    assert (out / "checkpoint.pt").is_file()
