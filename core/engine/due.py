@@ -6,6 +6,7 @@ read with)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 from core.config import RunConfig
@@ -54,14 +55,16 @@ def planned_steps(cfg: RunConfig, steps_per_epoch: int) -> tuple[int, str | None
 class Deadlines:
     """The wall-clock deadlines of a run as monotonic times, inf when off: the next timed checkpoint
     (`checkpoint_minutes` after the last checkpoint.pt, or the start) and the end (`time_limit_minutes` after the
-    start, pauses included: a deadline does not wait). The caller reads the clock; under DDP rank 0's decides."""
+    start, pauses included: a deadline does not wait), read from the one `clock` the run is given; under DDP rank
+    0's decides."""
 
-    def __init__(self, checkpoint_minutes: float, time_limit_minutes: float, now: float):
+    def __init__(self, checkpoint_minutes: float, time_limit_minutes: float, clock: Callable[[], float]):
+        self.clock = clock
         self.every = checkpoint_minutes * 60 if checkpoint_minutes > 0 else math.inf
-        self.end_at = now + time_limit_minutes * 60 if time_limit_minutes > 0 else math.inf
-        self.saved(now)
+        self.end_at = clock() + time_limit_minutes * 60 if time_limit_minutes > 0 else math.inf
+        self.saved()
 
-    def saved(self, now: float) -> None:
-        """checkpoint.pt was written at `now`."""
-        self.save_at = now + self.every
+    def saved(self) -> None:
+        """checkpoint.pt was written just now."""
+        self.save_at = self.clock() + self.every
         self.next_at = min(self.save_at, self.end_at)

@@ -16,7 +16,6 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from time import monotonic
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -388,7 +387,7 @@ class Checkpointing:
         except OSError as exc:
             raise RunFailed(f"could not write {path}: {describe_os_error(exc)}; {self._kept()}") from None
         if kind == "last":
-            self._deadlines.saved(monotonic())
+            self._deadlines.saved()
             self.state.saved = Saved(self.state.step, str(path))
         self._emit(CheckpointSaved(step=self.state.step, path=str(path), kind=kind, **best))
         return str(path)

@@ -101,7 +101,7 @@ class Trainer(Evaluating):
         self.test_metrics: dict = {}
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
-        self._deadlines = Deadlines(0, 0, 0.0)  # the timed checkpoint and the time limit: set when training starts
+        self._deadlines = Deadlines(0, 0, monotonic)  # the timed checkpoint and the time limit: set when training starts
         self._ending = False
         self._peers: list[tuple[str, int]] = []  # (host, pid) of every rank, to name one that dies
 
@@ -277,7 +277,7 @@ class Trainer(Evaluating):
         read and one clock read stand for the stop/pause request and the wall clocks (core.engine.due.Deadlines),
         and the next step with work after it is known in advance (next_due); under DDP the ranks agree on a
         stop before every step."""
-        self._deadlines = deadlines = Deadlines(self.cfg.checkpoint_minutes, self.cfg.time_limit_minutes, monotonic())
+        self._deadlines = deadlines = Deadlines(self.cfg.checkpoint_minutes, self.cfg.time_limit_minutes, monotonic)
         state, cfg, spe, total = self.state, self.cfg, self.steps_per_epoch, self.total_steps
         stop = StopAgreement(
             self.control,
@@ -285,8 +285,8 @@ class Trainer(Evaluating):
             self.device,
             cfg.log_interval,
             state.step,
-            save_due=lambda: monotonic() >= deadlines.save_at,  # rank 0's clocks decide (see StopAgreement)
-            time_up=lambda: monotonic() >= deadlines.end_at,
+            save_due=lambda: deadlines.clock() >= deadlines.save_at,  # rank 0's clocks decide (see StopAgreement)
+            time_up=lambda: deadlines.clock() >= deadlines.end_at,
         )
         self._sums = sums = StepAccumulator(self.device, count_only_finite=self.plan.use_scaler)
         control, clock, body = self.control, self.clock, self._optimizer_step
@@ -296,7 +296,7 @@ class Trainer(Evaluating):
         while state.step < total:
             order = self.batches.order(state.epoch)
             for index in range(state.step % spe, spe):
-                if check_every_step or control.requested or monotonic() >= clocks_due:
+                if check_every_step or control.requested or deadlines.clock() >= clocks_due:
                     if control.paused:
                         self._pause()
                     if stop(state.step):
