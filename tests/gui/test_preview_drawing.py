@@ -201,6 +201,7 @@ def test_a_model_reading_another_count_gets_fields_only(qtbot):
     assert predictor.asked == [[0.0] * 10]
 
 
+@pytest.mark.slow  # a task file's model is served from a child process
 def test_a_drawn_digit_reaches_the_digits_model(qtbot, digits_run):
     """The digits example's trained model (the session's run, tests/trained_runs.py) in the real dialog: a sample
     is painted on the pad; a 1 drawn there is asked of the model, and its probabilities are the Predictor's."""
