@@ -101,7 +101,7 @@ class Trainer(Evaluating):
         self.test_metrics: dict = {}
         self.grad_norm: torch.Tensor | None = None  # of the latest logged (or clipped) step, on the device
         self._norm_at = float("-inf")  # when a logged step last measured the gradient norm (see _norm_wanted)
-        self._deadlines = Deadlines(0, 0, monotonic)  # the timed checkpoint and the time limit: set when training starts
+        self._deadlines = Deadlines(0, 0, monotonic)  # the timed checkpoint and time limit, set when training starts
         self._ending = False
         self._peers: list[tuple[str, int]] = []  # (host, pid) of every rank, to name one that dies
 
