@@ -162,9 +162,10 @@ class CompareDialog(ToolDialog):
         self._reset_progress(max(1, len(modes) * len(optimizers) * self._windows_per_mode), "%v of %m windows")
 
         def run(progress, control):  # a plain call into core (no Qt), stoppable between modes
-            from core.lab.precision_sweep import run_sweep
+            from core.lab.tool_child import run_tool
 
-            return run_sweep(
+            return run_tool(
+                "compare",
                 config,
                 modes=modes,
                 steps=steps,

@@ -114,9 +114,9 @@ class InspectorDialog(ToolDialog):
         devices = self._devices_provider()
 
         def run(_progress, _control):  # one forward + backward: short, not worth interrupting
-            from core.lab.dtype_inspector import inspect_dtypes
+            from core.lab.tool_child import run_tool
 
-            return inspect_dtypes(config, devices=devices)
+            return run_tool("inspector", config, devices=devices)
 
         return run
 

@@ -228,9 +228,10 @@ class LRFinderDialog(ToolDialog):
         self._reset_progress(steps, "step %v of %m")
 
         def run(progress, control):
-            from core.lab.lr_finder import find_lr
+            from core.lab.tool_child import run_tool
 
-            return find_lr(
+            return run_tool(
+                "lr_finder",
                 config,
                 start_lr=start,
                 end_lr=end,
@@ -452,9 +453,11 @@ class SummaryDialog(ToolDialog):
         self._reset_progress(len(modes), "%v of %m modes")
 
         def run(progress, control):
-            from core.lab.model_summary import summarize
+            from core.lab.tool_child import run_tool
 
-            return summarize(config, modes=modes, batch_size=batch, devices=devices, progress=progress, control=control)
+            return run_tool(
+                "summary", config, modes=modes, batch_size=batch, devices=devices, progress=progress, control=control
+            )
 
         return run
 

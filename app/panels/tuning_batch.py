@@ -133,11 +133,12 @@ class BatchFinderDialog(ToolDialog):
         probe, devices, cap = self.probe, self._devices_provider(), max_batch or None
 
         def run(progress, control):
-            from core.lab.batch_finder import find_batch_sizes
+            from core.lab.tool_child import run_tool
 
-            return find_batch_sizes(
+            return run_tool(
+                "batch_finder",
                 config,
-                modes,
+                modes=modes,
                 margin=margin,
                 steps=steps,
                 max_batch=cap,

@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, fields, is_dataclass
-from typing import IO, Any, cast
+from dataclasses import asdict
+from typing import Any
+
+from core.process import JsonChild, parse_answer, plain, revive
 
 WORK_LIMIT_ENV = "AMP_CONSOLE_CHILD_SECONDS"
-OBJECT = "__object__"  # a dataclass answer (a Recommendation, a ranking Query) travels as {OBJECT: its fields}
 
 
 def work_limit() -> float:
@@ -44,26 +45,6 @@ def task_files(source: str) -> tuple[str, list[str]] | None:
     task, task_file = recorded_task(source)
     references = sorted({task_source(name) for name in task_names()} - {""} - set(installed_tasks().values()))
     return (task_file or str(source), references) if task_file or (not task and references) else None
-
-
-def plain(value):
-    """`value` as JSON values: arrays as lists, dataclasses as {OBJECT: fields}."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {OBJECT: {f.name: plain(getattr(value, f.name)) for f in fields(value)}}
-    if hasattr(value, "tolist"):  # numpy arrays and scalars, tensors
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    return [plain(v) for v in value] if isinstance(value, (list, tuple)) else value
-
-
-def revive(value):
-    """plain's JSON back, a dataclass as an object with its fields as attributes."""
-    from types import SimpleNamespace
-
-    if isinstance(value, dict):
-        return SimpleNamespace(**revive(value[OBJECT])) if OBJECT in value else {k: revive(v) for k, v in value.items()}
-    return [revive(v) for v in value] if isinstance(value, list) else value
 
 
 def preview_parts(predictor) -> tuple[object, str]:
@@ -139,45 +120,17 @@ METHODS = {"load": _load, "export": _export, "evaluate": _evaluate} | {
 
 
 def main(argv: list[str]) -> None:
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # the task's prints go to stderr: stdout carries the answers only
-    from core.errors import AmpConsoleError
+    from core.process import answer_requests
     from core.tasks import remember_task
-    from core.text import first_line
 
     for reference in argv:  # listed from its source: loaded (its code run) when a checkpoint names its task
         remember_task(reference)
-    state: dict = {}
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-            method = METHODS[request["method"]]
-            answer = {"result": plain(method(state, *request.get("args", ()), **request.get("kwargs", {})))}
-        except BaseException as exc:  # the task's code may raise anything, SystemExit included: one line
-            answer = {
-                "error": str(exc) if isinstance(exc, AmpConsoleError) else f"{type(exc).__name__}: {first_line(exc)}"
-            }
-        out.write(json.dumps(answer, default=str) + "\n")
-        out.flush()
-    os._exit(0)  # not waiting for threads the task's code may have started
+    answer_requests(METHODS, {})
 
 
 # ============================================================================== in the window
-def _answer(line: str | None):
-    """The child's answer line: its result, its error as an AmpConsoleError; None when there was none."""
-    from core.errors import AmpConsoleError
-
-    try:
-        answer = json.loads(line or "")
-    except ValueError:
-        return None
-    if isinstance(answer, dict) and "error" in answer:
-        raise AmpConsoleError(str(answer["error"]))
-    return answer if isinstance(answer, dict) and "result" in answer else None
-
-
-def _request(method: str, args, kwargs) -> str:
-    return json.dumps({"method": method, "args": plain(list(args)), "kwargs": plain(kwargs)}) + "\n"
+def _request(method: str, args) -> str:
+    return json.dumps({"method": method, "args": plain(list(args)), "kwargs": {}}) + "\n"
 
 
 def call_once(method: str, source: str, *args):
@@ -190,44 +143,22 @@ def call_once(method: str, source: str, *args):
     if files is None:
         return METHODS[method]({}, source, *args)
     named, references = files
-    child = run_child(command(references), _request(method, (source, *args), {}), work_limit())
+    child = run_child(command(references), _request(method, (source, *args)), work_limit())
     lines = child.out.strip().splitlines()
-    answer = None if child.timed_out else _answer(lines[-1] if lines else None)
-    if answer is None:
+    answer = None if child.timed_out else parse_answer(lines[-1] if lines else None)
+    if answer is None or "result" not in answer:
         what = f"{named}: {method} in a child process"
         raise AmpConsoleError(child.problem(what, work_limit()) or f"{what}: no answer")
     return revive(answer["result"])
 
 
-class ChildPredictor:
+class ChildPredictor(JsonChild):
     """The preview's Predictor for a task file's model: what the preview reads of a Predictor, its calls answered
     by a child process that holds the real one. A dead or stopped child leaves every later call one line."""
 
     def __init__(self, files: tuple[str, list[str]]):
         """The child started, for `files` (task_files of the checkpoint): `load` loads the model there."""
-        import queue
-        import subprocess
-        import tempfile
-        import threading
-        import weakref
-
-        from core.process import child_environment
-
-        self.named, self._ended = files[0], ""
-        self._err = tempfile.TemporaryFile("w+")
-        self._process = subprocess.Popen(
-            command(files[1]),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            text=True,
-            start_new_session=True,
-            env=child_environment(),
-        )
-        self._lines: queue.Queue = queue.Queue()
-        threading.Thread(target=_read_lines, args=(self._process.stdout, self._lines), daemon=True).start()
-        self._lock = threading.Lock()
-        self.close = weakref.finalize(self, _stop, self._process, self._err)  # called, or when it is collected
+        super().__init__(command(files[1]), files[0])
 
     def load(self, source: str, which: str, device: str) -> ChildPredictor:
         from types import SimpleNamespace
@@ -255,66 +186,7 @@ class ChildPredictor:
 
     def call(self, method: str, *args, **kwargs):
         """METHODS[method](*args, **kwargs) in the child; AmpConsoleError with its one line."""
-        import queue
-        import time
-
-        from core.errors import AmpConsoleError
-        from core.process import Child
-
-        with self._lock:
-            if self._ended:
-                raise AmpConsoleError(self._ended)
-            try:
-                stdin = cast(IO[str], self._process.stdin)
-                stdin.write(_request(method, args, kwargs))
-                stdin.flush()
-            except OSError:
-                pass  # it is gone: said below
-            deadline, line, timed_out = time.monotonic() + work_limit(), None, False
-            while line is None and not timed_out:
-                try:
-                    line = self._lines.get(timeout=0.2)
-                except queue.Empty:
-                    if self._process.poll() is not None:  # it ended: its last line, if any, is on its way
-                        try:
-                            line = self._lines.get(timeout=1.0)
-                        except queue.Empty:
-                            line = ""
-                    timed_out = time.monotonic() > deadline
-            answer = None if timed_out else _answer(line)
-            if answer is not None:
-                return revive(answer["result"])
-            self._err.seek(0)
-            errors = self._err.read()
-            self.close()
-            code = self._process.wait()  # reaped by close, here or on another thread
-            child = Child(None if code < 0 else code, "", errors, timed_out)
-            what = f"{self.named}: {method} in the preview's child process"
-            self._ended = child.problem(what, work_limit()) or f"{what}: no answer"
-            raise AmpConsoleError(self._ended)
-
-
-def _read_lines(stream, lines) -> None:
-    """(A thread's.) Each line the child writes, then "" at its end."""
-    with stream:
-        for line in stream:
-            lines.put(line)
-    lines.put("")
-
-
-def _stop(process, err) -> None:
-    """Kill the child's process group and reap it; its stdin and stderr file closed."""
-    import signal
-
-    from core.process import signal_group
-
-    signal_group(process.pid, getattr(signal, "SIGKILL", 9))
-    process.wait()
-    for stream in (process.stdin, err):
-        try:
-            stream.close()
-        except OSError:  # a request it never read
-            pass
+        return super().call(method, *args, limit=work_limit(), **kwargs)
 
 
 if __name__ == "__main__":

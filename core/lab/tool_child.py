@@ -1,0 +1,72 @@
+"""The window's device tools on a task file's model in a child process, so its code never runs in the window.
+
+`run_tool(name, config, progress, control, **kwargs)` calls TOOLS[name] here for a built-in task, else in
+`python -m core.lab.tool_child` (a core.process.JsonChild): its progress is relayed, a stop is passed on and the
+child is killed TOOL_STOP_GRACE s after a stop it did not finish in; a child that dies is one line naming the file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import sys
+
+TOOLS = {
+    "lr_finder": "core.lab.lr_finder:find_lr",
+    "batch_finder": "core.lab.batch_finder:find_batch_sizes",
+    "summary": "core.lab.model_summary:summarize",
+    "compare": "core.lab.precision_sweep:run_sweep",
+    "inspector": "core.lab.dtype_inspector:inspect_dtypes",
+}
+TOOL_STOP_GRACE = 10.0  # seconds a stopped tool has to return what it measured before its child is killed
+
+
+def _call(name: str, config, progress, control, kwargs: dict):
+    module, function = TOOLS[name].split(":")
+    tool = getattr(importlib.import_module(module), function)
+    accepted = inspect.signature(tool).parameters
+    given = {"progress": progress, "control": control}
+    return tool(config, **kwargs, **{k: v for k, v in given.items() if k in accepted})
+
+
+def run_tool(name: str, config, progress=None, control=None, **kwargs):
+    """TOOLS[name](config, **kwargs): here for a built-in task (or with a test's injected probe), else in a child."""
+    from core.process import JsonChild
+
+    if not config.task_file or kwargs.get("probe") is not None:
+        return _call(name, config, progress, control, kwargs)
+    child = JsonChild([sys.executable, "-m", "core.lab.tool_child"], config.task_file)
+    try:
+        return child.call(
+            "run",
+            name,
+            config.to_dict(),
+            kwargs,
+            progress=progress,
+            control=control,
+            limit=math.inf,
+            stop_grace=TOOL_STOP_GRACE,
+        )
+    finally:
+        child.close()
+
+
+def _run(state: dict, name: str, config: dict, kwargs: dict):
+    from core.config import RunConfig
+    from core.tasks import add_task
+
+    add_task(str(config.get("task_file", "")))
+    return _call(name, RunConfig.from_dict(config), state["progress"], state["control"], kwargs)
+
+
+def main() -> None:
+    from core.engine.control import RunControl
+    from core.process import answer_requests
+
+    control = RunControl()
+    answer_requests({"run": _run}, {"control": control}, stop=control.stop)
+
+
+if __name__ == "__main__":
+    main()
