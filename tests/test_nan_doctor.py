@@ -68,7 +68,7 @@ def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsy
     assert argv[:2] == ["amp-console", "train"] and "--resume" in argv and argv[argv.index("--lr") + 1] == "1"
     monkeypatch.setattr(torch.nn.Linear, "forward", forward)  # not undo(): it would drop conftest's runs root too
     assert main([*argv[1:], "--max-steps", "12"]) == 0
-    note = f"rerun_of: {folder}, fix: lower LR (10 / 10)"
+    note = f"rerun_of: {folder}, fix: lower LR to 1"
     assert read_note(f"{folder}-lr-div10")[0] == note and read_run(f"{folder}-lr-div10")["notes"][-1] == note
     assert main(["train", "--resume", f"{folder}-lr-div10/checkpoint.pt", "--max-steps", "14"]) == 0
     assert note not in read_run(f"{folder}-lr-div10")["notes"]  # a resume's start notes are its own

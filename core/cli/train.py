@@ -38,7 +38,7 @@ from core.engine.events import EvalMetrics, Event, RunEnded, RunResumed, RunStar
 from core.engine.follow import run_start
 from core.errors import AmpConsoleError, ConfigError, UserCodeError
 from core.files import check_regular_file, check_utf8_path, check_writable_folder
-from core.text import elapsed
+from core.text import elapsed, number
 
 if TYPE_CHECKING:  # the engine (torch) loads when a command runs, so `--help` stays fast (events are torch-free)
     from core.engine.prepare import PreparedRun
@@ -324,7 +324,7 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     where = f" on {started.device} ({started.device_name}), {started.precision}" if started else ""
     print(f"run {ended.status}{where}: {ended.message}", file=stream)
     if ended.final_loss is not None:
-        print(f"  final training loss {ended.final_loss:.4f}", file=stream)
+        print(f"  final training loss {number(ended.final_loss)}", file=stream)
     ceiling = started.ceiling if started else {}
     baseline = started.baseline if started else {}
     for split, metrics in (("val", ended.metrics), ("test", ended.test_metrics)):

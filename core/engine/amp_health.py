@@ -152,7 +152,7 @@ def nonfinite_fixes(mode: str, cfg, precisions, folder: str, checkpoint: str | N
     fixes: list[tuple[str, str, dict]] = []
     if mode == "fp16" and "bf16" in precisions:
         fixes.append(("bf16 instead of fp16", "bf16", {"precision": "bf16"}))
-    fixes.append((f"lower LR ({cfg.lr:g} / 10)", "lr-div10", {"lr": cfg.lr / 10}))
+    fixes.append((f"lower LR to {cfg.lr / 10:g}", "lr-div10", {"lr": cfg.lr / 10}))
     named = [n.strip() for n in cfg.fp32_modules.split(",") if n.strip()]
     if mode not in ("fp32", "tf32") and module and module not in ("loss", "<model>", *named):
         fp32 = {"fp32_modules": ",".join([*named, module])}

@@ -217,7 +217,7 @@ def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None
         if doubtful is not None:
             noisy = " (noisy windows)" if noise_note(doubtful) or noise_note(base) else ""
             note = (
-                f"; the device expects it slower ({expected_slower[doubtful.mode]})"
+                f"; the device says: {expected_slower[doubtful.mode]}"
                 if (doubtful.mode in expected_slower)
                 else ""
             )
