@@ -216,11 +216,7 @@ def recommended_row(rows: list[SweepRow], expected_slower: dict[str, str] | None
         doubtful = max(faster, key=lambda r: r.samples_per_second or 0.0) if faster else None
         if doubtful is not None:
             noisy = " (noisy windows)" if noise_note(doubtful) or noise_note(base) else ""
-            note = (
-                f"; the device says: {expected_slower[doubtful.mode]}"
-                if (doubtful.mode in expected_slower)
-                else ""
-            )
+            note = f"; the device says: {expected_slower[doubtful.mode]}" if (doubtful.mode in expected_slower) else ""
             return base, (
                 f"{doubtful.label} measured {doubtful.speedup:.2f}x {reference}'s samples/s, but its timed "
                 f"windows overlap {reference}'s{noisy}{note}: measure again on an idle device"
