@@ -393,6 +393,8 @@ class SweepDialog(ToolDialog):
             self._on_failed(f"Fix the axes first: {exc}", "", "")
             return None
         devices = self.run_on()
+        if devices is None and config.task_file:  # a task file's code runs in a training process, not here
+            devices = [config.device]
         for device in dict.fromkeys(devices or []):  # the form's device was checked by start()
             busy = self._busy_provider(device)
             if busy:

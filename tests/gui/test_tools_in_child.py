@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from gui_helpers import click, find
+from gui_helpers import click, find, set_field
 from test_add_task import add_task
 from test_user_task_journey import dialogs  # noqa: F401 (a fixture)
 
@@ -72,6 +72,16 @@ def test_the_tools_run_a_task_files_code_in_a_child_and_answer_as_here(qtbot, wi
     with qtbot.waitSignal(inspector.job.runningChanged, timeout=180_000, check_params_cb=lambda running: not running):
         click(qtbot, inspector, "inspectorRunButton")
     assert inspector.tree.topLevelItemCount() >= 1, inspector.statusLabel.text()
+
+    # A sweep "one trial at a time" trains each trial in a training process of its own.
+    window.set_runs_root(str(added.parent / "runs"))
+    set_field(window, "maxStepsEdit", 6)
+    sweep = window.tools.show_sweep()
+    sweep.set_axes("lr = 1e-3, 3e-3")
+    assert sweep.run_on() is None
+    with qtbot.waitSignal(sweep.job.runningChanged, timeout=240_000, check_params_cb=lambda running: not running):
+        click(qtbot, sweep, "sweepRunButton")
+    assert sweep.result is not None and sweep.result.counts == {"completed": 2}, sweep.statusLabel.text()
     assert imported_here(added) == []  # the task file's code never ran in the window's process
 
 
