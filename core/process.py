@@ -207,7 +207,7 @@ class JsonChild:
     {"stop"} once `control` asks; past `limit` s or once the child dies, it is killed and every later call raises
     one line naming `named`."""
 
-    def __init__(self, argv: list[str], named: str):
+    def __init__(self, argv: list[str], named: str, env: dict[str, str] | None = None):
         import queue
         import subprocess
         import tempfile
@@ -223,7 +223,7 @@ class JsonChild:
             stderr=self._err,
             text=True,
             start_new_session=True,
-            env=child_environment(),
+            env=env or child_environment(),
         )
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=_read_lines, args=(self._process.stdout, self._lines), daemon=True).start()
@@ -300,17 +300,23 @@ class JsonChild:
 
 
 def parse_answer(line: str | None) -> dict | None:
-    """The child's answer line as a dict ({"error"} raised as an AmpConsoleError); None when it is none."""
+    """The child's answer line as a dict; None when it is none. An {"error"} is raised as the core.errors type
+    the child raised (its field and details kept), else as an AmpConsoleError."""
     import json
 
-    from core.errors import AmpConsoleError
+    from core import errors
 
     try:
         answer = json.loads(line or "")
     except ValueError:
         return None
     if isinstance(answer, dict) and "error" in answer:
-        raise AmpConsoleError(str(answer["error"]))
+        kind = getattr(errors, str(answer.get("kind")), None)
+        kind = kind if isinstance(kind, type) and issubclass(kind, errors.AmpConsoleError) else errors.AmpConsoleError
+        error = kind.__new__(kind)
+        Exception.__init__(error, str(answer["error"]))  # the child's line as it was, whatever the type's arguments
+        error.field, error.details = str(answer.get("field", "")), str(answer.get("details", ""))  # type: ignore[attr-defined]
+        raise error
     return answer if isinstance(answer, dict) else None
 
 
@@ -340,6 +346,7 @@ def answer_requests(methods: dict[str, Callable], state: dict, stop: Callable[[]
     import json
     import queue
     import threading
+    import traceback
 
     from core.errors import AmpConsoleError
     from core.text import first_line
@@ -372,8 +379,12 @@ def answer_requests(methods: dict[str, Callable], state: dict, stop: Callable[[]
             method = methods[request["method"]]
             answer = {"result": plain(method(state, *request.get("args", ()), **request.get("kwargs", {})))}
         except BaseException as exc:  # the task's code may raise anything, SystemExit included: one line
+            ours = isinstance(exc, AmpConsoleError)
             answer = {
-                "error": str(exc) if isinstance(exc, AmpConsoleError) else f"{type(exc).__name__}: {first_line(exc)}"
+                "error": str(exc) if ours else f"{type(exc).__name__}: {first_line(exc)}",
+                "kind": type(exc).__name__ if ours else "",
+                "field": getattr(exc, "field", "") or "",
+                "details": getattr(exc, "details", "") or ("" if ours else traceback.format_exc()),
             }
         write(answer)
     os._exit(0)  # not waiting for threads the task's code may have started

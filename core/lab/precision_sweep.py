@@ -3,19 +3,14 @@
 
 Each mode trains the Trainer's own steps, timed by core.lab.timing (warm-up windows, then the median timed window),
 with peak memory (core.devices.PeakMemory), loss against fp32 and optional torch.compile / activation checkpointing
-rows. On the CPU each mode runs in a fresh subprocess by default (`--one-mode`), so its peak RSS is its own. A user
+rows. On the CPU each mode runs in a fresh process by default (core.lab.tool_child), so its peak RSS is its own. A user
 task's bad return stops the sweep with its one line, whichever process the mode ran in. The rows are compared and
 a mode recommended in core.lab.precision_results.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
 import statistics
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +30,6 @@ from core.lab.precision_results import (
 )
 from core.lab.timing import on_throwaway_trainer, time_steps
 from core.precision_modes import PRECISION_MODES
-from core.process import exit_process
 from core.text import first_line
 
 # Memory (RSS, or the allocator's on a GPU) rising after every window by more than this is flagged as growing.
@@ -182,73 +176,37 @@ def measure_mode_isolated(
     control: RunControl | None = None,
     on_window: WindowCallback | None = None,
 ) -> SweepRow:
-    """`measure_mode` in a fresh Python process, so its peak RSS is this mode's alone. Its windows arrive as JSON lines
-    on stdout, relayed to `on_window`; a stop on `control` kills the process (the row is stopped)."""
-    import threading
+    """`measure_mode` in a fresh Python process (core.lab.tool_child), so its peak RSS is this mode's alone. Its
+    windows are relayed to `on_window`; a stop on `control` kills it (the row is skipped). The task's refusal is
+    raised here, as in this process; any other failure is the row's reason."""
+    import math
 
     from core.lab.sweep.parallel import child_env
+    from core.lab.tool_child import COMMAND
+    from core.process import JsonChild
 
-    command = [sys.executable, "-m", "core.lab.precision_sweep", "--one-mode", mode, "--config-json"]
-    command += [json.dumps(config.to_dict()), "--steps", str(steps), "--repeats", str(repeats)]
-    command += ["--warmup-windows", str(warmup_windows)]
-    lines: list[str] = []
-    errors: list[str] = []
-    refused: list[dict] = []  # the task's returns or code refused before the mode started (its one line)
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(1)) as proc:
-        stdout, err_pipe = proc.stdout, proc.stderr
-        assert stdout is not None and err_pipe is not None  # opened with PIPE
-
-        def read_stdout() -> None:
-            for line in stdout:
-                if line.startswith('{"window": '):
-                    if on_window:
-                        on_window(*json.loads(line)["window"])
-                elif line.startswith('{"task_error": '):
-                    refused.append(json.loads(line)["task_error"])
-                elif line.strip():
-                    lines.append(line.strip())
-
-        readers = [
-            threading.Thread(target=read_stdout, daemon=True),
-            threading.Thread(target=lambda: errors.extend(err_pipe), daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
-        while True:
-            try:
-                proc.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                if control is not None and control.stop_requested:
-                    proc.kill()
-                    proc.wait()
-                    for reader in readers:
-                        reader.join()
-                    return SweepRow(mode=mode, status="skipped", reason="sweep stopped")
-        for reader in readers:
-            reader.join()
-    if refused:
-        raise_task_error(refused[-1])
-    stderr = "".join(errors)
-    if proc.returncode != 0 or not lines:
-        last = (stderr.strip().splitlines() or ["no output"])[-1]
-        return SweepRow(mode=mode, status="failed", reason=f"measuring process exited {proc.returncode}: {last}")
-    return SweepRow(**json.loads(lines[-1]))
-
-
-def task_error(exc: AmpConsoleError) -> dict | None:
-    """What a measuring process reports of a task refused before its mode started, for `raise_task_error` in the sweep's
-    process; None for other errors."""
-    if not isinstance(exc, (TaskOutputError, UserCodeError)):
-        return None
-    return {"kind": type(exc).__name__, "message": str(exc), "details": getattr(exc, "details", "")}
-
-
-def raise_task_error(error: dict) -> None:
-    """The error `task_error` described, raised again: the sweep stops with the task's one line, as a run would."""
-    if error.get("kind") == "UserCodeError":
-        raise UserCodeError(str(error.get("message", "")), str(error.get("details", "")))
-    raise TaskOutputError(str(error.get("message", "")))
+    child = JsonChild(COMMAND, f"measuring {mode}", env=child_env(1))
+    try:
+        return child.call(
+            "measure",
+            config.to_dict(),
+            mode,
+            steps,
+            repeats,
+            warmup_windows,
+            progress=(lambda window: on_window(*window)) if on_window else None,
+            control=control,
+            limit=math.inf,
+            stop_grace=0.0,
+        )
+    except (TaskOutputError, UserCodeError):
+        raise
+    except AmpConsoleError as exc:
+        if control is not None and control.stop_requested:
+            return SweepRow(mode=mode, status="skipped", reason="sweep stopped")
+        return SweepRow(mode=mode, status="failed", reason=str(exc))
+    finally:
+        child.close()
 
 
 def requested_modes(modes: list[str] | tuple[str, ...] | None) -> list[str]:
@@ -363,37 +321,3 @@ def memory_source(meter: PeakMemory, isolate: bool) -> str:
     if meter.kind == "cpu" and not meter.resettable:
         return meter.source + (where or "; the modes share this process's peak")
     return f"{meter.source} since each mode's setup{where}"
-
-
-def _one_mode_main(argv: list[str]) -> int:
-    """Subprocess entry: measure one mode and print its SweepRow as one JSON line."""
-    parser = argparse.ArgumentParser(prog="python -m core.lab.precision_sweep")
-    parser.add_argument("--one-mode", required=True)
-    parser.add_argument("--config-json", required=True)
-    parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--repeats", type=int, required=True)
-    parser.add_argument("--warmup-windows", type=int, default=1)
-    args = parser.parse_args(argv)
-    values = json.loads(args.config_json)
-    from core.tasks import load_config_task
-
-    load_config_task(values)  # a user task: the file the sweep's process was given
-    config = RunConfig.from_dict(values)
-
-    def report(*window) -> None:  # relayed by measure_mode_isolated as it comes
-        print(json.dumps({"window": list(window)}), flush=True)
-
-    try:
-        row = measure_mode(config, args.one_mode, args.steps, args.repeats, args.warmup_windows, on_window=report)
-    except AmpConsoleError as exc:
-        error = task_error(exc)
-        if error is None:
-            raise
-        print(json.dumps({"task_error": error}), flush=True)
-        return 2
-    print(json.dumps(dataclasses.asdict(row)))
-    return 0
-
-
-if __name__ == "__main__":
-    exit_process(_one_mode_main(sys.argv[1:]))

@@ -1,4 +1,5 @@
-"""The window's device tools on a task file's model in a child process, so its code never runs in the window.
+"""The window's device tools on a task file's model in a child process, so its code never runs in the window;
+and compare precisions' one mode in a fresh process (`measure`, for its own peak memory).
 
 `run_tool(name, config, progress, control, **kwargs)` calls TOOLS[name] here for a built-in task, else in
 `python -m core.lab.tool_child` (a core.process.JsonChild): its progress is relayed, a stop is passed on and the
@@ -19,12 +20,18 @@ TOOLS = {
     "compare": "core.lab.precision_sweep:run_sweep",
     "inspector": "core.lab.dtype_inspector:inspect_dtypes",
 }
+COMMAND = [sys.executable, "-m", "core.lab.tool_child"]
 TOOL_STOP_GRACE = 10.0  # seconds a stopped tool has to return what it measured before its child is killed
 
 
+def _function(where: str):
+    """A function named "module:function" (the tools are named, not imported: a tool imports this module)."""
+    module, function = where.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def _call(name: str, config, progress, control, kwargs: dict):
-    module, function = TOOLS[name].split(":")
-    tool = getattr(importlib.import_module(module), function)
+    tool = _function(TOOLS[name])
     accepted = inspect.signature(tool).parameters
     given = {"progress": progress, "control": control}
     return tool(config, **kwargs, **{k: v for k, v in given.items() if k in accepted})
@@ -36,7 +43,7 @@ def run_tool(name: str, config, progress=None, control=None, **kwargs):
 
     if not config.task_file or kwargs.get("probe") is not None:
         return _call(name, config, progress, control, kwargs)
-    child = JsonChild([sys.executable, "-m", "core.lab.tool_child"], config.task_file)
+    child = JsonChild(COMMAND, config.task_file)
     try:
         return child.call(
             "run",
@@ -52,12 +59,22 @@ def run_tool(name: str, config, progress=None, control=None, **kwargs):
         child.close()
 
 
-def _run(state: dict, name: str, config: dict, kwargs: dict):
+def _config(values: dict):
     from core.config import RunConfig
-    from core.tasks import add_task
+    from core.tasks import load_config_task
 
-    add_task(str(config.get("task_file", "")))
-    return _call(name, RunConfig.from_dict(config), state["progress"], state["control"], kwargs)
+    load_config_task(values)  # a task file: the one the window's (or the sweep's) process was given
+    return RunConfig.from_dict(values)
+
+
+def _run(state: dict, name: str, config: dict, kwargs: dict):
+    return _call(name, _config(config), state["progress"], state["control"], kwargs)
+
+
+def _measure(state: dict, config: dict, mode: str, steps: int, repeats: int, warmup_windows: int):
+    """Compare precisions' one mode in a process of its own (core.lab.precision_sweep.measure_mode_isolated)."""
+    measure_mode, report = _function("core.lab.precision_sweep:measure_mode"), state["progress"]
+    return measure_mode(_config(config), mode, steps, repeats, warmup_windows, on_window=lambda *w: report(list(w)))
 
 
 def main() -> None:
@@ -65,7 +82,7 @@ def main() -> None:
     from core.process import answer_requests
 
     control = RunControl()
-    answer_requests({"run": _run}, {"control": control}, stop=control.stop)
+    answer_requests({"run": _run, "measure": _measure}, {"control": control}, stop=control.stop)
 
 
 if __name__ == "__main__":
