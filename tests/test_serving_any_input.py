@@ -192,14 +192,20 @@ def test_inputs_the_model_cannot_read_are_one_line_not_a_traceback(tmp_path, cap
     assert not (tmp_path / "out").exists()
 
 
-def test_an_id_the_model_does_not_know_is_one_line(runs, tmp_path, capsys):
-    source = tmp_path / "rows.jsonl"
-    source.write_text('{"ids": [1, 2]}\n{"ids": [1, 100000]}\n')
-    code, _out, err = cli(
-        capsys, "predict", runs["char_lm"], "--task", TASKS["char_lm"], "--input", source, "--out", tmp_path / "o.csv"
-    )
-    assert code == 2 and "Traceback" not in err and not (tmp_path / "o.csv").exists()
-    assert "the char_lm model fails on ids (2, 2) int64: IndexError" in err.strip().splitlines()[-1]
+def test_a_row_the_model_fails_on_is_one_line_and_the_others_are_scored(runs, tmp_path, capsys):
+    source, out = tmp_path / "rows.jsonl", tmp_path / "o.parquet"
+    source.write_text('{"ids": [1, 2]}\n{"ids": [1, 100000]}\n{"ids": [3]}\n')
+    argv = ("predict", runs["char_lm"], "--task", TASKS["char_lm"], "--input", source, "--out", out)
+    code, _out, err = cli(capsys, *argv)
+    assert code == 0 and "Traceback" not in err, err
+    assert "line 2: the char_lm model fails on ids (1, 2) int64: IndexError" in err
+    assert [row["line"] for row in pq.read_table(out).to_pylist()] == [1, 3]  # the good rows, in order
+    # Every row of the first batch: the model's trouble, not a row's: one line, nothing written.
+    source.write_text('{"ids": [100000]}\n{"ids": [200000]}\n')
+    out.unlink()
+    code, _out, err = cli(capsys, *argv)
+    assert code == 2 and "Traceback" not in err and not out.exists()
+    assert "the char_lm model fails on ids (1, 1) int64: IndexError" in err.strip().splitlines()[-1]
 
 
 def test_an_input_checks_each_row_and_pads_a_batch():

@@ -98,27 +98,49 @@ class FeatureFileScorer(FileScorer):
         return values
 
     def score(self, batch, lines, report):
-        import json
-
-        import numpy as np
-        import pyarrow as pa
-
         from core.data.row_checks import Checks
 
         checks = Checks(batch.num_rows)
         values = self._inputs(batch, checks)
         good = self._good(batch, lines, checks, report)
-        for rows in self._slices(good):
-            y = self.predictor.predict_inputs({s.name: [v[i] for i in rows] for s, v in zip(self.specs, values)})
-            self.scored += len(rows)
-            columns = {self.line_column: pa.array(lines[rows])}
-            if y.ndim > 2:
-                columns["y"] = pa.array([json.dumps(row.tolist()) for row in y])
-            else:
-                columns.update((name, pa.array(y[:, i])) for i, name in enumerate(self.names))
-            if self.probabilities:
-                columns["predicted"] = pa.array(y.reshape(len(y), -1).argmax(1).astype(np.int64))
-            yield pa.table(columns, schema=self.schema)
+        for group in self._slices(good):
+            failed: list[tuple[int, str]] = []
+            answered = self._answered(group, values, lines, failed)
+            if failed and not answered and not self.scored:  # every row of the first: the model's, not a row's
+                raise DataError(failed[0][1])
+            report.add(sorted(failed))
+            yield from (self._table(lines, rows, y) for rows, y in answered)
+
+    def _answered(self, rows, values, lines, failed: list) -> list:
+        """[(rows, the model's outputs)] for `rows`; a row the model fails on alone goes to `failed` as (its line,
+        the one line), the others still answered (halves of the rows asked again until it is found)."""
+        try:
+            inputs = {s.name: [v[i] for i in rows] for s, v in zip(self.specs, values)}
+            return [(rows, self.predictor.predict_inputs(inputs))]
+        except DataError as exc:
+            if len(rows) == 1:
+                failed.append((int(lines[rows[0]]), str(exc)))
+                return []
+            half = len(rows) // 2
+            return self._answered(rows[:half], values, lines, failed) + self._answered(
+                rows[half:], values, lines, failed
+            )
+
+    def _table(self, lines, rows, y):
+        import json
+
+        import numpy as np
+        import pyarrow as pa
+
+        self.scored += len(rows)
+        columns = {self.line_column: pa.array(lines[rows])}
+        if y.ndim > 2:
+            columns["y"] = pa.array([json.dumps(row.tolist()) for row in y])
+        else:
+            columns.update((name, pa.array(y[:, i])) for i, name in enumerate(self.names))
+        if self.probabilities:
+            columns["predicted"] = pa.array(y.reshape(len(y), -1).argmax(1).astype(np.int64))
+        return pa.table(columns, schema=self.schema)
 
 
 class FeatureServing(TaskServing):
