@@ -65,3 +65,12 @@ def test_the_parts_follow_the_rows_of_bytes_per_parameter():
     # adamw8bit: two uint8 states + a float32 absmax per 256 values each; 32-bit state under 4,096 values
     assert tensor_state_bytes(100, "adamw8bit") == 800
     assert tensor_state_bytes(5120, "adamw8bit") == 2 * 5120 + 2 * 4 * 20
+
+
+def test_a_module_kept_in_float32_under_bf16_pure_counts_as_float32():
+    config = RunConfig(task="tiny", device="cpu", precision="bf16-pure", optimizer="adamw")
+    pure, kept = estimate(config), estimate(config.replace(fp32_modules="fc1"))
+    fc1, fc2 = 10 * 16 + 16, 16 * 2 + 2  # Linear 10->16, Linear 16->2
+    assert pure.parts["parameters"] == 2 * (fc1 + fc2)
+    assert kept.parts["parameters"] == 4 * fc1 + 2 * fc2 and kept.parts["gradients"] == 4 * fc1 + 2 * fc2
+    assert kept.parts["optimizer state"] == 2 * 4 * fc1 + 2 * 2 * fc2  # adamw's two states in each one's dtype

@@ -234,19 +234,18 @@ def estimate(
         resident = resident_bytes(trainer)
         backward, step = _probe(trainer)
         model = trainer.raw_model
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        frozen = sum(p.numel() for p in model.parameters()) - trainable
-        row = PRECISION_BYTES[plan.mode]
-        grads = trainable * row.grads
+        params = list(model.parameters())
+        # a module kept in float32 (fp32_modules) under bf16-pure has float32's row
+        modes = ["fp32" if PRECISION_BYTES[plan.mode].weights < p.element_size() else plan.mode for p in params]
+        rows = [(p.numel(), PRECISION_BYTES[m], m, p.requires_grad) for p, m in zip(params, modes)]
+        grads = sum(n * row.grads for n, row, _m, trained in rows if trained)
         activations = max(0, backward - grads) * cfg.batch_size // probe_batch
         parts = {
-            "parameters": (trainable + frozen) * row.weights + resident["parameters"] - model_bytes(model),
-            "master weights": trainable * row.master,
+            "parameters": sum(n * row.weights for n, row, _m, _t in rows) + resident["parameters"] - model_bytes(model),
+            "master weights": sum(n * row.master for n, row, _m, trained in rows if trained),
             "gradients": grads,
             "optimizer state": sum(
-                tensor_state_bytes(p.numel(), cfg.optimizer, cfg.momentum, plan.mode)
-                for p in model.parameters()
-                if p.requires_grad
+                tensor_state_bytes(n, cfg.optimizer, cfg.momentum, m) for n, _row, m, trained in rows if trained
             ),
             "data": resident["data"],
         }
