@@ -135,6 +135,7 @@ def test_compare_rows_mark_what_differs_and_list_only_differing_config():
     assert by_label["peak memory"].values == ("3 MiB",) * 2
     for same in ("task", "device", "samples/s", "best", "wall time", "steps", "status"):
         assert not by_label[same].differs, same
-    config = [row for row in rows if row.config]
-    assert [(row.label, row.values, row.differs) for row in config] == [("config precision", ("fp32", "bf16"), True)]
-    assert labels[-1] == "config precision" and labels[-2] == "note"
+    assert not [row for row in rows if row.config]  # precision, the one setting apart, is the precision row's
+    assert labels[-1] == "note"
+    rows = compare_rows([run("a", "fp32", 0.01), run("b", "fp32", 0.02)])
+    assert [(row.label, row.values) for row in rows if row.config] == [("config lr", ("0.01", "0.02"))]

@@ -51,6 +51,7 @@ from core.process import signal_group
 from core.text import printable
 
 AUTO_REFRESH_MS = 5_000  # while visible (longer when a scan takes longer, see _scanned)
+NAME_WIDTH = 320  # the name column's widest when sized to its texts (a longer name elides; its tooltip has it whole)
 
 
 def _entries(root: Path) -> frozenset | None:
@@ -139,6 +140,7 @@ class HistoryPanel(RunNoteEditing, QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setAlternatingRowColors(True)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a sweep trial's date and its own part both show
         self.table.verticalHeader().hide()
         # sized from each column's longest text once per root (_size_columns), not ResizeToContents at every change
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -359,7 +361,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
         header = self.table.horizontalHeader()
         metrics = self.table.fontMetrics()
         for column, text in enumerate(longest):
-            header.resizeSection(column, max(header.sectionSizeHint(column), metrics.horizontalAdvance(text) + 14))
+            width = max(header.sectionSizeHint(column), metrics.horizontalAdvance(text) + 14)
+            header.resizeSection(column, min(width, NAME_WIDTH) if column == 0 else width)  # a long name: elided
         self._sized_for = self.root
 
     def visible_names(self) -> list[str]:

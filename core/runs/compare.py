@@ -103,6 +103,8 @@ def compare_rows(runs: list[dict]) -> list[CompareRow]:
         texts = tuple(printable(v if v is not None and v != "" else "-") for v in values)
         out.append(CompareRow(printable(label), texts, len(set(texts)) > 1))
     for key, values in differing_config(runs).items():
+        if key in ("device", "precision"):  # resolved as the rows above show them
+            continue
         texts = tuple(printable(setting(v)) if v is not None else "-" for v in values)
         out.append(CompareRow(printable(f"config {key}"), texts, True, config=True))
     return out

@@ -40,13 +40,13 @@ def test_compare_highlights_precision_and_the_differing_config_only(qtbot, tmp_p
     names = [view.table.horizontalHeaderItem(c).text().split("\n")[0] for c in range(view.table.columnCount())]
     assert names == ["bf16-run", "fp32-run"]  # the table's order: newest first
     assert view.labels()[:7] == ["task", "precision", "device", "samples/s", "peak memory", "best", "final loss"]
-    assert view.labels()[-2:] == ["config lr", "config precision"]
-    assert view.differing_labels() == ["precision", "note", "config lr", "config precision"]
+    assert view.labels()[-2:] == ["note", "config lr"]  # no "config precision": the precision row shows it
+    assert view.differing_labels() == ["precision", "note", "config lr"]
     assert view.cell("precision", 0).text() == "bf16 (autocast bfloat16)"
     assert view.cell("precision", 1).text() == "fp32 (autocast float32)"
     assert view.cell("note", 0).text() == "bf16 try" and view.cell("note", 1).text() == "-"
     assert view.cell("config lr", 0).text() == "0.02" and view.cell("config lr", 1).text() == "0.01"
-    for label in ("precision", "note", "config lr", "config precision"):
+    for label in ("precision", "note", "config lr"):
         assert highlighted(view, label)
         assert view.row_label_text(label) == DIFFERS_MARK + label
     for label in ("task", "device", "samples/s", "best", "final loss", "val accuracy", "wall time", "steps", "status"):
