@@ -4,12 +4,20 @@ Hidden until a run sends samples; a new run clears it, a resumed one shows its e
 
 from __future__ import annotations
 
+import re
+
 from PySide6.QtWidgets import QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
 
 from core.engine.events import RunStarted, Samples, event_or_none
 
 COLUMNS = ("Input", "Answer", "Previous")
 MIN_WIDTH = 200  # three columns of wrapped text, and room for the window on a 1366-pixel screen
+SCORE = re.compile(r"[-+]?\d*\.\d+(?:e[-+]?\d+)?")  # a score in an answer ("class 0 (0.986)"); ids stay
+
+
+def changed(answer: str, previous: str) -> bool:
+    """Whether the answer itself changed (a class, a lesson, an order), not only a score beside it."""
+    return SCORE.sub("#", answer) != SCORE.sub("#", previous)
 
 
 class SamplesPanel(QWidget):
@@ -71,9 +79,9 @@ class SamplesPanel(QWidget):
             for c, text in enumerate((str(row.get("input", "")), answer, previous)):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
-                if c == 1 and before is not None and answer != previous:
+                if c == 1 and before is not None and changed(answer, previous):
                     font = item.font()
-                    font.setBold(True)  # the answer changed since the step before
+                    font.setBold(True)  # the answer changed since the step before, not only its score
                     item.setFont(font)
                 self.table.setItem(r, c, item)
         self.table.resizeRowsToContents()

@@ -42,3 +42,17 @@ def test_a_resumed_run_shows_its_earlier_samples_from_its_record(qtbot, window, 
     assert [e.step for e in seen] == [60]  # streamed since the resume; step 40's came from metrics.jsonl
     qtbot.waitUntil(lambda: panel.title.text() == "Samples at step 60 (previous: step 40)", timeout=60_000)
     assert panel.table.item(0, 2).text()  # step 40's answer beside step 60's
+
+
+def test_an_answer_is_bold_when_it_changed_not_when_only_its_score_moved(qtbot):
+    from app.panels.samples import SamplesPanel
+
+    panel = SamplesPanel()
+    qtbot.addWidget(panel)
+    inputs = ["a", "b", "c", "d"]
+    before = ["class 0 (0.995)", "class 1 (0.61)", "lessons 12, 7, 3", "positive (0.9)"]
+    after = ["class 0 (0.986)", "class 0 (0.52)", "lessons 7, 12, 3", "positive (0.93)"]
+    for step, answers in ((20, before), (40, after)):
+        panel.handle_event(Samples(step, [{"input": i, "answer": a} for i, a in zip(inputs, answers)]))
+    bold = [panel.table.item(r, 1).font().bold() for r in range(4)]
+    assert bold == [False, True, True, False]  # another class, another order: bold; a score alone: not
