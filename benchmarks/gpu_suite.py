@@ -7,8 +7,10 @@ Sections, the must-have figures first (each one fails alone, recorded in the rep
 others; one that would not fit in what is left of the time budget is skipped, recorded under "skipped"):
   devices       what torch sees and which precision modes each device supports
   sweep         fp32, bf16 and bf16 + activation checkpointing through the real engine (core.lab.precision_sweep)
-  mfu           model FLOPs (FlopCounterMode, one step) against a measured bf16 matmul ceiling; per bf16 row
+  mfu           model FLOPs (FlopCounterMode, one step) against a measured bf16 matmul ceiling; per bf16, fp8 and
+                bf16-pure row
   training      short bf16 and fp32 runs with a validation evaluation (HR@10 of bf16 vs fp32), and fp16
+  fp8           fp8 (torchao float8) and bf16-pure rows; fp32, bf16 and fp8 again on a wider transformer
   overhead      engine samples/s vs a minimal hand-written loop on the same model, data and precision (eager)
   profile       torch.profiler over a few bf16 engine steps: device time by category and the top 10 ops
   datapath      training data on the device vs kept on the host: staged (pinned, double-buffered) vs plain
@@ -66,6 +68,8 @@ FULL_RECOMMENDER = {
     "interactions": 400_000,
     "mean_len": 200,
 }
+LARGE_SHAPE = {"d_model": 2048, "heads": 16}  # the fp8 section's wider model: 2048 x 8192 feed-forward matmuls
+QUICK_LARGE_SHAPE = {"d_model": 64, "heads": 4}
 QUICK_RECOMMENDER = {
     "d_model": 32,
     "layers": 1,
@@ -283,6 +287,18 @@ def section_sweep(ctx: dict) -> dict:
     return rows_measured(variants, ctx)
 
 
+def section_fp8(ctx: dict) -> dict:
+    """fp8 (torchao float8) and bf16-pure rows beside the sweep's (speed, memory, loss against fp32), then fp32,
+    bf16 and fp8 on a wider transformer (LARGE_SHAPE), where float8's matmuls should pay for its casts."""
+    out = rows_measured([("fp8", False, False), ("bf16-pure", False, False)], ctx)
+    shape = QUICK_LARGE_SHAPE if ctx["quick"] else LARGE_SHAPE
+    config = ctx["config"].replace(task_options={**ctx["config"].task_options, **shape})
+    wide = dict(ctx, config=config, rows=[], row_seconds={})
+    rows_measured([("fp32", False, False), ("bf16", False, False), ("fp8", False, False)], wide)
+    out["wide"] = sweep_dict(wide) | {"shape": shape}
+    return out
+
+
 def section_sweep_more(ctx: dict) -> dict:
     return rows_measured([("tf32", False, False), ("fp16", False, False)], ctx)
 
@@ -473,7 +489,8 @@ def mfu_by_row(report: dict) -> dict:
         return {}
     out = {}
     for row in report["sections"].get("sweep", {}).get("rows", []):
-        if row["mode"] == mfu["mode"] and row["status"] == "ok" and not row["checkpointed"] and row["step_ms"]:
+        low = row["mode"] in (mfu["mode"], "fp8", "bf16-pure")  # the same model FLOPs, the bf16 ceiling
+        if low and row["status"] == "ok" and not row["checkpointed"] and row["step_ms"]:
             achieved = mfu["flops_per_step"] * 1000.0 / row["step_ms"]
             out[row["label"]] = {"achieved_flops": achieved, "mfu": achieved / mfu["matmul_ceiling_flops"]}
     return out
@@ -841,6 +858,7 @@ SECTIONS = (
     ("sweep", section_sweep),
     ("mfu", section_mfu),
     ("training", section_training),
+    ("fp8", section_fp8),
     ("overhead", section_overhead),
     ("profile", section_profile),
     ("datapath", section_datapath),
@@ -867,8 +885,9 @@ def derive(report: dict) -> dict:
         "speedup_vs_fp32_eager": {label: r["speedup"] for label, r in rows.items()},
         "mfu_by_row": mfu_by_row(report),
     }
-    if out["mfu_by_row"]:
-        best = max(out["mfu_by_row"], key=lambda label: out["mfu_by_row"][label]["mfu"])
+    bf16_rows = [label for label in out["mfu_by_row"] if label.split(" ")[0] == "bf16"]  # the target's mode
+    if bf16_rows:
+        best = max(bf16_rows, key=lambda label: out["mfu_by_row"][label]["mfu"])
         out["mfu_best"] = {"row": best, **out["mfu_by_row"][best]}
     memory = [rows[label] for label in ("bf16", "bf16 + act. ckpt") if label in rows and rows[label]["memory_ratio"]]
     if memory:
@@ -957,6 +976,21 @@ def _gib(value) -> str:
     return f"{value / 2**30:6.2f} GiB" if value else "      - GiB"
 
 
+def _print_rows(name: str, rows: list[dict]) -> None:
+    for row in rows:
+        label = row.get("label", row["mode"])
+        if row["status"] != "ok":
+            print(f"  {name} {label:<17} {row['status']}: {row['reason'][:70]}")
+            continue
+        extra = f"  compiled in {row['compile_seconds']:.1f} s" if row.get("compile_seconds") else ""
+        extra += f"  ({row['reason'][:60]})" if row.get("reason") else ""
+        print(
+            f"  {name} {label:<17} {row['step_ms']:8.2f} ms/step {row['samples_per_second']:>9,.0f} samples/s "
+            f"{_gib(row['peak_memory_bytes'])}  {_x(row['speedup'])}  mem {_x(row['memory_ratio'])}  "
+            f"loss {row['loss']:.4f}{extra}"
+        )
+
+
 def print_table(report: dict) -> None:
     """The short summary, printed last."""
     s, d = report["sections"], report.get("summary", {})
@@ -965,18 +999,10 @@ def print_table(report: dict) -> None:
         f"{report['elapsed_s']:.0f} s, compile backend {report.get('compile_backend')}; "
         f"report {report['report_path']}"
     )
-    for row in s.get("sweep", {}).get("rows", []):
-        label = row.get("label", row["mode"])
-        if row["status"] != "ok":
-            print(f"  sweep {label:<17} {row['status']}: {row['reason'][:70]}")
-            continue
-        extra = f"  compiled in {row['compile_seconds']:.1f} s" if row.get("compile_seconds") else ""
-        extra += f"  ({row['reason'][:60]})" if row.get("reason") else ""
-        print(
-            f"  sweep {label:<17} {row['step_ms']:8.2f} ms/step {row['samples_per_second']:>9,.0f} samples/s "
-            f"{_gib(row['peak_memory_bytes'])}  {_x(row['speedup'])}  mem {_x(row['memory_ratio'])}  "
-            f"loss {row['loss']:.4f}{extra}"
-        )
+    _print_rows("sweep", s.get("sweep", {}).get("rows", []))
+    wide = s.get("fp8", {}).get("wide")
+    if wide:
+        _print_rows(f"wide {wide['shape'].get('d_model')}", wide.get("rows", []))
     speedups = d.get("speedup_vs_fp32_eager", {})
     if speedups:
         print(

@@ -18,6 +18,7 @@ SECTIONS = {
     "sweep",
     "mfu",
     "training",
+    "fp8",
     "overhead",
     "profile",
     "datapath",
@@ -30,7 +31,10 @@ SECTIONS = {
 
 @pytest.mark.slow  # the eager rows are measured in fresh processes, as on any CPU
 @pytest.mark.timeout(1200)
-def test_gpu_suite_quick_on_cpu_writes_report_and_table(tmp_path, capsys):
+def test_gpu_suite_quick_on_cpu_writes_report_and_table(tmp_path, capsys, monkeypatch):
+    from core.devices import FP8_EMULATE_ENV
+
+    monkeypatch.setenv(FP8_EMULATE_ENV, "1")  # fp8's rows measured here too, emulated
     out = tmp_path / "suite.json"
     # No time budget: on a loaded machine the suite's own budget would skip sections, which is its job on a GPU
     # box but not what this test checks (that every section runs and reports).
@@ -57,7 +61,13 @@ def test_gpu_suite_quick_on_cpu_writes_report_and_table(tmp_path, capsys):
     quality = s["training"]["quality"]
     assert quality["metric"] == "hr@10_full_filtered" and quality["users"] == runs["fp32"]["users_evaluated"] > 0
     assert quality["noise"] > 0 and quality["diff"] == pytest.approx(quality["bf16"] - quality["fp32"])
-    assert s["mfu"]["flops_per_step"] > 0 and set(report["summary"]["mfu_by_row"]) == {"bf16", "bf16 + compile"}
+    assert s["mfu"]["flops_per_step"] > 0
+    assert set(report["summary"]["mfu_by_row"]) == {"bf16", "bf16 + compile", "fp8", "bf16-pure"}
+    # fp8 and bf16-pure beside fp32, then fp32, bf16 and fp8 on the wider shape, compared among themselves.
+    assert rows["fp8"]["status"] == rows["bf16-pure"]["status"] == "ok" and rows["fp8"]["loss"] > 0
+    wide = {r["label"]: r for r in s["fp8"]["wide"]["rows"]}
+    assert set(wide) == {"fp32", "bf16", "fp8"} and all(r["status"] == "ok" for r in wide.values()), wide
+    assert s["fp8"]["wide"]["shape"] == gpu_suite.QUICK_LARGE_SHAPE and wide["fp8"]["speedup"] > 0
     # Profile: CPU self time on the CPU, every category that the step has shows up, the shares add up.
     profile = s["profile"]
     assert profile["time"] == "CPU self time" and sum(profile["share"].values()) == pytest.approx(1.0)
@@ -77,6 +87,7 @@ def test_gpu_suite_quick_on_cpu_writes_report_and_table(tmp_path, capsys):
     assert lines[-1].startswith("  target ")  # the table is printed last
     assert any(line.startswith("  profile (bf16") for line in lines)
     assert any(line.startswith("  datapath (bf16)") for line in lines)
+    assert any(line.startswith("  wide 64 fp8") for line in lines)
 
 
 def test_quality_check_is_two_binomial_standard_errors():
