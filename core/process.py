@@ -341,8 +341,8 @@ def _stop_child(process, err) -> None:
 
 def answer_requests(methods: dict[str, Callable], state: dict, stop: Callable[[], None] | None = None):
     """(In a child.) Answer each JSON line {"method", "args", "kwargs"} of stdin with one line {"result"} or
-    {"error": one line}, until stdin ends; `state["progress"](value)` writes a {"progress"} line meanwhile and a
-    {"stop"} line calls `stop`. What the task's code prints goes to stderr: stdout carries the answers only."""
+    {"error": one line}, until stdin ends; `state["progress"](value)` writes a {"progress"} line meanwhile, and a
+    {"stop"} line or stdin's end calls `stop`. What the task's code prints goes to stderr: stdout carries the answers only."""
     import json
     import queue
     import threading
@@ -370,6 +370,8 @@ def answer_requests(methods: dict[str, Callable], state: dict, stop: Callable[[]
                     stop()
             else:
                 requests.put(line)
+        if stop is not None:  # stdin's end: the parent is gone, so is whoever waits for the work under way
+            stop()
         requests.put(None)
 
     threading.Thread(target=read, daemon=True).start()
