@@ -4,6 +4,7 @@ runs of it, the fp8 recipe, processes and isolation, and the memory estimate bef
 from __future__ import annotations
 
 import os
+import signal
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QCheckBox, QLabel
@@ -12,6 +13,7 @@ from app.assets import restyle
 from app.panels.editors import Editor, FieldRow, NoWheelComboBox, form_label, mark_choices
 from app.run.jobs import JobRunner
 from core.precision_modes import PRECISION_CHOICES
+from core.process import signal_group
 
 # What the memory estimate depends on (core.lab.memory_estimate); it runs once these settle for ESTIMATE_DELAY_MS.
 ESTIMATE_INPUTS = ("task", "task_file", "task_options", "data", "data_format", "columns", "delimiter", "batch_size")
@@ -36,6 +38,7 @@ class PrecisionSection:
         self.memoryEstimate = restyle(QLabel("–", objectName="memoryEstimate", wordWrap=True), role="hint")
         form.addRow(form_label("Memory", "Estimated peak training memory on the device"), self.memoryEstimate)
         self._estimates = JobRunner(self)
+        self._estimate_children: list[int] = []  # the running estimate's child process (a task file's), if any
         self._estimate_timer = QTimer(self, singleShot=True, interval=ESTIMATE_DELAY_MS)
         self._estimate_timer.timeout.connect(self._start_estimate)
         self._estimated: tuple | None = None  # the inputs the label shows (or is computing)
@@ -173,9 +176,16 @@ class PrecisionSection:
         from core.tasks.user_tasks import installed_tasks
 
         config, self._estimated = self.config(), self._estimate_inputs()
-        work = lambda: estimate(config)  # noqa: E731
-        if config.task_file and config.task_file not in installed_tasks().values():  # an added file's code runs
-            work = lambda: in_child(config, import_limit() * 2)  # noqa: E731  only in a child: import + a probe step
+        user_code = config.task_file and config.task_file not in installed_tasks().values()  # an added file's
+
+        def work():
+            if not user_code:
+                return estimate(config)
+            try:  # only in a child: import + a probe step; killed if the window closes first
+                return in_child(config, import_limit() * 2, started=self._estimate_children.append)
+            finally:
+                self._estimate_children.clear()  # one estimate at a time
+
         shown = self.memoryEstimate.text()
         self.memoryEstimate.setText(f"estimating… (was {shown})" if shown.startswith("≈") else "estimating…")
         self._estimates.submit(work, self._show_estimate, self._estimate_failed)
@@ -199,9 +209,12 @@ class PrecisionSection:
         self._schedule_estimate()
 
     def hideEvent(self, event) -> None:
-        """Hidden: no estimate starts; the window closing waits for a running probe step (never a tab switch)."""
+        """Hidden: no estimate starts; the window closing kills a child's probe step and waits for one of its
+        own (never a tab switch)."""
         self._estimate_timer.stop()
         if not self.window().isVisible():
+            for pid in list(self._estimate_children):  # a task file's probe step may never end
+                signal_group(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
             self._estimates.shutdown()
         self._estimated = None
         super().hideEvent(event)

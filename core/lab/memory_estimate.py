@@ -332,16 +332,17 @@ def main() -> None:
     sys.stdout.write(json.dumps(asdict(result)) + "\n")
 
 
-def in_child(config: RunConfig, seconds: float) -> Estimate:
-    """estimate(config) in a child process (core.process.run_child, killed after `seconds`); its one-line error as
-    an AmpConsoleError."""
+def in_child(config: RunConfig, seconds: float, started=None) -> Estimate:
+    """estimate(config) in a child process (core.process.run_child, killed after `seconds`; `started(pid)` once
+    it runs); its one-line error as an AmpConsoleError."""
     import json
     import sys
 
     from core.errors import AmpConsoleError
     from core.process import run_child
 
-    child = run_child([sys.executable, "-m", "core.lab.memory_estimate"], json.dumps(config.to_dict()), seconds)
+    command = [sys.executable, "-m", "core.lab.memory_estimate"]
+    child = run_child(command, json.dumps(config.to_dict()), seconds, started)
     problem = child.problem("the estimate", seconds) or ("" if child.out.strip() else "the estimate: no answer")
     if problem:
         raise AmpConsoleError(problem.removeprefix("the estimate: "))

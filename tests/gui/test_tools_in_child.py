@@ -99,3 +99,21 @@ def test_a_task_whose_code_exits_or_hangs_leaves_the_window_alive(qtbot, window,
     assert ("exit code 3" in line) if hostile == "exit" else ("stopped" in line), line
     assert window.isVisible() and window.startButton.isEnabled()  # the window lives, and can train again
     assert imported_here(added) == []
+
+
+def test_closing_the_window_kills_a_memory_estimate_stuck_in_the_tasks_code(qtbot, window, tmp_path, dialogs):
+    import psutil
+
+    def estimates() -> list:
+        return [p for p in psutil.Process().children(recursive=True) if "core.lab.memory_estimate" in p.cmdline()]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(HOSTILE_ENV, "loop")  # its probe step never returns
+        patch.setenv("AMP_CONSOLE_TASK_IMPORT_SECONDS", "3000")  # the estimate's own limit: far past the test's
+        path = tmp_path / "hostile_estimate.py"
+        with open(TASK_FILE) as source:
+            path.write_text(source.read() + HOSTILE)
+        add_task(qtbot, window, dialogs, path)
+        qtbot.waitUntil(lambda: bool(estimates()), timeout=120_000)
+        window.close()  # returns at once: the estimate's child is killed, not waited for
+    assert estimates() == [] and not window.isVisible()
