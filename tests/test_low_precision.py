@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ needs = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torchao", "bitsandbytes")), reason=PRECISION_INSTALL
 )
 WIDE = {"hidden": 512}  # tiny's fc1 (10 x 512) is big enough for 8-bit state; no tiny layer suits float8
+DIGITS = Path(__file__).resolve().parents[1] / "docs" / "examples" / "digits_task.py"
 SMALL_REC = {"d_model": 32, "layers": 1, "heads": 2}  # every Linear of its block converts to float8
 
 
@@ -51,17 +53,24 @@ def config(task: str, out, **overrides) -> RunConfig:
         ("tiny", WIDE, {"precision": "bf16-pure", "optimizer": "adamw8bit"}, 0.03),
         ("recommender", SMALL_REC, {"precision": "fp8", "max_steps": 30}, 0.01),
         ("recommender", SMALL_REC, {"precision": "fp8", "fp8_recipe": "rowwise", "max_steps": 30}, 0.01),
+        ("digits", {}, {"precision": "bf16-pure", "max_steps": 200}, 0.08),  # a user's task file
+        ("digits", {}, {"precision": "fp8", "max_steps": 200}, 0.03),
     ],
 )
 def test_each_mode_trains_to_within_a_tolerance_of_fp32(tmp_path, emulate, task, options, settings, tolerance):
     """Measured (seed 0, CPU): tiny 300 steps val loss fp32 0.2777, bf16-pure 0.2729, sgd 0.3338 vs 0.3340,
-    adamw8bit 0.2786, both 0.2802; the recommender's 30 steps of fp8 within 0.1% of fp32's training loss."""
+    adamw8bit 0.2786, both 0.2802; the recommender's 30 steps of fp8 within 0.1% of fp32's training loss; the
+    digits example's 200 steps val loss +4.2% in bf16-pure, +0.2% in fp8 (benchmarks/low_precision_parity.py)."""
+    if task == "digits":
+        from core.tasks import add_task
+
+        add_task(str(DIGITS))
     common = {"max_steps": 300, "task_options": options, **settings}
     optimizer = common.get("optimizer", "adamw").removesuffix("8bit")  # fp32 with the same 32-bit optimizer
     base = train(config(task, tmp_path / "fp32", **{**common, "precision": "fp32", "optimizer": optimizer}))
     ended = train(config(task, tmp_path / "mode", **common))
     assert base.status == ended.status == "completed", ended.message
-    a, b = (base.metrics["loss"], ended.metrics["loss"]) if task == "tiny" else (base.final_loss, ended.final_loss)
+    a, b = (base.metrics["loss"], ended.metrics["loss"]) if task in ("tiny", "digits") else (base.final_loss, ended.final_loss)
     assert abs(b - a) <= tolerance * a, (a, b)
 
 
