@@ -70,7 +70,11 @@ def test_each_mode_trains_to_within_a_tolerance_of_fp32(tmp_path, emulate, task,
     base = train(config(task, tmp_path / "fp32", **{**common, "precision": "fp32", "optimizer": optimizer}))
     ended = train(config(task, tmp_path / "mode", **common))
     assert base.status == ended.status == "completed", ended.message
-    a, b = (base.metrics["loss"], ended.metrics["loss"]) if task in ("tiny", "digits") else (base.final_loss, ended.final_loss)
+    a, b = (
+        (base.metrics["loss"], ended.metrics["loss"])
+        if task in ("tiny", "digits")
+        else (base.final_loss, ended.final_loss)
+    )
     assert abs(b - a) <= tolerance * a, (a, b)
 
 
