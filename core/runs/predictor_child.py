@@ -4,20 +4,19 @@
 names is loaded when it names it), then answers each JSON line {"method", "args", "kwargs"} of its stdin with one
 line {"result"} or {"error": one line} until its stdin ends (the task's prints go to stderr). METHODS: load (the
 preview's Predictor), its preview calls, export and evaluate. `ChildPredictor` is the preview's Predictor held in
-such a child; `call_once` runs one method in a child of its own (core.process.run_child; a built-in task's here).
+such a child (core.process.JsonChild); `call_once` runs one method in a child of its own (a built-in task's here).
 A call may take `work_limit()` s (WORK_LIMIT_ENV); at the limit, or when the child dies, its process group is
 killed and the call raises one line naming the task file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import asdict
 from typing import Any
 
-from core.process import JsonChild, parse_answer, plain, revive
+from core.process import JsonChild
 
 WORK_LIMIT_ENV = "AMP_CONSOLE_CHILD_SECONDS"
 
@@ -129,27 +128,17 @@ def main(argv: list[str]) -> None:
 
 
 # ============================================================================== in the window
-def _request(method: str, args) -> str:
-    return json.dumps({"method": method, "args": plain(list(args)), "kwargs": {}}) + "\n"
-
-
 def call_once(method: str, source: str, *args):
-    """METHODS[method](source, *args): in a child of its own (core.process.run_child) where a task file's code may
-    run (task_files), else here (a built-in task's code is trusted)."""
-    from core.errors import AmpConsoleError
-    from core.process import run_child
-
+    """METHODS[method](source, *args): in a child of its own (a core.process.JsonChild) where a task file's code
+    may run (task_files), else here (a built-in task's code is trusted)."""
     files = task_files(source)
     if files is None:
         return METHODS[method]({}, source, *args)
-    named, references = files
-    child = run_child(command(references), _request(method, (source, *args)), work_limit())
-    lines = child.out.strip().splitlines()
-    answer = None if child.timed_out else parse_answer(lines[-1] if lines else None)
-    if answer is None or "result" not in answer:
-        what = f"{named}: {method} in a child process"
-        raise AmpConsoleError(child.problem(what, work_limit()) or f"{what}: no answer")
-    return revive(answer["result"])
+    child = JsonChild(command(files[1]), files[0])
+    try:
+        return child.call(method, source, *args, limit=work_limit())
+    finally:
+        child.close()
 
 
 class ChildPredictor(JsonChild):
