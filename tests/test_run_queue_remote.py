@@ -73,7 +73,8 @@ def test_a_stopped_remote_entry_keeps_its_checkpoint_and_the_queue_goes_on(sshd,
 
     root = tmp_path / "runs"
     reach = ["--host", "amp-test", "--ssh-config", str(sshd.config), "--remote-command", sshd.prefix]
-    queue_cli(capsys, "add", *TINY, "--max-steps", "3000", "--log-interval", "5", *reach, "--runs-dir", root)
+    slower = ["-o", "hidden=512", "--batch-size", "512"]  # ~4 ms a step: 3,000 steps outlast a stop over ssh
+    queue_cli(capsys, "add", *TINY, *slower, "--max-steps", "3000", "--log-interval", "5", *reach, "--runs-dir", root)
     queue_cli(capsys, "add", *TINY, "--max-steps", "4", "--runs-dir", root)
 
     def running() -> tuple[QueueRunner, threading.Thread, list[str], str]:
