@@ -10,7 +10,7 @@ APT_PACKAGES := libgl1 libegl1 libxkbcommon0 libglib2.0-0 libfontconfig1 libdbus
                 xvfb xauth libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 \
                 openssh-server openssh-client
 
-.PHONY: run test test-fast sysdeps install bench lint clean
+.PHONY: run test test-fast test-timm sysdeps install bench lint clean
 
 # pytest's settings for both suites: the 15 slowest tests at the end, each failure named as it happens
 # (tests/conftest.py) and again in the summary (-ra in pyproject.toml).
@@ -41,6 +41,21 @@ test: install
 	    || [ $$? -eq 5 ] || failed="$$failed xvfb"; \
 	else echo "xvfb-run not found: skipping the real-window smoke test"; fi; \
 	if [ -n "$$failed" ]; then echo "== FAILED:$$failed"; exit 1; fi; echo "== all steps passed"
+
+# The timm example (docs/examples/timm_resnet_task.py) in a venv of its own: timm imports torchvision, whose PyPI
+# wheel loads only beside torch's own build of the same release (CUDA, about 5.5 GB; it runs on the CPU). CI runs it
+# after `make test`; AMP_TEST_NO_SKIP=1 makes a package that cannot be imported a failure, not a skip.
+TIMM_VENV ?= .venv-timm
+TIMM_SPEC ?= torch==2.14.1 torchvision==0.29.1 timm==1.0.31
+test-timm: sysdeps
+	[ -x $(TIMM_VENV)/bin/python ] || $(PYTHON) -m venv $(TIMM_VENV)
+	@echo "== installing $(TIMM_SPEC) into $(TIMM_VENV)"
+	$(TIMM_VENV)/bin/pip install -q $(TIMM_SPEC)
+	$(TIMM_VENV)/bin/pip show torch | sed -n 's/^Version: /torch==/p' > $(TIMM_VENV)/constraints.txt
+	PIP_CONSTRAINT=$(TIMM_VENV)/constraints.txt $(TIMM_VENV)/bin/pip install -q -e . pytest pytest-timeout pytest-qt \
+	  torchmetrics==1.9.0 scikit-learn "onnx>=1.17" "onnxscript>=0.5" "onnxruntime>=1.20"
+	QT_QPA_PLATFORM=offscreen AMP_TEST_NO_SKIP=1 $(TIMM_VENV)/bin/python -m pytest -q -p no:xdist \
+	  tests/test_four_models.py -k timm
 
 # Qt's shared libraries (offscreen and X11), and OpenSSH (tests/test_remote_ssh.py starts an sshd on 127.0.0.1).
 # Installs only what is missing; needs root or sudo.
@@ -77,4 +92,4 @@ bench: install
 	$(BIN)/python benchmarks/loop_overhead.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(TIMM_VENV) build *.egg-info
