@@ -39,7 +39,7 @@ from app.panels.remote_history import RemoteHistory
 from app.panels.run_compare import RunCompare, grow_on_screen
 from app.panels.run_evaluation import EvaluationLine, measure
 from app.panels.run_note import RunNoteEditing
-from app.panels.run_rows import checkpoint_of, describe_checkpoint, overlay_label
+from app.panels.run_rows import advised, checkpoint_of, describe_checkpoint, overlay_label
 from app.panels.runs_model import RunsModel
 from app.run.jobs import BackgroundJob, JobRunner
 from core.engine.run_delete import delete_run
@@ -150,8 +150,8 @@ class HistoryPanel(RunNoteEditing, QWidget):
 
         tip = "Put the selected run's settings in the form (double-click a row)"
         self.loadButton = self._button("Load settings", "Load", self.load_settings, tip)
-        # Resume and Export: a click takes the usual checkpoint (resume: the last, export: the best when there
-        # is one); the arrow's menu offers the other.
+        # Resume and Export: a click takes the usual checkpoint (resume: the last; export and evaluate: the one the
+        # run's summary advised, the best unless its validation split was too small); the arrow offers the other.
         last_best = (("last", "From the last"), ("best", "From the best"))
         best_last = (("best", "The best"), ("last", "The last"))
         self.resumeButton, self.resumeMenu = self._split_button(
@@ -160,11 +160,12 @@ class HistoryPanel(RunNoteEditing, QWidget):
         )  # fmt: skip
         self.exportButton, self.exportMenu = self._split_button(
             "Export…", "historyExport", self.export, None, best_last,
-            "Export the selected run's model: its best checkpoint when it has one, else its last (the arrow: choose)",
+            "Export the selected run's model: the checkpoint its summary advised (the best, unless its validation "
+            "split was too small to choose by), else the other (the arrow: choose)",
         )  # fmt: skip
         self.evaluateButton, self.evaluateMenu = self._split_button(
             "Evaluate", "historyEvaluate", self.evaluate, None, best_last,
-            "Measure the selected run's best (or last) checkpoint on its test split, e.g. a stopped run, which has no "
+            "Measure the selected run's advised (or chosen) checkpoint on its test split, e.g. a stopped run, which has no "
             "test metrics; the result shows under the table and in the Model preview's Evaluation tab (as "
             "`amp-console evaluate --report`)",
         )  # fmt: skip
@@ -482,13 +483,15 @@ class HistoryPanel(RunNoteEditing, QWidget):
             self.loadSettingsRequested.emit(dict(runs[0]["config"]))
 
     def _chosen(self, which: str | None, verb: str, again: Callable | None = None) -> tuple[dict, str] | None:
-        """The one selected run and the path of its `which` checkpoint (None: the best when it kept one, else the
-        last); None, saying why when it has none. `again`: a host's run is fetched first, then again()."""
+        """The one selected run and the path of its `which` checkpoint (None: the one its summary advised, else the
+        other); None, saying why when it has none. `again`: a host's run is fetched first, then again()."""
         runs = self.selected_runs()
         if len(runs) != 1 or (again is not None and self.remoteRuns.fetch_first(runs, again)):
             return None
         run = runs[0]
-        checkpoint = checkpoint_of(run, which or "best")[0] or (None if which else checkpoint_of(run, "last")[0])
+        first = which or advised(run)
+        other = None if which else {"best": "last", "last": "best"}[first]
+        checkpoint = checkpoint_of(run, first)[0] or (checkpoint_of(run, other)[0] if other else None)
         if checkpoint is None:
             self._say(f"{run.get('name')}: no {which + ' ' if which else ''}checkpoint to {verb}")
         return None if checkpoint is None else (run, checkpoint)
@@ -499,13 +502,13 @@ class HistoryPanel(RunNoteEditing, QWidget):
             self.resumeRequested.emit(chosen[1])
 
     def export(self, which: str | None = None) -> None:
-        """Ask to export the selected run's best (or last) checkpoint; None: the best when there is one."""
+        """Ask to export the selected run's best or last checkpoint; None: the one its summary advised."""
         if chosen := self._chosen(which, "export", lambda: self.export(which)):
             self.exportRequested.emit(chosen[1])
 
     def evaluate(self, which: str | None = None) -> None:
-        """Measure the selected run's best (or last) checkpoint on its test split off the GUI thread; the result shows
-        under the table and goes out as `evaluated`. One evaluation at a time."""
+        """Measure the selected run's checkpoint (None: the advised one) on its test split off the GUI thread; the result
+        shows under the table and goes out as `evaluated`. One evaluation at a time."""
         chosen = self._evaluating is None and self._chosen(which, "evaluate", lambda: self.evaluate(which))
         if not chosen:
             return

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from core.engine.run_folder import recorded_checkpoint
+from core.engine.run_folder import CHECKPOINT_FILE, recorded_checkpoint
 from core.files import UnreadableFile
 from core.text import duration, printable
 
@@ -104,6 +104,12 @@ def checkpoint_of(run: dict, which: str = "last") -> tuple[str | None, str | Non
         return None, None
     except (UnreadableFile, OSError) as exc:
         return None, f"{printable(run.get('name') or '?')}: {exc}"
+
+
+def advised(run: dict) -> str:
+    """ "last" where the run's summary advised its last weights (its validation split too small to choose the best
+    by), else "best": the checkpoint export, evaluate and the preview take by default, as the CLI's do."""
+    return "last" if (run.get("best") or {}).get("use") == CHECKPOINT_FILE else "best"
 
 
 def describe_checkpoint(run: dict, which: str) -> str:

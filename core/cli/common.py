@@ -342,8 +342,14 @@ def add_checkpoint_args(parser) -> None:
         help="a checkpoint file, a run folder, or a run id / unique prefix / folder name",
     )
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--best", action="store_true", help="a run's best checkpoint (the default when it kept one)")
-    which.add_argument("--last", action="store_true", help="a run's last checkpoint (the default when it kept no best)")
+    which.add_argument(
+        "--best", action="store_true", help="a run's best checkpoint (the default, unless its summary advised the last)"
+    )
+    which.add_argument(
+        "--last",
+        action="store_true",
+        help="a run's last checkpoint (the default when it kept no best, or its summary advised it)",
+    )
     add_runs_dir_flag(parser, "the runs root to look run ids up in")
     add_task_file_flag(parser)
 

@@ -205,9 +205,10 @@ def test_delete_asks_and_refuses_a_running_run(qtbot, window, runs_root):
 # The panel on its own over fake run folders (tests/test_runs_cli.fake_run): no training, no window.
 
 
-def fake_history(qtbot, root: Path, *, best_step: int | None = 60, dialog=None):
+def fake_history(qtbot, root: Path, *, best_step: int | None = 60, dialog=None, advised_last: str = ""):
     """A HistoryPanel over runs/fp32-run and runs/bf16-run (fake_run records with a checkpoint.pt and, with
-    best_step, a best.pt at that step), shown and scanned; in `dialog` (a QDialog qtbot owns) when given."""
+    best_step, a best.pt at that step; the run named `advised_last`'s summary advised its last weights), shown
+    and scanned; in `dialog` (a QDialog qtbot owns) when given."""
     from app.panels.history import HistoryPanel
     from tests.test_runs_cli import fake_run
 
@@ -222,6 +223,8 @@ def fake_history(qtbot, root: Path, *, best_step: int | None = 60, dialog=None):
             record = json.loads((folder / RECORD_FILE).read_text())
             record["best"]["step"] = best_step
             record["checkpoints"]["best"] = {"path": str(folder / "best.pt"), "step": best_step}
+            if name == advised_last:  # its validation split was too small to choose the best by
+                record["best"]["use"] = "checkpoint.pt"
             (folder / RECORD_FILE).write_text(json.dumps(record))
     panel = HistoryPanel(lambda: root, dialog)
     if dialog is None:
@@ -380,6 +383,24 @@ def test_resume_and_export_from_the_best_or_the_last_checkpoint(qtbot, tmp_path)
     assert exported.args == [str(folder / "checkpoint.pt")]
     panel.select_names("fp32-run", "bf16-run")
     assert not panel.resumeButton.isEnabled() and not panel.exportButton.isEnabled()
+
+
+@pytest.mark.timeout(60)
+def test_export_takes_the_last_weights_where_the_runs_summary_advised_them(qtbot, tmp_path):
+    root = tmp_path / "runs"
+    folder = root / "bf16-run"
+    panel = fake_history(qtbot, root, advised_last="bf16-run")
+    panel.select_names("bf16-run")
+    with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
+        panel.exportButton.click()  # as `amp-console export` and the preview: the advised checkpoint
+    assert exported.args == [str(folder / "checkpoint.pt")]
+    with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
+        panel.exportMenu.actions()[0].trigger()  # the best, asked for
+    assert exported.args == [str(folder / "best.pt")]
+    panel.select_names("fp32-run")  # advised nothing: the best
+    with qtbot.waitSignal(panel.exportRequested, timeout=5_000) as exported:
+        panel.exportButton.click()
+    assert exported.args == [str(root / "fp32-run" / "best.pt")]
 
 
 @pytest.mark.timeout(60)
