@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from core.engine.events import RunEnded
 from core.engine.trainer import train
@@ -74,3 +76,38 @@ def test_cli_prints_each_fix_as_a_command_that_runs(tmp_path, monkeypatch, capsy
     assert note not in read_run(f"{folder}-lr-div10")["notes"]  # a resume's start notes are its own
     differing = differing_config([read_run(folder), read_run(f"{folder}-lr-div10")])
     assert "lr" in differing and "note" not in differing  # the note is the runs' own row in a comparison
+
+
+@pytest.fixture
+def poison_fc2():
+    """From optimizer step 13 on, each step writes NaN into fc2's weight (any optimizer: a global step hook): the
+    weights diverge, no module overflows on the weights the run had before."""
+    calls = {"n": 0}
+
+    def poison(optimizer, _args, _kwargs):
+        calls["n"] += 1
+        if calls["n"] > 12:
+            with torch.no_grad():
+                for group in optimizer.param_groups:
+                    for param in group["params"]:
+                        if param.shape == (2, 16):
+                            param.fill_(float("nan"))
+
+    handle = register_optimizer_step_post_hook(poison)
+    yield
+    handle.remove()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-pure"])
+def test_weights_that_diverged_blame_no_module(precision, tiny_config, recorder, poison_fc2):
+    ended = train(tiny_config(**{**DIVERGE, "precision": precision}, eval_interval=10**6), sink=recorder)
+    assert ended.status == "failed" and "is now non-finite" in ended.message
+    assert "first produced by" not in ended.message  # fc2 makes NaN only from its own NaN weights
+    assert not any(fix["label"].startswith("fp32 for module") for fix in ended.fixes)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-pure"])
+def test_an_overflow_is_named_on_the_last_good_weights_in_every_mode(precision, tiny_config, recorder, monkeypatch):
+    ended = diverged(tiny_config, recorder, monkeypatch, precision=precision)
+    assert "first produced by module fc1" in ended.message and "parameter fc1.weight" in ended.message
+    assert any(fix["label"] == "fp32 for module fc1" for fix in ended.fixes) == (precision != "fp32")

@@ -125,10 +125,10 @@ def check_health(
             return
     elif math.isfinite(loss):
         return
+    bad = None if plan.use_scaler else first_nonfinite_parameter(model)  # before source(), which may restore them
     module = source() if callable(source) else source
     first = f"; first produced by module {module}" if module else ""
     if not plan.use_scaler:
-        bad = first_nonfinite_parameter(model)
         where = f" (parameter {bad} is now non-finite)" if bad else ""
         raise RunFailed(
             f"loss became {loss} in {plan.mode} between steps {step - interval_steps:,} and {step:,}{where}{first}; "

@@ -21,7 +21,13 @@ from core.config import RunConfig
 from core.devices import DeviceInfo, cuda_free_memory, device_info, list_devices, torch_device
 from core.engine import checkpoints as ckpt
 from core.engine import compiling, data_setup, run_state
-from core.engine.amp_health import NonFiniteWatch, RunFailed, check_health, nonfinite_fixes
+from core.engine.amp_health import (
+    NonFiniteWatch,
+    RunFailed,
+    check_health,
+    first_nonfinite_parameter,
+    nonfinite_fixes,
+)
 from core.engine.control import RunControl
 from core.engine.distributed import (
     DistContext,
@@ -441,14 +447,21 @@ class Trainer(Evaluating):
         self._emit(event)
 
     def _nonfinite_source(self) -> str | None:
-        """bf16/fp32 after a non-finite loss: the module that first makes inf/NaN now, from one forward with the
-        hooks armed (fp16 arms them after its first overflow instead)."""
-        watch = self._watch
-        watch.arm()
+        """bf16/fp32 after a non-finite loss: the module that first makes inf/NaN, from one forward with the hooks
+        armed (fp16 arms them after its first overflow instead). Without a scaler the failing steps already wrote
+        inf/NaN into the weights, which would blame the first poisoned layer: the last good checkpoint's weights are
+        put back first (the run is failing: nothing is saved after this), and a module whose own weights are
+        non-finite is not named (the weights diverged; no one module overflows)."""
+        watch, model = self._watch, ckpt.unwrap_model(self.raw_model)
         try:
+            if first_nonfinite_parameter(model) is not None and self.state.saved.path:
+                model.load_state_dict(ckpt.load_checkpoint(self.state.saved.path)["model"])
+            watch.arm()
             with torch.no_grad(), self.plan.autocast() if self.plan.autocast_dtype is not None else _NO_CONTEXT:
                 watch.flag_loss(self._loss(self.batches.batch(self.batches.order(self.state.epoch), 0)))
-            return watch.first_source()
+            source = watch.first_source()
+            module = None if source in (None, "loss") else model if source == "<model>" else model.get_submodule(source)
+            return None if module is not None and first_nonfinite_parameter(module) is not None else source
         except Exception:  # a diagnosis never replaces the failure it explains
             return None
         finally:

@@ -1,7 +1,8 @@
 """Issue 44 item 4 in the window: a run that goes non-finite shows its fixes (RunEnded.fixes) as buttons, and one
 click re-runs it from the last good checkpoint with that fix, its note recorded in the new run (note.txt and its
 start notes in run.json, as `train --note`). The run trains in a child process (a task file's always does), so
-the divergence comes from the task file itself: its loss turns inf after 12 steps in each process."""
+the divergence comes from the task file itself: its first layer's output turns inf after 12 steps in each
+process."""
 
 from __future__ import annotations
 
@@ -19,16 +20,23 @@ pytestmark = pytest.mark.slow  # the task file's import, the run and its re-run 
 
 DIVERGING = """
 _calls = [0]
-_plain_loss = RegressionTask.loss
+_plain_build = RegressionTask.build_model
 
 
-def _diverging_loss(self, model, batch):
-    _calls[0] += 1
-    loss = _plain_loss(self, model, batch)
-    return loss * float("inf") if _calls[0] > 12 else loss
+def _overflow(module, inputs, output):
+    if module.training:
+        _calls[0] += 1
+        return output * float("inf") if _calls[0] > 12 else output
+    return output
 
 
-RegressionTask.loss = _diverging_loss
+def _overflowing_model(self, info):
+    model = _plain_build(self, info)
+    model[0].register_forward_hook(_overflow)
+    return model
+
+
+RegressionTask.build_model = _overflowing_model
 """
 
 
