@@ -86,9 +86,8 @@ def child(args) -> dict:
     )
     Trainer(config, sink=sink).run()
     warm = [s for s in samples if s[0] >= args.steps // 10]
-    n = len(warm)
-    mean_x, mean_y = sum(s[0] for s in warm) / n, sum(s[1] for s in warm) / n
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in warm) / max(1e-9, sum((x - mean_x) ** 2 for x, _ in warm))
+    late = [s for s in samples if s[0] >= args.steps // 2]
+    slope = least_squares(warm)
     return {
         "mode": args.mode + ("+onednn" if args.onednn else ""),
         "steps": samples[-1][0],
@@ -96,9 +95,18 @@ def child(args) -> dict:
         "warm_mib": round(warm[0][1]),
         "last_mib": round(samples[-1][1]),
         "slope_mib_per_1000": round(slope * 1000, 1),
+        "late_slope_mib_per_1000": round(least_squares(late) * 1000, 1),  # the second half: still growing?
         "shapes": len(shapes),
         "flat": abs(slope * 1000) < args.flat,
     }
+
+
+def least_squares(samples: list[tuple[int, float]]) -> float:
+    """MiB per step."""
+    n = len(samples)
+    mean_x, mean_y = sum(s[0] for s in samples) / n, sum(s[1] for s in samples) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in samples)
+    return sum((x - mean_x) * (y - mean_y) for x, y in samples) / max(1e-9, spread)
 
 
 def main() -> None:
@@ -125,7 +133,8 @@ def main() -> None:
         r = rows[-1]
         print(
             f"{r['mode']:>18}: {r['steps']} steps, RSS {r['first_mib']} -> {r['warm_mib']} (10%) -> "
-            f"{r['last_mib']} MiB, slope {r['slope_mib_per_1000']:+.1f} MiB/1000 steps, "
+            f"{r['last_mib']} MiB, slope {r['slope_mib_per_1000']:+.1f} MiB/1000 steps "
+            f"({r['late_slope_mib_per_1000']:+.1f} over the second half), "
             f"{r['shapes']} loss shapes, {'flat' if r['flat'] else 'GROWING'}",
             flush=True,
         )

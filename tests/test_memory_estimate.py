@@ -8,15 +8,14 @@ import importlib.util
 import pytest
 
 from core.config import FIELD_SPECS, RunConfig
-from core.lab.memory_estimate import (
+from core.lab.memory_estimate import estimate, measure_training_peak
+from core.precision_modes import (
     OPTIMIZER_STATES,
     PRECISION_BYTES,
-    estimate,
-    measure_training_peak,
+    PRECISION_MODES,
     state_bytes_per_parameter,
     tensor_state_bytes,
 )
-from core.precision_modes import PRECISION_MODES
 from core.tasks import TASKS
 
 SMALL = {  # small enough to run in seconds, big enough that activations count

@@ -169,6 +169,7 @@ class Trainer(Evaluating):
             self.device,
             cfg.optimizer,
             available=self.device_info.memory_free if self.device.type == "cuda" else None,
+            mode=self.plan.mode,
         )
         seed_everything(cfg.seed)  # the same initial model on every rank
         self.raw_model = model = task_checks.built_model(self.task, self.data.info).to(self.device)

@@ -26,6 +26,7 @@ from core.engine.precision import PrecisionPlan, matmul_precision, resolve_preci
 from core.engine.run_state import seed_everything
 from core.lab.dtype_inspector import LOSS_ROW
 from core.lab.precision_sweep import requested_modes
+from core.precision_modes import OPTIMIZER_STATES, PRECISION_BYTES, tensor_state_bytes
 from core.tasks import create_task
 from core.tasks.task_checks import build_checked, check_returns, load_checked, user_code_errors
 from core.text import first_line
@@ -173,8 +174,6 @@ ProgressCallback = Callable[[SummaryProgress], None]
 
 def optimizer_state_bytes(param: torch.Tensor, optimizer: str, momentum: float = 0.9) -> int:
     """Bytes `optimizer` keeps for one trainable parameter tensor (as torch keeps it after the first step)."""
-    from core.lab.memory_estimate import OPTIMIZER_STATES, tensor_state_bytes
-
     state = tensor_state_bytes(param.numel(), optimizer, momentum)  # ValueError for an unknown one
     return state + OPTIMIZER_STATES[optimizer].per_tensor
 
@@ -345,7 +344,9 @@ def summarize(
     task = create_task(cfg.task, cfg.task_options)
     seed_everything(cfg.seed)
     data = load_checked(task, cfg, _CONTEXT)
-    task.check_fits(data.info, device, cfg.optimizer, available=info.memory_free if device.type == "cuda" else None)
+    free = info.memory_free if device.type == "cuda" else None
+    lightest = min(order, key=lambda mode: sum(PRECISION_BYTES[mode][:3]))  # refused only if no mode fits
+    task.check_fits(data.info, device, cfg.optimizer, available=free, mode=lightest)
     seed_everything(cfg.seed)
     model = build_checked(task, data.info, _CONTEXT).to(device)
     model.train()

@@ -13,6 +13,7 @@ from torch.overrides import TorchFunctionMode
 from core.data.batching import split_length
 from core.data.splits import DataSource
 from core.errors import ConfigError, TaskOutputError
+from core.precision_modes import OPTIMIZER_STATES, PRECISION_BYTES, state_bytes_per_parameter
 from core.tasks.feature_serving import FeatureServing
 from core.tasks.options import TaskOption, option_errors
 from core.tasks.serving import Input, ModelAtHand
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
 # Bytes per trainable parameter while training: float32 weights and gradients, plus the optimizer's state
 # (Adam/AdamW: two float32 moments; SGD: one momentum buffer).
-OPTIMIZER_STATE_BYTES = {"adam": 8, "adamw": 8, "sgd": 4}
-WEIGHT_AND_GRAD_BYTES = 8
 MARGIN_BYTES = 256 * 2**20  # activations, the allocator's slack, the framework itself
 
 
@@ -200,14 +199,22 @@ class Task(ABC):
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
     def check_fits(
-        self, info: dict, device: torch.device | str, optimizer: str = "adamw", available: int | None = None
+        self,
+        info: dict,
+        device: torch.device | str,
+        optimizer: str = "adamw",
+        available: int | None = None,
+        mode: str = "fp32",
     ) -> int:
         """Refuse, before anything is allocated, a model too large to train on `device`: parameters x (weights,
-        gradients and the optimizer's state) plus a margin, against `available` (default: free_bytes). Raises
-        ConfigError naming the options that make the model large; returns the estimated bytes."""
+        gradients and the optimizer's state, as precision `mode` keeps them) plus a margin, against `available`
+        (default: free_bytes). Raises ConfigError naming the options that make the model large; returns the
+        estimated bytes."""
         device = torch.device(device)
         params = self.parameter_count(info)
-        need = params * (WEIGHT_AND_GRAD_BYTES + OPTIMIZER_STATE_BYTES.get(optimizer, 8)) + MARGIN_BYTES
+        kept = PRECISION_BYTES.get(mode, PRECISION_BYTES["fp32"])
+        state = state_bytes_per_parameter(optimizer, mode=mode) if optimizer in OPTIMIZER_STATES else 8
+        need = params * (kept.weights + kept.grads + kept.master + state) + MARGIN_BYTES
         checks = [(device, need, available if available is not None else free_bytes(device))]
         if device.type not in ("cpu", "mps"):  # the model is built in host memory first, then moved
             checks.append((torch.device("cpu"), params * 4 + MARGIN_BYTES, free_bytes(torch.device("cpu"))))

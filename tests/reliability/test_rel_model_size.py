@@ -57,6 +57,16 @@ def test_the_optimizer_state_and_the_device_decide():
         task.check_fits({}, "cuda:0", "adam", available=between)
 
 
+def test_bf16_pure_and_an_8_bit_optimizer_fit_what_fp32_adamw_does_not():
+    task = create_task("recommender", {"d_model": 1024, "layers": 8, "heads": 8})
+    params = task.parameter_count()
+    between = params * 10 + MARGIN_BYTES  # fp32 AdamW keeps 16 bytes a parameter
+    with pytest.raises(ConfigError, match="to train"):
+        task.check_fits({}, "cpu", "adamw", available=between)
+    assert task.check_fits({}, "cpu", "adamw", available=between, mode="bf16-pure") == params * 8 + MARGIN_BYTES
+    assert task.check_fits({}, "cpu", "adamw8bit", available=between, mode="bf16") == params * 10 + MARGIN_BYTES
+
+
 def test_a_large_catalogue_from_the_data_names_the_width_to_lower():
     task = create_task("recommender", {"d_model": 2048, "heads": 8})
     with pytest.raises(ConfigError, match=r"lower task option d_model \(2,048\)"):
