@@ -176,10 +176,18 @@ def test_config_round_trip(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_bf16_pure_trains_on_two_processes(tmp_path):
+@pytest.mark.parametrize(
+    "mode",
+    [["--precision", "bf16-pure"], ["--optimizer", "adamw8bit", "--option", "hidden=512"]],
+    ids=["bf16-pure", "adamw8bit"],
+)
+def test_bf16_pure_and_adamw8bit_train_on_two_processes(tmp_path, mode):
     """DDP (gloo) on bf16 weights: the ranks' stochastic rounding draws alike, so the replicas stay equal; 2 x 32
-    rows follow 1 x 64 rows closely (only the all-reduce's summation order differs, then the bf16 rounding)."""
-    common = ["train", "--task", "tiny", "--device", "cpu", "--precision", "bf16-pure", "--max-steps", "20",
+    rows follow 1 x 64 rows closely (only the all-reduce's summation order differs, then the rounding); the same
+    for 8-bit AdamW's quantised state (fc1 10 x 512: over bitsandbytes' 4,096 values)."""
+    if mode[0] == "--optimizer" and not importlib.util.find_spec("bitsandbytes"):
+        pytest.skip(PRECISION_INSTALL)
+    common = ["train", "--task", "tiny", "--device", "cpu", *mode, "--max-steps", "20",
               "--log-interval", "5", "--json"]  # fmt: skip
     one = subprocess.run([sys.executable, "-m", "core.cli", *common, "--batch-size", "64", "--out", str(tmp_path / "1")],
                          capture_output=True, text=True, timeout=200)  # fmt: skip
@@ -210,3 +218,25 @@ def test_fp8_trains_on_two_processes(tmp_path):
     note = next(n for n in started["notes"] if n.startswith("fp8"))
     assert "4 of 4 Linear layers train in float8" in note, note
     assert (out / "checkpoint.pt").is_file()
+
+
+@needs
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("task", "settings"),
+    [
+        ("tiny", {"precision": "bf16-pure", "optimizer": "adamw8bit", "task_options": WIDE}),
+        ("recommender", {"precision": "fp8", "task_options": SMALL_REC}),
+    ],
+    ids=["bf16-pure+adamw8bit", "fp8"],
+)
+def test_a_run_in_a_new_mode_exports_and_serves_as_its_model_answers(tmp_path, emulate, capsys, task, settings):
+    from cli_in_process import cli
+
+    ended = train(config(task, tmp_path / "run", max_steps=6, **settings))
+    assert ended.status == "completed", ended.message
+    code, _out, err = cli(capsys, "export", tmp_path / "run", "--format", "program", "--out", tmp_path / "export")
+    assert code == 0, err
+    check = json.loads((tmp_path / "export" / "manifest.json").read_text())["verification"]
+    assert check["max_abs_diff"] <= check["tolerance"]
