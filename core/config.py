@@ -21,6 +21,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 OPTIMIZERS = ("sgd", "adam", "adamw", "adamw8bit")
+# what a task's configure_optimizers decides instead (core.tasks.options.TaskInfo.own_optimizer)
+TASK_OPTIMIZER_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps")
 SCHEDULES = ("constant", "cosine", "onecycle")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MONITOR_MODES = ("auto", "max", "min")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -111,3 +113,51 @@ def test_an_overflow_is_named_on_the_last_good_weights_in_every_mode(precision, 
     ended = diverged(tiny_config, recorder, monkeypatch, precision=precision)
     assert "first produced by module fc1" in ended.message and "parameter fc1.weight" in ended.message
     assert any(fix["label"] == "fp32 for module fc1" for fix in ended.fixes) == (precision != "fp32")
+
+
+DIVERGING_TASK = """
+import os
+
+_plain_build = RegressionTask.build_model
+
+
+def _overflow(module, inputs, output):  # while AMP_TEST_DIVERGE is set: inf from the 13th training forward on
+    if module.training and os.environ.get("AMP_TEST_DIVERGE"):
+        module.calls = getattr(module, "calls", 0) + 1
+        return output * float("inf") if module.calls > 12 else output
+    return output
+
+
+def _overflowing_model(self, info):
+    model = _plain_build(self, info)
+    model[0].register_forward_hook(_overflow)
+    return model
+
+
+RegressionTask.build_model = _overflowing_model
+"""
+
+
+@pytest.mark.parametrize("every", [5, 1000], ids=["from-its-checkpoint", "from-the-start"])
+def test_a_task_files_fixes_are_commands_that_run_as_printed(tmp_path, monkeypatch, capsys, every):
+    import shlex
+
+    from core.cli.main import main
+    from core.engine.run_record import read_run
+
+    source = Path(__file__).parent / "fixtures" / "user_tasks" / "regression_task.py"
+    path = tmp_path / "diverging_task.py"
+    path.write_text(source.read_text() + DIVERGING_TASK)
+    monkeypatch.setenv("AMP_TEST_DIVERGE", "1")
+    folder = tmp_path / "run"
+    flags = ["--task", str(path), "--device", "cpu", "--precision", "bf16", "--option", "hidden=8", "--lr", "0.003"]
+    flags += ["--max-steps", "20", "--log-interval", "5", "--checkpoint-interval", str(every), "--out", str(folder)]
+    assert main(["train", *flags]) == 1
+    line = next(line for line in capsys.readouterr().out.splitlines() if "re-run with lower LR" in line)
+    argv = shlex.split(line.split(": ", 1)[1])
+    assert argv[argv.index("--task") + 1] == str(path)  # the file, not a name only it registers
+    assert ("--resume" in argv) == (every == 5)
+    monkeypatch.delenv("AMP_TEST_DIVERGE")
+    assert main(argv[1:]) == 0, capsys.readouterr().err
+    run = read_run(f"{folder}-lr-div10")["config"]
+    assert run["lr"] == 0.0003 and run["task_options"]["hidden"] == 8 and run["precision"] == "bf16"

@@ -38,7 +38,7 @@ def test_the_tasks_optimizer_and_schedule_train_and_resume_exactly(own):
     assert straight.status == "completed", straight.message
     [started] = [e for e in seen if isinstance(e, RunStarted)]
     assert any(
-        n.startswith("the task chooses its optimizer: RMSprop with StepLR") and "lr, optimizer" in n and "not used" in n
+        n.startswith("the task chooses its optimizer: RMSprop with StepLR") and "optimizer, lr" in n and "not used" in n
         for n in started.notes
     )
     lrs = [s.lr for s in steps(seen)]  # StepLR(7, 0.5) stepped once per optimizer step, logged after the step
@@ -95,3 +95,39 @@ def test_fp16_scales_unscales_before_clipping_and_steps_the_tasks_optimizer(own,
     trainer.train_step(trainer.batches.order(0), 0, StepAccumulator(trainer.device, count_only_finite=False))
     assert calls == ["scale", "scale", ("unscale", "RMSprop"), "clip", ("step", "RMSprop"), "update"]
     assert trainer.scheduler.last_epoch == 1
+
+
+def test_lr_find_bf16_pure_and_a_divergence_say_the_task_chooses_its_optimizer(own, tmp_path, capsys, monkeypatch):
+    """lr-find draws the task's optimizer's curve and prints no `train --lr` (the setting does not reach it); in
+    bf16-pure the run says that the task's optimizer rounds to nearest; a divergence offers no lower LR."""
+    import json
+
+    from cli_in_process import cli
+
+    from core.engine.amp_health import nonfinite_fixes
+
+    code, out, err = cli(capsys, "lr-find", "--task", TASK, "--steps", "20", "--device", "cpu", "--json")
+    assert code in (0, 1), err
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["optimizer"] == "RMSprop" and found["own_optimizer"] and found["train_command"] is None
+    assert any("the task chooses its optimizer (RMSprop" in note for note in found["notes"])
+
+    events: list = []
+    train(own("pure", precision="bf16-pure", max_steps=2), sink=events.append)
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert any("rounded to nearest" in note for note in started.notes if note.startswith("the task chooses"))
+
+    cfg = own("fixes")
+    labels = [f["label"] for f in nonfinite_fixes("bf16", cfg, ["bf16"], "run", None, "fc1", own_optimizer=True)]
+    assert labels and not any("LR" in label for label in labels)
+
+
+def test_a_sweep_of_a_setting_the_tasks_optimizer_ignores_is_refused(own):
+    from core.errors import ConfigError
+    from core.lab.sweep import grid_axis, plan_trials
+
+    base = own("sweep")
+    with pytest.raises(ConfigError, match=r"chooses its optimizer \(configure_optimizers\): lr does not reach it"):
+        plan_trials(base, grid=[grid_axis("lr=0.001,0.01", base.task)])
+    assert len(plan_trials(base, grid=[grid_axis("grad_clip=0.5,1.0", base.task)])) == 2
+    assert len(plan_trials(base.replace(task="tiny", task_file=""), grid=[grid_axis("lr=0.001,0.01", "tiny")])) == 2

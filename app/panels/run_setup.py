@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 from app.assets import restyle
 from app.panels.editors import LABEL_WIDTH, Editor, FieldRow, NoWheelComboBox, form_label
 from app.panels.precision_setup import PrecisionSection
+from core.config import TASK_OPTIMIZER_FIELDS
 from core.text import count as count_text
 
 TRAINING_FIELDS = (
@@ -39,7 +40,6 @@ OUTPUT_FIELDS = ("seed", "log_interval", "eval_interval", "checkpoint_interval",
 DATA_FIELDS = ("data", "val_data", "test_data", "delimiter", "columns", "data_format", "query_file")
 SYNTHETIC_NOTE = "Synthetic data (used while no data file is chosen)"
 # What a task's configure_optimizers decides: these fields are off while such a task is chosen.
-OWN_OPTIMIZER_FIELDS = ("optimizer", "lr", "momentum", "weight_decay", "schedule", "warmup_steps")
 OWN_OPTIMIZER_NOTE = "the task chooses its optimizer (configure_optimizers)"
 PATH_FIELDS = ("out_dir", "data", "val_data", "test_data", "query_file")  # with a browse button
 PRECISION_FIELDS = (
@@ -405,7 +405,7 @@ class RunSetupPanel(PrecisionSection, QWidget):
         """The optimizer's fields off, the note shown and their tooltip, while the task chooses its optimizer."""
         own = self.chooses_optimizer()
         self._training_form.setRowVisible(self._own_optimizer_note, own)
-        for name in OWN_OPTIMIZER_FIELDS:
+        for name in TASK_OPTIMIZER_FIELDS:
             if (row := self._rows.get(name)) is not None:
                 row.setEnabled(not own)
                 row.setToolTip(OWN_OPTIMIZER_NOTE if own else "")

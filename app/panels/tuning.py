@@ -358,7 +358,13 @@ class LRFinderDialog(ToolDialog):
 
     def _update_use(self) -> None:
         usable = self.pick is not None and not self.job.running
-        self.useButton.setEnabled(usable)
+        own = self.result is not None and self.result.own_optimizer  # the task sets its lr: nothing to put in the form
+        self.useButton.setEnabled(usable and not own)
+        self.useButton.setToolTip(
+            "The task chooses its optimizer: set this lr in its configure_optimizers"
+            if own
+            else "Put the picked learning rate into the run form"
+        )
         self.useButton.setText(f"Use lr {fmt_lr(self.pick)}" if self.pick is not None else "Use this LR")
         suggestion = self.suggestion()
         self.resetPickButton.setEnabled(

@@ -342,16 +342,20 @@ def print_summary(ended: RunEnded, started: RunStarted | None, stream) -> None:
     if ended.checkpoint:
         print(f"  checkpoint {ended.checkpoint}", file=stream)
     for fix in ended.fixes:  # a divergence's re-runs, each a command to paste
-        print(f"  re-run with {fix['label']}: {fix_command(fix)}", file=stream)
+        print(f"  re-run with {fix['label']}: {fix_command(fix, started.config if started else None)}", file=stream)
 
 
-def fix_command(fix: dict) -> str:
-    """The `amp-console train` command of one of RunEnded.fixes: from its checkpoint, its changes, its note."""
+def fix_command(fix: dict, config: dict | None = None) -> str:
+    """The `amp-console train` command of one of RunEnded.fixes: the run's `config` (RunStarted's) with the fix's
+    changes, from its checkpoint, with its note, as the window's re-run; a user task's file named (`--task FILE`)."""
     import shlex
 
-    changes = {name: f"{value:g}" if isinstance(value, float) else value for name, value in fix["changes"].items()}
+    from core.config import RunConfig
+
+    settings = RunConfig.from_dict({**(config or {}), **fix["changes"]}, source="fix").changes()
+    settings = {name: f"{value:g}" if isinstance(value, float) else value for name, value in settings.items()}
     resume = ["--resume", fix["resume"]] if fix.get("resume") else []
-    return shlex.join(train_command(changes, *resume, "--note", fix["note"], python=False))
+    return shlex.join(train_command(settings, *resume, "--note", fix["note"], python=False))
 
 
 def report_end(ended: RunEnded, started: RunStarted | None, args: argparse.Namespace) -> None:

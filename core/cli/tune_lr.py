@@ -123,7 +123,8 @@ def cmd_lr_find(args: argparse.Namespace) -> int:
     )
     if args.csv:
         write_csv(result, args.csv)
-    command = train_command(args, config, result.suggestion.lr, result.precision)
+    lr = None if result.own_optimizer else result.suggestion.lr  # the task's own: no --lr to pass
+    command = train_command(args, config, lr, result.precision)
     if args.json:
         print(json.dumps({**result.to_dict(), "train_command": command}))
     else:

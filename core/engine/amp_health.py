@@ -144,15 +144,24 @@ def check_health(
     )
 
 
-def nonfinite_fixes(mode: str, cfg, precisions, folder: str, checkpoint: str | None, module: str | None) -> list[dict]:
+def nonfinite_fixes(
+    mode: str,
+    cfg,
+    precisions,
+    folder: str,
+    checkpoint: str | None,
+    module: str | None,
+    own_optimizer: bool = False,
+) -> list[dict]:
     """Re-runs that may cure a divergence of run `cfg`, each {label, changes (config fields), resume (checkpoint or
-    None), note}: bf16 for fp16 where the device runs it, lr / 10, fp32 for `module` (the one that first produced
-    inf/NaN) and fp32 for the whole run. Each trains into its own folder beside `folder`, its note naming the run
-    and the fix."""
+    None), note}: bf16 for fp16 where the device runs it, lr / 10 (not for a task's own optimizer, whose lr the
+    setting does not reach), fp32 for `module` (the one that first produced inf/NaN) and fp32 for the whole run.
+    Each trains into its own folder beside `folder`, its note naming the run and the fix."""
     fixes: list[tuple[str, str, dict]] = []
     if mode == "fp16" and "bf16" in precisions:
         fixes.append(("bf16 instead of fp16", "bf16", {"precision": "bf16"}))
-    fixes.append((f"lower LR to {cfg.lr / 10:g}", "lr-div10", {"lr": cfg.lr / 10}))
+    if not own_optimizer:
+        fixes.append((f"lower LR to {cfg.lr / 10:g}", "lr-div10", {"lr": cfg.lr / 10}))
     named = [n.strip() for n in cfg.fp32_modules.split(",") if n.strip()]
     if mode not in ("fp32", "tf32") and module and module not in ("loss", "<model>", *named):
         fp32 = {"fp32_modules": ",".join([*named, module])}

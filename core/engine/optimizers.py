@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from core.config import RunConfig
+from core.config import TASK_OPTIMIZER_FIELDS, RunConfig
 from core.devices import PRECISION_INSTALL
 from core.errors import ConfigError
 from core.text import size
@@ -156,11 +156,17 @@ def optimizer_notes(model: nn.Module, cfg: RunConfig, mode: str) -> list[str]:
     return notes
 
 
-def task_optimizer_note(optimizer, scheduler) -> str:
+def task_optimizer_note(optimizer, scheduler, mode: str = "") -> str:
     with_schedule = f" with {type(scheduler).__name__} (stepped once per optimizer step)" if scheduler else ""
+    rounding = (
+        "; bf16-pure: it writes the bf16 weights rounded to nearest (stochastic rounding is the engine's "
+        "optimizers'), so updates below a weight's bf16 spacing are lost"
+        if mode == "bf16-pure"
+        else ""
+    )
     return (
-        f"the task chooses its optimizer: {type(optimizer).__name__}{with_schedule}; the lr, optimizer, momentum, "
-        "weight_decay, schedule and warmup_steps settings are not used"
+        f"the task chooses its optimizer: {type(optimizer).__name__}{with_schedule}; the "
+        f"{', '.join(TASK_OPTIMIZER_FIELDS)} settings are not used{rounding}"
     )
 
 

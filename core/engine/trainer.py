@@ -201,7 +201,7 @@ class Trainer(Evaluating):
             self.scheduler = build_scheduler(self.optimizer, cfg, self.total_steps)
         else:
             self.optimizer, self.scheduler = own
-            self.notes += [task_optimizer_note(*own)] if self.dist.is_main else []
+            self.notes += [task_optimizer_note(own[0], own[1], self.plan.mode)] if self.dist.is_main else []
         self.scaler = self.plan.make_scaler()
         if resume_state is not None:
             self._restore(resume_state)
@@ -247,7 +247,9 @@ class Trainer(Evaluating):
                 self.best_and_last = self._best_and_last(self.tracker)
         except RunFailed as exc:
             kept, precisions = self.state.saved.path, self.device_info.precisions
-            fixes = nonfinite_fixes(self.plan.mode, self.cfg, precisions, str(self.out_dir), kept, exc.module)
+            fixes = nonfinite_fixes(
+                self.plan.mode, self.cfg, precisions, str(self.out_dir), kept, exc.module, self.own_optimizer
+            )
             return self._end("failed", str(exc), fixes=fixes if exc.nonfinite else [])
         except OSError as exc:  # a file of the run could not be written: one line naming it and the cause
             where = f" {exc.filename}" if exc.filename else ""

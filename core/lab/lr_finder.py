@@ -64,7 +64,7 @@ class LRFinderResult:
     precision: str  # the mode that ran (auto resolved)
     autocast_dtype: str | None  # 'bfloat16', 'float16', or None without autocast
     scaler: bool
-    optimizer: str
+    optimizer: str  # the engine's choice, or the class of the task's own (own_optimizer)
     batch_size: int
     start_lr: float
     end_lr: float
@@ -85,6 +85,7 @@ class LRFinderResult:
     seconds: float  # the whole call: setup and steps
     setup_seconds: float
     notes: list[str] = field(default_factory=list)
+    own_optimizer: bool = False  # the task's configure_optimizers chose it: no `train --lr` applies
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict (the `lr-find --json` schema)."""
@@ -312,11 +313,12 @@ def find_lr(
         setup_seconds = time.perf_counter() - began
         schedule = lr_schedule(start_lr, end_lr, steps)
         curve = _run_range(trainer, schedule, diverge_factor, smoothing, control, progress)
-        return trainer.cfg, trainer.device_info, trainer.plan, setup_seconds, curve
+        own = type(trainer.optimizer).__name__ if trainer.own_optimizer else None
+        return trainer.cfg, trainer.device_info, trainer.plan, setup_seconds, (curve, own)
 
     # Constant schedule (the lr is set per step). Eager even when config.compile is on: compiling takes longer than
     # the test, and the curve is the same.
-    cfg, info, plan, setup_seconds, curve = on_throwaway_trainer(
+    cfg, info, plan, setup_seconds, (curve, own) = on_throwaway_trainer(
         config, "amp-lr-find-", test, devices, control, schedule="constant", max_steps=steps, compile=False
     )
     lrs, losses, skipped_lrs, stopped, steps_run = curve
@@ -331,6 +333,11 @@ def find_lr(
         if skipped_lrs
         else []
     )
+    if own:
+        notes.append(
+            f"the task chooses its optimizer ({own}, configure_optimizers): the curve is {own}'s, and its lr is set "
+            "in the task's configure_optimizers, not by the lr setting"
+        )
     if config.compile:
         notes.append(
             "ran eager (compile is off here: compiling would take longer than the test; the curve is the same)"
@@ -343,7 +350,8 @@ def find_lr(
         precision=plan.mode,
         autocast_dtype=str(plan.autocast_dtype).removeprefix("torch.") if plan.autocast_dtype else None,
         scaler=plan.use_scaler,
-        optimizer=cfg.optimizer,
+        optimizer=own or cfg.optimizer,
+        own_optimizer=own is not None,
         batch_size=cfg.batch_size,
         start_lr=start_lr,
         end_lr=end_lr,

@@ -67,6 +67,8 @@ def _info_from_class(cls: type[Task]) -> TaskInfo:
         tokens_key=cls.tokens_key,
         synthetic_file=cls.synthetic_file,
         saved_defaults=dict(cls.saved_defaults),
+        own_optimizer=getattr(cls, "configure_optimizers", None) is not None
+        or "configure_optimizers" in getattr(cls, "capabilities", ()),  # a task file's stand-in says so
     )
 
 

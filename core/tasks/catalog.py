@@ -118,4 +118,5 @@ def read_task_info(source: Path | str, class_name: str) -> TaskInfo | None:
     options = values.get("options", ())
     if not all(isinstance(o, TaskOption) for o in options):
         return None
-    return TaskInfo(**values)
+    own = any(isinstance(f, ast.FunctionDef) and f.name == "configure_optimizers" for f in cls.body)
+    return TaskInfo(**values, own_optimizer=own)

@@ -74,6 +74,7 @@ class TaskInfo:
     synthetic_file: bool = False  # `data generate` writes its synthetic data as a file (Task.synthetic_table)
     source: str = ""  # a user task's reference (core.tasks.user_tasks); "" for a built-in one
     saved_defaults: dict = field(default_factory=dict)  # Task.saved_defaults: what a saved config without the key ran
+    own_optimizer: bool = False  # it defines configure_optimizers: TASK_OPTIMIZER_FIELDS do not reach it
 
     def option(self, name: str) -> TaskOption | None:
         return next((o for o in self.options if o.name == name), None)

@@ -9,7 +9,8 @@ import pytest
 from gui_helpers import find, run_form, set_field
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from app.panels.run_setup import OWN_OPTIMIZER_FIELDS, OWN_OPTIMIZER_NOTE
+from app.panels.run_setup import OWN_OPTIMIZER_NOTE
+from core.config import TASK_OPTIMIZER_FIELDS
 from core.tasks.describe import describe
 from core.tasks.tiny.task import TinyClassifierTask
 
@@ -17,7 +18,7 @@ TASK_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "user_tasks" / "o
 
 
 def optimizer_fields_off(form) -> bool:
-    rows = [form._rows[name] for name in OWN_OPTIMIZER_FIELDS]
+    rows = [form._rows[name] for name in TASK_OPTIMIZER_FIELDS]
     return all(not row.isEnabled() and row.toolTip() == OWN_OPTIMIZER_NOTE for row in rows)
 
 
@@ -46,7 +47,7 @@ def test_a_built_in_class_with_the_hook_is_checked_directly(qtbot):
     assert form._rows["batch_size"].isEnabled()  # only what the hook decides
     set_field(form, "taskCombo", "tiny")
     qtbot.waitUntil(lambda: form._rows["optimizer"].isEnabled())
-    assert all(form._rows[n].isEnabled() and not form._rows[n].toolTip() for n in OWN_OPTIMIZER_FIELDS)
+    assert all(form._rows[n].isEnabled() and not form._rows[n].toolTip() for n in TASK_OPTIMIZER_FIELDS)
     assert not note(form).isVisibleTo(form)
 
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from core.config import FIELD_SPECS, RunConfig
+from core.config import FIELD_SPECS, TASK_OPTIMIZER_FIELDS, RunConfig
 from core.errors import ConfigError
 
 MAX_TRIALS = 1000
@@ -85,6 +85,15 @@ def _task_options(task: str) -> dict:
         return {}
 
 
+def _own_optimizer(task: str) -> bool:
+    from core.tasks import get_task_info
+
+    try:
+        return get_task_info(task).own_optimizer
+    except ConfigError:
+        return False
+
+
 def resolve_key(key: str, task: str, flag: str = "--grid") -> tuple[str, str]:
     """(key as stored, "field" | "option"): a RunConfig field, else a task option of `task` (or option.NAME
     for an option whose name is also a field). Unknown names: a ConfigError with a did-you-mean."""
@@ -107,6 +116,13 @@ def resolve_key(key: str, task: str, flag: str = "--grid") -> tuple[str, str]:
                     if key == "task_options"
                     else ": each trial gets its own folder in the sweep"
                 ),
+            )
+        if key in TASK_OPTIMIZER_FIELDS and _own_optimizer(task):
+            raise ConfigError(
+                f"{flag} {key}",
+                f"task {task} chooses its optimizer (configure_optimizers): {key} does not reach it, so every trial "
+                "would train alike; sweep a task option, or the field itself in a task that leaves the optimizer to "
+                "the engine",
             )
         return key, "field"
     if key in options:
