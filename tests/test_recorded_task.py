@@ -52,6 +52,32 @@ def test_a_run_loads_its_recorded_task_file_once_the_user_agrees(tmp_path, capsy
     assert json.loads(out.strip().splitlines()[-1])["steps"] == 6
 
 
+def test_lab_commands_start_from_a_run_and_its_task_file(tmp_path, capsys, monkeypatch):
+    """lr-find / fit-batch --from RUN: the run's task (its file asked for first, as evaluate does), options and
+    batch size; the command they suggest names the file."""
+    path = tmp_path / "my_task.py"
+    path.write_text(TASK_FILE.read_text() + MARKER)
+    reference, run, ran = f"{path.resolve()}:RegressionTask", tmp_path / "run", path.with_suffix(".ran")
+    flags = ["--task", reference, "--max-steps", "2", "-o", "samples=256", "-o", "hidden=12", "--batch-size", "24"]
+    code, _out, err = cli(capsys, "train", *flags, "--out", run)
+    assert code == 0, err
+    ran.unlink()
+    restore(({}, {}, {}))  # as a new process: nothing loaded
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    code, _out, err = cli(capsys, "lr-find", "--from", run, "--steps", "15", "--device", "cpu")
+    assert code == 2 and f"add --task {reference}, or --yes" in err and not ran.exists()
+    code, out, err = cli(
+        capsys, "lr-find", "--from", run / "checkpoint.pt", "--steps", "15", "--device", "cpu", "--yes", "--json"
+    )
+    assert code in (0, 1) and ran.exists(), err
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["task"] == "regression" and found["task_options"]["hidden"] == 12 and found["batch_size"] == 24
+    command = shlex.split(found["train_command"])  # runnable as printed: --task names the file
+    assert command[command.index("--task") + 1] in (reference, str(path.resolve()))
+    code, _out, err = cli(capsys, "lr-find", "--from", tmp_path / "nowhere", "--steps", "15")
+    assert code == 2 and "--from" in err and len(err.strip().splitlines()) == 1
+
+
 def _run(command: str, tmp_path: Path, env: dict) -> subprocess.CompletedProcess:
     parts = shlex.split(command)
     assert parts[0] == "amp-console", command

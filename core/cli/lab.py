@@ -88,7 +88,16 @@ def register(sub) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", default="tiny", help="task to measure (default tiny; see `amp-console tasks`)")
+    parser.add_argument(
+        "--task", default=None, help="task to measure (default tiny, or --from's; see `amp-console tasks`)"
+    )
+    parser.add_argument(
+        "--from",
+        dest="from_run",
+        metavar="RUN",
+        help="a run (folder, checkpoint or id) whose task, options, batch size and optimizer to start from; its task "
+        "file is loaded as `evaluate` does (asked first, --yes)",
+    )
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda:N, mps or xpu:N (default auto)")
     parser.add_argument("--batch-size", type=int, default=None, help="samples per step (default: the task's)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
@@ -97,20 +106,34 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> RunConfig:
-    """A validated RunConfig from the task's defaults and the bench/inspect flags."""
+    """A validated RunConfig from the task's defaults (or --from's run: its task, options, batch size and
+    optimizer) and the lab command's flags."""
     from core.cli.train import parse_option
 
+    run = recorded_config(args.from_run) if getattr(args, "from_run", None) else {}
     values = {
         "device": args.device,
         "precision": precision,
         "seed": args.seed,
-        "task_options": dict(map(parse_option, args.task_options)),
+        "task_options": {**(run.get("task_options") or {}), **dict(map(parse_option, args.task_options))},
+        **{k: run[k] for k in ("batch_size", "optimizer") if k in run},
     }
     if args.batch_size is not None:
         values["batch_size"] = args.batch_size
     if getattr(args, "threads", None) is not None:
         values["threads"] = args.threads
-    return RunConfig.for_task(args.task, **values).validate()
+    return RunConfig.for_task(args.task or run.get("task") or "tiny", **values).validate()
+
+
+def recorded_config(where: str) -> dict:
+    """The settings the run `where` names trained with (run.json's config), read as data."""
+    from core.cli.runs import run_folder
+    from core.engine.run_record import load_record
+
+    config = (load_record(run_folder(where)) or {}).get("config")
+    if not isinstance(config, dict):
+        raise ConfigError("--from", f"{where}: its run.json records no settings")
+    return config
 
 
 class ProgressLines:

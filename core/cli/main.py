@@ -44,6 +44,7 @@ COMMANDS = {
 # The commands on a run (or a sweep) that load the task file it recorded, asking first (--yes: don't), and the
 # argument that names it.
 RECORDED_TASK = {"evaluate": "target", "export": "target", "predict": "target", "train": "resume", "sweep": "resume"}
+RECORDED_TASK |= dict.fromkeys(("lr-find", "fit-batch", "bench", "inspect", "summary"), "from_run")  # --from RUN
 
 
 def command_modules(command: str | None = None) -> list:
@@ -301,7 +302,11 @@ def _load_recorded_task(args) -> None:
     if not where or any(getattr(args, n, None) for n in ("task", "config", "task_file")):
         return
     path = Path(where).expanduser()
-    if not path.exists() and RECORDED_TASK[args.command] == "target":  # a run id under the runs root
+    if RECORDED_TASK[args.command] == "from_run":
+        from core.cli.runs import run_folder
+
+        path = run_folder(where)
+    elif not path.exists() and RECORDED_TASK[args.command] == "target":  # a run id under the runs root
         from core.cli.runs import RunNotFound, find_run
         from core.engine.run_record import runs_root
 

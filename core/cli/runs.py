@@ -20,7 +20,7 @@ from core.engine.run_delete import RunDeleteError, check_deletable, delete_run
 from core.engine.run_folder import METRICS_FILE, is_in_use
 from core.engine.run_index import find_runs, listed_runs, runs_named
 from core.engine.run_record import read_run, runs_root, write_note
-from core.errors import AmpConsoleError
+from core.errors import AmpConsoleError, ConfigError
 from core.files import UnreadableFile, read_jsonl
 from core.runs.compare import best_text, compare_rows, differing_config, precision_text, steps_text
 from core.text import printable
@@ -69,6 +69,20 @@ def find_run(root: Path, key: str) -> dict:
     """The run in the folder `key` names, else the one it names under `root` (as `resolve` finds it), parsing
     only the records that could match."""
     return in_folder(key) or resolve(runs_named(root, [key]), key, root)
+
+
+def run_folder(where: str) -> Path:
+    """The folder of the run `where` names: a run folder, a checkpoint in one, or a run's id or name under the
+    runs root; ConfigError naming --from otherwise."""
+    from core.engine.run_record import runs_root
+
+    path = Path(where).expanduser()
+    if path.is_file():
+        return path.parent
+    try:
+        return Path(find_run(runs_root(), where)["folder"])
+    except RunNotFound as exc:
+        raise ConfigError("--from", str(exc)) from None
 
 
 def resolve_all(args) -> list[dict]:
