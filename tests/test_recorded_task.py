@@ -38,6 +38,10 @@ def test_a_run_loads_its_recorded_task_file_once_the_user_agrees(tmp_path, capsy
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal: one line saying what to add
     code, _out, err = cli(capsys, "evaluate", run)
     assert code == 2 and f"add --task {reference}, or --yes" in err and not ran.exists()
+    rows = tmp_path / "rows.csv"
+    rows.write_text("x0,x1,x2,x3,x4,x5,x6,x7\n" + ",".join(["0.5"] * 8) + "\n")
+    code, _out, err = cli(capsys, "predict", run, "--input", rows, "--out", tmp_path / "scored.csv")
+    assert code == 2 and f"add --task {reference}, or --yes" in err and not ran.exists()
     monkeypatch.setattr(sys, "stdin", Terminal("n\n"))  # a terminal: asked, and no is no
     code, _out, err = cli(capsys, "export", run, "--out", tmp_path / "export")
     assert code == 2 and "Load only files you trust" in err and "its code did not run" in err and not ran.exists()
