@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from core.devices import FP8_EMULATE_ENV
 from core.engine.events import RunEnded
 from core.engine.trainer import train
 
@@ -108,8 +109,11 @@ def test_weights_that_diverged_blame_no_module(precision, tiny_config, recorder,
     assert not any(fix["label"].startswith("fp32 for module") for fix in ended.fixes)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16-pure"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16-pure", "fp8"])
 def test_an_overflow_is_named_on_the_last_good_weights_in_every_mode(precision, tiny_config, recorder, monkeypatch):
+    if precision == "fp8":
+        pytest.importorskip("torchao")
+        monkeypatch.setenv(FP8_EMULATE_ENV, "1")
     ended = diverged(tiny_config, recorder, monkeypatch, precision=precision)
     assert "first produced by module fc1" in ended.message and "parameter fc1.weight" in ended.message
     assert any(fix["label"] == "fp32 for module fc1" for fix in ended.fixes) == (precision != "fp32")
