@@ -8,7 +8,7 @@ others; one that would not fit in what is left of the time budget is skipped, re
   devices       what torch sees and which precision modes each device supports
   sweep         fp32, bf16 and bf16 + activation checkpointing through the real engine (core.lab.precision_sweep)
   mfu           model FLOPs (FlopCounterMode, one step) against a measured bf16 matmul ceiling; per bf16, fp8 and
-                bf16-pure row
+                bf16-pure row, the fp8 section's wider model's rows too ("wide ...")
   training      short bf16 and fp32 runs with a validation evaluation (HR@10 of bf16 vs fp32), and fp16
   fp8           fp8 (torchao float8) and bf16-pure rows; fp32, bf16 and fp8 again on a wider transformer
   overhead      engine samples/s vs a minimal hand-written loop on the same model, data and precision (eager)
@@ -295,7 +295,9 @@ def section_fp8(ctx: dict) -> dict:
     config = ctx["config"].replace(task_options={**ctx["config"].task_options, **shape})
     wide = dict(ctx, config=config, rows=[], row_seconds={})
     rows_measured([("fp32", False, False), ("bf16", False, False), ("fp8", False, False)], wide)
-    out["wide"] = sweep_dict(wide) | {"shape": shape}
+    flops = step_flops(config, "bf16")  # the wide model's FLOPs a step: its rows' MFU (mfu_by_row)
+    release(ctx["device"])
+    out["wide"] = sweep_dict(wide) | {"shape": shape, "flops_per_step": flops}
     return out
 
 
@@ -488,11 +490,16 @@ def mfu_by_row(report: dict) -> dict:
     if not mfu:
         return {}
     out = {}
-    for row in report["sections"].get("sweep", {}).get("rows", []):
-        low = row["mode"] in (mfu["mode"], "fp8", "bf16-pure")  # the same model FLOPs, the bf16 ceiling
-        if low and row["status"] == "ok" and not row["checkpointed"] and row["step_ms"]:
-            achieved = mfu["flops_per_step"] * 1000.0 / row["step_ms"]
-            out[row["label"]] = {"achieved_flops": achieved, "mfu": achieved / mfu["matmul_ceiling_flops"]}
+    wide = report["sections"].get("fp8", {}).get("wide") or {}
+    for prefix, rows, flops in (
+        ("", report["sections"].get("sweep", {}).get("rows", []), mfu["flops_per_step"]),
+        ("wide ", wide.get("rows", []), wide.get("flops_per_step")),  # the fp8 section's wider model
+    ):
+        for row in rows:
+            low = row["mode"] in (mfu["mode"], "bf16", "fp8", "bf16-pure")  # the same model FLOPs, the bf16 ceiling
+            if flops and low and row["status"] == "ok" and not row["checkpointed"] and row["step_ms"]:
+                achieved = flops * 1000.0 / row["step_ms"]
+                out[prefix + row["label"]] = {"achieved_flops": achieved, "mfu": achieved / mfu["matmul_ceiling_flops"]}
     return out
 
 

@@ -62,7 +62,14 @@ def test_gpu_suite_quick_on_cpu_writes_report_and_table(tmp_path, capsys, monkey
     assert quality["metric"] == "hr@10_full_filtered" and quality["users"] == runs["fp32"]["users_evaluated"] > 0
     assert quality["noise"] > 0 and quality["diff"] == pytest.approx(quality["bf16"] - quality["fp32"])
     assert s["mfu"]["flops_per_step"] > 0
-    assert set(report["summary"]["mfu_by_row"]) == {"bf16", "bf16 + compile", "fp8", "bf16-pure"}
+    assert set(report["summary"]["mfu_by_row"]) == {
+        "bf16",
+        "bf16 + compile",
+        "fp8",
+        "bf16-pure",
+        "wide bf16",
+        "wide fp8",
+    }
     # fp8 and bf16-pure beside fp32, then fp32, bf16 and fp8 on the wider shape, compared among themselves.
     assert rows["fp8"]["status"] == rows["bf16-pure"]["status"] == "ok" and rows["fp8"]["loss"] > 0
     wide = {r["label"]: r for r in s["fp8"]["wide"]["rows"]}
