@@ -17,7 +17,8 @@ from core.process import signal_group
 
 # What the memory estimate depends on (core.lab.memory_estimate); it runs once these settle for ESTIMATE_DELAY_MS.
 ESTIMATE_INPUTS = ("task", "task_file", "task_options", "data", "data_format", "columns", "delimiter", "batch_size")
-ESTIMATE_INPUTS += ("precision", "optimizer", "momentum", "grad_clip", "device")
+ESTIMATE_INPUTS += ("precision", "fp8_recipe", "fp32_modules", "optimizer", "momentum", "grad_clip", "device")
+ESTIMATE_INPUTS += ("activation_checkpointing",)
 ESTIMATE_DELAY_MS = 600
 
 

@@ -1,5 +1,5 @@
 """The run form shows the memory estimate (core.lab.memory_estimate) beside the precision mode, computed on a worker
-thread once the settings settle, and again when the batch size or the optimizer changes."""
+thread once the settings settle, and again when the batch size, the precision or its fp32 modules change."""
 
 from __future__ import annotations
 
@@ -12,14 +12,29 @@ from PySide6.QtWidgets import QFileDialog, QLabel, QMessageBox
 
 
 def test_the_form_shows_the_estimate_and_follows_the_batch_size(qtbot, tmp_path):
+    from core.devices import cpu_info, with_low_precision
+
     form = run_form(qtbot)
+    form.set_device(with_low_precision(cpu_info()))  # as the window lists it: bf16-pure too
     label = find(form, "memoryEstimate", QLabel)
-    qtbot.waitUntil(lambda: label.text().startswith("≈") and "free on cpu" in label.text(), timeout=60_000)
-    first = label.text()
-    assert "optimizer state" in label.toolTip() and "activations" in label.toolTip()
+
+    def settled() -> str:
+        """The estimate once no other is due or running."""
+        done = lambda: label.text().startswith("≈") and not form._estimate_timer.isActive() and not form._estimates.busy  # noqa: E731
+        qtbot.waitUntil(done, timeout=60_000)
+        return label.text()
+
+    first = settled()
+    assert "free on cpu" in first and "optimizer state" in label.toolTip() and "activations" in label.toolTip()
     set_field(form, "batchSizeEdit", 512)
-    qtbot.waitUntil(lambda: label.text().startswith("≈") and label.text() != first, timeout=60_000)
-    form.grab().save("/tmp/form.png")
+    qtbot.waitUntil(lambda: label.text() != first, timeout=60_000)
+    set_field(form, "hiddenOptionEdit", 4096)  # parameters enough that their bytes show
+    fp32 = settled()
+    form.set_precision("bf16-pure")  # bf16 weights, gradients and Adam state: less
+    qtbot.waitUntil(lambda: label.text() != fp32, timeout=60_000)
+    pure = settled()
+    set_field(form, "fp32ModulesEdit", "fc1")  # fc1 back in float32: more again
+    qtbot.waitUntil(lambda: label.text() != pure, timeout=60_000)
 
 
 @pytest.mark.slow  # the estimate of a task file runs in a child process
