@@ -10,6 +10,10 @@ connection, the host's amp-console starting, the acknowledgement and the final c
 
     python benchmarks/remote_latency.py [--seconds 8] [--log-interval 10] [--controls 5] [--json]
 
+`--devices N` instead: the wall time of `amp-console remote devices HOST` (a fresh client process each time,
+as a user types it) against a plain `ssh HOST true`, N of each, interleaved: the host's first answer probes its
+devices (it imports torch), later ones answer its kept probe (core.remote.agent.devices).
+
 Needs sshd, ssh and ssh-keygen (openssh-server, openssh-client). Localhost only: the two clocks must be one.
 """
 
@@ -81,17 +85,53 @@ def ack_latency(folder: Path, verb: str) -> tuple[float, float]:
             time.sleep(0.001)
 
 
+def time_remote_devices(rounds: int) -> int:
+    from tests.local_sshd import start_sshd
+
+    tmp = Path(tempfile.mkdtemp(prefix="amp-remote-devices-"))
+    sshd = start_sshd(tmp)
+    command = sshd.remote_command(tmp / "runs").replace("env ", f"env XDG_CACHE_HOME={tmp / 'cache'} ", 1)
+    ssh = ["ssh", "-F", str(sshd.config), sshd.dest, "true"]
+    # a fresh client process each time, as `amp-console remote devices HOST` (whose ssh options are -o only)
+    client = (
+        "import sys; from core.remote.client import host_devices; from core.remote.ssh import Host; "
+        f"host_devices(Host({sshd.dest!r}, {command!r}, ('-F', {str(sshd.config)!r})), refresh='-r' in sys.argv)"
+    )
+    devices = [sys.executable, "-c", client]
+
+    def wall(argv: list[str]) -> float:
+        began = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+        return time.perf_counter() - began
+
+    try:
+        first = wall(devices + ["-r"])
+        times: dict[str, list[float]] = {"ssh true": [], "remote devices (kept probe)": []}
+        for _ in range(rounds):
+            times["ssh true"].append(wall(ssh))
+            times["remote devices (kept probe)"].append(wall(devices))
+    finally:
+        sshd.stop()
+    print(f"remote devices, probing (--refresh): {first:.2f} s")
+    for name, values in times.items():
+        print(f"{name}: median {statistics.median(values):.2f} s, range {min(values):.2f}-{max(values):.2f} s")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="how long the watch measures steps")
     parser.add_argument("--log-interval", type=int, default=10)
     parser.add_argument("--controls", type=int, default=5, help="pause/resume pairs timed")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--devices", type=int, default=0, metavar="N", help="time `remote devices` instead")
     parser.add_argument("--child", nargs=3, metavar=("FOLDER", "STAMPS", "LOG"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return 0
+    if args.devices:
+        return time_remote_devices(args.devices)
 
     from core.engine.events import StepMetrics  # noqa: F401  (the engine's modules, before the clocks start)
     from core.engine.run_folder import is_in_use

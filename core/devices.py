@@ -172,6 +172,14 @@ def cuda_free_memory(index: int) -> int | None:
     return int(free)
 
 
+def _pci_address(props) -> dict:
+    """{"pci": "domain:bus:device"} in hex, as nvidia-smi's pci.bus_id names the GPU; {} where torch lacks it."""
+    domain, bus, device = (getattr(props, f"pci_{name}_id", None) for name in ("domain", "bus", "device"))
+    if not (isinstance(domain, int) and isinstance(bus, int) and isinstance(device, int)):
+        return {}
+    return {"pci": f"{domain:04x}:{bus:02x}:{device:02x}"}
+
+
 def _cuda_info(index: int, free_memory: bool = False) -> DeviceInfo:
     import torch
 
@@ -206,7 +214,7 @@ def _cuda_info(index: int, free_memory: bool = False) -> DeviceInfo:
         tf32=tf32,
         fp16=True,
         tensor_cores=tensor_cores,
-        details={"multiprocessors": props.multi_processor_count, "rocm": is_rocm},
+        details={"multiprocessors": props.multi_processor_count, "rocm": is_rocm, **_pci_address(props)},
         precisions=tuple(precisions),
         unsupported=unsupported,
     )

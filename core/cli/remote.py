@@ -112,6 +112,12 @@ def register(sub) -> None:
     devices = ops.add_parser("devices", help="the host's devices and its amp-console version")
     devices.add_argument("host", metavar="HOST")
     devices.add_argument("--json", action="store_true")
+    devices.add_argument(
+        "--refresh",
+        action="store_true",
+        help="probe the devices again (the host answers its last probe while its Python, torch, driver and "
+        "visible devices are unchanged; free GPU memory is always read now)",
+    )
     _ssh_flags(devices)
     devices.set_defaults(handler=cmd_remote_devices)
     start = ops.add_parser("start", help="start a run detached on the host; prints HOST:FOLDER for watch/control")
@@ -198,7 +204,7 @@ def register(sub) -> None:
     agent.add_argument("--client-version", default=None)
     agent.add_argument("--runs-dir", default=None)
     agent_ops = agent.add_subparsers(dest="op", required=True)
-    agent_ops.add_parser("info")
+    agent_ops.add_parser("info").add_argument("--refresh", action="store_true")
     agent_ops.add_parser("start")
     follow = agent_ops.add_parser("follow")
     follow.add_argument("folder")
@@ -296,7 +302,7 @@ def cmd_remote_devices(args: argparse.Namespace) -> int:
     from core.cli.main import print_devices
     from core.remote.client import host_devices
 
-    info = host_devices(host_of(args.host, args))
+    info = host_devices(host_of(args.host, args), refresh=args.refresh)
     if args.json:
         print(
             json.dumps(
@@ -437,7 +443,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     agent.check_version(args.client_version)
     if args.op == "info":
-        agent.print_json(agent.info())
+        agent.print_json(agent.info(args.refresh))
     elif args.op == "start":
         try:
             request = json.loads(sys.stdin.buffer.read() or b"{}")

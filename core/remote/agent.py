@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core import __version__
+from core.devices import FP8_EMULATE_ENV
 from core.errors import AmpConsoleError
 from core.files import UnreadableFile, atomic_open, open_regular_no_link, parse_json, shown_path
 from core.text import first_line, printable
@@ -45,8 +46,7 @@ def check_version(client: str | None) -> None:
         )
 
 
-def info() -> dict:
-    from core.devices import list_devices
+def info(refresh: bool = False) -> dict:
     from core.engine.run_record import runs_root
 
     return {
@@ -54,8 +54,104 @@ def info() -> dict:
         "protocol": PROTOCOL,
         "host": socket.gethostname(),
         "runs_root": str(runs_root()),
-        "devices": [d.to_dict() for d in list_devices(free_memory=True)],
+        "devices": devices(refresh),
     }
+
+
+# ----------------------------------------------------------------------------------------------- devices
+DEVICES_FILE = "devices.json"  # in the user's cache folder (platformdirs)
+# what else decides the device list: which devices a process sees, and the CPU row's torch threads
+DEVICE_ENV: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+DEVICE_ENV += ("ZE_AFFINITY_MASK", "OMP_NUM_THREADS", FP8_EMULATE_ENV)
+
+
+def devices(refresh: bool = False) -> list[dict]:
+    """The host's devices as DeviceInfo dicts. Listing them imports torch (seconds on a busy host), so the last
+    probe is kept and answered again while nothing it depends on changed (device_key: this Python, torch and the
+    precision libraries, the boot, the GPU driver, the visible-device variables); a CUDA device's free memory is
+    then read live from nvidia-smi (None where it can't be). `refresh`: probe now."""
+    from platformdirs import user_cache_path
+
+    path, key = user_cache_path("amp-console") / DEVICES_FILE, device_key()
+    if not refresh:
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            kept = None
+        listed = kept.get("devices") if isinstance(kept, dict) and kept.get("key") == key else None
+        if isinstance(listed, list) and all(isinstance(d, dict) for d in listed):
+            return with_free_memory(listed)
+    from core.devices import list_devices
+
+    probed = [d.to_dict() for d in list_devices(free_memory=True)]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(path) as f:
+            f.write(json.dumps({"key": key, "devices": probed}).encode("utf-8"))
+    except OSError:
+        pass  # a read-only home: every call probes
+    return probed
+
+
+def device_key() -> dict:
+    """What the device list depends on, read without importing torch."""
+    from importlib import metadata
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    def text(path: str) -> str | None:
+        try:
+            return Path(path).read_text(encoding="utf-8", errors="replace")[:4096]
+        except OSError:
+            return None
+
+    return {
+        "amp": __version__,
+        "python": sys.executable,
+        "packages": {name: version(name) for name in ("torch", "torchao", "bitsandbytes")},
+        "boot": text("/proc/sys/kernel/random/boot_id"),
+        "driver": text("/proc/driver/nvidia/version"),
+        "env": {name: os.environ.get(name) for name in DEVICE_ENV},
+    }
+
+
+def with_free_memory(kept: list[dict]) -> list[dict]:
+    """The kept devices with each CUDA device's free memory now (nvidia-smi, matched by PCI address), None where
+    it can't be read: never the probe's old figure."""
+    free = nvidia_free_memory() if any(d.get("type") == "cuda" for d in kept) else {}
+    out = []
+    for d in kept:
+        if d.get("type") == "cuda":
+            d = {**d, "memory_free": free.get(str((d.get("details") or {}).get("pci")))}
+        out.append(d)
+    return out
+
+
+def nvidia_free_memory() -> dict[str, int]:
+    """{"domain:bus:device" (hex, as DeviceInfo.details["pci"]): free bytes} from nvidia-smi; {} without it."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=pci.bus_id,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        address, _, mib = line.partition(",")
+        try:
+            domain, bus, device = address.strip().split(":")
+            key = f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device.split('.')[0], 16):02x}"
+            out[key] = int(mib.strip()) * 2**20
+        except ValueError:
+            continue
+    return out
 
 
 def find_run_folder(text: str, runs_dir: str | None = None) -> Path:

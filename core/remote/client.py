@@ -51,10 +51,11 @@ class HostInfo:
     hostname: str
 
 
-def host_devices(host: Host, timeout: float = 120.0) -> HostInfo:
-    """The host's amp-console version, devices and runs root. RemoteError (one line) when it is unreachable, has no
-    amp-console or another version, or answers what this version does not read (parse_info)."""
-    return parse_info(host.dest, _agent(host, ["info"], timeout=timeout))
+def host_devices(host: Host, timeout: float = 120.0, refresh: bool = False) -> HostInfo:
+    """The host's amp-console version, devices (`refresh`: probed again, see core.remote.agent.devices) and runs
+    root. RemoteError (one line) when it is unreachable, has no amp-console or another version, or answers what
+    this version does not read (parse_info)."""
+    return parse_info(host.dest, _agent(host, ["info", *(["--refresh"] * refresh)], timeout=timeout))
 
 
 _SIZE = (int, type(None))  # what a device's fields may hold, by their DeviceInfo annotation
