@@ -75,3 +75,20 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
     assert main(["inspect", "--device", "cpu", "--precision", "fp16"]) == 2  # fp16 is a GPU mode
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "fp16" in err
+
+
+def test_bench_rows_of_the_new_modes_and_optimizers(capsys, monkeypatch):
+    import pytest
+
+    pytest.importorskip("torchao")
+    pytest.importorskip("bitsandbytes")
+    monkeypatch.setenv("AMP_FP8_EMULATE", "1")
+    flags = ["--task", "recommender", "-o", "d_model=32", "-o", "layers=1", "-o", "heads=2", "--device", "cpu"]
+    flags += ["--precisions", "fp8,bf16-pure", "--optimizers", "adamw,adamw8bit", "--fp8-recipe", "rowwise"]
+    assert main(["bench", *flags, "--steps", "2", "--repeats", "1", "--no-isolate", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
+    assert [(r["mode"], r["optimizer"] or "adamw") for r in rows] == [
+        (mode, optimizer) for mode in ("fp32", "fp8", "bf16-pure") for optimizer in ("adamw", "adamw8bit")
+    ]
+    assert all(r["status"] == "ok" and r["why"] for r in rows)
+    assert "rowwise" in rows[2]["compute_dtype"] and "emulated: speed not meaningful" in rows[2]["why"]

@@ -13,7 +13,7 @@ from core.cli import format as fmt
 from core.cli.common import add_option_flag
 from core.config import COMPILE_MODES, RunConfig
 from core.errors import ConfigError
-from core.precision_modes import PRECISION_MODES
+from core.precision_modes import FP8_RECIPES, PRECISION_MODES
 
 
 def register(sub) -> None:
@@ -122,6 +122,8 @@ def config_from_lab_args(args: argparse.Namespace, precision: str = "auto") -> R
         values["batch_size"] = args.batch_size
     if getattr(args, "threads", None) is not None:
         values["threads"] = args.threads
+    if getattr(args, "fp8_recipe", None):
+        values["fp8_recipe"] = args.fp8_recipe
     return RunConfig.for_task(args.task or run.get("task") or "tiny", **values).validate()
 
 
@@ -167,6 +169,12 @@ def add_precisions_flag(parser, default: str = ",".join(PRECISION_MODES)) -> Non
         "--precisions", default=default, help=f"comma-separated modes (default {shown}; fp32 is always measured: it "
         "is the reference; modes the device cannot run are listed as skipped)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fp8-recipe",
+        choices=FP8_RECIPES,
+        default=None,
+        help="torchao float8 recipe of the fp8 rows (default tensorwise)",
+    )
 
 
 def parse_modes(text: str) -> list[str]:
