@@ -12,38 +12,21 @@ import pytest
 from gui_helpers import PROCESS_WAIT_MS, find, finish_run, set_field
 from PySide6.QtCore import Qt
 from test_add_task import TASK_FILE, add_task, dialogs  # noqa: F401  (dialogs: the fixture)
+from test_nan_doctor import DIVERGING_TASK
 
 from core.engine.events import RunEnded, RunStarted
 from core.engine.run_record import read_note, read_run
 
 pytestmark = pytest.mark.slow  # the task file's import, the run and its re-run are child processes
 
-DIVERGING = """
-_calls = [0]
-_plain_build = RegressionTask.build_model
-
-
-def _overflow(module, inputs, output):
-    if module.training:
-        _calls[0] += 1
-        return output * float("inf") if _calls[0] > 12 else output
-    return output
-
-
-def _overflowing_model(self, info):
-    model = _plain_build(self, info)
-    model[0].register_forward_hook(_overflow)
-    return model
-
-
-RegressionTask.build_model = _overflowing_model
-"""
-
 
 @pytest.mark.timeout(600)
-def test_a_diverged_run_offers_fixes_and_one_click_reruns_from_its_checkpoint(qtbot, window, tmp_path, dialogs):
+def test_a_diverged_run_offers_fixes_and_one_click_reruns_from_its_checkpoint(
+    qtbot, window, tmp_path, dialogs, monkeypatch
+):
     path = tmp_path / "diverging_task.py"
-    path.write_text(TASK_FILE.read_text() + DIVERGING)
+    path.write_text(TASK_FILE.read_text() + DIVERGING_TASK)
+    monkeypatch.setenv("AMP_TEST_DIVERGE", "1")  # the run's process (and the re-run's: 10 steps, under 12) see it
     add_task(qtbot, window, dialogs, path)
     assert window.setupPanel.taskCombo.currentData() == "regression"
     folder = tmp_path / "run"
