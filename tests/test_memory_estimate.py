@@ -73,3 +73,35 @@ def test_a_module_kept_in_float32_under_bf16_pure_counts_as_float32():
     assert pure.parts["parameters"] == 2 * (fc1 + fc2)
     assert kept.parts["parameters"] == 4 * fc1 + 2 * fc2 and kept.parts["gradients"] == 4 * fc1 + 2 * fc2
     assert kept.parts["optimizer state"] == 2 * 4 * fc1 + 2 * 2 * fc2  # adamw's two states in each one's dtype
+
+
+CONCURRENT = """
+import threading
+from core.config import RunConfig
+from core.lab.memory_estimate import estimate
+
+cfg = RunConfig.for_task("tiny", device="cpu").validate()
+threads = [threading.Thread(target=lambda: [estimate(cfg) for _ in range(6)]) for _ in range(3)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print("done")
+"""
+
+
+@pytest.mark.slow  # a process of its own: a crash there must not take the test's worker with it
+@pytest.mark.timeout(300)
+def test_estimates_on_several_threads_at_once_do_not_crash():
+    """Two windows' forms estimate at once in one process: the CPU probe's profiler is one per process (two at once
+    segfaulted in torch's profiler), so they take turns."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run(
+        [sys.executable, "-c", CONCURRENT],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]

@@ -11,6 +11,7 @@ passes are not counted.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +51,14 @@ class Estimate:
         return ", ".join(f"{name} {size(value)}" for name, value in self.parts.items() if value)
 
 
+# torch's profiler is one per process: two at once (two windows' forms estimating together) crash it in C++
+_PROFILER = threading.Lock()
+
+
 class AllocationPeak:
     """The peak of allocated bytes above the start between enter and exit on `device`: the allocator's peak on
-    CUDA/XPU (PeakMemory), torch's profiler's allocation events on the CPU. `peak` is set on exit."""
+    CUDA/XPU (PeakMemory), torch's profiler's allocation events on the CPU (one profile at a time in the
+    process: another waits). `peak` is set on exit."""
 
     def __init__(self, device) -> None:
         from core.devices import PeakMemory
@@ -66,8 +72,13 @@ class AllocationPeak:
         else:
             from torch.profiler import ProfilerActivity, profile
 
-            self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self.profiler.__enter__()
+            _PROFILER.acquire()
+            try:
+                self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+                self.profiler.__enter__()
+            except BaseException:
+                _PROFILER.release()
+                raise
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -75,7 +86,10 @@ class AllocationPeak:
             reading = self.meter.read()
             self.peak = max(0, (reading.peak_bytes or 0) - (reading.start_bytes or 0))
             return False
-        self.profiler.__exit__(*exc)
+        try:
+            self.profiler.__exit__(*exc)
+        finally:
+            _PROFILER.release()
         results: Any = self.profiler.profiler.kineto_results  # type: ignore[union-attr]
         events = [e for e in results.events() if e.name() == "[memory]"]
         now = peak = 0
