@@ -32,7 +32,7 @@ test-fast: install
 # Every test, then the real-window smoke test. A failed step does not skip the ones
 # after it; the target fails if any step failed.
 test: install
-	@echo "== the whole test suite, the install check: about 13-15 minutes on 2 idle cores, longer in proportion to the load"
+	@echo "== the whole test suite, the install check: about 15-17 minutes on 2 idle cores, longer in proportion to the load"
 	@failed=""; \
 	$(PYTEST) $(XDIST) -m "not xvfb" || failed="$$failed pytest"; \
 	if command -v xvfb-run >/dev/null 2>&1; then \
