@@ -200,24 +200,13 @@ class GuiThreadGarbageCollector(QObject):
         self._timer.timeout.connect(self.collect)
         self._timer.start()
 
-    _frozen_modules = 0  # len(sys.modules) at the last freeze
-
     @Slot()
     def collect(self) -> None:
-        """A collection of the generation the thresholds ask for. A full one after modules were imported (torch's
-        lazily loaded parts: dynamo, sympy, distributed, the first estimate or run pulls in hundreds) freezes
-        instead: a young collection, then gc.freeze, so later full collections do not walk those modules (one
-        walked them for 30-140 ms on the GUI thread). Only cyclic garbage older than the young generations is
-        pinned by it; what reference counting frees is freed as ever."""
         import gc
-        import sys
 
         (t0, t1, t2), (c0, c1, c2) = gc.get_threshold(), gc.get_count()
         generation = 2 if c2 > t2 else 1 if c1 > t1 else 0 if c0 > t0 else None
-        if generation == 2 and len(sys.modules) != GuiThreadGarbageCollector._frozen_modules:
-            gc.collect(1)
-            self.freeze_loaded()
-        elif generation is not None:
+        if generation is not None:
             gc.collect(generation)
 
     @staticmethod
@@ -225,10 +214,8 @@ class GuiThreadGarbageCollector(QObject):
         """gc.freeze what exists now (torch's, Qt's modules), so a full collection on the GUI thread walks only what was
         made since."""
         import gc
-        import sys
 
         gc.freeze()
-        GuiThreadGarbageCollector._frozen_modules = len(sys.modules)
 
     def stop(self) -> None:
         import gc
