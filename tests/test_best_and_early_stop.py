@@ -243,7 +243,7 @@ def _early_stop_on_each_rank(rank: int, out: str) -> dict:
     }
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_under_ddp_every_rank_takes_rank_0s_decision(tmp_path):
     from tests.test_distributed import run_ranks
 

@@ -299,7 +299,7 @@ def _stream_on_each_rank(rank: int, out: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_under_ddp_a_stream_that_does_not_shard_itself_is_warned_about(tmp_path):
     """Two Trainers in one gloo group (tests/test_distributed.run_ranks): each rank reads the whole stream."""
     from tests.test_distributed import run_ranks

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TASK = f"{Path(__file__).parent / 'fixtures' / 'user_tasks' / 'custom_method_task.py'}:CustomMethodTask"
 
