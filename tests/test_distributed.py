@@ -272,8 +272,11 @@ def _rank_main(fn, rank: int, world_size: int, port: int, queue, args, environ: 
             "LOCAL_RANK": str(rank),
         }
     )
+    import faulthandler
+
     import torch
 
+    faulthandler.dump_traceback_later(400)  # a rank still working then says where (run_ranks waits 450 s)
     torch.set_num_threads(1)
     try:
         queue.put((rank, True, fn(rank, *args)))
