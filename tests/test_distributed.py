@@ -5,6 +5,7 @@ checkpoints, shared evaluation, teardown)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import traceback
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -330,6 +332,7 @@ def _randomness_of_each_rank(rank: int, out: str) -> dict:
         negatives.append(drawn.tolist())
         return drawn
 
+    wrapper = weakref.ref(trainer.model)  # DDP's
     try:
         params = torch.cat([p.detach().flatten() for p in trainer.raw_model.parameters()]).numpy().copy()
         mask = (trainer.raw_model.drop(torch.ones(512)) == 0).numpy().copy()  # the same input on every rank
@@ -339,12 +342,22 @@ def _randomness_of_each_rank(rank: int, out: str) -> dict:
     finally:
         torch.randint = randint
         trainer.cleanup(ended_normally=True)
-    return {"params": params, "mask": mask, "negatives": negatives, "order": order, "status": ended.status}
+    gc.collect()
+    released = wrapper() is None  # held past the group's end, DDP's last reference can hang the process
+    return {
+        "params": params,
+        "mask": mask,
+        "negatives": negatives,
+        "order": order,
+        "status": ended.status,
+        "released": released,
+    }
 
 
 def test_ranks_start_from_one_model_but_draw_their_own_dropout_and_negatives(tmp_path):
     zero, one = run_ranks(_randomness_of_each_rank, str(tmp_path / "run"))
     assert zero["status"] == one["status"] == "completed"
+    assert zero["released"] and one["released"]  # the trainer let go of DDP's wrapper before the group ended
     assert (zero["params"] == one["params"]).all()  # one initial model (DDP would broadcast rank 0's anyway)
     assert (zero["mask"] != one["mask"]).any()  # dropout: seed + rank
     assert len(zero["negatives"]) == len(one["negatives"]) == 2  # one draw per step
@@ -457,7 +470,7 @@ def _evaluate_each_task(rank: int, out: str) -> dict:
     import torch.distributed as dist
 
     from core.config import RunConfig
-    from core.engine.distributed import DistContext
+    from core.engine.distributed import DistContext, destroy_process_group
     from core.engine.trainer import Trainer
 
     results = {}
@@ -487,8 +500,9 @@ def _evaluate_each_task(rank: int, out: str) -> dict:
             "test": trainer.evaluate("test") if trainer.test else None,
             "rows": rows,
         }
+        trainer.release_ddp()  # the group lives on for the next task
     timeout = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu")).options._timeout
-    dist.destroy_process_group()
+    destroy_process_group(agree=True)
     return {"tasks": results, "timeout_seconds": timeout.total_seconds()}
 
 

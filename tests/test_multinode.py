@@ -269,23 +269,29 @@ def test_another_program_on_the_port_fails_within_the_rendezvous_timeout_in_one_
     ), err
 
 
-def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it_in_the_same_second():
-    """torchelastic dates failures in whole seconds: rank 0, which reports rank 1's death (and saved the
-    checkpoint), often fails in the same second as rank 1 and may be listed first."""
+def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it():
+    """torchelastic dates failures in whole seconds, a silent death when its agent noticed it: rank 0, which
+    reports rank 1's death (and saved the checkpoint), is often dated in the same second or before."""
+    import signal
     from types import SimpleNamespace
 
     from core.cli.loopback_torchrun import failure_line, root_failure
 
-    def failure(local_rank, timestamp, message=""):
+    def failure(local_rank, timestamp, message="", exitcode=1):
         return SimpleNamespace(
-            local_rank=local_rank, timestamp=timestamp, exitcode=1, message=message, signal_name=lambda: ""
+            local_rank=local_rank,
+            timestamp=timestamp,
+            exitcode=exitcode,
+            message=message,
+            signal_name=lambda: signal.Signals(-exitcode).name if exitcode < 0 else "",
         )
 
     told = {
         "message": "RankFailed: rank 0 on node n: rank 1 of this 2-process run died or lost its connection at "
         "step 5; the run ended"
     }
-    same_second = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 100)})
+    silent = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+    same_second = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 100, silent)})
     assert root_failure(same_second)[0] == 1
     # The line names the rank, its node and how it ended (a real run's: tests/test_distributed.py, a rank killed)
     assert failure_line(same_second) == (
@@ -293,16 +299,23 @@ def test_the_root_cause_is_the_rank_that_died_not_the_one_that_reported_it_in_th
         f"exited with code 1; it said nothing (killed, or it died before it could "
         f"write why)"
     )
-    later = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 101)})
-    assert root_failure(later)[0] == 0  # otherwise torchelastic's order: the first by time
-    assert failure_line(later).endswith(
+    # Rank 1 killed, noticed a second after rank 0 reported it; rank 0 then stopped by the agent (SIGTERM)
+    noticed_later = SimpleNamespace(
+        failures={0: failure(0, 100, told, -signal.SIGTERM), 1: failure(1, 101, silent, -signal.SIGKILL)}
+    )
+    assert failure_line(noticed_later).startswith(
+        f"rank 1 (local rank 1) on node {socket.gethostname()} failed first: was killed by SIGKILL; it said nothing"
+    )
+    # The lost peer on another node: rank 0's report, not rank 1, which the agent stopped afterwards
+    elsewhere = SimpleNamespace(failures={0: failure(0, 100, told), 1: failure(1, 101, silent, -signal.SIGTERM)})
+    assert failure_line(elsewhere).endswith(
         "failed first: exited with code 1; rank 0 on node n: rank 1 of this "
         "2-process run died or lost its connection at step 5; the run ended"
     )
     by_themselves = SimpleNamespace(
-        failures={0: failure(0, 100, {"message": "RankFailed: disk full"}), 1: failure(1, 100)}
+        failures={0: failure(0, 100, {"message": "RankFailed: disk full"}), 1: failure(1, 101, silent, 1)}
     )
-    assert root_failure(by_themselves)[0] == 0
+    assert root_failure(by_themselves)[0] == 0  # otherwise torchelastic's order: the first by time
 
 
 def test_a_node_that_never_joins_ends_the_run_within_the_rendezvous_timeout(tmp_path):

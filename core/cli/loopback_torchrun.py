@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import errno
 import os
+import signal
 import socket
 import sys
 import threading
@@ -122,15 +123,24 @@ def _message(failure: ProcessFailure) -> str:
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
-    return str(message or "")
+    message = str(message or "")
+    return "" if message.startswith("To enable traceback") else message  # torchelastic's: nothing was said
 
 
 def root_failure(exc: ChildFailedError) -> tuple[int, ProcessFailure]:
-    """The rank whose failure ended the run, and that failure: the first by time, where a rank that only reports a
-    peer's loss (PEER_LOST) comes after one that failed in the same second."""
+    """The rank whose failure ended the run, and that failure. torchelastic takes the first by time, in whole
+    seconds, where a rank that died silently is dated when the agent noticed, after the peer that reported its
+    loss (PEER_LOST). So: a rank the agent itself stopped (SIGTERM, nothing said) comes last, a report of a
+    peer's loss next, then the rest by time."""
     from core.engine.distributed import PEER_LOST
 
-    return min(exc.failures.items(), key=lambda item: (item[1].timestamp, PEER_LOST in _message(item[1])))
+    def order(item: tuple[int, ProcessFailure]) -> tuple[bool, bool, int]:
+        failure = item[1]
+        message = _message(failure)
+        stopped = failure.exitcode == -signal.SIGTERM and not message
+        return stopped, PEER_LOST in message, failure.timestamp
+
+    return min(exc.failures.items(), key=order)
 
 
 def failure_line(exc: ChildFailedError) -> str:
@@ -139,8 +149,6 @@ def failure_line(exc: ChildFailedError) -> str:
 
     rank, failure = root_failure(exc)
     message = printable(_message(failure)).strip().splitlines()
-    if message and message[0].startswith("To enable traceback"):
-        message = []
     if failure.exitcode is not None and failure.exitcode < 0:
         how = f"was killed by {failure.signal_name()}"
     else:

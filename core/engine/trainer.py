@@ -478,9 +478,16 @@ class Trainer(Evaluating):
         if self.folder is not None:  # a run that never started leaves no empty folder behind
             self.folder.release(remove_if_unused=not hasattr(self, "clock"))
         if self.dist.enabled:
-            if hasattr(self, "model"):  # DDP's reducer holds the process group and its pending work
-                self.model = self.raw_model
+            self.release_ddp()
             destroy_process_group(agree=ended_normally)
+
+    def release_ddp(self) -> None:
+        """Let go of DDP's wrapper (the model and the loss that calls it) while the process group is still
+        registered. Freed after the group is destroyed, DDP's reducer drops the group's last reference with the
+        GIL held, and the group's destructor joins a gloo thread that may be waiting for the GIL: a hang."""
+        if isinstance(getattr(self, "model", None), torch.nn.parallel.DistributedDataParallel):
+            self.model = self.raw_model
+            self._loss = task_loss(self.model, self.task.loss)
 
     # ----------------------------------------------------------------- helpers
     def display_epoch(self) -> int:
