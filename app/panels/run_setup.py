@@ -18,6 +18,7 @@ from app.assets import restyle
 from app.panels.editors import LABEL_WIDTH, Editor, FieldRow, NoWheelComboBox, form_label
 from app.panels.precision_setup import PrecisionSection
 from core.config import TASK_OPTIMIZER_FIELDS
+from core.tasks import class_info
 from core.text import count as count_text
 
 TRAINING_FIELDS = (
@@ -395,11 +396,9 @@ class RunSetupPanel(PrecisionSection, QWidget):
         self._on_field_changed()
 
     def chooses_optimizer(self) -> bool:
-        """Whether the chosen task defines configure_optimizers: a task file's child answer says so in its
-        capabilities, a built-in class is checked directly."""
+        """Whether the chosen task defines configure_optimizers (TaskInfo.own_optimizer)."""
         cls = self._tasks.get(self.taskCombo.currentData())
-        hook = getattr(cls, "configure_optimizers", None) is not None
-        return hook or "configure_optimizers" in getattr(cls, "capabilities", ())
+        return cls is not None and class_info(cls).own_optimizer
 
     def _show_own_optimizer(self) -> None:
         """The optimizer's fields off, the note shown and their tooltip, while the task chooses its optimizer."""

@@ -57,7 +57,8 @@ def predict_options() -> list:
     return list(found.values())
 
 
-def _info_from_class(cls: type[Task]) -> TaskInfo:
+def class_info(cls: type[Task]) -> TaskInfo:
+    """What the catalog says of a task class (a task file's stand-in included)."""
     return TaskInfo(
         name=cls.name,
         description=cls.description,
@@ -84,7 +85,7 @@ def task_infos() -> dict[str, TaskInfo]:
         if any(info is None or info.name != name for name, info in infos.items()):
             classes = _task_classes()  # a task the source reader cannot follow: ask the class itself
             infos = {
-                name: info if info is not None and info.name == name else _info_from_class(classes[name])
+                name: info if info is not None and info.name == name else class_info(classes[name])
                 for name, info in infos.items()
             }
         _infos = infos
@@ -92,7 +93,7 @@ def task_infos() -> dict[str, TaskInfo]:
     users = {}
     for name, reference in _references.items():
         if name in _loaded:
-            users[name] = replace(_info_from_class(_loaded[name]), source=reference)
+            users[name] = replace(class_info(_loaded[name]), source=reference)
         elif (info := _source_info(reference)) is not None and info.name == name:
             users[name] = replace(info, source=reference)
     return _infos | users
@@ -222,7 +223,7 @@ def get_task_info(name: str) -> TaskInfo:
     if name in infos:
         return infos[name]
     if name in _references:
-        return _info_from_class(get_task_class(name))
+        return class_info(get_task_class(name))
     raise ConfigError("task", unknown_task_message(name))
 
 

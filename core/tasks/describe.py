@@ -34,7 +34,7 @@ def command(reference: str) -> list[str]:
 
 def describe(reference: str) -> dict:
     """Load the task `reference` names (its code runs) and say what the window needs of it."""
-    from core.tasks import _info_from_class
+    from core.tasks import class_info
     from core.tasks.base import Task
     from core.tasks.user_tasks import load_task
 
@@ -44,7 +44,7 @@ def describe(reference: str) -> dict:
     except Exception:  # the form says so; training reports why
         count = None
     parts = [n for n in CAPABILITIES if any(n in vars(k) for k in cls.__mro__[: cls.__mro__.index(Task)])]
-    return asdict(_info_from_class(cls)) | {
+    return asdict(class_info(cls)) | {
         "class_name": cls.__name__,
         "parameter_count": count,
         "capabilities": parts + (["serving"] if cls.serving_class() is not None else []),
