@@ -56,6 +56,8 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._status_timer = QTimer(self, singleShot=True, interval=250)
         self._status_timer.timeout.connect(self._flush_status)
         self.jobs = JobRunner(self)
+        self._preload = JobRunner(self)  # what the first estimate or run imports, ahead (load_engine)
+        self.engine_preloaded = False
         self._garbage_collector = GuiThreadGarbageCollector(self)  # collects on the GUI thread: see its doc
         self.closed.connect(self._garbage_collector.stop)
         self._history: list | None = None  # a resumed run's earlier metrics, once read
@@ -97,7 +99,9 @@ class MainWindow(WindowDialogs, QMainWindow):
         if self.engine_ready:
             return
         from core.config import FIELD_SPECS
+        from core.lab.memory_estimate import preload
         from core.tasks import TASKS
+        from core.tasks.user_tasks import keep_files_out
 
         if self._injected_devices is not None:
             self.devicesPanel.set_provider(lambda: list(self._injected_devices))
@@ -112,7 +116,10 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.plotsPanel.build()
         self.window_settings.restore_run_setup(self)
         self.engine_ready = True
+        keep_files_out(self, True)  # a task file's code runs in a child, never here
+        self.closed.connect(lambda: keep_files_out(self, False))
         self._garbage_collector.freeze_loaded()  # torch and the engine are imported now
+        self._preload.submit(preload, self._preloaded, lambda *_failure: self._preloaded())
         self.setupPanel.changed.connect(self._save_config_soon)
         self.setupPanel.executionChanged.connect(self._save_config_soon)
         self.setupPanel.executionChanged.connect(self._keep_spare_process)
@@ -120,6 +127,11 @@ class MainWindow(WindowDialogs, QMainWindow):
         self.show_message("Ready. Choose a task and press Start.")
         self._update_buttons()
         self.engineLoaded.emit()
+
+    def _preloaded(self, _result=None) -> None:
+        """Those modules frozen too: a full collection on the GUI thread would walk them (about 90 ms)."""
+        self._garbage_collector.freeze_loaded()
+        self.engine_preloaded = True
 
     def apply_config(self, config) -> None:
         """Show `config` in the form and select its device when it is here."""
@@ -489,6 +501,7 @@ class MainWindow(WindowDialogs, QMainWindow):
         self._close_deadline.stop()
         self.controller.shutdown()  # stop + join: no thread outlives the window
         self.jobs.shutdown()
+        self._preload.shutdown()
         self.remote.shutdown()
         for dialog in (self.previewDialog, *self.tools.dialogs()):
             if dialog is not None:

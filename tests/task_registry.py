@@ -35,3 +35,16 @@ def restored_task_registry():
         yield
     finally:
         restore(saved)
+
+
+@contextmanager
+def task_files_run_here():
+    """Within: this process loads task files though a window is open (the test acting as the CLI would)."""
+    from core.tasks import user_tasks
+
+    windows = set(user_tasks._WINDOWS)
+    user_tasks._WINDOWS.clear()
+    try:
+        yield
+    finally:
+        user_tasks._WINDOWS.update(windows)

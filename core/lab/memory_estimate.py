@@ -51,6 +51,7 @@ class Estimate:
         return ", ".join(f"{name} {size(value)}" for name, value in self.parts.items() if value)
 
 
+_PRELOAD = threading.Lock()
 # torch's profiler is one per process: two at once (two windows' forms estimating together) crash it in C++
 _PROFILER = threading.Lock()
 
@@ -174,6 +175,7 @@ def estimate(
 ) -> Estimate:
     """The peak training memory of `config` (device, precision mode, optimizer and batch size default to its own)
     on its device, from one probe step of at most PROBE_BATCH rows (see the module's docstring)."""
+    preload()
     from core.devices import device_info, list_devices
     from core.engine.precision import resolve_precision
     from core.lab.timing import on_throwaway_trainer
@@ -242,6 +244,19 @@ def estimate(
         warmup_steps=0,
         max_steps=2,
     )
+
+
+def preload() -> None:
+    """Import what the first estimate (and the first run in this process) would import on the way: the trainer
+    and torch's profiler and dynamo (an optimizer's first step), about 900 modules. The window does it on a
+    worker thread once its engine is loaded, then freezes them out of its collector's reach. One thread at a time
+    (an estimate starting meanwhile waits): two threads importing torch's circular modules at once may see one
+    half made."""
+    with _PRELOAD:
+        import torch._dynamo
+        import torch.profiler  # noqa: F401
+
+        import core.lab.timing  # noqa: F401
 
 
 def model_bytes(model) -> int:

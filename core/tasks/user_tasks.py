@@ -29,6 +29,13 @@ _MODULE_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _CLASS_RE = re.compile(r"^[A-Za-z_]\w*$")
 # Where tasks imported by module name live: frames there are the user's (core.tasks.task_checks.is_user_file).
 USER_CODE_ROOTS: set[str] = set()
+_WINDOWS: set[int] = set()  # windows open in this process (keep_files_out): no task file runs here meanwhile
+
+
+def keep_files_out(window: object, open_: bool) -> None:
+    """`window` opened (or closed): while any is open, loading a task file here raises; its code runs in the
+    window's child processes, and the window registers their stand-ins (add_task with a class)."""
+    (_WINDOWS.add if open_ else _WINDOWS.discard)(id(window))
 
 
 class TaskFileError(ConfigError):
@@ -79,6 +86,8 @@ def canonical_reference(reference: str) -> str:
 def load_task(reference: str) -> type[Task]:
     """Import (running its code), check and return the task class `reference` names, not registered."""
     kind, target, class_name = split_reference(reference)
+    if kind == "file" and _WINDOWS:
+        raise TaskFileError(reference, "not loaded in the window yet: pick it in the task list")
     module = _import_file(reference, target) if kind == "file" else _import_module(reference, target)
     cls = _find_class(reference, module, class_name)
     check_task_class(cls, reference)

@@ -158,6 +158,7 @@ def make_window(qtbot, settings, cpu_devices):
         window.load_engine()
         window.show()
         qtbot.waitExposed(window)
+        qtbot.waitUntil(lambda: window.engine_preloaded)  # and frozen: garbage made before then is pinned
         return window
 
     return make

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gui_helpers import PROCESS_WAIT_MS, click, find, finish_run, quick_run, set_field
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
-from task_registry import restore
+from task_registry import restore, restored_task_registry
 
 from app.task_actions import PENDING
 from app.window_settings import USER_TASKS_KEY
@@ -351,3 +351,21 @@ def test_removing_the_task_the_last_settings_were_for_starts_the_next_session_on
     assert third.setupPanel.taskCombo.currentData() == "tiny" and "regression" not in combo_entries(third)
     log = third.logPanel.toPlainText()
     assert "regression" not in log and "ignored" not in log, log
+
+
+@pytest.mark.timeout(120)
+def test_no_task_file_runs_in_the_window_process_while_a_window_is_open(make_window, tmp_path):
+    """Anything in the window that asks for a listed task file's class (a settings save, a check) gets a
+    ConfigError, not the file's code run here; out of any window (the CLI) the same call loads it."""
+    from core.errors import ConfigError
+    from core.tasks import get_task_class, remember_task
+
+    path = task_file(tmp_path)
+    with restored_task_registry():
+        window = make_window()
+        info = remember_task(f"{path.resolve()}:RegressionTask")
+        with pytest.raises(ConfigError, match="pick it in the task list"):
+            get_task_class(info.name)
+        assert not path.with_suffix(".ran").exists()
+        window.close()
+        assert get_task_class(info.name).name == info.name and path.with_suffix(".ran").exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtGui import QGuiApplication
+from task_registry import task_files_run_here
 
 import core.remote.client
 from app.run.remote_run import RemoteRun, _Found
@@ -32,7 +33,8 @@ def user_task_form(window, qtbot, tmp_path):
     """The form on a user's task file (loaded here, as File → Add task… does in a child), far from its defaults."""
     path = tmp_path / "my task.py"  # a space: the command quotes it
     path.write_text(TASK_FILE.read_text())
-    window.setupPanel.add_task(add_task(f"{path}:RegressionTask"))
+    with task_files_run_here():
+        window.setupPanel.add_task(add_task(f"{path}:RegressionTask"))
     set_field(window, "taskCombo", "regression")
     data = tmp_path / "-rows.csv"  # a value starting with -, kept a value
     data.write_text("a,b\n1,2\n")

@@ -26,3 +26,23 @@ def test_a_window_with_its_engine_loaded_freezes_the_imported_modules(unfrozen, 
     assert window.engine_ready
     assert gc.get_freeze_count() > 100_000  # torch alone holds hundreds of thousands of tracked objects
     assert not any(obj is torch.nn.Module for obj in gc.get_objects())  # no longer walked
+
+
+def test_what_the_first_estimate_imports_is_loaded_ahead_and_frozen(qtbot, settings, cpu_devices):
+    """The first estimate (or run) imports torch's dynamo and profiler (about 900 modules): a job imports them
+    right after the engine, and the window freezes them when it is done, so no full collection walks them."""
+    import sys
+
+    from app.main_window import MainWindow
+
+    class Made:  # tracked by the collector, made after the engine's freeze
+        pass
+
+    window = MainWindow(settings=settings, devices=cpu_devices, prestart_runs=False)
+    qtbot.addWidget(window)
+    window.load_engine()
+    made = Made()
+    assert any(obj is made for obj in gc.get_objects())
+    qtbot.waitUntil(lambda: window.engine_preloaded)
+    assert {"torch._dynamo", "torch.profiler", "core.engine.trainer"} <= set(sys.modules)
+    assert not any(obj is made for obj in gc.get_objects())  # frozen with them

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from task_registry import task_files_run_here
 
 from core.cli.main import main
 from core.runs.predictor_child import WORK_LIMIT_ENV
@@ -51,7 +52,8 @@ def hostile_run(tmp_path):
     path.write_text(TASK_FILE.read_text().replace("return FeatureServing", "return HostileServing") + HOSTILE)
     runs = tmp_path / "runs"
     argv = ["train", "--task", f"{path}:RegressionTask", "--epochs", "1", "--max-steps", "20", "--runs-dir", str(runs)]
-    assert main(argv) == 0
+    with task_files_run_here():  # trained here as the CLI does, a window or not
+        assert main(argv) == 0
     (folder,) = runs.iterdir()
     return path, folder
 

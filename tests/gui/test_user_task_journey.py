@@ -19,6 +19,7 @@ import pytest
 from gui_helpers import click, find, finish_run, loss_points, set_field
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QToolButton
+from task_registry import task_files_run_here
 from test_add_task import add_task
 
 from app.file_actions import SERVING_FILTERS
@@ -210,9 +211,10 @@ def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(
     qtbot.waitUntil(lambda: page.answer is not None, timeout=30_000)
     from core.runs.predict import load_predictor
 
-    reference = load_predictor(preview.predictor.checkpoint)
-    assert page.values() == pytest.approx(reference.example_rows(1)[0].tolist(), abs=1e-4)  # Sample's first row
-    expected = reference.predict_rows(np.asarray([page.values()], np.float32))[0]
+    with task_files_run_here():  # the reference: the same checkpoint loaded here, as the CLI would
+        reference = load_predictor(preview.predictor.checkpoint)
+        assert page.values() == pytest.approx(reference.example_rows(1)[0].tolist(), abs=1e-4)  # Sample's first row
+        expected = reference.predict_rows(np.asarray([page.values()], np.float32))[0]
     assert page.probabilities == pytest.approx(expected.tolist(), abs=1e-5) and sum(
         page.probabilities
     ) == pytest.approx(1.0, abs=1e-5)
@@ -239,6 +241,7 @@ def test_a_task_file_from_the_template_goes_the_whole_way_in_the_window(
     assert manifest["serving"] == {"features": 16, "outputs": ["p0", "p1", "p2", "p3"], "probabilities": True}
     served = serve_module(destination).load(destination)  # the folder's own serve.py, no task file
     x = reference.example_rows(3)
-    last = load_predictor(third, which="last")  # what was exported
+    with task_files_run_here():
+        last = load_predictor(third, which="last")  # what was exported
     assert last.step == resumed_to
     assert np.asarray(served.predict(x.tolist())) == pytest.approx(last.predict_rows(x), abs=1e-5)

@@ -8,6 +8,7 @@ import os
 
 import pytest
 from gui_helpers import finish_run, quick_run, set_field
+from task_registry import task_files_run_here
 
 from core.devices import cpu_info
 
@@ -28,7 +29,8 @@ def long_window(make_window, tmp_path, restored_tasks):
     device = dataclasses.replace(cpu_info(), name="Intel(R) Xeon(R) Platinum 8480+ with a long marketing name " * 2)
     window = make_window(devices=[device])
     (tmp_path / "long_task.py").write_text(TASK_FILE)
-    window.setupPanel.add_task(add_task(str(tmp_path / "long_task.py")))
+    with task_files_run_here():  # loaded here, as File → Add task… does in a child
+        window.setupPanel.add_task(add_task(str(tmp_path / "long_task.py")))
     return window
 
 
