@@ -166,7 +166,11 @@ def changed_run(tmp_path: Path, old: str, new: str) -> tuple[Path, str]:
     return train(tmp_path / "run", reference), reference
 
 
-def test_a_task_without_inputs_is_told_in_one_line_what_to_add(tmp_path, capsys):
+def test_a_task_without_inputs_is_told_in_one_line_what_to_add_and_exports_its_weights(tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    from core.engine.checkpoints import load_checkpoint, rebuild_model
+
     run, reference = changed_run(tmp_path, '    inputs = (Input("ids", "int64", ("seq",), pad=0),)\n', "")
     (tmp_path / "x.csv").write_text("ids\n1\n")
     for command in ("export", "predict"):
@@ -175,6 +179,32 @@ def test_a_task_without_inputs_is_told_in_one_line_what_to_add(tmp_path, capsys)
         assert code == 2 and "Traceback" not in err and err.count("error:") == 1, err
         last = err.strip().splitlines()[-1]
         assert "has no serving part: declare what its model reads" in last and "Input('ids'" in last
+        assert ("--format safetensors exports its weights alone" in last) == (command == "export")
+    # The weights alone: export_checkpoint's files, no serve.py, loadable into the task's model
+    out = tmp_path / "weights"
+    code, printed, err = cli(capsys, "export", run, "--task", reference, "--format", "safetensors", "--out", out)
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "model.pt", "model.safetensors"]
+    assert "weights only (no serve.py): verified tensor by tensor" in printed
+    state = load_checkpoint(run / "checkpoint.pt")
+    _task, model = rebuild_model(state, run / "checkpoint.pt")
+    weights = load_file(str(out / "model.safetensors"))
+    assert weights.keys() == model.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    code, _out, err = cli(
+        capsys,
+        "export",
+        run,
+        "--task",
+        reference,
+        "--format",
+        "safetensors",
+        "--dtype",
+        "bf16",
+        "--out",
+        tmp_path / "w16",
+    )
+    assert code == 2 and "exports its weights as trained (fp32)" in err and not (tmp_path / "w16").exists()
 
 
 @pytest.mark.parametrize(

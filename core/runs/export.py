@@ -64,8 +64,13 @@ class ExportResult:
 
     def summary(self) -> str:
         """One line: where, what, and the verification figure."""
-        text = (
-            f"exported {self.task} (step {self.step:,}) as {self.format} {self.dtype} to {self.folder}: "
+        text = f"exported {self.task} (step {self.step:,}) as {self.format} {self.dtype} to {self.folder}: "
+        if not self.rows:  # a task without inputs: the weights alone
+            return (
+                text
+                + f"{MODEL_FILES[self.format]} {size(self.size_bytes)}, weights only (no serve.py): verified tensor by tensor"
+            )
+        text += (
             f"{MODEL_FILES[self.format]} {size(self.size_bytes)}; verified by reloading it on a sample "
             f"batch {tuple(self.sample_shape)}: max abs difference {self.max_abs_diff:.2e} (tolerance "
             f"{self.tolerance:.0e})"
@@ -82,6 +87,10 @@ class ExportResult:
 
 
 # ---------------------------------------------------------------------------------------------- the export
+class NotServed(CheckpointError):
+    """The checkpoint's task has no serving part (it declares no `inputs`)."""
+
+
 @dataclass
 class Loaded:
     """A checkpoint's state, task and model (float32, eval mode, on the CPU)."""
@@ -111,7 +120,7 @@ def load_trained(checkpoint: str | Path) -> Loaded:
     state = load_checkpoint(checkpoint)
     task_class = TASKS.get(state["task"])
     if task_class is None or task_class.serving_class() is None:
-        raise CheckpointError(f"{checkpoint}: {not_served(state['task'])}")
+        raise NotServed(f"{checkpoint}: {not_served(state['task'])}")
     task, model = rebuild_model(state, checkpoint)
     with contextlib.suppress(ConfigError):  # the run's data settings, where its sample inputs are read from
         task.use_config(RunConfig.from_dict(state["config"], source=str(checkpoint)))
@@ -185,7 +194,12 @@ def export_model(
         require_onnx()
     out = Path(os.path.abspath(Path(out).expanduser()))  # "." is the current folder, named (its parent is real)
     _check_destination(out)
-    loaded = load_trained(checkpoint)
+    try:
+        loaded = load_trained(checkpoint)
+    except NotServed as exc:
+        if fmt != "safetensors":
+            raise CheckpointError(f"{exc}; --format safetensors exports its weights alone") from None
+        return _export_weights(checkpoint, out, dtype, say, began)
     say(f"loaded {loaded.state['task']} checkpoint at step {loaded.state['step']:,} from {checkpoint}")
     check_task_returns(loaded, say)
     sample = loaded.serving.sample_inputs(loaded.model, SAMPLE_ROWS, 0)  # the task's (e.g. its own reviews hashed)
@@ -200,11 +214,7 @@ def export_model(
             f"{checkpoint}: the {loaded.state['task']} model fails on sample inputs ({shapes}) of its declared "
             f"inputs: {type(exc).__name__}: {first_line(exc)}"
         ) from None
-    made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]  # removed on failure
-    staging = None
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(new_temp_folder(out.parent, f".{out.name}."))  # a folder's usual permissions, unlike mkdtemp
+    with _staged(out) as staging:
         serving = _serving(loaded, dtype, fmt)
         with torch.no_grad():
             expected = serving(*sample)
@@ -255,23 +265,6 @@ def export_model(
             atomic_write_bytes(staging / name, payload)
         files += ["manifest.json", *served]
         size = (staging / MODEL_FILES[fmt]).stat().st_size
-        if out.is_dir():  # an empty folder (checked above), perhaps the current one: filled, each file renamed in
-            for entry in sorted(staging.iterdir()):
-                os.replace(entry, out / entry.name)
-            staging.rmdir()
-        else:
-            os.replace(staging, out)
-    except BaseException as exc:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        for folder in made:  # the folders made for it, innermost first, if still empty
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-        if isinstance(exc, OSError):  # a full disk (ENOSPC, EDQUOT), a read-only or vanished folder: one line
-            raise _write_error(out, exc) from None
-        raise
     return ExportResult(
         fmt,
         out,
@@ -288,6 +281,74 @@ def export_model(
         time.perf_counter() - began,
         sample_shape=list(sample[0].shape),
     )
+
+
+def _export_weights(checkpoint: Path, out: Path, dtype: str, say, began: float) -> ExportResult:
+    """The weights alone of a task with no serving part, as export_checkpoint writes them (model.pt,
+    model.safetensors, model.json; no serve.py), verified by loading model.safetensors into a new model of the
+    task and comparing every tensor with the checkpoint's."""
+    from safetensors.torch import load_file
+
+    from core.engine.checkpoints import export_checkpoint, load_checkpoint, load_model_state, rebuild_model
+
+    if dtype != "fp32":
+        raise ConfigError("dtype", f"--dtype {dtype}: a task without `inputs` exports its weights as trained (fp32)")
+    say("the task declares no inputs, so no serve.py: exporting its weights alone")
+    state = load_checkpoint(checkpoint)
+    task, model = rebuild_model(state, checkpoint)
+    with _staged(out) as staging:
+        files = [Path(p).name for p in export_checkpoint(checkpoint, staging / "model")]
+        fresh = task.build_model(state.get("data_info") or {})
+        load_model_state(fresh, load_file(str(staging / MODEL_FILES["safetensors"])), MODEL_FILES["safetensors"])
+        expected = model.state_dict()
+        diff = max((_max_abs(v, expected[k]) for k, v in fresh.state_dict().items()), default=0.0)
+        if not diff == 0.0:
+            raise CheckpointError(f"{checkpoint}: the written weights differ from the checkpoint's by {diff:.2e}")
+        size = (staging / MODEL_FILES["safetensors"]).stat().st_size
+    say(f"verified: {len(expected)} tensors reloaded from {MODEL_FILES['safetensors']}, max abs difference 0")
+    return ExportResult(
+        "safetensors",
+        out,
+        sorted(files),
+        state["task"],
+        state["step"],
+        "fp32",
+        size,
+        0.0,
+        0.0,
+        0,
+        seconds=time.perf_counter() - began,
+    )
+
+
+@contextlib.contextmanager
+def _staged(out: Path):
+    """A new folder beside `out` to write the export in, moved into place when the block ends well (into `out`
+    itself when it is an empty folder, perhaps the current one); on any failure nothing is left, the folders
+    made for it included, and an OSError (a full disk, a read-only folder) is one line."""
+    made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]
+    staging = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(new_temp_folder(out.parent, f".{out.name}."))  # a folder's usual permissions, unlike mkdtemp
+        yield staging
+        if out.is_dir():
+            for entry in sorted(staging.iterdir()):
+                os.replace(entry, out / entry.name)
+            staging.rmdir()
+        else:
+            os.replace(staging, out)
+    except BaseException as exc:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        for folder in made:  # innermost first, if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        if isinstance(exc, OSError):
+            raise _write_error(out, exc) from None
+        raise
 
 
 def _write_error(out: Path, exc: OSError) -> ConfigError:
