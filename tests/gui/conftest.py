@@ -49,15 +49,22 @@ def garbage_collected_on_the_gui_thread(request, qapp):
     """Every GUI test runs under the window's garbage policy (app.run.jobs.GuiThreadGarbageCollector), not
     only those that open a MainWindow: a dialog or panel tested alone runs its jobs on worker threads too, and
     an automatic collection there that finalizes an earlier test's Qt objects deadlocks the process (the
-    worker holds a Qt mutex and waits for the GIL the GUI thread holds while it waits for that mutex)."""
+    worker holds a Qt mutex and waits for the GIL the GUI thread holds while it waits for that mutex). After
+    it, no window of the test may still be open: one keeps task files out of the process (the next test's)."""
+    from core.tasks import user_tasks
+
     if request.node.get_closest_marker("own_gc_policy"):
         yield
-        return
-    from app.run.jobs import GuiThreadGarbageCollector
+    else:
+        from app.run.jobs import GuiThreadGarbageCollector
 
-    collector = GuiThreadGarbageCollector(qapp, interval_ms=250)
-    yield
-    collector.stop()  # collects on this thread, then automatic collection is back for the engine tests
+        collector = GuiThreadGarbageCollector(qapp, interval_ms=250)
+        yield
+        collector.stop()  # collects on this thread, then automatic collection is back for the engine tests
+    # qtbot has closed the test's windows: none may still keep task files out of this process (the next test's)
+    open_windows = len(user_tasks._WINDOWS)
+    user_tasks._WINDOWS.clear()
+    assert not open_windows, "a window of this test was never closed"
 
 
 # The least time any qtbot wait allows, whatever the test asks. The waits are conditions (a signal, a widget's
