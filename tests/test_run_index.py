@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core.engine import run_index
+from core.engine import run_index, run_index_store
 from core.engine.run_index import (
     INDEX_FILE,
     LISTED,
@@ -292,7 +292,7 @@ def test_a_locked_index_still_lists(tmp_path, monkeypatch):
     root = make_root(tmp_path)
     indexed_runs(root)
     age(make_run(root, "run-late", "7777777777", start="2026-05-01T10:00:00+00:00"))
-    monkeypatch.setattr(run_index, "BUSY_SECONDS", 0.05)
+    monkeypatch.setattr(run_index_store, "BUSY_SECONDS", 0.05)
     holder = sqlite3.connect(root / INDEX_FILE, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")  # another process in the middle of a write
     try:

@@ -4,30 +4,26 @@
 A row is keyed by the folder's name under the root and a signature (the lstat of SIGNED_FILES); a folder whose
 signature differs, that changed within RACY_SECONDS, or whose record is unreadable, is read again. A missing,
 corrupt, locked or unwritable index means a listing without it; each call writes what changed in one short
-transaction, so processes may list at once.
+transaction (core.engine.run_index_store), so processes may list at once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import sqlite3
-import stat
 import sys
 import time
 from pathlib import Path
 
 from core.engine.run_folder import METRICS_FILE, is_in_use
+from core.engine.run_index_store import Cache, close, named_rows, open_index, remove_index, save_rows
 from core.engine.run_record import NOTE_FILE, RECORD_FILE, read_run, record_problem, remembered
 from core.engine.run_record import REMEMBERED_FILE as REMEMBERED_FILE  # the folders the index lists beyond its root
 from core.engine.run_record import remember as remember
 
 INDEX_FILE = ".history.sqlite"
-SCHEMA = 3
 RACY_SECONDS = 3  # a file changed this recently is read again next time (coarse timestamps: FAT's are 2 s)
-BUSY_SECONDS = 1.0  # how long a write waits for another process's; past it the changes are not saved this time
 SIGNED_FILES = (RECORD_FILE, NOTE_FILE, METRICS_FILE)  # what read_run reads in a run folder (run.json first)
 # a record's nested parts that a list of runs does not show: stored apart (see indexed_records)
 BULKY = ("config", "versions", "checkpoints", "metrics", "test_metrics", "notes", "resumed_at")
@@ -41,7 +37,6 @@ ROW_LIMIT = 1 << 20  # characters of a stored brief or listed array past which t
 BATCH_SECONDS = 0.25  # the least reading between two of indexed_records' batches (see there)
 PARSE_CHUNK = 100  # records parsed in one json.loads: it holds the GIL throughout, a window's thread waits
 _LIVE = ("running", "interrupted")  # statuses that depend on the folder's lock, not on its files
-_reader_version: str | None = None
 # compact, and no check for cycles (a record read from JSON has none)
 _ENCODE = json.JSONEncoder(default=str, separators=(",", ":"), check_circular=False).encode
 
@@ -103,26 +98,26 @@ def _refresh(
     "listed"; None: nothing, the matches of `keys` are read afterwards). `quick` (with keys): only the folders
     that could hold a match are looked at (see runs_named)."""
     index = root / INDEX_FILE
-    db, writable = _open(index)
+    db, writable = open_index(index)
     try:
-        cached = _Cache(db, parts)
+        cached = Cache(db, parts)
     except sqlite3.DatabaseError as exc:
-        _close(db)
-        db, cached = None, _Cache(None, None)
+        close(db)
+        db, cached = None, Cache(None, None)
         if writable and not isinstance(exc, sqlite3.OperationalError):  # damaged: the next listing starts anew
-            _remove(index)
+            remove_index(index)
     try:
         skip = None
         if quick and keys is not None and db is not None:  # the indexed runs that cannot match: not looked at
-            tops = {k.split("/", 1)[0] for k in [*keys, *_named(db, keys, set(cached.sig))]}
+            tops = {k.split("/", 1)[0] for k in [*keys, *named_rows(db, keys, set(cached.sig))]}
             skip = {k for k, nested in cached.nested.items() if nested is None and k not in tops}
 
         def saved_batch(scan: _Scan) -> None:  # the rows so far written, the runs read handed on
             nonlocal db, writable
             if scan.rows and db is None and not os.path.lexists(index):
-                db, writable = _open(index, create=True)
+                db, writable = open_index(index, create=True)
             if scan.rows and writable and db is not None:
-                _save(db, scan.rows, set())
+                save_rows(db, scan.rows, set())
                 scan.rows = []
             read = [scan.fresh[k] for k in scan.pending]
             batch((_parse_all([run for run, _bulk in read], sys.maxsize), [bulk for _run, bulk in read]))
@@ -130,18 +125,18 @@ def _refresh(
         on_batch = saved_batch if batch is not None else None
         found, fresh, rows, gone = _scan(root, cached, skip, parts == "split", parts == "listed", on_batch)
         if (rows or gone) and db is None and found and not os.path.lexists(index):
-            db, writable = _open(index, create=True)
+            db, writable = open_index(index, create=True)
         if (rows or gone) and writable and db is not None:
-            _save(db, rows, gone)
+            save_rows(db, rows, gone)
         runs, bulks, repaired = _select(db, root, found, fresh, cached, keys, parts)
         if repaired and writable and db is not None:
-            _save(db, repaired, set())
+            save_rows(db, repaired, set())
         return _newest_first(runs, bulks)
     finally:
-        _close(db)
+        close(db)
 
 
-def _scan(root: Path, cached: _Cache, skip=None, split: bool = False, listed: bool = False, on_batch=None):
+def _scan(root: Path, cached: Cache, skip=None, split: bool = False, listed: bool = False, on_batch=None):
     """What is under `root` now: the keys of the runs found (in folder order), the runs read afresh, the rows
     to write and the keys gone. `cached`: the index's rows. `skip`: folders not to look at (nothing is then
     gone). `split`: a run read afresh is kept brief (see _select); `listed`: as its LISTED fields. `on_batch`:
@@ -167,7 +162,7 @@ def _scan(root: Path, cached: _Cache, skip=None, split: bool = False, listed: bo
 
 
 class _Scan:
-    def __init__(self, cached: _Cache, split: bool = False, listed: bool = False, on_batch=None):
+    def __init__(self, cached: Cache, split: bool = False, listed: bool = False, on_batch=None):
         self.cached, self.split, self.listed, self.on_batch = cached, split, listed, on_batch
         self.pending: list[str] = []  # runs read since the last batch
         self.started = time.monotonic()
@@ -297,7 +292,7 @@ def _row(key: str, sig: str, run: dict | None, nested: list[str] | None) -> tupl
 
 
 def _select(
-    db, root: Path, found: list[str], fresh: dict, cached: _Cache, keys: list[str] | None, parts: str | None
+    db, root: Path, found: list[str], fresh: dict, cached: Cache, keys: list[str] | None, parts: str | None
 ) -> tuple[list[dict], list, list[tuple]]:
     """The runs and (parts "split": the runs brief) bulky parts of the runs found (those `keys` may name
     when given): fresh ones as read, the others parsed from the index, their folder as this root spells it
@@ -307,7 +302,7 @@ def _select(
         wanted = found
         stored = {k: (cached.brief[k], cached.bulk[k]) for k in found if k not in fresh}
     else:
-        stored = _named(db, keys, set(found) - set(fresh)) if db is not None else {}
+        stored = named_rows(db, keys, set(found) - set(fresh)) if db is not None else {}
         wanted = [k for k in found if k in stored or (k in fresh and _names(fresh[k][0], keys))]
     from_index = [stored[k] for k in wanted if k not in fresh]
     parsed = iter(
@@ -427,179 +422,6 @@ def _newest_first(runs: list[dict], bulks: list) -> tuple[list[dict], list]:
 
     order = sorted(range(len(runs)), key=lambda i: when(runs[i]), reverse=True)
     return [runs[i] for i in order], [bulks[i] for i in order]
-
-
-# ---- the file ------------------------------------------------------------------------------------------------------
-
-
-def _open(index: Path, create: bool = False) -> tuple[sqlite3.Connection | None, bool]:
-    """(a connection to the index, schema checked, whether it may be written); None when there is none to use
-    (missing and not `create`, not a regular file, unreadable). A damaged file is removed (and made anew when
-    `create`); a locked or read-only one is read as it is."""
-    try:
-        info = os.stat(index, follow_symlinks=False)
-    except FileNotFoundError:
-        if not create:
-            return None, False
-    except OSError:
-        return None, False
-    else:
-        if not stat.S_ISREG(info.st_mode):  # a link or a folder in its place: left alone, scanned without
-            return None, False
-    uri = Path(os.path.abspath(index)).as_uri() + ("?mode=rwc" if create else "?mode=rw")
-    db = None
-    try:
-        db = sqlite3.connect(uri, uri=True, timeout=BUSY_SECONDS, isolation_level=None)
-        _prepare(db)
-        return db, True
-    except sqlite3.OperationalError:
-        _close(db)
-        return _open_read_only(index), False
-    except sqlite3.DatabaseError:
-        _close(db)
-        _remove(index)
-        return _open(index, create=True) if create else (None, False)
-
-
-def _open_read_only(index: Path) -> sqlite3.Connection | None:
-    """The index of a root this user cannot write, or one another process holds locked: read as it is on
-    disk. Its rows are checked against the folders like any other, so a stale one is only read again."""
-    db = None
-    try:
-        db = sqlite3.connect(
-            Path(os.path.abspath(index)).as_uri() + "?mode=ro&immutable=1", uri=True, isolation_level=None
-        )
-        if _stored_version(db) != _version():
-            db.close()
-            return None
-        return db
-    except sqlite3.DatabaseError:
-        _close(db)
-        return None
-
-
-def _prepare(db: sqlite3.Connection) -> None:
-    """The tables, made anew when the file is new or another version of the code wrote it (what read_run
-    returns may have changed with the code)."""
-    db.execute("PRAGMA synchronous=NORMAL")  # a cache: a commit lost to a power cut is only read again
-    if _stored_version(db) == _version():
-        return
-    with _transaction(db):
-        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        if _stored_version(db) == _version():
-            return  # another process made them meanwhile
-        db.execute("DROP TABLE IF EXISTS runs")
-        db.execute("DROP TABLE IF EXISTS bulks")
-        # the bulky parts in a table of their own: a listing reads only the short rows (a quarter of the file)
-        db.execute(
-            "CREATE TABLE runs (key TEXT PRIMARY KEY, sig TEXT NOT NULL, id TEXT, name TEXT, nested TEXT, "
-            "brief TEXT, listed TEXT)"
-        )
-        db.execute("CREATE TABLE bulks (key TEXT PRIMARY KEY, bulk TEXT)")
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('reader', ?)", (_version(),))
-
-
-def _stored_version(db: sqlite3.Connection) -> str | None:
-    try:
-        row = db.execute("SELECT value FROM meta WHERE key = 'reader'").fetchone()
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return None
-        raise
-    return row[0] if row else None
-
-
-def _version() -> str:
-    """The schema and the code that makes the rows (this module and run_record, by content)."""
-    global _reader_version
-    if _reader_version is None:
-        digest = hashlib.sha1(str(SCHEMA).encode())
-        for module in (__file__, Path(__file__).with_name("run_record.py")):
-            try:
-                digest.update(Path(module).read_bytes())
-            except OSError:
-                digest.update(str(module).encode())
-        _reader_version = digest.hexdigest()[:16]
-    return _reader_version
-
-
-class _Cache:
-    """The index's rows, a dict per column (key -> value): no object per row for the garbage collector."""
-
-    def __init__(self, db, parts: str | None):
-        """brief and bulk stay None unless `parts` asks for them ("full", "split": both; "listed": the LISTED
-        array as the brief)."""
-        self.sig: dict[str, str] = {}
-        self.nested: dict[str, str | None] = {}
-        self.brief: dict[str, str | None] = {}
-        self.bulk: dict[str, str | None] = {}
-        if db is None:
-            return
-        columns = {"full": "brief, bulk", "split": "brief, bulk", "listed": "listed, NULL", None: "NULL, NULL"}[parts]
-        tables = "runs LEFT JOIN bulks USING (key)" if parts in ("full", "split") else "runs"
-        for key, sig, nested, brief, bulk in db.execute(f"SELECT key, sig, nested, {columns} FROM {tables}"):
-            self.sig[key], self.nested[key], self.brief[key], self.bulk[key] = sig, nested, brief, bulk
-
-
-def _named(db, keys: list[str], candidates: set[str]) -> dict[str, tuple[str | None, str | None]]:
-    """key -> (brief, bulk) of the runs among `candidates` whose id equals or starts with one of `keys`, or
-    whose name equals one."""
-    out: dict[str, tuple[str | None, str | None]] = {}
-    query = (
-        "SELECT key, brief, bulk FROM runs LEFT JOIN bulks USING (key) WHERE nested IS NULL AND "
-        "(id = ?1 OR name = ?1 OR substr(id, 1, length(?1)) = ?1)"
-    )
-    for k in keys:
-        try:
-            rows = db.execute(query, (k,)).fetchall()
-        except sqlite3.DatabaseError:
-            return out
-        out.update((key, (brief, bulk)) for key, brief, bulk in rows if key in candidates)
-    return out
-
-
-def _save(db: sqlite3.Connection, rows: list[tuple], gone: set[str]) -> None:
-    """Write what changed in one transaction; a locked or read-only index keeps its rows (read again next
-    time)."""
-    try:
-        with _transaction(db):
-            db.executemany(
-                "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (key, sig, ident, name, nested, brief, listed)
-                    for key, sig, ident, name, nested, brief, _bulk, listed in rows
-                ],
-            )
-            db.executemany("INSERT OR REPLACE INTO bulks VALUES (?, ?)", [(row[0], row[6]) for row in rows])
-            db.executemany("DELETE FROM runs WHERE key = ?", [(k,) for k in gone])
-            db.executemany("DELETE FROM bulks WHERE key = ?", [(k,) for k in gone])
-    except sqlite3.DatabaseError:
-        pass
-
-
-@contextlib.contextmanager
-def _transaction(db: sqlite3.Connection):
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(sqlite3.DatabaseError):
-            db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
-
-
-def _close(db) -> None:
-    if db is not None:
-        with contextlib.suppress(sqlite3.Error):
-            db.close()
-
-
-def _remove(index: Path) -> None:
-    """A damaged index and its journal files, so that the next listing makes a new one."""
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        with contextlib.suppress(OSError):
-            os.unlink(f"{index}{suffix}")
 
 
 find_runs = indexed_runs  # the name `runs`, the remote agent and the preview use
