@@ -35,8 +35,11 @@ class ThreadRun(RunHandle):
 
             train(config, sink=progress, control=control, resume_from=resume_from, devices=devices)
 
-        # torch's optimizers import torch._dynamo lazily: import it here, on the GUI thread, not on the worker.
-        import torch._dynamo  # noqa: F401
+        # What a run imports on the way (torch's optimizers import torch._dynamo lazily): here, not on the worker;
+        # usually done already by the window's preload, which this waits for.
+        from core.lab.memory_estimate import preload
+
+        preload()
 
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self._switch_interval, UI_SWITCH_INTERVAL_S))
