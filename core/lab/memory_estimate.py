@@ -51,7 +51,7 @@ class Estimate:
         return ", ".join(f"{name} {size(value)}" for name, value in self.parts.items() if value)
 
 
-_PRELOAD = threading.Lock()
+_PRELOAD = threading.Lock()  # preload(): one thread imports at a time
 # torch's profiler is one per process: two at once (two windows' forms estimating together) crash it in C++
 _PROFILER = threading.Lock()
 
