@@ -145,7 +145,8 @@ def test_stop_mid_sweep_then_resume_on_other_devices_continues_the_stopped_trial
         max_steps=1500,
         log_interval=10,
         eval_interval=500,
-        task_options={"samples": 512},
+        # wide enough (a few seconds a trial) that a trial cannot finish while the stop travels on a busy machine
+        task_options={"samples": 512, "hidden": 4096},
     )
     axes = [grid_axis("lr=1e-3,3e-3,1e-2", "tiny")]
     folder = create_sweep(base, plan_trials(base, grid=axes), axes, root=tmp_path / "runs")
