@@ -11,6 +11,7 @@ passes are not counted.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,8 @@ class AllocationPeak:
         else:
             from torch.profiler import ProfilerActivity, profile
 
+            # kineto reads this once, at its first profile: unset, it prints start/stop lines on every probe
+            os.environ.setdefault("KINETO_LOG_LEVEL", "6")
             _PROFILER.acquire()
             try:
                 self.profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
