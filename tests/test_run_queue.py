@@ -71,7 +71,10 @@ def test_remove_move_and_pause(tmp_path, capsys):
 
 def test_a_killed_runner_goes_on_from_the_checkpoint(tmp_path, capsys):
     root = tmp_path / "runs"
-    queue_cli(capsys, "add", *TINY, "--max-steps", "3000", "--log-interval", "5", "--runs-dir", root)
+    # wide enough (seconds) that it cannot end between its first logged step and the kill
+    queue_cli(
+        capsys, "add", *TINY, "-o", "hidden=2048", "--max-steps", "3000", "--log-interval", "5", "--runs-dir", root
+    )
     queue_cli(capsys, "add", *TINY, "--max-steps", "6", "--runs-dir", root)
     start = "import sys; from tests.test_run_queue import queue_main; sys.exit(queue_main(sys.argv[1:]))"
     command = [sys.executable, "-c", start, "start", "--runs-dir", str(root)]

@@ -72,6 +72,8 @@ def test_a_2x2_grid_on_two_cpu_slots_makes_four_runs_that_overlap(tmp_path, caps
         capsys,
         "sweep",
         *FAST,
+        "-o",
+        "hidden=1024",  # trials of a few seconds: long enough to overlap whatever the load
         "--runs-dir",
         str(root),
         "--grid",

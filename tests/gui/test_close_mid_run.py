@@ -10,7 +10,6 @@ process's own handler stops it). The rest is the window's and runs on a thread.
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 import shiboken6
@@ -57,9 +56,8 @@ def test_stop_and_close_keeps_the_window_responsive_then_closes(qtbot, window, t
     threads = window.findChildren(QThread)
     pid = window.controller.run.process.processId() if separate else None
 
-    began = time.monotonic()
     assert window.request_close() is False  # the close waits for the run: no blocking wait in closeEvent
-    assert time.monotonic() - began < 1.0
+    assert window.controller.running  # returned while the run still stops (a blocking wait returns after it)
     assert answers.asked == 1
     assert window.isVisible()
     assert window.controller.stopping

@@ -36,7 +36,7 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
     assert find(window, "pauseButton").isEnabled()
 
     qtbot.waitUntil(lambda: loss_points(window) >= 3, timeout=PROCESS_WAIT_MS)
-    qtbot.waitUntil(lambda: find(window, "progressBar").value() > 0, timeout=5000)  # refreshed at 4 Hz
+    qtbot.waitUntil(lambda: find(window, "progressBar").value() > 0, timeout=PROCESS_WAIT_MS)  # refreshed at 4 Hz
     assert "step" in window.statusBarWidget.steps.text()
     assert window.statusBarWidget.dtypes.text() == "autocast float32 · params float32"
     assert window.statusBarWidget.scaler.text() == "GradScaler off"
@@ -45,14 +45,16 @@ def test_start_pause_resume_stop_writes_a_loadable_checkpoint(qtbot, window, tmp
     window.controller.event.connect(events.append)
     click(qtbot, window, "pauseButton")
     assert find(window, "pauseButton").text() == "Resume"
-    qtbot.waitUntil(lambda: any(isinstance(e, RunPaused) for e in events), timeout=10_000)  # the pause took effect
+    qtbot.waitUntil(
+        lambda: any(isinstance(e, RunPaused) for e in events), timeout=PROCESS_WAIT_MS
+    )  # the pause took effect
     paused = next(e for e in events if isinstance(e, RunPaused))
     assert f"paused at step {paused.step:,}" in window.statusBarWidget.message.text().lower()
     paused_points = loss_points(window)
 
     click(qtbot, window, "pauseButton")
     assert find(window, "pauseButton").text() == "Pause"
-    qtbot.waitUntil(lambda: any(isinstance(e, RunResumed) for e in events), timeout=10_000)
+    qtbot.waitUntil(lambda: any(isinstance(e, RunResumed) for e in events), timeout=PROCESS_WAIT_MS)
     resumed = next(e for e in events if isinstance(e, RunResumed))
     assert resumed.step == paused.step  # no step was taken while paused
     assert resumed.paused_seconds > 0
