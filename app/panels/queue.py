@@ -1,7 +1,8 @@
 """The run queue (core.runs.queue) in a panel: its entries with their states, run folders and results; add the
-form's settings, settings files, a task file's tasks or a sweep's trials (the sweep dialog's), move and remove pending entries, start, pause and stop the queue. The runner
-(core.runs.queue.QueueRunner) works on a BackgroundJob; the table follows <runs root>/.queue.json, so a queue that
-`amp-console queue start` runs shows here too."""
+form's settings, settings files, a task file's tasks or a sweep's trials (the sweep dialog's), move and remove
+pending entries, start, pause and stop the queue. The runner (core.runs.queue.QueueRunner) works on a
+BackgroundJob; the table follows <runs root>/.queue.json, so a queue that `amp-console queue start` runs shows
+here too."""
 
 from __future__ import annotations
 
