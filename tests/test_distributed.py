@@ -354,6 +354,44 @@ def _randomness_of_each_rank(rank: int, out: str) -> dict:
     }
 
 
+def _interrupted_in_a_step(rank: int, out: str) -> dict:
+    from core.engine.distributed import DistContext
+    from core.engine.trainer import Trainer
+
+    trainer = Trainer(rec_config(out, max_steps=1000), dist_ctx=DistContext.from_env())
+    real_setup = trainer.setup
+    wrapper = None
+
+    def setup():
+        nonlocal wrapper
+        real_setup()
+        wrapper = weakref.ref(trainer.model)  # DDP's
+        calls = []
+
+        def interrupted(module, args):  # Ctrl+C in the third step's forward, under DDP's forward
+            calls.append(1)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+
+        trainer.raw_model.register_forward_pre_hook(interrupted)
+
+    trainer.setup = setup
+    try:
+        trainer.run()
+    except KeyboardInterrupt as exc:
+        held = exc  # a caller keeps the exception past the group's end (as the interpreter does to print it)
+        # gone already, not at a later collection: freed by the reference count when the trainer let go of it
+        return {"released": wrapper is not None and wrapper() is None, "traceback": held.__traceback__ is not None}
+    return {"released": None, "traceback": None}  # not interrupted
+
+
+def test_an_interrupted_step_lets_go_of_ddp_before_the_group_ends(tmp_path):
+    """The interrupted step's frames held DDP's wrapper past destroy_process_group: freed later, its reducer drops
+    the group's last reference with the GIL held (the hang release_ddp avoids)."""
+    zero, one = run_ranks(_interrupted_in_a_step, str(tmp_path / "run"))
+    assert zero == one == {"released": True, "traceback": True}
+
+
 def test_ranks_start_from_one_model_but_draw_their_own_dropout_and_negatives(tmp_path):
     zero, one = run_ranks(_randomness_of_each_rank, str(tmp_path / "run"))
     assert zero["status"] == one["status"] == "completed"

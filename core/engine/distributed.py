@@ -280,13 +280,16 @@ def task_loss(model: torch.nn.Module, loss):
         restore()
         return loss(inner, batch)
 
+    held = [model]  # emptied by release(): a traceback that keeps this function (its frame) keeps no DDP then
+
     def through_ddp(batch):
         inner.__dict__["forward"] = lambda: redirected(batch)
         try:
-            return model()
+            return held[0]()
         finally:
             restore()
 
+    through_ddp.release = held.clear  # type: ignore[attr-defined]
     return through_ddp
 
 

@@ -124,6 +124,10 @@ class Trainer(Evaluating):
             with matmul_precision(self.plan):
                 ended = self._train_and_finish()
             return ended
+        except BaseException as exc:  # e.g. Ctrl+C in a step: its frames hold DDP's wrapper (see release_ddp)
+            if self.dist.enabled:
+                traceback.clear_frames(exc.__traceback__)
+            raise
         finally:
             self.cleanup(ended_normally=ended is not None and ended.status != "failed")
 
@@ -486,6 +490,7 @@ class Trainer(Evaluating):
         registered. Freed after the group is destroyed, DDP's reducer drops the group's last reference with the
         GIL held, and the group's destructor joins a gloo thread that may be waiting for the GIL: a hang."""
         if isinstance(getattr(self, "model", None), torch.nn.parallel.DistributedDataParallel):
+            self._loss.release()  # task_loss's hold on DDP
             self.model = self.raw_model
             self._loss = task_loss(self.model, self.task.loss)
 
