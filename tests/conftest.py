@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ for _name in ("COLUMNS", "LINES"):
 # Nothing a test starts writes under the user's own runs root, session fixtures included: each test gets a root
 # of its own (runs_root_in_tmp); this one is for what runs before that fixture.
 os.environ[RUNS_DIR_ENV] = tempfile.mkdtemp(prefix="amp-console-tests-")
+atexit.register(shutil.rmtree, os.environ[RUNS_DIR_ENV], ignore_errors=True)
 
 
 class Recorder:

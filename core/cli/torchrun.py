@@ -173,25 +173,27 @@ def launch_torchrun(
     os.close(failure_fd)
     failure_file = Path(failure_name)
     env[FAILURE_FILE_ENV] = str(failure_file)
-    with folder as held:
-        out_dir = held.path
-        env[HELD_ENV] = str(out_dir)
-        env[RANK_LOGS_ENV] = str(out_dir / RANK_LOGS_DIR)
-        if held.note:  # decided here, so rank 0 writes where this launcher reads
-            sys.stderr.write(f"amp-console: {held.note}\n")
-            env[RUN_NOTE_ENV] = held.note  # rank 0 reports it with RunStarted, e.g. to the window's log
-        train_argv += ["--out-dir", str(out_dir)]
-        events = out_dir / METRICS_FILE
-        offset = events.stat().st_size if events.exists() else 0
-        command = torchrun_command(plan, train_argv)
-        process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.DEVNULL)
-        control = FolderStop(out_dir)
-        if signals is not None:
-            signals.started(control)  # from now on a signal is a stop request in the run folder
-        if end_with_parent:
-            stop_at_end_of_input(sys.stdin, control)
-        code = process.wait()
-    root_cause = _read_and_remove(failure_file)
+    try:  # the failure file goes whatever happens (only a SIGKILL leaves it in the temporary folder)
+        with folder as held:
+            out_dir = held.path
+            env[HELD_ENV] = str(out_dir)
+            env[RANK_LOGS_ENV] = str(out_dir / RANK_LOGS_DIR)
+            if held.note:  # decided here, so rank 0 writes where this launcher reads
+                sys.stderr.write(f"amp-console: {held.note}\n")
+                env[RUN_NOTE_ENV] = held.note  # rank 0 reports it with RunStarted, e.g. to the window's log
+            train_argv += ["--out-dir", str(out_dir)]
+            events = out_dir / METRICS_FILE
+            offset = events.stat().st_size if events.exists() else 0
+            command = torchrun_command(plan, train_argv)
+            process = subprocess.Popen(command, start_new_session=True, env=env, stdin=subprocess.DEVNULL)
+            control = FolderStop(out_dir)
+            if signals is not None:
+                signals.started(control)  # from now on a signal is a stop request in the run folder
+            if end_with_parent:
+                stop_at_end_of_input(sys.stdin, control)
+            code = process.wait()
+    finally:
+        root_cause = _read_and_remove(failure_file)
     status = last_run_status(events, offset)
     if status == "stopped" or (status is None and code == 0 and signals is not None and signals.signum):
         return signals.exit_code if signals is not None else 130

@@ -76,7 +76,7 @@ class ClaimedFolder:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.release()
+        self.release(remove_if_unused=True)  # a launch that failed before its run wrote anything leaves nothing
 
     def __del__(self) -> None:  # a Trainer set up but never cleaned up (tests) does not keep the lock
         with contextlib.suppress(OSError, AttributeError):

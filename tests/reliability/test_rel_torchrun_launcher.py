@@ -34,6 +34,23 @@ def test_more_cpu_processes_than_cores_are_refused(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.skipif(usable_cpu_cores() < 2, reason="two CPU processes need two cores")
+def test_a_launch_that_fails_to_start_leaves_no_file_or_folder_behind(tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    from core.cli import torchrun
+
+    def no_torchrun(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "torchrun")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the launcher's failure file goes
+    monkeypatch.setattr(torchrun.subprocess, "Popen", no_torchrun)
+    argv = ["train", "--task", "tiny", "--nproc", "2", "--device", "cpu", "--max-steps", "2", "--out", "run"]
+    with pytest.raises(FileNotFoundError):
+        main([*argv[:-1], str(tmp_path / "run")])
+    assert list(tmp_path.iterdir()) == []  # no amp-console-failure-*.tmp, no empty run folder
+
+
 def test_the_rendezvous_is_on_localhost():
     import argparse
 
