@@ -29,8 +29,8 @@ from core.engine.events import (
     event_to_dict,
 )
 from core.engine.reporting import FLUSH_SECONDS, EventLog, resident_set_size
-from core.engine.step_metrics import StepAccumulator
-from core.engine.trainer import Trainer, gradient_norm, train
+from core.engine.step_metrics import StepAccumulator, gradient_norm
+from core.engine.trainer import Trainer, train
 from core.files import read_jsonl
 
 

@@ -106,6 +106,27 @@ def first_nonfinite_parameter(model: nn.Module) -> str | None:
     return None
 
 
+def nonfinite_source(watch: NonFiniteWatch, model: nn.Module, forward, restore=None) -> str | None:
+    """bf16/fp32 after a non-finite loss: the module that first makes inf/NaN, from one `forward()` with the
+    hooks armed (fp16 arms them after its first overflow instead). Without a scaler the failing steps already wrote
+    inf/NaN into the weights, which would blame the first poisoned layer: `restore()` puts the last good weights
+    back first (the run is failing: nothing is saved after this), and a module whose own weights are non-finite
+    is not named (the weights diverged; no one module overflows)."""
+    try:
+        if restore is not None and first_nonfinite_parameter(model) is not None:
+            restore()
+        watch.arm()
+        with torch.no_grad():
+            watch.flag_loss(forward())
+        source = watch.first_source()
+        module = None if source in (None, "loss") else model if source == "<model>" else model.get_submodule(source)
+        return None if module is not None and first_nonfinite_parameter(module) is not None else source
+    except Exception:  # a diagnosis never replaces the failure it explains
+        return None
+    finally:
+        watch.disarm()
+
+
 def check_health(
     plan,
     model: nn.Module,

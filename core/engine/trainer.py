@@ -25,8 +25,8 @@ from core.engine.amp_health import (
     NonFiniteWatch,
     RunFailed,
     check_health,
-    first_nonfinite_parameter,
     nonfinite_fixes,
+    nonfinite_source,
 )
 from core.engine.control import RunControl
 from core.engine.distributed import (
@@ -49,24 +49,15 @@ from core.engine.reporting import EventLog, Sink, TrainingClock, barely_trained
 from core.engine.run_folder import HELD_ENV, RUN_NOTE_ENV, ClaimedFolder, claim_run_folder, describe_os_error
 from core.engine.run_record import write_note
 from core.engine.run_state import TrainState, seed_everything
-from core.engine.step_metrics import StepAccumulator
+from core.engine.step_metrics import StepAccumulator, gradient_norm
 from core.engine.threads import apply_threads, choose_threads, machine_facts
 from core.errors import ConfigError
 from core.tasks import create_task, task_checks
 
-__all__ = ["RunFailed", "Sink", "Trainer", "gradient_norm", "seed_everything", "train"]
+__all__ = ["RunFailed", "Sink", "Trainer", "seed_everything", "train"]
 
 NORM_SECONDS = 0.1  # a logged step measures the gradient norm at most this often without clipping or fp16
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: the step enters it when there is nothing to enter
-
-
-def gradient_norm(params: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The total L2 norm of the parameters' gradients, on the device (no sync), without touching them: what
-    clip_grad_norm_ returns, in three ops (one foreach norm, a stack, a norm) instead of its scaling pass."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(()) if not params else torch.zeros((), device=params[0].device)
-    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
 class Trainer(Evaluating):
@@ -454,25 +445,15 @@ class Trainer(Evaluating):
         self._emit(event)
 
     def _nonfinite_source(self) -> str | None:
-        """bf16/fp32 after a non-finite loss: the module that first makes inf/NaN, from one forward with the hooks
-        armed (fp16 arms them after its first overflow instead). Without a scaler the failing steps already wrote
-        inf/NaN into the weights, which would blame the first poisoned layer: the last good checkpoint's weights are
-        put back first (the run is failing: nothing is saved after this), and a module whose own weights are
-        non-finite is not named (the weights diverged; no one module overflows)."""
-        watch, model = self._watch, ckpt.unwrap_model(self.raw_model)
-        try:
-            if first_nonfinite_parameter(model) is not None and self.state.saved.path:
-                model.load_state_dict(ckpt.load_checkpoint(self.state.saved.path)["model"])
-            watch.arm()
-            with torch.no_grad(), self.plan.autocast() if self.plan.autocast_dtype is not None else _NO_CONTEXT:
-                watch.flag_loss(self._loss(self.batches.batch(self.batches.order(self.state.epoch), 0)))
-            source = watch.first_source()
-            module = None if source in (None, "loss") else model if source == "<model>" else model.get_submodule(source)
-            return None if module is not None and first_nonfinite_parameter(module) is not None else source
-        except Exception:  # a diagnosis never replaces the failure it explains
-            return None
-        finally:
-            watch.disarm()
+        """amp_health.nonfinite_source on the epoch's first batch, the last good checkpoint's weights put back."""
+        model, saved = ckpt.unwrap_model(self.raw_model), self.state.saved.path
+
+        def forward() -> torch.Tensor:
+            with self.plan.autocast() if self.plan.autocast_dtype is not None else _NO_CONTEXT:
+                return self._loss(self.batches.batch(self.batches.order(self.state.epoch), 0))
+
+        restore = (lambda: model.load_state_dict(ckpt.load_checkpoint(saved)["model"])) if saved else None
+        return nonfinite_source(self._watch, model, forward, restore)
 
     def cleanup(self, ended_normally: bool = False) -> None:
         if hasattr(self, "_watch"):
