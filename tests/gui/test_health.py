@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import pytest
 import torch
@@ -17,13 +18,13 @@ CPU_WITH_FP16 = dataclasses.replace(cpu_info(), precisions=("fp32", "fp16", "bf1
 @pytest.mark.timeout(60)
 def test_fp16_overflow_is_marked_counted_and_traced(qtbot, make_window, tmp_path, monkeypatch):
     original = torch.nn.Linear.forward
-    calls = {"n": 0}
+    calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per layer: the form's estimate has its own
 
     def hidden_layer_overflows(self, x):  # as if fc1's fp16 output overflowed on two steps
         out = original(self, x)
         if self.out_features == 16 and self.training:
-            calls["n"] += 1
-            if calls["n"] in (3, 8):
+            calls[self] = calls.get(self, 0) + 1
+            if calls[self] in (3, 8):
                 out = out * float("inf")
         return out
 
